@@ -1,0 +1,77 @@
+/* InverseKeyedJaggedTensor: validation and expansion to the KJT it stands
+ * for (row b of the expansion is unique row inverse[b]). */
+#include "sluice/tensor.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+sl_err_t sl_ikjt_validate(const sl_ikjt_t *ikjt, sl_error_t *err)
+{
+    const char *name = ikjt->name != NULL ? ikjt->name : "?";
+    sl_err_t rc = sl_kjt_validate(&ikjt->unique, err);
+    if (rc != SL_OK) return sl_error_prefix(err, "group '%s' unique rows: ", name);
+    uint32_t u = ikjt->unique.stride;
+    if (u > ikjt->batch_size)
+        return sl_error_set(err, SL_ERR_INVALID, "group '%s': unique rows U=%u exceed B=%u", name,
+                            u, ikjt->batch_size);
+    if (ikjt->batch_size > 0 && ikjt->inverse == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "group '%s': inverse indices missing", name);
+    /* Unsigned compare catches negative indices too; branch-free scan first. */
+    uint32_t bad = 0;
+    for (uint32_t b = 0; b < ikjt->batch_size; b++) bad |= (uint32_t)ikjt->inverse[b] >= u;
+    if (bad) {
+        for (uint32_t b = 0; b < ikjt->batch_size; b++)
+            if ((uint32_t)ikjt->inverse[b] >= u)
+                return sl_error_set(err, SL_ERR_INVALID,
+                                    "group '%s': inverse indices < U: row %u has %d, U=%u", name,
+                                    b, ikjt->inverse[b], u);
+    }
+    return SL_OK;
+}
+
+sl_err_t sl_ikjt_expand(const sl_ikjt_t *ikjt, sl_arena_t *arena, sl_kjt_t *out, sl_error_t *err)
+{
+    sl_err_t rc = sl_ikjt_validate(ikjt, err);
+    if (rc != SL_OK) return rc;
+    const sl_kjt_t *uq = &ikjt->unique;
+    uint32_t B = ikjt->batch_size, U = uq->stride, F = uq->num_keys;
+
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < F; k++)
+        for (uint32_t b = 0; b < B; b++)
+            total += (uint64_t)uq->lengths[(size_t)k * U + (size_t)ikjt->inverse[b]];
+    rc = sl_kjt_init(out, arena, F, uq->keys, B, total, uq->weights != NULL);
+    if (rc != SL_OK)
+        return sl_error_set(err, rc, "group '%s': expand to %u rows: %s",
+                            ikjt->name ? ikjt->name : "?", B, sl_err_str(rc));
+
+    /* Per-key start of each unique row's values, reused for every key. */
+    int64_t *row_start = sl_arena_alloc(arena, ((size_t)U + 1) * sizeof(int64_t));
+    if (row_start == NULL) return sl_error_set(err, SL_ERR_NOMEM, "expand: scratch");
+    uint64_t key_base = 0, at = 0;
+    for (uint32_t k = 0; k < F; k++) {
+        const int32_t *ulen = uq->lengths + (size_t)k * U;
+        int64_t s = (int64_t)key_base;
+        for (uint32_t r = 0; r < U; r++) {
+            row_start[r] = s;
+            s += ulen[r];
+        }
+        key_base = (uint64_t)s;
+        int32_t *olen = out->lengths + (size_t)k * B;
+        for (uint32_t b = 0; b < B; b++) {
+            uint32_t r = (uint32_t)ikjt->inverse[b];
+            int32_t len = ulen[r];
+            olen[b] = len;
+            memcpy(out->values + at, uq->values + row_start[r], (size_t)len * sizeof(int64_t));
+            if (uq->weights != NULL)
+                memcpy(out->weights + at, uq->weights + row_start[r], (size_t)len * sizeof(float));
+            at += (uint64_t)len;
+        }
+    }
+    return SL_OK;
+}
+
+uint64_t sl_ikjt_bytes(const sl_ikjt_t *ikjt)
+{
+    return sl_kjt_bytes(&ikjt->unique) + (uint64_t)ikjt->batch_size * sizeof(int32_t);
+}

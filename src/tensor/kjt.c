@@ -1,0 +1,142 @@
+/* JaggedTensor and KeyedJaggedTensor: allocation, validation, offsets, views
+ * and comparison. */
+#include "sluice/tensor.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys,
+                     const char *const *keys, uint32_t stride, uint64_t num_values,
+                     bool weighted)
+{
+    memset(kjt, 0, sizeof *kjt);
+    size_t rows = sl_mul_size(num_keys, stride);
+    if (rows == SIZE_MAX || num_values > SIZE_MAX / sizeof(int64_t)) return SL_ERR_INVALID;
+    kjt->num_keys = num_keys;
+    kjt->stride = stride;
+    kjt->num_values = num_values;
+    kjt->keys = sl_arena_alloc(arena, sl_mul_size(num_keys, sizeof(char *)));
+    kjt->lengths = sl_arena_calloc(arena, rows, sizeof(int32_t));
+    kjt->values = sl_arena_alloc(arena, (size_t)num_values * sizeof(int64_t));
+    if (kjt->keys == NULL || kjt->lengths == NULL || kjt->values == NULL) return SL_ERR_NOMEM;
+    if (weighted) {
+        kjt->weights = sl_arena_alloc(arena, (size_t)num_values * sizeof(float));
+        if (kjt->weights == NULL) return SL_ERR_NOMEM;
+    }
+    for (uint32_t k = 0; k < num_keys; k++) {
+        if (keys == NULL || keys[k] == NULL) return SL_ERR_INVALID;
+        kjt->keys[k] = sl_arena_strdup(arena, keys[k]);
+        if (kjt->keys[k] == NULL) return SL_ERR_NOMEM;
+    }
+    return SL_OK;
+}
+
+sl_err_t sl_kjt_validate(const sl_kjt_t *kjt, sl_error_t *err)
+{
+    uint64_t rows = (uint64_t)kjt->num_keys * kjt->stride;
+    if (rows > UINT32_MAX)
+        return sl_error_set(err, SL_ERR_INVALID, "num_keys * stride (%" PRIu64 ") exceeds 2^32",
+                            rows);
+    if (kjt->num_keys > 0 && kjt->keys == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "keys missing for %u keys", kjt->num_keys);
+    if (rows > 0 && kjt->lengths == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "lengths missing for %" PRIu64 " rows", rows);
+    if (kjt->num_values > 0 && kjt->values == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "values missing for %" PRIu64 " values",
+                            kjt->num_values);
+    for (uint32_t k = 0; k < kjt->num_keys; k++) {
+        if (kjt->keys[k] == NULL)
+            return sl_error_set(err, SL_ERR_INVALID, "key %u has no name", k);
+        for (uint32_t j = 0; j < k; j++)
+            if (strcmp(kjt->keys[j], kjt->keys[k]) == 0)
+                return sl_error_set(err, SL_ERR_INVALID,
+                                    "keys unique: key '%s' appears at %u and %u", kjt->keys[k],
+                                    j, k);
+    }
+    /* One pass; an int64 sum of up to 2^32 int32 lengths cannot overflow. */
+    int64_t sum = 0;
+    int32_t min_len = 0;
+    for (uint64_t i = 0; i < rows; i++) {
+        int32_t len = kjt->lengths[i];
+        sum += len;
+        min_len = len < min_len ? len : min_len;
+    }
+    if (min_len < 0) {
+        for (uint64_t i = 0; i < rows; i++)
+            if (kjt->lengths[i] < 0)
+                return sl_error_set(err, SL_ERR_INVALID,
+                                    "lengths non-negative: key '%s' row %" PRIu64
+                                    " has length %d",
+                                    kjt->keys[i / kjt->stride], i % kjt->stride,
+                                    kjt->lengths[i]);
+    }
+    if ((uint64_t)sum != kjt->num_values)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "sum(lengths) == len(values): %" PRId64 " != %" PRIu64, sum,
+                            kjt->num_values);
+    return SL_OK;
+}
+
+void sl_kjt_offsets(const sl_kjt_t *kjt, int64_t *offsets)
+{
+    uint64_t rows = (uint64_t)kjt->num_keys * kjt->stride;
+    int64_t at = 0;
+    for (uint64_t i = 0; i < rows; i++) {
+        offsets[i] = at;
+        at += kjt->lengths[i];
+    }
+    offsets[rows] = at;
+}
+
+void sl_kjt_key_offsets(const sl_kjt_t *kjt, uint64_t *key_offsets)
+{
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < kjt->num_keys; k++) {
+        key_offsets[k] = at;
+        const int32_t *len = kjt->lengths + (size_t)k * kjt->stride;
+        for (uint32_t r = 0; r < kjt->stride; r++) at += (uint64_t)len[r];
+    }
+    key_offsets[kjt->num_keys] = at;
+}
+
+int sl_kjt_find_key(const sl_kjt_t *kjt, const char *key)
+{
+    for (uint32_t k = 0; k < kjt->num_keys; k++)
+        if (strcmp(kjt->keys[k], key) == 0) return (int)k;
+    return -1;
+}
+
+sl_jt_t sl_kjt_key_view(const sl_kjt_t *kjt, const uint64_t *key_offsets, uint32_t k)
+{
+    sl_jt_t jt;
+    jt.stride = kjt->stride;
+    jt.num_values = key_offsets[k + 1] - key_offsets[k];
+    jt.lengths = kjt->lengths + (size_t)k * kjt->stride;
+    jt.values = kjt->values + key_offsets[k];
+    jt.weights = kjt->weights != NULL ? kjt->weights + key_offsets[k] : NULL;
+    return jt;
+}
+
+bool sl_kjt_equal(const sl_kjt_t *a, const sl_kjt_t *b)
+{
+    if (a->num_keys != b->num_keys || a->stride != b->stride ||
+        a->num_values != b->num_values || (a->weights == NULL) != (b->weights == NULL))
+        return false;
+    for (uint32_t k = 0; k < a->num_keys; k++)
+        if (strcmp(a->keys[k], b->keys[k]) != 0) return false;
+    size_t rows = (size_t)a->num_keys * a->stride;
+    if (rows > 0 && memcmp(a->lengths, b->lengths, rows * sizeof(int32_t)) != 0) return false;
+    size_t n = (size_t)a->num_values;
+    if (n > 0 && memcmp(a->values, b->values, n * sizeof(int64_t)) != 0) return false;
+    if (n > 0 && a->weights != NULL && memcmp(a->weights, b->weights, n * sizeof(float)) != 0)
+        return false;
+    return true;
+}
+
+uint64_t sl_kjt_bytes(const sl_kjt_t *kjt)
+{
+    uint64_t bytes = (uint64_t)kjt->num_keys * kjt->stride * sizeof(int32_t) +
+                     kjt->num_values * sizeof(int64_t);
+    if (kjt->weights != NULL) bytes += kjt->num_values * sizeof(float);
+    return bytes;
+}
