@@ -40,13 +40,18 @@ sl_err_t sl_error_set(sl_error_t *err, sl_err_t code, const char *fmt, ...)
 sl_err_t sl_error_prefix(sl_error_t *err, const char *fmt, ...)
 {
     if (err == NULL) return SL_OK;
-    char prefix[SL_ERROR_MSG_MAX];
+    /* Joined by hand: snprintf("%s%s") of two full buffers trips gcc's
+     * -Wformat-truncation, and the tail of the message is what gets cut. */
+    char joined[SL_ERROR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(joined, sizeof joined, fmt, ap);
     va_end(ap);
-    char joined[SL_ERROR_MSG_MAX];
-    snprintf(joined, sizeof joined, "%s%s", prefix, err->msg);
+    size_t used = n < 0 ? 0 : (size_t)n < sizeof joined ? (size_t)n : sizeof joined - 1;
+    size_t rest = strnlen(err->msg, sizeof err->msg);
+    if (rest > sizeof joined - 1 - used) rest = sizeof joined - 1 - used;
+    memcpy(joined + used, err->msg, rest);
+    joined[used + rest] = '\0';
     memcpy(err->msg, joined, sizeof err->msg);
     return err->code;
 }

@@ -1,5 +1,6 @@
 /* sl_batch_t: creation, whole-batch validation, expansion and release. */
 #include "sluice/tensor.h"
+#include "tensor/tensor_internal.h"
 
 #include <string.h>
 
@@ -17,6 +18,7 @@ sl_err_t sl_dense_init(sl_dense_t *d, sl_arena_t *arena, uint32_t rows, uint32_t
         d->names = sl_arena_alloc(arena, (size_t)cols * sizeof(char *));
         if (d->names == NULL) return SL_ERR_NOMEM;
         for (uint32_t c = 0; c < cols; c++) {
+            if (names[c] == NULL) return SL_ERR_INVALID;
             d->names[c] = sl_arena_strdup(arena, names[c]);
             if (d->names[c] == NULL) return SL_ERR_NOMEM;
         }
@@ -48,6 +50,12 @@ static sl_err_t check_dense(const sl_dense_t *d, uint32_t B, const char *what, s
     return SL_OK;
 }
 
+/* Group names go into messages through %s, where NULL is undefined. */
+static const char *group_name(const sl_ikjt_t *g)
+{
+    return g->name != NULL ? g->name : "?";
+}
+
 /* A key must name one feature of the batch: not two in the plain KJT and the
  * groups. Quadratic in keys, which are tens to hundreds per batch. */
 static sl_err_t check_keys_disjoint(const sl_batch_t *batch, sl_error_t *err)
@@ -58,27 +66,31 @@ static sl_err_t check_keys_disjoint(const sl_batch_t *batch, sl_error_t *err)
             if (sl_kjt_find_key(&batch->sparse, gk->keys[k]) >= 0)
                 return sl_error_set(err, SL_ERR_INVALID,
                                     "keys unique: '%s' is in the plain KJT and group '%s'",
-                                    gk->keys[k], batch->groups[g].name);
+                                    gk->keys[k], group_name(&batch->groups[g]));
             for (uint32_t h = 0; h < g; h++)
                 if (sl_kjt_find_key(&batch->groups[h].unique, gk->keys[k]) >= 0)
                     return sl_error_set(err, SL_ERR_INVALID,
                                         "keys unique: '%s' is in groups '%s' and '%s'",
-                                        gk->keys[k], batch->groups[h].name,
-                                        batch->groups[g].name);
+                                        gk->keys[k], group_name(&batch->groups[h]),
+                                        group_name(&batch->groups[g]));
         }
     }
     return SL_OK;
 }
 
-sl_err_t sl_batch_validate(const sl_batch_t *batch, sl_error_t *err)
+static sl_err_t batch_validate(const sl_batch_t *batch, bool scan_lengths, sl_error_t *err)
 {
     uint32_t B = batch->batch_size;
     sl_err_t rc;
     if (batch->sparse.num_keys > 0 && batch->sparse.stride != B)
         return sl_error_set(err, SL_ERR_INVALID, "plain KJT stride %u != batch size %u",
                             batch->sparse.stride, B);
-    if ((rc = sl_kjt_validate(&batch->sparse, err)) != SL_OK)
-        return sl_error_prefix(err, "plain KJT: ");
+    rc = scan_lengths ? sl_kjt_validate(&batch->sparse, err)
+                      : sl_kjt_validate_shape(&batch->sparse, err);
+    if (rc != SL_OK) {
+        sl_error_prefix(err, "plain KJT: "); /* returns SL_OK when err is NULL */
+        return rc;
+    }
     if (batch->num_groups > 0 && batch->groups == NULL)
         return sl_error_set(err, SL_ERR_INVALID, "%u groups declared, none present",
                             batch->num_groups);
@@ -86,12 +98,24 @@ sl_err_t sl_batch_validate(const sl_batch_t *batch, sl_error_t *err)
         if (batch->groups[g].batch_size != B)
             return sl_error_set(err, SL_ERR_INVALID, "group %u has %u rows, batch has %u", g,
                                 batch->groups[g].batch_size, B);
-        if ((rc = sl_ikjt_validate(&batch->groups[g], err)) != SL_OK) return rc;
+        rc = scan_lengths ? sl_ikjt_validate(&batch->groups[g], err)
+                          : sl_ikjt_validate_shape(&batch->groups[g], err);
+        if (rc != SL_OK) return rc;
     }
     if ((rc = check_keys_disjoint(batch, err)) != SL_OK) return rc;
     if ((rc = check_dense(&batch->dense, B, "dense", err)) != SL_OK) return rc;
     if ((rc = check_dense(&batch->labels, B, "labels", err)) != SL_OK) return rc;
     return SL_OK;
+}
+
+sl_err_t sl_batch_validate(const sl_batch_t *batch, sl_error_t *err)
+{
+    return batch_validate(batch, true, err);
+}
+
+sl_err_t sl_batch_validate_shape(const sl_batch_t *batch, sl_error_t *err)
+{
+    return batch_validate(batch, false, err);
 }
 
 /* Append the buffers of src (stride B) after what dst already holds. */
@@ -140,7 +164,8 @@ sl_err_t sl_batch_expand(const sl_batch_t *batch, sl_arena_t *arena, sl_kjt_t *o
     out->stride = batch->batch_size;
     out->num_values = values;
     out->keys = sl_arena_alloc(arena, sl_mul_size(keys, sizeof(char *)));
-    out->lengths = sl_arena_alloc(arena, sl_mul_size((size_t)keys, batch->batch_size) * 4);
+    out->lengths = sl_arena_alloc(
+        arena, sl_mul_size(sl_mul_size(keys, batch->batch_size), sizeof(int32_t)));
     out->values = sl_arena_alloc(arena, (size_t)values * sizeof(int64_t));
     out->weights = weighted ? sl_arena_alloc(arena, (size_t)values * sizeof(float)) : NULL;
     if (out->keys == NULL || out->lengths == NULL || out->values == NULL ||

@@ -1,6 +1,7 @@
 /* JaggedTensor and KeyedJaggedTensor: allocation, validation, offsets, views
  * and comparison. */
 #include "sluice/tensor.h"
+#include "tensor/tensor_internal.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -31,7 +32,50 @@ sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys,
     return SL_OK;
 }
 
-sl_err_t sl_kjt_validate(const sl_kjt_t *kjt, sl_error_t *err)
+/* Sum of n lengths, and whether any is negative (the sum is then
+ * meaningless). This scan is most of what validating a decoded frame costs,
+ * so it is written for the vectoriser at -O2 (gcc's cheap cost model wants a
+ * fixed trip count): blocks of 64 summed in uint32 lanes, which cannot wrap
+ * while every length of the block is below 2^16 (64 * 0xffff < 2^32); a
+ * block with a larger (or negative) length is summed again in 64 bits. It
+ * runs at memory speed; a plain int64 loop ran 3-6 times slower.
+ * Without negatives the total is at most 2^32 * (2^31 - 1), which fits. */
+static uint64_t sum_lengths(const int32_t *len, uint64_t n, bool *negative)
+{
+    enum { BLOCK = 64 };
+    uint64_t sum = 0;
+    uint32_t any = 0;
+    uint64_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK) {
+        /* Two halves in separate accumulators: two loads in flight. */
+        uint32_t b0 = 0, b1 = 0, o0 = 0, o1 = 0;
+        for (int j = 0; j < BLOCK / 2; j++) {
+            uint32_t v0 = (uint32_t)len[i + j], v1 = (uint32_t)len[i + BLOCK / 2 + j];
+            b0 += v0;
+            o0 |= v0;
+            b1 += v1;
+            o1 |= v1;
+        }
+        uint32_t block = b0 + b1, bits = o0 | o1;
+        if (bits >> 16 != 0) {
+            uint64_t wide = 0;
+            for (int j = 0; j < BLOCK; j++) wide += (uint32_t)len[i + j];
+            sum += wide;
+        } else {
+            sum += block;
+        }
+        any |= bits;
+    }
+    for (; i < n; i++) {
+        uint32_t v = (uint32_t)len[i];
+        sum += v;
+        any |= v;
+    }
+    *negative = (any >> 31) != 0;
+    return sum;
+}
+
+static sl_err_t kjt_validate(const sl_kjt_t *kjt, bool scan_lengths, sl_error_t *err)
 {
     uint64_t rows = (uint64_t)kjt->num_keys * kjt->stride;
     if (rows > UINT32_MAX)
@@ -53,15 +97,10 @@ sl_err_t sl_kjt_validate(const sl_kjt_t *kjt, sl_error_t *err)
                                     "keys unique: key '%s' appears at %u and %u", kjt->keys[k],
                                     j, k);
     }
-    /* One pass; an int64 sum of up to 2^32 int32 lengths cannot overflow. */
-    int64_t sum = 0;
-    int32_t min_len = 0;
-    for (uint64_t i = 0; i < rows; i++) {
-        int32_t len = kjt->lengths[i];
-        sum += len;
-        min_len = len < min_len ? len : min_len;
-    }
-    if (min_len < 0) {
+    if (!scan_lengths) return SL_OK;
+    bool negative;
+    uint64_t sum = sum_lengths(kjt->lengths, rows, &negative);
+    if (negative) {
         for (uint64_t i = 0; i < rows; i++)
             if (kjt->lengths[i] < 0)
                 return sl_error_set(err, SL_ERR_INVALID,
@@ -70,11 +109,21 @@ sl_err_t sl_kjt_validate(const sl_kjt_t *kjt, sl_error_t *err)
                                     kjt->keys[i / kjt->stride], i % kjt->stride,
                                     kjt->lengths[i]);
     }
-    if ((uint64_t)sum != kjt->num_values)
+    if (sum != kjt->num_values)
         return sl_error_set(err, SL_ERR_INVALID,
-                            "sum(lengths) == len(values): %" PRId64 " != %" PRIu64, sum,
+                            "sum(lengths) == len(values): %" PRIu64 " != %" PRIu64, sum,
                             kjt->num_values);
     return SL_OK;
+}
+
+sl_err_t sl_kjt_validate(const sl_kjt_t *kjt, sl_error_t *err)
+{
+    return kjt_validate(kjt, true, err);
+}
+
+sl_err_t sl_kjt_validate_shape(const sl_kjt_t *kjt, sl_error_t *err)
+{
+    return kjt_validate(kjt, false, err);
 }
 
 void sl_kjt_offsets(const sl_kjt_t *kjt, int64_t *offsets)
@@ -93,6 +142,8 @@ void sl_kjt_key_offsets(const sl_kjt_t *kjt, uint64_t *key_offsets)
     uint64_t at = 0;
     for (uint32_t k = 0; k < kjt->num_keys; k++) {
         key_offsets[k] = at;
+        /* stride 0 allows lengths == NULL, where even NULL + 0 is undefined. */
+        if (kjt->stride == 0) continue;
         const int32_t *len = kjt->lengths + (size_t)k * kjt->stride;
         for (uint32_t r = 0; r < kjt->stride; r++) at += (uint64_t)len[r];
     }
@@ -111,8 +162,9 @@ sl_jt_t sl_kjt_key_view(const sl_kjt_t *kjt, const uint64_t *key_offsets, uint32
     sl_jt_t jt;
     jt.stride = kjt->stride;
     jt.num_values = key_offsets[k + 1] - key_offsets[k];
-    jt.lengths = kjt->lengths + (size_t)k * kjt->stride;
-    jt.values = kjt->values + key_offsets[k];
+    /* Empty KJTs may have NULL buffers, and NULL + 0 is undefined. */
+    jt.lengths = kjt->lengths != NULL ? kjt->lengths + (size_t)k * kjt->stride : NULL;
+    jt.values = kjt->values != NULL ? kjt->values + key_offsets[k] : NULL;
     jt.weights = kjt->weights != NULL ? kjt->weights + key_offsets[k] : NULL;
     return jt;
 }
