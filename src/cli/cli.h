@@ -4,5 +4,6 @@
 #define SLUICE_CLI_H
 
 int sl_cli_demo(int argc, char **argv);
+int sl_cli_table(int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"demo", sl_cli_demo, "deduplicate generated session batches and print the figures"},
+    {"table", sl_cli_table, "create, import, inspect, verify and read feature tables"},
 };
 
 static void usage(FILE *out)

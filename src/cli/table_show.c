@@ -1,0 +1,255 @@
+/* `sluice table inspect | verify | cat`: the read side of the table command.
+ * inspect summarises a table from its footers (text or --json), verify
+ * checks every checksum and names each problem, cat prints rows as JSON
+ * lines (the jsonl import format). */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "progress.h"
+#include "table_cli.h"
+#include "warehouse/warehouse.h"
+
+/* ---- inspect ---- */
+
+static void print_schema(const sl_wh_schema_t *s)
+{
+    uint32_t nd = 0, ns = 0, nw = 0;
+    for (uint32_t i = 0; i < sl_wh_schema_num_features(s); i++) {
+        sl_wh_kind_t k = sl_wh_schema_feature(s, i)->kind;
+        nd += k == SL_WH_DENSE;
+        ns += k == SL_WH_SPARSE;
+        nw += k == SL_WH_WEIGHTED;
+    }
+    printf("schema: %u labels, %u dense, %u sparse, %u weighted features; columns %s, %s, %s\n",
+           sl_wh_schema_num_labels(s), nd, ns, nw, sl_wh_schema_column(s, SL_WH_COL_SAMPLE_ID),
+           sl_wh_schema_column(s, SL_WH_COL_SESSION_ID), sl_wh_schema_column(s, SL_WH_COL_TIMESTAMP));
+    if (sl_wh_schema_num_labels(s) > 0) {
+        printf("  labels:");
+        for (uint32_t t = 0; t < sl_wh_schema_num_labels(s); t++)
+            printf(" %s", sl_wh_schema_label(s, t));
+        printf("\n");
+    }
+    if (sl_wh_schema_num_partition_keys(s) > 0) {
+        printf("  partition keys:");
+        for (uint32_t k = 0; k < sl_wh_schema_num_partition_keys(s); k++)
+            printf(" %s", sl_wh_schema_partition_key(s, k));
+        printf("\n");
+    }
+}
+
+static void print_inspect(const char *dir, const sl_wh_inspect_t *ins, bool detail)
+{
+    char b1[32], b2[32], b3[32];
+    printf("table %s\n", dir);
+    print_schema(ins->schema);
+    printf("partitions: %u, files: %u, stripes: %" PRIu64 ", rows: %" PRIu64 "\n",
+           ins->num_partitions, ins->num_files, ins->stripes, ins->rows);
+    for (uint32_t p = 0; p < ins->num_partitions; p++) {
+        const sl_wh_partition_summary_t *ps = &ins->partitions[p];
+        const char *name = ps->partition->name;
+        printf("  %-24s %4u files %12" PRIu64 " rows %12s\n", name[0] ? name : "(root)", ps->files,
+               ps->rows, sl_cli_fmt_bytes((double)ps->bytes, b1, sizeof b1));
+    }
+    printf("bytes: %s in files, %s of streams decoded, %s stored; compression %.2fx",
+           sl_cli_fmt_bytes((double)ins->file_bytes, b1, sizeof b1),
+           sl_cli_fmt_bytes((double)ins->raw_bytes, b2, sizeof b2),
+           sl_cli_fmt_bytes((double)ins->stored_bytes, b3, sizeof b3), ins->compression_ratio);
+    if (ins->num_groups > 0) printf(", dedup %.2fx", ins->dedup_ratio);
+    if (ins->rows > 0) printf("; %.1f bytes/row", (double)ins->file_bytes / (double)ins->rows);
+    printf("\n");
+    printf("%-24s %-10s %14s %12s %12s %7s %9s\n", "column", "kind", "values", "raw", "stored",
+           "ratio", "bytes/row");
+    for (uint32_t c = 0; c < ins->num_columns; c++) {
+        const sl_wh_column_bytes_t *col = &ins->columns[c];
+        double ratio = col->stored_bytes ? (double)col->raw_bytes / (double)col->stored_bytes : 0;
+        printf("%-24s %-10s %14" PRIu64 " %12s %12s %6.2fx %9.2f\n", col->name, col->kind,
+               col->values, sl_cli_fmt_bytes((double)col->raw_bytes, b1, sizeof b1),
+               sl_cli_fmt_bytes((double)col->stored_bytes, b2, sizeof b2), ratio,
+               ins->rows ? (double)col->stored_bytes / (double)ins->rows : 0.0);
+    }
+    for (uint32_t g = 0; g < ins->num_groups; g++) {
+        const sl_wh_group_summary_t *gr = &ins->groups[g];
+        printf("dedup group %s: %" PRIu64 " rows stored as %" PRIu64 " unique (%.2fx), %s\n",
+               gr->name, gr->rows, gr->unique_rows,
+               gr->unique_rows ? (double)gr->rows / (double)gr->unique_rows : 1.0,
+               sl_cli_fmt_bytes((double)gr->stored_bytes, b1, sizeof b1));
+    }
+    if (!detail) return;
+    for (uint32_t f = 0; f < ins->num_files; f++) {
+        const sl_wh_file_summary_t *fs = &ins->files[f];
+        printf("file %s: %" PRIu64 " rows, %u stripes, %s (footer %s)%s\n", fs->path, fs->rows,
+               fs->stripes, sl_cli_fmt_bytes((double)fs->file_bytes, b1, sizeof b1),
+               sl_cli_fmt_bytes((double)fs->footer_bytes, b2, sizeof b2),
+               fs->session_clustered ? ", session-clustered" : "");
+        for (uint32_t s = 0; s < fs->stripes && fs->stripe_rows != NULL; s++)
+            printf("  stripe %u: %u rows\n", s, fs->stripe_rows[s]);
+    }
+}
+
+int tcli_inspect(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"json", no_argument, 0, 'j'},
+                                             {"detail", no_argument, 0, 'd'},
+                                             {"partition-filter", required_argument, 0, 'p'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
+    bool json = false, detail = false;
+    const char *filter_text = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            printf("usage: sluice table inspect DIR [--json] [--detail] [--partition-filter EXPR]\n"
+                   "Schema, partitions, files, rows, bytes per feature, compression and dedup\n"
+                   "ratios, from the files' footers (no data is read). --detail lists every\n"
+                   "file's stripes.\n");
+            return 0;
+        case 'j': json = true; break;
+        case 'd': detail = true; break;
+        case 'p': filter_text = optarg; break;
+        default: return 2;
+        }
+    }
+    if (optind != argc - 1) return tcli_usage_error("inspect", "%s", "wants one table directory");
+    const char *dir = argv[optind];
+    sl_error_t err = {0};
+    sl_wh_filter_t *filter = NULL;
+    if (filter_text != NULL && sl_wh_filter_parse(filter_text, NULL, &filter, &err) != SL_OK)
+        return tcli_usage_error("inspect", "%s", err.msg);
+    sl_wh_inspect_t *ins = NULL;
+    sl_err_t rc = sl_wh_inspect_table(dir, filter, NULL, &ins, &err);
+    sl_wh_filter_destroy(filter);
+    if (rc != SL_OK) {
+        fprintf(stderr, "sluice table inspect: %s\n", err.msg);
+        return 1;
+    }
+    if (json) {
+        json_t *j = sl_wh_inspect_to_json(ins, detail);
+        if (j == NULL || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) != 0) {
+            json_decref(j);
+            sl_wh_inspect_destroy(ins);
+            fprintf(stderr, "sluice table inspect: cannot print JSON\n");
+            return 1;
+        }
+        printf("\n");
+        json_decref(j);
+    } else {
+        print_inspect(dir, ins, detail);
+    }
+    sl_wh_inspect_destroy(ins);
+    return 0;
+}
+
+/* ---- verify ---- */
+
+static void on_problem(void *ctx, const sl_wh_problem_t *p)
+{
+    (void)ctx;
+    printf("problem: %s\n", p->message);
+    fflush(stdout);
+}
+
+int tcli_verify(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c != 'h') return 2;
+        printf("usage: sluice table verify DIR\n"
+               "Checks the schema and every data file: header, footer, trailer, the checksum of\n"
+               "every stream, and decodes every stripe. Prints each problem (file, stripe and\n"
+               "stream) and exits 1 when there is one, 0 when the table is clean.\n");
+        return 0;
+    }
+    if (optind != argc - 1) return tcli_usage_error("verify", "%s", "wants one table directory");
+    const char *dir = argv[optind];
+    sl_wh_verify_stats_t st;
+    sl_error_t err = {0};
+    sl_err_t rc = sl_wh_verify_table(dir, NULL, on_problem, NULL, &st, &err);
+    char b[32];
+    if (rc != SL_OK && st.problems == 0) {
+        fprintf(stderr, "sluice table verify: %s\n", err.msg);
+        return 1;
+    }
+    printf("%s: %u files (%u bad), %" PRIu64 " stripes, %" PRIu64 " streams, %s checked, %" PRIu64
+           " rows; %" PRIu64 " problem%s\n",
+           st.problems ? "FAILED" : "ok", st.files, st.bad_files, st.stripes, st.streams,
+           sl_cli_fmt_bytes((double)st.bytes, b, sizeof b), st.rows, st.problems,
+           st.problems == 1 ? "" : "s");
+    return st.problems || rc != SL_OK ? 1 : 0;
+}
+
+/* ---- cat ---- */
+
+int tcli_cat(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"features", required_argument, 0, 'f'},
+                                             {"limit", required_argument, 0, 'n'},
+                                             {"partition-filter", required_argument, 0, 'p'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
+    const char *features = NULL, *filter_text = NULL;
+    uint64_t limit = 0;
+    bool limit_given = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            printf("usage: sluice table cat DIR [--features a,b] [--limit N] "
+                   "[--partition-filter EXPR]\n"
+                   "Prints rows as JSON lines (the jsonl import format): files in table order.\n"
+                   "  --features a,b          only these features (default: all)\n"
+                   "  --limit N               at most N rows\n"
+                   "  --partition-filter EXPR e.g. 'ds>=2026-01-02,ds<2026-01-05'\n");
+            return 0;
+        case 'f': features = optarg; break;
+        case 'p': filter_text = optarg; break;
+        case 'n':
+            if (tcli_parse_u64(optarg, UINT64_MAX, &limit) != 0)
+                return tcli_usage_error("cat", "--limit wants a count, got '%s'", optarg);
+            limit_given = true;
+            break;
+        default: return 2;
+        }
+    }
+    if (optind != argc - 1) return tcli_usage_error("cat", "%s", "wants one table directory");
+    if (features != NULL && *features == '\0')
+        return tcli_usage_error("cat", "%s", "--features wants a,b,...");
+    sl_error_t err = {0};
+    sl_wh_filter_t *filter = NULL;
+    if (filter_text != NULL && sl_wh_filter_parse(filter_text, NULL, &filter, &err) != SL_OK)
+        return tcli_usage_error("cat", "%s", err.msg);
+    char *copy = features ? strdup(features) : NULL;
+    const char **names = NULL;
+    uint32_t n = 0;
+    if (copy != NULL) {
+        names = calloc(strlen(copy) / 2 + 2, sizeof *names);
+        for (char *tok = strtok(copy, ","); names != NULL && tok; tok = strtok(NULL, ","))
+            names[n++] = tok;
+    }
+    if (limit_given && limit == 0) {
+        /* --limit 0 prints nothing (0 in the options means "all"). */
+        free(names);
+        free(copy);
+        sl_wh_filter_destroy(filter);
+        return 0;
+    }
+    sl_wh_cat_opts_t o = {.features = names, .num_features = n, .filter = filter, .limit = limit};
+    uint64_t rows = 0;
+    sl_err_t rc = sl_wh_cat_table(argv[optind], &o, stdout, &rows, &err);
+    if (fflush(stdout) != 0 && rc == SL_OK) rc = sl_error_set(&err, SL_ERR_IO, "write failed");
+    free(names);
+    free(copy);
+    sl_wh_filter_destroy(filter);
+    if (rc != SL_OK) {
+        fprintf(stderr, "sluice table cat: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

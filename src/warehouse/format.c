@@ -1,0 +1,627 @@
+/* Opening a data file: header, trailer, footer checksum, then every field of
+ * the footer checked against the file and the schema before anything uses it
+ * (offsets inside the file, stripes and streams contiguous, value counts
+ * consistent with row counts, sizes within the limits). The result, wh_file_t,
+ * indexes each stripe's streams by slot so that the reader finds a column's
+ * streams in O(1). */
+#include "wh_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+sl_wh_limits_t sl_wh_limits_default(void)
+{
+    sl_wh_limits_t l = {
+        .max_footer_bytes = 64u << 20,
+        .max_stripe_rows = 1u << 24,
+        .max_stripes = 1u << 20,
+        .max_streams = 1u << 20,
+        .max_stripe_bytes = 8ull << 30,
+    };
+    return l;
+}
+
+sl_wh_limits_t wh_limits_resolve(const sl_wh_limits_t *l)
+{
+    sl_wh_limits_t d = sl_wh_limits_default();
+    if (l == NULL) return d;
+    sl_wh_limits_t r = *l;
+    if (r.max_footer_bytes == 0) r.max_footer_bytes = d.max_footer_bytes;
+    if (r.max_stripe_rows == 0) r.max_stripe_rows = d.max_stripe_rows;
+    if (r.max_stripes == 0) r.max_stripes = d.max_stripes;
+    if (r.max_streams == 0) r.max_streams = d.max_streams;
+    if (r.max_stripe_bytes == 0) r.max_stripe_bytes = d.max_stripe_bytes;
+    return r;
+}
+
+const char *sl_wh_stream_kind_name(sl_wh_stream_kind_t kind)
+{
+    switch (kind) {
+    case SL_WH_STREAM_LENGTHS:
+        return "lengths";
+    case SL_WH_STREAM_IDS:
+        return "ids";
+    case SL_WH_STREAM_WEIGHTS:
+        return "weights";
+    case SL_WH_STREAM_DENSE_VALUES:
+        return "values";
+    case SL_WH_STREAM_PRESENT:
+        return "present";
+    case SL_WH_STREAM_INVERSE:
+        return "inverse";
+    case SL_WH_STREAM_SAMPLE_ID:
+        return "sample_id";
+    case SL_WH_STREAM_SESSION_ID:
+        return "session_id";
+    case SL_WH_STREAM_TIMESTAMP:
+        return "timestamp";
+    case SL_WH_STREAM_LABEL:
+        return "label";
+    }
+    return "unknown";
+}
+
+uint32_t wh_kind_width(uint32_t kind)
+{
+    switch (kind) {
+    case SL_WH_STREAM_IDS:
+    case SL_WH_STREAM_SAMPLE_ID:
+    case SL_WH_STREAM_SESSION_ID:
+    case SL_WH_STREAM_TIMESTAMP:
+        return 8;
+    case SL_WH_STREAM_PRESENT:
+        return 1;
+    default:
+        return 4;
+    }
+}
+
+bool wh_kind_is_int(uint32_t kind)
+{
+    switch (kind) {
+    case SL_WH_STREAM_LENGTHS:
+    case SL_WH_STREAM_IDS:
+    case SL_WH_STREAM_INVERSE:
+    case SL_WH_STREAM_SAMPLE_ID:
+    case SL_WH_STREAM_SESSION_ID:
+    case SL_WH_STREAM_TIMESTAMP:
+        return true;
+    default:
+        return false;
+    }
+}
+
+const char *wh_stream_label(const wh_stream_t *st, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "stream '%s' %s", st->name, sl_wh_stream_kind_name(st->kind));
+    return buf;
+}
+
+bool wh_stream_checksum_ok(const wh_stream_t *st, const uint8_t *data)
+{
+    return XXH3_64bits(data, (size_t)st->stored_size) == st->checksum;
+}
+
+void wh_file_close(wh_file_t *f)
+{
+    if (f == NULL) return;
+    const sl_allocator_t *a = f->a;
+    if (f->src.fd >= 0) close(f->src.fd);
+    wh_strfree(a, f->src.name);
+    if (f->footer != NULL) {
+        ProtobufCAllocator pa;
+        wh_pb_allocator(a, &pa);
+        sluice__file_footer__free_unpacked(f->footer, &pa);
+    }
+    sl_wh_schema_destroy(f->schema);
+    sl_free(a, f->stripes, (size_t)f->num_stripes * sizeof *f->stripes);
+    sl_free(a, f->streams, (size_t)f->num_streams * sizeof *f->streams);
+    sl_free(a, f->slots, sl_mul_size((size_t)f->num_stripes * f->num_slots, sizeof(int32_t)));
+    for (uint32_t g = 0; g < f->num_groups; g++)
+        sl_free(a, f->groups[g].features, f->groups[g].spec.num_features * sizeof(uint32_t));
+    sl_free(a, f->groups, (size_t)f->num_groups * sizeof *f->groups);
+    sl_free(a, f->feature_group, (size_t)f->feature_group_n * sizeof(int32_t));
+    sl_free(a, f->unique_rows, f->unique_rows_n * sizeof(uint32_t));
+    sl_free(a, f, sizeof *f);
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Header and trailer; leaves the raw footer bytes in *footer. */
+static sl_err_t read_frame(wh_file_t *f, uint8_t **footer, sl_error_t *err)
+{
+    const char *name = f->src.name;
+    uint64_t size = f->src.size;
+    uint8_t head[WH_HEADER_BYTES];
+    if (size < 4)
+        return sl_error_set(err, SL_ERR_TRUNCATED, "%s: %llu bytes, not a sluice table file", name,
+                            (unsigned long long)size);
+    sl_err_t rc =
+        wh_source_read(&f->src, head, size < WH_HEADER_BYTES ? 4 : WH_HEADER_BYTES, 0, err);
+    if (rc != SL_OK) return rc;
+    if (memcmp(head, SL_WH_FILE_MAGIC, 4) != 0)
+        return sl_error_set(err, SL_ERR_CORRUPT,
+                            "%s: not a sluice table file (magic is not \"" SL_WH_FILE_MAGIC "\")",
+                            name);
+    if (size < WH_HEADER_BYTES + WH_TRAILER_BYTES)
+        return sl_error_set(err, SL_ERR_TRUNCATED,
+                            "%s: truncated: %llu bytes, less than a header and a trailer", name,
+                            (unsigned long long)size);
+    uint32_t version = get_u32(head + 4);
+    if (version != SL_WH_FORMAT_VERSION)
+        return sl_error_set(err, SL_ERR_VERSION, "%s: format version %u (this build reads %d)",
+                            name, version, SL_WH_FORMAT_VERSION);
+    uint8_t trailer[WH_TRAILER_BYTES];
+    rc = wh_source_read(&f->src, trailer, sizeof trailer, size - WH_TRAILER_BYTES, err);
+    if (rc != SL_OK) return rc;
+    if (memcmp(trailer + 12, SL_WH_FILE_MAGIC, 4) != 0)
+        return sl_error_set(err, SL_ERR_TRUNCATED,
+                            "%s: trailer: no closing magic: the file is truncated or was not "
+                            "completely written",
+                            name);
+    uint64_t footer_len = get_u32(trailer);
+    uint64_t room = size - WH_HEADER_BYTES - WH_TRAILER_BYTES;
+    if (footer_len > room)
+        return sl_error_set(err, SL_ERR_CORRUPT,
+                            "%s: trailer: footer length %llu exceeds the %llu bytes before it",
+                            name, (unsigned long long)footer_len, (unsigned long long)room);
+    if (footer_len > f->limits.max_footer_bytes)
+        return sl_error_set(
+            err, SL_ERR_TOO_LARGE, "%s: footer of %llu bytes exceeds the limit %llu", name,
+            (unsigned long long)footer_len, (unsigned long long)f->limits.max_footer_bytes);
+    f->footer_offset = size - WH_TRAILER_BYTES - footer_len;
+    f->footer_bytes = footer_len;
+    uint8_t *buf = sl_alloc(f->a, footer_len);
+    if (buf == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: footer", name);
+    rc = wh_source_read(&f->src, buf, footer_len, f->footer_offset, err);
+    if (rc == SL_OK && XXH3_64bits(buf, footer_len) != get_u64(trailer + 4))
+        rc = sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: checksum mismatch", name);
+    if (rc != SL_OK) {
+        sl_free(f->a, buf, footer_len);
+        return rc;
+    }
+    *footer = buf;
+    return SL_OK;
+}
+
+static sl_err_t check_groups(wh_file_t *f, sl_error_t *err)
+{
+    const char *name = f->src.name;
+    const Sluice__FileFooter *ft = f->footer;
+    uint32_t nf = sl_wh_schema_num_features(f->schema);
+    f->feature_group = sl_alloc(f->a, ((size_t)nf + 1) * sizeof(int32_t));
+    f->feature_group_n = nf + 1;
+    if (f->feature_group == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s", name);
+    for (uint32_t i = 0; i < nf; i++)
+        f->feature_group[i] = -1;
+    if (ft->n_dedup_groups > nf)
+        return sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: %zu dedup groups for %u features",
+                            name, ft->n_dedup_groups, nf);
+    f->num_groups = (uint32_t)ft->n_dedup_groups;
+    if (f->num_groups == 0) return SL_OK;
+    f->groups = sl_calloc(f->a, f->num_groups, sizeof *f->groups);
+    if (f->groups == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s", name);
+    for (uint32_t g = 0; g < f->num_groups; g++) {
+        const Sluice__DedupGroupInfo *gi = ft->dedup_groups[g];
+        if (wh_check_name("dedup group", gi->name, err) != SL_OK) {
+            sl_error_prefix(err, "%s: footer: ", name);
+            if (err != NULL) err->code = SL_ERR_CORRUPT;
+            return SL_ERR_CORRUPT;
+        }
+        for (uint32_t h = 0; h < g; h++)
+            if (strcmp(f->groups[h].spec.name, gi->name) == 0)
+                return sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: dedup group '%s' twice", name,
+                                    gi->name);
+        if (gi->n_features == 0 || gi->n_features > nf)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "%s: footer: dedup group '%s' has %zu features", name, gi->name,
+                                gi->n_features);
+        wh_group_t *grp = &f->groups[g];
+        grp->spec.name = gi->name;
+        grp->features = sl_alloc(f->a, gi->n_features * sizeof(uint32_t));
+        if (grp->features == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s", name);
+        grp->spec.num_features = (uint32_t)gi->n_features;
+        grp->spec.features = (const char *const *)gi->features;
+        for (size_t k = 0; k < gi->n_features; k++) {
+            int fi = sl_wh_schema_index(f->schema, gi->features[k]);
+            if (fi < 0 || sl_wh_schema_feature(f->schema, (uint32_t)fi)->kind == SL_WH_DENSE)
+                return sl_error_set(err, SL_ERR_CORRUPT,
+                                    "%s: footer: dedup group '%s': '%s' is not a sparse feature",
+                                    name, gi->name, gi->features[k]);
+            if (f->feature_group[fi] >= 0)
+                return sl_error_set(err, SL_ERR_CORRUPT,
+                                    "%s: footer: feature '%s' is in two dedup groups", name,
+                                    gi->features[k]);
+            f->feature_group[fi] = (int32_t)g;
+            grp->features[k] = (uint32_t)fi;
+        }
+    }
+    return SL_OK;
+}
+
+/* The slot of stream st, checking that its name and kind fit the schema and
+ * its value count fits the stripe. */
+static sl_err_t stream_slot(wh_file_t *f, uint32_t s, const wh_stripe_t *sp, const wh_stream_t *st,
+                            uint32_t *slot, sl_error_t *err)
+{
+    char lb[SL_WH_NAME_MAX + 40];
+    const char *name = f->src.name;
+    uint32_t N = sp->rows;
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        char m_[SL_ERROR_MSG_MAX];                                                                 \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                                                      \
+        return sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u %s: %s", name, s,                   \
+                            wh_stream_label(st, lb, sizeof lb), m_);                               \
+    } while (0)
+    uint64_t expect = N;
+    switch (st->kind) {
+    case SL_WH_STREAM_SAMPLE_ID:
+    case SL_WH_STREAM_SESSION_ID:
+    case SL_WH_STREAM_TIMESTAMP: {
+        uint32_t c = st->kind - SL_WH_STREAM_SAMPLE_ID;
+        if (strcmp(st->name, sl_wh_schema_column(f->schema, (sl_wh_column_t)(1u << c))) != 0)
+            BAD("the schema names this column '%s'",
+                sl_wh_schema_column(f->schema, (sl_wh_column_t)(1u << c)));
+        *slot = c;
+        break;
+    }
+    case SL_WH_STREAM_LABEL: {
+        int t = sl_wh_schema_find_label(f->schema, st->name);
+        if (t < 0) BAD("not a label of the schema");
+        *slot = wh_slot_label(f, (uint32_t)t);
+        break;
+    }
+    case SL_WH_STREAM_INVERSE: {
+        uint32_t g = 0;
+        while (g < f->num_groups && strcmp(f->groups[g].spec.name, st->name) != 0)
+            g++;
+        if (g == f->num_groups) BAD("not a dedup group of the file");
+        *slot = wh_slot_inverse(f, g);
+        break;
+    }
+    default: {
+        int fi = sl_wh_schema_index(f->schema, st->name);
+        if (fi < 0) BAD("not a feature of the schema");
+        sl_wh_kind_t fk = sl_wh_schema_feature(f->schema, (uint32_t)fi)->kind;
+        uint32_t role;
+        switch (st->kind) {
+        case SL_WH_STREAM_DENSE_VALUES:
+        case SL_WH_STREAM_PRESENT:
+            if (fk != SL_WH_DENSE) BAD("the feature is %s", sl_wh_kind_name(fk));
+            role = st->kind == SL_WH_STREAM_PRESENT ? WH_ROLE_PRESENT : WH_ROLE_VALUES;
+            if (st->kind == SL_WH_STREAM_DENSE_VALUES) {
+                if (st->value_count > N)
+                    BAD("%llu values for %u rows", (unsigned long long)st->value_count, N);
+                expect = st->value_count;
+            }
+            break;
+        case SL_WH_STREAM_LENGTHS:
+        case SL_WH_STREAM_IDS:
+        case SL_WH_STREAM_WEIGHTS:
+            if (fk == SL_WH_DENSE || (st->kind == SL_WH_STREAM_WEIGHTS && fk != SL_WH_WEIGHTED))
+                BAD("the feature is %s", sl_wh_kind_name(fk));
+            role = st->kind == SL_WH_STREAM_LENGTHS ? WH_ROLE_LENGTHS
+                   : st->kind == SL_WH_STREAM_IDS   ? WH_ROLE_IDS
+                                                    : WH_ROLE_WEIGHTS;
+            if (st->kind == SL_WH_STREAM_LENGTHS && f->feature_group[fi] >= 0)
+                expect = sp->unique_rows[f->feature_group[fi]];
+            else if (st->kind != SL_WH_STREAM_LENGTHS)
+                expect = st->value_count; /* checked against the lengths when read */
+            break;
+        default:
+            BAD("unknown stream kind %u", st->kind);
+        }
+        *slot = wh_slot_feature(f, (uint32_t)fi, role);
+        break;
+    }
+    }
+    if (st->value_count != expect)
+        BAD("%llu values, expected %llu", (unsigned long long)st->value_count,
+            (unsigned long long)expect);
+    return SL_OK;
+#undef BAD
+}
+
+/* Codec, encoding and sizes of one stream. */
+static sl_err_t check_stream_sizes(wh_file_t *f, uint32_t s, const wh_stream_t *st, sl_error_t *err)
+{
+    char lb[SL_WH_NAME_MAX + 40];
+    const char *name = f->src.name;
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        char m_[SL_ERROR_MSG_MAX];                                                                 \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                                                      \
+        return sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u %s: %s", name, s,                   \
+                            wh_stream_label(st, lb, sizeof lb), m_);                               \
+    } while (0)
+    if (st->kind < 1 || st->kind >= SL_WH_STREAM_KINDS) BAD("unknown stream kind %u", st->kind);
+    if (st->codec != SLUICE__CODEC__CODEC_NONE && st->codec != SLUICE__CODEC__CODEC_ZSTD)
+        BAD("unknown codec %u", st->codec);
+    uint32_t nat = wh_kind_width(st->kind), w = nat;
+    if (st->encoding == SLUICE__ENCODING__ENCODING_FOR) {
+        if (!wh_kind_is_int(st->kind)) BAD("frame-of-reference encoding on a float stream");
+        w = st->for_width;
+        if (!(w == 0 || w == 1 || w == 2 || w == 4) || w > nat) BAD("delta width %u", w);
+    } else if (st->encoding != SLUICE__ENCODING__ENCODING_PLAIN) {
+        BAD("unknown encoding %u", st->encoding);
+    }
+    if (st->value_count > f->limits.max_stripe_bytes / 8 || st->value_count > (1ull << 40))
+        BAD("%llu values exceed the limit", (unsigned long long)st->value_count);
+    uint64_t raw =
+        st->kind == SL_WH_STREAM_PRESENT ? (st->value_count + 7) / 8 : st->value_count * w;
+    if (st->raw_size != raw)
+        BAD("%llu raw bytes for %llu values of %u bytes", (unsigned long long)st->raw_size,
+            (unsigned long long)st->value_count, w);
+    if (st->codec == SLUICE__CODEC__CODEC_NONE && st->stored_size != st->raw_size)
+        BAD("stored %llu bytes, raw %llu bytes, codec none", (unsigned long long)st->stored_size,
+            (unsigned long long)st->raw_size);
+    return SL_OK;
+#undef BAD
+}
+
+static sl_err_t check_stripes(wh_file_t *f, sl_error_t *err)
+{
+    const char *name = f->src.name;
+    const Sluice__FileFooter *ft = f->footer;
+    const sl_wh_limits_t *lim = &f->limits;
+    if (ft->n_stripes > lim->max_stripes)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: footer: %zu stripes exceed the limit %u",
+                            name, ft->n_stripes, lim->max_stripes);
+    uint32_t T = sl_wh_schema_num_labels(f->schema), F = sl_wh_schema_num_features(f->schema);
+    /* Every stripe holds at least the required streams of every column, so
+     * the slot table is at most ~3x the number of streams in the footer. */
+    uint64_t required = 3 + (uint64_t)T + F + f->num_groups;
+    uint64_t total = 0;
+    for (size_t s = 0; s < ft->n_stripes; s++) {
+        const Sluice__StripeInfo *si = ft->stripes[s];
+        if (si->n_streams > lim->max_streams)
+            return sl_error_set(err, SL_ERR_TOO_LARGE,
+                                "%s stripe %zu: %zu streams exceed the limit %u", name, s,
+                                si->n_streams, lim->max_streams);
+        if (si->n_streams < required)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "%s stripe %zu: %zu streams, the schema needs at least %llu", name,
+                                s, si->n_streams, (unsigned long long)required);
+        total += si->n_streams;
+    }
+    if (total > UINT32_MAX / 4)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: %llu streams", name,
+                            (unsigned long long)total);
+    f->num_slots = (uint32_t)(3 + T + 3 * (uint64_t)F + f->num_groups);
+    f->num_stripes = (uint32_t)ft->n_stripes;
+    f->num_streams = (uint32_t)total;
+    size_t nslots = (size_t)f->num_stripes * f->num_slots;
+    f->stripes = sl_calloc(f->a, f->num_stripes, sizeof *f->stripes);
+    f->streams = sl_calloc(f->a, total, sizeof *f->streams);
+    f->slots = sl_alloc(f->a, sl_mul_size(nslots, sizeof(int32_t)));
+    f->unique_rows_n = (size_t)f->num_stripes * f->num_groups + 1;
+    f->unique_rows = sl_calloc(f->a, f->unique_rows_n, sizeof(uint32_t));
+    if ((f->num_stripes && f->stripes == NULL) || (total && f->streams == NULL) ||
+        (nslots && f->slots == NULL) || f->unique_rows == NULL)
+        return sl_error_set(err, SL_ERR_NOMEM, "%s: stream index", name);
+    if (nslots) memset(f->slots, 0xff, nslots * sizeof(int32_t));
+
+    uint64_t at = WH_HEADER_BYTES, rows = 0;
+    uint32_t si_at = 0;
+    for (uint32_t s = 0; s < f->num_stripes; s++) {
+        const Sluice__StripeInfo *si = ft->stripes[s];
+        wh_stripe_t *sp = &f->stripes[s];
+        if (si->row_count == 0 || si->row_count > lim->max_stripe_rows)
+            return sl_error_set(err, si->row_count ? SL_ERR_TOO_LARGE : SL_ERR_CORRUPT,
+                                "%s stripe %u: %u rows (limit %u)", name, s, si->row_count,
+                                lim->max_stripe_rows);
+        if (si->first_row != rows)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "%s stripe %u: first row %llu, the stripes before hold %llu rows",
+                                name, s, (unsigned long long)si->first_row,
+                                (unsigned long long)rows);
+        if (si->offset != at || si->length > f->footer_offset - at)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "%s stripe %u: bytes [%llu, +%llu) are not the next ones of the "
+                                "data area [%llu, %llu)",
+                                name, s, (unsigned long long)si->offset,
+                                (unsigned long long)si->length, (unsigned long long)at,
+                                (unsigned long long)f->footer_offset);
+        if (si->n_group_unique_rows != f->num_groups)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "%s stripe %u: %zu unique row counts for %u groups", name, s,
+                                si->n_group_unique_rows, f->num_groups);
+        sp->first_row = rows;
+        sp->rows = si->row_count;
+        sp->offset = si->offset;
+        sp->length = si->length;
+        sp->first_stream = si_at;
+        sp->num_streams = (uint32_t)si->n_streams;
+        sp->unique_rows = f->unique_rows + (size_t)s * f->num_groups;
+        for (uint32_t g = 0; g < f->num_groups; g++) {
+            uint32_t u = si->group_unique_rows[g];
+            if (u == 0 || u > sp->rows)
+                return sl_error_set(err, SL_ERR_CORRUPT,
+                                    "%s stripe %u: group '%s' has %u unique rows of %u", name, s,
+                                    f->groups[g].spec.name, u, sp->rows);
+            sp->unique_rows[g] = u;
+        }
+        uint64_t sat = si->offset, end = si->offset + si->length;
+        int32_t *slots = f->slots + (size_t)s * f->num_slots;
+        for (size_t k = 0; k < si->n_streams; k++) {
+            const Sluice__StreamInfo *in = si->streams[k];
+            wh_stream_t *st = &f->streams[si_at + k];
+            st->kind = in->kind < 256 ? (uint8_t)in->kind : 255;
+            st->codec = in->codec < 256 ? (uint8_t)in->codec : 255;
+            st->encoding = in->encoding < 256 ? (uint8_t)in->encoding : 255;
+            st->for_width = in->for_width < 256 ? (uint8_t)in->for_width : 255;
+            st->for_base = in->for_base;
+            st->offset = in->offset;
+            st->stored_size = in->stored_size;
+            st->raw_size = in->raw_size;
+            st->value_count = in->value_count;
+            st->checksum = in->checksum;
+            st->name = in->name;
+            sl_err_t rc = check_stream_sizes(f, s, st, err);
+            if (rc != SL_OK) return rc;
+            if (st->offset != sat || st->stored_size > end - sat) {
+                char lb[SL_WH_NAME_MAX + 40];
+                return sl_error_set(err, SL_ERR_CORRUPT,
+                                    "%s stripe %u %s: bytes [%llu, +%llu) are not the next ones "
+                                    "of the stripe [%llu, %llu)",
+                                    name, s, wh_stream_label(st, lb, sizeof lb),
+                                    (unsigned long long)st->offset,
+                                    (unsigned long long)st->stored_size, (unsigned long long)sat,
+                                    (unsigned long long)end);
+            }
+            sat += st->stored_size;
+            uint32_t slot = 0;
+            if ((rc = stream_slot(f, s, sp, st, &slot, err)) != SL_OK) return rc;
+            if (slots[slot] >= 0) {
+                char lb[SL_WH_NAME_MAX + 40];
+                return sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u %s: appears twice", name, s,
+                                    wh_stream_label(st, lb, sizeof lb));
+            }
+            slots[slot] = (int32_t)(si_at + k);
+        }
+        if (sat != end)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "%s stripe %u: streams end at %llu, the stripe at %llu", name, s,
+                                (unsigned long long)sat, (unsigned long long)end);
+        /* Every column the schema promises is there. */
+        static const char *const colnames[3] = {"sample id", "session id", "timestamp"};
+        for (uint32_t c = 0; c < 3; c++)
+            if (slots[c] < 0)
+                return sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u: no %s stream", name, s,
+                                    colnames[c]);
+        for (uint32_t t = 0; t < T; t++)
+            if (slots[wh_slot_label(f, t)] < 0)
+                return sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u: no stream for label '%s'",
+                                    name, s, sl_wh_schema_label(f->schema, t));
+        for (uint32_t fi = 0; fi < F; fi++) {
+            const sl_wh_feature_t *fe = sl_wh_schema_feature(f->schema, fi);
+            int32_t a0 = slots[wh_slot_feature(f, fi, 0)], a1 = slots[wh_slot_feature(f, fi, 1)],
+                    a2 = slots[wh_slot_feature(f, fi, 2)];
+            bool ok = fe->kind == SL_WH_DENSE ? a0 >= 0 : (a0 >= 0 && a1 >= 0);
+            if (fe->kind == SL_WH_WEIGHTED) ok = ok && a2 >= 0;
+            if (!ok)
+                return sl_error_set(err, SL_ERR_CORRUPT,
+                                    "%s stripe %u: feature '%s' lacks a stream", name, s, fe->name);
+            if (fe->kind == SL_WH_DENSE && a1 < 0 && f->streams[a0].value_count != sp->rows)
+                return sl_error_set(err, SL_ERR_CORRUPT,
+                                    "%s stripe %u stream '%s' values: %llu values for %u rows and "
+                                    "no present bitmap",
+                                    name, s, fe->name,
+                                    (unsigned long long)f->streams[a0].value_count, sp->rows);
+            if (fe->kind == SL_WH_WEIGHTED &&
+                f->streams[a1].value_count != f->streams[a2].value_count)
+                return sl_error_set(err, SL_ERR_CORRUPT,
+                                    "%s stripe %u stream '%s' weights: %llu weights for %llu ids",
+                                    name, s, fe->name,
+                                    (unsigned long long)f->streams[a2].value_count,
+                                    (unsigned long long)f->streams[a1].value_count);
+        }
+        for (uint32_t g = 0; g < f->num_groups; g++)
+            if (slots[wh_slot_inverse(f, g)] < 0)
+                return sl_error_set(err, SL_ERR_CORRUPT,
+                                    "%s stripe %u: no inverse stream for dedup group '%s'", name, s,
+                                    f->groups[g].spec.name);
+        at += si->length;
+        rows += si->row_count;
+        si_at += (uint32_t)si->n_streams;
+    }
+    if (at != f->footer_offset)
+        return sl_error_set(err, SL_ERR_CORRUPT,
+                            "%s: the stripes end at byte %llu but the footer starts at %llu", name,
+                            (unsigned long long)at, (unsigned long long)f->footer_offset);
+    if (rows != ft->row_count)
+        return sl_error_set(err, SL_ERR_CORRUPT, "%s: footer says %llu rows, the stripes hold %llu",
+                            name, (unsigned long long)ft->row_count, (unsigned long long)rows);
+    f->rows = rows;
+    return SL_OK;
+}
+
+sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char *display_name,
+                      const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
+                      sl_error_t *err)
+{
+    *out = NULL;
+    if (a == NULL) a = sl_allocator_default();
+    wh_file_t *f = sl_calloc(a, 1, sizeof *f);
+    if (f == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open %s", path ? path : "(memory)");
+    f->a = a;
+    f->src.fd = -1;
+    f->limits = wh_limits_resolve(limits);
+    const char *name = display_name ? display_name : path ? path : "(memory)";
+    f->src.name = wh_strdup(a, name);
+    if (f->src.name == NULL) {
+        wh_file_close(f);
+        return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
+    }
+    sl_err_t rc;
+    if (path != NULL) {
+        f->src.fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (f->src.fd < 0 || fstat(f->src.fd, &st) != 0) {
+            rc = sl_error_set(err, errno == ENOENT ? SL_ERR_NOT_FOUND : SL_ERR_IO, "%s: open: %s",
+                              name, strerror(errno));
+            wh_file_close(f);
+            return rc;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            wh_file_close(f);
+            return sl_error_set(err, SL_ERR_INVALID, "%s: not a regular file", name);
+        }
+        f->src.size = (uint64_t)st.st_size;
+    } else {
+        f->src.mem = mem;
+        f->src.size = len;
+    }
+    uint8_t *raw = NULL;
+    if ((rc = read_frame(f, &raw, err)) != SL_OK) {
+        wh_file_close(f);
+        return rc;
+    }
+    ProtobufCAllocator pa;
+    wh_pb_allocator(a, &pa);
+    f->footer = sluice__file_footer__unpack(&pa, f->footer_bytes, raw);
+    sl_free(a, raw, f->footer_bytes);
+    if (f->footer == NULL) {
+        rc = sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: malformed protobuf", name);
+        goto fail;
+    }
+    if (f->footer->format_version != SL_WH_FORMAT_VERSION) {
+        rc =
+            sl_error_set(err, SL_ERR_VERSION, "%s: footer: format version %u (this build reads %d)",
+                         name, f->footer->format_version, SL_WH_FORMAT_VERSION);
+        goto fail;
+    }
+    if (f->footer->schema == NULL) {
+        rc = sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: no schema", name);
+        goto fail;
+    }
+    if ((rc = wh_schema_from_pb(f->footer->schema, a, &f->schema, err)) != SL_OK) {
+        sl_error_prefix(err, "%s: footer: schema: ", name);
+        goto fail;
+    }
+    f->session_clustered = f->footer->session_clustered;
+    if ((rc = check_groups(f, err)) != SL_OK) goto fail;
+    if ((rc = check_stripes(f, err)) != SL_OK) goto fail;
+    *out = f;
+    return SL_OK;
+fail:
+    wh_file_close(f);
+    return rc;
+}

@@ -1,0 +1,638 @@
+/* The data file reader: for one stripe, read only the streams of the
+ * projected columns (neighbours coalesced into one pread), verify their
+ * checksums, decompress into reusable buffers and decode each stream in bulk
+ * into the output tensors. Nothing is allocated per row; buffers grow to the
+ * largest stripe seen and are reused, so memory is bounded by one stripe.
+ * Every count read from the file has been checked by format.c against the
+ * stripe, and what only decoding reveals (lengths vs. id counts, inverse
+ * indices, bitmaps) is checked here before it is used. */
+#include "wh_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <zstd.h>
+
+#define DEFAULT_GAP (64u * 1024)
+
+typedef struct ogroup {
+    uint32_t g;        /* file group index */
+    uint32_t nk;       /* projected features of the group */
+    uint32_t *feat;    /* [nk] schema feature indices */
+    const char **keys; /* [nk] */
+    bool weighted;
+    wh_buf_t len, vals, w, inv;
+    sl_ikjt_t ikjt;
+} ogroup_t;
+
+struct sl_wh_reader {
+    const sl_allocator_t *a;
+    wh_file_t *f;
+    uint32_t skip;
+    bool verify, dedup_form;
+    uint64_t gap;
+    /* projection */
+    uint32_t nd, nk, ng, T;
+    uint32_t *dense_feat;
+    const char **dense_names;
+    uint32_t *key_feat;
+    const char **keys;
+    int32_t *key_og, *key_kk; /* plain key -> (group, its key) when expanded */
+    bool kweighted;
+    ogroup_t *og;
+    const char **label_names;
+    /* buffers, reused across stripes */
+    wh_buf_t rbuf, ustart;
+    wh_buf_t sid, sess, ts, labels, dense, klen, kvals, kw, ksum;
+    wh_dec_t dec;  /* decoder state: scratch, zstd context, stream pointers */
+    wh_buf_t sptr; /* const uint8_t *[streams of the stripe] + need flags */
+    uint64_t stripe_bytes;
+    sl_wh_rows_t rows;
+    sl_ikjt_t *ikjts;
+    uint32_t begin, end, next;
+    sl_wh_read_stats_t stats;
+    uint64_t data_bytes;
+};
+
+/* ---- helpers ---- */
+
+/* Reserve an output buffer, charging it to the stripe's decoded-size limit. */
+static sl_err_t out_reserve(sl_wh_reader_t *r, uint32_t s, wh_buf_t *b, uint64_t bytes,
+                            sl_error_t *err)
+{
+    r->stripe_bytes += bytes;
+    if (r->stripe_bytes > r->f->limits.max_stripe_bytes)
+        return sl_error_set(err, SL_ERR_TOO_LARGE,
+                            "%s stripe %u: decoded size exceeds the limit of %llu bytes",
+                            r->f->src.name, s, (unsigned long long)r->f->limits.max_stripe_bytes);
+    if (!wh_buf_reserve(b, r->a, (size_t)bytes + 8))
+        return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u: %llu bytes", r->f->src.name, s,
+                            (unsigned long long)bytes);
+    return SL_OK;
+}
+
+/* ---- stripe ---- */
+
+static void want(sl_wh_reader_t *r, uint32_t s, uint32_t slot, uint8_t *need)
+{
+    int32_t i = r->f->slots[(size_t)s * r->f->num_slots + slot];
+    if (i >= 0) need[(uint32_t)i - r->f->stripes[s].first_stream] = 1;
+}
+
+/* Read the projected streams of stripe s into rbuf (coalesced preads) and
+ * point sptr at each; verify checksums. */
+static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
+{
+    const wh_file_t *f = r->f;
+    const wh_stripe_t *sp = &f->stripes[s];
+    uint32_t ns = sp->num_streams;
+    if (!wh_buf_reserve(&r->sptr, r->a, (size_t)ns * (sizeof(void *) + 1)))
+        return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u", f->src.name, s);
+    const uint8_t **ptr = (const uint8_t **)r->sptr.data;
+    uint8_t *need = r->sptr.data + (size_t)ns * sizeof(void *);
+    r->dec.ptr = ptr;
+    r->dec.stripe = s;
+    memset(need, 0, ns);
+    if (!(r->skip & SL_WH_COL_SAMPLE_ID)) want(r, s, 0, need);
+    if (!(r->skip & SL_WH_COL_SESSION_ID)) want(r, s, 1, need);
+    if (!(r->skip & SL_WH_COL_TIMESTAMP)) want(r, s, 2, need);
+    for (uint32_t t = 0; t < r->T; t++)
+        want(r, s, wh_slot_label(f, t), need);
+    for (uint32_t c = 0; c < r->nd; c++)
+        for (uint32_t role = 0; role < 2; role++)
+            want(r, s, wh_slot_feature(f, r->dense_feat[c], role), need);
+    for (uint32_t k = 0; k < r->nk; k++)
+        if (r->key_og[k] < 0)
+            for (uint32_t role = 0; role < 3; role++)
+                want(r, s, wh_slot_feature(f, r->key_feat[k], role), need);
+    for (uint32_t o = 0; o < r->ng; o++) {
+        want(r, s, wh_slot_inverse(f, r->og[o].g), need);
+        for (uint32_t kk = 0; kk < r->og[o].nk; kk++)
+            for (uint32_t role = 0; role < 3; role++)
+                want(r, s, wh_slot_feature(f, r->og[o].feat[kk], role), need);
+    }
+    /* Pass 1: the size of the coalesced ranges. Streams of a stripe are
+     * contiguous and in file order (checked at open). */
+    const wh_stream_t *st = f->streams + sp->first_stream;
+    uint64_t total = 0, rstart = 0, rend = 0;
+    bool open_range = false;
+    for (uint32_t j = 0; j < ns; j++) {
+        if (!need[j]) continue;
+        if (open_range && st[j].offset - rend <= r->gap) {
+            rend = st[j].offset + st[j].stored_size;
+            continue;
+        }
+        if (open_range) total += rend - rstart;
+        rstart = st[j].offset;
+        rend = rstart + st[j].stored_size;
+        open_range = true;
+    }
+    if (open_range) total += rend - rstart;
+    if (!wh_buf_reserve(&r->rbuf, r->a, (size_t)total + 8))
+        return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u: read buffer of %llu bytes",
+                            f->src.name, s, (unsigned long long)total);
+    /* Pass 2: read each range, point at each stream. */
+    uint64_t at = 0;
+    uint32_t j = 0;
+    while (j < ns) {
+        if (!need[j]) {
+            ptr[j++] = NULL;
+            continue;
+        }
+        uint32_t first = j;
+        rstart = st[j].offset;
+        rend = rstart + st[j].stored_size;
+        for (j++; j < ns; j++) {
+            if (!need[j]) {
+                ptr[j] = NULL;
+                continue;
+            }
+            if (st[j].offset - rend > r->gap) break;
+            rend = st[j].offset + st[j].stored_size;
+        }
+        sl_err_t rc =
+            wh_source_read(&r->f->src, r->rbuf.data + at, (size_t)(rend - rstart), rstart, err);
+        if (rc != SL_OK) return sl_error_prefix(err, "stripe %u: ", s);
+        r->data_bytes += rend - rstart;
+        for (uint32_t k = first; k < j; k++)
+            if (need[k]) ptr[k] = r->rbuf.data + at + (st[k].offset - rstart);
+        at += rend - rstart;
+    }
+    if (r->verify)
+        for (uint32_t k = 0; k < ns; k++)
+            if (need[k] && !wh_stream_checksum_ok(&st[k], ptr[k]))
+                return wh_dec_err(&r->dec, &st[k], err, SL_ERR_CORRUPT, "checksum mismatch");
+    for (uint32_t k = 0; k < ns; k++)
+        r->stats.streams += need[k];
+    return SL_OK;
+}
+
+/* Lengths + ids (+ weights) of feature fi into len[rows], vals, wts at
+ * value offset; *count gets the values. */
+static sl_err_t decode_lengths(sl_wh_reader_t *r, uint32_t s, uint32_t fi, int32_t *len,
+                               uint64_t *count, sl_error_t *err)
+{
+    const wh_stream_t *ls = wh_slot_stream(r->f, s, wh_slot_feature(r->f, fi, WH_ROLE_LENGTHS));
+    const wh_stream_t *is = wh_slot_stream(r->f, s, wh_slot_feature(r->f, fi, WH_ROLE_IDS));
+    uint64_t sum;
+    sl_err_t rc = wh_decode_i32(&r->dec, ls, len, INT32_MAX, &sum, err);
+    if (rc != SL_OK) return rc;
+    if (sum != is->value_count)
+        return wh_dec_err(&r->dec, is, err, SL_ERR_CORRUPT, "%llu ids, the lengths sum to %llu",
+                          (unsigned long long)is->value_count, (unsigned long long)sum);
+    *count = sum;
+    return SL_OK;
+}
+
+static sl_err_t decode_values(sl_wh_reader_t *r, uint32_t s, uint32_t fi, int64_t *vals, float *wts,
+                              sl_error_t *err)
+{
+    const wh_stream_t *is = wh_slot_stream(r->f, s, wh_slot_feature(r->f, fi, WH_ROLE_IDS));
+    sl_err_t rc = wh_decode_i64(&r->dec, is, vals, err);
+    if (rc != SL_OK || wts == NULL) return rc;
+    const wh_stream_t *ws = wh_slot_stream(r->f, s, wh_slot_feature(r->f, fi, WH_ROLE_WEIGHTS));
+    if (ws != NULL) return wh_decode_f32(&r->dec, ws, wts, err);
+    for (uint64_t i = 0; i < is->value_count; i++)
+        wts[i] = 1.0f;
+    return SL_OK;
+}
+
+static sl_err_t decode_group(sl_wh_reader_t *r, uint32_t s, ogroup_t *o, uint32_t N,
+                             sl_error_t *err)
+{
+    const wh_file_t *f = r->f;
+    uint32_t U = f->stripes[s].unique_rows[o->g];
+    sl_err_t rc;
+    if ((rc = out_reserve(r, s, &o->inv, (uint64_t)N * 4, err)) != SL_OK ||
+        (rc = out_reserve(r, s, &o->len, (uint64_t)o->nk * U * 4, err)) != SL_OK)
+        return rc;
+    const wh_stream_t *is = wh_slot_stream(f, s, wh_slot_inverse(f, o->g));
+    if ((rc = wh_decode_i32(&r->dec, is, (int32_t *)o->inv.data, (int64_t)U - 1, NULL, err)) !=
+        SL_OK)
+        return rc;
+    uint64_t total = 0;
+    uint64_t *cnt = (uint64_t *)r->ksum.data; /* nk <= features, reserved at open */
+    for (uint32_t kk = 0; kk < o->nk; kk++) {
+        rc = decode_lengths(r, s, o->feat[kk], (int32_t *)o->len.data + (size_t)kk * U, &cnt[kk],
+                            err);
+        if (rc != SL_OK) return rc;
+        total += cnt[kk];
+    }
+    if ((rc = out_reserve(r, s, &o->vals, total * 8, err)) != SL_OK) return rc;
+    if (o->weighted && (rc = out_reserve(r, s, &o->w, total * 4, err)) != SL_OK) return rc;
+    uint64_t at = 0;
+    for (uint32_t kk = 0; kk < o->nk; kk++) {
+        rc = decode_values(r, s, o->feat[kk], (int64_t *)o->vals.data + at,
+                           o->weighted ? (float *)o->w.data + at : NULL, err);
+        if (rc != SL_OK) return rc;
+        at += cnt[kk];
+    }
+    sl_ikjt_t *ik = &o->ikjt;
+    ik->name = f->groups[o->g].spec.name;
+    ik->batch_size = N;
+    ik->inverse = (int32_t *)o->inv.data;
+    ik->unique.num_keys = o->nk;
+    ik->unique.stride = U;
+    ik->unique.num_values = total;
+    ik->unique.keys = o->keys;
+    ik->unique.lengths = (int32_t *)o->len.data;
+    ik->unique.values = (int64_t *)o->vals.data;
+    ik->unique.weights = o->weighted ? (float *)o->w.data : NULL;
+    return SL_OK;
+}
+
+/* Expand key kk of group o into len[N] and (second call) vals/wts. */
+static uint64_t expand_lengths(const ogroup_t *o, uint32_t kk, int32_t *len)
+{
+    const sl_ikjt_t *ik = &o->ikjt;
+    const int32_t *ul = ik->unique.lengths + (size_t)kk * ik->unique.stride;
+    uint64_t sum = 0;
+    for (uint32_t b = 0; b < ik->batch_size; b++) {
+        len[b] = ul[ik->inverse[b]];
+        sum += (uint64_t)len[b];
+    }
+    return sum;
+}
+
+static void expand_values(const ogroup_t *o, uint32_t kk, uint64_t *ustart, int64_t *vals,
+                          float *wts)
+{
+    const sl_ikjt_t *ik = &o->ikjt;
+    uint32_t U = ik->unique.stride;
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < kk; k++)
+        for (uint32_t u = 0; u < U; u++)
+            at += (uint64_t)ik->unique.lengths[(size_t)k * U + u];
+    const int32_t *ul = ik->unique.lengths + (size_t)kk * U;
+    for (uint32_t u = 0; u < U; u++) {
+        ustart[u] = at;
+        at += (uint64_t)ul[u];
+    }
+    uint64_t out = 0;
+    for (uint32_t b = 0; b < ik->batch_size; b++) {
+        uint32_t u = (uint32_t)ik->inverse[b];
+        size_t n = (size_t)ul[u];
+        memcpy(vals + out, ik->unique.values + ustart[u], n * 8);
+        if (wts != NULL) {
+            if (ik->unique.weights != NULL)
+                memcpy(wts + out, ik->unique.weights + ustart[u], n * 4);
+            else
+                for (size_t i = 0; i < n; i++)
+                    wts[out + i] = 1.0f;
+        }
+        out += n;
+    }
+}
+
+static sl_err_t read_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t **rows,
+                            sl_error_t *err)
+{
+    wh_file_t *f = r->f;
+    const wh_stripe_t *sp = &f->stripes[s];
+    uint32_t N = sp->rows;
+    r->stripe_bytes = 0;
+    sl_err_t rc = fetch(r, s, err);
+    if (rc != SL_OK) return rc;
+    sl_wh_rows_t *out = &r->rows;
+    sl_batch_t *b = &out->batch;
+    memset(out, 0, sizeof *out);
+    out->schema = f->schema;
+    out->file = f->src.name;
+    out->stripe = s;
+    out->first_row = sp->first_row;
+    b->batch_size = N;
+
+    /* id columns */
+    wh_buf_t *colbuf[3] = {&r->sid, &r->sess, &r->ts};
+    int64_t *cols[3] = {NULL, NULL, NULL};
+    for (uint32_t c = 0; c < 3; c++) {
+        if (r->skip & (1u << c)) continue;
+        if ((rc = out_reserve(r, s, colbuf[c], (uint64_t)N * 8, err)) != SL_OK) return rc;
+        cols[c] = (int64_t *)colbuf[c]->data;
+        if ((rc = wh_decode_i64(&r->dec, wh_slot_stream(f, s, c), cols[c], err)) != SL_OK)
+            return rc;
+    }
+    b->sample_ids = cols[0];
+    out->session_ids = cols[1];
+    out->timestamps = cols[2];
+
+    /* labels and dense, row-major */
+    if ((rc = out_reserve(r, s, &r->labels, (uint64_t)N * r->T * 4, err)) != SL_OK) return rc;
+    for (uint32_t t = 0; t < r->T; t++) {
+        rc = wh_decode_column(&r->dec, wh_slot_stream(f, s, wh_slot_label(f, t)), NULL,
+                              (float *)r->labels.data + t, r->T, N, err);
+        if (rc != SL_OK) return rc;
+    }
+    b->labels = (sl_dense_t){N, r->T, r->label_names, (float *)r->labels.data};
+    if ((rc = out_reserve(r, s, &r->dense, (uint64_t)N * r->nd * 4, err)) != SL_OK) return rc;
+    for (uint32_t c = 0; c < r->nd; c++) {
+        uint32_t fi = r->dense_feat[c];
+        rc = wh_decode_column(&r->dec, wh_slot_stream(f, s, wh_slot_feature(f, fi, WH_ROLE_VALUES)),
+                              wh_slot_stream(f, s, wh_slot_feature(f, fi, WH_ROLE_PRESENT)),
+                              (float *)r->dense.data + c, r->nd, N, err);
+        if (rc != SL_OK) return rc;
+    }
+    b->dense = (sl_dense_t){N, r->nd, r->dense_names, (float *)r->dense.data};
+
+    /* storage-dedup groups: decoded as IKJTs */
+    for (uint32_t o = 0; o < r->ng; o++)
+        if ((rc = decode_group(r, s, &r->og[o], N, err)) != SL_OK) return rc;
+
+    /* plain KJT: lengths first (sizes), then values */
+    if ((rc = out_reserve(r, s, &r->klen, (uint64_t)r->nk * N * 4, err)) != SL_OK) return rc;
+    uint64_t *ksum = (uint64_t *)r->ksum.data, total = 0;
+    for (uint32_t k = 0; k < r->nk; k++) {
+        int32_t *len = (int32_t *)r->klen.data + (size_t)k * N;
+        if (r->key_og[k] >= 0) {
+            ksum[k] = expand_lengths(&r->og[r->key_og[k]], (uint32_t)r->key_kk[k], len);
+        } else if ((rc = decode_lengths(r, s, r->key_feat[k], len, &ksum[k], err)) != SL_OK) {
+            return rc;
+        }
+        total += ksum[k];
+    }
+    if ((rc = out_reserve(r, s, &r->kvals, total * 8, err)) != SL_OK) return rc;
+    if (r->kweighted && (rc = out_reserve(r, s, &r->kw, total * 4, err)) != SL_OK) return rc;
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < r->nk; k++) {
+        int64_t *vals = (int64_t *)r->kvals.data + at;
+        float *wts = r->kweighted ? (float *)r->kw.data + at : NULL;
+        if (r->key_og[k] >= 0) {
+            const ogroup_t *o = &r->og[r->key_og[k]];
+            if (!wh_buf_reserve(&r->ustart, r->a, ((size_t)o->ikjt.unique.stride + 1) * 8))
+                return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u", f->src.name, s);
+            expand_values(o, (uint32_t)r->key_kk[k], (uint64_t *)r->ustart.data, vals, wts);
+        } else if ((rc = decode_values(r, s, r->key_feat[k], vals, wts, err)) != SL_OK) {
+            return rc;
+        }
+        at += ksum[k];
+    }
+    b->sparse.num_keys = r->nk;
+    b->sparse.stride = N;
+    b->sparse.num_values = total;
+    b->sparse.keys = r->keys;
+    b->sparse.lengths = (int32_t *)r->klen.data;
+    b->sparse.values = (int64_t *)r->kvals.data;
+    b->sparse.weights = r->kweighted ? (float *)r->kw.data : NULL;
+    if (r->dedup_form && r->ng > 0) {
+        for (uint32_t o = 0; o < r->ng; o++)
+            r->ikjts[o] = r->og[o].ikjt;
+        b->num_groups = r->ng;
+        b->groups = r->ikjts;
+    }
+    r->stats.stripes++;
+    r->stats.rows += N;
+    r->stats.decoded_bytes += r->stripe_bytes;
+    *rows = out;
+    return SL_OK;
+}
+
+/* ---- open / close ---- */
+
+void sl_wh_reader_close(sl_wh_reader_t *r)
+{
+    if (r == NULL) return;
+    const sl_allocator_t *a = r->a;
+    uint32_t F = r->f ? sl_wh_schema_num_features(r->f->schema) : 0;
+    wh_buf_t *bufs[] = {&r->rbuf,  &r->dec.z0, &r->dec.z1, &r->ustart, &r->sid,
+                        &r->sess,  &r->ts,     &r->labels, &r->dense,  &r->klen,
+                        &r->kvals, &r->kw,     &r->ksum,   &r->sptr};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        wh_buf_free(bufs[i], a);
+    for (uint32_t o = 0; r->og != NULL && o < r->ng; o++) {
+        wh_buf_free(&r->og[o].len, a);
+        wh_buf_free(&r->og[o].vals, a);
+        wh_buf_free(&r->og[o].w, a);
+        wh_buf_free(&r->og[o].inv, a);
+    }
+    size_t P = (size_t)F + 1;
+    sl_free(a, r->dense_feat, P * 4);
+    sl_free(a, r->dense_names, P * sizeof(char *));
+    sl_free(a, r->key_feat, P * 4);
+    sl_free(a, r->keys, P * sizeof(char *));
+    sl_free(a, r->key_og, P * 4);
+    sl_free(a, r->key_kk, P * 4);
+    for (uint32_t o = 0; r->og != NULL && o < r->ng; o++) {
+        sl_free(a, r->og[o].feat, P * 4);
+        sl_free(a, r->og[o].keys, P * sizeof(char *));
+    }
+    sl_free(a, r->og, (size_t)(r->f ? r->f->num_groups : 0) * sizeof *r->og + sizeof *r->og);
+    sl_free(a, r->ikjts,
+            (size_t)(r->f ? r->f->num_groups : 0) * sizeof *r->ikjts + sizeof *r->ikjts);
+    sl_free(a, r->label_names, ((size_t)r->T + 1) * sizeof(char *));
+    ZSTD_freeDCtx(r->dec.zctx);
+    wh_file_close(r->f);
+    sl_free(a, r, sizeof *r);
+}
+
+static sl_err_t setup_projection(sl_wh_reader_t *r, const sl_wh_read_opts_t *o, sl_error_t *err)
+{
+    const wh_file_t *f = r->f;
+    const sl_wh_schema_t *sc = f->schema;
+    const sl_allocator_t *a = r->a;
+    uint32_t F = sl_wh_schema_num_features(sc), G = f->num_groups;
+    size_t P = (size_t)F + 1;
+    r->dense_feat = sl_alloc(a, P * 4);
+    r->dense_names = sl_alloc(a, P * sizeof(char *));
+    r->key_feat = sl_alloc(a, P * 4);
+    r->keys = sl_alloc(a, P * sizeof(char *));
+    r->key_og = sl_alloc(a, P * 4);
+    r->key_kk = sl_alloc(a, P * 4);
+    r->og = sl_calloc(a, (size_t)G + 1, sizeof *r->og);
+    r->ikjts = sl_calloc(a, (size_t)G + 1, sizeof *r->ikjts);
+    r->T = (r->skip & SL_WH_COL_LABELS) ? 0 : sl_wh_schema_num_labels(sc);
+    r->label_names = sl_alloc(a, ((size_t)r->T + 1) * sizeof(char *));
+    if (r->dense_feat == NULL || r->dense_names == NULL || r->key_feat == NULL || r->keys == NULL ||
+        r->key_og == NULL || r->key_kk == NULL || r->og == NULL || r->ikjts == NULL ||
+        r->label_names == NULL || !wh_buf_reserve(&r->ksum, a, P * 8))
+        return sl_error_set(err, SL_ERR_NOMEM, "%s: reader", f->src.name);
+    for (uint32_t t = 0; t < r->T; t++)
+        r->label_names[t] = sl_wh_schema_label(sc, t);
+    /* which features, in output order */
+    uint32_t n = o->features ? o->num_features : F;
+    if (n > F)
+        return sl_error_set(err, SL_ERR_INVALID, "%s: %u features requested, the schema has %u",
+                            f->src.name, n, F);
+    int32_t *seen = (int32_t *)r->ksum.data; /* scratch: feature -> og index */
+    for (uint32_t i = 0; i < F; i++)
+        seen[i] = -2;
+    for (uint32_t i = 0; i < n; i++) {
+        int fi = (int)i;
+        if (o->features) {
+            fi = sl_wh_schema_index(sc, o->features[i]);
+            if (fi < 0)
+                return sl_error_set(err, SL_ERR_NOT_FOUND, "%s: feature '%s' is not in the schema",
+                                    f->src.name, o->features[i] ? o->features[i] : "(null)");
+            if (seen[fi] != -2)
+                return sl_error_set(err, SL_ERR_INVALID, "%s: feature '%s' requested twice",
+                                    f->src.name, o->features[i]);
+        }
+        seen[fi] = -1;
+        const sl_wh_feature_t *fe = sl_wh_schema_feature(sc, (uint32_t)fi);
+        if (fe->kind == SL_WH_DENSE) {
+            r->dense_feat[r->nd] = (uint32_t)fi;
+            r->dense_names[r->nd++] = fe->name;
+            continue;
+        }
+        int32_t g = f->feature_group[fi], oi = -1;
+        if (g >= 0) {
+            for (uint32_t k = 0; k < r->ng; k++)
+                if (r->og[k].g == (uint32_t)g) oi = (int32_t)k;
+            if (oi < 0) {
+                oi = (int32_t)r->ng++;
+                r->og[oi].g = (uint32_t)g;
+                r->og[oi].feat = sl_alloc(a, P * 4);
+                r->og[oi].keys = sl_alloc(a, P * sizeof(char *));
+                if (r->og[oi].feat == NULL || r->og[oi].keys == NULL)
+                    return sl_error_set(err, SL_ERR_NOMEM, "%s: reader", f->src.name);
+            }
+            ogroup_t *og = &r->og[oi];
+            og->weighted |= fe->kind == SL_WH_WEIGHTED;
+            og->feat[og->nk] = (uint32_t)fi;
+            og->keys[og->nk++] = fe->name;
+            if (r->dedup_form) continue;
+        }
+        r->key_feat[r->nk] = (uint32_t)fi;
+        r->keys[r->nk] = fe->name;
+        r->key_og[r->nk] = oi;
+        r->key_kk[r->nk] = oi >= 0 ? (int32_t)r->og[oi].nk - 1 : -1;
+        r->kweighted |= fe->kind == SL_WH_WEIGHTED;
+        r->nk++;
+    }
+    return SL_OK;
+}
+
+static sl_err_t reader_open(const char *path, const void *mem, size_t len, const char *display,
+                            const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
+{
+    *out = NULL;
+    sl_wh_read_opts_t o;
+    if (opts != NULL)
+        o = *opts;
+    else
+        memset(&o, 0, sizeof o);
+    const sl_allocator_t *a = o.allocator ? o.allocator : sl_allocator_default();
+    sl_wh_reader_t *r = sl_calloc(a, 1, sizeof *r);
+    if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "reader");
+    r->a = a;
+    r->skip = o.skip_columns;
+    r->verify = !o.skip_checksums;
+    r->dedup_form = o.dedup_form;
+    r->gap = o.coalesce_gap == 0                ? DEFAULT_GAP
+             : o.coalesce_gap == SL_WH_GAP_NONE ? 0
+                                                : o.coalesce_gap;
+    sl_err_t rc = wh_file_open(path, mem, len, display, &o.limits, a, &r->f, err);
+    if (rc == SL_OK) rc = setup_projection(r, &o, err);
+    r->dec.f = r->f;
+    r->dec.a = a;
+    if (rc == SL_OK && (r->dec.zctx = ZSTD_createDCtx()) == NULL)
+        rc = sl_error_set(err, SL_ERR_NOMEM, "reader: zstd context");
+    if (rc != SL_OK) {
+        sl_wh_reader_close(r);
+        return rc;
+    }
+    r->begin = r->next = 0;
+    r->end = r->f->num_stripes;
+    *out = r;
+    return SL_OK;
+}
+
+sl_err_t sl_wh_reader_open(const char *path, const char *display_name,
+                           const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
+{
+    if (path == NULL) return sl_error_set(err, SL_ERR_INVALID, "reader: no path");
+    return reader_open(path, NULL, 0, display_name, opts, out, err);
+}
+
+sl_err_t sl_wh_reader_open_mem(const void *data, size_t len, const char *display_name,
+                               const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
+{
+    if (data == NULL && len > 0) return sl_error_set(err, SL_ERR_INVALID, "reader: no data");
+    return reader_open(NULL, data ? data : "", len, display_name, opts, out, err);
+}
+
+const sl_wh_schema_t *sl_wh_reader_schema(const sl_wh_reader_t *r)
+{
+    return r->f->schema;
+}
+uint32_t sl_wh_reader_num_stripes(const sl_wh_reader_t *r)
+{
+    return r->f->num_stripes;
+}
+uint64_t sl_wh_reader_num_rows(const sl_wh_reader_t *r)
+{
+    return r->f->rows;
+}
+bool sl_wh_reader_session_clustered(const sl_wh_reader_t *r)
+{
+    return r->f->session_clustered;
+}
+uint32_t sl_wh_reader_num_groups(const sl_wh_reader_t *r)
+{
+    return r->f->num_groups;
+}
+const sl_dedup_group_spec_t *sl_wh_reader_group(const sl_wh_reader_t *r, uint32_t g)
+{
+    return g < r->f->num_groups ? &r->f->groups[g].spec : NULL;
+}
+
+sl_err_t sl_wh_reader_stripe_info(const sl_wh_reader_t *r, uint32_t stripe,
+                                  sl_wh_stripe_info_t *info)
+{
+    if (stripe >= r->f->num_stripes) return SL_ERR_INVALID;
+    const wh_stripe_t *sp = &r->f->stripes[stripe];
+    info->first_row = sp->first_row;
+    info->rows = sp->rows;
+    info->offset = sp->offset;
+    info->bytes = sp->length;
+    info->num_streams = sp->num_streams;
+    return SL_OK;
+}
+
+sl_err_t sl_wh_reader_set_range(sl_wh_reader_t *r, uint32_t begin, uint32_t end, sl_error_t *err)
+{
+    if (begin > end || end > r->f->num_stripes)
+        return sl_error_set(err, SL_ERR_INVALID, "%s: stripe range [%u, %u) outside [0, %u)",
+                            r->f->src.name, begin, end, r->f->num_stripes);
+    r->begin = r->next = begin;
+    r->end = end;
+    return SL_OK;
+}
+
+sl_err_t sl_wh_reader_next(sl_wh_reader_t *r, const sl_wh_rows_t **rows, sl_error_t *err)
+{
+    *rows = NULL;
+    if (r->next >= r->end) return SL_OK;
+    sl_err_t rc = read_stripe(r, r->next, rows, err);
+    if (rc != SL_OK) {
+        *rows = NULL;
+        return rc;
+    }
+    r->next++;
+    return SL_OK;
+}
+
+sl_err_t sl_wh_reader_read_stripe(sl_wh_reader_t *r, uint32_t stripe, const sl_wh_rows_t **rows,
+                                  sl_error_t *err)
+{
+    *rows = NULL;
+    if (stripe >= r->f->num_stripes)
+        return sl_error_set(err, SL_ERR_INVALID, "%s: stripe %u of %u", r->f->src.name, stripe,
+                            r->f->num_stripes);
+    sl_err_t rc = read_stripe(r, stripe, rows, err);
+    if (rc != SL_OK) *rows = NULL;
+    return rc;
+}
+
+void sl_wh_reader_stats(const sl_wh_reader_t *r, sl_wh_read_stats_t *out)
+{
+    *out = r->stats;
+    out->read_calls = r->f->src.read_calls;
+    out->bytes_read = r->f->src.bytes_read;
+    out->data_bytes_read = r->data_bytes;
+}
+
+wh_file_t *wh_reader_file(const sl_wh_reader_t *r)
+{
+    return r->f;
+}

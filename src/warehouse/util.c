@@ -1,0 +1,237 @@
+/* Warehouse plumbing: reusable buffers, the byte source (pread or memory),
+ * atomic small-file writes, directory fsync, and the protobuf-c allocator
+ * bridge. */
+#include "wh_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+bool wh_buf_reserve(wh_buf_t *b, const sl_allocator_t *a, size_t size)
+{
+    if (size <= b->cap && b->data != NULL) return true;
+    return wh_buf_grow(b, a, size, 0);
+}
+
+bool wh_buf_grow(wh_buf_t *b, const sl_allocator_t *a, size_t size, size_t keep)
+{
+    if (size <= b->cap && b->data != NULL) return true;
+    /* Geometric growth so that a buffer reused across stripes settles after a
+     * few stripes; sizes are bounded by the caller's limits. */
+    size_t cap = b->cap < 4096 ? 4096 : b->cap;
+    while (cap < size) {
+        if (cap > SIZE_MAX / 2) {
+            cap = size;
+            break;
+        }
+        cap *= 2;
+    }
+    uint8_t *p = sl_alloc_aligned(a, cap, SL_ALIGN);
+    if (p == NULL) return false;
+    if (keep > 0 && b->data != NULL) memcpy(p, b->data, keep < b->cap ? keep : b->cap);
+    sl_free(a, b->data, b->cap);
+    b->data = p;
+    b->cap = cap;
+    return true;
+}
+
+void wh_buf_free(wh_buf_t *b, const sl_allocator_t *a)
+{
+    if (b->data != NULL) sl_free(a, b->data, b->cap);
+    b->data = NULL;
+    b->cap = 0;
+}
+
+sl_err_t wh_source_read(wh_source_t *src, void *buf, size_t len, uint64_t off, sl_error_t *err)
+{
+    if (off > src->size || len > src->size - off)
+        return sl_error_set(err, SL_ERR_TRUNCATED,
+                            "%s: read of %zu bytes at %llu past the end (%llu bytes)", src->name,
+                            len, (unsigned long long)off, (unsigned long long)src->size);
+    src->read_calls++;
+    if (src->fd < 0) {
+        if (len > 0) memcpy(buf, src->mem + off, len);
+        src->bytes_read += len;
+        return SL_OK;
+    }
+    uint8_t *p = buf;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(src->fd, p + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return sl_error_set(err, SL_ERR_IO, "%s: pread %zu bytes at %llu: %s", src->name,
+                                len - done, (unsigned long long)(off + done), strerror(errno));
+        }
+        if (n == 0)
+            return sl_error_set(err, SL_ERR_TRUNCATED, "%s: file ends at %llu, expected %llu bytes",
+                                src->name, (unsigned long long)(off + done),
+                                (unsigned long long)(off + len));
+        done += (size_t)n;
+    }
+    src->bytes_read += len;
+    return SL_OK;
+}
+
+char *wh_strdup(const sl_allocator_t *a, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = sl_alloc(a, n);
+    if (p != NULL) memcpy(p, s, n);
+    return p;
+}
+
+void wh_strfree(const sl_allocator_t *a, char *s)
+{
+    if (s != NULL) sl_free(a, s, strlen(s) + 1);
+}
+
+char *wh_tmp_path(const char *path, const sl_allocator_t *a)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash != NULL ? (size_t)(slash - path) + 1 : 0;
+    const char *base = path + dir_len;
+    size_t n = dir_len + 1 + strlen(base) + 4 + 1;
+    char *tmp = sl_alloc(a, n);
+    if (tmp == NULL) return NULL;
+    memcpy(tmp, path, dir_len);
+    tmp[dir_len] = '.';
+    strcpy(tmp + dir_len + 1, base);
+    strcat(tmp, ".tmp");
+    return tmp;
+}
+
+sl_err_t wh_sync_parent_dir(const char *path, sl_error_t *err)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (slash == NULL) {
+        strcpy(dir, ".");
+    } else if (slash == path) {
+        strcpy(dir, "/");
+    } else {
+        size_t n = (size_t)(slash - path);
+        if (n >= sizeof dir) return sl_error_set(err, SL_ERR_INVALID, "path too long: %s", path);
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return sl_error_set(err, SL_ERR_IO, "open directory %s: %s", dir, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0) return sl_error_set(err, SL_ERR_IO, "fsync directory %s: %s", dir, strerror(e));
+    return SL_OK;
+}
+
+static sl_err_t write_all(int fd, const void *data, size_t len, const char *path, sl_error_t *err)
+{
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return sl_error_set(err, SL_ERR_IO, "write %s: %s", path, strerror(errno));
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return SL_OK;
+}
+
+sl_err_t wh_write_file_atomic(const char *path, const void *data, size_t len, bool sync,
+                              sl_error_t *err)
+{
+    const sl_allocator_t *a = sl_allocator_default();
+    char *tmp = wh_tmp_path(path, a);
+    if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "write %s", path);
+    sl_err_t rc = SL_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = sl_error_set(err, SL_ERR_IO, "create %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    rc = write_all(fd, data, len, tmp, err);
+    if (rc == SL_OK && sync && fsync(fd) != 0)
+        rc = sl_error_set(err, SL_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && rc == SL_OK)
+        rc = sl_error_set(err, SL_ERR_IO, "close %s: %s", tmp, strerror(errno));
+    if (rc == SL_OK && rename(tmp, path) != 0)
+        rc = sl_error_set(err, SL_ERR_IO, "rename %s to %s: %s", tmp, path, strerror(errno));
+    if (rc != SL_OK) {
+        unlink(tmp);
+        goto out;
+    }
+    if (sync) rc = wh_sync_parent_dir(path, err);
+out:
+    wh_strfree(a, tmp);
+    return rc;
+}
+
+sl_err_t wh_read_file(const char *path, uint64_t max, const sl_allocator_t *a, void **data,
+                      size_t *len, sl_error_t *err)
+{
+    *data = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl_error_set(err, errno == ENOENT ? SL_ERR_NOT_FOUND : SL_ERR_IO, "open %s: %s",
+                            path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return sl_error_set(err, SL_ERR_IO, "stat %s: %s", path, strerror(errno));
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: %lld bytes exceed the limit of %llu", path,
+                            (long long)st.st_size, (unsigned long long)max);
+    }
+    size_t n = (size_t)st.st_size;
+    uint8_t *buf = sl_alloc(a, n);
+    if (buf == NULL) {
+        close(fd);
+        return sl_error_set(err, SL_ERR_NOMEM, "read %s", path);
+    }
+    wh_source_t src = {.fd = fd, .size = n, .name = (char *)path};
+    sl_err_t rc = wh_source_read(&src, buf, n, 0, err);
+    close(fd);
+    if (rc != SL_OK) {
+        sl_free(a, buf, n);
+        return rc;
+    }
+    *data = buf;
+    *len = n;
+    return SL_OK;
+}
+
+/* protobuf-c frees without a size, while sl_allocator_t wants one: keep the
+ * size in a 16-byte header in front of every block. */
+static void *pb_alloc(void *ctx, size_t size)
+{
+    const sl_allocator_t *a = ctx;
+    if (size > SIZE_MAX - 16) return NULL;
+    uint8_t *p = sl_alloc_aligned(a, size + 16, 16);
+    if (p == NULL) return NULL;
+    memcpy(p, &size, sizeof size);
+    return p + 16;
+}
+
+static void pb_free(void *ctx, void *ptr)
+{
+    if (ptr == NULL) return;
+    uint8_t *p = (uint8_t *)ptr - 16;
+    size_t size;
+    memcpy(&size, p, sizeof size);
+    sl_free(ctx, p, size + 16);
+}
+
+void wh_pb_allocator(const sl_allocator_t *a, ProtobufCAllocator *out)
+{
+    out->alloc = pb_alloc;
+    out->free = pb_free;
+    out->allocator_data = (void *)(a != NULL ? a : sl_allocator_default());
+}

@@ -1,0 +1,635 @@
+/* sluice warehouse: feature tables on disk (docs/FORMAT.md is the byte-level
+ * specification; this header is the API the rest of sluice builds on).
+ *
+ * A table is a directory:
+ *
+ *     TABLE/_schema                          the table schema (sl_wh_schema_t)
+ *     TABLE/ds=2026-01-01/part-0.slc         data files in Hive partitions
+ *     TABLE/ds=2026-01-01/region=eu/x.slc    (more keys nest)
+ *
+ * A data file holds rows in stripes (65536 rows by default); inside a stripe
+ * every column is its own stream (lengths, ids, weights and dense values of a
+ * feature apart), zstd-compressed or stored, XXH3-checksummed, indexed by a
+ * protobuf footer found from a fixed trailer at the end of the file.
+ *
+ * The pieces, in the order a user meets them:
+ *
+ *  - schema   features (dense / sparse id list / weighted id list), labels,
+ *             the names of the sample id, session id and timestamp columns
+ *             (always present, int64), optional partition keys.
+ *  - rows     sl_wh_rows_t: rows in column form (an sl_batch_t plus session ids
+ *             and timestamps). The reader hands them out; the writer takes them.
+ *  - writer   one data file, written atomically (temporary name, fsync,
+ *             rename, fsync of the directory); rows come one at a time
+ *             (sl_wh_row_t, for importers) or in column batches; optional
+ *             session clustering and storage dedup (RecD) per stripe.
+ *  - table    create/open a table directory, list partitions and files, prune
+ *             partitions with a filter ("ds>=2026-01-01,region=eu"), cut the
+ *             files into splits (file, stripe range): the unit a worker leases.
+ *  - reader   one data file (or one split of a table): projection (only the
+ *             streams of the requested features are read, adjacent ones in one
+ *             pread), checksums, decompression into reusable buffers; memory is
+ *             bounded by one stripe.
+ *  - verify, inspect, cat: whole-table checks, summary and JSON-lines dump.
+ *
+ * Errors: every function returns sl_err_t and, given an sl_error_t, says what
+ * and where, e.g. "ds=2026-11-21/part-3.slc stripe 7 stream 'user_hist' ids:
+ * checksum mismatch". Bytes read from a file are never trusted: every size and
+ * offset is checked before use, so a truncated, corrupted, foreign or
+ * re-arranged file is an error (SL_ERR_CORRUPT, SL_ERR_TRUNCATED or
+ * SL_ERR_VERSION), never a crash.
+ *
+ * Threads: no global state. A handle (schema, table, reader, writer) may be
+ * used by one thread at a time; a schema or an opened table may be read by
+ * many threads at once. Host byte order must be little-endian (checked at
+ * compile time). */
+#ifndef SLUICE_WAREHOUSE_H
+#define SLUICE_WAREHOUSE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "dedup/dedup.h"
+#include "sluice/alloc.h"
+#include "sluice/err.h"
+#include "sluice/tensor.h"
+
+#define SL_WH_FORMAT_VERSION 1
+#define SL_WH_FILE_MAGIC "SLCT"   /* first and last 4 bytes of a data file */
+#define SL_WH_SCHEMA_MAGIC "SLSC" /* first 4 bytes of a _schema file */
+#define SL_WH_FILE_EXT ".slc"
+#define SL_WH_SCHEMA_FILE "_schema"
+#define SL_WH_DEFAULT_STRIPE_ROWS 65536u
+#define SL_WH_NAME_MAX 255 /* bytes of a feature, label, column or group name */
+
+/* ==== schema ===================================================================== */
+
+/* Values match FeatureKind in proto/warehouse.proto. */
+typedef enum sl_wh_kind {
+    SL_WH_DENSE = 1,   /* one float32 per row; NaN means missing */
+    SL_WH_SPARSE = 2,  /* an int64 id list per row (may be empty) */
+    SL_WH_WEIGHTED = 3 /* an int64 id list with one float32 weight per id */
+} sl_wh_kind_t;
+
+/* @return "dense", "sparse" or "weighted" (static). */
+const char *sl_wh_kind_name(sl_wh_kind_t kind);
+
+typedef struct sl_wh_feature {
+    const char *name;
+    sl_wh_kind_t kind;
+    /* Position among the schema's dense features (DENSE) or among its sparse
+     * and weighted features together (SPARSE, WEIGHTED), in schema order: the
+     * index of this feature in sl_wh_row_t's dense / sparse arrays. */
+    uint32_t slot;
+} sl_wh_feature_t;
+
+/* The three int64 columns every row has. */
+typedef enum sl_wh_column {
+    SL_WH_COL_SAMPLE_ID = 1,
+    SL_WH_COL_SESSION_ID = 2,
+    SL_WH_COL_TIMESTAMP = 4,
+    SL_WH_COL_LABELS = 8 /* (for sl_wh_read_opts_t.skip_columns) */
+} sl_wh_column_t;
+
+typedef struct sl_wh_schema sl_wh_schema_t;
+
+/* An empty schema (columns named "sample_id", "session_id", "ts"). Caller
+ * owns, free with sl_wh_schema_destroy. @return NULL when out of memory. */
+sl_wh_schema_t *sl_wh_schema_new(const sl_allocator_t *a);
+
+/* s may be NULL. */
+void sl_wh_schema_destroy(sl_wh_schema_t *s);
+
+/* A deep copy. Caller owns. @return NULL when out of memory. */
+sl_wh_schema_t *sl_wh_schema_clone(const sl_wh_schema_t *s, const sl_allocator_t *a);
+
+/* Append a feature. Names are 1..SL_WH_NAME_MAX bytes without control
+ * characters or '/', unique among features and labels. @return SL_ERR_INVALID
+ * (message says why) or SL_ERR_NOMEM. */
+sl_err_t sl_wh_schema_add_feature(sl_wh_schema_t *s, const char *name, sl_wh_kind_t kind,
+                                  sl_error_t *err);
+
+/* Append a float32 label column (same naming rules). */
+sl_err_t sl_wh_schema_add_label(sl_wh_schema_t *s, const char *name, sl_error_t *err);
+
+/* Rename the sample id / session id / timestamp columns (NULL keeps one). */
+sl_err_t sl_wh_schema_set_columns(sl_wh_schema_t *s, const char *sample_id, const char *session_id,
+                                  const char *timestamp, sl_error_t *err);
+
+/* Append a partition key (e.g. "ds", then "region"): partitions of the table
+ * must then be exactly these keys, nested in this order. Keys match
+ * [A-Za-z_][A-Za-z0-9_]*. Without partition keys any key=value nesting is
+ * accepted. */
+sl_err_t sl_wh_schema_add_partition_key(sl_wh_schema_t *s, const char *key, sl_error_t *err);
+
+uint32_t sl_wh_schema_num_features(const sl_wh_schema_t *s);
+/* Feature i (schema order), borrowed from s; NULL when i is out of range. */
+const sl_wh_feature_t *sl_wh_schema_feature(const sl_wh_schema_t *s, uint32_t i);
+/* @return the feature named name (borrowed), or NULL. */
+const sl_wh_feature_t *sl_wh_schema_find(const sl_wh_schema_t *s, const char *name);
+/* @return the schema index of the feature named name, or -1. */
+int sl_wh_schema_index(const sl_wh_schema_t *s, const char *name);
+uint32_t sl_wh_schema_num_dense(const sl_wh_schema_t *s);
+uint32_t sl_wh_schema_num_sparse(const sl_wh_schema_t *s); /* sparse + weighted */
+/* The dense / sparse feature at slot (see sl_wh_feature_t.slot), or NULL. */
+const sl_wh_feature_t *sl_wh_schema_dense(const sl_wh_schema_t *s, uint32_t slot);
+const sl_wh_feature_t *sl_wh_schema_sparse(const sl_wh_schema_t *s, uint32_t slot);
+uint32_t sl_wh_schema_num_labels(const sl_wh_schema_t *s);
+const char *sl_wh_schema_label(const sl_wh_schema_t *s, uint32_t i);
+int sl_wh_schema_find_label(const sl_wh_schema_t *s, const char *name);
+/* Name of SL_WH_COL_SAMPLE_ID, _SESSION_ID or _TIMESTAMP (borrowed). */
+const char *sl_wh_schema_column(const sl_wh_schema_t *s, sl_wh_column_t column);
+uint32_t sl_wh_schema_num_partition_keys(const sl_wh_schema_t *s);
+const char *sl_wh_schema_partition_key(const sl_wh_schema_t *s, uint32_t i);
+
+/* @return true when a and b describe the same features, labels, columns and
+ * partition keys, in the same order. */
+bool sl_wh_schema_equal(const sl_wh_schema_t *a, const sl_wh_schema_t *b);
+
+/* The bytes of a _schema file: 20-byte prefix (magic, version, length,
+ * XXH3-64) then a packed TableSchema. Caller owns *buf, free with
+ * sl_free(a, *buf, *len). */
+sl_err_t sl_wh_schema_encode(const sl_wh_schema_t *s, const sl_allocator_t *a, void **buf,
+                             size_t *len, sl_error_t *err);
+
+/* Parse and validate the bytes of a _schema file. Caller owns *out. */
+sl_err_t sl_wh_schema_decode(const void *buf, size_t len, const sl_allocator_t *a,
+                             sl_wh_schema_t **out, sl_error_t *err);
+
+/* Read / atomically write a _schema file. */
+sl_err_t sl_wh_schema_load(const char *path, const sl_allocator_t *a, sl_wh_schema_t **out,
+                           sl_error_t *err);
+sl_err_t sl_wh_schema_save(const sl_wh_schema_t *s, const char *path, sl_error_t *err);
+
+/* JSON form (for --schema files and inspect):
+ *   {"features": [{"name": "f", "kind": "dense|sparse|weighted"}, ...],
+ *    "labels": ["click", ...],
+ *    "columns": {"sample_id": "sample_id", "session_id": "session_id", "timestamp": "ts"},
+ *    "partition_keys": ["ds"]}
+ * Only "features" is required. Caller owns the result (json_decref). */
+json_t *sl_wh_schema_to_json(const sl_wh_schema_t *s);
+sl_err_t sl_wh_schema_from_json(const json_t *json, const sl_allocator_t *a, sl_wh_schema_t **out,
+                                sl_error_t *err);
+
+/* ==== rows ======================================================================== */
+
+/* Rows in column form: what the reader hands out and the writer takes.
+ *
+ *  batch.batch_size  N rows
+ *  batch.sparse      a KJT of stride N: sparse and weighted features; when
+ *                    any key is weighted, weights covers every value (1.0 for
+ *                    the values of unweighted keys)
+ *  batch.groups      (reader, dedup form) one IKJT per storage-dedup group
+ *  batch.dense       float32 [N, D] row-major, names set; NaN = missing
+ *  batch.labels      float32 [N, T] row-major, names set
+ *  batch.sample_ids  int64 [N]
+ *  session_ids, timestamps  int64 [N]
+ *
+ * batch.arena is NULL in rows the reader hands out: they are borrowed (see
+ * sl_wh_reader_next); never pass them to sl_batch_destroy. */
+typedef struct sl_wh_rows {
+    const sl_wh_schema_t *schema; /* the file's schema (reader); may be NULL for writer input */
+    const char *file;             /* display name of the file (reader) */
+    uint32_t stripe;              /* stripe index in the file (reader) */
+    uint64_t first_row;           /* file row number of row 0 (reader) */
+    sl_batch_t batch;
+    int64_t *session_ids; /* [N], NULL when not read */
+    int64_t *timestamps;  /* [N], NULL when not read */
+} sl_wh_rows_t;
+
+/* One id list of a row: len ids, and len weights (weighted features; NULL
+ * means every weight is 1.0, and is ignored for unweighted features). */
+typedef struct sl_wh_idlist {
+    uint32_t len;
+    const int64_t *ids;
+    const float *weights;
+} sl_wh_idlist_t;
+
+/* One row, for sl_wh_writer_append_row. Arrays are indexed by schema order:
+ * labels by label index, dense by dense slot, sparse by sparse slot (see
+ * sl_wh_feature_t.slot). NULL labels: every label 0; NULL dense: every dense
+ * value missing; NULL sparse: every list empty. Borrowed for the call only. */
+typedef struct sl_wh_row {
+    int64_t sample_id;
+    int64_t session_id;
+    int64_t timestamp;
+    const float *labels;          /* [num_labels] */
+    const float *dense;           /* [num_dense]; NaN = missing */
+    const sl_wh_idlist_t *sparse; /* [num_sparse] */
+} sl_wh_row_t;
+
+/* One row as the JSON object of the jsonl format:
+ *   {"sample_id":…, "session_id":…, "ts":…, "labels":{…}, "dense":{…},
+ *    "sparse":{"name":[ids…]}, "weighted":{"name":{"ids":[…],"weights":[…]}}}
+ * Missing dense values are omitted; id columns that were not read are
+ * omitted; non-finite labels and weights become null. Floats are printed (with
+ * sl_wh_json_dump) in the shortest form that reads back to the same float32.
+ * rows->schema must be set (to tell weighted from unweighted keys).
+ * Caller owns the result; NULL when out of memory or row >= N. */
+json_t *sl_wh_row_to_json(const sl_wh_rows_t *rows, uint32_t row);
+
+/* Print json compactly on one line (with '\n') with the float precision
+ * sl_wh_row_to_json relies on. @return 0, or -1 on a write error. */
+int sl_wh_json_dump(const json_t *json, FILE *out);
+
+/* ==== writer ====================================================================== */
+
+/* Values match Codec in proto/warehouse.proto. */
+typedef enum sl_wh_codec { SL_WH_CODEC_NONE = 0, SL_WH_CODEC_ZSTD = 1 } sl_wh_codec_t;
+
+/* Values match StreamKind in proto/warehouse.proto. */
+typedef enum sl_wh_stream_kind {
+    SL_WH_STREAM_LENGTHS = 1,
+    SL_WH_STREAM_IDS = 2,
+    SL_WH_STREAM_WEIGHTS = 3,
+    SL_WH_STREAM_DENSE_VALUES = 4,
+    SL_WH_STREAM_PRESENT = 5,
+    SL_WH_STREAM_INVERSE = 6,
+    SL_WH_STREAM_SAMPLE_ID = 7,
+    SL_WH_STREAM_SESSION_ID = 8,
+    SL_WH_STREAM_TIMESTAMP = 9,
+    SL_WH_STREAM_LABEL = 10
+} sl_wh_stream_kind_t;
+#define SL_WH_STREAM_KINDS 11
+
+/* @return "lengths", "ids", ... (static). */
+const char *sl_wh_stream_kind_name(sl_wh_stream_kind_t kind);
+
+typedef struct sl_wh_writer_opts {
+    uint32_t stripe_rows; /* rows per stripe; 0: SL_WH_DEFAULT_STRIPE_ROWS */
+    sl_wh_codec_t codec;  /* codec of every stream (default ZSTD; 0 is NONE) */
+    /* 0: 1, which reads fastest; from 3 up files shrink ~20 % but decompress
+     * ~25 % slower (docs/FORMAT.md, section 10) */
+    int zstd_level;
+    /* A zstd stream is kept only when it saves at least this fraction of
+     * the encoded bytes; otherwise the stream is stored (CODEC_NONE), which
+     * reads faster. Default 0.05. */
+    double zstd_min_saving;
+    /* Stream kinds always stored uncompressed: bit (1u << kind). */
+    uint32_t store_kinds;
+    /* Order the rows of each stripe by (session id, timestamp, arrival):
+     * the window of the ordering is one stripe, so memory stays bounded. */
+    bool cluster_sessions;
+    /* Storage dedup (RecD): store each group's features once per unique row
+     * of a stripe plus an INVERSE stream. Features must be sparse or
+     * weighted, each in one group at most. Borrowed for the open call. */
+    uint32_t num_dedup_groups;
+    const sl_dedup_group_spec_t *dedup_groups;
+    bool overwrite; /* replace an existing file (default: SL_ERR_INVALID) */
+    /* Skip fsync of the file and directory (tests, scratch tables). Readers
+     * still never see a partial file; a power loss may lose the file. */
+    bool no_sync;
+    const sl_allocator_t *allocator; /* NULL: default */
+} sl_wh_writer_opts_t;
+
+/* The defaults described above. */
+sl_wh_writer_opts_t sl_wh_writer_opts_default(void);
+
+typedef struct sl_wh_write_stats {
+    uint64_t rows;
+    uint32_t stripes;
+    uint64_t file_bytes;   /* size of the committed file */
+    uint64_t raw_bytes;    /* decoded size of every stream written */
+    uint64_t stored_bytes; /* bytes of every stream in the file */
+    uint64_t dedup_rows;   /* sum over groups and stripes of rows */
+    uint64_t dedup_unique; /* ... and of unique rows */
+} sl_wh_write_stats_t;
+
+typedef struct sl_wh_writer sl_wh_writer_t;
+
+/* Start writing the data file path: bytes go to ".NAME.tmp" beside it (the
+ * directory must exist) until sl_wh_writer_close commits; two writers must
+ * not write the same path at once. schema is copied. opts NULL: defaults
+ * (start from sl_wh_writer_opts_default(): a zeroed struct means codec
+ * NONE). Caller owns *out: end it with sl_wh_writer_close (commit) or
+ * sl_wh_writer_abort (discard). Memory: one stripe of rows (stripe_rows). */
+sl_err_t sl_wh_writer_open(const char *path, const sl_wh_schema_t *schema,
+                           const sl_wh_writer_opts_t *opts, sl_wh_writer_t **out, sl_error_t *err);
+
+/* Append one row (copied). A stripe is encoded and written when full. */
+sl_err_t sl_wh_writer_append_row(sl_wh_writer_t *w, const sl_wh_row_t *row, sl_error_t *err);
+
+/* Append rows in column form (copied). Columns are matched by name:
+ * batch.dense.names / batch.labels.names (NULL names: schema order, and the
+ * column count must match; no columns: all dense missing, labels 0), batch.sparse keys and the keys
+ * of batch.groups (expanded). A schema feature absent from the input is missing (dense) or empty
+ * (sparse); a name the schema lacks is SL_ERR_INVALID. NULL sample_ids number the rows from the
+ * file's row count; NULL session_ids / timestamps are 0. rows->schema is not consulted, so any
+ * reader output can be written. */
+sl_err_t sl_wh_writer_append(sl_wh_writer_t *w, const sl_wh_rows_t *rows, sl_error_t *err);
+
+/* Rows appended so far. */
+uint64_t sl_wh_writer_rows(const sl_wh_writer_t *w);
+
+/* Write the last stripe, the footer and the trailer, fsync, rename to the
+ * final name, fsync the directory. Frees w whatever happens; on error nothing
+ * appears under the final name (the temporary file is removed). After an
+ * append failed, close fails with that error. stats may be NULL. */
+sl_err_t sl_wh_writer_close(sl_wh_writer_t *w, sl_wh_write_stats_t *stats, sl_error_t *err);
+
+/* Discard: remove the temporary file and free w (NULL is fine). */
+void sl_wh_writer_abort(sl_wh_writer_t *w);
+
+/* ==== reading limits ================================================================== */
+
+/* Bounds on what a file may make the reader allocate (zero fields: default). */
+typedef struct sl_wh_limits {
+    uint64_t max_footer_bytes; /* default 64 MiB */
+    uint32_t max_stripe_rows;  /* default 1 << 24 */
+    uint32_t max_stripes;      /* default 1 << 20 */
+    uint32_t max_streams;      /* per stripe, default 1 << 20 */
+    uint64_t max_stripe_bytes; /* decoded bytes of one stripe's read, default 8 GiB */
+} sl_wh_limits_t;
+
+sl_wh_limits_t sl_wh_limits_default(void);
+
+/* ==== table ========================================================================= */
+
+typedef struct sl_wh_partition {
+    const char *name; /* "ds=2026-01-01/region=eu" ("" for the table root) */
+    uint32_t num_keys;
+    const char *const *keys; /* [num_keys] */
+    const char *const *values;
+    uint32_t num_files;
+    const char *const *files; /* [num_files] paths relative to the table dir, sorted */
+} sl_wh_partition_t;
+
+typedef struct sl_wh_table sl_wh_table_t;
+
+/* Create the table directory dir (its parent must exist; dir may exist
+ * empty) and write its _schema atomically. Creating over an existing table
+ * with an equal schema succeeds; with another schema it is SL_ERR_INVALID. */
+sl_err_t sl_wh_table_create(const char *dir, const sl_wh_schema_t *schema, sl_error_t *err);
+
+/* Open a table: read its schema, list its partitions and data files (a
+ * snapshot: files written later need another open). Names starting with '.'
+ * or '_' are ignored (temporary files, markers). Caller owns *out, free with
+ * sl_wh_table_close. */
+sl_err_t sl_wh_table_open(const char *dir, const sl_allocator_t *a, sl_wh_table_t **out,
+                          sl_error_t *err);
+
+void sl_wh_table_close(sl_wh_table_t *t);
+
+const char *sl_wh_table_dir(const sl_wh_table_t *t);
+const sl_wh_schema_t *sl_wh_table_schema(const sl_wh_table_t *t);
+/* Partitions in name order (borrowed from t). */
+uint32_t sl_wh_table_num_partitions(const sl_wh_table_t *t);
+const sl_wh_partition_t *sl_wh_table_partition(const sl_wh_table_t *t, uint32_t i);
+
+/* Check a partition name ("ds=2026-01-01/region=eu", or "" for none)
+ * against the naming rules and the schema's partition keys. */
+sl_err_t sl_wh_partition_check(const sl_wh_schema_t *s, const char *partition, sl_error_t *err);
+
+/* Open a writer for TABLE/partition/file_name with the table's schema,
+ * creating the partition directories. file_name must end in ".slc" and hold
+ * no '/'. Otherwise as sl_wh_writer_open. */
+sl_err_t sl_wh_table_writer_open(const sl_wh_table_t *t, const char *partition,
+                                 const char *file_name, const sl_wh_writer_opts_t *opts,
+                                 sl_wh_writer_t **out, sl_error_t *err);
+
+/* A partition filter: a comma-separated conjunction of KEY OP VALUE with OP
+ * one of = != < <= > >=, e.g. "ds>=2026-01-01,ds<2026-02-01,region=eu".
+ * Values compare as integers when both sides are integers, else as strings
+ * (ISO dates order correctly). A partition lacking KEY does not match. */
+typedef struct sl_wh_filter sl_wh_filter_t;
+
+/* Caller owns *out, free with sl_wh_filter_destroy. "" matches everything. */
+sl_err_t sl_wh_filter_parse(const char *text, const sl_allocator_t *a, sl_wh_filter_t **out,
+                            sl_error_t *err);
+void sl_wh_filter_destroy(sl_wh_filter_t *f);
+/* @return whether p passes f; a NULL filter passes everything. */
+bool sl_wh_filter_match(const sl_wh_filter_t *f, const sl_wh_partition_t *p);
+
+/* A split: the unit of work a worker leases. */
+typedef struct sl_wh_split {
+    const char *path;      /* data file, relative to the table dir */
+    const char *partition; /* its partition name */
+    uint32_t stripe_begin; /* stripes [stripe_begin, stripe_end) */
+    uint32_t stripe_end;
+    uint64_t first_row; /* file row number of the first row */
+    uint64_t num_rows;
+    uint64_t bytes; /* stored bytes of the stripes */
+} sl_wh_split_t;
+
+typedef struct sl_wh_splits {
+    uint32_t count;
+    sl_wh_split_t *items; /* [count]: files in table order, stripes in file order */
+    uint64_t rows;        /* sum of num_rows */
+    uint32_t files;       /* files listed */
+    sl_arena_t *arena;    /* owns items and strings */
+} sl_wh_splits_t;
+
+/* Cut the files of the partitions passing filter (NULL: all) into splits of
+ * stripes_per_split consecutive stripes (0: 1); every stripe of every file is
+ * in exactly one split. Opens each file's footer (checked, not the data).
+ * Caller owns *out, free with sl_wh_splits_destroy. */
+sl_err_t sl_wh_table_splits(const sl_wh_table_t *t, const sl_wh_filter_t *filter,
+                            uint32_t stripes_per_split, sl_wh_splits_t **out, sl_error_t *err);
+void sl_wh_splits_destroy(sl_wh_splits_t *s);
+
+/* ==== reader ========================================================================= */
+
+typedef struct sl_wh_read_opts {
+    /* Features to read, in output order (dense ones fill batch.dense, sparse
+     * and weighted ones batch.sparse or the groups); NULL: every feature in
+     * schema order. A name the file's schema lacks is SL_ERR_NOT_FOUND. */
+    const char *const *features;
+    uint32_t num_features;
+    uint32_t skip_columns; /* SL_WH_COL_* bits of columns not to read */
+    /* Hand back storage-dedup groups as IKJTs in batch.groups (only the
+     * projected features of each group) instead of expanding them into
+     * batch.sparse. */
+    bool dedup_form;
+    bool skip_checksums; /* default: verify every stream read */
+    /* Requested streams closer than this many bytes are read in one pread
+     * (the bytes between them too). 0: 64 KiB; SL_WH_GAP_NONE: read only
+     * requested bytes (adjacent requested streams are still one pread). */
+    uint32_t coalesce_gap;
+    sl_wh_limits_t limits; /* zero fields: defaults */
+    const sl_allocator_t *allocator;
+} sl_wh_read_opts_t;
+
+#define SL_WH_GAP_NONE UINT32_MAX
+
+typedef struct sl_wh_read_stats {
+    uint64_t read_calls;      /* preads (or memory copies) */
+    uint64_t bytes_read;      /* bytes they returned, header, footer and trailer included */
+    uint64_t data_bytes_read; /* of which stripe data */
+    uint64_t stripes;
+    uint64_t rows;
+    uint64_t streams;       /* streams decoded */
+    uint64_t decoded_bytes; /* bytes of the output tensors filled */
+} sl_wh_read_stats_t;
+
+typedef struct sl_wh_stripe_info {
+    uint64_t first_row;
+    uint32_t rows;
+    uint64_t offset, bytes;
+    uint32_t num_streams;
+} sl_wh_stripe_info_t;
+
+typedef struct sl_wh_reader sl_wh_reader_t;
+
+/* Open the data file path (display_name NULL: path is used in messages):
+ * checks the header, trailer, footer checksum and every footer field, and
+ * resolves the projection. Caller owns *out, free with sl_wh_reader_close. */
+sl_err_t sl_wh_reader_open(const char *path, const char *display_name,
+                           const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err);
+
+/* Same over len bytes of memory (borrowed until sl_wh_reader_close). */
+sl_err_t sl_wh_reader_open_mem(const void *data, size_t len, const char *display_name,
+                               const sl_wh_read_opts_t *opts, sl_wh_reader_t **out,
+                               sl_error_t *err);
+
+/* Open the file of a split of t, positioned on its stripe range (messages
+ * name the file relative to the table). */
+sl_err_t sl_wh_reader_open_split(const sl_wh_table_t *t, const sl_wh_split_t *split,
+                                 const sl_wh_read_opts_t *opts, sl_wh_reader_t **out,
+                                 sl_error_t *err);
+
+/* r may be NULL. */
+void sl_wh_reader_close(sl_wh_reader_t *r);
+
+const sl_wh_schema_t *sl_wh_reader_schema(const sl_wh_reader_t *r);
+uint32_t sl_wh_reader_num_stripes(const sl_wh_reader_t *r);
+uint64_t sl_wh_reader_num_rows(const sl_wh_reader_t *r);
+bool sl_wh_reader_session_clustered(const sl_wh_reader_t *r);
+/* @return SL_ERR_INVALID when stripe is out of range. */
+sl_err_t sl_wh_reader_stripe_info(const sl_wh_reader_t *r, uint32_t stripe,
+                                  sl_wh_stripe_info_t *info);
+/* Storage-dedup groups of the file (borrowed from r). */
+uint32_t sl_wh_reader_num_groups(const sl_wh_reader_t *r);
+const sl_dedup_group_spec_t *sl_wh_reader_group(const sl_wh_reader_t *r, uint32_t g);
+
+/* Restrict sl_wh_reader_next to stripes [begin, end) and rewind to begin. */
+sl_err_t sl_wh_reader_set_range(sl_wh_reader_t *r, uint32_t begin, uint32_t end, sl_error_t *err);
+
+/* Read the next stripe of the range: *rows is borrowed from r until the
+ * next read or close, NULL at the end of the range. */
+sl_err_t sl_wh_reader_next(sl_wh_reader_t *r, const sl_wh_rows_t **rows, sl_error_t *err);
+
+/* Read one stripe (any index), same ownership as sl_wh_reader_next. */
+sl_err_t sl_wh_reader_read_stripe(sl_wh_reader_t *r, uint32_t stripe, const sl_wh_rows_t **rows,
+                                  sl_error_t *err);
+
+void sl_wh_reader_stats(const sl_wh_reader_t *r, sl_wh_read_stats_t *out);
+
+/* ==== verify, inspect, cat ================================================================= */
+
+/* One problem found by verify. Strings are borrowed for the callback. */
+typedef struct sl_wh_problem {
+    const char *file;   /* relative to the table dir (or the given name) */
+    int64_t stripe;     /* -1: the file as a whole (header, footer, trailer) */
+    const char *stream; /* "'name' kind", or NULL */
+    sl_err_t code;
+    const char *message; /* the whole message, file, stripe and stream included */
+} sl_wh_problem_t;
+
+typedef void (*sl_wh_problem_fn)(void *ctx, const sl_wh_problem_t *problem);
+
+typedef struct sl_wh_verify_stats {
+    uint32_t files;
+    uint32_t bad_files;
+    uint64_t stripes;
+    uint64_t streams;
+    uint64_t bytes; /* bytes checksummed */
+    uint64_t rows;
+    uint64_t problems;
+} sl_wh_verify_stats_t;
+
+/* Check the _schema and every data file of table dir: header, trailer,
+ * footer, every stream's checksum (each mismatch is its own problem), then
+ * decode every stripe whose checksums passed. problem (may be NULL) is
+ * called for each problem. @return SL_OK when nothing is wrong; otherwise
+ * the code of the first problem, whose message is in err. An unreadable
+ * directory is an error without a problem report. */
+sl_err_t sl_wh_verify_table(const char *dir, const sl_allocator_t *a, sl_wh_problem_fn problem,
+                            void *ctx, sl_wh_verify_stats_t *stats, sl_error_t *err);
+
+/* The same for one data file (display_name NULL: path) or memory. */
+sl_err_t sl_wh_verify_file(const char *path, const char *display_name, const sl_allocator_t *a,
+                           sl_wh_problem_fn problem, void *ctx, sl_wh_verify_stats_t *stats,
+                           sl_error_t *err);
+sl_err_t sl_wh_verify_mem(const void *data, size_t len, const char *display_name,
+                          const sl_wh_limits_t *limits, const sl_allocator_t *a,
+                          sl_wh_problem_fn problem, void *ctx, sl_wh_verify_stats_t *stats,
+                          sl_error_t *err);
+
+/* Bytes of one feature (or id column / label) over the inspected files. */
+typedef struct sl_wh_column_bytes {
+    const char *name;
+    const char *kind;      /* "dense", "sparse", "weighted", "label", "sample_id", ... */
+    uint64_t values;       /* values stored (unique rows' under storage dedup) */
+    uint64_t raw_bytes;    /* decoded size of its streams */
+    uint64_t stored_bytes; /* bytes in the files */
+} sl_wh_column_bytes_t;
+
+typedef struct sl_wh_file_summary {
+    const char *path; /* relative to the table dir */
+    const char *partition;
+    uint64_t rows;
+    uint32_t stripes;
+    uint64_t file_bytes;
+    uint64_t footer_bytes;
+    bool session_clustered;
+    uint32_t *stripe_rows; /* [stripes] */
+} sl_wh_file_summary_t;
+
+typedef struct sl_wh_group_summary {
+    const char *name;
+    uint64_t rows;         /* rows of the files storing the group */
+    uint64_t unique_rows;  /* unique rows stored */
+    uint64_t stored_bytes; /* bytes of the group's streams, INVERSE included */
+} sl_wh_group_summary_t;
+
+typedef struct sl_wh_partition_summary {
+    const sl_wh_partition_t *partition; /* borrowed from the table kept open */
+    uint32_t files;
+    uint64_t rows;
+    uint64_t bytes;
+} sl_wh_partition_summary_t;
+
+typedef struct sl_wh_inspect {
+    const char *dir;
+    const sl_wh_schema_t *schema; /* borrowed from the table kept open */
+    uint32_t num_partitions;      /* those passing the filter */
+    sl_wh_partition_summary_t *partitions;
+    uint32_t num_files;
+    sl_wh_file_summary_t *files;
+    uint32_t num_columns;
+    sl_wh_column_bytes_t *columns; /* id columns, labels, features, inverse streams */
+    uint32_t num_groups;
+    sl_wh_group_summary_t *groups;
+    uint64_t rows, stripes, file_bytes, raw_bytes, stored_bytes;
+    double compression_ratio; /* raw_bytes / stored_bytes (1 when empty) */
+    double dedup_ratio;       /* sum rows / sum unique rows over groups (1 without) */
+    sl_wh_table_t *table;     /* kept open */
+    sl_arena_t *arena;        /* owns the rest */
+} sl_wh_inspect_t;
+
+/* Summarise the table (partitions passing filter; NULL: all) from the
+ * footers (no data is read). Caller owns *out, free with
+ * sl_wh_inspect_destroy. */
+sl_err_t sl_wh_inspect_table(const char *dir, const sl_wh_filter_t *filter, const sl_allocator_t *a,
+                             sl_wh_inspect_t **out, sl_error_t *err);
+void sl_wh_inspect_destroy(sl_wh_inspect_t *ins);
+/* As JSON (with every file's stripes when detail). Caller owns the result. */
+json_t *sl_wh_inspect_to_json(const sl_wh_inspect_t *ins, bool detail);
+
+typedef struct sl_wh_cat_opts {
+    const char *const *features; /* NULL: all (as sl_wh_read_opts_t) */
+    uint32_t num_features;
+    const sl_wh_filter_t *filter; /* NULL: every partition */
+    uint64_t limit;               /* rows to print; 0: all */
+    const sl_allocator_t *allocator;
+} sl_wh_cat_opts_t;
+
+/* Print the table's rows as JSON lines (sl_wh_row_to_json) to out, files in
+ * table order. *rows_out (may be NULL) gets the rows printed. */
+sl_err_t sl_wh_cat_table(const char *dir, const sl_wh_cat_opts_t *opts, FILE *out,
+                         uint64_t *rows_out, sl_error_t *err);
+
+#endif

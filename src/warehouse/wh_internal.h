@@ -1,0 +1,209 @@
+/* Private to src/warehouse: the byte-level constants of the data file, the
+ * byte source abstraction (file or memory), the opened-and-validated data
+ * file (wh_file_t: footer parsed, every offset and size checked) that the
+ * reader, verify, inspect and splits share, small growable buffers, and the
+ * schema <-> protobuf conversions. */
+#ifndef SLUICE_WH_INTERNAL_H
+#define SLUICE_WH_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "warehouse.h"
+#include "warehouse.pb-c.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the warehouse format is little-endian and this code maps it directly"
+#endif
+
+#define WH_HEADER_BYTES 8   /* "SLCT" + u32 version */
+#define WH_TRAILER_BYTES 16 /* u32 footer length, u64 footer XXH3, "SLCT" */
+#define WH_SCHEMA_PREFIX_BYTES 20
+
+/* ---- growable, SL_ALIGN-aligned buffer (reused across stripes) ---- */
+
+typedef struct wh_buf {
+    uint8_t *data;
+    size_t cap;
+} wh_buf_t;
+
+/* Ensure cap >= size (contents are not kept). @return false when out of memory. */
+bool wh_buf_reserve(wh_buf_t *b, const sl_allocator_t *a, size_t size);
+/* Ensure cap >= size keeping the first keep bytes. */
+bool wh_buf_grow(wh_buf_t *b, const sl_allocator_t *a, size_t size, size_t keep);
+void wh_buf_free(wh_buf_t *b, const sl_allocator_t *a);
+
+/* ---- byte source ---- */
+
+typedef struct wh_source {
+    int fd;             /* -1 for memory */
+    const uint8_t *mem; /* memory source */
+    uint64_t size;
+    char *name;          /* display name (owned) */
+    uint64_t read_calls; /* statistics */
+    uint64_t bytes_read;
+} wh_source_t;
+
+/* Read len bytes at off. SL_ERR_TRUNCATED when the source ends first,
+ * SL_ERR_IO on a failed pread (message names the file). */
+sl_err_t wh_source_read(wh_source_t *src, void *buf, size_t len, uint64_t off, sl_error_t *err);
+
+/* ---- the opened data file ---- */
+
+/* Natural width in bytes of a stream kind's values (PRESENT: 1 per 8 rows). */
+uint32_t wh_kind_width(uint32_t kind);
+/* Whether a kind holds integers (and so may use ENCODING_FOR). */
+bool wh_kind_is_int(uint32_t kind);
+
+typedef struct wh_stream {
+    uint8_t kind, codec, encoding, for_width;
+    int64_t for_base;
+    uint64_t offset, stored_size, raw_size, value_count, checksum;
+    const char *name; /* borrowed from the footer */
+} wh_stream_t;
+
+typedef struct wh_stripe {
+    uint64_t first_row, offset, length;
+    uint32_t rows;
+    uint32_t first_stream, num_streams; /* into wh_file_t.streams */
+    uint32_t *unique_rows;              /* [num_groups] */
+} wh_stripe_t;
+
+/* Slots: where a column's streams are found in a stripe's slot row:
+ *   0 sample id, 1 session id, 2 timestamp, 3 + t label t,
+ *   3 + T + 3 f + role  feature f (role: dense 0 values, 1 present;
+ *                       sparse 0 lengths, 1 ids, 2 weights),
+ *   3 + T + 3 F + g     group g's inverse. */
+enum { WH_ROLE_VALUES = 0, WH_ROLE_PRESENT = 1 };
+enum { WH_ROLE_LENGTHS = 0, WH_ROLE_IDS = 1, WH_ROLE_WEIGHTS = 2 };
+
+typedef struct wh_group {
+    sl_dedup_group_spec_t spec; /* names borrowed from the footer */
+    uint32_t *features;         /* [spec.num_features] schema feature indices */
+} wh_group_t;
+
+typedef struct wh_file {
+    const sl_allocator_t *a;
+    wh_source_t src;
+    sl_wh_limits_t limits;
+    Sluice__FileFooter *footer;
+    sl_wh_schema_t *schema;
+    uint64_t footer_offset, footer_bytes, rows;
+    uint32_t num_stripes;
+    wh_stripe_t *stripes;
+    uint32_t num_streams;
+    wh_stream_t *streams;
+    uint32_t num_slots;
+    int32_t *slots; /* [num_stripes * num_slots]: index into streams, or -1 */
+    uint32_t num_groups;
+    wh_group_t *groups;
+    int32_t *feature_group; /* [num_features]: group index or -1 */
+    uint32_t feature_group_n;
+    uint32_t *unique_rows; /* [num_stripes * num_groups] */
+    size_t unique_rows_n;
+    bool session_clustered;
+} wh_file_t;
+
+static inline uint32_t wh_slot_label(const wh_file_t *f, uint32_t t)
+{
+    (void)f;
+    return 3 + t;
+}
+static inline uint32_t wh_slot_feature(const wh_file_t *f, uint32_t feature, uint32_t role)
+{
+    return 3 + sl_wh_schema_num_labels(f->schema) + 3 * feature + role;
+}
+static inline uint32_t wh_slot_inverse(const wh_file_t *f, uint32_t g)
+{
+    return 3 + sl_wh_schema_num_labels(f->schema) + 3 * sl_wh_schema_num_features(f->schema) + g;
+}
+/* @return the stream of slot in stripe s, or NULL when the stripe has none. */
+static inline const wh_stream_t *wh_slot_stream(const wh_file_t *f, uint32_t s, uint32_t slot)
+{
+    int32_t i = f->slots[(size_t)s * f->num_slots + slot];
+    return i < 0 ? NULL : &f->streams[i];
+}
+
+/* Open path (fd >= 0) or memory (mem != NULL), check header, trailer and
+ * footer, index the streams. display_name names the file in messages.
+ * Caller owns *out, free with wh_file_close. */
+sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char *display_name,
+                      const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
+                      sl_error_t *err);
+void wh_file_close(wh_file_t *f);
+
+/* ---- stream decoding (decode.c) ---- */
+
+/* Decoding the streams of one stripe: the file, where each of the stripe's
+ * streams' stored bytes are (NULL: not read), reusable scratch. */
+typedef struct wh_dec {
+    const wh_file_t *f;
+    const sl_allocator_t *a;
+    void *zctx;          /* ZSTD_DCtx */
+    wh_buf_t z0, z1;     /* decompression scratch */
+    const uint8_t **ptr; /* [streams of the stripe] */
+    uint32_t stripe;
+} wh_dec_t;
+
+/* "FILE stripe S stream 'name' kind: MESSAGE" into err. @return code. */
+sl_err_t wh_dec_err(const wh_dec_t *d, const wh_stream_t *st, sl_error_t *err, sl_err_t code,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* An int64 stream into dst[value_count]. */
+sl_err_t wh_decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst, sl_error_t *err);
+/* An int32 stream into dst[value_count]; every value must lie in [0, hi];
+ * *sum (may be NULL) gets their sum. */
+sl_err_t wh_decode_i32(wh_dec_t *d, const wh_stream_t *st, int32_t *dst, int64_t hi, uint64_t *sum,
+                       sl_error_t *err);
+/* A float32 stream into dst[value_count]. */
+sl_err_t wh_decode_f32(wh_dec_t *d, const wh_stream_t *st, float *dst, sl_error_t *err);
+/* A float column (values, and its present bitmap or NULL) into column 0 of
+ * the row-major [N, cols] matrix at out; missing rows get NaN. */
+sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_t *present,
+                          float *out, uint32_t cols, uint32_t N, sl_error_t *err);
+
+/* The file under a reader (borrowed). */
+wh_file_t *wh_reader_file(const sl_wh_reader_t *r);
+
+/* "stream 'name' kind" into buf, for messages. */
+const char *wh_stream_label(const wh_stream_t *st, char *buf, size_t cap);
+
+/* Check st's stored bytes (at data) against its checksum. */
+bool wh_stream_checksum_ok(const wh_stream_t *st, const uint8_t *data);
+
+/* Limits with defaults filled in for zero fields. */
+sl_wh_limits_t wh_limits_resolve(const sl_wh_limits_t *l);
+
+/* ---- schema <-> protobuf ---- */
+
+/* Fill pb (and arrays allocated from arena) from s; strings borrowed from s. */
+sl_err_t wh_schema_to_pb(const sl_wh_schema_t *s, sl_arena_t *arena, Sluice__TableSchema *pb);
+/* Build and validate a schema from pb. what names the source in messages. */
+sl_err_t wh_schema_from_pb(const Sluice__TableSchema *pb, const sl_allocator_t *a,
+                           sl_wh_schema_t **out, sl_error_t *err);
+
+/* Whether key is a valid partition key ([A-Za-z_][A-Za-z0-9_]*, <= 64 bytes). */
+bool wh_partition_key_ok(const char *key);
+
+/* Check a name (feature, label, column, group). */
+sl_err_t wh_check_name(const char *what, const char *name, sl_error_t *err);
+
+/* ---- filesystem helpers ---- */
+
+/* Write len bytes to path atomically (".NAME.tmp", fsync, rename, fsync dir). */
+sl_err_t wh_write_file_atomic(const char *path, const void *data, size_t len, bool sync,
+                              sl_error_t *err);
+/* Read a whole (small) file, up to max bytes. Caller owns *data (sl_free(a, *data, *len)). */
+sl_err_t wh_read_file(const char *path, uint64_t max, const sl_allocator_t *a, void **data,
+                      size_t *len, sl_error_t *err);
+/* fsync the directory holding path. */
+sl_err_t wh_sync_parent_dir(const char *path, sl_error_t *err);
+/* "dir/.name.tmp" for path "dir/name". Caller owns (sl_free(a, p, strlen+1)). */
+char *wh_tmp_path(const char *path, const sl_allocator_t *a);
+/* strdup through the allocator; free with wh_strfree. */
+char *wh_strdup(const sl_allocator_t *a, const char *s);
+void wh_strfree(const sl_allocator_t *a, char *s);
+
+/* protobuf-c allocator over an sl_allocator_t (a NULL: default). */
+void wh_pb_allocator(const sl_allocator_t *a, ProtobufCAllocator *out);
+
+#endif
