@@ -1,0 +1,359 @@
+/* Frame encoding, blocking send/receive and socket set-up for the trainer
+ * protocol (frame.h). */
+#include "rpc/frame.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <sys/time.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static const ProtobufCMessageDescriptor *const descriptors[SL_RPC_TYPE_MAX + 1] = {
+    [SL_RPC_HELLO] = &sluice__dpp__hello__descriptor,
+    [SL_RPC_WELCOME] = &sluice__dpp__welcome__descriptor,
+    [SL_RPC_REQUEST] = &sluice__dpp__request__descriptor,
+    [SL_RPC_BATCH] = &sluice__dpp__batch_info__descriptor,
+    [SL_RPC_ACK] = &sluice__dpp__ack__descriptor,
+    [SL_RPC_ERROR] = &sluice__dpp__error__descriptor,
+    [SL_RPC_GOODBYE] = &sluice__dpp__goodbye__descriptor,
+    [SL_RPC_END] = &sluice__dpp__end__descriptor,
+};
+
+static const char *const type_names[SL_RPC_TYPE_MAX + 1] = {
+    "unknown", "hello", "welcome", "request", "batch", "ack", "error", "goodbye", "end",
+};
+
+const char *sl_rpc_type_name(uint32_t type)
+{
+    return type <= SL_RPC_TYPE_MAX ? type_names[type] : "unknown";
+}
+
+sl_rpc_limits_t sl_rpc_limits_default(void)
+{
+    return (sl_rpc_limits_t){.max_message_bytes = 1u << 20, .max_payload_bytes = 1ull << 30};
+}
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+void sl_rpc_header_encode(const sl_rpc_header_t *h, uint8_t out[SL_RPC_HEADER_BYTES])
+{
+    memcpy(out, SL_RPC_MAGIC, 4);
+    put_u16(out + 4, SL_RPC_VERSION);
+    put_u16(out + 6, (uint16_t)h->type);
+    put_u32(out + 8, h->message_len);
+    put_u32(out + 12, 0);
+    put_u64(out + 16, h->payload_len);
+}
+
+sl_err_t sl_rpc_header_decode(const uint8_t in[SL_RPC_HEADER_BYTES], const sl_rpc_limits_t *limits,
+                              sl_rpc_header_t *out, sl_error_t *err)
+{
+    sl_rpc_limits_t lim = limits ? *limits : sl_rpc_limits_default();
+    if (memcmp(in, SL_RPC_MAGIC, 4) != 0)
+        return sl_error_set(err, SL_ERR_PROTOCOL, "frame header: bad magic (not a sluice peer?)");
+    uint32_t version = (uint32_t)get_le(in + 4, 2);
+    if (version != SL_RPC_VERSION)
+        return sl_error_set(err, SL_ERR_VERSION,
+                            "frame header: protocol version %u, this build speaks %u", version,
+                            SL_RPC_VERSION);
+    out->type = (uint32_t)get_le(in + 6, 2);
+    out->message_len = (uint32_t)get_le(in + 8, 4);
+    out->payload_len = get_le(in + 16, 8);
+    if (out->type == 0 || out->type > SL_RPC_TYPE_MAX)
+        return sl_error_set(err, SL_ERR_PROTOCOL, "frame header: unknown frame type %u", out->type);
+    if (get_le(in + 12, 4) != 0)
+        return sl_error_set(err, SL_ERR_PROTOCOL, "frame header: reserved field is not 0");
+    if (out->message_len > lim.max_message_bytes)
+        return sl_error_set(err, SL_ERR_TOO_LARGE,
+                            "%s frame: message of %u bytes exceeds the limit of %u",
+                            sl_rpc_type_name(out->type), out->message_len, lim.max_message_bytes);
+    if (out->payload_len != 0 && out->type != SL_RPC_BATCH)
+        return sl_error_set(err, SL_ERR_PROTOCOL, "%s frame: carries a payload",
+                            sl_rpc_type_name(out->type));
+    if (out->payload_len > lim.max_payload_bytes)
+        return sl_error_set(err, SL_ERR_TOO_LARGE,
+                            "batch frame: payload of %llu bytes exceeds the limit of %llu",
+                            (unsigned long long)out->payload_len,
+                            (unsigned long long)lim.max_payload_bytes);
+    return SL_OK;
+}
+
+static sl_err_t write_all(int fd, const void *buf, size_t len, sl_error_t *err)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EPIPE || errno == ECONNRESET)
+                return sl_error_set(err, SL_ERR_CLOSED, "send: peer closed the connection");
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return sl_error_set(err, SL_ERR_TIMEOUT, "send: timed out");
+            return sl_error_set(err, SL_ERR_IO, "send: %s", strerror(errno));
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return SL_OK;
+}
+
+/* @return SL_OK with *got == len, or an error; *got tells how far it came. */
+static sl_err_t read_all(int fd, void *buf, size_t len, size_t *got, sl_error_t *err)
+{
+    uint8_t *p = buf;
+    *got = 0;
+    while (*got < len) {
+        ssize_t n = recv(fd, p + *got, len - *got, 0);
+        if (n == 0) return sl_error_set(err, SL_ERR_CLOSED, "connection closed by peer");
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return sl_error_set(err, SL_ERR_TIMEOUT, "receive: timed out");
+            if (errno == ECONNRESET)
+                return sl_error_set(err, SL_ERR_CLOSED, "connection reset by peer");
+            return sl_error_set(err, SL_ERR_IO, "receive: %s", strerror(errno));
+        }
+        *got += (size_t)n;
+    }
+    return SL_OK;
+}
+
+sl_err_t sl_rpc_send(int fd, sl_rpc_type_t type, const ProtobufCMessage *msg, const void *payload,
+                     size_t payload_len, sl_error_t *err)
+{
+    size_t msg_len = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+    uint8_t small[SL_RPC_HEADER_BYTES + 256];
+    uint8_t *buf = small;
+    if (msg_len > sizeof small - SL_RPC_HEADER_BYTES) {
+        buf = sl_alloc(NULL, SL_RPC_HEADER_BYTES + msg_len);
+        if (!buf) return sl_error_set(err, SL_ERR_NOMEM, "send: out of memory");
+    }
+    sl_rpc_header_t h = {.type = type, .message_len = (uint32_t)msg_len,
+                         .payload_len = payload ? payload_len : 0};
+    sl_rpc_header_encode(&h, buf);
+    if (msg) protobuf_c_message_pack(msg, buf + SL_RPC_HEADER_BYTES);
+    sl_err_t rc = write_all(fd, buf, SL_RPC_HEADER_BYTES + msg_len, err);
+    if (buf != small) sl_free(NULL, buf, SL_RPC_HEADER_BYTES + msg_len);
+    if (rc == SL_OK && payload && payload_len) rc = write_all(fd, payload, payload_len, err);
+    if (rc != SL_OK) sl_error_prefix(err, "%s frame: ", sl_rpc_type_name(type));
+    return rc;
+}
+
+sl_err_t sl_rpc_recv(int fd, const sl_rpc_limits_t *limits, const sl_allocator_t *a,
+                     sl_rpc_frame_t *frame, sl_error_t *err)
+{
+    memset(frame, 0, sizeof *frame);
+    frame->allocator = a;
+    uint8_t hdr[SL_RPC_HEADER_BYTES];
+    size_t got;
+    sl_err_t rc = read_all(fd, hdr, sizeof hdr, &got, err);
+    if (rc == SL_ERR_CLOSED && got > 0)
+        return sl_error_set(err, SL_ERR_TRUNCATED, "frame header: connection closed after %zu of %d bytes",
+                            got, SL_RPC_HEADER_BYTES);
+    if (rc != SL_OK) return rc;
+    sl_rpc_header_t h;
+    rc = sl_rpc_header_decode(hdr, limits, &h, err);
+    if (rc != SL_OK) return rc;
+    const char *name = sl_rpc_type_name(h.type);
+    uint8_t *msg_buf = NULL;
+    if (h.message_len > 0) {
+        msg_buf = sl_alloc(a, h.message_len);
+        if (!msg_buf) return sl_error_set(err, SL_ERR_NOMEM, "%s frame: out of memory", name);
+        rc = read_all(fd, msg_buf, h.message_len, &got, err);
+        if (rc != SL_OK) {
+            sl_free(a, msg_buf, h.message_len);
+            if (rc == SL_ERR_CLOSED) rc = SL_ERR_TRUNCATED;
+            return sl_error_set(err, rc, "%s frame: message ends after %zu of %u bytes", name, got,
+                                h.message_len);
+        }
+    }
+    /* Messages are small and short-lived: protobuf-c's own allocator. */
+    frame->msg = protobuf_c_message_unpack(descriptors[h.type], NULL, h.message_len,
+                                           msg_buf ? msg_buf : (const uint8_t *)"");
+    if (msg_buf) sl_free(a, msg_buf, h.message_len);
+    if (!frame->msg)
+        return sl_error_set(err, SL_ERR_PROTOCOL, "%s frame: message does not parse (%u bytes)",
+                            name, h.message_len);
+    frame->type = (sl_rpc_type_t)h.type;
+    if (h.payload_len > 0) {
+        frame->payload = sl_alloc_aligned(a, (size_t)h.payload_len, SL_ALIGN);
+        if (!frame->payload) {
+            sl_rpc_frame_free(frame);
+            return sl_error_set(err, SL_ERR_NOMEM, "%s frame: no memory for %llu payload bytes",
+                                name, (unsigned long long)h.payload_len);
+        }
+        frame->payload_len = (size_t)h.payload_len;
+        rc = read_all(fd, frame->payload, frame->payload_len, &got, err);
+        if (rc != SL_OK) {
+            sl_rpc_frame_free(frame);
+            if (rc == SL_ERR_CLOSED) rc = SL_ERR_TRUNCATED;
+            return sl_error_set(err, rc, "%s frame: payload ends after %zu of %llu bytes", name,
+                                got, (unsigned long long)h.payload_len);
+        }
+    }
+    return SL_OK;
+}
+
+void sl_rpc_frame_free(sl_rpc_frame_t *frame)
+{
+    if (!frame) return;
+    if (frame->msg) protobuf_c_message_free_unpacked(frame->msg, NULL);
+    if (frame->payload) sl_free(frame->allocator, frame->payload, frame->payload_len);
+    frame->msg = NULL;
+    frame->payload = NULL;
+    frame->payload_len = 0;
+}
+
+void sl_rpc_send_error(int fd, sl_err_t code, const char *message)
+{
+    Sluice__Dpp__Error e = SLUICE__DPP__ERROR__INIT;
+    e.code = code;
+    e.message = (char *)message;
+    sl_rpc_send(fd, SL_RPC_ERROR, &e.base, NULL, 0, NULL);
+}
+
+/* Split "host:port" / "[v6]:port" into host (may be empty) and port. */
+static sl_err_t split_address(const char *address, char *host, size_t host_cap, char *port,
+                              size_t port_cap, sl_error_t *err)
+{
+    const char *colon = strrchr(address, ':');
+    if (!colon || colon[1] == '\0')
+        return sl_error_set(err, SL_ERR_INVALID, "address '%s': expected host:port", address);
+    const char *h = address;
+    size_t hlen = (size_t)(colon - address);
+    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+        h++;
+        hlen -= 2;
+    }
+    if (hlen >= host_cap || strlen(colon + 1) >= port_cap)
+        return sl_error_set(err, SL_ERR_INVALID, "address '%s': too long", address);
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    strcpy(port, colon + 1);
+    return SL_OK;
+}
+
+static sl_err_t resolve(const char *address, bool passive, struct addrinfo **res, sl_error_t *err)
+{
+    char host[256], port[32];
+    sl_err_t rc = split_address(address, host, sizeof host, port, sizeof port, err);
+    if (rc != SL_OK) return rc;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = passive ? AI_PASSIVE : 0};
+    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, res);
+    if (gai != 0)
+        return sl_error_set(err, SL_ERR_INVALID, "address '%s': %s", address, gai_strerror(gai));
+    return SL_OK;
+}
+
+sl_err_t sl_rpc_connect(const char *address, int timeout_ms, int *fd_out, sl_error_t *err)
+{
+    struct addrinfo *res;
+    sl_err_t rc = resolve(address, false, &res, err);
+    if (rc != SL_OK) return rc;
+    int last_errno = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                        ai->ai_protocol);
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        int r = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (r < 0 && errno == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            r = poll(&p, 1, timeout_ms < 0 ? -1 : timeout_ms);
+            if (r == 0) {
+                errno = ETIMEDOUT;
+                r = -1;
+            } else if (r > 0) {
+                int so = 0;
+                socklen_t len = sizeof so;
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &len);
+                errno = so;
+                r = so ? -1 : 0;
+            }
+        }
+        if (r == 0) {
+            int flags = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &flags, sizeof flags);
+            /* back to blocking: the protocol code reads and writes whole frames */
+            struct timeval none = {0, 0};
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+            int fl = fcntl(fd, F_GETFL);
+            fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+            freeaddrinfo(res);
+            *fd_out = fd;
+            return SL_OK;
+        }
+        last_errno = errno;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return sl_error_set(err, last_errno == ETIMEDOUT ? SL_ERR_TIMEOUT : SL_ERR_IO,
+                        "connect to %s: %s", address, strerror(last_errno));
+}
+
+sl_err_t sl_rpc_listen(const char *address, int backlog, int *fd_out, uint16_t *port_out,
+                       sl_error_t *err)
+{
+    struct addrinfo *res;
+    sl_err_t rc = resolve(address, true, &res, err);
+    if (rc != SL_OK) return rc;
+    int last_errno = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0) {
+            struct sockaddr_storage ss;
+            socklen_t len = sizeof ss;
+            uint16_t port = 0;
+            if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
+                if (ss.ss_family == AF_INET)
+                    port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+                else if (ss.ss_family == AF_INET6)
+                    port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+            }
+            freeaddrinfo(res);
+            *fd_out = fd;
+            if (port_out) *port_out = port;
+            return SL_OK;
+        }
+        last_errno = errno;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return sl_error_set(err, SL_ERR_IO, "listen on %s: %s", address, strerror(last_errno));
+}
