@@ -2,7 +2,7 @@
  * BatchHeader (proto/sluice.proto) describing every tensor, then the raw
  * buffers, each at a 64-byte aligned offset from the start of the frame, so a
  * receiver can hand them to numpy/PyTorch without copying element by element.
- * The layout is specified, versioned, in docs/FORMAT.md.
+ * The layout is specified, versioned, in docs/WIRE.md.
  *
  * Decoding is defensive: every size and offset from the frame is checked
  * before use, and the decoded tensors are validated, so a malformed frame is
