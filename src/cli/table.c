@@ -160,7 +160,7 @@ static const char writer_help[] =
     "  --dedup-group NAME=F1,F2  store these sparse features once per unique row of a\n"
     "                          stripe plus inverse indices (RecD); repeatable\n"
     "  --stripe-rows N         rows per stripe (default 65536)\n"
-    "  --level L               zstd level 1..22 (default 3); 0 stores streams uncompressed\n"
+    "  --level L               zstd level 1..22 (default 1: fastest to read); 0 stores streams uncompressed\n"
     "  --threads N             worker threads (default: one per core)\n"
     "  --no-sync               skip fsync (scratch tables; files still appear atomically)\n"
     "  --quiet                 no progress display\n";
