@@ -61,6 +61,9 @@ typedef struct sl_dpp_job {
     uint32_t shuffle_window;  /* rows; 0 = no row shuffle (default) */
     uint64_t seed;            /* default 0 */
     bool sample_ids;          /* batches carry sample ids; default true */
+    /* Directory that relative map_vocab files resolve against: the spec
+     * file's directory (sl_dpp_job_load), else NULL (the current one). */
+    char *base_dir;
 } sl_dpp_job_t;
 
 /* Parse and check a spec. Unknown keys, wrong types, out-of-range values,

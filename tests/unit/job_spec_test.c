@@ -1,0 +1,406 @@
+/* DPP job specs: parsing (every field, defaults, every kind of problem with
+ * its JSON path, several problems at once) and binding to a table schema
+ * (unknown names, kinds, order of created features, read features). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dpp/job.h"
+
+static const char *full_spec =
+    "{\"id\": \"criteo-train\","
+    " \"source\": {\"table\": \"/data/criteo\", \"partitions\": \"ds>=2026-01-01\","
+    "             \"features\": [\"I1\", \"C1\"], \"stripes_per_split\": 2},"
+    " \"filters\": ["
+    "  {\"op\": \"label_equals\", \"label\": \"click\", \"value\": 1},"
+    "  {\"op\": \"label_range\", \"label\": \"click\", \"min\": 0, \"max\": 1},"
+    "  {\"op\": \"has_feature\", \"feature\": \"C3\"},"
+    "  {\"op\": \"timestamp_range\", \"min\": 0, \"max\": 1900000000},"
+    "  {\"op\": \"sample\", \"rate\": 0.5, \"seed\": 7},"
+    "  {\"op\": \"negative_downsample\", \"label\": \"click\", \"rate\": 0.1, \"seed\": 7,"
+    "   \"weight_label\": \"weight\"}],"
+    " \"transforms\": ["
+    "  {\"op\": \"sigrid_hash\", \"feature\": \"C1\", \"salt\": 0, \"table_size\": 100000},"
+    "  {\"op\": \"modulo\", \"feature\": \"C2\", \"divisor\": 1000},"
+    "  {\"op\": \"first_x\", \"feature\": \"hist\", \"x\": 20},"
+    "  {\"op\": \"dedup_ids\", \"feature\": \"hist\"},"
+    "  {\"op\": \"cross\", \"features\": [\"C1\",\"C2\"], \"output\": \"C1xC2\", \"table_size\": 1000000},"
+    "  {\"op\": \"ngram\", \"feature\": \"hist\", \"n\": 2, \"output\": \"hist_bigrams\", \"table_size\": 1000000},"
+    "  {\"op\": \"map_vocab\", \"feature\": \"C3\", \"file\": \"vocab.txt\", \"default\": 0},"
+    "  {\"op\": \"fill_missing\", \"feature\": \"I1\", \"value\": 0},"
+    "  {\"op\": \"clamp\", \"feature\": \"I1\", \"min\": 0, \"max\": 1e6},"
+    "  {\"op\": \"log1p\", \"feature\": \"I1\"},"
+    "  {\"op\": \"normalize\", \"feature\": \"I2\", \"mean\": 3.1, \"std\": 1.7},"
+    "  {\"op\": \"boxcox\", \"feature\": \"I3\", \"lambda\": 0.5},"
+    "  {\"op\": \"bucketize\", \"feature\": \"I4\", \"borders\": [0, 1, 10, 100], \"output\": \"I4_bucket\"},"
+    "  {\"op\": \"clamp_weights\", \"feature\": \"wfeat\", \"min\": 0, \"max\": 5}],"
+    " \"batch\": {\"size\": 4096, \"drop_last\": false, \"epochs\": 3,"
+    "           \"dedup_groups\": {\"user\": [\"user_id\", \"user_hist\"]},"
+    "           \"shuffle\": {\"splits\": true, \"window\": 100, \"seed\": 9},"
+    "           \"sample_ids\": false}}";
+
+/* Specs in tests are written with single quotes; this turns them into
+ * JSON (no spec here holds a real single quote). Static buffer: one spec at
+ * a time. */
+static const char *dq(const char *text)
+{
+    static char buf[8192];
+    size_t n = strlen(text);
+    cr_assert_lt(n, sizeof buf);
+    for (size_t i = 0; i <= n; i++) buf[i] = text[i] == '\'' ? '"' : text[i];
+    return buf;
+}
+
+static sl_dpp_job_t *parse_ok(const char *text)
+{
+    text = dq(text);
+    sl_dpp_job_t *job = NULL;
+    sl_dpp_problems_t pr = {0};
+    sl_error_t err = {0};
+    sl_err_t rc = sl_dpp_job_parse(text, strlen(text), &job, &pr, &err);
+    for (uint32_t i = 0; i < pr.count; i++) fprintf(stderr, "problem: %s\n", pr.items[i]);
+    cr_assert_eq(rc, SL_OK, "%s", err.msg);
+    cr_assert_eq(pr.count, 0);
+    sl_dpp_problems_free(&pr);
+    return job;
+}
+
+/* Parse text expecting failure; every expected line must be a problem and
+ * the count must be exact. */
+static void parse_bad(const char *text, uint32_t n, const char *const *expected)
+{
+    text = dq(text);
+    sl_dpp_job_t *job = (sl_dpp_job_t *)1;
+    sl_dpp_problems_t pr = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_job_parse(text, strlen(text), &job, &pr, &err), SL_ERR_INVALID);
+    cr_assert_null(job);
+    for (uint32_t i = 0; i < pr.count; i++) fprintf(stderr, "  %s\n", pr.items[i]);
+    cr_assert_eq(pr.count, n, "expected %u problems, got %u", n, pr.count);
+    for (uint32_t i = 0; i < n; i++) {
+        bool found = false;
+        /* A trailing '*' matches any rest. */
+        size_t len = strlen(expected[i]);
+        bool prefix = len > 0 && expected[i][len - 1] == '*';
+        for (uint32_t j = 0; j < pr.count; j++)
+            found |= prefix ? strncmp(pr.items[j], expected[i], len - 1) == 0
+                            : strcmp(pr.items[j], expected[i]) == 0;
+        cr_assert(found, "missing problem: %s", expected[i]);
+    }
+    cr_assert(strstr(err.msg, pr.items[0]) != NULL, "err.msg %s", err.msg);
+    sl_dpp_problems_free(&pr);
+}
+
+Test(job_spec, full_spec)
+{
+    sl_dpp_job_t *job = parse_ok(full_spec);
+    cr_assert_str_eq(job->id, "criteo-train");
+    cr_assert_str_eq(job->table, "/data/criteo");
+    cr_assert_str_eq(job->partitions, "ds>=2026-01-01");
+    cr_assert_eq(job->num_features, 2);
+    cr_assert_str_eq(job->features[1], "C1");
+    cr_assert_eq(job->stripes_per_split, 2);
+    cr_assert_eq(json_array_size(job->filters), 6);
+    cr_assert_eq(json_array_size(job->transforms), 14);
+    cr_assert_eq(job->batch_size, 4096);
+    cr_assert_eq(job->epochs, 3);
+    cr_assert_not(job->drop_last);
+    cr_assert_eq(job->num_dedup_groups, 1);
+    cr_assert_str_eq(job->dedup_groups[0].name, "user");
+    cr_assert_eq(job->dedup_groups[0].num_features, 2);
+    cr_assert_str_eq(job->dedup_groups[0].features[1], "user_hist");
+    cr_assert(job->shuffle_splits);
+    cr_assert_eq(job->shuffle_window, 100);
+    cr_assert_eq(job->seed, 9);
+    cr_assert_not(job->sample_ids);
+    sl_dpp_job_destroy(job);
+    sl_dpp_job_destroy(NULL);
+}
+
+Test(job_spec, defaults)
+{
+    sl_dpp_job_t *job = parse_ok("{\"source\": {\"table\": \"t\"}}");
+    cr_assert_str_eq(job->id, "job");
+    cr_assert_null(job->partitions);
+    cr_assert_null(job->features);
+    cr_assert_eq(job->stripes_per_split, 1);
+    cr_assert_eq(json_array_size(job->filters), 0);
+    cr_assert_eq(json_array_size(job->transforms), 0);
+    cr_assert_eq(job->batch_size, 4096);
+    cr_assert_eq(job->epochs, 1);
+    cr_assert_eq(job->num_dedup_groups, 0);
+    cr_assert_not(job->shuffle_splits);
+    cr_assert_eq(job->shuffle_window, 0);
+    cr_assert_eq(job->seed, 0);
+    cr_assert(job->sample_ids);
+    cr_assert_null(job->base_dir);
+    sl_dpp_job_destroy(job);
+}
+
+Test(job_spec, syntax_errors)
+{
+    parse_bad("{\"source\": {\"table\": \"t\"", 1,
+              (const char *[]){"$: not valid JSON: '}' expected near end of file (line 1, column 24)"});
+    parse_bad("[1]", 1, (const char *[]){"$: a job spec must be a JSON object"});
+    parse_bad("{}", 1, (const char *[]){"$.source: missing (required)"});
+    parse_bad("{\"source\": {}}", 1, (const char *[]){"$.source.table: missing (required)"});
+    parse_bad("{\"source\": {\"table\": 3}}", 1,
+              (const char *[]){"$.source.table: must be a non-empty string"});
+    parse_bad("{\"source\": {\"table\": \"t\", \"tabel\": 1}, \"extra\": 2}", 2,
+              (const char *[]){"$.source.tabel: unknown key", "$.extra: unknown key"});
+    parse_bad("{\"source\": {\"table\": \"t\", \"partitions\": \"ds\"}}", 1,
+              (const char *[]){"$.source.partitions: *"});
+}
+
+Test(job_spec, type_and_range_errors)
+{
+    parse_bad("{'source': {'table': 't', 'features': [], 'stripes_per_split': 0},"
+              " 'batch': {'size': 0, 'epochs': 1.5, 'drop_last': 1,"
+              "  'shuffle': {'window': -1, 'seed': 'x', 'splitz': true},"
+              "  'dedup_groups': {'u': ['a', 'a'], 'v': ['a', 3], 'w': []}}}",
+              12,
+              (const char *[]){
+                  "$.batch.dedup_groups.w: must be a non-empty array of names",
+                  "$.source.features: must be a non-empty array of names",
+                  "$.source.stripes_per_split: must be an integer in [1, 1048576]",
+                  "$.batch.size: must be an integer in [1, 1048576]",
+                  "$.batch.epochs: must be an integer in [1, 1000000]",
+                  "$.batch.drop_last: must be true or false",
+                  "$.batch.shuffle.window: must be an integer in [0, 67108864]",
+                  "$.batch.shuffle.seed: must be an integer in [0, 9223372036854775807]",
+                  "$.batch.shuffle.splitz: unknown key",
+                  "$.batch.dedup_groups.u[1]: 'a' is listed twice",
+                  "$.batch.dedup_groups.v[1]: must be a non-empty string",
+                  "$.batch.dedup_groups.v[0]: feature 'a' is already in group 'u'",
+              });
+    parse_bad("{'source': {'table': 't'}, 'batch': {'size': 1048577, "
+              "'dedup_groups': {'w': []}}}",
+              2,
+              (const char *[]){"$.batch.size: must be an integer in [1, 1048576]",
+                               "$.batch.dedup_groups.w: must be a non-empty array of names"});
+}
+
+Test(job_spec, op_errors)
+{
+    parse_bad("{'source': {'table': 't'},"
+              " 'filters': [3, {'label': 'x'}, {'op': 'log1p', 'feature': 'x'},"
+              "  {'op': 'sample', 'rate': 0}, {'op': 'sample', 'rate': 1.5, 'seed': -1},"
+              "  {'op': 'label_range', 'label': 'c', 'min': 2, 'max': 1},"
+              "  {'op': 'label_range', 'label': 'c'}],"
+              " 'transforms': {}}",
+              9,
+              (const char *[]){
+                  "$.filters[0]: must be an object with an \"op\"",
+                  "$.filters[1].op: missing (required)",
+                  "$.filters[2].op: unknown filter 'log1p' (it is a transform)",
+                  "$.filters[3].rate: must be a number in (0, 1]",
+                  "$.filters[4].rate: must be a number in (0, 1]",
+                  "$.filters[4].seed: must be an integer >= 0",
+                  "$.filters[5]: min must be <= max",
+                  "$.filters[6]: needs min, max or both",
+                  "$.transforms: must be an array",
+              });
+    parse_bad("{'source': {'table': 't'}, 'transforms': ["
+              " {'op': 'sigrid_hash', 'feature': 'C1', 'table_size': 0},"
+              " {'op': 'sigrid_hash', 'feature': 'C1'},"
+              " {'op': 'ngram', 'feature': 'h', 'n': 0, 'table_size': 5, 'bogus': 1},"
+              " {'op': 'normalize', 'feature': 'I', 'std': 0},"
+              " {'op': 'bucketize', 'feature': 'I', 'borders': [1, 1]},"
+              " {'op': 'cross', 'features': ['a'], 'table_size': 5},"
+              " {'op': 'hash', 'feature': 'C1'},"
+              " {'op': 'modulo', 'feature': '', 'divisor': 2.5}]}",
+              10,
+              (const char *[]){
+                  "$.transforms[0].table_size: must be a positive integer",
+                  "$.transforms[1].table_size: missing (required by transform 'sigrid_hash')",
+                  "$.transforms[2].n: must be a positive integer",
+                  "$.transforms[2].bogus: unknown key for transform 'ngram'",
+                  "$.transforms[3].std: must be a number > 0",
+                  "$.transforms[4].borders: must be a non-empty array of strictly increasing "
+                  "finite numbers",
+                  "$.transforms[5].features: must be an array of two non-empty strings",
+                  "$.transforms[6].op: unknown transform 'hash'",
+                  "$.transforms[7].feature: must be a non-empty string",
+                  "$.transforms[7].divisor: must be a positive integer",
+              });
+}
+
+Test(job_spec, load_sets_base_dir)
+{
+    char dir[] = "/tmp/sluice_job_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(dq("{'source': {'table': 't'}}"), f);
+    fclose(f);
+    sl_dpp_job_t *job = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_job_load(path, &job, NULL, &err), SL_OK, "%s", err.msg);
+    char want[256];
+    snprintf(want, sizeof want, "%s/", dir);
+    cr_assert_str_eq(job->base_dir, want);
+    sl_dpp_job_destroy(job);
+    f = fopen(path, "w");
+    fputs(dq("{'source': {'table': 1}, 'x': 2}"), f);
+    fclose(f);
+    cr_assert_eq(sl_dpp_job_load(path, &job, NULL, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "job.json: job spec: $.x: unknown key "
+                              "(and 1 more problem)") != NULL,
+              "%s", err.msg);
+    unlink(path);
+    rmdir(dir);
+    snprintf(path, sizeof path, "%s/missing.json", dir);
+    cr_assert_eq(sl_dpp_job_load(path, &job, NULL, &err), SL_ERR_NOT_FOUND);
+}
+
+/* ---- binding ---- */
+
+static sl_wh_schema_t *schema(void)
+{
+    sl_wh_schema_t *s = sl_wh_schema_new(NULL);
+    sl_error_t err = {0};
+    const char *dense[] = {"I1", "I2", "I3", "I4"};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(sl_wh_schema_add_feature(s, dense[i], SL_WH_DENSE, &err), SL_OK);
+    const char *sparse[] = {"C1", "C2", "C3", "hist", "user_id", "user_hist"};
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(sl_wh_schema_add_feature(s, sparse[i], SL_WH_SPARSE, &err), SL_OK);
+    cr_assert_eq(sl_wh_schema_add_feature(s, "wfeat", SL_WH_WEIGHTED, &err), SL_OK);
+    cr_assert_eq(sl_wh_schema_add_label(s, "click", &err), SL_OK);
+    return s;
+}
+
+static void bind_bad(const char *text, uint32_t n, const char *const *expected)
+{
+    sl_dpp_job_t *job = parse_ok(text);
+    sl_wh_schema_t *s = schema();
+    sl_dpp_plan_t *plan = (sl_dpp_plan_t *)1;
+    sl_dpp_problems_t pr = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_plan_new(job, s, &plan, &pr, &err), SL_ERR_INVALID);
+    cr_assert_null(plan);
+    for (uint32_t i = 0; i < pr.count; i++) fprintf(stderr, "  %s\n", pr.items[i]);
+    cr_assert_eq(pr.count, n, "expected %u problems, got %u", n, pr.count);
+    for (uint32_t i = 0; i < n; i++) {
+        bool found = false;
+        for (uint32_t j = 0; j < pr.count; j++) found |= strcmp(pr.items[j], expected[i]) == 0;
+        cr_assert(found, "missing problem: %s", expected[i]);
+    }
+    sl_dpp_problems_free(&pr);
+    sl_dpp_job_destroy(job);
+    sl_wh_schema_destroy(s);
+}
+
+Test(job_plan, bind_problems)
+{
+    bind_bad("{'source': {'table': 't', 'features': ['I1', 'C99']},"
+             " 'filters': [{'op': 'label_equals', 'label': 'like', 'value': 1},"
+             "  {'op': 'has_feature', 'feature': 'nope'},"
+             "  {'op': 'negative_downsample', 'label': 'click', 'rate': 0.5,"
+             "   'weight_label': 'click'}],"
+             " 'transforms': ["
+             "  {'op': 'sigrid_hash', 'feature': 'C99', 'table_size': 10},"
+             "  {'op': 'sigrid_hash', 'feature': 'I1', 'table_size': 10},"
+             "  {'op': 'log1p', 'feature': 'C1'},"
+             "  {'op': 'clamp_weights', 'feature': 'C1', 'max': 1},"
+             "  {'op': 'cross', 'features': ['C1', 'wfeat'], 'table_size': 10},"
+             "  {'op': 'cross', 'features': ['C1', 'I2'], 'table_size': 10},"
+             "  {'op': 'sigrid_hash', 'feature': 'later', 'table_size': 10},"
+             "  {'op': 'ngram', 'feature': 'hist', 'n': 2, 'table_size': 10,"
+             "   'output': 'later'},"
+             "  {'op': 'bucketize', 'feature': 'I4', 'borders': [1], 'output': 'C2'},"
+             "  {'op': 'bucketize', 'feature': 'I4', 'borders': [1], 'output': 'later'},"
+             "  {'op': 'log1p', 'feature': 'later'},"
+             "  {'op': 'map_vocab', 'feature': 'C3', 'file': '/nonexistent/v.txt'}],"
+             " 'batch': {'dedup_groups': {'user': ['user_id', 'I3', 'zz']}}}",
+             17,
+             (const char *[]){
+                 "$.batch.dedup_groups.user[1]: 'I3' is a dense feature; dedup groups hold "
+                 "sparse or weighted features",
+                 "$.batch.dedup_groups.user[2]: unknown feature 'zz'",
+                 "$.source.features[1]: unknown feature 'C99'",
+                 "$.filters[0].label: unknown label 'like'",
+                 "$.filters[1].feature: unknown feature 'nope'",
+                 "$.filters[2].weight_label: 'click' is already a column of the table",
+                 "$.transforms[0].feature: unknown feature 'C99'",
+                 "$.transforms[1].feature: 'I1' is a dense feature; sigrid_hash needs a sparse or "
+                 "weighted feature",
+                 "$.transforms[2].feature: 'C1' is a sparse feature; log1p needs a dense feature",
+                 "$.transforms[3].feature: 'C1' is a sparse feature; clamp_weights needs a weighted "
+                 "feature",
+                 "$.transforms[4].features: cannot cross 'C1' (sparse) with 'wfeat' (weighted): "
+                 "kinds differ",
+                 "$.transforms[5].features[1]: 'I2' is a dense feature; cross needs a sparse or "
+                 "weighted feature",
+                 "$.transforms[6].feature: feature 'later' is created by a later transform "
+                 "($.transforms[7])",
+                 "$.transforms[8].output: 'C2' is already a feature of the table",
+                 "$.transforms[9].output: 'later' is already created by an earlier transform",
+                 "$.transforms[10].feature: 'later' is a sparse feature; log1p needs a dense "
+                 "feature",
+                 "$.transforms[11].file: cannot open vocabulary '/nonexistent/v.txt': No such "
+                 "file or directory",
+             });
+    bind_bad("{'source': {'table': 't'},"
+             " 'batch': {'dedup_groups': {'user': ['user_id', 'I3', 'zz']}}}",
+             2,
+             (const char *[]){
+                 "$.batch.dedup_groups.user[1]: 'I3' is a dense feature; dedup groups hold "
+                 "sparse or weighted features",
+                 "$.batch.dedup_groups.user[2]: unknown feature 'zz'",
+             });
+}
+
+Test(job_plan, read_features_and_weight_label)
+{
+    sl_dpp_job_t *job = parse_ok(
+        "{'source': {'table': 't', 'features': ['C2', 'I1']},"
+        " 'filters': [{'op': 'has_feature', 'feature': 'C3'},"
+        "  {'op': 'negative_downsample', 'label': 'click', 'rate': 0.25}],"
+        " 'transforms': [{'op': 'cross', 'features': ['C1', 'C2'], 'table_size': 9},"
+        "  {'op': 'sigrid_hash', 'feature': 'C1_x_C2', 'table_size': 3},"
+        "  {'op': 'log1p', 'feature': 'I1'}],"
+        " 'batch': {'dedup_groups': {'user': ['user_hist']}}}");
+    sl_wh_schema_t *s = schema();
+    sl_dpp_plan_t *plan = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_plan_new(job, s, &plan, NULL, &err), SL_OK, "%s", err.msg);
+    uint32_t n = 0;
+    const char *const *read = sl_dpp_plan_read_features(plan, &n);
+    const char *want[] = {"C2", "I1", "C3", "C1", "user_hist"};
+    cr_assert_eq(n, 5);
+    for (uint32_t i = 0; i < n; i++) cr_assert_str_eq(read[i], want[i]);
+    cr_assert_str_eq(sl_dpp_plan_weight_label(plan), "weight");
+    sl_dpp_plan_destroy(plan);
+    sl_dpp_plan_destroy(NULL);
+    sl_dpp_job_destroy(job);
+
+    job = parse_ok("{'source': {'table': 't'}}");
+    cr_assert_eq(sl_dpp_plan_new(job, s, &plan, NULL, &err), SL_OK, "%s", err.msg);
+    read = sl_dpp_plan_read_features(plan, &n);
+    cr_assert_eq(n, sl_wh_schema_num_features(s));
+    for (uint32_t i = 0; i < n; i++) cr_assert_str_eq(read[i], sl_wh_schema_feature(s, i)->name);
+    cr_assert_null(sl_dpp_plan_weight_label(plan));
+    sl_dpp_plan_destroy(plan);
+    sl_dpp_job_destroy(job);
+    sl_wh_schema_destroy(s);
+}
+
+Test(job_plan, example_specs_parse)
+{
+    /* The specs under examples/jobs stay valid. */
+    const char *src = getenv("SLUICE_SOURCE_DIR");
+    cr_assert_not_null(src);
+    const char *names[] = {"criteo.json", "sessions.json"};
+    for (int i = 0; i < 2; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/examples/jobs/%s", src, names[i]);
+        sl_dpp_job_t *job = NULL;
+        sl_error_t err = {0};
+        cr_assert_eq(sl_dpp_job_load(path, &job, NULL, &err), SL_OK, "%s", err.msg);
+        sl_dpp_job_destroy(job);
+    }
+}
