@@ -39,9 +39,13 @@ extern "C" {
 typedef struct sl_trainer_opts {
     const char *address;        /* worker "host:port"; required */
     const char *client_name;    /* shown in the worker's logs; NULL: "trainer-<pid>" */
-    uint32_t prefetch;          /* decoded batches kept ready; 0: 4 */
+    uint32_t prefetch;          /* decoded batches kept ready (the credit window,
+                                   docs/PROTOCOL.md); 0: 4; a worker's WELCOME
+                                   max_credits may lower it */
     int connect_timeout_ms;     /* per attempt; 0: 5000 */
-    int reconnect_ms;           /* keep retrying a lost worker this long; 0: 30000, <0: never */
+    int reconnect_ms;           /* keep retrying a lost worker this long; 0: 30000, <0: never.
+                                   Batches the lost connection had queued are
+                                   dropped (the worker re-sends them) */
     uint32_t rank, world_size;  /* trainer rank (for static sharding later); 0, 1 default */
     sl_wire_limits_t limits;    /* zero fields: defaults */
     const sl_allocator_t *allocator; /* NULL: default */

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static const ProtobufCMessageDescriptor *const descriptors[SL_RPC_TYPE_MAX + 1] = {
@@ -47,18 +48,21 @@ static void put_u16(uint8_t *p, uint16_t v)
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static void put_u64(uint8_t *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static uint64_t get_le(const uint8_t *p, int bytes)
 {
     uint64_t v = 0;
-    for (int i = bytes - 1; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = bytes - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 
@@ -98,19 +102,19 @@ sl_err_t sl_rpc_header_decode(const uint8_t in[SL_RPC_HEADER_BYTES], const sl_rp
         return sl_error_set(err, SL_ERR_PROTOCOL, "%s frame: carries a payload",
                             sl_rpc_type_name(out->type));
     if (out->payload_len > lim.max_payload_bytes)
-        return sl_error_set(err, SL_ERR_TOO_LARGE,
-                            "batch frame: payload of %llu bytes exceeds the limit of %llu",
-                            (unsigned long long)out->payload_len,
-                            (unsigned long long)lim.max_payload_bytes);
+        return sl_error_set(
+            err, SL_ERR_TOO_LARGE, "batch frame: payload of %llu bytes exceeds the limit of %llu",
+            (unsigned long long)out->payload_len, (unsigned long long)lim.max_payload_bytes);
     return SL_OK;
 }
 
-static sl_err_t write_all(int fd, const void *buf, size_t len, sl_error_t *err)
+/* Write every byte of iov[0..n) (the array is consumed). */
+static sl_err_t write_all(int fd, struct iovec *iov, int n, sl_error_t *err)
 {
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n < 0) {
+    while (n > 0) {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (w < 0) {
             if (errno == EINTR) continue;
             if (errno == EPIPE || errno == ECONNRESET)
                 return sl_error_set(err, SL_ERR_CLOSED, "send: peer closed the connection");
@@ -118,19 +122,28 @@ static sl_err_t write_all(int fd, const void *buf, size_t len, sl_error_t *err)
                 return sl_error_set(err, SL_ERR_TIMEOUT, "send: timed out");
             return sl_error_set(err, SL_ERR_IO, "send: %s", strerror(errno));
         }
-        p += n;
-        len -= (size_t)n;
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
     }
     return SL_OK;
 }
 
 /* @return SL_OK with *got == len, or an error; *got tells how far it came. */
-static sl_err_t read_all(int fd, void *buf, size_t len, size_t *got, sl_error_t *err)
+static sl_err_t read_all(sl_rpc_read_fn rd, void *ctx, void *buf, size_t len, size_t *got,
+                         sl_error_t *err)
 {
     uint8_t *p = buf;
     *got = 0;
     while (*got < len) {
-        ssize_t n = recv(fd, p + *got, len - *got, 0);
+        ssize_t n = rd(ctx, p + *got, len - *got);
         if (n == 0) return sl_error_set(err, SL_ERR_CLOSED, "connection closed by peer");
         if (n < 0) {
             if (errno == EINTR) continue;
@@ -148,35 +161,60 @@ static sl_err_t read_all(int fd, void *buf, size_t len, size_t *got, sl_error_t 
 sl_err_t sl_rpc_send(int fd, sl_rpc_type_t type, const ProtobufCMessage *msg, const void *payload,
                      size_t payload_len, sl_error_t *err)
 {
+    if ((uint32_t)type == 0 || (uint32_t)type > SL_RPC_TYPE_MAX)
+        return sl_error_set(err, SL_ERR_INVALID, "send: unknown frame type %u", (unsigned)type);
+    const char *name = sl_rpc_type_name(type);
+    if (msg && msg->descriptor != descriptors[type])
+        return sl_error_set(err, SL_ERR_INVALID, "%s frame: message is a %s", name,
+                            msg->descriptor->name);
+    if (!payload) payload_len = 0;
+    if (payload_len > 0 && type != SL_RPC_BATCH)
+        return sl_error_set(err, SL_ERR_INVALID, "%s frame: only batch frames carry a payload",
+                            name);
     size_t msg_len = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+    if (msg_len > UINT32_MAX)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "%s frame: message of %zu bytes", name, msg_len);
     uint8_t small[SL_RPC_HEADER_BYTES + 256];
     uint8_t *buf = small;
     if (msg_len > sizeof small - SL_RPC_HEADER_BYTES) {
         buf = sl_alloc(NULL, SL_RPC_HEADER_BYTES + msg_len);
-        if (!buf) return sl_error_set(err, SL_ERR_NOMEM, "send: out of memory");
+        if (!buf) return sl_error_set(err, SL_ERR_NOMEM, "%s frame: out of memory", name);
     }
-    sl_rpc_header_t h = {.type = type, .message_len = (uint32_t)msg_len,
-                         .payload_len = payload ? payload_len : 0};
+    sl_rpc_header_t h = {
+        .type = type, .message_len = (uint32_t)msg_len, .payload_len = payload_len};
     sl_rpc_header_encode(&h, buf);
     if (msg) protobuf_c_message_pack(msg, buf + SL_RPC_HEADER_BYTES);
-    sl_err_t rc = write_all(fd, buf, SL_RPC_HEADER_BYTES + msg_len, err);
+    struct iovec iov[2] = {{.iov_base = buf, .iov_len = SL_RPC_HEADER_BYTES + msg_len},
+                           {.iov_base = (void *)payload, .iov_len = payload_len}};
+    sl_err_t rc = write_all(fd, iov, payload_len > 0 ? 2 : 1, err);
     if (buf != small) sl_free(NULL, buf, SL_RPC_HEADER_BYTES + msg_len);
-    if (rc == SL_OK && payload && payload_len) rc = write_all(fd, payload, payload_len, err);
-    if (rc != SL_OK) sl_error_prefix(err, "%s frame: ", sl_rpc_type_name(type));
+    if (rc != SL_OK) sl_error_prefix(err, "%s frame: ", name);
     return rc;
+}
+
+static ssize_t read_fd(void *ctx, void *buf, size_t len)
+{
+    return read(*(const int *)ctx, buf, len);
 }
 
 sl_err_t sl_rpc_recv(int fd, const sl_rpc_limits_t *limits, const sl_allocator_t *a,
                      sl_rpc_frame_t *frame, sl_error_t *err)
 {
+    return sl_rpc_recv_from(read_fd, &fd, limits, a, frame, err);
+}
+
+sl_err_t sl_rpc_recv_from(sl_rpc_read_fn rd, void *ctx, const sl_rpc_limits_t *limits,
+                          const sl_allocator_t *a, sl_rpc_frame_t *frame, sl_error_t *err)
+{
     memset(frame, 0, sizeof *frame);
     frame->allocator = a;
     uint8_t hdr[SL_RPC_HEADER_BYTES];
     size_t got;
-    sl_err_t rc = read_all(fd, hdr, sizeof hdr, &got, err);
+    sl_err_t rc = read_all(rd, ctx, hdr, sizeof hdr, &got, err);
     if (rc == SL_ERR_CLOSED && got > 0)
-        return sl_error_set(err, SL_ERR_TRUNCATED, "frame header: connection closed after %zu of %d bytes",
-                            got, SL_RPC_HEADER_BYTES);
+        return sl_error_set(err, SL_ERR_TRUNCATED,
+                            "frame header: connection closed after %zu of %d bytes", got,
+                            SL_RPC_HEADER_BYTES);
     if (rc != SL_OK) return rc;
     sl_rpc_header_t h;
     rc = sl_rpc_header_decode(hdr, limits, &h, err);
@@ -186,7 +224,7 @@ sl_err_t sl_rpc_recv(int fd, const sl_rpc_limits_t *limits, const sl_allocator_t
     if (h.message_len > 0) {
         msg_buf = sl_alloc(a, h.message_len);
         if (!msg_buf) return sl_error_set(err, SL_ERR_NOMEM, "%s frame: out of memory", name);
-        rc = read_all(fd, msg_buf, h.message_len, &got, err);
+        rc = read_all(rd, ctx, msg_buf, h.message_len, &got, err);
         if (rc != SL_OK) {
             sl_free(a, msg_buf, h.message_len);
             if (rc == SL_ERR_CLOSED) rc = SL_ERR_TRUNCATED;
@@ -203,6 +241,8 @@ sl_err_t sl_rpc_recv(int fd, const sl_rpc_limits_t *limits, const sl_allocator_t
                             name, h.message_len);
     frame->type = (sl_rpc_type_t)h.type;
     if (h.payload_len > 0) {
+        /* Allocated whole before reading: the limit bounds it (a peer may
+         * announce max_payload_bytes and then stall or close). */
         frame->payload = sl_alloc_aligned(a, (size_t)h.payload_len, SL_ALIGN);
         if (!frame->payload) {
             sl_rpc_frame_free(frame);
@@ -210,7 +250,7 @@ sl_err_t sl_rpc_recv(int fd, const sl_rpc_limits_t *limits, const sl_allocator_t
                                 name, (unsigned long long)h.payload_len);
         }
         frame->payload_len = (size_t)h.payload_len;
-        rc = read_all(fd, frame->payload, frame->payload_len, &got, err);
+        rc = read_all(rd, ctx, frame->payload, frame->payload_len, &got, err);
         if (rc != SL_OK) {
             sl_rpc_frame_free(frame);
             if (rc == SL_ERR_CLOSED) rc = SL_ERR_TRUNCATED;
@@ -218,6 +258,7 @@ sl_err_t sl_rpc_recv(int fd, const sl_rpc_limits_t *limits, const sl_allocator_t
                                 got, (unsigned long long)h.payload_len);
         }
     }
+    frame->wire_bytes = SL_RPC_HEADER_BYTES + (size_t)h.message_len + frame->payload_len;
     return SL_OK;
 }
 
@@ -231,11 +272,23 @@ void sl_rpc_frame_free(sl_rpc_frame_t *frame)
     frame->payload_len = 0;
 }
 
+sl_err_t sl_rpc_set_recv_timeout(int fd, int timeout_ms, sl_error_t *err)
+{
+    struct timeval tv = {0, 0};
+    if (timeout_ms > 0) {
+        tv.tv_sec = timeout_ms / 1000;
+        tv.tv_usec = (timeout_ms % 1000) * 1000;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
+        return sl_error_set(err, SL_ERR_IO, "set receive timeout: %s", strerror(errno));
+    return SL_OK;
+}
+
 void sl_rpc_send_error(int fd, sl_err_t code, const char *message)
 {
     Sluice__Dpp__Error e = SLUICE__DPP__ERROR__INIT;
     e.code = code;
-    e.message = (char *)message;
+    e.message = (char *)(message ? message : "");
     sl_rpc_send(fd, SL_RPC_ERROR, &e.base, NULL, 0, NULL);
 }
 
@@ -265,8 +318,8 @@ static sl_err_t resolve(const char *address, bool passive, struct addrinfo **res
     char host[256], port[32];
     sl_err_t rc = split_address(address, host, sizeof host, port, sizeof port, err);
     if (rc != SL_OK) return rc;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = passive ? AI_PASSIVE : 0};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
     int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, res);
     if (gai != 0)
         return sl_error_set(err, SL_ERR_INVALID, "address '%s': %s", address, gai_strerror(gai));
@@ -280,8 +333,8 @@ sl_err_t sl_rpc_connect(const char *address, int timeout_ms, int *fd_out, sl_err
     if (rc != SL_OK) return rc;
     int last_errno = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                        ai->ai_protocol);
+        int fd =
+            socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
         if (fd < 0) {
             last_errno = errno;
             continue;
@@ -289,7 +342,9 @@ sl_err_t sl_rpc_connect(const char *address, int timeout_ms, int *fd_out, sl_err
         int r = connect(fd, ai->ai_addr, ai->ai_addrlen);
         if (r < 0 && errno == EINPROGRESS) {
             struct pollfd p = {.fd = fd, .events = POLLOUT};
-            r = poll(&p, 1, timeout_ms < 0 ? -1 : timeout_ms);
+            do {
+                r = poll(&p, 1, timeout_ms <= 0 ? -1 : timeout_ms);
+            } while (r < 0 && errno == EINTR);
             if (r == 0) {
                 errno = ETIMEDOUT;
                 r = -1;
@@ -302,11 +357,12 @@ sl_err_t sl_rpc_connect(const char *address, int timeout_ms, int *fd_out, sl_err
             }
         }
         if (r == 0) {
-            int flags = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &flags, sizeof flags);
+            int one = 1;
+            /* ACK and REQUEST frames are tiny and latency-bound. */
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            /* A worker host that vanishes without a FIN is noticed eventually. */
+            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
             /* back to blocking: the protocol code reads and writes whole frames */
-            struct timeval none = {0, 0};
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
             int fl = fcntl(fd, F_GETFL);
             fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
             freeaddrinfo(res);

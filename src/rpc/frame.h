@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <protobuf-c/protobuf-c.h>
 
@@ -56,10 +57,15 @@ void sl_rpc_header_encode(const sl_rpc_header_t *h, uint8_t out[SL_RPC_HEADER_BY
 sl_err_t sl_rpc_header_decode(const uint8_t in[SL_RPC_HEADER_BYTES], const sl_rpc_limits_t *limits,
                               sl_rpc_header_t *out, sl_error_t *err);
 
-/* Send one frame: msg (a protobuf-c message of the type's kind) and, for
- * SL_RPC_BATCH, payload_len bytes of payload. Blocks until written; retries
- * on EINTR and short writes; never raises SIGPIPE. @return SL_ERR_CLOSED when
- * the peer has gone, SL_ERR_IO on another socket error. */
+/* Send one frame: msg (a protobuf-c message of the type's kind; NULL sends
+ * an empty message) and, for SL_RPC_BATCH, payload_len bytes of payload.
+ * Header, message and payload leave in one sendmsg where the kernel takes
+ * them. Blocks until written; retries on EINTR and short writes; never
+ * raises SIGPIPE. Not safe for two threads on one fd at once: callers
+ * serialise sends. @return SL_ERR_INVALID when msg is not of the type's kind
+ * or a payload is given on a non-BATCH frame, SL_ERR_CLOSED when the peer has
+ * gone, SL_ERR_TIMEOUT when SO_SNDTIMEO ran out, SL_ERR_IO on another socket
+ * error. After a failure mid-frame the stream is unusable. */
 sl_err_t sl_rpc_send(int fd, sl_rpc_type_t type, const ProtobufCMessage *msg, const void *payload,
                      size_t payload_len, sl_error_t *err);
 
@@ -70,6 +76,7 @@ typedef struct sl_rpc_frame {
     ProtobufCMessage *msg; /* unpacked with the frame's allocator */
     void *payload;         /* NULL when payload_len is 0 */
     size_t payload_len;
+    size_t wire_bytes; /* header + message + payload, for byte counters */
     const sl_allocator_t *allocator;
 } sl_rpc_frame_t;
 
@@ -79,9 +86,20 @@ typedef struct sl_rpc_frame {
  * payload (set frame->payload to NULL, free with sl_free(a, p, payload_len)).
  * @return SL_ERR_CLOSED on a clean end of stream before a frame starts,
  * SL_ERR_TRUNCATED when it ends inside one, SL_ERR_PROTOCOL for a malformed
- * header or message. */
+ * header or message, SL_ERR_VERSION / SL_ERR_TOO_LARGE as
+ * sl_rpc_header_decode. After any error but SL_ERR_CLOSED the stream is out
+ * of step and must be closed (a timeout may strike mid-frame). */
 sl_err_t sl_rpc_recv(int fd, const sl_rpc_limits_t *limits, const sl_allocator_t *a,
                      sl_rpc_frame_t *frame, sl_error_t *err);
+
+/* A byte source for sl_rpc_recv_from: read up to len bytes into buf.
+ * @return bytes read (> 0), 0 at end of stream, or -1 with errno set
+ * (EINTR is retried; EAGAIN / EWOULDBLOCK mean a timeout). */
+typedef ssize_t (*sl_rpc_read_fn)(void *ctx, void *buf, size_t len);
+
+/* sl_rpc_recv over any byte source (tests and fuzzing read from memory). */
+sl_err_t sl_rpc_recv_from(sl_rpc_read_fn read, void *ctx, const sl_rpc_limits_t *limits,
+                          const sl_allocator_t *a, sl_rpc_frame_t *frame, sl_error_t *err);
 
 /* Frees frame->msg and frame->payload; frame may be NULL. */
 void sl_rpc_frame_free(sl_rpc_frame_t *frame);
@@ -89,8 +107,16 @@ void sl_rpc_frame_free(sl_rpc_frame_t *frame);
 /* Send an ERROR frame with code and message, best effort (errors ignored). */
 void sl_rpc_send_error(int fd, sl_err_t code, const char *message);
 
+/* Bound every later blocking receive on fd to timeout_ms (<= 0: no bound),
+ * through SO_RCVTIMEO. @return SL_ERR_IO when the option cannot be set. */
+sl_err_t sl_rpc_set_recv_timeout(int fd, int timeout_ms, sl_error_t *err);
+
 /* "host:port" (host may be a name, an IPv4 address or [IPv6]; empty host:
  * any address when listening) to a connected / listening socket.
+ * sl_rpc_connect: timeout_ms bounds each address tried (<= 0: the kernel's
+ * own limit); the socket is blocking, TCP_NODELAY, SO_KEEPALIVE, close-on-exec.
+ * Caller owns *fd_out (close it). @return SL_ERR_INVALID for a malformed or
+ * unresolvable address, SL_ERR_TIMEOUT, SL_ERR_IO (refused, unreachable).
  * sl_rpc_listen: *port_out gets the bound port (useful with port 0). */
 sl_err_t sl_rpc_connect(const char *address, int timeout_ms, int *fd_out, sl_error_t *err);
 sl_err_t sl_rpc_listen(const char *address, int backlog, int *fd_out, uint16_t *port_out,

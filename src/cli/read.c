@@ -1,0 +1,253 @@
+/* `sluice read`: a trainer without the training. Pulls batches from a DPP
+ * worker through the trainer client library (include/sluice/trainer.h)
+ * until the job ends or --limit, then prints what it received and how long
+ * it waited; --json prints every batch as one JSON line, for inspection and
+ * for tests. Exit codes: 0 the job ended (or the limit was reached), 1 the
+ * client failed (the message says why), 2 usage error. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "sluice/trainer.h"
+
+static void read_usage(FILE *out)
+{
+    fprintf(out, "usage: sluice read --worker HOST:PORT [options]\n\n"
+                 "Receive batches from a DPP worker as a trainer would, until the job ends,\n"
+                 "then print batches, samples, bytes, throughput and the time spent waiting.\n\n"
+                 "options:\n"
+                 "  --worker HOST:PORT  the worker's trainer address (required)\n"
+                 "  --prefetch N        batches kept ready by the client (default 4)\n"
+                 "  --limit N           stop after N batches (default: until the job ends)\n"
+                 "  --timeout MS        give up when no batch arrives for MS ms (default: wait)\n"
+                 "  --reconnect-ms MS   retry a lost worker this long (default 30000, 0: never)\n"
+                 "  --json              print each batch as one JSON line on stdout (the\n"
+                 "                      summary then goes to stderr)\n"
+                 "  --quiet             no summary\n"
+                 "  -h, --help          this text\n");
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "sluice read: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see `sluice read --help`)\n");
+    return 2;
+}
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    char *end;
+    if (s == NULL || *s < '0' || *s > '9') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- JSON ---- */
+
+static json_t *int32_array(const int32_t *v, uint64_t n)
+{
+    json_t *a = json_array();
+    for (uint64_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+static json_t *int64_array(const int64_t *v, uint64_t n)
+{
+    json_t *a = json_array();
+    for (uint64_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+static json_t *float_array(const float *v, uint64_t n)
+{
+    json_t *a = json_array();
+    for (uint64_t i = 0; i < n; i++)
+        json_array_append_new(a, json_real(v[i]));
+    return a;
+}
+
+/* keys, lengths (key-major), values, weights when weighted, stride. */
+static void kjt_fields(json_t *o, const sl_kjt_t *k)
+{
+    json_t *keys = json_array();
+    for (uint32_t i = 0; i < k->num_keys; i++)
+        json_array_append_new(keys, json_string(k->keys[i]));
+    json_object_set_new(o, "keys", keys);
+    json_object_set_new(o, "stride", json_integer(k->stride));
+    json_object_set_new(o, "lengths", int32_array(k->lengths, (uint64_t)k->num_keys * k->stride));
+    json_object_set_new(o, "values", int64_array(k->values, k->num_values));
+    if (k->weights) json_object_set_new(o, "weights", float_array(k->weights, k->num_values));
+}
+
+static json_t *dense_json(const sl_dense_t *d)
+{
+    json_t *o = json_object();
+    json_t *names = json_array();
+    for (uint32_t c = 0; c < d->cols; c++)
+        json_array_append_new(names, d->names ? json_string(d->names[c]) : json_null());
+    json_object_set_new(o, "names", names);
+    json_object_set_new(o, "rows", json_integer(d->rows));
+    json_object_set_new(o, "cols", json_integer(d->cols));
+    json_object_set_new(o, "data", float_array(d->data, (uint64_t)d->rows * d->cols));
+    return o;
+}
+
+static int print_json(const sl_batch_t *b, uint64_t index)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "batch", json_integer((json_int_t)index));
+    json_object_set_new(o, "batch_size", json_integer(b->batch_size));
+    json_t *origin = json_object();
+    json_object_set_new(origin, "job_id", json_integer((json_int_t)b->origin.job_id));
+    json_object_set_new(origin, "epoch", json_integer(b->origin.epoch));
+    json_object_set_new(origin, "split_id", json_integer((json_int_t)b->origin.split_id));
+    json_object_set_new(origin, "first_row", json_integer((json_int_t)b->origin.first_row));
+    json_object_set_new(origin, "sequence", json_integer((json_int_t)b->origin.sequence));
+    json_object_set_new(o, "origin", origin);
+    json_object_set_new(o, "sample_ids",
+                        b->sample_ids ? int64_array(b->sample_ids, b->batch_size) : json_null());
+    json_t *sparse = json_object();
+    kjt_fields(sparse, &b->sparse);
+    json_object_set_new(o, "sparse", sparse);
+    json_t *groups = json_array();
+    for (uint32_t g = 0; g < b->num_groups; g++) {
+        const sl_ikjt_t *ik = &b->groups[g];
+        json_t *go = json_object();
+        json_object_set_new(go, "name", json_string(ik->name ? ik->name : ""));
+        kjt_fields(go, &ik->unique);
+        json_object_set_new(go, "inverse_indices", int32_array(ik->inverse, ik->batch_size));
+        json_array_append_new(groups, go);
+    }
+    json_object_set_new(o, "groups", groups);
+    json_object_set_new(o, "dense", dense_json(&b->dense));
+    json_object_set_new(o, "labels", dense_json(&b->labels));
+    /* Non-finite floats are not JSON: they come out as an error, not a lie. */
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (!s) {
+        fprintf(stderr, "sluice read: batch %" PRIu64 " cannot be printed as JSON\n", index);
+        return 1;
+    }
+    puts(s);
+    free(s);
+    return 0;
+}
+
+/* ---- the command ---- */
+
+int sl_cli_read(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"worker", required_argument, NULL, 'w'},
+                                             {"prefetch", required_argument, NULL, 'p'},
+                                             {"limit", required_argument, NULL, 'l'},
+                                             {"timeout", required_argument, NULL, 't'},
+                                             {"reconnect-ms", required_argument, NULL, 'r'},
+                                             {"json", no_argument, NULL, 'j'},
+                                             {"quiet", no_argument, NULL, 'q'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    uint64_t limit = 0, v;
+    int timeout_ms = -1;
+    bool json = false, quiet = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'w':
+            o.address = optarg;
+            break;
+        case 'p':
+            if (parse_u64(optarg, 1u << 16, &v) != 0 || v == 0)
+                return usage_error("--prefetch wants a count in 1..65536, not '%s'", optarg);
+            o.prefetch = (uint32_t)v;
+            break;
+        case 'l':
+            if (parse_u64(optarg, UINT64_MAX, &limit) != 0 || limit == 0)
+                return usage_error("--limit wants a positive count, not '%s'", optarg);
+            break;
+        case 't':
+            if (parse_u64(optarg, 1u << 30, &v) != 0 || v == 0)
+                return usage_error("--timeout wants milliseconds > 0, not '%s'", optarg);
+            timeout_ms = (int)v;
+            break;
+        case 'r':
+            if (parse_u64(optarg, 1u << 30, &v) != 0)
+                return usage_error("--reconnect-ms wants milliseconds, not '%s'", optarg);
+            o.reconnect_ms = v == 0 ? -1 : (int)v;
+            break;
+        case 'j':
+            json = true;
+            break;
+        case 'q':
+            quiet = true;
+            break;
+        case 'h':
+            read_usage(stdout);
+            return 0;
+        default:
+            return usage_error("%s", "unknown option");
+        }
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    if (!o.address) return usage_error("%s", "--worker HOST:PORT is required");
+
+    sl_trainer_t *t = NULL;
+    sl_error_t err = {0};
+    double start = now_s();
+    if (sl_trainer_connect(&o, &t, &err) != SL_OK) {
+        fprintf(stderr, "sluice read: %s\n", err.msg);
+        return 1;
+    }
+    int rc = 0;
+    uint64_t n = 0;
+    while (limit == 0 || n < limit) {
+        sl_batch_t *b = NULL;
+        sl_err_t e = sl_trainer_next(t, timeout_ms, &b, &err);
+        if (e == SL_ERR_CLOSED) break;
+        if (e != SL_OK) {
+            fprintf(stderr, "sluice read: after %" PRIu64 " batches: %s\n", n, err.msg);
+            rc = 1;
+            break;
+        }
+        if (json && print_json(b, n) != 0) rc = 1;
+        sl_trainer_release(t, b);
+        n++;
+        if (rc != 0) break;
+    }
+    double secs = now_s() - start;
+    sl_trainer_stats_t s;
+    sl_trainer_stats(t, &s);
+    sl_trainer_close(t);
+    if (!quiet) {
+        FILE *out = json ? stderr : stdout;
+        if (secs <= 0) secs = 1e-9;
+        fprintf(out,
+                "batches %" PRIu64 "  samples %" PRIu64 "  bytes %" PRIu64 "  reconnects %" PRIu64
+                "\n%.0f samples/s  %.1f MB/s  over %.3f s\n"
+                "trainer wait: total %.3f ms, mean %.3f ms per batch\n",
+                s.batches, s.samples, s.bytes, s.reconnects, (double)s.samples / secs,
+                (double)s.bytes / 1e6 / secs, secs, (double)s.wait_ns / 1e6,
+                s.batches ? (double)s.wait_ns / 1e6 / (double)s.batches : 0.0);
+    }
+    fflush(stdout);
+    return rc;
+}
