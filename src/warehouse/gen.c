@@ -322,6 +322,28 @@ uint64_t sl_wh_gen_iter_rows(const sl_wh_gen_iter_t *it)
     return it->n;
 }
 
+/* The label depends on the row, so that a model trained on a generated
+ * table has something to learn: every id of a sparse feature carries a
+ * hidden propensity in [-1, 1) (a hash of the id), and the row's log-odds
+ * are those of positive_rate shifted by the mean propensity of its
+ * features' first ids. A model that learns one embedding per id can find
+ * the propensities; the base rate stays close to positive_rate. */
+static double click_probability(const sl_wh_gen_iter_t *it)
+{
+    double p = it->spec.positive_rate, shift = 0;
+    if (p <= 0 || p >= 1) return p;
+    uint32_t counted = 0;
+    for (uint32_t s = 0; s < it->S; s++) {
+        if (it->lists[s].len == 0) continue;
+        uint64_t h = mix64((uint64_t)it->lists[s].ids[0] ^ 0x6c6162656cull);
+        shift += (double)(h >> 11) * 0x1.0p-52 - 1.0;
+        counted++;
+    }
+    if (counted == 0) return p;
+    double logit = log(p / (1 - p)) + 3.0 * shift / sqrt((double)counted);
+    return 1.0 / (1.0 + exp(-logit));
+}
+
 bool sl_wh_gen_iter_next(sl_wh_gen_iter_t *it, sl_wh_row_t *row)
 {
     if (it->i >= it->n) return false;
@@ -346,7 +368,7 @@ bool sl_wh_gen_iter_next(sl_wh_gen_iter_t *it, sl_wh_row_t *row)
         else
             it->lists[s++] = (sl_wh_idlist_t){v->len, v->ids, v->w};
     }
-    it->label = next_unit(&it->rng) < it->spec.positive_rate ? 1.0f : 0.0f;
+    it->label = next_unit(&it->rng) < click_probability(it) ? 1.0f : 0.0f;
     row->sample_id = sample_id;
     row->session_id = sess->id;
     /* Arrival times spread over the partition's day, increasing. */
