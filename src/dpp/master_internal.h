@@ -1,0 +1,107 @@
+/* Internals shared by master_state.c (the transitions) and master_persist.c
+ * (journal records, snapshot, resume tokens, dump). Not an API. */
+#ifndef SLUICE_DPP_MASTER_INTERNAL_H
+#define SLUICE_DPP_MASTER_INTERNAL_H
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "dpp/master_state.h"
+#include "master.pb-c.h"
+
+#define NO_WORKER UINT32_MAX
+
+/* The static description of a split (32 bytes). */
+typedef struct split_def {
+    uint32_t path; /* index in job->paths */
+    uint32_t stripe_begin, stripe_end;
+    uint64_t first_row, num_rows;
+} split_def;
+
+/* The per-epoch state of a split (40 bytes). */
+typedef struct split_st {
+    uint64_t generation; /* of the live lease (LEASED), else of the last one */
+    uint64_t expiry;     /* LEASED */
+    uint64_t acked_rows, acked_batches;
+    uint32_t worker; /* LEASED: index in m->workers */
+    uint8_t state;   /* sl_dpp_split_state_t */
+    uint8_t in_heap; /* its position is in job->heap */
+} split_st;
+
+typedef struct job {
+    char *id;
+    uint32_t n, epochs;
+    uint64_t seed;
+    bool shuffle;
+    uint64_t fingerprint; /* XXH3 of the split list (resume tokens) */
+    char **paths;
+    uint32_t num_paths;
+    split_def *defs; /* [n] */
+    split_st *st;    /* [n] */
+    uint32_t *order; /* [n] position -> split, this epoch */
+    uint32_t *pos;   /* [n] split -> position */
+    uint32_t *heap;  /* [n] min-heap of positions of PENDING splits behind cursor */
+    uint32_t heap_len;
+    uint32_t cursor; /* positions before it were handed out once this epoch */
+    uint32_t epoch;
+    uint32_t count[3]; /* splits per state */
+    uint64_t acked_rows, total_rows;
+} job;
+
+typedef struct lease_ref {
+    uint32_t job, split;
+} lease_ref;
+
+typedef struct worker {
+    char *name;
+    uint64_t earliest; /* <= the expiry of each of its leases */
+    lease_ref *leases;
+    uint32_t nleases, cap;
+} worker;
+
+struct sl_dpp_master {
+    const sl_allocator_t *a;
+    sl_dpp_master_opts_t opts;
+    job **jobs; /* [max_jobs], NULL slots free */
+    worker *workers;
+    uint32_t num_workers, cap_workers;
+    uint32_t *whash; /* open addressing, [whash_cap] worker index + 1, 0 empty */
+    uint32_t whash_cap;
+    uint64_t next_generation;
+    sl_dpp_journal_t *journal;
+    bool replaying;   /* applying records: no journaling, no auto-advance */
+    uint8_t *scratch; /* record packing */
+    size_t scratch_cap;
+    sl_dpp_master_counters_t c;
+};
+
+/* master_state.c */
+job *m_find_job(const sl_dpp_master_t *m, const char *id, uint32_t *slot);
+sl_err_t m_worker_get(sl_dpp_master_t *m, const char *name, uint32_t *out, sl_error_t *err);
+bool m_worker_reserve(sl_dpp_master_t *m, uint32_t w);
+sl_err_t m_advance_all(sl_dpp_master_t *m, sl_error_t *err);
+/* Build a job from a (checked) spec and starting positions, place it. */
+sl_err_t m_job_insert(sl_dpp_master_t *m, const Sluice__Master__JobAdded *rec, sl_error_t *err);
+void m_job_remove(sl_dpp_master_t *m, uint32_t slot);
+void m_do_lease(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint32_t w, uint64_t gen,
+                uint64_t expiry);
+void m_do_progress(job *jb, uint32_t split, uint64_t batches, uint64_t rows);
+void m_do_release(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint8_t new_state);
+void m_do_advance(sl_dpp_master_t *m, job *jb);
+void m_reset_queue(job *jb);
+/* XXH3 of a split list (resume tokens name the splits they were taken over). */
+uint64_t m_fingerprint(const Sluice__Master__SplitList *l);
+void *m_pb_alloc(void *ctx, size_t size);
+void m_pb_free(void *ctx, void *p);
+
+/* master_persist.c, master_replay.c */
+sl_err_t m_journal(sl_dpp_master_t *m, const Sluice__Master__Record *rec, sl_error_t *err);
+sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
+                        sl_error_t *err);
+sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_error_t *err);
+bool m_name_ok(const sl_dpp_master_t *m, const char *s);
+/* Check a JobAdded (from the API or from disk) and insert the job. */
+sl_err_t m_add_job(sl_dpp_master_t *m, const Sluice__Master__JobAdded *ja, sl_error_t *err);
+sl_err_t m_check_spec(const sl_dpp_master_t *m, const Sluice__Master__JobSpec *spec,
+                      sl_error_t *err);
+
+#endif

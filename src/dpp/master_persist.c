@@ -1,0 +1,348 @@
+/* The DPP master's durable side: journal records (encode, and replay with
+ * every field checked, since the bytes come from disk), snapshots, resume
+ * tokens, the canonical dump, and open / sync / compact. The transitions
+ * themselves are in master_state.c. Callers hold the master's lock. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "master_internal.h"
+
+#define TOKEN_HEADER_BYTES 16 /* magic | u32 version | u64 XXH3(payload) */
+
+/* Generations an earlier run may have handed out without a durable record
+ * lie below the last journaled one + this gap (no run grants 2^32 leases
+ * between two syncs). */
+#define GENERATION_GAP (1ull << 32)
+
+sl_err_t m_journal(sl_dpp_master_t *m, const Sluice__Master__Record *rec, sl_error_t *err)
+{
+    if (m->journal == NULL || m->replaying) return SL_OK;
+    size_t n = sluice__master__record__get_packed_size(rec);
+    if (n > m->scratch_cap) {
+        size_t cap = n < 4096 ? 4096 : n;
+        uint8_t *p = sl_alloc(m->a, cap);
+        if (p == NULL) return sl_error_set(err, SL_ERR_NOMEM, "journal record of %zu bytes", n);
+        sl_free(m->a, m->scratch, m->scratch_cap);
+        m->scratch = p;
+        m->scratch_cap = cap;
+    }
+    sluice__master__record__pack(rec, m->scratch);
+    sl_err_t rc = sl_dpp_journal_append(m->journal, m->scratch, n, err);
+    if (n > (1u << 20)) { /* a job's split list: do not keep that much around */
+        sl_free(m->a, m->scratch, m->scratch_cap);
+        m->scratch = NULL;
+        m->scratch_cap = 0;
+    }
+    if (rc == SL_OK) m->c.journal_records++;
+    return rc;
+}
+
+/* Ids go into messages, dumps and metrics labels: printable ASCII without
+ * spaces. */
+bool m_name_ok(const sl_dpp_master_t *m, const char *s)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+    if (n == 0 || n > m->opts.max_name) return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x21 || s[i] > 0x7e) return false;
+    return true;
+}
+
+sl_err_t m_check_spec(const sl_dpp_master_t *m, const Sluice__Master__JobSpec *spec,
+                      sl_error_t *err)
+{
+    if (spec == NULL || spec->splits == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "job spec without splits");
+    if (!m_name_ok(m, spec->job_id))
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "job id of %zu bytes: 1..%u printable ASCII bytes, no spaces",
+                            spec->job_id ? strlen(spec->job_id) : 0, m->opts.max_name);
+    const Sluice__Master__SplitList *l = spec->splits;
+    size_t n = l->n_path_index;
+    if (n == 0) return sl_error_set(err, SL_ERR_INVALID, "job '%s': no splits", spec->job_id);
+    if (n > m->opts.max_splits)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': %zu splits (max_splits %u)",
+                            spec->job_id, n, m->opts.max_splits);
+    if (l->n_stripe_begin != n || l->n_stripe_end != n || l->n_first_row != n ||
+        l->n_num_rows != n || l->n_paths > n)
+        return sl_error_set(err, SL_ERR_INVALID, "job '%s': split columns of unequal length",
+                            spec->job_id);
+    if (spec->epochs == 0)
+        return sl_error_set(err, SL_ERR_INVALID, "job '%s': epochs must be >= 1", spec->job_id);
+    for (size_t i = 0; i < l->n_paths; i++)
+        if (l->paths[i] == NULL || l->paths[i][0] == '\0')
+            return sl_error_set(err, SL_ERR_INVALID, "job '%s': empty split path", spec->job_id);
+    for (size_t i = 0; i < n; i++) {
+        if (l->path_index[i] >= l->n_paths || l->stripe_begin[i] > l->stripe_end[i] ||
+            l->num_rows[i] > UINT64_MAX / 4 || l->first_row[i] > UINT64_MAX - l->num_rows[i])
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "job '%s' split %zu: bad path index, stripe range or rows",
+                                spec->job_id, i);
+    }
+    return SL_OK;
+}
+
+/* Check a JobAdded (from the API or from disk) and insert the job. */
+sl_err_t m_add_job(sl_dpp_master_t *m, const Sluice__Master__JobAdded *ja, sl_error_t *err)
+{
+    sl_err_t rc = m_check_spec(m, ja->spec, err);
+    if (rc != SL_OK) return rc;
+    const Sluice__Master__SplitList *l = ja->spec->splits;
+    if (m_find_job(m, ja->spec->job_id, NULL) != NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "job '%s' exists already", ja->spec->job_id);
+    if (ja->start_epoch > ja->spec->epochs)
+        return sl_error_set(err, SL_ERR_INVALID, "job '%s': start epoch %u of %u", ja->spec->job_id,
+                            ja->start_epoch, ja->spec->epochs);
+    if (ja->n_start_rows != 0 || ja->n_start_batches != 0) {
+        if (ja->n_start_rows != l->n_path_index || ja->n_start_batches != l->n_path_index)
+            return sl_error_set(err, SL_ERR_INVALID, "job '%s': %zu start positions for %zu splits",
+                                ja->spec->job_id, ja->n_start_rows, l->n_path_index);
+        for (size_t i = 0; i < l->n_path_index; i++)
+            if (ja->start_rows[i] > l->num_rows[i])
+                return sl_error_set(err, SL_ERR_INVALID,
+                                    "job '%s' split %zu: start row %llu of %llu", ja->spec->job_id,
+                                    i, (unsigned long long)ja->start_rows[i],
+                                    (unsigned long long)l->num_rows[i]);
+    }
+    rc = m_job_insert(m, ja, err);
+    if (rc != SL_OK) return rc;
+    return m->replaying ? SL_OK : m_advance_all(m, err);
+}
+
+/* Column-wise split list of spec, paths interned (borrowed from spec). */
+typedef struct spec_pb {
+    Sluice__Master__JobSpec spec;
+    Sluice__Master__SplitList list;
+    const sl_allocator_t *a;
+    size_t n, cap_paths;
+} spec_pb;
+
+static void spec_pb_free(spec_pb *p)
+{
+    const sl_allocator_t *a = p->a;
+    sl_free(a, p->list.paths, p->cap_paths * sizeof(char *));
+    sl_free(a, p->list.path_index, p->n * sizeof(uint32_t));
+    sl_free(a, p->list.stripe_begin, p->n * sizeof(uint32_t));
+    sl_free(a, p->list.stripe_end, p->n * sizeof(uint32_t));
+    sl_free(a, p->list.first_row, p->n * sizeof(uint64_t));
+    sl_free(a, p->list.num_rows, p->n * sizeof(uint64_t));
+}
+
+static sl_err_t spec_pb_build(const sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *in,
+                              spec_pb *p, sl_error_t *err)
+{
+    memset(p, 0, sizeof *p);
+    p->a = m->a;
+    sluice__master__job_spec__init(&p->spec);
+    sluice__master__split_list__init(&p->list);
+    p->spec.job_id = (char *)in->job_id;
+    p->spec.splits = &p->list;
+    p->spec.epochs = in->epochs;
+    p->spec.seed = in->seed;
+    p->spec.shuffle = in->shuffle;
+    if (in->job_id == NULL || (in->splits == NULL && in->num_splits > 0))
+        return sl_error_set(err, SL_ERR_INVALID, "job spec without id or splits");
+    if (in->num_splits > m->opts.max_splits)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': %u splits (max_splits %u)",
+                            in->job_id, in->num_splits, m->opts.max_splits);
+    size_t n = p->n = in->num_splits;
+    const sl_allocator_t *a = m->a;
+    Sluice__Master__SplitList *l = &p->list;
+    l->path_index = sl_alloc(a, n * sizeof(uint32_t));
+    l->stripe_begin = sl_alloc(a, n * sizeof(uint32_t));
+    l->stripe_end = sl_alloc(a, n * sizeof(uint32_t));
+    l->first_row = sl_alloc(a, n * sizeof(uint64_t));
+    l->num_rows = sl_alloc(a, n * sizeof(uint64_t));
+    size_t hcap = 16;
+    while (hcap < 2 * n)
+        hcap *= 2;
+    uint32_t *hash = sl_calloc(a, hcap, sizeof *hash); /* path index + 1 */
+    p->cap_paths = n;
+    l->paths = sl_alloc(a, n * sizeof(char *));
+    sl_err_t rc = SL_OK;
+    if (n > 0 && (!l->path_index || !l->stripe_begin || !l->stripe_end || !l->first_row ||
+                  !l->num_rows || !hash || !l->paths)) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "job '%s' of %zu splits", in->job_id, n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const sl_wh_split_t *s = &in->splits[i];
+        if (s->path == NULL) {
+            rc = sl_error_set(err, SL_ERR_INVALID, "job '%s' split %zu: no path", in->job_id, i);
+            goto out;
+        }
+        /* Intern the path: a table's splits share few files. */
+        size_t h = (size_t)XXH3_64bits(s->path, strlen(s->path)) & (hcap - 1);
+        while (hash[h] != 0 && strcmp(l->paths[hash[h] - 1], s->path) != 0)
+            h = (h + 1) & (hcap - 1);
+        if (hash[h] == 0) {
+            l->paths[l->n_paths++] = (char *)s->path;
+            hash[h] = (uint32_t)l->n_paths;
+        }
+        l->path_index[i] = hash[h] - 1;
+        l->stripe_begin[i] = s->stripe_begin;
+        l->stripe_end[i] = s->stripe_end;
+        l->first_row[i] = s->first_row;
+        l->num_rows[i] = s->num_rows;
+    }
+    l->n_path_index = l->n_stripe_begin = l->n_stripe_end = l->n_first_row = l->n_num_rows = n;
+out:
+    sl_free(a, hash, hcap * sizeof *hash);
+    return rc;
+}
+
+static sl_err_t journal_and_add(sl_dpp_master_t *m, Sluice__Master__JobAdded *ja, sl_error_t *err)
+{
+    /* Check first: a record that replay would refuse must not be written. */
+    sl_err_t rc = m_check_spec(m, ja->spec, err);
+    if (rc != SL_OK) return rc;
+    if (m_find_job(m, ja->spec->job_id, NULL) != NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "job '%s' exists already", ja->spec->job_id);
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        used += m->jobs[i] != NULL;
+    if (used == m->opts.max_jobs)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': already %u jobs (max_jobs)",
+                            ja->spec->job_id, used);
+    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
+    rec.kind_case = SLUICE__MASTER__RECORD__KIND_JOB_ADDED;
+    rec.job_added = ja;
+    rc = m_journal(m, &rec, err);
+    if (rc != SL_OK) return rc;
+    return m_add_job(m, ja, err);
+}
+
+sl_err_t sl_dpp_master_job_add(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
+                               sl_error_t *err)
+{
+    spec_pb p;
+    sl_err_t rc = spec_pb_build(m, spec, &p, err);
+    if (rc == SL_OK) {
+        Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
+        ja.spec = &p.spec;
+        rc = journal_and_add(m, &ja, err);
+    }
+    spec_pb_free(&p);
+    return rc;
+}
+
+/* ---- resume tokens ---------------------------------------------------------------- */
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+sl_err_t sl_dpp_master_token_encode(const sl_dpp_master_t *m, const char *job_id, void **buf,
+                                    size_t *len, sl_error_t *err)
+{
+    *buf = NULL;
+    *len = 0;
+    const job *jb = m_find_job(m, job_id, NULL);
+    if (jb == NULL) return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
+    Sluice__Master__ResumeToken t = SLUICE__MASTER__RESUME_TOKEN__INIT;
+    t.version = SL_DPP_RESUME_TOKEN_VERSION;
+    t.job_id = jb->id;
+    t.fingerprint = jb->fingerprint;
+    t.epoch = jb->epoch;
+    t.n_acked_rows = t.n_acked_batches = jb->n;
+    t.acked_rows = sl_alloc(m->a, (size_t)jb->n * sizeof(uint64_t));
+    t.acked_batches = sl_alloc(m->a, (size_t)jb->n * sizeof(uint64_t));
+    sl_err_t rc = SL_OK;
+    if (t.acked_rows == NULL || t.acked_batches == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", job_id);
+        goto out;
+    }
+    for (uint32_t i = 0; i < jb->n; i++) {
+        t.acked_rows[i] = jb->st[i].acked_rows;
+        t.acked_batches[i] = jb->st[i].acked_batches;
+    }
+    size_t n = sluice__master__resume_token__get_packed_size(&t);
+    uint8_t *out = sl_alloc(m->a, TOKEN_HEADER_BYTES + n);
+    if (out == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", job_id);
+        goto out;
+    }
+    sluice__master__resume_token__pack(&t, out + TOKEN_HEADER_BYTES);
+    memcpy(out, SL_DPP_RESUME_TOKEN_MAGIC, 4);
+    uint32_t v = SL_DPP_RESUME_TOKEN_VERSION;
+    memcpy(out + 4, &v, 4);
+    put_u64(out + 8, XXH3_64bits(out + TOKEN_HEADER_BYTES, n));
+    *buf = out;
+    *len = TOKEN_HEADER_BYTES + n;
+out:
+    sl_free(m->a, t.acked_rows, (size_t)jb->n * sizeof(uint64_t));
+    sl_free(m->a, t.acked_batches, (size_t)jb->n * sizeof(uint64_t));
+    return rc;
+}
+
+sl_err_t sl_dpp_master_job_resume(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
+                                  const void *token, size_t len, sl_error_t *err)
+{
+    const uint8_t *p = token;
+    if (len < 4 || memcmp(p, SL_DPP_RESUME_TOKEN_MAGIC, 4) != 0)
+        return sl_error_set(err, len < 4 ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
+                            "resume token: not a sluice resume token (magic)");
+    if (len < TOKEN_HEADER_BYTES)
+        return sl_error_set(err, SL_ERR_TRUNCATED, "resume token: %zu bytes", len);
+    uint32_t version;
+    memcpy(&version, p + 4, 4);
+    if (version != SL_DPP_RESUME_TOKEN_VERSION)
+        return sl_error_set(err, SL_ERR_VERSION, "resume token version %u (this build reads %d)",
+                            version, SL_DPP_RESUME_TOKEN_VERSION);
+    if (XXH3_64bits(p + TOKEN_HEADER_BYTES, len - TOKEN_HEADER_BYTES) != get_u64(p + 8))
+        return sl_error_set(err, SL_ERR_CORRUPT, "resume token: checksum mismatch");
+    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
+    Sluice__Master__ResumeToken *t =
+        sluice__master__resume_token__unpack(&pa, len - TOKEN_HEADER_BYTES, p + TOKEN_HEADER_BYTES);
+    if (t == NULL) return sl_error_set(err, SL_ERR_CORRUPT, "resume token: malformed protobuf");
+    spec_pb sp;
+    sl_err_t rc = spec_pb_build(m, spec, &sp, err);
+    if (rc != SL_OK) goto out;
+    if (t->version != SL_DPP_RESUME_TOKEN_VERSION) {
+        rc = sl_error_set(err, SL_ERR_VERSION, "resume token version %u", t->version);
+    } else if (t->job_id == NULL || strcmp(t->job_id, spec->job_id) != 0) {
+        rc = sl_error_set(err, SL_ERR_INVALID, "resume token of job '%s', not of job '%s'",
+                          t->job_id ? t->job_id : "", spec->job_id);
+    } else if ((rc = m_check_spec(m, &sp.spec, err)) != SL_OK) {
+        /* message set */
+    } else if (t->n_acked_rows != sp.n || t->n_acked_batches != sp.n) {
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "resume token of job '%s' has %zu positions for %zu splits", spec->job_id,
+                          t->n_acked_rows, sp.n);
+    } else {
+        if (m_fingerprint(&sp.list) != t->fingerprint)
+            rc = sl_error_set(err, SL_ERR_INVALID,
+                              "resume token of job '%s' was taken over other splits", spec->job_id);
+    }
+    if (rc == SL_OK && t->epoch > spec->epochs)
+        rc = sl_error_set(err, SL_ERR_INVALID, "resume token at epoch %u of a %u-epoch job",
+                          t->epoch, spec->epochs);
+    for (size_t i = 0; rc == SL_OK && i < sp.n; i++)
+        if (t->acked_rows[i] > sp.list.num_rows[i])
+            rc = sl_error_set(err, SL_ERR_INVALID, "resume token: split %zu at row %llu of %llu", i,
+                              (unsigned long long)t->acked_rows[i],
+                              (unsigned long long)sp.list.num_rows[i]);
+    if (rc == SL_OK) {
+        Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
+        ja.spec = &sp.spec;
+        ja.start_epoch = t->epoch;
+        ja.n_start_rows = ja.n_start_batches = sp.n;
+        ja.start_rows = t->acked_rows;
+        ja.start_batches = t->acked_batches;
+        rc = journal_and_add(m, &ja, err);
+    }
+out:
+    spec_pb_free(&sp);
+    sluice__master__resume_token__free_unpacked(t, &pa);
+    return rc;
+}

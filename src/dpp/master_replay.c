@@ -1,0 +1,534 @@
+/* The DPP master's recovery side: applying journal records and snapshots
+ * (bytes from disk: every field is checked against the state it applies to,
+ * and anything a live master could not have written is corruption), writing
+ * snapshots, the canonical dump, and open / sync / compact / replay.
+ * Callers hold the master's lock. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master_internal.h"
+
+/* See master_persist.c: no run grants 2^32 leases between two syncs. */
+#define GENERATION_GAP (1ull << 32)
+
+static sl_err_t bad(sl_error_t *err, uint64_t offset, const char *fmt, const char *job,
+                    uint32_t split, const char *why)
+{
+    char what[256];
+    snprintf(what, sizeof what, fmt, job, split);
+    return sl_error_set(err, SL_ERR_CORRUPT, "record at offset %llu: %s: %s",
+                        (unsigned long long)offset, what, why);
+}
+
+/* The live lease a record names, or a corruption error. */
+static sl_err_t find_lease(sl_dpp_master_t *m, const char *job_id, uint32_t split, uint64_t gen,
+                           uint64_t offset, const char *what, uint32_t *slot, sl_error_t *err)
+{
+    job *jb = job_id != NULL ? m_find_job(m, job_id, slot) : NULL;
+    if (jb == NULL) return bad(err, offset, what, job_id ? job_id : "", split, "unknown job");
+    if (split >= jb->n) return bad(err, offset, what, job_id, split, "no such split");
+    const split_st *s = &jb->st[split];
+    if (s->state != SL_DPP_SPLIT_LEASED || s->generation != gen)
+        return bad(err, offset, what, job_id, split, "not leased under that generation");
+    return SL_OK;
+}
+
+static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint64_t off,
+                      sl_error_t *err)
+{
+    uint32_t slot, w;
+    sl_err_t rc;
+    switch (r->kind_case) {
+    case SLUICE__MASTER__RECORD__KIND_JOB_ADDED:
+        rc = m_add_job(m, r->job_added, err);
+        if (rc == SL_ERR_NOMEM) return rc;
+        if (rc != SL_OK) {
+            /* A record a live master could not have written. */
+            sl_error_prefix(err, "record at offset %llu: job added: ", (unsigned long long)off);
+            if (err != NULL) err->code = SL_ERR_CORRUPT;
+            return SL_ERR_CORRUPT;
+        }
+        return SL_OK;
+    case SLUICE__MASTER__RECORD__KIND_JOB_REMOVED: {
+        const char *id = r->job_removed->job_id;
+        if (id == NULL || m_find_job(m, id, &slot) == NULL)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "record at offset %llu: removal of unknown job '%s'",
+                                (unsigned long long)off, id ? id : "");
+        m_job_remove(m, slot);
+        return SL_OK;
+    }
+    case SLUICE__MASTER__RECORD__KIND_OPENED:
+        if (r->opened->generation_base > m->next_generation)
+            m->next_generation = r->opened->generation_base;
+        return SL_OK;
+    case SLUICE__MASTER__RECORD__KIND_LEASE_GRANTED: {
+        const Sluice__Master__LeaseGranted *lg = r->lease_granted;
+        const char *what = "lease of job '%s' split %u";
+        job *jb = lg->job_id != NULL ? m_find_job(m, lg->job_id, &slot) : NULL;
+        if (jb == NULL)
+            return bad(err, off, what, lg->job_id ? lg->job_id : "", lg->split, "unknown job");
+        if (lg->split >= jb->n || jb->epoch >= jb->epochs ||
+            jb->st[lg->split].state != SL_DPP_SPLIT_PENDING)
+            return bad(err, off, what, lg->job_id, lg->split, "split not pending");
+        if (lg->generation < m->next_generation)
+            return bad(err, off, what, lg->job_id, lg->split, "generation not increasing");
+        if (!m_name_ok(m, lg->worker))
+            return bad(err, off, what, lg->job_id, lg->split, "bad worker id");
+        rc = m_worker_get(m, lg->worker, &w, err);
+        if (rc == SL_OK && !m_worker_reserve(m, w)) rc = sl_error_set(err, SL_ERR_NOMEM, "lease");
+        if (rc != SL_OK)
+            return sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
+        m_do_lease(m, slot, lg->split, w, lg->generation, 0);
+        return SL_OK;
+    }
+    case SLUICE__MASTER__RECORD__KIND_PROGRESS: {
+        const Sluice__Master__Progress *p = r->progress;
+        const char *what = "progress of job '%s' split %u";
+        rc = find_lease(m, p->job_id, p->split, p->generation, off, what, &slot, err);
+        if (rc != SL_OK) return rc;
+        job *jb = m->jobs[slot];
+        const split_st *s = &jb->st[p->split];
+        if (p->acked_rows < s->acked_rows || p->acked_batches < s->acked_batches ||
+            p->acked_rows > jb->defs[p->split].num_rows)
+            return bad(err, off, what, p->job_id, p->split, "position going back or past the end");
+        m_do_progress(jb, p->split, p->acked_batches, p->acked_rows);
+        return SL_OK;
+    }
+    case SLUICE__MASTER__RECORD__KIND_COMPLETED: {
+        const Sluice__Master__Completed *c = r->completed;
+        const char *what = "completion of job '%s' split %u";
+        rc = find_lease(m, c->job_id, c->split, c->generation, off, what, &slot, err);
+        if (rc != SL_OK) return rc;
+        job *jb = m->jobs[slot];
+        if (jb->st[c->split].acked_rows != jb->defs[c->split].num_rows)
+            return bad(err, off, what, c->job_id, c->split, "rows not all acknowledged");
+        m_do_release(m, slot, c->split, SL_DPP_SPLIT_DONE);
+        return SL_OK;
+    }
+    case SLUICE__MASTER__RECORD__KIND_EXPIRED: {
+        const Sluice__Master__Expired *e = r->expired;
+        rc = find_lease(m, e->job_id, e->split, e->generation, off, "expiry of job '%s' split %u",
+                        &slot, err);
+        if (rc != SL_OK) return rc;
+        m_do_release(m, slot, e->split, SL_DPP_SPLIT_PENDING);
+        return SL_OK;
+    }
+    case SLUICE__MASTER__RECORD__KIND_EPOCH_ADVANCED: {
+        const Sluice__Master__EpochAdvanced *ea = r->epoch_advanced;
+        const char *what = "job '%s' advancing to epoch %u";
+        job *jb = ea->job_id != NULL ? m_find_job(m, ea->job_id, &slot) : NULL;
+        if (jb == NULL)
+            return bad(err, off, what, ea->job_id ? ea->job_id : "", ea->epoch, "unknown job");
+        if (jb->epoch >= jb->epochs || ea->epoch != jb->epoch + 1 ||
+            jb->count[SL_DPP_SPLIT_DONE] != jb->n)
+            return bad(err, off, what, ea->job_id, ea->epoch, "epoch not complete or not next");
+        m_do_advance(m, jb);
+        return SL_OK;
+    }
+    default:
+        return sl_error_set(err, SL_ERR_CORRUPT, "record at offset %llu: unknown record kind %d",
+                            (unsigned long long)off, (int)r->kind_case);
+    }
+}
+
+sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
+                        sl_error_t *err)
+{
+    sl_dpp_master_t *m = ctx;
+    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
+    Sluice__Master__Record *r = sluice__master__record__unpack(&pa, len, payload);
+    if (r == NULL)
+        return sl_error_set(err, SL_ERR_CORRUPT, "record at offset %llu: malformed protobuf",
+                            (unsigned long long)offset);
+    sl_err_t rc = apply(m, r, offset, err);
+    sluice__master__record__free_unpacked(r, &pa);
+    return rc;
+}
+
+/* ---- snapshots ---------------------------------------------------------------------- */
+
+static void set_state(job *jb, uint32_t i, uint8_t state)
+{
+    jb->count[jb->st[i].state]--;
+    jb->st[i].state = state;
+    jb->count[state]++;
+}
+
+static sl_err_t restore_job(sl_dpp_master_t *m, const Sluice__Master__SnapshotJob *sj,
+                            sl_error_t *err)
+{
+    if (sj->spec == NULL || sj->spec->splits == NULL)
+        return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job without spec");
+    size_t n = sj->spec->splits->n_path_index;
+    if (sj->n_state != n || sj->n_worker != n || sj->n_generation != n || sj->n_acked_rows != n ||
+        sj->n_acked_batches != n)
+        return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': columns of unequal length",
+                            sj->spec->job_id ? sj->spec->job_id : "");
+    Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
+    ja.spec = sj->spec;
+    ja.start_epoch = sj->epoch;
+    ja.n_start_rows = ja.n_start_batches = n;
+    ja.start_rows = sj->acked_rows;
+    ja.start_batches = sj->acked_batches;
+    sl_err_t rc = m_add_job(m, &ja, err);
+    if (rc != SL_OK) return rc;
+    uint32_t slot;
+    job *jb = m_find_job(m, sj->spec->job_id, &slot);
+    bool finished = jb->epoch >= jb->epochs;
+    for (uint32_t i = 0; i < jb->n; i++) {
+        uint32_t st = sj->state[i];
+        bool full = jb->st[i].acked_rows == jb->defs[i].num_rows;
+        if (st > SL_DPP_SPLIT_DONE || (st == SL_DPP_SPLIT_DONE && !full) ||
+            (finished && st != SL_DPP_SPLIT_DONE) ||
+            (st == SL_DPP_SPLIT_LEASED && sj->worker[i] >= m->num_workers))
+            return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s' split %u: bad state",
+                                jb->id, i);
+        jb->st[i].generation = sj->generation[i];
+        if (st == SL_DPP_SPLIT_DONE) continue;
+        set_state(jb, i, SL_DPP_SPLIT_PENDING);
+        if (st == SL_DPP_SPLIT_LEASED) {
+            if (!m_worker_reserve(m, sj->worker[i]))
+                return sl_error_set(err, SL_ERR_NOMEM, "snapshot lease");
+            m_do_lease(m, slot, i, sj->worker[i], sj->generation[i], 0);
+        }
+    }
+    return SL_OK;
+}
+
+sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_error_t *err)
+{
+    sl_dpp_master_t *m = ctx;
+    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
+    Sluice__Master__Snapshot *s = sluice__master__snapshot__unpack(&pa, len, payload);
+    if (s == NULL) return sl_error_set(err, SL_ERR_CORRUPT, "malformed protobuf");
+    sl_err_t rc = SL_OK;
+    for (size_t i = 0; rc == SL_OK && i < s->n_workers; i++) {
+        uint32_t w;
+        rc = m_worker_get(m, s->workers[i] ? s->workers[i] : "", &w, err);
+        if (rc == SL_OK && w != i)
+            rc = sl_error_set(err, SL_ERR_CORRUPT, "worker '%s' listed twice", s->workers[i]);
+    }
+    for (size_t i = 0; rc == SL_OK && i < s->n_jobs; i++)
+        rc = restore_job(m, s->jobs[i], err);
+    if (rc == SL_OK && s->next_generation > m->next_generation)
+        m->next_generation = s->next_generation;
+    sluice__master__snapshot__free_unpacked(s, &pa);
+    if (rc != SL_OK && rc != SL_ERR_NOMEM) {
+        if (err != NULL) err->code = SL_ERR_CORRUPT;
+        rc = SL_ERR_CORRUPT;
+    }
+    return rc;
+}
+
+/* The whole state as a packed Snapshot. Caller frees *buf (*len bytes). */
+static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t *len,
+                                sl_error_t *err)
+{
+    const sl_allocator_t *a = m->a;
+    uint32_t nj = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        nj += m->jobs[i] != NULL;
+    Sluice__Master__Snapshot s = SLUICE__MASTER__SNAPSHOT__INIT;
+    s.next_generation = m->next_generation;
+    s.n_workers = m->num_workers;
+    s.workers = sl_alloc(a, (size_t)m->num_workers * sizeof(char *) + 1);
+    Sluice__Master__SnapshotJob *sj = sl_calloc(a, nj + 1, sizeof *sj);
+    Sluice__Master__JobSpec *spec = sl_calloc(a, nj + 1, sizeof *spec);
+    Sluice__Master__SplitList *sl = sl_calloc(a, nj + 1, sizeof *sl);
+    s.jobs = sl_calloc(a, nj + 1, sizeof *s.jobs);
+    sl_err_t rc = SL_OK;
+    if (s.workers == NULL || sj == NULL || spec == NULL || sl == NULL || s.jobs == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot");
+        goto out;
+    }
+    for (uint32_t w = 0; w < m->num_workers; w++)
+        s.workers[w] = m->workers[w].name;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        const job *jb = m->jobs[i];
+        if (jb == NULL) continue;
+        size_t k = s.n_jobs++, n = jb->n;
+        s.jobs[k] = &sj[k];
+        sluice__master__snapshot_job__init(&sj[k]);
+        sluice__master__job_spec__init(&spec[k]);
+        sluice__master__split_list__init(&sl[k]);
+        sj[k].spec = &spec[k];
+        spec[k] = (Sluice__Master__JobSpec)SLUICE__MASTER__JOB_SPEC__INIT;
+        spec[k].job_id = jb->id;
+        spec[k].splits = &sl[k];
+        spec[k].epochs = jb->epochs;
+        spec[k].seed = jb->seed;
+        spec[k].shuffle = jb->shuffle;
+        sl[k].n_paths = jb->num_paths;
+        sl[k].paths = jb->paths;
+        sl[k].n_path_index = sl[k].n_stripe_begin = sl[k].n_stripe_end = n;
+        sl[k].n_first_row = sl[k].n_num_rows = n;
+        sj[k].epoch = jb->epoch;
+        sj[k].n_state = sj[k].n_worker = sj[k].n_generation = n;
+        sj[k].n_acked_rows = sj[k].n_acked_batches = n;
+        sl[k].path_index = sl_alloc(a, n * 4);
+        sl[k].stripe_begin = sl_alloc(a, n * 4);
+        sl[k].stripe_end = sl_alloc(a, n * 4);
+        sl[k].first_row = sl_alloc(a, n * 8);
+        sl[k].num_rows = sl_alloc(a, n * 8);
+        sj[k].state = sl_alloc(a, n * 4);
+        sj[k].worker = sl_alloc(a, n * 4);
+        sj[k].generation = sl_alloc(a, n * 8);
+        sj[k].acked_rows = sl_alloc(a, n * 8);
+        sj[k].acked_batches = sl_alloc(a, n * 8);
+        if (!sl[k].path_index || !sl[k].stripe_begin || !sl[k].stripe_end || !sl[k].first_row ||
+            !sl[k].num_rows || !sj[k].state || !sj[k].worker || !sj[k].generation ||
+            !sj[k].acked_rows || !sj[k].acked_batches) {
+            rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot of job '%s'", jb->id);
+            goto out;
+        }
+        for (size_t j = 0; j < n; j++) {
+            const split_def *d = &jb->defs[j];
+            const split_st *st = &jb->st[j];
+            sl[k].path_index[j] = d->path;
+            sl[k].stripe_begin[j] = d->stripe_begin;
+            sl[k].stripe_end[j] = d->stripe_end;
+            sl[k].first_row[j] = d->first_row;
+            sl[k].num_rows[j] = d->num_rows;
+            sj[k].state[j] = st->state;
+            sj[k].worker[j] = st->state == SL_DPP_SPLIT_LEASED ? st->worker : 0;
+            sj[k].generation[j] = st->generation;
+            sj[k].acked_rows[j] = st->acked_rows;
+            sj[k].acked_batches[j] = st->acked_batches;
+        }
+    }
+    *len = sluice__master__snapshot__get_packed_size(&s);
+    *buf = sl_alloc(a, *len);
+    if (*buf == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot of %zu bytes", *len);
+        goto out;
+    }
+    sluice__master__snapshot__pack(&s, *buf);
+out:
+    for (size_t k = 0; sl != NULL && sj != NULL && k < s.n_jobs; k++) {
+        size_t n = sj[k].n_state;
+        sl_free(a, sl[k].path_index, n * 4);
+        sl_free(a, sl[k].stripe_begin, n * 4);
+        sl_free(a, sl[k].stripe_end, n * 4);
+        sl_free(a, sl[k].first_row, n * 8);
+        sl_free(a, sl[k].num_rows, n * 8);
+        sl_free(a, sj[k].state, n * 4);
+        sl_free(a, sj[k].worker, n * 4);
+        sl_free(a, sj[k].generation, n * 8);
+        sl_free(a, sj[k].acked_rows, n * 8);
+        sl_free(a, sj[k].acked_batches, n * 8);
+    }
+    sl_free(a, s.workers, (size_t)m->num_workers * sizeof(char *) + 1);
+    sl_free(a, s.jobs, (nj + 1) * sizeof *s.jobs);
+    sl_free(a, sj, (nj + 1) * sizeof *sj);
+    sl_free(a, spec, (nj + 1) * sizeof *spec);
+    sl_free(a, sl, (nj + 1) * sizeof *sl);
+    return rc;
+}
+
+sl_err_t sl_dpp_master_compact(sl_dpp_master_t *m, sl_error_t *err)
+{
+    if (m->journal == NULL) return SL_OK;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    sl_err_t rc = snapshot_encode(m, &buf, &len, err);
+    if (rc != SL_OK) return rc;
+    rc = sl_dpp_journal_compact(m->journal, buf, len, err);
+    sl_free(m->a, buf, len);
+    if (rc == SL_OK) m->c.compactions++;
+    return rc;
+}
+
+sl_err_t sl_dpp_master_sync(sl_dpp_master_t *m, sl_error_t *err)
+{
+    if (m->journal == NULL) return SL_OK;
+    if (sl_dpp_journal_size(m->journal) > m->opts.compact_bytes)
+        return sl_dpp_master_compact(m, err);
+    return sl_dpp_journal_sync(m->journal, err);
+}
+
+/* ---- dump --------------------------------------------------------------------------- */
+
+typedef struct sbuf {
+    const sl_allocator_t *a;
+    char *p;
+    size_t len, cap;
+    bool failed;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    if (b->failed) return;
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    if ((size_t)n >= sizeof line) n = sizeof line - 1;
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *p = sl_alloc(b->a, cap);
+        if (p == NULL) {
+            b->failed = true;
+            return;
+        }
+        if (b->len > 0) memcpy(p, b->p, b->len);
+        sl_free(b->a, b->p, b->cap);
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, line, (size_t)n);
+    b->len += (size_t)n;
+    b->p[b->len] = '\0';
+}
+
+static int by_id(const void *x, const void *y)
+{
+    return strcmp((*(const job *const *)x)->id, (*(const job *const *)y)->id);
+}
+
+sl_err_t sl_dpp_master_dump(const sl_dpp_master_t *m, char **out, size_t *len, sl_error_t *err)
+{
+    *out = NULL;
+    *len = 0;
+    sbuf b = {.a = m->a};
+    const job **jobs = sl_calloc(m->a, m->opts.max_jobs, sizeof *jobs);
+    if (jobs == NULL) return sl_error_set(err, SL_ERR_NOMEM, "dump");
+    uint32_t nj = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        if (m->jobs[i] != NULL) jobs[nj++] = m->jobs[i];
+    qsort(jobs, nj, sizeof *jobs, by_id);
+    static const char state_char[] = "PLD";
+    for (uint32_t i = 0; i < nj; i++) {
+        const job *jb = jobs[i];
+        sb_printf(&b, "job %s epoch %u/%u splits %u pending %u leased %u done %u acked %llu\n",
+                  jb->id, jb->epoch, jb->epochs, jb->n, jb->count[0], jb->count[1], jb->count[2],
+                  (unsigned long long)jb->acked_rows);
+        for (uint32_t s = 0; s < jb->n; s++) {
+            const split_st *st = &jb->st[s];
+            sb_printf(&b, " %u %c gen %llu batches %llu rows %llu %s\n", s, state_char[st->state],
+                      (unsigned long long)st->generation, (unsigned long long)st->acked_batches,
+                      (unsigned long long)st->acked_rows,
+                      st->state == SL_DPP_SPLIT_LEASED ? m->workers[st->worker].name : "-");
+        }
+    }
+    sl_free(m->a, jobs, (size_t)m->opts.max_jobs * sizeof *jobs);
+    if (b.len == 0) sb_printf(&b, "empty\n");
+    if (b.failed) {
+        sl_free(m->a, b.p, b.cap);
+        return sl_error_set(err, SL_ERR_NOMEM, "dump");
+    }
+    /* Hand back exactly len + 1 bytes, as the header promises. */
+    char *p = sl_alloc(m->a, b.len + 1);
+    if (p == NULL) {
+        sl_free(m->a, b.p, b.cap);
+        return sl_error_set(err, SL_ERR_NOMEM, "dump");
+    }
+    memcpy(p, b.p, b.len + 1);
+    sl_free(m->a, b.p, b.cap);
+    *out = p;
+    *len = b.len;
+    return SL_OK;
+}
+
+/* ---- open and replay ---------------------------------------------------------------- */
+
+/* After replay: queues from scratch, every lease expiring at now + timeout,
+ * counters of this run only. */
+static void after_replay(sl_dpp_master_t *m, uint64_t now_ms)
+{
+    uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        job *jb = m->jobs[i];
+        if (jb == NULL) continue;
+        m_reset_queue(jb);
+        for (uint32_t s = 0; s < jb->n; s++)
+            if (jb->st[s].state == SL_DPP_SPLIT_LEASED) jb->st[s].expiry = expiry;
+    }
+    for (uint32_t w = 0; w < m->num_workers; w++)
+        m->workers[w].earliest = expiry;
+    memset(&m->c, 0, sizeof m->c);
+    m->c.workers = m->num_workers;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        m->c.jobs += m->jobs[i] != NULL;
+}
+
+sl_err_t sl_dpp_master_open(const sl_dpp_master_opts_t *opts, uint64_t now_ms,
+                            sl_dpp_master_t **out, sl_dpp_journal_open_info_t *info,
+                            sl_error_t *err)
+{
+    *out = NULL;
+    if (info != NULL) memset(info, 0, sizeof *info);
+    sl_dpp_master_opts_t o = opts != NULL ? *opts : (sl_dpp_master_opts_t){0};
+    if (o.allocator == NULL) o.allocator = sl_allocator_default();
+    if (o.lease_timeout_ms == 0) o.lease_timeout_ms = 10000;
+    if (o.compact_bytes == 0) o.compact_bytes = 64u << 20;
+    if (o.max_jobs == 0) o.max_jobs = 64;
+    if (o.max_workers == 0) o.max_workers = 65536;
+    if (o.max_splits == 0) o.max_splits = 16u << 20;
+    if (o.max_name == 0 || o.max_name > 255) o.max_name = 255;
+    sl_dpp_master_t *m = sl_calloc(o.allocator, 1, sizeof *m);
+    if (m == NULL) return sl_error_set(err, SL_ERR_NOMEM, "master");
+    m->a = o.allocator;
+    m->opts = o;
+    m->next_generation = 1;
+    m->jobs = sl_calloc(m->a, o.max_jobs, sizeof *m->jobs);
+    if (m->jobs == NULL) {
+        sl_dpp_master_destroy(m);
+        return sl_error_set(err, SL_ERR_NOMEM, "master");
+    }
+    if (o.state_dir == NULL) {
+        *out = m;
+        return SL_OK;
+    }
+    m->opts.state_dir = NULL; /* borrowed for the call only */
+    m->replaying = true;
+    sl_err_t rc = sl_dpp_journal_open(o.state_dir, m->a, 0, m_apply_snapshot, m_apply_record, m,
+                                      &m->journal, info, err);
+    m->replaying = false;
+    if (rc != SL_OK) {
+        sl_dpp_master_destroy(m);
+        return rc;
+    }
+    after_replay(m, now_ms);
+    /* Generations handed out by the last run but lost with an unsynced tail
+     * must never come back: jump past them, durably, before granting any. */
+    Sluice__Master__Opened op = SLUICE__MASTER__OPENED__INIT;
+    op.generation_base = m->next_generation + GENERATION_GAP;
+    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
+    rec.kind_case = SLUICE__MASTER__RECORD__KIND_OPENED;
+    rec.opened = &op;
+    rc = m_journal(m, &rec, err);
+    if (rc == SL_OK) {
+        m->next_generation = op.generation_base;
+        rc = m_advance_all(m, err);
+    }
+    if (rc == SL_OK) rc = sl_dpp_master_sync(m, err);
+    if (rc != SL_OK) {
+        sl_dpp_master_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return SL_OK;
+}
+
+sl_err_t sl_dpp_master_replay(sl_dpp_master_t *m, const void *journal, size_t len, bool *torn,
+                              sl_error_t *err)
+{
+    if (m->journal != NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "replay into a master with a state directory");
+    sl_dpp_journal_scan_t scan;
+    m->replaying = true;
+    sl_err_t rc = sl_dpp_journal_scan(journal, len, "journal", 0, m_apply_record, m, &scan, err);
+    m->replaying = false;
+    if (torn != NULL) *torn = scan.torn;
+    after_replay(m, 0);
+    if (rc == SL_OK) rc = m_advance_all(m, err);
+    return rc;
+}
