@@ -1,36 +1,43 @@
-/* `sluice demo`: the main job on an embedded default. Generates session-like
- * batches (user features constant within a session, item features per
- * sample), deduplicates the user features into an IKJT, encodes each batch
- * for the wire both with and without dedup, decodes it back, checks that
- * expanding the IKJT gives exactly the original rows, and prints the figures. */
+/* `sluice demo`: the whole path on one machine, nothing external. Generates
+ * a `sessions` table (user features constant within a session, item
+ * features per sample; rows clustered by session and the user features
+ * stored once per unique row of a stripe) in a temporary directory, starts a DPP worker
+ * in-process on 127.0.0.1:0 with a job that deduplicates the user features,
+ * pulls one epoch through the trainer client, checks that every sample id
+ * arrived exactly once, and prints the figures; then runs the same job
+ * without dedup for comparison. The temporary directory is removed. */
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
-#include "dedup/dedup.h"
-#include "sluice/wire.h"
+#include "dpp/job.h"
+#include "dpp/worker.h"
+#include "sluice/trainer.h"
+#include "warehouse/import.h"
 
 typedef struct demo_options {
-    uint32_t batches;
+    uint64_t rows;
     uint32_t batch_size;
-    uint32_t session_length;
-    uint32_t history_ids;
+    uint32_t threads;
     uint64_t seed;
 } demo_options_t;
 
-typedef struct demo_totals {
-    uint64_t samples;
-    uint64_t unique_rows;
-    uint64_t wire_bytes_dedup;
-    uint64_t wire_bytes_plain;
-    double dedup_seconds;
-    double wire_seconds;
-} demo_totals_t;
+typedef struct demo_run {
+    uint64_t samples, batches;
+    double seconds;
+    uint64_t bytes_sent, bytes_expanded;
+    uint64_t wait_ns;
+    sl_dpp_worker_stats_t st;
+} demo_run_t;
 
-static double now_seconds(void)
+static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -39,20 +46,20 @@ static double now_seconds(void)
 
 static void demo_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: sluice demo [--batches N] [--batch-size B] [--session-length S]\n"
-            "                   [--history-ids K] [--seed X]\n"
-            "Generates session-like batches (4 user features of K ids, constant within a\n"
-            "session of S samples; 4 item features of 1-8 ids per sample), deduplicates the\n"
-            "user features, round-trips every batch through the wire encoding and checks\n"
-            "expand(dedup(batch)) == batch. Defaults: 64 batches of 4096, S=16, K=100.\n");
+    fprintf(out, "usage: sluice demo [--rows N] [--batch-size B] [--threads T] [--seed X]\n"
+                 "Generates a `sessions` table (user features constant within sessions of ~16\n"
+                 "samples) in a temporary directory, serves it from an in-process DPP worker with\n"
+                 "the user features deduplicated, reads one epoch through the trainer client,\n"
+                 "checks every sample arrived exactly once, then repeats without dedup.\n"
+                 "Defaults: 200000 rows, batches of 4096, threads: online cores, seed 1.\n");
 }
 
 static int parse_u64(const char *s, uint64_t *out)
 {
     char *end;
+    if (*s < '0' || *s > '9') return -1;
     unsigned long long v = strtoull(s, &end, 10);
-    if (*s == '\0' || *end != '\0') return -1;
+    if (*end != '\0') return -1;
     *out = v;
     return 0;
 }
@@ -60,155 +67,198 @@ static int parse_u64(const char *s, uint64_t *out)
 static int parse_options(int argc, char **argv, demo_options_t *o)
 {
     static const struct option longopts[] = {
-        {"batches", required_argument, 0, 'n'},  {"batch-size", required_argument, 0, 'b'},
-        {"session-length", required_argument, 0, 's'},
-        {"history-ids", required_argument, 0, 'k'}, {"seed", required_argument, 0, 'x'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    *o = (demo_options_t){64, 4096, 16, 100, 42};
-    int c;
+        {"rows", required_argument, NULL, 'r'},    {"batch-size", required_argument, NULL, 'b'},
+        {"threads", required_argument, NULL, 't'}, {"seed", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         uint64_t v = 0;
         if (c == 'h') {
             demo_usage(stdout);
             return 1;
         }
-        if (c == '?' || parse_u64(optarg, &v) != 0 || (c != 'x' && (v == 0 || v > 1u << 20))) {
-            if (c != '?') fprintf(stderr, "sluice demo: bad value '%s'\n", optarg);
+        if (c == '?' || parse_u64(optarg, &v) != 0 ||
+            ((c == 'r' || c == 'b') && (v == 0 || v > (1ull << 28))) || (c == 't' && v > 256)) {
+            fprintf(stderr, "sluice demo: bad option or value '%s'\n", argv[optind - 1]);
             demo_usage(stderr);
             return 2;
         }
-        switch (c) {
-        case 'n': o->batches = (uint32_t)v; break;
-        case 'b': o->batch_size = (uint32_t)v; break;
-        case 's': o->session_length = (uint32_t)v; break;
-        case 'k': o->history_ids = (uint32_t)v; break;
-        case 'x': o->seed = v; break;
-        }
+        if (c == 'r')
+            o->rows = v;
+        else if (c == 'b')
+            o->batch_size = (uint32_t)v;
+        else if (c == 't')
+            o->threads = (uint32_t)v;
+        else
+            o->seed = v;
     }
-    if (optind != argc) {
+    if (optind < argc) {
         fprintf(stderr, "sluice demo: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
     return 0;
 }
 
-/* Encode batch, decode the frame, and check the decoded batch expands to the
- * same rows as the original. @return the frame size, 0 on failure. */
-static size_t wire_round_trip(const sl_batch_t *batch, sl_error_t *err)
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
-    void *frame = NULL;
-    size_t len = 0;
-    if (sl_wire_encode(batch, NULL, &frame, &len, err) != SL_OK) return 0;
-    sl_batch_t *decoded = NULL;
-    sl_err_t rc = sl_wire_decode(frame, len, NULL, NULL, &decoded, err);
-    size_t result = 0;
-    if (rc == SL_OK) {
-        sl_kjt_t a, b;
-        sl_arena_t *scratch = sl_arena_new(NULL, 0);
-        if (scratch != NULL && sl_batch_expand(batch, scratch, &a, err) == SL_OK &&
-            sl_batch_expand(decoded, scratch, &b, err) == SL_OK) {
-            if (sl_kjt_equal(&a, &b))
-                result = len;
-            else
-                sl_error_set(err, SL_ERR_CORRUPT, "decoded batch differs from the original");
-        }
-        sl_arena_destroy(scratch);
-    }
-    sl_batch_destroy(decoded);
-    sl_free(NULL, frame, len);
-    return result;
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
 }
 
-static int run_batch(sl_dedup_t *dedup, const demo_options_t *o, uint32_t index,
-                     demo_totals_t *t, sl_error_t *err)
+/* One epoch through worker and trainer client; checks every sample id in
+ * [0, rows) arrives exactly once. @return 0 or 1 (message printed). */
+static int run_job(const char *table, const demo_options_t *o, bool dedup, demo_run_t *out)
 {
-    sl_arena_t *input = sl_arena_new(NULL, 0);
-    sl_batch_t *with = sl_batch_new(NULL), *without = sl_batch_new(NULL);
-    int rc = 1;
-    if (input == NULL || with == NULL || without == NULL) {
-        sl_error_set(err, SL_ERR_NOMEM, "demo: out of memory");
-        goto out;
+    json_t *spec = json_pack("{s:s, s:{s:s}, s:[{s:s, s:s, s:i}], s:{s:i, s:i}}", "id",
+                             dedup ? "demo-dedup" : "demo-plain", "source", "table", table,
+                             "transforms", "op", "sigrid_hash", "feature", "item_id", "table_size",
+                             1000003, "batch", "size", (int)o->batch_size, "epochs", 1);
+    if (!spec) return 1;
+    if (dedup) {
+        json_t *groups = json_pack("{s:[s,s,s]}", "user", "user_id", "user_hist", "user_cat");
+        json_object_set_new(json_object_get(spec, "batch"), "dedup_groups", groups);
     }
-    sl_dedup_synth_spec_t spec = {
-        .batch_size = o->batch_size,
-        .group_features = 4,
-        .plain_features = 4,
-        .ids_per_list = o->history_ids,
-        .vary_lengths = true,
-        .dup_factor = o->session_length,
-        .adjacent = true,
-        .weighted = false,
-        .seed = o->seed + index,
-    };
-    sl_kjt_t all;
-    sl_dedup_group_spec_t group;
-    if (sl_dedup_synth(&spec, input, &all, &group) != SL_OK) {
-        sl_error_set(err, SL_ERR_NOMEM, "demo: generating batch %u", index);
-        goto out;
+    sl_error_t err = {0};
+    sl_dpp_problems_t problems = {0};
+    sl_dpp_job_t *job = NULL;
+    sl_err_t rc = sl_dpp_job_from_json(spec, &job, &problems, &err);
+    json_decref(spec);
+    sl_dpp_worker_t *w = NULL;
+    sl_trainer_t *t = NULL;
+    uint8_t *seen = NULL;
+    int code = 1;
+    if (rc != SL_OK) goto done;
+    sl_dpp_worker_opts_t wo = sl_dpp_worker_opts_default();
+    wo.listen = "127.0.0.1:0";
+    wo.threads = o->threads;
+    wo.worker_id = "demo-worker";
+    if ((rc = sl_dpp_worker_start(job, &wo, &w, &problems, &err))) goto done;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_dpp_worker_port(w));
+    sl_trainer_opts_t to = sl_trainer_opts_default();
+    to.address = addr;
+    to.client_name = "demo-trainer";
+    to.prefetch = 8;
+    seen = calloc(o->rows, 1);
+    if (!seen) goto done;
+    double t0 = now_s();
+    if ((rc = sl_trainer_connect(&to, &t, &err))) goto done;
+    sl_batch_t *b;
+    while ((rc = sl_trainer_next(t, 30000, &b, &err)) == SL_OK) {
+        for (uint32_t i = 0; i < b->batch_size; i++) {
+            int64_t id = b->sample_ids ? b->sample_ids[i] : -1;
+            if (id < 0 || (uint64_t)id >= o->rows || seen[id]) {
+                fprintf(stderr, "sluice demo: sample id %" PRId64 " %s\n", id,
+                        id < 0 || (uint64_t)id >= o->rows ? "out of range" : "arrived twice");
+                sl_trainer_release(t, b);
+                goto done;
+            }
+            seen[id] = 1;
+        }
+        out->samples += b->batch_size;
+        out->batches++;
+        sl_trainer_release(t, b);
     }
-    sl_dedup_stats_t stats;
-    double t0 = now_seconds();
-    if (sl_dedup_batch(dedup, &all, &group, 1, with, &stats, err) != SL_OK) goto out;
-    double t1 = now_seconds();
-    /* The no-dedup path: the same features, all in the plain KJT. */
-    if (sl_dedup_batch(dedup, &all, NULL, 0, without, NULL, err) != SL_OK) goto out;
-    size_t dedup_bytes = wire_round_trip(with, err);
-    double t2 = now_seconds();
-    size_t plain_bytes = dedup_bytes ? wire_round_trip(without, err) : 0;
-    if (dedup_bytes == 0 || plain_bytes == 0) goto out;
-    t->samples += o->batch_size;
-    t->unique_rows += stats.unique_rows;
-    t->wire_bytes_dedup += dedup_bytes;
-    t->wire_bytes_plain += plain_bytes;
-    t->dedup_seconds += t1 - t0;
-    t->wire_seconds += t2 - t1;
-    rc = 0;
-out:
-    sl_batch_destroy(with);
-    sl_batch_destroy(without);
-    sl_arena_destroy(input);
-    return rc;
+    out->seconds = now_s() - t0;
+    if (rc != SL_ERR_CLOSED) goto done;
+    rc = SL_OK;
+    for (uint64_t i = 0; i < o->rows; i++)
+        if (!seen[i]) {
+            fprintf(stderr, "sluice demo: sample id %" PRIu64 " never arrived\n", i);
+            goto done;
+        }
+    sl_trainer_stats_t ts;
+    sl_trainer_stats(t, &ts);
+    out->wait_ns = ts.wait_ns;
+    if (sl_dpp_worker_wait(w, 10000, &err) != SL_OK) {
+        rc = err.code;
+        goto done;
+    }
+    sl_dpp_worker_stats(w, &out->st);
+    out->bytes_sent = out->st.server.bytes_acked;
+    out->bytes_expanded = out->st.server.bytes_acked_expanded;
+    code = 0;
+done:
+    if (rc != SL_OK) {
+        for (uint32_t i = 0; i < problems.count; i++)
+            fprintf(stderr, "sluice demo: %s\n", problems.items[i]);
+        fprintf(stderr, "sluice demo: %s\n", err.msg[0] ? err.msg : sl_err_str(rc));
+    }
+    sl_trainer_close(t);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+    sl_dpp_problems_free(&problems);
+    free(seen);
+    return code;
 }
 
 int sl_cli_demo(int argc, char **argv)
 {
-    demo_options_t o;
-    int prc = parse_options(argc, argv, &o);
-    if (prc != 0) return prc == 1 ? 0 : prc;
-    sl_dedup_t *dedup = sl_dedup_new(NULL, NULL);
-    if (dedup == NULL) {
-        fprintf(stderr, "sluice demo: out of memory\n");
+    demo_options_t o = {.rows = 200000, .batch_size = 4096, .threads = 0, .seed = 1};
+    int pc = parse_options(argc, argv, &o);
+    if (pc) return pc == 1 ? 0 : pc;
+    char dir[] = "/tmp/sluice-demo-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("sluice demo: mkdtemp");
         return 1;
     }
-    printf("sluice demo: %u batches of %u samples; sessions of %u samples; "
-           "user history %u ids (mean) x 4 features\n",
-           o.batches, o.batch_size, o.session_length, o.history_ids);
-    demo_totals_t t = {0};
+    char table[sizeof dir + 16];
+    snprintf(table, sizeof table, "%s/sessions", dir);
+    int code = 1;
     sl_error_t err = {0};
-    double start = now_seconds();
-    for (uint32_t i = 0; i < o.batches; i++) {
-        if (run_batch(dedup, &o, i, &t, &err) != 0) {
-            fprintf(stderr, "sluice demo: batch %u: %s\n", i, err.msg);
-            sl_dedup_destroy(dedup);
-            return 1;
-        }
+    sl_wh_gen_spec_t spec;
+    double t0 = now_s();
+    if (sl_wh_gen_preset("sessions", o.rows, o.seed, &spec, &err) != SL_OK) goto fail;
+    spec.files = 2;
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.cluster_sessions = true;
+    go.writer.no_sync = true;
+    /* RecD storage dedup: the user features stored once per unique row of a
+     * stripe; the dedup job then serves them as stored */
+    static const char *const user[] = {"user_id", "user_hist", "user_cat"};
+    sl_dedup_group_spec_t group = {.name = "user", .num_features = 3, .features = user};
+    go.writer.num_dedup_groups = 1;
+    go.writer.dedup_groups = &group;
+    sl_wh_write_stats_t ws;
+    if (sl_wh_gen_table(table, &spec, &go, &ws, &err) != SL_OK) goto fail;
+    printf("sluice demo: generated a `sessions` table of %" PRIu64 " rows (%.1f MB on disk, "
+           "user features stored once per unique row of a stripe) in %.2f s\n",
+           ws.rows, (double)ws.file_bytes / 1e6, now_s() - t0);
+    printf("  job: batches of %u, sigrid_hash(item_id); one epoch to one trainer client\n\n",
+           o.batch_size);
+    demo_run_t with = {0}, without = {0};
+    if (run_job(table, &o, true, &with) || run_job(table, &o, false, &without)) goto out;
+    const demo_run_t *runs[2] = {&with, &without};
+    const char *names[2] = {"with dedup of user_id, user_hist, user_cat", "without dedup"};
+    for (int i = 0; i < 2; i++) {
+        const demo_run_t *r = runs[i];
+        printf("%s:\n", names[i]);
+        printf("  samples                  %" PRIu64 " in %" PRIu64
+               " batches, every sample id exactly once\n",
+               r->samples, r->batches);
+        printf("  samples/s                %.0f\n", r->seconds > 0 ? r->samples / r->seconds : 0.0);
+        printf("  bytes sent               %.1f MB (%.1f MB had dedup been off)\n",
+               r->bytes_sent / 1e6, r->bytes_expanded / 1e6);
+        for (uint32_t g = 0; g < r->st.num_groups; g++)
+            printf("  dedup factor (%s)      %.2f (%" PRIu64 " rows -> %" PRIu64 " unique)\n",
+                   r->st.groups[g].name, r->st.groups[g].factor, r->st.groups[g].rows,
+                   r->st.groups[g].unique_rows);
+        printf("  trainer wait time        %.3f s of %.3f s\n", r->wait_ns / 1e9, r->seconds);
     }
-    double elapsed = now_seconds() - start;
-    sl_dedup_destroy(dedup);
-    printf("  every batch: wire round trip checked, expand(dedup(batch)) == batch\n");
-    printf("  samples                 %" PRIu64 "\n", t.samples);
-    printf("  dedup factor (user)     %.2f  (%" PRIu64 " rows -> %" PRIu64 " unique)\n",
-           (double)t.samples / (double)(t.unique_rows ? t.unique_rows : 1), t.samples,
-           t.unique_rows);
-    printf("  wire bytes without dedup %.1f MB\n", (double)t.wire_bytes_plain / 1e6);
-    printf("  wire bytes with dedup    %.1f MB  (%.2fx smaller)\n",
-           (double)t.wire_bytes_dedup / 1e6,
-           (double)t.wire_bytes_plain / (double)t.wire_bytes_dedup);
-    printf("  dedup throughput        %.2f M samples/s\n",
-           (double)t.samples / t.dedup_seconds / 1e6);
-    printf("  encode+decode+check     %.2f M samples/s\n",
-           (double)t.samples / t.wire_seconds / 1e6);
-    printf("  wall time               %.2f s\n", elapsed);
-    return 0;
+    double sw = with.seconds > 0 ? with.samples / with.seconds : 0;
+    double so = without.seconds > 0 ? without.samples / without.seconds : 0;
+    printf("\ndedup: %.2fx fewer bytes sent, %.2fx the samples/s\n",
+           with.bytes_sent ? (double)without.bytes_sent / (double)with.bytes_sent : 0.0,
+           so > 0 ? sw / so : 0.0);
+    code = 0;
+    goto out;
+fail:
+    fprintf(stderr, "sluice demo: %s\n", err.msg);
+out:
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    return code;
 }

@@ -12,6 +12,8 @@ static const struct {
 } commands[] = {
     {"demo", sl_cli_demo, "deduplicate generated session batches and print the figures"},
     {"table", sl_cli_table, "create, import, inspect, verify and read feature tables"},
+    {"worker", sl_cli_worker, "run a job's pipeline and serve its batches to trainers"},
+    {"read", sl_cli_read, "receive batches from a DPP worker as a trainer would"},
 };
 
 static void usage(FILE *out)

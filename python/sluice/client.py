@@ -1,0 +1,439 @@
+"""The trainer client: batches from a sluice DPP worker as numpy arrays that
+share the C buffers (no element-by-element copy).
+
+    with sluice.Client("127.0.0.1:7077", prefetch=4) as client:
+        for batch in client:
+            with batch:                      # released at the end of the block
+                ids = batch.sparse.values    # numpy int64 view on the C buffer
+                t = batch.torch()            # torch tensors sharing that memory
+
+Lifetime: every array a Batch hands out holds a reference to the Batch (its
+`.base` is a small view object whose `.owner` is the Batch), so the C batch
+stays alive as long as any array or tensor made from it does, and is
+released when the last of them and the Batch are gone. batch.release() (or
+leaving a `with batch:` block) gives it back at once when nothing made from
+it is alive any more, otherwise as soon as the last array goes; either way
+the Batch object itself can no longer be read.
+"""
+
+import ctypes
+import threading
+
+import numpy as np
+
+from . import _native
+
+
+class SluiceError(Exception):
+    """A sluice C call failed: .code is the sl_err_t value, .name its name,
+    the message the C library's description of what failed and where."""
+
+    def __init__(self, code, message):
+        self.code = code
+        self.name = _native.err_name(code)
+        super().__init__("%s: %s" % (self.name, message) if message else self.name)
+
+
+class SluiceTimeout(SluiceError, TimeoutError):
+    """No batch arrived within the timeout (the connection is still fine)."""
+
+
+def _raise(code, err, what):
+    msg = err.msg.decode("utf-8", "replace") if err.msg else ""
+    if not msg:
+        msg = _native.load().sl_err_str(code).decode()
+    cls = SluiceTimeout if code == _native.SL_ERR_TIMEOUT else SluiceError
+    raise cls(code, "%s: %s" % (what, msg))
+
+
+class _View:
+    """The numpy base of one array: exposes one C buffer through the array
+    interface and keeps the Batch that owns the buffer alive."""
+
+    __slots__ = ("owner", "__array_interface__")
+
+    def __init__(self, owner, addr, shape, typestr):
+        self.owner = owner
+        self.__array_interface__ = {
+            "version": 3,
+            "data": (addr, False),
+            "shape": shape,
+            "typestr": typestr,
+        }
+        owner._live += 1
+
+    def __del__(self):
+        # The array this view backs is gone: a batch released while arrays
+        # were alive goes back with its last one.
+        o = self.owner
+        o._live -= 1
+        if o._live == 0 and o._released:
+            o._free()
+
+
+class _Handle:
+    """The sl_trainer_t and the lock that serialises next/release on it
+    (trainer.h: one thread at a time). Batches hold the handle, so it lives
+    until they are gone; a batch released after close() is freed with
+    sl_batch_destroy, as trainer.h allows."""
+
+    def __init__(self, lib, ptr):
+        self.lib = lib
+        self.ptr = ptr
+        self.lock = threading.Lock()
+        # Batches whose owner died while the lock was held elsewhere (a
+        # finalizer must never block): freed by the next call that holds it.
+        self.pending = []
+
+    def free_batch(self, bptr):
+        if not self.lock.acquire(blocking=False):
+            self.pending.append(bptr)
+            return
+        try:
+            self._free(bptr)
+            self._drain()
+        finally:
+            self.lock.release()
+
+    def _free(self, bptr):
+        if self.ptr is not None:
+            self.lib.sl_trainer_release(self.ptr, bptr)
+        else:
+            self.lib.sl_batch_destroy(bptr)
+
+    def _drain(self):
+        # Caller holds self.lock.
+        while self.pending:
+            self._free(self.pending.pop())
+
+    def close(self):
+        with self.lock:
+            self._drain()
+            if self.ptr is not None:
+                self.lib.sl_trainer_close(self.ptr)
+                self.ptr = None
+
+
+def _strings(pp, n):
+    if n == 0 or not pp:
+        return []
+    return [pp[i].decode("utf-8", "replace") for i in range(n)]
+
+
+class KJT:
+    """A KeyedJaggedTensor of a batch, TorchRec layout: keys [F], lengths
+    int32 [F*stride] key-major, values int64, weights float32 or None."""
+
+    __slots__ = ("keys", "stride", "lengths", "values", "weights")
+
+    def __init__(self, keys, stride, lengths, values, weights):
+        self.keys = keys
+        self.stride = stride
+        self.lengths = lengths
+        self.values = values
+        self.weights = weights
+
+    def offsets(self):
+        """int64 [F*stride + 1]: exclusive prefix sum of lengths (a new array)."""
+        out = np.zeros(self.lengths.size + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=out[1:])
+        return out
+
+    def lengths_2d(self):
+        """lengths as [F, stride] (a view)."""
+        return self.lengths.reshape(len(self.keys), self.stride)
+
+    def __repr__(self):
+        return "KJT(keys=%r, stride=%d, values=%d)" % (self.keys, self.stride, self.values.size)
+
+
+class IKJT:
+    """One dedup group: `unique` holds the group's features over U unique
+    rows, `inverse` (int32 [B]) maps every batch row to its unique row."""
+
+    __slots__ = ("name", "unique", "batch_size", "inverse")
+
+    def __init__(self, name, unique, batch_size, inverse):
+        self.name = name
+        self.unique = unique
+        self.batch_size = batch_size
+        self.inverse = inverse
+
+    @property
+    def keys(self):
+        return self.unique.keys
+
+    def __repr__(self):
+        return "IKJT(%r, keys=%r, unique=%d of %d)" % (
+            self.name,
+            self.unique.keys,
+            self.unique.stride,
+            self.batch_size,
+        )
+
+
+class Batch:
+    """One batch from the worker. Attributes (numpy views on the C buffers,
+    made afresh on each access - cheap, nothing is copied): sparse (KJT),
+    groups (list of IKJT), dense (float32 [B, D]), labels (float32 [B, T]),
+    sample_ids (int64 [B] or None); plain data: batch_size, dense_names,
+    label_names, origin (dict). torch() gives the same as torch tensors.
+
+    The Batch holds no array itself (each array holds the Batch), so there is
+    no reference cycle: the C batch goes back as soon as the last reference
+    to the Batch or to anything made from it is dropped."""
+
+    def __init__(self, handle, bptr):
+        self._handle = handle
+        self._ptr = bptr
+        self._released = False
+        self._live = 0  # arrays alive that point into the batch (see _View)
+        b = bptr.contents
+        self.batch_size = int(b.batch_size)
+        self.dense_names = _strings(b.dense.names, b.dense.cols)
+        self.label_names = _strings(b.labels.names, b.labels.cols)
+        self._sparse_keys = _strings(b.sparse.keys, b.sparse.num_keys)
+        self._group_names = [
+            b.groups[g].name.decode("utf-8", "replace") if b.groups[g].name else ""
+            for g in range(b.num_groups)
+        ]
+        self._group_keys = [
+            _strings(b.groups[g].unique.keys, b.groups[g].unique.num_keys)
+            for g in range(b.num_groups)
+        ]
+        o = b.origin
+        self.origin = {
+            "job_id": int(o.job_id),
+            "epoch": int(o.epoch),
+            "split_id": int(o.split_id),
+            "first_row": int(o.first_row),
+            "sequence": int(o.sequence),
+        }
+
+    def _c(self):
+        if self._released or self._ptr is None:
+            raise SluiceError(-2, "batch was released")
+        return self._ptr.contents
+
+    def _array(self, ptr, shape, typestr):
+        n = 1
+        for s in shape:
+            n *= s
+        if n == 0:
+            # An empty buffer may be NULL: nothing to share.
+            return np.empty(shape, dtype=np.dtype(typestr))
+        addr = ctypes.cast(ptr, ctypes.c_void_p).value
+        if not addr:
+            raise SluiceError(-2, "batch buffer of %d elements is NULL" % n)
+        return np.asarray(_View(self, addr, shape, typestr))
+
+    def _kjt(self, k, keys):
+        nk, stride, nv = int(k.num_keys), int(k.stride), int(k.num_values)
+        return KJT(
+            keys,
+            stride,
+            self._array(k.lengths, (nk * stride,), "<i4"),
+            self._array(k.values, (nv,), "<i8"),
+            self._array(k.weights, (nv,), "<f4") if k.weights else None,
+        )
+
+    @property
+    def sparse(self):
+        return self._kjt(self._c().sparse, self._sparse_keys)
+
+    @property
+    def num_groups(self):
+        return len(self._group_names)
+
+    def group(self, g):
+        """Dedup group g (an index or a name) as an IKJT."""
+        if isinstance(g, str):
+            g = self._group_names.index(g)
+        ik = self._c().groups[g]
+        return IKJT(
+            self._group_names[g],
+            self._kjt(ik.unique, self._group_keys[g]),
+            int(ik.batch_size),
+            self._array(ik.inverse, (int(ik.batch_size),), "<i4"),
+        )
+
+    @property
+    def groups(self):
+        return [self.group(g) for g in range(len(self._group_names))]
+
+    @property
+    def dense(self):
+        d = self._c().dense
+        return self._array(d.data, (int(d.rows), int(d.cols)), "<f4")
+
+    @property
+    def labels(self):
+        d = self._c().labels
+        return self._array(d.data, (int(d.rows), int(d.cols)), "<f4")
+
+    @property
+    def sample_ids(self):
+        b = self._c()
+        return self._array(b.sample_ids, (self.batch_size,), "<i8") if b.sample_ids else None
+
+    @property
+    def released(self):
+        return self._released
+
+    def torch(self):
+        """The batch as torch tensors sharing the C buffers:
+        {"dense", "labels", "sample_ids", "sparse": kjt_kwargs,
+        "groups": {name: kjt_kwargs with inverse_indices}} (see sluice.torch)."""
+        from .torch import batch_to_torch
+
+        return batch_to_torch(self)
+
+    def release(self):
+        """Give the C batch back: now when no array made from it is alive,
+        otherwise as soon as the last one goes. The Batch can no longer be
+        read. Idempotent."""
+        if self._released:
+            return
+        self._released = True
+        if self._live == 0:
+            self._free()
+
+    def _free(self):
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            self._handle.free_batch(ptr)
+
+    def __del__(self):
+        # Runs once neither the caller nor any array refers to the batch.
+        try:
+            self._free()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+    def __repr__(self):
+        if self._released:
+            return "Batch(released)"
+        return "Batch(B=%d, sparse=%r, groups=%r, dense=%d, labels=%d)" % (
+            self.batch_size,
+            self._sparse_keys,
+            self._group_names,
+            len(self.dense_names) if self.dense_names else self._c().dense.cols,
+            self._c().labels.cols,
+        )
+
+
+class Client:
+    """A connection to one DPP worker ("host:port"). Iterating yields Batch
+    objects until the job has no more data. prefetch: decoded batches the
+    C library keeps ready; timeout_ms: how long one next() waits for a batch
+    (< 0: forever) before SluiceTimeout."""
+
+    def __init__(
+        self,
+        address,
+        prefetch=4,
+        timeout_ms=60000,
+        client_name=None,
+        connect_timeout_ms=0,
+        reconnect_ms=0,
+        rank=0,
+        world_size=1,
+    ):
+        lib = _native.load()
+        self._lib = lib
+        self._handle = None
+        self.address = address
+        self.timeout_ms = timeout_ms
+        opts = lib.sl_trainer_opts_default()
+        self._address_b = address.encode()
+        self._name_b = client_name.encode() if client_name else None
+        opts.address = self._address_b
+        opts.client_name = self._name_b
+        opts.prefetch = prefetch
+        opts.connect_timeout_ms = connect_timeout_ms
+        opts.reconnect_ms = reconnect_ms
+        opts.rank = rank
+        opts.world_size = world_size
+        err = _native.sl_error_t()
+        t = ctypes.c_void_p()
+        rc = lib.sl_trainer_connect(ctypes.byref(opts), ctypes.byref(t), ctypes.byref(err))
+        if rc != _native.SL_OK:
+            _raise(rc, err, "connect to %s" % address)
+        self._handle = _Handle(lib, t)
+        self._done = False
+
+    def next(self, timeout_ms=None):
+        """The next Batch, or None when the job has no more batches. Raises
+        SluiceTimeout when none arrived in time, SluiceError when the
+        connection failed for good."""
+        h = self._handle
+        if h is None or h.ptr is None:
+            raise SluiceError(-11, "client for %s is closed" % self.address)
+        if self._done:
+            return None
+        tmo = self.timeout_ms if timeout_ms is None else timeout_ms
+        err = _native.sl_error_t()
+        out = ctypes.POINTER(_native.sl_batch_t)()
+        with h.lock:
+            h._drain()
+            # ctypes drops the GIL for the call, so other threads run while
+            # this one waits for data.
+            rc = self._lib.sl_trainer_next(h.ptr, tmo, ctypes.byref(out), ctypes.byref(err))
+        if rc == _native.SL_ERR_CLOSED:
+            self._done = True
+            return None
+        if rc != _native.SL_OK:
+            _raise(rc, err, "next batch from %s" % self.address)
+        try:
+            return Batch(h, out)
+        except Exception:
+            h.free_batch(out)
+            raise
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        b = self.next()
+        if b is None:
+            raise StopIteration
+        return b
+
+    def stats(self):
+        """The C client's counters as a dict (batches, samples, bytes,
+        wait_ns, reconnects, queued)."""
+        h = self._handle
+        s = _native.sl_trainer_stats_t()
+        if h is not None and h.ptr is not None:
+            self._lib.sl_trainer_stats(h.ptr, ctypes.byref(s))
+        return {name: int(getattr(s, name)) for name, _ in s._fields_}
+
+    def close(self):
+        """Disconnect. Batches already handed out stay valid until released."""
+        if self._handle is not None:
+            self._handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def library_path():
+    return _native.library_path()
+

@@ -1,0 +1,232 @@
+"""PyTorch side of the sluice client: batches as dicts of torch tensors that
+share the C buffers, TorchRec KeyedJaggedTensor keyword arguments (plain and
+deduplicated / variable-batch), IKJT expansion, and an IterableDataset.
+
+An IKJT (one dedup group: the group's features over U unique rows plus
+inverse indices [B]) is what TorchRec calls a variable-batch KJT: every key
+has stride U (`stride_per_key_per_rank=[[U]] * F`) and
+`inverse_indices=(keys, int64 tensor [F, B])` says which unique row each
+batch row uses, so an EmbeddingBagCollection pools the U unique rows once
+and expands the pooled output to B rows.
+"""
+
+import numpy as np
+import torch
+
+from .client import IKJT, KJT, Client
+
+try:  # TorchRec is optional: without it we hand out the keyword arguments.
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as _TorchrecKJT
+
+    HAVE_TORCHREC = True
+except Exception:  # ImportError, or a torchrec/fbgemm that fails to load
+    _TorchrecKJT = None
+    HAVE_TORCHREC = False
+
+
+def _t(a):
+    """numpy -> torch without copying (None stays None)."""
+    return None if a is None else torch.from_numpy(a)
+
+
+def kjt_kwargs(part):
+    """Keyword arguments for torchrec's KeyedJaggedTensor(**kwargs).
+
+    part: a KJT (batch.sparse, or expand_ikjt's result as a dict) gives
+    keys, values (int64), lengths (int32, key-major), weights (float32 or
+    None) and stride (B). An IKJT (a dedup group) gives the unique rows:
+    stride U, stride_per_key_per_rank [[U]] * F, and inverse_indices
+    (keys, int64 [F, B]) - the group's inverse indices once per key. The
+    tensors share the batch's buffers except inverse_indices (int32 -> int64,
+    F x B: a small copy)."""
+    if isinstance(part, IKJT):
+        u = part.unique
+        f = len(u.keys)
+        inv = torch.from_numpy(part.inverse.astype(np.int64))
+        return {
+            "keys": list(u.keys),
+            "values": _t(u.values),
+            "lengths": _t(u.lengths),
+            "weights": _t(u.weights),
+            "stride": u.stride,
+            "stride_per_key_per_rank": [[u.stride] for _ in range(f)],
+            "inverse_indices": (list(u.keys), inv.unsqueeze(0).expand(f, -1).contiguous()),
+        }
+    if isinstance(part, KJT):
+        return {
+            "keys": list(part.keys),
+            "values": _t(part.values),
+            "lengths": _t(part.lengths),
+            "weights": _t(part.weights),
+            "stride": part.stride,
+        }
+    if isinstance(part, dict):  # expand_ikjt / expand_batch output (numpy)
+        conv = lambda a: a if a is None or isinstance(a, torch.Tensor) else torch.from_numpy(a)
+        return {
+            "keys": list(part["keys"]),
+            "values": conv(part["values"]),
+            "lengths": conv(part["lengths"]),
+            "weights": conv(part.get("weights")),
+            "stride": int(part["stride"]),
+        }
+    raise TypeError("kjt_kwargs: expected a sluice KJT, IKJT or expanded dict, got %r" % type(part))
+
+
+def make_kjt(kwargs):
+    """torchrec KeyedJaggedTensor(**kwargs). Raises ImportError without TorchRec."""
+    if not HAVE_TORCHREC:
+        raise ImportError("torchrec is not importable: use the keyword arguments (kjt_kwargs)")
+    return _TorchrecKJT(**kwargs)
+
+
+def _gather_segments(lengths, starts):
+    """Indices that concatenate segments [starts[i], starts[i] + lengths[i])."""
+    lengths = lengths.astype(np.int64, copy=False)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    # Each output slot j of segment i takes starts[i] + (j - (ends[i] - lengths[i])).
+    shift = np.repeat(starts - (ends - lengths), lengths)
+    return shift + np.arange(total, dtype=np.int64)
+
+
+def expand_ikjt(group, as_torch=False):
+    """The KJT of stride B that an IKJT stands for: row b of every key is
+    unique row inverse[b]. Returns a dict keys, values, lengths, weights,
+    stride (new numpy arrays; torch tensors when as_torch)."""
+    u = group.unique
+    f, nu, b = len(u.keys), u.stride, group.batch_size
+    inv = group.inverse.astype(np.int64)
+    if inv.size and (inv.min() < 0 or inv.max() >= max(nu, 1)):
+        raise ValueError("group %r: inverse index out of [0, %d)" % (group.name, nu))
+    rows = (np.arange(f, dtype=np.int64)[:, None] * nu + inv[None, :]).reshape(-1)
+    offsets = np.zeros(u.lengths.size + 1, dtype=np.int64)
+    np.cumsum(u.lengths, out=offsets[1:])
+    lengths = u.lengths[rows] if rows.size else np.zeros(0, dtype=np.int32)
+    idx = _gather_segments(lengths, offsets[:-1][rows] if rows.size else offsets[:0])
+    out = {
+        "keys": list(u.keys),
+        "values": u.values[idx],
+        "lengths": np.ascontiguousarray(lengths, dtype=np.int32),
+        "weights": None if u.weights is None else u.weights[idx],
+        "stride": b,
+    }
+    if as_torch:
+        for k in ("values", "lengths", "weights"):
+            out[k] = _t(out[k])
+    return out
+
+
+def expand_batch(batch, as_torch=False):
+    """One KJT of stride B: the batch's plain KJT keys followed by every
+    group's keys expanded, in group order (what sl_batch_expand builds, and
+    what the job sends without dedup groups, up to key order)."""
+    parts = [
+        {
+            "keys": batch.sparse.keys,
+            "values": batch.sparse.values,
+            "lengths": batch.sparse.lengths,
+            "weights": batch.sparse.weights,
+        }
+    ]
+    parts += [expand_ikjt(g) for g in batch.groups]
+    weighted = any(p["weights"] is not None for p in parts)
+    if weighted:
+        for p in parts:
+            if p["weights"] is None:
+                p["weights"] = np.ones(p["values"].size, dtype=np.float32)
+    out = {
+        "keys": [k for p in parts for k in p["keys"]],
+        "values": np.concatenate([p["values"] for p in parts]),
+        "lengths": np.concatenate([p["lengths"] for p in parts]).astype(np.int32, copy=False),
+        "weights": np.concatenate([p["weights"] for p in parts]) if weighted else None,
+        "stride": batch.batch_size,
+    }
+    if as_torch:
+        for k in ("values", "lengths", "weights"):
+            out[k] = _t(out[k])
+    return out
+
+
+def batch_to_torch(batch, expand=False, as_kjt=False):
+    """A Batch as a dict of torch tensors sharing its buffers:
+    batch_size, dense [B, D], labels [B, T], sample_ids [B] (or None),
+    dense_names, label_names, sparse (kjt_kwargs of the plain KJT) and
+    groups {name: kjt_kwargs of the IKJT}. expand=True folds the groups into
+    sparse (expanded, new buffers) and leaves groups empty; as_kjt=True
+    makes torchrec KeyedJaggedTensors of the keyword arguments."""
+    out = {
+        "batch_size": batch.batch_size,
+        "dense": _t(batch.dense),
+        "labels": _t(batch.labels),
+        "sample_ids": _t(batch.sample_ids),
+        "dense_names": list(batch.dense_names),
+        "label_names": list(batch.label_names),
+    }
+    if expand:
+        out["sparse"] = kjt_kwargs(expand_batch(batch))
+        out["groups"] = {}
+    else:
+        out["sparse"] = kjt_kwargs(batch.sparse)
+        out["groups"] = {g.name: kjt_kwargs(g) for g in batch.groups}
+    if as_kjt:
+        out["sparse"] = make_kjt(out["sparse"])
+        out["groups"] = {n: make_kjt(kw) for n, kw in out["groups"].items()}
+    return out
+
+
+class SluiceIterableDataset(torch.utils.data.IterableDataset):
+    """Batches from one or more sluice workers for a torch DataLoader (use
+    batch_size=None: the batches are already batched).
+
+    With DataLoader workers, each worker process opens its own clients (never
+    before the fork): worker i of n takes addresses[i::n], or, with fewer
+    addresses than workers, addresses[i % len]. A DPP worker hands every
+    batch to exactly one client, so clients sharing a worker split its
+    batches between them and nothing is delivered twice.
+
+    Each item is batch_to_torch(batch, expand, as_kjt). Tensors share the C
+    buffers in the main process (num_workers=0); DataLoader workers move
+    them to shared memory to send them over."""
+
+    def __init__(self, addresses, prefetch=4, timeout_ms=60000, expand=False, as_kjt=False):
+        super().__init__()
+        if isinstance(addresses, str):
+            addresses = [addresses]
+        if not addresses:
+            raise ValueError("SluiceIterableDataset: no worker address")
+        self.addresses = list(addresses)
+        self.prefetch = prefetch
+        self.timeout_ms = timeout_ms
+        self.expand = expand
+        self.as_kjt = as_kjt
+
+    def _my_addresses(self):
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return self.addresses
+        n, i = info.num_workers, info.id
+        if len(self.addresses) >= n:
+            return self.addresses[i::n]
+        return [self.addresses[i % len(self.addresses)]]
+
+    def __iter__(self):
+        clients = [
+            Client(a, prefetch=self.prefetch, timeout_ms=self.timeout_ms)
+            for a in self._my_addresses()
+        ]
+        try:
+            # Round-robin over the clients until every one is exhausted.
+            while clients:
+                for c in list(clients):
+                    b = c.next()
+                    if b is None:
+                        c.close()
+                        clients.remove(c)
+                        continue
+                    yield batch_to_torch(b, expand=self.expand, as_kjt=self.as_kjt)
+                    del b  # the tensors keep the C batch alive as long as needed
+        finally:
+            for c in clients:
+                c.close()

@@ -1,0 +1,303 @@
+"""The binding against a real worker: `sluice table gen` a small sessions
+table, start `sluice worker` subprocesses on port 0, receive with
+sluice.Client. Needs SLUICE_BINARY (the sluice program) and a loadable
+libsluice_trainer.so (SLUICE_TRAINER_LIB); skipped without them."""
+
+import ctypes
+import gc
+import json
+import os
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import sluice
+from sluice import _native
+from sluice.torch import SluiceIterableDataset, expand_batch, expand_ikjt, kjt_kwargs
+
+ROWS = 20000
+BATCH = 512
+USER = ["user_id", "user_hist", "user_cat"]
+SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1"))
+
+BINARY = os.environ.get("SLUICE_BINARY")
+
+
+def _have_lib():
+    try:
+        _native.load()
+        return True
+    except OSError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(
+    not BINARY or not os.path.exists(BINARY) or not _have_lib(),
+    reason="needs SLUICE_BINARY and libsluice_trainer.so (SLUICE_TRAINER_LIB)",
+)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tables") / "sessions"
+    subprocess.run(
+        [BINARY, "table", "gen", "--preset", "sessions", "--rows", str(ROWS), "--table", str(d),
+         "--seed", "7", "--stripe-rows", "4096", "--active-sessions", "256", "--cluster", "--no-sync", "--quiet"],
+        check=True,
+    )
+    return str(d)
+
+
+class Worker:
+    """A `sluice worker` subprocess serving one job."""
+
+    def __init__(self, tmpdir, table, dedup, name):
+        spec = {
+            "source": {"table": table},
+            "batch": {"size": BATCH},
+        }
+        if dedup:
+            spec["batch"]["dedup_groups"] = {"user": USER}
+        path = os.path.join(str(tmpdir), name + ".json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        self.proc = subprocess.Popen(
+            [BINARY, "worker", "--job", path, "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.address = None
+        deadline = time.monotonic() + 20 * SCALE
+        lines = []
+        # Read stdout on a thread so that a silent worker cannot hang the test.
+        found = threading.Event()
+
+        def read():
+            for line in self.proc.stdout:
+                lines.append(line)
+                if "listening on" in line and self.address is None:
+                    self.address = line.split("listening on", 1)[1].split()[0]
+                    found.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        while not found.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    "worker did not start: %s%s" % ("".join(lines), self.proc.stderr.read())
+                )
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def worker(tmp_path, table):
+    started = []
+
+    def start(dedup=True, name="job"):
+        w = Worker(tmp_path, table, dedup, "%s%d" % (name, len(started)))
+        started.append(w)
+        return w.address
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+def client(address, **kw):
+    kw.setdefault("timeout_ms", int(30000 * SCALE))
+    return sluice.Client(address, **kw)
+
+
+def _c_addr(ptr):
+    return ctypes.cast(ptr, ctypes.c_void_p).value
+
+
+def test_every_sample_exactly_once(worker):
+    ids = []
+    batches = 0
+    with client(worker(dedup=True), prefetch=4) as c:
+        for b in c:
+            with b:
+                assert b.batch_size <= BATCH
+                assert [g.name for g in b.groups] == ["user"]
+                assert b.group("user").keys == USER
+                assert b.dense.shape[0] == b.batch_size
+                ids.append(b.sample_ids.copy())
+                batches += 1
+        st = c.stats()
+    ids = np.concatenate(ids)
+    assert ids.size == ROWS
+    assert np.array_equal(np.sort(ids), np.arange(ROWS))
+    assert st["batches"] == batches and st["samples"] == ROWS
+
+
+def test_arrays_are_views_on_c_buffers(worker):
+    with client(worker()) as c:
+        b = c.next()
+        cb = b._ptr.contents
+        vals = b.sparse.values
+        assert not vals.flags.owndata
+        assert vals.base.owner is b
+        assert vals.__array_interface__["data"][0] == _c_addr(cb.sparse.values)
+        g = b.group("user")
+        assert g.unique.values.__array_interface__["data"][0] == _c_addr(cb.groups[0].unique.values)
+        assert g.inverse.__array_interface__["data"][0] == _c_addr(cb.groups[0].inverse)
+        assert b.dense.__array_interface__["data"][0] == _c_addr(cb.dense.data)
+        assert b.sample_ids.__array_interface__["data"][0] == _c_addr(cb.sample_ids)
+        # Buffers are 64-byte aligned (docs/FORMAT.md).
+        assert vals.__array_interface__["data"][0] % 64 == 0
+        b.release()
+
+
+def test_array_outlives_batch(worker):
+    with client(worker(), prefetch=2) as c:
+        b = c.next()
+        vals = b.group("user").unique.values
+        ids = b.sample_ids
+        saved_vals, saved_ids = vals.copy(), ids.copy()
+        del b
+        gc.collect()
+        # Receive (and free) more batches, so reused memory would show.
+        for _ in range(5):
+            nb = c.next()
+            if nb is None:
+                break
+            nb.release()
+        gc.collect()
+        assert np.array_equal(vals, saved_vals)
+        assert np.array_equal(ids, saved_ids)
+
+
+def test_explicit_release(worker):
+    with client(worker()) as c:
+        b = c.next()
+        with b:
+            n = b.batch_size
+        assert b.released and b._ptr is None and n > 0
+        with pytest.raises(sluice.SluiceError, match="released"):
+            b.sparse
+        b2 = c.next()
+        d = b2.dense
+        b2.release()
+        assert b2._ptr is not None  # d still points into it
+        del d
+        assert b2._ptr is None
+
+
+def test_torch_shares_memory(worker):
+    with client(worker()) as c:
+        b = c.next()
+        t = b.torch()
+        assert t["sparse"]["values"].data_ptr() == b.sparse.values.__array_interface__["data"][0]
+        assert t["dense"].data_ptr() == b.dense.__array_interface__["data"][0]
+        g = t["groups"]["user"]
+        assert g["values"].data_ptr() == _c_addr(b._ptr.contents.groups[0].unique.values)
+        b.release()
+        del b
+        gc.collect()
+        assert t["sample_ids"].shape == (t["batch_size"],)  # still readable
+
+
+def _per_sample(ids, kjt):
+    """{sample id: {key: [values]}} from an expanded KJT dict."""
+    keys, stride = kjt["keys"], kjt["stride"]
+    lengths = np.asarray(kjt["lengths"]).reshape(len(keys), stride)
+    values = np.asarray(kjt["values"])
+    offs = np.concatenate([[0], np.cumsum(lengths.reshape(-1))])
+    out = {int(s): {} for s in ids}
+    for f, k in enumerate(keys):
+        for r in range(stride):
+            i = f * stride + r
+            out[int(ids[r])][k] = values[offs[i] : offs[i + 1]].tolist()
+    return out
+
+
+def test_expand_ikjt_equals_job_without_dedup(worker):
+    a_dedup, a_plain = worker(dedup=True), worker(dedup=False, name="plain")
+    got, want = {}, {}
+    dedup_ratio = []
+    with client(a_dedup) as c:
+        for b in c:
+            e = expand_batch(b)
+            g = b.group("user")
+            dedup_ratio.append(g.unique.stride / g.batch_size)
+            eg = expand_ikjt(g)
+            assert eg["keys"] == USER and eg["lengths"].size == len(USER) * b.batch_size
+            got.update(_per_sample(b.sample_ids, e))
+            b.release()
+    with client(a_plain) as c:
+        for b in c:
+            assert b.num_groups == 0
+            want.update(
+                _per_sample(
+                    b.sample_ids,
+                    {"keys": b.sparse.keys, "stride": b.sparse.stride,
+                     "lengths": b.sparse.lengths, "values": b.sparse.values},
+                )
+            )
+            b.release()
+    assert len(got) == len(want) == ROWS
+    assert got == want
+    # The table is clustered by session, so a batch holds whole sessions and
+    # the group really was deduplicated (sessions average 16 rows).
+    assert np.mean(dedup_ratio) < 0.25
+
+
+def test_kjt_kwargs_on_real_batch(worker):
+    with client(worker()) as c:
+        b = c.next()
+        kw = kjt_kwargs(b.sparse)
+        B = b.batch_size
+        F = len(kw["keys"])
+        assert kw["stride"] == B and F == len(b.sparse.keys) > 0
+        assert kw["lengths"].dtype == torch.int32 and kw["lengths"].shape == (F * B,)
+        assert kw["values"].dtype == torch.int64
+        assert kw["values"].shape == (int(kw["lengths"].sum()),)
+        g = kjt_kwargs(b.group("user"))
+        U = b.group("user").unique.stride
+        assert g["keys"] == USER and g["stride"] == U
+        assert g["stride_per_key_per_rank"] == [[U]] * 3
+        assert g["lengths"].shape == (3 * U,)
+        keys, inv = g["inverse_indices"]
+        assert keys == USER and inv.dtype == torch.int64 and inv.shape == (3, B)
+        assert int(inv.max()) < U
+        # user_id has one id per row, user_cat 20 (the sessions preset).
+        L = g["lengths"].reshape(3, U)
+        assert torch.all(L[0] == 1) and torch.all(L[2] == 20)
+        b.release()
+
+
+def test_dataloader(worker):
+    ds = SluiceIterableDataset(worker(), timeout_ms=int(30000 * SCALE))
+    loader = torch.utils.data.DataLoader(ds, batch_size=None)
+    seen = 0
+    for item in loader:
+        assert isinstance(item["dense"], torch.Tensor)
+        assert item["dense"].shape == (item["batch_size"], 4)
+        assert set(item["groups"]) == {"user"}
+        seen += int(item["sample_ids"].numel())
+    assert seen == ROWS
+
+
+def test_dataloader_workers_split_batches(worker):
+    # Two loader processes on one worker: every sample still exactly once.
+    ds = SluiceIterableDataset([worker()], timeout_ms=int(30000 * SCALE), expand=True)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    ids = []
+    for item in loader:
+        assert item["groups"] == {}
+        assert item["sparse"]["keys"][-3:] == USER
+        ids.append(item["sample_ids"].numpy().copy())
+    ids = np.concatenate(ids)
+    assert np.array_equal(np.sort(ids), np.arange(ROWS))

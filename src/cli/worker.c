@@ -1,0 +1,231 @@
+/* `sluice worker`: run one DPP job's pipeline (src/dpp/worker.h) and serve
+ * its batches to trainer clients until stopped (SIGINT, SIGTERM) or, with
+ * --exit-when-done, until every batch has been acknowledged. Options are
+ * defined once in the table below, which also produces the help text.
+ * Exit codes: 0 done, 1 failed, 2 usage error or a job spec with problems. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "dpp/job.h"
+#include "dpp/worker.h"
+
+enum { OPT_JOB = 1, OPT_LISTEN, OPT_THREADS, OPT_MEMORY, OPT_CREDITS, OPT_EXIT, OPT_ID, OPT_HELP };
+
+static const struct wopt {
+    int id;
+    const char *name;
+    const char *arg; /* NULL: a flag */
+    const char *help;
+} wopts[] = {
+    {OPT_JOB, "job", "SPEC.json", "the job spec (docs/JOBS.md); required"},
+    {OPT_LISTEN, "listen", "HOST:PORT",
+     "address for trainer clients (default 127.0.0.1:7077; "
+     "port 0 picks a free one)"},
+    {OPT_THREADS, "threads", "N", "transform threads (default: the online cores)"},
+    {OPT_MEMORY, "memory-limit", "BYTES",
+     "memory for stripes and batches in flight; K, M, G "
+     "suffixes (default 256M)"},
+    {OPT_CREDITS, "max-credits", "N", "most unacknowledged batches per client (default 16)"},
+    {OPT_EXIT, "exit-when-done", NULL, "exit once every batch of every epoch is acknowledged"},
+    {OPT_ID, "worker-id", "NAME", "name sent to clients (default worker-<pid>)"},
+    {OPT_HELP, "help", NULL, "this help"},
+};
+#define NUM_WOPTS (sizeof wopts / sizeof wopts[0])
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: sluice worker --job SPEC.json [options]\n\n"
+                 "Runs the job's pipeline (read, filter, batch, dedup, transform, encode) and\n"
+                 "serves the batches to trainer clients. Prints `listening on HOST:PORT` once\n"
+                 "ready and a summary at the end. SIGINT/SIGTERM stop it cleanly.\n\noptions:\n");
+    for (size_t i = 0; i < NUM_WOPTS; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%s", wopts[i].name, wopts[i].arg ? " " : "",
+                 wopts[i].arg ? wopts[i].arg : "");
+        fprintf(out, "  %-28s %s\n", left, wopts[i].help);
+    }
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "sluice worker: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see `sluice worker --help`)\n");
+    return 2;
+}
+
+/* "123", "64K", "256M", "2G" */
+static int parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    if (*s < '0' || *s > '9') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    uint64_t mul = 1;
+    if (*end == 'K' || *end == 'k')
+        mul = 1ull << 10;
+    else if (*end == 'M' || *end == 'm')
+        mul = 1ull << 20;
+    else if (*end == 'G' || *end == 'g')
+        mul = 1ull << 30;
+    if (mul != 1) end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end != '\0' || v > UINT64_MAX / mul) return -1;
+    *out = v * mul;
+    return 0;
+}
+
+static int parse_u32(const char *s, uint32_t min, uint32_t *out)
+{
+    char *end;
+    if (*s < '0' || *s > '9') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || v < min || v > UINT32_MAX) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static void print_problems(const char *what, const sl_dpp_problems_t *p)
+{
+    fprintf(stderr, "sluice worker: %s: %u problem%s\n", what, p->count, p->count == 1 ? "" : "s");
+    for (uint32_t i = 0; i < p->count; i++)
+        fprintf(stderr, "  %s\n", p->items[i]);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int sl_cli_worker(int argc, char **argv)
+{
+    struct option lo[NUM_WOPTS + 1];
+    for (size_t i = 0; i < NUM_WOPTS; i++)
+        lo[i] = (struct option){wopts[i].name, wopts[i].arg ? required_argument : no_argument, NULL,
+                                wopts[i].id};
+    lo[NUM_WOPTS] = (struct option){0, 0, 0, 0};
+    const char *job_path = NULL;
+    sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
+    o.listen = "127.0.0.1:7077";
+    bool exit_when_done = false;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case OPT_JOB:
+            job_path = optarg;
+            break;
+        case OPT_LISTEN:
+            o.listen = optarg;
+            break;
+        case OPT_THREADS:
+            if (parse_u32(optarg, 1, &o.threads)) return usage_error("bad --threads '%s'", optarg);
+            break;
+        case OPT_MEMORY:
+            if (parse_bytes(optarg, &o.memory_limit) || o.memory_limit == 0)
+                return usage_error("bad --memory-limit '%s'", optarg);
+            break;
+        case OPT_CREDITS:
+            if (parse_u32(optarg, 1, &o.max_credits))
+                return usage_error("bad --max-credits '%s'", optarg);
+            break;
+        case OPT_EXIT:
+            exit_when_done = true;
+            break;
+        case OPT_ID:
+            o.worker_id = optarg;
+            break;
+        case OPT_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            return usage_error("unknown or incomplete option '%s'",
+                               optind > 0 && optind <= argc ? argv[optind - 1] : "?");
+        }
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    if (!job_path) return usage_error("%s", "--job is required");
+
+    sl_error_t err = {0};
+    sl_dpp_problems_t problems = {0};
+    sl_dpp_job_t *job = NULL;
+    sl_err_t rc = sl_dpp_job_load(job_path, &job, &problems, &err);
+    if (rc != SL_OK) {
+        if (problems.count)
+            print_problems(job_path, &problems);
+        else
+            fprintf(stderr, "sluice worker: %s\n", err.msg);
+        sl_dpp_problems_free(&problems);
+        return rc == SL_ERR_INVALID ? 2 : 1;
+    }
+    /* Signals are taken by sigtimedwait below, never by a worker thread:
+     * block them before any thread starts (threads inherit the mask). */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+    sl_dpp_worker_t *w = NULL;
+    rc = sl_dpp_worker_start(job, &o, &w, &problems, &err);
+    if (rc != SL_OK) {
+        int code = 1;
+        if (problems.count) {
+            print_problems(job_path, &problems);
+            code = 2;
+        } else {
+            fprintf(stderr, "sluice worker: %s\n", err.msg);
+        }
+        sl_dpp_problems_free(&problems);
+        sl_dpp_job_destroy(job);
+        return code;
+    }
+    sl_dpp_problems_free(&problems);
+    char host[256];
+    snprintf(host, sizeof host, "%s", o.listen);
+    char *colon = strrchr(host, ':');
+    if (colon) *colon = '\0';
+    printf("listening on %s:%u\n", host, (unsigned)sl_dpp_worker_port(w));
+    fflush(stdout);
+    double t0 = now_s();
+    int code = 0;
+    const char *why = "stopped";
+    for (;;) {
+        struct timespec ts = {0, 200 * 1000000L};
+        int sig = sigtimedwait(&sigs, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) {
+            why = sig == SIGINT ? "stopped by SIGINT" : "stopped by SIGTERM";
+            break;
+        }
+        rc = sl_dpp_worker_wait(w, 0, &err);
+        if (rc == SL_OK && exit_when_done) {
+            why = "job finished";
+            break;
+        }
+        if (rc != SL_OK && rc != SL_ERR_TIMEOUT) {
+            fprintf(stderr, "sluice worker: %s\n", err.msg);
+            why = "failed";
+            code = 1;
+            break;
+        }
+    }
+    double secs = now_s() - t0;
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    sl_dpp_worker_stop(w);
+    sl_dpp_worker_stats(w, &st);
+    printf("%s\n", why);
+    sl_dpp_worker_print_stats(&st, secs, stdout);
+    fflush(stdout);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+    return code;
+}

@@ -1,0 +1,719 @@
+/* The DPP worker (worker.h): the local split source, the reader thread
+ * (read, filter, batch), the transform threads (dedup, transform, encode),
+ * the memory budget they share, and the server they feed. */
+#include "dpp/worker.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpp/batcher.h"
+#include "dpp/queue.h"
+#include "sluice/wire.h"
+
+#define DEFAULT_MEMORY_LIMIT (256ull << 20)
+#define MAX_THREADS 256
+
+/* ---- local split source ---- */
+
+typedef struct local_source {
+    const sl_wh_splits_t *splits;
+    const sl_allocator_t *a;
+    uint32_t epochs, epoch, next;
+    bool shuffle;
+    uint64_t seed;
+    uint32_t *order; /* [splits->count] order of this epoch */
+} local_source_t;
+
+static uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void local_order(local_source_t *s)
+{
+    uint32_t n = s->splits->count;
+    for (uint32_t i = 0; i < n; i++)
+        s->order[i] = i;
+    if (!s->shuffle) return;
+    uint64_t st = mix64(s->seed ^ mix64(0x5eed0000ull + s->epoch));
+    for (uint32_t i = n; i > 1; i--) {
+        st = mix64(st);
+        uint32_t j = (uint32_t)(st % i);
+        uint32_t t = s->order[i - 1];
+        s->order[i - 1] = s->order[j];
+        s->order[j] = t;
+    }
+}
+
+static sl_err_t local_next(void *ctx, sl_dpp_work_t *out, sl_error_t *err)
+{
+    (void)err;
+    local_source_t *s = ctx;
+    uint32_t n = s->splits->count;
+    if (n == 0) return SL_ERR_CLOSED;
+    if (s->next == n) {
+        s->epoch++;
+        s->next = 0;
+        if (s->epoch < s->epochs) local_order(s);
+    }
+    if (s->epoch >= s->epochs) return SL_ERR_CLOSED;
+    uint32_t i = s->order[s->next++];
+    *out = (sl_dpp_work_t){.split = &s->splits->items[i], .epoch = s->epoch, .split_id = i};
+    return SL_OK;
+}
+
+static void local_destroy(void *ctx)
+{
+    local_source_t *s = ctx;
+    if (!s) return;
+    sl_free(s->a, s->order, (size_t)(s->splits->count ? s->splits->count : 1) * sizeof *s->order);
+    sl_free(s->a, s, sizeof *s);
+}
+
+sl_err_t sl_dpp_local_source_new(const sl_wh_splits_t *splits, uint32_t epochs, bool shuffle,
+                                 uint64_t seed, const sl_allocator_t *a, sl_dpp_split_source_t *out,
+                                 sl_error_t *err)
+{
+    local_source_t *s = sl_calloc(a, 1, sizeof *s);
+    if (!s) return sl_error_set(err, SL_ERR_NOMEM, "split source: out of memory");
+    s->splits = splits;
+    s->a = a;
+    s->epochs = epochs;
+    s->shuffle = shuffle;
+    s->seed = seed;
+    s->order = sl_calloc(a, splits->count ? splits->count : 1, sizeof *s->order);
+    if (!s->order) {
+        sl_free(a, s, sizeof *s);
+        return sl_error_set(err, SL_ERR_NOMEM, "split source: out of memory");
+    }
+    local_order(s);
+    *out = (sl_dpp_split_source_t){
+        .next = local_next, .done = NULL, .destroy = local_destroy, .ctx = s};
+    return SL_OK;
+}
+
+/* ---- worker ---- */
+
+struct sl_dpp_worker {
+    const sl_dpp_job_t *job;
+    const sl_allocator_t *a;
+    sl_dpp_worker_opts_t o;
+    char worker_id[64];
+    sl_wh_table_t *table;
+    sl_wh_filter_t *filter;
+    sl_wh_splits_t *splits;
+    sl_dpp_plan_t *plan;
+    sl_dpp_split_source_t source;
+    sl_dedup_group_spec_t *groups;
+    uint32_t num_groups;
+    uint64_t job_hash;
+    bool dedup_form; /* read storage-dedup groups as IKJTs: they are the job's groups */
+    sl_dpp_budget_t *budget;
+    sl_dpp_queue_t *work; /* reader -> transform threads: sl_batch_t * */
+    sl_dpp_server_t *server;
+    pthread_t reader;
+    pthread_t *xform;
+    uint32_t threads, started_threads;
+    bool reader_started;
+    atomic_bool stopping;
+    atomic_uint running;  /* transform threads still running */
+    uint64_t reader_held; /* budget bytes the reader thread holds (reader thread only) */
+    uint64_t handoff_ns;  /* reader thread only: time waiting to hand batches over */
+    pthread_mutex_t mu;   /* guards st and failure */
+    sl_dpp_worker_stats_t st;
+    sl_err_t fail_code;
+    char fail_msg[SL_ERROR_MSG_MAX];
+    bool stopped;
+};
+
+static uint64_t now_ns(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+sl_dpp_worker_opts_t sl_dpp_worker_opts_default(void)
+{
+    return (sl_dpp_worker_opts_t){.listen = "127.0.0.1:0", .memory_limit = DEFAULT_MEMORY_LIMIT};
+}
+
+/* Record the first failure, tell clients, and stop the pipeline. */
+static void fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg)
+{
+    pthread_mutex_lock(&w->mu);
+    bool first = w->fail_code == SL_OK;
+    if (first) {
+        w->fail_code = code;
+        snprintf(w->fail_msg, sizeof w->fail_msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!first) return;
+    sl_dpp_server_fail(w->server, code, msg);
+    atomic_store(&w->stopping, true);
+    sl_dpp_budget_close(w->budget);
+    sl_dpp_queue_close(w->work);
+}
+
+static uint64_t rows_bytes(const sl_wh_rows_t *rows)
+{
+    const sl_batch_t *b = &rows->batch;
+    uint64_t groups = 0;
+    for (uint32_t g = 0; g < b->num_groups; g++)
+        groups += sl_ikjt_bytes(&b->groups[g]);
+    return groups + sl_kjt_bytes(&b->sparse) +
+           ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
+               sizeof(float) +
+           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
+}
+
+/* Batcher output, on the reader thread: account the batch (three times its
+ * arena: room for what dedup and transforms add and for its encoded form,
+ * so the transform thread rarely needs more) and hand it to the transform
+ * threads. */
+static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
+{
+    sl_dpp_worker_t *w = ctx;
+    uint64_t bytes = 3 * (uint64_t)sl_arena_footprint(batch->arena);
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    bool ok = sl_dpp_budget_acquire(w->budget, bytes, w->reader_held);
+    if (!ok) {
+        sl_batch_destroy(batch);
+        return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
+    }
+    sl_dpp_msg_t m = {.type = 1, .ptr = batch, .bytes = bytes};
+    sl_err_t rc = sl_dpp_queue_push(w->work, &m, -1);
+    w->handoff_ns += now_ns(CLOCK_MONOTONIC) - t0; /* memory or a full queue: back-pressure */
+    if (rc != SL_OK) {
+        sl_dpp_budget_release(w->budget, bytes);
+        sl_batch_destroy(batch);
+        return sl_error_set(err, rc, "worker stopping");
+    }
+    return SL_OK;
+}
+
+static void *reader_main(void *arg)
+{
+    sl_dpp_worker_t *w = arg;
+    pthread_setname_np(pthread_self(), "sl-w-reader");
+    const sl_dpp_job_t *job = w->job;
+    sl_error_t err = {0};
+    sl_err_t rc = SL_OK;
+    sl_dpp_batcher_t *b = NULL;
+    sl_wh_reader_t *r = NULL;
+    const char *r_path = NULL; /* file r has open (borrowed from the splits) */
+    uint32_t *selected = NULL;
+    float *weights = NULL;
+    uint32_t scratch_rows = 0;
+    const char *weight_label = sl_dpp_plan_weight_label(w->plan);
+    sl_dpp_batcher_opts_t bo = {.batch_size = job->batch_size,
+                                .drop_last = job->drop_last,
+                                .shuffle_window = job->shuffle_window,
+                                .seed = job->seed,
+                                .sample_ids = job->sample_ids,
+                                .weight_label = weight_label,
+                                .job_id = w->job_hash,
+                                .allocator = w->a};
+    if ((rc = sl_dpp_batcher_new(&bo, to_transform, w, &b, &err))) goto out;
+    uint32_t nf = 0;
+    const char *const *features = sl_dpp_plan_read_features(w->plan, &nf);
+    sl_wh_read_opts_t ro = {.features = features,
+                            .num_features = nf,
+                            .skip_columns = SL_WH_COL_SESSION_ID | SL_WH_COL_TIMESTAMP |
+                                            (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID),
+                            .dedup_form = w->dedup_form,
+                            .allocator = w->a};
+    bool have_epoch = false;
+    uint32_t epoch = 0;
+    uint64_t est = 0; /* expected bytes of the next stripe: the last one's */
+    while (!atomic_load(&w->stopping)) {
+        sl_dpp_work_t wk;
+        rc = w->source.next(w->source.ctx, &wk, &err);
+        if (rc == SL_ERR_CLOSED) {
+            rc = SL_OK;
+            break;
+        }
+        if (rc) goto out;
+        if (have_epoch && wk.epoch != epoch && (rc = sl_dpp_batcher_end_epoch(b, &err))) goto out;
+        have_epoch = true;
+        epoch = wk.epoch;
+        uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+        /* Consecutive splits of one file share the open reader: no footer
+         * parsing again, and its decode buffers stay warm. */
+        if (r && strcmp(r_path, wk.split->path) == 0) {
+            if ((rc =
+                     sl_wh_reader_set_range(r, wk.split->stripe_begin, wk.split->stripe_end, &err)))
+                goto out;
+        } else {
+            sl_wh_reader_close(r);
+            r = NULL;
+            if ((rc = sl_wh_reader_open_split(w->table, wk.split, &ro, &r, &err))) goto out;
+            r_path = wk.split->path;
+        }
+        uint64_t row = 0;
+        for (;;) {
+            if (atomic_load(&w->stopping)) goto out;
+            uint64_t tw = now_ns(CLOCK_MONOTONIC);
+            if (!sl_dpp_budget_acquire(w->budget, est, 0)) goto out;
+            uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw;
+            const sl_wh_rows_t *rows;
+            rc = sl_wh_reader_next(r, &rows, &err);
+            if (rc || !rows) {
+                sl_dpp_budget_release(w->budget, est);
+                if (rc) goto out;
+                break;
+            }
+            uint64_t sb = rows_bytes(rows);
+            if (sb > est)
+                sl_dpp_budget_force(w->budget, sb - est);
+            else
+                sl_dpp_budget_release(w->budget, est - sb);
+            est = sb;
+            w->reader_held = sb;
+            uint64_t t1 = now_ns(CLOCK_MONOTONIC);
+            uint32_t n = rows->batch.batch_size;
+            if (n > scratch_rows) {
+                if (selected) sl_free(w->a, selected, (size_t)scratch_rows * sizeof *selected);
+                if (weights) sl_free(w->a, weights, (size_t)scratch_rows * sizeof *weights);
+                selected = sl_alloc(w->a, (size_t)n * sizeof *selected);
+                weights = sl_alloc(w->a, (size_t)n * sizeof *weights);
+                scratch_rows = n;
+                if (!selected || !weights) {
+                    rc = sl_error_set(&err, SL_ERR_NOMEM, "worker: out of memory");
+                    sl_dpp_budget_release(w->budget, sb);
+                    goto out;
+                }
+            }
+            uint32_t kept = 0;
+            uint64_t h0 = w->handoff_ns;
+            rc = sl_dpp_plan_filter(w->plan, rows, selected, weights, &kept, &err);
+            if (rc == SL_OK) {
+                sl_dpp_rows_origin_t origin = {
+                    .epoch = wk.epoch, .split_id = wk.split_id, .row = row};
+                /* every row kept: the identity selection gathers in whole runs */
+                rc = sl_dpp_batcher_add(b, &rows->batch, kept == n ? NULL : selected,
+                                        weight_label ? weights : NULL, kept, &origin, &err);
+            } else {
+                sl_error_prefix(&err, "%s stripe %u: ", rows->file, rows->stripe);
+            }
+            w->reader_held = 0;
+            sl_dpp_budget_release(w->budget, sb);
+            uint64_t t2 = now_ns(CLOCK_MONOTONIC);
+            pthread_mutex_lock(&w->mu);
+            w->st.stripes++;
+            w->st.rows_read += n;
+            w->st.rows_kept += kept;
+            w->st.read_ns += t1 - t0 - waited;
+            uint64_t handoff = w->handoff_ns - h0;
+            w->st.filter_ns += t2 - t1 - handoff;
+            w->st.backpressure_ns += waited + handoff;
+            pthread_mutex_unlock(&w->mu);
+            if (rc) goto out;
+            row += n;
+            t0 = now_ns(CLOCK_MONOTONIC);
+        }
+        if (w->source.done) w->source.done(w->source.ctx, &wk);
+        pthread_mutex_lock(&w->mu);
+        w->st.splits++;
+        pthread_mutex_unlock(&w->mu);
+    }
+    if (rc == SL_OK && have_epoch && !atomic_load(&w->stopping))
+        rc = sl_dpp_batcher_end_epoch(b, &err);
+out:
+    sl_wh_reader_close(r);
+    if (b) {
+        sl_dpp_batcher_stats_t bs;
+        sl_dpp_batcher_stats(b, &bs);
+        pthread_mutex_lock(&w->mu);
+        w->st.rows_dropped = bs.rows_dropped;
+        pthread_mutex_unlock(&w->mu);
+    }
+    sl_dpp_batcher_destroy(b);
+    if (selected) sl_free(w->a, selected, (size_t)scratch_rows * sizeof *selected);
+    if (weights) sl_free(w->a, weights, (size_t)scratch_rows * sizeof *weights);
+    if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping)) fail(w, rc, err.msg);
+    sl_dpp_queue_close(w->work);
+    pthread_mutex_lock(&w->mu);
+    w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Dedup, transform and encode one batch; hand it to the server. */
+static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64_t held,
+                        sl_dedup_stats_t *ds, sl_error_t *err)
+{
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    sl_err_t rc = sl_dpp_batch_dedup(d, batch, w->groups, w->num_groups, ds, err);
+    uint64_t t1 = now_ns(CLOCK_MONOTONIC);
+    if (rc == SL_OK) rc = sl_dpp_plan_transform(w->plan, batch, err);
+    uint64_t t2 = now_ns(CLOCK_MONOTONIC);
+    if (rc) {
+        sl_dpp_budget_release(w->budget, held);
+        return sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ",
+                               batch->origin.split_id, batch->origin.first_row);
+    }
+    size_t need_enc = sl_wire_encoded_size(batch);
+    uint64_t need = (uint64_t)sl_arena_footprint(batch->arena) + need_enc;
+    uint64_t tw = 0;
+    if (need > held) {
+        uint64_t a0 = now_ns(CLOCK_MONOTONIC);
+        bool ok = sl_dpp_budget_acquire_pinned(w->budget, need - held);
+        tw = now_ns(CLOCK_MONOTONIC) - a0;
+        if (!ok) {
+            sl_dpp_budget_release(w->budget, held);
+            return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
+        }
+        held = need;
+    }
+    void *frame = NULL;
+    size_t len = 0;
+    rc = sl_wire_encode(batch, w->a, &frame, &len, err);
+    uint64_t t3 = now_ns(CLOCK_MONOTONIC);
+    if (rc) {
+        sl_dpp_budget_release(w->budget, held);
+        return sl_error_prefix(err, "encode: ");
+    }
+    sl_dpp_item_t it = {.frame = frame,
+                        .len = len,
+                        .origin = batch->origin,
+                        .num_samples = batch->batch_size,
+                        .expanded_bytes = sl_dpp_batch_expanded_bytes(batch, len),
+                        .accounted = len};
+    sl_batch_destroy(batch);
+    sl_dpp_budget_release(w->budget, held > len ? held - len : 0);
+    sl_dpp_budget_pin(w->budget, len);
+    pthread_mutex_lock(&w->mu);
+    w->st.batches++;
+    w->st.samples += it.num_samples;
+    w->st.bytes_encoded += len;
+    w->st.bytes_expanded += it.expanded_bytes;
+    w->st.dedup_ns += t1 - t0;
+    w->st.transform_ns += t2 - t1;
+    w->st.encode_ns += t3 - t2 - tw;
+    w->st.backpressure_ns += tw;
+    for (uint32_t g = 0; g < w->num_groups && g < SL_DPP_WORKER_MAX_GROUPS; g++) {
+        w->st.groups[g].rows += ds[g].batch_size;
+        w->st.groups[g].unique_rows += ds[g].unique_rows;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return sl_dpp_server_push(w->server, &it, err);
+}
+
+static void *xform_main(void *arg)
+{
+    sl_dpp_worker_t *w = arg;
+    pthread_setname_np(pthread_self(), "sl-w-xform");
+    sl_error_t err = {0};
+    sl_err_t rc = SL_OK;
+    sl_dedup_t *d = sl_dedup_new(w->a, NULL);
+    sl_dedup_stats_t *ds = sl_calloc(w->a, w->num_groups ? w->num_groups : 1, sizeof *ds);
+    if (!d || !ds) {
+        rc = sl_error_set(&err, SL_ERR_NOMEM, "worker: out of memory for a transform thread");
+        fail(w, rc, err.msg);
+    }
+    sl_dpp_msg_t m;
+    while (sl_dpp_queue_pop(w->work, &m, -1) == SL_OK) {
+        sl_batch_t *batch = m.ptr;
+        if (rc != SL_OK || atomic_load(&w->stopping)) {
+            sl_dpp_budget_release(w->budget, m.bytes);
+            sl_batch_destroy(batch);
+            continue;
+        }
+        rc = process(w, d, batch, m.bytes, ds, &err);
+        if (rc != SL_OK && !atomic_load(&w->stopping)) fail(w, rc, err.msg);
+    }
+    sl_dedup_destroy(d);
+    if (ds) sl_free(w->a, ds, (size_t)(w->num_groups ? w->num_groups : 1) * sizeof *ds);
+    pthread_mutex_lock(&w->mu);
+    w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
+    pthread_mutex_unlock(&w->mu);
+    /* the last transform thread out tells the server that nothing more comes */
+    if (atomic_fetch_sub(&w->running, 1) == 1 && !atomic_load(&w->stopping))
+        sl_dpp_server_finish(w->server);
+    return NULL;
+}
+
+/* Does every file of the job store exactly the job's dedup groups (storage
+ * dedup, RecD)? Then the reader hands them over deduplicated (dedup form):
+ * unique rows are decoded, batched and sent once, and never hashed again.
+ * Only without filters (they read rows in the expanded form) and without a
+ * shuffle window. Opens each file's footer once. */
+static bool files_store_job_groups(sl_dpp_worker_t *w)
+{
+    const sl_dpp_job_t *job = w->job;
+    if (!job->num_dedup_groups || job->shuffle_window || json_array_size(job->filters) != 0)
+        return false;
+    uint32_t nf = 0;
+    const char *const *features = sl_dpp_plan_read_features(w->plan, &nf);
+    sl_wh_read_opts_t ro = {
+        .features = features, .num_features = nf, .dedup_form = true, .allocator = w->a};
+    const char *last = NULL;
+    bool ok = w->splits->count > 0;
+    for (uint32_t i = 0; ok && i < w->splits->count; i++) {
+        const sl_wh_split_t *sp = &w->splits->items[i];
+        if (last && strcmp(last, sp->path) == 0) continue;
+        last = sp->path;
+        sl_wh_reader_t *r;
+        sl_error_t err = {0};
+        if (sl_wh_reader_open_split(w->table, sp, &ro, &r, &err) != SL_OK) return false;
+        uint32_t ng = sl_wh_reader_num_groups(r);
+        ok = ng == job->num_dedup_groups;
+        for (uint32_t g = 0; ok && g < ng; g++) {
+            const sl_dedup_group_spec_t *fg = sl_wh_reader_group(r, g);
+            bool match = false;
+            for (uint32_t j = 0; !match && j < job->num_dedup_groups; j++) {
+                const sl_dpp_dedup_group_t *jg = &job->dedup_groups[j];
+                if (jg->num_features != fg->num_features) continue;
+                uint32_t found = 0;
+                for (uint32_t a = 0; a < fg->num_features; a++)
+                    for (uint32_t b = 0; b < jg->num_features; b++)
+                        found += strcmp(fg->features[a], jg->features[b]) == 0;
+                match = found == fg->num_features;
+            }
+            ok = match;
+        }
+        sl_wh_reader_close(r);
+    }
+    return ok;
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t *opts,
+                             sl_dpp_worker_t **out, sl_dpp_problems_t *problems, sl_error_t *err)
+{
+    sl_dpp_worker_opts_t o = opts ? *opts : sl_dpp_worker_opts_default();
+    const sl_allocator_t *a = o.allocator ? o.allocator : sl_allocator_default();
+    if (!o.listen) o.listen = "127.0.0.1:0";
+    if (!o.memory_limit) o.memory_limit = DEFAULT_MEMORY_LIMIT;
+    if (!o.threads) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o.threads = n > 0 ? (uint32_t)n : 1;
+    }
+    if (o.threads > MAX_THREADS)
+        return sl_error_set(err, SL_ERR_INVALID, "worker: %u threads (at most %u)", o.threads,
+                            MAX_THREADS);
+    if (job->num_dedup_groups > SL_DPP_WORKER_MAX_GROUPS)
+        return sl_error_set(err, SL_ERR_INVALID, "worker: %u dedup groups (at most %u)",
+                            job->num_dedup_groups, SL_DPP_WORKER_MAX_GROUPS);
+    sl_dpp_worker_t *w = sl_calloc(a, 1, sizeof *w);
+    if (!w) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+    w->job = job;
+    w->a = a;
+    w->o = o;
+    w->source = o.source;
+    pthread_mutex_init(&w->mu, NULL);
+    snprintf(w->worker_id, sizeof w->worker_id, "%s", o.worker_id ? o.worker_id : "");
+    if (!o.worker_id) snprintf(w->worker_id, sizeof w->worker_id, "worker-%d", (int)getpid());
+    w->job_hash = fnv1a(job->id ? job->id : "job");
+    w->threads = o.threads;
+    w->st.threads = o.threads;
+    w->st.memory_limit = o.memory_limit;
+    sl_err_t rc;
+    if ((rc = sl_wh_table_open(job->table, a, &w->table, err))) goto fail;
+    if (job->partitions && (rc = sl_wh_filter_parse(job->partitions, a, &w->filter, err))) {
+        if (problems) sl_dpp_problems_add(problems, "$.source.partitions: %s", err->msg);
+        goto fail;
+    }
+    if ((rc = sl_dpp_plan_new(job, sl_wh_table_schema(w->table), &w->plan, problems, err)))
+        goto fail;
+    if ((rc = sl_wh_table_splits(w->table, w->filter, job->stripes_per_split, &w->splits, err)))
+        goto fail;
+    if (!w->source.next &&
+        (rc = sl_dpp_local_source_new(w->splits, job->epochs, job->shuffle_splits, job->seed, a,
+                                      &w->source, err)))
+        goto fail;
+    w->dedup_form = files_store_job_groups(w);
+    w->st.dedup_form = w->dedup_form;
+    w->num_groups = job->num_dedup_groups;
+    if (w->num_groups) {
+        w->groups = sl_calloc(a, w->num_groups, sizeof *w->groups);
+        if (!w->groups) {
+            rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+            goto fail;
+        }
+        for (uint32_t g = 0; g < w->num_groups; g++) {
+            const sl_dpp_dedup_group_t *jg = &job->dedup_groups[g];
+            w->groups[g] = (sl_dedup_group_spec_t){.name = jg->name,
+                                                   .num_features = jg->num_features,
+                                                   .features = (const char *const *)jg->features};
+            snprintf(w->st.groups[g].name, sizeof w->st.groups[g].name, "%s", jg->name);
+        }
+        w->st.num_groups = w->num_groups;
+    }
+    w->budget = sl_dpp_budget_new(a, o.memory_limit);
+    w->work = sl_dpp_queue_new(a, 2 * o.threads);
+    w->xform = sl_calloc(a, o.threads, sizeof *w->xform);
+    if (!w->budget || !w->work || !w->xform) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+        goto fail;
+    }
+    sl_dpp_server_opts_t so = {.listen = o.listen,
+                               .max_credits = o.max_credits,
+                               .worker_id = w->worker_id,
+                               .job_id = job->id,
+                               .epochs = job->epochs,
+                               .budget = w->budget,
+                               .allocator = a};
+    if ((rc = sl_dpp_server_start(&so, &w->server, err))) goto fail;
+    atomic_store(&w->running, o.threads);
+    for (uint32_t i = 0; i < o.threads; i++) {
+        if (pthread_create(&w->xform[i], NULL, xform_main, w) != 0) {
+            atomic_fetch_sub(&w->running, o.threads - i);
+            rc = sl_error_set(err, SL_ERR_IO, "worker: cannot start transform thread %u", i);
+            fail(w, rc, err->msg);
+            w->started_threads = i;
+            sl_dpp_worker_destroy(w);
+            return rc;
+        }
+        w->started_threads = i + 1;
+    }
+    if (pthread_create(&w->reader, NULL, reader_main, w) != 0) {
+        rc = sl_error_set(err, SL_ERR_IO, "worker: cannot start the reader thread");
+        fail(w, rc, err->msg);
+        sl_dpp_worker_destroy(w);
+        return rc;
+    }
+    w->reader_started = true;
+    *out = w;
+    return SL_OK;
+fail:
+    sl_dpp_worker_destroy(w);
+    return rc;
+}
+
+uint16_t sl_dpp_worker_port(const sl_dpp_worker_t *w)
+{
+    return sl_dpp_server_port(w->server);
+}
+
+sl_err_t sl_dpp_worker_wait(sl_dpp_worker_t *w, int timeout_ms, sl_error_t *err)
+{
+    uint64_t end =
+        now_ns(CLOCK_MONOTONIC) + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        sl_err_t code = w->fail_code;
+        if (code) sl_error_set(err, code, "%s", w->fail_msg);
+        pthread_mutex_unlock(&w->mu);
+        if (code) return code;
+        if (sl_dpp_server_wait_done(w->server, 100)) return SL_OK;
+        if (timeout_ms >= 0 && now_ns(CLOCK_MONOTONIC) >= end)
+            return sl_error_set(err, SL_ERR_TIMEOUT, "worker: job not finished yet");
+    }
+}
+
+void sl_dpp_worker_stop(sl_dpp_worker_t *w)
+{
+    if (!w || w->stopped) return;
+    w->stopped = true;
+    atomic_store(&w->stopping, true);
+    if (w->budget) sl_dpp_budget_close(w->budget);
+    if (w->work) sl_dpp_queue_close(w->work);
+    if (w->reader_started) pthread_join(w->reader, NULL);
+    for (uint32_t i = 0; i < w->started_threads; i++)
+        pthread_join(w->xform[i], NULL);
+    w->reader_started = false;
+    w->started_threads = 0;
+    if (w->work) {
+        sl_dpp_msg_t m;
+        while (sl_dpp_queue_pop(w->work, &m, 0) == SL_OK) {
+            sl_dpp_budget_release(w->budget, m.bytes);
+            sl_batch_destroy(m.ptr);
+        }
+    }
+    if (w->server) {
+        bool done = sl_dpp_server_wait_done(w->server, 0);
+        sl_dpp_server_stop(w->server); /* joins the connection threads */
+        pthread_mutex_lock(&w->mu);
+        w->st.finished = done && w->fail_code == SL_OK;
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+void sl_dpp_worker_stats(sl_dpp_worker_t *w, sl_dpp_worker_stats_t *out)
+{
+    sl_dpp_server_stats_t ss = {0};
+    if (w->server) sl_dpp_server_stats(w->server, &ss);
+    bool done = w->server && sl_dpp_server_wait_done(w->server, 0);
+    pthread_mutex_lock(&w->mu);
+    w->st.server = ss;
+    if (!w->stopped) w->st.finished = done && w->fail_code == SL_OK;
+    *out = w->st;
+    pthread_mutex_unlock(&w->mu);
+    if (w->budget) {
+        out->memory_used = sl_dpp_budget_used(w->budget);
+        out->memory_peak = sl_dpp_budget_peak(w->budget);
+    }
+    for (uint32_t g = 0; g < out->num_groups; g++)
+        out->groups[g].factor = out->groups[g].unique_rows ? (double)out->groups[g].rows /
+                                                                 (double)out->groups[g].unique_rows
+                                                           : 1.0;
+}
+
+void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, FILE *out)
+{
+    const sl_dpp_server_stats_t *s = &st->server;
+    fprintf(out, "worker summary%s\n", st->finished ? " (job finished)" : "");
+    fprintf(out,
+            "  splits %" PRIu64 ", stripes %" PRIu64 ", rows read %" PRIu64 ", kept %" PRIu64
+            ", dropped by drop_last %" PRIu64 "\n",
+            st->splits, st->stripes, st->rows_read, st->rows_kept, st->rows_dropped);
+    fprintf(out, "  batches %" PRIu64 ", samples %" PRIu64 " (%.0f samples/s over %.2f s)\n",
+            st->batches, st->samples, seconds > 0 ? (double)st->samples / seconds : 0.0, seconds);
+    fprintf(out, "  bytes encoded %" PRIu64 ", without dedup %" PRIu64 " (%.2fx smaller)\n",
+            st->bytes_encoded, st->bytes_expanded,
+            st->bytes_encoded ? (double)st->bytes_expanded / (double)st->bytes_encoded : 1.0);
+    if (st->dedup_form)
+        fprintf(out, "  dedup groups read as stored in the table (storage dedup)\n");
+    for (uint32_t g = 0; g < st->num_groups; g++)
+        fprintf(out, "  dedup group %s: %" PRIu64 " rows, %" PRIu64 " unique, factor %.2f\n",
+                st->groups[g].name, st->groups[g].rows, st->groups[g].unique_rows,
+                st->groups[g].factor);
+    fprintf(out,
+            "  busy: read %.3f s, filter+batch %.3f s, dedup %.3f s, transform %.3f s, "
+            "encode %.3f s, send %.3f s; back-pressure waits %.3f s\n",
+            st->read_ns / 1e9, st->filter_ns / 1e9, st->dedup_ns / 1e9, st->transform_ns / 1e9,
+            st->encode_ns / 1e9, s->send_ns / 1e9, st->backpressure_ns / 1e9);
+    fprintf(out,
+            "  sent %" PRIu64 " batches (%" PRIu64 " bytes), acknowledged %" PRIu64 " (%" PRIu64
+            " samples), redelivered %" PRIu64 "\n",
+            s->batches_sent, s->bytes_sent, s->batches_acked, s->samples_acked, s->redeliveries);
+    fprintf(out, "  clients %" PRIu64 " (now %u), closed for bad frames %" PRIu64 "\n",
+            s->clients_total, s->clients_now, s->bad_frames);
+    fprintf(out, "  memory limit %" PRIu64 " bytes, peak accounted %" PRIu64 "\n", st->memory_limit,
+            st->memory_peak);
+}
+
+void sl_dpp_worker_destroy(sl_dpp_worker_t *w)
+{
+    if (!w) return;
+    sl_dpp_worker_stop(w);
+    if (w->source.destroy) w->source.destroy(w->source.ctx);
+    sl_dpp_server_destroy(w->server);
+    sl_dpp_queue_destroy(w->work);
+    sl_dpp_budget_destroy(w->budget);
+    if (w->xform) sl_free(w->a, w->xform, (size_t)w->threads * sizeof *w->xform);
+    if (w->groups) sl_free(w->a, w->groups, (size_t)w->num_groups * sizeof *w->groups);
+    sl_wh_splits_destroy(w->splits);
+    sl_dpp_plan_destroy(w->plan);
+    sl_wh_filter_destroy(w->filter);
+    sl_wh_table_close(w->table);
+    pthread_mutex_destroy(&w->mu);
+    sl_free(w->a, w, sizeof *w);
+}

@@ -1,0 +1,142 @@
+/* The DPP worker: runs one job's pipeline over the splits a split source
+ * hands it and serves the encoded batches to trainer clients.
+ *
+ *   split source ──► reader thread: open split, read stripes (projection =
+ *   the plan's read features), filter, batch (batcher.h)
+ *        ──► bounded queue ──► N transform threads: dedup, transform, encode
+ *        ──► ready queue ──► server (server.h) ──► trainer clients
+ *
+ * When every file of the table stores exactly the job's dedup groups
+ * (storage dedup, RecD) and the job has no filters and no shuffle window,
+ * the reader hands the groups over deduplicated and they travel as stored:
+ * unique rows are decoded, batched, transformed and sent once, never
+ * expanded and hashed again.
+ *
+ * Batching happens on the one reader thread, so the batches of a job (their
+ * rows, order of rows and origins) do not depend on the number of transform
+ * threads or on timing; transform threads only change the order in which
+ * finished batches become ready. Batches cross stripe and split boundaries,
+ * never epochs.
+ *
+ * Memory: a budget of memory_limit bytes covers the stripe being read, every
+ * batch between the batcher and the encoder (its arena) and every encoded
+ * batch until a client acknowledges it. A stage that would pass the limit
+ * waits (back-pressure) instead of growing; the limit must hold a stripe
+ * and a few batches, otherwise one item at a time goes through alone.
+ *
+ * Splits come from an sl_dpp_split_source_t so that a master can later
+ * lease them; the local source enumerates a table's splits epoch after
+ * epoch, in table order or shuffled with the job seed (shuffle_splits). */
+#ifndef SLUICE_DPP_WORKER_H
+#define SLUICE_DPP_WORKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dpp/job.h"
+#include "dpp/server.h"
+#include "sluice/err.h"
+#include "warehouse/warehouse.h"
+
+/* ---- split sources ---- */
+
+/* One unit of work: a split of an epoch. */
+typedef struct sl_dpp_work {
+    const sl_wh_split_t *split; /* borrowed until the source is destroyed */
+    uint32_t epoch;
+    uint64_t split_id; /* stable id of the split within the job */
+} sl_dpp_work_t;
+
+typedef struct sl_dpp_split_source {
+    /* The next split to read (called from the reader thread only).
+     * @return SL_OK, SL_ERR_CLOSED when there are no more, or an error. */
+    sl_err_t (*next)(void *ctx, sl_dpp_work_t *out, sl_error_t *err);
+    /* Every row of w has been read and handed to the batcher (may be NULL). */
+    void (*done)(void *ctx, const sl_dpp_work_t *w);
+    /* Frees ctx (may be NULL). */
+    void (*destroy)(void *ctx);
+    void *ctx;
+} sl_dpp_split_source_t;
+
+/* A source over splits (borrowed; must outlive the source): for each epoch
+ * 0..epochs-1 every split once, in order, or in a permutation drawn from
+ * (seed, epoch) when shuffle. split_id is the split's index in splits.
+ * @return SL_ERR_NOMEM. */
+sl_err_t sl_dpp_local_source_new(const sl_wh_splits_t *splits, uint32_t epochs, bool shuffle,
+                                 uint64_t seed, const sl_allocator_t *a, sl_dpp_split_source_t *out,
+                                 sl_error_t *err);
+
+/* ---- worker ---- */
+
+typedef struct sl_dpp_worker_opts {
+    const char *listen;    /* "host:port"; NULL: "127.0.0.1:0" */
+    uint32_t threads;      /* transform threads; 0: online cores */
+    uint64_t memory_limit; /* bytes; 0: 256 MiB */
+    uint32_t max_credits;  /* unacknowledged batches per client; 0: 16 */
+    const char *worker_id; /* NULL: "worker-<pid>" */
+    /* NULL next: the local source over the job's table (job epochs, shuffle
+     * and seed). Otherwise the worker takes ownership (destroy is called). */
+    sl_dpp_split_source_t source;
+    const sl_allocator_t *allocator; /* NULL: default */
+} sl_dpp_worker_opts_t;
+
+sl_dpp_worker_opts_t sl_dpp_worker_opts_default(void);
+
+#define SL_DPP_WORKER_MAX_GROUPS 16
+
+typedef struct sl_dpp_group_stats {
+    char name[64];
+    uint64_t rows, unique_rows; /* summed over batches */
+    double factor;              /* rows / unique_rows */
+} sl_dpp_group_stats_t;
+
+typedef struct sl_dpp_worker_stats {
+    uint32_t threads;
+    bool dedup_form; /* the table stores the job's dedup groups: read and sent as stored */
+    uint64_t splits, stripes, rows_read, rows_kept, rows_dropped;
+    uint64_t batches, samples;              /* encoded */
+    uint64_t bytes_encoded, bytes_expanded; /* encoded; and had dedup been off */
+    uint32_t num_groups;
+    sl_dpp_group_stats_t groups[SL_DPP_WORKER_MAX_GROUPS];
+    /* busy time per stage (summed over threads) */
+    uint64_t read_ns;   /* open, read, decode stripes */
+    uint64_t filter_ns; /* filter and batch (gather) */
+    uint64_t dedup_ns, transform_ns, encode_ns;
+    uint64_t backpressure_ns; /* stages waiting for memory */
+    uint64_t cpu_ns;          /* CPU time of the pipeline and server threads that have exited */
+    uint64_t memory_limit, memory_used, memory_peak;
+    sl_dpp_server_stats_t server;
+    bool finished; /* every batch produced and acknowledged */
+} sl_dpp_worker_stats_t;
+
+typedef struct sl_dpp_worker sl_dpp_worker_t;
+
+/* Bind job to its table (every problem of the plan goes to *problems, by
+ * JSON path; return SL_ERR_INVALID), cut the table into splits, listen, and
+ * start the threads. job is borrowed until sl_dpp_worker_destroy. Caller
+ * owns *out, free with sl_dpp_worker_destroy. */
+sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t *opts,
+                             sl_dpp_worker_t **out, sl_dpp_problems_t *problems, sl_error_t *err);
+
+/* The port listened on (the real one when 0 was asked). */
+uint16_t sl_dpp_worker_port(const sl_dpp_worker_t *w);
+
+/* Wait up to timeout_ms (< 0: forever) for the job to finish: every batch
+ * produced and acknowledged, or the pipeline failed. @return SL_OK when
+ * finished, SL_ERR_TIMEOUT, or the pipeline's error (err says what and
+ * where, e.g. a corrupt stripe). */
+sl_err_t sl_dpp_worker_wait(sl_dpp_worker_t *w, int timeout_ms, sl_error_t *err);
+
+/* Stop everything: close connections, join every thread. Statistics stay
+ * readable. Idempotent; may be called from any thread but a worker's own. */
+void sl_dpp_worker_stop(sl_dpp_worker_t *w);
+
+void sl_dpp_worker_stats(sl_dpp_worker_t *w, sl_dpp_worker_stats_t *out);
+
+/* Print the statistics as a human summary. */
+void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, FILE *out);
+
+/* Stops (if needed) and frees; w may be NULL. */
+void sl_dpp_worker_destroy(sl_dpp_worker_t *w);
+
+#endif

@@ -1,0 +1,715 @@
+/* The DPP worker end to end: generated tables (criteo-like and
+ * sessions-like, several files and stripes) -> worker (read, filter, batch,
+ * dedup, transform, encode) -> TCP -> trainer clients (sl_trainer_*).
+ * Every sample id of the table arrives exactly once per epoch, with one and
+ * with three clients; transformed values equal a reference computed here
+ * from sl_wh_reader output; filters keep what they should, with weights;
+ * and the `sluice worker` program serves a job, exits when done, and
+ * rejects a bad spec listing every problem by JSON path (exit 2). */
+#include <criterion/criterion.h>
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "dpp/job.h"
+#include "dpp/worker.h"
+#include "sluice/trainer.h"
+#include "testutil.h"
+#include "warehouse/import.h"
+
+static char tmpdir[256];
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-worker-e2e-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(worker_e2e, .init = setup, .fini = teardown);
+
+/* Generate preset's table of rows rows under tmpdir/name. */
+static void gen(const char *name, const char *preset, uint64_t rows, uint64_t seed,
+                uint32_t stripe_rows, uint32_t files, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s/%s", tmpdir, name);
+    sl_wh_gen_spec_t spec;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_gen_preset(preset, rows, seed, &spec, &err), SL_OK, "%s", err.msg);
+    spec.files = files;
+    if (strcmp(preset, "sessions") == 0) spec.active_sessions = 64;
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.stripe_rows = stripe_rows;
+    go.writer.no_sync = true;
+    go.writer.cluster_sessions = true;
+    go.threads = 2;
+    cr_assert_eq(sl_wh_gen_table(dir, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
+}
+
+static sl_dpp_job_t *job_of(const char *json)
+{
+    sl_dpp_job_t *job = NULL;
+    sl_dpp_problems_t p = {0};
+    sl_error_t err = {0};
+    sl_err_t rc = sl_dpp_job_parse(json, strlen(json), &job, &p, &err);
+    cr_assert_eq(rc, SL_OK, "%s", err.msg);
+    sl_dpp_problems_free(&p);
+    return job;
+}
+
+static sl_dpp_worker_t *start(const sl_dpp_job_t *job, uint32_t threads, char *addr, size_t cap)
+{
+    sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
+    o.threads = threads;
+    o.memory_limit = 64u << 20;
+    sl_dpp_worker_t *w = NULL;
+    sl_dpp_problems_t p = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_worker_start(job, &o, &w, &p, &err), SL_OK, "%s", err.msg);
+    sl_dpp_problems_free(&p);
+    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_dpp_worker_port(w));
+    return w;
+}
+
+/* ---- trainer clients counting sample ids per epoch ---- */
+
+typedef void (*row_check_fn)(void *ctx, const sl_batch_t *b);
+
+typedef struct consumer {
+    const char *addr;
+    uint64_t rows; /* sample ids in [0, rows) */
+    uint32_t epochs;
+    atomic_uint *seen; /* [epochs * rows] */
+    row_check_fn check;
+    void *check_ctx;
+    uint64_t batches, samples;
+    sl_err_t end;
+    char msg[SL_ERROR_MSG_MAX];
+} consumer_t;
+
+static void *consume(void *arg)
+{
+    consumer_t *c = arg;
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.address = c->addr;
+    o.prefetch = 4;
+    sl_trainer_t *t;
+    sl_error_t err = {0};
+    c->end = sl_trainer_connect(&o, &t, &err);
+    if (c->end != SL_OK) {
+        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+        return NULL;
+    }
+    sl_batch_t *b;
+    while ((c->end = sl_trainer_next(t, 20000, &b, &err)) == SL_OK) {
+        c->batches++;
+        c->samples += b->batch_size;
+        cr_assert_not_null(b->sample_ids);
+        cr_assert_lt(b->origin.epoch, c->epochs);
+        for (uint32_t i = 0; i < b->batch_size; i++) {
+            int64_t id = b->sample_ids[i];
+            cr_assert(id >= 0 && (uint64_t)id < c->rows, "sample id %ld", (long)id);
+            atomic_fetch_add(&c->seen[(uint64_t)b->origin.epoch * c->rows + (uint64_t)id], 1);
+        }
+        if (c->check) c->check(c->check_ctx, b);
+        sl_trainer_release(t, b);
+    }
+    snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+    sl_trainer_close(t);
+    return NULL;
+}
+
+/* Run n clients to the end of the job; @return the counts (caller frees). */
+static atomic_uint *run_clients(const char *addr, uint32_t n, uint64_t rows, uint32_t epochs,
+                                row_check_fn check, void *ctx, uint64_t *batches)
+{
+    atomic_uint *seen = calloc(rows * epochs, sizeof *seen);
+    consumer_t cs[8];
+    pthread_t th[8];
+    for (uint32_t i = 0; i < n; i++) {
+        cs[i] = (consumer_t){.addr = addr,
+                             .rows = rows,
+                             .epochs = epochs,
+                             .seen = seen,
+                             .check = check,
+                             .check_ctx = ctx};
+        pthread_create(&th[i], NULL, consume, &cs[i]);
+    }
+    *batches = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(cs[i].end, SL_ERR_CLOSED, "client %u ended with %s: %s", i,
+                     sl_err_str(cs[i].end), cs[i].msg);
+        *batches += cs[i].batches;
+    }
+    return seen;
+}
+
+static void assert_once_per_epoch(const atomic_uint *seen, uint64_t rows, uint32_t epochs)
+{
+    for (uint32_t e = 0; e < epochs; e++)
+        for (uint64_t i = 0; i < rows; i++)
+            cr_assert_eq(seen[e * rows + i], 1, "epoch %u sample %lu arrived %u times", e,
+                         (unsigned long)i, seen[e * rows + i]);
+}
+
+Test(worker_e2e, criteo_two_epochs_one_client)
+{
+    char table[300], addr[64], spec[1024];
+    const uint64_t rows = 20000;
+    gen("criteo", "criteo", rows, 11, 4096, 2, table, sizeof table);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"e2e\",\"source\":{\"table\":\"%s\"},"
+             "\"batch\":{\"size\":999,\"epochs\":2}}",
+             table);
+    sl_dpp_job_t *job = job_of(spec);
+    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    uint64_t batches;
+    atomic_uint *seen = run_clients(addr, 1, rows, 2, NULL, NULL, &batches);
+    assert_once_per_epoch(seen, rows, 2);
+    /* batches cross stripe and file boundaries, never epochs */
+    cr_assert_eq(batches, 2 * 21);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert(st.finished);
+    cr_assert_eq(st.samples, 2 * rows);
+    cr_assert_eq(st.batches, 42);
+    cr_assert_eq(st.server.batches_acked, 42);
+    cr_assert_eq(st.server.samples_acked, 2 * rows);
+    cr_assert_eq(st.server.redeliveries, 0);
+    cr_assert_eq(st.rows_read, 2 * rows);
+    cr_assert_eq(st.splits, 2 * 2 * 3, "2 files of 10000 rows, 3 stripes each, 2 epochs");
+    cr_assert_leq(st.memory_peak, st.memory_limit);
+    free(seen);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+typedef struct dedup_check {
+    atomic_uint batches_with_group;
+} dedup_check_t;
+
+static void check_group(void *ctx, const sl_batch_t *b)
+{
+    dedup_check_t *d = ctx;
+    cr_assert_eq(b->num_groups, 1);
+    cr_assert_str_eq(b->groups[0].name, "user");
+    cr_assert_eq(b->groups[0].unique.num_keys, 3);
+    cr_assert_lt(b->groups[0].unique.stride, b->batch_size, "sessions repeat user rows");
+    cr_assert_eq(sl_kjt_find_key(&b->sparse, "user_hist"), -1);
+    cr_assert_geq(sl_kjt_find_key(&b->sparse, "item_id"), 0);
+    atomic_fetch_add(&d->batches_with_group, 1);
+}
+
+Test(worker_e2e, sessions_dedup_two_epochs_three_clients)
+{
+    char table[300], addr[64], spec[1024];
+    const uint64_t rows = 30000;
+    gen("sessions", "sessions", rows, 5, 8192, 2, table, sizeof table);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"e2e-sessions\",\"source\":{\"table\":\"%s\"},"
+             "\"batch\":{\"size\":512,\"epochs\":2,\"shuffle\":{\"splits\":true,\"seed\":3},"
+             "\"dedup_groups\":{\"user\":[\"user_id\",\"user_hist\",\"user_cat\"]}}}",
+             table);
+    sl_dpp_job_t *job = job_of(spec);
+    sl_dpp_worker_t *w = start(job, 3, addr, sizeof addr);
+    dedup_check_t dc = {0};
+    uint64_t batches;
+    atomic_uint *seen = run_clients(addr, 3, rows, 2, check_group, &dc, &batches);
+    assert_once_per_epoch(seen, rows, 2);
+    cr_assert_eq(atomic_load(&dc.batches_with_group), batches);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(st.num_groups, 1);
+    cr_assert_eq(st.groups[0].rows, 2 * rows);
+    cr_assert_gt(st.groups[0].factor, 4.0, "clustered sessions of ~16: factor %.2f",
+                 st.groups[0].factor);
+    cr_assert_lt(st.bytes_encoded * 3, st.bytes_expanded, "dedup shrinks the bytes sent");
+    cr_assert_eq(st.server.samples_acked, 2 * rows);
+    cr_assert_geq(st.server.clients_total, 3);
+    free(seen);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+/* ---- transforms against a reference from the reader ---- */
+
+typedef struct reference {
+    uint64_t rows;
+    float *i1, *i2, *i5; /* by sample id */
+    int64_t *c1, *c2;    /* single-id lists (criteo), -1 when empty */
+    float *label;
+    atomic_uint checked;
+} reference_t;
+
+static void load_reference(const char *table, reference_t *ref)
+{
+    sl_wh_table_t *t;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
+    sl_wh_splits_t *sp;
+    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK);
+    const char *feats[] = {"I1", "I2", "I5", "C1", "C2"};
+    sl_wh_read_opts_t ro = {.features = feats, .num_features = 5};
+    for (uint32_t s = 0; s < sp->count; s++) {
+        sl_wh_reader_t *r;
+        cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[s], &ro, &r, &err), SL_OK, "%s",
+                     err.msg);
+        const sl_wh_rows_t *rows;
+        while (sl_wh_reader_next(r, &rows, &err) == SL_OK && rows) {
+            const sl_batch_t *b = &rows->batch;
+            uint32_t n = b->batch_size;
+            uint64_t ko[3];
+            sl_kjt_key_offsets(&b->sparse, ko);
+            uint64_t off[2] = {ko[0], ko[1]};
+            for (uint32_t i = 0; i < n; i++) {
+                int64_t id = b->sample_ids[i];
+                cr_assert(id >= 0 && (uint64_t)id < ref->rows);
+                ref->i1[id] = b->dense.data[i * 3];
+                ref->i2[id] = b->dense.data[i * 3 + 1];
+                ref->i5[id] = b->dense.data[i * 3 + 2];
+                ref->label[id] = b->labels.data[i * b->labels.cols];
+                int64_t *cs[2] = {ref->c1, ref->c2};
+                for (int k = 0; k < 2; k++) {
+                    int32_t len = b->sparse.lengths[k * n + i];
+                    cr_assert_leq(len, 1);
+                    cs[k][id] = len ? b->sparse.values[off[k]] : -1;
+                    off[k] += (uint64_t)len;
+                }
+            }
+        }
+        sl_wh_reader_close(r);
+    }
+    sl_wh_splits_destroy(sp);
+    sl_wh_table_close(t);
+}
+
+static int col(const sl_dense_t *d, const char *name)
+{
+    for (uint32_t c = 0; c < d->cols; c++)
+        if (d->names && strcmp(d->names[c], name) == 0) return (int)c;
+    return -1;
+}
+
+static float ref_log1p(float x)
+{
+    return isnan(x) ? x : log1pf(x < 0.0f ? 0.0f : x);
+}
+
+static int64_t ref_sigrid(int64_t id, uint64_t salt, uint64_t size)
+{
+    return (int64_t)(XXH3_64bits_withSeed(&id, sizeof id, salt) % size);
+}
+
+static void same_float(float got, float want, int64_t id, const char *what)
+{
+    if (isnan(want))
+        cr_assert(isnan(got), "sample %ld %s: %g, want NaN", (long)id, what, got);
+    else
+        cr_assert_eq(got, want, "sample %ld %s: %g, want %g", (long)id, what, got, want);
+}
+
+static void check_transforms(void *ctx, const sl_batch_t *b)
+{
+    reference_t *ref = ctx;
+    int i1 = col(&b->dense, "I1"), i2 = col(&b->dense, "I2"), i5 = col(&b->dense, "I5");
+    cr_assert(i1 >= 0 && i2 >= 0 && i5 >= 0);
+    int k1 = sl_kjt_find_key(&b->sparse, "C1"), k2 = sl_kjt_find_key(&b->sparse, "C2");
+    cr_assert(k1 >= 0 && k2 >= 0);
+    uint64_t *ko = malloc((b->sparse.num_keys + 1) * sizeof *ko);
+    sl_kjt_key_offsets(&b->sparse, ko);
+    uint64_t off1 = ko[k1], off2 = ko[k2];
+    int wcol = col(&b->labels, "weight");
+    cr_assert_geq(wcol, 0, "negative_downsample adds the weight label");
+    uint32_t n = b->batch_size, D = b->dense.cols;
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t id = b->sample_ids[i];
+        same_float(b->dense.data[i * D + i1], ref_log1p(ref->i1[id]), id, "log1p(I1)");
+        same_float(b->dense.data[i * D + i2], ref_log1p(ref->i2[id]), id, "log1p(I2)");
+        same_float(b->dense.data[i * D + i5], ref->i5[id], id, "I5 (untouched)");
+        int32_t l1 = b->sparse.lengths[(size_t)k1 * n + i];
+        int32_t l2 = b->sparse.lengths[(size_t)k2 * n + i];
+        cr_assert_eq(l1, ref->c1[id] >= 0 ? 1 : 0);
+        cr_assert_eq(l2, ref->c2[id] >= 0 ? 1 : 0);
+        if (l1) cr_assert_eq(b->sparse.values[off1], ref_sigrid(ref->c1[id], 7, 1000));
+        if (l2) cr_assert_eq(b->sparse.values[off2], ref_sigrid(ref->c2[id], 0, 50));
+        off1 += (uint64_t)l1;
+        off2 += (uint64_t)l2;
+        float label = b->labels.data[i * b->labels.cols];
+        cr_assert_eq(label, ref->label[id]);
+        cr_assert_eq(b->labels.data[i * b->labels.cols + (uint32_t)wcol], label > 0 ? 1.0f : 2.0f,
+                     "weight of sample %ld", (long)id);
+        atomic_fetch_add(&ref->checked, 1);
+    }
+    free(ko);
+}
+
+Test(worker_e2e, transforms_and_filters_match_reference)
+{
+    char table[300], addr[64], spec[2048];
+    const uint64_t rows = 12000;
+    gen("criteo", "criteo", rows, 23, 2500, 2, table, sizeof table);
+    reference_t ref = {.rows = rows};
+    ref.i1 = calloc(rows, 4), ref.i2 = calloc(rows, 4), ref.i5 = calloc(rows, 4);
+    ref.label = calloc(rows, 4);
+    ref.c1 = calloc(rows, 8), ref.c2 = calloc(rows, 8);
+    load_reference(table, &ref);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"e2e-transforms\","
+             "\"source\":{\"table\":\"%s\",\"features\":[\"I1\",\"I2\",\"I5\",\"C1\",\"C2\"]},"
+             "\"filters\":[{\"op\":\"negative_downsample\",\"label\":\"label\",\"rate\":0.5,"
+             "\"seed\":9}],"
+             "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I1\"},"
+             "{\"op\":\"log1p\",\"feature\":\"I2\"},"
+             "{\"op\":\"sigrid_hash\",\"feature\":\"C1\",\"table_size\":1000,\"salt\":7},"
+             "{\"op\":\"sigrid_hash\",\"feature\":\"C2\",\"table_size\":50}],"
+             "\"batch\":{\"size\":700}}",
+             table);
+    sl_dpp_job_t *job = job_of(spec);
+    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    uint64_t batches;
+    atomic_uint *seen = run_clients(addr, 1, rows, 1, check_transforms, &ref, &batches);
+    /* every positive kept once; negatives at most once, about half of them */
+    uint64_t neg = 0, neg_kept = 0;
+    for (uint64_t i = 0; i < rows; i++) {
+        cr_assert_leq(seen[i], 1);
+        if (ref.label[i] > 0)
+            cr_assert_eq(seen[i], 1, "positive %lu dropped", (unsigned long)i);
+        else {
+            neg++;
+            neg_kept += seen[i];
+        }
+    }
+    cr_assert(neg_kept > neg * 4 / 10 && neg_kept < neg * 6 / 10, "%lu of %lu negatives kept",
+              (unsigned long)neg_kept, (unsigned long)neg);
+    cr_assert_eq(atomic_load(&ref.checked), rows - neg + neg_kept);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(st.rows_read, rows);
+    cr_assert_eq(st.rows_kept, rows - neg + neg_kept);
+    free(seen);
+    free(ref.i1), free(ref.i2), free(ref.i5), free(ref.label), free(ref.c1), free(ref.c2);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+/* ---- the sluice worker program ---- */
+
+static const char *binary(void)
+{
+    const char *b = getenv("SLUICE_BINARY");
+    cr_assert_not_null(b, "SLUICE_BINARY is not set (run through ctest)");
+    return b;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Start `sluice worker ARGS...`; *out_fd reads its stdout. */
+static pid_t spawn(char *const argv[], int *out_fd, const char *err_path)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (e >= 0) dup2(e, 2);
+        close(p[0]);
+        close(p[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(p[1]);
+    *out_fd = p[0];
+    return pid;
+}
+
+static char *read_all(int fd)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t n;
+    while ((n = read(fd, buf + len, cap - 1 - len)) > 0) {
+        len += (size_t)n;
+        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+Test(worker_e2e, cli_serves_and_exits_when_done)
+{
+    char table[300], specpath[300], errpath[300], spec[1024];
+    const uint64_t rows = 10000;
+    gen("criteo", "criteo", rows, 3, 4096, 1, table, sizeof table);
+    snprintf(spec, sizeof spec,
+             "{\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":1000,\"epochs\":2}}", table);
+    snprintf(specpath, sizeof specpath, "%s/job.json", tmpdir);
+    snprintf(errpath, sizeof errpath, "%s/worker.err", tmpdir);
+    write_file(specpath, spec);
+    char *argv[] = {(char *)binary(), "worker",    "--job", specpath,           "--listen",
+                    "127.0.0.1:0",    "--threads", "2",     "--exit-when-done", NULL};
+    int fd;
+    pid_t pid = spawn(argv, &fd, errpath);
+    FILE *out = fdopen(fd, "r");
+    char line[256];
+    cr_assert_not_null(fgets(line, sizeof line, out), "no output from sluice worker");
+    unsigned port = 0;
+    cr_assert_eq(sscanf(line, "listening on 127.0.0.1:%u", &port), 1, "first line: %s", line);
+    cr_assert(port > 0 && port < 65536);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    uint64_t batches;
+    atomic_uint *seen = run_clients(addr, 2, rows, 2, NULL, NULL, &batches);
+    assert_once_per_epoch(seen, rows, 2);
+    cr_assert_eq(batches, 20);
+    char *rest = read_all(fd);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d, output: %s", st, rest);
+    cr_assert(strstr(rest, "job finished") != NULL, "%s", rest);
+    cr_assert(strstr(rest, "samples 20000") != NULL, "%s", rest);
+    cr_assert(strstr(rest, "acknowledged 20 ") != NULL, "%s", rest);
+    free(rest);
+    free(seen);
+    fclose(out);
+}
+
+Test(worker_e2e, cli_stops_on_sigterm)
+{
+    char table[300], specpath[300], errpath[300], spec[1024];
+    gen("criteo", "criteo", 2000, 3, 4096, 1, table, sizeof table);
+    snprintf(spec, sizeof spec, "{\"source\":{\"table\":\"%s\"}}", table);
+    snprintf(specpath, sizeof specpath, "%s/job.json", tmpdir);
+    snprintf(errpath, sizeof errpath, "%s/worker.err", tmpdir);
+    write_file(specpath, spec);
+    char *argv[] = {(char *)binary(), "worker", "--job", specpath, "--listen", "127.0.0.1:0", NULL};
+    int fd;
+    pid_t pid = spawn(argv, &fd, errpath);
+    FILE *out = fdopen(fd, "r");
+    char line[256];
+    cr_assert_not_null(fgets(line, sizeof line, out));
+    cr_assert(strncmp(line, "listening on 127.0.0.1:", 23) == 0, "%s", line);
+    kill(pid, SIGTERM);
+    char *rest = read_all(fd);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, rest);
+    cr_assert(strstr(rest, "stopped by SIGTERM") != NULL, "%s", rest);
+    cr_assert(strstr(rest, "worker summary") != NULL, "%s", rest);
+    free(rest);
+    fclose(out);
+}
+
+static char *run_capture(char *const argv[], int *code)
+{
+    char errpath[300];
+    snprintf(errpath, sizeof errpath, "%s/bad.err", tmpdir);
+    int fd;
+    pid_t pid = spawn(argv, &fd, errpath);
+    free(read_all(fd));
+    close(fd);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st));
+    *code = WEXITSTATUS(st);
+    int e = open(errpath, O_RDONLY);
+    char *text = read_all(e);
+    close(e);
+    return text;
+}
+
+Test(worker_e2e, cli_rejects_bad_specs_listing_every_problem)
+{
+    char table[300], specpath[300], spec[1024];
+    gen("criteo", "criteo", 100, 3, 4096, 1, table, sizeof table);
+    snprintf(specpath, sizeof specpath, "%s/bad.json", tmpdir);
+    /* syntax and type problems: all listed, by JSON path */
+    snprintf(spec, sizeof spec,
+             "{\"bogus\":1,\"source\":{\"table\":\"%s\"},"
+             "\"batch\":{\"size\":0,\"epochs\":\"two\"}}",
+             table);
+    write_file(specpath, spec);
+    char *argv[] = {(char *)binary(), "worker", "--job", specpath, "--listen", "127.0.0.1:0", NULL};
+    int code;
+    char *err = run_capture(argv, &code);
+    cr_assert_eq(code, 2, "%s", err);
+    cr_assert(strstr(err, "$.bogus") != NULL, "%s", err);
+    cr_assert(strstr(err, "$.batch.size") != NULL, "%s", err);
+    cr_assert(strstr(err, "$.batch.epochs") != NULL, "%s", err);
+    free(err);
+    /* problems only the table's schema reveals: still exit 2, by path */
+    snprintf(spec, sizeof spec,
+             "{\"source\":{\"table\":\"%s\"},"
+             "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"nope\"},"
+             "{\"op\":\"sigrid_hash\",\"feature\":\"I1\",\"table_size\":10}]}",
+             table);
+    write_file(specpath, spec);
+    err = run_capture(argv, &code);
+    cr_assert_eq(code, 2, "%s", err);
+    cr_assert(strstr(err, "$.transforms[0]") != NULL, "%s", err);
+    cr_assert(strstr(err, "$.transforms[1]") != NULL, "%s", err);
+    free(err);
+    /* usage errors */
+    char *argv2[] = {(char *)binary(), "worker", "--listen", "127.0.0.1:0", NULL};
+    err = run_capture(argv2, &code);
+    cr_assert_eq(code, 2);
+    cr_assert(strstr(err, "--job") != NULL, "%s", err);
+    free(err);
+    char *argv3[] = {(char *)binary(), "worker", "--job", specpath, "--memory-limit", "lots", NULL};
+    err = run_capture(argv3, &code);
+    cr_assert_eq(code, 2);
+    cr_assert(strstr(err, "--memory-limit") != NULL, "%s", err);
+    free(err);
+}
+
+/* ---- a table storing the job's dedup group (RecD storage dedup) ---- */
+
+typedef struct user_ref {
+    uint64_t rows;
+    int64_t *user_id;   /* by sample id */
+    uint64_t *hist_sum; /* sum of user_hist ids */
+    int32_t *hist_len;
+    atomic_uint batches;
+} user_ref_t;
+
+static void check_users(void *ctx, const sl_batch_t *b)
+{
+    user_ref_t *ref = ctx;
+    cr_assert_eq(b->num_groups, 1);
+    const sl_ikjt_t *ik = &b->groups[0];
+    cr_assert_str_eq(ik->name, "u", "the job's name for the stored group");
+    cr_assert_lt(ik->unique.stride, b->batch_size);
+    const sl_kjt_t *u = &ik->unique;
+    int kid = sl_kjt_find_key(u, "user_id"), kh = sl_kjt_find_key(u, "user_hist");
+    cr_assert(kid >= 0 && kh >= 0);
+    uint64_t *off = malloc(((size_t)u->num_keys * u->stride + 1) * sizeof *off);
+    sl_kjt_offsets(u, (int64_t *)off);
+    for (uint32_t i = 0; i < b->batch_size; i++) {
+        int64_t id = b->sample_ids[i];
+        uint32_t r = (uint32_t)ik->inverse[i];
+        size_t ci = (size_t)kid * u->stride + r, hi = (size_t)kh * u->stride + r;
+        cr_assert_eq(u->lengths[ci], 1);
+        cr_assert_eq(u->values[off[ci]], ref->user_id[id], "sample %ld user_id", (long)id);
+        cr_assert_eq(u->lengths[hi], ref->hist_len[id]);
+        uint64_t sum = 0;
+        for (int32_t j = 0; j < u->lengths[hi]; j++)
+            sum += (uint64_t)u->values[off[hi] + j];
+        cr_assert_eq(sum, ref->hist_sum[id], "sample %ld user_hist", (long)id);
+    }
+    free(off);
+    atomic_fetch_add(&ref->batches, 1);
+}
+
+Test(worker_e2e, stored_dedup_groups_are_served_as_stored)
+{
+    char table[300], addr[64], spec[1024];
+    const uint64_t rows = 20000;
+    snprintf(table, sizeof table, "%s/stored", tmpdir);
+    sl_wh_gen_spec_t gs;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_gen_preset("sessions", rows, 8, &gs, &err), SL_OK);
+    gs.files = 2;
+    gs.active_sessions = 64;
+    static const char *const user[] = {"user_id", "user_hist", "user_cat"};
+    sl_dedup_group_spec_t group = {.name = "user", .num_features = 3, .features = user};
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.stripe_rows = 3000;
+    go.writer.no_sync = true;
+    go.writer.cluster_sessions = true;
+    go.writer.num_dedup_groups = 1;
+    go.writer.dedup_groups = &group;
+    cr_assert_eq(sl_wh_gen_table(table, &gs, &go, NULL, &err), SL_OK, "%s", err.msg);
+    /* the reference, read in the expanded form */
+    user_ref_t ref = {.rows = rows,
+                      .user_id = calloc(rows, 8),
+                      .hist_sum = calloc(rows, 8),
+                      .hist_len = calloc(rows, 4)};
+    sl_wh_table_t *t;
+    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK);
+    sl_wh_splits_t *sp;
+    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK);
+    const char *feats[] = {"user_id", "user_hist"};
+    sl_wh_read_opts_t ro = {.features = feats, .num_features = 2};
+    for (uint32_t s = 0; s < sp->count; s++) {
+        sl_wh_reader_t *r;
+        cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[s], &ro, &r, &err), SL_OK);
+        const sl_wh_rows_t *rw;
+        while (sl_wh_reader_next(r, &rw, &err) == SL_OK && rw) {
+            const sl_kjt_t *k = &rw->batch.sparse;
+            uint32_t n = rw->batch.batch_size;
+            uint64_t o0 = 0, o1 = 0;
+            for (uint32_t i = 0; i < n; i++)
+                o1 += (uint64_t)k->lengths[i];
+            for (uint32_t i = 0; i < n; i++) {
+                int64_t id = rw->batch.sample_ids[i];
+                cr_assert_eq(k->lengths[i], 1);
+                ref.user_id[id] = k->values[o0++];
+                int32_t hl = k->lengths[n + i];
+                ref.hist_len[id] = hl;
+                for (int32_t j = 0; j < hl; j++)
+                    ref.hist_sum[id] += (uint64_t)k->values[o1++];
+            }
+        }
+        sl_wh_reader_close(r);
+    }
+    sl_wh_splits_destroy(sp);
+    sl_wh_table_close(t);
+
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"stored\",\"source\":{\"table\":\"%s\"},"
+             "\"transforms\":[{\"op\":\"sigrid_hash\",\"feature\":\"item_id\",\"table_size\":99}],"
+             "\"batch\":{\"size\":1000,\"epochs\":2,"
+             "\"dedup_groups\":{\"u\":[\"user_cat\",\"user_hist\",\"user_id\"]}}}",
+             table);
+    sl_dpp_job_t *job = job_of(spec);
+    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    uint64_t batches;
+    atomic_uint *seen = run_clients(addr, 2, rows, 2, check_users, &ref, &batches);
+    assert_once_per_epoch(seen, rows, 2);
+    cr_assert_eq(batches, 40);
+    cr_assert_eq(atomic_load(&ref.batches), 40);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert(st.dedup_form, "the worker reads the stored groups");
+    cr_assert_gt(st.groups[0].factor, 4.0, "factor %.2f", st.groups[0].factor);
+    cr_assert_lt(st.bytes_encoded * 3, st.bytes_expanded);
+    free(seen);
+    free(ref.user_id), free(ref.hist_sum), free(ref.hist_len);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}

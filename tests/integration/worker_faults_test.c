@@ -1,0 +1,494 @@
+/* The DPP worker under faults: a raw protocol client that takes batches
+ * without acknowledging them and disconnects, and a `sluice read` process
+ * killed with SIGKILL mid-epoch, must not lose or duplicate an acknowledged
+ * batch (the next client gets the rest, exactly once); bad frames (garbage,
+ * wrong version, an ACK before HELLO, a huge declared length, an ACK of an
+ * unknown delivery) get an ERROR naming the problem and close only that
+ * connection; and a slow client with a small memory limit makes the
+ * pipeline wait (back-pressure) without the accounted bytes ever passing
+ * the limit. */
+#include <criterion/criterion.h>
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpp/job.h"
+#include "dpp/worker.h"
+#include "rpc/frame.h"
+#include "sluice/trainer.h"
+#include "sluice/wire.h"
+#include "testutil.h"
+#include "warehouse/import.h"
+
+static char tmpdir[256];
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-worker-faults-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void teardown(void)
+{
+    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(worker_faults, .init = setup, .fini = teardown);
+
+static void gen_criteo(uint64_t rows, uint32_t stripe_rows, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s/criteo", tmpdir);
+    sl_wh_gen_spec_t spec;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_gen_preset("criteo", rows, 17, &spec, &err), SL_OK, "%s", err.msg);
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.stripe_rows = stripe_rows;
+    go.writer.no_sync = true;
+    go.threads = 1;
+    cr_assert_eq(sl_wh_gen_table(dir, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
+}
+
+static sl_dpp_job_t *job_for(const char *table, uint32_t batch_size)
+{
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"faults\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":%u}}", table,
+             batch_size);
+    sl_dpp_job_t *job = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
+    return job;
+}
+
+static sl_dpp_worker_t *start(const sl_dpp_job_t *job, uint64_t memory_limit, char *addr,
+                              size_t cap)
+{
+    sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
+    o.threads = 2;
+    if (memory_limit) o.memory_limit = memory_limit;
+    o.max_credits = 8;
+    sl_dpp_worker_t *w = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_worker_start(job, &o, &w, NULL, &err), SL_OK, "%s", err.msg);
+    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_dpp_worker_port(w));
+    return w;
+}
+
+/* ---- a raw protocol client ---- */
+
+static int raw_connect(const char *addr)
+{
+    int fd;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_connect(addr, 5000, &fd, &err), SL_OK, "%s", err.msg);
+    return fd;
+}
+
+static void raw_send(int fd, sl_rpc_type_t type, const ProtobufCMessage *m)
+{
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_send(fd, type, m, NULL, 0, &err), SL_OK, "%s", err.msg);
+}
+
+static void raw_hello(int fd)
+{
+    Sluice__Dpp__Hello h = SLUICE__DPP__HELLO__INIT;
+    h.protocol_version = SL_RPC_VERSION;
+    h.client_name = "raw-test-client";
+    raw_send(fd, SL_RPC_HELLO, &h.base);
+    sl_rpc_frame_t f = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_WELCOME);
+    const Sluice__Dpp__Welcome *w = (const Sluice__Dpp__Welcome *)f.msg;
+    cr_assert_eq(w->protocol_version, SL_RPC_VERSION);
+    cr_assert_str_eq(w->job_id, "faults");
+    cr_assert_eq(w->max_credits, 8);
+    sl_rpc_frame_free(&f);
+}
+
+static void raw_request(int fd, uint32_t credits)
+{
+    Sluice__Dpp__Request r = SLUICE__DPP__REQUEST__INIT;
+    r.credits = credits;
+    raw_send(fd, SL_RPC_REQUEST, &r.base);
+}
+
+static void raw_ack(int fd, uint64_t id)
+{
+    Sluice__Dpp__Ack a = SLUICE__DPP__ACK__INIT;
+    a.n_delivery_ids = 1;
+    a.delivery_ids = &id;
+    raw_send(fd, SL_RPC_ACK, &a.base);
+}
+
+/* Receive one BATCH; its sample ids are appended to ids. @return the
+ * delivery id. */
+static uint64_t raw_batch(int fd, int64_t *ids, uint64_t *n)
+{
+    sl_rpc_frame_t f = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_BATCH, "got %s", sl_rpc_type_name(f.type));
+    const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f.msg;
+    uint64_t id = bi->delivery_id;
+    sl_batch_t *b;
+    cr_assert_eq(sl_wire_decode(f.payload, f.payload_len, NULL, NULL, &b, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(bi->num_samples, b->batch_size);
+    for (uint32_t i = 0; i < b->batch_size; i++)
+        ids[(*n)++] = b->sample_ids[i];
+    sl_batch_destroy(b);
+    sl_rpc_frame_free(&f);
+    return id;
+}
+
+/* Expect an ERROR frame (code, message containing want), then the end. */
+static void expect_error(int fd, sl_err_t code, const char *want)
+{
+    sl_rpc_frame_t f = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_ERROR, "got %s", sl_rpc_type_name(f.type));
+    const Sluice__Dpp__Error *e = (const Sluice__Dpp__Error *)f.msg;
+    cr_assert_eq(e->code, code, "code %d (%s): %s", e->code, sl_err_str(e->code), e->message);
+    cr_assert(strstr(e->message, want) != NULL, "'%s' lacks '%s'", e->message, want);
+    sl_rpc_frame_free(&f);
+    /* and the worker closed the connection */
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_ERR_CLOSED);
+}
+
+/* ---- a trainer client collecting sample ids ---- */
+
+typedef struct collector {
+    const char *addr;
+    uint64_t rows;
+    atomic_uint *seen;
+    uint64_t samples;
+    uint32_t delay_us; /* per batch: a slow trainer */
+    sl_err_t end;
+    char msg[SL_ERROR_MSG_MAX];
+} collector_t;
+
+static void *collect(void *arg)
+{
+    collector_t *c = arg;
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.address = c->addr;
+    o.prefetch = 2;
+    sl_trainer_t *t;
+    sl_error_t err = {0};
+    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
+        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+        return NULL;
+    }
+    sl_batch_t *b;
+    while ((c->end = sl_trainer_next(t, 30000, &b, &err)) == SL_OK) {
+        for (uint32_t i = 0; i < b->batch_size; i++) {
+            int64_t id = b->sample_ids[i];
+            cr_assert(id >= 0 && (uint64_t)id < c->rows);
+            atomic_fetch_add(&c->seen[id], 1);
+        }
+        c->samples += b->batch_size;
+        sl_trainer_release(t, b);
+        if (c->delay_us) usleep(c->delay_us);
+    }
+    snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+    sl_trainer_close(t);
+    return NULL;
+}
+
+Test(worker_faults, unacked_batches_of_a_vanished_client_go_to_the_next)
+{
+    char table[300], addr[64];
+    const uint64_t rows = 10000;
+    gen_criteo(rows, 4096, table, sizeof table);
+    sl_dpp_job_t *job = job_for(table, 500);
+    sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
+    int fd = raw_connect(addr);
+    raw_hello(fd);
+    raw_request(fd, 4);
+    int64_t *ids = calloc(rows, sizeof *ids);
+    uint64_t n = 0, kept_n = 0;
+    uint64_t d[4];
+    for (int i = 0; i < 4; i++) {
+        d[i] = raw_batch(fd, ids, &n);
+        if (i == 1) kept_n = n; /* the first two batches will be acknowledged */
+    }
+    cr_assert_eq(n, 2000);
+    raw_ack(fd, d[0]);
+    raw_ack(fd, d[1]);
+    /* A trainer joins while the raw client still holds two batches: it gets
+     * everything else, and those two once the raw client is gone. */
+    atomic_uint *seen = calloc(rows, sizeof *seen);
+    collector_t c = {.addr = addr, .rows = rows, .seen = seen};
+    pthread_t th;
+    pthread_create(&th, NULL, collect, &c);
+    usleep(200 * 1000);
+    close(fd); /* vanishes without GOODBYE */
+    pthread_join(th, NULL);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
+    for (uint64_t i = 0; i < kept_n; i++) {
+        cr_assert_eq(seen[ids[i]], 0, "acked sample %ld delivered again", (long)ids[i]);
+        seen[ids[i]] = 1;
+    }
+    for (uint64_t i = 0; i < rows; i++)
+        cr_assert_eq(seen[i], 1, "sample %lu: %u", (unsigned long)i, seen[i]);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert_geq(st.server.redeliveries, 2);
+    cr_assert_eq(st.server.samples_acked, rows);
+    cr_assert_eq(st.server.batches_acked, 20);
+    free(ids);
+    free(seen);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+static const char *binary(void)
+{
+    const char *b = getenv("SLUICE_BINARY");
+    cr_assert_not_null(b, "SLUICE_BINARY is not set (run through ctest)");
+    return b;
+}
+
+Test(worker_faults, sluice_read_killed_mid_epoch)
+{
+    char table[300], addr[64], errpath[300];
+    const uint64_t rows = 20000;
+    gen_criteo(rows, 4096, table, sizeof table);
+    sl_dpp_job_t *job = job_for(table, 250);
+    sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
+    snprintf(errpath, sizeof errpath, "%s/read.err", tmpdir);
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(p[1], 1);
+        int e = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (e >= 0) dup2(e, 2);
+        close(p[0]);
+        close(p[1]);
+        execl(binary(), binary(), "read", "--worker", addr, "--json", "--prefetch", "4",
+              (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    /* Nobody reads the pipe yet: `sluice read` stalls writing its JSON, with
+     * batches received and not handed out. Wait until it has some. */
+    sl_dpp_worker_stats_t st;
+    for (int i = 0; i < 500; i++) {
+        sl_dpp_worker_stats(w, &st);
+        if (st.server.batches_sent >= 4) break;
+        usleep(10 * 1000);
+    }
+    cr_assert_geq(st.server.batches_sent, 4);
+    usleep(100 * 1000);
+    kill(pid, SIGKILL);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status));
+    /* what it printed: batches it handed out (and so acknowledged) */
+    FILE *f = fdopen(p[0], "r");
+    size_t cap = 1 << 20;
+    char *line = malloc(cap);
+    uint8_t *printed = calloc(rows, 1);
+    uint64_t printed_n = 0;
+    while (fgets(line, (int)cap, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        if (!o) break; /* the last line may be cut short */
+        json_t *sids = json_object_get(o, "sample_ids");
+        size_t i;
+        json_t *v;
+        json_array_foreach(sids, i, v)
+        {
+            json_int_t id = json_integer_value(v);
+            cr_assert(id >= 0 && (uint64_t)id < rows);
+            cr_assert_eq(printed[id], 0);
+            printed[id] = 1;
+            printed_n++;
+        }
+        json_decref(o);
+    }
+    fclose(f);
+    free(line);
+    atomic_uint *seen = calloc(rows, sizeof *seen);
+    collector_t c = {.addr = addr, .rows = rows, .seen = seen};
+    collect(&c);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
+    uint64_t got = 0;
+    for (uint64_t i = 0; i < rows; i++) {
+        cr_assert_leq(seen[i], 1, "sample %lu twice", (unsigned long)i);
+        if (printed[i])
+            cr_assert_eq(seen[i], 0, "sample %lu printed and redelivered", (unsigned long)i);
+        got += seen[i];
+    }
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
+    sl_dpp_worker_stats(w, &st);
+    /* every batch acknowledged exactly once: by the killed reader or the trainer */
+    cr_assert_eq(st.server.samples_acked, rows);
+    cr_assert_eq(st.server.batches_acked, rows / 250);
+    cr_assert_geq(rows - got, printed_n);
+    cr_assert_gt(st.server.redeliveries, 0, "the killed reader held unacknowledged batches");
+    free(printed);
+    free(seen);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+static void put_header(uint8_t *h, const char *magic, uint16_t version, uint16_t type,
+                       uint32_t msg_len, uint64_t payload_len)
+{
+    memcpy(h, magic, 4);
+    h[4] = (uint8_t)version, h[5] = (uint8_t)(version >> 8);
+    h[6] = (uint8_t)type, h[7] = (uint8_t)(type >> 8);
+    for (int i = 0; i < 4; i++)
+        h[8 + i] = (uint8_t)(msg_len >> (8 * i));
+    memset(h + 12, 0, 4);
+    for (int i = 0; i < 8; i++)
+        h[16 + i] = (uint8_t)(payload_len >> (8 * i));
+}
+
+Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
+{
+    char table[300], addr[64];
+    const uint64_t rows = 20000;
+    gen_criteo(rows, 4096, table, sizeof table);
+    sl_dpp_job_t *job = job_for(table, 200);
+    sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
+    /* a slow trainer runs through the whole time */
+    atomic_uint *seen = calloc(rows, sizeof *seen);
+    collector_t c = {.addr = addr, .rows = rows, .seen = seen, .delay_us = 2000};
+    pthread_t th;
+    pthread_create(&th, NULL, collect, &c);
+
+    int fd = raw_connect(addr);
+    const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    cr_assert_eq(write(fd, garbage, sizeof garbage - 1), (ssize_t)(sizeof garbage - 1));
+    expect_error(fd, SL_ERR_PROTOCOL, "magic");
+    close(fd);
+
+    uint8_t h[SL_RPC_HEADER_BYTES];
+    fd = raw_connect(addr);
+    put_header(h, "SLDP", 9, SL_RPC_HELLO, 0, 0);
+    cr_assert_eq(write(fd, h, sizeof h), (ssize_t)sizeof h);
+    expect_error(fd, SL_ERR_VERSION, "version 9");
+    close(fd);
+
+    fd = raw_connect(addr);
+    raw_ack(fd, 1);
+    expect_error(fd, SL_ERR_PROTOCOL, "hello");
+    close(fd);
+
+    fd = raw_connect(addr);
+    put_header(h, "SLDP", SL_RPC_VERSION, SL_RPC_HELLO, 0xfffffff0u, 0);
+    cr_assert_eq(write(fd, h, sizeof h), (ssize_t)sizeof h);
+    expect_error(fd, SL_ERR_TOO_LARGE, "exceeds the limit");
+    close(fd);
+
+    fd = raw_connect(addr);
+    raw_hello(fd);
+    put_header(h, "SLDP", SL_RPC_VERSION, SL_RPC_REQUEST, 0, 1ull << 40);
+    cr_assert_eq(write(fd, h, sizeof h), (ssize_t)sizeof h);
+    expect_error(fd, SL_ERR_PROTOCOL, "payload");
+    close(fd);
+
+    fd = raw_connect(addr);
+    raw_hello(fd);
+    raw_ack(fd, 123456789);
+    expect_error(fd, SL_ERR_PROTOCOL, "123456789");
+    close(fd);
+
+    /* a connection that takes batches then breaks the protocol loses them
+     * to the others, not to nobody */
+    fd = raw_connect(addr);
+    raw_hello(fd);
+    raw_request(fd, 2);
+    int64_t *ids = calloc(rows, sizeof *ids);
+    uint64_t n = 0;
+    raw_batch(fd, ids, &n);
+    raw_batch(fd, ids, &n);
+    Sluice__Dpp__Hello again = SLUICE__DPP__HELLO__INIT;
+    again.protocol_version = SL_RPC_VERSION;
+    raw_send(fd, SL_RPC_HELLO, &again.base);
+    expect_error(fd, SL_ERR_PROTOCOL, "unexpected hello");
+    close(fd);
+
+    pthread_join(th, NULL);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
+    for (uint64_t i = 0; i < rows; i++)
+        cr_assert_eq(seen[i], 1, "sample %lu: %u", (unsigned long)i, seen[i]);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(st.server.bad_frames, 7);
+    cr_assert_geq(st.server.redeliveries, 2);
+    /* after the end, a new client gets WELCOME then END */
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
+    fd = raw_connect(addr);
+    raw_hello(fd);
+    sl_rpc_frame_t f = {0};
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_END, "got %s", sl_rpc_type_name(f.type));
+    const Sluice__Dpp__End *e = (const Sluice__Dpp__End *)f.msg;
+    cr_assert_eq(e->samples, rows);
+    cr_assert_eq(e->batches, rows / 200);
+    cr_assert_eq(e->epochs, 1);
+    sl_rpc_frame_free(&f);
+    close(fd);
+    free(ids);
+    free(seen);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+Test(worker_faults, memory_limit_holds_with_a_slow_client)
+{
+    char table[300], addr[64];
+    const uint64_t rows = 24000;
+    gen_criteo(rows, 2048, table, sizeof table);
+    sl_dpp_job_t *job = job_for(table, 256);
+    const uint64_t limit = 4u << 20;
+    sl_dpp_worker_t *w = start(job, limit, addr, sizeof addr);
+    atomic_uint *seen = calloc(rows, sizeof *seen);
+    collector_t c = {.addr = addr, .rows = rows, .seen = seen, .delay_us = 3000};
+    collect(&c);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
+    for (uint64_t i = 0; i < rows; i++)
+        cr_assert_eq(seen[i], 1);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    /* the table is ~9 MB decoded: it cannot all be in flight at once */
+    cr_assert_gt(st.bytes_encoded, 2 * limit);
+    cr_assert_leq(st.memory_peak, limit, "peak %lu > limit %lu", (unsigned long)st.memory_peak,
+                  (unsigned long)limit);
+    cr_assert_gt(st.memory_peak, limit / 2, "the limit was reached (peak %lu)",
+                 (unsigned long)st.memory_peak);
+    cr_assert_gt(st.backpressure_ns, 0, "producers waited");
+    free(seen);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}

@@ -1,0 +1,478 @@
+/* The batcher (src/dpp/batcher.h): rows of random stripes with random
+ * selections come out in batches of exactly batch_size (the last one short,
+ * or dropped with drop_last), every selected row once and in order, every
+ * value equal to its source row, origins (split, row, sequence) right, the
+ * weight label appended; the shuffle window permutes rows deterministically
+ * per seed; dedup of a batch expands back to it. Rows are made from a
+ * formula of their sample id, so each output row is checked on its own. */
+#include <criterion/criterion.h>
+
+#include <string.h>
+
+#include "dpp/batcher.h"
+#include "sluice/wire.h"
+#include "testutil.h"
+
+static const char *const KEYS[] = {"a", "b", "u"};
+static const char *const DENSE[] = {"d0", "d1"};
+static const char *const LABELS[] = {"click"};
+
+/* row r: key a has r % 3 ids, b has 1 + r % 2, u (session-like) 2 ids
+ * constant over runs of 4 rows */
+static int32_t len_of(int64_t r, uint32_t k)
+{
+    return k == 0 ? (int32_t)(r % 3) : k == 1 ? (int32_t)(1 + r % 2) : 2;
+}
+
+static int64_t val_of(int64_t r, uint32_t k, int32_t j)
+{
+    return k == 2 ? (r / 4) * 10 + j : r * 1000 + k * 100 + j;
+}
+
+/* A stripe of n rows whose sample ids start at first (all of it in arena). */
+static void make_stripe(sl_batch_t *s, int64_t first, uint32_t n, bool weighted)
+{
+    sl_arena_t *ar = s->arena;
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < 3; k++)
+        for (uint32_t r = 0; r < n; r++)
+            total += (uint64_t)len_of(first + r, k);
+    cr_assert_eq(sl_kjt_init(&s->sparse, ar, 3, KEYS, n, total, weighted), SL_OK);
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < 3; k++)
+        for (uint32_t r = 0; r < n; r++) {
+            int32_t len = len_of(first + r, k);
+            s->sparse.lengths[k * n + r] = len;
+            for (int32_t j = 0; j < len; j++, at++) {
+                s->sparse.values[at] = val_of(first + r, k, j);
+                if (weighted) s->sparse.weights[at] = (float)(j + 1) * 0.5f;
+            }
+        }
+    cr_assert_eq(sl_dense_init(&s->dense, ar, n, 2, DENSE), SL_OK);
+    cr_assert_eq(sl_dense_init(&s->labels, ar, n, 1, LABELS), SL_OK);
+    s->sample_ids = sl_arena_alloc(ar, n * sizeof(int64_t));
+    for (uint32_t r = 0; r < n; r++) {
+        s->dense.data[r * 2] = (float)(first + r);
+        s->dense.data[r * 2 + 1] = -(float)(first + r) * 0.25f;
+        s->labels.data[r] = (float)((first + r) % 2);
+        s->sample_ids[r] = first + r;
+    }
+    s->batch_size = n;
+}
+
+typedef struct sink {
+    uint32_t batch_size;
+    bool weighted, weight_label;
+    uint64_t batches, rows;
+    int64_t *order; /* sample ids in output order */
+    uint64_t cap;
+    sl_batch_origin_t origins[4096];
+    uint32_t sizes[4096];
+} sink_t;
+
+/* Check every row of b against the formula; record the order. */
+static sl_err_t collect(void *ctx, sl_batch_t *b, sl_error_t *err)
+{
+    (void)err;
+    sink_t *s = ctx;
+    cr_assert_eq(sl_batch_validate(b, NULL), SL_OK);
+    uint32_t n = b->batch_size;
+    cr_assert_eq(b->sparse.num_keys, 3);
+    cr_assert_eq(b->sparse.stride, n);
+    cr_assert_eq(b->dense.cols, 2);
+    cr_assert_eq(b->labels.cols, s->weight_label ? 2u : 1u);
+    uint64_t koff[4];
+    sl_kjt_key_offsets(&b->sparse, koff);
+    for (uint32_t k = 0; k < 3; k++) {
+        cr_assert_str_eq(b->sparse.keys[k], KEYS[k]);
+        uint64_t off = koff[k];
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t r = b->sample_ids[i];
+            int32_t len = b->sparse.lengths[k * n + i];
+            cr_assert_eq(len, len_of(r, k), "row %ld key %u", (long)r, k);
+            for (int32_t j = 0; j < len; j++) {
+                cr_assert_eq(b->sparse.values[off + j], val_of(r, k, j));
+                if (s->weighted) cr_assert_eq(b->sparse.weights[off + j], (float)(j + 1) * 0.5f);
+            }
+            off += len;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t r = b->sample_ids[i];
+        cr_assert_eq(b->dense.data[i * 2], (float)r);
+        cr_assert_eq(b->dense.data[i * 2 + 1], -(float)r * 0.25f);
+        uint32_t T = b->labels.cols;
+        cr_assert_eq(b->labels.data[i * T], (float)(r % 2));
+        if (s->weight_label) {
+            cr_assert_str_eq(b->labels.names[1], "weight");
+            cr_assert_eq(b->labels.data[i * T + 1], (float)(r % 7) + 1.0f);
+        }
+        cr_assert_lt(s->rows, s->cap);
+        s->order[s->rows++] = r;
+    }
+    s->origins[s->batches] = b->origin;
+    s->sizes[s->batches] = n;
+    s->batches++;
+    sl_batch_destroy(b);
+    return SL_OK;
+}
+
+typedef struct fed {
+    uint64_t n;            /* selected rows */
+    int64_t *ids;          /* in order */
+    uint64_t *split, *pos; /* per selected row */
+} fed_t;
+
+/* Feed `splits` splits of random stripes with random selections. */
+static void feed(sl_dpp_batcher_t *bt, uint64_t *seed, uint32_t splits, uint32_t epoch,
+                 bool weighted, int64_t *next_id, fed_t *f)
+{
+    for (uint32_t sp = 0; sp < splits; sp++) {
+        uint32_t stripes = 1 + (uint32_t)tu_below(seed, 4);
+        uint64_t row = 0;
+        for (uint32_t st = 0; st < stripes; st++) {
+            uint32_t n = 1 + (uint32_t)tu_below(seed, 500);
+            sl_batch_t *s = sl_batch_new(NULL);
+            make_stripe(s, *next_id, n, weighted);
+            uint32_t *sel = malloc(n * sizeof *sel);
+            float *w = malloc(n * sizeof *w);
+            uint32_t k = 0;
+            uint32_t mode = (uint32_t)tu_below(seed, 3); /* all, most, few */
+            for (uint32_t r = 0; r < n; r++) {
+                bool keep = mode == 0 || tu_below(seed, 100) < (mode == 1 ? 80u : 10u);
+                if (!keep) continue;
+                sel[k] = r;
+                w[k] = (float)((*next_id + r) % 7) + 1.0f;
+                f->ids[f->n] = *next_id + r;
+                f->split[f->n] = sp;
+                f->pos[f->n] = row + r;
+                f->n++;
+                k++;
+            }
+            sl_dpp_rows_origin_t o = {.epoch = epoch, .split_id = sp, .row = row};
+            sl_error_t err = {0};
+            cr_assert_eq(sl_dpp_batcher_add(bt, s, mode == 0 ? NULL : sel, w, k, &o, &err), SL_OK,
+                         "%s", err.msg);
+            free(sel);
+            free(w);
+            sl_batch_destroy(s);
+            *next_id += n;
+            row += n;
+        }
+    }
+}
+
+static void run_in_order(bool drop_last, bool weighted)
+{
+    uint64_t seed = tu_seed(drop_last ? "batcher.in_order_drop_last" : "batcher.in_order");
+    uint32_t B = 1 + (uint32_t)tu_below(&seed, 300);
+    sink_t *sk = calloc(1, sizeof *sk);
+    sk->cap = 20000;
+    sk->order = calloc(sk->cap, sizeof(int64_t));
+    sk->weighted = weighted;
+    sk->weight_label = true;
+    fed_t f = {0, calloc(20000, 8), calloc(20000, 8), calloc(20000, 8)};
+    sl_dpp_batcher_opts_t o = {.batch_size = B,
+                               .drop_last = drop_last,
+                               .sample_ids = true,
+                               .weight_label = "weight",
+                               .job_id = 77};
+    sl_dpp_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
+    int64_t next = 0;
+    feed(bt, &seed, 3, 0, weighted, &next, &f);
+    cr_assert_eq(sl_dpp_batcher_end_epoch(bt, &err), SL_OK);
+    uint64_t want_rows = drop_last ? f.n / B * B : f.n;
+    cr_assert_eq(sk->rows, want_rows, "B %u: %lu rows out, %lu selected", B,
+                 (unsigned long)sk->rows, (unsigned long)f.n);
+    for (uint64_t i = 0; i < want_rows; i++)
+        cr_assert_eq(sk->order[i], f.ids[i], "row %lu", (unsigned long)i);
+    uint64_t at = 0, seq = 0, last_split = UINT64_MAX;
+    for (uint64_t b = 0; b < sk->batches; b++) {
+        cr_assert(sk->sizes[b] == B || (!drop_last && b + 1 == sk->batches && sk->sizes[b] < B));
+        sl_batch_origin_t *og = &sk->origins[b];
+        cr_assert_eq(og->job_id, 77);
+        cr_assert_eq(og->epoch, 0);
+        cr_assert_eq(og->split_id, f.split[at]);
+        cr_assert_eq(og->first_row, f.pos[at]);
+        seq = f.split[at] == last_split ? seq + 1 : 0;
+        last_split = f.split[at];
+        cr_assert_eq(og->sequence, seq);
+        at += sk->sizes[b];
+    }
+    sl_dpp_batcher_stats_t st;
+    sl_dpp_batcher_stats(bt, &st);
+    cr_assert_eq(st.rows_in, f.n);
+    cr_assert_eq(st.rows_out, want_rows);
+    cr_assert_eq(st.rows_dropped, f.n - want_rows);
+    cr_assert_eq(st.batches, sk->batches);
+    sl_dpp_batcher_destroy(bt);
+    free(f.ids);
+    free(f.split);
+    free(f.pos);
+    free(sk->order);
+    free(sk);
+}
+
+Test(batcher, rows_in_order_across_stripes_and_splits)
+{
+    run_in_order(false, false);
+}
+
+Test(batcher, drop_last_and_weighted)
+{
+    run_in_order(true, true);
+}
+
+Test(batcher, epochs_never_share_a_batch)
+{
+    sink_t *sk = calloc(1, sizeof *sk);
+    sk->cap = 100;
+    sk->order = calloc(sk->cap, sizeof(int64_t));
+    sl_dpp_batcher_opts_t o = {.batch_size = 8, .sample_ids = true};
+    sl_dpp_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
+    sl_batch_t *s = sl_batch_new(NULL);
+    make_stripe(s, 0, 10, false);
+    sl_dpp_rows_origin_t e0 = {.epoch = 0, .split_id = 0, .row = 0};
+    sl_dpp_rows_origin_t e1 = {.epoch = 1, .split_id = 0, .row = 0};
+    cr_assert_eq(sl_dpp_batcher_add(bt, s, NULL, NULL, 10, &e0, &err), SL_OK);
+    cr_assert_eq(sk->batches, 1);
+    cr_assert_eq(sl_dpp_batcher_add(bt, s, NULL, NULL, 10, &e1, &err), SL_OK);
+    /* epoch 0's last 2 rows went out alone before epoch 1 began */
+    cr_assert_eq(sk->batches, 3);
+    cr_assert_eq(sk->sizes[1], 2);
+    cr_assert_eq(sk->origins[1].epoch, 0);
+    cr_assert_eq(sk->origins[2].epoch, 1);
+    cr_assert_eq(sk->origins[2].first_row, 0);
+    cr_assert_eq(sl_dpp_batcher_end_epoch(bt, &err), SL_OK);
+    cr_assert_eq(sk->batches, 4);
+    cr_assert_eq(sk->rows, 20);
+    /* a stripe of another shape is refused, naming what changed */
+    sl_batch_t *other = sl_batch_new(NULL);
+    make_stripe(other, 0, 4, false);
+    other->dense.cols = 1;
+    cr_assert_eq(sl_dpp_batcher_add(bt, other, NULL, NULL, 4, &e1, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "shape") != NULL, "%s", err.msg);
+    /* selected rows out of order are refused */
+    uint32_t bad[] = {3, 1};
+    cr_assert_eq(sl_dpp_batcher_add(bt, s, bad, NULL, 2, &e1, &err), SL_ERR_INVALID);
+    sl_batch_destroy(other);
+    sl_batch_destroy(s);
+    sl_dpp_batcher_destroy(bt);
+    sl_dpp_batcher_destroy(NULL);
+    free(sk->order);
+    free(sk);
+}
+
+static void shuffled_order(uint64_t shuffle_seed, uint32_t window, uint32_t B, uint64_t data_seed,
+                           sink_t *sk, fed_t *f)
+{
+    sl_dpp_batcher_opts_t o = {.batch_size = B,
+                               .sample_ids = true,
+                               .shuffle_window = window,
+                               .seed = shuffle_seed,
+                               .weight_label = "weight"};
+    sk->weight_label = true;
+    sk->weighted = true;
+    sl_dpp_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
+    int64_t next = 0;
+    feed(bt, &data_seed, 3, 0, true, &next, f);
+    cr_assert_eq(sl_dpp_batcher_end_epoch(bt, &err), SL_OK);
+    sl_dpp_batcher_destroy(bt);
+}
+
+Test(batcher, shuffle_window_permutes_deterministically)
+{
+    uint64_t seed = tu_seed("batcher.shuffle_window_permutes_deterministically");
+    uint64_t data_seed = tu_next(&seed);
+    uint32_t W = 16 + (uint32_t)tu_below(&seed, 400), B = 1 + (uint32_t)tu_below(&seed, 100);
+    sink_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b), *c = calloc(1, sizeof *c);
+    fed_t fa = {0, calloc(20000, 8), calloc(20000, 8), calloc(20000, 8)};
+    fed_t fb = {0, calloc(20000, 8), calloc(20000, 8), calloc(20000, 8)};
+    fed_t fc = {0, calloc(20000, 8), calloc(20000, 8), calloc(20000, 8)};
+    sink_t *sinks[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        sinks[i]->cap = 20000;
+        sinks[i]->order = calloc(20000, sizeof(int64_t));
+    }
+    shuffled_order(5, W, B, data_seed, a, &fa);
+    shuffled_order(5, W, B, data_seed, b, &fb);
+    shuffled_order(6, W, B, data_seed, c, &fc);
+    cr_assert_eq(a->rows, fa.n);
+    /* every selected row exactly once */
+    uint8_t *seen = calloc(20000, 1);
+    for (uint64_t i = 0; i < a->rows; i++) {
+        cr_assert_eq(seen[a->order[i]], 0);
+        seen[a->order[i]] = 1;
+    }
+    for (uint64_t i = 0; i < fa.n; i++)
+        cr_assert_eq(seen[fa.ids[i]], 1);
+    /* same seed, same order; another seed, another order; not the input order */
+    cr_assert_eq(memcmp(a->order, b->order, a->rows * 8), 0);
+    cr_assert_neq(memcmp(a->order, c->order, a->rows * 8), 0);
+    cr_assert_neq(memcmp(a->order, fa.ids, a->rows * 8), 0);
+    /* rows never leave their window: row i of the output came from window i / W */
+    for (uint64_t i = 0; i < a->rows; i++) {
+        uint64_t src = 0;
+        while (fa.ids[src] != a->order[i])
+            src++;
+        cr_assert_eq(src / W, i / W);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(sinks[i]->order);
+        free(sinks[i]);
+    }
+    fed_t *fs[3] = {&fa, &fb, &fc};
+    for (int i = 0; i < 3; i++) {
+        free(fs[i]->ids);
+        free(fs[i]->split);
+        free(fs[i]->pos);
+    }
+    free(seen);
+}
+
+static sl_batch_t *kept;
+static sl_err_t keep(void *ctx, sl_batch_t *b, sl_error_t *err)
+{
+    (void)ctx;
+    (void)err;
+    kept = b;
+    return SL_OK;
+}
+
+Test(batcher, dedup_expands_back_and_expanded_bytes)
+{
+    sl_dpp_batcher_opts_t o = {.batch_size = 64, .sample_ids = true};
+    sl_dpp_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_batcher_new(&o, keep, NULL, &bt, &err), SL_OK);
+    sl_batch_t *s = sl_batch_new(NULL);
+    make_stripe(s, 100, 64, false);
+    sl_dpp_rows_origin_t og = {0};
+    cr_assert_eq(sl_dpp_batcher_add(bt, s, NULL, NULL, 64, &og, &err), SL_OK);
+    cr_assert_not_null(kept);
+    sl_kjt_t orig = kept->sparse;
+    size_t plain_size = sl_wire_encoded_size(kept);
+    sl_dedup_t *d = sl_dedup_new(NULL, NULL);
+    const char *gf[] = {"u"};
+    sl_dedup_group_spec_t g = {.name = "user", .num_features = 1, .features = gf};
+    sl_dedup_stats_t ds;
+    cr_assert_eq(sl_dpp_batch_dedup(d, kept, &g, 1, &ds, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(kept->num_groups, 1);
+    cr_assert_eq(ds.batch_size, 64);
+    cr_assert_eq(ds.unique_rows, 16, "runs of 4 rows share u");
+    sl_kjt_t ex;
+    cr_assert_eq(sl_batch_expand(kept, kept->arena, &ex, &err), SL_OK);
+    cr_assert(sl_kjt_equal(&ex, &orig));
+    size_t dedup_size = sl_wire_encoded_size(kept);
+    cr_assert_lt(dedup_size, plain_size);
+    uint64_t est = sl_dpp_batch_expanded_bytes(kept, dedup_size);
+    /* the estimate leaves out alignment padding and header bytes only */
+    cr_assert(est + 1024 >= plain_size && est <= plain_size + 1024, "est %lu plain %zu",
+              (unsigned long)est, plain_size);
+    sl_dedup_destroy(d);
+    sl_batch_destroy(kept);
+    sl_batch_destroy(s);
+    sl_dpp_batcher_destroy(bt);
+}
+
+/* Rows in dedup form (storage dedup read as IKJTs): the batcher keeps each
+ * stripe's unique rows once per batch and remaps the inverse indices;
+ * expanding a batch gives exactly the rows of the formula, and
+ * sl_dpp_batch_dedup keeps the stored group (renamed for the job). */
+static sl_err_t collect_grouped(void *ctx, sl_batch_t *b, sl_error_t *err)
+{
+    sink_t *s = ctx;
+    cr_assert_eq(sl_batch_validate(b, NULL), SL_OK);
+    cr_assert_eq(b->num_groups, 1);
+    cr_assert_eq(b->sparse.num_keys, 2);
+    const sl_ikjt_t *ik = &b->groups[0];
+    cr_assert_eq(ik->batch_size, b->batch_size);
+    /* rows come in runs of 4 sharing u: a batch holds at most one unique
+     * row per run it touches per stripe */
+    cr_assert_leq(ik->unique.stride, b->batch_size);
+    s->origins[s->batches].split_id = ik->unique.stride; /* unique rows, for the test */
+    sl_kjt_t ex;
+    cr_assert_eq(sl_batch_expand(b, b->arena, &ex, err), SL_OK, "%s", err->msg);
+    b->sparse = ex;
+    b->num_groups = 0;
+    b->groups = NULL;
+    return collect(ctx, b, err);
+}
+
+Test(batcher, rows_in_dedup_form_keep_their_unique_rows)
+{
+    uint64_t seed = tu_seed("batcher.rows_in_dedup_form_keep_their_unique_rows");
+    uint32_t B = 1 + (uint32_t)tu_below(&seed, 200);
+    sink_t *sk = calloc(1, sizeof *sk);
+    sk->cap = 20000;
+    sk->order = calloc(sk->cap, sizeof(int64_t));
+    sl_dpp_batcher_opts_t o = {.batch_size = B, .sample_ids = true};
+    sl_dpp_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_batcher_new(&o, collect_grouped, sk, &bt, &err), SL_OK);
+    sl_dedup_t *d = sl_dedup_new(NULL, NULL);
+    const char *gf[] = {"u"};
+    sl_dedup_group_spec_t g = {.name = "stored", .num_features = 1, .features = gf};
+    int64_t next = 0;
+    uint64_t want = 0;
+    int64_t *expect = calloc(20000, sizeof *expect);
+    for (uint32_t st = 0; st < 6; st++) {
+        uint32_t n = 1 + (uint32_t)tu_below(&seed, 700);
+        sl_batch_t *s = sl_batch_new(NULL);
+        make_stripe(s, next, n, false);
+        cr_assert_eq(sl_dpp_batch_dedup(d, s, &g, 1, NULL, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(s->num_groups, 1);
+        uint32_t *sel = malloc(n * sizeof *sel), k = 0;
+        for (uint32_t r = 0; r < n; r++)
+            if (tu_below(&seed, 100) < 70) {
+                sel[k++] = r;
+                expect[want++] = next + r;
+            }
+        sl_dpp_rows_origin_t og = {.epoch = 0, .split_id = st, .row = 0};
+        cr_assert_eq(sl_dpp_batcher_add(bt, s, sel, NULL, k, &og, &err), SL_OK, "%s", err.msg);
+        free(sel);
+        sl_batch_destroy(s);
+        next += n;
+    }
+    cr_assert_eq(sl_dpp_batcher_end_epoch(bt, &err), SL_OK);
+    cr_assert_eq(sk->rows, want);
+    for (uint64_t i = 0; i < want; i++)
+        cr_assert_eq(sk->order[i], expect[i]);
+    /* a batch of rows r..r+B-1 (runs of 4 share u) has at most B/4 + 2 unique
+     * rows per stripe it spans */
+    uint64_t unique = 0;
+    for (uint64_t b = 0; b < sk->batches; b++)
+        unique += sk->origins[b].split_id;
+    cr_assert_lt(unique, want, "dedup form kept duplicates apart: %lu unique of %lu",
+                 (unsigned long)unique, (unsigned long)want);
+
+    /* sl_dpp_batch_dedup keeps a matching stored group, under the job's name */
+    sl_batch_t *s = sl_batch_new(NULL);
+    make_stripe(s, 0, 32, false);
+    cr_assert_eq(sl_dpp_batch_dedup(d, s, &g, 1, NULL, &err), SL_OK);
+    int32_t *inv_before = s->groups[0].inverse;
+    sl_dedup_group_spec_t job_g = {.name = "user", .num_features = 1, .features = gf};
+    sl_dedup_stats_t ds;
+    cr_assert_eq(sl_dpp_batch_dedup(d, s, &job_g, 1, &ds, &err), SL_OK, "%s", err.msg);
+    cr_assert_str_eq(s->groups[0].name, "user");
+    cr_assert_eq(s->groups[0].inverse, inv_before, "kept, not recomputed");
+    cr_assert_eq(ds.unique_rows, 8);
+    cr_assert_eq(ds.batch_size, 32);
+    /* ... and a job without that group gets the rows expanded */
+    cr_assert_eq(sl_dpp_batch_dedup(d, s, NULL, 0, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(s->num_groups, 0);
+    cr_assert_eq(s->sparse.num_keys, 3);
+    cr_assert_str_eq(s->sparse.keys[2], "u");
+    sl_batch_destroy(s);
+    free(expect);
+    sl_dedup_destroy(d);
+    sl_dpp_batcher_destroy(bt);
+    free(sk->order);
+    free(sk);
+}

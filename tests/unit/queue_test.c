@@ -1,0 +1,236 @@
+/* The worker's bounded queue and memory budget (src/dpp/queue.h): FIFO
+ * order, capacity and timeouts, push_front, close and drain, many producers
+ * and consumers losing and duplicating nothing, and the budget's waiting
+ * rules (limit, held bytes, pinned bytes, close). */
+#include <criterion/criterion.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "dpp/queue.h"
+#include "testutil.h"
+
+static sl_dpp_msg_t msg(uint64_t v)
+{
+    return (sl_dpp_msg_t){.type = 7, .ptr = (void *)(uintptr_t)(v + 1), .bytes = v};
+}
+
+Test(queue, fifo_capacity_and_timeouts)
+{
+    sl_dpp_queue_t *q = sl_dpp_queue_new(NULL, 3);
+    cr_assert_not_null(q);
+    for (uint64_t i = 0; i < 3; i++) {
+        cr_assert_eq(sl_dpp_queue_len(q), i);
+        cr_assert_eq(sl_dpp_queue_push(q, &(sl_dpp_msg_t){.bytes = i}, 0), SL_OK);
+    }
+    cr_assert_eq(sl_dpp_queue_len(q), 3);
+    sl_dpp_msg_t m = msg(99);
+    cr_assert_eq(sl_dpp_queue_push(q, &m, 0), SL_ERR_TIMEOUT);
+    cr_assert_eq(sl_dpp_queue_push(q, &m, 20), SL_ERR_TIMEOUT);
+    for (uint64_t i = 0; i < 3; i++) {
+        cr_assert_eq(sl_dpp_queue_pop(q, &m, 0), SL_OK);
+        cr_assert_eq(m.bytes, i);
+    }
+    cr_assert_eq(sl_dpp_queue_pop(q, &m, 0), SL_ERR_TIMEOUT);
+    cr_assert_eq(sl_dpp_queue_pop(q, &m, 20), SL_ERR_TIMEOUT);
+    sl_dpp_queue_destroy(q);
+}
+
+Test(queue, push_front_ignores_capacity_and_keeps_order)
+{
+    sl_dpp_queue_t *q = sl_dpp_queue_new(NULL, 2);
+    sl_dpp_msg_t a = msg(1), b = msg(2), c = msg(3), d = msg(4), m;
+    cr_assert_eq(sl_dpp_queue_push(q, &a, 0), SL_OK);
+    cr_assert_eq(sl_dpp_queue_push(q, &b, 0), SL_OK);
+    /* returned items go to the head, past the capacity, growing the ring */
+    cr_assert_eq(sl_dpp_queue_push_front(q, &c), SL_OK);
+    cr_assert_eq(sl_dpp_queue_push_front(q, &d), SL_OK);
+    cr_assert_eq(sl_dpp_queue_len(q), 4);
+    uint64_t want[] = {4, 3, 1, 2};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(sl_dpp_queue_pop(q, &m, 0), SL_OK);
+        cr_assert_eq(m.bytes, want[i]);
+        cr_assert_eq(m.ptr, (void *)(uintptr_t)(want[i] + 1));
+    }
+    sl_dpp_queue_destroy(q);
+}
+
+Test(queue, close_drains_then_reports_closed)
+{
+    sl_dpp_queue_t *q = sl_dpp_queue_new(NULL, 0);
+    for (uint64_t i = 0; i < 100; i++) {
+        sl_dpp_msg_t m = msg(i);
+        cr_assert_eq(sl_dpp_queue_push(q, &m, 0), SL_OK); /* unbounded: never full */
+    }
+    sl_dpp_queue_close(q);
+    cr_assert(sl_dpp_queue_closed(q));
+    sl_dpp_msg_t m = msg(5);
+    cr_assert_eq(sl_dpp_queue_push(q, &m, -1), SL_ERR_CLOSED);
+    for (uint64_t i = 0; i < 100; i++) {
+        cr_assert_eq(sl_dpp_queue_pop(q, &m, -1), SL_OK);
+        cr_assert_eq(m.bytes, i);
+    }
+    cr_assert_eq(sl_dpp_queue_pop(q, &m, -1), SL_ERR_CLOSED);
+    /* returned items are never lost, even after close */
+    sl_dpp_msg_t r = msg(42);
+    cr_assert_eq(sl_dpp_queue_push_front(q, &r), SL_OK);
+    cr_assert_eq(sl_dpp_queue_pop(q, &m, -1), SL_OK);
+    cr_assert_eq(m.bytes, 42);
+    sl_dpp_queue_destroy(q);
+    sl_dpp_queue_destroy(NULL);
+}
+
+typedef struct mt {
+    sl_dpp_queue_t *q;
+    uint32_t id, per;
+    atomic_uint *seen;
+} mt_t;
+
+static void *producer(void *arg)
+{
+    mt_t *t = arg;
+    for (uint32_t i = 0; i < t->per; i++) {
+        sl_dpp_msg_t m = msg((uint64_t)t->id * t->per + i);
+        cr_assert_eq(sl_dpp_queue_push(t->q, &m, -1), SL_OK);
+    }
+    return NULL;
+}
+
+static void *consumer(void *arg)
+{
+    mt_t *t = arg;
+    sl_dpp_msg_t m;
+    uint64_t last[8];
+    for (int i = 0; i < 8; i++)
+        last[i] = UINT64_MAX;
+    while (sl_dpp_queue_pop(t->q, &m, -1) == SL_OK) {
+        atomic_fetch_add(&t->seen[m.bytes], 1);
+        /* items of one producer come out in the order it pushed them */
+        uint32_t p = (uint32_t)(m.bytes / t->per);
+        cr_assert(last[p] == UINT64_MAX || m.bytes > last[p]);
+        last[p] = m.bytes;
+    }
+    return NULL;
+}
+
+Test(queue, many_producers_and_consumers)
+{
+    uint64_t seed = tu_seed("queue.many_producers_and_consumers");
+    uint32_t cap = 1 + (uint32_t)tu_below(&seed, 8);
+    enum { P = 4, C = 3, PER = 20000 };
+    sl_dpp_queue_t *q = sl_dpp_queue_new(NULL, cap);
+    atomic_uint *seen = calloc(P * PER, sizeof *seen);
+    pthread_t pt[P], ct[C];
+    mt_t pa[P], ca[C];
+    for (uint32_t i = 0; i < C; i++) {
+        ca[i] = (mt_t){q, i, PER, seen};
+        pthread_create(&ct[i], NULL, consumer, &ca[i]);
+    }
+    for (uint32_t i = 0; i < P; i++) {
+        pa[i] = (mt_t){q, i, PER, seen};
+        pthread_create(&pt[i], NULL, producer, &pa[i]);
+    }
+    for (int i = 0; i < P; i++)
+        pthread_join(pt[i], NULL);
+    sl_dpp_queue_close(q);
+    for (int i = 0; i < C; i++)
+        pthread_join(ct[i], NULL);
+    for (uint32_t i = 0; i < P * PER; i++)
+        cr_assert_eq(seen[i], 1, "item %u seen %u times", i, seen[i]);
+    free(seen);
+    sl_dpp_queue_destroy(q);
+}
+
+typedef struct bt {
+    sl_dpp_budget_t *b;
+    uint64_t bytes, held;
+    atomic_int state; /* 0 waiting, 1 acquired, 2 refused */
+    bool pinned_rule;
+} bt_t;
+
+static void *acquirer(void *arg)
+{
+    bt_t *t = arg;
+    bool ok = t->pinned_rule ? sl_dpp_budget_acquire_pinned(t->b, t->bytes)
+                             : sl_dpp_budget_acquire(t->b, t->bytes, t->held);
+    atomic_store(&t->state, ok ? 1 : 2);
+    return NULL;
+}
+
+static void settle(void)
+{
+    usleep(50 * 1000);
+}
+
+Test(budget, waits_for_release_and_tracks_peak)
+{
+    sl_dpp_budget_t *b = sl_dpp_budget_new(NULL, 1000);
+    cr_assert(sl_dpp_budget_acquire(b, 600, 0));
+    cr_assert_eq(sl_dpp_budget_used(b), 600);
+    bt_t t = {.b = b, .bytes = 500, .held = 0};
+    pthread_t th;
+    pthread_create(&th, NULL, acquirer, &t);
+    settle();
+    cr_assert_eq(atomic_load(&t.state), 0, "600 + 500 > 1000 must wait");
+    sl_dpp_budget_release(b, 100);
+    settle();
+    cr_assert_eq(atomic_load(&t.state), 1, "500 + 500 fits once 100 are released");
+    pthread_join(th, NULL);
+    cr_assert_eq(sl_dpp_budget_used(b), 1000);
+    cr_assert_eq(sl_dpp_budget_peak(b), 1000);
+    cr_assert_gt(sl_dpp_budget_wait_ns(b), 0);
+    sl_dpp_budget_release(b, 1000);
+    cr_assert_eq(sl_dpp_budget_used(b), 0);
+    cr_assert_eq(sl_dpp_budget_peak(b), 1000);
+    sl_dpp_budget_destroy(b);
+}
+
+Test(budget, own_bytes_and_oversize_do_not_deadlock)
+{
+    sl_dpp_budget_t *b = sl_dpp_budget_new(NULL, 1000);
+    /* one item larger than the limit goes through alone */
+    cr_assert(sl_dpp_budget_acquire(b, 5000, 0));
+    sl_dpp_budget_release(b, 5000);
+    /* everything accounted is the caller's: waiting could never end */
+    cr_assert(sl_dpp_budget_acquire(b, 800, 0));
+    cr_assert(sl_dpp_budget_acquire(b, 800, 800));
+    cr_assert_eq(sl_dpp_budget_used(b), 1600);
+    sl_dpp_budget_release(b, 1600);
+    sl_dpp_budget_destroy(b);
+}
+
+Test(budget, pinned_rule_and_close)
+{
+    sl_dpp_budget_t *b = sl_dpp_budget_new(NULL, 1000);
+    cr_assert(sl_dpp_budget_acquire(b, 900, 0));
+    /* nothing pinned: the last stage may not wait, it takes the bytes */
+    cr_assert(sl_dpp_budget_acquire_pinned(b, 200));
+    cr_assert_eq(sl_dpp_budget_used(b), 1100);
+    sl_dpp_budget_release(b, 600);
+    sl_dpp_budget_pin(b, 400); /* 400 of the 500 left are encoded, waiting for an ACK */
+    cr_assert_eq(sl_dpp_budget_pinned(b), 400);
+    bt_t t = {.b = b, .bytes = 600, .pinned_rule = true};
+    pthread_t th;
+    pthread_create(&th, NULL, acquirer, &t);
+    settle();
+    cr_assert_eq(atomic_load(&t.state), 0, "500 + 600 > 1000 with pinned bytes: wait");
+    sl_dpp_budget_release_pinned(b, 400);
+    settle();
+    cr_assert_eq(atomic_load(&t.state), 1);
+    pthread_join(th, NULL);
+    cr_assert_eq(sl_dpp_budget_used(b), 700);
+    cr_assert_eq(sl_dpp_budget_pinned(b), 0);
+    /* close wakes a waiter, which is refused */
+    cr_assert(sl_dpp_budget_acquire(b, 300, 0));
+    bt_t t2 = {.b = b, .bytes = 500, .held = 0};
+    pthread_create(&th, NULL, acquirer, &t2);
+    settle();
+    cr_assert_eq(atomic_load(&t2.state), 0);
+    sl_dpp_budget_close(b);
+    pthread_join(th, NULL);
+    cr_assert_eq(atomic_load(&t2.state), 2);
+    cr_assert_eq(sl_dpp_budget_used(b), 1000);
+    sl_dpp_budget_destroy(b);
+    sl_dpp_budget_destroy(NULL);
+}
