@@ -24,15 +24,46 @@ static const ProtobufCMessageDescriptor *const descriptors[SL_RPC_TYPE_MAX + 1] 
     [SL_RPC_ERROR] = &sluice__dpp__error__descriptor,
     [SL_RPC_GOODBYE] = &sluice__dpp__goodbye__descriptor,
     [SL_RPC_END] = &sluice__dpp__end__descriptor,
+    [SL_RPC_REGISTER] = &sluice__control__register__descriptor,
+    [SL_RPC_REGISTERED] = &sluice__control__registered__descriptor,
+    [SL_RPC_LEASE_REQUEST] = &sluice__control__lease_request__descriptor,
+    [SL_RPC_LEASE] = &sluice__control__lease__descriptor,
+    [SL_RPC_NO_WORK] = &sluice__control__no_work__descriptor,
+    [SL_RPC_HEARTBEAT] = &sluice__control__heartbeat__descriptor,
+    [SL_RPC_HEARTBEAT_REPLY] = &sluice__control__heartbeat_reply__descriptor,
+    [SL_RPC_SPLIT_READ] = &sluice__control__split_read__descriptor,
+    [SL_RPC_SPLIT_READ_REPLY] = &sluice__control__split_read_reply__descriptor,
+    [SL_RPC_ATTACH] = &sluice__control__attach__descriptor,
+    [SL_RPC_ATTACHED] = &sluice__control__attached__descriptor,
+    [SL_RPC_COMMIT] = &sluice__control__commit__descriptor,
+    [SL_RPC_COMMIT_REPLY] = &sluice__control__commit_reply__descriptor,
+    [SL_RPC_CLIENT_STATS] = &sluice__control__client_stats__descriptor,
+    [SL_RPC_TOKEN_REQUEST] = &sluice__control__token_request__descriptor,
+    [SL_RPC_TOKEN] = &sluice__control__token__descriptor,
 };
 
 static const char *const type_names[SL_RPC_TYPE_MAX + 1] = {
-    "unknown", "hello", "welcome", "request", "batch", "ack", "error", "goodbye", "end",
+    [0] = "unknown", [SL_RPC_HELLO] = "hello", [SL_RPC_WELCOME] = "welcome",
+    [SL_RPC_REQUEST] = "request", [SL_RPC_BATCH] = "batch", [SL_RPC_ACK] = "ack",
+    [SL_RPC_ERROR] = "error", [SL_RPC_GOODBYE] = "goodbye", [SL_RPC_END] = "end",
+    [SL_RPC_REGISTER] = "register", [SL_RPC_REGISTERED] = "registered",
+    [SL_RPC_LEASE_REQUEST] = "lease-request", [SL_RPC_LEASE] = "lease",
+    [SL_RPC_NO_WORK] = "no-work", [SL_RPC_HEARTBEAT] = "heartbeat",
+    [SL_RPC_HEARTBEAT_REPLY] = "heartbeat-reply", [SL_RPC_SPLIT_READ] = "split-read",
+    [SL_RPC_SPLIT_READ_REPLY] = "split-read-reply", [SL_RPC_ATTACH] = "attach",
+    [SL_RPC_ATTACHED] = "attached", [SL_RPC_COMMIT] = "commit",
+    [SL_RPC_COMMIT_REPLY] = "commit-reply", [SL_RPC_CLIENT_STATS] = "client-stats",
+    [SL_RPC_TOKEN_REQUEST] = "token-request", [SL_RPC_TOKEN] = "token",
 };
+
+static bool known_type(uint32_t type)
+{
+    return type > 0 && type <= SL_RPC_TYPE_MAX && descriptors[type] != NULL;
+}
 
 const char *sl_rpc_type_name(uint32_t type)
 {
-    return type <= SL_RPC_TYPE_MAX ? type_names[type] : "unknown";
+    return known_type(type) ? type_names[type] : "unknown";
 }
 
 sl_rpc_limits_t sl_rpc_limits_default(void)
@@ -90,7 +121,7 @@ sl_err_t sl_rpc_header_decode(const uint8_t in[SL_RPC_HEADER_BYTES], const sl_rp
     out->type = (uint32_t)get_le(in + 6, 2);
     out->message_len = (uint32_t)get_le(in + 8, 4);
     out->payload_len = get_le(in + 16, 8);
-    if (out->type == 0 || out->type > SL_RPC_TYPE_MAX)
+    if (!known_type(out->type))
         return sl_error_set(err, SL_ERR_PROTOCOL, "frame header: unknown frame type %u", out->type);
     if (get_le(in + 12, 4) != 0)
         return sl_error_set(err, SL_ERR_PROTOCOL, "frame header: reserved field is not 0");
@@ -161,7 +192,7 @@ static sl_err_t read_all(sl_rpc_read_fn rd, void *ctx, void *buf, size_t len, si
 sl_err_t sl_rpc_send(int fd, sl_rpc_type_t type, const ProtobufCMessage *msg, const void *payload,
                      size_t payload_len, sl_error_t *err)
 {
-    if ((uint32_t)type == 0 || (uint32_t)type > SL_RPC_TYPE_MAX)
+    if (!known_type((uint32_t)type))
         return sl_error_set(err, SL_ERR_INVALID, "send: unknown frame type %u", (unsigned)type);
     const char *name = sl_rpc_type_name(type);
     if (msg && msg->descriptor != descriptors[type])

@@ -12,6 +12,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "control.pb-c.h"
 #include "dpp.pb-c.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
@@ -28,9 +29,26 @@ typedef enum sl_rpc_type {
     SL_RPC_ACK = 5,
     SL_RPC_ERROR = 6,
     SL_RPC_GOODBYE = 7,
-    SL_RPC_END = 8
+    SL_RPC_END = 8,
+    /* control frames (proto/control.proto): workers and clients with the master */
+    SL_RPC_REGISTER = 16,
+    SL_RPC_REGISTERED = 17,
+    SL_RPC_LEASE_REQUEST = 18,
+    SL_RPC_LEASE = 19,
+    SL_RPC_NO_WORK = 20,
+    SL_RPC_HEARTBEAT = 21,
+    SL_RPC_HEARTBEAT_REPLY = 22,
+    SL_RPC_SPLIT_READ = 23,
+    SL_RPC_SPLIT_READ_REPLY = 24,
+    SL_RPC_ATTACH = 25,
+    SL_RPC_ATTACHED = 26,
+    SL_RPC_COMMIT = 27,
+    SL_RPC_COMMIT_REPLY = 28,
+    SL_RPC_CLIENT_STATS = 29,
+    SL_RPC_TOKEN_REQUEST = 30,
+    SL_RPC_TOKEN = 31
 } sl_rpc_type_t;
-#define SL_RPC_TYPE_MAX 8
+#define SL_RPC_TYPE_MAX 31
 
 /* @return "hello", "batch", ... or "unknown" (static). */
 const char *sl_rpc_type_name(uint32_t type);
