@@ -15,9 +15,10 @@ Needs the sluice package (python/) and libsluice_trainer.so (env
 SLUICE_TRAINER_LIB, or build/ of this repository).
 
 Note on the loss: the sessions preset of `sluice table gen` draws the click
-label independently of every feature (10 % positives), so the best any model
-can do is predict the base rate; the loss falls from ~0.69 to the label's
-entropy (~0.325) and no lower. The script prints that floor.
+label (about 10 % positives) with a probability that depends on the
+category features (user_cat, item_cat, item_tags: each category id has a
+hidden propensity). Predicting the base rate alone gives the label's entropy
+(~0.34, printed at the end); a model below it has learnt from the features.
 """
 
 import argparse
@@ -246,8 +247,8 @@ def main():
             (r_ikjt["samples"] / r_ikjt["secs"]) / (r_kjt["samples"] / r_kjt["secs"])))
         print("received by the IKJT client: %d batches, %.1f MiB, waited %.2f s for data" % (
             st["batches"], st["bytes"] / 2**20, st["wait_ns"] / 1e9))
-        print("loss floor for this label (entropy of a 10%% click rate, label independent of the"
-              " features): %.4f" % floor)
+        print("base-rate loss (entropy of the click rate, what a model that ignores the"
+              " features reaches): %.4f" % floor)
     finally:
         for p in procs:
             p.terminate()

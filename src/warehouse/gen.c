@@ -323,25 +323,35 @@ uint64_t sl_wh_gen_iter_rows(const sl_wh_gen_iter_t *it)
 }
 
 /* The label depends on the row, so that a model trained on a generated
- * table has something to learn: every id of a sparse feature carries a
- * hidden propensity in [-1, 1) (a hash of the id), and the row's log-odds
- * are those of positive_rate shifted by the mean propensity of its
- * features' first ids. A model that learns one embedding per id can find
- * the propensities; the base rate stays close to positive_rate. */
+ * table has something to learn: every id of a low-cardinality sparse
+ * feature (vocabulary <= LEARNABLE_VOCAB: categories, not user or item ids,
+ * whose embeddings a short training run could not learn) carries a hidden
+ * propensity in [-1, 1) (a hash of the id); the row's click probability is
+ * positive_rate scaled up or down by the propensities of those features'
+ * first ids. */
+#define LEARNABLE_VOCAB 10000
+
 static double click_probability(const sl_wh_gen_iter_t *it)
 {
     double p = it->spec.positive_rate, shift = 0;
     if (p <= 0 || p >= 1) return p;
-    uint32_t counted = 0;
-    for (uint32_t s = 0; s < it->S; s++) {
-        if (it->lists[s].len == 0) continue;
-        uint64_t h = mix64((uint64_t)it->lists[s].ids[0] ^ 0x6c6162656cull);
+    uint32_t counted = 0, s = 0;
+    for (uint32_t f = 0; f < it->spec.num_features; f++) {
+        const sl_wh_gen_feature_t *ft = &it->spec.features[f];
+        if (ft->kind == SL_WH_DENSE) continue;
+        const sl_wh_idlist_t *l = &it->lists[s++];
+        if (ft->vocab > LEARNABLE_VOCAB || l->len == 0) continue;
+        uint64_t h = mix64((uint64_t)l->ids[0] ^ 0x6c6162656cull);
         shift += (double)(h >> 11) * 0x1.0p-52 - 1.0;
         counted++;
     }
     if (counted == 0) return p;
-    double logit = log(p / (1 - p)) + 3.0 * shift / sqrt((double)counted);
-    return 1.0 / (1.0 + exp(-logit));
+    /* Symmetric around 0 (std ~0.58 whatever the count), so the mean rate
+     * stays positive_rate: p ranges over [0.05 p, 1.95 p] (capped at 1). */
+    double z = shift / sqrt((double)counted);
+    z = z < -1 ? -1 : z > 1 ? 1 : z;
+    double q = p * (1.0 + 0.95 * z);
+    return q > 1 ? 1 : q;
 }
 
 bool sl_wh_gen_iter_next(sl_wh_gen_iter_t *it, sl_wh_row_t *row)
