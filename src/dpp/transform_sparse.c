@@ -14,33 +14,138 @@
  * and one feature cannot swallow memory: a bound per feature and batch. */
 #define CREATED_VALUES_MAX (1ull << 31)
 
-/* h % d without a division (Lemire, Kaser, Kurz, "Faster remainder by
- * direct computation", 2019): with M = ceil(2^128 / d), the remainder is the
- * high 64 bits of (M * h mod 2^128) * d, exact for every 64-bit h and d > 0
- * (d = 1 gives M = 0 and remainder 0). A 64-bit div costs 25-90 cycles;
- * this is three multiplies, which matters at 26 hashes per sample. */
+/* h % d without a division (Granlund and Montgomery, "Division by
+ * invariant integers using multiplication", 1994, fig. 4.1): with
+ * l = ceil(log2 d) and m = floor(2^64 (2^l - d) / d) + 1 (< 2^64),
+ * t = mulhi(m, h) and q = (t + ((h - t) >> 1)) >> (l - 1) is floor(h / d),
+ * exact for every 64-bit h and 2 <= d < 2^64. A 64-bit div costs 25-90
+ * cycles; this is two multiplies, which matters at 26 hashes per sample.
+ * Powers of two (and d = 1) take a mask instead. */
 typedef unsigned __int128 u128;
 
-static inline u128 fastmod_m(uint64_t d)
+typedef struct divisor {
+    uint64_t d, m;
+    unsigned shift; /* l - 1 */
+} divisor_t;
+
+static divisor_t divisor_of(uint64_t d) /* d >= 2, not a power of two */
 {
-    return ~(u128)0 / d + 1;
+    unsigned l = 64 - (unsigned)__builtin_clzll(d - 1);
+    uint64_t pow = l == 64 ? 0 : 1ull << l; /* 2^l mod 2^64 */
+    divisor_t v = {d, (uint64_t)(((u128)(pow - d) << 64) / d) + 1, l - 1};
+    return v;
 }
 
-static inline uint64_t fastmod(uint64_t h, u128 m, uint64_t d)
+static inline uint64_t mod_by(uint64_t h, divisor_t v)
 {
-    u128 low = m * h;
-    u128 bottom = ((low & UINT64_MAX) * d) >> 64;
-    u128 top = (low >> 64) * d;
-    return (uint64_t)((bottom + top) >> 64);
+    uint64_t t = (uint64_t)(((u128)v.m * h) >> 64);
+    uint64_t q = (t + ((h - t) >> 1)) >> v.shift;
+    return h - q * v.d;
 }
+
+/* XXH3_64bits_withSeed of one 8-byte id, written out (XXH3_len_4to8_64b of
+ * the frozen XXH3 spec, xxHash >= 0.8.0): the two little-endian halves of
+ * the id swapped (a 32-bit rotation), xored with a key that depends only on
+ * the seed, then the rrmxmx mix. The key is computed once per feature, so
+ * an id costs two multiplies and a few shifts instead of a call through
+ * the length dispatch. transform_test checks it against XXH3 itself. */
+static inline uint64_t xxh3_8_key(uint64_t seed)
+{
+    seed ^= (uint64_t)XXH_swap32((uint32_t)seed) << 32;
+    return (XXH_readLE64(XXH3_kSecret + 8) ^ XXH_readLE64(XXH3_kSecret + 16)) - seed;
+}
+
+static inline uint64_t xxh3_8(uint64_t id, uint64_t key)
+{
+    uint64_t h = ((id >> 32) | (id << 32)) ^ key;
+    h ^= ((h << 49) | (h >> 15)) ^ ((h << 24) | (h >> 40));
+    h *= 0x9FB21C651E98DF25ull;
+    h ^= (h >> 35) + 8;
+    h *= 0x9FB21C651E98DF25ull;
+    return h ^ (h >> 28);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* Four ids at a time with AVX2, bit-identical to xxh3_8 and mod_by: AVX2
+ * has no 64-bit multiply, so products are built from 32 x 32 -> 64 ones
+ * (13 per four ids, against 16 scalar 64-bit multiplies). */
+__attribute__((target("avx2"))) static inline __m256i mullo64(__m256i a, __m256i b, __m256i bh)
+{
+    __m256i lo = _mm256_mul_epu32(a, b);
+    __m256i cross =
+        _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b), _mm256_mul_epu32(a, bh));
+    return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
+}
+
+__attribute__((target("avx2"))) static inline __m256i mulhi64(__m256i a, __m256i b, __m256i bh)
+{
+    const __m256i low32 = _mm256_set1_epi64x(0xffffffff);
+    __m256i ah = _mm256_srli_epi64(a, 32);
+    __m256i ll = _mm256_mul_epu32(a, b), lh = _mm256_mul_epu32(a, bh);
+    __m256i hl = _mm256_mul_epu32(ah, b), hh = _mm256_mul_epu32(ah, bh);
+    __m256i mid =
+        _mm256_add_epi64(_mm256_add_epi64(_mm256_srli_epi64(ll, 32), _mm256_and_si256(lh, low32)),
+                         _mm256_and_si256(hl, low32));
+    __m256i hi = _mm256_add_epi64(hh, _mm256_srli_epi64(lh, 32));
+    hi = _mm256_add_epi64(hi, _mm256_srli_epi64(hl, 32));
+    return _mm256_add_epi64(hi, _mm256_srli_epi64(mid, 32));
+}
+
+__attribute__((target("avx2"))) static uint64_t
+sigrid_avx2(int64_t *values, uint64_t n, uint64_t key, uint64_t mask, const divisor_t *d)
+{
+    const __m256i k = _mm256_set1_epi64x((long long)key);
+    const __m256i p = _mm256_set1_epi64x((long long)0x9FB21C651E98DF25ull);
+    const __m256i ph = _mm256_srli_epi64(p, 32), eight = _mm256_set1_epi64x(8);
+    const __m256i msk = _mm256_set1_epi64x((long long)mask);
+    const __m256i m = _mm256_set1_epi64x(d ? (long long)d->m : 0), mh = _mm256_srli_epi64(m, 32);
+    const __m256i dv = _mm256_set1_epi64x(d ? (long long)d->d : 0), dh = _mm256_srli_epi64(dv, 32);
+    const __m128i shift = _mm_cvtsi32_si128(d ? (int)d->shift : 0);
+    uint64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(values + i));
+        h = _mm256_xor_si256(_mm256_shuffle_epi32(h, 0xb1), k); /* rotate by 32 */
+        __m256i r49 = _mm256_or_si256(_mm256_slli_epi64(h, 49), _mm256_srli_epi64(h, 15));
+        __m256i r24 = _mm256_or_si256(_mm256_slli_epi64(h, 24), _mm256_srli_epi64(h, 40));
+        h = _mm256_xor_si256(h, _mm256_xor_si256(r49, r24));
+        h = mullo64(h, p, ph);
+        h = _mm256_xor_si256(h, _mm256_add_epi64(_mm256_srli_epi64(h, 35), eight));
+        h = mullo64(h, p, ph);
+        h = _mm256_xor_si256(h, _mm256_srli_epi64(h, 28));
+        if (d == NULL) {
+            h = _mm256_and_si256(h, msk);
+        } else {
+            __m256i t = mulhi64(h, m, mh);
+            __m256i q = _mm256_add_epi64(t, _mm256_srli_epi64(_mm256_sub_epi64(h, t), 1));
+            q = _mm256_srl_epi64(q, shift);
+            h = _mm256_sub_epi64(h, mullo64(q, dv, dh));
+        }
+        _mm256_storeu_si256((__m256i *)(values + i), h);
+    }
+    return i;
+}
+#endif
 
 void dpp_sigrid_hash(int64_t *values, uint64_t n, uint64_t salt, uint64_t table_size)
 {
-    const u128 m = fastmod_m(table_size);
-    for (uint64_t i = 0; i < n; i++) {
-        int64_t id = values[i];
-        values[i] = (int64_t)fastmod(XXH3_64bits_withSeed(&id, sizeof id, salt), m, table_size);
+    const uint64_t key = xxh3_8_key(salt);
+    const bool pow2 = (table_size & (table_size - 1)) == 0;
+    const uint64_t mask = table_size - 1;
+    const divisor_t d = pow2 ? (divisor_t){0, 0, 0} : divisor_of(table_size);
+    uint64_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2")) i = sigrid_avx2(values, n, key, mask, pow2 ? NULL : &d);
+#endif
+    if (pow2) {
+        /* a power of two: the remainder is a mask */
+        for (; i < n; i++)
+            values[i] = (int64_t)(xxh3_8((uint64_t)values[i], key) & mask);
+        return;
     }
+    for (; i < n; i++)
+        values[i] = (int64_t)mod_by(xxh3_8((uint64_t)values[i], key), d);
 }
 
 void dpp_modulo(int64_t *values, uint64_t n, int64_t divisor)

@@ -25,6 +25,123 @@ static const uint8_t popcount8[256] = {
 #undef B2
 };
 
+/* Widening of frame-of-reference deltas, 16 values per step with vector
+ * extensions (SSE2 unpacks on x86-64): a criteo stripe has 26 id streams
+ * and 26 length streams of N values each, and the scalar loops cost ~6
+ * instructions per value. Same results as the scalar tails. */
+typedef uint8_t v16u8 __attribute__((vector_size(16)));
+typedef uint16_t v8u16 __attribute__((vector_size(16)));
+typedef uint32_t v4u32 __attribute__((vector_size(16)));
+typedef uint64_t v2u64 __attribute__((vector_size(16)));
+
+static inline void put_u64x4(int64_t *dst, v4u32 x, uint64_t base)
+{
+    const v4u32 z = {0, 0, 0, 0};
+    v2u64 lo = (v2u64)__builtin_shufflevector(x, z, 0, 4, 1, 5) + base;
+    v2u64 hi = (v2u64)__builtin_shufflevector(x, z, 2, 6, 3, 7) + base;
+    memcpy(dst, &lo, 16);
+    memcpy(dst + 2, &hi, 16);
+}
+
+static inline void u8_to_u32x16(v16u8 x, v4u32 out[4])
+{
+    const v16u8 z8 = {0};
+    const v8u16 z16 = {0};
+    v8u16 a = (v8u16)__builtin_shufflevector(x, z8, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22,
+                                             7, 23);
+    v8u16 b = (v8u16)__builtin_shufflevector(x, z8, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29,
+                                             14, 30, 15, 31);
+    out[0] = (v4u32)__builtin_shufflevector(a, z16, 0, 8, 1, 9, 2, 10, 3, 11);
+    out[1] = (v4u32)__builtin_shufflevector(a, z16, 4, 12, 5, 13, 6, 14, 7, 15);
+    out[2] = (v4u32)__builtin_shufflevector(b, z16, 0, 8, 1, 9, 2, 10, 3, 11);
+    out[3] = (v4u32)__builtin_shufflevector(b, z16, 4, 12, 5, 13, 6, 14, 7, 15);
+}
+
+static inline void u16_to_u32x8(v8u16 x, v4u32 out[2])
+{
+    const v8u16 z16 = {0};
+    out[0] = (v4u32)__builtin_shufflevector(x, z16, 0, 8, 1, 9, 2, 10, 3, 11);
+    out[1] = (v4u32)__builtin_shufflevector(x, z16, 4, 12, 5, 13, 6, 14, 7, 15);
+}
+
+/* dst[0, n) = v, four at a time (a width-0 stream: every value equal, as
+ * the lengths of a single-id feature without missing rows). */
+static void fill_u32(int32_t *dst, uint64_t n, uint32_t v)
+{
+    const v4u32 x = {v, v, v, v};
+    uint64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        memcpy(dst + i, &x, 16);
+    for (; i < n; i++)
+        dst[i] = (int32_t)v;
+}
+
+/* base + width-byte deltas p[0, n) into dst as int64; @return values done
+ * (a multiple of 16; the caller finishes the rest). */
+static uint64_t widen_i64(int64_t *dst, const uint8_t *p, uint64_t n, uint32_t width, uint64_t base)
+{
+    uint64_t i = 0;
+    v4u32 q[4];
+    for (; i + 16 <= n; i += 16) {
+        if (width == 4) {
+            for (int k = 0; k < 4; k++)
+                memcpy(&q[k], p + 4 * (i + 4 * (uint64_t)k), 16);
+        } else if (width == 2) {
+            v8u16 x[2];
+            memcpy(x, p + 2 * i, 32);
+            u16_to_u32x8(x[0], q);
+            u16_to_u32x8(x[1], q + 2);
+        } else {
+            v16u8 x;
+            memcpy(&x, p + i, 16);
+            u8_to_u32x16(x, q);
+        }
+        for (int k = 0; k < 4; k++)
+            put_u64x4(dst + i + 4 * k, q[k], base);
+    }
+    return i;
+}
+
+/* The same into int32 (base + delta, wrapping as the scalar loop does),
+ * with the largest delta and the sum of the deltas. */
+static uint64_t widen_i32(int32_t *dst, const uint8_t *p, uint64_t n, uint32_t width, uint32_t base,
+                          uint32_t *max, uint64_t *sum)
+{
+    uint64_t i = 0, total = 0;
+    v4u32 mx = {0, 0, 0, 0}, q[4];
+    v2u64 acc = {0, 0};
+    for (; i + 16 <= n; i += 16) {
+        if (width == 4) {
+            for (int k = 0; k < 4; k++)
+                memcpy(&q[k], p + 4 * (i + 4 * (uint64_t)k), 16);
+        } else if (width == 2) {
+            v8u16 x[2];
+            memcpy(x, p + 2 * i, 32);
+            u16_to_u32x8(x[0], q);
+            u16_to_u32x8(x[1], q + 2);
+        } else {
+            v16u8 x;
+            memcpy(&x, p + i, 16);
+            u8_to_u32x16(x, q);
+        }
+        for (int k = 0; k < 4; k++) {
+            v4u32 gt = (v4u32)(q[k] > mx);
+            mx = (q[k] & gt) | (mx & ~gt);
+            v4u32 o = q[k] + base;
+            memcpy(dst + i + 4 * k, &o, 16);
+            v2u64 w = (v2u64)q[k];
+            acc += (w & 0xffffffffu) + (w >> 32);
+        }
+    }
+    uint32_t m = 0;
+    for (int k = 0; k < 4; k++)
+        m = mx[k] > m ? mx[k] : m;
+    total = acc[0] + acc[1];
+    *max = m;
+    *sum = total;
+    return i;
+}
+
 static inline float ld_f32(const uint8_t *p, uint64_t i)
 {
     float v;
@@ -98,24 +215,25 @@ sl_err_t wh_decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst, sl_erro
     sl_err_t rc = raw_of(d, st, &d->z0, &p, err);
     if (rc != SL_OK) return rc;
     uint64_t base = (uint64_t)st->for_base;
+    uint64_t done = st->for_width > 0 ? widen_i64(dst, p, n, st->for_width, base) : 0;
     switch (st->for_width) {
     case 0:
         for (uint64_t i = 0; i < n; i++)
             dst[i] = (int64_t)base;
         break;
     case 1:
-        for (uint64_t i = 0; i < n; i++)
+        for (uint64_t i = done; i < n; i++)
             dst[i] = (int64_t)(base + p[i]);
         break;
     case 2:
-        for (uint64_t i = 0; i < n; i++) {
+        for (uint64_t i = done; i < n; i++) {
             uint16_t d;
             memcpy(&d, p + 2 * i, 2);
             dst[i] = (int64_t)(base + d);
         }
         break;
     default:
-        for (uint64_t i = 0; i < n; i++) {
+        for (uint64_t i = done; i < n; i++) {
             uint32_t d;
             memcpy(&d, p + 4 * i, 4);
             dst[i] = (int64_t)(base + d);
@@ -156,14 +274,17 @@ sl_err_t wh_decode_i32(wh_dec_t *d, const wh_stream_t *st, int32_t *dst, int64_t
             return STREAM_ERR(SL_ERR_CORRUPT, st, "base %lld outside [0, %lld]", (long long)base,
                               (long long)hi);
         uint32_t mx = 0;
+        uint64_t done = 0, vsum = 0;
+        if (st->for_width > 0)
+            done = widen_i32(dst, p, n, st->for_width, (uint32_t)base, &mx, &vsum);
+        total = (int64_t)vsum;
         switch (st->for_width) {
         case 0:
-            for (uint64_t i = 0; i < n; i++)
-                dst[i] = (int32_t)base;
+            fill_u32(dst, n, (uint32_t)base);
             total = base * (int64_t)n;
             break;
         case 1:
-            for (uint64_t i = 0; i < n; i++) {
+            for (uint64_t i = done; i < n; i++) {
                 uint32_t d = p[i];
                 mx = d > mx ? d : mx;
                 dst[i] = (int32_t)(base + d);
@@ -171,7 +292,7 @@ sl_err_t wh_decode_i32(wh_dec_t *d, const wh_stream_t *st, int32_t *dst, int64_t
             }
             break;
         case 2:
-            for (uint64_t i = 0; i < n; i++) {
+            for (uint64_t i = done; i < n; i++) {
                 uint16_t d;
                 memcpy(&d, p + 2 * i, 2);
                 mx = d > mx ? d : mx;
@@ -182,7 +303,7 @@ sl_err_t wh_decode_i32(wh_dec_t *d, const wh_stream_t *st, int32_t *dst, int64_t
         default:
             /* widths were checked at open: 4 is the only one left; an int32
              * stream with a 4-byte delta can still overflow: checked below */
-            for (uint64_t i = 0; i < n; i++) {
+            for (uint64_t i = done; i < n; i++) {
                 uint32_t d;
                 memcpy(&d, p + 4 * i, 4);
                 mx = d > mx ? d : mx;
@@ -209,6 +330,51 @@ sl_err_t wh_decode_f32(wh_dec_t *d, const wh_stream_t *st, float *dst, sl_error_
     if (st->value_count) memcpy(dst, stored_of(d, st), (size_t)st->value_count * 4);
     return SL_OK;
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* The rows of whole present-bitmap bytes while 8 values remain to load
+ * (so the load stays inside the stream), 8 rows per step with AVX2: the
+ * byte's present rows take the next values in order (a permutation from a
+ * per-byte table), its missing rows NaN. ~3 instructions per row instead
+ * of ~10 for the scalar branch-free loop. @return rows done (a multiple of
+ * 8); *jp advances past the values used. */
+__attribute__((target("avx2"))) static uint32_t scatter_avx2(const uint8_t *v, const uint8_t *bits,
+                                                             float *out, uint32_t cols, uint32_t N,
+                                                             uint64_t ones, uint64_t *jp)
+{
+    uint32_t perm[256][8]; /* perm[b][k]: present rows of b before row k */
+    for (uint32_t b = 0; b < 256; b++)
+        for (uint32_t k = 0, r = 0; k < 8; k++) {
+            perm[b][k] = r;
+            r += (b >> k) & 1u;
+        }
+    const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256 nanv = _mm256_set1_ps(NAN);
+    float tmp[8];
+    uint64_t j = *jp;
+    uint32_t i = 0;
+    for (; i + 8 <= N && j + 8 <= ones; i += 8) {
+        uint32_t byte = bits[i >> 3];
+        __m256 x = _mm256_loadu_ps((const float *)(const void *)(v + 4 * j));
+        __m256i idx = _mm256_loadu_si256((const __m256i *)(const void *)perm[byte]);
+        __m256i m = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)byte), sel), sel);
+        __m256 y = _mm256_blendv_ps(nanv, _mm256_permutevar8x32_ps(x, idx), _mm256_castsi256_ps(m));
+        float *o = out + (size_t)i * cols;
+        if (cols == 1) {
+            _mm256_storeu_ps(o, y);
+        } else {
+            _mm256_storeu_ps(tmp, y);
+            for (uint32_t k = 0; k < 8; k++)
+                o[(size_t)k * cols] = tmp[k];
+        }
+        j += popcount8[byte];
+    }
+    *jp = j;
+    return i;
+}
+#endif
 
 /* A float column into column c of a row-major [N, cols] matrix. */
 sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_t *present,
@@ -240,6 +406,9 @@ sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_
     memcpy(&nanbits, &nan, 4);
     uint64_t j = 0, last = ones > 0 ? ones - 1 : 0;
     uint32_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2")) i = scatter_avx2(v, bits, out, cols, N, ones, &j);
+#endif
     for (; i + 8 <= N; i += 8) {
         uint32_t byte = bits[i >> 3];
         float *o = out + (size_t)i * cols;

@@ -164,7 +164,7 @@ static void reference(float *dense /* [B*4] */)
         float *row = dense + r * 4;
         if (isnan(row[0])) row[0] = -1;
         row[0] = row[0] < 0 ? 0 : row[0] > 5 ? 5 : row[0];
-        if (!isnan(row[1])) row[1] = log1pf(row[1] < 0 ? 0 : row[1]);
+        if (!isnan(row[1])) row[1] = (float)log1p(row[1] < 0 ? 0.0 : (double)row[1]);
         row[2] = (row[2] - 0.5f) / 2.0f;
         row[3] = row[3] > 0 ? (powf(row[3], 0.5f) - 1.0f) / 0.5f : NAN;
         ref_t *bk = ref("d1_b");
@@ -178,6 +178,18 @@ static void reference(float *dense /* [B*4] */)
 static bool same_float(float a, float b)
 {
     return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* log1p is promised within 1 ulp of (float)log1p((double)x) (docs/JOBS.md):
+ * a and b equal, or adjacent floats of the same sign. */
+static bool within_ulp(float a, float b)
+{
+    if (same_float(a, b)) return true;
+    if (isnan(a) || isnan(b) || signbit(a) != signbit(b)) return false;
+    uint32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    return (ia > ib ? ia - ib : ib - ia) <= 1;
 }
 
 static void run_case(bool grouped)
@@ -299,9 +311,11 @@ static void run_case(bool grouped)
     for (int c = 0; c < 3; c++) {
         cr_assert_str_eq(batch->dense.names[c], dnames[keep[c]]);
         for (int r = 0; r < B; r++)
-            cr_assert(same_float(batch->dense.data[r * 3 + c], dense[r * 4 + keep[c]]),
-                      "dense %s row %d: %g vs %g", dnames[keep[c]], r,
-                      batch->dense.data[r * 3 + c], dense[r * 4 + keep[c]]);
+            cr_assert(keep[c] == 1
+                          ? within_ulp(batch->dense.data[r * 3 + c], dense[r * 4 + 1])
+                          : same_float(batch->dense.data[r * 3 + c], dense[r * 4 + keep[c]]),
+                      "dense %s row %d: %g vs %g", dnames[keep[c]], r, batch->dense.data[r * 3 + c],
+                      dense[r * 4 + keep[c]]);
     }
     sl_dedup_destroy(dd);
     sl_batch_destroy(batch);
@@ -351,4 +365,107 @@ Test(transform, in_place_keeps_buffers)
     sl_dpp_plan_destroy(plan);
     sl_dpp_job_destroy(job);
     sl_wh_schema_destroy(schema);
+}
+
+/* A plan of one transform spec over make_schema(); caller destroys both. */
+static sl_dpp_plan_t *plan_of(const char *spec, sl_dpp_job_t **job, sl_wh_schema_t **schema)
+{
+    sl_error_t err = {0};
+    *job = NULL;
+    cr_assert_eq(sl_dpp_job_parse(spec, strlen(spec), job, NULL, &err), SL_OK, "%s", err.msg);
+    *schema = make_schema();
+    sl_dpp_plan_t *plan = NULL;
+    cr_assert_eq(sl_dpp_plan_new(*job, *schema, &plan, NULL, &err), SL_OK, "%s", err.msg);
+    return plan;
+}
+
+Test(transform, log1p_within_one_ulp)
+{
+    /* Random bit patterns (every sign, exponent and NaN payload) and the
+     * edges of the implementation: 0, -0, subnormals, 1 + x crossing
+     * sqrt(2) and powers of two, the largest floats, infinities. */
+    static const uint32_t edges[] = {
+        0x00000000, 0x80000000, 0x00000001, 0x007fffff, 0x00800000, 0x33800000, 0x33000000,
+        0x2f800000, 0x3ed413cc, 0x3ed413cd, 0x3ed413ce, 0x3f800000, 0x3f7fffff, 0x40400000,
+        0x4b800000, 0x5f000000, 0x7f7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000,
+        0xbf800000, 0xff7fffff, 0x80000001, 0x3c000000, 0x3e800000, 0x3f3504f3, 0x3f3504f4};
+    const uint32_t n = 1u << 16, ne = sizeof edges / sizeof *edges;
+    uint64_t seed = tu_seed("transform_log1p"), st = seed;
+    sl_dpp_job_t *job;
+    sl_wh_schema_t *schema;
+    sl_dpp_plan_t *plan = plan_of("{\"source\": {\"table\": \"t\", \"features\": [\"d1\"]},"
+                                  " \"transforms\": [{\"op\": \"log1p\", \"feature\": \"d1\"}]}",
+                                  &job, &schema);
+    sl_batch_t *batch = sl_batch_new(NULL);
+    batch->batch_size = n;
+    const char *dnames[] = {"d0", "d1"};
+    cr_assert_eq(sl_dense_init(&batch->dense, batch->arena, n, 2, dnames), SL_OK);
+    float *in = malloc((size_t)n * sizeof *in);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t b = i < ne ? edges[i] : (uint32_t)tu_next(&st);
+        /* half the rest in [0, 2^24), where most data lives */
+        if (i >= ne && (i & 1)) b &= 0x4bffffffu;
+        memcpy(&in[i], &b, 4);
+        batch->dense.data[2 * i] = 0.0f;
+        batch->dense.data[2 * i + 1] = in[i];
+    }
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
+    int col = strcmp(batch->dense.names[0], "d1") == 0 ? 0 : 1;
+    for (uint32_t i = 0; i < n; i++) {
+        float x = in[i], got = batch->dense.data[(size_t)i * batch->dense.cols + (size_t)col];
+        float want = isnan(x) ? x : (float)log1p(x < 0 ? 0.0 : (double)x);
+        cr_assert(within_ulp(got, want), "seed %llu: log1p(%a) = %a, reference %a",
+                  (unsigned long long)seed, (double)x, (double)got, (double)want);
+    }
+    free(in);
+    sl_batch_destroy(batch);
+    sl_dpp_plan_destroy(plan);
+    sl_dpp_job_destroy(job);
+    sl_wh_schema_destroy(schema);
+}
+
+Test(transform, sigrid_hash_matches_xxh3)
+{
+    /* Bit-identical to XXH3_64bits_withSeed(8 bytes) % table_size for any
+     * id, salt and size: powers of two (a mask), 1, sizes above 2^32 and
+     * near 2^63 (the division by multiplication at its widest). */
+    static const unsigned long long sizes[] = {
+        1, 2, 3, 1000, 1024, 10000000, 4294967311ull, 1ull << 40, 9223372036854775783ull};
+    uint64_t seed = tu_seed("transform_sigrid"), st = seed;
+    const uint32_t n = 4093; /* not a multiple of the vector width: the scalar tail too */
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        uint64_t salt = k == 0 ? 0 : tu_next(&st) >> 1;
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "{\"source\": {\"table\": \"t\"}, \"transforms\": [{\"op\": \"sigrid_hash\", "
+                 "\"feature\": \"s0\", \"table_size\": %llu, \"salt\": %llu}]}",
+                 sizes[k], (unsigned long long)salt);
+        sl_dpp_job_t *job;
+        sl_wh_schema_t *schema;
+        sl_dpp_plan_t *plan = plan_of(spec, &job, &schema);
+        sl_batch_t *batch = sl_batch_new(NULL);
+        batch->batch_size = n;
+        const char *keys[] = {"s0"};
+        cr_assert_eq(sl_kjt_init(&batch->sparse, batch->arena, 1, keys, n, n, false), SL_OK);
+        int64_t *ids = malloc((size_t)n * sizeof *ids);
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t v = tu_next(&st);
+            /* small, negative and extreme ids too */
+            ids[i] = i % 4 == 0 ? (int64_t)(v % 100) - 50 : i == 1 ? INT64_MIN : (int64_t)v;
+            batch->sparse.lengths[i] = 1;
+            batch->sparse.values[i] = ids[i];
+        }
+        sl_error_t err = {0};
+        cr_assert_eq(sl_dpp_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
+        for (uint32_t i = 0; i < n; i++)
+            cr_assert_eq(batch->sparse.values[i], (int64_t)(h8(ids[i], salt) % sizes[k]),
+                         "seed %llu size %llu id %lld", (unsigned long long)seed, sizes[k],
+                         (long long)ids[i]);
+        free(ids);
+        sl_batch_destroy(batch);
+        sl_dpp_plan_destroy(plan);
+        sl_dpp_job_destroy(job);
+        sl_wh_schema_destroy(schema);
+    }
 }
