@@ -1,10 +1,13 @@
 /* Benchmark of the DPP master's state machine (src/dpp/master_state.h):
- * 200 simulated workers run lease -> progress -> complete cycles over a job
+ * 200 simulated workers run lease -> commit -> split read cycles over a job
  * of 1M splits, with renewals (every worker heartbeats every 8th step) and
  * an expiry sweep every 1000 operations, in one thread, with the journal
  * off (in memory) and on (temp directory, group commit: one sync every N
- * operations, N printed). Figures: lease operations per second (lease,
- * progress, complete, renew calls), full split cycles per second, and the
+ * operations, N printed). Each cycle: a lease, a trainer client's commit
+ * of the first half of the split's rows, and the holder's split read
+ * reporting the second half as empty (filtered), which ends the split.
+ * Figures: lease operations per second (lease, commit, split read, renew
+ * calls), full split cycles per second, and the
  * bytes of state per 1M splits, counted by an allocator that tallies every
  * byte the master asks for.
  *
@@ -48,6 +51,7 @@ typedef struct sim {
     bool has;
     sl_dpp_lease_t l;
     bool reported;
+    uint64_t nonce;
     char name[16];
 } sim;
 
@@ -108,11 +112,23 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
                 x->reported = false;
             }
         } else if (!x->reported) {
-            rc = sl_dpp_master_progress(m, "bench", x->l.split, x->l.generation, 16, x->l.num_rows,
-                                        &err);
+            sl_dpp_commit_result_t res;
+            rc = sl_dpp_master_commit(m, "bench", x->l.epoch, x->l.split, 0, x->l.num_rows / 2,
+                                      x->name, ++x->nonce, &res, &err);
+            if (rc == SL_OK && res != SL_DPP_COMMITTED) {
+                fprintf(stderr, "commit refused: %s\n", err.msg);
+                return 1;
+            }
             x->reported = true;
         } else {
-            rc = sl_dpp_master_complete(m, "bench", x->l.split, x->l.generation, &err);
+            sl_dpp_row_range_t empty = {x->l.num_rows / 2, x->l.num_rows};
+            sl_dpp_split_state_t state;
+            rc = sl_dpp_master_split_read(m, "bench", x->l.epoch, x->l.split, x->l.generation,
+                                          &empty, 1, &state, &err);
+            if (rc == SL_OK && state != SL_DPP_SPLIT_DONE) {
+                fprintf(stderr, "split read left the split pending\n");
+                return 1;
+            }
             x->has = false;
             cycles++;
         }

@@ -96,16 +96,21 @@ sl_err_t m_add_job(sl_dpp_master_t *m, const Sluice__Master__JobAdded *ja, sl_er
     if (ja->start_epoch > ja->spec->epochs)
         return sl_error_set(err, SL_ERR_INVALID, "job '%s': start epoch %u of %u", ja->spec->job_id,
                             ja->start_epoch, ja->spec->epochs);
-    if (ja->n_start_rows != 0 || ja->n_start_batches != 0) {
-        if (ja->n_start_rows != l->n_path_index || ja->n_start_batches != l->n_path_index)
-            return sl_error_set(err, SL_ERR_INVALID, "job '%s': %zu start positions for %zu splits",
-                                ja->spec->job_id, ja->n_start_rows, l->n_path_index);
-        for (size_t i = 0; i < l->n_path_index; i++)
-            if (ja->start_rows[i] > l->num_rows[i])
-                return sl_error_set(err, SL_ERR_INVALID,
-                                    "job '%s' split %zu: start row %llu of %llu", ja->spec->job_id,
-                                    i, (unsigned long long)ja->start_rows[i],
-                                    (unsigned long long)l->num_rows[i]);
+    if (ja->n_start_from != ja->n_start_split || ja->n_start_to != ja->n_start_split)
+        return sl_error_set(err, SL_ERR_INVALID, "job '%s': start range columns of unequal length",
+                            ja->spec->job_id);
+    if (ja->spec->ranks > 65536)
+        return sl_error_set(err, SL_ERR_INVALID, "job '%s': %u ranks (1..65536)", ja->spec->job_id,
+                            ja->spec->ranks);
+    for (size_t k = 0; k < ja->n_start_split; k++) {
+        uint32_t i = ja->start_split[k];
+        if (i >= l->n_path_index || ja->start_from[k] >= ja->start_to[k] ||
+            ja->start_to[k] > l->num_rows[i])
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "job '%s': start range %zu (split %u rows [%llu, %llu)) outside "
+                                "the splits",
+                                ja->spec->job_id, k, i, (unsigned long long)ja->start_from[k],
+                                (unsigned long long)ja->start_to[k]);
     }
     rc = m_job_insert(m, ja, err);
     if (rc != SL_OK) return rc;
@@ -143,6 +148,11 @@ static sl_err_t spec_pb_build(const sl_dpp_master_t *m, const sl_dpp_master_job_
     p->spec.epochs = in->epochs;
     p->spec.seed = in->seed;
     p->spec.shuffle = in->shuffle;
+    p->spec.spec_json = (char *)(in->spec_json != NULL ? in->spec_json : "");
+    p->spec.ranks = in->ranks;
+    p->spec.static_sharding = in->static_sharding;
+    p->spec.min_workers = in->min_workers;
+    p->spec.max_workers = in->max_workers;
     if (in->job_id == NULL || (in->splits == NULL && in->num_splits > 0))
         return sl_error_set(err, SL_ERR_INVALID, "job spec without id or splits");
     if (in->num_splits > m->opts.max_splits)
@@ -242,8 +252,17 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
-sl_err_t sl_dpp_master_token_encode(const sl_dpp_master_t *m, const char *job_id, void **buf,
-                                    size_t *len, sl_error_t *err)
+/* For sorting the undelivered ranges of one split. */
+static int by_from(const void *x, const void *y)
+{
+    const sl_dpp_row_range_t *a = x, *b = y;
+    return a->from_row < b->from_row ? -1 : a->from_row > b->from_row;
+}
+
+sl_err_t sl_dpp_master_token_encode(const sl_dpp_master_t *m, const char *job_id,
+                                    const sl_dpp_token_exclude_t *undelivered,
+                                    uint32_t num_undelivered, void **buf, size_t *len,
+                                    sl_error_t *err)
 {
     *buf = NULL;
     *len = 0;
@@ -254,20 +273,57 @@ sl_err_t sl_dpp_master_token_encode(const sl_dpp_master_t *m, const char *job_id
     t.job_id = jb->id;
     t.fingerprint = jb->fingerprint;
     t.epoch = jb->epoch;
-    t.n_acked_rows = t.n_acked_batches = jb->n;
-    t.acked_rows = sl_alloc(m->a, (size_t)jb->n * sizeof(uint64_t));
-    t.acked_batches = sl_alloc(m->a, (size_t)jb->n * sizeof(uint64_t));
+    /* Committed minus undelivered: every excluded range can split one
+     * committed range in two, so at most ranges + excluded pieces. */
+    size_t cap = num_undelivered;
+    for (uint32_t i = 0; i < jb->n; i++)
+        cap += jb->st[i].nr;
+    const sl_allocator_t *a = m->a;
+    t.range_split = sl_alloc(a, (cap + 1) * sizeof(uint32_t));
+    t.range_from = sl_alloc(a, (cap + 1) * sizeof(uint64_t));
+    t.range_to = sl_alloc(a, (cap + 1) * sizeof(uint64_t));
+    sl_dpp_row_range_t *ex = sl_alloc(a, ((size_t)num_undelivered + 1) * sizeof *ex);
     sl_err_t rc = SL_OK;
-    if (t.acked_rows == NULL || t.acked_batches == NULL) {
+    if (t.range_split == NULL || t.range_from == NULL || t.range_to == NULL || ex == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", job_id);
         goto out;
     }
+    size_t n = 0;
     for (uint32_t i = 0; i < jb->n; i++) {
-        t.acked_rows[i] = jb->st[i].acked_rows;
-        t.acked_batches[i] = jb->st[i].acked_batches;
+        const split_st *s = &jb->st[i];
+        if (s->nr == 0) continue;
+        /* This split's excluded ranges, sorted (a client has few). */
+        uint32_t ne = 0;
+        for (uint32_t k = 0; k < num_undelivered; k++)
+            if (undelivered[k].split == i && undelivered[k].epoch == jb->epoch &&
+                undelivered[k].from_row < undelivered[k].to_row)
+                ex[ne++] = (sl_dpp_row_range_t){undelivered[k].from_row, undelivered[k].to_row};
+        if (ne > 1) qsort(ex, ne, sizeof *ex, by_from);
+        uint32_t e = 0;
+        for (uint32_t r = 0; r < s->nr; r++) {
+            uint64_t at = s->r[r].from_row, end = s->r[r].to_row;
+            while (at < end) {
+                while (e < ne && ex[e].to_row <= at)
+                    e++;
+                uint64_t stop = end;
+                if (e < ne && ex[e].from_row < end) stop = ex[e].from_row > at ? ex[e].from_row : at;
+                if (stop > at) {
+                    if (n == cap) break; /* cannot happen: cap counts every piece */
+                    t.range_split[n] = i;
+                    t.range_from[n] = at;
+                    t.range_to[n] = stop;
+                    n++;
+                }
+                if (e < ne && ex[e].from_row < end)
+                    at = ex[e].to_row > at ? ex[e].to_row : at;
+                else
+                    at = end;
+            }
+        }
     }
-    size_t n = sluice__master__resume_token__get_packed_size(&t);
-    uint8_t *out = sl_alloc(m->a, TOKEN_HEADER_BYTES + n);
+    t.n_range_split = t.n_range_from = t.n_range_to = n;
+    size_t pn = sluice__master__resume_token__get_packed_size(&t);
+    uint8_t *out = sl_alloc(a, TOKEN_HEADER_BYTES + pn);
     if (out == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", job_id);
         goto out;
@@ -276,12 +332,14 @@ sl_err_t sl_dpp_master_token_encode(const sl_dpp_master_t *m, const char *job_id
     memcpy(out, SL_DPP_RESUME_TOKEN_MAGIC, 4);
     uint32_t v = SL_DPP_RESUME_TOKEN_VERSION;
     memcpy(out + 4, &v, 4);
-    put_u64(out + 8, XXH3_64bits(out + TOKEN_HEADER_BYTES, n));
+    put_u64(out + 8, XXH3_64bits(out + TOKEN_HEADER_BYTES, pn));
     *buf = out;
-    *len = TOKEN_HEADER_BYTES + n;
+    *len = TOKEN_HEADER_BYTES + pn;
 out:
-    sl_free(m->a, t.acked_rows, (size_t)jb->n * sizeof(uint64_t));
-    sl_free(m->a, t.acked_batches, (size_t)jb->n * sizeof(uint64_t));
+    sl_free(a, t.range_split, (cap + 1) * sizeof(uint32_t));
+    sl_free(a, t.range_from, (cap + 1) * sizeof(uint64_t));
+    sl_free(a, t.range_to, (cap + 1) * sizeof(uint64_t));
+    sl_free(a, ex, ((size_t)num_undelivered + 1) * sizeof *ex);
     return rc;
 }
 
@@ -315,10 +373,9 @@ sl_err_t sl_dpp_master_job_resume(sl_dpp_master_t *m, const sl_dpp_master_job_sp
                           t->job_id ? t->job_id : "", spec->job_id);
     } else if ((rc = m_check_spec(m, &sp.spec, err)) != SL_OK) {
         /* message set */
-    } else if (t->n_acked_rows != sp.n || t->n_acked_batches != sp.n) {
-        rc = sl_error_set(err, SL_ERR_INVALID,
-                          "resume token of job '%s' has %zu positions for %zu splits", spec->job_id,
-                          t->n_acked_rows, sp.n);
+    } else if (t->n_range_from != t->n_range_split || t->n_range_to != t->n_range_split) {
+        rc = sl_error_set(err, SL_ERR_CORRUPT, "resume token of job '%s': range columns differ",
+                          spec->job_id);
     } else {
         if (m_fingerprint(&sp.list) != t->fingerprint)
             rc = sl_error_set(err, SL_ERR_INVALID,
@@ -327,18 +384,22 @@ sl_err_t sl_dpp_master_job_resume(sl_dpp_master_t *m, const sl_dpp_master_job_sp
     if (rc == SL_OK && t->epoch > spec->epochs)
         rc = sl_error_set(err, SL_ERR_INVALID, "resume token at epoch %u of a %u-epoch job",
                           t->epoch, spec->epochs);
-    for (size_t i = 0; rc == SL_OK && i < sp.n; i++)
-        if (t->acked_rows[i] > sp.list.num_rows[i])
-            rc = sl_error_set(err, SL_ERR_INVALID, "resume token: split %zu at row %llu of %llu", i,
-                              (unsigned long long)t->acked_rows[i],
-                              (unsigned long long)sp.list.num_rows[i]);
+    for (size_t i = 0; rc == SL_OK && i < t->n_range_split; i++)
+        if (t->range_split[i] >= sp.n || t->range_from[i] >= t->range_to[i] ||
+            t->range_to[i] > sp.list.num_rows[t->range_split[i]])
+            rc = sl_error_set(err, SL_ERR_INVALID,
+                              "resume token: range %zu (split %u rows [%llu, %llu)) outside the "
+                              "splits",
+                              i, t->range_split[i], (unsigned long long)t->range_from[i],
+                              (unsigned long long)t->range_to[i]);
     if (rc == SL_OK) {
         Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
         ja.spec = &sp.spec;
         ja.start_epoch = t->epoch;
-        ja.n_start_rows = ja.n_start_batches = sp.n;
-        ja.start_rows = t->acked_rows;
-        ja.start_batches = t->acked_batches;
+        ja.n_start_split = ja.n_start_from = ja.n_start_to = t->n_range_split;
+        ja.start_split = t->range_split;
+        ja.start_from = t->range_from;
+        ja.start_to = t->range_to;
         rc = journal_and_add(m, &ja, err);
     }
 out:

@@ -84,29 +84,52 @@ static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint6
         m_do_lease(m, slot, lg->split, w, lg->generation, 0);
         return SL_OK;
     }
-    case SLUICE__MASTER__RECORD__KIND_PROGRESS: {
-        const Sluice__Master__Progress *p = r->progress;
-        const char *what = "progress of job '%s' split %u";
-        rc = find_lease(m, p->job_id, p->split, p->generation, off, what, &slot, err);
-        if (rc != SL_OK) return rc;
-        job *jb = m->jobs[slot];
-        const split_st *s = &jb->st[p->split];
-        if (p->acked_rows < s->acked_rows || p->acked_batches < s->acked_batches ||
-            p->acked_rows > jb->defs[p->split].num_rows)
-            return bad(err, off, what, p->job_id, p->split, "position going back or past the end");
-        m_do_progress(jb, p->split, p->acked_batches, p->acked_rows);
+    case SLUICE__MASTER__RECORD__KIND_COMMITTED: {
+        const Sluice__Master__Committed *c = r->committed;
+        const char *what = "commit of job '%s' split %u";
+        job *jb = c->job_id != NULL ? m_find_job(m, c->job_id, &slot) : NULL;
+        if (jb == NULL)
+            return bad(err, off, what, c->job_id ? c->job_id : "", c->split, "unknown job");
+        if (c->split >= jb->n || c->epoch != jb->epoch || jb->epoch >= jb->epochs ||
+            c->from_row >= c->to_row || c->to_row > jb->defs[c->split].num_rows ||
+            m_overlaps(jb, c->split, c->from_row, c->to_row))
+            return bad(err, off, what, c->job_id, c->split,
+                       "not the current epoch, outside the split or overlapping");
+        uint32_t ci;
+        rc = m_client_get(m, c->client_id != NULL ? c->client_id : "", &ci, err);
+        if (rc == SL_OK && m_client_has(m, ci, c->nonce))
+            return bad(err, off, what, c->job_id, c->split, "nonce committed twice");
+        if (rc == SL_OK) rc = m_add_range(m, jb, c->split, c->from_row, c->to_row, err);
+        if (rc != SL_OK)
+            return sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
+        m_client_remember(m, ci, c->nonce);
+        m_maybe_done(m, slot, c->split);
         return SL_OK;
     }
-    case SLUICE__MASTER__RECORD__KIND_COMPLETED: {
-        const Sluice__Master__Completed *c = r->completed;
-        const char *what = "completion of job '%s' split %u";
-        rc = find_lease(m, c->job_id, c->split, c->generation, off, what, &slot, err);
+    case SLUICE__MASTER__RECORD__KIND_SPLIT_READ: {
+        const Sluice__Master__SplitRead *sr = r->split_read;
+        const char *what = "split read of job '%s' split %u";
+        rc = find_lease(m, sr->job_id, sr->split, sr->generation, off, what, &slot, err);
         if (rc != SL_OK) return rc;
         job *jb = m->jobs[slot];
-        if (jb->st[c->split].acked_rows != jb->defs[c->split].num_rows)
-            return bad(err, off, what, c->job_id, c->split, "rows not all acknowledged");
-        m_do_release(m, slot, c->split, SL_DPP_SPLIT_DONE);
-        return SL_OK;
+        if (sr->n_empty_from != sr->n_empty_to || sr->n_empty_from > m->opts.max_ranges)
+            return bad(err, off, what, sr->job_id, sr->split, "bad empty range columns");
+        sl_dpp_row_range_t one[1];
+        sl_dpp_row_range_t *e = sr->n_empty_from > 1
+                                    ? sl_alloc(m->a, sr->n_empty_from * sizeof *e)
+                                    : one;
+        if (e == NULL) return sl_error_set(err, SL_ERR_NOMEM, "split read record");
+        bool ok = true;
+        for (size_t i = 0; i < sr->n_empty_from; i++) {
+            e[i] = (sl_dpp_row_range_t){sr->empty_from[i], sr->empty_to[i]};
+            ok = ok && e[i].from_row <= e[i].to_row && e[i].to_row <= jb->defs[sr->split].num_rows;
+        }
+        rc = ok ? m_apply_split_read(m, slot, sr->split, e, (uint32_t)sr->n_empty_from, err)
+                : bad(err, off, what, sr->job_id, sr->split, "empty range outside the split");
+        if (e != one) sl_free(m->a, e, sr->n_empty_from * sizeof *e);
+        if (rc != SL_OK && rc != SL_ERR_CORRUPT)
+            return sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
+        return rc;
     }
     case SLUICE__MASTER__RECORD__KIND_EXPIRED: {
         const Sluice__Master__Expired *e = r->expired;
@@ -163,16 +186,17 @@ static sl_err_t restore_job(sl_dpp_master_t *m, const Sluice__Master__SnapshotJo
     if (sj->spec == NULL || sj->spec->splits == NULL)
         return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job without spec");
     size_t n = sj->spec->splits->n_path_index;
-    if (sj->n_state != n || sj->n_worker != n || sj->n_generation != n || sj->n_acked_rows != n ||
-        sj->n_acked_batches != n)
+    if (sj->n_state != n || sj->n_worker != n || sj->n_generation != n ||
+        sj->n_range_from != sj->n_range_split || sj->n_range_to != sj->n_range_split)
         return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': columns of unequal length",
                             sj->spec->job_id ? sj->spec->job_id : "");
     Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
     ja.spec = sj->spec;
     ja.start_epoch = sj->epoch;
-    ja.n_start_rows = ja.n_start_batches = n;
-    ja.start_rows = sj->acked_rows;
-    ja.start_batches = sj->acked_batches;
+    ja.n_start_split = ja.n_start_from = ja.n_start_to = sj->n_range_split;
+    ja.start_split = sj->range_split;
+    ja.start_from = sj->range_from;
+    ja.start_to = sj->range_to;
     sl_err_t rc = m_add_job(m, &ja, err);
     if (rc != SL_OK) return rc;
     uint32_t slot;
@@ -180,14 +204,20 @@ static sl_err_t restore_job(sl_dpp_master_t *m, const Sluice__Master__SnapshotJo
     bool finished = jb->epoch >= jb->epochs;
     for (uint32_t i = 0; i < jb->n; i++) {
         uint32_t st = sj->state[i];
-        bool full = jb->st[i].acked_rows == jb->defs[i].num_rows;
+        bool full = jb->st[i].committed == jb->defs[i].num_rows || finished;
         if (st > SL_DPP_SPLIT_DONE || (st == SL_DPP_SPLIT_DONE && !full) ||
             (finished && st != SL_DPP_SPLIT_DONE) ||
             (st == SL_DPP_SPLIT_LEASED && sj->worker[i] >= m->num_workers))
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s' split %u: bad state",
                                 jb->id, i);
         jb->st[i].generation = sj->generation[i];
-        if (st == SL_DPP_SPLIT_DONE) continue;
+        if (st == SL_DPP_SPLIT_DONE || (full && st != SL_DPP_SPLIT_DONE)) {
+            if (st != SL_DPP_SPLIT_DONE)
+                return sl_error_set(err, SL_ERR_CORRUPT,
+                                    "snapshot job '%s' split %u: all rows committed, not done",
+                                    jb->id, i);
+            continue;
+        }
         set_state(jb, i, SL_DPP_SPLIT_PENDING);
         if (st == SL_DPP_SPLIT_LEASED) {
             if (!m_worker_reserve(m, sj->worker[i]))
@@ -213,6 +243,21 @@ sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_erro
     }
     for (size_t i = 0; rc == SL_OK && i < s->n_jobs; i++)
         rc = restore_job(m, s->jobs[i], err);
+    for (size_t i = 0; rc == SL_OK && i < s->n_clients; i++) {
+        const Sluice__Master__SnapshotClient *sc = s->clients[i];
+        uint32_t c;
+        rc = m_client_get(m, sc->client_id ? sc->client_id : "", &c, err);
+        if (rc == SL_OK && (c != i || sc->n_nonces > m->opts.max_answers))
+            rc = sl_error_set(err, SL_ERR_CORRUPT, "client '%s' listed twice or too many nonces",
+                              sc->client_id);
+        for (size_t k = 0; rc == SL_OK && k < sc->n_nonces; k++) {
+            if (m_client_has(m, c, sc->nonces[k]))
+                rc = sl_error_set(err, SL_ERR_CORRUPT, "client '%s': nonce listed twice",
+                                  sc->client_id);
+            else
+                m_client_remember(m, c, sc->nonces[k]);
+        }
+    }
     if (rc == SL_OK && s->next_generation > m->next_generation)
         m->next_generation = s->next_generation;
     sluice__master__snapshot__free_unpacked(s, &pa);
@@ -236,6 +281,8 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
     s.n_workers = m->num_workers;
     s.workers = sl_alloc(a, (size_t)m->num_workers * sizeof(char *) + 1);
     Sluice__Master__SnapshotJob *sj = sl_calloc(a, nj + 1, sizeof *sj);
+    Sluice__Master__SnapshotClient *sc = NULL;
+    uint64_t *nonces = NULL;
     Sluice__Master__JobSpec *spec = sl_calloc(a, nj + 1, sizeof *spec);
     Sluice__Master__SplitList *sl = sl_calloc(a, nj + 1, sizeof *sl);
     s.jobs = sl_calloc(a, nj + 1, sizeof *s.jobs);
@@ -267,7 +314,15 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
         sl[k].n_first_row = sl[k].n_num_rows = n;
         sj[k].epoch = jb->epoch;
         sj[k].n_state = sj[k].n_worker = sj[k].n_generation = n;
-        sj[k].n_acked_rows = sj[k].n_acked_batches = n;
+        size_t nr = 0;
+        for (size_t j = 0; j < n; j++)
+            nr += jb->st[j].nr;
+        sj[k].n_range_split = sj[k].n_range_from = sj[k].n_range_to = nr;
+        spec[k].spec_json = jb->spec_json;
+        spec[k].ranks = jb->ranks;
+        spec[k].static_sharding = jb->static_sharding;
+        spec[k].min_workers = jb->min_workers;
+        spec[k].max_workers = jb->max_workers;
         sl[k].path_index = sl_alloc(a, n * 4);
         sl[k].stripe_begin = sl_alloc(a, n * 4);
         sl[k].stripe_end = sl_alloc(a, n * 4);
@@ -276,14 +331,16 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
         sj[k].state = sl_alloc(a, n * 4);
         sj[k].worker = sl_alloc(a, n * 4);
         sj[k].generation = sl_alloc(a, n * 8);
-        sj[k].acked_rows = sl_alloc(a, n * 8);
-        sj[k].acked_batches = sl_alloc(a, n * 8);
+        sj[k].range_split = sl_alloc(a, nr * 4 + 1);
+        sj[k].range_from = sl_alloc(a, nr * 8 + 1);
+        sj[k].range_to = sl_alloc(a, nr * 8 + 1);
         if (!sl[k].path_index || !sl[k].stripe_begin || !sl[k].stripe_end || !sl[k].first_row ||
             !sl[k].num_rows || !sj[k].state || !sj[k].worker || !sj[k].generation ||
-            !sj[k].acked_rows || !sj[k].acked_batches) {
+            !sj[k].range_split || !sj[k].range_from || !sj[k].range_to) {
             rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot of job '%s'", jb->id);
             goto out;
         }
+        size_t nr2 = 0;
         for (size_t j = 0; j < n; j++) {
             const split_def *d = &jb->defs[j];
             const split_st *st = &jb->st[j];
@@ -295,9 +352,31 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
             sj[k].state[j] = st->state;
             sj[k].worker[j] = st->state == SL_DPP_SPLIT_LEASED ? st->worker : 0;
             sj[k].generation[j] = st->generation;
-            sj[k].acked_rows[j] = st->acked_rows;
-            sj[k].acked_batches[j] = st->acked_batches;
+            for (uint32_t q = 0; q < st->nr; q++) {
+                sj[k].range_split[nr2] = (uint32_t)j;
+                sj[k].range_from[nr2] = st->r[q].from_row;
+                sj[k].range_to[nr2] = st->r[q].to_row;
+                nr2++;
+            }
         }
+    }
+    s.n_clients = m->num_clients;
+    s.clients = sl_alloc(a, ((size_t)m->num_clients + 1) * sizeof *s.clients);
+    sc = sl_alloc(a, ((size_t)m->num_clients + 1) * sizeof *sc);
+    nonces = sl_alloc(a, ((size_t)m->num_clients * m->opts.max_answers + 1) * sizeof *nonces);
+    if (s.clients == NULL || sc == NULL || nonces == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot of %u clients", m->num_clients);
+        goto out;
+    }
+    for (uint32_t c = 0; c < m->num_clients; c++) {
+        const client *cl = &m->clients[c];
+        sluice__master__snapshot_client__init(&sc[c]);
+        s.clients[c] = &sc[c];
+        sc[c].client_id = cl->name;
+        sc[c].n_nonces = cl->len;
+        sc[c].nonces = nonces + (size_t)c * m->opts.max_answers;
+        for (uint32_t q = 0; q < cl->len; q++)
+            sc[c].nonces[q] = cl->ring[(cl->head + q) % m->opts.max_answers];
     }
     *len = sluice__master__snapshot__get_packed_size(&s);
     *buf = sl_alloc(a, *len);
@@ -317,10 +396,15 @@ out:
         sl_free(a, sj[k].state, n * 4);
         sl_free(a, sj[k].worker, n * 4);
         sl_free(a, sj[k].generation, n * 8);
-        sl_free(a, sj[k].acked_rows, n * 8);
-        sl_free(a, sj[k].acked_batches, n * 8);
+        size_t nr = sj[k].n_range_split;
+        sl_free(a, sj[k].range_split, nr * 4 + 1);
+        sl_free(a, sj[k].range_from, nr * 8 + 1);
+        sl_free(a, sj[k].range_to, nr * 8 + 1);
     }
     sl_free(a, s.workers, (size_t)m->num_workers * sizeof(char *) + 1);
+    sl_free(a, s.clients, ((size_t)m->num_clients + 1) * sizeof *s.clients);
+    sl_free(a, sc, ((size_t)m->num_clients + 1) * sizeof *sc);
+    sl_free(a, nonces, ((size_t)m->num_clients * m->opts.max_answers + 1) * sizeof *nonces);
     sl_free(a, s.jobs, (nj + 1) * sizeof *s.jobs);
     sl_free(a, sj, (nj + 1) * sizeof *sj);
     sl_free(a, spec, (nj + 1) * sizeof *spec);
@@ -388,6 +472,11 @@ static void sb_printf(sbuf *b, const char *fmt, ...)
     b->p[b->len] = '\0';
 }
 
+static int client_by_name(const void *x, const void *y)
+{
+    return strcmp((*(const client *const *)x)->name, (*(const client *const *)y)->name);
+}
+
 static int by_id(const void *x, const void *y)
 {
     return strcmp((*(const job *const *)x)->id, (*(const job *const *)y)->id);
@@ -407,18 +496,40 @@ sl_err_t sl_dpp_master_dump(const sl_dpp_master_t *m, char **out, size_t *len, s
     static const char state_char[] = "PLD";
     for (uint32_t i = 0; i < nj; i++) {
         const job *jb = jobs[i];
-        sb_printf(&b, "job %s epoch %u/%u splits %u pending %u leased %u done %u acked %llu\n",
+        sb_printf(&b,
+                  "job %s epoch %u/%u splits %u pending %u leased %u done %u committed %llu "
+                  "ranks %u%s\n",
                   jb->id, jb->epoch, jb->epochs, jb->n, jb->count[0], jb->count[1], jb->count[2],
-                  (unsigned long long)jb->acked_rows);
+                  (unsigned long long)jb->committed_rows, jb->ranks,
+                  jb->static_sharding ? " static" : "");
         for (uint32_t s = 0; s < jb->n; s++) {
             const split_st *st = &jb->st[s];
-            sb_printf(&b, " %u %c gen %llu batches %llu rows %llu %s\n", s, state_char[st->state],
-                      (unsigned long long)st->generation, (unsigned long long)st->acked_batches,
-                      (unsigned long long)st->acked_rows,
+            sb_printf(&b, " %u %c gen %llu committed %llu %s", s, state_char[st->state],
+                      (unsigned long long)st->generation, (unsigned long long)st->committed,
                       st->state == SL_DPP_SPLIT_LEASED ? m->workers[st->worker].name : "-");
+            for (uint32_t q = 0; q < st->nr; q++)
+                sb_printf(&b, " [%llu,%llu)", (unsigned long long)st->r[q].from_row,
+                          (unsigned long long)st->r[q].to_row);
+            sb_printf(&b, "\n");
         }
     }
     sl_free(m->a, jobs, (size_t)m->opts.max_jobs * sizeof *jobs);
+    /* Clients with remembered nonces, by name (a client whose commits were
+     * all refused exists only in the run that saw it). */
+    const client **cls = sl_calloc(m->a, (size_t)m->num_clients + 1, sizeof *cls);
+    if (cls == NULL) b.failed = true;
+    uint32_t nc = 0;
+    for (uint32_t c = 0; cls != NULL && c < m->num_clients; c++)
+        if (m->clients[c].len > 0) cls[nc++] = &m->clients[c];
+    if (nc > 1) qsort(cls, nc, sizeof *cls, client_by_name);
+    for (uint32_t c = 0; c < nc; c++) {
+        sb_printf(&b, "client %s", cls[c]->name);
+        for (uint32_t q = 0; q < cls[c]->len; q++)
+            sb_printf(&b, " %llu",
+                      (unsigned long long)cls[c]->ring[(cls[c]->head + q) % m->opts.max_answers]);
+        sb_printf(&b, "\n");
+    }
+    if (cls != NULL) sl_free(m->a, cls, ((size_t)m->num_clients + 1) * sizeof *cls);
     if (b.len == 0) sb_printf(&b, "empty\n");
     if (b.failed) {
         sl_free(m->a, b.p, b.cap);
@@ -473,6 +584,9 @@ sl_err_t sl_dpp_master_open(const sl_dpp_master_opts_t *opts, uint64_t now_ms,
     if (o.max_workers == 0) o.max_workers = 65536;
     if (o.max_splits == 0) o.max_splits = 16u << 20;
     if (o.max_name == 0 || o.max_name > 255) o.max_name = 255;
+    if (o.max_clients == 0) o.max_clients = 4096;
+    if (o.max_answers == 0) o.max_answers = 1024;
+    if (o.max_ranges == 0) o.max_ranges = 65536;
     sl_dpp_master_t *m = sl_calloc(o.allocator, 1, sizeof *m);
     if (m == NULL) return sl_error_set(err, SL_ERR_NOMEM, "master");
     m->a = o.allocator;

@@ -1,6 +1,7 @@
 /* The DPP master's state transitions: jobs and their per-epoch split order,
- * leases, renewals, progress, completion, expiry, epoch advance, static
- * sharding. Journal records, snapshots and tokens are in master_persist.c.
+ * leases, renewals, expiry, epoch advance, static sharding. Commits, split
+ * reads and clients are in master_commit.c; journal records, snapshots and
+ * tokens in master_persist.c and master_replay.c.
  * Callers hold the master's lock (master_state.h). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +183,10 @@ static void job_free(const sl_allocator_t *a, job *jb)
 {
     if (jb == NULL) return;
     str_free(a, jb->id);
+    str_free(a, jb->spec_json);
+    if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
+    for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
+        m_free_ranges(a, &jb->st[i]);
     for (uint32_t i = 0; jb->paths != NULL && i < jb->num_paths; i++)
         str_free(a, jb->paths[i]);
     sl_free(a, jb->paths, (size_t)jb->num_paths * sizeof *jb->paths);
@@ -240,13 +245,14 @@ sl_err_t m_job_insert(sl_dpp_master_t *m, const Sluice__Master__JobAdded *rec, s
     jb->n = n;
     jb->num_paths = (uint32_t)l->n_paths;
     jb->id = str_dup(a, spec->job_id);
+    jb->spec_json = str_dup(a, spec->spec_json != NULL ? spec->spec_json : "");
     jb->paths = sl_calloc(a, jb->num_paths, sizeof *jb->paths);
     jb->defs = sl_alloc(a, sl_mul_size(n, sizeof *jb->defs));
     jb->st = sl_calloc(a, n, sizeof *jb->st);
     jb->order = sl_alloc(a, sl_mul_size(n, sizeof *jb->order));
     jb->pos = sl_alloc(a, sl_mul_size(n, sizeof *jb->pos));
     jb->heap = sl_alloc(a, sl_mul_size(n, sizeof *jb->heap));
-    bool ok = jb->id && jb->paths && jb->defs && jb->st && jb->order && jb->pos && jb->heap;
+    bool ok = jb->id && jb->spec_json && jb->paths && jb->defs && jb->st && jb->order && jb->pos && jb->heap;
     for (uint32_t i = 0; ok && i < jb->num_paths; i++)
         ok = (jb->paths[i] = str_dup(a, l->paths[i])) != NULL;
     if (!ok) {
@@ -256,6 +262,10 @@ sl_err_t m_job_insert(sl_dpp_master_t *m, const Sluice__Master__JobAdded *rec, s
     jb->epochs = spec->epochs;
     jb->seed = spec->seed;
     jb->shuffle = spec->shuffle;
+    jb->ranks = spec->ranks > 0 ? spec->ranks : 1;
+    jb->static_sharding = spec->static_sharding && jb->ranks > 1;
+    jb->min_workers = spec->min_workers;
+    jb->max_workers = spec->max_workers;
     jb->fingerprint = m_fingerprint(l);
     jb->epoch = rec->start_epoch;
     bool finished = jb->epoch >= jb->epochs;
@@ -263,18 +273,32 @@ sl_err_t m_job_insert(sl_dpp_master_t *m, const Sluice__Master__JobAdded *rec, s
         jb->defs[i] = (split_def){l->path_index[i], l->stripe_begin[i], l->stripe_end[i],
                                   l->first_row[i], l->num_rows[i]};
         jb->total_rows += l->num_rows[i];
+        jb->st[i].worker = NO_WORKER;
+        jb->st[i].state = SL_DPP_SPLIT_PENDING;
+    }
+    jb->count[SL_DPP_SPLIT_PENDING] = n;
+    sl_err_t rc = SL_OK;
+    if (jb->static_sharding) {
+        jb->rank_of_split = sl_alloc(a, sl_mul_size(n, sizeof(uint32_t)));
+        rc = jb->rank_of_split == NULL
+                 ? sl_error_set(err, SL_ERR_NOMEM, "job '%s' of %u splits", spec->job_id, n)
+                 : m_static_assign(m, jb, jb->ranks, jb->rank_of_split, NULL, err);
+    }
+    /* A finished job keeps nothing per split; a resumed one starts with the
+     * token's ranges (the caller checked them against the splits). */
+    for (size_t k = 0; rc == SL_OK && !finished && k < rec->n_start_split; k++)
+        rc = m_add_range(m, jb, rec->start_split[k], rec->start_from[k], rec->start_to[k], err);
+    if (rc != SL_OK) {
+        job_free(a, jb);
+        return rc;
+    }
+    for (uint32_t i = 0; i < n; i++) {
         split_st *s = &jb->st[i];
-        s->worker = NO_WORKER;
-        if (rec->n_start_rows > 0) {
-            s->acked_rows = rec->start_rows[i];
-            s->acked_batches = rec->start_batches[i];
+        if (finished || s->committed == jb->defs[i].num_rows) {
+            jb->count[SL_DPP_SPLIT_PENDING]--;
+            s->state = SL_DPP_SPLIT_DONE;
+            jb->count[SL_DPP_SPLIT_DONE]++;
         }
-        if (finished) s->acked_rows = l->num_rows[i];
-        s->state = s->acked_rows == l->num_rows[i] && (finished || rec->n_start_rows > 0)
-                       ? SL_DPP_SPLIT_DONE
-                       : SL_DPP_SPLIT_PENDING;
-        jb->count[s->state]++;
-        jb->acked_rows += s->acked_rows;
     }
     set_order(jb);
     m_reset_queue(jb);
@@ -371,14 +395,6 @@ void m_do_lease(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint32_t w, u
     m->c.leases_granted++;
 }
 
-void m_do_progress(job *jb, uint32_t split, uint64_t batches, uint64_t rows)
-{
-    split_st *s = &jb->st[split];
-    jb->acked_rows += rows - s->acked_rows;
-    s->acked_rows = rows;
-    s->acked_batches = batches;
-}
-
 void m_do_release(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint8_t new_state)
 {
     job *jb = m->jobs[slot];
@@ -388,31 +404,42 @@ void m_do_release(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint8_t new
     s->state = new_state;
     jb->count[s->state]++;
     s->worker = NO_WORKER;
-    if (new_state == SL_DPP_SPLIT_PENDING) {
-        heap_push(jb, split);
-        m->c.expiries++;
-    } else {
-        m->c.completions++;
-    }
+    if (new_state == SL_DPP_SPLIT_PENDING) heap_push(jb, split);
 }
 
 void m_do_advance(sl_dpp_master_t *m, job *jb)
 {
     jb->epoch++;
     m->c.epochs_advanced++;
-    if (jb->epoch >= jb->epochs) return; /* finished: every split stays DONE */
-    for (uint32_t i = 0; i < jb->n; i++)
+    if (jb->epoch >= jb->epochs) {
+        /* finished: every split stays DONE, no ranges kept (as a finished
+         * job restored from a snapshot) */
+        for (uint32_t i = 0; i < jb->n; i++)
+            m_free_ranges(m->a, &jb->st[i]);
+        jb->committed_rows = 0;
+        return;
+    }
+    for (uint32_t i = 0; i < jb->n; i++) {
+        m_free_ranges(m->a, &jb->st[i]);
         jb->st[i] = (split_st){.generation = jb->st[i].generation, .worker = NO_WORKER};
+    }
     jb->count[SL_DPP_SPLIT_PENDING] = jb->n;
     jb->count[SL_DPP_SPLIT_DONE] = 0;
     jb->count[SL_DPP_SPLIT_LEASED] = 0;
-    jb->acked_rows = 0;
+    jb->committed_rows = 0;
+    /* Splits of no rows are done at once. */
+    for (uint32_t i = 0; i < jb->n; i++)
+        if (jb->defs[i].num_rows == 0) {
+            jb->st[i].state = SL_DPP_SPLIT_DONE;
+            jb->count[SL_DPP_SPLIT_PENDING]--;
+            jb->count[SL_DPP_SPLIT_DONE]++;
+        }
     set_order(jb);
     m_reset_queue(jb);
 }
 
 /* Journal and apply an epoch advance when every split is DONE. */
-static sl_err_t maybe_advance(sl_dpp_master_t *m, job *jb, sl_error_t *err)
+sl_err_t m_maybe_advance(sl_dpp_master_t *m, job *jb, sl_error_t *err)
 {
     if (jb->epoch >= jb->epochs || jb->count[SL_DPP_SPLIT_DONE] != jb->n) return SL_OK;
     Sluice__Master__EpochAdvanced ea = SLUICE__MASTER__EPOCH_ADVANCED__INIT;
@@ -433,7 +460,7 @@ sl_err_t m_advance_all(sl_dpp_master_t *m, sl_error_t *err)
 {
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
         if (m->jobs[i] == NULL) continue;
-        sl_err_t rc = maybe_advance(m, m->jobs[i], err);
+        sl_err_t rc = m_maybe_advance(m, m->jobs[i], err);
         if (rc != SL_OK) return rc;
     }
     return SL_OK;
@@ -474,10 +501,26 @@ sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
         .pending = jb->count[SL_DPP_SPLIT_PENDING],
         .leased = jb->count[SL_DPP_SPLIT_LEASED],
         .done = jb->count[SL_DPP_SPLIT_DONE],
-        .acked_rows = jb->acked_rows,
+        .committed_rows = jb->committed_rows,
         .total_rows = jb->total_rows,
+        .spec_json = jb->spec_json,
+        .ranks = jb->ranks,
+        .static_sharding = jb->static_sharding,
+        .min_workers = jb->min_workers,
+        .max_workers = jb->max_workers,
     };
     return SL_OK;
+}
+
+uint32_t sl_dpp_master_job_ids(const sl_dpp_master_t *m, const char **ids, uint32_t cap)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        if (m->jobs[i] != NULL) {
+            if (n < cap) ids[n] = m->jobs[i]->id;
+            n++;
+        }
+    return n;
 }
 
 sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const char *worker_id,
@@ -505,19 +548,38 @@ sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const 
     rec.lease_granted = &lg;
     if (!m_worker_reserve(m, w))
         return sl_error_set(err, SL_ERR_NOMEM, "lease for worker '%s'", worker_id);
+    /* todo: the complement of the committed ranges, at most nr + 1 ranges. */
+    const split_st *s = &jb->st[split];
+    if (s->nr + 1 > m->todo_cap) {
+        uint32_t cap = s->nr + 1 < 64 ? 64 : s->nr + 1;
+        sl_dpp_row_range_t *t = sl_alloc(m->a, (size_t)cap * sizeof *t);
+        if (t == NULL) return sl_error_set(err, SL_ERR_NOMEM, "todo of %u ranges", cap);
+        sl_free(m->a, m->todo, (size_t)m->todo_cap * sizeof *t);
+        m->todo = t;
+        m->todo_cap = cap;
+    }
+    uint32_t nt = 0;
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < s->nr; i++) {
+        if (s->r[i].from_row > at) m->todo[nt++] = (sl_dpp_row_range_t){at, s->r[i].from_row};
+        at = s->r[i].to_row;
+    }
+    if (at < jb->defs[split].num_rows)
+        m->todo[nt++] = (sl_dpp_row_range_t){at, jb->defs[split].num_rows};
     rc = m_journal(m, &rec, err);
     if (rc != SL_OK) return rc;
     take_pending(jb, split);
     uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
     m_do_lease(m, slot, split, w, gen, expiry);
     const split_def *d = &jb->defs[split];
-    const split_st *s = &jb->st[split];
     *out = (sl_dpp_lease_t){.split = split,
                             .epoch = jb->epoch,
                             .generation = gen,
                             .expiry_ms = expiry,
-                            .start_batches = s->acked_batches,
-                            .start_rows = s->acked_rows,
+                            .rank_plus_one =
+                                jb->rank_of_split != NULL ? jb->rank_of_split[split] + 1 : 0,
+                            .todo = m->todo,
+                            .num_todo = nt,
                             .path = jb->paths[d->path],
                             .stripe_begin = d->stripe_begin,
                             .stripe_end = d->stripe_end,
@@ -546,89 +608,6 @@ sl_err_t sl_dpp_master_renew(sl_dpp_master_t *m, const char *worker_id, uint64_t
     m->c.renewals += wk->nleases;
     if (renewed != NULL) *renewed = wk->nleases;
     return SL_OK;
-}
-
-/* Find the live lease (job, split, generation) a report names. */
-static sl_err_t check_report(sl_dpp_master_t *m, const char *job_id, uint32_t split,
-                             uint64_t generation, const char *what, uint32_t *slot, sl_error_t *err)
-{
-    job *jb = m_find_job(m, job_id, slot);
-    if (jb == NULL) return no_job(job_id, err);
-    if (split >= jb->n)
-        return sl_error_set(err, SL_ERR_NOT_FOUND, "%s: job '%s' has no split %u (%u splits)", what,
-                            job_id, split, jb->n);
-    const split_st *s = &jb->st[split];
-    if (s->state != SL_DPP_SPLIT_LEASED || s->generation != generation) {
-        m->c.stale_refused++;
-        return sl_error_set(err, SL_DPP_STALE,
-                            "%s: job '%s' split %u: lease generation %llu is not live (%s)", what,
-                            job_id, split, (unsigned long long)generation,
-                            s->state == SL_DPP_SPLIT_LEASED ? "leased again since"
-                            : s->state == SL_DPP_SPLIT_DONE ? "split done"
-                                                            : "lease expired");
-    }
-    return SL_OK;
-}
-
-sl_err_t sl_dpp_master_progress(sl_dpp_master_t *m, const char *job_id, uint32_t split,
-                                uint64_t generation, uint64_t acked_batches, uint64_t acked_rows,
-                                sl_error_t *err)
-{
-    uint32_t slot;
-    sl_err_t rc = check_report(m, job_id, split, generation, "progress", &slot, err);
-    if (rc != SL_OK) return rc;
-    job *jb = m->jobs[slot];
-    const split_st *s = &jb->st[split];
-    if (acked_rows < s->acked_rows || acked_batches < s->acked_batches ||
-        acked_rows > jb->defs[split].num_rows)
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "progress: job '%s' split %u: position (%llu batches, %llu rows) "
-                            "after (%llu, %llu) of %llu rows: positions only grow, up to the "
-                            "split's rows",
-                            job_id, split, (unsigned long long)acked_batches,
-                            (unsigned long long)acked_rows, (unsigned long long)s->acked_batches,
-                            (unsigned long long)s->acked_rows,
-                            (unsigned long long)jb->defs[split].num_rows);
-    if (acked_rows == s->acked_rows && acked_batches == s->acked_batches) return SL_OK;
-    Sluice__Master__Progress pr = SLUICE__MASTER__PROGRESS__INIT;
-    pr.job_id = jb->id;
-    pr.split = split;
-    pr.generation = generation;
-    pr.acked_batches = acked_batches;
-    pr.acked_rows = acked_rows;
-    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
-    rec.kind_case = SLUICE__MASTER__RECORD__KIND_PROGRESS;
-    rec.progress = &pr;
-    rc = m_journal(m, &rec, err);
-    if (rc != SL_OK) return rc;
-    m_do_progress(jb, split, acked_batches, acked_rows);
-    return SL_OK;
-}
-
-sl_err_t sl_dpp_master_complete(sl_dpp_master_t *m, const char *job_id, uint32_t split,
-                                uint64_t generation, sl_error_t *err)
-{
-    uint32_t slot;
-    sl_err_t rc = check_report(m, job_id, split, generation, "complete", &slot, err);
-    if (rc != SL_OK) return rc;
-    job *jb = m->jobs[slot];
-    const split_st *s = &jb->st[split];
-    if (s->acked_rows != jb->defs[split].num_rows)
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "complete: job '%s' split %u: %llu of %llu rows acknowledged", job_id,
-                            split, (unsigned long long)s->acked_rows,
-                            (unsigned long long)jb->defs[split].num_rows);
-    Sluice__Master__Completed co = SLUICE__MASTER__COMPLETED__INIT;
-    co.job_id = jb->id;
-    co.split = split;
-    co.generation = generation;
-    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
-    rec.kind_case = SLUICE__MASTER__RECORD__KIND_COMPLETED;
-    rec.completed = &co;
-    rc = m_journal(m, &rec, err);
-    if (rc != SL_OK) return rc;
-    m_do_release(m, slot, split, SL_DPP_SPLIT_DONE);
-    return maybe_advance(m, jb, err);
 }
 
 sl_err_t sl_dpp_master_expire(sl_dpp_master_t *m, uint64_t now_ms, uint32_t *expired,
@@ -663,6 +642,7 @@ sl_err_t sl_dpp_master_expire(sl_dpp_master_t *m, uint64_t now_ms, uint32_t *exp
             }
             /* Swaps the last lease into i: look at i again. */
             m_do_release(m, l.job, l.split, SL_DPP_SPLIT_PENDING);
+            m->c.expiries++;
             count++;
         }
         wk->earliest = earliest;
@@ -693,6 +673,13 @@ sl_err_t sl_dpp_master_assign_static(const sl_dpp_master_t *m, const char *job_i
 {
     const job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return no_job(job_id, err);
+    return m_static_assign(m, jb, ranks, rank_of_split, rows_per_rank, err);
+}
+
+sl_err_t m_static_assign(const sl_dpp_master_t *m, const job *jb, uint32_t ranks,
+                         uint32_t *rank_of_split, uint64_t *rows_per_rank, sl_error_t *err)
+{
+    const char *job_id = jb->id;
     if (ranks == 0 || ranks > 65536)
         return sl_error_set(err, SL_ERR_INVALID, "static sharding over %u ranks (1..65536)", ranks);
     by_rows *idx = sl_alloc(m->a, sl_mul_size(jb->n, sizeof *idx));
@@ -761,5 +748,14 @@ void sl_dpp_master_destroy(sl_dpp_master_t *m)
     sl_free(m->a, m->workers, (size_t)m->cap_workers * sizeof *m->workers);
     sl_free(m->a, m->whash, (size_t)m->whash_cap * sizeof *m->whash);
     sl_free(m->a, m->scratch, m->scratch_cap);
+    for (uint32_t c = 0; c < m->num_clients; c++) {
+        client *cl = &m->clients[c];
+        str_free(m->a, cl->name);
+        sl_free(m->a, cl->ring, (size_t)m->opts.max_answers * sizeof *cl->ring);
+        sl_free(m->a, cl->index, (size_t)cl->index_cap * sizeof *cl->index);
+    }
+    sl_free(m->a, m->clients, (size_t)m->cap_clients * sizeof *m->clients);
+    sl_free(m->a, m->chash, (size_t)m->chash_cap * sizeof *m->chash);
+    sl_free(m->a, m->todo, (size_t)m->todo_cap * sizeof *m->todo);
     sl_free(m->a, m, sizeof *m);
 }

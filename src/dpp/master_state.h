@@ -1,38 +1,51 @@
 /* The DPP master's state machine: jobs, their splits, leases to workers,
- * epochs, acknowledged progress, resume tokens, static sharding, and the
- * journal that makes it all survive a crash (journal.h). No sockets, no
- * threads: the master process wraps it, and calls every function under one
- * lock of its own (a master handle is not thread-safe).
+ * epochs, committed row ranges, per-client commit answers, resume tokens,
+ * static sharding, and the journal that makes it all survive a crash
+ * (journal.h). No sockets, no threads: the master process (master.h) wraps
+ * it and calls every function under one lock of its own (a master handle
+ * is not thread-safe).
  *
  * A split, per epoch:  PENDING --lease_next--> LEASED(worker, expiry, gen)
  *                        ^                        |        |
- *                        +------ expire ----------+        +--complete--> DONE
+ *                        +-- expire / split_read -+        +-- rows all committed --> DONE
  *
- * Positions are acknowledged positions: (acked_batches, acked_rows) of the
- * split that the trainers have acknowledged, reported by the lease holder.
- * They only grow, never past the split's rows; a lease hands out the split
- * with the position to resume from, so a split taken back by expiry is
- * re-leased after its last acknowledged batch. complete needs
- * acked_rows == num_rows. When every split of an epoch is DONE the next
- * epoch starts, in its own split order (identity, or a permutation from
- * (seed, epoch) when shuffle is on); after the last epoch the job is
- * finished.
+ * Progress is a set of committed row ranges per split (rows 0..num_rows,
+ * split-relative, filtered rows included). A trainer client commits the
+ * range of each batch before handing it to its trainer (sl_dpp_master_commit):
+ * accepted iff it overlaps no committed range of that (job, epoch, split),
+ * whatever lease generation produced it, so of two copies of a batch at
+ * most one is ever delivered. A lease hands out the split's `todo`: the
+ * rows not committed yet. SPLIT_READ from the live lease commits the ranges
+ * that produced no sample and releases the split: DONE if covered, else
+ * PENDING to be leased again with what is left. A split whose rows are all
+ * committed is DONE at once (its lease ends). When every split of an epoch
+ * is DONE the next epoch starts, in its own split order (identity, or a
+ * permutation from (seed, epoch) when shuffle is on); after the last epoch
+ * the job is finished.
+ *
+ * Commits are idempotent per (client_id, nonce): the nonces of a client's
+ * last max_answers accepted commits are remembered (journaled with the
+ * commit), and a repeat gets COMMITTED again even after a restart or an
+ * epoch change. Refused commits are not remembered: asked again they are
+ * refused again (the ranges they overlap only grow within an epoch, and an
+ * old epoch stays old).
  *
  * Every lease gets a generation, unique in the master's whole history
- * (across restarts, see proto/master.proto Opened). A report carrying a
+ * (across restarts, see proto/master.proto Opened). SPLIT_READ under a
  * generation that is not the split's live lease is refused with
- * SL_DPP_STALE: that is what makes a worker that comes back after its lease
- * expired harmless.
+ * SL_DPP_STALE: a worker that comes back after its lease expired cannot end
+ * someone else's lease.
  *
  * Durability (opts.state_dir set): every change is one journal record.
  * Records are buffered; sl_dpp_master_sync writes and fdatasyncs them (group
  * commit; the master calls it once per loop iteration). A peer must not be
- * told "OK" for progress, complete, job add/resume/remove, or get a resume
- * token, before a sync has returned after the call: those are what
+ * told the answer to a commit (any answer: an OVERLAP may rest on another
+ * client's unsynced commit), a split_read, a job add/resume/remove, or get
+ * a resume token, before a sync has returned after the call: those are what
  * exactly-once rests on. Lease grants and expiries may go unsynced: a lost
  * grant leaves the split PENDING after a restart, its generation can never
- * be handed out again, so the worker's reports under it are refused as
- * stale, and the split is served again from its last synced position.
+ * be handed out again, and the worker's batches still commit or overlap by
+ * their rows alone.
  *
  * Times are caller-supplied milliseconds of a monotonic clock. */
 #ifndef SLUICE_DPP_MASTER_STATE_H
@@ -47,14 +60,14 @@
 #include "sluice/err.h"
 #include "warehouse/warehouse.h"
 
-/* A report (progress, complete) under a generation that is not the split's
- * live lease: the lease expired, was re-granted, or the epoch moved on. The
- * worker must drop the split. (sl_err_t has no dedicated value; CLOSED says
- * "your lease has ended" and no other master call returns it.) */
+/* A split_read under a generation that is not the split's live lease: the
+ * lease expired, was re-granted, or the epoch moved on. The worker must
+ * drop the split. (sl_err_t has no dedicated value; CLOSED says "your lease
+ * has ended" and no other master call returns it.) */
 #define SL_DPP_STALE SL_ERR_CLOSED
 
 #define SL_DPP_RESUME_TOKEN_MAGIC "SLRT"
-#define SL_DPP_RESUME_TOKEN_VERSION 1
+#define SL_DPP_RESUME_TOKEN_VERSION 2
 
 typedef enum sl_dpp_split_state {
     SL_DPP_SPLIT_PENDING = 0,
@@ -69,7 +82,10 @@ typedef struct sl_dpp_master_opts {
     uint32_t max_jobs;               /* 0: 64 */
     uint32_t max_workers;            /* distinct worker ids ever seen; 0: 65536 */
     uint32_t max_splits;             /* per job; 0: 16M */
-    uint32_t max_name;               /* bytes of a job or worker id; 0: 255 */
+    uint32_t max_name;               /* bytes of a job, worker or client id; 0: 255 */
+    uint32_t max_clients;            /* distinct client ids remembered; 0: 4096 */
+    uint32_t max_answers;            /* accepted nonces remembered per client; 0: 1024 */
+    uint32_t max_ranges;             /* committed ranges per split at once; 0: 65536 */
     const sl_allocator_t *allocator; /* NULL: default; every byte of state comes from it */
 } sl_dpp_master_opts_t;
 
@@ -97,7 +113,17 @@ typedef struct sl_dpp_master_job_spec {
     uint32_t epochs; /* >= 1 */
     uint64_t seed;
     bool shuffle; /* per-epoch split order from (seed, epoch) */
+    /* Carried for the master process (NULL / 0: none, one rank, dynamic). */
+    const char *spec_json; /* the job spec text, handed to workers in leases */
+    uint32_t ranks;        /* trainer ranks */
+    bool static_sharding;  /* each split served to one rank (assign_static) */
+    uint32_t min_workers, max_workers;
 } sl_dpp_master_job_spec_t;
+
+/* Rows [from_row, to_row) of a split, split-relative. */
+typedef struct sl_dpp_row_range {
+    uint64_t from_row, to_row;
+} sl_dpp_row_range_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
  * for a duplicate id or a bad spec, SL_ERR_TOO_LARGE past a bound. Sync
@@ -106,8 +132,8 @@ sl_err_t sl_dpp_master_job_add(sl_dpp_master_t *m, const sl_dpp_master_job_spec_
                                sl_error_t *err);
 
 /* Add a job that starts where a resume token (sl_dpp_master_token_encode)
- * left off: in the token's epoch, every split from its acknowledged
- * position, so exactly the samples not acknowledged before remain. A token
+ * left off: in the token's epoch, with the token's ranges committed, so
+ * exactly the samples not delivered before remain. A token
  * of another job id or other splits: SL_ERR_INVALID; damaged: SL_ERR_CORRUPT
  * or SL_ERR_TRUNCATED; another version: SL_ERR_VERSION. */
 sl_err_t sl_dpp_master_job_resume(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
@@ -122,12 +148,21 @@ typedef struct sl_dpp_master_job_status {
     bool finished;
     uint32_t num_splits;
     uint32_t pending, leased, done; /* splits of the current epoch per state */
-    uint64_t acked_rows;            /* of the current epoch */
+    uint64_t committed_rows;        /* of the current epoch */
     uint64_t total_rows;            /* of one epoch */
+    /* As in the spec (borrowed until the job is removed). */
+    const char *spec_json; /* "" when none */
+    uint32_t ranks;        /* >= 1 */
+    bool static_sharding;
+    uint32_t min_workers, max_workers;
 } sl_dpp_master_job_status_t;
 
 sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
                                   sl_dpp_master_job_status_t *out, sl_error_t *err);
+
+/* The ids of the jobs (borrowed until the job is removed), up to cap, in
+ * slot order. @return how many jobs there are. */
+uint32_t sl_dpp_master_job_ids(const sl_dpp_master_t *m, const char **ids, uint32_t cap);
 
 /* ---- leases ---------------------------------------------------------------------- */
 
@@ -136,8 +171,10 @@ typedef struct sl_dpp_lease {
     uint32_t epoch;
     uint64_t generation;
     uint64_t expiry_ms;
-    uint64_t start_batches; /* resume here: batches of the split already acknowledged */
-    uint64_t start_rows;    /* rows of the split already acknowledged */
+    uint32_t rank_plus_one; /* static sharding: 1 + the rank to serve; 0: any */
+    /* The rows not committed yet (borrowed: valid until the next call on m). */
+    const sl_dpp_row_range_t *todo;
+    uint32_t num_todo;
     /* The split (borrowed until the job is removed). */
     const char *path;
     uint32_t stripe_begin, stripe_end;
@@ -156,19 +193,47 @@ sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const 
 sl_err_t sl_dpp_master_renew(sl_dpp_master_t *m, const char *worker, uint64_t now_ms,
                              uint32_t *renewed, sl_error_t *err);
 
-/* Record the acknowledged position of a leased split. Repeating the current
- * position is a no-op. @return SL_DPP_STALE (generation not the live
- * lease), SL_ERR_INVALID (position going back or past the split's rows),
- * SL_ERR_NOT_FOUND. Sync before acknowledging. */
-sl_err_t sl_dpp_master_progress(sl_dpp_master_t *m, const char *job_id, uint32_t split,
-                                uint64_t generation, uint64_t acked_batches, uint64_t acked_rows,
-                                sl_error_t *err);
+/* The answer to a commit (values as proto/control.proto CommitReply). */
+typedef enum sl_dpp_commit_result {
+    SL_DPP_COMMITTED = 0, /* deliver the batch */
+    SL_DPP_OVERLAP = 1,   /* a range overlapping it was committed: drop */
+    SL_DPP_STALE_EPOCH = 2, /* not the job's current epoch (or finished): drop */
+    SL_DPP_UNKNOWN = 3    /* no such job, split, or a range outside the split: drop */
+} sl_dpp_commit_result_t;
 
-/* The split is done: valid only when its acknowledged rows are all its rows
- * (else SL_ERR_INVALID). May start the next epoch. Same errors as progress.
- * Sync before acknowledging. */
-sl_err_t sl_dpp_master_complete(sl_dpp_master_t *m, const char *job_id, uint32_t split,
-                                uint64_t generation, sl_error_t *err);
+/* Commit rows [from_row, to_row) of split of epoch for client_id under
+ * nonce (see the top of this file). Every protocol outcome is SL_OK with
+ * *result set (and why in err->msg for the refusals); a non-OK return is a
+ * failure of the master itself (journal, memory) or SL_ERR_INVALID for a
+ * bad client id, SL_ERR_TOO_LARGE past max_clients or max_ranges. A commit
+ * that covers the split's last rows makes it DONE and may start the next
+ * epoch. Sync before answering. */
+sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
+                              uint32_t split, uint64_t from_row, uint64_t to_row,
+                              const char *client_id, uint64_t nonce,
+                              sl_dpp_commit_result_t *result, sl_error_t *err);
+
+/* The live lease's holder has read every todo row; empty are the ranges
+ * that produced no sample (committed here, minus what is committed
+ * already). The split becomes DONE if its rows are all committed, else
+ * PENDING; *state (may be NULL) says which. @return SL_DPP_STALE when
+ * (epoch, split, generation) is not the live lease, SL_ERR_NOT_FOUND for
+ * an unknown job or split, SL_ERR_INVALID for a range outside the split.
+ * May start the next epoch. Sync before answering. */
+sl_err_t sl_dpp_master_split_read(sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
+                                  uint32_t split, uint64_t generation,
+                                  const sl_dpp_row_range_t *empty, uint32_t num_empty,
+                                  sl_dpp_split_state_t *state, sl_error_t *err);
+
+/* Is (epoch, split, generation) the split's live lease held by worker? */
+bool sl_dpp_master_lease_live(const sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
+                              uint32_t split, uint64_t generation, const char *worker);
+
+/* The committed ranges of a split in the job's current epoch (sorted,
+ * merged; borrowed: valid until the next call on m). */
+sl_err_t sl_dpp_master_committed(const sl_dpp_master_t *m, const char *job_id, uint32_t split,
+                                 const sl_dpp_row_range_t **ranges, uint32_t *count,
+                                 sl_error_t *err);
 
 /* Take back every lease whose expiry is <= now: the split is PENDING again,
  * keeping its acknowledged position. *expired (may be NULL) gets their
@@ -186,11 +251,20 @@ sl_err_t sl_dpp_master_compact(sl_dpp_master_t *m, sl_error_t *err);
 
 /* ---- tokens, sharding, metrics ---------------------------------------------------- */
 
-/* The acknowledged position of every split of the job's current epoch, as
- * an opaque token (magic, version, XXH3, protobuf ResumeToken). Caller owns
- * *buf, free with sl_free(allocator, *buf, *len) (allocator as in opts). */
-sl_err_t sl_dpp_master_token_encode(const sl_dpp_master_t *m, const char *job_id, void **buf,
-                                    size_t *len, sl_error_t *err);
+/* A range a client committed but has not handed to its trainer yet. */
+typedef struct sl_dpp_token_exclude {
+    uint32_t epoch, split;
+    uint64_t from_row, to_row;
+} sl_dpp_token_exclude_t;
+
+/* The committed ranges of the job's current epoch minus `undelivered`
+ * (ranges of other epochs are ignored), as an opaque token (magic,
+ * version, XXH3, protobuf ResumeToken). Caller owns *buf, free with
+ * sl_free(allocator, *buf, *len) (allocator as in opts). */
+sl_err_t sl_dpp_master_token_encode(const sl_dpp_master_t *m, const char *job_id,
+                                    const sl_dpp_token_exclude_t *undelivered,
+                                    uint32_t num_undelivered, void **buf, size_t *len,
+                                    sl_error_t *err);
 
 /* Static sharding: assign every split of the job to one of ranks trainer
  * ranks, balancing rows: splits by rows descending (ties: lower split id
@@ -210,20 +284,24 @@ typedef struct sl_dpp_master_counters {
     uint64_t leases_granted;
     uint64_t renewals; /* leases renewed */
     uint64_t expiries;
-    uint64_t completions;
-    uint64_t stale_refused; /* progress or complete under a dead generation */
+    uint64_t completions;   /* splits DONE */
+    uint64_t releases;      /* split_read leaving the split PENDING */
+    uint64_t commits, overlaps, stale_commits, unknown_commits, repeated_commits;
+    uint64_t committed_rows; /* rows accepted by commits and split_read, every job */
+    uint64_t stale_refused; /* split_read under a dead generation */
     uint64_t epochs_advanced;
     uint64_t journal_records;
     uint64_t journal_syncs;
     uint64_t compactions;
-    uint32_t jobs, workers;
+    uint32_t jobs, workers, clients;
     uint64_t pending, leased, done; /* splits per state, every job */
 } sl_dpp_master_counters_t;
 
 void sl_dpp_master_counters(const sl_dpp_master_t *m, sl_dpp_master_counters_t *out);
 
 /* A canonical text dump of the durable state (jobs, epochs, per split:
- * state, holder, generation, position; not expiries, not counters), equal
+ * state, holder, generation, committed ranges; clients and their
+ * remembered nonces; not expiries, not counters), equal
  * for two masters in the same state however they got there. Caller owns
  * *out, free with sl_free(allocator, *out, *len + 1). */
 sl_err_t sl_dpp_master_dump(const sl_dpp_master_t *m, char **out, size_t *len, sl_error_t *err);

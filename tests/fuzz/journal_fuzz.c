@@ -102,11 +102,11 @@ static int replay_checked(const uint8_t *data, size_t size)
         if (sscanf(p, "job %255s ", id) != 1) fail("dump line", p);
         sl_dpp_master_job_status_t st;
         if (sl_dpp_master_job_status(a, id, &st, &err) != SL_OK) fail("status", err.msg);
-        if (st.acked_rows > st.total_rows || st.pending + st.leased + st.done != st.num_splits)
+        if (st.committed_rows > st.total_rows || st.pending + st.leased + st.done != st.num_splits)
             fail("status invariant", id);
         void *tok;
         size_t len;
-        if (sl_dpp_master_token_encode(a, id, &tok, &len, &err) != SL_OK) fail("token", err.msg);
+        if (sl_dpp_master_token_encode(a, id, NULL, 0, &tok, &len, &err) != SL_OK) fail("token", err.msg);
         sl_free(NULL, tok, len);
     }
     sl_free(NULL, da, la + 1);

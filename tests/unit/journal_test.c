@@ -135,19 +135,32 @@ static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now
             p = strstr(p, line);
             cr_assert(p != NULL);
             char state;
-            unsigned long long gen, batches, rows;
-            cr_assert_eq(sscanf(p + strlen(line), "%c gen %llu batches %llu rows %llu", &state,
-                                &gen, &batches, &rows),
-                         4);
+            unsigned long long gen, rows;
+            cr_assert_eq(sscanf(p + strlen(line), "%c gen %llu committed %llu", &state, &gen, &rows),
+                         3);
             sl_free(NULL, d, len + 1);
             uint64_t total = g_splits[split].num_rows;
             sl_err_t rc;
-            if (rows < total) {
-                rc = sl_dpp_master_progress(m, j, split, gen, batches + 1,
-                                            rows + 1 + tu_below(s, total - rows), &err);
-            } else {
-                rc = sl_dpp_master_complete(m, j, split, gen, &err);
+            if (rows < total && tu_below(s, 3) != 0) {
+                /* a client commits some rows (accepted or overlapping) */
+                uint64_t from = tu_below(s, total);
+                uint64_t to = from + 1 + tu_below(s, total - from);
+                char cid[16];
+                snprintf(cid, sizeof cid, "c%u", (unsigned)tu_below(s, 3));
+                sl_dpp_commit_result_t res;
+                rc = sl_dpp_master_commit(m, j, st.epoch, split, from, to, cid, tu_next(s), &res,
+                                          &err);
+                cr_assert_eq(rc, SL_OK, "%s", err.msg);
+                if (st.finished)
+                    cr_assert_eq(res, SL_DPP_STALE_EPOCH);
+                else
+                    cr_assert(res == SL_DPP_COMMITTED || res == SL_DPP_OVERLAP, "%d", res);
+                continue;
             }
+            /* the holder's split read, with some empty rows */
+            uint64_t from = total ? tu_below(s, total) : 0;
+            sl_dpp_row_range_t empty = {from, from + (total - from) / 2};
+            rc = sl_dpp_master_split_read(m, j, st.epoch, split, gen, &empty, 1, NULL, &err);
             cr_assert_eq(rc, state == 'L' ? SL_OK : SL_DPP_STALE, "%c %s", state, err.msg);
         }
     }
@@ -435,17 +448,19 @@ Test(journal, restart_treats_leases_as_renewed_and_never_reuses_generations)
     uint32_t n;
     cr_assert_eq(sl_dpp_master_expire(m, 1039, &n, &err), SL_OK);
     cr_assert_eq(n, 0);
-    cr_assert_eq(sl_dpp_master_progress(m, "g", synced.split, synced.generation, 1, 1, &err), SL_OK,
-                 "%s", err.msg);
+    cr_assert(sl_dpp_master_lease_live(m, "g", 0, synced.split, synced.generation, "w0"));
     /* the lost lease's holder is stale, and its split is served again under
      * a generation that differs from the lost one */
-    cr_assert_eq(sl_dpp_master_progress(m, "g", lost.split, lost.generation, 1, 1, &err),
+    cr_assert(!sl_dpp_master_lease_live(m, "g", 0, lost.split, lost.generation, NULL));
+    cr_assert_eq(sl_dpp_master_split_read(m, "g", 0, lost.split, lost.generation, NULL, 0, NULL,
+                                          &err),
                  SL_DPP_STALE);
     sl_dpp_lease_t again;
     cr_assert_eq(sl_dpp_master_lease_next(m, "g", "w2", 1000, &again, &err), SL_OK);
     cr_assert_eq(again.split, lost.split);
     cr_assert_neq(again.generation, lost.generation);
-    cr_assert_eq(sl_dpp_master_progress(m, "g", lost.split, lost.generation, 1, 1, &err),
+    cr_assert_eq(sl_dpp_master_split_read(m, "g", 0, lost.split, lost.generation, NULL, 0, NULL,
+                                          &err),
                  SL_DPP_STALE);
     /* both live leases (w0's from before the restart, w2's) end at 1040 */
     cr_assert_eq(sl_dpp_master_expire(m, 1040, &n, &err), SL_OK);

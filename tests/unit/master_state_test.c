@@ -1,8 +1,9 @@
-/* Tests of the DPP master's state machine (src/dpp/master_state.h): every
- * transition, stale generations, expiry and resume after the last
- * acknowledged batch, epochs and their seeded order, static sharding,
- * resume tokens, and a property test of exactly-once acknowledged progress
- * across random interleavings and restarts from the journal. */
+/* Tests of the DPP master's state machine (src/dpp/master_state.h): leases
+ * with todo ranges, commits (overlap, idempotence, epochs), split reads,
+ * stale generations, expiry, epochs and their seeded order, static
+ * sharding, resume tokens, and a property test of exactly-once delivery
+ * across random interleavings, duplicate batches and restarts from the
+ * journal. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,105 +57,190 @@ static sl_dpp_master_t *mem_master(uint64_t timeout)
     return m;
 }
 
-Test(master_state, lease_progress_complete)
+static void assert_ranges(sl_dpp_master_t *m, const char *job, uint32_t split, const char *want)
 {
-    make_splits(3, NULL);
+    const sl_dpp_row_range_t *r;
+    uint32_t n;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_master_committed(m, job, split, &r, &n, &err), SL_OK, "%s", err.msg);
+    char got[512] = "";
+    for (uint32_t i = 0; i < n; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "[%llu,%llu)",
+                 (unsigned long long)r[i].from_row, (unsigned long long)r[i].to_row);
+    cr_assert_str_eq(got, want);
+}
+
+static sl_dpp_commit_result_t commit(sl_dpp_master_t *m, uint32_t epoch, uint32_t split,
+                                     uint64_t from, uint64_t to, const char *client,
+                                     uint64_t nonce)
+{
+    sl_dpp_commit_result_t res = 99;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_master_commit(m, "j", epoch, split, from, to, client, nonce, &res, &err),
+                 SL_OK, "%s", err.msg);
+    return res;
+}
+
+Test(master_state, commits_ranges_overlap_and_split_read)
+{
+    uint64_t rows[2] = {100, 50};
+    make_splits(2, rows);
     sl_dpp_master_t *m = mem_master(1000);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t spec = spec_of("j", 3, 1, false, 0);
+    sl_dpp_master_job_spec_t spec = spec_of("j", 2, 2, false, 0);
     cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_ERR_INVALID);
     sl_dpp_lease_t l;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 10, &l, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &l, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(l.split, 0);
-    cr_assert_eq(l.epoch, 0);
-    cr_assert_eq(l.expiry_ms, 1010);
-    cr_assert_eq(l.start_rows, 0);
-    cr_assert_str_eq(l.path, "ds=2026-01-01/part-0.slc");
-    cr_assert_eq(l.num_rows, 100);
+    cr_assert_eq(l.num_todo, 1);
+    cr_assert_eq(l.todo[0].from_row, 0);
+    cr_assert_eq(l.todo[0].to_row, 100);
+    cr_assert_eq(l.rank_plus_one, 0);
+    /* two copies of a batch: only the first wins; a retry of the winner
+     * (same client and nonce) gets COMMITTED again */
+    cr_assert_eq(commit(m, 0, 0, 0, 10, "a", 1), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, 0, 10, "b", 1), SL_DPP_OVERLAP);
+    cr_assert_eq(commit(m, 0, 0, 5, 15, "b", 2), SL_DPP_OVERLAP);
+    cr_assert_eq(commit(m, 0, 0, 0, 10, "a", 1), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, 20, 30, "b", 3), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, 10, 20, "a", 2), SL_DPP_COMMITTED);
+    assert_ranges(m, "j", 0, "[0,30)");
+    cr_assert_eq(commit(m, 0, 0, 50, 60, "a", 3), SL_DPP_COMMITTED);
+    assert_ranges(m, "j", 0, "[0,30)[50,60)");
+    /* refusals */
+    cr_assert_eq(commit(m, 1, 0, 60, 70, "a", 4), SL_DPP_STALE_EPOCH);
+    cr_assert_eq(commit(m, 0, 9, 60, 70, "a", 5), SL_DPP_UNKNOWN);
+    cr_assert_eq(commit(m, 0, 0, 60, 170, "a", 6), SL_DPP_UNKNOWN);
+    cr_assert_eq(commit(m, 0, 0, 60, 60, "a", 7), SL_DPP_UNKNOWN);
+    sl_dpp_commit_result_t res;
+    cr_assert_eq(sl_dpp_master_commit(m, "nope", 0, 0, 0, 1, "a", 8, &res, &err), SL_OK);
+    cr_assert_eq(res, SL_DPP_UNKNOWN);
+    cr_assert(strstr(err.msg, "no job 'nope'") != NULL, "%s", err.msg);
+    cr_assert_eq(sl_dpp_master_commit(m, "j", 0, 0, 0, 1, "bad id", 9, &res, &err),
+                 SL_ERR_INVALID);
+    /* split read: [30,50) produced nothing, the rest is not committed: PENDING */
+    sl_dpp_row_range_t empty[1] = {{30, 50}};
+    sl_dpp_split_state_t state;
+    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l.generation + 1, empty, 1, &state, &err),
+                 SL_DPP_STALE);
+    sl_dpp_row_range_t outside[1] = {{30, 500}};
+    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l.generation, outside, 1, &state, &err),
+                 SL_ERR_INVALID);
+    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l.generation, empty, 1, &state, &err),
+                 SL_OK, "%s", err.msg);
+    cr_assert_eq(state, SL_DPP_SPLIT_PENDING);
+    assert_ranges(m, "j", 0, "[0,60)");
+    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l.generation, empty, 1, &state, &err),
+                 SL_DPP_STALE);
+    /* leased again: todo is what is left */
+    sl_dpp_lease_t l2;
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 0, &l2, &err), SL_OK);
+    cr_assert_eq(l2.split, 0);
+    cr_assert_eq(l2.num_todo, 1);
+    cr_assert_eq(l2.todo[0].from_row, 60);
+    cr_assert_eq(l2.todo[0].to_row, 100);
+    cr_assert(sl_dpp_master_lease_live(m, "j", 0, 0, l2.generation, "w2"));
+    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, l2.generation, "w1"));
+    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, l.generation, NULL));
+    /* the last rows committed: DONE at once, the lease ends */
+    cr_assert_eq(commit(m, 0, 0, 60, 100, "b", 10), SL_DPP_COMMITTED);
+    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, l2.generation, NULL));
     sl_dpp_master_job_status_t st;
-    sl_dpp_master_job_status(m, "j", &st, &err);
-    cr_assert_eq(st.pending, 2);
-    cr_assert_eq(st.leased, 1);
-    cr_assert_eq(st.done, 0);
-    /* complete before all rows are acknowledged is refused */
-    cr_assert_eq(sl_dpp_master_complete(m, "j", 0, l.generation, &err), SL_ERR_INVALID);
-    cr_assert(strstr(err.msg, "0 of 100 rows") != NULL, "%s", err.msg);
-    cr_assert_eq(sl_dpp_master_progress(m, "j", 0, l.generation, 2, 60, &err), SL_OK, "%s",
-                 err.msg);
-    /* same position again: no-op; going back: refused; past the end: refused */
-    cr_assert_eq(sl_dpp_master_progress(m, "j", 0, l.generation, 2, 60, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_progress(m, "j", 0, l.generation, 1, 50, &err), SL_ERR_INVALID);
-    cr_assert_eq(sl_dpp_master_progress(m, "j", 0, l.generation, 5, 101, &err), SL_ERR_INVALID);
-    cr_assert_eq(sl_dpp_master_progress(m, "j", 9, l.generation, 5, 1, &err), SL_ERR_NOT_FOUND);
-    cr_assert_eq(sl_dpp_master_progress(m, "x", 0, l.generation, 5, 1, &err), SL_ERR_NOT_FOUND);
-    cr_assert_eq(sl_dpp_master_progress(m, "j", 0, l.generation, 4, 100, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_complete(m, "j", 0, l.generation, &err), SL_OK, "%s", err.msg);
-    sl_dpp_master_job_status(m, "j", &st, &err);
+    cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
     cr_assert_eq(st.done, 1);
-    cr_assert_eq(st.leased, 0);
-    cr_assert_eq(st.acked_rows, 100);
-    /* completing twice is a stale report */
-    cr_assert_eq(sl_dpp_master_complete(m, "j", 0, l.generation, &err), SL_DPP_STALE);
-    sl_dpp_master_counters_t c;
-    sl_dpp_master_counters(m, &c);
-    cr_assert_eq(c.leases_granted, 1);
-    cr_assert_eq(c.completions, 1);
-    cr_assert_eq(c.stale_refused, 1);
-    cr_assert_eq(c.pending, 2);
-    cr_assert_eq(c.done, 1);
-    cr_assert_eq(sl_dpp_master_job_remove(m, "j", &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_job_remove(m, "j", &err), SL_ERR_NOT_FOUND);
+    cr_assert_eq(st.committed_rows, 100);
+    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l2.generation, NULL, 0, &state, &err),
+                 SL_DPP_STALE);
+    /* split 1 entirely filtered out: the split read commits it; epoch 1 begins */
+    sl_dpp_lease_t l3;
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &l3, &err), SL_OK);
+    cr_assert_eq(l3.split, 1);
+    sl_dpp_row_range_t all[1] = {{0, 50}};
+    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 1, l3.generation, all, 1, &state, &err),
+                 SL_OK, "%s", err.msg);
+    cr_assert_eq(state, SL_DPP_SPLIT_DONE);
+    cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.epoch, 1);
+    cr_assert_eq(st.pending, 2);
+    cr_assert_eq(st.committed_rows, 0);
+    /* epoch 0 commits are stale now, but a committed nonce keeps its answer */
+    cr_assert_eq(commit(m, 0, 0, 0, 10, "a", 1), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, 0, 10, "a", 77), SL_DPP_STALE_EPOCH);
+    cr_assert_eq(commit(m, 1, 0, 0, 10, "a", 78), SL_DPP_COMMITTED);
+    sl_dpp_master_counters_t k;
+    sl_dpp_master_counters(m, &k);
+    cr_assert_eq(k.commits, 6);
+    cr_assert_eq(k.overlaps, 2);
+    cr_assert_eq(k.repeated_commits, 2);
+    cr_assert_eq(k.clients, 2);
     sl_dpp_master_destroy(m);
 }
 
-Test(master_state, expiry_resumes_after_last_ack_and_refuses_stale)
+Test(master_state, expiry_returns_uncommitted_rows)
 {
-    make_splits(2, NULL);
+    uint64_t rows[1] = {100};
+    make_splits(1, rows);
     sl_dpp_master_t *m = mem_master(100);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t spec = spec_of("j", 2, 1, false, 0);
+    sl_dpp_master_job_spec_t spec = spec_of("j", 1, 1, false, 0);
     cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK);
-    sl_dpp_lease_t a, b, c;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "wa", 0, &a, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "wb", 0, &b, &err), SL_OK);
-    cr_assert_eq(b.split, 1);
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "wc", 0, &c, &err), SL_ERR_AGAIN);
-    cr_assert_eq(sl_dpp_master_progress(m, "j", 0, a.generation, 3, 30, &err), SL_OK);
-    /* wb heartbeats, wa does not */
-    uint32_t renewed = 0;
-    cr_assert_eq(sl_dpp_master_renew(m, "wb", 80, &renewed, &err), SL_OK);
+    sl_dpp_lease_t a, b;
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &a, &err), SL_OK);
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 0, &b, &err), SL_ERR_AGAIN);
+    cr_assert_eq(commit(m, 0, 0, 10, 20, "c", 1), SL_DPP_COMMITTED);
+    uint32_t renewed, expired;
+    cr_assert_eq(sl_dpp_master_renew(m, "w1", 50, &renewed, &err), SL_OK);
     cr_assert_eq(renewed, 1);
-    uint32_t expired = 0;
-    cr_assert_eq(sl_dpp_master_expire(m, 99, &expired, &err), SL_OK);
+    cr_assert_eq(sl_dpp_master_expire(m, 149, &expired, &err), SL_OK);
     cr_assert_eq(expired, 0);
-    cr_assert_eq(sl_dpp_master_expire(m, 100, &expired, &err), SL_OK);
+    cr_assert_eq(sl_dpp_master_expire(m, 150, &expired, &err), SL_OK);
     cr_assert_eq(expired, 1);
-    /* wa comes back: refused, distinctly */
-    cr_assert_eq(sl_dpp_master_progress(m, "j", 0, a.generation, 4, 40, &err), SL_DPP_STALE);
-    cr_assert(strstr(err.msg, "expired") != NULL, "%s", err.msg);
-    /* re-leased to wc from the last acknowledged position */
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "wc", 150, &c, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(c.split, 0);
-    cr_assert_eq(c.start_rows, 30);
-    cr_assert_eq(c.start_batches, 3);
-    cr_assert_neq(c.generation, a.generation);
-    cr_assert_eq(sl_dpp_master_complete(m, "j", 0, a.generation, &err), SL_DPP_STALE);
-    cr_assert(strstr(err.msg, "leased again") != NULL, "%s", err.msg);
-    cr_assert_eq(sl_dpp_master_progress(m, "j", 0, c.generation, 10, 100, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_complete(m, "j", 0, c.generation, &err), SL_OK);
-    /* wb's lease was renewed until 180 */
-    cr_assert_eq(sl_dpp_master_expire(m, 179, &expired, &err), SL_OK);
-    cr_assert_eq(expired, 0);
-    cr_assert_eq(sl_dpp_master_expire(m, 180, &expired, &err), SL_OK);
-    cr_assert_eq(expired, 1);
+    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, a.generation, "w1"));
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 150, &b, &err), SL_OK);
+    cr_assert_gt(b.generation, a.generation);
+    cr_assert_eq(b.num_todo, 2);
+    cr_assert_eq(b.todo[0].from_row, 0);
+    cr_assert_eq(b.todo[0].to_row, 10);
+    cr_assert_eq(b.todo[1].from_row, 20);
+    cr_assert_eq(b.todo[1].to_row, 100);
+    /* the dead worker's batch may still win: then the new lease's copy loses */
+    cr_assert_eq(commit(m, 0, 0, 0, 10, "c", 2), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, 0, 10, "d", 1), SL_DPP_OVERLAP);
+    sl_dpp_split_state_t state;
+    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, a.generation, NULL, 0, &state, &err),
+                 SL_DPP_STALE);
     sl_dpp_master_counters_t k;
     sl_dpp_master_counters(m, &k);
-    cr_assert_eq(k.expiries, 2);
-    cr_assert_eq(k.stale_refused, 2);
-    cr_assert_eq(k.renewals, 1);
+    cr_assert_eq(k.expiries, 1);
+    cr_assert_eq(k.stale_refused, 1);
     sl_dpp_master_destroy(m);
 }
+
+Test(master_state, static_sharding_ranks_on_leases)
+{
+    enum { N = 8 };
+    make_splits(N, NULL);
+    sl_dpp_master_t *m = mem_master(1000);
+    sl_error_t err = {0};
+    sl_dpp_master_job_spec_t spec = spec_of("j", N, 1, false, 5);
+    spec.ranks = 2;
+    spec.static_sharding = true;
+    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    uint32_t want[N];
+    cr_assert_eq(sl_dpp_master_assign_static(m, "j", 2, want, NULL, &err), SL_OK);
+    for (uint32_t i = 0; i < N; i++) {
+        sl_dpp_lease_t l;
+        cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w", 0, &l, &err), SL_OK);
+        cr_assert_eq(l.rank_plus_one, want[l.split] + 1);
+    }
+    sl_dpp_master_job_status_t st;
+    cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.ranks, 2);
+    cr_assert(st.static_sharding);
+    sl_dpp_master_destroy(m);
+}
+
+static uint64_t g_nonce = 1;
 
 /* Run every split of the current epoch to completion in lease order;
  * returns the order splits were handed out in. */
@@ -165,10 +251,11 @@ static void run_epoch(sl_dpp_master_t *m, const char *job, uint32_t n, uint32_t 
         sl_dpp_lease_t l;
         cr_assert_eq(sl_dpp_master_lease_next(m, job, "w", 0, &l, &err), SL_OK, "%s", err.msg);
         order[i] = l.split;
-        cr_assert_eq(sl_dpp_master_progress(m, job, l.split, l.generation, 1, l.num_rows, &err),
-                     SL_OK);
-        cr_assert_eq(sl_dpp_master_complete(m, job, l.split, l.generation, &err), SL_OK, "%s",
-                     err.msg);
+        sl_dpp_commit_result_t res;
+        cr_assert_eq(sl_dpp_master_commit(m, job, l.epoch, l.split, 0, l.num_rows, "c",
+                                          g_nonce++, &res, &err),
+                     SL_OK, "%s", err.msg);
+        cr_assert_eq(res, SL_DPP_COMMITTED, "%s", err.msg);
     }
 }
 
@@ -192,7 +279,7 @@ Test(master_state, epochs_and_seeded_order)
     sl_dpp_master_job_status(m, "plain", &st, &err);
     cr_assert_eq(st.epoch, 1);
     cr_assert_eq(st.pending, N);
-    cr_assert_eq(st.acked_rows, 0);
+    cr_assert_eq(st.committed_rows, 0);
     for (uint32_t e = 0; e < 3; e++) {
         run_epoch(m, "shuf", N, got[e]);
         cr_assert_eq(sl_dpp_master_epoch_order(m, "shuf", e, want, &err), SL_OK);
@@ -286,18 +373,23 @@ Test(master_state, resume_token_round_trip_and_refusals)
     make_splits(N, NULL);
     sl_dpp_master_t *m = mem_master(1000);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t spec = spec_of("j", N, 2, true, 3);
+    sl_dpp_master_job_spec_t spec = spec_of("j", N, 2, false, 3);
     cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK);
-    /* epoch 0: finish one split, half of another, lease a third */
-    sl_dpp_lease_t l[3];
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w", 0, &l[i], &err), SL_OK);
-    sl_dpp_master_progress(m, "j", l[0].split, l[0].generation, 9, l[0].num_rows, &err);
-    cr_assert_eq(sl_dpp_master_complete(m, "j", l[0].split, l[0].generation, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_progress(m, "j", l[1].split, l[1].generation, 2, 50, &err), SL_OK);
+    /* split 0 all committed, split 1 [0,50) and [60,70), split 2 [0,10)
+     * committed but not yet handed to the trainer (undelivered) */
+    cr_assert_eq(commit(m, 0, 0, 0, 100, "c", 1), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 1, 0, 50, "c", 2), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 1, 60, 70, "c", 3), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 2, 0, 10, "c", 4), SL_DPP_COMMITTED);
+    sl_dpp_token_exclude_t und[3] = {
+        {.epoch = 0, .split = 2, .from_row = 0, .to_row = 10},
+        {.epoch = 0, .split = 1, .from_row = 40, .to_row = 50},
+        {.epoch = 7, .split = 1, .from_row = 0, .to_row = 10}, /* other epoch: ignored */
+    };
     void *tok;
     size_t len;
-    cr_assert_eq(sl_dpp_master_token_encode(m, "j", &tok, &len, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_dpp_master_token_encode(m, "j", und, 3, &tok, &len, &err), SL_OK, "%s",
+                 err.msg);
 
     sl_dpp_master_t *r = mem_master(1000);
     cr_assert_eq(sl_dpp_master_job_resume(r, &spec, tok, len, &err), SL_OK, "%s", err.msg);
@@ -306,29 +398,17 @@ Test(master_state, resume_token_round_trip_and_refusals)
     cr_assert_eq(st.epoch, 0);
     cr_assert_eq(st.done, 1);
     cr_assert_eq(st.pending, N - 1);
-    cr_assert_eq(st.acked_rows, l[0].num_rows + 50);
-    /* what remains is exactly what was not acknowledged */
-    uint64_t remaining = 0;
-    for (int i = 0; i < N - 1; i++) {
-        sl_dpp_lease_t x;
-        cr_assert_eq(sl_dpp_master_lease_next(r, "j", "w", 0, &x, &err), SL_OK);
-        cr_assert_neq(x.split, l[0].split);
-        if (x.split == l[1].split) {
-            cr_assert_eq(x.start_rows, 50);
-            cr_assert_eq(x.start_batches, 2);
-        } else {
-            cr_assert_eq(x.start_rows, 0);
-        }
-        remaining += x.num_rows - x.start_rows;
-    }
-    cr_assert_eq(remaining + l[0].num_rows + 50, st.total_rows);
+    cr_assert_eq(st.committed_rows, 100 + 40 + 10);
+    assert_ranges(r, "j", 0, "[0,100)");
+    assert_ranges(r, "j", 1, "[0,40)[60,70)");
+    assert_ranges(r, "j", 2, "");
 
     /* wrong job id, other splits, damage, other version */
     sl_dpp_master_t *q = mem_master(1000);
-    sl_dpp_master_job_spec_t other = spec_of("k", N, 2, true, 3);
+    sl_dpp_master_job_spec_t other = spec_of("k", N, 2, false, 3);
     cr_assert_eq(sl_dpp_master_job_resume(q, &other, tok, len, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "of job 'j', not of job 'k'") != NULL, "%s", err.msg);
-    sl_dpp_master_job_spec_t fewer = spec_of("j", N - 1, 2, true, 3);
+    sl_dpp_master_job_spec_t fewer = spec_of("j", N - 1, 2, false, 3);
     cr_assert_eq(sl_dpp_master_job_resume(q, &fewer, tok, len, &err), SL_ERR_INVALID);
     g_splits[2].num_rows++;
     cr_assert_eq(sl_dpp_master_job_resume(q, &spec, tok, len, &err), SL_ERR_INVALID);
@@ -375,26 +455,41 @@ static void rm_state_dir(char *d)
     free(d);
 }
 
-/* A simulated worker: at most one lease; it "delivers" rows in batches and
- * the trainers acknowledge them; it reports acknowledged positions only. */
+/* A simulated worker: at most one lease; it cuts the lease's todo into
+ * batches (some entirely filtered: no sample, reported as empty) and hands
+ * them to the clients' queue; when all are handed out it sends SPLIT_READ. */
+typedef struct sim_batch {
+    uint32_t epoch, split;
+    uint64_t from, to;
+    uint64_t nonce;     /* given by the client that commits it, on first try */
+    int client;         /* -1: not yet taken */
+} sim_batch;
+
 typedef struct sim_worker {
     bool has;
     sl_dpp_lease_t l;
-    uint64_t pos_rows, pos_batches; /* acknowledged */
+    sl_dpp_row_range_t todo[64];
+    uint32_t num_todo, at;     /* next todo range, and row within it */
+    uint64_t row;
+    sl_dpp_row_range_t empty[64];
+    uint32_t num_empty;
     char name[16];
 } sim_worker;
 
+#define QCAP 4096
+
 Test(master_state, property_exactly_once_across_failures_and_restarts)
 {
-    enum { N = 24, W = 5, EPOCHS = 3 };
+    enum { N = 16, W = 4, C = 2, EPOCHS = 2 };
     uint64_t s = tu_seed("master_state::property_exactly_once");
     uint64_t rows[N];
     for (uint32_t i = 0; i < N; i++)
         rows[i] = tu_below(&s, 60); /* empty splits too */
     make_splits(N, rows);
     char *dir = tmp_state_dir();
-    sl_dpp_master_opts_t o = {
-        .state_dir = dir, .lease_timeout_ms = 50, .compact_bytes = 2048 + tu_below(&s, 4096)};
+    sl_dpp_master_opts_t o = {.state_dir = dir,
+                              .lease_timeout_ms = 50,
+                              .compact_bytes = 2048 + tu_below(&s, 4096)};
     sl_error_t err = {0};
     sl_dpp_master_t *m = NULL;
     uint64_t now = 0;
@@ -402,9 +497,15 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
     sl_dpp_master_job_spec_t spec = spec_of("p", N, EPOCHS, true, s);
     cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
-    /* counted[e][i]: rows of split i acknowledged in epoch e, summed from
-     * the increments the master accepted (and made durable by sync). */
-    uint64_t counted[EPOCHS][N] = {{0}};
+    /* delivered[e][split][row]: how often the row reached a trainer (a
+     * COMMITTED answer, after a sync) or was committed as empty. */
+    static uint8_t delivered[EPOCHS][N][64];
+    memset(delivered, 0, sizeof delivered);
+    static uint8_t empty_seen[EPOCHS][N][64];
+    memset(empty_seen, 0, sizeof empty_seen);
+    static sim_batch q[QCAP];
+    uint32_t nq = 0;
+    uint64_t next_nonce[C] = {1, 1};
     sim_worker w[W] = {0};
     for (int i = 0; i < W; i++)
         snprintf(w[i].name, sizeof w[i].name, "w%d", i);
@@ -413,26 +514,47 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
     for (;;) {
         cr_assert_eq(sl_dpp_master_job_status(m, "p", &st, &err), SL_OK);
         if (st.finished) break;
-        cr_assert_lt(++steps, 200000, "no progress");
+        cr_assert_lt(++steps, 300000, "no progress");
         now += tu_below(&s, 10);
         sim_worker *x = &w[tu_below(&s, W)];
         uint64_t op = tu_below(&s, 100);
-        if (op < 3) {
-            /* master restart from its state directory: unsynced changes
-             * are lost, along with the workers' in-flight reports */
+        if (op < 2) {
+            /* master restart: unsynced changes are lost (their answers were
+             * never sent); clients retry with the same nonces */
             sl_dpp_master_destroy(m);
             cr_assert_eq(sl_dpp_master_open(&o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
             restarts++;
             continue;
         }
-        if (op < 6) {
-            /* the worker dies (kill -9): it forgets its lease */
+        if (op < 5) { /* the worker dies: its queued batches stay with the clients */
             x->has = false;
             continue;
         }
-        if (op < 12) {
-            uint32_t n;
-            cr_assert_eq(sl_dpp_master_expire(m, now, &n, &err), SL_OK);
+        if (op < 10) {
+            cr_assert_eq(sl_dpp_master_expire(m, now, NULL, &err), SL_OK);
+            continue;
+        }
+        if (op < 55 && nq > 0) {
+            /* a client commits a queued batch (any order), or a duplicate
+             * of the batch stays in the queue (retry later) */
+            uint32_t k = (uint32_t)tu_below(&s, nq);
+            sim_batch *b = &q[k];
+            if (b->client < 0) {
+                b->client = (int)tu_below(&s, C);
+                b->nonce = next_nonce[b->client]++;
+            }
+            char cid[16];
+            snprintf(cid, sizeof cid, "c%d", b->client);
+            sl_dpp_commit_result_t res;
+            cr_assert_eq(sl_dpp_master_commit(m, "p", b->epoch, b->split, b->from, b->to, cid,
+                                              b->nonce, &res, &err),
+                         SL_OK, "%s", err.msg);
+            if (tu_below(&s, 4) == 0) continue; /* answer lost (connection, crash): retry */
+            cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK, "%s", err.msg);
+            if (res == SL_DPP_COMMITTED)
+                for (uint64_t r = b->from; r < b->to; r++)
+                    delivered[b->epoch][b->split][r]++;
+            q[k] = q[--nq];
             continue;
         }
         if (!x->has) {
@@ -440,39 +562,82 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             cr_assert(rc == SL_OK || rc == SL_ERR_AGAIN, "%s", err.msg);
             if (rc == SL_OK) {
                 x->has = true;
-                x->pos_rows = x->l.start_rows;
-                x->pos_batches = x->l.start_batches;
+                cr_assert_leq(x->l.num_todo, 64);
+                memcpy(x->todo, x->l.todo, x->l.num_todo * sizeof *x->todo);
+                x->num_todo = x->l.num_todo;
+                x->at = 0;
+                x->row = x->num_todo ? x->todo[0].from_row : 0;
+                x->num_empty = 0;
             }
             continue;
         }
-        if (op < 30) {
+        if (op < 70) {
             sl_dpp_master_renew(m, x->name, now, NULL, &err);
             continue;
         }
-        uint64_t left = x->l.num_rows - x->pos_rows;
-        sl_err_t rc;
-        if (left > 0) {
-            uint64_t batch = 1 + tu_below(&s, left < 8 ? left : 8);
-            rc = sl_dpp_master_progress(m, "p", x->l.split, x->l.generation, x->pos_batches + 1,
-                                        x->pos_rows + batch, &err);
-            cr_assert(rc == SL_OK || rc == SL_DPP_STALE, "%d %s", rc, err.msg);
-            if (rc == SL_OK) rc = sl_dpp_master_sync(m, &err);
-            if (rc == SL_OK) {
-                counted[x->l.epoch][x->l.split] += batch;
-                x->pos_rows += batch;
-                x->pos_batches++;
+        if (x->at < x->num_todo) {
+            /* next batch within the current todo range */
+            uint64_t end = x->todo[x->at].to_row;
+            uint64_t to = x->row + 1 + tu_below(&s, 8);
+            if (to > end) to = end;
+            if (tu_below(&s, 5) == 0) {
+                if (x->num_empty < 64)
+                    x->empty[x->num_empty++] = (sl_dpp_row_range_t){x->row, to};
+                else
+                    to = x->row; /* no room: do not skip rows */
+            } else if (nq + 2 <= QCAP) {
+                sim_batch b = {x->l.epoch, x->l.split, x->row, to, 0, -1};
+                q[nq++] = b;
+                if (tu_below(&s, 10) == 0) q[nq++] = b; /* a duplicate copy */
+            } else {
+                to = x->row;
             }
-        } else {
-            rc = sl_dpp_master_complete(m, "p", x->l.split, x->l.generation, &err);
-            cr_assert(rc == SL_OK || rc == SL_DPP_STALE, "%d %s", rc, err.msg);
-            if (rc == SL_OK) cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
+            x->row = to;
+            if (x->row == end && ++x->at < x->num_todo) x->row = x->todo[x->at].from_row;
+            continue;
         }
-        if (rc == SL_DPP_STALE || left == 0) x->has = false;
+        /* all handed out: split read (the worker's batches may still be queued) */
+        sl_dpp_split_state_t state;
+        sl_err_t rc = sl_dpp_master_split_read(m, "p", x->l.epoch, x->l.split, x->l.generation,
+                                               x->empty, x->num_empty, &state, &err);
+        cr_assert(rc == SL_OK || rc == SL_DPP_STALE, "%d %s", rc, err.msg);
+        if (rc == SL_OK) {
+            cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
+            for (uint32_t k = 0; k < x->num_empty; k++)
+                for (uint64_t r = x->empty[k].from_row; r < x->empty[k].to_row; r++)
+                    empty_seen[x->l.epoch][x->l.split][r] = 1;
+        }
+        x->has = false;
     }
+    /* Clients retry what they never got an answer for: committed ones get
+     * COMMITTED again (nonce remembered), the rest are refused. */
+    for (uint32_t k = 0; k < nq; k++) {
+        sim_batch *b = &q[k];
+        if (b->client < 0) b->client = 0, b->nonce = next_nonce[0]++;
+        char cid[16];
+        snprintf(cid, sizeof cid, "c%d", b->client);
+        sl_dpp_commit_result_t res;
+        cr_assert_eq(sl_dpp_master_commit(m, "p", b->epoch, b->split, b->from, b->to, cid,
+                                          b->nonce, &res, &err),
+                     SL_OK, "%s", err.msg);
+        if (res == SL_DPP_COMMITTED)
+            for (uint64_t r = b->from; r < b->to; r++)
+                delivered[b->epoch][b->split][r]++;
+    }
+    /* Each epoch: every row delivered exactly once, except rows a live
+     * lease reported as producing no sample (filtered), delivered at most
+     * once. */
+    uint64_t total = 0;
     for (uint32_t e = 0; e < EPOCHS; e++)
         for (uint32_t i = 0; i < N; i++)
-            cr_assert_eq(counted[e][i], rows[i], "epoch %u split %u: %llu of %llu rows", e, i,
-                         (unsigned long long)counted[e][i], (unsigned long long)rows[i]);
+            for (uint64_t r = 0; r < rows[i]; r++) {
+                cr_assert_leq(delivered[e][i][r], 1, "epoch %u split %u row %llu delivered %u times",
+                              e, i, (unsigned long long)r, delivered[e][i][r]);
+                cr_assert(delivered[e][i][r] == 1 || empty_seen[e][i][r],
+                          "epoch %u split %u row %llu lost", e, i, (unsigned long long)r);
+                total += delivered[e][i][r];
+            }
+    cr_assert_gt(total, 0);
     cr_assert_gt(restarts, 0);
     sl_dpp_master_destroy(m);
     rm_state_dir(dir);

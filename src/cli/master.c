@@ -1,0 +1,184 @@
+/* `sluice master`: the DPP master process (src/dpp/master.h) with its admin
+ * endpoint, and optionally the local executor that turns each job's desired
+ * worker count into `sluice worker` processes on this machine. Runs until
+ * SIGINT or SIGTERM. */
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "dpp/executor.h"
+#include "dpp/master.h"
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: sluice master --listen ADDR --admin ADDR --state DIR\n"
+            "                     [--token-file F] [--lease-timeout-ms N]\n"
+            "                     [--executor local|none] [--worker-log-dir DIR]\n"
+            "  --listen ADDR        control address for workers and trainer clients (host:port)\n"
+            "  --admin ADDR         admin HTTP endpoint (loopback unless told otherwise)\n"
+            "  --state DIR          journal and snapshot (created if missing)\n"
+            "  --token-file F       bearer token for mutating admin routes\n"
+            "                       (else env SLUICE_ADMIN_TOKEN; none: they answer 403)\n"
+            "  --lease-timeout-ms N a worker silent this long loses its splits (10000)\n"
+            "  --executor local     start and stop `sluice worker` processes per job (default none)\n");
+    return 2;
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v == 0 || v == ULLONG_MAX) return false;
+    *out = v;
+    return true;
+}
+
+/* Path of this program, for the executor's worker processes. */
+static void self_path(char *out, size_t cap)
+{
+    const char *env = getenv("SLUICE_BINARY");
+    if (env != NULL && *env != '\0') {
+        snprintf(out, cap, "%s", env);
+        return;
+    }
+    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+    out[n > 0 ? (size_t)n : 0] = '\0';
+}
+
+/* Make the executor match the desired counts; jobs that finished or left
+ * the master get no workers. */
+static void drive_executor(sl_master_t *m, sl_dpp_executor_t *ex)
+{
+    sl_master_desired_t d[64];
+    uint32_t n = sl_master_desired(m, d, 64);
+    if (n > 64) n = 64;
+    sl_error_t err = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t want = d[i].finished ? 0 : d[i].workers;
+        if (sl_dpp_executor_scale(ex, d[i].job_id, want, NULL, NULL, &err) != SL_OK)
+            fprintf(stderr, "sluice master: executor: job %s: %s\n", d[i].job_id, err.msg);
+    }
+    sl_dpp_executor_worker_t w[64];
+    uint32_t nw = sl_dpp_executor_list(ex, NULL, w, 64);
+    for (uint32_t k = 0; k < nw && k < 64; k++) {
+        bool known = false;
+        for (uint32_t i = 0; i < n; i++)
+            known = known || strcmp(d[i].job_id, w[k].job_id) == 0;
+        if (!known) sl_dpp_executor_scale(ex, w[k].job_id, 0, NULL, NULL, &err);
+    }
+}
+
+int sl_cli_master(int argc, char **argv)
+{
+    static const struct option lo[] = {{"listen", required_argument, NULL, 'l'},
+                                       {"admin", required_argument, NULL, 'a'},
+                                       {"state", required_argument, NULL, 's'},
+                                       {"token-file", required_argument, NULL, 't'},
+                                       {"lease-timeout-ms", required_argument, NULL, 'L'},
+                                       {"executor", required_argument, NULL, 'e'},
+                                       {"worker-log-dir", required_argument, NULL, 'w'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+    const char *listen = NULL, *admin = NULL, *state = NULL, *token_file = NULL, *log_dir = NULL;
+    const char *executor = "none";
+    uint64_t lease_ms = 10000;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'l': listen = optarg; break;
+        case 'a': admin = optarg; break;
+        case 's': state = optarg; break;
+        case 't': token_file = optarg; break;
+        case 'e': executor = optarg; break;
+        case 'w': log_dir = optarg; break;
+        case 'L':
+            if (!parse_u64(optarg, &lease_ms)) {
+                fprintf(stderr, "sluice master: --lease-timeout-ms '%s': a positive integer\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        default: return usage();
+        }
+    }
+    if (optind != argc || listen == NULL || admin == NULL || state == NULL) return usage();
+    bool local = strcmp(executor, "local") == 0;
+    if (!local && strcmp(executor, "none") != 0) {
+        fprintf(stderr, "sluice master: --executor '%s': local or none\n", executor);
+        return 2;
+    }
+    sl_error_t err = {0};
+    char *token = NULL;
+    if (sl_admin_token_load(token_file, "SLUICE_ADMIN_TOKEN", &token, &err) != SL_OK) {
+        fprintf(stderr, "sluice master: token: %s\n", err.msg);
+        return 1;
+    }
+    if (access(state, F_OK) != 0 && mkdir(state, 0755) != 0) {
+        fprintf(stderr, "sluice master: --state %s: cannot create: %m\n", state);
+        free(token);
+        return 1;
+    }
+    sl_master_opts_t o = {.listen = listen, .state_dir = state, .lease_timeout_ms = lease_ms};
+    sl_master_t *m = NULL;
+    if (sl_master_start(&o, &m, &err) != SL_OK) {
+        fprintf(stderr, "sluice master: %s\n", err.msg);
+        free(token);
+        return 1;
+    }
+    sl_admin_t *ad = NULL;
+    if (sl_master_admin_start(m, admin, token, &ad, &err) != SL_OK) {
+        fprintf(stderr, "sluice master: --admin %s: %s\n", admin, err.msg);
+        sl_master_stop(m);
+        free(token);
+        return 1;
+    }
+    sl_dpp_executor_t *ex = NULL;
+    if (local) {
+        char bin[PATH_MAX];
+        self_path(bin, sizeof bin);
+        sl_dpp_executor_opts_t eo = {.binary = bin, .master = sl_master_address(m), .log_dir = log_dir};
+        if (sl_dpp_executor_new(&eo, &ex, &err) != SL_OK) {
+            fprintf(stderr, "sluice master: executor: %s\n", err.msg);
+            sl_admin_stop(ad);
+            sl_master_stop(m);
+            free(token);
+            return 1;
+        }
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    printf("sluice master: control %s, admin %s (port %u), state %s, executor %s%s\n",
+           sl_master_address(m), admin, sl_admin_port(ad), state, executor,
+           token ? "" : " (no admin token: mutating routes refused)");
+    fflush(stdout);
+    while (!g_stop) {
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+        if (ex != NULL) drive_executor(m, ex);
+    }
+    sl_dpp_executor_destroy(ex);
+    sl_admin_stop(ad);
+    sl_master_stop(m);
+    free(token);
+    return 0;
+}

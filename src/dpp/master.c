@@ -1,0 +1,588 @@
+/* The DPP master process (master.h): lifecycle, the calls of the admin
+ * endpoint (submit, remove, scale, JSON views, metrics), and the per-job
+ * autoscaler. The control connections are in master_server.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dpp/job.h"
+#include "dpp/prom.h"
+#include "master_proc_internal.h"
+#include "warehouse/warehouse.h"
+
+uint64_t mp_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+mp_job *mp_job_find(sl_master_t *m, const char *id)
+{
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        if (m->jobs[i].used && strcmp(m->jobs[i].id, id) == 0) return &m->jobs[i];
+    return NULL;
+}
+
+mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial)
+{
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        mp_job *j = &m->jobs[i];
+        if (j->used) continue;
+        memset(j, 0, sizeof *j);
+        j->used = true;
+        snprintf(j->id, sizeof j->id, "%s", id);
+        sl_autoscale_opts_t o = m->tuning;
+        o.min_workers = min_w > 0 ? min_w : 1;
+        o.max_workers = max_w >= o.min_workers ? max_w : o.min_workers;
+        sl_autoscale_init(&j->as, &o, initial);
+        return j;
+    }
+    return NULL;
+}
+
+void mp_fail(sl_master_t *m, const sl_error_t *err)
+{
+    if (m->failed) return;
+    m->failed = true;
+    snprintf(m->failure, sizeof m->failure, "%.200s", err != NULL ? err->msg : "journal failure");
+    fprintf(stderr, "sluice master: state failure, refusing changes: %s\n", m->failure);
+}
+
+/* Journaled changes are made durable before any answer: a failure here
+ * leaves the master unable to promise anything. */
+static sl_err_t sync_locked(sl_master_t *m, sl_error_t *err)
+{
+    sl_err_t rc = sl_dpp_master_sync(m->st, err);
+    if (rc != SL_OK) mp_fail(m, err);
+    return rc;
+}
+
+void mp_tick(sl_master_t *m, uint64_t now)
+{
+    sl_error_t err = {0};
+    if (now - m->last_expire_ms >= 50) {
+        m->last_expire_ms = now;
+        if (!m->failed && sl_dpp_master_expire(m->st, now, NULL, &err) != SL_OK) mp_fail(m, &err);
+    }
+    if (now - m->last_observe_ms < m->opts.autoscale_every_ms) return;
+    m->last_observe_ms = now;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        mp_job *j = &m->jobs[i];
+        if (!j->used) continue;
+        double busy = 0;
+        uint32_t live = 0;
+        for (uint32_t w = 0; w < m->nworkers; w++) {
+            const mp_worker *wk = &m->workers[w];
+            if (wk->conn < 0 || strcmp(wk->job, j->id) != 0) continue;
+            busy += wk->busy;
+            live++;
+        }
+        j->last_busy = live > 0 ? busy / live : 0;
+        j->last_wait = j->elapsed_ns > 0 ? (double)j->wait_ns / (double)j->elapsed_ns : 0;
+        if (j->last_wait > 1) j->last_wait = 1;
+        j->wait_ns = j->elapsed_ns = 0;
+        sl_autoscale_observation_t obs = {.now_ns = now * 1000000ull,
+                                          .trainer_wait = j->last_wait,
+                                          .worker_busy = j->last_busy,
+                                          .workers = live};
+        sl_autoscale_observe(&j->as, &obs);
+    }
+}
+
+/* ---- lifecycle -------------------------------------------------------------------- */
+
+static void destroy(sl_master_t *m)
+{
+    if (m == NULL) return;
+    if (m->conns != NULL) mp_server_stop(m);
+    sl_dpp_master_destroy(m->st);
+    free(m->jobs);
+    free(m->workers);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+/* Jobs found in the state directory get their process-side records back. */
+static sl_err_t adopt_jobs(sl_master_t *m, sl_error_t *err)
+{
+    const char *ids[1024];
+    uint32_t n = sl_dpp_master_job_ids(m->st, ids, 1024);
+    for (uint32_t i = 0; i < n && i < 1024; i++) {
+        sl_dpp_master_job_status_t st;
+        if (sl_dpp_master_job_status(m->st, ids[i], &st, err) != SL_OK) return err->code;
+        if (mp_job_add(m, ids[i], st.min_workers, st.max_workers, st.min_workers) == NULL)
+            return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", ids[i]);
+    }
+    return SL_OK;
+}
+
+sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_error_t *err)
+{
+    *out = NULL;
+    sl_master_t *m = calloc(1, sizeof *m);
+    if (m == NULL) return sl_error_set(err, SL_ERR_NOMEM, "master");
+    m->opts = opts != NULL ? *opts : (sl_master_opts_t){0};
+    sl_master_opts_t *o = &m->opts;
+    if (o->lease_timeout_ms == 0) o->lease_timeout_ms = 10000;
+    if (o->heartbeat_ms == 0) o->heartbeat_ms = o->lease_timeout_ms / 4 ? o->lease_timeout_ms / 4 : 1;
+    if (o->autoscale_every_ms == 0) o->autoscale_every_ms = 1000;
+    if (o->max_connections == 0) o->max_connections = 1024;
+    if (o->max_jobs == 0) o->max_jobs = 64;
+    if (o->max_workers == 0) o->max_workers = 65536;
+    if (o->max_clients == 0) o->max_clients = 4096;
+    if (o->max_answers == 0) o->max_answers = 4096;
+    m->tuning = o->autoscale != NULL ? *o->autoscale : sl_autoscale_opts_default(1, 1);
+    o->autoscale = NULL;
+    m->a = o->allocator != NULL ? o->allocator : sl_allocator_default();
+    m->listen_fd = m->wake[0] = m->wake[1] = -1;
+    pthread_mutex_init(&m->mu, NULL);
+    m->jobs = calloc(o->max_jobs, sizeof *m->jobs);
+    if (m->jobs == NULL) {
+        destroy(m);
+        return sl_error_set(err, SL_ERR_NOMEM, "master");
+    }
+    m->started_ms = mp_now_ms();
+    sl_dpp_master_opts_t so = {.state_dir = o->state_dir,
+                               .lease_timeout_ms = o->lease_timeout_ms,
+                               .max_jobs = o->max_jobs,
+                               .max_workers = o->max_workers,
+                               .max_clients = o->max_clients,
+                               .max_answers = o->max_answers,
+                               .allocator = m->a};
+    sl_dpp_journal_open_info_t info;
+    sl_err_t rc = sl_dpp_master_open(&so, m->started_ms, &m->st, &info, err);
+    if (rc != SL_OK) {
+        sl_error_prefix(err, "state %s: ", o->state_dir ? o->state_dir : "(memory)");
+        destroy(m);
+        return rc;
+    }
+    if (info.warning[0] != '\0') fprintf(stderr, "sluice master: %s\n", info.warning);
+    o->state_dir = NULL; /* borrowed for the call only */
+    rc = adopt_jobs(m, err);
+    if (rc == SL_OK) rc = mp_server_start(m, err);
+    if (rc != SL_OK) {
+        destroy(m);
+        return rc;
+    }
+    *out = m;
+    return SL_OK;
+}
+
+void sl_master_stop(sl_master_t *m)
+{
+    if (m == NULL) return;
+    if (m->conns != NULL) mp_server_stop(m);
+    sl_error_t err = {0};
+    pthread_mutex_lock(&m->mu);
+    if (!m->failed && sl_dpp_master_sync(m->st, &err) != SL_OK)
+        fprintf(stderr, "sluice master: final sync: %s\n", err.msg);
+    pthread_mutex_unlock(&m->mu);
+    destroy(m);
+}
+
+uint16_t sl_master_port(const sl_master_t *m)
+{
+    return m->port;
+}
+
+const char *sl_master_address(const sl_master_t *m)
+{
+    return m->address;
+}
+
+bool sl_master_ready(sl_master_t *m)
+{
+    pthread_mutex_lock(&m->mu);
+    bool ok = !m->failed;
+    pthread_mutex_unlock(&m->mu);
+    return ok;
+}
+
+/* ---- submit ----------------------------------------------------------------------- */
+
+static int b64_val(int c)
+{
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+' || c == '-') return 62;
+    if (c == '/' || c == '_') return 63;
+    return -1;
+}
+
+/* Decode base64 (padding optional). @return malloc'd bytes or NULL. */
+static uint8_t *b64_decode(const char *s, size_t *len)
+{
+    size_t n = strlen(s);
+    uint8_t *out = malloc(n / 4 * 3 + 3);
+    if (out == NULL) return NULL;
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '=') break;
+        int v = b64_val((unsigned char)s[i]);
+        if (v < 0) {
+            free(out);
+            return NULL;
+        }
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (uint8_t)(acc >> bits);
+        }
+    }
+    *len = o;
+    return out;
+}
+
+static sl_err_t get_u32(const json_t *body, const char *key, uint32_t def, uint32_t max,
+                        uint32_t *out, sl_error_t *err)
+{
+    const json_t *v = json_object_get(body, key);
+    if (v == NULL) {
+        *out = def;
+        return SL_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
+        return sl_error_set(err, SL_ERR_INVALID, "\"%s\": an integer 0..%u", key, max);
+    *out = (uint32_t)json_integer_value(v);
+    return SL_OK;
+}
+
+sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id, sl_error_t *err)
+{
+    if (job_id != NULL) *job_id = NULL;
+    if (!json_is_object(body)) return sl_error_set(err, SL_ERR_INVALID, "body: not a JSON object");
+    static const char *keys[] = {"spec",        "ranks",   "sharding",    "min_workers",
+                                 "max_workers", "workers", "resume_token"};
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)body, key, val) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+            known = known || strcmp(key, keys[i]) == 0;
+        if (!known) return sl_error_set(err, SL_ERR_INVALID, "body: unknown key \"%s\"", key);
+    }
+    const json_t *specj = json_object_get(body, "spec");
+    if (!json_is_object(specj))
+        return sl_error_set(err, SL_ERR_INVALID, "body: \"spec\" (a job spec object) is required");
+    uint32_t ranks, min_w, max_w, workers;
+    sl_err_t rc = get_u32(body, "ranks", 1, 65536, &ranks, err);
+    if (rc == SL_OK) rc = get_u32(body, "min_workers", 1, 4096, &min_w, err);
+    if (rc == SL_OK) rc = get_u32(body, "max_workers", min_w, 4096, &max_w, err);
+    if (rc == SL_OK) rc = get_u32(body, "workers", min_w, 4096, &workers, err);
+    if (rc != SL_OK) return rc;
+    if (ranks == 0) ranks = 1;
+    if (min_w == 0) min_w = 1;
+    if (max_w < min_w)
+        return sl_error_set(err, SL_ERR_INVALID, "body: max_workers %u < min_workers %u", max_w,
+                            min_w);
+    const json_t *sh = json_object_get(body, "sharding");
+    bool is_static = false;
+    if (sh != NULL) {
+        const char *s = json_string_value(sh);
+        if (s == NULL || (strcmp(s, "static") != 0 && strcmp(s, "dynamic") != 0))
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "body: \"sharding\" is \"dynamic\" or \"static\"");
+        is_static = strcmp(s, "static") == 0;
+    }
+    const json_t *tokj = json_object_get(body, "resume_token");
+    uint8_t *token = NULL;
+    size_t token_len = 0;
+    if (tokj != NULL) {
+        if (!json_is_string(tokj) ||
+            (token = b64_decode(json_string_value(tokj), &token_len)) == NULL)
+            return sl_error_set(err, SL_ERR_INVALID, "body: \"resume_token\" is not base64");
+    }
+    sl_dpp_problems_t problems = {0};
+    sl_dpp_job_t *job = NULL;
+    sl_wh_table_t *table = NULL;
+    sl_wh_filter_t *filter = NULL;
+    sl_wh_splits_t *splits = NULL;
+    char *text = NULL;
+    rc = sl_dpp_job_from_json(specj, &job, &problems, err);
+    if (rc != SL_OK) {
+        sl_error_prefix(err, "spec: ");
+        goto out;
+    }
+    rc = sl_wh_table_open(job->table, NULL, &table, err);
+    if (rc == SL_OK && job->partitions != NULL)
+        rc = sl_wh_filter_parse(job->partitions, NULL, &filter, err);
+    if (rc == SL_OK) rc = sl_wh_table_splits(table, filter, job->stripes_per_split, &splits, err);
+    if (rc != SL_OK) {
+        sl_error_prefix(err, "job '%s': table '%s': ", job->id, job->table);
+        if (rc != SL_ERR_NOMEM) rc = err->code = SL_ERR_INVALID;
+        goto out;
+    }
+    if (splits->count == 0) {
+        rc = sl_error_set(err, SL_ERR_INVALID, "job '%s': table '%s' has no data (no splits)",
+                          job->id, job->table);
+        goto out;
+    }
+    text = json_dumps(specj, JSON_COMPACT | JSON_SORT_KEYS);
+    if (text == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "job spec text");
+        goto out;
+    }
+    sl_dpp_master_job_spec_t spec = {.job_id = job->id,
+                                     .splits = splits->items,
+                                     .num_splits = splits->count,
+                                     .epochs = job->epochs,
+                                     .seed = job->seed,
+                                     .shuffle = job->shuffle_splits,
+                                     .spec_json = text,
+                                     .ranks = ranks,
+                                     .static_sharding = is_static,
+                                     .min_workers = min_w,
+                                     .max_workers = max_w};
+    pthread_mutex_lock(&m->mu);
+    if (m->failed) {
+        rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
+    } else if (mp_job_find(m, job->id) != NULL) {
+        rc = sl_error_set(err, SL_ERR_AGAIN, "job '%s' exists already", job->id);
+    } else {
+        rc = token != NULL
+                 ? sl_dpp_master_job_resume(m->st, &spec, token, token_len, err)
+                 : sl_dpp_master_job_add(m->st, &spec, err);
+        if (rc == SL_ERR_CORRUPT || rc == SL_ERR_TRUNCATED || rc == SL_ERR_VERSION) {
+            sl_error_prefix(err, "resume_token: ");
+            rc = err->code = SL_ERR_INVALID;
+        }
+        if (rc == SL_OK) rc = sync_locked(m, err);
+        if (rc == SL_OK && mp_job_add(m, job->id, min_w, max_w, workers) == NULL)
+            rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", job->id);
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (rc == SL_OK && job_id != NULL) {
+        *job_id = strdup(job->id);
+        if (*job_id == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "job id");
+    }
+out:
+    free(text);
+    free(token);
+    sl_wh_splits_destroy(splits);
+    sl_wh_filter_destroy(filter);
+    sl_wh_table_close(table);
+    sl_dpp_job_destroy(job);
+    sl_dpp_problems_free(&problems);
+    return rc;
+}
+
+sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *err)
+{
+    pthread_mutex_lock(&m->mu);
+    sl_err_t rc;
+    if (m->failed) {
+        rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
+    } else {
+        rc = sl_dpp_master_job_remove(m->st, job_id, err);
+        if (rc == SL_OK) rc = sync_locked(m, err);
+        mp_job *j = mp_job_find(m, job_id);
+        if (rc == SL_OK && j != NULL) j->used = false;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t workers, uint32_t *set,
+                             sl_error_t *err)
+{
+    pthread_mutex_lock(&m->mu);
+    mp_job *j = mp_job_find(m, job_id);
+    sl_err_t rc = SL_OK;
+    if (j == NULL)
+        rc = sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
+    else {
+        uint32_t got = sl_autoscale_override(&j->as, workers, mp_now_ms() * 1000000ull);
+        if (set != NULL) *set = got;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+/* ---- JSON views ------------------------------------------------------------------- */
+
+static json_t *job_json_locked(sl_master_t *m, mp_job *j)
+{
+    sl_dpp_master_job_status_t st;
+    sl_error_t err = {0};
+    if (sl_dpp_master_job_status(m->st, j->id, &st, &err) != SL_OK) return NULL;
+    uint32_t live = 0, clients = 0;
+    for (uint32_t w = 0; w < m->nworkers; w++)
+        live += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
+    for (uint32_t c = 0; c < m->opts.max_connections; c++)
+        clients += m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT &&
+                   strcmp(m->conns[c].job, j->id) == 0;
+    json_t *spec = json_loads(st.spec_json, 0, NULL);
+    json_t *table = spec != NULL ? json_object_get(json_object_get(spec, "source"), "table") : NULL;
+    json_t *o = json_pack(
+        "{s:s, s:i, s:i, s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:s, s:i, s:i, s:i, "
+        "s:i, s:i, s:f, s:f, s:s, s:I, s:I}",
+        "id", j->id, "epoch", (json_int_t)st.epoch, "epochs", (json_int_t)st.epochs, "finished",
+        st.finished, "num_splits", (json_int_t)st.num_splits, "pending", (json_int_t)st.pending,
+        "leased", (json_int_t)st.leased, "done", (json_int_t)st.done, "committed_rows",
+        (json_int_t)st.committed_rows, "total_rows", (json_int_t)st.total_rows, "ranks",
+        (json_int_t)st.ranks, "sharding", st.static_sharding ? "static" : "dynamic", "table",
+        json_is_string(table) ? json_string_value(table) : "", "min_workers",
+        (json_int_t)j->as.opts.min_workers, "max_workers", (json_int_t)j->as.opts.max_workers,
+        "desired_workers", (json_int_t)j->as.desired, "workers", (json_int_t)live, "clients",
+        (json_int_t)clients, "trainer_wait", j->last_wait, "worker_busy", j->last_busy,
+        "autoscale_reason", j->as.reason, "batches", (json_int_t)j->batches, "samples",
+        (json_int_t)j->samples);
+    json_decref(spec);
+    return o;
+}
+
+sl_err_t sl_master_job_json(sl_master_t *m, const char *job_id, json_t **out, sl_error_t *err)
+{
+    pthread_mutex_lock(&m->mu);
+    mp_job *j = mp_job_find(m, job_id);
+    sl_err_t rc = SL_OK;
+    if (j == NULL)
+        rc = sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
+    else if ((*out = job_json_locked(m, j)) == NULL)
+        rc = sl_error_set(err, SL_ERR_NOMEM, "job '%s' as JSON", job_id);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+json_t *sl_master_jobs_json(sl_master_t *m)
+{
+    json_t *arr = json_array();
+    pthread_mutex_lock(&m->mu);
+    for (uint32_t i = 0; arr != NULL && i < m->opts.max_jobs; i++)
+        if (m->jobs[i].used) json_array_append_new(arr, job_json_locked(m, &m->jobs[i]));
+    pthread_mutex_unlock(&m->mu);
+    return arr != NULL ? json_pack("{s:o}", "jobs", arr) : NULL;
+}
+
+json_t *sl_master_workers_json(sl_master_t *m)
+{
+    json_t *arr = json_array();
+    uint64_t now = mp_now_ms();
+    pthread_mutex_lock(&m->mu);
+    for (uint32_t i = 0; arr != NULL && i < m->nworkers; i++) {
+        const mp_worker *w = &m->workers[i];
+        json_array_append_new(
+            arr, json_pack("{s:s, s:s, s:s, s:s, s:b, s:i, s:f, s:i, s:I, s:I, s:I, s:I}", "id",
+                           w->id, "job", w->job, "serve_address", w->serve, "admin_address",
+                           w->admin, "connected", w->conn >= 0, "leases", (json_int_t)w->leases,
+                           "busy", w->busy, "queued_batches", (json_int_t)w->queued,
+                           "memory_used", (json_int_t)w->memory, "batches_sent",
+                           (json_int_t)w->batches, "samples_sent", (json_int_t)w->samples,
+                           "last_heartbeat_ms_ago", (json_int_t)(now - w->last_seen_ms)));
+    }
+    pthread_mutex_unlock(&m->mu);
+    return arr != NULL ? json_pack("{s:o}", "workers", arr) : NULL;
+}
+
+json_t *sl_master_status_json(sl_master_t *m)
+{
+    pthread_mutex_lock(&m->mu);
+    sl_dpp_master_counters_t c;
+    sl_dpp_master_counters(m->st, &c);
+    json_t *o = json_pack(
+        "{s:b, s:s, s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}, s:s}",
+        "ready", !m->failed, "address", m->address, "uptime_s",
+        (json_int_t)((mp_now_ms() - m->started_ms) / 1000), "jobs", (json_int_t)c.jobs, "workers",
+        (json_int_t)m->nworkers_connected, "clients", (json_int_t)m->nclients_connected,
+        "leases_granted", (json_int_t)c.leases_granted, "lease_expiries", (json_int_t)c.expiries,
+        "commits", (json_int_t)c.commits, "overlaps", (json_int_t)c.overlaps, "stale",
+        (json_int_t)(c.stale_commits + c.stale_refused), "journal_syncs",
+        (json_int_t)c.journal_syncs, "splits", "pending", (json_int_t)c.pending, "leased",
+        (json_int_t)c.leased, "done", (json_int_t)c.done, "failure", m->failure);
+    pthread_mutex_unlock(&m->mu);
+    return o;
+}
+
+char *sl_master_metrics_text(sl_master_t *m)
+{
+    sl_prom_t p;
+    sl_prom_init(&p);
+    char lab[600], l2[300];
+    pthread_mutex_lock(&m->mu);
+    sl_dpp_master_counters_t c;
+    sl_dpp_master_counters(m->st, &c);
+    sl_prom_family(&p, "sluice_master_jobs", "gauge", "Jobs in the master.");
+    sl_prom_sample(&p, "sluice_master_jobs", NULL, c.jobs);
+    sl_prom_family(&p, "sluice_master_workers", "gauge", "Workers connected.");
+    sl_prom_sample(&p, "sluice_master_workers", NULL, m->nworkers_connected);
+    sl_prom_family(&p, "sluice_master_clients", "gauge", "Trainer clients connected.");
+    sl_prom_sample(&p, "sluice_master_clients", NULL, m->nclients_connected);
+    sl_prom_family(&p, "sluice_master_leases_granted_total", "counter", "Split leases granted.");
+    sl_prom_sample(&p, "sluice_master_leases_granted_total", NULL, (double)c.leases_granted);
+    sl_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");
+    sl_prom_sample(&p, "sluice_master_lease_expiries_total", NULL, (double)c.expiries);
+    sl_prom_family(&p, "sluice_master_commits_total", "counter", "Commit answers by result.");
+    static const char *res[] = {"committed", "overlap", "stale", "unknown", "repeated"};
+    uint64_t rv[] = {c.commits, c.overlaps, c.stale_commits, c.unknown_commits,
+                     c.repeated_commits};
+    for (int i = 0; i < 5; i++)
+        sl_prom_sample(&p, "sluice_master_commits_total",
+                       sl_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
+    sl_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
+    sl_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
+    sl_prom_family(&p, "sluice_master_splits", "gauge", "Splits of the current epochs by state.");
+    static const char *states[] = {"pending", "leased", "done"};
+    sl_prom_family(&p, "sluice_master_committed_rows", "gauge", "Rows committed this epoch.");
+    sl_prom_family(&p, "sluice_master_samples_committed_total", "counter",
+                   "Samples reported delivered by clients.");
+    sl_prom_family(&p, "sluice_master_trainer_wait_ratio", "gauge",
+                   "Fraction of time trainers waited for data.");
+    sl_prom_family(&p, "sluice_master_worker_busy_ratio", "gauge", "Mean worker busy fraction.");
+    sl_prom_family(&p, "sluice_master_worker_queue_batches", "gauge", "Batches queued in workers.");
+    sl_prom_family(&p, "sluice_master_desired_workers", "gauge", "Autoscaler's worker count.");
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        mp_job *j = &m->jobs[i];
+        sl_dpp_master_job_status_t st;
+        sl_error_t err = {0};
+        if (!j->used || sl_dpp_master_job_status(m->st, j->id, &st, &err) != SL_OK) continue;
+        sl_prom_label(l2, sizeof l2, "job", j->id);
+        uint32_t sv[] = {st.pending, st.leased, st.done};
+        for (int k = 0; k < 3; k++) {
+            char sl[64];
+            snprintf(lab, sizeof lab, "%s,%s", l2, sl_prom_label(sl, sizeof sl, "state", states[k]));
+            sl_prom_sample(&p, "sluice_master_splits", lab, sv[k]);
+        }
+        uint64_t queued = 0;
+        for (uint32_t w = 0; w < m->nworkers; w++)
+            if (m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0)
+                queued += m->workers[w].queued;
+        sl_prom_sample(&p, "sluice_master_committed_rows", l2, (double)st.committed_rows);
+        sl_prom_sample(&p, "sluice_master_samples_committed_total", l2, (double)j->samples);
+        sl_prom_sample(&p, "sluice_master_trainer_wait_ratio", l2, j->last_wait);
+        sl_prom_sample(&p, "sluice_master_worker_busy_ratio", l2, j->last_busy);
+        sl_prom_sample(&p, "sluice_master_worker_queue_batches", l2, (double)queued);
+        sl_prom_sample(&p, "sluice_master_desired_workers", l2, j->as.desired);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return sl_prom_finish(&p);
+}
+
+uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t cap)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&m->mu);
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        mp_job *j = &m->jobs[i];
+        if (!j->used) continue;
+        if (n < cap) {
+            sl_master_desired_t *d = &out[n];
+            memset(d, 0, sizeof *d);
+            snprintf(d->job_id, sizeof d->job_id, "%s", j->id);
+            d->workers = j->as.desired;
+            for (uint32_t w = 0; w < m->nworkers; w++)
+                d->registered += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
+            sl_dpp_master_job_status_t st;
+            sl_error_t err = {0};
+            d->finished = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK && st.finished;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
