@@ -1,9 +1,12 @@
 /* `sluice worker`: run one DPP job's pipeline (src/dpp/worker.h) and serve
  * its batches to trainer clients until stopped (SIGINT, SIGTERM) or, with
- * --exit-when-done, until every batch has been acknowledged. Options are
+ * --exit-when-done, until every batch has been acknowledged. With --master
+ * the job and its splits come from a DPP master (src/dpp/master_source.h)
+ * and the worker exits once the master has no more work for it. Options are
  * defined once in the table below, which also produces the help text.
  * Exit codes: 0 done, 1 failed, 2 usage error or a job spec with problems. */
 #include <getopt.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,9 +16,23 @@
 
 #include "cli.h"
 #include "dpp/job.h"
+#include "dpp/master_source.h"
 #include "dpp/worker.h"
+#include "dpp/worker_admin.h"
 
-enum { OPT_JOB = 1, OPT_LISTEN, OPT_THREADS, OPT_MEMORY, OPT_CREDITS, OPT_EXIT, OPT_ID, OPT_HELP };
+enum {
+    OPT_JOB = 1,
+    OPT_LISTEN,
+    OPT_THREADS,
+    OPT_MEMORY,
+    OPT_CREDITS,
+    OPT_EXIT,
+    OPT_ID,
+    OPT_MASTER,
+    OPT_JOB_ID,
+    OPT_ADMIN,
+    OPT_HELP
+};
 
 static const struct wopt {
     int id;
@@ -23,7 +40,12 @@ static const struct wopt {
     const char *arg; /* NULL: a flag */
     const char *help;
 } wopts[] = {
-    {OPT_JOB, "job", "SPEC.json", "the job spec (docs/JOBS.md); required"},
+    {OPT_JOB, "job", "SPEC.json", "the job spec (docs/JOBS.md); required without --master"},
+    {OPT_MASTER, "master", "HOST:PORT",
+     "take the job and its splits from this DPP master (exits when it has no more work)"},
+    {OPT_JOB_ID, "job-id", "ID", "with --master: serve only this job (default: the first leased)"},
+    {OPT_ADMIN, "admin", "HOST:PORT",
+     "serve GET /healthz /readyz /metrics /status here (port 0 picks one)"},
     {OPT_LISTEN, "listen", "HOST:PORT",
      "address for trainer clients (default 127.0.0.1:7077; "
      "port 0 picks a free one)"},
@@ -40,7 +62,8 @@ static const struct wopt {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: sluice worker --job SPEC.json [options]\n\n"
+    fprintf(out, "usage: sluice worker --job SPEC.json [options]\n"
+                 "       sluice worker --master HOST:PORT [--job-id ID] [options]\n\n"
                  "Runs the job's pipeline (read, filter, batch, dedup, transform, encode) and\n"
                  "serves the batches to trainer clients. Prints `listening on HOST:PORT` once\n"
                  "ready and a summary at the end. SIGINT/SIGTERM stop it cleanly.\n\noptions:\n");
@@ -111,7 +134,7 @@ int sl_cli_worker(int argc, char **argv)
         lo[i] = (struct option){wopts[i].name, wopts[i].arg ? required_argument : no_argument, NULL,
                                 wopts[i].id};
     lo[NUM_WOPTS] = (struct option){0, 0, 0, 0};
-    const char *job_path = NULL;
+    const char *job_path = NULL, *master = NULL, *job_id = NULL, *admin_addr = NULL;
     sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
     o.listen = "127.0.0.1:7077";
     bool exit_when_done = false;
@@ -143,6 +166,15 @@ int sl_cli_worker(int argc, char **argv)
         case OPT_ID:
             o.worker_id = optarg;
             break;
+        case OPT_MASTER:
+            master = optarg;
+            break;
+        case OPT_JOB_ID:
+            job_id = optarg;
+            break;
+        case OPT_ADMIN:
+            admin_addr = optarg;
+            break;
         case OPT_HELP:
             usage(stdout);
             return 0;
@@ -152,20 +184,20 @@ int sl_cli_worker(int argc, char **argv)
         }
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
-    if (!job_path) return usage_error("%s", "--job is required");
-
-    sl_error_t err = {0};
-    sl_dpp_problems_t problems = {0};
-    sl_dpp_job_t *job = NULL;
-    sl_err_t rc = sl_dpp_job_load(job_path, &job, &problems, &err);
-    if (rc != SL_OK) {
-        if (problems.count)
-            print_problems(job_path, &problems);
-        else
-            fprintf(stderr, "sluice worker: %s\n", err.msg);
-        sl_dpp_problems_free(&problems);
-        return rc == SL_ERR_INVALID ? 2 : 1;
+    if (master && job_path)
+        return usage_error("%s", "--job and --master exclude each other (a master sends the job)");
+    if (!master && job_id) return usage_error("%s", "--job-id needs --master");
+    if (!job_path && !master) return usage_error("%s", "--job (or --master) is required");
+    if (!o.threads) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o.threads = n > 0 ? (uint32_t)n : 1;
     }
+    char id_buf[64];
+    if (!o.worker_id) {
+        snprintf(id_buf, sizeof id_buf, "worker-%d", (int)getpid());
+        o.worker_id = id_buf;
+    }
+
     /* Signals are taken by sigtimedwait below, never by a worker thread:
      * block them before any thread starts (threads inherit the mask). */
     sigset_t sigs;
@@ -174,26 +206,109 @@ int sl_cli_worker(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
+    sl_error_t err = {0};
+    sl_dpp_problems_t problems = {0};
+    sl_dpp_job_t *job = NULL;
     sl_dpp_worker_t *w = NULL;
-    rc = sl_dpp_worker_start(job, &o, &w, &problems, &err);
+    sl_dpp_worker_admin_t *admin = NULL;
+    sl_dpp_master_prep_t prep = {.fd = -1};
+    sl_dpp_master_source_t *msrc = NULL; /* owned by the worker once it starts */
+    sl_err_t rc;
+    const char *what = master ? master : job_path;
+    if (admin_addr) {
+        if ((rc = sl_dpp_worker_admin_start(NULL, NULL, admin_addr, &admin, &err))) {
+            fprintf(stderr, "sluice worker: --admin %s: %s\n", admin_addr, err.msg);
+            return 1;
+        }
+        char host[256];
+        snprintf(host, sizeof host, "%s", admin_addr);
+        char *colon = strrchr(host, ':');
+        if (colon) *colon = '\0';
+        printf("admin on %s:%u\n", host, (unsigned)sl_dpp_worker_admin_port(admin));
+        fflush(stdout);
+    }
+    if (master) {
+        char admin_real[300] = "";
+        if (admin) {
+            snprintf(admin_real, sizeof admin_real, "%s", admin_addr);
+            char *colon = strrchr(admin_real, ':');
+            if (colon)
+                snprintf(colon, sizeof admin_real - (size_t)(colon - admin_real), ":%u",
+                         (unsigned)sl_dpp_worker_admin_port(admin));
+        }
+        sl_dpp_master_source_opts_t mo = {.master = master,
+                                          .worker_id = o.worker_id,
+                                          .job_id = job_id,
+                                          .admin_address = admin ? admin_real : NULL,
+                                          .threads = o.threads};
+        rc = sl_dpp_master_prep_new(&mo, o.listen, &prep, &err);
+        if (rc == SL_OK) {
+            char host[256];
+            snprintf(host, sizeof host, "%s", o.listen);
+            char *colon = strrchr(host, ':');
+            if (colon) *colon = '\0';
+            printf("listening on %s:%u\nregistered with master %s as %s; waiting for work\n", host,
+                   (unsigned)prep.port, master, o.worker_id);
+            fflush(stdout);
+        }
+        /* wait for the first lease, watching for signals */
+        while (rc == SL_OK) {
+            const char *jid, *spec;
+            rc = sl_dpp_master_source_wait_job(prep.ms, 200, &jid, &spec, &err);
+            if (rc == SL_OK) break;
+            if (rc != SL_ERR_TIMEOUT) break;
+            struct timespec ts = {0, 0};
+            int sig = sigtimedwait(&sigs, NULL, &ts);
+            if (sig == SIGINT || sig == SIGTERM) {
+                printf("stopped by %s before any work\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+                sl_dpp_master_prep_free(&prep);
+                sl_dpp_worker_admin_stop(admin);
+                return 0;
+            }
+            rc = SL_OK;
+        }
+        msrc = prep.ms;
+        if (rc == SL_OK)
+            rc = sl_dpp_master_prep_start(&prep, &o, &job, &w, &problems, &err);
+        else
+            sl_dpp_master_prep_free(&prep);
+        exit_when_done = true; /* the master says when there is no more work */
+    } else {
+        rc = sl_dpp_job_load(job_path, &job, &problems, &err);
+        if (rc == SL_OK) {
+            rc = sl_dpp_worker_start(job, &o, &w, &problems, &err);
+            if (rc != SL_OK) {
+                sl_dpp_job_destroy(job);
+                job = NULL;
+            }
+        }
+    }
     if (rc != SL_OK) {
         int code = 1;
         if (problems.count) {
-            print_problems(job_path, &problems);
+            print_problems(what, &problems);
             code = 2;
+        } else if (rc == SL_ERR_CLOSED && master) {
+            printf("the master has no work for this worker: %s\n", err.msg);
+            code = 0;
         } else {
             fprintf(stderr, "sluice worker: %s\n", err.msg);
         }
         sl_dpp_problems_free(&problems);
-        sl_dpp_job_destroy(job);
+        sl_dpp_worker_admin_stop(admin);
         return code;
     }
     sl_dpp_problems_free(&problems);
-    char host[256];
-    snprintf(host, sizeof host, "%s", o.listen);
-    char *colon = strrchr(host, ':');
-    if (colon) *colon = '\0';
-    printf("listening on %s:%u\n", host, (unsigned)sl_dpp_worker_port(w));
+    if (admin) sl_dpp_worker_admin_set(admin, w, msrc);
+    if (master) {
+        printf("serving job %s\n", sl_dpp_worker_job_id(w));
+    } else {
+        char host[256];
+        snprintf(host, sizeof host, "%s", o.listen);
+        char *colon = strrchr(host, ':');
+        if (colon) *colon = '\0';
+        printf("listening on %s:%u\n", host, (unsigned)sl_dpp_worker_port(w));
+    }
     fflush(stdout);
     double t0 = now_s();
     int code = 0;
@@ -207,7 +322,7 @@ int sl_cli_worker(int argc, char **argv)
         }
         rc = sl_dpp_worker_wait(w, 0, &err);
         if (rc == SL_OK && exit_when_done) {
-            why = "job finished";
+            why = master ? "no more work from the master" : "job finished";
             break;
         }
         if (rc != SL_OK && rc != SL_ERR_TIMEOUT) {
@@ -220,10 +335,19 @@ int sl_cli_worker(int argc, char **argv)
     double secs = now_s() - t0;
     sl_dpp_worker_stats_t st;
     sl_dpp_worker_stats(w, &st);
-    sl_dpp_worker_stop(w);
+    sl_dpp_worker_admin_stop(admin); /* before the worker goes */
+    sl_dpp_worker_stop(w);           /* under a master: the last SPLIT_READs go out */
     sl_dpp_worker_stats(w, &st);
     printf("%s\n", why);
     sl_dpp_worker_print_stats(&st, secs, stdout);
+    if (msrc) {
+        sl_dpp_master_source_stats_t m;
+        sl_dpp_master_source_stats(msrc, &m);
+        printf("  master %s, job %s: leases %" PRIu64 ", splits reported %" PRIu64 " (%" PRIu64
+               " done), revoked %" PRIu64 ", reconnects %" PRIu64 "%s\n",
+               master, m.job_id, m.leases, m.split_reads, m.splits_done, m.revoked,
+               m.reconnects, m.stop ? ", retired by the master" : "");
+    }
     fflush(stdout);
     sl_dpp_worker_destroy(w);
     sl_dpp_job_destroy(job);

@@ -594,6 +594,14 @@ sl_err_t sl_dpp_batcher_end_epoch(sl_dpp_batcher_t *b, sl_error_t *err)
     return emit_batch(b, err);
 }
 
+void sl_dpp_batcher_reseed(sl_dpp_batcher_t *b, uint32_t epoch, uint64_t salt)
+{
+    b->started = true;
+    b->epoch = epoch;
+    uint64_t z = salt;
+    b->rng = b->o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)epoch + 1)) ^ splitmix(&z);
+}
+
 uint64_t sl_dpp_batcher_footprint(const sl_dpp_batcher_t *b)
 {
     uint64_t t = 0;

@@ -81,6 +81,13 @@ sl_err_t sl_dpp_batcher_add(sl_dpp_batcher_t *b, const sl_batch_t *rows, const u
  * batch (or drop it with drop_last). */
 sl_err_t sl_dpp_batcher_end_epoch(sl_dpp_batcher_t *b, sl_error_t *err);
 
+/* Restart the shuffle window's random sequence from (seed, epoch, salt),
+ * and make epoch the current one. Only between batches, with no row held:
+ * a worker under a master reseeds at each batch (salt: split and first
+ * row), so that a batch's row order does not depend on which leases the
+ * worker happened to read before. */
+void sl_dpp_batcher_reseed(sl_dpp_batcher_t *b, uint32_t epoch, uint64_t salt);
+
 /* Bytes the batcher holds now (for the worker's memory accounting). */
 uint64_t sl_dpp_batcher_footprint(const sl_dpp_batcher_t *b);
 

@@ -1,8 +1,10 @@
 /* The trainer-protocol server (server.h): an accept thread, and per client
  * a receiver thread (the connection's owner) and a sender thread. Shared
  * state (windows, unacknowledged batches, counters) is under one mutex;
- * the encoded batches wait in an unbounded sl_dpp_queue (the memory budget
- * bounds it), so a returned batch can go back to its front. */
+ * the encoded batches wait in unbounded sl_dpp_queues (the memory budget
+ * bounds them), so a returned batch can go back to its front: one for
+ * batches any client may take, and one per trainer rank with batches of
+ * static sharding (created when the first such batch comes). */
 #include "dpp/server.h"
 
 #include <errno.h>
@@ -43,6 +45,7 @@ typedef struct client {
     uint32_t n_unacked;
     unacked_t *unacked; /* [max_credits] */
     bool closed, ended, done;
+    uint32_t rank_plus_one; /* 1 + the rank of its HELLO, 0 when over max_ranks */
     struct client *next;
 } client_t;
 
@@ -53,7 +56,7 @@ struct sl_dpp_server {
     int lfd;
     uint16_t port;
     pthread_t accept_thread;
-    sl_dpp_queue_t *ready;
+    sl_dpp_queue_t **ready; /* [max_ranks + 1]: [0] any rank, [r + 1] rank r (NULL until used) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool finished, stopping, stopped;
@@ -91,6 +94,21 @@ static void item_free(const sl_allocator_t *a, sl_dpp_item_t *it)
     sl_free(a, si, sizeof *si);
 }
 
+/* A lease's batch is gone (under s->mu). */
+static void retire(struct sl_dpp_server *s, const sl_dpp_item_t *it, bool acked)
+{
+    if (it->lease && s->o.lease_retire) s->o.lease_retire(s->o.lease_ctx, it->lease, acked);
+}
+
+/* The queue of batches for rank_plus_one (under s->mu), created on first
+ * use when create. @return NULL when out of range or memory (or absent). */
+static sl_dpp_queue_t *rank_queue(struct sl_dpp_server *s, uint32_t rank_plus_one, bool create)
+{
+    if (rank_plus_one > s->o.max_ranks) return NULL;
+    if (!s->ready[rank_plus_one] && create) s->ready[rank_plus_one] = sl_dpp_queue_new(s->a, 0);
+    return s->ready[rank_plus_one];
+}
+
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
 {
     struct timespec ts;
@@ -122,12 +140,16 @@ static void send_error(client_t *c, sl_err_t code, const char *msg)
 static void requeue_unacked(struct sl_dpp_server *s, client_t *c)
 {
     for (uint32_t i = c->n_unacked; i-- > 0;) {
-        sl_dpp_msg_t m = {.type = 0, .ptr = c->unacked[i].item, .bytes = c->unacked[i].item->len};
-        if (sl_dpp_queue_push_front(s->ready, &m) != SL_OK) {
+        sl_dpp_item_t *it = c->unacked[i].item;
+        sl_dpp_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
+        sl_dpp_queue_t *q = rank_queue(s, it->rank_plus_one, false);
+        if (!q || sl_dpp_queue_push_front(q, &m) != SL_OK) {
             /* Out of memory for a queue slot: the batch is lost; never
              * pretend it was delivered. */
             s->outstanding--;
-            item_free(s->a, c->unacked[i].item);
+            if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
+            retire(s, it, false);
+            item_free(s->a, it);
             continue;
         }
         s->st.redeliveries++;
@@ -156,14 +178,30 @@ static void *sender_main(void *arg)
         }
         if (c->credits > 0 && c->n_unacked < s->o.max_credits) {
             sl_dpp_msg_t m;
+            /* this client's rank first, then batches for anyone */
+            sl_dpp_queue_t *q = c->rank_plus_one ? s->ready[c->rank_plus_one] : NULL;
             pthread_mutex_unlock(&s->mu);
-            sl_err_t rc = sl_dpp_queue_pop(s->ready, &m, 0);
+            sl_err_t rc = q ? sl_dpp_queue_pop(q, &m, 0) : SL_ERR_TIMEOUT;
+            if (rc != SL_OK) {
+                q = s->ready[0];
+                rc = sl_dpp_queue_pop(q, &m, 0);
+            }
             pthread_mutex_lock(&s->mu);
             if (rc == SL_OK) {
                 sl_dpp_item_t *it = m.ptr;
                 if (c->closed || s->stopping) {
-                    sl_dpp_queue_push_front(s->ready, &m);
+                    sl_dpp_queue_push_front(q, &m);
                     break;
+                }
+                if (it->lease && s->o.lease_live && !s->o.lease_live(s->o.lease_ctx, it->lease)) {
+                    /* revoked: another worker serves these rows now */
+                    s->outstanding--;
+                    s->st.dropped++;
+                    if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
+                    retire(s, it, false);
+                    item_free(s->a, it);
+                    pthread_cond_broadcast(&s->cv);
+                    continue;
                 }
                 uint64_t id = ++s->next_delivery;
                 ((sitem_t *)it)->senders++;
@@ -177,6 +215,14 @@ static void *sender_main(void *arg)
                 bi.epoch = it->origin.epoch;
                 bi.sequence = it->origin.sequence;
                 bi.num_samples = it->num_samples;
+                if (it->lease) {
+                    bi.job_id = s->job_id;
+                    bi.split = it->split;
+                    bi.generation = it->generation;
+                    bi.from_row = it->from_row;
+                    bi.to_row = it->to_row;
+                    bi.rank_plus_one = it->rank_plus_one;
+                }
                 size_t len = it->len;
                 uint64_t t0 = mono_ns();
                 rc = send_locked(c, SL_RPC_BATCH, &bi.base, it->frame, it->len, &err);
@@ -241,6 +287,7 @@ static bool handle_ack(struct sl_dpp_server *s, client_t *c, const Sluice__Dpp__
         s->st.bytes_acked += it->len;
         s->st.bytes_acked_expanded += it->expanded_bytes;
         if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
+        retire(s, it, true);
         item_free(s->a, it);
     }
     pthread_cond_broadcast(&s->cv);
@@ -285,6 +332,7 @@ static void *client_main(void *arg)
         snprintf(tmp, sizeof tmp, "%s", h->client_name);
         snprintf(c->name + strlen(c->name), sizeof c->name - strlen(c->name), " (%s)", tmp);
     }
+    c->rank_plus_one = h->rank < s->o.max_ranks ? h->rank + 1 : 0;
     sl_rpc_frame_free(&f);
     Sluice__Dpp__Welcome w = SLUICE__DPP__WELCOME__INIT;
     w.protocol_version = SL_RPC_VERSION;
@@ -444,20 +492,24 @@ sl_err_t sl_dpp_server_start(const sl_dpp_server_opts_t *opts, sl_dpp_server_t *
 {
     const sl_allocator_t *a = opts->allocator ? opts->allocator : sl_allocator_default();
     struct sl_dpp_server *s = sl_calloc(a, 1, sizeof *s);
-    if (!s) return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
+    if (!s) {
+        if (opts->has_listen_fd) close(opts->listen_fd);
+        return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
+    }
     s->a = a;
     s->o = *opts;
     s->o.allocator = a;
     if (!s->o.max_credits) s->o.max_credits = 16;
     if (!s->o.hello_timeout_ms) s->o.hello_timeout_ms = 10000;
     if (!s->o.limits.max_message_bytes) s->o.limits.max_message_bytes = 64u << 10;
+    if (!s->o.max_ranks) s->o.max_ranks = 64;
     /* clients never send payloads; any declared payload is refused */
     s->o.limits.max_payload_bytes = 0;
     snprintf(s->worker_id, sizeof s->worker_id, "%s", opts->worker_id ? opts->worker_id : "worker");
     snprintf(s->job_id, sizeof s->job_id, "%s", opts->job_id ? opts->job_id : "job");
     s->o.worker_id = s->worker_id;
     s->o.job_id = s->job_id;
-    s->lfd = -1;
+    s->lfd = opts->has_listen_fd ? opts->listen_fd : -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -465,11 +517,17 @@ sl_err_t sl_dpp_server_start(const sl_dpp_server_opts_t *opts, sl_dpp_server_t *
     pthread_cond_init(&s->cv, &attr);
     pthread_condattr_destroy(&attr);
     sl_err_t rc;
-    if (!(s->ready = sl_dpp_queue_new(a, 0))) {
+    s->ready = sl_calloc(a, (size_t)s->o.max_ranks + 1, sizeof *s->ready);
+    if (!s->ready || !(s->ready[0] = sl_dpp_queue_new(a, 0))) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
         goto fail;
     }
-    if ((rc = sl_rpc_listen(opts->listen, 64, &s->lfd, &s->port, err))) goto fail;
+    if (opts->has_listen_fd) {
+        s->lfd = opts->listen_fd;
+        s->port = opts->listen_port;
+    } else if ((rc = sl_rpc_listen(opts->listen, 64, &s->lfd, &s->port, err))) {
+        goto fail;
+    }
     if (pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
         rc = sl_error_set(err, SL_ERR_IO, "server: cannot start the accept thread");
         goto fail;
@@ -478,7 +536,10 @@ sl_err_t sl_dpp_server_start(const sl_dpp_server_opts_t *opts, sl_dpp_server_t *
     return SL_OK;
 fail:
     if (s->lfd >= 0) close(s->lfd);
-    sl_dpp_queue_destroy(s->ready);
+    if (s->ready) {
+        sl_dpp_queue_destroy(s->ready[0]);
+        sl_free(a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);
+    }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     sl_free(a, s, sizeof *s);
@@ -501,19 +562,30 @@ sl_err_t sl_dpp_server_push(sl_dpp_server_t *s, const sl_dpp_item_t *item, sl_er
     }
     *it = *item;
     pthread_mutex_lock(&s->mu);
+    sl_dpp_queue_t *q = rank_queue(s, it->rank_plus_one, true);
     s->outstanding++;
     pthread_mutex_unlock(&s->mu);
-    sl_dpp_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
-    sl_err_t rc = sl_dpp_queue_push(s->ready, &m, -1);
+    sl_err_t rc = SL_ERR_NOMEM;
+    if (q) {
+        sl_dpp_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
+        rc = sl_dpp_queue_push(q, &m, -1);
+    } else if (it->rank_plus_one > s->o.max_ranks) {
+        rc = SL_ERR_INVALID;
+    }
     pthread_mutex_lock(&s->mu);
-    if (rc != SL_OK) s->outstanding--;
+    if (rc != SL_OK) {
+        s->outstanding--;
+        if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
+        retire(s, it, false);
+        item_free(s->a, it);
+    }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    if (rc != SL_OK) {
-        if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
-        item_free(s->a, it);
+    if (rc == SL_ERR_INVALID)
+        return sl_error_set(err, rc, "server: a batch for trainer rank %u (at most %u ranks)",
+                            item->rank_plus_one - 1, s->o.max_ranks);
+    if (rc != SL_OK)
         return sl_error_set(err, rc, "server: cannot queue a batch: %s", sl_err_str(rc));
-    }
     return SL_OK;
 }
 
@@ -553,8 +625,10 @@ void sl_dpp_server_stats(sl_dpp_server_t *s, sl_dpp_server_stats_t *out)
 {
     pthread_mutex_lock(&s->mu);
     *out = s->st;
+    out->ready = 0;
+    for (uint32_t r = 0; r <= s->o.max_ranks; r++)
+        if (s->ready[r]) out->ready += sl_dpp_queue_len(s->ready[r]);
     pthread_mutex_unlock(&s->mu);
-    out->ready = sl_dpp_queue_len(s->ready);
 }
 
 void sl_dpp_server_stop(sl_dpp_server_t *s)
@@ -582,14 +656,21 @@ void sl_dpp_server_destroy(sl_dpp_server_t *s)
 {
     if (!s) return;
     sl_dpp_server_stop(s);
-    sl_dpp_queue_close(s->ready);
-    sl_dpp_msg_t m;
-    while (sl_dpp_queue_pop(s->ready, &m, 0) == SL_OK) {
-        sl_dpp_item_t *it = m.ptr;
-        if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
-        item_free(s->a, it);
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t r = 0; r <= s->o.max_ranks; r++) {
+        if (!s->ready[r]) continue;
+        sl_dpp_queue_close(s->ready[r]);
+        sl_dpp_msg_t m;
+        while (sl_dpp_queue_pop(s->ready[r], &m, 0) == SL_OK) {
+            sl_dpp_item_t *it = m.ptr;
+            if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
+            retire(s, it, false);
+            item_free(s->a, it);
+        }
+        sl_dpp_queue_destroy(s->ready[r]);
     }
-    sl_dpp_queue_destroy(s->ready);
+    pthread_mutex_unlock(&s->mu);
+    sl_free(s->a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     sl_free(s->a, s, sizeof *s);

@@ -15,7 +15,17 @@
  *
  * Once the producer has finished (sl_dpp_server_finish) and every batch is
  * acknowledged, every client gets END, and so does every client connecting
- * later, right after WELCOME. */
+ * later, right after WELCOME.
+ *
+ * Under a master (docs/WORKER.md, "Master mode") an item also names its
+ * lease: BatchInfo then carries the job, split, generation, row range and
+ * rank the trainer client commits. Items for one trainer rank (static
+ * sharding, rank_plus_one > 0) wait in that rank's own queue and go only to
+ * clients whose HELLO named that rank; items for any rank go to anyone. An
+ * item whose lease is no longer live (revoked by the master) is dropped
+ * when its turn comes instead of being sent, and every item with a lease is
+ * retired through the lease hooks exactly once: when acknowledged, dropped,
+ * or freed at destroy. */
 #ifndef SLUICE_DPP_SERVER_H
 #define SLUICE_DPP_SERVER_H
 
@@ -37,6 +47,17 @@ typedef struct sl_dpp_server_opts {
     sl_rpc_limits_t limits;  /* on frames from clients; zero fields: 64 KiB messages, no payload */
     sl_dpp_budget_t *budget; /* item bytes are released here on ACK; may be NULL */
     const sl_allocator_t *allocator; /* NULL: default */
+    uint32_t max_ranks;              /* trainer ranks with their own queue; 0: 64 */
+    bool has_listen_fd; /* serve on listen_fd (bound to listen_port; owned by the server, */
+    int listen_fd;      /*   closed also when start fails) instead of binding listen */
+    uint16_t listen_port;
+    /* Lease hooks (master mode; NULL: items have no lease). Called with the
+     * server's lock held: they must only take locks of their own and never
+     * call back into the server. live: may a batch of this lease still be
+     * sent? retire: the batch is gone (acked: a client acknowledged it). */
+    bool (*lease_live)(void *ctx, void *lease);
+    void (*lease_retire)(void *ctx, void *lease, bool acked);
+    void *lease_ctx;
 } sl_dpp_server_opts_t;
 
 /* One encoded batch (the server owns it once pushed). */
@@ -47,6 +68,13 @@ typedef struct sl_dpp_item {
     uint32_t num_samples;
     uint64_t expanded_bytes; /* len had every dedup group been expanded */
     uint64_t accounted;      /* pinned budget bytes, released when the batch is acknowledged */
+    /* Under a master (NULL / 0 otherwise): what BatchInfo carries for COMMIT. */
+    void *lease;            /* the split source's lease handle, for the lease hooks */
+    uint32_t split;         /* index in the job's split list */
+    uint64_t generation;    /* of the lease */
+    uint64_t from_row;      /* rows [from_row, to_row) of the split, filtered rows included */
+    uint64_t to_row;
+    uint32_t rank_plus_one; /* 1 + the only trainer rank it may go to; 0: any */
 } sl_dpp_item_t;
 
 typedef struct sl_dpp_server_stats {
@@ -63,6 +91,7 @@ typedef struct sl_dpp_server_stats {
     uint64_t send_ns;    /* time spent writing BATCH frames */
     uint32_t ready;      /* batches waiting now */
     uint64_t cpu_ns;     /* CPU time of the server threads that have exited */
+    uint64_t dropped;    /* batches of revoked leases dropped unsent */
 } sl_dpp_server_stats_t;
 
 typedef struct sl_dpp_server sl_dpp_server_t;
@@ -76,7 +105,8 @@ uint16_t sl_dpp_server_port(const sl_dpp_server_t *s);
 
 /* Queue *item at the back (the server takes ownership of item->frame and
  * copies the struct). Never blocks: the memory budget bounds the queue.
- * @return SL_ERR_CLOSED after stop (the frame is freed), SL_ERR_NOMEM. */
+ * @return SL_ERR_CLOSED after stop (the frame is freed), SL_ERR_NOMEM,
+ * SL_ERR_INVALID for a rank_plus_one over max_ranks (freed and retired). */
 sl_err_t sl_dpp_server_push(sl_dpp_server_t *s, const sl_dpp_item_t *item, sl_error_t *err);
 
 /* No more items will be pushed: END goes out once all are acknowledged. */

@@ -1,6 +1,7 @@
-/* The DPP worker (worker.h): the local split source, the reader thread
- * (read, filter, batch), the transform threads (dedup, transform, encode),
- * the memory budget they share, and the server they feed. */
+/* The DPP worker (worker.h): the reader thread (read, filter, batch), the
+ * transform threads (dedup, transform, encode), the memory budget they
+ * share, and the server they feed. The split sources and the reading of a
+ * lease are in worker_source.c. */
 #include "dpp/worker.h"
 
 #include <inttypes.h>
@@ -11,135 +12,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/batcher.h"
-#include "dpp/queue.h"
+#include "dpp/worker_internal.h"
 #include "sluice/wire.h"
 
 #define DEFAULT_MEMORY_LIMIT (256ull << 20)
 #define MAX_THREADS 256
 
-/* ---- local split source ---- */
-
-typedef struct local_source {
-    const sl_wh_splits_t *splits;
-    const sl_allocator_t *a;
-    uint32_t epochs, epoch, next;
-    bool shuffle;
-    uint64_t seed;
-    uint32_t *order; /* [splits->count] order of this epoch */
-} local_source_t;
-
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void local_order(local_source_t *s)
-{
-    uint32_t n = s->splits->count;
-    for (uint32_t i = 0; i < n; i++)
-        s->order[i] = i;
-    if (!s->shuffle) return;
-    uint64_t st = mix64(s->seed ^ mix64(0x5eed0000ull + s->epoch));
-    for (uint32_t i = n; i > 1; i--) {
-        st = mix64(st);
-        uint32_t j = (uint32_t)(st % i);
-        uint32_t t = s->order[i - 1];
-        s->order[i - 1] = s->order[j];
-        s->order[j] = t;
-    }
-}
-
-static sl_err_t local_next(void *ctx, sl_dpp_work_t *out, sl_error_t *err)
-{
-    (void)err;
-    local_source_t *s = ctx;
-    uint32_t n = s->splits->count;
-    if (n == 0) return SL_ERR_CLOSED;
-    if (s->next == n) {
-        s->epoch++;
-        s->next = 0;
-        if (s->epoch < s->epochs) local_order(s);
-    }
-    if (s->epoch >= s->epochs) return SL_ERR_CLOSED;
-    uint32_t i = s->order[s->next++];
-    *out = (sl_dpp_work_t){.split = &s->splits->items[i], .epoch = s->epoch, .split_id = i};
-    return SL_OK;
-}
-
-static void local_destroy(void *ctx)
-{
-    local_source_t *s = ctx;
-    if (!s) return;
-    sl_free(s->a, s->order, (size_t)(s->splits->count ? s->splits->count : 1) * sizeof *s->order);
-    sl_free(s->a, s, sizeof *s);
-}
-
-sl_err_t sl_dpp_local_source_new(const sl_wh_splits_t *splits, uint32_t epochs, bool shuffle,
-                                 uint64_t seed, const sl_allocator_t *a, sl_dpp_split_source_t *out,
-                                 sl_error_t *err)
-{
-    local_source_t *s = sl_calloc(a, 1, sizeof *s);
-    if (!s) return sl_error_set(err, SL_ERR_NOMEM, "split source: out of memory");
-    s->splits = splits;
-    s->a = a;
-    s->epochs = epochs;
-    s->shuffle = shuffle;
-    s->seed = seed;
-    s->order = sl_calloc(a, splits->count ? splits->count : 1, sizeof *s->order);
-    if (!s->order) {
-        sl_free(a, s, sizeof *s);
-        return sl_error_set(err, SL_ERR_NOMEM, "split source: out of memory");
-    }
-    local_order(s);
-    *out = (sl_dpp_split_source_t){
-        .next = local_next, .done = NULL, .destroy = local_destroy, .ctx = s};
-    return SL_OK;
-}
-
 /* ---- worker ---- */
 
-struct sl_dpp_worker {
-    const sl_dpp_job_t *job;
-    const sl_allocator_t *a;
-    sl_dpp_worker_opts_t o;
-    char worker_id[64];
-    sl_wh_table_t *table;
-    sl_wh_filter_t *filter;
-    sl_wh_splits_t *splits;
-    sl_dpp_plan_t *plan;
-    sl_dpp_split_source_t source;
-    sl_dedup_group_spec_t *groups;
-    uint32_t num_groups;
-    uint64_t job_hash;
-    bool dedup_form; /* read storage-dedup groups as IKJTs: they are the job's groups */
-    sl_dpp_budget_t *budget;
-    sl_dpp_queue_t *work; /* reader -> transform threads: sl_batch_t * */
-    sl_dpp_server_t *server;
-    pthread_t reader;
-    pthread_t *xform;
-    uint32_t threads, started_threads;
-    bool reader_started;
-    atomic_bool stopping;
-    atomic_uint running;  /* transform threads still running */
-    uint64_t reader_held; /* budget bytes the reader thread holds (reader thread only) */
-    uint64_t handoff_ns;  /* reader thread only: time waiting to hand batches over */
-    pthread_mutex_t mu;   /* guards st and failure */
-    sl_dpp_worker_stats_t st;
-    sl_err_t fail_code;
-    char fail_msg[SL_ERROR_MSG_MAX];
-    bool stopped;
-};
 
-static uint64_t now_ns(clockid_t clk)
-{
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 sl_dpp_worker_opts_t sl_dpp_worker_opts_default(void)
 {
@@ -163,7 +44,7 @@ static void fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg)
     sl_dpp_queue_close(w->work);
 }
 
-static uint64_t rows_bytes(const sl_wh_rows_t *rows)
+uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows)
 {
     const sl_batch_t *b = &rows->batch;
     uint64_t groups = 0;
@@ -179,22 +60,51 @@ static uint64_t rows_bytes(const sl_wh_rows_t *rows)
  * arena: room for what dedup and transforms add and for its encoded form,
  * so the transform thread rarely needs more) and hand it to the transform
  * threads. */
+static void retire(sl_dpp_worker_t *w, void *lease)
+{
+    if (lease && w->source.lease_retire) w->source.lease_retire(w->source.ctx, lease, false);
+}
+
+/* Free a work queue message that will not be processed. */
+static void drop_msg(sl_dpp_worker_t *w, const sl_dpp_msg_t *m)
+{
+    sl_dpp_budget_release(w->budget, m->bytes);
+    if (m->type == MSG_LEASED) {
+        leased_t *l = m->ptr;
+        sl_batch_destroy(l->batch);
+        retire(w, l->tag.lease);
+        sl_free(w->a, l, sizeof *l);
+    } else {
+        sl_batch_destroy(m->ptr);
+    }
+}
+
 static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
 {
     sl_dpp_worker_t *w = ctx;
-    uint64_t bytes = 3 * (uint64_t)sl_arena_footprint(batch->arena);
+    sl_dpp_msg_t m = {.type = MSG_BATCH, .ptr = batch};
+    if (w->tag.lease) { /* master mode: the batch carries its lease and row range */
+        leased_t *l = sl_alloc(w->a, sizeof *l);
+        if (!l) {
+            sl_batch_destroy(batch);
+            return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+        }
+        *l = (leased_t){.batch = batch, .tag = w->tag};
+        if (w->source.lease_made) w->source.lease_made(w->source.ctx, w->tag.lease);
+        m = (sl_dpp_msg_t){.type = MSG_LEASED, .ptr = l};
+    }
+    m.bytes = 3 * (uint64_t)sl_arena_footprint(batch->arena);
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    bool ok = sl_dpp_budget_acquire(w->budget, bytes, w->reader_held);
+    bool ok = sl_dpp_budget_acquire(w->budget, m.bytes, w->reader_held);
     if (!ok) {
-        sl_batch_destroy(batch);
+        m.bytes = 0;
+        drop_msg(w, &m);
         return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
     }
-    sl_dpp_msg_t m = {.type = 1, .ptr = batch, .bytes = bytes};
     sl_err_t rc = sl_dpp_queue_push(w->work, &m, -1);
     w->handoff_ns += now_ns(CLOCK_MONOTONIC) - t0; /* memory or a full queue: back-pressure */
     if (rc != SL_OK) {
-        sl_dpp_budget_release(w->budget, bytes);
-        sl_batch_destroy(batch);
+        drop_msg(w, &m);
         return sl_error_set(err, rc, "worker stopping");
     }
     return SL_OK;
@@ -209,14 +119,18 @@ static void *reader_main(void *arg)
     sl_err_t rc = SL_OK;
     sl_dpp_batcher_t *b = NULL;
     sl_wh_reader_t *r = NULL;
-    const char *r_path = NULL; /* file r has open (borrowed from the splits) */
+    char r_path[1024] = ""; /* file r has open (a lease's split is freed after done) */
+    rscratch_t sc = {0};    /* master mode */
     uint32_t *selected = NULL;
     float *weights = NULL;
     uint32_t scratch_rows = 0;
     const char *weight_label = sl_dpp_plan_weight_label(w->plan);
     sl_dpp_batcher_opts_t bo = {.batch_size = job->batch_size,
                                 .drop_last = job->drop_last,
-                                .shuffle_window = job->shuffle_window,
+                                /* under a master a batch is one row range: shuffle within it */
+                                .shuffle_window = w->master_mode && job->shuffle_window
+                                                      ? job->batch_size
+                                                      : job->shuffle_window,
                                 .seed = job->seed,
                                 .sample_ids = job->sample_ids,
                                 .weight_label = weight_label,
@@ -256,7 +170,20 @@ static void *reader_main(void *arg)
             sl_wh_reader_close(r);
             r = NULL;
             if ((rc = sl_wh_reader_open_split(w->table, wk.split, &ro, &r, &err))) goto out;
-            r_path = wk.split->path;
+            if (strlen(wk.split->path) < sizeof r_path)
+                snprintf(r_path, sizeof r_path, "%s", wk.split->path);
+            else
+                r_path[0] = '\0'; /* too long to remember: reopened next time */
+        }
+        if (wk.lease) {
+            rc = dpp_worker_read_lease(w, b, r, &wk, &sc, weight_label != NULL, &err);
+            w->tag.lease = NULL;
+            if (rc) goto out;
+            if (w->source.done) w->source.done(w->source.ctx, &wk, sc.empty, sc.num_empty);
+            pthread_mutex_lock(&w->mu);
+            w->st.splits++;
+            pthread_mutex_unlock(&w->mu);
+            continue;
         }
         uint64_t row = 0;
         for (;;) {
@@ -271,7 +198,7 @@ static void *reader_main(void *arg)
                 if (rc) goto out;
                 break;
             }
-            uint64_t sb = rows_bytes(rows);
+            uint64_t sb = dpp_worker_rows_bytes(rows);
             if (sb > est)
                 sl_dpp_budget_force(w->budget, sb - est);
             else
@@ -320,7 +247,7 @@ static void *reader_main(void *arg)
             row += n;
             t0 = now_ns(CLOCK_MONOTONIC);
         }
-        if (w->source.done) w->source.done(w->source.ctx, &wk);
+        if (w->source.done) w->source.done(w->source.ctx, &wk, NULL, 0);
         pthread_mutex_lock(&w->mu);
         w->st.splits++;
         pthread_mutex_unlock(&w->mu);
@@ -336,7 +263,9 @@ out:
         w->st.rows_dropped = bs.rows_dropped;
         pthread_mutex_unlock(&w->mu);
     }
+    w->tag.lease = NULL;
     sl_dpp_batcher_destroy(b);
+    dpp_worker_scratch_free(w, &sc);
     if (selected) sl_free(w->a, selected, (size_t)scratch_rows * sizeof *selected);
     if (weights) sl_free(w->a, weights, (size_t)scratch_rows * sizeof *weights);
     if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping)) fail(w, rc, err.msg);
@@ -347,9 +276,10 @@ out:
     return NULL;
 }
 
-/* Dedup, transform and encode one batch; hand it to the server. */
+/* Dedup, transform and encode one batch; hand it to the server (with its
+ * lease part when tag is not NULL). Takes the batch, also on failure. */
 static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64_t held,
-                        sl_dedup_stats_t *ds, sl_error_t *err)
+                        const sl_dpp_item_t *tag, sl_dedup_stats_t *ds, sl_error_t *err)
 {
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     sl_err_t rc = sl_dpp_batch_dedup(d, batch, w->groups, w->num_groups, ds, err);
@@ -358,8 +288,11 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
         sl_dpp_budget_release(w->budget, held);
-        return sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ",
-                               batch->origin.split_id, batch->origin.first_row);
+        sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ",
+                        batch->origin.split_id, batch->origin.first_row);
+        sl_batch_destroy(batch);
+        if (tag) retire(w, tag->lease);
+        return rc;
     }
     size_t need_enc = sl_wire_encoded_size(batch);
     uint64_t need = (uint64_t)sl_arena_footprint(batch->arena) + need_enc;
@@ -370,6 +303,8 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
         tw = now_ns(CLOCK_MONOTONIC) - a0;
         if (!ok) {
             sl_dpp_budget_release(w->budget, held);
+            sl_batch_destroy(batch);
+            if (tag) retire(w, tag->lease);
             return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
         }
         held = need;
@@ -380,6 +315,8 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
     uint64_t t3 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
         sl_dpp_budget_release(w->budget, held);
+        sl_batch_destroy(batch);
+        if (tag) retire(w, tag->lease);
         return sl_error_prefix(err, "encode: ");
     }
     sl_dpp_item_t it = {.frame = frame,
@@ -388,6 +325,14 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
                         .num_samples = batch->batch_size,
                         .expanded_bytes = sl_dpp_batch_expanded_bytes(batch, len),
                         .accounted = len};
+    if (tag) {
+        it.lease = tag->lease;
+        it.split = tag->split;
+        it.generation = tag->generation;
+        it.from_row = tag->from_row;
+        it.to_row = tag->to_row;
+        it.rank_plus_one = tag->rank_plus_one;
+    }
     sl_batch_destroy(batch);
     sl_dpp_budget_release(w->budget, held > len ? held - len : 0);
     sl_dpp_budget_pin(w->budget, len);
@@ -422,13 +367,19 @@ static void *xform_main(void *arg)
     }
     sl_dpp_msg_t m;
     while (sl_dpp_queue_pop(w->work, &m, -1) == SL_OK) {
-        sl_batch_t *batch = m.ptr;
         if (rc != SL_OK || atomic_load(&w->stopping)) {
-            sl_dpp_budget_release(w->budget, m.bytes);
-            sl_batch_destroy(batch);
+            drop_msg(w, &m);
             continue;
         }
-        rc = process(w, d, batch, m.bytes, ds, &err);
+        sl_batch_t *batch = m.ptr;
+        sl_dpp_item_t tag;
+        if (m.type == MSG_LEASED) {
+            leased_t *l = m.ptr;
+            batch = l->batch;
+            tag = l->tag;
+            sl_free(w->a, l, sizeof *l);
+        }
+        rc = process(w, d, batch, m.bytes, m.type == MSG_LEASED ? &tag : NULL, ds, &err);
         if (rc != SL_OK && !atomic_load(&w->stopping)) fail(w, rc, err.msg);
     }
     sl_dedup_destroy(d);
@@ -505,18 +456,28 @@ sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o.threads = n > 0 ? (uint32_t)n : 1;
     }
-    if (o.threads > MAX_THREADS)
-        return sl_error_set(err, SL_ERR_INVALID, "worker: %u threads (at most %u)", o.threads,
-                            MAX_THREADS);
-    if (job->num_dedup_groups > SL_DPP_WORKER_MAX_GROUPS)
-        return sl_error_set(err, SL_ERR_INVALID, "worker: %u dedup groups (at most %u)",
-                            job->num_dedup_groups, SL_DPP_WORKER_MAX_GROUPS);
-    sl_dpp_worker_t *w = sl_calloc(a, 1, sizeof *w);
-    if (!w) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+    sl_dpp_worker_t *w = NULL;
+    sl_err_t rc;
+    if (o.threads > MAX_THREADS) {
+        rc = sl_error_set(err, SL_ERR_INVALID, "worker: %u threads (at most %u)", o.threads,
+                          MAX_THREADS);
+    } else if (job->num_dedup_groups > SL_DPP_WORKER_MAX_GROUPS) {
+        rc = sl_error_set(err, SL_ERR_INVALID, "worker: %u dedup groups (at most %u)",
+                          job->num_dedup_groups, SL_DPP_WORKER_MAX_GROUPS);
+    } else if (!(w = sl_calloc(a, 1, sizeof *w))) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+    }
+    if (!w) { /* what the worker would own */
+        if (o.source.next && o.source.destroy) o.source.destroy(o.source.ctx);
+        if (o.has_listen_fd) close(o.listen_fd);
+        return rc;
+    }
     w->job = job;
     w->a = a;
     w->o = o;
     w->source = o.source;
+    w->master_mode = o.source.lease_live != NULL;
+    w->listen_fd_owned = o.has_listen_fd;
     pthread_mutex_init(&w->mu, NULL);
     snprintf(w->worker_id, sizeof w->worker_id, "%s", o.worker_id ? o.worker_id : "");
     if (!o.worker_id) snprintf(w->worker_id, sizeof w->worker_id, "worker-%d", (int)getpid());
@@ -524,7 +485,6 @@ sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t
     w->threads = o.threads;
     w->st.threads = o.threads;
     w->st.memory_limit = o.memory_limit;
-    sl_err_t rc;
     if ((rc = sl_wh_table_open(job->table, a, &w->table, err))) goto fail;
     if (job->partitions && (rc = sl_wh_filter_parse(job->partitions, a, &w->filter, err))) {
         if (problems) sl_dpp_problems_add(problems, "$.source.partitions: %s", err->msg);
@@ -566,10 +526,17 @@ sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t
     sl_dpp_server_opts_t so = {.listen = o.listen,
                                .max_credits = o.max_credits,
                                .worker_id = w->worker_id,
-                               .job_id = job->id,
+                               .job_id = o.job_id ? o.job_id : job->id,
                                .epochs = job->epochs,
                                .budget = w->budget,
-                               .allocator = a};
+                               .allocator = a,
+                               .has_listen_fd = o.has_listen_fd,
+                               .listen_fd = o.listen_fd,
+                               .listen_port = o.listen_port,
+                               .lease_live = w->source.lease_live,
+                               .lease_retire = w->source.lease_retire,
+                               .lease_ctx = w->source.ctx};
+    w->listen_fd_owned = false; /* the server owns it now, also when it fails */
     if ((rc = sl_dpp_server_start(&so, &w->server, err))) goto fail;
     atomic_store(&w->running, o.threads);
     for (uint32_t i = 0; i < o.threads; i++) {
@@ -623,6 +590,7 @@ void sl_dpp_worker_stop(sl_dpp_worker_t *w)
     if (!w || w->stopped) return;
     w->stopped = true;
     atomic_store(&w->stopping, true);
+    if (w->source.cancel) w->source.cancel(w->source.ctx); /* a reader waiting for work wakes */
     if (w->budget) sl_dpp_budget_close(w->budget);
     if (w->work) sl_dpp_queue_close(w->work);
     if (w->reader_started) pthread_join(w->reader, NULL);
@@ -632,10 +600,8 @@ void sl_dpp_worker_stop(sl_dpp_worker_t *w)
     w->started_threads = 0;
     if (w->work) {
         sl_dpp_msg_t m;
-        while (sl_dpp_queue_pop(w->work, &m, 0) == SL_OK) {
-            sl_dpp_budget_release(w->budget, m.bytes);
-            sl_batch_destroy(m.ptr);
-        }
+        while (sl_dpp_queue_pop(w->work, &m, 0) == SL_OK)
+            drop_msg(w, &m);
     }
     if (w->server) {
         bool done = sl_dpp_server_wait_done(w->server, 0);
@@ -700,12 +666,32 @@ void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, 
             st->memory_peak);
 }
 
+bool sl_dpp_worker_failed(sl_dpp_worker_t *w, sl_error_t *err)
+{
+    pthread_mutex_lock(&w->mu);
+    sl_err_t code = w->fail_code;
+    if (code) sl_error_set(err, code, "%s", w->fail_msg);
+    pthread_mutex_unlock(&w->mu);
+    return code != SL_OK;
+}
+
+const char *sl_dpp_worker_id(const sl_dpp_worker_t *w)
+{
+    return w->worker_id;
+}
+
+const char *sl_dpp_worker_job_id(const sl_dpp_worker_t *w)
+{
+    return w->o.job_id ? w->o.job_id : w->job->id ? w->job->id : "job";
+}
+
 void sl_dpp_worker_destroy(sl_dpp_worker_t *w)
 {
     if (!w) return;
     sl_dpp_worker_stop(w);
+    sl_dpp_server_destroy(w->server); /* retires what it holds into the source: first */
     if (w->source.destroy) w->source.destroy(w->source.ctx);
-    sl_dpp_server_destroy(w->server);
+    if (w->listen_fd_owned) close(w->o.listen_fd);
     sl_dpp_queue_destroy(w->work);
     sl_dpp_budget_destroy(w->budget);
     if (w->xform) sl_free(w->a, w->xform, (size_t)w->threads * sizeof *w->xform);

@@ -24,9 +24,20 @@
  * waits (back-pressure) instead of growing; the limit must hold a stripe
  * and a few batches, otherwise one item at a time goes through alone.
  *
- * Splits come from an sl_dpp_split_source_t so that a master can later
- * lease them; the local source enumerates a table's splits epoch after
- * epoch, in table order or shuffled with the job seed (shuffle_splits). */
+ * Splits come from an sl_dpp_split_source_t: the local source enumerates a
+ * table's splits epoch after epoch, in table order or shuffled with the
+ * job seed (shuffle_splits); the master source (master_source.h) leases
+ * them from a DPP master.
+ *
+ * Under a master (a work unit with a lease) the reader reads only the
+ * lease's todo rows, and each batch covers one contiguous row range
+ * [from_row, to_row) of one split, the rows its filters dropped included:
+ * a batch ends at its last row, or at the end of a todo range (a short
+ * batch; dropped with drop_last, its rows then reported as empty), so the
+ * batches and the empty ranges of a lease tile its todo exactly. A shuffle
+ * window shuffles rows within a batch only (window = batch size) there.
+ * Batches carry the lease (split, generation, range, rank) to the server;
+ * the source is told when each is made and retired (lease hooks). */
 #ifndef SLUICE_DPP_WORKER_H
 #define SLUICE_DPP_WORKER_H
 
@@ -40,21 +51,49 @@
 
 /* ---- split sources ---- */
 
+/* Rows [from_row, to_row) of a split, counted from its first row. */
+typedef struct sl_dpp_row_range {
+    uint64_t from_row, to_row;
+} sl_dpp_row_range_t;
+
 /* One unit of work: a split of an epoch. */
 typedef struct sl_dpp_work {
-    const sl_wh_split_t *split; /* borrowed until the source is destroyed */
+    const sl_wh_split_t *split; /* borrowed until done is called (or the source destroyed) */
     uint32_t epoch;
     uint64_t split_id; /* stable id of the split within the job */
+    /* Under a master (NULL / 0 otherwise): */
+    void *lease;                    /* the source's handle, given back to the lease hooks */
+    const sl_dpp_row_range_t *todo; /* [num_todo] ascending, disjoint: read only these */
+    uint32_t num_todo;
+    uint64_t generation;
+    uint32_t rank_plus_one; /* static sharding: 1 + the trainer rank to serve; 0: any */
 } sl_dpp_work_t;
 
 typedef struct sl_dpp_split_source {
-    /* The next split to read (called from the reader thread only).
-     * @return SL_OK, SL_ERR_CLOSED when there are no more, or an error. */
+    /* The next split to read (called from the reader thread only; may
+     * block until there is work). @return SL_OK, SL_ERR_CLOSED when there
+     * are no more, or an error. */
     sl_err_t (*next)(void *ctx, sl_dpp_work_t *out, sl_error_t *err);
-    /* Every row of w has been read and handed to the batcher (may be NULL). */
-    void (*done)(void *ctx, const sl_dpp_work_t *w);
+    /* Every row of w has been read and handed to the batcher (may be NULL).
+     * empty[0..num_empty): the rows of w's todo that went into no batch
+     * (all filtered out, or a short batch dropped by drop_last); w->lease
+     * NULL: none. Also called, with nothing read, for a lease that stopped
+     * being live mid-way. */
+    void (*done)(void *ctx, const sl_dpp_work_t *w, const sl_dpp_row_range_t *empty,
+                 uint32_t num_empty);
     /* Frees ctx (may be NULL). */
     void (*destroy)(void *ctx);
+    /* Wake and stop: next returns SL_ERR_CLOSED from now on and the
+     * source's threads end (may be NULL). Called by sl_dpp_worker_stop. */
+    void (*cancel)(void *ctx);
+    /* Lease hooks (may be NULL). made: a batch of the lease was produced.
+     * live: may its batches still be read and sent (false: revoked)?
+     * retire: a batch of the lease is gone (acknowledged when acked, else
+     * dropped). live and retire run with the server's lock held: they take
+     * only the source's own lock. */
+    void (*lease_made)(void *ctx, void *lease);
+    bool (*lease_live)(void *ctx, void *lease);
+    void (*lease_retire)(void *ctx, void *lease, bool acked);
     void *ctx;
 } sl_dpp_split_source_t;
 
@@ -78,6 +117,14 @@ typedef struct sl_dpp_worker_opts {
      * and seed). Otherwise the worker takes ownership (destroy is called). */
     sl_dpp_split_source_t source;
     const sl_allocator_t *allocator; /* NULL: default */
+    /* has_listen_fd: serve on listen_fd, a listening socket bound to
+     * listen_port (the worker owns it, also when start fails), instead of
+     * binding listen: a master mode worker tells its serve address before
+     * it knows its job. */
+    bool has_listen_fd;
+    int listen_fd;
+    uint16_t listen_port;
+    const char *job_id; /* in WELCOME and BatchInfo; NULL: the job's id (a master's id may differ) */
 } sl_dpp_worker_opts_t;
 
 sl_dpp_worker_opts_t sl_dpp_worker_opts_default(void);
@@ -135,6 +182,13 @@ void sl_dpp_worker_stats(sl_dpp_worker_t *w, sl_dpp_worker_stats_t *out);
 
 /* Print the statistics as a human summary. */
 void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, FILE *out);
+
+/* Has the pipeline failed? Then err (may be NULL) gets its error. Never blocks. */
+bool sl_dpp_worker_failed(sl_dpp_worker_t *w, sl_error_t *err);
+
+/* The worker's id and the job id it serves (borrowed, valid until destroy). */
+const char *sl_dpp_worker_id(const sl_dpp_worker_t *w);
+const char *sl_dpp_worker_job_id(const sl_dpp_worker_t *w);
 
 /* Stops (if needed) and frees; w may be NULL. */
 void sl_dpp_worker_destroy(sl_dpp_worker_t *w);

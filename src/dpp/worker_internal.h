@@ -1,0 +1,85 @@
+/* Private to the worker (worker.c: threads, budget, server; worker_source.c:
+ * the local split source and reading a lease in master mode). */
+#ifndef SLUICE_DPP_WORKER_INTERNAL_H
+#define SLUICE_DPP_WORKER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "dpp/batcher.h"
+#include "dpp/queue.h"
+#include "dpp/worker.h"
+
+/* Work queue message types: a plain batch, or (master mode) a leased one. */
+enum { MSG_BATCH = 1, MSG_LEASED = 2 };
+
+/* A batch of a lease on its way to the server, with what BatchInfo says. */
+typedef struct leased {
+    sl_batch_t *batch;
+    sl_dpp_item_t tag; /* lease, split, generation, from_row, to_row, rank_plus_one */
+} leased_t;
+
+struct sl_dpp_worker {
+    const sl_dpp_job_t *job;
+    const sl_allocator_t *a;
+    sl_dpp_worker_opts_t o;
+    char worker_id[64];
+    sl_wh_table_t *table;
+    sl_wh_filter_t *filter;
+    sl_wh_splits_t *splits;
+    sl_dpp_plan_t *plan;
+    sl_dpp_split_source_t source;
+    sl_dedup_group_spec_t *groups;
+    uint32_t num_groups;
+    uint64_t job_hash;
+    bool dedup_form; /* read storage-dedup groups as IKJTs: they are the job's groups */
+    sl_dpp_budget_t *budget;
+    sl_dpp_queue_t *work; /* reader -> transform threads: sl_batch_t * */
+    sl_dpp_server_t *server;
+    pthread_t reader;
+    pthread_t *xform;
+    uint32_t threads, started_threads;
+    bool reader_started;
+    atomic_bool stopping;
+    atomic_uint running;  /* transform threads still running */
+    uint64_t reader_held; /* budget bytes the reader thread holds (reader thread only) */
+    uint64_t handoff_ns;  /* reader thread only: time waiting to hand batches over */
+    bool master_mode;     /* the source leases splits (it has lease hooks) */
+    sl_dpp_item_t tag;    /* reader thread only: the lease part of the next batch emitted */
+    bool listen_fd_owned; /* opts.listen_fd not yet handed to the server */
+    pthread_mutex_t mu;   /* guards st and failure */
+    sl_dpp_worker_stats_t st;
+    sl_err_t fail_code;
+    char fail_msg[SL_ERROR_MSG_MAX];
+    bool stopped;
+};
+
+static inline uint64_t now_ns(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The reader's scratch, reused from stripe to stripe. */
+typedef struct rscratch {
+    uint32_t *selected;
+    float *weights;
+    uint32_t cap;                /* rows of selected and weights */
+    uint64_t est;                /* expected bytes of the next stripe: the last one's */
+    sl_dpp_row_range_t *empty;   /* rows of the lease that went into no batch */
+    uint32_t num_empty, empty_cap;
+} rscratch_t;
+
+/* Bytes of a stripe's decoded rows (for the memory budget). */
+uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows);
+
+/* Read the todo rows of the leased split wk from r (open on its file) into
+ * the batcher b: see worker_source.c. */
+sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_reader_t *r,
+                               const sl_dpp_work_t *wk, rscratch_t *sc, bool weigh,
+                               sl_error_t *err);
+void dpp_worker_scratch_free(sl_dpp_worker_t *w, rscratch_t *sc);
+
+#endif
