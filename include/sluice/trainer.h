@@ -1,7 +1,15 @@
 /* The sluice trainer client: what a training process links
  * (libsluice_trainer.so) to receive batches from DPP workers.
  *
- * A client connects to a worker (to a master, in a later version), keeps a
+ * Two modes. Direct (opts.address): one worker, described below. Master
+ * (opts.master + opts.job_id): the client ATTACHes to the DPP master, which
+ * names the job's workers; it connects to all of them (and asks again about
+ * once a second to pick up new ones), and hands a batch to the trainer only
+ * after the master has durably COMMITTED the batch's row range for this
+ * client, so every sample of an epoch reaches exactly one trainer once
+ * (docs/PROTOCOL.md "Control frames", docs/DESIGN.md "Exactly once").
+ *
+ * In direct mode a client connects to one worker, keeps a
  * prefetch window of up to `prefetch` decoded batches filled by a background
  * thread, and hands them out one at a time with sl_trainer_next. A batch is
  * acknowledged to the worker when sl_trainer_next hands it to the caller:
@@ -37,7 +45,7 @@ extern "C" {
 #endif
 
 typedef struct sl_trainer_opts {
-    const char *address;        /* worker "host:port"; required */
+    const char *address;        /* worker "host:port"; required unless master is set */
     const char *client_name;    /* shown in the worker's logs; NULL: "trainer-<pid>" */
     uint32_t prefetch;          /* decoded batches kept ready (the credit window,
                                    docs/PROTOCOL.md); 0: 4; a worker's WELCOME
@@ -46,9 +54,16 @@ typedef struct sl_trainer_opts {
     int reconnect_ms;           /* keep retrying a lost worker this long; 0: 30000, <0: never.
                                    Batches the lost connection had queued are
                                    dropped (the worker re-sends them) */
-    uint32_t rank, world_size;  /* trainer rank (for static sharding later); 0, 1 default */
+    uint32_t rank, world_size;  /* trainer rank (static sharding: only batches of leases
+                                   for this rank are taken); 0, 1 default */
     sl_wire_limits_t limits;    /* zero fields: defaults */
     const sl_allocator_t *allocator; /* NULL: default */
+    /* Master mode (address is then ignored): */
+    const char *master;         /* DPP master "host:port"; NULL: direct mode */
+    const char *job_id;         /* the job to read; required with master */
+    const char *client_id;      /* unique per client process, stable across its
+                                   reconnects; NULL: "<client_name>-<random>" */
+    int refresh_ms;             /* re-ATTACH and report CLIENT_STATS this often; 0: 1000 */
 } sl_trainer_opts_t;
 
 /* @return the defaults above (address NULL). */
@@ -56,7 +71,10 @@ sl_trainer_opts_t sl_trainer_opts_default(void);
 
 typedef struct sl_trainer sl_trainer_t;
 
-/* Connect and start the prefetch thread. Caller owns *out, free with
+/* Connect and start the prefetch thread. In master mode: ATTACH to the
+ * master (an unknown job is its ERROR, returned here), then connect to each
+ * of the job's workers in the background, each with its own window of
+ * `prefetch` batches. Caller owns *out, free with
  * sl_trainer_close. @return SL_ERR_IO / SL_ERR_TIMEOUT when the worker cannot
  * be reached, SL_ERR_VERSION / SL_ERR_PROTOCOL when it does not speak our
  * protocol. */
@@ -77,11 +95,33 @@ typedef struct sl_trainer_stats {
     uint64_t samples;
     uint64_t bytes;         /* frame bytes received (payloads and headers) */
     uint64_t wait_ns;       /* time sl_trainer_next spent waiting for data */
-    uint64_t reconnects;
+    uint64_t reconnects;    /* to workers and (master mode) to the master */
     uint32_t queued;        /* decoded batches ready now */
+    /* master mode (0 in direct mode): */
+    uint32_t workers;       /* worker connections open now */
+    uint64_t committed;     /* batches the master committed for this client */
+    uint64_t dropped;       /* batches not delivered: the master refused the commit
+                               (another copy won, stale epoch) or they were not
+                               for this client's rank */
 } sl_trainer_stats_t;
 
 void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out);
+
+/* Master mode: a resume token for a checkpoint at this batch boundary (the
+ * batches handed out so far are delivered, nothing else is): the master's
+ * committed ranges of the current epoch minus those this client committed
+ * but has not handed out yet. Opaque bytes for `sluice submit
+ * --resume-token`; a job started with them delivers exactly the samples not
+ * delivered before (one token per rank for several ranks, docs/PROTOCOL.md).
+ * Call it from the thread that calls sl_trainer_next. On SL_OK the caller
+ * owns *token (*len bytes): free with sl_trainer_token_free. @return
+ * SL_ERR_UNSUPPORTED in direct mode, SL_ERR_TIMEOUT when the master did not
+ * answer within timeout_ms (< 0: wait), the master's ERROR otherwise. */
+sl_err_t sl_trainer_resume_token(sl_trainer_t *t, int timeout_ms, uint8_t **token, size_t *len,
+                                 sl_error_t *err);
+
+/* Free a token from sl_trainer_resume_token; token may be NULL. */
+void sl_trainer_token_free(sl_trainer_t *t, uint8_t *token, size_t len);
 
 /* Say goodbye, stop the thread, free everything (batches not yet handed
  * out are left unacknowledged for the worker to send elsewhere); t may be

@@ -122,6 +122,10 @@ class sl_trainer_opts_t(ctypes.Structure):
         ("world_size", ctypes.c_uint32),
         ("limits", sl_wire_limits_t),
         ("allocator", ctypes.c_void_p),  # const sl_allocator_t *; NULL: default
+        ("master", ctypes.c_char_p),
+        ("job_id", ctypes.c_char_p),
+        ("client_id", ctypes.c_char_p),
+        ("refresh_ms", ctypes.c_int),
     ]
 
 
@@ -133,6 +137,9 @@ class sl_trainer_stats_t(ctypes.Structure):
         ("wait_ns", ctypes.c_uint64),
         ("reconnects", ctypes.c_uint64),
         ("queued", ctypes.c_uint32),
+        ("workers", ctypes.c_uint32),
+        ("committed", ctypes.c_uint64),
+        ("dropped", ctypes.c_uint64),
     ]
 
 
@@ -175,6 +182,16 @@ def _declare(lib):
     lib.sl_trainer_stats.restype = None
     lib.sl_trainer_close.argtypes = [ctypes.c_void_p]
     lib.sl_trainer_close.restype = None
+    lib.sl_trainer_resume_token.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int,
+        p(p(ctypes.c_uint8)),
+        p(ctypes.c_size_t),
+        p(sl_error_t),
+    ]
+    lib.sl_trainer_resume_token.restype = ctypes.c_int
+    lib.sl_trainer_token_free.argtypes = [ctypes.c_void_p, p(ctypes.c_uint8), ctypes.c_size_t]
+    lib.sl_trainer_token_free.restype = None
     lib.sl_batch_destroy.argtypes = [p(sl_batch_t)]
     lib.sl_batch_destroy.restype = None
     return lib

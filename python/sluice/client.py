@@ -330,14 +330,17 @@ class Batch:
 
 
 class Client:
-    """A connection to one DPP worker ("host:port"). Iterating yields Batch
-    objects until the job has no more data. prefetch: decoded batches the
-    C library keeps ready; timeout_ms: how long one next() waits for a batch
-    (< 0: forever) before SluiceTimeout."""
+    """A connection to one DPP worker ("host:port"), or, with master= and
+    job=, to every worker of a job through the DPP master (each batch is
+    committed at the master before it is handed out: exactly once per
+    epoch). Iterating yields Batch objects until the job has no more data.
+    prefetch: decoded batches the C library keeps ready (per worker in
+    master mode); timeout_ms: how long one next() waits for a batch (< 0:
+    forever) before SluiceTimeout."""
 
     def __init__(
         self,
-        address,
+        address=None,
         prefetch=4,
         timeout_ms=60000,
         client_name=None,
@@ -345,16 +348,34 @@ class Client:
         reconnect_ms=0,
         rank=0,
         world_size=1,
+        master=None,
+        job=None,
+        client_id=None,
+        refresh_ms=0,
     ):
         lib = _native.load()
         self._lib = lib
         self._handle = None
-        self.address = address
+        if (address is None) == (master is None):
+            raise ValueError("sluice.Client: give a worker address or master=, not both or neither")
+        if master is not None and not job:
+            raise ValueError("sluice.Client: master= needs job=")
+        self.address = address if address is not None else master
+        self.master = master
+        self.job = job
         self.timeout_ms = timeout_ms
         opts = lib.sl_trainer_opts_default()
-        self._address_b = address.encode()
+        self._address_b = address.encode() if address is not None else None
+        self._master_b = master.encode() if master is not None else None
+        self._job_b = job.encode() if job else None
+        self._cid_b = client_id.encode() if client_id else None
         self._name_b = client_name.encode() if client_name else None
         opts.address = self._address_b
+        opts.master = self._master_b
+        opts.job_id = self._job_b
+        opts.client_id = self._cid_b
+        if refresh_ms:
+            opts.refresh_ms = refresh_ms
         opts.client_name = self._name_b
         opts.prefetch = prefetch
         opts.connect_timeout_ms = connect_timeout_ms
@@ -406,9 +427,33 @@ class Client:
             raise StopIteration
         return b
 
+    def resume_token(self, timeout_ms=30000):
+        """Master mode: an opaque resume token (bytes) for a checkpoint at
+        this batch boundary: the batches handed out so far count as
+        delivered, nothing else. Give it to `sluice submit --resume-token`
+        to deliver exactly the rest. Call it from the thread that iterates.
+        Raises SluiceError (SL_ERR_UNSUPPORTED for a direct worker client)."""
+        h = self._handle
+        if h is None or h.ptr is None:
+            raise SluiceError(-11, "client for %s is closed" % self.address)
+        err = _native.sl_error_t()
+        tok = ctypes.POINTER(ctypes.c_uint8)()
+        n = ctypes.c_size_t(0)
+        with h.lock:
+            rc = self._lib.sl_trainer_resume_token(
+                h.ptr, timeout_ms, ctypes.byref(tok), ctypes.byref(n), ctypes.byref(err)
+            )
+            if rc != _native.SL_OK:
+                _raise(rc, err, "resume token from %s" % self.address)
+            try:
+                return ctypes.string_at(tok, n.value)
+            finally:
+                self._lib.sl_trainer_token_free(h.ptr, tok, n)
+
     def stats(self):
         """The C client's counters as a dict (batches, samples, bytes,
-        wait_ns, reconnects, queued)."""
+        wait_ns, reconnects, queued; in master mode also workers, committed,
+        dropped)."""
         h = self._handle
         s = _native.sl_trainer_stats_t()
         if h is not None and h.ptr is not None:

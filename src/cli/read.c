@@ -1,9 +1,11 @@
 /* `sluice read`: a trainer without the training. Pulls batches from a DPP
- * worker through the trainer client library (include/sluice/trainer.h)
+ * worker, or from a job's workers through the DPP master (--master --job:
+ * each batch committed there first, exactly once), through the trainer client library (include/sluice/trainer.h)
  * until the job ends or --limit, then prints what it received and how long
  * it waited; --json prints every batch as one JSON line, for inspection and
  * for tests. Exit codes: 0 the job ended (or the limit was reached), 1 the
  * client failed (the message says why), 2 usage error. */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -18,11 +20,20 @@
 
 static void read_usage(FILE *out)
 {
-    fprintf(out, "usage: sluice read --worker HOST:PORT [options]\n\n"
-                 "Receive batches from a DPP worker as a trainer would, until the job ends,\n"
-                 "then print batches, samples, bytes, throughput and the time spent waiting.\n\n"
+    fprintf(out, "usage: sluice read --worker HOST:PORT [options]\n"
+                 "       sluice read --master HOST:PORT --job ID [options]\n\n"
+                 "Receive batches from a DPP worker (or from every worker of a job, through\n"
+                 "the DPP master) as a trainer would, until the job ends, then print batches,\n"
+                 "samples, bytes, throughput and the time spent waiting.\n\n"
                  "options:\n"
-                 "  --worker HOST:PORT  the worker's trainer address (required)\n"
+                 "  --worker HOST:PORT  the worker's trainer address\n"
+                 "  --master HOST:PORT  the DPP master's control address (instead of --worker)\n"
+                 "  --job ID            the job to read (with --master)\n"
+                 "  --rank N            this trainer's rank (default 0)\n"
+                 "  --world-size N      number of trainer ranks (default 1)\n"
+                 "  --token-out FILE    at the end (job end or --limit), write a resume token\n"
+                 "                      for this batch boundary to FILE (with --master)\n"
+                 "  --ids               print each batch's sample ids as one line on stdout\n"
                  "  --prefetch N        batches kept ready by the client (default 4)\n"
                  "  --limit N           stop after N batches (default: until the job ends)\n"
                  "  --timeout MS        give up when no batch arrives for MS ms (default: wait)\n"
@@ -151,11 +162,59 @@ static int print_json(const sl_batch_t *b, uint64_t index)
     return 0;
 }
 
+static void print_ids(const sl_batch_t *b)
+{
+    if (!b->sample_ids) {
+        puts("-");
+        return;
+    }
+    for (uint32_t r = 0; r < b->batch_size; r++)
+        printf(r ? " %" PRId64 : "%" PRId64, b->sample_ids[r]);
+    putchar('\n');
+}
+
+/* The resume token for this batch boundary, written whole or not at all
+ * (a temporary file renamed into place). @return 0 or 1 (message printed). */
+static int write_token(sl_trainer_t *t, const char *path)
+{
+    uint8_t *tok = NULL;
+    size_t len = 0;
+    sl_error_t err = {0};
+    if (sl_trainer_resume_token(t, 30000, &tok, &len, &err) != SL_OK) {
+        fprintf(stderr, "sluice read: resume token: %s\n", err.msg);
+        return 1;
+    }
+    char tmp[4096];
+    int rc = 0;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        fprintf(stderr, "sluice read: --token-out path too long\n");
+        rc = 1;
+    } else {
+        FILE *f = fopen(tmp, "wb");
+        bool ok = f && fwrite(tok, 1, len, f) == len;
+        if (f && fclose(f) != 0) ok = false;
+        if (!ok || rename(tmp, path) != 0) {
+            fprintf(stderr, "sluice read: writing the resume token to %s failed: %s\n", path,
+                    strerror(errno));
+            remove(tmp);
+            rc = 1;
+        }
+    }
+    sl_trainer_token_free(t, tok, len);
+    return rc;
+}
+
 /* ---- the command ---- */
 
 int sl_cli_read(int argc, char **argv)
 {
     static const struct option longopts[] = {{"worker", required_argument, NULL, 'w'},
+                                             {"master", required_argument, NULL, 'm'},
+                                             {"job", required_argument, NULL, 'J'},
+                                             {"rank", required_argument, NULL, 'R'},
+                                             {"world-size", required_argument, NULL, 'W'},
+                                             {"token-out", required_argument, NULL, 'T'},
+                                             {"ids", no_argument, NULL, 'i'},
                                              {"prefetch", required_argument, NULL, 'p'},
                                              {"limit", required_argument, NULL, 'l'},
                                              {"timeout", required_argument, NULL, 't'},
@@ -167,7 +226,8 @@ int sl_cli_read(int argc, char **argv)
     sl_trainer_opts_t o = sl_trainer_opts_default();
     uint64_t limit = 0, v;
     int timeout_ms = -1;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, ids = false;
+    const char *token_out = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -194,6 +254,28 @@ int sl_cli_read(int argc, char **argv)
                 return usage_error("--reconnect-ms wants milliseconds, not '%s'", optarg);
             o.reconnect_ms = v == 0 ? -1 : (int)v;
             break;
+        case 'm':
+            o.master = optarg;
+            break;
+        case 'J':
+            o.job_id = optarg;
+            break;
+        case 'R':
+            if (parse_u64(optarg, UINT32_MAX - 1, &v) != 0)
+                return usage_error("--rank wants a number, not '%s'", optarg);
+            o.rank = (uint32_t)v;
+            break;
+        case 'W':
+            if (parse_u64(optarg, UINT32_MAX, &v) != 0 || v == 0)
+                return usage_error("--world-size wants a positive number, not '%s'", optarg);
+            o.world_size = (uint32_t)v;
+            break;
+        case 'T':
+            token_out = optarg;
+            break;
+        case 'i':
+            ids = true;
+            break;
         case 'j':
             json = true;
             break;
@@ -208,7 +290,14 @@ int sl_cli_read(int argc, char **argv)
         }
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
-    if (!o.address) return usage_error("%s", "--worker HOST:PORT is required");
+    if (o.address && o.master) return usage_error("%s", "give --worker or --master, not both");
+    if (!o.address && !o.master)
+        return usage_error("%s", "--worker HOST:PORT or --master HOST:PORT is required");
+    if (o.master && !o.job_id) return usage_error("%s", "--master needs --job ID");
+    if (!o.master && (o.job_id || token_out))
+        return usage_error("%s", "--job and --token-out need --master");
+    if (o.rank >= o.world_size)
+        return usage_error("%s", "--rank must be below --world-size");
 
     sl_trainer_t *t = NULL;
     sl_error_t err = {0};
@@ -229,10 +318,12 @@ int sl_cli_read(int argc, char **argv)
             break;
         }
         if (json && print_json(b, n) != 0) rc = 1;
+        if (ids) print_ids(b);
         sl_trainer_release(t, b);
         n++;
         if (rc != 0) break;
     }
+    if (token_out && rc == 0 && write_token(t, token_out) != 0) rc = 1;
     double secs = now_s() - start;
     sl_trainer_stats_t s;
     sl_trainer_stats(t, &s);
@@ -247,6 +338,9 @@ int sl_cli_read(int argc, char **argv)
                 s.batches, s.samples, s.bytes, s.reconnects, (double)s.samples / secs,
                 (double)s.bytes / 1e6 / secs, secs, (double)s.wait_ns / 1e6,
                 s.batches ? (double)s.wait_ns / 1e6 / (double)s.batches : 0.0);
+        if (o.master)
+            fprintf(out, "committed %" PRIu64 "  dropped (not committed) %" PRIu64 "\n",
+                    s.committed, s.dropped);
     }
     fflush(stdout);
     return rc;

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "trainer/trainer_internal.h"
+#include "trainer/fleet_internal.h"
 
 sl_trainer_opts_t sl_trainer_opts_default(void)
 {
@@ -23,6 +23,10 @@ sl_trainer_opts_t sl_trainer_opts_default(void)
         .world_size = 1,
         .limits = sl_wire_limits_default(),
         .allocator = NULL,
+        .master = NULL,
+        .job_id = NULL,
+        .client_id = NULL,
+        .refresh_ms = 1000,
     };
 }
 
@@ -43,6 +47,7 @@ static void free_str(const sl_allocator_t *a, char *s)
 static void destroy(sl_trainer_t *t)
 {
     const sl_allocator_t *a = t->a;
+    tr_fleet_close(t); /* master mode: stops its threads, frees its state */
     pthread_mutex_lock(&t->mu);
     tr_drop_queue_locked(t);
     pthread_mutex_unlock(&t->mu);
@@ -67,8 +72,9 @@ static void fill_limits(sl_wire_limits_t *l)
 sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, sl_error_t *err)
 {
     if (out) *out = NULL;
-    if (!opts || !out || !opts->address || !opts->address[0])
-        return sl_error_set(err, SL_ERR_INVALID, "trainer: no worker address given");
+    bool master = opts && opts->master && opts->master[0];
+    if (!opts || !out || (!master && (!opts->address || !opts->address[0])))
+        return sl_error_set(err, SL_ERR_INVALID, "trainer: no worker or master address given");
     uint32_t world = opts->world_size ? opts->world_size : 1;
     if (opts->rank >= world)
         return sl_error_set(err, SL_ERR_INVALID, "trainer: rank %u is not below world size %u",
@@ -100,7 +106,7 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
         snprintf(name, sizeof name, "%s", opts->client_name);
     else
         snprintf(name, sizeof name, "trainer-%ld", (long)getpid());
-    t->address = dup_str(a, opts->address);
+    t->address = dup_str(a, master ? opts->master : opts->address);
     t->client_name = dup_str(a, name);
     /* At most one window per connection is handed out unacked while that
      * connection dies (tr_pending_ack_locked); twice that plus slack. */
@@ -111,6 +117,15 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
         return sl_error_set(err, SL_ERR_NOMEM, "trainer: out of memory");
     }
 
+    if (master) {
+        sl_err_t rc = tr_fleet_connect(t, opts, err);
+        if (rc != SL_OK) {
+            destroy(t);
+            return rc;
+        }
+        *out = t;
+        return SL_OK;
+    }
     sl_err_t rc = tr_open_connection(t, t->connect_timeout_ms, err);
     if (rc != SL_OK) {
         destroy(t);
@@ -167,6 +182,7 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
 {
     if (out) *out = NULL;
     if (!t || !out) return sl_error_set(err, SL_ERR_INVALID, "trainer next: no client or output");
+    if (t->fleet) return tr_fleet_next(t, timeout_ms, out, err);
     uint64_t start = tr_now_ns();
     uint64_t until = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
     struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
@@ -238,11 +254,20 @@ void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out)
     out->wait_ns = atomic_load(&m->wait_ns);
     out->reconnects = atomic_load(&m->reconnects);
     out->queued = atomic_load(&m->queued);
+    if (m->fleet) {
+        out->workers = atomic_load(&m->fleet->workers);
+        out->committed = atomic_load(&m->fleet->committed);
+        out->dropped = atomic_load(&m->fleet->dropped);
+    }
 }
 
 void sl_trainer_close(sl_trainer_t *t)
 {
     if (!t) return;
+    if (t->fleet) {
+        destroy(t); /* tr_fleet_close says goodbye and joins its threads */
+        return;
+    }
     pthread_mutex_lock(&t->mu);
     t->closing = true;
     pthread_cond_broadcast(&t->cv);

@@ -176,6 +176,38 @@ typedef enum rx_next {
     RX_VIOLATION /* the worker broke the protocol: e says how */
 } rx_next_t;
 
+sl_err_t tr_decode_batch(sl_trainer_t *t, sl_rpc_frame_t *f, sl_batch_t **out, sl_error_t *e)
+{
+    const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f->msg;
+    *out = NULL;
+    if (f->payload == NULL)
+        return sl_error_set(e, SL_ERR_PROTOCOL, "batch frame without payload");
+    payload_ref_t *ref = sl_alloc(t->a, sizeof *ref);
+    sl_batch_t *b = NULL;
+    sl_err_t rc = SL_ERR_NOMEM;
+    if (ref)
+        rc = sl_wire_decode(f->payload, f->payload_len, &t->wire_limits, t->a, &b, e);
+    else
+        sl_error_set(e, rc, "out of memory");
+    if (rc == SL_OK && bi->num_samples != b->batch_size)
+        rc = sl_error_set(e, SL_ERR_PROTOCOL, "batch info says %u samples, payload holds %u",
+                          bi->num_samples, b->batch_size);
+    if (rc != SL_OK) {
+        sl_batch_destroy(b);
+        sl_free(t->a, ref, sizeof *ref);
+        return rc;
+    }
+    /* The batch's tensors point into the payload: it now lives as long as
+     * the batch (freed by sl_batch_destroy through release). */
+    *ref = (payload_ref_t){t->a, f->payload, f->payload_len};
+    f->payload = NULL;
+    f->payload_len = 0;
+    b->release = release_payload;
+    b->release_ctx = ref;
+    *out = b;
+    return SL_OK;
+}
+
 static rx_next_t on_batch(sl_trainer_t *t, sl_rpc_frame_t *f, uint64_t gen, uint64_t *received,
                           sl_error_t *e)
 {
@@ -188,36 +220,15 @@ static rx_next_t on_batch(sl_trainer_t *t, sl_rpc_frame_t *f, uint64_t gen, uint
                      id, *received, atomic_load(&t->granted));
         return RX_VIOLATION;
     }
-    if (f->payload == NULL) {
-        sl_error_set(e, SL_ERR_PROTOCOL, "delivery %" PRIu64 ": batch frame without payload", id);
-        return RX_VIOLATION;
-    }
-    payload_ref_t *ref = sl_alloc(t->a, sizeof *ref);
     tq_item_t *it = sl_alloc(t->a, sizeof *it);
     sl_batch_t *b = NULL;
-    sl_err_t rc = SL_ERR_NOMEM;
-    if (ref && it)
-        rc = sl_wire_decode(f->payload, f->payload_len, &t->wire_limits, t->a, &b, e);
-    else
-        sl_error_set(e, rc, "out of memory");
-    if (rc == SL_OK && bi->num_samples != b->batch_size)
-        rc = sl_error_set(e, SL_ERR_PROTOCOL, "batch info says %u samples, payload holds %u",
-                          bi->num_samples, b->batch_size);
+    sl_err_t rc = it ? tr_decode_batch(t, f, &b, e) : sl_error_set(e, SL_ERR_NOMEM, "out of memory");
     if (rc != SL_OK) {
-        sl_batch_destroy(b);
-        sl_free(t->a, ref, sizeof *ref);
         sl_free(t->a, it, sizeof *it);
         sl_error_prefix(e, "delivery %" PRIu64 " (split %" PRIu64 " batch %" PRIu64 "): ", id,
                         bi->split_id, bi->sequence);
         return rc == SL_ERR_NOMEM ? RX_STOP : RX_VIOLATION;
     }
-    /* The batch's tensors point into the payload: it now lives as long as
-     * the batch (freed by sl_batch_destroy through release). */
-    *ref = (payload_ref_t){t->a, f->payload, f->payload_len};
-    f->payload = NULL;
-    f->payload_len = 0;
-    b->release = release_payload;
-    b->release_ctx = ref;
     *it = (tq_item_t){.batch = b, .delivery_id = id, .gen = gen};
     pthread_mutex_lock(&t->mu);
     if (t->tail)

@@ -36,7 +36,10 @@ typedef enum tr_state {
     TR_FAILED   /* failure holds the error; the queue was discarded */
 } tr_state_t;
 
+struct tr_fleet; /* master mode (fleet_internal.h); NULL in direct mode */
+
 struct sl_trainer {
+    struct tr_fleet *fleet;
     /* configuration, fixed after connect */
     const sl_allocator_t *a;
     char *address;
@@ -94,5 +97,10 @@ void tr_drop_queue_locked(sl_trainer_t *t);
 void tr_pending_ack_locked(sl_trainer_t *t, uint64_t delivery_id);
 
 uint64_t tr_now_ns(void);
+
+/* Decode a BATCH frame's payload in place: on SL_OK the caller owns *out,
+ * whose release frees the payload (taken from f). Checks num_samples
+ * against the payload. Any thread. */
+sl_err_t tr_decode_batch(sl_trainer_t *t, sl_rpc_frame_t *f, sl_batch_t **out, sl_error_t *e);
 
 #endif

@@ -1,0 +1,435 @@
+/* The master connection of a client in master mode (fleet_internal.h):
+ * ATTACH and its answers (which workers to read from, whether the job is
+ * finished), COMMIT and COMMIT_REPLY, TOKEN, CLIENT_STATS every refresh, and
+ * reconnecting with every unanswered commit sent again under its nonce. */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "trainer/fleet_internal.h"
+
+static sl_err_t send_attach(sl_trainer_t *t, int fd, sl_error_t *err)
+{
+    tr_fleet_t *f = t->fleet;
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_RPC_VERSION;
+    a.job_id = f->job_id;
+    a.client_id = f->client_id;
+    a.rank = t->rank;
+    a.world_size = t->world_size;
+    return sl_rpc_send(fd, SL_RPC_ATTACH, &a.base, NULL, 0, err);
+}
+
+/* Take the master's view of the job: start slots for new workers, stop the
+ * ones it no longer names, and collect finished slots that hold nothing
+ * (joined after mu is released: they are unlinked here). A slot that saw
+ * END stays while it is named, so that it is not read again. Caller holds
+ * mu; *reap gets the unlinked slots. */
+static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attached *m,
+                                  fl_slot_t **reap)
+{
+    tr_fleet_t *f = t->fleet;
+    f->finished = m->finished;
+    f->epoch = m->epoch;
+    snprintf(f->sharding, sizeof f->sharding, "%s", m->sharding ? m->sharding : "");
+    for (fl_slot_t *s = f->slots; s; s = s->next)
+        s->listed = false;
+    for (size_t i = 0; i < m->n_workers; i++) {
+        const Sluice__Control__WorkerInfo *w = m->workers[i];
+        if (!w->worker_id || !w->serve_address || !w->serve_address[0]) continue;
+        fl_slot_t *s = f->slots;
+        while (s && (strcmp(s->worker_id, w->worker_id) != 0 ||
+                     strcmp(s->address, w->serve_address) != 0))
+            s = s->next;
+        if (s) {
+            s->listed = true;
+            continue;
+        }
+        if (t->closing || f->finished) continue;
+        if (strlen(w->worker_id) >= FL_ID_MAX || strlen(w->serve_address) >= FL_ADDR_MAX)
+            continue;
+        s = fl_slot_start(t, w->worker_id, w->serve_address);
+        if (s) {
+            s->listed = true;
+            s->next = f->slots;
+            f->slots = s;
+        }
+    }
+    fl_slot_t **pp = &f->slots;
+    while (*pp) {
+        fl_slot_t *s = *pp;
+        if (!s->listed && !s->stop) fl_slot_stop_locked(s);
+        bool dead = s->finished && s->held == 0 && (!s->listed || !s->got_end);
+        if (dead) {
+            *pp = s->next;
+            s->next = *reap;
+            *reap = s;
+        } else {
+            pp = &s->next;
+        }
+    }
+}
+
+static void free_reaped(fl_slot_t *reap)
+{
+    while (reap) {
+        fl_slot_t *n = reap->next;
+        fl_slot_free(reap);
+        reap = n;
+    }
+}
+
+/* Send every unanswered commit again, in nonce order, on a fresh master
+ * connection: the master answers a (client_id, nonce) it has seen with its
+ * first answer, so a commit that was accepted before the connection (or the
+ * master) died is not refused as an overlap with itself. Caller holds
+ * msend_mu and mu. */
+static sl_err_t resend_pending_locked(sl_trainer_t *t, int fd, sl_error_t *err)
+{
+    for (const fl_item_t *it = t->fleet->pending.head; it; it = it->next) {
+        Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
+        Sluice__Control__RowRange rows = SLUICE__CONTROL__ROW_RANGE__INIT;
+        Sluice__Control__Commit c = SLUICE__CONTROL__COMMIT__INIT;
+        ref.job_id = t->fleet->job_id;
+        ref.epoch = it->epoch;
+        ref.split = it->split;
+        ref.generation = it->generation;
+        rows.from_row = it->from_row;
+        rows.to_row = it->to_row;
+        c.client_id = t->fleet->client_id;
+        c.nonce = it->nonce;
+        c.ref = &ref;
+        c.rows = &rows;
+        c.num_samples = it->num_samples;
+        sl_err_t rc = sl_rpc_send(fd, SL_RPC_COMMIT, &c.base, NULL, 0, err);
+        if (rc != SL_OK) return rc;
+    }
+    return SL_OK;
+}
+
+void fl_master_send_commit(sl_trainer_t *t, const fl_item_t *it)
+{
+    tr_fleet_t *f = t->fleet;
+    Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
+    Sluice__Control__RowRange rows = SLUICE__CONTROL__ROW_RANGE__INIT;
+    Sluice__Control__Commit c = SLUICE__CONTROL__COMMIT__INIT;
+    ref.job_id = f->job_id;
+    ref.epoch = it->epoch;
+    ref.split = it->split;
+    ref.generation = it->generation;
+    rows.from_row = it->from_row;
+    rows.to_row = it->to_row;
+    c.client_id = f->client_id;
+    c.nonce = it->nonce;
+    c.ref = &ref;
+    c.rows = &rows;
+    c.num_samples = it->num_samples;
+    pthread_mutex_lock(&f->msend_mu);
+    /* Disconnected: the master thread sends it after reconnecting. */
+    if (f->mfd >= 0 && sl_rpc_send(f->mfd, SL_RPC_COMMIT, &c.base, NULL, 0, NULL) != SL_OK)
+        shutdown(f->mfd, SHUT_RDWR);
+    pthread_mutex_unlock(&f->msend_mu);
+}
+
+static sl_err_t master_error(const sl_trainer_t *t, const Sluice__Dpp__Error *e, sl_error_t *err)
+{
+    sl_err_t code = e->code < 0 && e->code >= SL_ERR_UNSUPPORTED ? (sl_err_t)e->code
+                                                                 : SL_ERR_PROTOCOL;
+    return sl_error_set(err, code, "master %s: %s", t->fleet->master,
+                        e->message && e->message[0] ? e->message : sl_err_str(code));
+}
+
+sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, sl_error_t *err)
+{
+    tr_fleet_t *f = t->fleet;
+    int fd;
+    sl_err_t rc = sl_rpc_connect(f->master, timeout_ms, &fd, err);
+    if (rc != SL_OK) {
+        sl_error_prefix(err, "master %s: ", f->master);
+        return rc;
+    }
+    rc = sl_rpc_set_recv_timeout(fd, timeout_ms, err);
+    if (rc == SL_OK) rc = send_attach(t, fd, err);
+    sl_rpc_frame_t fr = {0};
+    if (rc == SL_OK) rc = sl_rpc_recv(fd, &t->rpc_limits, t->a, &fr, err);
+    if (rc == SL_OK) {
+        atomic_fetch_add(&t->bytes, fr.wire_bytes);
+        if (fr.type == SL_RPC_ERROR) {
+            rc = master_error(t, (const Sluice__Dpp__Error *)fr.msg, err);
+        } else if (fr.type != SL_RPC_ATTACHED) {
+            rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: expected attached, got %s",
+                              f->master, sl_rpc_type_name(fr.type));
+        }
+    } else {
+        sl_error_prefix(err, "master %s: attaching to job %s: ", f->master, f->job_id);
+    }
+    if (rc == SL_OK) rc = sl_rpc_set_recv_timeout(fd, 0, err);
+    if (rc != SL_OK) {
+        sl_rpc_frame_free(&fr);
+        close(fd);
+        return rc;
+    }
+    fl_slot_t *reap = NULL;
+    pthread_mutex_lock(&f->msend_mu);
+    pthread_mutex_lock(&t->mu);
+    if (t->closing) {
+        rc = sl_error_set(err, SL_ERR_CLOSED, "client is closing");
+    } else {
+        apply_attached_locked(t, (const Sluice__Control__Attached *)fr.msg, &reap);
+        rc = resend_pending_locked(t, fd, err);
+    }
+    if (rc == SL_OK) {
+        f->mfd = fd;
+        f->mgen++;
+        pthread_cond_broadcast(&t->cv); /* a token request is asked again */
+    }
+    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(&f->msend_mu);
+    sl_rpc_frame_free(&fr);
+    free_reaped(reap);
+    if (rc != SL_OK) close(fd);
+    return rc;
+}
+
+/* Close the master socket (master thread only). */
+static void master_uninstall(sl_trainer_t *t)
+{
+    tr_fleet_t *f = t->fleet;
+    pthread_mutex_lock(&f->msend_mu);
+    int fd = f->mfd;
+    f->mfd = -1;
+    pthread_mutex_unlock(&f->msend_mu);
+    if (fd >= 0) close(fd);
+}
+
+static void on_commit_reply(sl_trainer_t *t, const Sluice__Control__CommitReply *r)
+{
+    tr_fleet_t *f = t->fleet;
+    pthread_mutex_lock(&t->mu);
+    fl_item_t *it = f->pending.head;
+    while (it && it->nonce != r->nonce)
+        it = it->next;
+    /* Not pending: the answer to a commit sent twice (resent after a
+     * reconnect) that was already answered. */
+    if (it) {
+        fl_list_remove(&f->pending, it);
+        fl_slot_ack_locked(it->slot, it->delivery_id);
+        if (r->result == SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED) {
+            fl_list_push(&f->ready, it);
+            atomic_store(&t->queued, f->ready.count);
+            atomic_fetch_add(&f->committed, 1);
+        } else {
+            /* Another copy won (OVERLAP), the epoch is over (STALE) or the
+             * job is gone (UNKNOWN): never delivered. */
+            atomic_fetch_add(&f->dropped, 1);
+            fl_item_leave_locked(t, it, true);
+        }
+        pthread_cond_broadcast(&t->cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void on_token(sl_trainer_t *t, const Sluice__Control__Token *m, uint64_t gen)
+{
+    tr_fleet_t *f = t->fleet;
+    pthread_mutex_lock(&t->mu);
+    if (f->token_wanted && !f->token_ready && f->token_gen == gen) {
+        size_t n = m->token.len;
+        uint8_t *p = n ? sl_alloc(t->a, n) : NULL;
+        /* Out of memory, or an empty token (a master always sends a
+         * versioned one): token NULL, which sl_trainer_resume_token reports. */
+        if (p) memcpy(p, m->token.data, n);
+        f->token = p;
+        f->token_len = p ? n : 0;
+        f->token_ready = true;
+        pthread_cond_broadcast(&t->cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* Report the trainer's wait time to the autoscaler. Master thread. */
+static void send_stats(sl_trainer_t *t, int fd)
+{
+    tr_fleet_t *f = t->fleet;
+    uint64_t now = tr_now_ns();
+    uint64_t wait = atomic_load(&t->wait_ns), b = atomic_load(&t->batches),
+             s = atomic_load(&t->samples);
+    Sluice__Control__ClientStats cs = SLUICE__CONTROL__CLIENT_STATS__INIT;
+    cs.client_id = f->client_id;
+    cs.job_id = f->job_id;
+    cs.wait_ns = wait - f->rep_wait_ns;
+    cs.elapsed_ns = now - f->rep_at_ns;
+    cs.batches = b - f->rep_batches;
+    cs.samples = s - f->rep_samples;
+    pthread_mutex_lock(&f->msend_mu);
+    sl_err_t rc = sl_rpc_send(fd, SL_RPC_CLIENT_STATS, &cs.base, NULL, 0, NULL);
+    if (rc == SL_OK) rc = send_attach(t, fd, NULL);
+    if (rc != SL_OK) shutdown(fd, SHUT_RDWR);
+    pthread_mutex_unlock(&f->msend_mu);
+    f->rep_wait_ns = wait;
+    f->rep_batches = b;
+    f->rep_samples = s;
+    f->rep_at_ns = now;
+}
+
+/* Sleep up to ms unless the client closes. @return true when closing. */
+static bool nap(sl_trainer_t *t, int ms)
+{
+    uint64_t until = tr_now_ns() + (uint64_t)ms * 1000000ull;
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+                          .tv_nsec = (long)(until % 1000000000ull)};
+    pthread_mutex_lock(&t->mu);
+    while (!t->closing && tr_now_ns() < until)
+        pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    bool closing = t->closing;
+    pthread_mutex_unlock(&t->mu);
+    return closing;
+}
+
+/* The master connection is gone: retry for reconnect_ms, backoff 50 ms
+ * doubling to 1 s. Unanswered commits wait (their batches stay held) and
+ * are sent again by fl_master_open. @return false when the client failed or
+ * closes. */
+static bool master_reconnect(sl_trainer_t *t, const sl_error_t *lost)
+{
+    tr_fleet_t *f = t->fleet;
+    master_uninstall(t);
+    sl_error_t e = {0};
+    if (t->reconnect_ms < 0) {
+        sl_error_set(&e, lost->code ? lost->code : SL_ERR_IO,
+                     "master %s: connection lost (%s); reconnecting is off", f->master,
+                     lost->msg);
+        tr_fail(t, &e);
+        return false;
+    }
+    uint64_t deadline = tr_now_ns() + (uint64_t)t->reconnect_ms * 1000000ull;
+    int backoff = 50;
+    for (;;) {
+        if (t->closing) return false;
+        uint64_t now = tr_now_ns();
+        uint64_t left_ms = now < deadline ? (deadline - now) / 1000000ull + 1 : 1;
+        int timeout = t->connect_timeout_ms;
+        if ((uint64_t)timeout > left_ms) timeout = (int)left_ms;
+        sl_error_clear(&e);
+        sl_err_t rc = fl_master_open(t, timeout, &e);
+        if (rc == SL_OK) {
+            atomic_fetch_add(&t->reconnects, 1);
+            return true;
+        }
+        if (rc == SL_ERR_CLOSED && t->closing) return false;
+        /* A master that answers but refuses (unknown job, other version)
+         * will not change its mind. */
+        if (rc != SL_ERR_IO && rc != SL_ERR_TIMEOUT && rc != SL_ERR_CLOSED &&
+            rc != SL_ERR_TRUNCATED) {
+            tr_fail(t, &e);
+            return false;
+        }
+        now = tr_now_ns();
+        if (now >= deadline) break;
+        uint64_t pause = (uint64_t)backoff;
+        if (pause > (deadline - now) / 1000000ull) pause = (deadline - now) / 1000000ull;
+        if (nap(t, (int)pause)) return false;
+        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+    }
+    sl_error_t fe = {0};
+    sl_error_set(&fe, e.code != SL_OK ? e.code : SL_ERR_TIMEOUT,
+                 "master %s: connection lost and not re-established within %d ms (%.300s)",
+                 f->master, t->reconnect_ms, e.msg[0] ? e.msg : "no attempt");
+    tr_fail(t, &fe);
+    return false;
+}
+
+/* Handle one frame from the master. @return SL_OK to go on; otherwise e
+ * says why the connection ends (SL_ERR_CLOSED: GOODBYE, reconnect). */
+static sl_err_t on_master_frame(sl_trainer_t *t, sl_rpc_frame_t *fr, uint64_t gen, sl_error_t *e)
+{
+    switch (fr->type) {
+    case SL_RPC_COMMIT_REPLY:
+        on_commit_reply(t, (const Sluice__Control__CommitReply *)fr->msg);
+        return SL_OK;
+    case SL_RPC_ATTACHED: {
+        fl_slot_t *reap = NULL;
+        pthread_mutex_lock(&t->mu);
+        apply_attached_locked(t, (const Sluice__Control__Attached *)fr->msg, &reap);
+        pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        free_reaped(reap);
+        return SL_OK;
+    }
+    case SL_RPC_TOKEN:
+        on_token(t, (const Sluice__Control__Token *)fr->msg, gen);
+        return SL_OK;
+    case SL_RPC_ERROR:
+        return master_error(t, (const Sluice__Dpp__Error *)fr->msg, e);
+    case SL_RPC_GOODBYE: {
+        const Sluice__Dpp__Goodbye *g = (const Sluice__Dpp__Goodbye *)fr->msg;
+        return sl_error_set(e, SL_ERR_CLOSED, "master %s said goodbye: %s", t->fleet->master,
+                            g->reason && g->reason[0] ? g->reason : "no reason given");
+    }
+    default:
+        return sl_error_set(e, SL_ERR_PROTOCOL, "master %s: unexpected %s frame",
+                            t->fleet->master, sl_rpc_type_name(fr->type));
+    }
+}
+
+void *fl_master_main(void *arg)
+{
+    sl_trainer_t *t = arg;
+    tr_fleet_t *f = t->fleet;
+    uint64_t next_tick = tr_now_ns() + (uint64_t)f->refresh_ms * 1000000ull;
+    while (!t->closing) {
+        pthread_mutex_lock(&f->msend_mu);
+        int fd = f->mfd;
+        uint64_t gen = f->mgen;
+        pthread_mutex_unlock(&f->msend_mu);
+        sl_error_t e = {0};
+        if (fd < 0) {
+            sl_error_set(&e, SL_ERR_CLOSED, "not connected");
+            if (!master_reconnect(t, &e)) break;
+            continue;
+        }
+        uint64_t now = tr_now_ns();
+        if (now >= next_tick) {
+            send_stats(t, fd);
+            next_tick = now + (uint64_t)f->refresh_ms * 1000000ull;
+        }
+        int wait_ms = (int)((next_tick - now) / 1000000ull) + 1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, wait_ms);
+        if (n == 0 || (n < 0 && errno == EINTR)) continue;
+        sl_rpc_frame_t fr;
+        sl_err_t rc = sl_rpc_recv(fd, &t->rpc_limits, t->a, &fr, &e);
+        if (rc == SL_OK) {
+            atomic_fetch_add(&t->bytes, fr.wire_bytes);
+            rc = on_master_frame(t, &fr, gen, &e);
+            sl_rpc_frame_free(&fr);
+            if (rc == SL_OK) continue;
+        }
+        if (t->closing) break;
+        bool fatal = rc == SL_ERR_PROTOCOL || rc == SL_ERR_VERSION || rc == SL_ERR_TOO_LARGE ||
+                     (rc != SL_ERR_CLOSED && rc != SL_ERR_IO && rc != SL_ERR_TRUNCATED &&
+                      rc != SL_ERR_TIMEOUT);
+        if (fatal) {
+            pthread_mutex_lock(&f->msend_mu);
+            if (f->mfd >= 0 && rc != SL_ERR_NOMEM && e.msg[0] && strstr(e.msg, "master ") != e.msg)
+                sl_rpc_send_error(f->mfd, rc, e.msg);
+            pthread_mutex_unlock(&f->msend_mu);
+            if (strstr(e.msg, "master ") != e.msg) sl_error_prefix(&e, "master %s: ", f->master);
+            tr_fail(t, &e);
+            master_uninstall(t);
+            break;
+        }
+        if (!master_reconnect(t, &e)) break;
+        next_tick = tr_now_ns() + (uint64_t)f->refresh_ms * 1000000ull;
+    }
+    /* The client failed or closes: workers are no use any more. */
+    pthread_mutex_lock(&t->mu);
+    for (fl_slot_t *s = f->slots; s; s = s->next)
+        fl_slot_stop_locked(s);
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
