@@ -7,5 +7,7 @@ int sl_cli_demo(int argc, char **argv);
 int sl_cli_table(int argc, char **argv);
 int sl_cli_worker(int argc, char **argv);
 int sl_cli_read(int argc, char **argv);
+int sl_cli_submit(int argc, char **argv);
+int sl_cli_master(int argc, char **argv);
 
 #endif

@@ -14,6 +14,8 @@ static const struct {
     {"table", sl_cli_table, "create, import, inspect, verify and read feature tables"},
     {"worker", sl_cli_worker, "run a job's pipeline and serve its batches to trainers"},
     {"read", sl_cli_read, "receive batches from a DPP worker as a trainer would"},
+    {"submit", sl_cli_submit, "submit a job to a DPP master through its admin endpoint"},
+    {"master", sl_cli_master, "run the DPP master: leases splits to workers, commits batches"},
 };
 
 static void usage(FILE *out)

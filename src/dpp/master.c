@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dpp/job.h"
 #include "dpp/prom.h"
@@ -499,6 +500,17 @@ json_t *sl_master_status_json(sl_master_t *m)
     return o;
 }
 
+/* Resident set size from /proc (0 when unavailable). */
+static uint64_t resident_bytes(void)
+{
+    unsigned long long pages_total = 0, pages_resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    int n = fscanf(f, "%llu %llu", &pages_total, &pages_resident);
+    fclose(f);
+    return n == 2 ? (uint64_t)pages_resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
 char *sl_master_metrics_text(sl_master_t *m)
 {
     sl_prom_t p;
@@ -526,39 +538,70 @@ char *sl_master_metrics_text(sl_master_t *m)
                        sl_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
     sl_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
     sl_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
-    sl_prom_family(&p, "sluice_master_splits", "gauge", "Splits of the current epochs by state.");
+    sl_prom_family(&p, "sluice_master_memory_bytes", "gauge", "Resident memory of the master.");
+    sl_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
+    /* Per-job families: Prometheus wants each family's samples right after
+     * its TYPE line, so gather the jobs' figures first, then emit by family. */
+    enum { SPLITS_PENDING, SPLITS_LEASED, SPLITS_DONE, COMMITTED_ROWS, SAMPLES, WAIT, BUSY,
+           QUEUED, WORKER_MEMORY, DESIRED, NFIG };
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"sluice_master_splits", "gauge", "Splits of the current epochs by state."},
+        {"sluice_master_committed_rows", "gauge", "Rows committed this epoch."},
+        {"sluice_master_samples_committed_total", "counter", "Samples reported delivered by clients."},
+        {"sluice_master_trainer_wait_ratio", "gauge", "Fraction of time trainers waited for data."},
+        {"sluice_master_worker_busy_ratio", "gauge", "Mean worker busy fraction."},
+        {"sluice_master_worker_queue_batches", "gauge", "Batches queued in workers."},
+        {"sluice_master_worker_memory_bytes", "gauge", "Memory in use reported by the job's workers."},
+        {"sluice_master_desired_workers", "gauge", "Autoscaler's worker count."},
+    };
+    static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES, WAIT, BUSY, QUEUED,
+                                    WORKER_MEMORY, DESIRED};
     static const char *states[] = {"pending", "leased", "done"};
-    sl_prom_family(&p, "sluice_master_committed_rows", "gauge", "Rows committed this epoch.");
-    sl_prom_family(&p, "sluice_master_samples_committed_total", "counter",
-                   "Samples reported delivered by clients.");
-    sl_prom_family(&p, "sluice_master_trainer_wait_ratio", "gauge",
-                   "Fraction of time trainers waited for data.");
-    sl_prom_family(&p, "sluice_master_worker_busy_ratio", "gauge", "Mean worker busy fraction.");
-    sl_prom_family(&p, "sluice_master_worker_queue_batches", "gauge", "Batches queued in workers.");
-    sl_prom_family(&p, "sluice_master_desired_workers", "gauge", "Autoscaler's worker count.");
-    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+    uint32_t njobs = 0;
+    double *fig = calloc((size_t)m->opts.max_jobs * NFIG, sizeof *fig);
+    const char **ids = calloc(m->opts.max_jobs, sizeof *ids);
+    for (uint32_t i = 0; fig && ids && i < m->opts.max_jobs; i++) {
         mp_job *j = &m->jobs[i];
         sl_dpp_master_job_status_t st;
         sl_error_t err = {0};
         if (!j->used || sl_dpp_master_job_status(m->st, j->id, &st, &err) != SL_OK) continue;
-        sl_prom_label(l2, sizeof l2, "job", j->id);
-        uint32_t sv[] = {st.pending, st.leased, st.done};
-        for (int k = 0; k < 3; k++) {
-            char sl[64];
-            snprintf(lab, sizeof lab, "%s,%s", l2, sl_prom_label(sl, sizeof sl, "state", states[k]));
-            sl_prom_sample(&p, "sluice_master_splits", lab, sv[k]);
-        }
-        uint64_t queued = 0;
+        double *f = fig + (size_t)njobs * NFIG;
+        ids[njobs++] = j->id;
+        f[SPLITS_PENDING] = st.pending;
+        f[SPLITS_LEASED] = st.leased;
+        f[SPLITS_DONE] = st.done;
+        f[COMMITTED_ROWS] = (double)st.committed_rows;
+        f[SAMPLES] = (double)j->samples;
+        f[WAIT] = j->last_wait;
+        f[BUSY] = j->last_busy;
+        f[DESIRED] = j->as.desired;
         for (uint32_t w = 0; w < m->nworkers; w++)
-            if (m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0)
-                queued += m->workers[w].queued;
-        sl_prom_sample(&p, "sluice_master_committed_rows", l2, (double)st.committed_rows);
-        sl_prom_sample(&p, "sluice_master_samples_committed_total", l2, (double)j->samples);
-        sl_prom_sample(&p, "sluice_master_trainer_wait_ratio", l2, j->last_wait);
-        sl_prom_sample(&p, "sluice_master_worker_busy_ratio", l2, j->last_busy);
-        sl_prom_sample(&p, "sluice_master_worker_queue_batches", l2, (double)queued);
-        sl_prom_sample(&p, "sluice_master_desired_workers", l2, j->as.desired);
+            if (m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0) {
+                f[QUEUED] += m->workers[w].queued;
+                f[WORKER_MEMORY] += (double)m->workers[w].memory;
+            }
     }
+    for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
+        sl_prom_family(&p, fam[k].name, fam[k].type, fam[k].help);
+        for (uint32_t i = 0; i < njobs; i++) {
+            const double *f = fig + (size_t)i * NFIG;
+            sl_prom_label(l2, sizeof l2, "job", ids[i]);
+            if (fam_first[k] != SPLITS_PENDING) {
+                sl_prom_sample(&p, fam[k].name, l2, f[fam_first[k]]);
+                continue;
+            }
+            for (int st = 0; st < 3; st++) {
+                char sl[64];
+                snprintf(lab, sizeof lab, "%s,%s", l2,
+                         sl_prom_label(sl, sizeof sl, "state", states[st]));
+                sl_prom_sample(&p, fam[k].name, lab, f[SPLITS_PENDING + st]);
+            }
+        }
+    }
+    free(fig);
+    free(ids);
     pthread_mutex_unlock(&m->mu);
     return sl_prom_finish(&p);
 }

@@ -1,0 +1,442 @@
+/* `sluice submit`: hand a job to a DPP master through its admin endpoint
+ * (POST /jobs, docs/ADMIN.md), optionally resuming from a trainer's token,
+ * and with --wait follow it (GET /jobs/{id}) until every epoch is
+ * committed. A tiny HTTP/1.1 client over a socket: one request per
+ * connection ("Connection: close"), the reply read to the end.
+ * Exit codes: 0 accepted (and finished, with --wait), 1 refused or failed
+ * (the master's error is printed), 2 usage error. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "dpp/admin.h"
+#include "rpc/frame.h"
+
+/* Replies bigger than this are refused: a job list of a busy master fits. */
+#define MAX_REPLY (16u << 20)
+/* Resume tokens are a few bytes per split; 64 MiB covers 16M splits. */
+#define MAX_TOKEN (64u << 20)
+
+enum {
+    OPT_ADMIN = 1,
+    OPT_JOB,
+    OPT_RANKS,
+    OPT_SHARDING,
+    OPT_MIN,
+    OPT_MAX,
+    OPT_RESUME,
+    OPT_TOKEN,
+    OPT_WAIT,
+    OPT_TIMEOUT,
+    OPT_HELP
+};
+
+static const struct sopt {
+    int id;
+    const char *name;
+    const char *arg;
+    const char *help;
+} sopts[] = {
+    {OPT_ADMIN, "admin", "HOST:PORT", "the master's admin endpoint (required)"},
+    {OPT_JOB, "job", "SPEC.json", "the job spec (docs/JOBS.md; required)"},
+    {OPT_RANKS, "ranks", "N", "trainer ranks (default 1)"},
+    {OPT_SHARDING, "sharding", "MODE",
+     "dynamic (default: any rank takes the next batch) or static"},
+    {OPT_MIN, "min-workers", "N", "autoscaler lower bound (default 1)"},
+    {OPT_MAX, "max-workers", "N", "autoscaler upper bound (default: min-workers)"},
+    {OPT_RESUME, "resume-token", "FILE",
+     "start where this token (sluice read --token-out) left off"},
+    {OPT_TOKEN, "token-file", "FILE",
+     "bearer token for the admin endpoint (default: $SLUICE_ADMIN_TOKEN)"},
+    {OPT_WAIT, "wait", NULL, "follow the job until every epoch is committed"},
+    {OPT_TIMEOUT, "timeout", "S", "with --wait: give up after S seconds (default: never)"},
+    {OPT_HELP, "help", NULL, "this help"},
+};
+#define NUM_SOPTS (sizeof sopts / sizeof sopts[0])
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: sluice submit --admin HOST:PORT --job SPEC.json [options]\n\n"
+                 "Submits a job to a DPP master (POST /jobs) and prints the master's answer.\n\n"
+                 "options:\n");
+    for (size_t i = 0; i < NUM_SOPTS; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%s", sopts[i].name, sopts[i].arg ? " " : "",
+                 sopts[i].arg ? sopts[i].arg : "");
+        fprintf(out, "  %-26s %s\n", left, sopts[i].help);
+    }
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "sluice submit: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see `sluice submit --help`)\n");
+    return 2;
+}
+
+static int parse_u32(const char *s, uint32_t min, uint32_t *out)
+{
+    char *end;
+    if (*s < '0' || *s > '9') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || v < min || v > UINT32_MAX) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* ---- HTTP ---- */
+
+typedef struct reply {
+    int status;
+    char *body; /* malloc'd, NUL-terminated */
+} reply_t;
+
+/* One request, one connection. @return 0, or -1 with msg set. */
+static int http(const char *addr, const char *method, const char *path, const char *token,
+                const char *body, reply_t *r, char *msg, size_t cap)
+{
+    r->status = 0;
+    r->body = NULL;
+    int fd;
+    sl_error_t err = {0};
+    if (sl_rpc_connect(addr, 5000, &fd, &err) != SL_OK) {
+        snprintf(msg, cap, "%s", err.msg);
+        return -1;
+    }
+    size_t blen = body ? strlen(body) : 0;
+    char head[1024];
+    int hn = snprintf(head, sizeof head,
+                      "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nUser-Agent: sluice\r\n"
+                      "%s%s%sContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                      method, path, addr, token ? "Authorization: Bearer " : "", token ? token : "",
+                      token ? "\r\n" : "", blen);
+    if (hn < 0 || (size_t)hn >= sizeof head) {
+        close(fd);
+        snprintf(msg, cap, "%s %s: request header too long", method, path);
+        return -1;
+    }
+    const char *parts[2] = {head, body ? body : ""};
+    size_t lens[2] = {(size_t)hn, blen};
+    for (int p = 0; p < 2; p++) {
+        for (size_t off = 0; off < lens[p];) {
+            ssize_t n = send(fd, parts[p] + off, lens[p] - off, MSG_NOSIGNAL);
+            if (n <= 0) {
+                /* The master may answer (413) and close before reading all. */
+                p = 2;
+                break;
+            }
+            off += (size_t)n;
+        }
+    }
+    size_t len = 0, bufcap = 8192;
+    char *buf = malloc(bufcap);
+    ssize_t n = 0;
+    while (buf) {
+        if (len + 1 == bufcap) {
+            if (bufcap >= MAX_REPLY) break;
+            char *nb = realloc(buf, bufcap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            bufcap *= 2;
+        }
+        n = recv(fd, buf + len, bufcap - len - 1, 0);
+        if (n <= 0) break;
+        len += (size_t)n;
+    }
+    close(fd);
+    if (!buf) {
+        snprintf(msg, cap, "%s %s: out of memory", method, path);
+        return -1;
+    }
+    buf[len] = '\0';
+    if (n > 0) {
+        free(buf);
+        snprintf(msg, cap, "%s %s: reply over %u bytes", method, path, MAX_REPLY);
+        return -1;
+    }
+    int status = 0;
+    char *sep = strstr(buf, "\r\n\r\n");
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1 || !sep) {
+        free(buf);
+        snprintf(msg, cap, "%s %s: %s did not answer in HTTP (%zu bytes)", method, path, addr, len);
+        return -1;
+    }
+    r->status = status;
+    r->body = strdup(sep + 4);
+    free(buf);
+    if (!r->body) {
+        snprintf(msg, cap, "%s %s: out of memory", method, path);
+        return -1;
+    }
+    return 0;
+}
+
+/* The "error" of a JSON error body, or the body itself. */
+static void print_refusal(const char *what, const reply_t *r)
+{
+    json_t *j = json_loads(r->body, 0, NULL);
+    const char *e = j ? json_string_value(json_object_get(j, "error")) : NULL;
+    fprintf(stderr, "sluice submit: %s: HTTP %d: %s\n", what, r->status, e ? e : r->body);
+    json_decref(j);
+}
+
+/* ---- base64 (RFC 4648, with padding) for the binary resume token ---- */
+
+static char *base64(const unsigned char *in, size_t n)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+    if (!out) return NULL;
+    size_t i = 0;
+    for (; i + 2 < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        *o++ = tab[v >> 18];
+        *o++ = tab[(v >> 12) & 63];
+        *o++ = tab[(v >> 6) & 63];
+        *o++ = tab[v & 63];
+    }
+    if (i < n) {
+        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
+        *o++ = tab[v >> 18];
+        *o++ = tab[(v >> 12) & 63];
+        *o++ = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+        *o++ = '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Read a whole file (at most max bytes). @return malloc'd bytes or NULL
+ * with msg set. */
+static unsigned char *slurp(const char *path, size_t max, size_t *len, char *msg, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(msg, cap, "%s: cannot open: %m", path);
+        return NULL;
+    }
+    size_t n = 0, c = 4096;
+    unsigned char *buf = malloc(c);
+    while (buf) {
+        if (n == c) {
+            if (c > max) break;
+            unsigned char *nb = realloc(buf, c * 2);
+            if (!nb) break;
+            buf = nb;
+            c *= 2;
+        }
+        size_t got = fread(buf + n, 1, c - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bool bad = ferror(f) || !buf || n > max;
+    fclose(f);
+    if (bad) {
+        free(buf);
+        snprintf(msg, cap, "%s: unreadable or over %zu bytes", path, max);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* GET /jobs/{id} every half second until "finished"; prints progress lines
+ * on stderr. @return the exit code. */
+static int wait_finished(const char *admin, const char *id, double timeout_s)
+{
+    double t0 = now_s();
+    char path[600], msg[SL_ERROR_MSG_MAX], last[256] = "";
+    snprintf(path, sizeof path, "/jobs/%s", id);
+    for (;;) {
+        reply_t r;
+        if (http(admin, "GET", path, NULL, NULL, &r, msg, sizeof msg) != 0) {
+            fprintf(stderr, "sluice submit: %s\n", msg);
+            return 1;
+        }
+        if (r.status != 200) {
+            print_refusal(path, &r);
+            free(r.body);
+            return 1;
+        }
+        json_t *j = json_loads(r.body, 0, NULL);
+        free(r.body);
+        if (!json_is_object(j)) {
+            json_decref(j);
+            fprintf(stderr, "sluice submit: GET %s: not a JSON object\n", path);
+            return 1;
+        }
+        bool finished = json_is_true(json_object_get(j, "finished"));
+        char line[256];
+        snprintf(line, sizeof line,
+                 "job %s: epoch %" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT
+                 ", splits done %" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT "%s",
+                 id, json_integer_value(json_object_get(j, "epoch")),
+                 json_integer_value(json_object_get(j, "epochs")),
+                 json_integer_value(json_object_get(j, "done")),
+                 json_integer_value(json_object_get(j, "num_splits")),
+                 finished ? ", finished" : "");
+        json_decref(j);
+        if (strcmp(line, last) != 0) {
+            fprintf(stderr, "%s\n", line);
+            snprintf(last, sizeof last, "%s", line);
+        }
+        if (finished) return 0;
+        if (timeout_s > 0 && now_s() - t0 > timeout_s) {
+            fprintf(stderr, "sluice submit: job %s not finished after %.0f s\n", id, timeout_s);
+            return 1;
+        }
+        usleep(500 * 1000);
+    }
+}
+
+int sl_cli_submit(int argc, char **argv)
+{
+    struct option lo[NUM_SOPTS + 1];
+    for (size_t i = 0; i < NUM_SOPTS; i++)
+        lo[i] = (struct option){sopts[i].name, sopts[i].arg ? required_argument : no_argument, NULL,
+                                sopts[i].id};
+    lo[NUM_SOPTS] = (struct option){0, 0, 0, 0};
+    const char *admin = NULL, *job_path = NULL, *resume = NULL, *token_file = NULL;
+    const char *sharding = "dynamic";
+    uint32_t ranks = 1, min_w = 1, max_w = 0, timeout = 0;
+    bool wait = false;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case OPT_ADMIN:
+            admin = optarg;
+            break;
+        case OPT_JOB:
+            job_path = optarg;
+            break;
+        case OPT_RANKS:
+            if (parse_u32(optarg, 1, &ranks)) return usage_error("bad --ranks '%s'", optarg);
+            break;
+        case OPT_SHARDING:
+            if (strcmp(optarg, "static") != 0 && strcmp(optarg, "dynamic") != 0)
+                return usage_error("--sharding is static or dynamic, not '%s'", optarg);
+            sharding = optarg;
+            break;
+        case OPT_MIN:
+            if (parse_u32(optarg, 1, &min_w)) return usage_error("bad --min-workers '%s'", optarg);
+            break;
+        case OPT_MAX:
+            if (parse_u32(optarg, 1, &max_w)) return usage_error("bad --max-workers '%s'", optarg);
+            break;
+        case OPT_RESUME:
+            resume = optarg;
+            break;
+        case OPT_TOKEN:
+            token_file = optarg;
+            break;
+        case OPT_WAIT:
+            wait = true;
+            break;
+        case OPT_TIMEOUT:
+            if (parse_u32(optarg, 1, &timeout)) return usage_error("bad --timeout '%s'", optarg);
+            break;
+        case OPT_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            return usage_error("unknown or incomplete option '%s'",
+                               optind > 0 && optind <= argc ? argv[optind - 1] : "?");
+        }
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    if (!admin) return usage_error("%s", "--admin is required");
+    if (!job_path) return usage_error("%s", "--job is required");
+    if (max_w == 0) max_w = min_w;
+    if (max_w < min_w) return usage_error("%s", "--max-workers is below --min-workers");
+
+    char msg[SL_ERROR_MSG_MAX];
+    json_error_t je;
+    json_t *spec = json_load_file(job_path, 0, &je);
+    if (!spec) {
+        fprintf(stderr, "sluice submit: %s:%d:%d: %s\n", job_path, je.line, je.column, je.text);
+        return 1;
+    }
+    if (!json_is_object(spec)) {
+        fprintf(stderr, "sluice submit: %s: the job spec is not a JSON object\n", job_path);
+        json_decref(spec);
+        return 1;
+    }
+    json_t *body =
+        json_pack("{s:o, s:i, s:s, s:i, s:i}", "spec", spec, "ranks", (json_int_t)ranks, "sharding",
+                  sharding, "min_workers", (json_int_t)min_w, "max_workers", (json_int_t)max_w);
+    if (resume) {
+        size_t tlen = 0;
+        unsigned char *tok = slurp(resume, MAX_TOKEN, &tlen, msg, sizeof msg);
+        bool read_ok = tok != NULL;
+        char *b64 = tok ? base64(tok, tlen) : NULL;
+        free(tok);
+        if (!b64) {
+            fprintf(stderr, "sluice submit: --resume-token %s\n", read_ok ? "out of memory" : msg);
+            json_decref(body);
+            return 1;
+        }
+        json_object_set_new(body, "resume_token", json_string(b64));
+        free(b64);
+    }
+    char *token = NULL;
+    sl_error_t err = {0};
+    if (sl_admin_token_load(token_file, "SLUICE_ADMIN_TOKEN", &token, &err) != SL_OK) {
+        fprintf(stderr, "sluice submit: %s\n", err.msg);
+        json_decref(body);
+        return 1;
+    }
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    reply_t r;
+    int rc = text ? http(admin, "POST", "/jobs", token, text, &r, msg, sizeof msg) : -1;
+    if (!text) snprintf(msg, sizeof msg, "out of memory");
+    free(text);
+    free(token);
+    if (rc != 0) {
+        fprintf(stderr, "sluice submit: %s\n", msg);
+        return 1;
+    }
+    if (r.status / 100 != 2) {
+        print_refusal("POST /jobs", &r);
+        free(r.body);
+        return 1;
+    }
+    printf("%s\n", r.body);
+    fflush(stdout);
+    json_t *ans = json_loads(r.body, 0, NULL);
+    free(r.body);
+    int code = 0;
+    if (wait) {
+        const char *id = json_string_value(json_object_get(ans, "id"));
+        if (!id) {
+            fprintf(stderr, "sluice submit: the master's answer names no job id\n");
+            code = 1;
+        } else {
+            code = wait_finished(admin, id, timeout);
+        }
+    }
+    json_decref(ans);
+    return code;
+}

@@ -1,0 +1,226 @@
+/* The master's admin routes (docs/ADMIN.md) on the admin endpoint of
+ * admin.h: thin handlers that validate the request, call master.h and map
+ * its error values to HTTP statuses. Handlers run on libmicrohttpd's
+ * thread; every sl_master_* call takes the master's lock itself.
+ *
+ *   GET    /healthz  /readyz  /metrics  /status  /workers
+ *   GET    /jobs  /jobs/{id}
+ *   POST   /jobs               (token)  submit
+ *   DELETE /jobs/{id}          (token)  remove; DELETE /jobs {"id": ...} too
+ *   POST   /jobs/{id}/scale    (token)  {"workers": N} */
+#include <string.h>
+
+#include "dpp/master.h"
+#include "dpp/prom.h"
+
+/* Bodies are job specs, scale requests and resume tokens (base64, a few
+ * bytes per split): 8 MiB holds a token of a job with ~1M splits. */
+#define MAX_BODY (8u << 20)
+
+/* The HTTP status for a master error value. */
+static int status_of(sl_err_t rc)
+{
+    switch (rc) {
+    case SL_ERR_INVALID:
+    case SL_ERR_CORRUPT:
+    case SL_ERR_TRUNCATED:
+    case SL_ERR_VERSION:
+        return 400;
+    case SL_ERR_NOT_FOUND:
+        return 404;
+    case SL_ERR_AGAIN:
+        return 409;
+    case SL_ERR_TOO_LARGE:
+        return 429;
+    case SL_ERR_UNSUPPORTED:
+        return 501;
+    case SL_ERR_NOMEM:
+        return 503;
+    default:
+        return 500;
+    }
+}
+
+static void reply_err(sl_admin_response_t *resp, sl_err_t rc, const sl_error_t *err)
+{
+    sl_admin_reply_error(resp, status_of(rc), "%s", err->msg[0] ? err->msg : sl_err_str(rc));
+}
+
+/* A JSON reply built by the master, or 503 when it ran out of memory. */
+static void reply_built(sl_admin_response_t *resp, json_t *j)
+{
+    if (!j) {
+        sl_admin_reply_error(resp, 503, "out of memory");
+        return;
+    }
+    sl_admin_reply_json(resp, 200, j);
+}
+
+static void h_healthz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)ctx;
+    (void)req;
+    sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    if (sl_master_ready(ctx))
+        sl_admin_reply_json(resp, 200, json_pack("{s:b}", "ready", 1));
+    else
+        sl_admin_reply_error(resp, 503, "not ready: the master's state failed (see its log)");
+}
+
+static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    char *text = sl_master_metrics_text(ctx);
+    if (!text) {
+        sl_admin_reply_error(resp, 503, "out of memory");
+        return;
+    }
+    resp->status = 200;
+    resp->body = text;
+    resp->content_type = SL_PROM_CONTENT_TYPE;
+}
+
+static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    reply_built(resp, sl_master_status_json(ctx));
+}
+
+static void h_workers(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    reply_built(resp, sl_master_workers_json(ctx));
+}
+
+static void h_jobs_list(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    reply_built(resp, sl_master_jobs_json(ctx));
+}
+
+static void h_job_get(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_t *j = NULL;
+    sl_error_t err = {0};
+    sl_err_t rc = sl_master_job_json(ctx, req->param, &j, &err);
+    if (rc != SL_OK) {
+        reply_err(resp, rc, &err);
+        return;
+    }
+    sl_admin_reply_json(resp, 200, j);
+}
+
+/* 201 with the new job's JSON (as GET /jobs/{id}). */
+static void h_job_submit(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_t *body = sl_admin_parse_json(req, resp);
+    if (!body) return;
+    if (!json_is_object(json_object_get(body, "spec"))) {
+        json_decref(body);
+        sl_admin_reply_error(resp, 400, "$.spec: required, a job spec object (docs/JOBS.md)");
+        return;
+    }
+    char *id = NULL;
+    sl_error_t err = {0};
+    sl_err_t rc = sl_master_job_submit(ctx, body, &id, &err);
+    json_decref(body);
+    if (rc != SL_OK) {
+        reply_err(resp, rc, &err);
+        return;
+    }
+    json_t *j = NULL;
+    /* The job may be gone again already (a concurrent DELETE): then the id
+     * alone. */
+    if (sl_master_job_json(ctx, id, &j, &err) != SL_OK) j = json_pack("{s:s}", "id", id);
+    free(id);
+    sl_admin_reply_json(resp, 201, j);
+}
+
+static void remove_job(void *ctx, const char *id, sl_admin_response_t *resp)
+{
+    sl_error_t err = {0};
+    sl_err_t rc = sl_master_job_remove(ctx, id, &err);
+    if (rc != SL_OK) {
+        reply_err(resp, rc, &err);
+        return;
+    }
+    sl_admin_reply_json(resp, 200, json_pack("{s:s, s:b}", "id", id, "removed", 1));
+}
+
+static void h_job_delete(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    remove_job(ctx, req->param, resp);
+}
+
+/* DELETE /jobs {"id": "..."}: the collection form of DELETE /jobs/{id}. */
+static void h_jobs_delete(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_t *body = sl_admin_parse_json(req, resp);
+    if (!body) return;
+    const char *id = json_string_value(json_object_get(body, "id"));
+    if (!id || !*id)
+        sl_admin_reply_error(resp, 400, "$.id: required, the id of the job to remove");
+    else
+        remove_job(ctx, id, resp);
+    json_decref(body);
+}
+
+static void h_job_scale(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_t *body = sl_admin_parse_json(req, resp);
+    if (!body) return;
+    json_t *w = json_object_get(body, "workers");
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        if (strcmp(key, "workers") != 0) {
+            sl_admin_reply_error(resp, 400, "$.%s: unknown key (only \"workers\")", key);
+            json_decref(body);
+            return;
+        }
+    }
+    if (!json_is_integer(w) || json_integer_value(w) < 0 ||
+        json_integer_value(w) > (json_int_t)UINT32_MAX) {
+        sl_admin_reply_error(resp, 400, "$.workers: required, an integer in [0, 2^32)");
+        json_decref(body);
+        return;
+    }
+    uint32_t want = (uint32_t)json_integer_value(w), set = 0;
+    json_decref(body);
+    sl_error_t err = {0};
+    sl_err_t rc = sl_master_job_scale(ctx, req->param, want, &set, &err);
+    if (rc != SL_OK) {
+        reply_err(resp, rc, &err);
+        return;
+    }
+    sl_admin_reply_json(resp, 200,
+                        json_pack("{s:s, s:i, s:i}", "id", req->param, "requested",
+                                  (json_int_t)want, "workers", (json_int_t)set));
+}
+
+static const sl_admin_route_t routes[] = {
+    {"GET", "/healthz", false, h_healthz},         {"GET", "/readyz", false, h_readyz},
+    {"GET", "/metrics", false, h_metrics},         {"GET", "/status", false, h_status},
+    {"GET", "/workers", false, h_workers},         {"GET", "/jobs", false, h_jobs_list},
+    {"POST", "/jobs", true, h_job_submit},         {"DELETE", "/jobs", true, h_jobs_delete},
+    {"GET", "/jobs/{}", false, h_job_get},         {"DELETE", "/jobs/{}", true, h_job_delete},
+    {"POST", "/jobs/{}/scale", true, h_job_scale},
+};
+
+sl_err_t sl_master_admin_start(sl_master_t *m, const char *address, const char *token,
+                               sl_admin_t **out, sl_error_t *err)
+{
+    sl_admin_opts_t o = {.address = address,
+                         .token = token,
+                         .max_body_bytes = MAX_BODY,
+                         .routes = routes,
+                         .num_routes = sizeof routes / sizeof routes[0],
+                         .ctx = m};
+    return sl_admin_start(&o, out, err);
+}

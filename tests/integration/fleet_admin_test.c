@@ -1,0 +1,367 @@
+/* The master's admin endpoint (src/dpp/master_admin.c, docs/ADMIN.md) on a
+ * master in this process: each route's answer, the bearer token on the
+ * mutating ones (401 without or with a wrong one, 403 when none is
+ * configured), malformed and oversized bodies, unknown jobs, and `sluice
+ * submit` (the real binary) against it. */
+#include "fleet_util.h"
+
+#include "dpp/master.h"
+
+TestSuite(fleet_admin, .init = fu_setup, .fini = fu_teardown);
+
+typedef struct env {
+    sl_master_t *m;
+    sl_admin_t *a;
+    char addr[64];
+    char table[300];
+    char spec[1024];
+} env_t;
+
+/* 8 splits of 1000 rows. */
+static void env_start(env_t *e, const char *token)
+{
+    fu_gen(8000, 1000, 1, e->table, sizeof e->table);
+    snprintf(e->spec, sizeof e->spec,
+             "{\"id\":\"clicks\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":500}}",
+             e->table);
+    sl_master_opts_t o = {.lease_timeout_ms = 2000};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_start(&o, &e->m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_admin_start(e->m, "127.0.0.1:0", token, &e->a, &err), SL_OK, "%s",
+                 err.msg);
+    snprintf(e->addr, sizeof e->addr, "127.0.0.1:%u", (unsigned)sl_admin_port(e->a));
+}
+
+static void env_stop(env_t *e)
+{
+    sl_admin_stop(e->a);
+    sl_master_stop(e->m);
+}
+
+/* The request's status must be want; the body's "error" must contain
+ * what (when non-NULL). */
+static void expect(const env_t *e, const char *method, const char *path, const char *auth,
+                   const char *body, int want, const char *what)
+{
+    char *b;
+    int st = fu_http(e->addr, method, path, auth, body, &b);
+    cr_assert_eq(st, want, "%s %s: %d, want %d: %s", method, path, st, want, b);
+    if (what) {
+        json_t *j = json_loads(b, 0, NULL);
+        const char *msg = json_string_value(json_object_get(j, "error"));
+        cr_assert(msg && strstr(msg, what), "%s %s: error '%s' lacks '%s'", method, path,
+                  msg ? msg : b, what);
+        json_decref(j);
+    }
+    free(b);
+}
+
+static char *submit_body(const env_t *e, const char *extra)
+{
+    char *body = malloc(2048);
+    snprintf(body, 2048,
+             "{\"spec\":%s,\"ranks\":2,\"sharding\":\"dynamic\",\"min_workers\":1,"
+             "\"max_workers\":2%s}",
+             e->spec, extra);
+    return body;
+}
+
+/* The Prometheus text format (0.0.4) wants all lines of a metric family
+ * as one group: HELP and TYPE first, then its samples, and no family twice.
+ * Asserts that of text, and that every family has a TYPE. */
+static void assert_prometheus_grouped(const char *text)
+{
+    char *copy = strdup(text), *save = NULL;
+    char current[128] = "", seen[4096] = " ";
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char name[128];
+        if (sscanf(line, "# TYPE %127s", name) == 1) {
+            char key[132];
+            snprintf(key, sizeof key, " %s ", name);
+            cr_assert_null(strstr(seen, key), "family %s has a second TYPE line", name);
+            cr_assert_lt(strlen(seen) + strlen(key), sizeof seen);
+            strcat(seen, name);
+            strcat(seen, " ");
+            snprintf(current, sizeof current, "%s", name);
+            continue;
+        }
+        if (line[0] == '#') continue;
+        size_t n = strcspn(line, "{ ");
+        cr_assert(n < sizeof name, "%s", line);
+        memcpy(name, line, n);
+        name[n] = '\0';
+        cr_assert_str_eq(name, current, "sample '%s' is not in its family's group (last TYPE: %s)",
+                         line, current[0] ? current : "none");
+    }
+    free(copy);
+}
+
+Test(fleet_admin, read_only_routes)
+{
+    env_t e;
+    env_start(&e, FU_TOKEN);
+    json_t *j = fu_get_json(e.addr, "/healthz");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "status")), "ok");
+    json_decref(j);
+    j = fu_get_json(e.addr, "/readyz");
+    cr_assert(json_is_true(json_object_get(j, "ready")));
+    json_decref(j);
+    j = fu_get_json(e.addr, "/status");
+    cr_assert(json_is_true(json_object_get(j, "ready")));
+    cr_assert_eq(json_integer_value(json_object_get(j, "jobs")), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "address")), sl_master_address(e.m));
+    json_decref(j);
+    j = fu_get_json(e.addr, "/jobs");
+    cr_assert(json_is_array(json_object_get(j, "jobs")));
+    cr_assert_eq(json_array_size(json_object_get(j, "jobs")), 0);
+    json_decref(j);
+    j = fu_get_json(e.addr, "/workers");
+    cr_assert_eq(json_array_size(json_object_get(j, "workers")), 0);
+    json_decref(j);
+
+    char *b;
+    cr_assert_eq(fu_http(e.addr, "GET", "/metrics", NULL, NULL, &b), 200);
+    cr_assert(strstr(b, "# TYPE sluice_master_jobs gauge"), "%s", b);
+    cr_assert(strstr(b, "sluice_master_jobs 0"), "%s", b);
+    free(b);
+
+    expect(&e, "GET", "/jobs/nope", NULL, NULL, 404, "nope");
+    expect(&e, "GET", "/nothing", NULL, NULL, 404, NULL);
+    expect(&e, "PUT", "/jobs", FU_TOKEN, "{}", 405, NULL);
+    env_stop(&e);
+}
+
+Test(fleet_admin, submit_get_scale_delete)
+{
+    env_t e;
+    env_start(&e, FU_TOKEN);
+    char *body = submit_body(&e, "");
+    char *b;
+    cr_assert_eq(fu_http(e.addr, "POST", "/jobs", FU_TOKEN, body, &b), 201, "%s", b);
+    json_t *j = json_loads(b, 0, NULL);
+    free(b);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "id")), "clicks");
+    cr_assert_eq(json_integer_value(json_object_get(j, "num_splits")), 8);
+    cr_assert_eq(json_integer_value(json_object_get(j, "total_rows")), 8000);
+    cr_assert_eq(json_integer_value(json_object_get(j, "ranks")), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "sharding")), "dynamic");
+    cr_assert(json_is_false(json_object_get(j, "finished")));
+    json_decref(j);
+    expect(&e, "POST", "/jobs", FU_TOKEN, body, 409, "clicks");
+    free(body);
+
+    j = fu_get_json(e.addr, "/jobs/clicks");
+    cr_assert_eq(json_integer_value(json_object_get(j, "pending")), 8);
+    cr_assert_eq(json_integer_value(json_object_get(j, "min_workers")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(j, "max_workers")), 2);
+    json_decref(j);
+    j = fu_get_json(e.addr, "/jobs");
+    cr_assert_eq(json_array_size(json_object_get(j, "jobs")), 1);
+    json_decref(j);
+    j = fu_get_json(e.addr, "/status");
+    cr_assert_eq(json_integer_value(json_object_get(j, "jobs")), 1);
+    json_decref(j);
+
+    /* scale: clamped to the bounds */
+    cr_assert_eq(fu_http(e.addr, "POST", "/jobs/clicks/scale", FU_TOKEN, "{\"workers\":5}", &b),
+                 200, "%s", b);
+    j = json_loads(b, 0, NULL);
+    free(b);
+    cr_assert_eq(json_integer_value(json_object_get(j, "workers")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(j, "requested")), 5);
+    json_decref(j);
+    j = fu_get_json(e.addr, "/jobs/clicks");
+    cr_assert_eq(json_integer_value(json_object_get(j, "desired_workers")), 2);
+    json_decref(j);
+    sl_master_desired_t d[4];
+    cr_assert_eq(sl_master_desired(e.m, d, 4), 1);
+    cr_assert_str_eq(d[0].job_id, "clicks");
+    cr_assert_eq(d[0].workers, 2);
+    expect(&e, "POST", "/jobs/clicks/scale", FU_TOKEN, "{\"workers\":-1}", 400, "$.workers");
+    expect(&e, "POST", "/jobs/clicks/scale", FU_TOKEN, "{\"workers\":\"2\"}", 400, "$.workers");
+    expect(&e, "POST", "/jobs/clicks/scale", FU_TOKEN, "{\"workers\":1,\"x\":1}", 400, "$.x");
+    expect(&e, "POST", "/jobs/clicks/scale", FU_TOKEN, "[1]", 400, NULL);
+    expect(&e, "POST", "/jobs/other/scale", FU_TOKEN, "{\"workers\":1}", 404, "other");
+    char *m;
+    cr_assert_eq(fu_http(e.addr, "GET", "/metrics", NULL, NULL, &m), 200);
+    cr_assert(strstr(m, "sluice_master_desired_workers{job=\"clicks\"} 2"), "%s", m);
+    free(m);
+
+    /* delete, both forms */
+    expect(&e, "DELETE", "/jobs/clicks", NULL, NULL, 401, NULL);
+    expect(&e, "DELETE", "/jobs/other", FU_TOKEN, NULL, 404, "other");
+    expect(&e, "DELETE", "/jobs/clicks", FU_TOKEN, NULL, 200, NULL);
+    expect(&e, "GET", "/jobs/clicks", NULL, NULL, 404, NULL);
+    cr_assert_eq(sl_master_desired(e.m, d, 4), 0);
+    body = submit_body(&e, "");
+    expect(&e, "POST", "/jobs", FU_TOKEN, body, 201, NULL);
+    free(body);
+    expect(&e, "DELETE", "/jobs", FU_TOKEN, "{}", 400, "$.id");
+    expect(&e, "DELETE", "/jobs", FU_TOKEN, "{\"id\":\"clicks\"}", 200, NULL);
+    j = fu_get_json(e.addr, "/jobs");
+    cr_assert_eq(json_array_size(json_object_get(j, "jobs")), 0);
+    json_decref(j);
+    env_stop(&e);
+}
+
+Test(fleet_admin, metrics_are_well_formed_with_jobs)
+{
+    env_t e;
+    env_start(&e, FU_TOKEN);
+    char *body = submit_body(&e, "");
+    expect(&e, "POST", "/jobs", FU_TOKEN, body, 201, NULL);
+    free(body);
+    char *m;
+    cr_assert_eq(fu_http(e.addr, "GET", "/metrics", NULL, NULL, &m), 200);
+    cr_assert(strstr(m, "sluice_master_splits{job=\"clicks\",state=\"pending\"} 8"), "%s", m);
+    assert_prometheus_grouped(m);
+    free(m);
+    env_stop(&e);
+}
+
+Test(fleet_admin, auth_and_malformed_bodies)
+{
+    env_t e;
+    env_start(&e, FU_TOKEN);
+    char *body = submit_body(&e, "");
+    expect(&e, "POST", "/jobs", NULL, body, 401, NULL);
+    expect(&e, "POST", "/jobs", "wrong-token", body, 401, NULL);
+    expect(&e, "POST", "/jobs/clicks/scale", NULL, "{\"workers\":1}", 401, NULL);
+    expect(&e, "DELETE", "/jobs", NULL, "{\"id\":\"clicks\"}", 401, NULL);
+    free(body);
+    expect(&e, "POST", "/jobs", FU_TOKEN, "{\"spec\": {", 400, "line 1");
+    expect(&e, "POST", "/jobs", FU_TOKEN, "", 400, NULL);
+    expect(&e, "POST", "/jobs", FU_TOKEN, "[]", 400, NULL);
+    expect(&e, "POST", "/jobs", FU_TOKEN, "{\"ranks\":1}", 400, "spec");
+    expect(&e, "POST", "/jobs", FU_TOKEN, "{\"spec\":\"x\"}", 400, "spec");
+    char bad[1024];
+    snprintf(bad, sizeof bad, "{\"spec\":{\"id\":\"x\",\"source\":{\"table\":\"%s/none\"}}}",
+             fu_dir);
+    expect(&e, "POST", "/jobs", FU_TOKEN, bad, 400, "none");
+    snprintf(bad, sizeof bad,
+             "{\"spec\":{\"id\":\"x\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":0}}}",
+             e.table);
+    expect(&e, "POST", "/jobs", FU_TOKEN, bad, 400, "size");
+    body = submit_body(&e, ",\"sharding\":\"sideways\"");
+    expect(&e, "POST", "/jobs", FU_TOKEN, body, 400, "sharding");
+    free(body);
+    body = submit_body(&e, ",\"resume_token\":\"bm90IGEgdG9rZW4=\"");
+    expect(&e, "POST", "/jobs", FU_TOKEN, body, 400, NULL);
+    free(body);
+    /* 9 MiB: over the 8 MiB limit */
+    size_t big = 9u << 20;
+    char *huge = malloc(big + 1);
+    memset(huge, ' ', big);
+    huge[0] = '{';
+    huge[big - 1] = '}';
+    huge[big] = '\0';
+    expect(&e, "POST", "/jobs", FU_TOKEN, huge, 413, NULL);
+    free(huge);
+    /* nothing was created by any of these */
+    json_t *j = fu_get_json(e.addr, "/jobs");
+    cr_assert_eq(json_array_size(json_object_get(j, "jobs")), 0);
+    json_decref(j);
+    env_stop(&e);
+
+    /* no token configured: mutating routes are refused outright */
+    env_t f;
+    env_start(&f, NULL);
+    body = submit_body(&f, "");
+    expect(&f, "POST", "/jobs", FU_TOKEN, body, 403, NULL);
+    free(body);
+    j = fu_get_json(f.addr, "/status");
+    json_decref(j);
+    env_stop(&f);
+}
+
+/* Run `sluice submit ARGS` with SLUICE_ADMIN_TOKEN set to env_token (NULL:
+ * unset); returns the exit status, stdout+stderr in *out. */
+static int run_submit(const char *const *args, const char *env_token, char **out)
+{
+    char log[400];
+    snprintf(log, sizeof log, "%s/submit.out", fu_dir);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (env_token)
+            setenv("SLUICE_ADMIN_TOKEN", env_token, 1);
+        else
+            unsetenv("SLUICE_ADMIN_TOKEN");
+        const char *argv[32] = {fu_binary(), "submit"};
+        int n = 2;
+        for (const char *const *a = args; *a; a++)
+            argv[n++] = *a;
+        argv[n] = NULL;
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    FILE *f = fopen(log, "r");
+    char *buf = calloc(1, 65536);
+    size_t n = fread(buf, 1, 65535, f);
+    buf[n] = '\0';
+    fclose(f);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+Test(fleet_admin, sluice_submit_cli)
+{
+    env_t e;
+    env_start(&e, FU_TOKEN);
+    char spec_path[400], token_path[400], bad_path[400];
+    snprintf(spec_path, sizeof spec_path, "%s/job.json", fu_dir);
+    snprintf(token_path, sizeof token_path, "%s/token", fu_dir);
+    snprintf(bad_path, sizeof bad_path, "%s/bad.json", fu_dir);
+    fu_write(spec_path, e.spec);
+    fu_write(token_path, FU_TOKEN "\n");
+    fu_write(bad_path, "{\"id\": \"x\",");
+    char *out;
+
+    const char *no_token[] = {"--admin", e.addr, "--job", spec_path, NULL};
+    cr_assert_eq(run_submit(no_token, NULL, &out), 1, "%s", out);
+    cr_assert(strstr(out, "HTTP 401"), "%s", out);
+    free(out);
+
+    const char *bad[] = {"--admin", e.addr, "--job", bad_path, NULL};
+    cr_assert_eq(run_submit(bad, FU_TOKEN, &out), 1, "%s", out);
+    cr_assert(strstr(out, "bad.json:1:"), "%s", out);
+    free(out);
+
+    const char *usage[] = {"--admin", e.addr, "--job", spec_path, "--sharding", "diagonal", NULL};
+    cr_assert_eq(run_submit(usage, FU_TOKEN, &out), 2, "%s", out);
+    cr_assert(strstr(out, "diagonal"), "%s", out);
+    free(out);
+
+    const char *ok[] = {
+        "--admin",       e.addr, "--job",      spec_path, "--token-file",  token_path,
+        "--ranks",       "2",    "--sharding", "static",  "--min-workers", "1",
+        "--max-workers", "3",    NULL};
+    cr_assert_eq(run_submit(ok, NULL, &out), 0, "%s", out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j, "%s", out);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "id")), "clicks");
+    json_decref(j);
+    free(out);
+    j = fu_get_json(e.addr, "/jobs/clicks");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "sharding")), "static");
+    cr_assert_eq(json_integer_value(json_object_get(j, "ranks")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(j, "max_workers")), 3);
+    json_decref(j);
+
+    /* the same again, token from the environment: the master says 409 */
+    cr_assert_eq(run_submit(no_token, FU_TOKEN, &out), 1, "%s", out);
+    cr_assert(strstr(out, "HTTP 409"), "%s", out);
+    free(out);
+
+    /* nobody listening */
+    const char *nobody[] = {"--admin", "127.0.0.1:1", "--job", spec_path, NULL};
+    cr_assert_eq(run_submit(nobody, FU_TOKEN, &out), 1, "%s", out);
+    cr_assert(strstr(out, "sluice submit: "), "%s", out);
+    free(out);
+    env_stop(&e);
+}

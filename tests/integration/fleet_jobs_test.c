@@ -1,0 +1,119 @@
+/* Several jobs at once on one master: two jobs over the same table, each
+ * with its own workers (the executor starts them with --job-id) and its own
+ * trainer client; each job delivers its epoch exactly once, no worker
+ * serves the other job (GET /workers), and `sluice submit --wait` follows
+ * the second job until it is finished and exits 0. */
+#include "fleet_util.h"
+
+TestSuite(fleet_jobs, .init = fu_setup, .fini = fu_teardown);
+
+#define ROWS 12000u
+
+Test(fleet_jobs, two_jobs_at_once_each_exactly_once)
+{
+    char table[300], spec_a[1024], spec_b[1024], path_b[400], token_path[400], log[400];
+    fu_gen(ROWS, 1000, 1, table, sizeof table);
+    fu_master_t m = {.lease_timeout_ms = 2000};
+    fu_master_start(&m);
+    snprintf(spec_a, sizeof spec_a,
+             "{\"id\":\"job-a\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":500}}", table);
+    snprintf(spec_b, sizeof spec_b,
+             "{\"id\":\"job-b\",\"source\":{\"table\":\"%s\"},"
+             "\"batch\":{\"size\":300,\"epochs\":2,\"shuffle\":{\"splits\":true,\"seed\":3}}}",
+             table);
+    char *a = fu_submit(&m, spec_a, 1, "dynamic", 1, 1, NULL);
+
+    /* job-b through `sluice submit --wait`, in the background */
+    snprintf(path_b, sizeof path_b, "%s/job-b.json", fu_dir);
+    snprintf(token_path, sizeof token_path, "%s/token", fu_dir);
+    snprintf(log, sizeof log, "%s/submit.log", fu_dir);
+    fu_write(path_b, spec_b);
+    fu_write(token_path, FU_TOKEN "\n");
+    pid_t submit = fork();
+    cr_assert_geq(submit, 0);
+    if (submit == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(fu_binary(), fu_binary(), "submit", "--admin", m.admin, "--job", path_b,
+              "--token-file", token_path, "--min-workers", "2", "--max-workers", "2", "--wait",
+              "--timeout", "120", (char *)NULL);
+        _exit(127);
+    }
+    double deadline = fu_now() + tu_timeout(20);
+    for (;;) {
+        char *b;
+        int st = fu_http(m.admin, "GET", "/jobs/job-b", NULL, NULL, &b);
+        free(b);
+        if (st == 200) break;
+        cr_assert(fu_now() < deadline, "sluice submit did not create job-b; see %s", log);
+        usleep(20 * 1000);
+    }
+
+    sl_dpp_executor_t *ex = fu_executor(&m, 1);
+    sl_dpp_executor_target_t t[] = {{"job-a", 1}, {"job-b", 2}};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_executor_apply(ex, t, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
+
+    atomic_uint *seen_a = calloc(ROWS, sizeof *seen_a), *seen_b = calloc(ROWS, sizeof *seen_b);
+    fu_client_t ca = {
+        .master = m.ctl, .job = "job-a", .rows = ROWS, .seen = seen_a, .delay_us = 5000};
+    fu_client_t cb = {
+        .master = m.ctl, .job = "job-b", .rows = ROWS, .seen = seen_b, .delay_us = 5000};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, fu_client_run, &ca);
+    pthread_create(&tb, NULL, fu_client_run, &cb);
+
+    /* While both run: every registered worker serves the job it was
+     * started for. */
+    bool checked = false;
+    while (!atomic_load(&ca.finished) && !checked) {
+        json_t *w = fu_get_json(m.admin, "/workers");
+        json_t *arr = json_object_get(w, "workers");
+        if (json_array_size(arr) == 3) {
+            size_t i;
+            json_t *x;
+            uint32_t na = 0, nb = 0;
+            json_array_foreach(arr, i, x)
+            {
+                const char *id = json_string_value(json_object_get(x, "id"));
+                const char *job = json_string_value(json_object_get(x, "job"));
+                cr_assert(id && job);
+                cr_assert_eq(strncmp(id, job, strlen(job)), 0, "worker %s serves %s", id, job);
+                na += strcmp(job, "job-a") == 0;
+                nb += strcmp(job, "job-b") == 0;
+            }
+            cr_assert_eq(na, 1);
+            cr_assert_eq(nb, 2);
+            checked = true;
+        }
+        json_decref(w);
+        usleep(20 * 1000);
+    }
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    cr_assert_eq(ca.end, SL_ERR_CLOSED, "job-a: %s: %s", sl_err_str(ca.end), ca.msg);
+    cr_assert_eq(cb.end, SL_ERR_CLOSED, "job-b: %s: %s", sl_err_str(cb.end), cb.msg);
+    fu_assert_each_seen(seen_a, ROWS, 1);
+    fu_assert_each_seen(seen_b, ROWS, 2); /* two epochs */
+    cr_assert(checked, "never saw the three workers registered together");
+
+    int st;
+    cr_assert_eq(waitpid(submit, &st, 0), submit);
+    FILE *f = fopen(log, "r");
+    char out[4096] = "";
+    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = '\0';
+    if (f) fclose(f);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sluice submit --wait: status %d: %s", st,
+              out);
+    cr_assert(strstr(out, "\"id\":\"job-b\""), "%s", out);
+    cr_assert(strstr(out, "job job-b: epoch 2/2, splits done 12/12, finished"), "%s", out);
+    cr_assert(fu_job_finished(&m, "job-a") && fu_job_finished(&m, "job-b"));
+
+    fu_executor_destroy(ex);
+    fu_master_stop(&m, SIGTERM);
+    free(seen_a);
+    free(seen_b);
+    free(a);
+}

@@ -1,0 +1,491 @@
+/* Helpers shared by the fleet integration tests (tests/integration/
+ * fleet_*_test.c): a scratch directory, generated tables, the real
+ * `sluice master` process on fixed free ports (so a restarted master is
+ * found at the same addresses), workers through the local executor, a tiny
+ * HTTP client for the admin endpoint, and trainer clients in master mode
+ * that record every sample id they deliver.
+ *
+ * Everything is static: each test file includes this once. */
+#ifndef SLUICE_TESTS_FLEET_UTIL_H
+#define SLUICE_TESTS_FLEET_UTIL_H
+
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpp/executor.h"
+#include "sluice/trainer.h"
+#include "testutil.h"
+#include "warehouse/import.h"
+#include "warehouse/warehouse.h"
+
+#define FU_TOKEN "fleet-test-token"
+/* Each test file uses some of the helpers. */
+#define FU_FN static __attribute__((unused))
+
+static char fu_dir[256];
+
+/* What a test started, so that teardown stops it even when an assertion
+ * ended the test early: worker processes must not outlive a failed test
+ * (they would retry their master forever). */
+#define FU_MAX_OWNED 8
+static sl_dpp_executor_t *fu_executors[FU_MAX_OWNED];
+static pid_t fu_master_pids[FU_MAX_OWNED];
+
+FU_FN int fu_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+FU_FN void fu_setup(void)
+{
+    snprintf(fu_dir, sizeof fu_dir, "/tmp/sluice-fleet-XXXXXX");
+    cr_assert_not_null(mkdtemp(fu_dir));
+    signal(SIGPIPE, SIG_IGN);
+}
+
+FU_FN void fu_teardown(void)
+{
+    for (int i = 0; i < FU_MAX_OWNED; i++) {
+        sl_dpp_executor_destroy(fu_executors[i]);
+        fu_executors[i] = NULL;
+        if (fu_master_pids[i] > 0) {
+            kill(fu_master_pids[i], SIGKILL);
+            waitpid(fu_master_pids[i], NULL, 0);
+            fu_master_pids[i] = 0;
+        }
+    }
+    if (!getenv("SLUICE_TEST_KEEP")) nftw(fu_dir, fu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+FU_FN double fu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+FU_FN const char *fu_binary(void)
+{
+    const char *b = getenv("SLUICE_BINARY");
+    cr_assert_not_null(b, "SLUICE_BINARY is not set (run through ctest)");
+    return b;
+}
+
+FU_FN void fu_write(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A criteo-like table of rows rows (sample ids 0..rows-1) in files files,
+ * stripe_rows per stripe: with stripes_per_split 1 each stripe is a split. */
+FU_FN void fu_gen_preset(const char *preset, uint64_t rows, uint32_t stripe_rows, uint32_t files,
+                         char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s/table", fu_dir);
+    sl_wh_gen_spec_t spec;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_gen_preset(preset, rows, 17, &spec, &err), SL_OK, "%s", err.msg);
+    spec.files = files;
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.stripe_rows = stripe_rows;
+    go.writer.no_sync = true;
+    go.writer.overwrite = true; /* a test may ask for the same table twice */
+    go.threads = 1;
+    cr_assert_eq(sl_wh_gen_table(dir, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
+}
+
+FU_FN void fu_gen(uint64_t rows, uint32_t stripe_rows, uint32_t files, char *dir, size_t cap)
+{
+    fu_gen_preset("criteo", rows, stripe_rows, files, dir, cap);
+}
+
+/* A port that was free a moment ago (bind to 0, read it, close). */
+FU_FN uint16_t fu_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t len = sizeof sa;
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* ---- HTTP ---- */
+
+/* One request on its own connection; returns the status (0: no answer)
+ * and the body (malloc'd). auth: the bearer token or NULL. */
+FU_FN int fu_http(const char *addr, const char *method, const char *path, const char *auth,
+                  const char *body, char **reply)
+{
+    *reply = strdup("");
+    char host[64];
+    snprintf(host, sizeof host, "%s", addr);
+    char *colon = strrchr(host, ':');
+    cr_assert_not_null(colon);
+    *colon = '\0';
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return 0;
+    }
+    size_t blen = body ? strlen(body) : 0;
+    size_t cap = blen + 1024;
+    char *req = malloc(cap);
+    int n = snprintf(req, cap,
+                     "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s%s%sContent-Length: "
+                     "%zu\r\n\r\n%s",
+                     method, path, auth ? "Authorization: Bearer " : "", auth ? auth : "",
+                     auth ? "\r\n" : "", blen, body ? body : "");
+    for (size_t off = 0; off < (size_t)n;) {
+        ssize_t k = send(fd, req + off, (size_t)n - off, MSG_NOSIGNAL);
+        if (k <= 0) break;
+        off += (size_t)k;
+    }
+    free(req);
+    shutdown(fd, SHUT_WR);
+    size_t bcap = 1 << 16, len = 0;
+    char *buf = malloc(bcap);
+    ssize_t k;
+    while ((k = recv(fd, buf + len, bcap - len - 1, 0)) > 0) {
+        len += (size_t)k;
+        if (len + 1 == bcap) buf = realloc(buf, bcap *= 2);
+    }
+    buf[len] = '\0';
+    close(fd);
+    int status = 0;
+    sscanf(buf, "HTTP/1.%*d %d", &status);
+    char *b = strstr(buf, "\r\n\r\n");
+    free(*reply);
+    *reply = strdup(b ? b + 4 : "");
+    free(buf);
+    return status;
+}
+
+/* GET path, parsed as JSON (asserting 200 and an object). Caller decrefs. */
+FU_FN json_t *fu_get_json(const char *admin, const char *path)
+{
+    char *b;
+    int st = fu_http(admin, "GET", path, NULL, NULL, &b);
+    cr_assert_eq(st, 200, "GET %s: %d %s", path, st, b);
+    json_error_t je;
+    json_t *j = json_loads(b, 0, &je);
+    cr_assert(json_is_object(j), "GET %s: not a JSON object: %s (%s)", path, b, je.text);
+    free(b);
+    return j;
+}
+
+/* ---- the master process ---- */
+
+typedef struct fu_master {
+    pid_t pid;
+    char ctl[64], admin[64]; /* "127.0.0.1:port" */
+    char state[300], log[300], token_file[300];
+    uint64_t lease_timeout_ms;
+} fu_master_t;
+
+/* Start `sluice master` on m's addresses (picked on the first start, kept
+ * for restarts) and wait until /readyz answers 200. */
+FU_FN void fu_master_start(fu_master_t *m)
+{
+    if (!m->ctl[0]) {
+        snprintf(m->ctl, sizeof m->ctl, "127.0.0.1:%u", fu_free_port());
+        snprintf(m->admin, sizeof m->admin, "127.0.0.1:%u", fu_free_port());
+        snprintf(m->state, sizeof m->state, "%s/state", fu_dir);
+        snprintf(m->log, sizeof m->log, "%s/master.log", fu_dir);
+        snprintf(m->token_file, sizeof m->token_file, "%s/admin.token", fu_dir);
+        fu_write(m->token_file, FU_TOKEN "\n");
+        if (!m->lease_timeout_ms) m->lease_timeout_ms = 2000;
+    }
+    char lease[32];
+    snprintf(lease, sizeof lease, "%llu", (unsigned long long)m->lease_timeout_ms);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(m->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setpgid(0, 0);
+        execl(fu_binary(), fu_binary(), "master", "--listen", m->ctl, "--admin", m->admin,
+              "--state", m->state, "--token-file", m->token_file, "--lease-timeout-ms", lease,
+              (char *)NULL);
+        _exit(127);
+    }
+    m->pid = pid;
+    for (int i = 0; i < FU_MAX_OWNED; i++)
+        if (fu_master_pids[i] <= 0) {
+            fu_master_pids[i] = pid;
+            break;
+        }
+    double deadline = fu_now() + tu_timeout(15);
+    for (;;) {
+        char *b;
+        int st = fu_http(m->admin, "GET", "/readyz", NULL, NULL, &b);
+        free(b);
+        if (st == 200) return;
+        int ws;
+        if (waitpid(pid, &ws, WNOHANG) == pid) {
+            for (int i = 0; i < FU_MAX_OWNED; i++)
+                if (fu_master_pids[i] == pid) fu_master_pids[i] = 0;
+            m->pid = 0;
+            cr_assert_fail("sluice master exited (status %d) before it was ready; see %s", ws,
+                           m->log);
+        }
+        cr_assert(fu_now() < deadline, "sluice master not ready in time; see %s", m->log);
+        usleep(20 * 1000);
+    }
+}
+
+/* Stop the master: sig (SIGTERM: cleanly, SIGKILL: a crash) and reap it. */
+FU_FN void fu_master_stop(fu_master_t *m, int sig)
+{
+    if (m->pid <= 0) return;
+    kill(m->pid, sig);
+    int ws;
+    waitpid(m->pid, &ws, 0);
+    for (int i = 0; i < FU_MAX_OWNED; i++)
+        if (fu_master_pids[i] == m->pid) fu_master_pids[i] = 0;
+    m->pid = 0;
+}
+
+/* POST /jobs {"spec": spec, ...}. @return the job id (malloc'd). */
+FU_FN char *fu_submit(const fu_master_t *m, const char *spec_json, uint32_t ranks,
+                      const char *sharding, uint32_t min_w, uint32_t max_w, const char *token_b64)
+{
+    json_error_t je;
+    json_t *spec = json_loads(spec_json, 0, &je);
+    cr_assert_not_null(spec, "bad test spec: %s", je.text);
+    json_t *body =
+        json_pack("{s:o, s:i, s:s, s:i, s:i}", "spec", spec, "ranks", (json_int_t)ranks, "sharding",
+                  sharding, "min_workers", (json_int_t)min_w, "max_workers", (json_int_t)max_w);
+    if (token_b64) json_object_set_new(body, "resume_token", json_string(token_b64));
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    char *b;
+    int st = fu_http(m->admin, "POST", "/jobs", FU_TOKEN, text, &b);
+    free(text);
+    cr_assert(st == 200 || st == 201, "POST /jobs: %d %s", st, b);
+    json_t *j = json_loads(b, 0, &je);
+    const char *id = json_string_value(json_object_get(j, "id"));
+    cr_assert_not_null(id, "POST /jobs answer without an id: %s", b);
+    char *out = strdup(id);
+    json_decref(j);
+    free(b);
+    return out;
+}
+
+/* GET /jobs/{id} "finished". */
+FU_FN bool fu_job_finished(const fu_master_t *m, const char *job)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    json_t *j = fu_get_json(m->admin, path);
+    bool f = json_is_true(json_object_get(j, "finished"));
+    json_decref(j);
+    return f;
+}
+
+/* ---- workers through the executor ---- */
+
+FU_FN sl_dpp_executor_t *fu_executor(const fu_master_t *m, uint32_t threads)
+{
+    char logs[300];
+    snprintf(logs, sizeof logs, "%s/logs", fu_dir);
+    mkdir(logs, 0755);
+    sl_dpp_executor_opts_t o = {.binary = fu_binary(),
+                                .master = m->ctl,
+                                .log_dir = logs,
+                                .worker_threads = threads,
+                                .max_workers = 16,
+                                .stop_grace_ms = 3000};
+    sl_dpp_executor_t *ex = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_executor_new(&o, &ex, &err), SL_OK, "%s", err.msg);
+    for (int i = 0; i < FU_MAX_OWNED; i++)
+        if (!fu_executors[i]) {
+            fu_executors[i] = ex;
+            break;
+        }
+    return ex;
+}
+
+/* Scale job to 0 workers and wait until they have exited (not only been
+ * told to), so that none of them is still connected when the test goes on. */
+FU_FN void fu_executor_drain(sl_dpp_executor_t *ex, const char *job)
+{
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_executor_scale(ex, job, 0, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    double deadline = fu_now() + tu_timeout(10);
+    while (sl_dpp_executor_list(ex, job, NULL, 0) > 0) {
+        cr_assert(fu_now() < deadline, "the workers of %s did not exit after SIGTERM", job);
+        usleep(10 * 1000);
+    }
+}
+
+/* Stop an executor's workers and free it (instead of
+ * sl_dpp_executor_destroy, so that teardown does not free it again). */
+FU_FN void fu_executor_destroy(sl_dpp_executor_t *ex)
+{
+    for (int i = 0; i < FU_MAX_OWNED; i++)
+        if (fu_executors[i] == ex) fu_executors[i] = NULL;
+    sl_dpp_executor_destroy(ex);
+}
+
+/* ---- trainer clients in master mode ---- */
+
+typedef struct fu_client {
+    const char *master;
+    const char *job;
+    uint32_t rank, world_size;
+    uint64_t rows;     /* sample ids are < rows */
+    atomic_uint *seen; /* [rows], shared by the clients of a test */
+    uint64_t samples, batches;
+    atomic_uint delay_us; /* per batch: a slow trainer (may change while it runs) */
+    atomic_bool stop;     /* set: the client closes after its current batch */
+    uint64_t stop_after;  /* > 0: take a resume token after this many batches and stop */
+    uint8_t *token;       /* the token taken (malloc'd) */
+    size_t token_len;
+    int64_t *order;        /* NULL, or [rows]: sample ids in delivery order */
+    uint64_t *batch_sizes; /* NULL, or [rows]: samples per delivered batch */
+    sl_trainer_stats_t stats;
+    atomic_bool finished; /* the thread is done: the fields above may be read */
+    sl_err_t end;
+    char msg[SL_ERROR_MSG_MAX];
+} fu_client_t;
+
+FU_FN void *fu_client_run(void *arg)
+{
+    fu_client_t *c = arg;
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.master = c->master;
+    o.job_id = c->job;
+    o.rank = c->rank;
+    o.world_size = c->world_size ? c->world_size : 1;
+    o.prefetch = 4;
+    o.reconnect_ms = (int)tu_timeout(30) * 1000;
+    o.refresh_ms = 200;
+    sl_trainer_t *t;
+    sl_error_t err = {0};
+    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
+        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+        atomic_store(&c->finished, true);
+        return NULL;
+    }
+    sl_batch_t *b;
+    int timeout = (int)(tu_timeout(30) * 1000);
+    while ((c->end = sl_trainer_next(t, timeout, &b, &err)) == SL_OK) {
+        if (c->batch_sizes) c->batch_sizes[c->batches] = b->batch_size;
+        for (uint32_t i = 0; i < b->batch_size; i++) {
+            int64_t id = b->sample_ids[i];
+            if (id < 0 || (uint64_t)id >= c->rows) {
+                c->end = SL_ERR_CORRUPT;
+                snprintf(c->msg, sizeof c->msg, "sample id %lld out of range", (long long)id);
+                break;
+            }
+            atomic_fetch_add(&c->seen[id], 1);
+            if (c->order) c->order[c->samples] = id;
+            c->samples++;
+        }
+        c->batches++;
+        sl_trainer_release(t, b);
+        if (c->end == SL_ERR_CORRUPT) break;
+        uint32_t delay = atomic_load(&c->delay_us);
+        if (delay) usleep(delay);
+        if (atomic_load(&c->stop)) {
+            c->end = SL_ERR_CLOSED;
+            break;
+        }
+        if (c->stop_after && c->batches == c->stop_after) {
+            c->end = sl_trainer_resume_token(t, timeout, &c->token, &c->token_len, &err);
+            if (c->end == SL_OK) {
+                uint8_t *copy = malloc(c->token_len);
+                memcpy(copy, c->token, c->token_len);
+                sl_trainer_token_free(t, c->token, c->token_len);
+                c->token = copy;
+                c->end = SL_ERR_CLOSED; /* a checkpoint, then the trainer "crashes" */
+            }
+            break;
+        }
+    }
+    if (c->end != SL_ERR_CLOSED) snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+    sl_trainer_stats(t, &c->stats);
+    sl_trainer_close(t);
+    atomic_store(&c->finished, true);
+    return NULL;
+}
+
+/* Samples delivered so far by every client sharing seen (safe to call while
+ * they run). */
+FU_FN uint64_t fu_seen_total(const atomic_uint *seen, uint64_t rows)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < rows; i++)
+        n += atomic_load(&seen[i]);
+    return n;
+}
+
+/* Every id in [0, rows) seen exactly `times` times; reports the first few
+ * that were not. */
+FU_FN void fu_assert_each_seen(const atomic_uint *seen, uint64_t rows, unsigned times)
+{
+    uint64_t missing = 0, extra = 0, first_bad = UINT64_MAX;
+    for (uint64_t i = 0; i < rows; i++) {
+        unsigned s = atomic_load(&seen[i]);
+        if (s < times) missing += times - s;
+        if (s > times) extra += s - times;
+        if (s != times && first_bad == UINT64_MAX) first_bad = i;
+    }
+    cr_assert(missing == 0 && extra == 0,
+              "%llu samples missing, %llu extra deliveries (first wrong id %llu seen %u times)",
+              (unsigned long long)missing, (unsigned long long)extra, (unsigned long long)first_bad,
+              first_bad == UINT64_MAX ? 0 : atomic_load(&seen[first_bad]));
+}
+
+FU_FN char *fu_base64(const uint8_t *in, size_t n)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+    size_t i = 0;
+    for (; i + 2 < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        *o++ = tab[v >> 18], *o++ = tab[(v >> 12) & 63], *o++ = tab[(v >> 6) & 63];
+        *o++ = tab[v & 63];
+    }
+    if (i < n) {
+        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
+        *o++ = tab[v >> 18], *o++ = tab[(v >> 12) & 63];
+        *o++ = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+        *o++ = '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+#endif
