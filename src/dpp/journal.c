@@ -1,6 +1,7 @@
 /* The master's journal and snapshot files: byte layout, torn-tail recovery,
  * buffered appends with group-commit fdatasync, and compaction by atomic
  * replacement. See journal.h for the format and the recovery rules. */
+#include "common/fileio.h"
 #include "dpp/journal.h"
 
 #include <errno.h>
@@ -28,27 +29,6 @@ struct sl_dpp_journal {
     uint64_t syncs;
 };
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
 static uint64_t record_sum(const uint8_t *payload, uint32_t len)
 {
     return XXH3_64bits_withSeed(payload, len, len);
@@ -74,11 +54,11 @@ sl_err_t sl_dpp_journal_scan(const void *buf, size_t len, const char *name, size
                             name);
     if (len < SL_DPP_JOURNAL_HEADER_BYTES)
         return sl_error_set(err, SL_ERR_TRUNCATED, "%s: header truncated (%zu bytes)", name, len);
-    uint32_t version = get_u32(p + 4);
+    uint32_t version = sl_le_get_u32(p + 4);
     if (version != SL_DPP_JOURNAL_VERSION)
         return sl_error_set(err, SL_ERR_VERSION, "%s: journal version %u (this build reads %d)",
                             name, version, SL_DPP_JOURNAL_VERSION);
-    out->generation = get_u64(p + 8);
+    out->generation = sl_le_get_u64(p + 8);
     size_t off = SL_DPP_JOURNAL_HEADER_BYTES;
     while (off < len) {
         size_t rem = len - off;
@@ -87,7 +67,7 @@ sl_err_t sl_dpp_journal_scan(const void *buf, size_t len, const char *name, size
             why = "record header cut short"; /* reaches the end: torn */
             goto bad;
         }
-        uint32_t rlen = get_u32(p + off), check = get_u32(p + off + 4);
+        uint32_t rlen = sl_le_get_u32(p + off), check = sl_le_get_u32(p + off + 4);
         if (check != ~rlen) {
             why = "length check mismatch";
             goto bad;
@@ -101,7 +81,7 @@ sl_err_t sl_dpp_journal_scan(const void *buf, size_t len, const char *name, size
             goto bad;
         }
         const uint8_t *payload = p + off + SL_DPP_JOURNAL_RECORD_HEADER_BYTES;
-        if (record_sum(payload, rlen) != get_u64(p + off + 8)) {
+        if (record_sum(payload, rlen) != sl_le_get_u64(p + off + 8)) {
             why = "checksum mismatch";
             goto bad;
         }
@@ -119,10 +99,10 @@ sl_err_t sl_dpp_journal_scan(const void *buf, size_t len, const char *name, size
          * whole, and guessing past it could resurrect a state that never
          * existed. */
         uint64_t end = off + (uint64_t)SL_DPP_JOURNAL_RECORD_HEADER_BYTES;
-        if (rem >= SL_DPP_JOURNAL_RECORD_HEADER_BYTES) end += get_u32(p + off);
+        if (rem >= SL_DPP_JOURNAL_RECORD_HEADER_BYTES) end += sl_le_get_u32(p + off);
         bool torn = all_zero(p + off, rem) ||
                     (end >= len && rem >= SL_DPP_JOURNAL_RECORD_HEADER_BYTES &&
-                     get_u32(p + off + 4) == ~get_u32(p + off) && get_u32(p + off) <= max_record) ||
+                     sl_le_get_u32(p + off + 4) == ~sl_le_get_u32(p + off) && sl_le_get_u32(p + off) <= max_record) ||
                     rem < SL_DPP_JOURNAL_RECORD_HEADER_BYTES;
         if (!torn)
             return sl_error_set(err, SL_ERR_CORRUPT,
@@ -148,11 +128,11 @@ sl_err_t sl_dpp_snapshot_parse(const void *buf, size_t len, const char *name, si
             "%s: not a master snapshot (magic is not \"" SL_DPP_SNAPSHOT_MAGIC "\")", name);
     if (len < SL_DPP_SNAPSHOT_HEADER_BYTES)
         return sl_error_set(err, SL_ERR_TRUNCATED, "%s: header truncated (%zu bytes)", name, len);
-    uint32_t version = get_u32(p + 4);
+    uint32_t version = sl_le_get_u32(p + 4);
     if (version != SL_DPP_JOURNAL_VERSION)
         return sl_error_set(err, SL_ERR_VERSION, "%s: snapshot version %u (this build reads %d)",
                             name, version, SL_DPP_JOURNAL_VERSION);
-    uint64_t n = get_u64(p + 16);
+    uint64_t n = sl_le_get_u64(p + 16);
     if (max_bytes != 0 && n > max_bytes)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: payload of %llu bytes exceeds %zu", name,
                             (unsigned long long)n, max_bytes);
@@ -161,9 +141,9 @@ sl_err_t sl_dpp_snapshot_parse(const void *buf, size_t len, const char *name, si
             err, n > len - SL_DPP_SNAPSHOT_HEADER_BYTES ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
             "%s: header says %llu payload bytes, file has %zu", name, (unsigned long long)n,
             len - SL_DPP_SNAPSHOT_HEADER_BYTES);
-    if (XXH3_64bits(p + SL_DPP_SNAPSHOT_HEADER_BYTES, (size_t)n) != get_u64(p + 24))
+    if (XXH3_64bits(p + SL_DPP_SNAPSHOT_HEADER_BYTES, (size_t)n) != sl_le_get_u64(p + 24))
         return sl_error_set(err, SL_ERR_CORRUPT, "%s: checksum mismatch", name);
-    *generation = get_u64(p + 8);
+    *generation = sl_le_get_u64(p + 8);
     *payload = p + SL_DPP_SNAPSHOT_HEADER_BYTES;
     *payload_len = (size_t)n;
     return SL_OK;
@@ -184,32 +164,6 @@ static void str_free(const sl_allocator_t *a, char *s)
     if (s != NULL) sl_free(a, s, strlen(s) + 1);
 }
 
-static sl_err_t write_all(int fd, const void *data, size_t len, const char *path, sl_error_t *err)
-{
-    const uint8_t *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return sl_error_set(err, SL_ERR_IO, "write %s: %s", path, strerror(errno));
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return SL_OK;
-}
-
-static sl_err_t sync_dir(const char *dir, sl_error_t *err)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return sl_error_set(err, SL_ERR_IO, "open %s: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc != 0) return sl_error_set(err, SL_ERR_IO, "fsync %s: %s", dir, strerror(e));
-    return SL_OK;
-}
-
 /* Write header + payload to path.tmp, fsync, rename over path, fsync dir. */
 static sl_err_t write_atomic(const sl_dpp_journal_t *j, const char *path, const uint8_t *head,
                              size_t head_len, const void *payload, size_t len, sl_error_t *err)
@@ -222,8 +176,8 @@ static sl_err_t write_atomic(const sl_dpp_journal_t *j, const char *path, const 
         rc = sl_error_set(err, SL_ERR_IO, "create %s: %s", tmp, strerror(errno));
         goto out;
     }
-    rc = write_all(fd, head, head_len, tmp, err);
-    if (rc == SL_OK && len > 0) rc = write_all(fd, payload, len, tmp, err);
+    rc = sl_io_write_all(fd, head, head_len, tmp, err);
+    if (rc == SL_OK && len > 0) rc = sl_io_write_all(fd, payload, len, tmp, err);
     if (rc == SL_OK && fsync(fd) != 0)
         rc = sl_error_set(err, SL_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
     if (close(fd) != 0 && rc == SL_OK)
@@ -234,7 +188,7 @@ static sl_err_t write_atomic(const sl_dpp_journal_t *j, const char *path, const 
         unlink(tmp);
         goto out;
     }
-    rc = sync_dir(j->dir, err);
+    rc = sl_io_sync_dir(j->dir, err);
 out:
     str_free(j->a, tmp);
     return rc;
@@ -245,8 +199,8 @@ static sl_err_t journal_create(sl_dpp_journal_t *j, uint64_t gen, sl_error_t *er
 {
     uint8_t head[SL_DPP_JOURNAL_HEADER_BYTES];
     memcpy(head, SL_DPP_JOURNAL_MAGIC, 4);
-    put_u32(head + 4, SL_DPP_JOURNAL_VERSION);
-    put_u64(head + 8, gen);
+    sl_le_put_u32(head + 4, SL_DPP_JOURNAL_VERSION);
+    sl_le_put_u64(head + 8, gen);
     sl_err_t rc = write_atomic(j, j->path, head, sizeof head, NULL, 0, err);
     if (rc != SL_OK) return rc;
     int fd = open(j->path, O_WRONLY | O_APPEND | O_CLOEXEC);
@@ -436,7 +390,7 @@ fail:
 static sl_err_t flush(sl_dpp_journal_t *j, sl_error_t *err)
 {
     if (j->buffered == 0) return SL_OK;
-    sl_err_t rc = write_all(j->fd, j->buf, j->buffered, j->path, err);
+    sl_err_t rc = sl_io_write_all(j->fd, j->buf, j->buffered, j->path, err);
     if (rc != SL_OK) return rc;
     j->file_bytes += j->buffered;
     j->buffered = 0;
@@ -450,9 +404,9 @@ sl_err_t sl_dpp_journal_append(sl_dpp_journal_t *j, const void *payload, size_t 
         return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: record of %zu bytes exceeds %zu", j->path,
                             len, j->max_record);
     uint8_t head[SL_DPP_JOURNAL_RECORD_HEADER_BYTES];
-    put_u32(head, (uint32_t)len);
-    put_u32(head + 4, ~(uint32_t)len);
-    put_u64(head + 8, record_sum(payload, (uint32_t)len));
+    sl_le_put_u32(head, (uint32_t)len);
+    sl_le_put_u32(head + 4, ~(uint32_t)len);
+    sl_le_put_u64(head + 8, record_sum(payload, (uint32_t)len));
     size_t total = sizeof head + len;
     j->dirty = true;
     if (j->buffered + total > SL_DPP_JOURNAL_BUFFER) {
@@ -461,8 +415,8 @@ sl_err_t sl_dpp_journal_append(sl_dpp_journal_t *j, const void *payload, size_t 
     }
     if (total > SL_DPP_JOURNAL_BUFFER) {
         /* A big record (a job's split list) goes straight to the file. */
-        sl_err_t rc = write_all(j->fd, head, sizeof head, j->path, err);
-        if (rc == SL_OK) rc = write_all(j->fd, payload, len, j->path, err);
+        sl_err_t rc = sl_io_write_all(j->fd, head, sizeof head, j->path, err);
+        if (rc == SL_OK) rc = sl_io_write_all(j->fd, payload, len, j->path, err);
         if (rc != SL_OK) return rc;
         j->file_bytes += total;
         return SL_OK;
@@ -505,10 +459,10 @@ sl_err_t sl_dpp_journal_compact(sl_dpp_journal_t *j, const void *payload, size_t
     uint64_t gen = j->generation + 1;
     uint8_t head[SL_DPP_SNAPSHOT_HEADER_BYTES];
     memcpy(head, SL_DPP_SNAPSHOT_MAGIC, 4);
-    put_u32(head + 4, SL_DPP_JOURNAL_VERSION);
-    put_u64(head + 8, gen);
-    put_u64(head + 16, len);
-    put_u64(head + 24, XXH3_64bits(payload, len));
+    sl_le_put_u32(head + 4, SL_DPP_JOURNAL_VERSION);
+    sl_le_put_u64(head + 8, gen);
+    sl_le_put_u64(head + 16, len);
+    sl_le_put_u64(head + 24, XXH3_64bits(payload, len));
     rc = write_atomic(j, j->snap_path, head, sizeof head, payload, len, err);
     if (rc != SL_OK) return rc;
     rc = journal_create(j, gen, err);

@@ -15,6 +15,7 @@
  * files linked under their final names "part-NNNNN.slc" (link + unlink, so
  * an existing file is never replaced). NNNNN continues after the highest
  * part number already in the partition. */
+#include "common/fileio.h"
 #include "import_internal.h"
 
 #include <dirent.h>
@@ -441,18 +442,6 @@ static sl_err_t run_workers(shared_t *sh, uint32_t threads, uint64_t total, doub
     return SL_OK;
 }
 
-/* The new names are durable only once the directory is. */
-static sl_err_t sync_dir(const char *dir, sl_error_t *err)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return sl_error_set(err, SL_ERR_IO, "open directory %s: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc != 0) return sl_error_set(err, SL_ERR_IO, "fsync directory %s: %s", dir, strerror(e));
-    return SL_OK;
-}
-
 /* Link every staged file under its final name, or remove them all. */
 static sl_err_t commit(shared_t *sh, bool keep, sl_error_t *err)
 {
@@ -480,7 +469,7 @@ static sl_err_t commit(shared_t *sh, bool keep, sl_error_t *err)
         }
         unlink(stage);
     }
-    if (keep && rc == SL_OK && !sh->o->writer.no_sync) rc = sync_dir(sh->part_dir, err);
+    if (keep && rc == SL_OK && !sh->o->writer.no_sync) rc = sl_io_sync_dir(sh->part_dir, err);
     return rc;
 }
 

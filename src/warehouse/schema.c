@@ -1,6 +1,7 @@
 /* The table schema: features, labels, id columns, partition keys; its
  * validation, its protobuf form (the _schema file, the copy in every data
  * file's footer) and its JSON form (--schema files, inspect). */
+#include "common/fileio.h"
 #include "wh_internal.h"
 
 #include <string.h>
@@ -452,27 +453,6 @@ sl_err_t wh_schema_from_pb(const Sluice__TableSchema *pb, const sl_allocator_t *
     return SL_OK;
 }
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
 sl_err_t sl_wh_schema_encode(const sl_wh_schema_t *s, const sl_allocator_t *a, void **buf,
                              size_t *len, sl_error_t *err)
 {
@@ -499,9 +479,9 @@ sl_err_t sl_wh_schema_encode(const sl_wh_schema_t *s, const sl_allocator_t *a, v
     sluice__table_schema__pack(&pb, out + WH_SCHEMA_PREFIX_BYTES);
     sl_arena_destroy(arena);
     memcpy(out, SL_WH_SCHEMA_MAGIC, 4);
-    put_u32(out + 4, SL_WH_FORMAT_VERSION);
-    put_u32(out + 8, (uint32_t)n);
-    put_u64(out + 12, XXH3_64bits(out + WH_SCHEMA_PREFIX_BYTES, n));
+    sl_le_put_u32(out + 4, SL_WH_FORMAT_VERSION);
+    sl_le_put_u32(out + 8, (uint32_t)n);
+    sl_le_put_u64(out + 12, XXH3_64bits(out + WH_SCHEMA_PREFIX_BYTES, n));
     *buf = out;
     *len = WH_SCHEMA_PREFIX_BYTES + n;
     return SL_OK;
@@ -517,7 +497,7 @@ sl_err_t sl_wh_schema_decode(const void *buf, size_t len, const sl_allocator_t *
                             "not a sluice schema (magic is not \"" SL_WH_SCHEMA_MAGIC "\")");
     if (len < WH_SCHEMA_PREFIX_BYTES)
         return sl_error_set(err, SL_ERR_TRUNCATED, "schema truncated: %zu bytes", len);
-    uint32_t version = get_u32(p + 4), n = get_u32(p + 8);
+    uint32_t version = sl_le_get_u32(p + 4), n = sl_le_get_u32(p + 8);
     if (version != SL_WH_FORMAT_VERSION)
         return sl_error_set(err, SL_ERR_VERSION, "schema version %u (this build reads %d)", version,
                             SL_WH_FORMAT_VERSION);
@@ -525,7 +505,7 @@ sl_err_t sl_wh_schema_decode(const void *buf, size_t len, const sl_allocator_t *
         return sl_error_set(
             err, n + (uint64_t)WH_SCHEMA_PREFIX_BYTES > len ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
             "schema: prefix says %u payload bytes, file has %zu", n, len - WH_SCHEMA_PREFIX_BYTES);
-    if (XXH3_64bits(p + WH_SCHEMA_PREFIX_BYTES, n) != get_u64(p + 12))
+    if (XXH3_64bits(p + WH_SCHEMA_PREFIX_BYTES, n) != sl_le_get_u64(p + 12))
         return sl_error_set(err, SL_ERR_CORRUPT, "schema: checksum mismatch");
     ProtobufCAllocator pa;
     wh_pb_allocator(a, &pa);

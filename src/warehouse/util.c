@@ -1,6 +1,7 @@
 /* Warehouse plumbing: reusable buffers, the byte source (pread or memory),
  * atomic small-file writes, directory fsync, and the protobuf-c allocator
  * bridge. */
+#include "common/fileio.h"
 #include "wh_internal.h"
 
 #include <errno.h>
@@ -118,28 +119,7 @@ sl_err_t wh_sync_parent_dir(const char *path, sl_error_t *err)
         memcpy(dir, path, n);
         dir[n] = '\0';
     }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return sl_error_set(err, SL_ERR_IO, "open directory %s: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc != 0) return sl_error_set(err, SL_ERR_IO, "fsync directory %s: %s", dir, strerror(e));
-    return SL_OK;
-}
-
-static sl_err_t write_all(int fd, const void *data, size_t len, const char *path, sl_error_t *err)
-{
-    const uint8_t *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return sl_error_set(err, SL_ERR_IO, "write %s: %s", path, strerror(errno));
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return SL_OK;
+    return sl_io_sync_dir(dir, err);
 }
 
 sl_err_t wh_write_file_atomic(const char *path, const void *data, size_t len, bool sync,
@@ -154,7 +134,7 @@ sl_err_t wh_write_file_atomic(const char *path, const void *data, size_t len, bo
         rc = sl_error_set(err, SL_ERR_IO, "create %s: %s", tmp, strerror(errno));
         goto out;
     }
-    rc = write_all(fd, data, len, tmp, err);
+    rc = sl_io_write_all(fd, data, len, tmp, err);
     if (rc == SL_OK && sync && fsync(fd) != 0)
         rc = sl_error_set(err, SL_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
     if (close(fd) != 0 && rc == SL_OK)
