@@ -44,6 +44,23 @@ static void fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg)
     sl_dpp_queue_close(w->work);
 }
 
+void dpp_worker_account_stripe(sl_dpp_worker_t *w, uint64_t rows, uint64_t kept, uint64_t t0,
+                               uint64_t t1, uint64_t waited, uint64_t handoff_before)
+{
+    uint64_t t2 = now_ns(CLOCK_MONOTONIC);
+    pthread_mutex_lock(&w->mu);
+    w->st.stripes++;
+    w->st.rows_read += rows;
+    w->st.rows_kept += kept;
+    w->st.read_ns += t1 - t0 - waited;
+    /* Time spent handing batches on (blocked on the queue or the budget) is
+     * back-pressure, not filtering. */
+    uint64_t handoff = w->handoff_ns - handoff_before;
+    w->st.filter_ns += t2 - t1 - handoff;
+    w->st.backpressure_ns += waited + handoff;
+    pthread_mutex_unlock(&w->mu);
+}
+
 uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows)
 {
     const sl_batch_t *b = &rows->batch;
@@ -233,16 +250,7 @@ static void *reader_main(void *arg)
             }
             w->reader_held = 0;
             sl_dpp_budget_release(w->budget, sb);
-            uint64_t t2 = now_ns(CLOCK_MONOTONIC);
-            pthread_mutex_lock(&w->mu);
-            w->st.stripes++;
-            w->st.rows_read += n;
-            w->st.rows_kept += kept;
-            w->st.read_ns += t1 - t0 - waited;
-            uint64_t handoff = w->handoff_ns - h0;
-            w->st.filter_ns += t2 - t1 - handoff;
-            w->st.backpressure_ns += waited + handoff;
-            pthread_mutex_unlock(&w->mu);
+            dpp_worker_account_stripe(w, n, kept, t0, t1, waited, h0);
             if (rc) goto out;
             row += n;
             t0 = now_ns(CLOCK_MONOTONIC);

@@ -73,6 +73,10 @@ typedef struct rscratch {
 } rscratch_t;
 
 /* Bytes of a stripe's decoded rows (for the memory budget). */
+/* Add one stripe's rows and stage times to the statistics (reader thread;
+ * takes w->mu). */
+void dpp_worker_account_stripe(sl_dpp_worker_t *w, uint64_t rows, uint64_t kept, uint64_t t0,
+                               uint64_t t1, uint64_t waited, uint64_t handoff_before);
 uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows);
 
 /* Read the todo rows of the leased split wk from r (open on its file) into

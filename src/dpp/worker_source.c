@@ -260,16 +260,7 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
         }
         w->reader_held = 0;
         sl_dpp_budget_release(w->budget, sb);
-        uint64_t t2 = now_ns(CLOCK_MONOTONIC);
-        pthread_mutex_lock(&w->mu);
-        w->st.stripes++;
-        w->st.rows_read += n;
-        w->st.rows_kept += kept;
-        w->st.read_ns += t1 - t0 - waited;
-        uint64_t handoff = w->handoff_ns - h0;
-        w->st.filter_ns += t2 - t1 - handoff;
-        w->st.backpressure_ns += waited + handoff;
-        pthread_mutex_unlock(&w->mu);
+        dpp_worker_account_stripe(w, n, kept, t0, t1, waited, h0);
         if (rc) return rc;
         row = end;
     }
