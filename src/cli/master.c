@@ -30,13 +30,17 @@ static int usage(void)
             "usage: sluice master --listen ADDR --admin ADDR --state DIR\n"
             "                     [--token-file F] [--lease-timeout-ms N]\n"
             "                     [--executor local|none] [--worker-log-dir DIR]\n"
+            "                     [--max-fleet-workers N]\n"
             "  --listen ADDR        control address for workers and trainer clients (host:port)\n"
             "  --admin ADDR         admin HTTP endpoint (loopback unless told otherwise)\n"
             "  --state DIR          journal and snapshot (created if missing)\n"
             "  --token-file F       bearer token for mutating admin routes\n"
             "                       (else env SLUICE_ADMIN_TOKEN; none: they answer 403)\n"
             "  --lease-timeout-ms N a worker silent this long loses its splits (10000)\n"
-            "  --executor local     start and stop `sluice worker` processes per job (default none)\n");
+            "  --executor local     start and stop `sluice worker` processes per job (default none)\n"
+            "  --max-fleet-workers N  workers of all jobs together; over it, jobs are scaled\n"
+            "                       down in proportion to their desired counts, never below\n"
+            "                       their min_workers (default 0: no limit)\n");
     return 2;
 }
 
@@ -70,7 +74,7 @@ static void drive_executor(sl_master_t *m, sl_dpp_executor_t *ex)
     if (n > 64) n = 64;
     sl_error_t err = {0};
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t want = d[i].finished ? 0 : d[i].workers;
+        uint32_t want = d[i].finished ? 0 : d[i].granted; /* fair share of --max-fleet-workers */
         if (sl_dpp_executor_scale(ex, d[i].job_id, want, NULL, NULL, &err) != SL_OK)
             fprintf(stderr, "sluice master: executor: job %s: %s\n", d[i].job_id, err.msg);
     }
@@ -93,11 +97,12 @@ int sl_cli_master(int argc, char **argv)
                                        {"lease-timeout-ms", required_argument, NULL, 'L'},
                                        {"executor", required_argument, NULL, 'e'},
                                        {"worker-log-dir", required_argument, NULL, 'w'},
+                                       {"max-fleet-workers", required_argument, NULL, 'F'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     const char *listen = NULL, *admin = NULL, *state = NULL, *token_file = NULL, *log_dir = NULL;
     const char *executor = "none";
-    uint64_t lease_ms = 10000;
+    uint64_t lease_ms = 10000, fleet = 0;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -115,6 +120,17 @@ int sl_cli_master(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'F': {
+            char *end;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || *optarg == '-' || v > UINT32_MAX) {
+                fprintf(stderr, "sluice master: --max-fleet-workers '%s': 0 (no limit) or a count\n",
+                        optarg);
+                return 2;
+            }
+            fleet = v;
+            break;
+        }
         default: return usage();
         }
     }
@@ -135,7 +151,10 @@ int sl_cli_master(int argc, char **argv)
         free(token);
         return 1;
     }
-    sl_master_opts_t o = {.listen = listen, .state_dir = state, .lease_timeout_ms = lease_ms};
+    sl_master_opts_t o = {.listen = listen,
+                          .state_dir = state,
+                          .lease_timeout_ms = lease_ms,
+                          .max_fleet_workers = (uint32_t)fleet};
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);

@@ -53,7 +53,8 @@ static const struct sopt {
     {OPT_MIN, "min-workers", "N", "autoscaler lower bound (default 1)"},
     {OPT_MAX, "max-workers", "N", "autoscaler upper bound (default: min-workers)"},
     {OPT_RESUME, "resume-token", "FILE",
-     "start where this token (sluice read --token-out) left off"},
+     "start where this token (sluice read --token-out) left off; repeat it with one token "
+     "per trainer rank to start with what every rank delivered"},
     {OPT_TOKEN, "token-file", "FILE",
      "bearer token for the admin endpoint (default: $SLUICE_ADMIN_TOKEN)"},
     {OPT_WAIT, "wait", NULL, "follow the job until every epoch is committed"},
@@ -316,7 +317,12 @@ int sl_cli_submit(int argc, char **argv)
         lo[i] = (struct option){sopts[i].name, sopts[i].arg ? required_argument : no_argument, NULL,
                                 sopts[i].id};
     lo[NUM_SOPTS] = (struct option){0, 0, 0, 0};
-    const char *admin = NULL, *job_path = NULL, *resume = NULL, *token_file = NULL;
+    const char *admin = NULL, *job_path = NULL, *token_file = NULL;
+    /* --resume-token FILE, repeatable (one per trainer rank); the paths
+     * point into argv. */
+    enum { MAX_RESUME = 1024 };
+    const char *resumes[MAX_RESUME];
+    size_t nresume = 0;
     const char *sharding = "dynamic";
     uint32_t ranks = 1, min_w = 1, max_w = 0, timeout = 0;
     bool wait = false;
@@ -346,7 +352,10 @@ int sl_cli_submit(int argc, char **argv)
             if (parse_u32(optarg, 1, &max_w)) return usage_error("bad --max-workers '%s'", optarg);
             break;
         case OPT_RESUME:
-            resume = optarg;
+            if (nresume == MAX_RESUME)
+                return usage_error("more than 1024 --resume-token (one per trainer rank): %s",
+                                   optarg);
+            resumes[nresume++] = optarg;
             break;
         case OPT_TOKEN:
             token_file = optarg;
@@ -386,19 +395,31 @@ int sl_cli_submit(int argc, char **argv)
     json_t *body =
         json_pack("{s:o, s:i, s:s, s:i, s:i}", "spec", spec, "ranks", (json_int_t)ranks, "sharding",
                   sharding, "min_workers", (json_int_t)min_w, "max_workers", (json_int_t)max_w);
-    if (resume) {
+    /* One token keeps the single-token form; several go as
+     * "resume_tokens" (one per rank, docs/ADMIN.md). */
+    json_t *toks = nresume > 1 ? json_array() : NULL;
+    bool toks_ok = nresume <= 1 || (toks != NULL && json_object_set_new(body, "resume_tokens", toks) == 0);
+    for (size_t k = 0; toks_ok && k < nresume; k++) {
         size_t tlen = 0;
-        unsigned char *tok = slurp(resume, MAX_TOKEN, &tlen, msg, sizeof msg);
+        unsigned char *tok = slurp(resumes[k], MAX_TOKEN, &tlen, msg, sizeof msg);
         bool read_ok = tok != NULL;
         char *b64 = tok ? base64(tok, tlen) : NULL;
         free(tok);
         if (!b64) {
             fprintf(stderr, "sluice submit: --resume-token %s\n", read_ok ? "out of memory" : msg);
-            json_decref(body);
-            return 1;
+            toks_ok = false;
+            break;
         }
-        json_object_set_new(body, "resume_token", json_string(b64));
+        if (nresume == 1)
+            json_object_set_new(body, "resume_token", json_string(b64));
+        else
+            json_array_append_new(toks, json_string(b64));
         free(b64);
+    }
+    if (!toks_ok) {
+        if (toks == NULL && nresume > 1) fprintf(stderr, "sluice submit: out of memory\n");
+        json_decref(body);
+        return 1;
     }
     char *token = NULL;
     sl_error_t err = {0};

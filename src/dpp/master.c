@@ -26,6 +26,25 @@ mp_job *mp_job_find(sl_master_t *m, const char *id)
     return NULL;
 }
 
+void mp_share_locked(sl_master_t *m)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        mp_job *j = &m->jobs[i];
+        if (!j->used) continue;
+        sl_dpp_master_job_status_t st;
+        sl_error_t err = {0};
+        bool finished = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK && st.finished;
+        m->share[n++] = (sl_master_share_t){.job_id = j->id,
+                                            .desired = finished ? 0 : j->as.desired,
+                                            .min_workers = j->as.opts.min_workers};
+    }
+    sl_master_fair_share(m->share, n, m->opts.max_fleet_workers);
+    n = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        if (m->jobs[i].used) m->jobs[i].granted = m->share[n++].granted;
+}
+
 mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial)
 {
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
@@ -100,6 +119,7 @@ static void destroy(sl_master_t *m)
     if (m->conns != NULL) mp_server_stop(m);
     sl_dpp_master_destroy(m->st);
     free(m->jobs);
+    free(m->share);
     free(m->workers);
     pthread_mutex_destroy(&m->mu);
     free(m);
@@ -140,7 +160,8 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     m->listen_fd = m->wake[0] = m->wake[1] = -1;
     pthread_mutex_init(&m->mu, NULL);
     m->jobs = calloc(o->max_jobs, sizeof *m->jobs);
-    if (m->jobs == NULL) {
+    m->share = calloc(o->max_jobs, sizeof *m->share);
+    if (m->jobs == NULL || m->share == NULL) {
         destroy(m);
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
@@ -259,7 +280,7 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
     if (job_id != NULL) *job_id = NULL;
     if (!json_is_object(body)) return sl_error_set(err, SL_ERR_INVALID, "body: not a JSON object");
     static const char *keys[] = {"spec",        "ranks",   "sharding",    "min_workers",
-                                 "max_workers", "workers", "resume_token"};
+                                 "max_workers", "workers", "resume_token", "resume_tokens"};
     const char *key;
     json_t *val;
     json_object_foreach((json_t *)body, key, val) {
@@ -291,20 +312,42 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
                                 "body: \"sharding\" is \"dynamic\" or \"static\"");
         is_static = strcmp(s, "static") == 0;
     }
+    /* "resume_token": one token; "resume_tokens": one per trainer rank
+     * (the job starts with what every rank delivered). */
     const json_t *tokj = json_object_get(body, "resume_token");
-    uint8_t *token = NULL;
-    size_t token_len = 0;
-    if (tokj != NULL) {
-        if (!json_is_string(tokj) ||
-            (token = b64_decode(json_string_value(tokj), &token_len)) == NULL)
-            return sl_error_set(err, SL_ERR_INVALID, "body: \"resume_token\" is not base64");
-    }
+    const json_t *toksj = json_object_get(body, "resume_tokens");
+    if (tokj != NULL && toksj != NULL)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "body: give \"resume_token\" or \"resume_tokens\", not both");
+    if (toksj != NULL && (!json_is_array(toksj) || json_array_size(toksj) == 0 ||
+                          json_array_size(toksj) > SL_DPP_MAX_RESUME_TOKENS))
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "body: \"resume_tokens\" is an array of 1..%d base64 strings",
+                            SL_DPP_MAX_RESUME_TOKENS);
+    uint32_t ntok = tokj != NULL ? 1 : toksj != NULL ? (uint32_t)json_array_size(toksj) : 0;
+    uint8_t **token = ntok ? calloc(ntok, sizeof *token) : NULL;
+    size_t *token_len = ntok ? calloc(ntok, sizeof *token_len) : NULL;
     sl_dpp_problems_t problems = {0};
     sl_dpp_job_t *job = NULL;
     sl_wh_table_t *table = NULL;
     sl_wh_filter_t *filter = NULL;
     sl_wh_splits_t *splits = NULL;
     char *text = NULL;
+    if (ntok > 0 && (token == NULL || token_len == NULL)) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "body: %u resume tokens", ntok);
+        goto out;
+    }
+    for (uint32_t k = 0; k < ntok; k++) {
+        const json_t *t = tokj != NULL ? tokj : json_array_get(toksj, k);
+        if (!json_is_string(t) || (token[k] = b64_decode(json_string_value(t), &token_len[k])) == NULL) {
+            if (tokj != NULL)
+                rc = sl_error_set(err, SL_ERR_INVALID, "body: \"resume_token\" is not base64");
+            else
+                rc = sl_error_set(err, SL_ERR_INVALID,
+                                  "body: \"resume_tokens\"[%u] is not a base64 string", k);
+            goto out;
+        }
+    }
     rc = sl_dpp_job_from_json(specj, &job, &problems, err);
     if (rc != SL_OK) {
         sl_error_prefix(err, "spec: ");
@@ -346,11 +389,11 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
     } else if (mp_job_find(m, job->id) != NULL) {
         rc = sl_error_set(err, SL_ERR_AGAIN, "job '%s' exists already", job->id);
     } else {
-        rc = token != NULL
-                 ? sl_dpp_master_job_resume(m->st, &spec, token, token_len, err)
-                 : sl_dpp_master_job_add(m->st, &spec, err);
+        rc = ntok > 0 ? sl_dpp_master_job_resume_ranks(m->st, &spec, (const void *const *)token,
+                                                       token_len, ntok, err)
+                      : sl_dpp_master_job_add(m->st, &spec, err);
         if (rc == SL_ERR_CORRUPT || rc == SL_ERR_TRUNCATED || rc == SL_ERR_VERSION) {
-            sl_error_prefix(err, "resume_token: ");
+            sl_error_prefix(err, toksj != NULL ? "resume_tokens: " : "resume_token: ");
             rc = err->code = SL_ERR_INVALID;
         }
         if (rc == SL_OK) rc = sync_locked(m, err);
@@ -364,7 +407,10 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
     }
 out:
     free(text);
+    for (uint32_t k = 0; token != NULL && k < ntok; k++)
+        free(token[k]);
     free(token);
+    free(token_len);
     sl_wh_splits_destroy(splits);
     sl_wh_filter_destroy(filter);
     sl_wh_table_close(table);
@@ -422,7 +468,7 @@ static json_t *job_json_locked(sl_master_t *m, mp_job *j)
     json_t *table = spec != NULL ? json_object_get(json_object_get(spec, "source"), "table") : NULL;
     json_t *o = json_pack(
         "{s:s, s:i, s:i, s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:s, s:i, s:i, s:i, "
-        "s:i, s:i, s:f, s:f, s:s, s:I, s:I}",
+        "s:i, s:i, s:i, s:f, s:f, s:s, s:I, s:I}",
         "id", j->id, "epoch", (json_int_t)st.epoch, "epochs", (json_int_t)st.epochs, "finished",
         st.finished, "num_splits", (json_int_t)st.num_splits, "pending", (json_int_t)st.pending,
         "leased", (json_int_t)st.leased, "done", (json_int_t)st.done, "committed_rows",
@@ -430,7 +476,8 @@ static json_t *job_json_locked(sl_master_t *m, mp_job *j)
         (json_int_t)st.ranks, "sharding", st.static_sharding ? "static" : "dynamic", "table",
         json_is_string(table) ? json_string_value(table) : "", "min_workers",
         (json_int_t)j->as.opts.min_workers, "max_workers", (json_int_t)j->as.opts.max_workers,
-        "desired_workers", (json_int_t)j->as.desired, "workers", (json_int_t)live, "clients",
+        "desired_workers", (json_int_t)j->as.desired, "granted_workers", (json_int_t)j->granted,
+        "workers", (json_int_t)live, "clients",
         (json_int_t)clients, "trainer_wait", j->last_wait, "worker_busy", j->last_busy,
         "autoscale_reason", j->as.reason, "batches", (json_int_t)j->batches, "samples",
         (json_int_t)j->samples);
@@ -441,6 +488,7 @@ static json_t *job_json_locked(sl_master_t *m, mp_job *j)
 sl_err_t sl_master_job_json(sl_master_t *m, const char *job_id, json_t **out, sl_error_t *err)
 {
     pthread_mutex_lock(&m->mu);
+    mp_share_locked(m);
     mp_job *j = mp_job_find(m, job_id);
     sl_err_t rc = SL_OK;
     if (j == NULL)
@@ -455,6 +503,7 @@ json_t *sl_master_jobs_json(sl_master_t *m)
 {
     json_t *arr = json_array();
     pthread_mutex_lock(&m->mu);
+    mp_share_locked(m);
     for (uint32_t i = 0; arr != NULL && i < m->opts.max_jobs; i++)
         if (m->jobs[i].used) json_array_append_new(arr, job_json_locked(m, &m->jobs[i]));
     pthread_mutex_unlock(&m->mu);
@@ -530,10 +579,11 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");
     sl_prom_sample(&p, "sluice_master_lease_expiries_total", NULL, (double)c.expiries);
     sl_prom_family(&p, "sluice_master_commits_total", "counter", "Commit answers by result.");
-    static const char *res[] = {"committed", "overlap", "stale", "unknown", "repeated"};
-    uint64_t rv[] = {c.commits, c.overlaps, c.stale_commits, c.unknown_commits,
-                     c.repeated_commits};
-    for (int i = 0; i < 5; i++)
+    static const char *res[] = {"committed", "overlap", "stale", "unknown", "repeated",
+                                "wrong_rank"};
+    uint64_t rv[] = {c.commits,          c.overlaps,        c.stale_commits, c.unknown_commits,
+                     c.repeated_commits, m->rank_refused};
+    for (int i = 0; i < 6; i++)
         sl_prom_sample(&p, "sluice_master_commits_total",
                        sl_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
     sl_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
@@ -610,6 +660,7 @@ uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t ca
 {
     uint32_t n = 0;
     pthread_mutex_lock(&m->mu);
+    mp_share_locked(m);
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
         mp_job *j = &m->jobs[i];
         if (!j->used) continue;
@@ -618,6 +669,7 @@ uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t ca
             memset(d, 0, sizeof *d);
             snprintf(d->job_id, sizeof d->job_id, "%s", j->id);
             d->workers = j->as.desired;
+            d->granted = j->granted;
             for (uint32_t w = 0; w < m->nworkers; w++)
                 d->registered += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
             sl_dpp_master_job_status_t st;

@@ -50,6 +50,7 @@ typedef struct sl_master_opts {
     uint32_t max_workers;        /* distinct worker ids; 0: 65536 */
     uint32_t max_clients;        /* distinct client ids per job; 0: 4096 */
     uint32_t max_answers;        /* remembered commit answers per client (idempotence); 0: 4096 */
+    uint32_t max_fleet_workers;  /* workers of all jobs together (sl_master_fair_share); 0: no limit */
     /* Tuning of every job's autoscaler (thresholds, streaks, cooldown); the
      * bounds come from each job's min_workers/max_workers. NULL: defaults
      * of sl_autoscale_opts_default. */
@@ -153,6 +154,7 @@ char *sl_master_metrics_text(sl_master_t *m);
 typedef struct sl_master_desired {
     char job_id[256];
     uint32_t workers;     /* what the autoscaler (or a manual scale) wants now */
+    uint32_t granted;     /* its fair share of max_fleet_workers: what to run (0 when finished) */
     uint32_t registered;  /* workers of the job connected to the master now */
     bool finished;        /* every epoch committed: the executor may stop its workers */
 } sl_master_desired_t;
@@ -161,6 +163,23 @@ typedef struct sl_master_desired {
  * order). Removed jobs are not listed (their workers are to be stopped).
  * @return the number of jobs (may exceed cap). */
 uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t cap);
+
+/* Fair share of the fleet (implemented in master_admin.c). Each job has
+ * desired workers (0: finished) and a min_workers. When max_fleet_workers
+ * is 0 or the desired counts sum to at most it, every job is granted its
+ * desired count. Otherwise the counts are scaled down in proportion to the
+ * desired ones (granted = desired * r for one ratio r < 1), never below a
+ * job's min_workers (nor above its desired count), so that they sum to
+ * max_fleet_workers; the workers left by rounding down go one each to the
+ * largest fractions, ties to the lower job id (strcmp). When the
+ * min_workers alone exceed max_fleet_workers, each job gets its minimum
+ * (the bound then is the sum of the minimums). Pure: sets jobs[i].granted. */
+typedef struct sl_master_share {
+    const char *job_id; /* borrowed; breaks ties */
+    uint32_t desired, min_workers;
+    uint32_t granted;   /* out */
+} sl_master_share_t;
+void sl_master_fair_share(sl_master_share_t *jobs, uint32_t n, uint32_t max_fleet_workers);
 
 /* ---- admin endpoint (implemented in master_admin.c) -------------------------------- */
 

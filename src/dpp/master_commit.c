@@ -392,6 +392,13 @@ sl_err_t m_apply_split_read(sl_dpp_master_t *m, uint32_t slot, uint32_t split,
     return SL_OK;
 }
 
+uint32_t sl_dpp_master_split_rank(const sl_dpp_master_t *m, const char *job_id, uint32_t split)
+{
+    const job *jb = job_id != NULL ? m_find_job(m, job_id, NULL) : NULL;
+    if (jb == NULL || split >= jb->n || jb->rank_of_split == NULL) return 0;
+    return jb->rank_of_split[split] + 1;
+}
+
 bool sl_dpp_master_lease_live(const sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
                               uint32_t split, uint64_t generation, const char *worker)
 {

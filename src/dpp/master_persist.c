@@ -343,11 +343,16 @@ out:
     return rc;
 }
 
-sl_err_t sl_dpp_master_job_resume(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
-                                  const void *token, size_t len, sl_error_t *err)
+/* Check one token against the job (sp built from spec) and unpack it into
+ * *out (free with sluice__master__resume_token__free_unpacked(*out, pa)). */
+static sl_err_t token_open(const sl_dpp_master_job_spec_t *spec,
+                           const spec_pb *sp, const void *token, size_t len,
+                           ProtobufCAllocator *pa, Sluice__Master__ResumeToken **out,
+                           sl_error_t *err)
 {
+    *out = NULL;
     const uint8_t *p = token;
-    if (len < 4 || memcmp(p, SL_DPP_RESUME_TOKEN_MAGIC, 4) != 0)
+    if (p == NULL || len < 4 || memcmp(p, SL_DPP_RESUME_TOKEN_MAGIC, 4) != 0)
         return sl_error_set(err, len < 4 ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
                             "resume token: not a sluice resume token (magic)");
     if (len < TOKEN_HEADER_BYTES)
@@ -359,51 +364,201 @@ sl_err_t sl_dpp_master_job_resume(sl_dpp_master_t *m, const sl_dpp_master_job_sp
                             version, SL_DPP_RESUME_TOKEN_VERSION);
     if (XXH3_64bits(p + TOKEN_HEADER_BYTES, len - TOKEN_HEADER_BYTES) != get_u64(p + 8))
         return sl_error_set(err, SL_ERR_CORRUPT, "resume token: checksum mismatch");
-    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
     Sluice__Master__ResumeToken *t =
-        sluice__master__resume_token__unpack(&pa, len - TOKEN_HEADER_BYTES, p + TOKEN_HEADER_BYTES);
+        sluice__master__resume_token__unpack(pa, len - TOKEN_HEADER_BYTES, p + TOKEN_HEADER_BYTES);
     if (t == NULL) return sl_error_set(err, SL_ERR_CORRUPT, "resume token: malformed protobuf");
-    spec_pb sp;
-    sl_err_t rc = spec_pb_build(m, spec, &sp, err);
-    if (rc != SL_OK) goto out;
+    sl_err_t rc = SL_OK;
     if (t->version != SL_DPP_RESUME_TOKEN_VERSION) {
         rc = sl_error_set(err, SL_ERR_VERSION, "resume token version %u", t->version);
     } else if (t->job_id == NULL || strcmp(t->job_id, spec->job_id) != 0) {
         rc = sl_error_set(err, SL_ERR_INVALID, "resume token of job '%s', not of job '%s'",
                           t->job_id ? t->job_id : "", spec->job_id);
-    } else if ((rc = m_check_spec(m, &sp.spec, err)) != SL_OK) {
-        /* message set */
     } else if (t->n_range_from != t->n_range_split || t->n_range_to != t->n_range_split) {
         rc = sl_error_set(err, SL_ERR_CORRUPT, "resume token of job '%s': range columns differ",
                           spec->job_id);
-    } else {
-        if (m_fingerprint(&sp.list) != t->fingerprint)
-            rc = sl_error_set(err, SL_ERR_INVALID,
-                              "resume token of job '%s' was taken over other splits", spec->job_id);
-    }
-    if (rc == SL_OK && t->epoch > spec->epochs)
+    } else if (m_fingerprint(&sp->list) != t->fingerprint) {
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "resume token of job '%s' was taken over other splits", spec->job_id);
+    } else if (t->epoch > spec->epochs) {
         rc = sl_error_set(err, SL_ERR_INVALID, "resume token at epoch %u of a %u-epoch job",
                           t->epoch, spec->epochs);
+    }
     for (size_t i = 0; rc == SL_OK && i < t->n_range_split; i++)
-        if (t->range_split[i] >= sp.n || t->range_from[i] >= t->range_to[i] ||
-            t->range_to[i] > sp.list.num_rows[t->range_split[i]])
+        if (t->range_split[i] >= sp->n || t->range_from[i] >= t->range_to[i] ||
+            t->range_to[i] > sp->list.num_rows[t->range_split[i]])
             rc = sl_error_set(err, SL_ERR_INVALID,
                               "resume token: range %zu (split %u rows [%llu, %llu)) outside the "
                               "splits",
                               i, t->range_split[i], (unsigned long long)t->range_from[i],
                               (unsigned long long)t->range_to[i]);
+    if (rc != SL_OK) {
+        sluice__master__resume_token__free_unpacked(t, pa);
+        return rc;
+    }
+    *out = t;
+    return SL_OK;
+}
+
+/* A set of row ranges of splits, kept sorted by (split, from) and disjoint. */
+typedef struct rset {
+    uint32_t *split;
+    uint64_t *from, *to;
+    size_t n, cap;
+} rset;
+
+static void rset_free(const sl_allocator_t *a, rset *r)
+{
+    sl_free(a, r->split, (r->cap + 1) * sizeof(uint32_t));
+    sl_free(a, r->from, (r->cap + 1) * sizeof(uint64_t));
+    sl_free(a, r->to, (r->cap + 1) * sizeof(uint64_t));
+    *r = (rset){0};
+}
+
+static bool rset_init(const sl_allocator_t *a, rset *r, size_t cap)
+{
+    *r = (rset){.cap = cap};
+    r->split = sl_alloc(a, (cap + 1) * sizeof(uint32_t));
+    r->from = sl_alloc(a, (cap + 1) * sizeof(uint64_t));
+    r->to = sl_alloc(a, (cap + 1) * sizeof(uint64_t));
+    if (r->split != NULL && r->from != NULL && r->to != NULL) return true;
+    rset_free(a, r);
+    return false;
+}
+
+typedef struct tr_range {
+    uint32_t split;
+    uint64_t from, to;
+} tr_range;
+
+static int by_split_from(const void *x, const void *y)
+{
+    const tr_range *a = x, *b = y;
+    if (a->split != b->split) return a->split < b->split ? -1 : 1;
+    return a->from < b->from ? -1 : a->from > b->from;
+}
+
+/* A token's ranges as an rset: sorted, overlapping or touching ones merged
+ * (a token from outside need not be in order). */
+static bool rset_of_token(const sl_allocator_t *a, const Sluice__Master__ResumeToken *t, rset *r)
+{
+    size_t n = t->n_range_split;
+    tr_range *v = sl_alloc(a, (n + 1) * sizeof *v);
+    if (v == NULL || !rset_init(a, r, n)) {
+        sl_free(a, v, (n + 1) * sizeof *v);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        v[i] = (tr_range){t->range_split[i], t->range_from[i], t->range_to[i]};
+    if (n > 1) qsort(v, n, sizeof *v, by_split_from);
+    for (size_t i = 0; i < n; i++) {
+        if (r->n > 0 && r->split[r->n - 1] == v[i].split && v[i].from <= r->to[r->n - 1]) {
+            if (v[i].to > r->to[r->n - 1]) r->to[r->n - 1] = v[i].to;
+            continue;
+        }
+        r->split[r->n] = v[i].split;
+        r->from[r->n] = v[i].from;
+        r->to[r->n] = v[i].to;
+        r->n++;
+    }
+    sl_free(a, v, (n + 1) * sizeof *v);
+    return true;
+}
+
+/* out = x intersected with y (both sorted and disjoint): at most
+ * x.n + y.n pieces, every piece ends one range of x or of y. */
+static bool rset_intersect(const sl_allocator_t *a, const rset *x, const rset *y, rset *out)
+{
+    if (!rset_init(a, out, x->n + y->n)) return false;
+    size_t i = 0, j = 0;
+    while (i < x->n && j < y->n) {
+        if (x->split[i] != y->split[j]) {
+            if (x->split[i] < y->split[j])
+                i++;
+            else
+                j++;
+            continue;
+        }
+        uint64_t lo = x->from[i] > y->from[j] ? x->from[i] : y->from[j];
+        uint64_t hi = x->to[i] < y->to[j] ? x->to[i] : y->to[j];
+        if (lo < hi) {
+            out->split[out->n] = x->split[i];
+            out->from[out->n] = lo;
+            out->to[out->n] = hi;
+            out->n++;
+        }
+        if (x->to[i] < y->to[j])
+            i++;
+        else
+            j++;
+    }
+    return true;
+}
+
+sl_err_t sl_dpp_master_job_resume(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
+                                  const void *token, size_t len, sl_error_t *err)
+{
+    return sl_dpp_master_job_resume_ranks(m, spec, &token, &len, 1, err);
+}
+
+sl_err_t sl_dpp_master_job_resume_ranks(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
+                                        const void *const *tokens, const size_t *lens,
+                                        uint32_t count, sl_error_t *err)
+{
+    if (count == 0 || count > SL_DPP_MAX_RESUME_TOKENS)
+        return sl_error_set(err, SL_ERR_INVALID, "resume: %u tokens (1..%d)", count,
+                            SL_DPP_MAX_RESUME_TOKENS);
+    const sl_allocator_t *a = m->a;
+    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
+    spec_pb sp;
+    sl_err_t rc = spec_pb_build(m, spec, &sp, err);
+    if (rc == SL_OK) rc = m_check_spec(m, &sp.spec, err);
+    /* The intersection of what every rank handed out. A token of a later
+     * epoch than the earliest says its rank had every row of the earlier
+     * epoch (token_encode ignores undelivered rows of other epochs), so it
+     * leaves the earliest tokens' ranges as they are. */
+    uint32_t epoch = UINT32_MAX;
+    rset acc = {0};
+    bool have = false;
+    for (uint32_t pass = 0; rc == SL_OK && pass < 2; pass++) {
+        for (uint32_t k = 0; rc == SL_OK && k < count; k++) {
+            Sluice__Master__ResumeToken *t = NULL;
+            rc = token_open(spec, &sp, tokens[k], lens[k], &pa, &t, err);
+            if (rc != SL_OK) {
+                if (count > 1) sl_error_prefix(err, "token %u of %u: ", k + 1, count);
+                break;
+            }
+            if (pass == 0) {
+                if (t->epoch < epoch) epoch = t->epoch;
+            } else if (t->epoch == epoch) {
+                rset one, both;
+                if (!rset_of_token(a, t, &one)) {
+                    rc = sl_error_set(err, SL_ERR_NOMEM, "resume token %u of %u", k + 1, count);
+                } else if (!have) {
+                    acc = one;
+                    have = true;
+                } else if (!rset_intersect(a, &acc, &one, &both)) {
+                    rset_free(a, &one);
+                    rc = sl_error_set(err, SL_ERR_NOMEM, "resume token %u of %u", k + 1, count);
+                } else {
+                    rset_free(a, &one);
+                    rset_free(a, &acc);
+                    acc = both;
+                }
+            }
+            sluice__master__resume_token__free_unpacked(t, &pa);
+        }
+    }
     if (rc == SL_OK) {
         Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
         ja.spec = &sp.spec;
-        ja.start_epoch = t->epoch;
-        ja.n_start_split = ja.n_start_from = ja.n_start_to = t->n_range_split;
-        ja.start_split = t->range_split;
-        ja.start_from = t->range_from;
-        ja.start_to = t->range_to;
+        ja.start_epoch = epoch;
+        ja.n_start_split = ja.n_start_from = ja.n_start_to = acc.n;
+        ja.start_split = acc.split;
+        ja.start_from = acc.from;
+        ja.start_to = acc.to;
         rc = journal_and_add(m, &ja, err);
     }
-out:
+    if (have) rset_free(a, &acc);
     spec_pb_free(&sp);
-    sluice__master__resume_token__free_unpacked(t, &pa);
     return rc;
 }

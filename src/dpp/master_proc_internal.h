@@ -22,6 +22,7 @@ typedef struct mp_job {
     uint64_t wait_ns, elapsed_ns; /* client reports since the last observation */
     double last_wait, last_busy;  /* of the last observation */
     uint64_t batches, samples;    /* reported by clients, ever */
+    uint32_t granted;             /* fair share of the fleet (mp_share_locked) */
 } mp_job;
 
 typedef struct mp_worker {
@@ -43,6 +44,7 @@ typedef struct mp_conn {
     uint64_t serial; /* distinguishes a reused slot from the connection a deferred answer was for */
     uint32_t worker; /* MP_WORKER: index in m->workers */
     char client[MP_ID_MAX], job[MP_ID_MAX]; /* MP_CLIENT */
+    uint32_t rank;   /* MP_CLIENT: its ATTACH rank (static sharding checks commits against it) */
     uint8_t *buf;  /* bytes received, not yet a whole frame */
     size_t len, cap;
 } mp_conn;
@@ -70,6 +72,7 @@ struct sl_master {
     uint64_t started_ms;
     /* jobs and workers */
     mp_job *jobs;       /* [opts.max_jobs] */
+    sl_master_share_t *share; /* [opts.max_jobs], scratch of mp_share_locked */
     mp_worker *workers; /* [nworkers] of [cap_workers] */
     uint32_t nworkers, cap_workers;
     /* control connections (the control thread only, except counts) */
@@ -86,12 +89,16 @@ struct sl_master {
     uint64_t last_observe_ms, last_expire_ms;
     /* counters */
     uint64_t frames_in, protocol_errors, connections_total;
+    uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */
     uint32_t nclients_connected, nworkers_connected;
 };
 
 uint64_t mp_now_ms(void);
 mp_job *mp_job_find(sl_master_t *m, const char *id);
 mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial);
+/* Every job's granted count (sl_master_fair_share over the used jobs;
+ * finished jobs desire none). */
+void mp_share_locked(sl_master_t *m);
 /* A journal failure makes the master refuse further mutations. */
 void mp_fail(sl_master_t *m, const sl_error_t *err);
 /* Autoscaler observations and lease expiry; called by the control loop. */

@@ -322,6 +322,7 @@ static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach 
     c->kind = MP_CLIENT;
     snprintf(c->client, sizeof c->client, "%s", a->client_id);
     snprintf(c->job, sizeof c->job, "%s", a->job_id);
+    c->rank = a->rank;
     Sluice__Control__WorkerInfo *infos = calloc(m->nworkers + 1, sizeof *infos);
     Sluice__Control__WorkerInfo **ptrs = calloc(m->nworkers + 1, sizeof *ptrs);
     if (infos == NULL || ptrs == NULL) {
@@ -356,6 +357,20 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
     mp_deferred d = {.type = SL_RPC_COMMIT_REPLY, .nonce = cm->nonce};
     if (cm->ref == NULL || cm->rows == NULL) {
         send_error(m, i, SL_ERR_PROTOCOL, "commit without ref or rows");
+        return;
+    }
+    /* Static sharding is enforced here, not only by the client's filter: a
+     * batch of a split assigned to another rank is refused as STALE (never
+     * journaled; the rows stay uncommitted for the rank they belong to). */
+    uint32_t owner = sl_dpp_master_split_rank(m->st, cm->ref->job_id, cm->ref->split);
+    if (owner != 0 && owner - 1 != m->conns[i].rank) {
+        d.result = SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE;
+        snprintf(d.message, sizeof d.message,
+                 "commit: job '%.100s' split %u is assigned to rank %u, not this client's rank %u "
+                 "(static sharding)",
+                 cm->ref->job_id, cm->ref->split, owner - 1, m->conns[i].rank);
+        m->rank_refused++;
+        if (!defer(m, i, d)) send_error(m, i, SL_ERR_NOMEM, "commit answer");
         return;
     }
     sl_error_t err = {0};

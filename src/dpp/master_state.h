@@ -139,6 +139,18 @@ sl_err_t sl_dpp_master_job_add(sl_dpp_master_t *m, const sl_dpp_master_job_spec_
 sl_err_t sl_dpp_master_job_resume(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
                                   const void *token, size_t len, sl_error_t *err);
 
+/* Multi-rank resume: one token per trainer rank (count of them, each
+ * checked as above; with several, the error names "token K of N"). Each
+ * rank's token is the committed ranges minus what that rank had not handed
+ * out; the job starts in the earliest token's epoch with the INTERSECTION
+ * of those tokens' ranges, i.e. exactly the rows every rank delivered. A
+ * token of a later epoch says its rank delivered all of the earlier one and
+ * does not narrow the intersection. count = 1 is sl_dpp_master_job_resume. */
+#define SL_DPP_MAX_RESUME_TOKENS 65536
+sl_err_t sl_dpp_master_job_resume_ranks(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
+                                        const void *const *tokens, const size_t *lens,
+                                        uint32_t count, sl_error_t *err);
+
 /* Remove a job; its leases vanish. SL_ERR_NOT_FOUND when unknown. */
 sl_err_t sl_dpp_master_job_remove(sl_dpp_master_t *m, const char *job_id, sl_error_t *err);
 
@@ -224,6 +236,11 @@ sl_err_t sl_dpp_master_split_read(sl_dpp_master_t *m, const char *job_id, uint32
                                   uint32_t split, uint64_t generation,
                                   const sl_dpp_row_range_t *empty, uint32_t num_empty,
                                   sl_dpp_split_state_t *state, sl_error_t *err);
+
+/* Static sharding: 1 + the trainer rank split is assigned to (only that
+ * rank may commit its rows), 0 when any rank may (dynamic sharding, or an
+ * unknown job or split: the commit itself reports those). */
+uint32_t sl_dpp_master_split_rank(const sl_dpp_master_t *m, const char *job_id, uint32_t split);
 
 /* Is (epoch, split, generation) the split's live lease held by worker? */
 bool sl_dpp_master_lease_live(const sl_dpp_master_t *m, const char *job_id, uint32_t epoch,

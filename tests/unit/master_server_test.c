@@ -67,7 +67,7 @@ static void env_fini(env *e)
 
 static sl_err_t submit(env *e, const char *extra, sl_error_t *err)
 {
-    char text[1024];
+    char text[16384];
     snprintf(text, sizeof text,
              "{\"spec\": {\"id\": \"j\", \"source\": {\"table\": \"%s\"}, \"batch\": "
              "{\"size\": 100}}%s}",
@@ -152,20 +152,28 @@ static Sluice__Control__HeartbeatReply *heartbeat(int fd, const char *id,
     return (void *)call(fd, SL_RPC_HEARTBEAT, &h.base, SL_RPC_HEARTBEAT_REPLY);
 }
 
-static int client(env *e, const char *id, uint32_t *nworkers)
+/* A trainer client of rank (of world ranks) attached to job "j". */
+static int client_rank(env *e, const char *id, uint32_t rank, uint32_t world, const char *sharding,
+                       uint32_t *nworkers)
 {
     int fd = dial(e);
     Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
     a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
     a.job_id = "j";
     a.client_id = (char *)id;
-    a.world_size = 1;
+    a.rank = rank;
+    a.world_size = world;
     Sluice__Control__Attached *at = (void *)call(fd, SL_RPC_ATTACH, &a.base, SL_RPC_ATTACHED);
-    cr_assert_str_eq(at->sharding, "dynamic");
+    cr_assert_str_eq(at->sharding, sharding);
     cr_assert(!at->finished);
     if (nworkers != NULL) *nworkers = (uint32_t)at->n_workers;
     done(&at->base);
     return fd;
+}
+
+static int client(env *e, const char *id, uint32_t *nworkers)
+{
+    return client_rank(e, id, 0, 1, "dynamic", nworkers);
 }
 
 static int commit(int fd, const char *client_id, uint64_t nonce, const Sluice__Control__SplitRef *ref,
@@ -348,6 +356,210 @@ Test(master_server, lease_commit_split_read_token_restart)
     cr_assert_eq(commit(c1, "c1", 1, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     cr_assert_eq(commit(c1, "c1", 9, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
     close(c1);
+    env_fini(&e);
+}
+
+/* Static sharding is enforced by the master: a commit from a client whose
+ * ATTACH rank is not the split's assigned rank is answered STALE and changes
+ * nothing; the owning rank then commits the same rows. */
+Test(master_server, static_sharding_refuses_other_ranks)
+{
+    env e;
+    env_init(&e, 2000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, ", \"ranks\": 3, \"sharding\": \"static\"", &err), SL_OK, "%s",
+                 err.msg);
+    int w = worker(&e, "w1");
+    int c[3];
+    char name[3][8];
+    for (uint32_t r = 0; r < 3; r++) {
+        snprintf(name[r], sizeof name[r], "c%u", r);
+        c[r] = client_rank(&e, name[r], r, 3, "static", NULL);
+    }
+    uint64_t nonce = 1;
+    uint32_t seen[3] = {0};
+    for (int k = 0; k < 4; k++) { /* several splits, so more than one owner is exercised */
+        Sluice__Control__Lease *l = lease(w, "w1");
+        cr_assert_gt(l->rank_plus_one, 0);
+        uint32_t owner = l->rank_plus_one - 1;
+        cr_assert_lt(owner, 3);
+        seen[owner]++;
+        Sluice__Control__SplitRef ref = *l->ref;
+        ref.job_id = "j";
+        for (uint32_t r = 0; r < 3; r++)
+            if (r != owner)
+                cr_assert_eq(commit(c[r], name[r], nonce++, &ref, 0, 100),
+                             SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE, "rank %u split %u", r,
+                             ref.split);
+        json_t *j = job_json(&e);
+        cr_assert_eq(jint(j, "committed_rows"), (json_int_t)k * 100, "refused rows committed");
+        json_decref(j);
+        cr_assert_eq(commit(c[owner], name[owner], nonce++, &ref, 0, 100),
+                     SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+        done(&l->base);
+    }
+    cr_assert_eq(seen[0] + seen[1] + seen[2], 4);
+    char *metrics = sl_master_metrics_text(e.m);
+    cr_assert_not_null(metrics);
+    cr_assert(strstr(metrics, "result=\"wrong_rank\"} 8") != NULL, "%s", metrics);
+    free(metrics);
+    for (uint32_t r = 0; r < 3; r++)
+        close(c[r]);
+    close(w);
+    env_fini(&e);
+}
+
+static void b64(const uint8_t *p, size_t n, char *out)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        out[o++] = al[v >> 18 & 63];
+        out[o++] = al[v >> 12 & 63];
+        out[o++] = i + 1 < n ? al[v >> 6 & 63] : '=';
+        out[o++] = i + 2 < n ? al[v & 63] : '=';
+    }
+    out[o] = '\0';
+}
+
+/* The token of client id excluding rows [from, to) of ref's split, base64. */
+static void token_b64(int fd, const char *id, const Sluice__Control__SplitRef *ref, uint64_t from,
+                      uint64_t to, char *out, size_t cap)
+{
+    Sluice__Control__RowRange und = SLUICE__CONTROL__ROW_RANGE__INIT, *undp = &und;
+    und.from_row = from;
+    und.to_row = to;
+    Sluice__Control__SplitRef *urefs[1] = {(Sluice__Control__SplitRef *)ref};
+    Sluice__Control__TokenRequest tq = SLUICE__CONTROL__TOKEN_REQUEST__INIT;
+    tq.job_id = "j";
+    tq.client_id = (char *)id;
+    tq.n_undelivered_refs = tq.n_undelivered_rows = 1;
+    tq.undelivered_refs = urefs;
+    tq.undelivered_rows = &undp;
+    Sluice__Control__Token *tok = (void *)call(fd, SL_RPC_TOKEN_REQUEST, &tq.base, SL_RPC_TOKEN);
+    cr_assert_lt(tok->token.len * 4 / 3 + 8, cap);
+    b64(tok->token.data, tok->token.len, out);
+    done(&tok->base);
+}
+
+/* POST /jobs with "resume_tokens": the job starts with what both ranks
+ * delivered; a bad token is refused naming which. */
+Test(master_server, resume_tokens_one_per_rank)
+{
+    env e;
+    env_init(&e, 2000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, ", \"ranks\": 2", &err), SL_OK, "%s", err.msg);
+    int w = worker(&e, "w1");
+    Sluice__Control__Lease *l = lease(w, "w1");
+    Sluice__Control__SplitRef ref = *l->ref;
+    ref.job_id = "j";
+    int c0 = client_rank(&e, "c0", 0, 2, "dynamic", NULL);
+    int c1 = client_rank(&e, "c1", 1, 2, "dynamic", NULL);
+    cr_assert_eq(commit(c0, "c0", 1, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    cr_assert_eq(commit(c1, "c1", 1, &ref, 100, 200),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    cr_assert_eq(commit(c0, "c0", 2, &ref, 200, 300),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    /* rank 0 has not handed out [200,300), rank 1 not [100,150) */
+    static char t0[4096], t1[4096], extra[9000];
+    token_b64(c0, "c0", &ref, 200, 300, t0, sizeof t0);
+    token_b64(c1, "c1", &ref, 100, 150, t1, sizeof t1);
+    done(&l->base);
+    close(c0);
+    close(c1);
+    close(w);
+    cr_assert_eq(sl_master_job_remove(e.m, "j", &err), SL_OK, "%s", err.msg);
+    snprintf(extra, sizeof extra, ", \"resume_tokens\": [\"%s\", \"AAAA\"]", t0);
+    cr_assert_eq(submit(&e, extra, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "token 2 of 2") != NULL, "%s", err.msg);
+    snprintf(extra, sizeof extra, ", \"resume_tokens\": [\"%s\", 7]", t0);
+    cr_assert_eq(submit(&e, extra, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "resume_tokens\"[1]") != NULL, "%s", err.msg);
+    snprintf(extra, sizeof extra, ", \"resume_token\": \"%s\", \"resume_tokens\": [\"%s\"]", t0,
+             t1);
+    cr_assert_eq(submit(&e, extra, &err), SL_ERR_INVALID);
+    snprintf(extra, sizeof extra, ", \"ranks\": 2, \"resume_tokens\": [\"%s\", \"%s\"]", t0, t1);
+    cr_assert_eq(submit(&e, extra, &err), SL_OK, "%s", err.msg);
+    json_t *j = job_json(&e);
+    cr_assert_eq(jint(j, "committed_rows"), 100 + 50, "[0,100) and [150,200) delivered by both");
+    json_decref(j);
+    env_fini(&e);
+}
+
+static void share(sl_master_share_t *s, uint32_t n, uint32_t max, const char *want)
+{
+    sl_master_fair_share(s, n, max);
+    char got[256] = "";
+    for (uint32_t i = 0; i < n; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%u", i ? " " : "", s[i].granted);
+    cr_assert_str_eq(got, want, "max %u", max);
+}
+
+Test(master_server, fair_share_of_the_fleet)
+{
+    sl_master_share_t s[4] = {{"a", 6, 1, 0}, {"b", 3, 1, 0}, {"c", 3, 1, 0}, {"d", 0, 1, 0}};
+    share(s, 4, 0, "6 3 3 0");  /* no limit */
+    share(s, 4, 12, "6 3 3 0"); /* fits */
+    share(s, 4, 6, "3 2 1 0");  /* 3, 1.5, 1.5: the half goes to the lower id */
+    share(s, 4, 8, "4 2 2 0");
+    s[2].min_workers = 3;       /* c held at its minimum; a, b share the rest 6:3 */
+    share(s, 4, 6, "2 1 3 0");
+    share(s, 4, 2, "1 1 3 0");  /* minimums over the limit: each gets its minimum */
+    sl_master_share_t t[2] = {{"y", 5, 1, 0}, {"x", 5, 1, 0}};
+    share(t, 2, 5, "2 3");      /* equal fractions: the lower id "x" wins */
+    /* property: sum == limit when the minimums fit, each within [min, desired], proportional
+     * (no job two or more behind another's share) */
+    uint64_t seed = tu_seed("master_server.fair_share");
+    for (int round = 0; round < 2000; round++) {
+        sl_master_share_t r[8];
+        static const char *ids[8] = {"j0", "j1", "j2", "j3", "j4", "j5", "j6", "j7"};
+        uint32_t n = 1 + (uint32_t)tu_below(&seed, 8), want = 0, mins = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            r[i] = (sl_master_share_t){ids[i], (uint32_t)tu_below(&seed, 20),
+                                       1 + (uint32_t)tu_below(&seed, 4), 0};
+            want += r[i].desired;
+            mins += r[i].min_workers < r[i].desired ? r[i].min_workers : r[i].desired;
+        }
+        uint32_t max = (uint32_t)tu_below(&seed, 60);
+        sl_master_fair_share(r, n, max);
+        uint32_t sum = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t lo = r[i].min_workers < r[i].desired ? r[i].min_workers : r[i].desired;
+            cr_assert_geq(r[i].granted, lo, "round %d", round);
+            if (mins < max || max == 0) cr_assert_leq(r[i].granted, r[i].desired, "round %d", round);
+            sum += r[i].granted;
+        }
+        if (max == 0 || want <= max)
+            cr_assert_eq(sum, want, "round %d", round);
+        else if (mins < max)
+            cr_assert_eq(sum, max, "round %d: sum %u of %u", round, sum, max);
+        for (uint32_t i = 0; max > 0 && want > max && mins < max && i < n; i++)
+            for (uint32_t k = 0; k < n; k++)
+                if (r[i].granted > r[i].min_workers && r[k].granted < r[k].desired)
+                    /* i above its minimum while k is cut: shares differ by rounding only */
+                    cr_assert_lt((double)(r[i].granted - 1) / r[i].desired,
+                                 (double)(r[k].granted + 1) / r[k].desired, "round %d", round);
+    }
+
+    /* through the master: desired 3 of a 2-worker fleet */
+    env e;
+    env_init(&e, 1000);
+    e.o.max_fleet_workers = 2;
+    env_restart(&e);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, ", \"min_workers\": 1, \"max_workers\": 4, \"workers\": 3", &err),
+                 SL_OK, "%s", err.msg);
+    json_t *j = job_json(&e);
+    cr_assert_eq(jint(j, "desired_workers"), 3);
+    cr_assert_eq(jint(j, "granted_workers"), 2);
+    json_decref(j);
+    sl_master_desired_t d[2];
+    cr_assert_eq(sl_master_desired(e.m, d, 2), 1);
+    cr_assert_eq(d[0].workers, 3);
+    cr_assert_eq(d[0].granted, 2);
     env_fini(&e);
 }
 
