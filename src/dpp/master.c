@@ -593,7 +593,7 @@ char *sl_master_metrics_text(sl_master_t *m)
     /* Per-job families: Prometheus wants each family's samples right after
      * its TYPE line, so gather the jobs' figures first, then emit by family. */
     enum { SPLITS_PENDING, SPLITS_LEASED, SPLITS_DONE, COMMITTED_ROWS, SAMPLES, WAIT, BUSY,
-           QUEUED, WORKER_MEMORY, DESIRED, NFIG };
+           QUEUED, WORKER_MEMORY, DESIRED, GRANTED, NFIG };
     static const struct {
         const char *name, *type, *help;
     } fam[] = {
@@ -605,9 +605,10 @@ char *sl_master_metrics_text(sl_master_t *m)
         {"sluice_master_worker_queue_batches", "gauge", "Batches queued in workers."},
         {"sluice_master_worker_memory_bytes", "gauge", "Memory in use reported by the job's workers."},
         {"sluice_master_desired_workers", "gauge", "Autoscaler's worker count."},
+        {"sluice_master_granted_workers", "gauge", "Workers granted after the fleet's fair share."},
     };
     static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES, WAIT, BUSY, QUEUED,
-                                    WORKER_MEMORY, DESIRED};
+                                    WORKER_MEMORY, DESIRED, GRANTED};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     double *fig = calloc((size_t)m->opts.max_jobs * NFIG, sizeof *fig);
@@ -627,6 +628,7 @@ char *sl_master_metrics_text(sl_master_t *m)
         f[WAIT] = j->last_wait;
         f[BUSY] = j->last_busy;
         f[DESIRED] = j->as.desired;
+        f[GRANTED] = j->granted;
         for (uint32_t w = 0; w < m->nworkers; w++)
             if (m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0) {
                 f[QUEUED] += m->workers[w].queued;
