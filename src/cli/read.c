@@ -46,10 +46,7 @@ static void read_usage(FILE *out)
 
 static int usage_error(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "sluice read: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see `sluice read --help`)\n");
-    return 2;
+    return sl_cli_usage_error("read", fmt, arg);
 }
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out)

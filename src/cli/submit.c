@@ -39,12 +39,7 @@ enum {
     OPT_HELP
 };
 
-static const struct sopt {
-    int id;
-    const char *name;
-    const char *arg;
-    const char *help;
-} sopts[] = {
+static const sl_cli_opt_t sopts[] = {
     {OPT_ADMIN, "admin", "HOST:PORT", "the master's admin endpoint (required)"},
     {OPT_JOB, "job", "SPEC.json", "the job spec (docs/JOBS.md; required)"},
     {OPT_RANKS, "ranks", "N", "trainer ranks (default 1)"},
@@ -68,20 +63,12 @@ static void usage(FILE *out)
     fprintf(out, "usage: sluice submit --admin HOST:PORT --job SPEC.json [options]\n\n"
                  "Submits a job to a DPP master (POST /jobs) and prints the master's answer.\n\n"
                  "options:\n");
-    for (size_t i = 0; i < NUM_SOPTS; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "--%s%s%s", sopts[i].name, sopts[i].arg ? " " : "",
-                 sopts[i].arg ? sopts[i].arg : "");
-        fprintf(out, "  %-26s %s\n", left, sopts[i].help);
-    }
+    sl_cli_print_options(out, sopts, NUM_SOPTS, 26);
 }
 
 static int usage_error(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "sluice submit: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see `sluice submit --help`)\n");
-    return 2;
+    return sl_cli_usage_error("submit", fmt, arg);
 }
 
 static int parse_u32(const char *s, uint32_t min, uint32_t *out)

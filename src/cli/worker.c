@@ -34,12 +34,7 @@ enum {
     OPT_HELP
 };
 
-static const struct wopt {
-    int id;
-    const char *name;
-    const char *arg; /* NULL: a flag */
-    const char *help;
-} wopts[] = {
+static const sl_cli_opt_t wopts[] = {
     {OPT_JOB, "job", "SPEC.json", "the job spec (docs/JOBS.md); required without --master"},
     {OPT_MASTER, "master", "HOST:PORT",
      "take the job and its splits from this DPP master (exits when it has no more work)"},
@@ -67,20 +62,12 @@ static void usage(FILE *out)
                  "Runs the job's pipeline (read, filter, batch, dedup, transform, encode) and\n"
                  "serves the batches to trainer clients. Prints `listening on HOST:PORT` once\n"
                  "ready and a summary at the end. SIGINT/SIGTERM stop it cleanly.\n\noptions:\n");
-    for (size_t i = 0; i < NUM_WOPTS; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "--%s%s%s", wopts[i].name, wopts[i].arg ? " " : "",
-                 wopts[i].arg ? wopts[i].arg : "");
-        fprintf(out, "  %-28s %s\n", left, wopts[i].help);
-    }
+    sl_cli_print_options(out, wopts, NUM_WOPTS, 28);
 }
 
 static int usage_error(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "sluice worker: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see `sluice worker --help`)\n");
-    return 2;
+    return sl_cli_usage_error("worker", fmt, arg);
 }
 
 /* "123", "64K", "256M", "2G" */
