@@ -283,8 +283,7 @@ static rx_next_t on_frame(sl_trainer_t *t, sl_rpc_frame_t *f, uint64_t gen, uint
     }
 }
 
-/* Sleep up to ms unless the client closes. @return true when closing. */
-static bool pause_unless_closing(sl_trainer_t *t, int ms)
+bool tr_pause_unless_closing(sl_trainer_t *t, int ms)
 {
     uint64_t until = tr_now_ns() + (uint64_t)ms * 1000000ull;
     struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
@@ -339,7 +338,7 @@ static sl_err_t reconnect(sl_trainer_t *t, const sl_error_t *lost)
         /* The last pause ends at the deadline, for one last attempt there. */
         uint64_t pause = (uint64_t)backoff;
         if (pause > (deadline - now) / 1000000ull) pause = (deadline - now) / 1000000ull;
-        if (pause_unless_closing(t, (int)pause)) return SL_ERR_CLOSED;
+        if (tr_pause_unless_closing(t, (int)pause)) return SL_ERR_CLOSED;
         backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
     }
     sl_error_t f = {0};

@@ -276,20 +276,6 @@ static void send_stats(sl_trainer_t *t, int fd)
     f->rep_at_ns = now;
 }
 
-/* Sleep up to ms unless the client closes. @return true when closing. */
-static bool nap(sl_trainer_t *t, int ms)
-{
-    uint64_t until = tr_now_ns() + (uint64_t)ms * 1000000ull;
-    struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
-                          .tv_nsec = (long)(until % 1000000000ull)};
-    pthread_mutex_lock(&t->mu);
-    while (!t->closing && tr_now_ns() < until)
-        pthread_cond_timedwait(&t->cv, &t->mu, &ts);
-    bool closing = t->closing;
-    pthread_mutex_unlock(&t->mu);
-    return closing;
-}
-
 /* The master connection is gone: retry for reconnect_ms, backoff 50 ms
  * doubling to 1 s. Unanswered commits wait (their batches stay held) and
  * are sent again by fl_master_open. @return false when the client failed or
@@ -332,7 +318,7 @@ static bool master_reconnect(sl_trainer_t *t, const sl_error_t *lost)
         if (now >= deadline) break;
         uint64_t pause = (uint64_t)backoff;
         if (pause > (deadline - now) / 1000000ull) pause = (deadline - now) / 1000000ull;
-        if (nap(t, (int)pause)) return false;
+        if (tr_pause_unless_closing(t, (int)pause)) return false;
         backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
     }
     sl_error_t fe = {0};

@@ -98,6 +98,10 @@ void tr_pending_ack_locked(sl_trainer_t *t, uint64_t delivery_id);
 
 uint64_t tr_now_ns(void);
 
+/* Sleep up to ms unless the client closes (takes t->mu). @return true when
+ * closing. */
+bool tr_pause_unless_closing(sl_trainer_t *t, int ms);
+
 /* Decode a BATCH frame's payload in place: on SL_OK the caller owns *out,
  * whose release frees the payload (taken from f). Checks num_samples
  * against the payload. Any thread. */
