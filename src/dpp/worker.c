@@ -404,13 +404,14 @@ static void *xform_main(void *arg)
 /* Does every file of the job store exactly the job's dedup groups (storage
  * dedup, RecD)? Then the reader hands them over deduplicated (dedup form):
  * unique rows are decoded, batched and sent once, and never hashed again.
- * Only without filters (they read rows in the expanded form) and without a
- * shuffle window. Opens each file's footer once. */
+ * Filters read a group's features through the inverse indices, and a batch
+ * takes only the unique rows its kept rows refer to. Not with a shuffle
+ * window (it moves single rows across stripes). Opens each file's footer
+ * once. */
 static bool files_store_job_groups(sl_dpp_worker_t *w)
 {
     const sl_dpp_job_t *job = w->job;
-    if (!job->num_dedup_groups || job->shuffle_window || json_array_size(job->filters) != 0)
-        return false;
+    if (!job->num_dedup_groups || job->shuffle_window) return false;
     uint32_t nf = 0;
     const char *const *features = sl_dpp_plan_read_features(w->plan, &nf);
     sl_wh_read_opts_t ro = {

@@ -608,6 +608,8 @@ typedef struct user_ref {
     int64_t *user_id;   /* by sample id */
     uint64_t *hist_sum; /* sum of user_hist ids */
     int32_t *hist_len;
+    float *click;     /* the label */
+    int32_t *cat_len; /* length of user_cat */
     atomic_uint batches;
 } user_ref_t;
 
@@ -639,11 +641,15 @@ static void check_users(void *ctx, const sl_batch_t *b)
     atomic_fetch_add(&ref->batches, 1);
 }
 
-Test(worker_e2e, stored_dedup_groups_are_served_as_stored)
+/* Serve a table that stores the job's dedup group; with filtered, the job
+ * keeps only the rows with click == 0 that have user_cat (a feature of the
+ * stored group), so batches take scattered rows of each stripe's unique
+ * rows. */
+static void serve_stored_groups(bool filtered)
 {
     char table[300], addr[64], spec[1024];
     const uint64_t rows = 20000;
-    snprintf(table, sizeof table, "%s/stored", tmpdir);
+    snprintf(table, sizeof table, "%s/stored%d", tmpdir, (int)filtered);
     sl_wh_gen_spec_t gs;
     sl_error_t err = {0};
     cr_assert_eq(sl_wh_gen_preset("sessions", rows, 8, &gs, &err), SL_OK);
@@ -662,13 +668,15 @@ Test(worker_e2e, stored_dedup_groups_are_served_as_stored)
     user_ref_t ref = {.rows = rows,
                       .user_id = calloc(rows, 8),
                       .hist_sum = calloc(rows, 8),
-                      .hist_len = calloc(rows, 4)};
+                      .hist_len = calloc(rows, 4),
+                      .click = calloc(rows, 4),
+                      .cat_len = calloc(rows, 4)};
     sl_wh_table_t *t;
     cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK);
     sl_wh_splits_t *sp;
     cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK);
-    const char *feats[] = {"user_id", "user_hist"};
-    sl_wh_read_opts_t ro = {.features = feats, .num_features = 2};
+    const char *feats[] = {"user_id", "user_hist", "user_cat"};
+    sl_wh_read_opts_t ro = {.features = feats, .num_features = 3};
     for (uint32_t s = 0; s < sp->count; s++) {
         sl_wh_reader_t *r;
         cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[s], &ro, &r, &err), SL_OK);
@@ -676,13 +684,18 @@ Test(worker_e2e, stored_dedup_groups_are_served_as_stored)
         while (sl_wh_reader_next(r, &rw, &err) == SL_OK && rw) {
             const sl_kjt_t *k = &rw->batch.sparse;
             uint32_t n = rw->batch.batch_size;
+            cr_assert_str_eq(k->keys[1], "user_hist");
+            cr_assert_str_eq(k->keys[2], "user_cat");
             uint64_t o0 = 0, o1 = 0;
             for (uint32_t i = 0; i < n; i++)
                 o1 += (uint64_t)k->lengths[i];
             for (uint32_t i = 0; i < n; i++) {
                 int64_t id = rw->batch.sample_ids[i];
+                cr_assert_eq(rw->batch.labels.cols, 1);
+                ref.click[id] = rw->batch.labels.data[i];
                 cr_assert_eq(k->lengths[i], 1);
                 ref.user_id[id] = k->values[o0++];
+                ref.cat_len[id] = k->lengths[2 * n + i];
                 int32_t hl = k->lengths[n + i];
                 ref.hist_len[id] = hl;
                 for (int32_t j = 0; j < hl; j++)
@@ -695,25 +708,54 @@ Test(worker_e2e, stored_dedup_groups_are_served_as_stored)
     sl_wh_table_close(t);
 
     snprintf(spec, sizeof spec,
-             "{\"id\":\"stored\",\"source\":{\"table\":\"%s\"},"
+             "{\"id\":\"stored\",\"source\":{\"table\":\"%s\"},%s"
              "\"transforms\":[{\"op\":\"sigrid_hash\",\"feature\":\"item_id\",\"table_size\":99}],"
              "\"batch\":{\"size\":1000,\"epochs\":2,"
              "\"dedup_groups\":{\"u\":[\"user_cat\",\"user_hist\",\"user_id\"]}}}",
-             table);
+             table,
+             filtered ? "\"filters\":[{\"op\":\"label_equals\",\"label\":\"click\",\"value\":0},"
+                        "{\"op\":\"has_feature\",\"feature\":\"user_cat\"}],"
+                      : "");
     sl_dpp_job_t *job = job_of(spec);
     sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
     uint64_t batches;
     atomic_uint *seen = run_clients(addr, 2, rows, 2, check_users, &ref, &batches);
-    assert_once_per_epoch(seen, rows, 2);
-    cr_assert_eq(batches, 40);
-    cr_assert_eq(atomic_load(&ref.batches), 40);
+    uint64_t kept = rows;
+    if (filtered) {
+        kept = 0;
+        for (uint32_t e = 0; e < 2; e++)
+            for (uint64_t i = 0; i < rows; i++) {
+                unsigned want = ref.click[i] == 0.0f && ref.cat_len[i] > 0;
+                cr_assert_eq(seen[e * rows + i], want, "epoch %u sample %lu arrived %u times", e,
+                             (unsigned long)i, seen[e * rows + i]);
+                kept += e == 0 ? want : 0;
+            }
+        cr_assert(kept > rows / 4 && kept < rows, "%lu of %lu rows kept", (unsigned long)kept,
+                  (unsigned long)rows);
+    } else {
+        assert_once_per_epoch(seen, rows, 2);
+    }
+    uint64_t per_epoch = (kept + 999) / 1000;
+    cr_assert_eq(batches, 2 * per_epoch);
+    cr_assert_eq(atomic_load(&ref.batches), 2 * per_epoch);
     sl_dpp_worker_stats_t st;
     sl_dpp_worker_stats(w, &st);
     cr_assert(st.dedup_form, "the worker reads the stored groups");
+    cr_assert_eq(st.rows_kept, 2 * kept);
     cr_assert_gt(st.groups[0].factor, 4.0, "factor %.2f", st.groups[0].factor);
     cr_assert_lt(st.bytes_encoded * 3, st.bytes_expanded);
     free(seen);
-    free(ref.user_id), free(ref.hist_sum), free(ref.hist_len);
+    free(ref.user_id), free(ref.hist_sum), free(ref.hist_len), free(ref.click), free(ref.cat_len);
     sl_dpp_worker_destroy(w);
     sl_dpp_job_destroy(job);
+}
+
+Test(worker_e2e, stored_dedup_groups_are_served_as_stored)
+{
+    serve_stored_groups(false);
+}
+
+Test(worker_e2e, stored_dedup_groups_are_served_as_stored_through_filters)
+{
+    serve_stored_groups(true);
 }
