@@ -100,8 +100,15 @@ sl_err_t sl_kjt_validate(const sl_kjt_t *kjt, sl_error_t *err);
 /* Fill offsets[num_keys*stride + 1] (exclusive prefix sum of lengths). */
 void sl_kjt_offsets(const sl_kjt_t *kjt, int64_t *offsets);
 
-/* Fill key_offsets[num_keys + 1]: where each key's values start. */
+/* Fill key_offsets[num_keys + 1]: where each key's values start. Lengths
+ * must be non-negative (sl_kjt_validate); a negative one gives offsets that
+ * a later bounds check rejects, never a wrapped small one. */
 void sl_kjt_key_offsets(const sl_kjt_t *kjt, uint64_t *key_offsets);
+
+/* Sum of n lengths, at memory speed (the per-key and per-batch sums of the
+ * hot path); *negative tells whether any was negative, in which case the
+ * sum is meaningless. */
+uint64_t sl_lengths_sum(const int32_t *lengths, uint64_t n, bool *negative);
 
 /* @return the index of key in kjt, or -1. */
 int sl_kjt_find_key(const sl_kjt_t *kjt, const char *key);

@@ -26,25 +26,6 @@ static bool listed(char *const *names, uint32_t n, const char *name)
     return false;
 }
 
-/* Sum of lengths read as uint32 (a negative one becomes huge and fails the
- * overrun check), two 64-bit lanes of 32-bit pairs at a time: a batch has
- * F * B lengths and this runs once per key and batch. */
-static uint64_t sum_lengths(const int32_t *len, uint32_t n)
-{
-    typedef uint64_t v2u __attribute__((vector_size(16)));
-    v2u acc = {0, 0};
-    uint32_t r = 0;
-    for (; r + 4 <= n; r += 4) {
-        v2u x;
-        memcpy(&x, len + r, sizeof x);
-        acc += (x & 0xffffffffu) + (x >> 32);
-    }
-    uint64_t sum = acc[0] + acc[1];
-    for (; r < n; r++)
-        sum += (uint32_t)len[r];
-    return sum;
-}
-
 typedef struct state {
     const sl_dpp_plan_t *plan;
     sl_batch_t *batch;
@@ -64,8 +45,9 @@ static sl_err_t add_place(state_t *s, const sl_kjt_t *kjt, int loc, sl_error_t *
         c->loc = loc;
         c->stride = kjt->stride;
         c->lengths = kjt->lengths + (size_t)k * kjt->stride;
-        uint64_t n = sum_lengths(c->lengths, kjt->stride);
-        if (at + n > kjt->num_values)
+        bool negative;
+        uint64_t n = sl_lengths_sum(c->lengths, kjt->stride, &negative);
+        if (negative || at + n > kjt->num_values)
             return sl_error_set(err, SL_ERR_INVALID, "transform: key '%s' overruns the values",
                                 c->name);
         c->values = kjt->values + at;

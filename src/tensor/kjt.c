@@ -40,7 +40,7 @@ sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys,
  * block with a larger (or negative) length is summed again in 64 bits. It
  * runs at memory speed; a plain int64 loop ran 3-6 times slower.
  * Without negatives the total is at most 2^32 * (2^31 - 1), which fits. */
-static uint64_t sum_lengths(const int32_t *len, uint64_t n, bool *negative)
+uint64_t sl_lengths_sum(const int32_t *len, uint64_t n, bool *negative)
 {
     enum { BLOCK = 64 };
     uint64_t sum = 0;
@@ -99,7 +99,7 @@ static sl_err_t kjt_validate(const sl_kjt_t *kjt, bool scan_lengths, sl_error_t 
     }
     if (!scan_lengths) return SL_OK;
     bool negative;
-    uint64_t sum = sum_lengths(kjt->lengths, rows, &negative);
+    uint64_t sum = sl_lengths_sum(kjt->lengths, rows, &negative);
     if (negative) {
         for (uint64_t i = 0; i < rows; i++)
             if (kjt->lengths[i] < 0)
@@ -144,8 +144,10 @@ void sl_kjt_key_offsets(const sl_kjt_t *kjt, uint64_t *key_offsets)
         key_offsets[k] = at;
         /* stride 0 allows lengths == NULL, where even NULL + 0 is undefined. */
         if (kjt->stride == 0) continue;
-        const int32_t *len = kjt->lengths + (size_t)k * kjt->stride;
-        for (uint32_t r = 0; r < kjt->stride; r++) at += (uint64_t)len[r];
+        bool negative;
+        uint64_t n = sl_lengths_sum(kjt->lengths + (size_t)k * kjt->stride, kjt->stride, &negative);
+        /* Saturate: past any values buffer, never wrapped back into one. */
+        at = negative || n > UINT64_MAX - at ? UINT64_MAX : at + n;
     }
     key_offsets[kjt->num_keys] = at;
 }

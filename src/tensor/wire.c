@@ -212,8 +212,8 @@ size_t sl_wire_encoded_size(const sl_batch_t *batch)
 /* Copy n lengths to dst and return their sum, setting *negative when one is
  * below zero: the check sum(lengths) == num_values rides on the copy instead
  * of a pass of its own (the lengths of a batch of single ids are a third of
- * its bytes). Blocks of 64 with 32-bit lane sums, as in kjt.c's
- * sum_lengths: a block with a length >= 2^16 is summed again in 64 bits. */
+ * its bytes). Blocks of 64 with 32-bit lane sums, as in
+ * sl_lengths_sum: a block with a length >= 2^16 is summed again in 64 bits. */
 static uint64_t copy_lengths(int32_t *restrict dst, const int32_t *restrict src, uint64_t n,
                              bool *negative)
 {
