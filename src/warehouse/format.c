@@ -111,6 +111,7 @@ void wh_file_close(wh_file_t *f)
 {
     if (f == NULL) return;
     const sl_allocator_t *a = f->a;
+    wh_source_unmap(&f->src);
     if (f->src.fd >= 0) close(f->src.fd);
     wh_strfree(a, f->src.name);
     if (f->footer != NULL) {
@@ -585,6 +586,7 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
             return sl_error_set(err, SL_ERR_INVALID, "%s: not a regular file", name);
         }
         f->src.size = (uint64_t)st.st_size;
+        wh_source_map(&f->src);
     } else {
         f->src.mem = mem;
         f->src.size = len;

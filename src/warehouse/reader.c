@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zstd.h>
 
 #define DEFAULT_GAP (64u * 1024)
@@ -151,13 +152,24 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
             if (st[j].offset - rend > r->gap) break;
             rend = st[j].offset + st[j].stored_size;
         }
-        sl_err_t rc =
-            wh_source_read(&r->f->src, r->rbuf.data + at, (size_t)(rend - rstart), rstart, err);
-        if (rc != SL_OK) return sl_error_prefix(err, "stripe %u: ", s);
+        const uint8_t *range = NULL;
+        /* In place from memory (a mapped file) when the 8 bytes past the
+         * range, which decoders may load, are inside the source too: a
+         * stripe's streams are followed at least by the file's trailer. */
+        if (f->src.mem != NULL && rend <= f->src.size && f->src.size - rend >= 8) {
+            range = f->src.mem + rstart;
+            r->f->src.read_calls++;
+            r->f->src.bytes_read += rend - rstart;
+        } else {
+            sl_err_t rc = wh_source_read(&r->f->src, r->rbuf.data + at, (size_t)(rend - rstart),
+                                         rstart, err);
+            if (rc != SL_OK) return sl_error_prefix(err, "stripe %u: ", s);
+            range = r->rbuf.data + at;
+            at += rend - rstart;
+        }
         r->data_bytes += rend - rstart;
         for (uint32_t k = first; k < j; k++)
-            if (need[k]) ptr[k] = r->rbuf.data + at + (st[k].offset - rstart);
-        at += rend - rstart;
+            if (need[k]) ptr[k] = range + (st[k].offset - rstart);
     }
     if (r->verify)
         for (uint32_t k = 0; k < ns; k++)
@@ -285,8 +297,8 @@ static void expand_values(const ogroup_t *o, uint32_t kk, uint64_t *ustart, int6
     }
 }
 
-static sl_err_t read_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t **rows,
-                            sl_error_t *err)
+static sl_err_t decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t **rows,
+                              sl_error_t *err)
 {
     wh_file_t *f = r->f;
     const wh_stripe_t *sp = &f->stripes[s];
@@ -423,6 +435,42 @@ void sl_wh_reader_close(sl_wh_reader_t *r)
     ZSTD_freeDCtx(r->dec.zctx);
     wh_file_close(r->f);
     sl_free(a, r, sizeof *r);
+}
+
+typedef struct stripe_call {
+    sl_wh_reader_t *r;
+    uint32_t s;
+    const sl_wh_rows_t **rows;
+} stripe_call_t;
+
+static sl_err_t stripe_call(void *arg, sl_error_t *err)
+{
+    stripe_call_t *c = arg;
+    return decode_stripe(c->r, c->s, c->rows, err);
+}
+
+/* A stripe of a mapped file is decoded in place, guarded against SIGBUS. A
+ * file that shrank since it was mapped, or a SIGBUS (the file shrank while
+ * being read, or its storage failed), drops the mapping: the stripe is read
+ * again with pread, which reports what is wrong as an ordinary error. */
+static sl_err_t read_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t **rows,
+                            sl_error_t *err)
+{
+    wh_source_t *src = &r->f->src;
+    if (src->map_len == 0) return decode_stripe(r, s, rows, err);
+    struct stat st;
+    if (fstat(src->fd, &st) != 0 || (uint64_t)st.st_size < src->map_len) {
+        wh_source_unmap(src);
+        return decode_stripe(r, s, rows, err);
+    }
+    stripe_call_t call = {r, s, rows};
+    bool faulted;
+    sl_err_t rc = wh_mapguard_run(src->mem, src->map_len, stripe_call, &call, &faulted, err);
+    if (!faulted) return rc;
+    r->stats.mapping_faults++;
+    ZSTD_DCtx_reset(r->dec.zctx, ZSTD_reset_session_only);
+    wh_source_unmap(src);
+    return decode_stripe(r, s, rows, err);
 }
 
 static sl_err_t setup_projection(sl_wh_reader_t *r, const sl_wh_read_opts_t *o, sl_error_t *err)

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +45,26 @@ void wh_buf_free(wh_buf_t *b, const sl_allocator_t *a)
     if (b->data != NULL) sl_free(a, b->data, b->cap);
     b->data = NULL;
     b->cap = 0;
+}
+
+void wh_source_map(wh_source_t *src)
+{
+    const char *off = getenv("SLUICE_NO_MMAP");
+    if ((off != NULL && strcmp(off, "0") != 0) || src->fd < 0 || src->size == 0 ||
+        src->size > SIZE_MAX || !wh_mapguard_init())
+        return;
+    void *m = mmap(NULL, (size_t)src->size, PROT_READ, MAP_SHARED, src->fd, 0);
+    if (m == MAP_FAILED) return; /* pread it is */
+    src->mem = m;
+    src->map_len = (size_t)src->size;
+}
+
+void wh_source_unmap(wh_source_t *src)
+{
+    if (src->map_len == 0) return;
+    munmap((void *)src->mem, src->map_len);
+    src->mem = NULL;
+    src->map_len = 0;
 }
 
 sl_err_t wh_source_read(wh_source_t *src, void *buf, size_t len, uint64_t off, sl_error_t *err)

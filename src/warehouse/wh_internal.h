@@ -37,12 +37,33 @@ void wh_buf_free(wh_buf_t *b, const sl_allocator_t *a);
 
 typedef struct wh_source {
     int fd;             /* -1 for memory */
-    const uint8_t *mem; /* memory source */
+    const uint8_t *mem; /* memory source, or the file mapped (map_len > 0) */
+    size_t map_len;     /* bytes mapped (owned), 0 when not mapped */
     uint64_t size;
     char *name;          /* display name (owned) */
     uint64_t read_calls; /* statistics */
     uint64_t bytes_read;
 } wh_source_t;
+
+/* Map a file source (fd open, size known) read-only, so that the reader
+ * decodes stripes in place instead of copying them out with pread. Only
+ * the reader's stripe reads use the mapping, under wh_mapguard_run (a file
+ * truncated under it, or a failing disk, raises SIGBUS); wh_source_read
+ * keeps to pread. SLUICE_NO_MMAP=1 in the environment turns mapping off.
+ * Leaves src unmapped when mmap or the SIGBUS handler is unavailable. */
+void wh_source_map(wh_source_t *src);
+/* Drop the mapping (the source reads with pread from then on). */
+void wh_source_unmap(wh_source_t *src);
+
+/* A call made while a SIGBUS on [lo, lo + len) is caught (mapguard.c). */
+typedef sl_err_t (*wh_guarded_fn)(void *arg, sl_error_t *err);
+/* Install the SIGBUS handler once. @return false when it cannot be (then
+ * files must not be read through a mapping). */
+bool wh_mapguard_init(void);
+/* fn(arg, err), except that a SIGBUS on an address in [lo, lo + len) ends
+ * it early: *faulted is set and the return is SL_ERR_IO (err untouched). */
+sl_err_t wh_mapguard_run(const void *lo, size_t len, wh_guarded_fn fn, void *arg, bool *faulted,
+                         sl_error_t *err);
 
 /* Read len bytes at off. SL_ERR_TRUNCATED when the source ends first,
  * SL_ERR_IO on a failed pread (message names the file). */
