@@ -532,7 +532,15 @@ sl_err_t sl_dpp_batcher_add(sl_dpp_batcher_t *b, const sl_batch_t *rows, const u
         b->epoch = origin->epoch;
         b->rng = b->o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)origin->epoch + 1));
     }
-    sl_kjt_key_offsets(&rows->sparse, b->key_off);
+    if (origin->key_offsets != NULL) {
+        if (origin->key_offsets[b->F] != rows->sparse.num_values)
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "batcher: key offsets end at %llu, not at the %llu values",
+                                (unsigned long long)origin->key_offsets[b->F],
+                                (unsigned long long)rows->sparse.num_values);
+        memcpy(b->key_off, origin->key_offsets, ((size_t)b->F + 1) * sizeof *b->key_off);
+    } else
+        sl_kjt_key_offsets(&rows->sparse, b->key_off);
     if (b->G && (rc = dpp_batcher_prepare_groups(b, rows, err))) return rc;
     for (uint32_t k = 0; k < b->F; k++) {
         b->cur_row[k] = 0;

@@ -44,6 +44,9 @@ typedef struct sl_dpp_rows_origin {
     uint32_t epoch;
     uint64_t split_id;
     uint64_t row; /* row of the split where input row 0 lies */
+    /* [rows->sparse.num_keys + 1]: where each key's values start, when the
+     * source knows it (sl_wh_rows_t.key_offsets); NULL: summed here */
+    const uint64_t *key_offsets;
 } sl_dpp_rows_origin_t;
 
 /* Receives each complete batch and always takes ownership of it (free with

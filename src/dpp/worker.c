@@ -240,8 +240,10 @@ static void *reader_main(void *arg)
             uint64_t h0 = w->handoff_ns;
             rc = sl_dpp_plan_filter(w->plan, rows, selected, weights, &kept, &err);
             if (rc == SL_OK) {
-                sl_dpp_rows_origin_t origin = {
-                    .epoch = wk.epoch, .split_id = wk.split_id, .row = row};
+                sl_dpp_rows_origin_t origin = {.epoch = wk.epoch,
+                                               .split_id = wk.split_id,
+                                               .row = row,
+                                               .key_offsets = rows->key_offsets};
                 /* every row kept: the identity selection gathers in whole runs */
                 rc = sl_dpp_batcher_add(b, &rows->batch, kept == n ? NULL : selected,
                                         weight_label ? weights : NULL, kept, &origin, &err);

@@ -247,8 +247,10 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
                     w->tag.from_row = from;
                     w->tag.to_row = row + sc->selected[i + m - 1] + 1;
                 }
-                sl_dpp_rows_origin_t origin = {.epoch = wk->epoch, .split_id = wk->split_id,
-                                               .row = row};
+                sl_dpp_rows_origin_t origin = {.epoch = wk->epoch,
+                                               .split_id = wk->split_id,
+                                               .row = row,
+                                               .key_offsets = rows->key_offsets};
                 rc = sl_dpp_batcher_add(b, &rows->batch, sc->selected + i,
                                         weigh ? sc->weights + i : NULL, m, &origin, err);
                 if (m == need) from = w->tag.to_row;

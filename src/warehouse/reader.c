@@ -45,7 +45,7 @@ struct sl_wh_reader {
     const char **label_names;
     /* buffers, reused across stripes */
     wh_buf_t rbuf, ustart;
-    wh_buf_t sid, sess, ts, labels, dense, klen, kvals, kw, ksum;
+    wh_buf_t sid, sess, ts, labels, dense, klen, kvals, kw, ksum, koff;
     wh_dec_t dec;  /* decoder state: scratch, zstd context, stream pointers */
     wh_buf_t sptr; /* const uint8_t *[streams of the stripe] + need flags */
     uint64_t stripe_bytes;
@@ -365,8 +365,9 @@ static sl_err_t decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t 
     }
     if ((rc = out_reserve(r, s, &r->kvals, total * 8, err)) != SL_OK) return rc;
     if (r->kweighted && (rc = out_reserve(r, s, &r->kw, total * 4, err)) != SL_OK) return rc;
-    uint64_t at = 0;
+    uint64_t at = 0, *koff = (uint64_t *)r->koff.data;
     for (uint32_t k = 0; k < r->nk; k++) {
+        koff[k] = at;
         int64_t *vals = (int64_t *)r->kvals.data + at;
         float *wts = r->kweighted ? (float *)r->kw.data + at : NULL;
         if (r->key_og[k] >= 0) {
@@ -379,6 +380,8 @@ static sl_err_t decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t 
         }
         at += ksum[k];
     }
+    koff[r->nk] = at;
+    out->key_offsets = koff;
     b->sparse.num_keys = r->nk;
     b->sparse.stride = N;
     b->sparse.num_values = total;
@@ -408,7 +411,7 @@ void sl_wh_reader_close(sl_wh_reader_t *r)
     uint32_t F = r->f ? sl_wh_schema_num_features(r->f->schema) : 0;
     wh_buf_t *bufs[] = {&r->rbuf,  &r->dec.z0, &r->dec.z1, &r->ustart, &r->sid,
                         &r->sess,  &r->ts,     &r->labels, &r->dense,  &r->klen,
-                        &r->kvals, &r->kw,     &r->ksum,   &r->sptr};
+                        &r->kvals, &r->kw,     &r->ksum,   &r->koff, &r->sptr};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         wh_buf_free(bufs[i], a);
     for (uint32_t o = 0; r->og != NULL && o < r->ng; o++) {
@@ -492,7 +495,8 @@ static sl_err_t setup_projection(sl_wh_reader_t *r, const sl_wh_read_opts_t *o, 
     r->label_names = sl_alloc(a, ((size_t)r->T + 1) * sizeof(char *));
     if (r->dense_feat == NULL || r->dense_names == NULL || r->key_feat == NULL || r->keys == NULL ||
         r->key_og == NULL || r->key_kk == NULL || r->og == NULL || r->ikjts == NULL ||
-        r->label_names == NULL || !wh_buf_reserve(&r->ksum, a, P * 8))
+        r->label_names == NULL || !wh_buf_reserve(&r->ksum, a, P * 8) ||
+        !wh_buf_reserve(&r->koff, a, ((size_t)P + 1) * 8))
         return sl_error_set(err, SL_ERR_NOMEM, "%s: reader", f->src.name);
     for (uint32_t t = 0; t < r->T; t++)
         r->label_names[t] = sl_wh_schema_label(sc, t);

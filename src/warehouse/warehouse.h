@@ -198,6 +198,10 @@ typedef struct sl_wh_rows {
     sl_batch_t batch;
     int64_t *session_ids; /* [N], NULL when not read */
     int64_t *timestamps;  /* [N], NULL when not read */
+    /* [batch.sparse.num_keys + 1]: where each key's values start in
+     * batch.sparse (reader; summed while decoding, so nobody sums the
+     * lengths again), or NULL */
+    const uint64_t *key_offsets;
 } sl_wh_rows_t;
 
 /* One id list of a row: len ids, and len weights (weighted features; NULL

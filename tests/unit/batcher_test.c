@@ -381,6 +381,43 @@ Test(batcher, dedup_expands_back_and_expanded_bytes)
     sl_dpp_batcher_destroy(bt);
 }
 
+/* Key offsets handed in by the source (the reader sums them while decoding)
+ * give the batch that summing them here gives; offsets that do not end at
+ * the rows' values are refused. */
+Test(batcher, key_offsets_from_the_source)
+{
+    sl_dpp_batcher_opts_t o = {.batch_size = 48, .sample_ids = true};
+    sl_error_t err = {0};
+    sl_batch_t *s = sl_batch_new(NULL);
+    make_stripe(s, 7, 48, false);
+    uint64_t koff[8];
+    cr_assert_leq(s->sparse.num_keys, 7);
+    sl_kjt_key_offsets(&s->sparse, koff);
+    sl_batch_t *got[2];
+    for (int with = 0; with < 2; with++) {
+        sl_dpp_batcher_t *bt;
+        cr_assert_eq(sl_dpp_batcher_new(&o, keep, NULL, &bt, &err), SL_OK);
+        sl_dpp_rows_origin_t og = {.key_offsets = with ? koff : NULL};
+        kept = NULL;
+        cr_assert_eq(sl_dpp_batcher_add(bt, s, NULL, NULL, 48, &og, &err), SL_OK, "%s", err.msg);
+        cr_assert_not_null(kept);
+        got[with] = kept;
+        sl_dpp_batcher_destroy(bt);
+    }
+    cr_assert(sl_kjt_equal(&got[0]->sparse, &got[1]->sparse));
+    sl_batch_destroy(got[0]);
+    sl_batch_destroy(got[1]);
+
+    sl_dpp_batcher_t *bt;
+    cr_assert_eq(sl_dpp_batcher_new(&o, keep, NULL, &bt, &err), SL_OK);
+    koff[s->sparse.num_keys] += 1;
+    sl_dpp_rows_origin_t bad = {.key_offsets = koff};
+    cr_assert_eq(sl_dpp_batcher_add(bt, s, NULL, NULL, 48, &bad, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "key offsets") != NULL, "%s", err.msg);
+    sl_dpp_batcher_destroy(bt);
+    sl_batch_destroy(s);
+}
+
 /* Rows in dedup form (storage dedup read as IKJTs): the batcher keeps each
  * stripe's unique rows once per batch and remaps the inverse indices;
  * expanding a batch gives exactly the rows of the formula, and
