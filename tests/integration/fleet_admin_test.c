@@ -280,6 +280,7 @@ static int run_submit(const char *const *args, const char *env_token, char **out
 {
     char log[400];
     snprintf(log, sizeof log, "%s/submit.out", fu_dir);
+    const char *bin = fu_binary(); /* asserts: in the parent, not the child */
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -290,7 +291,7 @@ static int run_submit(const char *const *args, const char *env_token, char **out
             setenv("SLUICE_ADMIN_TOKEN", env_token, 1);
         else
             unsetenv("SLUICE_ADMIN_TOKEN");
-        const char *argv[32] = {fu_binary(), "submit"};
+        const char *argv[32] = {bin, "submit"};
         int n = 2;
         for (const char *const *a = args; *a; a++)
             argv[n++] = *a;

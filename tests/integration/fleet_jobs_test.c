@@ -29,13 +29,14 @@ Test(fleet_jobs, two_jobs_at_once_each_exactly_once)
     snprintf(log, sizeof log, "%s/submit.log", fu_dir);
     fu_write(path_b, spec_b);
     fu_write(token_path, FU_TOKEN "\n");
+    const char *bin = fu_binary(); /* asserts: in the parent, not the child */
     pid_t submit = fork();
     cr_assert_geq(submit, 0);
     if (submit == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(fu_binary(), fu_binary(), "submit", "--admin", m.admin, "--job", path_b,
+        execl(bin, bin, "submit", "--admin", m.admin, "--job", path_b,
               "--token-file", token_path, "--min-workers", "2", "--max-workers", "2", "--wait",
               "--timeout", "120", (char *)NULL);
         _exit(127);

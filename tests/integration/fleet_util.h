@@ -224,6 +224,7 @@ FU_FN void fu_master_start(fu_master_t *m)
     }
     char lease[32];
     snprintf(lease, sizeof lease, "%llu", (unsigned long long)m->lease_timeout_ms);
+    const char *bin = fu_binary(); /* asserts: in the parent, not the child */
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -233,7 +234,7 @@ FU_FN void fu_master_start(fu_master_t *m)
             dup2(fd, 2);
         }
         setpgid(0, 0);
-        execl(fu_binary(), fu_binary(), "master", "--listen", m->ctl, "--admin", m->admin,
+        execl(bin, bin, "master", "--listen", m->ctl, "--admin", m->admin,
               "--state", m->state, "--token-file", m->token_file, "--lease-timeout-ms", lease,
               (char *)NULL);
         _exit(127);
