@@ -479,6 +479,13 @@ const char *const *sl_dpp_plan_read_features(const sl_dpp_plan_t *plan, uint32_t
     return (const char *const *)plan->read;
 }
 
+bool sl_dpp_plan_needs_timestamps(const sl_dpp_plan_t *plan)
+{
+    for (uint32_t i = 0; i < plan->num_filters; i++)
+        if (plan->filters[i].op == OP_TIMESTAMP_RANGE) return true;
+    return false;
+}
+
 const char *sl_dpp_plan_weight_label(const sl_dpp_plan_t *plan)
 {
     return plan->weight_label;

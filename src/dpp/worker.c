@@ -158,8 +158,10 @@ static void *reader_main(void *arg)
     const char *const *features = sl_dpp_plan_read_features(w->plan, &nf);
     sl_wh_read_opts_t ro = {.features = features,
                             .num_features = nf,
-                            .skip_columns = SL_WH_COL_SESSION_ID | SL_WH_COL_TIMESTAMP |
-                                            (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID),
+                            .skip_columns =
+                                SL_WH_COL_SESSION_ID |
+                                (sl_dpp_plan_needs_timestamps(w->plan) ? 0 : SL_WH_COL_TIMESTAMP) |
+                                (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID),
                             .dedup_form = w->dedup_form,
                             .allocator = w->a};
     bool have_epoch = false;
@@ -247,8 +249,6 @@ static void *reader_main(void *arg)
                 /* every row kept: the identity selection gathers in whole runs */
                 rc = sl_dpp_batcher_add(b, &rows->batch, kept == n ? NULL : selected,
                                         weight_label ? weights : NULL, kept, &origin, &err);
-            } else {
-                sl_error_prefix(&err, "%s stripe %u: ", rows->file, rows->stripe);
             }
             w->reader_held = 0;
             sl_dpp_budget_release(w->budget, sb);

@@ -210,6 +210,63 @@ Test(worker_e2e, criteo_two_epochs_one_client)
     sl_dpp_job_destroy(job);
 }
 
+/* A timestamp_range filter needs the timestamps, which the worker reads
+ * only for it: every row inside the range arrives once, none outside. */
+Test(worker_e2e, timestamp_filter_keeps_the_rows_in_range)
+{
+    char table[300], addr[64], spec[1024];
+    const uint64_t rows = 6000;
+    gen("ts", "sessions", rows, 5, 2000, 1, table, sizeof table);
+    int64_t *ts = calloc(rows, sizeof *ts);
+    sl_wh_table_t *t;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
+    sl_wh_splits_t *sp;
+    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK);
+    const char *feats[] = {"item_id"};
+    sl_wh_read_opts_t ro = {.features = feats, .num_features = 1};
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (uint32_t i = 0; i < sp->count; i++) {
+        sl_wh_reader_t *r;
+        cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[i], &ro, &r, &err), SL_OK);
+        const sl_wh_rows_t *rw;
+        while (sl_wh_reader_next(r, &rw, &err) == SL_OK && rw) {
+            cr_assert_not_null(rw->timestamps);
+            for (uint32_t j = 0; j < rw->batch.batch_size; j++) {
+                int64_t v = rw->timestamps[j];
+                ts[rw->batch.sample_ids[j]] = v;
+                lo = v < lo ? v : lo;
+                hi = v > hi ? v : hi;
+            }
+        }
+        sl_wh_reader_close(r);
+    }
+    sl_wh_splits_destroy(sp);
+    sl_wh_table_close(t);
+    int64_t mid = lo + (hi - lo) / 2;
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"ts\",\"source\":{\"table\":\"%s\"},"
+             "\"filters\":[{\"op\":\"timestamp_range\",\"min\":%lld,\"max\":%lld}],"
+             "\"batch\":{\"size\":500}}",
+             table, (long long)lo, (long long)mid);
+    sl_dpp_job_t *job = job_of(spec);
+    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    uint64_t batches, kept = 0;
+    atomic_uint *seen = run_clients(addr, 1, rows, 1, NULL, NULL, &batches);
+    for (uint64_t i = 0; i < rows; i++) {
+        unsigned want = ts[i] <= mid;
+        cr_assert_eq(seen[i], want, "sample %lu (ts %lld) arrived %u times", (unsigned long)i,
+                     (long long)ts[i], seen[i]);
+        kept += want;
+    }
+    cr_assert(kept > 0 && kept < rows, "%lu of %lu kept", (unsigned long)kept,
+              (unsigned long)rows);
+    free(seen);
+    free(ts);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
 typedef struct dedup_check {
     atomic_uint batches_with_group;
 } dedup_check_t;
