@@ -98,9 +98,10 @@ void sl_dpp_plan_destroy(sl_dpp_plan_t *plan);
  * return them. Borrowed from plan. */
 const char *const *sl_dpp_plan_read_features(const sl_dpp_plan_t *plan, uint32_t *count);
 
-/* Whether a filter needs the rows' timestamps (timestamp_range); without
- * one the reader can skip that column. */
-bool sl_dpp_plan_needs_timestamps(const sl_dpp_plan_t *plan);
+/* The id columns (SL_WH_COL_SAMPLE_ID, SL_WH_COL_TIMESTAMP) the filters
+ * read: sampling hashes sample ids, timestamp_range reads timestamps. The
+ * reader may skip the others. */
+uint32_t sl_dpp_plan_filter_columns(const sl_dpp_plan_t *plan);
 
 /* The label column the filters add for sample weights (negative
  * downsampling: 1/rate for kept negatives, 1 otherwise), or NULL when no

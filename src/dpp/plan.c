@@ -479,11 +479,16 @@ const char *const *sl_dpp_plan_read_features(const sl_dpp_plan_t *plan, uint32_t
     return (const char *const *)plan->read;
 }
 
-bool sl_dpp_plan_needs_timestamps(const sl_dpp_plan_t *plan)
+uint32_t sl_dpp_plan_filter_columns(const sl_dpp_plan_t *plan)
 {
-    for (uint32_t i = 0; i < plan->num_filters; i++)
-        if (plan->filters[i].op == OP_TIMESTAMP_RANGE) return true;
-    return false;
+    uint32_t cols = 0;
+    for (uint32_t i = 0; i < plan->num_filters; i++) {
+        const dpp_filter_t *f = &plan->filters[i];
+        if (f->op == OP_TIMESTAMP_RANGE) cols |= SL_WH_COL_TIMESTAMP;
+        if ((f->op == OP_SAMPLE || f->op == OP_NEGATIVE_DOWNSAMPLE) && !f->keep_all)
+            cols |= SL_WH_COL_SAMPLE_ID;
+    }
+    return cols;
 }
 
 const char *sl_dpp_plan_weight_label(const sl_dpp_plan_t *plan)

@@ -158,10 +158,9 @@ static void *reader_main(void *arg)
     const char *const *features = sl_dpp_plan_read_features(w->plan, &nf);
     sl_wh_read_opts_t ro = {.features = features,
                             .num_features = nf,
-                            .skip_columns =
-                                SL_WH_COL_SESSION_ID |
-                                (sl_dpp_plan_needs_timestamps(w->plan) ? 0 : SL_WH_COL_TIMESTAMP) |
-                                (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID),
+                            .skip_columns = (SL_WH_COL_SESSION_ID | SL_WH_COL_TIMESTAMP |
+                                             (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID)) &
+                                            ~sl_dpp_plan_filter_columns(w->plan),
                             .dedup_form = w->dedup_form,
                             .allocator = w->a};
     bool have_epoch = false;

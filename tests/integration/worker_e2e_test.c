@@ -267,6 +267,43 @@ Test(worker_e2e, timestamp_filter_keeps_the_rows_in_range)
     sl_dpp_job_destroy(job);
 }
 
+/* Sampling hashes sample ids, so the worker reads them for the filter even
+ * when the job's batches do not carry them ("sample_ids": false). */
+Test(worker_e2e, sampling_without_sample_ids_in_batches)
+{
+    char table[300], addr[64], spec[1024];
+    const uint64_t rows = 5000;
+    gen("sampled", "criteo", rows, 9, 1500, 1, table, sizeof table);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"sampled\",\"source\":{\"table\":\"%s\"},"
+             "\"filters\":[{\"op\":\"sample\",\"rate\":0.5,\"seed\":3}],"
+             "\"batch\":{\"size\":300,\"sample_ids\":false}}",
+             table);
+    uint64_t want = 0;
+    for (int64_t id = 0; id < (int64_t)rows; id++)
+        want += XXH3_64bits_withSeed(&id, sizeof id, 3) < (UINT64_C(1) << 63);
+    sl_dpp_job_t *job = job_of(spec);
+    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.address = addr;
+    sl_trainer_t *t;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_connect(&o, &t, &err), SL_OK, "%s", err.msg);
+    sl_batch_t *b;
+    uint64_t got = 0;
+    sl_err_t rc;
+    while ((rc = sl_trainer_next(t, 20000, &b, &err)) == SL_OK) {
+        cr_assert_null(b->sample_ids);
+        got += b->batch_size;
+        sl_trainer_release(t, b);
+    }
+    cr_assert_eq(rc, SL_ERR_CLOSED, "%s", err.msg);
+    cr_assert_eq(got, want);
+    sl_trainer_close(t);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
 typedef struct dedup_check {
     atomic_uint batches_with_group;
 } dedup_check_t;
