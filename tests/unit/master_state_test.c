@@ -296,6 +296,7 @@ Test(master_state, epochs_and_seeded_order)
     cr_assert(st.finished);
     cr_assert_eq(st.epoch, 3);
     cr_assert_eq(st.done, N);
+    cr_assert_eq(st.committed_rows, st.total_rows, "a finished job committed every row");
     sl_dpp_lease_t l;
     cr_assert_eq(sl_dpp_master_lease_next(m, "shuf", "w", 0, &l, &err), SL_ERR_AGAIN);
     /* same seed: same order (a fresh master); other seed: another order */
