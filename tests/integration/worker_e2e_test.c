@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <xxhash.h>
 
 #include "dpp/job.h"
@@ -302,6 +303,86 @@ Test(worker_e2e, sampling_without_sample_ids_in_batches)
     sl_trainer_close(t);
     sl_dpp_worker_destroy(w);
     sl_dpp_job_destroy(job);
+}
+
+/* The job specs under examples/jobs run end to end on their preset's
+ * table: every transform, filter and group they name works in a worker. */
+typedef struct example_check {
+    const char *const *keys; /* plain keys every batch must carry */
+    uint32_t num_keys;
+    const char *group; /* dedup group every batch must carry, or NULL */
+    atomic_uint batches;
+} example_check_t;
+
+static void check_example(void *ctx, const sl_batch_t *b)
+{
+    example_check_t *c = ctx;
+    for (uint32_t i = 0; i < c->num_keys; i++)
+        cr_assert_geq(sl_kjt_find_key(&b->sparse, c->keys[i]), 0, "no key %s", c->keys[i]);
+    if (c->group != NULL) {
+        cr_assert_eq(b->num_groups, 1);
+        cr_assert_str_eq(b->groups[0].name, c->group);
+    }
+    atomic_fetch_add(&c->batches, 1);
+}
+
+static void run_example(const char *name, const char *preset, example_check_t *check,
+                        bool store_user_group)
+{
+    char table[300], addr[64], path[1024];
+    const uint64_t rows = 8000;
+    snprintf(table, sizeof table, "%s/example-%s", tmpdir, preset);
+    sl_wh_gen_spec_t gs;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_gen_preset(preset, rows, 3, &gs, &err), SL_OK, "%s", err.msg);
+    static const char *const user[] = {"user_id", "user_hist", "user_cat"};
+    sl_dedup_group_spec_t group = {.name = "user", .num_features = 3, .features = user};
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.stripe_rows = 2000;
+    go.writer.no_sync = true;
+    go.writer.cluster_sessions = store_user_group;
+    go.writer.num_dedup_groups = store_user_group ? 1 : 0;
+    go.writer.dedup_groups = store_user_group ? &group : NULL;
+    cr_assert_eq(sl_wh_gen_table(table, &gs, &go, NULL, &err), SL_OK, "%s", err.msg);
+
+    const char *src = getenv("SLUICE_SOURCE_DIR");
+    cr_assert_not_null(src, "SLUICE_SOURCE_DIR is not set (run through ctest)");
+    snprintf(path, sizeof path, "%s/examples/jobs/%s", src, name);
+    json_error_t je;
+    json_t *spec = json_load_file(path, 0, &je);
+    cr_assert_not_null(spec, "%s: %s", path, je.text);
+    json_object_set_new(json_object_get(spec, "source"), "table", json_string(table));
+    char *text = json_dumps(spec, 0);
+    json_decref(spec);
+    sl_dpp_job_t *job = job_of(text);
+    free(text);
+    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    uint64_t batches;
+    atomic_uint *seen = run_clients(addr, 1, rows, job->epochs, check_example, check, &batches);
+    uint64_t delivered = 0;
+    for (uint64_t i = 0; i < rows * job->epochs; i++) {
+        cr_assert_leq(seen[i], 1);
+        delivered += seen[i];
+    }
+    cr_assert_gt(delivered, 0);
+    cr_assert_eq(atomic_load(&check->batches), batches);
+    free(seen);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+Test(worker_e2e, example_spec_criteo_runs)
+{
+    static const char *const keys[] = {"C1", "C26"};
+    example_check_t c = {.keys = keys, .num_keys = 2};
+    run_example("criteo.json", "criteo", &c, false);
+}
+
+Test(worker_e2e, example_spec_sessions_runs)
+{
+    static const char *const keys[] = {"item_x_user_cat", "position_bucket", "item_id"};
+    example_check_t c = {.keys = keys, .num_keys = 3, .group = "user"};
+    run_example("sessions.json", "sessions", &c, true);
 }
 
 typedef struct dedup_check {
