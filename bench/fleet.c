@@ -17,7 +17,6 @@
  * Figures are printed, never checked. The sluice program is found through
  * $SLUICE_BINARY, else next to this benchmark.
  * Usage: bench_fleet [--rows N] [--lease-ms MS] */
-#include <ftw.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <pthread.h>
@@ -30,20 +29,13 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "testutil.h"
 #include "dpp/executor.h"
 #include "dpp/master.h"
 #include "sluice/trainer.h"
 #include "warehouse/import.h"
 
 static char dir[256], binary[1024], table[300];
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 typedef struct client {
     const char *master, *job;
@@ -308,6 +300,6 @@ int main(int argc, char **argv)
     sl_dpp_executor_destroy(ex);
     sl_master_stop(m);
     rc |= recovery(lease_ms);
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_tree(dir);
     return rc;
 }

@@ -18,7 +18,6 @@
  *
  * Figures are printed, never checked. Usage:
  *   bench_pipeline [--rows N] [--session-rows N] [--threads T] [--seed S] */
-#include <ftw.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -27,6 +26,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "testutil.h"
 #include "dpp/job.h"
 #include "dpp/worker.h"
 #include "sluice/trainer.h"
@@ -41,14 +41,6 @@ typedef struct run {
     double trainer_wait;
     sl_dpp_worker_stats_t st;
 } run_t;
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static int gen(const char *dir, const char *preset, uint64_t rows, uint64_t seed)
 {
@@ -232,6 +224,6 @@ int main(int argc, char **argv)
            (with.samples / with.worker_cpu) / (without.samples / without.worker_cpu));
     code = 0;
 out:
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_tree(dir);
     return code;
 }

@@ -13,27 +13,19 @@
  * Usage: bench_table_read [--rows N] [--level L (-1: stored)] [--reps R] [--table DIR]
  * (--table: generate into DIR and keep it, or read DIR if it holds a table:
  * for profiling the read alone). */
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_util.h"
+#include "testutil.h"
 #include "warehouse/import.h"
 
 typedef struct result {
     double wall, cpu;
     uint64_t rows, decoded, file_bytes, stripes;
 } result_t;
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 /* Read every file of the table once with opts; sums into r. */
 static int read_table(const sl_wh_table_t *t, const char *dir, const sl_wh_read_opts_t *opts,
@@ -214,7 +206,7 @@ int main(int argc, char **argv)
     if (keep == NULL) {
         char *slash = strrchr(dir, '/');
         *slash = '\0';
-        nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        tu_rm_tree(dir);
     }
     return 0;
 }

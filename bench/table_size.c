@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "testutil.h"
 #include "warehouse/import.h"
 
 typedef struct cfg {
@@ -55,14 +56,6 @@ static uint64_t dir_size(const char *dir)
     tree_bytes = 0;
     nftw(dir, add_size, 16, FTW_PHYS);
     return tree_bytes;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
 }
 
 static void print_row(const char *what, uint64_t bytes, uint64_t rows, uint64_t ref)
@@ -203,7 +196,7 @@ static uint64_t table(const cfg_t *c, const sl_wh_gen_spec_t *spec, const char *
         return 0;
     }
     uint64_t n = dir_size(dir);
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_tree(dir);
     return n;
 }
 
@@ -306,6 +299,6 @@ int main(int argc, char **argv)
         printf("note: python3 with pyarrow not found: Parquet rows skipped\n");
     if (c.criteo_rows) run_preset(&c, "criteo", c.criteo_rows);
     if (c.sessions_rows) run_preset(&c, "sessions", c.sessions_rows);
-    nftw(c.dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_tree(c.dir);
     return 0;
 }

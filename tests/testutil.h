@@ -1,8 +1,10 @@
 /* Helpers shared by the Criterion tests: a seeded PRNG whose seed is printed
- * and can be given back (SLUICE_TEST_SEED), and the timeout multiplier. */
+ * and can be given back (SLUICE_TEST_SEED), the timeout multiplier, and
+ * scratch directories and files. */
 #ifndef SLUICE_TESTUTIL_H
 #define SLUICE_TESTUTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* The seed of this test run: SLUICE_TEST_SEED when set, otherwise drawn from
@@ -27,5 +29,16 @@ static inline uint64_t tu_below(uint64_t *state, uint64_t n)
 
 /* SLUICE_TIMEOUT_SCALE (default 1) times seconds. */
 double tu_timeout(double seconds);
+
+/* A new empty directory /tmp/sluice-<tag>-XXXXXX; caller frees the path.
+ * Aborts the test when it cannot be made. */
+char *tu_mkdtemp(const char *tag);
+/* Remove dir and everything below it (symbolic links are not followed). */
+void tu_rm_tree(const char *dir);
+/* "dir/name", caller frees. */
+char *tu_path(const char *dir, const char *name);
+/* Write len bytes to path (created or truncated); aborts the test when it
+ * cannot. */
+void tu_write_file(const char *path, const void *data, size_t len);
 
 #endif

@@ -7,7 +7,6 @@
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,14 +21,6 @@
 
 static char tmpdir[256];
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void setup(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-table-cli-XXXXXX");
@@ -38,7 +29,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_tree(tmpdir);
 }
 
 static const char *binary(void)

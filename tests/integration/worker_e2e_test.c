@@ -9,7 +9,6 @@
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,14 +30,6 @@
 
 static char tmpdir[256];
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void setup(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-worker-e2e-XXXXXX");
@@ -47,7 +38,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_tree(tmpdir);
 }
 
 TestSuite(worker_e2e, .init = setup, .fini = teardown);

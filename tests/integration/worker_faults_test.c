@@ -10,7 +10,6 @@
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,14 +32,6 @@
 
 static char tmpdir[256];
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void setup(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-worker-faults-XXXXXX");
@@ -50,7 +41,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_tree(tmpdir);
 }
 
 TestSuite(worker_faults, .init = setup, .fini = teardown);

@@ -7,7 +7,6 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +19,6 @@
 #include "testutil.h"
 
 static char tmpdir[256], script[300];
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static void setup(void)
 {
@@ -48,7 +39,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_tree(tmpdir);
 }
 
 TestSuite(executor, .init = setup, .fini = teardown);

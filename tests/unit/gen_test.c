@@ -5,7 +5,6 @@
  * row's values. */
 #include <criterion/criterion.h>
 
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,35 +12,6 @@
 
 #include "testutil.h"
 #include "warehouse/import.h"
-
-static char *make_tmpdir(void)
-{
-    char tmpl[] = "/tmp/sluice-gen-XXXXXX";
-    char *d = mkdtemp(tmpl);
-    cr_assert_not_null(d);
-    return strdup(d);
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_tree(char *dir)
-{
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    free(dir);
-}
-
-static char *path_in(const char *dir, const char *name)
-{
-    char *p = malloc(strlen(dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", dir, name);
-    return p;
-}
 
 static char *cat_table(const char *dir, size_t *len, uint64_t *rows)
 {
@@ -74,7 +44,7 @@ static void gen(const char *dir, const sl_wh_gen_spec_t *spec, uint32_t threads,
 Test(gen, same_seed_same_table_any_threads)
 {
     uint64_t seed = tu_seed("gen::same_seed_same_table_any_threads");
-    char *dir = make_tmpdir();
+    char *dir = tu_mkdtemp("gen");
     sl_wh_gen_spec_t spec;
     sl_error_t err = {0};
     cr_assert_eq(sl_wh_gen_preset("sessions", 3001, seed, &spec, &err), SL_OK);
@@ -85,7 +55,7 @@ Test(gen, same_seed_same_table_any_threads)
     for (int run = 0; run < 3; run++) {
         char name[8];
         snprintf(name, sizeof name, "t%d", run);
-        char *t = path_in(dir, name);
+        char *t = tu_path(dir, name);
         sl_wh_gen_spec_t s = spec;
         if (run == 2) s.seed = seed + 1;
         sl_wh_write_stats_t st;
@@ -102,7 +72,7 @@ Test(gen, same_seed_same_table_any_threads)
               "another seed gave the same table");
 
     /* Layout: 2 partitions of 2 files; rows split 751/750/750/750. */
-    char *t0 = path_in(dir, "t0");
+    char *t0 = tu_path(dir, "t0");
     sl_wh_table_t *t;
     cr_assert_eq(sl_wh_table_open(t0, NULL, &t, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_wh_table_num_partitions(t), 2);
@@ -117,7 +87,7 @@ Test(gen, same_seed_same_table_any_threads)
             char want[64];
             snprintf(want, sizeof want, "%s/part-%05u.slc", pn[p], f);
             cr_assert_str_eq(part->files[f], want);
-            char *path = path_in(t0, part->files[f]);
+            char *path = tu_path(t0, part->files[f]);
             sl_wh_reader_t *r;
             cr_assert_eq(sl_wh_reader_open(path, NULL, NULL, &r, &err), SL_OK, "%s", err.msg);
             cr_assert_eq(sl_wh_reader_num_rows(r), want_rows[p * 2 + f]);
@@ -139,7 +109,8 @@ Test(gen, same_seed_same_table_any_threads)
     sl_wh_table_close(t);
     free(t0);
     for (int i = 0; i < 3; i++) free(out[i]);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }
 
 /* A copy of a row's per-session values, to compare later rows against. */
@@ -288,12 +259,12 @@ static char **sorted_lines(char *buf, uint64_t n)
 Test(gen, clustering_and_dedup_keep_every_value)
 {
     uint64_t seed = tu_seed("gen::clustering_and_dedup_keep_every_value");
-    char *dir = make_tmpdir();
+    char *dir = tu_mkdtemp("gen");
     sl_wh_gen_spec_t spec;
     sl_error_t err = {0};
     cr_assert_eq(sl_wh_gen_preset("sessions", 6000, seed, &spec, &err), SL_OK);
     spec.active_sessions = 32;
-    char *plain = path_in(dir, "plain"), *packed = path_in(dir, "packed");
+    char *plain = tu_path(dir, "plain"), *packed = tu_path(dir, "packed");
     sl_wh_write_stats_t sp, sd;
     gen(plain, &spec, 1, false, false, &sp);
     gen(packed, &spec, 1, true, true, &sd);
@@ -324,5 +295,6 @@ Test(gen, clustering_and_dedup_keep_every_value)
     free(b);
     free(plain);
     free(packed);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }

@@ -4,7 +4,6 @@
  * features, ids out of range) are skipped and named by file and line. */
 #include <criterion/criterion.h>
 
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,43 +11,6 @@
 
 #include "testutil.h"
 #include "warehouse/import.h"
-
-static char *make_tmpdir(void)
-{
-    char tmpl[] = "/tmp/sluice-jsonl-XXXXXX";
-    char *d = mkdtemp(tmpl);
-    cr_assert_not_null(d);
-    return strdup(d);
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_tree(char *dir)
-{
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    free(dir);
-}
-
-static char *path_in(const char *dir, const char *name)
-{
-    char *p = malloc(strlen(dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", dir, name);
-    return p;
-}
-
-static void write_text(const char *path, const char *text, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    cr_assert_eq(fwrite(text, 1, len, f), len);
-    fclose(f);
-}
 
 /* The schema the generated rows follow, in first-seen order. */
 static sl_wh_schema_t *test_schema(void)
@@ -196,8 +158,8 @@ static sl_wh_import_opts_t jsonl_opts(const char *table, const char *const *inpu
 Test(import_jsonl, round_trip_with_schema_object_file_and_inference)
 {
     uint64_t rng = tu_seed("import_jsonl::round_trip_with_schema_object_file_and_inference");
-    char *dir = make_tmpdir();
-    char *in = path_in(dir, "rows.jsonl");
+    char *dir = tu_mkdtemp("jsonl");
+    char *in = tu_path(dir, "rows.jsonl");
     enum { N = 1500 };
     json_t **rows = calloc(N, sizeof *rows);
     write_rows(&rng, in, rows, N);
@@ -205,7 +167,7 @@ Test(import_jsonl, round_trip_with_schema_object_file_and_inference)
     const char *inputs[] = {in};
 
     /* 1: the schema as an object. */
-    char *t1 = path_in(dir, "t1");
+    char *t1 = tu_path(dir, "t1");
     sl_wh_import_opts_t o = jsonl_opts(t1, inputs);
     o.schema = schema;
     sl_error_t err = {0};
@@ -217,7 +179,7 @@ Test(import_jsonl, round_trip_with_schema_object_file_and_inference)
     check_cat(t1, rows, N);
 
     /* 2: the schema as a JSON file (sl_wh_schema_to_json's form). */
-    char *sf = path_in(dir, "schema.json"), *t2 = path_in(dir, "t2");
+    char *sf = tu_path(dir, "schema.json"), *t2 = tu_path(dir, "t2");
     json_t *sj = sl_wh_schema_to_json(schema);
     cr_assert_eq(json_dump_file(sj, sf, 0), 0);
     json_decref(sj);
@@ -228,7 +190,7 @@ Test(import_jsonl, round_trip_with_schema_object_file_and_inference)
     check_cat(t2, rows, N);
 
     /* 3: inferred from the first 10 lines (line 1 has every feature). */
-    char *t3 = path_in(dir, "t3");
+    char *t3 = tu_path(dir, "t3");
     o = jsonl_opts(t3, inputs);
     o.infer_lines = 10;
     cr_assert_eq(sl_wh_import(&o, &sum, &err), SL_OK, "%s", err.msg);
@@ -253,19 +215,20 @@ Test(import_jsonl, round_trip_with_schema_object_file_and_inference)
     free(t2);
     free(t3);
     free(sf);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }
 
 Test(import_jsonl, inference_order_and_kinds)
 {
-    char *dir = make_tmpdir();
-    char *in = path_in(dir, "a.jsonl");
+    char *dir = tu_mkdtemp("jsonl");
+    char *in = tu_path(dir, "a.jsonl");
     const char text[] = "not json\n"
                         "\n"
                         "{\"labels\":{\"y\":1},\"sparse\":{\"b\":[1]},\"dense\":{\"a\":2}}\n"
                         "{\"weighted\":{\"c\":{\"ids\":[],\"weights\":[]}},\"dense\":{\"d\":1}}\n"
                         "{\"labels\":{\"z\":0},\"sparse\":{\"e\":[]}}\n";
-    write_text(in, text, sizeof text - 1);
+    tu_write_file(in, text, sizeof text - 1);
     const char *inputs[] = {in};
     sl_wh_schema_t *s;
     sl_error_t err = {0};
@@ -282,11 +245,12 @@ Test(import_jsonl, inference_order_and_kinds)
     }
     sl_wh_schema_destroy(s);
     const char empty[] = "\n[1]\n";
-    write_text(in, empty, sizeof empty - 1);
+    tu_write_file(in, empty, sizeof empty - 1);
     cr_assert_eq(sl_wh_jsonl_infer_schema(inputs, 1, 0, NULL, &s, &err), SL_ERR_INVALID);
     cr_assert_null(s);
     free(in);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }
 
 typedef struct bad_log {
@@ -306,8 +270,8 @@ static void log_bad(void *ctx, const char *input, uint64_t line, const char *mes
 
 Test(import_jsonl, bad_rows_named_by_line)
 {
-    char *dir = make_tmpdir();
-    char *in = path_in(dir, "bad.jsonl"), *table = path_in(dir, "t");
+    char *dir = tu_mkdtemp("jsonl");
+    char *in = tu_path(dir, "bad.jsonl"), *table = tu_path(dir, "t");
     const char text[] =
         "{\"sample_id\":5,\"sparse\":{\"item\":[3]}}\n"                       /* 1 good */
         "{\"dense\":{\"price\":\"x\"}}\n"                                     /* 2 */
@@ -324,7 +288,7 @@ Test(import_jsonl, bad_rows_named_by_line)
         "{\"sparse\":{\"item\":[1],\"item\":[2]}}\n"                          /* 13 */
         "{}\n"                                                                /* 14 good */
         "{\"bad json\n";                                                      /* 15 */
-    write_text(in, text, sizeof text - 1);
+    tu_write_file(in, text, sizeof text - 1);
     const char *inputs[] = {in};
     sl_wh_import_opts_t o = jsonl_opts(table, inputs);
     sl_wh_schema_t *schema = test_schema();
@@ -373,7 +337,7 @@ Test(import_jsonl, bad_rows_named_by_line)
     free(buf);
 
     /* Strict: the first bad row fails the import and nothing is added. */
-    char *t2 = path_in(dir, "t2");
+    char *t2 = tu_path(dir, "t2");
     o = jsonl_opts(t2, inputs);
     o.schema = schema;
     o.strict = true;
@@ -394,13 +358,14 @@ Test(import_jsonl, bad_rows_named_by_line)
     free(in);
     free(table);
     free(t2);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }
 
 Test(import_jsonl, missing_input_and_bad_options)
 {
-    char *dir = make_tmpdir();
-    char *table = path_in(dir, "t"), *missing = path_in(dir, "missing.jsonl");
+    char *dir = tu_mkdtemp("jsonl");
+    char *table = tu_path(dir, "t"), *missing = tu_path(dir, "missing.jsonl");
     const char *inputs[] = {missing};
     sl_wh_import_opts_t o = jsonl_opts(table, inputs);
     sl_wh_schema_t *schema = test_schema();
@@ -424,5 +389,6 @@ Test(import_jsonl, missing_input_and_bad_options)
     sl_wh_schema_destroy(schema);
     free(table);
     free(missing);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }

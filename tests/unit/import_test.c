@@ -7,7 +7,6 @@
 #include <criterion/criterion.h>
 
 #include <dirent.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,43 +17,6 @@
 #include "warehouse/import.h"
 
 /* ---- helpers ---- */
-
-static char *make_tmpdir(void)
-{
-    char tmpl[] = "/tmp/sluice-import-XXXXXX";
-    char *d = mkdtemp(tmpl);
-    cr_assert_not_null(d);
-    return strdup(d);
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_tree(char *dir)
-{
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    free(dir);
-}
-
-static char *path_in(const char *dir, const char *name)
-{
-    char *p = malloc(strlen(dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", dir, name);
-    return p;
-}
-
-static void write_text(const char *path, const char *text, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    cr_assert_eq(fwrite(text, 1, len, f), len);
-    fclose(f);
-}
 
 /* Bad rows seen through the callback. */
 typedef struct bad_log {
@@ -167,7 +129,7 @@ static void check_criteo_table(const char *dir, const crow_t *want, uint64_t nwa
     for (uint32_t p = 0; p < sl_wh_table_num_partitions(t); p++) {
         const sl_wh_partition_t *part = sl_wh_table_partition(t, p);
         for (uint32_t f = 0; f < part->num_files; f++) {
-            char *path = path_in(dir, part->files[f]);
+            char *path = tu_path(dir, part->files[f]);
             sl_wh_reader_t *r;
             cr_assert_eq(sl_wh_reader_open(path, NULL, NULL, &r, &err), SL_OK, "%s", err.msg);
             const sl_wh_rows_t *rows;
@@ -216,8 +178,8 @@ static void check_criteo_table(const char *dir, const crow_t *want, uint64_t nwa
 Test(import, criteo_round_trip_exact)
 {
     uint64_t rng = tu_seed("import::criteo_round_trip_exact");
-    char *dir = make_tmpdir();
-    char *in = path_in(dir, "day0.tsv"), *table = path_in(dir, "t");
+    char *dir = tu_mkdtemp("import");
+    char *in = tu_path(dir, "day0.tsv"), *table = tu_path(dir, "t");
     enum { N = 3000 };
     crow_t *want = calloc(N, sizeof *want);
     char *text = malloc((size_t)N * 512);
@@ -234,7 +196,7 @@ Test(import, criteo_round_trip_exact)
         rows++;
         if (i < N - 1) text[len++] = '\n'; /* the last line has no newline */
     }
-    write_text(in, text, len);
+    tu_write_file(in, text, len);
     const char *inputs[] = {in};
     sl_wh_import_opts_t o = opts_for(SL_WH_IMPORT_CRITEO, table, inputs, 1);
     sl_wh_import_summary_t sum;
@@ -253,20 +215,21 @@ Test(import, criteo_round_trip_exact)
     free(text);
     free(in);
     free(table);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }
 
 Test(import, criteo_handmade_lines)
 {
-    char *dir = make_tmpdir();
-    char *in = path_in(dir, "a.tsv"), *table = path_in(dir, "t");
+    char *dir = tu_mkdtemp("import");
+    char *in = tu_path(dir, "a.tsv"), *table = tu_path(dir, "t");
     /* label only; dense then stop; all 40 fields with empties; CRLF; no final newline */
     const char text[] = "1\n"
                         "0\t5\t\t-3\n"
                         "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t16777216\t68fd1e64\t\t0\t"
                         "\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\tDEADbeef\r\n"
                         "0\t\t\t\t\t\t\t\t\t\t\t\t\t\t7fffffffffffffff";
-    write_text(in, text, sizeof text - 1);
+    tu_write_file(in, text, sizeof text - 1);
     const char *inputs[] = {in};
     sl_wh_import_opts_t o = opts_for(SL_WH_IMPORT_CRITEO, table, inputs, 1);
     sl_error_t err = {0};
@@ -295,7 +258,8 @@ Test(import, criteo_handmade_lines)
     check_criteo_table(table, want, 4, 0);
     free(in);
     free(table);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }
 
 static const char bad_text[] = "1\t2\n"                          /* line 1: good */
@@ -321,9 +285,9 @@ static const char *const bad_msgs[] = {
 
 Test(import, criteo_bad_rows_skipped_with_file_and_line)
 {
-    char *dir = make_tmpdir();
-    char *in = path_in(dir, "bad.tsv"), *table = path_in(dir, "t");
-    write_text(in, bad_text, sizeof bad_text - 1);
+    char *dir = tu_mkdtemp("import");
+    char *in = tu_path(dir, "bad.tsv"), *table = tu_path(dir, "t");
+    tu_write_file(in, bad_text, sizeof bad_text - 1);
     const char *inputs[] = {in};
     sl_wh_import_opts_t o = opts_for(SL_WH_IMPORT_CRITEO, table, inputs, 1);
     bad_log_t log = {0};
@@ -351,16 +315,17 @@ Test(import, criteo_bad_rows_skipped_with_file_and_line)
     check_criteo_table(table, want, 2, 0);
     free(in);
     free(table);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }
 
 Test(import, criteo_strict_stops_and_imports_nothing)
 {
-    char *dir = make_tmpdir();
-    char *good = path_in(dir, "good.tsv"), *in = path_in(dir, "bad.tsv");
-    char *table = path_in(dir, "t");
-    write_text(good, "1\t2\n0\t3\n", 8);
-    write_text(in, bad_text, sizeof bad_text - 1);
+    char *dir = tu_mkdtemp("import");
+    char *good = tu_path(dir, "good.tsv"), *in = tu_path(dir, "bad.tsv");
+    char *table = tu_path(dir, "t");
+    tu_write_file(good, "1\t2\n0\t3\n", 8);
+    tu_write_file(in, bad_text, sizeof bad_text - 1);
     const char *inputs[] = {good, in};
     sl_wh_import_opts_t o = opts_for(SL_WH_IMPORT_CRITEO, table, inputs, 2);
     o.strict = true;
@@ -379,7 +344,7 @@ Test(import, criteo_strict_stops_and_imports_nothing)
     char *hidden = NULL;
     size_t hl = 0;
     FILE *f = open_memstream(&hidden, &hl);
-    char *pdir = path_in(dir, "t/ds=2026-03-01");
+    char *pdir = tu_path(dir, "t/ds=2026-03-01");
     DIR *d = opendir(pdir);
     free(pdir);
     cr_assert_not_null(d);
@@ -393,13 +358,14 @@ Test(import, criteo_strict_stops_and_imports_nothing)
     free(good);
     free(in);
     free(table);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }
 
 Test(import, criteo_parallel_inputs_deterministic)
 {
     uint64_t rng = tu_seed("import::criteo_parallel_inputs_deterministic");
-    char *dir = make_tmpdir();
+    char *dir = tu_mkdtemp("import");
     enum { FILES = 5, ROWS = 700 };
     char *inputs[FILES];
     crow_t *want = calloc(FILES * ROWS, sizeof *want);
@@ -407,21 +373,21 @@ Test(import, criteo_parallel_inputs_deterministic)
     for (int f = 0; f < FILES; f++) {
         char name[32];
         snprintf(name, sizeof name, "in%d.tsv", f);
-        inputs[f] = path_in(dir, name);
+        inputs[f] = tu_path(dir, name);
         size_t len = 0;
         for (int i = 0; i < ROWS; i++) {
             want[f * ROWS + i].line = (uint64_t)i + 1;
             len += random_line(&rng, &want[f * ROWS + i], text + len);
             text[len++] = '\n';
         }
-        write_text(inputs[f], text, len);
+        tu_write_file(inputs[f], text, len);
     }
     char *out[2];
     size_t out_len[2];
     for (int run = 0; run < 2; run++) {
         char tname[8];
         snprintf(tname, sizeof tname, "t%d", run);
-        char *table = path_in(dir, tname);
+        char *table = tu_path(dir, tname);
         sl_wh_import_opts_t o =
             opts_for(SL_WH_IMPORT_CRITEO, table, (const char *const *)inputs, FILES);
         o.threads = run == 0 ? 1 : 3;
@@ -444,7 +410,7 @@ Test(import, criteo_parallel_inputs_deterministic)
     cr_assert_eq(out_len[0], out_len[1]);
     cr_assert(memcmp(out[0], out[1], out_len[0]) == 0, "thread count changed the table");
     /* Every file's rows, with sample ids part * 1e10 + line. */
-    char *table = path_in(dir, "t0");
+    char *table = tu_path(dir, "t0");
     for (int f = 0; f < FILES; f++)
         for (int i = 0; i < ROWS; i++) want[f * ROWS + i].line += (uint64_t)f * 10000000000ull;
     check_criteo_table(table, want, FILES * ROWS, 0);
@@ -462,7 +428,8 @@ Test(import, criteo_parallel_inputs_deterministic)
     free(out[1]);
     free(want);
     free(text);
-    rm_tree(dir);
+    tu_rm_tree(dir);
+    free(dir);
 }
 
 Test(import, criteo_parser_rejects_garbage_without_crashing)

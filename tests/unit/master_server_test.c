@@ -5,24 +5,16 @@
  * lease expiry and revocation, garbage on the control socket, the JSON
  * views and metrics, scaling and removal. */
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dpp/master.h"
 #include "rpc/frame.h"
 #include "testutil.h"
 #include "warehouse/import.h"
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 typedef struct env {
     char root[64];
@@ -62,7 +54,7 @@ static void env_restart(env *e)
 static void env_fini(env *e)
 {
     sl_master_stop(e->m);
-    nftw(e->root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_tree(e->root);
 }
 
 static sl_err_t submit(env *e, const char *extra, sl_error_t *err)

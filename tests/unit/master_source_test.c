@@ -14,7 +14,6 @@
  *   - bad leases and an unreachable master give clear errors. */
 #include <criterion/criterion.h>
 
-#include <ftw.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -37,14 +36,6 @@
 #define ROWS 2400 /* 12 stripes, 2 files, 2 stripes per split: 6 splits of 400 rows */
 
 static char tmpdir[256], table[300];
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 /* ---- the table, read directly: per split, each row's sample id and label ---- */
 
@@ -109,7 +100,7 @@ static void teardown(void)
     sl_wh_table_close(tab);
     splits = NULL;
     tab = NULL;
-    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rm_tree(tmpdir);
 }
 
 TestSuite(master_source, .init = setup, .fini = teardown);
