@@ -72,6 +72,34 @@ static sl_dpp_job_t *job_of(const char *json)
     return job;
 }
 
+/* Read every stripe of table (features feats) split by split, as the
+ * expanded rows the reference values of a test come from. */
+typedef void (*stripe_fn)(void *ctx, const sl_wh_rows_t *rows);
+
+static void read_table(const char *table, const char *const *feats, uint32_t nf, stripe_fn fn,
+                       void *ctx)
+{
+    sl_wh_table_t *t;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
+    sl_wh_splits_t *sp;
+    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK, "%s", err.msg);
+    sl_wh_read_opts_t ro = {.features = (const char **)feats, .num_features = nf};
+    for (uint32_t s = 0; s < sp->count; s++) {
+        sl_wh_reader_t *r;
+        cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[s], &ro, &r, &err), SL_OK, "%s",
+                     err.msg);
+        const sl_wh_rows_t *rows;
+        sl_err_t rc;
+        while ((rc = sl_wh_reader_next(r, &rows, &err)) == SL_OK && rows != NULL)
+            fn(ctx, rows);
+        cr_assert_eq(rc, SL_OK, "%s", err.msg);
+        sl_wh_reader_close(r);
+    }
+    sl_wh_splits_destroy(sp);
+    sl_wh_table_close(t);
+}
+
 static sl_dpp_worker_t *start(const sl_dpp_job_t *job, uint32_t threads, char *addr, size_t cap)
 {
     sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
@@ -202,6 +230,23 @@ Test(worker_e2e, criteo_two_epochs_one_client)
     sl_dpp_job_destroy(job);
 }
 
+typedef struct ts_ref {
+    int64_t *ts; /* by sample id */
+    int64_t lo, hi;
+} ts_ref_t;
+
+static void collect_ts(void *ctx, const sl_wh_rows_t *rows)
+{
+    ts_ref_t *ref = ctx;
+    cr_assert_not_null(rows->timestamps);
+    for (uint32_t j = 0; j < rows->batch.batch_size; j++) {
+        int64_t v = rows->timestamps[j];
+        ref->ts[rows->batch.sample_ids[j]] = v;
+        ref->lo = v < ref->lo ? v : ref->lo;
+        ref->hi = v > ref->hi ? v : ref->hi;
+    }
+}
+
 /* A timestamp_range filter needs the timestamps, which the worker reads
  * only for it: every row inside the range arrives once, none outside. */
 Test(worker_e2e, timestamp_filter_keeps_the_rows_in_range)
@@ -209,32 +254,10 @@ Test(worker_e2e, timestamp_filter_keeps_the_rows_in_range)
     char table[300], addr[64], spec[1024];
     const uint64_t rows = 6000;
     gen("ts", "sessions", rows, 5, 2000, 1, table, sizeof table);
-    int64_t *ts = calloc(rows, sizeof *ts);
-    sl_wh_table_t *t;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
-    sl_wh_splits_t *sp;
-    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK);
-    const char *feats[] = {"item_id"};
-    sl_wh_read_opts_t ro = {.features = feats, .num_features = 1};
-    int64_t lo = INT64_MAX, hi = INT64_MIN;
-    for (uint32_t i = 0; i < sp->count; i++) {
-        sl_wh_reader_t *r;
-        cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[i], &ro, &r, &err), SL_OK);
-        const sl_wh_rows_t *rw;
-        while (sl_wh_reader_next(r, &rw, &err) == SL_OK && rw) {
-            cr_assert_not_null(rw->timestamps);
-            for (uint32_t j = 0; j < rw->batch.batch_size; j++) {
-                int64_t v = rw->timestamps[j];
-                ts[rw->batch.sample_ids[j]] = v;
-                lo = v < lo ? v : lo;
-                hi = v > hi ? v : hi;
-            }
-        }
-        sl_wh_reader_close(r);
-    }
-    sl_wh_splits_destroy(sp);
-    sl_wh_table_close(t);
+    ts_ref_t ref = {.ts = calloc(rows, sizeof *ref.ts), .lo = INT64_MAX, .hi = INT64_MIN};
+    static const char *const feats[] = {"item_id"};
+    read_table(table, feats, 1, collect_ts, &ref);
+    int64_t *ts = ref.ts, lo = ref.lo, hi = ref.hi;
     int64_t mid = lo + (hi - lo) / 2;
     snprintf(spec, sizeof spec,
              "{\"id\":\"ts\",\"source\":{\"table\":\"%s\"},"
@@ -435,46 +458,35 @@ typedef struct reference {
     atomic_uint checked;
 } reference_t;
 
+static void collect_reference(void *ctx, const sl_wh_rows_t *rows)
+{
+    reference_t *ref = ctx;
+    const sl_batch_t *b = &rows->batch;
+    uint32_t n = b->batch_size;
+    uint64_t ko[3];
+    sl_kjt_key_offsets(&b->sparse, ko);
+    uint64_t off[2] = {ko[0], ko[1]};
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t id = b->sample_ids[i];
+        cr_assert(id >= 0 && (uint64_t)id < ref->rows);
+        ref->i1[id] = b->dense.data[i * 3];
+        ref->i2[id] = b->dense.data[i * 3 + 1];
+        ref->i5[id] = b->dense.data[i * 3 + 2];
+        ref->label[id] = b->labels.data[i * b->labels.cols];
+        int64_t *cs[2] = {ref->c1, ref->c2};
+        for (int k = 0; k < 2; k++) {
+            int32_t len = b->sparse.lengths[k * n + i];
+            cr_assert_leq(len, 1);
+            cs[k][id] = len ? b->sparse.values[off[k]] : -1;
+            off[k] += (uint64_t)len;
+        }
+    }
+}
+
 static void load_reference(const char *table, reference_t *ref)
 {
-    sl_wh_table_t *t;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
-    sl_wh_splits_t *sp;
-    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK);
-    const char *feats[] = {"I1", "I2", "I5", "C1", "C2"};
-    sl_wh_read_opts_t ro = {.features = feats, .num_features = 5};
-    for (uint32_t s = 0; s < sp->count; s++) {
-        sl_wh_reader_t *r;
-        cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[s], &ro, &r, &err), SL_OK, "%s",
-                     err.msg);
-        const sl_wh_rows_t *rows;
-        while (sl_wh_reader_next(r, &rows, &err) == SL_OK && rows) {
-            const sl_batch_t *b = &rows->batch;
-            uint32_t n = b->batch_size;
-            uint64_t ko[3];
-            sl_kjt_key_offsets(&b->sparse, ko);
-            uint64_t off[2] = {ko[0], ko[1]};
-            for (uint32_t i = 0; i < n; i++) {
-                int64_t id = b->sample_ids[i];
-                cr_assert(id >= 0 && (uint64_t)id < ref->rows);
-                ref->i1[id] = b->dense.data[i * 3];
-                ref->i2[id] = b->dense.data[i * 3 + 1];
-                ref->i5[id] = b->dense.data[i * 3 + 2];
-                ref->label[id] = b->labels.data[i * b->labels.cols];
-                int64_t *cs[2] = {ref->c1, ref->c2};
-                for (int k = 0; k < 2; k++) {
-                    int32_t len = b->sparse.lengths[k * n + i];
-                    cr_assert_leq(len, 1);
-                    cs[k][id] = len ? b->sparse.values[off[k]] : -1;
-                    off[k] += (uint64_t)len;
-                }
-            }
-        }
-        sl_wh_reader_close(r);
-    }
-    sl_wh_splits_destroy(sp);
-    sl_wh_table_close(t);
+    static const char *const feats[] = {"I1", "I2", "I5", "C1", "C2"};
+    read_table(table, feats, 5, collect_reference, ref);
 }
 
 static int col(const sl_dense_t *d, const char *name)
@@ -807,6 +819,30 @@ static void check_users(void *ctx, const sl_batch_t *b)
     atomic_fetch_add(&ref->batches, 1);
 }
 
+static void collect_users(void *ctx, const sl_wh_rows_t *rows)
+{
+    user_ref_t *ref = ctx;
+    const sl_kjt_t *k = &rows->batch.sparse;
+    uint32_t n = rows->batch.batch_size;
+    cr_assert_str_eq(k->keys[1], "user_hist");
+    cr_assert_str_eq(k->keys[2], "user_cat");
+    cr_assert_eq(rows->batch.labels.cols, 1);
+    uint64_t o0 = 0, o1 = 0;
+    for (uint32_t i = 0; i < n; i++)
+        o1 += (uint64_t)k->lengths[i];
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t id = rows->batch.sample_ids[i];
+        ref->click[id] = rows->batch.labels.data[i];
+        cr_assert_eq(k->lengths[i], 1);
+        ref->user_id[id] = k->values[o0++];
+        ref->cat_len[id] = k->lengths[2 * n + i];
+        int32_t hl = k->lengths[n + i];
+        ref->hist_len[id] = hl;
+        for (int32_t j = 0; j < hl; j++)
+            ref->hist_sum[id] += (uint64_t)k->values[o1++];
+    }
+}
+
 /* Serve a table that stores the job's dedup group; with filtered, the job
  * keeps only the rows with click == 0 that have user_cat (a feature of the
  * stored group), so batches take scattered rows of each stripe's unique
@@ -837,41 +873,8 @@ static void serve_stored_groups(bool filtered)
                       .hist_len = calloc(rows, 4),
                       .click = calloc(rows, 4),
                       .cat_len = calloc(rows, 4)};
-    sl_wh_table_t *t;
-    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK);
-    sl_wh_splits_t *sp;
-    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK);
-    const char *feats[] = {"user_id", "user_hist", "user_cat"};
-    sl_wh_read_opts_t ro = {.features = feats, .num_features = 3};
-    for (uint32_t s = 0; s < sp->count; s++) {
-        sl_wh_reader_t *r;
-        cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[s], &ro, &r, &err), SL_OK);
-        const sl_wh_rows_t *rw;
-        while (sl_wh_reader_next(r, &rw, &err) == SL_OK && rw) {
-            const sl_kjt_t *k = &rw->batch.sparse;
-            uint32_t n = rw->batch.batch_size;
-            cr_assert_str_eq(k->keys[1], "user_hist");
-            cr_assert_str_eq(k->keys[2], "user_cat");
-            uint64_t o0 = 0, o1 = 0;
-            for (uint32_t i = 0; i < n; i++)
-                o1 += (uint64_t)k->lengths[i];
-            for (uint32_t i = 0; i < n; i++) {
-                int64_t id = rw->batch.sample_ids[i];
-                cr_assert_eq(rw->batch.labels.cols, 1);
-                ref.click[id] = rw->batch.labels.data[i];
-                cr_assert_eq(k->lengths[i], 1);
-                ref.user_id[id] = k->values[o0++];
-                ref.cat_len[id] = k->lengths[2 * n + i];
-                int32_t hl = k->lengths[n + i];
-                ref.hist_len[id] = hl;
-                for (int32_t j = 0; j < hl; j++)
-                    ref.hist_sum[id] += (uint64_t)k->values[o1++];
-            }
-        }
-        sl_wh_reader_close(r);
-    }
-    sl_wh_splits_destroy(sp);
-    sl_wh_table_close(t);
+    static const char *const feats[] = {"user_id", "user_hist", "user_cat"};
+    read_table(table, feats, 3, collect_users, &ref);
 
     snprintf(spec, sizeof spec,
              "{\"id\":\"stored\",\"source\":{\"table\":\"%s\"},%s"
