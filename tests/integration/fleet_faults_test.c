@@ -29,6 +29,31 @@ static void spec_for(const char *table, const char *id, char *out, size_t cap)
              id, table);
 }
 
+/* A master (1 s leases) with a job over a fresh table and an executor
+ * running its workers: the fleet every test here breaks. */
+static char *fleet_up(const char *id, uint32_t workers, fu_master_t *m, sl_dpp_executor_t **ex)
+{
+    char table[300], spec[1024];
+    fu_gen(ROWS, STRIPE, 2, table, sizeof table);
+    *m = (fu_master_t){.lease_timeout_ms = 1000};
+    fu_master_start(m);
+    spec_for(table, id, spec, sizeof spec);
+    char *job = fu_submit(m, spec, 2, "dynamic", workers, workers, NULL);
+    *ex = fu_executor(m, 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_executor_scale(*ex, job, workers, NULL, NULL, &err), SL_OK, "%s",
+                 err.msg);
+    return job;
+}
+
+static void fleet_down(fu_master_t *m, sl_dpp_executor_t *ex, char *job, atomic_uint *seen)
+{
+    fu_executor_destroy(ex);
+    fu_master_stop(m, SIGTERM);
+    free(seen);
+    free(job);
+}
+
 static void start_clients(fu_master_t *m, const char *job, atomic_uint *seen, fu_client_t *c,
                           pthread_t *th, uint32_t delay_us)
 {
@@ -44,7 +69,9 @@ static void start_clients(fu_master_t *m, const char *job, atomic_uint *seen, fu
     }
 }
 
-static void join_clients(fu_client_t *c, pthread_t *th)
+/* Join both clients: each ended cleanly, and together they received every
+ * sample of the epoch exactly once. */
+static void join_clients(fu_client_t *c, pthread_t *th, const atomic_uint *seen)
 {
     for (int i = 0; i < 2; i++) {
         pthread_join(th[i], NULL);
@@ -53,6 +80,7 @@ static void join_clients(fu_client_t *c, pthread_t *th)
     }
     cr_assert_eq(c[0].samples + c[1].samples, ROWS, "delivered %llu + %llu samples",
                  (unsigned long long)c[0].samples, (unsigned long long)c[1].samples);
+    fu_assert_each_seen(seen, ROWS, 1);
 }
 
 static bool clients_done(const fu_client_t *c)
@@ -63,15 +91,9 @@ static bool clients_done(const fu_client_t *c)
 Test(fleet_faults, kill_9_random_workers_during_an_epoch)
 {
     uint64_t rng = tu_seed("fleet_faults.kill_9_random_workers_during_an_epoch");
-    char table[300], spec[1024];
-    fu_gen(ROWS, STRIPE, 2, table, sizeof table);
-    fu_master_t m = {.lease_timeout_ms = 1000};
-    fu_master_start(&m);
-    spec_for(table, "kill-workers", spec, sizeof spec);
-    char *job = fu_submit(&m, spec, 2, "dynamic", 3, 3, NULL);
-    sl_dpp_executor_t *ex = fu_executor(&m, 1);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 3, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    fu_master_t m;
+    sl_dpp_executor_t *ex;
+    char *job = fleet_up("kill-workers", 3, &m, &ex);
 
     atomic_uint *seen = calloc(ROWS, sizeof *seen);
     fu_client_t c[2];
@@ -95,11 +117,11 @@ Test(fleet_faults, kill_9_random_workers_during_an_epoch)
             }
         }
         /* the executor replaces the dead (as the master's autoscaler would) */
+        sl_error_t err = {0};
         cr_assert_eq(sl_dpp_executor_scale(ex, job, 3, NULL, NULL, &err), SL_OK, "%s", err.msg);
         if (clients_done(c)) break;
     }
-    join_clients(c, th);
-    fu_assert_each_seen(seen, ROWS, 1);
+    join_clients(c, th, seen);
     cr_assert_geq(kills, 2, "only %u workers were killed mid-epoch: the epoch was too short",
                   kills);
     sl_dpp_executor_stats_t st;
@@ -107,24 +129,15 @@ Test(fleet_faults, kill_9_random_workers_during_an_epoch)
     cr_assert_geq(st.failed, kills);
     cr_log_info("killed %u workers; clients dropped %llu + %llu batches", kills,
                 (unsigned long long)c[0].stats.dropped, (unsigned long long)c[1].stats.dropped);
-    fu_executor_destroy(ex);
-    fu_master_stop(&m, SIGTERM);
-    free(seen);
-    free(job);
+    fleet_down(&m, ex, job, seen);
 }
 
 Test(fleet_faults, stalled_workers_come_back_after_their_leases_expired)
 {
     uint64_t rng = tu_seed("fleet_faults.stalled_workers_come_back_after_their_leases_expired");
-    char table[300], spec[1024];
-    fu_gen(ROWS, STRIPE, 2, table, sizeof table);
-    fu_master_t m = {.lease_timeout_ms = 1000};
-    fu_master_start(&m);
-    spec_for(table, "stall-workers", spec, sizeof spec);
-    char *job = fu_submit(&m, spec, 2, "dynamic", 3, 3, NULL);
-    sl_dpp_executor_t *ex = fu_executor(&m, 1);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 3, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    fu_master_t m;
+    sl_dpp_executor_t *ex;
+    char *job = fleet_up("stall-workers", 3, &m, &ex);
 
     atomic_uint *seen = calloc(ROWS, sizeof *seen);
     fu_client_t c[2];
@@ -150,8 +163,7 @@ Test(fleet_faults, stalled_workers_come_back_after_their_leases_expired)
         cr_assert(fu_now() < deadline, "the epoch did not finish in time; see %s", fu_dir);
         usleep(100 * 1000);
     }
-    join_clients(c, th);
-    fu_assert_each_seen(seen, ROWS, 1);
+    join_clients(c, th, seen);
     cr_assert(fu_job_finished(&m, job));
     json_t *st = fu_get_json(m.admin, "/status");
     cr_assert_geq(json_integer_value(json_object_get(st, "lease_expiries")), 2);
@@ -160,24 +172,15 @@ Test(fleet_faults, stalled_workers_come_back_after_their_leases_expired)
                 (long long)json_integer_value(json_object_get(st, "overlaps")),
                 (unsigned long long)c[0].stats.dropped, (unsigned long long)c[1].stats.dropped);
     json_decref(st);
-    fu_executor_destroy(ex);
-    fu_master_stop(&m, SIGTERM);
-    free(seen);
-    free(job);
+    fleet_down(&m, ex, job, seen);
 }
 
 Test(fleet_faults, kill_9_the_master_mid_epoch_and_restart_it)
 {
     uint64_t rng = tu_seed("fleet_faults.kill_9_the_master_mid_epoch_and_restart_it");
-    char table[300], spec[1024];
-    fu_gen(ROWS, STRIPE, 2, table, sizeof table);
-    fu_master_t m = {.lease_timeout_ms = 1000};
-    fu_master_start(&m);
-    spec_for(table, "kill-master", spec, sizeof spec);
-    char *job = fu_submit(&m, spec, 2, "dynamic", 2, 2, NULL);
-    sl_dpp_executor_t *ex = fu_executor(&m, 1);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    fu_master_t m;
+    sl_dpp_executor_t *ex;
+    char *job = fleet_up("kill-master", 2, &m, &ex);
 
     atomic_uint *seen = calloc(ROWS, sizeof *seen);
     fu_client_t c[2];
@@ -203,12 +206,8 @@ Test(fleet_faults, kill_9_the_master_mid_epoch_and_restart_it)
                   fu_dir);
         usleep(100 * 1000);
     }
-    join_clients(c, th);
-    fu_assert_each_seen(seen, ROWS, 1);
+    join_clients(c, th, seen);
     cr_assert(fu_job_finished(&m, job));
     cr_log_info("master killed after %llu samples", (unsigned long long)before);
-    fu_executor_destroy(ex);
-    fu_master_stop(&m, SIGTERM);
-    free(seen);
-    free(job);
+    fleet_down(&m, ex, job, seen);
 }
