@@ -1,8 +1,9 @@
-/* Whole writes and directory fsync (fileio.h). */
+/* Whole writes, atomic replacement and directory fsync (fileio.h). */
 #include "common/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 sl_err_t sl_io_write_all(int fd, const void *data, size_t len, const char *path, sl_error_t *err)
@@ -18,6 +19,23 @@ sl_err_t sl_io_write_all(int fd, const void *data, size_t len, const char *path,
         len -= (size_t)n;
     }
     return SL_OK;
+}
+
+sl_err_t sl_io_replace_file(const char *path, const char *tmp, const void *head, size_t head_len,
+                            const void *body, size_t body_len, bool sync, sl_error_t *err)
+{
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return sl_error_set(err, SL_ERR_IO, "create %s: %s", tmp, strerror(errno));
+    sl_err_t rc = head_len > 0 ? sl_io_write_all(fd, head, head_len, tmp, err) : SL_OK;
+    if (rc == SL_OK && body_len > 0) rc = sl_io_write_all(fd, body, body_len, tmp, err);
+    if (rc == SL_OK && sync && fsync(fd) != 0)
+        rc = sl_error_set(err, SL_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && rc == SL_OK)
+        rc = sl_error_set(err, SL_ERR_IO, "close %s: %s", tmp, strerror(errno));
+    if (rc == SL_OK && rename(tmp, path) != 0)
+        rc = sl_error_set(err, SL_ERR_IO, "rename %s to %s: %s", tmp, path, strerror(errno));
+    if (rc != SL_OK) unlink(tmp);
+    return rc;
 }
 
 sl_err_t sl_io_sync_dir(const char *dir, sl_error_t *err)

@@ -5,6 +5,7 @@
 #ifndef SLUICE_COMMON_FILEIO_H
 #define SLUICE_COMMON_FILEIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -13,6 +14,13 @@
 
 /* Write all len bytes to fd; path names the file in the error message. */
 sl_err_t sl_io_write_all(int fd, const void *data, size_t len, const char *path, sl_error_t *err);
+
+/* Replace path atomically: write head then body to tmp (created or
+ * truncated), fsync it when sync, close it and rename it over path; on any
+ * failure tmp is removed and path is left as it was. The rename is durable
+ * only once the caller has fsynced the directory. */
+sl_err_t sl_io_replace_file(const char *path, const char *tmp, const void *head, size_t head_len,
+                            const void *body, size_t body_len, bool sync, sl_error_t *err);
 
 /* fsync the directory dir. */
 sl_err_t sl_io_sync_dir(const char *dir, sl_error_t *err);

@@ -170,26 +170,8 @@ static sl_err_t write_atomic(const sl_dpp_journal_t *j, const char *path, const 
 {
     char *tmp = path_join(j->a, j->dir, "tmp");
     if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "write %s", path);
-    sl_err_t rc = SL_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = sl_error_set(err, SL_ERR_IO, "create %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    rc = sl_io_write_all(fd, head, head_len, tmp, err);
-    if (rc == SL_OK && len > 0) rc = sl_io_write_all(fd, payload, len, tmp, err);
-    if (rc == SL_OK && fsync(fd) != 0)
-        rc = sl_error_set(err, SL_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rc == SL_OK)
-        rc = sl_error_set(err, SL_ERR_IO, "close %s: %s", tmp, strerror(errno));
-    if (rc == SL_OK && rename(tmp, path) != 0)
-        rc = sl_error_set(err, SL_ERR_IO, "rename %s to %s: %s", tmp, path, strerror(errno));
-    if (rc != SL_OK) {
-        unlink(tmp);
-        goto out;
-    }
-    rc = sl_io_sync_dir(j->dir, err);
-out:
+    sl_err_t rc = sl_io_replace_file(path, tmp, head, head_len, payload, len, true, err);
+    if (rc == SL_OK) rc = sl_io_sync_dir(j->dir, err);
     str_free(j->a, tmp);
     return rc;
 }

@@ -149,25 +149,8 @@ sl_err_t wh_write_file_atomic(const char *path, const void *data, size_t len, bo
     const sl_allocator_t *a = sl_allocator_default();
     char *tmp = wh_tmp_path(path, a);
     if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "write %s", path);
-    sl_err_t rc = SL_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = sl_error_set(err, SL_ERR_IO, "create %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    rc = sl_io_write_all(fd, data, len, tmp, err);
-    if (rc == SL_OK && sync && fsync(fd) != 0)
-        rc = sl_error_set(err, SL_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rc == SL_OK)
-        rc = sl_error_set(err, SL_ERR_IO, "close %s: %s", tmp, strerror(errno));
-    if (rc == SL_OK && rename(tmp, path) != 0)
-        rc = sl_error_set(err, SL_ERR_IO, "rename %s to %s: %s", tmp, path, strerror(errno));
-    if (rc != SL_OK) {
-        unlink(tmp);
-        goto out;
-    }
-    if (sync) rc = wh_sync_parent_dir(path, err);
-out:
+    sl_err_t rc = sl_io_replace_file(path, tmp, NULL, 0, data, len, sync, err);
+    if (rc == SL_OK && sync) rc = wh_sync_parent_dir(path, err);
     wh_strfree(a, tmp);
     return rc;
 }
