@@ -323,6 +323,15 @@ void sl_rpc_send_error(int fd, sl_err_t code, const char *message)
     sl_rpc_send(fd, SL_RPC_ERROR, &e.base, NULL, 0, NULL);
 }
 
+void sl_rpc_send_goodbye(int fd, const char *reason)
+{
+    struct timeval tv = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    Sluice__Dpp__Goodbye bye = SLUICE__DPP__GOODBYE__INIT;
+    bye.reason = (char *)(reason ? reason : "");
+    sl_rpc_send(fd, SL_RPC_GOODBYE, &bye.base, NULL, 0, NULL);
+}
+
 /* Split "host:port" / "[v6]:port" into host (may be empty) and port. */
 static sl_err_t split_address(const char *address, char *host, size_t host_cap, char *port,
                               size_t port_cap, sl_error_t *err)

@@ -125,6 +125,11 @@ void sl_rpc_frame_free(sl_rpc_frame_t *frame);
 /* Send an ERROR frame with code and message, best effort (errors ignored). */
 void sl_rpc_send_error(int fd, sl_err_t code, const char *message);
 
+/* Send a GOODBYE frame with reason, best effort and bounded: sends on fd
+ * time out after a second from then on, so a peer that stopped reading
+ * cannot hold up the close that follows. */
+void sl_rpc_send_goodbye(int fd, const char *reason);
+
 /* Bound every later blocking receive on fd to timeout_ms (<= 0: no bound),
  * through SO_RCVTIMEO. @return SL_ERR_IO when the option cannot be set. */
 sl_err_t sl_rpc_set_recv_timeout(int fd, int timeout_ms, sl_error_t *err);

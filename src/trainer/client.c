@@ -274,15 +274,7 @@ void sl_trainer_close(sl_trainer_t *t)
     pthread_mutex_unlock(&t->mu);
     pthread_mutex_lock(&t->send_mu);
     if (t->fd >= 0) {
-        if (t->send_ready) {
-            /* Best effort and bounded: a worker that stopped reading must
-             * not hold up close. */
-            struct timeval tv = {1, 0};
-            setsockopt(t->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-            Sluice__Dpp__Goodbye bye = SLUICE__DPP__GOODBYE__INIT;
-            bye.reason = "client closed";
-            sl_rpc_send(t->fd, SL_RPC_GOODBYE, &bye.base, NULL, 0, NULL);
-        }
+        if (t->send_ready) sl_rpc_send_goodbye(t->fd, "client closed");
         /* Unblocks the receive thread's read (or its handshake). */
         shutdown(t->fd, SHUT_RDWR);
     }

@@ -338,11 +338,7 @@ void tr_fleet_close(sl_trainer_t *t)
     pthread_mutex_unlock(&t->mu);
     pthread_mutex_lock(&f->msend_mu);
     if (f->mfd >= 0) {
-        struct timeval tv = {1, 0};
-        setsockopt(f->mfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        Sluice__Dpp__Goodbye bye = SLUICE__DPP__GOODBYE__INIT;
-        bye.reason = "client closed";
-        sl_rpc_send(f->mfd, SL_RPC_GOODBYE, &bye.base, NULL, 0, NULL);
+        sl_rpc_send_goodbye(f->mfd, "client closed");
         shutdown(f->mfd, SHUT_RDWR);
     }
     pthread_mutex_unlock(&f->msend_mu);
