@@ -76,6 +76,25 @@ static void fill_u32(int32_t *dst, uint64_t n, uint32_t v)
         dst[i] = (int32_t)v;
 }
 
+/* Values i .. i + 15 of a frame-of-reference stream of width 1, 2 or 4
+ * bytes, as 4 x 4 uint32. */
+static inline void unpack16(const uint8_t *p, uint64_t i, uint32_t width, v4u32 q[4])
+{
+    if (width == 4) {
+        for (int k = 0; k < 4; k++)
+            memcpy(&q[k], p + 4 * (i + 4 * (uint64_t)k), 16);
+    } else if (width == 2) {
+        v8u16 x[2];
+        memcpy(x, p + 2 * i, 32);
+        u16_to_u32x8(x[0], q);
+        u16_to_u32x8(x[1], q + 2);
+    } else {
+        v16u8 x;
+        memcpy(&x, p + i, 16);
+        u8_to_u32x16(x, q);
+    }
+}
+
 /* base + width-byte deltas p[0, n) into dst as int64; @return values done
  * (a multiple of 16; the caller finishes the rest). */
 static uint64_t widen_i64(int64_t *dst, const uint8_t *p, uint64_t n, uint32_t width, uint64_t base)
@@ -83,19 +102,7 @@ static uint64_t widen_i64(int64_t *dst, const uint8_t *p, uint64_t n, uint32_t w
     uint64_t i = 0;
     v4u32 q[4];
     for (; i + 16 <= n; i += 16) {
-        if (width == 4) {
-            for (int k = 0; k < 4; k++)
-                memcpy(&q[k], p + 4 * (i + 4 * (uint64_t)k), 16);
-        } else if (width == 2) {
-            v8u16 x[2];
-            memcpy(x, p + 2 * i, 32);
-            u16_to_u32x8(x[0], q);
-            u16_to_u32x8(x[1], q + 2);
-        } else {
-            v16u8 x;
-            memcpy(&x, p + i, 16);
-            u8_to_u32x16(x, q);
-        }
+        unpack16(p, i, width, q);
         for (int k = 0; k < 4; k++)
             put_u64x4(dst + i + 4 * k, q[k], base);
     }
@@ -111,19 +118,7 @@ static uint64_t widen_i32(int32_t *dst, const uint8_t *p, uint64_t n, uint32_t w
     v4u32 mx = {0, 0, 0, 0}, q[4];
     v2u64 acc = {0, 0};
     for (; i + 16 <= n; i += 16) {
-        if (width == 4) {
-            for (int k = 0; k < 4; k++)
-                memcpy(&q[k], p + 4 * (i + 4 * (uint64_t)k), 16);
-        } else if (width == 2) {
-            v8u16 x[2];
-            memcpy(x, p + 2 * i, 32);
-            u16_to_u32x8(x[0], q);
-            u16_to_u32x8(x[1], q + 2);
-        } else {
-            v16u8 x;
-            memcpy(&x, p + i, 16);
-            u8_to_u32x16(x, q);
-        }
+        unpack16(p, i, width, q);
         for (int k = 0; k < 4; k++) {
             v4u32 gt = (v4u32)(q[k] > mx);
             mx = (q[k] & gt) | (mx & ~gt);

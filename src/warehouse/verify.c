@@ -187,15 +187,11 @@ static const char *column_kind(const wh_file_t *f, const wh_stream_t *st)
 {
     switch (st->kind) {
     case SL_WH_STREAM_SAMPLE_ID:
-        return "sample_id";
     case SL_WH_STREAM_SESSION_ID:
-        return "session_id";
     case SL_WH_STREAM_TIMESTAMP:
-        return "timestamp";
     case SL_WH_STREAM_LABEL:
-        return "label";
     case SL_WH_STREAM_INVERSE:
-        return "inverse";
+        return sl_wh_stream_kind_name(st->kind);
     default: {
         const sl_wh_feature_t *fe = sl_wh_schema_find(f->schema, st->name);
         return fe ? sl_wh_kind_name(fe->kind) : "unknown";
