@@ -224,11 +224,16 @@ static void take(sl_dpp_budget_t *b, uint64_t bytes)
     if (b->used > b->peak) b->peak = b->used;
 }
 
-bool sl_dpp_budget_acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held)
+/* Take bytes once they fit under the limit, or as soon as waiting could
+ * never end: while the budget holds no more than held (the caller's own
+ * bytes), or, for_pinned, while nothing is pinned (only an ACK frees pinned
+ * bytes). @return false when the budget was closed. */
+static bool acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held, bool for_pinned)
 {
     pthread_mutex_lock(&b->mu);
     uint64_t t0 = 0;
-    while (!b->closed && b->limit && b->used + bytes > b->limit && b->used > held) {
+    while (!b->closed && b->limit && b->used + bytes > b->limit &&
+           (for_pinned ? b->pinned > 0 : b->used > held)) {
         if (!t0) t0 = mono_ns();
         pthread_cond_wait(&b->freed, &b->mu);
     }
@@ -239,19 +244,14 @@ bool sl_dpp_budget_acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held)
     return ok;
 }
 
+bool sl_dpp_budget_acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held)
+{
+    return acquire(b, bytes, held, false);
+}
+
 bool sl_dpp_budget_acquire_pinned(sl_dpp_budget_t *b, uint64_t bytes)
 {
-    pthread_mutex_lock(&b->mu);
-    uint64_t t0 = 0;
-    while (!b->closed && b->limit && b->used + bytes > b->limit && b->pinned > 0) {
-        if (!t0) t0 = mono_ns();
-        pthread_cond_wait(&b->freed, &b->mu);
-    }
-    if (t0) b->wait_ns += mono_ns() - t0;
-    bool ok = !b->closed;
-    if (ok) take(b, bytes);
-    pthread_mutex_unlock(&b->mu);
-    return ok;
+    return acquire(b, bytes, 0, true);
 }
 
 void sl_dpp_budget_pin(sl_dpp_budget_t *b, uint64_t bytes)
