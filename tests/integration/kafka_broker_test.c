@@ -299,18 +299,30 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-Test(kafka_broker, each_record_once_and_commits)
+/* What both tests start with: a new topic of PARTITIONS partitions (named
+ * after `what`, as is the group), ids [0, FIRST) produced to it and read
+ * back, each once. Returns the producer; counts[p] gets each partition's
+ * record count. */
+static rd_kafka_t *first_records(const char *what, char topic[128], char group[128],
+                                 int64_t counts[PARTITIONS])
 {
-    char topic[128], group[128];
-    unique_name(topic, sizeof topic, "roundtrip");
-    unique_name(group, sizeof group, "roundtrip-group");
+    char group_what[64];
+    unique_name(topic, 128, what);
+    snprintf(group_what, sizeof group_what, "%s-group", what);
+    unique_name(group, 128, group_what);
     rd_kafka_t *p = new_producer();
     ku_create_topic(p, topic, PARTITIONS, tu_timeout(30));
     produce(p, topic, 0, FIRST);
-    int64_t counts[PARTITIONS];
     check_placement(FIRST, counts);
     consume_all(topic, FIRST);
+    return p;
+}
 
+Test(kafka_broker, each_record_once_and_commits)
+{
+    char topic[128], group[128];
+    int64_t counts[PARTITIONS];
+    rd_kafka_t *p = first_records("roundtrip", topic, group, counts);
     rd_kafka_t *g = new_group_client(group);
     int retries = 0;
     enum { COMMITS = 21 };
@@ -340,14 +352,8 @@ static void restart_fini(void)
 Test(kafka_broker, kill9_restart_keeps_records, .fini = restart_fini)
 {
     char topic[128], group[128];
-    unique_name(topic, sizeof topic, "restart");
-    unique_name(group, sizeof group, "restart-group");
-    rd_kafka_t *p = new_producer();
-    ku_create_topic(p, topic, PARTITIONS, tu_timeout(30));
-    produce(p, topic, 0, FIRST);
     int64_t before[PARTITIONS];
-    check_placement(FIRST, before);
-    consume_all(topic, FIRST);
+    rd_kafka_t *p = first_records("restart", topic, group, before);
     rd_kafka_t *g = new_group_client(group);
     int retries = 0;
     commit(g, topic, before, &retries);

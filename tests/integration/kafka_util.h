@@ -181,13 +181,17 @@ KU_FN void ku_create_topic(rd_kafka_t *rk, const char *topic, int partitions, do
 }
 
 /* A client configuration for the broker, with the given extra properties
- * (name, value pairs, NULL-terminated); fails the test on a bad one. */
+ * (name, value pairs, NULL-terminated); fails the test on a bad one. A
+ * client that lives through a broker restart reconnects within 0.5 s: the
+ * default backoff grows to 10 s while the broker is down. */
 KU_FN rd_kafka_conf_t *ku_conf(const char *first, ...)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers", ku_broker.bootstrap, err,
                                    sizeof err), RD_KAFKA_CONF_OK, "%s", err);
+    cr_assert_eq(rd_kafka_conf_set(conf, "reconnect.backoff.max.ms", "500", err, sizeof err),
+                 RD_KAFKA_CONF_OK, "%s", err);
     va_list ap;
     va_start(ap, first);
     for (const char *name = first; name != NULL; name = va_arg(ap, const char *)) {
@@ -209,12 +213,16 @@ KU_FN rd_kafka_t *ku_client(rd_kafka_type_t type, rd_kafka_conf_t *conf)
 
 /* main() of a kafka_*_test.c: exits KU_SKIP (ctest: SKIPPED) when the
  * broker cannot run here, fails when it should run and does not, and runs
- * the Criterion tests otherwise. */
+ * the Criterion tests otherwise, one at a time (--jobs on the command line
+ * still wins). */
 KU_FN int ku_main(int argc, char *argv[])
 {
     int rc = ku_locate();
     if (rc != 0) return rc;
     struct criterion_test_set *tests = criterion_initialize();
+    /* One test at a time, even when run by hand without --jobs 1: they share
+     * the broker, and one that kills it must not hit another. */
+    criterion_options.jobs = 1;
     rc = 0;
     if (criterion_handle_args(argc, argv, true)) rc = !criterion_run_all_tests(tests);
     criterion_finalize(tests);
