@@ -1,6 +1,6 @@
 /* A complete trainer in C: receives every batch of a job from one DPP worker
  * through libsluice_trainer.so and counts what it got. README.md shows this
- * file; tests/install/c_install_test.sh builds it against an installed
+ * file; tests/script/c_install_test.sh builds it against an installed
  * prefix (pkg-config and find_package) and runs it against a real worker.
  *
  *   cc trainer.c $(pkg-config --cflags --libs sluice-trainer) -o trainer

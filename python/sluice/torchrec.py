@@ -176,8 +176,8 @@ class MasterDataset(torch.utils.data.IterableDataset):
 
     Checkpoints: state_dict(pending) holds this rank's resume token and the
     batches handed out but not yet trained on (`pending`: TorchRec's train
-    pipelines fetch ahead - 1 for TrainPipelineBase); save it with the
-    model. To resume, resubmit the job with every rank's token
+    pipelines fetch ahead - 1 for TrainPipelineBase, 2 for
+    TrainPipelineSparseDist); save it with the model. To resume, resubmit the job with every rank's token
     (resume_tokens(); `sluice submit --resume-token` once per rank) and call
     load_state_dict() on the new dataset before iterating: it first hands
     out the saved pending batches, then what the job delivers."""
@@ -229,14 +229,15 @@ class MasterDataset(torch.utils.data.IterableDataset):
         return self._client
 
     def keep_pending(self, n: int) -> None:
-        """Keep the last n batches handed out so that state_dict(pending<=n)
-        can save them (state_dict asks for this itself; call it up front when
-        a pipeline holds more than one batch ahead)."""
+        """Keep the last n batches handed out (default 2) so that
+        state_dict(pending<=n) can save them; call it before iterating when
+        a pipeline holds more than two batches ahead."""
         self._keep = max(self._keep, n)
 
     def __iter__(self) -> Iterator[Batch]:
         c = self._connect()
-        self.keep_pending(1)
+        # TrainPipelineBase holds 1 batch ahead, TrainPipelineSparseDist 2.
+        self.keep_pending(2)
         while True:
             if self._replay:
                 b = Batch.from_state(self._replay.pop(0))
