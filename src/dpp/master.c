@@ -261,21 +261,76 @@ static uint8_t *b64_decode(const char *s, size_t *len)
     return out;
 }
 
-static sl_err_t get_u32(const json_t *body, const char *key, uint32_t def, uint32_t max,
-                        uint32_t *out, sl_error_t *err)
+static sl_err_t get_u32(const json_t *body, const char *key, uint32_t def, uint32_t min,
+                        uint32_t max, uint32_t *out, sl_error_t *err)
 {
     const json_t *v = json_object_get(body, key);
     if (v == NULL) {
         *out = def;
         return SL_OK;
     }
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
-        return sl_error_set(err, SL_ERR_INVALID, "\"%s\": an integer 0..%u", key, max);
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+        return sl_error_set(err, SL_ERR_INVALID, "$.%s: an integer %u..%u", key, min, max);
     *out = (uint32_t)json_integer_value(v);
     return SL_OK;
 }
 
+/* The spec's problems as paths of the POST body ("$.transforms[1]..." is
+ * "$.spec.transforms[1]..." there), and err naming the first and the
+ * count. @return SL_ERR_INVALID, or SL_ERR_NOMEM. */
+static sl_err_t spec_problems(const sl_dpp_problems_t *in, sl_dpp_problems_t *out,
+                              sl_error_t *err)
+{
+    for (uint32_t i = 0; out != NULL && i < in->count; i++) {
+        const char *p = in->items[i];
+        if (!sl_dpp_problems_add(out, "$.spec%s", p[0] == '$' ? p + 1 : p))
+            return sl_error_set(err, SL_ERR_NOMEM, "spec problems");
+    }
+    const sl_dpp_problems_t *l = out != NULL ? out : in;
+    if (l->count == 0) return err->code;
+    if (l->count == 1) return sl_error_set(err, SL_ERR_INVALID, "spec: %s", l->items[0]);
+    return sl_error_set(err, SL_ERR_INVALID, "spec: %s (and %u more problem%s)", l->items[0],
+                        l->count - 1, l->count > 2 ? "s" : "");
+}
+
+/* Everything the workers will do with the spec before reading a row, done
+ * here so that a job that cannot run is refused with 400 instead of
+ * failing in every worker: parse, open the table (its schema), bind the
+ * spec to it as a worker's plan does, and check every file the spec names
+ * (vocabularies: present, regular, under their cap; not read), then cut
+ * the table into splits. Every problem goes to *problems by its path in
+ * the POST body. */
+static sl_err_t check_spec(const json_t *specj, sl_dpp_job_t **job, sl_wh_table_t **table,
+                           sl_wh_filter_t **filter, sl_wh_splits_t **splits,
+                           sl_dpp_problems_t *problems, sl_error_t *err)
+{
+    sl_dpp_problems_t pr = {0};
+    sl_err_t rc = sl_dpp_job_from_json(specj, job, &pr, err);
+    if (rc == SL_OK) {
+        rc = sl_wh_table_open((*job)->table, NULL, table, err);
+        if (rc == SL_OK && (*job)->partitions != NULL)
+            rc = sl_wh_filter_parse((*job)->partitions, NULL, filter, err);
+        if (rc == SL_OK)
+            rc = sl_wh_table_splits(*table, *filter, (*job)->stripes_per_split, splits, err);
+        if (rc == SL_OK && (*splits)->count == 0)
+            rc = sl_error_set(err, SL_ERR_INVALID, "no data (no splits)");
+        if (rc != SL_OK && rc != SL_ERR_NOMEM &&
+            !sl_dpp_problems_add(&pr, "$.source.table: table '%s': %s", (*job)->table, err->msg))
+            rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
+        if (rc == SL_OK) rc = sl_dpp_plan_check(*job, sl_wh_table_schema(*table), &pr, err);
+    }
+    if (rc != SL_OK && rc != SL_ERR_NOMEM) rc = spec_problems(&pr, problems, err);
+    sl_dpp_problems_free(&pr);
+    return rc;
+}
+
 sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id, sl_error_t *err)
+{
+    return sl_master_job_submit_problems(m, body, job_id, NULL, err);
+}
+
+sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char **job_id,
+                                       sl_dpp_problems_t *problems, sl_error_t *err)
 {
     if (job_id != NULL) *job_id = NULL;
     if (!json_is_object(body)) return sl_error_set(err, SL_ERR_INVALID, "body: not a JSON object");
@@ -293,12 +348,13 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
     if (!json_is_object(specj))
         return sl_error_set(err, SL_ERR_INVALID, "body: \"spec\" (a job spec object) is required");
     uint32_t ranks, min_w, max_w, workers;
-    sl_err_t rc = get_u32(body, "ranks", 1, 65536, &ranks, err);
-    if (rc == SL_OK) rc = get_u32(body, "min_workers", 1, 4096, &min_w, err);
-    if (rc == SL_OK) rc = get_u32(body, "max_workers", min_w, 4096, &max_w, err);
-    if (rc == SL_OK) rc = get_u32(body, "workers", min_w, 4096, &workers, err);
+    /* ranks 0 is refused, not taken for 1: a client must attach with a
+     * world size equal to it. */
+    sl_err_t rc = get_u32(body, "ranks", 1, 1, 65536, &ranks, err);
+    if (rc == SL_OK) rc = get_u32(body, "min_workers", 1, 0, 4096, &min_w, err);
+    if (rc == SL_OK) rc = get_u32(body, "max_workers", min_w, 0, 4096, &max_w, err);
+    if (rc == SL_OK) rc = get_u32(body, "workers", min_w, 0, 4096, &workers, err);
     if (rc != SL_OK) return rc;
-    if (ranks == 0) ranks = 1;
     if (min_w == 0) min_w = 1;
     if (max_w < min_w)
         return sl_error_set(err, SL_ERR_INVALID, "body: max_workers %u < min_workers %u", max_w,
@@ -327,7 +383,6 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
     uint32_t ntok = tokj != NULL ? 1 : toksj != NULL ? (uint32_t)json_array_size(toksj) : 0;
     uint8_t **token = ntok ? calloc(ntok, sizeof *token) : NULL;
     size_t *token_len = ntok ? calloc(ntok, sizeof *token_len) : NULL;
-    sl_dpp_problems_t problems = {0};
     sl_dpp_job_t *job = NULL;
     sl_wh_table_t *table = NULL;
     sl_wh_filter_t *filter = NULL;
@@ -348,25 +403,8 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
             goto out;
         }
     }
-    rc = sl_dpp_job_from_json(specj, &job, &problems, err);
-    if (rc != SL_OK) {
-        sl_error_prefix(err, "spec: ");
-        goto out;
-    }
-    rc = sl_wh_table_open(job->table, NULL, &table, err);
-    if (rc == SL_OK && job->partitions != NULL)
-        rc = sl_wh_filter_parse(job->partitions, NULL, &filter, err);
-    if (rc == SL_OK) rc = sl_wh_table_splits(table, filter, job->stripes_per_split, &splits, err);
-    if (rc != SL_OK) {
-        sl_error_prefix(err, "job '%s': table '%s': ", job->id, job->table);
-        if (rc != SL_ERR_NOMEM) rc = err->code = SL_ERR_INVALID;
-        goto out;
-    }
-    if (splits->count == 0) {
-        rc = sl_error_set(err, SL_ERR_INVALID, "job '%s': table '%s' has no data (no splits)",
-                          job->id, job->table);
-        goto out;
-    }
+    rc = check_spec(specj, &job, &table, &filter, &splits, problems, err);
+    if (rc != SL_OK) goto out;
     text = json_dumps(specj, JSON_COMPACT | JSON_SORT_KEYS);
     if (text == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job spec text");
@@ -415,7 +453,6 @@ out:
     sl_wh_filter_destroy(filter);
     sl_wh_table_close(table);
     sl_dpp_job_destroy(job);
-    sl_dpp_problems_free(&problems);
     return rc;
 }
 

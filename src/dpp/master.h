@@ -34,6 +34,7 @@
 
 #include "dpp/admin.h"
 #include "dpp/autoscale.h"
+#include "dpp/job.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
 
@@ -101,6 +102,16 @@ bool sl_master_ready(sl_master_t *m);
  * a job of that id already exists (answer 409), SL_ERR_TOO_LARGE past
  * max_jobs (answer 429 or 400), SL_ERR_IO when the journal fails (500). */
 sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id, sl_error_t *err);
+
+/* sl_master_job_submit, and every problem of the spec by its JSON path in
+ * the body ("$.spec.transforms[2].n: ...") appended to *problems (may be
+ * NULL; caller frees): parse, the table and its schema, the binding of
+ * every name as a worker's plan does it, and every file the spec names
+ * (vocabularies exist, are regular files, are under their size cap; their
+ * content is never read nor quoted). The job is accepted only when a
+ * worker could bind it. */
+sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char **job_id,
+                                       sl_dpp_problems_t *problems, sl_error_t *err);
 
 /* Remove a job: its leases vanish, its workers are told to stop at their
  * next heartbeat, its desired count becomes 0. Synced before returning.

@@ -217,6 +217,8 @@ Test(master_server, submit_refusals)
     cr_assert(strstr(err.msg, "colour") != NULL, "%s", err.msg);
     cr_assert_eq(submit(&e, ", \"sharding\": \"round\"", &err), SL_ERR_INVALID);
     cr_assert_eq(submit(&e, ", \"ranks\": -1", &err), SL_ERR_INVALID);
+    cr_assert_eq(submit(&e, ", \"ranks\": 0", &err), SL_ERR_INVALID); /* refused, not taken for 1 */
+    cr_assert_str_eq(err.msg, "$.ranks: an integer 1..65536");
     cr_assert_eq(submit(&e, ", \"min_workers\": 3, \"max_workers\": 2", &err), SL_ERR_INVALID);
     cr_assert_eq(submit(&e, ", \"resume_token\": \"!!!\"", &err), SL_ERR_INVALID);
     cr_assert_eq(submit(&e, ", \"resume_token\": \"AAAA\"", &err), SL_ERR_INVALID);
