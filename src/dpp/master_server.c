@@ -299,6 +299,30 @@ static void on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__Spl
 
 /* ---- clients ---------------------------------------------------------------------- */
 
+/* A client's rank must be below its world size, and its world size the
+ * job's number of ranks: a reader of world size 1 on a 2-rank job would
+ * otherwise wait forever for batches of a rank nobody reads (static) or
+ * deliver what another rank was meant to. Refused with an ERROR that says
+ * so; the connection is closed. */
+static bool attach_ranks_ok(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a,
+                            const sl_dpp_master_job_status_t *st)
+{
+    uint32_t world = a->world_size ? a->world_size : 1; /* 0: a client that did not say */
+    char msg[320];
+    if (a->rank >= world)
+        snprintf(msg, sizeof msg, "attach: rank %u is not below world size %u", a->rank, world);
+    else if (world != st->ranks)
+        snprintf(msg, sizeof msg,
+                 "attach: job '%.100s' has %u trainer rank%s; this client's world size is %u "
+                 "(start it with a world size of %u)",
+                 a->job_id, st->ranks, st->ranks == 1 ? "" : "s", world, st->ranks);
+    else
+        return true;
+    send_error(m, i, SL_ERR_INVALID, msg);
+    conn_close(m, i);
+    return false;
+}
+
 static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a)
 {
     mp_conn *c = &m->conns[i];
@@ -318,6 +342,7 @@ static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach 
         send_error(m, i, SL_ERR_NOT_FOUND, err.msg);
         return; /* the client may attach again once the job is submitted */
     }
+    if (!attach_ranks_ok(m, i, a, &st)) return;
     if (c->kind != MP_CLIENT) m->nclients_connected++;
     c->kind = MP_CLIENT;
     snprintf(c->client, sizeof c->client, "%s", a->client_id);

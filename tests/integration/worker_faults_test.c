@@ -395,6 +395,15 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     close(fd);
 
     fd = raw_connect(addr);
+    Sluice__Dpp__Hello hr = SLUICE__DPP__HELLO__INIT;
+    hr.protocol_version = SL_RPC_VERSION;
+    hr.rank = 3;
+    hr.world_size = 2;
+    raw_send(fd, SL_RPC_HELLO, &hr.base);
+    expect_error(fd, SL_ERR_INVALID, "hello: rank 3 is not below world size 2");
+    close(fd);
+
+    fd = raw_connect(addr);
     put_header(h, "SLDP", SL_RPC_VERSION, SL_RPC_HELLO, 0xfffffff0u, 0);
     cr_assert_eq(write(fd, h, sizeof h), (ssize_t)sizeof h);
     expect_error(fd, SL_ERR_TOO_LARGE, "exceeds the limit");
@@ -434,7 +443,7 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
         cr_assert_eq(seen[i], 1, "sample %lu: %u", (unsigned long)i, seen[i]);
     sl_dpp_worker_stats_t st;
     sl_dpp_worker_stats(w, &st);
-    cr_assert_eq(st.server.bad_frames, 7);
+    cr_assert_eq(st.server.bad_frames, 8);
     cr_assert_geq(st.server.redeliveries, 2);
     /* after the end, a new client gets WELCOME then END */
     sl_error_t err = {0};

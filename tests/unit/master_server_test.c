@@ -403,6 +403,47 @@ Test(master_server, static_sharding_refuses_other_ranks)
     env_fini(&e);
 }
 
+/* ATTACH with a rank not below the world size, or a world size other than
+ * the job's ranks, is refused with an ERROR saying so (a reader of world
+ * size 1 on a 2-rank job used to wait forever), and the connection closes. */
+static void attach_refused(env *e, uint32_t rank, uint32_t world, const char *want)
+{
+    int fd = dial(e);
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "c-ranks";
+    a.rank = rank;
+    a.world_size = world;
+    Sluice__Dpp__Error *er = (void *)call(fd, SL_RPC_ATTACH, &a.base, SL_RPC_ERROR);
+    cr_assert_eq(er->code, SL_ERR_INVALID);
+    cr_assert_str_eq(er->message, want);
+    done(&er->base);
+    sl_rpc_frame_t f;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_ERR_CLOSED, "%s", err.msg);
+    close(fd);
+}
+
+Test(master_server, attach_checks_rank_and_world_size)
+{
+    env e;
+    env_init(&e, 2000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, ", \"ranks\": 2, \"sharding\": \"static\"", &err), SL_OK, "%s",
+                 err.msg);
+    attach_refused(&e, 0, 1,
+                   "attach: job 'j' has 2 trainer ranks; this client's world size is 1 (start it "
+                   "with a world size of 2)");
+    attach_refused(&e, 0, 3,
+                   "attach: job 'j' has 2 trainer ranks; this client's world size is 3 (start it "
+                   "with a world size of 2)");
+    attach_refused(&e, 2, 2, "attach: rank 2 is not below world size 2");
+    attach_refused(&e, 5, 0, "attach: rank 5 is not below world size 1");
+    close(client_rank(&e, "c1", 1, 2, "static", NULL));
+    env_fini(&e);
+}
+
 static void b64(const uint8_t *p, size_t n, char *out)
 {
     static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
