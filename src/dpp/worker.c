@@ -61,6 +61,62 @@ void dpp_worker_account_stripe(sl_dpp_worker_t *w, uint64_t rows, uint64_t kept,
     pthread_mutex_unlock(&w->mu);
 }
 
+/* A strict acquire of the budget for what (a stage holding held bytes);
+ * its refusal as the worker's error. */
+static sl_err_t budget_take(sl_dpp_worker_t *w, uint64_t bytes, uint64_t held, const char *what,
+                            sl_error_t *err)
+{
+    sl_err_t rc = sl_dpp_budget_acquire(w->budget, bytes, held);
+    if (rc == SL_ERR_TOO_LARGE)
+        return sl_error_set(err, rc,
+                            "worker: --memory-limit of %llu bytes cannot hold %s (%llu bytes more) "
+                            "with the %llu bytes accounted now (%llu of them this stage's), and "
+                            "nothing else can free memory: raise the limit",
+                            (unsigned long long)sl_dpp_budget_limit(w->budget), what,
+                            (unsigned long long)bytes,
+                            (unsigned long long)sl_dpp_budget_used(w->budget),
+                            (unsigned long long)held);
+    if (rc != SL_OK) return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
+    return SL_OK;
+}
+
+sl_err_t dpp_worker_reader_take(sl_dpp_worker_t *w, uint64_t bytes, const char *what,
+                                sl_error_t *err)
+{
+    return budget_take(w, bytes, w->stripe_held + w->batcher_held, what, err);
+}
+
+sl_err_t dpp_worker_stripe_acct(sl_dpp_worker_t *w, uint64_t est, uint64_t sb, const char *file,
+                                uint32_t stripe, sl_error_t *err)
+{
+    /* est was taken before reading; a larger stripe is accounted before
+     * any of its rows moves on (waiting for room like anything else). */
+    w->stripe_held = est;
+    if (sb > est) {
+        char what[320];
+        snprintf(what, sizeof what, "%.250s stripe %u decoded", file, stripe);
+        sl_err_t rc = dpp_worker_reader_take(w, sb - est, what, err);
+        if (rc != SL_OK) return rc;
+    } else {
+        sl_dpp_budget_release(w->budget, est - sb);
+    }
+    w->stripe_held = sb;
+    return SL_OK;
+}
+
+sl_err_t dpp_worker_batcher_acct(sl_dpp_worker_t *w, const sl_dpp_batcher_t *b, sl_error_t *err)
+{
+    uint64_t fp = sl_dpp_batcher_footprint(b);
+    if (fp > w->batcher_held) {
+        sl_err_t rc = dpp_worker_reader_take(w, fp - w->batcher_held, "the batch being built", err);
+        if (rc != SL_OK) return rc;
+    } else {
+        sl_dpp_budget_release(w->budget, w->batcher_held - fp);
+    }
+    w->batcher_held = fp;
+    return SL_OK;
+}
+
 uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows)
 {
     const sl_batch_t *b = &rows->batch;
@@ -73,10 +129,6 @@ uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows)
            (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
 }
 
-/* Batcher output, on the reader thread: account the batch (three times its
- * arena: room for what dedup and transforms add and for its encoded form,
- * so the transform thread rarely needs more) and hand it to the transform
- * threads. */
 static void retire(sl_dpp_worker_t *w, void *lease)
 {
     if (lease && w->source.lease_retire) w->source.lease_retire(w->source.ctx, lease, false);
@@ -96,6 +148,10 @@ static void drop_msg(sl_dpp_worker_t *w, const sl_dpp_msg_t *m)
     }
 }
 
+/* Batcher output, on the reader thread: account the batch (its arena,
+ * taken over from the batcher's share where it was accounted there, plus
+ * its encoded size: room for the frame the transform thread will make, so
+ * that it rarely needs more) and hand it to the transform threads. */
 static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
 {
     sl_dpp_worker_t *w = ctx;
@@ -110,15 +166,22 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
         if (w->source.lease_made) w->source.lease_made(w->source.ctx, w->tag.lease);
         m = (sl_dpp_msg_t){.type = MSG_LEASED, .ptr = l};
     }
-    m.bytes = 3 * (uint64_t)sl_arena_footprint(batch->arena);
+    uint64_t arena = sl_arena_footprint(batch->arena);
+    uint64_t moved = arena < w->batcher_held ? arena : w->batcher_held;
+    w->batcher_held -= moved;
+    uint64_t more = arena - moved + (uint64_t)sl_wire_encoded_size(batch);
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    bool ok = sl_dpp_budget_acquire(w->budget, m.bytes, w->reader_held);
-    if (!ok) {
-        m.bytes = 0;
+    char what[64];
+    snprintf(what, sizeof what, "a batch of %u rows", batch->batch_size);
+    sl_err_t rc = budget_take(w, more, w->stripe_held + w->batcher_held + moved, what, err);
+    m.bytes = rc == SL_OK ? moved + more : moved;
+    if (rc != SL_OK) {
         drop_msg(w, &m);
-        return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
+        return rc;
     }
-    sl_err_t rc = sl_dpp_queue_push(w->work, &m, -1);
+    sl_dpp_budget_idle(w->budget, true); /* a full queue: waiting for a transform thread */
+    rc = sl_dpp_queue_push(w->work, &m, -1);
+    sl_dpp_budget_idle(w->budget, false);
     w->handoff_ns += now_ns(CLOCK_MONOTONIC) - t0; /* memory or a full queue: back-pressure */
     if (rc != SL_OK) {
         drop_msg(w, &m);
@@ -168,13 +231,17 @@ static void *reader_main(void *arg)
     uint64_t est = 0; /* expected bytes of the next stripe: the last one's */
     while (!atomic_load(&w->stopping)) {
         sl_dpp_work_t wk;
+        sl_dpp_budget_idle(w->budget, true); /* waiting for a split (a lease) */
         rc = w->source.next(w->source.ctx, &wk, &err);
+        sl_dpp_budget_idle(w->budget, false);
         if (rc == SL_ERR_CLOSED) {
             rc = SL_OK;
             break;
         }
         if (rc) goto out;
-        if (have_epoch && wk.epoch != epoch && (rc = sl_dpp_batcher_end_epoch(b, &err))) goto out;
+        if (have_epoch && wk.epoch != epoch &&
+            ((rc = sl_dpp_batcher_end_epoch(b, &err)) || (rc = dpp_worker_batcher_acct(w, b, &err))))
+            goto out;
         have_epoch = true;
         epoch = wk.epoch;
         uint64_t t0 = now_ns(CLOCK_MONOTONIC);
@@ -207,7 +274,7 @@ static void *reader_main(void *arg)
         for (;;) {
             if (atomic_load(&w->stopping)) goto out;
             uint64_t tw = now_ns(CLOCK_MONOTONIC);
-            if (!sl_dpp_budget_acquire(w->budget, est, 0)) goto out;
+            if ((rc = dpp_worker_reader_take(w, est, "the next stripe", &err))) goto out;
             uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw;
             const sl_wh_rows_t *rows;
             rc = sl_wh_reader_next(r, &rows, &err);
@@ -217,12 +284,12 @@ static void *reader_main(void *arg)
                 break;
             }
             uint64_t sb = dpp_worker_rows_bytes(rows);
-            if (sb > est)
-                sl_dpp_budget_force(w->budget, sb - est);
-            else
-                sl_dpp_budget_release(w->budget, est - sb);
+            if ((rc = dpp_worker_stripe_acct(w, est, sb, rows->file, rows->stripe, &err))) {
+                sl_dpp_budget_release(w->budget, w->stripe_held);
+                w->stripe_held = 0;
+                goto out;
+            }
             est = sb;
-            w->reader_held = sb;
             uint64_t t1 = now_ns(CLOCK_MONOTONIC);
             uint32_t n = rows->batch.batch_size;
             if (n > scratch_rows) {
@@ -234,6 +301,7 @@ static void *reader_main(void *arg)
                 if (!selected || !weights) {
                     rc = sl_error_set(&err, SL_ERR_NOMEM, "worker: out of memory");
                     sl_dpp_budget_release(w->budget, sb);
+                    w->stripe_held = 0;
                     goto out;
                 }
             }
@@ -249,7 +317,8 @@ static void *reader_main(void *arg)
                 rc = sl_dpp_batcher_add(b, &rows->batch, kept == n ? NULL : selected,
                                         weight_label ? weights : NULL, kept, &origin, &err);
             }
-            w->reader_held = 0;
+            if (rc == SL_OK) rc = dpp_worker_batcher_acct(w, b, &err);
+            w->stripe_held = 0;
             sl_dpp_budget_release(w->budget, sb);
             dpp_worker_account_stripe(w, n, kept, t0, t1, waited, h0);
             if (rc) goto out;
@@ -264,6 +333,10 @@ static void *reader_main(void *arg)
     if (rc == SL_OK && have_epoch && !atomic_load(&w->stopping))
         rc = sl_dpp_batcher_end_epoch(b, &err);
 out:
+    /* what the batcher held goes with it (the batcher is destroyed below) */
+    sl_dpp_budget_release(w->budget, w->batcher_held);
+    w->batcher_held = 0;
+    sl_dpp_budget_idle(w->budget, true); /* the reader has ended */
     sl_wh_reader_close(r);
     if (b) {
         sl_dpp_batcher_stats_t bs;
@@ -308,13 +381,15 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
     uint64_t tw = 0;
     if (need > held) {
         uint64_t a0 = now_ns(CLOCK_MONOTONIC);
-        bool ok = sl_dpp_budget_acquire_pinned(w->budget, need - held);
+        char what[96];
+        snprintf(what, sizeof what, "the encoding of a batch of %u rows", batch->batch_size);
+        rc = budget_take(w, need - held, held, what, err);
         tw = now_ns(CLOCK_MONOTONIC) - a0;
-        if (!ok) {
+        if (rc != SL_OK) {
             sl_dpp_budget_release(w->budget, held);
             sl_batch_destroy(batch);
             if (tag) retire(w, tag->lease);
-            return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
+            return rc;
         }
         held = need;
     }
@@ -375,7 +450,11 @@ static void *xform_main(void *arg)
         fail(w, rc, err.msg);
     }
     sl_dpp_msg_t m;
-    while (sl_dpp_queue_pop(w->work, &m, -1) == SL_OK) {
+    for (;;) {
+        sl_dpp_budget_idle(w->budget, true); /* waiting for a batch */
+        sl_err_t popped = sl_dpp_queue_pop(w->work, &m, -1);
+        if (popped != SL_OK) break; /* stays idle: this thread has ended */
+        sl_dpp_budget_idle(w->budget, false);
         if (rc != SL_OK || atomic_load(&w->stopping)) {
             drop_msg(w, &m);
             continue;
@@ -533,6 +612,7 @@ sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         goto fail;
     }
+    sl_dpp_budget_stages(w->budget, o.threads + 1); /* the reader and the transform threads */
     sl_dpp_server_opts_t so = {.listen = o.listen,
                                .max_credits = o.max_credits,
                                .worker_id = w->worker_id,

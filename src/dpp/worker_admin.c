@@ -87,7 +87,7 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
           (double)s->ready);
     gauge(&p, "sluice_worker_memory_used_bytes", "Bytes accounted by the memory budget now.",
           (double)st.memory_used);
-    gauge(&p, "sluice_worker_memory_peak_bytes", "Highest bytes accounted.",
+    gauge(&p, "sluice_worker_memory_peak_bytes", "Highest bytes accounted (the budget's high-water mark, never above the limit).",
           (double)st.memory_peak);
     gauge(&p, "sluice_worker_memory_limit_bytes", "The memory budget.", (double)st.memory_limit);
     gauge(&p, "sluice_worker_finished", "1 once every batch is produced and acknowledged.",

@@ -43,7 +43,10 @@ struct sl_dpp_worker {
     bool reader_started;
     atomic_bool stopping;
     atomic_uint running;  /* transform threads still running */
-    uint64_t reader_held; /* budget bytes the reader thread holds (reader thread only) */
+    /* Budget bytes the reader thread holds (reader thread only): the
+     * decoded stripe being batched, and the batcher (the batch being
+     * filled, its reusable value vectors, a shuffle window). */
+    uint64_t stripe_held, batcher_held;
     uint64_t handoff_ns;  /* reader thread only: time waiting to hand batches over */
     bool master_mode;     /* the source leases splits (it has lease hooks) */
     sl_dpp_item_t tag;    /* reader thread only: the lease part of the next batch emitted */
@@ -71,6 +74,18 @@ typedef struct rscratch {
     sl_dpp_row_range_t *empty;   /* rows of the lease that went into no batch */
     uint32_t num_empty, empty_cap;
 } rscratch_t;
+
+/* The reader's memory accounting (reader thread only; worker.c). Every
+ * acquire is strict (the budget never passes the limit); a refusal fails
+ * the worker with a message naming what did not fit. reader_take: bytes
+ * more for the reader (est, before reading a stripe). stripe_acct: the
+ * stripe read is sb bytes, est of which were taken before. batcher_acct:
+ * bring batcher_held to the batcher's footprint now. */
+sl_err_t dpp_worker_reader_take(sl_dpp_worker_t *w, uint64_t bytes, const char *what,
+                                sl_error_t *err);
+sl_err_t dpp_worker_stripe_acct(sl_dpp_worker_t *w, uint64_t est, uint64_t sb, const char *file,
+                                uint32_t stripe, sl_error_t *err);
+sl_err_t dpp_worker_batcher_acct(sl_dpp_worker_t *w, const sl_dpp_batcher_t *b, sl_error_t *err);
 
 /* Bytes of a stripe's decoded rows (for the memory budget). */
 /* Add one stripe's rows and stage times to the statistics (reader thread;
