@@ -37,7 +37,11 @@ static int usage(void)
             "  --token-file F       bearer token for mutating admin routes\n"
             "                       (else env SLUICE_ADMIN_TOKEN; none: they answer 403)\n"
             "  --lease-timeout-ms N a worker silent this long loses its splits (10000)\n"
-            "  --executor local     start and stop `sluice worker` processes per job (default none)\n"
+            "  --executor local     start and stop `sluice worker` processes per job (default none);\n"
+            "                       restarts of workers that keep exiting back off (0.5 s\n"
+            "                       doubling to 30 s)\n"
+            "  --worker-log-dir DIR with --executor local: each worker's output in\n"
+            "                       DIR/<worker id>.log (DIR must exist)\n"
             "  --max-fleet-workers N  workers of all jobs together; over it, jobs are scaled\n"
             "                       down in proportion to their desired counts, never below\n"
             "                       their min_workers (default 0: no limit)\n");
@@ -78,6 +82,9 @@ static void drive_executor(sl_master_t *m, sl_dpp_executor_t *ex)
         if (sl_dpp_executor_scale(ex, d[i].job_id, want, NULL, NULL, &err) != SL_OK)
             fprintf(stderr, "sluice master: executor: job %s: %s\n", d[i].job_id, err.msg);
     }
+    sl_dpp_executor_stats_t st;
+    sl_dpp_executor_stats(ex, &st);
+    sl_master_executor_report(m, &st);
     sl_dpp_executor_worker_t w[64];
     uint32_t nw = sl_dpp_executor_list(ex, NULL, w, 64);
     for (uint32_t k = 0; k < nw && k < 64; k++) {
@@ -141,6 +148,16 @@ int sl_cli_master(int argc, char **argv)
         return 2;
     }
     sl_error_t err = {0};
+    /* Refused before anything starts: a worker log directory that is not
+     * there would otherwise fail every spawn. */
+    if (log_dir != NULL && !local) {
+        fprintf(stderr, "sluice master: --worker-log-dir needs --executor local\n");
+        return 2;
+    }
+    if (log_dir != NULL && sl_dpp_executor_check_log_dir(log_dir, &err) != SL_OK) {
+        fprintf(stderr, "sluice master: %s\n", err.msg);
+        return 2;
+    }
     char *token = NULL;
     if (sl_admin_token_load(token_file, "SLUICE_ADMIN_TOKEN", &token, &err) != SL_OK) {
         fprintf(stderr, "sluice master: token: %s\n", err.msg);

@@ -582,8 +582,51 @@ json_t *sl_master_status_json(sl_master_t *m)
         (json_int_t)(c.stale_commits + c.stale_refused), "journal_syncs",
         (json_int_t)c.journal_syncs, "splits", "pending", (json_int_t)c.pending, "leased",
         (json_int_t)c.leased, "done", (json_int_t)c.done, "failure", m->failure);
+    if (o != NULL && m->has_exec)
+        json_object_set_new(
+            o, "executor",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:s}", "spawns",
+                      (json_int_t)m->exec.started, "spawn_errors",
+                      (json_int_t)m->exec.spawn_errors, "stopped", (json_int_t)m->exec.exited,
+                      "failed", (json_int_t)m->exec.failed, "restarts_delayed",
+                      (json_int_t)m->exec.delayed, "backoff_s", m->exec.backoff_ms / 1000.0,
+                      "last_failure", m->exec.last_failure));
     pthread_mutex_unlock(&m->mu);
     return o;
+}
+
+void sl_master_executor_report(sl_master_t *m, const sl_dpp_executor_stats_t *st)
+{
+    pthread_mutex_lock(&m->mu);
+    m->exec = *st;
+    m->has_exec = true;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The executor's families (needs m->mu). */
+static void executor_metrics(sl_master_t *m, sl_prom_t *p)
+{
+    if (!m->has_exec) return;
+    char lab[64];
+    const sl_dpp_executor_stats_t *x = &m->exec;
+    sl_prom_family(p, "sluice_master_executor_spawns_total", "counter",
+                   "Worker processes started by the local executor.");
+    sl_prom_sample(p, "sluice_master_executor_spawns_total", NULL, (double)x->started);
+    sl_prom_family(p, "sluice_master_executor_spawn_errors_total", "counter",
+                   "Worker processes the local executor failed to start.");
+    sl_prom_sample(p, "sluice_master_executor_spawn_errors_total", NULL, (double)x->spawn_errors);
+    sl_prom_family(p, "sluice_master_executor_exits_total", "counter",
+                   "Worker processes reaped, by result (stopped: asked to; failed: any other).");
+    sl_prom_sample(p, "sluice_master_executor_exits_total",
+                   sl_prom_label(lab, sizeof lab, "result", "stopped"), (double)x->exited);
+    sl_prom_sample(p, "sluice_master_executor_exits_total",
+                   sl_prom_label(lab, sizeof lab, "result", "failed"), (double)x->failed);
+    sl_prom_family(p, "sluice_master_executor_restarts_delayed_total", "counter",
+                   "Worker restarts postponed because the job's workers keep exiting.");
+    sl_prom_sample(p, "sluice_master_executor_restarts_delayed_total", NULL, (double)x->delayed);
+    sl_prom_family(p, "sluice_master_executor_backoff_seconds", "gauge",
+                   "Longest restart delay of a job now (0: none backs off).");
+    sl_prom_sample(p, "sluice_master_executor_backoff_seconds", NULL, x->backoff_ms / 1000.0);
 }
 
 /* Resident set size from /proc (0 when unavailable). */
@@ -627,6 +670,7 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
     sl_prom_family(&p, "sluice_master_memory_bytes", "gauge", "Resident memory of the master.");
     sl_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
+    executor_metrics(m, &p);
     /* Per-job families: Prometheus wants each family's samples right after
      * its TYPE line, so gather the jobs' figures first, then emit by family. */
     enum { SPLITS_PENDING, SPLITS_LEASED, SPLITS_DONE, COMMITTED_ROWS, SAMPLES, WAIT, BUSY,

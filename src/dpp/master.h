@@ -34,6 +34,7 @@
 
 #include "dpp/admin.h"
 #include "dpp/autoscale.h"
+#include "dpp/executor.h"
 #include "dpp/job.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
@@ -191,6 +192,13 @@ typedef struct sl_master_share {
     uint32_t granted;   /* out */
 } sl_master_share_t;
 void sl_master_fair_share(sl_master_share_t *jobs, uint32_t n, uint32_t max_fleet_workers);
+
+/* The local executor's figures, for GET /metrics (sluice_master_executor_*:
+ * workers started, exits by result, spawn errors, restarts postponed, the
+ * longest restart delay now) and GET /status ("executor"). The process that
+ * drives an executor reports after each pass; without a report the
+ * families are absent. */
+void sl_master_executor_report(sl_master_t *m, const sl_dpp_executor_stats_t *st);
 
 /* ---- admin endpoint (implemented in master_admin.c) -------------------------------- */
 

@@ -90,6 +90,8 @@ struct sl_master {
     /* counters */
     uint64_t frames_in, protocol_errors, connections_total;
     uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */
+    sl_dpp_executor_stats_t exec; /* the local executor's last report */
+    bool has_exec;
     uint32_t nclients_connected, nworkers_connected;
 };
 
