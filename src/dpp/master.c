@@ -516,8 +516,8 @@ static json_t *job_json_locked(sl_master_t *m, mp_job *j)
         "desired_workers", (json_int_t)j->as.desired, "granted_workers", (json_int_t)j->granted,
         "workers", (json_int_t)live, "clients",
         (json_int_t)clients, "trainer_wait", j->last_wait, "worker_busy", j->last_busy,
-        "autoscale_reason", j->as.reason, "batches", (json_int_t)j->batches, "samples",
-        (json_int_t)j->samples);
+        "autoscale_reason", j->as.reason, "batches", (json_int_t)st.batches, "samples",
+        (json_int_t)st.samples);
     json_decref(spec);
     return o;
 }
@@ -705,7 +705,7 @@ char *sl_master_metrics_text(sl_master_t *m)
         f[SPLITS_LEASED] = st.leased;
         f[SPLITS_DONE] = st.done;
         f[COMMITTED_ROWS] = (double)st.committed_rows;
-        f[SAMPLES] = (double)j->samples;
+        f[SAMPLES] = (double)st.samples;
         f[WAIT] = j->last_wait;
         f[BUSY] = j->last_busy;
         f[DESIRED] = j->as.desired;

@@ -240,6 +240,16 @@ sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t e
                               const char *client_id, uint64_t nonce,
                               sl_dpp_commit_result_t *result, sl_error_t *err)
 {
+    sl_dpp_commit_t c = {job_id, epoch, split, from_row, to_row, client_id, nonce, 0};
+    return sl_dpp_master_commit_batch(m, &c, result, err);
+}
+
+sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c,
+                                    sl_dpp_commit_result_t *result, sl_error_t *err)
+{
+    const char *job_id = c->job_id, *client_id = c->client_id;
+    uint32_t epoch = c->epoch, split = c->split;
+    uint64_t from_row = c->from_row, to_row = c->to_row, nonce = c->nonce;
     uint32_t ci, slot;
     sl_err_t rc = m_client_get(m, client_id != NULL ? client_id : "", &ci, err);
     if (rc != SL_OK) return rc;
@@ -294,6 +304,7 @@ sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t e
     co.to_row = to_row;
     co.client_id = m->clients[ci].name;
     co.nonce = nonce;
+    co.num_samples = c->num_samples;
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_COMMITTED;
     rec.committed = &co;
@@ -306,6 +317,8 @@ sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t e
     if (rc != SL_OK) return rc;
     m_client_remember(m, ci, nonce);
     m->c.commits++;
+    jb->batches++;
+    jb->samples += c->num_samples;
     *result = SL_DPP_COMMITTED;
     m_maybe_done(m, slot, split);
     return m_maybe_advance(m, jb, err);

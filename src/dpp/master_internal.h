@@ -51,6 +51,7 @@ typedef struct job {
     uint32_t epoch;
     uint32_t count[3]; /* splits per state */
     uint64_t committed_rows, total_rows;
+    uint64_t batches, samples; /* accepted commits and their samples, every epoch */
 } job;
 
 typedef struct lease_ref {

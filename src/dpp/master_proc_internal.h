@@ -21,7 +21,6 @@ typedef struct mp_job {
     sl_autoscaler_t as;
     uint64_t wait_ns, elapsed_ns; /* client reports since the last observation */
     double last_wait, last_busy;  /* of the last observation */
-    uint64_t batches, samples;    /* reported by clients, ever */
     uint32_t granted;             /* fair share of the fleet (mp_share_locked) */
 } mp_job;
 

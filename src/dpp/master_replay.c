@@ -103,6 +103,8 @@ static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint6
         if (rc != SL_OK)
             return sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
         m_client_remember(m, ci, c->nonce);
+        jb->batches++;
+        jb->samples += c->num_samples;
         m_maybe_done(m, slot, c->split);
         return SL_OK;
     }
@@ -201,6 +203,8 @@ static sl_err_t restore_job(sl_dpp_master_t *m, const Sluice__Master__SnapshotJo
     if (rc != SL_OK) return rc;
     uint32_t slot;
     job *jb = m_find_job(m, sj->spec->job_id, &slot);
+    jb->batches = sj->batches;
+    jb->samples = sj->samples;
     bool finished = jb->epoch >= jb->epochs;
     for (uint32_t i = 0; i < jb->n; i++) {
         uint32_t st = sj->state[i];
@@ -313,6 +317,8 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
         sl[k].n_path_index = sl[k].n_stripe_begin = sl[k].n_stripe_end = n;
         sl[k].n_first_row = sl[k].n_num_rows = n;
         sj[k].epoch = jb->epoch;
+        sj[k].batches = jb->batches;
+        sj[k].samples = jb->samples;
         sj[k].n_state = sj[k].n_worker = sj[k].n_generation = n;
         size_t nr = 0;
         for (size_t j = 0; j < n; j++)
@@ -498,10 +504,11 @@ sl_err_t sl_dpp_master_dump(const sl_dpp_master_t *m, char **out, size_t *len, s
         const job *jb = jobs[i];
         sb_printf(&b,
                   "job %s epoch %u/%u splits %u pending %u leased %u done %u committed %llu "
-                  "ranks %u%s\n",
+                  "ranks %u%s batches %llu samples %llu\n",
                   jb->id, jb->epoch, jb->epochs, jb->n, jb->count[0], jb->count[1], jb->count[2],
                   (unsigned long long)jb->committed_rows, jb->ranks,
-                  jb->static_sharding ? " static" : "");
+                  jb->static_sharding ? " static" : "", (unsigned long long)jb->batches,
+                  (unsigned long long)jb->samples);
         for (uint32_t s = 0; s < jb->n; s++) {
             const split_st *st = &jb->st[s];
             sb_printf(&b, " %u %c gen %llu committed %llu %s", s, state_char[st->state],

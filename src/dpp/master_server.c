@@ -400,11 +400,9 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
     }
     sl_error_t err = {0};
     sl_dpp_commit_result_t res = SL_DPP_UNKNOWN;
-    sl_err_t rc = m->failed ? SL_ERR_IO
-                            : sl_dpp_master_commit(m->st, cm->ref->job_id, cm->ref->epoch,
-                                                   cm->ref->split, cm->rows->from_row,
-                                                   cm->rows->to_row, cm->client_id, cm->nonce,
-                                                   &res, &err);
+    sl_dpp_commit_t co = {cm->ref->job_id,    cm->ref->epoch, cm->ref->split, cm->rows->from_row,
+                          cm->rows->to_row,   cm->client_id,  cm->nonce,      cm->num_samples};
+    sl_err_t rc = m->failed ? SL_ERR_IO : sl_dpp_master_commit_batch(m->st, &co, &res, &err);
     if (rc != SL_OK) {
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
         send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
@@ -412,10 +410,6 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
     }
     d.result = (int)res;
     if (res != SL_DPP_COMMITTED) snprintf(d.message, sizeof d.message, "%.200s", err.msg);
-    if (res == SL_DPP_COMMITTED) {
-        mp_job *j = mp_job_find(m, cm->ref->job_id);
-        if (j != NULL) j->samples += cm->num_samples;
-    }
     if (!defer(m, i, d)) send_error(m, i, SL_ERR_NOMEM, "commit answer");
 }
 
@@ -429,7 +423,6 @@ static void on_client_stats(sl_master_t *m, const Sluice__Control__ClientStats *
         j->wait_ns += s->wait_ns;
         j->elapsed_ns += s->elapsed_ns;
     }
-    j->batches += s->batches;
 }
 
 static void on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__TokenRequest *t)

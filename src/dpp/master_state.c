@@ -509,6 +509,8 @@ sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
         .static_sharding = jb->static_sharding,
         .min_workers = jb->min_workers,
         .max_workers = jb->max_workers,
+        .batches = jb->batches,
+        .samples = jb->samples,
     };
     return SL_OK;
 }

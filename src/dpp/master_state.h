@@ -167,6 +167,7 @@ typedef struct sl_dpp_master_job_status {
     uint32_t ranks;        /* >= 1 */
     bool static_sharding;
     uint32_t min_workers, max_workers;
+    uint64_t batches, samples; /* committed by clients, every epoch (journaled: survive restarts) */
 } sl_dpp_master_job_status_t;
 
 sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
@@ -224,6 +225,21 @@ sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t e
                               uint32_t split, uint64_t from_row, uint64_t to_row,
                               const char *client_id, uint64_t nonce,
                               sl_dpp_commit_result_t *result, sl_error_t *err);
+
+/* A commit, with what the job's counters need. */
+typedef struct sl_dpp_commit {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t from_row, to_row;
+    const char *client_id;
+    uint64_t nonce;
+    uint32_t num_samples; /* the batch's samples: job status "samples" (journaled) */
+} sl_dpp_commit_t;
+
+/* sl_dpp_master_commit of c, counting an accepted one as a batch of
+ * c->num_samples samples in the job's status. */
+sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c,
+                                    sl_dpp_commit_result_t *result, sl_error_t *err);
 
 /* The live lease's holder has read every todo row; empty are the ranges
  * that produced no sample (committed here, minus what is committed

@@ -318,6 +318,8 @@ Test(master_server, lease_commit_split_read_token_restart)
     cr_assert_eq(jint(j, "committed_rows"), 500);
     cr_assert_eq(jint(j, "workers"), 1);
     cr_assert_eq(jint(j, "clients"), 2);
+    cr_assert_eq(jint(j, "batches"), 2); /* two accepted commits (a repeat is not a batch) */
+    cr_assert_eq(jint(j, "samples"), 200);
     json_decref(j);
     /* a token excluding what c2 has not handed out yet */
     Sluice__Control__RowRange und = SLUICE__CONTROL__ROW_RANGE__INIT, *undp = &und;
@@ -345,7 +347,10 @@ Test(master_server, lease_commit_split_read_token_restart)
     j = job_json(&e);
     cr_assert_eq(jint(j, "done"), 1);
     cr_assert_eq(jint(j, "committed_rows"), 500);
+    cr_assert_eq(jint(j, "batches"), 2, "the counters survive a restart (journal)");
+    cr_assert_eq(jint(j, "samples"), 200);
     json_decref(j);
+
     c1 = client(&e, "c1", NULL);
     cr_assert_eq(commit(c1, "c1", 1, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     cr_assert_eq(commit(c1, "c1", 9, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
