@@ -79,12 +79,37 @@ static sl_err_t sync_locked(sl_master_t *m, sl_error_t *err)
     return rc;
 }
 
+/* Idle clients are looked for ten times per idle period (at most once a
+ * second): a record lives at most 1.1 idle periods past its last use. */
+static uint64_t evict_every(const sl_master_t *m)
+{
+    uint64_t every = m->opts.client_idle_ms / 10;
+    return every < 1000 ? every : 1000;
+}
+
+/* Client records of connected clients are in use; the others go once idle
+ * for client_idle_ms (journaled: a restarted master forgets them too). */
+static void evict_idle_clients(sl_master_t *m, uint64_t now)
+{
+    if (m->failed) return;
+    for (uint32_t c = 0; c < m->opts.max_connections; c++)
+        if (m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT)
+            sl_dpp_master_client_touch(m->st, m->conns[c].client, now);
+    sl_error_t err = {0};
+    if (sl_dpp_master_evict_clients(m->st, now, m->opts.client_idle_ms, NULL, &err) != SL_OK)
+        mp_fail(m, &err);
+}
+
 void mp_tick(sl_master_t *m, uint64_t now)
 {
     sl_error_t err = {0};
     if (now - m->last_expire_ms >= 50) {
         m->last_expire_ms = now;
         if (!m->failed && sl_dpp_master_expire(m->st, now, NULL, &err) != SL_OK) mp_fail(m, &err);
+    }
+    if (now - m->last_evict_ms >= evict_every(m)) {
+        m->last_evict_ms = now;
+        evict_idle_clients(m, now);
     }
     if (now - m->last_observe_ms < m->opts.autoscale_every_ms) return;
     m->last_observe_ms = now;
@@ -153,6 +178,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     if (o->max_jobs == 0) o->max_jobs = 64;
     if (o->max_workers == 0) o->max_workers = 65536;
     if (o->max_clients == 0) o->max_clients = 4096;
+    if (o->client_idle_ms == 0) o->client_idle_ms = 600000;
     if (o->max_answers == 0) o->max_answers = 4096;
     m->tuning = o->autoscale != NULL ? *o->autoscale : sl_autoscale_opts_default(1, 1);
     o->autoscale = NULL;
@@ -654,6 +680,12 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_prom_sample(&p, "sluice_master_workers", NULL, m->nworkers_connected);
     sl_prom_family(&p, "sluice_master_clients", "gauge", "Trainer clients connected.");
     sl_prom_sample(&p, "sluice_master_clients", NULL, m->nclients_connected);
+    sl_prom_family(&p, "sluice_master_client_records", "gauge",
+                   "Client records remembered (commit nonces), at most max_clients.");
+    sl_prom_sample(&p, "sluice_master_client_records", NULL, c.clients);
+    sl_prom_family(&p, "sluice_master_clients_evicted_total", "counter",
+                   "Client records forgotten after the idle period (--client-idle-ms).");
+    sl_prom_sample(&p, "sluice_master_clients_evicted_total", NULL, (double)c.clients_evicted);
     sl_prom_family(&p, "sluice_master_leases_granted_total", "counter", "Split leases granted.");
     sl_prom_sample(&p, "sluice_master_leases_granted_total", NULL, (double)c.leases_granted);
     sl_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");

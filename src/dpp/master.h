@@ -50,7 +50,9 @@ typedef struct sl_master_opts {
     uint32_t max_connections;    /* control connections at once; 0: 1024 */
     uint32_t max_jobs;           /* 0: 64 */
     uint32_t max_workers;        /* distinct worker ids; 0: 65536 */
-    uint32_t max_clients;        /* distinct client ids per job; 0: 4096 */
+    uint32_t max_clients;        /* client records at once (their commit nonces); 0: 4096 */
+    uint64_t client_idle_ms;     /* a client record with no connection and no commit this
+                                    long is forgotten (journaled); 0: 600000 (10 min) */
     uint32_t max_answers;        /* remembered commit answers per client (idempotence); 0: 4096 */
     uint32_t max_fleet_workers;  /* workers of all jobs together (sl_master_fair_share); 0: no limit */
     /* Tuning of every job's autoscaler (thresholds, streaks, cooldown); the

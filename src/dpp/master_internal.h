@@ -69,6 +69,7 @@ typedef struct worker {
  * with an open-addressing index (linear probing, backward-shift delete). */
 typedef struct client {
     char *name;
+    uint64_t last_ms; /* last seen connected or committing (not journaled: reset at open) */
     uint64_t *ring; /* [max_answers] */
     uint32_t head, len;
     uint32_t *index; /* [2 * max_answers rounded to a power of two]: ring slot + 1, 0 empty */
@@ -90,6 +91,7 @@ struct sl_dpp_master {
     sl_dpp_row_range_t *todo; /* lease_next's todo list, [todo_cap] */
     uint32_t todo_cap;
     uint64_t next_generation;
+    uint64_t now_ms; /* the latest time a caller gave (new clients start idle from it) */
     sl_dpp_journal_t *journal;
     bool replaying;   /* applying records: no journaling, no auto-advance */
     uint8_t *scratch; /* record packing */
@@ -119,8 +121,11 @@ sl_err_t m_add_range(sl_dpp_master_t *m, job *jb, uint32_t split, uint64_t from,
 bool m_overlaps(const job *jb, uint32_t split, uint64_t from, uint64_t to);
 /* A split whose rows are all committed and is not DONE becomes DONE. */
 void m_maybe_done(sl_dpp_master_t *m, uint32_t slot, uint32_t split);
-/* Client bookkeeping: find or add (by name); remember an accepted nonce. */
+/* Client bookkeeping: find or add (by name); remember an accepted nonce;
+ * forget one (master_clients.c; the last client moves into its index). */
 sl_err_t m_client_get(sl_dpp_master_t *m, const char *name, uint32_t *out, sl_error_t *err);
+bool m_client_find(const sl_dpp_master_t *m, const char *name, uint32_t *out);
+void m_client_remove(sl_dpp_master_t *m, uint32_t c);
 bool m_client_has(const sl_dpp_master_t *m, uint32_t c, uint64_t nonce);
 void m_client_remember(sl_dpp_master_t *m, uint32_t c, uint64_t nonce);
 void m_free_ranges(const sl_allocator_t *a, split_st *s);

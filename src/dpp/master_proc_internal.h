@@ -85,7 +85,7 @@ struct sl_master {
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;
-    uint64_t last_observe_ms, last_expire_ms;
+    uint64_t last_observe_ms, last_expire_ms, last_evict_ms;
     /* counters */
     uint64_t frames_in, protocol_errors, connections_total;
     uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */

@@ -153,6 +153,14 @@ static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint6
         m_do_advance(m, jb);
         return SL_OK;
     }
+    case SLUICE__MASTER__RECORD__KIND_CLIENT_EVICTED: {
+        uint32_t ci;
+        const char *id = r->client_evicted->client_id;
+        /* A client this run did not journal (one whose only commit was
+         * lost with a failed write) leaves nothing to forget. */
+        if (id != NULL && m_client_find(m, id, &ci)) m_client_remove(m, ci);
+        return SL_OK;
+    }
     default:
         return sl_error_set(err, SL_ERR_CORRUPT, "record at offset %llu: unknown record kind %d",
                             (unsigned long long)off, (int)r->kind_case);
@@ -571,8 +579,13 @@ static void after_replay(sl_dpp_master_t *m, uint64_t now_ms)
     }
     for (uint32_t w = 0; w < m->num_workers; w++)
         m->workers[w].earliest = expiry;
+    /* a client's idle time restarts too (it may be reconnecting) */
+    m->now_ms = now_ms;
+    for (uint32_t c = 0; c < m->num_clients; c++)
+        m->clients[c].last_ms = now_ms;
     memset(&m->c, 0, sizeof m->c);
     m->c.workers = m->num_workers;
+    m->c.clients = m->num_clients;
     for (uint32_t i = 0; i < m->opts.max_jobs; i++)
         m->c.jobs += m->jobs[i] != NULL;
 }

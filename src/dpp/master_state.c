@@ -530,6 +530,7 @@ sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const 
                                   uint64_t now_ms, sl_dpp_lease_t *out, sl_error_t *err)
 {
     uint32_t slot, w;
+    if (now_ms > m->now_ms) m->now_ms = now_ms;
     job *jb = m_find_job(m, job_id, &slot);
     if (jb == NULL) return no_job(job_id, err);
     if (jb->epoch >= jb->epochs)
@@ -618,6 +619,7 @@ sl_err_t sl_dpp_master_expire(sl_dpp_master_t *m, uint64_t now_ms, uint32_t *exp
 {
     uint32_t count = 0;
     sl_err_t rc = SL_OK;
+    if (now_ms > m->now_ms) m->now_ms = now_ms;
     for (uint32_t w = 0; w < m->num_workers && rc == SL_OK; w++) {
         worker *wk = &m->workers[w];
         if (wk->nleases == 0 || wk->earliest > now_ms) continue;

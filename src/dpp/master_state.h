@@ -282,6 +282,22 @@ sl_err_t sl_dpp_master_sync(sl_dpp_master_t *m, sl_error_t *err);
 /* Write a snapshot and start an empty journal now. */
 sl_err_t sl_dpp_master_compact(sl_dpp_master_t *m, sl_error_t *err);
 
+/* ---- client records ------------------------------------------------------------- */
+
+/* A client's record (its remembered commit nonces, bounded by max_clients)
+ * lives while the client is active: client_touch says it is connected now;
+ * an accepted commit counts too. evict_clients forgets every client not
+ * touched and not committing for idle_ms (each one journaled as a
+ * ClientEvicted record, so replay forgets it too; the time since a client
+ * was last seen is not journaled and restarts at open). *evicted (may be
+ * NULL) gets their number. After that a retry of one of its nonces is a new
+ * commit: refused as an overlap when the rows were committed (the batch is
+ * then dropped), which is why idle_ms must exceed a client's reconnect
+ * window (docs/DESIGN.md). */
+void sl_dpp_master_client_touch(sl_dpp_master_t *m, const char *client_id, uint64_t now_ms);
+sl_err_t sl_dpp_master_evict_clients(sl_dpp_master_t *m, uint64_t now_ms, uint64_t idle_ms,
+                                     uint32_t *evicted, sl_error_t *err);
+
 /* ---- tokens, sharding, metrics ---------------------------------------------------- */
 
 /* A range a client committed but has not handed to its trainer yet. */
@@ -326,7 +342,8 @@ typedef struct sl_dpp_master_counters {
     uint64_t journal_records;
     uint64_t journal_syncs;
     uint64_t compactions;
-    uint32_t jobs, workers, clients;
+    uint64_t clients_evicted;
+    uint32_t jobs, workers, clients; /* clients: records remembered now */
     uint64_t pending, leased, done; /* splits per state, every job */
 } sl_dpp_master_counters_t;
 

@@ -109,7 +109,11 @@ static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now
             cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
             continue;
         }
-        if (op < 10) {
+        if (op < 3) {
+            /* idle client records go (ClientEvicted), one client kept */
+            sl_dpp_master_client_touch(m, "c0", *now);
+            cr_assert_eq(sl_dpp_master_evict_clients(m, *now, tu_below(s, 40), NULL, &err), SL_OK);
+        } else if (op < 10) {
             cr_assert_eq(sl_dpp_master_expire(m, *now, NULL, &err), SL_OK);
         } else if (op < 20) {
             cr_assert_eq(sl_dpp_master_renew(m, w, *now, NULL, &err), SL_OK);

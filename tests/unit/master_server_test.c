@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dpp/master.h"
@@ -446,6 +447,81 @@ Test(master_server, attach_checks_rank_and_world_size)
     attach_refused(&e, 2, 2, "attach: rank 2 is not below world size 2");
     attach_refused(&e, 5, 0, "attach: rank 5 is not below world size 1");
     close(client_rank(&e, "c1", 1, 2, "static", NULL));
+    env_fini(&e);
+}
+
+/* A metric's value in the master's /metrics text (a family without labels). */
+static double metric(env *e, const char *name)
+{
+    char *text = sl_master_metrics_text(e->m);
+    cr_assert_not_null(text);
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = strstr(text, key);
+    cr_assert_not_null(at, "no %s in %s", name, text);
+    double v = strtod(at + strlen(key), NULL);
+    free(text);
+    return v;
+}
+
+/* Client records are evicted when idle: with max_clients 3, eight client
+ * processes one after the other (each attaching, committing, going away)
+ * are all served, because a record with no connection and no commit for
+ * client_idle_ms is forgotten (journaled: a restarted master forgets it
+ * too). A connected client keeps its record however idle; an evicted one's
+ * retry is a new commit (OVERLAP for rows it had committed). */
+Test(master_server, idle_client_records_are_evicted)
+{
+    env e;
+    env_init(&e, 5000);
+    e.o.max_clients = 3;
+    e.o.client_idle_ms = 150;
+    env_restart(&e);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    int w = worker(&e, "w1");
+    Sluice__Control__Lease *l = lease(w, "w1");
+    Sluice__Control__SplitRef ref = *l->ref;
+    ref.job_id = "j";
+    int keeper = client(&e, "keeper", NULL); /* connected all along */
+    cr_assert_eq(commit(keeper, "keeper", 1, &ref, 0, 50),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    for (uint32_t k = 1; k <= 8; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "c%u", k);
+        int c = client(&e, id, NULL);
+        cr_assert_eq(commit(c, id, 7, &ref, 50 * k, 50 * k + 50),
+                     SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "client %u of 8", k);
+        close(c);
+        /* gone and idle: forgotten within 1.1 idle periods */
+        double t0 = (double)time(NULL);
+        while (metric(&e, "sluice_master_client_records") > 1 && time(NULL) - t0 < tu_timeout(5))
+            usleep(20 * 1000);
+        cr_assert_eq(metric(&e, "sluice_master_client_records"), 1, "client %u not evicted", k);
+    }
+    cr_assert_eq(metric(&e, "sluice_master_clients_evicted_total"), 8);
+    /* the connected client kept its record: a retry is recognised */
+    cr_assert_eq(commit(keeper, "keeper", 1, &ref, 0, 50),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    /* an evicted client retrying is new: its rows are committed, so OVERLAP */
+    int c = client(&e, "c3", NULL);
+    cr_assert_eq(commit(c, "c3", 7, &ref, 150, 200), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
+    close(c);
+    /* replay forgets the same clients (ClientEvicted records) */
+    close(keeper);
+    ProtobufCMessage *lm = &l->base;
+    done(lm);
+    close(w);
+    e.o.client_idle_ms = 600000;
+    env_restart(&e);
+    cr_assert_eq(metric(&e, "sluice_master_client_records"), 1);
+    keeper = client(&e, "keeper", NULL);
+    cr_assert_eq(commit(keeper, "keeper", 1, &ref, 0, 50),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    c = client(&e, "c5", NULL);
+    cr_assert_eq(commit(c, "c5", 7, &ref, 250, 300), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
+    close(c);
+    close(keeper);
     env_fini(&e);
 }
 
