@@ -305,6 +305,12 @@ sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c
                          (unsigned long long)jb->defs[split].num_rows);
         return SL_OK;
     }
+    if (jb->failed) {
+        m->c.stale_commits++;
+        *result = SL_DPP_STALE_EPOCH;
+        sl_error_set(err, SL_DPP_STALE, "commit: job '%s' failed: %s", job_id, jb->fail_message);
+        return SL_OK;
+    }
     if (epoch != jb->epoch || jb->epoch >= jb->epochs) {
         m->c.stale_commits++;
         *result = SL_DPP_STALE_EPOCH;

@@ -27,6 +27,7 @@ typedef struct split_st {
     uint32_t worker; /* LEASED: index in m->workers */
     uint8_t state;   /* sl_dpp_split_state_t */
     uint8_t in_heap; /* its position is in job->heap */
+    uint16_t failures; /* SPLIT_FAILED reports this epoch (saturating) */
 } split_st;
 
 typedef struct job {
@@ -52,6 +53,12 @@ typedef struct job {
     uint32_t count[3]; /* splits per state */
     uint64_t committed_rows, total_rows;
     uint64_t batches, samples; /* accepted commits and their samples, every epoch */
+    bool skip_bad;             /* on_bad_split "skip" */
+    bool failed;               /* JobFailed: terminal, see master_failure.c */
+    uint32_t fail_split, fail_epoch;
+    int32_t fail_stripe, fail_code;
+    char *fail_file, *fail_message; /* when failed */
+    uint64_t skipped_splits, skipped_rows;
 } job;
 
 typedef struct lease_ref {
@@ -139,6 +146,16 @@ void m_reset_queue(job *jb);
 uint64_t m_fingerprint(const Sluice__Master__SplitList *l);
 void *m_pb_alloc(void *ctx, size_t size);
 void m_pb_free(void *ctx, void *p);
+
+/* master_failure.c: the transitions of a split failure (live and replay) */
+void m_apply_split_failed(sl_dpp_master_t *m, uint32_t slot, uint32_t split);
+sl_err_t m_apply_job_failed(sl_dpp_master_t *m, uint32_t slot,
+                            const Sluice__Master__JobFailure *f, sl_error_t *err);
+/* Commit the split's uncommitted rows as empty and make it DONE; *rows
+ * (may be NULL) gets how many. */
+sl_err_t m_apply_split_skipped(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint64_t *rows,
+                               sl_error_t *err);
+void m_free_failure(const sl_allocator_t *a, job *jb);
 
 /* master_persist.c, master_replay.c */
 sl_err_t m_journal(sl_dpp_master_t *m, const Sluice__Master__Record *rec, sl_error_t *err);

@@ -118,6 +118,7 @@ typedef struct sl_dpp_master_job_spec {
     uint32_t ranks;        /* trainer ranks */
     bool static_sharding;  /* each split served to one rank (assign_static) */
     uint32_t min_workers, max_workers;
+    bool skip_bad_splits;  /* on_bad_split "skip" (sl_dpp_master_split_failed) */
 } sl_dpp_master_job_spec_t;
 
 /* Rows [from_row, to_row) of a split, split-relative. */
@@ -168,6 +169,16 @@ typedef struct sl_dpp_master_job_status {
     bool static_sharding;
     uint32_t min_workers, max_workers;
     uint64_t batches, samples; /* committed by clients, every epoch (journaled: survive restarts) */
+    bool skip_bad_splits;
+    /* A failed job (sl_dpp_master_split_failed): why; strings borrowed until
+     * the job is removed. */
+    bool failed;
+    uint32_t failure_split, failure_epoch;
+    int32_t failure_stripe; /* -1: the file as a whole */
+    sl_err_t failure_code;
+    const char *failure_file, *failure_message; /* "" when not failed */
+    uint32_t split_failures;                    /* failures counted this epoch, every split */
+    uint64_t skipped_splits, skipped_rows;      /* on_bad_split "skip", every epoch */
 } sl_dpp_master_job_status_t;
 
 sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
@@ -252,6 +263,38 @@ sl_err_t sl_dpp_master_split_read(sl_dpp_master_t *m, const char *job_id, uint32
                                   uint32_t split, uint64_t generation,
                                   const sl_dpp_row_range_t *empty, uint32_t num_empty,
                                   sl_dpp_split_state_t *state, sl_error_t *err);
+
+/* A worker could not read the live lease (epoch, split, generation) of
+ * job: a corrupt or truncated stripe, an I/O error, a transform failing on
+ * its rows. The failure is counted against the split (this epoch, whatever
+ * worker reported it) and the split is PENDING again, to be leased to any
+ * worker. On its max_failures-th failure (>= 1) the job skips the split
+ * when it was submitted with skip_bad_splits (its uncommitted rows are
+ * committed as empty and counted as skipped: never delivered, exactly once
+ * holds for every other row), else the job fails: no more leases, commits
+ * refused (STALE), status failed with the failure. Each step is one
+ * journal record (SplitFailed, SplitSkipped, JobFailed). Sync before
+ * answering. @return SL_DPP_STALE when it is not the live lease (not
+ * counted), SL_ERR_NOT_FOUND for an unknown job or split. */
+typedef enum sl_dpp_split_fail_result {
+    SL_DPP_FAIL_RETRY = 0,     /* values as proto/control.proto SplitFailedReply */
+    SL_DPP_FAIL_SKIPPED = 1,
+    SL_DPP_FAIL_JOB_FAILED = 2
+} sl_dpp_split_fail_result_t;
+
+typedef struct sl_dpp_split_failure {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t generation;
+    const char *file;    /* the data file */
+    int32_t stripe;      /* -1: the file as a whole */
+    const char *message; /* what failed (no file content) */
+    sl_err_t code;
+} sl_dpp_split_failure_t;
+
+sl_err_t sl_dpp_master_split_failed(sl_dpp_master_t *m, const sl_dpp_split_failure_t *f,
+                                    uint32_t max_failures, sl_dpp_split_fail_result_t *result,
+                                    sl_error_t *err);
 
 /* Static sharding: 1 + the trainer rank split is assigned to (only that
  * rank may commit its rows), 0 when any rank may (dynamic sharding, or an
@@ -343,6 +386,7 @@ typedef struct sl_dpp_master_counters {
     uint64_t journal_syncs;
     uint64_t compactions;
     uint64_t clients_evicted;
+    uint64_t split_failures, splits_skipped, jobs_failed;
     uint32_t jobs, workers, clients; /* clients: records remembered now */
     uint64_t pending, leased, done; /* splits per state, every job */
 } sl_dpp_master_counters_t;
