@@ -311,7 +311,8 @@ static json_t *parse_ops(parse_t *p, const json_t *spec, const char *key, bool f
 sl_err_t sl_dpp_job_from_json(const json_t *spec, sl_dpp_job_t **out, sl_dpp_problems_t *problems,
                               sl_error_t *err)
 {
-    static const char *const keys[] = {"id", "source", "filters", "transforms", "batch", NULL};
+    static const char *const keys[] = {"id",    "source",       "filters", "transforms",
+                                       "batch", "on_bad_split", NULL};
     *out = NULL;
     sl_dpp_problems_t local = {0};
     parse_t p = {problems != NULL ? problems : &local, false};
@@ -336,6 +337,10 @@ sl_err_t sl_dpp_job_from_json(const json_t *spec, sl_dpp_job_t **out, sl_dpp_pro
         job->transforms = parse_ops(&p, spec, "transforms", false);
         if (job->filters == NULL || job->transforms == NULL) p.nomem = true;
         parse_batch(&p, json_object_get(spec, "batch"), job);
+        const char *obs = get_string(&p, spec, "on_bad_split", "$");
+        if (obs != NULL && strcmp(obs, "fail") != 0 && strcmp(obs, "skip") != 0)
+            problem(&p, "$.on_bad_split: \"fail\" or \"skip\", not \"%.64s\"", obs);
+        job->skip_bad_splits = obs != NULL && strcmp(obs, "skip") == 0;
     }
     sl_err_t rc = SL_OK;
     if (p.nomem) {

@@ -61,6 +61,7 @@ typedef struct sl_dpp_job {
     uint32_t shuffle_window;  /* rows; 0 = no row shuffle (default) */
     uint64_t seed;            /* default 0 */
     bool sample_ids;          /* batches carry sample ids; default true */
+    bool skip_bad_splits;     /* "on_bad_split": "skip" (default "fail"; under a master) */
     /* Directory that relative map_vocab files resolve against: the spec
      * file's directory (sl_dpp_job_load), else NULL (the current one). */
     char *base_dir;

@@ -34,7 +34,8 @@ void mp_share_locked(sl_master_t *m)
         if (!j->used) continue;
         sl_dpp_master_job_status_t st;
         sl_error_t err = {0};
-        bool finished = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK && st.finished;
+        bool finished = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK &&
+                        (st.finished || st.failed);
         m->share[n++] = (sl_master_share_t){.job_id = j->id,
                                             .desired = finished ? 0 : j->as.desired,
                                             .min_workers = j->as.opts.min_workers};
@@ -179,6 +180,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     if (o->max_workers == 0) o->max_workers = 65536;
     if (o->max_clients == 0) o->max_clients = 4096;
     if (o->client_idle_ms == 0) o->client_idle_ms = 600000;
+    if (o->max_split_failures == 0) o->max_split_failures = 3;
     if (o->max_answers == 0) o->max_answers = 4096;
     m->tuning = o->autoscale != NULL ? *o->autoscale : sl_autoscale_opts_default(1, 1);
     o->autoscale = NULL;
@@ -446,7 +448,8 @@ sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char 
                                      .ranks = ranks,
                                      .static_sharding = is_static,
                                      .min_workers = min_w,
-                                     .max_workers = max_w};
+                                     .max_workers = max_w,
+                                     .skip_bad_splits = job->skip_bad_splits};
     pthread_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
@@ -516,6 +519,30 @@ sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t worker
 
 /* ---- JSON views ------------------------------------------------------------------- */
 
+/* A failed job's failure as JSON, null for the others. */
+static json_t *failure_json(const sl_dpp_master_job_status_t *st)
+{
+    if (!st->failed) return json_null();
+    return json_pack("{s:i, s:i, s:s, s:i, s:s, s:i, s:s}", "split", (json_int_t)st->failure_split,
+                     "epoch", (json_int_t)st->failure_epoch, "file", st->failure_file, "stripe",
+                     (json_int_t)st->failure_stripe, "message", st->failure_message, "code",
+                     (json_int_t)st->failure_code, "error", sl_err_str(st->failure_code));
+}
+
+/* The job's state and what split failures did to it. */
+static void add_failure_json(json_t *o, const sl_dpp_master_job_status_t *st)
+{
+    json_object_set_new(o, "state",
+                        json_string(st->failed     ? "failed"
+                                    : st->finished ? "finished"
+                                                   : "running"));
+    json_object_set_new(o, "failure", failure_json(st));
+    json_object_set_new(o, "on_bad_split", json_string(st->skip_bad_splits ? "skip" : "fail"));
+    json_object_set_new(o, "split_failures", json_integer((json_int_t)st->split_failures));
+    json_object_set_new(o, "skipped_splits", json_integer((json_int_t)st->skipped_splits));
+    json_object_set_new(o, "skipped_rows", json_integer((json_int_t)st->skipped_rows));
+}
+
 static json_t *job_json_locked(sl_master_t *m, mp_job *j)
 {
     sl_dpp_master_job_status_t st;
@@ -545,6 +572,7 @@ static json_t *job_json_locked(sl_master_t *m, mp_job *j)
         "autoscale_reason", j->as.reason, "batches", (json_int_t)st.batches, "samples",
         (json_int_t)st.samples);
     json_decref(spec);
+    if (o != NULL) add_failure_json(o, &st);
     return o;
 }
 
@@ -608,6 +636,18 @@ json_t *sl_master_status_json(sl_master_t *m)
         (json_int_t)(c.stale_commits + c.stale_refused), "journal_syncs",
         (json_int_t)c.journal_syncs, "splits", "pending", (json_int_t)c.pending, "leased",
         (json_int_t)c.leased, "done", (json_int_t)c.done, "failure", m->failure);
+    json_t *failed = json_array();
+    for (uint32_t i = 0; o != NULL && failed != NULL && i < m->opts.max_jobs; i++) {
+        sl_dpp_master_job_status_t st;
+        sl_error_t e = {0};
+        if (!m->jobs[i].used || sl_dpp_master_job_status(m->st, m->jobs[i].id, &st, &e) != SL_OK ||
+            !st.failed)
+            continue;
+        json_array_append_new(failed,
+                              json_pack("{s:s, s:o}", "id", m->jobs[i].id, "failure", failure_json(&st)));
+    }
+    if (o != NULL && failed != NULL) json_object_set_new(o, "failed_jobs", failed);
+    else json_decref(failed);
     if (o != NULL && m->has_exec)
         json_object_set_new(
             o, "executor",
@@ -698,6 +738,9 @@ char *sl_master_metrics_text(sl_master_t *m)
     for (int i = 0; i < 6; i++)
         sl_prom_sample(&p, "sluice_master_commits_total",
                        sl_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
+    sl_prom_family(&p, "sluice_master_split_failures_total", "counter",
+                   "SPLIT_FAILED reports counted (a worker could not read a split).");
+    sl_prom_sample(&p, "sluice_master_split_failures_total", NULL, (double)c.split_failures);
     sl_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
     sl_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
     sl_prom_family(&p, "sluice_master_memory_bytes", "gauge", "Resident memory of the master.");
@@ -706,7 +749,7 @@ char *sl_master_metrics_text(sl_master_t *m)
     /* Per-job families: Prometheus wants each family's samples right after
      * its TYPE line, so gather the jobs' figures first, then emit by family. */
     enum { SPLITS_PENDING, SPLITS_LEASED, SPLITS_DONE, COMMITTED_ROWS, SAMPLES, WAIT, BUSY,
-           QUEUED, WORKER_MEMORY, DESIRED, GRANTED, NFIG };
+           QUEUED, WORKER_MEMORY, DESIRED, GRANTED, FAILED, SKIPPED, SKIPPED_ROWS, NFIG };
     static const struct {
         const char *name, *type, *help;
     } fam[] = {
@@ -719,9 +762,14 @@ char *sl_master_metrics_text(sl_master_t *m)
         {"sluice_master_worker_memory_bytes", "gauge", "Memory in use reported by the job's workers."},
         {"sluice_master_desired_workers", "gauge", "Autoscaler's worker count."},
         {"sluice_master_granted_workers", "gauge", "Workers granted after the fleet's fair share."},
+        {"sluice_master_job_failed", "gauge",
+         "1 when the job failed (a split failed --max-split-failures times), else 0."},
+        {"sluice_master_skipped_splits_total", "counter",
+         "Splits skipped without their rows (on_bad_split skip), every epoch."},
+        {"sluice_master_skipped_rows_total", "counter", "Rows of skipped splits not delivered."},
     };
     static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES, WAIT, BUSY, QUEUED,
-                                    WORKER_MEMORY, DESIRED, GRANTED};
+                                    WORKER_MEMORY, DESIRED, GRANTED, FAILED, SKIPPED, SKIPPED_ROWS};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     double *fig = calloc((size_t)m->opts.max_jobs * NFIG, sizeof *fig);
@@ -742,6 +790,9 @@ char *sl_master_metrics_text(sl_master_t *m)
         f[BUSY] = j->last_busy;
         f[DESIRED] = j->as.desired;
         f[GRANTED] = j->granted;
+        f[FAILED] = st.failed ? 1 : 0;
+        f[SKIPPED] = (double)st.skipped_splits;
+        f[SKIPPED_ROWS] = (double)st.skipped_rows;
         for (uint32_t w = 0; w < m->nworkers; w++)
             if (m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0) {
                 f[QUEUED] += m->workers[w].queued;
@@ -789,7 +840,9 @@ uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t ca
                 d->registered += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
             sl_dpp_master_job_status_t st;
             sl_error_t err = {0};
-            d->finished = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK && st.finished;
+            bool known = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK;
+            d->finished = known && st.finished;
+            d->failed = known && st.failed;
         }
         n++;
     }

@@ -55,6 +55,8 @@ typedef struct sl_master_opts {
                                     long is forgotten (journaled); 0: 600000 (10 min) */
     uint32_t max_answers;        /* remembered commit answers per client (idempotence); 0: 4096 */
     uint32_t max_fleet_workers;  /* workers of all jobs together (sl_master_fair_share); 0: no limit */
+    uint32_t max_split_failures; /* a split failing this often in one epoch fails its job (or
+                                    is skipped: on_bad_split); 0: 3 */
     /* Tuning of every job's autoscaler (thresholds, streaks, cooldown); the
      * bounds come from each job's min_workers/max_workers. NULL: defaults
      * of sl_autoscale_opts_default. */
@@ -121,7 +123,10 @@ sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char 
  * @return SL_ERR_NOT_FOUND (404). */
 sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *err);
 
-/* One job as JSON (GET /jobs/{id}): {"id", "epoch", "epochs", "finished",
+/* One job as JSON (GET /jobs/{id}): {"id", "state" ("running", "finished"
+ * or "failed"), "failure" (null, or {"split", "epoch", "file", "stripe",
+ * "message", "code"} of a failed job), "split_failures" (this epoch),
+ * "on_bad_split", "skipped_splits", "skipped_rows", "epoch", "epochs", "finished",
  * "num_splits", "pending", "leased", "done", "committed_rows", "total_rows",
  * "ranks", "sharding", "table", "min_workers", "max_workers",
  * "desired_workers", "workers" (registered, live), "clients",
@@ -171,6 +176,7 @@ typedef struct sl_master_desired {
     uint32_t granted;     /* its fair share of max_fleet_workers: what to run (0 when finished) */
     uint32_t registered;  /* workers of the job connected to the master now */
     bool finished;        /* every epoch committed: the executor may stop its workers */
+    bool failed;          /* the job failed: its workers are to be stopped too */
 } sl_master_desired_t;
 
 /* The desired worker count of every job (up to cap entries, in submission

@@ -67,8 +67,10 @@ static sl_err_t budget_take(sl_dpp_worker_t *w, uint64_t bytes, uint64_t held, c
                             sl_error_t *err)
 {
     sl_err_t rc = sl_dpp_budget_acquire(w->budget, bytes, held);
+    /* NOMEM, not TOO_LARGE: the worker's limit, not the split, is the
+     * problem (a split error would be reported to the master). */
     if (rc == SL_ERR_TOO_LARGE)
-        return sl_error_set(err, rc,
+        return sl_error_set(err, SL_ERR_NOMEM,
                             "worker: --memory-limit of %llu bytes cannot hold %s (%llu bytes more) "
                             "with the %llu bytes accounted now (%llu of them this stage's), and "
                             "nothing else can free memory: raise the limit",
@@ -190,6 +192,26 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
     return SL_OK;
 }
 
+/* Under a master, a leased split the reader cannot read (rc a split
+ * error) is reported through the source instead of failing the worker:
+ * what the batcher gathered of it is discarded, the lease is done, the
+ * reader goes on with the next one. @return true when handled so. */
+static bool reader_lease_failed(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, const sl_dpp_work_t *wk,
+                                int32_t stripe, sl_err_t rc, sl_error_t *err)
+{
+    if (!w->source.lease_failed || !dpp_worker_split_error(rc) || atomic_load(&w->stopping))
+        return false;
+    w->source.lease_failed(w->source.ctx, wk->lease, rc, stripe, err->msg);
+    sl_dpp_batcher_discard(b);
+    sl_error_t e = {0};
+    dpp_worker_batcher_acct(w, b, &e); /* smaller now: releases */
+    if (w->source.done) w->source.done(w->source.ctx, wk, NULL, 0);
+    pthread_mutex_lock(&w->mu);
+    w->st.splits_failed++;
+    pthread_mutex_unlock(&w->mu);
+    return true;
+}
+
 static void *reader_main(void *arg)
 {
     sl_dpp_worker_t *w = arg;
@@ -245,24 +267,31 @@ static void *reader_main(void *arg)
         have_epoch = true;
         epoch = wk.epoch;
         uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+        sc.stripe = -1;
         /* Consecutive splits of one file share the open reader: no footer
          * parsing again, and its decode buffers stay warm. */
         if (r && strcmp(r_path, wk.split->path) == 0) {
-            if ((rc =
-                     sl_wh_reader_set_range(r, wk.split->stripe_begin, wk.split->stripe_end, &err)))
-                goto out;
+            rc = sl_wh_reader_set_range(r, wk.split->stripe_begin, wk.split->stripe_end, &err);
         } else {
             sl_wh_reader_close(r);
             r = NULL;
-            if ((rc = sl_wh_reader_open_split(w->table, wk.split, &ro, &r, &err))) goto out;
-            if (strlen(wk.split->path) < sizeof r_path)
+            rc = sl_wh_reader_open_split(w->table, wk.split, &ro, &r, &err);
+            if (rc == SL_OK && strlen(wk.split->path) < sizeof r_path)
                 snprintf(r_path, sizeof r_path, "%s", wk.split->path);
             else
                 r_path[0] = '\0'; /* too long to remember: reopened next time */
         }
         if (wk.lease) {
-            rc = dpp_worker_read_lease(w, b, r, &wk, &sc, weight_label != NULL, &err);
+            if (rc == SL_OK) rc = dpp_worker_read_lease(w, b, r, &wk, &sc, weight_label != NULL, &err);
             w->tag.lease = NULL;
+            if (rc != SL_OK && reader_lease_failed(w, b, &wk, sc.stripe, rc, &err)) {
+                /* the reader's state after a failure is unknown: reopen */
+                sl_wh_reader_close(r);
+                r = NULL;
+                r_path[0] = '\0';
+                rc = SL_OK;
+                continue;
+            }
             if (rc) goto out;
             if (w->source.done) w->source.done(w->source.ctx, &wk, sc.empty, sc.num_empty);
             pthread_mutex_lock(&w->mu);
@@ -270,6 +299,7 @@ static void *reader_main(void *arg)
             pthread_mutex_unlock(&w->mu);
             continue;
         }
+        if (rc) goto out;
         uint64_t row = 0;
         for (;;) {
             if (atomic_load(&w->stopping)) goto out;
@@ -358,6 +388,27 @@ out:
     return NULL;
 }
 
+/* A batch that could not be made (rc): its memory goes; a leased batch
+ * whose rows fail (a split error) fails its lease, reported through the
+ * source, and the worker goes on (@return SL_OK); anything else is the
+ * worker's failure (@return rc). */
+static sl_err_t batch_failed(sl_dpp_worker_t *w, sl_batch_t *batch, uint64_t held,
+                             const sl_dpp_item_t *tag, sl_err_t rc, sl_error_t *err)
+{
+    sl_dpp_budget_release(w->budget, held);
+    sl_batch_destroy(batch);
+    bool split = tag && w->source.lease_failed && dpp_worker_split_error(rc) &&
+                 !atomic_load(&w->stopping);
+    /* before the retire: that may be the lease's last batch */
+    if (split) w->source.lease_failed(w->source.ctx, tag->lease, rc, -1, err->msg);
+    if (tag) retire(w, tag->lease);
+    if (!split) return rc;
+    pthread_mutex_lock(&w->mu);
+    w->st.splits_failed++;
+    pthread_mutex_unlock(&w->mu);
+    return SL_OK;
+}
+
 /* Dedup, transform and encode one batch; hand it to the server (with its
  * lease part when tag is not NULL). Takes the batch, also on failure. */
 static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64_t held,
@@ -369,12 +420,9 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
     if (rc == SL_OK) rc = sl_dpp_plan_transform(w->plan, batch, err);
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
-        sl_dpp_budget_release(w->budget, held);
         sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ",
                         batch->origin.split_id, batch->origin.first_row);
-        sl_batch_destroy(batch);
-        if (tag) retire(w, tag->lease);
-        return rc;
+        return batch_failed(w, batch, held, tag, rc, err);
     }
     size_t need_enc = sl_wire_encoded_size(batch);
     uint64_t need = (uint64_t)sl_arena_footprint(batch->arena) + need_enc;
@@ -385,12 +433,7 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
         snprintf(what, sizeof what, "the encoding of a batch of %u rows", batch->batch_size);
         rc = budget_take(w, need - held, held, what, err);
         tw = now_ns(CLOCK_MONOTONIC) - a0;
-        if (rc != SL_OK) {
-            sl_dpp_budget_release(w->budget, held);
-            sl_batch_destroy(batch);
-            if (tag) retire(w, tag->lease);
-            return rc;
-        }
+        if (rc != SL_OK) return batch_failed(w, batch, held, tag, rc, err); /* memory, stop */
         held = need;
     }
     void *frame = NULL;
@@ -398,10 +441,8 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
     rc = sl_wire_encode(batch, w->a, &frame, &len, err);
     uint64_t t3 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
-        sl_dpp_budget_release(w->budget, held);
-        sl_batch_destroy(batch);
-        if (tag) retire(w, tag->lease);
-        return sl_error_prefix(err, "encode: ");
+        sl_error_prefix(err, "encode: ");
+        return batch_failed(w, batch, held, tag, rc, err);
     }
     sl_dpp_item_t it = {.frame = frame,
                         .len = len,

@@ -73,7 +73,17 @@ typedef struct rscratch {
     uint64_t est;                /* expected bytes of the next stripe: the last one's */
     sl_dpp_row_range_t *empty;   /* rows of the lease that went into no batch */
     uint32_t num_empty, empty_cap;
+    int32_t stripe;              /* being read (-1: none yet), for a failure report */
 } rscratch_t;
+
+/* Is rc an error of the data being read or transformed (a split that cannot
+ * be read: reported to the master) rather than of the worker (memory,
+ * stopping, a broken protocol: the worker fails)? */
+static inline bool dpp_worker_split_error(sl_err_t rc)
+{
+    return rc != SL_OK && rc != SL_ERR_NOMEM && rc != SL_ERR_CLOSED && rc != SL_ERR_PROTOCOL &&
+           rc != SL_ERR_TIMEOUT && rc != SL_ERR_AGAIN;
+}
 
 /* The reader's memory accounting (reader thread only; worker.c). Every
  * acquire is strict (the budget never passes the limit); a refusal fails

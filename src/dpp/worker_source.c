@@ -137,7 +137,7 @@ static uint64_t batcher_fill(const sl_dpp_batcher_t *b)
 {
     sl_dpp_batcher_stats_t bs;
     sl_dpp_batcher_stats(b, &bs);
-    return bs.rows_in - bs.rows_out - bs.rows_dropped;
+    return bs.rows_in - bs.rows_out - bs.rows_dropped - bs.rows_discarded;
 }
 
 /* The end of a todo range at row to: the batch being built ends there
@@ -191,6 +191,7 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
          st++) {
         if (atomic_load(&w->stopping)) return SL_ERR_CLOSED;
         if (w->source.lease_live && !w->source.lease_live(w->source.ctx, wk->lease)) break;
+        sc->stripe = (int32_t)st;
         sl_wh_stripe_info_t info;
         if ((rc = sl_wh_reader_stripe_info(r, st, &info)))
             return sl_error_set(err, rc, "%s: lease of split %" PRIu64 ": no stripe %u",
