@@ -212,6 +212,23 @@ Test(fleet_failures, a_corrupt_stripe_fails_the_job_loudly)
     j = job_json(&m, job);
     assert_failed(j, file);
     json_decref(j);
+    /* `sluice submit --wait` does not wait forever for a job that failed */
+    char spec_path[400];
+    snprintf(spec_path, sizeof spec_path, "%s/again.json", fu_dir);
+    snprintf(spec, sizeof spec, "{\"id\":\"again\",\"source\":{\"table\":\"%s\"}}", table);
+    fu_write(spec_path, spec);
+    snprintf(cmd, sizeof cmd,
+             "SLUICE_ADMIN_TOKEN=%s timeout %d %s submit --admin %s --job %s --wait > %s 2>&1",
+             FU_TOKEN, (int)tu_timeout(30), fu_binary(), m.admin, spec_path, out);
+    st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "sluice submit --wait: status %d", st);
+    f = fopen(out, "r");
+    n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    snprintf(want, sizeof want, "sluice submit: job again failed: split %u (file %s stripe %u): ",
+             BAD_STRIPE, file, BAD_STRIPE);
+    cr_assert(strstr(text, want) != NULL, "sluice submit said: %s", text);
     fu_master_stop(&m, SIGTERM);
     free(seen);
     free(job);
