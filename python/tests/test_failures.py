@@ -7,6 +7,7 @@ seconds. Needs SLUICE_BINARY and libsluice_trainer.so; skipped without."""
 
 import json
 import os
+import select
 import socket
 import subprocess
 import time
@@ -14,33 +15,33 @@ import time
 import pytest
 
 import sluice
-from sluice import _native
 
 SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1"))
-BINARY = os.environ.get("SLUICE_BINARY")
 TOKEN = "py-failure-test-token"
 
 
-def _have_lib():
-    try:
-        _native.load()
-        return True
-    except OSError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not BINARY or not os.path.exists(BINARY) or not _have_lib(),
-    reason="needs SLUICE_BINARY and libsluice_trainer.so (SLUICE_TRAINER_LIB)",
-)
-
-
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def _start_master(binary, tmp_path):
+    """`sluice master --executor local` on ports it picks; @return the
+    process and its control and admin addresses (from its first line)."""
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    master = subprocess.Popen(
+        [binary, "master", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+         "--state", str(tmp_path / "state"), "--token-file", str(tmp_path / "token"),
+         "--executor", "local", "--worker-log-dir", str(logs), "--max-split-failures", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    # "sluice master: control HOST:PORT, admin HOST:0 (port N), ..."
+    ready, _, _ = select.select([master.stdout], [], [], 20 * SCALE)
+    line = master.stdout.readline() if ready else ""
+    if "control " not in line:
+        master.kill()
+        master.wait()
+        raise RuntimeError("master did not start: %r" % line)
+    ctl = line.split("control ", 1)[1].split(",")[0]
+    admin = "127.0.0.1:" + line.split("(port ", 1)[1].split(")")[0]
+    return master, ctl, admin
 
 
 def _damage_stripes(table):
@@ -79,35 +80,16 @@ def _http(admin, method, path, body=None):
     return int(head.split()[1]), json.loads(body or b"{}")
 
 
-def test_failed_job_raises_with_the_reason(tmp_path):
+def test_failed_job_raises_with_the_reason(tmp_path, sluice_binary):
     table = str(tmp_path / "table")
     subprocess.run(
-        [BINARY, "table", "gen", "--preset", "criteo", "--rows", "2000", "--stripe-rows", "500",
-         "--table", table, "--no-sync", "--quiet"],
+        [sluice_binary, "table", "gen", "--preset", "criteo", "--rows", "2000", "--stripe-rows",
+         "500", "--table", table, "--no-sync", "--quiet"],
         check=True,
     )
     rel = _damage_stripes(table)
-    ctl = "127.0.0.1:%d" % _free_port()
-    admin = "127.0.0.1:%d" % _free_port()
-    (tmp_path / "token").write_text(TOKEN + "\n")
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    master = subprocess.Popen(
-        [BINARY, "master", "--listen", ctl, "--admin", admin, "--state", str(tmp_path / "state"),
-         "--token-file", str(tmp_path / "token"), "--executor", "local",
-         "--worker-log-dir", str(logs), "--max-split-failures", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    master, ctl, admin = _start_master(sluice_binary, tmp_path)
     try:
-        deadline = time.monotonic() + 20 * SCALE
-        while True:
-            try:
-                if _http(admin, "GET", "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "master not ready"
-            time.sleep(0.05)
         status, answer = _http(
             admin, "POST", "/jobs",
             {"spec": {"id": "damaged", "source": {"table": table},

@@ -98,6 +98,22 @@ static void *read_job(void *arg)
     return NULL;
 }
 
+/* Run a shell command line with its output into a file of fu_dir; the
+ * exit status (WEXITSTATUS, or -1 when killed) and the output in text. */
+static int run(const char *cmdline, char *text, size_t cap)
+{
+    char out[400], cmd[2000];
+    snprintf(out, sizeof out, "%s/run.out", fu_dir);
+    snprintf(cmd, sizeof cmd, "timeout %d %s > %s 2>&1", (int)tu_timeout(30), cmdline, out);
+    int st = system(cmd);
+    FILE *f = fopen(out, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(text, 1, cap - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 static json_t *job_json(const fu_master_t *m, const char *job)
 {
     char path[300];
@@ -105,9 +121,10 @@ static json_t *job_json(const fu_master_t *m, const char *job)
     return fu_get_json(m->admin, path);
 }
 
-static void start_master(fu_master_t *m, char *logs, size_t cap)
+static void start_master(fu_master_t *m)
 {
-    snprintf(logs, cap, "%s/logs", fu_dir);
+    static char logs[300]; /* m keeps pointing at it, for restarts */
+    snprintf(logs, sizeof logs, "%s/logs", fu_dir);
     mkdir(logs, 0755);
     m->lease_timeout_ms = 3000;
     m->extra[0] = "--executor";
@@ -134,25 +151,39 @@ static void assert_failed(json_t *j, const char *file)
     cr_assert_str_eq(json_string_value(json_object_get(f, "error")), sl_err_str(SL_ERR_CORRUPT));
 }
 
+/* The table with its corrupted stripe (sample ids in bad[], file in file),
+ * the master, the job (2 epochs, on_bad_split as given), and a trainer
+ * reading it to its end (c, its seen[] allocated here). @return the job id
+ * (malloc'd); *t0 when the trainer started. */
+static char *run_corrupt_job(fu_master_t *m, const char *id, const char *on_bad_split, char *table,
+                             char *file, uint8_t *bad, reader_t *c, double *t0)
+{
+    char spec[800];
+    fu_gen(ROWS, STRIPE_ROWS, 1, table, 300);
+    corrupt_stripe(table, BAD_STRIPE, file, 400, bad);
+    start_master(m);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"%s\",\"source\":{\"table\":\"%s\"},\"on_bad_split\":\"%s\","
+             "\"batch\":{\"size\":100,\"epochs\":2}}",
+             id, table, on_bad_split);
+    char *job = fu_submit(m, spec, 1, "dynamic", 1, 1, NULL);
+    *c = (reader_t){.master = m->ctl, .job = job, .seen = calloc(2 * ROWS, 1)};
+    *t0 = fu_now();
+    pthread_t th;
+    pthread_create(&th, NULL, read_job, c);
+    pthread_join(th, NULL);
+    return job;
+}
+
 Test(fleet_failures, a_corrupt_stripe_fails_the_job_loudly)
 {
-    char table[300], file[400], spec[800], logs[300];
+    char table[300], file[400], spec[800];
     uint8_t bad[ROWS] = {0};
-    fu_gen(ROWS, STRIPE_ROWS, 1, table, sizeof table);
-    corrupt_stripe(table, BAD_STRIPE, file, sizeof file, bad);
     fu_master_t m = {0};
-    start_master(&m, logs, sizeof logs);
-    snprintf(spec, sizeof spec,
-             "{\"id\":\"corrupt\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":100,"
-             "\"epochs\":2}}",
-             table);
-    char *job = fu_submit(&m, spec, 1, "dynamic", 1, 1, NULL);
-    uint8_t *seen = calloc(2 * ROWS, 1);
-    reader_t c = {.master = m.ctl, .job = job, .seen = seen};
-    double t0 = fu_now();
-    pthread_t th;
-    pthread_create(&th, NULL, read_job, &c);
-    pthread_join(th, NULL);
+    reader_t c;
+    double t0;
+    char *job = run_corrupt_job(&m, "corrupt", "fail", table, file, bad, &c, &t0);
+    uint8_t *seen = c.seen;
     /* the trainer ends with the job's failure, promptly */
     cr_assert(c.end != SL_OK && c.end != SL_ERR_CLOSED && c.end != SL_ERR_TIMEOUT, "%s: %s",
               sl_err_str(c.end), c.msg);
@@ -194,17 +225,10 @@ Test(fleet_failures, a_corrupt_stripe_fails_the_job_loudly)
         usleep(100 * 1000);
     }
     /* `sluice read` exits non-zero with the reason */
-    char out[400], cmd[1200];
-    snprintf(out, sizeof out, "%s/read.out", fu_dir);
-    snprintf(cmd, sizeof cmd, "timeout %d %s read --master %s --job corrupt --quiet > %s 2>&1",
-             (int)tu_timeout(30), fu_binary(), m.ctl, out);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "sluice read: status %d", st);
-    FILE *f = fopen(out, "r");
-    char text[2048] = "";
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    text[n] = '\0';
-    fclose(f);
+    char cmd[1200], text[2048];
+    snprintf(cmd, sizeof cmd, "%s read --master %s --job corrupt --quiet", fu_binary(), m.ctl);
+    int st = run(cmd, text, sizeof text);
+    cr_assert_eq(st, 1, "sluice read: status %d: %s", st, text);
     cr_assert(strstr(text, want) != NULL, "sluice read said: %s", text);
     /* a restarted master still knows (journal) */
     fu_master_stop(&m, SIGKILL);
@@ -217,15 +241,10 @@ Test(fleet_failures, a_corrupt_stripe_fails_the_job_loudly)
     snprintf(spec_path, sizeof spec_path, "%s/again.json", fu_dir);
     snprintf(spec, sizeof spec, "{\"id\":\"again\",\"source\":{\"table\":\"%s\"}}", table);
     fu_write(spec_path, spec);
-    snprintf(cmd, sizeof cmd,
-             "SLUICE_ADMIN_TOKEN=%s timeout %d %s submit --admin %s --job %s --wait > %s 2>&1",
-             FU_TOKEN, (int)tu_timeout(30), fu_binary(), m.admin, spec_path, out);
-    st = system(cmd);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "sluice submit --wait: status %d", st);
-    f = fopen(out, "r");
-    n = fread(text, 1, sizeof text - 1, f);
-    text[n] = '\0';
-    fclose(f);
+    snprintf(cmd, sizeof cmd, "env SLUICE_ADMIN_TOKEN=%s %s submit --admin %s --job %s --wait",
+             FU_TOKEN, fu_binary(), m.admin, spec_path);
+    st = run(cmd, text, sizeof text);
+    cr_assert_eq(st, 1, "sluice submit --wait: status %d: %s", st, text);
     snprintf(want, sizeof want, "sluice submit: job again failed: split %u (file %s stripe %u): ",
              BAD_STRIPE, file, BAD_STRIPE);
     cr_assert(strstr(text, want) != NULL, "sluice submit said: %s", text);
@@ -236,22 +255,13 @@ Test(fleet_failures, a_corrupt_stripe_fails_the_job_loudly)
 
 Test(fleet_failures, skip_bad_splits_delivers_the_rest_exactly_once)
 {
-    char table[300], file[400], spec[800], logs[300];
+    char table[300], file[400];
     uint8_t bad[ROWS] = {0};
-    fu_gen(ROWS, STRIPE_ROWS, 1, table, sizeof table);
-    corrupt_stripe(table, BAD_STRIPE, file, sizeof file, bad);
     fu_master_t m = {0};
-    start_master(&m, logs, sizeof logs);
-    snprintf(spec, sizeof spec,
-             "{\"id\":\"skipping\",\"source\":{\"table\":\"%s\"},\"on_bad_split\":\"skip\","
-             "\"batch\":{\"size\":100,\"epochs\":2}}",
-             table);
-    char *job = fu_submit(&m, spec, 1, "dynamic", 1, 1, NULL);
-    uint8_t *seen = calloc(2 * ROWS, 1);
-    reader_t c = {.master = m.ctl, .job = job, .seen = seen};
-    pthread_t th;
-    pthread_create(&th, NULL, read_job, &c);
-    pthread_join(th, NULL);
+    reader_t c;
+    double t0;
+    char *job = run_corrupt_job(&m, "skipping", "skip", table, file, bad, &c, &t0);
+    uint8_t *seen = c.seen;
     cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
     for (uint32_t e = 0; e < 2; e++)
         for (uint32_t id = 0; id < ROWS; id++)
@@ -279,20 +289,14 @@ Test(fleet_failures, skip_bad_splits_delivers_the_rest_exactly_once)
 
 Test(fleet_failures, a_missing_worker_log_dir_is_refused_at_start)
 {
-    char out[400], cmd[1500], missing[400];
-    snprintf(out, sizeof out, "%s/master.out", fu_dir);
+    char cmd[1500], missing[400], text[1024];
     snprintf(missing, sizeof missing, "%s/no-such-dir", fu_dir);
     snprintf(cmd, sizeof cmd,
-             "timeout %d %s master --listen 127.0.0.1:0 --admin 127.0.0.1:0 --state %s/st "
-             "--executor local --worker-log-dir %s > %s 2>&1",
-             (int)tu_timeout(20), fu_binary(), fu_dir, missing, out);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d", st);
-    FILE *f = fopen(out, "r");
-    char text[1024] = "";
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    text[n] = '\0';
-    fclose(f);
+             "%s master --listen 127.0.0.1:0 --admin 127.0.0.1:0 --state %s/st "
+             "--executor local --worker-log-dir %s",
+             fu_binary(), fu_dir, missing);
+    int st = run(cmd, text, sizeof text);
+    cr_assert_eq(st, 2, "status %d: %s", st, text);
     char want[600];
     snprintf(want, sizeof want,
              "sluice master: --worker-log-dir %s: does not exist (create it first)\n", missing);

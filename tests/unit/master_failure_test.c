@@ -73,6 +73,20 @@ static sl_dpp_master_t *restart_same(sl_dpp_master_t *m, const char *dir)
     return r;
 }
 
+/* A master on a new state directory (*dir, caller frees) with job "j" of
+ * N splits and 2 epochs. */
+static sl_dpp_master_t *with_job(char **dir, bool skip_bad)
+{
+    make_splits();
+    *dir = tu_mkdtemp("mfail");
+    sl_dpp_master_t *m = open_dir(*dir);
+    sl_error_t err = {0};
+    sl_dpp_master_job_spec_t spec = {.job_id = "j", .splits = g_splits, .num_splits = N,
+                                     .epochs = 2, .skip_bad_splits = skip_bad};
+    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    return m;
+}
+
 static sl_dpp_lease_t lease(sl_dpp_master_t *m, const char *worker, uint32_t want_split)
 {
     sl_dpp_lease_t l;
@@ -98,13 +112,9 @@ static sl_err_t fail(sl_dpp_master_t *m, const sl_dpp_lease_t *l, uint32_t max,
 
 Test(master_failure, the_max_th_failure_fails_the_job)
 {
-    make_splits();
-    char *dir = tu_mkdtemp("mfail");
-    sl_dpp_master_t *m = open_dir(dir);
+    char *dir;
+    sl_dpp_master_t *m = with_job(&dir, false);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t spec = {.job_id = "j", .splits = g_splits, .num_splits = N,
-                                     .epochs = 2};
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     sl_dpp_split_fail_result_t res = 99;
     sl_dpp_lease_t l0 = lease(m, "w1", 0);
     sl_dpp_lease_t l1 = lease(m, "w1", 1);
@@ -157,13 +167,9 @@ Test(master_failure, the_max_th_failure_fails_the_job)
 
 Test(master_failure, skip_bad_splits_skips_and_counts)
 {
-    make_splits();
-    char *dir = tu_mkdtemp("mskip");
-    sl_dpp_master_t *m = open_dir(dir);
+    char *dir;
+    sl_dpp_master_t *m = with_job(&dir, true);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t spec = {.job_id = "j", .splits = g_splits, .num_splits = N,
-                                     .epochs = 2, .skip_bad_splits = true};
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     sl_dpp_split_fail_result_t res = 99;
     sl_dpp_commit_result_t cres;
     for (uint32_t epoch = 0; epoch < 2; epoch++) {
