@@ -1,6 +1,7 @@
 /* The local executor (executor.h): worker processes spawned with
  * posix_spawn, stopped with SIGTERM, reaped by pid. */
 #include "dpp/executor.h"
+#include "dpp/job.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -372,8 +373,14 @@ sl_err_t sl_dpp_executor_scale(sl_dpp_executor_t *ex, const char *job_id, uint32
 {
     uint32_t up = 0, down = 0;
     sl_err_t rc = SL_OK;
-    if (!job_id || !*job_id || strlen(job_id) >= sizeof ex->w[0].pub.job_id) {
-        rc = sl_error_set(err, SL_ERR_INVALID, "executor: bad job id");
+    /* The id names log files: one that could leave log_dir ("../x", "a/b")
+     * is refused here too, whatever let it into the master (an older
+     * journal). */
+    char why[160];
+    if (!job_id || !sl_dpp_job_id_ok(job_id, strlen(job_id), why, sizeof why) ||
+        strlen(job_id) >= sizeof ex->w[0].pub.job_id) {
+        rc = sl_error_set(err, SL_ERR_INVALID, "executor: job id '%.100s': %s",
+                          job_id ? job_id : "", job_id ? why : "none");
         goto out;
     }
     pthread_mutex_lock(&ex->mu);

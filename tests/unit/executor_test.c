@@ -202,6 +202,10 @@ Test(executor, bounds_and_bad_options)
               err.msg);
     cr_assert_eq(sl_dpp_executor_count(ex, NULL), 3);
     cr_assert_eq(sl_dpp_executor_scale(ex, "", 1, NULL, NULL, &err), SL_ERR_INVALID);
+    /* ids that would put a log file outside its directory */
+    cr_assert_eq(sl_dpp_executor_scale(ex, "../x", 1, NULL, NULL, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "executor: job id '../x': a job id is") != NULL, "%s", err.msg);
+    cr_assert_eq(sl_dpp_executor_scale(ex, "a/b", 1, NULL, NULL, &err), SL_ERR_INVALID);
     sl_dpp_executor_destroy(ex);
     sl_dpp_executor_destroy(NULL);
 
