@@ -337,7 +337,10 @@ static void on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__S
     }
     sl_error_t err = {0};
     sl_dpp_split_fail_result_t res = SL_DPP_FAIL_RETRY;
+    /* only the live lease's holder may fail it */
+    bool holder = sl_dpp_master_lease_live(m->st, f.job_id, f.epoch, f.split, f.generation, w->id);
     sl_err_t rc = m->failed ? SL_ERR_IO
+                  : !holder ? sl_error_set(&err, SL_DPP_STALE, "split failed: not the holder")
                             : sl_dpp_master_split_failed(m->st, &f, m->opts.max_split_failures,
                                                          &res, &err);
     if (rc == SL_OK) {

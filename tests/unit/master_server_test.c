@@ -450,6 +450,92 @@ Test(master_server, attach_checks_rank_and_world_size)
     env_fini(&e);
 }
 
+static int split_failed(int fd, const Sluice__Control__SplitRef *ref)
+{
+    Sluice__Control__SplitFailed sf = SLUICE__CONTROL__SPLIT_FAILED__INIT;
+    sf.ref = (Sluice__Control__SplitRef *)ref;
+    sf.file = "ds=2026-01-01/part-00000.slc";
+    sf.stripe = 2;
+    sf.message = "ds=2026-01-01/part-00000.slc stripe 2 stream 'C1' C1: checksum mismatch";
+    sf.code = SL_ERR_CORRUPT;
+    Sluice__Control__SplitFailedReply *r =
+        (void *)call(fd, SL_RPC_SPLIT_FAILED, &sf.base, SL_RPC_SPLIT_FAILED_REPLY);
+    int state = r->state;
+    done(&r->base);
+    return state;
+}
+
+/* SPLIT_FAILED on the control protocol: counted only from the live lease's
+ * holder; the third failure (the default --max-split-failures) fails the
+ * job: its workers get NO_WORK "job failed" and stop at their heartbeat,
+ * ATTACHED carries the failure, commits are refused. */
+Test(master_server, split_failures_fail_the_job)
+{
+    env e;
+    env_init(&e, 5000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    int w1 = worker(&e, "w1"), w2 = worker(&e, "w2");
+    int c = client(&e, "c", NULL);
+    /* failure 1, by w1; w2 cannot report w1's lease, nor w1 twice */
+    Sluice__Control__Lease *l = lease(w1, "w1");
+    Sluice__Control__SplitRef ref = *l->ref;
+    ref.job_id = "j";
+    uint32_t split = ref.split;
+    cr_assert_eq(split_failed(w2, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE);
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__RETRY);
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE);
+    done(&l->base);
+    /* failure 2, by w2, which gets the split next (it is pending again) */
+    l = lease(w2, "w2");
+    cr_assert_eq(l->ref->split, split);
+    ref = *l->ref;
+    ref.job_id = "j";
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE);
+    cr_assert_eq(split_failed(w2, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__RETRY);
+    done(&l->base);
+    /* failure 3, by w1 again: the job fails */
+    l = lease(w1, "w1");
+    cr_assert_eq(l->ref->split, split);
+    ref = *l->ref;
+    ref.job_id = "j";
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__JOB_FAILED);
+    done(&l->base);
+    json_t *j = job_json(&e);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
+    json_t *f = json_object_get(j, "failure");
+    cr_assert_eq(json_integer_value(json_object_get(f, "stripe")), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(f, "file")), "ds=2026-01-01/part-00000.slc");
+    json_decref(j);
+    /* workers: no more work, and stop */
+    Sluice__Control__LeaseRequest q = SLUICE__CONTROL__LEASE_REQUEST__INIT;
+    q.worker_id = "w2";
+    q.job_id = "j";
+    Sluice__Control__NoWork *nw = (void *)call(w2, SL_RPC_LEASE_REQUEST, &q.base, SL_RPC_NO_WORK);
+    cr_assert_str_eq(nw->reason, "job failed");
+    done(&nw->base);
+    Sluice__Control__HeartbeatReply *hr = heartbeat(w2, "w2", NULL, 0);
+    cr_assert(hr->stop);
+    done(&hr->base);
+    /* clients: the failure in ATTACHED, commits refused */
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "c";
+    a.world_size = 1;
+    Sluice__Control__Attached *at = (void *)call(c, SL_RPC_ATTACH, &a.base, SL_RPC_ATTACHED);
+    cr_assert(at->failed);
+    cr_assert_eq(at->failure_code, SL_ERR_CORRUPT);
+    cr_assert(strstr(at->failure, "(file ds=2026-01-01/part-00000.slc stripe 2) failed: ") != NULL,
+              "%s", at->failure);
+    done(&at->base);
+    cr_assert_eq(commit(c, "c", 1, &ref, 0, 10), SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE);
+    close(c);
+    close(w1);
+    close(w2);
+    env_fini(&e);
+}
+
 /* A metric's value in the master's /metrics text (a family without labels). */
 static double metric(env *e, const char *name)
 {
