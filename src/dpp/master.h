@@ -156,7 +156,9 @@ json_t *sl_master_workers_json(sl_master_t *m);
 /* GET /status: {"ready", "address", "uptime_s", "jobs" (count), "workers"
  * (connected), "clients" (connected), "leases_granted", "lease_expiries",
  * "commits", "overlaps", "stale", "journal_syncs", "splits": {"pending",
- * "leased", "done"}}. NULL when out of memory. Caller owns. */
+ * "leased", "done"}, "failure", "failed_jobs": [{"id", "failure"}], and
+ * "executor" after sl_master_executor_report}. NULL when out of memory.
+ * Caller owns. */
 json_t *sl_master_status_json(sl_master_t *m);
 
 /* GET /metrics: Prometheus text (prom.h), sluice_master_* families: jobs,
@@ -164,8 +166,11 @@ json_t *sl_master_status_json(sl_master_t *m);
  * lease_expiries_total, commits_total{result}, committed_rows{job},
  * samples_committed_total{job}, trainer_wait_ratio{job},
  * worker_busy_ratio{job}, worker_queue_batches{job}, desired_workers{job},
- * journal_syncs_total, memory_bytes. Caller owns (free()); NULL when out
- * of memory. */
+ * granted_workers{job}, worker_memory_bytes{job}, job_failed{job},
+ * skipped_splits_total{job}, skipped_rows_total{job}, client_records,
+ * clients_evicted_total, split_failures_total, journal_syncs_total,
+ * memory_bytes, and the executor_* families after an executor report.
+ * Caller owns (free()); NULL when out of memory. */
 char *sl_master_metrics_text(sl_master_t *m);
 
 /* ---- executor (the local one, or an external orchestrator through /jobs) ---------- */
