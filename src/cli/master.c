@@ -30,14 +30,25 @@ static int usage(void)
             "usage: sluice master --listen ADDR --admin ADDR --state DIR\n"
             "                     [--token-file F] [--lease-timeout-ms N]\n"
             "                     [--executor local|none] [--worker-log-dir DIR]\n"
-            "                     [--max-fleet-workers N]\n"
+            "                     [--max-fleet-workers N] [--client-idle-ms N]\n"
+            "                     [--max-split-failures N]\n"
             "  --listen ADDR        control address for workers and trainer clients (host:port)\n"
             "  --admin ADDR         admin HTTP endpoint (loopback unless told otherwise)\n"
             "  --state DIR          journal and snapshot (created if missing)\n"
             "  --token-file F       bearer token for mutating admin routes\n"
             "                       (else env SLUICE_ADMIN_TOKEN; none: they answer 403)\n"
             "  --lease-timeout-ms N a worker silent this long loses its splits (10000)\n"
-            "  --executor local     start and stop `sluice worker` processes per job (default none)\n"
+            "  --executor local     start and stop `sluice worker` processes per job (default none);\n"
+            "                       restarts of workers that keep exiting back off (0.5 s\n"
+            "                       doubling to 30 s)\n"
+            "  --worker-log-dir DIR with --executor local: each worker's output in\n"
+            "                       DIR/<worker id>.log (DIR must exist)\n"
+            "  --max-split-failures N  a split a worker cannot read (corrupt stripe, I/O\n"
+            "                       error) this many times in one epoch, whichever workers\n"
+            "                       tried, fails its job (on_bad_split \"skip\": is skipped) (3)\n"
+            "  --client-idle-ms N   a trainer client with no connection and no commit this long\n"
+            "                       is forgotten with its commit nonces (600000: 10 min; keep it\n"
+            "                       well above the clients' reconnect window, 30 s)\n"
             "  --max-fleet-workers N  workers of all jobs together; over it, jobs are scaled\n"
             "                       down in proportion to their desired counts, never below\n"
             "                       their min_workers (default 0: no limit)\n");
@@ -74,10 +85,14 @@ static void drive_executor(sl_master_t *m, sl_dpp_executor_t *ex)
     if (n > 64) n = 64;
     sl_error_t err = {0};
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t want = d[i].finished ? 0 : d[i].granted; /* fair share of --max-fleet-workers */
+        /* fair share of --max-fleet-workers; none for a job that ended */
+        uint32_t want = d[i].finished || d[i].failed ? 0 : d[i].granted;
         if (sl_dpp_executor_scale(ex, d[i].job_id, want, NULL, NULL, &err) != SL_OK)
             fprintf(stderr, "sluice master: executor: job %s: %s\n", d[i].job_id, err.msg);
     }
+    sl_dpp_executor_stats_t st;
+    sl_dpp_executor_stats(ex, &st);
+    sl_master_executor_report(m, &st);
     sl_dpp_executor_worker_t w[64];
     uint32_t nw = sl_dpp_executor_list(ex, NULL, w, 64);
     for (uint32_t k = 0; k < nw && k < 64; k++) {
@@ -98,11 +113,13 @@ int sl_cli_master(int argc, char **argv)
                                        {"executor", required_argument, NULL, 'e'},
                                        {"worker-log-dir", required_argument, NULL, 'w'},
                                        {"max-fleet-workers", required_argument, NULL, 'F'},
+                                       {"client-idle-ms", required_argument, NULL, 'C'},
+                                       {"max-split-failures", required_argument, NULL, 'S'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     const char *listen = NULL, *admin = NULL, *state = NULL, *token_file = NULL, *log_dir = NULL;
     const char *executor = "none";
-    uint64_t lease_ms = 10000, fleet = 0;
+    uint64_t lease_ms = 10000, fleet = 0, client_idle_ms = 600000, split_failures = 3;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -117,6 +134,19 @@ int sl_cli_master(int argc, char **argv)
             if (!parse_u64(optarg, &lease_ms)) {
                 fprintf(stderr, "sluice master: --lease-timeout-ms '%s': a positive integer\n",
                         optarg);
+                return 2;
+            }
+            break;
+        case 'C':
+            if (!parse_u64(optarg, &client_idle_ms)) {
+                fprintf(stderr, "sluice master: --client-idle-ms '%s': a positive integer\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'S':
+            if (!parse_u64(optarg, &split_failures) || split_failures > 65535) {
+                fprintf(stderr, "sluice master: --max-split-failures '%s': 1..65535\n", optarg);
                 return 2;
             }
             break;
@@ -141,6 +171,16 @@ int sl_cli_master(int argc, char **argv)
         return 2;
     }
     sl_error_t err = {0};
+    /* Refused before anything starts: a worker log directory that is not
+     * there would otherwise fail every spawn. */
+    if (log_dir != NULL && !local) {
+        fprintf(stderr, "sluice master: --worker-log-dir needs --executor local\n");
+        return 2;
+    }
+    if (log_dir != NULL && sl_dpp_executor_check_log_dir(log_dir, &err) != SL_OK) {
+        fprintf(stderr, "sluice master: %s\n", err.msg);
+        return 2;
+    }
     char *token = NULL;
     if (sl_admin_token_load(token_file, "SLUICE_ADMIN_TOKEN", &token, &err) != SL_OK) {
         fprintf(stderr, "sluice master: token: %s\n", err.msg);
@@ -154,7 +194,9 @@ int sl_cli_master(int argc, char **argv)
     sl_master_opts_t o = {.listen = listen,
                           .state_dir = state,
                           .lease_timeout_ms = lease_ms,
-                          .max_fleet_workers = (uint32_t)fleet};
+                          .max_fleet_workers = (uint32_t)fleet,
+                          .client_idle_ms = client_idle_ms,
+                          .max_split_failures = (uint32_t)split_failures};
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);

@@ -21,7 +21,6 @@ typedef struct mp_job {
     sl_autoscaler_t as;
     uint64_t wait_ns, elapsed_ns; /* client reports since the last observation */
     double last_wait, last_busy;  /* of the last observation */
-    uint64_t batches, samples;    /* reported by clients, ever */
     uint32_t granted;             /* fair share of the fleet (mp_share_locked) */
 } mp_job;
 
@@ -86,10 +85,12 @@ struct sl_master {
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;
-    uint64_t last_observe_ms, last_expire_ms;
+    uint64_t last_observe_ms, last_expire_ms, last_evict_ms;
     /* counters */
     uint64_t frames_in, protocol_errors, connections_total;
     uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */
+    sl_dpp_executor_stats_t exec; /* the local executor's last report */
+    bool has_exec;
     uint32_t nclients_connected, nworkers_connected;
 };
 

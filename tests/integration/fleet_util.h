@@ -207,6 +207,7 @@ typedef struct fu_master {
     char ctl[64], admin[64]; /* "127.0.0.1:port" */
     char state[300], log[300], token_file[300];
     uint64_t lease_timeout_ms;
+    const char *extra[8]; /* more arguments for `sluice master`, NULL-terminated */
 } fu_master_t;
 
 /* Start `sluice master` on m's addresses (picked on the first start, kept
@@ -234,9 +235,12 @@ FU_FN void fu_master_start(fu_master_t *m)
             dup2(fd, 2);
         }
         setpgid(0, 0);
-        execl(bin, bin, "master", "--listen", m->ctl, "--admin", m->admin,
-              "--state", m->state, "--token-file", m->token_file, "--lease-timeout-ms", lease,
-              (char *)NULL);
+        const char *argv[32] = {bin,      "master",      "--listen",      m->ctl,
+                                "--admin", m->admin,     "--state",       m->state,
+                                "--token-file", m->token_file, "--lease-timeout-ms", lease};
+        for (int k = 0; k < 8 && m->extra[k]; k++)
+            argv[12 + k] = m->extra[k];
+        execv(bin, (char *const *)argv);
         _exit(127);
     }
     m->pid = pid;
