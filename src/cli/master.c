@@ -30,7 +30,7 @@ static int usage(void)
             "usage: sluice master --listen ADDR --admin ADDR --state DIR\n"
             "                     [--token-file F] [--lease-timeout-ms N]\n"
             "                     [--executor local|none] [--worker-log-dir DIR]\n"
-            "                     [--max-fleet-workers N]\n"
+            "                     [--max-fleet-workers N] [--compact-bytes N]\n"
             "  --listen ADDR        control address for workers and trainer clients (host:port)\n"
             "  --admin ADDR         admin HTTP endpoint (loopback unless told otherwise)\n"
             "  --state DIR          journal and snapshot (created if missing)\n"
@@ -40,7 +40,9 @@ static int usage(void)
             "  --executor local     start and stop `sluice worker` processes per job (default none)\n"
             "  --max-fleet-workers N  workers of all jobs together; over it, jobs are scaled\n"
             "                       down in proportion to their desired counts, never below\n"
-            "                       their min_workers (default 0: no limit)\n");
+            "                       their min_workers (default 0: no limit)\n"
+            "  --compact-bytes N    compact the journal (snapshot, empty journal) once it\n"
+            "                       outgrows N bytes (default 67108864)\n");
     return 2;
 }
 
@@ -98,11 +100,12 @@ int sl_cli_master(int argc, char **argv)
                                        {"executor", required_argument, NULL, 'e'},
                                        {"worker-log-dir", required_argument, NULL, 'w'},
                                        {"max-fleet-workers", required_argument, NULL, 'F'},
+                                       {"compact-bytes", required_argument, NULL, 'C'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     const char *listen = NULL, *admin = NULL, *state = NULL, *token_file = NULL, *log_dir = NULL;
     const char *executor = "none";
-    uint64_t lease_ms = 10000, fleet = 0;
+    uint64_t lease_ms = 10000, fleet = 0, compact = 0;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -116,6 +119,13 @@ int sl_cli_master(int argc, char **argv)
         case 'L':
             if (!parse_u64(optarg, &lease_ms)) {
                 fprintf(stderr, "sluice master: --lease-timeout-ms '%s': a positive integer\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'C':
+            if (!parse_u64(optarg, &compact)) {
+                fprintf(stderr, "sluice master: --compact-bytes '%s': a positive integer\n",
                         optarg);
                 return 2;
             }
@@ -154,7 +164,8 @@ int sl_cli_master(int argc, char **argv)
     sl_master_opts_t o = {.listen = listen,
                           .state_dir = state,
                           .lease_timeout_ms = lease_ms,
-                          .max_fleet_workers = (uint32_t)fleet};
+                          .max_fleet_workers = (uint32_t)fleet,
+                          .compact_bytes = compact};
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);

@@ -172,6 +172,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
                                .max_workers = o->max_workers,
                                .max_clients = o->max_clients,
                                .max_answers = o->max_answers,
+                               .compact_bytes = o->compact_bytes,
                                .allocator = m->a};
     sl_dpp_journal_open_info_t info;
     sl_err_t rc = sl_dpp_master_open(&so, m->started_ms, &m->st, &info, err);

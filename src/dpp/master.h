@@ -51,6 +51,7 @@ typedef struct sl_master_opts {
     uint32_t max_clients;        /* distinct client ids per job; 0: 4096 */
     uint32_t max_answers;        /* remembered commit answers per client (idempotence); 0: 4096 */
     uint32_t max_fleet_workers;  /* workers of all jobs together (sl_master_fair_share); 0: no limit */
+    uint64_t compact_bytes;      /* journal size that triggers a compaction; 0: 64 MiB */
     /* Tuning of every job's autoscaler (thresholds, streaks, cooldown); the
      * bounds come from each job's min_workers/max_workers. NULL: defaults
      * of sl_autoscale_opts_default. */
@@ -136,16 +137,19 @@ json_t *sl_master_workers_json(sl_master_t *m);
 
 /* GET /status: {"ready", "address", "uptime_s", "jobs" (count), "workers"
  * (connected), "clients" (connected), "leases_granted", "lease_expiries",
- * "commits", "overlaps", "stale", "journal_syncs", "splits": {"pending",
- * "leased", "done"}}. NULL when out of memory. Caller owns. */
+ * "lease_revocations", "commits", "overlaps", "stale", "journal_syncs",
+ * "compactions" (this run), "splits": {"pending", "leased", "done"}}. NULL
+ * when out of memory. Caller owns. */
 json_t *sl_master_status_json(sl_master_t *m);
 
 /* GET /metrics: Prometheus text (prom.h), sluice_master_* families: jobs,
  * workers, clients, splits{job,state}, leases_granted_total,
- * lease_expiries_total, commits_total{result}, committed_rows{job},
+ * lease_expiries_total, lease_revocations_total, worker_ids_in_use_total,
+ * commits_total{result}, committed_rows{job},
  * samples_committed_total{job}, trainer_wait_ratio{job},
  * worker_busy_ratio{job}, worker_queue_batches{job}, desired_workers{job},
- * journal_syncs_total, memory_bytes. Caller owns (free()); NULL when out
+ * journal_syncs_total, journal_compactions_total, memory_bytes. Caller
+ * owns (free()); NULL when out
  * of memory. */
 char *sl_master_metrics_text(sl_master_t *m);
 
