@@ -404,7 +404,7 @@ typedef struct fu_client {
     const char *job;
     uint32_t rank, world_size;
     uint64_t rows;     /* sample ids are < rows */
-    uint32_t epochs;   /* of the job (0: 1) */
+    uint32_t epochs;   /* of the job; 0: every epoch counted together, in seen[id] */
     atomic_uint *seen; /* [epochs * rows]: seen[epoch * rows + id], shared by a test's clients */
     uint64_t samples, batches;
     atomic_uint delay_us; /* per batch: a slow trainer (may change while it runs) */
@@ -440,18 +440,18 @@ FU_FN void *fu_client_run(void *arg)
     }
     sl_batch_t *b;
     int timeout = (int)(tu_timeout(30) * 1000);
-    uint32_t epochs = c->epochs ? c->epochs : 1;
     while ((c->end = sl_trainer_next(t, timeout, &b, &err)) == SL_OK) {
         if (c->batch_sizes) c->batch_sizes[c->batches] = b->batch_size;
+        uint32_t epoch = c->epochs ? b->origin.epoch : 0;
         for (uint32_t i = 0; i < b->batch_size; i++) {
             int64_t id = b->sample_ids[i];
-            if (id < 0 || (uint64_t)id >= c->rows || b->origin.epoch >= epochs) {
+            if (id < 0 || (uint64_t)id >= c->rows || (c->epochs && epoch >= c->epochs)) {
                 c->end = SL_ERR_CORRUPT;
                 snprintf(c->msg, sizeof c->msg, "sample id %lld of epoch %u out of range",
                          (long long)id, b->origin.epoch);
                 break;
             }
-            atomic_fetch_add(&c->seen[(uint64_t)b->origin.epoch * c->rows + (uint64_t)id], 1);
+            atomic_fetch_add(&c->seen[(uint64_t)epoch * c->rows + (uint64_t)id], 1);
             if (c->order) c->order[c->samples] = id;
             c->samples++;
         }
