@@ -18,8 +18,11 @@
  *
  * Exactly once (docs/DESIGN.md, "Exactly once per epoch"): a commit is
  * accepted iff its row range overlaps no committed range of its (job, epoch,
- * split); repeated (client_id, nonce) pairs get their first answer again,
- * also after a master restart.
+ * split) and its lease (split, generation) is live; repeated (client_id,
+ * nonce) pairs get their first answer again, also after a master restart.
+ * A worker's HEARTBEAT renews only the leases it lists, its REGISTER
+ * revokes the others of its id, and one live process holds a worker id
+ * (the REGISTER incarnation).
  *
  * Thread safety: every sl_master_* call may be made from any thread
  * (admin handlers run on libmicrohttpd's thread). */
