@@ -165,6 +165,19 @@ static void requeue_unacked(struct sl_dpp_server *s, client_t *c)
     pthread_cond_broadcast(&s->cv);
 }
 
+/* Under s->mu (released while sending): END to c, once. */
+static void send_end_locked(struct sl_dpp_server *s, client_t *c, sl_error_t *err)
+{
+    c->ended = true;
+    Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
+    e.epochs = s->o.epochs;
+    e.batches = s->st.batches_acked;
+    e.samples = s->st.samples_acked;
+    pthread_mutex_unlock(&s->mu);
+    send_locked(c, SL_RPC_END, &e.base, NULL, 0, err);
+    pthread_mutex_lock(&s->mu);
+}
+
 static void *sender_main(void *arg)
 {
     client_t *c = arg;
@@ -253,14 +266,7 @@ static void *sender_main(void *arg)
             }
         }
         if (s->finished && s->outstanding == 0 && !c->ended) {
-            c->ended = true;
-            Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
-            e.epochs = s->o.epochs;
-            e.batches = s->st.batches_acked;
-            e.samples = s->st.samples_acked;
-            pthread_mutex_unlock(&s->mu);
-            send_locked(c, SL_RPC_END, &e.base, NULL, 0, &err);
-            pthread_mutex_lock(&s->mu);
+            send_end_locked(s, c, &err);
             continue;
         }
         timed_wait(&s->cv, &s->mu, 200);
@@ -270,16 +276,8 @@ static void *sender_main(void *arg)
      * would take the close for a lost connection and try to reconnect to a
      * worker that is gone. sl_dpp_server_stop waits for this. */
     if (!c->closed && s->stopping && s->finished && s->outstanding == 0 && !c->ended &&
-        !s->fail_code) {
-        c->ended = true;
-        Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
-        e.epochs = s->o.epochs;
-        e.batches = s->st.batches_acked;
-        e.samples = s->st.samples_acked;
-        pthread_mutex_unlock(&s->mu);
-        send_locked(c, SL_RPC_END, &e.base, NULL, 0, &err);
-        pthread_mutex_lock(&s->mu);
-    }
+        !s->fail_code)
+        send_end_locked(s, c, &err);
     c->sender_done = true;
     pthread_cond_broadcast(&s->cv);
     s->st.cpu_ns += thread_cpu_ns();

@@ -31,29 +31,20 @@ TestSuite(fleet_leases, .init = fu_setup, .fini = fu_teardown);
  * fresh table; the workers are the test's to start. */
 static char *job_up(const char *id, uint64_t lease_ms, uint32_t workers, fu_master_t *m)
 {
-    char table[300], spec[1024];
-    fu_gen(ROWS, 1000, 2, table, sizeof table);
     *m = (fu_master_t){.lease_timeout_ms = lease_ms};
-    fu_master_start(m);
-    snprintf(spec, sizeof spec,
-             "{\"id\":\"%s\",\"source\":{\"table\":\"%s\"},"
-             "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":3}}}",
-             id, table, EPOCHS);
-    return fu_submit(m, spec, 1, "dynamic", workers, workers, NULL);
+    return fu_job_up(m, id, ROWS, EPOCHS, 1, "dynamic", workers);
 }
 
 static void start_clients(const fu_master_t *m, const char *job, atomic_uint *seen,
                           fu_client_t *c, pthread_t *th, uint32_t delay_us)
 {
-    for (int i = 0; i < 2; i++) {
-        c[i] = (fu_client_t){.master = m->ctl,
-                             .job = job,
-                             .rows = ROWS,
-                             .epochs = EPOCHS,
-                             .seen = seen,
-                             .delay_us = delay_us};
-        pthread_create(&th[i], NULL, fu_client_run, &c[i]);
-    }
+    fu_client_t proto = {.master = m->ctl,
+                         .job = job,
+                         .rows = ROWS,
+                         .epochs = EPOCHS,
+                         .seen = seen,
+                         .delay_us = delay_us};
+    fu_clients_start(c, th, 2, &proto);
 }
 
 /* Both clients end cleanly within the time limit (a lease kept alive by
@@ -68,13 +59,22 @@ static void finish(fu_master_t *m, const char *job, fu_client_t *c, pthread_t *t
                   "the job did not end (a lease nobody holds was kept alive?); see %s", fu_dir);
         usleep(50 * 1000);
     }
-    for (int i = 0; i < 2; i++) {
-        pthread_join(th[i], NULL);
-        cr_assert_eq(c[i].end, SL_ERR_CLOSED, "client %d: %s: %s", i, sl_err_str(c[i].end),
-                     c[i].msg);
-    }
+    fu_clients_join(c, th, 2);
     fu_assert_once_per_epoch(seen, ROWS, EPOCHS);
     cr_assert(fu_job_finished(m, job));
+}
+
+/* Two workers of the executor reaching the master at addr, and two
+ * clients. @return the executor. */
+static sl_dpp_executor_t *run_via(const fu_master_t *m, const char *addr, const char *job,
+                                  atomic_uint *seen, fu_client_t *c, pthread_t *th,
+                                  uint32_t delay_us)
+{
+    sl_dpp_executor_t *ex = fu_executor_via(addr, 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    start_clients(m, job, seen, c, th, delay_us);
+    return ex;
 }
 
 static void wait_samples(const atomic_uint *seen, uint64_t want, const fu_client_t *c)
@@ -217,13 +217,10 @@ Test(fleet_leases, a_lease_frame_lost_with_its_connection)
      * (the 3rd to 8th) and breaks the connection it was on */
     fu_proxy_t p;
     fu_proxy_start(&p, m.ctl, SL_RPC_LEASE, 3 + (uint32_t)tu_below(&rng, 6));
-    sl_dpp_executor_t *ex = fu_executor_via(p.addr, 1);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
     atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
     fu_client_t c[2];
     pthread_t th[2];
-    start_clients(&m, job, seen, c, th, 5000);
+    sl_dpp_executor_t *ex = run_via(&m, p.addr, job, seen, c, th, 5000);
     finish(&m, job, c, th, seen);
     cr_assert_eq(atomic_load(&p.dropped), 1, "the relay dropped %u LEASE frames",
                  atomic_load(&p.dropped));
@@ -243,13 +240,10 @@ Test(fleet_leases, the_master_stopped_longer_than_the_control_timeout)
     uint64_t rng = tu_seed("fleet_leases.the_master_stopped_longer_than_the_control_timeout");
     fu_master_t m;
     char *job = job_up("paused-master", 1000, 2, &m);
-    sl_dpp_executor_t *ex = fu_executor(&m, 1);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
     atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
     fu_client_t c[2];
     pthread_t th[2];
-    start_clients(&m, job, seen, c, th, 10000);
+    sl_dpp_executor_t *ex = run_via(&m, m.ctl, job, seen, c, th, 10000);
     wait_samples(seen, ROWS / 8 + tu_below(&rng, ROWS / 4), c);
     /* a VM pause: longer than the workers' 5 s per-call timeout, so they
      * give their connections up and reconnect while it cannot answer */

@@ -123,15 +123,8 @@ Test(fleet_static, same_seed_same_batches_per_rank)
 Test(fleet_static, worker_kills_keep_each_rank_to_its_splits)
 {
     uint64_t rng = tu_seed("fleet_static.worker_kills_keep_each_rank_to_its_splits");
-    char table[300], spec[1024];
-    fu_gen(ROWS, 1000, 2, table, sizeof table);
     fu_master_t m = {.lease_timeout_ms = 1000};
-    fu_master_start(&m);
-    snprintf(spec, sizeof spec,
-             "{\"id\":\"static-kills\",\"source\":{\"table\":\"%s\"},"
-             "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":7}}}",
-             table, EPOCHS);
-    char *job = fu_submit(&m, spec, 2, "static", 3, 3, NULL);
+    char *job = fu_job_up(&m, "static-kills", ROWS, EPOCHS, 2, "static", 3);
     sl_dpp_executor_t *ex = fu_executor(&m, 1);
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_executor_scale(ex, job, 3, NULL, NULL, &err), SL_OK, "%s", err.msg);

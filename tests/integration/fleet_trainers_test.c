@@ -23,7 +23,7 @@ TestSuite(fleet_trainers, .init = fu_setup, .fini = fu_teardown);
 /* 24 splits of 1000 rows, batches of 250: 96 batches an epoch. */
 #define ROWS 24000u
 #define EPOCHS 2u
-#define BATCH 250u
+#define BATCH 250u /* fu_job_up's */
 #define WORKERS 2u
 #define PREFETCH 4u /* fu_reader_start's --prefetch */
 
@@ -51,15 +51,9 @@ static void wait_delivered(atomic_uint *const *seen, int n, uint32_t e, uint64_t
 Test(fleet_trainers, trainers_killed_mid_epoch_and_replaced)
 {
     uint64_t rng = tu_seed("fleet_trainers.trainers_killed_mid_epoch_and_replaced");
-    char table[300], spec[1024], log[300];
-    fu_gen(ROWS, 1000, 2, table, sizeof table);
+    char log[300];
     fu_master_t m = {.lease_timeout_ms = 1000};
-    fu_master_start(&m);
-    snprintf(spec, sizeof spec,
-             "{\"id\":\"trainers\",\"source\":{\"table\":\"%s\"},"
-             "\"batch\":{\"size\":%u,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":9}}}",
-             table, BATCH, EPOCHS);
-    char *job = fu_submit(&m, spec, 1, "dynamic", WORKERS, WORKERS, NULL);
+    char *job = fu_job_up(&m, "trainers", ROWS, EPOCHS, 1, "dynamic", WORKERS);
     sl_dpp_executor_t *ex = fu_executor(&m, 1);
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_executor_scale(ex, job, WORKERS, NULL, NULL, &err), SL_OK, "%s", err.msg);

@@ -333,6 +333,24 @@ FU_FN long long fu_status_int(const fu_master_t *m, const char *key)
     return n;
 }
 
+/* A job over a fresh table of rows rows (stripes of 1000 rows in 2 files,
+ * one split each; batches of 250; shuffled splits) run for epochs epochs
+ * by `workers` workers (min = max), on the master m, which is started
+ * (set m's options, such as lease_timeout_ms, first). @return the job id
+ * (malloc'd). */
+FU_FN char *fu_job_up(fu_master_t *m, const char *id, uint64_t rows, uint32_t epochs,
+                      uint32_t ranks, const char *sharding, uint32_t workers)
+{
+    char table[300], spec[1024];
+    fu_gen(rows, 1000, 2, table, sizeof table);
+    fu_master_start(m);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"%s\",\"source\":{\"table\":\"%s\"},"
+             "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":11}}}",
+             id, table, epochs);
+    return fu_submit(m, spec, ranks, sharding, workers, workers, NULL);
+}
+
 /* GET /jobs/{id} "finished". */
 FU_FN bool fu_job_finished(const fu_master_t *m, const char *job)
 {
@@ -481,6 +499,30 @@ FU_FN void *fu_client_run(void *arg)
     sl_trainer_close(t);
     atomic_store(&c->finished, true);
     return NULL;
+}
+
+/* Start n clients made from proto (master, job, rows, epochs, seen,
+ * delay_us, world_size...), client i with rank i when world_size > 1. */
+FU_FN void fu_clients_start(fu_client_t *c, pthread_t *th, int n, const fu_client_t *proto)
+{
+    for (int i = 0; i < n; i++) {
+        c[i] = *proto;
+        atomic_init(&c[i].delay_us, atomic_load(&proto->delay_us));
+        atomic_init(&c[i].stop, false);
+        atomic_init(&c[i].finished, false);
+        if (proto->world_size > 1) c[i].rank = (uint32_t)i;
+        pthread_create(&th[i], NULL, fu_client_run, &c[i]);
+    }
+}
+
+/* Join n clients, each of which must have ended cleanly (the job ended). */
+FU_FN void fu_clients_join(fu_client_t *c, pthread_t *th, int n)
+{
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(c[i].end, SL_ERR_CLOSED, "client %d ended with %s: %s", i,
+                     sl_err_str(c[i].end), c[i].msg);
+    }
 }
 
 /* Samples delivered so far by every client sharing seen (safe to call while

@@ -403,21 +403,33 @@ Test(master_source, static_sharding_routes_batches_by_rank)
     no_thread_fails();
 }
 
+/* A lease of every split queued at f (finish: then "finished"), f's
+ * connection dropped after drop_after_reads SPLIT_READs and REGISTERs
+ * refused after refuse_after (0: never); the worker and a client started. */
+static sl_dpp_worker_t *start_dropping(fake_t *f, bool finish, int drop_after_reads,
+                                       uint32_t refuse_after, sl_dpp_job_t **job,
+                                       sl_dpp_master_source_t **ms, client_t *c)
+{
+    fm_start(f, splits, spec_of(false, false));
+    for (uint32_t s = 0; s < splits->count; s++)
+        fm_add(f, s, 40 + s, 0, NULL, 0);
+    f->finish = finish;
+    f->drop_after_reads = drop_after_reads;
+    f->refuse_after = refuse_after;
+    sl_dpp_worker_t *w = start_worker(f, job, ms);
+    client_start(c, f, sl_dpp_worker_port(w), 0);
+    return w;
+}
+
 /* The master drops the connection: the worker registers again, and the
  * rest of the work is read and reported. */
 Test(master_source, reconnects_after_the_master_connection_drops)
 {
     fake_t f;
-    fm_start(&f, splits, spec_of(false, false));
-    for (uint32_t s = 0; s < splits->count; s++)
-        fm_add(&f, s, 40 + s, 0, NULL, 0);
-    f.finish = true;
-    f.drop_after_reads = 2;
     sl_dpp_job_t *job;
     sl_dpp_master_source_t *ms;
-    sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
     client_t c;
-    client_start(&c, &f, sl_dpp_worker_port(w), 0);
+    sl_dpp_worker_t *w = start_dropping(&f, true, 2, 0, &job, &ms, &c);
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
     pthread_join(c.th, NULL);
@@ -446,16 +458,10 @@ Test(master_source, reconnects_after_the_master_connection_drops)
 Test(master_source, refused_registration_fails_the_worker)
 {
     fake_t f;
-    fm_start(&f, splits, spec_of(false, false));
-    for (uint32_t s = 0; s < splits->count; s++)
-        fm_add(&f, s, 40 + s, 0, NULL, 0);
-    f.drop_after_reads = 1;
-    f.refuse_after = 1;
     sl_dpp_job_t *job;
     sl_dpp_master_source_t *ms;
-    sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
     client_t c;
-    client_start(&c, &f, sl_dpp_worker_port(w), 0);
+    sl_dpp_worker_t *w = start_dropping(&f, false, 1, 1, &job, &ms, &c);
     sl_error_t err = {0};
     sl_err_t rc = sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err);
     cr_assert_eq(rc, SL_ERR_INVALID, "%s: %s", sl_err_str(rc), err.msg);
