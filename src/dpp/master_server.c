@@ -156,7 +156,7 @@ static bool may_take_id(sl_master_t *m, uint32_t i, const mp_worker *w, uint64_t
     char peer[INET6_ADDRSTRLEN + 8], msg[SL_ERROR_MSG_MAX];
     peer_name(m->conns[w->conn].fd, peer, sizeof peer);
     snprintf(msg, sizeof msg,
-             "register: worker id '%s' is in use by another live worker process (connected from "
+             "worker id '%s' is in use by another live worker process (connected from "
              "%s, heard from %llu ms ago); stop that process or give this one another "
              "--worker-id",
              w->id, peer, (unsigned long long)ago);

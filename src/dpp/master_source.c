@@ -775,7 +775,6 @@ static void *control_main(void *arg)
             snprintf(msg, sizeof msg, "%s", ms->fatal_msg);
             sl_err_t code = ms->fatal;
             pthread_mutex_unlock(&ms->mu);
-            fprintf(stderr, "sluice worker: %s\n", msg);
             if (w) sl_dpp_worker_fail(w, code, msg);
             return NULL;
         }

@@ -179,7 +179,7 @@ static void fm_serve(fake_t *f, int fd)
             if (f->registers > 1) f->named_on_reregister = (uint32_t)r->n_leases;
             if (f->refuse_after && f->registers > f->refuse_after) {
                 sl_rpc_send_error(fd, SL_ERR_INVALID,
-                                  "register: worker id 'w1' is in use by another live worker "
+                                  "worker id 'w1' is in use by another live worker "
                                   "process (connected from 127.0.0.1:9, heard from 5 ms ago)");
                 drop = true;
                 break;
