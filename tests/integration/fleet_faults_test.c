@@ -225,7 +225,7 @@ Test(fleet_faults, kill_9_the_master_twice_in_one_epoch)
     fleet_down(&f);
 }
 
-/* The journal compacted every kilobyte while workers are killed, and the
+/* The journal compacted every half kilobyte while workers are killed, and the
  * master killed and restarted once: its state comes back from a snapshot
  * plus the journal written since. Several compactions happen in each run
  * of the master (the counter is per run). */
@@ -233,7 +233,7 @@ Test(fleet_faults, journal_compactions_under_worker_and_master_kills)
 {
     uint64_t rng = tu_seed("fleet_faults.journal_compactions_under_worker_and_master_kills");
     fleet_t f;
-    fleet_up(&f, "compact", 3, 1024, 20000);
+    fleet_up(&f, "compact", 3, 512, 20000);
     wait_delivered(&f, ROWS / 8);
     cr_assert(kill_a_worker(&f, 3, &rng));
     wait_delivered(&f, ROWS / 4);

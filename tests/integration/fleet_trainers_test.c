@@ -36,13 +36,22 @@ static uint64_t delivered(atomic_uint *const *seen, int n, uint32_t e)
     return s;
 }
 
+/* Wait until the trainers delivered `want` samples of epoch e and the
+ * victim (counting in victim) some of them: a kill must take something
+ * from it. Fails when three quarters of the epoch went by without it. */
 static void wait_delivered(atomic_uint *const *seen, int n, uint32_t e, uint64_t want,
-                           const fu_client_t *c)
+                           const atomic_uint *victim, const fu_client_t *c)
 {
     double deadline = fu_now() + tu_timeout(30);
-    while (delivered(seen, n, e) < want) {
+    for (;;) {
+        uint64_t all = delivered(seen, n, e);
+        bool took = fu_seen_total(victim + (uint64_t)e * ROWS, ROWS) > 0;
+        if (all >= want && took) return;
+        cr_assert(took || all < ROWS / 4 * 3,
+                  "epoch %u: %llu samples delivered, none by the trainer to kill", e,
+                  (unsigned long long)all);
         cr_assert(fu_now() < deadline, "epoch %u: %llu of %llu samples in time", e,
-                  (unsigned long long)delivered(seen, n, e), (unsigned long long)want);
+                  (unsigned long long)all, (unsigned long long)want);
         cr_assert(!atomic_load(&c->finished), "the trainer thread ended early: %s", c->msg);
         usleep(5 * 1000);
     }
@@ -68,14 +77,20 @@ Test(fleet_trainers, trainers_killed_mid_epoch_and_replaced)
                      .rows = ROWS,
                      .epochs = EPOCHS,
                      .seen = seen[0],
-                     .delay_us = 8000};
+                     .delay_us = 15000};
     pthread_t th;
-    pthread_create(&th, NULL, fu_client_run, &c);
+    /* the process first (it takes longer to start), then the thread */
     fu_reader_t r[3];
     fu_reader_start(&r[0], &m, job, ROWS, EPOCHS, seen[1], log);
+    double deadline = fu_now() + tu_timeout(15);
+    while (atomic_load(&r[0].batches) == 0) {
+        cr_assert(fu_now() < deadline, "sluice read printed no batch; see %s", log);
+        usleep(5 * 1000);
+    }
+    pthread_create(&th, NULL, fu_client_run, &c);
     for (uint32_t e = 0; e < EPOCHS; e++) {
         /* a quarter to a half into epoch e: well before its end */
-        wait_delivered(seen, 4, e, ROWS / 4 + tu_below(&rng, ROWS / 4), &c);
+        wait_delivered(seen, 4, e, ROWS / 4 + tu_below(&rng, ROWS / 4), seen[e + 1], &c);
         fu_reader_kill9(&r[e]);
         fu_reader_start(&r[e + 1], &m, job, ROWS, EPOCHS, seen[e + 2], log);
     }
