@@ -31,7 +31,7 @@ static int usage(void)
             "                     [--token-file F] [--lease-timeout-ms N]\n"
             "                     [--executor local|none] [--worker-log-dir DIR]\n"
             "                     [--max-fleet-workers N] [--client-idle-ms N]\n"
-            "                     [--max-split-failures N]\n"
+            "                     [--max-split-failures N] [--compact-bytes N]\n"
             "  --listen ADDR        control address for workers and trainer clients (host:port)\n"
             "  --admin ADDR         admin HTTP endpoint (loopback unless told otherwise)\n"
             "  --state DIR          journal and snapshot (created if missing)\n"
@@ -51,7 +51,9 @@ static int usage(void)
             "                       well above the clients' reconnect window, 30 s)\n"
             "  --max-fleet-workers N  workers of all jobs together; over it, jobs are scaled\n"
             "                       down in proportion to their desired counts, never below\n"
-            "                       their min_workers (default 0: no limit)\n");
+            "                       their min_workers (default 0: no limit)\n"
+            "  --compact-bytes N    compact the journal (snapshot, empty journal) once it\n"
+            "                       outgrows N bytes (default 67108864)\n");
     return 2;
 }
 
@@ -115,11 +117,12 @@ int sl_cli_master(int argc, char **argv)
                                        {"max-fleet-workers", required_argument, NULL, 'F'},
                                        {"client-idle-ms", required_argument, NULL, 'C'},
                                        {"max-split-failures", required_argument, NULL, 'S'},
+                                       {"compact-bytes", required_argument, NULL, 'K'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     const char *listen = NULL, *admin = NULL, *state = NULL, *token_file = NULL, *log_dir = NULL;
     const char *executor = "none";
-    uint64_t lease_ms = 10000, fleet = 0, client_idle_ms = 600000, split_failures = 3;
+    uint64_t lease_ms = 10000, fleet = 0, client_idle_ms = 600000, split_failures = 3, compact = 0;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -140,6 +143,13 @@ int sl_cli_master(int argc, char **argv)
         case 'C':
             if (!parse_u64(optarg, &client_idle_ms)) {
                 fprintf(stderr, "sluice master: --client-idle-ms '%s': a positive integer\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'K':
+            if (!parse_u64(optarg, &compact)) {
+                fprintf(stderr, "sluice master: --compact-bytes '%s': a positive integer\n",
                         optarg);
                 return 2;
             }
@@ -196,7 +206,8 @@ int sl_cli_master(int argc, char **argv)
                           .lease_timeout_ms = lease_ms,
                           .max_fleet_workers = (uint32_t)fleet,
                           .client_idle_ms = client_idle_ms,
-                          .max_split_failures = (uint32_t)split_failures};
+                          .max_split_failures = (uint32_t)split_failures,
+                          .compact_bytes = compact};
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);

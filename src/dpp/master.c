@@ -200,6 +200,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
                                .max_workers = o->max_workers,
                                .max_clients = o->max_clients,
                                .max_answers = o->max_answers,
+                               .compact_bytes = o->compact_bytes,
                                .allocator = m->a};
     sl_dpp_journal_open_info_t info;
     sl_err_t rc = sl_dpp_master_open(&so, m->started_ms, &m->st, &info, err);
@@ -627,15 +628,18 @@ json_t *sl_master_status_json(sl_master_t *m)
     sl_dpp_master_counters_t c;
     sl_dpp_master_counters(m->st, &c);
     json_t *o = json_pack(
-        "{s:b, s:s, s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}, s:s}",
+        "{s:b, s:s, s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, "
+        "s:I}, s:s}",
         "ready", !m->failed, "address", m->address, "uptime_s",
         (json_int_t)((mp_now_ms() - m->started_ms) / 1000), "jobs", (json_int_t)c.jobs, "workers",
         (json_int_t)m->nworkers_connected, "clients", (json_int_t)m->nclients_connected,
         "leases_granted", (json_int_t)c.leases_granted, "lease_expiries", (json_int_t)c.expiries,
-        "commits", (json_int_t)c.commits, "overlaps", (json_int_t)c.overlaps, "stale",
-        (json_int_t)(c.stale_commits + c.stale_refused), "journal_syncs",
-        (json_int_t)c.journal_syncs, "splits", "pending", (json_int_t)c.pending, "leased",
-        (json_int_t)c.leased, "done", (json_int_t)c.done, "failure", m->failure);
+        "lease_revocations", (json_int_t)c.revocations, "commits", (json_int_t)c.commits,
+        "overlaps", (json_int_t)c.overlaps, "stale",
+        (json_int_t)(c.stale_commits + c.stale_refused + c.unleased_commits), "journal_syncs",
+        (json_int_t)c.journal_syncs, "compactions", (json_int_t)c.compactions, "splits",
+        "pending", (json_int_t)c.pending, "leased", (json_int_t)c.leased, "done",
+        (json_int_t)c.done, "failure", m->failure);
     json_t *failed = json_array();
     for (uint32_t i = 0; o != NULL && failed != NULL && i < m->opts.max_jobs; i++) {
         sl_dpp_master_job_status_t st;
@@ -731,18 +735,27 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");
     sl_prom_sample(&p, "sluice_master_lease_expiries_total", NULL, (double)c.expiries);
     sl_prom_family(&p, "sluice_master_commits_total", "counter", "Commit answers by result.");
-    static const char *res[] = {"committed", "overlap", "stale", "unknown", "repeated",
-                                "wrong_rank"};
-    uint64_t rv[] = {c.commits,          c.overlaps,        c.stale_commits, c.unknown_commits,
-                     c.repeated_commits, m->rank_refused};
-    for (int i = 0; i < 6; i++)
+    static const char *res[] = {"committed", "overlap",    "stale",     "unknown",
+                                "repeated",  "wrong_rank", "not_leased"};
+    uint64_t rv[] = {c.commits,          c.overlaps,      c.stale_commits,   c.unknown_commits,
+                     c.repeated_commits, m->rank_refused, c.unleased_commits};
+    for (int i = 0; i < 7; i++)
         sl_prom_sample(&p, "sluice_master_commits_total",
                        sl_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
     sl_prom_family(&p, "sluice_master_split_failures_total", "counter",
                    "SPLIT_FAILED reports counted (a worker could not read a split).");
     sl_prom_sample(&p, "sluice_master_split_failures_total", NULL, (double)c.split_failures);
+    sl_prom_family(&p, "sluice_master_lease_revocations_total", "counter",
+                   "Leases revoked because their worker id registered without them.");
+    sl_prom_sample(&p, "sluice_master_lease_revocations_total", NULL, (double)c.revocations);
+    sl_prom_family(&p, "sluice_master_worker_ids_in_use_total", "counter",
+                   "Registrations refused: the worker id has another live process.");
+    sl_prom_sample(&p, "sluice_master_worker_ids_in_use_total", NULL, (double)m->ids_in_use);
     sl_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
     sl_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
+    sl_prom_family(&p, "sluice_master_journal_compactions_total", "counter",
+                   "Journal compactions (snapshot written, journal emptied) in this run.");
+    sl_prom_sample(&p, "sluice_master_journal_compactions_total", NULL, (double)c.compactions);
     sl_prom_family(&p, "sluice_master_memory_bytes", "gauge", "Resident memory of the master.");
     sl_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
     executor_metrics(m, &p);

@@ -18,8 +18,11 @@
  *
  * Exactly once (docs/DESIGN.md, "Exactly once per epoch"): a commit is
  * accepted iff its row range overlaps no committed range of its (job, epoch,
- * split); repeated (client_id, nonce) pairs get their first answer again,
- * also after a master restart.
+ * split) and its lease (split, generation) is live; repeated (client_id,
+ * nonce) pairs get their first answer again, also after a master restart.
+ * A worker's HEARTBEAT renews only the leases it lists, its REGISTER
+ * revokes the others of its id, and one live process holds a worker id
+ * (the REGISTER incarnation).
  *
  * Thread safety: every sl_master_* call may be made from any thread
  * (admin handlers run on libmicrohttpd's thread). */
@@ -57,6 +60,7 @@ typedef struct sl_master_opts {
     uint32_t max_fleet_workers;  /* workers of all jobs together (sl_master_fair_share); 0: no limit */
     uint32_t max_split_failures; /* a split failing this often in one epoch fails its job (or
                                     is skipped: on_bad_split); 0: 3 */
+    uint64_t compact_bytes;      /* journal size that triggers a compaction; 0: 64 MiB */
     /* Tuning of every job's autoscaler (thresholds, streaks, cooldown); the
      * bounds come from each job's min_workers/max_workers. NULL: defaults
      * of sl_autoscale_opts_default. */
@@ -155,22 +159,23 @@ json_t *sl_master_workers_json(sl_master_t *m);
 
 /* GET /status: {"ready", "address", "uptime_s", "jobs" (count), "workers"
  * (connected), "clients" (connected), "leases_granted", "lease_expiries",
- * "commits", "overlaps", "stale", "journal_syncs", "splits": {"pending",
- * "leased", "done"}, "failure", "failed_jobs": [{"id", "failure"}], and
- * "executor" after sl_master_executor_report}. NULL when out of memory.
- * Caller owns. */
+ * "lease_revocations", "commits", "overlaps", "stale", "journal_syncs",
+ * "compactions" (this run), "splits": {"pending", "leased", "done"},
+ * "failure", "failed_jobs": [{"id", "failure"}], and "executor" after
+ * sl_master_executor_report}. NULL when out of memory. Caller owns. */
 json_t *sl_master_status_json(sl_master_t *m);
 
 /* GET /metrics: Prometheus text (prom.h), sluice_master_* families: jobs,
  * workers, clients, splits{job,state}, leases_granted_total,
- * lease_expiries_total, commits_total{result}, committed_rows{job},
+ * lease_expiries_total, lease_revocations_total, worker_ids_in_use_total,
+ * commits_total{result}, committed_rows{job},
  * samples_committed_total{job}, trainer_wait_ratio{job},
  * worker_busy_ratio{job}, worker_queue_batches{job}, desired_workers{job},
  * granted_workers{job}, worker_memory_bytes{job}, job_failed{job},
  * skipped_splits_total{job}, skipped_rows_total{job}, client_records,
  * clients_evicted_total, split_failures_total, journal_syncs_total,
- * memory_bytes, and the executor_* families after an executor report.
- * Caller owns (free()); NULL when out of memory. */
+ * journal_compactions_total, memory_bytes, and the executor_* families
+ * after an executor report. Caller owns (free()); NULL when out of memory. */
 char *sl_master_metrics_text(sl_master_t *m);
 
 /* ---- executor (the local one, or an external orchestrator through /jobs) ---------- */

@@ -258,12 +258,24 @@ void m_client_remember(sl_dpp_master_t *m, uint32_t ci, uint64_t nonce)
 
 /* ---- commit and split read ------------------------------------------------------- */
 
+/* Why a commit under generation is refused because its lease is not the
+ * split's live one (the live API only: replay applies commits as written). */
+static const char *lease_gone(const split_st *s, uint64_t generation)
+{
+    if (s->state == SL_DPP_SPLIT_DONE) return "the split is done";
+    if (s->state == SL_DPP_SPLIT_LEASED && s->generation != generation)
+        return "the split is leased under another generation";
+    if (s->state == SL_DPP_SPLIT_LEASED) return NULL;
+    return s->generation == generation ? "that lease has ended (expired, revoked or reported)"
+                                       : "no such lease";
+}
+
 sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
-                              uint32_t split, uint64_t from_row, uint64_t to_row,
-                              const char *client_id, uint64_t nonce,
+                              uint32_t split, uint64_t generation, uint64_t from_row,
+                              uint64_t to_row, const char *client_id, uint64_t nonce,
                               sl_dpp_commit_result_t *result, sl_error_t *err)
 {
-    sl_dpp_commit_t c = {job_id, epoch, split, from_row, to_row, client_id, nonce, 0};
+    sl_dpp_commit_t c = {job_id, epoch, split, generation, from_row, to_row, client_id, nonce, 0};
     return sl_dpp_master_commit_batch(m, &c, result, err);
 }
 
@@ -272,7 +284,8 @@ sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c
 {
     const char *job_id = c->job_id, *client_id = c->client_id;
     uint32_t epoch = c->epoch, split = c->split;
-    uint64_t from_row = c->from_row, to_row = c->to_row, nonce = c->nonce;
+    uint64_t generation = c->generation, from_row = c->from_row, to_row = c->to_row;
+    uint64_t nonce = c->nonce;
     uint32_t ci, slot;
     sl_err_t rc;
     if (client_id == NULL || !m_name_ok(m, client_id))
@@ -326,6 +339,19 @@ sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c
                      "rows",
                      job_id, epoch, split, (unsigned long long)from_row,
                      (unsigned long long)to_row);
+        return SL_OK;
+    }
+    /* Only the live lease's batches commit: rows of a split nobody holds
+     * (a confused or rogue client) or of a lease that ended are never
+     * marked delivered; the split's next lease reads them. */
+    const char *gone = lease_gone(&jb->st[split], generation);
+    if (gone != NULL) {
+        m->c.unleased_commits++;
+        *result = SL_DPP_STALE_EPOCH;
+        sl_error_set(err, SL_DPP_STALE,
+                     "commit: job '%s' epoch %u split %u: generation %llu is not the live lease "
+                     "(%s)",
+                     job_id, epoch, split, (unsigned long long)generation, gone);
         return SL_OK;
     }
     if (jb->st[split].nr >= m->opts.max_ranges)

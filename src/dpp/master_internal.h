@@ -27,6 +27,7 @@ typedef struct split_st {
     uint32_t worker; /* LEASED: index in m->workers */
     uint8_t state;   /* sl_dpp_split_state_t */
     uint8_t in_heap; /* its position is in job->heap */
+    uint8_t named;   /* scratch of sl_dpp_master_register: named by the worker (0 between calls) */
     uint16_t failures; /* SPLIT_FAILED reports this epoch (saturating) */
 } split_st;
 

@@ -29,7 +29,8 @@ typedef struct mp_worker {
     char job[MP_ID_MAX];  /* "" until its first lease when it registered for any job */
     char serve[MP_ADDR_MAX], admin[MP_ADDR_MAX];
     int conn;             /* index in m->conns, -1 when disconnected */
-    uint64_t last_seen_ms;
+    uint64_t last_seen_ms; /* last frame from its connection */
+    uint64_t incarnation;  /* of the process on conn (REGISTER; 0: not told) */
     double busy;
     uint32_t queued, leases;
     uint64_t memory, batches, samples;
@@ -89,6 +90,7 @@ struct sl_master {
     /* counters */
     uint64_t frames_in, protocol_errors, connections_total;
     uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */
+    uint64_t ids_in_use;   /* registrations refused: the worker id has another live process */
     sl_dpp_executor_stats_t exec; /* the local executor's last report */
     bool has_exec;
     uint32_t nclients_connected, nworkers_connected;

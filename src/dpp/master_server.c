@@ -6,6 +6,7 @@
  * until the round's single sync has returned (group commit); the rest
  * leave at once. Sends block (small frames; SO_SNDTIMEO bounds a peer that
  * stops reading, which is then dropped). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -105,6 +106,66 @@ static bool id_ok(const char *s)
     return true;
 }
 
+/* The leases a worker names (REGISTER, HEARTBEAT) for the state machine,
+ * NULL refs skipped. Caller frees *out (NULL when n is 0). @return false
+ * when out of memory. */
+static bool lease_refs(Sluice__Control__SplitRef *const *refs, size_t n, sl_dpp_lease_ref_t **out,
+                       uint32_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    if (n == 0) return true;
+    if (n > UINT32_MAX || (*out = malloc(n * sizeof **out)) == NULL) return false;
+    for (size_t k = 0; k < n; k++)
+        if (refs[k] != NULL)
+            (*out)[(*count)++] = (sl_dpp_lease_ref_t){refs[k]->job_id, refs[k]->epoch,
+                                                      refs[k]->split, refs[k]->generation};
+    return true;
+}
+
+static void peer_name(int fd, char *out, size_t cap)
+{
+    struct sockaddr_storage sa = {0};
+    socklen_t len = sizeof sa;
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (getpeername(fd, (struct sockaddr *)&sa, &len) == 0 && sa.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        port = ntohs(in->sin_port);
+    } else if (sa.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        port = ntohs(in6->sin6_port);
+    }
+    snprintf(out, cap, "%s:%u", host, port);
+}
+
+/* A REGISTER for w on connection i while w is connected on another one:
+ * the same process reconnecting (same incarnation), or an old connection
+ * closed or silent past the lease timeout, is replaced; a live connection
+ * of another process keeps the id and this registration is refused (two
+ * processes under one id would renew and revoke each other's leases).
+ * @return true when i may take the id. */
+static bool may_take_id(sl_master_t *m, uint32_t i, const mp_worker *w, uint64_t incarnation,
+                        uint64_t now)
+{
+    uint64_t ago = now > w->last_seen_ms ? now - w->last_seen_ms : 0;
+    if ((incarnation != 0 && incarnation == w->incarnation) || ago >= m->opts.lease_timeout_ms)
+        return true;
+    char peer[INET6_ADDRSTRLEN + 8], msg[SL_ERROR_MSG_MAX];
+    peer_name(m->conns[w->conn].fd, peer, sizeof peer);
+    snprintf(msg, sizeof msg,
+             "worker id '%s' is in use by another live worker process (connected from "
+             "%s, heard from %llu ms ago); stop that process or give this one another "
+             "--worker-id",
+             w->id, peer, (unsigned long long)ago);
+    m->ids_in_use++;
+    send_error(m, i, SL_ERR_INVALID, msg);
+    conn_close(m, i);
+    return false;
+}
+
 static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register *r)
 {
     mp_conn *c = &m->conns[i];
@@ -126,12 +187,31 @@ static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Regis
         conn_close(m, i);
         return;
     }
-    if (w->conn >= 0 && w->conn != (int)i) conn_close(m, (uint32_t)w->conn); /* reconnected */
+    uint64_t now = mp_now_ms();
+    if (w->conn >= 0 && w->conn != (int)i) {
+        if (!may_take_id(m, i, w, r->incarnation, now)) return;
+        conn_close(m, (uint32_t)w->conn); /* reconnected, or its process is gone */
+    }
+    /* The process's own list is authoritative: leases of this id it does
+     * not hold (a predecessor's, a grant it never received) go back now. */
+    sl_dpp_lease_ref_t *held;
+    uint32_t nheld;
+    if (!lease_refs(r->leases, r->n_leases, &held, &nheld)) {
+        send_error(m, i, SL_ERR_NOMEM, "register: lease list");
+        conn_close(m, i);
+        return;
+    }
+    sl_error_t err = {0};
+    if (!m->failed &&
+        sl_dpp_master_register(m->st, w->id, held, nheld, now, NULL, NULL, &err) != SL_OK)
+        mp_fail(m, &err);
+    free(held);
+    w->incarnation = r->incarnation;
     snprintf(w->serve, sizeof w->serve, "%s", r->serve_address);
     snprintf(w->admin, sizeof w->admin, "%s", r->admin_address);
     if (r->job_id[0] != '\0') snprintf(w->job, sizeof w->job, "%s", r->job_id);
     w->conn = (int)i;
-    w->last_seen_ms = mp_now_ms();
+    w->last_seen_ms = now;
     c->kind = MP_WORKER;
     c->worker = wi;
     m->nworkers_connected++;
@@ -240,8 +320,15 @@ static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Hear
     mp_worker *w = &m->workers[m->conns[i].worker];
     uint64_t now = mp_now_ms();
     sl_error_t err = {0};
-    sl_dpp_master_renew(m->st, w->id, now, NULL, &err);
-    w->last_seen_ms = now;
+    /* Only the leases it names: a grant it never received is not renewed. */
+    sl_dpp_lease_ref_t *held;
+    uint32_t nheld;
+    if (!lease_refs(h->leases, h->n_leases, &held, &nheld)) {
+        send_error(m, i, SL_ERR_NOMEM, "heartbeat: lease list");
+        return;
+    }
+    sl_dpp_master_renew(m->st, w->id, held, nheld, now, NULL, &err);
+    free(held);
     w->busy = h->busy_fraction < 0 ? 0 : h->busy_fraction > 1 ? 1 : h->busy_fraction;
     w->queued = h->queued_batches;
     w->memory = h->memory_used;
@@ -479,8 +566,9 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
     }
     sl_error_t err = {0};
     sl_dpp_commit_result_t res = SL_DPP_UNKNOWN;
-    sl_dpp_commit_t co = {cm->ref->job_id,    cm->ref->epoch, cm->ref->split, cm->rows->from_row,
-                          cm->rows->to_row,   cm->client_id,  cm->nonce,      cm->num_samples};
+    sl_dpp_commit_t co = {cm->ref->job_id,  cm->ref->epoch, cm->ref->split,
+                          cm->ref->generation, cm->rows->from_row, cm->rows->to_row,
+                          cm->client_id,    cm->nonce,      cm->num_samples};
     sl_err_t rc = m->failed ? SL_ERR_IO : sl_dpp_master_commit_batch(m->st, &co, &res, &err);
     if (rc != SL_OK) {
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
@@ -559,6 +647,7 @@ static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f)
     mp_conn *c = &m->conns[i];
     m->frames_in++;
     bool worker = c->kind == MP_WORKER, client = c->kind == MP_CLIENT;
+    if (worker) m->workers[c->worker].last_seen_ms = mp_now_ms(); /* heard from (may_take_id) */
     switch (f->type) {
     case SL_RPC_REGISTER:
         if (c->kind == MP_NEW) return on_register(m, i, (const void *)f->msg);

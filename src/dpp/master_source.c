@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@ struct sl_dpp_master_source {
     sl_dpp_master_source_opts_t o;
     const sl_allocator_t *a;
     char *master, *worker_id, *serve_address, *admin_address;
+    uint64_t incarnation;    /* random, this source's (process's) identity in REGISTER */
     pthread_mutex_t conn_mu; /* the connection: one call at a time */
     int fd;                  /* -1: not connected */
     bool ever_connected;
@@ -59,6 +61,10 @@ struct sl_dpp_master_source {
     char job_id[256];
     char *spec_json; /* of the job served, from its first lease */
     bool cancel, stop, finished;
+    /* The master refused this worker's registration for good (its id is
+     * another live process's): every call fails with this from now on. */
+    sl_err_t fatal;
+    char fatal_msg[SL_ERROR_MSG_MAX];
     sl_dpp_worker_t *worker;
     uint64_t lease_timeout_ms, heartbeat_ms;
     sl_dpp_master_source_stats_t st;
@@ -129,6 +135,66 @@ static void lease_remove(sl_dpp_master_source_t *ms, lease_t *l)
     ms->st.leases_held--;
 }
 
+/* ---- the leases held, as the master hears of them ---- */
+
+static void fill_ref(Sluice__Control__SplitRef *r, char *job, const lease_t *l)
+{
+    r->job_id = job;
+    r->epoch = l->epoch;
+    r->split = l->split;
+    r->generation = l->generation;
+}
+
+/* The leases this worker holds (not revoked), for REGISTER and HEARTBEAT:
+ * the master keeps alive exactly those. */
+typedef struct held {
+    char job[256];
+    Sluice__Control__SplitRef *refs, **ptrs;
+    uint32_t n, cap;
+} held_t;
+
+/* Under ms->mu. @return false when out of memory (send nothing then: an
+ * empty list would give the leases up). */
+static bool held_collect(sl_dpp_master_source_t *ms, held_t *h)
+{
+    snprintf(h->job, sizeof h->job, "%s", ms->job_id);
+    h->n = h->cap = 0;
+    h->refs = NULL;
+    h->ptrs = NULL;
+    for (lease_t *l = ms->leases; l; l = l->next)
+        h->cap += !l->revoked;
+    if (h->cap == 0) return true;
+    h->refs = sl_calloc(ms->a, h->cap, sizeof *h->refs);
+    h->ptrs = sl_calloc(ms->a, h->cap, sizeof *h->ptrs);
+    if (!h->refs || !h->ptrs) return false;
+    for (lease_t *l = ms->leases; l; l = l->next) {
+        if (l->revoked) continue;
+        h->refs[h->n] = (Sluice__Control__SplitRef)SLUICE__CONTROL__SPLIT_REF__INIT;
+        fill_ref(&h->refs[h->n], h->job, l);
+        h->ptrs[h->n] = &h->refs[h->n];
+        h->n++;
+    }
+    return true;
+}
+
+static void held_free(sl_dpp_master_source_t *ms, held_t *h)
+{
+    if (h->refs) sl_free(ms->a, h->refs, (size_t)h->cap * sizeof *h->refs);
+    if (h->ptrs) sl_free(ms->a, h->ptrs, (size_t)h->cap * sizeof *h->ptrs);
+    h->refs = NULL;
+    h->ptrs = NULL;
+}
+
+/* The refusal that ended this worker's registrations, if any. */
+static sl_err_t fatal_of(sl_dpp_master_source_t *ms, sl_error_t *err)
+{
+    pthread_mutex_lock(&ms->mu);
+    sl_err_t rc = ms->fatal;
+    if (rc) sl_error_set(err, rc, "%s", ms->fatal_msg);
+    pthread_mutex_unlock(&ms->mu);
+    return rc;
+}
+
 /* ---- the connection ---- */
 
 static void disconnect(sl_dpp_master_source_t *ms)
@@ -145,7 +211,11 @@ static sl_err_t recv_reply(sl_dpp_master_source_t *ms, const char *what, sl_rpc_
     if (rc) return sl_error_prefix(err, "master %s: %s: ", ms->master, what);
     if (f->type == SL_RPC_ERROR) {
         const Sluice__Dpp__Error *e = (const Sluice__Dpp__Error *)f->msg;
-        rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: %s: refused: %s", ms->master, what,
+        /* The master's code is kept: connect_master tells a refusal that
+         * will not change (INVALID, VERSION) from a passing one. */
+        sl_err_t code = e->code < 0 && e->code >= SL_ERR_UNSUPPORTED ? (sl_err_t)e->code
+                                                                      : SL_ERR_PROTOCOL;
+        rc = sl_error_set(err, code, "master %s: %s: refused: %s", ms->master, what,
                           e->message ? e->message : "");
         sl_rpc_frame_free(f);
         return rc;
@@ -159,10 +229,17 @@ static sl_err_t recv_reply(sl_dpp_master_source_t *ms, const char *what, sl_rpc_
     return SL_OK;
 }
 
-/* Under conn_mu: connect and REGISTER. */
+/* Under conn_mu: connect and REGISTER, naming every lease held (the
+ * master revokes the others of this worker id). A refusal that will not
+ * change (the id is another live process's, another protocol version) is
+ * fatal: recorded, and every later call fails with it. */
 static sl_err_t connect_master(sl_dpp_master_source_t *ms, sl_error_t *err)
 {
-    sl_err_t rc = sl_rpc_connect(ms->master, ms->o.connect_timeout_ms, &ms->fd, err);
+    sl_error_t local = {0};
+    if (!err) err = &local;
+    sl_err_t rc = fatal_of(ms, err);
+    if (rc) return rc;
+    rc = sl_rpc_connect(ms->master, ms->o.connect_timeout_ms, &ms->fd, err);
     if (rc) {
         ms->fd = -1;
         return sl_error_prefix(err, "master %s: ", ms->master);
@@ -177,15 +254,31 @@ static sl_err_t connect_master(sl_dpp_master_source_t *ms, sl_error_t *err)
     r.serve_address = ms->serve_address;
     r.admin_address = ms->admin_address;
     r.threads = ms->o.threads;
+    r.incarnation = ms->incarnation;
+    held_t h;
     pthread_mutex_lock(&ms->mu);
-    char job[sizeof ms->job_id];
-    snprintf(job, sizeof job, "%s", ms->job_id);
+    bool ok = held_collect(ms, &h);
     pthread_mutex_unlock(&ms->mu);
-    r.job_id = job;
+    if (!ok) {
+        held_free(ms, &h);
+        disconnect(ms);
+        return sl_error_set(err, SL_ERR_NOMEM, "master %s: register: out of memory", ms->master);
+    }
+    r.job_id = h.job;
+    r.n_leases = h.n;
+    r.leases = h.ptrs;
     sl_rpc_frame_t f = {0};
-    if ((rc = sl_rpc_send(ms->fd, SL_RPC_REGISTER, &r.base, NULL, 0, err)) ||
-        (rc = recv_reply(ms, "register", SL_RPC_REGISTERED, &f, err))) {
+    rc = sl_rpc_send(ms->fd, SL_RPC_REGISTER, &r.base, NULL, 0, err);
+    held_free(ms, &h);
+    if (rc || (rc = recv_reply(ms, "register", SL_RPC_REGISTERED, &f, err))) {
         if (rc == SL_ERR_CLOSED) sl_error_prefix(err, "register: ");
+        if (rc == SL_ERR_INVALID || rc == SL_ERR_VERSION) {
+            pthread_mutex_lock(&ms->mu);
+            ms->fatal = rc;
+            snprintf(ms->fatal_msg, sizeof ms->fatal_msg, "%s", err->msg);
+            pthread_cond_broadcast(&ms->cv);
+            pthread_mutex_unlock(&ms->mu);
+        }
         disconnect(ms);
         return rc;
     }
@@ -289,8 +382,11 @@ static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retr
     q.worker_id = ms->worker_id;
     q.job_id = job;
     sl_rpc_frame_t f = {0};
-    /* LEASE or NO_WORK: ask for LEASE and accept NO_WORK below */
+    /* LEASE or NO_WORK: ask for LEASE and accept NO_WORK below. The
+     * connection stays locked until a lease received is linked, so that a
+     * REGISTER (a reconnect by another thread) cannot leave it unnamed. */
     pthread_mutex_lock(&ms->conn_mu);
+    ask_t res;
     sl_err_t rc = SL_OK;
     if (ms->fd < 0) rc = connect_master(ms, err);
     if (!rc && (rc = sl_rpc_send(ms->fd, SL_RPC_LEASE_REQUEST, &q.base, NULL, 0, err)))
@@ -300,9 +396,12 @@ static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retr
         if ((rc = sl_rpc_recv(ms->fd, &lim, ms->a, &f, err)))
             sl_error_prefix(err, "master %s: lease request: ", ms->master);
     }
-    if (rc) disconnect(ms);
-    pthread_mutex_unlock(&ms->conn_mu);
-    if (rc) return rc == SL_ERR_NOMEM ? ASK_FATAL : ASK_RETRY;
+    if (rc) {
+        disconnect(ms);
+        sl_error_t ignored = {0};
+        res = rc == SL_ERR_NOMEM || fatal_of(ms, &ignored) ? ASK_FATAL : ASK_RETRY;
+        goto done;
+    }
     if (f.type == SL_RPC_NO_WORK) {
         const Sluice__Control__NoWork *nw = (const Sluice__Control__NoWork *)f.msg;
         *retry_ms = nw->retry_ms < 10 ? 10 : nw->retry_ms > 5000 ? 5000 : nw->retry_ms;
@@ -315,8 +414,8 @@ static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retr
             pthread_mutex_unlock(&ms->mu);
             sl_error_set(err, SL_ERR_CLOSED, "master %s: the job is finished", ms->master);
         }
-        sl_rpc_frame_free(&f);
-        return fin ? ASK_FINISHED : ASK_NO_WORK;
+        res = fin ? ASK_FINISHED : ASK_NO_WORK;
+        goto done;
     }
     if (f.type != SL_RPC_LEASE) {
         if (f.type == SL_RPC_ERROR) {
@@ -328,11 +427,9 @@ static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retr
                               "master %s: lease request: expected a lease or no_work frame, got %s",
                               ms->master, sl_rpc_type_name(f.type));
         }
-        sl_rpc_frame_free(&f);
-        pthread_mutex_lock(&ms->conn_mu);
         disconnect(ms);
-        pthread_mutex_unlock(&ms->conn_mu);
-        return ASK_FATAL;
+        res = ASK_FATAL;
+        goto done;
     }
     const Sluice__Control__Lease *m = (const Sluice__Control__Lease *)f.msg;
     lease_t *l = NULL;
@@ -365,8 +462,11 @@ static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retr
     }
     pthread_mutex_unlock(&ms->mu);
     if (rc) lease_free(ms, l);
+    res = rc ? ASK_FATAL : ASK_LEASE;
+done:
+    pthread_mutex_unlock(&ms->conn_mu);
     sl_rpc_frame_free(&f);
-    return rc ? ASK_FATAL : ASK_LEASE;
+    return res;
 }
 
 /* Under ms->mu: a lease granted but not handed to the reader yet. */
@@ -389,9 +489,12 @@ static sl_err_t get_lease(sl_dpp_master_source_t *ms, uint64_t deadline_ns, bool
         pthread_mutex_lock(&ms->mu);
         sl_err_t closed = ms->cancel ? SL_ERR_CLOSED : SL_OK;
         if (ms->stop || ms->finished) closed = SL_ERR_CLOSED;
-        lease_t *l = closed ? NULL : unhanded(ms);
+        sl_err_t fatal = ms->fatal;
+        if (fatal) sl_error_set(err, fatal, "%s", ms->fatal_msg);
+        lease_t *l = closed || fatal ? NULL : unhanded(ms);
         if (l && hand) l->handed = true;
         pthread_mutex_unlock(&ms->mu);
+        if (fatal) return fatal;
         if (closed)
             return sl_error_set(err, SL_ERR_CLOSED, "master %s: no more work for this worker",
                                 ms->master);
@@ -547,14 +650,6 @@ sl_dpp_split_source_t sl_dpp_master_source_split_source(sl_dpp_master_source_t *
 
 /* ---- the control thread ---- */
 
-static void fill_ref(Sluice__Control__SplitRef *r, char *job, const lease_t *l)
-{
-    r->job_id = job;
-    r->epoch = l->epoch;
-    r->split = l->split;
-    r->generation = l->generation;
-}
-
 /* Report one lease whose rows are all read and batches all retired.
  * Called without ms->mu. @return false on a connection problem (retry). */
 static bool report(sl_dpp_master_source_t *ms, lease_t *l)
@@ -689,28 +784,20 @@ static bool report_ready(sl_dpp_master_source_t *ms)
 
 static void heartbeat(sl_dpp_master_source_t *ms)
 {
-    char job[sizeof ms->job_id];
+    held_t h;
     pthread_mutex_lock(&ms->mu);
-    snprintf(job, sizeof job, "%s", ms->job_id);
-    uint32_t n = 0;
-    for (lease_t *l = ms->leases; l; l = l->next)
-        n += !l->revoked;
-    Sluice__Control__SplitRef *refs = n ? sl_calloc(ms->a, n, sizeof *refs) : NULL;
-    Sluice__Control__SplitRef **rp = n ? sl_calloc(ms->a, n, sizeof *rp) : NULL;
-    uint32_t k = 0;
-    for (lease_t *l = ms->leases; l && refs && rp; l = l->next) {
-        if (l->revoked) continue;
-        refs[k] = (Sluice__Control__SplitRef)SLUICE__CONTROL__SPLIT_REF__INIT;
-        fill_ref(&refs[k], job, l);
-        rp[k] = &refs[k];
-        k++;
-    }
+    bool ok = held_collect(ms, &h);
     sl_dpp_worker_t *w = ms->worker;
     pthread_mutex_unlock(&ms->mu);
+    if (!ok) { /* the next heartbeat tries again, before the leases expire */
+        held_free(ms, &h);
+        fprintf(stderr, "sluice worker: heartbeat: out of memory\n");
+        return;
+    }
     Sluice__Control__Heartbeat hb = SLUICE__CONTROL__HEARTBEAT__INIT;
     hb.worker_id = ms->worker_id;
-    hb.n_leases = k;
-    hb.leases = rp;
+    hb.n_leases = h.n;
+    hb.leases = h.ptrs;
     uint64_t now = mono_ns();
     if (w) {
         /* busy: the busier of the reader (read, filter, batch) and the
@@ -738,8 +825,7 @@ static void heartbeat(sl_dpp_master_source_t *ms)
     sl_error_t err = {0};
     sl_err_t rc =
         call(ms, SL_RPC_HEARTBEAT, &hb.base, "heartbeat", SL_RPC_HEARTBEAT_REPLY, &f, &err);
-    if (refs) sl_free(ms->a, refs, (size_t)n * sizeof *refs);
-    if (rp) sl_free(ms->a, rp, (size_t)n * sizeof *rp);
+    held_free(ms, &h);
     if (rc) {
         fprintf(stderr, "sluice worker: %s\n", err.msg);
         return;
@@ -776,6 +862,19 @@ static void *control_main(void *arg)
     uint64_t retry_at = 0;
     pthread_mutex_lock(&ms->mu);
     while (!ms->cancel) {
+        if (ms->fatal) {
+            /* Refused for good (another live process has this worker id):
+             * the worker fails with the master's message; nothing more is
+             * said to the master. w stays valid: sl_dpp_worker_stop
+             * cancels (joins this thread) before the worker goes. */
+            sl_dpp_worker_t *w = ms->worker;
+            char msg[SL_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", ms->fatal_msg);
+            sl_err_t code = ms->fatal;
+            pthread_mutex_unlock(&ms->mu);
+            if (w) sl_dpp_worker_fail(w, code, msg);
+            return NULL;
+        }
         uint64_t now = mono_ns();
         bool ready = false;
         for (lease_t *l = ms->leases; l && !ready; l = l->next)
@@ -825,6 +924,9 @@ sl_err_t sl_dpp_master_source_new(const sl_dpp_master_source_opts_t *opts,
     if (ms->o.connect_timeout_ms <= 0) ms->o.connect_timeout_ms = DEFAULT_TIMEOUT_MS;
     if (!ms->o.max_todo) ms->o.max_todo = DEFAULT_MAX_TODO;
     ms->fd = -1;
+    if (getrandom(&ms->incarnation, sizeof ms->incarnation, 0) != sizeof ms->incarnation)
+        ms->incarnation = (uint64_t)mono_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+    if (ms->incarnation == 0) ms->incarnation = 1; /* 0: "not told" to the master */
     pthread_mutex_init(&ms->conn_mu, NULL);
     pthread_mutex_init(&ms->mu, NULL);
     pthread_condattr_t attr;

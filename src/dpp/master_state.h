@@ -12,9 +12,10 @@
  * Progress is a set of committed row ranges per split (rows 0..num_rows,
  * split-relative, filtered rows included). A trainer client commits the
  * range of each batch before handing it to its trainer (sl_dpp_master_commit):
- * accepted iff it overlaps no committed range of that (job, epoch, split),
- * whatever lease generation produced it, so of two copies of a batch at
- * most one is ever delivered. A lease hands out the split's `todo`: the
+ * accepted iff it overlaps no committed range of that (job, epoch, split)
+ * and the lease (generation) that produced it is the split's live lease,
+ * so of two copies of a batch at most one is ever delivered, and a lease
+ * that ended adds no rows. A lease hands out the split's `todo`: the
  * rows not committed yet. SPLIT_READ from the live lease commits the ranges
  * that produced no sample and releases the split: DONE if covered, else
  * PENDING to be leased again with what is left. A split whose rows are all
@@ -35,6 +36,13 @@
  * generation that is not the split's live lease is refused with
  * SL_DPP_STALE: a worker that comes back after its lease expired cannot end
  * someone else's lease.
+ *
+ * Liveness: a lease lives lease_timeout_ms from its grant, and longer only
+ * while its worker names it (sl_dpp_master_renew on HEARTBEAT,
+ * sl_dpp_master_register on REGISTER, which also revokes every lease of
+ * that worker id it does not name). So a grant whose LEASE frame never
+ * reached the worker, or the leases of a process replaced under the same
+ * worker id, never outlive one lease timeout.
  *
  * Durability (opts.state_dir set): every change is one journal record.
  * Records are buffered; sl_dpp_master_sync writes and fdatasyncs them (group
@@ -212,35 +220,72 @@ typedef struct sl_dpp_lease {
 sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const char *worker,
                                   uint64_t now_ms, sl_dpp_lease_t *out, sl_error_t *err);
 
-/* Heartbeat: every lease of worker now expires at now + timeout. *renewed
- * (may be NULL) gets their number. An unknown worker renews nothing. */
-sl_err_t sl_dpp_master_renew(sl_dpp_master_t *m, const char *worker, uint64_t now_ms,
+/* A lease as its worker names it (HEARTBEAT, REGISTER). */
+typedef struct sl_dpp_lease_ref {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t generation;
+} sl_dpp_lease_ref_t;
+
+/* Heartbeat: the worker's own list of leases is authoritative. Each of
+ * held[0..num_held) that is a live lease of worker now expires at now +
+ * timeout; a named lease that is not (expired, another worker's, unknown)
+ * is skipped, and a lease of worker it does not name is NOT renewed: it
+ * expires at its expiry (a LEASE the worker never received lives at most
+ * one lease timeout). *renewed (may be NULL) gets the number renewed. An
+ * unknown worker renews nothing. Never fails (err unused). */
+sl_err_t sl_dpp_master_renew(sl_dpp_master_t *m, const char *worker,
+                             const sl_dpp_lease_ref_t *held, uint32_t num_held, uint64_t now_ms,
                              uint32_t *renewed, sl_error_t *err);
+
+/* A worker (re)registers listing the leases its process holds: those are
+ * renewed as by sl_dpp_master_renew, and every other lease recorded under
+ * worker is revoked at once (journaled as an expiry; the split is PENDING
+ * again with its uncommitted rows). A worker process that starts afresh
+ * lists none, so the leases of a killed process whose replacement took its
+ * id are handed out again without waiting for them to expire. *renewed
+ * and *revoked may be NULL. @return a journal failure. */
+sl_err_t sl_dpp_master_register(sl_dpp_master_t *m, const char *worker,
+                                const sl_dpp_lease_ref_t *held, uint32_t num_held,
+                                uint64_t now_ms, uint32_t *renewed, uint32_t *revoked,
+                                sl_error_t *err);
 
 /* The answer to a commit (values as proto/control.proto CommitReply). */
 typedef enum sl_dpp_commit_result {
     SL_DPP_COMMITTED = 0, /* deliver the batch */
     SL_DPP_OVERLAP = 1,   /* a range overlapping it was committed: drop */
-    SL_DPP_STALE_EPOCH = 2, /* not the job's current epoch (or finished): drop */
+    /* not the job's current epoch (or finished), or the batch's lease
+     * (split, generation) is not live any more: drop */
+    SL_DPP_STALE_EPOCH = 2,
     SL_DPP_UNKNOWN = 3    /* no such job, split, or a range outside the split: drop */
 } sl_dpp_commit_result_t;
 
-/* Commit rows [from_row, to_row) of split of epoch for client_id under
- * nonce (see the top of this file). Every protocol outcome is SL_OK with
- * *result set (and why in err->msg for the refusals); a non-OK return is a
- * failure of the master itself (journal, memory) or SL_ERR_INVALID for a
- * bad client id, SL_ERR_TOO_LARGE past max_clients or max_ranges. A commit
- * that covers the split's last rows makes it DONE and may start the next
- * epoch. Sync before answering. */
+/* Commit rows [from_row, to_row) of split of epoch, read under the lease
+ * of that generation, for client_id under nonce (see the top of this
+ * file). In this order: a (client_id, nonce) already accepted is
+ * COMMITTED again; an unknown job or split or a bad range is UNKNOWN;
+ * another epoch is STALE_EPOCH; rows overlapping committed rows are
+ * OVERLAP; rows whose split is not leased under generation right now
+ * (the lease expired, was revoked or re-granted, the split is done) are
+ * STALE_EPOCH too: only a live lease's batches commit, so a lease that
+ * ended can no longer add rows behind the back of its successor. Every
+ * protocol outcome is SL_OK with *result set (and why in err->msg for the
+ * refusals); a non-OK return is a failure of the master itself (journal,
+ * memory) or SL_ERR_INVALID for a bad client id, SL_ERR_TOO_LARGE past
+ * max_clients or max_ranges. A commit that covers the split's last rows
+ * makes it DONE and may start the next epoch. Journal replay applies a
+ * Committed record whatever the lease state: the check is here only. Sync
+ * before answering. */
 sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
-                              uint32_t split, uint64_t from_row, uint64_t to_row,
-                              const char *client_id, uint64_t nonce,
+                              uint32_t split, uint64_t generation, uint64_t from_row,
+                              uint64_t to_row, const char *client_id, uint64_t nonce,
                               sl_dpp_commit_result_t *result, sl_error_t *err);
 
 /* A commit, with what the job's counters need. */
 typedef struct sl_dpp_commit {
     const char *job_id;
     uint32_t epoch, split;
+    uint64_t generation; /* of the lease the batch was read under */
     uint64_t from_row, to_row;
     const char *client_id;
     uint64_t nonce;
@@ -376,9 +421,11 @@ typedef struct sl_dpp_master_counters {
     uint64_t leases_granted;
     uint64_t renewals; /* leases renewed */
     uint64_t expiries;
+    uint64_t revocations; /* leases revoked by a worker's registration (not counted in expiries) */
     uint64_t completions;   /* splits DONE */
     uint64_t releases;      /* split_read leaving the split PENDING */
     uint64_t commits, overlaps, stale_commits, unknown_commits, repeated_commits;
+    uint64_t unleased_commits; /* refused: the batch's lease is not live (STALE_EPOCH) */
     uint64_t committed_rows; /* rows accepted by commits and split_read, every job */
     uint64_t stale_refused; /* split_read under a dead generation */
     uint64_t epochs_advanced;

@@ -19,6 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* How long sl_dpp_server_stop lets the sender threads of a finished job
+ * send END before it shuts the connections down. END is one small frame
+ * to a client that has read every batch: it leaves at once. */
+#define END_GRACE_MS 2000
+
 /* A queued batch. Sender threads read its frame without the lock, so an
  * ACK (or a stop) that comes while one is still writing it only marks it:
  * the last writer frees it. */
@@ -45,6 +50,8 @@ typedef struct client {
     uint32_t n_unacked;
     unacked_t *unacked; /* [max_credits] */
     bool closed, ended, done;
+    bool welcomed;    /* its sender thread runs or ran (or could not start) */
+    bool sender_done; /* its sender thread has ended */
     uint32_t rank_plus_one; /* 1 + the rank of its HELLO, 0 when over max_ranks */
     struct client *next;
 } client_t;
@@ -158,6 +165,19 @@ static void requeue_unacked(struct sl_dpp_server *s, client_t *c)
     pthread_cond_broadcast(&s->cv);
 }
 
+/* Under s->mu (released while sending): END to c, once. */
+static void send_end_locked(struct sl_dpp_server *s, client_t *c, sl_error_t *err)
+{
+    c->ended = true;
+    Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
+    e.epochs = s->o.epochs;
+    e.batches = s->st.batches_acked;
+    e.samples = s->st.samples_acked;
+    pthread_mutex_unlock(&s->mu);
+    send_locked(c, SL_RPC_END, &e.base, NULL, 0, err);
+    pthread_mutex_lock(&s->mu);
+}
+
 static void *sender_main(void *arg)
 {
     client_t *c = arg;
@@ -246,18 +266,20 @@ static void *sender_main(void *arg)
             }
         }
         if (s->finished && s->outstanding == 0 && !c->ended) {
-            c->ended = true;
-            Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
-            e.epochs = s->o.epochs;
-            e.batches = s->st.batches_acked;
-            e.samples = s->st.samples_acked;
-            pthread_mutex_unlock(&s->mu);
-            send_locked(c, SL_RPC_END, &e.base, NULL, 0, &err);
-            pthread_mutex_lock(&s->mu);
+            send_end_locked(s, c, &err);
             continue;
         }
         timed_wait(&s->cv, &s->mu, 200);
     }
+    /* Stopped with the job done (the worker exits when the last batch is
+     * acknowledged): END may not have gone out yet. Without it the client
+     * would take the close for a lost connection and try to reconnect to a
+     * worker that is gone. sl_dpp_server_stop waits for this. */
+    if (!c->closed && s->stopping && s->finished && s->outstanding == 0 && !c->ended &&
+        !s->fail_code)
+        send_end_locked(s, c, &err);
+    c->sender_done = true;
+    pthread_cond_broadcast(&s->cv);
     s->st.cpu_ns += thread_cpu_ns();
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -349,7 +371,13 @@ static void *client_main(void *arg)
     if (send_locked(c, SL_RPC_WELCOME, &w.base, NULL, 0, &err) != SL_OK) goto out;
     tv = (struct timeval){0, 0};
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    pthread_mutex_lock(&s->mu);
+    c->welcomed = true; /* from now on a stop waits for its sender (END) */
+    pthread_mutex_unlock(&s->mu);
     if (pthread_create(&c->send_thread, NULL, sender_main, c) != 0) {
+        pthread_mutex_lock(&s->mu);
+        c->sender_done = true;
+        pthread_mutex_unlock(&s->mu);
         send_error(c, SL_ERR_NOMEM, "worker: cannot start a sender thread");
         goto out;
     }
@@ -479,6 +507,14 @@ static void *accept_main(void *arg)
         }
         snprintf(c->name, sizeof c->name, "%s", host);
         pthread_mutex_lock(&s->mu);
+        if (s->stopping) {
+            /* sl_dpp_server_stop has shut the connections down already:
+             * one started now would never be (its thread would read
+             * forever and the stop join it forever) */
+            pthread_mutex_unlock(&s->mu);
+            client_free(s, c);
+            break;
+        }
         if (pthread_create(&c->recv_thread, NULL, client_main, c) != 0) {
             pthread_mutex_unlock(&s->mu);
             sl_rpc_send_error(fd, SL_ERR_NOMEM, "worker: cannot start a connection thread");
@@ -638,6 +674,14 @@ void sl_dpp_server_stats(sl_dpp_server_t *s, sl_dpp_server_stats_t *out)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Under s->mu: some welcomed client's sender has not ended yet. */
+static bool senders_running(const struct sl_dpp_server *s)
+{
+    for (const client_t *c = s->clients; c; c = c->next)
+        if (c->welcomed && !c->sender_done) return true;
+    return false;
+}
+
 void sl_dpp_server_stop(sl_dpp_server_t *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -646,17 +690,24 @@ void sl_dpp_server_stop(sl_dpp_server_t *s)
         return;
     }
     s->stopped = true;
-    s->stopping = true;
-    for (client_t *c = s->clients; c; c = c->next)
-        shutdown(c->fd, SHUT_RDWR);
+    s->stopping = true; /* no client is accepted from now on */
+    bool done = s->finished && s->outstanding == 0 && !s->fail_code;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    shutdown(s->lfd, SHUT_RDWR); /* wakes the accept thread's poll (Linux) */
     pthread_join(s->accept_thread, NULL);
+    close(s->lfd); /* a client reconnecting now is refused, not left waiting */
+    s->lfd = -1;
     pthread_mutex_lock(&s->mu);
+    /* The job is done: let every sender send END first (bounded; a sender
+     * stuck writing to a client that stopped reading is cut off below). */
+    uint64_t until = mono_ns() + (uint64_t)END_GRACE_MS * 1000000ull;
+    while (done && senders_running(s) && mono_ns() < until)
+        timed_wait(&s->cv, &s->mu, 20);
+    for (client_t *c = s->clients; c; c = c->next)
+        shutdown(c->fd, SHUT_RDWR);
     reap(s, true);
     pthread_mutex_unlock(&s->mu);
-    close(s->lfd);
-    s->lfd = -1;
 }
 
 void sl_dpp_server_destroy(sl_dpp_server_t *s)

@@ -122,7 +122,11 @@ bool sl_dpp_server_wait_done(sl_dpp_server_t *s, int timeout_ms);
 void sl_dpp_server_stats(sl_dpp_server_t *s, sl_dpp_server_stats_t *out);
 
 /* Close the listener and every connection and join all threads; statistics
- * stay readable (server threads' CPU time included). Idempotent. */
+ * stay readable (server threads' CPU time included). Idempotent. When the
+ * job is done (finished, every batch acknowledged) every connected client
+ * gets END before its connection is shut down (waiting at most 2 s for the
+ * senders): a client must not take the end of the job for a lost
+ * connection. No connection is accepted once the stop has begun. */
 void sl_dpp_server_stop(sl_dpp_server_t *s);
 
 /* Stop, free what is still queued, free s. s may be NULL. */

@@ -38,8 +38,10 @@ static void fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg)
     }
     pthread_mutex_unlock(&w->mu);
     if (!first) return;
-    sl_dpp_server_fail(w->server, code, msg);
+    /* stopping first: a transform thread ending now must not finish the
+     * server (END) for a failed job */
     atomic_store(&w->stopping, true);
+    sl_dpp_server_fail(w->server, code, msg);
     sl_dpp_budget_close(w->budget);
     sl_dpp_queue_close(w->work);
 }
@@ -704,14 +706,17 @@ sl_err_t sl_dpp_worker_wait(sl_dpp_worker_t *w, int timeout_ms, sl_error_t *err)
 {
     uint64_t end =
         now_ns(CLOCK_MONOTONIC) + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
-    for (;;) {
+    for (bool done = false;;) {
+        /* checked after the wait too: a failure may come while waiting, and
+         * a pipeline thread that had not seen it yet may finish the server */
         pthread_mutex_lock(&w->mu);
         sl_err_t code = w->fail_code;
         if (code) sl_error_set(err, code, "%s", w->fail_msg);
         pthread_mutex_unlock(&w->mu);
         if (code) return code;
-        if (sl_dpp_server_wait_done(w->server, 100)) return SL_OK;
-        if (timeout_ms >= 0 && now_ns(CLOCK_MONOTONIC) >= end)
+        if (done) return SL_OK;
+        done = sl_dpp_server_wait_done(w->server, 100);
+        if (!done && timeout_ms >= 0 && now_ns(CLOCK_MONOTONIC) >= end)
             return sl_error_set(err, SL_ERR_TIMEOUT, "worker: job not finished yet");
     }
 }
@@ -795,6 +800,11 @@ void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, 
             s->clients_total, s->clients_now, s->bad_frames);
     fprintf(out, "  memory limit %" PRIu64 " bytes, peak accounted %" PRIu64 "\n", st->memory_limit,
             st->memory_peak);
+}
+
+void sl_dpp_worker_fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg)
+{
+    fail(w, code ? code : SL_ERR_IO, msg ? msg : sl_err_str(code));
 }
 
 bool sl_dpp_worker_failed(sl_dpp_worker_t *w, sl_error_t *err)

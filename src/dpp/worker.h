@@ -196,6 +196,13 @@ void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, 
 /* Has the pipeline failed? Then err (may be NULL) gets its error. Never blocks. */
 bool sl_dpp_worker_failed(sl_dpp_worker_t *w, sl_error_t *err);
 
+/* Fail the worker from outside its pipeline (a split source that can no
+ * longer serve, e.g. the master refused its worker id): the first failure
+ * is kept, clients get ERROR(code, msg), sl_dpp_worker_wait returns it.
+ * Any thread but the worker's own pipeline threads; takes the worker's and
+ * the server's locks (never call it holding a lock the lease hooks take). */
+void sl_dpp_worker_fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg);
+
 /* The worker's id and the job id it serves (borrowed, valid until destroy). */
 const char *sl_dpp_worker_id(const sl_dpp_worker_t *w);
 const char *sl_dpp_worker_job_id(const sl_dpp_worker_t *w);

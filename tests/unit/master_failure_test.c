@@ -151,7 +151,7 @@ Test(master_failure, the_max_th_failure_fails_the_job)
     cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 2, &l, &err), SL_ERR_AGAIN);
     cr_assert(strstr(err.msg, "failed") != NULL, "%s", err.msg);
     sl_dpp_commit_result_t cres;
-    cr_assert_eq(sl_dpp_master_commit(m, "j", 0, 2, 0, 10, "c", 1, &cres, &err), SL_OK);
+    cr_assert_eq(sl_dpp_master_commit(m, "j", 0, 2, 0, 0, 10, "c", 1, &cres, &err), SL_OK);
     cr_assert_eq(cres, SL_DPP_STALE_EPOCH);
     cr_assert(strstr(err.msg, "checksum mismatch") != NULL, "%s", err.msg);
     m = restart_same(m, dir);
@@ -175,7 +175,7 @@ Test(master_failure, skip_bad_splits_skips_and_counts)
     for (uint32_t epoch = 0; epoch < 2; epoch++) {
         /* split 0: 30 rows committed before it keeps failing (max 2) */
         sl_dpp_lease_t a = lease(m, "w1", 0);
-        cr_assert_eq(sl_dpp_master_commit(m, "j", epoch, 0, 0, 30, "c", 10 * epoch + 1, &cres,
+        cr_assert_eq(sl_dpp_master_commit(m, "j", epoch, 0, a.generation, 0, 30, "c", 10 * epoch + 1, &cres,
                                           &err),
                      SL_OK);
         cr_assert_eq(cres, SL_DPP_COMMITTED);
@@ -187,7 +187,7 @@ Test(master_failure, skip_bad_splits_skips_and_counts)
         cr_assert_eq(fail(m, &a, 2, &res, &err), SL_OK, "%s", err.msg);
         cr_assert_eq(res, SL_DPP_FAIL_SKIPPED);
         /* the skipped rows can never be delivered */
-        cr_assert_eq(sl_dpp_master_commit(m, "j", epoch, 0, 40, 50, "c", 10 * epoch + 2, &cres,
+        cr_assert_eq(sl_dpp_master_commit(m, "j", epoch, 0, a.generation, 40, 50, "c", 10 * epoch + 2, &cres,
                                           &err),
                      SL_OK);
         cr_assert_eq(cres, SL_DPP_OVERLAP);
@@ -202,11 +202,10 @@ Test(master_failure, skip_bad_splits_skips_and_counts)
         /* the other splits are read as usual; the epoch ends */
         for (uint32_t s = 1; s < N; s++) {
             sl_dpp_lease_t b = lease(m, "w1", s);
-            cr_assert_eq(sl_dpp_master_commit(m, "j", epoch, s, 0, 100, "c", 10 * epoch + 2 + s,
-                                              &cres, &err),
+            cr_assert_eq(sl_dpp_master_commit(m, "j", epoch, s, b.generation, 0, 100, "c",
+                                              10 * epoch + 2 + s, &cres, &err),
                          SL_OK);
             cr_assert_eq(cres, SL_DPP_COMMITTED, "%s", err.msg);
-            (void)b;
         }
         cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
         cr_assert_eq(st.epoch, epoch + 1, "the epoch moved on");

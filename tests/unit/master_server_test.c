@@ -110,7 +110,11 @@ static void done(ProtobufCMessage *msg)
     sl_rpc_frame_free(&f);
 }
 
-static int worker(env *e, const char *id)
+/* REGISTER as worker id (process incarnation inc, holding leases
+ * refs[0..n)) on a new connection; want REGISTERED or ERROR. @return the
+ * connection (the ERROR's message in *why when want is ERROR). */
+static int register_as(env *e, const char *id, uint64_t inc, Sluice__Control__SplitRef **refs,
+                       size_t n, sl_rpc_type_t want, char *why, size_t cap)
 {
     int fd = dial(e);
     Sluice__Control__Register r = SLUICE__CONTROL__REGISTER__INIT;
@@ -118,12 +122,24 @@ static int worker(env *e, const char *id)
     r.worker_id = (char *)id;
     r.serve_address = "127.0.0.1:1";
     r.job_id = "j";
-    Sluice__Control__Registered *ok = (void *)call(fd, SL_RPC_REGISTER, &r.base,
-                                                   SL_RPC_REGISTERED);
-    cr_assert_eq(ok->lease_timeout_ms, e->o.lease_timeout_ms);
-    cr_assert_gt(ok->heartbeat_ms, 0);
-    done(&ok->base);
+    r.incarnation = inc;
+    r.n_leases = n;
+    r.leases = refs;
+    ProtobufCMessage *a = call(fd, SL_RPC_REGISTER, &r.base, want);
+    if (want == SL_RPC_REGISTERED) {
+        Sluice__Control__Registered *ok = (void *)a;
+        cr_assert_eq(ok->lease_timeout_ms, e->o.lease_timeout_ms);
+        cr_assert_gt(ok->heartbeat_ms, 0);
+    } else {
+        snprintf(why, cap, "%s", ((Sluice__Dpp__Error *)a)->message);
+    }
+    done(a);
     return fd;
+}
+
+static int worker(env *e, const char *id)
+{
+    return register_as(e, id, 0, NULL, 0, SL_RPC_REGISTERED, NULL, 0);
 }
 
 static Sluice__Control__Lease *lease(int fd, const char *id)
@@ -866,5 +882,145 @@ Test(master_server, garbage_and_wrong_frames)
     cr_assert_eq(json_array_size(json_object_get(ws, "workers")), 1);
     json_decref(ws);
     cr_assert(sl_master_ready(e.m));
+    env_fini(&e);
+}
+
+/* The connection was closed by the master (after an ERROR, if any). */
+static void assert_closed(int fd)
+{
+    sl_rpc_frame_t f;
+    sl_error_t err = {0};
+    sl_err_t rc;
+    while ((rc = sl_rpc_recv(fd, NULL, NULL, &f, &err)) == SL_OK) {
+        cr_assert_eq(f.type, SL_RPC_ERROR, "got %s", sl_rpc_type_name(f.type));
+        sl_rpc_frame_free(&f);
+    }
+    cr_assert_eq(rc, SL_ERR_CLOSED, "%s", err.msg);
+}
+
+static json_int_t job_int(env *e, const char *key)
+{
+    json_t *j = job_json(e);
+    json_int_t v = jint(j, key);
+    json_decref(j);
+    return v;
+}
+
+/* One worker id, several processes: the same process (incarnation)
+ * reconnecting replaces its connection and keeps the leases it names; a
+ * second live process is refused with an error naming the id, the other
+ * process's address and how long ago it was heard from; once the first
+ * process's connection is closed, or silent past the lease timeout, a new
+ * process takes the id, and the leases it does not name go back at once. */
+Test(master_server, one_live_process_per_worker_id)
+{
+    env e;
+    env_init(&e, 600);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    char why[SL_ERROR_MSG_MAX];
+    int a1 = register_as(&e, "w1", 11, NULL, 0, SL_RPC_REGISTERED, NULL, 0);
+    Sluice__Control__Lease *l = lease(a1, "w1");
+    Sluice__Control__SplitRef ref = *l->ref;
+    ref.job_id = "j";
+    Sluice__Control__SplitRef *refs[1] = {&ref};
+    /* another process, the first one live: refused, and closed */
+    int b = register_as(&e, "w1", 22, NULL, 0, SL_RPC_ERROR, why, sizeof why);
+    cr_assert(strstr(why, "worker id 'w1' is in use by another live worker process") != NULL,
+              "%s", why);
+    cr_assert(strstr(why, "connected from 127.0.0.1:") != NULL, "%s", why);
+    cr_assert(strstr(why, " ms ago") != NULL, "%s", why);
+    assert_closed(b);
+    close(b);
+    cr_assert_eq(job_int(&e, "leased"), 1, "a refused registration changes nothing");
+    /* the same process reconnects (its old connection looks alive): it
+     * replaces it and keeps the lease it names */
+    int a2 = register_as(&e, "w1", 11, refs, 1, SL_RPC_REGISTERED, NULL, 0);
+    assert_closed(a1);
+    close(a1);
+    Sluice__Control__HeartbeatReply *hr = heartbeat(a2, "w1", refs, 1);
+    cr_assert_eq(hr->n_revoked, 0);
+    done(&hr->base);
+    cr_assert_eq(job_int(&e, "leased"), 1);
+    /* the process exits (its connection closes) and a new one under the same
+     * id starts: it holds nothing, so the lease goes back at once */
+    close(a2);
+    usleep(100 * 1000); /* the master sees the end of the connection */
+    int c = register_as(&e, "w1", 33, NULL, 0, SL_RPC_REGISTERED, NULL, 0);
+    cr_assert_eq(job_int(&e, "leased"), 0);
+    cr_assert_eq(job_int(&e, "pending"), 8);
+    hr = heartbeat(c, "w1", refs, 1);
+    cr_assert_eq(hr->n_revoked, 1, "the old process's lease is not the new one's");
+    done(&hr->base);
+    /* the new process goes silent (connection open) past the lease timeout:
+     * another process may take the id, and the silent one is closed */
+    Sluice__Control__Lease *l2 = lease(c, "w1");
+    usleep((useconds_t)(e.o.lease_timeout_ms + 200) * 1000);
+    int d = register_as(&e, "w1", 44, NULL, 0, SL_RPC_REGISTERED, NULL, 0);
+    assert_closed(c);
+    close(c);
+    char *metrics = sl_master_metrics_text(e.m);
+    cr_assert(strstr(metrics, "sluice_master_worker_ids_in_use_total 1") != NULL, "%s", metrics);
+    free(metrics);
+    done(&l->base);
+    done(&l2->base);
+    close(d);
+    env_fini(&e);
+}
+
+/* A heartbeat renews only the leases it names: a lease granted on a LEASE
+ * the worker never received (it is not in its heartbeats) expires after
+ * the lease timeout; the named one lives on. A commit needs the live lease
+ * of its generation. */
+Test(master_server, heartbeat_renews_only_named_leases)
+{
+    env e;
+    env_init(&e, 400);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    int w = register_as(&e, "w1", 7, NULL, 0, SL_RPC_REGISTERED, NULL, 0);
+    Sluice__Control__Lease *kept = lease(w, "w1");
+    Sluice__Control__Lease *lost = lease(w, "w1"); /* "never received" */
+    Sluice__Control__SplitRef ref = *kept->ref, lost_ref = *lost->ref;
+    ref.job_id = lost_ref.job_id = "j";
+    Sluice__Control__SplitRef *refs[1] = {&ref};
+    int c = client(&e, "c", NULL);
+    cr_assert_eq(commit(c, "c", 1, &lost_ref, 0, 100),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    for (int i = 0; i < 10; i++) { /* 1 s: 2.5 lease timeouts */
+        Sluice__Control__HeartbeatReply *hr = heartbeat(w, "w1", refs, 1);
+        cr_assert_eq(hr->n_revoked, 0);
+        done(&hr->base);
+        usleep(100 * 1000);
+    }
+    json_t *j = job_json(&e);
+    cr_assert_eq(jint(j, "leased"), 1);
+    cr_assert_eq(jint(j, "committed_rows"), 100);
+    json_decref(j);
+    json_t *st = sl_master_status_json(e.m);
+    cr_assert_eq(json_integer_value(json_object_get(st, "lease_expiries")), 1);
+    json_decref(st);
+    /* rows of the expired lease, of a split not leased, or of another
+     * generation: STALE, nothing recorded */
+    Sluice__Control__SplitRef other = ref;
+    other.split = (ref.split + 3) % 8;
+    other.generation = ref.generation;
+    Sluice__Control__SplitRef later = ref;
+    later.generation++;
+    cr_assert_eq(commit(c, "c", 2, &lost_ref, 100, 200),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE);
+    cr_assert_eq(commit(c, "c", 3, &other, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE);
+    cr_assert_eq(commit(c, "c", 4, &later, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE);
+    cr_assert_eq(commit(c, "c", 1, &lost_ref, 0, 100),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "a repeat keeps its answer");
+    cr_assert_eq(commit(c, "c", 5, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    cr_assert_eq(job_int(&e, "committed_rows"), 200);
+    char *metrics = sl_master_metrics_text(e.m);
+    cr_assert(strstr(metrics, "result=\"not_leased\"} 3") != NULL, "%s", metrics);
+    free(metrics);
+    done(&kept->base);
+    done(&lost->base);
+    close(c);
+    close(w);
     env_fini(&e);
 }
