@@ -207,6 +207,8 @@ typedef struct fu_master {
     char ctl[64], admin[64]; /* "127.0.0.1:port" */
     char state[300], log[300], token_file[300];
     uint64_t lease_timeout_ms;
+    const char *secret_file; /* --cluster-secret-file (also for fu_executor's workers); NULL: none */
+    const char *extra[8];    /* more options for `sluice master`, NULL-terminated */
 } fu_master_t;
 
 /* Start `sluice master` on m's addresses (picked on the first start, kept
@@ -234,9 +236,18 @@ FU_FN void fu_master_start(fu_master_t *m)
             dup2(fd, 2);
         }
         setpgid(0, 0);
-        execl(bin, bin, "master", "--listen", m->ctl, "--admin", m->admin,
-              "--state", m->state, "--token-file", m->token_file, "--lease-timeout-ms", lease,
-              (char *)NULL);
+        const char *argv[32] = {bin,       "master", "--listen",     m->ctl,
+                                "--admin", m->admin, "--state",      m->state,
+                                "--token-file", m->token_file, "--lease-timeout-ms", lease};
+        int n = 12;
+        if (m->secret_file) {
+            argv[n++] = "--cluster-secret-file";
+            argv[n++] = m->secret_file;
+        }
+        for (int i = 0; i < 8 && m->extra[i]; i++)
+            argv[n++] = m->extra[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
         _exit(127);
     }
     m->pid = pid;
@@ -320,12 +331,14 @@ FU_FN sl_dpp_executor_t *fu_executor(const fu_master_t *m, uint32_t threads)
     char logs[300];
     snprintf(logs, sizeof logs, "%s/logs", fu_dir);
     mkdir(logs, 0755);
+    const char *secret[] = {"--cluster-secret-file", m->secret_file, NULL};
     sl_dpp_executor_opts_t o = {.binary = fu_binary(),
                                 .master = m->ctl,
                                 .log_dir = logs,
                                 .worker_threads = threads,
                                 .max_workers = 16,
-                                .stop_grace_ms = 3000};
+                                .stop_grace_ms = 3000,
+                                .extra_args = m->secret_file ? secret : NULL};
     sl_dpp_executor_t *ex = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_executor_new(&o, &ex, &err), SL_OK, "%s", err.msg);
@@ -366,7 +379,10 @@ typedef struct fu_client {
     const char *job;
     uint32_t rank, world_size;
     uint64_t rows;     /* sample ids are < rows */
-    atomic_uint *seen; /* [rows], shared by the clients of a test */
+    atomic_uint *seen; /* [rows], shared by the clients of a test; with epochs, [epochs * rows]
+                          counted per epoch (seen[epoch * rows + id]) */
+    uint32_t epochs;   /* 0: count every epoch in seen[id] */
+    const char *secret_file; /* the cluster secret, NULL: none */
     uint64_t samples, batches;
     atomic_uint delay_us; /* per batch: a slow trainer (may change while it runs) */
     atomic_bool stop;     /* set: the client closes after its current batch */
@@ -392,6 +408,7 @@ FU_FN void *fu_client_run(void *arg)
     o.prefetch = 4;
     o.reconnect_ms = (int)tu_timeout(30) * 1000;
     o.refresh_ms = 200;
+    o.cluster_secret_file = c->secret_file;
     sl_trainer_t *t;
     sl_error_t err = {0};
     if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
@@ -410,7 +427,13 @@ FU_FN void *fu_client_run(void *arg)
                 snprintf(c->msg, sizeof c->msg, "sample id %lld out of range", (long long)id);
                 break;
             }
-            atomic_fetch_add(&c->seen[id], 1);
+            uint32_t ep = b->origin.epoch;
+            if (c->epochs && ep >= c->epochs) {
+                c->end = SL_ERR_CORRUPT;
+                snprintf(c->msg, sizeof c->msg, "a batch of epoch %u of %u", ep, c->epochs);
+                break;
+            }
+            atomic_fetch_add(&c->seen[(c->epochs ? ep : 0) * c->rows + (uint64_t)id], 1);
             if (c->order) c->order[c->samples] = id;
             c->samples++;
         }
