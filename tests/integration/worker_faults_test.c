@@ -655,7 +655,7 @@ Test(worker_faults, a_trickled_hello_meets_its_deadline)
     /* a header byte every 100 ms: every read succeeds, the deadline holds */
     uint64_t t0 = sl_rpc_now_ms();
     for (int i = 0; i < 8; i++) {
-        if (send(fd, "SLDP" + (i % 4), 1, MSG_NOSIGNAL) != 1) break;
+        if (send(fd, &"SLDP"[i % 4], 1, MSG_NOSIGNAL) != 1) break;
         usleep(100 * 1000);
     }
     expect_error(fd, SL_ERR_TIMEOUT, "no hello within 500 ms of connecting");
