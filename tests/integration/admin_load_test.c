@@ -79,15 +79,22 @@ static int read_status(int fd, int ms)
     return status;
 }
 
-Test(admin_load, unauthenticated_bodies_cost_no_memory)
+/* An in-memory master and its admin endpoint on a free loopback port. */
+static sl_admin_t *master_endpoint(const char *token, sl_master_t **m)
 {
     sl_master_opts_t mo = {0};
-    sl_master_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_start(&mo, &m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_start(&mo, m, &err), SL_OK, "%s", err.msg);
     sl_admin_t *a = NULL;
-    cr_assert_eq(sl_master_admin_start(m, "127.0.0.1:0", "the-token", &a, &err), SL_OK, "%s",
+    cr_assert_eq(sl_master_admin_start(*m, "127.0.0.1:0", token, &a, &err), SL_OK, "%s",
                  err.msg);
+    return a;
+}
+
+Test(admin_load, unauthenticated_bodies_cost_no_memory)
+{
+    sl_master_t *m;
+    sl_admin_t *a = master_endpoint("the-token", &m);
     uint16_t port = sl_admin_port(a);
     enum { CONNS = 60, BODY = 8 << 20, CHUNK = 1 << 16 };
     static char chunk[CHUNK];
@@ -203,12 +210,9 @@ static void under_load(uint16_t port, const char *who)
 
 Test(admin_load, healthz_answers_beside_idle_and_slowloris_connections)
 {
-    sl_master_opts_t mo = {0};
-    sl_master_t *m = NULL;
+    sl_master_t *m;
+    sl_admin_t *a = master_endpoint(NULL, &m);
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_start(&mo, &m, &err), SL_OK, "%s", err.msg);
-    sl_admin_t *a = NULL;
-    cr_assert_eq(sl_master_admin_start(m, "127.0.0.1:0", NULL, &a, &err), SL_OK, "%s", err.msg);
     under_load(sl_admin_port(a), "master");
     sl_admin_stop(a);
     sl_master_stop(m);

@@ -172,46 +172,10 @@ Test(fleet_peers, a_rogue_commit_without_the_secret_is_refused)
     free(wrong);
 }
 
-/* Run the sluice program with args; its exit status and output (both
- * streams, malloc'd), bounded in time. */
+/* Run sluice without a cluster secret in its environment. */
 static int run_sluice(const char *const *args, char **out)
 {
-    char log[300];
-    snprintf(log, sizeof log, "%s/run.log", fu_dir);
-    const char *bin = fu_binary();
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        const char *argv[24] = {bin};
-        int n = 1;
-        for (; args[n - 1] && n < 23; n++)
-            argv[n] = args[n - 1];
-        argv[n] = NULL;
-        unsetenv(SL_RPC_SECRET_ENV);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    int ws = 0;
-    double deadline = fu_now() + tu_timeout(20);
-    while (waitpid(pid, &ws, WNOHANG) == 0) {
-        if (fu_now() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &ws, 0);
-            cr_assert_fail("sluice %s did not exit in time", args[0]);
-        }
-        usleep(20 * 1000);
-    }
-    FILE *f = fopen(log, "r");
-    *out = calloc(1, 65536);
-    if (f) {
-        size_t n = fread(*out, 1, 65535, f);
-        (*out)[n] = '\0';
-        fclose(f);
-    }
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    return fu_run(args, SL_RPC_SECRET_ENV, NULL, out);
 }
 
 Test(fleet_peers, a_worker_without_the_secret_cannot_register)

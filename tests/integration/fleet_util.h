@@ -134,6 +134,53 @@ FU_FN uint16_t fu_free_port(void)
     return ntohs(sa.sin_port);
 }
 
+/* Run the sluice program with args (NULL-terminated, after the program's
+ * name), the environment variable env set to value (NULL: unset), and
+ * wait for it (bounded: it is killed after 20 s, failing the test).
+ * @return its exit status; *out (malloc'd) gets its stdout and stderr. */
+FU_FN int fu_run(const char *const *args, const char *env, const char *value, char **out)
+{
+    char log[300];
+    snprintf(log, sizeof log, "%s/run.out", fu_dir);
+    const char *bin = fu_binary(); /* asserts: in the parent, not the child */
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (value)
+            setenv(env, value, 1);
+        else
+            unsetenv(env);
+        const char *argv[32] = {bin};
+        int n = 1;
+        for (const char *const *a = args; *a && n < 31; a++)
+            argv[n++] = *a;
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int ws = 0;
+    double deadline = fu_now() + tu_timeout(20);
+    while (waitpid(pid, &ws, WNOHANG) == 0) {
+        if (fu_now() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            cr_assert_fail("sluice %s did not exit in time; see %s", args[0], log);
+        }
+        usleep(20 * 1000);
+    }
+    FILE *f = fopen(log, "r");
+    *out = calloc(1, 65536);
+    if (f) {
+        size_t n = fread(*out, 1, 65535, f);
+        (*out)[n] = '\0';
+        fclose(f);
+    }
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
 /* ---- HTTP ---- */
 
 /* One request on its own connection; returns the status (0: no answer)

@@ -231,6 +231,14 @@ static void *collect(void *arg)
     return NULL;
 }
 
+/* The collector ended with the job, every sample received exactly once. */
+static void expect_every_sample_once(const collector_t *c)
+{
+    cr_assert_eq(c->end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c->end), c->msg);
+    for (uint64_t i = 0; i < c->rows; i++)
+        cr_assert_eq(c->seen[i], 1, "sample %lu: %u", (unsigned long)i, c->seen[i]);
+}
+
 Test(worker_faults, unacked_batches_of_a_vanished_client_go_to_the_next)
 {
     char table[300], addr[64];
@@ -451,9 +459,7 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     close(fd);
 
     pthread_join(th, NULL);
-    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
-    for (uint64_t i = 0; i < rows; i++)
-        cr_assert_eq(seen[i], 1, "sample %lu: %u", (unsigned long)i, seen[i]);
+    expect_every_sample_once(&c);
     sl_dpp_worker_stats_t st;
     sl_dpp_worker_stats(w, &st);
     cr_assert_eq(st.server.bad_frames, 7);
@@ -589,9 +595,7 @@ Test(worker_faults, idle_and_flooding_connections_stay_under_the_cap)
     atomic_uint *seen = calloc(rows, sizeof *seen);
     collector_t c = {.addr = addr, .rows = rows, .seen = seen};
     collect(&c);
-    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
-    for (uint64_t i = 0; i < rows; i++)
-        cr_assert_eq(seen[i], 1, "sample %lu: %u", (unsigned long)i, seen[i]);
+    expect_every_sample_once(&c);
     cr_assert_leq(threads_now(), base + 2 * cap + 1);
     sl_dpp_worker_stats_t st;
     sl_dpp_worker_stats(w, &st);
@@ -715,9 +719,7 @@ Test(worker_faults, the_trainer_port_takes_only_holders_of_the_secret)
     collector_t c = {.addr = addr, .rows = rows, .seen = seen};
     collect(&c);
     unsetenv(SL_RPC_SECRET_ENV);
-    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
-    for (uint64_t i = 0; i < rows; i++)
-        cr_assert_eq(seen[i], 1, "sample %lu: %u", (unsigned long)i, seen[i]);
+    expect_every_sample_once(&c);
     sl_dpp_worker_stats_t st;
     sl_dpp_worker_stats(w, &st);
     cr_assert_eq(st.server.auth_failures, 2);

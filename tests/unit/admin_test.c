@@ -88,9 +88,9 @@ static sl_admin_t *start(const char *token, size_t max_body, int *calls)
     return a;
 }
 
-/* Send raw bytes, read the whole reply; returns the status (0 when none) and
- * the body (malloc'd). */
-static int http_raw(uint16_t port, const char *raw, size_t raw_len, char **body)
+/* Send raw bytes (then, with half_close, end our side), read the whole
+ * reply (malloc'd: status line, headers, body). */
+static char *exchange(uint16_t port, const char *raw, size_t raw_len, bool half_close)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
@@ -102,13 +102,21 @@ static int http_raw(uint16_t port, const char *raw, size_t raw_len, char **body)
         if (n <= 0) break; /* the server may close early (413) */
         off += (size_t)n;
     }
-    shutdown(fd, SHUT_WR);
+    if (half_close) shutdown(fd, SHUT_WR);
     size_t cap = 65536, len = 0;
     char *buf = malloc(cap);
     ssize_t n;
     while ((n = recv(fd, buf + len, cap - len - 1, 0)) > 0) len += (size_t)n;
     buf[len] = '\0';
     close(fd);
+    return buf;
+}
+
+/* Send raw bytes, read the whole reply; returns the status (0 when none) and
+ * the body (malloc'd). */
+static int http_raw(uint16_t port, const char *raw, size_t raw_len, char **body)
+{
+    char *buf = exchange(port, raw, raw_len, true);
     int status = 0;
     sscanf(buf, "HTTP/1.%*d %d", &status);
     char *b = strstr(buf, "\r\n\r\n");
@@ -245,21 +253,11 @@ Test(admin, token_load)
     cr_assert_eq(sl_admin_token_load("/nonexistent/token", NULL, &tok, &err), SL_ERR_IO);
 }
 
-/* The whole reply (status line, headers, body) of raw bytes. */
+/* The whole reply (status line, headers, body) of raw bytes; our side
+ * stays open, as a client's that would send a body next. */
 static char *http_whole(uint16_t port, const char *raw)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    cr_assert_eq(send(fd, raw, strlen(raw), MSG_NOSIGNAL), (ssize_t)strlen(raw));
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap);
-    ssize_t n;
-    while ((n = recv(fd, buf + len, cap - len - 1, 0)) > 0) len += (size_t)n;
-    buf[len] = '\0';
-    close(fd);
-    return buf;
+    return exchange(port, raw, strlen(raw), false);
 }
 
 Test(admin, head_answers_where_get_does)

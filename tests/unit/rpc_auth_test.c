@@ -49,15 +49,21 @@ static void *server_main(void *arg)
     return NULL;
 }
 
+/* A server thread with secret on fd, deadline timeout_ms from now. */
+static void serve_in_thread(side_t *s, int fd, const char *secret, int timeout_ms, pthread_t *th)
+{
+    *s = (side_t){.fd = fd, .secret = secret, .timeout_ms = timeout_ms};
+    pthread_create(th, NULL, server_main, s);
+}
+
 /* Run a server with server_secret against a client with client_secret. */
 static void run(const char *server_secret, const char *client_secret, side_t *srv, side_t *cli)
 {
     int fds[2];
     pair(fds);
-    *srv = (side_t){.fd = fds[0], .secret = server_secret, .timeout_ms = 5000};
     *cli = (side_t){.fd = fds[1], .secret = client_secret};
     pthread_t th;
-    pthread_create(&th, NULL, server_main, srv);
+    serve_in_thread(srv, fds[0], server_secret, 5000, &th);
     cli->rc = sl_rpc_auth_client(cli->fd, client_secret, in_ms(5000), &cli->err);
     pthread_join(th, NULL);
     close(fds[0]);
@@ -199,9 +205,9 @@ Test(rpc_auth, a_client_without_a_secret_is_refused)
 {
     int fds[2];
     pair(fds);
-    side_t s = {.fd = fds[0], .secret = SECRET, .timeout_ms = 5000};
+    side_t s;
     pthread_t th;
-    pthread_create(&th, NULL, server_main, &s);
+    serve_in_thread(&s, fds[0], SECRET, 5000, &th);
     /* an old client: HELLO straight away; it reads the challenge */
     Sluice__Dpp__Hello h = SLUICE__DPP__HELLO__INIT;
     h.protocol_version = SL_RPC_VERSION;
@@ -230,10 +236,10 @@ Test(rpc_auth, a_silent_or_trickling_client_meets_the_deadline)
 {
     int fds[2];
     pair(fds);
-    side_t s = {.fd = fds[0], .secret = SECRET, .timeout_ms = 600};
+    side_t s;
     pthread_t th;
     uint64_t t0 = sl_rpc_now_ms();
-    pthread_create(&th, NULL, server_main, &s);
+    serve_in_thread(&s, fds[0], SECRET, 600, &th);
     /* one byte of a frame header every 100 ms: each read succeeds, the
      * deadline still holds (the server gives up at 600 ms, well before) */
     for (int i = 0; i < 12; i++) {
