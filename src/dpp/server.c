@@ -501,7 +501,7 @@ static client_t *eviction_victim(struct sl_dpp_server *s, uint64_t now_ms)
 
 /* Under s->mu, at max_clients with a connection waiting: make room.
  * @return true to accept it now, false to look again shortly (a victim's
- * threads are ending) ; *refuse: no room can be made, refuse it. */
+ * threads are ending); *refuse: no room can be made, refuse it. */
 static bool make_room(struct sl_dpp_server *s, bool *refuse)
 {
     *refuse = false;
@@ -511,6 +511,7 @@ static bool make_room(struct sl_dpp_server *s, bool *refuse)
     client_t *v = eviction_victim(s, sl_rpc_now_ms());
     if (!v) {
         *refuse = true;
+        s->st.refused++;
         return true;
     }
     v->evicting = true;
@@ -548,16 +549,11 @@ static void *accept_main(void *arg)
         socklen_t alen = sizeof addr;
         int fd = accept4(s->lfd, (struct sockaddr *)&addr, &alen, SOCK_CLOEXEC);
         if (fd < 0) continue;
-        if (refuse) {
-            pthread_mutex_lock(&s->mu);
-            s->st.refused++;
-            pthread_mutex_unlock(&s->mu);
+        if (refuse) { /* a small frame on a new socket: the send cannot block */
             char msg[128];
             snprintf(msg, sizeof msg,
                      "worker: too many client connections (%u, all busy); try again later",
                      s->o.max_clients);
-            struct timeval tv = {1, 0};
-            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
             sl_rpc_send_error(fd, SL_ERR_AGAIN, msg);
             close(fd);
             continue;

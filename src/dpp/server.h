@@ -54,7 +54,7 @@ typedef struct sl_dpp_server_opts {
     const char *worker_id;   /* in WELCOME; NULL: "worker" */
     const char *job_id;      /* in WELCOME; NULL: "job" */
     uint32_t epochs;         /* in END */
-    int hello_timeout_ms;    /* a connection must say HELLO within this; 0: 10000 */
+    int hello_timeout_ms;    /* handshake (auth, HELLO) done this long after accept; 0: 10000 */
     sl_rpc_limits_t limits;  /* on frames from clients; zero fields: 64 KiB messages, no payload */
     sl_dpp_budget_t *budget; /* item bytes are released here on ACK; may be NULL */
     const sl_allocator_t *allocator; /* NULL: default */
