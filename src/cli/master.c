@@ -37,20 +37,29 @@ static const sl_cli_opt_t mopts[] = {
     {'L', "lease-timeout-ms", "N", "a worker silent this long loses its splits (10000)"},
     {'e', "executor", "local|none",
      "local: start and stop `sluice worker` processes per job (default none)"},
-    {'w', "worker-log-dir", "DIR", "with --executor local: the workers' logs"},
+    {'w', "worker-log-dir", "DIR",
+     "with --executor local: each worker's output in DIR/<worker id>.log (DIR must exist); "
+     "restarts of workers that keep exiting back off (0.5 s doubling to 30 s)"},
+    {'S', "max-split-failures", "N",
+     "a split a worker cannot read (corrupt stripe, I/O error) this many times in one epoch, "
+     "whichever workers tried, fails its job (on_bad_split \"skip\": is skipped) (3)"},
+    {'C', "client-idle-ms", "N",
+     "a trainer client with no connection and no commit this long is forgotten with its "
+     "commit nonces (600000: 10 min; keep it well above the clients' reconnect window, 30 s)"},
     {'F', "max-fleet-workers", "N",
      "workers of all jobs together; over it, jobs are scaled down in proportion to their "
      "desired counts, never below their min_workers (default 0: no limit)"},
-    {'S', "cluster-secret-file", "F",
+    {'X', "cluster-secret-file", "F",
      "the cluster secret (first line of F, 16 bytes at least; else the file named by "
      "$SLUICE_CLUSTER_SECRET_FILE): workers and trainer clients must prove they hold it "
      "(docs/PROTOCOL.md); the local executor passes it on to its workers"},
-    {'C', "max-connections", "N",
+    {'N', "max-connections", "N",
      "control connections at once (default 1024); when full, the oldest one still in its "
      "handshake makes room"},
     {'H', "handshake-timeout-ms", "N",
      "a control connection must authenticate and REGISTER or ATTACH within this (10000)"},
-    {'I', "client-idle-ms", "N", "close a trainer client's connection silent this long (60000)"},
+    {'I', "client-conn-idle-ms", "N",
+     "close a trainer client's control connection that sends nothing this long (60000)"},
     {'T', "tls-cert", "F", "serve the admin endpoint over HTTPS with this PEM certificate"},
     {'K', "tls-key", "F", "... and this PEM private key"},
     {'M', "admin-max-connections", "N", "admin connections at once (default 512)"},
@@ -97,10 +106,14 @@ static void drive_executor(sl_master_t *m, sl_dpp_executor_t *ex)
     if (n > 64) n = 64;
     sl_error_t err = {0};
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t want = d[i].finished ? 0 : d[i].granted; /* fair share of --max-fleet-workers */
+        /* fair share of --max-fleet-workers; none for a job that ended */
+        uint32_t want = d[i].finished || d[i].failed ? 0 : d[i].granted;
         if (sl_dpp_executor_scale(ex, d[i].job_id, want, NULL, NULL, &err) != SL_OK)
             fprintf(stderr, "sluice master: executor: job %s: %s\n", d[i].job_id, err.msg);
     }
+    sl_dpp_executor_stats_t st;
+    sl_dpp_executor_stats(ex, &st);
+    sl_master_executor_report(m, &st);
     sl_dpp_executor_worker_t w[64];
     uint32_t nw = sl_dpp_executor_list(ex, NULL, w, 64);
     for (uint32_t k = 0; k < nw && k < 64; k++) {
@@ -120,7 +133,8 @@ int sl_cli_master(int argc, char **argv)
     lo[NUM_MOPTS] = (struct option){0, 0, 0, 0};
     const char *listen = NULL, *admin = NULL, *state = NULL, *token_file = NULL, *log_dir = NULL;
     const char *executor = "none", *secret_file = NULL;
-    uint64_t lease_ms = 10000, fleet = 0, max_conns = 0, handshake_ms = 0, idle_ms = 0;
+    uint64_t lease_ms = 10000, fleet = 0, client_idle_ms = 600000, split_failures = 3;
+    uint64_t max_conns = 0, handshake_ms = 0, conn_idle_ms = 0;
     sl_admin_opts_t ao = {0};
     int c;
     optind = 1;
@@ -132,10 +146,10 @@ int sl_cli_master(int argc, char **argv)
         case 't': token_file = optarg; break;
         case 'e': executor = optarg; break;
         case 'w': log_dir = optarg; break;
-        case 'S': secret_file = optarg; break;
+        case 'X': secret_file = optarg; break;
         case 'T': ao.tls_cert_file = optarg; break;
         case 'K': ao.tls_key_file = optarg; break;
-        case 'C':
+        case 'N':
         case 'H':
         case 'I':
         case 'M':
@@ -143,17 +157,17 @@ int sl_cli_master(int argc, char **argv)
             uint64_t v;
             if (!parse_u64(optarg, &v) || v > UINT32_MAX) {
                 fprintf(stderr, "sluice master: --%s '%s': a positive integer\n",
-                        c == 'C'   ? "max-connections"
+                        c == 'N'   ? "max-connections"
                         : c == 'H' ? "handshake-timeout-ms"
-                        : c == 'I' ? "client-idle-ms"
+                        : c == 'I' ? "client-conn-idle-ms"
                         : c == 'M' ? "admin-max-connections"
                                    : "admin-timeout-s",
                         optarg);
                 return 2;
             }
-            if (c == 'C') max_conns = v;
+            if (c == 'N') max_conns = v;
             if (c == 'H') handshake_ms = v;
-            if (c == 'I') idle_ms = v;
+            if (c == 'I') conn_idle_ms = v;
             if (c == 'M') ao.max_connections = (uint32_t)v;
             if (c == 'O') ao.timeout_s = (uint32_t)v;
             break;
@@ -162,6 +176,19 @@ int sl_cli_master(int argc, char **argv)
             if (!parse_u64(optarg, &lease_ms)) {
                 fprintf(stderr, "sluice master: --lease-timeout-ms '%s': a positive integer\n",
                         optarg);
+                return 2;
+            }
+            break;
+        case 'C':
+            if (!parse_u64(optarg, &client_idle_ms)) {
+                fprintf(stderr, "sluice master: --client-idle-ms '%s': a positive integer\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'S':
+            if (!parse_u64(optarg, &split_failures) || split_failures > 65535) {
+                fprintf(stderr, "sluice master: --max-split-failures '%s': 1..65535\n", optarg);
                 return 2;
             }
             break;
@@ -186,6 +213,16 @@ int sl_cli_master(int argc, char **argv)
         return 2;
     }
     sl_error_t err = {0};
+    /* Refused before anything starts: a worker log directory that is not
+     * there would otherwise fail every spawn. */
+    if (log_dir != NULL && !local) {
+        fprintf(stderr, "sluice master: --worker-log-dir needs --executor local\n");
+        return 2;
+    }
+    if (log_dir != NULL && sl_dpp_executor_check_log_dir(log_dir, &err) != SL_OK) {
+        fprintf(stderr, "sluice master: %s\n", err.msg);
+        return 2;
+    }
     char *token = NULL, *secret = NULL;
     if (sl_admin_token_load(token_file, "SLUICE_ADMIN_TOKEN", &token, &err) != SL_OK) {
         fprintf(stderr, "sluice master: token: %s\n", err.msg);
@@ -207,10 +244,12 @@ int sl_cli_master(int argc, char **argv)
                           .state_dir = state,
                           .lease_timeout_ms = lease_ms,
                           .max_fleet_workers = (uint32_t)fleet,
+                          .client_idle_ms = client_idle_ms,
+                          .max_split_failures = (uint32_t)split_failures,
                           .max_connections = (uint32_t)max_conns,
                           .cluster_secret = secret,
                           .handshake_timeout_ms = handshake_ms,
-                          .client_idle_ms = idle_ms};
+                          .client_conn_idle_ms = conn_idle_ms};
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);

@@ -34,7 +34,7 @@ enum {
     OPT_ADMIN,
     OPT_SECRET,
     OPT_MAX_CLIENTS,
-    OPT_CLIENT_IDLE,
+    OPT_CONN_IDLE,
     OPT_TLS_CERT,
     OPT_TLS_KEY,
     OPT_ADMIN_MAX,
@@ -66,7 +66,7 @@ static const sl_cli_opt_t wopts[] = {
     {OPT_MAX_CLIENTS, "max-clients", "N",
      "trainer connections at once, two threads each (default 256); when full, the oldest one "
      "still in its handshake, else the longest idle one, makes room"},
-    {OPT_CLIENT_IDLE, "client-idle-ms", "MS",
+    {OPT_CONN_IDLE, "client-conn-idle-ms", "MS",
      "close a trainer connection that sends nothing this long while it holds no batch "
      "(default 60000; the client reconnects)"},
     {OPT_TLS_CERT, "tls-cert", "FILE", "serve --admin over HTTPS with this PEM certificate"},
@@ -194,10 +194,10 @@ int sl_cli_worker(int argc, char **argv)
             if (parse_u32(optarg, 1, &o.max_clients))
                 return usage_error("bad --max-clients '%s'", optarg);
             break;
-        case OPT_CLIENT_IDLE:
+        case OPT_CONN_IDLE:
             if (parse_u32(optarg, 1, &v32) || v32 > INT32_MAX)
-                return usage_error("bad --client-idle-ms '%s'", optarg);
-            o.client_idle_ms = (int)v32;
+                return usage_error("bad --client-conn-idle-ms '%s'", optarg);
+            o.client_conn_idle_ms = (int)v32;
             break;
         case OPT_TLS_CERT:
             ao.tls_cert_file = optarg;

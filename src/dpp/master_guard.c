@@ -5,8 +5,8 @@
  *     the secret (rpc/auth.h); a wrong proof is answered ERROR and closed;
  *   - a connection must finish its handshake (auth, then REGISTER or
  *     ATTACH) within handshake_timeout_ms of being accepted;
- *   - a registered worker silent for worker_idle_ms, or an attached client
- *     silent for client_idle_ms, is closed (a live worker heartbeats every
+ *   - a registered worker silent for worker_conn_idle_ms, or an attached client
+ *     silent for client_conn_idle_ms, is closed (a live worker heartbeats every
  *     heartbeat_ms, a trainer client reports every refresh_ms);
  *   - when every slot is taken, the oldest connection still in its
  *     handshake makes room for the new one, so silent sockets cannot lock
@@ -64,8 +64,8 @@ void mp_guard_sweep(sl_master_t *m, uint64_t now_ms)
             mp_conn_drop(m, i, SL_ERR_TIMEOUT, msg);
             continue;
         }
-        uint64_t idle = c->kind == MP_WORKER ? m->opts.worker_idle_ms
-                        : c->kind == MP_CLIENT ? m->opts.client_idle_ms
+        uint64_t idle = c->kind == MP_WORKER   ? m->opts.worker_conn_idle_ms
+                        : c->kind == MP_CLIENT ? m->opts.client_conn_idle_ms
                                                : UINT64_MAX;
         if (now_ms - c->last_rx_ms > idle) {
             snprintf(msg, sizeof msg, "%s silent for more than %" PRIu64 " ms: closed",

@@ -22,7 +22,6 @@ typedef struct mp_job {
     sl_autoscaler_t as;
     uint64_t wait_ns, elapsed_ns; /* client reports since the last observation */
     double last_wait, last_busy;  /* of the last observation */
-    uint64_t batches, samples;    /* reported by clients, ever */
     uint32_t granted;             /* fair share of the fleet (mp_share_locked) */
 } mp_job;
 
@@ -92,10 +91,12 @@ struct sl_master {
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;
-    uint64_t last_observe_ms, last_expire_ms;
+    uint64_t last_observe_ms, last_expire_ms, last_evict_ms;
     /* counters */
     uint64_t frames_in, protocol_errors, connections_total;
     uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */
+    sl_dpp_executor_stats_t exec; /* the local executor's last report */
+    bool has_exec;
     /* admission (master_guard.c) */
     char *secret; /* the cluster secret (owned), NULL: no handshake */
     uint64_t auth_failures, handshake_timeouts, idle_closed, evicted, refused;

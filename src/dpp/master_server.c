@@ -178,6 +178,14 @@ static void on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__
             if (rc == SL_OK) job = m->jobs[k].id;
         }
     }
+    if (rc == SL_ERR_AGAIN && job != NULL) {
+        /* the worker's job failed: it has nothing more to do */
+        sl_dpp_master_job_status_t st;
+        if (sl_dpp_master_job_status(m->st, job, &st, &err) == SL_OK && st.failed) {
+            no_work(m, i, 1000, "job failed");
+            return;
+        }
+    }
     if (rc == SL_ERR_AGAIN || rc == SL_ERR_NOT_FOUND) {
         no_work(m, i, rc == SL_ERR_AGAIN ? 200 : 1000,
                 rc == SL_ERR_AGAIN ? "no pending split" : "no such job");
@@ -259,10 +267,11 @@ static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Hear
     Sluice__Control__HeartbeatReply rep = SLUICE__CONTROL__HEARTBEAT_REPLY__INIT;
     rep.n_revoked = nrev;
     rep.revoked = rev;
-    /* A worker of a removed or finished job is retired. */
+    /* A worker of a removed, finished or failed job is retired. */
     if (w->job[0] != '\0') {
         sl_dpp_master_job_status_t st;
-        rep.stop = sl_dpp_master_job_status(m->st, w->job, &st, &err) != SL_OK || st.finished;
+        rep.stop = sl_dpp_master_job_status(m->st, w->job, &st, &err) != SL_OK || st.finished ||
+                   st.failed;
     }
     send_now(m, i, SL_RPC_HEARTBEAT_REPLY, &rep.base);
     free(rev);
@@ -303,7 +312,87 @@ static void on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__Spl
     if (!defer(m, i, d)) send_error(m, i, SL_ERR_NOMEM, "split read answer");
 }
 
+/* A worker could not read its lease's split: count it (the split is leased
+ * again, skipped, or its job fails: master_failure.c) and answer after the
+ * round's sync (the outcome is journaled). */
+static void on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__SplitFailed *r)
+{
+    mp_deferred d = {.type = SL_RPC_SPLIT_FAILED_REPLY};
+    if (r->ref == NULL || r->ref->job_id == NULL) {
+        send_error(m, i, SL_ERR_PROTOCOL, "split failed without ref");
+        return;
+    }
+    const mp_worker *w = &m->workers[m->conns[i].worker];
+    sl_err_t code = r->code < 0 && r->code >= SL_ERR_UNSUPPORTED && r->code != SL_ERR_CLOSED
+                        ? (sl_err_t)r->code
+                        : SL_ERR_IO;
+    sl_dpp_split_failure_t f = {.job_id = r->ref->job_id,
+                                .epoch = r->ref->epoch,
+                                .split = r->ref->split,
+                                .generation = r->ref->generation,
+                                .file = r->file ? r->file : "",
+                                .stripe = r->stripe < -1 ? -1 : r->stripe,
+                                .message = r->message ? r->message : "",
+                                .code = code};
+    char msg[SL_ERROR_MSG_MAX];
+    if (strlen(f.file) > 1024 || strlen(f.message) >= sizeof msg) {
+        /* bounded, so a failure fits a journal record and an ATTACHED */
+        snprintf(msg, sizeof msg, "%.900s", f.message);
+        f.message = msg;
+        if (strlen(f.file) > 1024) f.file = "(file name too long)";
+    }
+    sl_error_t err = {0};
+    sl_dpp_split_fail_result_t res = SL_DPP_FAIL_RETRY;
+    /* only the live lease's holder may fail it */
+    bool holder = sl_dpp_master_lease_live(m->st, f.job_id, f.epoch, f.split, f.generation, w->id);
+    sl_err_t rc = m->failed ? SL_ERR_IO
+                  : !holder ? sl_error_set(&err, SL_DPP_STALE, "split failed: not the holder")
+                            : sl_dpp_master_split_failed(m->st, &f, m->opts.max_split_failures,
+                                                         &res, &err);
+    if (rc == SL_OK) {
+        fprintf(stderr,
+                "sluice master: job %.200s split %u (%.300s stripe %d) failed on worker %s: "
+                "%.400s%s\n",
+                f.job_id, f.split, f.file, f.stripe, w->id, f.message,
+                res == SL_DPP_FAIL_JOB_FAILED ? " -- the job has failed"
+                : res == SL_DPP_FAIL_SKIPPED  ? " -- the split is skipped"
+                                              : "");
+        d.result = (int)res;
+    } else if (rc == SL_DPP_STALE || rc == SL_ERR_NOT_FOUND) {
+        d.result = SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE;
+    } else {
+        if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
+        send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
+        return;
+    }
+    if (!defer(m, i, d)) send_error(m, i, SL_ERR_NOMEM, "split failed answer");
+}
+
 /* ---- clients ---------------------------------------------------------------------- */
+
+/* A client's rank must be below its world size, and its world size the
+ * job's number of ranks: a reader of world size 1 on a 2-rank job would
+ * otherwise wait forever for batches of a rank nobody reads (static) or
+ * deliver what another rank was meant to. Refused with an ERROR that says
+ * so; the connection is closed. */
+static bool attach_ranks_ok(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a,
+                            const sl_dpp_master_job_status_t *st)
+{
+    uint32_t world = a->world_size ? a->world_size : 1; /* 0: a client that did not say */
+    char msg[320];
+    if (a->rank >= world)
+        snprintf(msg, sizeof msg, "attach: rank %u is not below world size %u", a->rank, world);
+    else if (world != st->ranks)
+        snprintf(msg, sizeof msg,
+                 "attach: job '%.100s' has %u trainer rank%s; this client's world size is %u "
+                 "(start it with a world size of %u)",
+                 a->job_id, st->ranks, st->ranks == 1 ? "" : "s", world, st->ranks);
+    else
+        return true;
+    send_error(m, i, SL_ERR_INVALID, msg);
+    conn_close(m, i);
+    return false;
+}
 
 static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a)
 {
@@ -324,6 +413,7 @@ static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach 
         send_error(m, i, SL_ERR_NOT_FOUND, err.msg);
         return;
     }
+    if (!attach_ranks_ok(m, i, a, &st)) return;
     if (c->kind != MP_CLIENT) m->nclients_connected++;
     c->kind = MP_CLIENT;
     snprintf(c->client, sizeof c->client, "%s", a->client_id);
@@ -353,6 +443,20 @@ static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach 
     rep.finished = st.finished;
     rep.epoch = st.epoch;
     rep.sharding = st.static_sharding ? "static" : "dynamic";
+    /* A failed job ends its clients with the reason (they would otherwise
+     * wait for batches that never come). */
+    char failure[1100];
+    if (st.failed) {
+        if (st.failure_stripe >= 0)
+            snprintf(failure, sizeof failure, "split %u (file %.300s stripe %d) failed: %.700s",
+                     st.failure_split, st.failure_file, st.failure_stripe, st.failure_message);
+        else
+            snprintf(failure, sizeof failure, "split %u (file %.300s) failed: %.700s",
+                     st.failure_split, st.failure_file, st.failure_message);
+        rep.failed = true;
+        rep.failure = failure;
+        rep.failure_code = st.failure_code;
+    }
     send_now(m, i, SL_RPC_ATTACHED, &rep.base);
     free(infos);
     free(ptrs);
@@ -381,11 +485,9 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
     }
     sl_error_t err = {0};
     sl_dpp_commit_result_t res = SL_DPP_UNKNOWN;
-    sl_err_t rc = m->failed ? SL_ERR_IO
-                            : sl_dpp_master_commit(m->st, cm->ref->job_id, cm->ref->epoch,
-                                                   cm->ref->split, cm->rows->from_row,
-                                                   cm->rows->to_row, cm->client_id, cm->nonce,
-                                                   &res, &err);
+    sl_dpp_commit_t co = {cm->ref->job_id,    cm->ref->epoch, cm->ref->split, cm->rows->from_row,
+                          cm->rows->to_row,   cm->client_id,  cm->nonce,      cm->num_samples};
+    sl_err_t rc = m->failed ? SL_ERR_IO : sl_dpp_master_commit_batch(m->st, &co, &res, &err);
     if (rc != SL_OK) {
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
         send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
@@ -393,10 +495,6 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
     }
     d.result = (int)res;
     if (res != SL_DPP_COMMITTED) snprintf(d.message, sizeof d.message, "%.200s", err.msg);
-    if (res == SL_DPP_COMMITTED) {
-        mp_job *j = mp_job_find(m, cm->ref->job_id);
-        if (j != NULL) j->samples += cm->num_samples;
-    }
     if (!defer(m, i, d)) send_error(m, i, SL_ERR_NOMEM, "commit answer");
 }
 
@@ -410,7 +508,6 @@ static void on_client_stats(sl_master_t *m, const Sluice__Control__ClientStats *
         j->wait_ns += s->wait_ns;
         j->elapsed_ns += s->elapsed_ns;
     }
-    j->batches += s->batches;
 }
 
 static void on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__TokenRequest *t)
@@ -480,6 +577,9 @@ static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f)
         break;
     case SL_RPC_SPLIT_READ:
         if (worker) return on_split_read(m, i, (const void *)f->msg);
+        break;
+    case SL_RPC_SPLIT_FAILED:
+        if (worker) return on_split_failed(m, i, (const void *)f->msg);
         break;
     case SL_RPC_ATTACH:
         if (!worker) return on_attach(m, i, (const void *)f->msg);
@@ -625,6 +725,10 @@ static void flush_deferred(sl_master_t *m)
         } else if (live && d->type == SL_RPC_SPLIT_READ_REPLY) {
             Sluice__Control__SplitReadReply r = SLUICE__CONTROL__SPLIT_READ_REPLY__INIT;
             r.state = (Sluice__Control__SplitReadReply__State)d->result;
+            send_now(m, d->conn, d->type, &r.base);
+        } else if (live && d->type == SL_RPC_SPLIT_FAILED_REPLY) {
+            Sluice__Control__SplitFailedReply r = SLUICE__CONTROL__SPLIT_FAILED_REPLY__INIT;
+            r.state = (Sluice__Control__SplitFailedReply__State)d->result;
             send_now(m, d->conn, d->type, &r.base);
         } else if (live && d->type == SL_RPC_TOKEN) {
             Sluice__Control__Token r = SLUICE__CONTROL__TOKEN__INIT;

@@ -38,7 +38,13 @@ typedef struct lease {
     bool handed;          /* returned by next */
     bool read_done;       /* the reader called done */
     bool revoked;
-    bool reporting; /* a SPLIT_READ is on its way */
+    bool reporting; /* a SPLIT_READ (or SPLIT_FAILED) is on its way */
+    /* The split could not be read (src_failed): revoked too, and reported
+     * with SPLIT_FAILED before the lease may be forgotten. */
+    bool failed, fail_reported;
+    sl_err_t fail_code;
+    int32_t fail_stripe;
+    char *fail_msg;
 } lease_t;
 
 struct sl_dpp_master_source {
@@ -100,7 +106,17 @@ static void lease_free(sl_dpp_master_source_t *ms, lease_t *l)
     free_str(ms->a, l->path);
     if (l->todo) sl_free(ms->a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
     if (l->empty) sl_free(ms->a, l->empty, (size_t)l->num_empty * sizeof *l->empty);
+    free_str(ms->a, l->fail_msg);
     sl_free(ms->a, l, sizeof *l);
+}
+
+/* Under ms->mu: may a revoked lease be forgotten? Nobody holds it (not
+ * handed, or read and every batch retired), no report is on its way, and a
+ * failure was reported. */
+static bool lease_gone(const lease_t *l)
+{
+    return l->revoked && !l->reporting && (!l->handed || (l->read_done && l->outstanding == 0)) &&
+           (!l->failed || l->fail_reported);
 }
 
 /* Under ms->mu: unlink and free l. */
@@ -299,7 +315,9 @@ static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retr
     if (f.type == SL_RPC_NO_WORK) {
         const Sluice__Control__NoWork *nw = (const Sluice__Control__NoWork *)f.msg;
         *retry_ms = nw->retry_ms < 10 ? 10 : nw->retry_ms > 5000 ? 5000 : nw->retry_ms;
-        bool fin = nw->reason && strcmp(nw->reason, "finished") == 0;
+        /* a finished job, or one that failed: nothing more to do here */
+        bool fin = nw->reason &&
+                   (strcmp(nw->reason, "finished") == 0 || strcmp(nw->reason, "job failed") == 0);
         if (fin) {
             pthread_mutex_lock(&ms->mu);
             ms->finished = ms->st.finished = true;
@@ -454,7 +472,7 @@ static void src_done(void *ctx, const sl_dpp_work_t *w, const sl_dpp_row_range_t
         l->empty = e;
         l->num_empty = num_empty;
     }
-    if (l->outstanding == 0 && l->revoked)
+    if (lease_gone(l))
         lease_remove(ms, l);
     else
         pthread_cond_broadcast(&ms->cv);
@@ -486,10 +504,27 @@ static void src_retire(void *ctx, void *lease, bool acked)
     pthread_mutex_lock(&ms->mu);
     if (l->outstanding) l->outstanding--;
     if (l->outstanding == 0 && l->read_done) {
-        if (l->revoked)
+        if (lease_gone(l))
             lease_remove(ms, l);
         else
             pthread_cond_broadcast(&ms->cv); /* the control thread reports it */
+    }
+    pthread_mutex_unlock(&ms->mu);
+}
+
+static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg)
+{
+    sl_dpp_master_source_t *ms = ctx;
+    lease_t *l = lease;
+    pthread_mutex_lock(&ms->mu);
+    if (!l->failed) {
+        l->failed = true;
+        l->revoked = true; /* not live: its batches still queued are dropped unsent */
+        l->fail_code = code;
+        l->fail_stripe = stripe;
+        l->fail_msg = dup_str(ms->a, msg ? msg : ""); /* NULL: reported as "" */
+        ms->st.splits_failed++;
+        pthread_cond_broadcast(&ms->cv); /* the control thread reports it */
     }
     pthread_mutex_unlock(&ms->mu);
 }
@@ -520,6 +555,7 @@ sl_dpp_split_source_t sl_dpp_master_source_split_source(sl_dpp_master_source_t *
                                    .lease_made = src_made,
                                    .lease_live = src_live,
                                    .lease_retire = src_retire,
+                                   .lease_failed = src_failed,
                                    .ctx = ms};
 }
 
@@ -579,6 +615,68 @@ static bool report(sl_dpp_master_source_t *ms, lease_t *l)
     pthread_mutex_unlock(&ms->mu);
     sl_rpc_frame_free(&f);
     return true;
+}
+
+/* Report a failed lease with SPLIT_FAILED (called without ms->mu). The
+ * master counts it and leases the split again (to anyone), skips it, or
+ * fails the job (then this worker has nothing left to do). @return false
+ * on a connection problem (retry). */
+static bool report_failure(sl_dpp_master_source_t *ms, lease_t *l)
+{
+    char job[sizeof ms->job_id];
+    pthread_mutex_lock(&ms->mu);
+    snprintf(job, sizeof job, "%s", ms->job_id);
+    pthread_mutex_unlock(&ms->mu);
+    Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
+    fill_ref(&ref, job, l);
+    Sluice__Control__SplitFailed sf = SLUICE__CONTROL__SPLIT_FAILED__INIT;
+    sf.ref = &ref;
+    sf.file = l->path;
+    sf.stripe = l->fail_stripe;
+    sf.message = l->fail_msg ? l->fail_msg : "";
+    sf.code = l->fail_code;
+    sl_rpc_frame_t f = {0};
+    sl_error_t err = {0};
+    fprintf(stderr, "sluice worker: split %u of %s cannot be read, reported to the master: %s\n",
+            l->split, l->path, sf.message);
+    sl_err_t rc = call(ms, SL_RPC_SPLIT_FAILED, &sf.base, "split failed",
+                       SL_RPC_SPLIT_FAILED_REPLY, &f, &err);
+    if (rc) {
+        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        return false;
+    }
+    const Sluice__Control__SplitFailedReply *r = (const Sluice__Control__SplitFailedReply *)f.msg;
+    pthread_mutex_lock(&ms->mu);
+    l->fail_reported = true;
+    l->reporting = false;
+    if (r->state == SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__JOB_FAILED)
+        ms->stop = ms->st.stop = true; /* the job is over: finish what is held and exit */
+    if (lease_gone(l)) lease_remove(ms, l);
+    pthread_cond_broadcast(&ms->cv);
+    pthread_mutex_unlock(&ms->mu);
+    sl_rpc_frame_free(&f);
+    return true;
+}
+
+/* Send SPLIT_FAILED for every failed lease not reported yet. @return false
+ * when a report failed (the connection is down: try again later). */
+static bool report_failures(sl_dpp_master_source_t *ms)
+{
+    for (;;) {
+        pthread_mutex_lock(&ms->mu);
+        lease_t *l = ms->leases;
+        while (l && !(l->failed && !l->fail_reported && !l->reporting))
+            l = l->next;
+        if (l) l->reporting = true;
+        pthread_mutex_unlock(&ms->mu);
+        if (!l) return true;
+        if (!report_failure(ms, l)) {
+            pthread_mutex_lock(&ms->mu);
+            l->reporting = false;
+            pthread_mutex_unlock(&ms->mu);
+            return false;
+        }
+    }
 }
 
 /* Send SPLIT_READ for every lease ready for it. @return false when a
@@ -673,8 +771,7 @@ static void heartbeat(sl_dpp_master_source_t *ms)
                 l->revoked = true;
                 ms->st.revoked++;
                 /* nobody holds it any more: not handed, or read and retired */
-                if (!l->reporting && (!l->handed || (l->read_done && l->outstanding == 0)))
-                    lease_remove(ms, l);
+                if (lease_gone(l)) lease_remove(ms, l);
             }
             l = next;
         }
@@ -696,10 +793,12 @@ static void *control_main(void *arg)
         uint64_t now = mono_ns();
         bool ready = false;
         for (lease_t *l = ms->leases; l && !ready; l = l->next)
-            ready = l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting;
+            ready = (l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting) ||
+                    (l->failed && !l->fail_reported && !l->reporting);
         if (ready && now >= retry_at) {
             pthread_mutex_unlock(&ms->mu);
-            if (!report_ready(ms)) retry_at = mono_ns() + 200000000ull;
+            /* failures first: the master may lease the split to another worker at once */
+            if (!report_failures(ms) || !report_ready(ms)) retry_at = mono_ns() + 200000000ull;
             pthread_mutex_lock(&ms->mu);
             continue;
         }
@@ -716,7 +815,8 @@ static void *control_main(void *arg)
         timed_wait(ms, (until - now) / 1000000ull + 1);
     }
     pthread_mutex_unlock(&ms->mu);
-    /* last words: leases whose batches are all acknowledged get reported */
+    /* last words: failures, and leases whose batches are all acknowledged */
+    report_failures(ms);
     report_ready(ms);
     return NULL;
 }

@@ -184,6 +184,7 @@ static void job_free(const sl_allocator_t *a, job *jb)
     if (jb == NULL) return;
     str_free(a, jb->id);
     str_free(a, jb->spec_json);
+    m_free_failure(a, jb);
     if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
     for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
         m_free_ranges(a, &jb->st[i]);
@@ -266,6 +267,7 @@ sl_err_t m_job_insert(sl_dpp_master_t *m, const Sluice__Master__JobAdded *rec, s
     jb->static_sharding = spec->static_sharding && jb->ranks > 1;
     jb->min_workers = spec->min_workers;
     jb->max_workers = spec->max_workers;
+    jb->skip_bad = spec->skip_bad_splits;
     jb->fingerprint = m_fingerprint(l);
     jb->epoch = rec->start_epoch;
     bool finished = jb->epoch >= jb->epochs;
@@ -414,8 +416,10 @@ void m_do_advance(sl_dpp_master_t *m, job *jb)
     if (jb->epoch >= jb->epochs) {
         /* finished: every split stays DONE, no ranges kept (as a finished
          * job restored from a snapshot) */
-        for (uint32_t i = 0; i < jb->n; i++)
+        for (uint32_t i = 0; i < jb->n; i++) {
             m_free_ranges(m->a, &jb->st[i]);
+            jb->st[i].failures = 0;
+        }
         jb->committed_rows = 0;
         return;
     }
@@ -509,7 +513,21 @@ sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
         .static_sharding = jb->static_sharding,
         .min_workers = jb->min_workers,
         .max_workers = jb->max_workers,
+        .batches = jb->batches,
+        .samples = jb->samples,
+        .skip_bad_splits = jb->skip_bad,
+        .failed = jb->failed,
+        .failure_split = jb->fail_split,
+        .failure_epoch = jb->fail_epoch,
+        .failure_stripe = jb->fail_stripe,
+        .failure_code = (sl_err_t)jb->fail_code,
+        .failure_file = jb->fail_file != NULL ? jb->fail_file : "",
+        .failure_message = jb->fail_message != NULL ? jb->fail_message : "",
+        .skipped_splits = jb->skipped_splits,
+        .skipped_rows = jb->skipped_rows,
     };
+    for (uint32_t i = 0; i < jb->n; i++)
+        out->split_failures += jb->st[i].failures;
     return SL_OK;
 }
 
@@ -528,10 +546,12 @@ sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const 
                                   uint64_t now_ms, sl_dpp_lease_t *out, sl_error_t *err)
 {
     uint32_t slot, w;
+    if (now_ms > m->now_ms) m->now_ms = now_ms;
     job *jb = m_find_job(m, job_id, &slot);
     if (jb == NULL) return no_job(job_id, err);
     if (jb->epoch >= jb->epochs)
         return sl_error_set(err, SL_ERR_AGAIN, "job '%s' finished", job_id);
+    if (jb->failed) return sl_error_set(err, SL_ERR_AGAIN, "job '%s' failed", job_id);
     uint32_t split = peek_pending(jb);
     if (split == UINT32_MAX)
         return sl_error_set(err, SL_ERR_AGAIN, "job '%s': no pending split", job_id);
@@ -616,6 +636,7 @@ sl_err_t sl_dpp_master_expire(sl_dpp_master_t *m, uint64_t now_ms, uint32_t *exp
 {
     uint32_t count = 0;
     sl_err_t rc = SL_OK;
+    if (now_ms > m->now_ms) m->now_ms = now_ms;
     for (uint32_t w = 0; w < m->num_workers && rc == SL_OK; w++) {
         worker *wk = &m->workers[w];
         if (wk->nleases == 0 || wk->earliest > now_ms) continue;

@@ -118,6 +118,7 @@ typedef struct sl_dpp_master_job_spec {
     uint32_t ranks;        /* trainer ranks */
     bool static_sharding;  /* each split served to one rank (assign_static) */
     uint32_t min_workers, max_workers;
+    bool skip_bad_splits;  /* on_bad_split "skip" (sl_dpp_master_split_failed) */
 } sl_dpp_master_job_spec_t;
 
 /* Rows [from_row, to_row) of a split, split-relative. */
@@ -167,6 +168,17 @@ typedef struct sl_dpp_master_job_status {
     uint32_t ranks;        /* >= 1 */
     bool static_sharding;
     uint32_t min_workers, max_workers;
+    uint64_t batches, samples; /* committed by clients, every epoch (journaled: survive restarts) */
+    bool skip_bad_splits;
+    /* A failed job (sl_dpp_master_split_failed): why; strings borrowed until
+     * the job is removed. */
+    bool failed;
+    uint32_t failure_split, failure_epoch;
+    int32_t failure_stripe; /* -1: the file as a whole */
+    sl_err_t failure_code;
+    const char *failure_file, *failure_message; /* "" when not failed */
+    uint32_t split_failures;                    /* failures counted this epoch, every split */
+    uint64_t skipped_splits, skipped_rows;      /* on_bad_split "skip", every epoch */
 } sl_dpp_master_job_status_t;
 
 sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
@@ -225,6 +237,21 @@ sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t e
                               const char *client_id, uint64_t nonce,
                               sl_dpp_commit_result_t *result, sl_error_t *err);
 
+/* A commit, with what the job's counters need. */
+typedef struct sl_dpp_commit {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t from_row, to_row;
+    const char *client_id;
+    uint64_t nonce;
+    uint32_t num_samples; /* the batch's samples: job status "samples" (journaled) */
+} sl_dpp_commit_t;
+
+/* sl_dpp_master_commit of c, counting an accepted one as a batch of
+ * c->num_samples samples in the job's status. */
+sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c,
+                                    sl_dpp_commit_result_t *result, sl_error_t *err);
+
 /* The live lease's holder has read every todo row; empty are the ranges
  * that produced no sample (committed here, minus what is committed
  * already). The split becomes DONE if its rows are all committed, else
@@ -236,6 +263,38 @@ sl_err_t sl_dpp_master_split_read(sl_dpp_master_t *m, const char *job_id, uint32
                                   uint32_t split, uint64_t generation,
                                   const sl_dpp_row_range_t *empty, uint32_t num_empty,
                                   sl_dpp_split_state_t *state, sl_error_t *err);
+
+/* A worker could not read the live lease (epoch, split, generation) of
+ * job: a corrupt or truncated stripe, an I/O error, a transform failing on
+ * its rows. The failure is counted against the split (this epoch, whatever
+ * worker reported it) and the split is PENDING again, to be leased to any
+ * worker. On its max_failures-th failure (>= 1) the job skips the split
+ * when it was submitted with skip_bad_splits (its uncommitted rows are
+ * committed as empty and counted as skipped: never delivered, exactly once
+ * holds for every other row), else the job fails: no more leases, commits
+ * refused (STALE), status failed with the failure. Each step is one
+ * journal record (SplitFailed, SplitSkipped, JobFailed). Sync before
+ * answering. @return SL_DPP_STALE when it is not the live lease (not
+ * counted), SL_ERR_NOT_FOUND for an unknown job or split. */
+typedef enum sl_dpp_split_fail_result {
+    SL_DPP_FAIL_RETRY = 0,     /* values as proto/control.proto SplitFailedReply */
+    SL_DPP_FAIL_SKIPPED = 1,
+    SL_DPP_FAIL_JOB_FAILED = 2
+} sl_dpp_split_fail_result_t;
+
+typedef struct sl_dpp_split_failure {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t generation;
+    const char *file;    /* the data file */
+    int32_t stripe;      /* -1: the file as a whole */
+    const char *message; /* what failed (no file content) */
+    sl_err_t code;
+} sl_dpp_split_failure_t;
+
+sl_err_t sl_dpp_master_split_failed(sl_dpp_master_t *m, const sl_dpp_split_failure_t *f,
+                                    uint32_t max_failures, sl_dpp_split_fail_result_t *result,
+                                    sl_error_t *err);
 
 /* Static sharding: 1 + the trainer rank split is assigned to (only that
  * rank may commit its rows), 0 when any rank may (dynamic sharding, or an
@@ -265,6 +324,22 @@ sl_err_t sl_dpp_master_sync(sl_dpp_master_t *m, sl_error_t *err);
 
 /* Write a snapshot and start an empty journal now. */
 sl_err_t sl_dpp_master_compact(sl_dpp_master_t *m, sl_error_t *err);
+
+/* ---- client records ------------------------------------------------------------- */
+
+/* A client's record (its remembered commit nonces, bounded by max_clients)
+ * lives while the client is active: client_touch says it is connected now;
+ * an accepted commit counts too. evict_clients forgets every client not
+ * touched and not committing for idle_ms (each one journaled as a
+ * ClientEvicted record, so replay forgets it too; the time since a client
+ * was last seen is not journaled and restarts at open). *evicted (may be
+ * NULL) gets their number. After that a retry of one of its nonces is a new
+ * commit: refused as an overlap when the rows were committed (the batch is
+ * then dropped), which is why idle_ms must exceed a client's reconnect
+ * window (docs/DESIGN.md). */
+void sl_dpp_master_client_touch(sl_dpp_master_t *m, const char *client_id, uint64_t now_ms);
+sl_err_t sl_dpp_master_evict_clients(sl_dpp_master_t *m, uint64_t now_ms, uint64_t idle_ms,
+                                     uint32_t *evicted, sl_error_t *err);
 
 /* ---- tokens, sharding, metrics ---------------------------------------------------- */
 
@@ -310,7 +385,9 @@ typedef struct sl_dpp_master_counters {
     uint64_t journal_records;
     uint64_t journal_syncs;
     uint64_t compactions;
-    uint32_t jobs, workers, clients;
+    uint64_t clients_evicted;
+    uint64_t split_failures, splits_skipped, jobs_failed;
+    uint32_t jobs, workers, clients; /* clients: records remembered now */
     uint64_t pending, leased, done; /* splits per state, every job */
 } sl_dpp_master_counters_t;
 

@@ -353,6 +353,13 @@ static void *client_main(void *arg)
         bad = true;
         goto out;
     }
+    uint32_t world = h->world_size ? h->world_size : 1; /* 0: a client that did not say */
+    if (h->rank >= world) {
+        snprintf(msg, sizeof msg, "hello: rank %u is not below world size %u", h->rank, world);
+        send_error(c, SL_ERR_INVALID, msg);
+        bad = true;
+        goto out;
+    }
     if (h->client_name && h->client_name[0]) {
         char tmp[64];
         snprintf(tmp, sizeof tmp, "%s", h->client_name);

@@ -94,6 +94,15 @@ typedef struct sl_dpp_split_source {
     void (*lease_made)(void *ctx, void *lease);
     bool (*lease_live)(void *ctx, void *lease);
     void (*lease_retire)(void *ctx, void *lease, bool acked);
+    /* The lease's split cannot be read (may be NULL: the worker fails
+     * instead): a corrupt or truncated stripe, an I/O error, a transform
+     * failing on its rows. code and msg say what (msg names file and
+     * stripe, never quotes file content), stripe which one (-1: not one
+     * stripe). The source stops treating the lease as live (its batches not
+     * yet sent are dropped) and reports it; the worker goes on with other
+     * leases. From the reader (done follows) or a transform thread (before
+     * the failing batch is retired); takes only the source's own lock. */
+    void (*lease_failed)(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg);
     void *ctx;
 } sl_dpp_split_source_t;
 
@@ -129,7 +138,7 @@ typedef struct sl_dpp_worker_opts {
     const char *cluster_secret; /* clients must prove they hold it; NULL: none (then only a
                                    loopback listen address is accepted) */
     uint32_t max_clients;       /* client connections at once; 0: 256 */
-    int client_idle_ms;         /* close a client silent this long holding no batch; 0: 60000 */
+    int client_conn_idle_ms;    /* close a client silent this long holding no batch; 0: 60000 */
 } sl_dpp_worker_opts_t;
 
 sl_dpp_worker_opts_t sl_dpp_worker_opts_default(void);
@@ -146,6 +155,7 @@ typedef struct sl_dpp_worker_stats {
     uint32_t threads;
     bool dedup_form; /* the table stores the job's dedup groups: read and sent as stored */
     uint64_t splits, stripes, rows_read, rows_kept, rows_dropped;
+    uint64_t splits_failed; /* leases whose split could not be read (reported, not fatal) */
     uint64_t batches, samples;              /* encoded */
     uint64_t bytes_encoded, bytes_expanded; /* encoded; and had dedup been off */
     uint32_t num_groups;

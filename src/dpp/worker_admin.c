@@ -43,6 +43,9 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
     counter(&p, "sluice_worker_rows_read_total", "Rows read from the table.", (double)st.rows_read);
     counter(&p, "sluice_worker_rows_kept_total", "Rows the filters kept.", (double)st.rows_kept);
     counter(&p, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
+    counter(&p, "sluice_worker_splits_failed_total",
+            "Leases whose split could not be read (reported to the master).",
+            (double)st.splits_failed);
     counter(&p, "sluice_worker_batches_total", "Batches encoded.", (double)st.batches);
     counter(&p, "sluice_worker_samples_total", "Samples in encoded batches.", (double)st.samples);
     counter(&p, "sluice_worker_bytes_encoded_total", "Bytes of encoded batches.",
@@ -99,7 +102,7 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
           (double)s->ready);
     gauge(&p, "sluice_worker_memory_used_bytes", "Bytes accounted by the memory budget now.",
           (double)st.memory_used);
-    gauge(&p, "sluice_worker_memory_peak_bytes", "Highest bytes accounted.",
+    gauge(&p, "sluice_worker_memory_peak_bytes", "Highest bytes accounted (the budget's high-water mark, never above the limit).",
           (double)st.memory_peak);
     gauge(&p, "sluice_worker_memory_limit_bytes", "The memory budget.", (double)st.memory_limit);
     gauge(&p, "sluice_worker_finished", "1 once every batch is produced and acknowledged.",
@@ -150,6 +153,7 @@ char *sl_dpp_worker_status_json(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
         "ready", (json_int_t)st.server.ready, "clients", (json_int_t)st.server.clients_now,
         "dropped", (json_int_t)st.server.dropped, "memory", "limit", (json_int_t)st.memory_limit,
         "used", (json_int_t)st.memory_used, "peak", (json_int_t)st.memory_peak);
+    if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
     if (o && ms) {
         sl_dpp_master_source_stats_t m;
         sl_dpp_master_source_stats(ms, &m);

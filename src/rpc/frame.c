@@ -44,6 +44,8 @@ static const ProtobufCMessageDescriptor *const descriptors[SL_RPC_TYPE_MAX + 1] 
     [SL_RPC_CLIENT_STATS] = &sluice__control__client_stats__descriptor,
     [SL_RPC_TOKEN_REQUEST] = &sluice__control__token_request__descriptor,
     [SL_RPC_TOKEN] = &sluice__control__token__descriptor,
+    [SL_RPC_SPLIT_FAILED] = &sluice__control__split_failed__descriptor,
+    [SL_RPC_SPLIT_FAILED_REPLY] = &sluice__control__split_failed_reply__descriptor,
 };
 
 static const char *const type_names[SL_RPC_TYPE_MAX + 1] = {
@@ -60,6 +62,7 @@ static const char *const type_names[SL_RPC_TYPE_MAX + 1] = {
     [SL_RPC_ATTACHED] = "attached", [SL_RPC_COMMIT] = "commit",
     [SL_RPC_COMMIT_REPLY] = "commit-reply", [SL_RPC_CLIENT_STATS] = "client-stats",
     [SL_RPC_TOKEN_REQUEST] = "token-request", [SL_RPC_TOKEN] = "token",
+    [SL_RPC_SPLIT_FAILED] = "split-failed", [SL_RPC_SPLIT_FAILED_REPLY] = "split-failed-reply",
 };
 
 static bool known_type(uint32_t type)

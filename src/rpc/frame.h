@@ -51,9 +51,11 @@ typedef enum sl_rpc_type {
     SL_RPC_COMMIT_REPLY = 28,
     SL_RPC_CLIENT_STATS = 29,
     SL_RPC_TOKEN_REQUEST = 30,
-    SL_RPC_TOKEN = 31
+    SL_RPC_TOKEN = 31,
+    SL_RPC_SPLIT_FAILED = 32,
+    SL_RPC_SPLIT_FAILED_REPLY = 33
 } sl_rpc_type_t;
-#define SL_RPC_TYPE_MAX 31
+#define SL_RPC_TYPE_MAX 33
 
 /* @return "hello", "batch", ... or "unknown" (static). */
 const char *sl_rpc_type_name(uint32_t type);

@@ -31,9 +31,8 @@ void tr_drop_queue_locked(sl_trainer_t *t)
     atomic_store(&t->queued, 0);
 }
 
-void tr_fail(sl_trainer_t *t, const sl_error_t *e)
+void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e)
 {
-    pthread_mutex_lock(&t->mu);
     if (t->state == TR_RUNNING) {
         t->state = TR_FAILED;
         t->failure = *e;
@@ -41,6 +40,12 @@ void tr_fail(sl_trainer_t *t, const sl_error_t *e)
         tr_drop_queue_locked(t);
     }
     pthread_cond_broadcast(&t->cv);
+}
+
+void tr_fail(sl_trainer_t *t, const sl_error_t *e)
+{
+    pthread_mutex_lock(&t->mu);
+    tr_fail_locked(t, e);
     pthread_mutex_unlock(&t->mu);
 }
 

@@ -33,6 +33,19 @@ static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attach
                                   fl_slot_t **reap)
 {
     tr_fleet_t *f = t->fleet;
+    if (m->failed) {
+        /* The job failed at the master (a split its workers cannot read):
+         * end now with the reason, not after waiting for batches that will
+         * never come. Batches held are not handed out (as for any failure). */
+        sl_error_t e = {0};
+        sl_err_t code = m->failure_code < 0 && m->failure_code >= SL_ERR_UNSUPPORTED &&
+                                m->failure_code != SL_ERR_CLOSED
+                            ? (sl_err_t)m->failure_code
+                            : SL_ERR_IO;
+        sl_error_set(&e, code, "master %s: job %s failed: %s", f->master, f->job_id,
+                     m->failure && m->failure[0] ? m->failure : "no reason given");
+        tr_fail_locked(t, &e);
+    }
     f->finished = m->finished;
     f->epoch = m->epoch;
     snprintf(f->sharding, sizeof f->sharding, "%s", m->sharding ? m->sharding : "");
@@ -49,7 +62,7 @@ static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attach
             s->listed = true;
             continue;
         }
-        if (t->closing || f->finished) continue;
+        if (t->closing || f->finished || t->state == TR_FAILED) continue;
         if (strlen(w->worker_id) >= FL_ID_MAX || strlen(w->serve_address) >= FL_ADDR_MAX)
             continue;
         s = fl_slot_start(t, w->worker_id, w->serve_address);

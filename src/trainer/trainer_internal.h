@@ -95,6 +95,8 @@ void *tr_receive_main(void *arg);
 /* Mark the client failed with e (unless it already ended or failed) and
  * discard the queue. Takes mu. */
 void tr_fail(sl_trainer_t *t, const sl_error_t *e);
+/* The same, caller holds mu. */
+void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e);
 
 /* Discard every queued batch (they are unacknowledged: the worker sends them
  * to someone else). Caller holds mu. */

@@ -6,10 +6,11 @@
  * unknown delivery) get an ERROR naming the problem and close only that
  * connection; a slow client with a small memory limit makes the
  * pipeline wait (back-pressure) without the accounted bytes ever passing
- * the limit; the trainer port's limits: a cap on connections that idle and
- * flooding sockets cannot exceed (threads stay bounded) nor use to lock a
- * real client out, idle clients closed, a deadline on the handshake; and
- * the cluster secret on the trainer port. */
+ * the limit, also with 65,536-row stripes, and a limit too small for one
+ * stripe fails the worker saying so; the trainer port's limits: a cap on
+ * connections that idle and flooding sockets cannot exceed (threads stay
+ * bounded) nor use to lock a real client out, idle clients closed, a
+ * deadline on the handshake; and the cluster secret on the trainer port. */
 #include <criterion/criterion.h>
 
 #include <dirent.h>
@@ -65,19 +66,25 @@ static void gen_criteo(uint64_t rows, uint32_t stripe_rows, char *dir, size_t ca
     cr_assert_eq(sl_wh_gen_table(dir, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
 }
 
-static sl_dpp_job_t *job_for(const char *table, uint32_t batch_size)
+static sl_dpp_job_t *job_epochs_for(const char *table, uint32_t batch_size, uint32_t epochs)
 {
     char spec[1024];
     snprintf(spec, sizeof spec,
-             "{\"id\":\"faults\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":%u}}", table,
-             batch_size);
+             "{\"id\":\"faults\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":%u,"
+             "\"epochs\":%u}}",
+             table, batch_size, epochs);
     sl_dpp_job_t *job = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
     return job;
 }
 
-/* A worker with o's trainer-port options (max_clients, client_idle_ms,
+static sl_dpp_job_t *job_for(const char *table, uint32_t batch_size)
+{
+    return job_epochs_for(table, batch_size, 1);
+}
+
+/* A worker with o's trainer-port options (max_clients, client_conn_idle_ms,
  * cluster_secret, listen; NULL: none). */
 static sl_dpp_worker_t *start_with(const sl_dpp_job_t *job, uint64_t memory_limit,
                                    const sl_dpp_worker_opts_t *port, char *addr, size_t cap)
@@ -85,7 +92,7 @@ static sl_dpp_worker_t *start_with(const sl_dpp_job_t *job, uint64_t memory_limi
     sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
     if (port) {
         o.max_clients = port->max_clients;
-        o.client_idle_ms = port->client_idle_ms;
+        o.client_conn_idle_ms = port->client_conn_idle_ms;
         o.cluster_secret = port->cluster_secret;
         if (port->listen) o.listen = port->listen;
     }
@@ -425,6 +432,15 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     close(fd);
 
     fd = raw_connect(addr);
+    Sluice__Dpp__Hello hr = SLUICE__DPP__HELLO__INIT;
+    hr.protocol_version = SL_RPC_VERSION;
+    hr.rank = 3;
+    hr.world_size = 2;
+    raw_send(fd, SL_RPC_HELLO, &hr.base);
+    expect_error(fd, SL_ERR_INVALID, "hello: rank 3 is not below world size 2");
+    close(fd);
+
+    fd = raw_connect(addr);
     put_header(h, "SLDP", SL_RPC_VERSION, SL_RPC_HELLO, 0xfffffff0u, 0);
     cr_assert_eq(write(fd, h, sizeof h), (ssize_t)sizeof h);
     expect_error(fd, SL_ERR_TOO_LARGE, "exceeds the limit");
@@ -462,7 +478,7 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     expect_every_sample_once(&c);
     sl_dpp_worker_stats_t st;
     sl_dpp_worker_stats(w, &st);
-    cr_assert_eq(st.server.bad_frames, 7);
+    cr_assert_eq(st.server.bad_frames, 8);
     cr_assert_geq(st.server.redeliveries, 2);
     /* after the end, a new client gets WELCOME then END */
     sl_error_t err = {0};
@@ -508,6 +524,100 @@ Test(worker_faults, memory_limit_holds_with_a_slow_client)
                  (unsigned long)st.memory_peak);
     cr_assert_gt(st.backpressure_ns, 0, "producers waited");
     free(seen);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+/* Read every batch, sleeping delay_us after each (a slow trainer); count
+ * each sample id per epoch (seen[epoch * rows + id]). */
+static void read_slowly(const char *addr, uint64_t rows, uint32_t delay_us, uint32_t prefetch,
+                        uint8_t *seen)
+{
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.address = addr;
+    o.prefetch = prefetch;
+    sl_trainer_t *t;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_connect(&o, &t, &err), SL_OK, "%s", err.msg);
+    sl_batch_t *b;
+    sl_err_t rc;
+    int timeout = (int)(tu_timeout(30) * 1000);
+    while ((rc = sl_trainer_next(t, timeout, &b, &err)) == SL_OK) {
+        cr_assert_lt(b->origin.epoch, 2);
+        for (uint32_t i = 0; i < b->batch_size; i++) {
+            int64_t id = b->sample_ids[i];
+            cr_assert(id >= 0 && (uint64_t)id < rows, "sample id %lld", (long long)id);
+            uint8_t *s = &seen[b->origin.epoch * rows + (uint64_t)id];
+            cr_assert_lt(*s, 255);
+            (*s)++;
+        }
+        sl_trainer_release(t, b);
+        usleep(delay_us);
+    }
+    cr_assert_eq(rc, SL_ERR_CLOSED, "%s: %s", sl_err_str(rc), err.msg);
+    sl_trainer_close(t);
+}
+
+/* The memory limit holds with large stripes and a slow trainer: 65,536-row
+ * criteo stripes (~23 MB decoded each), a 64 MiB limit, and a trainer that
+ * sleeps between batches so that encoded batches pile up waiting for
+ * acknowledgements. The budget's high-water mark (memory_peak,
+ * sluice_worker_memory_peak_bytes) never passes the limit, and every sample
+ * arrives once in each of two epochs. */
+Test(worker_faults, memory_limit_holds_with_large_stripes_and_a_slow_trainer)
+{
+    char table[300], addr[64];
+    const uint64_t rows = 4 * 65536;
+    const uint64_t limit = 64u << 20;
+    gen_criteo(rows, 65536, table, sizeof table);
+    sl_dpp_job_t *job = job_epochs_for(table, 4096, 2);
+    sl_error_t err = {0};
+    sl_dpp_worker_t *w = start(job, limit, addr, sizeof addr);
+    uint8_t *seen = calloc(2 * rows, 1);
+    cr_assert_not_null(seen);
+    read_slowly(addr, rows, 2000, 16, seen);
+    for (uint64_t e = 0; e < 2; e++)
+        for (uint64_t i = 0; i < rows; i++)
+            cr_assert_eq(seen[e * rows + i], 1, "epoch %llu sample %llu seen %u times",
+                         (unsigned long long)e, (unsigned long long)i, seen[e * rows + i]);
+    cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    fprintf(stderr, "memory limit %llu, peak accounted %llu (%.1f%%), back-pressure %.2f s\n",
+            (unsigned long long)limit, (unsigned long long)st.memory_peak,
+            100.0 * (double)st.memory_peak / (double)limit, st.backpressure_ns / 1e9);
+    cr_assert_leq(st.memory_peak, limit, "peak %llu > limit %llu",
+                  (unsigned long long)st.memory_peak, (unsigned long long)limit);
+    cr_assert_gt(st.memory_peak, limit / 2, "the limit was reached (peak %llu)",
+                 (unsigned long long)st.memory_peak);
+    cr_assert_gt(st.backpressure_ns, 0, "producers waited");
+    free(seen);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+/* A limit that cannot hold one stripe fails the worker with a message
+ * saying so, instead of passing the limit. */
+Test(worker_faults, a_memory_limit_too_small_for_a_stripe_fails_loudly)
+{
+    char table[300];
+    const uint64_t rows = 65536;
+    const uint64_t limit = 8u << 20; /* a stripe decodes to ~23 MB */
+    gen_criteo(rows, 65536, table, sizeof table);
+    sl_dpp_job_t *job = job_for(table, 4096);
+    sl_error_t err = {0};
+    char addr[64];
+    sl_dpp_worker_t *w = start(job, limit, addr, sizeof addr);
+    sl_err_t rc = sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err);
+    /* the worker's memory, not the data: SL_ERR_NOMEM (a split error would go to a master) */
+    cr_assert_eq(rc, SL_ERR_NOMEM, "%s: %s", sl_err_str(rc), err.msg);
+    cr_assert(strstr(err.msg, "worker: --memory-limit of 8388608 bytes cannot hold ") != NULL &&
+                  strstr(err.msg, "stripe 0 decoded") != NULL &&
+                  strstr(err.msg, "raise the limit") != NULL,
+              "%s", err.msg);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert_leq(st.memory_peak, limit);
     sl_dpp_worker_destroy(w);
     sl_dpp_job_destroy(job);
 }
@@ -617,7 +727,7 @@ Test(worker_faults, idle_clients_are_closed_unless_they_hold_batches)
     char table[300], addr[64];
     gen_criteo(4000, 4096, table, sizeof table);
     sl_dpp_job_t *job = job_for(table, 200);
-    sl_dpp_worker_opts_t port = {.client_idle_ms = 300};
+    sl_dpp_worker_opts_t port = {.client_conn_idle_ms = 300};
     sl_dpp_worker_t *w = start_with(job, 0, &port, addr, sizeof addr);
     int idle = raw_connect(addr), busy = raw_connect(addr);
     raw_hello(idle);

@@ -109,7 +109,11 @@ static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now
             cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
             continue;
         }
-        if (op < 10) {
+        if (op < 3) {
+            /* idle client records go (ClientEvicted), one client kept */
+            sl_dpp_master_client_touch(m, "c0", *now);
+            cr_assert_eq(sl_dpp_master_evict_clients(m, *now, tu_below(s, 40), NULL, &err), SL_OK);
+        } else if (op < 10) {
             cr_assert_eq(sl_dpp_master_expire(m, *now, NULL, &err), SL_OK);
         } else if (op < 20) {
             cr_assert_eq(sl_dpp_master_renew(m, w, *now, NULL, &err), SL_OK);
@@ -148,8 +152,12 @@ static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now
                 char cid[16];
                 snprintf(cid, sizeof cid, "c%u", (unsigned)tu_below(s, 3));
                 sl_dpp_commit_result_t res;
-                rc = sl_dpp_master_commit(m, j, st.epoch, split, from, to, cid, tu_next(s), &res,
-                                          &err);
+                /* samples: the batch's rows the filters kept (any number
+                 * up to its rows); journaled, so the dumps compared after
+                 * replay and compaction include the counters */
+                sl_dpp_commit_t co = {j,   st.epoch,    split, from, to,
+                                      cid, tu_next(s), (uint32_t)tu_below(s, to - from + 1)};
+                rc = sl_dpp_master_commit_batch(m, &co, &res, &err);
                 cr_assert_eq(rc, SL_OK, "%s", err.msg);
                 if (st.finished)
                     cr_assert_eq(res, SL_DPP_STALE_EPOCH);

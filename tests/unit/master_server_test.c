@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dpp/master.h"
@@ -218,6 +219,8 @@ Test(master_server, submit_refusals)
     cr_assert(strstr(err.msg, "colour") != NULL, "%s", err.msg);
     cr_assert_eq(submit(&e, ", \"sharding\": \"round\"", &err), SL_ERR_INVALID);
     cr_assert_eq(submit(&e, ", \"ranks\": -1", &err), SL_ERR_INVALID);
+    cr_assert_eq(submit(&e, ", \"ranks\": 0", &err), SL_ERR_INVALID); /* refused, not taken for 1 */
+    cr_assert_str_eq(err.msg, "$.ranks: an integer 1..65536");
     cr_assert_eq(submit(&e, ", \"min_workers\": 3, \"max_workers\": 2", &err), SL_ERR_INVALID);
     cr_assert_eq(submit(&e, ", \"resume_token\": \"!!!\"", &err), SL_ERR_INVALID);
     cr_assert_eq(submit(&e, ", \"resume_token\": \"AAAA\"", &err), SL_ERR_INVALID);
@@ -317,6 +320,8 @@ Test(master_server, lease_commit_split_read_token_restart)
     cr_assert_eq(jint(j, "committed_rows"), 500);
     cr_assert_eq(jint(j, "workers"), 1);
     cr_assert_eq(jint(j, "clients"), 2);
+    cr_assert_eq(jint(j, "batches"), 2); /* two accepted commits (a repeat is not a batch) */
+    cr_assert_eq(jint(j, "samples"), 200);
     json_decref(j);
     /* a token excluding what c2 has not handed out yet */
     Sluice__Control__RowRange und = SLUICE__CONTROL__ROW_RANGE__INIT, *undp = &und;
@@ -344,7 +349,10 @@ Test(master_server, lease_commit_split_read_token_restart)
     j = job_json(&e);
     cr_assert_eq(jint(j, "done"), 1);
     cr_assert_eq(jint(j, "committed_rows"), 500);
+    cr_assert_eq(jint(j, "batches"), 2, "the counters survive a restart (journal)");
+    cr_assert_eq(jint(j, "samples"), 200);
     json_decref(j);
+
     c1 = client(&e, "c1", NULL);
     cr_assert_eq(commit(c1, "c1", 1, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     cr_assert_eq(commit(c1, "c1", 9, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
@@ -399,6 +407,208 @@ Test(master_server, static_sharding_refuses_other_ranks)
     for (uint32_t r = 0; r < 3; r++)
         close(c[r]);
     close(w);
+    env_fini(&e);
+}
+
+/* ATTACH with a rank not below the world size, or a world size other than
+ * the job's ranks, is refused with an ERROR saying so (a reader of world
+ * size 1 on a 2-rank job used to wait forever), and the connection closes. */
+static void attach_refused(env *e, uint32_t rank, uint32_t world, const char *want)
+{
+    int fd = dial(e);
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "c-ranks";
+    a.rank = rank;
+    a.world_size = world;
+    Sluice__Dpp__Error *er = (void *)call(fd, SL_RPC_ATTACH, &a.base, SL_RPC_ERROR);
+    cr_assert_eq(er->code, SL_ERR_INVALID);
+    cr_assert_str_eq(er->message, want);
+    done(&er->base);
+    sl_rpc_frame_t f;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_ERR_CLOSED, "%s", err.msg);
+    close(fd);
+}
+
+Test(master_server, attach_checks_rank_and_world_size)
+{
+    env e;
+    env_init(&e, 2000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, ", \"ranks\": 2, \"sharding\": \"static\"", &err), SL_OK, "%s",
+                 err.msg);
+    attach_refused(&e, 0, 1,
+                   "attach: job 'j' has 2 trainer ranks; this client's world size is 1 (start it "
+                   "with a world size of 2)");
+    attach_refused(&e, 0, 3,
+                   "attach: job 'j' has 2 trainer ranks; this client's world size is 3 (start it "
+                   "with a world size of 2)");
+    attach_refused(&e, 2, 2, "attach: rank 2 is not below world size 2");
+    attach_refused(&e, 5, 0, "attach: rank 5 is not below world size 1");
+    close(client_rank(&e, "c1", 1, 2, "static", NULL));
+    env_fini(&e);
+}
+
+static int split_failed(int fd, const Sluice__Control__SplitRef *ref)
+{
+    Sluice__Control__SplitFailed sf = SLUICE__CONTROL__SPLIT_FAILED__INIT;
+    sf.ref = (Sluice__Control__SplitRef *)ref;
+    sf.file = "ds=2026-01-01/part-00000.slc";
+    sf.stripe = 2;
+    sf.message = "ds=2026-01-01/part-00000.slc stripe 2 stream 'C1' C1: checksum mismatch";
+    sf.code = SL_ERR_CORRUPT;
+    Sluice__Control__SplitFailedReply *r =
+        (void *)call(fd, SL_RPC_SPLIT_FAILED, &sf.base, SL_RPC_SPLIT_FAILED_REPLY);
+    int state = r->state;
+    done(&r->base);
+    return state;
+}
+
+/* SPLIT_FAILED on the control protocol: counted only from the live lease's
+ * holder; the third failure (the default --max-split-failures) fails the
+ * job: its workers get NO_WORK "job failed" and stop at their heartbeat,
+ * ATTACHED carries the failure, commits are refused. */
+Test(master_server, split_failures_fail_the_job)
+{
+    env e;
+    env_init(&e, 5000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    int w1 = worker(&e, "w1"), w2 = worker(&e, "w2");
+    int c = client(&e, "c", NULL);
+    /* failure 1, by w1; w2 cannot report w1's lease, nor w1 twice */
+    Sluice__Control__Lease *l = lease(w1, "w1");
+    Sluice__Control__SplitRef ref = *l->ref;
+    ref.job_id = "j";
+    uint32_t split = ref.split;
+    cr_assert_eq(split_failed(w2, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE);
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__RETRY);
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE);
+    done(&l->base);
+    /* failure 2, by w2, which gets the split next (it is pending again) */
+    l = lease(w2, "w2");
+    cr_assert_eq(l->ref->split, split);
+    ref = *l->ref;
+    ref.job_id = "j";
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE);
+    cr_assert_eq(split_failed(w2, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__RETRY);
+    done(&l->base);
+    /* failure 3, by w1 again: the job fails */
+    l = lease(w1, "w1");
+    cr_assert_eq(l->ref->split, split);
+    ref = *l->ref;
+    ref.job_id = "j";
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__JOB_FAILED);
+    done(&l->base);
+    json_t *j = job_json(&e);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
+    json_t *f = json_object_get(j, "failure");
+    cr_assert_eq(json_integer_value(json_object_get(f, "stripe")), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(f, "file")), "ds=2026-01-01/part-00000.slc");
+    json_decref(j);
+    /* workers: no more work, and stop */
+    Sluice__Control__LeaseRequest q = SLUICE__CONTROL__LEASE_REQUEST__INIT;
+    q.worker_id = "w2";
+    q.job_id = "j";
+    Sluice__Control__NoWork *nw = (void *)call(w2, SL_RPC_LEASE_REQUEST, &q.base, SL_RPC_NO_WORK);
+    cr_assert_str_eq(nw->reason, "job failed");
+    done(&nw->base);
+    Sluice__Control__HeartbeatReply *hr = heartbeat(w2, "w2", NULL, 0);
+    cr_assert(hr->stop);
+    done(&hr->base);
+    /* clients: the failure in ATTACHED, commits refused */
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "c";
+    a.world_size = 1;
+    Sluice__Control__Attached *at = (void *)call(c, SL_RPC_ATTACH, &a.base, SL_RPC_ATTACHED);
+    cr_assert(at->failed);
+    cr_assert_eq(at->failure_code, SL_ERR_CORRUPT);
+    cr_assert(strstr(at->failure, "(file ds=2026-01-01/part-00000.slc stripe 2) failed: ") != NULL,
+              "%s", at->failure);
+    done(&at->base);
+    cr_assert_eq(commit(c, "c", 1, &ref, 0, 10), SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE);
+    close(c);
+    close(w1);
+    close(w2);
+    env_fini(&e);
+}
+
+/* A metric's value in the master's /metrics text (a family without labels). */
+static double metric(env *e, const char *name)
+{
+    char *text = sl_master_metrics_text(e->m);
+    cr_assert_not_null(text);
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = strstr(text, key);
+    cr_assert_not_null(at, "no %s in %s", name, text);
+    double v = strtod(at + strlen(key), NULL);
+    free(text);
+    return v;
+}
+
+/* Client records are evicted when idle: with max_clients 3, eight client
+ * processes one after the other (each attaching, committing, going away)
+ * are all served, because a record with no connection and no commit for
+ * client_idle_ms is forgotten (journaled: a restarted master forgets it
+ * too). A connected client keeps its record however idle; an evicted one's
+ * retry is a new commit (OVERLAP for rows it had committed). */
+Test(master_server, idle_client_records_are_evicted)
+{
+    env e;
+    env_init(&e, 5000);
+    e.o.max_clients = 3;
+    e.o.client_idle_ms = 150;
+    env_restart(&e);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    int w = worker(&e, "w1");
+    Sluice__Control__Lease *l = lease(w, "w1");
+    Sluice__Control__SplitRef ref = *l->ref;
+    ref.job_id = "j";
+    int keeper = client(&e, "keeper", NULL); /* connected all along */
+    cr_assert_eq(commit(keeper, "keeper", 1, &ref, 0, 50),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    for (uint32_t k = 1; k <= 8; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "c%u", k);
+        int c = client(&e, id, NULL);
+        cr_assert_eq(commit(c, id, 7, &ref, 50 * k, 50 * k + 50),
+                     SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "client %u of 8", k);
+        close(c);
+        /* gone and idle: forgotten within 1.1 idle periods */
+        double t0 = (double)time(NULL);
+        while (metric(&e, "sluice_master_client_records") > 1 && time(NULL) - t0 < tu_timeout(5))
+            usleep(20 * 1000);
+        cr_assert_eq(metric(&e, "sluice_master_client_records"), 1, "client %u not evicted", k);
+    }
+    cr_assert_eq(metric(&e, "sluice_master_clients_evicted_total"), 8);
+    /* the connected client kept its record: a retry is recognised */
+    cr_assert_eq(commit(keeper, "keeper", 1, &ref, 0, 50),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    /* an evicted client retrying is new: its rows are committed, so OVERLAP */
+    int c = client(&e, "c3", NULL);
+    cr_assert_eq(commit(c, "c3", 7, &ref, 150, 200), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
+    close(c);
+    /* replay forgets the same clients (ClientEvicted records) */
+    close(keeper);
+    ProtobufCMessage *lm = &l->base;
+    done(lm);
+    close(w);
+    e.o.client_idle_ms = 600000;
+    env_restart(&e);
+    cr_assert_eq(metric(&e, "sluice_master_client_records"), 1);
+    keeper = client(&e, "keeper", NULL);
+    cr_assert_eq(commit(keeper, "keeper", 1, &ref, 0, 50),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    c = client(&e, "c5", NULL);
+    cr_assert_eq(commit(c, "c5", 7, &ref, 250, 300), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
+    close(c);
+    close(keeper);
     env_fini(&e);
 }
 
@@ -716,7 +926,7 @@ Test(master_server, cluster_secret_and_connection_limits)
     e.o.cluster_secret = secret;
     e.o.max_connections = 16;
     e.o.handshake_timeout_ms = 600;
-    e.o.client_idle_ms = 400;
+    e.o.client_conn_idle_ms = 400;
     env_restart(&e); /* with these options */
     sl_error_t err = {0};
     cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);

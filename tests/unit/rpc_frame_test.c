@@ -77,7 +77,7 @@ Test(rpc_frame, header_rejections)
     header(b, SL_RPC_AUTH_OK + 1, 10, 0); /* a gap between trainer and control frames */
     expect_reject(b, NULL, SL_ERR_PROTOCOL, "unknown frame type 12");
     header(b, SL_RPC_TYPE_MAX + 1, 10, 0);
-    expect_reject(b, NULL, SL_ERR_PROTOCOL, "unknown frame type 32");
+    expect_reject(b, NULL, SL_ERR_PROTOCOL, "unknown frame type 34");
 
     header(b, SL_RPC_ACK, 10, 0);
     b[13] = 1;

@@ -1,0 +1,235 @@
+/* Helpers shared by the integration tests that run against the real Kafka
+ * broker (tests/integration/kafka_*_test.c): where the broker is, the
+ * ops/kafka-broker verbs (kill -9, restart, status) with a bounded wait,
+ * topic creation through librdkafka's admin API, and the main() that reports
+ * SKIPPED (exit 77) when the broker cannot run on this machine.
+ *
+ * CMake gives every such test the ctest fixture "kafka" (one broker per
+ * ctest run, started by the test kafka_broker_setup) and the environment
+ *   SLUICE_KAFKA_DIR     the broker's directory: bootstrap, port, data, logs;
+ *                        DIR/unavailable when it cannot run here (the reason);
+ *   SLUICE_KAFKA_BROKER  the ops/kafka-broker script.
+ * The tests share that one broker and hold the ctest RESOURCE_LOCK
+ * kafka_broker, so a test that kills it disturbs no other. A test that kills
+ * the broker must leave it running: ku_setup() (each suite's .init) and
+ * ku_ensure_running() restart it when a failed test left it down.
+ *
+ * Everything is static: each test file includes this once and ends with
+ * KU_TEST_MAIN. */
+#ifndef SLUICE_TESTS_KAFKA_UTIL_H
+#define SLUICE_TESTS_KAFKA_UTIL_H
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define KU_FN static __attribute__((unused))
+/* The script's exit code for "cannot run here" (ctest SKIP_RETURN_CODE). */
+#define KU_SKIP 77
+
+extern char **environ;
+
+typedef struct {
+    char dir[512];       /* SLUICE_KAFKA_DIR */
+    char script[512];    /* SLUICE_KAFKA_BROKER */
+    char bootstrap[128]; /* "127.0.0.1:port", from DIR/bootstrap */
+} ku_broker_t;
+
+static ku_broker_t ku_broker;
+
+KU_FN double ku_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The first line of dir/name into buf (newline dropped); false when the
+ * file cannot be read or is empty. */
+KU_FN bool ku_read_line(const char *dir, const char *name, char *buf, size_t cap)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return false;
+    bool ok = fgets(buf, (int)cap, f) != NULL;
+    fclose(f);
+    if (!ok) return false;
+    buf[strcspn(buf, "\r\n")] = '\0';
+    return buf[0] != '\0';
+}
+
+/* Whether the tests can run: 0 yes (ku_broker filled in), KU_SKIP when the
+ * fixture found no Java, Maven or jars here (DIR/unavailable, or no
+ * SLUICE_KAFKA_DIR outside ctest), 1 when the broker should be there and is
+ * not (the setup test failed or did not run). Says why on stderr. */
+KU_FN int ku_locate(void)
+{
+    const char *dir = getenv("SLUICE_KAFKA_DIR");
+    const char *script = getenv("SLUICE_KAFKA_BROKER");
+    if (dir == NULL || script == NULL) {
+        fprintf(stderr, "SKIPPED: SLUICE_KAFKA_DIR and SLUICE_KAFKA_BROKER are not set; run this "
+                        "test through ctest (fixture kafka), or start a broker with "
+                        "`ops/kafka-broker start --dir D` and set SLUICE_KAFKA_DIR=D "
+                        "SLUICE_KAFKA_BROKER=ops/kafka-broker\n");
+        return KU_SKIP;
+    }
+    snprintf(ku_broker.dir, sizeof ku_broker.dir, "%s", dir);
+    snprintf(ku_broker.script, sizeof ku_broker.script, "%s", script);
+    char why[512];
+    if (ku_read_line(dir, "unavailable", why, sizeof why)) {
+        fprintf(stderr, "SKIPPED: no Kafka broker on this machine: %s\n", why);
+        return KU_SKIP;
+    }
+    if (!ku_read_line(dir, "bootstrap", ku_broker.bootstrap, sizeof ku_broker.bootstrap) &&
+        !ku_read_line(dir, "port", ku_broker.bootstrap, sizeof ku_broker.bootstrap)) {
+        fprintf(stderr, "no Kafka broker in %s (neither bootstrap nor unavailable there): did "
+                        "the test kafka_broker_setup run and pass?\n", dir);
+        return 1;
+    }
+    if (strchr(ku_broker.bootstrap, ':') == NULL) { /* only DIR/port: stopped meanwhile */
+        long port = strtol(ku_broker.bootstrap, NULL, 10);
+        snprintf(ku_broker.bootstrap, sizeof ku_broker.bootstrap, "127.0.0.1:%ld", port);
+    }
+    return 0;
+}
+
+/* Run `ops/kafka-broker <verb> --dir DIR`, waiting at most timeout_s
+ * seconds (the script bounds its own waits; this bounds a hung script).
+ * Returns its exit code, or -1 when it had to be killed or did not start. */
+KU_FN int ku_script(const char *verb, double timeout_s)
+{
+    char *argv[] = {ku_broker.script, (char *)verb, "--dir", ku_broker.dir, NULL};
+    pid_t pid;
+    if (posix_spawn(&pid, ku_broker.script, NULL, NULL, argv, environ) != 0) {
+        fprintf(stderr, "cannot run %s: %s\n", ku_broker.script, strerror(errno));
+        return -1;
+    }
+    double deadline = ku_now() + timeout_s;
+    for (;;) {
+        int status;
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (r < 0 && errno != EINTR) return -1;
+        if (ku_now() > deadline) {
+            fprintf(stderr, "%s %s: no answer within %.0f s; killed\n", ku_broker.script, verb,
+                    timeout_s);
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -1;
+        }
+        usleep(10000);
+    }
+}
+
+/* Restart the broker when it is not running (a test that killed it failed
+ * before restarting it). */
+KU_FN void ku_ensure_running(void)
+{
+    if (ku_script("status", tu_timeout(10)) == 0) return;
+    cr_assert_eq(ku_script("restart", tu_timeout(90)), 0,
+                 "the Kafka broker in %s is down and would not restart", ku_broker.dir);
+}
+
+/* A suite's .init: locate the broker and make sure it runs. */
+KU_FN void ku_setup(void)
+{
+    cr_assert_eq(ku_locate(), 0, "no Kafka broker (see above)");
+    ku_ensure_running();
+}
+
+/* Create topic with the given partitions, replication factor 1, through
+ * rk's admin API (any client handle); fails the test unless the broker
+ * confirms it within timeout_s. */
+KU_FN void ku_create_topic(rd_kafka_t *rk, const char *topic, int partitions, double timeout_s)
+{
+    char err[256];
+    rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, partitions, 1, err, sizeof err);
+    cr_assert_not_null(nt, "NewTopic %s: %s", topic, err);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_AdminOptions_t *opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+    rd_kafka_AdminOptions_set_operation_timeout(opts, (int)(timeout_s * 1000), err, sizeof err);
+    rd_kafka_AdminOptions_set_request_timeout(opts, (int)(timeout_s * 1000), err, sizeof err);
+    rd_kafka_CreateTopics(rk, &nt, 1, opts, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)(timeout_s * 1000) + 1000);
+    cr_assert_not_null(ev, "CreateTopics %s: no answer within %.0f s", topic, timeout_s);
+    cr_assert_eq(rd_kafka_event_error(ev), RD_KAFKA_RESP_ERR_NO_ERROR, "CreateTopics %s: %s",
+                 topic, rd_kafka_event_error_string(ev));
+    size_t n = 0;
+    const rd_kafka_topic_result_t **res =
+        rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(rd_kafka_topic_result_error(res[0]), RD_KAFKA_RESP_ERR_NO_ERROR,
+                 "CreateTopics %s: %s", topic, rd_kafka_topic_result_error_string(res[0]));
+    rd_kafka_event_destroy(ev);
+    rd_kafka_AdminOptions_destroy(opts);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_NewTopic_destroy(nt);
+}
+
+/* A client configuration for the broker, with the given extra properties
+ * (name, value pairs, NULL-terminated); fails the test on a bad one. A
+ * client that lives through a broker restart reconnects within 0.5 s: the
+ * default backoff grows to 10 s while the broker is down. */
+KU_FN rd_kafka_conf_t *ku_conf(const char *first, ...)
+{
+    char err[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers", ku_broker.bootstrap, err,
+                                   sizeof err), RD_KAFKA_CONF_OK, "%s", err);
+    cr_assert_eq(rd_kafka_conf_set(conf, "reconnect.backoff.max.ms", "500", err, sizeof err),
+                 RD_KAFKA_CONF_OK, "%s", err);
+    va_list ap;
+    va_start(ap, first);
+    for (const char *name = first; name != NULL; name = va_arg(ap, const char *)) {
+        const char *value = va_arg(ap, const char *);
+        cr_assert_eq(rd_kafka_conf_set(conf, name, value, err, sizeof err), RD_KAFKA_CONF_OK,
+                     "%s=%s: %s", name, value, err);
+    }
+    va_end(ap);
+    return conf;
+}
+
+KU_FN rd_kafka_t *ku_client(rd_kafka_type_t type, rd_kafka_conf_t *conf)
+{
+    char err[256];
+    rd_kafka_t *rk = rd_kafka_new(type, conf, err, sizeof err);
+    cr_assert_not_null(rk, "rd_kafka_new: %s", err);
+    return rk;
+}
+
+/* main() of a kafka_*_test.c: exits KU_SKIP (ctest: SKIPPED) when the
+ * broker cannot run here, fails when it should run and does not, and runs
+ * the Criterion tests otherwise, one at a time (--jobs on the command line
+ * still wins). */
+KU_FN int ku_main(int argc, char *argv[])
+{
+    int rc = ku_locate();
+    if (rc != 0) return rc;
+    struct criterion_test_set *tests = criterion_initialize();
+    /* One test at a time, even when run by hand without --jobs 1: they share
+     * the broker, and one that kills it must not hit another. */
+    criterion_options.jobs = 1;
+    rc = 0;
+    if (criterion_handle_args(argc, argv, true)) rc = !criterion_run_all_tests(tests);
+    criterion_finalize(tests);
+    return rc;
+}
+
+#define KU_TEST_MAIN \
+    int main(int argc, char *argv[]) { return ku_main(argc, argv); }
+
+#endif
