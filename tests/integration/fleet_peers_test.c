@@ -236,10 +236,10 @@ Test(fleet_peers, silent_sockets_do_not_lock_out_workers_and_trainers)
     /* 86 silent ones made room for the others at once (more made room for
      * the workers and the trainer, unless their handshake time ran out
      * first) */
-    const char *ev = strstr(b, "sluice_master_connections_closed_total{reason=\"evicted\"} ");
+    const char *key = "sluice_master_connections_closed_total{reason=\"evicted\"} ";
+    const char *ev = strstr(b, key);
     cr_assert_not_null(ev, "%s", b);
-    long evicted = strtol(ev + strlen("sluice_master_connections_closed_total{reason=\"evicted\"} "),
-                          NULL, 10);
+    long evicted = strtol(ev + strlen(key), NULL, 10);
     cr_assert_geq(evicted, 86, "%s", b);
     cr_assert(strstr(b, "sluice_master_connections_closed_total{reason=\"refused\"} 0\n"), "%s",
               b);

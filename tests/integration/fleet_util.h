@@ -254,7 +254,7 @@ typedef struct fu_master {
     char ctl[64], admin[64]; /* "127.0.0.1:port" */
     char state[300], log[300], token_file[300];
     uint64_t lease_timeout_ms;
-    const char *secret_file; /* --cluster-secret-file (also for fu_executor's workers); NULL: none */
+    const char *secret_file; /* --cluster-secret-file (also fu_executor's workers'); NULL: none */
     const char *extra[8];    /* more options for `sluice master`, NULL-terminated */
 } fu_master_t;
 
