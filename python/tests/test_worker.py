@@ -55,7 +55,7 @@ def table(tmp_path_factory):
 class Worker:
     """A `sluice worker` subprocess serving one job."""
 
-    def __init__(self, tmpdir, table, dedup, name):
+    def __init__(self, tmpdir, table, dedup, name, extra=()):
         spec = {
             "source": {"table": table},
             "batch": {"size": BATCH},
@@ -66,7 +66,7 @@ class Worker:
         with open(path, "w") as f:
             json.dump(spec, f)
         self.proc = subprocess.Popen(
-            [BINARY, "worker", "--job", path, "--listen", "127.0.0.1:0"],
+            [BINARY, "worker", "--job", path, "--listen", "127.0.0.1:0", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self.address = None
@@ -104,8 +104,8 @@ class Worker:
 def worker(tmp_path, table):
     started = []
 
-    def start(dedup=True, name="job"):
-        w = Worker(tmp_path, table, dedup, "%s%d" % (name, len(started)))
+    def start(dedup=True, name="job", extra=()):
+        w = Worker(tmp_path, table, dedup, "%s%d" % (name, len(started)), extra)
         started.append(w)
         return w.address
 
@@ -299,5 +299,29 @@ def test_dataloader_workers_split_batches(worker):
         assert item["groups"] == {}
         assert item["sparse"]["keys"][-3:] == USER
         ids.append(item["sample_ids"].numpy().copy())
+    ids = np.concatenate(ids)
+    assert np.array_equal(np.sort(ids), np.arange(ROWS))
+
+
+def test_cluster_secret(worker, tmp_path):
+    secret = tmp_path / "cluster.secret"
+    secret.write_text("a cluster secret for the python test\n")
+    wrong = tmp_path / "wrong.secret"
+    wrong.write_text("some other cluster's secret\n")
+    addr = worker(dedup=False, extra=("--cluster-secret-file", str(secret)))
+    # no secret, a wrong one: refused at connect, naming the address
+    for kw in ({}, {"cluster_secret_file": str(wrong)}):
+        with pytest.raises(sluice.SluiceError) as ei:
+            client(addr, reconnect_ms=-1, **kw)
+        assert ei.value.name == "SL_ERR_PROTOCOL"
+        assert addr in str(ei.value)
+        assert ("requires the cluster secret" if not kw else "authentication failed") in str(
+            ei.value
+        )
+    ids = []
+    with client(addr, cluster_secret_file=str(secret)) as c:
+        for b in c:
+            with b:
+                ids.append(b.sample_ids.copy())
     ids = np.concatenate(ids)
     assert np.array_equal(np.sort(ids), np.arange(ROWS))

@@ -147,6 +147,7 @@ static void destroy(sl_master_t *m)
     free(m->jobs);
     free(m->share);
     free(m->workers);
+    sl_rpc_secret_free(m->secret);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -182,6 +183,9 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     if (o->client_idle_ms == 0) o->client_idle_ms = 600000;
     if (o->max_split_failures == 0) o->max_split_failures = 3;
     if (o->max_answers == 0) o->max_answers = 4096;
+    if (o->handshake_timeout_ms == 0) o->handshake_timeout_ms = 10000;
+    if (o->client_conn_idle_ms == 0) o->client_conn_idle_ms = 60000;
+    if (o->worker_conn_idle_ms == 0) o->worker_conn_idle_ms = 3 * o->lease_timeout_ms;
     m->tuning = o->autoscale != NULL ? *o->autoscale : sl_autoscale_opts_default(1, 1);
     o->autoscale = NULL;
     m->a = o->allocator != NULL ? o->allocator : sl_allocator_default();
@@ -189,7 +193,10 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     pthread_mutex_init(&m->mu, NULL);
     m->jobs = calloc(o->max_jobs, sizeof *m->jobs);
     m->share = calloc(o->max_jobs, sizeof *m->share);
-    if (m->jobs == NULL || m->share == NULL) {
+    const char *secret = o->cluster_secret;
+    o->cluster_secret = NULL; /* borrowed for the call only: m->secret is the copy */
+    if (secret != NULL) m->secret = strdup(secret);
+    if (m->jobs == NULL || m->share == NULL || (secret != NULL && m->secret == NULL)) {
         destroy(m);
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
@@ -751,6 +758,21 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_prom_family(&p, "sluice_master_worker_ids_in_use_total", "counter",
                    "Registrations refused: the worker id has another live process.");
     sl_prom_sample(&p, "sluice_master_worker_ids_in_use_total", NULL, (double)m->ids_in_use);
+    sl_prom_family(&p, "sluice_master_auth_failures_total", "counter",
+                   "Control connections refused: no proof of the cluster secret.");
+    sl_prom_sample(&p, "sluice_master_auth_failures_total", NULL, (double)m->auth_failures);
+    sl_prom_family(&p, "sluice_master_connections_closed_total", "counter",
+                   "Control connections the master closed to keep its limits, by reason.");
+    static const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
+    uint64_t wv[] = {m->handshake_timeouts, m->idle_closed, m->evicted, m->refused};
+    for (int i = 0; i < 4; i++)
+        sl_prom_sample(&p, "sluice_master_connections_closed_total",
+                       sl_prom_label(lab, sizeof lab, "reason", why[i]), (double)wv[i]);
+    sl_prom_family(&p, "sluice_master_connections", "gauge", "Control connections open.");
+    uint32_t open = 0;
+    for (uint32_t i = 0; m->conns != NULL && i < m->opts.max_connections; i++)
+        open += m->conns[i].fd >= 0;
+    sl_prom_sample(&p, "sluice_master_connections", NULL, open);
     sl_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
     sl_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
     sl_prom_family(&p, "sluice_master_journal_compactions_total", "counter",

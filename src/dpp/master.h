@@ -66,6 +66,18 @@ typedef struct sl_master_opts {
      * of sl_autoscale_opts_default. */
     const sl_autoscale_opts_t *autoscale;
     const sl_allocator_t *allocator; /* NULL: default */
+    /* Peers (docs/PROTOCOL.md "Authentication", "Timeouts and caps"): */
+    const char *cluster_secret;    /* copied; every connection must prove it holds it
+                                      (rpc/auth.h) before REGISTER or ATTACH. NULL: no
+                                      handshake, and then only a loopback listen address
+                                      is accepted */
+    uint64_t handshake_timeout_ms; /* authenticate and REGISTER or ATTACH within this; 0: 10000 */
+    uint64_t client_conn_idle_ms;  /* a client connection that sends nothing this long is
+                                      closed (trainer clients report every refresh_ms);
+                                      0: 60000 */
+    uint64_t worker_conn_idle_ms;  /* a worker connection that sends nothing this long is
+                                      closed (its leases expired long before);
+                                      0: 3 x lease_timeout_ms */
 } sl_master_opts_t;
 
 typedef struct sl_master sl_master_t;
@@ -77,7 +89,8 @@ typedef struct sl_master sl_master_t;
  * Caller owns *out, free with sl_master_stop. @return SL_ERR_IO when the
  * address cannot be bound or the state directory is unusable,
  * SL_ERR_CORRUPT (and friends) for damaged state, SL_ERR_INVALID for bad
- * opts. */
+ * opts, among them a listen address other than loopback without a
+ * cluster_secret. */
 sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_error_t *err);
 
 /* Stop the control thread, close every connection, sync and free. m may be
@@ -227,5 +240,11 @@ void sl_master_executor_report(sl_master_t *m, const sl_dpp_executor_stats_t *st
  * sl_admin_stop. */
 sl_err_t sl_master_admin_start(sl_master_t *m, const char *address, const char *token,
                                sl_admin_t **out, sl_error_t *err);
+
+/* The same with every endpoint option (address, token, TLS certificate and
+ * key, connection limit and timeout, admin.h); its routes, context and
+ * body limit are the master's own. */
+sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, sl_admin_t **out,
+                               sl_error_t *err);
 
 #endif

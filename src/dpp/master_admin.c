@@ -310,14 +310,20 @@ static const sl_admin_route_t routes[] = {
     {"POST", "/jobs/{}/scale", true, h_job_scale},
 };
 
+sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, sl_admin_t **out,
+                               sl_error_t *err)
+{
+    sl_admin_opts_t o = *endpoint;
+    o.max_body_bytes = MAX_BODY;
+    o.routes = routes;
+    o.num_routes = sizeof routes / sizeof routes[0];
+    o.ctx = m;
+    return sl_admin_start(&o, out, err);
+}
+
 sl_err_t sl_master_admin_start(sl_master_t *m, const char *address, const char *token,
                                sl_admin_t **out, sl_error_t *err)
 {
-    sl_admin_opts_t o = {.address = address,
-                         .token = token,
-                         .max_body_bytes = MAX_BODY,
-                         .routes = routes,
-                         .num_routes = sizeof routes / sizeof routes[0],
-                         .ctx = m};
-    return sl_admin_start(&o, out, err);
+    sl_admin_opts_t o = {.address = address, .token = token};
+    return sl_master_admin_serve(m, &o, out, err);
 }

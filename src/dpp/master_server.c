@@ -51,10 +51,19 @@ static bool send_now(sl_master_t *m, uint32_t i, sl_rpc_type_t type, const Proto
     return true;
 }
 
+/* An ERROR always closes the connection it answers (docs/PROTOCOL.md):
+ * the peer reconnects if it wants to go on. */
+void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
+{
+    if (m->conns[i].fd < 0) return;
+    sl_rpc_send_error(m->conns[i].fd, code, msg);
+    conn_close(m, i);
+}
+
 static void send_error(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
 {
-    sl_rpc_send_error(m->conns[i].fd, code, msg);
     m->protocol_errors++;
+    mp_conn_drop(m, i, code, msg);
 }
 
 static bool defer(sl_master_t *m, uint32_t i, mp_deferred d)
@@ -171,20 +180,17 @@ static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Regis
     mp_conn *c = &m->conns[i];
     if (r->protocol_version != SL_MASTER_PROTOCOL_VERSION) {
         send_error(m, i, SL_ERR_VERSION, "register: protocol version not supported");
-        conn_close(m, i);
         return;
     }
     if (!id_ok(r->worker_id) || strlen(r->serve_address) >= MP_ADDR_MAX ||
         strlen(r->admin_address) >= MP_ADDR_MAX || strlen(r->job_id) >= MP_ID_MAX) {
         send_error(m, i, SL_ERR_INVALID, "register: bad worker id, job id or address");
-        conn_close(m, i);
         return;
     }
     uint32_t wi;
     mp_worker *w = worker_get(m, r->worker_id, &wi);
     if (w == NULL) {
         send_error(m, i, SL_ERR_TOO_LARGE, "register: too many workers");
-        conn_close(m, i);
         return;
     }
     uint64_t now = mp_now_ms();
@@ -480,19 +486,19 @@ static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach 
     mp_conn *c = &m->conns[i];
     if (a->protocol_version != SL_MASTER_PROTOCOL_VERSION) {
         send_error(m, i, SL_ERR_VERSION, "attach: protocol version not supported");
-        conn_close(m, i);
         return;
     }
     if (!id_ok(a->client_id) || !id_ok(a->job_id)) {
         send_error(m, i, SL_ERR_INVALID, "attach: bad client id or job id");
-        conn_close(m, i);
         return;
     }
     sl_dpp_master_job_status_t st;
     sl_error_t err = {0};
     if (sl_dpp_master_job_status(m->st, a->job_id, &st, &err) != SL_OK) {
+        /* closed like every ERROR: the client may connect and attach
+         * again once the job is submitted */
         send_error(m, i, SL_ERR_NOT_FOUND, err.msg);
-        return; /* the client may attach again once the job is submitted */
+        return;
     }
     if (!attach_ranks_ok(m, i, a, &st)) return;
     if (c->kind != MP_CLIENT) m->nclients_connected++;
@@ -686,7 +692,6 @@ static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f)
     snprintf(msg, sizeof msg, "unexpected %s frame on a %s connection", sl_rpc_type_name(f->type),
              worker ? "worker" : client ? "client" : "new");
     send_error(m, i, SL_ERR_PROTOCOL, msg);
-    conn_close(m, i);
 }
 
 /* Read what is there; handle every whole frame. */
@@ -706,7 +711,8 @@ static void on_readable(sl_master_t *m, uint32_t i)
         c->buf = p;
         c->cap = cap;
     }
-    ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+    /* never blocks: a slot may hold a newer socket than the one poll saw */
+    ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, MSG_DONTWAIT);
     if (n <= 0) {
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
         pthread_mutex_lock(&m->mu);
@@ -725,7 +731,6 @@ static void on_readable(sl_master_t *m, uint32_t i)
         sl_error_t err = {0};
         if (sl_rpc_header_decode(c->buf + at, &lim, &h, &err) != SL_OK) {
             send_error(m, i, err.code, err.msg);
-            conn_close(m, i);
             break;
         }
         size_t total = SL_RPC_HEADER_BYTES + h.message_len;
@@ -734,11 +739,10 @@ static void on_readable(sl_master_t *m, uint32_t i)
         sl_rpc_frame_t f;
         if (sl_rpc_recv_from(mem_read, &src, &lim, NULL, &f, &err) != SL_OK) {
             send_error(m, i, err.code, err.msg);
-            conn_close(m, i);
             break;
         }
         at += total;
-        dispatch(m, i, &f);
+        if (!mp_guard_frame(m, i, &f, mp_now_ms())) dispatch(m, i, &f);
         sl_rpc_frame_free(&f);
     }
     pthread_mutex_unlock(&m->mu);
@@ -751,21 +755,38 @@ static void on_readable(sl_master_t *m, uint32_t i)
 static void on_accept(sl_master_t *m)
 {
     int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+        /* Out of descriptors: a connection still in its handshake makes
+         * room, or the listener would stay readable and spin. */
+        if (errno == EMFILE || errno == ENFILE) {
+            pthread_mutex_lock(&m->mu);
+            mp_guard_evict(m);
+            pthread_mutex_unlock(&m->mu);
+        }
+        return;
+    }
     pthread_mutex_lock(&m->mu);
     uint32_t i = 0;
     while (i < m->opts.max_connections && m->conns[i].fd >= 0)
         i++;
     if (i == m->opts.max_connections) {
-        pthread_mutex_unlock(&m->mu);
-        sl_rpc_send_error(fd, SL_ERR_TOO_LARGE, "master: too many connections");
-        close(fd);
-        return;
+        int victim = mp_guard_evict(m);
+        if (victim < 0) {
+            m->refused++;
+            pthread_mutex_unlock(&m->mu);
+            sl_rpc_send_error(fd, SL_ERR_AGAIN,
+                              "master: too many connections (every slot is a registered worker "
+                              "or an attached client); try again later");
+            close(fd);
+            return;
+        }
+        i = (uint32_t)victim;
     }
     struct timeval tv = {SEND_TIMEOUT_MS / 1000, (SEND_TIMEOUT_MS % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     m->conns[i] = (mp_conn){.fd = fd, .kind = MP_NEW, .serial = ++m->next_serial};
     m->connections_total++;
+    mp_guard_accepted(m, i, mp_now_ms());
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -841,7 +862,9 @@ static void *loop(void *arg)
         }
         flush_deferred(m);
         pthread_mutex_lock(&m->mu);
-        mp_tick(m, mp_now_ms());
+        uint64_t now = mp_now_ms();
+        mp_tick(m, now);
+        mp_guard_sweep(m, now);
         pthread_mutex_unlock(&m->mu);
     }
     free(pf);
@@ -856,7 +879,9 @@ sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err)
     for (uint32_t i = 0; i < m->opts.max_connections; i++)
         m->conns[i].fd = -1;
     const char *addr = m->opts.listen != NULL ? m->opts.listen : "127.0.0.1:0";
-    sl_err_t rc = sl_rpc_listen(addr, 128, &m->listen_fd, &m->port, err);
+    sl_err_t rc = sl_rpc_check_exposure("master --listen", addr, m->secret != NULL, err);
+    if (rc != SL_OK) return rc;
+    rc = sl_rpc_listen(addr, 128, &m->listen_fd, &m->port, err);
     if (rc != SL_OK) return sl_error_prefix(err, "master --listen %s: ", addr);
     /* The address peers use: the host as given (empty or 0.0.0.0: loopback). */
     char host[MP_ADDR_MAX];

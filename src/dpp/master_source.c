@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rpc/auth.h"
 #include "rpc/frame.h"
 
 #define DEFAULT_TIMEOUT_MS 5000
@@ -52,6 +53,7 @@ struct sl_dpp_master_source {
     const sl_allocator_t *a;
     char *master, *worker_id, *serve_address, *admin_address;
     uint64_t incarnation;    /* random, this source's (process's) identity in REGISTER */
+    char *secret; /* the cluster secret, NULL: none */
     pthread_mutex_t conn_mu; /* the connection: one call at a time */
     int fd;                  /* -1: not connected */
     bool ever_connected;
@@ -221,8 +223,9 @@ static sl_err_t recv_reply(sl_dpp_master_source_t *ms, const char *what, sl_rpc_
         return rc;
     }
     if (f->type != want) {
-        rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: %s: expected a %s frame, got %s",
-                          ms->master, what, sl_rpc_type_name(want), sl_rpc_type_name(f->type));
+        rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: %s: expected a %s frame, got %s%s",
+                          ms->master, what, sl_rpc_type_name(want), sl_rpc_type_name(f->type),
+                          sl_rpc_auth_hint(f->type));
         sl_rpc_frame_free(f);
         return rc;
     }
@@ -247,6 +250,12 @@ static sl_err_t connect_master(sl_dpp_master_source_t *ms, sl_error_t *err)
     if ((rc = sl_rpc_set_recv_timeout(ms->fd, ms->o.connect_timeout_ms, err))) {
         disconnect(ms);
         return rc;
+    }
+    if (ms->secret &&
+        (rc = sl_rpc_auth_client(ms->fd, ms->secret,
+                                 sl_rpc_now_ms() + (uint64_t)ms->o.connect_timeout_ms, err))) {
+        disconnect(ms);
+        return sl_error_prefix(err, "master %s: ", ms->master);
     }
     Sluice__Control__Register r = SLUICE__CONTROL__REGISTER__INIT;
     r.protocol_version = SL_RPC_VERSION;
@@ -418,17 +427,22 @@ static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retr
         goto done;
     }
     if (f.type != SL_RPC_LEASE) {
+        bool retry = false;
         if (f.type == SL_RPC_ERROR) {
+            /* The master closed the connection after it: reconnect and ask
+             * again when it says "not now" (its state failed, a cap). */
             const Sluice__Dpp__Error *e = (const Sluice__Dpp__Error *)f.msg;
-            rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: lease request refused: %s",
-                              ms->master, e->message ? e->message : "");
+            retry = sl_rpc_error_retriable(sl_rpc_error_code(e));
+            rc = sl_error_set(err, retry ? sl_rpc_error_code(e) : SL_ERR_PROTOCOL,
+                              "master %s: lease request refused: %s", ms->master,
+                              e->message ? e->message : "");
         } else {
             rc = sl_error_set(err, SL_ERR_PROTOCOL,
                               "master %s: lease request: expected a lease or no_work frame, got %s",
                               ms->master, sl_rpc_type_name(f.type));
         }
         disconnect(ms);
-        res = ASK_FATAL;
+        res = retry ? ASK_RETRY : ASK_FATAL;
         goto done;
     }
     const Sluice__Control__Lease *m = (const Sluice__Control__Lease *)f.msg;
@@ -938,10 +952,13 @@ sl_err_t sl_dpp_master_source_new(const sl_dpp_master_source_opts_t *opts,
     ms->worker_id = dup_str(a, opts->worker_id);
     ms->serve_address = dup_str(a, opts->serve_address);
     ms->admin_address = dup_str(a, opts->admin_address ? opts->admin_address : "");
+    ms->secret = opts->cluster_secret ? strdup(opts->cluster_secret) : NULL;
+    ms->o.cluster_secret = NULL; /* ms->secret is the copy */
     if (opts->job_id) snprintf(ms->job_id, sizeof ms->job_id, "%s", opts->job_id);
     snprintf(ms->st.job_id, sizeof ms->st.job_id, "%s", ms->job_id);
     sl_err_t rc;
-    if (!ms->master || !ms->worker_id || !ms->serve_address || !ms->admin_address) {
+    if (!ms->master || !ms->worker_id || !ms->serve_address || !ms->admin_address ||
+        (opts->cluster_secret && !ms->secret)) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
         goto fail;
     }
@@ -1010,6 +1027,7 @@ void sl_dpp_master_source_destroy(sl_dpp_master_source_t *ms)
     free_str(ms->a, ms->serve_address);
     free_str(ms->a, ms->admin_address);
     free_str(ms->a, ms->spec_json);
+    sl_rpc_secret_free(ms->secret);
     pthread_mutex_destroy(&ms->conn_mu);
     pthread_mutex_destroy(&ms->mu);
     pthread_cond_destroy(&ms->cv);

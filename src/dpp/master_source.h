@@ -47,6 +47,8 @@ typedef struct sl_dpp_master_source_opts {
     int connect_timeout_ms;    /* per connection attempt and per reply; 0: 5000 */
     uint32_t max_todo;         /* most todo ranges in a lease; 0: 65536 */
     const sl_allocator_t *allocator; /* NULL: default */
+    const char *cluster_secret; /* copied; prove it to the master on every connection
+                                   (rpc/auth.h); NULL: the master has none */
 } sl_dpp_master_source_opts_t;
 
 typedef struct sl_dpp_master_source_stats {

@@ -668,7 +668,10 @@ sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t
                                .listen_port = o.listen_port,
                                .lease_live = w->source.lease_live,
                                .lease_retire = w->source.lease_retire,
-                               .lease_ctx = w->source.ctx};
+                               .lease_ctx = w->source.ctx,
+                               .cluster_secret = o.cluster_secret,
+                               .max_clients = o.max_clients,
+                               .idle_timeout_ms = o.client_conn_idle_ms};
     w->listen_fd_owned = false; /* the server owns it now, also when it fails */
     if ((rc = sl_dpp_server_start(&so, &w->server, err))) goto fail;
     atomic_store(&w->running, o.threads);
@@ -798,6 +801,12 @@ void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, 
             s->batches_sent, s->bytes_sent, s->batches_acked, s->samples_acked, s->redeliveries);
     fprintf(out, "  clients %" PRIu64 " (now %u), closed for bad frames %" PRIu64 "\n",
             s->clients_total, s->clients_now, s->bad_frames);
+    if (s->auth_failures || s->evicted || s->refused || s->idle_closed || s->handshake_timeouts)
+        fprintf(out,
+                "  connections refused without the cluster secret %" PRIu64
+                ", evicted at the cap %" PRIu64 ", refused at the cap %" PRIu64
+                ", closed idle %" PRIu64 ", handshake timeouts %" PRIu64 "\n",
+                s->auth_failures, s->evicted, s->refused, s->idle_closed, s->handshake_timeouts);
     fprintf(out, "  memory limit %" PRIu64 " bytes, peak accounted %" PRIu64 "\n", st->memory_limit,
             st->memory_peak);
 }

@@ -134,6 +134,11 @@ typedef struct sl_dpp_worker_opts {
     int listen_fd;
     uint16_t listen_port;
     const char *job_id; /* in WELCOME and BatchInfo; NULL: the job's id (a master's id may differ) */
+    /* Trainer port limits and peers (server.h): */
+    const char *cluster_secret; /* clients must prove they hold it; NULL: none (then only a
+                                   loopback listen address is accepted) */
+    uint32_t max_clients;       /* client connections at once; 0: 256 */
+    int client_conn_idle_ms;    /* close a client silent this long holding no batch; 0: 60000 */
 } sl_dpp_worker_opts_t;
 
 sl_dpp_worker_opts_t sl_dpp_worker_opts_default(void);

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"
 
@@ -50,6 +51,7 @@ struct sl_trainer {
     uint32_t rank, world_size;
     sl_wire_limits_t wire_limits;
     sl_rpc_limits_t rpc_limits;
+    char *secret; /* the cluster secret (rpc/auth.h), NULL: none */
 
     pthread_t thread;
     bool thread_started;
@@ -81,6 +83,11 @@ struct sl_trainer {
  * sl_trainer_connect and on the receive thread afterwards; takes send_mu.
  * timeout_ms bounds the connect and the handshake. */
 sl_err_t tr_open_connection(sl_trainer_t *t, int timeout_ms, sl_error_t *err);
+
+/* With a cluster secret, run the handshake (rpc/auth.h) on a new
+ * connection to peer ("worker 1.2.3.4:5") within timeout_ms; without one,
+ * nothing. Any thread. */
+sl_err_t tr_authenticate(const sl_trainer_t *t, int fd, int timeout_ms, sl_error_t *err);
 
 /* The receive thread (arg: the client). */
 void *tr_receive_main(void *arg);

@@ -375,36 +375,12 @@ Test(fleet_admin, submit_lists_every_problem)
  * unset); returns the exit status, stdout+stderr in *out. */
 static int run_submit(const char *const *args, const char *env_token, char **out)
 {
-    char log[400];
-    snprintf(log, sizeof log, "%s/submit.out", fu_dir);
-    const char *bin = fu_binary(); /* asserts: in the parent, not the child */
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        if (env_token)
-            setenv("SLUICE_ADMIN_TOKEN", env_token, 1);
-        else
-            unsetenv("SLUICE_ADMIN_TOKEN");
-        const char *argv[32] = {bin, "submit"};
-        int n = 2;
-        for (const char *const *a = args; *a; a++)
-            argv[n++] = *a;
-        argv[n] = NULL;
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    FILE *f = fopen(log, "r");
-    char *buf = calloc(1, 65536);
-    size_t n = fread(buf, 1, 65535, f);
-    buf[n] = '\0';
-    fclose(f);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    const char *argv[32] = {"submit"};
+    int n = 1;
+    for (const char *const *a = args; *a && n < 31; a++)
+        argv[n++] = *a;
+    argv[n] = NULL;
+    return fu_run(argv, "SLUICE_ADMIN_TOKEN", env_token, out);
 }
 
 Test(fleet_admin, sluice_submit_cli)

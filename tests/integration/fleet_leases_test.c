@@ -70,7 +70,7 @@ static sl_dpp_executor_t *run_via(const fu_master_t *m, const char *addr, const 
                                   atomic_uint *seen, fu_client_t *c, pthread_t *th,
                                   uint32_t delay_us)
 {
-    sl_dpp_executor_t *ex = fu_executor_via(addr, 1);
+    sl_dpp_executor_t *ex = fu_executor_via(addr, NULL, 1);
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
     start_clients(m, job, seen, c, th, delay_us);

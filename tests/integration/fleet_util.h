@@ -149,6 +149,53 @@ FU_FN uint16_t fu_free_port(void)
     return ntohs(sa.sin_port);
 }
 
+/* Run the sluice program with args (NULL-terminated, after the program's
+ * name), the environment variable env set to value (NULL: unset), and
+ * wait for it (bounded: it is killed after 20 s, failing the test).
+ * @return its exit status; *out (malloc'd) gets its stdout and stderr. */
+FU_FN int fu_run(const char *const *args, const char *env, const char *value, char **out)
+{
+    char log[300];
+    snprintf(log, sizeof log, "%s/run.out", fu_dir);
+    const char *bin = fu_binary(); /* asserts: in the parent, not the child */
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (value)
+            setenv(env, value, 1);
+        else
+            unsetenv(env);
+        const char *argv[32] = {bin};
+        int n = 1;
+        for (const char *const *a = args; *a && n < 31; a++)
+            argv[n++] = *a;
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int ws = 0;
+    double deadline = fu_now() + tu_timeout(20);
+    while (waitpid(pid, &ws, WNOHANG) == 0) {
+        if (fu_now() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            cr_assert_fail("sluice %s did not exit in time; see %s", args[0], log);
+        }
+        usleep(20 * 1000);
+    }
+    FILE *f = fopen(log, "r");
+    *out = calloc(1, 65536);
+    if (f) {
+        size_t n = fread(*out, 1, 65535, f);
+        (*out)[n] = '\0';
+        fclose(f);
+    }
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
 /* ---- HTTP ---- */
 
 /* One request on its own connection; returns the status (0: no answer)
@@ -222,8 +269,9 @@ typedef struct fu_master {
     char ctl[64], admin[64]; /* "127.0.0.1:port" */
     char state[300], log[300], token_file[300];
     uint64_t lease_timeout_ms;
-    const char *extra[8]; /* more arguments for `sluice master`, NULL-terminated */
-    uint64_t compact_bytes; /* > 0: --compact-bytes */
+    const char *secret_file; /* --cluster-secret-file (also fu_executor's workers'); NULL: none */
+    const char *extra[8];    /* more options for `sluice master`, NULL-terminated */
+    uint64_t compact_bytes;  /* > 0: --compact-bytes */
 } fu_master_t;
 
 /* Start `sluice master` on m's addresses (picked on the first start, kept
@@ -250,6 +298,10 @@ FU_FN void fu_master_start(fu_master_t *m)
     if (m->compact_bytes) {
         argv[argc++] = "--compact-bytes";
         argv[argc++] = compact;
+    }
+    if (m->secret_file) {
+        argv[argc++] = "--cluster-secret-file";
+        argv[argc++] = m->secret_file;
     }
     for (int k = 0; k < 8 && m->extra[k]; k++)
         argv[argc++] = m->extra[k];
@@ -372,18 +424,22 @@ FU_FN bool fu_job_finished(const fu_master_t *m, const char *job)
 /* ---- workers through the executor ---- */
 
 /* An executor whose workers reach the master at master_addr (the master's
- * control address, or a relay in front of it). */
-FU_FN sl_dpp_executor_t *fu_executor_via(const char *master_addr, uint32_t threads)
+ * control address, or a relay in front of it), with secret_file (NULL:
+ * none) as their cluster secret. */
+FU_FN sl_dpp_executor_t *fu_executor_via(const char *master_addr, const char *secret_file,
+                                         uint32_t threads)
 {
     char logs[300];
     snprintf(logs, sizeof logs, "%s/logs", fu_dir);
     mkdir(logs, 0755);
+    const char *secret[] = {"--cluster-secret-file", secret_file, NULL};
     sl_dpp_executor_opts_t o = {.binary = fu_binary(),
                                 .master = master_addr,
                                 .log_dir = logs,
                                 .worker_threads = threads,
                                 .max_workers = 16,
-                                .stop_grace_ms = 3000};
+                                .stop_grace_ms = 3000,
+                                .extra_args = secret_file ? secret : NULL};
     sl_dpp_executor_t *ex = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_executor_new(&o, &ex, &err), SL_OK, "%s", err.msg);
@@ -397,7 +453,7 @@ FU_FN sl_dpp_executor_t *fu_executor_via(const char *master_addr, uint32_t threa
 
 FU_FN sl_dpp_executor_t *fu_executor(const fu_master_t *m, uint32_t threads)
 {
-    return fu_executor_via(m->ctl, threads);
+    return fu_executor_via(m->ctl, m->secret_file, threads);
 }
 
 /* Scale job to 0 workers and wait until they have exited (not only been
@@ -431,6 +487,7 @@ typedef struct fu_client {
     uint64_t rows;     /* sample ids are < rows */
     uint32_t epochs;   /* of the job; 0: every epoch counted together, in seen[id] */
     atomic_uint *seen; /* [epochs * rows]: seen[epoch * rows + id], shared by a test's clients */
+    const char *secret_file; /* the cluster secret, NULL: none */
     uint64_t samples, batches;
     atomic_uint delay_us; /* per batch: a slow trainer (may change while it runs) */
     atomic_bool stop;     /* set: the client closes after its current batch */
@@ -456,6 +513,7 @@ FU_FN void *fu_client_run(void *arg)
     o.prefetch = 4;
     o.reconnect_ms = (int)tu_timeout(30) * 1000;
     o.refresh_ms = 200;
+    o.cluster_secret_file = c->secret_file;
     sl_trainer_t *t;
     sl_error_t err = {0};
     if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {

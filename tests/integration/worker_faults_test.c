@@ -9,9 +9,13 @@
  * accounted bytes ever passing the limit, also with 65,536-row stripes, and
  * a limit too small for one stripe fails the worker saying so; and the end
  * of a job (END, then the worker stops as `--exit-when-done` does) never
- * hangs either side, run a few hundred times. */
+ * hangs either side, run a few hundred times; the trainer port's limits: a
+ * cap on connections that idle and flooding sockets cannot exceed (threads
+ * stay bounded) nor use to lock a real client out, idle clients closed, a
+ * deadline on the handshake; and the cluster secret on the trainer port. */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -26,7 +30,9 @@
 #include <unistd.h>
 
 #include "dpp/job.h"
+#include "dpp/server.h"
 #include "dpp/worker.h"
+#include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"
 #include "sluice/wire.h"
@@ -80,10 +86,18 @@ static sl_dpp_job_t *job_for(const char *table, uint32_t batch_size)
     return job_epochs(table, batch_size, 1);
 }
 
-static sl_dpp_worker_t *start(const sl_dpp_job_t *job, uint64_t memory_limit, char *addr,
-                              size_t cap)
+/* A worker with o's trainer-port options (max_clients, client_conn_idle_ms,
+ * cluster_secret, listen; NULL: none). */
+static sl_dpp_worker_t *start_with(const sl_dpp_job_t *job, uint64_t memory_limit,
+                                   const sl_dpp_worker_opts_t *port, char *addr, size_t cap)
 {
     sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
+    if (port) {
+        o.max_clients = port->max_clients;
+        o.client_conn_idle_ms = port->client_conn_idle_ms;
+        o.cluster_secret = port->cluster_secret;
+        if (port->listen) o.listen = port->listen;
+    }
     o.threads = 2;
     if (memory_limit) o.memory_limit = memory_limit;
     o.max_credits = 8;
@@ -92,6 +106,12 @@ static sl_dpp_worker_t *start(const sl_dpp_job_t *job, uint64_t memory_limit, ch
     cr_assert_eq(sl_dpp_worker_start(job, &o, &w, NULL, &err), SL_OK, "%s", err.msg);
     snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_dpp_worker_port(w));
     return w;
+}
+
+static sl_dpp_worker_t *start(const sl_dpp_job_t *job, uint64_t memory_limit, char *addr,
+                              size_t cap)
+{
+    return start_with(job, memory_limit, NULL, addr, cap);
 }
 
 /* ---- a raw protocol client ---- */
@@ -190,6 +210,7 @@ static void expect_error(int fd, sl_err_t code, const char *want)
 
 typedef struct collector {
     const char *addr;
+    const char *secret_file; /* the cluster secret, NULL: none */
     uint64_t rows;
     uint32_t epochs;   /* 0: 1 */
     atomic_uint *seen; /* [epochs * rows]: deliveries of (epoch, id) at epoch * rows + id */
@@ -208,6 +229,7 @@ static void *collect(void *arg)
     o.prefetch = 2;
     if (c->reconnect_ms) o.reconnect_ms = c->reconnect_ms;
     uint32_t epochs = c->epochs ? c->epochs : 1;
+    o.cluster_secret_file = c->secret_file;
     sl_trainer_t *t;
     sl_error_t err = {0};
     if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
@@ -229,6 +251,17 @@ static void *collect(void *arg)
     snprintf(c->msg, sizeof c->msg, "%s", err.msg);
     sl_trainer_close(t);
     return NULL;
+}
+
+/* The collector ended with the job, every sample received exactly once in
+ * each epoch. */
+static void expect_every_sample_once(const collector_t *c)
+{
+    cr_assert_eq(c->end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c->end), c->msg);
+    uint64_t n = (uint64_t)(c->epochs ? c->epochs : 1) * c->rows;
+    for (uint64_t i = 0; i < n; i++)
+        cr_assert_eq(c->seen[i], 1, "epoch %lu sample %lu: %u", (unsigned long)(i / c->rows),
+                     (unsigned long)(i % c->rows), c->seen[i]);
 }
 
 Test(worker_faults, unacked_batches_of_a_vanished_client_go_to_the_next)
@@ -471,10 +504,7 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     close(fd);
 
     pthread_join(th, NULL);
-    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
-    for (uint64_t i = 0; i < 2 * rows; i++)
-        cr_assert_eq(seen[i], 1, "epoch %lu sample %lu: %u", (unsigned long)(i / rows),
-                     (unsigned long)(i % rows), seen[i]);
+    expect_every_sample_once(&c);
     sl_dpp_worker_stats_t st;
     sl_dpp_worker_stats(w, &st);
     cr_assert_eq(st.server.bad_frames, 8);
@@ -705,5 +735,230 @@ Test(worker_faults, end_of_job_handshake_never_hangs)
     }
     cr_log_info("%d end-of-job handshakes", runs);
     free(seen);
+    sl_dpp_job_destroy(job);
+}
+
+/* ---- the trainer port's limits ---- */
+
+static unsigned threads_now(void)
+{
+    unsigned n = 0;
+    DIR *d = opendir("/proc/self/task");
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* HELLO; the answer (WELCOME, or the ERROR of a full worker) is returned. */
+static sl_rpc_type_t try_hello(int fd, sl_rpc_frame_t *f)
+{
+    Sluice__Dpp__Hello h = SLUICE__DPP__HELLO__INIT;
+    h.protocol_version = SL_RPC_VERSION;
+    h.client_name = "idle";
+    raw_send(fd, SL_RPC_HELLO, &h.base);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, f, &err), SL_OK, "%s", err.msg);
+    return f->type;
+}
+
+Test(worker_faults, idle_and_flooding_connections_stay_under_the_cap)
+{
+    char table[300], addr[64];
+    const uint64_t rows = 12000;
+    gen_criteo(rows, 4096, table, sizeof table);
+    sl_dpp_job_t *job = job_for(table, 200);
+    const uint32_t cap = 8;
+    sl_dpp_worker_opts_t port = {.max_clients = cap};
+    sl_dpp_worker_t *w = start_with(job, 0, &port, addr, sizeof addr);
+    usleep(200 * 1000);
+    unsigned base = threads_now(), peak = base;
+    /* 50 silent sockets that never say HELLO: each makes room by closing
+     * the oldest connection still in its handshake */
+    int silent[50];
+    for (int i = 0; i < 50; i++) {
+        silent[i] = raw_connect(addr);
+        unsigned n = threads_now();
+        if (n > peak) peak = n;
+    }
+    /* 100 clients that say HELLO and then nothing: the first 8 take the
+     * places of the last silent ones, the other 92 are refused at once (the
+     * idle clients are too fresh to make room) and cost no thread */
+    int fds[100];
+    for (int i = 0; i < 100; i++) {
+        fds[i] = raw_connect(addr);
+        sl_rpc_frame_t f = {0};
+        sl_rpc_type_t t = try_hello(fds[i], &f);
+        if (i < (int)cap) {
+            cr_assert_eq(t, SL_RPC_WELCOME, "%d: got %s", i, sl_rpc_type_name(t));
+        } else {
+            cr_assert_eq(t, SL_RPC_ERROR, "%d: got %s", i, sl_rpc_type_name(t));
+            const Sluice__Dpp__Error *e = (const Sluice__Dpp__Error *)f.msg;
+            cr_assert_eq(e->code, SL_ERR_AGAIN);
+            cr_assert(strstr(e->message, "too many client connections (8, all busy)"), "%s",
+                      e->message);
+        }
+        sl_rpc_frame_free(&f);
+        unsigned n = threads_now();
+        if (n > peak) peak = n;
+    }
+    /* every silent one was closed without a word: it never said HELLO */
+    for (int i = 0; i < 50; i++) {
+        sl_rpc_frame_t f = {0};
+        sl_error_t err = {0};
+        cr_assert_eq(sl_rpc_set_recv_timeout(silent[i], (int)(tu_timeout(5) * 1000), &err), SL_OK);
+        cr_assert_eq(sl_rpc_recv(silent[i], NULL, NULL, &f, &err), SL_ERR_CLOSED, "%d: %s", i,
+                     err.msg);
+    }
+    /* two threads per connection plus the accept thread */
+    cr_assert_leq(peak, base + 2 * cap + 1, "threads grew from %u to %u with a cap of %u", base,
+                  peak, cap);
+    /* the idle clients are a second old: a real client makes room and gets
+     * every sample */
+    usleep(1100 * 1000);
+    atomic_uint *seen = calloc(rows, sizeof *seen);
+    collector_t c = {.addr = addr, .rows = rows, .seen = seen};
+    collect(&c);
+    expect_every_sample_once(&c);
+    cr_assert_leq(threads_now(), base + 2 * cap + 1);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(st.server.refused, 92);
+    /* the 50 silent ones, then one idle client for the real one */
+    cr_assert_eq(st.server.evicted, 51);
+    cr_assert_leq(st.server.clients_now, cap);
+    for (int i = 0; i < 100; i++)
+        close(fds[i]);
+    for (int i = 0; i < 50; i++)
+        close(silent[i]);
+    free(seen);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+Test(worker_faults, idle_clients_are_closed_unless_they_hold_batches)
+{
+    char table[300], addr[64];
+    gen_criteo(4000, 4096, table, sizeof table);
+    sl_dpp_job_t *job = job_for(table, 200);
+    sl_dpp_worker_opts_t port = {.client_conn_idle_ms = 300};
+    sl_dpp_worker_t *w = start_with(job, 0, &port, addr, sizeof addr);
+    int idle = raw_connect(addr), busy = raw_connect(addr);
+    raw_hello(idle);
+    raw_hello(busy);
+    raw_request(busy, 1);
+    int64_t ids[4000];
+    uint64_t n = 0;
+    uint64_t id = raw_batch(busy, ids, &n);
+    /* both silent now; only the one holding nothing is closed, without a
+     * frame (a real client just reconnects) */
+    usleep(900 * 1000);
+    sl_rpc_frame_t f = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_set_recv_timeout(idle, (int)(tu_timeout(5) * 1000), &err), SL_OK);
+    cr_assert_eq(sl_rpc_recv(idle, NULL, NULL, &f, &err), SL_ERR_CLOSED, "%s", err.msg);
+    raw_ack(busy, id);
+    raw_request(busy, 1);
+    raw_batch(busy, ids, &n);
+    cr_assert_eq(n, 400);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(st.server.idle_closed, 1);
+    cr_assert_eq(st.server.batches_acked, 1);
+    close(idle);
+    close(busy);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
+Test(worker_faults, a_trickled_hello_meets_its_deadline)
+{
+    sl_dpp_server_opts_t so = {.listen = "127.0.0.1:0", .hello_timeout_ms = 500};
+    sl_dpp_server_t *s = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_server_start(&so, &s, &err), SL_OK, "%s", err.msg);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_dpp_server_port(s));
+    int fd = raw_connect(addr);
+    /* a header byte every 100 ms: every read succeeds, the deadline holds */
+    uint64_t t0 = sl_rpc_now_ms();
+    for (int i = 0; i < 8; i++) {
+        if (send(fd, &"SLDP"[i % 4], 1, MSG_NOSIGNAL) != 1) break;
+        usleep(100 * 1000);
+    }
+    expect_error(fd, SL_ERR_TIMEOUT, "no hello within 500 ms of connecting");
+    cr_assert_lt(sl_rpc_now_ms() - t0, 500 + 1000 * tu_timeout(1));
+    close(fd);
+    sl_dpp_server_stats_t st;
+    sl_dpp_server_stats(s, &st);
+    cr_assert_eq(st.handshake_timeouts, 1);
+    sl_dpp_server_destroy(s);
+}
+
+static char *secret_file(const char *name, const char *text)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    tu_write_file(path, text, strlen(text));
+    return strdup(path);
+}
+
+Test(worker_faults, the_trainer_port_takes_only_holders_of_the_secret)
+{
+    char table[300], addr[64];
+    const uint64_t rows = 6000;
+    gen_criteo(rows, 4096, table, sizeof table);
+    sl_dpp_job_t *job = job_for(table, 200);
+    const char *secret = "the trainer port's secret";
+    char *good = secret_file("good", "the trainer port's secret\n");
+    char *wrong = secret_file("wrong", "somebody else's cluster secret\n");
+    /* an address other than loopback needs the secret */
+    sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
+    o.listen = "0.0.0.0:0";
+    sl_dpp_worker_t *w = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_worker_start(job, &o, &w, NULL, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "worker --listen 0.0.0.0:0: an address other than loopback needs a "
+                              "cluster secret"),
+              "%s", err.msg);
+    sl_dpp_worker_opts_t port = {.cluster_secret = secret, .listen = "0.0.0.0:0"};
+    w = start_with(job, 0, &port, addr, sizeof addr);
+    sl_trainer_opts_t t = sl_trainer_opts_default();
+    t.address = addr;
+    t.reconnect_ms = -1;
+    sl_trainer_t *tr = NULL;
+    /* a wrong secret, and none: refused, nothing delivered */
+    t.cluster_secret_file = wrong;
+    cr_assert_eq(sl_trainer_connect(&t, &tr, &err), SL_ERR_PROTOCOL);
+    cr_assert(strstr(err.msg, "refused: authentication failed: wrong proof"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "secret\n"));
+    t.cluster_secret_file = NULL;
+    unsetenv(SL_RPC_SECRET_ENV);
+    cr_assert_eq(sl_trainer_connect(&t, &tr, &err), SL_ERR_PROTOCOL);
+    cr_assert(strstr(err.msg, "got auth-challenge (the server requires the cluster secret"), "%s",
+              err.msg);
+    /* the secret from the environment: every sample */
+    setenv(SL_RPC_SECRET_ENV, good, 1);
+    atomic_uint *seen = calloc(rows, sizeof *seen);
+    collector_t c = {.addr = addr, .rows = rows, .seen = seen};
+    collect(&c);
+    unsetenv(SL_RPC_SECRET_ENV);
+    expect_every_sample_once(&c);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(st.server.auth_failures, 2);
+    sl_dpp_worker_destroy(w);
+    /* a client with the secret meets a worker without one: it notices */
+    w = start(job, 0, addr, sizeof addr);
+    t.cluster_secret_file = good;
+    t.connect_timeout_ms = 300;
+    cr_assert_eq(sl_trainer_connect(&t, &tr, &err), SL_ERR_TIMEOUT);
+    cr_assert(strstr(err.msg, "it does not use a cluster secret"), "%s", err.msg);
+    sl_dpp_worker_destroy(w);
+    free(seen);
+    free(good);
+    free(wrong);
     sl_dpp_job_destroy(job);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dpp/master.h"
+#include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "testutil.h"
 #include "warehouse/import.h"
@@ -1022,5 +1023,134 @@ Test(master_server, heartbeat_renews_only_named_leases)
     done(&lost->base);
     close(c);
     close(w);
+    env_fini(&e);
+}
+
+/* The connection is read to its end: an ERROR frame (when want_error),
+ * then the end of the stream. */
+static void expect_closed(int fd, bool want_error, const char *needle)
+{
+    sl_rpc_frame_t f;
+    sl_error_t err = {0};
+    sl_err_t rc = sl_rpc_recv(fd, NULL, NULL, &f, &err);
+    if (want_error) {
+        cr_assert_eq(rc, SL_OK, "%s", err.msg);
+        cr_assert_eq(f.type, SL_RPC_ERROR, "got %s", sl_rpc_type_name(f.type));
+        const Sluice__Dpp__Error *e = (const void *)f.msg;
+        cr_assert(strstr(e->message, needle), "%s", e->message);
+        sl_rpc_frame_free(&f);
+        rc = sl_rpc_recv(fd, NULL, NULL, &f, &err);
+    }
+    cr_assert_eq(rc, SL_ERR_CLOSED, "the connection stays open after its ERROR (%s)", err.msg);
+}
+
+Test(master_server, an_error_closes_and_a_client_attaches_once_the_job_exists)
+{
+    env e;
+    env_init(&e, 1000);
+    int fd = dial(&e);
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "early";
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_ATTACH, &a.base, NULL, 0, &err), SL_OK);
+    expect_closed(fd, true, "no job 'j'");
+    close(fd);
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    fd = client(&e, "early", NULL); /* a new connection: attached */
+    /* an error on a live client connection closes it too */
+    Sluice__Control__Commit cm = SLUICE__CONTROL__COMMIT__INIT;
+    cm.client_id = "early";
+    cm.nonce = 1;
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_COMMIT, &cm.base, NULL, 0, &err), SL_OK);
+    expect_closed(fd, true, "commit without ref or rows");
+    close(fd);
+    env_fini(&e);
+}
+
+static sl_err_t prove(int fd, const char *secret, sl_error_t *err)
+{
+    return sl_rpc_auth_client(fd, secret, sl_rpc_now_ms() + 5000, err);
+}
+
+Test(master_server, cluster_secret_and_connection_limits)
+{
+    env e;
+    env_init(&e, 1000);
+    const char *secret = "sixteen bytes or more of secret";
+    e.o.cluster_secret = secret;
+    e.o.max_connections = 16;
+    e.o.handshake_timeout_ms = 600;
+    e.o.client_conn_idle_ms = 400;
+    env_restart(&e); /* with these options */
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    /* a peer without the secret: challenged, its ATTACH refused, closed */
+    int fd = dial(&e);
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "rogue";
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_ATTACH, &a.base, NULL, 0, &err), SL_OK);
+    sl_rpc_frame_t f;
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_AUTH_CHALLENGE);
+    sl_rpc_frame_free(&f);
+    expect_closed(fd, true, "authentication failed: expected an auth-response frame, got attach");
+    close(fd);
+    /* a wrong secret */
+    fd = dial(&e);
+    cr_assert_eq(prove(fd, "not the secret of this cluster", &err), SL_ERR_PROTOCOL);
+    cr_assert(strstr(err.msg, "refused: authentication failed: wrong proof"), "%s", err.msg);
+    close(fd);
+    /* 40 silent sockets (more than the cap of 16): the oldest in their
+     * handshake make room, and a worker and a client still get in */
+    int silent[40];
+    for (int i = 0; i < 40; i++)
+        silent[i] = dial(&e);
+    int w = dial(&e);
+    cr_assert_eq(prove(w, secret, &err), SL_OK, "%s", err.msg);
+    Sluice__Control__Register r = SLUICE__CONTROL__REGISTER__INIT;
+    r.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    r.worker_id = "w";
+    r.serve_address = "127.0.0.1:1";
+    r.job_id = "j";
+    done(call(w, SL_RPC_REGISTER, &r.base, SL_RPC_REGISTERED));
+    int c = dial(&e);
+    cr_assert_eq(prove(c, secret, &err), SL_OK, "%s", err.msg);
+    done(call(c, SL_RPC_ATTACH, &a.base, SL_RPC_ATTACHED));
+    /* the 26 oldest silent ones were evicted (24 by the other silent
+     * ones, 2 by the worker and the client), the other 14 meet the
+     * handshake deadline: each got its challenge, then an ERROR, the end */
+    for (int i = 0; i < 40; i++) {
+        cr_assert_eq(sl_rpc_recv(silent[i], NULL, NULL, &f, &err), SL_OK, "%d: %s", i, err.msg);
+        cr_assert_eq(f.type, SL_RPC_AUTH_CHALLENGE);
+        sl_rpc_frame_free(&f);
+        expect_closed(silent[i], true,
+                      i < 26 ? "every connection slot is taken"
+                             : "no authentication within 600 ms of connecting");
+        close(silent[i]);
+    }
+    /* a silent client is closed after client_idle_ms; the worker heartbeats */
+    for (int k = 0; k < 8; k++) {
+        Sluice__Control__Heartbeat h = SLUICE__CONTROL__HEARTBEAT__INIT;
+        h.worker_id = "w";
+        done(call(w, SL_RPC_HEARTBEAT, &h.base, SL_RPC_HEARTBEAT_REPLY));
+        usleep(100 * 1000);
+    }
+    expect_closed(c, true, "client silent for more than 400 ms");
+    close(c);
+    close(w);
+    char *m = sl_master_metrics_text(e.m);
+    cr_assert(strstr(m, "sluice_master_auth_failures_total 2\n"), "%s", m);
+    cr_assert(strstr(m, "sluice_master_connections_closed_total{reason=\"evicted\"} 26\n"), "%s",
+              m);
+    cr_assert(strstr(m, "sluice_master_connections_closed_total{reason=\"idle\"} 1\n"), "%s", m);
+    cr_assert(strstr(m, "sluice_master_connections_closed_total{reason=\"refused\"} 0\n"), "%s", m);
+    cr_assert(
+        strstr(m, "sluice_master_connections_closed_total{reason=\"handshake_timeout\"} 14\n"),
+        "%s", m);
+    free(m);
     env_fini(&e);
 }
