@@ -294,7 +294,7 @@ static void *sender_main(void *arg)
 }
 
 /* Handle an ACK under s->mu. @return false (with msg) for an id this
- * connection does not hold. */
+ * worker never sent. */
 static bool handle_ack(struct sl_dpp_server *s, client_t *c, const Sluice__Dpp__Ack *ack, char *msg,
                        size_t cap)
 {
@@ -304,8 +304,17 @@ static bool handle_ack(struct sl_dpp_server *s, client_t *c, const Sluice__Dpp__
         while (j < c->n_unacked && c->unacked[j].delivery_id != id)
             j++;
         if (j == c->n_unacked) {
-            snprintf(msg, cap,
-                     "ACK of delivery id %" PRIu64 ", which this connection does not hold", id);
+            /* An id this worker issued on another connection: a client
+             * that reconnected acknowledges what it received before the
+             * break. That batch went back to the ready queue when the old
+             * connection closed and will be sent again (under a master its
+             * commit then answers OVERLAP), so the ACK is ignored, not an
+             * error that would cost the client this worker. */
+            if (id != 0 && id <= s->next_delivery) {
+                s->st.stale_acks++;
+                continue;
+            }
+            snprintf(msg, cap, "ACK of delivery id %" PRIu64 ", which this worker never sent", id);
             return false;
         }
         sl_dpp_item_t *it = c->unacked[j].item;

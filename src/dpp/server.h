@@ -108,6 +108,7 @@ typedef struct sl_dpp_server_stats {
     uint32_t ready;      /* batches waiting now */
     uint64_t cpu_ns;     /* CPU time of the server threads that have exited */
     uint64_t dropped;    /* batches of revoked leases dropped unsent */
+    uint64_t stale_acks; /* ACKs of batches sent on an earlier connection (ignored) */
     uint64_t auth_failures;  /* connections refused: no proof of the cluster secret */
     uint64_t evicted;        /* closed to make room for a new connection (at max_clients) */
     uint64_t refused;        /* new connections refused: max_clients busy clients */

@@ -318,6 +318,54 @@ Test(worker_faults, unacked_batches_of_a_vanished_client_go_to_the_next)
     sl_dpp_job_destroy(job);
 }
 
+/* A client that reconnects acknowledges, on the new connection, a batch it
+ * received on the old one (the trainer client does so in master mode): the
+ * worker ignores that ACK instead of refusing the connection, and the batch,
+ * back in the ready queue since the break, is delivered again. */
+Test(worker_faults, an_ack_of_an_earlier_connection_is_ignored)
+{
+    char table[300], addr[64];
+    const uint64_t rows = 2000;
+    gen_criteo(rows, 4096, table, sizeof table);
+    sl_dpp_job_t *job = job_epochs(table, 500, 1);
+    sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
+    int fd = raw_connect(addr);
+    raw_hello(fd);
+    raw_request(fd, 1);
+    int64_t *ids = calloc(rows, sizeof *ids);
+    uint64_t n = 0;
+    uint64_t first = raw_batch(fd, ids, &n);
+    close(fd); /* the connection breaks before the ACK */
+    fd = raw_connect(addr);
+    raw_hello(fd);
+    raw_ack(fd, first); /* sent on the new connection */
+    raw_request(fd, 8);
+    n = 0;
+    uint64_t d[4];
+    for (int i = 0; i < 4; i++) {
+        d[i] = raw_batch(fd, ids, &n);
+        raw_ack(fd, d[i]);
+    }
+    cr_assert_eq(n, rows, "every batch, the first one again included");
+    uint8_t *seen = calloc(rows, 1);
+    for (uint64_t i = 0; i < n; i++)
+        seen[ids[i]]++;
+    for (uint64_t i = 0; i < rows; i++)
+        cr_assert_eq(seen[i], 1, "sample %lu: %u", (unsigned long)i, seen[i]);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_dpp_worker_stats_t st;
+    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(st.server.stale_acks, 1);
+    cr_assert_eq(st.server.bad_frames, 0);
+    cr_assert_eq(st.server.batches_acked, 4);
+    close(fd);
+    free(seen);
+    free(ids);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+}
+
 static const char *binary(void)
 {
     const char *b = getenv("SLUICE_BINARY");
@@ -485,7 +533,7 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     fd = raw_connect(addr);
     raw_hello(fd);
     raw_ack(fd, 123456789);
-    expect_error(fd, SL_ERR_PROTOCOL, "123456789");
+    expect_error(fd, SL_ERR_PROTOCOL, "ACK of delivery id 123456789, which this worker never sent");
     close(fd);
 
     /* a connection that takes batches then breaks the protocol loses them
