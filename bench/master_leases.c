@@ -113,7 +113,8 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
             }
         } else if (!x->reported) {
             sl_dpp_commit_result_t res;
-            rc = sl_dpp_master_commit(m, "bench", x->l.epoch, x->l.split, 0, x->l.num_rows / 2,
+            rc = sl_dpp_master_commit(m, "bench", x->l.epoch, x->l.split, x->l.generation, 0,
+                                      x->l.num_rows / 2,
                                       x->name, ++x->nonce, &res, &err);
             if (rc == SL_OK && res != SL_DPP_COMMITTED) {
                 fprintf(stderr, "commit refused: %s\n", err.msg);
@@ -138,7 +139,8 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
         }
         ops++;
         if ((step / WORKERS) % 8 == 0) {
-            sl_dpp_master_renew(m, x->name, now, NULL, &err);
+            sl_dpp_lease_ref_t held = {"bench", x->l.epoch, x->l.split, x->l.generation};
+            sl_dpp_master_renew(m, x->name, &held, x->has ? 1 : 0, now, NULL, &err);
             ops++;
         }
         if (ops - swept_at >= 1000) {

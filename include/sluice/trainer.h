@@ -64,6 +64,12 @@ typedef struct sl_trainer_opts {
     const char *client_id;      /* unique per client process, stable across its
                                    reconnects; NULL: "<client_name>-<random>" */
     int refresh_ms;             /* re-ATTACH and report CLIENT_STATS this often; 0: 1000 */
+    /* The cluster secret (docs/PROTOCOL.md "Authentication"), needed when the
+     * workers and master have one: a file whose first line it is. NULL: the
+     * file named by $SLUICE_CLUSTER_SECRET_FILE, or none when that is unset.
+     * Every connection then proves it holds the secret, and checks that the
+     * server does, before HELLO or ATTACH. */
+    const char *cluster_secret_file;
 } sl_trainer_opts_t;
 
 /* @return the defaults above (address NULL). */
@@ -77,7 +83,9 @@ typedef struct sl_trainer sl_trainer_t;
  * `prefetch` batches. Caller owns *out, free with
  * sl_trainer_close. @return SL_ERR_IO / SL_ERR_TIMEOUT when the worker cannot
  * be reached, SL_ERR_VERSION / SL_ERR_PROTOCOL when it does not speak our
- * protocol. */
+ * protocol or the cluster-secret handshake fails ("authentication failed:
+ * ..."), SL_ERR_IO / SL_ERR_INVALID for an unreadable or too short secret
+ * file. */
 sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, sl_error_t *err);
 
 /* Wait up to timeout_ms (< 0: forever) for the next batch. On SL_OK the

@@ -130,6 +130,7 @@ class sl_trainer_opts_t(ctypes.Structure):
         ("job_id", ctypes.c_char_p),
         ("client_id", ctypes.c_char_p),
         ("refresh_ms", ctypes.c_int),
+        ("cluster_secret_file", ctypes.c_char_p),
     ]
 
 

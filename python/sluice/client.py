@@ -17,6 +17,7 @@ the Batch object itself can no longer be read.
 """
 
 import ctypes
+import os
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Union
 
@@ -361,7 +362,10 @@ class Client:
     epoch). Iterating yields Batch objects until the job has no more data.
     prefetch: decoded batches the C library keeps ready (per worker in
     master mode); timeout_ms: how long one next() waits for a batch (< 0:
-    forever) before SluiceTimeout."""
+    forever) before SluiceTimeout. cluster_secret_file: the file holding the
+    cluster secret the workers and master require (default: the file named
+    by $SLUICE_CLUSTER_SECRET_FILE, if set; docs/PROTOCOL.md
+    "Authentication")."""
 
     def __init__(
         self,
@@ -377,6 +381,7 @@ class Client:
         job: Optional[str] = None,
         client_id: Optional[str] = None,
         refresh_ms: int = 0,
+        cluster_secret_file: Optional[str] = None,
     ) -> None:
         lib = _native.load()
         self._lib = lib
@@ -395,6 +400,7 @@ class Client:
         self._job_b = job.encode() if job else None
         self._cid_b = client_id.encode() if client_id else None
         self._name_b = client_name.encode() if client_name else None
+        self._secret_b = os.fsencode(cluster_secret_file) if cluster_secret_file else None
         opts.address = self._address_b
         opts.master = self._master_b
         opts.job_id = self._job_b
@@ -402,6 +408,7 @@ class Client:
         if refresh_ms:
             opts.refresh_ms = refresh_ms
         opts.client_name = self._name_b
+        opts.cluster_secret_file = self._secret_b
         opts.prefetch = prefetch
         opts.connect_timeout_ms = connect_timeout_ms
         opts.reconnect_ms = reconnect_ms
@@ -411,6 +418,8 @@ class Client:
         t = ctypes.c_void_p()
         rc = lib.sl_trainer_connect(ctypes.byref(opts), ctypes.byref(t), ctypes.byref(err))
         if rc != _native.SL_OK:
+            if master is not None:
+                _raise(rc, err, "connect to master %s (job %s)" % (master, job))
             _raise(rc, err, "connect to %s" % address)
         self._handle = _Handle(lib, t)
         self._done = False

@@ -13,9 +13,31 @@ import threading
 import time
 import urllib.request
 
+import pytest
+
+from sluice import _native
+
 BINARY = os.environ.get("SLUICE_BINARY")
 SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1"))
 USER = ["user_id", "user_hist", "user_cat"]
+
+
+def have_lib():
+    """libsluice_trainer.so loads (sluice._native's search order)."""
+    try:
+        _native.load()
+        return True
+    except OSError:
+        return False
+
+
+# pytestmark of the tests that need the library, and of those that also run
+# sluice processes.
+needs_lib = pytest.mark.skipif(not have_lib(), reason="needs libsluice_trainer.so")
+needs_worker = pytest.mark.skipif(
+    not BINARY or not os.path.exists(BINARY) or not have_lib(),
+    reason="needs SLUICE_BINARY and libsluice_trainer.so (SLUICE_TRAINER_LIB)",
+)
 
 
 def gen_table(path, rows, seed=7, active_sessions=256, stripe_rows=4096):
@@ -69,17 +91,19 @@ class Proc:
 
 
 class Worker(Proc):
-    """A `sluice worker` serving one job spec (direct mode)."""
+    """A `sluice worker` serving one job spec (direct mode): the table in
+    batches of `batch`, the user features as dedup group "user" when dedup,
+    plus the fields of `spec`; `args`: more command-line options."""
 
-    def __init__(self, tmpdir, table, dedup, name, batch=512, extra=None):
-        spec = {"source": {"table": table}, "batch": {"size": batch}}
+    def __init__(self, tmpdir, table, dedup, name, args=(), batch=512, spec=None):
+        job = {"source": {"table": table}, "batch": {"size": batch}}
         if dedup:
-            spec["batch"]["dedup_groups"] = {"user": USER}
-        spec.update(extra or {})
+            job["batch"]["dedup_groups"] = {"user": USER}
+        job.update(spec or {})
         path = os.path.join(str(tmpdir), name + ".json")
         with open(path, "w") as f:
-            json.dump(spec, f)
-        super().__init__([BINARY, "worker", "--job", path, "--listen", "127.0.0.1:0"],
+            json.dump(job, f)
+        super().__init__([BINARY, "worker", "--job", path, "--listen", "127.0.0.1:0", *args],
                          r"listening on (\S+)", what="worker")
         self.address = self.match.group(1)
 

@@ -19,8 +19,7 @@ import torch
 torchrec = pytest.importorskip("torchrec")
 
 import sluice  # noqa: E402
-from procs import BINARY, SCALE, USER, Master, Worker, gen_table  # noqa: E402
-from sluice import _native  # noqa: E402
+from procs import SCALE, USER, Master, Worker, gen_table, needs_worker  # noqa: E402
 from sluice.torch import expand_batch, merged_kjt_kwargs  # noqa: E402
 from sluice.torchrec import (  # noqa: E402
     Batch,
@@ -39,18 +38,7 @@ SPARSE = ["item_id", "item_cat", "item_tags"] + USER
 DENSE = ["user_age", "user_clicks", "item_clicks", "position"]
 
 
-def _have_lib():
-    try:
-        _native.load()
-        return True
-    except OSError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not BINARY or not os.path.exists(BINARY) or not _have_lib(),
-    reason="needs SLUICE_BINARY and libsluice_trainer.so",
-)
+pytestmark = needs_worker
 
 # Ids hashed into small tables, so that one EmbeddingBagCollection takes them.
 TRANSFORMS = [{"op": "fill_missing", "feature": "user_age", "value": 0}] + [
@@ -69,7 +57,7 @@ def workers(tmp_path, table):
 
     def start(dedup=True, batch=512):
         w = Worker(tmp_path, table, dedup, "job%d" % len(started), batch=batch,
-                   extra={"transforms": TRANSFORMS})
+                   spec={"transforms": TRANSFORMS})
         started.append(w)
         return w.address
 

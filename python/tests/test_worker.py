@@ -12,29 +12,15 @@ import pytest
 import torch
 
 import sluice
-from procs import USER, Worker, gen_table
-from sluice import _native
+from procs import USER, Worker, gen_table, needs_worker
 from sluice.torch import SluiceIterableDataset, expand_batch, expand_ikjt, kjt_kwargs
 
 ROWS = 20000
 BATCH = 512
 SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1"))
 
-BINARY = os.environ.get("SLUICE_BINARY")
 
-
-def _have_lib():
-    try:
-        _native.load()
-        return True
-    except OSError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not BINARY or not os.path.exists(BINARY) or not _have_lib(),
-    reason="needs SLUICE_BINARY and libsluice_trainer.so (SLUICE_TRAINER_LIB)",
-)
+pytestmark = needs_worker
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +32,8 @@ def table(tmp_path_factory):
 def worker(tmp_path, table):
     started = []
 
-    def start(dedup=True, name="job"):
-        w = Worker(tmp_path, table, dedup, "%s%d" % (name, len(started)))
+    def start(dedup=True, name="job", extra=()):
+        w = Worker(tmp_path, table, dedup, "%s%d" % (name, len(started)), extra)
         started.append(w)
         return w.address
 
@@ -241,5 +227,29 @@ def test_dataloader_workers_split_batches(worker):
         assert item["groups"] == {}
         assert item["sparse"]["keys"][-3:] == USER
         ids.append(item["sample_ids"].numpy().copy())
+    ids = np.concatenate(ids)
+    assert np.array_equal(np.sort(ids), np.arange(ROWS))
+
+
+def test_cluster_secret(worker, tmp_path):
+    secret = tmp_path / "cluster.secret"
+    secret.write_text("a cluster secret for the python test\n")
+    wrong = tmp_path / "wrong.secret"
+    wrong.write_text("some other cluster's secret\n")
+    addr = worker(dedup=False, extra=("--cluster-secret-file", str(secret)))
+    # no secret, a wrong one: refused at connect, naming the address
+    for kw in ({}, {"cluster_secret_file": str(wrong)}):
+        with pytest.raises(sluice.SluiceError) as ei:
+            client(addr, reconnect_ms=-1, **kw)
+        assert ei.value.name == "SL_ERR_PROTOCOL"
+        assert addr in str(ei.value)
+        assert ("requires the cluster secret" if not kw else "authentication failed") in str(
+            ei.value
+        )
+    ids = []
+    with client(addr, cluster_secret_file=str(secret)) as c:
+        for b in c:
+            with b:
+                ids.append(b.sample_ids.copy())
     ids = np.concatenate(ids)
     assert np.array_equal(np.sort(ids), np.arange(ROWS))

@@ -25,6 +25,11 @@ typedef struct sl_cli_opt {
 /* Print "  --name ARG   help" lines, the left column width wide. */
 void sl_cli_print_options(FILE *out, const sl_cli_opt_t *opts, size_t n, int width);
 
+/* Raise this process's open-file limit to its hard limit: a server's
+ * connection caps (control, trainer and admin connections) should be what
+ * bounds its sockets, not a low default soft limit. Best effort. */
+void sl_cli_raise_nofile(void);
+
 /* Print "sluice <cmd>: <fmt with arg>" and where to find help on stderr.
  * @return 2, the usage-error exit code. */
 int sl_cli_usage_error(const char *cmd, const char *fmt, const char *arg);

@@ -18,6 +18,31 @@
 #include "cli.h"
 #include "sluice/trainer.h"
 
+/* Options are defined once, here; the help text comes from this table. */
+static const sl_cli_opt_t ropts[] = {
+    {'w', "worker", "HOST:PORT", "the worker's trainer address"},
+    {'m', "master", "HOST:PORT", "the DPP master's control address (instead of --worker)"},
+    {'J', "job", "ID", "the job to read (with --master)"},
+    {'R', "rank", "N", "this trainer's rank (default 0)"},
+    {'W', "world-size", "N", "number of trainer ranks (default 1)"},
+    {'T', "token-out", "FILE",
+     "at the end (job end or --limit), write a resume token for this batch boundary to FILE "
+     "(with --master)"},
+    {'i', "ids", NULL, "print each batch's sample ids as one line on stdout"},
+    {'p', "prefetch", "N", "batches kept ready by the client (default 4)"},
+    {'l', "limit", "N", "stop after N batches (default: until the job ends)"},
+    {'t', "timeout", "MS", "give up when no batch arrives for MS ms (default: wait)"},
+    {'r', "reconnect-ms", "MS", "retry a lost worker this long (default 30000, 0: never)"},
+    {'S', "cluster-secret-file", "FILE",
+     "the cluster secret the workers and master require (first line of FILE; default: the "
+     "file named by $SLUICE_CLUSTER_SECRET_FILE, if set)"},
+    {'j', "json", NULL,
+     "print each batch as one JSON line on stdout (the summary then goes to stderr)"},
+    {'q', "quiet", NULL, "no summary"},
+    {'h', "help", NULL, "this text (also -h)"},
+};
+#define NUM_ROPTS (sizeof ropts / sizeof ropts[0])
+
 static void read_usage(FILE *out)
 {
     fprintf(out, "usage: sluice read --worker HOST:PORT [options]\n"
@@ -25,23 +50,8 @@ static void read_usage(FILE *out)
                  "Receive batches from a DPP worker (or from every worker of a job, through\n"
                  "the DPP master) as a trainer would, until the job ends, then print batches,\n"
                  "samples, bytes, throughput and the time spent waiting.\n\n"
-                 "options:\n"
-                 "  --worker HOST:PORT  the worker's trainer address\n"
-                 "  --master HOST:PORT  the DPP master's control address (instead of --worker)\n"
-                 "  --job ID            the job to read (with --master)\n"
-                 "  --rank N            this trainer's rank (default 0)\n"
-                 "  --world-size N      number of trainer ranks (default 1)\n"
-                 "  --token-out FILE    at the end (job end or --limit), write a resume token\n"
-                 "                      for this batch boundary to FILE (with --master)\n"
-                 "  --ids               print each batch's sample ids as one line on stdout\n"
-                 "  --prefetch N        batches kept ready by the client (default 4)\n"
-                 "  --limit N           stop after N batches (default: until the job ends)\n"
-                 "  --timeout MS        give up when no batch arrives for MS ms (default: wait)\n"
-                 "  --reconnect-ms MS   retry a lost worker this long (default 30000, 0: never)\n"
-                 "  --json              print each batch as one JSON line on stdout (the\n"
-                 "                      summary then goes to stderr)\n"
-                 "  --quiet             no summary\n"
-                 "  -h, --help          this text\n");
+                 "options:\n");
+    sl_cli_print_options(out, ropts, NUM_ROPTS, 28);
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -205,21 +215,12 @@ static int write_token(sl_trainer_t *t, const char *path)
 
 int sl_cli_read(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"worker", required_argument, NULL, 'w'},
-                                             {"master", required_argument, NULL, 'm'},
-                                             {"job", required_argument, NULL, 'J'},
-                                             {"rank", required_argument, NULL, 'R'},
-                                             {"world-size", required_argument, NULL, 'W'},
-                                             {"token-out", required_argument, NULL, 'T'},
-                                             {"ids", no_argument, NULL, 'i'},
-                                             {"prefetch", required_argument, NULL, 'p'},
-                                             {"limit", required_argument, NULL, 'l'},
-                                             {"timeout", required_argument, NULL, 't'},
-                                             {"reconnect-ms", required_argument, NULL, 'r'},
-                                             {"json", no_argument, NULL, 'j'},
-                                             {"quiet", no_argument, NULL, 'q'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    struct option longopts[NUM_ROPTS + 1];
+    for (size_t i = 0; i < NUM_ROPTS; i++)
+        longopts[i] = (struct option){ropts[i].name,
+                                      ropts[i].arg ? required_argument : no_argument, NULL,
+                                      ropts[i].id};
+    longopts[NUM_ROPTS] = (struct option){0, 0, 0, 0};
     sl_trainer_opts_t o = sl_trainer_opts_default();
     uint64_t limit = 0, v;
     int timeout_ms = -1;
@@ -269,6 +270,9 @@ int sl_cli_read(int argc, char **argv)
             break;
         case 'T':
             token_out = optarg;
+            break;
+        case 'S':
+            o.cluster_secret_file = optarg;
             break;
         case 'i':
             ids = true;

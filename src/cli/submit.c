@@ -172,12 +172,24 @@ static int http(const char *addr, const char *method, const char *path, const ch
     return 0;
 }
 
+/* A string member, "" when absent. */
+static const char *jstr(const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v != NULL ? v : "";
+}
+
 /* The "error" of a JSON error body, or the body itself. */
 static void print_refusal(const char *what, const reply_t *r)
 {
     json_t *j = json_loads(r->body, 0, NULL);
     const char *e = j ? json_string_value(json_object_get(j, "error")) : NULL;
     fprintf(stderr, "sluice submit: %s: HTTP %d: %s\n", what, r->status, e ? e : r->body);
+    /* a refused spec: every problem, one per line */
+    json_t *problems = json_object_get(j, "problems");
+    for (size_t i = 0; i < json_array_size(problems); i++)
+        if (json_is_string(json_array_get(problems, i)))
+            fprintf(stderr, "  %s\n", json_string_value(json_array_get(problems, i)));
     json_decref(j);
 }
 
@@ -274,6 +286,17 @@ static int wait_finished(const char *admin, const char *id, double timeout_s)
             return 1;
         }
         bool finished = json_is_true(json_object_get(j, "finished"));
+        const char *state = json_string_value(json_object_get(j, "state"));
+        if (state != NULL && strcmp(state, "failed") == 0) {
+            json_t *f = json_object_get(j, "failure");
+            fprintf(stderr, "sluice submit: job %s failed: split %" JSON_INTEGER_FORMAT
+                            " (file %s stripe %" JSON_INTEGER_FORMAT "): %s\n",
+                    id, json_integer_value(json_object_get(f, "split")),
+                    jstr(f, "file"), json_integer_value(json_object_get(f, "stripe")),
+                    jstr(f, "message"));
+            json_decref(j);
+            return 1;
+        }
         char line[256];
         snprintf(line, sizeof line,
                  "job %s: epoch %" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT

@@ -19,6 +19,7 @@
 #include "dpp/master_source.h"
 #include "dpp/worker.h"
 #include "dpp/worker_admin.h"
+#include "rpc/auth.h"
 
 enum {
     OPT_JOB = 1,
@@ -31,6 +32,13 @@ enum {
     OPT_MASTER,
     OPT_JOB_ID,
     OPT_ADMIN,
+    OPT_SECRET,
+    OPT_MAX_CLIENTS,
+    OPT_CONN_IDLE,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
+    OPT_ADMIN_MAX,
+    OPT_ADMIN_TIMEOUT,
     OPT_HELP
 };
 
@@ -51,6 +59,20 @@ static const sl_cli_opt_t wopts[] = {
     {OPT_CREDITS, "max-credits", "N", "most unacknowledged batches per client (default 16)"},
     {OPT_EXIT, "exit-when-done", NULL, "exit once every batch of every epoch is acknowledged"},
     {OPT_ID, "worker-id", "NAME", "name sent to clients (default worker-<pid>)"},
+    {OPT_SECRET, "cluster-secret-file", "FILE",
+     "the cluster secret (first line of FILE; else the file named by "
+     "$SLUICE_CLUSTER_SECRET_FILE): trainer clients must prove they hold it, and so does this "
+     "worker to its master (docs/PROTOCOL.md); required for a --listen other than loopback"},
+    {OPT_MAX_CLIENTS, "max-clients", "N",
+     "trainer connections at once, two threads each (default 256); when full, the oldest one "
+     "still in its handshake, else the longest idle one, makes room"},
+    {OPT_CONN_IDLE, "client-conn-idle-ms", "MS",
+     "close a trainer connection that sends nothing this long while it holds no batch "
+     "(default 60000; the client reconnects)"},
+    {OPT_TLS_CERT, "tls-cert", "FILE", "serve --admin over HTTPS with this PEM certificate"},
+    {OPT_TLS_KEY, "tls-key", "FILE", "... and this PEM private key"},
+    {OPT_ADMIN_MAX, "admin-max-connections", "N", "admin connections at once (default 512)"},
+    {OPT_ADMIN_TIMEOUT, "admin-timeout-s", "S", "close an admin connection idle this long (10)"},
     {OPT_HELP, "help", NULL, "this help"},
 };
 #define NUM_WOPTS (sizeof wopts / sizeof wopts[0])
@@ -122,6 +144,9 @@ int sl_cli_worker(int argc, char **argv)
                                 wopts[i].id};
     lo[NUM_WOPTS] = (struct option){0, 0, 0, 0};
     const char *job_path = NULL, *master = NULL, *job_id = NULL, *admin_addr = NULL;
+    const char *secret_file = NULL;
+    sl_admin_opts_t ao = {0};
+    uint32_t v32;
     sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
     o.listen = "127.0.0.1:7077";
     bool exit_when_done = false;
@@ -162,6 +187,32 @@ int sl_cli_worker(int argc, char **argv)
         case OPT_ADMIN:
             admin_addr = optarg;
             break;
+        case OPT_SECRET:
+            secret_file = optarg;
+            break;
+        case OPT_MAX_CLIENTS:
+            if (parse_u32(optarg, 1, &o.max_clients))
+                return usage_error("bad --max-clients '%s'", optarg);
+            break;
+        case OPT_CONN_IDLE:
+            if (parse_u32(optarg, 1, &v32) || v32 > INT32_MAX)
+                return usage_error("bad --client-conn-idle-ms '%s'", optarg);
+            o.client_conn_idle_ms = (int)v32;
+            break;
+        case OPT_TLS_CERT:
+            ao.tls_cert_file = optarg;
+            break;
+        case OPT_TLS_KEY:
+            ao.tls_key_file = optarg;
+            break;
+        case OPT_ADMIN_MAX:
+            if (parse_u32(optarg, 1, &ao.max_connections))
+                return usage_error("bad --admin-max-connections '%s'", optarg);
+            break;
+        case OPT_ADMIN_TIMEOUT:
+            if (parse_u32(optarg, 1, &ao.timeout_s))
+                return usage_error("bad --admin-timeout-s '%s'", optarg);
+            break;
         case OPT_HELP:
             usage(stdout);
             return 0;
@@ -175,6 +226,8 @@ int sl_cli_worker(int argc, char **argv)
         return usage_error("%s", "--job and --master exclude each other (a master sends the job)");
     if (!master && job_id) return usage_error("%s", "--job-id needs --master");
     if (!job_path && !master) return usage_error("%s", "--job (or --master) is required");
+    if ((ao.tls_cert_file || ao.tls_key_file) && !admin_addr)
+        return usage_error("%s", "--tls-cert and --tls-key need --admin");
     if (!o.threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o.threads = n > 0 ? (uint32_t)n : 1;
@@ -194,6 +247,14 @@ int sl_cli_worker(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
     sl_error_t err = {0};
+    char *secret = NULL;
+    if (sl_rpc_secret_load(secret_file, &secret, &err) != SL_OK) {
+        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        return 1;
+    }
+    /* copied by the server and the master source; wiped at exit */
+    o.cluster_secret = secret;
+    sl_cli_raise_nofile();
     sl_dpp_problems_t problems = {0};
     sl_dpp_job_t *job = NULL;
     sl_dpp_worker_t *w = NULL;
@@ -203,8 +264,10 @@ int sl_cli_worker(int argc, char **argv)
     sl_err_t rc;
     const char *what = master ? master : job_path;
     if (admin_addr) {
-        if ((rc = sl_dpp_worker_admin_start(NULL, NULL, admin_addr, &admin, &err))) {
+        ao.address = admin_addr;
+        if ((rc = sl_dpp_worker_admin_serve(NULL, NULL, &ao, &admin, &err))) {
             fprintf(stderr, "sluice worker: --admin %s: %s\n", admin_addr, err.msg);
+            sl_rpc_secret_free(secret);
             return 1;
         }
         char host[256];
@@ -227,7 +290,8 @@ int sl_cli_worker(int argc, char **argv)
                                           .worker_id = o.worker_id,
                                           .job_id = job_id,
                                           .admin_address = admin ? admin_real : NULL,
-                                          .threads = o.threads};
+                                          .threads = o.threads,
+                                          .cluster_secret = secret};
         rc = sl_dpp_master_prep_new(&mo, o.listen, &prep, &err);
         if (rc == SL_OK) {
             char host[256];
@@ -250,6 +314,7 @@ int sl_cli_worker(int argc, char **argv)
                 printf("stopped by %s before any work\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
                 sl_dpp_master_prep_free(&prep);
                 sl_dpp_worker_admin_stop(admin);
+                sl_rpc_secret_free(secret);
                 return 0;
             }
             rc = SL_OK;
@@ -283,6 +348,7 @@ int sl_cli_worker(int argc, char **argv)
         }
         sl_dpp_problems_free(&problems);
         sl_dpp_worker_admin_stop(admin);
+        sl_rpc_secret_free(secret);
         return code;
     }
     sl_dpp_problems_free(&problems);
@@ -338,5 +404,6 @@ int sl_cli_worker(int argc, char **argv)
     fflush(stdout);
     sl_dpp_worker_destroy(w);
     sl_dpp_job_destroy(job);
+    sl_rpc_secret_free(secret);
     return code;
 }

@@ -1,6 +1,7 @@
 /* Whole writes, atomic replacement and directory fsync (fileio.h). */
 #include "common/fileio.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -46,5 +47,30 @@ sl_err_t sl_io_sync_dir(const char *dir, sl_error_t *err)
     int e = errno;
     close(fd);
     if (rc != 0) return sl_error_set(err, SL_ERR_IO, "fsync directory %s: %s", dir, strerror(e));
+    return SL_OK;
+}
+
+sl_err_t sl_io_read_token(const char *path, const char *what, char *buf, size_t cap,
+                          sl_error_t *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return sl_error_set(err, SL_ERR_IO, "%s file %s: %s", what, path, strerror(errno));
+    bool ok = fgets(buf, (int)cap, f) != NULL;
+    bool io = ferror(f) != 0;
+    int saved = errno;
+    /* a line that filled buf without its newline goes on: too long */
+    size_t n = ok ? strlen(buf) : 0;
+    bool longer = ok && n == cap - 1 && buf[n - 1] != '\n' && fgetc(f) != EOF;
+    fclose(f);
+    if (io) return sl_error_set(err, SL_ERR_IO, "%s file %s: %s", what, path, strerror(saved));
+    if (!ok) buf[0] = '\0';
+    if (longer) {
+        explicit_bzero(buf, cap);
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "%s file %s: its first line is over %zu bytes",
+                            what, path, cap - 2);
+    }
+    while (n > 0 && isspace((unsigned char)buf[n - 1]))
+        buf[--n] = '\0';
+    if (n == 0) return sl_error_set(err, SL_ERR_INVALID, "%s file %s is empty", what, path);
     return SL_OK;
 }

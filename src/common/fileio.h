@@ -25,6 +25,15 @@ sl_err_t sl_io_replace_file(const char *path, const char *tmp, const void *head,
 /* fsync the directory dir. */
 sl_err_t sl_io_sync_dir(const char *dir, sl_error_t *err);
 
+/* Read a secret from a token file (the admin token, the cluster secret):
+ * its first line, trailing whitespace trimmed, into buf (cap bytes, NUL
+ * terminated). what names it in messages ("admin token"); the content
+ * never appears in one. @return SL_ERR_IO when the file cannot be read
+ * (naming it and why), SL_ERR_INVALID when the line is empty,
+ * SL_ERR_TOO_LARGE when it does not fit in cap - 1 bytes. */
+sl_err_t sl_io_read_token(const char *path, const char *what, char *buf, size_t cap,
+                          sl_error_t *err);
+
 /* Fixed-width fields of our on-disk headers are little-endian; every
  * supported target is, so these are plain copies (no alignment needed). */
 static inline void sl_le_put_u32(uint8_t *p, uint32_t v)

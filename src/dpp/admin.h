@@ -2,16 +2,31 @@
  * run: a small router of JSON routes with a bearer token on the mutating
  * ones, a body size limit, and JSON errors for every refusal.
  *
- * Handlers run on libmicrohttpd's polling thread, one request at a time;
- * they must not block for long and must take the locks of whatever state
- * they read (they never run concurrently with each other).
+ * Handlers run on libmicrohttpd's polling thread (epoll), one request at a
+ * time; they must not block for long and must take the locks of whatever
+ * state they read (they never run concurrently with each other).
  *
- * Refusals, all with a JSON body {"error": "..."}:
+ * A request is judged on its headers before any body is read: the route,
+ * the method, the path segment a route takes as a job id, the bearer token
+ * of a mutating route and the declared Content-Length. A refusal is
+ * answered at once and the body is never buffered, so unauthenticated
+ * bodies cost no memory. HEAD is answered wherever GET is (headers only).
+ *
+ * Refusals, all with a JSON body {"error": "..."} (valid UTF-8: bytes of
+ * the request that are not are written as \xNN):
+ *   400 a "{}" path segment that is not a job id (letters, digits, '.', '_',
+ *       '-'; no "..", no NUL, at most 255 bytes), malformed JSON
+ *       (sl_admin_parse_json says where)
  *   401 a mutating route without the right "Authorization: Bearer <token>"
  *   403 a mutating route when the endpoint has no token configured
  *   404 no route for the path, 405 a route for the path but not the method
  *   413 a body over max_body_bytes
- *   400 malformed JSON (sl_admin_parse_json says where) */
+ *
+ * Limits: at most max_connections connections at once (libmicrohttpd
+ * refuses more), each closed after timeout_s without traffic; with epoll
+ * one thread serves them all, so idle and slow (slowloris) connections
+ * under the cap do not keep /healthz from answering. TLS (GnuTLS through
+ * libmicrohttpd) with tls_cert_file and tls_key_file. */
 #ifndef SLUICE_DPP_ADMIN_H
 #define SLUICE_DPP_ADMIN_H
 
@@ -51,6 +66,10 @@ typedef struct sl_admin_opts {
     const char *address;   /* "host:port"; NULL: "127.0.0.1:0" (loopback unless told otherwise) */
     const char *token;     /* bearer token for mutating routes; NULL: they answer 403 */
     size_t max_body_bytes; /* 0: 1 MiB */
+    const char *tls_cert_file; /* PEM certificate (chain): serve HTTPS; NULL: plain HTTP */
+    const char *tls_key_file;  /* its PEM private key (unencrypted); required with the cert */
+    uint32_t max_connections;  /* open at once; 0: 512 */
+    uint32_t timeout_s;        /* close a connection idle this long; 0: 10 */
     const sl_admin_route_t *routes; /* borrowed for the endpoint's life */
     uint32_t num_routes;
     void *ctx; /* passed to every handler */
@@ -60,7 +79,10 @@ typedef struct sl_admin sl_admin_t;
 
 /* Bind and start serving on a thread of libmicrohttpd's. Caller owns *out,
  * free with sl_admin_stop. @return SL_ERR_IO when the address cannot be
- * bound, SL_ERR_INVALID for a malformed address. */
+ * bound or a TLS file cannot be read, SL_ERR_INVALID for a malformed
+ * address, a certificate without its key (or the other way round), or a
+ * certificate and key GnuTLS refuses (the message names the file and
+ * says why), SL_ERR_UNSUPPORTED when libmicrohttpd lacks TLS. */
 sl_err_t sl_admin_start(const sl_admin_opts_t *opts, sl_admin_t **out, sl_error_t *err);
 
 /* The bound port (the real one when port 0 was asked). */

@@ -578,28 +578,42 @@ sl_err_t sl_dpp_batcher_add(sl_dpp_batcher_t *b, const sl_batch_t *rows, const u
     return SL_OK;
 }
 
+/* Forget the rows bd holds (its vectors are kept for reuse). @return how
+ * many. */
+static uint32_t builder_clear(sl_dpp_batcher_t *b, builder_t *bd)
+{
+    uint32_t n = bd->n;
+    for (uint32_t k = 0; bd->vals && k < b->F; k++)
+        bd->vals[k].len = bd->wts[k].len = 0;
+    for (uint32_t g = 0; bd->groups && g < b->G; g++) {
+        gbuild_t *gb = &bd->groups[g];
+        for (uint32_t k = 0; k < b->gs[g].F; k++)
+            gb->lens[k].len = gb->vals[k].len = gb->wts[k].len = 0;
+        gb->U = 0;
+    }
+    dpp_batcher_reset_maps(b);
+    sl_batch_destroy(bd->cur);
+    bd->cur = NULL;
+    bd->n = 0;
+    return n;
+}
+
 sl_err_t sl_dpp_batcher_end_epoch(sl_dpp_batcher_t *b, sl_error_t *err)
 {
     sl_err_t rc = flush_window(b, err);
     if (rc) return rc;
     if (b->batch.n == 0) return SL_OK;
     if (b->o.drop_last) {
-        b->stats.rows_dropped += b->batch.n;
-        for (uint32_t k = 0; k < b->F; k++)
-            b->batch.vals[k].len = b->batch.wts[k].len = 0;
-        for (uint32_t g = 0; g < b->G; g++) {
-            gbuild_t *gb = &b->batch.groups[g];
-            for (uint32_t k = 0; k < b->gs[g].F; k++)
-                gb->lens[k].len = gb->vals[k].len = gb->wts[k].len = 0;
-            gb->U = 0;
-        }
-        dpp_batcher_reset_maps(b);
-        sl_batch_destroy(b->batch.cur);
-        b->batch.cur = NULL;
-        b->batch.n = 0;
+        b->stats.rows_dropped += builder_clear(b, &b->batch);
         return SL_OK;
     }
     return emit_batch(b, err);
+}
+
+void sl_dpp_batcher_discard(sl_dpp_batcher_t *b)
+{
+    b->stats.rows_discarded += builder_clear(b, &b->window);
+    b->stats.rows_discarded += builder_clear(b, &b->batch);
 }
 
 void sl_dpp_batcher_reseed(sl_dpp_batcher_t *b, uint32_t epoch, uint64_t salt)

@@ -60,6 +60,7 @@ typedef struct sl_dpp_batcher_stats {
     uint64_t rows_in;      /* rows added */
     uint64_t rows_out;     /* rows in batches handed out */
     uint64_t rows_dropped; /* by drop_last */
+    uint64_t rows_discarded; /* by sl_dpp_batcher_discard */
     uint64_t batches;
 } sl_dpp_batcher_stats_t;
 
@@ -83,6 +84,12 @@ sl_err_t sl_dpp_batcher_add(sl_dpp_batcher_t *b, const sl_batch_t *rows, const u
 /* End of an epoch: drain the shuffle window and hand out the short last
  * batch (or drop it with drop_last). */
 sl_err_t sl_dpp_batcher_end_epoch(sl_dpp_batcher_t *b, sl_error_t *err);
+
+/* Drop every row held and not yet in a batch handed out (the batch being
+ * built, the shuffle window), as if never added: a worker whose lease
+ * failed mid-way discards what it gathered of it. The batcher stays usable
+ * for rows of the same shape. */
+void sl_dpp_batcher_discard(sl_dpp_batcher_t *b);
 
 /* Restart the shuffle window's random sequence from (seed, epoch, salt),
  * and make epoch the current one. Only between batches, with no row held:

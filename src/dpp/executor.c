@@ -1,6 +1,7 @@
 /* The local executor (executor.h): worker processes spawned with
  * posix_spawn, stopped with SIGTERM, reaped by pid. */
 #include "dpp/executor.h"
+#include "dpp/job.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +21,14 @@ typedef struct wrec {
     sl_dpp_executor_worker_t pub;
 } wrec_t;
 
+/* A job whose workers failed in a row (only those: an entry goes when its
+ * count is reset). */
+typedef struct backoff {
+    char job_id[256];
+    uint32_t failures;     /* in a row */
+    uint64_t not_before;   /* no spawn for the job before (CLOCK_MONOTONIC ms) */
+} backoff_t;
+
 struct sl_dpp_executor {
     const sl_allocator_t *alloc;
     pthread_mutex_t mu;
@@ -31,6 +40,9 @@ struct sl_dpp_executor {
     uint32_t num;
     uint32_t next_seq;
     uint32_t exited_since; /* for sl_dpp_executor_reap's return */
+    uint32_t backoff_ms, max_backoff_ms, healthy_ms;
+    backoff_t *bo; /* [nbo] of [cap_bo] */
+    uint32_t nbo, cap_bo;
     sl_dpp_executor_stats_t stats;
 };
 
@@ -55,6 +67,67 @@ static void free_str(const sl_allocator_t *a, char *s)
     if (s) sl_free(a, s, strlen(s) + 1);
 }
 
+sl_err_t sl_dpp_executor_check_log_dir(const char *dir, sl_error_t *err)
+{
+    struct stat st;
+    if (dir == NULL || dir[0] == '\0')
+        return sl_error_set(err, SL_ERR_INVALID, "--worker-log-dir: empty");
+    if (stat(dir, &st) != 0)
+        return sl_error_set(err, SL_ERR_INVALID, "--worker-log-dir %s: %s", dir,
+                            errno == ENOENT ? "does not exist (create it first)" : strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return sl_error_set(err, SL_ERR_INVALID, "--worker-log-dir %s: not a directory", dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return sl_error_set(err, SL_ERR_INVALID, "--worker-log-dir %s: not writable: %s", dir,
+                            strerror(errno));
+    return SL_OK;
+}
+
+/* ---- back-off (needs ex->mu) ---- */
+
+static backoff_t *backoff_find(sl_dpp_executor_t *ex, const char *job_id)
+{
+    for (uint32_t i = 0; i < ex->nbo; i++)
+        if (strcmp(ex->bo[i].job_id, job_id) == 0) return &ex->bo[i];
+    return NULL;
+}
+
+static void backoff_reset(sl_dpp_executor_t *ex, const char *job_id)
+{
+    backoff_t *b = backoff_find(ex, job_id);
+    if (b != NULL) *b = ex->bo[--ex->nbo];
+}
+
+/* One more failure of job_id in a row: its next spawn waits. Out of memory
+ * for the entry: no delay this time (the next failure tries again). */
+static void backoff_failed(sl_dpp_executor_t *ex, const char *job_id)
+{
+    backoff_t *b = backoff_find(ex, job_id);
+    if (b == NULL) {
+        if (ex->nbo == ex->cap_bo) {
+            uint32_t cap = ex->cap_bo ? 2 * ex->cap_bo : 8;
+            backoff_t *p = sl_alloc(ex->alloc, cap * sizeof *p);
+            if (p == NULL) return;
+            if (ex->nbo) memcpy(p, ex->bo, ex->nbo * sizeof *p);
+            if (ex->bo) sl_free(ex->alloc, ex->bo, ex->cap_bo * sizeof *p);
+            ex->bo = p;
+            ex->cap_bo = cap;
+        }
+        b = &ex->bo[ex->nbo++];
+        memset(b, 0, sizeof *b);
+        snprintf(b->job_id, sizeof b->job_id, "%s", job_id);
+    }
+    b->failures++;
+    uint64_t delay = 0;
+    if (b->failures >= 2) {
+        uint32_t shift = b->failures - 2 < 20 ? b->failures - 2 : 20;
+        delay = (uint64_t)ex->backoff_ms << shift;
+        if (delay > ex->max_backoff_ms) delay = ex->max_backoff_ms;
+        ex->stats.delayed++;
+    }
+    b->not_before = now_ms() + delay;
+}
+
 /* Options the executor sets itself must not come twice from extra_args. */
 static const char *const reserved_args[] = {"--master", "--job-id", "--worker-id",
                                             "--listen", "--job",    NULL};
@@ -77,6 +150,10 @@ sl_err_t sl_dpp_executor_new(const sl_dpp_executor_opts_t *opts, sl_dpp_executor
     if (num_extra > 64)
         return sl_error_set(err, SL_ERR_INVALID, "executor: %u extra worker arguments, at most 64",
                             num_extra);
+    if (opts->log_dir) {
+        sl_err_t rc = sl_dpp_executor_check_log_dir(opts->log_dir, err);
+        if (rc != SL_OK) return sl_error_prefix(err, "executor: ");
+    }
     const sl_allocator_t *a = opts->allocator ? opts->allocator : sl_allocator_default();
     sl_dpp_executor_t *ex = sl_calloc(a, 1, sizeof *ex);
     if (!ex) return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
@@ -84,6 +161,9 @@ sl_err_t sl_dpp_executor_new(const sl_dpp_executor_opts_t *opts, sl_dpp_executor
     pthread_mutex_init(&ex->mu, NULL);
     ex->max_workers = opts->max_workers ? opts->max_workers : 64;
     ex->stop_grace_ms = opts->stop_grace_ms ? opts->stop_grace_ms : 5000;
+    ex->backoff_ms = opts->backoff_ms ? opts->backoff_ms : 500;
+    ex->max_backoff_ms = opts->max_backoff_ms ? opts->max_backoff_ms : 30000;
+    ex->healthy_ms = opts->healthy_ms ? opts->healthy_ms : 10000;
     ex->worker_threads = opts->worker_threads;
     ex->binary = dup_str(a, opts->binary);
     ex->master = dup_str(a, opts->master);
@@ -114,6 +194,14 @@ static void forget(sl_dpp_executor_t *ex, uint32_t i, int status)
     if (!clean && r->pub.stopping && WIFSIGNALED(status) &&
         (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL))
         clean = true;
+    /* An exit the executor did not ask for, soon after the start: the job's
+     * workers may keep dying, so their restarts back off. */
+    if (!r->pub.stopping) {
+        if (now_ms() - r->pub.started_ms < ex->healthy_ms)
+            backoff_failed(ex, r->pub.job_id);
+        else
+            backoff_reset(ex, r->pub.job_id);
+    }
     if (clean) {
         ex->stats.exited++;
     } else {
@@ -183,6 +271,7 @@ void sl_dpp_executor_destroy(sl_dpp_executor_t *ex)
         sl_free(a, ex->extra, (ex->num_extra + 1) * sizeof *ex->extra);
     }
     if (ex->w) sl_free(a, ex->w, ex->max_workers * sizeof *ex->w);
+    if (ex->bo) sl_free(a, ex->bo, ex->cap_bo * sizeof *ex->bo);
     pthread_mutex_destroy(&ex->mu);
     sl_free(a, ex, sizeof *ex);
 }
@@ -229,6 +318,7 @@ static sl_err_t spawn_one(sl_dpp_executor_t *ex, const char *job_id, sl_error_t 
         log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (log_fd < 0) {
             ex->stats.spawn_errors++;
+            backoff_failed(ex, job_id);
             return sl_error_set(err, SL_ERR_IO, "executor: worker %s: open %s: %s",
                                 r->pub.worker_id, path, strerror(errno));
         }
@@ -267,6 +357,7 @@ static sl_err_t spawn_one(sl_dpp_executor_t *ex, const char *job_id, sl_error_t 
     if (log_fd >= 0) close(log_fd);
     if (rc != 0) {
         ex->stats.spawn_errors++;
+        backoff_failed(ex, job_id);
         return sl_error_set(err, SL_ERR_IO, "executor: worker %s: spawn %s: %s", r->pub.worker_id,
                             ex->binary, strerror(rc));
     }
@@ -282,8 +373,14 @@ sl_err_t sl_dpp_executor_scale(sl_dpp_executor_t *ex, const char *job_id, uint32
 {
     uint32_t up = 0, down = 0;
     sl_err_t rc = SL_OK;
-    if (!job_id || !*job_id || strlen(job_id) >= sizeof ex->w[0].pub.job_id) {
-        rc = sl_error_set(err, SL_ERR_INVALID, "executor: bad job id");
+    /* The id names log files: one that could leave log_dir ("../x", "a/b")
+     * is refused here too, whatever let it into the master (an older
+     * journal). */
+    char why[160];
+    if (!job_id || !sl_dpp_job_id_ok(job_id, strlen(job_id), why, sizeof why) ||
+        strlen(job_id) >= sizeof ex->w[0].pub.job_id) {
+        rc = sl_error_set(err, SL_ERR_INVALID, "executor: job id '%.100s': %s",
+                          job_id ? job_id : "", job_id ? why : "none");
         goto out;
     }
     pthread_mutex_lock(&ex->mu);
@@ -291,7 +388,15 @@ sl_err_t sl_dpp_executor_scale(sl_dpp_executor_t *ex, const char *job_id, uint32
     uint32_t running = 0;
     for (uint32_t i = 0; i < ex->num; i++)
         if (!ex->w[i].pub.stopping && strcmp(ex->w[i].pub.job_id, job_id) == 0) running++;
-    while (running + up < workers) {
+    const backoff_t *bo = backoff_find(ex, job_id);
+    for (uint32_t i = 0; bo != NULL && i < ex->num; i++) /* a worker that lasted: healthy again */
+        if (!ex->w[i].pub.stopping && strcmp(ex->w[i].pub.job_id, job_id) == 0 &&
+            now_ms() - ex->w[i].pub.started_ms >= ex->healthy_ms) {
+            backoff_reset(ex, job_id);
+            bo = NULL;
+        }
+    bool wait = bo != NULL && now_ms() < bo->not_before;
+    while (!wait && running + up < workers) {
         if (ex->num >= ex->max_workers) {
             rc = sl_error_set(err, SL_ERR_TOO_LARGE,
                               "executor: job %s wants %u workers, the executor runs at most %u "
@@ -301,6 +406,9 @@ sl_err_t sl_dpp_executor_scale(sl_dpp_executor_t *ex, const char *job_id, uint32
         }
         if ((rc = spawn_one(ex, job_id, err)) != SL_OK) break;
         up++;
+        /* one spawn at a time while the job has failures in a row */
+        bo = backoff_find(ex, job_id);
+        wait = bo != NULL && bo->failures > 0;
     }
     /* Newest first: the oldest workers have warm caches and live leases. */
     for (uint32_t i = ex->num; i-- > 0 && running - down > workers;) {
@@ -395,5 +503,9 @@ void sl_dpp_executor_stats(sl_dpp_executor_t *ex, sl_dpp_executor_stats_t *out)
     pthread_mutex_lock(&ex->mu);
     reap_locked(ex);
     *out = ex->stats;
+    uint64_t now = now_ms();
+    for (uint32_t i = 0; i < ex->nbo; i++)
+        if (ex->bo[i].not_before > now && ex->bo[i].not_before - now > out->backoff_ms)
+            out->backoff_ms = (uint32_t)(ex->bo[i].not_before - now);
     pthread_mutex_unlock(&ex->mu);
 }

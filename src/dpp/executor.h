@@ -16,6 +16,14 @@
  * (waitpid on each known pid, never waitpid(-1)), so the executor does not
  * steal exit statuses from the rest of the process.
  *
+ * Restarts back off: a worker that exits on its own (not stopped by the
+ * executor) within healthy_ms of its start counts as a failure of its job,
+ * as does a spawn that fails; after the k-th failure in a row the job's
+ * next spawn waits backoff_ms * 2^(k-2) (k >= 2; the first is replaced at
+ * once), at most max_backoff_ms. A worker that lived healthy_ms starts the
+ * count again. So a job whose workers cannot start (a bad table, a crash)
+ * costs a spawn every max_backoff_ms, not a fork loop.
+ *
  * If the master process dies, its workers live on (they keep heartbeating
  * and re-register with the restarted master); a new executor does not
  * adopt them, it only counts its own children.
@@ -42,23 +50,33 @@ typedef struct sl_dpp_executor_opts {
                                       may be NULL; not --master, --job-id, --worker-id, --listen */
     uint32_t max_workers;          /* live workers over all jobs; 0: 64 */
     uint32_t stop_grace_ms;        /* destroy: SIGTERM, then SIGKILL after this; 0: 5000 */
+    uint32_t backoff_ms;           /* first restart delay after failures in a row; 0: 500 */
+    uint32_t max_backoff_ms;       /* cap of the delay; 0: 30000 */
+    uint32_t healthy_ms;           /* a worker that lived this long resets the count; 0: 10000 */
     const sl_allocator_t *allocator; /* NULL: default */
 } sl_dpp_executor_opts_t;
 
 typedef struct sl_dpp_executor sl_dpp_executor_t;
 
 /* Caller owns *out, free with sl_dpp_executor_destroy. Copies opts (strings
- * included). @return SL_ERR_INVALID when binary or master is missing or an
- * argument is not allowed (see extra_args), SL_ERR_NOMEM. */
+ * included). @return SL_ERR_INVALID when binary or master is missing, an
+ * argument is not allowed (see extra_args) or log_dir is not a writable
+ * directory (sl_dpp_executor_check_log_dir), SL_ERR_NOMEM. */
 sl_err_t sl_dpp_executor_new(const sl_dpp_executor_opts_t *opts, sl_dpp_executor_t **out,
                              sl_error_t *err);
+
+/* Is dir an existing directory the executor may create log files in?
+ * @return SL_OK or SL_ERR_INVALID saying what is wrong ("--worker-log-dir
+ * /x: does not exist"). */
+sl_err_t sl_dpp_executor_check_log_dir(const char *dir, sl_error_t *err);
 
 /* Stop every worker (SIGTERM, then SIGKILL after stop_grace_ms), reap them
  * and free; ex may be NULL. */
 void sl_dpp_executor_destroy(sl_dpp_executor_t *ex);
 
 /* Start or stop workers of job_id until `workers` of them are running
- * (reaping exited ones first). *started and *stopped (may be NULL) get
+ * (reaping exited ones first; while the job backs off, none is started
+ * before its delay has passed). *started and *stopped (may be NULL) get
  * what was done. @return SL_ERR_TOO_LARGE when max_workers would be passed
  * (as many as fit are started), SL_ERR_IO when a spawn fails (err says
  * which worker and why). */
@@ -105,6 +123,8 @@ typedef struct sl_dpp_executor_stats {
     uint64_t exited;  /* reaped with exit status 0 */
     uint64_t failed;  /* reaped with a non-zero status or killed by a signal we did not send */
     uint64_t spawn_errors;
+    uint64_t delayed;       /* restarts postponed by the back-off (one per failure that set a delay) */
+    uint32_t backoff_ms;    /* the longest restart delay of a job now (0: none backs off) */
     char last_failure[320]; /* "worker j-w3 (pid 123) killed by signal 9", "" when none */
 } sl_dpp_executor_stats_t;
 

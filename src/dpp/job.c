@@ -55,6 +55,31 @@ void sl_dpp_job_destroy(sl_dpp_job_t *job)
     sl_free(NULL, job, sizeof *job);
 }
 
+bool sl_dpp_job_id_ok(const char *id, size_t len, char *why, size_t cap)
+{
+    const char *bad = NULL;
+    if (id == NULL || len == 0 || len > SL_DPP_JOB_ID_MAX) {
+        bad = "1 to 255 bytes";
+    } else if (strnlen(id, len) != len) {
+        bad = "a NUL byte";
+    } else if (strstr(id, "..") != NULL) {
+        bad = "\"..\"";
+    } else {
+        for (size_t i = 0; i < len && bad == NULL; i++) {
+            unsigned char c = (unsigned char)id[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-'))
+                bad = c == '/' ? "'/'" : "a character other than letters, digits, '.', '_', '-'";
+        }
+    }
+    if (bad != NULL && why != NULL)
+        snprintf(why, cap,
+                 "a job id is 1 to %d letters, digits, '.', '_' or '-' without \"..\" (this one "
+                 "has %s)",
+                 SL_DPP_JOB_ID_MAX, strcmp(bad, "1 to 255 bytes") == 0 ? "the wrong length" : bad);
+    return bad == NULL;
+}
+
 /* Parsing state: the problems and whether memory ran out. */
 typedef struct parse {
     sl_dpp_problems_t *problems;
@@ -286,7 +311,8 @@ static json_t *parse_ops(parse_t *p, const json_t *spec, const char *key, bool f
 sl_err_t sl_dpp_job_from_json(const json_t *spec, sl_dpp_job_t **out, sl_dpp_problems_t *problems,
                               sl_error_t *err)
 {
-    static const char *const keys[] = {"id", "source", "filters", "transforms", "batch", NULL};
+    static const char *const keys[] = {"id",    "source",       "filters", "transforms",
+                                       "batch", "on_bad_split", NULL};
     *out = NULL;
     sl_dpp_problems_t local = {0};
     parse_t p = {problems != NULL ? problems : &local, false};
@@ -302,12 +328,19 @@ sl_err_t sl_dpp_job_from_json(const json_t *spec, sl_dpp_job_t **out, sl_dpp_pro
     } else {
         check_keys(&p, spec, "$", keys);
         const char *id = get_string(&p, spec, "id", "$");
+        char why[160];
+        if (id != NULL && !sl_dpp_job_id_ok(id, strlen(id), why, sizeof why))
+            problem(&p, "$.id: %s", why);
         if ((job->id = dup_str(id != NULL ? id : "job")) == NULL) p.nomem = true;
         parse_source(&p, json_object_get(spec, "source"), job);
         job->filters = parse_ops(&p, spec, "filters", true);
         job->transforms = parse_ops(&p, spec, "transforms", false);
         if (job->filters == NULL || job->transforms == NULL) p.nomem = true;
         parse_batch(&p, json_object_get(spec, "batch"), job);
+        const char *obs = get_string(&p, spec, "on_bad_split", "$");
+        if (obs != NULL && strcmp(obs, "fail") != 0 && strcmp(obs, "skip") != 0)
+            problem(&p, "$.on_bad_split: \"fail\" or \"skip\", not \"%.64s\"", obs);
+        job->skip_bad_splits = obs != NULL && strcmp(obs, "skip") == 0;
     }
     sl_err_t rc = SL_OK;
     if (p.nomem) {

@@ -61,10 +61,19 @@ typedef struct sl_dpp_job {
     uint32_t shuffle_window;  /* rows; 0 = no row shuffle (default) */
     uint64_t seed;            /* default 0 */
     bool sample_ids;          /* batches carry sample ids; default true */
+    bool skip_bad_splits;     /* "on_bad_split": "skip" (default "fail"; under a master) */
     /* Directory that relative map_vocab files resolve against: the spec
      * file's directory (sl_dpp_job_load), else NULL (the current one). */
     char *base_dir;
 } sl_dpp_job_t;
+
+/* A job id names log files (the local executor's <dir>/<id>-w<n>.<pid>.log),
+ * metrics labels and URL path segments, so it is 1..SL_DPP_JOB_ID_MAX bytes
+ * of ASCII letters, digits, '.', '_' and '-', and never contains "..".
+ * @return true when id (len bytes, which catches an embedded NUL) is one;
+ * else false and why (may be NULL, cap bytes) says what is wrong. */
+#define SL_DPP_JOB_ID_MAX 255
+bool sl_dpp_job_id_ok(const char *id, size_t len, char *why, size_t cap);
 
 /* Parse and check a spec. Unknown keys, wrong types, out-of-range values,
  * unknown filter or transform names, missing arguments: every problem is
@@ -92,6 +101,13 @@ typedef struct sl_dpp_plan sl_dpp_plan_t;
 sl_err_t sl_dpp_plan_new(const sl_dpp_job_t *job, const sl_wh_schema_t *schema,
                          sl_dpp_plan_t **out, sl_dpp_problems_t *problems, sl_error_t *err);
 void sl_dpp_plan_destroy(sl_dpp_plan_t *plan);
+
+/* The same binding and problems as sl_dpp_plan_new, without building a
+ * plan: every file the spec names (map_vocab vocabularies) is checked to
+ * exist, be a regular file and be within its size cap, but not read. For
+ * the master, which accepts a spec only when its workers could bind it. */
+sl_err_t sl_dpp_plan_check(const sl_dpp_job_t *job, const sl_wh_schema_t *schema,
+                           sl_dpp_problems_t *problems, sl_error_t *err);
 
 /* The features the reader must read (inputs of the job: projection plus
  * everything filters and transforms use), in the order the reader should

@@ -42,7 +42,7 @@ static const dpp_op_spec_t ops[] = {
     {"modulo", OP_MODULO, false, "id -> id mod divisor, Euclidean (never negative)",
      {FEATURE("sparse or weighted"), {"divisor", ARG_POS_INT, true, "divisor"}}},
     {"first_x", OP_FIRST_X, false, "keep the first x ids of every list (and their weights)",
-     {FEATURE("sparse or weighted"), {"x", ARG_POS_INT, true, "ids kept"}}},
+     {FEATURE("sparse or weighted"), {"x", ARG_POS_INT32, true, "ids kept"}}},
     {"dedup_ids", OP_DEDUP_IDS, false,
      "drop repeated ids within a list, keeping first occurrences in order (and their weights)",
      {FEATURE("sparse or weighted")}},
@@ -51,14 +51,14 @@ static const dpp_op_spec_t ops[] = {
      "a, b; seed salt) % table_size",
      {{"features", ARG_STRING2, true, "two features of one kind (sparse or weighted)"},
       {"table_size", ARG_POS_INT, true, "ids land in [0, table_size)"},
-      {"output", ARG_STRING, false, "name of the new feature (default \"A_x_B\")"},
+      {"output", ARG_NAME, false, "name of the new feature (default \"A_x_B\")"},
       {"salt", ARG_UINT, false, "hash seed (default 0)"}}},
     {"ngram", OP_NGRAM, false,
      "new feature: the len-n+1 runs of n consecutive ids, each hashed as XXH3_64(8n bytes; "
      "seed salt) % table_size",
-     {FEATURE("sparse or weighted"), {"n", ARG_POS_INT, true, "ids per n-gram"},
+     {FEATURE("sparse or weighted"), {"n", ARG_NGRAM_N, true, "ids per n-gram (at most 1024)"},
       {"table_size", ARG_POS_INT, true, "ids land in [0, table_size)"},
-      {"output", ARG_STRING, false, "name of the new feature (default \"F_Ngram\")"},
+      {"output", ARG_NAME, false, "name of the new feature (default \"F_Ngram\")"},
       {"salt", ARG_UINT, false, "hash seed (default 0)"}}},
     {"map_vocab", OP_MAP_VOCAB, false,
      "id -> its line number (from 0) in file, or default when absent",
@@ -81,7 +81,7 @@ static const dpp_op_spec_t ops[] = {
     {"bucketize", OP_BUCKETIZE, false,
      "new sparse feature: one id = number of borders <= x (numpy.digitize); NaN -> empty list",
      {FEATURE("dense"), {"borders", ARG_BORDERS, true, "strictly increasing"},
-      {"output", ARG_STRING, false, "name of the new feature (default \"F_bucket\")"}}},
+      {"output", ARG_NAME, false, "name of the new feature (default \"F_bucket\")"}}},
     {"clamp_weights", OP_CLAMP_WEIGHTS, false,
      "weight -> min(max(w, min), max) on a weighted feature",
      {FEATURE("weighted"), {"min", ARG_NUMBER, false, "lower bound (default none)"},
@@ -115,6 +115,9 @@ static const char *type_text(dpp_arg_type_t t)
     case ARG_POS_INT: return "must be a positive integer";
     case ARG_INT: return "must be an integer";
     case ARG_BORDERS: return "must be a non-empty array of strictly increasing finite numbers";
+    case ARG_NAME: return "must be a non-empty string of at most 255 bytes";
+    case ARG_POS_INT32: return "must be an integer in [1, 2147483647]";
+    case ARG_NGRAM_N: return "must be an integer in [1, 1024]";
     }
     return "has a bad type";
 }
@@ -139,6 +142,13 @@ static bool arg_ok(const json_t *v, dpp_arg_type_t t)
     case ARG_UINT: return json_is_integer(v) && json_integer_value(v) >= 0;
     case ARG_POS_INT: return json_is_integer(v) && json_integer_value(v) >= 1;
     case ARG_INT: return json_is_integer(v);
+    case ARG_NAME: return is_name(v) && json_string_length(v) <= SL_WH_NAME_MAX;
+    case ARG_POS_INT32:
+        return json_is_integer(v) && json_integer_value(v) >= 1 &&
+               json_integer_value(v) <= INT32_MAX;
+    case ARG_NGRAM_N:
+        return json_is_integer(v) && json_integer_value(v) >= 1 &&
+               json_integer_value(v) <= DPP_NGRAM_MAX;
     case ARG_BORDERS: {
         if (!json_is_array(v) || json_array_size(v) == 0) return false;
         double prev = -INFINITY;
@@ -194,6 +204,7 @@ bool dpp_check_op(const json_t *obj, bool filter, const char *path, sl_dpp_probl
                                       op->name);
         else if (!arg_ok(v, arg->type))
             ok &= sl_dpp_problems_add(problems, "%s.%s: %s", path, key, type_text(arg->type));
+
     }
     for (int i = 0; i < DPP_MAX_ARGS && op->args[i].name != NULL; i++)
         if (op->args[i].required && json_object_get(obj, op->args[i].name) == NULL)

@@ -34,7 +34,8 @@ void mp_share_locked(sl_master_t *m)
         if (!j->used) continue;
         sl_dpp_master_job_status_t st;
         sl_error_t err = {0};
-        bool finished = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK && st.finished;
+        bool finished = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK &&
+                        (st.finished || st.failed);
         m->share[n++] = (sl_master_share_t){.job_id = j->id,
                                             .desired = finished ? 0 : j->as.desired,
                                             .min_workers = j->as.opts.min_workers};
@@ -79,12 +80,37 @@ static sl_err_t sync_locked(sl_master_t *m, sl_error_t *err)
     return rc;
 }
 
+/* Idle clients are looked for ten times per idle period (at most once a
+ * second): a record lives at most 1.1 idle periods past its last use. */
+static uint64_t evict_every(const sl_master_t *m)
+{
+    uint64_t every = m->opts.client_idle_ms / 10;
+    return every < 1000 ? every : 1000;
+}
+
+/* Client records of connected clients are in use; the others go once idle
+ * for client_idle_ms (journaled: a restarted master forgets them too). */
+static void evict_idle_clients(sl_master_t *m, uint64_t now)
+{
+    if (m->failed) return;
+    for (uint32_t c = 0; c < m->opts.max_connections; c++)
+        if (m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT)
+            sl_dpp_master_client_touch(m->st, m->conns[c].client, now);
+    sl_error_t err = {0};
+    if (sl_dpp_master_evict_clients(m->st, now, m->opts.client_idle_ms, NULL, &err) != SL_OK)
+        mp_fail(m, &err);
+}
+
 void mp_tick(sl_master_t *m, uint64_t now)
 {
     sl_error_t err = {0};
     if (now - m->last_expire_ms >= 50) {
         m->last_expire_ms = now;
         if (!m->failed && sl_dpp_master_expire(m->st, now, NULL, &err) != SL_OK) mp_fail(m, &err);
+    }
+    if (now - m->last_evict_ms >= evict_every(m)) {
+        m->last_evict_ms = now;
+        evict_idle_clients(m, now);
     }
     if (now - m->last_observe_ms < m->opts.autoscale_every_ms) return;
     m->last_observe_ms = now;
@@ -121,6 +147,7 @@ static void destroy(sl_master_t *m)
     free(m->jobs);
     free(m->share);
     free(m->workers);
+    sl_rpc_secret_free(m->secret);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -153,7 +180,12 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     if (o->max_jobs == 0) o->max_jobs = 64;
     if (o->max_workers == 0) o->max_workers = 65536;
     if (o->max_clients == 0) o->max_clients = 4096;
+    if (o->client_idle_ms == 0) o->client_idle_ms = 600000;
+    if (o->max_split_failures == 0) o->max_split_failures = 3;
     if (o->max_answers == 0) o->max_answers = 4096;
+    if (o->handshake_timeout_ms == 0) o->handshake_timeout_ms = 10000;
+    if (o->client_conn_idle_ms == 0) o->client_conn_idle_ms = 60000;
+    if (o->worker_conn_idle_ms == 0) o->worker_conn_idle_ms = 3 * o->lease_timeout_ms;
     m->tuning = o->autoscale != NULL ? *o->autoscale : sl_autoscale_opts_default(1, 1);
     o->autoscale = NULL;
     m->a = o->allocator != NULL ? o->allocator : sl_allocator_default();
@@ -161,7 +193,10 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     pthread_mutex_init(&m->mu, NULL);
     m->jobs = calloc(o->max_jobs, sizeof *m->jobs);
     m->share = calloc(o->max_jobs, sizeof *m->share);
-    if (m->jobs == NULL || m->share == NULL) {
+    const char *secret = o->cluster_secret;
+    o->cluster_secret = NULL; /* borrowed for the call only: m->secret is the copy */
+    if (secret != NULL) m->secret = strdup(secret);
+    if (m->jobs == NULL || m->share == NULL || (secret != NULL && m->secret == NULL)) {
         destroy(m);
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
@@ -172,6 +207,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
                                .max_workers = o->max_workers,
                                .max_clients = o->max_clients,
                                .max_answers = o->max_answers,
+                               .compact_bytes = o->compact_bytes,
                                .allocator = m->a};
     sl_dpp_journal_open_info_t info;
     sl_err_t rc = sl_dpp_master_open(&so, m->started_ms, &m->st, &info, err);
@@ -261,21 +297,76 @@ static uint8_t *b64_decode(const char *s, size_t *len)
     return out;
 }
 
-static sl_err_t get_u32(const json_t *body, const char *key, uint32_t def, uint32_t max,
-                        uint32_t *out, sl_error_t *err)
+static sl_err_t get_u32(const json_t *body, const char *key, uint32_t def, uint32_t min,
+                        uint32_t max, uint32_t *out, sl_error_t *err)
 {
     const json_t *v = json_object_get(body, key);
     if (v == NULL) {
         *out = def;
         return SL_OK;
     }
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
-        return sl_error_set(err, SL_ERR_INVALID, "\"%s\": an integer 0..%u", key, max);
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+        return sl_error_set(err, SL_ERR_INVALID, "$.%s: an integer %u..%u", key, min, max);
     *out = (uint32_t)json_integer_value(v);
     return SL_OK;
 }
 
+/* The spec's problems as paths of the POST body ("$.transforms[1]..." is
+ * "$.spec.transforms[1]..." there), and err naming the first and the
+ * count. @return SL_ERR_INVALID, or SL_ERR_NOMEM. */
+static sl_err_t spec_problems(const sl_dpp_problems_t *in, sl_dpp_problems_t *out,
+                              sl_error_t *err)
+{
+    for (uint32_t i = 0; out != NULL && i < in->count; i++) {
+        const char *p = in->items[i];
+        if (!sl_dpp_problems_add(out, "$.spec%s", p[0] == '$' ? p + 1 : p))
+            return sl_error_set(err, SL_ERR_NOMEM, "spec problems");
+    }
+    const sl_dpp_problems_t *l = out != NULL ? out : in;
+    if (l->count == 0) return err->code;
+    if (l->count == 1) return sl_error_set(err, SL_ERR_INVALID, "spec: %s", l->items[0]);
+    return sl_error_set(err, SL_ERR_INVALID, "spec: %s (and %u more problem%s)", l->items[0],
+                        l->count - 1, l->count > 2 ? "s" : "");
+}
+
+/* Everything the workers will do with the spec before reading a row, done
+ * here so that a job that cannot run is refused with 400 instead of
+ * failing in every worker: parse, open the table (its schema), bind the
+ * spec to it as a worker's plan does, and check every file the spec names
+ * (vocabularies: present, regular, under their cap; not read), then cut
+ * the table into splits. Every problem goes to *problems by its path in
+ * the POST body. */
+static sl_err_t check_spec(const json_t *specj, sl_dpp_job_t **job, sl_wh_table_t **table,
+                           sl_wh_filter_t **filter, sl_wh_splits_t **splits,
+                           sl_dpp_problems_t *problems, sl_error_t *err)
+{
+    sl_dpp_problems_t pr = {0};
+    sl_err_t rc = sl_dpp_job_from_json(specj, job, &pr, err);
+    if (rc == SL_OK) {
+        rc = sl_wh_table_open((*job)->table, NULL, table, err);
+        if (rc == SL_OK && (*job)->partitions != NULL)
+            rc = sl_wh_filter_parse((*job)->partitions, NULL, filter, err);
+        if (rc == SL_OK)
+            rc = sl_wh_table_splits(*table, *filter, (*job)->stripes_per_split, splits, err);
+        if (rc == SL_OK && (*splits)->count == 0)
+            rc = sl_error_set(err, SL_ERR_INVALID, "no data (no splits)");
+        if (rc != SL_OK && rc != SL_ERR_NOMEM &&
+            !sl_dpp_problems_add(&pr, "$.source.table: table '%s': %s", (*job)->table, err->msg))
+            rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
+        if (rc == SL_OK) rc = sl_dpp_plan_check(*job, sl_wh_table_schema(*table), &pr, err);
+    }
+    if (rc != SL_OK && rc != SL_ERR_NOMEM) rc = spec_problems(&pr, problems, err);
+    sl_dpp_problems_free(&pr);
+    return rc;
+}
+
 sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id, sl_error_t *err)
+{
+    return sl_master_job_submit_problems(m, body, job_id, NULL, err);
+}
+
+sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char **job_id,
+                                       sl_dpp_problems_t *problems, sl_error_t *err)
 {
     if (job_id != NULL) *job_id = NULL;
     if (!json_is_object(body)) return sl_error_set(err, SL_ERR_INVALID, "body: not a JSON object");
@@ -293,12 +384,13 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
     if (!json_is_object(specj))
         return sl_error_set(err, SL_ERR_INVALID, "body: \"spec\" (a job spec object) is required");
     uint32_t ranks, min_w, max_w, workers;
-    sl_err_t rc = get_u32(body, "ranks", 1, 65536, &ranks, err);
-    if (rc == SL_OK) rc = get_u32(body, "min_workers", 1, 4096, &min_w, err);
-    if (rc == SL_OK) rc = get_u32(body, "max_workers", min_w, 4096, &max_w, err);
-    if (rc == SL_OK) rc = get_u32(body, "workers", min_w, 4096, &workers, err);
+    /* ranks 0 is refused, not taken for 1: a client must attach with a
+     * world size equal to it. */
+    sl_err_t rc = get_u32(body, "ranks", 1, 1, 65536, &ranks, err);
+    if (rc == SL_OK) rc = get_u32(body, "min_workers", 1, 0, 4096, &min_w, err);
+    if (rc == SL_OK) rc = get_u32(body, "max_workers", min_w, 0, 4096, &max_w, err);
+    if (rc == SL_OK) rc = get_u32(body, "workers", min_w, 0, 4096, &workers, err);
     if (rc != SL_OK) return rc;
-    if (ranks == 0) ranks = 1;
     if (min_w == 0) min_w = 1;
     if (max_w < min_w)
         return sl_error_set(err, SL_ERR_INVALID, "body: max_workers %u < min_workers %u", max_w,
@@ -327,7 +419,6 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
     uint32_t ntok = tokj != NULL ? 1 : toksj != NULL ? (uint32_t)json_array_size(toksj) : 0;
     uint8_t **token = ntok ? calloc(ntok, sizeof *token) : NULL;
     size_t *token_len = ntok ? calloc(ntok, sizeof *token_len) : NULL;
-    sl_dpp_problems_t problems = {0};
     sl_dpp_job_t *job = NULL;
     sl_wh_table_t *table = NULL;
     sl_wh_filter_t *filter = NULL;
@@ -348,25 +439,8 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
             goto out;
         }
     }
-    rc = sl_dpp_job_from_json(specj, &job, &problems, err);
-    if (rc != SL_OK) {
-        sl_error_prefix(err, "spec: ");
-        goto out;
-    }
-    rc = sl_wh_table_open(job->table, NULL, &table, err);
-    if (rc == SL_OK && job->partitions != NULL)
-        rc = sl_wh_filter_parse(job->partitions, NULL, &filter, err);
-    if (rc == SL_OK) rc = sl_wh_table_splits(table, filter, job->stripes_per_split, &splits, err);
-    if (rc != SL_OK) {
-        sl_error_prefix(err, "job '%s': table '%s': ", job->id, job->table);
-        if (rc != SL_ERR_NOMEM) rc = err->code = SL_ERR_INVALID;
-        goto out;
-    }
-    if (splits->count == 0) {
-        rc = sl_error_set(err, SL_ERR_INVALID, "job '%s': table '%s' has no data (no splits)",
-                          job->id, job->table);
-        goto out;
-    }
+    rc = check_spec(specj, &job, &table, &filter, &splits, problems, err);
+    if (rc != SL_OK) goto out;
     text = json_dumps(specj, JSON_COMPACT | JSON_SORT_KEYS);
     if (text == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job spec text");
@@ -382,7 +456,8 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
                                      .ranks = ranks,
                                      .static_sharding = is_static,
                                      .min_workers = min_w,
-                                     .max_workers = max_w};
+                                     .max_workers = max_w,
+                                     .skip_bad_splits = job->skip_bad_splits};
     pthread_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
@@ -415,7 +490,6 @@ out:
     sl_wh_filter_destroy(filter);
     sl_wh_table_close(table);
     sl_dpp_job_destroy(job);
-    sl_dpp_problems_free(&problems);
     return rc;
 }
 
@@ -453,6 +527,30 @@ sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t worker
 
 /* ---- JSON views ------------------------------------------------------------------- */
 
+/* A failed job's failure as JSON, null for the others. */
+static json_t *failure_json(const sl_dpp_master_job_status_t *st)
+{
+    if (!st->failed) return json_null();
+    return json_pack("{s:i, s:i, s:s, s:i, s:s, s:i, s:s}", "split", (json_int_t)st->failure_split,
+                     "epoch", (json_int_t)st->failure_epoch, "file", st->failure_file, "stripe",
+                     (json_int_t)st->failure_stripe, "message", st->failure_message, "code",
+                     (json_int_t)st->failure_code, "error", sl_err_str(st->failure_code));
+}
+
+/* The job's state and what split failures did to it. */
+static void add_failure_json(json_t *o, const sl_dpp_master_job_status_t *st)
+{
+    json_object_set_new(o, "state",
+                        json_string(st->failed     ? "failed"
+                                    : st->finished ? "finished"
+                                                   : "running"));
+    json_object_set_new(o, "failure", failure_json(st));
+    json_object_set_new(o, "on_bad_split", json_string(st->skip_bad_splits ? "skip" : "fail"));
+    json_object_set_new(o, "split_failures", json_integer((json_int_t)st->split_failures));
+    json_object_set_new(o, "skipped_splits", json_integer((json_int_t)st->skipped_splits));
+    json_object_set_new(o, "skipped_rows", json_integer((json_int_t)st->skipped_rows));
+}
+
 static json_t *job_json_locked(sl_master_t *m, mp_job *j)
 {
     sl_dpp_master_job_status_t st;
@@ -479,9 +577,10 @@ static json_t *job_json_locked(sl_master_t *m, mp_job *j)
         "desired_workers", (json_int_t)j->as.desired, "granted_workers", (json_int_t)j->granted,
         "workers", (json_int_t)live, "clients",
         (json_int_t)clients, "trainer_wait", j->last_wait, "worker_busy", j->last_busy,
-        "autoscale_reason", j->as.reason, "batches", (json_int_t)j->batches, "samples",
-        (json_int_t)j->samples);
+        "autoscale_reason", j->as.reason, "batches", (json_int_t)st.batches, "samples",
+        (json_int_t)st.samples);
     json_decref(spec);
+    if (o != NULL) add_failure_json(o, &st);
     return o;
 }
 
@@ -536,17 +635,75 @@ json_t *sl_master_status_json(sl_master_t *m)
     sl_dpp_master_counters_t c;
     sl_dpp_master_counters(m->st, &c);
     json_t *o = json_pack(
-        "{s:b, s:s, s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}, s:s}",
+        "{s:b, s:s, s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, "
+        "s:I}, s:s}",
         "ready", !m->failed, "address", m->address, "uptime_s",
         (json_int_t)((mp_now_ms() - m->started_ms) / 1000), "jobs", (json_int_t)c.jobs, "workers",
         (json_int_t)m->nworkers_connected, "clients", (json_int_t)m->nclients_connected,
         "leases_granted", (json_int_t)c.leases_granted, "lease_expiries", (json_int_t)c.expiries,
-        "commits", (json_int_t)c.commits, "overlaps", (json_int_t)c.overlaps, "stale",
-        (json_int_t)(c.stale_commits + c.stale_refused), "journal_syncs",
-        (json_int_t)c.journal_syncs, "splits", "pending", (json_int_t)c.pending, "leased",
-        (json_int_t)c.leased, "done", (json_int_t)c.done, "failure", m->failure);
+        "lease_revocations", (json_int_t)c.revocations, "commits", (json_int_t)c.commits,
+        "overlaps", (json_int_t)c.overlaps, "stale",
+        (json_int_t)(c.stale_commits + c.stale_refused + c.unleased_commits), "journal_syncs",
+        (json_int_t)c.journal_syncs, "compactions", (json_int_t)c.compactions, "splits",
+        "pending", (json_int_t)c.pending, "leased", (json_int_t)c.leased, "done",
+        (json_int_t)c.done, "failure", m->failure);
+    json_t *failed = json_array();
+    for (uint32_t i = 0; o != NULL && failed != NULL && i < m->opts.max_jobs; i++) {
+        sl_dpp_master_job_status_t st;
+        sl_error_t e = {0};
+        if (!m->jobs[i].used || sl_dpp_master_job_status(m->st, m->jobs[i].id, &st, &e) != SL_OK ||
+            !st.failed)
+            continue;
+        json_array_append_new(failed,
+                              json_pack("{s:s, s:o}", "id", m->jobs[i].id, "failure", failure_json(&st)));
+    }
+    if (o != NULL && failed != NULL) json_object_set_new(o, "failed_jobs", failed);
+    else json_decref(failed);
+    if (o != NULL && m->has_exec)
+        json_object_set_new(
+            o, "executor",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:s}", "spawns",
+                      (json_int_t)m->exec.started, "spawn_errors",
+                      (json_int_t)m->exec.spawn_errors, "stopped", (json_int_t)m->exec.exited,
+                      "failed", (json_int_t)m->exec.failed, "restarts_delayed",
+                      (json_int_t)m->exec.delayed, "backoff_s", m->exec.backoff_ms / 1000.0,
+                      "last_failure", m->exec.last_failure));
     pthread_mutex_unlock(&m->mu);
     return o;
+}
+
+void sl_master_executor_report(sl_master_t *m, const sl_dpp_executor_stats_t *st)
+{
+    pthread_mutex_lock(&m->mu);
+    m->exec = *st;
+    m->has_exec = true;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The executor's families (needs m->mu). */
+static void executor_metrics(sl_master_t *m, sl_prom_t *p)
+{
+    if (!m->has_exec) return;
+    char lab[64];
+    const sl_dpp_executor_stats_t *x = &m->exec;
+    sl_prom_family(p, "sluice_master_executor_spawns_total", "counter",
+                   "Worker processes started by the local executor.");
+    sl_prom_sample(p, "sluice_master_executor_spawns_total", NULL, (double)x->started);
+    sl_prom_family(p, "sluice_master_executor_spawn_errors_total", "counter",
+                   "Worker processes the local executor failed to start.");
+    sl_prom_sample(p, "sluice_master_executor_spawn_errors_total", NULL, (double)x->spawn_errors);
+    sl_prom_family(p, "sluice_master_executor_exits_total", "counter",
+                   "Worker processes reaped, by result (stopped: asked to; failed: any other).");
+    sl_prom_sample(p, "sluice_master_executor_exits_total",
+                   sl_prom_label(lab, sizeof lab, "result", "stopped"), (double)x->exited);
+    sl_prom_sample(p, "sluice_master_executor_exits_total",
+                   sl_prom_label(lab, sizeof lab, "result", "failed"), (double)x->failed);
+    sl_prom_family(p, "sluice_master_executor_restarts_delayed_total", "counter",
+                   "Worker restarts postponed because the job's workers keep exiting.");
+    sl_prom_sample(p, "sluice_master_executor_restarts_delayed_total", NULL, (double)x->delayed);
+    sl_prom_family(p, "sluice_master_executor_backoff_seconds", "gauge",
+                   "Longest restart delay of a job now (0: none backs off).");
+    sl_prom_sample(p, "sluice_master_executor_backoff_seconds", NULL, x->backoff_ms / 1000.0);
 }
 
 /* Resident set size from /proc (0 when unavailable). */
@@ -574,26 +731,60 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_prom_sample(&p, "sluice_master_workers", NULL, m->nworkers_connected);
     sl_prom_family(&p, "sluice_master_clients", "gauge", "Trainer clients connected.");
     sl_prom_sample(&p, "sluice_master_clients", NULL, m->nclients_connected);
+    sl_prom_family(&p, "sluice_master_client_records", "gauge",
+                   "Client records remembered (commit nonces), at most max_clients.");
+    sl_prom_sample(&p, "sluice_master_client_records", NULL, c.clients);
+    sl_prom_family(&p, "sluice_master_clients_evicted_total", "counter",
+                   "Client records forgotten after the idle period (--client-idle-ms).");
+    sl_prom_sample(&p, "sluice_master_clients_evicted_total", NULL, (double)c.clients_evicted);
     sl_prom_family(&p, "sluice_master_leases_granted_total", "counter", "Split leases granted.");
     sl_prom_sample(&p, "sluice_master_leases_granted_total", NULL, (double)c.leases_granted);
     sl_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");
     sl_prom_sample(&p, "sluice_master_lease_expiries_total", NULL, (double)c.expiries);
     sl_prom_family(&p, "sluice_master_commits_total", "counter", "Commit answers by result.");
-    static const char *res[] = {"committed", "overlap", "stale", "unknown", "repeated",
-                                "wrong_rank"};
-    uint64_t rv[] = {c.commits,          c.overlaps,        c.stale_commits, c.unknown_commits,
-                     c.repeated_commits, m->rank_refused};
-    for (int i = 0; i < 6; i++)
+    static const char *res[] = {"committed", "overlap",    "stale",     "unknown",
+                                "repeated",  "wrong_rank", "not_leased"};
+    uint64_t rv[] = {c.commits,          c.overlaps,      c.stale_commits,   c.unknown_commits,
+                     c.repeated_commits, m->rank_refused, c.unleased_commits};
+    for (int i = 0; i < 7; i++)
         sl_prom_sample(&p, "sluice_master_commits_total",
                        sl_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
+    sl_prom_family(&p, "sluice_master_split_failures_total", "counter",
+                   "SPLIT_FAILED reports counted (a worker could not read a split).");
+    sl_prom_sample(&p, "sluice_master_split_failures_total", NULL, (double)c.split_failures);
+    sl_prom_family(&p, "sluice_master_lease_revocations_total", "counter",
+                   "Leases revoked because their worker id registered without them.");
+    sl_prom_sample(&p, "sluice_master_lease_revocations_total", NULL, (double)c.revocations);
+    sl_prom_family(&p, "sluice_master_worker_ids_in_use_total", "counter",
+                   "Registrations refused: the worker id has another live process.");
+    sl_prom_sample(&p, "sluice_master_worker_ids_in_use_total", NULL, (double)m->ids_in_use);
+    sl_prom_family(&p, "sluice_master_auth_failures_total", "counter",
+                   "Control connections refused: no proof of the cluster secret.");
+    sl_prom_sample(&p, "sluice_master_auth_failures_total", NULL, (double)m->auth_failures);
+    sl_prom_family(&p, "sluice_master_connections_closed_total", "counter",
+                   "Control connections the master closed to keep its limits, by reason.");
+    static const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
+    uint64_t wv[] = {m->handshake_timeouts, m->idle_closed, m->evicted, m->refused};
+    for (int i = 0; i < 4; i++)
+        sl_prom_sample(&p, "sluice_master_connections_closed_total",
+                       sl_prom_label(lab, sizeof lab, "reason", why[i]), (double)wv[i]);
+    sl_prom_family(&p, "sluice_master_connections", "gauge", "Control connections open.");
+    uint32_t open = 0;
+    for (uint32_t i = 0; m->conns != NULL && i < m->opts.max_connections; i++)
+        open += m->conns[i].fd >= 0;
+    sl_prom_sample(&p, "sluice_master_connections", NULL, open);
     sl_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
     sl_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
+    sl_prom_family(&p, "sluice_master_journal_compactions_total", "counter",
+                   "Journal compactions (snapshot written, journal emptied) in this run.");
+    sl_prom_sample(&p, "sluice_master_journal_compactions_total", NULL, (double)c.compactions);
     sl_prom_family(&p, "sluice_master_memory_bytes", "gauge", "Resident memory of the master.");
     sl_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
+    executor_metrics(m, &p);
     /* Per-job families: Prometheus wants each family's samples right after
      * its TYPE line, so gather the jobs' figures first, then emit by family. */
     enum { SPLITS_PENDING, SPLITS_LEASED, SPLITS_DONE, COMMITTED_ROWS, SAMPLES, WAIT, BUSY,
-           QUEUED, WORKER_MEMORY, DESIRED, GRANTED, NFIG };
+           QUEUED, WORKER_MEMORY, DESIRED, GRANTED, FAILED, SKIPPED, SKIPPED_ROWS, NFIG };
     static const struct {
         const char *name, *type, *help;
     } fam[] = {
@@ -606,9 +797,14 @@ char *sl_master_metrics_text(sl_master_t *m)
         {"sluice_master_worker_memory_bytes", "gauge", "Memory in use reported by the job's workers."},
         {"sluice_master_desired_workers", "gauge", "Autoscaler's worker count."},
         {"sluice_master_granted_workers", "gauge", "Workers granted after the fleet's fair share."},
+        {"sluice_master_job_failed", "gauge",
+         "1 when the job failed (a split failed --max-split-failures times), else 0."},
+        {"sluice_master_skipped_splits_total", "counter",
+         "Splits skipped without their rows (on_bad_split skip), every epoch."},
+        {"sluice_master_skipped_rows_total", "counter", "Rows of skipped splits not delivered."},
     };
     static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES, WAIT, BUSY, QUEUED,
-                                    WORKER_MEMORY, DESIRED, GRANTED};
+                                    WORKER_MEMORY, DESIRED, GRANTED, FAILED, SKIPPED, SKIPPED_ROWS};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     double *fig = calloc((size_t)m->opts.max_jobs * NFIG, sizeof *fig);
@@ -624,11 +820,14 @@ char *sl_master_metrics_text(sl_master_t *m)
         f[SPLITS_LEASED] = st.leased;
         f[SPLITS_DONE] = st.done;
         f[COMMITTED_ROWS] = (double)st.committed_rows;
-        f[SAMPLES] = (double)j->samples;
+        f[SAMPLES] = (double)st.samples;
         f[WAIT] = j->last_wait;
         f[BUSY] = j->last_busy;
         f[DESIRED] = j->as.desired;
         f[GRANTED] = j->granted;
+        f[FAILED] = st.failed ? 1 : 0;
+        f[SKIPPED] = (double)st.skipped_splits;
+        f[SKIPPED_ROWS] = (double)st.skipped_rows;
         for (uint32_t w = 0; w < m->nworkers; w++)
             if (m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0) {
                 f[QUEUED] += m->workers[w].queued;
@@ -676,7 +875,9 @@ uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t ca
                 d->registered += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
             sl_dpp_master_job_status_t st;
             sl_error_t err = {0};
-            d->finished = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK && st.finished;
+            bool known = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK;
+            d->finished = known && st.finished;
+            d->failed = known && st.failed;
         }
         n++;
     }

@@ -18,8 +18,11 @@
  *
  * Exactly once (docs/DESIGN.md, "Exactly once per epoch"): a commit is
  * accepted iff its row range overlaps no committed range of its (job, epoch,
- * split); repeated (client_id, nonce) pairs get their first answer again,
- * also after a master restart.
+ * split) and its lease (split, generation) is live; repeated (client_id,
+ * nonce) pairs get their first answer again, also after a master restart.
+ * A worker's HEARTBEAT renews only the leases it lists, its REGISTER
+ * revokes the others of its id, and one live process holds a worker id
+ * (the REGISTER incarnation).
  *
  * Thread safety: every sl_master_* call may be made from any thread
  * (admin handlers run on libmicrohttpd's thread). */
@@ -34,6 +37,8 @@
 
 #include "dpp/admin.h"
 #include "dpp/autoscale.h"
+#include "dpp/executor.h"
+#include "dpp/job.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
 
@@ -48,14 +53,31 @@ typedef struct sl_master_opts {
     uint32_t max_connections;    /* control connections at once; 0: 1024 */
     uint32_t max_jobs;           /* 0: 64 */
     uint32_t max_workers;        /* distinct worker ids; 0: 65536 */
-    uint32_t max_clients;        /* distinct client ids per job; 0: 4096 */
+    uint32_t max_clients;        /* client records at once (their commit nonces); 0: 4096 */
+    uint64_t client_idle_ms;     /* a client record with no connection and no commit this
+                                    long is forgotten (journaled); 0: 600000 (10 min) */
     uint32_t max_answers;        /* remembered commit answers per client (idempotence); 0: 4096 */
     uint32_t max_fleet_workers;  /* workers of all jobs together (sl_master_fair_share); 0: no limit */
+    uint32_t max_split_failures; /* a split failing this often in one epoch fails its job (or
+                                    is skipped: on_bad_split); 0: 3 */
+    uint64_t compact_bytes;      /* journal size that triggers a compaction; 0: 64 MiB */
     /* Tuning of every job's autoscaler (thresholds, streaks, cooldown); the
      * bounds come from each job's min_workers/max_workers. NULL: defaults
      * of sl_autoscale_opts_default. */
     const sl_autoscale_opts_t *autoscale;
     const sl_allocator_t *allocator; /* NULL: default */
+    /* Peers (docs/PROTOCOL.md "Authentication", "Timeouts and caps"): */
+    const char *cluster_secret;    /* copied; every connection must prove it holds it
+                                      (rpc/auth.h) before REGISTER or ATTACH. NULL: no
+                                      handshake, and then only a loopback listen address
+                                      is accepted */
+    uint64_t handshake_timeout_ms; /* authenticate and REGISTER or ATTACH within this; 0: 10000 */
+    uint64_t client_conn_idle_ms;  /* a client connection that sends nothing this long is
+                                      closed (trainer clients report every refresh_ms);
+                                      0: 60000 */
+    uint64_t worker_conn_idle_ms;  /* a worker connection that sends nothing this long is
+                                      closed (its leases expired long before);
+                                      0: 3 x lease_timeout_ms */
 } sl_master_opts_t;
 
 typedef struct sl_master sl_master_t;
@@ -67,7 +89,8 @@ typedef struct sl_master sl_master_t;
  * Caller owns *out, free with sl_master_stop. @return SL_ERR_IO when the
  * address cannot be bound or the state directory is unusable,
  * SL_ERR_CORRUPT (and friends) for damaged state, SL_ERR_INVALID for bad
- * opts. */
+ * opts, among them a listen address other than loopback without a
+ * cluster_secret. */
 sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_error_t *err);
 
 /* Stop the control thread, close every connection, sync and free. m may be
@@ -102,12 +125,25 @@ bool sl_master_ready(sl_master_t *m);
  * max_jobs (answer 429 or 400), SL_ERR_IO when the journal fails (500). */
 sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id, sl_error_t *err);
 
+/* sl_master_job_submit, and every problem of the spec by its JSON path in
+ * the body ("$.spec.transforms[2].n: ...") appended to *problems (may be
+ * NULL; caller frees): parse, the table and its schema, the binding of
+ * every name as a worker's plan does it, and every file the spec names
+ * (vocabularies exist, are regular files, are under their size cap; their
+ * content is never read nor quoted). The job is accepted only when a
+ * worker could bind it. */
+sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char **job_id,
+                                       sl_dpp_problems_t *problems, sl_error_t *err);
+
 /* Remove a job: its leases vanish, its workers are told to stop at their
  * next heartbeat, its desired count becomes 0. Synced before returning.
  * @return SL_ERR_NOT_FOUND (404). */
 sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *err);
 
-/* One job as JSON (GET /jobs/{id}): {"id", "epoch", "epochs", "finished",
+/* One job as JSON (GET /jobs/{id}): {"id", "state" ("running", "finished"
+ * or "failed"), "failure" (null, or {"split", "epoch", "file", "stripe",
+ * "message", "code"} of a failed job), "split_failures" (this epoch),
+ * "on_bad_split", "skipped_splits", "skipped_rows", "epoch", "epochs", "finished",
  * "num_splits", "pending", "leased", "done", "committed_rows", "total_rows",
  * "ranks", "sharding", "table", "min_workers", "max_workers",
  * "desired_workers", "workers" (registered, live), "clients",
@@ -136,17 +172,23 @@ json_t *sl_master_workers_json(sl_master_t *m);
 
 /* GET /status: {"ready", "address", "uptime_s", "jobs" (count), "workers"
  * (connected), "clients" (connected), "leases_granted", "lease_expiries",
- * "commits", "overlaps", "stale", "journal_syncs", "splits": {"pending",
- * "leased", "done"}}. NULL when out of memory. Caller owns. */
+ * "lease_revocations", "commits", "overlaps", "stale", "journal_syncs",
+ * "compactions" (this run), "splits": {"pending", "leased", "done"},
+ * "failure", "failed_jobs": [{"id", "failure"}], and "executor" after
+ * sl_master_executor_report}. NULL when out of memory. Caller owns. */
 json_t *sl_master_status_json(sl_master_t *m);
 
 /* GET /metrics: Prometheus text (prom.h), sluice_master_* families: jobs,
  * workers, clients, splits{job,state}, leases_granted_total,
- * lease_expiries_total, commits_total{result}, committed_rows{job},
+ * lease_expiries_total, lease_revocations_total, worker_ids_in_use_total,
+ * commits_total{result}, committed_rows{job},
  * samples_committed_total{job}, trainer_wait_ratio{job},
  * worker_busy_ratio{job}, worker_queue_batches{job}, desired_workers{job},
- * journal_syncs_total, memory_bytes. Caller owns (free()); NULL when out
- * of memory. */
+ * granted_workers{job}, worker_memory_bytes{job}, job_failed{job},
+ * skipped_splits_total{job}, skipped_rows_total{job}, client_records,
+ * clients_evicted_total, split_failures_total, journal_syncs_total,
+ * journal_compactions_total, memory_bytes, and the executor_* families
+ * after an executor report. Caller owns (free()); NULL when out of memory. */
 char *sl_master_metrics_text(sl_master_t *m);
 
 /* ---- executor (the local one, or an external orchestrator through /jobs) ---------- */
@@ -157,6 +199,7 @@ typedef struct sl_master_desired {
     uint32_t granted;     /* its fair share of max_fleet_workers: what to run (0 when finished) */
     uint32_t registered;  /* workers of the job connected to the master now */
     bool finished;        /* every epoch committed: the executor may stop its workers */
+    bool failed;          /* the job failed: its workers are to be stopped too */
 } sl_master_desired_t;
 
 /* The desired worker count of every job (up to cap entries, in submission
@@ -181,6 +224,13 @@ typedef struct sl_master_share {
 } sl_master_share_t;
 void sl_master_fair_share(sl_master_share_t *jobs, uint32_t n, uint32_t max_fleet_workers);
 
+/* The local executor's figures, for GET /metrics (sluice_master_executor_*:
+ * workers started, exits by result, spawn errors, restarts postponed, the
+ * longest restart delay now) and GET /status ("executor"). The process that
+ * drives an executor reports after each pass; without a report the
+ * families are absent. */
+void sl_master_executor_report(sl_master_t *m, const sl_dpp_executor_stats_t *st);
+
 /* ---- admin endpoint (implemented in master_admin.c) -------------------------------- */
 
 /* Start the master's admin endpoint (GET /healthz /readyz /metrics /status,
@@ -190,5 +240,11 @@ void sl_master_fair_share(sl_master_share_t *jobs, uint32_t n, uint32_t max_flee
  * sl_admin_stop. */
 sl_err_t sl_master_admin_start(sl_master_t *m, const char *address, const char *token,
                                sl_admin_t **out, sl_error_t *err);
+
+/* The same with every endpoint option (address, token, TLS certificate and
+ * key, connection limit and timeout, admin.h); its routes, context and
+ * body limit are the master's own. */
+sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, sl_admin_t **out,
+                               sl_error_t *err);
 
 #endif

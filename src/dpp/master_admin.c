@@ -10,6 +10,7 @@
  *   POST   /jobs/{id}/scale    (token)  {"workers": N} */
 #include <string.h>
 
+#include "dpp/job.h"
 #include "dpp/master.h"
 #include "dpp/prom.h"
 
@@ -122,6 +123,23 @@ static void reply_err(sl_admin_response_t *resp, sl_err_t rc, const sl_error_t *
     sl_admin_reply_error(resp, status_of(rc), "%s", err->msg[0] ? err->msg : sl_err_str(rc));
 }
 
+/* A refusal of a job spec lists every problem, not only the first:
+ * {"error": "...", "problems": ["$.spec.source.table: ...", ...]}. */
+static void reply_add_problems(sl_admin_response_t *resp, const sl_dpp_problems_t *problems)
+{
+    json_t *o = resp->body != NULL ? json_loads(resp->body, 0, NULL) : NULL;
+    json_t *arr = json_array();
+    for (uint32_t i = 0; o != NULL && arr != NULL && i < problems->count; i++)
+        json_array_append_new(arr, json_string(problems->items[i]));
+    if (o == NULL || arr == NULL) { /* the error alone then */
+        json_decref(o);
+        json_decref(arr);
+        return;
+    }
+    json_object_set_new(o, "problems", arr);
+    sl_admin_reply_json(resp, resp->status, o);
+}
+
 /* A JSON reply built by the master, or 503 when it ran out of memory. */
 static void reply_built(sl_admin_response_t *resp, json_t *j)
 {
@@ -203,10 +221,13 @@ static void h_job_submit(void *ctx, const sl_admin_request_t *req, sl_admin_resp
     }
     char *id = NULL;
     sl_error_t err = {0};
-    sl_err_t rc = sl_master_job_submit(ctx, body, &id, &err);
+    sl_dpp_problems_t problems = {0};
+    sl_err_t rc = sl_master_job_submit_problems(ctx, body, &id, &problems, &err);
     json_decref(body);
     if (rc != SL_OK) {
         reply_err(resp, rc, &err);
+        if (problems.count > 0) reply_add_problems(resp, &problems);
+        sl_dpp_problems_free(&problems);
         return;
     }
     json_t *j = NULL;
@@ -289,14 +310,20 @@ static const sl_admin_route_t routes[] = {
     {"POST", "/jobs/{}/scale", true, h_job_scale},
 };
 
+sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, sl_admin_t **out,
+                               sl_error_t *err)
+{
+    sl_admin_opts_t o = *endpoint;
+    o.max_body_bytes = MAX_BODY;
+    o.routes = routes;
+    o.num_routes = sizeof routes / sizeof routes[0];
+    o.ctx = m;
+    return sl_admin_start(&o, out, err);
+}
+
 sl_err_t sl_master_admin_start(sl_master_t *m, const char *address, const char *token,
                                sl_admin_t **out, sl_error_t *err)
 {
-    sl_admin_opts_t o = {.address = address,
-                         .token = token,
-                         .max_body_bytes = MAX_BODY,
-                         .routes = routes,
-                         .num_routes = sizeof routes / sizeof routes[0],
-                         .ctx = m};
-    return sl_admin_start(&o, out, err);
+    sl_admin_opts_t o = {.address = address, .token = token};
+    return sl_master_admin_serve(m, &o, out, err);
 }

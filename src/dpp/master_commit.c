@@ -120,16 +120,19 @@ static uint32_t hash_slot(uint32_t *tab, uint32_t cap, const client *cls, const 
     }
 }
 
+bool m_client_find(const sl_dpp_master_t *m, const char *name, uint32_t *out)
+{
+    bool found = false;
+    if (m->chash_cap == 0) return false;
+    uint32_t i = hash_slot(m->chash, m->chash_cap, m->clients, name, &found);
+    if (found) *out = m->chash[i] - 1;
+    return found;
+}
+
 sl_err_t m_client_get(sl_dpp_master_t *m, const char *name, uint32_t *out, sl_error_t *err)
 {
     bool found = false;
-    if (m->chash_cap > 0) {
-        uint32_t i = hash_slot(m->chash, m->chash_cap, m->clients, name, &found);
-        if (found) {
-            *out = m->chash[i] - 1;
-            return SL_OK;
-        }
-    }
+    if (m_client_find(m, name, out)) return SL_OK;
     if (!m_name_ok(m, name))
         return sl_error_set(err, SL_ERR_INVALID,
                             "client id of %zu bytes: 1..%u printable ASCII bytes, no spaces",
@@ -173,10 +176,30 @@ sl_err_t m_client_get(sl_dpp_master_t *m, const char *name, uint32_t *out, sl_er
         return sl_error_set(err, SL_ERR_NOMEM, "client '%s'", name);
     }
     memcpy(c->name, name, n);
+    c->last_ms = m->now_ms;
     m->chash[hash_slot(m->chash, m->chash_cap, m->clients, name, &found)] = m->num_clients + 1;
     *out = m->num_clients++;
     m->c.clients = m->num_clients;
     return SL_OK;
+}
+
+void m_client_remove(sl_dpp_master_t *m, uint32_t ci)
+{
+    const sl_allocator_t *a = m->a;
+    client *c = &m->clients[ci];
+    sl_free(a, c->name, strlen(c->name) + 1);
+    sl_free(a, c->ring, (size_t)m->opts.max_answers * sizeof *c->ring);
+    sl_free(a, c->index, (size_t)c->index_cap * sizeof *c->index);
+    m->clients[ci] = m->clients[--m->num_clients];
+    m->c.clients = m->num_clients;
+    /* Rebuild the name index (open addressing cannot just drop a slot):
+     * O(clients) per eviction, and a client is evicted once per idle
+     * period at most. */
+    memset(m->chash, 0, (size_t)m->chash_cap * sizeof *m->chash);
+    bool found;
+    for (uint32_t i = 0; i < m->num_clients; i++)
+        m->chash[hash_slot(m->chash, m->chash_cap, m->clients, m->clients[i].name, &found)] =
+            i + 1;
 }
 
 static uint32_t nonce_home(const client *c, uint64_t nonce)
@@ -235,16 +258,46 @@ void m_client_remember(sl_dpp_master_t *m, uint32_t ci, uint64_t nonce)
 
 /* ---- commit and split read ------------------------------------------------------- */
 
+/* Why a commit under generation is refused because its lease is not the
+ * split's live one (the live API only: replay applies commits as written). */
+static const char *lease_gone(const split_st *s, uint64_t generation)
+{
+    if (s->state == SL_DPP_SPLIT_DONE) return "the split is done";
+    if (s->state == SL_DPP_SPLIT_LEASED && s->generation != generation)
+        return "the split is leased under another generation";
+    if (s->state == SL_DPP_SPLIT_LEASED) return NULL;
+    return s->generation == generation ? "that lease has ended (expired, revoked or reported)"
+                                       : "no such lease";
+}
+
 sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
-                              uint32_t split, uint64_t from_row, uint64_t to_row,
-                              const char *client_id, uint64_t nonce,
+                              uint32_t split, uint64_t generation, uint64_t from_row,
+                              uint64_t to_row, const char *client_id, uint64_t nonce,
                               sl_dpp_commit_result_t *result, sl_error_t *err)
 {
+    sl_dpp_commit_t c = {job_id, epoch, split, generation, from_row, to_row, client_id, nonce, 0};
+    return sl_dpp_master_commit_batch(m, &c, result, err);
+}
+
+sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c,
+                                    sl_dpp_commit_result_t *result, sl_error_t *err)
+{
+    const char *job_id = c->job_id, *client_id = c->client_id;
+    uint32_t epoch = c->epoch, split = c->split;
+    uint64_t generation = c->generation, from_row = c->from_row, to_row = c->to_row;
+    uint64_t nonce = c->nonce;
     uint32_t ci, slot;
-    sl_err_t rc = m_client_get(m, client_id != NULL ? client_id : "", &ci, err);
-    if (rc != SL_OK) return rc;
-    if (m_client_has(m, ci, nonce)) {
+    sl_err_t rc;
+    if (client_id == NULL || !m_name_ok(m, client_id))
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "client id of %zu bytes: 1..%u printable ASCII bytes, no spaces",
+                            client_id ? strlen(client_id) : 0, m->opts.max_name);
+    /* A client's record is made by its first accepted commit (journaled
+     * with it): refused commits leave no trace. */
+    bool known = m_client_find(m, client_id, &ci);
+    if (known && m_client_has(m, ci, nonce)) {
         m->c.repeated_commits++;
+        m->clients[ci].last_ms = m->now_ms;
         *result = SL_DPP_COMMITTED;
         return SL_OK;
     }
@@ -265,6 +318,12 @@ sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t e
                          (unsigned long long)jb->defs[split].num_rows);
         return SL_OK;
     }
+    if (jb->failed) {
+        m->c.stale_commits++;
+        *result = SL_DPP_STALE_EPOCH;
+        sl_error_set(err, SL_DPP_STALE, "commit: job '%s' failed: %s", job_id, jb->fail_message);
+        return SL_OK;
+    }
     if (epoch != jb->epoch || jb->epoch >= jb->epochs) {
         m->c.stale_commits++;
         *result = SL_DPP_STALE_EPOCH;
@@ -282,10 +341,24 @@ sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t e
                      (unsigned long long)to_row);
         return SL_OK;
     }
+    /* Only the live lease's batches commit: rows of a split nobody holds
+     * (a confused or rogue client) or of a lease that ended are never
+     * marked delivered; the split's next lease reads them. */
+    const char *gone = lease_gone(&jb->st[split], generation);
+    if (gone != NULL) {
+        m->c.unleased_commits++;
+        *result = SL_DPP_STALE_EPOCH;
+        sl_error_set(err, SL_DPP_STALE,
+                     "commit: job '%s' epoch %u split %u: generation %llu is not the live lease "
+                     "(%s)",
+                     job_id, epoch, split, (unsigned long long)generation, gone);
+        return SL_OK;
+    }
     if (jb->st[split].nr >= m->opts.max_ranges)
         return sl_error_set(err, SL_ERR_TOO_LARGE,
                             "job '%s' split %u: %u committed ranges (max_ranges)", job_id, split,
                             jb->st[split].nr);
+    if (!known && (rc = m_client_get(m, client_id, &ci, err)) != SL_OK) return rc;
     Sluice__Master__Committed co = SLUICE__MASTER__COMMITTED__INIT;
     co.job_id = jb->id;
     co.epoch = epoch;
@@ -294,6 +367,7 @@ sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t e
     co.to_row = to_row;
     co.client_id = m->clients[ci].name;
     co.nonce = nonce;
+    co.num_samples = c->num_samples;
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_COMMITTED;
     rec.committed = &co;
@@ -305,7 +379,10 @@ sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t e
     rc = m_add_range(m, jb, split, from_row, to_row, err);
     if (rc != SL_OK) return rc;
     m_client_remember(m, ci, nonce);
+    m->clients[ci].last_ms = m->now_ms;
     m->c.commits++;
+    jb->batches++;
+    jb->samples += c->num_samples;
     *result = SL_DPP_COMMITTED;
     m_maybe_done(m, slot, split);
     return m_maybe_advance(m, jb, err);

@@ -27,6 +27,8 @@ typedef struct split_st {
     uint32_t worker; /* LEASED: index in m->workers */
     uint8_t state;   /* sl_dpp_split_state_t */
     uint8_t in_heap; /* its position is in job->heap */
+    uint8_t named;   /* scratch of sl_dpp_master_register: named by the worker (0 between calls) */
+    uint16_t failures; /* SPLIT_FAILED reports this epoch (saturating) */
 } split_st;
 
 typedef struct job {
@@ -51,6 +53,13 @@ typedef struct job {
     uint32_t epoch;
     uint32_t count[3]; /* splits per state */
     uint64_t committed_rows, total_rows;
+    uint64_t batches, samples; /* accepted commits and their samples, every epoch */
+    bool skip_bad;             /* on_bad_split "skip" */
+    bool failed;               /* JobFailed: terminal, see master_failure.c */
+    uint32_t fail_split, fail_epoch;
+    int32_t fail_stripe, fail_code;
+    char *fail_file, *fail_message; /* when failed */
+    uint64_t skipped_splits, skipped_rows;
 } job;
 
 typedef struct lease_ref {
@@ -68,6 +77,7 @@ typedef struct worker {
  * with an open-addressing index (linear probing, backward-shift delete). */
 typedef struct client {
     char *name;
+    uint64_t last_ms; /* last seen connected or committing (not journaled: reset at open) */
     uint64_t *ring; /* [max_answers] */
     uint32_t head, len;
     uint32_t *index; /* [2 * max_answers rounded to a power of two]: ring slot + 1, 0 empty */
@@ -89,6 +99,7 @@ struct sl_dpp_master {
     sl_dpp_row_range_t *todo; /* lease_next's todo list, [todo_cap] */
     uint32_t todo_cap;
     uint64_t next_generation;
+    uint64_t now_ms; /* the latest time a caller gave (new clients start idle from it) */
     sl_dpp_journal_t *journal;
     bool replaying;   /* applying records: no journaling, no auto-advance */
     uint8_t *scratch; /* record packing */
@@ -118,8 +129,11 @@ sl_err_t m_add_range(sl_dpp_master_t *m, job *jb, uint32_t split, uint64_t from,
 bool m_overlaps(const job *jb, uint32_t split, uint64_t from, uint64_t to);
 /* A split whose rows are all committed and is not DONE becomes DONE. */
 void m_maybe_done(sl_dpp_master_t *m, uint32_t slot, uint32_t split);
-/* Client bookkeeping: find or add (by name); remember an accepted nonce. */
+/* Client bookkeeping: find or add (by name); remember an accepted nonce;
+ * forget one (master_clients.c; the last client moves into its index). */
 sl_err_t m_client_get(sl_dpp_master_t *m, const char *name, uint32_t *out, sl_error_t *err);
+bool m_client_find(const sl_dpp_master_t *m, const char *name, uint32_t *out);
+void m_client_remove(sl_dpp_master_t *m, uint32_t c);
 bool m_client_has(const sl_dpp_master_t *m, uint32_t c, uint64_t nonce);
 void m_client_remember(sl_dpp_master_t *m, uint32_t c, uint64_t nonce);
 void m_free_ranges(const sl_allocator_t *a, split_st *s);
@@ -133,6 +147,16 @@ void m_reset_queue(job *jb);
 uint64_t m_fingerprint(const Sluice__Master__SplitList *l);
 void *m_pb_alloc(void *ctx, size_t size);
 void m_pb_free(void *ctx, void *p);
+
+/* master_failure.c: the transitions of a split failure (live and replay) */
+void m_apply_split_failed(sl_dpp_master_t *m, uint32_t slot, uint32_t split);
+sl_err_t m_apply_job_failed(sl_dpp_master_t *m, uint32_t slot,
+                            const Sluice__Master__JobFailure *f, sl_error_t *err);
+/* Commit the split's uncommitted rows as empty and make it DONE; *rows
+ * (may be NULL) gets how many. */
+sl_err_t m_apply_split_skipped(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint64_t *rows,
+                               sl_error_t *err);
+void m_free_failure(const sl_allocator_t *a, job *jb);
 
 /* master_persist.c, master_replay.c */
 sl_err_t m_journal(sl_dpp_master_t *m, const Sluice__Master__Record *rec, sl_error_t *err);

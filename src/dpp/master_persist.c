@@ -153,6 +153,7 @@ static sl_err_t spec_pb_build(const sl_dpp_master_t *m, const sl_dpp_master_job_
     p->spec.static_sharding = in->static_sharding;
     p->spec.min_workers = in->min_workers;
     p->spec.max_workers = in->max_workers;
+    p->spec.skip_bad_splits = in->skip_bad_splits;
     if (in->job_id == NULL || (in->splits == NULL && in->num_splits > 0))
         return sl_error_set(err, SL_ERR_INVALID, "job spec without id or splits");
     if (in->num_splits > m->opts.max_splits)

@@ -9,6 +9,7 @@
 
 #include "dpp/master.h"
 #include "dpp/master_state.h"
+#include "rpc/auth.h"
 #include "rpc/frame.h"
 
 #define MP_ID_MAX 256
@@ -21,7 +22,6 @@ typedef struct mp_job {
     sl_autoscaler_t as;
     uint64_t wait_ns, elapsed_ns; /* client reports since the last observation */
     double last_wait, last_busy;  /* of the last observation */
-    uint64_t batches, samples;    /* reported by clients, ever */
     uint32_t granted;             /* fair share of the fleet (mp_share_locked) */
 } mp_job;
 
@@ -30,7 +30,8 @@ typedef struct mp_worker {
     char job[MP_ID_MAX];  /* "" until its first lease when it registered for any job */
     char serve[MP_ADDR_MAX], admin[MP_ADDR_MAX];
     int conn;             /* index in m->conns, -1 when disconnected */
-    uint64_t last_seen_ms;
+    uint64_t last_seen_ms; /* last frame from its connection */
+    uint64_t incarnation;  /* of the process on conn (REGISTER; 0: not told) */
     double busy;
     uint32_t queued, leases;
     uint64_t memory, batches, samples;
@@ -47,6 +48,11 @@ typedef struct mp_conn {
     uint32_t rank;   /* MP_CLIENT: its ATTACH rank (static sharding checks commits against it) */
     uint8_t *buf;  /* bytes received, not yet a whole frame */
     size_t len, cap;
+    /* admission (master_guard.c) */
+    uint64_t opened_ms;  /* accepted at */
+    uint64_t last_rx_ms; /* last whole frame received */
+    bool auth_pending;   /* challenged: only AUTH_RESPONSE is read */
+    uint8_t nonce[SL_RPC_AUTH_NONCE_BYTES];
 } mp_conn;
 
 /* An answer that may only leave after the next sync (group commit). */
@@ -86,10 +92,17 @@ struct sl_master {
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;
-    uint64_t last_observe_ms, last_expire_ms;
+    uint64_t last_observe_ms, last_expire_ms, last_evict_ms;
     /* counters */
     uint64_t frames_in, protocol_errors, connections_total;
     uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */
+    uint64_t ids_in_use;   /* registrations refused: the worker id has another live process */
+    sl_dpp_executor_stats_t exec; /* the local executor's last report */
+    bool has_exec;
+    /* admission (master_guard.c) */
+    char *secret; /* the cluster secret (owned), NULL: no handshake */
+    uint64_t auth_failures, handshake_timeouts, idle_closed, evicted, refused;
+    uint64_t last_sweep_ms;
     uint32_t nclients_connected, nworkers_connected;
 };
 
@@ -107,5 +120,21 @@ void mp_tick(sl_master_t *m, uint64_t now_ms);
 /* master_server.c */
 sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err);
 void mp_server_stop(sl_master_t *m);
+/* Answer ERROR(code, msg) on connection i and close it (under m->mu). */
+void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg);
+
+/* master_guard.c: who may use the control port (under m->mu, control thread) */
+/* A connection was just accepted into slot i: stamp it and, with a cluster
+ * secret, send the challenge. */
+void mp_guard_accepted(sl_master_t *m, uint32_t i, uint64_t now_ms);
+/* Frame f arrived on connection i: @return true when the guard took it
+ * (the handshake step; the connection may be closed), false to dispatch it. */
+bool mp_guard_frame(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f, uint64_t now_ms);
+/* Close connections past their handshake deadline or idle too long. */
+void mp_guard_sweep(sl_master_t *m, uint64_t now_ms);
+/* Every slot is taken: close the oldest connection still in its handshake
+ * to make room. @return its slot, or -1 when every connection is a
+ * registered worker or an attached client. */
+int mp_guard_evict(sl_master_t *m);
 
 #endif

@@ -103,6 +103,8 @@ static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint6
         if (rc != SL_OK)
             return sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
         m_client_remember(m, ci, c->nonce);
+        jb->batches++;
+        jb->samples += c->num_samples;
         m_maybe_done(m, slot, c->split);
         return SL_OK;
     }
@@ -149,6 +151,51 @@ static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint6
             jb->count[SL_DPP_SPLIT_DONE] != jb->n)
             return bad(err, off, what, ea->job_id, ea->epoch, "epoch not complete or not next");
         m_do_advance(m, jb);
+        return SL_OK;
+    }
+    case SLUICE__MASTER__RECORD__KIND_SPLIT_FAILED: {
+        const Sluice__Master__SplitFailed *sf = r->split_failed;
+        rc = find_lease(m, sf->job_id, sf->split, sf->generation, off,
+                        "failure of job '%s' split %u", &slot, err);
+        if (rc != SL_OK) return rc;
+        if (m->jobs[slot]->failed)
+            return bad(err, off, "failure of job '%s' split %u", sf->job_id, sf->split,
+                       "the job failed before");
+        m_apply_split_failed(m, slot, sf->split);
+        return SL_OK;
+    }
+    case SLUICE__MASTER__RECORD__KIND_JOB_FAILED: {
+        const Sluice__Master__JobFailed *jf = r->job_failed;
+        const char *what = "failure of job '%s' (split %u)";
+        job *jb = jf->job_id != NULL ? m_find_job(m, jf->job_id, &slot) : NULL;
+        uint32_t split = jf->failure != NULL ? jf->failure->split : 0;
+        if (jb == NULL) return bad(err, off, what, jf->job_id ? jf->job_id : "", split, "unknown job");
+        if (jf->failure == NULL || jb->failed || jb->epoch >= jb->epochs || split >= jb->n)
+            return bad(err, off, what, jf->job_id, split, "no failure, or the job ended before");
+        rc = m_apply_job_failed(m, slot, jf->failure, err);
+        return rc == SL_OK ? SL_OK
+                           : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
+    }
+    case SLUICE__MASTER__RECORD__KIND_SPLIT_SKIPPED: {
+        const Sluice__Master__SplitSkipped *sk = r->split_skipped;
+        const char *what = "skip of job '%s' split %u";
+        job *jb = sk->job_id != NULL ? m_find_job(m, sk->job_id, &slot) : NULL;
+        if (jb == NULL) return bad(err, off, what, sk->job_id ? sk->job_id : "", sk->split, "unknown job");
+        if (sk->split >= jb->n || jb->failed || jb->epoch >= jb->epochs ||
+            jb->st[sk->split].state != SL_DPP_SPLIT_PENDING ||
+            jb->defs[sk->split].num_rows - jb->st[sk->split].committed != sk->rows)
+            return bad(err, off, what, sk->job_id, sk->split,
+                       "split not pending or other rows left to skip");
+        rc = m_apply_split_skipped(m, slot, sk->split, NULL, err);
+        return rc == SL_OK ? SL_OK
+                           : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
+    }
+    case SLUICE__MASTER__RECORD__KIND_CLIENT_EVICTED: {
+        uint32_t ci;
+        const char *id = r->client_evicted->client_id;
+        /* A client this run did not journal (one whose only commit was
+         * lost with a failed write) leaves nothing to forget. */
+        if (id != NULL && m_client_find(m, id, &ci)) m_client_remove(m, ci);
         return SL_OK;
     }
     default:
@@ -201,7 +248,20 @@ static sl_err_t restore_job(sl_dpp_master_t *m, const Sluice__Master__SnapshotJo
     if (rc != SL_OK) return rc;
     uint32_t slot;
     job *jb = m_find_job(m, sj->spec->job_id, &slot);
+    jb->batches = sj->batches;
+    jb->samples = sj->samples;
+    jb->skipped_splits = sj->skipped_splits;
+    jb->skipped_rows = sj->skipped_rows;
+    if (sj->n_failures != 0 && sj->n_failures != n)
+        return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': failures of %zu splits",
+                            jb->id, sj->n_failures);
     bool finished = jb->epoch >= jb->epochs;
+    if (sj->failure != NULL) {
+        if (finished || sj->failure->split >= jb->n)
+            return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': bad failure", jb->id);
+        sl_err_t frc = m_apply_job_failed(m, slot, sj->failure, err);
+        if (frc != SL_OK) return frc;
+    }
     for (uint32_t i = 0; i < jb->n; i++) {
         uint32_t st = sj->state[i];
         bool full = jb->st[i].committed == jb->defs[i].num_rows || finished;
@@ -211,6 +271,11 @@ static sl_err_t restore_job(sl_dpp_master_t *m, const Sluice__Master__SnapshotJo
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s' split %u: bad state",
                                 jb->id, i);
         jb->st[i].generation = sj->generation[i];
+        if (sj->n_failures == n)
+            jb->st[i].failures = sj->failures[i] > UINT16_MAX ? UINT16_MAX : (uint16_t)sj->failures[i];
+        if (st == SL_DPP_SPLIT_LEASED && jb->failed)
+            return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s' split %u: leased, job failed",
+                                jb->id, i);
         if (st == SL_DPP_SPLIT_DONE || (full && st != SL_DPP_SPLIT_DONE)) {
             if (st != SL_DPP_SPLIT_DONE)
                 return sl_error_set(err, SL_ERR_CORRUPT,
@@ -285,9 +350,11 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
     uint64_t *nonces = NULL;
     Sluice__Master__JobSpec *spec = sl_calloc(a, nj + 1, sizeof *spec);
     Sluice__Master__SplitList *sl = sl_calloc(a, nj + 1, sizeof *sl);
+    Sluice__Master__JobFailure *jf = sl_calloc(a, nj + 1, sizeof *jf);
     s.jobs = sl_calloc(a, nj + 1, sizeof *s.jobs);
     sl_err_t rc = SL_OK;
-    if (s.workers == NULL || sj == NULL || spec == NULL || sl == NULL || s.jobs == NULL) {
+    if (s.workers == NULL || sj == NULL || spec == NULL || sl == NULL || jf == NULL ||
+        s.jobs == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot");
         goto out;
     }
@@ -313,6 +380,8 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
         sl[k].n_path_index = sl[k].n_stripe_begin = sl[k].n_stripe_end = n;
         sl[k].n_first_row = sl[k].n_num_rows = n;
         sj[k].epoch = jb->epoch;
+        sj[k].batches = jb->batches;
+        sj[k].samples = jb->samples;
         sj[k].n_state = sj[k].n_worker = sj[k].n_generation = n;
         size_t nr = 0;
         for (size_t j = 0; j < n; j++)
@@ -323,6 +392,24 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
         spec[k].static_sharding = jb->static_sharding;
         spec[k].min_workers = jb->min_workers;
         spec[k].max_workers = jb->max_workers;
+        spec[k].skip_bad_splits = jb->skip_bad;
+        sj[k].skipped_splits = jb->skipped_splits;
+        sj[k].skipped_rows = jb->skipped_rows;
+        if (jb->failed) {
+            sluice__master__job_failure__init(&jf[k]);
+            jf[k] = (Sluice__Master__JobFailure){.base = jf[k].base,
+                                                 .split = jb->fail_split,
+                                                 .file = jb->fail_file,
+                                                 .stripe = jb->fail_stripe,
+                                                 .message = jb->fail_message,
+                                                 .code = jb->fail_code,
+                                                 .epoch = jb->fail_epoch};
+            sj[k].failure = &jf[k];
+        }
+        bool any_failures = false;
+        for (size_t j = 0; j < n && !any_failures; j++)
+            any_failures = jb->st[j].failures > 0;
+        sj[k].n_failures = any_failures ? n : 0;
         sl[k].path_index = sl_alloc(a, n * 4);
         sl[k].stripe_begin = sl_alloc(a, n * 4);
         sl[k].stripe_end = sl_alloc(a, n * 4);
@@ -331,11 +418,12 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
         sj[k].state = sl_alloc(a, n * 4);
         sj[k].worker = sl_alloc(a, n * 4);
         sj[k].generation = sl_alloc(a, n * 8);
+        sj[k].failures = sl_alloc(a, sj[k].n_failures * 4 + 1);
         sj[k].range_split = sl_alloc(a, nr * 4 + 1);
         sj[k].range_from = sl_alloc(a, nr * 8 + 1);
         sj[k].range_to = sl_alloc(a, nr * 8 + 1);
         if (!sl[k].path_index || !sl[k].stripe_begin || !sl[k].stripe_end || !sl[k].first_row ||
-            !sl[k].num_rows || !sj[k].state || !sj[k].worker || !sj[k].generation ||
+            !sl[k].num_rows || !sj[k].state || !sj[k].worker || !sj[k].generation || !sj[k].failures ||
             !sj[k].range_split || !sj[k].range_from || !sj[k].range_to) {
             rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot of job '%s'", jb->id);
             goto out;
@@ -352,6 +440,7 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
             sj[k].state[j] = st->state;
             sj[k].worker[j] = st->state == SL_DPP_SPLIT_LEASED ? st->worker : 0;
             sj[k].generation[j] = st->generation;
+            if (sj[k].n_failures) sj[k].failures[j] = st->failures;
             for (uint32_t q = 0; q < st->nr; q++) {
                 sj[k].range_split[nr2] = (uint32_t)j;
                 sj[k].range_from[nr2] = st->r[q].from_row;
@@ -396,6 +485,7 @@ out:
         sl_free(a, sj[k].state, n * 4);
         sl_free(a, sj[k].worker, n * 4);
         sl_free(a, sj[k].generation, n * 8);
+        sl_free(a, sj[k].failures, sj[k].n_failures * 4 + 1);
         size_t nr = sj[k].n_range_split;
         sl_free(a, sj[k].range_split, nr * 4 + 1);
         sl_free(a, sj[k].range_from, nr * 8 + 1);
@@ -409,6 +499,7 @@ out:
     sl_free(a, sj, (nj + 1) * sizeof *sj);
     sl_free(a, spec, (nj + 1) * sizeof *spec);
     sl_free(a, sl, (nj + 1) * sizeof *sl);
+    sl_free(a, jf, (nj + 1) * sizeof *jf);
     return rc;
 }
 
@@ -498,15 +589,22 @@ sl_err_t sl_dpp_master_dump(const sl_dpp_master_t *m, char **out, size_t *len, s
         const job *jb = jobs[i];
         sb_printf(&b,
                   "job %s epoch %u/%u splits %u pending %u leased %u done %u committed %llu "
-                  "ranks %u%s\n",
+                  "ranks %u%s batches %llu samples %llu%s skipped %llu/%llu\n",
                   jb->id, jb->epoch, jb->epochs, jb->n, jb->count[0], jb->count[1], jb->count[2],
                   (unsigned long long)jb->committed_rows, jb->ranks,
-                  jb->static_sharding ? " static" : "");
+                  jb->static_sharding ? " static" : "", (unsigned long long)jb->batches,
+                  (unsigned long long)jb->samples, jb->skip_bad ? " skip-bad" : "",
+                  (unsigned long long)jb->skipped_splits, (unsigned long long)jb->skipped_rows);
+        if (jb->failed)
+            sb_printf(&b, " failed split %u epoch %u file %s stripe %d code %d: %s\n",
+                      jb->fail_split, jb->fail_epoch, jb->fail_file, jb->fail_stripe,
+                      jb->fail_code, jb->fail_message);
         for (uint32_t s = 0; s < jb->n; s++) {
             const split_st *st = &jb->st[s];
             sb_printf(&b, " %u %c gen %llu committed %llu %s", s, state_char[st->state],
                       (unsigned long long)st->generation, (unsigned long long)st->committed,
                       st->state == SL_DPP_SPLIT_LEASED ? m->workers[st->worker].name : "-");
+            if (st->failures) sb_printf(&b, " failures %u", st->failures);
             for (uint32_t q = 0; q < st->nr; q++)
                 sb_printf(&b, " [%llu,%llu)", (unsigned long long)st->r[q].from_row,
                           (unsigned long long)st->r[q].to_row);
@@ -564,8 +662,13 @@ static void after_replay(sl_dpp_master_t *m, uint64_t now_ms)
     }
     for (uint32_t w = 0; w < m->num_workers; w++)
         m->workers[w].earliest = expiry;
+    /* a client's idle time restarts too (it may be reconnecting) */
+    m->now_ms = now_ms;
+    for (uint32_t c = 0; c < m->num_clients; c++)
+        m->clients[c].last_ms = now_ms;
     memset(&m->c, 0, sizeof m->c);
     m->c.workers = m->num_workers;
+    m->c.clients = m->num_clients;
     for (uint32_t i = 0; i < m->opts.max_jobs; i++)
         m->c.jobs += m->jobs[i] != NULL;
 }

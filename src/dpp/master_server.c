@@ -6,6 +6,7 @@
  * until the round's single sync has returned (group commit); the rest
  * leave at once. Sends block (small frames; SO_SNDTIMEO bounds a peer that
  * stops reading, which is then dropped). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -50,10 +51,19 @@ static bool send_now(sl_master_t *m, uint32_t i, sl_rpc_type_t type, const Proto
     return true;
 }
 
+/* An ERROR always closes the connection it answers (docs/PROTOCOL.md):
+ * the peer reconnects if it wants to go on. */
+void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
+{
+    if (m->conns[i].fd < 0) return;
+    sl_rpc_send_error(m->conns[i].fd, code, msg);
+    conn_close(m, i);
+}
+
 static void send_error(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
 {
-    sl_rpc_send_error(m->conns[i].fd, code, msg);
     m->protocol_errors++;
+    mp_conn_drop(m, i, code, msg);
 }
 
 static bool defer(sl_master_t *m, uint32_t i, mp_deferred d)
@@ -105,33 +115,109 @@ static bool id_ok(const char *s)
     return true;
 }
 
+/* The leases a worker names (REGISTER, HEARTBEAT) for the state machine,
+ * NULL refs skipped. Caller frees *out (NULL when n is 0). @return false
+ * when out of memory. */
+static bool lease_refs(Sluice__Control__SplitRef *const *refs, size_t n, sl_dpp_lease_ref_t **out,
+                       uint32_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    if (n == 0) return true;
+    if (n > UINT32_MAX || (*out = malloc(n * sizeof **out)) == NULL) return false;
+    for (size_t k = 0; k < n; k++)
+        if (refs[k] != NULL)
+            (*out)[(*count)++] = (sl_dpp_lease_ref_t){refs[k]->job_id, refs[k]->epoch,
+                                                      refs[k]->split, refs[k]->generation};
+    return true;
+}
+
+static void peer_name(int fd, char *out, size_t cap)
+{
+    struct sockaddr_storage sa = {0};
+    socklen_t len = sizeof sa;
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (getpeername(fd, (struct sockaddr *)&sa, &len) == 0 && sa.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        port = ntohs(in->sin_port);
+    } else if (sa.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        port = ntohs(in6->sin6_port);
+    }
+    snprintf(out, cap, "%s:%u", host, port);
+}
+
+/* A REGISTER for w on connection i while w is connected on another one:
+ * the same process reconnecting (same incarnation), or an old connection
+ * closed or silent past the lease timeout, is replaced; a live connection
+ * of another process keeps the id and this registration is refused (two
+ * processes under one id would renew and revoke each other's leases).
+ * @return true when i may take the id. */
+static bool may_take_id(sl_master_t *m, uint32_t i, const mp_worker *w, uint64_t incarnation,
+                        uint64_t now)
+{
+    uint64_t ago = now > w->last_seen_ms ? now - w->last_seen_ms : 0;
+    if ((incarnation != 0 && incarnation == w->incarnation) || ago >= m->opts.lease_timeout_ms)
+        return true;
+    char peer[INET6_ADDRSTRLEN + 8], msg[SL_ERROR_MSG_MAX];
+    peer_name(m->conns[w->conn].fd, peer, sizeof peer);
+    snprintf(msg, sizeof msg,
+             "worker id '%s' is in use by another live worker process (connected from "
+             "%s, heard from %llu ms ago); stop that process or give this one another "
+             "--worker-id",
+             w->id, peer, (unsigned long long)ago);
+    m->ids_in_use++;
+    send_error(m, i, SL_ERR_INVALID, msg);
+    conn_close(m, i);
+    return false;
+}
+
 static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register *r)
 {
     mp_conn *c = &m->conns[i];
     if (r->protocol_version != SL_MASTER_PROTOCOL_VERSION) {
         send_error(m, i, SL_ERR_VERSION, "register: protocol version not supported");
-        conn_close(m, i);
         return;
     }
     if (!id_ok(r->worker_id) || strlen(r->serve_address) >= MP_ADDR_MAX ||
         strlen(r->admin_address) >= MP_ADDR_MAX || strlen(r->job_id) >= MP_ID_MAX) {
         send_error(m, i, SL_ERR_INVALID, "register: bad worker id, job id or address");
-        conn_close(m, i);
         return;
     }
     uint32_t wi;
     mp_worker *w = worker_get(m, r->worker_id, &wi);
     if (w == NULL) {
         send_error(m, i, SL_ERR_TOO_LARGE, "register: too many workers");
+        return;
+    }
+    uint64_t now = mp_now_ms();
+    if (w->conn >= 0 && w->conn != (int)i) {
+        if (!may_take_id(m, i, w, r->incarnation, now)) return;
+        conn_close(m, (uint32_t)w->conn); /* reconnected, or its process is gone */
+    }
+    /* The process's own list is authoritative: leases of this id it does
+     * not hold (a predecessor's, a grant it never received) go back now. */
+    sl_dpp_lease_ref_t *held;
+    uint32_t nheld;
+    if (!lease_refs(r->leases, r->n_leases, &held, &nheld)) {
+        send_error(m, i, SL_ERR_NOMEM, "register: lease list");
         conn_close(m, i);
         return;
     }
-    if (w->conn >= 0 && w->conn != (int)i) conn_close(m, (uint32_t)w->conn); /* reconnected */
+    sl_error_t err = {0};
+    if (!m->failed &&
+        sl_dpp_master_register(m->st, w->id, held, nheld, now, NULL, NULL, &err) != SL_OK)
+        mp_fail(m, &err);
+    free(held);
+    w->incarnation = r->incarnation;
     snprintf(w->serve, sizeof w->serve, "%s", r->serve_address);
     snprintf(w->admin, sizeof w->admin, "%s", r->admin_address);
     if (r->job_id[0] != '\0') snprintf(w->job, sizeof w->job, "%s", r->job_id);
     w->conn = (int)i;
-    w->last_seen_ms = mp_now_ms();
+    w->last_seen_ms = now;
     c->kind = MP_WORKER;
     c->worker = wi;
     m->nworkers_connected++;
@@ -170,6 +256,14 @@ static void on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__
             if (!m->jobs[k].used) continue;
             rc = sl_dpp_master_lease_next(m->st, m->jobs[k].id, w->id, mp_now_ms(), &l, &err);
             if (rc == SL_OK) job = m->jobs[k].id;
+        }
+    }
+    if (rc == SL_ERR_AGAIN && job != NULL) {
+        /* the worker's job failed: it has nothing more to do */
+        sl_dpp_master_job_status_t st;
+        if (sl_dpp_master_job_status(m->st, job, &st, &err) == SL_OK && st.failed) {
+            no_work(m, i, 1000, "job failed");
+            return;
         }
     }
     if (rc == SL_ERR_AGAIN || rc == SL_ERR_NOT_FOUND) {
@@ -232,8 +326,15 @@ static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Hear
     mp_worker *w = &m->workers[m->conns[i].worker];
     uint64_t now = mp_now_ms();
     sl_error_t err = {0};
-    sl_dpp_master_renew(m->st, w->id, now, NULL, &err);
-    w->last_seen_ms = now;
+    /* Only the leases it names: a grant it never received is not renewed. */
+    sl_dpp_lease_ref_t *held;
+    uint32_t nheld;
+    if (!lease_refs(h->leases, h->n_leases, &held, &nheld)) {
+        send_error(m, i, SL_ERR_NOMEM, "heartbeat: lease list");
+        return;
+    }
+    sl_dpp_master_renew(m->st, w->id, held, nheld, now, NULL, &err);
+    free(held);
     w->busy = h->busy_fraction < 0 ? 0 : h->busy_fraction > 1 ? 1 : h->busy_fraction;
     w->queued = h->queued_batches;
     w->memory = h->memory_used;
@@ -253,10 +354,11 @@ static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Hear
     Sluice__Control__HeartbeatReply rep = SLUICE__CONTROL__HEARTBEAT_REPLY__INIT;
     rep.n_revoked = nrev;
     rep.revoked = rev;
-    /* A worker of a removed or finished job is retired. */
+    /* A worker of a removed, finished or failed job is retired. */
     if (w->job[0] != '\0') {
         sl_dpp_master_job_status_t st;
-        rep.stop = sl_dpp_master_job_status(m->st, w->job, &st, &err) != SL_OK || st.finished;
+        rep.stop = sl_dpp_master_job_status(m->st, w->job, &st, &err) != SL_OK || st.finished ||
+                   st.failed;
     }
     send_now(m, i, SL_RPC_HEARTBEAT_REPLY, &rep.base);
     free(rev);
@@ -297,27 +399,108 @@ static void on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__Spl
     if (!defer(m, i, d)) send_error(m, i, SL_ERR_NOMEM, "split read answer");
 }
 
+/* A worker could not read its lease's split: count it (the split is leased
+ * again, skipped, or its job fails: master_failure.c) and answer after the
+ * round's sync (the outcome is journaled). */
+static void on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__SplitFailed *r)
+{
+    mp_deferred d = {.type = SL_RPC_SPLIT_FAILED_REPLY};
+    if (r->ref == NULL || r->ref->job_id == NULL) {
+        send_error(m, i, SL_ERR_PROTOCOL, "split failed without ref");
+        return;
+    }
+    const mp_worker *w = &m->workers[m->conns[i].worker];
+    sl_err_t code = r->code < 0 && r->code >= SL_ERR_UNSUPPORTED && r->code != SL_ERR_CLOSED
+                        ? (sl_err_t)r->code
+                        : SL_ERR_IO;
+    sl_dpp_split_failure_t f = {.job_id = r->ref->job_id,
+                                .epoch = r->ref->epoch,
+                                .split = r->ref->split,
+                                .generation = r->ref->generation,
+                                .file = r->file ? r->file : "",
+                                .stripe = r->stripe < -1 ? -1 : r->stripe,
+                                .message = r->message ? r->message : "",
+                                .code = code};
+    char msg[SL_ERROR_MSG_MAX];
+    if (strlen(f.file) > 1024 || strlen(f.message) >= sizeof msg) {
+        /* bounded, so a failure fits a journal record and an ATTACHED */
+        snprintf(msg, sizeof msg, "%.900s", f.message);
+        f.message = msg;
+        if (strlen(f.file) > 1024) f.file = "(file name too long)";
+    }
+    sl_error_t err = {0};
+    sl_dpp_split_fail_result_t res = SL_DPP_FAIL_RETRY;
+    /* only the live lease's holder may fail it */
+    bool holder = sl_dpp_master_lease_live(m->st, f.job_id, f.epoch, f.split, f.generation, w->id);
+    sl_err_t rc = m->failed ? SL_ERR_IO
+                  : !holder ? sl_error_set(&err, SL_DPP_STALE, "split failed: not the holder")
+                            : sl_dpp_master_split_failed(m->st, &f, m->opts.max_split_failures,
+                                                         &res, &err);
+    if (rc == SL_OK) {
+        fprintf(stderr,
+                "sluice master: job %.200s split %u (%.300s stripe %d) failed on worker %s: "
+                "%.400s%s\n",
+                f.job_id, f.split, f.file, f.stripe, w->id, f.message,
+                res == SL_DPP_FAIL_JOB_FAILED ? " -- the job has failed"
+                : res == SL_DPP_FAIL_SKIPPED  ? " -- the split is skipped"
+                                              : "");
+        d.result = (int)res;
+    } else if (rc == SL_DPP_STALE || rc == SL_ERR_NOT_FOUND) {
+        d.result = SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE;
+    } else {
+        if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
+        send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
+        return;
+    }
+    if (!defer(m, i, d)) send_error(m, i, SL_ERR_NOMEM, "split failed answer");
+}
+
 /* ---- clients ---------------------------------------------------------------------- */
+
+/* A client's rank must be below its world size, and its world size the
+ * job's number of ranks: a reader of world size 1 on a 2-rank job would
+ * otherwise wait forever for batches of a rank nobody reads (static) or
+ * deliver what another rank was meant to. Refused with an ERROR that says
+ * so; the connection is closed. */
+static bool attach_ranks_ok(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a,
+                            const sl_dpp_master_job_status_t *st)
+{
+    uint32_t world = a->world_size ? a->world_size : 1; /* 0: a client that did not say */
+    char msg[320];
+    if (a->rank >= world)
+        snprintf(msg, sizeof msg, "attach: rank %u is not below world size %u", a->rank, world);
+    else if (world != st->ranks)
+        snprintf(msg, sizeof msg,
+                 "attach: job '%.100s' has %u trainer rank%s; this client's world size is %u "
+                 "(start it with a world size of %u)",
+                 a->job_id, st->ranks, st->ranks == 1 ? "" : "s", world, st->ranks);
+    else
+        return true;
+    send_error(m, i, SL_ERR_INVALID, msg);
+    conn_close(m, i);
+    return false;
+}
 
 static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a)
 {
     mp_conn *c = &m->conns[i];
     if (a->protocol_version != SL_MASTER_PROTOCOL_VERSION) {
         send_error(m, i, SL_ERR_VERSION, "attach: protocol version not supported");
-        conn_close(m, i);
         return;
     }
     if (!id_ok(a->client_id) || !id_ok(a->job_id)) {
         send_error(m, i, SL_ERR_INVALID, "attach: bad client id or job id");
-        conn_close(m, i);
         return;
     }
     sl_dpp_master_job_status_t st;
     sl_error_t err = {0};
     if (sl_dpp_master_job_status(m->st, a->job_id, &st, &err) != SL_OK) {
+        /* closed like every ERROR: the client may connect and attach
+         * again once the job is submitted */
         send_error(m, i, SL_ERR_NOT_FOUND, err.msg);
-        return; /* the client may attach again once the job is submitted */
+        return;
     }
+    if (!attach_ranks_ok(m, i, a, &st)) return;
     if (c->kind != MP_CLIENT) m->nclients_connected++;
     c->kind = MP_CLIENT;
     snprintf(c->client, sizeof c->client, "%s", a->client_id);
@@ -347,6 +530,20 @@ static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach 
     rep.finished = st.finished;
     rep.epoch = st.epoch;
     rep.sharding = st.static_sharding ? "static" : "dynamic";
+    /* A failed job ends its clients with the reason (they would otherwise
+     * wait for batches that never come). */
+    char failure[1100];
+    if (st.failed) {
+        if (st.failure_stripe >= 0)
+            snprintf(failure, sizeof failure, "split %u (file %.300s stripe %d) failed: %.700s",
+                     st.failure_split, st.failure_file, st.failure_stripe, st.failure_message);
+        else
+            snprintf(failure, sizeof failure, "split %u (file %.300s) failed: %.700s",
+                     st.failure_split, st.failure_file, st.failure_message);
+        rep.failed = true;
+        rep.failure = failure;
+        rep.failure_code = st.failure_code;
+    }
     send_now(m, i, SL_RPC_ATTACHED, &rep.base);
     free(infos);
     free(ptrs);
@@ -375,11 +572,10 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
     }
     sl_error_t err = {0};
     sl_dpp_commit_result_t res = SL_DPP_UNKNOWN;
-    sl_err_t rc = m->failed ? SL_ERR_IO
-                            : sl_dpp_master_commit(m->st, cm->ref->job_id, cm->ref->epoch,
-                                                   cm->ref->split, cm->rows->from_row,
-                                                   cm->rows->to_row, cm->client_id, cm->nonce,
-                                                   &res, &err);
+    sl_dpp_commit_t co = {cm->ref->job_id,  cm->ref->epoch, cm->ref->split,
+                          cm->ref->generation, cm->rows->from_row, cm->rows->to_row,
+                          cm->client_id,    cm->nonce,      cm->num_samples};
+    sl_err_t rc = m->failed ? SL_ERR_IO : sl_dpp_master_commit_batch(m->st, &co, &res, &err);
     if (rc != SL_OK) {
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
         send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
@@ -387,10 +583,6 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
     }
     d.result = (int)res;
     if (res != SL_DPP_COMMITTED) snprintf(d.message, sizeof d.message, "%.200s", err.msg);
-    if (res == SL_DPP_COMMITTED) {
-        mp_job *j = mp_job_find(m, cm->ref->job_id);
-        if (j != NULL) j->samples += cm->num_samples;
-    }
     if (!defer(m, i, d)) send_error(m, i, SL_ERR_NOMEM, "commit answer");
 }
 
@@ -404,7 +596,6 @@ static void on_client_stats(sl_master_t *m, const Sluice__Control__ClientStats *
         j->wait_ns += s->wait_ns;
         j->elapsed_ns += s->elapsed_ns;
     }
-    j->batches += s->batches;
 }
 
 static void on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__TokenRequest *t)
@@ -462,6 +653,7 @@ static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f)
     mp_conn *c = &m->conns[i];
     m->frames_in++;
     bool worker = c->kind == MP_WORKER, client = c->kind == MP_CLIENT;
+    if (worker) m->workers[c->worker].last_seen_ms = mp_now_ms(); /* heard from (may_take_id) */
     switch (f->type) {
     case SL_RPC_REGISTER:
         if (c->kind == MP_NEW) return on_register(m, i, (const void *)f->msg);
@@ -474,6 +666,9 @@ static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f)
         break;
     case SL_RPC_SPLIT_READ:
         if (worker) return on_split_read(m, i, (const void *)f->msg);
+        break;
+    case SL_RPC_SPLIT_FAILED:
+        if (worker) return on_split_failed(m, i, (const void *)f->msg);
         break;
     case SL_RPC_ATTACH:
         if (!worker) return on_attach(m, i, (const void *)f->msg);
@@ -497,7 +692,6 @@ static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f)
     snprintf(msg, sizeof msg, "unexpected %s frame on a %s connection", sl_rpc_type_name(f->type),
              worker ? "worker" : client ? "client" : "new");
     send_error(m, i, SL_ERR_PROTOCOL, msg);
-    conn_close(m, i);
 }
 
 /* Read what is there; handle every whole frame. */
@@ -517,7 +711,8 @@ static void on_readable(sl_master_t *m, uint32_t i)
         c->buf = p;
         c->cap = cap;
     }
-    ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+    /* never blocks: a slot may hold a newer socket than the one poll saw */
+    ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, MSG_DONTWAIT);
     if (n <= 0) {
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
         pthread_mutex_lock(&m->mu);
@@ -536,7 +731,6 @@ static void on_readable(sl_master_t *m, uint32_t i)
         sl_error_t err = {0};
         if (sl_rpc_header_decode(c->buf + at, &lim, &h, &err) != SL_OK) {
             send_error(m, i, err.code, err.msg);
-            conn_close(m, i);
             break;
         }
         size_t total = SL_RPC_HEADER_BYTES + h.message_len;
@@ -545,11 +739,10 @@ static void on_readable(sl_master_t *m, uint32_t i)
         sl_rpc_frame_t f;
         if (sl_rpc_recv_from(mem_read, &src, &lim, NULL, &f, &err) != SL_OK) {
             send_error(m, i, err.code, err.msg);
-            conn_close(m, i);
             break;
         }
         at += total;
-        dispatch(m, i, &f);
+        if (!mp_guard_frame(m, i, &f, mp_now_ms())) dispatch(m, i, &f);
         sl_rpc_frame_free(&f);
     }
     pthread_mutex_unlock(&m->mu);
@@ -562,21 +755,38 @@ static void on_readable(sl_master_t *m, uint32_t i)
 static void on_accept(sl_master_t *m)
 {
     int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+        /* Out of descriptors: a connection still in its handshake makes
+         * room, or the listener would stay readable and spin. */
+        if (errno == EMFILE || errno == ENFILE) {
+            pthread_mutex_lock(&m->mu);
+            mp_guard_evict(m);
+            pthread_mutex_unlock(&m->mu);
+        }
+        return;
+    }
     pthread_mutex_lock(&m->mu);
     uint32_t i = 0;
     while (i < m->opts.max_connections && m->conns[i].fd >= 0)
         i++;
     if (i == m->opts.max_connections) {
-        pthread_mutex_unlock(&m->mu);
-        sl_rpc_send_error(fd, SL_ERR_TOO_LARGE, "master: too many connections");
-        close(fd);
-        return;
+        int victim = mp_guard_evict(m);
+        if (victim < 0) {
+            m->refused++;
+            pthread_mutex_unlock(&m->mu);
+            sl_rpc_send_error(fd, SL_ERR_AGAIN,
+                              "master: too many connections (every slot is a registered worker "
+                              "or an attached client); try again later");
+            close(fd);
+            return;
+        }
+        i = (uint32_t)victim;
     }
     struct timeval tv = {SEND_TIMEOUT_MS / 1000, (SEND_TIMEOUT_MS % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     m->conns[i] = (mp_conn){.fd = fd, .kind = MP_NEW, .serial = ++m->next_serial};
     m->connections_total++;
+    mp_guard_accepted(m, i, mp_now_ms());
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -604,6 +814,10 @@ static void flush_deferred(sl_master_t *m)
         } else if (live && d->type == SL_RPC_SPLIT_READ_REPLY) {
             Sluice__Control__SplitReadReply r = SLUICE__CONTROL__SPLIT_READ_REPLY__INIT;
             r.state = (Sluice__Control__SplitReadReply__State)d->result;
+            send_now(m, d->conn, d->type, &r.base);
+        } else if (live && d->type == SL_RPC_SPLIT_FAILED_REPLY) {
+            Sluice__Control__SplitFailedReply r = SLUICE__CONTROL__SPLIT_FAILED_REPLY__INIT;
+            r.state = (Sluice__Control__SplitFailedReply__State)d->result;
             send_now(m, d->conn, d->type, &r.base);
         } else if (live && d->type == SL_RPC_TOKEN) {
             Sluice__Control__Token r = SLUICE__CONTROL__TOKEN__INIT;
@@ -648,7 +862,9 @@ static void *loop(void *arg)
         }
         flush_deferred(m);
         pthread_mutex_lock(&m->mu);
-        mp_tick(m, mp_now_ms());
+        uint64_t now = mp_now_ms();
+        mp_tick(m, now);
+        mp_guard_sweep(m, now);
         pthread_mutex_unlock(&m->mu);
     }
     free(pf);
@@ -663,7 +879,9 @@ sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err)
     for (uint32_t i = 0; i < m->opts.max_connections; i++)
         m->conns[i].fd = -1;
     const char *addr = m->opts.listen != NULL ? m->opts.listen : "127.0.0.1:0";
-    sl_err_t rc = sl_rpc_listen(addr, 128, &m->listen_fd, &m->port, err);
+    sl_err_t rc = sl_rpc_check_exposure("master --listen", addr, m->secret != NULL, err);
+    if (rc != SL_OK) return rc;
+    rc = sl_rpc_listen(addr, 128, &m->listen_fd, &m->port, err);
     if (rc != SL_OK) return sl_error_prefix(err, "master --listen %s: ", addr);
     /* The address peers use: the host as given (empty or 0.0.0.0: loopback). */
     char host[MP_ADDR_MAX];

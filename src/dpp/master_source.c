@@ -13,9 +13,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "rpc/auth.h"
 #include "rpc/frame.h"
 
 #define DEFAULT_TIMEOUT_MS 5000
@@ -37,13 +39,21 @@ typedef struct lease {
     bool handed;          /* returned by next */
     bool read_done;       /* the reader called done */
     bool revoked;
-    bool reporting; /* a SPLIT_READ is on its way */
+    bool reporting; /* a SPLIT_READ (or SPLIT_FAILED) is on its way */
+    /* The split could not be read (src_failed): revoked too, and reported
+     * with SPLIT_FAILED before the lease may be forgotten. */
+    bool failed, fail_reported;
+    sl_err_t fail_code;
+    int32_t fail_stripe;
+    char *fail_msg;
 } lease_t;
 
 struct sl_dpp_master_source {
     sl_dpp_master_source_opts_t o;
     const sl_allocator_t *a;
     char *master, *worker_id, *serve_address, *admin_address;
+    uint64_t incarnation;    /* random, this source's (process's) identity in REGISTER */
+    char *secret; /* the cluster secret, NULL: none */
     pthread_mutex_t conn_mu; /* the connection: one call at a time */
     int fd;                  /* -1: not connected */
     bool ever_connected;
@@ -53,6 +63,10 @@ struct sl_dpp_master_source {
     char job_id[256];
     char *spec_json; /* of the job served, from its first lease */
     bool cancel, stop, finished;
+    /* The master refused this worker's registration for good (its id is
+     * another live process's): every call fails with this from now on. */
+    sl_err_t fatal;
+    char fatal_msg[SL_ERROR_MSG_MAX];
     sl_dpp_worker_t *worker;
     uint64_t lease_timeout_ms, heartbeat_ms;
     sl_dpp_master_source_stats_t st;
@@ -98,7 +112,17 @@ static void lease_free(sl_dpp_master_source_t *ms, lease_t *l)
     free_str(ms->a, l->path);
     if (l->todo) sl_free(ms->a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
     if (l->empty) sl_free(ms->a, l->empty, (size_t)l->num_empty * sizeof *l->empty);
+    free_str(ms->a, l->fail_msg);
     sl_free(ms->a, l, sizeof *l);
+}
+
+/* Under ms->mu: may a revoked lease be forgotten? Nobody holds it (not
+ * handed, or read and every batch retired), no report is on its way, and a
+ * failure was reported. */
+static bool lease_gone(const lease_t *l)
+{
+    return l->revoked && !l->reporting && (!l->handed || (l->read_done && l->outstanding == 0)) &&
+           (!l->failed || l->fail_reported);
 }
 
 /* Under ms->mu: unlink and free l. */
@@ -111,6 +135,66 @@ static void lease_remove(sl_dpp_master_source_t *ms, lease_t *l)
         }
     lease_free(ms, l);
     ms->st.leases_held--;
+}
+
+/* ---- the leases held, as the master hears of them ---- */
+
+static void fill_ref(Sluice__Control__SplitRef *r, char *job, const lease_t *l)
+{
+    r->job_id = job;
+    r->epoch = l->epoch;
+    r->split = l->split;
+    r->generation = l->generation;
+}
+
+/* The leases this worker holds (not revoked), for REGISTER and HEARTBEAT:
+ * the master keeps alive exactly those. */
+typedef struct held {
+    char job[256];
+    Sluice__Control__SplitRef *refs, **ptrs;
+    uint32_t n, cap;
+} held_t;
+
+/* Under ms->mu. @return false when out of memory (send nothing then: an
+ * empty list would give the leases up). */
+static bool held_collect(sl_dpp_master_source_t *ms, held_t *h)
+{
+    snprintf(h->job, sizeof h->job, "%s", ms->job_id);
+    h->n = h->cap = 0;
+    h->refs = NULL;
+    h->ptrs = NULL;
+    for (lease_t *l = ms->leases; l; l = l->next)
+        h->cap += !l->revoked;
+    if (h->cap == 0) return true;
+    h->refs = sl_calloc(ms->a, h->cap, sizeof *h->refs);
+    h->ptrs = sl_calloc(ms->a, h->cap, sizeof *h->ptrs);
+    if (!h->refs || !h->ptrs) return false;
+    for (lease_t *l = ms->leases; l; l = l->next) {
+        if (l->revoked) continue;
+        h->refs[h->n] = (Sluice__Control__SplitRef)SLUICE__CONTROL__SPLIT_REF__INIT;
+        fill_ref(&h->refs[h->n], h->job, l);
+        h->ptrs[h->n] = &h->refs[h->n];
+        h->n++;
+    }
+    return true;
+}
+
+static void held_free(sl_dpp_master_source_t *ms, held_t *h)
+{
+    if (h->refs) sl_free(ms->a, h->refs, (size_t)h->cap * sizeof *h->refs);
+    if (h->ptrs) sl_free(ms->a, h->ptrs, (size_t)h->cap * sizeof *h->ptrs);
+    h->refs = NULL;
+    h->ptrs = NULL;
+}
+
+/* The refusal that ended this worker's registrations, if any. */
+static sl_err_t fatal_of(sl_dpp_master_source_t *ms, sl_error_t *err)
+{
+    pthread_mutex_lock(&ms->mu);
+    sl_err_t rc = ms->fatal;
+    if (rc) sl_error_set(err, rc, "%s", ms->fatal_msg);
+    pthread_mutex_unlock(&ms->mu);
+    return rc;
 }
 
 /* ---- the connection ---- */
@@ -129,24 +213,36 @@ static sl_err_t recv_reply(sl_dpp_master_source_t *ms, const char *what, sl_rpc_
     if (rc) return sl_error_prefix(err, "master %s: %s: ", ms->master, what);
     if (f->type == SL_RPC_ERROR) {
         const Sluice__Dpp__Error *e = (const Sluice__Dpp__Error *)f->msg;
-        rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: %s: refused: %s", ms->master, what,
+        /* The master's code is kept: connect_master tells a refusal that
+         * will not change (INVALID, VERSION) from a passing one. */
+        sl_err_t code = e->code < 0 && e->code >= SL_ERR_UNSUPPORTED ? (sl_err_t)e->code
+                                                                      : SL_ERR_PROTOCOL;
+        rc = sl_error_set(err, code, "master %s: %s: refused: %s", ms->master, what,
                           e->message ? e->message : "");
         sl_rpc_frame_free(f);
         return rc;
     }
     if (f->type != want) {
-        rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: %s: expected a %s frame, got %s",
-                          ms->master, what, sl_rpc_type_name(want), sl_rpc_type_name(f->type));
+        rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: %s: expected a %s frame, got %s%s",
+                          ms->master, what, sl_rpc_type_name(want), sl_rpc_type_name(f->type),
+                          sl_rpc_auth_hint(f->type));
         sl_rpc_frame_free(f);
         return rc;
     }
     return SL_OK;
 }
 
-/* Under conn_mu: connect and REGISTER. */
+/* Under conn_mu: connect and REGISTER, naming every lease held (the
+ * master revokes the others of this worker id). A refusal that will not
+ * change (the id is another live process's, another protocol version) is
+ * fatal: recorded, and every later call fails with it. */
 static sl_err_t connect_master(sl_dpp_master_source_t *ms, sl_error_t *err)
 {
-    sl_err_t rc = sl_rpc_connect(ms->master, ms->o.connect_timeout_ms, &ms->fd, err);
+    sl_error_t local = {0};
+    if (!err) err = &local;
+    sl_err_t rc = fatal_of(ms, err);
+    if (rc) return rc;
+    rc = sl_rpc_connect(ms->master, ms->o.connect_timeout_ms, &ms->fd, err);
     if (rc) {
         ms->fd = -1;
         return sl_error_prefix(err, "master %s: ", ms->master);
@@ -155,21 +251,43 @@ static sl_err_t connect_master(sl_dpp_master_source_t *ms, sl_error_t *err)
         disconnect(ms);
         return rc;
     }
+    if (ms->secret &&
+        (rc = sl_rpc_auth_client(ms->fd, ms->secret,
+                                 sl_rpc_now_ms() + (uint64_t)ms->o.connect_timeout_ms, err))) {
+        disconnect(ms);
+        return sl_error_prefix(err, "master %s: ", ms->master);
+    }
     Sluice__Control__Register r = SLUICE__CONTROL__REGISTER__INIT;
     r.protocol_version = SL_RPC_VERSION;
     r.worker_id = ms->worker_id;
     r.serve_address = ms->serve_address;
     r.admin_address = ms->admin_address;
     r.threads = ms->o.threads;
+    r.incarnation = ms->incarnation;
+    held_t h;
     pthread_mutex_lock(&ms->mu);
-    char job[sizeof ms->job_id];
-    snprintf(job, sizeof job, "%s", ms->job_id);
+    bool ok = held_collect(ms, &h);
     pthread_mutex_unlock(&ms->mu);
-    r.job_id = job;
+    if (!ok) {
+        held_free(ms, &h);
+        disconnect(ms);
+        return sl_error_set(err, SL_ERR_NOMEM, "master %s: register: out of memory", ms->master);
+    }
+    r.job_id = h.job;
+    r.n_leases = h.n;
+    r.leases = h.ptrs;
     sl_rpc_frame_t f = {0};
-    if ((rc = sl_rpc_send(ms->fd, SL_RPC_REGISTER, &r.base, NULL, 0, err)) ||
-        (rc = recv_reply(ms, "register", SL_RPC_REGISTERED, &f, err))) {
+    rc = sl_rpc_send(ms->fd, SL_RPC_REGISTER, &r.base, NULL, 0, err);
+    held_free(ms, &h);
+    if (rc || (rc = recv_reply(ms, "register", SL_RPC_REGISTERED, &f, err))) {
         if (rc == SL_ERR_CLOSED) sl_error_prefix(err, "register: ");
+        if (rc == SL_ERR_INVALID || rc == SL_ERR_VERSION) {
+            pthread_mutex_lock(&ms->mu);
+            ms->fatal = rc;
+            snprintf(ms->fatal_msg, sizeof ms->fatal_msg, "%s", err->msg);
+            pthread_cond_broadcast(&ms->cv);
+            pthread_mutex_unlock(&ms->mu);
+        }
         disconnect(ms);
         return rc;
     }
@@ -273,8 +391,11 @@ static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retr
     q.worker_id = ms->worker_id;
     q.job_id = job;
     sl_rpc_frame_t f = {0};
-    /* LEASE or NO_WORK: ask for LEASE and accept NO_WORK below */
+    /* LEASE or NO_WORK: ask for LEASE and accept NO_WORK below. The
+     * connection stays locked until a lease received is linked, so that a
+     * REGISTER (a reconnect by another thread) cannot leave it unnamed. */
     pthread_mutex_lock(&ms->conn_mu);
+    ask_t res;
     sl_err_t rc = SL_OK;
     if (ms->fd < 0) rc = connect_master(ms, err);
     if (!rc && (rc = sl_rpc_send(ms->fd, SL_RPC_LEASE_REQUEST, &q.base, NULL, 0, err)))
@@ -284,37 +405,45 @@ static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retr
         if ((rc = sl_rpc_recv(ms->fd, &lim, ms->a, &f, err)))
             sl_error_prefix(err, "master %s: lease request: ", ms->master);
     }
-    if (rc) disconnect(ms);
-    pthread_mutex_unlock(&ms->conn_mu);
-    if (rc) return rc == SL_ERR_NOMEM ? ASK_FATAL : ASK_RETRY;
+    if (rc) {
+        disconnect(ms);
+        sl_error_t ignored = {0};
+        res = rc == SL_ERR_NOMEM || fatal_of(ms, &ignored) ? ASK_FATAL : ASK_RETRY;
+        goto done;
+    }
     if (f.type == SL_RPC_NO_WORK) {
         const Sluice__Control__NoWork *nw = (const Sluice__Control__NoWork *)f.msg;
         *retry_ms = nw->retry_ms < 10 ? 10 : nw->retry_ms > 5000 ? 5000 : nw->retry_ms;
-        bool fin = nw->reason && strcmp(nw->reason, "finished") == 0;
+        /* a finished job, or one that failed: nothing more to do here */
+        bool fin = nw->reason &&
+                   (strcmp(nw->reason, "finished") == 0 || strcmp(nw->reason, "job failed") == 0);
         if (fin) {
             pthread_mutex_lock(&ms->mu);
             ms->finished = ms->st.finished = true;
             pthread_mutex_unlock(&ms->mu);
             sl_error_set(err, SL_ERR_CLOSED, "master %s: the job is finished", ms->master);
         }
-        sl_rpc_frame_free(&f);
-        return fin ? ASK_FINISHED : ASK_NO_WORK;
+        res = fin ? ASK_FINISHED : ASK_NO_WORK;
+        goto done;
     }
     if (f.type != SL_RPC_LEASE) {
+        bool retry = false;
         if (f.type == SL_RPC_ERROR) {
+            /* The master closed the connection after it: reconnect and ask
+             * again when it says "not now" (its state failed, a cap). */
             const Sluice__Dpp__Error *e = (const Sluice__Dpp__Error *)f.msg;
-            rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: lease request refused: %s",
-                              ms->master, e->message ? e->message : "");
+            retry = sl_rpc_error_retriable(sl_rpc_error_code(e));
+            rc = sl_error_set(err, retry ? sl_rpc_error_code(e) : SL_ERR_PROTOCOL,
+                              "master %s: lease request refused: %s", ms->master,
+                              e->message ? e->message : "");
         } else {
             rc = sl_error_set(err, SL_ERR_PROTOCOL,
                               "master %s: lease request: expected a lease or no_work frame, got %s",
                               ms->master, sl_rpc_type_name(f.type));
         }
-        sl_rpc_frame_free(&f);
-        pthread_mutex_lock(&ms->conn_mu);
         disconnect(ms);
-        pthread_mutex_unlock(&ms->conn_mu);
-        return ASK_FATAL;
+        res = retry ? ASK_RETRY : ASK_FATAL;
+        goto done;
     }
     const Sluice__Control__Lease *m = (const Sluice__Control__Lease *)f.msg;
     lease_t *l = NULL;
@@ -347,8 +476,11 @@ static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retr
     }
     pthread_mutex_unlock(&ms->mu);
     if (rc) lease_free(ms, l);
+    res = rc ? ASK_FATAL : ASK_LEASE;
+done:
+    pthread_mutex_unlock(&ms->conn_mu);
     sl_rpc_frame_free(&f);
-    return rc ? ASK_FATAL : ASK_LEASE;
+    return res;
 }
 
 /* Under ms->mu: a lease granted but not handed to the reader yet. */
@@ -371,9 +503,12 @@ static sl_err_t get_lease(sl_dpp_master_source_t *ms, uint64_t deadline_ns, bool
         pthread_mutex_lock(&ms->mu);
         sl_err_t closed = ms->cancel ? SL_ERR_CLOSED : SL_OK;
         if (ms->stop || ms->finished) closed = SL_ERR_CLOSED;
-        lease_t *l = closed ? NULL : unhanded(ms);
+        sl_err_t fatal = ms->fatal;
+        if (fatal) sl_error_set(err, fatal, "%s", ms->fatal_msg);
+        lease_t *l = closed || fatal ? NULL : unhanded(ms);
         if (l && hand) l->handed = true;
         pthread_mutex_unlock(&ms->mu);
+        if (fatal) return fatal;
         if (closed)
             return sl_error_set(err, SL_ERR_CLOSED, "master %s: no more work for this worker",
                                 ms->master);
@@ -440,7 +575,7 @@ static void src_done(void *ctx, const sl_dpp_work_t *w, const sl_dpp_row_range_t
         l->empty = e;
         l->num_empty = num_empty;
     }
-    if (l->outstanding == 0 && l->revoked)
+    if (lease_gone(l))
         lease_remove(ms, l);
     else
         pthread_cond_broadcast(&ms->cv);
@@ -472,10 +607,27 @@ static void src_retire(void *ctx, void *lease, bool acked)
     pthread_mutex_lock(&ms->mu);
     if (l->outstanding) l->outstanding--;
     if (l->outstanding == 0 && l->read_done) {
-        if (l->revoked)
+        if (lease_gone(l))
             lease_remove(ms, l);
         else
             pthread_cond_broadcast(&ms->cv); /* the control thread reports it */
+    }
+    pthread_mutex_unlock(&ms->mu);
+}
+
+static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg)
+{
+    sl_dpp_master_source_t *ms = ctx;
+    lease_t *l = lease;
+    pthread_mutex_lock(&ms->mu);
+    if (!l->failed) {
+        l->failed = true;
+        l->revoked = true; /* not live: its batches still queued are dropped unsent */
+        l->fail_code = code;
+        l->fail_stripe = stripe;
+        l->fail_msg = dup_str(ms->a, msg ? msg : ""); /* NULL: reported as "" */
+        ms->st.splits_failed++;
+        pthread_cond_broadcast(&ms->cv); /* the control thread reports it */
     }
     pthread_mutex_unlock(&ms->mu);
 }
@@ -506,18 +658,11 @@ sl_dpp_split_source_t sl_dpp_master_source_split_source(sl_dpp_master_source_t *
                                    .lease_made = src_made,
                                    .lease_live = src_live,
                                    .lease_retire = src_retire,
+                                   .lease_failed = src_failed,
                                    .ctx = ms};
 }
 
 /* ---- the control thread ---- */
-
-static void fill_ref(Sluice__Control__SplitRef *r, char *job, const lease_t *l)
-{
-    r->job_id = job;
-    r->epoch = l->epoch;
-    r->split = l->split;
-    r->generation = l->generation;
-}
 
 /* Report one lease whose rows are all read and batches all retired.
  * Called without ms->mu. @return false on a connection problem (retry). */
@@ -567,6 +712,68 @@ static bool report(sl_dpp_master_source_t *ms, lease_t *l)
     return true;
 }
 
+/* Report a failed lease with SPLIT_FAILED (called without ms->mu). The
+ * master counts it and leases the split again (to anyone), skips it, or
+ * fails the job (then this worker has nothing left to do). @return false
+ * on a connection problem (retry). */
+static bool report_failure(sl_dpp_master_source_t *ms, lease_t *l)
+{
+    char job[sizeof ms->job_id];
+    pthread_mutex_lock(&ms->mu);
+    snprintf(job, sizeof job, "%s", ms->job_id);
+    pthread_mutex_unlock(&ms->mu);
+    Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
+    fill_ref(&ref, job, l);
+    Sluice__Control__SplitFailed sf = SLUICE__CONTROL__SPLIT_FAILED__INIT;
+    sf.ref = &ref;
+    sf.file = l->path;
+    sf.stripe = l->fail_stripe;
+    sf.message = l->fail_msg ? l->fail_msg : "";
+    sf.code = l->fail_code;
+    sl_rpc_frame_t f = {0};
+    sl_error_t err = {0};
+    fprintf(stderr, "sluice worker: split %u of %s cannot be read, reported to the master: %s\n",
+            l->split, l->path, sf.message);
+    sl_err_t rc = call(ms, SL_RPC_SPLIT_FAILED, &sf.base, "split failed",
+                       SL_RPC_SPLIT_FAILED_REPLY, &f, &err);
+    if (rc) {
+        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        return false;
+    }
+    const Sluice__Control__SplitFailedReply *r = (const Sluice__Control__SplitFailedReply *)f.msg;
+    pthread_mutex_lock(&ms->mu);
+    l->fail_reported = true;
+    l->reporting = false;
+    if (r->state == SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__JOB_FAILED)
+        ms->stop = ms->st.stop = true; /* the job is over: finish what is held and exit */
+    if (lease_gone(l)) lease_remove(ms, l);
+    pthread_cond_broadcast(&ms->cv);
+    pthread_mutex_unlock(&ms->mu);
+    sl_rpc_frame_free(&f);
+    return true;
+}
+
+/* Send SPLIT_FAILED for every failed lease not reported yet. @return false
+ * when a report failed (the connection is down: try again later). */
+static bool report_failures(sl_dpp_master_source_t *ms)
+{
+    for (;;) {
+        pthread_mutex_lock(&ms->mu);
+        lease_t *l = ms->leases;
+        while (l && !(l->failed && !l->fail_reported && !l->reporting))
+            l = l->next;
+        if (l) l->reporting = true;
+        pthread_mutex_unlock(&ms->mu);
+        if (!l) return true;
+        if (!report_failure(ms, l)) {
+            pthread_mutex_lock(&ms->mu);
+            l->reporting = false;
+            pthread_mutex_unlock(&ms->mu);
+            return false;
+        }
+    }
+}
+
 /* Send SPLIT_READ for every lease ready for it. @return false when a
  * report failed (the connection is down: try again later). */
 static bool report_ready(sl_dpp_master_source_t *ms)
@@ -591,28 +798,20 @@ static bool report_ready(sl_dpp_master_source_t *ms)
 
 static void heartbeat(sl_dpp_master_source_t *ms)
 {
-    char job[sizeof ms->job_id];
+    held_t h;
     pthread_mutex_lock(&ms->mu);
-    snprintf(job, sizeof job, "%s", ms->job_id);
-    uint32_t n = 0;
-    for (lease_t *l = ms->leases; l; l = l->next)
-        n += !l->revoked;
-    Sluice__Control__SplitRef *refs = n ? sl_calloc(ms->a, n, sizeof *refs) : NULL;
-    Sluice__Control__SplitRef **rp = n ? sl_calloc(ms->a, n, sizeof *rp) : NULL;
-    uint32_t k = 0;
-    for (lease_t *l = ms->leases; l && refs && rp; l = l->next) {
-        if (l->revoked) continue;
-        refs[k] = (Sluice__Control__SplitRef)SLUICE__CONTROL__SPLIT_REF__INIT;
-        fill_ref(&refs[k], job, l);
-        rp[k] = &refs[k];
-        k++;
-    }
+    bool ok = held_collect(ms, &h);
     sl_dpp_worker_t *w = ms->worker;
     pthread_mutex_unlock(&ms->mu);
+    if (!ok) { /* the next heartbeat tries again, before the leases expire */
+        held_free(ms, &h);
+        fprintf(stderr, "sluice worker: heartbeat: out of memory\n");
+        return;
+    }
     Sluice__Control__Heartbeat hb = SLUICE__CONTROL__HEARTBEAT__INIT;
     hb.worker_id = ms->worker_id;
-    hb.n_leases = k;
-    hb.leases = rp;
+    hb.n_leases = h.n;
+    hb.leases = h.ptrs;
     uint64_t now = mono_ns();
     if (w) {
         /* busy: the busier of the reader (read, filter, batch) and the
@@ -640,8 +839,7 @@ static void heartbeat(sl_dpp_master_source_t *ms)
     sl_error_t err = {0};
     sl_err_t rc =
         call(ms, SL_RPC_HEARTBEAT, &hb.base, "heartbeat", SL_RPC_HEARTBEAT_REPLY, &f, &err);
-    if (refs) sl_free(ms->a, refs, (size_t)n * sizeof *refs);
-    if (rp) sl_free(ms->a, rp, (size_t)n * sizeof *rp);
+    held_free(ms, &h);
     if (rc) {
         fprintf(stderr, "sluice worker: %s\n", err.msg);
         return;
@@ -659,8 +857,7 @@ static void heartbeat(sl_dpp_master_source_t *ms)
                 l->revoked = true;
                 ms->st.revoked++;
                 /* nobody holds it any more: not handed, or read and retired */
-                if (!l->reporting && (!l->handed || (l->read_done && l->outstanding == 0)))
-                    lease_remove(ms, l);
+                if (lease_gone(l)) lease_remove(ms, l);
             }
             l = next;
         }
@@ -679,13 +876,28 @@ static void *control_main(void *arg)
     uint64_t retry_at = 0;
     pthread_mutex_lock(&ms->mu);
     while (!ms->cancel) {
+        if (ms->fatal) {
+            /* Refused for good (another live process has this worker id):
+             * the worker fails with the master's message; nothing more is
+             * said to the master. w stays valid: sl_dpp_worker_stop
+             * cancels (joins this thread) before the worker goes. */
+            sl_dpp_worker_t *w = ms->worker;
+            char msg[SL_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", ms->fatal_msg);
+            sl_err_t code = ms->fatal;
+            pthread_mutex_unlock(&ms->mu);
+            if (w) sl_dpp_worker_fail(w, code, msg);
+            return NULL;
+        }
         uint64_t now = mono_ns();
         bool ready = false;
         for (lease_t *l = ms->leases; l && !ready; l = l->next)
-            ready = l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting;
+            ready = (l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting) ||
+                    (l->failed && !l->fail_reported && !l->reporting);
         if (ready && now >= retry_at) {
             pthread_mutex_unlock(&ms->mu);
-            if (!report_ready(ms)) retry_at = mono_ns() + 200000000ull;
+            /* failures first: the master may lease the split to another worker at once */
+            if (!report_failures(ms) || !report_ready(ms)) retry_at = mono_ns() + 200000000ull;
             pthread_mutex_lock(&ms->mu);
             continue;
         }
@@ -702,7 +914,8 @@ static void *control_main(void *arg)
         timed_wait(ms, (until - now) / 1000000ull + 1);
     }
     pthread_mutex_unlock(&ms->mu);
-    /* last words: leases whose batches are all acknowledged get reported */
+    /* last words: failures, and leases whose batches are all acknowledged */
+    report_failures(ms);
     report_ready(ms);
     return NULL;
 }
@@ -725,6 +938,9 @@ sl_err_t sl_dpp_master_source_new(const sl_dpp_master_source_opts_t *opts,
     if (ms->o.connect_timeout_ms <= 0) ms->o.connect_timeout_ms = DEFAULT_TIMEOUT_MS;
     if (!ms->o.max_todo) ms->o.max_todo = DEFAULT_MAX_TODO;
     ms->fd = -1;
+    if (getrandom(&ms->incarnation, sizeof ms->incarnation, 0) != sizeof ms->incarnation)
+        ms->incarnation = (uint64_t)mono_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+    if (ms->incarnation == 0) ms->incarnation = 1; /* 0: "not told" to the master */
     pthread_mutex_init(&ms->conn_mu, NULL);
     pthread_mutex_init(&ms->mu, NULL);
     pthread_condattr_t attr;
@@ -736,10 +952,13 @@ sl_err_t sl_dpp_master_source_new(const sl_dpp_master_source_opts_t *opts,
     ms->worker_id = dup_str(a, opts->worker_id);
     ms->serve_address = dup_str(a, opts->serve_address);
     ms->admin_address = dup_str(a, opts->admin_address ? opts->admin_address : "");
+    ms->secret = opts->cluster_secret ? strdup(opts->cluster_secret) : NULL;
+    ms->o.cluster_secret = NULL; /* ms->secret is the copy */
     if (opts->job_id) snprintf(ms->job_id, sizeof ms->job_id, "%s", opts->job_id);
     snprintf(ms->st.job_id, sizeof ms->st.job_id, "%s", ms->job_id);
     sl_err_t rc;
-    if (!ms->master || !ms->worker_id || !ms->serve_address || !ms->admin_address) {
+    if (!ms->master || !ms->worker_id || !ms->serve_address || !ms->admin_address ||
+        (opts->cluster_secret && !ms->secret)) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
         goto fail;
     }
@@ -808,6 +1027,7 @@ void sl_dpp_master_source_destroy(sl_dpp_master_source_t *ms)
     free_str(ms->a, ms->serve_address);
     free_str(ms->a, ms->admin_address);
     free_str(ms->a, ms->spec_json);
+    sl_rpc_secret_free(ms->secret);
     pthread_mutex_destroy(&ms->conn_mu);
     pthread_mutex_destroy(&ms->mu);
     pthread_cond_destroy(&ms->cv);

@@ -9,6 +9,10 @@
  *             NO_WORK's retry_ms between asks, until the job is finished,
  *             the master retires the worker (HEARTBEAT_REPLY stop) or the
  *             source is cancelled
+ *   failed    (the reader or a transform thread) the lease's split cannot be
+ *             read: the lease is no longer live and the control thread
+ *             reports it with SPLIT_FAILED (the master leases the split
+ *             again, skips it or fails the job); the worker goes on
  *   control   the control thread: HEARTBEAT every heartbeat_ms with the
  *   thread    leases held and the worker's load, dropping the leases the
  *             master revokes; SPLIT_READ for a lease once the reader has read
@@ -43,6 +47,8 @@ typedef struct sl_dpp_master_source_opts {
     int connect_timeout_ms;    /* per connection attempt and per reply; 0: 5000 */
     uint32_t max_todo;         /* most todo ranges in a lease; 0: 65536 */
     const sl_allocator_t *allocator; /* NULL: default */
+    const char *cluster_secret; /* copied; prove it to the master on every connection
+                                   (rpc/auth.h); NULL: the master has none */
 } sl_dpp_master_source_opts_t;
 
 typedef struct sl_dpp_master_source_stats {
@@ -50,6 +56,7 @@ typedef struct sl_dpp_master_source_stats {
     uint64_t split_reads;    /* SPLIT_READ answered */
     uint64_t splits_done;    /* ... with DONE */
     uint64_t revoked;        /* leases the master took back */
+    uint64_t splits_failed;  /* leases whose split could not be read (SPLIT_FAILED) */
     uint64_t heartbeats;     /* answered */
     uint64_t reconnects;     /* connections re-established */
     uint32_t leases_held;    /* now: being read or waiting for acknowledgements */

@@ -184,6 +184,7 @@ static void job_free(const sl_allocator_t *a, job *jb)
     if (jb == NULL) return;
     str_free(a, jb->id);
     str_free(a, jb->spec_json);
+    m_free_failure(a, jb);
     if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
     for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
         m_free_ranges(a, &jb->st[i]);
@@ -266,6 +267,7 @@ sl_err_t m_job_insert(sl_dpp_master_t *m, const Sluice__Master__JobAdded *rec, s
     jb->static_sharding = spec->static_sharding && jb->ranks > 1;
     jb->min_workers = spec->min_workers;
     jb->max_workers = spec->max_workers;
+    jb->skip_bad = spec->skip_bad_splits;
     jb->fingerprint = m_fingerprint(l);
     jb->epoch = rec->start_epoch;
     bool finished = jb->epoch >= jb->epochs;
@@ -414,8 +416,10 @@ void m_do_advance(sl_dpp_master_t *m, job *jb)
     if (jb->epoch >= jb->epochs) {
         /* finished: every split stays DONE, no ranges kept (as a finished
          * job restored from a snapshot) */
-        for (uint32_t i = 0; i < jb->n; i++)
+        for (uint32_t i = 0; i < jb->n; i++) {
             m_free_ranges(m->a, &jb->st[i]);
+            jb->st[i].failures = 0;
+        }
         jb->committed_rows = 0;
         return;
     }
@@ -509,7 +513,21 @@ sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
         .static_sharding = jb->static_sharding,
         .min_workers = jb->min_workers,
         .max_workers = jb->max_workers,
+        .batches = jb->batches,
+        .samples = jb->samples,
+        .skip_bad_splits = jb->skip_bad,
+        .failed = jb->failed,
+        .failure_split = jb->fail_split,
+        .failure_epoch = jb->fail_epoch,
+        .failure_stripe = jb->fail_stripe,
+        .failure_code = (sl_err_t)jb->fail_code,
+        .failure_file = jb->fail_file != NULL ? jb->fail_file : "",
+        .failure_message = jb->fail_message != NULL ? jb->fail_message : "",
+        .skipped_splits = jb->skipped_splits,
+        .skipped_rows = jb->skipped_rows,
     };
+    for (uint32_t i = 0; i < jb->n; i++)
+        out->split_failures += jb->st[i].failures;
     return SL_OK;
 }
 
@@ -528,10 +546,12 @@ sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const 
                                   uint64_t now_ms, sl_dpp_lease_t *out, sl_error_t *err)
 {
     uint32_t slot, w;
+    if (now_ms > m->now_ms) m->now_ms = now_ms;
     job *jb = m_find_job(m, job_id, &slot);
     if (jb == NULL) return no_job(job_id, err);
     if (jb->epoch >= jb->epochs)
         return sl_error_set(err, SL_ERR_AGAIN, "job '%s' finished", job_id);
+    if (jb->failed) return sl_error_set(err, SL_ERR_AGAIN, "job '%s' failed", job_id);
     uint32_t split = peek_pending(jb);
     if (split == UINT32_MAX)
         return sl_error_set(err, SL_ERR_AGAIN, "job '%s': no pending split", job_id);
@@ -589,26 +609,100 @@ sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const 
     return SL_OK;
 }
 
-sl_err_t sl_dpp_master_renew(sl_dpp_master_t *m, const char *worker_id, uint64_t now_ms,
+/* The live lease of worker w that ref names, or NULL. */
+static split_st *named_lease(sl_dpp_master_t *m, uint32_t w, const sl_dpp_lease_ref_t *ref)
+{
+    job *jb = ref->job_id != NULL ? m_find_job(m, ref->job_id, NULL) : NULL;
+    if (jb == NULL || ref->split >= jb->n || ref->epoch != jb->epoch) return NULL;
+    split_st *s = &jb->st[ref->split];
+    bool live = s->state == SL_DPP_SPLIT_LEASED && s->generation == ref->generation &&
+                s->worker == w;
+    return live ? s : NULL;
+}
+
+/* Renew the leases of w that held names (marking them `named` when mark);
+ * w's earliest becomes exact again (leases it does not name keep their
+ * expiry). @return how many were named. */
+static uint32_t renew_named(sl_dpp_master_t *m, uint32_t w, const sl_dpp_lease_ref_t *held,
+                            uint32_t num_held, uint64_t now_ms, bool mark)
+{
+    worker *wk = &m->workers[w];
+    uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < num_held && wk->nleases > 0; i++) {
+        split_st *s = named_lease(m, w, &held[i]);
+        if (s == NULL) continue;
+        if (expiry > s->expiry) s->expiry = expiry; /* never shortens */
+        if (mark) s->named = 1;
+        n++;
+    }
+    uint64_t earliest = UINT64_MAX;
+    for (uint32_t i = 0; i < wk->nleases; i++) {
+        const split_st *s = &m->jobs[wk->leases[i].job]->st[wk->leases[i].split];
+        if (s->expiry < earliest) earliest = s->expiry;
+    }
+    wk->earliest = earliest;
+    m->c.renewals += n;
+    return n;
+}
+
+sl_err_t sl_dpp_master_renew(sl_dpp_master_t *m, const char *worker_id,
+                             const sl_dpp_lease_ref_t *held, uint32_t num_held, uint64_t now_ms,
                              uint32_t *renewed, sl_error_t *err)
 {
     (void)err;
-    uint32_t w;
-    if (renewed != NULL) *renewed = 0;
-    if (!worker_find(m, worker_id, &w)) return SL_OK;
-    worker *wk = &m->workers[w];
-    uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
-    for (uint32_t i = 0; i < wk->nleases; i++) {
-        split_st *s = &m->jobs[wk->leases[i].job]->st[wk->leases[i].split];
-        if (expiry > s->expiry) s->expiry = expiry;
-    }
-    if (wk->nleases > 0 && expiry > wk->earliest) {
-        /* Every lease now expires at or after expiry (renew never shortens). */
-        wk->earliest = expiry;
-    }
-    m->c.renewals += wk->nleases;
-    if (renewed != NULL) *renewed = wk->nleases;
+    uint32_t w, n = 0;
+    if (worker_find(m, worker_id, &w)) n = renew_named(m, w, held, num_held, now_ms, false);
+    if (renewed != NULL) *renewed = n;
     return SL_OK;
+}
+
+/* Journal and apply the end of lease l: its split is PENDING again
+ * (expiry and revocation alike: replay applies one Expired record). */
+static sl_err_t end_lease(sl_dpp_master_t *m, const lease_ref *l, sl_error_t *err)
+{
+    job *jb = m->jobs[l->job];
+    Sluice__Master__Expired ex = SLUICE__MASTER__EXPIRED__INIT;
+    ex.job_id = jb->id;
+    ex.split = l->split;
+    ex.generation = jb->st[l->split].generation;
+    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
+    rec.kind_case = SLUICE__MASTER__RECORD__KIND_EXPIRED;
+    rec.expired = &ex;
+    sl_err_t rc = m_journal(m, &rec, err);
+    if (rc == SL_OK) m_do_release(m, l->job, l->split, SL_DPP_SPLIT_PENDING);
+    return rc;
+}
+
+sl_err_t sl_dpp_master_register(sl_dpp_master_t *m, const char *worker_id,
+                                const sl_dpp_lease_ref_t *held, uint32_t num_held,
+                                uint64_t now_ms, uint32_t *renewed, uint32_t *revoked,
+                                sl_error_t *err)
+{
+    uint32_t w, n = 0, gone = 0;
+    sl_err_t rc = SL_OK;
+    if (worker_find(m, worker_id, &w)) {
+        n = renew_named(m, w, held, num_held, now_ms, true);
+        worker *wk = &m->workers[w];
+        for (uint32_t i = 0; i < wk->nleases;) {
+            lease_ref l = wk->leases[i];
+            split_st *s = &m->jobs[l.job]->st[l.split];
+            if (s->named || rc != SL_OK) { /* after a failure: only clear the marks */
+                s->named = 0;
+                i++;
+                continue;
+            }
+            rc = end_lease(m, &l, err); /* swaps the last lease into i: look at i again */
+            if (rc == SL_OK)
+                gone++;
+            else
+                i++;
+        }
+        m->c.revocations += gone;
+    }
+    if (renewed != NULL) *renewed = n;
+    if (revoked != NULL) *revoked = gone;
+    return rc;
 }
 
 sl_err_t sl_dpp_master_expire(sl_dpp_master_t *m, uint64_t now_ms, uint32_t *expired,
@@ -616,33 +710,25 @@ sl_err_t sl_dpp_master_expire(sl_dpp_master_t *m, uint64_t now_ms, uint32_t *exp
 {
     uint32_t count = 0;
     sl_err_t rc = SL_OK;
+    if (now_ms > m->now_ms) m->now_ms = now_ms;
     for (uint32_t w = 0; w < m->num_workers && rc == SL_OK; w++) {
         worker *wk = &m->workers[w];
         if (wk->nleases == 0 || wk->earliest > now_ms) continue;
         uint64_t earliest = UINT64_MAX;
         for (uint32_t i = 0; i < wk->nleases;) {
             lease_ref l = wk->leases[i];
-            job *jb = m->jobs[l.job];
-            split_st *s = &jb->st[l.split];
+            split_st *s = &m->jobs[l.job]->st[l.split];
             if (s->expiry > now_ms) {
                 if (s->expiry < earliest) earliest = s->expiry;
                 i++;
                 continue;
             }
-            Sluice__Master__Expired ex = SLUICE__MASTER__EXPIRED__INIT;
-            ex.job_id = jb->id;
-            ex.split = l.split;
-            ex.generation = s->generation;
-            Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
-            rec.kind_case = SLUICE__MASTER__RECORD__KIND_EXPIRED;
-            rec.expired = &ex;
-            rc = m_journal(m, &rec, err);
+            rc = end_lease(m, &l, err);
             if (rc != SL_OK) {
                 earliest = 0; /* rescan next time */
                 break;
             }
             /* Swaps the last lease into i: look at i again. */
-            m_do_release(m, l.job, l.split, SL_DPP_SPLIT_PENDING);
             m->c.expiries++;
             count++;
         }

@@ -12,9 +12,10 @@
  * Progress is a set of committed row ranges per split (rows 0..num_rows,
  * split-relative, filtered rows included). A trainer client commits the
  * range of each batch before handing it to its trainer (sl_dpp_master_commit):
- * accepted iff it overlaps no committed range of that (job, epoch, split),
- * whatever lease generation produced it, so of two copies of a batch at
- * most one is ever delivered. A lease hands out the split's `todo`: the
+ * accepted iff it overlaps no committed range of that (job, epoch, split)
+ * and the lease (generation) that produced it is the split's live lease,
+ * so of two copies of a batch at most one is ever delivered, and a lease
+ * that ended adds no rows. A lease hands out the split's `todo`: the
  * rows not committed yet. SPLIT_READ from the live lease commits the ranges
  * that produced no sample and releases the split: DONE if covered, else
  * PENDING to be leased again with what is left. A split whose rows are all
@@ -35,6 +36,13 @@
  * generation that is not the split's live lease is refused with
  * SL_DPP_STALE: a worker that comes back after its lease expired cannot end
  * someone else's lease.
+ *
+ * Liveness: a lease lives lease_timeout_ms from its grant, and longer only
+ * while its worker names it (sl_dpp_master_renew on HEARTBEAT,
+ * sl_dpp_master_register on REGISTER, which also revokes every lease of
+ * that worker id it does not name). So a grant whose LEASE frame never
+ * reached the worker, or the leases of a process replaced under the same
+ * worker id, never outlive one lease timeout.
  *
  * Durability (opts.state_dir set): every change is one journal record.
  * Records are buffered; sl_dpp_master_sync writes and fdatasyncs them (group
@@ -118,6 +126,7 @@ typedef struct sl_dpp_master_job_spec {
     uint32_t ranks;        /* trainer ranks */
     bool static_sharding;  /* each split served to one rank (assign_static) */
     uint32_t min_workers, max_workers;
+    bool skip_bad_splits;  /* on_bad_split "skip" (sl_dpp_master_split_failed) */
 } sl_dpp_master_job_spec_t;
 
 /* Rows [from_row, to_row) of a split, split-relative. */
@@ -167,6 +176,17 @@ typedef struct sl_dpp_master_job_status {
     uint32_t ranks;        /* >= 1 */
     bool static_sharding;
     uint32_t min_workers, max_workers;
+    uint64_t batches, samples; /* committed by clients, every epoch (journaled: survive restarts) */
+    bool skip_bad_splits;
+    /* A failed job (sl_dpp_master_split_failed): why; strings borrowed until
+     * the job is removed. */
+    bool failed;
+    uint32_t failure_split, failure_epoch;
+    int32_t failure_stripe; /* -1: the file as a whole */
+    sl_err_t failure_code;
+    const char *failure_file, *failure_message; /* "" when not failed */
+    uint32_t split_failures;                    /* failures counted this epoch, every split */
+    uint64_t skipped_splits, skipped_rows;      /* on_bad_split "skip", every epoch */
 } sl_dpp_master_job_status_t;
 
 sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
@@ -200,30 +220,82 @@ typedef struct sl_dpp_lease {
 sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const char *worker,
                                   uint64_t now_ms, sl_dpp_lease_t *out, sl_error_t *err);
 
-/* Heartbeat: every lease of worker now expires at now + timeout. *renewed
- * (may be NULL) gets their number. An unknown worker renews nothing. */
-sl_err_t sl_dpp_master_renew(sl_dpp_master_t *m, const char *worker, uint64_t now_ms,
+/* A lease as its worker names it (HEARTBEAT, REGISTER). */
+typedef struct sl_dpp_lease_ref {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t generation;
+} sl_dpp_lease_ref_t;
+
+/* Heartbeat: the worker's own list of leases is authoritative. Each of
+ * held[0..num_held) that is a live lease of worker now expires at now +
+ * timeout; a named lease that is not (expired, another worker's, unknown)
+ * is skipped, and a lease of worker it does not name is NOT renewed: it
+ * expires at its expiry (a LEASE the worker never received lives at most
+ * one lease timeout). *renewed (may be NULL) gets the number renewed. An
+ * unknown worker renews nothing. Never fails (err unused). */
+sl_err_t sl_dpp_master_renew(sl_dpp_master_t *m, const char *worker,
+                             const sl_dpp_lease_ref_t *held, uint32_t num_held, uint64_t now_ms,
                              uint32_t *renewed, sl_error_t *err);
+
+/* A worker (re)registers listing the leases its process holds: those are
+ * renewed as by sl_dpp_master_renew, and every other lease recorded under
+ * worker is revoked at once (journaled as an expiry; the split is PENDING
+ * again with its uncommitted rows). A worker process that starts afresh
+ * lists none, so the leases of a killed process whose replacement took its
+ * id are handed out again without waiting for them to expire. *renewed
+ * and *revoked may be NULL. @return a journal failure. */
+sl_err_t sl_dpp_master_register(sl_dpp_master_t *m, const char *worker,
+                                const sl_dpp_lease_ref_t *held, uint32_t num_held,
+                                uint64_t now_ms, uint32_t *renewed, uint32_t *revoked,
+                                sl_error_t *err);
 
 /* The answer to a commit (values as proto/control.proto CommitReply). */
 typedef enum sl_dpp_commit_result {
     SL_DPP_COMMITTED = 0, /* deliver the batch */
     SL_DPP_OVERLAP = 1,   /* a range overlapping it was committed: drop */
-    SL_DPP_STALE_EPOCH = 2, /* not the job's current epoch (or finished): drop */
+    /* not the job's current epoch (or finished), or the batch's lease
+     * (split, generation) is not live any more: drop */
+    SL_DPP_STALE_EPOCH = 2,
     SL_DPP_UNKNOWN = 3    /* no such job, split, or a range outside the split: drop */
 } sl_dpp_commit_result_t;
 
-/* Commit rows [from_row, to_row) of split of epoch for client_id under
- * nonce (see the top of this file). Every protocol outcome is SL_OK with
- * *result set (and why in err->msg for the refusals); a non-OK return is a
- * failure of the master itself (journal, memory) or SL_ERR_INVALID for a
- * bad client id, SL_ERR_TOO_LARGE past max_clients or max_ranges. A commit
- * that covers the split's last rows makes it DONE and may start the next
- * epoch. Sync before answering. */
+/* Commit rows [from_row, to_row) of split of epoch, read under the lease
+ * of that generation, for client_id under nonce (see the top of this
+ * file). In this order: a (client_id, nonce) already accepted is
+ * COMMITTED again; an unknown job or split or a bad range is UNKNOWN;
+ * another epoch is STALE_EPOCH; rows overlapping committed rows are
+ * OVERLAP; rows whose split is not leased under generation right now
+ * (the lease expired, was revoked or re-granted, the split is done) are
+ * STALE_EPOCH too: only a live lease's batches commit, so a lease that
+ * ended can no longer add rows behind the back of its successor. Every
+ * protocol outcome is SL_OK with *result set (and why in err->msg for the
+ * refusals); a non-OK return is a failure of the master itself (journal,
+ * memory) or SL_ERR_INVALID for a bad client id, SL_ERR_TOO_LARGE past
+ * max_clients or max_ranges. A commit that covers the split's last rows
+ * makes it DONE and may start the next epoch. Journal replay applies a
+ * Committed record whatever the lease state: the check is here only. Sync
+ * before answering. */
 sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
-                              uint32_t split, uint64_t from_row, uint64_t to_row,
-                              const char *client_id, uint64_t nonce,
+                              uint32_t split, uint64_t generation, uint64_t from_row,
+                              uint64_t to_row, const char *client_id, uint64_t nonce,
                               sl_dpp_commit_result_t *result, sl_error_t *err);
+
+/* A commit, with what the job's counters need. */
+typedef struct sl_dpp_commit {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t generation; /* of the lease the batch was read under */
+    uint64_t from_row, to_row;
+    const char *client_id;
+    uint64_t nonce;
+    uint32_t num_samples; /* the batch's samples: job status "samples" (journaled) */
+} sl_dpp_commit_t;
+
+/* sl_dpp_master_commit of c, counting an accepted one as a batch of
+ * c->num_samples samples in the job's status. */
+sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c,
+                                    sl_dpp_commit_result_t *result, sl_error_t *err);
 
 /* The live lease's holder has read every todo row; empty are the ranges
  * that produced no sample (committed here, minus what is committed
@@ -236,6 +308,38 @@ sl_err_t sl_dpp_master_split_read(sl_dpp_master_t *m, const char *job_id, uint32
                                   uint32_t split, uint64_t generation,
                                   const sl_dpp_row_range_t *empty, uint32_t num_empty,
                                   sl_dpp_split_state_t *state, sl_error_t *err);
+
+/* A worker could not read the live lease (epoch, split, generation) of
+ * job: a corrupt or truncated stripe, an I/O error, a transform failing on
+ * its rows. The failure is counted against the split (this epoch, whatever
+ * worker reported it) and the split is PENDING again, to be leased to any
+ * worker. On its max_failures-th failure (>= 1) the job skips the split
+ * when it was submitted with skip_bad_splits (its uncommitted rows are
+ * committed as empty and counted as skipped: never delivered, exactly once
+ * holds for every other row), else the job fails: no more leases, commits
+ * refused (STALE), status failed with the failure. Each step is one
+ * journal record (SplitFailed, SplitSkipped, JobFailed). Sync before
+ * answering. @return SL_DPP_STALE when it is not the live lease (not
+ * counted), SL_ERR_NOT_FOUND for an unknown job or split. */
+typedef enum sl_dpp_split_fail_result {
+    SL_DPP_FAIL_RETRY = 0,     /* values as proto/control.proto SplitFailedReply */
+    SL_DPP_FAIL_SKIPPED = 1,
+    SL_DPP_FAIL_JOB_FAILED = 2
+} sl_dpp_split_fail_result_t;
+
+typedef struct sl_dpp_split_failure {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t generation;
+    const char *file;    /* the data file */
+    int32_t stripe;      /* -1: the file as a whole */
+    const char *message; /* what failed (no file content) */
+    sl_err_t code;
+} sl_dpp_split_failure_t;
+
+sl_err_t sl_dpp_master_split_failed(sl_dpp_master_t *m, const sl_dpp_split_failure_t *f,
+                                    uint32_t max_failures, sl_dpp_split_fail_result_t *result,
+                                    sl_error_t *err);
 
 /* Static sharding: 1 + the trainer rank split is assigned to (only that
  * rank may commit its rows), 0 when any rank may (dynamic sharding, or an
@@ -265,6 +369,22 @@ sl_err_t sl_dpp_master_sync(sl_dpp_master_t *m, sl_error_t *err);
 
 /* Write a snapshot and start an empty journal now. */
 sl_err_t sl_dpp_master_compact(sl_dpp_master_t *m, sl_error_t *err);
+
+/* ---- client records ------------------------------------------------------------- */
+
+/* A client's record (its remembered commit nonces, bounded by max_clients)
+ * lives while the client is active: client_touch says it is connected now;
+ * an accepted commit counts too. evict_clients forgets every client not
+ * touched and not committing for idle_ms (each one journaled as a
+ * ClientEvicted record, so replay forgets it too; the time since a client
+ * was last seen is not journaled and restarts at open). *evicted (may be
+ * NULL) gets their number. After that a retry of one of its nonces is a new
+ * commit: refused as an overlap when the rows were committed (the batch is
+ * then dropped), which is why idle_ms must exceed a client's reconnect
+ * window (docs/DESIGN.md). */
+void sl_dpp_master_client_touch(sl_dpp_master_t *m, const char *client_id, uint64_t now_ms);
+sl_err_t sl_dpp_master_evict_clients(sl_dpp_master_t *m, uint64_t now_ms, uint64_t idle_ms,
+                                     uint32_t *evicted, sl_error_t *err);
 
 /* ---- tokens, sharding, metrics ---------------------------------------------------- */
 
@@ -301,16 +421,20 @@ typedef struct sl_dpp_master_counters {
     uint64_t leases_granted;
     uint64_t renewals; /* leases renewed */
     uint64_t expiries;
+    uint64_t revocations; /* leases revoked by a worker's registration (not counted in expiries) */
     uint64_t completions;   /* splits DONE */
     uint64_t releases;      /* split_read leaving the split PENDING */
     uint64_t commits, overlaps, stale_commits, unknown_commits, repeated_commits;
+    uint64_t unleased_commits; /* refused: the batch's lease is not live (STALE_EPOCH) */
     uint64_t committed_rows; /* rows accepted by commits and split_read, every job */
     uint64_t stale_refused; /* split_read under a dead generation */
     uint64_t epochs_advanced;
     uint64_t journal_records;
     uint64_t journal_syncs;
     uint64_t compactions;
-    uint32_t jobs, workers, clients;
+    uint64_t clients_evicted;
+    uint64_t split_failures, splits_skipped, jobs_failed;
+    uint32_t jobs, workers, clients; /* clients: records remembered now */
     uint64_t pending, leased, done; /* splits per state, every job */
 } sl_dpp_master_counters_t;
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "dpp/master_source.h"
+#include "rpc/auth.h"
 #include "rpc/frame.h"
 
 sl_err_t sl_dpp_master_prep_new(const sl_dpp_master_source_opts_t *mo, const char *listen,
@@ -14,7 +15,10 @@ sl_err_t sl_dpp_master_prep_new(const sl_dpp_master_source_opts_t *mo, const cha
 {
     *prep = (sl_dpp_master_prep_t){.fd = -1};
     if (!listen) listen = "127.0.0.1:0";
-    sl_err_t rc = sl_rpc_listen(listen, 64, &prep->fd, &prep->port, err);
+    /* refused before registering, not at the first lease */
+    sl_err_t rc = sl_rpc_check_exposure("worker --listen", listen, mo->cluster_secret != NULL, err);
+    if (rc) return rc;
+    rc = sl_rpc_listen(listen, 64, &prep->fd, &prep->port, err);
     if (rc) return rc;
     char serve[300];
     if (mo->serve_address) {

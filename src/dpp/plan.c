@@ -70,6 +70,7 @@ typedef struct bind {
     const sl_wh_schema_t *schema;
     sl_dpp_problems_t *problems;
     bool nomem;
+    bool check_only;   /* files are checked (sl_dpp_plan_check), not loaded */
     uint32_t read_cap; /* room in plan->read and plan->keep */
 } bind_t;
 
@@ -264,6 +265,8 @@ static const char *output_name(bind_t *b, size_t i, const json_t *o, const char 
         snprintf(buf, sizeof buf, fmt, a, c);
         out = buf;
     }
+    /* An explicit output longer than that is a parse problem; a default
+     * name is built from input names and only known here. */
     if (strlen(out) > SL_WH_NAME_MAX)
         problem(b, "$.transforms[%zu].output: name longer than %d bytes", i, SL_WH_NAME_MAX);
     if (sl_wh_schema_find(b->schema, out) != NULL)
@@ -325,10 +328,9 @@ static void bind_transform(bind_t *b, size_t i, const json_t *o, dpp_transform_t
     t->table_size = uint_arg(o, "table_size", 1);
     t->divisor = (int64_t)uint_arg(o, "divisor", 1);
     uint64_t x = uint_arg(o, "x", 1), n = uint_arg(o, "n", 1);
-    t->x = x > INT32_MAX ? INT32_MAX : (uint32_t)x;
-    if (n > 1024)
-        problem(b, "$.transforms[%zu].n: at most 1024 ids per n-gram", i);
-    t->n = n > 1024 ? 1024 : (uint32_t)n;
+    /* Both bounded by the op table at parse (dpp_arg_t.max). */
+    t->x = (uint32_t)x;
+    t->n = (uint32_t)n;
     t->has_min = json_object_get(o, "min") != NULL;
     t->has_max = json_object_get(o, "max") != NULL;
     t->min = (float)num(o, "min", 0);
@@ -361,6 +363,10 @@ static void bind_transform(bind_t *b, size_t i, const json_t *o, dpp_transform_t
         }
         char path[48];
         snprintf(path, sizeof path, "$.transforms[%zu]", i);
+        if (b->check_only) {
+            dpp_vocab_check(file, path, b->problems);
+            return;
+        }
         t->vocab = dpp_vocab_load(file, plan->a, DPP_VOCAB_MAX_ENTRIES, path, b->problems);
         if (t->vocab != NULL) {
             const json_t *def = json_object_get(o, "default");
@@ -415,14 +421,14 @@ static uint32_t mentions(const sl_dpp_job_t *job, const sl_wh_schema_t *schema)
     return n > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)n;
 }
 
-sl_err_t sl_dpp_plan_new(const sl_dpp_job_t *job, const sl_wh_schema_t *schema,
-                         sl_dpp_plan_t **out, sl_dpp_problems_t *problems, sl_error_t *err)
+static sl_err_t plan_bind(const sl_dpp_job_t *job, const sl_wh_schema_t *schema, bool check_only,
+                          sl_dpp_plan_t **out, sl_dpp_problems_t *problems, sl_error_t *err)
 {
     *out = NULL;
     sl_dpp_problems_t local = {0};
     sl_dpp_plan_t *plan = sl_calloc(NULL, 1, sizeof *plan);
     if (plan == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job plan: out of memory");
-    bind_t b = {plan, job, schema, problems != NULL ? problems : &local, false, 0};
+    bind_t b = {plan, job, schema, problems != NULL ? problems : &local, false, check_only, 0};
     uint32_t before = b.problems->count;
     b.read_cap = plan->cap_read = mentions(job, schema);
     plan->read = sl_calloc(NULL, plan->cap_read, sizeof(char *));
@@ -471,6 +477,21 @@ sl_err_t sl_dpp_plan_new(const sl_dpp_job_t *job, const sl_wh_schema_t *schema,
     }
     *out = plan;
     return SL_OK;
+}
+
+sl_err_t sl_dpp_plan_new(const sl_dpp_job_t *job, const sl_wh_schema_t *schema,
+                         sl_dpp_plan_t **out, sl_dpp_problems_t *problems, sl_error_t *err)
+{
+    return plan_bind(job, schema, false, out, problems, err);
+}
+
+sl_err_t sl_dpp_plan_check(const sl_dpp_job_t *job, const sl_wh_schema_t *schema,
+                           sl_dpp_problems_t *problems, sl_error_t *err)
+{
+    sl_dpp_plan_t *plan = NULL;
+    sl_err_t rc = plan_bind(job, schema, true, &plan, problems, err);
+    sl_dpp_plan_destroy(plan);
+    return rc;
 }
 
 const char *const *sl_dpp_plan_read_features(const sl_dpp_plan_t *plan, uint32_t *count)

@@ -20,7 +20,12 @@ typedef enum dpp_arg_type {
     ARG_UINT,       /* integer in [0, 2^63) */
     ARG_POS_INT,    /* integer in [1, 2^63) */
     ARG_INT,        /* any int64 */
-    ARG_BORDERS     /* non-empty array of finite numbers, strictly increasing */
+    ARG_BORDERS,    /* non-empty array of finite numbers, strictly increasing */
+    /* Bounded kinds: limits that need no schema are checked at parse, with
+     * the types, so a spec with other problems still reports them. */
+    ARG_NAME,       /* non-empty string of at most SL_WH_NAME_MAX bytes (a created feature) */
+    ARG_POS_INT32,  /* integer in [1, 2^31) */
+    ARG_NGRAM_N     /* integer in [1, DPP_NGRAM_MAX] */
 } dpp_arg_type_t;
 
 typedef struct dpp_arg {
@@ -56,6 +61,7 @@ typedef enum dpp_op {
 } dpp_op_t;
 
 #define DPP_MAX_ARGS 6
+#define DPP_NGRAM_MAX 1024 /* ids per n-gram: bounds the hashed key of one n-gram */
 
 typedef struct dpp_op_spec {
     const char *name;
@@ -130,7 +136,7 @@ struct sl_dpp_plan {
 
 /* Load path: one int64 id per line (decimal; blank lines and surrounding
  * blanks are not allowed), the id on line k (from 0) maps to k. At most
- * max_entries lines. Problems (path is the JSON path of the transform) go to
+ * max_entries lines and DPP_VOCAB_MAX_BYTES (checked first, with fstat). Problems (path is the JSON path of the transform) go to
  * problems. @return NULL on failure (a problem was added or memory ran out). */
 dpp_vocab_t *dpp_vocab_load(const char *file, const sl_allocator_t *a, uint64_t max_entries,
                             const char *path, sl_dpp_problems_t *problems);
@@ -140,6 +146,12 @@ uint64_t dpp_vocab_size(const dpp_vocab_t *v);
 int64_t dpp_vocab_lookup(const dpp_vocab_t *v, int64_t id, int64_t def);
 
 #define DPP_VOCAB_MAX_ENTRIES (1ull << 26)
+#define DPP_VOCAB_MAX_BYTES (512ull << 20) /* checked before reading */
+
+/* Can file be loaded: it opens, is a regular file, is at most
+ * DPP_VOCAB_MAX_BYTES? Reads nothing (the master checks a spec this way
+ * before accepting it). Problems go to problems. */
+bool dpp_vocab_check(const char *file, const char *path, sl_dpp_problems_t *problems);
 
 /* ==== kernels (transform_sparse.c, transform_dense.c) ==== */
 

@@ -189,6 +189,8 @@ struct sl_dpp_budget {
     pthread_mutex_t mu;
     pthread_cond_t freed;
     uint64_t limit, used, pinned, peak, wait_ns;
+    uint32_t stages, waiters, idle;
+    uint64_t changes; /* bumped by every release, take, pin and idle change */
     bool closed;
 };
 
@@ -221,43 +223,76 @@ static uint64_t mono_ns(void)
 static void take(sl_dpp_budget_t *b, uint64_t bytes)
 {
     b->used += bytes;
+    b->changes++;
     if (b->used > b->peak) b->peak = b->used;
 }
 
-/* Take bytes once they fit under the limit, or as soon as waiting could
- * never end: while the budget holds no more than held (the caller's own
- * bytes), or, for_pinned, while nothing is pinned (only an ACK frees pinned
- * bytes). @return false when the budget was closed. */
-static bool acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held, bool for_pinned)
+/* Could anyone but the caller free memory? Pinned bytes: a client's ACK
+ * will; a stage that neither waits here nor idles is still working. */
+static bool others_may_free(const sl_dpp_budget_t *b)
+{
+    return b->stages == 0 || b->pinned > 0 || b->waiters + b->idle + 1 < b->stages;
+}
+
+sl_err_t sl_dpp_budget_acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held)
 {
     pthread_mutex_lock(&b->mu);
-    uint64_t t0 = 0;
-    while (!b->closed && b->limit && b->used + bytes > b->limit &&
-           (for_pinned ? b->pinned > 0 : b->used > held)) {
-        if (!t0) t0 = mono_ns();
-        pthread_cond_wait(&b->freed, &b->mu);
+    uint64_t t0 = 0, stuck_since = 0, seen = 0;
+    sl_err_t rc = SL_OK;
+    while (!b->closed && b->limit && b->used + bytes > b->limit) {
+        uint64_t now = mono_ns();
+        if (b->used <= held) {
+            rc = SL_ERR_TOO_LARGE; /* only the caller's own bytes: none will be freed */
+            break;
+        }
+        if (others_may_free(b) || stuck_since == 0 || b->changes != seen) {
+            /* Waiting may end; re-check the hopeless case after a while
+             * (a stage may be about to leave idle: only a standstill of
+             * SL_DPP_BUDGET_STUCK_MS counts). */
+            stuck_since = others_may_free(b) ? 0 : now;
+            seen = b->changes;
+        } else if (now - stuck_since >= SL_DPP_BUDGET_STUCK_MS * 1000000ull) {
+            rc = SL_ERR_TOO_LARGE;
+            break;
+        }
+        if (!t0) t0 = now;
+        struct timespec ts = deadline_after(SL_DPP_BUDGET_STUCK_MS / 4);
+        b->waiters++;
+        pthread_cond_timedwait(&b->freed, &b->mu, &ts);
+        b->waiters--;
     }
     if (t0) b->wait_ns += mono_ns() - t0;
-    bool ok = !b->closed;
-    if (ok) take(b, bytes);
+    if (rc == SL_OK && b->closed) rc = SL_ERR_CLOSED;
+    if (rc == SL_OK) take(b, bytes);
     pthread_mutex_unlock(&b->mu);
-    return ok;
+    return rc;
 }
 
-bool sl_dpp_budget_acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held)
+void sl_dpp_budget_stages(sl_dpp_budget_t *b, uint32_t stages)
 {
-    return acquire(b, bytes, held, false);
+    pthread_mutex_lock(&b->mu);
+    b->stages = stages;
+    pthread_mutex_unlock(&b->mu);
 }
 
-bool sl_dpp_budget_acquire_pinned(sl_dpp_budget_t *b, uint64_t bytes)
+void sl_dpp_budget_idle(sl_dpp_budget_t *b, bool idle)
 {
-    return acquire(b, bytes, 0, true);
+    pthread_mutex_lock(&b->mu);
+    if (idle)
+        b->idle++;
+    else if (b->idle > 0)
+        b->idle--;
+    b->changes++;
+    pthread_cond_broadcast(&b->freed);
+    pthread_mutex_unlock(&b->mu);
 }
 
 void sl_dpp_budget_pin(sl_dpp_budget_t *b, uint64_t bytes)
 {
     pthread_mutex_lock(&b->mu);
     b->pinned += bytes;
+    b->changes++;
+    pthread_cond_broadcast(&b->freed);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -267,14 +302,8 @@ void sl_dpp_budget_release_pinned(sl_dpp_budget_t *b, uint64_t bytes)
     pthread_mutex_lock(&b->mu);
     b->pinned = bytes > b->pinned ? 0 : b->pinned - bytes;
     b->used = bytes > b->used ? 0 : b->used - bytes;
+    b->changes++;
     pthread_cond_broadcast(&b->freed);
-    pthread_mutex_unlock(&b->mu);
-}
-
-void sl_dpp_budget_force(sl_dpp_budget_t *b, uint64_t bytes)
-{
-    pthread_mutex_lock(&b->mu);
-    take(b, bytes);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -283,6 +312,7 @@ void sl_dpp_budget_release(sl_dpp_budget_t *b, uint64_t bytes)
     if (bytes == 0) return;
     pthread_mutex_lock(&b->mu);
     b->used = bytes > b->used ? 0 : b->used - bytes;
+    b->changes++;
     pthread_cond_broadcast(&b->freed);
     pthread_mutex_unlock(&b->mu);
 }

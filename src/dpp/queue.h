@@ -9,7 +9,8 @@
  *  - budget  bytes accounted by every stage (decoded stripes, batches being
  *            built, encoded batches waiting for an acknowledgement). A
  *            producer that would take the total over the limit waits
- *            (back-pressure) until others release, never grows.
+ *            (back-pressure) until others release, never grows; when
+ *            nothing could ever release enough it is refused.
  *
  * Both are safe to use from any thread. */
 #ifndef SLUICE_DPP_QUEUE_H
@@ -69,30 +70,35 @@ typedef struct sl_dpp_budget sl_dpp_budget_t;
 sl_dpp_budget_t *sl_dpp_budget_new(const sl_allocator_t *a, uint64_t limit);
 void sl_dpp_budget_destroy(sl_dpp_budget_t *b);
 
-/* Account bytes more, waiting while the total would pass the limit. held is
- * what the caller itself has accounted and not yet released: when everything
- * accounted is the caller's, nobody else can release and waiting would never
- * end, so the bytes are taken at once (one item larger than the limit goes
- * through alone; the limit must hold a stripe and a few batches to be
- * exact). @return true, or false when the budget was closed while waiting
- * (nothing accounted). */
-bool sl_dpp_budget_acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held);
+/* Account bytes more, waiting while the total would pass the limit: the
+ * total accounted never exceeds the limit. When waiting could never end
+ * the bytes are refused instead (SL_ERR_TOO_LARGE, nothing taken):
+ *  - every accounted byte is the caller's own (used <= held: held is what
+ *    the caller has accounted and not released), so nobody else can free
+ *    any; one item larger than the whole limit is such a case;
+ *  - no byte is pinned (no client ACK can free one), and every other stage
+ *    (sl_dpp_budget_stages) is itself waiting here or idle
+ *    (sl_dpp_budget_idle), and nothing changed for SL_DPP_BUDGET_STUCK_MS.
+ * @return SL_OK, SL_ERR_CLOSED (closed while waiting; nothing taken) or
+ * SL_ERR_TOO_LARGE. */
+#define SL_DPP_BUDGET_STUCK_MS 200
+sl_err_t sl_dpp_budget_acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held);
+
+/* The threads that acquire (the worker's reader and transform threads): a
+ * wait is hopeless only when all the others wait or idle too. 0 (the
+ * default): only the used <= held rule. */
+void sl_dpp_budget_stages(sl_dpp_budget_t *b, uint32_t stages);
+
+/* A stage starts (idle true) or stops waiting for work rather than memory:
+ * the reader for a split or for room in the transform queue, a transform
+ * thread for a batch; a stage that has ended stays idle. */
+void sl_dpp_budget_idle(sl_dpp_budget_t *b, bool idle);
 
 /* Pinned bytes are accounted bytes that will be released without any
  * producer's help (encoded batches waiting for a client's ACK). pin moves
  * bytes already accounted into that class; release_pinned releases them. */
 void sl_dpp_budget_pin(sl_dpp_budget_t *b, uint64_t bytes);
 void sl_dpp_budget_release_pinned(sl_dpp_budget_t *b, uint64_t bytes);
-
-/* Account bytes more, waiting while the total would pass the limit and some
- * pinned bytes are still to be released; when none are, waiting could not
- * end (every other byte belongs to stages waiting like the caller), so the
- * bytes are taken at once. For the last step of a pipeline. @return false
- * when closed. */
-bool sl_dpp_budget_acquire_pinned(sl_dpp_budget_t *b, uint64_t bytes);
-
-/* Account bytes without waiting (memory that already exists). */
-void sl_dpp_budget_force(sl_dpp_budget_t *b, uint64_t bytes);
 
 void sl_dpp_budget_release(sl_dpp_budget_t *b, uint64_t bytes);
 
@@ -102,7 +108,8 @@ void sl_dpp_budget_close(sl_dpp_budget_t *b);
 uint64_t sl_dpp_budget_limit(sl_dpp_budget_t *b);
 uint64_t sl_dpp_budget_used(sl_dpp_budget_t *b);
 uint64_t sl_dpp_budget_pinned(sl_dpp_budget_t *b);
-/* Highest total ever accounted. */
+/* Highest total ever accounted (the high-water mark; never above the
+ * limit). */
 uint64_t sl_dpp_budget_peak(sl_dpp_budget_t *b);
 /* Nanoseconds producers spent waiting in acquire (back-pressure). */
 uint64_t sl_dpp_budget_wait_ns(sl_dpp_budget_t *b);

@@ -14,10 +14,18 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "rpc/auth.h"
+
+/* How long sl_dpp_server_stop lets the sender threads of a finished job
+ * send END before it shuts the connections down. END is one small frame
+ * to a client that has read every batch: it leaves at once. */
+#define END_GRACE_MS 2000
 
 /* A queued batch. Sender threads read its frame without the lock, so an
  * ACK (or a stop) that comes while one is still writing it only marks it:
@@ -45,7 +53,12 @@ typedef struct client {
     uint32_t n_unacked;
     unacked_t *unacked; /* [max_credits] */
     bool closed, ended, done;
+    bool welcomed;    /* its sender thread runs or ran (or could not start) */
+    bool sender_done; /* its sender thread has ended */
     uint32_t rank_plus_one; /* 1 + the rank of its HELLO, 0 when over max_ranks */
+    bool hello_done;        /* past its handshake */
+    bool evicting;          /* shut down to make room: its threads are ending */
+    uint64_t opened_ms, last_rx_ms;
     struct client *next;
 } client_t;
 
@@ -65,6 +78,8 @@ struct sl_dpp_server {
     uint64_t outstanding; /* pushed, not yet acknowledged */
     uint64_t next_delivery;
     client_t *clients;
+    uint32_t nclients; /* in the list: their threads may still run */
+    char *secret;      /* the cluster secret (owned), NULL: no handshake */
     sl_dpp_server_stats_t st;
 };
 
@@ -158,6 +173,19 @@ static void requeue_unacked(struct sl_dpp_server *s, client_t *c)
     pthread_cond_broadcast(&s->cv);
 }
 
+/* Under s->mu (released while sending): END to c, once. */
+static void send_end_locked(struct sl_dpp_server *s, client_t *c, sl_error_t *err)
+{
+    c->ended = true;
+    Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
+    e.epochs = s->o.epochs;
+    e.batches = s->st.batches_acked;
+    e.samples = s->st.samples_acked;
+    pthread_mutex_unlock(&s->mu);
+    send_locked(c, SL_RPC_END, &e.base, NULL, 0, err);
+    pthread_mutex_lock(&s->mu);
+}
+
 static void *sender_main(void *arg)
 {
     client_t *c = arg;
@@ -246,25 +274,27 @@ static void *sender_main(void *arg)
             }
         }
         if (s->finished && s->outstanding == 0 && !c->ended) {
-            c->ended = true;
-            Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
-            e.epochs = s->o.epochs;
-            e.batches = s->st.batches_acked;
-            e.samples = s->st.samples_acked;
-            pthread_mutex_unlock(&s->mu);
-            send_locked(c, SL_RPC_END, &e.base, NULL, 0, &err);
-            pthread_mutex_lock(&s->mu);
+            send_end_locked(s, c, &err);
             continue;
         }
         timed_wait(&s->cv, &s->mu, 200);
     }
+    /* Stopped with the job done (the worker exits when the last batch is
+     * acknowledged): END may not have gone out yet. Without it the client
+     * would take the close for a lost connection and try to reconnect to a
+     * worker that is gone. sl_dpp_server_stop waits for this. */
+    if (!c->closed && s->stopping && s->finished && s->outstanding == 0 && !c->ended &&
+        !s->fail_code)
+        send_end_locked(s, c, &err);
+    c->sender_done = true;
+    pthread_cond_broadcast(&s->cv);
     s->st.cpu_ns += thread_cpu_ns();
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
 /* Handle an ACK under s->mu. @return false (with msg) for an id this
- * connection does not hold. */
+ * worker never sent. */
 static bool handle_ack(struct sl_dpp_server *s, client_t *c, const Sluice__Dpp__Ack *ack, char *msg,
                        size_t cap)
 {
@@ -274,8 +304,17 @@ static bool handle_ack(struct sl_dpp_server *s, client_t *c, const Sluice__Dpp__
         while (j < c->n_unacked && c->unacked[j].delivery_id != id)
             j++;
         if (j == c->n_unacked) {
-            snprintf(msg, cap,
-                     "ACK of delivery id %" PRIu64 ", which this connection does not hold", id);
+            /* An id this worker issued on another connection: a client
+             * that reconnected acknowledges what it received before the
+             * break. That batch went back to the ready queue when the old
+             * connection closed and will be sent again (under a master its
+             * commit then answers OVERLAP), so the ACK is ignored, not an
+             * error that would cost the client this worker. */
+            if (id != 0 && id <= s->next_delivery) {
+                s->st.stale_acks++;
+                continue;
+            }
+            snprintf(msg, cap, "ACK of delivery id %" PRIu64 ", which this worker never sent", id);
             return false;
         }
         sl_dpp_item_t *it = c->unacked[j].item;
@@ -301,13 +340,31 @@ static void *client_main(void *arg)
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
     char msg[SL_ERROR_MSG_MAX];
-    struct timeval tv = {.tv_sec = s->o.hello_timeout_ms / 1000,
-                         .tv_usec = (s->o.hello_timeout_ms % 1000) * 1000};
-    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sl_err_t rc = sl_rpc_recv(c->fd, &s->o.limits, s->a, &f, &err);
+    /* One deadline for the whole handshake, not per read: a peer that
+     * trickles bytes cannot hold the connection (and its thread) longer. */
+    uint64_t deadline = c->opened_ms + (uint64_t)s->o.hello_timeout_ms;
     bool bad = false;
+    sl_err_t rc = SL_OK;
+    if (s->secret) {
+        rc = sl_rpc_auth_server(c->fd, s->secret, deadline, &s->o.limits, &err);
+        if (rc != SL_OK) {
+            if (rc != SL_ERR_CLOSED) send_error(c, rc, err.msg);
+            pthread_mutex_lock(&s->mu);
+            if (rc == SL_ERR_TIMEOUT) s->st.handshake_timeouts++;
+            else if (rc != SL_ERR_CLOSED && !c->evicting) s->st.auth_failures++;
+            pthread_mutex_unlock(&s->mu);
+            goto out;
+        }
+    }
+    rc = sl_rpc_recv_until(c->fd, deadline, &s->o.limits, s->a, &f, &err);
     if (rc != SL_OK) {
-        if (rc != SL_ERR_CLOSED) {
+        if (rc == SL_ERR_TIMEOUT) {
+            snprintf(msg, sizeof msg, "no hello within %d ms of connecting", s->o.hello_timeout_ms);
+            send_error(c, rc, msg);
+            pthread_mutex_lock(&s->mu);
+            s->st.handshake_timeouts++;
+            pthread_mutex_unlock(&s->mu);
+        } else if (rc != SL_ERR_CLOSED) {
             send_error(c, rc, err.msg);
             bad = true;
         }
@@ -327,6 +384,13 @@ static void *client_main(void *arg)
         bad = true;
         goto out;
     }
+    uint32_t world = h->world_size ? h->world_size : 1; /* 0: a client that did not say */
+    if (h->rank >= world) {
+        snprintf(msg, sizeof msg, "hello: rank %u is not below world size %u", h->rank, world);
+        send_error(c, SL_ERR_INVALID, msg);
+        bad = true;
+        goto out;
+    }
     if (h->client_name && h->client_name[0]) {
         char tmp[64];
         snprintf(tmp, sizeof tmp, "%s", h->client_name);
@@ -334,20 +398,43 @@ static void *client_main(void *arg)
     }
     c->rank_plus_one = h->rank < s->o.max_ranks ? h->rank + 1 : 0;
     sl_rpc_frame_free(&f);
+    pthread_mutex_lock(&s->mu);
+    c->hello_done = true;
+    c->last_rx_ms = sl_rpc_now_ms();
+    pthread_mutex_unlock(&s->mu);
     Sluice__Dpp__Welcome w = SLUICE__DPP__WELCOME__INIT;
     w.protocol_version = SL_RPC_VERSION;
     w.worker_id = s->worker_id;
     w.job_id = s->job_id;
     w.max_credits = s->o.max_credits;
     if (send_locked(c, SL_RPC_WELCOME, &w.base, NULL, 0, &err) != SL_OK) goto out;
-    tv = (struct timeval){0, 0};
-    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    pthread_mutex_lock(&s->mu);
+    c->welcomed = true; /* from now on a stop waits for its sender (END) */
+    pthread_mutex_unlock(&s->mu);
     if (pthread_create(&c->send_thread, NULL, sender_main, c) != 0) {
+        pthread_mutex_lock(&s->mu);
+        c->sender_done = true;
+        pthread_mutex_unlock(&s->mu);
         send_error(c, SL_ERR_NOMEM, "worker: cannot start a sender thread");
         goto out;
     }
     c->send_started = true;
     for (;;) {
+        if (s->o.idle_timeout_ms > 0) {
+            struct pollfd p = {.fd = c->fd, .events = POLLIN};
+            int r = poll(&p, 1, s->o.idle_timeout_ms);
+            if (r < 0 && errno == EINTR) continue;
+            if (r == 0) {
+                pthread_mutex_lock(&s->mu);
+                bool idle = c->n_unacked == 0;
+                if (idle) s->st.idle_closed++;
+                pthread_mutex_unlock(&s->mu);
+                /* Closed without a frame: a client that still wants
+                 * batches sees a lost connection and reconnects. */
+                if (idle) break;
+                continue; /* the trainer is busy with batches it holds */
+            }
+        }
         rc = sl_rpc_recv(c->fd, &s->o.limits, s->a, &f, &err);
         if (rc != SL_OK) {
             pthread_mutex_lock(&s->mu);
@@ -359,6 +446,9 @@ static void *client_main(void *arg)
             }
             break;
         }
+        pthread_mutex_lock(&s->mu);
+        c->last_rx_ms = sl_rpc_now_ms();
+        pthread_mutex_unlock(&s->mu);
         if (f.type == SL_RPC_REQUEST) {
             const Sluice__Dpp__Request *r = (const Sluice__Dpp__Request *)f.msg;
             pthread_mutex_lock(&s->mu);
@@ -421,6 +511,7 @@ static void reap(struct sl_dpp_server *s, bool all)
         client_t *c = *pp;
         if (c->done || all) {
             *pp = c->next;
+            s->nclients--;
             pthread_mutex_unlock(&s->mu);
             pthread_join(c->recv_thread, NULL);
             client_free(s, c);
@@ -430,6 +521,47 @@ static void reap(struct sl_dpp_server *s, bool all)
             pp = &c->next;
         }
     }
+}
+
+/* The connection to close so that a new one fits under max_clients (under
+ * s->mu): the oldest still in its handshake, else the one idle longest
+ * that holds no batch and has been idle a second at least (so that real
+ * clients over the cap do not take turns evicting each other at once).
+ * NULL: none may go. */
+static client_t *eviction_victim(struct sl_dpp_server *s, uint64_t now_ms)
+{
+    client_t *pre = NULL, *idle = NULL;
+    for (client_t *c = s->clients; c; c = c->next) {
+        if (c->done || c->closed || c->evicting) continue;
+        if (!c->hello_done) {
+            if (!pre || c->opened_ms < pre->opened_ms) pre = c;
+        } else if (c->n_unacked == 0 && now_ms - c->last_rx_ms >= 1000 &&
+                   (!idle || c->last_rx_ms < idle->last_rx_ms)) {
+            idle = c;
+        }
+    }
+    return pre ? pre : idle;
+}
+
+/* Under s->mu, at max_clients with a connection waiting: make room.
+ * @return true to accept it now, false to look again shortly (a victim's
+ * threads are ending); *refuse: no room can be made, refuse it. */
+static bool make_room(struct sl_dpp_server *s, bool *refuse)
+{
+    *refuse = false;
+    if (s->nclients < s->o.max_clients) return true;
+    for (client_t *c = s->clients; c; c = c->next)
+        if (c->evicting && !c->done) return false; /* wait until it is reaped */
+    client_t *v = eviction_victim(s, sl_rpc_now_ms());
+    if (!v) {
+        *refuse = true;
+        s->st.refused++;
+        return true;
+    }
+    v->evicting = true;
+    s->st.evicted++;
+    shutdown(v->fd, SHUT_RDWR); /* its receiver ends, then its sender */
+    return false;
 }
 
 static void *accept_main(void *arg)
@@ -445,10 +577,31 @@ static void *accept_main(void *arg)
         struct pollfd p = {.fd = s->lfd, .events = POLLIN};
         int n = poll(&p, 1, 100);
         if (n <= 0) continue;
+        /* At the cap a waiting connection stays in the backlog until a
+         * victim's threads have ended: threads never exceed 2 x max_clients
+         * + 1. */
+        pthread_mutex_lock(&s->mu);
+        bool refuse;
+        bool now = make_room(s, &refuse);
+        pthread_mutex_unlock(&s->mu);
+        if (!now) {
+            struct timespec ts = {0, 2 * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
         struct sockaddr_storage addr;
         socklen_t alen = sizeof addr;
-        int fd = accept(s->lfd, (struct sockaddr *)&addr, &alen);
+        int fd = accept4(s->lfd, (struct sockaddr *)&addr, &alen, SOCK_CLOEXEC);
         if (fd < 0) continue;
+        if (refuse) { /* a small frame on a new socket: the send cannot block */
+            char msg[128];
+            snprintf(msg, sizeof msg,
+                     "worker: too many client connections (%u, all busy); try again later",
+                     s->o.max_clients);
+            sl_rpc_send_error(fd, SL_ERR_AGAIN, msg);
+            close(fd);
+            continue;
+        }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         client_t *c = sl_calloc(s->a, 1, sizeof *c);
@@ -462,6 +615,7 @@ static void *accept_main(void *arg)
         c->s = s;
         c->fd = fd;
         c->unacked = u;
+        c->opened_ms = c->last_rx_ms = sl_rpc_now_ms();
         pthread_mutex_init(&c->wmu, NULL);
         char host[64] = "?";
         if (addr.ss_family == AF_INET) {
@@ -472,6 +626,14 @@ static void *accept_main(void *arg)
         }
         snprintf(c->name, sizeof c->name, "%s", host);
         pthread_mutex_lock(&s->mu);
+        if (s->stopping) {
+            /* sl_dpp_server_stop has shut the connections down already:
+             * one started now would never be (its thread would read
+             * forever and the stop join it forever) */
+            pthread_mutex_unlock(&s->mu);
+            client_free(s, c);
+            break;
+        }
         if (pthread_create(&c->recv_thread, NULL, client_main, c) != 0) {
             pthread_mutex_unlock(&s->mu);
             sl_rpc_send_error(fd, SL_ERR_NOMEM, "worker: cannot start a connection thread");
@@ -480,6 +642,7 @@ static void *accept_main(void *arg)
         }
         c->next = s->clients;
         s->clients = c;
+        s->nclients++;
         s->st.clients_total++;
         s->st.clients_now++;
         pthread_mutex_unlock(&s->mu);
@@ -501,6 +664,14 @@ sl_err_t sl_dpp_server_start(const sl_dpp_server_opts_t *opts, sl_dpp_server_t *
     s->o.allocator = a;
     if (!s->o.max_credits) s->o.max_credits = 16;
     if (!s->o.hello_timeout_ms) s->o.hello_timeout_ms = 10000;
+    if (!s->o.max_clients) s->o.max_clients = 256;
+    if (!s->o.idle_timeout_ms) s->o.idle_timeout_ms = 60000;
+    if (opts->cluster_secret && !(s->secret = strdup(opts->cluster_secret))) {
+        if (opts->has_listen_fd) close(opts->listen_fd);
+        sl_free(a, s, sizeof *s);
+        return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
+    }
+    s->o.cluster_secret = NULL; /* s->secret is the copy */
     if (!s->o.limits.max_message_bytes) s->o.limits.max_message_bytes = 64u << 10;
     if (!s->o.max_ranks) s->o.max_ranks = 64;
     /* clients never send payloads; any declared payload is refused */
@@ -522,6 +693,10 @@ sl_err_t sl_dpp_server_start(const sl_dpp_server_opts_t *opts, sl_dpp_server_t *
         rc = sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
         goto fail;
     }
+    /* listen names the address even when has_listen_fd (it was bound to it) */
+    if (opts->listen &&
+        (rc = sl_rpc_check_exposure("worker --listen", opts->listen, s->secret != NULL, err)))
+        goto fail;
     if (opts->has_listen_fd) {
         s->lfd = opts->listen_fd;
         s->port = opts->listen_port;
@@ -542,6 +717,7 @@ fail:
     }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    sl_rpc_secret_free(s->secret);
     sl_free(a, s, sizeof *s);
     return rc;
 }
@@ -631,6 +807,14 @@ void sl_dpp_server_stats(sl_dpp_server_t *s, sl_dpp_server_stats_t *out)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Under s->mu: some welcomed client's sender has not ended yet. */
+static bool senders_running(const struct sl_dpp_server *s)
+{
+    for (const client_t *c = s->clients; c; c = c->next)
+        if (c->welcomed && !c->sender_done) return true;
+    return false;
+}
+
 void sl_dpp_server_stop(sl_dpp_server_t *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -639,17 +823,24 @@ void sl_dpp_server_stop(sl_dpp_server_t *s)
         return;
     }
     s->stopped = true;
-    s->stopping = true;
-    for (client_t *c = s->clients; c; c = c->next)
-        shutdown(c->fd, SHUT_RDWR);
+    s->stopping = true; /* no client is accepted from now on */
+    bool done = s->finished && s->outstanding == 0 && !s->fail_code;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    shutdown(s->lfd, SHUT_RDWR); /* wakes the accept thread's poll (Linux) */
     pthread_join(s->accept_thread, NULL);
+    close(s->lfd); /* a client reconnecting now is refused, not left waiting */
+    s->lfd = -1;
     pthread_mutex_lock(&s->mu);
+    /* The job is done: let every sender send END first (bounded; a sender
+     * stuck writing to a client that stopped reading is cut off below). */
+    uint64_t until = mono_ns() + (uint64_t)END_GRACE_MS * 1000000ull;
+    while (done && senders_running(s) && mono_ns() < until)
+        timed_wait(&s->cv, &s->mu, 20);
+    for (client_t *c = s->clients; c; c = c->next)
+        shutdown(c->fd, SHUT_RDWR);
     reap(s, true);
     pthread_mutex_unlock(&s->mu);
-    close(s->lfd);
-    s->lfd = -1;
 }
 
 void sl_dpp_server_destroy(sl_dpp_server_t *s)
@@ -673,5 +864,6 @@ void sl_dpp_server_destroy(sl_dpp_server_t *s)
     sl_free(s->a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    sl_rpc_secret_free(s->secret);
     sl_free(s->a, s, sizeof *s);
 }

@@ -17,6 +17,17 @@
  * acknowledged, every client gets END, and so does every client connecting
  * later, right after WELCOME.
  *
+ * Limits (docs/PROTOCOL.md "Timeouts and caps"): a connection must finish
+ * its handshake (the cluster-secret handshake of rpc/auth.h when the server
+ * has a secret, then HELLO) within hello_timeout_ms of being accepted, a
+ * deadline however the peer trickles its bytes; one that sends nothing
+ * (no REQUEST, ACK) for idle_timeout_ms while it holds no unacknowledged
+ * batch is closed without a frame (a real client reconnects); at most
+ * max_clients connections (each costs two threads) are open: when full,
+ * the oldest connection still in its handshake is closed to make room, else
+ * the client idle longest (holding nothing, idle for a second at least),
+ * else the newcomer is refused with ERROR(SL_ERR_AGAIN).
+ *
  * Under a master (docs/WORKER.md, "Master mode") an item also names its
  * lease: BatchInfo then carries the job, split, generation, row range and
  * rank the trainer client commits. Items for one trainer rank (static
@@ -43,7 +54,7 @@ typedef struct sl_dpp_server_opts {
     const char *worker_id;   /* in WELCOME; NULL: "worker" */
     const char *job_id;      /* in WELCOME; NULL: "job" */
     uint32_t epochs;         /* in END */
-    int hello_timeout_ms;    /* a connection must say HELLO within this; 0: 10000 */
+    int hello_timeout_ms;    /* handshake (auth, HELLO) done this long after accept; 0: 10000 */
     sl_rpc_limits_t limits;  /* on frames from clients; zero fields: 64 KiB messages, no payload */
     sl_dpp_budget_t *budget; /* item bytes are released here on ACK; may be NULL */
     const sl_allocator_t *allocator; /* NULL: default */
@@ -58,6 +69,11 @@ typedef struct sl_dpp_server_opts {
     bool (*lease_live)(void *ctx, void *lease);
     void (*lease_retire)(void *ctx, void *lease, bool acked);
     void *lease_ctx;
+    const char *cluster_secret; /* copied; clients must prove they hold it (rpc/auth.h)
+                                   before HELLO; NULL: no handshake */
+    uint32_t max_clients;       /* connections at once; 0: 256 */
+    int idle_timeout_ms;        /* close a client silent this long holding no batch; 0: 60000,
+                                   < 0: never */
 } sl_dpp_server_opts_t;
 
 /* One encoded batch (the server owns it once pushed). */
@@ -92,6 +108,12 @@ typedef struct sl_dpp_server_stats {
     uint32_t ready;      /* batches waiting now */
     uint64_t cpu_ns;     /* CPU time of the server threads that have exited */
     uint64_t dropped;    /* batches of revoked leases dropped unsent */
+    uint64_t stale_acks; /* ACKs of batches sent on an earlier connection (ignored) */
+    uint64_t auth_failures;  /* connections refused: no proof of the cluster secret */
+    uint64_t evicted;        /* closed to make room for a new connection (at max_clients) */
+    uint64_t refused;        /* new connections refused: max_clients busy clients */
+    uint64_t idle_closed;    /* closed after idle_timeout_ms holding nothing */
+    uint64_t handshake_timeouts; /* no handshake within hello_timeout_ms */
 } sl_dpp_server_stats_t;
 
 typedef struct sl_dpp_server sl_dpp_server_t;
@@ -122,7 +144,11 @@ bool sl_dpp_server_wait_done(sl_dpp_server_t *s, int timeout_ms);
 void sl_dpp_server_stats(sl_dpp_server_t *s, sl_dpp_server_stats_t *out);
 
 /* Close the listener and every connection and join all threads; statistics
- * stay readable (server threads' CPU time included). Idempotent. */
+ * stay readable (server threads' CPU time included). Idempotent. When the
+ * job is done (finished, every batch acknowledged) every connected client
+ * gets END before its connection is shut down (waiting at most 2 s for the
+ * senders): a client must not take the end of the job for a lost
+ * connection. No connection is accepted once the stop has begun. */
 void sl_dpp_server_stop(sl_dpp_server_t *s);
 
 /* Stop, free what is still queued, free s. s may be NULL. */

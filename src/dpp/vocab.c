@@ -6,9 +6,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -82,13 +85,61 @@ static bool grow(dpp_vocab_t *v)
     return true;
 }
 
+/* Open a vocabulary for reading: it must be a regular file of at most
+ * DPP_VOCAB_MAX_BYTES, checked on the open descriptor (fstat) before one
+ * byte is read, so a huge file or a device costs nothing. O_NONBLOCK keeps
+ * a FIFO from blocking the open; it is cleared for reading. Problems name
+ * the file, never its content. @return the descriptor, or -1 (a problem
+ * was added). */
+static int vocab_open(const char *file, const char *path, sl_dpp_problems_t *problems)
+{
+    int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        sl_dpp_problems_add(problems, "%s.file: cannot open vocabulary '%s': %s", path, file,
+                            strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    const char *bad = NULL;
+    char why[128];
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, sizeof why, "fstat failed: %s", strerror(errno));
+        bad = why;
+    } else if (!S_ISREG(st.st_mode)) {
+        bad = "not a regular file";
+    } else if ((uint64_t)st.st_size > DPP_VOCAB_MAX_BYTES) {
+        snprintf(why, sizeof why, "%llu bytes, more than the %llu a vocabulary may have",
+                 (unsigned long long)st.st_size, (unsigned long long)DPP_VOCAB_MAX_BYTES);
+        bad = why;
+    } else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        snprintf(why, sizeof why, "fcntl failed: %s", strerror(errno));
+        bad = why;
+    }
+    if (bad != NULL) {
+        sl_dpp_problems_add(problems, "%s.file: vocabulary '%s': %s", path, file, bad);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+bool dpp_vocab_check(const char *file, const char *path, sl_dpp_problems_t *problems)
+{
+    int fd = vocab_open(file, path, problems);
+    if (fd < 0) return false;
+    close(fd);
+    return true;
+}
+
 dpp_vocab_t *dpp_vocab_load(const char *file, const sl_allocator_t *a, uint64_t max_entries,
                             const char *path, sl_dpp_problems_t *problems)
 {
-    FILE *f = fopen(file, "r");
+    int fd = vocab_open(file, path, problems);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "r");
     if (f == NULL) {
-        sl_dpp_problems_add(problems, "%s.file: cannot open vocabulary '%s': %s", path, file,
-                            strerror(errno));
+        sl_dpp_problems_add(problems, "%s.file: vocabulary '%s': %s", path, file, strerror(errno));
+        close(fd);
         return NULL;
     }
     dpp_vocab_t *v = sl_calloc(a, 1, sizeof *v);
@@ -116,8 +167,10 @@ dpp_vocab_t *dpp_vocab_load(const char *file, const sl_allocator_t *a, uint64_t 
         errno = 0;
         long long id = len > 0 && !isspace((unsigned char)line[0]) ? strtoll(line, &end, 10) : 0;
         if (end == NULL || *end != '\0' || errno != 0) {
-            sl_dpp_problems_add(problems, "%s.file: %s line %llu: '%s' is not an int64 id", path,
-                                file, (unsigned long long)lineno + 1, line);
+            /* Not the line itself: the file may be anything readable
+             * (a spec naming /etc/shadow must not print its first line). */
+            sl_dpp_problems_add(problems, "%s.file: %s line %llu: not a decimal int64 id", path,
+                                file, (unsigned long long)lineno + 1);
             ok = false;
             break;
         }
@@ -133,9 +186,8 @@ dpp_vocab_t *dpp_vocab_load(const char *file, const sl_allocator_t *a, uint64_t 
         }
         int64_t prev = insert(v, (int64_t)id, (int64_t)lineno);
         if (prev >= 0) {
-            sl_dpp_problems_add(problems, "%s.file: %s line %llu: id %lld already on line %lld",
-                                path, file, (unsigned long long)lineno + 1, id,
-                                (long long)prev + 1);
+            sl_dpp_problems_add(problems, "%s.file: %s line %llu: the id of line %lld again",
+                                path, file, (unsigned long long)lineno + 1, (long long)prev + 1);
             ok = false;
             break;
         }

@@ -38,8 +38,10 @@ static void fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg)
     }
     pthread_mutex_unlock(&w->mu);
     if (!first) return;
-    sl_dpp_server_fail(w->server, code, msg);
+    /* stopping first: a transform thread ending now must not finish the
+     * server (END) for a failed job */
     atomic_store(&w->stopping, true);
+    sl_dpp_server_fail(w->server, code, msg);
     sl_dpp_budget_close(w->budget);
     sl_dpp_queue_close(w->work);
 }
@@ -61,6 +63,64 @@ void dpp_worker_account_stripe(sl_dpp_worker_t *w, uint64_t rows, uint64_t kept,
     pthread_mutex_unlock(&w->mu);
 }
 
+/* A strict acquire of the budget for what (a stage holding held bytes);
+ * its refusal as the worker's error. */
+static sl_err_t budget_take(sl_dpp_worker_t *w, uint64_t bytes, uint64_t held, const char *what,
+                            sl_error_t *err)
+{
+    sl_err_t rc = sl_dpp_budget_acquire(w->budget, bytes, held);
+    /* NOMEM, not TOO_LARGE: the worker's limit, not the split, is the
+     * problem (a split error would be reported to the master). */
+    if (rc == SL_ERR_TOO_LARGE)
+        return sl_error_set(err, SL_ERR_NOMEM,
+                            "worker: --memory-limit of %llu bytes cannot hold %s (%llu bytes more) "
+                            "with the %llu bytes accounted now (%llu of them this stage's), and "
+                            "nothing else can free memory: raise the limit",
+                            (unsigned long long)sl_dpp_budget_limit(w->budget), what,
+                            (unsigned long long)bytes,
+                            (unsigned long long)sl_dpp_budget_used(w->budget),
+                            (unsigned long long)held);
+    if (rc != SL_OK) return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
+    return SL_OK;
+}
+
+sl_err_t dpp_worker_reader_take(sl_dpp_worker_t *w, uint64_t bytes, const char *what,
+                                sl_error_t *err)
+{
+    return budget_take(w, bytes, w->stripe_held + w->batcher_held, what, err);
+}
+
+sl_err_t dpp_worker_stripe_acct(sl_dpp_worker_t *w, uint64_t est, uint64_t sb, const char *file,
+                                uint32_t stripe, sl_error_t *err)
+{
+    /* est was taken before reading; a larger stripe is accounted before
+     * any of its rows moves on (waiting for room like anything else). */
+    w->stripe_held = est;
+    if (sb > est) {
+        char what[320];
+        snprintf(what, sizeof what, "%.250s stripe %u decoded", file, stripe);
+        sl_err_t rc = dpp_worker_reader_take(w, sb - est, what, err);
+        if (rc != SL_OK) return rc;
+    } else {
+        sl_dpp_budget_release(w->budget, est - sb);
+    }
+    w->stripe_held = sb;
+    return SL_OK;
+}
+
+sl_err_t dpp_worker_batcher_acct(sl_dpp_worker_t *w, const sl_dpp_batcher_t *b, sl_error_t *err)
+{
+    uint64_t fp = sl_dpp_batcher_footprint(b);
+    if (fp > w->batcher_held) {
+        sl_err_t rc = dpp_worker_reader_take(w, fp - w->batcher_held, "the batch being built", err);
+        if (rc != SL_OK) return rc;
+    } else {
+        sl_dpp_budget_release(w->budget, w->batcher_held - fp);
+    }
+    w->batcher_held = fp;
+    return SL_OK;
+}
+
 uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows)
 {
     const sl_batch_t *b = &rows->batch;
@@ -73,10 +133,6 @@ uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows)
            (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
 }
 
-/* Batcher output, on the reader thread: account the batch (three times its
- * arena: room for what dedup and transforms add and for its encoded form,
- * so the transform thread rarely needs more) and hand it to the transform
- * threads. */
 static void retire(sl_dpp_worker_t *w, void *lease)
 {
     if (lease && w->source.lease_retire) w->source.lease_retire(w->source.ctx, lease, false);
@@ -96,6 +152,10 @@ static void drop_msg(sl_dpp_worker_t *w, const sl_dpp_msg_t *m)
     }
 }
 
+/* Batcher output, on the reader thread: account the batch (its arena,
+ * taken over from the batcher's share where it was accounted there, plus
+ * its encoded size: room for the frame the transform thread will make, so
+ * that it rarely needs more) and hand it to the transform threads. */
 static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
 {
     sl_dpp_worker_t *w = ctx;
@@ -110,21 +170,48 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
         if (w->source.lease_made) w->source.lease_made(w->source.ctx, w->tag.lease);
         m = (sl_dpp_msg_t){.type = MSG_LEASED, .ptr = l};
     }
-    m.bytes = 3 * (uint64_t)sl_arena_footprint(batch->arena);
+    uint64_t arena = sl_arena_footprint(batch->arena);
+    uint64_t moved = arena < w->batcher_held ? arena : w->batcher_held;
+    w->batcher_held -= moved;
+    uint64_t more = arena - moved + (uint64_t)sl_wire_encoded_size(batch);
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    bool ok = sl_dpp_budget_acquire(w->budget, m.bytes, w->reader_held);
-    if (!ok) {
-        m.bytes = 0;
+    char what[64];
+    snprintf(what, sizeof what, "a batch of %u rows", batch->batch_size);
+    sl_err_t rc = budget_take(w, more, w->stripe_held + w->batcher_held + moved, what, err);
+    m.bytes = rc == SL_OK ? moved + more : moved;
+    if (rc != SL_OK) {
         drop_msg(w, &m);
-        return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
+        return rc;
     }
-    sl_err_t rc = sl_dpp_queue_push(w->work, &m, -1);
+    sl_dpp_budget_idle(w->budget, true); /* a full queue: waiting for a transform thread */
+    rc = sl_dpp_queue_push(w->work, &m, -1);
+    sl_dpp_budget_idle(w->budget, false);
     w->handoff_ns += now_ns(CLOCK_MONOTONIC) - t0; /* memory or a full queue: back-pressure */
     if (rc != SL_OK) {
         drop_msg(w, &m);
         return sl_error_set(err, rc, "worker stopping");
     }
     return SL_OK;
+}
+
+/* Under a master, a leased split the reader cannot read (rc a split
+ * error) is reported through the source instead of failing the worker:
+ * what the batcher gathered of it is discarded, the lease is done, the
+ * reader goes on with the next one. @return true when handled so. */
+static bool reader_lease_failed(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, const sl_dpp_work_t *wk,
+                                int32_t stripe, sl_err_t rc, sl_error_t *err)
+{
+    if (!w->source.lease_failed || !dpp_worker_split_error(rc) || atomic_load(&w->stopping))
+        return false;
+    w->source.lease_failed(w->source.ctx, wk->lease, rc, stripe, err->msg);
+    sl_dpp_batcher_discard(b);
+    sl_error_t e = {0};
+    dpp_worker_batcher_acct(w, b, &e); /* smaller now: releases */
+    if (w->source.done) w->source.done(w->source.ctx, wk, NULL, 0);
+    pthread_mutex_lock(&w->mu);
+    w->st.splits_failed++;
+    pthread_mutex_unlock(&w->mu);
+    return true;
 }
 
 static void *reader_main(void *arg)
@@ -168,34 +255,45 @@ static void *reader_main(void *arg)
     uint64_t est = 0; /* expected bytes of the next stripe: the last one's */
     while (!atomic_load(&w->stopping)) {
         sl_dpp_work_t wk;
+        sl_dpp_budget_idle(w->budget, true); /* waiting for a split (a lease) */
         rc = w->source.next(w->source.ctx, &wk, &err);
+        sl_dpp_budget_idle(w->budget, false);
         if (rc == SL_ERR_CLOSED) {
             rc = SL_OK;
             break;
         }
         if (rc) goto out;
-        if (have_epoch && wk.epoch != epoch && (rc = sl_dpp_batcher_end_epoch(b, &err))) goto out;
+        if (have_epoch && wk.epoch != epoch &&
+            ((rc = sl_dpp_batcher_end_epoch(b, &err)) || (rc = dpp_worker_batcher_acct(w, b, &err))))
+            goto out;
         have_epoch = true;
         epoch = wk.epoch;
         uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+        sc.stripe = -1;
         /* Consecutive splits of one file share the open reader: no footer
          * parsing again, and its decode buffers stay warm. */
         if (r && strcmp(r_path, wk.split->path) == 0) {
-            if ((rc =
-                     sl_wh_reader_set_range(r, wk.split->stripe_begin, wk.split->stripe_end, &err)))
-                goto out;
+            rc = sl_wh_reader_set_range(r, wk.split->stripe_begin, wk.split->stripe_end, &err);
         } else {
             sl_wh_reader_close(r);
             r = NULL;
-            if ((rc = sl_wh_reader_open_split(w->table, wk.split, &ro, &r, &err))) goto out;
-            if (strlen(wk.split->path) < sizeof r_path)
+            rc = sl_wh_reader_open_split(w->table, wk.split, &ro, &r, &err);
+            if (rc == SL_OK && strlen(wk.split->path) < sizeof r_path)
                 snprintf(r_path, sizeof r_path, "%s", wk.split->path);
             else
                 r_path[0] = '\0'; /* too long to remember: reopened next time */
         }
         if (wk.lease) {
-            rc = dpp_worker_read_lease(w, b, r, &wk, &sc, weight_label != NULL, &err);
+            if (rc == SL_OK) rc = dpp_worker_read_lease(w, b, r, &wk, &sc, weight_label != NULL, &err);
             w->tag.lease = NULL;
+            if (rc != SL_OK && reader_lease_failed(w, b, &wk, sc.stripe, rc, &err)) {
+                /* the reader's state after a failure is unknown: reopen */
+                sl_wh_reader_close(r);
+                r = NULL;
+                r_path[0] = '\0';
+                rc = SL_OK;
+                continue;
+            }
             if (rc) goto out;
             if (w->source.done) w->source.done(w->source.ctx, &wk, sc.empty, sc.num_empty);
             pthread_mutex_lock(&w->mu);
@@ -203,11 +301,12 @@ static void *reader_main(void *arg)
             pthread_mutex_unlock(&w->mu);
             continue;
         }
+        if (rc) goto out;
         uint64_t row = 0;
         for (;;) {
             if (atomic_load(&w->stopping)) goto out;
             uint64_t tw = now_ns(CLOCK_MONOTONIC);
-            if (!sl_dpp_budget_acquire(w->budget, est, 0)) goto out;
+            if ((rc = dpp_worker_reader_take(w, est, "the next stripe", &err))) goto out;
             uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw;
             const sl_wh_rows_t *rows;
             rc = sl_wh_reader_next(r, &rows, &err);
@@ -217,12 +316,12 @@ static void *reader_main(void *arg)
                 break;
             }
             uint64_t sb = dpp_worker_rows_bytes(rows);
-            if (sb > est)
-                sl_dpp_budget_force(w->budget, sb - est);
-            else
-                sl_dpp_budget_release(w->budget, est - sb);
+            if ((rc = dpp_worker_stripe_acct(w, est, sb, rows->file, rows->stripe, &err))) {
+                sl_dpp_budget_release(w->budget, w->stripe_held);
+                w->stripe_held = 0;
+                goto out;
+            }
             est = sb;
-            w->reader_held = sb;
             uint64_t t1 = now_ns(CLOCK_MONOTONIC);
             uint32_t n = rows->batch.batch_size;
             if (n > scratch_rows) {
@@ -234,6 +333,7 @@ static void *reader_main(void *arg)
                 if (!selected || !weights) {
                     rc = sl_error_set(&err, SL_ERR_NOMEM, "worker: out of memory");
                     sl_dpp_budget_release(w->budget, sb);
+                    w->stripe_held = 0;
                     goto out;
                 }
             }
@@ -249,7 +349,8 @@ static void *reader_main(void *arg)
                 rc = sl_dpp_batcher_add(b, &rows->batch, kept == n ? NULL : selected,
                                         weight_label ? weights : NULL, kept, &origin, &err);
             }
-            w->reader_held = 0;
+            if (rc == SL_OK) rc = dpp_worker_batcher_acct(w, b, &err);
+            w->stripe_held = 0;
             sl_dpp_budget_release(w->budget, sb);
             dpp_worker_account_stripe(w, n, kept, t0, t1, waited, h0);
             if (rc) goto out;
@@ -264,6 +365,10 @@ static void *reader_main(void *arg)
     if (rc == SL_OK && have_epoch && !atomic_load(&w->stopping))
         rc = sl_dpp_batcher_end_epoch(b, &err);
 out:
+    /* what the batcher held goes with it (the batcher is destroyed below) */
+    sl_dpp_budget_release(w->budget, w->batcher_held);
+    w->batcher_held = 0;
+    sl_dpp_budget_idle(w->budget, true); /* the reader has ended */
     sl_wh_reader_close(r);
     if (b) {
         sl_dpp_batcher_stats_t bs;
@@ -285,6 +390,27 @@ out:
     return NULL;
 }
 
+/* A batch that could not be made (rc): its memory goes; a leased batch
+ * whose rows fail (a split error) fails its lease, reported through the
+ * source, and the worker goes on (@return SL_OK); anything else is the
+ * worker's failure (@return rc). */
+static sl_err_t batch_failed(sl_dpp_worker_t *w, sl_batch_t *batch, uint64_t held,
+                             const sl_dpp_item_t *tag, sl_err_t rc, sl_error_t *err)
+{
+    sl_dpp_budget_release(w->budget, held);
+    sl_batch_destroy(batch);
+    bool split = tag && w->source.lease_failed && dpp_worker_split_error(rc) &&
+                 !atomic_load(&w->stopping);
+    /* before the retire: that may be the lease's last batch */
+    if (split) w->source.lease_failed(w->source.ctx, tag->lease, rc, -1, err->msg);
+    if (tag) retire(w, tag->lease);
+    if (!split) return rc;
+    pthread_mutex_lock(&w->mu);
+    w->st.splits_failed++;
+    pthread_mutex_unlock(&w->mu);
+    return SL_OK;
+}
+
 /* Dedup, transform and encode one batch; hand it to the server (with its
  * lease part when tag is not NULL). Takes the batch, also on failure. */
 static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64_t held,
@@ -296,26 +422,20 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
     if (rc == SL_OK) rc = sl_dpp_plan_transform(w->plan, batch, err);
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
-        sl_dpp_budget_release(w->budget, held);
         sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ",
                         batch->origin.split_id, batch->origin.first_row);
-        sl_batch_destroy(batch);
-        if (tag) retire(w, tag->lease);
-        return rc;
+        return batch_failed(w, batch, held, tag, rc, err);
     }
     size_t need_enc = sl_wire_encoded_size(batch);
     uint64_t need = (uint64_t)sl_arena_footprint(batch->arena) + need_enc;
     uint64_t tw = 0;
     if (need > held) {
         uint64_t a0 = now_ns(CLOCK_MONOTONIC);
-        bool ok = sl_dpp_budget_acquire_pinned(w->budget, need - held);
+        char what[96];
+        snprintf(what, sizeof what, "the encoding of a batch of %u rows", batch->batch_size);
+        rc = budget_take(w, need - held, held, what, err);
         tw = now_ns(CLOCK_MONOTONIC) - a0;
-        if (!ok) {
-            sl_dpp_budget_release(w->budget, held);
-            sl_batch_destroy(batch);
-            if (tag) retire(w, tag->lease);
-            return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
-        }
+        if (rc != SL_OK) return batch_failed(w, batch, held, tag, rc, err); /* memory, stop */
         held = need;
     }
     void *frame = NULL;
@@ -323,10 +443,8 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
     rc = sl_wire_encode(batch, w->a, &frame, &len, err);
     uint64_t t3 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
-        sl_dpp_budget_release(w->budget, held);
-        sl_batch_destroy(batch);
-        if (tag) retire(w, tag->lease);
-        return sl_error_prefix(err, "encode: ");
+        sl_error_prefix(err, "encode: ");
+        return batch_failed(w, batch, held, tag, rc, err);
     }
     sl_dpp_item_t it = {.frame = frame,
                         .len = len,
@@ -375,7 +493,11 @@ static void *xform_main(void *arg)
         fail(w, rc, err.msg);
     }
     sl_dpp_msg_t m;
-    while (sl_dpp_queue_pop(w->work, &m, -1) == SL_OK) {
+    for (;;) {
+        sl_dpp_budget_idle(w->budget, true); /* waiting for a batch */
+        sl_err_t popped = sl_dpp_queue_pop(w->work, &m, -1);
+        if (popped != SL_OK) break; /* stays idle: this thread has ended */
+        sl_dpp_budget_idle(w->budget, false);
         if (rc != SL_OK || atomic_load(&w->stopping)) {
             drop_msg(w, &m);
             continue;
@@ -533,6 +655,7 @@ sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         goto fail;
     }
+    sl_dpp_budget_stages(w->budget, o.threads + 1); /* the reader and the transform threads */
     sl_dpp_server_opts_t so = {.listen = o.listen,
                                .max_credits = o.max_credits,
                                .worker_id = w->worker_id,
@@ -545,7 +668,10 @@ sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t
                                .listen_port = o.listen_port,
                                .lease_live = w->source.lease_live,
                                .lease_retire = w->source.lease_retire,
-                               .lease_ctx = w->source.ctx};
+                               .lease_ctx = w->source.ctx,
+                               .cluster_secret = o.cluster_secret,
+                               .max_clients = o.max_clients,
+                               .idle_timeout_ms = o.client_conn_idle_ms};
     w->listen_fd_owned = false; /* the server owns it now, also when it fails */
     if ((rc = sl_dpp_server_start(&so, &w->server, err))) goto fail;
     atomic_store(&w->running, o.threads);
@@ -583,14 +709,17 @@ sl_err_t sl_dpp_worker_wait(sl_dpp_worker_t *w, int timeout_ms, sl_error_t *err)
 {
     uint64_t end =
         now_ns(CLOCK_MONOTONIC) + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
-    for (;;) {
+    for (bool done = false;;) {
+        /* checked after the wait too: a failure may come while waiting, and
+         * a pipeline thread that had not seen it yet may finish the server */
         pthread_mutex_lock(&w->mu);
         sl_err_t code = w->fail_code;
         if (code) sl_error_set(err, code, "%s", w->fail_msg);
         pthread_mutex_unlock(&w->mu);
         if (code) return code;
-        if (sl_dpp_server_wait_done(w->server, 100)) return SL_OK;
-        if (timeout_ms >= 0 && now_ns(CLOCK_MONOTONIC) >= end)
+        if (done) return SL_OK;
+        done = sl_dpp_server_wait_done(w->server, 100);
+        if (!done && timeout_ms >= 0 && now_ns(CLOCK_MONOTONIC) >= end)
             return sl_error_set(err, SL_ERR_TIMEOUT, "worker: job not finished yet");
     }
 }
@@ -672,8 +801,19 @@ void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, 
             s->batches_sent, s->bytes_sent, s->batches_acked, s->samples_acked, s->redeliveries);
     fprintf(out, "  clients %" PRIu64 " (now %u), closed for bad frames %" PRIu64 "\n",
             s->clients_total, s->clients_now, s->bad_frames);
+    if (s->auth_failures || s->evicted || s->refused || s->idle_closed || s->handshake_timeouts)
+        fprintf(out,
+                "  connections refused without the cluster secret %" PRIu64
+                ", evicted at the cap %" PRIu64 ", refused at the cap %" PRIu64
+                ", closed idle %" PRIu64 ", handshake timeouts %" PRIu64 "\n",
+                s->auth_failures, s->evicted, s->refused, s->idle_closed, s->handshake_timeouts);
     fprintf(out, "  memory limit %" PRIu64 " bytes, peak accounted %" PRIu64 "\n", st->memory_limit,
             st->memory_peak);
+}
+
+void sl_dpp_worker_fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg)
+{
+    fail(w, code ? code : SL_ERR_IO, msg ? msg : sl_err_str(code));
 }
 
 bool sl_dpp_worker_failed(sl_dpp_worker_t *w, sl_error_t *err)

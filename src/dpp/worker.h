@@ -94,6 +94,15 @@ typedef struct sl_dpp_split_source {
     void (*lease_made)(void *ctx, void *lease);
     bool (*lease_live)(void *ctx, void *lease);
     void (*lease_retire)(void *ctx, void *lease, bool acked);
+    /* The lease's split cannot be read (may be NULL: the worker fails
+     * instead): a corrupt or truncated stripe, an I/O error, a transform
+     * failing on its rows. code and msg say what (msg names file and
+     * stripe, never quotes file content), stripe which one (-1: not one
+     * stripe). The source stops treating the lease as live (its batches not
+     * yet sent are dropped) and reports it; the worker goes on with other
+     * leases. From the reader (done follows) or a transform thread (before
+     * the failing batch is retired); takes only the source's own lock. */
+    void (*lease_failed)(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg);
     void *ctx;
 } sl_dpp_split_source_t;
 
@@ -125,6 +134,11 @@ typedef struct sl_dpp_worker_opts {
     int listen_fd;
     uint16_t listen_port;
     const char *job_id; /* in WELCOME and BatchInfo; NULL: the job's id (a master's id may differ) */
+    /* Trainer port limits and peers (server.h): */
+    const char *cluster_secret; /* clients must prove they hold it; NULL: none (then only a
+                                   loopback listen address is accepted) */
+    uint32_t max_clients;       /* client connections at once; 0: 256 */
+    int client_conn_idle_ms;    /* close a client silent this long holding no batch; 0: 60000 */
 } sl_dpp_worker_opts_t;
 
 sl_dpp_worker_opts_t sl_dpp_worker_opts_default(void);
@@ -141,6 +155,7 @@ typedef struct sl_dpp_worker_stats {
     uint32_t threads;
     bool dedup_form; /* the table stores the job's dedup groups: read and sent as stored */
     uint64_t splits, stripes, rows_read, rows_kept, rows_dropped;
+    uint64_t splits_failed; /* leases whose split could not be read (reported, not fatal) */
     uint64_t batches, samples;              /* encoded */
     uint64_t bytes_encoded, bytes_expanded; /* encoded; and had dedup been off */
     uint32_t num_groups;
@@ -185,6 +200,13 @@ void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, 
 
 /* Has the pipeline failed? Then err (may be NULL) gets its error. Never blocks. */
 bool sl_dpp_worker_failed(sl_dpp_worker_t *w, sl_error_t *err);
+
+/* Fail the worker from outside its pipeline (a split source that can no
+ * longer serve, e.g. the master refused its worker id): the first failure
+ * is kept, clients get ERROR(code, msg), sl_dpp_worker_wait returns it.
+ * Any thread but the worker's own pipeline threads; takes the worker's and
+ * the server's locks (never call it holding a lock the lease hooks take). */
+void sl_dpp_worker_fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg);
 
 /* The worker's id and the job id it serves (borrowed, valid until destroy). */
 const char *sl_dpp_worker_id(const sl_dpp_worker_t *w);

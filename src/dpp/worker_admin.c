@@ -43,6 +43,9 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
     counter(&p, "sluice_worker_rows_read_total", "Rows read from the table.", (double)st.rows_read);
     counter(&p, "sluice_worker_rows_kept_total", "Rows the filters kept.", (double)st.rows_kept);
     counter(&p, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
+    counter(&p, "sluice_worker_splits_failed_total",
+            "Leases whose split could not be read (reported to the master).",
+            (double)st.splits_failed);
     counter(&p, "sluice_worker_batches_total", "Batches encoded.", (double)st.batches);
     counter(&p, "sluice_worker_samples_total", "Samples in encoded batches.", (double)st.samples);
     counter(&p, "sluice_worker_bytes_encoded_total", "Bytes of encoded batches.",
@@ -82,12 +85,24 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
             (double)s->dropped);
     counter(&p, "sluice_worker_bad_frames_total", "Connections closed for a bad frame.",
             (double)s->bad_frames);
+    counter(&p, "sluice_worker_auth_failures_total",
+            "Trainer connections refused: no proof of the cluster secret.",
+            (double)s->auth_failures);
+    sl_prom_family(&p, "sluice_worker_connections_closed_total", "counter",
+                   "Trainer connections the worker closed to keep its limits, by reason.");
+    const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
+    uint64_t wv[] = {s->handshake_timeouts, s->idle_closed, s->evicted, s->refused};
+    for (int i = 0; i < 4; i++) {
+        char lab[64];
+        sl_prom_label(lab, sizeof lab, "reason", why[i]);
+        sl_prom_sample(&p, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
+    }
     gauge(&p, "sluice_worker_clients", "Trainer clients connected now.", (double)s->clients_now);
     gauge(&p, "sluice_worker_queue_ready_batches", "Encoded batches waiting for a client.",
           (double)s->ready);
     gauge(&p, "sluice_worker_memory_used_bytes", "Bytes accounted by the memory budget now.",
           (double)st.memory_used);
-    gauge(&p, "sluice_worker_memory_peak_bytes", "Highest bytes accounted.",
+    gauge(&p, "sluice_worker_memory_peak_bytes", "Highest bytes accounted (the budget's high-water mark, never above the limit).",
           (double)st.memory_peak);
     gauge(&p, "sluice_worker_memory_limit_bytes", "The memory budget.", (double)st.memory_limit);
     gauge(&p, "sluice_worker_finished", "1 once every batch is produced and acknowledged.",
@@ -138,6 +153,7 @@ char *sl_dpp_worker_status_json(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
         "ready", (json_int_t)st.server.ready, "clients", (json_int_t)st.server.clients_now,
         "dropped", (json_int_t)st.server.dropped, "memory", "limit", (json_int_t)st.memory_limit,
         "used", (json_int_t)st.memory_used, "peak", (json_int_t)st.memory_peak);
+    if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
     if (o && ms) {
         sl_dpp_master_source_stats_t m;
         sl_dpp_master_source_stats(ms, &m);
@@ -244,16 +260,25 @@ sl_err_t sl_dpp_worker_admin_start(sl_dpp_worker_t *w, sl_dpp_master_source_t *m
                                    const char *address, sl_dpp_worker_admin_t **out,
                                    sl_error_t *err)
 {
+    sl_admin_opts_t o = {.address = address};
+    return sl_dpp_worker_admin_serve(w, ms, &o, out, err);
+}
+
+sl_err_t sl_dpp_worker_admin_serve(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms,
+                                   const sl_admin_opts_t *endpoint, sl_dpp_worker_admin_t **out,
+                                   sl_error_t *err)
+{
     const sl_allocator_t *al = sl_allocator_default();
     sl_dpp_worker_admin_t *a = sl_calloc(al, 1, sizeof *a);
     if (!a) return sl_error_set(err, SL_ERR_NOMEM, "worker admin: out of memory");
     a->ctx.w = w;
     a->ctx.ms = ms;
     pthread_mutex_init(&a->ctx.mu, NULL);
-    sl_admin_opts_t o = {.address = address,
-                         .routes = routes,
-                         .num_routes = sizeof routes / sizeof routes[0],
-                         .ctx = &a->ctx};
+    sl_admin_opts_t o = *endpoint;
+    o.token = NULL;
+    o.routes = routes;
+    o.num_routes = sizeof routes / sizeof routes[0];
+    o.ctx = &a->ctx;
     sl_err_t rc = sl_admin_start(&o, &a->admin, err);
     if (rc) {
         pthread_mutex_destroy(&a->ctx.mu);

@@ -20,6 +20,13 @@ sl_err_t sl_dpp_worker_admin_start(sl_dpp_worker_t *w, sl_dpp_master_source_t *m
                                    const char *address, sl_dpp_worker_admin_t **out,
                                    sl_error_t *err);
 
+/* The same with every endpoint option (address, TLS certificate and key,
+ * connection limit and timeout, admin.h); routes and context are the
+ * worker's own, and no route needs a token. */
+sl_err_t sl_dpp_worker_admin_serve(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms,
+                                   const sl_admin_opts_t *endpoint, sl_dpp_worker_admin_t **out,
+                                   sl_error_t *err);
+
 uint16_t sl_dpp_worker_admin_port(const sl_dpp_worker_admin_t *a);
 
 /* Serve w and ms from now on (NULL, NULL: nothing, before destroying them). */

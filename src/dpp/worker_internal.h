@@ -43,7 +43,10 @@ struct sl_dpp_worker {
     bool reader_started;
     atomic_bool stopping;
     atomic_uint running;  /* transform threads still running */
-    uint64_t reader_held; /* budget bytes the reader thread holds (reader thread only) */
+    /* Budget bytes the reader thread holds (reader thread only): the
+     * decoded stripe being batched, and the batcher (the batch being
+     * filled, its reusable value vectors, a shuffle window). */
+    uint64_t stripe_held, batcher_held;
     uint64_t handoff_ns;  /* reader thread only: time waiting to hand batches over */
     bool master_mode;     /* the source leases splits (it has lease hooks) */
     sl_dpp_item_t tag;    /* reader thread only: the lease part of the next batch emitted */
@@ -70,7 +73,29 @@ typedef struct rscratch {
     uint64_t est;                /* expected bytes of the next stripe: the last one's */
     sl_dpp_row_range_t *empty;   /* rows of the lease that went into no batch */
     uint32_t num_empty, empty_cap;
+    int32_t stripe;              /* being read (-1: none yet), for a failure report */
 } rscratch_t;
+
+/* Is rc an error of the data being read or transformed (a split that cannot
+ * be read: reported to the master) rather than of the worker (memory,
+ * stopping, a broken protocol: the worker fails)? */
+static inline bool dpp_worker_split_error(sl_err_t rc)
+{
+    return rc != SL_OK && rc != SL_ERR_NOMEM && rc != SL_ERR_CLOSED && rc != SL_ERR_PROTOCOL &&
+           rc != SL_ERR_TIMEOUT && rc != SL_ERR_AGAIN;
+}
+
+/* The reader's memory accounting (reader thread only; worker.c). Every
+ * acquire is strict (the budget never passes the limit); a refusal fails
+ * the worker with a message naming what did not fit. reader_take: bytes
+ * more for the reader (est, before reading a stripe). stripe_acct: the
+ * stripe read is sb bytes, est of which were taken before. batcher_acct:
+ * bring batcher_held to the batcher's footprint now. */
+sl_err_t dpp_worker_reader_take(sl_dpp_worker_t *w, uint64_t bytes, const char *what,
+                                sl_error_t *err);
+sl_err_t dpp_worker_stripe_acct(sl_dpp_worker_t *w, uint64_t est, uint64_t sb, const char *file,
+                                uint32_t stripe, sl_error_t *err);
+sl_err_t dpp_worker_batcher_acct(sl_dpp_worker_t *w, const sl_dpp_batcher_t *b, sl_error_t *err);
 
 /* Bytes of a stripe's decoded rows (for the memory budget). */
 /* Add one stripe's rows and stage times to the statistics (reader thread;

@@ -137,7 +137,7 @@ static uint64_t batcher_fill(const sl_dpp_batcher_t *b)
 {
     sl_dpp_batcher_stats_t bs;
     sl_dpp_batcher_stats(b, &bs);
-    return bs.rows_in - bs.rows_out - bs.rows_dropped;
+    return bs.rows_in - bs.rows_out - bs.rows_dropped - bs.rows_discarded;
 }
 
 /* The end of a todo range at row to: the batch being built ends there
@@ -191,6 +191,7 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
          st++) {
         if (atomic_load(&w->stopping)) return SL_ERR_CLOSED;
         if (w->source.lease_live && !w->source.lease_live(w->source.ctx, wk->lease)) break;
+        sc->stripe = (int32_t)st;
         sl_wh_stripe_info_t info;
         if ((rc = sl_wh_reader_stripe_info(r, st, &info)))
             return sl_error_set(err, rc, "%s: lease of split %" PRIu64 ": no stripe %u",
@@ -201,7 +202,7 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
             continue;
         }
         uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-        if (!sl_dpp_budget_acquire(w->budget, sc->est, 0)) return SL_ERR_CLOSED;
+        if ((rc = dpp_worker_reader_take(w, sc->est, "the next stripe", err))) return rc;
         uint64_t waited = now_ns(CLOCK_MONOTONIC) - t0;
         const sl_wh_rows_t *rows = NULL;
         if ((rc = sl_wh_reader_set_range(r, st, st + 1, err)) ||
@@ -212,12 +213,12 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
             return rc;
         }
         uint64_t sb = dpp_worker_rows_bytes(rows);
-        if (sb > sc->est)
-            sl_dpp_budget_force(w->budget, sb - sc->est);
-        else
-            sl_dpp_budget_release(w->budget, sc->est - sb);
+        if ((rc = dpp_worker_stripe_acct(w, sc->est, sb, rows->file, rows->stripe, err))) {
+            sl_dpp_budget_release(w->budget, w->stripe_held);
+            w->stripe_held = 0;
+            return rc;
+        }
         sc->est = sb;
-        w->reader_held = sb;
         uint64_t t1 = now_ns(CLOCK_MONOTONIC);
         uint32_t n = rows->batch.batch_size, kept = 0;
         uint64_t h0 = w->handoff_ns;
@@ -260,7 +261,8 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
             rc = end_range(w, b, sc, &from, t->to_row, err);
             if (++ti < wk->num_todo) from = todo[ti].from_row;
         }
-        w->reader_held = 0;
+        if (rc == SL_OK) rc = dpp_worker_batcher_acct(w, b, err);
+        w->stripe_held = 0;
         sl_dpp_budget_release(w->budget, sb);
         dpp_worker_account_stripe(w, n, kept, t0, t1, waited, h0);
         if (rc) return rc;
@@ -274,5 +276,6 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
                             wk->split_id, todo[wk->num_todo - 1].to_row, row);
     /* revoked mid-way: what the batcher holds goes out and is dropped unsent */
     if (batcher_fill(b) > 0) rc = sl_dpp_batcher_end_epoch(b, err);
+    if (rc == SL_OK) rc = dpp_worker_batcher_acct(w, b, err);
     return rc;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 static const ProtobufCMessageDescriptor *const descriptors[SL_RPC_TYPE_MAX + 1] = {
@@ -24,6 +25,9 @@ static const ProtobufCMessageDescriptor *const descriptors[SL_RPC_TYPE_MAX + 1] 
     [SL_RPC_ERROR] = &sluice__dpp__error__descriptor,
     [SL_RPC_GOODBYE] = &sluice__dpp__goodbye__descriptor,
     [SL_RPC_END] = &sluice__dpp__end__descriptor,
+    [SL_RPC_AUTH_CHALLENGE] = &sluice__dpp__auth_challenge__descriptor,
+    [SL_RPC_AUTH_RESPONSE] = &sluice__dpp__auth_response__descriptor,
+    [SL_RPC_AUTH_OK] = &sluice__dpp__auth_ok__descriptor,
     [SL_RPC_REGISTER] = &sluice__control__register__descriptor,
     [SL_RPC_REGISTERED] = &sluice__control__registered__descriptor,
     [SL_RPC_LEASE_REQUEST] = &sluice__control__lease_request__descriptor,
@@ -40,12 +44,16 @@ static const ProtobufCMessageDescriptor *const descriptors[SL_RPC_TYPE_MAX + 1] 
     [SL_RPC_CLIENT_STATS] = &sluice__control__client_stats__descriptor,
     [SL_RPC_TOKEN_REQUEST] = &sluice__control__token_request__descriptor,
     [SL_RPC_TOKEN] = &sluice__control__token__descriptor,
+    [SL_RPC_SPLIT_FAILED] = &sluice__control__split_failed__descriptor,
+    [SL_RPC_SPLIT_FAILED_REPLY] = &sluice__control__split_failed_reply__descriptor,
 };
 
 static const char *const type_names[SL_RPC_TYPE_MAX + 1] = {
     [0] = "unknown", [SL_RPC_HELLO] = "hello", [SL_RPC_WELCOME] = "welcome",
     [SL_RPC_REQUEST] = "request", [SL_RPC_BATCH] = "batch", [SL_RPC_ACK] = "ack",
     [SL_RPC_ERROR] = "error", [SL_RPC_GOODBYE] = "goodbye", [SL_RPC_END] = "end",
+    [SL_RPC_AUTH_CHALLENGE] = "auth-challenge", [SL_RPC_AUTH_RESPONSE] = "auth-response",
+    [SL_RPC_AUTH_OK] = "auth-ok",
     [SL_RPC_REGISTER] = "register", [SL_RPC_REGISTERED] = "registered",
     [SL_RPC_LEASE_REQUEST] = "lease-request", [SL_RPC_LEASE] = "lease",
     [SL_RPC_NO_WORK] = "no-work", [SL_RPC_HEARTBEAT] = "heartbeat",
@@ -54,6 +62,7 @@ static const char *const type_names[SL_RPC_TYPE_MAX + 1] = {
     [SL_RPC_ATTACHED] = "attached", [SL_RPC_COMMIT] = "commit",
     [SL_RPC_COMMIT_REPLY] = "commit-reply", [SL_RPC_CLIENT_STATS] = "client-stats",
     [SL_RPC_TOKEN_REQUEST] = "token-request", [SL_RPC_TOKEN] = "token",
+    [SL_RPC_SPLIT_FAILED] = "split-failed", [SL_RPC_SPLIT_FAILED_REPLY] = "split-failed-reply",
 };
 
 static bool known_type(uint32_t type)
@@ -228,6 +237,43 @@ static ssize_t read_fd(void *ctx, void *buf, size_t len)
     return read(*(const int *)ctx, buf, len);
 }
 
+uint64_t sl_rpc_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+typedef struct deadline_src {
+    int fd;
+    uint64_t deadline_ms;
+} deadline_src;
+
+/* A read that waits at most until the deadline (EAGAIN after it). */
+static ssize_t read_until(void *ctx, void *buf, size_t len)
+{
+    const deadline_src *d = ctx;
+    for (;;) {
+        uint64_t now = sl_rpc_now_ms();
+        if (now >= d->deadline_ms) {
+            errno = EAGAIN;
+            return -1;
+        }
+        uint64_t left = d->deadline_ms - now;
+        struct pollfd p = {.fd = d->fd, .events = POLLIN};
+        int r = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+        if (r < 0 && errno != EINTR) return -1;
+        if (r > 0) return read(d->fd, buf, len);
+    }
+}
+
+sl_err_t sl_rpc_recv_until(int fd, uint64_t deadline_ms, const sl_rpc_limits_t *limits,
+                           const sl_allocator_t *a, sl_rpc_frame_t *frame, sl_error_t *err)
+{
+    deadline_src d = {fd, deadline_ms};
+    return sl_rpc_recv_from(read_until, &d, limits, a, frame, err);
+}
+
 sl_err_t sl_rpc_recv(int fd, const sl_rpc_limits_t *limits, const sl_allocator_t *a,
                      sl_rpc_frame_t *frame, sl_error_t *err)
 {
@@ -321,6 +367,17 @@ void sl_rpc_send_error(int fd, sl_err_t code, const char *message)
     e.code = code;
     e.message = (char *)(message ? message : "");
     sl_rpc_send(fd, SL_RPC_ERROR, &e.base, NULL, 0, NULL);
+}
+
+sl_err_t sl_rpc_error_code(const Sluice__Dpp__Error *e)
+{
+    return e->code < 0 && e->code >= SL_ERR_UNSUPPORTED ? (sl_err_t)e->code : SL_ERR_PROTOCOL;
+}
+
+bool sl_rpc_error_retriable(sl_err_t code)
+{
+    return code == SL_ERR_AGAIN || code == SL_ERR_TIMEOUT || code == SL_ERR_IO ||
+           code == SL_ERR_NOMEM || code == SL_ERR_CLOSED;
 }
 
 void sl_rpc_send_goodbye(int fd, const char *reason)
@@ -452,4 +509,27 @@ sl_err_t sl_rpc_listen(const char *address, int backlog, int *fd_out, uint16_t *
     }
     freeaddrinfo(res);
     return sl_error_set(err, SL_ERR_IO, "listen on %s: %s", address, strerror(last_errno));
+}
+
+bool sl_rpc_address_is_loopback(const char *address)
+{
+    char host[256], port[32];
+    if (split_address(address, host, sizeof host, port, sizeof port, NULL) != SL_OK ||
+        host[0] == '\0')
+        return false;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    if (getaddrinfo(host, port, &hints, &res) != 0) return false;
+    bool loop = true;
+    for (struct addrinfo *ai = res; ai && loop; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET) {
+            uint32_t ip = ntohl(((const struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr);
+            loop = ip >> 24 == 127;
+        } else if (ai->ai_family == AF_INET6) {
+            loop = IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
+        } else {
+            loop = false;
+        }
+    }
+    freeaddrinfo(res);
+    return loop;
 }

@@ -6,6 +6,7 @@
 #ifndef SLUICE_RPC_FRAME_H
 #define SLUICE_RPC_FRAME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -30,6 +31,10 @@ typedef enum sl_rpc_type {
     SL_RPC_ERROR = 6,
     SL_RPC_GOODBYE = 7,
     SL_RPC_END = 8,
+    /* the cluster-secret handshake (rpc/auth.h), before any frame above */
+    SL_RPC_AUTH_CHALLENGE = 9,
+    SL_RPC_AUTH_RESPONSE = 10,
+    SL_RPC_AUTH_OK = 11,
     /* control frames (proto/control.proto): workers and clients with the master */
     SL_RPC_REGISTER = 16,
     SL_RPC_REGISTERED = 17,
@@ -46,9 +51,11 @@ typedef enum sl_rpc_type {
     SL_RPC_COMMIT_REPLY = 28,
     SL_RPC_CLIENT_STATS = 29,
     SL_RPC_TOKEN_REQUEST = 30,
-    SL_RPC_TOKEN = 31
+    SL_RPC_TOKEN = 31,
+    SL_RPC_SPLIT_FAILED = 32,
+    SL_RPC_SPLIT_FAILED_REPLY = 33
 } sl_rpc_type_t;
-#define SL_RPC_TYPE_MAX 31
+#define SL_RPC_TYPE_MAX 33
 
 /* @return "hello", "batch", ... or "unknown" (static). */
 const char *sl_rpc_type_name(uint32_t type);
@@ -110,6 +117,16 @@ typedef struct sl_rpc_frame {
 sl_err_t sl_rpc_recv(int fd, const sl_rpc_limits_t *limits, const sl_allocator_t *a,
                      sl_rpc_frame_t *frame, sl_error_t *err);
 
+/* sl_rpc_recv with one deadline for the whole frame: deadline_ms is a
+ * CLOCK_MONOTONIC time in ms (sl_rpc_now_ms), so a peer that trickles bytes
+ * cannot stretch a handshake past it however often it sends
+ * (SO_RCVTIMEO bounds each read only). SL_ERR_TIMEOUT when it passes. */
+sl_err_t sl_rpc_recv_until(int fd, uint64_t deadline_ms, const sl_rpc_limits_t *limits,
+                           const sl_allocator_t *a, sl_rpc_frame_t *frame, sl_error_t *err);
+
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t sl_rpc_now_ms(void);
+
 /* A byte source for sl_rpc_recv_from: read up to len bytes into buf.
  * @return bytes read (> 0), 0 at end of stream, or -1 with errno set
  * (EINTR is retried; EAGAIN / EWOULDBLOCK mean a timeout). */
@@ -122,8 +139,19 @@ sl_err_t sl_rpc_recv_from(sl_rpc_read_fn read, void *ctx, const sl_rpc_limits_t 
 /* Frees frame->msg and frame->payload; frame may be NULL. */
 void sl_rpc_frame_free(sl_rpc_frame_t *frame);
 
-/* Send an ERROR frame with code and message, best effort (errors ignored). */
+/* Send an ERROR frame with code and message, best effort (errors ignored).
+ * The sender closes the connection after it (docs/PROTOCOL.md). */
 void sl_rpc_send_error(int fd, sl_err_t code, const char *message);
+
+/* The sl_err_t of a received ERROR frame: its code when it is one of ours,
+ * SL_ERR_PROTOCOL otherwise (a newer peer's code still means failure). */
+sl_err_t sl_rpc_error_code(const Sluice__Dpp__Error *e);
+
+/* May a peer that got ERROR(code) (the connection then closed) connect
+ * again and retry? True for the codes that say "not now" rather than "not
+ * you": SL_ERR_AGAIN (a connection cap), SL_ERR_TIMEOUT (closed idle),
+ * SL_ERR_IO and SL_ERR_NOMEM (the server's trouble), SL_ERR_CLOSED. */
+bool sl_rpc_error_retriable(sl_err_t code);
 
 /* Send a GOODBYE frame with reason, best effort and bounded: sends on fd
  * time out after a second from then on, so a peer that stopped reading
@@ -144,5 +172,11 @@ sl_err_t sl_rpc_set_recv_timeout(int fd, int timeout_ms, sl_error_t *err);
 sl_err_t sl_rpc_connect(const char *address, int timeout_ms, int *fd_out, sl_error_t *err);
 sl_err_t sl_rpc_listen(const char *address, int backlog, int *fd_out, uint16_t *port_out,
                        sl_error_t *err);
+
+/* Does binding address ("host:port") reach this machine only? True when
+ * every address the host resolves to is a loopback one (127.0.0.0/8, ::1);
+ * false for an empty host, a wildcard (0.0.0.0, ::), any other address or
+ * a name that does not resolve. */
+bool sl_rpc_address_is_loopback(const char *address);
 
 #endif

@@ -27,6 +27,7 @@ sl_trainer_opts_t sl_trainer_opts_default(void)
         .job_id = NULL,
         .client_id = NULL,
         .refresh_ms = 1000,
+        .cluster_secret_file = NULL,
     };
 }
 
@@ -54,6 +55,7 @@ static void destroy(sl_trainer_t *t)
     if (t->pending) sl_free(a, t->pending, (size_t)t->pending_cap * sizeof *t->pending);
     free_str(a, t->address);
     free_str(a, t->client_name);
+    sl_rpc_secret_free(t->secret);
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->send_mu);
     pthread_mutex_destroy(&t->mu);
@@ -115,6 +117,11 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
     if (!t->address || !t->client_name || !t->pending) {
         destroy(t);
         return sl_error_set(err, SL_ERR_NOMEM, "trainer: out of memory");
+    }
+    sl_err_t src = sl_rpc_secret_load(opts->cluster_secret_file, &t->secret, err);
+    if (src != SL_OK) {
+        destroy(t);
+        return sl_error_prefix(err, "trainer: ");
     }
 
     if (master) {

@@ -31,9 +31,8 @@ void tr_drop_queue_locked(sl_trainer_t *t)
     atomic_store(&t->queued, 0);
 }
 
-void tr_fail(sl_trainer_t *t, const sl_error_t *e)
+void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e)
 {
-    pthread_mutex_lock(&t->mu);
     if (t->state == TR_RUNNING) {
         t->state = TR_FAILED;
         t->failure = *e;
@@ -41,6 +40,12 @@ void tr_fail(sl_trainer_t *t, const sl_error_t *e)
         tr_drop_queue_locked(t);
     }
     pthread_cond_broadcast(&t->cv);
+}
+
+void tr_fail(sl_trainer_t *t, const sl_error_t *e)
+{
+    pthread_mutex_lock(&t->mu);
+    tr_fail_locked(t, e);
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -63,9 +68,16 @@ static void uninstall(sl_trainer_t *t)
     if (fd >= 0) close(fd);
 }
 
+sl_err_t tr_authenticate(const sl_trainer_t *t, int fd, int timeout_ms, sl_error_t *err)
+{
+    if (!t->secret) return SL_OK;
+    return sl_rpc_auth_client(fd, t->secret, sl_rpc_now_ms() + (uint64_t)timeout_ms, err);
+}
+
 static sl_err_t handshake(sl_trainer_t *t, int fd, int timeout_ms, sl_error_t *err)
 {
     sl_err_t rc = sl_rpc_set_recv_timeout(fd, timeout_ms, err);
+    if (rc == SL_OK) rc = tr_authenticate(t, fd, timeout_ms, err);
     if (rc != SL_OK) return rc;
     Sluice__Dpp__Hello hello = SLUICE__DPP__HELLO__INIT;
     hello.protocol_version = SL_RPC_VERSION;
@@ -87,8 +99,8 @@ static sl_err_t handshake(sl_trainer_t *t, int fd, int timeout_ms, sl_error_t *e
             e->code < 0 && e->code >= SL_ERR_UNSUPPORTED ? (sl_err_t)e->code : SL_ERR_PROTOCOL;
         rc = sl_error_set(err, code, "worker refused the connection: %s", e->message);
     } else if (f.type != SL_RPC_WELCOME) {
-        rc = sl_error_set(err, SL_ERR_PROTOCOL, "expected a welcome frame, got %s",
-                          sl_rpc_type_name(f.type));
+        rc = sl_error_set(err, SL_ERR_PROTOCOL, "expected a welcome frame, got %s%s",
+                          sl_rpc_type_name(f.type), sl_rpc_auth_hint(f.type));
     } else {
         const Sluice__Dpp__Welcome *w = (const Sluice__Dpp__Welcome *)f.msg;
         if (w->protocol_version != SL_RPC_VERSION) {

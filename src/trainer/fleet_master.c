@@ -33,6 +33,19 @@ static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attach
                                   fl_slot_t **reap)
 {
     tr_fleet_t *f = t->fleet;
+    if (m->failed) {
+        /* The job failed at the master (a split its workers cannot read):
+         * end now with the reason, not after waiting for batches that will
+         * never come. Batches held are not handed out (as for any failure). */
+        sl_error_t e = {0};
+        sl_err_t code = m->failure_code < 0 && m->failure_code >= SL_ERR_UNSUPPORTED &&
+                                m->failure_code != SL_ERR_CLOSED
+                            ? (sl_err_t)m->failure_code
+                            : SL_ERR_IO;
+        sl_error_set(&e, code, "master %s: job %s failed: %s", f->master, f->job_id,
+                     m->failure && m->failure[0] ? m->failure : "no reason given");
+        tr_fail_locked(t, &e);
+    }
     f->finished = m->finished;
     f->epoch = m->epoch;
     snprintf(f->sharding, sizeof f->sharding, "%s", m->sharding ? m->sharding : "");
@@ -49,7 +62,7 @@ static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attach
             s->listed = true;
             continue;
         }
-        if (t->closing || f->finished) continue;
+        if (t->closing || f->finished || t->state == TR_FAILED) continue;
         if (strlen(w->worker_id) >= FL_ID_MAX || strlen(w->serve_address) >= FL_ADDR_MAX)
             continue;
         s = fl_slot_start(t, w->worker_id, w->serve_address);
@@ -153,6 +166,8 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, sl_error_t *err)
         return rc;
     }
     rc = sl_rpc_set_recv_timeout(fd, timeout_ms, err);
+    if (rc == SL_OK && (rc = tr_authenticate(t, fd, timeout_ms, err)) != SL_OK)
+        sl_error_prefix(err, "master %s: ", f->master);
     if (rc == SL_OK) rc = send_attach(t, fd, err);
     sl_rpc_frame_t fr = {0};
     if (rc == SL_OK) rc = sl_rpc_recv(fd, &t->rpc_limits, t->a, &fr, err);
@@ -161,10 +176,10 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, sl_error_t *err)
         if (fr.type == SL_RPC_ERROR) {
             rc = master_error(t, (const Sluice__Dpp__Error *)fr.msg, err);
         } else if (fr.type != SL_RPC_ATTACHED) {
-            rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: expected attached, got %s",
-                              f->master, sl_rpc_type_name(fr.type));
+            rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: expected attached, got %s%s",
+                              f->master, sl_rpc_type_name(fr.type), sl_rpc_auth_hint(fr.type));
         }
-    } else {
+    } else if (strstr(err->msg, "master ") != err->msg) {
         sl_error_prefix(err, "master %s: attaching to job %s: ", f->master, f->job_id);
     }
     if (rc == SL_OK) rc = sl_rpc_set_recv_timeout(fd, 0, err);
@@ -308,9 +323,8 @@ static bool master_reconnect(sl_trainer_t *t, const sl_error_t *lost)
         }
         if (rc == SL_ERR_CLOSED && t->closing) return false;
         /* A master that answers but refuses (unknown job, other version)
-         * will not change its mind. */
-        if (rc != SL_ERR_IO && rc != SL_ERR_TIMEOUT && rc != SL_ERR_CLOSED &&
-            rc != SL_ERR_TRUNCATED) {
+         * will not change its mind; "not now" (a connection cap) may. */
+        if (!sl_rpc_error_retriable(rc) && rc != SL_ERR_TRUNCATED) {
             tr_fail(t, &e);
             return false;
         }
@@ -396,9 +410,10 @@ void *fl_master_main(void *arg)
             if (rc == SL_OK) continue;
         }
         if (t->closing) break;
+        /* An ERROR closes the connection: "not now" (closed idle, the
+         * master's cap or failed state) means reconnect, like a loss. */
         bool fatal = rc == SL_ERR_PROTOCOL || rc == SL_ERR_VERSION || rc == SL_ERR_TOO_LARGE ||
-                     (rc != SL_ERR_CLOSED && rc != SL_ERR_IO && rc != SL_ERR_TRUNCATED &&
-                      rc != SL_ERR_TIMEOUT);
+                     (!sl_rpc_error_retriable(rc) && rc != SL_ERR_TRUNCATED);
         if (fatal) {
             pthread_mutex_lock(&f->msend_mu);
             if (f->mfd >= 0 && rc != SL_ERR_NOMEM && e.msg[0] && strstr(e.msg, "master ") != e.msg)

@@ -66,6 +66,7 @@ static sl_err_t slot_open(fl_slot_t *s, sl_error_t *err)
         return sl_error_set(err, SL_ERR_CLOSED, "stopped");
     }
     rc = sl_rpc_set_recv_timeout(fd, t->connect_timeout_ms, err);
+    if (rc == SL_OK) rc = tr_authenticate(t, fd, t->connect_timeout_ms, err);
     Sluice__Dpp__Hello hello = SLUICE__DPP__HELLO__INIT;
     hello.protocol_version = SL_RPC_VERSION;
     hello.client_name = t->client_name;
@@ -78,11 +79,14 @@ static sl_err_t slot_open(fl_slot_t *s, sl_error_t *err)
     if (rc == SL_OK) {
         atomic_fetch_add(&t->bytes, f.wire_bytes);
         if (f.type == SL_RPC_ERROR) {
+            /* "not now" (a connection cap) is tried again, like a lost connection */
             const Sluice__Dpp__Error *e = (const Sluice__Dpp__Error *)f.msg;
-            rc = sl_error_set(err, SL_ERR_PROTOCOL, "refused the connection: %s", e->message);
+            sl_err_t code = sl_rpc_error_code(e);
+            rc = sl_error_set(err, sl_rpc_error_retriable(code) ? code : SL_ERR_PROTOCOL,
+                              "refused the connection: %s", e->message);
         } else if (f.type != SL_RPC_WELCOME) {
-            rc = sl_error_set(err, SL_ERR_PROTOCOL, "expected a welcome frame, got %s",
-                              sl_rpc_type_name(f.type));
+            rc = sl_error_set(err, SL_ERR_PROTOCOL, "expected a welcome frame, got %s%s",
+                              sl_rpc_type_name(f.type), sl_rpc_auth_hint(f.type));
         } else {
             const Sluice__Dpp__Welcome *w = (const Sluice__Dpp__Welcome *)f.msg;
             if (w->protocol_version != SL_RPC_VERSION)

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"
 
@@ -50,6 +51,7 @@ struct sl_trainer {
     uint32_t rank, world_size;
     sl_wire_limits_t wire_limits;
     sl_rpc_limits_t rpc_limits;
+    char *secret; /* the cluster secret (rpc/auth.h), NULL: none */
 
     pthread_t thread;
     bool thread_started;
@@ -82,12 +84,19 @@ struct sl_trainer {
  * timeout_ms bounds the connect and the handshake. */
 sl_err_t tr_open_connection(sl_trainer_t *t, int timeout_ms, sl_error_t *err);
 
+/* With a cluster secret, run the handshake (rpc/auth.h) on a new
+ * connection to peer ("worker 1.2.3.4:5") within timeout_ms; without one,
+ * nothing. Any thread. */
+sl_err_t tr_authenticate(const sl_trainer_t *t, int fd, int timeout_ms, sl_error_t *err);
+
 /* The receive thread (arg: the client). */
 void *tr_receive_main(void *arg);
 
 /* Mark the client failed with e (unless it already ended or failed) and
  * discard the queue. Takes mu. */
 void tr_fail(sl_trainer_t *t, const sl_error_t *e);
+/* The same, caller holds mu. */
+void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e);
 
 /* Discard every queued batch (they are unacknowledged: the worker sends them
  * to someone else). Caller holds mu. */

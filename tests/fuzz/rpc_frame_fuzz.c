@@ -2,8 +2,10 @@
  * from a peer, read frame by frame through sl_rpc_recv_from (from memory,
  * in chunks whose sizes the input's first byte varies, as a socket would
  * deliver them); BATCH payloads go through sl_wire_decode as the trainer
- * client does. Every frame either decodes or fails with a code and a
- * message; nothing crashes or leaks (sanitizers). Seed inputs are in
+ * client does, and every frame goes through the server's check of an
+ * authentication answer (rpc/auth.h) as the first frame of a connection
+ * would. Every frame either decodes or fails with a code and a message;
+ * nothing crashes or leaks (sanitizers). Seed inputs are in
  * tests/fuzz/corpus/rpc_frame/. */
 #include <errno.h>
 #include <stdint.h>
@@ -11,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "sluice/wire.h"
 
@@ -70,6 +73,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 sl_batch_destroy(b);
             }
         }
+        /* A forged answer never passes (no fd to send AUTH_OK on: a pass
+         * would be SL_ERR_IO, never SL_OK) and is refused with a reason. */
+        static const uint8_t nonce[SL_RPC_AUTH_NONCE_BYTES] = {1, 2, 3};
+        sl_error_t aerr = {0};
+        sl_err_t arc = sl_rpc_auth_answer(-1, "a secret of sixteen bytes", nonce, &f, &aerr);
+        if (arc == SL_OK || aerr.msg[0] == '\0') fail("an authentication answer passed", &aerr);
         sl_rpc_frame_free(&f);
     }
     return 0;

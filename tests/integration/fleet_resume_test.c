@@ -1,11 +1,11 @@
 /* Resume from a trainer checkpoint, end to end: a client takes a resume
- * token after a random number of batches mid-epoch and stops (its
+ * token after a random number of batches mid-epoch (of two) and stops (its
  * prefetched, committed but undelivered batches are not in the token); the
  * job is removed and submitted again with the token; a new client then
- * receives exactly the rest: delivered before + after == the epoch, no
- * sample twice. With static sharding (one rank, one worker) the resumed
- * run also gives the same batches in the same order as an uninterrupted
- * epoch. Workers of a removed job are waited for until they have exited
+ * receives exactly the rest: in each epoch, delivered before + after == the
+ * epoch, no sample twice. With static sharding (one rank, one worker) the
+ * resumed run also gives the same batches in the same order as an
+ * uninterrupted run of both epochs. Workers of a removed job are waited for until they have exited
  * before the job comes back under the same id: with a SIGTERMed worker of
  * the old job still around, the order differed in some runs (exactly once
  * held). */
@@ -14,6 +14,7 @@
 TestSuite(fleet_resume, .init = fu_setup, .fini = fu_teardown);
 
 #define ROWS 20000u
+#define EPOCHS 2u
 
 Test(fleet_resume, token_mid_epoch_gives_exactly_the_rest)
 {
@@ -24,18 +25,20 @@ Test(fleet_resume, token_mid_epoch_gives_exactly_the_rest)
     fu_master_start(&m);
     snprintf(spec, sizeof spec,
              "{\"id\":\"resume\",\"source\":{\"table\":\"%s\"},"
-             "\"batch\":{\"size\":250,\"shuffle\":{\"splits\":true,\"seed\":5}}}",
-             table);
+             "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":5}}}",
+             table, EPOCHS);
     char *job = fu_submit(&m, spec, 1, "dynamic", 2, 2, NULL);
     sl_dpp_executor_t *ex = fu_executor(&m, 1);
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
 
-    /* 80 batches in the epoch: stop after 10..60 of them. */
-    atomic_uint *before = calloc(ROWS, sizeof *before), *after = calloc(ROWS, sizeof *after);
+    /* 80 batches in an epoch: stop after 10..60 of them (in epoch 0). */
+    atomic_uint *before = calloc(EPOCHS * ROWS, sizeof *before);
+    atomic_uint *after = calloc(EPOCHS * ROWS, sizeof *after);
     fu_client_t a = {.master = m.ctl,
                      .job = job,
                      .rows = ROWS,
+                     .epochs = EPOCHS,
                      .seen = before,
                      .stop_after = 10 + tu_below(&rng, 51)};
     fu_client_run(&a);
@@ -44,7 +47,7 @@ Test(fleet_resume, token_mid_epoch_gives_exactly_the_rest)
     cr_assert_not_null(a.token);
     cr_assert_gt(a.token_len, 4);
     cr_assert_eq(memcmp(a.token, "SLRT", 4), 0, "a resume token starts with its magic");
-    cr_assert_eq(fu_seen_total(before, ROWS), a.samples);
+    cr_assert_eq(fu_seen_total(before, ROWS), a.samples, "all in epoch 0");
 
     /* The trainer restarts from its checkpoint: the job goes, and comes back
      * with the token. */
@@ -59,21 +62,24 @@ Test(fleet_resume, token_mid_epoch_gives_exactly_the_rest)
     cr_assert_str_eq(job2, job);
     cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
 
-    fu_client_t c = {.master = m.ctl, .job = job, .rows = ROWS, .seen = after};
+    fu_client_t c = {.master = m.ctl, .job = job, .rows = ROWS, .epochs = EPOCHS, .seen = after};
     fu_client_run(&c);
     cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
-    uint64_t overlap = 0, missing = 0;
-    for (uint32_t i = 0; i < ROWS; i++) {
-        unsigned x = atomic_load(&before[i]), y = atomic_load(&after[i]);
-        cr_assert_leq(x, 1, "id %u delivered %u times before", i, x);
-        cr_assert_leq(y, 1, "id %u delivered %u times after", i, y);
-        if (x && y) overlap++;
-        if (!x && !y) missing++;
+    for (uint32_t e = 0; e < EPOCHS; e++) {
+        uint64_t overlap = 0, missing = 0;
+        for (uint32_t i = 0; i < ROWS; i++) {
+            unsigned x = atomic_load(&before[e * ROWS + i]), y = atomic_load(&after[e * ROWS + i]);
+            cr_assert_leq(x, 1, "epoch %u id %u delivered %u times before", e, i, x);
+            cr_assert_leq(y, 1, "epoch %u id %u delivered %u times after", e, i, y);
+            if (x && y) overlap++;
+            if (!x && !y) missing++;
+        }
+        cr_assert_eq(overlap, 0, "epoch %u: %llu samples delivered before and after the resume",
+                     e, (unsigned long long)overlap);
+        cr_assert_eq(missing, 0, "epoch %u: %llu samples never delivered", e,
+                     (unsigned long long)missing);
     }
-    cr_assert_eq(overlap, 0, "%llu samples delivered before and after the resume",
-                 (unsigned long long)overlap);
-    cr_assert_eq(missing, 0, "%llu samples never delivered", (unsigned long long)missing);
-    cr_assert_eq(a.samples + c.samples, ROWS);
+    cr_assert_eq(a.samples + c.samples, EPOCHS * ROWS);
     cr_assert(fu_job_finished(&m, job));
     cr_log_info("token after %llu batches (%llu samples), %zu bytes", (unsigned long long)a.batches,
                 (unsigned long long)a.samples, a.token_len);
@@ -97,21 +103,22 @@ typedef struct seq {
 static fu_client_t seq_client(const fu_master_t *m, const char *job, atomic_uint *seen, seq_t *s,
                               uint64_t stop_after)
 {
-    s->sizes = calloc(ROWS, sizeof *s->sizes);
-    s->ids = calloc(ROWS, sizeof *s->ids);
+    s->sizes = calloc(EPOCHS * ROWS, sizeof *s->sizes);
+    s->ids = calloc(EPOCHS * ROWS, sizeof *s->ids);
     return (fu_client_t){.master = m->ctl,
                          .job = job,
                          .rows = ROWS,
+                         .epochs = EPOCHS,
                          .seen = seen,
                          .order = s->ids,
                          .batch_sizes = s->sizes,
                          .stop_after = stop_after};
 }
 
-/* Static sharding, one rank, one worker: a full epoch gives the reference
- * batch sequence; a run stopped at a random batch with a token, then
- * resumed with it, gives exactly that sequence again: the same batches in
- * the same order. */
+/* Static sharding, one rank, one worker: a full run (two epochs) gives the
+ * reference batch sequence; a run stopped at a random batch of epoch 0
+ * with a token, then resumed with it, gives exactly that sequence again:
+ * the same batches in the same order. */
 Test(fleet_resume, static_sharding_resumes_with_the_same_batches_in_order)
 {
     uint64_t rng = tu_seed("fleet_resume.static_sharding_resumes_with_the_same_batches_in_order");
@@ -121,23 +128,23 @@ Test(fleet_resume, static_sharding_resumes_with_the_same_batches_in_order)
     fu_master_start(&m);
     snprintf(spec, sizeof spec,
              "{\"id\":\"ordered\",\"source\":{\"table\":\"%s\"},"
-             "\"batch\":{\"size\":250,\"shuffle\":{\"splits\":true,\"seed\":21}}}",
-             table);
+             "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":21}}}",
+             table, EPOCHS);
     sl_dpp_executor_t *ex = fu_executor(&m, 1);
     sl_error_t err = {0};
     char path[64] = "/jobs/ordered", *b;
 
-    /* the reference: one whole epoch */
+    /* the reference: both epochs whole */
     char *job = fu_submit(&m, spec, 1, "static", 1, 1, NULL);
     cr_assert_eq(sl_dpp_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
-    atomic_uint *seen_ref = calloc(ROWS, sizeof *seen_ref);
+    atomic_uint *seen_ref = calloc(EPOCHS * ROWS, sizeof *seen_ref);
     seq_t ref = {0};
     fu_client_t c = seq_client(&m, job, seen_ref, &ref, 0);
     fu_client_run(&c);
     cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
     ref.batches = c.batches;
     ref.samples = c.samples;
-    fu_assert_each_seen(seen_ref, ROWS, 1);
+    fu_assert_once_per_epoch(seen_ref, ROWS, EPOCHS);
     fu_executor_drain(ex, job);
     cr_assert_eq(fu_http(m.admin, "DELETE", path, FU_TOKEN, NULL, &b), 200, "%s", b);
     free(b);
@@ -146,7 +153,7 @@ Test(fleet_resume, static_sharding_resumes_with_the_same_batches_in_order)
     /* the same job again, stopped after k batches with a token */
     job = fu_submit(&m, spec, 1, "static", 1, 1, NULL);
     cr_assert_eq(sl_dpp_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
-    atomic_uint *seen = calloc(ROWS, sizeof *seen);
+    atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
     seq_t first = {0}, rest = {0};
     c = seq_client(&m, job, seen, &first, 5 + tu_below(&rng, 60));
     fu_client_run(&c);
@@ -170,7 +177,7 @@ Test(fleet_resume, static_sharding_resumes_with_the_same_batches_in_order)
     cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
     rest.batches = c.batches;
     rest.samples = c.samples;
-    fu_assert_each_seen(seen, ROWS, 1);
+    fu_assert_once_per_epoch(seen, ROWS, EPOCHS);
 
     /* first + rest == ref, batch by batch */
     cr_assert_eq(first.batches + rest.batches, ref.batches, "%llu + %llu batches, want %llu",

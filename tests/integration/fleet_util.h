@@ -1,9 +1,14 @@
 /* Helpers shared by the fleet integration tests (tests/integration/
  * fleet_*_test.c): a scratch directory, generated tables, the real
  * `sluice master` process on fixed free ports (so a restarted master is
- * found at the same addresses), workers through the local executor, a tiny
- * HTTP client for the admin endpoint, and trainer clients in master mode
- * that record every sample id they deliver.
+ * found at the same addresses), workers through the local executor or as
+ * single processes with a chosen worker id, a tiny HTTP client for the
+ * admin endpoint, trainer clients in master mode (threads here, or a
+ * `sluice read` process whose printed batches are parsed) that record
+ * every sample id they deliver per epoch, and a TCP relay between workers
+ * and the master that can drop one frame of a given type.
+ *
+ * Sample ids delivered are counted per epoch: seen[epoch * rows + id].
  *
  * Everything is static: each test file includes this once. */
 #ifndef SLUICE_TESTS_FLEET_UTIL_H
@@ -16,6 +21,7 @@
 #include <ftw.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -29,6 +35,7 @@
 #include <unistd.h>
 
 #include "dpp/executor.h"
+#include "rpc/frame.h"
 #include "sluice/trainer.h"
 #include "testutil.h"
 #include "warehouse/import.h"
@@ -46,6 +53,8 @@ static char fu_dir[256];
 #define FU_MAX_OWNED 8
 static sl_dpp_executor_t *fu_executors[FU_MAX_OWNED];
 static pid_t fu_master_pids[FU_MAX_OWNED];
+#define FU_MAX_CHILDREN 16
+static pid_t fu_children[FU_MAX_CHILDREN]; /* worker and reader processes started here */
 
 FU_FN int fu_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -73,6 +82,12 @@ FU_FN void fu_teardown(void)
             fu_master_pids[i] = 0;
         }
     }
+    for (int i = 0; i < FU_MAX_CHILDREN; i++)
+        if (fu_children[i] > 0) {
+            kill(fu_children[i], SIGKILL);
+            waitpid(fu_children[i], NULL, 0);
+            fu_children[i] = 0;
+        }
     if (!getenv("SLUICE_TEST_KEEP")) nftw(fu_dir, fu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -132,6 +147,53 @@ FU_FN uint16_t fu_free_port(void)
     getsockname(fd, (struct sockaddr *)&sa, &len);
     close(fd);
     return ntohs(sa.sin_port);
+}
+
+/* Run the sluice program with args (NULL-terminated, after the program's
+ * name), the environment variable env set to value (NULL: unset), and
+ * wait for it (bounded: it is killed after 20 s, failing the test).
+ * @return its exit status; *out (malloc'd) gets its stdout and stderr. */
+FU_FN int fu_run(const char *const *args, const char *env, const char *value, char **out)
+{
+    char log[300];
+    snprintf(log, sizeof log, "%s/run.out", fu_dir);
+    const char *bin = fu_binary(); /* asserts: in the parent, not the child */
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        if (value)
+            setenv(env, value, 1);
+        else
+            unsetenv(env);
+        const char *argv[32] = {bin};
+        int n = 1;
+        for (const char *const *a = args; *a && n < 31; a++)
+            argv[n++] = *a;
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int ws = 0;
+    double deadline = fu_now() + tu_timeout(20);
+    while (waitpid(pid, &ws, WNOHANG) == 0) {
+        if (fu_now() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            cr_assert_fail("sluice %s did not exit in time; see %s", args[0], log);
+        }
+        usleep(20 * 1000);
+    }
+    FILE *f = fopen(log, "r");
+    *out = calloc(1, 65536);
+    if (f) {
+        size_t n = fread(*out, 1, 65535, f);
+        (*out)[n] = '\0';
+        fclose(f);
+    }
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }
 
 /* ---- HTTP ---- */
@@ -207,6 +269,9 @@ typedef struct fu_master {
     char ctl[64], admin[64]; /* "127.0.0.1:port" */
     char state[300], log[300], token_file[300];
     uint64_t lease_timeout_ms;
+    const char *secret_file; /* --cluster-secret-file (also fu_executor's workers'); NULL: none */
+    const char *extra[8];    /* more options for `sluice master`, NULL-terminated */
+    uint64_t compact_bytes;  /* > 0: --compact-bytes */
 } fu_master_t;
 
 /* Start `sluice master` on m's addresses (picked on the first start, kept
@@ -222,9 +287,24 @@ FU_FN void fu_master_start(fu_master_t *m)
         fu_write(m->token_file, FU_TOKEN "\n");
         if (!m->lease_timeout_ms) m->lease_timeout_ms = 2000;
     }
-    char lease[32];
+    char lease[32], compact[32];
     snprintf(lease, sizeof lease, "%llu", (unsigned long long)m->lease_timeout_ms);
+    snprintf(compact, sizeof compact, "%llu", (unsigned long long)m->compact_bytes);
     const char *bin = fu_binary(); /* asserts: in the parent, not the child */
+    const char *argv[32] = {bin,           "master",       "--listen",           m->ctl,
+                            "--admin",     m->admin,       "--state",            m->state,
+                            "--token-file", m->token_file, "--lease-timeout-ms", lease};
+    int argc = 12;
+    if (m->compact_bytes) {
+        argv[argc++] = "--compact-bytes";
+        argv[argc++] = compact;
+    }
+    if (m->secret_file) {
+        argv[argc++] = "--cluster-secret-file";
+        argv[argc++] = m->secret_file;
+    }
+    for (int k = 0; k < 8 && m->extra[k]; k++)
+        argv[argc++] = m->extra[k];
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -234,9 +314,7 @@ FU_FN void fu_master_start(fu_master_t *m)
             dup2(fd, 2);
         }
         setpgid(0, 0);
-        execl(bin, bin, "master", "--listen", m->ctl, "--admin", m->admin,
-              "--state", m->state, "--token-file", m->token_file, "--lease-timeout-ms", lease,
-              (char *)NULL);
+        execv(bin, (char *const *)argv);
         _exit(127);
     }
     m->pid = pid;
@@ -302,6 +380,36 @@ FU_FN char *fu_submit(const fu_master_t *m, const char *spec_json, uint32_t rank
     return out;
 }
 
+/* An integer of GET /status (lease_expiries, lease_revocations,
+ * compactions, ...). */
+FU_FN long long fu_status_int(const fu_master_t *m, const char *key)
+{
+    json_t *j = fu_get_json(m->admin, "/status");
+    json_t *v = json_object_get(j, key);
+    cr_assert(json_is_integer(v), "GET /status has no integer \"%s\"", key);
+    long long n = (long long)json_integer_value(v);
+    json_decref(j);
+    return n;
+}
+
+/* A job over a fresh table of rows rows (stripes of 1000 rows in 2 files,
+ * one split each; batches of 250; shuffled splits) run for epochs epochs
+ * by `workers` workers (min = max), on the master m, which is started
+ * (set m's options, such as lease_timeout_ms, first). @return the job id
+ * (malloc'd). */
+FU_FN char *fu_job_up(fu_master_t *m, const char *id, uint64_t rows, uint32_t epochs,
+                      uint32_t ranks, const char *sharding, uint32_t workers)
+{
+    char table[300], spec[1024];
+    fu_gen(rows, 1000, 2, table, sizeof table);
+    fu_master_start(m);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"%s\",\"source\":{\"table\":\"%s\"},"
+             "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":11}}}",
+             id, table, epochs);
+    return fu_submit(m, spec, ranks, sharding, workers, workers, NULL);
+}
+
 /* GET /jobs/{id} "finished". */
 FU_FN bool fu_job_finished(const fu_master_t *m, const char *job)
 {
@@ -315,17 +423,23 @@ FU_FN bool fu_job_finished(const fu_master_t *m, const char *job)
 
 /* ---- workers through the executor ---- */
 
-FU_FN sl_dpp_executor_t *fu_executor(const fu_master_t *m, uint32_t threads)
+/* An executor whose workers reach the master at master_addr (the master's
+ * control address, or a relay in front of it), with secret_file (NULL:
+ * none) as their cluster secret. */
+FU_FN sl_dpp_executor_t *fu_executor_via(const char *master_addr, const char *secret_file,
+                                         uint32_t threads)
 {
     char logs[300];
     snprintf(logs, sizeof logs, "%s/logs", fu_dir);
     mkdir(logs, 0755);
+    const char *secret[] = {"--cluster-secret-file", secret_file, NULL};
     sl_dpp_executor_opts_t o = {.binary = fu_binary(),
-                                .master = m->ctl,
+                                .master = master_addr,
                                 .log_dir = logs,
                                 .worker_threads = threads,
                                 .max_workers = 16,
-                                .stop_grace_ms = 3000};
+                                .stop_grace_ms = 3000,
+                                .extra_args = secret_file ? secret : NULL};
     sl_dpp_executor_t *ex = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_executor_new(&o, &ex, &err), SL_OK, "%s", err.msg);
@@ -335,6 +449,11 @@ FU_FN sl_dpp_executor_t *fu_executor(const fu_master_t *m, uint32_t threads)
             break;
         }
     return ex;
+}
+
+FU_FN sl_dpp_executor_t *fu_executor(const fu_master_t *m, uint32_t threads)
+{
+    return fu_executor_via(m->ctl, m->secret_file, threads);
 }
 
 /* Scale job to 0 workers and wait until they have exited (not only been
@@ -366,7 +485,9 @@ typedef struct fu_client {
     const char *job;
     uint32_t rank, world_size;
     uint64_t rows;     /* sample ids are < rows */
-    atomic_uint *seen; /* [rows], shared by the clients of a test */
+    uint32_t epochs;   /* of the job; 0: every epoch counted together, in seen[id] */
+    atomic_uint *seen; /* [epochs * rows]: seen[epoch * rows + id], shared by a test's clients */
+    const char *secret_file; /* the cluster secret, NULL: none */
     uint64_t samples, batches;
     atomic_uint delay_us; /* per batch: a slow trainer (may change while it runs) */
     atomic_bool stop;     /* set: the client closes after its current batch */
@@ -392,6 +513,7 @@ FU_FN void *fu_client_run(void *arg)
     o.prefetch = 4;
     o.reconnect_ms = (int)tu_timeout(30) * 1000;
     o.refresh_ms = 200;
+    o.cluster_secret_file = c->secret_file;
     sl_trainer_t *t;
     sl_error_t err = {0};
     if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
@@ -403,14 +525,16 @@ FU_FN void *fu_client_run(void *arg)
     int timeout = (int)(tu_timeout(30) * 1000);
     while ((c->end = sl_trainer_next(t, timeout, &b, &err)) == SL_OK) {
         if (c->batch_sizes) c->batch_sizes[c->batches] = b->batch_size;
+        uint32_t epoch = c->epochs ? b->origin.epoch : 0;
         for (uint32_t i = 0; i < b->batch_size; i++) {
             int64_t id = b->sample_ids[i];
-            if (id < 0 || (uint64_t)id >= c->rows) {
+            if (id < 0 || (uint64_t)id >= c->rows || (c->epochs && epoch >= c->epochs)) {
                 c->end = SL_ERR_CORRUPT;
-                snprintf(c->msg, sizeof c->msg, "sample id %lld out of range", (long long)id);
+                snprintf(c->msg, sizeof c->msg, "sample id %lld of epoch %u out of range",
+                         (long long)id, b->origin.epoch);
                 break;
             }
-            atomic_fetch_add(&c->seen[id], 1);
+            atomic_fetch_add(&c->seen[(uint64_t)epoch * c->rows + (uint64_t)id], 1);
             if (c->order) c->order[c->samples] = id;
             c->samples++;
         }
@@ -442,6 +566,30 @@ FU_FN void *fu_client_run(void *arg)
     return NULL;
 }
 
+/* Start n clients made from proto (master, job, rows, epochs, seen,
+ * delay_us, world_size...), client i with rank i when world_size > 1. */
+FU_FN void fu_clients_start(fu_client_t *c, pthread_t *th, int n, const fu_client_t *proto)
+{
+    for (int i = 0; i < n; i++) {
+        c[i] = *proto;
+        atomic_init(&c[i].delay_us, atomic_load(&proto->delay_us));
+        atomic_init(&c[i].stop, false);
+        atomic_init(&c[i].finished, false);
+        if (proto->world_size > 1) c[i].rank = (uint32_t)i;
+        pthread_create(&th[i], NULL, fu_client_run, &c[i]);
+    }
+}
+
+/* Join n clients, each of which must have ended cleanly (the job ended). */
+FU_FN void fu_clients_join(fu_client_t *c, pthread_t *th, int n)
+{
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(c[i].end, SL_ERR_CLOSED, "client %d ended with %s: %s", i,
+                     sl_err_str(c[i].end), c[i].msg);
+    }
+}
+
 /* Samples delivered so far by every client sharing seen (safe to call while
  * they run). */
 FU_FN uint64_t fu_seen_total(const atomic_uint *seen, uint64_t rows)
@@ -452,21 +600,25 @@ FU_FN uint64_t fu_seen_total(const atomic_uint *seen, uint64_t rows)
     return n;
 }
 
-/* Every id in [0, rows) seen exactly `times` times; reports the first few
- * that were not. */
-FU_FN void fu_assert_each_seen(const atomic_uint *seen, uint64_t rows, unsigned times)
+/* In each of epochs epochs, every id in [0, rows) seen exactly once
+ * (seen[epoch * rows + id]); reports per epoch what was not. */
+FU_FN void fu_assert_once_per_epoch(const atomic_uint *seen, uint64_t rows, uint32_t epochs)
 {
-    uint64_t missing = 0, extra = 0, first_bad = UINT64_MAX;
-    for (uint64_t i = 0; i < rows; i++) {
-        unsigned s = atomic_load(&seen[i]);
-        if (s < times) missing += times - s;
-        if (s > times) extra += s - times;
-        if (s != times && first_bad == UINT64_MAX) first_bad = i;
+    for (uint32_t e = 0; e < epochs; e++) {
+        uint64_t missing = 0, extra = 0, first_bad = UINT64_MAX;
+        for (uint64_t i = 0; i < rows; i++) {
+            unsigned s = atomic_load(&seen[(uint64_t)e * rows + i]);
+            if (s < 1) missing++;
+            if (s > 1) extra += s - 1;
+            if (s != 1 && first_bad == UINT64_MAX) first_bad = i;
+        }
+        cr_assert(missing == 0 && extra == 0,
+                  "epoch %u: %llu samples missing, %llu extra deliveries (first wrong id %llu "
+                  "seen %u times)",
+                  e, (unsigned long long)missing, (unsigned long long)extra,
+                  (unsigned long long)first_bad,
+                  first_bad == UINT64_MAX ? 0 : atomic_load(&seen[(uint64_t)e * rows + first_bad]));
     }
-    cr_assert(missing == 0 && extra == 0,
-              "%llu samples missing, %llu extra deliveries (first wrong id %llu seen %u times)",
-              (unsigned long long)missing, (unsigned long long)extra, (unsigned long long)first_bad,
-              first_bad == UINT64_MAX ? 0 : atomic_load(&seen[first_bad]));
 }
 
 FU_FN char *fu_base64(const uint8_t *in, size_t n)
@@ -487,6 +639,294 @@ FU_FN char *fu_base64(const uint8_t *in, size_t n)
     }
     *o = '\0';
     return out;
+}
+
+/* ---- processes started here (workers with a chosen id, trainers) ---- */
+
+/* fork + exec argv with stdout to out_fd (-1: the log file) and stderr to
+ * log (appended); remembered so that teardown kills it. */
+FU_FN pid_t fu_spawn(const char *const *argv, int out_fd, const char *log)
+{
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(out_fd >= 0 ? out_fd : fd, 1);
+            dup2(fd, 2);
+        }
+        setpgid(0, 0);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    for (int i = 0; i < FU_MAX_CHILDREN; i++)
+        if (fu_children[i] <= 0) {
+            fu_children[i] = pid;
+            break;
+        }
+    return pid;
+}
+
+/* Wait up to seconds (scaled) for pid to exit. @return its wait status, or
+ * -1 when it is still running. */
+FU_FN int fu_wait_exit(pid_t pid, double seconds)
+{
+    double deadline = fu_now() + tu_timeout(seconds);
+    for (;;) {
+        int ws;
+        if (waitpid(pid, &ws, WNOHANG) == pid) {
+            for (int i = 0; i < FU_MAX_CHILDREN; i++)
+                if (fu_children[i] == pid) fu_children[i] = 0;
+            return ws;
+        }
+        if (fu_now() >= deadline) return -1;
+        usleep(10 * 1000);
+    }
+}
+
+FU_FN void fu_kill9(pid_t pid)
+{
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_neq(fu_wait_exit(pid, 10), -1);
+}
+
+/* `sluice worker --master master --job-id job --worker-id id` (one
+ * transform thread), stderr and stdout to log. */
+FU_FN pid_t fu_worker_spawn(const char *master, const char *job, const char *id, const char *log)
+{
+    const char *bin = fu_binary();
+    const char *argv[] = {bin,        "worker",    "--master", master,         "--job-id",
+                          job,        "--worker-id", id,       "--listen",     "127.0.0.1:0",
+                          "--threads", "1",        NULL};
+    return fu_spawn(argv, -1, log);
+}
+
+/* A `sluice read --master --job --json` process: a trainer in its own
+ * process, so that it can be killed with SIGKILL. A thread here parses its
+ * stdout: every batch it printed (handed out by sl_trainer_next) counts in
+ * seen[epoch * rows + id]. A line cut short by a kill is not counted. */
+typedef struct fu_reader {
+    pid_t pid;
+    int fd; /* the read end of its stdout */
+    pthread_t th;
+    uint64_t rows;
+    uint32_t epochs;
+    atomic_uint *seen;
+    atomic_ullong samples, batches;
+    atomic_bool bad;  /* a line that parsed but made no sense */
+    char bad_line[200];
+} fu_reader_t;
+
+FU_FN void *fu_reader_main(void *arg)
+{
+    fu_reader_t *r = arg;
+    FILE *f = fdopen(r->fd, "r");
+    size_t cap = 0;
+    char *line = NULL;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        if (line[n - 1] != '\n') break; /* cut short: not handed out whole */
+        json_t *o = json_loads(line, 0, NULL);
+        if (o == NULL) break;
+        json_t *ids = json_object_get(o, "sample_ids");
+        json_int_t epoch = json_integer_value(json_object_get(json_object_get(o, "origin"), "epoch"));
+        size_t i;
+        json_t *v;
+        if (!json_is_array(ids) || epoch < 0 || (uint64_t)epoch >= r->epochs) {
+            atomic_store(&r->bad, true);
+            snprintf(r->bad_line, sizeof r->bad_line, "%.150s", line);
+        }
+        json_array_foreach(ids, i, v)
+        {
+            json_int_t id = json_integer_value(v);
+            if (id < 0 || (uint64_t)id >= r->rows || epoch < 0 || (uint64_t)epoch >= r->epochs) {
+                atomic_store(&r->bad, true);
+                continue;
+            }
+            atomic_fetch_add(&r->seen[(uint64_t)epoch * r->rows + (uint64_t)id], 1);
+            atomic_fetch_add(&r->samples, 1);
+        }
+        atomic_fetch_add(&r->batches, 1);
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    return NULL;
+}
+
+FU_FN void fu_reader_start(fu_reader_t *r, const fu_master_t *m, const char *job, uint64_t rows,
+                           uint32_t epochs, atomic_uint *seen, const char *log)
+{
+    memset(r, 0, sizeof *r);
+    r->rows = rows;
+    r->epochs = epochs;
+    r->seen = seen;
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    const char *bin = fu_binary();
+    const char *argv[] = {bin,   "read",       "--master", m->ctl,      "--job", job,
+                          "--json", "--prefetch", "4",      "--quiet",  NULL};
+    r->pid = fu_spawn(argv, p[1], log);
+    close(p[1]);
+    r->fd = p[0];
+    pthread_create(&r->th, NULL, fu_reader_main, r);
+}
+
+/* Wait for the reader to exit by itself; its status. */
+FU_FN int fu_reader_join(fu_reader_t *r, double seconds)
+{
+    int ws = fu_wait_exit(r->pid, seconds);
+    cr_assert_neq(ws, -1, "sluice read did not finish in time");
+    pthread_join(r->th, NULL);
+    cr_assert(!atomic_load(&r->bad), "sluice read printed a batch out of range: %s", r->bad_line);
+    return ws;
+}
+
+FU_FN void fu_reader_kill9(fu_reader_t *r)
+{
+    fu_kill9(r->pid);
+    pthread_join(r->th, NULL);
+    cr_assert(!atomic_load(&r->bad), "sluice read printed a batch out of range: %s", r->bad_line);
+}
+
+/* ---- a relay between workers and the master ---- */
+
+/* Listens on its own port and relays every connection to target; in the
+ * target -> peer direction it reads whole frames (src/rpc/frame.h
+ * headers) and, for the drop_nth-th frame of type drop_type over all
+ * connections, forwards nothing of it and breaks that connection (both
+ * sides closed): a frame lost with its connection. */
+typedef struct fu_proxy {
+    int lfd;
+    char addr[64];
+    char target[64];
+    uint32_t drop_type, drop_nth;
+    atomic_uint seen_type; /* frames of drop_type relayed or dropped */
+    atomic_uint dropped;
+    atomic_bool stop;
+    atomic_int live; /* relay threads running (they use p) */
+    pthread_t th;
+} fu_proxy_t;
+
+typedef struct fu_pair {
+    fu_proxy_t *p;
+    int down, up; /* the peer's connection, the target's */
+} fu_pair_t;
+
+static bool fu_send_all(int fd, const uint8_t *b, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+        if (k <= 0) return false;
+        b += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+FU_FN void *fu_pair_main(void *arg)
+{
+    fu_pair_t *pr = arg;
+    fu_proxy_t *p = pr->p;
+    size_t cap = 1 << 16, len = 0; /* target -> peer bytes not yet forwarded */
+    uint8_t *buf = malloc(cap), tmp[1 << 14];
+    bool open = true;
+    while (open && !atomic_load(&p->stop)) {
+        struct pollfd fds[2] = {{.fd = pr->down, .events = POLLIN}, {.fd = pr->up, .events = POLLIN}};
+        if (poll(fds, 2, 50) <= 0) continue;
+        if (fds[0].revents) { /* peer -> target: as it comes */
+            ssize_t k = recv(pr->down, tmp, sizeof tmp, 0);
+            open = k > 0 && fu_send_all(pr->up, tmp, (size_t)k);
+        }
+        if (open && fds[1].revents) { /* target -> peer: whole frames */
+            if (cap - len < sizeof tmp) buf = realloc(buf, cap *= 2);
+            ssize_t k = recv(pr->up, buf + len, cap - len, 0);
+            open = k > 0;
+            len += k > 0 ? (size_t)k : 0;
+            size_t at = 0;
+            while (open && len - at >= SL_RPC_HEADER_BYTES) {
+                sl_rpc_header_t h;
+                sl_rpc_limits_t lim = {.max_message_bytes = 64u << 20, .max_payload_bytes = 1ull << 40};
+                if (sl_rpc_header_decode(buf + at, &lim, &h, NULL) != SL_OK) {
+                    open = false; /* not our protocol: give up the pair */
+                    break;
+                }
+                size_t total = SL_RPC_HEADER_BYTES + h.message_len + (size_t)h.payload_len;
+                if (len - at < total) break;
+                if (h.type == p->drop_type &&
+                    atomic_fetch_add(&p->seen_type, 1) + 1 == p->drop_nth) {
+                    atomic_fetch_add(&p->dropped, 1);
+                    open = false; /* lost, and the connection with it */
+                    break;
+                }
+                open = fu_send_all(pr->down, buf + at, total);
+                at += total;
+            }
+            memmove(buf, buf + at, len - at);
+            len -= at;
+        }
+    }
+    close(pr->down);
+    close(pr->up);
+    free(buf);
+    free(pr);
+    atomic_fetch_sub(&p->live, 1); /* p is not touched after this */
+    return NULL;
+}
+
+FU_FN void *fu_proxy_main(void *arg)
+{
+    fu_proxy_t *p = arg;
+    while (!atomic_load(&p->stop)) {
+        struct pollfd pf = {.fd = p->lfd, .events = POLLIN};
+        if (poll(&pf, 1, 50) <= 0) continue;
+        int down = accept(p->lfd, NULL, NULL);
+        if (down < 0) continue;
+        int up;
+        if (sl_rpc_connect(p->target, 2000, &up, NULL) != SL_OK) {
+            close(down); /* the master is down: the worker retries */
+            continue;
+        }
+        fu_pair_t *pr = malloc(sizeof *pr);
+        *pr = (fu_pair_t){p, down, up};
+        pthread_t th;
+        atomic_fetch_add(&p->live, 1);
+        if (pthread_create(&th, NULL, fu_pair_main, pr) != 0) {
+            atomic_fetch_sub(&p->live, 1);
+            close(down);
+            close(up);
+            free(pr);
+            continue;
+        }
+        pthread_detach(th); /* ends when either side closes, or at stop */
+    }
+    return NULL;
+}
+
+FU_FN void fu_proxy_start(fu_proxy_t *p, const char *target, uint32_t drop_type, uint32_t drop_nth)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->target, sizeof p->target, "%s", target);
+    p->drop_type = drop_type;
+    p->drop_nth = drop_nth;
+    uint16_t port;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_listen("127.0.0.1:0", 64, &p->lfd, &port, &err), SL_OK, "%s", err.msg);
+    snprintf(p->addr, sizeof p->addr, "127.0.0.1:%u", port);
+    pthread_create(&p->th, NULL, fu_proxy_main, p);
+}
+
+/* Stops accepting and every relay (they end within one 50 ms poll). */
+FU_FN void fu_proxy_stop(fu_proxy_t *p)
+{
+    atomic_store(&p->stop, true);
+    pthread_join(p->th, NULL);
+    close(p->lfd);
+    double deadline = fu_now() + tu_timeout(10);
+    while (atomic_load(&p->live) > 0) {
+        cr_assert(fu_now() < deadline, "relay threads did not end");
+        usleep(10 * 1000);
+    }
 }
 
 #endif

@@ -1,7 +1,9 @@
 /* The admin HTTP endpoint (src/dpp/admin.c) over real sockets: routing,
  * path parameters, 404/405, bearer token (401 without, 403 when none is
  * configured), body limit (413), malformed JSON (400 naming where), garbage
- * requests, and the Prometheus text builder. */
+ * requests, HEAD, job ids in the path, paths that are not UTF-8, the token
+ * judged before the body is read, TLS with a verifying libcurl client, and
+ * the Prometheus text builder. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -11,10 +13,17 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <curl/curl.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 
 #include "dpp/admin.h"
 #include "dpp/prom.h"
+#include "testutil.h"
 
 static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
 {
@@ -79,9 +88,9 @@ static sl_admin_t *start(const char *token, size_t max_body, int *calls)
     return a;
 }
 
-/* Send raw bytes, read the whole reply; returns the status (0 when none) and
- * the body (malloc'd). */
-static int http_raw(uint16_t port, const char *raw, size_t raw_len, char **body)
+/* Send raw bytes (then, with half_close, end our side), read the whole
+ * reply (malloc'd: status line, headers, body). */
+static char *exchange(uint16_t port, const char *raw, size_t raw_len, bool half_close)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
@@ -93,13 +102,21 @@ static int http_raw(uint16_t port, const char *raw, size_t raw_len, char **body)
         if (n <= 0) break; /* the server may close early (413) */
         off += (size_t)n;
     }
-    shutdown(fd, SHUT_WR);
+    if (half_close) shutdown(fd, SHUT_WR);
     size_t cap = 65536, len = 0;
     char *buf = malloc(cap);
     ssize_t n;
     while ((n = recv(fd, buf + len, cap - len - 1, 0)) > 0) len += (size_t)n;
     buf[len] = '\0';
     close(fd);
+    return buf;
+}
+
+/* Send raw bytes, read the whole reply; returns the status (0 when none) and
+ * the body (malloc'd). */
+static int http_raw(uint16_t port, const char *raw, size_t raw_len, char **body)
+{
+    char *buf = exchange(port, raw, raw_len, true);
     int status = 0;
     sscanf(buf, "HTTP/1.%*d %d", &status);
     char *b = strstr(buf, "\r\n\r\n");
@@ -234,6 +251,273 @@ Test(admin, token_load)
     cr_assert_eq(sl_admin_token_load(NULL, "SLUICE_TEST_TOKEN", &tok, &err), SL_OK);
     cr_assert_null(tok);
     cr_assert_eq(sl_admin_token_load("/nonexistent/token", NULL, &tok, &err), SL_ERR_IO);
+}
+
+/* The whole reply (status line, headers, body) of raw bytes; our side
+ * stays open, as a client's that would send a body next. */
+static char *http_whole(uint16_t port, const char *raw)
+{
+    return exchange(port, raw, strlen(raw), false);
+}
+
+Test(admin, head_answers_where_get_does)
+{
+    int calls = 0;
+    sl_admin_t *a = start(NULL, 0, &calls);
+    uint16_t port = sl_admin_port(a);
+    char *r = http_whole(port, "HEAD /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert(strncmp(r, "HTTP/1.1 200", 12) == 0, "%s", r);
+    /* the length GET's body has, and no body */
+    cr_assert(strstr(r, "Content-Length: 19\r\n"), "%s", r); /* {"state":"serving"} */
+    cr_assert(strstr(r, "application/json"), "%s", r);
+    char *end = strstr(r, "\r\n\r\n");
+    cr_assert(end && end[4] == '\0', "a body after HEAD: %s", r);
+    cr_assert_eq(calls, 1);
+    free(r);
+    r = http_whole(port, "HEAD /jobs/j-1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert(strncmp(r, "HTTP/1.1 200", 12) == 0, "%s", r);
+    free(r);
+    r = http_whole(port, "HEAD /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert(strncmp(r, "HTTP/1.1 404", 12) == 0, "%s", r);
+    end = strstr(r, "\r\n\r\n");
+    cr_assert(end && end[4] == '\0', "a body after HEAD: %s", r);
+    free(r);
+    /* HEAD is GET's: not a way around a mutating route's token */
+    r = http_whole(port, "HEAD /jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert(strncmp(r, "HTTP/1.1 405", 12) == 0, "%s", r);
+    free(r);
+    sl_admin_stop(a);
+}
+
+/* GET path (raw bytes); expect status and an error message (valid JSON)
+ * containing needle. */
+static void expect_path_error(uint16_t port, const char *path, int status, const char *needle)
+{
+    char req[512];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    char *b;
+    cr_assert_eq(http_raw(port, req, strlen(req), &b), status, "%s: %s", path, b);
+    json_error_t je;
+    json_t *j = json_loads(b, 0, &je);
+    cr_assert_not_null(j, "%s: not JSON (%s): %s", path, je.text, b);
+    const char *msg = json_string_value(json_object_get(j, "error"));
+    cr_assert(msg && strstr(msg, needle), "%s: '%s' lacks '%s'", path, msg ? msg : "(none)",
+              needle);
+    json_decref(j);
+    free(b);
+}
+
+Test(admin, job_ids_in_the_path_and_bytes_that_are_not_utf8)
+{
+    int calls = 0;
+    sl_admin_t *a = start(NULL, 0, &calls);
+    uint16_t port = sl_admin_port(a);
+    expect_path_error(port, "/jobs/a%00b", 400, "the job id in the path contains a NUL byte");
+    expect_path_error(port, "/jobs/..%2Fetc", 400, "contains '/'");
+    expect_path_error(port, "/jobs/..", 400, "contains \"..\"");
+    expect_path_error(port, "/jobs/a..b", 400, "contains \"..\"");
+    expect_path_error(port, "/jobs/.", 400, "is \".\"");
+    expect_path_error(port, "/jobs/a%20b", 400, "contains the byte 0x20 (' ')");
+    expect_path_error(port, "/jobs/%ff", 400, "contains the byte 0xff");
+    char longid[400] = "/jobs/";
+    memset(longid + 6, 'x', 300);
+    longid[306] = '\0';
+    expect_path_error(port, longid, 400, "longer than 255 bytes");
+    /* a path that is not UTF-8 keeps its message, its bytes escaped */
+    expect_path_error(port, "/\xff\xfe/x", 404, "GET /\\xff\\xfe/x: no such route");
+    expect_path_error(port, "/st\xc3\xa9tus", 404, "GET /st\xc3\xa9tus: no such route");
+    cr_assert_eq(calls, 0);
+    /* good ids pass, percent-decoded */
+    char *b;
+    cr_assert_eq(http(port, "GET", "/jobs/ok.id_1-2", NULL, NULL, &b), 200);
+    cr_assert_str_eq(b, "{\"id\":\"ok.id_1-2\"}");
+    free(b);
+    cr_assert_eq(http(port, "GET", "/jobs/j%2D1", NULL, NULL, &b), 200);
+    cr_assert_str_eq(b, "{\"id\":\"j-1\"}");
+    free(b);
+    cr_assert_eq(http(port, "GET", "/status?verbose=1", NULL, NULL, &b), 200);
+    free(b);
+    sl_admin_stop(a);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+Test(admin, the_token_is_checked_before_the_body_is_read)
+{
+    int calls = 0;
+    sl_admin_t *a = start("s3cret", 8u << 20, &calls);
+    uint16_t port = sl_admin_port(a);
+    /* headers announcing 8 MiB, and not one body byte: the answer comes */
+    const char *methods[] = {"POST /jobs", "POST /jobs/7/scale"};
+    for (int i = 0; i < 2; i++) {
+        char req[256];
+        snprintf(req, sizeof req,
+                 "%s HTTP/1.1\r\nHost: x\r\nContent-Length: 8388608\r\n"
+                 "Authorization: Bearer wrong\r\n\r\n",
+                 methods[i]);
+        double t0 = now_s();
+        char *r = http_whole(port, req);
+        cr_assert(strncmp(r, "HTTP/1.1 401", 12) == 0, "%s", r);
+        cr_assert(strstr(r, "missing or wrong bearer token"), "%s", r);
+        cr_assert_lt(now_s() - t0, tu_timeout(2));
+        free(r);
+    }
+    /* Expect: 100-continue gets the refusal instead of the go-ahead */
+    char *r = http_whole(port, "POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+                               "Expect: 100-continue\r\n\r\n");
+    cr_assert(strncmp(r, "HTTP/1.1 401", 12) == 0, "%s", r);
+    free(r);
+    /* over the limit: 413 from the header, also with the right token */
+    r = http_whole(port, "POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 8388609\r\n"
+                         "Authorization: Bearer s3cret\r\n\r\n");
+    cr_assert(strncmp(r, "HTTP/1.1 413", 12) == 0, "%s", r);
+    free(r);
+    cr_assert_eq(calls, 0);
+    sl_admin_stop(a);
+}
+
+/* ---- TLS ---- */
+
+static void write_pem(const char *path, gnutls_datum_t *d)
+{
+    tu_write_file(path, d->data, d->size);
+    gnutls_free(d->data);
+}
+
+/* A self-signed certificate for 127.0.0.1 (ECDSA P-256) and its key. */
+static void make_cert(const char *cert_path, const char *key_path)
+{
+    gnutls_x509_privkey_t key;
+    gnutls_x509_crt_t crt;
+    cr_assert_eq(gnutls_x509_privkey_init(&key), 0);
+    cr_assert_eq(gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA,
+                                              GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0),
+                 0);
+    cr_assert_eq(gnutls_x509_crt_init(&crt), 0);
+    time_t now = time(NULL);
+    unsigned char serial[8] = {1, 2, 3, 4, 5, 6, 7, (unsigned char)now};
+    unsigned char ip[4] = {127, 0, 0, 1};
+    cr_assert_eq(gnutls_x509_crt_set_version(crt, 3), 0);
+    cr_assert_eq(gnutls_x509_crt_set_serial(crt, serial, sizeof serial), 0);
+    cr_assert_eq(gnutls_x509_crt_set_activation_time(crt, now - 3600), 0);
+    cr_assert_eq(gnutls_x509_crt_set_expiration_time(crt, now + 3600), 0);
+    cr_assert_eq(gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, "127.0.0.1",
+                                               9),
+                 0);
+    cr_assert_eq(gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, ip, sizeof ip,
+                                                      GNUTLS_FSAN_SET),
+                 0);
+    cr_assert_eq(gnutls_x509_crt_set_basic_constraints(crt, 1, -1), 0);
+    cr_assert_eq(gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE |
+                                                        GNUTLS_KEY_KEY_CERT_SIGN),
+                 0);
+    cr_assert_eq(gnutls_x509_crt_set_key(crt, key), 0);
+    cr_assert_eq(gnutls_x509_crt_sign2(crt, crt, key, GNUTLS_DIG_SHA256, 0), 0);
+    gnutls_datum_t d;
+    cr_assert_eq(gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d), 0);
+    write_pem(cert_path, &d);
+    cr_assert_eq(gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d), 0);
+    write_pem(key_path, &d);
+    gnutls_x509_crt_deinit(crt);
+    gnutls_x509_privkey_deinit(key);
+}
+
+typedef struct sink {
+    char buf[4096];
+    size_t len;
+} sink_t;
+
+static size_t sink_write(char *p, size_t size, size_t n, void *ctx)
+{
+    sink_t *s = ctx;
+    size_t k = size * n;
+    if (k > sizeof s->buf - 1 - s->len) k = sizeof s->buf - 1 - s->len;
+    memcpy(s->buf + s->len, p, k);
+    s->len += k;
+    s->buf[s->len] = '\0';
+    return size * n;
+}
+
+/* GET url with libcurl, verifying the peer against ca (NULL: the system's
+ * authorities). @return curl's result; *status and body set on success. */
+static CURLcode curl_get(const char *url, const char *ca, long *status, sink_t *body)
+{
+    CURL *c = curl_easy_init();
+    cr_assert_not_null(c);
+    body->len = 0;
+    body->buf[0] = '\0';
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (ca) curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(tu_timeout(10) * 1000));
+    CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+    curl_easy_cleanup(c);
+    return rc;
+}
+
+Test(admin, tls_with_a_client_that_verifies_the_certificate)
+{
+    char *dir = tu_mkdtemp("admin-tls");
+    char *cert = tu_path(dir, "cert.pem"), *key = tu_path(dir, "key.pem");
+    make_cert(cert, key);
+    int calls = 0;
+    sl_admin_opts_t o = {.token = "t", .routes = routes,
+                         .num_routes = sizeof routes / sizeof routes[0], .ctx = &calls,
+                         .tls_cert_file = cert, .tls_key_file = key};
+    sl_admin_t *a = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_admin_start(&o, &a, &err), SL_OK, "%s", err.msg);
+    char url[128];
+    snprintf(url, sizeof url, "https://127.0.0.1:%u/status", (unsigned)sl_admin_port(a));
+    long status = 0;
+    sink_t body;
+    CURLcode rc = curl_get(url, cert, &status, &body);
+    cr_assert_eq(rc, CURLE_OK, "%s", curl_easy_strerror(rc));
+    cr_assert_eq(status, 200);
+    cr_assert_str_eq(body.buf, "{\"state\":\"serving\"}");
+    /* a client that does not trust this certificate gives up */
+    rc = curl_get(url, NULL, &status, &body);
+    cr_assert(rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
+                  rc == CURLE_SSL_CONNECT_ERROR,
+              "%d %s", rc, curl_easy_strerror(rc));
+    /* plain HTTP on the TLS port gets no answer */
+    char *b;
+    cr_assert_eq(http(sl_admin_port(a), "GET", "/status", NULL, NULL, &b), 0, "%s", b);
+    free(b);
+    cr_assert_eq(calls, 1);
+    sl_admin_stop(a);
+
+    /* refused at start, naming the file and why */
+    o.tls_key_file = "/nonexistent/key.pem";
+    cr_assert_eq(sl_admin_start(&o, &a, &err), SL_ERR_IO);
+    cr_assert(strstr(err.msg, "TLS key /nonexistent/key.pem: No such file"), "%s", err.msg);
+    o.tls_key_file = NULL;
+    cr_assert_eq(sl_admin_start(&o, &a, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "--tls-key"), "%s", err.msg);
+    o.tls_key_file = cert; /* a certificate where the key should be */
+    cr_assert_eq(sl_admin_start(&o, &a, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, cert) && strstr(err.msg, "with key"), "%s", err.msg);
+    chmod(key, 0);
+    if (access(key, R_OK) != 0) { /* root reads anything */
+        o.tls_key_file = key;
+        cr_assert_eq(sl_admin_start(&o, &a, &err), SL_ERR_IO);
+        cr_assert(strstr(err.msg, "Permission denied"), "%s", err.msg);
+    }
+    unlink(cert);
+    unlink(key);
+    rmdir(dir);
+    free(cert);
+    free(key);
+    free(dir);
 }
 
 Test(prom, values_and_escaping)

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dpp/executor.h"
@@ -201,6 +202,10 @@ Test(executor, bounds_and_bad_options)
               err.msg);
     cr_assert_eq(sl_dpp_executor_count(ex, NULL), 3);
     cr_assert_eq(sl_dpp_executor_scale(ex, "", 1, NULL, NULL, &err), SL_ERR_INVALID);
+    /* ids that would put a log file outside its directory */
+    cr_assert_eq(sl_dpp_executor_scale(ex, "../x", 1, NULL, NULL, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "executor: job id '../x': a job id is") != NULL, "%s", err.msg);
+    cr_assert_eq(sl_dpp_executor_scale(ex, "a/b", 1, NULL, NULL, &err), SL_ERR_INVALID);
     sl_dpp_executor_destroy(ex);
     sl_dpp_executor_destroy(NULL);
 
@@ -246,5 +251,88 @@ Test(executor, apply_scales_listed_jobs_and_stops_unlisted_ones)
     /* Repeating it stops nothing more (the stopping ones are not counted). */
     cr_assert_eq(sl_dpp_executor_apply(ex, t2, 1, &up, &down, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(down, 0);
+    sl_dpp_executor_destroy(ex);
+}
+
+/* Workers that keep exiting right after they start: their restarts back
+ * off exponentially up to the cap (not a fork loop), the failures and
+ * postponed restarts are counted, and a missing or unusable log directory
+ * is refused when the executor is made. */
+Test(executor, restarts_back_off_when_workers_keep_exiting)
+{
+    char failing[400];
+    snprintf(failing, sizeof failing, "%s/failing-sluice", tmpdir);
+    FILE *f = fopen(failing, "w");
+    cr_assert_not_null(f);
+    fputs("#!/bin/sh\nexit 3\n", f);
+    fclose(f);
+    chmod(failing, 0755);
+    sl_dpp_executor_opts_t o = {.binary = failing,
+                                .master = "127.0.0.1:7070",
+                                .max_workers = 4,
+                                .backoff_ms = 100,
+                                .max_backoff_ms = 400,
+                                .healthy_ms = 5000};
+    sl_dpp_executor_t *ex = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_executor_new(&o, &ex, &err), SL_OK, "%s", err.msg);
+    double starts[64];
+    uint32_t n = 0, max_backoff = 0;
+    /* a fixed 2.5 s of trying (the delays are the executor's, not waits
+     * for the machine: not scaled) */
+    const double t_end = 2500;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double t0 = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6, now = t0;
+    while (now - t0 < t_end && n < 64) {
+        uint32_t up = 0;
+        cr_assert_eq(sl_dpp_executor_scale(ex, "j", 1, &up, NULL, &err), SL_OK, "%s", err.msg);
+        cr_assert_leq(up, 1, "one spawn at a time");
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        now = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+        if (up) starts[n++] = now;
+        sl_dpp_executor_stats_t st;
+        sl_dpp_executor_stats(ex, &st);
+        if (st.backoff_ms > max_backoff) max_backoff = st.backoff_ms;
+        usleep(5 * 1000);
+    }
+    /* without the back-off: hundreds of spawns; with it: 0, 100, 200, 400,
+     * 400, ... ms between them */
+    cr_assert_geq(n, 4, "%u spawns", n);
+    cr_assert_leq(n, 12, "%u spawns in %.1f s: not backing off", n, t_end / 1000);
+    const double want[] = {0, 0, 100, 200, 400}; /* before spawn k (k-1 failures in a row) */
+    for (uint32_t k = 2; k < n; k++) {
+        double gap = starts[k] - starts[k - 1], floor = want[k < 5 ? k : 4];
+        cr_assert_geq(gap, floor - 5, "spawn %u came %.0f ms after the last, want >= %.0f", k, gap,
+                      floor);
+    }
+    cr_assert_gt(max_backoff, 0);
+    cr_assert_leq(max_backoff, 400);
+    sl_dpp_executor_stats_t st;
+    sl_dpp_executor_stats(ex, &st);
+    cr_assert_eq(st.started, n);
+    cr_assert_geq(st.failed, n - 1);
+    cr_assert_geq(st.delayed, n - 2);
+    cr_assert(strstr(st.last_failure, "exited with status 3") != NULL, "%s", st.last_failure);
+    sl_dpp_executor_destroy(ex);
+
+    /* log directories */
+    char file[400], missing[400];
+    snprintf(file, sizeof file, "%s/not-a-dir", tmpdir);
+    snprintf(missing, sizeof missing, "%s/missing", tmpdir);
+    fclose(fopen(file, "w"));
+    o = (sl_dpp_executor_opts_t){.binary = script, .master = "127.0.0.1:7070", .log_dir = missing};
+    cr_assert_eq(sl_dpp_executor_new(&o, &ex, &err), SL_ERR_INVALID);
+    cr_assert_null(ex);
+    char want_msg[600];
+    snprintf(want_msg, sizeof want_msg,
+             "executor: --worker-log-dir %s: does not exist (create it first)", missing);
+    cr_assert_str_eq(err.msg, want_msg);
+    o.log_dir = file;
+    cr_assert_eq(sl_dpp_executor_new(&o, &ex, &err), SL_ERR_INVALID);
+    snprintf(want_msg, sizeof want_msg, "executor: --worker-log-dir %s: not a directory", file);
+    cr_assert_str_eq(err.msg, want_msg);
+    o.log_dir = tmpdir;
+    cr_assert_eq(sl_dpp_executor_new(&o, &ex, &err), SL_OK, "%s", err.msg);
     sl_dpp_executor_destroy(ex);
 }

@@ -82,6 +82,11 @@ typedef struct fake {
     int drop_after_reads; /* close the connection once after this many SPLIT_READs (0: never) */
     bool dropped;
     uint32_t registers, heartbeats, lease_requests;
+    uint64_t incarnation;   /* of the first REGISTER; every later one must carry the same */
+    bool unnamed_lease;     /* a REGISTER did not name a lease granted and not yet read */
+    bool named_unknown;     /* a REGISTER named a lease never granted */
+    uint32_t named_on_reregister; /* leases named by the last REGISTER after the first */
+    uint32_t refuse_after;  /* > 0: refuse REGISTERs after this many (the id is in use) */
     uint64_t revoke_gen; /* revoke this generation in the next heartbeat reply (0: none) */
     bool revoked_sent;
     uint64_t hb_leases_max;
@@ -156,6 +161,29 @@ static void fm_serve(fake_t *f, int fd)
             TCHECK(strncmp(r->serve_address, "127.0.0.1:", 10) == 0, "serve address %s",
                    r->serve_address);
             f->registers++;
+            TCHECK(r->incarnation != 0, "register without an incarnation");
+            if (f->registers == 1) f->incarnation = r->incarnation;
+            TCHECK(r->incarnation == f->incarnation, "incarnation changed across reconnects");
+            /* it names every lease granted and not read, and no other */
+            for (uint32_t i = 0; i < f->next; i++) {
+                bool read = false, named = false;
+                for (uint32_t k = 0; k < f->nreads && !read; k++)
+                    read = f->reads[k].generation == f->q[i].generation;
+                for (size_t k = 0; k < r->n_leases && !named; k++)
+                    named = r->leases[k]->generation == f->q[i].generation &&
+                            r->leases[k]->split == f->q[i].split;
+                if (!read && !named) f->unnamed_lease = true;
+            }
+            for (size_t k = 0; k < r->n_leases; k++)
+                if (lease_of_gen(f, r->leases[k]->generation) == NULL) f->named_unknown = true;
+            if (f->registers > 1) f->named_on_reregister = (uint32_t)r->n_leases;
+            if (f->refuse_after && f->registers > f->refuse_after) {
+                sl_rpc_send_error(fd, SL_ERR_INVALID,
+                                  "worker id 'w1' is in use by another live worker "
+                                  "process (connected from 127.0.0.1:9, heard from 5 ms ago)");
+                drop = true;
+                break;
+            }
             Sluice__Control__Registered g = SLUICE__CONTROL__REGISTERED__INIT;
             g.lease_timeout_ms = 2000;
             g.heartbeat_ms = 30;

@@ -215,7 +215,7 @@ Test(job_spec, op_errors)
               (const char *[]){
                   "$.transforms[0].table_size: must be a positive integer",
                   "$.transforms[1].table_size: missing (required by transform 'sigrid_hash')",
-                  "$.transforms[2].n: must be a positive integer",
+                  "$.transforms[2].n: must be an integer in [1, 1024]",
                   "$.transforms[2].bogus: unknown key for transform 'ngram'",
                   "$.transforms[3].std: must be a number > 0",
                   "$.transforms[4].borders: must be a non-empty array of strictly increasing "
@@ -225,6 +225,58 @@ Test(job_spec, op_errors)
                   "$.transforms[7].feature: must be a non-empty string",
                   "$.transforms[7].divisor: must be a positive integer",
               });
+}
+
+/* Limits that need no schema are checked at parse, so they are listed with
+ * the spec's other problems (an n-gram of n > 1024 used to be a binding
+ * problem, never reached when parsing found another one). */
+Test(job_spec, schema_free_limits_listed_with_other_problems)
+{
+    char name[300], spec[1024];
+    memset(name, 'o', 299);
+    name[299] = '\0';
+    snprintf(spec, sizeof spec,
+             "{'source': {'table': 't', 'stripes_per_split': 0},"
+             " 'transforms': ["
+             "  {'op': 'ngram', 'feature': 'hist', 'n': 1025, 'table_size': 10},"
+             "  {'op': 'first_x', 'feature': 'hist', 'x': 2147483648},"
+             "  {'op': 'bucketize', 'feature': 'I1', 'borders': [1], 'output': '%s'}],"
+             " 'batch': {'size': 0}}",
+             name);
+    parse_bad(spec, 5,
+              (const char *[]){
+                  "$.source.stripes_per_split: must be an integer in [1, 1048576]",
+                  "$.transforms[0].n: must be an integer in [1, 1024]",
+                  "$.transforms[1].x: must be an integer in [1, 2147483647]",
+                  "$.transforms[2].output: must be a non-empty string of at most 255 bytes",
+                  "$.batch.size: must be an integer in [1, 1048576]",
+              });
+}
+
+Test(job_spec, job_ids)
+{
+    const char *good[] = {"criteo-train", "a", "v1.2_rc-3", "A.b"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        cr_assert(sl_dpp_job_id_ok(good[i], strlen(good[i]), NULL, 0), "%s", good[i]);
+    char why[160];
+    const char *bad[] = {"", "../x", "a/b", "..", "a..b", "x y", "é", "a%00b"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert(!sl_dpp_job_id_ok(bad[i], strlen(bad[i]), why, sizeof why), "%s", bad[i]);
+    cr_assert(!sl_dpp_job_id_ok("ab\0c", 4, why, sizeof why));
+    cr_assert_str_eq(why, "a job id is 1 to 255 letters, digits, '.', '_' or '-' without \"..\" "
+                          "(this one has a NUL byte)");
+    char longid[257];
+    memset(longid, 'a', 256);
+    longid[256] = '\0';
+    cr_assert(!sl_dpp_job_id_ok(longid, 256, NULL, 0));
+    cr_assert(sl_dpp_job_id_ok(longid, 255, NULL, 0));
+    parse_bad("{'id': '../../etc', 'source': {'table': 't'}}", 1,
+              (const char *[]){"$.id: a job id is 1 to 255 letters, digits, '.', '_' or '-' "
+                               "without \"..\" (this one has \"..\")"});
+    parse_bad("{'id': 'logs/x', 'source': {'table': 't'}}", 1,
+              (const char *[]){"$.id: a job id is 1 to 255 letters, digits, '.', '_' or '-' "
+                               "without \"..\" (this one has '/')"});
+    sl_dpp_job_destroy(parse_ok("{'id': 'ok.job_1-a', 'source': {'table': 't'}}"));
 }
 
 Test(job_spec, load_sets_base_dir)
@@ -403,4 +455,86 @@ Test(job_plan, example_specs_parse)
         cr_assert_eq(sl_dpp_job_load(path, &job, NULL, &err), SL_OK, "%s", err.msg);
         sl_dpp_job_destroy(job);
     }
+}
+
+/* Vocabulary files are checked before they are read: a file past the size
+ * cap or not a regular file is refused at once (without reading it: a
+ * sparse file of 4 GiB costs nothing), by sl_dpp_plan_new and by the
+ * master's sl_dpp_plan_check alike, and no problem ever quotes a line of
+ * the file. */
+static void vocab_problem(const char *file, bool check_only, const char *want)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "{'source': {'table': 't'}, 'transforms': ["
+             " {'op': 'map_vocab', 'feature': 'C3', 'file': '%s'}]}",
+             file);
+    sl_dpp_job_t *job = parse_ok(text);
+    sl_wh_schema_t *s = schema();
+    sl_dpp_plan_t *plan = NULL;
+    sl_dpp_problems_t pr = {0};
+    sl_error_t err = {0};
+    sl_err_t rc = check_only ? sl_dpp_plan_check(job, s, &pr, &err)
+                             : sl_dpp_plan_new(job, s, &plan, &pr, &err);
+    if (want == NULL) {
+        cr_assert_eq(rc, SL_OK, "%s", err.msg);
+        cr_assert_eq(pr.count, 0);
+    } else {
+        cr_assert_eq(rc, SL_ERR_INVALID);
+        cr_assert_eq(pr.count, 1);
+        cr_assert_str_eq(pr.items[0], want);
+    }
+    sl_dpp_plan_destroy(plan);
+    sl_dpp_problems_free(&pr);
+    sl_dpp_job_destroy(job);
+    sl_wh_schema_destroy(s);
+}
+
+Test(job_plan, vocabulary_files_checked_before_reading)
+{
+    char dir[] = "/tmp/sluice_vocab_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char ok[300], big[300], secret[300], dup[300], want[600];
+    snprintf(ok, sizeof ok, "%s/ok.txt", dir);
+    snprintf(big, sizeof big, "%s/big.txt", dir);
+    snprintf(secret, sizeof secret, "%s/secret.txt", dir);
+    snprintf(dup, sizeof dup, "%s/dup.txt", dir);
+    FILE *f = fopen(ok, "w");
+    fputs("3\n5\n0\n", f);
+    fclose(f);
+    f = fopen(secret, "w");
+    fputs("root:$6$hash-of-a-password:19000:0:99999:7:::\n", f);
+    fclose(f);
+    f = fopen(dup, "w");
+    fputs("7\n8\n7\n", f);
+    fclose(f);
+    /* 4 GiB, sparse: reading it would take seconds and gigabytes */
+    FILE *g = fopen(big, "w");
+    cr_assert_eq(ftruncate(fileno(g), 4ll << 30), 0);
+    fclose(g);
+    for (int check = 0; check < 2; check++) {
+        vocab_problem(ok, check, NULL);
+        snprintf(want, sizeof want,
+                 "$.transforms[0].file: vocabulary '%s': 4294967296 bytes, more than the "
+                 "536870912 a vocabulary may have",
+                 big);
+        vocab_problem(big, check, want);
+        snprintf(want, sizeof want, "$.transforms[0].file: vocabulary '%s': not a regular file",
+                 dir);
+        vocab_problem(dir, check, want);
+        vocab_problem("/dev/zero", check,
+                      "$.transforms[0].file: vocabulary '/dev/zero': not a regular file");
+    }
+    /* Content problems are found by loading (the worker), and name the
+     * line, never its text. */
+    snprintf(want, sizeof want, "$.transforms[0].file: %s line 1: not a decimal int64 id", secret);
+    vocab_problem(secret, false, want);
+    vocab_problem(secret, true, NULL);
+    snprintf(want, sizeof want, "$.transforms[0].file: %s line 3: the id of line 1 again", dup);
+    vocab_problem(dup, false, want);
+    unlink(ok);
+    unlink(big);
+    unlink(secret);
+    unlink(dup);
+    rmdir(dir);
 }

@@ -109,60 +109,91 @@ static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now
             cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
             continue;
         }
+        if (op < 3) {
+            /* idle client records go (ClientEvicted), one client kept */
+            sl_dpp_master_client_touch(m, "c0", *now);
+            cr_assert_eq(sl_dpp_master_evict_clients(m, *now, tu_below(s, 40), NULL, &err), SL_OK);
+            continue;
+        }
         if (op < 10) {
             cr_assert_eq(sl_dpp_master_expire(m, *now, NULL, &err), SL_OK);
-        } else if (op < 20) {
-            cr_assert_eq(sl_dpp_master_renew(m, w, *now, NULL, &err), SL_OK);
-        } else if (op < 50) {
+            continue;
+        }
+        if (op >= 20 && op < 50) {
             sl_dpp_lease_t l;
             sl_err_t rc = sl_dpp_master_lease_next(m, j, w, *now, &l, &err);
             cr_assert(rc == SL_OK || rc == SL_ERR_AGAIN, "%s", err.msg);
-        } else {
-            /* Report on a random split with its live generation, if any:
-             * look it up through a token-free path: lease state is only
-             * visible in the dump, so try the generations the master can
-             * have handed out and let stale ones be refused. */
-            uint32_t split = (uint32_t)tu_below(s, st.num_splits);
-            char *d;
-            size_t len;
-            cr_assert_eq(sl_dpp_master_dump(m, &d, &len, &err), SL_OK);
-            char key[64];
-            snprintf(key, sizeof key, "job %s ", j);
-            const char *p = strstr(d, key);
-            cr_assert(p != NULL);
-            char line[32];
-            snprintf(line, sizeof line, "\n %u ", split);
-            p = strstr(p, line);
-            cr_assert(p != NULL);
-            char state;
-            unsigned long long gen, rows;
-            cr_assert_eq(sscanf(p + strlen(line), "%c gen %llu committed %llu", &state, &gen, &rows),
-                         3);
-            sl_free(NULL, d, len + 1);
-            uint64_t total = g_splits[split].num_rows;
-            sl_err_t rc;
-            if (rows < total && tu_below(s, 3) != 0) {
-                /* a client commits some rows (accepted or overlapping) */
-                uint64_t from = tu_below(s, total);
-                uint64_t to = from + 1 + tu_below(s, total - from);
-                char cid[16];
-                snprintf(cid, sizeof cid, "c%u", (unsigned)tu_below(s, 3));
-                sl_dpp_commit_result_t res;
-                rc = sl_dpp_master_commit(m, j, st.epoch, split, from, to, cid, tu_next(s), &res,
-                                          &err);
-                cr_assert_eq(rc, SL_OK, "%s", err.msg);
-                if (st.finished)
-                    cr_assert_eq(res, SL_DPP_STALE_EPOCH);
-                else
-                    cr_assert(res == SL_DPP_COMMITTED || res == SL_DPP_OVERLAP, "%d", res);
-                continue;
-            }
-            /* the holder's split read, with some empty rows */
-            uint64_t from = total ? tu_below(s, total) : 0;
-            sl_dpp_row_range_t empty = {from, from + (total - from) / 2};
-            rc = sl_dpp_master_split_read(m, j, st.epoch, split, gen, &empty, 1, NULL, &err);
-            cr_assert_eq(rc, state == 'L' ? SL_OK : SL_DPP_STALE, "%c %s", state, err.msg);
+            continue;
         }
+        /* A random split of j with its state, generation and holder: lease
+         * state is only visible in the dump. */
+        uint32_t split = (uint32_t)tu_below(s, st.num_splits);
+        char *d;
+        size_t len;
+        cr_assert_eq(sl_dpp_master_dump(m, &d, &len, &err), SL_OK);
+        char key[64];
+        snprintf(key, sizeof key, "job %s ", j);
+        const char *p = strstr(d, key);
+        cr_assert(p != NULL);
+        char line[32];
+        snprintf(line, sizeof line, "\n %u ", split);
+        p = strstr(p, line);
+        cr_assert(p != NULL);
+        char state, holder[16];
+        unsigned long long gen, rows;
+        cr_assert_eq(sscanf(p + strlen(line), "%c gen %llu committed %llu %15s", &state, &gen,
+                            &rows, holder),
+                     4);
+        sl_free(NULL, d, len + 1);
+        sl_dpp_lease_ref_t ref = {j, st.epoch, split, gen};
+        if (tu_below(s, 4) == 0) ref.generation += 1 + tu_below(s, 3); /* a stale name */
+        bool live = state == 'L' && ref.generation == gen;
+        if (op < 15) {
+            /* a heartbeat naming that split's lease (or none) */
+            uint32_t n = (uint32_t)tu_below(s, 2), renewed;
+            cr_assert_eq(sl_dpp_master_renew(m, w, &ref, n, *now, &renewed, &err), SL_OK);
+            cr_assert_eq(renewed, n == 1 && live && strcmp(holder, w) == 0 ? 1u : 0u);
+            continue;
+        }
+        if (op < 20) {
+            /* the holder's process restarts (names nothing) or reconnects
+             * (names its lease): every other lease of its id is revoked */
+            uint32_t n = (uint32_t)tu_below(s, 2), renewed, revoked;
+            const char *who = state == 'L' ? holder : w;
+            cr_assert_eq(sl_dpp_master_register(m, who, &ref, n, *now, &renewed, &revoked, &err),
+                         SL_OK, "%s", err.msg);
+            cr_assert_eq(renewed, n == 1 && live ? 1u : 0u);
+            continue;
+        }
+        uint64_t total = g_splits[split].num_rows;
+        sl_err_t rc;
+        if (rows < total && tu_below(s, 3) != 0) {
+            /* a client commits some rows: accepted, overlapping, or refused
+             * because the split is not leased under that generation */
+            uint64_t from = tu_below(s, total);
+            uint64_t to = from + 1 + tu_below(s, total - from);
+            char cid[16];
+            snprintf(cid, sizeof cid, "c%u", (unsigned)tu_below(s, 3));
+            sl_dpp_commit_result_t res;
+            /* samples: the batch's rows the filters kept (any number up to
+             * its rows); journaled, so the dumps compared after replay and
+             * compaction include the counters */
+            sl_dpp_commit_t co = {j,    st.epoch,   split,
+                                  ref.generation, from, to,
+                                  cid,  tu_next(s), (uint32_t)tu_below(s, to - from + 1)};
+            rc = sl_dpp_master_commit_batch(m, &co, &res, &err);
+            cr_assert_eq(rc, SL_OK, "%s", err.msg);
+            if (st.finished || !live)
+                cr_assert(res == SL_DPP_STALE_EPOCH || res == SL_DPP_OVERLAP, "%d", res);
+            else
+                cr_assert(res == SL_DPP_COMMITTED || res == SL_DPP_OVERLAP, "%d", res);
+            continue;
+        }
+        /* the holder's split read, with some empty rows */
+        uint64_t from = total ? tu_below(s, total) : 0;
+        sl_dpp_row_range_t empty = {from, from + (total - from) / 2};
+        rc = sl_dpp_master_split_read(m, j, st.epoch, split, gen, &empty, 1, NULL, &err);
+        cr_assert_eq(rc, state == 'L' ? SL_OK : SL_DPP_STALE, "%c %s", state, err.msg);
     }
 }
 

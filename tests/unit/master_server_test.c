@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dpp/master.h"
+#include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "testutil.h"
 #include "warehouse/import.h"
@@ -109,7 +111,11 @@ static void done(ProtobufCMessage *msg)
     sl_rpc_frame_free(&f);
 }
 
-static int worker(env *e, const char *id)
+/* REGISTER as worker id (process incarnation inc, holding leases
+ * refs[0..n)) on a new connection; want REGISTERED or ERROR. @return the
+ * connection (the ERROR's message in *why when want is ERROR). */
+static int register_as(env *e, const char *id, uint64_t inc, Sluice__Control__SplitRef **refs,
+                       size_t n, sl_rpc_type_t want, char *why, size_t cap)
 {
     int fd = dial(e);
     Sluice__Control__Register r = SLUICE__CONTROL__REGISTER__INIT;
@@ -117,12 +123,24 @@ static int worker(env *e, const char *id)
     r.worker_id = (char *)id;
     r.serve_address = "127.0.0.1:1";
     r.job_id = "j";
-    Sluice__Control__Registered *ok = (void *)call(fd, SL_RPC_REGISTER, &r.base,
-                                                   SL_RPC_REGISTERED);
-    cr_assert_eq(ok->lease_timeout_ms, e->o.lease_timeout_ms);
-    cr_assert_gt(ok->heartbeat_ms, 0);
-    done(&ok->base);
+    r.incarnation = inc;
+    r.n_leases = n;
+    r.leases = refs;
+    ProtobufCMessage *a = call(fd, SL_RPC_REGISTER, &r.base, want);
+    if (want == SL_RPC_REGISTERED) {
+        Sluice__Control__Registered *ok = (void *)a;
+        cr_assert_eq(ok->lease_timeout_ms, e->o.lease_timeout_ms);
+        cr_assert_gt(ok->heartbeat_ms, 0);
+    } else {
+        snprintf(why, cap, "%s", ((Sluice__Dpp__Error *)a)->message);
+    }
+    done(a);
     return fd;
+}
+
+static int worker(env *e, const char *id)
+{
+    return register_as(e, id, 0, NULL, 0, SL_RPC_REGISTERED, NULL, 0);
 }
 
 static Sluice__Control__Lease *lease(int fd, const char *id)
@@ -217,6 +235,8 @@ Test(master_server, submit_refusals)
     cr_assert(strstr(err.msg, "colour") != NULL, "%s", err.msg);
     cr_assert_eq(submit(&e, ", \"sharding\": \"round\"", &err), SL_ERR_INVALID);
     cr_assert_eq(submit(&e, ", \"ranks\": -1", &err), SL_ERR_INVALID);
+    cr_assert_eq(submit(&e, ", \"ranks\": 0", &err), SL_ERR_INVALID); /* refused, not taken for 1 */
+    cr_assert_str_eq(err.msg, "$.ranks: an integer 1..65536");
     cr_assert_eq(submit(&e, ", \"min_workers\": 3, \"max_workers\": 2", &err), SL_ERR_INVALID);
     cr_assert_eq(submit(&e, ", \"resume_token\": \"!!!\"", &err), SL_ERR_INVALID);
     cr_assert_eq(submit(&e, ", \"resume_token\": \"AAAA\"", &err), SL_ERR_INVALID);
@@ -316,6 +336,8 @@ Test(master_server, lease_commit_split_read_token_restart)
     cr_assert_eq(jint(j, "committed_rows"), 500);
     cr_assert_eq(jint(j, "workers"), 1);
     cr_assert_eq(jint(j, "clients"), 2);
+    cr_assert_eq(jint(j, "batches"), 2); /* two accepted commits (a repeat is not a batch) */
+    cr_assert_eq(jint(j, "samples"), 200);
     json_decref(j);
     /* a token excluding what c2 has not handed out yet */
     Sluice__Control__RowRange und = SLUICE__CONTROL__ROW_RANGE__INIT, *undp = &und;
@@ -343,7 +365,10 @@ Test(master_server, lease_commit_split_read_token_restart)
     j = job_json(&e);
     cr_assert_eq(jint(j, "done"), 1);
     cr_assert_eq(jint(j, "committed_rows"), 500);
+    cr_assert_eq(jint(j, "batches"), 2, "the counters survive a restart (journal)");
+    cr_assert_eq(jint(j, "samples"), 200);
     json_decref(j);
+
     c1 = client(&e, "c1", NULL);
     cr_assert_eq(commit(c1, "c1", 1, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     cr_assert_eq(commit(c1, "c1", 9, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
@@ -398,6 +423,208 @@ Test(master_server, static_sharding_refuses_other_ranks)
     for (uint32_t r = 0; r < 3; r++)
         close(c[r]);
     close(w);
+    env_fini(&e);
+}
+
+/* ATTACH with a rank not below the world size, or a world size other than
+ * the job's ranks, is refused with an ERROR saying so (a reader of world
+ * size 1 on a 2-rank job used to wait forever), and the connection closes. */
+static void attach_refused(env *e, uint32_t rank, uint32_t world, const char *want)
+{
+    int fd = dial(e);
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "c-ranks";
+    a.rank = rank;
+    a.world_size = world;
+    Sluice__Dpp__Error *er = (void *)call(fd, SL_RPC_ATTACH, &a.base, SL_RPC_ERROR);
+    cr_assert_eq(er->code, SL_ERR_INVALID);
+    cr_assert_str_eq(er->message, want);
+    done(&er->base);
+    sl_rpc_frame_t f;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_ERR_CLOSED, "%s", err.msg);
+    close(fd);
+}
+
+Test(master_server, attach_checks_rank_and_world_size)
+{
+    env e;
+    env_init(&e, 2000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, ", \"ranks\": 2, \"sharding\": \"static\"", &err), SL_OK, "%s",
+                 err.msg);
+    attach_refused(&e, 0, 1,
+                   "attach: job 'j' has 2 trainer ranks; this client's world size is 1 (start it "
+                   "with a world size of 2)");
+    attach_refused(&e, 0, 3,
+                   "attach: job 'j' has 2 trainer ranks; this client's world size is 3 (start it "
+                   "with a world size of 2)");
+    attach_refused(&e, 2, 2, "attach: rank 2 is not below world size 2");
+    attach_refused(&e, 5, 0, "attach: rank 5 is not below world size 1");
+    close(client_rank(&e, "c1", 1, 2, "static", NULL));
+    env_fini(&e);
+}
+
+static int split_failed(int fd, const Sluice__Control__SplitRef *ref)
+{
+    Sluice__Control__SplitFailed sf = SLUICE__CONTROL__SPLIT_FAILED__INIT;
+    sf.ref = (Sluice__Control__SplitRef *)ref;
+    sf.file = "ds=2026-01-01/part-00000.slc";
+    sf.stripe = 2;
+    sf.message = "ds=2026-01-01/part-00000.slc stripe 2 stream 'C1' C1: checksum mismatch";
+    sf.code = SL_ERR_CORRUPT;
+    Sluice__Control__SplitFailedReply *r =
+        (void *)call(fd, SL_RPC_SPLIT_FAILED, &sf.base, SL_RPC_SPLIT_FAILED_REPLY);
+    int state = r->state;
+    done(&r->base);
+    return state;
+}
+
+/* SPLIT_FAILED on the control protocol: counted only from the live lease's
+ * holder; the third failure (the default --max-split-failures) fails the
+ * job: its workers get NO_WORK "job failed" and stop at their heartbeat,
+ * ATTACHED carries the failure, commits are refused. */
+Test(master_server, split_failures_fail_the_job)
+{
+    env e;
+    env_init(&e, 5000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    int w1 = worker(&e, "w1"), w2 = worker(&e, "w2");
+    int c = client(&e, "c", NULL);
+    /* failure 1, by w1; w2 cannot report w1's lease, nor w1 twice */
+    Sluice__Control__Lease *l = lease(w1, "w1");
+    Sluice__Control__SplitRef ref = *l->ref;
+    ref.job_id = "j";
+    uint32_t split = ref.split;
+    cr_assert_eq(split_failed(w2, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE);
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__RETRY);
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE);
+    done(&l->base);
+    /* failure 2, by w2, which gets the split next (it is pending again) */
+    l = lease(w2, "w2");
+    cr_assert_eq(l->ref->split, split);
+    ref = *l->ref;
+    ref.job_id = "j";
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE);
+    cr_assert_eq(split_failed(w2, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__RETRY);
+    done(&l->base);
+    /* failure 3, by w1 again: the job fails */
+    l = lease(w1, "w1");
+    cr_assert_eq(l->ref->split, split);
+    ref = *l->ref;
+    ref.job_id = "j";
+    cr_assert_eq(split_failed(w1, &ref), SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__JOB_FAILED);
+    done(&l->base);
+    json_t *j = job_json(&e);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
+    json_t *f = json_object_get(j, "failure");
+    cr_assert_eq(json_integer_value(json_object_get(f, "stripe")), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(f, "file")), "ds=2026-01-01/part-00000.slc");
+    json_decref(j);
+    /* workers: no more work, and stop */
+    Sluice__Control__LeaseRequest q = SLUICE__CONTROL__LEASE_REQUEST__INIT;
+    q.worker_id = "w2";
+    q.job_id = "j";
+    Sluice__Control__NoWork *nw = (void *)call(w2, SL_RPC_LEASE_REQUEST, &q.base, SL_RPC_NO_WORK);
+    cr_assert_str_eq(nw->reason, "job failed");
+    done(&nw->base);
+    Sluice__Control__HeartbeatReply *hr = heartbeat(w2, "w2", NULL, 0);
+    cr_assert(hr->stop);
+    done(&hr->base);
+    /* clients: the failure in ATTACHED, commits refused */
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "c";
+    a.world_size = 1;
+    Sluice__Control__Attached *at = (void *)call(c, SL_RPC_ATTACH, &a.base, SL_RPC_ATTACHED);
+    cr_assert(at->failed);
+    cr_assert_eq(at->failure_code, SL_ERR_CORRUPT);
+    cr_assert(strstr(at->failure, "(file ds=2026-01-01/part-00000.slc stripe 2) failed: ") != NULL,
+              "%s", at->failure);
+    done(&at->base);
+    cr_assert_eq(commit(c, "c", 1, &ref, 0, 10), SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE);
+    close(c);
+    close(w1);
+    close(w2);
+    env_fini(&e);
+}
+
+/* A metric's value in the master's /metrics text (a family without labels). */
+static double metric(env *e, const char *name)
+{
+    char *text = sl_master_metrics_text(e->m);
+    cr_assert_not_null(text);
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = strstr(text, key);
+    cr_assert_not_null(at, "no %s in %s", name, text);
+    double v = strtod(at + strlen(key), NULL);
+    free(text);
+    return v;
+}
+
+/* Client records are evicted when idle: with max_clients 3, eight client
+ * processes one after the other (each attaching, committing, going away)
+ * are all served, because a record with no connection and no commit for
+ * client_idle_ms is forgotten (journaled: a restarted master forgets it
+ * too). A connected client keeps its record however idle; an evicted one's
+ * retry is a new commit (OVERLAP for rows it had committed). */
+Test(master_server, idle_client_records_are_evicted)
+{
+    env e;
+    env_init(&e, 5000);
+    e.o.max_clients = 3;
+    e.o.client_idle_ms = 150;
+    env_restart(&e);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    int w = worker(&e, "w1");
+    Sluice__Control__Lease *l = lease(w, "w1");
+    Sluice__Control__SplitRef ref = *l->ref;
+    ref.job_id = "j";
+    int keeper = client(&e, "keeper", NULL); /* connected all along */
+    cr_assert_eq(commit(keeper, "keeper", 1, &ref, 0, 50),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    for (uint32_t k = 1; k <= 8; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "c%u", k);
+        int c = client(&e, id, NULL);
+        cr_assert_eq(commit(c, id, 7, &ref, 50 * k, 50 * k + 50),
+                     SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "client %u of 8", k);
+        close(c);
+        /* gone and idle: forgotten within 1.1 idle periods */
+        double t0 = (double)time(NULL);
+        while (metric(&e, "sluice_master_client_records") > 1 && time(NULL) - t0 < tu_timeout(5))
+            usleep(20 * 1000);
+        cr_assert_eq(metric(&e, "sluice_master_client_records"), 1, "client %u not evicted", k);
+    }
+    cr_assert_eq(metric(&e, "sluice_master_clients_evicted_total"), 8);
+    /* the connected client kept its record: a retry is recognised */
+    cr_assert_eq(commit(keeper, "keeper", 1, &ref, 0, 50),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    /* an evicted client retrying is new: its rows are committed, so OVERLAP */
+    int c = client(&e, "c3", NULL);
+    cr_assert_eq(commit(c, "c3", 7, &ref, 150, 200), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
+    close(c);
+    /* replay forgets the same clients (ClientEvicted records) */
+    close(keeper);
+    ProtobufCMessage *lm = &l->base;
+    done(lm);
+    close(w);
+    e.o.client_idle_ms = 600000;
+    env_restart(&e);
+    cr_assert_eq(metric(&e, "sluice_master_client_records"), 1);
+    keeper = client(&e, "keeper", NULL);
+    cr_assert_eq(commit(keeper, "keeper", 1, &ref, 0, 50),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    c = client(&e, "c5", NULL);
+    cr_assert_eq(commit(c, "c5", 7, &ref, 250, 300), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
+    close(c);
+    close(keeper);
     env_fini(&e);
 }
 
@@ -656,5 +883,274 @@ Test(master_server, garbage_and_wrong_frames)
     cr_assert_eq(json_array_size(json_object_get(ws, "workers")), 1);
     json_decref(ws);
     cr_assert(sl_master_ready(e.m));
+    env_fini(&e);
+}
+
+/* The connection was closed by the master (after an ERROR, if any). */
+static void assert_closed(int fd)
+{
+    sl_rpc_frame_t f;
+    sl_error_t err = {0};
+    sl_err_t rc;
+    while ((rc = sl_rpc_recv(fd, NULL, NULL, &f, &err)) == SL_OK) {
+        cr_assert_eq(f.type, SL_RPC_ERROR, "got %s", sl_rpc_type_name(f.type));
+        sl_rpc_frame_free(&f);
+    }
+    cr_assert_eq(rc, SL_ERR_CLOSED, "%s", err.msg);
+}
+
+static json_int_t job_int(env *e, const char *key)
+{
+    json_t *j = job_json(e);
+    json_int_t v = jint(j, key);
+    json_decref(j);
+    return v;
+}
+
+/* One worker id, several processes: the same process (incarnation)
+ * reconnecting replaces its connection and keeps the leases it names; a
+ * second live process is refused with an error naming the id, the other
+ * process's address and how long ago it was heard from; once the first
+ * process's connection is closed, or silent past the lease timeout, a new
+ * process takes the id, and the leases it does not name go back at once. */
+Test(master_server, one_live_process_per_worker_id)
+{
+    env e;
+    env_init(&e, 600);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    char why[SL_ERROR_MSG_MAX];
+    int a1 = register_as(&e, "w1", 11, NULL, 0, SL_RPC_REGISTERED, NULL, 0);
+    Sluice__Control__Lease *l = lease(a1, "w1");
+    Sluice__Control__SplitRef ref = *l->ref;
+    ref.job_id = "j";
+    Sluice__Control__SplitRef *refs[1] = {&ref};
+    /* another process, the first one live: refused, and closed */
+    int b = register_as(&e, "w1", 22, NULL, 0, SL_RPC_ERROR, why, sizeof why);
+    cr_assert(strstr(why, "worker id 'w1' is in use by another live worker process") != NULL,
+              "%s", why);
+    cr_assert(strstr(why, "connected from 127.0.0.1:") != NULL, "%s", why);
+    cr_assert(strstr(why, " ms ago") != NULL, "%s", why);
+    assert_closed(b);
+    close(b);
+    cr_assert_eq(job_int(&e, "leased"), 1, "a refused registration changes nothing");
+    /* the same process reconnects (its old connection looks alive): it
+     * replaces it and keeps the lease it names */
+    int a2 = register_as(&e, "w1", 11, refs, 1, SL_RPC_REGISTERED, NULL, 0);
+    assert_closed(a1);
+    close(a1);
+    Sluice__Control__HeartbeatReply *hr = heartbeat(a2, "w1", refs, 1);
+    cr_assert_eq(hr->n_revoked, 0);
+    done(&hr->base);
+    cr_assert_eq(job_int(&e, "leased"), 1);
+    /* the process exits (its connection closes) and a new one under the same
+     * id starts: it holds nothing, so the lease goes back at once */
+    close(a2);
+    usleep(100 * 1000); /* the master sees the end of the connection */
+    int c = register_as(&e, "w1", 33, NULL, 0, SL_RPC_REGISTERED, NULL, 0);
+    cr_assert_eq(job_int(&e, "leased"), 0);
+    cr_assert_eq(job_int(&e, "pending"), 8);
+    hr = heartbeat(c, "w1", refs, 1);
+    cr_assert_eq(hr->n_revoked, 1, "the old process's lease is not the new one's");
+    done(&hr->base);
+    /* the new process goes silent (connection open) past the lease timeout:
+     * another process may take the id, and the silent one is closed */
+    Sluice__Control__Lease *l2 = lease(c, "w1");
+    usleep((useconds_t)(e.o.lease_timeout_ms + 200) * 1000);
+    int d = register_as(&e, "w1", 44, NULL, 0, SL_RPC_REGISTERED, NULL, 0);
+    assert_closed(c);
+    close(c);
+    char *metrics = sl_master_metrics_text(e.m);
+    cr_assert(strstr(metrics, "sluice_master_worker_ids_in_use_total 1") != NULL, "%s", metrics);
+    free(metrics);
+    done(&l->base);
+    done(&l2->base);
+    close(d);
+    env_fini(&e);
+}
+
+/* A heartbeat renews only the leases it names: a lease granted on a LEASE
+ * the worker never received (it is not in its heartbeats) expires after
+ * the lease timeout; the named one lives on. A commit needs the live lease
+ * of its generation. */
+Test(master_server, heartbeat_renews_only_named_leases)
+{
+    env e;
+    env_init(&e, 400);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    int w = register_as(&e, "w1", 7, NULL, 0, SL_RPC_REGISTERED, NULL, 0);
+    Sluice__Control__Lease *kept = lease(w, "w1");
+    Sluice__Control__Lease *lost = lease(w, "w1"); /* "never received" */
+    Sluice__Control__SplitRef ref = *kept->ref, lost_ref = *lost->ref;
+    ref.job_id = lost_ref.job_id = "j";
+    Sluice__Control__SplitRef *refs[1] = {&ref};
+    int c = client(&e, "c", NULL);
+    cr_assert_eq(commit(c, "c", 1, &lost_ref, 0, 100),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    for (int i = 0; i < 10; i++) { /* 1 s: 2.5 lease timeouts */
+        Sluice__Control__HeartbeatReply *hr = heartbeat(w, "w1", refs, 1);
+        cr_assert_eq(hr->n_revoked, 0);
+        done(&hr->base);
+        usleep(100 * 1000);
+    }
+    json_t *j = job_json(&e);
+    cr_assert_eq(jint(j, "leased"), 1);
+    cr_assert_eq(jint(j, "committed_rows"), 100);
+    json_decref(j);
+    json_t *st = sl_master_status_json(e.m);
+    cr_assert_eq(json_integer_value(json_object_get(st, "lease_expiries")), 1);
+    json_decref(st);
+    /* rows of the expired lease, of a split not leased, or of another
+     * generation: STALE, nothing recorded */
+    Sluice__Control__SplitRef other = ref;
+    other.split = (ref.split + 3) % 8;
+    other.generation = ref.generation;
+    Sluice__Control__SplitRef later = ref;
+    later.generation++;
+    cr_assert_eq(commit(c, "c", 2, &lost_ref, 100, 200),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE);
+    cr_assert_eq(commit(c, "c", 3, &other, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE);
+    cr_assert_eq(commit(c, "c", 4, &later, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE);
+    cr_assert_eq(commit(c, "c", 1, &lost_ref, 0, 100),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "a repeat keeps its answer");
+    cr_assert_eq(commit(c, "c", 5, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    cr_assert_eq(job_int(&e, "committed_rows"), 200);
+    char *metrics = sl_master_metrics_text(e.m);
+    cr_assert(strstr(metrics, "result=\"not_leased\"} 3") != NULL, "%s", metrics);
+    free(metrics);
+    done(&kept->base);
+    done(&lost->base);
+    close(c);
+    close(w);
+    env_fini(&e);
+}
+
+/* The connection is read to its end: an ERROR frame (when want_error),
+ * then the end of the stream. */
+static void expect_closed(int fd, bool want_error, const char *needle)
+{
+    sl_rpc_frame_t f;
+    sl_error_t err = {0};
+    sl_err_t rc = sl_rpc_recv(fd, NULL, NULL, &f, &err);
+    if (want_error) {
+        cr_assert_eq(rc, SL_OK, "%s", err.msg);
+        cr_assert_eq(f.type, SL_RPC_ERROR, "got %s", sl_rpc_type_name(f.type));
+        const Sluice__Dpp__Error *e = (const void *)f.msg;
+        cr_assert(strstr(e->message, needle), "%s", e->message);
+        sl_rpc_frame_free(&f);
+        rc = sl_rpc_recv(fd, NULL, NULL, &f, &err);
+    }
+    cr_assert_eq(rc, SL_ERR_CLOSED, "the connection stays open after its ERROR (%s)", err.msg);
+}
+
+Test(master_server, an_error_closes_and_a_client_attaches_once_the_job_exists)
+{
+    env e;
+    env_init(&e, 1000);
+    int fd = dial(&e);
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "early";
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_ATTACH, &a.base, NULL, 0, &err), SL_OK);
+    expect_closed(fd, true, "no job 'j'");
+    close(fd);
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    fd = client(&e, "early", NULL); /* a new connection: attached */
+    /* an error on a live client connection closes it too */
+    Sluice__Control__Commit cm = SLUICE__CONTROL__COMMIT__INIT;
+    cm.client_id = "early";
+    cm.nonce = 1;
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_COMMIT, &cm.base, NULL, 0, &err), SL_OK);
+    expect_closed(fd, true, "commit without ref or rows");
+    close(fd);
+    env_fini(&e);
+}
+
+static sl_err_t prove(int fd, const char *secret, sl_error_t *err)
+{
+    return sl_rpc_auth_client(fd, secret, sl_rpc_now_ms() + 5000, err);
+}
+
+Test(master_server, cluster_secret_and_connection_limits)
+{
+    env e;
+    env_init(&e, 1000);
+    const char *secret = "sixteen bytes or more of secret";
+    e.o.cluster_secret = secret;
+    e.o.max_connections = 16;
+    e.o.handshake_timeout_ms = 600;
+    e.o.client_conn_idle_ms = 400;
+    env_restart(&e); /* with these options */
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    /* a peer without the secret: challenged, its ATTACH refused, closed */
+    int fd = dial(&e);
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "rogue";
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_ATTACH, &a.base, NULL, 0, &err), SL_OK);
+    sl_rpc_frame_t f;
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_AUTH_CHALLENGE);
+    sl_rpc_frame_free(&f);
+    expect_closed(fd, true, "authentication failed: expected an auth-response frame, got attach");
+    close(fd);
+    /* a wrong secret */
+    fd = dial(&e);
+    cr_assert_eq(prove(fd, "not the secret of this cluster", &err), SL_ERR_PROTOCOL);
+    cr_assert(strstr(err.msg, "refused: authentication failed: wrong proof"), "%s", err.msg);
+    close(fd);
+    /* 40 silent sockets (more than the cap of 16): the oldest in their
+     * handshake make room, and a worker and a client still get in */
+    int silent[40];
+    for (int i = 0; i < 40; i++)
+        silent[i] = dial(&e);
+    int w = dial(&e);
+    cr_assert_eq(prove(w, secret, &err), SL_OK, "%s", err.msg);
+    Sluice__Control__Register r = SLUICE__CONTROL__REGISTER__INIT;
+    r.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    r.worker_id = "w";
+    r.serve_address = "127.0.0.1:1";
+    r.job_id = "j";
+    done(call(w, SL_RPC_REGISTER, &r.base, SL_RPC_REGISTERED));
+    int c = dial(&e);
+    cr_assert_eq(prove(c, secret, &err), SL_OK, "%s", err.msg);
+    done(call(c, SL_RPC_ATTACH, &a.base, SL_RPC_ATTACHED));
+    /* the 26 oldest silent ones were evicted (24 by the other silent
+     * ones, 2 by the worker and the client), the other 14 meet the
+     * handshake deadline: each got its challenge, then an ERROR, the end */
+    for (int i = 0; i < 40; i++) {
+        cr_assert_eq(sl_rpc_recv(silent[i], NULL, NULL, &f, &err), SL_OK, "%d: %s", i, err.msg);
+        cr_assert_eq(f.type, SL_RPC_AUTH_CHALLENGE);
+        sl_rpc_frame_free(&f);
+        expect_closed(silent[i], true,
+                      i < 26 ? "every connection slot is taken"
+                             : "no authentication within 600 ms of connecting");
+        close(silent[i]);
+    }
+    /* a silent client is closed after client_idle_ms; the worker heartbeats */
+    for (int k = 0; k < 8; k++) {
+        Sluice__Control__Heartbeat h = SLUICE__CONTROL__HEARTBEAT__INIT;
+        h.worker_id = "w";
+        done(call(w, SL_RPC_HEARTBEAT, &h.base, SL_RPC_HEARTBEAT_REPLY));
+        usleep(100 * 1000);
+    }
+    expect_closed(c, true, "client silent for more than 400 ms");
+    close(c);
+    close(w);
+    char *m = sl_master_metrics_text(e.m);
+    cr_assert(strstr(m, "sluice_master_auth_failures_total 2\n"), "%s", m);
+    cr_assert(strstr(m, "sluice_master_connections_closed_total{reason=\"evicted\"} 26\n"), "%s",
+              m);
+    cr_assert(strstr(m, "sluice_master_connections_closed_total{reason=\"idle\"} 1\n"), "%s", m);
+    cr_assert(strstr(m, "sluice_master_connections_closed_total{reason=\"refused\"} 0\n"), "%s", m);
+    cr_assert(
+        strstr(m, "sluice_master_connections_closed_total{reason=\"handshake_timeout\"} 14\n"),
+        "%s", m);
+    free(m);
     env_fini(&e);
 }

@@ -233,6 +233,11 @@ static void wait_until(fake_t *f, bool (*cond)(fake_t *), double seconds)
     cr_assert_fail("timed out waiting");
 }
 
+static bool heartbeat_seen(fake_t *f)
+{
+    return f->heartbeats >= 1;
+}
+
 static void run_tiling(bool filter, bool drop_last)
 {
     uint64_t seed = tu_seed(filter ? "tiling_filtered" : "tiling");
@@ -275,6 +280,7 @@ static void run_tiling(bool filter, bool drop_last)
     cr_assert(c[0].ended && c[1].ended, "clients get END once the job is finished");
     sl_dpp_master_source_stats_t ms_st;
     sl_dpp_master_source_stats(ms, &ms_st);
+    wait_until(&f, heartbeat_seen, 5); /* a job this small may end before the first one */
     sl_dpp_worker_stop(w); /* the last SPLIT_READs go out */
     pthread_mutex_lock(&f.mu);
     cr_assert_eq(f.nreads, f.nq, "a split read per lease: %u of %u", f.nreads, f.nq);
@@ -397,21 +403,33 @@ Test(master_source, static_sharding_routes_batches_by_rank)
     no_thread_fails();
 }
 
+/* A lease of every split queued at f (finish: then "finished"), f's
+ * connection dropped after drop_after_reads SPLIT_READs and REGISTERs
+ * refused after refuse_after (0: never); the worker and a client started. */
+static sl_dpp_worker_t *start_dropping(fake_t *f, bool finish, int drop_after_reads,
+                                       uint32_t refuse_after, sl_dpp_job_t **job,
+                                       sl_dpp_master_source_t **ms, client_t *c)
+{
+    fm_start(f, splits, spec_of(false, false));
+    for (uint32_t s = 0; s < splits->count; s++)
+        fm_add(f, s, 40 + s, 0, NULL, 0);
+    f->finish = finish;
+    f->drop_after_reads = drop_after_reads;
+    f->refuse_after = refuse_after;
+    sl_dpp_worker_t *w = start_worker(f, job, ms);
+    client_start(c, f, sl_dpp_worker_port(w), 0);
+    return w;
+}
+
 /* The master drops the connection: the worker registers again, and the
  * rest of the work is read and reported. */
 Test(master_source, reconnects_after_the_master_connection_drops)
 {
     fake_t f;
-    fm_start(&f, splits, spec_of(false, false));
-    for (uint32_t s = 0; s < splits->count; s++)
-        fm_add(&f, s, 40 + s, 0, NULL, 0);
-    f.finish = true;
-    f.drop_after_reads = 2;
     sl_dpp_job_t *job;
     sl_dpp_master_source_t *ms;
-    sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
     client_t c;
-    client_start(&c, &f, sl_dpp_worker_port(w), 0);
+    sl_dpp_worker_t *w = start_dropping(&f, true, 2, 0, &job, &ms, &c);
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
     pthread_join(c.th, NULL);
@@ -422,9 +440,39 @@ Test(master_source, reconnects_after_the_master_connection_drops)
     pthread_mutex_lock(&f.mu);
     cr_assert_eq(f.registers, 2);
     cr_assert_eq(f.nreads, f.nq);
+    /* the second REGISTER, same incarnation, named every lease held */
+    cr_assert(!f.unnamed_lease, "a REGISTER left out a lease the worker held");
+    cr_assert(!f.named_unknown);
     check_leases(&f, false, false, 0);
     pthread_mutex_unlock(&f.mu);
     cr_assert_eq(mst.reconnects, 1);
+    sl_dpp_worker_destroy(w);
+    sl_dpp_job_destroy(job);
+    fm_stop(&f);
+    no_thread_fails();
+}
+
+/* The master refuses a re-registration for good (another live process
+ * took the worker id while the connection was down): the worker fails
+ * with the master's message at once, and does not keep trying. */
+Test(master_source, refused_registration_fails_the_worker)
+{
+    fake_t f;
+    sl_dpp_job_t *job;
+    sl_dpp_master_source_t *ms;
+    client_t c;
+    sl_dpp_worker_t *w = start_dropping(&f, false, 1, 1, &job, &ms, &c);
+    sl_error_t err = {0};
+    sl_err_t rc = sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err);
+    cr_assert_eq(rc, SL_ERR_INVALID, "%s: %s", sl_err_str(rc), err.msg);
+    cr_assert(strstr(err.msg, "worker id 'w1' is in use by another live worker process") != NULL,
+              "%s", err.msg);
+    usleep(300 * 1000);
+    pthread_mutex_lock(&f.mu);
+    cr_assert_eq(f.registers, 2, "no retry loop after a refusal for good");
+    pthread_mutex_unlock(&f.mu);
+    sl_dpp_worker_stop(w);
+    pthread_join(c.th, NULL);
     sl_dpp_worker_destroy(w);
     sl_dpp_job_destroy(job);
     fm_stop(&f);

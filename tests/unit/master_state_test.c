@@ -70,15 +70,38 @@ static void assert_ranges(sl_dpp_master_t *m, const char *job, uint32_t split, c
     cr_assert_str_eq(got, want);
 }
 
-static sl_dpp_commit_result_t commit(sl_dpp_master_t *m, uint32_t epoch, uint32_t split,
-                                     uint64_t from, uint64_t to, const char *client,
-                                     uint64_t nonce)
+/* Commit rows of split read under the lease of generation gen; *why (may
+ * be NULL) gets the refusal's message. */
+static sl_dpp_commit_result_t commit_why(sl_dpp_master_t *m, uint32_t epoch, uint32_t split,
+                                         uint64_t gen, uint64_t from, uint64_t to,
+                                         const char *client, uint64_t nonce, char *why)
 {
     sl_dpp_commit_result_t res = 99;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_master_commit(m, "j", epoch, split, from, to, client, nonce, &res, &err),
+    cr_assert_eq(sl_dpp_master_commit(m, "j", epoch, split, gen, from, to, client, nonce, &res,
+                                      &err),
                  SL_OK, "%s", err.msg);
+    if (why != NULL) snprintf(why, SL_ERROR_MSG_MAX, "%s", err.msg);
     return res;
+}
+
+static sl_dpp_commit_result_t commit(sl_dpp_master_t *m, uint32_t epoch, uint32_t split,
+                                     uint64_t gen, uint64_t from, uint64_t to, const char *client,
+                                     uint64_t nonce)
+{
+    return commit_why(m, epoch, split, gen, from, to, client, nonce, NULL);
+}
+
+/* Lease every pending split of job "j" to worker "w": gen[split] gets the
+ * generation its batches commit under. */
+static void lease_all(sl_dpp_master_t *m, uint32_t n, uint64_t *gen)
+{
+    sl_error_t err = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        sl_dpp_lease_t l;
+        cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w", 0, &l, &err), SL_OK, "%s", err.msg);
+        gen[l.split] = l.generation;
+    }
 }
 
 Test(master_state, commits_ranges_overlap_and_split_read)
@@ -98,26 +121,37 @@ Test(master_state, commits_ranges_overlap_and_split_read)
     cr_assert_eq(l.rank_plus_one, 0);
     /* two copies of a batch: only the first wins; a retry of the winner
      * (same client and nonce) gets COMMITTED again */
-    cr_assert_eq(commit(m, 0, 0, 0, 10, "a", 1), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 0, 0, 10, "b", 1), SL_DPP_OVERLAP);
-    cr_assert_eq(commit(m, 0, 0, 5, 15, "b", 2), SL_DPP_OVERLAP);
-    cr_assert_eq(commit(m, 0, 0, 0, 10, "a", 1), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 0, 20, 30, "b", 3), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 0, 10, 20, "a", 2), SL_DPP_COMMITTED);
+    uint64_t g = l.generation;
+    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 1), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "b", 1), SL_DPP_OVERLAP);
+    cr_assert_eq(commit(m, 0, 0, g, 5, 15, "b", 2), SL_DPP_OVERLAP);
+    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 1), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 20, 30, "b", 3), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 10, 20, "a", 2), SL_DPP_COMMITTED);
     assert_ranges(m, "j", 0, "[0,30)");
-    cr_assert_eq(commit(m, 0, 0, 50, 60, "a", 3), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 50, 60, "a", 3), SL_DPP_COMMITTED);
     assert_ranges(m, "j", 0, "[0,30)[50,60)");
     /* refusals */
-    cr_assert_eq(commit(m, 1, 0, 60, 70, "a", 4), SL_DPP_STALE_EPOCH);
-    cr_assert_eq(commit(m, 0, 9, 60, 70, "a", 5), SL_DPP_UNKNOWN);
-    cr_assert_eq(commit(m, 0, 0, 60, 170, "a", 6), SL_DPP_UNKNOWN);
-    cr_assert_eq(commit(m, 0, 0, 60, 60, "a", 7), SL_DPP_UNKNOWN);
+    cr_assert_eq(commit(m, 1, 0, g, 60, 70, "a", 4), SL_DPP_STALE_EPOCH);
+    cr_assert_eq(commit(m, 0, 9, g, 60, 70, "a", 5), SL_DPP_UNKNOWN);
+    cr_assert_eq(commit(m, 0, 0, g, 60, 170, "a", 6), SL_DPP_UNKNOWN);
+    cr_assert_eq(commit(m, 0, 0, g, 60, 60, "a", 7), SL_DPP_UNKNOWN);
     sl_dpp_commit_result_t res;
-    cr_assert_eq(sl_dpp_master_commit(m, "nope", 0, 0, 0, 1, "a", 8, &res, &err), SL_OK);
+    cr_assert_eq(sl_dpp_master_commit(m, "nope", 0, 0, g, 0, 1, "a", 8, &res, &err), SL_OK);
     cr_assert_eq(res, SL_DPP_UNKNOWN);
     cr_assert(strstr(err.msg, "no job 'nope'") != NULL, "%s", err.msg);
-    cr_assert_eq(sl_dpp_master_commit(m, "j", 0, 0, 0, 1, "bad id", 9, &res, &err),
+    cr_assert_eq(sl_dpp_master_commit(m, "j", 0, 0, g, 0, 1, "bad id", 9, &res, &err),
                  SL_ERR_INVALID);
+    /* only rows of a live lease commit: split 1 is not leased, and split 0
+     * is not leased under another generation; nothing is recorded */
+    char why[SL_ERROR_MSG_MAX];
+    cr_assert_eq(commit_why(m, 0, 1, g, 0, 10, "a", 11, why), SL_DPP_STALE_EPOCH);
+    cr_assert(strstr(why, "split 1: generation") != NULL, "%s", why);
+    cr_assert(strstr(why, "is not the live lease (no such lease)") != NULL, "%s", why);
+    cr_assert_eq(commit_why(m, 0, 0, g + 1, 60, 70, "a", 12, why), SL_DPP_STALE_EPOCH);
+    cr_assert(strstr(why, "leased under another generation") != NULL, "%s", why);
+    assert_ranges(m, "j", 0, "[0,30)[50,60)");
+    assert_ranges(m, "j", 1, "");
     /* split read: [30,50) produced nothing, the rest is not committed: PENDING */
     sl_dpp_row_range_t empty[1] = {{30, 50}};
     sl_dpp_split_state_t state;
@@ -132,6 +166,9 @@ Test(master_state, commits_ranges_overlap_and_split_read)
     assert_ranges(m, "j", 0, "[0,60)");
     cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l.generation, empty, 1, &state, &err),
                  SL_DPP_STALE);
+    /* the reported lease has ended: a late copy of its batch is refused */
+    cr_assert_eq(commit_why(m, 0, 0, g, 60, 70, "b", 13, why), SL_DPP_STALE_EPOCH);
+    cr_assert(strstr(why, "that lease has ended") != NULL, "%s", why);
     /* leased again: todo is what is left */
     sl_dpp_lease_t l2;
     cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 0, &l2, &err), SL_OK);
@@ -142,8 +179,10 @@ Test(master_state, commits_ranges_overlap_and_split_read)
     cr_assert(sl_dpp_master_lease_live(m, "j", 0, 0, l2.generation, "w2"));
     cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, l2.generation, "w1"));
     cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, l.generation, NULL));
+    cr_assert_eq(commit(m, 0, 0, g, 60, 70, "b", 14), SL_DPP_STALE_EPOCH);
     /* the last rows committed: DONE at once, the lease ends */
-    cr_assert_eq(commit(m, 0, 0, 60, 100, "b", 10), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, l2.generation, 60, 100, "b", 10), SL_DPP_COMMITTED);
+    cr_assert_eq(commit_why(m, 0, 0, l2.generation, 60, 100, "a", 15, why), SL_DPP_OVERLAP);
     cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, l2.generation, NULL));
     sl_dpp_master_job_status_t st;
     cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
@@ -164,14 +203,19 @@ Test(master_state, commits_ranges_overlap_and_split_read)
     cr_assert_eq(st.pending, 2);
     cr_assert_eq(st.committed_rows, 0);
     /* epoch 0 commits are stale now, but a committed nonce keeps its answer */
-    cr_assert_eq(commit(m, 0, 0, 0, 10, "a", 1), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 0, 0, 10, "a", 77), SL_DPP_STALE_EPOCH);
-    cr_assert_eq(commit(m, 1, 0, 0, 10, "a", 78), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 1), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 77), SL_DPP_STALE_EPOCH);
+    sl_dpp_lease_t l4;
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &l4, &err), SL_OK);
+    cr_assert_eq(l4.split, 0);
+    cr_assert_eq(commit(m, 1, 0, l4.generation, 0, 10, "a", 78), SL_DPP_COMMITTED);
     sl_dpp_master_counters_t k;
     sl_dpp_master_counters(m, &k);
     cr_assert_eq(k.commits, 6);
-    cr_assert_eq(k.overlaps, 2);
+    cr_assert_eq(k.overlaps, 3);
     cr_assert_eq(k.repeated_commits, 2);
+    cr_assert_eq(k.stale_commits, 2);
+    cr_assert_eq(k.unleased_commits, 4);
     cr_assert_eq(k.clients, 2);
     sl_dpp_master_destroy(m);
 }
@@ -187,9 +231,10 @@ Test(master_state, expiry_returns_uncommitted_rows)
     sl_dpp_lease_t a, b;
     cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &a, &err), SL_OK);
     cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 0, &b, &err), SL_ERR_AGAIN);
-    cr_assert_eq(commit(m, 0, 0, 10, 20, "c", 1), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, a.generation, 10, 20, "c", 1), SL_DPP_COMMITTED);
     uint32_t renewed, expired;
-    cr_assert_eq(sl_dpp_master_renew(m, "w1", 50, &renewed, &err), SL_OK);
+    sl_dpp_lease_ref_t held = {"j", 0, 0, a.generation};
+    cr_assert_eq(sl_dpp_master_renew(m, "w1", &held, 1, 50, &renewed, &err), SL_OK);
     cr_assert_eq(renewed, 1);
     cr_assert_eq(sl_dpp_master_expire(m, 149, &expired, &err), SL_OK);
     cr_assert_eq(expired, 0);
@@ -203,9 +248,11 @@ Test(master_state, expiry_returns_uncommitted_rows)
     cr_assert_eq(b.todo[0].to_row, 10);
     cr_assert_eq(b.todo[1].from_row, 20);
     cr_assert_eq(b.todo[1].to_row, 100);
-    /* the dead worker's batch may still win: then the new lease's copy loses */
-    cr_assert_eq(commit(m, 0, 0, 0, 10, "c", 2), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 0, 0, 10, "d", 1), SL_DPP_OVERLAP);
+    /* the dead worker's batch is refused now; the new lease's copy wins,
+     * once */
+    cr_assert_eq(commit(m, 0, 0, a.generation, 0, 10, "c", 2), SL_DPP_STALE_EPOCH);
+    cr_assert_eq(commit(m, 0, 0, b.generation, 0, 10, "d", 1), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, b.generation, 0, 10, "c", 3), SL_DPP_OVERLAP);
     sl_dpp_split_state_t state;
     cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, a.generation, NULL, 0, &state, &err),
                  SL_DPP_STALE);
@@ -214,6 +261,117 @@ Test(master_state, expiry_returns_uncommitted_rows)
     cr_assert_eq(k.expiries, 1);
     cr_assert_eq(k.stale_refused, 1);
     sl_dpp_master_destroy(m);
+}
+
+static char *tmp_state_dir(void);
+static void rm_state_dir(char *d);
+
+static char *dump_of(const sl_dpp_master_t *m)
+{
+    char *d;
+    size_t len;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_master_dump(m, &d, &len, &err), SL_OK, "%s", err.msg);
+    char *copy = strdup(d);
+    sl_free(NULL, d, len + 1);
+    return copy;
+}
+
+/* The worker's list is authoritative: a heartbeat renews only the leases
+ * it names (a grant it never received expires one timeout after the
+ * grant); a registration also revokes at once every lease of that id it
+ * does not name (journaled: a reopened master agrees); after a restart a
+ * lease found expires at restart + timeout unless named. */
+Test(master_state, only_named_leases_live_and_register_revokes_the_rest)
+{
+    make_splits(4, NULL);
+    char *dir = tmp_state_dir();
+    sl_dpp_master_opts_t o = {.state_dir = dir, .lease_timeout_ms = 100};
+    sl_dpp_master_t *m = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_dpp_master_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    sl_dpp_master_job_spec_t spec = spec_of("j", 4, 1, false, 0);
+    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    sl_dpp_lease_t a, b, c, d;
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &a, &err), SL_OK);
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &b, &err), SL_OK); /* never received */
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 0, &c, &err), SL_OK);
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 0, &d, &err), SL_OK);
+    sl_dpp_lease_ref_t ra = {"j", 0, a.split, a.generation};
+    sl_dpp_lease_ref_t rc_ = {"j", 0, c.split, c.generation}, rd = {"j", 0, d.split, d.generation};
+    uint32_t renewed = 99, revoked = 99, expired = 99;
+    /* w1 names a only; it also names w2's lease c, a stale generation and
+     * an unknown job: none of those is renewed */
+    sl_dpp_lease_ref_t w1_held[4] = {ra, rc_, {"j", 0, a.split, a.generation + 100}, {"x", 0, 0, 1}};
+    for (uint64_t t = 30; t <= 90; t += 30) {
+        cr_assert_eq(sl_dpp_master_renew(m, "w1", w1_held, 4, t, &renewed, &err), SL_OK);
+        cr_assert_eq(renewed, 1);
+        sl_dpp_lease_ref_t w2_held[2] = {rc_, rd};
+        cr_assert_eq(sl_dpp_master_renew(m, "w2", w2_held, 2, t, &renewed, &err), SL_OK);
+        cr_assert_eq(renewed, 2);
+    }
+    cr_assert_eq(sl_dpp_master_renew(m, "nobody", w1_held, 4, 90, &renewed, &err), SL_OK);
+    cr_assert_eq(renewed, 0);
+    cr_assert_eq(sl_dpp_master_expire(m, 99, &expired, &err), SL_OK);
+    cr_assert_eq(expired, 0);
+    cr_assert_eq(sl_dpp_master_expire(m, 100, &expired, &err), SL_OK);
+    cr_assert_eq(expired, 1, "only the lease w1 never named expires");
+    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, b.split, b.generation, NULL));
+    cr_assert(sl_dpp_master_lease_live(m, "j", 0, a.split, a.generation, "w1"));
+    cr_assert(sl_dpp_master_lease_live(m, "j", 0, c.split, c.generation, "w2"));
+    /* a new process under w2's id holds nothing: both its leases go back
+     * now; w1 reconnects naming a: kept */
+    cr_assert_eq(sl_dpp_master_register(m, "w2", NULL, 0, 120, &renewed, &revoked, &err), SL_OK);
+    cr_assert_eq(renewed, 0);
+    cr_assert_eq(revoked, 2);
+    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, c.split, c.generation, NULL));
+    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, d.split, d.generation, NULL));
+    cr_assert_eq(sl_dpp_master_register(m, "w1", &ra, 1, 120, &renewed, &revoked, &err), SL_OK);
+    cr_assert_eq(renewed, 1);
+    cr_assert_eq(revoked, 0);
+    cr_assert_eq(sl_dpp_master_register(m, "w9", &ra, 1, 120, &renewed, &revoked, &err), SL_OK);
+    cr_assert_eq(renewed, 0, "another worker's lease is not renewed by naming it");
+    cr_assert_eq(revoked, 0);
+    cr_assert(sl_dpp_master_lease_live(m, "j", 0, a.split, a.generation, "w1"));
+    sl_dpp_master_job_status_t st;
+    cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.leased, 1);
+    cr_assert_eq(st.pending, 3);
+    sl_dpp_master_counters_t k;
+    sl_dpp_master_counters(m, &k);
+    cr_assert_eq(k.expiries, 1);
+    cr_assert_eq(k.revocations, 2);
+    cr_assert_eq(k.renewals, 3 * 3 + 1);
+    /* a commit of the revoked lease c is refused; c's split is leased
+     * again, with every row to do */
+    cr_assert_eq(commit(m, 0, c.split, c.generation, 0, 10, "x", 1), SL_DPP_STALE_EPOCH);
+    sl_dpp_lease_t e;
+    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w3", 120, &e, &err), SL_OK);
+    cr_assert_eq(e.num_todo, 1);
+    cr_assert_eq(e.todo[0].to_row, e.num_rows);
+    cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK, "%s", err.msg);
+    char *before = dump_of(m);
+    sl_dpp_master_destroy(m);
+
+    /* reopened at t = 1000: the same state (revocations were journaled);
+     * a lease found lives until 1100 unless its worker names it */
+    cr_assert_eq(sl_dpp_master_open(&o, 1000, &m, NULL, &err), SL_OK, "%s", err.msg);
+    char *after = dump_of(m);
+    cr_assert_str_eq(after, before);
+    free(before);
+    free(after);
+    sl_dpp_lease_ref_t re = {"j", 0, e.split, e.generation};
+    cr_assert_eq(sl_dpp_master_renew(m, "w3", &re, 1, 1050, &renewed, &err), SL_OK);
+    cr_assert_eq(renewed, 1);
+    cr_assert_eq(sl_dpp_master_expire(m, 1100, &expired, &err), SL_OK);
+    cr_assert_eq(expired, 1, "w1 did not name a after the restart");
+    cr_assert(sl_dpp_master_lease_live(m, "j", 0, e.split, e.generation, "w3"));
+    cr_assert_eq(sl_dpp_master_expire(m, 1150, &expired, &err), SL_OK);
+    cr_assert_eq(expired, 1);
+    cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.leased, 0);
+    sl_dpp_master_destroy(m);
+    rm_state_dir(dir);
 }
 
 Test(master_state, static_sharding_ranks_on_leases)
@@ -252,8 +410,8 @@ static void run_epoch(sl_dpp_master_t *m, const char *job, uint32_t n, uint32_t 
         cr_assert_eq(sl_dpp_master_lease_next(m, job, "w", 0, &l, &err), SL_OK, "%s", err.msg);
         order[i] = l.split;
         sl_dpp_commit_result_t res;
-        cr_assert_eq(sl_dpp_master_commit(m, job, l.epoch, l.split, 0, l.num_rows, "c",
-                                          g_nonce++, &res, &err),
+        cr_assert_eq(sl_dpp_master_commit(m, job, l.epoch, l.split, l.generation, 0, l.num_rows,
+                                          "c", g_nonce++, &res, &err),
                      SL_OK, "%s", err.msg);
         cr_assert_eq(res, SL_DPP_COMMITTED, "%s", err.msg);
     }
@@ -376,12 +534,14 @@ Test(master_state, resume_token_round_trip_and_refusals)
     sl_error_t err = {0};
     sl_dpp_master_job_spec_t spec = spec_of("j", N, 2, false, 3);
     cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK);
+    uint64_t gen[N];
+    lease_all(m, N, gen);
     /* split 0 all committed, split 1 [0,50) and [60,70), split 2 [0,10)
      * committed but not yet handed to the trainer (undelivered) */
-    cr_assert_eq(commit(m, 0, 0, 0, 100, "c", 1), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 1, 0, 50, "c", 2), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 1, 60, 70, "c", 3), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 2, 0, 10, "c", 4), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, gen[0], 0, 100, "c", 1), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 1, gen[1], 0, 50, "c", 2), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 1, gen[1], 60, 70, "c", 3), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 2, gen[2], 0, 10, "c", 4), SL_DPP_COMMITTED);
     sl_dpp_token_exclude_t und[3] = {
         {.epoch = 0, .split = 2, .from_row = 0, .to_row = 10},
         {.epoch = 0, .split = 1, .from_row = 40, .to_row = 50},
@@ -448,6 +608,8 @@ Test(master_state, resume_from_one_token_per_rank_intersects)
         sl_dpp_master_t *m = mem_master(1000);
         sl_dpp_master_job_spec_t spec = spec_of("j", N, 2, false, 3);
         cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+        uint64_t gen[N];
+        lease_all(m, N, gen);
         static bool committed[N][200], keep[N][200];
         memset(committed, 0, sizeof committed);
         uint64_t nonce = 1;
@@ -457,7 +619,8 @@ Test(master_state, resume_from_one_token_per_rank_intersects)
                 uint64_t to = at + 1 + tu_below(&seed, 30);
                 if (to > rows) to = rows;
                 if (tu_below(&seed, 3) != 0) {
-                    cr_assert_eq(commit(m, 0, sp, at, to, "c", nonce++), SL_DPP_COMMITTED);
+                    cr_assert_eq(commit(m, 0, sp, gen[sp], at, to, "c", nonce++),
+                                 SL_DPP_COMMITTED);
                     for (uint64_t r = at; r < to; r++)
                         committed[sp][r] = true;
                 }
@@ -559,9 +722,13 @@ static void rm_state_dir(char *d)
 
 /* A simulated worker: at most one lease; it cuts the lease's todo into
  * batches (some entirely filtered: no sample, reported as empty) and hands
- * them to the clients' queue; when all are handed out it sends SPLIT_READ. */
+ * them to the clients' queue; when all are handed out and answered (a
+ * client acknowledges a batch to its worker after the master answered its
+ * commit) it sends SPLIT_READ. Heartbeats and registrations name its
+ * lease. */
 typedef struct sim_batch {
     uint32_t epoch, split;
+    uint64_t gen;       /* the lease it was read under */
     uint64_t from, to;
     uint64_t nonce;     /* given by the client that commits it, on first try */
     int client;         /* -1: not yet taken */
@@ -626,10 +793,25 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             sl_dpp_master_destroy(m);
             cr_assert_eq(sl_dpp_master_open(&o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
             restarts++;
+            /* every worker reconnects and registers, naming its lease */
+            for (int i = 0; i < W; i++) {
+                sl_dpp_lease_ref_t held = {"p", w[i].l.epoch, w[i].l.split, w[i].l.generation};
+                cr_assert_eq(sl_dpp_master_register(m, w[i].name, &held, w[i].has, now, NULL,
+                                                    NULL, &err),
+                             SL_OK, "%s", err.msg);
+            }
             continue;
         }
-        if (op < 5) { /* the worker dies: its queued batches stay with the clients */
+        if (op < 4) { /* the worker dies: its queued batches stay with the clients */
             x->has = false;
+            continue;
+        }
+        if (op < 5) {
+            /* a new process takes the worker's id: it holds nothing, so the
+             * lease of the old one is revoked at once */
+            x->has = false;
+            cr_assert_eq(sl_dpp_master_register(m, x->name, NULL, 0, now, NULL, NULL, &err),
+                         SL_OK, "%s", err.msg);
             continue;
         }
         if (op < 10) {
@@ -648,8 +830,8 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             char cid[16];
             snprintf(cid, sizeof cid, "c%d", b->client);
             sl_dpp_commit_result_t res;
-            cr_assert_eq(sl_dpp_master_commit(m, "p", b->epoch, b->split, b->from, b->to, cid,
-                                              b->nonce, &res, &err),
+            cr_assert_eq(sl_dpp_master_commit(m, "p", b->epoch, b->split, b->gen, b->from, b->to,
+                                              cid, b->nonce, &res, &err),
                          SL_OK, "%s", err.msg);
             if (tu_below(&s, 4) == 0) continue; /* answer lost (connection, crash): retry */
             cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK, "%s", err.msg);
@@ -674,7 +856,8 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             continue;
         }
         if (op < 70) {
-            sl_dpp_master_renew(m, x->name, now, NULL, &err);
+            sl_dpp_lease_ref_t held = {"p", x->l.epoch, x->l.split, x->l.generation};
+            sl_dpp_master_renew(m, x->name, &held, 1, now, NULL, &err);
             continue;
         }
         if (x->at < x->num_todo) {
@@ -688,7 +871,12 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
                 else
                     to = x->row; /* no room: do not skip rows */
             } else if (nq + 2 <= QCAP) {
-                sim_batch b = {x->l.epoch, x->l.split, x->row, to, 0, -1};
+                sim_batch b = {.epoch = x->l.epoch,
+                               .split = x->l.split,
+                               .gen = x->l.generation,
+                               .from = x->row,
+                               .to = to,
+                               .client = -1};
                 q[nq++] = b;
                 if (tu_below(&s, 10) == 0) q[nq++] = b; /* a duplicate copy */
             } else {
@@ -698,7 +886,12 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             if (x->row == end && ++x->at < x->num_todo) x->row = x->todo[x->at].from_row;
             continue;
         }
-        /* all handed out: split read (the worker's batches may still be queued) */
+        /* all handed out: split read once every batch of the lease is
+         * answered */
+        bool unanswered = false;
+        for (uint32_t k = 0; k < nq && !unanswered; k++)
+            unanswered = q[k].gen == x->l.generation;
+        if (unanswered) continue;
         sl_dpp_split_state_t state;
         sl_err_t rc = sl_dpp_master_split_read(m, "p", x->l.epoch, x->l.split, x->l.generation,
                                                x->empty, x->num_empty, &state, &err);
@@ -719,8 +912,8 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
         char cid[16];
         snprintf(cid, sizeof cid, "c%d", b->client);
         sl_dpp_commit_result_t res;
-        cr_assert_eq(sl_dpp_master_commit(m, "p", b->epoch, b->split, b->from, b->to, cid,
-                                          b->nonce, &res, &err),
+        cr_assert_eq(sl_dpp_master_commit(m, "p", b->epoch, b->split, b->gen, b->from, b->to,
+                                          cid, b->nonce, &res, &err),
                      SL_OK, "%s", err.msg);
         if (res == SL_DPP_COMMITTED)
             for (uint64_t r = b->from; r < b->to; r++)

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dpp/queue.h"
@@ -145,16 +146,14 @@ Test(queue, many_producers_and_consumers)
 typedef struct bt {
     sl_dpp_budget_t *b;
     uint64_t bytes, held;
-    atomic_int state; /* 0 waiting, 1 acquired, 2 refused */
-    bool pinned_rule;
+    atomic_int state; /* 0 waiting, 1 acquired, 2 closed, 3 refused as too large */
 } bt_t;
 
 static void *acquirer(void *arg)
 {
     bt_t *t = arg;
-    bool ok = t->pinned_rule ? sl_dpp_budget_acquire_pinned(t->b, t->bytes)
-                             : sl_dpp_budget_acquire(t->b, t->bytes, t->held);
-    atomic_store(&t->state, ok ? 1 : 2);
+    sl_err_t rc = sl_dpp_budget_acquire(t->b, t->bytes, t->held);
+    atomic_store(&t->state, rc == SL_OK ? 1 : rc == SL_ERR_CLOSED ? 2 : 3);
     return NULL;
 }
 
@@ -166,7 +165,7 @@ static void settle(void)
 Test(budget, waits_for_release_and_tracks_peak)
 {
     sl_dpp_budget_t *b = sl_dpp_budget_new(NULL, 1000);
-    cr_assert(sl_dpp_budget_acquire(b, 600, 0));
+    cr_assert_eq(sl_dpp_budget_acquire(b, 600, 0), SL_OK);
     cr_assert_eq(sl_dpp_budget_used(b), 600);
     bt_t t = {.b = b, .bytes = 500, .held = 0};
     pthread_t th;
@@ -186,51 +185,68 @@ Test(budget, waits_for_release_and_tracks_peak)
     sl_dpp_budget_destroy(b);
 }
 
-Test(budget, own_bytes_and_oversize_do_not_deadlock)
+/* The limit is never passed: what can never fit is refused (the caller
+ * fails with a message) instead of taken. */
+Test(budget, never_passes_the_limit)
 {
     sl_dpp_budget_t *b = sl_dpp_budget_new(NULL, 1000);
-    /* one item larger than the limit goes through alone */
-    cr_assert(sl_dpp_budget_acquire(b, 5000, 0));
-    sl_dpp_budget_release(b, 5000);
-    /* everything accounted is the caller's: waiting could never end */
-    cr_assert(sl_dpp_budget_acquire(b, 800, 0));
-    cr_assert(sl_dpp_budget_acquire(b, 800, 800));
-    cr_assert_eq(sl_dpp_budget_used(b), 1600);
-    sl_dpp_budget_release(b, 1600);
+    /* one item larger than the whole limit */
+    cr_assert_eq(sl_dpp_budget_acquire(b, 5000, 0), SL_ERR_TOO_LARGE);
+    cr_assert_eq(sl_dpp_budget_used(b), 0);
+    /* everything accounted is the caller's: nobody else will free any */
+    cr_assert_eq(sl_dpp_budget_acquire(b, 800, 0), SL_OK);
+    cr_assert_eq(sl_dpp_budget_acquire(b, 800, 800), SL_ERR_TOO_LARGE);
+    cr_assert_eq(sl_dpp_budget_acquire(b, 200, 800), SL_OK);
+    cr_assert_eq(sl_dpp_budget_used(b), 1000);
+    cr_assert_eq(sl_dpp_budget_peak(b), 1000);
+    sl_dpp_budget_release(b, 1000);
     sl_dpp_budget_destroy(b);
 }
 
-Test(budget, pinned_rule_and_close)
+/* With stages declared, a wait is hopeless when nothing is pinned and
+ * every other stage waits or idles: refused after a standstill of
+ * SL_DPP_BUDGET_STUCK_MS, not a hang. Pinned bytes (a client's ACK will
+ * free them) or a busy stage keep it waiting. */
+Test(budget, stages_pinned_bytes_and_close)
 {
     sl_dpp_budget_t *b = sl_dpp_budget_new(NULL, 1000);
-    cr_assert(sl_dpp_budget_acquire(b, 900, 0));
-    /* nothing pinned: the last stage may not wait, it takes the bytes */
-    cr_assert(sl_dpp_budget_acquire_pinned(b, 200));
-    cr_assert_eq(sl_dpp_budget_used(b), 1100);
-    sl_dpp_budget_release(b, 600);
-    sl_dpp_budget_pin(b, 400); /* 400 of the 500 left are encoded, waiting for an ACK */
+    sl_dpp_budget_stages(b, 3);
+    cr_assert_eq(sl_dpp_budget_acquire(b, 500, 0), SL_OK); /* another stage's */
+    sl_dpp_budget_pin(b, 400);                              /* 400 of them wait for an ACK */
     cr_assert_eq(sl_dpp_budget_pinned(b), 400);
-    bt_t t = {.b = b, .bytes = 600, .pinned_rule = true};
+    bt_t t = {.b = b, .bytes = 600, .held = 0};
     pthread_t th;
     pthread_create(&th, NULL, acquirer, &t);
-    settle();
-    cr_assert_eq(atomic_load(&t.state), 0, "500 + 600 > 1000 with pinned bytes: wait");
+    sl_dpp_budget_idle(b, true);
+    sl_dpp_budget_idle(b, true); /* the two other stages idle */
+    usleep((SL_DPP_BUDGET_STUCK_MS * 2) * 1000);
+    cr_assert_eq(atomic_load(&t.state), 0, "pinned bytes will be freed: wait");
     sl_dpp_budget_release_pinned(b, 400);
     settle();
     cr_assert_eq(atomic_load(&t.state), 1);
     pthread_join(th, NULL);
     cr_assert_eq(sl_dpp_budget_used(b), 700);
     cr_assert_eq(sl_dpp_budget_pinned(b), 0);
-    /* close wakes a waiter, which is refused */
-    cr_assert(sl_dpp_budget_acquire(b, 300, 0));
-    bt_t t2 = {.b = b, .bytes = 500, .held = 0};
+    /* nothing pinned, both others idle: hopeless, refused */
+    bt_t t2 = {.b = b, .bytes = 400, .held = 0};
+    uint64_t t0 = (uint64_t)time(NULL);
     pthread_create(&th, NULL, acquirer, &t2);
-    settle();
-    cr_assert_eq(atomic_load(&t2.state), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(atomic_load(&t2.state), 3);
+    cr_assert_leq((uint64_t)time(NULL) - t0, 2);
+    cr_assert_eq(sl_dpp_budget_used(b), 700);
+    /* one stage busy again: it may free memory, so wait; close wakes and
+     * refuses */
+    sl_dpp_budget_idle(b, false);
+    bt_t t3 = {.b = b, .bytes = 400, .held = 0};
+    pthread_create(&th, NULL, acquirer, &t3);
+    usleep((SL_DPP_BUDGET_STUCK_MS * 2) * 1000);
+    cr_assert_eq(atomic_load(&t3.state), 0);
     sl_dpp_budget_close(b);
     pthread_join(th, NULL);
-    cr_assert_eq(atomic_load(&t2.state), 2);
-    cr_assert_eq(sl_dpp_budget_used(b), 1000);
+    cr_assert_eq(atomic_load(&t3.state), 2);
+    cr_assert_eq(sl_dpp_budget_used(b), 700);
+    cr_assert_eq(sl_dpp_budget_peak(b), 700);
     sl_dpp_budget_destroy(b);
     sl_dpp_budget_destroy(NULL);
 }

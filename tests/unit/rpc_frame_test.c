@@ -42,7 +42,7 @@ Test(rpc_frame, header_round_trip_and_layout)
     cr_assert_eq(h.message_len, 0x01020304u);
     cr_assert_eq(h.payload_len, 0x1122334455ull);
     for (uint32_t t = 1; t <= SL_RPC_TYPE_MAX; t++) {
-        if (t > SL_RPC_END && t < SL_RPC_REGISTER) continue; /* 9..15 unassigned */
+        if (t > SL_RPC_AUTH_OK && t < SL_RPC_REGISTER) continue; /* 12..15 unassigned */
         header(b, t, 7, 0);
         cr_assert_eq(sl_rpc_header_decode(b, NULL, &h, &err), SL_OK, "%s", err.msg);
         cr_assert_eq(h.type, t);
@@ -74,10 +74,10 @@ Test(rpc_frame, header_rejections)
 
     header(b, 0, 10, 0);
     expect_reject(b, NULL, SL_ERR_PROTOCOL, "unknown frame type 0");
-    header(b, SL_RPC_END + 1, 10, 0); /* a gap between trainer and control frames */
-    expect_reject(b, NULL, SL_ERR_PROTOCOL, "unknown frame type 9");
+    header(b, SL_RPC_AUTH_OK + 1, 10, 0); /* a gap between trainer and control frames */
+    expect_reject(b, NULL, SL_ERR_PROTOCOL, "unknown frame type 12");
     header(b, SL_RPC_TYPE_MAX + 1, 10, 0);
-    expect_reject(b, NULL, SL_ERR_PROTOCOL, "unknown frame type 32");
+    expect_reject(b, NULL, SL_ERR_PROTOCOL, "unknown frame type 34");
 
     header(b, SL_RPC_ACK, 10, 0);
     b[13] = 1;
