@@ -7,6 +7,7 @@ import pytest
 
 import sluice
 from procs import needs_lib
+from sluice import _native
 
 pytestmark = needs_lib
 
