@@ -4,6 +4,7 @@ workers taking a job from it. Each process prints its address on start; a
 reader thread waits for it with a deadline (SLUICE_TIMEOUT_SCALE), so a
 silent process fails the test instead of hanging it."""
 
+import contextlib
 import json
 import os
 import re
@@ -106,6 +107,24 @@ class Worker(Proc):
         super().__init__([BINARY, "worker", "--job", path, "--listen", "127.0.0.1:0", *args],
                          r"listening on (\S+)", what="worker")
         self.address = self.match.group(1)
+
+
+@contextlib.contextmanager
+def workers(tmpdir, table, **fixed):
+    """start(dedup=True, name="job", args=(), **kw) -> the address of a new
+    Worker (its other keywords: fixed, then kw); all stopped on exit."""
+    started = []
+
+    def start(dedup=True, name="job", args=(), **kw):
+        w = Worker(tmpdir, table, dedup, "%s%d" % (name, len(started)), args, **fixed, **kw)
+        started.append(w)
+        return w.address
+
+    try:
+        yield start
+    finally:
+        for w in started:
+            w.stop()
 
 
 class Master(Proc):

@@ -19,7 +19,8 @@ import torch
 torchrec = pytest.importorskip("torchrec")
 
 import sluice  # noqa: E402
-from procs import SCALE, USER, Master, Worker, gen_table, needs_worker  # noqa: E402
+from procs import SCALE, USER, Master, gen_table, needs_worker  # noqa: E402
+from procs import workers as procs_workers  # noqa: E402
 from sluice.torch import expand_batch, merged_kjt_kwargs  # noqa: E402
 from sluice.torchrec import (  # noqa: E402
     Batch,
@@ -53,17 +54,9 @@ def table(tmp_path_factory):
 
 @pytest.fixture
 def workers(tmp_path, table):
-    started = []
-
-    def start(dedup=True, batch=512):
-        w = Worker(tmp_path, table, dedup, "job%d" % len(started), batch=batch,
-                   spec={"transforms": TRANSFORMS})
-        started.append(w)
-        return w.address
-
-    yield start
-    for w in started:
-        w.stop()
+    """workers(dedup=True, batch=512): a new worker's address (TRANSFORMS)."""
+    with procs_workers(tmp_path, table, spec={"transforms": TRANSFORMS}) as start:
+        yield lambda dedup=True, batch=512: start(dedup, batch=batch)
 
 
 def client(address):

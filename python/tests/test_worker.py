@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sluice
-from procs import USER, Worker, gen_table, needs_worker
+from procs import USER, gen_table, needs_worker, workers
 from sluice.torch import SluiceIterableDataset, expand_batch, expand_ikjt, kjt_kwargs
 
 ROWS = 20000
@@ -30,16 +30,10 @@ def table(tmp_path_factory):
 
 @pytest.fixture
 def worker(tmp_path, table):
-    started = []
-
-    def start(dedup=True, name="job", extra=()):
-        w = Worker(tmp_path, table, dedup, "%s%d" % (name, len(started)), extra)
-        started.append(w)
-        return w.address
-
-    yield start
-    for w in started:
-        w.stop()
+    """worker(dedup=True, name="job", extra=()): a new worker's address;
+    extra: more command-line options."""
+    with workers(tmp_path, table) as start:
+        yield lambda dedup=True, name="job", extra=(): start(dedup, name, extra)
 
 
 def client(address, **kw):

@@ -8,17 +8,10 @@
 # CMake package must find the installed libsluice_trainer.so.0.
 # Environment: SLUICE_BUILD_DIR, SLUICE_SOURCE_DIR, SLUICE_TIMEOUT_SCALE.
 set -euo pipefail
-build=${SLUICE_BUILD_DIR:?} src=${SLUICE_SOURCE_DIR:?} scale=${SLUICE_TIMEOUT_SCALE:-1}
+build=${SLUICE_BUILD_DIR:?} src=${SLUICE_SOURCE_DIR:?}
 unset LD_LIBRARY_PATH PKG_CONFIG_PATH CMAKE_PREFIX_PATH
-work=$(mktemp -d /tmp/sluice-c-install-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "c_install: $*" >&2; exit 1; }
+test=c_install
+. "$(dirname "$0")/lib.sh"
 
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || fail "cmake --install: $(cat "$work/install.log")"
@@ -71,17 +64,7 @@ cat >"$work/job.json" <<JSON
 JSON
 outputs=()
 for prog in trainer-pkgconfig build/trainer; do
-  log=$work/worker-$(basename "$prog").log
-  "$prefix/bin/sluice" worker --job "$work/job.json" --listen 127.0.0.1:0 >"$log" 2>&1 &
-  pids+=($!)
-  addr=""
-  for _ in $(seq $((200 * scale))); do
-    addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$log" | head -n 1)
-    [ -n "$addr" ] && break
-    kill -0 "${pids[-1]}" 2>/dev/null || fail "worker exited: $(cat "$log")"
-    sleep 0.1
-  done
-  [ -n "$addr" ] || fail "worker did not listen within $((20 * scale)) s"
+  start_worker "$prefix/bin/sluice" "$work/job.json" "$(basename "$prog")"
   out=$(timeout $((60 * scale)) "./$prog" "$addr") || fail "$prog failed: $out"
   echo "$prog: $out"
   case "$out" in

@@ -10,18 +10,11 @@
 # user's pip does); PyPI unreachable makes this test fail, naming pip.
 # Environment: SLUICE_SOURCE_DIR, SLUICE_BINARY, SLUICE_TIMEOUT_SCALE.
 set -euo pipefail
-src=${SLUICE_SOURCE_DIR:?} binary=${SLUICE_BINARY:?} scale=${SLUICE_TIMEOUT_SCALE:-1}
+src=${SLUICE_SOURCE_DIR:?} binary=${SLUICE_BINARY:?}
 python=/usr/bin/python3
 unset SLUICE_TRAINER_LIB PYTHONPATH PYTHONUSERBASE VIRTUAL_ENV
-work=$(mktemp -d /tmp/sluice-py-install-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "python_install: $*" >&2; exit 1; }
+test=python_install
+. "$(dirname "$0")/lib.sh"
 
 "$binary" table gen --preset sessions --rows 5000 --table "$work/table" --seed 3 --cluster \
   --no-sync --quiet >/dev/null
@@ -29,19 +22,6 @@ cat >"$work/job.json" <<JSON
 {"source": {"table": "$work/table"},
  "batch": {"size": 512, "dedup_groups": {"user": ["user_id", "user_hist", "user_cat"]}}}
 JSON
-
-start_worker() {
-  local log=$work/worker-$1.log
-  "$binary" worker --job "$work/job.json" --listen 127.0.0.1:0 >"$log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq $((200 * scale))); do
-    addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$log" | head -n 1)
-    [ -n "$addr" ] && return 0
-    kill -0 "${pids[-1]}" 2>/dev/null || fail "worker exited: $(cat "$log")"
-    sleep 0.1
-  done
-  fail "worker did not listen within $((20 * scale)) s"
-}
 
 # What a user runs after installing: from elsewhere, every sample once.
 cat >"$work/check.py" <<'PY'
@@ -71,14 +51,14 @@ pip_install() {  # pip_install LOG PYTHON [PIP OPTIONS...]: pip install, bounded
 # 1. a fresh virtual environment
 "$python" -m venv "$work/venv" || fail "python3 -m venv failed (python3-venv)"
 pip_install "$work/pip-venv.log" "$work/venv/bin/python"
-start_worker venv
+start_worker "$binary" "$work/job.json" venv
 (cd "$work" && timeout $((60 * scale)) "$work/venv/bin/python" check.py "$addr" "$src") ||
   fail "the package installed in a venv does not work"
 
 # 2. Debian's system python, --user (PEP 668: --break-system-packages)
 export PYTHONUSERBASE=$work/userbase
 pip_install "$work/pip-user.log" "$python" --user --break-system-packages
-start_worker user
+start_worker "$binary" "$work/job.json" user
 (cd "$work" && timeout $((60 * scale)) "$python" check.py "$addr" "$src") ||
   fail "the package installed with --user does not work"
 echo "python_install: pip install works in a venv and with --user on the system python"
