@@ -339,9 +339,8 @@ class Batch:
     def __enter__(self) -> "Batch":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         self.release()
-        return False
 
     def __repr__(self) -> str:
         if self._released:
@@ -492,7 +491,7 @@ class Client:
         s = _native.sl_trainer_stats_t()
         if h is not None and h.ptr is not None:
             self._lib.sl_trainer_stats(h.ptr, ctypes.byref(s))
-        return {name: int(getattr(s, name)) for name, _ in s._fields_}
+        return {f[0]: int(getattr(s, f[0])) for f in s._fields_}
 
     def close(self) -> None:
         """Disconnect. Batches already handed out stay valid until released."""
@@ -502,9 +501,8 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
-        return False
 
     def __del__(self):
         try:

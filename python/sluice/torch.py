@@ -124,7 +124,7 @@ def expand_batch(batch: Batch, as_torch: bool = False) -> Dict[str, Any]:
     """One KJT of stride B: the batch's plain KJT keys followed by every
     group's keys expanded, in group order (what sl_batch_expand builds, and
     what the job sends without dedup groups, up to key order)."""
-    parts = [
+    parts: List[Dict[str, Any]] = [
         {
             "keys": batch.sparse.keys,
             "values": batch.sparse.values,
@@ -138,7 +138,7 @@ def expand_batch(batch: Batch, as_torch: bool = False) -> Dict[str, Any]:
         for p in parts:
             if p["weights"] is None:
                 p["weights"] = np.ones(p["values"].size, dtype=np.float32)
-    out = {
+    out: Dict[str, Any] = {
         "keys": [k for p in parts for k in p["keys"]],
         "values": np.concatenate([p["values"] for p in parts]),
         "lengths": np.concatenate([p["lengths"] for p in parts]).astype(np.int32, copy=False),
@@ -204,7 +204,7 @@ def batch_to_torch(batch: Batch, expand: bool = False, as_kjt: bool = False) -> 
     groups {name: kjt_kwargs of the IKJT}. expand=True folds the groups into
     sparse (expanded, new buffers) and leaves groups empty; as_kjt=True
     makes torchrec KeyedJaggedTensors of the keyword arguments."""
-    out = {
+    out: Dict[str, Any] = {
         "batch_size": batch.batch_size,
         "dense": _t(batch.dense),
         "labels": _t(batch.labels),
