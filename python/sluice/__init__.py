@@ -8,7 +8,11 @@
 
 PyTorch helpers (IterableDataset, TorchRec KJT keyword arguments, IKJT
 expansion) are in sluice.torch, imported on demand so that numpy-only users
-do not load torch.
+do not load torch; TorchRec's Batch, one KJT per batch and a rank-aware
+dataset for DDP in sluice.torchrec (which imports torchrec).
+
+Installed with `pip install .` from a checkout (distribution sluice-trainer:
+`sluice` on PyPI is another project); python/README.md.
 """
 
 from .client import IKJT, KJT, Batch, Client, SluiceError, SluiceTimeout, library_path

@@ -6,13 +6,17 @@ padding (after sl_ikjt_t.batch_size, sl_batch_origin_t.epoch, ...) comes out
 the same. tests/test_layout.py compiles the headers and compares every
 offset and size, so a header change that is not mirrored here fails a test.
 
-Which library is loaded: env SLUICE_TRAINER_LIB (a path), else
-build/libsluice_trainer.so of the repository this package sits in, else the
-system loader ("libsluice_trainer.so" on the library path).
+Which library is loaded, the first that loads of: the one bundled in this
+package (sluice/libsluice_trainer.so, put there by `pip install`); env
+SLUICE_TRAINER_LIB (a path; when set, nothing after it is tried); the build
+tree (build/libsluice_trainer.so) of the checkout this package sits in; the
+system loader (libsluice_trainer.so.0 on the library path, as `cmake
+--install` puts it).
 """
 
 import ctypes
 import os
+from typing import List, Optional
 
 c_char_pp = ctypes.POINTER(ctypes.c_char_p)
 
@@ -158,13 +162,23 @@ STRUCTS = {
 }
 
 
-def _candidates():
+LIB_NAME = "libsluice_trainer.so"
+
+
+def _candidates() -> List[str]:
+    """Where to look for the library, in order (see the module's doc)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = [os.path.join(here, LIB_NAME)]
     env = os.environ.get("SLUICE_TRAINER_LIB")
     if env:
-        return [env]
-    # python/sluice/_native.py -> the repository root is two levels up.
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return [os.path.join(root, "build", "libsluice_trainer.so"), "libsluice_trainer.so"]
+        return out + [env]
+    # python/sluice/_native.py of a checkout: the repository root is two up.
+    root = os.path.dirname(os.path.dirname(here))
+    if os.path.basename(os.path.dirname(here)) == "python" and os.path.exists(
+        os.path.join(root, "CMakeLists.txt")
+    ):
+        out.append(os.path.join(root, "build", LIB_NAME))
+    return out + [LIB_NAME + ".0", LIB_NAME]
 
 
 def _declare(lib):
@@ -198,11 +212,11 @@ def _declare(lib):
     return lib
 
 
-_lib = None
-_lib_path = None
+_lib: Optional[ctypes.CDLL] = None
+_lib_path: Optional[str] = None
 
 
-def load():
+def load() -> ctypes.CDLL:
     """The loaded library (loaded on first use). ctypes.CDLL releases the GIL
     around every call, so a thread blocked in sl_trainer_next does not stop
     the rest of the program. Raises OSError naming every place tried."""
@@ -222,16 +236,18 @@ def load():
         _lib, _lib_path = _declare(lib), cand
         return _lib
     raise OSError(
-        "sluice: cannot load libsluice_trainer.so; set SLUICE_TRAINER_LIB to its path. Tried: "
+        "sluice: cannot load libsluice_trainer.so (pip install the package, or set "
+        "SLUICE_TRAINER_LIB to the library's path). Tried: "
         + "; ".join(tried)
     )
 
 
-def library_path():
+def library_path() -> str:
     """Where the loaded library came from (loads it if needed)."""
     load()
+    assert _lib_path is not None
     return _lib_path
 
 
-def err_name(code):
+def err_name(code: int) -> str:
     return ERR_NAMES.get(code, "sl_err_t(%d)" % code)

@@ -19,6 +19,7 @@ the Batch object itself can no longer be read.
 import ctypes
 import os
 import threading
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
@@ -29,7 +30,7 @@ class SluiceError(Exception):
     """A sluice C call failed: .code is the sl_err_t value, .name its name,
     the message the C library's description of what failed and where."""
 
-    def __init__(self, code, message):
+    def __init__(self, code: int, message: str) -> None:
         self.code = code
         self.name = _native.err_name(code)
         super().__init__("%s: %s" % (self.name, message) if message else self.name)
@@ -127,24 +128,37 @@ class KJT:
 
     __slots__ = ("keys", "stride", "lengths", "values", "weights")
 
-    def __init__(self, keys, stride, lengths, values, weights):
+    keys: List[str]
+    stride: int
+    lengths: np.ndarray
+    values: np.ndarray
+    weights: Optional[np.ndarray]
+
+    def __init__(
+        self,
+        keys: List[str],
+        stride: int,
+        lengths: np.ndarray,
+        values: np.ndarray,
+        weights: Optional[np.ndarray],
+    ) -> None:
         self.keys = keys
         self.stride = stride
         self.lengths = lengths
         self.values = values
         self.weights = weights
 
-    def offsets(self):
+    def offsets(self) -> np.ndarray:
         """int64 [F*stride + 1]: exclusive prefix sum of lengths (a new array)."""
         out = np.zeros(self.lengths.size + 1, dtype=np.int64)
         np.cumsum(self.lengths, out=out[1:])
         return out
 
-    def lengths_2d(self):
+    def lengths_2d(self) -> np.ndarray:
         """lengths as [F, stride] (a view)."""
         return self.lengths.reshape(len(self.keys), self.stride)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "KJT(keys=%r, stride=%d, values=%d)" % (self.keys, self.stride, self.values.size)
 
 
@@ -154,17 +168,22 @@ class IKJT:
 
     __slots__ = ("name", "unique", "batch_size", "inverse")
 
-    def __init__(self, name, unique, batch_size, inverse):
+    name: str
+    unique: KJT
+    batch_size: int
+    inverse: np.ndarray
+
+    def __init__(self, name: str, unique: KJT, batch_size: int, inverse: np.ndarray) -> None:
         self.name = name
         self.unique = unique
         self.batch_size = batch_size
         self.inverse = inverse
 
     @property
-    def keys(self):
+    def keys(self) -> List[str]:
         return self.unique.keys
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "IKJT(%r, keys=%r, unique=%d of %d)" % (
             self.name,
             self.unique.keys,
@@ -184,7 +203,12 @@ class Batch:
     no reference cycle: the C batch goes back as soon as the last reference
     to the Batch or to anything made from it is dropped."""
 
-    def __init__(self, handle, bptr):
+    batch_size: int
+    dense_names: List[str]
+    label_names: List[str]
+    origin: Dict[str, int]
+
+    def __init__(self, handle: "_Handle", bptr: Any) -> None:
         self._handle = handle
         self._ptr = bptr
         self._released = False
@@ -239,14 +263,14 @@ class Batch:
         )
 
     @property
-    def sparse(self):
+    def sparse(self) -> KJT:
         return self._kjt(self._c().sparse, self._sparse_keys)
 
     @property
-    def num_groups(self):
+    def num_groups(self) -> int:
         return len(self._group_names)
 
-    def group(self, g):
+    def group(self, g: Union[int, str]) -> IKJT:
         """Dedup group g (an index or a name) as an IKJT."""
         if isinstance(g, str):
             g = self._group_names.index(g)
@@ -259,37 +283,38 @@ class Batch:
         )
 
     @property
-    def groups(self):
+    def groups(self) -> List[IKJT]:
         return [self.group(g) for g in range(len(self._group_names))]
 
     @property
-    def dense(self):
+    def dense(self) -> np.ndarray:
         d = self._c().dense
         return self._array(d.data, (int(d.rows), int(d.cols)), "<f4")
 
     @property
-    def labels(self):
+    def labels(self) -> np.ndarray:
         d = self._c().labels
         return self._array(d.data, (int(d.rows), int(d.cols)), "<f4")
 
     @property
-    def sample_ids(self):
+    def sample_ids(self) -> Optional[np.ndarray]:
         b = self._c()
         return self._array(b.sample_ids, (self.batch_size,), "<i8") if b.sample_ids else None
 
     @property
-    def released(self):
+    def released(self) -> bool:
         return self._released
 
-    def torch(self):
+    def torch(self, expand: bool = False) -> Dict[str, Any]:
         """The batch as torch tensors sharing the C buffers:
         {"dense", "labels", "sample_ids", "sparse": kjt_kwargs,
-        "groups": {name: kjt_kwargs with inverse_indices}} (see sluice.torch)."""
+        "groups": {name: kjt_kwargs with inverse_indices}} (see sluice.torch);
+        expand=True folds the groups into sparse, expanded to B rows."""
         from .torch import batch_to_torch
 
-        return batch_to_torch(self)
+        return batch_to_torch(self, expand=expand)
 
-    def release(self):
+    def release(self) -> None:
         """Give the C batch back: now when no array made from it is alive,
         otherwise as soon as the last one goes. The Batch can no longer be
         read. Idempotent."""
@@ -311,14 +336,13 @@ class Batch:
         except Exception:
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> "Batch":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.release()
-        return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self._released:
             return "Batch(released)"
         return "Batch(B=%d, sparse=%r, groups=%r, dense=%d, labels=%d)" % (
@@ -344,20 +368,20 @@ class Client:
 
     def __init__(
         self,
-        address=None,
-        prefetch=4,
-        timeout_ms=60000,
-        client_name=None,
-        connect_timeout_ms=0,
-        reconnect_ms=0,
-        rank=0,
-        world_size=1,
-        master=None,
-        job=None,
-        client_id=None,
-        refresh_ms=0,
-        cluster_secret_file=None,
-    ):
+        address: Optional[str] = None,
+        prefetch: int = 4,
+        timeout_ms: int = 60000,
+        client_name: Optional[str] = None,
+        connect_timeout_ms: int = 0,
+        reconnect_ms: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        master: Optional[str] = None,
+        job: Optional[str] = None,
+        client_id: Optional[str] = None,
+        refresh_ms: int = 0,
+        cluster_secret_file: Optional[str] = None,
+    ) -> None:
         lib = _native.load()
         self._lib = lib
         self._handle = None
@@ -399,7 +423,7 @@ class Client:
         self._handle = _Handle(lib, t)
         self._done = False
 
-    def next(self, timeout_ms=None):
+    def next(self, timeout_ms: Optional[int] = None) -> Optional[Batch]:
         """The next Batch, or None when the job has no more batches. Raises
         SluiceTimeout when none arrived in time, SluiceError when the
         connection failed for good."""
@@ -427,16 +451,16 @@ class Client:
             h.free_batch(out)
             raise
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Batch:
         b = self.next()
         if b is None:
             raise StopIteration
         return b
 
-    def resume_token(self, timeout_ms=30000):
+    def resume_token(self, timeout_ms: int = 30000) -> bytes:
         """Master mode: an opaque resume token (bytes) for a checkpoint at
         this batch boundary: the batches handed out so far count as
         delivered, nothing else. Give it to `sluice submit --resume-token`
@@ -459,7 +483,7 @@ class Client:
             finally:
                 self._lib.sl_trainer_token_free(h.ptr, tok, n)
 
-    def stats(self):
+    def stats(self) -> Dict[str, int]:
         """The C client's counters as a dict (batches, samples, bytes,
         wait_ns, reconnects, queued; in master mode also workers, committed,
         dropped)."""
@@ -467,19 +491,18 @@ class Client:
         s = _native.sl_trainer_stats_t()
         if h is not None and h.ptr is not None:
             self._lib.sl_trainer_stats(h.ptr, ctypes.byref(s))
-        return {name: int(getattr(s, name)) for name, _ in s._fields_}
+        return {f[0]: int(getattr(s, f[0])) for f in s._fields_}
 
-    def close(self):
+    def close(self) -> None:
         """Disconnect. Batches already handed out stay valid until released."""
         if self._handle is not None:
             self._handle.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
-        return False
 
     def __del__(self):
         try:
@@ -488,6 +511,7 @@ class Client:
             pass
 
 
-def library_path():
+def library_path() -> str:
+    """Path of the loaded libsluice_trainer.so (see sluice._native)."""
     return _native.library_path()
 

@@ -10,10 +10,12 @@ batch row uses, so an EmbeddingBagCollection pools the U unique rows once
 and expands the pooled output to B rows.
 """
 
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
 import numpy as np
 import torch
 
-from .client import IKJT, KJT, Client
+from .client import IKJT, KJT, Batch, Client
 
 try:  # TorchRec is optional: without it we hand out the keyword arguments.
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as _TorchrecKJT
@@ -24,12 +26,12 @@ except Exception:  # ImportError, or a torchrec/fbgemm that fails to load
     HAVE_TORCHREC = False
 
 
-def _t(a):
+def _t(a: Optional[np.ndarray]) -> Optional[torch.Tensor]:
     """numpy -> torch without copying (None stays None)."""
     return None if a is None else torch.from_numpy(a)
 
 
-def kjt_kwargs(part):
+def kjt_kwargs(part: Union[KJT, IKJT, Dict[str, Any]]) -> Dict[str, Any]:
     """Keyword arguments for torchrec's KeyedJaggedTensor(**kwargs).
 
     part: a KJT (batch.sparse, or expand_ikjt's result as a dict) gives
@@ -72,14 +74,14 @@ def kjt_kwargs(part):
     raise TypeError("kjt_kwargs: expected a sluice KJT, IKJT or expanded dict, got %r" % type(part))
 
 
-def make_kjt(kwargs):
+def make_kjt(kwargs: Dict[str, Any]) -> Any:
     """torchrec KeyedJaggedTensor(**kwargs). Raises ImportError without TorchRec."""
     if not HAVE_TORCHREC:
         raise ImportError("torchrec is not importable: use the keyword arguments (kjt_kwargs)")
     return _TorchrecKJT(**kwargs)
 
 
-def _gather_segments(lengths, starts):
+def _gather_segments(lengths: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Indices that concatenate segments [starts[i], starts[i] + lengths[i])."""
     lengths = lengths.astype(np.int64, copy=False)
     total = int(lengths.sum())
@@ -91,7 +93,7 @@ def _gather_segments(lengths, starts):
     return shift + np.arange(total, dtype=np.int64)
 
 
-def expand_ikjt(group, as_torch=False):
+def expand_ikjt(group: IKJT, as_torch: bool = False) -> Dict[str, Any]:
     """The KJT of stride B that an IKJT stands for: row b of every key is
     unique row inverse[b]. Returns a dict keys, values, lengths, weights,
     stride (new numpy arrays; torch tensors when as_torch)."""
@@ -118,11 +120,11 @@ def expand_ikjt(group, as_torch=False):
     return out
 
 
-def expand_batch(batch, as_torch=False):
+def expand_batch(batch: Batch, as_torch: bool = False) -> Dict[str, Any]:
     """One KJT of stride B: the batch's plain KJT keys followed by every
     group's keys expanded, in group order (what sl_batch_expand builds, and
     what the job sends without dedup groups, up to key order)."""
-    parts = [
+    parts: List[Dict[str, Any]] = [
         {
             "keys": batch.sparse.keys,
             "values": batch.sparse.values,
@@ -136,7 +138,7 @@ def expand_batch(batch, as_torch=False):
         for p in parts:
             if p["weights"] is None:
                 p["weights"] = np.ones(p["values"].size, dtype=np.float32)
-    out = {
+    out: Dict[str, Any] = {
         "keys": [k for p in parts for k in p["keys"]],
         "values": np.concatenate([p["values"] for p in parts]),
         "lengths": np.concatenate([p["lengths"] for p in parts]).astype(np.int32, copy=False),
@@ -149,14 +151,60 @@ def expand_batch(batch, as_torch=False):
     return out
 
 
-def batch_to_torch(batch, expand=False, as_kjt=False):
+def merged_kjt_kwargs(batch: Batch) -> Dict[str, Any]:
+    """Keyword arguments for ONE torchrec KeyedJaggedTensor holding the whole
+    batch: the plain KJT's keys (stride B) followed by every dedup group's
+    keys (stride U_g, the group's unique rows), as a variable-batch KJT.
+    stride_per_key_per_rank gives each key's stride, and inverse_indices
+    (keys, int64 [F, B]) maps every batch row to its row of each key:
+    arange(B) for plain keys, the group's inverse indices for group keys. So
+    to_dict() holds the unique rows per group key, inverse_indices() expands
+    them, and an EmbeddingBagCollection pools each group key's U_g rows once
+    and returns [B, ...] outputs equal to those of the expanded batch
+    (expand_batch). Without dedup groups this is kjt_kwargs(batch.sparse).
+    values/lengths/weights are new tensors (one concatenation per batch)."""
+    groups = batch.groups
+    if not groups:
+        return kjt_kwargs(batch.sparse)
+    b = batch.batch_size
+    sp = batch.sparse
+    parts = [(sp, b, None)] + [(g.unique, g.unique.stride, g.inverse) for g in groups]
+    weighted = any(k.weights is not None for k, _, _ in parts)
+    keys: List[str] = []
+    strides: List[List[int]] = []
+    rows: List[torch.Tensor] = []
+    values, lengths, weights = [], [], []
+    plain_rows = torch.arange(b, dtype=torch.int64)
+    for k, stride, inverse in parts:
+        f = len(k.keys)
+        keys += k.keys
+        strides += [[stride]] * f
+        r = plain_rows if inverse is None else torch.from_numpy(inverse.astype(np.int64))
+        rows += [r] * f
+        values.append(torch.from_numpy(k.values))
+        lengths.append(torch.from_numpy(k.lengths))
+        if weighted:
+            w = k.weights if k.weights is not None else np.ones(k.values.size, np.float32)
+            weights.append(torch.from_numpy(w))
+    return {
+        "keys": keys,
+        "values": torch.cat(values),
+        "lengths": torch.cat(lengths),
+        "weights": torch.cat(weights) if weighted else None,
+        "stride": b,
+        "stride_per_key_per_rank": strides,
+        "inverse_indices": (list(keys), torch.stack(rows)),
+    }
+
+
+def batch_to_torch(batch: Batch, expand: bool = False, as_kjt: bool = False) -> Dict[str, Any]:
     """A Batch as a dict of torch tensors sharing its buffers:
     batch_size, dense [B, D], labels [B, T], sample_ids [B] (or None),
     dense_names, label_names, sparse (kjt_kwargs of the plain KJT) and
     groups {name: kjt_kwargs of the IKJT}. expand=True folds the groups into
     sparse (expanded, new buffers) and leaves groups empty; as_kjt=True
     makes torchrec KeyedJaggedTensors of the keyword arguments."""
-    out = {
+    out: Dict[str, Any] = {
         "batch_size": batch.batch_size,
         "dense": _t(batch.dense),
         "labels": _t(batch.labels),
@@ -190,7 +238,14 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
     buffers in the main process (num_workers=0); DataLoader workers move
     them to shared memory to send them over."""
 
-    def __init__(self, addresses, prefetch=4, timeout_ms=60000, expand=False, as_kjt=False):
+    def __init__(
+        self,
+        addresses: Union[str, Sequence[str]],
+        prefetch: int = 4,
+        timeout_ms: int = 60000,
+        expand: bool = False,
+        as_kjt: bool = False,
+    ) -> None:
         super().__init__()
         if isinstance(addresses, str):
             addresses = [addresses]
@@ -202,7 +257,7 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
         self.expand = expand
         self.as_kjt = as_kjt
 
-    def _my_addresses(self):
+    def _my_addresses(self) -> List[str]:
         info = torch.utils.data.get_worker_info()
         if info is None:
             return self.addresses
@@ -211,7 +266,7 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
             return self.addresses[i::n]
         return [self.addresses[i % len(self.addresses)]]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
         clients = [
             Client(a, prefetch=self.prefetch, timeout_ms=self.timeout_ms)
             for a in self._my_addresses()

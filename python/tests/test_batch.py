@@ -3,12 +3,14 @@
 checked against a real worker in test_worker.py."""
 
 import gc
+import os
 
 import numpy as np
 import pytest
 import torch
 
 from fakebatch import expand_reference, make_batch
+import sluice
 from sluice import SluiceError
 from sluice.torch import batch_to_torch, expand_batch, expand_ikjt, kjt_kwargs
 
@@ -149,3 +151,14 @@ def test_expand_ikjt_rejects_bad_inverse():
     truth["groups"][0][3][2] = 99  # beyond U = 5
     with pytest.raises(ValueError, match="inverse index"):
         expand_ikjt(batch.group(0))
+
+
+def test_version_is_the_cmake_project_version():
+    """sluice.__version__ is the CMake project's version, which the wheel's
+    metadata (pyproject.toml) and libsluice_trainer.so's file name take."""
+    import re
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "CMakeLists.txt")) as f:
+        m = re.search(r"project\(sluice VERSION ([0-9.]+)", f.read())
+    assert m and sluice.__version__ == m.group(1)

@@ -6,18 +6,10 @@ import socket
 import pytest
 
 import sluice
+from procs import needs_lib
 from sluice import _native
 
-
-def _have_lib():
-    try:
-        _native.load()
-        return True
-    except OSError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _have_lib(), reason="needs libsluice_trainer.so")
+pytestmark = needs_lib
 
 
 def _closed_port():

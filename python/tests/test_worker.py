@@ -5,113 +5,35 @@ libsluice_trainer.so (SLUICE_TRAINER_LIB); skipped without them."""
 
 import ctypes
 import gc
-import json
 import os
-import subprocess
-import threading
-import time
 
 import numpy as np
 import pytest
 import torch
 
 import sluice
-from sluice import _native
+from procs import USER, gen_table, needs_worker, workers
 from sluice.torch import SluiceIterableDataset, expand_batch, expand_ikjt, kjt_kwargs
 
 ROWS = 20000
 BATCH = 512
-USER = ["user_id", "user_hist", "user_cat"]
 SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1"))
 
-BINARY = os.environ.get("SLUICE_BINARY")
 
-
-def _have_lib():
-    try:
-        _native.load()
-        return True
-    except OSError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not BINARY or not os.path.exists(BINARY) or not _have_lib(),
-    reason="needs SLUICE_BINARY and libsluice_trainer.so (SLUICE_TRAINER_LIB)",
-)
+pytestmark = needs_worker
 
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tables") / "sessions"
-    subprocess.run(
-        [BINARY, "table", "gen", "--preset", "sessions", "--rows", str(ROWS), "--table", str(d),
-         "--seed", "7", "--stripe-rows", "4096", "--active-sessions", "256", "--cluster", "--no-sync", "--quiet"],
-        check=True,
-    )
-    return str(d)
-
-
-class Worker:
-    """A `sluice worker` subprocess serving one job."""
-
-    def __init__(self, tmpdir, table, dedup, name, extra=()):
-        spec = {
-            "source": {"table": table},
-            "batch": {"size": BATCH},
-        }
-        if dedup:
-            spec["batch"]["dedup_groups"] = {"user": USER}
-        path = os.path.join(str(tmpdir), name + ".json")
-        with open(path, "w") as f:
-            json.dump(spec, f)
-        self.proc = subprocess.Popen(
-            [BINARY, "worker", "--job", path, "--listen", "127.0.0.1:0", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        self.address = None
-        deadline = time.monotonic() + 20 * SCALE
-        lines = []
-        # Read stdout on a thread so that a silent worker cannot hang the test.
-        found = threading.Event()
-
-        def read():
-            for line in self.proc.stdout:
-                lines.append(line)
-                if "listening on" in line and self.address is None:
-                    self.address = line.split("listening on", 1)[1].split()[0]
-                    found.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        while not found.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    "worker did not start: %s%s" % ("".join(lines), self.proc.stderr.read())
-                )
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    return gen_table(tmp_path_factory.mktemp("tables") / "sessions", ROWS)
 
 
 @pytest.fixture
 def worker(tmp_path, table):
-    started = []
-
-    def start(dedup=True, name="job", extra=()):
-        w = Worker(tmp_path, table, dedup, "%s%d" % (name, len(started)), extra)
-        started.append(w)
-        return w.address
-
-    yield start
-    for w in started:
-        w.stop()
+    """worker(dedup=True, name="job", extra=()): a new worker's address;
+    extra: more command-line options."""
+    with workers(tmp_path, table) as start:
+        yield lambda dedup=True, name="job", extra=(): start(dedup, name, extra)
 
 
 def client(address, **kw):

@@ -1,0 +1,332 @@
+"""sluice for TorchRec: batches that TorchRec's train pipelines accept, one
+KeyedJaggedTensor per batch, and a rank-aware dataset for DDP in master mode.
+
+    from sluice.torchrec import MasterDataset
+    from torchrec.distributed.train_pipeline import TrainPipelineBase
+
+    data = MasterDataset(master="10.0.0.1:7070", job="ctr-train")  # rank from torch.distributed
+    pipeline = TrainPipelineBase(model, optimizer, torch.device("cpu"))
+    it = iter(data)
+    for step in range(steps):
+        pipeline.progress(it)                  # model(batch) gets a sluice.torchrec.Batch
+        if step % 1000 == 999:                 # TrainPipelineBase holds 1 batch ahead
+            torch.save({"model": model.state_dict(), "data": data.state_dict(pending=1)}, path)
+
+Importing this module imports torchrec (`import sluice` does not): Batch is
+a torchrec Pipelineable. TorchRec and torch versions tested:
+ops/torchrec-requirements.txt (ops/torchrec-venv makes that environment).
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+try:
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+    from torchrec.streamable import Pipelineable
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "sluice.torchrec needs torchrec (%s); ops/torchrec-venv makes a CPU environment with "
+        "torch, fbgemm-gpu-cpu and torchrec (python/README.md, 'TorchRec')" % e
+    ) from e
+
+from . import client as _client
+from .torch import merged_kjt_kwargs
+
+
+@dataclass
+class Batch(Pipelineable):
+    """A training batch as torchrec.datasets.utils.Batch has it, so that
+    TorchRec's train pipelines (TrainPipelineBase, TrainPipelineSparseDist)
+    take it: dense_features float32 [B, D], sparse_features one
+    KeyedJaggedTensor (variable-batch when the job has dedup groups, see
+    sluice.torch.merged_kjt_kwargs), labels float32 [B] (or [B, T] for T
+    label columns), plus sample_ids int64 [B] (or None).
+
+    dense_features, labels and sample_ids share the received buffers (the C
+    batch goes back when they are all gone); the KJT's tensors are copies
+    when the job has dedup groups."""
+
+    dense_features: torch.Tensor
+    sparse_features: KeyedJaggedTensor
+    labels: torch.Tensor
+    sample_ids: Optional[torch.Tensor] = None
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.dense_features.shape[0])
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
+        return Batch(
+            dense_features=self.dense_features.to(device=device, non_blocking=non_blocking),
+            sparse_features=self.sparse_features.to(device=device, non_blocking=non_blocking),
+            labels=self.labels.to(device=device, non_blocking=non_blocking),
+            sample_ids=None
+            if self.sample_ids is None
+            else self.sample_ids.to(device=device, non_blocking=non_blocking),
+        )
+
+    def record_stream(self, stream: Any) -> None:
+        self.dense_features.record_stream(stream)
+        self.sparse_features.record_stream(stream)
+        self.labels.record_stream(stream)
+        if self.sample_ids is not None:
+            self.sample_ids.record_stream(stream)
+
+    def pin_memory(self) -> "Batch":
+        """Page-locked copies for fast host-to-device copies. Without an
+        accelerator there is nothing to pin for: the batch itself."""
+        if not torch.cuda.is_available():
+            return self
+        return Batch(
+            dense_features=self.dense_features.pin_memory(),
+            sparse_features=self.sparse_features.pin_memory(),
+            labels=self.labels.pin_memory(),
+            sample_ids=None if self.sample_ids is None else self.sample_ids.pin_memory(),
+        )
+
+    def state(self) -> Dict[str, Any]:
+        """The batch as plain tensors and lists (copies), for torch.save."""
+        kjt = self.sparse_features
+        out: Dict[str, Any] = {
+            "dense_features": self.dense_features.clone(),
+            "labels": self.labels.clone(),
+            "sample_ids": None if self.sample_ids is None else self.sample_ids.clone(),
+            "keys": list(kjt.keys()),
+            "values": kjt.values().clone(),
+            "lengths": kjt.lengths().clone(),
+            "weights": None if kjt.weights_or_none() is None else kjt.weights().clone(),
+            "stride": kjt.stride(),
+            "stride_per_key_per_rank": None,
+            "inverse_indices": None,
+        }
+        if kjt.variable_stride_per_key():
+            out["stride_per_key_per_rank"] = [list(s) for s in kjt.stride_per_key_per_rank()]
+            keys, inv = kjt.inverse_indices()
+            out["inverse_indices"] = (list(keys), inv.clone())
+        return out
+
+    @staticmethod
+    def from_state(state: Dict[str, Any]) -> "Batch":
+        """The inverse of state()."""
+        kw = {k: state[k] for k in ("keys", "values", "lengths", "weights", "stride")}
+        if state.get("stride_per_key_per_rank") is not None:
+            kw["stride_per_key_per_rank"] = state["stride_per_key_per_rank"]
+            kw["inverse_indices"] = state["inverse_indices"]
+        return Batch(
+            dense_features=state["dense_features"],
+            sparse_features=KeyedJaggedTensor(**kw),
+            labels=state["labels"],
+            sample_ids=state.get("sample_ids"),
+        )
+
+
+def to_batch(batch: "_client.Batch") -> Batch:
+    """A received sluice batch as a sluice.torchrec.Batch (one KJT: the
+    plain features and every dedup group merged, see merged_kjt_kwargs)."""
+    labels = torch.from_numpy(batch.labels)
+    if labels.dim() == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    ids = batch.sample_ids
+    return Batch(
+        dense_features=torch.from_numpy(batch.dense),
+        sparse_features=KeyedJaggedTensor(**merged_kjt_kwargs(batch)),
+        labels=labels,
+        sample_ids=None if ids is None else torch.from_numpy(ids),
+    )
+
+
+def batches(client: "_client.Client") -> Iterator[Batch]:
+    """Every batch of a sluice.Client as a sluice.torchrec.Batch."""
+    for b in client:
+        yield to_batch(b)
+
+
+def rank_and_world_size() -> Tuple[int, int]:
+    """This process's trainer rank and the world size: from torch.distributed
+    when it is initialised, else from the environment torchrun sets (RANK,
+    WORLD_SIZE), else 0 and 1."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    try:
+        rank = int(os.environ.get("RANK", "0"))
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError as e:
+        raise ValueError("sluice: RANK / WORLD_SIZE in the environment are not integers: %s" % e)
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError("sluice: rank %d is not in [0, world size %d)" % (rank, world))
+    return rank, world
+
+
+class MasterDataset(torch.utils.data.IterableDataset):
+    """The batches of one job of a DPP master for this trainer rank, as
+    sluice.torchrec.Batch: an IterableDataset for DDP / TorchRec training
+    (iterate it directly, or through a DataLoader with batch_size=None and
+    num_workers=0: it is already batched, and one client per rank keeps the
+    resume token exact).
+
+    rank / world_size: default rank_and_world_size() (torch.distributed,
+    else RANK / WORLD_SIZE). The job must be submitted for that many ranks
+    (`sluice submit --ranks N`). Each batch is committed at the master before
+    it is handed out (sluice.Client master mode), so every sample of an epoch
+    reaches exactly one rank once.
+
+    Checkpoints: state_dict(pending) holds this rank's resume token and the
+    batches handed out but not yet trained on (`pending`: TorchRec's train
+    pipelines fetch ahead - 1 for TrainPipelineBase, 2 for
+    TrainPipelineSparseDist); save it with the model. To resume, resubmit the job with every rank's token
+    (resume_tokens(); `sluice submit --resume-token` once per rank) and call
+    load_state_dict() on the new dataset before iterating: it first hands
+    out the saved pending batches, then what the job delivers."""
+
+    def __init__(
+        self,
+        master: str,
+        job: str,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        prefetch: int = 4,
+        timeout_ms: int = 60000,
+        client_id: Optional[str] = None,
+    ) -> None:
+        super().__init__()
+        if (rank is None) != (world_size is None):
+            raise ValueError("MasterDataset: give both rank and world_size, or neither")
+        if rank is None or world_size is None:
+            rank, world_size = rank_and_world_size()
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError("MasterDataset: rank %d is not in [0, %d)" % (rank, world_size))
+        self.master = master
+        self.job = job
+        self.rank = rank
+        self.world_size = world_size
+        self.prefetch = prefetch
+        self.timeout_ms = timeout_ms
+        self.client_id = client_id
+        self._client: Optional[_client.Client] = None
+        self._replay: List[Dict[str, Any]] = []
+        self._recent: List[Batch] = []  # the last batches handed out, for state_dict(pending)
+        self._keep = 0
+        self.handed_out = 0  # batches handed out by this dataset since it was made
+
+    def _connect(self) -> "_client.Client":
+        if self._client is None:
+            lr = os.environ.get("LOCAL_RANK")
+            name = "rank%d" % self.rank + ("-local%s" % lr if lr is not None else "")
+            self._client = _client.Client(
+                master=self.master,
+                job=self.job,
+                rank=self.rank,
+                world_size=self.world_size,
+                prefetch=self.prefetch,
+                timeout_ms=self.timeout_ms,
+                client_name=name,
+                client_id=self.client_id,
+            )
+        return self._client
+
+    def keep_pending(self, n: int) -> None:
+        """Keep the last n batches handed out (default 2) so that
+        state_dict(pending<=n) can save them; call it before iterating when
+        a pipeline holds more than two batches ahead."""
+        self._keep = max(self._keep, n)
+
+    def __iter__(self) -> Iterator[Batch]:
+        c = self._connect()
+        # TrainPipelineBase holds 1 batch ahead, TrainPipelineSparseDist 2.
+        self.keep_pending(2)
+        while True:
+            if self._replay:
+                b = Batch.from_state(self._replay.pop(0))
+            else:
+                raw = c.next()
+                if raw is None:
+                    return
+                b = to_batch(raw)
+                del raw
+            self.handed_out += 1
+            self._recent.append(b)
+            del self._recent[: max(0, len(self._recent) - self._keep)]
+            yield b
+
+    def state_dict(self, pending: int = 0, timeout_ms: int = 30000) -> Dict[str, Any]:
+        """This rank's checkpoint of the data: the resume token (every batch
+        handed out so far counts as delivered) and copies of the last
+        `pending` batches handed out, which the trainer has not trained on
+        yet and load_state_dict() hands out again first. Take it on every
+        rank at the same step. Call it from the thread that iterates."""
+        if pending < 0 or pending > len(self._recent) or pending > self.handed_out:
+            raise ValueError(
+                "MasterDataset.state_dict: pending=%d, but only %d recent batches are kept "
+                "(call keep_pending(%d) before iterating)" % (pending, len(self._recent), pending)
+            )
+        token = self._connect().resume_token(timeout_ms)
+        saved = self._recent[len(self._recent) - pending :] if pending else []
+        return {
+            "version": 1,
+            "master": self.master,
+            "job": self.job,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "token": token,
+            "pending": [b.state() for b in saved],
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore from state_dict(): the pending batches are handed out
+        first. The job must have been resubmitted with every rank's token
+        (resume_tokens()); the token itself is not needed here."""
+        if state.get("version") != 1:
+            raise ValueError("MasterDataset: unknown state version %r" % state.get("version"))
+        if state["job"] != self.job or state["rank"] != self.rank:
+            raise ValueError(
+                "MasterDataset: state of job %r rank %d, this is job %r rank %d"
+                % (state["job"], state["rank"], self.job, self.rank)
+            )
+        if state["world_size"] != self.world_size:
+            raise ValueError(
+                "MasterDataset: state of world size %d, this is %d"
+                % (state["world_size"], self.world_size)
+            )
+        self._replay = list(state["pending"])
+
+    def stats(self) -> Dict[str, int]:
+        """The client's counters (sluice.Client.stats) plus handed_out."""
+        s = self._client.stats() if self._client is not None else {}
+        s["handed_out"] = self.handed_out
+        return s
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def resume_tokens(states: Sequence[Dict[str, Any]]) -> List[bytes]:
+    """The resume tokens of every rank's MasterDataset.state_dict(), in rank
+    order, for resubmitting the job (`sluice submit --resume-token FILE`
+    once per rank, or the admin endpoint's "resume_tokens"). Checks that
+    the states are of one job and cover each rank once."""
+    if not states:
+        raise ValueError("resume_tokens: no states")
+    job, world = states[0]["job"], states[0]["world_size"]
+    by_rank: Dict[int, bytes] = {}
+    for s in states:
+        if s["job"] != job or s["world_size"] != world:
+            raise ValueError("resume_tokens: states of different jobs or world sizes")
+        if s["rank"] in by_rank:
+            raise ValueError("resume_tokens: rank %d given twice" % s["rank"])
+        by_rank[s["rank"]] = s["token"]
+    missing = [r for r in range(world) if r not in by_rank]
+    if missing:
+        raise ValueError("resume_tokens: no state for rank(s) %s of %d" % (missing, world))
+    return [by_rank[r] for r in range(world)]

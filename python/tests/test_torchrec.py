@@ -1,0 +1,322 @@
+"""sluice.torchrec against real TorchRec (the environment of
+ops/torchrec-venv; ctest python_torchrec runs this module there): the Batch
+in TorchRec's train pipelines for a few hundred steps, the merged
+variable-batch KJT against the expanded batch (to_dict, inverse_indices,
+EmbeddingBagCollection forward and backward), and MasterDataset with two
+ranks in master mode: every sample exactly once across the ranks, and
+exactly once again after a resume from the ranks' saved state.
+Skipped where torchrec cannot be imported (Debian's python3)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+torchrec = pytest.importorskip("torchrec")
+
+import sluice  # noqa: E402
+from procs import SCALE, USER, Master, gen_table, needs_worker  # noqa: E402
+from procs import workers as procs_workers  # noqa: E402
+from sluice.torch import expand_batch, merged_kjt_kwargs  # noqa: E402
+from sluice.torchrec import (  # noqa: E402
+    Batch,
+    MasterDataset,
+    rank_and_world_size,
+    resume_tokens,
+    to_batch,
+)
+from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor  # noqa: E402
+from torchrec.distributed.train_pipeline import TrainPipelineBase  # noqa: E402
+from torchrec.streamable import Pipelineable  # noqa: E402
+
+ROWS = 20000
+TABLE_SIZE = 1000
+SPARSE = ["item_id", "item_cat", "item_tags"] + USER
+DENSE = ["user_age", "user_clicks", "item_clicks", "position"]
+
+
+pytestmark = needs_worker
+
+# Ids hashed into small tables, so that one EmbeddingBagCollection takes them.
+TRANSFORMS = [{"op": "fill_missing", "feature": "user_age", "value": 0}] + [
+    {"op": "sigrid_hash", "feature": f, "table_size": TABLE_SIZE} for f in SPARSE
+]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    return gen_table(tmp_path_factory.mktemp("tables") / "sessions", ROWS)
+
+
+@pytest.fixture
+def workers(tmp_path, table):
+    """workers(dedup=True, batch=512): a new worker's address (TRANSFORMS)."""
+    with procs_workers(tmp_path, table, spec={"transforms": TRANSFORMS}) as start:
+        yield lambda dedup=True, batch=512: start(dedup, batch=batch)
+
+
+def client(address):
+    return sluice.Client(address, timeout_ms=int(30000 * SCALE))
+
+
+def make_ebc(seed=0):
+    torch.manual_seed(seed)
+    return EmbeddingBagCollection(
+        tables=[
+            EmbeddingBagConfig(name="t_" + f, embedding_dim=4, num_embeddings=TABLE_SIZE,
+                               feature_names=[f])
+            for f in SPARSE
+        ]
+    )
+
+
+def rows_of(jt):
+    """The list of id lists of a JaggedTensor."""
+    offs = jt.offsets().tolist()
+    vals = jt.values().tolist()
+    return [vals[offs[i]:offs[i + 1]] for i in range(len(offs) - 1)]
+
+
+def test_merged_kjt_matches_expanded_batch(workers):
+    checked = 0
+    with client(workers(dedup=True)) as c:
+        for b in c:
+            kw = merged_kjt_kwargs(b)
+            kjt = KeyedJaggedTensor(**kw)
+            exp = KeyedJaggedTensor(**{k: v for k, v in _kw(expand_batch(b, as_torch=True)).items()})
+            B = b.batch_size
+            g = b.group("user")
+            U = g.unique.stride
+            assert U < B  # the batch really is deduplicated
+            assert kjt.keys() == exp.keys() == b.sparse.keys + USER
+            assert kjt.variable_stride_per_key()
+            assert kjt.stride() == B
+            assert kjt.stride_per_key() == [B] * len(b.sparse.keys) + [U] * len(USER)
+            keys, inv = kjt.inverse_indices()
+            assert keys == kjt.keys() and inv.shape == (len(keys), B) and inv.dtype == torch.int64
+            d, e = kjt.to_dict(), exp.to_dict()
+            for f, key in enumerate(keys):
+                got = rows_of(d[key])
+                want = rows_of(e[key])
+                assert len(got) == (U if key in USER else B)
+                assert [got[i] for i in inv[f].tolist()] == want, key
+            # One EBC, the same weights: the merged KJT's pooled output
+            # equals the expanded batch's, and so do the gradients.
+            ebc1, ebc2 = make_ebc(), make_ebc()
+            out1, out2 = ebc1(kjt), ebc2(exp)
+            assert out1.keys() == out2.keys()
+            torch.testing.assert_close(out1.values(), out2.values())
+            assert out1.values().shape == (B, 4 * len(SPARSE))
+            w = torch.randn(out1.values().shape, generator=torch.Generator().manual_seed(1))
+            (out1.values() * w).sum().backward()
+            (out2.values() * w).sum().backward()
+            for (n1, p1), (n2, p2) in zip(ebc1.named_parameters(), ebc2.named_parameters()):
+                assert n1 == n2
+                # The same sums in another order (a unique row's gradient is
+                # summed once over its batch rows): float32 rounding only.
+                torch.testing.assert_close(p1.grad, p2.grad, rtol=1e-4, atol=1e-4)
+            checked += 1
+            if checked == 3:
+                break
+    assert checked == 3
+
+
+def _kw(d):
+    return {k: d[k] for k in ("keys", "values", "lengths", "weights", "stride")}
+
+
+def test_batch_is_pipelineable_and_round_trips(workers):
+    with client(workers(dedup=True)) as c:
+        raw = c.next()
+        b = to_batch(raw)
+        assert isinstance(b, Pipelineable)
+        assert b.dense_features.shape == (raw.batch_size, len(DENSE))
+        assert b.labels.shape == (raw.batch_size,)
+        assert b.sample_ids.tolist() == raw.sample_ids.tolist()
+        # dense and labels share the received buffers: no copy.
+        assert b.dense_features.data_ptr() == raw.dense.ctypes.data
+        moved = b.to(torch.device("cpu"), non_blocking=True)
+        assert torch.equal(moved.dense_features, b.dense_features)
+        assert moved.sparse_features.stride_per_key() == b.sparse_features.stride_per_key()
+        assert b.pin_memory() is b  # no accelerator here: nothing to pin for
+        back = Batch.from_state(b.state())
+        assert back.sparse_features.keys() == b.sparse_features.keys()
+        assert torch.equal(back.sparse_features.values(), b.sparse_features.values())
+        assert torch.equal(back.sparse_features.inverse_indices()[1],
+                           b.sparse_features.inverse_indices()[1])
+        assert back.sparse_features.stride_per_key() == b.sparse_features.stride_per_key()
+        assert torch.equal(back.labels, b.labels) and torch.equal(back.sample_ids, b.sample_ids)
+
+
+class TinyDLRM(torch.nn.Module):
+    """EBC + a linear layer on the dense features; returns (loss, output) as
+    TorchRec's pipelines want, and records the sample ids it trained on."""
+
+    def __init__(self):
+        super().__init__()
+        self.ebc = make_ebc()
+        self.dense = torch.nn.Linear(len(DENSE), 4)
+        self.top = torch.nn.Linear(4 * (len(SPARSE) + 1), 1)
+        self.seen = []
+
+    def forward(self, batch):
+        # TrainPipelineSparseDist traces the forward once with proxies.
+        if not isinstance(batch.sample_ids, torch.fx.Proxy):
+            self.seen.append(batch.sample_ids.clone())
+        pooled = self.ebc(batch.sparse_features).values()
+        x = torch.cat([pooled, self.dense(torch.log1p(batch.dense_features))], dim=1)
+        logits = self.top(x).squeeze(1)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
+        return loss, logits.detach()
+
+
+def test_train_pipeline_base_runs_every_batch(workers, table):
+    batch = 64
+    model = TinyDLRM()
+    opt = torch.optim.Adagrad(model.parameters(), lr=0.05)
+    pipeline = TrainPipelineBase(model, opt, torch.device("cpu"))
+    steps, losses = 0, []
+    with client(workers(dedup=True, batch=batch)) as c:
+        it = (to_batch(b) for b in c)
+        while True:
+            try:
+                out = pipeline.progress(it)
+            except StopIteration:
+                break
+            assert out.shape[0] <= batch
+            steps += 1
+    want = (ROWS + batch - 1) // batch
+    assert steps == want and steps >= 300
+    ids = torch.cat(model.seen).numpy()
+    assert np.array_equal(np.sort(ids), np.arange(ids.min(), ids.min() + ROWS))
+
+
+def test_train_pipeline_sparse_dist_on_cpu(workers, tmp_path):
+    """DistributedModelParallel shards the EBC (one rank, gloo, CPU) and
+    TrainPipelineSparseDist overlaps the input distribution with training."""
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    from torchrec.optim.keyed import KeyedOptimizerWrapper
+
+    batch = 64
+    torch.distributed.init_process_group(
+        "gloo", store=torch.distributed.FileStore(str(tmp_path / "store"), 1), rank=0,
+        world_size=1)
+    try:
+        model = TinyDLRM()
+        apply_optimizer_in_backward(torch.optim.SGD, model.ebc.parameters(), {"lr": 0.05})
+        dmp = DistributedModelParallel(model, device=torch.device("cpu"))
+        opt = KeyedOptimizerWrapper(dict(dmp.named_parameters()),
+                                    lambda p: torch.optim.SGD(p, lr=0.05))
+        pipeline = TrainPipelineSparseDist(dmp, opt, torch.device("cpu"))
+        steps = 0
+        with client(workers(dedup=True, batch=batch)) as c:
+            it = (to_batch(b) for b in c)
+            while True:
+                try:
+                    pipeline.progress(it)
+                except StopIteration:
+                    break
+                steps += 1
+    finally:
+        torch.distributed.destroy_process_group()
+    assert steps == (ROWS + batch - 1) // batch
+    ids = torch.cat(model.seen).numpy()
+    assert np.array_equal(np.sort(ids), np.arange(ids.min(), ids.min() + ROWS))
+
+
+def test_rank_and_world_size_from_the_environment(monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert rank_and_world_size() == (3, 4)
+    monkeypatch.setenv("RANK", "4")
+    with pytest.raises(ValueError, match="rank 4 is not in"):
+        rank_and_world_size()
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    assert rank_and_world_size() == (0, 1)
+
+
+def test_resume_tokens_need_every_rank():
+    s = {"job": "j", "world_size": 2, "rank": 0, "token": b"a"}
+    with pytest.raises(ValueError, match=r"no state for rank\(s\) \[1\]"):
+        resume_tokens([s])
+    assert resume_tokens([dict(s, rank=1, token=b"b"), s]) == [b"a", b"b"]
+
+
+RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrec_rank.py")
+
+
+def run_ranks(master, job, out_dir, phase, steps=-1, extra_steps=0, state=None):
+    """Two trainer processes (torch.distributed, gloo) each reading its rank's
+    share of `job` through MasterDataset and TrainPipelineBase; returns
+    their result dicts."""
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2",
+                   SLUICE_TEST_STORE=os.path.join(out_dir, "%s.store" % phase))
+        args = [sys.executable, RANK_SCRIPT, "--master", master, "--job", job,
+                "--out", os.path.join(out_dir, "%s.rank%d.pt" % (phase, rank)),
+                "--steps", str(steps), "--extra-steps", str(extra_steps)]
+        if state:
+            args += ["--state", state % rank]
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    results = []
+    for rank, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=120 * SCALE)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        assert p.returncode == 0, "rank %d of %s: %s" % (rank, phase, out)
+        results.append(torch.load(os.path.join(out_dir, "%s.rank%d.pt" % (phase, rank)),
+                                  weights_only=False))
+    return results
+
+
+def test_master_dataset_two_ranks_exactly_once_and_resume(tmp_path, table):
+    master = Master(tmp_path)
+    try:
+        spec = {"id": "ddp", "source": {"table": table}, "transforms": TRANSFORMS,
+                "batch": {"size": 256, "dedup_groups": {"user": USER}}}
+        job = master.submit(spec, ranks=2, sharding="static")
+        for _ in range(2):
+            master.start_worker(job)
+        # Phase 1: 10 steps, a checkpoint (state_dict(pending=1): the
+        # pipeline holds one batch ahead), 3 more steps, then the trainers
+        # stop as if they crashed.
+        first = run_ranks(master.address, job, str(tmp_path), "first", steps=10, extra_steps=3)
+        before = [r["trained_at_checkpoint"] for r in first]
+        for r, res in enumerate(first):
+            assert res["rank"] == r and res["world_size"] == 2  # from torch.distributed
+            assert len(res["trained"]) == 13 and len(res["trained_at_checkpoint"]) == 10
+        ids_first = np.concatenate([np.concatenate(r["trained"]) for r in first])
+        assert len(np.unique(ids_first)) == ids_first.size  # no sample on both ranks
+        # Resume: the job again, from both ranks' tokens, with new workers.
+        master.stop_workers()
+        master.delete(job)
+        tokens = resume_tokens([r["state"] for r in first])
+        job = master.submit(spec, ranks=2, sharding="static", tokens=tokens)
+        for _ in range(2):
+            master.start_worker(job)
+        second = run_ranks(master.address, job, str(tmp_path), "second",
+                           state=os.path.join(str(tmp_path), "first.rank%d.pt"))
+        after = [np.concatenate(r["trained"]) for r in second]
+        for r, res in enumerate(second):
+            # The batch pending at the checkpoint is trained first.
+            pending = first[r]["state"]["pending"]
+            assert len(pending) == 1
+            assert res["trained"][0].tolist() == pending[0]["sample_ids"].tolist()
+        ids = np.concatenate([np.concatenate(b) for b in before] + after)
+        lo = ids.min()
+        assert np.array_equal(np.sort(ids), np.arange(lo, lo + ROWS)), (
+            "%d ids, %d distinct, %d expected" % (ids.size, np.unique(ids).size, ROWS))
+    finally:
+        master.stop()
