@@ -30,8 +30,8 @@
 
 #include "bench_util.h"
 #include "testutil.h"
-#include "dpp/executor.h"
-#include "dpp/master.h"
+#include "dpp/master/executor.h"
+#include "dpp/master/master.h"
 #include "sluice/trainer.h"
 #include "warehouse/import.h"
 

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "dpp/master_state.h"
+#include "dpp/master/state.h"
 
 #define WORKERS 200
 

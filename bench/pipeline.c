@@ -27,8 +27,8 @@
 
 #include "bench_util.h"
 #include "testutil.h"
-#include "dpp/job.h"
-#include "dpp/worker.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
 #include "warehouse/import.h"
 

@@ -15,7 +15,7 @@
 #include <xxhash.h>
 
 #include "bench_util.h"
-#include "dpp/job.h"
+#include "dpp/pipeline/job.h"
 
 #define BATCH 4096
 #define REPS 200

@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "dpp/job.h"
-#include "dpp/worker.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
 #include "warehouse/import.h"
 

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "dpp/admin.h"
+#include "dpp/admin/endpoint.h"
 #include "rpc/frame.h"
 
 /* Replies bigger than this are refused: a job list of a busy master fits. */

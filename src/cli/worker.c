@@ -15,10 +15,10 @@
 #include <time.h>
 
 #include "cli.h"
-#include "dpp/job.h"
-#include "dpp/master_source.h"
-#include "dpp/worker.h"
-#include "dpp/worker_admin.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/lease_client.h"
+#include "dpp/worker/worker.h"
+#include "dpp/worker/admin.h"
 #include "rpc/auth.h"
 
 enum {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dpp/job.h"
+#include "dpp/pipeline/job.h"
 #include "warehouse/import.h"
 
 static void fail(const char *what, const char *msg)

@@ -14,7 +14,7 @@
 
 #include <xxhash.h>
 
-#include "dpp/master_state.h"
+#include "dpp/master/state.h"
 
 static int replay_checked(const uint8_t *data, size_t size);
 

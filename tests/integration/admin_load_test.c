@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/master.h"
-#include "dpp/worker_admin.h"
+#include "dpp/master/master.h"
+#include "dpp/worker/admin.h"
 #include "testutil.h"
 
 static void setup(void)

@@ -11,7 +11,7 @@
  *    credit windows and the trainer never waits, so the count falls. */
 #include "fleet_util.h"
 
-#include "dpp/master.h"
+#include "dpp/master/master.h"
 
 TestSuite(fleet_autoscale, .init = fu_setup, .fini = fu_teardown);
 

@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/executor.h"
+#include "dpp/master/executor.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"
 #include "testutil.h"

@@ -22,8 +22,8 @@
 #include <jansson.h>
 #include <xxhash.h>
 
-#include "dpp/job.h"
-#include "dpp/worker.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
 #include "testutil.h"
 #include "warehouse/import.h"

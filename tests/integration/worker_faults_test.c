@@ -29,9 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/job.h"
-#include "dpp/server.h"
-#include "dpp/worker.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/server.h"
+#include "dpp/worker/worker.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"

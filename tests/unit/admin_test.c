@@ -21,8 +21,8 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 
-#include "dpp/admin.h"
-#include "dpp/prom.h"
+#include "dpp/admin/endpoint.h"
+#include "dpp/admin/prom.h"
 #include "testutil.h"
 
 static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "dpp/autoscale.h"
+#include "dpp/master/autoscale.h"
 
 #define SEC 1000000000ull
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/executor.h"
+#include "dpp/master/executor.h"
 #include "testutil.h"
 
 static char tmpdir[256], script[300];

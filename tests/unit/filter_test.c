@@ -10,7 +10,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "dpp/job.h"
+#include "dpp/pipeline/job.h"
 #include "testutil.h"
 
 #define N 20000

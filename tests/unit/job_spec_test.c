@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dpp/job.h"
+#include "dpp/pipeline/job.h"
 
 static const char *full_spec =
     "{\"id\": \"criteo-train\","

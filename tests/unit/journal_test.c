@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dpp/master_state.h"
+#include "dpp/master/state.h"
 #include "testutil.h"
 
 #define N_SPLITS 16

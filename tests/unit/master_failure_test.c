@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dpp/master_state.h"
+#include "dpp/master/state.h"
 #include "testutil.h"
 
 #define N 4

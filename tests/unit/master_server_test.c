@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/master.h"
+#include "dpp/master/master.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "testutil.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dpp/master_state.h"
+#include "dpp/master/state.h"
 #include "testutil.h"
 
 #define MAX_SPLITS 64

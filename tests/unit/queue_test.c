@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/queue.h"
+#include "dpp/worker/queue.h"
 #include "testutil.h"
 
 static sl_dpp_msg_t msg(uint64_t v)

@@ -14,7 +14,7 @@
 #include <xxhash.h>
 
 #include "dedup/dedup.h"
-#include "dpp/job.h"
+#include "dpp/pipeline/job.h"
 #include "testutil.h"
 
 #define B 300

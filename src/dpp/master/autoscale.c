@@ -1,0 +1,96 @@
+/* Autoscaler decision with hysteresis (autoscale.h). */
+#include "dpp/master/autoscale.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+sl_autoscale_opts_t sl_autoscale_opts_default(uint32_t min_workers, uint32_t max_workers)
+{
+    if (min_workers < 1) min_workers = 1;
+    if (max_workers < min_workers) max_workers = min_workers;
+    return (sl_autoscale_opts_t){.min_workers = min_workers, .max_workers = max_workers,
+                                 .stall_high = 0.05, .busy_high = 0.75, .busy_low = 0.30,
+                                 .up_after = 2, .down_after = 5,
+                                 .cooldown_ns = 10ull * 1000000000ull};
+}
+
+static uint32_t clamp_count(const sl_autoscale_opts_t *o, int64_t n)
+{
+    if (n < (int64_t)o->min_workers) return o->min_workers;
+    if (n > (int64_t)o->max_workers) return o->max_workers;
+    return (uint32_t)n;
+}
+
+void sl_autoscale_init(sl_autoscaler_t *as, const sl_autoscale_opts_t *opts, uint32_t initial)
+{
+    memset(as, 0, sizeof *as);
+    as->opts = *opts;
+    if (as->opts.min_workers < 1) as->opts.min_workers = 1;
+    if (as->opts.max_workers < as->opts.min_workers) as->opts.max_workers = as->opts.min_workers;
+    as->desired = clamp_count(&as->opts, initial);
+    snprintf(as->reason, sizeof as->reason, "initial count");
+}
+
+static double clamp01(double v)
+{
+    if (!(v >= 0)) return 0; /* NaN too */
+    return v > 1 ? 1 : v;
+}
+
+uint32_t sl_autoscale_observe(sl_autoscaler_t *as, const sl_autoscale_observation_t *obs)
+{
+    const sl_autoscale_opts_t *o = &as->opts;
+    double wait = clamp01(obs->trainer_wait), busy = clamp01(obs->worker_busy);
+    bool short_of_workers = wait >= o->stall_high && busy >= o->busy_high;
+    bool too_many = busy < o->busy_low && wait < o->stall_high;
+    as->up_streak = short_of_workers ? as->up_streak + 1 : 0;
+    as->down_streak = too_many ? as->down_streak + 1 : 0;
+    bool cooled = !as->changed_once || obs->now_ns - as->last_change_ns >= o->cooldown_ns;
+    /* Decisions start from the workers actually running, so a count the
+     * executor could not reach is not compounded. */
+    uint32_t base = obs->workers ? obs->workers : as->desired;
+    if (short_of_workers && as->up_streak >= o->up_after && cooled) {
+        /* Trainers waiting a fraction w of the time get data at (1 - w) of
+         * their demand; with busy workers, throughput scales with workers,
+         * so base / (1 - w) workers would feed them. At least one more. */
+        double want = ceil((double)base / fmax(1.0 - wait, 0.05));
+        uint32_t next = clamp_count(o, (int64_t)fmax(want, (double)base + 1));
+        if (next != as->desired) {
+            snprintf(as->reason, sizeof as->reason,
+                     "scale up %u -> %u: trainers wait %.0f%%, workers busy %.0f%%", base, next,
+                     wait * 100, busy * 100);
+            as->desired = next;
+            as->last_change_ns = obs->now_ns;
+            as->changed_once = 1;
+        }
+        as->up_streak = 0;
+    } else if (too_many && as->down_streak >= o->down_after && cooled) {
+        uint32_t next = clamp_count(o, (int64_t)base - 1);
+        if (next != as->desired) {
+            snprintf(as->reason, sizeof as->reason,
+                     "scale down %u -> %u: workers busy %.0f%%, trainers wait %.0f%%", base, next,
+                     busy * 100, wait * 100);
+            as->desired = next;
+            as->last_change_ns = obs->now_ns;
+            as->changed_once = 1;
+        }
+        as->down_streak = 0;
+    } else if (wait >= o->stall_high && busy < o->busy_high) {
+        snprintf(as->reason, sizeof as->reason,
+                 "holding %u: trainers wait %.0f%% but workers are only %.0f%% busy "
+                 "(the bottleneck is not the workers)",
+                 as->desired, wait * 100, busy * 100);
+    }
+    return as->desired;
+}
+
+uint32_t sl_autoscale_override(sl_autoscaler_t *as, uint32_t workers, uint64_t now_ns)
+{
+    as->desired = clamp_count(&as->opts, workers);
+    as->up_streak = as->down_streak = 0;
+    as->last_change_ns = now_ns;
+    as->changed_once = 1;
+    snprintf(as->reason, sizeof as->reason, "set to %u by an operator", as->desired);
+    return as->desired;
+}

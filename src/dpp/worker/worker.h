@@ -1,0 +1,218 @@
+/* The DPP worker: runs one job's pipeline over the splits a split source
+ * hands it and serves the encoded batches to trainer clients.
+ *
+ *   split source ──► reader thread: open split, read stripes (projection =
+ *   the plan's read features), filter, batch (batcher.h)
+ *        ──► bounded queue ──► N transform threads: dedup, transform, encode
+ *        ──► ready queue ──► server (server.h) ──► trainer clients
+ *
+ * When every file of the table stores exactly the job's dedup groups
+ * (storage dedup, RecD) and the job has no filters and no shuffle window,
+ * the reader hands the groups over deduplicated and they travel as stored:
+ * unique rows are decoded, batched, transformed and sent once, never
+ * expanded and hashed again.
+ *
+ * Batching happens on the one reader thread, so the batches of a job (their
+ * rows, order of rows and origins) do not depend on the number of transform
+ * threads or on timing; transform threads only change the order in which
+ * finished batches become ready. Batches cross stripe and split boundaries,
+ * never epochs.
+ *
+ * Memory: a budget of memory_limit bytes covers the stripe being read, every
+ * batch between the batcher and the encoder (its arena) and every encoded
+ * batch until a client acknowledges it. A stage that would pass the limit
+ * waits (back-pressure) instead of growing; the limit must hold a stripe
+ * and a few batches, otherwise one item at a time goes through alone.
+ *
+ * Splits come from an sl_dpp_split_source_t: the local source enumerates a
+ * table's splits epoch after epoch, in table order or shuffled with the
+ * job seed (shuffle_splits); the master source (master_source.h) leases
+ * them from a DPP master.
+ *
+ * Under a master (a work unit with a lease) the reader reads only the
+ * lease's todo rows, and each batch covers one contiguous row range
+ * [from_row, to_row) of one split, the rows its filters dropped included:
+ * a batch ends at its last row, or at the end of a todo range (a short
+ * batch; dropped with drop_last, its rows then reported as empty), so the
+ * batches and the empty ranges of a lease tile its todo exactly. A shuffle
+ * window shuffles rows within a batch only (window = batch size) there.
+ * Batches carry the lease (split, generation, range, rank) to the server;
+ * the source is told when each is made and retired (lease hooks). */
+#ifndef SLUICE_DPP_WORKER_WORKER_H
+#define SLUICE_DPP_WORKER_WORKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/server.h"
+#include "sluice/err.h"
+#include "warehouse/warehouse.h"
+
+/* ---- split sources ---- */
+
+/* Rows [from_row, to_row) of a split, counted from its first row. */
+typedef struct sl_dpp_row_range {
+    uint64_t from_row, to_row;
+} sl_dpp_row_range_t;
+
+/* One unit of work: a split of an epoch. */
+typedef struct sl_dpp_work {
+    const sl_wh_split_t *split; /* borrowed until done is called (or the source destroyed) */
+    uint32_t epoch;
+    uint64_t split_id; /* stable id of the split within the job */
+    /* Under a master (NULL / 0 otherwise): */
+    void *lease;                    /* the source's handle, given back to the lease hooks */
+    const sl_dpp_row_range_t *todo; /* [num_todo] ascending, disjoint: read only these */
+    uint32_t num_todo;
+    uint64_t generation;
+    uint32_t rank_plus_one; /* static sharding: 1 + the trainer rank to serve; 0: any */
+} sl_dpp_work_t;
+
+typedef struct sl_dpp_split_source {
+    /* The next split to read (called from the reader thread only; may
+     * block until there is work). @return SL_OK, SL_ERR_CLOSED when there
+     * are no more, or an error. */
+    sl_err_t (*next)(void *ctx, sl_dpp_work_t *out, sl_error_t *err);
+    /* Every row of w has been read and handed to the batcher (may be NULL).
+     * empty[0..num_empty): the rows of w's todo that went into no batch
+     * (all filtered out, or a short batch dropped by drop_last); w->lease
+     * NULL: none. Also called, with nothing read, for a lease that stopped
+     * being live mid-way. */
+    void (*done)(void *ctx, const sl_dpp_work_t *w, const sl_dpp_row_range_t *empty,
+                 uint32_t num_empty);
+    /* Frees ctx (may be NULL). */
+    void (*destroy)(void *ctx);
+    /* Wake and stop: next returns SL_ERR_CLOSED from now on and the
+     * source's threads end (may be NULL). Called by sl_dpp_worker_stop. */
+    void (*cancel)(void *ctx);
+    /* Lease hooks (may be NULL). made: a batch of the lease was produced.
+     * live: may its batches still be read and sent (false: revoked)?
+     * retire: a batch of the lease is gone (acknowledged when acked, else
+     * dropped). live and retire run with the server's lock held: they take
+     * only the source's own lock. */
+    void (*lease_made)(void *ctx, void *lease);
+    bool (*lease_live)(void *ctx, void *lease);
+    void (*lease_retire)(void *ctx, void *lease, bool acked);
+    /* The lease's split cannot be read (may be NULL: the worker fails
+     * instead): a corrupt or truncated stripe, an I/O error, a transform
+     * failing on its rows. code and msg say what (msg names file and
+     * stripe, never quotes file content), stripe which one (-1: not one
+     * stripe). The source stops treating the lease as live (its batches not
+     * yet sent are dropped) and reports it; the worker goes on with other
+     * leases. From the reader (done follows) or a transform thread (before
+     * the failing batch is retired); takes only the source's own lock. */
+    void (*lease_failed)(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg);
+    void *ctx;
+} sl_dpp_split_source_t;
+
+/* A source over splits (borrowed; must outlive the source): for each epoch
+ * 0..epochs-1 every split once, in order, or in a permutation drawn from
+ * (seed, epoch) when shuffle. split_id is the split's index in splits.
+ * @return SL_ERR_NOMEM. */
+sl_err_t sl_dpp_local_source_new(const sl_wh_splits_t *splits, uint32_t epochs, bool shuffle,
+                                 uint64_t seed, const sl_allocator_t *a, sl_dpp_split_source_t *out,
+                                 sl_error_t *err);
+
+/* ---- worker ---- */
+
+typedef struct sl_dpp_worker_opts {
+    const char *listen;    /* "host:port"; NULL: "127.0.0.1:0" */
+    uint32_t threads;      /* transform threads; 0: online cores */
+    uint64_t memory_limit; /* bytes; 0: 256 MiB */
+    uint32_t max_credits;  /* unacknowledged batches per client; 0: 16 */
+    const char *worker_id; /* NULL: "worker-<pid>" */
+    /* NULL next: the local source over the job's table (job epochs, shuffle
+     * and seed). Otherwise the worker takes ownership (destroy is called). */
+    sl_dpp_split_source_t source;
+    const sl_allocator_t *allocator; /* NULL: default */
+    /* has_listen_fd: serve on listen_fd, a listening socket bound to
+     * listen_port (the worker owns it, also when start fails), instead of
+     * binding listen: a master mode worker tells its serve address before
+     * it knows its job. */
+    bool has_listen_fd;
+    int listen_fd;
+    uint16_t listen_port;
+    const char *job_id; /* in WELCOME and BatchInfo; NULL: the job's id (a master's id may differ) */
+    /* Trainer port limits and peers (server.h): */
+    const char *cluster_secret; /* clients must prove they hold it; NULL: none (then only a
+                                   loopback listen address is accepted) */
+    uint32_t max_clients;       /* client connections at once; 0: 256 */
+    int client_conn_idle_ms;    /* close a client silent this long holding no batch; 0: 60000 */
+} sl_dpp_worker_opts_t;
+
+sl_dpp_worker_opts_t sl_dpp_worker_opts_default(void);
+
+#define SL_DPP_WORKER_MAX_GROUPS 16
+
+typedef struct sl_dpp_group_stats {
+    char name[64];
+    uint64_t rows, unique_rows; /* summed over batches */
+    double factor;              /* rows / unique_rows */
+} sl_dpp_group_stats_t;
+
+typedef struct sl_dpp_worker_stats {
+    uint32_t threads;
+    bool dedup_form; /* the table stores the job's dedup groups: read and sent as stored */
+    uint64_t splits, stripes, rows_read, rows_kept, rows_dropped;
+    uint64_t splits_failed; /* leases whose split could not be read (reported, not fatal) */
+    uint64_t batches, samples;              /* encoded */
+    uint64_t bytes_encoded, bytes_expanded; /* encoded; and had dedup been off */
+    uint32_t num_groups;
+    sl_dpp_group_stats_t groups[SL_DPP_WORKER_MAX_GROUPS];
+    /* busy time per stage (summed over threads) */
+    uint64_t read_ns;   /* open, read, decode stripes */
+    uint64_t filter_ns; /* filter and batch (gather) */
+    uint64_t dedup_ns, transform_ns, encode_ns;
+    uint64_t backpressure_ns; /* stages waiting for memory */
+    uint64_t cpu_ns;          /* CPU time of the pipeline and server threads that have exited */
+    uint64_t memory_limit, memory_used, memory_peak;
+    sl_dpp_server_stats_t server;
+    bool finished; /* every batch produced and acknowledged */
+} sl_dpp_worker_stats_t;
+
+typedef struct sl_dpp_worker sl_dpp_worker_t;
+
+/* Bind job to its table (every problem of the plan goes to *problems, by
+ * JSON path; return SL_ERR_INVALID), cut the table into splits, listen, and
+ * start the threads. job is borrowed until sl_dpp_worker_destroy. Caller
+ * owns *out, free with sl_dpp_worker_destroy. */
+sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t *opts,
+                             sl_dpp_worker_t **out, sl_dpp_problems_t *problems, sl_error_t *err);
+
+/* The port listened on (the real one when 0 was asked). */
+uint16_t sl_dpp_worker_port(const sl_dpp_worker_t *w);
+
+/* Wait up to timeout_ms (< 0: forever) for the job to finish: every batch
+ * produced and acknowledged, or the pipeline failed. @return SL_OK when
+ * finished, SL_ERR_TIMEOUT, or the pipeline's error (err says what and
+ * where, e.g. a corrupt stripe). */
+sl_err_t sl_dpp_worker_wait(sl_dpp_worker_t *w, int timeout_ms, sl_error_t *err);
+
+/* Stop everything: close connections, join every thread. Statistics stay
+ * readable. Idempotent; may be called from any thread but a worker's own. */
+void sl_dpp_worker_stop(sl_dpp_worker_t *w);
+
+void sl_dpp_worker_stats(sl_dpp_worker_t *w, sl_dpp_worker_stats_t *out);
+
+/* Print the statistics as a human summary. */
+void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, FILE *out);
+
+/* Has the pipeline failed? Then err (may be NULL) gets its error. Never blocks. */
+bool sl_dpp_worker_failed(sl_dpp_worker_t *w, sl_error_t *err);
+
+/* Fail the worker from outside its pipeline (a split source that can no
+ * longer serve, e.g. the master refused its worker id): the first failure
+ * is kept, clients get ERROR(code, msg), sl_dpp_worker_wait returns it.
+ * Any thread but the worker's own pipeline threads; takes the worker's and
+ * the server's locks (never call it holding a lock the lease hooks take). */
+void sl_dpp_worker_fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg);
+
+/* The worker's id and the job id it serves (borrowed, valid until destroy). */
+const char *sl_dpp_worker_id(const sl_dpp_worker_t *w);
+const char *sl_dpp_worker_job_id(const sl_dpp_worker_t *w);
+
+/* Stops (if needed) and frees; w may be NULL. */
+void sl_dpp_worker_destroy(sl_dpp_worker_t *w);
+
+#endif
