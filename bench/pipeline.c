@@ -70,12 +70,12 @@ fail:
 static int run_job(json_t *spec, uint32_t threads, run_t *r)
 {
     sl_error_t err = {0};
-    sl_dpp_problems_t problems = {0};
-    sl_dpp_job_t *job = NULL;
+    sl_pipeline_problems_t problems = {0};
+    sl_pipeline_job_t *job = NULL;
     sl_dpp_worker_t *w = NULL;
     sl_trainer_t *t = NULL;
     int code = 1;
-    if (sl_dpp_job_from_json(spec, &job, &problems, &err) != SL_OK) goto done;
+    if (sl_pipeline_job_from_json(spec, &job, &problems, &err) != SL_OK) goto done;
     sl_dpp_worker_opts_t wo = sl_dpp_worker_opts_default();
     wo.threads = threads;
     wo.memory_limit = 512ull << 20;
@@ -116,8 +116,8 @@ done:
     }
     sl_trainer_close(t);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
-    sl_dpp_problems_free(&problems);
+    sl_pipeline_job_destroy(job);
+    sl_pipeline_problems_free(&problems);
     return code;
 }
 

@@ -123,9 +123,9 @@ static int run_job(const char *table, const demo_options_t *o, bool dedup, demo_
         json_object_set_new(json_object_get(spec, "batch"), "dedup_groups", groups);
     }
     sl_error_t err = {0};
-    sl_dpp_problems_t problems = {0};
-    sl_dpp_job_t *job = NULL;
-    sl_err_t rc = sl_dpp_job_from_json(spec, &job, &problems, &err);
+    sl_pipeline_problems_t problems = {0};
+    sl_pipeline_job_t *job = NULL;
+    sl_err_t rc = sl_pipeline_job_from_json(spec, &job, &problems, &err);
     json_decref(spec);
     sl_dpp_worker_t *w = NULL;
     sl_trainer_t *t = NULL;
@@ -190,8 +190,8 @@ done:
     }
     sl_trainer_close(t);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
-    sl_dpp_problems_free(&problems);
+    sl_pipeline_job_destroy(job);
+    sl_pipeline_problems_free(&problems);
     free(seen);
     return code;
 }

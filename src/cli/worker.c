@@ -122,7 +122,7 @@ static int parse_u32(const char *s, uint32_t min, uint32_t *out)
     return 0;
 }
 
-static void print_problems(const char *what, const sl_dpp_problems_t *p)
+static void print_problems(const char *what, const sl_pipeline_problems_t *p)
 {
     fprintf(stderr, "sluice worker: %s: %u problem%s\n", what, p->count, p->count == 1 ? "" : "s");
     for (uint32_t i = 0; i < p->count; i++)
@@ -255,8 +255,8 @@ int sl_cli_worker(int argc, char **argv)
     /* copied by the server and the master source; wiped at exit */
     o.cluster_secret = secret;
     sl_cli_raise_nofile();
-    sl_dpp_problems_t problems = {0};
-    sl_dpp_job_t *job = NULL;
+    sl_pipeline_problems_t problems = {0};
+    sl_pipeline_job_t *job = NULL;
     sl_dpp_worker_t *w = NULL;
     sl_dpp_worker_admin_t *admin = NULL;
     sl_dpp_master_prep_t prep = {.fd = -1};
@@ -326,11 +326,11 @@ int sl_cli_worker(int argc, char **argv)
             sl_dpp_master_prep_free(&prep);
         exit_when_done = true; /* the master says when there is no more work */
     } else {
-        rc = sl_dpp_job_load(job_path, &job, &problems, &err);
+        rc = sl_pipeline_job_load(job_path, &job, &problems, &err);
         if (rc == SL_OK) {
             rc = sl_dpp_worker_start(job, &o, &w, &problems, &err);
             if (rc != SL_OK) {
-                sl_dpp_job_destroy(job);
+                sl_pipeline_job_destroy(job);
                 job = NULL;
             }
         }
@@ -346,12 +346,12 @@ int sl_cli_worker(int argc, char **argv)
         } else {
             fprintf(stderr, "sluice worker: %s\n", err.msg);
         }
-        sl_dpp_problems_free(&problems);
+        sl_pipeline_problems_free(&problems);
         sl_dpp_worker_admin_stop(admin);
         sl_rpc_secret_free(secret);
         return code;
     }
-    sl_dpp_problems_free(&problems);
+    sl_pipeline_problems_free(&problems);
     if (admin) sl_dpp_worker_admin_set(admin, w, msrc);
     if (master) {
         printf("serving job %s\n", sl_dpp_worker_job_id(w));
@@ -403,7 +403,7 @@ int sl_cli_worker(int argc, char **argv)
     }
     fflush(stdout);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
     sl_rpc_secret_free(secret);
     return code;
 }

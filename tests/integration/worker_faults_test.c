@@ -68,27 +68,27 @@ static void gen_criteo(uint64_t rows, uint32_t stripe_rows, char *dir, size_t ca
     cr_assert_eq(sl_wh_gen_table(dir, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
 }
 
-static sl_dpp_job_t *job_epochs(const char *table, uint32_t batch_size, uint32_t epochs)
+static sl_pipeline_job_t *job_epochs(const char *table, uint32_t batch_size, uint32_t epochs)
 {
     char spec[1024];
     snprintf(spec, sizeof spec,
              "{\"id\":\"faults\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":%u,"
              "\"epochs\":%u}}",
              table, batch_size, epochs);
-    sl_dpp_job_t *job = NULL;
+    sl_pipeline_job_t *job = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
     return job;
 }
 
-static sl_dpp_job_t *job_for(const char *table, uint32_t batch_size)
+static sl_pipeline_job_t *job_for(const char *table, uint32_t batch_size)
 {
     return job_epochs(table, batch_size, 1);
 }
 
 /* A worker with o's trainer-port options (max_clients, client_conn_idle_ms,
  * cluster_secret, listen; NULL: none). */
-static sl_dpp_worker_t *start_with(const sl_dpp_job_t *job, uint64_t memory_limit,
+static sl_dpp_worker_t *start_with(const sl_pipeline_job_t *job, uint64_t memory_limit,
                                    const sl_dpp_worker_opts_t *port, char *addr, size_t cap)
 {
     sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
@@ -108,7 +108,7 @@ static sl_dpp_worker_t *start_with(const sl_dpp_job_t *job, uint64_t memory_limi
     return w;
 }
 
-static sl_dpp_worker_t *start(const sl_dpp_job_t *job, uint64_t memory_limit, char *addr,
+static sl_dpp_worker_t *start(const sl_pipeline_job_t *job, uint64_t memory_limit, char *addr,
                               size_t cap)
 {
     return start_with(job, memory_limit, NULL, addr, cap);
@@ -269,7 +269,7 @@ Test(worker_faults, unacked_batches_of_a_vanished_client_go_to_the_next)
     char table[300], addr[64];
     const uint64_t rows = 10000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 500, 2);
+    sl_pipeline_job_t *job = job_epochs(table, 500, 2);
     sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
     int fd = raw_connect(addr);
     raw_hello(fd);
@@ -315,7 +315,7 @@ Test(worker_faults, unacked_batches_of_a_vanished_client_go_to_the_next)
     free(epochs);
     free(seen);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 /* A client that reconnects acknowledges, on the new connection, a batch it
@@ -327,7 +327,7 @@ Test(worker_faults, an_ack_of_an_earlier_connection_is_ignored)
     char table[300], addr[64];
     const uint64_t rows = 2000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 500, 1);
+    sl_pipeline_job_t *job = job_epochs(table, 500, 1);
     sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
     int fd = raw_connect(addr);
     raw_hello(fd);
@@ -363,7 +363,7 @@ Test(worker_faults, an_ack_of_an_earlier_connection_is_ignored)
     free(seen);
     free(ids);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 static const char *binary(void)
@@ -378,7 +378,7 @@ Test(worker_faults, sluice_read_killed_mid_epoch)
     char table[300], addr[64], errpath[300];
     const uint64_t rows = 20000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 250, 2);
+    sl_pipeline_job_t *job = job_epochs(table, 250, 2);
     sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
     snprintf(errpath, sizeof errpath, "%s/read.err", tmpdir);
     int p[2];
@@ -419,7 +419,8 @@ Test(worker_faults, sluice_read_killed_mid_epoch)
         json_t *o = json_loads(line, 0, NULL);
         if (!o) break; /* the last line may be cut short */
         json_t *sids = json_object_get(o, "sample_ids");
-        json_int_t epoch = json_integer_value(json_object_get(json_object_get(o, "origin"), "epoch"));
+        json_int_t epoch =
+            json_integer_value(json_object_get(json_object_get(o, "origin"), "epoch"));
         cr_assert(epoch >= 0 && epoch < 2);
         size_t i;
         json_t *v;
@@ -461,7 +462,7 @@ Test(worker_faults, sluice_read_killed_mid_epoch)
     free(printed);
     free(seen);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 static void put_header(uint8_t *h, const char *magic, uint16_t version, uint16_t type,
@@ -482,7 +483,7 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     char table[300], addr[64];
     const uint64_t rows = 20000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 200, 2);
+    sl_pipeline_job_t *job = job_epochs(table, 200, 2);
     sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
     /* a slow trainer runs through the whole time */
     atomic_uint *seen = calloc(2 * rows, sizeof *seen);
@@ -574,7 +575,7 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     free(ids);
     free(seen);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 Test(worker_faults, memory_limit_holds_with_a_slow_client)
@@ -582,7 +583,7 @@ Test(worker_faults, memory_limit_holds_with_a_slow_client)
     char table[300], addr[64];
     const uint64_t rows = 24000;
     gen_criteo(rows, 2048, table, sizeof table);
-    sl_dpp_job_t *job = job_for(table, 256);
+    sl_pipeline_job_t *job = job_for(table, 256);
     const uint64_t limit = 4u << 20;
     sl_dpp_worker_t *w = start(job, limit, addr, sizeof addr);
     atomic_uint *seen = calloc(rows, sizeof *seen);
@@ -602,7 +603,7 @@ Test(worker_faults, memory_limit_holds_with_a_slow_client)
     cr_assert_gt(st.backpressure_ns, 0, "producers waited");
     free(seen);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 /* Read every batch, sleeping delay_us after each (a slow trainer); count
@@ -647,7 +648,7 @@ Test(worker_faults, memory_limit_holds_with_large_stripes_and_a_slow_trainer)
     const uint64_t rows = 4 * 65536;
     const uint64_t limit = 64u << 20;
     gen_criteo(rows, 65536, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 4096, 2);
+    sl_pipeline_job_t *job = job_epochs(table, 4096, 2);
     sl_error_t err = {0};
     sl_dpp_worker_t *w = start(job, limit, addr, sizeof addr);
     uint8_t *seen = calloc(2 * rows, 1);
@@ -670,7 +671,7 @@ Test(worker_faults, memory_limit_holds_with_large_stripes_and_a_slow_trainer)
     cr_assert_gt(st.backpressure_ns, 0, "producers waited");
     free(seen);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 /* A limit that cannot hold one stripe fails the worker with a message
@@ -681,7 +682,7 @@ Test(worker_faults, a_memory_limit_too_small_for_a_stripe_fails_loudly)
     const uint64_t rows = 65536;
     const uint64_t limit = 8u << 20; /* a stripe decodes to ~23 MB */
     gen_criteo(rows, 65536, table, sizeof table);
-    sl_dpp_job_t *job = job_for(table, 4096);
+    sl_pipeline_job_t *job = job_for(table, 4096);
     sl_error_t err = {0};
     char addr[64];
     sl_dpp_worker_t *w = start(job, limit, addr, sizeof addr);
@@ -696,7 +697,7 @@ Test(worker_faults, a_memory_limit_too_small_for_a_stripe_fails_loudly)
     sl_dpp_worker_stats(w, &st);
     cr_assert_leq(st.memory_peak, limit);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 /* ---- the end of a job, repeated ---- */
@@ -743,7 +744,7 @@ Test(worker_faults, end_of_job_handshake_never_hangs)
     const uint64_t rows = 600;
     const uint32_t epochs = 2;
     gen_criteo(rows, 200, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 100, epochs);
+    sl_pipeline_job_t *job = job_epochs(table, 100, epochs);
     atomic_uint *seen = calloc(epochs * rows, sizeof *seen);
     double t0 = (double)time(NULL), budget = tu_timeout(40);
     int runs = 0;
@@ -783,7 +784,7 @@ Test(worker_faults, end_of_job_handshake_never_hangs)
     }
     cr_log_info("%d end-of-job handshakes", runs);
     free(seen);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 /* ---- the trainer port's limits ---- */
@@ -817,7 +818,7 @@ Test(worker_faults, idle_and_flooding_connections_stay_under_the_cap)
     char table[300], addr[64];
     const uint64_t rows = 12000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_for(table, 200);
+    sl_pipeline_job_t *job = job_for(table, 200);
     const uint32_t cap = 8;
     sl_dpp_worker_opts_t port = {.max_clients = cap};
     sl_dpp_worker_t *w = start_with(job, 0, &port, addr, sizeof addr);
@@ -883,14 +884,14 @@ Test(worker_faults, idle_and_flooding_connections_stay_under_the_cap)
         close(silent[i]);
     free(seen);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 Test(worker_faults, idle_clients_are_closed_unless_they_hold_batches)
 {
     char table[300], addr[64];
     gen_criteo(4000, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_for(table, 200);
+    sl_pipeline_job_t *job = job_for(table, 200);
     sl_dpp_worker_opts_t port = {.client_conn_idle_ms = 300};
     sl_dpp_worker_t *w = start_with(job, 0, &port, addr, sizeof addr);
     int idle = raw_connect(addr), busy = raw_connect(addr);
@@ -918,7 +919,7 @@ Test(worker_faults, idle_clients_are_closed_unless_they_hold_batches)
     close(idle);
     close(busy);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 Test(worker_faults, a_trickled_hello_meets_its_deadline)
@@ -958,7 +959,7 @@ Test(worker_faults, the_trainer_port_takes_only_holders_of_the_secret)
     char table[300], addr[64];
     const uint64_t rows = 6000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_for(table, 200);
+    sl_pipeline_job_t *job = job_for(table, 200);
     const char *secret = "the trainer port's secret";
     char *good = secret_file("good", "the trainer port's secret\n");
     char *wrong = secret_file("wrong", "somebody else's cluster secret\n");
@@ -1008,5 +1009,5 @@ Test(worker_faults, the_trainer_port_takes_only_holders_of_the_secret)
     free(seen);
     free(good);
     free(wrong);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }

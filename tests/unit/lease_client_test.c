@@ -135,7 +135,8 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static sl_dpp_worker_t *start_worker(fake_t *f, sl_dpp_job_t **job, sl_dpp_master_source_t **ms)
+static sl_dpp_worker_t *start_worker(fake_t *f, sl_pipeline_job_t **job,
+                                     sl_dpp_master_source_t **ms)
 {
     char master[64];
     snprintf(master, sizeof master, "127.0.0.1:%u", f->port);
@@ -144,11 +145,11 @@ static sl_dpp_worker_t *start_worker(fake_t *f, sl_dpp_job_t **job, sl_dpp_maste
     wo.threads = 2;
     wo.memory_limit = 64u << 20;
     sl_dpp_worker_t *w = NULL;
-    sl_dpp_problems_t p = {0};
+    sl_pipeline_problems_t p = {0};
     sl_error_t err = {0};
     cr_assert_eq(sl_dpp_worker_start_master(&mo, &wo, 5000, job, &w, ms, &p, &err), SL_OK, "%s",
                  err.msg);
-    sl_dpp_problems_free(&p);
+    sl_pipeline_problems_free(&p);
     return w;
 }
 
@@ -167,7 +168,8 @@ static void check_leases(fake_t *f, bool filter, bool drop_last, uint64_t skip_g
         const fm_read_t *rd = NULL;
         for (uint32_t i = 0; i < f->nreads; i++)
             if (f->reads[i].generation == l->generation) {
-                cr_assert_null(rd, "two split reads of generation %lu", (unsigned long)l->generation);
+                cr_assert_null(rd, "two split reads of generation %lu",
+                               (unsigned long)l->generation);
                 rd = &f->reads[i];
             }
         cr_assert_not_null(rd, "no split read for generation %lu", (unsigned long)l->generation);
@@ -208,7 +210,8 @@ static void check_leases(fake_t *f, bool filter, bool drop_last, uint64_t skip_g
             for (uint64_t r = rd->empty[i].from_row; r < rd->empty[i].to_row; r++) {
                 cr_assert_eq(cover[r], 0, "empty row %lu also in a batch", (unsigned long)r);
                 cover[r] = 2;
-                if (!drop_last) cr_assert(!kept(filter, l->split, r), "empty range with a kept row");
+                if (!drop_last)
+                    cr_assert(!kept(filter, l->split, r), "empty range with a kept row");
             }
         for (uint64_t r = 0; r < rows; r++) {
             bool in_todo = false;
@@ -267,7 +270,7 @@ static void run_tiling(bool filter, bool drop_last)
     if (nt == 0) todo[nt++] = (sl_dpp_row_range_t){rows / 3, rows / 2};
     fm_add(&f, 1, gen++, 0, todo, nt);
 
-    sl_dpp_job_t *job;
+    sl_pipeline_job_t *job;
     sl_dpp_master_source_t *ms;
     sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
     client_t c[2];
@@ -292,7 +295,7 @@ static void run_tiling(bool filter, bool drop_last)
     cr_assert_str_eq(ms_st.job_id, "jobx");
     cr_assert_eq(ms_st.leases, f.nq);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
 }
@@ -329,7 +332,7 @@ Test(master_source, revoked_lease_batches_are_dropped)
     fm_add(&f, 3, 9, 0, NULL, 0);
     f.finish = true;
     f.hold = false;
-    sl_dpp_job_t *job;
+    sl_pipeline_job_t *job;
     sl_dpp_master_source_t *ms;
     sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
     /* no client yet: the first leases' batches wait in the ready queue */
@@ -367,7 +370,7 @@ Test(master_source, revoked_lease_batches_are_dropped)
     cr_assert_eq(mst.revoked, 1);
     cr_assert_eq(mst.leases_held, 0, "every lease forgotten");
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
 }
@@ -380,7 +383,7 @@ Test(master_source, static_sharding_routes_batches_by_rank)
     for (uint32_t s = 0; s < 4; s++)
         fm_add(&f, s, 20 + s, 1 + s % 2, NULL, 0);
     f.finish = true;
-    sl_dpp_job_t *job;
+    sl_pipeline_job_t *job;
     sl_dpp_master_source_t *ms;
     sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
     client_t c[2];
@@ -398,7 +401,7 @@ Test(master_source, static_sharding_routes_batches_by_rank)
     check_leases(&f, false, false, 0);
     pthread_mutex_unlock(&f.mu);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
 }
@@ -407,7 +410,7 @@ Test(master_source, static_sharding_routes_batches_by_rank)
  * connection dropped after drop_after_reads SPLIT_READs and REGISTERs
  * refused after refuse_after (0: never); the worker and a client started. */
 static sl_dpp_worker_t *start_dropping(fake_t *f, bool finish, int drop_after_reads,
-                                       uint32_t refuse_after, sl_dpp_job_t **job,
+                                       uint32_t refuse_after, sl_pipeline_job_t **job,
                                        sl_dpp_master_source_t **ms, client_t *c)
 {
     fm_start(f, splits, spec_of(false, false));
@@ -426,7 +429,7 @@ static sl_dpp_worker_t *start_dropping(fake_t *f, bool finish, int drop_after_re
 Test(master_source, reconnects_after_the_master_connection_drops)
 {
     fake_t f;
-    sl_dpp_job_t *job;
+    sl_pipeline_job_t *job;
     sl_dpp_master_source_t *ms;
     client_t c;
     sl_dpp_worker_t *w = start_dropping(&f, true, 2, 0, &job, &ms, &c);
@@ -447,7 +450,7 @@ Test(master_source, reconnects_after_the_master_connection_drops)
     pthread_mutex_unlock(&f.mu);
     cr_assert_eq(mst.reconnects, 1);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
 }
@@ -458,7 +461,7 @@ Test(master_source, reconnects_after_the_master_connection_drops)
 Test(master_source, refused_registration_fails_the_worker)
 {
     fake_t f;
-    sl_dpp_job_t *job;
+    sl_pipeline_job_t *job;
     sl_dpp_master_source_t *ms;
     client_t c;
     sl_dpp_worker_t *w = start_dropping(&f, false, 1, 1, &job, &ms, &c);
@@ -474,7 +477,7 @@ Test(master_source, refused_registration_fails_the_worker)
     sl_dpp_worker_stop(w);
     pthread_join(c.th, NULL);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
 }
@@ -488,7 +491,7 @@ Test(master_source, bad_lease_and_unreachable_master)
     fm_add(&f, 0, 60, 0, NULL, 0);
     sl_dpp_row_range_t bad = {10, splits->items[1].num_rows + 5};
     fm_add(&f, 1, 61, 0, &bad, 1);
-    sl_dpp_job_t *job;
+    sl_pipeline_job_t *job;
     sl_dpp_master_source_t *ms;
     sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
     client_t c;
@@ -499,7 +502,7 @@ Test(master_source, bad_lease_and_unreachable_master)
     cr_assert(strstr(err.msg, "todo range 0") && strstr(err.msg, "split 1"), "%s", err.msg);
     pthread_join(c.th, NULL);
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
     fm_stop(&f);
 
     /* nobody listens there any more */
@@ -647,7 +650,7 @@ Test(master_source, shuffle_window_stays_within_a_batch)
     fm_add(&f, 1, 2, 0, NULL, 0);
     fm_add(&f, 0, 3, 0, NULL, 0);
     f.finish = true;
-    sl_dpp_job_t *job;
+    sl_pipeline_job_t *job;
     sl_dpp_master_source_t *ms;
     sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
     client_t c;
@@ -680,7 +683,7 @@ Test(master_source, shuffle_window_stays_within_a_batch)
     cr_assert_geq(pairs, 3);
     cr_assert_gt(moved, 0, "rows were shuffled");
     sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
 }

@@ -125,7 +125,7 @@ static void reply_err(sl_admin_response_t *resp, sl_err_t rc, const sl_error_t *
 
 /* A refusal of a job spec lists every problem, not only the first:
  * {"error": "...", "problems": ["$.spec.source.table: ...", ...]}. */
-static void reply_add_problems(sl_admin_response_t *resp, const sl_dpp_problems_t *problems)
+static void reply_add_problems(sl_admin_response_t *resp, const sl_pipeline_problems_t *problems)
 {
     json_t *o = resp->body != NULL ? json_loads(resp->body, 0, NULL) : NULL;
     json_t *arr = json_array();
@@ -221,13 +221,13 @@ static void h_job_submit(void *ctx, const sl_admin_request_t *req, sl_admin_resp
     }
     char *id = NULL;
     sl_error_t err = {0};
-    sl_dpp_problems_t problems = {0};
+    sl_pipeline_problems_t problems = {0};
     sl_err_t rc = sl_master_job_submit_problems(ctx, body, &id, &problems, &err);
     json_decref(body);
     if (rc != SL_OK) {
         reply_err(resp, rc, &err);
         if (problems.count > 0) reply_add_problems(resp, &problems);
-        sl_dpp_problems_free(&problems);
+        sl_pipeline_problems_free(&problems);
         return;
     }
     json_t *j = NULL;

@@ -377,7 +377,7 @@ sl_err_t sl_dpp_executor_scale(sl_dpp_executor_t *ex, const char *job_id, uint32
      * is refused here too, whatever let it into the master (an older
      * journal). */
     char why[160];
-    if (!job_id || !sl_dpp_job_id_ok(job_id, strlen(job_id), why, sizeof why) ||
+    if (!job_id || !sl_pipeline_job_id_ok(job_id, strlen(job_id), why, sizeof why) ||
         strlen(job_id) >= sizeof ex->w[0].pub.job_id) {
         rc = sl_error_set(err, SL_ERR_INVALID, "executor: job id '%.100s': %s",
                           job_id ? job_id : "", job_id ? why : "none");

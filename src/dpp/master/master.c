@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/pipeline/job.h"
+#include "dpp/pipeline/plan.h"
 #include "dpp/admin/prom.h"
 #include "dpp/master/master_internal.h"
 #include "warehouse/warehouse.h"
@@ -174,7 +174,8 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     m->opts = opts != NULL ? *opts : (sl_master_opts_t){0};
     sl_master_opts_t *o = &m->opts;
     if (o->lease_timeout_ms == 0) o->lease_timeout_ms = 10000;
-    if (o->heartbeat_ms == 0) o->heartbeat_ms = o->lease_timeout_ms / 4 ? o->lease_timeout_ms / 4 : 1;
+    if (o->heartbeat_ms == 0)
+        o->heartbeat_ms = o->lease_timeout_ms / 4 ? o->lease_timeout_ms / 4 : 1;
     if (o->autoscale_every_ms == 0) o->autoscale_every_ms = 1000;
     if (o->max_connections == 0) o->max_connections = 1024;
     if (o->max_jobs == 0) o->max_jobs = 64;
@@ -314,15 +315,15 @@ static sl_err_t get_u32(const json_t *body, const char *key, uint32_t def, uint3
 /* The spec's problems as paths of the POST body ("$.transforms[1]..." is
  * "$.spec.transforms[1]..." there), and err naming the first and the
  * count. @return SL_ERR_INVALID, or SL_ERR_NOMEM. */
-static sl_err_t spec_problems(const sl_dpp_problems_t *in, sl_dpp_problems_t *out,
+static sl_err_t spec_problems(const sl_pipeline_problems_t *in, sl_pipeline_problems_t *out,
                               sl_error_t *err)
 {
     for (uint32_t i = 0; out != NULL && i < in->count; i++) {
         const char *p = in->items[i];
-        if (!sl_dpp_problems_add(out, "$.spec%s", p[0] == '$' ? p + 1 : p))
+        if (!sl_pipeline_problems_add(out, "$.spec%s", p[0] == '$' ? p + 1 : p))
             return sl_error_set(err, SL_ERR_NOMEM, "spec problems");
     }
-    const sl_dpp_problems_t *l = out != NULL ? out : in;
+    const sl_pipeline_problems_t *l = out != NULL ? out : in;
     if (l->count == 0) return err->code;
     if (l->count == 1) return sl_error_set(err, SL_ERR_INVALID, "spec: %s", l->items[0]);
     return sl_error_set(err, SL_ERR_INVALID, "spec: %s (and %u more problem%s)", l->items[0],
@@ -336,12 +337,12 @@ static sl_err_t spec_problems(const sl_dpp_problems_t *in, sl_dpp_problems_t *ou
  * (vocabularies: present, regular, under their cap; not read), then cut
  * the table into splits. Every problem goes to *problems by its path in
  * the POST body. */
-static sl_err_t check_spec(const json_t *specj, sl_dpp_job_t **job, sl_wh_table_t **table,
+static sl_err_t check_spec(const json_t *specj, sl_pipeline_job_t **job, sl_wh_table_t **table,
                            sl_wh_filter_t **filter, sl_wh_splits_t **splits,
-                           sl_dpp_problems_t *problems, sl_error_t *err)
+                           sl_pipeline_problems_t *problems, sl_error_t *err)
 {
-    sl_dpp_problems_t pr = {0};
-    sl_err_t rc = sl_dpp_job_from_json(specj, job, &pr, err);
+    sl_pipeline_problems_t pr = {0};
+    sl_err_t rc = sl_pipeline_job_from_json(specj, job, &pr, err);
     if (rc == SL_OK) {
         rc = sl_wh_table_open((*job)->table, NULL, table, err);
         if (rc == SL_OK && (*job)->partitions != NULL)
@@ -351,12 +352,13 @@ static sl_err_t check_spec(const json_t *specj, sl_dpp_job_t **job, sl_wh_table_
         if (rc == SL_OK && (*splits)->count == 0)
             rc = sl_error_set(err, SL_ERR_INVALID, "no data (no splits)");
         if (rc != SL_OK && rc != SL_ERR_NOMEM &&
-            !sl_dpp_problems_add(&pr, "$.source.table: table '%s': %s", (*job)->table, err->msg))
+            !sl_pipeline_problems_add(&pr, "$.source.table: table '%s': %s", (*job)->table,
+                                      err->msg))
             rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
-        if (rc == SL_OK) rc = sl_dpp_plan_check(*job, sl_wh_table_schema(*table), &pr, err);
+        if (rc == SL_OK) rc = sl_pipeline_plan_check(*job, sl_wh_table_schema(*table), &pr, err);
     }
     if (rc != SL_OK && rc != SL_ERR_NOMEM) rc = spec_problems(&pr, problems, err);
-    sl_dpp_problems_free(&pr);
+    sl_pipeline_problems_free(&pr);
     return rc;
 }
 
@@ -366,7 +368,7 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
 }
 
 sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char **job_id,
-                                       sl_dpp_problems_t *problems, sl_error_t *err)
+                                       sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     if (job_id != NULL) *job_id = NULL;
     if (!json_is_object(body)) return sl_error_set(err, SL_ERR_INVALID, "body: not a JSON object");
@@ -419,7 +421,7 @@ sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char 
     uint32_t ntok = tokj != NULL ? 1 : toksj != NULL ? (uint32_t)json_array_size(toksj) : 0;
     uint8_t **token = ntok ? calloc(ntok, sizeof *token) : NULL;
     size_t *token_len = ntok ? calloc(ntok, sizeof *token_len) : NULL;
-    sl_dpp_job_t *job = NULL;
+    sl_pipeline_job_t *job = NULL;
     sl_wh_table_t *table = NULL;
     sl_wh_filter_t *filter = NULL;
     sl_wh_splits_t *splits = NULL;
@@ -430,7 +432,8 @@ sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char 
     }
     for (uint32_t k = 0; k < ntok; k++) {
         const json_t *t = tokj != NULL ? tokj : json_array_get(toksj, k);
-        if (!json_is_string(t) || (token[k] = b64_decode(json_string_value(t), &token_len[k])) == NULL) {
+        if (!json_is_string(t) ||
+            (token[k] = b64_decode(json_string_value(t), &token_len[k])) == NULL) {
             if (tokj != NULL)
                 rc = sl_error_set(err, SL_ERR_INVALID, "body: \"resume_token\" is not base64");
             else
@@ -489,7 +492,7 @@ out:
     sl_wh_splits_destroy(splits);
     sl_wh_filter_destroy(filter);
     sl_wh_table_close(table);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
     return rc;
 }
 
@@ -654,8 +657,8 @@ json_t *sl_master_status_json(sl_master_t *m)
         if (!m->jobs[i].used || sl_dpp_master_job_status(m->st, m->jobs[i].id, &st, &e) != SL_OK ||
             !st.failed)
             continue;
-        json_array_append_new(failed,
-                              json_pack("{s:s, s:o}", "id", m->jobs[i].id, "failure", failure_json(&st)));
+        json_array_append_new(
+            failed, json_pack("{s:s, s:o}", "id", m->jobs[i].id, "failure", failure_json(&st)));
     }
     if (o != NULL && failed != NULL) json_object_set_new(o, "failed_jobs", failed);
     else json_decref(failed);
@@ -790,11 +793,13 @@ char *sl_master_metrics_text(sl_master_t *m)
     } fam[] = {
         {"sluice_master_splits", "gauge", "Splits of the current epochs by state."},
         {"sluice_master_committed_rows", "gauge", "Rows committed this epoch."},
-        {"sluice_master_samples_committed_total", "counter", "Samples reported delivered by clients."},
+        {"sluice_master_samples_committed_total", "counter",
+         "Samples reported delivered by clients."},
         {"sluice_master_trainer_wait_ratio", "gauge", "Fraction of time trainers waited for data."},
         {"sluice_master_worker_busy_ratio", "gauge", "Mean worker busy fraction."},
         {"sluice_master_worker_queue_batches", "gauge", "Batches queued in workers."},
-        {"sluice_master_worker_memory_bytes", "gauge", "Memory in use reported by the job's workers."},
+        {"sluice_master_worker_memory_bytes", "gauge",
+         "Memory in use reported by the job's workers."},
         {"sluice_master_desired_workers", "gauge", "Autoscaler's worker count."},
         {"sluice_master_granted_workers", "gauge", "Workers granted after the fleet's fair share."},
         {"sluice_master_job_failed", "gauge",

@@ -57,7 +57,8 @@ typedef struct sl_master_opts {
     uint64_t client_idle_ms;     /* a client record with no connection and no commit this
                                     long is forgotten (journaled); 0: 600000 (10 min) */
     uint32_t max_answers;        /* remembered commit answers per client (idempotence); 0: 4096 */
-    uint32_t max_fleet_workers;  /* workers of all jobs together (sl_master_fair_share); 0: no limit */
+    uint32_t
+        max_fleet_workers; /* workers of all jobs together (sl_master_fair_share); 0: no limit */
     uint32_t max_split_failures; /* a split failing this often in one epoch fails its job (or
                                     is skipped: on_bad_split); 0: 3 */
     uint64_t compact_bytes;      /* journal size that triggers a compaction; 0: 64 MiB */
@@ -133,7 +134,7 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id,
  * content is never read nor quoted). The job is accepted only when a
  * worker could bind it. */
 sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char **job_id,
-                                       sl_dpp_problems_t *problems, sl_error_t *err);
+                                       sl_pipeline_problems_t *problems, sl_error_t *err);
 
 /* Remove a job: its leases vanish, its workers are told to stop at their
  * next heartbeat, its desired count becomes 0. Synced before returning.

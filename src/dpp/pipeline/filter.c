@@ -1,4 +1,4 @@
-/* Row filters over one stripe (sl_dpp_plan_filter): the selection starts as
+/* Row filters over one stripe (sl_pipeline_plan_filter): the selection starts as
  * every row and each filter compacts it in place, so a filter only looks at
  * rows that earlier filters kept. Sampling decisions hash the sample id, so
  * they do not depend on which worker reads a row, on stripe boundaries or on
@@ -74,8 +74,9 @@ static sl_err_t find_presence(const sl_wh_rows_t *rows, const char *name, presen
                         where(rows), rows->stripe, name);
 }
 
-sl_err_t sl_dpp_plan_filter(const sl_dpp_plan_t *plan, const sl_wh_rows_t *rows, uint32_t *selected,
-                            float *weights, uint32_t *count, sl_error_t *err)
+sl_err_t sl_pipeline_plan_filter(const sl_pipeline_plan_t *plan, const sl_wh_rows_t *rows,
+                                 uint32_t *selected, float *weights, uint32_t *count,
+                                 sl_error_t *err)
 {
     const sl_batch_t *b = &rows->batch;
     uint32_t n = b->batch_size;

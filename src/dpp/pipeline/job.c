@@ -1,4 +1,4 @@
-/* Parsing and checking a job spec (docs/JOBS.md): JSON in, sl_dpp_job_t out,
+/* Parsing and checking a job spec (docs/JOBS.md): JSON in, sl_pipeline_job_t out,
  * and every problem listed with its JSON path. Names are not bound to a
  * schema here (plan.c does that); the filter and transform objects are
  * checked against the op table (job_ops.c) and kept as JSON. */
@@ -36,7 +36,7 @@ static void free_strs(char **v, uint32_t n)
     sl_free(NULL, v, (size_t)n * sizeof(char *));
 }
 
-void sl_dpp_job_destroy(sl_dpp_job_t *job)
+void sl_pipeline_job_destroy(sl_pipeline_job_t *job)
 {
     if (job == NULL) return;
     free_str(job->id);
@@ -50,15 +50,15 @@ void sl_dpp_job_destroy(sl_dpp_job_t *job)
         free_strs(job->dedup_groups[g].features, job->dedup_groups[g].num_features);
     }
     if (job->dedup_groups != NULL)
-        sl_free(NULL, job->dedup_groups, job->num_dedup_groups * sizeof(sl_dpp_dedup_group_t));
+        sl_free(NULL, job->dedup_groups, job->num_dedup_groups * sizeof(sl_pipeline_dedup_group_t));
     free_str(job->base_dir);
     sl_free(NULL, job, sizeof *job);
 }
 
-bool sl_dpp_job_id_ok(const char *id, size_t len, char *why, size_t cap)
+bool sl_pipeline_job_id_ok(const char *id, size_t len, char *why, size_t cap)
 {
     const char *bad = NULL;
-    if (id == NULL || len == 0 || len > SL_DPP_JOB_ID_MAX) {
+    if (id == NULL || len == 0 || len > SL_PIPELINE_JOB_ID_MAX) {
         bad = "1 to 255 bytes";
     } else if (strnlen(id, len) != len) {
         bad = "a NUL byte";
@@ -76,13 +76,14 @@ bool sl_dpp_job_id_ok(const char *id, size_t len, char *why, size_t cap)
         snprintf(why, cap,
                  "a job id is 1 to %d letters, digits, '.', '_' or '-' without \"..\" (this one "
                  "has %s)",
-                 SL_DPP_JOB_ID_MAX, strcmp(bad, "1 to 255 bytes") == 0 ? "the wrong length" : bad);
+                 SL_PIPELINE_JOB_ID_MAX,
+                 strcmp(bad, "1 to 255 bytes") == 0 ? "the wrong length" : bad);
     return bad == NULL;
 }
 
 /* Parsing state: the problems and whether memory ran out. */
 typedef struct parse {
-    sl_dpp_problems_t *problems;
+    sl_pipeline_problems_t *problems;
     bool nomem;
 } parse_t;
 
@@ -93,7 +94,7 @@ __attribute__((format(printf, 2, 3))) static void problem(parse_t *p, const char
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (!sl_dpp_problems_add(p->problems, "%s", buf)) p->nomem = true;
+    if (!sl_pipeline_problems_add(p->problems, "%s", buf)) p->nomem = true;
 }
 
 /* Report keys of obj that are not in allowed (NULL-terminated). */
@@ -182,7 +183,7 @@ static void get_names(parse_t *p, const json_t *v, const char *path, char ***out
     *n = (uint32_t)count;
 }
 
-static void parse_source(parse_t *p, const json_t *src, sl_dpp_job_t *job)
+static void parse_source(parse_t *p, const json_t *src, sl_pipeline_job_t *job)
 {
     static const char *const keys[] = {"table", "partitions", "features", "stripes_per_split",
                                        NULL};
@@ -216,7 +217,7 @@ static void parse_source(parse_t *p, const json_t *src, sl_dpp_job_t *job)
     job->stripes_per_split = (uint32_t)sps;
 }
 
-static void parse_groups(parse_t *p, const json_t *groups, sl_dpp_job_t *job)
+static void parse_groups(parse_t *p, const json_t *groups, sl_pipeline_job_t *job)
 {
     if (!json_is_object(groups)) {
         problem(p, "$.batch.dedup_groups: must be an object {\"group\": [features...]}");
@@ -224,7 +225,7 @@ static void parse_groups(parse_t *p, const json_t *groups, sl_dpp_job_t *job)
     }
     size_t n = json_object_size(groups);
     if (n == 0) return;
-    job->dedup_groups = sl_calloc(NULL, n, sizeof(sl_dpp_dedup_group_t));
+    job->dedup_groups = sl_calloc(NULL, n, sizeof(sl_pipeline_dedup_group_t));
     if (job->dedup_groups == NULL) {
         p->nomem = true;
         return;
@@ -233,7 +234,7 @@ static void parse_groups(parse_t *p, const json_t *groups, sl_dpp_job_t *job)
     const json_t *v;
     json_object_foreach((json_t *)groups, name, v)
     {
-        sl_dpp_dedup_group_t *g = &job->dedup_groups[job->num_dedup_groups++];
+        sl_pipeline_dedup_group_t *g = &job->dedup_groups[job->num_dedup_groups++];
         char path[SL_ERROR_MSG_MAX];
         snprintf(path, sizeof path, "$.batch.dedup_groups.%s", name);
         if (name[0] == '\0') problem(p, "%s: a group needs a non-empty name", path);
@@ -254,7 +255,7 @@ static void parse_groups(parse_t *p, const json_t *groups, sl_dpp_job_t *job)
     }
 }
 
-static void parse_batch(parse_t *p, const json_t *batch, sl_dpp_job_t *job)
+static void parse_batch(parse_t *p, const json_t *batch, sl_pipeline_job_t *job)
 {
     static const char *const keys[] = {"size",        "drop_last", "epochs", "dedup_groups",
                                        "shuffle", "sample_ids", NULL};
@@ -308,16 +309,16 @@ static json_t *parse_ops(parse_t *p, const json_t *spec, const char *key, bool f
     return json_deep_copy(list);
 }
 
-sl_err_t sl_dpp_job_from_json(const json_t *spec, sl_dpp_job_t **out, sl_dpp_problems_t *problems,
-                              sl_error_t *err)
+sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
+                                   sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     static const char *const keys[] = {"id",    "source",       "filters", "transforms",
                                        "batch", "on_bad_split", NULL};
     *out = NULL;
-    sl_dpp_problems_t local = {0};
+    sl_pipeline_problems_t local = {0};
     parse_t p = {problems != NULL ? problems : &local, false};
     uint32_t before = p.problems->count;
-    sl_dpp_job_t *job = sl_calloc(NULL, 1, sizeof *job);
+    sl_pipeline_job_t *job = sl_calloc(NULL, 1, sizeof *job);
     if (job == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
     job->stripes_per_split = 1;
     job->batch_size = 4096;
@@ -329,7 +330,7 @@ sl_err_t sl_dpp_job_from_json(const json_t *spec, sl_dpp_job_t **out, sl_dpp_pro
         check_keys(&p, spec, "$", keys);
         const char *id = get_string(&p, spec, "id", "$");
         char why[160];
-        if (id != NULL && !sl_dpp_job_id_ok(id, strlen(id), why, sizeof why))
+        if (id != NULL && !sl_pipeline_job_id_ok(id, strlen(id), why, sizeof why))
             problem(&p, "$.id: %s", why);
         if ((job->id = dup_str(id != NULL ? id : "job")) == NULL) p.nomem = true;
         parse_source(&p, json_object_get(spec, "source"), job);
@@ -353,37 +354,37 @@ sl_err_t sl_dpp_job_from_json(const json_t *spec, sl_dpp_job_t **out, sl_dpp_pro
             rc = sl_error_set(err, SL_ERR_INVALID, "job spec: %s (and %u more problem%s)",
                               p.problems->items[before], n - 1, n > 2 ? "s" : "");
     }
-    sl_dpp_problems_free(&local);
+    sl_pipeline_problems_free(&local);
     if (rc != SL_OK) {
-        sl_dpp_job_destroy(job);
+        sl_pipeline_job_destroy(job);
         return rc;
     }
     *out = job;
     return SL_OK;
 }
 
-sl_err_t sl_dpp_job_parse(const char *text, size_t len, sl_dpp_job_t **out,
-                          sl_dpp_problems_t *problems, sl_error_t *err)
+sl_err_t sl_pipeline_job_parse(const char *text, size_t len, sl_pipeline_job_t **out,
+                               sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     *out = NULL;
     json_error_t je;
     json_t *spec = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (spec == NULL) {
         if (problems != NULL &&
-            !sl_dpp_problems_add(problems, "$: not valid JSON: %s (line %d, column %d)", je.text,
-                                 je.line, je.column))
+            !sl_pipeline_problems_add(problems, "$: not valid JSON: %s (line %d, column %d)",
+                                      je.text, je.line, je.column))
             return sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
         return sl_error_set(err, SL_ERR_INVALID,
                             "job spec: $: not valid JSON: %s (line %d, column %d)",
                             je.text, je.line, je.column);
     }
-    sl_err_t rc = sl_dpp_job_from_json(spec, out, problems, err);
+    sl_err_t rc = sl_pipeline_job_from_json(spec, out, problems, err);
     json_decref(spec);
     return rc;
 }
 
-sl_err_t sl_dpp_job_load(const char *path, sl_dpp_job_t **out, sl_dpp_problems_t *problems,
-                         sl_error_t *err)
+sl_err_t sl_pipeline_job_load(const char *path, sl_pipeline_job_t **out,
+                              sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");
@@ -405,7 +406,7 @@ sl_err_t sl_dpp_job_load(const char *path, sl_dpp_job_t **out, sl_dpp_problems_t
         rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job spec %s: larger than %u bytes", path,
                           SPEC_BYTES_MAX);
     } else {
-        rc = sl_dpp_job_parse(buf, len, out, problems, err);
+        rc = sl_pipeline_job_parse(buf, len, out, problems, err);
         if (rc != SL_OK) sl_error_prefix(err, "%s: ", path);
     }
     sl_free(NULL, buf, SPEC_BYTES_MAX + 1);
@@ -416,7 +417,7 @@ sl_err_t sl_dpp_job_load(const char *path, sl_dpp_job_t **out, sl_dpp_problems_t
             size_t n = (size_t)(slash - path) + 1;
             char *dir = sl_alloc(NULL, n + 1);
             if (dir == NULL) {
-                sl_dpp_job_destroy(*out);
+                sl_pipeline_job_destroy(*out);
                 *out = NULL;
                 return sl_error_set(err, SL_ERR_NOMEM, "job spec %s: out of memory", path);
             }

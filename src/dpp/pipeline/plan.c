@@ -12,7 +12,7 @@
 
 /* ---- owned strings and name lists ---- */
 
-static const char *own(sl_dpp_plan_t *plan, const char *s)
+static const char *own(sl_pipeline_plan_t *plan, const char *s)
 {
     if (plan->num_strings == plan->cap_strings) {
         uint32_t cap = plan->cap_strings == 0 ? 16 : plan->cap_strings * 2;
@@ -39,7 +39,7 @@ static int find_name(char *const *names, uint32_t n, const char *name)
     return -1;
 }
 
-void sl_dpp_plan_destroy(sl_dpp_plan_t *plan)
+void sl_pipeline_plan_destroy(sl_pipeline_plan_t *plan)
 {
     if (plan == NULL) return;
     const sl_allocator_t *a = plan->a;
@@ -65,12 +65,12 @@ void sl_dpp_plan_destroy(sl_dpp_plan_t *plan)
 /* ---- binding ---- */
 
 typedef struct bind {
-    sl_dpp_plan_t *plan;
-    const sl_dpp_job_t *job;
+    sl_pipeline_plan_t *plan;
+    const sl_pipeline_job_t *job;
     const sl_wh_schema_t *schema;
-    sl_dpp_problems_t *problems;
+    sl_pipeline_problems_t *problems;
     bool nomem;
-    bool check_only;   /* files are checked (sl_dpp_plan_check), not loaded */
+    bool check_only;   /* files are checked (sl_pipeline_plan_check), not loaded */
     uint32_t read_cap; /* room in plan->read and plan->keep */
 } bind_t;
 
@@ -81,12 +81,12 @@ __attribute__((format(printf, 2, 3))) static void problem(bind_t *b, const char 
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (!sl_dpp_problems_add(b->problems, "%s", buf)) b->nomem = true;
+    if (!sl_pipeline_problems_add(b->problems, "%s", buf)) b->nomem = true;
 }
 
 static void add_read(bind_t *b, const char *name)
 {
-    sl_dpp_plan_t *plan = b->plan;
+    sl_pipeline_plan_t *plan = b->plan;
     if (find_name(plan->read, plan->num_read, name) >= 0) return;
     if (plan->num_read == b->read_cap) { /* cannot happen: sized for every mention */
         b->nomem = true;
@@ -122,7 +122,7 @@ static uint64_t uint_arg(const json_t *obj, const char *key, uint64_t def)
 static void bind_filters(bind_t *b)
 {
     const json_t *list = b->job->filters;
-    sl_dpp_plan_t *plan = b->plan;
+    sl_pipeline_plan_t *plan = b->plan;
     size_t n = json_array_size(list);
     if (n == 0) return;
     plan->filters = sl_calloc(plan->a, n, sizeof(dpp_filter_t));
@@ -246,7 +246,9 @@ static bool check_input(bind_t *b, size_t i, const char *key, const char *name, 
               : want == 'w' ? s.kind == SL_WH_WEIGHTED
                             : s.kind != SL_WH_DENSE;
     if (!ok) {
-        const char *need = want == 'd' ? "a dense" : want == 'w' ? "a weighted" : "a sparse or weighted";
+        const char *need = want == 'd'   ? "a dense"
+                           : want == 'w' ? "a weighted"
+                                         : "a sparse or weighted";
         problem(b, "$.transforms[%zu].%s: '%s' is a %s feature; %s needs %s feature", i, key, name,
                 kind, str(json_array_get(b->job->transforms, i), "op"), need);
         return false;
@@ -283,7 +285,7 @@ static const char *output_name(bind_t *b, size_t i, const json_t *o, const char 
 
 static void bind_transform(bind_t *b, size_t i, const json_t *o, dpp_transform_t *t)
 {
-    sl_dpp_plan_t *plan = b->plan;
+    sl_pipeline_plan_t *plan = b->plan;
     const dpp_op_spec_t *spec = dpp_op_find(str(o, "op"), false);
     t->op = spec->op;
     sym_t s0, s1;
@@ -348,7 +350,8 @@ static void bind_transform(bind_t *b, size_t i, const json_t *o, dpp_transform_t
             return;
         }
         t->num_borders = (uint32_t)nb;
-        for (size_t k = 0; k < nb; k++) t->borders[k] = json_number_value(json_array_get(borders, k));
+        for (size_t k = 0; k < nb; k++)
+            t->borders[k] = json_number_value(json_array_get(borders, k));
     }
     if (t->op == OP_MAP_VOCAB) {
         const char *file = str(o, "file");
@@ -379,7 +382,7 @@ static void bind_transform(bind_t *b, size_t i, const json_t *o, dpp_transform_t
 static void bind_transforms(bind_t *b)
 {
     const json_t *list = b->job->transforms;
-    sl_dpp_plan_t *plan = b->plan;
+    sl_pipeline_plan_t *plan = b->plan;
     size_t n = json_array_size(list);
     if (n == 0) return;
     plan->transforms = sl_calloc(plan->a, n, sizeof(dpp_transform_t));
@@ -394,9 +397,9 @@ static void bind_transforms(bind_t *b)
 
 static void bind_groups(bind_t *b)
 {
-    const sl_dpp_job_t *job = b->job;
+    const sl_pipeline_job_t *job = b->job;
     for (uint32_t g = 0; g < job->num_dedup_groups; g++) {
-        const sl_dpp_dedup_group_t *grp = &job->dedup_groups[g];
+        const sl_pipeline_dedup_group_t *grp = &job->dedup_groups[g];
         for (uint32_t k = 0; k < grp->num_features; k++) {
             const char *name = grp->features[k];
             const sl_wh_feature_t *f = sl_wh_schema_find(b->schema, name);
@@ -413,7 +416,7 @@ static void bind_groups(bind_t *b)
 }
 
 /* Every name the spec mentions, bounding the read and keep lists. */
-static uint32_t mentions(const sl_dpp_job_t *job, const sl_wh_schema_t *schema)
+static uint32_t mentions(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema)
 {
     uint64_t n = (uint64_t)sl_wh_schema_num_features(schema) + job->num_features +
                  json_array_size(job->filters) + 2 * json_array_size(job->transforms) + 1;
@@ -421,12 +424,13 @@ static uint32_t mentions(const sl_dpp_job_t *job, const sl_wh_schema_t *schema)
     return n > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)n;
 }
 
-static sl_err_t plan_bind(const sl_dpp_job_t *job, const sl_wh_schema_t *schema, bool check_only,
-                          sl_dpp_plan_t **out, sl_dpp_problems_t *problems, sl_error_t *err)
+static sl_err_t plan_bind(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
+                          bool check_only, sl_pipeline_plan_t **out,
+                          sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     *out = NULL;
-    sl_dpp_problems_t local = {0};
-    sl_dpp_plan_t *plan = sl_calloc(NULL, 1, sizeof *plan);
+    sl_pipeline_problems_t local = {0};
+    sl_pipeline_plan_t *plan = sl_calloc(NULL, 1, sizeof *plan);
     if (plan == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job plan: out of memory");
     bind_t b = {plan, job, schema, problems != NULL ? problems : &local, false, check_only, 0};
     uint32_t before = b.problems->count;
@@ -435,7 +439,7 @@ static sl_err_t plan_bind(const sl_dpp_job_t *job, const sl_wh_schema_t *schema,
     plan->keep = sl_calloc(NULL, plan->cap_read, sizeof(char *));
     plan->weighted = sl_calloc(NULL, plan->cap_read, sizeof(char *));
     if (plan->read == NULL || plan->keep == NULL || plan->weighted == NULL) {
-        sl_dpp_plan_destroy(plan);
+        sl_pipeline_plan_destroy(plan);
         return sl_error_set(err, SL_ERR_NOMEM, "job plan: out of memory");
     }
 
@@ -470,37 +474,38 @@ static sl_err_t plan_bind(const sl_dpp_job_t *job, const sl_wh_schema_t *schema,
             rc = sl_error_set(err, SL_ERR_INVALID, "job '%s': %s (and %u more problem%s)", job->id,
                               b.problems->items[before], n - 1, n > 2 ? "s" : "");
     }
-    sl_dpp_problems_free(&local);
+    sl_pipeline_problems_free(&local);
     if (rc != SL_OK) {
-        sl_dpp_plan_destroy(plan);
+        sl_pipeline_plan_destroy(plan);
         return rc;
     }
     *out = plan;
     return SL_OK;
 }
 
-sl_err_t sl_dpp_plan_new(const sl_dpp_job_t *job, const sl_wh_schema_t *schema,
-                         sl_dpp_plan_t **out, sl_dpp_problems_t *problems, sl_error_t *err)
+sl_err_t sl_pipeline_plan_new(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
+                              sl_pipeline_plan_t **out, sl_pipeline_problems_t *problems,
+                              sl_error_t *err)
 {
     return plan_bind(job, schema, false, out, problems, err);
 }
 
-sl_err_t sl_dpp_plan_check(const sl_dpp_job_t *job, const sl_wh_schema_t *schema,
-                           sl_dpp_problems_t *problems, sl_error_t *err)
+sl_err_t sl_pipeline_plan_check(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
+                                sl_pipeline_problems_t *problems, sl_error_t *err)
 {
-    sl_dpp_plan_t *plan = NULL;
+    sl_pipeline_plan_t *plan = NULL;
     sl_err_t rc = plan_bind(job, schema, true, &plan, problems, err);
-    sl_dpp_plan_destroy(plan);
+    sl_pipeline_plan_destroy(plan);
     return rc;
 }
 
-const char *const *sl_dpp_plan_read_features(const sl_dpp_plan_t *plan, uint32_t *count)
+const char *const *sl_pipeline_plan_read_features(const sl_pipeline_plan_t *plan, uint32_t *count)
 {
     *count = plan->num_read;
     return (const char *const *)plan->read;
 }
 
-uint32_t sl_dpp_plan_filter_columns(const sl_dpp_plan_t *plan)
+uint32_t sl_pipeline_plan_filter_columns(const sl_pipeline_plan_t *plan)
 {
     uint32_t cols = 0;
     for (uint32_t i = 0; i < plan->num_filters; i++) {
@@ -512,12 +517,13 @@ uint32_t sl_dpp_plan_filter_columns(const sl_dpp_plan_t *plan)
     return cols;
 }
 
-const char *sl_dpp_plan_weight_label(const sl_dpp_plan_t *plan)
+const char *sl_pipeline_plan_weight_label(const sl_pipeline_plan_t *plan)
 {
     return plan->weight_label;
 }
 
-sl_err_t sl_dpp_plan_transform(const sl_dpp_plan_t *plan, sl_batch_t *batch, sl_error_t *err)
+sl_err_t sl_pipeline_plan_transform(const sl_pipeline_plan_t *plan, sl_batch_t *batch,
+                                    sl_error_t *err)
 {
     return dpp_transform_batch(plan, batch, err);
 }

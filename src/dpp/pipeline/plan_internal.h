@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dpp/pipeline/job.h"
+#include "dpp/pipeline/plan.h"
 
 /* ==== the op table ==== */
 
@@ -81,7 +81,8 @@ const dpp_op_spec_t *dpp_ops(uint32_t *count);
  * unknown keys, missing arguments, and cross-argument rules such as
  * min <= max); problems are prefixed with path ("$.filters[2]"). @return
  * false when out of memory. */
-bool dpp_check_op(const json_t *obj, bool filter, const char *path, sl_dpp_problems_t *problems);
+bool dpp_check_op(const json_t *obj, bool filter, const char *path,
+                  sl_pipeline_problems_t *problems);
 
 /* ==== the compiled plan ==== */
 
@@ -114,7 +115,7 @@ typedef struct dpp_transform {
     int64_t vocab_default;
 } dpp_transform_t;
 
-struct sl_dpp_plan {
+struct sl_pipeline_plan {
     const sl_allocator_t *a;
     char **read; /* features the reader reads */
     uint32_t num_read;
@@ -136,10 +137,11 @@ struct sl_dpp_plan {
 
 /* Load path: one int64 id per line (decimal; blank lines and surrounding
  * blanks are not allowed), the id on line k (from 0) maps to k. At most
- * max_entries lines and DPP_VOCAB_MAX_BYTES (checked first, with fstat). Problems (path is the JSON path of the transform) go to
- * problems. @return NULL on failure (a problem was added or memory ran out). */
+ * max_entries lines and DPP_VOCAB_MAX_BYTES (checked first, with fstat). Problems (path is the JSON
+ * path of the transform) go to problems. @return NULL on failure (a problem was added or memory ran
+ * out). */
 dpp_vocab_t *dpp_vocab_load(const char *file, const sl_allocator_t *a, uint64_t max_entries,
-                            const char *path, sl_dpp_problems_t *problems);
+                            const char *path, sl_pipeline_problems_t *problems);
 void dpp_vocab_destroy(dpp_vocab_t *v);
 uint64_t dpp_vocab_size(const dpp_vocab_t *v);
 /* The index of id, or def when the id is not in the vocabulary. */
@@ -151,7 +153,7 @@ int64_t dpp_vocab_lookup(const dpp_vocab_t *v, int64_t id, int64_t def);
 /* Can file be loaded: it opens, is a regular file, is at most
  * DPP_VOCAB_MAX_BYTES? Reads nothing (the master checks a spec this way
  * before accepting it). Problems go to problems. */
-bool dpp_vocab_check(const char *file, const char *path, sl_dpp_problems_t *problems);
+bool dpp_vocab_check(const char *file, const char *path, sl_pipeline_problems_t *problems);
 
 /* ==== kernels (transform_sparse.c, transform_dense.c) ==== */
 
@@ -199,6 +201,6 @@ sl_err_t dpp_bucketize(const dpp_transform_t *t, const float *data, uint32_t row
                        uint32_t c, sl_arena_t *arena, dpp_col_t *out, sl_error_t *err);
 
 /* Apply the transforms of plan to batch (transform.c). */
-sl_err_t dpp_transform_batch(const sl_dpp_plan_t *plan, sl_batch_t *batch, sl_error_t *err);
+sl_err_t dpp_transform_batch(const sl_pipeline_plan_t *plan, sl_batch_t *batch, sl_error_t *err);
 
 #endif

@@ -1,7 +1,7 @@
 /* The list of problems of a job spec: every problem is kept (not just the
  * first), so a user fixes a spec in one round. Strings and the array come
  * from the default allocator (the list has no allocator of its own, and
- * sl_dpp_problems_free takes none). */
+ * sl_pipeline_problems_free takes none). */
 #include "dpp/pipeline/job.h"
 
 #include <stdarg.h>
@@ -22,7 +22,7 @@ static size_t capacity(uint32_t count)
     return cap;
 }
 
-void sl_dpp_problems_free(sl_dpp_problems_t *p)
+void sl_pipeline_problems_free(sl_pipeline_problems_t *p)
 {
     if (p == NULL) return;
     for (uint32_t i = 0; i < p->count; i++) sl_free(NULL, p->items[i], strlen(p->items[i]) + 1);
@@ -31,7 +31,7 @@ void sl_dpp_problems_free(sl_dpp_problems_t *p)
     p->count = 0;
 }
 
-bool sl_dpp_problems_add(sl_dpp_problems_t *p, const char *fmt, ...)
+bool sl_pipeline_problems_add(sl_pipeline_problems_t *p, const char *fmt, ...)
 {
     if (p->count > PROBLEMS_MAX) return true;
     char buf[SL_ERROR_MSG_MAX];

@@ -1,4 +1,4 @@
-/* sl_dpp_plan_transform: run a plan's transforms over one batch.
+/* sl_pipeline_plan_transform: run a plan's transforms over one batch.
  *
  * Every sparse feature of the batch becomes a column view (dpp_col_t) of
  * its rows in the plain KJT or in its dedup group's unique KJT; transforms
@@ -27,7 +27,7 @@ static bool listed(char *const *names, uint32_t n, const char *name)
 }
 
 typedef struct state {
-    const sl_dpp_plan_t *plan;
+    const sl_pipeline_plan_t *plan;
     sl_batch_t *batch;
     dpp_col_t *cols;
     uint32_t num_cols;
@@ -102,8 +102,8 @@ static sl_err_t run(state_t *s, const dpp_transform_t *t, uint32_t ti, sl_error_
     }
     dpp_col_t *a = find(s, t->in[0]);
     if (a == NULL)
-        return sl_error_set(err, SL_ERR_INVALID, "transform %u: sparse feature '%s' is not in the batch",
-                            ti, t->in[0]);
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "transform %u: sparse feature '%s' is not in the batch", ti, t->in[0]);
     switch (t->op) {
     case OP_SIGRID_HASH: dpp_sigrid_hash(a->values, a->num_values, t->salt, t->table_size); break;
     case OP_MODULO: dpp_modulo(a->values, a->num_values, t->divisor); break;
@@ -225,7 +225,8 @@ static sl_err_t assemble_dense(state_t *s, sl_error_t *err)
     }
     if (kept == d->cols) return SL_OK;
     const char **names = sl_arena_alloc(s->batch->arena, (size_t)kept * sizeof(char *));
-    float *data = sl_arena_alloc(s->batch->arena, sl_mul_size((size_t)kept * d->rows, sizeof(float)));
+    float *data =
+        sl_arena_alloc(s->batch->arena, sl_mul_size((size_t)kept * d->rows, sizeof(float)));
     if ((kept > 0 && names == NULL) || ((size_t)kept * d->rows > 0 && data == NULL))
         return sl_error_set(err, SL_ERR_NOMEM, "transform: out of memory for dense");
     uint32_t j = 0;
@@ -244,7 +245,7 @@ static sl_err_t assemble_dense(state_t *s, sl_error_t *err)
     return SL_OK;
 }
 
-sl_err_t dpp_transform_batch(const sl_dpp_plan_t *plan, sl_batch_t *batch, sl_error_t *err)
+sl_err_t dpp_transform_batch(const sl_pipeline_plan_t *plan, sl_batch_t *batch, sl_error_t *err)
 {
     state_t s = {plan, batch, NULL, 0, 0, NULL};
     uint32_t inputs = batch->sparse.num_keys;

@@ -91,12 +91,12 @@ static bool grow(dpp_vocab_t *v)
  * a FIFO from blocking the open; it is cleared for reading. Problems name
  * the file, never its content. @return the descriptor, or -1 (a problem
  * was added). */
-static int vocab_open(const char *file, const char *path, sl_dpp_problems_t *problems)
+static int vocab_open(const char *file, const char *path, sl_pipeline_problems_t *problems)
 {
     int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
-        sl_dpp_problems_add(problems, "%s.file: cannot open vocabulary '%s': %s", path, file,
-                            strerror(errno));
+        sl_pipeline_problems_add(problems, "%s.file: cannot open vocabulary '%s': %s", path, file,
+                                 strerror(errno));
         return -1;
     }
     struct stat st;
@@ -116,14 +116,14 @@ static int vocab_open(const char *file, const char *path, sl_dpp_problems_t *pro
         bad = why;
     }
     if (bad != NULL) {
-        sl_dpp_problems_add(problems, "%s.file: vocabulary '%s': %s", path, file, bad);
+        sl_pipeline_problems_add(problems, "%s.file: vocabulary '%s': %s", path, file, bad);
         close(fd);
         return -1;
     }
     return fd;
 }
 
-bool dpp_vocab_check(const char *file, const char *path, sl_dpp_problems_t *problems)
+bool dpp_vocab_check(const char *file, const char *path, sl_pipeline_problems_t *problems)
 {
     int fd = vocab_open(file, path, problems);
     if (fd < 0) return false;
@@ -132,13 +132,14 @@ bool dpp_vocab_check(const char *file, const char *path, sl_dpp_problems_t *prob
 }
 
 dpp_vocab_t *dpp_vocab_load(const char *file, const sl_allocator_t *a, uint64_t max_entries,
-                            const char *path, sl_dpp_problems_t *problems)
+                            const char *path, sl_pipeline_problems_t *problems)
 {
     int fd = vocab_open(file, path, problems);
     if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "r");
     if (f == NULL) {
-        sl_dpp_problems_add(problems, "%s.file: vocabulary '%s': %s", path, file, strerror(errno));
+        sl_pipeline_problems_add(problems, "%s.file: vocabulary '%s': %s", path, file,
+                                 strerror(errno));
         close(fd);
         return NULL;
     }
@@ -156,8 +157,8 @@ dpp_vocab_t *dpp_vocab_load(const char *file, const sl_allocator_t *a, uint64_t 
     while (ok && fgets(line, sizeof line, f) != NULL) {
         size_t len = strlen(line);
         if (len == sizeof line - 1 && line[len - 1] != '\n') {
-            sl_dpp_problems_add(problems, "%s.file: %s line %llu: line too long for an id", path,
-                                file, (unsigned long long)lineno + 1);
+            sl_pipeline_problems_add(problems, "%s.file: %s line %llu: line too long for an id",
+                                     path, file, (unsigned long long)lineno + 1);
             ok = false;
             break;
         }
@@ -169,14 +170,14 @@ dpp_vocab_t *dpp_vocab_load(const char *file, const sl_allocator_t *a, uint64_t 
         if (end == NULL || *end != '\0' || errno != 0) {
             /* Not the line itself: the file may be anything readable
              * (a spec naming /etc/shadow must not print its first line). */
-            sl_dpp_problems_add(problems, "%s.file: %s line %llu: not a decimal int64 id", path,
-                                file, (unsigned long long)lineno + 1);
+            sl_pipeline_problems_add(problems, "%s.file: %s line %llu: not a decimal int64 id",
+                                     path, file, (unsigned long long)lineno + 1);
             ok = false;
             break;
         }
         if (lineno >= max_entries) {
-            sl_dpp_problems_add(problems, "%s.file: %s holds more than %llu ids", path, file,
-                                (unsigned long long)max_entries);
+            sl_pipeline_problems_add(problems, "%s.file: %s holds more than %llu ids", path, file,
+                                     (unsigned long long)max_entries);
             ok = false;
             break;
         }
@@ -186,15 +187,16 @@ dpp_vocab_t *dpp_vocab_load(const char *file, const sl_allocator_t *a, uint64_t 
         }
         int64_t prev = insert(v, (int64_t)id, (int64_t)lineno);
         if (prev >= 0) {
-            sl_dpp_problems_add(problems, "%s.file: %s line %llu: the id of line %lld again",
-                                path, file, (unsigned long long)lineno + 1, (long long)prev + 1);
+            sl_pipeline_problems_add(problems, "%s.file: %s line %llu: the id of line %lld again",
+                                     path, file, (unsigned long long)lineno + 1,
+                                     (long long)prev + 1);
             ok = false;
             break;
         }
         lineno++;
     }
     if (ok && ferror(f)) {
-        sl_dpp_problems_add(problems, "%s.file: reading %s failed", path, file);
+        sl_pipeline_problems_add(problems, "%s.file: reading %s failed", path, file);
         ok = false;
     }
     fclose(f);

@@ -104,7 +104,7 @@ void sl_dpp_master_source_stats(sl_dpp_master_source_t *ms, sl_dpp_master_source
  *   sl_dpp_master_source_wait_job (the caller's loop)
  *   start    parse the job spec of the first lease (problems by JSON path in
  *            *problems) and start the worker on the master source
- * On success of start the caller owns *job (free with sl_dpp_job_destroy
+ * On success of start the caller owns *job (free with sl_pipeline_job_destroy
  * after the worker) and *out, and the worker owns the source and socket;
  * on failure of start, nothing is left. Before start, free a prepared
  * worker with sl_dpp_master_prep_free. */
@@ -117,17 +117,17 @@ typedef struct sl_dpp_master_prep {
 sl_err_t sl_dpp_master_prep_new(const sl_dpp_master_source_opts_t *mo, const char *listen,
                                 sl_dpp_master_prep_t *prep, sl_error_t *err);
 sl_err_t sl_dpp_master_prep_start(sl_dpp_master_prep_t *prep, const sl_dpp_worker_opts_t *wo,
-                                  sl_dpp_job_t **job, sl_dpp_worker_t **out,
-                                  sl_dpp_problems_t *problems, sl_error_t *err);
+                                  sl_pipeline_job_t **job, sl_dpp_worker_t **out,
+                                  sl_pipeline_problems_t *problems, sl_error_t *err);
 void sl_dpp_master_prep_free(sl_dpp_master_prep_t *prep);
 
 /* All three steps in one call, waiting up to wait_ms (< 0: forever) for
  * the first lease. *ms_out (may be NULL) gets the source. */
 sl_err_t sl_dpp_worker_start_master(const sl_dpp_master_source_opts_t *mo,
                                     const sl_dpp_worker_opts_t *wo, int wait_ms,
-                                    sl_dpp_job_t **job, sl_dpp_worker_t **out,
-                                    sl_dpp_master_source_t **ms_out, sl_dpp_problems_t *problems,
-                                    sl_error_t *err);
+                                    sl_pipeline_job_t **job, sl_dpp_worker_t **out,
+                                    sl_dpp_master_source_t **ms_out,
+                                    sl_pipeline_problems_t *problems, sl_error_t *err);
 
 /* Cancel, join the control thread, free every lease; ms may be NULL. */
 void sl_dpp_master_source_destroy(sl_dpp_master_source_t *ms);

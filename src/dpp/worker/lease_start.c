@@ -51,15 +51,15 @@ void sl_dpp_master_prep_free(sl_dpp_master_prep_t *prep)
 }
 
 sl_err_t sl_dpp_master_prep_start(sl_dpp_master_prep_t *prep, const sl_dpp_worker_opts_t *wo,
-                                  sl_dpp_job_t **job, sl_dpp_worker_t **out,
-                                  sl_dpp_problems_t *problems, sl_error_t *err)
+                                  sl_pipeline_job_t **job, sl_dpp_worker_t **out,
+                                  sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     sl_dpp_master_source_t *ms = prep->ms;
     const char *job_id = NULL, *spec = NULL;
-    sl_dpp_job_t *j = NULL;
+    sl_pipeline_job_t *j = NULL;
     sl_err_t rc;
     if ((rc = sl_dpp_master_source_wait_job(ms, 0, &job_id, &spec, err)) ||
-        (rc = sl_dpp_job_parse(spec, strlen(spec), &j, problems, err))) {
+        (rc = sl_pipeline_job_parse(spec, strlen(spec), &j, problems, err))) {
         sl_error_prefix(err, "job '%s' from the master: ", job_id ? job_id : "?");
         sl_dpp_master_prep_free(prep);
         return rc;
@@ -73,7 +73,7 @@ sl_err_t sl_dpp_master_prep_start(sl_dpp_master_prep_t *prep, const sl_dpp_worke
     *prep = (sl_dpp_master_prep_t){.fd = -1}; /* the worker owns them now, also on failure */
     sl_dpp_worker_t *w = NULL;
     if ((rc = sl_dpp_worker_start(j, &o, &w, problems, err))) {
-        sl_dpp_job_destroy(j);
+        sl_pipeline_job_destroy(j);
         return rc;
     }
     sl_dpp_master_source_attach(ms, w);
@@ -84,9 +84,9 @@ sl_err_t sl_dpp_master_prep_start(sl_dpp_master_prep_t *prep, const sl_dpp_worke
 
 sl_err_t sl_dpp_worker_start_master(const sl_dpp_master_source_opts_t *mo,
                                     const sl_dpp_worker_opts_t *wo, int wait_ms,
-                                    sl_dpp_job_t **job, sl_dpp_worker_t **out,
-                                    sl_dpp_master_source_t **ms_out, sl_dpp_problems_t *problems,
-                                    sl_error_t *err)
+                                    sl_pipeline_job_t **job, sl_dpp_worker_t **out,
+                                    sl_dpp_master_source_t **ms_out,
+                                    sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     sl_dpp_master_prep_t prep;
     sl_err_t rc = sl_dpp_master_prep_new(mo, wo ? wo->listen : NULL, &prep, err);

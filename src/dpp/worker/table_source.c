@@ -228,7 +228,7 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
         else if (!scratch_rows(w, sc, n))
             rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         else
-            rc = sl_dpp_plan_filter(w->plan, rows, sc->selected, sc->weights, &kept, err);
+            rc = sl_pipeline_plan_filter(w->plan, rows, sc->selected, sc->weights, &kept, err);
         uint32_t i = 0; /* into selected */
         while (rc == SL_OK && ti < wk->num_todo && todo[ti].from_row < end) {
             const sl_dpp_row_range_t *t = &todo[ti];

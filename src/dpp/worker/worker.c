@@ -218,7 +218,7 @@ static void *reader_main(void *arg)
 {
     sl_dpp_worker_t *w = arg;
     pthread_setname_np(pthread_self(), "sl-w-reader");
-    const sl_dpp_job_t *job = w->job;
+    const sl_pipeline_job_t *job = w->job;
     sl_error_t err = {0};
     sl_err_t rc = SL_OK;
     sl_dpp_batcher_t *b = NULL;
@@ -228,7 +228,7 @@ static void *reader_main(void *arg)
     uint32_t *selected = NULL;
     float *weights = NULL;
     uint32_t scratch_rows = 0;
-    const char *weight_label = sl_dpp_plan_weight_label(w->plan);
+    const char *weight_label = sl_pipeline_plan_weight_label(w->plan);
     sl_dpp_batcher_opts_t bo = {.batch_size = job->batch_size,
                                 .drop_last = job->drop_last,
                                 /* under a master a batch is one row range: shuffle within it */
@@ -242,12 +242,12 @@ static void *reader_main(void *arg)
                                 .allocator = w->a};
     if ((rc = sl_dpp_batcher_new(&bo, to_transform, w, &b, &err))) goto out;
     uint32_t nf = 0;
-    const char *const *features = sl_dpp_plan_read_features(w->plan, &nf);
+    const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
     sl_wh_read_opts_t ro = {.features = features,
                             .num_features = nf,
                             .skip_columns = (SL_WH_COL_SESSION_ID | SL_WH_COL_TIMESTAMP |
                                              (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID)) &
-                                            ~sl_dpp_plan_filter_columns(w->plan),
+                                            ~sl_pipeline_plan_filter_columns(w->plan),
                             .dedup_form = w->dedup_form,
                             .allocator = w->a};
     bool have_epoch = false;
@@ -264,7 +264,8 @@ static void *reader_main(void *arg)
         }
         if (rc) goto out;
         if (have_epoch && wk.epoch != epoch &&
-            ((rc = sl_dpp_batcher_end_epoch(b, &err)) || (rc = dpp_worker_batcher_acct(w, b, &err))))
+            ((rc = sl_dpp_batcher_end_epoch(b, &err)) ||
+             (rc = dpp_worker_batcher_acct(w, b, &err))))
             goto out;
         have_epoch = true;
         epoch = wk.epoch;
@@ -284,7 +285,8 @@ static void *reader_main(void *arg)
                 r_path[0] = '\0'; /* too long to remember: reopened next time */
         }
         if (wk.lease) {
-            if (rc == SL_OK) rc = dpp_worker_read_lease(w, b, r, &wk, &sc, weight_label != NULL, &err);
+            if (rc == SL_OK)
+                rc = dpp_worker_read_lease(w, b, r, &wk, &sc, weight_label != NULL, &err);
             w->tag.lease = NULL;
             if (rc != SL_OK && reader_lease_failed(w, b, &wk, sc.stripe, rc, &err)) {
                 /* the reader's state after a failure is unknown: reopen */
@@ -339,7 +341,7 @@ static void *reader_main(void *arg)
             }
             uint32_t kept = 0;
             uint64_t h0 = w->handoff_ns;
-            rc = sl_dpp_plan_filter(w->plan, rows, selected, weights, &kept, &err);
+            rc = sl_pipeline_plan_filter(w->plan, rows, selected, weights, &kept, &err);
             if (rc == SL_OK) {
                 sl_dpp_rows_origin_t origin = {.epoch = wk.epoch,
                                                .split_id = wk.split_id,
@@ -419,7 +421,7 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     sl_err_t rc = sl_dpp_batch_dedup(d, batch, w->groups, w->num_groups, ds, err);
     uint64_t t1 = now_ns(CLOCK_MONOTONIC);
-    if (rc == SL_OK) rc = sl_dpp_plan_transform(w->plan, batch, err);
+    if (rc == SL_OK) rc = sl_pipeline_plan_transform(w->plan, batch, err);
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
         sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ",
@@ -533,10 +535,10 @@ static void *xform_main(void *arg)
  * once. */
 static bool files_store_job_groups(sl_dpp_worker_t *w)
 {
-    const sl_dpp_job_t *job = w->job;
+    const sl_pipeline_job_t *job = w->job;
     if (!job->num_dedup_groups || job->shuffle_window) return false;
     uint32_t nf = 0;
-    const char *const *features = sl_dpp_plan_read_features(w->plan, &nf);
+    const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
     sl_wh_read_opts_t ro = {
         .features = features, .num_features = nf, .dedup_form = true, .allocator = w->a};
     const char *last = NULL;
@@ -554,7 +556,7 @@ static bool files_store_job_groups(sl_dpp_worker_t *w)
             const sl_dedup_group_spec_t *fg = sl_wh_reader_group(r, g);
             bool match = false;
             for (uint32_t j = 0; !match && j < job->num_dedup_groups; j++) {
-                const sl_dpp_dedup_group_t *jg = &job->dedup_groups[j];
+                const sl_pipeline_dedup_group_t *jg = &job->dedup_groups[j];
                 if (jg->num_features != fg->num_features) continue;
                 uint32_t found = 0;
                 for (uint32_t a = 0; a < fg->num_features; a++)
@@ -577,8 +579,9 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t *opts,
-                             sl_dpp_worker_t **out, sl_dpp_problems_t *problems, sl_error_t *err)
+sl_err_t sl_dpp_worker_start(const sl_pipeline_job_t *job, const sl_dpp_worker_opts_t *opts,
+                             sl_dpp_worker_t **out, sl_pipeline_problems_t *problems,
+                             sl_error_t *err)
 {
     sl_dpp_worker_opts_t o = opts ? *opts : sl_dpp_worker_opts_default();
     const sl_allocator_t *a = o.allocator ? o.allocator : sl_allocator_default();
@@ -619,10 +622,10 @@ sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t
     w->st.memory_limit = o.memory_limit;
     if ((rc = sl_wh_table_open(job->table, a, &w->table, err))) goto fail;
     if (job->partitions && (rc = sl_wh_filter_parse(job->partitions, a, &w->filter, err))) {
-        if (problems) sl_dpp_problems_add(problems, "$.source.partitions: %s", err->msg);
+        if (problems) sl_pipeline_problems_add(problems, "$.source.partitions: %s", err->msg);
         goto fail;
     }
-    if ((rc = sl_dpp_plan_new(job, sl_wh_table_schema(w->table), &w->plan, problems, err)))
+    if ((rc = sl_pipeline_plan_new(job, sl_wh_table_schema(w->table), &w->plan, problems, err)))
         goto fail;
     if ((rc = sl_wh_table_splits(w->table, w->filter, job->stripes_per_split, &w->splits, err)))
         goto fail;
@@ -640,7 +643,7 @@ sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t
             goto fail;
         }
         for (uint32_t g = 0; g < w->num_groups; g++) {
-            const sl_dpp_dedup_group_t *jg = &job->dedup_groups[g];
+            const sl_pipeline_dedup_group_t *jg = &job->dedup_groups[g];
             w->groups[g] = (sl_dedup_group_spec_t){.name = jg->name,
                                                    .num_features = jg->num_features,
                                                    .features = (const char *const *)jg->features};
@@ -847,7 +850,7 @@ void sl_dpp_worker_destroy(sl_dpp_worker_t *w)
     if (w->xform) sl_free(w->a, w->xform, (size_t)w->threads * sizeof *w->xform);
     if (w->groups) sl_free(w->a, w->groups, (size_t)w->num_groups * sizeof *w->groups);
     sl_wh_splits_destroy(w->splits);
-    sl_dpp_plan_destroy(w->plan);
+    sl_pipeline_plan_destroy(w->plan);
     sl_wh_filter_destroy(w->filter);
     sl_wh_table_close(w->table);
     pthread_mutex_destroy(&w->mu);

@@ -133,7 +133,8 @@ typedef struct sl_dpp_worker_opts {
     bool has_listen_fd;
     int listen_fd;
     uint16_t listen_port;
-    const char *job_id; /* in WELCOME and BatchInfo; NULL: the job's id (a master's id may differ) */
+    const char
+        *job_id; /* in WELCOME and BatchInfo; NULL: the job's id (a master's id may differ) */
     /* Trainer port limits and peers (server.h): */
     const char *cluster_secret; /* clients must prove they hold it; NULL: none (then only a
                                    loopback listen address is accepted) */
@@ -177,8 +178,9 @@ typedef struct sl_dpp_worker sl_dpp_worker_t;
  * JSON path; return SL_ERR_INVALID), cut the table into splits, listen, and
  * start the threads. job is borrowed until sl_dpp_worker_destroy. Caller
  * owns *out, free with sl_dpp_worker_destroy. */
-sl_err_t sl_dpp_worker_start(const sl_dpp_job_t *job, const sl_dpp_worker_opts_t *opts,
-                             sl_dpp_worker_t **out, sl_dpp_problems_t *problems, sl_error_t *err);
+sl_err_t sl_dpp_worker_start(const sl_pipeline_job_t *job, const sl_dpp_worker_opts_t *opts,
+                             sl_dpp_worker_t **out, sl_pipeline_problems_t *problems,
+                             sl_error_t *err);
 
 /* The port listened on (the real one when 0 was asked). */
 uint16_t sl_dpp_worker_port(const sl_dpp_worker_t *w);

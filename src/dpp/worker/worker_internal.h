@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "dpp/pipeline/plan.h"
 #include "dpp/worker/batcher.h"
 #include "dpp/worker/queue.h"
 #include "dpp/worker/worker.h"
@@ -21,14 +22,14 @@ typedef struct leased {
 } leased_t;
 
 struct sl_dpp_worker {
-    const sl_dpp_job_t *job;
+    const sl_pipeline_job_t *job;
     const sl_allocator_t *a;
     sl_dpp_worker_opts_t o;
     char worker_id[64];
     sl_wh_table_t *table;
     sl_wh_filter_t *filter;
     sl_wh_splits_t *splits;
-    sl_dpp_plan_t *plan;
+    sl_pipeline_plan_t *plan;
     sl_dpp_split_source_t source;
     sl_dedup_group_spec_t *groups;
     uint32_t num_groups;
