@@ -7,14 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sl_prom_init(sl_prom_t *p)
+void sl_admin_prom_init(sl_admin_prom_t *p)
 {
     memset(p, 0, sizeof *p);
 }
 
-static void append(sl_prom_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void append(sl_admin_prom_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-static void append(sl_prom_t *p, const char *fmt, ...)
+static void append(sl_admin_prom_t *p, const char *fmt, ...)
 {
     if (p->failed) return;
     for (;;) {
@@ -43,12 +43,12 @@ static void append(sl_prom_t *p, const char *fmt, ...)
     }
 }
 
-void sl_prom_family(sl_prom_t *p, const char *name, const char *type, const char *help)
+void sl_admin_prom_family(sl_admin_prom_t *p, const char *name, const char *type, const char *help)
 {
     append(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-void sl_prom_sample(sl_prom_t *p, const char *name, const char *labels, double value)
+void sl_admin_prom_sample(sl_admin_prom_t *p, const char *name, const char *labels, double value)
 {
     char num[64];
     if (isnan(value))
@@ -65,7 +65,7 @@ void sl_prom_sample(sl_prom_t *p, const char *name, const char *labels, double v
         append(p, "%s %s\n", name, num);
 }
 
-char *sl_prom_label(char *out, size_t cap, const char *key, const char *value)
+char *sl_admin_prom_label(char *out, size_t cap, const char *key, const char *value)
 {
     size_t n = 0;
     int k = snprintf(out, cap, "%s=\"", key);
@@ -94,7 +94,7 @@ char *sl_prom_label(char *out, size_t cap, const char *key, const char *value)
     return out;
 }
 
-char *sl_prom_finish(sl_prom_t *p)
+char *sl_admin_prom_finish(sl_admin_prom_t *p)
 {
     if (p->failed) {
         free(p->buf);

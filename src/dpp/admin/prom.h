@@ -6,28 +6,28 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef struct sl_prom {
+typedef struct sl_admin_prom {
     char *buf;
     size_t len, cap;
-    bool failed; /* out of memory: sl_prom_finish returns NULL */
-} sl_prom_t;
+    bool failed; /* out of memory: sl_admin_prom_finish returns NULL */
+} sl_admin_prom_t;
 
-#define SL_PROM_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+#define SL_ADMIN_PROM_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
-void sl_prom_init(sl_prom_t *p);
+void sl_admin_prom_init(sl_admin_prom_t *p);
 
 /* "# HELP name help" and "# TYPE name type" (counter, gauge, ...). */
-void sl_prom_family(sl_prom_t *p, const char *name, const char *type, const char *help);
+void sl_admin_prom_family(sl_admin_prom_t *p, const char *name, const char *type, const char *help);
 
 /* One sample line: name{labels} value. labels is NULL or already formatted
- * pairs (built with sl_prom_label), without the braces. */
-void sl_prom_sample(sl_prom_t *p, const char *name, const char *labels, double value);
+ * pairs (built with sl_admin_prom_label), without the braces. */
+void sl_admin_prom_sample(sl_admin_prom_t *p, const char *name, const char *labels, double value);
 
 /* Format key="value" with value escaped (\\, \", \n) into out (cap bytes,
  * truncated safely). @return out. */
-char *sl_prom_label(char *out, size_t cap, const char *key, const char *value);
+char *sl_admin_prom_label(char *out, size_t cap, const char *key, const char *value);
 
 /* The text (caller owns, free with free()), or NULL when out of memory. */
-char *sl_prom_finish(sl_prom_t *p);
+char *sl_admin_prom_finish(sl_admin_prom_t *p);
 
 #endif

@@ -176,7 +176,7 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
     }
     resp->status = 200;
     resp->body = text;
-    resp->content_type = SL_PROM_CONTENT_TYPE;
+    resp->content_type = SL_ADMIN_PROM_CONTENT_TYPE;
 }
 
 static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)

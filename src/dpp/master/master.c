@@ -684,29 +684,34 @@ void sl_master_executor_report(sl_master_t *m, const sl_dpp_executor_stats_t *st
 }
 
 /* The executor's families (needs m->mu). */
-static void executor_metrics(sl_master_t *m, sl_prom_t *p)
+static void executor_metrics(sl_master_t *m, sl_admin_prom_t *p)
 {
     if (!m->has_exec) return;
     char lab[64];
     const sl_dpp_executor_stats_t *x = &m->exec;
-    sl_prom_family(p, "sluice_master_executor_spawns_total", "counter",
-                   "Worker processes started by the local executor.");
-    sl_prom_sample(p, "sluice_master_executor_spawns_total", NULL, (double)x->started);
-    sl_prom_family(p, "sluice_master_executor_spawn_errors_total", "counter",
-                   "Worker processes the local executor failed to start.");
-    sl_prom_sample(p, "sluice_master_executor_spawn_errors_total", NULL, (double)x->spawn_errors);
-    sl_prom_family(p, "sluice_master_executor_exits_total", "counter",
-                   "Worker processes reaped, by result (stopped: asked to; failed: any other).");
-    sl_prom_sample(p, "sluice_master_executor_exits_total",
-                   sl_prom_label(lab, sizeof lab, "result", "stopped"), (double)x->exited);
-    sl_prom_sample(p, "sluice_master_executor_exits_total",
-                   sl_prom_label(lab, sizeof lab, "result", "failed"), (double)x->failed);
-    sl_prom_family(p, "sluice_master_executor_restarts_delayed_total", "counter",
-                   "Worker restarts postponed because the job's workers keep exiting.");
-    sl_prom_sample(p, "sluice_master_executor_restarts_delayed_total", NULL, (double)x->delayed);
-    sl_prom_family(p, "sluice_master_executor_backoff_seconds", "gauge",
-                   "Longest restart delay of a job now (0: none backs off).");
-    sl_prom_sample(p, "sluice_master_executor_backoff_seconds", NULL, x->backoff_ms / 1000.0);
+    sl_admin_prom_family(p, "sluice_master_executor_spawns_total", "counter",
+                         "Worker processes started by the local executor.");
+    sl_admin_prom_sample(p, "sluice_master_executor_spawns_total", NULL, (double)x->started);
+    sl_admin_prom_family(p, "sluice_master_executor_spawn_errors_total", "counter",
+                         "Worker processes the local executor failed to start.");
+    sl_admin_prom_sample(p, "sluice_master_executor_spawn_errors_total", NULL,
+                         (double)x->spawn_errors);
+    sl_admin_prom_family(
+        p, "sluice_master_executor_exits_total", "counter",
+        "Worker processes reaped, by result (stopped: asked to; failed: any other).");
+    sl_admin_prom_sample(p, "sluice_master_executor_exits_total",
+                         sl_admin_prom_label(lab, sizeof lab, "result", "stopped"),
+                         (double)x->exited);
+    sl_admin_prom_sample(p, "sluice_master_executor_exits_total",
+                         sl_admin_prom_label(lab, sizeof lab, "result", "failed"),
+                         (double)x->failed);
+    sl_admin_prom_family(p, "sluice_master_executor_restarts_delayed_total", "counter",
+                         "Worker restarts postponed because the job's workers keep exiting.");
+    sl_admin_prom_sample(p, "sluice_master_executor_restarts_delayed_total", NULL,
+                         (double)x->delayed);
+    sl_admin_prom_family(p, "sluice_master_executor_backoff_seconds", "gauge",
+                         "Longest restart delay of a job now (0: none backs off).");
+    sl_admin_prom_sample(p, "sluice_master_executor_backoff_seconds", NULL, x->backoff_ms / 1000.0);
 }
 
 /* Resident set size from /proc (0 when unavailable). */
@@ -722,67 +727,71 @@ static uint64_t resident_bytes(void)
 
 char *sl_master_metrics_text(sl_master_t *m)
 {
-    sl_prom_t p;
-    sl_prom_init(&p);
+    sl_admin_prom_t p;
+    sl_admin_prom_init(&p);
     char lab[600], l2[300];
     pthread_mutex_lock(&m->mu);
     sl_dpp_master_counters_t c;
     sl_dpp_master_counters(m->st, &c);
-    sl_prom_family(&p, "sluice_master_jobs", "gauge", "Jobs in the master.");
-    sl_prom_sample(&p, "sluice_master_jobs", NULL, c.jobs);
-    sl_prom_family(&p, "sluice_master_workers", "gauge", "Workers connected.");
-    sl_prom_sample(&p, "sluice_master_workers", NULL, m->nworkers_connected);
-    sl_prom_family(&p, "sluice_master_clients", "gauge", "Trainer clients connected.");
-    sl_prom_sample(&p, "sluice_master_clients", NULL, m->nclients_connected);
-    sl_prom_family(&p, "sluice_master_client_records", "gauge",
-                   "Client records remembered (commit nonces), at most max_clients.");
-    sl_prom_sample(&p, "sluice_master_client_records", NULL, c.clients);
-    sl_prom_family(&p, "sluice_master_clients_evicted_total", "counter",
-                   "Client records forgotten after the idle period (--client-idle-ms).");
-    sl_prom_sample(&p, "sluice_master_clients_evicted_total", NULL, (double)c.clients_evicted);
-    sl_prom_family(&p, "sluice_master_leases_granted_total", "counter", "Split leases granted.");
-    sl_prom_sample(&p, "sluice_master_leases_granted_total", NULL, (double)c.leases_granted);
-    sl_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");
-    sl_prom_sample(&p, "sluice_master_lease_expiries_total", NULL, (double)c.expiries);
-    sl_prom_family(&p, "sluice_master_commits_total", "counter", "Commit answers by result.");
+    sl_admin_prom_family(&p, "sluice_master_jobs", "gauge", "Jobs in the master.");
+    sl_admin_prom_sample(&p, "sluice_master_jobs", NULL, c.jobs);
+    sl_admin_prom_family(&p, "sluice_master_workers", "gauge", "Workers connected.");
+    sl_admin_prom_sample(&p, "sluice_master_workers", NULL, m->nworkers_connected);
+    sl_admin_prom_family(&p, "sluice_master_clients", "gauge", "Trainer clients connected.");
+    sl_admin_prom_sample(&p, "sluice_master_clients", NULL, m->nclients_connected);
+    sl_admin_prom_family(&p, "sluice_master_client_records", "gauge",
+                         "Client records remembered (commit nonces), at most max_clients.");
+    sl_admin_prom_sample(&p, "sluice_master_client_records", NULL, c.clients);
+    sl_admin_prom_family(&p, "sluice_master_clients_evicted_total", "counter",
+                         "Client records forgotten after the idle period (--client-idle-ms).");
+    sl_admin_prom_sample(&p, "sluice_master_clients_evicted_total", NULL,
+                         (double)c.clients_evicted);
+    sl_admin_prom_family(&p, "sluice_master_leases_granted_total", "counter",
+                         "Split leases granted.");
+    sl_admin_prom_sample(&p, "sluice_master_leases_granted_total", NULL, (double)c.leases_granted);
+    sl_admin_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");
+    sl_admin_prom_sample(&p, "sluice_master_lease_expiries_total", NULL, (double)c.expiries);
+    sl_admin_prom_family(&p, "sluice_master_commits_total", "counter", "Commit answers by result.");
     static const char *res[] = {"committed", "overlap",    "stale",     "unknown",
                                 "repeated",  "wrong_rank", "not_leased"};
     uint64_t rv[] = {c.commits,          c.overlaps,      c.stale_commits,   c.unknown_commits,
                      c.repeated_commits, m->rank_refused, c.unleased_commits};
     for (int i = 0; i < 7; i++)
-        sl_prom_sample(&p, "sluice_master_commits_total",
-                       sl_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
-    sl_prom_family(&p, "sluice_master_split_failures_total", "counter",
-                   "SPLIT_FAILED reports counted (a worker could not read a split).");
-    sl_prom_sample(&p, "sluice_master_split_failures_total", NULL, (double)c.split_failures);
-    sl_prom_family(&p, "sluice_master_lease_revocations_total", "counter",
-                   "Leases revoked because their worker id registered without them.");
-    sl_prom_sample(&p, "sluice_master_lease_revocations_total", NULL, (double)c.revocations);
-    sl_prom_family(&p, "sluice_master_worker_ids_in_use_total", "counter",
-                   "Registrations refused: the worker id has another live process.");
-    sl_prom_sample(&p, "sluice_master_worker_ids_in_use_total", NULL, (double)m->ids_in_use);
-    sl_prom_family(&p, "sluice_master_auth_failures_total", "counter",
-                   "Control connections refused: no proof of the cluster secret.");
-    sl_prom_sample(&p, "sluice_master_auth_failures_total", NULL, (double)m->auth_failures);
-    sl_prom_family(&p, "sluice_master_connections_closed_total", "counter",
-                   "Control connections the master closed to keep its limits, by reason.");
+        sl_admin_prom_sample(&p, "sluice_master_commits_total",
+                             sl_admin_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
+    sl_admin_prom_family(&p, "sluice_master_split_failures_total", "counter",
+                         "SPLIT_FAILED reports counted (a worker could not read a split).");
+    sl_admin_prom_sample(&p, "sluice_master_split_failures_total", NULL, (double)c.split_failures);
+    sl_admin_prom_family(&p, "sluice_master_lease_revocations_total", "counter",
+                         "Leases revoked because their worker id registered without them.");
+    sl_admin_prom_sample(&p, "sluice_master_lease_revocations_total", NULL, (double)c.revocations);
+    sl_admin_prom_family(&p, "sluice_master_worker_ids_in_use_total", "counter",
+                         "Registrations refused: the worker id has another live process.");
+    sl_admin_prom_sample(&p, "sluice_master_worker_ids_in_use_total", NULL, (double)m->ids_in_use);
+    sl_admin_prom_family(&p, "sluice_master_auth_failures_total", "counter",
+                         "Control connections refused: no proof of the cluster secret.");
+    sl_admin_prom_sample(&p, "sluice_master_auth_failures_total", NULL, (double)m->auth_failures);
+    sl_admin_prom_family(&p, "sluice_master_connections_closed_total", "counter",
+                         "Control connections the master closed to keep its limits, by reason.");
     static const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
     uint64_t wv[] = {m->handshake_timeouts, m->idle_closed, m->evicted, m->refused};
     for (int i = 0; i < 4; i++)
-        sl_prom_sample(&p, "sluice_master_connections_closed_total",
-                       sl_prom_label(lab, sizeof lab, "reason", why[i]), (double)wv[i]);
-    sl_prom_family(&p, "sluice_master_connections", "gauge", "Control connections open.");
+        sl_admin_prom_sample(&p, "sluice_master_connections_closed_total",
+                             sl_admin_prom_label(lab, sizeof lab, "reason", why[i]), (double)wv[i]);
+    sl_admin_prom_family(&p, "sluice_master_connections", "gauge", "Control connections open.");
     uint32_t open = 0;
     for (uint32_t i = 0; m->conns != NULL && i < m->opts.max_connections; i++)
         open += m->conns[i].fd >= 0;
-    sl_prom_sample(&p, "sluice_master_connections", NULL, open);
-    sl_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
-    sl_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
-    sl_prom_family(&p, "sluice_master_journal_compactions_total", "counter",
-                   "Journal compactions (snapshot written, journal emptied) in this run.");
-    sl_prom_sample(&p, "sluice_master_journal_compactions_total", NULL, (double)c.compactions);
-    sl_prom_family(&p, "sluice_master_memory_bytes", "gauge", "Resident memory of the master.");
-    sl_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
+    sl_admin_prom_sample(&p, "sluice_master_connections", NULL, open);
+    sl_admin_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
+    sl_admin_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
+    sl_admin_prom_family(&p, "sluice_master_journal_compactions_total", "counter",
+                         "Journal compactions (snapshot written, journal emptied) in this run.");
+    sl_admin_prom_sample(&p, "sluice_master_journal_compactions_total", NULL,
+                         (double)c.compactions);
+    sl_admin_prom_family(&p, "sluice_master_memory_bytes", "gauge",
+                         "Resident memory of the master.");
+    sl_admin_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
     executor_metrics(m, &p);
     /* Per-job families: Prometheus wants each family's samples right after
      * its TYPE line, so gather the jobs' figures first, then emit by family. */
@@ -840,26 +849,26 @@ char *sl_master_metrics_text(sl_master_t *m)
             }
     }
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
-        sl_prom_family(&p, fam[k].name, fam[k].type, fam[k].help);
+        sl_admin_prom_family(&p, fam[k].name, fam[k].type, fam[k].help);
         for (uint32_t i = 0; i < njobs; i++) {
             const double *f = fig + (size_t)i * NFIG;
-            sl_prom_label(l2, sizeof l2, "job", ids[i]);
+            sl_admin_prom_label(l2, sizeof l2, "job", ids[i]);
             if (fam_first[k] != SPLITS_PENDING) {
-                sl_prom_sample(&p, fam[k].name, l2, f[fam_first[k]]);
+                sl_admin_prom_sample(&p, fam[k].name, l2, f[fam_first[k]]);
                 continue;
             }
             for (int st = 0; st < 3; st++) {
                 char sl[64];
                 snprintf(lab, sizeof lab, "%s,%s", l2,
-                         sl_prom_label(sl, sizeof sl, "state", states[st]));
-                sl_prom_sample(&p, fam[k].name, lab, f[SPLITS_PENDING + st]);
+                         sl_admin_prom_label(sl, sizeof sl, "state", states[st]));
+                sl_admin_prom_sample(&p, fam[k].name, lab, f[SPLITS_PENDING + st]);
             }
         }
     }
     free(fig);
     free(ids);
     pthread_mutex_unlock(&m->mu);
-    return sl_prom_finish(&p);
+    return sl_admin_prom_finish(&p);
 }
 
 uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t cap)

@@ -21,16 +21,16 @@ struct sl_dpp_worker_admin {
     sl_admin_t *admin;
 };
 
-static void counter(sl_prom_t *p, const char *name, const char *help, double v)
+static void counter(sl_admin_prom_t *p, const char *name, const char *help, double v)
 {
-    sl_prom_family(p, name, "counter", help);
-    sl_prom_sample(p, name, NULL, v);
+    sl_admin_prom_family(p, name, "counter", help);
+    sl_admin_prom_sample(p, name, NULL, v);
 }
 
-static void gauge(sl_prom_t *p, const char *name, const char *help, double v)
+static void gauge(sl_admin_prom_t *p, const char *name, const char *help, double v)
 {
-    sl_prom_family(p, name, "gauge", help);
-    sl_prom_sample(p, name, NULL, v);
+    sl_admin_prom_family(p, name, "gauge", help);
+    sl_admin_prom_sample(p, name, NULL, v);
 }
 
 char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
@@ -38,8 +38,8 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
     sl_dpp_worker_stats_t st;
     sl_dpp_worker_stats(w, &st);
     const sl_dpp_server_stats_t *s = &st.server;
-    sl_prom_t p;
-    sl_prom_init(&p);
+    sl_admin_prom_t p;
+    sl_admin_prom_init(&p);
     counter(&p, "sluice_worker_rows_read_total", "Rows read from the table.", (double)st.rows_read);
     counter(&p, "sluice_worker_rows_kept_total", "Rows the filters kept.", (double)st.rows_kept);
     counter(&p, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
@@ -52,22 +52,22 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
             (double)st.bytes_encoded);
     counter(&p, "sluice_worker_bytes_expanded_total",
             "Bytes the encoded batches would take without dedup.", (double)st.bytes_expanded);
-    sl_prom_family(&p, "sluice_worker_dedup_factor", "gauge",
-                   "Rows per unique row of each dedup group.");
+    sl_admin_prom_family(&p, "sluice_worker_dedup_factor", "gauge",
+                         "Rows per unique row of each dedup group.");
     for (uint32_t g = 0; g < st.num_groups; g++) {
         char lab[128];
-        sl_prom_label(lab, sizeof lab, "group", st.groups[g].name);
-        sl_prom_sample(&p, "sluice_worker_dedup_factor", lab, st.groups[g].factor);
+        sl_admin_prom_label(lab, sizeof lab, "group", st.groups[g].name);
+        sl_admin_prom_sample(&p, "sluice_worker_dedup_factor", lab, st.groups[g].factor);
     }
-    sl_prom_family(&p, "sluice_worker_busy_seconds_total", "counter",
-                   "Busy time per pipeline stage, summed over threads.");
+    sl_admin_prom_family(&p, "sluice_worker_busy_seconds_total", "counter",
+                         "Busy time per pipeline stage, summed over threads.");
     const char *stages[] = {"read", "filter", "dedup", "transform", "encode", "send"};
     uint64_t ns[] = {st.read_ns, st.filter_ns, st.dedup_ns, st.transform_ns, st.encode_ns,
                      s->send_ns};
     for (int i = 0; i < 6; i++) {
         char lab[64];
-        sl_prom_label(lab, sizeof lab, "stage", stages[i]);
-        sl_prom_sample(&p, "sluice_worker_busy_seconds_total", lab, (double)ns[i] / 1e9);
+        sl_admin_prom_label(lab, sizeof lab, "stage", stages[i]);
+        sl_admin_prom_sample(&p, "sluice_worker_busy_seconds_total", lab, (double)ns[i] / 1e9);
     }
     counter(&p, "sluice_worker_backpressure_seconds_total",
             "Time stages waited for memory or a full queue.", (double)st.backpressure_ns / 1e9);
@@ -88,14 +88,14 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
     counter(&p, "sluice_worker_auth_failures_total",
             "Trainer connections refused: no proof of the cluster secret.",
             (double)s->auth_failures);
-    sl_prom_family(&p, "sluice_worker_connections_closed_total", "counter",
-                   "Trainer connections the worker closed to keep its limits, by reason.");
+    sl_admin_prom_family(&p, "sluice_worker_connections_closed_total", "counter",
+                         "Trainer connections the worker closed to keep its limits, by reason.");
     const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
     uint64_t wv[] = {s->handshake_timeouts, s->idle_closed, s->evicted, s->refused};
     for (int i = 0; i < 4; i++) {
         char lab[64];
-        sl_prom_label(lab, sizeof lab, "reason", why[i]);
-        sl_prom_sample(&p, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
+        sl_admin_prom_label(lab, sizeof lab, "reason", why[i]);
+        sl_admin_prom_sample(&p, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
     }
     gauge(&p, "sluice_worker_clients", "Trainer clients connected now.", (double)s->clients_now);
     gauge(&p, "sluice_worker_queue_ready_batches", "Encoded batches waiting for a client.",
@@ -123,7 +123,7 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
         counter(&p, "sluice_worker_master_reconnects_total", "Master connections re-established.",
                 (double)m.reconnects);
     }
-    return sl_prom_finish(&p);
+    return sl_admin_prom_finish(&p);
 }
 
 char *sl_dpp_worker_status_json(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
@@ -215,10 +215,10 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
     bool waiting = !a->w;
     pthread_mutex_unlock(&a->mu);
     if (waiting) { /* nothing counted yet */
-        sl_prom_t p;
-        sl_prom_init(&p);
+        sl_admin_prom_t p;
+        sl_admin_prom_init(&p);
         gauge(&p, "sluice_worker_waiting", "1 while waiting for the master's first lease.", 1);
-        text = sl_prom_finish(&p);
+        text = sl_admin_prom_finish(&p);
     }
     if (!text) {
         sl_admin_reply_error(resp, 500, "out of memory");
@@ -226,7 +226,7 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
     }
     resp->status = 200;
     resp->body = text;
-    resp->content_type = SL_PROM_CONTENT_TYPE;
+    resp->content_type = SL_ADMIN_PROM_CONTENT_TYPE;
 }
 
 static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
