@@ -135,19 +135,19 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static sl_dpp_worker_t *start_worker(fake_t *f, sl_pipeline_job_t **job,
-                                     sl_dpp_master_source_t **ms)
+static sl_worker_t *start_worker(fake_t *f, sl_pipeline_job_t **job,
+                                 sl_worker_lease_client_t **ms)
 {
     char master[64];
     snprintf(master, sizeof master, "127.0.0.1:%u", f->port);
-    sl_dpp_master_source_opts_t mo = {.master = master, .worker_id = "w1", .threads = 2};
-    sl_dpp_worker_opts_t wo = sl_dpp_worker_opts_default();
+    sl_worker_lease_client_opts_t mo = {.master = master, .worker_id = "w1", .threads = 2};
+    sl_worker_opts_t wo = sl_worker_opts_default();
     wo.threads = 2;
     wo.memory_limit = 64u << 20;
-    sl_dpp_worker_t *w = NULL;
+    sl_worker_t *w = NULL;
     sl_pipeline_problems_t p = {0};
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_start_master(&mo, &wo, 5000, job, &w, ms, &p, &err), SL_OK, "%s",
+    cr_assert_eq(sl_worker_start_leased(&mo, &wo, 5000, job, &w, ms, &p, &err), SL_OK, "%s",
                  err.msg);
     sl_pipeline_problems_free(&p);
     return w;
@@ -271,20 +271,20 @@ static void run_tiling(bool filter, bool drop_last)
     fm_add(&f, 1, gen++, 0, todo, nt);
 
     sl_pipeline_job_t *job;
-    sl_dpp_master_source_t *ms;
-    sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(&f, &job, &ms);
     client_t c[2];
-    client_start(&c[0], &f, sl_dpp_worker_port(w), 0);
-    client_start(&c[1], &f, sl_dpp_worker_port(w), 1);
+    client_start(&c[0], &f, sl_worker_port(w), 0);
+    client_start(&c[1], &f, sl_worker_port(w), 1);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
     pthread_join(c[0].th, NULL);
     pthread_join(c[1].th, NULL);
     cr_assert(c[0].ended && c[1].ended, "clients get END once the job is finished");
-    sl_dpp_master_source_stats_t ms_st;
-    sl_dpp_master_source_stats(ms, &ms_st);
+    sl_worker_lease_client_stats_t ms_st;
+    sl_worker_lease_client_stats(ms, &ms_st);
     wait_until(&f, heartbeat_seen, 5); /* a job this small may end before the first one */
-    sl_dpp_worker_stop(w); /* the last SPLIT_READs go out */
+    sl_worker_stop(w); /* the last SPLIT_READs go out */
     pthread_mutex_lock(&f.mu);
     cr_assert_eq(f.nreads, f.nq, "a split read per lease: %u of %u", f.nreads, f.nq);
     check_leases(&f, filter, drop_last, 0);
@@ -294,7 +294,7 @@ static void run_tiling(bool filter, bool drop_last)
     cr_assert(ms_st.finished);
     cr_assert_str_eq(ms_st.job_id, "jobx");
     cr_assert_eq(ms_st.leases, f.nq);
-    sl_dpp_worker_destroy(w);
+    sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
@@ -333,12 +333,12 @@ Test(master_source, revoked_lease_batches_are_dropped)
     f.finish = true;
     f.hold = false;
     sl_pipeline_job_t *job;
-    sl_dpp_master_source_t *ms;
-    sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(&f, &job, &ms);
     /* no client yet: the first leases' batches wait in the ready queue */
     for (int i = 0; i < 500; i++) {
-        sl_dpp_worker_stats_t st;
-        sl_dpp_worker_stats(w, &st);
+        sl_worker_stats_t st;
+        sl_worker_stats(w, &st);
         if (st.batches >= 4) break;
         usleep(10000);
     }
@@ -348,15 +348,15 @@ Test(master_source, revoked_lease_batches_are_dropped)
     wait_until(&f, revoke_sent, 10);
     usleep(50000);
     client_t c;
-    client_start(&c, &f, sl_dpp_worker_port(w), 0);
+    client_start(&c, &f, sl_worker_port(w), 0);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
     pthread_join(c.th, NULL);
-    sl_dpp_worker_stop(w);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
-    sl_dpp_master_source_stats_t mst;
-    sl_dpp_master_source_stats(ms, &mst);
+    sl_worker_stop(w);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    sl_worker_lease_client_stats_t mst;
+    sl_worker_lease_client_stats(ms, &mst);
     pthread_mutex_lock(&f.mu);
     for (uint32_t i = 0; i < f.ngot; i++)
         cr_assert_neq(f.got[i].generation, 7, "a batch of the revoked lease was sent");
@@ -369,7 +369,7 @@ Test(master_source, revoked_lease_batches_are_dropped)
     cr_assert_geq(st.server.dropped, 1, "batches of the revoked lease were dropped");
     cr_assert_eq(mst.revoked, 1);
     cr_assert_eq(mst.leases_held, 0, "every lease forgotten");
-    sl_dpp_worker_destroy(w);
+    sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
@@ -384,23 +384,23 @@ Test(master_source, static_sharding_routes_batches_by_rank)
         fm_add(&f, s, 20 + s, 1 + s % 2, NULL, 0);
     f.finish = true;
     sl_pipeline_job_t *job;
-    sl_dpp_master_source_t *ms;
-    sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(&f, &job, &ms);
     client_t c[2];
-    client_start(&c[0], &f, sl_dpp_worker_port(w), 0);
-    client_start(&c[1], &f, sl_dpp_worker_port(w), 1);
+    client_start(&c[0], &f, sl_worker_port(w), 0);
+    client_start(&c[1], &f, sl_worker_port(w), 1);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
     pthread_join(c[0].th, NULL);
     pthread_join(c[1].th, NULL);
-    sl_dpp_worker_stop(w);
+    sl_worker_stop(w);
     cr_assert_eq(c[0].wrong_rank + c[1].wrong_rank, 0);
     cr_assert_gt(c[0].batches, 0);
     cr_assert_gt(c[1].batches, 0);
     pthread_mutex_lock(&f.mu);
     check_leases(&f, false, false, 0);
     pthread_mutex_unlock(&f.mu);
-    sl_dpp_worker_destroy(w);
+    sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
@@ -409,9 +409,9 @@ Test(master_source, static_sharding_routes_batches_by_rank)
 /* A lease of every split queued at f (finish: then "finished"), f's
  * connection dropped after drop_after_reads SPLIT_READs and REGISTERs
  * refused after refuse_after (0: never); the worker and a client started. */
-static sl_dpp_worker_t *start_dropping(fake_t *f, bool finish, int drop_after_reads,
-                                       uint32_t refuse_after, sl_pipeline_job_t **job,
-                                       sl_dpp_master_source_t **ms, client_t *c)
+static sl_worker_t *start_dropping(fake_t *f, bool finish, int drop_after_reads,
+                                   uint32_t refuse_after, sl_pipeline_job_t **job,
+                                   sl_worker_lease_client_t **ms, client_t *c)
 {
     fm_start(f, splits, spec_of(false, false));
     for (uint32_t s = 0; s < splits->count; s++)
@@ -419,8 +419,8 @@ static sl_dpp_worker_t *start_dropping(fake_t *f, bool finish, int drop_after_re
     f->finish = finish;
     f->drop_after_reads = drop_after_reads;
     f->refuse_after = refuse_after;
-    sl_dpp_worker_t *w = start_worker(f, job, ms);
-    client_start(c, f, sl_dpp_worker_port(w), 0);
+    sl_worker_t *w = start_worker(f, job, ms);
+    client_start(c, f, sl_worker_port(w), 0);
     return w;
 }
 
@@ -430,16 +430,16 @@ Test(master_source, reconnects_after_the_master_connection_drops)
 {
     fake_t f;
     sl_pipeline_job_t *job;
-    sl_dpp_master_source_t *ms;
+    sl_worker_lease_client_t *ms;
     client_t c;
-    sl_dpp_worker_t *w = start_dropping(&f, true, 2, 0, &job, &ms, &c);
+    sl_worker_t *w = start_dropping(&f, true, 2, 0, &job, &ms, &c);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
     pthread_join(c.th, NULL);
     wait_until(&f, all_read, 10); /* reported without waiting for the stop */
-    sl_dpp_worker_stop(w);
-    sl_dpp_master_source_stats_t mst;
-    sl_dpp_master_source_stats(ms, &mst);
+    sl_worker_stop(w);
+    sl_worker_lease_client_stats_t mst;
+    sl_worker_lease_client_stats(ms, &mst);
     pthread_mutex_lock(&f.mu);
     cr_assert_eq(f.registers, 2);
     cr_assert_eq(f.nreads, f.nq);
@@ -449,7 +449,7 @@ Test(master_source, reconnects_after_the_master_connection_drops)
     check_leases(&f, false, false, 0);
     pthread_mutex_unlock(&f.mu);
     cr_assert_eq(mst.reconnects, 1);
-    sl_dpp_worker_destroy(w);
+    sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
@@ -462,11 +462,11 @@ Test(master_source, refused_registration_fails_the_worker)
 {
     fake_t f;
     sl_pipeline_job_t *job;
-    sl_dpp_master_source_t *ms;
+    sl_worker_lease_client_t *ms;
     client_t c;
-    sl_dpp_worker_t *w = start_dropping(&f, false, 1, 1, &job, &ms, &c);
+    sl_worker_t *w = start_dropping(&f, false, 1, 1, &job, &ms, &c);
     sl_error_t err = {0};
-    sl_err_t rc = sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err);
+    sl_err_t rc = sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err);
     cr_assert_eq(rc, SL_ERR_INVALID, "%s: %s", sl_err_str(rc), err.msg);
     cr_assert(strstr(err.msg, "worker id 'w1' is in use by another live worker process") != NULL,
               "%s", err.msg);
@@ -474,9 +474,9 @@ Test(master_source, refused_registration_fails_the_worker)
     pthread_mutex_lock(&f.mu);
     cr_assert_eq(f.registers, 2, "no retry loop after a refusal for good");
     pthread_mutex_unlock(&f.mu);
-    sl_dpp_worker_stop(w);
+    sl_worker_stop(w);
     pthread_join(c.th, NULL);
-    sl_dpp_worker_destroy(w);
+    sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();
@@ -492,26 +492,26 @@ Test(master_source, bad_lease_and_unreachable_master)
     sl_dpp_row_range_t bad = {10, splits->items[1].num_rows + 5};
     fm_add(&f, 1, 61, 0, &bad, 1);
     sl_pipeline_job_t *job;
-    sl_dpp_master_source_t *ms;
-    sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(&f, &job, &ms);
     client_t c;
-    client_start(&c, &f, sl_dpp_worker_port(w), 0);
+    client_start(&c, &f, sl_worker_port(w), 0);
     sl_error_t err = {0};
-    sl_err_t rc = sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err);
+    sl_err_t rc = sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err);
     cr_assert_eq(rc, SL_ERR_PROTOCOL, "%s", err.msg);
     cr_assert(strstr(err.msg, "todo range 0") && strstr(err.msg, "split 1"), "%s", err.msg);
     pthread_join(c.th, NULL);
-    sl_dpp_worker_destroy(w);
+    sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     fm_stop(&f);
 
     /* nobody listens there any more */
     char master[64];
     snprintf(master, sizeof master, "127.0.0.1:%u", f.port);
-    sl_dpp_master_source_opts_t mo = {.master = master, .worker_id = "w1",
+    sl_worker_lease_client_opts_t mo = {.master = master, .worker_id = "w1",
                                       .serve_address = "127.0.0.1:1", .connect_timeout_ms = 500};
-    sl_dpp_master_source_t *m2 = NULL;
-    rc = sl_dpp_master_source_new(&mo, &m2, &err);
+    sl_worker_lease_client_t *m2 = NULL;
+    rc = sl_worker_lease_client_new(&mo, &m2, &err);
     cr_assert_neq(rc, SL_OK);
     cr_assert_null(m2);
     cr_assert(strstr(err.msg, master), "%s", err.msg);
@@ -651,14 +651,14 @@ Test(master_source, shuffle_window_stays_within_a_batch)
     fm_add(&f, 0, 3, 0, NULL, 0);
     f.finish = true;
     sl_pipeline_job_t *job;
-    sl_dpp_master_source_t *ms;
-    sl_dpp_worker_t *w = start_worker(&f, &job, &ms);
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(&f, &job, &ms);
     client_t c;
-    client_start(&c, &f, sl_dpp_worker_port(w), 0);
+    client_start(&c, &f, sl_worker_port(w), 0);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
     pthread_join(c.th, NULL);
-    sl_dpp_worker_stop(w);
+    sl_worker_stop(w);
     pthread_mutex_lock(&f.mu);
     in_order = false;
     check_leases(&f, false, false, 0);
@@ -682,7 +682,7 @@ Test(master_source, shuffle_window_stays_within_a_batch)
     pthread_mutex_unlock(&f.mu);
     cr_assert_geq(pairs, 3);
     cr_assert_gt(moved, 0, "rows were shuffled");
-    sl_dpp_worker_destroy(w);
+    sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     fm_stop(&f);
     no_thread_fails();

@@ -1,6 +1,6 @@
 /* The worker's admin endpoint (worker_admin.h). Handlers run on the
- * endpoint's thread and read the worker through sl_dpp_worker_stats and
- * sl_dpp_master_source_stats, which take the locks they need. */
+ * endpoint's thread and read the worker through sl_worker_stats and
+ * sl_worker_lease_client_stats, which take the locks they need. */
 #include "dpp/worker/admin.h"
 
 #include <pthread.h>
@@ -12,11 +12,11 @@
 
 typedef struct wadmin {
     pthread_mutex_t mu; /* held while a handler reads through w: set waits for it */
-    sl_dpp_worker_t *w; /* NULL: waiting for the first lease */
-    sl_dpp_master_source_t *ms;
+    sl_worker_t *w; /* NULL: waiting for the first lease */
+    sl_worker_lease_client_t *ms;
 } wadmin_t;
 
-struct sl_dpp_worker_admin {
+struct sl_worker_admin {
     wadmin_t ctx; /* the handlers' */
     sl_admin_t *admin;
 };
@@ -33,11 +33,11 @@ static void gauge(sl_admin_prom_t *p, const char *name, const char *help, double
     sl_admin_prom_sample(p, name, NULL, v);
 }
 
-char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
+char *sl_worker_admin_metrics_text(sl_worker_t *w, sl_worker_lease_client_t *ms)
 {
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
-    const sl_dpp_server_stats_t *s = &st.server;
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    const sl_worker_server_stats_t *s = &st.server;
     sl_admin_prom_t p;
     sl_admin_prom_init(&p);
     counter(&p, "sluice_worker_rows_read_total", "Rows read from the table.", (double)st.rows_read);
@@ -108,8 +108,8 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
     gauge(&p, "sluice_worker_finished", "1 once every batch is produced and acknowledged.",
           st.finished ? 1 : 0);
     if (ms) {
-        sl_dpp_master_source_stats_t m;
-        sl_dpp_master_source_stats(ms, &m);
+        sl_worker_lease_client_stats_t m;
+        sl_worker_lease_client_stats(ms, &m);
         counter(&p, "sluice_worker_leases_total", "Leases granted by the master.",
                 (double)m.leases);
         gauge(&p, "sluice_worker_leases_held", "Leases being read or waiting for acknowledgements.",
@@ -126,12 +126,12 @@ char *sl_dpp_worker_metrics_text(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
     return sl_admin_prom_finish(&p);
 }
 
-char *sl_dpp_worker_status_json(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
+char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
 {
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     sl_error_t err = {0};
-    bool failed = sl_dpp_worker_failed(w, &err);
+    bool failed = sl_worker_failed(w, &err);
     json_t *groups = json_array();
     for (uint32_t g = 0; g < st.num_groups; g++)
         json_array_append_new(groups, json_pack("{s:s, s:I, s:I, s:f}", "name", st.groups[g].name,
@@ -142,7 +142,7 @@ char *sl_dpp_worker_status_json(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, "
         "s:I, s:I, s:I}, s:{s:I, s:I, s:I}}",
-        "worker_id", sl_dpp_worker_id(w), "job_id", sl_dpp_worker_job_id(w), "state",
+        "worker_id", sl_worker_id(w), "job_id", sl_worker_job_id(w), "state",
         failed ? "failed" : st.finished ? "finished" : "serving", "finished", st.finished,
         "error", failed ? err.msg : NULL, "threads", (json_int_t)st.threads, "splits",
         (json_int_t)st.splits, "rows_read", (json_int_t)st.rows_read, "rows_kept",
@@ -155,8 +155,8 @@ char *sl_dpp_worker_status_json(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms)
         "used", (json_int_t)st.memory_used, "peak", (json_int_t)st.memory_peak);
     if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
     if (o && ms) {
-        sl_dpp_master_source_stats_t m;
-        sl_dpp_master_source_stats(ms, &m);
+        sl_worker_lease_client_stats_t m;
+        sl_worker_lease_client_stats(ms, &m);
         json_object_set_new(
             o, "master",
             json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I}", "leases",
@@ -193,11 +193,11 @@ static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response
     wadmin_t *a = ctx;
     sl_error_t err = {0};
     pthread_mutex_lock(&a->mu);
-    sl_dpp_master_source_stats_t m = {0};
-    if (a->ms) sl_dpp_master_source_stats(a->ms, &m);
+    sl_worker_lease_client_stats_t m = {0};
+    if (a->ms) sl_worker_lease_client_stats(a->ms, &m);
     if (!a->w)
         h_waiting(resp, 503);
-    else if (sl_dpp_worker_failed(a->w, &err))
+    else if (sl_worker_failed(a->w, &err))
         sl_admin_reply_error(resp, 503, "failed: %s", err.msg);
     else if (m.stop)
         sl_admin_reply_error(resp, 503, "retired by the master: finishing");
@@ -211,7 +211,7 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
     (void)req;
     wadmin_t *a = ctx;
     pthread_mutex_lock(&a->mu);
-    char *text = a->w ? sl_dpp_worker_metrics_text(a->w, a->ms) : NULL;
+    char *text = a->w ? sl_worker_admin_metrics_text(a->w, a->ms) : NULL;
     bool waiting = !a->w;
     pthread_mutex_unlock(&a->mu);
     if (waiting) { /* nothing counted yet */
@@ -234,7 +234,7 @@ static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response
     (void)req;
     wadmin_t *a = ctx;
     pthread_mutex_lock(&a->mu);
-    char *text = a->w ? sl_dpp_worker_status_json(a->w, a->ms) : NULL;
+    char *text = a->w ? sl_worker_admin_status_json(a->w, a->ms) : NULL;
     bool waiting = !a->w;
     pthread_mutex_unlock(&a->mu);
     if (waiting) {
@@ -256,20 +256,20 @@ static const sl_admin_route_t routes[] = {
     {"GET", "/status", false, h_status},
 };
 
-sl_err_t sl_dpp_worker_admin_start(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms,
-                                   const char *address, sl_dpp_worker_admin_t **out,
-                                   sl_error_t *err)
+sl_err_t sl_worker_admin_start(sl_worker_t *w, sl_worker_lease_client_t *ms,
+                               const char *address, sl_worker_admin_t **out,
+                               sl_error_t *err)
 {
     sl_admin_opts_t o = {.address = address};
-    return sl_dpp_worker_admin_serve(w, ms, &o, out, err);
+    return sl_worker_admin_serve(w, ms, &o, out, err);
 }
 
-sl_err_t sl_dpp_worker_admin_serve(sl_dpp_worker_t *w, sl_dpp_master_source_t *ms,
-                                   const sl_admin_opts_t *endpoint, sl_dpp_worker_admin_t **out,
-                                   sl_error_t *err)
+sl_err_t sl_worker_admin_serve(sl_worker_t *w, sl_worker_lease_client_t *ms,
+                               const sl_admin_opts_t *endpoint, sl_worker_admin_t **out,
+                               sl_error_t *err)
 {
     const sl_allocator_t *al = sl_allocator_default();
-    sl_dpp_worker_admin_t *a = sl_calloc(al, 1, sizeof *a);
+    sl_worker_admin_t *a = sl_calloc(al, 1, sizeof *a);
     if (!a) return sl_error_set(err, SL_ERR_NOMEM, "worker admin: out of memory");
     a->ctx.w = w;
     a->ctx.ms = ms;
@@ -289,13 +289,13 @@ sl_err_t sl_dpp_worker_admin_serve(sl_dpp_worker_t *w, sl_dpp_master_source_t *m
     return SL_OK;
 }
 
-uint16_t sl_dpp_worker_admin_port(const sl_dpp_worker_admin_t *a)
+uint16_t sl_worker_admin_port(const sl_worker_admin_t *a)
 {
     return sl_admin_port(a->admin);
 }
 
-void sl_dpp_worker_admin_set(sl_dpp_worker_admin_t *a, sl_dpp_worker_t *w,
-                             sl_dpp_master_source_t *ms)
+void sl_worker_admin_set(sl_worker_admin_t *a, sl_worker_t *w,
+                         sl_worker_lease_client_t *ms)
 {
     pthread_mutex_lock(&a->ctx.mu);
     a->ctx.w = w;
@@ -303,7 +303,7 @@ void sl_dpp_worker_admin_set(sl_dpp_worker_admin_t *a, sl_dpp_worker_t *w,
     pthread_mutex_unlock(&a->ctx.mu);
 }
 
-void sl_dpp_worker_admin_stop(sl_dpp_worker_admin_t *a)
+void sl_worker_admin_stop(sl_worker_admin_t *a)
 {
     if (!a) return;
     sl_admin_stop(a->admin);

@@ -64,13 +64,13 @@ static void builder_free(const sl_allocator_t *a, builder_t *bd, uint32_t F, uin
     bd->vals = bd->wts = NULL;
 }
 
-sl_err_t sl_dpp_batcher_new(const sl_dpp_batcher_opts_t *opts, sl_dpp_batch_fn emit, void *ctx,
-                            sl_dpp_batcher_t **out, sl_error_t *err)
+sl_err_t sl_worker_batcher_new(const sl_worker_batcher_opts_t *opts, sl_worker_batcher_emit_fn emit,
+                               void *ctx, sl_worker_batcher_t **out, sl_error_t *err)
 {
     if (!opts || opts->batch_size == 0 || !emit)
         return sl_error_set(err, SL_ERR_INVALID, "batcher: batch_size must be positive");
     const sl_allocator_t *a = opts->allocator ? opts->allocator : sl_allocator_default();
-    sl_dpp_batcher_t *b = sl_calloc(a, 1, sizeof *b);
+    sl_worker_batcher_t *b = sl_calloc(a, 1, sizeof *b);
     if (!b) return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
     b->o = *opts;
     b->a = a;
@@ -88,7 +88,7 @@ sl_err_t sl_dpp_batcher_new(const sl_dpp_batcher_opts_t *opts, sl_dpp_batch_fn e
     return SL_OK;
 }
 
-void sl_dpp_batcher_destroy(sl_dpp_batcher_t *b)
+void sl_worker_batcher_destroy(sl_worker_batcher_t *b)
 {
     if (!b) return;
     const sl_allocator_t *a = b->a;
@@ -141,7 +141,7 @@ fail:
     return NULL;
 }
 
-static sl_err_t builder_setup(sl_dpp_batcher_t *b, builder_t *bd)
+static sl_err_t builder_setup(sl_worker_batcher_t *b, builder_t *bd)
 {
     if (bd->cap == 0) return SL_OK;
     bd->vals = sl_calloc(b->a, b->F ? b->F : 1, sizeof *bd->vals);
@@ -161,7 +161,7 @@ static sl_err_t builder_setup(sl_dpp_batcher_t *b, builder_t *bd)
 }
 
 /* Fix the shape from the first rows; later rows must match it. */
-static sl_err_t configure(sl_dpp_batcher_t *b, const sl_batch_t *rows, sl_error_t *err)
+static sl_err_t configure(sl_worker_batcher_t *b, const sl_batch_t *rows, sl_error_t *err)
 {
     const sl_allocator_t *a = b->a;
     b->F = rows->sparse.num_keys;
@@ -212,7 +212,7 @@ static sl_err_t configure(sl_dpp_batcher_t *b, const sl_batch_t *rows, sl_error_
     return SL_OK;
 }
 
-static sl_err_t check_shape(const sl_dpp_batcher_t *b, const sl_batch_t *rows, uint32_t T,
+static sl_err_t check_shape(const sl_worker_batcher_t *b, const sl_batch_t *rows, uint32_t T,
                             sl_error_t *err)
 {
     if (rows->sparse.num_keys != b->F || rows->dense.cols != b->D || rows->labels.cols != T ||
@@ -243,7 +243,7 @@ static sl_err_t check_shape(const sl_dpp_batcher_t *b, const sl_batch_t *rows, u
 }
 
 /* Start a batch in bd: an arena with room for cap rows. */
-static sl_err_t builder_begin(sl_dpp_batcher_t *b, builder_t *bd, sl_error_t *err)
+static sl_err_t builder_begin(sl_worker_batcher_t *b, builder_t *bd, sl_error_t *err)
 {
     sl_batch_t *batch = sl_batch_new(b->a);
     if (!batch) return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
@@ -276,9 +276,9 @@ static sl_err_t builder_begin(sl_dpp_batcher_t *b, builder_t *bd, sl_error_t *er
 /* Gather the rows of runs[0..nr) (m rows in all) of src into bd at row
  * bd->n. Rows ascend, so each key's values are found by the per-key cursor
  * (cur_row, cur_off) instead of an offsets table. */
-static sl_err_t gather_runs(sl_dpp_batcher_t *b, builder_t *bd, const sl_batch_t *src,
+static sl_err_t gather_runs(sl_worker_batcher_t *b, builder_t *bd, const sl_batch_t *src,
                             const run_t *runs, uint32_t nr, uint32_t m, const float *weights,
-                            uint32_t wbase, const sl_dpp_rows_origin_t *origin, sl_error_t *err)
+                            uint32_t wbase, const sl_worker_rows_origin_t *origin, sl_error_t *err)
 {
     const uint32_t N = src->batch_size;
     const sl_kjt_t *kjt = &src->sparse;
@@ -360,7 +360,7 @@ static sl_err_t gather_runs(sl_dpp_batcher_t *b, builder_t *bd, const sl_batch_t
 }
 
 /* Turn what bd holds into a finished batch (ownership to the caller). */
-static sl_err_t builder_finish(sl_dpp_batcher_t *b, builder_t *bd, sl_batch_t **out,
+static sl_err_t builder_finish(sl_worker_batcher_t *b, builder_t *bd, sl_batch_t **out,
                                sl_error_t *err)
 {
     sl_batch_t *batch = bd->cur;
@@ -412,7 +412,7 @@ nomem:
     return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory finishing a batch");
 }
 
-static sl_err_t emit_batch(sl_dpp_batcher_t *b, sl_error_t *err)
+static sl_err_t emit_batch(sl_worker_batcher_t *b, sl_error_t *err)
 {
     sl_batch_t *batch;
     sl_err_t rc = builder_finish(b, &b->batch, &batch, err);
@@ -431,7 +431,7 @@ static sl_err_t emit_batch(sl_dpp_batcher_t *b, sl_error_t *err)
 }
 
 /* Shuffle the window's rows (seeded Fisher-Yates) and deal them into batches. */
-static sl_err_t flush_window(sl_dpp_batcher_t *b, sl_error_t *err)
+static sl_err_t flush_window(sl_worker_batcher_t *b, sl_error_t *err)
 {
     builder_t *w = &b->window;
     if (w->n == 0) return SL_OK;
@@ -515,9 +515,9 @@ out:
     return rc;
 }
 
-sl_err_t sl_dpp_batcher_add(sl_dpp_batcher_t *b, const sl_batch_t *rows, const uint32_t *selected,
-                            const float *weights, uint32_t n, const sl_dpp_rows_origin_t *origin,
-                            sl_error_t *err)
+sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
+                               const uint32_t *selected, const float *weights, uint32_t n,
+                               const sl_worker_rows_origin_t *origin, sl_error_t *err)
 {
     sl_err_t rc;
     if (!b->configured && (rc = configure(b, rows, err))) return rc;
@@ -526,7 +526,7 @@ sl_err_t sl_dpp_batcher_add(sl_dpp_batcher_t *b, const sl_batch_t *rows, const u
     if (!selected && n > N)
         return sl_error_set(err, SL_ERR_INVALID, "batcher: %u rows selected of %u", n, N);
     if (!b->started || origin->epoch != b->epoch) {
-        if (b->started && (b->window.n || b->batch.n) && (rc = sl_dpp_batcher_end_epoch(b, err)))
+        if (b->started && (b->window.n || b->batch.n) && (rc = sl_worker_batcher_end_epoch(b, err)))
             return rc;
         b->started = true;
         b->epoch = origin->epoch;
@@ -580,7 +580,7 @@ sl_err_t sl_dpp_batcher_add(sl_dpp_batcher_t *b, const sl_batch_t *rows, const u
 
 /* Forget the rows bd holds (its vectors are kept for reuse). @return how
  * many. */
-static uint32_t builder_clear(sl_dpp_batcher_t *b, builder_t *bd)
+static uint32_t builder_clear(sl_worker_batcher_t *b, builder_t *bd)
 {
     uint32_t n = bd->n;
     for (uint32_t k = 0; bd->vals && k < b->F; k++)
@@ -598,7 +598,7 @@ static uint32_t builder_clear(sl_dpp_batcher_t *b, builder_t *bd)
     return n;
 }
 
-sl_err_t sl_dpp_batcher_end_epoch(sl_dpp_batcher_t *b, sl_error_t *err)
+sl_err_t sl_worker_batcher_end_epoch(sl_worker_batcher_t *b, sl_error_t *err)
 {
     sl_err_t rc = flush_window(b, err);
     if (rc) return rc;
@@ -610,13 +610,13 @@ sl_err_t sl_dpp_batcher_end_epoch(sl_dpp_batcher_t *b, sl_error_t *err)
     return emit_batch(b, err);
 }
 
-void sl_dpp_batcher_discard(sl_dpp_batcher_t *b)
+void sl_worker_batcher_discard(sl_worker_batcher_t *b)
 {
     b->stats.rows_discarded += builder_clear(b, &b->window);
     b->stats.rows_discarded += builder_clear(b, &b->batch);
 }
 
-void sl_dpp_batcher_reseed(sl_dpp_batcher_t *b, uint32_t epoch, uint64_t salt)
+void sl_worker_batcher_reseed(sl_worker_batcher_t *b, uint32_t epoch, uint64_t salt)
 {
     b->started = true;
     b->epoch = epoch;
@@ -624,7 +624,7 @@ void sl_dpp_batcher_reseed(sl_dpp_batcher_t *b, uint32_t epoch, uint64_t salt)
     b->rng = b->o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)epoch + 1)) ^ splitmix(&z);
 }
 
-uint64_t sl_dpp_batcher_footprint(const sl_dpp_batcher_t *b)
+uint64_t sl_worker_batcher_footprint(const sl_worker_batcher_t *b)
 {
     uint64_t t = 0;
     const builder_t *bs[2] = {&b->batch, &b->window};
@@ -641,7 +641,7 @@ uint64_t sl_dpp_batcher_footprint(const sl_dpp_batcher_t *b)
     return t;
 }
 
-void sl_dpp_batcher_stats(const sl_dpp_batcher_t *b, sl_dpp_batcher_stats_t *out)
+void sl_worker_batcher_stats(const sl_worker_batcher_t *b, sl_worker_batcher_stats_t *out)
 {
     *out = b->stats;
 }

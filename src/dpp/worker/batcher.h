@@ -28,7 +28,7 @@
 #include "sluice/err.h"
 #include "sluice/tensor.h"
 
-typedef struct sl_dpp_batcher_opts {
+typedef struct sl_worker_batcher_opts {
     uint32_t batch_size;             /* rows per batch, > 0 */
     bool drop_last;                  /* drop an epoch's last, short batch */
     uint32_t shuffle_window;         /* 0: rows keep their order */
@@ -37,39 +37,39 @@ typedef struct sl_dpp_batcher_opts {
     const char *weight_label;        /* append a label column of row weights; NULL: none (copied) */
     uint64_t job_id;                 /* copied into every batch's origin */
     const sl_allocator_t *allocator; /* NULL: default */
-} sl_dpp_batcher_opts_t;
+} sl_worker_batcher_opts_t;
 
-/* Where the rows handed to sl_dpp_batcher_add come from. */
-typedef struct sl_dpp_rows_origin {
+/* Where the rows handed to sl_worker_batcher_add come from. */
+typedef struct sl_worker_rows_origin {
     uint32_t epoch;
     uint64_t split_id;
     uint64_t row; /* row of the split where input row 0 lies */
     /* [rows->sparse.num_keys + 1]: where each key's values start, when the
      * source knows it (sl_wh_rows_t.key_offsets); NULL: summed here */
     const uint64_t *key_offsets;
-} sl_dpp_rows_origin_t;
+} sl_worker_rows_origin_t;
 
 /* Receives each complete batch and always takes ownership of it (free with
  * sl_batch_destroy), also when it fails; a failure stops the batcher's call
  * with that error. */
-typedef sl_err_t (*sl_dpp_batch_fn)(void *ctx, sl_batch_t *batch, sl_error_t *err);
+typedef sl_err_t (*sl_worker_batcher_emit_fn)(void *ctx, sl_batch_t *batch, sl_error_t *err);
 
-typedef struct sl_dpp_batcher sl_dpp_batcher_t;
+typedef struct sl_worker_batcher sl_worker_batcher_t;
 
-typedef struct sl_dpp_batcher_stats {
+typedef struct sl_worker_batcher_stats {
     uint64_t rows_in;      /* rows added */
     uint64_t rows_out;     /* rows in batches handed out */
     uint64_t rows_dropped; /* by drop_last */
-    uint64_t rows_discarded; /* by sl_dpp_batcher_discard */
+    uint64_t rows_discarded; /* by sl_worker_batcher_discard */
     uint64_t batches;
-} sl_dpp_batcher_stats_t;
+} sl_worker_batcher_stats_t;
 
-/* Caller owns, free with sl_dpp_batcher_destroy. @return SL_ERR_INVALID for
+/* Caller owns, free with sl_worker_batcher_destroy. @return SL_ERR_INVALID for
  * batch_size 0, SL_ERR_NOMEM. */
-sl_err_t sl_dpp_batcher_new(const sl_dpp_batcher_opts_t *opts, sl_dpp_batch_fn emit, void *ctx,
-                            sl_dpp_batcher_t **out, sl_error_t *err);
+sl_err_t sl_worker_batcher_new(const sl_worker_batcher_opts_t *opts, sl_worker_batcher_emit_fn emit,
+                               void *ctx, sl_worker_batcher_t **out, sl_error_t *err);
 /* b may be NULL; rows not yet handed out are dropped. */
-void sl_dpp_batcher_destroy(sl_dpp_batcher_t *b);
+void sl_worker_batcher_destroy(sl_worker_batcher_t *b);
 
 /* Add rows selected[0..n) of rows (indices ascending, as the filter gives
  * them; selected NULL: rows 0..n-1), with their weights (NULL: 1.0; only
@@ -77,31 +77,31 @@ void sl_dpp_batcher_destroy(sl_dpp_batcher_t *b);
  * needed is copied. Complete batches go to emit before the call returns.
  * @return SL_ERR_INVALID when the shape differs from earlier rows or an index
  * is out of range; emit's error. */
-sl_err_t sl_dpp_batcher_add(sl_dpp_batcher_t *b, const sl_batch_t *rows, const uint32_t *selected,
-                            const float *weights, uint32_t n, const sl_dpp_rows_origin_t *origin,
-                            sl_error_t *err);
+sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
+                               const uint32_t *selected, const float *weights, uint32_t n,
+                               const sl_worker_rows_origin_t *origin, sl_error_t *err);
 
 /* End of an epoch: drain the shuffle window and hand out the short last
  * batch (or drop it with drop_last). */
-sl_err_t sl_dpp_batcher_end_epoch(sl_dpp_batcher_t *b, sl_error_t *err);
+sl_err_t sl_worker_batcher_end_epoch(sl_worker_batcher_t *b, sl_error_t *err);
 
 /* Drop every row held and not yet in a batch handed out (the batch being
  * built, the shuffle window), as if never added: a worker whose lease
  * failed mid-way discards what it gathered of it. The batcher stays usable
  * for rows of the same shape. */
-void sl_dpp_batcher_discard(sl_dpp_batcher_t *b);
+void sl_worker_batcher_discard(sl_worker_batcher_t *b);
 
 /* Restart the shuffle window's random sequence from (seed, epoch, salt),
  * and make epoch the current one. Only between batches, with no row held:
  * a worker under a master reseeds at each batch (salt: split and first
  * row), so that a batch's row order does not depend on which leases the
  * worker happened to read before. */
-void sl_dpp_batcher_reseed(sl_dpp_batcher_t *b, uint32_t epoch, uint64_t salt);
+void sl_worker_batcher_reseed(sl_worker_batcher_t *b, uint32_t epoch, uint64_t salt);
 
 /* Bytes the batcher holds now (for the worker's memory accounting). */
-uint64_t sl_dpp_batcher_footprint(const sl_dpp_batcher_t *b);
+uint64_t sl_worker_batcher_footprint(const sl_worker_batcher_t *b);
 
-void sl_dpp_batcher_stats(const sl_dpp_batcher_t *b, sl_dpp_batcher_stats_t *out);
+void sl_worker_batcher_stats(const sl_worker_batcher_t *b, sl_worker_batcher_stats_t *out);
 
 /* Deduplicate a batch the batcher handed out: its plain KJT (all sparse
  * features) is split into batch->sparse and one IKJT per group
@@ -110,12 +110,13 @@ void sl_dpp_batcher_stats(const sl_dpp_batcher_t *b, sl_dpp_batcher_stats_t *out
  * groups' feature sets (renamed and ordered as groups), else is expanded
  * first. num_groups 0: expanded, no groups. stats (may be NULL) gets
  * num_groups entries. */
-sl_err_t sl_dpp_batch_dedup(sl_dedup_t *d, sl_batch_t *batch, const sl_dedup_group_spec_t *groups,
-                            uint32_t num_groups, sl_dedup_stats_t *stats, sl_error_t *err);
+sl_err_t sl_worker_batcher_dedup(sl_dedup_t *d, sl_batch_t *batch,
+                                 const sl_dedup_group_spec_t *groups, uint32_t num_groups,
+                                 sl_dedup_stats_t *stats, sl_error_t *err);
 
 /* The bytes of batch's wire encoding if every group were expanded to a
  * plain KJT (what the batch would cost without dedup), computed from the
  * encoded size and the groups without expanding them. */
-uint64_t sl_dpp_batch_expanded_bytes(const sl_batch_t *batch, uint64_t encoded_bytes);
+uint64_t sl_worker_batcher_expanded_bytes(const sl_batch_t *batch, uint64_t encoded_bytes);
 
 #endif

@@ -35,7 +35,7 @@ static bool vec_append(const sl_allocator_t *a, vec_t *v, const void *p, size_t 
 
 /* Forget which stripe unique rows the current batch holds (a new stripe, or
  * a new batch). Cost: the entries set, not the map's size. */
-void dpp_batcher_reset_maps(sl_dpp_batcher_t *b)
+void dpp_batcher_reset_maps(sl_worker_batcher_t *b)
 {
     for (uint32_t g = 0; g < b->G; g++) {
         gshape_t *q = &b->gs[g];
@@ -47,7 +47,7 @@ void dpp_batcher_reset_maps(sl_dpp_batcher_t *b)
 
 /* Per stripe: size the maps for its unique rows and find where each unique
  * row's ids start, per key. */
-sl_err_t dpp_batcher_prepare_groups(sl_dpp_batcher_t *b, const sl_batch_t *rows, sl_error_t *err)
+sl_err_t dpp_batcher_prepare_groups(sl_worker_batcher_t *b, const sl_batch_t *rows, sl_error_t *err)
 {
     dpp_batcher_reset_maps(b);
     for (uint32_t g = 0; g < b->G; g++) {
@@ -89,7 +89,7 @@ sl_err_t dpp_batcher_prepare_groups(sl_dpp_batcher_t *b, const sl_batch_t *rows,
 
 /* Gather the group part of the rows of runs: each unique row of the stripe
  * is copied once per batch, the first time a row refers to it. */
-sl_err_t dpp_batcher_gather_groups(sl_dpp_batcher_t *b, builder_t *bd, const sl_batch_t *src,
+sl_err_t dpp_batcher_gather_groups(sl_worker_batcher_t *b, builder_t *bd, const sl_batch_t *src,
                                    const run_t *runs, uint32_t nr, sl_error_t *err)
 {
     for (uint32_t g = 0; g < b->G; g++) {
@@ -128,7 +128,7 @@ sl_err_t dpp_batcher_gather_groups(sl_dpp_batcher_t *b, builder_t *bd, const sl_
     return SL_OK;
 }
 
-bool dpp_batcher_finish_groups(sl_dpp_batcher_t *b, builder_t *bd, sl_batch_t *batch)
+bool dpp_batcher_finish_groups(sl_worker_batcher_t *b, builder_t *bd, sl_batch_t *batch)
 {
     sl_arena_t *ar = batch->arena;
     uint32_t n = bd->n;
@@ -186,8 +186,9 @@ static int matching_group(const sl_batch_t *batch, const sl_dedup_group_spec_t *
     return -1;
 }
 
-sl_err_t sl_dpp_batch_dedup(sl_dedup_t *d, sl_batch_t *batch, const sl_dedup_group_spec_t *groups,
-                            uint32_t num_groups, sl_dedup_stats_t *stats, sl_error_t *err)
+sl_err_t sl_worker_batcher_dedup(sl_dedup_t *d, sl_batch_t *batch,
+                                 const sl_dedup_group_spec_t *groups, uint32_t num_groups,
+                                 sl_dedup_stats_t *stats, sl_error_t *err)
 {
     if (batch->num_groups) {
         /* Rows read in dedup form: when the stored groups are the job's,
@@ -229,7 +230,7 @@ sl_err_t sl_dpp_batch_dedup(sl_dedup_t *d, sl_batch_t *batch, const sl_dedup_gro
     return sl_dedup_batch(d, &all, groups, num_groups, batch, stats, err);
 }
 
-uint64_t sl_dpp_batch_expanded_bytes(const sl_batch_t *batch, uint64_t encoded_bytes)
+uint64_t sl_worker_batcher_expanded_bytes(const sl_batch_t *batch, uint64_t encoded_bytes)
 {
     uint64_t bytes = encoded_bytes;
     for (uint32_t g = 0; g < batch->num_groups; g++) {

@@ -52,11 +52,11 @@ typedef struct run {
     uint32_t row, count;
 } run_t;
 
-struct sl_dpp_batcher {
-    sl_dpp_batcher_opts_t o;
+struct sl_worker_batcher {
+    sl_worker_batcher_opts_t o;
     const sl_allocator_t *a;
     char *weight_label;
-    sl_dpp_batch_fn emit;
+    sl_worker_batcher_emit_fn emit;
     void *ctx;
     /* shape, fixed by the first rows */
     bool configured;
@@ -79,7 +79,7 @@ struct sl_dpp_batcher {
     uint64_t rng;
     bool seq_valid;
     uint64_t seq_split, seq_next;
-    sl_dpp_batcher_stats_t stats;
+    sl_worker_batcher_stats_t stats;
 };
 
 /* Grow v to hold more bytes more (doubling). @return false when out of memory. */
@@ -87,12 +87,13 @@ bool dpp_vec_reserve(const sl_allocator_t *a, vec_t *v, size_t more);
 char *dpp_batcher_dup_str(const sl_allocator_t *a, const char *s);
 
 /* batcher_groups.c */
-void dpp_batcher_reset_maps(sl_dpp_batcher_t *b);
-sl_err_t dpp_batcher_prepare_groups(sl_dpp_batcher_t *b, const sl_batch_t *rows, sl_error_t *err);
-sl_err_t dpp_batcher_gather_groups(sl_dpp_batcher_t *b, builder_t *bd, const sl_batch_t *src,
+void dpp_batcher_reset_maps(sl_worker_batcher_t *b);
+sl_err_t dpp_batcher_prepare_groups(sl_worker_batcher_t *b, const sl_batch_t *rows,
+                                    sl_error_t *err);
+sl_err_t dpp_batcher_gather_groups(sl_worker_batcher_t *b, builder_t *bd, const sl_batch_t *src,
                                    const run_t *runs, uint32_t nr, sl_error_t *err);
 /* Set batch->groups from what bd gathered (buffers in batch's arena) and
  * forget the stripe's unique rows. @return false when out of memory. */
-bool dpp_batcher_finish_groups(sl_dpp_batcher_t *b, builder_t *bd, sl_batch_t *batch);
+bool dpp_batcher_finish_groups(sl_worker_batcher_t *b, builder_t *bd, sl_batch_t *batch);
 
 #endif

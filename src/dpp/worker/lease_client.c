@@ -48,8 +48,8 @@ typedef struct lease {
     char *fail_msg;
 } lease_t;
 
-struct sl_dpp_master_source {
-    sl_dpp_master_source_opts_t o;
+struct sl_worker_lease_client {
+    sl_worker_lease_client_opts_t o;
     const sl_allocator_t *a;
     char *master, *worker_id, *serve_address, *admin_address;
     uint64_t incarnation;    /* random, this source's (process's) identity in REGISTER */
@@ -67,9 +67,9 @@ struct sl_dpp_master_source {
      * another live process's): every call fails with this from now on. */
     sl_err_t fatal;
     char fatal_msg[SL_ERROR_MSG_MAX];
-    sl_dpp_worker_t *worker;
+    sl_worker_t *worker;
     uint64_t lease_timeout_ms, heartbeat_ms;
-    sl_dpp_master_source_stats_t st;
+    sl_worker_lease_client_stats_t st;
     /* load at the last heartbeat (control thread only) */
     uint64_t hb_at_ns, hb_reader_ns, hb_xform_ns;
     pthread_t thread;
@@ -83,7 +83,7 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void timed_wait(sl_dpp_master_source_t *ms, uint64_t ms_wait)
+static void timed_wait(sl_worker_lease_client_t *ms, uint64_t ms_wait)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -106,7 +106,7 @@ static void free_str(const sl_allocator_t *a, char *s)
     if (s) sl_free(a, s, strlen(s) + 1);
 }
 
-static void lease_free(sl_dpp_master_source_t *ms, lease_t *l)
+static void lease_free(sl_worker_lease_client_t *ms, lease_t *l)
 {
     if (!l) return;
     free_str(ms->a, l->path);
@@ -126,7 +126,7 @@ static bool lease_gone(const lease_t *l)
 }
 
 /* Under ms->mu: unlink and free l. */
-static void lease_remove(sl_dpp_master_source_t *ms, lease_t *l)
+static void lease_remove(sl_worker_lease_client_t *ms, lease_t *l)
 {
     for (lease_t **pp = &ms->leases; *pp; pp = &(*pp)->next)
         if (*pp == l) {
@@ -157,7 +157,7 @@ typedef struct held {
 
 /* Under ms->mu. @return false when out of memory (send nothing then: an
  * empty list would give the leases up). */
-static bool held_collect(sl_dpp_master_source_t *ms, held_t *h)
+static bool held_collect(sl_worker_lease_client_t *ms, held_t *h)
 {
     snprintf(h->job, sizeof h->job, "%s", ms->job_id);
     h->n = h->cap = 0;
@@ -179,7 +179,7 @@ static bool held_collect(sl_dpp_master_source_t *ms, held_t *h)
     return true;
 }
 
-static void held_free(sl_dpp_master_source_t *ms, held_t *h)
+static void held_free(sl_worker_lease_client_t *ms, held_t *h)
 {
     if (h->refs) sl_free(ms->a, h->refs, (size_t)h->cap * sizeof *h->refs);
     if (h->ptrs) sl_free(ms->a, h->ptrs, (size_t)h->cap * sizeof *h->ptrs);
@@ -188,7 +188,7 @@ static void held_free(sl_dpp_master_source_t *ms, held_t *h)
 }
 
 /* The refusal that ended this worker's registrations, if any. */
-static sl_err_t fatal_of(sl_dpp_master_source_t *ms, sl_error_t *err)
+static sl_err_t fatal_of(sl_worker_lease_client_t *ms, sl_error_t *err)
 {
     pthread_mutex_lock(&ms->mu);
     sl_err_t rc = ms->fatal;
@@ -199,13 +199,13 @@ static sl_err_t fatal_of(sl_dpp_master_source_t *ms, sl_error_t *err)
 
 /* ---- the connection ---- */
 
-static void disconnect(sl_dpp_master_source_t *ms)
+static void disconnect(sl_worker_lease_client_t *ms)
 {
     if (ms->fd >= 0) close(ms->fd);
     ms->fd = -1;
 }
 
-static sl_err_t recv_reply(sl_dpp_master_source_t *ms, const char *what, sl_rpc_type_t want,
+static sl_err_t recv_reply(sl_worker_lease_client_t *ms, const char *what, sl_rpc_type_t want,
                            sl_rpc_frame_t *f, sl_error_t *err)
 {
     sl_rpc_limits_t lim = {.max_message_bytes = MAX_MESSAGE_BYTES, .max_payload_bytes = 0};
@@ -236,7 +236,7 @@ static sl_err_t recv_reply(sl_dpp_master_source_t *ms, const char *what, sl_rpc_
  * master revokes the others of this worker id). A refusal that will not
  * change (the id is another live process's, another protocol version) is
  * fatal: recorded, and every later call fails with it. */
-static sl_err_t connect_master(sl_dpp_master_source_t *ms, sl_error_t *err)
+static sl_err_t connect_master(sl_worker_lease_client_t *ms, sl_error_t *err)
 {
     sl_error_t local = {0};
     if (!err) err = &local;
@@ -306,7 +306,7 @@ static sl_err_t connect_master(sl_dpp_master_source_t *ms, sl_error_t *err)
 
 /* One request and its reply (connecting first when needed). A failure
  * closes the connection: the next call reconnects. */
-static sl_err_t call(sl_dpp_master_source_t *ms, sl_rpc_type_t type, const ProtobufCMessage *msg,
+static sl_err_t call(sl_worker_lease_client_t *ms, sl_rpc_type_t type, const ProtobufCMessage *msg,
                      const char *what, sl_rpc_type_t want, sl_rpc_frame_t *f, sl_error_t *err)
 {
     pthread_mutex_lock(&ms->conn_mu);
@@ -323,7 +323,7 @@ static sl_err_t call(sl_dpp_master_source_t *ms, sl_rpc_type_t type, const Proto
 /* ---- leases ---- */
 
 /* A LEASE frame to a lease (not linked yet). */
-static sl_err_t lease_of(sl_dpp_master_source_t *ms, const Sluice__Control__Lease *m,
+static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Lease *m,
                          lease_t **out, sl_error_t *err)
 {
     if (!m->ref || !m->path || !m->path[0] || m->stripe_end <= m->stripe_begin)
@@ -380,7 +380,7 @@ typedef enum ask {
 } ask_t;
 
 /* Ask the master for a lease once. */
-static ask_t ask_lease(sl_dpp_master_source_t *ms, lease_t **out, uint64_t *retry_ms,
+static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *retry_ms,
                        sl_error_t *err)
 {
     Sluice__Control__LeaseRequest q = SLUICE__CONTROL__LEASE_REQUEST__INIT;
@@ -484,7 +484,7 @@ done:
 }
 
 /* Under ms->mu: a lease granted but not handed to the reader yet. */
-static lease_t *unhanded(sl_dpp_master_source_t *ms)
+static lease_t *unhanded(sl_worker_lease_client_t *ms)
 {
     for (lease_t *l = ms->leases; l; l = l->next)
         if (!l->handed && !l->revoked) return l;
@@ -493,7 +493,7 @@ static lease_t *unhanded(sl_dpp_master_source_t *ms)
 
 /* Get a lease, waiting (NO_WORK, connection trouble) until deadline_ns (0:
  * forever). With hand, it is marked as handed to the reader. */
-static sl_err_t get_lease(sl_dpp_master_source_t *ms, uint64_t deadline_ns, bool hand,
+static sl_err_t get_lease(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool hand,
                           lease_t **out, sl_error_t *err)
 {
     sl_error_t local = {0};
@@ -539,13 +539,13 @@ static sl_err_t get_lease(sl_dpp_master_source_t *ms, uint64_t deadline_ns, bool
 
 /* ---- split source callbacks ---- */
 
-static sl_err_t src_next(void *ctx, sl_dpp_work_t *out, sl_error_t *err)
+static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
 {
-    sl_dpp_master_source_t *ms = ctx;
+    sl_worker_lease_client_t *ms = ctx;
     lease_t *l = NULL;
     sl_err_t rc = get_lease(ms, 0, true, &l, err);
     if (rc) return rc;
-    *out = (sl_dpp_work_t){.split = &l->sp,
+    *out = (sl_worker_work_t){.split = &l->sp,
                            .epoch = l->epoch,
                            .split_id = l->split,
                            .lease = l,
@@ -556,10 +556,10 @@ static sl_err_t src_next(void *ctx, sl_dpp_work_t *out, sl_error_t *err)
     return SL_OK;
 }
 
-static void src_done(void *ctx, const sl_dpp_work_t *w, const sl_dpp_row_range_t *empty,
+static void src_done(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_range_t *empty,
                      uint32_t num_empty)
 {
-    sl_dpp_master_source_t *ms = ctx;
+    sl_worker_lease_client_t *ms = ctx;
     lease_t *l = w->lease;
     if (!l) return;
     sl_dpp_row_range_t *e = NULL;
@@ -584,7 +584,7 @@ static void src_done(void *ctx, const sl_dpp_work_t *w, const sl_dpp_row_range_t
 
 static void src_made(void *ctx, void *lease)
 {
-    sl_dpp_master_source_t *ms = ctx;
+    sl_worker_lease_client_t *ms = ctx;
     pthread_mutex_lock(&ms->mu);
     ((lease_t *)lease)->outstanding++;
     pthread_mutex_unlock(&ms->mu);
@@ -592,7 +592,7 @@ static void src_made(void *ctx, void *lease)
 
 static bool src_live(void *ctx, void *lease)
 {
-    sl_dpp_master_source_t *ms = ctx;
+    sl_worker_lease_client_t *ms = ctx;
     pthread_mutex_lock(&ms->mu);
     bool live = !((lease_t *)lease)->revoked;
     pthread_mutex_unlock(&ms->mu);
@@ -602,7 +602,7 @@ static bool src_live(void *ctx, void *lease)
 static void src_retire(void *ctx, void *lease, bool acked)
 {
     (void)acked;
-    sl_dpp_master_source_t *ms = ctx;
+    sl_worker_lease_client_t *ms = ctx;
     lease_t *l = lease;
     pthread_mutex_lock(&ms->mu);
     if (l->outstanding) l->outstanding--;
@@ -617,7 +617,7 @@ static void src_retire(void *ctx, void *lease, bool acked)
 
 static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg)
 {
-    sl_dpp_master_source_t *ms = ctx;
+    sl_worker_lease_client_t *ms = ctx;
     lease_t *l = lease;
     pthread_mutex_lock(&ms->mu);
     if (!l->failed) {
@@ -634,7 +634,7 @@ static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, co
 
 static void src_cancel(void *ctx)
 {
-    sl_dpp_master_source_t *ms = ctx;
+    sl_worker_lease_client_t *ms = ctx;
     pthread_mutex_lock(&ms->mu);
     ms->cancel = true;
     ms->worker = NULL;
@@ -646,12 +646,12 @@ static void src_cancel(void *ctx)
 
 static void src_destroy(void *ctx)
 {
-    sl_dpp_master_source_destroy(ctx);
+    sl_worker_lease_client_destroy(ctx);
 }
 
-sl_dpp_split_source_t sl_dpp_master_source_split_source(sl_dpp_master_source_t *ms)
+sl_worker_source_t sl_worker_lease_client_source(sl_worker_lease_client_t *ms)
 {
-    return (sl_dpp_split_source_t){.next = src_next,
+    return (sl_worker_source_t){.next = src_next,
                                    .done = src_done,
                                    .destroy = src_destroy,
                                    .cancel = src_cancel,
@@ -666,7 +666,7 @@ sl_dpp_split_source_t sl_dpp_master_source_split_source(sl_dpp_master_source_t *
 
 /* Report one lease whose rows are all read and batches all retired.
  * Called without ms->mu. @return false on a connection problem (retry). */
-static bool report(sl_dpp_master_source_t *ms, lease_t *l)
+static bool report(sl_worker_lease_client_t *ms, lease_t *l)
 {
     char job[sizeof ms->job_id];
     pthread_mutex_lock(&ms->mu);
@@ -716,7 +716,7 @@ static bool report(sl_dpp_master_source_t *ms, lease_t *l)
  * master counts it and leases the split again (to anyone), skips it, or
  * fails the job (then this worker has nothing left to do). @return false
  * on a connection problem (retry). */
-static bool report_failure(sl_dpp_master_source_t *ms, lease_t *l)
+static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l)
 {
     char job[sizeof ms->job_id];
     pthread_mutex_lock(&ms->mu);
@@ -755,7 +755,7 @@ static bool report_failure(sl_dpp_master_source_t *ms, lease_t *l)
 
 /* Send SPLIT_FAILED for every failed lease not reported yet. @return false
  * when a report failed (the connection is down: try again later). */
-static bool report_failures(sl_dpp_master_source_t *ms)
+static bool report_failures(sl_worker_lease_client_t *ms)
 {
     for (;;) {
         pthread_mutex_lock(&ms->mu);
@@ -776,7 +776,7 @@ static bool report_failures(sl_dpp_master_source_t *ms)
 
 /* Send SPLIT_READ for every lease ready for it. @return false when a
  * report failed (the connection is down: try again later). */
-static bool report_ready(sl_dpp_master_source_t *ms)
+static bool report_ready(sl_worker_lease_client_t *ms)
 {
     for (;;) {
         pthread_mutex_lock(&ms->mu);
@@ -796,12 +796,12 @@ static bool report_ready(sl_dpp_master_source_t *ms)
     }
 }
 
-static void heartbeat(sl_dpp_master_source_t *ms)
+static void heartbeat(sl_worker_lease_client_t *ms)
 {
     held_t h;
     pthread_mutex_lock(&ms->mu);
     bool ok = held_collect(ms, &h);
-    sl_dpp_worker_t *w = ms->worker;
+    sl_worker_t *w = ms->worker;
     pthread_mutex_unlock(&ms->mu);
     if (!ok) { /* the next heartbeat tries again, before the leases expire */
         held_free(ms, &h);
@@ -816,8 +816,8 @@ static void heartbeat(sl_dpp_master_source_t *ms)
     if (w) {
         /* busy: the busier of the reader (read, filter, batch) and the
          * transform threads (dedup, transform, encode, per thread) */
-        sl_dpp_worker_stats_t st;
-        sl_dpp_worker_stats(w, &st);
+        sl_worker_stats_t st;
+        sl_worker_stats(w, &st);
         uint64_t rd = st.read_ns + st.filter_ns;
         uint64_t xf = st.dedup_ns + st.transform_ns + st.encode_ns;
         if (ms->hb_at_ns && now > ms->hb_at_ns) {
@@ -870,7 +870,7 @@ static void heartbeat(sl_dpp_master_source_t *ms)
 
 static void *control_main(void *arg)
 {
-    sl_dpp_master_source_t *ms = arg;
+    sl_worker_lease_client_t *ms = arg;
     pthread_setname_np(pthread_self(), "sl-w-control");
     uint64_t next_hb = 0; /* at once */
     uint64_t retry_at = 0;
@@ -879,14 +879,14 @@ static void *control_main(void *arg)
         if (ms->fatal) {
             /* Refused for good (another live process has this worker id):
              * the worker fails with the master's message; nothing more is
-             * said to the master. w stays valid: sl_dpp_worker_stop
+             * said to the master. w stays valid: sl_worker_stop
              * cancels (joins this thread) before the worker goes. */
-            sl_dpp_worker_t *w = ms->worker;
+            sl_worker_t *w = ms->worker;
             char msg[SL_ERROR_MSG_MAX];
             snprintf(msg, sizeof msg, "%s", ms->fatal_msg);
             sl_err_t code = ms->fatal;
             pthread_mutex_unlock(&ms->mu);
-            if (w) sl_dpp_worker_fail(w, code, msg);
+            if (w) sl_worker_fail(w, code, msg);
             return NULL;
         }
         uint64_t now = mono_ns();
@@ -922,8 +922,8 @@ static void *control_main(void *arg)
 
 /* ---- public ---- */
 
-sl_err_t sl_dpp_master_source_new(const sl_dpp_master_source_opts_t *opts,
-                                  sl_dpp_master_source_t **out, sl_error_t *err)
+sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
+                                    sl_worker_lease_client_t **out, sl_error_t *err)
 {
     if (!opts || !opts->master || !opts->worker_id || !opts->serve_address)
         return sl_error_set(err, SL_ERR_INVALID,
@@ -931,7 +931,7 @@ sl_err_t sl_dpp_master_source_new(const sl_dpp_master_source_opts_t *opts,
     if (opts->job_id && strlen(opts->job_id) >= 256)
         return sl_error_set(err, SL_ERR_INVALID, "master source: job id longer than 255 bytes");
     const sl_allocator_t *a = opts->allocator ? opts->allocator : sl_allocator_default();
-    sl_dpp_master_source_t *ms = sl_calloc(a, 1, sizeof *ms);
+    sl_worker_lease_client_t *ms = sl_calloc(a, 1, sizeof *ms);
     if (!ms) return sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
     ms->a = a;
     ms->o = *opts;
@@ -974,13 +974,13 @@ sl_err_t sl_dpp_master_source_new(const sl_dpp_master_source_opts_t *opts,
     *out = ms;
     return SL_OK;
 fail:
-    sl_dpp_master_source_destroy(ms);
+    sl_worker_lease_client_destroy(ms);
     return rc;
 }
 
-sl_err_t sl_dpp_master_source_wait_job(sl_dpp_master_source_t *ms, int timeout_ms,
-                                       const char **job_id, const char **spec_json,
-                                       sl_error_t *err)
+sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeout_ms,
+                                         const char **job_id, const char **spec_json,
+                                         sl_error_t *err)
 {
     uint64_t deadline = timeout_ms < 0 ? 0 : mono_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
     lease_t *l = NULL;
@@ -996,14 +996,14 @@ sl_err_t sl_dpp_master_source_wait_job(sl_dpp_master_source_t *ms, int timeout_m
     return SL_OK;
 }
 
-void sl_dpp_master_source_attach(sl_dpp_master_source_t *ms, sl_dpp_worker_t *w)
+void sl_worker_lease_client_attach(sl_worker_lease_client_t *ms, sl_worker_t *w)
 {
     pthread_mutex_lock(&ms->mu);
     if (!ms->cancel) ms->worker = w;
     pthread_mutex_unlock(&ms->mu);
 }
 
-void sl_dpp_master_source_stats(sl_dpp_master_source_t *ms, sl_dpp_master_source_stats_t *out)
+void sl_worker_lease_client_stats(sl_worker_lease_client_t *ms, sl_worker_lease_client_stats_t *out)
 {
     pthread_mutex_lock(&ms->mu);
     *out = ms->st;
@@ -1012,7 +1012,7 @@ void sl_dpp_master_source_stats(sl_dpp_master_source_t *ms, sl_dpp_master_source
     pthread_mutex_unlock(&ms->mu);
 }
 
-void sl_dpp_master_source_destroy(sl_dpp_master_source_t *ms)
+void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms)
 {
     if (!ms) return;
     src_cancel(ms);

@@ -37,7 +37,7 @@
 #include "dpp/worker/worker.h"
 #include "sluice/err.h"
 
-typedef struct sl_dpp_master_source_opts {
+typedef struct sl_worker_lease_client_opts {
     const char *master;        /* "host:port" of the master's control listener; required */
     const char *worker_id;     /* required */
     const char *job_id;        /* serve only this job; NULL or "": the job of the first lease */
@@ -49,9 +49,9 @@ typedef struct sl_dpp_master_source_opts {
     const sl_allocator_t *allocator; /* NULL: default */
     const char *cluster_secret; /* copied; prove it to the master on every connection
                                    (rpc/auth.h); NULL: the master has none */
-} sl_dpp_master_source_opts_t;
+} sl_worker_lease_client_opts_t;
 
-typedef struct sl_dpp_master_source_stats {
+typedef struct sl_worker_lease_client_stats {
     uint64_t leases;         /* granted */
     uint64_t split_reads;    /* SPLIT_READ answered */
     uint64_t splits_done;    /* ... with DONE */
@@ -64,72 +64,73 @@ typedef struct sl_dpp_master_source_stats {
     bool finished;           /* the master says the job has no more work */
     uint64_t lease_timeout_ms, heartbeat_ms; /* from REGISTERED */
     char job_id[256];        /* the job served ("" before the first lease) */
-} sl_dpp_master_source_stats_t;
+} sl_worker_lease_client_stats_t;
 
-typedef struct sl_dpp_master_source sl_dpp_master_source_t;
+typedef struct sl_worker_lease_client sl_worker_lease_client_t;
 
 /* Connect and register (a master that cannot be reached or refuses is an
  * error: SL_ERR_IO / SL_ERR_TIMEOUT / SL_ERR_PROTOCOL naming the address),
  * and start the control thread. Caller owns *out until it is handed to a
- * worker (sl_dpp_master_source_split_source); free with
- * sl_dpp_master_source_destroy. */
-sl_err_t sl_dpp_master_source_new(const sl_dpp_master_source_opts_t *opts,
-                                  sl_dpp_master_source_t **out, sl_error_t *err);
+ * worker (sl_worker_lease_client_source); free with
+ * sl_worker_lease_client_destroy. */
+sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
+                                    sl_worker_lease_client_t **out, sl_error_t *err);
 
 /* Ask for leases until one comes (timeout_ms < 0: forever) and return its
  * job's id and spec JSON (borrowed: valid until the source is destroyed).
  * That lease is the first one next returns. @return SL_ERR_TIMEOUT,
  * SL_ERR_CLOSED (job finished, worker retired, or cancelled), or an error
  * of the master's. */
-sl_err_t sl_dpp_master_source_wait_job(sl_dpp_master_source_t *ms, int timeout_ms,
-                                       const char **job_id, const char **spec_json,
-                                       sl_error_t *err);
+sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeout_ms,
+                                         const char **job_id, const char **spec_json,
+                                         sl_error_t *err);
 
-/* The source for sl_dpp_worker_opts_t.source: the worker owns ms from then
+/* The source for sl_worker_opts_t.source: the worker owns ms from then
  * on (destroy frees it). */
-sl_dpp_split_source_t sl_dpp_master_source_split_source(sl_dpp_master_source_t *ms);
+sl_worker_source_t sl_worker_lease_client_source(sl_worker_lease_client_t *ms);
 
 /* Heartbeats report this worker's load (busy fraction, queued batches,
  * memory, batches and samples). w must stay alive until the source is
- * cancelled (sl_dpp_worker_stop does that first). */
-void sl_dpp_master_source_attach(sl_dpp_master_source_t *ms, sl_dpp_worker_t *w);
+ * cancelled (sl_worker_stop does that first). */
+void sl_worker_lease_client_attach(sl_worker_lease_client_t *ms, sl_worker_t *w);
 
-void sl_dpp_master_source_stats(sl_dpp_master_source_t *ms, sl_dpp_master_source_stats_t *out);
+void sl_worker_lease_client_stats(sl_worker_lease_client_t *ms,
+                                  sl_worker_lease_client_stats_t *out);
 
 /* A worker under a master, in steps (so that a program can watch for
  * signals while waiting for work):
  *   prepare  listen on listen (the serve address must be registered before
  *            the job is known; mo->serve_address NULL: that address, a
  *            wildcard host replaced by the host name) and register
- *   sl_dpp_master_source_wait_job (the caller's loop)
+ *   sl_worker_lease_client_wait_job (the caller's loop)
  *   start    parse the job spec of the first lease (problems by JSON path in
  *            *problems) and start the worker on the master source
  * On success of start the caller owns *job (free with sl_pipeline_job_destroy
  * after the worker) and *out, and the worker owns the source and socket;
  * on failure of start, nothing is left. Before start, free a prepared
- * worker with sl_dpp_master_prep_free. */
-typedef struct sl_dpp_master_prep {
-    sl_dpp_master_source_t *ms;
+ * worker with sl_worker_lease_prep_free. */
+typedef struct sl_worker_lease_prep {
+    sl_worker_lease_client_t *ms;
     int fd;
     uint16_t port;
-} sl_dpp_master_prep_t;
+} sl_worker_lease_prep_t;
 
-sl_err_t sl_dpp_master_prep_new(const sl_dpp_master_source_opts_t *mo, const char *listen,
-                                sl_dpp_master_prep_t *prep, sl_error_t *err);
-sl_err_t sl_dpp_master_prep_start(sl_dpp_master_prep_t *prep, const sl_dpp_worker_opts_t *wo,
-                                  sl_pipeline_job_t **job, sl_dpp_worker_t **out,
-                                  sl_pipeline_problems_t *problems, sl_error_t *err);
-void sl_dpp_master_prep_free(sl_dpp_master_prep_t *prep);
+sl_err_t sl_worker_lease_prep_new(const sl_worker_lease_client_opts_t *mo, const char *listen,
+                                  sl_worker_lease_prep_t *prep, sl_error_t *err);
+sl_err_t sl_worker_lease_prep_start(sl_worker_lease_prep_t *prep, const sl_worker_opts_t *wo,
+                                    sl_pipeline_job_t **job, sl_worker_t **out,
+                                    sl_pipeline_problems_t *problems, sl_error_t *err);
+void sl_worker_lease_prep_free(sl_worker_lease_prep_t *prep);
 
 /* All three steps in one call, waiting up to wait_ms (< 0: forever) for
  * the first lease. *ms_out (may be NULL) gets the source. */
-sl_err_t sl_dpp_worker_start_master(const sl_dpp_master_source_opts_t *mo,
-                                    const sl_dpp_worker_opts_t *wo, int wait_ms,
-                                    sl_pipeline_job_t **job, sl_dpp_worker_t **out,
-                                    sl_dpp_master_source_t **ms_out,
-                                    sl_pipeline_problems_t *problems, sl_error_t *err);
+sl_err_t sl_worker_start_leased(const sl_worker_lease_client_opts_t *mo,
+                                const sl_worker_opts_t *wo, int wait_ms,
+                                sl_pipeline_job_t **job, sl_worker_t **out,
+                                sl_worker_lease_client_t **ms_out,
+                                sl_pipeline_problems_t *problems, sl_error_t *err);
 
 /* Cancel, join the control thread, free every lease; ms may be NULL. */
-void sl_dpp_master_source_destroy(sl_dpp_master_source_t *ms);
+void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms);
 
 #endif

@@ -6,12 +6,12 @@
 #include <string.h>
 #include <time.h>
 
-struct sl_dpp_queue {
+struct sl_worker_queue {
     const sl_allocator_t *a;
     pthread_mutex_t mu;
     pthread_cond_t not_empty, not_full;
     uint32_t capacity; /* 0: unbounded */
-    sl_dpp_msg_t *ring;
+    sl_worker_msg_t *ring;
     uint32_t ring_cap, head, len;
     bool closed;
 };
@@ -49,9 +49,9 @@ static bool wait_until(pthread_cond_t *c, pthread_mutex_t *mu, int timeout_ms,
     return pthread_cond_timedwait(c, mu, deadline) == 0;
 }
 
-sl_dpp_queue_t *sl_dpp_queue_new(const sl_allocator_t *a, uint32_t capacity)
+sl_worker_queue_t *sl_worker_queue_new(const sl_allocator_t *a, uint32_t capacity)
 {
-    sl_dpp_queue_t *q = sl_calloc(a, 1, sizeof *q);
+    sl_worker_queue_t *q = sl_calloc(a, 1, sizeof *q);
     if (!q) return NULL;
     q->a = a;
     q->capacity = capacity;
@@ -67,7 +67,7 @@ sl_dpp_queue_t *sl_dpp_queue_new(const sl_allocator_t *a, uint32_t capacity)
     return q;
 }
 
-void sl_dpp_queue_destroy(sl_dpp_queue_t *q)
+void sl_worker_queue_destroy(sl_worker_queue_t *q)
 {
     if (!q) return;
     pthread_mutex_destroy(&q->mu);
@@ -78,11 +78,11 @@ void sl_dpp_queue_destroy(sl_dpp_queue_t *q)
 }
 
 /* Double the ring (under the lock). */
-static bool grow(sl_dpp_queue_t *q)
+static bool grow(sl_worker_queue_t *q)
 {
     uint32_t cap = q->ring_cap * 2;
     if (cap < q->ring_cap) return false;
-    sl_dpp_msg_t *r = sl_calloc(q->a, cap, sizeof *r);
+    sl_worker_msg_t *r = sl_calloc(q->a, cap, sizeof *r);
     if (!r) return false;
     for (uint32_t i = 0; i < q->len; i++)
         r[i] = q->ring[(q->head + i) % q->ring_cap];
@@ -93,7 +93,7 @@ static bool grow(sl_dpp_queue_t *q)
     return true;
 }
 
-sl_err_t sl_dpp_queue_push(sl_dpp_queue_t *q, const sl_dpp_msg_t *m, int timeout_ms)
+sl_err_t sl_worker_queue_push(sl_worker_queue_t *q, const sl_worker_msg_t *m, int timeout_ms)
 {
     struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
     pthread_mutex_lock(&q->mu);
@@ -119,7 +119,7 @@ sl_err_t sl_dpp_queue_push(sl_dpp_queue_t *q, const sl_dpp_msg_t *m, int timeout
     return SL_OK;
 }
 
-sl_err_t sl_dpp_queue_push_front(sl_dpp_queue_t *q, const sl_dpp_msg_t *m)
+sl_err_t sl_worker_queue_push_front(sl_worker_queue_t *q, const sl_worker_msg_t *m)
 {
     pthread_mutex_lock(&q->mu);
     if (q->len == q->ring_cap && !grow(q)) {
@@ -134,7 +134,7 @@ sl_err_t sl_dpp_queue_push_front(sl_dpp_queue_t *q, const sl_dpp_msg_t *m)
     return SL_OK;
 }
 
-sl_err_t sl_dpp_queue_pop(sl_dpp_queue_t *q, sl_dpp_msg_t *m, int timeout_ms)
+sl_err_t sl_worker_queue_pop(sl_worker_queue_t *q, sl_worker_msg_t *m, int timeout_ms)
 {
     struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
     pthread_mutex_lock(&q->mu);
@@ -157,7 +157,7 @@ sl_err_t sl_dpp_queue_pop(sl_dpp_queue_t *q, sl_dpp_msg_t *m, int timeout_ms)
     return SL_OK;
 }
 
-void sl_dpp_queue_close(sl_dpp_queue_t *q)
+void sl_worker_queue_close(sl_worker_queue_t *q)
 {
     pthread_mutex_lock(&q->mu);
     q->closed = true;
@@ -166,7 +166,7 @@ void sl_dpp_queue_close(sl_dpp_queue_t *q)
     pthread_mutex_unlock(&q->mu);
 }
 
-uint32_t sl_dpp_queue_len(sl_dpp_queue_t *q)
+uint32_t sl_worker_queue_len(sl_worker_queue_t *q)
 {
     pthread_mutex_lock(&q->mu);
     uint32_t n = q->len;
@@ -174,7 +174,7 @@ uint32_t sl_dpp_queue_len(sl_dpp_queue_t *q)
     return n;
 }
 
-bool sl_dpp_queue_closed(sl_dpp_queue_t *q)
+bool sl_worker_queue_closed(sl_worker_queue_t *q)
 {
     pthread_mutex_lock(&q->mu);
     bool c = q->closed;
@@ -184,7 +184,7 @@ bool sl_dpp_queue_closed(sl_dpp_queue_t *q)
 
 /* ---- budget ---- */
 
-struct sl_dpp_budget {
+struct sl_worker_budget {
     const sl_allocator_t *a;
     pthread_mutex_t mu;
     pthread_cond_t freed;
@@ -194,9 +194,9 @@ struct sl_dpp_budget {
     bool closed;
 };
 
-sl_dpp_budget_t *sl_dpp_budget_new(const sl_allocator_t *a, uint64_t limit)
+sl_worker_budget_t *sl_worker_budget_new(const sl_allocator_t *a, uint64_t limit)
 {
-    sl_dpp_budget_t *b = sl_calloc(a, 1, sizeof *b);
+    sl_worker_budget_t *b = sl_calloc(a, 1, sizeof *b);
     if (!b) return NULL;
     b->a = a;
     b->limit = limit;
@@ -205,7 +205,7 @@ sl_dpp_budget_t *sl_dpp_budget_new(const sl_allocator_t *a, uint64_t limit)
     return b;
 }
 
-void sl_dpp_budget_destroy(sl_dpp_budget_t *b)
+void sl_worker_budget_destroy(sl_worker_budget_t *b)
 {
     if (!b) return;
     pthread_mutex_destroy(&b->mu);
@@ -220,7 +220,7 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void take(sl_dpp_budget_t *b, uint64_t bytes)
+static void take(sl_worker_budget_t *b, uint64_t bytes)
 {
     b->used += bytes;
     b->changes++;
@@ -229,12 +229,12 @@ static void take(sl_dpp_budget_t *b, uint64_t bytes)
 
 /* Could anyone but the caller free memory? Pinned bytes: a client's ACK
  * will; a stage that neither waits here nor idles is still working. */
-static bool others_may_free(const sl_dpp_budget_t *b)
+static bool others_may_free(const sl_worker_budget_t *b)
 {
     return b->stages == 0 || b->pinned > 0 || b->waiters + b->idle + 1 < b->stages;
 }
 
-sl_err_t sl_dpp_budget_acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held)
+sl_err_t sl_worker_budget_acquire(sl_worker_budget_t *b, uint64_t bytes, uint64_t held)
 {
     pthread_mutex_lock(&b->mu);
     uint64_t t0 = 0, stuck_since = 0, seen = 0;
@@ -248,15 +248,15 @@ sl_err_t sl_dpp_budget_acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held
         if (others_may_free(b) || stuck_since == 0 || b->changes != seen) {
             /* Waiting may end; re-check the hopeless case after a while
              * (a stage may be about to leave idle: only a standstill of
-             * SL_DPP_BUDGET_STUCK_MS counts). */
+             * SL_WORKER_BUDGET_STUCK_MS counts). */
             stuck_since = others_may_free(b) ? 0 : now;
             seen = b->changes;
-        } else if (now - stuck_since >= SL_DPP_BUDGET_STUCK_MS * 1000000ull) {
+        } else if (now - stuck_since >= SL_WORKER_BUDGET_STUCK_MS * 1000000ull) {
             rc = SL_ERR_TOO_LARGE;
             break;
         }
         if (!t0) t0 = now;
-        struct timespec ts = deadline_after(SL_DPP_BUDGET_STUCK_MS / 4);
+        struct timespec ts = deadline_after(SL_WORKER_BUDGET_STUCK_MS / 4);
         b->waiters++;
         pthread_cond_timedwait(&b->freed, &b->mu, &ts);
         b->waiters--;
@@ -268,14 +268,14 @@ sl_err_t sl_dpp_budget_acquire(sl_dpp_budget_t *b, uint64_t bytes, uint64_t held
     return rc;
 }
 
-void sl_dpp_budget_stages(sl_dpp_budget_t *b, uint32_t stages)
+void sl_worker_budget_stages(sl_worker_budget_t *b, uint32_t stages)
 {
     pthread_mutex_lock(&b->mu);
     b->stages = stages;
     pthread_mutex_unlock(&b->mu);
 }
 
-void sl_dpp_budget_idle(sl_dpp_budget_t *b, bool idle)
+void sl_worker_budget_idle(sl_worker_budget_t *b, bool idle)
 {
     pthread_mutex_lock(&b->mu);
     if (idle)
@@ -287,7 +287,7 @@ void sl_dpp_budget_idle(sl_dpp_budget_t *b, bool idle)
     pthread_mutex_unlock(&b->mu);
 }
 
-void sl_dpp_budget_pin(sl_dpp_budget_t *b, uint64_t bytes)
+void sl_worker_budget_pin(sl_worker_budget_t *b, uint64_t bytes)
 {
     pthread_mutex_lock(&b->mu);
     b->pinned += bytes;
@@ -296,7 +296,7 @@ void sl_dpp_budget_pin(sl_dpp_budget_t *b, uint64_t bytes)
     pthread_mutex_unlock(&b->mu);
 }
 
-void sl_dpp_budget_release_pinned(sl_dpp_budget_t *b, uint64_t bytes)
+void sl_worker_budget_release_pinned(sl_worker_budget_t *b, uint64_t bytes)
 {
     if (bytes == 0) return;
     pthread_mutex_lock(&b->mu);
@@ -307,7 +307,7 @@ void sl_dpp_budget_release_pinned(sl_dpp_budget_t *b, uint64_t bytes)
     pthread_mutex_unlock(&b->mu);
 }
 
-void sl_dpp_budget_release(sl_dpp_budget_t *b, uint64_t bytes)
+void sl_worker_budget_release(sl_worker_budget_t *b, uint64_t bytes)
 {
     if (bytes == 0) return;
     pthread_mutex_lock(&b->mu);
@@ -317,7 +317,7 @@ void sl_dpp_budget_release(sl_dpp_budget_t *b, uint64_t bytes)
     pthread_mutex_unlock(&b->mu);
 }
 
-void sl_dpp_budget_close(sl_dpp_budget_t *b)
+void sl_worker_budget_close(sl_worker_budget_t *b)
 {
     pthread_mutex_lock(&b->mu);
     b->closed = true;
@@ -326,7 +326,7 @@ void sl_dpp_budget_close(sl_dpp_budget_t *b)
 }
 
 #define BUDGET_GETTER(name, field)                                                                 \
-    uint64_t sl_dpp_budget_##name(sl_dpp_budget_t *b)                                              \
+    uint64_t sl_worker_budget_##name(sl_worker_budget_t *b)                                        \
     {                                                                                              \
         pthread_mutex_lock(&b->mu);                                                                \
         uint64_t v = b->field;                                                                     \

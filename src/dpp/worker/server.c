@@ -1,7 +1,7 @@
 /* The trainer-protocol server (server.h): an accept thread, and per client
  * a receiver thread (the connection's owner) and a sender thread. Shared
  * state (windows, unacknowledged batches, counters) is under one mutex;
- * the encoded batches wait in unbounded sl_dpp_queues (the memory budget
+ * the encoded batches wait in unbounded sl_worker_queues (the memory budget
  * bounds them), so a returned batch can go back to its front: one for
  * batches any client may take, and one per trainer rank with batches of
  * static sharding (created when the first such batch comes). */
@@ -22,7 +22,7 @@
 
 #include "rpc/auth.h"
 
-/* How long sl_dpp_server_stop lets the sender threads of a finished job
+/* How long sl_worker_server_stop lets the sender threads of a finished job
  * send END before it shuts the connections down. END is one small frame
  * to a client that has read every batch: it leaves at once. */
 #define END_GRACE_MS 2000
@@ -31,18 +31,18 @@
  * ACK (or a stop) that comes while one is still writing it only marks it:
  * the last writer frees it. */
 typedef struct sitem {
-    sl_dpp_item_t item; /* first: an sl_dpp_item_t * is an sitem_t * */
+    sl_worker_server_item_t item; /* first: an sl_worker_server_item_t * is an sitem_t * */
     uint32_t senders;   /* threads writing the frame now (under s->mu) */
     bool acked;
 } sitem_t;
 
 typedef struct unacked {
-    sl_dpp_item_t *item;
+    sl_worker_server_item_t *item;
     uint64_t delivery_id;
 } unacked_t;
 
 typedef struct client {
-    struct sl_dpp_server *s;
+    struct sl_worker_server *s;
     int fd;
     char name[96];
     pthread_t recv_thread, send_thread;
@@ -62,14 +62,14 @@ typedef struct client {
     struct client *next;
 } client_t;
 
-struct sl_dpp_server {
-    sl_dpp_server_opts_t o;
+struct sl_worker_server {
+    sl_worker_server_opts_t o;
     const sl_allocator_t *a;
     char worker_id[128], job_id[128];
     int lfd;
     uint16_t port;
     pthread_t accept_thread;
-    sl_dpp_queue_t **ready; /* [max_ranks + 1]: [0] any rank, [r + 1] rank r (NULL until used) */
+    sl_worker_queue_t **ready; /* [max_ranks + 1]: [0] any rank, [r + 1] rank r (NULL until used) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool finished, stopping, stopped;
@@ -80,7 +80,7 @@ struct sl_dpp_server {
     client_t *clients;
     uint32_t nclients; /* in the list: their threads may still run */
     char *secret;      /* the cluster secret (owned), NULL: no handshake */
-    sl_dpp_server_stats_t st;
+    sl_worker_server_stats_t st;
 };
 
 static uint64_t mono_ns(void)
@@ -97,7 +97,7 @@ static uint64_t thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void item_free(const sl_allocator_t *a, sl_dpp_item_t *it)
+static void item_free(const sl_allocator_t *a, sl_worker_server_item_t *it)
 {
     if (!it) return;
     sitem_t *si = (sitem_t *)it;
@@ -110,17 +110,18 @@ static void item_free(const sl_allocator_t *a, sl_dpp_item_t *it)
 }
 
 /* A lease's batch is gone (under s->mu). */
-static void retire(struct sl_dpp_server *s, const sl_dpp_item_t *it, bool acked)
+static void retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
 {
     if (it->lease && s->o.lease_retire) s->o.lease_retire(s->o.lease_ctx, it->lease, acked);
 }
 
 /* The queue of batches for rank_plus_one (under s->mu), created on first
  * use when create. @return NULL when out of range or memory (or absent). */
-static sl_dpp_queue_t *rank_queue(struct sl_dpp_server *s, uint32_t rank_plus_one, bool create)
+static sl_worker_queue_t *rank_queue(struct sl_worker_server *s, uint32_t rank_plus_one,
+                                     bool create)
 {
     if (rank_plus_one > s->o.max_ranks) return NULL;
-    if (!s->ready[rank_plus_one] && create) s->ready[rank_plus_one] = sl_dpp_queue_new(s->a, 0);
+    if (!s->ready[rank_plus_one] && create) s->ready[rank_plus_one] = sl_worker_queue_new(s->a, 0);
     return s->ready[rank_plus_one];
 }
 
@@ -152,17 +153,17 @@ static void send_error(client_t *c, sl_err_t code, const char *msg)
 
 /* Under s->mu: the client is gone; its batches go back to the front, in
  * their original order. */
-static void requeue_unacked(struct sl_dpp_server *s, client_t *c)
+static void requeue_unacked(struct sl_worker_server *s, client_t *c)
 {
     for (uint32_t i = c->n_unacked; i-- > 0;) {
-        sl_dpp_item_t *it = c->unacked[i].item;
-        sl_dpp_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
-        sl_dpp_queue_t *q = rank_queue(s, it->rank_plus_one, false);
-        if (!q || sl_dpp_queue_push_front(q, &m) != SL_OK) {
+        sl_worker_server_item_t *it = c->unacked[i].item;
+        sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
+        sl_worker_queue_t *q = rank_queue(s, it->rank_plus_one, false);
+        if (!q || sl_worker_queue_push_front(q, &m) != SL_OK) {
             /* Out of memory for a queue slot: the batch is lost; never
              * pretend it was delivered. */
             s->outstanding--;
-            if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
+            if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
             retire(s, it, false);
             item_free(s->a, it);
             continue;
@@ -174,7 +175,7 @@ static void requeue_unacked(struct sl_dpp_server *s, client_t *c)
 }
 
 /* Under s->mu (released while sending): END to c, once. */
-static void send_end_locked(struct sl_dpp_server *s, client_t *c, sl_error_t *err)
+static void send_end_locked(struct sl_worker_server *s, client_t *c, sl_error_t *err)
 {
     c->ended = true;
     Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
@@ -189,7 +190,7 @@ static void send_end_locked(struct sl_dpp_server *s, client_t *c, sl_error_t *er
 static void *sender_main(void *arg)
 {
     client_t *c = arg;
-    struct sl_dpp_server *s = c->s;
+    struct sl_worker_server *s = c->s;
     sl_error_t err = {0};
     pthread_mutex_lock(&s->mu);
     while (!c->closed && !s->stopping) {
@@ -205,27 +206,27 @@ static void *sender_main(void *arg)
             break;
         }
         if (c->credits > 0 && c->n_unacked < s->o.max_credits) {
-            sl_dpp_msg_t m;
+            sl_worker_msg_t m;
             /* this client's rank first, then batches for anyone */
-            sl_dpp_queue_t *q = c->rank_plus_one ? s->ready[c->rank_plus_one] : NULL;
+            sl_worker_queue_t *q = c->rank_plus_one ? s->ready[c->rank_plus_one] : NULL;
             pthread_mutex_unlock(&s->mu);
-            sl_err_t rc = q ? sl_dpp_queue_pop(q, &m, 0) : SL_ERR_TIMEOUT;
+            sl_err_t rc = q ? sl_worker_queue_pop(q, &m, 0) : SL_ERR_TIMEOUT;
             if (rc != SL_OK) {
                 q = s->ready[0];
-                rc = sl_dpp_queue_pop(q, &m, 0);
+                rc = sl_worker_queue_pop(q, &m, 0);
             }
             pthread_mutex_lock(&s->mu);
             if (rc == SL_OK) {
-                sl_dpp_item_t *it = m.ptr;
+                sl_worker_server_item_t *it = m.ptr;
                 if (c->closed || s->stopping) {
-                    sl_dpp_queue_push_front(q, &m);
+                    sl_worker_queue_push_front(q, &m);
                     break;
                 }
                 if (it->lease && s->o.lease_live && !s->o.lease_live(s->o.lease_ctx, it->lease)) {
                     /* revoked: another worker serves these rows now */
                     s->outstanding--;
                     s->st.dropped++;
-                    if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
+                    if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
                     retire(s, it, false);
                     item_free(s->a, it);
                     pthread_cond_broadcast(&s->cv);
@@ -282,7 +283,7 @@ static void *sender_main(void *arg)
     /* Stopped with the job done (the worker exits when the last batch is
      * acknowledged): END may not have gone out yet. Without it the client
      * would take the close for a lost connection and try to reconnect to a
-     * worker that is gone. sl_dpp_server_stop waits for this. */
+     * worker that is gone. sl_worker_server_stop waits for this. */
     if (!c->closed && s->stopping && s->finished && s->outstanding == 0 && !c->ended &&
         !s->fail_code)
         send_end_locked(s, c, &err);
@@ -295,8 +296,8 @@ static void *sender_main(void *arg)
 
 /* Handle an ACK under s->mu. @return false (with msg) for an id this
  * worker never sent. */
-static bool handle_ack(struct sl_dpp_server *s, client_t *c, const Sluice__Dpp__Ack *ack, char *msg,
-                       size_t cap)
+static bool handle_ack(struct sl_worker_server *s, client_t *c, const Sluice__Dpp__Ack *ack,
+                       char *msg, size_t cap)
 {
     for (size_t i = 0; i < ack->n_delivery_ids; i++) {
         uint64_t id = ack->delivery_ids[i];
@@ -317,7 +318,7 @@ static bool handle_ack(struct sl_dpp_server *s, client_t *c, const Sluice__Dpp__
             snprintf(msg, cap, "ACK of delivery id %" PRIu64 ", which this worker never sent", id);
             return false;
         }
-        sl_dpp_item_t *it = c->unacked[j].item;
+        sl_worker_server_item_t *it = c->unacked[j].item;
         memmove(c->unacked + j, c->unacked + j + 1, (c->n_unacked - j - 1) * sizeof *c->unacked);
         c->n_unacked--;
         s->outstanding--;
@@ -325,7 +326,7 @@ static bool handle_ack(struct sl_dpp_server *s, client_t *c, const Sluice__Dpp__
         s->st.samples_acked += it->num_samples;
         s->st.bytes_acked += it->len;
         s->st.bytes_acked_expanded += it->expanded_bytes;
-        if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
+        if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
         retire(s, it, true);
         item_free(s->a, it);
     }
@@ -336,7 +337,7 @@ static bool handle_ack(struct sl_dpp_server *s, client_t *c, const Sluice__Dpp__
 static void *client_main(void *arg)
 {
     client_t *c = arg;
-    struct sl_dpp_server *s = c->s;
+    struct sl_worker_server *s = c->s;
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
     char msg[SL_ERROR_MSG_MAX];
@@ -495,7 +496,7 @@ out:
     return NULL;
 }
 
-static void client_free(struct sl_dpp_server *s, client_t *c)
+static void client_free(struct sl_worker_server *s, client_t *c)
 {
     close(c->fd);
     pthread_mutex_destroy(&c->wmu);
@@ -504,7 +505,7 @@ static void client_free(struct sl_dpp_server *s, client_t *c)
 }
 
 /* Join and free the clients whose threads have finished (under s->mu). */
-static void reap(struct sl_dpp_server *s, bool all)
+static void reap(struct sl_worker_server *s, bool all)
 {
     client_t **pp = &s->clients;
     while (*pp) {
@@ -528,7 +529,7 @@ static void reap(struct sl_dpp_server *s, bool all)
  * that holds no batch and has been idle a second at least (so that real
  * clients over the cap do not take turns evicting each other at once).
  * NULL: none may go. */
-static client_t *eviction_victim(struct sl_dpp_server *s, uint64_t now_ms)
+static client_t *eviction_victim(struct sl_worker_server *s, uint64_t now_ms)
 {
     client_t *pre = NULL, *idle = NULL;
     for (client_t *c = s->clients; c; c = c->next) {
@@ -546,7 +547,7 @@ static client_t *eviction_victim(struct sl_dpp_server *s, uint64_t now_ms)
 /* Under s->mu, at max_clients with a connection waiting: make room.
  * @return true to accept it now, false to look again shortly (a victim's
  * threads are ending); *refuse: no room can be made, refuse it. */
-static bool make_room(struct sl_dpp_server *s, bool *refuse)
+static bool make_room(struct sl_worker_server *s, bool *refuse)
 {
     *refuse = false;
     if (s->nclients < s->o.max_clients) return true;
@@ -566,7 +567,7 @@ static bool make_room(struct sl_dpp_server *s, bool *refuse)
 
 static void *accept_main(void *arg)
 {
-    struct sl_dpp_server *s = arg;
+    struct sl_worker_server *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         bool stop = s->stopping;
@@ -627,7 +628,7 @@ static void *accept_main(void *arg)
         snprintf(c->name, sizeof c->name, "%s", host);
         pthread_mutex_lock(&s->mu);
         if (s->stopping) {
-            /* sl_dpp_server_stop has shut the connections down already:
+            /* sl_worker_server_stop has shut the connections down already:
              * one started now would never be (its thread would read
              * forever and the stop join it forever) */
             pthread_mutex_unlock(&s->mu);
@@ -650,11 +651,11 @@ static void *accept_main(void *arg)
     return NULL;
 }
 
-sl_err_t sl_dpp_server_start(const sl_dpp_server_opts_t *opts, sl_dpp_server_t **out,
-                             sl_error_t *err)
+sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_server_t **out,
+                                sl_error_t *err)
 {
     const sl_allocator_t *a = opts->allocator ? opts->allocator : sl_allocator_default();
-    struct sl_dpp_server *s = sl_calloc(a, 1, sizeof *s);
+    struct sl_worker_server *s = sl_calloc(a, 1, sizeof *s);
     if (!s) {
         if (opts->has_listen_fd) close(opts->listen_fd);
         return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
@@ -689,7 +690,7 @@ sl_err_t sl_dpp_server_start(const sl_dpp_server_opts_t *opts, sl_dpp_server_t *
     pthread_condattr_destroy(&attr);
     sl_err_t rc;
     s->ready = sl_calloc(a, (size_t)s->o.max_ranks + 1, sizeof *s->ready);
-    if (!s->ready || !(s->ready[0] = sl_dpp_queue_new(a, 0))) {
+    if (!s->ready || !(s->ready[0] = sl_worker_queue_new(a, 0))) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
         goto fail;
     }
@@ -712,7 +713,7 @@ sl_err_t sl_dpp_server_start(const sl_dpp_server_opts_t *opts, sl_dpp_server_t *
 fail:
     if (s->lfd >= 0) close(s->lfd);
     if (s->ready) {
-        sl_dpp_queue_destroy(s->ready[0]);
+        sl_worker_queue_destroy(s->ready[0]);
         sl_free(a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);
     }
     pthread_mutex_destroy(&s->mu);
@@ -722,36 +723,37 @@ fail:
     return rc;
 }
 
-uint16_t sl_dpp_server_port(const sl_dpp_server_t *s)
+uint16_t sl_worker_server_port(const sl_worker_server_t *s)
 {
     return s->port;
 }
 
-sl_err_t sl_dpp_server_push(sl_dpp_server_t *s, const sl_dpp_item_t *item, sl_error_t *err)
+sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_item_t *item,
+                               sl_error_t *err)
 {
     sitem_t *si = sl_calloc(s->a, 1, sizeof *si);
-    sl_dpp_item_t *it = si ? &si->item : NULL;
+    sl_worker_server_item_t *it = si ? &si->item : NULL;
     if (!it) {
-        if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, item->accounted);
+        if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, item->accounted);
         sl_free(s->a, item->frame, item->len);
         return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
     }
     *it = *item;
     pthread_mutex_lock(&s->mu);
-    sl_dpp_queue_t *q = rank_queue(s, it->rank_plus_one, true);
+    sl_worker_queue_t *q = rank_queue(s, it->rank_plus_one, true);
     s->outstanding++;
     pthread_mutex_unlock(&s->mu);
     sl_err_t rc = SL_ERR_NOMEM;
     if (q) {
-        sl_dpp_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
-        rc = sl_dpp_queue_push(q, &m, -1);
+        sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
+        rc = sl_worker_queue_push(q, &m, -1);
     } else if (it->rank_plus_one > s->o.max_ranks) {
         rc = SL_ERR_INVALID;
     }
     pthread_mutex_lock(&s->mu);
     if (rc != SL_OK) {
         s->outstanding--;
-        if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
+        if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
         retire(s, it, false);
         item_free(s->a, it);
     }
@@ -765,7 +767,7 @@ sl_err_t sl_dpp_server_push(sl_dpp_server_t *s, const sl_dpp_item_t *item, sl_er
     return SL_OK;
 }
 
-void sl_dpp_server_finish(sl_dpp_server_t *s)
+void sl_worker_server_finish(sl_worker_server_t *s)
 {
     pthread_mutex_lock(&s->mu);
     s->finished = true;
@@ -773,7 +775,7 @@ void sl_dpp_server_finish(sl_dpp_server_t *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-void sl_dpp_server_fail(sl_dpp_server_t *s, sl_err_t code, const char *msg)
+void sl_worker_server_fail(sl_worker_server_t *s, sl_err_t code, const char *msg)
 {
     pthread_mutex_lock(&s->mu);
     if (!s->fail_code) {
@@ -784,7 +786,7 @@ void sl_dpp_server_fail(sl_dpp_server_t *s, sl_err_t code, const char *msg)
     pthread_mutex_unlock(&s->mu);
 }
 
-bool sl_dpp_server_wait_done(sl_dpp_server_t *s, int timeout_ms)
+bool sl_worker_server_wait_done(sl_worker_server_t *s, int timeout_ms)
 {
     uint64_t end = mono_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
     pthread_mutex_lock(&s->mu);
@@ -797,25 +799,25 @@ bool sl_dpp_server_wait_done(sl_dpp_server_t *s, int timeout_ms)
     return done;
 }
 
-void sl_dpp_server_stats(sl_dpp_server_t *s, sl_dpp_server_stats_t *out)
+void sl_worker_server_stats(sl_worker_server_t *s, sl_worker_server_stats_t *out)
 {
     pthread_mutex_lock(&s->mu);
     *out = s->st;
     out->ready = 0;
     for (uint32_t r = 0; r <= s->o.max_ranks; r++)
-        if (s->ready[r]) out->ready += sl_dpp_queue_len(s->ready[r]);
+        if (s->ready[r]) out->ready += sl_worker_queue_len(s->ready[r]);
     pthread_mutex_unlock(&s->mu);
 }
 
 /* Under s->mu: some welcomed client's sender has not ended yet. */
-static bool senders_running(const struct sl_dpp_server *s)
+static bool senders_running(const struct sl_worker_server *s)
 {
     for (const client_t *c = s->clients; c; c = c->next)
         if (c->welcomed && !c->sender_done) return true;
     return false;
 }
 
-void sl_dpp_server_stop(sl_dpp_server_t *s)
+void sl_worker_server_stop(sl_worker_server_t *s)
 {
     pthread_mutex_lock(&s->mu);
     if (s->stopped) {
@@ -843,22 +845,22 @@ void sl_dpp_server_stop(sl_dpp_server_t *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-void sl_dpp_server_destroy(sl_dpp_server_t *s)
+void sl_worker_server_destroy(sl_worker_server_t *s)
 {
     if (!s) return;
-    sl_dpp_server_stop(s);
+    sl_worker_server_stop(s);
     pthread_mutex_lock(&s->mu);
     for (uint32_t r = 0; r <= s->o.max_ranks; r++) {
         if (!s->ready[r]) continue;
-        sl_dpp_queue_close(s->ready[r]);
-        sl_dpp_msg_t m;
-        while (sl_dpp_queue_pop(s->ready[r], &m, 0) == SL_OK) {
-            sl_dpp_item_t *it = m.ptr;
-            if (s->o.budget) sl_dpp_budget_release_pinned(s->o.budget, it->accounted);
+        sl_worker_queue_close(s->ready[r]);
+        sl_worker_msg_t m;
+        while (sl_worker_queue_pop(s->ready[r], &m, 0) == SL_OK) {
+            sl_worker_server_item_t *it = m.ptr;
+            if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
             retire(s, it, false);
             item_free(s->a, it);
         }
-        sl_dpp_queue_destroy(s->ready[r]);
+        sl_worker_queue_destroy(s->ready[r]);
     }
     pthread_mutex_unlock(&s->mu);
     sl_free(s->a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);

@@ -13,7 +13,7 @@
  * FRONT of the ready queue for the next client. A bad frame gets an ERROR
  * frame naming the problem and closes that connection only.
  *
- * Once the producer has finished (sl_dpp_server_finish) and every batch is
+ * Once the producer has finished (sl_worker_server_finish) and every batch is
  * acknowledged, every client gets END, and so does every client connecting
  * later, right after WELCOME.
  *
@@ -48,15 +48,15 @@
 #include "sluice/err.h"
 #include "sluice/tensor.h"
 
-typedef struct sl_dpp_server_opts {
-    const char *listen;      /* "host:port"; port 0 picks one (sl_dpp_server_port) */
+typedef struct sl_worker_server_opts {
+    const char *listen;      /* "host:port"; port 0 picks one (sl_worker_server_port) */
     uint32_t max_credits;    /* most unacknowledged batches per client; 0: 16 */
     const char *worker_id;   /* in WELCOME; NULL: "worker" */
     const char *job_id;      /* in WELCOME; NULL: "job" */
     uint32_t epochs;         /* in END */
     int hello_timeout_ms;    /* handshake (auth, HELLO) done this long after accept; 0: 10000 */
     sl_rpc_limits_t limits;  /* on frames from clients; zero fields: 64 KiB messages, no payload */
-    sl_dpp_budget_t *budget; /* item bytes are released here on ACK; may be NULL */
+    sl_worker_budget_t *budget; /* item bytes are released here on ACK; may be NULL */
     const sl_allocator_t *allocator; /* NULL: default */
     uint32_t max_ranks;              /* trainer ranks with their own queue; 0: 64 */
     bool has_listen_fd; /* serve on listen_fd (bound to listen_port; owned by the server, */
@@ -74,10 +74,10 @@ typedef struct sl_dpp_server_opts {
     uint32_t max_clients;       /* connections at once; 0: 256 */
     int idle_timeout_ms;        /* close a client silent this long holding no batch; 0: 60000,
                                    < 0: never */
-} sl_dpp_server_opts_t;
+} sl_worker_server_opts_t;
 
 /* One encoded batch (the server owns it once pushed). */
-typedef struct sl_dpp_item {
+typedef struct sl_worker_server_item {
     void *frame; /* wire frame from sl_wire_encode with the server's allocator */
     size_t len;
     sl_batch_origin_t origin;
@@ -91,9 +91,9 @@ typedef struct sl_dpp_item {
     uint64_t from_row;      /* rows [from_row, to_row) of the split, filtered rows included */
     uint64_t to_row;
     uint32_t rank_plus_one; /* 1 + the only trainer rank it may go to; 0: any */
-} sl_dpp_item_t;
+} sl_worker_server_item_t;
 
-typedef struct sl_dpp_server_stats {
+typedef struct sl_worker_server_stats {
     uint64_t batches_sent;  /* BATCH frames sent (redeliveries included) */
     uint64_t bytes_sent;    /* payload bytes of those */
     uint64_t batches_acked; /* distinct batches delivered */
@@ -114,34 +114,35 @@ typedef struct sl_dpp_server_stats {
     uint64_t refused;        /* new connections refused: max_clients busy clients */
     uint64_t idle_closed;    /* closed after idle_timeout_ms holding nothing */
     uint64_t handshake_timeouts; /* no handshake within hello_timeout_ms */
-} sl_dpp_server_stats_t;
+} sl_worker_server_stats_t;
 
-typedef struct sl_dpp_server sl_dpp_server_t;
+typedef struct sl_worker_server sl_worker_server_t;
 
 /* Listen and start accepting. Caller owns *out, free with
- * sl_dpp_server_destroy. @return SL_ERR_IO when the address cannot be bound. */
-sl_err_t sl_dpp_server_start(const sl_dpp_server_opts_t *opts, sl_dpp_server_t **out,
-                             sl_error_t *err);
+ * sl_worker_server_destroy. @return SL_ERR_IO when the address cannot be bound. */
+sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_server_t **out,
+                                sl_error_t *err);
 
-uint16_t sl_dpp_server_port(const sl_dpp_server_t *s);
+uint16_t sl_worker_server_port(const sl_worker_server_t *s);
 
 /* Queue *item at the back (the server takes ownership of item->frame and
  * copies the struct). Never blocks: the memory budget bounds the queue.
  * @return SL_ERR_CLOSED after stop (the frame is freed), SL_ERR_NOMEM,
  * SL_ERR_INVALID for a rank_plus_one over max_ranks (freed and retired). */
-sl_err_t sl_dpp_server_push(sl_dpp_server_t *s, const sl_dpp_item_t *item, sl_error_t *err);
+sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_item_t *item,
+                               sl_error_t *err);
 
 /* No more items will be pushed: END goes out once all are acknowledged. */
-void sl_dpp_server_finish(sl_dpp_server_t *s);
+void sl_worker_server_finish(sl_worker_server_t *s);
 
 /* The pipeline failed: every client (now and later) gets ERROR(code, msg). */
-void sl_dpp_server_fail(sl_dpp_server_t *s, sl_err_t code, const char *msg);
+void sl_worker_server_fail(sl_worker_server_t *s, sl_err_t code, const char *msg);
 
 /* Wait up to timeout_ms (< 0: forever) until finished and every batch is
  * acknowledged. @return true when that is so. */
-bool sl_dpp_server_wait_done(sl_dpp_server_t *s, int timeout_ms);
+bool sl_worker_server_wait_done(sl_worker_server_t *s, int timeout_ms);
 
-void sl_dpp_server_stats(sl_dpp_server_t *s, sl_dpp_server_stats_t *out);
+void sl_worker_server_stats(sl_worker_server_t *s, sl_worker_server_stats_t *out);
 
 /* Close the listener and every connection and join all threads; statistics
  * stay readable (server threads' CPU time included). Idempotent. When the
@@ -149,9 +150,9 @@ void sl_dpp_server_stats(sl_dpp_server_t *s, sl_dpp_server_stats_t *out);
  * gets END before its connection is shut down (waiting at most 2 s for the
  * senders): a client must not take the end of the job for a lost
  * connection. No connection is accepted once the stop has begun. */
-void sl_dpp_server_stop(sl_dpp_server_t *s);
+void sl_worker_server_stop(sl_worker_server_t *s);
 
 /* Stop, free what is still queued, free s. s may be NULL. */
-void sl_dpp_server_destroy(sl_dpp_server_t *s);
+void sl_worker_server_destroy(sl_worker_server_t *s);
 
 #endif

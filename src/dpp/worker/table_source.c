@@ -42,7 +42,7 @@ static void local_order(local_source_t *s)
     }
 }
 
-static sl_err_t local_next(void *ctx, sl_dpp_work_t *out, sl_error_t *err)
+static sl_err_t local_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
 {
     (void)err;
     local_source_t *s = ctx;
@@ -55,7 +55,7 @@ static sl_err_t local_next(void *ctx, sl_dpp_work_t *out, sl_error_t *err)
     }
     if (s->epoch >= s->epochs) return SL_ERR_CLOSED;
     uint32_t i = s->order[s->next++];
-    *out = (sl_dpp_work_t){.split = &s->splits->items[i], .epoch = s->epoch, .split_id = i};
+    *out = (sl_worker_work_t){.split = &s->splits->items[i], .epoch = s->epoch, .split_id = i};
     return SL_OK;
 }
 
@@ -67,9 +67,9 @@ static void local_destroy(void *ctx)
     sl_free(s->a, s, sizeof *s);
 }
 
-sl_err_t sl_dpp_local_source_new(const sl_wh_splits_t *splits, uint32_t epochs, bool shuffle,
-                                 uint64_t seed, const sl_allocator_t *a, sl_dpp_split_source_t *out,
-                                 sl_error_t *err)
+sl_err_t sl_worker_source_table_new(const sl_wh_splits_t *splits, uint32_t epochs, bool shuffle,
+                                    uint64_t seed, const sl_allocator_t *a, sl_worker_source_t *out,
+                                    sl_error_t *err)
 {
     local_source_t *s = sl_calloc(a, 1, sizeof *s);
     if (!s) return sl_error_set(err, SL_ERR_NOMEM, "split source: out of memory");
@@ -84,14 +84,14 @@ sl_err_t sl_dpp_local_source_new(const sl_wh_splits_t *splits, uint32_t epochs, 
         return sl_error_set(err, SL_ERR_NOMEM, "split source: out of memory");
     }
     local_order(s);
-    *out = (sl_dpp_split_source_t){
+    *out = (sl_worker_source_t){
         .next = local_next, .done = NULL, .destroy = local_destroy, .ctx = s};
     return SL_OK;
 }
 
 /* ---- reading a lease (master mode) ---- */
 
-void dpp_worker_scratch_free(sl_dpp_worker_t *w, rscratch_t *sc)
+void dpp_worker_scratch_free(sl_worker_t *w, rscratch_t *sc)
 {
     if (sc->selected) sl_free(w->a, sc->selected, (size_t)sc->cap * sizeof *sc->selected);
     if (sc->weights) sl_free(w->a, sc->weights, (size_t)sc->cap * sizeof *sc->weights);
@@ -99,7 +99,7 @@ void dpp_worker_scratch_free(sl_dpp_worker_t *w, rscratch_t *sc)
     *sc = (rscratch_t){0};
 }
 
-static bool scratch_rows(sl_dpp_worker_t *w, rscratch_t *sc, uint32_t n)
+static bool scratch_rows(sl_worker_t *w, rscratch_t *sc, uint32_t n)
 {
     if (n <= sc->cap) return true;
     if (sc->selected) sl_free(w->a, sc->selected, (size_t)sc->cap * sizeof *sc->selected);
@@ -111,7 +111,7 @@ static bool scratch_rows(sl_dpp_worker_t *w, rscratch_t *sc, uint32_t n)
 }
 
 /* Rows [from, to) produced no batch: remember them for SPLIT_READ. */
-static sl_err_t add_empty(sl_dpp_worker_t *w, rscratch_t *sc, uint64_t from, uint64_t to,
+static sl_err_t add_empty(sl_worker_t *w, rscratch_t *sc, uint64_t from, uint64_t to,
                           sl_error_t *err)
 {
     if (from >= to) return SL_OK;
@@ -133,26 +133,26 @@ static sl_err_t add_empty(sl_dpp_worker_t *w, rscratch_t *sc, uint64_t from, uin
 }
 
 /* Rows in the batcher that are in no batch yet. */
-static uint64_t batcher_fill(const sl_dpp_batcher_t *b)
+static uint64_t batcher_fill(const sl_worker_batcher_t *b)
 {
-    sl_dpp_batcher_stats_t bs;
-    sl_dpp_batcher_stats(b, &bs);
+    sl_worker_batcher_stats_t bs;
+    sl_worker_batcher_stats(b, &bs);
     return bs.rows_in - bs.rows_out - bs.rows_dropped - bs.rows_discarded;
 }
 
 /* The end of a todo range at row to: the batch being built ends there
  * (short; with drop_last dropped, its rows then empty). */
-static sl_err_t end_range(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, rscratch_t *sc,
+static sl_err_t end_range(sl_worker_t *w, sl_worker_batcher_t *b, rscratch_t *sc,
                             uint64_t *from, uint64_t to, sl_error_t *err)
 {
     sl_err_t rc = SL_OK;
     if (batcher_fill(b) > 0) {
-        sl_dpp_batcher_stats_t before, after;
-        sl_dpp_batcher_stats(b, &before);
+        sl_worker_batcher_stats_t before, after;
+        sl_worker_batcher_stats(b, &before);
         w->tag.from_row = *from;
         w->tag.to_row = to;
-        if ((rc = sl_dpp_batcher_end_epoch(b, err))) return rc;
-        sl_dpp_batcher_stats(b, &after);
+        if ((rc = sl_worker_batcher_end_epoch(b, err))) return rc;
+        sl_worker_batcher_stats(b, &after);
         if (after.rows_dropped != before.rows_dropped) rc = add_empty(w, sc, *from, to, err);
     } else {
         rc = add_empty(w, sc, *from, to, err);
@@ -165,14 +165,14 @@ static sl_err_t end_range(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, rscratch_t *s
  * those only the kept rows inside the ranges, handed to the batcher so that
  * each batch covers one contiguous range (see worker.h). Stops early,
  * without error, when the lease stops being live. */
-sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_reader_t *r,
-                           const sl_dpp_work_t *wk, rscratch_t *sc, bool weigh, sl_error_t *err)
+sl_err_t dpp_worker_read_lease(sl_worker_t *w, sl_worker_batcher_t *b, sl_wh_reader_t *r,
+                           const sl_worker_work_t *wk, rscratch_t *sc, bool weigh, sl_error_t *err)
 {
     const uint32_t bs = w->job->batch_size;
     const sl_dpp_row_range_t *todo = wk->todo;
     sl_err_t rc = SL_OK;
     sc->num_empty = 0;
-    w->tag = (sl_dpp_item_t){.lease = wk->lease,
+    w->tag = (sl_worker_server_item_t){.lease = wk->lease,
                              .split = (uint32_t)wk->split_id,
                              .generation = wk->generation,
                              .rank_plus_one = wk->rank_plus_one};
@@ -207,14 +207,14 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
         const sl_wh_rows_t *rows = NULL;
         if ((rc = sl_wh_reader_set_range(r, st, st + 1, err)) ||
             (rc = sl_wh_reader_next(r, &rows, err)) || !rows) {
-            sl_dpp_budget_release(w->budget, sc->est);
+            sl_worker_budget_release(w->budget, sc->est);
             if (!rc) rc = sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u: no rows",
                                        wk->split->path, st);
             return rc;
         }
         uint64_t sb = dpp_worker_rows_bytes(rows);
         if ((rc = dpp_worker_stripe_acct(w, sc->est, sb, rows->file, rows->stripe, err))) {
-            sl_dpp_budget_release(w->budget, w->stripe_held);
+            sl_worker_budget_release(w->budget, w->stripe_held);
             w->stripe_held = 0;
             return rc;
         }
@@ -241,19 +241,19 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
             while (rc == SL_OK && i < j) { /* in chunks that end at batch boundaries */
                 uint64_t fill = batcher_fill(b);
                 if (fill == 0) /* a new batch: its row order from where it starts */
-                    sl_dpp_batcher_reseed(b, wk->epoch, (wk->split_id << 40) ^ from);
+                    sl_worker_batcher_reseed(b, wk->epoch, (wk->split_id << 40) ^ from);
                 uint32_t need = (uint32_t)(bs - fill);
                 uint32_t m = j - i < need ? j - i : need;
                 if (m == need) {
                     w->tag.from_row = from;
                     w->tag.to_row = row + sc->selected[i + m - 1] + 1;
                 }
-                sl_dpp_rows_origin_t origin = {.epoch = wk->epoch,
+                sl_worker_rows_origin_t origin = {.epoch = wk->epoch,
                                                .split_id = wk->split_id,
                                                .row = row,
                                                .key_offsets = rows->key_offsets};
-                rc = sl_dpp_batcher_add(b, &rows->batch, sc->selected + i,
-                                        weigh ? sc->weights + i : NULL, m, &origin, err);
+                rc = sl_worker_batcher_add(b, &rows->batch, sc->selected + i,
+                                           weigh ? sc->weights + i : NULL, m, &origin, err);
                 if (m == need) from = w->tag.to_row;
                 i += m;
             }
@@ -263,7 +263,7 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
         }
         if (rc == SL_OK) rc = dpp_worker_batcher_acct(w, b, err);
         w->stripe_held = 0;
-        sl_dpp_budget_release(w->budget, sb);
+        sl_worker_budget_release(w->budget, sb);
         dpp_worker_account_stripe(w, n, kept, t0, t1, waited, h0);
         if (rc) return rc;
         row = end;
@@ -275,7 +275,7 @@ sl_err_t dpp_worker_read_lease(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, sl_wh_re
                             " but the split's stripes hold %" PRIu64 " rows",
                             wk->split_id, todo[wk->num_todo - 1].to_row, row);
     /* revoked mid-way: what the batcher holds goes out and is dropped unsent */
-    if (batcher_fill(b) > 0) rc = sl_dpp_batcher_end_epoch(b, err);
+    if (batcher_fill(b) > 0) rc = sl_worker_batcher_end_epoch(b, err);
     if (rc == SL_OK) rc = dpp_worker_batcher_acct(w, b, err);
     return rc;
 }

@@ -22,13 +22,13 @@
 
 
 
-sl_dpp_worker_opts_t sl_dpp_worker_opts_default(void)
+sl_worker_opts_t sl_worker_opts_default(void)
 {
-    return (sl_dpp_worker_opts_t){.listen = "127.0.0.1:0", .memory_limit = DEFAULT_MEMORY_LIMIT};
+    return (sl_worker_opts_t){.listen = "127.0.0.1:0", .memory_limit = DEFAULT_MEMORY_LIMIT};
 }
 
 /* Record the first failure, tell clients, and stop the pipeline. */
-static void fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg)
+static void fail(sl_worker_t *w, sl_err_t code, const char *msg)
 {
     pthread_mutex_lock(&w->mu);
     bool first = w->fail_code == SL_OK;
@@ -41,12 +41,12 @@ static void fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg)
     /* stopping first: a transform thread ending now must not finish the
      * server (END) for a failed job */
     atomic_store(&w->stopping, true);
-    sl_dpp_server_fail(w->server, code, msg);
-    sl_dpp_budget_close(w->budget);
-    sl_dpp_queue_close(w->work);
+    sl_worker_server_fail(w->server, code, msg);
+    sl_worker_budget_close(w->budget);
+    sl_worker_queue_close(w->work);
 }
 
-void dpp_worker_account_stripe(sl_dpp_worker_t *w, uint64_t rows, uint64_t kept, uint64_t t0,
+void dpp_worker_account_stripe(sl_worker_t *w, uint64_t rows, uint64_t kept, uint64_t t0,
                                uint64_t t1, uint64_t waited, uint64_t handoff_before)
 {
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
@@ -65,10 +65,10 @@ void dpp_worker_account_stripe(sl_dpp_worker_t *w, uint64_t rows, uint64_t kept,
 
 /* A strict acquire of the budget for what (a stage holding held bytes);
  * its refusal as the worker's error. */
-static sl_err_t budget_take(sl_dpp_worker_t *w, uint64_t bytes, uint64_t held, const char *what,
+static sl_err_t budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, const char *what,
                             sl_error_t *err)
 {
-    sl_err_t rc = sl_dpp_budget_acquire(w->budget, bytes, held);
+    sl_err_t rc = sl_worker_budget_acquire(w->budget, bytes, held);
     /* NOMEM, not TOO_LARGE: the worker's limit, not the split, is the
      * problem (a split error would be reported to the master). */
     if (rc == SL_ERR_TOO_LARGE)
@@ -76,21 +76,21 @@ static sl_err_t budget_take(sl_dpp_worker_t *w, uint64_t bytes, uint64_t held, c
                             "worker: --memory-limit of %llu bytes cannot hold %s (%llu bytes more) "
                             "with the %llu bytes accounted now (%llu of them this stage's), and "
                             "nothing else can free memory: raise the limit",
-                            (unsigned long long)sl_dpp_budget_limit(w->budget), what,
+                            (unsigned long long)sl_worker_budget_limit(w->budget), what,
                             (unsigned long long)bytes,
-                            (unsigned long long)sl_dpp_budget_used(w->budget),
+                            (unsigned long long)sl_worker_budget_used(w->budget),
                             (unsigned long long)held);
     if (rc != SL_OK) return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
     return SL_OK;
 }
 
-sl_err_t dpp_worker_reader_take(sl_dpp_worker_t *w, uint64_t bytes, const char *what,
+sl_err_t dpp_worker_reader_take(sl_worker_t *w, uint64_t bytes, const char *what,
                                 sl_error_t *err)
 {
     return budget_take(w, bytes, w->stripe_held + w->batcher_held, what, err);
 }
 
-sl_err_t dpp_worker_stripe_acct(sl_dpp_worker_t *w, uint64_t est, uint64_t sb, const char *file,
+sl_err_t dpp_worker_stripe_acct(sl_worker_t *w, uint64_t est, uint64_t sb, const char *file,
                                 uint32_t stripe, sl_error_t *err)
 {
     /* est was taken before reading; a larger stripe is accounted before
@@ -102,20 +102,20 @@ sl_err_t dpp_worker_stripe_acct(sl_dpp_worker_t *w, uint64_t est, uint64_t sb, c
         sl_err_t rc = dpp_worker_reader_take(w, sb - est, what, err);
         if (rc != SL_OK) return rc;
     } else {
-        sl_dpp_budget_release(w->budget, est - sb);
+        sl_worker_budget_release(w->budget, est - sb);
     }
     w->stripe_held = sb;
     return SL_OK;
 }
 
-sl_err_t dpp_worker_batcher_acct(sl_dpp_worker_t *w, const sl_dpp_batcher_t *b, sl_error_t *err)
+sl_err_t dpp_worker_batcher_acct(sl_worker_t *w, const sl_worker_batcher_t *b, sl_error_t *err)
 {
-    uint64_t fp = sl_dpp_batcher_footprint(b);
+    uint64_t fp = sl_worker_batcher_footprint(b);
     if (fp > w->batcher_held) {
         sl_err_t rc = dpp_worker_reader_take(w, fp - w->batcher_held, "the batch being built", err);
         if (rc != SL_OK) return rc;
     } else {
-        sl_dpp_budget_release(w->budget, w->batcher_held - fp);
+        sl_worker_budget_release(w->budget, w->batcher_held - fp);
     }
     w->batcher_held = fp;
     return SL_OK;
@@ -133,15 +133,15 @@ uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows)
            (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
 }
 
-static void retire(sl_dpp_worker_t *w, void *lease)
+static void retire(sl_worker_t *w, void *lease)
 {
     if (lease && w->source.lease_retire) w->source.lease_retire(w->source.ctx, lease, false);
 }
 
 /* Free a work queue message that will not be processed. */
-static void drop_msg(sl_dpp_worker_t *w, const sl_dpp_msg_t *m)
+static void drop_msg(sl_worker_t *w, const sl_worker_msg_t *m)
 {
-    sl_dpp_budget_release(w->budget, m->bytes);
+    sl_worker_budget_release(w->budget, m->bytes);
     if (m->type == MSG_LEASED) {
         leased_t *l = m->ptr;
         sl_batch_destroy(l->batch);
@@ -158,8 +158,8 @@ static void drop_msg(sl_dpp_worker_t *w, const sl_dpp_msg_t *m)
  * that it rarely needs more) and hand it to the transform threads. */
 static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
 {
-    sl_dpp_worker_t *w = ctx;
-    sl_dpp_msg_t m = {.type = MSG_BATCH, .ptr = batch};
+    sl_worker_t *w = ctx;
+    sl_worker_msg_t m = {.type = MSG_BATCH, .ptr = batch};
     if (w->tag.lease) { /* master mode: the batch carries its lease and row range */
         leased_t *l = sl_alloc(w->a, sizeof *l);
         if (!l) {
@@ -168,7 +168,7 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
         }
         *l = (leased_t){.batch = batch, .tag = w->tag};
         if (w->source.lease_made) w->source.lease_made(w->source.ctx, w->tag.lease);
-        m = (sl_dpp_msg_t){.type = MSG_LEASED, .ptr = l};
+        m = (sl_worker_msg_t){.type = MSG_LEASED, .ptr = l};
     }
     uint64_t arena = sl_arena_footprint(batch->arena);
     uint64_t moved = arena < w->batcher_held ? arena : w->batcher_held;
@@ -183,9 +183,9 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
         drop_msg(w, &m);
         return rc;
     }
-    sl_dpp_budget_idle(w->budget, true); /* a full queue: waiting for a transform thread */
-    rc = sl_dpp_queue_push(w->work, &m, -1);
-    sl_dpp_budget_idle(w->budget, false);
+    sl_worker_budget_idle(w->budget, true); /* a full queue: waiting for a transform thread */
+    rc = sl_worker_queue_push(w->work, &m, -1);
+    sl_worker_budget_idle(w->budget, false);
     w->handoff_ns += now_ns(CLOCK_MONOTONIC) - t0; /* memory or a full queue: back-pressure */
     if (rc != SL_OK) {
         drop_msg(w, &m);
@@ -198,13 +198,13 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
  * error) is reported through the source instead of failing the worker:
  * what the batcher gathered of it is discarded, the lease is done, the
  * reader goes on with the next one. @return true when handled so. */
-static bool reader_lease_failed(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, const sl_dpp_work_t *wk,
+static bool reader_lease_failed(sl_worker_t *w, sl_worker_batcher_t *b, const sl_worker_work_t *wk,
                                 int32_t stripe, sl_err_t rc, sl_error_t *err)
 {
     if (!w->source.lease_failed || !dpp_worker_split_error(rc) || atomic_load(&w->stopping))
         return false;
     w->source.lease_failed(w->source.ctx, wk->lease, rc, stripe, err->msg);
-    sl_dpp_batcher_discard(b);
+    sl_worker_batcher_discard(b);
     sl_error_t e = {0};
     dpp_worker_batcher_acct(w, b, &e); /* smaller now: releases */
     if (w->source.done) w->source.done(w->source.ctx, wk, NULL, 0);
@@ -216,12 +216,12 @@ static bool reader_lease_failed(sl_dpp_worker_t *w, sl_dpp_batcher_t *b, const s
 
 static void *reader_main(void *arg)
 {
-    sl_dpp_worker_t *w = arg;
+    sl_worker_t *w = arg;
     pthread_setname_np(pthread_self(), "sl-w-reader");
     const sl_pipeline_job_t *job = w->job;
     sl_error_t err = {0};
     sl_err_t rc = SL_OK;
-    sl_dpp_batcher_t *b = NULL;
+    sl_worker_batcher_t *b = NULL;
     sl_wh_reader_t *r = NULL;
     char r_path[1024] = ""; /* file r has open (a lease's split is freed after done) */
     rscratch_t sc = {0};    /* master mode */
@@ -229,7 +229,7 @@ static void *reader_main(void *arg)
     float *weights = NULL;
     uint32_t scratch_rows = 0;
     const char *weight_label = sl_pipeline_plan_weight_label(w->plan);
-    sl_dpp_batcher_opts_t bo = {.batch_size = job->batch_size,
+    sl_worker_batcher_opts_t bo = {.batch_size = job->batch_size,
                                 .drop_last = job->drop_last,
                                 /* under a master a batch is one row range: shuffle within it */
                                 .shuffle_window = w->master_mode && job->shuffle_window
@@ -240,7 +240,7 @@ static void *reader_main(void *arg)
                                 .weight_label = weight_label,
                                 .job_id = w->job_hash,
                                 .allocator = w->a};
-    if ((rc = sl_dpp_batcher_new(&bo, to_transform, w, &b, &err))) goto out;
+    if ((rc = sl_worker_batcher_new(&bo, to_transform, w, &b, &err))) goto out;
     uint32_t nf = 0;
     const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
     sl_wh_read_opts_t ro = {.features = features,
@@ -254,17 +254,17 @@ static void *reader_main(void *arg)
     uint32_t epoch = 0;
     uint64_t est = 0; /* expected bytes of the next stripe: the last one's */
     while (!atomic_load(&w->stopping)) {
-        sl_dpp_work_t wk;
-        sl_dpp_budget_idle(w->budget, true); /* waiting for a split (a lease) */
+        sl_worker_work_t wk;
+        sl_worker_budget_idle(w->budget, true); /* waiting for a split (a lease) */
         rc = w->source.next(w->source.ctx, &wk, &err);
-        sl_dpp_budget_idle(w->budget, false);
+        sl_worker_budget_idle(w->budget, false);
         if (rc == SL_ERR_CLOSED) {
             rc = SL_OK;
             break;
         }
         if (rc) goto out;
         if (have_epoch && wk.epoch != epoch &&
-            ((rc = sl_dpp_batcher_end_epoch(b, &err)) ||
+            ((rc = sl_worker_batcher_end_epoch(b, &err)) ||
              (rc = dpp_worker_batcher_acct(w, b, &err))))
             goto out;
         have_epoch = true;
@@ -313,13 +313,13 @@ static void *reader_main(void *arg)
             const sl_wh_rows_t *rows;
             rc = sl_wh_reader_next(r, &rows, &err);
             if (rc || !rows) {
-                sl_dpp_budget_release(w->budget, est);
+                sl_worker_budget_release(w->budget, est);
                 if (rc) goto out;
                 break;
             }
             uint64_t sb = dpp_worker_rows_bytes(rows);
             if ((rc = dpp_worker_stripe_acct(w, est, sb, rows->file, rows->stripe, &err))) {
-                sl_dpp_budget_release(w->budget, w->stripe_held);
+                sl_worker_budget_release(w->budget, w->stripe_held);
                 w->stripe_held = 0;
                 goto out;
             }
@@ -334,7 +334,7 @@ static void *reader_main(void *arg)
                 scratch_rows = n;
                 if (!selected || !weights) {
                     rc = sl_error_set(&err, SL_ERR_NOMEM, "worker: out of memory");
-                    sl_dpp_budget_release(w->budget, sb);
+                    sl_worker_budget_release(w->budget, sb);
                     w->stripe_held = 0;
                     goto out;
                 }
@@ -343,17 +343,17 @@ static void *reader_main(void *arg)
             uint64_t h0 = w->handoff_ns;
             rc = sl_pipeline_plan_filter(w->plan, rows, selected, weights, &kept, &err);
             if (rc == SL_OK) {
-                sl_dpp_rows_origin_t origin = {.epoch = wk.epoch,
+                sl_worker_rows_origin_t origin = {.epoch = wk.epoch,
                                                .split_id = wk.split_id,
                                                .row = row,
                                                .key_offsets = rows->key_offsets};
                 /* every row kept: the identity selection gathers in whole runs */
-                rc = sl_dpp_batcher_add(b, &rows->batch, kept == n ? NULL : selected,
-                                        weight_label ? weights : NULL, kept, &origin, &err);
+                rc = sl_worker_batcher_add(b, &rows->batch, kept == n ? NULL : selected,
+                                           weight_label ? weights : NULL, kept, &origin, &err);
             }
             if (rc == SL_OK) rc = dpp_worker_batcher_acct(w, b, &err);
             w->stripe_held = 0;
-            sl_dpp_budget_release(w->budget, sb);
+            sl_worker_budget_release(w->budget, sb);
             dpp_worker_account_stripe(w, n, kept, t0, t1, waited, h0);
             if (rc) goto out;
             row += n;
@@ -365,27 +365,27 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&w->mu);
     }
     if (rc == SL_OK && have_epoch && !atomic_load(&w->stopping))
-        rc = sl_dpp_batcher_end_epoch(b, &err);
+        rc = sl_worker_batcher_end_epoch(b, &err);
 out:
     /* what the batcher held goes with it (the batcher is destroyed below) */
-    sl_dpp_budget_release(w->budget, w->batcher_held);
+    sl_worker_budget_release(w->budget, w->batcher_held);
     w->batcher_held = 0;
-    sl_dpp_budget_idle(w->budget, true); /* the reader has ended */
+    sl_worker_budget_idle(w->budget, true); /* the reader has ended */
     sl_wh_reader_close(r);
     if (b) {
-        sl_dpp_batcher_stats_t bs;
-        sl_dpp_batcher_stats(b, &bs);
+        sl_worker_batcher_stats_t bs;
+        sl_worker_batcher_stats(b, &bs);
         pthread_mutex_lock(&w->mu);
         w->st.rows_dropped = bs.rows_dropped;
         pthread_mutex_unlock(&w->mu);
     }
     w->tag.lease = NULL;
-    sl_dpp_batcher_destroy(b);
+    sl_worker_batcher_destroy(b);
     dpp_worker_scratch_free(w, &sc);
     if (selected) sl_free(w->a, selected, (size_t)scratch_rows * sizeof *selected);
     if (weights) sl_free(w->a, weights, (size_t)scratch_rows * sizeof *weights);
     if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping)) fail(w, rc, err.msg);
-    sl_dpp_queue_close(w->work);
+    sl_worker_queue_close(w->work);
     pthread_mutex_lock(&w->mu);
     w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
     pthread_mutex_unlock(&w->mu);
@@ -396,10 +396,10 @@ out:
  * whose rows fail (a split error) fails its lease, reported through the
  * source, and the worker goes on (@return SL_OK); anything else is the
  * worker's failure (@return rc). */
-static sl_err_t batch_failed(sl_dpp_worker_t *w, sl_batch_t *batch, uint64_t held,
-                             const sl_dpp_item_t *tag, sl_err_t rc, sl_error_t *err)
+static sl_err_t batch_failed(sl_worker_t *w, sl_batch_t *batch, uint64_t held,
+                             const sl_worker_server_item_t *tag, sl_err_t rc, sl_error_t *err)
 {
-    sl_dpp_budget_release(w->budget, held);
+    sl_worker_budget_release(w->budget, held);
     sl_batch_destroy(batch);
     bool split = tag && w->source.lease_failed && dpp_worker_split_error(rc) &&
                  !atomic_load(&w->stopping);
@@ -415,11 +415,11 @@ static sl_err_t batch_failed(sl_dpp_worker_t *w, sl_batch_t *batch, uint64_t hel
 
 /* Dedup, transform and encode one batch; hand it to the server (with its
  * lease part when tag is not NULL). Takes the batch, also on failure. */
-static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64_t held,
-                        const sl_dpp_item_t *tag, sl_dedup_stats_t *ds, sl_error_t *err)
+static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64_t held,
+                        const sl_worker_server_item_t *tag, sl_dedup_stats_t *ds, sl_error_t *err)
 {
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    sl_err_t rc = sl_dpp_batch_dedup(d, batch, w->groups, w->num_groups, ds, err);
+    sl_err_t rc = sl_worker_batcher_dedup(d, batch, w->groups, w->num_groups, ds, err);
     uint64_t t1 = now_ns(CLOCK_MONOTONIC);
     if (rc == SL_OK) rc = sl_pipeline_plan_transform(w->plan, batch, err);
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
@@ -448,11 +448,11 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
         sl_error_prefix(err, "encode: ");
         return batch_failed(w, batch, held, tag, rc, err);
     }
-    sl_dpp_item_t it = {.frame = frame,
+    sl_worker_server_item_t it = {.frame = frame,
                         .len = len,
                         .origin = batch->origin,
                         .num_samples = batch->batch_size,
-                        .expanded_bytes = sl_dpp_batch_expanded_bytes(batch, len),
+                        .expanded_bytes = sl_worker_batcher_expanded_bytes(batch, len),
                         .accounted = len};
     if (tag) {
         it.lease = tag->lease;
@@ -463,8 +463,8 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
         it.rank_plus_one = tag->rank_plus_one;
     }
     sl_batch_destroy(batch);
-    sl_dpp_budget_release(w->budget, held > len ? held - len : 0);
-    sl_dpp_budget_pin(w->budget, len);
+    sl_worker_budget_release(w->budget, held > len ? held - len : 0);
+    sl_worker_budget_pin(w->budget, len);
     pthread_mutex_lock(&w->mu);
     w->st.batches++;
     w->st.samples += it.num_samples;
@@ -474,17 +474,17 @@ static sl_err_t process(sl_dpp_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, ui
     w->st.transform_ns += t2 - t1;
     w->st.encode_ns += t3 - t2 - tw;
     w->st.backpressure_ns += tw;
-    for (uint32_t g = 0; g < w->num_groups && g < SL_DPP_WORKER_MAX_GROUPS; g++) {
+    for (uint32_t g = 0; g < w->num_groups && g < SL_WORKER_MAX_GROUPS; g++) {
         w->st.groups[g].rows += ds[g].batch_size;
         w->st.groups[g].unique_rows += ds[g].unique_rows;
     }
     pthread_mutex_unlock(&w->mu);
-    return sl_dpp_server_push(w->server, &it, err);
+    return sl_worker_server_push(w->server, &it, err);
 }
 
 static void *xform_main(void *arg)
 {
-    sl_dpp_worker_t *w = arg;
+    sl_worker_t *w = arg;
     pthread_setname_np(pthread_self(), "sl-w-xform");
     sl_error_t err = {0};
     sl_err_t rc = SL_OK;
@@ -494,18 +494,18 @@ static void *xform_main(void *arg)
         rc = sl_error_set(&err, SL_ERR_NOMEM, "worker: out of memory for a transform thread");
         fail(w, rc, err.msg);
     }
-    sl_dpp_msg_t m;
+    sl_worker_msg_t m;
     for (;;) {
-        sl_dpp_budget_idle(w->budget, true); /* waiting for a batch */
-        sl_err_t popped = sl_dpp_queue_pop(w->work, &m, -1);
+        sl_worker_budget_idle(w->budget, true); /* waiting for a batch */
+        sl_err_t popped = sl_worker_queue_pop(w->work, &m, -1);
         if (popped != SL_OK) break; /* stays idle: this thread has ended */
-        sl_dpp_budget_idle(w->budget, false);
+        sl_worker_budget_idle(w->budget, false);
         if (rc != SL_OK || atomic_load(&w->stopping)) {
             drop_msg(w, &m);
             continue;
         }
         sl_batch_t *batch = m.ptr;
-        sl_dpp_item_t tag;
+        sl_worker_server_item_t tag;
         if (m.type == MSG_LEASED) {
             leased_t *l = m.ptr;
             batch = l->batch;
@@ -522,7 +522,7 @@ static void *xform_main(void *arg)
     pthread_mutex_unlock(&w->mu);
     /* the last transform thread out tells the server that nothing more comes */
     if (atomic_fetch_sub(&w->running, 1) == 1 && !atomic_load(&w->stopping))
-        sl_dpp_server_finish(w->server);
+        sl_worker_server_finish(w->server);
     return NULL;
 }
 
@@ -533,7 +533,7 @@ static void *xform_main(void *arg)
  * takes only the unique rows its kept rows refer to. Not with a shuffle
  * window (it moves single rows across stripes). Opens each file's footer
  * once. */
-static bool files_store_job_groups(sl_dpp_worker_t *w)
+static bool files_store_job_groups(sl_worker_t *w)
 {
     const sl_pipeline_job_t *job = w->job;
     if (!job->num_dedup_groups || job->shuffle_window) return false;
@@ -579,11 +579,11 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-sl_err_t sl_dpp_worker_start(const sl_pipeline_job_t *job, const sl_dpp_worker_opts_t *opts,
-                             sl_dpp_worker_t **out, sl_pipeline_problems_t *problems,
-                             sl_error_t *err)
+sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *opts,
+                         sl_worker_t **out, sl_pipeline_problems_t *problems,
+                         sl_error_t *err)
 {
-    sl_dpp_worker_opts_t o = opts ? *opts : sl_dpp_worker_opts_default();
+    sl_worker_opts_t o = opts ? *opts : sl_worker_opts_default();
     const sl_allocator_t *a = o.allocator ? o.allocator : sl_allocator_default();
     if (!o.listen) o.listen = "127.0.0.1:0";
     if (!o.memory_limit) o.memory_limit = DEFAULT_MEMORY_LIMIT;
@@ -591,14 +591,14 @@ sl_err_t sl_dpp_worker_start(const sl_pipeline_job_t *job, const sl_dpp_worker_o
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o.threads = n > 0 ? (uint32_t)n : 1;
     }
-    sl_dpp_worker_t *w = NULL;
+    sl_worker_t *w = NULL;
     sl_err_t rc;
     if (o.threads > MAX_THREADS) {
         rc = sl_error_set(err, SL_ERR_INVALID, "worker: %u threads (at most %u)", o.threads,
                           MAX_THREADS);
-    } else if (job->num_dedup_groups > SL_DPP_WORKER_MAX_GROUPS) {
+    } else if (job->num_dedup_groups > SL_WORKER_MAX_GROUPS) {
         rc = sl_error_set(err, SL_ERR_INVALID, "worker: %u dedup groups (at most %u)",
-                          job->num_dedup_groups, SL_DPP_WORKER_MAX_GROUPS);
+                          job->num_dedup_groups, SL_WORKER_MAX_GROUPS);
     } else if (!(w = sl_calloc(a, 1, sizeof *w))) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     }
@@ -630,8 +630,8 @@ sl_err_t sl_dpp_worker_start(const sl_pipeline_job_t *job, const sl_dpp_worker_o
     if ((rc = sl_wh_table_splits(w->table, w->filter, job->stripes_per_split, &w->splits, err)))
         goto fail;
     if (!w->source.next &&
-        (rc = sl_dpp_local_source_new(w->splits, job->epochs, job->shuffle_splits, job->seed, a,
-                                      &w->source, err)))
+        (rc = sl_worker_source_table_new(w->splits, job->epochs, job->shuffle_splits, job->seed, a,
+                                         &w->source, err)))
         goto fail;
     w->dedup_form = files_store_job_groups(w);
     w->st.dedup_form = w->dedup_form;
@@ -651,15 +651,15 @@ sl_err_t sl_dpp_worker_start(const sl_pipeline_job_t *job, const sl_dpp_worker_o
         }
         w->st.num_groups = w->num_groups;
     }
-    w->budget = sl_dpp_budget_new(a, o.memory_limit);
-    w->work = sl_dpp_queue_new(a, 2 * o.threads);
+    w->budget = sl_worker_budget_new(a, o.memory_limit);
+    w->work = sl_worker_queue_new(a, 2 * o.threads);
     w->xform = sl_calloc(a, o.threads, sizeof *w->xform);
     if (!w->budget || !w->work || !w->xform) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         goto fail;
     }
-    sl_dpp_budget_stages(w->budget, o.threads + 1); /* the reader and the transform threads */
-    sl_dpp_server_opts_t so = {.listen = o.listen,
+    sl_worker_budget_stages(w->budget, o.threads + 1); /* the reader and the transform threads */
+    sl_worker_server_opts_t so = {.listen = o.listen,
                                .max_credits = o.max_credits,
                                .worker_id = w->worker_id,
                                .job_id = o.job_id ? o.job_id : job->id,
@@ -676,7 +676,7 @@ sl_err_t sl_dpp_worker_start(const sl_pipeline_job_t *job, const sl_dpp_worker_o
                                .max_clients = o.max_clients,
                                .idle_timeout_ms = o.client_conn_idle_ms};
     w->listen_fd_owned = false; /* the server owns it now, also when it fails */
-    if ((rc = sl_dpp_server_start(&so, &w->server, err))) goto fail;
+    if ((rc = sl_worker_server_start(&so, &w->server, err))) goto fail;
     atomic_store(&w->running, o.threads);
     for (uint32_t i = 0; i < o.threads; i++) {
         if (pthread_create(&w->xform[i], NULL, xform_main, w) != 0) {
@@ -684,7 +684,7 @@ sl_err_t sl_dpp_worker_start(const sl_pipeline_job_t *job, const sl_dpp_worker_o
             rc = sl_error_set(err, SL_ERR_IO, "worker: cannot start transform thread %u", i);
             fail(w, rc, err->msg);
             w->started_threads = i;
-            sl_dpp_worker_destroy(w);
+            sl_worker_destroy(w);
             return rc;
         }
         w->started_threads = i + 1;
@@ -692,23 +692,23 @@ sl_err_t sl_dpp_worker_start(const sl_pipeline_job_t *job, const sl_dpp_worker_o
     if (pthread_create(&w->reader, NULL, reader_main, w) != 0) {
         rc = sl_error_set(err, SL_ERR_IO, "worker: cannot start the reader thread");
         fail(w, rc, err->msg);
-        sl_dpp_worker_destroy(w);
+        sl_worker_destroy(w);
         return rc;
     }
     w->reader_started = true;
     *out = w;
     return SL_OK;
 fail:
-    sl_dpp_worker_destroy(w);
+    sl_worker_destroy(w);
     return rc;
 }
 
-uint16_t sl_dpp_worker_port(const sl_dpp_worker_t *w)
+uint16_t sl_worker_port(const sl_worker_t *w)
 {
-    return sl_dpp_server_port(w->server);
+    return sl_worker_server_port(w->server);
 }
 
-sl_err_t sl_dpp_worker_wait(sl_dpp_worker_t *w, int timeout_ms, sl_error_t *err)
+sl_err_t sl_worker_wait(sl_worker_t *w, int timeout_ms, sl_error_t *err)
 {
     uint64_t end =
         now_ns(CLOCK_MONOTONIC) + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
@@ -721,52 +721,52 @@ sl_err_t sl_dpp_worker_wait(sl_dpp_worker_t *w, int timeout_ms, sl_error_t *err)
         pthread_mutex_unlock(&w->mu);
         if (code) return code;
         if (done) return SL_OK;
-        done = sl_dpp_server_wait_done(w->server, 100);
+        done = sl_worker_server_wait_done(w->server, 100);
         if (!done && timeout_ms >= 0 && now_ns(CLOCK_MONOTONIC) >= end)
             return sl_error_set(err, SL_ERR_TIMEOUT, "worker: job not finished yet");
     }
 }
 
-void sl_dpp_worker_stop(sl_dpp_worker_t *w)
+void sl_worker_stop(sl_worker_t *w)
 {
     if (!w || w->stopped) return;
     w->stopped = true;
     atomic_store(&w->stopping, true);
     if (w->source.cancel) w->source.cancel(w->source.ctx); /* a reader waiting for work wakes */
-    if (w->budget) sl_dpp_budget_close(w->budget);
-    if (w->work) sl_dpp_queue_close(w->work);
+    if (w->budget) sl_worker_budget_close(w->budget);
+    if (w->work) sl_worker_queue_close(w->work);
     if (w->reader_started) pthread_join(w->reader, NULL);
     for (uint32_t i = 0; i < w->started_threads; i++)
         pthread_join(w->xform[i], NULL);
     w->reader_started = false;
     w->started_threads = 0;
     if (w->work) {
-        sl_dpp_msg_t m;
-        while (sl_dpp_queue_pop(w->work, &m, 0) == SL_OK)
+        sl_worker_msg_t m;
+        while (sl_worker_queue_pop(w->work, &m, 0) == SL_OK)
             drop_msg(w, &m);
     }
     if (w->server) {
-        bool done = sl_dpp_server_wait_done(w->server, 0);
-        sl_dpp_server_stop(w->server); /* joins the connection threads */
+        bool done = sl_worker_server_wait_done(w->server, 0);
+        sl_worker_server_stop(w->server); /* joins the connection threads */
         pthread_mutex_lock(&w->mu);
         w->st.finished = done && w->fail_code == SL_OK;
         pthread_mutex_unlock(&w->mu);
     }
 }
 
-void sl_dpp_worker_stats(sl_dpp_worker_t *w, sl_dpp_worker_stats_t *out)
+void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
 {
-    sl_dpp_server_stats_t ss = {0};
-    if (w->server) sl_dpp_server_stats(w->server, &ss);
-    bool done = w->server && sl_dpp_server_wait_done(w->server, 0);
+    sl_worker_server_stats_t ss = {0};
+    if (w->server) sl_worker_server_stats(w->server, &ss);
+    bool done = w->server && sl_worker_server_wait_done(w->server, 0);
     pthread_mutex_lock(&w->mu);
     w->st.server = ss;
     if (!w->stopped) w->st.finished = done && w->fail_code == SL_OK;
     *out = w->st;
     pthread_mutex_unlock(&w->mu);
     if (w->budget) {
-        out->memory_used = sl_dpp_budget_used(w->budget);
-        out->memory_peak = sl_dpp_budget_peak(w->budget);
+        out->memory_used = sl_worker_budget_used(w->budget);
+        out->memory_peak = sl_worker_budget_peak(w->budget);
     }
     for (uint32_t g = 0; g < out->num_groups; g++)
         out->groups[g].factor = out->groups[g].unique_rows ? (double)out->groups[g].rows /
@@ -774,9 +774,9 @@ void sl_dpp_worker_stats(sl_dpp_worker_t *w, sl_dpp_worker_stats_t *out)
                                                            : 1.0;
 }
 
-void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, FILE *out)
+void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *out)
 {
-    const sl_dpp_server_stats_t *s = &st->server;
+    const sl_worker_server_stats_t *s = &st->server;
     fprintf(out, "worker summary%s\n", st->finished ? " (job finished)" : "");
     fprintf(out,
             "  splits %" PRIu64 ", stripes %" PRIu64 ", rows read %" PRIu64 ", kept %" PRIu64
@@ -814,12 +814,12 @@ void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, 
             st->memory_peak);
 }
 
-void sl_dpp_worker_fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg)
+void sl_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg)
 {
     fail(w, code ? code : SL_ERR_IO, msg ? msg : sl_err_str(code));
 }
 
-bool sl_dpp_worker_failed(sl_dpp_worker_t *w, sl_error_t *err)
+bool sl_worker_failed(sl_worker_t *w, sl_error_t *err)
 {
     pthread_mutex_lock(&w->mu);
     sl_err_t code = w->fail_code;
@@ -828,25 +828,25 @@ bool sl_dpp_worker_failed(sl_dpp_worker_t *w, sl_error_t *err)
     return code != SL_OK;
 }
 
-const char *sl_dpp_worker_id(const sl_dpp_worker_t *w)
+const char *sl_worker_id(const sl_worker_t *w)
 {
     return w->worker_id;
 }
 
-const char *sl_dpp_worker_job_id(const sl_dpp_worker_t *w)
+const char *sl_worker_job_id(const sl_worker_t *w)
 {
     return w->o.job_id ? w->o.job_id : w->job->id ? w->job->id : "job";
 }
 
-void sl_dpp_worker_destroy(sl_dpp_worker_t *w)
+void sl_worker_destroy(sl_worker_t *w)
 {
     if (!w) return;
-    sl_dpp_worker_stop(w);
-    sl_dpp_server_destroy(w->server); /* retires what it holds into the source: first */
+    sl_worker_stop(w);
+    sl_worker_server_destroy(w->server); /* retires what it holds into the source: first */
     if (w->source.destroy) w->source.destroy(w->source.ctx);
     if (w->listen_fd_owned) close(w->o.listen_fd);
-    sl_dpp_queue_destroy(w->work);
-    sl_dpp_budget_destroy(w->budget);
+    sl_worker_queue_destroy(w->work);
+    sl_worker_budget_destroy(w->budget);
     if (w->xform) sl_free(w->a, w->xform, (size_t)w->threads * sizeof *w->xform);
     if (w->groups) sl_free(w->a, w->groups, (size_t)w->num_groups * sizeof *w->groups);
     sl_wh_splits_destroy(w->splits);

@@ -24,7 +24,7 @@
  * waits (back-pressure) instead of growing; the limit must hold a stripe
  * and a few batches, otherwise one item at a time goes through alone.
  *
- * Splits come from an sl_dpp_split_source_t: the local source enumerates a
+ * Splits come from an sl_worker_source_t: the local source enumerates a
  * table's splits epoch after epoch, in table order or shuffled with the
  * job seed (shuffle_splits); the master source (master_source.h) leases
  * them from a DPP master.
@@ -57,7 +57,7 @@ typedef struct sl_dpp_row_range {
 } sl_dpp_row_range_t;
 
 /* One unit of work: a split of an epoch. */
-typedef struct sl_dpp_work {
+typedef struct sl_worker_work {
     const sl_wh_split_t *split; /* borrowed until done is called (or the source destroyed) */
     uint32_t epoch;
     uint64_t split_id; /* stable id of the split within the job */
@@ -67,24 +67,24 @@ typedef struct sl_dpp_work {
     uint32_t num_todo;
     uint64_t generation;
     uint32_t rank_plus_one; /* static sharding: 1 + the trainer rank to serve; 0: any */
-} sl_dpp_work_t;
+} sl_worker_work_t;
 
-typedef struct sl_dpp_split_source {
+typedef struct sl_worker_source {
     /* The next split to read (called from the reader thread only; may
      * block until there is work). @return SL_OK, SL_ERR_CLOSED when there
      * are no more, or an error. */
-    sl_err_t (*next)(void *ctx, sl_dpp_work_t *out, sl_error_t *err);
+    sl_err_t (*next)(void *ctx, sl_worker_work_t *out, sl_error_t *err);
     /* Every row of w has been read and handed to the batcher (may be NULL).
      * empty[0..num_empty): the rows of w's todo that went into no batch
      * (all filtered out, or a short batch dropped by drop_last); w->lease
      * NULL: none. Also called, with nothing read, for a lease that stopped
      * being live mid-way. */
-    void (*done)(void *ctx, const sl_dpp_work_t *w, const sl_dpp_row_range_t *empty,
+    void (*done)(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_range_t *empty,
                  uint32_t num_empty);
     /* Frees ctx (may be NULL). */
     void (*destroy)(void *ctx);
     /* Wake and stop: next returns SL_ERR_CLOSED from now on and the
-     * source's threads end (may be NULL). Called by sl_dpp_worker_stop. */
+     * source's threads end (may be NULL). Called by sl_worker_stop. */
     void (*cancel)(void *ctx);
     /* Lease hooks (may be NULL). made: a batch of the lease was produced.
      * live: may its batches still be read and sent (false: revoked)?
@@ -104,19 +104,19 @@ typedef struct sl_dpp_split_source {
      * the failing batch is retired); takes only the source's own lock. */
     void (*lease_failed)(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg);
     void *ctx;
-} sl_dpp_split_source_t;
+} sl_worker_source_t;
 
 /* A source over splits (borrowed; must outlive the source): for each epoch
  * 0..epochs-1 every split once, in order, or in a permutation drawn from
  * (seed, epoch) when shuffle. split_id is the split's index in splits.
  * @return SL_ERR_NOMEM. */
-sl_err_t sl_dpp_local_source_new(const sl_wh_splits_t *splits, uint32_t epochs, bool shuffle,
-                                 uint64_t seed, const sl_allocator_t *a, sl_dpp_split_source_t *out,
-                                 sl_error_t *err);
+sl_err_t sl_worker_source_table_new(const sl_wh_splits_t *splits, uint32_t epochs, bool shuffle,
+                                    uint64_t seed, const sl_allocator_t *a, sl_worker_source_t *out,
+                                    sl_error_t *err);
 
 /* ---- worker ---- */
 
-typedef struct sl_dpp_worker_opts {
+typedef struct sl_worker_opts {
     const char *listen;    /* "host:port"; NULL: "127.0.0.1:0" */
     uint32_t threads;      /* transform threads; 0: online cores */
     uint64_t memory_limit; /* bytes; 0: 256 MiB */
@@ -124,7 +124,7 @@ typedef struct sl_dpp_worker_opts {
     const char *worker_id; /* NULL: "worker-<pid>" */
     /* NULL next: the local source over the job's table (job epochs, shuffle
      * and seed). Otherwise the worker takes ownership (destroy is called). */
-    sl_dpp_split_source_t source;
+    sl_worker_source_t source;
     const sl_allocator_t *allocator; /* NULL: default */
     /* has_listen_fd: serve on listen_fd, a listening socket bound to
      * listen_port (the worker owns it, also when start fails), instead of
@@ -140,19 +140,19 @@ typedef struct sl_dpp_worker_opts {
                                    loopback listen address is accepted) */
     uint32_t max_clients;       /* client connections at once; 0: 256 */
     int client_conn_idle_ms;    /* close a client silent this long holding no batch; 0: 60000 */
-} sl_dpp_worker_opts_t;
+} sl_worker_opts_t;
 
-sl_dpp_worker_opts_t sl_dpp_worker_opts_default(void);
+sl_worker_opts_t sl_worker_opts_default(void);
 
-#define SL_DPP_WORKER_MAX_GROUPS 16
+#define SL_WORKER_MAX_GROUPS 16
 
-typedef struct sl_dpp_group_stats {
+typedef struct sl_worker_group_stats {
     char name[64];
     uint64_t rows, unique_rows; /* summed over batches */
     double factor;              /* rows / unique_rows */
-} sl_dpp_group_stats_t;
+} sl_worker_group_stats_t;
 
-typedef struct sl_dpp_worker_stats {
+typedef struct sl_worker_stats {
     uint32_t threads;
     bool dedup_form; /* the table stores the job's dedup groups: read and sent as stored */
     uint64_t splits, stripes, rows_read, rows_kept, rows_dropped;
@@ -160,7 +160,7 @@ typedef struct sl_dpp_worker_stats {
     uint64_t batches, samples;              /* encoded */
     uint64_t bytes_encoded, bytes_expanded; /* encoded; and had dedup been off */
     uint32_t num_groups;
-    sl_dpp_group_stats_t groups[SL_DPP_WORKER_MAX_GROUPS];
+    sl_worker_group_stats_t groups[SL_WORKER_MAX_GROUPS];
     /* busy time per stage (summed over threads) */
     uint64_t read_ns;   /* open, read, decode stripes */
     uint64_t filter_ns; /* filter and batch (gather) */
@@ -168,53 +168,53 @@ typedef struct sl_dpp_worker_stats {
     uint64_t backpressure_ns; /* stages waiting for memory */
     uint64_t cpu_ns;          /* CPU time of the pipeline and server threads that have exited */
     uint64_t memory_limit, memory_used, memory_peak;
-    sl_dpp_server_stats_t server;
+    sl_worker_server_stats_t server;
     bool finished; /* every batch produced and acknowledged */
-} sl_dpp_worker_stats_t;
+} sl_worker_stats_t;
 
-typedef struct sl_dpp_worker sl_dpp_worker_t;
+typedef struct sl_worker sl_worker_t;
 
 /* Bind job to its table (every problem of the plan goes to *problems, by
  * JSON path; return SL_ERR_INVALID), cut the table into splits, listen, and
- * start the threads. job is borrowed until sl_dpp_worker_destroy. Caller
- * owns *out, free with sl_dpp_worker_destroy. */
-sl_err_t sl_dpp_worker_start(const sl_pipeline_job_t *job, const sl_dpp_worker_opts_t *opts,
-                             sl_dpp_worker_t **out, sl_pipeline_problems_t *problems,
-                             sl_error_t *err);
+ * start the threads. job is borrowed until sl_worker_destroy. Caller
+ * owns *out, free with sl_worker_destroy. */
+sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *opts,
+                         sl_worker_t **out, sl_pipeline_problems_t *problems,
+                         sl_error_t *err);
 
 /* The port listened on (the real one when 0 was asked). */
-uint16_t sl_dpp_worker_port(const sl_dpp_worker_t *w);
+uint16_t sl_worker_port(const sl_worker_t *w);
 
 /* Wait up to timeout_ms (< 0: forever) for the job to finish: every batch
  * produced and acknowledged, or the pipeline failed. @return SL_OK when
  * finished, SL_ERR_TIMEOUT, or the pipeline's error (err says what and
  * where, e.g. a corrupt stripe). */
-sl_err_t sl_dpp_worker_wait(sl_dpp_worker_t *w, int timeout_ms, sl_error_t *err);
+sl_err_t sl_worker_wait(sl_worker_t *w, int timeout_ms, sl_error_t *err);
 
 /* Stop everything: close connections, join every thread. Statistics stay
  * readable. Idempotent; may be called from any thread but a worker's own. */
-void sl_dpp_worker_stop(sl_dpp_worker_t *w);
+void sl_worker_stop(sl_worker_t *w);
 
-void sl_dpp_worker_stats(sl_dpp_worker_t *w, sl_dpp_worker_stats_t *out);
+void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out);
 
 /* Print the statistics as a human summary. */
-void sl_dpp_worker_print_stats(const sl_dpp_worker_stats_t *st, double seconds, FILE *out);
+void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *out);
 
 /* Has the pipeline failed? Then err (may be NULL) gets its error. Never blocks. */
-bool sl_dpp_worker_failed(sl_dpp_worker_t *w, sl_error_t *err);
+bool sl_worker_failed(sl_worker_t *w, sl_error_t *err);
 
 /* Fail the worker from outside its pipeline (a split source that can no
  * longer serve, e.g. the master refused its worker id): the first failure
- * is kept, clients get ERROR(code, msg), sl_dpp_worker_wait returns it.
+ * is kept, clients get ERROR(code, msg), sl_worker_wait returns it.
  * Any thread but the worker's own pipeline threads; takes the worker's and
  * the server's locks (never call it holding a lock the lease hooks take). */
-void sl_dpp_worker_fail(sl_dpp_worker_t *w, sl_err_t code, const char *msg);
+void sl_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg);
 
 /* The worker's id and the job id it serves (borrowed, valid until destroy). */
-const char *sl_dpp_worker_id(const sl_dpp_worker_t *w);
-const char *sl_dpp_worker_job_id(const sl_dpp_worker_t *w);
+const char *sl_worker_id(const sl_worker_t *w);
+const char *sl_worker_job_id(const sl_worker_t *w);
 
 /* Stops (if needed) and frees; w may be NULL. */
-void sl_dpp_worker_destroy(sl_dpp_worker_t *w);
+void sl_worker_destroy(sl_worker_t *w);
 
 #endif
