@@ -708,9 +708,9 @@ Test(master_server, resume_tokens_one_per_rank)
     env_fini(&e);
 }
 
-static void share(sl_master_share_t *s, uint32_t n, uint32_t max, const char *want)
+static void share(sl_master_autoscale_share_t *s, uint32_t n, uint32_t max, const char *want)
 {
-    sl_master_fair_share(s, n, max);
+    sl_master_autoscale_fair_share(s, n, max);
     char got[256] = "";
     for (uint32_t i = 0; i < n; i++)
         snprintf(got + strlen(got), sizeof got - strlen(got), "%s%u", i ? " " : "", s[i].granted);
@@ -719,7 +719,8 @@ static void share(sl_master_share_t *s, uint32_t n, uint32_t max, const char *wa
 
 Test(master_server, fair_share_of_the_fleet)
 {
-    sl_master_share_t s[4] = {{"a", 6, 1, 0}, {"b", 3, 1, 0}, {"c", 3, 1, 0}, {"d", 0, 1, 0}};
+    sl_master_autoscale_share_t s[4] = {
+        {"a", 6, 1, 0}, {"b", 3, 1, 0}, {"c", 3, 1, 0}, {"d", 0, 1, 0}};
     share(s, 4, 0, "6 3 3 0");  /* no limit */
     share(s, 4, 12, "6 3 3 0"); /* fits */
     share(s, 4, 6, "3 2 1 0");  /* 3, 1.5, 1.5: the half goes to the lower id */
@@ -727,23 +728,23 @@ Test(master_server, fair_share_of_the_fleet)
     s[2].min_workers = 3;       /* c held at its minimum; a, b share the rest 6:3 */
     share(s, 4, 6, "2 1 3 0");
     share(s, 4, 2, "1 1 3 0");  /* minimums over the limit: each gets its minimum */
-    sl_master_share_t t[2] = {{"y", 5, 1, 0}, {"x", 5, 1, 0}};
+    sl_master_autoscale_share_t t[2] = {{"y", 5, 1, 0}, {"x", 5, 1, 0}};
     share(t, 2, 5, "2 3");      /* equal fractions: the lower id "x" wins */
     /* property: sum == limit when the minimums fit, each within [min, desired], proportional
      * (no job two or more behind another's share) */
     uint64_t seed = tu_seed("master_server.fair_share");
     for (int round = 0; round < 2000; round++) {
-        sl_master_share_t r[8];
+        sl_master_autoscale_share_t r[8];
         static const char *ids[8] = {"j0", "j1", "j2", "j3", "j4", "j5", "j6", "j7"};
         uint32_t n = 1 + (uint32_t)tu_below(&seed, 8), want = 0, mins = 0;
         for (uint32_t i = 0; i < n; i++) {
-            r[i] = (sl_master_share_t){ids[i], (uint32_t)tu_below(&seed, 20),
+            r[i] = (sl_master_autoscale_share_t){ids[i], (uint32_t)tu_below(&seed, 20),
                                        1 + (uint32_t)tu_below(&seed, 4), 0};
             want += r[i].desired;
             mins += r[i].min_workers < r[i].desired ? r[i].min_workers : r[i].desired;
         }
         uint32_t max = (uint32_t)tu_below(&seed, 60);
-        sl_master_fair_share(r, n, max);
+        sl_master_autoscale_fair_share(r, n, max);
         uint32_t sum = 0;
         for (uint32_t i = 0; i < n; i++) {
             uint32_t lo = r[i].min_workers < r[i].desired ? r[i].min_workers : r[i].desired;

@@ -25,7 +25,8 @@
  * desired counts of the others. A job whose proportional share
  * desired * r is below its minimum is held there, which lowers r for the
  * rest; repeat until no job changes (at most n rounds). */
-void sl_master_fair_share(sl_master_share_t *jobs, uint32_t n, uint32_t max_fleet_workers)
+void sl_master_autoscale_fair_share(sl_master_autoscale_share_t *jobs, uint32_t n,
+                                    uint32_t max_fleet_workers)
 {
     uint64_t want = 0, floor_sum = 0;
     for (uint32_t i = 0; i < n; i++) {

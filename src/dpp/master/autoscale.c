@@ -5,24 +5,26 @@
 #include <stdio.h>
 #include <string.h>
 
-sl_autoscale_opts_t sl_autoscale_opts_default(uint32_t min_workers, uint32_t max_workers)
+sl_master_autoscale_opts_t sl_master_autoscale_opts_default(uint32_t min_workers,
+                                                            uint32_t max_workers)
 {
     if (min_workers < 1) min_workers = 1;
     if (max_workers < min_workers) max_workers = min_workers;
-    return (sl_autoscale_opts_t){.min_workers = min_workers, .max_workers = max_workers,
+    return (sl_master_autoscale_opts_t){.min_workers = min_workers, .max_workers = max_workers,
                                  .stall_high = 0.05, .busy_high = 0.75, .busy_low = 0.30,
                                  .up_after = 2, .down_after = 5,
                                  .cooldown_ns = 10ull * 1000000000ull};
 }
 
-static uint32_t clamp_count(const sl_autoscale_opts_t *o, int64_t n)
+static uint32_t clamp_count(const sl_master_autoscale_opts_t *o, int64_t n)
 {
     if (n < (int64_t)o->min_workers) return o->min_workers;
     if (n > (int64_t)o->max_workers) return o->max_workers;
     return (uint32_t)n;
 }
 
-void sl_autoscale_init(sl_autoscaler_t *as, const sl_autoscale_opts_t *opts, uint32_t initial)
+void sl_master_autoscale_init(sl_master_autoscaler_t *as, const sl_master_autoscale_opts_t *opts,
+                              uint32_t initial)
 {
     memset(as, 0, sizeof *as);
     as->opts = *opts;
@@ -38,9 +40,10 @@ static double clamp01(double v)
     return v > 1 ? 1 : v;
 }
 
-uint32_t sl_autoscale_observe(sl_autoscaler_t *as, const sl_autoscale_observation_t *obs)
+uint32_t sl_master_autoscale_observe(sl_master_autoscaler_t *as,
+                                     const sl_master_autoscale_observation_t *obs)
 {
-    const sl_autoscale_opts_t *o = &as->opts;
+    const sl_master_autoscale_opts_t *o = &as->opts;
     double wait = clamp01(obs->trainer_wait), busy = clamp01(obs->worker_busy);
     bool short_of_workers = wait >= o->stall_high && busy >= o->busy_high;
     bool too_many = busy < o->busy_low && wait < o->stall_high;
@@ -85,7 +88,7 @@ uint32_t sl_autoscale_observe(sl_autoscaler_t *as, const sl_autoscale_observatio
     return as->desired;
 }
 
-uint32_t sl_autoscale_override(sl_autoscaler_t *as, uint32_t workers, uint64_t now_ns)
+uint32_t sl_master_autoscale_override(sl_master_autoscaler_t *as, uint32_t workers, uint64_t now_ns)
 {
     as->desired = clamp_count(&as->opts, workers);
     as->up_streak = as->down_streak = 0;

@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef struct sl_autoscale_opts {
+typedef struct sl_master_autoscale_opts {
     uint32_t min_workers, max_workers; /* bounds, min >= 1 */
     double stall_high;    /* trainer wait fraction that means "short of data" (0.05) */
     double busy_high;     /* worker busy fraction that means "saturated" (0.75) */
@@ -26,34 +26,38 @@ typedef struct sl_autoscale_opts {
     uint32_t up_after;    /* consecutive observations before scaling up (2) */
     uint32_t down_after;  /* consecutive observations before scaling down (5) */
     uint64_t cooldown_ns; /* at least this long between changes (10 s) */
-} sl_autoscale_opts_t;
+} sl_master_autoscale_opts_t;
 
 /* Defaults above, with the given bounds. */
-sl_autoscale_opts_t sl_autoscale_opts_default(uint32_t min_workers, uint32_t max_workers);
+sl_master_autoscale_opts_t sl_master_autoscale_opts_default(uint32_t min_workers,
+                                                            uint32_t max_workers);
 
-typedef struct sl_autoscale_observation {
+typedef struct sl_master_autoscale_observation {
     uint64_t now_ns;
     double trainer_wait;  /* fraction of the last interval trainers waited, 0..1 */
     double worker_busy;   /* mean fraction of the interval workers were busy, 0..1 */
     uint32_t workers;     /* workers running now */
-} sl_autoscale_observation_t;
+} sl_master_autoscale_observation_t;
 
-typedef struct sl_autoscaler {
-    sl_autoscale_opts_t opts;
+typedef struct sl_master_autoscaler {
+    sl_master_autoscale_opts_t opts;
     uint32_t desired;
     uint32_t up_streak, down_streak;
     uint64_t last_change_ns;
     int changed_once;
     char reason[160]; /* why desired is what it is, for /status and logs */
-} sl_autoscaler_t;
+} sl_master_autoscaler_t;
 
-void sl_autoscale_init(sl_autoscaler_t *as, const sl_autoscale_opts_t *opts, uint32_t initial);
+void sl_master_autoscale_init(sl_master_autoscaler_t *as, const sl_master_autoscale_opts_t *opts,
+                              uint32_t initial);
 
 /* Feed one observation. @return the desired worker count (within bounds). */
-uint32_t sl_autoscale_observe(sl_autoscaler_t *as, const sl_autoscale_observation_t *obs);
+uint32_t sl_master_autoscale_observe(sl_master_autoscaler_t *as,
+                                     const sl_master_autoscale_observation_t *obs);
 
 /* Set the desired count by hand (POST /jobs/{id}/scale), clamped to the
  * bounds; resets the streaks and starts a cooldown. @return the count set. */
-uint32_t sl_autoscale_override(sl_autoscaler_t *as, uint32_t workers, uint64_t now_ns);
+uint32_t sl_master_autoscale_override(sl_master_autoscaler_t *as, uint32_t workers,
+                                      uint64_t now_ns);
 
 #endif

@@ -118,8 +118,8 @@ static bool id_ok(const char *s)
 /* The leases a worker names (REGISTER, HEARTBEAT) for the state machine,
  * NULL refs skipped. Caller frees *out (NULL when n is 0). @return false
  * when out of memory. */
-static bool lease_refs(Sluice__Control__SplitRef *const *refs, size_t n, sl_dpp_lease_ref_t **out,
-                       uint32_t *count)
+static bool lease_refs(Sluice__Control__SplitRef *const *refs, size_t n,
+                       sl_master_lease_ref_t **out, uint32_t *count)
 {
     *out = NULL;
     *count = 0;
@@ -127,7 +127,7 @@ static bool lease_refs(Sluice__Control__SplitRef *const *refs, size_t n, sl_dpp_
     if (n > UINT32_MAX || (*out = malloc(n * sizeof **out)) == NULL) return false;
     for (size_t k = 0; k < n; k++)
         if (refs[k] != NULL)
-            (*out)[(*count)++] = (sl_dpp_lease_ref_t){refs[k]->job_id, refs[k]->epoch,
+            (*out)[(*count)++] = (sl_master_lease_ref_t){refs[k]->job_id, refs[k]->epoch,
                                                       refs[k]->split, refs[k]->generation};
     return true;
 }
@@ -200,7 +200,7 @@ static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Regis
     }
     /* The process's own list is authoritative: leases of this id it does
      * not hold (a predecessor's, a grant it never received) go back now. */
-    sl_dpp_lease_ref_t *held;
+    sl_master_lease_ref_t *held;
     uint32_t nheld;
     if (!lease_refs(r->leases, r->n_leases, &held, &nheld)) {
         send_error(m, i, SL_ERR_NOMEM, "register: lease list");
@@ -209,7 +209,7 @@ static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Regis
     }
     sl_error_t err = {0};
     if (!m->failed &&
-        sl_dpp_master_register(m->st, w->id, held, nheld, now, NULL, NULL, &err) != SL_OK)
+        sl_master_state_register(m->st, w->id, held, nheld, now, NULL, NULL, &err) != SL_OK)
         mp_fail(m, &err);
     free(held);
     w->incarnation = r->incarnation;
@@ -240,7 +240,7 @@ static void on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__
     mp_worker *w = &m->workers[m->conns[i].worker];
     const char *want = r->job_id[0] != '\0' ? r->job_id : w->job;
     sl_error_t err = {0};
-    sl_dpp_lease_t l;
+    sl_master_lease_t l;
     sl_err_t rc = SL_ERR_AGAIN;
     const char *job = NULL;
     if (m->failed) {
@@ -249,19 +249,19 @@ static void on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__
     }
     if (want[0] != '\0') {
         job = want;
-        rc = sl_dpp_master_lease_next(m->st, job, w->id, mp_now_ms(), &l, &err);
+        rc = sl_master_state_lease_next(m->st, job, w->id, mp_now_ms(), &l, &err);
     } else {
         /* Any job: the one with the fewest workers for its demand. */
         for (uint32_t k = 0; k < m->opts.max_jobs && rc == SL_ERR_AGAIN; k++) {
             if (!m->jobs[k].used) continue;
-            rc = sl_dpp_master_lease_next(m->st, m->jobs[k].id, w->id, mp_now_ms(), &l, &err);
+            rc = sl_master_state_lease_next(m->st, m->jobs[k].id, w->id, mp_now_ms(), &l, &err);
             if (rc == SL_OK) job = m->jobs[k].id;
         }
     }
     if (rc == SL_ERR_AGAIN && job != NULL) {
         /* the worker's job failed: it has nothing more to do */
-        sl_dpp_master_job_status_t st;
-        if (sl_dpp_master_job_status(m->st, job, &st, &err) == SL_OK && st.failed) {
+        sl_master_state_job_status_t st;
+        if (sl_master_state_job_status(m->st, job, &st, &err) == SL_OK && st.failed) {
             no_work(m, i, 1000, "job failed");
             return;
         }
@@ -276,8 +276,8 @@ static void on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__
         return;
     }
     if (w->job[0] == '\0') snprintf(w->job, sizeof w->job, "%s", job);
-    sl_dpp_master_job_status_t st;
-    sl_dpp_master_job_status(m->st, job, &st, &err);
+    sl_master_state_job_status_t st;
+    sl_master_state_job_status(m->st, job, &st, &err);
     Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
     ref.job_id = (char *)job;
     ref.epoch = l.epoch;
@@ -327,13 +327,13 @@ static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Hear
     uint64_t now = mp_now_ms();
     sl_error_t err = {0};
     /* Only the leases it names: a grant it never received is not renewed. */
-    sl_dpp_lease_ref_t *held;
+    sl_master_lease_ref_t *held;
     uint32_t nheld;
     if (!lease_refs(h->leases, h->n_leases, &held, &nheld)) {
         send_error(m, i, SL_ERR_NOMEM, "heartbeat: lease list");
         return;
     }
-    sl_dpp_master_renew(m->st, w->id, held, nheld, now, NULL, &err);
+    sl_master_state_renew(m->st, w->id, held, nheld, now, NULL, &err);
     free(held);
     w->busy = h->busy_fraction < 0 ? 0 : h->busy_fraction > 1 ? 1 : h->busy_fraction;
     w->queued = h->queued_batches;
@@ -346,7 +346,7 @@ static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Hear
     for (size_t k = 0; k < h->n_leases; k++) {
         const Sluice__Control__SplitRef *r = h->leases[k];
         if (r == NULL) continue;
-        if (sl_dpp_master_lease_live(m->st, r->job_id, r->epoch, r->split, r->generation, w->id))
+        if (sl_master_state_lease_live(m->st, r->job_id, r->epoch, r->split, r->generation, w->id))
             w->leases++;
         else if (rev != NULL)
             rev[nrev++] = (Sluice__Control__SplitRef *)r;
@@ -356,8 +356,8 @@ static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Hear
     rep.revoked = rev;
     /* A worker of a removed, finished or failed job is retired. */
     if (w->job[0] != '\0') {
-        sl_dpp_master_job_status_t st;
-        rep.stop = sl_dpp_master_job_status(m->st, w->job, &st, &err) != SL_OK || st.finished ||
+        sl_master_state_job_status_t st;
+        rep.stop = sl_master_state_job_status(m->st, w->job, &st, &err) != SL_OK || st.finished ||
                    st.failed;
     }
     send_now(m, i, SL_RPC_HEARTBEAT_REPLY, &rep.base);
@@ -380,16 +380,16 @@ static void on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__Spl
         e[k] = (sl_dpp_row_range_t){r->empty[k] ? r->empty[k]->from_row : 0,
                                     r->empty[k] ? r->empty[k]->to_row : 0};
     sl_error_t err = {0};
-    sl_dpp_split_state_t state = SL_DPP_SPLIT_PENDING;
+    sl_master_split_state_t state = SL_MASTER_SPLIT_PENDING;
     sl_err_t rc = m->failed ? SL_ERR_IO
-                            : sl_dpp_master_split_read(m->st, r->ref->job_id, r->ref->epoch,
-                                                       r->ref->split, r->ref->generation, e,
-                                                       (uint32_t)r->n_empty, &state, &err);
+                            : sl_master_state_split_read(m->st, r->ref->job_id, r->ref->epoch,
+                                                         r->ref->split, r->ref->generation, e,
+                                                         (uint32_t)r->n_empty, &state, &err);
     if (e != one) free(e);
     if (rc == SL_OK) {
-        d.result = state == SL_DPP_SPLIT_DONE ? SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE
+        d.result = state == SL_MASTER_SPLIT_DONE ? SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE
                                               : SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__PENDING;
-    } else if (rc == SL_DPP_STALE || rc == SL_ERR_NOT_FOUND) {
+    } else if (rc == SL_MASTER_STALE || rc == SL_ERR_NOT_FOUND) {
         d.result = SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__STALE;
     } else {
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
@@ -413,7 +413,7 @@ static void on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__S
     sl_err_t code = r->code < 0 && r->code >= SL_ERR_UNSUPPORTED && r->code != SL_ERR_CLOSED
                         ? (sl_err_t)r->code
                         : SL_ERR_IO;
-    sl_dpp_split_failure_t f = {.job_id = r->ref->job_id,
+    sl_master_split_failure_t f = {.job_id = r->ref->job_id,
                                 .epoch = r->ref->epoch,
                                 .split = r->ref->split,
                                 .generation = r->ref->generation,
@@ -429,23 +429,24 @@ static void on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__S
         if (strlen(f.file) > 1024) f.file = "(file name too long)";
     }
     sl_error_t err = {0};
-    sl_dpp_split_fail_result_t res = SL_DPP_FAIL_RETRY;
+    sl_master_split_fail_result_t res = SL_MASTER_FAIL_RETRY;
     /* only the live lease's holder may fail it */
-    bool holder = sl_dpp_master_lease_live(m->st, f.job_id, f.epoch, f.split, f.generation, w->id);
+    bool holder =
+        sl_master_state_lease_live(m->st, f.job_id, f.epoch, f.split, f.generation, w->id);
     sl_err_t rc = m->failed ? SL_ERR_IO
-                  : !holder ? sl_error_set(&err, SL_DPP_STALE, "split failed: not the holder")
-                            : sl_dpp_master_split_failed(m->st, &f, m->opts.max_split_failures,
-                                                         &res, &err);
+                  : !holder ? sl_error_set(&err, SL_MASTER_STALE, "split failed: not the holder")
+                            : sl_master_state_split_failed(m->st, &f, m->opts.max_split_failures,
+                                                           &res, &err);
     if (rc == SL_OK) {
         fprintf(stderr,
                 "sluice master: job %.200s split %u (%.300s stripe %d) failed on worker %s: "
                 "%.400s%s\n",
                 f.job_id, f.split, f.file, f.stripe, w->id, f.message,
-                res == SL_DPP_FAIL_JOB_FAILED ? " -- the job has failed"
-                : res == SL_DPP_FAIL_SKIPPED  ? " -- the split is skipped"
+                res == SL_MASTER_FAIL_JOB_FAILED ? " -- the job has failed"
+                : res == SL_MASTER_FAIL_SKIPPED  ? " -- the split is skipped"
                                               : "");
         d.result = (int)res;
-    } else if (rc == SL_DPP_STALE || rc == SL_ERR_NOT_FOUND) {
+    } else if (rc == SL_MASTER_STALE || rc == SL_ERR_NOT_FOUND) {
         d.result = SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE;
     } else {
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
@@ -463,7 +464,7 @@ static void on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__S
  * deliver what another rank was meant to. Refused with an ERROR that says
  * so; the connection is closed. */
 static bool attach_ranks_ok(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a,
-                            const sl_dpp_master_job_status_t *st)
+                            const sl_master_state_job_status_t *st)
 {
     uint32_t world = a->world_size ? a->world_size : 1; /* 0: a client that did not say */
     char msg[320];
@@ -492,9 +493,9 @@ static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach 
         send_error(m, i, SL_ERR_INVALID, "attach: bad client id or job id");
         return;
     }
-    sl_dpp_master_job_status_t st;
+    sl_master_state_job_status_t st;
     sl_error_t err = {0};
-    if (sl_dpp_master_job_status(m->st, a->job_id, &st, &err) != SL_OK) {
+    if (sl_master_state_job_status(m->st, a->job_id, &st, &err) != SL_OK) {
         /* closed like every ERROR: the client may connect and attach
          * again once the job is submitted */
         send_error(m, i, SL_ERR_NOT_FOUND, err.msg);
@@ -559,7 +560,7 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
     /* Static sharding is enforced here, not only by the client's filter: a
      * batch of a split assigned to another rank is refused as STALE (never
      * journaled; the rows stay uncommitted for the rank they belong to). */
-    uint32_t owner = sl_dpp_master_split_rank(m->st, cm->ref->job_id, cm->ref->split);
+    uint32_t owner = sl_master_state_split_rank(m->st, cm->ref->job_id, cm->ref->split);
     if (owner != 0 && owner - 1 != m->conns[i].rank) {
         d.result = SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE;
         snprintf(d.message, sizeof d.message,
@@ -571,18 +572,18 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
         return;
     }
     sl_error_t err = {0};
-    sl_dpp_commit_result_t res = SL_DPP_UNKNOWN;
-    sl_dpp_commit_t co = {cm->ref->job_id,  cm->ref->epoch, cm->ref->split,
+    sl_master_commit_result_t res = SL_MASTER_UNKNOWN;
+    sl_master_commit_t co = {cm->ref->job_id,  cm->ref->epoch, cm->ref->split,
                           cm->ref->generation, cm->rows->from_row, cm->rows->to_row,
                           cm->client_id,    cm->nonce,      cm->num_samples};
-    sl_err_t rc = m->failed ? SL_ERR_IO : sl_dpp_master_commit_batch(m->st, &co, &res, &err);
+    sl_err_t rc = m->failed ? SL_ERR_IO : sl_master_state_commit_batch(m->st, &co, &res, &err);
     if (rc != SL_OK) {
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
         send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
         return;
     }
     d.result = (int)res;
-    if (res != SL_DPP_COMMITTED) snprintf(d.message, sizeof d.message, "%.200s", err.msg);
+    if (res != SL_MASTER_COMMITTED) snprintf(d.message, sizeof d.message, "%.200s", err.msg);
     if (!defer(m, i, d)) send_error(m, i, SL_ERR_NOMEM, "commit answer");
 }
 
@@ -605,7 +606,7 @@ static void on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__
         return;
     }
     size_t n = t->n_undelivered_refs;
-    sl_dpp_token_exclude_t *ex = calloc(n + 1, sizeof *ex);
+    sl_master_token_exclude_t *ex = calloc(n + 1, sizeof *ex);
     if (ex == NULL) {
         send_error(m, i, SL_ERR_NOMEM, "token request");
         return;
@@ -615,12 +616,12 @@ static void on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__
         const Sluice__Control__SplitRef *r = t->undelivered_refs[q];
         const Sluice__Control__RowRange *rr = t->undelivered_rows[q];
         if (r == NULL || rr == NULL || strcmp(r->job_id, t->job_id) != 0) continue;
-        ex[k++] = (sl_dpp_token_exclude_t){r->epoch, r->split, rr->from_row, rr->to_row};
+        ex[k++] = (sl_master_token_exclude_t){r->epoch, r->split, rr->from_row, rr->to_row};
     }
     mp_deferred d = {.type = SL_RPC_TOKEN};
     sl_error_t err = {0};
-    sl_err_t rc = sl_dpp_master_token_encode(m->st, t->job_id, ex, (uint32_t)k, &d.token,
-                                             &d.token_len, &err);
+    sl_err_t rc = sl_master_state_token_encode(m->st, t->job_id, ex, (uint32_t)k, &d.token,
+                                               &d.token_len, &err);
     free(ex);
     if (rc != SL_OK) {
         send_error(m, i, rc, err.msg);
@@ -796,7 +797,7 @@ static void flush_deferred(sl_master_t *m)
     if (m->ndeferred == 0) return;
     sl_error_t err = {0};
     pthread_mutex_lock(&m->mu);
-    bool ok = !m->failed && sl_dpp_master_sync(m->st, &err) == SL_OK;
+    bool ok = !m->failed && sl_master_state_sync(m->st, &err) == SL_OK;
     if (!ok) mp_fail(m, &err);
     for (uint32_t k = 0; k < m->ndeferred; k++) {
         mp_deferred *d = &m->deferred[k];

@@ -40,7 +40,7 @@
 #include "sluice/alloc.h"
 #include "sluice/err.h"
 
-typedef struct sl_dpp_executor_opts {
+typedef struct sl_master_executor_local_opts {
     const char *binary;            /* path of the sluice program; required */
     const char *master;            /* the master's control address "host:port"; required */
     const char *log_dir;           /* NULL: worker output to /dev/null */
@@ -54,25 +54,25 @@ typedef struct sl_dpp_executor_opts {
     uint32_t max_backoff_ms;       /* cap of the delay; 0: 30000 */
     uint32_t healthy_ms;           /* a worker that lived this long resets the count; 0: 10000 */
     const sl_allocator_t *allocator; /* NULL: default */
-} sl_dpp_executor_opts_t;
+} sl_master_executor_local_opts_t;
 
-typedef struct sl_dpp_executor sl_dpp_executor_t;
+typedef struct sl_master_executor sl_master_executor_t;
 
-/* Caller owns *out, free with sl_dpp_executor_destroy. Copies opts (strings
+/* Caller owns *out, free with sl_master_executor_destroy. Copies opts (strings
  * included). @return SL_ERR_INVALID when binary or master is missing, an
  * argument is not allowed (see extra_args) or log_dir is not a writable
- * directory (sl_dpp_executor_check_log_dir), SL_ERR_NOMEM. */
-sl_err_t sl_dpp_executor_new(const sl_dpp_executor_opts_t *opts, sl_dpp_executor_t **out,
-                             sl_error_t *err);
+ * directory (sl_master_executor_local_check_log_dir), SL_ERR_NOMEM. */
+sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opts,
+                                      sl_master_executor_t **out, sl_error_t *err);
 
 /* Is dir an existing directory the executor may create log files in?
  * @return SL_OK or SL_ERR_INVALID saying what is wrong ("--worker-log-dir
  * /x: does not exist"). */
-sl_err_t sl_dpp_executor_check_log_dir(const char *dir, sl_error_t *err);
+sl_err_t sl_master_executor_local_check_log_dir(const char *dir, sl_error_t *err);
 
 /* Stop every worker (SIGTERM, then SIGKILL after stop_grace_ms), reap them
  * and free; ex may be NULL. */
-void sl_dpp_executor_destroy(sl_dpp_executor_t *ex);
+void sl_master_executor_destroy(sl_master_executor_t *ex);
 
 /* Start or stop workers of job_id until `workers` of them are running
  * (reaping exited ones first; while the job backs off, none is started
@@ -80,13 +80,13 @@ void sl_dpp_executor_destroy(sl_dpp_executor_t *ex);
  * what was done. @return SL_ERR_TOO_LARGE when max_workers would be passed
  * (as many as fit are started), SL_ERR_IO when a spawn fails (err says
  * which worker and why). */
-sl_err_t sl_dpp_executor_scale(sl_dpp_executor_t *ex, const char *job_id, uint32_t workers,
-                               uint32_t *started, uint32_t *stopped, sl_error_t *err);
+sl_err_t sl_master_executor_scale(sl_master_executor_t *ex, const char *job_id, uint32_t workers,
+                                  uint32_t *started, uint32_t *stopped, sl_error_t *err);
 
-typedef struct sl_dpp_executor_target {
+typedef struct sl_master_executor_target {
     const char *job_id;
     uint32_t workers;
-} sl_dpp_executor_target_t;
+} sl_master_executor_target_t;
 
 /* Make the running workers match targets (e.g. from sl_master_desired, with
  * 0 for a finished job): scale every listed job, and stop every worker of
@@ -94,30 +94,31 @@ typedef struct sl_dpp_executor_target {
  * master loop iteration or so. *started / *stopped (may be NULL) get the
  * totals. @return the first error of a scale (the other jobs are still
  * scaled). */
-sl_err_t sl_dpp_executor_apply(sl_dpp_executor_t *ex, const sl_dpp_executor_target_t *targets,
-                               uint32_t n, uint32_t *started, uint32_t *stopped, sl_error_t *err);
+sl_err_t sl_master_executor_apply(sl_master_executor_t *ex,
+                                  const sl_master_executor_target_t *targets, uint32_t n,
+                                  uint32_t *started, uint32_t *stopped, sl_error_t *err);
 
 /* Reap exited workers (non-blocking). @return how many exited since the
  * last call. */
-uint32_t sl_dpp_executor_reap(sl_dpp_executor_t *ex);
+uint32_t sl_master_executor_reap(sl_master_executor_t *ex);
 
 /* Running workers of job_id (NULL: of every job), after reaping. */
-uint32_t sl_dpp_executor_count(sl_dpp_executor_t *ex, const char *job_id);
+uint32_t sl_master_executor_count(sl_master_executor_t *ex, const char *job_id);
 
-typedef struct sl_dpp_executor_worker {
+typedef struct sl_master_executor_worker {
     char worker_id[240]; /* "<job (first 200 bytes)>-w<n>.<master pid>" */
     char job_id[256];
     pid_t pid;
     bool stopping;       /* SIGTERM sent, not yet reaped */
     uint64_t started_ms; /* CLOCK_MONOTONIC */
-} sl_dpp_executor_worker_t;
+} sl_master_executor_worker_t;
 
 /* Copy up to cap running workers (of job_id, NULL: all) into out, oldest
  * first. @return how many there are (may exceed cap). */
-uint32_t sl_dpp_executor_list(sl_dpp_executor_t *ex, const char *job_id,
-                              sl_dpp_executor_worker_t *out, uint32_t cap);
+uint32_t sl_master_executor_list(sl_master_executor_t *ex, const char *job_id,
+                                 sl_master_executor_worker_t *out, uint32_t cap);
 
-typedef struct sl_dpp_executor_stats {
+typedef struct sl_master_executor_stats {
     uint64_t started; /* workers spawned, ever */
     uint64_t stopped; /* SIGTERMs sent by scale-down or destroy */
     uint64_t exited;  /* reaped with exit status 0 */
@@ -126,8 +127,8 @@ typedef struct sl_dpp_executor_stats {
     uint64_t delayed;       /* restarts postponed by the back-off (one per failure that set a delay) */
     uint32_t backoff_ms;    /* the longest restart delay of a job now (0: none backs off) */
     char last_failure[320]; /* "worker j-w3 (pid 123) killed by signal 9", "" when none */
-} sl_dpp_executor_stats_t;
+} sl_master_executor_stats_t;
 
-void sl_dpp_executor_stats(sl_dpp_executor_t *ex, sl_dpp_executor_stats_t *out);
+void sl_master_executor_stats(sl_master_executor_t *ex, sl_master_executor_stats_t *out);
 
 #endif

@@ -18,7 +18,7 @@
 extern char **environ;
 
 typedef struct wrec {
-    sl_dpp_executor_worker_t pub;
+    sl_master_executor_worker_t pub;
 } wrec_t;
 
 /* A job whose workers failed in a row (only those: an entry goes when its
@@ -29,7 +29,7 @@ typedef struct backoff {
     uint64_t not_before;   /* no spawn for the job before (CLOCK_MONOTONIC ms) */
 } backoff_t;
 
-struct sl_dpp_executor {
+struct sl_master_executor {
     const sl_allocator_t *alloc;
     pthread_mutex_t mu;
     char *binary, *master, *log_dir, *listen_host;
@@ -39,11 +39,11 @@ struct sl_dpp_executor {
     wrec_t *w; /* [max_workers]; live ones are the running workers, oldest first */
     uint32_t num;
     uint32_t next_seq;
-    uint32_t exited_since; /* for sl_dpp_executor_reap's return */
+    uint32_t exited_since; /* for sl_master_executor_reap's return */
     uint32_t backoff_ms, max_backoff_ms, healthy_ms;
     backoff_t *bo; /* [nbo] of [cap_bo] */
     uint32_t nbo, cap_bo;
-    sl_dpp_executor_stats_t stats;
+    sl_master_executor_stats_t stats;
 };
 
 static uint64_t now_ms(void)
@@ -67,7 +67,7 @@ static void free_str(const sl_allocator_t *a, char *s)
     if (s) sl_free(a, s, strlen(s) + 1);
 }
 
-sl_err_t sl_dpp_executor_check_log_dir(const char *dir, sl_error_t *err)
+sl_err_t sl_master_executor_local_check_log_dir(const char *dir, sl_error_t *err)
 {
     struct stat st;
     if (dir == NULL || dir[0] == '\0')
@@ -85,14 +85,14 @@ sl_err_t sl_dpp_executor_check_log_dir(const char *dir, sl_error_t *err)
 
 /* ---- back-off (needs ex->mu) ---- */
 
-static backoff_t *backoff_find(sl_dpp_executor_t *ex, const char *job_id)
+static backoff_t *backoff_find(sl_master_executor_t *ex, const char *job_id)
 {
     for (uint32_t i = 0; i < ex->nbo; i++)
         if (strcmp(ex->bo[i].job_id, job_id) == 0) return &ex->bo[i];
     return NULL;
 }
 
-static void backoff_reset(sl_dpp_executor_t *ex, const char *job_id)
+static void backoff_reset(sl_master_executor_t *ex, const char *job_id)
 {
     backoff_t *b = backoff_find(ex, job_id);
     if (b != NULL) *b = ex->bo[--ex->nbo];
@@ -100,7 +100,7 @@ static void backoff_reset(sl_dpp_executor_t *ex, const char *job_id)
 
 /* One more failure of job_id in a row: its next spawn waits. Out of memory
  * for the entry: no delay this time (the next failure tries again). */
-static void backoff_failed(sl_dpp_executor_t *ex, const char *job_id)
+static void backoff_failed(sl_master_executor_t *ex, const char *job_id)
 {
     backoff_t *b = backoff_find(ex, job_id);
     if (b == NULL) {
@@ -132,8 +132,8 @@ static void backoff_failed(sl_dpp_executor_t *ex, const char *job_id)
 static const char *const reserved_args[] = {"--master", "--job-id", "--worker-id",
                                             "--listen", "--job",    NULL};
 
-sl_err_t sl_dpp_executor_new(const sl_dpp_executor_opts_t *opts, sl_dpp_executor_t **out,
-                             sl_error_t *err)
+sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opts,
+                                      sl_master_executor_t **out, sl_error_t *err)
 {
     *out = NULL;
     if (!opts || !opts->binary || !*opts->binary || !opts->master || !*opts->master)
@@ -151,11 +151,11 @@ sl_err_t sl_dpp_executor_new(const sl_dpp_executor_opts_t *opts, sl_dpp_executor
         return sl_error_set(err, SL_ERR_INVALID, "executor: %u extra worker arguments, at most 64",
                             num_extra);
     if (opts->log_dir) {
-        sl_err_t rc = sl_dpp_executor_check_log_dir(opts->log_dir, err);
+        sl_err_t rc = sl_master_executor_local_check_log_dir(opts->log_dir, err);
         if (rc != SL_OK) return sl_error_prefix(err, "executor: ");
     }
     const sl_allocator_t *a = opts->allocator ? opts->allocator : sl_allocator_default();
-    sl_dpp_executor_t *ex = sl_calloc(a, 1, sizeof *ex);
+    sl_master_executor_t *ex = sl_calloc(a, 1, sizeof *ex);
     if (!ex) return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
     ex->alloc = a;
     pthread_mutex_init(&ex->mu, NULL);
@@ -177,7 +177,7 @@ sl_err_t sl_dpp_executor_new(const sl_dpp_executor_opts_t *opts, sl_dpp_executor
     for (uint32_t i = 0; ok && i < num_extra; i++)
         ok = (ex->extra[i] = dup_str(a, opts->extra_args[i])) != NULL;
     if (!ok) {
-        sl_dpp_executor_destroy(ex);
+        sl_master_executor_destroy(ex);
         return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
     }
     *out = ex;
@@ -185,7 +185,7 @@ sl_err_t sl_dpp_executor_new(const sl_dpp_executor_opts_t *opts, sl_dpp_executor
 }
 
 /* Account for one reaped worker and drop it from the table. Needs ex->mu. */
-static void forget(sl_dpp_executor_t *ex, uint32_t i, int status)
+static void forget(sl_master_executor_t *ex, uint32_t i, int status)
 {
     wrec_t *r = &ex->w[i];
     bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -221,7 +221,7 @@ static void forget(sl_dpp_executor_t *ex, uint32_t i, int status)
 }
 
 /* Needs ex->mu. */
-static void reap_locked(sl_dpp_executor_t *ex)
+static void reap_locked(sl_master_executor_t *ex)
 {
     for (uint32_t i = 0; i < ex->num;) {
         int status = 0;
@@ -237,7 +237,7 @@ static void reap_locked(sl_dpp_executor_t *ex)
     }
 }
 
-void sl_dpp_executor_destroy(sl_dpp_executor_t *ex)
+void sl_master_executor_destroy(sl_master_executor_t *ex)
 {
     if (!ex) return;
     if (ex->w) {
@@ -277,7 +277,7 @@ void sl_dpp_executor_destroy(sl_dpp_executor_t *ex)
 }
 
 /* Spawn one worker of job_id. Needs ex->mu and a free slot. */
-static sl_err_t spawn_one(sl_dpp_executor_t *ex, const char *job_id, sl_error_t *err)
+static sl_err_t spawn_one(sl_master_executor_t *ex, const char *job_id, sl_error_t *err)
 {
     wrec_t *r = &ex->w[ex->num];
     memset(r, 0, sizeof *r);
@@ -368,8 +368,8 @@ static sl_err_t spawn_one(sl_dpp_executor_t *ex, const char *job_id, sl_error_t 
     return SL_OK;
 }
 
-sl_err_t sl_dpp_executor_scale(sl_dpp_executor_t *ex, const char *job_id, uint32_t workers,
-                               uint32_t *started, uint32_t *stopped, sl_error_t *err)
+sl_err_t sl_master_executor_scale(sl_master_executor_t *ex, const char *job_id, uint32_t workers,
+                                  uint32_t *started, uint32_t *stopped, sl_error_t *err)
 {
     uint32_t up = 0, down = 0;
     sl_err_t rc = SL_OK;
@@ -426,15 +426,17 @@ out:
     return rc;
 }
 
-sl_err_t sl_dpp_executor_apply(sl_dpp_executor_t *ex, const sl_dpp_executor_target_t *targets,
-                               uint32_t n, uint32_t *started, uint32_t *stopped, sl_error_t *err)
+sl_err_t sl_master_executor_apply(sl_master_executor_t *ex,
+                                  const sl_master_executor_target_t *targets, uint32_t n,
+                                  uint32_t *started, uint32_t *stopped, sl_error_t *err)
 {
     uint32_t up = 0, down = 0;
     sl_err_t first = SL_OK;
     for (uint32_t t = 0; t < n; t++) {
         uint32_t u = 0, d = 0;
         sl_error_t e = {0};
-        sl_err_t rc = sl_dpp_executor_scale(ex, targets[t].job_id, targets[t].workers, &u, &d, &e);
+        sl_err_t rc =
+            sl_master_executor_scale(ex, targets[t].job_id, targets[t].workers, &u, &d, &e);
         up += u;
         down += d;
         if (rc != SL_OK && first == SL_OK) {
@@ -462,7 +464,7 @@ sl_err_t sl_dpp_executor_apply(sl_dpp_executor_t *ex, const sl_dpp_executor_targ
     return first;
 }
 
-uint32_t sl_dpp_executor_reap(sl_dpp_executor_t *ex)
+uint32_t sl_master_executor_reap(sl_master_executor_t *ex)
 {
     pthread_mutex_lock(&ex->mu);
     reap_locked(ex);
@@ -472,7 +474,7 @@ uint32_t sl_dpp_executor_reap(sl_dpp_executor_t *ex)
     return n;
 }
 
-uint32_t sl_dpp_executor_count(sl_dpp_executor_t *ex, const char *job_id)
+uint32_t sl_master_executor_count(sl_master_executor_t *ex, const char *job_id)
 {
     pthread_mutex_lock(&ex->mu);
     reap_locked(ex);
@@ -483,8 +485,8 @@ uint32_t sl_dpp_executor_count(sl_dpp_executor_t *ex, const char *job_id)
     return n;
 }
 
-uint32_t sl_dpp_executor_list(sl_dpp_executor_t *ex, const char *job_id,
-                              sl_dpp_executor_worker_t *out, uint32_t cap)
+uint32_t sl_master_executor_list(sl_master_executor_t *ex, const char *job_id,
+                                 sl_master_executor_worker_t *out, uint32_t cap)
 {
     pthread_mutex_lock(&ex->mu);
     reap_locked(ex);
@@ -498,7 +500,7 @@ uint32_t sl_dpp_executor_list(sl_dpp_executor_t *ex, const char *job_id,
     return n;
 }
 
-void sl_dpp_executor_stats(sl_dpp_executor_t *ex, sl_dpp_executor_stats_t *out)
+void sl_master_executor_stats(sl_master_executor_t *ex, sl_master_executor_stats_t *out)
 {
     pthread_mutex_lock(&ex->mu);
     reap_locked(ex);

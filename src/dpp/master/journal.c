@@ -14,7 +14,7 @@
 
 #include <xxhash.h>
 
-struct sl_dpp_journal {
+struct sl_master_journal {
     const sl_allocator_t *a;
     char *dir;
     char *path;      /* DIR/journal */
@@ -23,7 +23,7 @@ struct sl_dpp_journal {
     uint64_t generation;
     uint64_t file_bytes; /* written to the file */
     size_t max_record;
-    uint8_t *buf; /* [SL_DPP_JOURNAL_BUFFER] appends not yet written */
+    uint8_t *buf; /* [SL_MASTER_JOURNAL_BUFFER] appends not yet written */
     size_t buffered;
     bool dirty; /* written or buffered since the last fdatasync */
     uint64_t syncs;
@@ -41,29 +41,29 @@ static bool all_zero(const uint8_t *p, size_t n)
     return true;
 }
 
-sl_err_t sl_dpp_journal_scan(const void *buf, size_t len, const char *name, size_t max_record,
-                             sl_dpp_journal_record_fn fn, void *ctx, sl_dpp_journal_scan_t *out,
-                             sl_error_t *err)
+sl_err_t sl_master_journal_scan(const void *buf, size_t len, const char *name, size_t max_record,
+                                sl_master_journal_record_fn fn, void *ctx,
+                                sl_master_journal_scan_t *out, sl_error_t *err)
 {
     const uint8_t *p = buf;
     memset(out, 0, sizeof *out);
-    if (max_record == 0) max_record = SL_DPP_JOURNAL_MAX_RECORD;
-    if (len < 4 || memcmp(p, SL_DPP_JOURNAL_MAGIC, 4) != 0)
-        return sl_error_set(err, len < 4 ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
-                            "%s: not a master journal (magic is not \"" SL_DPP_JOURNAL_MAGIC "\")",
-                            name);
-    if (len < SL_DPP_JOURNAL_HEADER_BYTES)
+    if (max_record == 0) max_record = SL_MASTER_JOURNAL_MAX_RECORD;
+    if (len < 4 || memcmp(p, SL_MASTER_JOURNAL_MAGIC, 4) != 0)
+        return sl_error_set(
+            err, len < 4 ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
+            "%s: not a master journal (magic is not \"" SL_MASTER_JOURNAL_MAGIC "\")", name);
+    if (len < SL_MASTER_JOURNAL_HEADER_BYTES)
         return sl_error_set(err, SL_ERR_TRUNCATED, "%s: header truncated (%zu bytes)", name, len);
     uint32_t version = sl_le_get_u32(p + 4);
-    if (version != SL_DPP_JOURNAL_VERSION)
+    if (version != SL_MASTER_JOURNAL_VERSION)
         return sl_error_set(err, SL_ERR_VERSION, "%s: journal version %u (this build reads %d)",
-                            name, version, SL_DPP_JOURNAL_VERSION);
+                            name, version, SL_MASTER_JOURNAL_VERSION);
     out->generation = sl_le_get_u64(p + 8);
-    size_t off = SL_DPP_JOURNAL_HEADER_BYTES;
+    size_t off = SL_MASTER_JOURNAL_HEADER_BYTES;
     while (off < len) {
         size_t rem = len - off;
         const char *why;
-        if (rem < SL_DPP_JOURNAL_RECORD_HEADER_BYTES) {
+        if (rem < SL_MASTER_JOURNAL_RECORD_HEADER_BYTES) {
             why = "record header cut short"; /* reaches the end: torn */
             goto bad;
         }
@@ -76,11 +76,11 @@ sl_err_t sl_dpp_journal_scan(const void *buf, size_t len, const char *name, size
             why = "length exceeds the record bound";
             goto bad;
         }
-        if (rlen > rem - SL_DPP_JOURNAL_RECORD_HEADER_BYTES) {
+        if (rlen > rem - SL_MASTER_JOURNAL_RECORD_HEADER_BYTES) {
             why = "record runs past the end of the file"; /* torn */
             goto bad;
         }
-        const uint8_t *payload = p + off + SL_DPP_JOURNAL_RECORD_HEADER_BYTES;
+        const uint8_t *payload = p + off + SL_MASTER_JOURNAL_RECORD_HEADER_BYTES;
         if (record_sum(payload, rlen) != sl_le_get_u64(p + off + 8)) {
             why = "checksum mismatch";
             goto bad;
@@ -90,7 +90,7 @@ sl_err_t sl_dpp_journal_scan(const void *buf, size_t len, const char *name, size
             if (rc != SL_OK) return rc;
         }
         out->records++;
-        off += SL_DPP_JOURNAL_RECORD_HEADER_BYTES + (size_t)rlen;
+        off += SL_MASTER_JOURNAL_RECORD_HEADER_BYTES + (size_t)rlen;
         continue;
     bad:;
         /* Torn: the bad record reaches the end of the file, or only zero
@@ -98,12 +98,12 @@ sl_err_t sl_dpp_journal_scan(const void *buf, size_t len, const char *name, size
          * filled). Anything else is damage to data that was once written
          * whole, and guessing past it could resurrect a state that never
          * existed. */
-        uint64_t end = off + (uint64_t)SL_DPP_JOURNAL_RECORD_HEADER_BYTES;
-        if (rem >= SL_DPP_JOURNAL_RECORD_HEADER_BYTES) end += sl_le_get_u32(p + off);
+        uint64_t end = off + (uint64_t)SL_MASTER_JOURNAL_RECORD_HEADER_BYTES;
+        if (rem >= SL_MASTER_JOURNAL_RECORD_HEADER_BYTES) end += sl_le_get_u32(p + off);
         bool torn = all_zero(p + off, rem) ||
-                    (end >= len && rem >= SL_DPP_JOURNAL_RECORD_HEADER_BYTES &&
+                    (end >= len && rem >= SL_MASTER_JOURNAL_RECORD_HEADER_BYTES &&
                      sl_le_get_u32(p + off + 4) == ~sl_le_get_u32(p + off) && sl_le_get_u32(p + off) <= max_record) ||
-                    rem < SL_DPP_JOURNAL_RECORD_HEADER_BYTES;
+                    rem < SL_MASTER_JOURNAL_RECORD_HEADER_BYTES;
         if (!torn)
             return sl_error_set(err, SL_ERR_CORRUPT,
                                 "%s: record at offset %zu: %s (%zu bytes follow; refusing to "
@@ -117,34 +117,35 @@ sl_err_t sl_dpp_journal_scan(const void *buf, size_t len, const char *name, size
     return SL_OK;
 }
 
-sl_err_t sl_dpp_snapshot_parse(const void *buf, size_t len, const char *name, size_t max_bytes,
-                               uint64_t *generation, const uint8_t **payload, size_t *payload_len,
-                               sl_error_t *err)
+sl_err_t sl_master_journal_snapshot_parse(const void *buf, size_t len, const char *name,
+                                          size_t max_bytes, uint64_t *generation,
+                                          const uint8_t **payload, size_t *payload_len,
+                                          sl_error_t *err)
 {
     const uint8_t *p = buf;
-    if (len < 4 || memcmp(p, SL_DPP_SNAPSHOT_MAGIC, 4) != 0)
+    if (len < 4 || memcmp(p, SL_MASTER_SNAPSHOT_MAGIC, 4) != 0)
         return sl_error_set(
             err, len < 4 ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
-            "%s: not a master snapshot (magic is not \"" SL_DPP_SNAPSHOT_MAGIC "\")", name);
-    if (len < SL_DPP_SNAPSHOT_HEADER_BYTES)
+            "%s: not a master snapshot (magic is not \"" SL_MASTER_SNAPSHOT_MAGIC "\")", name);
+    if (len < SL_MASTER_SNAPSHOT_HEADER_BYTES)
         return sl_error_set(err, SL_ERR_TRUNCATED, "%s: header truncated (%zu bytes)", name, len);
     uint32_t version = sl_le_get_u32(p + 4);
-    if (version != SL_DPP_JOURNAL_VERSION)
+    if (version != SL_MASTER_JOURNAL_VERSION)
         return sl_error_set(err, SL_ERR_VERSION, "%s: snapshot version %u (this build reads %d)",
-                            name, version, SL_DPP_JOURNAL_VERSION);
+                            name, version, SL_MASTER_JOURNAL_VERSION);
     uint64_t n = sl_le_get_u64(p + 16);
     if (max_bytes != 0 && n > max_bytes)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: payload of %llu bytes exceeds %zu", name,
                             (unsigned long long)n, max_bytes);
-    if (n != len - SL_DPP_SNAPSHOT_HEADER_BYTES)
+    if (n != len - SL_MASTER_SNAPSHOT_HEADER_BYTES)
         return sl_error_set(
-            err, n > len - SL_DPP_SNAPSHOT_HEADER_BYTES ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
+            err, n > len - SL_MASTER_SNAPSHOT_HEADER_BYTES ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
             "%s: header says %llu payload bytes, file has %zu", name, (unsigned long long)n,
-            len - SL_DPP_SNAPSHOT_HEADER_BYTES);
-    if (XXH3_64bits(p + SL_DPP_SNAPSHOT_HEADER_BYTES, (size_t)n) != sl_le_get_u64(p + 24))
+            len - SL_MASTER_SNAPSHOT_HEADER_BYTES);
+    if (XXH3_64bits(p + SL_MASTER_SNAPSHOT_HEADER_BYTES, (size_t)n) != sl_le_get_u64(p + 24))
         return sl_error_set(err, SL_ERR_CORRUPT, "%s: checksum mismatch", name);
     *generation = sl_le_get_u64(p + 8);
-    *payload = p + SL_DPP_SNAPSHOT_HEADER_BYTES;
+    *payload = p + SL_MASTER_SNAPSHOT_HEADER_BYTES;
     *payload_len = (size_t)n;
     return SL_OK;
 }
@@ -165,7 +166,7 @@ static void str_free(const sl_allocator_t *a, char *s)
 }
 
 /* Write header + payload to path.tmp, fsync, rename over path, fsync dir. */
-static sl_err_t write_atomic(const sl_dpp_journal_t *j, const char *path, const uint8_t *head,
+static sl_err_t write_atomic(const sl_master_journal_t *j, const char *path, const uint8_t *head,
                              size_t head_len, const void *payload, size_t len, sl_error_t *err)
 {
     char *tmp = path_join(j->a, j->dir, "tmp");
@@ -177,11 +178,11 @@ static sl_err_t write_atomic(const sl_dpp_journal_t *j, const char *path, const 
 }
 
 /* A fresh, empty journal of generation gen, opened for appending. */
-static sl_err_t journal_create(sl_dpp_journal_t *j, uint64_t gen, sl_error_t *err)
+static sl_err_t journal_create(sl_master_journal_t *j, uint64_t gen, sl_error_t *err)
 {
-    uint8_t head[SL_DPP_JOURNAL_HEADER_BYTES];
-    memcpy(head, SL_DPP_JOURNAL_MAGIC, 4);
-    sl_le_put_u32(head + 4, SL_DPP_JOURNAL_VERSION);
+    uint8_t head[SL_MASTER_JOURNAL_HEADER_BYTES];
+    memcpy(head, SL_MASTER_JOURNAL_MAGIC, 4);
+    sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
     sl_le_put_u64(head + 8, gen);
     sl_err_t rc = write_atomic(j, j->path, head, sizeof head, NULL, 0, err);
     if (rc != SL_OK) return rc;
@@ -190,7 +191,7 @@ static sl_err_t journal_create(sl_dpp_journal_t *j, uint64_t gen, sl_error_t *er
     if (j->fd >= 0) close(j->fd);
     j->fd = fd;
     j->generation = gen;
-    j->file_bytes = SL_DPP_JOURNAL_HEADER_BYTES;
+    j->file_bytes = SL_MASTER_JOURNAL_HEADER_BYTES;
     j->buffered = 0;
     j->dirty = false;
     return SL_OK;
@@ -230,32 +231,33 @@ static void unmap_file(const uint8_t *data, size_t len)
     if (data != NULL && len > 0) munmap((void *)data, len);
 }
 
-void sl_dpp_journal_close(sl_dpp_journal_t *j)
+void sl_master_journal_close(sl_master_journal_t *j)
 {
     if (j == NULL) return;
     if (j->fd >= 0) close(j->fd);
     str_free(j->a, j->dir);
     str_free(j->a, j->path);
     str_free(j->a, j->snap_path);
-    sl_free(j->a, j->buf, SL_DPP_JOURNAL_BUFFER);
+    sl_free(j->a, j->buf, SL_MASTER_JOURNAL_BUFFER);
     sl_free(j->a, j, sizeof *j);
 }
 
-sl_err_t sl_dpp_journal_open(const char *dir, const sl_allocator_t *a, size_t max_record,
-                             sl_err_t (*snapshot_fn)(void *ctx, const uint8_t *payload, size_t len,
-                                                     sl_error_t *err),
-                             sl_dpp_journal_record_fn record_fn, void *ctx, sl_dpp_journal_t **out,
-                             sl_dpp_journal_open_info_t *info, sl_error_t *err)
+sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t max_record,
+                                sl_err_t (*snapshot_fn)(void *ctx, const uint8_t *payload,
+                                                        size_t len, sl_error_t *err),
+                                sl_master_journal_record_fn record_fn, void *ctx,
+                                sl_master_journal_t **out, sl_master_journal_open_info_t *info,
+                                sl_error_t *err)
 {
     *out = NULL;
-    sl_dpp_journal_open_info_t scratch;
+    sl_master_journal_open_info_t scratch;
     if (info == NULL) info = &scratch;
     memset(info, 0, sizeof *info);
     if (a == NULL) a = sl_allocator_default();
-    if (max_record == 0) max_record = SL_DPP_JOURNAL_MAX_RECORD;
+    if (max_record == 0) max_record = SL_MASTER_JOURNAL_MAX_RECORD;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return sl_error_set(err, SL_ERR_IO, "create state directory %s: %s", dir, strerror(errno));
-    sl_dpp_journal_t *j = sl_calloc(a, 1, sizeof *j);
+    sl_master_journal_t *j = sl_calloc(a, 1, sizeof *j);
     if (j == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open journal in %s", dir);
     j->a = a;
     j->fd = -1;
@@ -263,11 +265,11 @@ sl_err_t sl_dpp_journal_open(const char *dir, const sl_allocator_t *a, size_t ma
     size_t dlen = strlen(dir) + 1;
     j->dir = sl_alloc(a, dlen);
     if (j->dir != NULL) memcpy(j->dir, dir, dlen);
-    j->path = path_join(a, dir, SL_DPP_JOURNAL_FILE);
-    j->snap_path = path_join(a, dir, SL_DPP_SNAPSHOT_FILE);
-    j->buf = sl_alloc(a, SL_DPP_JOURNAL_BUFFER);
+    j->path = path_join(a, dir, SL_MASTER_JOURNAL_FILE);
+    j->snap_path = path_join(a, dir, SL_MASTER_SNAPSHOT_FILE);
+    j->buf = sl_alloc(a, SL_MASTER_JOURNAL_BUFFER);
     if (j->dir == NULL || j->path == NULL || j->snap_path == NULL || j->buf == NULL) {
-        sl_dpp_journal_close(j);
+        sl_master_journal_close(j);
         return sl_error_set(err, SL_ERR_NOMEM, "open journal in %s", dir);
     }
 
@@ -279,7 +281,8 @@ sl_err_t sl_dpp_journal_open(const char *dir, const sl_allocator_t *a, size_t ma
     if (rc == SL_OK) {
         const uint8_t *payload;
         size_t plen;
-        rc = sl_dpp_snapshot_parse(data, len, j->snap_path, 0, &snap_gen, &payload, &plen, err);
+        rc = sl_master_journal_snapshot_parse(data, len, j->snap_path, 0, &snap_gen, &payload,
+                                              &plen, err);
         if (rc == SL_OK && snapshot_fn != NULL) {
             rc = snapshot_fn(ctx, payload, plen, err);
             if (rc != SL_OK) sl_error_prefix(err, "%s: ", j->snap_path);
@@ -305,11 +308,11 @@ sl_err_t sl_dpp_journal_open(const char *dir, const sl_allocator_t *a, size_t ma
         return SL_OK;
     }
     if (rc != SL_OK) goto fail;
-    sl_dpp_journal_scan_t scan;
+    sl_master_journal_scan_t scan;
     /* Header first, without callbacks, to compare generations. */
-    rc = sl_dpp_journal_scan(data,
-                             len < SL_DPP_JOURNAL_HEADER_BYTES ? len : SL_DPP_JOURNAL_HEADER_BYTES,
-                             j->path, max_record, NULL, NULL, &scan, err);
+    rc = sl_master_journal_scan(
+        data, len < SL_MASTER_JOURNAL_HEADER_BYTES ? len : SL_MASTER_JOURNAL_HEADER_BYTES, j->path,
+        max_record, NULL, NULL, &scan, err);
     if (rc != SL_OK) {
         unmap_file(data, len);
         goto fail;
@@ -332,7 +335,7 @@ sl_err_t sl_dpp_journal_open(const char *dir, const sl_allocator_t *a, size_t ma
                           (unsigned long long)snap_gen, info->had_snapshot ? "" : ", none found");
         goto fail;
     }
-    rc = sl_dpp_journal_scan(data, len, j->path, max_record, record_fn, ctx, &scan, err);
+    rc = sl_master_journal_scan(data, len, j->path, max_record, record_fn, ctx, &scan, err);
     unmap_file(data, len);
     if (rc != SL_OK) goto fail;
     info->generation = scan.generation;
@@ -365,11 +368,11 @@ sl_err_t sl_dpp_journal_open(const char *dir, const sl_allocator_t *a, size_t ma
     *out = j;
     return SL_OK;
 fail:
-    sl_dpp_journal_close(j);
+    sl_master_journal_close(j);
     return rc;
 }
 
-static sl_err_t flush(sl_dpp_journal_t *j, sl_error_t *err)
+static sl_err_t flush(sl_master_journal_t *j, sl_error_t *err)
 {
     if (j->buffered == 0) return SL_OK;
     sl_err_t rc = sl_io_write_all(j->fd, j->buf, j->buffered, j->path, err);
@@ -379,23 +382,23 @@ static sl_err_t flush(sl_dpp_journal_t *j, sl_error_t *err)
     return SL_OK;
 }
 
-sl_err_t sl_dpp_journal_append(sl_dpp_journal_t *j, const void *payload, size_t len,
-                               sl_error_t *err)
+sl_err_t sl_master_journal_append(sl_master_journal_t *j, const void *payload, size_t len,
+                                  sl_error_t *err)
 {
     if (len > j->max_record)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: record of %zu bytes exceeds %zu", j->path,
                             len, j->max_record);
-    uint8_t head[SL_DPP_JOURNAL_RECORD_HEADER_BYTES];
+    uint8_t head[SL_MASTER_JOURNAL_RECORD_HEADER_BYTES];
     sl_le_put_u32(head, (uint32_t)len);
     sl_le_put_u32(head + 4, ~(uint32_t)len);
     sl_le_put_u64(head + 8, record_sum(payload, (uint32_t)len));
     size_t total = sizeof head + len;
     j->dirty = true;
-    if (j->buffered + total > SL_DPP_JOURNAL_BUFFER) {
+    if (j->buffered + total > SL_MASTER_JOURNAL_BUFFER) {
         sl_err_t rc = flush(j, err);
         if (rc != SL_OK) return rc;
     }
-    if (total > SL_DPP_JOURNAL_BUFFER) {
+    if (total > SL_MASTER_JOURNAL_BUFFER) {
         /* A big record (a job's split list) goes straight to the file. */
         sl_err_t rc = sl_io_write_all(j->fd, head, sizeof head, j->path, err);
         if (rc == SL_OK) rc = sl_io_write_all(j->fd, payload, len, j->path, err);
@@ -409,7 +412,7 @@ sl_err_t sl_dpp_journal_append(sl_dpp_journal_t *j, const void *payload, size_t 
     return SL_OK;
 }
 
-sl_err_t sl_dpp_journal_sync(sl_dpp_journal_t *j, sl_error_t *err)
+sl_err_t sl_master_journal_sync(sl_master_journal_t *j, sl_error_t *err)
 {
     if (!j->dirty) return SL_OK;
     sl_err_t rc = flush(j, err);
@@ -421,27 +424,27 @@ sl_err_t sl_dpp_journal_sync(sl_dpp_journal_t *j, sl_error_t *err)
     return SL_OK;
 }
 
-uint64_t sl_dpp_journal_size(const sl_dpp_journal_t *j)
+uint64_t sl_master_journal_size(const sl_master_journal_t *j)
 {
     return j->file_bytes + j->buffered;
 }
 
-uint64_t sl_dpp_journal_syncs(const sl_dpp_journal_t *j)
+uint64_t sl_master_journal_syncs(const sl_master_journal_t *j)
 {
     return j->syncs;
 }
 
-sl_err_t sl_dpp_journal_compact(sl_dpp_journal_t *j, const void *payload, size_t len,
-                                sl_error_t *err)
+sl_err_t sl_master_journal_compact(sl_master_journal_t *j, const void *payload, size_t len,
+                                   sl_error_t *err)
 {
     /* The buffered tail goes to the old journal first: should the snapshot
      * fail, the journal alone still holds everything. */
     sl_err_t rc = flush(j, err);
     if (rc != SL_OK) return rc;
     uint64_t gen = j->generation + 1;
-    uint8_t head[SL_DPP_SNAPSHOT_HEADER_BYTES];
-    memcpy(head, SL_DPP_SNAPSHOT_MAGIC, 4);
-    sl_le_put_u32(head + 4, SL_DPP_JOURNAL_VERSION);
+    uint8_t head[SL_MASTER_SNAPSHOT_HEADER_BYTES];
+    memcpy(head, SL_MASTER_SNAPSHOT_MAGIC, 4);
+    sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
     sl_le_put_u64(head + 8, gen);
     sl_le_put_u64(head + 16, len);
     sl_le_put_u64(head + 24, XXH3_64bits(payload, len));

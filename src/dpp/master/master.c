@@ -32,15 +32,15 @@ void mp_share_locked(sl_master_t *m)
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
         mp_job *j = &m->jobs[i];
         if (!j->used) continue;
-        sl_dpp_master_job_status_t st;
+        sl_master_state_job_status_t st;
         sl_error_t err = {0};
-        bool finished = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK &&
+        bool finished = sl_master_state_job_status(m->st, j->id, &st, &err) == SL_OK &&
                         (st.finished || st.failed);
-        m->share[n++] = (sl_master_share_t){.job_id = j->id,
+        m->share[n++] = (sl_master_autoscale_share_t){.job_id = j->id,
                                             .desired = finished ? 0 : j->as.desired,
                                             .min_workers = j->as.opts.min_workers};
     }
-    sl_master_fair_share(m->share, n, m->opts.max_fleet_workers);
+    sl_master_autoscale_fair_share(m->share, n, m->opts.max_fleet_workers);
     n = 0;
     for (uint32_t i = 0; i < m->opts.max_jobs; i++)
         if (m->jobs[i].used) m->jobs[i].granted = m->share[n++].granted;
@@ -54,10 +54,10 @@ mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_
         memset(j, 0, sizeof *j);
         j->used = true;
         snprintf(j->id, sizeof j->id, "%s", id);
-        sl_autoscale_opts_t o = m->tuning;
+        sl_master_autoscale_opts_t o = m->tuning;
         o.min_workers = min_w > 0 ? min_w : 1;
         o.max_workers = max_w >= o.min_workers ? max_w : o.min_workers;
-        sl_autoscale_init(&j->as, &o, initial);
+        sl_master_autoscale_init(&j->as, &o, initial);
         return j;
     }
     return NULL;
@@ -75,7 +75,7 @@ void mp_fail(sl_master_t *m, const sl_error_t *err)
  * leaves the master unable to promise anything. */
 static sl_err_t sync_locked(sl_master_t *m, sl_error_t *err)
 {
-    sl_err_t rc = sl_dpp_master_sync(m->st, err);
+    sl_err_t rc = sl_master_state_sync(m->st, err);
     if (rc != SL_OK) mp_fail(m, err);
     return rc;
 }
@@ -95,9 +95,9 @@ static void evict_idle_clients(sl_master_t *m, uint64_t now)
     if (m->failed) return;
     for (uint32_t c = 0; c < m->opts.max_connections; c++)
         if (m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT)
-            sl_dpp_master_client_touch(m->st, m->conns[c].client, now);
+            sl_master_state_client_touch(m->st, m->conns[c].client, now);
     sl_error_t err = {0};
-    if (sl_dpp_master_evict_clients(m->st, now, m->opts.client_idle_ms, NULL, &err) != SL_OK)
+    if (sl_master_state_evict_clients(m->st, now, m->opts.client_idle_ms, NULL, &err) != SL_OK)
         mp_fail(m, &err);
 }
 
@@ -106,7 +106,7 @@ void mp_tick(sl_master_t *m, uint64_t now)
     sl_error_t err = {0};
     if (now - m->last_expire_ms >= 50) {
         m->last_expire_ms = now;
-        if (!m->failed && sl_dpp_master_expire(m->st, now, NULL, &err) != SL_OK) mp_fail(m, &err);
+        if (!m->failed && sl_master_state_expire(m->st, now, NULL, &err) != SL_OK) mp_fail(m, &err);
     }
     if (now - m->last_evict_ms >= evict_every(m)) {
         m->last_evict_ms = now;
@@ -129,11 +129,11 @@ void mp_tick(sl_master_t *m, uint64_t now)
         j->last_wait = j->elapsed_ns > 0 ? (double)j->wait_ns / (double)j->elapsed_ns : 0;
         if (j->last_wait > 1) j->last_wait = 1;
         j->wait_ns = j->elapsed_ns = 0;
-        sl_autoscale_observation_t obs = {.now_ns = now * 1000000ull,
+        sl_master_autoscale_observation_t obs = {.now_ns = now * 1000000ull,
                                           .trainer_wait = j->last_wait,
                                           .worker_busy = j->last_busy,
                                           .workers = live};
-        sl_autoscale_observe(&j->as, &obs);
+        sl_master_autoscale_observe(&j->as, &obs);
     }
 }
 
@@ -143,7 +143,7 @@ static void destroy(sl_master_t *m)
 {
     if (m == NULL) return;
     if (m->conns != NULL) mp_server_stop(m);
-    sl_dpp_master_destroy(m->st);
+    sl_master_state_destroy(m->st);
     free(m->jobs);
     free(m->share);
     free(m->workers);
@@ -156,10 +156,10 @@ static void destroy(sl_master_t *m)
 static sl_err_t adopt_jobs(sl_master_t *m, sl_error_t *err)
 {
     const char *ids[1024];
-    uint32_t n = sl_dpp_master_job_ids(m->st, ids, 1024);
+    uint32_t n = sl_master_state_job_ids(m->st, ids, 1024);
     for (uint32_t i = 0; i < n && i < 1024; i++) {
-        sl_dpp_master_job_status_t st;
-        if (sl_dpp_master_job_status(m->st, ids[i], &st, err) != SL_OK) return err->code;
+        sl_master_state_job_status_t st;
+        if (sl_master_state_job_status(m->st, ids[i], &st, err) != SL_OK) return err->code;
         if (mp_job_add(m, ids[i], st.min_workers, st.max_workers, st.min_workers) == NULL)
             return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", ids[i]);
     }
@@ -187,7 +187,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     if (o->handshake_timeout_ms == 0) o->handshake_timeout_ms = 10000;
     if (o->client_conn_idle_ms == 0) o->client_conn_idle_ms = 60000;
     if (o->worker_conn_idle_ms == 0) o->worker_conn_idle_ms = 3 * o->lease_timeout_ms;
-    m->tuning = o->autoscale != NULL ? *o->autoscale : sl_autoscale_opts_default(1, 1);
+    m->tuning = o->autoscale != NULL ? *o->autoscale : sl_master_autoscale_opts_default(1, 1);
     o->autoscale = NULL;
     m->a = o->allocator != NULL ? o->allocator : sl_allocator_default();
     m->listen_fd = m->wake[0] = m->wake[1] = -1;
@@ -202,7 +202,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
     m->started_ms = mp_now_ms();
-    sl_dpp_master_opts_t so = {.state_dir = o->state_dir,
+    sl_master_state_opts_t so = {.state_dir = o->state_dir,
                                .lease_timeout_ms = o->lease_timeout_ms,
                                .max_jobs = o->max_jobs,
                                .max_workers = o->max_workers,
@@ -210,8 +210,8 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
                                .max_answers = o->max_answers,
                                .compact_bytes = o->compact_bytes,
                                .allocator = m->a};
-    sl_dpp_journal_open_info_t info;
-    sl_err_t rc = sl_dpp_master_open(&so, m->started_ms, &m->st, &info, err);
+    sl_master_journal_open_info_t info;
+    sl_err_t rc = sl_master_state_open(&so, m->started_ms, &m->st, &info, err);
     if (rc != SL_OK) {
         sl_error_prefix(err, "state %s: ", o->state_dir ? o->state_dir : "(memory)");
         destroy(m);
@@ -235,7 +235,7 @@ void sl_master_stop(sl_master_t *m)
     if (m->conns != NULL) mp_server_stop(m);
     sl_error_t err = {0};
     pthread_mutex_lock(&m->mu);
-    if (!m->failed && sl_dpp_master_sync(m->st, &err) != SL_OK)
+    if (!m->failed && sl_master_state_sync(m->st, &err) != SL_OK)
         fprintf(stderr, "sluice master: final sync: %s\n", err.msg);
     pthread_mutex_unlock(&m->mu);
     destroy(m);
@@ -414,10 +414,10 @@ sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char 
         return sl_error_set(err, SL_ERR_INVALID,
                             "body: give \"resume_token\" or \"resume_tokens\", not both");
     if (toksj != NULL && (!json_is_array(toksj) || json_array_size(toksj) == 0 ||
-                          json_array_size(toksj) > SL_DPP_MAX_RESUME_TOKENS))
+                          json_array_size(toksj) > SL_MASTER_MAX_RESUME_TOKENS))
         return sl_error_set(err, SL_ERR_INVALID,
                             "body: \"resume_tokens\" is an array of 1..%d base64 strings",
-                            SL_DPP_MAX_RESUME_TOKENS);
+                            SL_MASTER_MAX_RESUME_TOKENS);
     uint32_t ntok = tokj != NULL ? 1 : toksj != NULL ? (uint32_t)json_array_size(toksj) : 0;
     uint8_t **token = ntok ? calloc(ntok, sizeof *token) : NULL;
     size_t *token_len = ntok ? calloc(ntok, sizeof *token_len) : NULL;
@@ -449,7 +449,7 @@ sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char 
         rc = sl_error_set(err, SL_ERR_NOMEM, "job spec text");
         goto out;
     }
-    sl_dpp_master_job_spec_t spec = {.job_id = job->id,
+    sl_master_state_job_spec_t spec = {.job_id = job->id,
                                      .splits = splits->items,
                                      .num_splits = splits->count,
                                      .epochs = job->epochs,
@@ -467,9 +467,9 @@ sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char 
     } else if (mp_job_find(m, job->id) != NULL) {
         rc = sl_error_set(err, SL_ERR_AGAIN, "job '%s' exists already", job->id);
     } else {
-        rc = ntok > 0 ? sl_dpp_master_job_resume_ranks(m->st, &spec, (const void *const *)token,
-                                                       token_len, ntok, err)
-                      : sl_dpp_master_job_add(m->st, &spec, err);
+        rc = ntok > 0 ? sl_master_state_job_resume_ranks(m->st, &spec, (const void *const *)token,
+                                                         token_len, ntok, err)
+                      : sl_master_state_job_add(m->st, &spec, err);
         if (rc == SL_ERR_CORRUPT || rc == SL_ERR_TRUNCATED || rc == SL_ERR_VERSION) {
             sl_error_prefix(err, toksj != NULL ? "resume_tokens: " : "resume_token: ");
             rc = err->code = SL_ERR_INVALID;
@@ -503,7 +503,7 @@ sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *er
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
     } else {
-        rc = sl_dpp_master_job_remove(m->st, job_id, err);
+        rc = sl_master_state_job_remove(m->st, job_id, err);
         if (rc == SL_OK) rc = sync_locked(m, err);
         mp_job *j = mp_job_find(m, job_id);
         if (rc == SL_OK && j != NULL) j->used = false;
@@ -521,7 +521,7 @@ sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t worker
     if (j == NULL)
         rc = sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
     else {
-        uint32_t got = sl_autoscale_override(&j->as, workers, mp_now_ms() * 1000000ull);
+        uint32_t got = sl_master_autoscale_override(&j->as, workers, mp_now_ms() * 1000000ull);
         if (set != NULL) *set = got;
     }
     pthread_mutex_unlock(&m->mu);
@@ -531,7 +531,7 @@ sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t worker
 /* ---- JSON views ------------------------------------------------------------------- */
 
 /* A failed job's failure as JSON, null for the others. */
-static json_t *failure_json(const sl_dpp_master_job_status_t *st)
+static json_t *failure_json(const sl_master_state_job_status_t *st)
 {
     if (!st->failed) return json_null();
     return json_pack("{s:i, s:i, s:s, s:i, s:s, s:i, s:s}", "split", (json_int_t)st->failure_split,
@@ -541,7 +541,7 @@ static json_t *failure_json(const sl_dpp_master_job_status_t *st)
 }
 
 /* The job's state and what split failures did to it. */
-static void add_failure_json(json_t *o, const sl_dpp_master_job_status_t *st)
+static void add_failure_json(json_t *o, const sl_master_state_job_status_t *st)
 {
     json_object_set_new(o, "state",
                         json_string(st->failed     ? "failed"
@@ -556,9 +556,9 @@ static void add_failure_json(json_t *o, const sl_dpp_master_job_status_t *st)
 
 static json_t *job_json_locked(sl_master_t *m, mp_job *j)
 {
-    sl_dpp_master_job_status_t st;
+    sl_master_state_job_status_t st;
     sl_error_t err = {0};
-    if (sl_dpp_master_job_status(m->st, j->id, &st, &err) != SL_OK) return NULL;
+    if (sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK) return NULL;
     uint32_t live = 0, clients = 0;
     for (uint32_t w = 0; w < m->nworkers; w++)
         live += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
@@ -635,8 +635,8 @@ json_t *sl_master_workers_json(sl_master_t *m)
 json_t *sl_master_status_json(sl_master_t *m)
 {
     pthread_mutex_lock(&m->mu);
-    sl_dpp_master_counters_t c;
-    sl_dpp_master_counters(m->st, &c);
+    sl_master_state_counters_t c;
+    sl_master_state_counters(m->st, &c);
     json_t *o = json_pack(
         "{s:b, s:s, s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, "
         "s:I}, s:s}",
@@ -652,10 +652,10 @@ json_t *sl_master_status_json(sl_master_t *m)
         (json_int_t)c.done, "failure", m->failure);
     json_t *failed = json_array();
     for (uint32_t i = 0; o != NULL && failed != NULL && i < m->opts.max_jobs; i++) {
-        sl_dpp_master_job_status_t st;
+        sl_master_state_job_status_t st;
         sl_error_t e = {0};
-        if (!m->jobs[i].used || sl_dpp_master_job_status(m->st, m->jobs[i].id, &st, &e) != SL_OK ||
-            !st.failed)
+        if (!m->jobs[i].used ||
+            sl_master_state_job_status(m->st, m->jobs[i].id, &st, &e) != SL_OK || !st.failed)
             continue;
         json_array_append_new(
             failed, json_pack("{s:s, s:o}", "id", m->jobs[i].id, "failure", failure_json(&st)));
@@ -675,7 +675,7 @@ json_t *sl_master_status_json(sl_master_t *m)
     return o;
 }
 
-void sl_master_executor_report(sl_master_t *m, const sl_dpp_executor_stats_t *st)
+void sl_master_report_executor(sl_master_t *m, const sl_master_executor_stats_t *st)
 {
     pthread_mutex_lock(&m->mu);
     m->exec = *st;
@@ -688,7 +688,7 @@ static void executor_metrics(sl_master_t *m, sl_admin_prom_t *p)
 {
     if (!m->has_exec) return;
     char lab[64];
-    const sl_dpp_executor_stats_t *x = &m->exec;
+    const sl_master_executor_stats_t *x = &m->exec;
     sl_admin_prom_family(p, "sluice_master_executor_spawns_total", "counter",
                          "Worker processes started by the local executor.");
     sl_admin_prom_sample(p, "sluice_master_executor_spawns_total", NULL, (double)x->started);
@@ -731,8 +731,8 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_admin_prom_init(&p);
     char lab[600], l2[300];
     pthread_mutex_lock(&m->mu);
-    sl_dpp_master_counters_t c;
-    sl_dpp_master_counters(m->st, &c);
+    sl_master_state_counters_t c;
+    sl_master_state_counters(m->st, &c);
     sl_admin_prom_family(&p, "sluice_master_jobs", "gauge", "Jobs in the master.");
     sl_admin_prom_sample(&p, "sluice_master_jobs", NULL, c.jobs);
     sl_admin_prom_family(&p, "sluice_master_workers", "gauge", "Workers connected.");
@@ -825,9 +825,9 @@ char *sl_master_metrics_text(sl_master_t *m)
     const char **ids = calloc(m->opts.max_jobs, sizeof *ids);
     for (uint32_t i = 0; fig && ids && i < m->opts.max_jobs; i++) {
         mp_job *j = &m->jobs[i];
-        sl_dpp_master_job_status_t st;
+        sl_master_state_job_status_t st;
         sl_error_t err = {0};
-        if (!j->used || sl_dpp_master_job_status(m->st, j->id, &st, &err) != SL_OK) continue;
+        if (!j->used || sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK) continue;
         double *f = fig + (size_t)njobs * NFIG;
         ids[njobs++] = j->id;
         f[SPLITS_PENDING] = st.pending;
@@ -887,9 +887,9 @@ uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t ca
             d->granted = j->granted;
             for (uint32_t w = 0; w < m->nworkers; w++)
                 d->registered += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
-            sl_dpp_master_job_status_t st;
+            sl_master_state_job_status_t st;
             sl_error_t err = {0};
-            bool known = sl_dpp_master_job_status(m->st, j->id, &st, &err) == SL_OK;
+            bool known = sl_master_state_job_status(m->st, j->id, &st, &err) == SL_OK;
             d->finished = known && st.finished;
             d->failed = known && st.failed;
         }

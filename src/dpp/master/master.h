@@ -57,15 +57,15 @@ typedef struct sl_master_opts {
     uint64_t client_idle_ms;     /* a client record with no connection and no commit this
                                     long is forgotten (journaled); 0: 600000 (10 min) */
     uint32_t max_answers;        /* remembered commit answers per client (idempotence); 0: 4096 */
-    uint32_t
-        max_fleet_workers; /* workers of all jobs together (sl_master_fair_share); 0: no limit */
+    uint32_t max_fleet_workers; /* workers of all jobs together (sl_master_autoscale_fair_share); 0:
+                                   no limit */
     uint32_t max_split_failures; /* a split failing this often in one epoch fails its job (or
                                     is skipped: on_bad_split); 0: 3 */
     uint64_t compact_bytes;      /* journal size that triggers a compaction; 0: 64 MiB */
     /* Tuning of every job's autoscaler (thresholds, streaks, cooldown); the
      * bounds come from each job's min_workers/max_workers. NULL: defaults
-     * of sl_autoscale_opts_default. */
-    const sl_autoscale_opts_t *autoscale;
+     * of sl_master_autoscale_opts_default. */
+    const sl_master_autoscale_opts_t *autoscale;
     const sl_allocator_t *allocator; /* NULL: default */
     /* Peers (docs/PROTOCOL.md "Authentication", "Timeouts and caps"): */
     const char *cluster_secret;    /* copied; every connection must prove it holds it
@@ -176,7 +176,7 @@ json_t *sl_master_workers_json(sl_master_t *m);
  * "lease_revocations", "commits", "overlaps", "stale", "journal_syncs",
  * "compactions" (this run), "splits": {"pending", "leased", "done"},
  * "failure", "failed_jobs": [{"id", "failure"}], and "executor" after
- * sl_master_executor_report}. NULL when out of memory. Caller owns. */
+ * sl_master_report_executor}. NULL when out of memory. Caller owns. */
 json_t *sl_master_status_json(sl_master_t *m);
 
 /* GET /metrics: Prometheus text (prom.h), sluice_master_* families: jobs,
@@ -218,19 +218,20 @@ uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t ca
  * largest fractions, ties to the lower job id (strcmp). When the
  * min_workers alone exceed max_fleet_workers, each job gets its minimum
  * (the bound then is the sum of the minimums). Pure: sets jobs[i].granted. */
-typedef struct sl_master_share {
+typedef struct sl_master_autoscale_share {
     const char *job_id; /* borrowed; breaks ties */
     uint32_t desired, min_workers;
     uint32_t granted;   /* out */
-} sl_master_share_t;
-void sl_master_fair_share(sl_master_share_t *jobs, uint32_t n, uint32_t max_fleet_workers);
+} sl_master_autoscale_share_t;
+void sl_master_autoscale_fair_share(sl_master_autoscale_share_t *jobs, uint32_t n,
+                                    uint32_t max_fleet_workers);
 
 /* The local executor's figures, for GET /metrics (sluice_master_executor_*:
  * workers started, exits by result, spawn errors, restarts postponed, the
  * longest restart delay now) and GET /status ("executor"). The process that
  * drives an executor reports after each pass; without a report the
  * families are absent. */
-void sl_master_executor_report(sl_master_t *m, const sl_dpp_executor_stats_t *st);
+void sl_master_report_executor(sl_master_t *m, const sl_master_executor_stats_t *st);
 
 /* ---- admin endpoint (implemented in master_admin.c) -------------------------------- */
 

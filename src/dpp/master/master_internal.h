@@ -19,7 +19,7 @@
 typedef struct mp_job {
     char id[MP_ID_MAX];
     bool used;
-    sl_autoscaler_t as;
+    sl_master_autoscaler_t as;
     uint64_t wait_ns, elapsed_ns; /* client reports since the last observation */
     double last_wait, last_busy;  /* of the last observation */
     uint32_t granted;             /* fair share of the fleet (mp_share_locked) */
@@ -69,16 +69,16 @@ typedef struct mp_deferred {
 
 struct sl_master {
     sl_master_opts_t opts;
-    sl_autoscale_opts_t tuning;
+    sl_master_autoscale_opts_t tuning;
     const sl_allocator_t *a;
     pthread_mutex_t mu;
-    sl_dpp_master_t *st;
+    sl_master_state_t *st;
     bool failed;        /* a journal write or sync failed: not ready, mutations refused */
     char failure[256];
     uint64_t started_ms;
     /* jobs and workers */
     mp_job *jobs;       /* [opts.max_jobs] */
-    sl_master_share_t *share; /* [opts.max_jobs], scratch of mp_share_locked */
+    sl_master_autoscale_share_t *share; /* [opts.max_jobs], scratch of mp_share_locked */
     mp_worker *workers; /* [nworkers] of [cap_workers] */
     uint32_t nworkers, cap_workers;
     /* control connections (the control thread only, except counts) */
@@ -97,7 +97,7 @@ struct sl_master {
     uint64_t frames_in, protocol_errors, connections_total;
     uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */
     uint64_t ids_in_use;   /* registrations refused: the worker id has another live process */
-    sl_dpp_executor_stats_t exec; /* the local executor's last report */
+    sl_master_executor_stats_t exec; /* the local executor's last report */
     bool has_exec;
     /* admission (master_guard.c) */
     char *secret; /* the cluster secret (owned), NULL: no handshake */
@@ -109,7 +109,7 @@ struct sl_master {
 uint64_t mp_now_ms(void);
 mp_job *mp_job_find(sl_master_t *m, const char *id);
 mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial);
-/* Every job's granted count (sl_master_fair_share over the used jobs;
+/* Every job's granted count (sl_master_autoscale_fair_share over the used jobs;
  * finished jobs desire none). */
 void mp_share_locked(sl_master_t *m);
 /* A journal failure makes the master refuse further mutations. */

@@ -73,7 +73,7 @@ static void make_order(uint32_t *order, uint32_t n, bool shuffle, uint64_t seed,
 
 /* ---- workers ------------------------------------------------------------------ */
 
-static uint32_t whash_slot(const sl_dpp_master_t *m, const char *name, bool *found)
+static uint32_t whash_slot(const sl_master_state_t *m, const char *name, bool *found)
 {
     uint32_t mask = m->whash_cap - 1;
     uint32_t i = (uint32_t)XXH3_64bits(name, strlen(name)) & mask;
@@ -91,7 +91,7 @@ static uint32_t whash_slot(const sl_dpp_master_t *m, const char *name, bool *fou
     }
 }
 
-static bool worker_find(const sl_dpp_master_t *m, const char *name, uint32_t *out)
+static bool worker_find(const sl_master_state_t *m, const char *name, uint32_t *out)
 {
     if (m->whash_cap == 0) return false;
     bool found;
@@ -100,7 +100,7 @@ static bool worker_find(const sl_dpp_master_t *m, const char *name, uint32_t *ou
     return found;
 }
 
-sl_err_t m_worker_get(sl_dpp_master_t *m, const char *name, uint32_t *out, sl_error_t *err)
+sl_err_t m_worker_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_error_t *err)
 {
     if (worker_find(m, name, out)) return SL_OK;
     if (!m_name_ok(m, name))
@@ -143,7 +143,7 @@ sl_err_t m_worker_get(sl_dpp_master_t *m, const char *name, uint32_t *out, sl_er
 }
 
 /* Room for one more lease in w's list, so that m_do_lease cannot fail. */
-bool m_worker_reserve(sl_dpp_master_t *m, uint32_t wi)
+bool m_worker_reserve(sl_master_state_t *m, uint32_t wi)
 {
     worker *w = &m->workers[wi];
     if (w->nleases == w->cap) {
@@ -169,7 +169,7 @@ static void worker_drop_lease(worker *w, uint32_t slot, uint32_t split)
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
-job *m_find_job(const sl_dpp_master_t *m, const char *id, uint32_t *slot)
+job *m_find_job(const sl_master_state_t *m, const char *id, uint32_t *slot)
 {
     for (uint32_t i = 0; i < m->opts.max_jobs; i++)
         if (m->jobs[i] != NULL && strcmp(m->jobs[i]->id, id) == 0) {
@@ -229,7 +229,7 @@ uint64_t m_fingerprint(const Sluice__Master__SplitList *l)
     return XXH3_64bits_digest(&s);
 }
 
-sl_err_t m_job_insert(sl_dpp_master_t *m, const Sluice__Master__JobAdded *rec, sl_error_t *err)
+sl_err_t m_job_insert(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, sl_error_t *err)
 {
     const Sluice__Master__JobSpec *spec = rec->spec;
     const Sluice__Master__SplitList *l = spec->splits;
@@ -276,9 +276,9 @@ sl_err_t m_job_insert(sl_dpp_master_t *m, const Sluice__Master__JobAdded *rec, s
                                   l->first_row[i], l->num_rows[i]};
         jb->total_rows += l->num_rows[i];
         jb->st[i].worker = NO_WORKER;
-        jb->st[i].state = SL_DPP_SPLIT_PENDING;
+        jb->st[i].state = SL_MASTER_SPLIT_PENDING;
     }
-    jb->count[SL_DPP_SPLIT_PENDING] = n;
+    jb->count[SL_MASTER_SPLIT_PENDING] = n;
     sl_err_t rc = SL_OK;
     if (jb->static_sharding) {
         jb->rank_of_split = sl_alloc(a, sl_mul_size(n, sizeof(uint32_t)));
@@ -297,9 +297,9 @@ sl_err_t m_job_insert(sl_dpp_master_t *m, const Sluice__Master__JobAdded *rec, s
     for (uint32_t i = 0; i < n; i++) {
         split_st *s = &jb->st[i];
         if (finished || s->committed == jb->defs[i].num_rows) {
-            jb->count[SL_DPP_SPLIT_PENDING]--;
-            s->state = SL_DPP_SPLIT_DONE;
-            jb->count[SL_DPP_SPLIT_DONE]++;
+            jb->count[SL_MASTER_SPLIT_PENDING]--;
+            s->state = SL_MASTER_SPLIT_DONE;
+            jb->count[SL_MASTER_SPLIT_DONE]++;
         }
     }
     set_order(jb);
@@ -309,11 +309,11 @@ sl_err_t m_job_insert(sl_dpp_master_t *m, const Sluice__Master__JobAdded *rec, s
     return SL_OK;
 }
 
-void m_job_remove(sl_dpp_master_t *m, uint32_t slot)
+void m_job_remove(sl_master_state_t *m, uint32_t slot)
 {
     job *jb = m->jobs[slot];
     for (uint32_t s = 0; s < jb->n; s++)
-        if (jb->st[s].state == SL_DPP_SPLIT_LEASED)
+        if (jb->st[s].state == SL_MASTER_SPLIT_LEASED)
             worker_drop_lease(&m->workers[jb->st[s].worker], slot, s);
     job_free(m->a, jb);
     m->jobs[slot] = NULL;
@@ -358,11 +358,11 @@ static uint32_t peek_pending(job *jb)
 {
     while (jb->heap_len > 0) {
         uint32_t s = jb->order[jb->heap[0]];
-        if (jb->st[s].state == SL_DPP_SPLIT_PENDING) return s;
+        if (jb->st[s].state == SL_MASTER_SPLIT_PENDING) return s;
         jb->st[s].in_heap = 0;
         heap_pop(jb);
     }
-    while (jb->cursor < jb->n && jb->st[jb->order[jb->cursor]].state != SL_DPP_SPLIT_PENDING)
+    while (jb->cursor < jb->n && jb->st[jb->order[jb->cursor]].state != SL_MASTER_SPLIT_PENDING)
         jb->cursor++;
     return jb->cursor < jb->n ? jb->order[jb->cursor] : UINT32_MAX;
 }
@@ -379,13 +379,13 @@ static void take_pending(job *jb, uint32_t split)
 
 /* ---- transitions (shared by the live calls and replay) ------------------------------ */
 
-void m_do_lease(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint32_t w, uint64_t gen,
+void m_do_lease(sl_master_state_t *m, uint32_t slot, uint32_t split, uint32_t w, uint64_t gen,
                 uint64_t expiry)
 {
     job *jb = m->jobs[slot];
     split_st *s = &jb->st[split];
     jb->count[s->state]--;
-    s->state = SL_DPP_SPLIT_LEASED;
+    s->state = SL_MASTER_SPLIT_LEASED;
     jb->count[s->state]++;
     s->generation = gen;
     s->expiry = expiry;
@@ -397,7 +397,7 @@ void m_do_lease(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint32_t w, u
     m->c.leases_granted++;
 }
 
-void m_do_release(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint8_t new_state)
+void m_do_release(sl_master_state_t *m, uint32_t slot, uint32_t split, uint8_t new_state)
 {
     job *jb = m->jobs[slot];
     split_st *s = &jb->st[split];
@@ -406,10 +406,10 @@ void m_do_release(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint8_t new
     s->state = new_state;
     jb->count[s->state]++;
     s->worker = NO_WORKER;
-    if (new_state == SL_DPP_SPLIT_PENDING) heap_push(jb, split);
+    if (new_state == SL_MASTER_SPLIT_PENDING) heap_push(jb, split);
 }
 
-void m_do_advance(sl_dpp_master_t *m, job *jb)
+void m_do_advance(sl_master_state_t *m, job *jb)
 {
     jb->epoch++;
     m->c.epochs_advanced++;
@@ -427,25 +427,25 @@ void m_do_advance(sl_dpp_master_t *m, job *jb)
         m_free_ranges(m->a, &jb->st[i]);
         jb->st[i] = (split_st){.generation = jb->st[i].generation, .worker = NO_WORKER};
     }
-    jb->count[SL_DPP_SPLIT_PENDING] = jb->n;
-    jb->count[SL_DPP_SPLIT_DONE] = 0;
-    jb->count[SL_DPP_SPLIT_LEASED] = 0;
+    jb->count[SL_MASTER_SPLIT_PENDING] = jb->n;
+    jb->count[SL_MASTER_SPLIT_DONE] = 0;
+    jb->count[SL_MASTER_SPLIT_LEASED] = 0;
     jb->committed_rows = 0;
     /* Splits of no rows are done at once. */
     for (uint32_t i = 0; i < jb->n; i++)
         if (jb->defs[i].num_rows == 0) {
-            jb->st[i].state = SL_DPP_SPLIT_DONE;
-            jb->count[SL_DPP_SPLIT_PENDING]--;
-            jb->count[SL_DPP_SPLIT_DONE]++;
+            jb->st[i].state = SL_MASTER_SPLIT_DONE;
+            jb->count[SL_MASTER_SPLIT_PENDING]--;
+            jb->count[SL_MASTER_SPLIT_DONE]++;
         }
     set_order(jb);
     m_reset_queue(jb);
 }
 
 /* Journal and apply an epoch advance when every split is DONE. */
-sl_err_t m_maybe_advance(sl_dpp_master_t *m, job *jb, sl_error_t *err)
+sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err)
 {
-    if (jb->epoch >= jb->epochs || jb->count[SL_DPP_SPLIT_DONE] != jb->n) return SL_OK;
+    if (jb->epoch >= jb->epochs || jb->count[SL_MASTER_SPLIT_DONE] != jb->n) return SL_OK;
     Sluice__Master__EpochAdvanced ea = SLUICE__MASTER__EPOCH_ADVANCED__INIT;
     ea.job_id = jb->id;
     ea.epoch = jb->epoch + 1;
@@ -460,7 +460,7 @@ sl_err_t m_maybe_advance(sl_dpp_master_t *m, job *jb, sl_error_t *err)
 
 /* Every job whose epoch is complete moves on (after replay: a crash may
  * fall between a split's Completed record and the EpochAdvanced one). */
-sl_err_t m_advance_all(sl_dpp_master_t *m, sl_error_t *err)
+sl_err_t m_advance_all(sl_master_state_t *m, sl_error_t *err)
 {
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
         if (m->jobs[i] == NULL) continue;
@@ -477,7 +477,7 @@ static sl_err_t no_job(const char *id, sl_error_t *err)
     return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", id);
 }
 
-sl_err_t sl_dpp_master_job_remove(sl_dpp_master_t *m, const char *job_id, sl_error_t *err)
+sl_err_t sl_master_state_job_remove(sl_master_state_t *m, const char *job_id, sl_error_t *err)
 {
     uint32_t slot;
     if (m_find_job(m, job_id, &slot) == NULL) return no_job(job_id, err);
@@ -492,19 +492,19 @@ sl_err_t sl_dpp_master_job_remove(sl_dpp_master_t *m, const char *job_id, sl_err
     return SL_OK;
 }
 
-sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
-                                  sl_dpp_master_job_status_t *out, sl_error_t *err)
+sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,
+                                    sl_master_state_job_status_t *out, sl_error_t *err)
 {
     const job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return no_job(job_id, err);
-    *out = (sl_dpp_master_job_status_t){
+    *out = (sl_master_state_job_status_t){
         .epoch = jb->epoch < jb->epochs ? jb->epoch : jb->epochs,
         .epochs = jb->epochs,
         .finished = jb->epoch >= jb->epochs,
         .num_splits = jb->n,
-        .pending = jb->count[SL_DPP_SPLIT_PENDING],
-        .leased = jb->count[SL_DPP_SPLIT_LEASED],
-        .done = jb->count[SL_DPP_SPLIT_DONE],
+        .pending = jb->count[SL_MASTER_SPLIT_PENDING],
+        .leased = jb->count[SL_MASTER_SPLIT_LEASED],
+        .done = jb->count[SL_MASTER_SPLIT_DONE],
         /* a finished job has committed every row of its last epoch */
         .committed_rows = jb->epoch >= jb->epochs ? jb->total_rows : jb->committed_rows,
         .total_rows = jb->total_rows,
@@ -531,7 +531,7 @@ sl_err_t sl_dpp_master_job_status(const sl_dpp_master_t *m, const char *job_id,
     return SL_OK;
 }
 
-uint32_t sl_dpp_master_job_ids(const sl_dpp_master_t *m, const char **ids, uint32_t cap)
+uint32_t sl_master_state_job_ids(const sl_master_state_t *m, const char **ids, uint32_t cap)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < m->opts.max_jobs; i++)
@@ -542,8 +542,8 @@ uint32_t sl_dpp_master_job_ids(const sl_dpp_master_t *m, const char **ids, uint3
     return n;
 }
 
-sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const char *worker_id,
-                                  uint64_t now_ms, sl_dpp_lease_t *out, sl_error_t *err)
+sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, const char *worker_id,
+                                    uint64_t now_ms, sl_master_lease_t *out, sl_error_t *err)
 {
     uint32_t slot, w;
     if (now_ms > m->now_ms) m->now_ms = now_ms;
@@ -593,7 +593,7 @@ sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const 
     uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
     m_do_lease(m, slot, split, w, gen, expiry);
     const split_def *d = &jb->defs[split];
-    *out = (sl_dpp_lease_t){.split = split,
+    *out = (sl_master_lease_t){.split = split,
                             .epoch = jb->epoch,
                             .generation = gen,
                             .expiry_ms = expiry,
@@ -610,12 +610,12 @@ sl_err_t sl_dpp_master_lease_next(sl_dpp_master_t *m, const char *job_id, const 
 }
 
 /* The live lease of worker w that ref names, or NULL. */
-static split_st *named_lease(sl_dpp_master_t *m, uint32_t w, const sl_dpp_lease_ref_t *ref)
+static split_st *named_lease(sl_master_state_t *m, uint32_t w, const sl_master_lease_ref_t *ref)
 {
     job *jb = ref->job_id != NULL ? m_find_job(m, ref->job_id, NULL) : NULL;
     if (jb == NULL || ref->split >= jb->n || ref->epoch != jb->epoch) return NULL;
     split_st *s = &jb->st[ref->split];
-    bool live = s->state == SL_DPP_SPLIT_LEASED && s->generation == ref->generation &&
+    bool live = s->state == SL_MASTER_SPLIT_LEASED && s->generation == ref->generation &&
                 s->worker == w;
     return live ? s : NULL;
 }
@@ -623,7 +623,7 @@ static split_st *named_lease(sl_dpp_master_t *m, uint32_t w, const sl_dpp_lease_
 /* Renew the leases of w that held names (marking them `named` when mark);
  * w's earliest becomes exact again (leases it does not name keep their
  * expiry). @return how many were named. */
-static uint32_t renew_named(sl_dpp_master_t *m, uint32_t w, const sl_dpp_lease_ref_t *held,
+static uint32_t renew_named(sl_master_state_t *m, uint32_t w, const sl_master_lease_ref_t *held,
                             uint32_t num_held, uint64_t now_ms, bool mark)
 {
     worker *wk = &m->workers[w];
@@ -646,9 +646,9 @@ static uint32_t renew_named(sl_dpp_master_t *m, uint32_t w, const sl_dpp_lease_r
     return n;
 }
 
-sl_err_t sl_dpp_master_renew(sl_dpp_master_t *m, const char *worker_id,
-                             const sl_dpp_lease_ref_t *held, uint32_t num_held, uint64_t now_ms,
-                             uint32_t *renewed, sl_error_t *err)
+sl_err_t sl_master_state_renew(sl_master_state_t *m, const char *worker_id,
+                               const sl_master_lease_ref_t *held, uint32_t num_held,
+                               uint64_t now_ms, uint32_t *renewed, sl_error_t *err)
 {
     (void)err;
     uint32_t w, n = 0;
@@ -659,7 +659,7 @@ sl_err_t sl_dpp_master_renew(sl_dpp_master_t *m, const char *worker_id,
 
 /* Journal and apply the end of lease l: its split is PENDING again
  * (expiry and revocation alike: replay applies one Expired record). */
-static sl_err_t end_lease(sl_dpp_master_t *m, const lease_ref *l, sl_error_t *err)
+static sl_err_t end_lease(sl_master_state_t *m, const lease_ref *l, sl_error_t *err)
 {
     job *jb = m->jobs[l->job];
     Sluice__Master__Expired ex = SLUICE__MASTER__EXPIRED__INIT;
@@ -670,14 +670,14 @@ static sl_err_t end_lease(sl_dpp_master_t *m, const lease_ref *l, sl_error_t *er
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_EXPIRED;
     rec.expired = &ex;
     sl_err_t rc = m_journal(m, &rec, err);
-    if (rc == SL_OK) m_do_release(m, l->job, l->split, SL_DPP_SPLIT_PENDING);
+    if (rc == SL_OK) m_do_release(m, l->job, l->split, SL_MASTER_SPLIT_PENDING);
     return rc;
 }
 
-sl_err_t sl_dpp_master_register(sl_dpp_master_t *m, const char *worker_id,
-                                const sl_dpp_lease_ref_t *held, uint32_t num_held,
-                                uint64_t now_ms, uint32_t *renewed, uint32_t *revoked,
-                                sl_error_t *err)
+sl_err_t sl_master_state_register(sl_master_state_t *m, const char *worker_id,
+                                  const sl_master_lease_ref_t *held, uint32_t num_held,
+                                  uint64_t now_ms, uint32_t *renewed, uint32_t *revoked,
+                                  sl_error_t *err)
 {
     uint32_t w, n = 0, gone = 0;
     sl_err_t rc = SL_OK;
@@ -705,8 +705,8 @@ sl_err_t sl_dpp_master_register(sl_dpp_master_t *m, const char *worker_id,
     return rc;
 }
 
-sl_err_t sl_dpp_master_expire(sl_dpp_master_t *m, uint64_t now_ms, uint32_t *expired,
-                              sl_error_t *err)
+sl_err_t sl_master_state_expire(sl_master_state_t *m, uint64_t now_ms, uint32_t *expired,
+                                sl_error_t *err)
 {
     uint32_t count = 0;
     sl_err_t rc = SL_OK;
@@ -754,16 +754,16 @@ static int by_rows_desc(const void *x, const void *y)
     return a->split < b->split ? -1 : a->split > b->split;
 }
 
-sl_err_t sl_dpp_master_assign_static(const sl_dpp_master_t *m, const char *job_id, uint32_t ranks,
-                                     uint32_t *rank_of_split, uint64_t *rows_per_rank,
-                                     sl_error_t *err)
+sl_err_t sl_master_state_assign_static(const sl_master_state_t *m, const char *job_id,
+                                       uint32_t ranks, uint32_t *rank_of_split,
+                                       uint64_t *rows_per_rank, sl_error_t *err)
 {
     const job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return no_job(job_id, err);
     return m_static_assign(m, jb, ranks, rank_of_split, rows_per_rank, err);
 }
 
-sl_err_t m_static_assign(const sl_dpp_master_t *m, const job *jb, uint32_t ranks,
+sl_err_t m_static_assign(const sl_master_state_t *m, const job *jb, uint32_t ranks,
                          uint32_t *rank_of_split, uint64_t *rows_per_rank, sl_error_t *err)
 {
     const char *job_id = jb->id;
@@ -798,8 +798,8 @@ out:
     return rc;
 }
 
-sl_err_t sl_dpp_master_epoch_order(const sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
-                                   uint32_t *order, sl_error_t *err)
+sl_err_t sl_master_state_epoch_order(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                     uint32_t *order, sl_error_t *err)
 {
     const job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return no_job(job_id, err);
@@ -807,24 +807,24 @@ sl_err_t sl_dpp_master_epoch_order(const sl_dpp_master_t *m, const char *job_id,
     return SL_OK;
 }
 
-void sl_dpp_master_counters(const sl_dpp_master_t *m, sl_dpp_master_counters_t *out)
+void sl_master_state_counters(const sl_master_state_t *m, sl_master_state_counters_t *out)
 {
     *out = m->c;
     out->pending = out->leased = out->done = 0;
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
         const job *jb = m->jobs[i];
         if (jb == NULL) continue;
-        out->pending += jb->count[SL_DPP_SPLIT_PENDING];
-        out->leased += jb->count[SL_DPP_SPLIT_LEASED];
-        out->done += jb->count[SL_DPP_SPLIT_DONE];
+        out->pending += jb->count[SL_MASTER_SPLIT_PENDING];
+        out->leased += jb->count[SL_MASTER_SPLIT_LEASED];
+        out->done += jb->count[SL_MASTER_SPLIT_DONE];
     }
-    if (m->journal != NULL) out->journal_syncs = sl_dpp_journal_syncs(m->journal);
+    if (m->journal != NULL) out->journal_syncs = sl_master_journal_syncs(m->journal);
 }
 
-void sl_dpp_master_destroy(sl_dpp_master_t *m)
+void sl_master_state_destroy(sl_master_state_t *m)
 {
     if (m == NULL) return;
-    sl_dpp_journal_close(m->journal);
+    sl_master_journal_close(m->journal);
     for (uint32_t i = 0; m->jobs != NULL && i < m->opts.max_jobs; i++)
         job_free(m->a, m->jobs[i]);
     sl_free(m->a, m->jobs, (size_t)m->opts.max_jobs * sizeof *m->jobs);

@@ -8,15 +8,15 @@
 
 #include "dpp/master/state_internal.h"
 
-void sl_dpp_master_client_touch(sl_dpp_master_t *m, const char *client_id, uint64_t now_ms)
+void sl_master_state_client_touch(sl_master_state_t *m, const char *client_id, uint64_t now_ms)
 {
     uint32_t ci;
     if (now_ms > m->now_ms) m->now_ms = now_ms;
     if (client_id != NULL && m_client_find(m, client_id, &ci)) m->clients[ci].last_ms = now_ms;
 }
 
-sl_err_t sl_dpp_master_evict_clients(sl_dpp_master_t *m, uint64_t now_ms, uint64_t idle_ms,
-                                     uint32_t *evicted, sl_error_t *err)
+sl_err_t sl_master_state_evict_clients(sl_master_state_t *m, uint64_t now_ms, uint64_t idle_ms,
+                                       uint32_t *evicted, sl_error_t *err)
 {
     uint32_t n = 0;
     sl_err_t rc = SL_OK;

@@ -39,7 +39,7 @@ bool m_overlaps(const job *jb, uint32_t split, uint64_t from, uint64_t to)
     return i < s->nr && s->r[i].from_row < to;
 }
 
-sl_err_t m_add_range(sl_dpp_master_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
+sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
                      sl_error_t *err)
 {
     split_st *s = &jb->st[split];
@@ -86,16 +86,16 @@ sl_err_t m_add_range(sl_dpp_master_t *m, job *jb, uint32_t split, uint64_t from,
     return SL_OK;
 }
 
-void m_maybe_done(sl_dpp_master_t *m, uint32_t slot, uint32_t split)
+void m_maybe_done(sl_master_state_t *m, uint32_t slot, uint32_t split)
 {
     job *jb = m->jobs[slot];
     split_st *s = &jb->st[split];
-    if (s->state == SL_DPP_SPLIT_DONE || s->committed != jb->defs[split].num_rows) return;
-    if (s->state == SL_DPP_SPLIT_LEASED) {
-        m_do_release(m, slot, split, SL_DPP_SPLIT_DONE);
+    if (s->state == SL_MASTER_SPLIT_DONE || s->committed != jb->defs[split].num_rows) return;
+    if (s->state == SL_MASTER_SPLIT_LEASED) {
+        m_do_release(m, slot, split, SL_MASTER_SPLIT_DONE);
     } else {
         jb->count[s->state]--;
-        s->state = SL_DPP_SPLIT_DONE;
+        s->state = SL_MASTER_SPLIT_DONE;
         jb->count[s->state]++;
     }
     m->c.completions++;
@@ -120,7 +120,7 @@ static uint32_t hash_slot(uint32_t *tab, uint32_t cap, const client *cls, const 
     }
 }
 
-bool m_client_find(const sl_dpp_master_t *m, const char *name, uint32_t *out)
+bool m_client_find(const sl_master_state_t *m, const char *name, uint32_t *out)
 {
     bool found = false;
     if (m->chash_cap == 0) return false;
@@ -129,7 +129,7 @@ bool m_client_find(const sl_dpp_master_t *m, const char *name, uint32_t *out)
     return found;
 }
 
-sl_err_t m_client_get(sl_dpp_master_t *m, const char *name, uint32_t *out, sl_error_t *err)
+sl_err_t m_client_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_error_t *err)
 {
     bool found = false;
     if (m_client_find(m, name, out)) return SL_OK;
@@ -183,7 +183,7 @@ sl_err_t m_client_get(sl_dpp_master_t *m, const char *name, uint32_t *out, sl_er
     return SL_OK;
 }
 
-void m_client_remove(sl_dpp_master_t *m, uint32_t ci)
+void m_client_remove(sl_master_state_t *m, uint32_t ci)
 {
     const sl_allocator_t *a = m->a;
     client *c = &m->clients[ci];
@@ -207,7 +207,7 @@ static uint32_t nonce_home(const client *c, uint64_t nonce)
     return (uint32_t)XXH3_64bits(&nonce, sizeof nonce) & (c->index_cap - 1);
 }
 
-bool m_client_has(const sl_dpp_master_t *m, uint32_t ci, uint64_t nonce)
+bool m_client_has(const sl_master_state_t *m, uint32_t ci, uint64_t nonce)
 {
     (void)m;
     const client *c = &m->clients[ci];
@@ -236,7 +236,7 @@ static void index_delete(client *c, uint32_t slot)
     c->index[i] = 0;
 }
 
-void m_client_remember(sl_dpp_master_t *m, uint32_t ci, uint64_t nonce)
+void m_client_remember(sl_master_state_t *m, uint32_t ci, uint64_t nonce)
 {
     client *c = &m->clients[ci];
     uint32_t cap = m->opts.max_answers;
@@ -262,25 +262,26 @@ void m_client_remember(sl_dpp_master_t *m, uint32_t ci, uint64_t nonce)
  * split's live one (the live API only: replay applies commits as written). */
 static const char *lease_gone(const split_st *s, uint64_t generation)
 {
-    if (s->state == SL_DPP_SPLIT_DONE) return "the split is done";
-    if (s->state == SL_DPP_SPLIT_LEASED && s->generation != generation)
+    if (s->state == SL_MASTER_SPLIT_DONE) return "the split is done";
+    if (s->state == SL_MASTER_SPLIT_LEASED && s->generation != generation)
         return "the split is leased under another generation";
-    if (s->state == SL_DPP_SPLIT_LEASED) return NULL;
+    if (s->state == SL_MASTER_SPLIT_LEASED) return NULL;
     return s->generation == generation ? "that lease has ended (expired, revoked or reported)"
                                        : "no such lease";
 }
 
-sl_err_t sl_dpp_master_commit(sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
-                              uint32_t split, uint64_t generation, uint64_t from_row,
-                              uint64_t to_row, const char *client_id, uint64_t nonce,
-                              sl_dpp_commit_result_t *result, sl_error_t *err)
+sl_err_t sl_master_state_commit(sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                uint32_t split, uint64_t generation, uint64_t from_row,
+                                uint64_t to_row, const char *client_id, uint64_t nonce,
+                                sl_master_commit_result_t *result, sl_error_t *err)
 {
-    sl_dpp_commit_t c = {job_id, epoch, split, generation, from_row, to_row, client_id, nonce, 0};
-    return sl_dpp_master_commit_batch(m, &c, result, err);
+    sl_master_commit_t c = {job_id, epoch,     split, generation, from_row,
+                            to_row, client_id, nonce, 0};
+    return sl_master_state_commit_batch(m, &c, result, err);
 }
 
-sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c,
-                                    sl_dpp_commit_result_t *result, sl_error_t *err)
+sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_commit_t *c,
+                                      sl_master_commit_result_t *result, sl_error_t *err)
 {
     const char *job_id = c->job_id, *client_id = c->client_id;
     uint32_t epoch = c->epoch, split = c->split;
@@ -298,14 +299,14 @@ sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c
     if (known && m_client_has(m, ci, nonce)) {
         m->c.repeated_commits++;
         m->clients[ci].last_ms = m->now_ms;
-        *result = SL_DPP_COMMITTED;
+        *result = SL_MASTER_COMMITTED;
         return SL_OK;
     }
     job *jb = job_id != NULL ? m_find_job(m, job_id, &slot) : NULL;
     if (jb == NULL || split >= jb->n || from_row >= to_row ||
         to_row > jb->defs[split].num_rows) {
         m->c.unknown_commits++;
-        *result = SL_DPP_UNKNOWN;
+        *result = SL_MASTER_UNKNOWN;
         if (jb == NULL)
             sl_error_set(err, SL_ERR_NOT_FOUND, "commit: no job '%s'", job_id ? job_id : "");
         else if (split >= jb->n)
@@ -320,20 +321,20 @@ sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c
     }
     if (jb->failed) {
         m->c.stale_commits++;
-        *result = SL_DPP_STALE_EPOCH;
-        sl_error_set(err, SL_DPP_STALE, "commit: job '%s' failed: %s", job_id, jb->fail_message);
+        *result = SL_MASTER_STALE_EPOCH;
+        sl_error_set(err, SL_MASTER_STALE, "commit: job '%s' failed: %s", job_id, jb->fail_message);
         return SL_OK;
     }
     if (epoch != jb->epoch || jb->epoch >= jb->epochs) {
         m->c.stale_commits++;
-        *result = SL_DPP_STALE_EPOCH;
-        sl_error_set(err, SL_DPP_STALE, "commit: job '%s' is in epoch %u, not %u%s", job_id,
+        *result = SL_MASTER_STALE_EPOCH;
+        sl_error_set(err, SL_MASTER_STALE, "commit: job '%s' is in epoch %u, not %u%s", job_id,
                      jb->epoch, epoch, jb->epoch >= jb->epochs ? " (finished)" : "");
         return SL_OK;
     }
     if (m_overlaps(jb, split, from_row, to_row)) {
         m->c.overlaps++;
-        *result = SL_DPP_OVERLAP;
+        *result = SL_MASTER_OVERLAP;
         sl_error_set(err, SL_ERR_AGAIN,
                      "commit: job '%s' epoch %u split %u: rows [%llu, %llu) overlap committed "
                      "rows",
@@ -347,8 +348,8 @@ sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c
     const char *gone = lease_gone(&jb->st[split], generation);
     if (gone != NULL) {
         m->c.unleased_commits++;
-        *result = SL_DPP_STALE_EPOCH;
-        sl_error_set(err, SL_DPP_STALE,
+        *result = SL_MASTER_STALE_EPOCH;
+        sl_error_set(err, SL_MASTER_STALE,
                      "commit: job '%s' epoch %u split %u: generation %llu is not the live lease "
                      "(%s)",
                      job_id, epoch, split, (unsigned long long)generation, gone);
@@ -383,15 +384,15 @@ sl_err_t sl_dpp_master_commit_batch(sl_dpp_master_t *m, const sl_dpp_commit_t *c
     m->c.commits++;
     jb->batches++;
     jb->samples += c->num_samples;
-    *result = SL_DPP_COMMITTED;
+    *result = SL_MASTER_COMMITTED;
     m_maybe_done(m, slot, split);
     return m_maybe_advance(m, jb, err);
 }
 
-sl_err_t sl_dpp_master_split_read(sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
-                                  uint32_t split, uint64_t generation,
-                                  const sl_dpp_row_range_t *empty, uint32_t num_empty,
-                                  sl_dpp_split_state_t *state, sl_error_t *err)
+sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                    uint32_t split, uint64_t generation,
+                                    const sl_dpp_row_range_t *empty, uint32_t num_empty,
+                                    sl_master_split_state_t *state, sl_error_t *err)
 {
     uint32_t slot;
     job *jb = job_id != NULL ? m_find_job(m, job_id, &slot) : NULL;
@@ -401,15 +402,15 @@ sl_err_t sl_dpp_master_split_read(sl_dpp_master_t *m, const char *job_id, uint32
         return sl_error_set(err, SL_ERR_NOT_FOUND, "split read: job '%s' has no split %u", job_id,
                             split);
     const split_st *s = &jb->st[split];
-    if (epoch != jb->epoch || s->state != SL_DPP_SPLIT_LEASED || s->generation != generation) {
+    if (epoch != jb->epoch || s->state != SL_MASTER_SPLIT_LEASED || s->generation != generation) {
         m->c.stale_refused++;
-        return sl_error_set(err, SL_DPP_STALE,
+        return sl_error_set(err, SL_MASTER_STALE,
                             "split read: job '%s' epoch %u split %u: generation %llu is not the "
                             "live lease (%s)",
                             job_id, epoch, split, (unsigned long long)generation,
                             epoch != jb->epoch                ? "another epoch"
-                            : s->state == SL_DPP_SPLIT_LEASED ? "leased again since"
-                            : s->state == SL_DPP_SPLIT_DONE   ? "split done"
+                            : s->state == SL_MASTER_SPLIT_LEASED ? "leased again since"
+                            : s->state == SL_MASTER_SPLIT_DONE   ? "split done"
                                                               : "lease expired");
     }
     for (uint32_t i = 0; i < num_empty; i++)
@@ -452,7 +453,7 @@ out:
     return rc;
 }
 
-sl_err_t m_apply_split_read(sl_dpp_master_t *m, uint32_t slot, uint32_t split,
+sl_err_t m_apply_split_read(sl_master_state_t *m, uint32_t slot, uint32_t split,
                             const sl_dpp_row_range_t *empty, uint32_t num_empty, sl_error_t *err)
 {
     job *jb = m->jobs[slot];
@@ -463,32 +464,32 @@ sl_err_t m_apply_split_read(sl_dpp_master_t *m, uint32_t slot, uint32_t split,
     if (jb->st[split].committed == jb->defs[split].num_rows) {
         m_maybe_done(m, slot, split);
     } else {
-        m_do_release(m, slot, split, SL_DPP_SPLIT_PENDING);
+        m_do_release(m, slot, split, SL_MASTER_SPLIT_PENDING);
         m->c.releases++;
     }
     return SL_OK;
 }
 
-uint32_t sl_dpp_master_split_rank(const sl_dpp_master_t *m, const char *job_id, uint32_t split)
+uint32_t sl_master_state_split_rank(const sl_master_state_t *m, const char *job_id, uint32_t split)
 {
     const job *jb = job_id != NULL ? m_find_job(m, job_id, NULL) : NULL;
     if (jb == NULL || split >= jb->n || jb->rank_of_split == NULL) return 0;
     return jb->rank_of_split[split] + 1;
 }
 
-bool sl_dpp_master_lease_live(const sl_dpp_master_t *m, const char *job_id, uint32_t epoch,
-                              uint32_t split, uint64_t generation, const char *worker)
+bool sl_master_state_lease_live(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                uint32_t split, uint64_t generation, const char *worker)
 {
     const job *jb = job_id != NULL ? m_find_job(m, job_id, NULL) : NULL;
     if (jb == NULL || split >= jb->n || epoch != jb->epoch) return false;
     const split_st *s = &jb->st[split];
-    return s->state == SL_DPP_SPLIT_LEASED && s->generation == generation &&
+    return s->state == SL_MASTER_SPLIT_LEASED && s->generation == generation &&
            (worker == NULL || strcmp(m->workers[s->worker].name, worker) == 0);
 }
 
-sl_err_t sl_dpp_master_committed(const sl_dpp_master_t *m, const char *job_id, uint32_t split,
-                                 const sl_dpp_row_range_t **ranges, uint32_t *count,
-                                 sl_error_t *err)
+sl_err_t sl_master_state_committed(const sl_master_state_t *m, const char *job_id, uint32_t split,
+                                   const sl_dpp_row_range_t **ranges, uint32_t *count,
+                                   sl_error_t *err)
 {
     const job *jb = job_id != NULL ? m_find_job(m, job_id, NULL) : NULL;
     if (jb == NULL)

@@ -1,5 +1,5 @@
 /* Splits that cannot be read, and jobs that fail because of them
- * (master_state.h, sl_dpp_master_split_failed; docs/DESIGN.md, "Failed
+ * (master_state.h, sl_master_state_split_failed; docs/DESIGN.md, "Failed
  * jobs"). A worker's SPLIT_FAILED is counted against the split for the
  * epoch, whichever worker sent it, and releases the lease; the split's
  * max_failures-th failure either skips the split (on_bad_split "skip": its
@@ -29,16 +29,16 @@ void m_free_failure(const sl_allocator_t *a, job *jb)
     jb->fail_file = jb->fail_message = NULL;
 }
 
-void m_apply_split_failed(sl_dpp_master_t *m, uint32_t slot, uint32_t split)
+void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split)
 {
     job *jb = m->jobs[slot];
     split_st *s = &jb->st[split];
     if (s->failures < UINT16_MAX) s->failures++;
-    m_do_release(m, slot, split, SL_DPP_SPLIT_PENDING);
+    m_do_release(m, slot, split, SL_MASTER_SPLIT_PENDING);
     m->c.split_failures++;
 }
 
-sl_err_t m_apply_job_failed(sl_dpp_master_t *m, uint32_t slot,
+sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
                             const Sluice__Master__JobFailure *f, sl_error_t *err)
 {
     job *jb = m->jobs[slot];
@@ -59,12 +59,13 @@ sl_err_t m_apply_job_failed(sl_dpp_master_t *m, uint32_t slot,
     jb->fail_message = msg;
     /* Every lease ends: nothing of a failed job is read any more. */
     for (uint32_t i = 0; i < jb->n; i++)
-        if (jb->st[i].state == SL_DPP_SPLIT_LEASED) m_do_release(m, slot, i, SL_DPP_SPLIT_PENDING);
+        if (jb->st[i].state == SL_MASTER_SPLIT_LEASED)
+            m_do_release(m, slot, i, SL_MASTER_SPLIT_PENDING);
     m->c.jobs_failed++;
     return SL_OK;
 }
 
-sl_err_t m_apply_split_skipped(sl_dpp_master_t *m, uint32_t slot, uint32_t split, uint64_t *rows,
+sl_err_t m_apply_split_skipped(sl_master_state_t *m, uint32_t slot, uint32_t split, uint64_t *rows,
                                sl_error_t *err)
 {
     job *jb = m->jobs[slot];
@@ -95,7 +96,7 @@ sl_err_t m_apply_split_skipped(sl_dpp_master_t *m, uint32_t slot, uint32_t split
     return SL_OK;
 }
 
-static sl_err_t journal_split_failed(sl_dpp_master_t *m, const job *jb, uint32_t split,
+static sl_err_t journal_split_failed(sl_master_state_t *m, const job *jb, uint32_t split,
                                      uint64_t generation, sl_error_t *err)
 {
     Sluice__Master__SplitFailed sf = SLUICE__MASTER__SPLIT_FAILED__INIT;
@@ -109,7 +110,7 @@ static sl_err_t journal_split_failed(sl_dpp_master_t *m, const job *jb, uint32_t
 }
 
 /* Skip the split (journaled with the rows it skips, as a check). */
-static sl_err_t skip_split(sl_dpp_master_t *m, uint32_t slot, uint32_t split, sl_error_t *err)
+static sl_err_t skip_split(sl_master_state_t *m, uint32_t slot, uint32_t split, sl_error_t *err)
 {
     job *jb = m->jobs[slot];
     const split_st *s = &jb->st[split];
@@ -126,7 +127,7 @@ static sl_err_t skip_split(sl_dpp_master_t *m, uint32_t slot, uint32_t split, sl
     return rc;
 }
 
-static sl_err_t fail_job(sl_dpp_master_t *m, uint32_t slot, const sl_dpp_split_failure_t *f,
+static sl_err_t fail_job(sl_master_state_t *m, uint32_t slot, const sl_master_split_failure_t *f,
                          sl_error_t *err)
 {
     job *jb = m->jobs[slot];
@@ -147,9 +148,9 @@ static sl_err_t fail_job(sl_dpp_master_t *m, uint32_t slot, const sl_dpp_split_f
     return rc == SL_OK ? m_apply_job_failed(m, slot, &jf, err) : rc;
 }
 
-sl_err_t sl_dpp_master_split_failed(sl_dpp_master_t *m, const sl_dpp_split_failure_t *f,
-                                    uint32_t max_failures, sl_dpp_split_fail_result_t *result,
-                                    sl_error_t *err)
+sl_err_t sl_master_state_split_failed(sl_master_state_t *m, const sl_master_split_failure_t *f,
+                                      uint32_t max_failures, sl_master_split_fail_result_t *result,
+                                      sl_error_t *err)
 {
     uint32_t slot;
     job *jb = f->job_id != NULL ? m_find_job(m, f->job_id, &slot) : NULL;
@@ -160,10 +161,10 @@ sl_err_t sl_dpp_master_split_failed(sl_dpp_master_t *m, const sl_dpp_split_failu
         return sl_error_set(err, SL_ERR_NOT_FOUND, "split failed: job '%s' has no split %u",
                             f->job_id, f->split);
     const split_st *s = &jb->st[f->split];
-    if (jb->failed || f->epoch != jb->epoch || s->state != SL_DPP_SPLIT_LEASED ||
+    if (jb->failed || f->epoch != jb->epoch || s->state != SL_MASTER_SPLIT_LEASED ||
         s->generation != f->generation) {
         m->c.stale_refused++;
-        return sl_error_set(err, SL_DPP_STALE,
+        return sl_error_set(err, SL_MASTER_STALE,
                             "split failed: job '%s' epoch %u split %u: generation %llu is not the "
                             "live lease",
                             f->job_id, f->epoch, f->split, (unsigned long long)f->generation);
@@ -171,12 +172,12 @@ sl_err_t sl_dpp_master_split_failed(sl_dpp_master_t *m, const sl_dpp_split_failu
     sl_err_t rc = journal_split_failed(m, jb, f->split, f->generation, err);
     if (rc != SL_OK) return rc;
     m_apply_split_failed(m, slot, f->split);
-    *result = SL_DPP_FAIL_RETRY;
+    *result = SL_MASTER_FAIL_RETRY;
     if (jb->st[f->split].failures < (max_failures ? max_failures : 1)) return SL_OK;
     if (jb->skip_bad) {
-        *result = SL_DPP_FAIL_SKIPPED;
+        *result = SL_MASTER_FAIL_SKIPPED;
         return skip_split(m, slot, f->split, err);
     }
-    *result = SL_DPP_FAIL_JOB_FAILED;
+    *result = SL_MASTER_FAIL_JOB_FAILED;
     return fail_job(m, slot, f, err);
 }

@@ -17,7 +17,7 @@
  * between two syncs). */
 #define GENERATION_GAP (1ull << 32)
 
-sl_err_t m_journal(sl_dpp_master_t *m, const Sluice__Master__Record *rec, sl_error_t *err)
+sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err)
 {
     if (m->journal == NULL || m->replaying) return SL_OK;
     size_t n = sluice__master__record__get_packed_size(rec);
@@ -30,7 +30,7 @@ sl_err_t m_journal(sl_dpp_master_t *m, const Sluice__Master__Record *rec, sl_err
         m->scratch_cap = cap;
     }
     sluice__master__record__pack(rec, m->scratch);
-    sl_err_t rc = sl_dpp_journal_append(m->journal, m->scratch, n, err);
+    sl_err_t rc = sl_master_journal_append(m->journal, m->scratch, n, err);
     if (n > (1u << 20)) { /* a job's split list: do not keep that much around */
         sl_free(m->a, m->scratch, m->scratch_cap);
         m->scratch = NULL;
@@ -42,7 +42,7 @@ sl_err_t m_journal(sl_dpp_master_t *m, const Sluice__Master__Record *rec, sl_err
 
 /* Ids go into messages, dumps and metrics labels: printable ASCII without
  * spaces. */
-bool m_name_ok(const sl_dpp_master_t *m, const char *s)
+bool m_name_ok(const sl_master_state_t *m, const char *s)
 {
     size_t n = s != NULL ? strlen(s) : 0;
     if (n == 0 || n > m->opts.max_name) return false;
@@ -51,7 +51,7 @@ bool m_name_ok(const sl_dpp_master_t *m, const char *s)
     return true;
 }
 
-sl_err_t m_check_spec(const sl_dpp_master_t *m, const Sluice__Master__JobSpec *spec,
+sl_err_t m_check_spec(const sl_master_state_t *m, const Sluice__Master__JobSpec *spec,
                       sl_error_t *err)
 {
     if (spec == NULL || spec->splits == NULL)
@@ -86,7 +86,7 @@ sl_err_t m_check_spec(const sl_dpp_master_t *m, const Sluice__Master__JobSpec *s
 }
 
 /* Check a JobAdded (from the API or from disk) and insert the job. */
-sl_err_t m_add_job(sl_dpp_master_t *m, const Sluice__Master__JobAdded *ja, sl_error_t *err)
+sl_err_t m_add_job(sl_master_state_t *m, const Sluice__Master__JobAdded *ja, sl_error_t *err)
 {
     sl_err_t rc = m_check_spec(m, ja->spec, err);
     if (rc != SL_OK) return rc;
@@ -136,7 +136,7 @@ static void spec_pb_free(spec_pb *p)
     sl_free(a, p->list.num_rows, p->n * sizeof(uint64_t));
 }
 
-static sl_err_t spec_pb_build(const sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *in,
+static sl_err_t spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_spec_t *in,
                               spec_pb *p, sl_error_t *err)
 {
     memset(p, 0, sizeof *p);
@@ -205,7 +205,7 @@ out:
     return rc;
 }
 
-static sl_err_t journal_and_add(sl_dpp_master_t *m, Sluice__Master__JobAdded *ja, sl_error_t *err)
+static sl_err_t journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, sl_error_t *err)
 {
     /* Check first: a record that replay would refuse must not be written. */
     sl_err_t rc = m_check_spec(m, ja->spec, err);
@@ -226,8 +226,8 @@ static sl_err_t journal_and_add(sl_dpp_master_t *m, Sluice__Master__JobAdded *ja
     return m_add_job(m, ja, err);
 }
 
-sl_err_t sl_dpp_master_job_add(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
-                               sl_error_t *err)
+sl_err_t sl_master_state_job_add(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                                 sl_error_t *err)
 {
     spec_pb p;
     sl_err_t rc = spec_pb_build(m, spec, &p, err);
@@ -260,17 +260,17 @@ static int by_from(const void *x, const void *y)
     return a->from_row < b->from_row ? -1 : a->from_row > b->from_row;
 }
 
-sl_err_t sl_dpp_master_token_encode(const sl_dpp_master_t *m, const char *job_id,
-                                    const sl_dpp_token_exclude_t *undelivered,
-                                    uint32_t num_undelivered, void **buf, size_t *len,
-                                    sl_error_t *err)
+sl_err_t sl_master_state_token_encode(const sl_master_state_t *m, const char *job_id,
+                                      const sl_master_token_exclude_t *undelivered,
+                                      uint32_t num_undelivered, void **buf, size_t *len,
+                                      sl_error_t *err)
 {
     *buf = NULL;
     *len = 0;
     const job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
     Sluice__Master__ResumeToken t = SLUICE__MASTER__RESUME_TOKEN__INIT;
-    t.version = SL_DPP_RESUME_TOKEN_VERSION;
+    t.version = SL_MASTER_RESUME_TOKEN_VERSION;
     t.job_id = jb->id;
     t.fingerprint = jb->fingerprint;
     t.epoch = jb->epoch;
@@ -330,8 +330,8 @@ sl_err_t sl_dpp_master_token_encode(const sl_dpp_master_t *m, const char *job_id
         goto out;
     }
     sluice__master__resume_token__pack(&t, out + TOKEN_HEADER_BYTES);
-    memcpy(out, SL_DPP_RESUME_TOKEN_MAGIC, 4);
-    uint32_t v = SL_DPP_RESUME_TOKEN_VERSION;
+    memcpy(out, SL_MASTER_RESUME_TOKEN_MAGIC, 4);
+    uint32_t v = SL_MASTER_RESUME_TOKEN_VERSION;
     memcpy(out + 4, &v, 4);
     put_u64(out + 8, XXH3_64bits(out + TOKEN_HEADER_BYTES, pn));
     *buf = out;
@@ -346,30 +346,30 @@ out:
 
 /* Check one token against the job (sp built from spec) and unpack it into
  * *out (free with sluice__master__resume_token__free_unpacked(*out, pa)). */
-static sl_err_t token_open(const sl_dpp_master_job_spec_t *spec,
+static sl_err_t token_open(const sl_master_state_job_spec_t *spec,
                            const spec_pb *sp, const void *token, size_t len,
                            ProtobufCAllocator *pa, Sluice__Master__ResumeToken **out,
                            sl_error_t *err)
 {
     *out = NULL;
     const uint8_t *p = token;
-    if (p == NULL || len < 4 || memcmp(p, SL_DPP_RESUME_TOKEN_MAGIC, 4) != 0)
+    if (p == NULL || len < 4 || memcmp(p, SL_MASTER_RESUME_TOKEN_MAGIC, 4) != 0)
         return sl_error_set(err, len < 4 ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
                             "resume token: not a sluice resume token (magic)");
     if (len < TOKEN_HEADER_BYTES)
         return sl_error_set(err, SL_ERR_TRUNCATED, "resume token: %zu bytes", len);
     uint32_t version;
     memcpy(&version, p + 4, 4);
-    if (version != SL_DPP_RESUME_TOKEN_VERSION)
+    if (version != SL_MASTER_RESUME_TOKEN_VERSION)
         return sl_error_set(err, SL_ERR_VERSION, "resume token version %u (this build reads %d)",
-                            version, SL_DPP_RESUME_TOKEN_VERSION);
+                            version, SL_MASTER_RESUME_TOKEN_VERSION);
     if (XXH3_64bits(p + TOKEN_HEADER_BYTES, len - TOKEN_HEADER_BYTES) != get_u64(p + 8))
         return sl_error_set(err, SL_ERR_CORRUPT, "resume token: checksum mismatch");
     Sluice__Master__ResumeToken *t =
         sluice__master__resume_token__unpack(pa, len - TOKEN_HEADER_BYTES, p + TOKEN_HEADER_BYTES);
     if (t == NULL) return sl_error_set(err, SL_ERR_CORRUPT, "resume token: malformed protobuf");
     sl_err_t rc = SL_OK;
-    if (t->version != SL_DPP_RESUME_TOKEN_VERSION) {
+    if (t->version != SL_MASTER_RESUME_TOKEN_VERSION) {
         rc = sl_error_set(err, SL_ERR_VERSION, "resume token version %u", t->version);
     } else if (t->job_id == NULL || strcmp(t->job_id, spec->job_id) != 0) {
         rc = sl_error_set(err, SL_ERR_INVALID, "resume token of job '%s', not of job '%s'",
@@ -495,19 +495,20 @@ static bool rset_intersect(const sl_allocator_t *a, const rset *x, const rset *y
     return true;
 }
 
-sl_err_t sl_dpp_master_job_resume(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
-                                  const void *token, size_t len, sl_error_t *err)
+sl_err_t sl_master_state_job_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                                    const void *token, size_t len, sl_error_t *err)
 {
-    return sl_dpp_master_job_resume_ranks(m, spec, &token, &len, 1, err);
+    return sl_master_state_job_resume_ranks(m, spec, &token, &len, 1, err);
 }
 
-sl_err_t sl_dpp_master_job_resume_ranks(sl_dpp_master_t *m, const sl_dpp_master_job_spec_t *spec,
-                                        const void *const *tokens, const size_t *lens,
-                                        uint32_t count, sl_error_t *err)
+sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
+                                          const sl_master_state_job_spec_t *spec,
+                                          const void *const *tokens, const size_t *lens,
+                                          uint32_t count, sl_error_t *err)
 {
-    if (count == 0 || count > SL_DPP_MAX_RESUME_TOKENS)
+    if (count == 0 || count > SL_MASTER_MAX_RESUME_TOKENS)
         return sl_error_set(err, SL_ERR_INVALID, "resume: %u tokens (1..%d)", count,
-                            SL_DPP_MAX_RESUME_TOKENS);
+                            SL_MASTER_MAX_RESUME_TOKENS);
     const sl_allocator_t *a = m->a;
     ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
     spec_pb sp;

@@ -23,19 +23,19 @@ static sl_err_t bad(sl_error_t *err, uint64_t offset, const char *fmt, const cha
 }
 
 /* The live lease a record names, or a corruption error. */
-static sl_err_t find_lease(sl_dpp_master_t *m, const char *job_id, uint32_t split, uint64_t gen,
+static sl_err_t find_lease(sl_master_state_t *m, const char *job_id, uint32_t split, uint64_t gen,
                            uint64_t offset, const char *what, uint32_t *slot, sl_error_t *err)
 {
     job *jb = job_id != NULL ? m_find_job(m, job_id, slot) : NULL;
     if (jb == NULL) return bad(err, offset, what, job_id ? job_id : "", split, "unknown job");
     if (split >= jb->n) return bad(err, offset, what, job_id, split, "no such split");
     const split_st *s = &jb->st[split];
-    if (s->state != SL_DPP_SPLIT_LEASED || s->generation != gen)
+    if (s->state != SL_MASTER_SPLIT_LEASED || s->generation != gen)
         return bad(err, offset, what, job_id, split, "not leased under that generation");
     return SL_OK;
 }
 
-static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint64_t off,
+static sl_err_t apply(sl_master_state_t *m, const Sluice__Master__Record *r, uint64_t off,
                       sl_error_t *err)
 {
     uint32_t slot, w;
@@ -71,7 +71,7 @@ static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint6
         if (jb == NULL)
             return bad(err, off, what, lg->job_id ? lg->job_id : "", lg->split, "unknown job");
         if (lg->split >= jb->n || jb->epoch >= jb->epochs ||
-            jb->st[lg->split].state != SL_DPP_SPLIT_PENDING)
+            jb->st[lg->split].state != SL_MASTER_SPLIT_PENDING)
             return bad(err, off, what, lg->job_id, lg->split, "split not pending");
         if (lg->generation < m->next_generation)
             return bad(err, off, what, lg->job_id, lg->split, "generation not increasing");
@@ -138,7 +138,7 @@ static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint6
         rc = find_lease(m, e->job_id, e->split, e->generation, off, "expiry of job '%s' split %u",
                         &slot, err);
         if (rc != SL_OK) return rc;
-        m_do_release(m, slot, e->split, SL_DPP_SPLIT_PENDING);
+        m_do_release(m, slot, e->split, SL_MASTER_SPLIT_PENDING);
         return SL_OK;
     }
     case SLUICE__MASTER__RECORD__KIND_EPOCH_ADVANCED: {
@@ -148,7 +148,7 @@ static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint6
         if (jb == NULL)
             return bad(err, off, what, ea->job_id ? ea->job_id : "", ea->epoch, "unknown job");
         if (jb->epoch >= jb->epochs || ea->epoch != jb->epoch + 1 ||
-            jb->count[SL_DPP_SPLIT_DONE] != jb->n)
+            jb->count[SL_MASTER_SPLIT_DONE] != jb->n)
             return bad(err, off, what, ea->job_id, ea->epoch, "epoch not complete or not next");
         m_do_advance(m, jb);
         return SL_OK;
@@ -182,7 +182,7 @@ static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint6
         job *jb = sk->job_id != NULL ? m_find_job(m, sk->job_id, &slot) : NULL;
         if (jb == NULL) return bad(err, off, what, sk->job_id ? sk->job_id : "", sk->split, "unknown job");
         if (sk->split >= jb->n || jb->failed || jb->epoch >= jb->epochs ||
-            jb->st[sk->split].state != SL_DPP_SPLIT_PENDING ||
+            jb->st[sk->split].state != SL_MASTER_SPLIT_PENDING ||
             jb->defs[sk->split].num_rows - jb->st[sk->split].committed != sk->rows)
             return bad(err, off, what, sk->job_id, sk->split,
                        "split not pending or other rows left to skip");
@@ -207,7 +207,7 @@ static sl_err_t apply(sl_dpp_master_t *m, const Sluice__Master__Record *r, uint6
 sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
                         sl_error_t *err)
 {
-    sl_dpp_master_t *m = ctx;
+    sl_master_state_t *m = ctx;
     ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
     Sluice__Master__Record *r = sluice__master__record__unpack(&pa, len, payload);
     if (r == NULL)
@@ -227,7 +227,7 @@ static void set_state(job *jb, uint32_t i, uint8_t state)
     jb->count[state]++;
 }
 
-static sl_err_t restore_job(sl_dpp_master_t *m, const Sluice__Master__SnapshotJob *sj,
+static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__SnapshotJob *sj,
                             sl_error_t *err)
 {
     if (sj->spec == NULL || sj->spec->splits == NULL)
@@ -265,26 +265,26 @@ static sl_err_t restore_job(sl_dpp_master_t *m, const Sluice__Master__SnapshotJo
     for (uint32_t i = 0; i < jb->n; i++) {
         uint32_t st = sj->state[i];
         bool full = jb->st[i].committed == jb->defs[i].num_rows || finished;
-        if (st > SL_DPP_SPLIT_DONE || (st == SL_DPP_SPLIT_DONE && !full) ||
-            (finished && st != SL_DPP_SPLIT_DONE) ||
-            (st == SL_DPP_SPLIT_LEASED && sj->worker[i] >= m->num_workers))
+        if (st > SL_MASTER_SPLIT_DONE || (st == SL_MASTER_SPLIT_DONE && !full) ||
+            (finished && st != SL_MASTER_SPLIT_DONE) ||
+            (st == SL_MASTER_SPLIT_LEASED && sj->worker[i] >= m->num_workers))
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s' split %u: bad state",
                                 jb->id, i);
         jb->st[i].generation = sj->generation[i];
         if (sj->n_failures == n)
             jb->st[i].failures = sj->failures[i] > UINT16_MAX ? UINT16_MAX : (uint16_t)sj->failures[i];
-        if (st == SL_DPP_SPLIT_LEASED && jb->failed)
+        if (st == SL_MASTER_SPLIT_LEASED && jb->failed)
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s' split %u: leased, job failed",
                                 jb->id, i);
-        if (st == SL_DPP_SPLIT_DONE || (full && st != SL_DPP_SPLIT_DONE)) {
-            if (st != SL_DPP_SPLIT_DONE)
+        if (st == SL_MASTER_SPLIT_DONE || (full && st != SL_MASTER_SPLIT_DONE)) {
+            if (st != SL_MASTER_SPLIT_DONE)
                 return sl_error_set(err, SL_ERR_CORRUPT,
                                     "snapshot job '%s' split %u: all rows committed, not done",
                                     jb->id, i);
             continue;
         }
-        set_state(jb, i, SL_DPP_SPLIT_PENDING);
-        if (st == SL_DPP_SPLIT_LEASED) {
+        set_state(jb, i, SL_MASTER_SPLIT_PENDING);
+        if (st == SL_MASTER_SPLIT_LEASED) {
             if (!m_worker_reserve(m, sj->worker[i]))
                 return sl_error_set(err, SL_ERR_NOMEM, "snapshot lease");
             m_do_lease(m, slot, i, sj->worker[i], sj->generation[i], 0);
@@ -295,7 +295,7 @@ static sl_err_t restore_job(sl_dpp_master_t *m, const Sluice__Master__SnapshotJo
 
 sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_error_t *err)
 {
-    sl_dpp_master_t *m = ctx;
+    sl_master_state_t *m = ctx;
     ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
     Sluice__Master__Snapshot *s = sluice__master__snapshot__unpack(&pa, len, payload);
     if (s == NULL) return sl_error_set(err, SL_ERR_CORRUPT, "malformed protobuf");
@@ -334,7 +334,7 @@ sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_erro
 }
 
 /* The whole state as a packed Snapshot. Caller frees *buf (*len bytes). */
-static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t *len,
+static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *len,
                                 sl_error_t *err)
 {
     const sl_allocator_t *a = m->a;
@@ -438,7 +438,7 @@ static sl_err_t snapshot_encode(const sl_dpp_master_t *m, uint8_t **buf, size_t 
             sl[k].first_row[j] = d->first_row;
             sl[k].num_rows[j] = d->num_rows;
             sj[k].state[j] = st->state;
-            sj[k].worker[j] = st->state == SL_DPP_SPLIT_LEASED ? st->worker : 0;
+            sj[k].worker[j] = st->state == SL_MASTER_SPLIT_LEASED ? st->worker : 0;
             sj[k].generation[j] = st->generation;
             if (sj[k].n_failures) sj[k].failures[j] = st->failures;
             for (uint32_t q = 0; q < st->nr; q++) {
@@ -503,25 +503,25 @@ out:
     return rc;
 }
 
-sl_err_t sl_dpp_master_compact(sl_dpp_master_t *m, sl_error_t *err)
+sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err)
 {
     if (m->journal == NULL) return SL_OK;
     uint8_t *buf = NULL;
     size_t len = 0;
     sl_err_t rc = snapshot_encode(m, &buf, &len, err);
     if (rc != SL_OK) return rc;
-    rc = sl_dpp_journal_compact(m->journal, buf, len, err);
+    rc = sl_master_journal_compact(m->journal, buf, len, err);
     sl_free(m->a, buf, len);
     if (rc == SL_OK) m->c.compactions++;
     return rc;
 }
 
-sl_err_t sl_dpp_master_sync(sl_dpp_master_t *m, sl_error_t *err)
+sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err)
 {
     if (m->journal == NULL) return SL_OK;
-    if (sl_dpp_journal_size(m->journal) > m->opts.compact_bytes)
-        return sl_dpp_master_compact(m, err);
-    return sl_dpp_journal_sync(m->journal, err);
+    if (sl_master_journal_size(m->journal) > m->opts.compact_bytes)
+        return sl_master_state_compact(m, err);
+    return sl_master_journal_sync(m->journal, err);
 }
 
 /* ---- dump --------------------------------------------------------------------------- */
@@ -573,7 +573,7 @@ static int by_id(const void *x, const void *y)
     return strcmp((*(const job *const *)x)->id, (*(const job *const *)y)->id);
 }
 
-sl_err_t sl_dpp_master_dump(const sl_dpp_master_t *m, char **out, size_t *len, sl_error_t *err)
+sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *len, sl_error_t *err)
 {
     *out = NULL;
     *len = 0;
@@ -603,7 +603,7 @@ sl_err_t sl_dpp_master_dump(const sl_dpp_master_t *m, char **out, size_t *len, s
             const split_st *st = &jb->st[s];
             sb_printf(&b, " %u %c gen %llu committed %llu %s", s, state_char[st->state],
                       (unsigned long long)st->generation, (unsigned long long)st->committed,
-                      st->state == SL_DPP_SPLIT_LEASED ? m->workers[st->worker].name : "-");
+                      st->state == SL_MASTER_SPLIT_LEASED ? m->workers[st->worker].name : "-");
             if (st->failures) sb_printf(&b, " failures %u", st->failures);
             for (uint32_t q = 0; q < st->nr; q++)
                 sb_printf(&b, " [%llu,%llu)", (unsigned long long)st->r[q].from_row,
@@ -650,7 +650,7 @@ sl_err_t sl_dpp_master_dump(const sl_dpp_master_t *m, char **out, size_t *len, s
 
 /* After replay: queues from scratch, every lease expiring at now + timeout,
  * counters of this run only. */
-static void after_replay(sl_dpp_master_t *m, uint64_t now_ms)
+static void after_replay(sl_master_state_t *m, uint64_t now_ms)
 {
     uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
@@ -658,7 +658,7 @@ static void after_replay(sl_dpp_master_t *m, uint64_t now_ms)
         if (jb == NULL) continue;
         m_reset_queue(jb);
         for (uint32_t s = 0; s < jb->n; s++)
-            if (jb->st[s].state == SL_DPP_SPLIT_LEASED) jb->st[s].expiry = expiry;
+            if (jb->st[s].state == SL_MASTER_SPLIT_LEASED) jb->st[s].expiry = expiry;
     }
     for (uint32_t w = 0; w < m->num_workers; w++)
         m->workers[w].earliest = expiry;
@@ -673,13 +673,13 @@ static void after_replay(sl_dpp_master_t *m, uint64_t now_ms)
         m->c.jobs += m->jobs[i] != NULL;
 }
 
-sl_err_t sl_dpp_master_open(const sl_dpp_master_opts_t *opts, uint64_t now_ms,
-                            sl_dpp_master_t **out, sl_dpp_journal_open_info_t *info,
-                            sl_error_t *err)
+sl_err_t sl_master_state_open(const sl_master_state_opts_t *opts, uint64_t now_ms,
+                              sl_master_state_t **out, sl_master_journal_open_info_t *info,
+                              sl_error_t *err)
 {
     *out = NULL;
     if (info != NULL) memset(info, 0, sizeof *info);
-    sl_dpp_master_opts_t o = opts != NULL ? *opts : (sl_dpp_master_opts_t){0};
+    sl_master_state_opts_t o = opts != NULL ? *opts : (sl_master_state_opts_t){0};
     if (o.allocator == NULL) o.allocator = sl_allocator_default();
     if (o.lease_timeout_ms == 0) o.lease_timeout_ms = 10000;
     if (o.compact_bytes == 0) o.compact_bytes = 64u << 20;
@@ -690,14 +690,14 @@ sl_err_t sl_dpp_master_open(const sl_dpp_master_opts_t *opts, uint64_t now_ms,
     if (o.max_clients == 0) o.max_clients = 4096;
     if (o.max_answers == 0) o.max_answers = 1024;
     if (o.max_ranges == 0) o.max_ranges = 65536;
-    sl_dpp_master_t *m = sl_calloc(o.allocator, 1, sizeof *m);
+    sl_master_state_t *m = sl_calloc(o.allocator, 1, sizeof *m);
     if (m == NULL) return sl_error_set(err, SL_ERR_NOMEM, "master");
     m->a = o.allocator;
     m->opts = o;
     m->next_generation = 1;
     m->jobs = sl_calloc(m->a, o.max_jobs, sizeof *m->jobs);
     if (m->jobs == NULL) {
-        sl_dpp_master_destroy(m);
+        sl_master_state_destroy(m);
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
     if (o.state_dir == NULL) {
@@ -706,11 +706,11 @@ sl_err_t sl_dpp_master_open(const sl_dpp_master_opts_t *opts, uint64_t now_ms,
     }
     m->opts.state_dir = NULL; /* borrowed for the call only */
     m->replaying = true;
-    sl_err_t rc = sl_dpp_journal_open(o.state_dir, m->a, 0, m_apply_snapshot, m_apply_record, m,
-                                      &m->journal, info, err);
+    sl_err_t rc = sl_master_journal_open(o.state_dir, m->a, 0, m_apply_snapshot, m_apply_record, m,
+                                         &m->journal, info, err);
     m->replaying = false;
     if (rc != SL_OK) {
-        sl_dpp_master_destroy(m);
+        sl_master_state_destroy(m);
         return rc;
     }
     after_replay(m, now_ms);
@@ -726,23 +726,23 @@ sl_err_t sl_dpp_master_open(const sl_dpp_master_opts_t *opts, uint64_t now_ms,
         m->next_generation = op.generation_base;
         rc = m_advance_all(m, err);
     }
-    if (rc == SL_OK) rc = sl_dpp_master_sync(m, err);
+    if (rc == SL_OK) rc = sl_master_state_sync(m, err);
     if (rc != SL_OK) {
-        sl_dpp_master_destroy(m);
+        sl_master_state_destroy(m);
         return rc;
     }
     *out = m;
     return SL_OK;
 }
 
-sl_err_t sl_dpp_master_replay(sl_dpp_master_t *m, const void *journal, size_t len, bool *torn,
-                              sl_error_t *err)
+sl_err_t sl_master_state_replay(sl_master_state_t *m, const void *journal, size_t len, bool *torn,
+                                sl_error_t *err)
 {
     if (m->journal != NULL)
         return sl_error_set(err, SL_ERR_INVALID, "replay into a master with a state directory");
-    sl_dpp_journal_scan_t scan;
+    sl_master_journal_scan_t scan;
     m->replaying = true;
-    sl_err_t rc = sl_dpp_journal_scan(journal, len, "journal", 0, m_apply_record, m, &scan, err);
+    sl_err_t rc = sl_master_journal_scan(journal, len, "journal", 0, m_apply_record, m, &scan, err);
     m->replaying = false;
     if (torn != NULL) *torn = scan.torn;
     after_replay(m, 0);
