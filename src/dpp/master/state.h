@@ -64,6 +64,7 @@
 #include <stdint.h>
 
 #include "dpp/master/journal.h"
+#include "dpp/split.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
 #include "warehouse/warehouse.h"
@@ -128,11 +129,6 @@ typedef struct sl_master_state_job_spec {
     uint32_t min_workers, max_workers;
     bool skip_bad_splits;  /* on_bad_split "skip" (sl_master_state_split_failed) */
 } sl_master_state_job_spec_t;
-
-/* Rows [from_row, to_row) of a split, split-relative. */
-typedef struct sl_dpp_row_range {
-    uint64_t from_row, to_row;
-} sl_dpp_row_range_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
  * for a duplicate id or a bad spec, SL_ERR_TOO_LARGE past a bound. Sync

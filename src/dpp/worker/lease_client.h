@@ -1,4 +1,4 @@
-/* The master split source: a worker's side of the control protocol
+/* The lease client: a worker's side of the control protocol
  * (proto/control.proto, frames 16..24) with a DPP master.
  *
  *   new       connect, REGISTER (worker id, serve and admin addresses) and
@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dpp/worker/source.h"
 #include "dpp/worker/worker.h"
 #include "sluice/err.h"
 
