@@ -1,5 +1,6 @@
 /* The local executor (executor.h): worker processes spawned with
- * posix_spawn, stopped with SIGTERM, reaped by pid. */
+ * posix_spawn, stopped with SIGTERM, reaped by pid. Its entry points are
+ * the ops of an sl_master_executor_t; executor.c forwards to them. */
 #include "dpp/master/executor.h"
 #include "dpp/pipeline/job.h"
 
@@ -29,7 +30,8 @@ typedef struct backoff {
     uint64_t not_before;   /* no spawn for the job before (CLOCK_MONOTONIC ms) */
 } backoff_t;
 
-struct sl_master_executor {
+typedef struct local {
+    sl_master_executor_t base; /* first: an sl_master_executor_t * points here */
     const sl_allocator_t *alloc;
     pthread_mutex_t mu;
     char *binary, *master, *log_dir, *listen_host;
@@ -39,12 +41,15 @@ struct sl_master_executor {
     wrec_t *w; /* [max_workers]; live ones are the running workers, oldest first */
     uint32_t num;
     uint32_t next_seq;
-    uint32_t exited_since; /* for sl_master_executor_reap's return */
+    uint32_t exited_since; /* for local_reap's return */
     uint32_t backoff_ms, max_backoff_ms, healthy_ms;
     backoff_t *bo; /* [nbo] of [cap_bo] */
     uint32_t nbo, cap_bo;
     sl_master_executor_stats_t stats;
-};
+} local_t;
+
+static const sl_master_executor_ops_t local_ops;
+static void local_destroy(sl_master_executor_t *base);
 
 static uint64_t now_ms(void)
 {
@@ -85,14 +90,14 @@ sl_err_t sl_master_executor_local_check_log_dir(const char *dir, sl_error_t *err
 
 /* ---- back-off (needs ex->mu) ---- */
 
-static backoff_t *backoff_find(sl_master_executor_t *ex, const char *job_id)
+static backoff_t *backoff_find(local_t *ex, const char *job_id)
 {
     for (uint32_t i = 0; i < ex->nbo; i++)
         if (strcmp(ex->bo[i].job_id, job_id) == 0) return &ex->bo[i];
     return NULL;
 }
 
-static void backoff_reset(sl_master_executor_t *ex, const char *job_id)
+static void backoff_reset(local_t *ex, const char *job_id)
 {
     backoff_t *b = backoff_find(ex, job_id);
     if (b != NULL) *b = ex->bo[--ex->nbo];
@@ -100,7 +105,7 @@ static void backoff_reset(sl_master_executor_t *ex, const char *job_id)
 
 /* One more failure of job_id in a row: its next spawn waits. Out of memory
  * for the entry: no delay this time (the next failure tries again). */
-static void backoff_failed(sl_master_executor_t *ex, const char *job_id)
+static void backoff_failed(local_t *ex, const char *job_id)
 {
     backoff_t *b = backoff_find(ex, job_id);
     if (b == NULL) {
@@ -155,8 +160,9 @@ sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opt
         if (rc != SL_OK) return sl_error_prefix(err, "executor: ");
     }
     const sl_allocator_t *a = opts->allocator ? opts->allocator : sl_allocator_default();
-    sl_master_executor_t *ex = sl_calloc(a, 1, sizeof *ex);
+    local_t *ex = sl_calloc(a, 1, sizeof *ex);
     if (!ex) return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
+    ex->base.ops = &local_ops;
     ex->alloc = a;
     pthread_mutex_init(&ex->mu, NULL);
     ex->max_workers = opts->max_workers ? opts->max_workers : 64;
@@ -177,15 +183,15 @@ sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opt
     for (uint32_t i = 0; ok && i < num_extra; i++)
         ok = (ex->extra[i] = dup_str(a, opts->extra_args[i])) != NULL;
     if (!ok) {
-        sl_master_executor_destroy(ex);
+        local_destroy(&ex->base);
         return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
     }
-    *out = ex;
+    *out = &ex->base;
     return SL_OK;
 }
 
 /* Account for one reaped worker and drop it from the table. Needs ex->mu. */
-static void forget(sl_master_executor_t *ex, uint32_t i, int status)
+static void forget(local_t *ex, uint32_t i, int status)
 {
     wrec_t *r = &ex->w[i];
     bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -221,7 +227,7 @@ static void forget(sl_master_executor_t *ex, uint32_t i, int status)
 }
 
 /* Needs ex->mu. */
-static void reap_locked(sl_master_executor_t *ex)
+static void reap_locked(local_t *ex)
 {
     for (uint32_t i = 0; i < ex->num;) {
         int status = 0;
@@ -237,8 +243,9 @@ static void reap_locked(sl_master_executor_t *ex)
     }
 }
 
-void sl_master_executor_destroy(sl_master_executor_t *ex)
+static void local_destroy(sl_master_executor_t *base)
 {
+    local_t *ex = (local_t *)base;
     if (!ex) return;
     if (ex->w) {
         pthread_mutex_lock(&ex->mu);
@@ -277,7 +284,7 @@ void sl_master_executor_destroy(sl_master_executor_t *ex)
 }
 
 /* Spawn one worker of job_id. Needs ex->mu and a free slot. */
-static sl_err_t spawn_one(sl_master_executor_t *ex, const char *job_id, sl_error_t *err)
+static sl_err_t spawn_one(local_t *ex, const char *job_id, sl_error_t *err)
 {
     wrec_t *r = &ex->w[ex->num];
     memset(r, 0, sizeof *r);
@@ -368,9 +375,10 @@ static sl_err_t spawn_one(sl_master_executor_t *ex, const char *job_id, sl_error
     return SL_OK;
 }
 
-sl_err_t sl_master_executor_scale(sl_master_executor_t *ex, const char *job_id, uint32_t workers,
-                                  uint32_t *started, uint32_t *stopped, sl_error_t *err)
+static sl_err_t local_scale(sl_master_executor_t *base, const char *job_id, uint32_t workers,
+                            uint32_t *started, uint32_t *stopped, sl_error_t *err)
 {
+    local_t *ex = (local_t *)base;
     uint32_t up = 0, down = 0;
     sl_err_t rc = SL_OK;
     /* The id names log files: one that could leave log_dir ("../x", "a/b")
@@ -426,17 +434,17 @@ out:
     return rc;
 }
 
-sl_err_t sl_master_executor_apply(sl_master_executor_t *ex,
-                                  const sl_master_executor_target_t *targets, uint32_t n,
-                                  uint32_t *started, uint32_t *stopped, sl_error_t *err)
+static sl_err_t local_apply(sl_master_executor_t *base, const sl_master_executor_target_t *targets,
+                            uint32_t n, uint32_t *started, uint32_t *stopped, sl_error_t *err)
 {
+    local_t *ex = (local_t *)base;
     uint32_t up = 0, down = 0;
     sl_err_t first = SL_OK;
     for (uint32_t t = 0; t < n; t++) {
         uint32_t u = 0, d = 0;
         sl_error_t e = {0};
         sl_err_t rc =
-            sl_master_executor_scale(ex, targets[t].job_id, targets[t].workers, &u, &d, &e);
+            local_scale(base, targets[t].job_id, targets[t].workers, &u, &d, &e);
         up += u;
         down += d;
         if (rc != SL_OK && first == SL_OK) {
@@ -464,8 +472,9 @@ sl_err_t sl_master_executor_apply(sl_master_executor_t *ex,
     return first;
 }
 
-uint32_t sl_master_executor_reap(sl_master_executor_t *ex)
+static uint32_t local_reap(sl_master_executor_t *base)
 {
+    local_t *ex = (local_t *)base;
     pthread_mutex_lock(&ex->mu);
     reap_locked(ex);
     uint32_t n = ex->exited_since;
@@ -474,8 +483,9 @@ uint32_t sl_master_executor_reap(sl_master_executor_t *ex)
     return n;
 }
 
-uint32_t sl_master_executor_count(sl_master_executor_t *ex, const char *job_id)
+static uint32_t local_count(sl_master_executor_t *base, const char *job_id)
 {
+    local_t *ex = (local_t *)base;
     pthread_mutex_lock(&ex->mu);
     reap_locked(ex);
     uint32_t n = 0;
@@ -485,9 +495,10 @@ uint32_t sl_master_executor_count(sl_master_executor_t *ex, const char *job_id)
     return n;
 }
 
-uint32_t sl_master_executor_list(sl_master_executor_t *ex, const char *job_id,
-                                 sl_master_executor_worker_t *out, uint32_t cap)
+static uint32_t local_list(sl_master_executor_t *base, const char *job_id,
+                           sl_master_executor_worker_t *out, uint32_t cap)
 {
+    local_t *ex = (local_t *)base;
     pthread_mutex_lock(&ex->mu);
     reap_locked(ex);
     uint32_t n = 0;
@@ -500,8 +511,9 @@ uint32_t sl_master_executor_list(sl_master_executor_t *ex, const char *job_id,
     return n;
 }
 
-void sl_master_executor_stats(sl_master_executor_t *ex, sl_master_executor_stats_t *out)
+static void local_stats(sl_master_executor_t *base, sl_master_executor_stats_t *out)
 {
+    local_t *ex = (local_t *)base;
     pthread_mutex_lock(&ex->mu);
     reap_locked(ex);
     *out = ex->stats;
@@ -511,3 +523,14 @@ void sl_master_executor_stats(sl_master_executor_t *ex, sl_master_executor_stats
             out->backoff_ms = (uint32_t)(ex->bo[i].not_before - now);
     pthread_mutex_unlock(&ex->mu);
 }
+
+static const sl_master_executor_ops_t local_ops = {
+    .kind = "local",
+    .scale = local_scale,
+    .apply = local_apply,
+    .reap = local_reap,
+    .count = local_count,
+    .list = local_list,
+    .stats = local_stats,
+    .destroy = local_destroy,
+};
