@@ -30,8 +30,8 @@
 
 #include "bench_util.h"
 #include "testutil.h"
+#include "dpp/master/admin.h"
 #include "dpp/master/executor.h"
-#include "dpp/master/master.h"
 #include "sluice/trainer.h"
 #include "warehouse/import.h"
 
@@ -116,7 +116,7 @@ static int submit(sl_master_t *m, const char *id, uint32_t workers)
              id, table, workers, workers);
     json_t *b = json_loads(body, 0, NULL);
     sl_error_t err = {0};
-    sl_err_t rc = sl_master_job_submit(m, b, NULL, &err);
+    sl_err_t rc = sl_master_admin_job_submit(m, b, NULL, &err);
     json_decref(b);
     if (rc != SL_OK) fprintf(stderr, "bench_fleet: submit %s: %s\n", id, err.msg);
     return rc == SL_OK ? 0 : -1;
@@ -157,7 +157,7 @@ static double throughput(sl_master_t *m, sl_master_executor_t *ex, const char *i
 
 static uint64_t status_u64(sl_master_t *m, const char *key)
 {
-    json_t *s = sl_master_status_json(m);
+    json_t *s = sl_master_admin_status_json(m);
     uint64_t v = (uint64_t)json_integer_value(json_object_get(s, key));
     json_decref(s);
     return v;
@@ -183,7 +183,7 @@ static int recovery(uint64_t lease_ms)
     pid_t victim = 0;
     for (int tries = 0; tries < 300 && !victim; tries++) {
         usleep(20 * 1000);
-        json_t *w = sl_master_workers_json(m);
+        json_t *w = sl_master_admin_workers_json(m);
         json_t *arr = json_object_get(w, "workers");
         size_t i;
         json_t *x;

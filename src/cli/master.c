@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "dpp/master/admin.h"
 #include "dpp/master/executor.h"
-#include "dpp/master/master.h"
 #include "rpc/auth.h"
 
 static volatile sig_atomic_t g_stop;

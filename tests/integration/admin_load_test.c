@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/master/master.h"
+#include "dpp/master/admin.h"
 #include "dpp/worker/admin.h"
 #include "testutil.h"
 

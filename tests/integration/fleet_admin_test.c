@@ -5,7 +5,7 @@
  * submit` (the real binary) against it. */
 #include "fleet_util.h"
 
-#include "dpp/master/master.h"
+#include "dpp/master/admin.h"
 
 TestSuite(fleet_admin, .init = fu_setup, .fini = fu_teardown);
 

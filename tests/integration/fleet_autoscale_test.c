@@ -11,7 +11,7 @@
  *    credit windows and the trainer never waits, so the count falls. */
 #include "fleet_util.h"
 
-#include "dpp/master/master.h"
+#include "dpp/master/admin.h"
 
 TestSuite(fleet_autoscale, .init = fu_setup, .fini = fu_teardown);
 
@@ -37,7 +37,7 @@ static const char *job_reason(sl_master_t *m, char *buf, size_t cap)
     json_t *j = NULL;
     sl_error_t err = {0};
     buf[0] = '\0';
-    if (sl_master_job_json(m, "scale", &j, &err) == SL_OK) {
+    if (sl_master_admin_job_json(m, "scale", &j, &err) == SL_OK) {
         snprintf(buf, cap, "wait %.2f busy %.2f, %lld clients, %lld batches: %s",
                  json_real_value(json_object_get(j, "trainer_wait")),
                  json_real_value(json_object_get(j, "worker_busy")),
@@ -84,7 +84,7 @@ Test(fleet_autoscale, rises_to_the_bound_then_falls)
     json_t *b = json_loads(body, 0, NULL);
     cr_assert_not_null(b);
     char *id = NULL;
-    cr_assert_eq(sl_master_job_submit(m, b, &id, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_admin_job_submit(m, b, &id, &err), SL_OK, "%s", err.msg);
     json_decref(b);
     cr_assert_str_eq(id, "scale");
 

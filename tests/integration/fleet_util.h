@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <gnutls/gnutls.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -621,23 +622,14 @@ FU_FN void fu_assert_once_per_epoch(const atomic_uint *seen, uint64_t rows, uint
     }
 }
 
+/* in[0..n) as base64 (RFC 4648, padded; GnuTLS encodes). Caller frees. */
 FU_FN char *fu_base64(const uint8_t *in, size_t n)
 {
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
-    size_t i = 0;
-    for (; i + 2 < n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        *o++ = tab[v >> 18], *o++ = tab[(v >> 12) & 63], *o++ = tab[(v >> 6) & 63];
-        *o++ = tab[v & 63];
-    }
-    if (i < n) {
-        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
-        *o++ = tab[v >> 18], *o++ = tab[(v >> 12) & 63];
-        *o++ = i + 1 < n ? tab[(v >> 6) & 63] : '=';
-        *o++ = '=';
-    }
-    *o = '\0';
+    gnutls_datum_t raw = {.data = (unsigned char *)in, .size = (unsigned)n}, enc = {0};
+    cr_assert_eq(gnutls_base64_encode2(&raw, &enc), 0);
+    char *out = strndup((const char *)enc.data, enc.size);
+    cr_assert_not_null(out);
+    gnutls_free(enc.data);
     return out;
 }
 

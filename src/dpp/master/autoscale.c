@@ -97,3 +97,80 @@ uint32_t sl_master_autoscale_override(sl_master_autoscaler_t *as, uint32_t worke
     snprintf(as->reason, sizeof as->reason, "set to %u by an operator", as->desired);
     return as->desired;
 }
+
+/* ---- fair share over jobs ---- */
+
+/* Water-filling over one ratio r = rest / weight (exact, in integers):
+ * rest is the fleet left after the jobs held at their minimum, weight the
+ * desired counts of the others. A job whose proportional share
+ * desired * r is below its minimum is held there, which lowers r for the
+ * rest; repeat until no job changes (at most n rounds). */
+void sl_master_autoscale_fair_share(sl_master_autoscale_share_t *jobs, uint32_t n,
+                                    uint32_t max_fleet_workers)
+{
+    uint64_t want = 0, floor_sum = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        want += jobs[i].desired;
+        jobs[i].granted = jobs[i].desired;
+    }
+    if (max_fleet_workers == 0 || want <= max_fleet_workers) return;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t lo = jobs[i].min_workers < jobs[i].desired ? jobs[i].min_workers : jobs[i].desired;
+        floor_sum += lo;
+        /* UINT32_MAX: shares the rest in proportion; else held at lo */
+        jobs[i].granted = jobs[i].desired > lo ? UINT32_MAX : lo;
+    }
+    if (floor_sum >= max_fleet_workers) {
+        for (uint32_t i = 0; i < n; i++)
+            if (jobs[i].granted == UINT32_MAX) jobs[i].granted = jobs[i].min_workers;
+        return;
+    }
+    uint64_t rest = 0, weight = 0;
+    for (bool changed = true; changed;) {
+        changed = false;
+        rest = max_fleet_workers;
+        weight = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            if (jobs[i].granted == UINT32_MAX)
+                weight += jobs[i].desired;
+            else
+                rest -= jobs[i].granted;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            if (jobs[i].granted == UINT32_MAX &&
+                (uint64_t)jobs[i].desired * rest < (uint64_t)jobs[i].min_workers * weight) {
+                jobs[i].granted = jobs[i].min_workers;
+                changed = true;
+            }
+    }
+    if (weight == 0) return;
+    uint64_t given = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (jobs[i].granted == UINT32_MAX) {
+            jobs[i].granted = (uint32_t)((uint64_t)jobs[i].desired * rest / weight);
+            given += jobs[i].granted;
+        }
+    /* rest - given < the number of sharing jobs; one more each to the
+     * largest remainders (same denominator), ties to the lower job id. A
+     * sharing job has granted >= its minimum, a held one not (see above),
+     * which tells them apart again. */
+    for (uint64_t left = rest - given; left > 0; left--) {
+        int64_t best = -1;
+        uint64_t best_rem = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t num = (uint64_t)jobs[i].desired * rest;
+            bool sharing = jobs[i].desired > jobs[i].min_workers &&
+                           num >= (uint64_t)jobs[i].min_workers * weight;
+            if (!sharing || jobs[i].granted != num / weight || jobs[i].granted >= jobs[i].desired)
+                continue;
+            uint64_t rem = num % weight;
+            if (best < 0 || rem > best_rem ||
+                (rem == best_rem && strcmp(jobs[i].job_id, jobs[best].job_id) < 0)) {
+                best = i;
+                best_rem = rem;
+            }
+        }
+        if (best < 0) break;
+        jobs[best].granted++;
+    }
+}

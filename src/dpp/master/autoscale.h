@@ -11,7 +11,10 @@
  * consecutive observations and at least `cooldown_ns` since the last change,
  * so the count does not flap while a new worker warms up. Scaling up is
  * proportional to the stall (more workers at once when trainers mostly wait),
- * scaling down one worker at a time. Pure logic: no clock, no threads. */
+ * scaling down one worker at a time. Pure logic: no clock, no threads.
+ *
+ * Over jobs, sl_master_autoscale_fair_share splits a bounded fleet between
+ * the jobs' desired counts. */
 #ifndef SLUICE_DPP_MASTER_AUTOSCALE_H
 #define SLUICE_DPP_MASTER_AUTOSCALE_H
 
@@ -59,5 +62,24 @@ uint32_t sl_master_autoscale_observe(sl_master_autoscaler_t *as,
  * bounds; resets the streaks and starts a cooldown. @return the count set. */
 uint32_t sl_master_autoscale_override(sl_master_autoscaler_t *as, uint32_t workers,
                                       uint64_t now_ns);
+
+/* Fair share of the fleet: what each job may run when max_fleet_workers
+ * bounds the workers of all jobs together. Each job has desired workers
+ * (0: finished) and a min_workers. When max_fleet_workers is 0 or the
+ * desired counts sum to at most it, every job is granted its desired
+ * count. Otherwise the counts are scaled down in proportion to the
+ * desired ones (granted = desired * r for one ratio r < 1), never below a
+ * job's min_workers (nor above its desired count), so that they sum to
+ * max_fleet_workers; the workers left by rounding down go one each to the
+ * largest fractions, ties to the lower job id (strcmp). When the
+ * min_workers alone exceed max_fleet_workers, each job gets its minimum
+ * (the bound then is the sum of the minimums). Pure: sets jobs[i].granted. */
+typedef struct sl_master_autoscale_share {
+    const char *job_id; /* borrowed; breaks ties */
+    uint32_t desired, min_workers;
+    uint32_t granted;   /* out */
+} sl_master_autoscale_share_t;
+void sl_master_autoscale_fair_share(sl_master_autoscale_share_t *jobs, uint32_t n,
+                                    uint32_t max_fleet_workers);
 
 #endif

@@ -1,15 +1,16 @@
-/* The DPP master process (master.h): lifecycle, the calls of the admin
- * endpoint (submit, remove, scale, JSON views, metrics), and the per-job
- * autoscaler. The control connections are in master_server.c. */
+/* The DPP master process (master.h): lifecycle, the calls its admin routes
+ * make (submit, remove, scale, the views, metrics), and the per-job
+ * autoscaler. The control connections are in control.c, who may connect
+ * in guard.c, the HTTP routes in admin.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/pipeline/plan.h"
 #include "dpp/admin/prom.h"
 #include "dpp/master/master_internal.h"
+#include "dpp/pipeline/plan.h"
 #include "warehouse/warehouse.h"
 
 uint64_t mp_now_ms(void)
@@ -261,88 +262,18 @@ bool sl_master_ready(sl_master_t *m)
 
 /* ---- submit ----------------------------------------------------------------------- */
 
-static int b64_val(int c)
-{
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+' || c == '-') return 62;
-    if (c == '/' || c == '_') return 63;
-    return -1;
-}
-
-/* Decode base64 (padding optional). @return malloc'd bytes or NULL. */
-static uint8_t *b64_decode(const char *s, size_t *len)
-{
-    size_t n = strlen(s);
-    uint8_t *out = malloc(n / 4 * 3 + 3);
-    if (out == NULL) return NULL;
-    uint32_t acc = 0;
-    int bits = 0;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '=') break;
-        int v = b64_val((unsigned char)s[i]);
-        if (v < 0) {
-            free(out);
-            return NULL;
-        }
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (uint8_t)(acc >> bits);
-        }
-    }
-    *len = o;
-    return out;
-}
-
-static sl_err_t get_u32(const json_t *body, const char *key, uint32_t def, uint32_t min,
-                        uint32_t max, uint32_t *out, sl_error_t *err)
-{
-    const json_t *v = json_object_get(body, key);
-    if (v == NULL) {
-        *out = def;
-        return SL_OK;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-        return sl_error_set(err, SL_ERR_INVALID, "$.%s: an integer %u..%u", key, min, max);
-    *out = (uint32_t)json_integer_value(v);
-    return SL_OK;
-}
-
-/* The spec's problems as paths of the POST body ("$.transforms[1]..." is
- * "$.spec.transforms[1]..." there), and err naming the first and the
- * count. @return SL_ERR_INVALID, or SL_ERR_NOMEM. */
-static sl_err_t spec_problems(const sl_pipeline_problems_t *in, sl_pipeline_problems_t *out,
-                              sl_error_t *err)
-{
-    for (uint32_t i = 0; out != NULL && i < in->count; i++) {
-        const char *p = in->items[i];
-        if (!sl_pipeline_problems_add(out, "$.spec%s", p[0] == '$' ? p + 1 : p))
-            return sl_error_set(err, SL_ERR_NOMEM, "spec problems");
-    }
-    const sl_pipeline_problems_t *l = out != NULL ? out : in;
-    if (l->count == 0) return err->code;
-    if (l->count == 1) return sl_error_set(err, SL_ERR_INVALID, "spec: %s", l->items[0]);
-    return sl_error_set(err, SL_ERR_INVALID, "spec: %s (and %u more problem%s)", l->items[0],
-                        l->count - 1, l->count > 2 ? "s" : "");
-}
-
 /* Everything the workers will do with the spec before reading a row, done
- * here so that a job that cannot run is refused with 400 instead of
- * failing in every worker: parse, open the table (its schema), bind the
- * spec to it as a worker's plan does, and check every file the spec names
- * (vocabularies: present, regular, under their cap; not read), then cut
- * the table into splits. Every problem goes to *problems by its path in
- * the POST body. */
-static sl_err_t check_spec(const json_t *specj, sl_pipeline_job_t **job, sl_wh_table_t **table,
+ * here so that a job that cannot run is refused instead of failing in
+ * every worker: parse, open the table (its schema), bind the spec to it as
+ * a worker's plan does, and check every file the spec names (vocabularies:
+ * present, regular, under their cap; not read), then cut the table into
+ * splits. Every problem goes to *problems by its path in the spec. */
+static sl_err_t check_spec(const char *text, sl_pipeline_job_t **job, sl_wh_table_t **table,
                            sl_wh_filter_t **filter, sl_wh_splits_t **splits,
                            sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     sl_pipeline_problems_t pr = {0};
-    sl_err_t rc = sl_pipeline_job_from_json(specj, job, &pr, err);
+    sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), job, &pr, err);
     if (rc == SL_OK) {
         rc = sl_wh_table_open((*job)->table, NULL, table, err);
         if (rc == SL_OK && (*job)->partitions != NULL)
@@ -355,127 +286,65 @@ static sl_err_t check_spec(const json_t *specj, sl_pipeline_job_t **job, sl_wh_t
             !sl_pipeline_problems_add(&pr, "$.source.table: table '%s': %s", (*job)->table,
                                       err->msg))
             rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
-        if (rc == SL_OK) rc = sl_pipeline_plan_check(*job, sl_wh_table_schema(*table), &pr, err);
+        if (rc == SL_OK)
+            rc = sl_pipeline_plan_check(*job, sl_wh_table_schema(*table), &pr, err);
     }
-    if (rc != SL_OK && rc != SL_ERR_NOMEM) rc = spec_problems(&pr, problems, err);
+    if (rc != SL_OK && rc != SL_ERR_NOMEM && pr.count > 0) {
+        rc = sl_pipeline_problems_error(&pr, 0, "spec", err);
+        for (uint32_t i = 0; problems != NULL && i < pr.count; i++)
+            if (!sl_pipeline_problems_add(problems, "%s", pr.items[i]))
+                rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
+    }
     sl_pipeline_problems_free(&pr);
     return rc;
 }
 
-sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id, sl_error_t *err)
-{
-    return sl_master_job_submit_problems(m, body, job_id, NULL, err);
-}
-
-sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char **job_id,
-                                       sl_pipeline_problems_t *problems, sl_error_t *err)
+sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, char **job_id,
+                              sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     if (job_id != NULL) *job_id = NULL;
-    if (!json_is_object(body)) return sl_error_set(err, SL_ERR_INVALID, "body: not a JSON object");
-    static const char *keys[] = {"spec",        "ranks",   "sharding",    "min_workers",
-                                 "max_workers", "workers", "resume_token", "resume_tokens"};
-    const char *key;
-    json_t *val;
-    json_object_foreach((json_t *)body, key, val) {
-        bool known = false;
-        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-            known = known || strcmp(key, keys[i]) == 0;
-        if (!known) return sl_error_set(err, SL_ERR_INVALID, "body: unknown key \"%s\"", key);
-    }
-    const json_t *specj = json_object_get(body, "spec");
-    if (!json_is_object(specj))
-        return sl_error_set(err, SL_ERR_INVALID, "body: \"spec\" (a job spec object) is required");
-    uint32_t ranks, min_w, max_w, workers;
-    /* ranks 0 is refused, not taken for 1: a client must attach with a
-     * world size equal to it. */
-    sl_err_t rc = get_u32(body, "ranks", 1, 1, 65536, &ranks, err);
-    if (rc == SL_OK) rc = get_u32(body, "min_workers", 1, 0, 4096, &min_w, err);
-    if (rc == SL_OK) rc = get_u32(body, "max_workers", min_w, 0, 4096, &max_w, err);
-    if (rc == SL_OK) rc = get_u32(body, "workers", min_w, 0, 4096, &workers, err);
-    if (rc != SL_OK) return rc;
-    if (min_w == 0) min_w = 1;
-    if (max_w < min_w)
-        return sl_error_set(err, SL_ERR_INVALID, "body: max_workers %u < min_workers %u", max_w,
-                            min_w);
-    const json_t *sh = json_object_get(body, "sharding");
-    bool is_static = false;
-    if (sh != NULL) {
-        const char *s = json_string_value(sh);
-        if (s == NULL || (strcmp(s, "static") != 0 && strcmp(s, "dynamic") != 0))
-            return sl_error_set(err, SL_ERR_INVALID,
-                                "body: \"sharding\" is \"dynamic\" or \"static\"");
-        is_static = strcmp(s, "static") == 0;
-    }
-    /* "resume_token": one token; "resume_tokens": one per trainer rank
-     * (the job starts with what every rank delivered). */
-    const json_t *tokj = json_object_get(body, "resume_token");
-    const json_t *toksj = json_object_get(body, "resume_tokens");
-    if (tokj != NULL && toksj != NULL)
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "body: give \"resume_token\" or \"resume_tokens\", not both");
-    if (toksj != NULL && (!json_is_array(toksj) || json_array_size(toksj) == 0 ||
-                          json_array_size(toksj) > SL_MASTER_MAX_RESUME_TOKENS))
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "body: \"resume_tokens\" is an array of 1..%d base64 strings",
-                            SL_MASTER_MAX_RESUME_TOKENS);
-    uint32_t ntok = tokj != NULL ? 1 : toksj != NULL ? (uint32_t)json_array_size(toksj) : 0;
-    uint8_t **token = ntok ? calloc(ntok, sizeof *token) : NULL;
-    size_t *token_len = ntok ? calloc(ntok, sizeof *token_len) : NULL;
+    if (req->spec_json == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "submit: a job spec is required");
+    if (req->ranks < 1)
+        return sl_error_set(err, SL_ERR_INVALID, "submit: ranks %u, at least 1", req->ranks);
+    if (req->min_workers < 1 || req->max_workers < req->min_workers)
+        return sl_error_set(err, SL_ERR_INVALID, "submit: workers %u..%u, want 1 <= min <= max",
+                            req->min_workers, req->max_workers);
+    if (req->num_tokens > SL_MASTER_MAX_RESUME_TOKENS)
+        return sl_error_set(err, SL_ERR_INVALID, "submit: %u resume tokens, at most %d",
+                            req->num_tokens, SL_MASTER_MAX_RESUME_TOKENS);
     sl_pipeline_job_t *job = NULL;
     sl_wh_table_t *table = NULL;
     sl_wh_filter_t *filter = NULL;
     sl_wh_splits_t *splits = NULL;
-    char *text = NULL;
-    if (ntok > 0 && (token == NULL || token_len == NULL)) {
-        rc = sl_error_set(err, SL_ERR_NOMEM, "body: %u resume tokens", ntok);
-        goto out;
-    }
-    for (uint32_t k = 0; k < ntok; k++) {
-        const json_t *t = tokj != NULL ? tokj : json_array_get(toksj, k);
-        if (!json_is_string(t) ||
-            (token[k] = b64_decode(json_string_value(t), &token_len[k])) == NULL) {
-            if (tokj != NULL)
-                rc = sl_error_set(err, SL_ERR_INVALID, "body: \"resume_token\" is not base64");
-            else
-                rc = sl_error_set(err, SL_ERR_INVALID,
-                                  "body: \"resume_tokens\"[%u] is not a base64 string", k);
-            goto out;
-        }
-    }
-    rc = check_spec(specj, &job, &table, &filter, &splits, problems, err);
+    sl_err_t rc = check_spec(req->spec_json, &job, &table, &filter, &splits, problems, err);
     if (rc != SL_OK) goto out;
-    text = json_dumps(specj, JSON_COMPACT | JSON_SORT_KEYS);
-    if (text == NULL) {
-        rc = sl_error_set(err, SL_ERR_NOMEM, "job spec text");
-        goto out;
-    }
     sl_master_state_job_spec_t spec = {.job_id = job->id,
-                                     .splits = splits->items,
-                                     .num_splits = splits->count,
-                                     .epochs = job->epochs,
-                                     .seed = job->seed,
-                                     .shuffle = job->shuffle_splits,
-                                     .spec_json = text,
-                                     .ranks = ranks,
-                                     .static_sharding = is_static,
-                                     .min_workers = min_w,
-                                     .max_workers = max_w,
-                                     .skip_bad_splits = job->skip_bad_splits};
+                                       .splits = splits->items,
+                                       .num_splits = splits->count,
+                                       .epochs = job->epochs,
+                                       .seed = job->seed,
+                                       .shuffle = job->shuffle_splits,
+                                       .spec_json = req->spec_json,
+                                       .ranks = req->ranks,
+                                       .static_sharding = req->static_sharding,
+                                       .min_workers = req->min_workers,
+                                       .max_workers = req->max_workers,
+                                       .skip_bad_splits = job->skip_bad_splits};
     pthread_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
     } else if (mp_job_find(m, job->id) != NULL) {
         rc = sl_error_set(err, SL_ERR_AGAIN, "job '%s' exists already", job->id);
     } else {
-        rc = ntok > 0 ? sl_master_state_job_resume_ranks(m->st, &spec, (const void *const *)token,
-                                                         token_len, ntok, err)
-                      : sl_master_state_job_add(m->st, &spec, err);
-        if (rc == SL_ERR_CORRUPT || rc == SL_ERR_TRUNCATED || rc == SL_ERR_VERSION) {
-            sl_error_prefix(err, toksj != NULL ? "resume_tokens: " : "resume_token: ");
-            rc = err->code = SL_ERR_INVALID;
-        }
+        rc = req->num_tokens > 0
+                 ? sl_master_state_job_resume_ranks(m->st, &spec,
+                                                    (const void *const *)req->tokens,
+                                                    req->token_lens, req->num_tokens, err)
+                 : sl_master_state_job_add(m->st, &spec, err);
         if (rc == SL_OK) rc = sync_locked(m, err);
-        if (rc == SL_OK && mp_job_add(m, job->id, min_w, max_w, workers) == NULL)
+        if (rc == SL_OK &&
+            mp_job_add(m, job->id, req->min_workers, req->max_workers, req->workers) == NULL)
             rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", job->id);
     }
     pthread_mutex_unlock(&m->mu);
@@ -484,11 +353,6 @@ sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char 
         if (*job_id == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "job id");
     }
 out:
-    free(text);
-    for (uint32_t k = 0; token != NULL && k < ntok; k++)
-        free(token[k]);
-    free(token);
-    free(token_len);
     sl_wh_splits_destroy(splits);
     sl_wh_filter_destroy(filter);
     sl_wh_table_close(table);
@@ -528,151 +392,79 @@ sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t worker
     return rc;
 }
 
-/* ---- JSON views ------------------------------------------------------------------- */
+/* ---- views ------------------------------------------------------------------------ */
 
-/* A failed job's failure as JSON, null for the others. */
-static json_t *failure_json(const sl_master_state_job_status_t *st)
+/* Needs m->mu. @return false when the state no longer knows the job. */
+static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_t *v)
 {
-    if (!st->failed) return json_null();
-    return json_pack("{s:i, s:i, s:s, s:i, s:s, s:i, s:s}", "split", (json_int_t)st->failure_split,
-                     "epoch", (json_int_t)st->failure_epoch, "file", st->failure_file, "stripe",
-                     (json_int_t)st->failure_stripe, "message", st->failure_message, "code",
-                     (json_int_t)st->failure_code, "error", sl_err_str(st->failure_code));
-}
-
-/* The job's state and what split failures did to it. */
-static void add_failure_json(json_t *o, const sl_master_state_job_status_t *st)
-{
-    json_object_set_new(o, "state",
-                        json_string(st->failed     ? "failed"
-                                    : st->finished ? "finished"
-                                                   : "running"));
-    json_object_set_new(o, "failure", failure_json(st));
-    json_object_set_new(o, "on_bad_split", json_string(st->skip_bad_splits ? "skip" : "fail"));
-    json_object_set_new(o, "split_failures", json_integer((json_int_t)st->split_failures));
-    json_object_set_new(o, "skipped_splits", json_integer((json_int_t)st->skipped_splits));
-    json_object_set_new(o, "skipped_rows", json_integer((json_int_t)st->skipped_rows));
-}
-
-static json_t *job_json_locked(sl_master_t *m, mp_job *j)
-{
-    sl_master_state_job_status_t st;
     sl_error_t err = {0};
-    if (sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK) return NULL;
-    uint32_t live = 0, clients = 0;
+    if (sl_master_state_job_status(m->st, j->id, &v->status, &err) != SL_OK) return false;
+    v->id = j->id;
+    v->min_workers = j->as.opts.min_workers;
+    v->max_workers = j->as.opts.max_workers;
+    v->desired_workers = j->as.desired;
+    v->granted_workers = j->granted;
+    v->workers = v->clients = 0;
     for (uint32_t w = 0; w < m->nworkers; w++)
-        live += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
+        v->workers += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
     for (uint32_t c = 0; c < m->opts.max_connections; c++)
-        clients += m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT &&
-                   strcmp(m->conns[c].job, j->id) == 0;
-    json_t *spec = json_loads(st.spec_json, 0, NULL);
-    json_t *table = spec != NULL ? json_object_get(json_object_get(spec, "source"), "table") : NULL;
-    json_t *o = json_pack(
-        "{s:s, s:i, s:i, s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:s, s:i, s:i, s:i, "
-        "s:i, s:i, s:i, s:f, s:f, s:s, s:I, s:I}",
-        "id", j->id, "epoch", (json_int_t)st.epoch, "epochs", (json_int_t)st.epochs, "finished",
-        st.finished, "num_splits", (json_int_t)st.num_splits, "pending", (json_int_t)st.pending,
-        "leased", (json_int_t)st.leased, "done", (json_int_t)st.done, "committed_rows",
-        (json_int_t)st.committed_rows, "total_rows", (json_int_t)st.total_rows, "ranks",
-        (json_int_t)st.ranks, "sharding", st.static_sharding ? "static" : "dynamic", "table",
-        json_is_string(table) ? json_string_value(table) : "", "min_workers",
-        (json_int_t)j->as.opts.min_workers, "max_workers", (json_int_t)j->as.opts.max_workers,
-        "desired_workers", (json_int_t)j->as.desired, "granted_workers", (json_int_t)j->granted,
-        "workers", (json_int_t)live, "clients",
-        (json_int_t)clients, "trainer_wait", j->last_wait, "worker_busy", j->last_busy,
-        "autoscale_reason", j->as.reason, "batches", (json_int_t)st.batches, "samples",
-        (json_int_t)st.samples);
-    json_decref(spec);
-    if (o != NULL) add_failure_json(o, &st);
-    return o;
+        v->clients += m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT &&
+                      strcmp(m->conns[c].job, j->id) == 0;
+    v->trainer_wait = j->last_wait;
+    v->worker_busy = j->last_busy;
+    v->autoscale_reason = j->as.reason;
+    return true;
 }
 
-sl_err_t sl_master_job_json(sl_master_t *m, const char *job_id, json_t **out, sl_error_t *err)
+sl_err_t sl_master_visit(sl_master_t *m, const char *job_id, const sl_master_visitor_t *v,
+                         sl_error_t *err)
 {
     pthread_mutex_lock(&m->mu);
-    mp_share_locked(m);
-    mp_job *j = mp_job_find(m, job_id);
-    sl_err_t rc = SL_OK;
-    if (j == NULL)
-        rc = sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
-    else if ((*out = job_json_locked(m, j)) == NULL)
-        rc = sl_error_set(err, SL_ERR_NOMEM, "job '%s' as JSON", job_id);
-    pthread_mutex_unlock(&m->mu);
-    return rc;
-}
-
-json_t *sl_master_jobs_json(sl_master_t *m)
-{
-    json_t *arr = json_array();
-    pthread_mutex_lock(&m->mu);
-    mp_share_locked(m);
-    for (uint32_t i = 0; arr != NULL && i < m->opts.max_jobs; i++)
-        if (m->jobs[i].used) json_array_append_new(arr, job_json_locked(m, &m->jobs[i]));
-    pthread_mutex_unlock(&m->mu);
-    return arr != NULL ? json_pack("{s:o}", "jobs", arr) : NULL;
-}
-
-json_t *sl_master_workers_json(sl_master_t *m)
-{
-    json_t *arr = json_array();
+    mp_job *only = job_id != NULL ? mp_job_find(m, job_id) : NULL;
+    if (job_id != NULL && only == NULL) {
+        pthread_mutex_unlock(&m->mu);
+        return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
+    }
+    if (v->status != NULL) {
+        sl_master_status_view_t st = {.ready = !m->failed,
+                                      .address = m->address,
+                                      .uptime_s = (mp_now_ms() - m->started_ms) / 1000,
+                                      .workers = m->nworkers_connected,
+                                      .clients = m->nclients_connected,
+                                      .failure = m->failure,
+                                      .has_executor = m->has_exec,
+                                      .executor = m->exec};
+        sl_master_state_counters(m->st, &st.counters);
+        v->status(v->ctx, &st);
+    }
+    if (v->job != NULL) {
+        mp_share_locked(m);
+        sl_master_job_view_t jv;
+        for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+            const mp_job *j = &m->jobs[i];
+            if (j->used && (only == NULL || j == only) && job_view_locked(m, j, &jv))
+                v->job(v->ctx, &jv);
+        }
+    }
     uint64_t now = mp_now_ms();
-    pthread_mutex_lock(&m->mu);
-    for (uint32_t i = 0; arr != NULL && i < m->nworkers; i++) {
+    for (uint32_t i = 0; v->worker != NULL && i < m->nworkers; i++) {
         const mp_worker *w = &m->workers[i];
-        json_array_append_new(
-            arr, json_pack("{s:s, s:s, s:s, s:s, s:b, s:i, s:f, s:i, s:I, s:I, s:I, s:I}", "id",
-                           w->id, "job", w->job, "serve_address", w->serve, "admin_address",
-                           w->admin, "connected", w->conn >= 0, "leases", (json_int_t)w->leases,
-                           "busy", w->busy, "queued_batches", (json_int_t)w->queued,
-                           "memory_used", (json_int_t)w->memory, "batches_sent",
-                           (json_int_t)w->batches, "samples_sent", (json_int_t)w->samples,
-                           "last_heartbeat_ms_ago", (json_int_t)(now - w->last_seen_ms)));
+        sl_master_worker_view_t wv = {.id = w->id,
+                                      .job = w->job,
+                                      .serve_address = w->serve,
+                                      .admin_address = w->admin,
+                                      .connected = w->conn >= 0,
+                                      .leases = w->leases,
+                                      .queued_batches = w->queued,
+                                      .busy = w->busy,
+                                      .memory_used = w->memory,
+                                      .batches_sent = w->batches,
+                                      .samples_sent = w->samples,
+                                      .last_heartbeat_ms_ago = now - w->last_seen_ms};
+        v->worker(v->ctx, &wv);
     }
     pthread_mutex_unlock(&m->mu);
-    return arr != NULL ? json_pack("{s:o}", "workers", arr) : NULL;
-}
-
-json_t *sl_master_status_json(sl_master_t *m)
-{
-    pthread_mutex_lock(&m->mu);
-    sl_master_state_counters_t c;
-    sl_master_state_counters(m->st, &c);
-    json_t *o = json_pack(
-        "{s:b, s:s, s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, "
-        "s:I}, s:s}",
-        "ready", !m->failed, "address", m->address, "uptime_s",
-        (json_int_t)((mp_now_ms() - m->started_ms) / 1000), "jobs", (json_int_t)c.jobs, "workers",
-        (json_int_t)m->nworkers_connected, "clients", (json_int_t)m->nclients_connected,
-        "leases_granted", (json_int_t)c.leases_granted, "lease_expiries", (json_int_t)c.expiries,
-        "lease_revocations", (json_int_t)c.revocations, "commits", (json_int_t)c.commits,
-        "overlaps", (json_int_t)c.overlaps, "stale",
-        (json_int_t)(c.stale_commits + c.stale_refused + c.unleased_commits), "journal_syncs",
-        (json_int_t)c.journal_syncs, "compactions", (json_int_t)c.compactions, "splits",
-        "pending", (json_int_t)c.pending, "leased", (json_int_t)c.leased, "done",
-        (json_int_t)c.done, "failure", m->failure);
-    json_t *failed = json_array();
-    for (uint32_t i = 0; o != NULL && failed != NULL && i < m->opts.max_jobs; i++) {
-        sl_master_state_job_status_t st;
-        sl_error_t e = {0};
-        if (!m->jobs[i].used ||
-            sl_master_state_job_status(m->st, m->jobs[i].id, &st, &e) != SL_OK || !st.failed)
-            continue;
-        json_array_append_new(
-            failed, json_pack("{s:s, s:o}", "id", m->jobs[i].id, "failure", failure_json(&st)));
-    }
-    if (o != NULL && failed != NULL) json_object_set_new(o, "failed_jobs", failed);
-    else json_decref(failed);
-    if (o != NULL && m->has_exec)
-        json_object_set_new(
-            o, "executor",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:s}", "spawns",
-                      (json_int_t)m->exec.started, "spawn_errors",
-                      (json_int_t)m->exec.spawn_errors, "stopped", (json_int_t)m->exec.exited,
-                      "failed", (json_int_t)m->exec.failed, "restarts_delayed",
-                      (json_int_t)m->exec.delayed, "backoff_s", m->exec.backoff_ms / 1000.0,
-                      "last_failure", m->exec.last_failure));
-    pthread_mutex_unlock(&m->mu);
-    return o;
+    return SL_OK;
 }
 
 void sl_master_report_executor(sl_master_t *m, const sl_master_executor_stats_t *st)

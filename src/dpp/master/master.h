@@ -1,11 +1,12 @@
-/* The DPP master process (`sluice master`): the state machine of
- * master_state.h behind a control socket (proto/control.proto, framed by
- * src/rpc/frame.h) that workers and trainer clients connect to, plus the
- * calls its admin endpoint (master_admin.c) and its executor loop need.
+/* The DPP master process (`sluice master`): the state machine of state.h
+ * behind a control socket (proto/control.proto, framed by src/rpc/frame.h)
+ * that workers and trainer clients connect to, plus the calls its admin
+ * routes (admin.h: HTTP and JSON live there) and its executor loop need.
+ * Everything here takes and returns plain C structs.
  *
  *   workers  --REGISTER/LEASE_REQUEST/HEARTBEAT/SPLIT_READ-->  +--------+
  *   clients  --ATTACH/COMMIT/CLIENT_STATS/TOKEN_REQUEST----->  | master |
- *   admin    --sl_master_job_submit/remove/scale/..._json--->  +--------+
+ *   admin    --sl_master_job_submit/remove/scale, _visit---->  +--------+
  *                                                                  |
  *   executor <--sl_master_desired (desired workers per job)--------+
  *
@@ -33,12 +34,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
-#include "dpp/admin/endpoint.h"
 #include "dpp/master/autoscale.h"
 #include "dpp/master/executor.h"
-#include "dpp/pipeline/job.h"
+#include "dpp/master/state.h"
+#include "dpp/pipeline/problems.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
 
@@ -109,77 +108,107 @@ const char *sl_master_address(const sl_master_t *m);
  * makes every mutating call fail with SL_ERR_IO). */
 bool sl_master_ready(sl_master_t *m);
 
-/* ---- jobs (POST/GET/DELETE /jobs) ------------------------------------------------- */
+/* ---- jobs ----------------------------------------------------------------------- */
 
-/* Submit a job. body is the POST /jobs JSON object:
- *   {"spec": {job spec, docs/JOBS.md},          required
- *    "ranks": N,                                 trainer ranks, default 1
- *    "sharding": "dynamic" | "static",           default "dynamic"
- *    "min_workers": N, "max_workers": N,         autoscaler bounds, default 1, 1
- *    "workers": N,                               initial desired count, default min_workers
- *    "resume_token": "<base64>"}                 optional (sl_trainer_resume_token bytes)
- * The spec's table is opened and cut into splits here; the job id is the
- * spec's "id". Synced before returning. *job_id (may be NULL) gets the id;
- * caller frees it with free(). @return SL_ERR_INVALID for a bad body, spec,
- * table or token (err says which key / what; answer 400), SL_ERR_AGAIN when
- * a job of that id already exists (answer 409), SL_ERR_TOO_LARGE past
- * max_jobs (answer 429 or 400), SL_ERR_IO when the journal fails (500). */
-sl_err_t sl_master_job_submit(sl_master_t *m, const json_t *body, char **job_id, sl_error_t *err);
+/* A job to submit (POST /jobs, docs/ADMIN.md; borrowed for the call). */
+typedef struct sl_master_submit {
+    const char *spec_json; /* the job spec (docs/JOBS.md) as JSON text; kept as given and
+                              handed to workers in leases; required */
+    uint32_t ranks;        /* trainer ranks, >= 1 */
+    bool static_sharding;  /* each split served to one rank */
+    uint32_t min_workers, max_workers; /* autoscaler bounds, 1 <= min <= max */
+    uint32_t workers;                  /* initial desired count (clamped to the bounds) */
+    /* Resume tokens (sl_trainer_resume_token bytes): none, one, or one per
+     * trainer rank (the job starts with what every rank delivered). */
+    const uint8_t *const *tokens; /* [num_tokens] */
+    const size_t *token_lens;     /* [num_tokens] */
+    uint32_t num_tokens;          /* 0..SL_MASTER_MAX_RESUME_TOKENS */
+} sl_master_submit_t;
 
-/* sl_master_job_submit, and every problem of the spec by its JSON path in
- * the body ("$.spec.transforms[2].n: ...") appended to *problems (may be
- * NULL; caller frees): parse, the table and its schema, the binding of
- * every name as a worker's plan does it, and every file the spec names
+/* Submit a job. The spec is checked as a worker would use it: parsed, its
+ * table opened (schema) and cut into splits, every name bound as a
+ * worker's plan does it, and every file the spec names checked
  * (vocabularies exist, are regular files, are under their size cap; their
- * content is never read nor quoted). The job is accepted only when a
- * worker could bind it. */
-sl_err_t sl_master_job_submit_problems(sl_master_t *m, const json_t *body, char **job_id,
-                                       sl_pipeline_problems_t *problems, sl_error_t *err);
+ * content is never read nor quoted); the job is accepted only when a
+ * worker could bind it. The job id is the spec's "id". Synced before
+ * returning. *job_id (may be NULL) gets the id; caller frees it with
+ * free(). Every problem of the spec goes to *problems (may be NULL; caller
+ * frees) by its JSON path in the spec ("$.transforms[2].n: ..."), and err
+ * names the first and the count. @return SL_ERR_INVALID for a bad request,
+ * spec or table (err says what), SL_ERR_CORRUPT, SL_ERR_TRUNCATED or
+ * SL_ERR_VERSION for a damaged token (err names it), SL_ERR_AGAIN when a
+ * job of that id exists already, SL_ERR_TOO_LARGE past max_jobs, SL_ERR_IO
+ * when the journal fails. */
+sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, char **job_id,
+                              sl_pipeline_problems_t *problems, sl_error_t *err);
 
 /* Remove a job: its leases vanish, its workers are told to stop at their
  * next heartbeat, its desired count becomes 0. Synced before returning.
- * @return SL_ERR_NOT_FOUND (404). */
+ * @return SL_ERR_NOT_FOUND. */
 sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *err);
 
-/* One job as JSON (GET /jobs/{id}): {"id", "state" ("running", "finished"
- * or "failed"), "failure" (null, or {"split", "epoch", "file", "stripe",
- * "message", "code"} of a failed job), "split_failures" (this epoch),
- * "on_bad_split", "skipped_splits", "skipped_rows", "epoch", "epochs", "finished",
- * "num_splits", "pending", "leased", "done", "committed_rows", "total_rows",
- * "ranks", "sharding", "table", "min_workers", "max_workers",
- * "desired_workers", "workers" (registered, live), "clients",
- * "trainer_wait" (0..1), "worker_busy" (0..1), "autoscale_reason"}.
- * Caller owns *out (json_decref). @return SL_ERR_NOT_FOUND (404). */
-sl_err_t sl_master_job_json(sl_master_t *m, const char *job_id, json_t **out, sl_error_t *err);
-
-/* Every job (GET /jobs): {"jobs": [ job objects as above ]}. NULL when out
- * of memory. Caller owns. */
-json_t *sl_master_jobs_json(sl_master_t *m);
-
-/* Set a job's desired worker count by hand (POST /jobs/{id}/scale, body
- * {"workers": N}), clamped to its bounds; the autoscaler resumes after its
- * cooldown. *set (may be NULL) gets the count set. @return
- * SL_ERR_NOT_FOUND (404). */
+/* Set a job's desired worker count by hand (POST /jobs/{id}/scale),
+ * clamped to its bounds; the autoscaler resumes after its cooldown. *set
+ * (may be NULL) gets the count set. @return SL_ERR_NOT_FOUND. */
 sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t workers, uint32_t *set,
                              sl_error_t *err);
 
-/* ---- workers, status, metrics ------------------------------------------------------ */
+/* ---- views: what GET /status, /jobs and /workers show ------------------------------ */
 
-/* GET /workers: {"workers": [{"id", "job", "serve_address",
- * "admin_address", "connected" (bool), "leases" (count), "busy" (0..1),
- * "queued_batches", "memory_used", "batches_sent", "samples_sent",
- * "last_heartbeat_ms_ago"}]}. NULL when out of memory. Caller owns. */
-json_t *sl_master_workers_json(sl_master_t *m);
+/* One job. */
+typedef struct sl_master_job_view {
+    const char *id;
+    sl_master_state_job_status_t status; /* epochs, splits, rows, spec, failure (state.h) */
+    uint32_t min_workers, max_workers;   /* autoscaler bounds */
+    uint32_t desired_workers;            /* the autoscaler's (or a manual scale's) count */
+    uint32_t granted_workers;            /* after the fleet's fair share */
+    uint32_t workers;                    /* registered workers of the job connected now */
+    uint32_t clients;                    /* trainer clients of the job connected now */
+    double trainer_wait, worker_busy;    /* of the last autoscaler observation, 0..1 */
+    const char *autoscale_reason;
+} sl_master_job_view_t;
 
-/* GET /status: {"ready", "address", "uptime_s", "jobs" (count), "workers"
- * (connected), "clients" (connected), "leases_granted", "lease_expiries",
- * "lease_revocations", "commits", "overlaps", "stale", "journal_syncs",
- * "compactions" (this run), "splits": {"pending", "leased", "done"},
- * "failure", "failed_jobs": [{"id", "failure"}], and "executor" after
- * sl_master_report_executor}. NULL when out of memory. Caller owns. */
-json_t *sl_master_status_json(sl_master_t *m);
+/* One worker id the master has seen. */
+typedef struct sl_master_worker_view {
+    const char *id, *job; /* job: "" until its first lease */
+    const char *serve_address, *admin_address;
+    bool connected;
+    uint32_t leases, queued_batches;  /* from its last heartbeat */
+    double busy;                      /* 0..1 */
+    uint64_t memory_used, batches_sent, samples_sent;
+    uint64_t last_heartbeat_ms_ago;
+} sl_master_worker_view_t;
 
-/* GET /metrics: Prometheus text (prom.h), sluice_master_* families: jobs,
+/* The master as a whole. */
+typedef struct sl_master_status_view {
+    bool ready;             /* sl_master_ready */
+    const char *address;    /* control address */
+    uint64_t uptime_s;
+    uint32_t workers, clients; /* connected now */
+    sl_master_state_counters_t counters;
+    const char *failure;    /* why the state failed; "" when it did not */
+    bool has_executor;      /* executor: the last sl_master_report_executor */
+    sl_master_executor_stats_t executor;
+} sl_master_status_view_t;
+
+/* What to show (a NULL callback: not that part). */
+typedef struct sl_master_visitor {
+    void (*status)(void *ctx, const sl_master_status_view_t *v);
+    void (*job)(void *ctx, const sl_master_job_view_t *v);
+    void (*worker)(void *ctx, const sl_master_worker_view_t *v);
+    void *ctx;
+} sl_master_visitor_t;
+
+/* Show the master to v, all of it at one moment (under the master's
+ * lock): the status, then every job in submission order (only job_id when
+ * not NULL), then every worker id seen. Views and their strings are
+ * borrowed for the callback only; a callback must not call into m.
+ * @return SL_ERR_NOT_FOUND when job_id names no job (then nothing is
+ * shown). */
+sl_err_t sl_master_visit(sl_master_t *m, const char *job_id, const sl_master_visitor_t *v,
+                         sl_error_t *err);
+
+/* GET /metrics: Prometheus text (admin/prom.h), sluice_master_* families: jobs,
  * workers, clients, splits{job,state}, leases_granted_total,
  * lease_expiries_total, lease_revocations_total, worker_ids_in_use_total,
  * commits_total{result}, committed_rows{job},
@@ -208,45 +237,11 @@ typedef struct sl_master_desired {
  * @return the number of jobs (may exceed cap). */
 uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t cap);
 
-/* Fair share of the fleet (implemented in master_admin.c). Each job has
- * desired workers (0: finished) and a min_workers. When max_fleet_workers
- * is 0 or the desired counts sum to at most it, every job is granted its
- * desired count. Otherwise the counts are scaled down in proportion to the
- * desired ones (granted = desired * r for one ratio r < 1), never below a
- * job's min_workers (nor above its desired count), so that they sum to
- * max_fleet_workers; the workers left by rounding down go one each to the
- * largest fractions, ties to the lower job id (strcmp). When the
- * min_workers alone exceed max_fleet_workers, each job gets its minimum
- * (the bound then is the sum of the minimums). Pure: sets jobs[i].granted. */
-typedef struct sl_master_autoscale_share {
-    const char *job_id; /* borrowed; breaks ties */
-    uint32_t desired, min_workers;
-    uint32_t granted;   /* out */
-} sl_master_autoscale_share_t;
-void sl_master_autoscale_fair_share(sl_master_autoscale_share_t *jobs, uint32_t n,
-                                    uint32_t max_fleet_workers);
-
 /* The local executor's figures, for GET /metrics (sluice_master_executor_*:
  * workers started, exits by result, spawn errors, restarts postponed, the
  * longest restart delay now) and GET /status ("executor"). The process that
  * drives an executor reports after each pass; without a report the
  * families are absent. */
 void sl_master_report_executor(sl_master_t *m, const sl_master_executor_stats_t *st);
-
-/* ---- admin endpoint (implemented in master_admin.c) -------------------------------- */
-
-/* Start the master's admin endpoint (GET /healthz /readyz /metrics /status,
- * GET/POST/DELETE /jobs, GET /jobs/{}, GET /workers, POST /jobs/{}/scale)
- * on address (NULL: "127.0.0.1:0") with bearer token (NULL: mutating routes
- * answer 403). m must outlive it. Caller owns *out, free with
- * sl_admin_stop. */
-sl_err_t sl_master_admin_start(sl_master_t *m, const char *address, const char *token,
-                               sl_admin_t **out, sl_error_t *err);
-
-/* The same with every endpoint option (address, token, TLS certificate and
- * key, connection limit and timeout, admin.h); its routes, context and
- * body limit are the master's own. */
-sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, sl_admin_t **out,
-                               sl_error_t *err);
 
 #endif

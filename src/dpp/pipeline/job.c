@@ -347,12 +347,7 @@ sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
     if (p.nomem) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
     } else if (p.problems->count > before) {
-        uint32_t n = p.problems->count - before;
-        if (n == 1)
-            rc = sl_error_set(err, SL_ERR_INVALID, "job spec: %s", p.problems->items[before]);
-        else
-            rc = sl_error_set(err, SL_ERR_INVALID, "job spec: %s (and %u more problem%s)",
-                              p.problems->items[before], n - 1, n > 2 ? "s" : "");
+        rc = sl_pipeline_problems_error(p.problems, before, "job spec", err);
     }
     sl_pipeline_problems_free(&local);
     if (rc != SL_OK) {

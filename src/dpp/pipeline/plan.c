@@ -466,13 +466,9 @@ static sl_err_t plan_bind(const sl_pipeline_job_t *job, const sl_wh_schema_t *sc
     if (b.nomem) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job plan: out of memory");
     } else if (b.problems->count > before) {
-        uint32_t n = b.problems->count - before;
-        if (n == 1)
-            rc = sl_error_set(err, SL_ERR_INVALID, "job '%s': %s", job->id,
-                              b.problems->items[before]);
-        else
-            rc = sl_error_set(err, SL_ERR_INVALID, "job '%s': %s (and %u more problem%s)", job->id,
-                              b.problems->items[before], n - 1, n > 2 ? "s" : "");
+        char what[300];
+        snprintf(what, sizeof what, "job '%s'", job->id);
+        rc = sl_pipeline_problems_error(b.problems, before, what, err);
     }
     sl_pipeline_problems_free(&local);
     if (rc != SL_OK) {

@@ -62,3 +62,12 @@ bool sl_pipeline_problems_add(sl_pipeline_problems_t *p, const char *fmt, ...)
     p->items[p->count++] = line;
     return true;
 }
+
+sl_err_t sl_pipeline_problems_error(const sl_pipeline_problems_t *p, uint32_t first,
+                                    const char *what, sl_error_t *err)
+{
+    uint32_t n = p->count - first;
+    if (n == 1) return sl_error_set(err, SL_ERR_INVALID, "%s: %s", what, p->items[first]);
+    return sl_error_set(err, SL_ERR_INVALID, "%s: %s (and %u more problem%s)", what,
+                        p->items[first], n - 1, n > 2 ? "s" : "");
+}
