@@ -1,4 +1,4 @@
-/* `sluice master`: the DPP master process (src/dpp/master.h) with its admin
+/* `sluice master`: the DPP master process (src/dpp/master/master.h) with its admin
  * endpoint, and optionally the local executor that turns each job's desired
  * worker count into `sluice worker` processes on this machine. Runs until
  * SIGINT or SIGTERM. */

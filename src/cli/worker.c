@@ -1,7 +1,7 @@
-/* `sluice worker`: run one DPP job's pipeline (src/dpp/worker.h) and serve
+/* `sluice worker`: run one DPP job's pipeline (src/dpp/worker/worker.h) and serve
  * its batches to trainer clients until stopped (SIGINT, SIGTERM) or, with
  * --exit-when-done, until every batch has been acknowledged. With --master
- * the job and its splits come from a DPP master (src/dpp/master_source.h)
+ * the job and its splits come from a DPP master (src/dpp/worker/lease_client.h)
  * and the worker exits once the master has no more work for it. Options are
  * defined once in the table below, which also produces the help text.
  * Exit codes: 0 done, 1 failed, 2 usage error or a job spec with problems. */
@@ -252,7 +252,7 @@ int sl_cli_worker(int argc, char **argv)
         fprintf(stderr, "sluice worker: %s\n", err.msg);
         return 1;
     }
-    /* copied by the server and the master source; wiped at exit */
+    /* copied by the server and the lease client; wiped at exit */
     o.cluster_secret = secret;
     sl_cli_raise_nofile();
     sl_pipeline_problems_t problems = {0};

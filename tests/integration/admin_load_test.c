@@ -1,4 +1,4 @@
-/* The admin endpoints (the master's and a worker's, src/dpp/admin.c) under
+/* The admin endpoints (the master's and a worker's, src/dpp/admin/endpoint.c) under
  * hostile load: 60 unauthenticated 8 MiB bodies do not grow the process's
  * memory (the token is judged from the headers, the body never buffered);
  * /healthz keeps answering within a second while 64 idle sockets and 80

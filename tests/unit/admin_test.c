@@ -1,4 +1,4 @@
-/* The admin HTTP endpoint (src/dpp/admin.c) over real sockets: routing,
+/* The admin HTTP endpoint (src/dpp/admin/endpoint.c) over real sockets: routing,
  * path parameters, 404/405, bearer token (401 without, 403 when none is
  * configured), body limit (413), malformed JSON (400 naming where), garbage
  * requests, HEAD, job ids in the path, paths that are not UTF-8, the token

@@ -1,4 +1,4 @@
-/* Autoscaler decisions (src/dpp/autoscale.c): up while trainers wait and
+/* Autoscaler decisions (src/dpp/master/autoscale.c): up while trainers wait and
  * workers are busy, down when workers idle, hold when the bottleneck is
  * elsewhere, hysteresis (streaks and cooldown), bounds, operator override. */
 #include <criterion/criterion.h>

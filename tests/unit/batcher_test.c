@@ -1,4 +1,4 @@
-/* The batcher (src/dpp/batcher.h): rows of random stripes with random
+/* The batcher (src/dpp/worker/batcher.h): rows of random stripes with random
  * selections come out in batches of exactly batch_size (the last one short,
  * or dropped with drop_last), every selected row once and in order, every
  * value equal to its source row, origins (split, row, sequence) right, the

@@ -1,4 +1,4 @@
-/* The local executor (src/dpp/executor.h) with a stand-in worker program: a
+/* The local executor (src/dpp/master/executor.h) with a stand-in worker program: a
  * shell script that records its arguments and sleeps. Scaling up spawns
  * the right command lines, scaling down stops the newest workers with
  * SIGTERM, a worker killed from outside is reaped and reported as a

@@ -1,4 +1,4 @@
-/* Tests of the master process (src/dpp/master.h) over real sockets: fake
+/* Tests of the master process (src/dpp/master/master.h) over real sockets: fake
  * workers and trainer clients speak proto/control.proto to it. Covers job
  * submission (and its refusals), register / lease / heartbeat / split read,
  * attach / commit (overlap, idempotent retry, across a restart), tokens,

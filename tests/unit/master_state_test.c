@@ -1,4 +1,4 @@
-/* Tests of the DPP master's state machine (src/dpp/master_state.h): leases
+/* Tests of the DPP master's state machine (src/dpp/master/state.h): leases
  * with todo ranges, commits (overlap, idempotence, epochs), split reads,
  * stale generations, expiry, epochs and their seeded order, static
  * sharding, resume tokens, and a property test of exactly-once delivery

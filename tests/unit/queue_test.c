@@ -1,4 +1,4 @@
-/* The worker's bounded queue and memory budget (src/dpp/queue.h): FIFO
+/* The worker's bounded queue and memory budget (src/dpp/worker/queue.h): FIFO
  * order, capacity and timeouts, push_front, close and drain, many producers
  * and consumers losing and duplicating nothing, and the budget's waiting
  * rules (limit, held bytes, pinned bytes, close). */

@@ -1,4 +1,4 @@
-/* Admin HTTP endpoint on libmicrohttpd (admin.h): routing, job-id path
+/* Admin HTTP endpoint on libmicrohttpd (endpoint.h): routing, job-id path
  * segments, bearer-token check and body limit from the headers, JSON
  * replies, TLS and connection limits. */
 #include "dpp/admin/endpoint.h"

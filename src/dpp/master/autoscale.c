@@ -1,4 +1,5 @@
-/* Autoscaler decision with hysteresis (autoscale.h). */
+/* Autoscaler decision with hysteresis, and the fleet's fair share over
+ * jobs (autoscale.h). */
 #include "dpp/master/autoscale.h"
 
 #include <math.h>

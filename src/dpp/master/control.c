@@ -400,7 +400,7 @@ static void on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__Spl
 }
 
 /* A worker could not read its lease's split: count it (the split is leased
- * again, skipped, or its job fails: master_failure.c) and answer after the
+ * again, skipped, or its job fails: state_failure.c) and answer after the
  * round's sync (the outcome is journaled). */
 static void on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__SplitFailed *r)
 {

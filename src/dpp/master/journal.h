@@ -1,7 +1,7 @@
 /* The DPP master's journal: an append-only file of checksummed records plus
  * a snapshot, in a state directory. This layer knows bytes, files and fsync;
  * what the records mean (protobuf messages of proto/master.proto) is
- * master_state.c's business.
+ * state.c's business.
  *
  *   DIR/journal   16-byte header: magic "SLMJ" | u32 version | u64 generation
  *                 then records:   u32 len | u32 ~len | u64 XXH3-64(payload,

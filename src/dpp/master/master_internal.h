@@ -1,6 +1,6 @@
 /* Internals of the master process shared by master.c (lifecycle, admin
- * calls, autoscaling) and master_server.c (control connections). Not an
- * API. Everything below m->mu is guarded by it. */
+ * calls, autoscaling), control.c (control connections) and guard.c (who
+ * may connect). Not an API. Everything below m->mu is guarded by it. */
 #ifndef SLUICE_DPP_MASTER_MASTER_INTERNAL_H
 #define SLUICE_DPP_MASTER_MASTER_INTERNAL_H
 
@@ -48,7 +48,7 @@ typedef struct mp_conn {
     uint32_t rank;   /* MP_CLIENT: its ATTACH rank (static sharding checks commits against it) */
     uint8_t *buf;  /* bytes received, not yet a whole frame */
     size_t len, cap;
-    /* admission (master_guard.c) */
+    /* admission (guard.c) */
     uint64_t opened_ms;  /* accepted at */
     uint64_t last_rx_ms; /* last whole frame received */
     bool auth_pending;   /* challenged: only AUTH_RESPONSE is read */
@@ -99,7 +99,7 @@ struct sl_master {
     uint64_t ids_in_use;   /* registrations refused: the worker id has another live process */
     sl_master_executor_stats_t exec; /* the local executor's last report */
     bool has_exec;
-    /* admission (master_guard.c) */
+    /* admission (guard.c) */
     char *secret; /* the cluster secret (owned), NULL: no handshake */
     uint64_t auth_failures, handshake_timeouts, idle_closed, evicted, refused;
     uint64_t last_sweep_ms;
@@ -117,13 +117,13 @@ void mp_fail(sl_master_t *m, const sl_error_t *err);
 /* Autoscaler observations and lease expiry; called by the control loop. */
 void mp_tick(sl_master_t *m, uint64_t now_ms);
 
-/* master_server.c */
+/* control.c */
 sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err);
 void mp_server_stop(sl_master_t *m);
 /* Answer ERROR(code, msg) on connection i and close it (under m->mu). */
 void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg);
 
-/* master_guard.c: who may use the control port (under m->mu, control thread) */
+/* guard.c: who may use the control port (under m->mu, control thread) */
 /* A connection was just accepted into slot i: stamp it and, with a cluster
  * secret, send the challenge. */
 void mp_guard_accepted(sl_master_t *m, uint32_t i, uint64_t now_ms);

@@ -1,8 +1,9 @@
 /* The DPP master's state transitions: jobs and their per-epoch split order,
  * leases, renewals, expiry, epoch advance, static sharding. Commits, split
- * reads and clients are in master_commit.c; journal records, snapshots and
- * tokens in master_persist.c and master_replay.c.
- * Callers hold the master's lock (master_state.h). */
+ * reads and client records are in state_commit.c and state_clients.c,
+ * split failures in state_failure.c; journal records and tokens in
+ * state_persist.c, replay, snapshots and the dump in state_replay.c.
+ * Callers hold the master's lock (state.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

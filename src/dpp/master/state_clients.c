@@ -1,4 +1,4 @@
-/* The DPP master's trainer client records (master_state.h, "client
+/* The DPP master's trainer client records (state.h, "client
  * records"): touching the connected ones, and forgetting those idle for
  * the master's idle period, so that max_clients bounds the clients active
  * at once rather than every client ever seen. An eviction is one journal

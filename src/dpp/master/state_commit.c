@@ -1,6 +1,6 @@
 /* The DPP master's exactly-once core: committed row ranges per split,
  * trainer clients and their remembered commit nonces, COMMIT and
- * SPLIT_READ (master_state.h). Callers hold the master's lock. */
+ * SPLIT_READ (state.h). Callers hold the master's lock. */
 #include <stdio.h>
 #include <string.h>
 

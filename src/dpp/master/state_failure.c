@@ -1,5 +1,5 @@
 /* Splits that cannot be read, and jobs that fail because of them
- * (master_state.h, sl_master_state_split_failed; docs/DESIGN.md, "Failed
+ * (state.h, sl_master_state_split_failed; docs/DESIGN.md, "Failed
  * jobs"). A worker's SPLIT_FAILED is counted against the split for the
  * epoch, whichever worker sent it, and releases the lease; the split's
  * max_failures-th failure either skips the split (on_bad_split "skip": its

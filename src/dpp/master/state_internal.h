@@ -1,5 +1,7 @@
-/* Internals shared by master_state.c (the transitions) and master_persist.c
- * (journal records, snapshot, resume tokens, dump). Not an API. */
+/* Internals of the master's state machine (state.h), shared by its files:
+ * state.c (the transitions), state_commit.c, state_clients.c,
+ * state_failure.c, state_persist.c (journal records, tokens) and
+ * state_replay.c (replay, snapshots, dump). Not an API. */
 #ifndef SLUICE_DPP_MASTER_STATE_INTERNAL_H
 #define SLUICE_DPP_MASTER_STATE_INTERNAL_H
 
@@ -55,7 +57,7 @@ typedef struct job {
     uint64_t committed_rows, total_rows;
     uint64_t batches, samples; /* accepted commits and their samples, every epoch */
     bool skip_bad;             /* on_bad_split "skip" */
-    bool failed;               /* JobFailed: terminal, see master_failure.c */
+    bool failed;               /* JobFailed: terminal, see state_failure.c */
     uint32_t fail_split, fail_epoch;
     int32_t fail_stripe, fail_code;
     char *fail_file, *fail_message; /* when failed */
@@ -107,7 +109,7 @@ struct sl_master_state {
     sl_master_state_counters_t c;
 };
 
-/* master_state.c */
+/* state.c */
 job *m_find_job(const sl_master_state_t *m, const char *id, uint32_t *slot);
 sl_err_t m_worker_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_error_t *err);
 bool m_worker_reserve(sl_master_state_t *m, uint32_t w);
@@ -130,7 +132,7 @@ bool m_overlaps(const job *jb, uint32_t split, uint64_t from, uint64_t to);
 /* A split whose rows are all committed and is not DONE becomes DONE. */
 void m_maybe_done(sl_master_state_t *m, uint32_t slot, uint32_t split);
 /* Client bookkeeping: find or add (by name); remember an accepted nonce;
- * forget one (master_clients.c; the last client moves into its index). */
+ * forget one (state_clients.c; the last client moves into its index). */
 sl_err_t m_client_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_error_t *err);
 bool m_client_find(const sl_master_state_t *m, const char *name, uint32_t *out);
 void m_client_remove(sl_master_state_t *m, uint32_t c);
@@ -148,7 +150,7 @@ uint64_t m_fingerprint(const Sluice__Master__SplitList *l);
 void *m_pb_alloc(void *ctx, size_t size);
 void m_pb_free(void *ctx, void *p);
 
-/* master_failure.c: the transitions of a split failure (live and replay) */
+/* state_failure.c: the transitions of a split failure (live and replay) */
 void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split);
 sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
                             const Sluice__Master__JobFailure *f, sl_error_t *err);
@@ -158,7 +160,7 @@ sl_err_t m_apply_split_skipped(sl_master_state_t *m, uint32_t slot, uint32_t spl
                                sl_error_t *err);
 void m_free_failure(const sl_allocator_t *a, job *jb);
 
-/* master_persist.c, master_replay.c */
+/* state_persist.c, state_replay.c */
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err);
 sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
                         sl_error_t *err);

@@ -1,7 +1,9 @@
-/* The DPP master's durable side: journal records (encode, and replay with
- * every field checked, since the bytes come from disk), snapshots, resume
- * tokens, the canonical dump, and open / sync / compact. The transitions
- * themselves are in master_state.c. Callers hold the master's lock. */
+/* The DPP master's writing side: journal records (m_journal encodes and
+ * appends every change), the check of a job's spec record (live and on
+ * replay), adding a job, and resume tokens (encode, and resume from one or
+ * one per rank). Reading the journal back (records, snapshots), the dump
+ * and open / sync / compact are in state_replay.c; the transitions
+ * themselves in state.c. Callers hold the master's lock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,11 +13,6 @@
 #include "dpp/master/state_internal.h"
 
 #define TOKEN_HEADER_BYTES 16 /* magic | u32 version | u64 XXH3(payload) */
-
-/* Generations an earlier run may have handed out without a durable record
- * lie below the last journaled one + this gap (no run grants 2^32 leases
- * between two syncs). */
-#define GENERATION_GAP (1ull << 32)
 
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err)
 {

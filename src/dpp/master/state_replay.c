@@ -10,7 +10,9 @@
 
 #include "dpp/master/state_internal.h"
 
-/* See master_persist.c: no run grants 2^32 leases between two syncs. */
+/* Generations an earlier run may have handed out without a durable record
+ * lie below the last journaled one + this gap (no run grants 2^32 leases
+ * between two syncs). */
 #define GENERATION_GAP (1ull << 32)
 
 static sl_err_t bad(sl_error_t *err, uint64_t offset, const char *fmt, const char *job,

@@ -1,6 +1,6 @@
-/* The worker's admin endpoint (admin.h): GET /healthz, /readyz, /metrics
- * (Prometheus text) and /status (JSON) of one worker, and of its master
- * source when it runs under a master. Read-only: no route mutates, so no
+/* The worker's admin routes on the HTTP endpoint of dpp/admin/endpoint.h:
+ * GET /healthz, /readyz, /metrics (Prometheus text) and /status (JSON) of
+ * one worker, and of its lease client when it runs under a master. Read-only: no route mutates, so no
  * token is needed. Documented in docs/WORKER.md ("Admin endpoint"). */
 #ifndef SLUICE_DPP_WORKER_ADMIN_H
 #define SLUICE_DPP_WORKER_ADMIN_H
@@ -21,7 +21,7 @@ sl_err_t sl_worker_admin_start(sl_worker_t *w, sl_worker_lease_client_t *ms,
                                sl_error_t *err);
 
 /* The same with every endpoint option (address, TLS certificate and key,
- * connection limit and timeout, admin.h); routes and context are the
+ * connection limit and timeout, endpoint.h); routes and context are the
  * worker's own, and no route needs a token. */
 sl_err_t sl_worker_admin_serve(sl_worker_t *w, sl_worker_lease_client_t *ms,
                                const sl_admin_opts_t *endpoint, sl_worker_admin_t **out,

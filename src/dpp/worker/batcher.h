@@ -1,7 +1,8 @@
 /* The batcher: gathers the rows a filter kept from successive stripes into
  * batches of the job's batch size, across stripe and split boundaries (not
- * across epochs), optionally through a seeded row-shuffle window, and runs
- * a batch's dedup groups (src/dedup) once it is complete.
+ * across epochs), optionally through a seeded row-shuffle window. The
+ * worker's transform threads then deduplicate each batch handed out
+ * (sl_worker_batcher_dedup, over src/dedup), not the batcher itself.
  *
  * Input rows are what the reader hands out (sl_wh_rows_t.batch): a plain KJT
  * of stride N, dense [N, D], labels [N, T], sample ids, and, when a table

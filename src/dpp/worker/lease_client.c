@@ -1,4 +1,4 @@
-/* The master split source (master_source.h): the control connection, the
+/* The lease client (lease_client.h): the control connection, the
  * leases a worker holds, and the control thread (heartbeats, SPLIT_READ).
  *
  * A lease lives from LEASE until both the reader is done with it and every

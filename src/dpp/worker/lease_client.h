@@ -105,7 +105,7 @@ void sl_worker_lease_client_stats(sl_worker_lease_client_t *ms,
  *            wildcard host replaced by the host name) and register
  *   sl_worker_lease_client_wait_job (the caller's loop)
  *   start    parse the job spec of the first lease (problems by JSON path in
- *            *problems) and start the worker on the master source
+ *            *problems) and start the worker on the lease client
  * On success of start the caller owns *job (free with sl_pipeline_job_destroy
  * after the worker) and *out, and the worker owns the source and socket;
  * on failure of start, nothing is left. Before start, free a prepared

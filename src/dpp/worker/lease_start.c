@@ -1,4 +1,4 @@
-/* Starting a worker under a master (master_source.h: sl_worker_lease_prep_*,
+/* Starting a worker under a master (lease_client.h: sl_worker_lease_prep_*,
  * sl_worker_start_leased): the listening socket first, so that the
  * serve address can be registered before the job is known, then the job
  * from the first lease. */

@@ -1,4 +1,4 @@
-/* Where a worker's rows come from (worker.h): the local split source, and
+/* Where a worker's rows come from (source.h): the table split source, and
  * in master mode the reading of a lease's todo rows into batches that are
  * each one row range of one split. */
 #include <inttypes.h>

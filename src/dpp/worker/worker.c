@@ -1,7 +1,7 @@
 /* The DPP worker (worker.h): the reader thread (read, filter, batch), the
  * transform threads (dedup, transform, encode), the memory budget they
  * share, and the server they feed. The split sources and the reading of a
- * lease are in worker_source.c. */
+ * lease are in table_source.c. */
 #include "dpp/worker/worker.h"
 
 #include <inttypes.h>

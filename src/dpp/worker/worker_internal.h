@@ -1,4 +1,4 @@
-/* Private to the worker (worker.c: threads, budget, server; worker_source.c:
+/* Private to the worker (worker.c: threads, budget, server; table_source.c:
  * the local split source and reading a lease in master mode). */
 #ifndef SLUICE_DPP_WORKER_WORKER_INTERNAL_H
 #define SLUICE_DPP_WORKER_WORKER_INTERNAL_H
@@ -106,7 +106,7 @@ void dpp_worker_account_stripe(sl_worker_t *w, uint64_t rows, uint64_t kept, uin
 uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows);
 
 /* Read the todo rows of the leased split wk from r (open on its file) into
- * the batcher b: see worker_source.c. */
+ * the batcher b: see table_source.c. */
 sl_err_t dpp_worker_read_lease(sl_worker_t *w, sl_worker_batcher_t *b, sl_wh_reader_t *r,
                                const sl_worker_work_t *wk, rscratch_t *sc, bool weigh,
                                sl_error_t *err);
