@@ -41,11 +41,11 @@ static sl_master_state_job_spec_t spec_of(const char *id, uint32_t n, uint32_t e
                                           uint64_t seed)
 {
     return (sl_master_state_job_spec_t){.job_id = id,
-                                      .splits = g_splits,
-                                      .num_splits = n,
-                                      .epochs = epochs,
-                                      .seed = seed,
-                                      .shuffle = shuffle};
+                                        .splits = g_splits,
+                                        .num_splits = n,
+                                        .epochs = epochs,
+                                        .seed = seed,
+                                        .shuffle = shuffle};
 }
 
 static sl_master_state_t *mem_master(uint64_t timeout)

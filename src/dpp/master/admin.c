@@ -242,14 +242,20 @@ static void job_append(void *ctx, const sl_master_job_view_t *v)
     json_array_append_new(ctx, job_json(v));
 }
 
-json_t *sl_master_admin_jobs_json(sl_master_t *m)
+/* {key: [what v appends for every job or worker]}, NULL when out of memory. */
+static json_t *listed(sl_master_t *m, const char *key, sl_master_visitor_t v)
 {
     json_t *arr = json_array();
     if (arr == NULL) return NULL;
-    sl_master_visitor_t v = {.job = job_append, .ctx = arr};
+    v.ctx = arr;
     sl_error_t err = {0};
     sl_master_visit(m, NULL, &v, &err);
-    return json_pack("{s:o}", "jobs", arr);
+    return json_pack("{s:o}", key, arr);
+}
+
+json_t *sl_master_admin_jobs_json(sl_master_t *m)
+{
+    return listed(m, "jobs", (sl_master_visitor_t){.job = job_append});
 }
 
 static void worker_append(void *ctx, const sl_master_worker_view_t *w)
@@ -267,12 +273,7 @@ static void worker_append(void *ctx, const sl_master_worker_view_t *w)
 
 json_t *sl_master_admin_workers_json(sl_master_t *m)
 {
-    json_t *arr = json_array();
-    if (arr == NULL) return NULL;
-    sl_master_visitor_t v = {.worker = worker_append, .ctx = arr};
-    sl_error_t err = {0};
-    sl_master_visit(m, NULL, &v, &err);
-    return json_pack("{s:o}", "workers", arr);
+    return listed(m, "workers", (sl_master_visitor_t){.worker = worker_append});
 }
 
 typedef struct status_json {

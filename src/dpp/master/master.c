@@ -38,8 +38,8 @@ void mp_share_locked(sl_master_t *m)
         bool finished = sl_master_state_job_status(m->st, j->id, &st, &err) == SL_OK &&
                         (st.finished || st.failed);
         m->share[n++] = (sl_master_autoscale_share_t){.job_id = j->id,
-                                            .desired = finished ? 0 : j->as.desired,
-                                            .min_workers = j->as.opts.min_workers};
+                                                      .desired = finished ? 0 : j->as.desired,
+                                                      .min_workers = j->as.opts.min_workers};
     }
     sl_master_autoscale_fair_share(m->share, n, m->opts.max_fleet_workers);
     n = 0;

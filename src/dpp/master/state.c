@@ -595,10 +595,10 @@ sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, co
     m_do_lease(m, slot, split, w, gen, expiry);
     const split_def *d = &jb->defs[split];
     *out = (sl_master_lease_t){.split = split,
-                            .epoch = jb->epoch,
-                            .generation = gen,
-                            .expiry_ms = expiry,
-                            .rank_plus_one =
+                               .epoch = jb->epoch,
+                               .generation = gen,
+                               .expiry_ms = expiry,
+                               .rank_plus_one =
                                 jb->rank_of_split != NULL ? jb->rank_of_split[split] + 1 : 0,
                             .todo = m->todo,
                             .num_todo = nt,

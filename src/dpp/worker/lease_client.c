@@ -546,13 +546,13 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
     sl_err_t rc = get_lease(ms, 0, true, &l, err);
     if (rc) return rc;
     *out = (sl_worker_work_t){.split = &l->sp,
-                           .epoch = l->epoch,
-                           .split_id = l->split,
-                           .lease = l,
-                           .todo = l->todo,
-                           .num_todo = l->num_todo,
-                           .generation = l->generation,
-                           .rank_plus_one = l->rank_plus_one};
+                              .epoch = l->epoch,
+                              .split_id = l->split,
+                              .lease = l,
+                              .todo = l->todo,
+                              .num_todo = l->num_todo,
+                              .generation = l->generation,
+                              .rank_plus_one = l->rank_plus_one};
     return SL_OK;
 }
 
@@ -652,14 +652,14 @@ static void src_destroy(void *ctx)
 sl_worker_source_t sl_worker_lease_client_source(sl_worker_lease_client_t *ms)
 {
     return (sl_worker_source_t){.next = src_next,
-                                   .done = src_done,
-                                   .destroy = src_destroy,
-                                   .cancel = src_cancel,
-                                   .lease_made = src_made,
-                                   .lease_live = src_live,
-                                   .lease_retire = src_retire,
-                                   .lease_failed = src_failed,
-                                   .ctx = ms};
+                                .done = src_done,
+                                .destroy = src_destroy,
+                                .cancel = src_cancel,
+                                .lease_made = src_made,
+                                .lease_live = src_live,
+                                .lease_retire = src_retire,
+                                .lease_failed = src_failed,
+                                .ctx = ms};
 }
 
 /* ---- the control thread ---- */

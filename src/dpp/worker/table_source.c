@@ -173,9 +173,9 @@ sl_err_t dpp_worker_read_lease(sl_worker_t *w, sl_worker_batcher_t *b, sl_wh_rea
     sl_err_t rc = SL_OK;
     sc->num_empty = 0;
     w->tag = (sl_worker_server_item_t){.lease = wk->lease,
-                             .split = (uint32_t)wk->split_id,
-                             .generation = wk->generation,
-                             .rank_plus_one = wk->rank_plus_one};
+                                       .split = (uint32_t)wk->split_id,
+                                       .generation = wk->generation,
+                                       .rank_plus_one = wk->rank_plus_one};
     for (uint32_t i = 0; i < wk->num_todo; i++)
         if (todo[i].from_row >= todo[i].to_row || todo[i].to_row > wk->split->num_rows ||
             (i && todo[i].from_row < todo[i - 1].to_row))
