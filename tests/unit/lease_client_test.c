@@ -103,7 +103,7 @@ static void teardown(void)
     tu_rm_tree(tmpdir);
 }
 
-TestSuite(master_source, .init = setup, .fini = teardown);
+TestSuite(lease_client, .init = setup, .fini = teardown);
 
 /* ---- the worker under the fake master ---- */
 
@@ -300,12 +300,12 @@ static void run_tiling(bool filter, bool drop_last)
     no_thread_fails();
 }
 
-Test(master_source, batches_and_empty_ranges_tile_the_todo)
+Test(lease_client, batches_and_empty_ranges_tile_the_todo)
 {
     run_tiling(false, false);
 }
 
-Test(master_source, filtered_rows_belong_to_ranges_and_drop_last_is_empty)
+Test(lease_client, filtered_rows_belong_to_ranges_and_drop_last_is_empty)
 {
     run_tiling(true, false);
     run_tiling(true, true);
@@ -323,7 +323,7 @@ static bool all_read(fake_t *f)
 
 /* A lease revoked while its batches wait for a client: none is sent, it is
  * not reported; later leases are served normally. */
-Test(master_source, revoked_lease_batches_are_dropped)
+Test(lease_client, revoked_lease_batches_are_dropped)
 {
     fake_t f;
     fm_start(&f, splits, spec_of(false, false));
@@ -376,7 +376,7 @@ Test(master_source, revoked_lease_batches_are_dropped)
 }
 
 /* Static sharding: leases for rank 0 and rank 1; each client sees only its own. */
-Test(master_source, static_sharding_routes_batches_by_rank)
+Test(lease_client, static_sharding_routes_batches_by_rank)
 {
     fake_t f;
     fm_start(&f, splits, spec_of(false, false));
@@ -426,7 +426,7 @@ static sl_worker_t *start_dropping(fake_t *f, bool finish, int drop_after_reads,
 
 /* The master drops the connection: the worker registers again, and the
  * rest of the work is read and reported. */
-Test(master_source, reconnects_after_the_master_connection_drops)
+Test(lease_client, reconnects_after_the_master_connection_drops)
 {
     fake_t f;
     sl_pipeline_job_t *job;
@@ -458,7 +458,7 @@ Test(master_source, reconnects_after_the_master_connection_drops)
 /* The master refuses a re-registration for good (another live process
  * took the worker id while the connection was down): the worker fails
  * with the master's message at once, and does not keep trying. */
-Test(master_source, refused_registration_fails_the_worker)
+Test(lease_client, refused_registration_fails_the_worker)
 {
     fake_t f;
     sl_pipeline_job_t *job;
@@ -484,7 +484,7 @@ Test(master_source, refused_registration_fails_the_worker)
 
 /* A todo range past the split's rows fails the worker with a message that
  * names it; a master that cannot be reached fails start, naming it. */
-Test(master_source, bad_lease_and_unreachable_master)
+Test(lease_client, bad_lease_and_unreachable_master)
 {
     fake_t f;
     fm_start(&f, splits, spec_of(false, false));
@@ -561,7 +561,7 @@ static bool no_leases_left(fake_t *f)
     return f->next == f->nq && f->nreads == f->nq;
 }
 
-Test(master_source, cli_worker_under_a_master_with_admin)
+Test(lease_client, cli_worker_under_a_master_with_admin)
 {
     const char *bin = getenv("SLUICE_BINARY");
     cr_assert_not_null(bin, "SLUICE_BINARY");
@@ -642,7 +642,7 @@ Test(master_source, cli_worker_under_a_master_with_admin)
  * stays one row range), and a batch's order depends only on where it
  * starts: the same split leased again after other leases gives the same
  * batches in the same order. */
-Test(master_source, shuffle_window_stays_within_a_batch)
+Test(lease_client, shuffle_window_stays_within_a_batch)
 {
     fake_t f;
     fm_start(&f, splits, spec_shuffled(false, false, true));
