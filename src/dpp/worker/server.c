@@ -112,7 +112,8 @@ static void item_free(const sl_allocator_t *a, sl_worker_server_item_t *it)
 /* A lease's batch is gone (under s->mu). */
 static void retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
 {
-    if (it->lease && s->o.lease_retire) s->o.lease_retire(s->o.lease_ctx, it->lease, acked);
+    if (it->lease.handle && s->o.lease_retire)
+        s->o.lease_retire(s->o.lease_ctx, it->lease.handle, acked);
 }
 
 /* The queue of batches for rank_plus_one (under s->mu), created on first
@@ -158,7 +159,7 @@ static void requeue_unacked(struct sl_worker_server *s, client_t *c)
     for (uint32_t i = c->n_unacked; i-- > 0;) {
         sl_worker_server_item_t *it = c->unacked[i].item;
         sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
-        sl_worker_queue_t *q = rank_queue(s, it->rank_plus_one, false);
+        sl_worker_queue_t *q = rank_queue(s, it->lease.rank_plus_one, false);
         if (!q || sl_worker_queue_push_front(q, &m) != SL_OK) {
             /* Out of memory for a queue slot: the batch is lost; never
              * pretend it was delivered. */
@@ -222,7 +223,8 @@ static void *sender_main(void *arg)
                     sl_worker_queue_push_front(q, &m);
                     break;
                 }
-                if (it->lease && s->o.lease_live && !s->o.lease_live(s->o.lease_ctx, it->lease)) {
+                if (it->lease.handle && s->o.lease_live &&
+                    !s->o.lease_live(s->o.lease_ctx, it->lease.handle)) {
                     /* revoked: another worker serves these rows now */
                     s->outstanding--;
                     s->st.dropped++;
@@ -244,13 +246,13 @@ static void *sender_main(void *arg)
                 bi.epoch = it->origin.epoch;
                 bi.sequence = it->origin.sequence;
                 bi.num_samples = it->num_samples;
-                if (it->lease) {
+                if (it->lease.handle) {
                     bi.job_id = s->job_id;
-                    bi.split = it->split;
-                    bi.generation = it->generation;
-                    bi.from_row = it->from_row;
-                    bi.to_row = it->to_row;
-                    bi.rank_plus_one = it->rank_plus_one;
+                    bi.split = it->lease.split;
+                    bi.generation = it->lease.generation;
+                    bi.from_row = it->lease.from_row;
+                    bi.to_row = it->lease.to_row;
+                    bi.rank_plus_one = it->lease.rank_plus_one;
                 }
                 size_t len = it->len;
                 uint64_t t0 = mono_ns();
@@ -740,14 +742,14 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     }
     *it = *item;
     pthread_mutex_lock(&s->mu);
-    sl_worker_queue_t *q = rank_queue(s, it->rank_plus_one, true);
+    sl_worker_queue_t *q = rank_queue(s, it->lease.rank_plus_one, true);
     s->outstanding++;
     pthread_mutex_unlock(&s->mu);
     sl_err_t rc = SL_ERR_NOMEM;
     if (q) {
         sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
         rc = sl_worker_queue_push(q, &m, -1);
-    } else if (it->rank_plus_one > s->o.max_ranks) {
+    } else if (it->lease.rank_plus_one > s->o.max_ranks) {
         rc = SL_ERR_INVALID;
     }
     pthread_mutex_lock(&s->mu);
@@ -761,7 +763,7 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     pthread_mutex_unlock(&s->mu);
     if (rc == SL_ERR_INVALID)
         return sl_error_set(err, rc, "server: a batch for trainer rank %u (at most %u ranks)",
-                            item->rank_plus_one - 1, s->o.max_ranks);
+                            item->lease.rank_plus_one - 1, s->o.max_ranks);
     if (rc != SL_OK)
         return sl_error_set(err, rc, "server: cannot queue a batch: %s", sl_err_str(rc));
     return SL_OK;
