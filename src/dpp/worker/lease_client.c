@@ -22,7 +22,7 @@ void dpp_lease_timed_wait(sl_worker_lease_client_t *ms, uint64_t ms_wait)
     uint64_t ns = (uint64_t)ts.tv_nsec + (ms_wait % 1000) * 1000000ull;
     ts.tv_sec += (time_t)(ms_wait / 1000 + ns / 1000000000ull);
     ts.tv_nsec = (long)(ns % 1000000000ull);
-    pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
+    sl_cond_timedwait(&ms->cv, &ms->mu, &ts);
 }
 
 char *dpp_lease_dup_str(const sl_allocator_t *a, const char *s)
@@ -48,16 +48,12 @@ void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
     sl_free(ms->a, l, sizeof *l);
 }
 
-/* Under ms->mu: may a revoked lease be forgotten? Nobody holds it (not
- * handed, or read and every batch retired), no report is on its way, and a
- * failure was reported. */
 bool dpp_lease_gone(const lease_t *l)
 {
     return l->revoked && !l->reporting && (!l->handed || (l->read_done && l->outstanding == 0)) &&
            (!l->failed || l->fail_reported);
 }
 
-/* Under ms->mu: unlink and free l. */
 void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l)
 {
     for (lease_t **pp = &ms->leases; *pp; pp = &(*pp)->next)
@@ -97,7 +93,7 @@ static void src_done(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_rang
     sl_dpp_row_range_t *e = NULL;
     if (num_empty && (e = sl_alloc(ms->a, (size_t)num_empty * sizeof *e)))
         memcpy(e, empty, (size_t)num_empty * sizeof *e);
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     l->read_done = true;
     if (num_empty && !e) {
         /* Out of memory: without its empty ranges the split cannot be
@@ -111,23 +107,23 @@ static void src_done(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_rang
         dpp_lease_remove(ms, l);
     else
         pthread_cond_broadcast(&ms->cv);
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
 }
 
 static void src_made(void *ctx, void *lease)
 {
     sl_worker_lease_client_t *ms = ctx;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     ((lease_t *)lease)->outstanding++;
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
 }
 
 static bool src_live(void *ctx, void *lease)
 {
     sl_worker_lease_client_t *ms = ctx;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     bool live = !((lease_t *)lease)->revoked;
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     return live;
 }
 
@@ -136,7 +132,7 @@ static void src_retire(void *ctx, void *lease, bool acked)
     (void)acked;
     sl_worker_lease_client_t *ms = ctx;
     lease_t *l = lease;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     if (l->outstanding) l->outstanding--;
     if (l->outstanding == 0 && l->read_done) {
         if (dpp_lease_gone(l))
@@ -144,14 +140,14 @@ static void src_retire(void *ctx, void *lease, bool acked)
         else
             pthread_cond_broadcast(&ms->cv); /* the control thread reports it */
     }
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
 }
 
 static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg)
 {
     sl_worker_lease_client_t *ms = ctx;
     lease_t *l = lease;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     if (!l->failed) {
         l->failed = true;
         l->revoked = true; /* not live: its batches still queued are dropped unsent */
@@ -161,17 +157,17 @@ static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, co
         ms->st.splits_failed++;
         pthread_cond_broadcast(&ms->cv); /* the control thread reports it */
     }
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
 }
 
 static void src_cancel(void *ctx)
 {
     sl_worker_lease_client_t *ms = ctx;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     ms->cancel = true;
     ms->worker = NULL;
     pthread_cond_broadcast(&ms->cv);
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     if (ms->thread_started) pthread_join(ms->thread, NULL);
     ms->thread_started = false;
 }
@@ -216,8 +212,8 @@ sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
         ms->incarnation =
             (uint64_t)dpp_lease_mono_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
     if (ms->incarnation == 0) ms->incarnation = 1; /* 0: "not told" to the master */
-    pthread_mutex_init(&ms->conn_mu, NULL);
-    pthread_mutex_init(&ms->mu, NULL);
+    sl_mutex_init(&ms->conn_mu);
+    sl_mutex_init(&ms->mu);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -237,9 +233,9 @@ sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
         rc = sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
         goto fail;
     }
-    pthread_mutex_lock(&ms->conn_mu);
+    sl_mutex_lock(&ms->conn_mu);
     rc = dpp_lease_connect(ms, err);
-    pthread_mutex_unlock(&ms->conn_mu);
+    sl_mutex_unlock(&ms->conn_mu);
     if (rc) goto fail;
     if (pthread_create(&ms->thread, NULL, dpp_lease_control_main, ms) != 0) {
         rc = sl_error_set(err, SL_ERR_IO, "master source: cannot start the control thread");
@@ -260,9 +256,9 @@ sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeo
     uint64_t deadline =
         timeout_ms < 0 ? 0 : dpp_lease_mono_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
     lease_t *l = NULL;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     bool have = ms->spec_json != NULL;
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     if (!have) {
         sl_err_t rc = dpp_lease_get(ms, deadline, false, &l, err);
         if (rc) return rc;
@@ -274,18 +270,18 @@ sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeo
 
 void sl_worker_lease_client_attach(sl_worker_lease_client_t *ms, sl_worker_t *w)
 {
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     if (!ms->cancel) ms->worker = w;
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
 }
 
 void sl_worker_lease_client_stats(sl_worker_lease_client_t *ms, sl_worker_lease_client_stats_t *out)
 {
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     *out = ms->st;
     out->lease_timeout_ms = ms->lease_timeout_ms;
     out->heartbeat_ms = ms->heartbeat_ms;
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
 }
 
 void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms)
@@ -297,15 +293,17 @@ void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms)
         ms->leases = l->next;
         dpp_lease_free(ms, l);
     }
+    sl_mutex_lock(&ms->conn_mu); /* nobody else is left: the rule, not a wait */
     dpp_lease_disconnect(ms);
+    sl_mutex_unlock(&ms->conn_mu);
     dpp_lease_free_str(ms->a, ms->master);
     dpp_lease_free_str(ms->a, ms->worker_id);
     dpp_lease_free_str(ms->a, ms->serve_address);
     dpp_lease_free_str(ms->a, ms->admin_address);
     dpp_lease_free_str(ms->a, ms->spec_json);
     sl_rpc_secret_free(ms->secret);
-    pthread_mutex_destroy(&ms->conn_mu);
-    pthread_mutex_destroy(&ms->mu);
+    sl_mutex_destroy(&ms->conn_mu);
+    sl_mutex_destroy(&ms->mu);
     pthread_cond_destroy(&ms->cv);
     sl_free(ms->a, ms, sizeof *ms);
 }

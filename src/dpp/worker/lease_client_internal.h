@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "common/lock.h"
 #include "dpp/worker/lease_client.h"
 #include "rpc/frame.h"
 
@@ -50,10 +51,10 @@ struct sl_worker_lease_client {
     char *master, *worker_id, *serve_address, *admin_address;
     uint64_t incarnation;    /* random, this source's (process's) identity in REGISTER */
     char *secret; /* the cluster secret, NULL: none */
-    pthread_mutex_t conn_mu; /* the connection: one call at a time */
+    sl_mutex_t conn_mu;      /* the connection: one call at a time */
     int fd;                  /* -1: not connected */
     bool ever_connected;
-    pthread_mutex_t mu; /* everything below */
+    sl_mutex_t mu; /* everything below */
     pthread_cond_t cv;
     lease_t *leases;
     char job_id[256];
@@ -89,7 +90,7 @@ static inline uint64_t dpp_lease_mono_ns(void)
 
 /* lease_client.c */
 /* Under ms->mu: wait on ms->cv for at most ms_wait milliseconds. */
-void dpp_lease_timed_wait(sl_worker_lease_client_t *ms, uint64_t ms_wait);
+void dpp_lease_timed_wait(sl_worker_lease_client_t *ms, uint64_t ms_wait) SL_REQUIRES(ms->mu);
 char *dpp_lease_dup_str(const sl_allocator_t *a, const char *s);
 void dpp_lease_free_str(const sl_allocator_t *a, char *s);
 void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l);
@@ -98,31 +99,33 @@ void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l);
  * failure was reported. */
 bool dpp_lease_gone(const lease_t *l);
 /* Under ms->mu: unlink and free l. */
-void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l);
+void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l) SL_REQUIRES(ms->mu);
 
 /* lease_conn.c */
 void dpp_lease_fill_ref(Sluice__Control__SplitRef *r, char *job, const lease_t *l);
 /* Under ms->mu. @return false when out of memory (send nothing then: an
  * empty list would give the leases up). */
-bool dpp_lease_held_collect(sl_worker_lease_client_t *ms, held_t *h);
+bool dpp_lease_held_collect(sl_worker_lease_client_t *ms, held_t *h) SL_REQUIRES(ms->mu);
 void dpp_lease_held_free(sl_worker_lease_client_t *ms, held_t *h);
 /* Under ms->conn_mu: close the connection (the next call reconnects). */
-void dpp_lease_disconnect(sl_worker_lease_client_t *ms);
+void dpp_lease_disconnect(sl_worker_lease_client_t *ms) SL_REQUIRES(ms->conn_mu);
 /* Under ms->conn_mu: connect and REGISTER, naming every lease held (the
  * master revokes the others of this worker id). A refusal that will not
  * change (the id is another live process's, another protocol version) is
  * fatal: recorded, and every later call fails with it. */
-sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err);
+sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err) SL_REQUIRES(ms->conn_mu)
+    SL_EXCLUDES(ms->mu);
 /* One request and its reply (connecting first when needed; takes
- * ms->conn_mu, never call it holding ms->mu). A failure closes the
- * connection: the next call reconnects. */
+ * ms->conn_mu, so never under ms->mu). A failure closes the connection:
+ * the next call reconnects. */
 sl_err_t dpp_lease_call(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
                         const ProtobufCMessage *msg, const char *what, sl_rpc_type_t want,
-                        sl_rpc_frame_t *f, sl_error_t *err);
+                        sl_rpc_frame_t *f, sl_error_t *err) SL_EXCLUDES(ms->mu, ms->conn_mu);
 /* Get a lease, waiting (NO_WORK, connection trouble) until deadline_ns (0:
- * forever). With hand, it is marked as handed to the reader. */
-sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool hand,
-                       lease_t **out, sl_error_t *err);
+ * forever; takes both locks). With hand, it is marked as handed to the
+ * reader. */
+sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool hand, lease_t **out,
+                       sl_error_t *err) SL_EXCLUDES(ms->mu, ms->conn_mu);
 
 /* lease_control.c: the control thread (arg: the lease client). */
 void *dpp_lease_control_main(void *arg);

@@ -22,8 +22,6 @@ void dpp_lease_fill_ref(Sluice__Control__SplitRef *r, char *job, const lease_t *
     r->generation = l->generation;
 }
 
-/* Under ms->mu. @return false when out of memory (send nothing then: an
- * empty list would give the leases up). */
 bool dpp_lease_held_collect(sl_worker_lease_client_t *ms, held_t *h)
 {
     snprintf(h->job, sizeof h->job, "%s", ms->job_id);
@@ -54,13 +52,14 @@ void dpp_lease_held_free(sl_worker_lease_client_t *ms, held_t *h)
     h->ptrs = NULL;
 }
 
-/* The refusal that ended this worker's registrations, if any. */
-static sl_err_t fatal_of(sl_worker_lease_client_t *ms, sl_error_t *err)
+/* The refusal that ended this worker's registrations, if any (takes
+ * ms->mu). */
+static sl_err_t fatal_of(sl_worker_lease_client_t *ms, sl_error_t *err) SL_EXCLUDES(ms->mu)
 {
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     sl_err_t rc = ms->fatal;
     if (rc) sl_error_set(err, rc, "%s", ms->fatal_msg);
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     return rc;
 }
 
@@ -73,7 +72,7 @@ void dpp_lease_disconnect(sl_worker_lease_client_t *ms)
 }
 
 static sl_err_t recv_reply(sl_worker_lease_client_t *ms, const char *what, sl_rpc_type_t want,
-                           sl_rpc_frame_t *f, sl_error_t *err)
+                           sl_rpc_frame_t *f, sl_error_t *err) SL_REQUIRES(ms->conn_mu)
 {
     sl_rpc_limits_t lim = {.max_message_bytes = MAX_MESSAGE_BYTES, .max_payload_bytes = 0};
     sl_err_t rc = sl_rpc_recv(ms->fd, &lim, ms->a, f, err);
@@ -99,10 +98,6 @@ static sl_err_t recv_reply(sl_worker_lease_client_t *ms, const char *what, sl_rp
     return SL_OK;
 }
 
-/* Under conn_mu: connect and REGISTER, naming every lease held (the
- * master revokes the others of this worker id). A refusal that will not
- * change (the id is another live process's, another protocol version) is
- * fatal: recorded, and every later call fails with it. */
 sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
 {
     sl_error_t local = {0};
@@ -132,9 +127,9 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
     r.threads = ms->o.threads;
     r.incarnation = ms->incarnation;
     held_t h;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     bool ok = dpp_lease_held_collect(ms, &h);
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     if (!ok) {
         dpp_lease_held_free(ms, &h);
         dpp_lease_disconnect(ms);
@@ -149,42 +144,40 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
     if (rc || (rc = recv_reply(ms, "register", SL_RPC_REGISTERED, &f, err))) {
         if (rc == SL_ERR_CLOSED) sl_error_prefix(err, "register: ");
         if (rc == SL_ERR_INVALID || rc == SL_ERR_VERSION) {
-            pthread_mutex_lock(&ms->mu);
+            sl_mutex_lock(&ms->mu);
             ms->fatal = rc;
             snprintf(ms->fatal_msg, sizeof ms->fatal_msg, "%s", err->msg);
             pthread_cond_broadcast(&ms->cv);
-            pthread_mutex_unlock(&ms->mu);
+            sl_mutex_unlock(&ms->mu);
         }
         dpp_lease_disconnect(ms);
         return rc;
     }
     const Sluice__Control__Registered *g = (const Sluice__Control__Registered *)f.msg;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     ms->lease_timeout_ms = g->lease_timeout_ms;
     ms->heartbeat_ms = g->heartbeat_ms ? g->heartbeat_ms : 1000;
     if (ms->heartbeat_ms > 60000) ms->heartbeat_ms = 60000;
     if (ms->ever_connected) ms->st.reconnects++;
     ms->ever_connected = true;
     pthread_cond_broadcast(&ms->cv);
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     sl_rpc_frame_free(&f);
     return SL_OK;
 }
 
-/* One request and its reply (connecting first when needed). A failure
- * closes the connection: the next call reconnects. */
 sl_err_t dpp_lease_call(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
                         const ProtobufCMessage *msg, const char *what, sl_rpc_type_t want,
                         sl_rpc_frame_t *f, sl_error_t *err)
 {
-    pthread_mutex_lock(&ms->conn_mu);
+    sl_mutex_lock(&ms->conn_mu);
     sl_err_t rc = SL_OK;
     if (ms->fd < 0) rc = dpp_lease_connect(ms, err);
     if (!rc && (rc = sl_rpc_send(ms->fd, type, msg, NULL, 0, err)))
         sl_error_prefix(err, "master %s: %s: ", ms->master, what);
     if (!rc) rc = recv_reply(ms, what, want, f, err);
     if (rc) dpp_lease_disconnect(ms);
-    pthread_mutex_unlock(&ms->conn_mu);
+    sl_mutex_unlock(&ms->conn_mu);
     return rc;
 }
 
@@ -247,22 +240,22 @@ typedef enum ask {
     ASK_FATAL     /* the master's answer makes no sense, or out of memory */
 } ask_t;
 
-/* Ask the master for a lease once. */
+/* Ask the master for a lease once (takes ms->conn_mu, then ms->mu). */
 static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *retry_ms,
-                       sl_error_t *err)
+                       sl_error_t *err) SL_EXCLUDES(ms->mu, ms->conn_mu)
 {
     Sluice__Control__LeaseRequest q = SLUICE__CONTROL__LEASE_REQUEST__INIT;
     char job[sizeof ms->job_id];
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     snprintf(job, sizeof job, "%s", ms->job_id);
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     q.worker_id = ms->worker_id;
     q.job_id = job;
     sl_rpc_frame_t f = {0};
     /* LEASE or NO_WORK: ask for LEASE and accept NO_WORK below. The
      * connection stays locked until a lease received is linked, so that a
      * REGISTER (a reconnect by another thread) cannot leave it unnamed. */
-    pthread_mutex_lock(&ms->conn_mu);
+    sl_mutex_lock(&ms->conn_mu);
     ask_t res;
     sl_err_t rc = SL_OK;
     if (ms->fd < 0) rc = dpp_lease_connect(ms, err);
@@ -286,9 +279,9 @@ static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *re
         bool fin = nw->reason &&
                    (strcmp(nw->reason, "finished") == 0 || strcmp(nw->reason, "job failed") == 0);
         if (fin) {
-            pthread_mutex_lock(&ms->mu);
+            sl_mutex_lock(&ms->mu);
             ms->finished = ms->st.finished = true;
-            pthread_mutex_unlock(&ms->mu);
+            sl_mutex_unlock(&ms->mu);
             sl_error_set(err, SL_ERR_CLOSED, "master %s: the job is finished", ms->master);
         }
         res = fin ? ASK_FINISHED : ASK_NO_WORK;
@@ -317,7 +310,7 @@ static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *re
     lease_t *l = NULL;
     rc = lease_of(ms, m, &l, err);
     const char *lease_job = m->ref && m->ref->job_id ? m->ref->job_id : "";
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     if (!rc && ms->job_id[0] && strcmp(ms->job_id, lease_job) != 0)
         rc = sl_error_set(err, SL_ERR_PROTOCOL,
                           "master %s: a lease of job '%s' for a worker of job '%s'", ms->master,
@@ -342,25 +335,23 @@ static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *re
         ms->st.leases_held++;
         *out = l;
     }
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     if (rc) dpp_lease_free(ms, l);
     res = rc ? ASK_FATAL : ASK_LEASE;
 done:
-    pthread_mutex_unlock(&ms->conn_mu);
+    sl_mutex_unlock(&ms->conn_mu);
     sl_rpc_frame_free(&f);
     return res;
 }
 
 /* Under ms->mu: a lease granted but not handed to the reader yet. */
-static lease_t *unhanded(sl_worker_lease_client_t *ms)
+static lease_t *unhanded(sl_worker_lease_client_t *ms) SL_REQUIRES(ms->mu)
 {
     for (lease_t *l = ms->leases; l; l = l->next)
         if (!l->handed && !l->revoked) return l;
     return NULL;
 }
 
-/* Get a lease, waiting (NO_WORK, connection trouble) until deadline_ns (0:
- * forever). With hand, it is marked as handed to the reader. */
 sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool hand,
                           lease_t **out, sl_error_t *err)
 {
@@ -368,14 +359,14 @@ sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool 
     if (!err) err = &local;
     uint64_t backoff = 100;
     for (;;) {
-        pthread_mutex_lock(&ms->mu);
+        sl_mutex_lock(&ms->mu);
         sl_err_t closed = ms->cancel ? SL_ERR_CLOSED : SL_OK;
         if (ms->stop || ms->finished) closed = SL_ERR_CLOSED;
         sl_err_t fatal = ms->fatal;
         if (fatal) sl_error_set(err, fatal, "%s", ms->fatal_msg);
         lease_t *l = closed || fatal ? NULL : unhanded(ms);
         if (l && hand) l->handed = true;
-        pthread_mutex_unlock(&ms->mu);
+        sl_mutex_unlock(&ms->mu);
         if (fatal) return fatal;
         if (closed)
             return sl_error_set(err, SL_ERR_CLOSED, "master %s: no more work for this worker",
@@ -399,9 +390,9 @@ sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool 
         }
         if (deadline_ns && dpp_lease_mono_ns() + wait_ms * 1000000ull > deadline_ns)
             return sl_error_set(err, SL_ERR_TIMEOUT, "master %s: no lease in time", ms->master);
-        pthread_mutex_lock(&ms->mu);
+        sl_mutex_lock(&ms->mu);
         if (!ms->cancel) dpp_lease_timed_wait(ms, wait_ms);
-        pthread_mutex_unlock(&ms->mu);
+        sl_mutex_unlock(&ms->mu);
     }
 }
 

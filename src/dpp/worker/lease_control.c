@@ -11,13 +11,13 @@
 
 /* Report one lease whose rows are all read and batches all retired.
  * Called without ms->mu. @return false on a connection problem (retry). */
-static bool report(sl_worker_lease_client_t *ms, lease_t *l)
+static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
 {
     char job[sizeof ms->job_id];
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     snprintf(job, sizeof job, "%s", ms->job_id);
     uint32_t ne = l->num_empty;
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
     dpp_lease_fill_ref(&ref, job, l);
     Sluice__Control__RowRange *rr = ne ? sl_calloc(ms->a, ne, sizeof *rr) : NULL;
@@ -48,11 +48,11 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l)
         return false;
     }
     const Sluice__Control__SplitReadReply *r = (const Sluice__Control__SplitReadReply *)f.msg;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     ms->st.split_reads++;
     if (r->state == SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE) ms->st.splits_done++;
     dpp_lease_remove(ms, l);
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     sl_rpc_frame_free(&f);
     return true;
 }
@@ -61,12 +61,12 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l)
  * master counts it and leases the split again (to anyone), skips it, or
  * fails the job (then this worker has nothing left to do). @return false
  * on a connection problem (retry). */
-static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l)
+static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
 {
     char job[sizeof ms->job_id];
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     snprintf(job, sizeof job, "%s", ms->job_id);
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
     dpp_lease_fill_ref(&ref, job, l);
     Sluice__Control__SplitFailed sf = SLUICE__CONTROL__SPLIT_FAILED__INIT;
@@ -86,34 +86,34 @@ static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l)
         return false;
     }
     const Sluice__Control__SplitFailedReply *r = (const Sluice__Control__SplitFailedReply *)f.msg;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     l->fail_reported = true;
     l->reporting = false;
     if (r->state == SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__JOB_FAILED)
         ms->stop = ms->st.stop = true; /* the job is over: finish what is held and exit */
     if (dpp_lease_gone(l)) dpp_lease_remove(ms, l);
     pthread_cond_broadcast(&ms->cv);
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     sl_rpc_frame_free(&f);
     return true;
 }
 
 /* Send SPLIT_FAILED for every failed lease not reported yet. @return false
  * when a report failed (the connection is down: try again later). */
-static bool report_failures(sl_worker_lease_client_t *ms)
+static bool report_failures(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
 {
     for (;;) {
-        pthread_mutex_lock(&ms->mu);
+        sl_mutex_lock(&ms->mu);
         lease_t *l = ms->leases;
         while (l && !(l->failed && !l->fail_reported && !l->reporting))
             l = l->next;
         if (l) l->reporting = true;
-        pthread_mutex_unlock(&ms->mu);
+        sl_mutex_unlock(&ms->mu);
         if (!l) return true;
         if (!report_failure(ms, l)) {
-            pthread_mutex_lock(&ms->mu);
+            sl_mutex_lock(&ms->mu);
             l->reporting = false;
-            pthread_mutex_unlock(&ms->mu);
+            sl_mutex_unlock(&ms->mu);
             return false;
         }
     }
@@ -121,33 +121,33 @@ static bool report_failures(sl_worker_lease_client_t *ms)
 
 /* Send SPLIT_READ for every lease ready for it. @return false when a
  * report failed (the connection is down: try again later). */
-static bool report_ready(sl_worker_lease_client_t *ms)
+static bool report_ready(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
 {
     for (;;) {
-        pthread_mutex_lock(&ms->mu);
+        sl_mutex_lock(&ms->mu);
         lease_t *l = ms->leases;
         while (l && !(l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting))
             l = l->next;
         if (l) l->reporting = true;
-        pthread_mutex_unlock(&ms->mu);
+        sl_mutex_unlock(&ms->mu);
         if (!l) return true;
         bool ok = report(ms, l);
         if (!ok) {
-            pthread_mutex_lock(&ms->mu);
+            sl_mutex_lock(&ms->mu);
             l->reporting = false;
-            pthread_mutex_unlock(&ms->mu);
+            sl_mutex_unlock(&ms->mu);
             return false;
         }
     }
 }
 
-static void heartbeat(sl_worker_lease_client_t *ms)
+static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
 {
     held_t h;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     bool ok = dpp_lease_held_collect(ms, &h);
     sl_worker_t *w = ms->worker;
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     if (!ok) { /* the next heartbeat tries again, before the leases expire */
         dpp_lease_held_free(ms, &h);
         fprintf(stderr, "sluice worker: heartbeat: out of memory\n");
@@ -190,7 +190,7 @@ static void heartbeat(sl_worker_lease_client_t *ms)
         return;
     }
     const Sluice__Control__HeartbeatReply *r = (const Sluice__Control__HeartbeatReply *)f.msg;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     ms->st.heartbeats++;
     for (size_t i = 0; i < r->n_revoked; i++) {
         const Sluice__Control__SplitRef *v = r->revoked[i];
@@ -209,7 +209,7 @@ static void heartbeat(sl_worker_lease_client_t *ms)
     }
     if (r->stop) ms->stop = ms->st.stop = true;
     pthread_cond_broadcast(&ms->cv);
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     sl_rpc_frame_free(&f);
 }
 
@@ -219,7 +219,7 @@ void *dpp_lease_control_main(void *arg)
     pthread_setname_np(pthread_self(), "sl-w-control");
     uint64_t next_hb = 0; /* at once */
     uint64_t retry_at = 0;
-    pthread_mutex_lock(&ms->mu);
+    sl_mutex_lock(&ms->mu);
     while (!ms->cancel) {
         if (ms->fatal) {
             /* Refused for good (another live process has this worker id):
@@ -230,7 +230,7 @@ void *dpp_lease_control_main(void *arg)
             char msg[SL_ERROR_MSG_MAX];
             snprintf(msg, sizeof msg, "%s", ms->fatal_msg);
             sl_err_t code = ms->fatal;
-            pthread_mutex_unlock(&ms->mu);
+            sl_mutex_unlock(&ms->mu);
             if (w) sl_worker_fail(w, code, msg);
             return NULL;
         }
@@ -240,18 +240,18 @@ void *dpp_lease_control_main(void *arg)
             ready = (l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting) ||
                     (l->failed && !l->fail_reported && !l->reporting);
         if (ready && now >= retry_at) {
-            pthread_mutex_unlock(&ms->mu);
+            sl_mutex_unlock(&ms->mu);
             /* failures first: the master may lease the split to another worker at once */
             if (!report_failures(ms) || !report_ready(ms))
                 retry_at = dpp_lease_mono_ns() + 200000000ull;
-            pthread_mutex_lock(&ms->mu);
+            sl_mutex_lock(&ms->mu);
             continue;
         }
         if (now >= next_hb) {
             uint64_t period = ms->heartbeat_ms ? ms->heartbeat_ms : 1000;
-            pthread_mutex_unlock(&ms->mu);
+            sl_mutex_unlock(&ms->mu);
             heartbeat(ms);
-            pthread_mutex_lock(&ms->mu);
+            sl_mutex_lock(&ms->mu);
             next_hb = dpp_lease_mono_ns() + period * 1000000ull;
             continue;
         }
@@ -259,7 +259,7 @@ void *dpp_lease_control_main(void *arg)
         if (ready && retry_at < until) until = retry_at;
         dpp_lease_timed_wait(ms, (until - now) / 1000000ull + 1);
     }
-    pthread_mutex_unlock(&ms->mu);
+    sl_mutex_unlock(&ms->mu);
     /* last words: failures, and leases whose batches are all acknowledged */
     report_failures(ms);
     report_ready(ms);

@@ -18,16 +18,16 @@
 typedef struct reader {
     sl_worker_t *w;
     sl_worker_batcher_t *b;
-    sl_wh_reader_t *r;   /* open on path */
-    char path[1024];     /* "": reopen for the next split (a lease's split is freed after done) */
+    sl_wh_reader_t *r; /* open on path */
+    char path[1024];   /* "": reopen for the next split (a lease's split is freed after done) */
     sl_wh_read_opts_t ro;
-    bool weigh;          /* a filter weighs rows: its weights go to the batcher */
-    uint32_t *selected;  /* [cap] the kept rows of the stripe */
-    float *weights;      /* [cap] their weights */
+    bool weigh;         /* a filter weighs rows: its weights go to the batcher */
+    uint32_t *selected; /* [cap] the kept rows of the stripe */
+    float *weights;     /* [cap] their weights */
     uint32_t cap;
     sl_dpp_row_range_t *empty; /* [num_empty] rows of the lease that went into no batch */
     uint32_t num_empty, empty_cap;
-    int32_t stripe;      /* being read (-1: none yet), for a failure report */
+    int32_t stripe; /* being read (-1: none yet), for a failure report */
     /* Budget bytes held: the decoded stripe being batched, and the batcher
      * (the batch being filled, its reusable value vectors, a shuffle
      * window). est: what the next stripe is expected to take, the last
@@ -99,7 +99,7 @@ static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t 
 {
     sl_worker_t *w = rd->w;
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.stripes++;
     w->st.rows_read += rows;
     w->st.rows_kept += kept;
@@ -109,7 +109,7 @@ static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t 
     uint64_t handoff = rd->handoff_ns - handoff_before;
     w->st.filter_ns += t2 - t1 - handoff;
     w->st.backpressure_ns += waited + handoff;
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
 }
 
 /* ---- scratch ---- */
@@ -191,8 +191,8 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     char what[64];
     snprintf(what, sizeof what, "a batch of %u rows", batch->batch_size);
-    sl_err_t rc = dpp_worker_budget_take(w, more, rd->stripe_held + rd->batcher_held + moved,
-                                         what, err);
+    sl_err_t rc =
+        dpp_worker_budget_take(w, more, rd->stripe_held + rd->batcher_held + moved, what, err);
     m.bytes = rc == SL_OK ? moved + more : moved;
     if (rc != SL_OK) {
         dpp_worker_drop_msg(w, &m);
@@ -325,8 +325,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
                 /* every row of the stripe kept: the identity selection gathers in whole runs */
                 const uint32_t *sel = i == 0 && j == n ? NULL : rd->selected + i;
                 rc = sl_worker_batcher_add(rd->b, &rows->batch, sel,
-                                           rd->weigh ? rd->weights + i : NULL, j - i, &origin,
-                                           err);
+                                           rd->weigh ? rd->weights + i : NULL, j - i, &origin, err);
             }
             i = j;
             if (rc || t->to_row > end) break; /* the range goes on in the next stripe */
@@ -375,9 +374,9 @@ static bool lease_failed(reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc, 
     sl_error_t e = {0};
     batcher_acct(rd, &e); /* smaller now: releases */
     if (w->source.done) w->source.done(w->source.ctx, wk, NULL, 0);
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.splits_failed++;
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     return true;
 }
 
@@ -400,17 +399,17 @@ void *dpp_worker_reader_main(void *arg)
                                                 ~sl_pipeline_plan_filter_columns(w->plan),
                                 .dedup_form = w->dedup_form,
                                 .allocator = w->a};
-    sl_worker_batcher_opts_t bo = {
-        .batch_size = job->batch_size,
-        .drop_last = job->drop_last,
-        /* under a master a batch is one row range: shuffle within it */
-        .shuffle_window = w->master_mode && job->shuffle_window ? job->batch_size
-                                                                : job->shuffle_window,
-        .seed = job->seed,
-        .sample_ids = job->sample_ids,
-        .weight_label = weight_label,
-        .job_id = w->job_hash,
-        .allocator = w->a};
+    sl_worker_batcher_opts_t bo = {.batch_size = job->batch_size,
+                                   .drop_last = job->drop_last,
+                                   /* under a master a batch is one row range: shuffle within it */
+                                   .shuffle_window = w->master_mode && job->shuffle_window
+                                                         ? job->batch_size
+                                                         : job->shuffle_window,
+                                   .seed = job->seed,
+                                   .sample_ids = job->sample_ids,
+                                   .weight_label = weight_label,
+                                   .job_id = w->job_hash,
+                                   .allocator = w->a};
     if ((rc = sl_worker_batcher_new(&bo, to_transform, &rd, &rd.b, &err))) goto out;
     bool have_epoch = false;
     uint32_t epoch = 0;
@@ -443,9 +442,9 @@ void *dpp_worker_reader_main(void *arg)
         }
         if (rc) goto out;
         if (w->source.done) w->source.done(w->source.ctx, &wk, rd.empty, rd.num_empty);
-        pthread_mutex_lock(&w->mu);
+        sl_mutex_lock(&w->mu);
         w->st.splits++;
-        pthread_mutex_unlock(&w->mu);
+        sl_mutex_unlock(&w->mu);
     }
     if (rc == SL_OK && have_epoch && !atomic_load(&w->stopping))
         rc = sl_worker_batcher_end_epoch(rd.b, &err);
@@ -458,17 +457,17 @@ out:
     if (rd.b) {
         sl_worker_batcher_stats_t bs;
         sl_worker_batcher_stats(rd.b, &bs);
-        pthread_mutex_lock(&w->mu);
+        sl_mutex_lock(&w->mu);
         w->st.rows_dropped = bs.rows_dropped;
-        pthread_mutex_unlock(&w->mu);
+        sl_mutex_unlock(&w->mu);
     }
     sl_worker_batcher_destroy(rd.b);
     scratch_free(&rd);
     if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping))
         dpp_worker_fail(w, rc, err.msg);
     sl_worker_queue_close(w->work);
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     return NULL;
 }

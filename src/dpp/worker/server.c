@@ -48,26 +48,26 @@ sl_worker_queue_t *dpp_server_rank_queue(struct sl_worker_server *s, uint32_t ra
     return s->ready[rank_plus_one];
 }
 
-void dpp_server_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
+void dpp_server_timed_wait(pthread_cond_t *cv, sl_mutex_t *mu, int ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_nsec += (long)ms * 1000000L;
     ts.tv_sec += ts.tv_nsec / 1000000000L;
     ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &ts);
+    sl_cond_timedwait(cv, mu, &ts);
 }
 
 static void client_free(struct sl_worker_server *s, client_t *c)
 {
     close(c->fd);
-    pthread_mutex_destroy(&c->wmu);
+    sl_mutex_destroy(&c->wmu);
     sl_free(s->a, c->unacked, (size_t)s->o.max_credits * sizeof *c->unacked);
     sl_free(s->a, c, sizeof *c);
 }
 
 /* Join and free the clients whose threads have finished (under s->mu). */
-static void reap(struct sl_worker_server *s, bool all)
+static void reap(struct sl_worker_server *s, bool all) SL_REQUIRES(s->mu)
 {
     client_t **pp = &s->clients;
     while (*pp) {
@@ -75,10 +75,10 @@ static void reap(struct sl_worker_server *s, bool all)
         if (c->done || all) {
             *pp = c->next;
             s->nclients--;
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
             pthread_join(c->recv_thread, NULL);
             client_free(s, c);
-            pthread_mutex_lock(&s->mu);
+            sl_mutex_lock(&s->mu);
             pp = &s->clients; /* the list may have changed while unlocked */
         } else {
             pp = &c->next;
@@ -91,7 +91,7 @@ static void reap(struct sl_worker_server *s, bool all)
  * that holds no batch and has been idle a second at least (so that real
  * clients over the cap do not take turns evicting each other at once).
  * NULL: none may go. */
-static client_t *eviction_victim(struct sl_worker_server *s, uint64_t now_ms)
+static client_t *eviction_victim(struct sl_worker_server *s, uint64_t now_ms) SL_REQUIRES(s->mu)
 {
     client_t *pre = NULL, *idle = NULL;
     for (client_t *c = s->clients; c; c = c->next) {
@@ -109,7 +109,7 @@ static client_t *eviction_victim(struct sl_worker_server *s, uint64_t now_ms)
 /* Under s->mu, at max_clients with a connection waiting: make room.
  * @return true to accept it now, false to look again shortly (a victim's
  * threads are ending); *refuse: no room can be made, refuse it. */
-static bool make_room(struct sl_worker_server *s, bool *refuse)
+static bool make_room(struct sl_worker_server *s, bool *refuse) SL_REQUIRES(s->mu)
 {
     *refuse = false;
     if (s->nclients < s->o.max_clients) return true;
@@ -131,11 +131,11 @@ static void *accept_main(void *arg)
 {
     struct sl_worker_server *s = arg;
     for (;;) {
-        pthread_mutex_lock(&s->mu);
+        sl_mutex_lock(&s->mu);
         bool stop = s->stopping;
         reap(s, false);
         if (stop) s->st.cpu_ns += dpp_server_thread_cpu_ns();
-        pthread_mutex_unlock(&s->mu);
+        sl_mutex_unlock(&s->mu);
         if (stop) break;
         struct pollfd p = {.fd = s->lfd, .events = POLLIN};
         int n = poll(&p, 1, 100);
@@ -143,10 +143,10 @@ static void *accept_main(void *arg)
         /* At the cap a waiting connection stays in the backlog until a
          * victim's threads have ended: threads never exceed 2 x max_clients
          * + 1. */
-        pthread_mutex_lock(&s->mu);
+        sl_mutex_lock(&s->mu);
         bool refuse;
         bool now = make_room(s, &refuse);
-        pthread_mutex_unlock(&s->mu);
+        sl_mutex_unlock(&s->mu);
         if (!now) {
             struct timespec ts = {0, 2 * 1000000L};
             nanosleep(&ts, NULL);
@@ -179,7 +179,7 @@ static void *accept_main(void *arg)
         c->fd = fd;
         c->unacked = u;
         c->opened_ms = c->last_rx_ms = sl_rpc_now_ms();
-        pthread_mutex_init(&c->wmu, NULL);
+        sl_mutex_init(&c->wmu);
         char host[64] = "?";
         if (addr.ss_family == AF_INET) {
             struct sockaddr_in *in = (struct sockaddr_in *)&addr;
@@ -188,17 +188,17 @@ static void *accept_main(void *arg)
                      (ip >> 8) & 255, ip & 255, ntohs(in->sin_port));
         }
         snprintf(c->name, sizeof c->name, "%s", host);
-        pthread_mutex_lock(&s->mu);
+        sl_mutex_lock(&s->mu);
         if (s->stopping) {
             /* sl_worker_server_stop has shut the connections down already:
              * one started now would never be (its thread would read
              * forever and the stop join it forever) */
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
             client_free(s, c);
             break;
         }
         if (pthread_create(&c->recv_thread, NULL, dpp_server_client_main, c) != 0) {
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
             sl_rpc_send_error(fd, SL_ERR_NOMEM, "worker: cannot start a connection thread");
             client_free(s, c);
             continue;
@@ -208,7 +208,7 @@ static void *accept_main(void *arg)
         s->nclients++;
         s->st.clients_total++;
         s->st.clients_now++;
-        pthread_mutex_unlock(&s->mu);
+        sl_mutex_unlock(&s->mu);
     }
     return NULL;
 }
@@ -244,7 +244,7 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     s->o.worker_id = s->worker_id;
     s->o.job_id = s->job_id;
     s->lfd = opts->has_listen_fd ? opts->listen_fd : -1;
-    pthread_mutex_init(&s->mu, NULL);
+    sl_mutex_init(&s->mu);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -278,7 +278,7 @@ fail:
         sl_worker_queue_destroy(s->ready[0]);
         sl_free(a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);
     }
-    pthread_mutex_destroy(&s->mu);
+    sl_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     sl_rpc_secret_free(s->secret);
     sl_free(a, s, sizeof *s);
@@ -301,10 +301,10 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
         return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
     }
     *it = *item;
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     sl_worker_queue_t *q = dpp_server_rank_queue(s, it->lease.rank_plus_one, true);
     s->outstanding++;
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     sl_err_t rc = SL_ERR_NOMEM;
     if (q) {
         sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
@@ -312,7 +312,7 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     } else if (it->lease.rank_plus_one > s->o.max_ranks) {
         rc = SL_ERR_INVALID;
     }
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     if (rc != SL_OK) {
         s->outstanding--;
         if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
@@ -320,7 +320,7 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
         dpp_server_item_free(s->a, it);
     }
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     if (rc == SL_ERR_INVALID)
         return sl_error_set(err, rc, "server: a batch for trainer rank %u (at most %u ranks)",
                             item->lease.rank_plus_one - 1, s->o.max_ranks);
@@ -331,48 +331,48 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
 
 void sl_worker_server_finish(sl_worker_server_t *s)
 {
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     s->finished = true;
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
 }
 
 void sl_worker_server_fail(sl_worker_server_t *s, sl_err_t code, const char *msg)
 {
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     if (!s->fail_code) {
         s->fail_code = code ? code : SL_ERR_IO;
         snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg ? msg : sl_err_str(code));
     }
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
 }
 
 bool sl_worker_server_wait_done(sl_worker_server_t *s, int timeout_ms)
 {
     uint64_t end = dpp_server_mono_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     bool done;
     while (!(done = s->finished && s->outstanding == 0) && !s->stopping) {
         if (timeout_ms >= 0 && dpp_server_mono_ns() >= end) break;
         dpp_server_timed_wait(&s->cv, &s->mu, 50);
     }
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     return done;
 }
 
 void sl_worker_server_stats(sl_worker_server_t *s, sl_worker_server_stats_t *out)
 {
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     *out = s->st;
     out->ready = 0;
     for (uint32_t r = 0; r <= s->o.max_ranks; r++)
         if (s->ready[r]) out->ready += sl_worker_queue_len(s->ready[r]);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
 }
 
 /* Under s->mu: some welcomed client's sender has not ended yet. */
-static bool senders_running(const struct sl_worker_server *s)
+static bool senders_running(const struct sl_worker_server *s) SL_REQUIRES(s->mu)
 {
     for (const client_t *c = s->clients; c; c = c->next)
         if (c->welcomed && !c->sender_done) return true;
@@ -381,21 +381,21 @@ static bool senders_running(const struct sl_worker_server *s)
 
 void sl_worker_server_stop(sl_worker_server_t *s)
 {
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     if (s->stopped) {
-        pthread_mutex_unlock(&s->mu);
+        sl_mutex_unlock(&s->mu);
         return;
     }
     s->stopped = true;
     s->stopping = true; /* no client is accepted from now on */
     bool done = s->finished && s->outstanding == 0 && !s->fail_code;
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     shutdown(s->lfd, SHUT_RDWR); /* wakes the accept thread's poll (Linux) */
     pthread_join(s->accept_thread, NULL);
     close(s->lfd); /* a client reconnecting now is refused, not left waiting */
     s->lfd = -1;
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     /* The job is done: let every sender send END first (bounded; a sender
      * stuck writing to a client that stopped reading is cut off below). */
     uint64_t until = dpp_server_mono_ns() + (uint64_t)END_GRACE_MS * 1000000ull;
@@ -404,14 +404,14 @@ void sl_worker_server_stop(sl_worker_server_t *s)
     for (client_t *c = s->clients; c; c = c->next)
         shutdown(c->fd, SHUT_RDWR);
     reap(s, true);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
 }
 
 void sl_worker_server_destroy(sl_worker_server_t *s)
 {
     if (!s) return;
     sl_worker_server_stop(s);
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     for (uint32_t r = 0; r <= s->o.max_ranks; r++) {
         if (!s->ready[r]) continue;
         sl_worker_queue_close(s->ready[r]);
@@ -424,9 +424,9 @@ void sl_worker_server_destroy(sl_worker_server_t *s)
         }
         sl_worker_queue_destroy(s->ready[r]);
     }
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     sl_free(s->a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);
-    pthread_mutex_destroy(&s->mu);
+    sl_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     sl_rpc_secret_free(s->secret);
     sl_free(s->a, s, sizeof *s);

@@ -16,22 +16,22 @@
 static sl_err_t send_locked(client_t *c, sl_rpc_type_t type, const ProtobufCMessage *msg,
                             const void *payload, size_t len, sl_error_t *err)
 {
-    pthread_mutex_lock(&c->wmu);
+    sl_mutex_lock(&c->wmu);
     sl_err_t rc = sl_rpc_send(c->fd, type, msg, payload, len, err);
-    pthread_mutex_unlock(&c->wmu);
+    sl_mutex_unlock(&c->wmu);
     return rc;
 }
 
 static void send_error(client_t *c, sl_err_t code, const char *msg)
 {
-    pthread_mutex_lock(&c->wmu);
+    sl_mutex_lock(&c->wmu);
     sl_rpc_send_error(c->fd, code, msg);
-    pthread_mutex_unlock(&c->wmu);
+    sl_mutex_unlock(&c->wmu);
 }
 
 /* Under s->mu: the client is gone; its batches go back to the front, in
  * their original order. */
-static void requeue_unacked(struct sl_worker_server *s, client_t *c)
+static void requeue_unacked(struct sl_worker_server *s, client_t *c) SL_REQUIRES(s->mu)
 {
     for (uint32_t i = c->n_unacked; i-- > 0;) {
         sl_worker_server_item_t *it = c->unacked[i].item;
@@ -54,15 +54,16 @@ static void requeue_unacked(struct sl_worker_server *s, client_t *c)
 
 /* Under s->mu (released while sending): END to c, once. */
 static void send_end_locked(struct sl_worker_server *s, client_t *c, sl_error_t *err)
+    SL_REQUIRES(s->mu)
 {
     c->ended = true;
     Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
     e.epochs = s->o.epochs;
     e.batches = s->st.batches_acked;
     e.samples = s->st.samples_acked;
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     send_locked(c, SL_RPC_END, &e.base, NULL, 0, err);
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
 }
 
 static void *sender_main(void *arg)
@@ -70,30 +71,30 @@ static void *sender_main(void *arg)
     client_t *c = arg;
     struct sl_worker_server *s = c->s;
     sl_error_t err = {0};
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     while (!c->closed && !s->stopping) {
         if (s->fail_code) {
             char msg[SL_ERROR_MSG_MAX];
             snprintf(msg, sizeof msg, "%s", s->fail_msg);
             sl_err_t code = s->fail_code;
             c->closed = true;
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
             send_error(c, code, msg);
             shutdown(c->fd, SHUT_RDWR);
-            pthread_mutex_lock(&s->mu);
+            sl_mutex_lock(&s->mu);
             break;
         }
         if (c->credits > 0 && c->n_unacked < s->o.max_credits) {
             sl_worker_msg_t m;
             /* this client's rank first, then batches for anyone */
             sl_worker_queue_t *q = c->rank_plus_one ? s->ready[c->rank_plus_one] : NULL;
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
             sl_err_t rc = q ? sl_worker_queue_pop(q, &m, 0) : SL_ERR_TIMEOUT;
             if (rc != SL_OK) {
                 q = s->ready[0];
                 rc = sl_worker_queue_pop(q, &m, 0);
             }
-            pthread_mutex_lock(&s->mu);
+            sl_mutex_lock(&s->mu);
             if (rc == SL_OK) {
                 sl_worker_server_item_t *it = m.ptr;
                 if (c->closed || s->stopping) {
@@ -115,7 +116,7 @@ static void *sender_main(void *arg)
                 ((sitem_t *)it)->senders++;
                 c->unacked[c->n_unacked++] = (unacked_t){it, id};
                 c->credits--;
-                pthread_mutex_unlock(&s->mu);
+                sl_mutex_unlock(&s->mu);
                 Sluice__Dpp__BatchInfo bi = SLUICE__DPP__BATCH_INFO__INIT;
                 bi.delivery_id = id;
                 bi.split_id = it->origin.split_id;
@@ -135,7 +136,7 @@ static void *sender_main(void *arg)
                 uint64_t t0 = dpp_server_mono_ns();
                 rc = send_locked(c, SL_RPC_BATCH, &bi.base, it->frame, it->len, &err);
                 uint64_t dt = dpp_server_mono_ns() - t0;
-                pthread_mutex_lock(&s->mu);
+                sl_mutex_lock(&s->mu);
                 s->st.send_ns += dt;
                 sitem_t *si = (sitem_t *)it;
                 si->senders--;
@@ -169,14 +170,14 @@ static void *sender_main(void *arg)
     c->sender_done = true;
     pthread_cond_broadcast(&s->cv);
     s->st.cpu_ns += dpp_server_thread_cpu_ns();
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     return NULL;
 }
 
 /* Handle an ACK under s->mu. @return false (with msg) for an id this
  * worker never sent. */
 static bool handle_ack(struct sl_worker_server *s, client_t *c, const Sluice__Dpp__Ack *ack,
-                       char *msg, size_t cap)
+                       char *msg, size_t cap) SL_REQUIRES(s->mu)
 {
     for (size_t i = 0; i < ack->n_delivery_ids; i++) {
         uint64_t id = ack->delivery_ids[i];
@@ -229,10 +230,10 @@ void *dpp_server_client_main(void *arg)
         rc = sl_rpc_auth_server(c->fd, s->secret, deadline, &s->o.limits, &err);
         if (rc != SL_OK) {
             if (rc != SL_ERR_CLOSED) send_error(c, rc, err.msg);
-            pthread_mutex_lock(&s->mu);
+            sl_mutex_lock(&s->mu);
             if (rc == SL_ERR_TIMEOUT) s->st.handshake_timeouts++;
             else if (rc != SL_ERR_CLOSED && !c->evicting) s->st.auth_failures++;
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
             goto out;
         }
     }
@@ -241,9 +242,9 @@ void *dpp_server_client_main(void *arg)
         if (rc == SL_ERR_TIMEOUT) {
             snprintf(msg, sizeof msg, "no hello within %d ms of connecting", s->o.hello_timeout_ms);
             send_error(c, rc, msg);
-            pthread_mutex_lock(&s->mu);
+            sl_mutex_lock(&s->mu);
             s->st.handshake_timeouts++;
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
         } else if (rc != SL_ERR_CLOSED) {
             send_error(c, rc, err.msg);
             bad = true;
@@ -278,23 +279,23 @@ void *dpp_server_client_main(void *arg)
     }
     c->rank_plus_one = h->rank < s->o.max_ranks ? h->rank + 1 : 0;
     sl_rpc_frame_free(&f);
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     c->hello_done = true;
     c->last_rx_ms = sl_rpc_now_ms();
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     Sluice__Dpp__Welcome w = SLUICE__DPP__WELCOME__INIT;
     w.protocol_version = SL_RPC_VERSION;
     w.worker_id = s->worker_id;
     w.job_id = s->job_id;
     w.max_credits = s->o.max_credits;
     if (send_locked(c, SL_RPC_WELCOME, &w.base, NULL, 0, &err) != SL_OK) goto out;
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     c->welcomed = true; /* from now on a stop waits for its sender (END) */
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     if (pthread_create(&c->send_thread, NULL, sender_main, c) != 0) {
-        pthread_mutex_lock(&s->mu);
+        sl_mutex_lock(&s->mu);
         c->sender_done = true;
-        pthread_mutex_unlock(&s->mu);
+        sl_mutex_unlock(&s->mu);
         send_error(c, SL_ERR_NOMEM, "worker: cannot start a sender thread");
         goto out;
     }
@@ -305,10 +306,10 @@ void *dpp_server_client_main(void *arg)
             int r = poll(&p, 1, s->o.idle_timeout_ms);
             if (r < 0 && errno == EINTR) continue;
             if (r == 0) {
-                pthread_mutex_lock(&s->mu);
+                sl_mutex_lock(&s->mu);
                 bool idle = c->n_unacked == 0;
                 if (idle) s->st.idle_closed++;
-                pthread_mutex_unlock(&s->mu);
+                sl_mutex_unlock(&s->mu);
                 /* Closed without a frame: a client that still wants
                  * batches sees a lost connection and reconnects. */
                 if (idle) break;
@@ -317,28 +318,28 @@ void *dpp_server_client_main(void *arg)
         }
         rc = sl_rpc_recv(c->fd, &s->o.limits, s->a, &f, &err);
         if (rc != SL_OK) {
-            pthread_mutex_lock(&s->mu);
+            sl_mutex_lock(&s->mu);
             bool quiet = c->closed || s->stopping;
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
             if (rc != SL_ERR_CLOSED && !quiet) {
                 send_error(c, rc, err.msg);
                 bad = true;
             }
             break;
         }
-        pthread_mutex_lock(&s->mu);
+        sl_mutex_lock(&s->mu);
         c->last_rx_ms = sl_rpc_now_ms();
-        pthread_mutex_unlock(&s->mu);
+        sl_mutex_unlock(&s->mu);
         if (f.type == SL_RPC_REQUEST) {
             const Sluice__Dpp__Request *r = (const Sluice__Dpp__Request *)f.msg;
-            pthread_mutex_lock(&s->mu);
+            sl_mutex_lock(&s->mu);
             c->credits += r->credits; /* < 2^32 per frame: cannot wrap in practice */
             pthread_cond_broadcast(&s->cv);
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
         } else if (f.type == SL_RPC_ACK) {
-            pthread_mutex_lock(&s->mu);
+            sl_mutex_lock(&s->mu);
             bool ok = handle_ack(s, c, (const Sluice__Dpp__Ack *)f.msg, msg, sizeof msg);
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
             if (!ok) {
                 send_error(c, SL_ERR_PROTOCOL, msg);
                 bad = true;
@@ -357,21 +358,21 @@ void *dpp_server_client_main(void *arg)
     }
 out:
     sl_rpc_frame_free(&f);
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     c->closed = true;
     if (bad) s->st.bad_frames++;
     requeue_unacked(s, c);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     shutdown(c->fd, SHUT_RDWR);
     if (c->send_started) pthread_join(c->send_thread, NULL);
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     /* the sender may have taken a batch between requeue and its exit */
     requeue_unacked(s, c);
     s->st.clients_now--;
     s->st.cpu_ns += dpp_server_thread_cpu_ns();
     c->done = true;
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     return NULL;
 }
 

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "common/lock.h"
 #include "dpp/worker/server.h"
 
 /* A queued batch. Sender threads read its frame without the lock, so an
@@ -35,7 +36,7 @@ typedef struct client {
     char name[96];
     pthread_t recv_thread, send_thread;
     bool send_started;
-    pthread_mutex_t wmu; /* one frame at a time on the socket */
+    sl_mutex_t wmu; /* one frame at a time on the socket */
     /* under s->mu */
     uint64_t credits; /* granted by REQUEST, one spent per BATCH sent */
     uint32_t n_unacked;
@@ -58,7 +59,7 @@ struct sl_worker_server {
     uint16_t port;
     pthread_t accept_thread;
     sl_worker_queue_t **ready; /* [max_ranks + 1]: [0] any rank, [r + 1] rank r (NULL until used) */
-    pthread_mutex_t mu;
+    sl_mutex_t mu;
     pthread_cond_t cv;
     bool finished, stopping, stopped;
     sl_err_t fail_code;
@@ -90,13 +91,14 @@ static inline uint64_t dpp_server_thread_cpu_ns(void)
  * then it is only marked, and that sender frees it. */
 void dpp_server_item_free(const sl_allocator_t *a, sl_worker_server_item_t *it);
 /* A lease's batch is gone (under s->mu). */
-void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked);
+void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
+    SL_REQUIRES(s->mu);
 /* The queue of batches for rank_plus_one (under s->mu), created on first
  * use when create. @return NULL when out of range or memory (or absent). */
 sl_worker_queue_t *dpp_server_rank_queue(struct sl_worker_server *s, uint32_t rank_plus_one,
-                                         bool create);
+                                         bool create) SL_REQUIRES(s->mu);
 /* Wait on cv (its mutex mu held) for at most ms milliseconds. */
-void dpp_server_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
+void dpp_server_timed_wait(pthread_cond_t *cv, sl_mutex_t *mu, int ms) SL_REQUIRES(*mu);
 
 /* server_conn.c: a connection's receiver thread (arg: its client_t), which
  * starts its sender once the handshake is done. */

@@ -25,13 +25,13 @@ sl_worker_opts_t sl_worker_opts_default(void)
 
 void dpp_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg)
 {
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     bool first = w->fail_code == SL_OK;
     if (first) {
         w->fail_code = code;
         snprintf(w->fail_msg, sizeof w->fail_msg, "%s", msg);
     }
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     if (!first) return;
     /* stopping first: a transform thread ending now must not finish the
      * server (END) for a failed job */
@@ -89,9 +89,9 @@ static sl_err_t batch_failed(sl_worker_t *w, sl_batch_t *batch, uint64_t held,
     if (split) w->source.lease_failed(w->source.ctx, lease->handle, rc, -1, err->msg);
     retire(w, lease->handle);
     if (!split) return rc;
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.splits_failed++;
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     return SL_OK;
 }
 
@@ -141,7 +141,7 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
     sl_batch_destroy(batch);
     sl_worker_budget_release(w->budget, held > len ? held - len : 0);
     sl_worker_budget_pin(w->budget, len);
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.batches++;
     w->st.samples += it.num_samples;
     w->st.bytes_encoded += len;
@@ -154,7 +154,7 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
         w->st.groups[g].rows += ds[g].batch_size;
         w->st.groups[g].unique_rows += ds[g].unique_rows;
     }
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     return sl_worker_server_push(w->server, &it, err);
 }
 
@@ -187,9 +187,9 @@ static void *xform_main(void *arg)
     }
     sl_dedup_destroy(d);
     if (ds) sl_free(w->a, ds, (size_t)(w->num_groups ? w->num_groups : 1) * sizeof *ds);
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     /* the last transform thread out tells the server that nothing more comes */
     if (atomic_fetch_sub(&w->running, 1) == 1 && !atomic_load(&w->stopping))
         sl_worker_server_finish(w->server);
@@ -283,7 +283,7 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     w->source = o.source;
     w->master_mode = o.source.lease_live != NULL;
     w->listen_fd_owned = o.has_listen_fd;
-    pthread_mutex_init(&w->mu, NULL);
+    sl_mutex_init(&w->mu);
     snprintf(w->worker_id, sizeof w->worker_id, "%s", o.worker_id ? o.worker_id : "");
     if (!o.worker_id) snprintf(w->worker_id, sizeof w->worker_id, "worker-%d", (int)getpid());
     w->job_hash = fnv1a(job->id ? job->id : "job");
@@ -385,10 +385,10 @@ sl_err_t sl_worker_wait(sl_worker_t *w, int timeout_ms, sl_error_t *err)
     for (bool done = false;;) {
         /* checked after the wait too: a failure may come while waiting, and
          * a pipeline thread that had not seen it yet may finish the server */
-        pthread_mutex_lock(&w->mu);
+        sl_mutex_lock(&w->mu);
         sl_err_t code = w->fail_code;
         if (code) sl_error_set(err, code, "%s", w->fail_msg);
-        pthread_mutex_unlock(&w->mu);
+        sl_mutex_unlock(&w->mu);
         if (code) return code;
         if (done) return SL_OK;
         done = sl_worker_server_wait_done(w->server, 100);
@@ -418,9 +418,9 @@ void sl_worker_stop(sl_worker_t *w)
     if (w->server) {
         bool done = sl_worker_server_wait_done(w->server, 0);
         sl_worker_server_stop(w->server); /* joins the connection threads */
-        pthread_mutex_lock(&w->mu);
+        sl_mutex_lock(&w->mu);
         w->st.finished = done && w->fail_code == SL_OK;
-        pthread_mutex_unlock(&w->mu);
+        sl_mutex_unlock(&w->mu);
     }
 }
 
@@ -429,11 +429,11 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
     sl_worker_server_stats_t ss = {0};
     if (w->server) sl_worker_server_stats(w->server, &ss);
     bool done = w->server && sl_worker_server_wait_done(w->server, 0);
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.server = ss;
     if (!w->stopped) w->st.finished = done && w->fail_code == SL_OK;
     *out = w->st;
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     if (w->budget) {
         out->memory_used = sl_worker_budget_used(w->budget);
         out->memory_peak = sl_worker_budget_peak(w->budget);
@@ -491,10 +491,10 @@ void sl_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg)
 
 bool sl_worker_failed(sl_worker_t *w, sl_error_t *err)
 {
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     sl_err_t code = w->fail_code;
     if (code) sl_error_set(err, code, "%s", w->fail_msg);
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     return code != SL_OK;
 }
 
@@ -523,6 +523,6 @@ void sl_worker_destroy(sl_worker_t *w)
     sl_pipeline_plan_destroy(w->plan);
     sl_wh_filter_destroy(w->filter);
     sl_wh_table_close(w->table);
-    pthread_mutex_destroy(&w->mu);
+    sl_mutex_destroy(&w->mu);
     sl_free(w->a, w, sizeof *w);
 }

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "common/lock.h"
 #include "dpp/pipeline/plan.h"
 #include "dpp/worker/batcher.h"
 #include "dpp/worker/queue.h"
@@ -44,7 +45,7 @@ struct sl_worker {
     atomic_uint running;  /* transform threads still running */
     bool master_mode;     /* the source leases splits (it has lease hooks) */
     bool listen_fd_owned; /* opts.listen_fd not yet handed to the server */
-    pthread_mutex_t mu;   /* guards st and failure */
+    sl_mutex_t mu;        /* guards st and failure */
     sl_worker_stats_t st;
     sl_err_t fail_code;
     char fail_msg[SL_ERROR_MSG_MAX];
@@ -70,7 +71,7 @@ static inline bool dpp_worker_split_error(sl_err_t rc)
 /* worker.c */
 /* Record the first failure, tell clients, and stop the pipeline (takes
  * w->mu, and after it the server's lock). */
-void dpp_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg);
+void dpp_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg) SL_EXCLUDES(w->mu);
 /* A strict acquire of the budget for what (a stage holding held bytes);
  * its refusal as the worker's error, naming what did not fit. */
 sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, const char *what,
