@@ -319,6 +319,8 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
             while (i < kept && row + rd->selected[i] < t->from_row)
                 i++;
             uint32_t j = i;
+            if (hi == end) /* the range runs to the stripe's end: every kept row from i */
+                j = kept;
             while (j < kept && row + rd->selected[j] < hi)
                 j++;
             if (j > i) {
