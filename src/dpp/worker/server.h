@@ -1,7 +1,8 @@
 /* The worker's TCP server for the trainer protocol (proto/dpp.proto,
  * src/rpc/frame.h).
  *
- * Encoded batches wait in one ready queue. Each client connection has two
+ * Encoded batches wait in a ready queue (one for any client, and one per
+ * trainer rank under static sharding: below). Each client connection has two
  * threads: a receiver (HELLO, REQUEST, ACK, GOODBYE) and a sender (BATCH,
  * END, ERROR). Credits are spent: REQUEST(n) lets the worker send n more
  * batches, each BATCH spends one (the trainer client grants one back with
