@@ -12,7 +12,8 @@
  *
  *  - Every unit of work is a split of an epoch with its todo: the rows of
  *    the split to read, as ascending, disjoint, non-empty row ranges inside
- *    the split's rows. A split read whole has one todo range [0, num_rows).
+ *    the split's rows. A split read whole has one todo range [0, num_rows)
+ *    (none when it has no rows).
  *    The loop reads only the stripes that hold todo rows and, of those,
  *    only the todo rows; todo ranges that break these rules fail the worker
  *    (SL_ERR_PROTOCOL, naming the split and the range).
@@ -26,12 +27,17 @@
  *    in BatchInfo. The batches and the empty ranges given to done tile the
  *    todo exactly (docs/WORKER.md, "Batches are row ranges").
  *  - next runs on the reader thread and may block until there is work;
- *    done follows every unit next returned, once its rows are read (or it
- *    failed, or its lease stopped being live). The lease hooks run on the
- *    reader, transform and server threads, some under the server's lock:
- *    they take only the source's own lock and never call into the worker.
- *  - A source without leases leaves every lease hook NULL; cancel is for a
- *    source whose next can block or that runs threads of its own.
+ *    done follows every unit next returned once the loop is through with
+ *    it: its todo rows read, its split failed (after lease_failed), or its
+ *    lease no longer live. A worker that stops or fails mid-unit does not
+ *    call done; destroy then frees what the source handed out. The lease
+ *    hooks run on the reader, transform and server threads, some under
+ *    the server's lock: they take only the source's own lock and never
+ *    call into the worker.
+ *  - A source with leases sets at least lease_live (the worker then
+ *    shuffles a batch's rows only among themselves); one without leases
+ *    leaves every lease hook NULL. cancel is for a source whose next can
+ *    block or that runs threads of its own.
  *
  * Adding a source: its file (sl_worker_source_<name>_new filling an
  * sl_worker_source_t), its constructor declared here or in its own header,
@@ -55,7 +61,7 @@ typedef struct sl_worker_work {
     uint64_t split_id; /* stable id of the split within the job */
     /* [num_todo] ascending, disjoint, non-empty, inside the split's rows:
      * read only these (borrowed until done). The whole split: one range
-     * [0, split->num_rows). */
+     * [0, split->num_rows), none when it has no rows. */
     const sl_dpp_row_range_t *todo;
     uint32_t num_todo;
     /* Under a lease (NULL / 0 otherwise): */

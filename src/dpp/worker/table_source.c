@@ -56,7 +56,7 @@ static sl_err_t local_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
                               .epoch = s->epoch,
                               .split_id = i,
                               .todo = &s->whole,
-                              .num_todo = 1};
+                              .num_todo = s->whole.to_row > 0}; /* no rows: nothing to read */
     return SL_OK;
 }
 
