@@ -426,7 +426,7 @@ static sl_err_t attempt(void *ctx, int timeout_ms, bool *refused, sl_error_t *er
 {
     tr_conn_t *c = ctx;
     sl_err_t rc = tr_conn_open(c, timeout_ms, refused, err);
-    if (rc != SL_OK && rc != SL_ERR_CLOSED && c->t->fleet) give_up(c, err);
+    if (rc != SL_OK && c->t->fleet && !stopping(c)) give_up(c, err);
     return rc;
 }
 
