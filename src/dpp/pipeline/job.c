@@ -77,21 +77,12 @@ bool sl_pipeline_job_id_ok(const char *id, size_t len, char *why, size_t cap)
     return bad == NULL;
 }
 
-/* Parsing state: the problems and whether memory ran out. */
+/* Parsing state: the problems, and whether memory ran out other than for
+ * one of them (problems->nomem says that). */
 struct dpp_parse {
     sl_pipeline_problems_t *problems;
     bool nomem;
 };
-
-__attribute__((format(printf, 2, 3))) static void problem(dpp_parse_t *p, const char *fmt, ...)
-{
-    char buf[SL_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (!sl_pipeline_problems_add(p->problems, "%s", buf)) p->nomem = true;
-}
 
 static bool is_name(const json_t *v)
 {
@@ -103,12 +94,12 @@ static bool is_name(const json_t *v)
 static void get_names(dpp_parse_t *p, const json_t *v, const char *path, char ***out, uint32_t *n)
 {
     if (!json_is_array(v) || json_array_size(v) == 0) {
-        problem(p, "%s: must be a non-empty array of names", path);
+        sl_pipeline_problems_add(p->problems, "%s: must be a non-empty array of names", path);
         return;
     }
     size_t count = json_array_size(v);
     if (count > UINT32_MAX / 2) {
-        problem(p, "%s: too many names", path);
+        sl_pipeline_problems_add(p->problems, "%s: too many names", path);
         return;
     }
     char **names = sl_calloc(NULL, count, sizeof(char *));
@@ -119,13 +110,13 @@ static void get_names(dpp_parse_t *p, const json_t *v, const char *path, char **
     for (size_t i = 0; i < count; i++) {
         const json_t *e = json_array_get(v, i);
         if (!is_name(e)) {
-            problem(p, "%s[%zu]: must be a non-empty string", path, i);
+            sl_pipeline_problems_add(p->problems, "%s[%zu]: must be a non-empty string", path, i);
             continue;
         }
         for (size_t j = 0; j < i; j++)
             if (json_is_string(json_array_get(v, j)) &&
                 strcmp(json_string_value(json_array_get(v, j)), json_string_value(e)) == 0) {
-                problem(p, "%s[%zu]: '%s' is listed twice", path, i, json_string_value(e));
+                sl_pipeline_problems_add(p->problems, "%s[%zu]: '%s' is listed twice", path, i, json_string_value(e));
                 break;
             }
         if ((names[i] = dpp_str_dup(json_string_value(e))) == NULL) p->nomem = true;
@@ -141,7 +132,7 @@ static void check_id(dpp_parse_t *p, const json_t *v, const char *path, sl_pipel
     (void)job;
     char why[160];
     if (!sl_pipeline_job_id_ok(json_string_value(v), json_string_length(v), why, sizeof why))
-        problem(p, "%s: %s", path, why);
+        sl_pipeline_problems_add(p->problems, "%s: %s", path, why);
 }
 
 static void check_partitions(dpp_parse_t *p, const json_t *v, const char *path,
@@ -151,7 +142,7 @@ static void check_partitions(dpp_parse_t *p, const json_t *v, const char *path,
     sl_wh_filter_t *f = NULL;
     sl_error_t e = {0};
     if (sl_wh_filter_parse(json_string_value(v), NULL, &f, &e) != SL_OK)
-        problem(p, "%s: %s", path, e.msg);
+        sl_pipeline_problems_add(p->problems, "%s: %s", path, e.msg);
     sl_wh_filter_destroy(f);
 }
 
@@ -165,7 +156,7 @@ static void parse_groups(dpp_parse_t *p, const json_t *groups, const char *where
                          sl_pipeline_job_t *job)
 {
     if (!json_is_object(groups)) {
-        problem(p, "%s: must be an object {\"group\": [features...]}", where);
+        sl_pipeline_problems_add(p->problems, "%s: must be an object {\"group\": [features...]}", where);
         return;
     }
     size_t n = json_object_size(groups);
@@ -182,7 +173,7 @@ static void parse_groups(dpp_parse_t *p, const json_t *groups, const char *where
         sl_pipeline_dedup_group_t *g = &job->dedup_groups[job->num_dedup_groups++];
         char path[SL_ERROR_MSG_MAX];
         snprintf(path, sizeof path, "%s.%s", where, name);
-        if (name[0] == '\0') problem(p, "%s: a group needs a non-empty name", path);
+        if (name[0] == '\0') sl_pipeline_problems_add(p->problems, "%s: a group needs a non-empty name", path);
         if ((g->name = dpp_str_dup(name)) == NULL) p->nomem = true;
         get_names(p, v, path, &g->features, &g->num_features);
         /* A feature in two groups: the later mention is the problem. */
@@ -192,7 +183,7 @@ static void parse_groups(dpp_parse_t *p, const json_t *groups, const char *where
                 for (uint32_t k = 0; k < job->dedup_groups[h].num_features; k++)
                     if (job->dedup_groups[h].features[k] != NULL &&
                         strcmp(job->dedup_groups[h].features[k], g->features[f]) == 0) {
-                        problem(p, "%s[%u]: feature '%s' is already in group '%s'", path, f,
+                        sl_pipeline_problems_add(p->problems, "%s[%u]: feature '%s' is already in group '%s'", path, f,
                                 g->features[f], job->dedup_groups[h].name);
                         break;
                     }
@@ -206,12 +197,12 @@ static void parse_ops(dpp_parse_t *p, const json_t *list, const char *path, bool
                       sl_pipeline_op_t **out, uint32_t *count)
 {
     if (!json_is_array(list)) {
-        problem(p, "%s: must be an array", path);
+        sl_pipeline_problems_add(p->problems, "%s: must be an array", path);
         return;
     }
     size_t n = json_array_size(list);
     if (n > DPP_OPS_MAX) {
-        problem(p, "%s: %zu %s, more than the %u a job may have", path, n,
+        sl_pipeline_problems_add(p->problems, "%s: %zu %s, more than the %u a job may have", path, n,
                 filter ? "filters" : "transforms", DPP_OPS_MAX);
         return;
     }
@@ -361,7 +352,7 @@ static void parse_field(dpp_parse_t *p, const json_t *v, const dpp_field_t *f, c
     switch (f->type) {
     case FIELD_STRING:
         if (!is_name(v)) {
-            problem(p, "%s: must be a non-empty string", path);
+            sl_pipeline_problems_add(p->problems, "%s: must be a non-empty string", path);
             return;
         }
         if (f->parse != NULL) f->parse(p, v, path, job);
@@ -371,21 +362,21 @@ static void parse_field(dpp_parse_t *p, const json_t *v, const dpp_field_t *f, c
     case FIELD_UINT:
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             (uint64_t)json_integer_value(v) < f->lo || (uint64_t)json_integer_value(v) > f->hi) {
-            problem(p, "%s: must be an integer in [%" PRIu64 ", %" PRIu64 "]", path, f->lo, f->hi);
+            sl_pipeline_problems_add(p->problems, "%s: must be an integer in [%" PRIu64 ", %" PRIu64 "]", path, f->lo, f->hi);
             return;
         }
         put_uint(at, f->size, (uint64_t)json_integer_value(v));
         return;
     case FIELD_BOOL:
         if (!json_is_boolean(v)) {
-            problem(p, "%s: must be true or false", path);
+            sl_pipeline_problems_add(p->problems, "%s: must be true or false", path);
             return;
         }
         put_uint(at, f->size, json_is_true(v));
         return;
     case FIELD_ENUM: {
         if (!is_name(v)) {
-            problem(p, "%s: must be a non-empty string", path);
+            sl_pipeline_problems_add(p->problems, "%s: must be a non-empty string", path);
             return;
         }
         for (uint64_t k = 0; f->choices[k] != NULL; k++)
@@ -401,12 +392,12 @@ static void parse_field(dpp_parse_t *p, const json_t *v, const dpp_field_t *f, c
                                   : f->choices[k + 1] == NULL    ? " or "
                                                                  : ", ",
                                   f->choices[k]);
-        problem(p, "%s: %s, not \"%.64s\"", path, choices, json_string_value(v));
+        sl_pipeline_problems_add(p->problems, "%s: %s, not \"%.64s\"", path, choices, json_string_value(v));
         return;
     }
     case FIELD_OBJECT:
         if (!json_is_object(v)) {
-            problem(p, "%s: must be an object", path);
+            sl_pipeline_problems_add(p->problems, "%s: must be an object", path);
             return;
         }
         parse_object(p, v, f->object, job);
@@ -426,7 +417,7 @@ static void parse_object(dpp_parse_t *p, const json_t *obj, const dpp_object_t *
         bool known = false;
         for (uint32_t i = 0; i < object->count && !known; i++)
             known = strcmp(object->fields[i].name, key) == 0;
-        if (!known) problem(p, "%s.%s: unknown key", object->path, key);
+        if (!known) sl_pipeline_problems_add(p->problems, "%s.%s: unknown key", object->path, key);
     }
     for (uint32_t i = 0; i < object->count; i++) {
         const dpp_field_t *f = &object->fields[i];
@@ -436,7 +427,7 @@ static void parse_object(dpp_parse_t *p, const json_t *obj, const dpp_object_t *
         if (v != NULL)
             parse_field(p, v, f, path, job);
         else if (f->required)
-            problem(p, "%s: missing (required)", path);
+            sl_pipeline_problems_add(p->problems, "%s: missing (required)", path);
     }
 }
 
@@ -451,11 +442,11 @@ sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
     if (job == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
     apply_defaults(&p, &dpp_spec_root, job);
     if (!json_is_object(spec))
-        problem(&p, "$: a job spec must be a JSON object");
+        sl_pipeline_problems_add(p.problems, "$: a job spec must be a JSON object");
     else
         parse_object(&p, spec, &dpp_spec_root, job);
     sl_err_t rc = SL_OK;
-    if (p.nomem) {
+    if (p.nomem || p.problems->nomem) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
     } else if (p.problems->count > before) {
         rc = sl_pipeline_problems_error(p.problems, before, "job spec", err);

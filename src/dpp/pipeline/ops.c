@@ -351,24 +351,20 @@ static bool store(sl_pipeline_op_t *op, const dpp_arg_t *arg, const json_t *v)
     return true;
 }
 
-/* Compiling state: the problems of this op, and memory. */
+/* Compiling state: the problems (those of this op from before on), the
+ * keys present, and memory. */
 typedef struct compile {
     sl_pipeline_problems_t *problems;
     const char *path;
+    uint32_t before;  /* problems->reported when this op began */
     uint32_t present; /* bit k: args[k] is a key of the object (valid or not) */
-    bool bad;         /* this op has a problem */
     bool nomem;
 } compile_t;
 
-__attribute__((format(printf, 2, 3))) static void problem(compile_t *c, const char *fmt, ...)
+/* Has this op a problem? (Counted even past the list's cap.) */
+static bool bad(const compile_t *c)
 {
-    char buf[SL_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    c->bad = true;
-    if (!sl_pipeline_problems_add(c->problems, "%s%s", c->path, buf)) c->nomem = true;
+    return c->problems->reported != c->before;
 }
 
 /* The default name of a created feature: template with every "{arg}" or
@@ -422,12 +418,12 @@ static void check_rules(compile_t *c, const sl_pipeline_op_t *op)
     int lo = dpp_op_arg(op->spec, "min"), hi = dpp_op_arg(op->spec, "max");
     if (lo < 0 || hi < 0) return;
     if ((op->spec->rules & DPP_RULE_NEEDS_BOUND) && !(c->present & ((1u << lo) | (1u << hi))))
-        problem(c, ": needs min, max or both");
+        sl_pipeline_problems_add(c->problems, "%s: needs min, max or both", c->path);
     if ((op->spec->rules & DPP_RULE_MIN_LE_MAX) && (op->given & (1u << lo)) &&
         (op->given & (1u << hi))) {
         bool inverted = op->spec->args[lo].type == ARG_INT ? op->ts_min > op->ts_max
                                                            : op->min > op->max;
-        if (inverted) problem(c, ": min must be <= max");
+        if (inverted) sl_pipeline_problems_add(c->problems, "%s: min must be <= max", c->path);
     }
 }
 
@@ -435,27 +431,25 @@ bool sl_pipeline_op_compile(const json_t *obj, bool filter, const char *path, sl
                             sl_pipeline_problems_t *problems)
 {
     memset(out, 0, sizeof *out);
-    compile_t c = {problems, path, 0, false, false};
+    compile_t c = {problems, path, problems->reported, 0, false};
     const char *what = filter ? "filter" : "transform";
-    if (!json_is_object(obj)) {
-        problem(&c, ": must be an object with an \"op\"");
-        return !c.nomem;
-    }
     const json_t *opv = json_object_get(obj, "op");
-    if (opv == NULL) {
-        problem(&c, ".op: missing (required)");
-        return !c.nomem;
+    if (!json_is_object(obj)) {
+        sl_pipeline_problems_add(problems, "%s: must be an object with an \"op\"", path);
+        return true;
     }
-    if (!json_is_string(opv)) {
-        problem(&c, ".op: must be a string");
-        return !c.nomem;
+    if (opv == NULL || !json_is_string(opv)) {
+        sl_pipeline_problems_add(problems, "%s.op: %s", path,
+                                 opv == NULL ? "missing (required)" : "must be a string");
+        return true;
     }
     const dpp_op_spec_t *spec = dpp_op_find(json_string_value(opv), filter);
     if (spec == NULL) {
         bool other = dpp_op_find(json_string_value(opv), !filter) != NULL;
-        problem(&c, ".op: unknown %s '%s'%s", what, json_string_value(opv),
-                !other ? "" : filter ? " (it is a transform)" : " (it is a filter)");
-        return !c.nomem;
+        sl_pipeline_problems_add(problems, "%s.op: unknown %s '%s'%s", path, what,
+                                 json_string_value(opv),
+                                 !other ? "" : filter ? " (it is a transform)" : " (it is a filter)");
+        return true;
     }
     out->spec = spec;
     out->op = spec->op;
@@ -466,12 +460,14 @@ bool sl_pipeline_op_compile(const json_t *obj, bool filter, const char *path, sl
         if (strcmp(key, "op") == 0) continue;
         int k = dpp_op_arg(spec, key);
         if (k < 0) {
-            problem(&c, ".%s: unknown key for %s '%s'", key, what, spec->name);
+            sl_pipeline_problems_add(problems, "%s.%s: unknown key for %s '%s'", path, key, what,
+                                     spec->name);
             continue;
         }
         c.present |= 1u << k;
         if (!arg_ok(v, spec->args[k].type)) {
-            problem(&c, ".%s: must be %s", key, dpp_arg_type_text(spec->args[k].type));
+            sl_pipeline_problems_add(problems, "%s.%s: must be %s", path, key,
+                                     dpp_arg_type_text(spec->args[k].type));
             continue;
         }
         if (!store(out, &spec->args[k], v)) c.nomem = true;
@@ -481,18 +477,20 @@ bool sl_pipeline_op_compile(const json_t *obj, bool filter, const char *path, sl
         const dpp_arg_t *arg = &spec->args[k];
         if (c.present & (1u << k)) continue;
         if (arg->how == DEF_REQUIRED)
-            problem(&c, ".%s: missing (required by %s '%s')", arg->name, what, spec->name);
+            sl_pipeline_problems_add(problems, "%s.%s: missing (required by %s '%s')", path,
+                                     arg->name, what, spec->name);
         else if (arg->how == DEF_VALUE && !store(out, arg, NULL))
             c.nomem = true;
     }
     check_rules(&c, out);
     /* Default names of created features, from inputs that compiled. */
-    for (int k = 0; k < DPP_MAX_ARGS && spec->args[k].name != NULL && !c.bad; k++) {
+    for (int k = 0; k < DPP_MAX_ARGS && spec->args[k].name != NULL && !bad(&c) && !c.nomem; k++) {
         const dpp_arg_t *arg = &spec->args[k];
         if (arg->how != DEF_NAME || (out->given & (1u << k))) continue;
         char name[SL_WH_NAME_MAX + 1];
         if (!expand_name(out, arg->def.s, name, sizeof name))
-            problem(&c, ".%s: name longer than %d bytes", arg->name, SL_WH_NAME_MAX);
+            sl_pipeline_problems_add(problems, "%s.%s: name longer than %d bytes", path, arg->name,
+                                     SL_WH_NAME_MAX);
         else if ((*(char **)((char *)out + arg->offset) = dpp_str_dup(name)) == NULL)
             c.nomem = true;
     }

@@ -76,16 +76,6 @@ typedef struct bind {
     uint32_t read_cap; /* room in plan->read and plan->keep */
 } bind_t;
 
-__attribute__((format(printf, 2, 3))) static void problem(bind_t *b, const char *fmt, ...)
-{
-    char buf[SL_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (!sl_pipeline_problems_add(b->problems, "%s", buf)) b->nomem = true;
-}
-
 static void add_read(bind_t *b, const char *name)
 {
     sl_pipeline_plan_t *plan = b->plan;
@@ -122,12 +112,12 @@ static void bind_filters(bind_t *b)
         f->weight = 1.0f;
         if (o->label != NULL) {
             if (sl_wh_schema_find_label(b->schema, o->label) < 0)
-                problem(b, "$.filters[%u].label: unknown label '%s'", i, o->label);
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].label: unknown label '%s'", i, o->label);
             f->name = own(plan, o->label);
         }
         if (o->feature != NULL) {
             if (sl_wh_schema_find(b->schema, o->feature) == NULL)
-                problem(b, "$.filters[%u].feature: unknown feature '%s'", i, o->feature);
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].feature: unknown feature '%s'", i, o->feature);
             else
                 add_read(b, o->feature);
             f->name = own(plan, o->feature);
@@ -149,10 +139,10 @@ static void bind_filters(bind_t *b)
             const char *wl = o->weight_label;
             if (sl_wh_schema_find_label(b->schema, wl) >= 0 ||
                 sl_wh_schema_find(b->schema, wl) != NULL)
-                problem(b, "$.filters[%u].weight_label: '%s' is already a column of the table", i,
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].weight_label: '%s' is already a column of the table", i,
                         wl);
             else if (plan->weight_label != NULL && strcmp(plan->weight_label, wl) != 0)
-                problem(b, "$.filters[%u].weight_label: '%s' differs from '%s' of an "
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].weight_label: '%s' differs from '%s' of an "
                            "earlier filter (one weight column per job)",
                         i, wl, plan->weight_label);
             else if (plan->weight_label == NULL &&
@@ -200,13 +190,13 @@ static bool check_input(bind_t *b, size_t i, const char *key, const char *name, 
         for (size_t j = i + 1; j < b->job->num_transforms; j++) {
             const char *later = b->job->transforms[j].output;
             if (later != NULL && strcmp(later, name) == 0) {
-                problem(b, "$.transforms[%zu].%s: feature '%s' is created by a later transform "
+                sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: feature '%s' is created by a later transform "
                            "($.transforms[%zu])",
                         i, key, name, j);
                 return false;
             }
         }
-        problem(b, "$.transforms[%zu].%s: unknown feature '%s'", i, key, name);
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: unknown feature '%s'", i, key, name);
         return false;
     }
     dpp_input_t want = op->spec->input;
@@ -218,7 +208,7 @@ static bool check_input(bind_t *b, size_t i, const char *key, const char *name, 
         const char *need = want == IN_DENSE      ? "a dense"
                            : want == IN_WEIGHTED ? "a weighted"
                                                  : "a sparse or weighted";
-        problem(b, "$.transforms[%zu].%s: '%s' is a %s feature; %s needs %s feature", i, key, name,
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: '%s' is a %s feature; %s needs %s feature", i, key, name,
                 sl_wh_kind_name(s.kind), op->spec->name, need);
         return false;
     }
@@ -232,11 +222,11 @@ static bool check_input(bind_t *b, size_t i, const char *key, const char *name, 
 static const char *output_name(bind_t *b, size_t i, const char *out)
 {
     if (sl_wh_schema_find(b->schema, out) != NULL)
-        problem(b, "$.transforms[%zu].output: '%s' is already a feature of the table", i, out);
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].output: '%s' is already a feature of the table", i, out);
     else if (sl_wh_schema_find_label(b->schema, out) >= 0)
-        problem(b, "$.transforms[%zu].output: '%s' is already a label of the table", i, out);
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].output: '%s' is already a label of the table", i, out);
     else if (lookup(b, out, i).found)
-        problem(b, "$.transforms[%zu].output: '%s' is already created by an earlier transform",
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].output: '%s' is already created by an earlier transform",
                 i, out);
     const char *s = own(b->plan, out);
     if (s == NULL) b->nomem = true;
@@ -254,7 +244,7 @@ static void bind_transform(bind_t *b, size_t i, dpp_transform_t *t)
         bool ok0 = check_input(b, i, "features[0]", a, &s0);
         bool ok1 = check_input(b, i, "features[1]", c, &s1);
         if (ok0 && ok1 && s0.kind != s1.kind)
-            problem(b, "$.transforms[%zu].features: cannot cross '%s' (%s) with '%s' (%s): kinds "
+            sl_pipeline_problems_add(b->problems, "$.transforms[%zu].features: cannot cross '%s' (%s) with '%s' (%s): kinds "
                        "differ",
                     i, a, sl_wh_kind_name(s0.kind), c, sl_wh_kind_name(s1.kind));
         t->in[0] = own(plan, a);
@@ -292,7 +282,7 @@ static void bind_transform(bind_t *b, size_t i, dpp_transform_t *t)
         const char *dir = b->job->base_dir;
         if (file[0] != '/' && dir != NULL) {
             if ((size_t)snprintf(full, sizeof full, "%s%s", dir, file) >= sizeof full) {
-                problem(b, "$.transforms[%zu].file: path too long", i);
+                sl_pipeline_problems_add(b->problems, "$.transforms[%zu].file: path too long", i);
                 return;
             }
             file = full;
@@ -335,9 +325,9 @@ static void bind_groups(bind_t *b)
             const char *name = grp->features[k];
             const sl_wh_feature_t *f = sl_wh_schema_find(b->schema, name);
             if (f == NULL)
-                problem(b, "$.batch.dedup_groups.%s[%u]: unknown feature '%s'", grp->name, k, name);
+                sl_pipeline_problems_add(b->problems, "$.batch.dedup_groups.%s[%u]: unknown feature '%s'", grp->name, k, name);
             else if (f->kind == SL_WH_DENSE)
-                problem(b, "$.batch.dedup_groups.%s[%u]: '%s' is a dense feature; dedup groups "
+                sl_pipeline_problems_add(b->problems, "$.batch.dedup_groups.%s[%u]: '%s' is a dense feature; dedup groups "
                            "hold sparse or weighted features",
                         grp->name, k, name);
             else
@@ -378,7 +368,7 @@ static sl_err_t plan_bind(const sl_pipeline_job_t *job, const sl_wh_schema_t *sc
     if (job->num_features > 0) {
         for (uint32_t i = 0; i < job->num_features; i++) {
             if (sl_wh_schema_find(schema, job->features[i]) == NULL) {
-                problem(&b, "$.source.features[%u]: unknown feature '%s'", i, job->features[i]);
+                sl_pipeline_problems_add(b.problems, "$.source.features[%u]: unknown feature '%s'", i, job->features[i]);
                 continue;
             }
             add_read(&b, job->features[i]);
@@ -394,7 +384,7 @@ static sl_err_t plan_bind(const sl_pipeline_job_t *job, const sl_wh_schema_t *sc
     bind_groups(&b);
 
     sl_err_t rc = SL_OK;
-    if (b.nomem) {
+    if (b.nomem || b.problems->nomem) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job plan: out of memory");
     } else if (b.problems->count > before) {
         char what[300];
