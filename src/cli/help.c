@@ -22,12 +22,12 @@ typedef struct section {
 
 /* In the order the docs read them. */
 static const section_t sections[] = {
-    {&sl_cli_demo_cmd, NULL},          {&sl_cli_table_create_cmd, NULL},
-    {&sl_cli_table_import_cmd, NULL},  {&sl_cli_table_gen_cmd, NULL},
-    {NULL, &sl_cli_writer_group},      {&sl_cli_table_inspect_cmd, NULL},
-    {&sl_cli_table_verify_cmd, NULL},  {&sl_cli_table_cat_cmd, NULL},
-    {&sl_cli_worker_cmd, NULL},        {&sl_cli_read_cmd, NULL},
-    {&sl_cli_submit_cmd, NULL},        {&sl_cli_master_cmd, NULL},
+    {&sl_cli_demo_cmd, NULL},         {&sl_cli_table_create_cmd, NULL},
+    {&sl_cli_table_import_cmd, NULL}, {&sl_cli_table_gen_cmd, NULL},
+    {NULL, &sl_cli_writer_group},     {&sl_cli_table_inspect_cmd, NULL},
+    {&sl_cli_table_verify_cmd, NULL}, {&sl_cli_table_cat_cmd, NULL},
+    {&sl_cli_worker_cmd, NULL},       {&sl_cli_read_cmd, NULL},
+    {&sl_cli_submit_cmd, NULL},       {&sl_cli_master_cmd, NULL},
     {NULL, &sl_cli_admin_group},
 };
 #define NUM_SECTIONS (sizeof sections / sizeof sections[0])
@@ -65,12 +65,14 @@ int sl_cli_help(int argc, char **argv)
         }
         if (argc == 3) {
             if (markdown(stdout, argv[2])) return 0;
-            fprintf(stderr, "sluice help: no section '%s' (`sluice help --markdown` prints them "
-                            "all)\n",
+            fprintf(stderr,
+                    "sluice help: no section '%s' (`sluice help --markdown` prints them "
+                    "all)\n",
                     argv[2]);
             return 2;
         }
-        for (size_t i = 0; i < NUM_SECTIONS; i++) marked(stdout, section_name(&sections[i]));
+        for (size_t i = 0; i < NUM_SECTIONS; i++)
+            marked(stdout, section_name(&sections[i]));
         for (const char *const *s = sl_pipeline_spec_sections(); *s != NULL; s++)
             marked(stdout, *s);
         return 0;

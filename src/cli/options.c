@@ -66,10 +66,23 @@ static bool parse_size(const char *s, uint64_t *out)
     uint64_t v, mul = 1;
     if (!parse_decimal(s, &end, &v)) return false;
     switch (*end) {
-    case 'K': case 'k': mul = 1ull << 10; end++; break;
-    case 'M': case 'm': mul = 1ull << 20; end++; break;
-    case 'G': case 'g': mul = 1ull << 30; end++; break;
-    default: break;
+    case 'K':
+    case 'k':
+        mul = 1ull << 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        mul = 1ull << 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        mul = 1ull << 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'B' || *end == 'b') end++;
     if (*end != '\0' || v > UINT64_MAX / mul) return false;
@@ -123,16 +136,23 @@ static void expected(const sl_cli_opt_t *o, char *out, size_t cap)
     switch (o->type) {
     case SL_CLI_UINT:
     case SL_CLI_SIZE: {
-        const char *what = o->type == SL_CLI_UINT ? "an integer" : "a size in bytes (K, M, G suffixes)";
+        const char *what =
+            o->type == SL_CLI_UINT ? "an integer" : "a size in bytes (K, M, G suffixes)";
         if (o->max == UINT64_MAX)
             snprintf(out, cap, "%s >= %" PRIu64, what, o->min);
         else
             snprintf(out, cap, "%s in [%" PRIu64 ", %" PRIu64 "]", what, o->min, o->max);
         return;
     }
-    case SL_CLI_ADDR: snprintf(out, cap, "HOST:PORT with a port in [0, 65535]"); return;
-    case SL_CLI_ENUM: choices_text(o->arg, "", out, cap); return;
-    default: snprintf(out, cap, "a non-empty %s", o->arg != NULL ? o->arg : "value"); return;
+    case SL_CLI_ADDR:
+        snprintf(out, cap, "HOST:PORT with a port in [0, 65535]");
+        return;
+    case SL_CLI_ENUM:
+        choices_text(o->arg, "", out, cap);
+        return;
+    default:
+        snprintf(out, cap, "a non-empty %s", o->arg != NULL ? o->arg : "value");
+        return;
     }
 }
 
@@ -143,15 +163,23 @@ static bool store(const sl_cli_opt_t *o, void *at, const char *v, char *why, siz
     uint64_t n = 0;
     bool ok = true;
     switch (o->type) {
-    case SL_CLI_FLAG: *(bool *)at = true; return true;
+    case SL_CLI_FLAG:
+        *(bool *)at = true;
+        return true;
     case SL_CLI_UINT: {
         const char *end;
         ok = parse_decimal(v, &end, &n) && *end == '\0';
         break;
     }
-    case SL_CLI_SIZE: ok = parse_size(v, &n); break;
-    case SL_CLI_ADDR: ok = parse_address(v); break;
-    case SL_CLI_ENUM: ok = is_choice(o->arg, v); break;
+    case SL_CLI_SIZE:
+        ok = parse_size(v, &n);
+        break;
+    case SL_CLI_ADDR:
+        ok = parse_address(v);
+        break;
+    case SL_CLI_ENUM:
+        ok = is_choice(o->arg, v);
+        break;
     case SL_CLI_FILE: {
         struct stat st;
         if (stat(v, &st) != 0 || access(v, R_OK) != 0) {
@@ -165,7 +193,9 @@ static bool store(const sl_cli_opt_t *o, void *at, const char *v, char *why, siz
         break;
     }
     case SL_CLI_STRING:
-    case SL_CLI_PATH: ok = v[0] != '\0'; break;
+    case SL_CLI_PATH:
+        ok = v[0] != '\0';
+        break;
     }
     if (ok && (o->type == SL_CLI_UINT || o->type == SL_CLI_SIZE)) ok = n >= o->min && n <= o->max;
     if (!ok) {
@@ -257,8 +287,8 @@ bool sl_cli_parse(const sl_cli_cmd_t *cmd, int argc, char **argv, void *values,
             return false;
         }
     }
-    sl_cli_list_t *args = cmd->args != NULL ? (sl_cli_list_t *)((char *)values + cmd->args_offset)
-                                            : NULL;
+    sl_cli_list_t *args =
+        cmd->args != NULL ? (sl_cli_list_t *)((char *)values + cmd->args_offset) : NULL;
     bool options_end = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -309,8 +339,7 @@ bool sl_cli_parse(const sl_cli_cmd_t *cmd, int argc, char **argv, void *values,
             return fail(cmd, res, "--%s %s is required", o->name, o->arg);
     }
     if (args != NULL && args->count < cmd->min_args) {
-        if (cmd->min_args == 1)
-            return fail(cmd, res, "wants one %s", cmd->args_doc);
+        if (cmd->min_args == 1) return fail(cmd, res, "wants one %s", cmd->args_doc);
         return fail(cmd, res, "wants at least %u %s", cmd->min_args, cmd->args_doc);
     }
     return true;
@@ -354,13 +383,15 @@ static void wrapped(FILE *out, const char *h, int indent, int room)
         int len = (int)strlen(h);
         if (len > room) {
             len = room;
-            while (len > 0 && h[len] != ' ') len--;
+            while (len > 0 && h[len] != ' ')
+                len--;
             if (len == 0) len = room;
         }
         if (!first) fprintf(out, "%*s", indent, "");
         fprintf(out, "%.*s\n", len, h);
         h += len;
-        while (*h == ' ') h++;
+        while (*h == ' ')
+            h++;
     }
 }
 
@@ -389,8 +420,10 @@ void sl_cli_print_help(FILE *out, const sl_cli_cmd_t *cmd)
             snprintf(text, sizeof text, "%s%s%s%s%s%s", o->help,
                      (o->flags & SL_CLI_REPEAT) ? " (repeatable)" : "",
                      (o->flags & SL_CLI_REQUIRED) ? " (required)" : "",
-                     def == NULL ? "" : bare ? " (" : " (default ", def != NULL ? def : "",
-                     def != NULL ? ")" : "");
+                     def == NULL ? ""
+                     : bare      ? " ("
+                                 : " (default ",
+                     def != NULL ? def : "", def != NULL ? ")" : "");
             if ((int)strlen(left) > WIDTH) {
                 fprintf(out, "  %s\n%*s", left, WIDTH + 3, "");
             } else {
@@ -415,13 +448,18 @@ static void value_column(FILE *out, const sl_cli_opt_t *o)
 {
     char text[160];
     switch (o->type) {
-    case SL_CLI_FLAG: fputs("—", out); return;
+    case SL_CLI_FLAG:
+        fputs("—", out);
+        return;
     case SL_CLI_UINT:
     case SL_CLI_SIZE:
         expected(o, text, sizeof text);
         fputs(text + (text[1] == 'n' ? 3 : 2), out); /* without the article: "integer in [1, 8]" */
         return;
-    case SL_CLI_ENUM: choices_text(o->arg, "`", text, sizeof text); fputs(text, out); return;
+    case SL_CLI_ENUM:
+        choices_text(o->arg, "`", text, sizeof text);
+        fputs(text, out);
+        return;
     case SL_CLI_FILE:
         fputc('`', out);
         cell(out, o->arg);
@@ -459,7 +497,8 @@ void sl_cli_print_markdown(FILE *out, const sl_cli_cmd_t *cmd, const sl_cli_grou
 {
     fputs("| option | value | default | meaning |\n| --- | --- | --- | --- |\n", out);
     if (cmd == NULL) {
-        for (size_t k = 0; k < group->count; k++) markdown_row(out, &group->opts[k]);
+        for (size_t k = 0; k < group->count; k++)
+            markdown_row(out, &group->opts[k]);
         return;
     }
     if (cmd->args != NULL) {
@@ -478,7 +517,10 @@ void sl_cli_print_markdown(FILE *out, const sl_cli_cmd_t *cmd, const sl_cli_grou
         if (grp->name == NULL) continue;
         fprintf(out, "\nAnd the %s:", grp->title);
         for (size_t k = 0; k < grp->count; k++)
-            fprintf(out, "%s`--%s`", k == 0 ? " " : k + 1 == grp->count ? " and " : ", ",
+            fprintf(out, "%s`--%s`",
+                    k == 0                ? " "
+                    : k + 1 == grp->count ? " and "
+                                          : ", ",
                     grp->opts[k].name);
         fputs(".\n", out);
     }

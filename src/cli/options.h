@@ -22,7 +22,8 @@ typedef enum sl_cli_type {
     SL_CLI_PATH,   /* a path the command opens itself (its loader names problems) -> const char * */
     SL_CLI_FILE,   /* a readable file, checked at parse -> const char * */
     SL_CLI_UINT,   /* a decimal integer in [min, max] -> uint64_t */
-    SL_CLI_SIZE,   /* bytes: digits, an optional K, M or G and an optional B; in [min, max] -> uint64_t */
+    SL_CLI_SIZE,   /* bytes: digits, an optional K, M or G and an optional B; in [min, max] ->
+                      uint64_t */
     SL_CLI_ADDR,   /* HOST:PORT (HOST may be empty or [v6]), a port in [0, 65535] -> const char * */
     SL_CLI_ENUM    /* one of the '|'-separated choices in arg -> const char * */
 } sl_cli_type_t;
@@ -39,10 +40,11 @@ typedef struct sl_cli_list {
 } sl_cli_list_t;
 
 typedef struct sl_cli_opt {
-    const char *name;    /* the long name, without "--" */
+    const char *name; /* the long name, without "--" */
     sl_cli_type_t type;
-    const char *arg;     /* the value's name ("HOST:PORT"); SL_CLI_ENUM: the choices, "local|none" */
-    const char *def;     /* the default as written on a command line, applied before argv is read; NULL: none */
+    const char *arg; /* the value's name ("HOST:PORT"); SL_CLI_ENUM: the choices, "local|none" */
+    const char *
+        def; /* the default as written on a command line, applied before argv is read; NULL: none */
     const char *def_doc; /* the default in words, when the command works it out ("online cores") */
     uint64_t min, max;   /* SL_CLI_UINT, SL_CLI_SIZE */
     unsigned flags;      /* SL_CLI_REQUIRED, SL_CLI_REPEAT */
@@ -58,7 +60,10 @@ typedef struct sl_cli_group {
 } sl_cli_group_t;
 
 /* The group of a command's own options: opts is an array. */
-#define SL_CLI_OWN_GROUP(opts) {NULL, NULL, opts, sizeof opts / sizeof opts[0]}
+#define SL_CLI_OWN_GROUP(opts)                                                                     \
+    {                                                                                              \
+        NULL, NULL, opts, sizeof opts / sizeof opts[0]                                             \
+    }
 
 #define SL_CLI_MAX_GROUPS 3
 
@@ -73,7 +78,7 @@ typedef struct sl_cli_cmd {
     size_t args_offset; /* of their sl_cli_list_t in the values struct */
     struct {
         const sl_cli_group_t *group;
-        size_t base; /* of the group's struct in the values struct */
+        size_t base;             /* of the group's struct in the values struct */
     } groups[SL_CLI_MAX_GROUPS]; /* ends at group NULL */
 } sl_cli_cmd_t;
 

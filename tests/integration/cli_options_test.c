@@ -53,20 +53,25 @@ static int sluice(const char *arg, ...)
 
 /* The usage error of one command line: exit 2, and stderr exactly the
  * message then the pointer to --help. */
-#define USAGE(cmd, msg, ...)                                                                      \
-    do {                                                                                          \
-        cr_assert_eq(sluice(__VA_ARGS__, NULL), 2, "stdout: %s stderr: %s", out, err);            \
-        cr_assert_str_eq(err, "sluice " cmd ": " msg "\n(see `sluice " cmd " --help`)\n");      \
+#define USAGE(cmd, msg, ...)                                                                       \
+    do {                                                                                           \
+        cr_assert_eq(sluice(__VA_ARGS__, NULL), 2, "stdout: %s stderr: %s", out, err);             \
+        cr_assert_str_eq(err, "sluice " cmd ": " msg "\n(see `sluice " cmd " --help`)\n");         \
     } while (0)
 
 Test(cli_options, every_command_has_help)
 {
     const char *cmds[][2] = {
-        {"demo", "--threads T"},           {"worker", "--memory-limit BYTES"},
-        {"read", "--reconnect-ms MS"},     {"submit", "--resume-token FILE"},
-        {"master", "--admin-timeout-s S"}, {"table create", "--schema FILE"},
-        {"table import", "--dedup-group NAME=F1,F2"}, {"table gen", "--session-length L"},
-        {"table inspect", "--partition-filter EXPR"}, {"table verify", "-h, --help"},
+        {"demo", "--threads T"},
+        {"worker", "--memory-limit BYTES"},
+        {"read", "--reconnect-ms MS"},
+        {"submit", "--resume-token FILE"},
+        {"master", "--admin-timeout-s S"},
+        {"table create", "--schema FILE"},
+        {"table import", "--dedup-group NAME=F1,F2"},
+        {"table gen", "--session-length L"},
+        {"table inspect", "--partition-filter EXPR"},
+        {"table verify", "-h, --help"},
         {"table cat", "--limit N"},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -110,11 +115,10 @@ Test(cli_options, usage_errors_name_the_option)
           "--admin", ":0", "--state", "s", "--executor", "k8s");
     USAGE("master", "--max-split-failures '65536': expected an integer in [1, 65535]", "master",
           "--max-split-failures", "65536");
-    USAGE("worker", "--threads '0': expected an integer in [1, 256]", "worker", "--job",
-          "job.json", "--threads", "0");
-    USAGE("worker",
-          "--memory-limit '2T': expected a size in bytes (K, M, G suffixes) >= 1", "worker",
-          "--job", "job.json", "--memory-limit", "2T");
+    USAGE("worker", "--threads '0': expected an integer in [1, 256]", "worker", "--job", "job.json",
+          "--threads", "0");
+    USAGE("worker", "--memory-limit '2T': expected a size in bytes (K, M, G suffixes) >= 1",
+          "worker", "--job", "job.json", "--memory-limit", "2T");
     USAGE("worker", "--job 'missing.json': No such file or directory", "worker", "--job",
           "missing.json");
     USAGE("worker", "--job 'spec': a directory, not a file", "worker", "--job=spec");
@@ -127,8 +131,8 @@ Test(cli_options, usage_errors_name_the_option)
     USAGE("read", "--worker needs a value (HOST:PORT)", "read", "--worker");
     USAGE("read", "--json takes no value", "read", "--worker", "x:1", "--json=yes");
     USAGE("read", "unexpected argument 'extra'", "read", "--worker", "x:1", "extra");
-    USAGE("submit", "--sharding 'diagonal': expected dynamic or static", "submit", "--admin",
-          "x:1", "--job", "job.json", "--sharding", "diagonal");
+    USAGE("submit", "--sharding 'diagonal': expected dynamic or static", "submit", "--admin", "x:1",
+          "--job", "job.json", "--sharding", "diagonal");
     USAGE("submit", "--max-workers is below --min-workers", "submit", "--admin", "x:1", "--job",
           "job.json", "--min-workers", "3", "--max-workers", "2");
     USAGE("demo", "--rows '0': expected an integer in [1, 268435456]", "demo", "--rows", "0");
@@ -139,8 +143,8 @@ Test(cli_options, usage_errors_name_the_option)
     USAGE("table inspect", "unexpected argument 'b'", "table", "inspect", "a", "b");
     USAGE("table gen", "--preset criteo|sessions is required", "table", "gen", "--rows", "5",
           "--table", "t");
-    USAGE("table import", "--format 'csv': expected criteo or jsonl", "table", "import",
-          "--format", "csv");
+    USAGE("table import", "--format 'csv': expected criteo or jsonl", "table", "import", "--format",
+          "csv");
 }
 
 /* "--name=value", unique prefixes, "--" and "-" as a name, and repeated
@@ -171,11 +175,11 @@ Test(cli_options, markdown_sections)
 {
     cr_assert_eq(sluice("help", "--markdown", NULL), 0, "%s", err);
     char *all = strdup(out);
-    const char *names[] = {"demo",       "table create", "table import", "table gen",
-                           "table writer", "table inspect", "table verify", "table cat",
-                           "worker",     "read",         "submit",       "master",
-                           "admin endpoint", "job",      "job source",   "job batch",
-                           "job filters", "job transforms"};
+    const char *names[] = {"demo",           "table create",  "table import", "table gen",
+                           "table writer",   "table inspect", "table verify", "table cat",
+                           "worker",         "read",          "submit",       "master",
+                           "admin endpoint", "job",           "job source",   "job batch",
+                           "job filters",    "job transforms"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char begin[128];
         snprintf(begin, sizeof begin, "<!-- generated by sluice help --markdown: %s -->\n",

@@ -13,18 +13,25 @@
 #include "warehouse/warehouse.h"
 
 #define AT(field) offsetof(sl_pipeline_op_t, field)
-#define REQUIRED(name, type, field, doc) {name, type, DEF_REQUIRED, {0}, AT(field), NULL, doc}
-#define OPTIONAL(name, type, field, value, def_doc, doc)                                          \
-    {name, type, DEF_VALUE, {value}, AT(field), def_doc, doc}
+#define REQUIRED(name, type, field, doc)                                                           \
+    {                                                                                              \
+        name, type, DEF_REQUIRED, {0}, AT(field), NULL, doc                                        \
+    }
+#define OPTIONAL(name, type, field, value, def_doc, doc)                                           \
+    {                                                                                              \
+        name, type, DEF_VALUE, {value}, AT(field), def_doc, doc                                    \
+    }
 #define FEATURE(doc) REQUIRED("feature", ARG_STRING, feature, doc)
 #define LABEL(doc) REQUIRED("label", ARG_STRING, label, doc)
 #define SALT OPTIONAL("salt", ARG_UINT, salt, .u = 0, NULL, "hash seed")
 #define TABLE_SIZE REQUIRED("table_size", ARG_POS_INT, table_size, "ids land in [0, table_size)")
-#define OUTPUT(template)                                                                          \
-    {"output", ARG_NAME, DEF_NAME, {.s = template}, AT(output), NULL, "name of the new feature"}
+#define OUTPUT(template)                                                                           \
+    {                                                                                              \
+        "output", ARG_NAME, DEF_NAME, {.s = template}, AT(output), NULL, "name of the new feature" \
+    }
 /* min and max of a number range: no bound unless given */
-#define BOUNDS(what)                                                                              \
-    OPTIONAL("min", ARG_NUMBER, min, .d = -INFINITY, "no bound", "lower bound of " what),        \
+#define BOUNDS(what)                                                                               \
+    OPTIONAL("min", ARG_NUMBER, min, .d = -INFINITY, "no bound", "lower bound of " what),          \
         OPTIONAL("max", ARG_NUMBER, max, .d = INFINITY, "no bound", "upper bound of " what)
 
 static const dpp_op_spec_t ops[] = {
@@ -135,8 +142,14 @@ static const dpp_op_spec_t ops[] = {
      "file, or one that is not a regular file, is refused before a byte of it is read); a "
      "relative path resolves against the spec file's directory. Loaded at plan time; problems "
      "name the file and line, never quote its content.",
-     {FEATURE("the feature"), REQUIRED("file", ARG_STRING, file, "the vocabulary"),
-      {"default", ARG_INT, DEF_BOUND, {0}, AT(vocab_default), "the vocabulary size",
+     {FEATURE("the feature"),
+      REQUIRED("file", ARG_STRING, file, "the vocabulary"),
+      {"default",
+       ARG_INT,
+       DEF_BOUND,
+       {0},
+       AT(vocab_default),
+       "the vocabulary size",
        "index of ids not in the vocabulary"}}},
     {"fill_missing",
      OP_FILL_MISSING,
@@ -228,18 +241,30 @@ bool sl_pipeline_op_given(const sl_pipeline_op_t *op, const char *name)
 const char *dpp_arg_type_text(dpp_arg_type_t t)
 {
     switch (t) {
-    case ARG_STRING: return "a non-empty string";
-    case ARG_STRING2: return "an array of two non-empty strings";
-    case ARG_NUMBER: return "a finite number";
-    case ARG_POS_NUMBER: return "a number > 0";
-    case ARG_RATE: return "a number in (0, 1]";
-    case ARG_UINT: return "an integer >= 0";
-    case ARG_POS_INT: return "a positive integer";
-    case ARG_INT: return "an integer";
-    case ARG_BORDERS: return "a non-empty array of strictly increasing finite numbers";
-    case ARG_NAME: return "a non-empty string of at most 255 bytes";
-    case ARG_POS_INT32: return "an integer in [1, 2147483647]";
-    case ARG_NGRAM_N: return "an integer in [1, 1024]";
+    case ARG_STRING:
+        return "a non-empty string";
+    case ARG_STRING2:
+        return "an array of two non-empty strings";
+    case ARG_NUMBER:
+        return "a finite number";
+    case ARG_POS_NUMBER:
+        return "a number > 0";
+    case ARG_RATE:
+        return "a number in (0, 1]";
+    case ARG_UINT:
+        return "an integer >= 0";
+    case ARG_POS_INT:
+        return "a positive integer";
+    case ARG_INT:
+        return "an integer";
+    case ARG_BORDERS:
+        return "a non-empty array of strictly increasing finite numbers";
+    case ARG_NAME:
+        return "a non-empty string of at most 255 bytes";
+    case ARG_POS_INT32:
+        return "an integer in [1, 2147483647]";
+    case ARG_NGRAM_N:
+        return "an integer in [1, 1024]";
     }
     return "of a known type";
 }
@@ -254,17 +279,25 @@ static bool arg_ok(const json_t *v, dpp_arg_type_t t)
 {
     double d = json_is_number(v) ? json_number_value(v) : NAN;
     switch (t) {
-    case ARG_STRING: return is_name(v);
+    case ARG_STRING:
+        return is_name(v);
     case ARG_STRING2:
         return json_is_array(v) && json_array_size(v) == 2 && is_name(json_array_get(v, 0)) &&
                is_name(json_array_get(v, 1));
-    case ARG_NUMBER: return isfinite(d);
-    case ARG_POS_NUMBER: return isfinite(d) && d > 0;
-    case ARG_RATE: return d > 0 && d <= 1;
-    case ARG_UINT: return json_is_integer(v) && json_integer_value(v) >= 0;
-    case ARG_POS_INT: return json_is_integer(v) && json_integer_value(v) >= 1;
-    case ARG_INT: return json_is_integer(v);
-    case ARG_NAME: return is_name(v) && json_string_length(v) <= SL_WH_NAME_MAX;
+    case ARG_NUMBER:
+        return isfinite(d);
+    case ARG_POS_NUMBER:
+        return isfinite(d) && d > 0;
+    case ARG_RATE:
+        return d > 0 && d <= 1;
+    case ARG_UINT:
+        return json_is_integer(v) && json_integer_value(v) >= 0;
+    case ARG_POS_INT:
+        return json_is_integer(v) && json_integer_value(v) >= 1;
+    case ARG_INT:
+        return json_is_integer(v);
+    case ARG_NAME:
+        return is_name(v) && json_string_length(v) <= SL_WH_NAME_MAX;
     case ARG_POS_INT32:
         return json_is_integer(v) && json_integer_value(v) >= 1 &&
                json_integer_value(v) <= INT32_MAX;
@@ -307,7 +340,8 @@ void sl_pipeline_op_clear(sl_pipeline_op_t *op)
     if (op == NULL) return;
     char *strings[] = {op->feature, op->label, op->features[0], op->features[1],
                        op->output,  op->file,  op->weight_label};
-    for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) dpp_str_free(strings[i]);
+    for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
+        dpp_str_free(strings[i]);
     if (op->borders.v != NULL) sl_free(NULL, op->borders.v, op->borders.n * sizeof(double));
     memset(op, 0, sizeof *op);
 }
@@ -331,20 +365,25 @@ static bool store(sl_pipeline_op_t *op, const dpp_arg_t *arg, const json_t *v)
     }
     case ARG_NUMBER:
     case ARG_POS_NUMBER:
-    case ARG_RATE: *(double *)at = v != NULL ? json_number_value(v) : arg->def.d; return true;
+    case ARG_RATE:
+        *(double *)at = v != NULL ? json_number_value(v) : arg->def.d;
+        return true;
     case ARG_UINT:
     case ARG_POS_INT:
     case ARG_POS_INT32:
     case ARG_NGRAM_N:
         *(uint64_t *)at = v != NULL ? (uint64_t)json_integer_value(v) : arg->def.u;
         return true;
-    case ARG_INT: *(int64_t *)at = v != NULL ? (int64_t)json_integer_value(v) : arg->def.i; return true;
+    case ARG_INT:
+        *(int64_t *)at = v != NULL ? (int64_t)json_integer_value(v) : arg->def.i;
+        return true;
     case ARG_BORDERS: {
         dpp_borders_t *b = at;
         size_t n = json_array_size(v);
         if ((b->v = sl_alloc(NULL, n * sizeof(double))) == NULL) return false;
         b->n = (uint32_t)n;
-        for (size_t k = 0; k < n; k++) b->v[k] = json_number_value(json_array_get(v, k));
+        for (size_t k = 0; k < n; k++)
+            b->v[k] = json_number_value(json_array_get(v, k));
         return true;
     }
     }
@@ -421,8 +460,8 @@ static void check_rules(compile_t *c, const sl_pipeline_op_t *op)
         sl_pipeline_problems_add(c->problems, "%s: needs min, max or both", c->path);
     if ((op->spec->rules & DPP_RULE_MIN_LE_MAX) && (op->given & (1u << lo)) &&
         (op->given & (1u << hi))) {
-        bool inverted = op->spec->args[lo].type == ARG_INT ? op->ts_min > op->ts_max
-                                                           : op->min > op->max;
+        bool inverted =
+            op->spec->args[lo].type == ARG_INT ? op->ts_min > op->ts_max : op->min > op->max;
         if (inverted) sl_pipeline_problems_add(c->problems, "%s: min must be <= max", c->path);
     }
 }
@@ -448,7 +487,9 @@ bool sl_pipeline_op_compile(const json_t *obj, bool filter, const char *path, sl
         bool other = dpp_op_find(json_string_value(opv), !filter) != NULL;
         sl_pipeline_problems_add(problems, "%s.op: unknown %s '%s'%s", path, what,
                                  json_string_value(opv),
-                                 !other ? "" : filter ? " (it is a transform)" : " (it is a filter)");
+                                 !other   ? ""
+                                 : filter ? " (it is a transform)"
+                                          : " (it is a filter)");
         return true;
     }
     out->spec = spec;

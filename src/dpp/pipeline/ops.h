@@ -55,7 +55,7 @@ typedef enum dpp_arg_type {
     ARG_BORDERS,    /* non-empty array of finite numbers, strictly increasing -> dpp_borders_t */
     /* Bounded kinds: limits that need no schema are checked at parse, with
      * the types, so a spec with other problems still reports them. */
-    ARG_NAME,      /* non-empty string of at most SL_WH_NAME_MAX bytes (a created feature) -> char * */
+    ARG_NAME, /* non-empty string of at most SL_WH_NAME_MAX bytes (a created feature) -> char * */
     ARG_POS_INT32, /* integer in [1, 2^31) -> uint64_t */
     ARG_NGRAM_N    /* integer in [1, DPP_NGRAM_MAX] -> uint64_t */
 } dpp_arg_type_t;
@@ -74,9 +74,9 @@ typedef struct dpp_arg {
     dpp_arg_type_t type;
     dpp_arg_default_t how;
     union {
-        double d;     /* ARG_NUMBER, ARG_POS_NUMBER, ARG_RATE */
-        uint64_t u;   /* ARG_UINT, ARG_POS_INT, ARG_POS_INT32, ARG_NGRAM_N */
-        int64_t i;    /* ARG_INT */
+        double d;      /* ARG_NUMBER, ARG_POS_NUMBER, ARG_RATE */
+        uint64_t u;    /* ARG_UINT, ARG_POS_INT, ARG_POS_INT32, ARG_NGRAM_N */
+        int64_t i;     /* ARG_INT */
         const char *s; /* ARG_STRING, ARG_NAME; DEF_NAME's template */
     } def;
     size_t offset;       /* of the value in sl_pipeline_op_t */
@@ -86,11 +86,11 @@ typedef struct dpp_arg {
 
 /* What a transform's input feature must be. */
 typedef enum dpp_input {
-    IN_NONE,     /* no feature (labels, timestamps, sample ids) */
-    IN_ANY,      /* any kind */
-    IN_SPARSE,   /* sparse or weighted */
-    IN_DENSE,    /* dense */
-    IN_WEIGHTED  /* weighted */
+    IN_NONE,    /* no feature (labels, timestamps, sample ids) */
+    IN_ANY,     /* any kind */
+    IN_SPARSE,  /* sparse or weighted */
+    IN_DENSE,   /* dense */
+    IN_WEIGHTED /* weighted */
 } dpp_input_t;
 
 /* Rules across arguments (dpp_op_spec_t.rules). */
@@ -108,8 +108,8 @@ typedef struct dpp_op_spec {
     dpp_op_t op;
     bool filter; /* a filter (else a transform) */
     dpp_input_t input;
-    unsigned rules;  /* DPP_RULE_* */
-    const char *doc; /* what it keeps (a filter) or computes (a transform) */
+    unsigned rules;               /* DPP_RULE_* */
+    const char *doc;              /* what it keeps (a filter) or computes (a transform) */
     dpp_arg_t args[DPP_MAX_ARGS]; /* ends at the first name == NULL */
 } dpp_op_spec_t;
 
@@ -125,16 +125,16 @@ typedef struct dpp_borders {
 struct sl_pipeline_op {
     const dpp_op_spec_t *spec; /* its row of the op table */
     dpp_op_t op;
-    uint32_t given;      /* bit k: spec->args[k] was given */
-    char *feature;       /* the input feature */
-    char *label;         /* label filters */
-    char *features[2];   /* cross */
-    char *output;        /* created feature: given, or the op's default name */
-    char *file;          /* map_vocab */
-    char *weight_label;  /* negative_downsample */
-    double value;        /* label_equals, fill_missing */
-    double min, max;     /* label_range, clamp, clamp_weights (default: no bound, +-inf) */
-    double rate;         /* sample, negative_downsample */
+    uint32_t given;     /* bit k: spec->args[k] was given */
+    char *feature;      /* the input feature */
+    char *label;        /* label filters */
+    char *features[2];  /* cross */
+    char *output;       /* created feature: given, or the op's default name */
+    char *file;         /* map_vocab */
+    char *weight_label; /* negative_downsample */
+    double value;       /* label_equals, fill_missing */
+    double min, max;    /* label_range, clamp, clamp_weights (default: no bound, +-inf) */
+    double rate;        /* sample, negative_downsample */
     double mean, std, lambda;
     int64_t ts_min, ts_max; /* timestamp_range, inclusive */
     int64_t vocab_default;  /* map_vocab, when given */

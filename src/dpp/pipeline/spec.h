@@ -33,8 +33,8 @@ typedef struct dpp_field {
     uint64_t lo, hi;            /* FIELD_UINT */
     const char *const *choices; /* FIELD_ENUM, NULL-terminated */
     union {
-        uint64_t u;    /* FIELD_UINT, FIELD_BOOL, FIELD_ENUM (the index) */
-        const char *s; /* FIELD_STRING; NULL: none */
+        uint64_t u;             /* FIELD_UINT, FIELD_BOOL, FIELD_ENUM (the index) */
+        const char *s;          /* FIELD_STRING; NULL: none */
     } def;                      /* the default, applied before the spec is read */
     size_t offset, size;        /* of the value in sl_pipeline_job_t */
     const dpp_object_t *object; /* FIELD_OBJECT */

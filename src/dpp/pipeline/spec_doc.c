@@ -34,16 +34,28 @@ static void field_type(FILE *out, const dpp_field_t *f)
         return;
     }
     switch (f->type) {
-    case FIELD_STRING: fputs("non-empty string", out); return;
-    case FIELD_UINT: fprintf(out, "integer in [%" PRIu64 ", %" PRIu64 "]", f->lo, f->hi); return;
-    case FIELD_BOOL: fputs("bool", out); return;
+    case FIELD_STRING:
+        fputs("non-empty string", out);
+        return;
+    case FIELD_UINT:
+        fprintf(out, "integer in [%" PRIu64 ", %" PRIu64 "]", f->lo, f->hi);
+        return;
+    case FIELD_BOOL:
+        fputs("bool", out);
+        return;
     case FIELD_ENUM:
         for (size_t k = 0; f->choices[k] != NULL; k++)
-            fprintf(out, "%s`\"%s\"`", k == 0 ? "" : f->choices[k + 1] == NULL ? " or " : ", ",
+            fprintf(out, "%s`\"%s\"`",
+                    k == 0                      ? ""
+                    : f->choices[k + 1] == NULL ? " or "
+                                                : ", ",
                     f->choices[k]);
         return;
-    case FIELD_OBJECT: fputs("object", out); return;
-    case FIELD_CUSTOM: return;
+    case FIELD_OBJECT:
+        fputs("object", out);
+        return;
+    case FIELD_CUSTOM:
+        return;
     }
 }
 
@@ -61,10 +73,18 @@ static void field_default(FILE *out, const dpp_field_t *f)
             else
                 fputs("none", out);
             break;
-        case FIELD_UINT: fprintf(out, "%" PRIu64, f->def.u); break;
-        case FIELD_BOOL: fputs(f->def.u ? "true" : "false", out); break;
-        case FIELD_ENUM: fprintf(out, "`\"%s\"`", f->choices[f->def.u]); break;
-        default: fputs("none", out); break;
+        case FIELD_UINT:
+            fprintf(out, "%" PRIu64, f->def.u);
+            break;
+        case FIELD_BOOL:
+            fputs(f->def.u ? "true" : "false", out);
+            break;
+        case FIELD_ENUM:
+            fprintf(out, "`\"%s\"`", f->choices[f->def.u]);
+            break;
+        default:
+            fputs("none", out);
+            break;
         }
     }
 }
@@ -103,10 +123,17 @@ static void keys_table(FILE *out, const dpp_object_t *object, bool flatten)
 static void arg_default(FILE *out, const dpp_arg_t *a)
 {
     switch (a->how) {
-    case DEF_REQUIRED: fputs("required", out); return;
-    case DEF_NAME: fprintf(out, "default `%s`", a->def.s); return;
-    case DEF_BOUND: fprintf(out, "default: %s", a->def_doc); return;
-    case DEF_VALUE: break;
+    case DEF_REQUIRED:
+        fputs("required", out);
+        return;
+    case DEF_NAME:
+        fprintf(out, "default `%s`", a->def.s);
+        return;
+    case DEF_BOUND:
+        fprintf(out, "default: %s", a->def_doc);
+        return;
+    case DEF_VALUE:
+        break;
     }
     fputs("default ", out);
     if (a->def_doc != NULL) {
@@ -116,11 +143,19 @@ static void arg_default(FILE *out, const dpp_arg_t *a)
     switch (a->type) {
     case ARG_NUMBER:
     case ARG_POS_NUMBER:
-    case ARG_RATE: fprintf(out, "%g", a->def.d); return;
-    case ARG_INT: fprintf(out, "%" PRId64, a->def.i); return;
+    case ARG_RATE:
+        fprintf(out, "%g", a->def.d);
+        return;
+    case ARG_INT:
+        fprintf(out, "%" PRId64, a->def.i);
+        return;
     case ARG_STRING:
-    case ARG_NAME: fprintf(out, "`\"%s\"`", a->def.s); return;
-    default: fprintf(out, "%" PRIu64, a->def.u); return;
+    case ARG_NAME:
+        fprintf(out, "`\"%s\"`", a->def.s);
+        return;
+    default:
+        fprintf(out, "%" PRIu64, a->def.u);
+        return;
     }
 }
 
@@ -141,11 +176,16 @@ static void op_args(FILE *out, const dpp_op_spec_t *op)
 static const char *input_text(dpp_input_t in)
 {
     switch (in) {
-    case IN_SPARSE: return "sparse / weighted";
-    case IN_DENSE: return "dense";
-    case IN_WEIGHTED: return "weighted";
-    case IN_ANY: return "any";
-    case IN_NONE: break;
+    case IN_SPARSE:
+        return "sparse / weighted";
+    case IN_DENSE:
+        return "dense";
+    case IN_WEIGHTED:
+        return "weighted";
+    case IN_ANY:
+        return "any";
+    case IN_NONE:
+        break;
     }
     return "—";
 }
