@@ -12,9 +12,12 @@
 struct sl_kafka_rows {
     const sl_allocator_t *a;
     sl_wh_schema_t *schema; /* a copy */
-    uint32_t T, D, S;       /* labels, dense slots, sparse slots */
+    uint32_t T, D, S;       /* labels, projected dense features, projected sparse ones */
+    uint32_t SD, SS;        /* the schema's dense and sparse slots */
+    int32_t *dense_at;      /* [SD] schema dense slot -> projected index, -1: not projected */
+    int32_t *sparse_at;     /* [SS] the same for sparse slots */
     bool any_weighted;
-    const char **label_names, **dense_names, **sparse_names; /* into schema */
+    const char **label_names, **dense_names, **sparse_names; /* into schema, output order */
     /* rows collected, row-major: */
     uint32_t n, cap;
     int64_t *sample_ids, *session_ids, *timestamps, *offsets, *create_ms; /* [cap] */
@@ -98,8 +101,9 @@ static void pb_free(void *ctx, void *ptr)
 
 /* ---- the builder ---- */
 
-sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const sl_allocator_t *a,
-                           sl_kafka_rows_t **out, sl_error_t *err)
+sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const char *const *features,
+                           uint32_t num_features, const sl_allocator_t *a, sl_kafka_rows_t **out,
+                           sl_error_t *err)
 {
     *out = NULL;
     sl_kafka_rows_t *r = sl_calloc(a, 1, sizeof *r);
@@ -110,19 +114,45 @@ sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const sl_allocator_t *a
     r->out = sl_arena_new(a, 0);
     if (!r->schema || !r->pb || !r->out) goto nomem;
     r->T = sl_wh_schema_num_labels(schema);
-    r->D = sl_wh_schema_num_dense(schema);
-    r->S = sl_wh_schema_num_sparse(schema);
+    r->SD = sl_wh_schema_num_dense(schema);
+    r->SS = sl_wh_schema_num_sparse(schema);
     r->label_names = sl_calloc(a, r->T + 1, sizeof(char *));
-    r->dense_names = sl_calloc(a, r->D + 1, sizeof(char *));
-    r->sparse_names = sl_calloc(a, r->S + 1, sizeof(char *));
-    r->seen = sl_calloc(a, (size_t)r->T + r->D + r->S + 1, 1);
-    if (!r->label_names || !r->dense_names || !r->sparse_names || !r->seen) goto nomem;
+    r->dense_names = sl_calloc(a, r->SD + 1, sizeof(char *));
+    r->sparse_names = sl_calloc(a, r->SS + 1, sizeof(char *));
+    r->dense_at = sl_calloc(a, r->SD + 1, sizeof(int32_t));
+    r->sparse_at = sl_calloc(a, r->SS + 1, sizeof(int32_t));
+    r->seen = sl_calloc(a, (size_t)r->T + r->SD + r->SS + 1, 1);
+    if (!r->label_names || !r->dense_names || !r->sparse_names || !r->dense_at ||
+        !r->sparse_at || !r->seen)
+        goto nomem;
     for (uint32_t i = 0; i < r->T; i++) r->label_names[i] = sl_wh_schema_label(r->schema, i);
-    for (uint32_t i = 0; i < r->D; i++) r->dense_names[i] = sl_wh_schema_dense(r->schema, i)->name;
-    for (uint32_t i = 0; i < r->S; i++) {
-        const sl_wh_feature_t *f = sl_wh_schema_sparse(r->schema, i);
-        r->sparse_names[i] = f->name;
-        r->any_weighted |= f->kind == SL_WH_WEIGHTED;
+    for (uint32_t i = 0; i < r->SD; i++) r->dense_at[i] = -1;
+    for (uint32_t i = 0; i < r->SS; i++) r->sparse_at[i] = -1;
+    uint32_t n = features ? num_features : sl_wh_schema_num_features(schema);
+    for (uint32_t i = 0; i < n; i++) {
+        const sl_wh_feature_t *f = features ? sl_wh_schema_find(r->schema, features[i])
+                                            : sl_wh_schema_feature(r->schema, i);
+        if (!f) {
+            sl_error_set(err, SL_ERR_NOT_FOUND, "kafka records: feature '%s' is not in the schema",
+                         features[i] ? features[i] : "(null)");
+            sl_kafka_rows_destroy(r);
+            return SL_ERR_NOT_FOUND;
+        }
+        int32_t *at = f->kind == SL_WH_DENSE ? &r->dense_at[f->slot] : &r->sparse_at[f->slot];
+        if (*at >= 0) {
+            sl_error_set(err, SL_ERR_INVALID, "kafka records: feature '%s' requested twice",
+                         f->name);
+            sl_kafka_rows_destroy(r);
+            return SL_ERR_INVALID;
+        }
+        if (f->kind == SL_WH_DENSE) {
+            *at = (int32_t)r->D;
+            r->dense_names[r->D++] = f->name;
+        } else {
+            *at = (int32_t)r->S;
+            r->sparse_names[r->S++] = f->name;
+            r->any_weighted |= f->kind == SL_WH_WEIGHTED;
+        }
     }
     *out = r;
     return SL_OK;
@@ -149,9 +179,11 @@ void sl_kafka_rows_destroy(sl_kafka_rows_t *r)
     sl_free(a, r->weights, (size_t)r->ids_cap * 4);
     sl_free(a, r->order, (size_t)r->order_cap * sizeof *r->order);
     if (r->label_names) sl_free(a, r->label_names, (r->T + 1) * sizeof(char *));
-    if (r->dense_names) sl_free(a, r->dense_names, (r->D + 1) * sizeof(char *));
-    if (r->sparse_names) sl_free(a, r->sparse_names, (r->S + 1) * sizeof(char *));
-    if (r->seen) sl_free(a, r->seen, (size_t)r->T + r->D + r->S + 1);
+    if (r->dense_names) sl_free(a, r->dense_names, (r->SD + 1) * sizeof(char *));
+    if (r->sparse_names) sl_free(a, r->sparse_names, (r->SS + 1) * sizeof(char *));
+    if (r->dense_at) sl_free(a, r->dense_at, (r->SD + 1) * sizeof(int32_t));
+    if (r->sparse_at) sl_free(a, r->sparse_at, (r->SS + 1) * sizeof(int32_t));
+    if (r->seen) sl_free(a, r->seen, (size_t)r->T + r->SD + r->SS + 1);
     sl_arena_destroy(r->pb);
     sl_arena_destroy(r->out);
     sl_wh_schema_destroy(r->schema);
@@ -178,7 +210,7 @@ static bool fill_row(sl_kafka_rows_t *r, const Sluice__Sample *s, int64_t off, s
     sl_err_t rc = SL_OK;
     uint32_t n = r->n;
     char nb[80];
-    memset(r->seen, 0, (size_t)r->T + r->D + r->S);
+    memset(r->seen, 0, (size_t)r->T + r->SD + r->SS);
     for (size_t i = 0; i < s->n_labels; i++) {
         const char *name = s->labels[i]->name;
         int t = sl_wh_schema_find_label(r->schema, name);
@@ -202,7 +234,8 @@ static bool fill_row(sl_kafka_rows_t *r, const Sluice__Sample *s, int64_t off, s
         if (r->seen[r->T + f->slot]++)
             return BAD("offset %" PRId64 ": feature '%s' is given twice", off,
                        shown(name, nb, sizeof nb));
-        r->dense[(size_t)n * r->D + f->slot] = s->dense[i]->value;
+        if (r->dense_at[f->slot] >= 0)
+            r->dense[(size_t)n * r->D + (uint32_t)r->dense_at[f->slot]] = s->dense[i]->value;
     }
     for (size_t i = 0; i < s->n_sparse; i++) {
         const Sluice__IdList *l = s->sparse[i];
@@ -213,7 +246,7 @@ static bool fill_row(sl_kafka_rows_t *r, const Sluice__Sample *s, int64_t off, s
         if (f->kind == SL_WH_DENSE)
             return BAD("offset %" PRId64 ": feature '%s' is dense, given as an id list", off,
                        shown(l->name, nb, sizeof nb));
-        if (r->seen[r->T + r->D + f->slot]++)
+        if (r->seen[r->T + r->SD + f->slot]++)
             return BAD("offset %" PRId64 ": feature '%s' is given twice", off,
                        shown(l->name, nb, sizeof nb));
         bool weighted = f->kind == SL_WH_WEIGHTED;
@@ -224,11 +257,12 @@ static bool fill_row(sl_kafka_rows_t *r, const Sluice__Sample *s, int64_t off, s
         if (l->n_ids > INT32_MAX)
             return BAD("offset %" PRId64 ": feature '%s' has %zu ids", off,
                        shown(l->name, nb, sizeof nb), l->n_ids);
+        if (r->sparse_at[f->slot] < 0) continue; /* checked, not projected */
         if (!reserve_ids(r, l->n_ids)) {
             sl_error_set(err, SL_ERR_NOMEM, "kafka records: out of memory");
             return false;
         }
-        size_t at = (size_t)n * r->S + f->slot;
+        size_t at = (size_t)n * r->S + (uint32_t)r->sparse_at[f->slot];
         r->starts[at] = r->nids;
         r->lens[at] = (uint32_t)l->n_ids;
         if (l->n_ids) memcpy(r->ids + r->nids, l->ids, l->n_ids * sizeof(int64_t));

@@ -50,10 +50,16 @@ typedef struct sl_kafka_stripe {
 
 typedef struct sl_kafka_rows sl_kafka_rows_t;
 
-/* A builder for records of schema (copied). Caller owns *out, free with
- * sl_kafka_rows_destroy. @return SL_ERR_NOMEM. */
-sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const sl_allocator_t *a,
-                           sl_kafka_rows_t **out, sl_error_t *err);
+/* A builder for records of schema (copied). features[num_features]: the
+ * projection, in output order as sl_wh_read_opts_t.features (dense ones
+ * fill batch.dense, the others batch.sparse); NULL: every feature in
+ * schema order. A record is checked against the whole schema either way.
+ * Caller owns *out, free with sl_kafka_rows_destroy. @return
+ * SL_ERR_NOT_FOUND / SL_ERR_INVALID for a feature the schema lacks or
+ * named twice, SL_ERR_NOMEM. */
+sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const char *const *features,
+                           uint32_t num_features, const sl_allocator_t *a, sl_kafka_rows_t **out,
+                           sl_error_t *err);
 
 /* Decode rec and append its row. @return SL_ERR_CORRUPT for a bad record
  * (err: why, naming the offset; nothing appended) or SL_ERR_NOMEM. */

@@ -112,7 +112,7 @@ Test(kafka_chunk, gaps_markers_and_aborted_records)
     cr_assert_eq(hi, 28, "high watermark %ld: the layout assumed above changed", (long)hi);
     sl_wh_schema_t *schema = test_schema();
     sl_kafka_rows_t *rows = NULL;
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, &rows, &err), SL_OK);
+    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &rows, &err), SL_OK);
     static seen_t v;
     memset(&v, 0, sizeof v);
     const uint64_t want_records[] = {7, 3, 4, 6}; /* visible records per chunk */
@@ -174,7 +174,7 @@ Test(kafka_chunk, deleted_offsets_are_an_error)
     cr_assert_eq(hi, 50);
     sl_wh_schema_t *schema = test_schema();
     sl_kafka_rows_t *rows = NULL;
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, &rows, &err), SL_OK);
+    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &rows, &err), SL_OK);
     static seen_t v;
     memset(&v, 0, sizeof v);
     v.next = 10;

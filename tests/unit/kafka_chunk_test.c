@@ -87,7 +87,7 @@ Test(kafka_records, decode_sorted_by_session)
     sl_wh_schema_t *schema = test_schema();
     sl_kafka_rows_t *r = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, &r, &err), SL_OK);
+    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &r, &err), SL_OK);
     /* ids 10..19, sessions 3,1,2,3,1,2,...: stable within a session */
     uint8_t buf[512];
     for (uint64_t id = 10; id < 20; id++) {
@@ -119,7 +119,7 @@ Test(kafka_records, bad_records_say_why_and_change_nothing)
     sl_wh_schema_t *schema = test_schema();
     sl_kafka_rows_t *r = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, &r, &err), SL_OK);
+    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &r, &err), SL_OK);
     uint8_t buf[512];
     size_t n = kr_encode(4, 9, buf, sizeof buf);
     cr_assert_eq(add(r, buf, n, "1", 1, 0, &err), SL_OK);
@@ -196,6 +196,44 @@ Test(kafka_records, bad_records_say_why_and_change_nothing)
     cr_assert_eq(st.rows.batch.batch_size, 1);
     cr_assert_eq(st.rows.batch.sparse.num_values, 3); /* hist: 4 % 3 + 1 ids, geo: 1 */
     check_row(&st, 0, 4, 9);
+    sl_kafka_rows_destroy(r);
+    sl_wh_schema_destroy(schema);
+}
+
+/* A projection keeps only its features, in its order; records are still
+ * checked against the whole schema. */
+Test(kafka_records, projection)
+{
+    sl_wh_schema_t *schema = test_schema();
+    sl_kafka_rows_t *r = NULL;
+    sl_error_t err = {0};
+    const char *bad[] = {"geo", "colour"};
+    cr_assert_eq(sl_kafka_rows_new(schema, bad, 2, NULL, &r, &err), SL_ERR_NOT_FOUND);
+    cr_assert_str_eq(err.msg, "kafka records: feature 'colour' is not in the schema");
+    const char *twice[] = {"geo", "geo"};
+    cr_assert_eq(sl_kafka_rows_new(schema, twice, 2, NULL, &r, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "kafka records: feature 'geo' requested twice");
+    const char *proj[] = {"geo", "age"};
+    cr_assert_eq(sl_kafka_rows_new(schema, proj, 2, NULL, &r, &err), SL_OK, "%s", err.msg);
+    uint8_t buf[512];
+    for (uint64_t id = 1; id <= 2; id++) {
+        size_t n = kr_encode(id, 5, buf, sizeof buf);
+        cr_assert_eq(add(r, buf, n, "1", 1, (int64_t)id, &err), SL_OK, "%s", err.msg);
+    }
+    sl_kafka_stripe_t s;
+    cr_assert_eq(sl_kafka_rows_take(r, &s, &err), SL_OK);
+    const sl_batch_t *b = &s.rows.batch;
+    cr_assert_eq(b->batch_size, 2);
+    cr_assert_eq(b->dense.cols, 1);
+    cr_assert_str_eq(b->dense.names[0], "age");
+    cr_assert_float_eq(b->dense.data[0], 0.0f, 0);
+    cr_assert_float_eq(b->dense.data[1], 1.0f, 0);
+    cr_assert_eq(b->sparse.num_keys, 1);
+    cr_assert_str_eq(b->sparse.keys[0], "geo");
+    cr_assert_eq(b->sparse.num_values, 2);
+    cr_assert_eq(b->sparse.values[1], 7);
+    cr_assert_float_eq(b->sparse.weights[0], 1.0f, 0);
+    cr_assert_float_eq(b->sparse.weights[1], 2.0f, 0);
     sl_kafka_rows_destroy(r);
     sl_wh_schema_destroy(schema);
 }
@@ -332,7 +370,7 @@ Test(kafka_chunks, chunks_tile_partitions_exactly_once)
     cr_assert_eq(parts, 2);
     sl_wh_schema_t *schema = test_schema();
     sl_kafka_rows_t *rows = NULL;
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, &rows, &err), SL_OK);
+    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &rows, &err), SL_OK);
     static seen_t v;
     memset(&v, 0, sizeof v);
     sl_kafka_read_stats_t total = {0};
@@ -432,7 +470,7 @@ Test(kafka_chunks, linger_and_waiting_for_records)
     sl_wh_schema_t *schema = test_schema();
     sl_kafka_rows_t *rows = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, &rows, &err), SL_OK);
+    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &rows, &err), SL_OK);
     static timed_t t;
     memset(&t, 0, sizeof t);
     later_t l = {.m = &m, .from = 3, .count = 3, .delay_ms = 600};
@@ -482,7 +520,7 @@ Test(kafka_chunks, cancel_and_offsets_the_log_lacks)
     sl_wh_schema_t *schema = test_schema();
     sl_kafka_rows_t *rows = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, &rows, &err), SL_OK);
+    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &rows, &err), SL_OK);
     static seen_t v;
     memset(&v, 0, sizeof v);
     /* a stream nobody writes to: cancelled, nothing handed on past the 5 */
