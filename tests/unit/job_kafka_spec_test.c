@@ -174,6 +174,12 @@ Test(job_kafka_spec, every_problem_by_path)
               1, (const char *[]){"$.source.kafka.stop: \"end\" with start \"latest\" reads "
                                   "nothing"});
     parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
+              "}}, 'batch': {'epochs': 2, 'drop_last': true}}",
+              2, (const char *[]){"$.batch.epochs: a Kafka stream (no source.kafka.stop) has "
+                                  "one epoch",
+                                  "$.batch.drop_last: a Kafka job's batches are cut after "
+                                  "source.kafka.linger_ms, short or not: none is dropped"});
+    parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
               ", 'start': {'timestamp_ms': 10}, 'stop': {'timestamp_ms': 10}}}}",
               1, (const char *[]){"$.source.kafka.stop.timestamp_ms: 10 is not after "
                                   "start.timestamp_ms 10: reads nothing"});

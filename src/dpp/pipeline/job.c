@@ -664,6 +664,14 @@ static void check_source(dpp_parse_t *p, const json_t *src, sl_pipeline_job_t *j
                                      table_only[i]);
     sl_pipeline_kafka_t *k = &job->kafka;
     if (k->start == SL_PIPELINE_KAFKA_NONE) k->start = SL_PIPELINE_KAFKA_EARLIEST;
+    if (job->drop_last)
+        sl_pipeline_problems_add(p->problems,
+                                 "$.batch.drop_last: a Kafka job's batches are cut after "
+                                 "source.kafka.linger_ms, short or not: none is dropped");
+    if (k->stop == SL_PIPELINE_KAFKA_NONE && job->epochs != 1)
+        sl_pipeline_problems_add(p->problems,
+                                 "$.batch.epochs: a Kafka stream (no source.kafka.stop) has one "
+                                 "epoch");
     if (k->start == SL_PIPELINE_KAFKA_LATEST && k->stop == SL_PIPELINE_KAFKA_LATEST)
         sl_pipeline_problems_add(p->problems, "$.source.kafka.stop: \"end\" with start "
                                               "\"latest\" reads nothing");

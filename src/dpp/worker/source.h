@@ -6,6 +6,8 @@
  *                    alone (sluice read, sluice worker --job)
  *   lease_client.c   leases of a DPP master (sluice worker --master),
  *                    through sl_worker_lease_client_source
+ *   kafka_source.c   chunks of Kafka partitions (a job with source.kafka),
+ *                    on this worker alone; it reads its own rows (read)
  *
  * The contract between a source and the reader's one stripe loop
  * (reader.c), which is all a new source (the Kafka stream) has to keep:
@@ -83,6 +85,14 @@ typedef struct sl_worker_lease_origin {
     uint32_t rank_plus_one;    /* 1 + the only trainer rank it may go to; 0: any */
 } sl_worker_lease_origin_t;
 
+/* What a source that reads its own rows (read, below) hands the stripe
+ * loop: rows in column form (borrowed for the call) covering rows
+ * [first, end) of the unit's split; end - first may exceed the row count
+ * (rows that come as no row: a Kafka partition's gaps and bad records).
+ * Consecutive calls of one unit tile its todo. */
+typedef sl_err_t (*sl_worker_rows_fn)(void *fn_ctx, const sl_wh_rows_t *rows, uint64_t first,
+                                      uint64_t end, sl_error_t *err);
+
 typedef struct sl_worker_source {
     /* The next split to read (called from the reader thread only; may
      * block until there is work). @return SL_OK, SL_ERR_CLOSED when there
@@ -117,8 +127,31 @@ typedef struct sl_worker_source {
      * leases. From the reader (done follows) or a transform thread (before
      * the failing batch is retired); takes only the source's own lock. */
     void (*lease_failed)(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg);
+    /* A source whose rows are not table stripes (the Kafka source,
+     * kafka_source.c) reads w's todo itself and hands each stripe of rows
+     * to fn; the loop filters and batches them as a table stripe's rows.
+     * NULL: the loop reads the split's table stripes. Units of such a
+     * source carry no lease (yet: a lease's batches must each cover one
+     * contiguous range, which a stripe sorted by session does not give
+     * the batcher's row numbering). @return SL_ERR_CLOSED when cancelled,
+     * fn's error, or the source's. */
+    sl_err_t (*read)(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn, void *fn_ctx,
+                     sl_error_t *err);
     void *ctx;
 } sl_worker_source_t;
+
+/* The Kafka source (kafka_source.c) of job (borrowed; its source.kafka
+ * block, batch size and epochs), decoding the features features[nf] (the
+ * plan's read features; borrowed) of each record: every partition of the
+ * job's topics from its start offset, in chunks of kafka.chunk offsets,
+ * chunk i of every partition before chunk i + 1 of any; with a stop, up to
+ * it, epoch after epoch; without, for ever. No leases. Partitions and
+ * offsets are looked up on the first next. @return SL_ERR_INVALID (a
+ * consumer property), SL_ERR_NOMEM. */
+struct sl_pipeline_job;
+sl_err_t sl_worker_source_kafka_new(const struct sl_pipeline_job *job, const char *const *features,
+                                    uint32_t nf, const sl_allocator_t *a, sl_worker_source_t *out,
+                                    sl_error_t *err);
 
 /* The table source (table_source.c) over splits (borrowed; must outlive
  * the source): for each epoch 0..epochs-1 every split once, whole and

@@ -1,0 +1,235 @@
+/* The Kafka split source (source.h): chunks of the partitions of a job's
+ * topics (docs/DESIGN.md, "Kafka: offsets are rows"), read on this worker
+ * alone (sluice worker --job, sluice read). A unit is one chunk
+ * (topic, partition, [from, to)); its rows are its offsets, gaps and bad
+ * records included, and the source reads them itself through
+ * sl_kafka_read_range, handing the stripe loop stripes of records cut at
+ * the batch size or after linger_ms, sorted by session.
+ *
+ * Order: chunk i of every partition (topics in spec order, partitions
+ * ascending) before chunk i + 1 of any, so partitions advance together.
+ * With a stop each partition ends at its stop offset and the job runs
+ * its epochs over the same chunks; without one the job is a stream and a
+ * chunk above a partition's end waits for its records (one chunk is read
+ * at a time: under a master, chunks of different partitions go to
+ * different readers). */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/source.h"
+#include "kafka/chunk.h"
+
+#define META_TIMEOUT_MS 30000
+
+typedef struct kpart {
+    const char *topic; /* the job's */
+    int32_t partition;
+    int64_t start, stop; /* stop < 0: none */
+    char name[300];      /* "topic/partition": the split's path in messages */
+} kpart_t;
+
+typedef struct kafka_source {
+    const sl_pipeline_job_t *job;
+    const sl_allocator_t *a;
+    sl_kafka_consumer_t *c;
+    sl_kafka_rows_t *rows;
+    kpart_t *parts;
+    uint32_t num_parts;
+    bool planned;
+    uint32_t epoch;
+    uint64_t chunk;  /* the chunk index being handed out */
+    uint32_t next;   /* the partition whose chunk goes next */
+    bool any;        /* some partition had chunk `chunk` (bounded: else the epoch ends) */
+    atomic_bool cancel;
+    sl_wh_split_t split;      /* the unit handed out last */
+    sl_dpp_row_range_t whole; /* its todo */
+    int64_t from, to;
+    const kpart_t *part;
+    sl_kafka_read_stats_t stats;
+} kafka_source_t;
+
+/* Where partition p of topic starts or stops, per the spec. */
+static sl_err_t offset_at(kafka_source_t *s, const char *topic, int32_t p, uint8_t at, int64_t ms,
+                          int64_t *out, sl_error_t *err)
+{
+    int64_t lo = 0, hi = 0;
+    switch (at) {
+    case SL_PIPELINE_KAFKA_NONE: *out = -1; return SL_OK;
+    case SL_PIPELINE_KAFKA_TIMESTAMP:
+        return sl_kafka_offset_for_time(s->c, topic, p, ms, META_TIMEOUT_MS, out, err);
+    default: {
+        sl_err_t rc = sl_kafka_watermarks(s->c, topic, p, META_TIMEOUT_MS, &lo, &hi, err);
+        *out = at == SL_PIPELINE_KAFKA_EARLIEST ? lo : hi;
+        return rc;
+    }
+    }
+}
+
+/* Every partition of every topic with its start and stop offsets. */
+static sl_err_t plan(kafka_source_t *s, sl_error_t *err)
+{
+    const sl_pipeline_kafka_t *k = &s->job->kafka;
+    int32_t counts[256];
+    uint64_t total = 0;
+    if (k->num_topics > 256)
+        return sl_error_set(err, SL_ERR_INVALID, "kafka: %u topics, at most 256", k->num_topics);
+    for (uint32_t t = 0; t < k->num_topics; t++) {
+        sl_err_t rc = sl_kafka_partitions(s->c, k->topics[t], META_TIMEOUT_MS, &counts[t], err);
+        if (rc) return rc;
+        total += (uint64_t)counts[t];
+    }
+    if (total == 0 || total > 65536)
+        return sl_error_set(err, SL_ERR_INVALID, "kafka: %" PRIu64 " partitions (1 to 65536)",
+                            total);
+    s->parts = sl_calloc(s->a, (size_t)total, sizeof *s->parts);
+    if (!s->parts) return sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
+    for (uint32_t t = 0; t < k->num_topics; t++)
+        for (int32_t p = 0; p < counts[t]; p++) {
+            kpart_t *kp = &s->parts[s->num_parts++];
+            kp->topic = k->topics[t];
+            kp->partition = p;
+            snprintf(kp->name, sizeof kp->name, "%s/%d", kp->topic, (int)p);
+            sl_err_t rc = offset_at(s, kp->topic, p, k->start, k->start_ms, &kp->start, err);
+            if (rc == SL_OK) rc = offset_at(s, kp->topic, p, k->stop, k->stop_ms, &kp->stop, err);
+            if (rc) return rc;
+        }
+    s->planned = true;
+    return SL_OK;
+}
+
+static sl_err_t kafka_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
+{
+    kafka_source_t *s = ctx;
+    if (atomic_load(&s->cancel)) return SL_ERR_CLOSED;
+    if (!s->planned) {
+        sl_err_t rc = plan(s, err);
+        if (rc) return rc;
+    }
+    const sl_pipeline_kafka_t *k = &s->job->kafka;
+    for (;;) {
+        if (s->epoch >= s->job->epochs) return SL_ERR_CLOSED;
+        if (s->next == s->num_parts) { /* every partition had its chunk `chunk` */
+            s->next = 0;
+            if (!s->any && k->stop != SL_PIPELINE_KAFKA_NONE) { /* none left: the epoch ends */
+                s->epoch++;
+                s->chunk = 0;
+                continue;
+            }
+            s->any = false;
+            s->chunk++;
+        }
+        const kpart_t *kp = &s->parts[s->next++];
+        int64_t from, to;
+        if (!sl_kafka_chunk_bounds(kp->start, k->chunk, s->chunk, kp->stop, &from, &to)) continue;
+        s->any = true;
+        s->part = kp;
+        s->from = from;
+        s->to = to;
+        s->split = (sl_wh_split_t){.path = kp->name, .partition = kp->name,
+                                   .first_row = (uint64_t)from,
+                                   .num_rows = (uint64_t)(to - from)};
+        s->whole = (sl_dpp_row_range_t){0, (uint64_t)(to - from)};
+        *out = (sl_worker_work_t){.split = &s->split,
+                                  .epoch = s->epoch,
+                                  /* stable: the partition's place and the chunk's index */
+                                  .split_id = ((uint64_t)(kp - s->parts) << 40) | s->chunk,
+                                  .todo = &s->whole,
+                                  .num_todo = 1};
+        return SL_OK;
+    }
+}
+
+typedef struct pass {
+    sl_worker_rows_fn fn;
+    void *fn_ctx;
+    int64_t from;
+    const char *name;
+} pass_t;
+
+static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t first, int64_t end,
+                            sl_error_t *err)
+{
+    pass_t *p = ctx;
+    sl_wh_rows_t rows = st->rows;
+    rows.file = p->name;
+    return p->fn(p->fn_ctx, &rows, (uint64_t)(first - p->from), (uint64_t)(end - p->from), err);
+}
+
+static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn,
+                           void *fn_ctx, sl_error_t *err)
+{
+    kafka_source_t *s = ctx;
+    if (w->split != &s->split || w->num_todo != 1)
+        return sl_error_set(err, SL_ERR_PROTOCOL, "kafka source: a unit it did not hand out");
+    int64_t from = s->from + (int64_t)w->todo[0].from_row, to = s->from + (int64_t)w->todo[0].to_row;
+    pass_t p = {.fn = fn, .fn_ctx = fn_ctx, .from = s->from, .name = s->part->name};
+    sl_kafka_read_opts_t o = {.topic = s->part->topic,
+                              .partition = s->part->partition,
+                              .from = from,
+                              .to = to,
+                              .batch_rows = s->job->batch_size,
+                              .linger_ms = s->job->kafka.linger_ms,
+                              .rows = s->rows,
+                              .stripe = pass_stripe,
+                              .ctx = &p,
+                              .cancel = &s->cancel};
+    sl_kafka_read_stats_t st = {0};
+    sl_err_t rc = sl_kafka_read_range(s->c, &o, &st, err);
+    s->stats.records += st.records;
+    s->stats.bad += st.bad;
+    s->stats.stripes += st.stripes;
+    s->stats.empty += st.empty;
+    return rc;
+}
+
+static void kafka_cancel(void *ctx)
+{
+    kafka_source_t *s = ctx;
+    atomic_store(&s->cancel, true);
+}
+
+static void kafka_destroy(void *ctx)
+{
+    kafka_source_t *s = ctx;
+    if (!s) return;
+    sl_kafka_rows_destroy(s->rows);
+    sl_kafka_consumer_destroy(s->c);
+    if (s->parts) sl_free(s->a, s->parts, (size_t)s->num_parts * sizeof *s->parts);
+    sl_free(s->a, s, sizeof *s);
+}
+
+sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *const *features,
+                                    uint32_t nf, const sl_allocator_t *a, sl_worker_source_t *out,
+                                    sl_error_t *err)
+{
+    if (!job->is_kafka)
+        return sl_error_set(err, SL_ERR_INVALID, "kafka source: the job has no source.kafka");
+    kafka_source_t *s = sl_calloc(a, 1, sizeof *s);
+    if (!s) return sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
+    s->job = job;
+    s->a = a;
+    atomic_init(&s->cancel, false);
+    char group[300];
+    snprintf(group, sizeof group, "sluice-%s", job->id ? job->id : "job");
+    sl_kafka_consumer_opts_t co = {.brokers = job->kafka.brokers,
+                                   .group_id = group,
+                                   .props = (const char *const *)job->kafka.props,
+                                   .num_props = job->kafka.num_props,
+                                   .allocator = a};
+    sl_err_t rc = sl_kafka_consumer_new(&co, &s->c, err);
+    if (rc == SL_OK)
+        rc = sl_kafka_rows_new(job->kafka.schema, features, nf, a, &s->rows, err);
+    if (rc) {
+        kafka_destroy(s);
+        return rc;
+    }
+    *out = (sl_worker_source_t){.next = kafka_next,
+                                .destroy = kafka_destroy,
+                                .cancel = kafka_cancel,
+                                .read = kafka_read,
+                                .ctx = s};
+    return SL_OK;
+}

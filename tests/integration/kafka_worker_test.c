@@ -1,0 +1,228 @@
+/* A DPP worker reading a Kafka job (source.kafka) from the real broker,
+ * on its own (no master), to trainer clients: a bounded replay (stop
+ * "end") of three partitions, with bad records among them, delivers every
+ * good sample id exactly once in each of two epochs, through dedup, to two
+ * clients; a stream (no stop) delivers what is produced while it runs,
+ * each id once. Every wait is bounded. */
+#include "kafka_util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "../kafka_records.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/worker.h"
+#include "sluice/trainer.h"
+
+static void suite_setup(void) { ku_setup(); }
+
+TestSuite(kafka_worker, .init = suite_setup);
+
+#define MAX_IDS 4000
+
+static sl_pipeline_job_t *job_of(const char *json)
+{
+    sl_pipeline_job_t *job = NULL;
+    sl_pipeline_problems_t p = {0};
+    sl_error_t err = {0};
+    sl_err_t rc = sl_pipeline_job_parse(json, strlen(json), &job, &p, &err);
+    for (uint32_t i = 0; i < p.count; i++) fprintf(stderr, "problem: %s\n", p.items[i]);
+    cr_assert_eq(rc, SL_OK, "%s", err.msg);
+    sl_pipeline_problems_free(&p);
+    return job;
+}
+
+static sl_worker_t *start(const sl_pipeline_job_t *job, char *addr, size_t cap)
+{
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 2;
+    o.memory_limit = 64u << 20;
+    sl_worker_t *w = NULL;
+    sl_pipeline_problems_t p = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_start(job, &o, &w, &p, &err), SL_OK, "%s", err.msg);
+    sl_pipeline_problems_free(&p);
+    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
+    return w;
+}
+
+typedef struct client {
+    const char *addr;
+    uint32_t epochs;
+    atomic_uint *seen;   /* [epochs * MAX_IDS] */
+    atomic_uint *total;  /* samples received by every client */
+    uint32_t want;       /* stop once *total reaches it (0: read to END) */
+    sl_err_t end;
+    char msg[SL_ERROR_MSG_MAX];
+} client_t;
+
+static void *consume(void *arg)
+{
+    client_t *c = arg;
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.address = c->addr;
+    o.prefetch = 4;
+    sl_trainer_t *t;
+    sl_error_t err = {0};
+    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
+        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+        return NULL;
+    }
+    sl_batch_t *b;
+    int wait_ms = (int)(tu_timeout(20) * 1000);
+    while ((!c->want || atomic_load(c->total) < c->want) &&
+           (c->end = sl_trainer_next(t, wait_ms, &b, &err)) == SL_OK) {
+        cr_assert_not_null(b->sample_ids);
+        cr_assert_lt(b->origin.epoch, c->epochs);
+        for (uint32_t i = 0; i < b->batch_size; i++) {
+            int64_t id = b->sample_ids[i];
+            cr_assert(id >= 0 && id < MAX_IDS, "sample id %ld", (long)id);
+            atomic_fetch_add(&c->seen[(uint64_t)b->origin.epoch * MAX_IDS + (uint64_t)id], 1);
+        }
+        atomic_fetch_add(c->total, b->batch_size);
+        sl_trainer_release(t, b);
+    }
+    if (c->want && atomic_load(c->total) >= c->want) c->end = SL_OK;
+    snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+    sl_trainer_close(t);
+    return NULL;
+}
+
+/* ids [from, from + n) to topic, partition = session % parts, session = id % 60;
+ * ids with id % 101 == 100 lack the format header (bad). @return the good. */
+static uint32_t produce(rd_kafka_t *p, const char *topic, int parts, uint32_t from, uint32_t n)
+{
+    uint32_t good = 0;
+    for (uint32_t id = from; id < from + n; id++) {
+        uint64_t session = id % 60; /* 60 sessions: partition = id % parts for 2 and 3 */
+        if (id % 101 == 100) {
+            kr_produce_raw(p, topic, (int32_t)(session % (uint64_t)parts), id, session, NULL,
+                           NULL, 0);
+        } else {
+            kr_produce(p, topic, (int32_t)(session % (uint64_t)parts), id, session);
+            good++;
+        }
+    }
+    kr_flush(p, (int)(tu_timeout(30) * 1000));
+    return good;
+}
+
+Test(kafka_worker, bounded_replay_two_epochs_two_clients)
+{
+    char topic[64], spec[1024], addr[64];
+    snprintf(topic, sizeof topic, "worker-replay-%d", (int)getpid());
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    ku_create_topic(p, topic, 3, tu_timeout(30));
+    const uint32_t n = 3000;
+    uint32_t good = produce(p, topic, 3, 0, n);
+    rd_kafka_destroy(p);
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"replay\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"stop\": \"end\", \"chunk\": 250, "
+             "\"linger_ms\": 20}}, \"batch\": {\"size\": 128, \"epochs\": 2, "
+             "\"dedup_groups\": {\"h\": [\"hist\"]}}}",
+             ku_broker.bootstrap, topic);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, addr, sizeof addr);
+    atomic_uint *seen = calloc(2 * MAX_IDS, sizeof *seen);
+    atomic_uint total = 0;
+    client_t cs[2];
+    pthread_t th[2];
+    double t0 = ku_now();
+    for (int i = 0; i < 2; i++) {
+        cs[i] = (client_t){.addr = addr, .epochs = 2, .seen = seen, .total = &total};
+        pthread_create(&th[i], NULL, consume, &cs[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(cs[i].end, SL_ERR_CLOSED, "client %d ended with %s: %s", i,
+                     sl_err_str(cs[i].end), cs[i].msg);
+    }
+    cr_assert_lt(ku_now() - t0, tu_timeout(60));
+    for (uint32_t e = 0; e < 2; e++)
+        for (uint32_t id = 0; id < MAX_IDS; id++)
+            cr_assert_eq(seen[e * MAX_IDS + id], id < n && id % 101 != 100 ? 1u : 0u,
+                         "epoch %u sample %u arrived %u times", e, id, seen[e * MAX_IDS + id]);
+    cr_assert_eq(atomic_load(&total), 2 * good);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    cr_assert(st.finished);
+    cr_assert_eq(st.rows_read, 2 * good);
+    cr_assert_eq(st.samples, 2 * good);
+    /* 1000 offsets per partition in chunks of 250: 4 chunks x 3 partitions x 2 epochs */
+    cr_assert_eq(st.splits, 24);
+    cr_assert_leq(st.memory_peak, st.memory_limit);
+    free(seen);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+typedef struct producer_later {
+    const char *topic;
+    uint32_t from, n, good;
+    int delay_ms;
+} producer_later_t;
+
+static void *produce_later(void *arg)
+{
+    producer_later_t *l = arg;
+    usleep((useconds_t)l->delay_ms * 1000);
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    l->good = produce(p, l->topic, 2, l->from, l->n);
+    rd_kafka_destroy(p);
+    return NULL;
+}
+
+/* No stop: the worker reads what is there and then what is produced while
+ * it runs (chunks above the partitions' end wait for their records). */
+Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
+{
+    char topic[64], spec[1024], addr[64];
+    snprintf(topic, sizeof topic, "worker-stream-%d", (int)getpid());
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    ku_create_topic(p, topic, 2, tu_timeout(30));
+    uint32_t good = produce(p, topic, 2, 0, 600);
+    rd_kafka_destroy(p);
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"stream\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"chunk\": 100, \"linger_ms\": 10}},"
+             " \"batch\": {\"size\": 64}}",
+             ku_broker.bootstrap, topic);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, addr, sizeof addr);
+    /* 600 more, half a second in: 1200 offsets, 600 per partition, 6 chunks each */
+    producer_later_t l = {.topic = topic, .from = 600, .n = 600, .delay_ms = 500};
+    pthread_t pt;
+    pthread_create(&pt, NULL, produce_later, &l);
+    atomic_uint *seen = calloc(MAX_IDS, sizeof *seen);
+    atomic_uint total = 0;
+    /* ids 0..1199 less the bad ones: 1200 - 11 */
+    client_t c = {.addr = addr, .epochs = 1, .seen = seen, .total = &total, .want = 1200 - 11};
+    pthread_t ct;
+    double t0 = ku_now();
+    pthread_create(&ct, NULL, consume, &c);
+    pthread_join(ct, NULL);
+    pthread_join(pt, NULL);
+    cr_assert_eq(good + l.good, 1200 - 11);
+    cr_assert_eq(c.end, SL_OK, "client ended with %s: %s", sl_err_str(c.end), c.msg);
+    cr_assert_lt(ku_now() - t0, tu_timeout(60));
+    for (uint32_t id = 0; id < MAX_IDS; id++)
+        cr_assert_eq(seen[id], id < 1200 && id % 101 != 100 ? 1u : 0u,
+                     "sample %u arrived %u times", id, seen[id]);
+    /* a stream never finishes: stopping cancels the read waiting for chunk 6 */
+    double t1 = ku_now();
+    sl_worker_stop(w);
+    cr_assert_lt(ku_now() - t1, tu_timeout(5), "stop took %.1f s", ku_now() - t1);
+    sl_error_t err = {0};
+    cr_assert_not(sl_worker_failed(w, &err), "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    cr_assert_eq(st.rows_read, 1200 - 11);
+    free(seen);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+KU_TEST_MAIN
