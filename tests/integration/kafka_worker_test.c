@@ -150,6 +150,8 @@ Test(kafka_worker, bounded_replay_two_epochs_two_clients)
     sl_worker_stats(w, &st);
     cr_assert(st.finished);
     cr_assert_eq(st.rows_read, 2 * good);
+    cr_assert_eq(st.records_read, 2 * n);
+    cr_assert_eq(st.records_bad, 2 * (n - good));
     cr_assert_eq(st.samples, 2 * good);
     /* 1000 offsets per partition in chunks of 250: 4 chunks x 3 partitions x 2 epochs */
     cr_assert_eq(st.splits, 24);
@@ -220,6 +222,8 @@ Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
     cr_assert_eq(st.rows_read, 1200 - 11);
+    cr_assert_eq(st.records_read, 1200);
+    cr_assert_eq(st.records_bad, 11);
     free(seen);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);

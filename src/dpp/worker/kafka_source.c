@@ -48,7 +48,7 @@ typedef struct kafka_source {
     sl_dpp_row_range_t whole; /* its todo */
     int64_t from, to;
     const kpart_t *part;
-    sl_kafka_read_stats_t stats;
+    _Atomic uint64_t records, bad; /* read by the admin thread (records hook) */
 } kafka_source_t;
 
 /* Where partition p of topic starts or stops, per the spec. */
@@ -178,11 +178,16 @@ static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_
                               .cancel = &s->cancel};
     sl_kafka_read_stats_t st = {0};
     sl_err_t rc = sl_kafka_read_range(s->c, &o, &st, err);
-    s->stats.records += st.records;
-    s->stats.bad += st.bad;
-    s->stats.stripes += st.stripes;
-    s->stats.empty += st.empty;
+    atomic_fetch_add(&s->records, st.records);
+    atomic_fetch_add(&s->bad, st.bad);
     return rc;
+}
+
+static void kafka_records(void *ctx, uint64_t *read, uint64_t *bad)
+{
+    kafka_source_t *s = ctx;
+    *read = atomic_load(&s->records);
+    *bad = atomic_load(&s->bad);
 }
 
 static void kafka_cancel(void *ctx)
@@ -230,6 +235,7 @@ sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *co
                                 .destroy = kafka_destroy,
                                 .cancel = kafka_cancel,
                                 .read = kafka_read,
+                                .records = kafka_records,
                                 .ctx = s};
     return SL_OK;
 }

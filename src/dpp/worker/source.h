@@ -137,6 +137,10 @@ typedef struct sl_worker_source {
      * fn's error, or the source's. */
     sl_err_t (*read)(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn, void *fn_ctx,
                      sl_error_t *err);
+    /* Records consumed so far and how many of them were bad (skipped, their
+     * rows read): a source of records (Kafka) says; may be NULL. Any
+     * thread. */
+    void (*records)(void *ctx, uint64_t *read, uint64_t *bad);
     void *ctx;
 } sl_worker_source_t;
 

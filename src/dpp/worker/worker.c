@@ -461,6 +461,7 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
     if (!w->stopped) w->st.finished = done && w->fail_code == SL_OK;
     *out = w->st;
     sl_mutex_unlock(&w->mu);
+    if (w->source.records) w->source.records(w->source.ctx, &out->records_read, &out->records_bad);
     if (w->budget) {
         out->memory_used = sl_worker_budget_used(w->budget);
         out->memory_peak = sl_worker_budget_peak(w->budget);
