@@ -16,8 +16,11 @@
 #include <criterion/criterion.h>
 #include <librdkafka/rdkafka.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "kafka/chunk.h"
+#include "kafka/record_decode.h"
 #include "sluice.pb-c.h"
 
 #define KR_FN static __attribute__((unused))
@@ -25,6 +28,30 @@
 #define KR_SCHEMA_JSON                                                                             \
     "{\"features\": [{\"name\": \"age\", \"kind\": \"dense\"}, {\"name\": \"hist\", \"kind\": "   \
     "\"sparse\"}, {\"name\": \"geo\", \"kind\": \"weighted\"}], \"labels\": [\"click\"]}"
+
+/* KR_SCHEMA_JSON as a schema (caller frees). */
+KR_FN sl_wh_schema_t *kr_schema(void)
+{
+    json_error_t je;
+    json_t *j = json_loads(KR_SCHEMA_JSON, 0, &je);
+    cr_assert_not_null(j);
+    sl_wh_schema_t *s = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_schema_from_json(j, NULL, &s, &err), SL_OK, "%s", err.msg);
+    json_decref(j);
+    return s;
+}
+
+/* A decoder of every feature of kr_schema's; *schema gets the schema
+ * (free both). */
+KR_FN sl_kafka_rows_t *kr_rows(sl_wh_schema_t **schema)
+{
+    *schema = kr_schema();
+    sl_kafka_rows_t *rows = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_kafka_rows_new(*schema, NULL, 0, NULL, &rows, &err), SL_OK, "%s", err.msg);
+    return rows;
+}
 
 /* The value of sample id (of session) into buf; @return its length. */
 KR_FN size_t kr_encode(uint64_t id, uint64_t session, uint8_t *buf, size_t cap)
@@ -107,6 +134,53 @@ KR_FN void kr_flush(rd_kafka_t *p, int timeout_ms)
 {
     cr_assert_eq(rd_kafka_flush(p, timeout_ms), 0, "flush timed out");
     cr_assert_eq(rd_kafka_outq_len(p), 0);
+}
+
+/* What sl_kafka_read_range's stripe callback kr_on_stripe saw: stripes
+ * tile the range from next on, each sample id's deliveries, rows stably
+ * sorted by session within a stripe; kr_on_bad counts bad records. */
+typedef struct kr_seen {
+    int64_t next;       /* the offset the next stripe must start at */
+    uint32_t seen[4096]; /* times each sample id was delivered */
+    uint32_t max_rows;
+    uint32_t stripes, empty;
+    uint32_t bad_reasons;
+    char last_bad[256];
+    bool unsorted;
+    int64_t first_rows_at; /* offset of the first stripe with rows */
+} kr_seen_t;
+
+KR_FN sl_err_t kr_on_stripe(void *ctx, const sl_kafka_stripe_t *s, int64_t first, int64_t end,
+                          sl_error_t *err)
+{
+    (void)err;
+    kr_seen_t *v = ctx;
+    cr_assert_eq(first, v->next, "stripe starts at %ld, want %ld", (long)first, (long)v->next);
+    cr_assert_gt(end, first);
+    v->next = end;
+    uint32_t n = s->rows.batch.batch_size;
+    if (n == 0) v->empty++;
+    else v->stripes++;
+    if (n > v->max_rows) v->max_rows = n;
+    for (uint32_t j = 0; j < n; j++) {
+        int64_t id = s->rows.batch.sample_ids[j];
+        cr_assert(id >= 0 && id < 4096);
+        v->seen[id]++;
+        cr_assert(s->offsets[j] >= first && s->offsets[j] < end, "offset %ld outside [%ld, %ld)",
+                  (long)s->offsets[j], (long)first, (long)end);
+        if (j && s->rows.session_ids[j] < s->rows.session_ids[j - 1]) v->unsorted = true;
+        if (j && s->rows.session_ids[j] == s->rows.session_ids[j - 1] &&
+            s->offsets[j] < s->offsets[j - 1])
+            v->unsorted = true;
+    }
+    return SL_OK;
+}
+
+KR_FN void kr_on_bad(void *ctx, const char *why)
+{
+    kr_seen_t *v = ctx;
+    v->bad_reasons++;
+    snprintf(v->last_bad, sizeof v->last_bad, "%s", why);
 }
 
 #endif

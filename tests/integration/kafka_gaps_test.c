@@ -13,19 +13,7 @@
 
 static void suite_setup(void) { ku_setup(); }
 
-TestSuite(kafka_chunk, .init = suite_setup);
-
-static sl_wh_schema_t *test_schema(void)
-{
-    json_error_t je;
-    json_t *j = json_loads(KR_SCHEMA_JSON, 0, &je);
-    cr_assert_not_null(j);
-    sl_wh_schema_t *s = NULL;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_wh_schema_from_json(j, NULL, &s, &err), SL_OK, "%s", err.msg);
-    json_decref(j);
-    return s;
-}
+TestSuite(kafka_gaps, .init = suite_setup);
 
 static sl_kafka_consumer_t *consumer(void)
 {
@@ -38,35 +26,6 @@ static sl_kafka_consumer_t *consumer(void)
     return c;
 }
 
-typedef struct seen {
-    int64_t next;
-    uint32_t seen[256];
-    uint32_t bad;
-} seen_t;
-
-static sl_err_t on_stripe(void *ctx, const sl_kafka_stripe_t *s, int64_t first, int64_t end,
-                          sl_error_t *err)
-{
-    (void)err;
-    seen_t *v = ctx;
-    cr_assert_eq(first, v->next, "stripe starts at %ld, want %ld", (long)first, (long)v->next);
-    cr_assert_gt(end, first);
-    v->next = end;
-    for (uint32_t j = 0; j < s->rows.batch.batch_size; j++) {
-        int64_t id = s->rows.batch.sample_ids[j];
-        cr_assert(id >= 0 && id < 256);
-        v->seen[id]++;
-        cr_assert(s->offsets[j] >= first && s->offsets[j] < end);
-    }
-    return SL_OK;
-}
-
-static void on_bad(void *ctx, const char *why)
-{
-    (void)why;
-    ((seen_t *)ctx)->bad++;
-}
-
 static void txn_ok(rd_kafka_error_t *e, const char *what)
 {
     cr_assert_null(e, "%s: %s", what, e ? rd_kafka_error_string(e) : "");
@@ -77,7 +36,7 @@ static void txn_ok(rd_kafka_error_t *e, const char *what)
  * committed with id 15 lacking its header (17..26, marker 27). Chunks of 7
  * offsets: [0,7) [7,14) [14,21) [21,28); the second ends inside the
  * aborted run and the last on a marker. */
-Test(kafka_chunk, gaps_markers_and_aborted_records)
+Test(kafka_gaps, gaps_markers_and_aborted_records)
 {
     char topic[64], txid[64];
     snprintf(topic, sizeof topic, "chunk-gaps-%d", (int)getpid());
@@ -110,10 +69,9 @@ Test(kafka_chunk, gaps_markers_and_aborted_records)
     cr_assert_eq(sl_kafka_watermarks(c, topic, 0, tmo, &lo, &hi, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(lo, 0);
     cr_assert_eq(hi, 28, "high watermark %ld: the layout assumed above changed", (long)hi);
-    sl_wh_schema_t *schema = test_schema();
-    sl_kafka_rows_t *rows = NULL;
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &rows, &err), SL_OK);
-    static seen_t v;
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
+    static kr_seen_t v;
     memset(&v, 0, sizeof v);
     const uint64_t want_records[] = {7, 3, 4, 6}; /* visible records per chunk */
     int64_t from, to;
@@ -122,7 +80,7 @@ Test(kafka_chunk, gaps_markers_and_aborted_records)
     for (uint64_t i = 0; sl_kafka_chunk_bounds(lo, 7, i, hi, &from, &to); i++, k++) {
         sl_kafka_read_opts_t o = {.topic = topic, .partition = 0, .from = from, .to = to,
                                   .batch_rows = 4, .linger_ms = 10000, .rows = rows,
-                                  .stripe = on_stripe, .ctx = &v, .bad = on_bad};
+                                  .stripe = kr_on_stripe, .ctx = &v, .bad = kr_on_bad};
         sl_kafka_read_stats_t st = {0};
         cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
         cr_assert_eq(v.next, to);
@@ -131,8 +89,8 @@ Test(kafka_chunk, gaps_markers_and_aborted_records)
     }
     cr_assert_eq(k, 4);
     cr_assert_lt(ku_now() - t0, tu_timeout(20), "4 chunks took %.1f s", ku_now() - t0);
-    cr_assert_eq(v.bad, 1);
-    for (uint64_t id = 0; id < 256; id++)
+    cr_assert_eq(v.bad_reasons, 1);
+    for (uint64_t id = 0; id < 4096; id++)
         cr_assert_eq(v.seen[id], id < 20 && id != 15 ? 1u : 0u, "sample %lu delivered %u times",
                      (unsigned long)id, v.seen[id]);
     sl_kafka_rows_destroy(rows);
@@ -142,7 +100,7 @@ Test(kafka_chunk, gaps_markers_and_aborted_records)
 
 /* DeleteRecords moves the low watermark to 20, as retention would: a
  * range from 10 is an error naming the offset; from 20 it reads. */
-Test(kafka_chunk, deleted_offsets_are_an_error)
+Test(kafka_gaps, deleted_offsets_are_an_error)
 {
     char topic[64];
     snprintf(topic, sizeof topic, "chunk-retention-%d", (int)getpid());
@@ -172,15 +130,14 @@ Test(kafka_chunk, deleted_offsets_are_an_error)
     cr_assert_eq(sl_kafka_watermarks(c, topic, 0, tmo, &lo, &hi, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(lo, 20);
     cr_assert_eq(hi, 50);
-    sl_wh_schema_t *schema = test_schema();
-    sl_kafka_rows_t *rows = NULL;
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &rows, &err), SL_OK);
-    static seen_t v;
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
+    static kr_seen_t v;
     memset(&v, 0, sizeof v);
     v.next = 10;
     sl_kafka_read_opts_t o = {.topic = topic, .partition = 0, .from = 10, .to = 30,
                               .batch_rows = 100, .linger_ms = 10000, .rows = rows,
-                              .stripe = on_stripe, .ctx = &v};
+                              .stripe = kr_on_stripe, .ctx = &v};
     double t0 = ku_now();
     cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_ERR_NOT_FOUND, "%s", err.msg);
     cr_assert_lt(ku_now() - t0, tu_timeout(20));

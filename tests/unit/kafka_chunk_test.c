@@ -21,18 +21,6 @@
 #include "kafka/record_decode.h"
 #include "testutil.h"
 
-static sl_wh_schema_t *test_schema(void)
-{
-    json_error_t je;
-    json_t *j = json_loads(KR_SCHEMA_JSON, 0, &je);
-    cr_assert_not_null(j);
-    sl_wh_schema_t *s = NULL;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_wh_schema_from_json(j, NULL, &s, &err), SL_OK, "%s", err.msg);
-    json_decref(j);
-    return s;
-}
-
 /* ---- decoding ---- */
 
 static sl_err_t add(sl_kafka_rows_t *r, const void *value, size_t len, const char *format,
@@ -84,7 +72,7 @@ static void check_row(const sl_kafka_stripe_t *s, uint32_t j, uint64_t id, uint6
 
 Test(kafka_records, decode_sorted_by_session)
 {
-    sl_wh_schema_t *schema = test_schema();
+    sl_wh_schema_t *schema = kr_schema();
     sl_kafka_rows_t *r = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &r, &err), SL_OK);
@@ -116,7 +104,7 @@ Test(kafka_records, decode_sorted_by_session)
 
 Test(kafka_records, bad_records_say_why_and_change_nothing)
 {
-    sl_wh_schema_t *schema = test_schema();
+    sl_wh_schema_t *schema = kr_schema();
     sl_kafka_rows_t *r = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &r, &err), SL_OK);
@@ -204,7 +192,7 @@ Test(kafka_records, bad_records_say_why_and_change_nothing)
  * checked against the whole schema. */
 Test(kafka_records, projection)
 {
-    sl_wh_schema_t *schema = test_schema();
+    sl_wh_schema_t *schema = kr_schema();
     sl_kafka_rows_t *r = NULL;
     sl_error_t err = {0};
     const char *bad[] = {"geo", "colour"};
@@ -303,51 +291,6 @@ static sl_kafka_consumer_t *consumer(const char *brokers)
     return c;
 }
 
-/* What the stripe callback saw. */
-typedef struct seen {
-    int64_t next;       /* the offset the next stripe must start at */
-    uint32_t seen[4096]; /* times each sample id was delivered */
-    uint32_t max_rows;
-    uint32_t stripes, empty;
-    uint32_t bad_reasons;
-    char last_bad[256];
-    bool unsorted;
-    int64_t first_rows_at; /* offset of the first stripe with rows */
-} seen_t;
-
-static sl_err_t on_stripe(void *ctx, const sl_kafka_stripe_t *s, int64_t first, int64_t end,
-                          sl_error_t *err)
-{
-    (void)err;
-    seen_t *v = ctx;
-    cr_assert_eq(first, v->next, "stripe starts at %ld, want %ld", (long)first, (long)v->next);
-    cr_assert_gt(end, first);
-    v->next = end;
-    uint32_t n = s->rows.batch.batch_size;
-    if (n == 0) v->empty++;
-    else v->stripes++;
-    if (n > v->max_rows) v->max_rows = n;
-    for (uint32_t j = 0; j < n; j++) {
-        int64_t id = s->rows.batch.sample_ids[j];
-        cr_assert(id >= 0 && id < 4096);
-        v->seen[id]++;
-        cr_assert(s->offsets[j] >= first && s->offsets[j] < end, "offset %ld outside [%ld, %ld)",
-                  (long)s->offsets[j], (long)first, (long)end);
-        if (j && s->rows.session_ids[j] < s->rows.session_ids[j - 1]) v->unsorted = true;
-        if (j && s->rows.session_ids[j] == s->rows.session_ids[j - 1] &&
-            s->offsets[j] < s->offsets[j - 1])
-            v->unsorted = true;
-    }
-    return SL_OK;
-}
-
-static void on_bad(void *ctx, const char *why)
-{
-    seen_t *v = ctx;
-    v->bad_reasons++;
-    snprintf(v->last_bad, sizeof v->last_bad, "%s", why);
-}
-
 /* 1200 records over 2 partitions (sample id i to partition i % 2, session
  * i % 37), every 50th without the format header: read every partition in
  * chunks of 170 offsets, 64 rows a stripe. */
@@ -368,10 +311,9 @@ Test(kafka_chunks, chunks_tile_partitions_exactly_once)
     cr_assert_eq(sl_kafka_partitions(c, "events", (int)(tu_timeout(5000 / 1000.0) * 1000), &parts, &err), SL_OK,
                  "%s", err.msg);
     cr_assert_eq(parts, 2);
-    sl_wh_schema_t *schema = test_schema();
-    sl_kafka_rows_t *rows = NULL;
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &rows, &err), SL_OK);
-    static seen_t v;
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
+    static kr_seen_t v;
     memset(&v, 0, sizeof v);
     sl_kafka_read_stats_t total = {0};
     uint32_t chunks = 0;
@@ -386,7 +328,7 @@ Test(kafka_chunks, chunks_tile_partitions_exactly_once)
         for (uint64_t i = 0; sl_kafka_chunk_bounds(lo, 170, i, hi, &from, &to); i++) {
             sl_kafka_read_opts_t o = {.topic = "events", .partition = p, .from = from, .to = to,
                                       .batch_rows = 64, .linger_ms = 60000, .rows = rows,
-                                      .stripe = on_stripe, .ctx = &v, .bad = on_bad};
+                                      .stripe = kr_on_stripe, .ctx = &v, .bad = kr_on_bad};
             sl_kafka_read_stats_t st = {0};
             cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
             cr_assert_eq(v.next, to, "chunk [%ld, %ld) read to %ld", (long)from, (long)to,
@@ -431,7 +373,7 @@ static void *produce_later(void *arg)
 }
 
 typedef struct timed {
-    seen_t v;
+    kr_seen_t v;
     double t0;
     double at[16]; /* when each stripe came, seconds after t0 */
     uint32_t rows[16];
@@ -454,7 +396,7 @@ static sl_err_t on_timed(void *ctx, const sl_kafka_stripe_t *s, int64_t first, i
         t->rows[t->calls] = s->rows.batch.batch_size;
     }
     t->calls++;
-    return on_stripe(&t->v, s, first, end, err);
+    return kr_on_stripe(&t->v, s, first, end, err);
 }
 
 /* A range above the log's end is a stream: the read waits for records, a
@@ -467,10 +409,9 @@ Test(kafka_chunks, linger_and_waiting_for_records)
     for (uint64_t id = 0; id < 3; id++) kr_produce(m.producer, "live", 0, id, 1);
     kr_flush(m.producer, (int)(tu_timeout(10000 / 1000.0) * 1000));
     sl_kafka_consumer_t *c = consumer(m.bootstraps);
-    sl_wh_schema_t *schema = test_schema();
-    sl_kafka_rows_t *rows = NULL;
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
     sl_error_t err = {0};
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &rows, &err), SL_OK);
     static timed_t t;
     memset(&t, 0, sizeof t);
     later_t l = {.m = &m, .from = 3, .count = 3, .delay_ms = 600};
@@ -517,11 +458,10 @@ Test(kafka_chunks, cancel_and_offsets_the_log_lacks)
     for (uint64_t id = 0; id < 5; id++) kr_produce(m.producer, "live", 0, id, 1);
     kr_flush(m.producer, (int)(tu_timeout(10000 / 1000.0) * 1000));
     sl_kafka_consumer_t *c = consumer(m.bootstraps);
-    sl_wh_schema_t *schema = test_schema();
-    sl_kafka_rows_t *rows = NULL;
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
     sl_error_t err = {0};
-    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &rows, &err), SL_OK);
-    static seen_t v;
+    static kr_seen_t v;
     memset(&v, 0, sizeof v);
     /* a stream nobody writes to: cancelled, nothing handed on past the 5 */
     canceller_t k = {.delay_ms = 300};
@@ -530,7 +470,7 @@ Test(kafka_chunks, cancel_and_offsets_the_log_lacks)
     pthread_create(&th, NULL, cancel_later, &k);
     sl_kafka_read_opts_t o = {.topic = "live", .partition = 0, .from = 0, .to = 100,
                               .batch_rows = 2, .linger_ms = 50, .rows = rows,
-                              .stripe = on_stripe, .ctx = &v, .cancel = &k.flag};
+                              .stripe = kr_on_stripe, .ctx = &v, .cancel = &k.flag};
     double t0 = now_s();
     cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_ERR_CLOSED);
     pthread_join(th, NULL);
@@ -543,7 +483,7 @@ Test(kafka_chunks, cancel_and_offsets_the_log_lacks)
     v.next = 50;
     o = (sl_kafka_read_opts_t){.topic = "live", .partition = 0, .from = 50, .to = 60,
                                .batch_rows = 2, .linger_ms = 50, .rows = rows,
-                               .stripe = on_stripe, .ctx = &v};
+                               .stripe = kr_on_stripe, .ctx = &v};
     cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_ERR_NOT_FOUND);
     cr_assert(strstr(err.msg, "kafka topic 'live' partition 0: offset 50 is gone") == err.msg,
               "%s", err.msg);
