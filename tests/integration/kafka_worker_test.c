@@ -156,6 +156,8 @@ Test(kafka_worker, bounded_replay_two_epochs_two_clients)
     /* 1000 offsets per partition in chunks of 250: 4 chunks x 3 partitions x 2 epochs */
     cr_assert_eq(st.splits, 24);
     cr_assert_leq(st.memory_peak, st.memory_limit);
+    /* all acknowledged: what stays held is librdkafka's prefetch, an eighth of the limit */
+    cr_assert_eq(st.memory_used, 8u << 20);
     free(seen);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
@@ -226,6 +228,28 @@ Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
     cr_assert_eq(st.records_bad, 11);
     free(seen);
     sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+/* librdkafka's prefetch (an eighth of the memory limit, at least 4 MiB)
+ * is part of the limit: a limit too small for it is refused at start. */
+Test(kafka_worker, memory_limit_holds_the_prefetch)
+{
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"small\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"t\"], \"schema\": " KR_SCHEMA_JSON "}}}",
+             ku_broker.bootstrap);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 1;
+    o.memory_limit = 3u << 20;
+    sl_worker_t *w = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_start(job, &o, &w, NULL, &err), SL_ERR_INVALID);
+    cr_assert_null(w);
+    cr_assert_str_eq(err.msg, "worker: memory limit 3145728 bytes leaves no room for the Kafka "
+                              "consumer's prefetch of 4194304 bytes");
     sl_pipeline_job_destroy(job);
 }
 

@@ -206,9 +206,40 @@ static void kafka_destroy(void *ctx)
     sl_free(s->a, s, sizeof *s);
 }
 
+/* The job's properties plus the prefetch bounds it does not set itself:
+ * one partition is assigned at a time, so librdkafka holds at most its
+ * queue (queued.max.messages.kbytes) and one fetch (fetch.max.bytes). */
+static const char **consumer_props(const sl_pipeline_job_t *job, uint64_t prefetch,
+                                   const sl_allocator_t *a, char vals[3][24], uint32_t *n)
+{
+    const sl_pipeline_kafka_t *k = &job->kafka;
+    const char **p = sl_calloc(a, 2 * (size_t)k->num_props + 6, sizeof(char *));
+    if (!p) return NULL;
+    *n = 0;
+    for (uint32_t i = 0; i < k->num_props; i++, (*n)++) {
+        p[2 * *n] = k->props[2 * i];
+        p[2 * *n + 1] = k->props[2 * i + 1];
+    }
+    uint64_t half = prefetch / 2;
+    snprintf(vals[0], 24, "%" PRIu64, half / 1024 ? half / 1024 : 1);
+    snprintf(vals[1], 24, "%" PRIu64, half);
+    snprintf(vals[2], 24, "%" PRIu64, half < 1048576 ? half : 1048576);
+    const char *names[3] = {"queued.max.messages.kbytes", "fetch.max.bytes",
+                            "max.partition.fetch.bytes"};
+    for (int j = 0; j < 3; j++) {
+        bool given = false;
+        for (uint32_t i = 0; i < k->num_props; i++) given |= strcmp(k->props[2 * i], names[j]) == 0;
+        if (given) continue;
+        p[2 * *n] = names[j];
+        p[2 * *n + 1] = vals[j];
+        (*n)++;
+    }
+    return p;
+}
+
 sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *const *features,
-                                    uint32_t nf, const sl_allocator_t *a, sl_worker_source_t *out,
-                                    sl_error_t *err)
+                                    uint32_t nf, uint64_t prefetch, const sl_allocator_t *a,
+                                    sl_worker_source_t *out, sl_error_t *err)
 {
     if (!job->is_kafka)
         return sl_error_set(err, SL_ERR_INVALID, "kafka source: the job has no source.kafka");
@@ -219,12 +250,20 @@ sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *co
     atomic_init(&s->cancel, false);
     char group[300];
     snprintf(group, sizeof group, "sluice-%s", job->id ? job->id : "job");
+    char vals[3][24];
+    uint32_t np = 0;
+    const char **props = consumer_props(job, prefetch, a, vals, &np);
+    if (!props) {
+        kafka_destroy(s);
+        return sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
+    }
     sl_kafka_consumer_opts_t co = {.brokers = job->kafka.brokers,
                                    .group_id = group,
-                                   .props = (const char *const *)job->kafka.props,
-                                   .num_props = job->kafka.num_props,
+                                   .props = props,
+                                   .num_props = np,
                                    .allocator = a};
     sl_err_t rc = sl_kafka_consumer_new(&co, &s->c, err);
+    sl_free(a, props, (2 * (size_t)job->kafka.num_props + 6) * sizeof(char *));
     if (rc == SL_OK)
         rc = sl_kafka_rows_new(job->kafka.schema, features, nf, a, &s->rows, err);
     if (rc) {

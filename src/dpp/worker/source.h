@@ -146,7 +146,9 @@ typedef struct sl_worker_source {
 
 /* The Kafka source (kafka_source.c) of job (borrowed; its source.kafka
  * block, batch size and epochs), decoding the features features[nf] (the
- * plan's read features; borrowed) of each record: every partition of the
+ * plan's read features; borrowed) of each record, with librdkafka's
+ * prefetch bounded by prefetch bytes (its queue and one fetch, unless the
+ * job's properties size them): every partition of the
  * job's topics from its start offset, in chunks of kafka.chunk offsets,
  * chunk i of every partition before chunk i + 1 of any; with a stop, up to
  * it, epoch after epoch; without, for ever. No leases. Partitions and
@@ -154,8 +156,8 @@ typedef struct sl_worker_source {
  * consumer property), SL_ERR_NOMEM. */
 struct sl_pipeline_job;
 sl_err_t sl_worker_source_kafka_new(const struct sl_pipeline_job *job, const char *const *features,
-                                    uint32_t nf, const sl_allocator_t *a, sl_worker_source_t *out,
-                                    sl_error_t *err);
+                                    uint32_t nf, uint64_t prefetch, const sl_allocator_t *a,
+                                    sl_worker_source_t *out, sl_error_t *err);
 
 /* The table source (table_source.c) over splits (borrowed; must outlive
  * the source): for each epoch 0..epochs-1 every split once, whole and

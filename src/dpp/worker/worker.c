@@ -326,7 +326,14 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
             goto fail;
         uint32_t nf = 0;
         const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
-        if ((rc = sl_worker_source_kafka_new(job, features, nf, a, &w->source, err))) goto fail;
+        /* librdkafka's prefetch is part of the memory limit: an eighth of
+         * it, 4 to 64 MiB (a fetch, half of it, must hold librdkafka's
+         * largest message, 1 MB), held in the budget from the start */
+        uint64_t pf = o.memory_limit / 8;
+        w->kafka_prefetch = pf < (4u << 20) ? (4u << 20) : pf > (64u << 20) ? (64u << 20) : pf;
+        if ((rc = sl_worker_source_kafka_new(job, features, nf, w->kafka_prefetch, a, &w->source,
+                                             err)))
+            goto fail;
     } else if ((rc = open_table(w, job, problems, err))) {
         goto fail;
     }
@@ -356,6 +363,14 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
         goto fail;
     }
     sl_worker_budget_stages(w->budget, o.threads + 1); /* the reader and the transform threads */
+    if (w->kafka_prefetch &&
+        sl_worker_budget_acquire(w->budget, w->kafka_prefetch, 0) != SL_OK) {
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "worker: memory limit %" PRIu64 " bytes leaves no room for the Kafka "
+                          "consumer's prefetch of %" PRIu64 " bytes",
+                          o.memory_limit, w->kafka_prefetch);
+        goto fail;
+    }
     sl_worker_server_opts_t so = {.listen = o.listen,
                                .max_credits = o.max_credits,
                                .worker_id = w->worker_id,
