@@ -11,6 +11,7 @@
 
 #include "../kafka_records.h"
 #include "dpp/pipeline/job.h"
+#include "dpp/worker/admin.h"
 #include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
 
@@ -44,6 +45,19 @@ static sl_worker_t *start(const sl_pipeline_job_t *job, char *addr, size_t cap)
     sl_pipeline_problems_free(&p);
     snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
     return w;
+}
+
+/* Every good record's age was counted once, each in one bucket, none
+ * older than the test (a minute). */
+static void check_ages(const sl_worker_stats_t *st, uint64_t good)
+{
+    cr_assert_eq(st->age_count, good);
+    uint64_t sum = 0;
+    for (int b = 0; b < 14; b++) sum += st->age_buckets[b];
+    cr_assert_eq(sum, good);
+    cr_assert_eq(st->age_buckets[13], 0, "%lu records older than 60 s",
+                 (unsigned long)st->age_buckets[13]);
+    cr_assert_leq(st->age_sum_ms, good * 60000);
 }
 
 typedef struct client {
@@ -152,6 +166,7 @@ Test(kafka_worker, bounded_replay_two_epochs_two_clients)
     cr_assert_eq(st.rows_read, 2 * good);
     cr_assert_eq(st.records_read, 2 * n);
     cr_assert_eq(st.records_bad, 2 * (n - good));
+    check_ages(&st, 2 * good);
     cr_assert_eq(st.samples, 2 * good);
     /* 1000 offsets per partition in chunks of 250: 4 chunks x 3 partitions x 2 epochs */
     cr_assert_eq(st.splits, 24);
@@ -226,6 +241,17 @@ Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
     cr_assert_eq(st.rows_read, 1200 - 11);
     cr_assert_eq(st.records_read, 1200);
     cr_assert_eq(st.records_bad, 11);
+    check_ages(&st, 1200 - 11);
+    char *text = sl_worker_admin_metrics_text(w, NULL);
+    cr_assert_not_null(text);
+    const char *want[] = {"sluice_worker_kafka_records_total 1200\n",
+                          "sluice_worker_kafka_bad_records_total 11\n",
+                          "# TYPE sluice_worker_kafka_record_age_seconds histogram\n",
+                          "sluice_worker_kafka_record_age_seconds_bucket{le=\"+Inf\"} 1189\n",
+                          "sluice_worker_kafka_record_age_seconds_count 1189\n"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(text, want[i]) != NULL, "no '%s' in\n%s", want[i], text);
+    free(text);
     free(seen);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);

@@ -49,6 +49,26 @@ char *sl_worker_admin_metrics_text(sl_worker_t *w, sl_worker_lease_client_t *ms)
             "Kafka records skipped as bad: no or another format header, an undecodable value, "
             "features that do not fit the schema.",
             (double)st.records_bad);
+    /* a Prometheus histogram: cumulative buckets, sum and count */
+    sl_admin_prom_family(&p, "sluice_worker_kafka_record_age_seconds", "histogram",
+                         "Age of each Kafka record (now minus its CreateTime) when the worker "
+                         "read it.");
+    uint64_t cum = 0;
+    for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++) {
+        char le[32], lab[64];
+        cum += st.age_buckets[b];
+        if (b + 1 < SL_WORKER_AGE_BUCKETS)
+            snprintf(le, sizeof le, "%g", (double)SL_WORKER_AGE_BOUNDS_MS[b] / 1000.0);
+        else
+            snprintf(le, sizeof le, "+Inf");
+        sl_admin_prom_label(lab, sizeof lab, "le", le);
+        sl_admin_prom_sample(&p, "sluice_worker_kafka_record_age_seconds_bucket", lab,
+                             (double)cum);
+    }
+    sl_admin_prom_sample(&p, "sluice_worker_kafka_record_age_seconds_sum", NULL,
+                         (double)st.age_sum_ms / 1000.0);
+    sl_admin_prom_sample(&p, "sluice_worker_kafka_record_age_seconds_count", NULL,
+                         (double)st.age_count);
     counter(&p, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
     counter(&p, "sluice_worker_splits_failed_total",
             "Leases whose split could not be read (reported to the master).",

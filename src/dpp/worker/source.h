@@ -93,6 +93,17 @@ typedef struct sl_worker_lease_origin {
 typedef sl_err_t (*sl_worker_rows_fn)(void *fn_ctx, const sl_wh_rows_t *rows, uint64_t first,
                                       uint64_t end, sl_error_t *err);
 
+/* A record source's counts (the records hook). Ages: now minus each
+ * record's CreateTime when the source handed its row on, in buckets of
+ * at most SL_WORKER_AGE_BOUNDS_MS[i] ms (the last: any). */
+#define SL_WORKER_AGE_BUCKETS 14
+extern const uint64_t SL_WORKER_AGE_BOUNDS_MS[SL_WORKER_AGE_BUCKETS - 1];
+typedef struct sl_worker_records {
+    uint64_t read, bad;
+    uint64_t age_buckets[SL_WORKER_AGE_BUCKETS]; /* not cumulative */
+    uint64_t age_count, age_sum_ms;
+} sl_worker_records_t;
+
 typedef struct sl_worker_source {
     /* The next split to read (called from the reader thread only; may
      * block until there is work). @return SL_OK, SL_ERR_CLOSED when there
@@ -137,10 +148,10 @@ typedef struct sl_worker_source {
      * fn's error, or the source's. */
     sl_err_t (*read)(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn, void *fn_ctx,
                      sl_error_t *err);
-    /* Records consumed so far and how many of them were bad (skipped, their
-     * rows read): a source of records (Kafka) says; may be NULL. Any
-     * thread. */
-    void (*records)(void *ctx, uint64_t *read, uint64_t *bad);
+    /* Records consumed so far, how many were bad (skipped, their rows
+     * read), and the age of the good ones when read: a source of records
+     * (Kafka) says; may be NULL. Any thread. */
+    void (*records)(void *ctx, sl_worker_records_t *out);
     void *ctx;
 } sl_worker_source_t;
 

@@ -476,7 +476,16 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
     if (!w->stopped) w->st.finished = done && w->fail_code == SL_OK;
     *out = w->st;
     sl_mutex_unlock(&w->mu);
-    if (w->source.records) w->source.records(w->source.ctx, &out->records_read, &out->records_bad);
+    if (w->source.records) {
+        sl_worker_records_t r = {0};
+        w->source.records(w->source.ctx, &r);
+        out->records_read = r.read;
+        out->records_bad = r.bad;
+        _Static_assert(sizeof out->age_buckets == sizeof r.age_buckets, "age buckets");
+        memcpy(out->age_buckets, r.age_buckets, sizeof r.age_buckets);
+        out->age_count = r.age_count;
+        out->age_sum_ms = r.age_sum_ms;
+    }
     if (w->budget) {
         out->memory_used = sl_worker_budget_used(w->budget);
         out->memory_peak = sl_worker_budget_peak(w->budget);
