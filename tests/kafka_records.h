@@ -94,10 +94,11 @@ KR_FN size_t kr_encode(uint64_t id, uint64_t session, uint8_t *buf, size_t cap)
 }
 
 /* Produce one record of sample id to topic/partition (partition < 0: by
- * key). format: the sluice-format header's value, NULL for none. value
- * NULL: the encoded sample; else those bytes. */
-KR_FN void kr_produce_raw(rd_kafka_t *p, const char *topic, int32_t partition, uint64_t id,
-                          uint64_t session, const char *format, const void *value, size_t len)
+ * key) with CreateTime ts_ms (0: now). format: the sluice-format header's
+ * value, NULL for none. value NULL: the encoded sample; else those bytes. */
+KR_FN void kr_produce_at(rd_kafka_t *p, const char *topic, int32_t partition, uint64_t id,
+                         uint64_t session, const char *format, const void *value, size_t len,
+                         int64_t ts_ms)
 {
     uint8_t buf[512];
     if (value == NULL) {
@@ -115,12 +116,19 @@ KR_FN void kr_produce_raw(rd_kafka_t *p, const char *topic, int32_t partition, u
                               RD_KAFKA_V_KEY(key, sizeof key),
                               RD_KAFKA_V_VALUE((void *)value, len),
                               RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_TIMESTAMP(ts_ms),
                               RD_KAFKA_V_END);
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 1000) break;
         rd_kafka_poll(p, 10);
     }
     if (e) rd_kafka_headers_destroy(h); /* on success the record owns them */
     cr_assert_eq(e, 0, "produce: %s", rd_kafka_err2str(e));
+}
+
+KR_FN void kr_produce_raw(rd_kafka_t *p, const char *topic, int32_t partition, uint64_t id,
+                          uint64_t session, const char *format, const void *value, size_t len)
+{
+    kr_produce_at(p, topic, partition, id, session, format, value, len, 0);
 }
 
 KR_FN void kr_produce(rd_kafka_t *p, const char *topic, int32_t partition, uint64_t id,

@@ -257,6 +257,50 @@ Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
     sl_pipeline_job_destroy(job);
 }
 
+/* start and stop by time: records of ids 0..299 with CreateTime base +
+ * 10 ms * id over two partitions; a job from base + 1000 to base + 2000
+ * delivers exactly ids 100..199 (the offsets are looked up by time per
+ * partition). */
+Test(kafka_worker, start_and_stop_by_time)
+{
+    char topic[64], spec[1024], addr[64];
+    snprintf(topic, sizeof topic, "worker-time-%d", (int)getpid());
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    ku_create_topic(p, topic, 2, tu_timeout(30));
+    /* ten minutes ago: inside the broker's retention, which goes by CreateTime */
+    const int64_t base = (int64_t)time(NULL) * 1000 - 600000;
+    for (uint64_t id = 0; id < 300; id++)
+        kr_produce_at(p, topic, (int32_t)(id % 2), id, id % 60, "1", NULL, 0, base + 10 * (int64_t)id);
+    kr_flush(p, (int)(tu_timeout(30) * 1000));
+    rd_kafka_destroy(p);
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"window\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"start\": {\"timestamp_ms\": %lld}, "
+             "\"stop\": {\"timestamp_ms\": %lld}, \"chunk\": 30}}, \"batch\": {\"size\": 16}}",
+             ku_broker.bootstrap, topic, (long long)(base + 1000), (long long)(base + 2000));
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, addr, sizeof addr);
+    atomic_uint *seen = calloc(MAX_IDS, sizeof *seen);
+    atomic_uint total = 0;
+    client_t c = {.addr = addr, .epochs = 1, .seen = seen, .total = &total};
+    pthread_t ct;
+    pthread_create(&ct, NULL, consume, &c);
+    pthread_join(ct, NULL);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "client ended with %s: %s", sl_err_str(c.end), c.msg);
+    for (uint32_t id = 0; id < MAX_IDS; id++)
+        cr_assert_eq(seen[id], id >= 100 && id < 200 ? 1u : 0u, "sample %u arrived %u times", id,
+                     seen[id]);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    cr_assert_eq(st.records_read, 100);
+    cr_assert_eq(st.splits, 4); /* 50 offsets per partition in chunks of 30 */
+    free(seen);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
 /* librdkafka's prefetch (an eighth of the memory limit, at least 4 MiB)
  * is part of the limit: a limit too small for it is refused at start. */
 Test(kafka_worker, memory_limit_holds_the_prefetch)
