@@ -107,18 +107,33 @@ def xxh3_key(seed):
 
 
 def sigrid_hash_np(ids, table_size, salt=SALT):
-    """ids int64 -> XXH3_64(id, salt) % table_size, int64 (a new array)."""
+    """ids int64 -> XXH3_64(id, salt) % table_size, int64, computed in place
+    in ids (callers pass a fresh array: st[mask] is one). In place, with one
+    scratch array, it takes half the time of the same expression written
+    with temporaries; the % (a 64-bit division per id) is about half of it."""
     u = np.uint64
     h = ids.view(np.uint64)
-    h = (h >> u(32)) | (h << u(32))
+    t = h >> u(32)
+    h <<= u(32)
+    h |= t  # the 32-bit halves swapped
     h ^= u(xxh3_key(salt))
-    h ^= ((h << u(49)) | (h >> u(15))) ^ ((h << u(24)) | (h >> u(40)))
+    r = h << u(49)
+    np.right_shift(h, u(15), out=t)
+    r |= t
+    np.left_shift(h, u(24), out=t)
+    r ^= t
+    np.right_shift(h, u(40), out=t)
+    r ^= t
+    h ^= r
     h *= u(PRIME_MX2)
-    h ^= (h >> u(35)) + u(8)
+    np.right_shift(h, u(35), out=t)
+    t += u(8)
+    h ^= t
     h *= u(PRIME_MX2)
-    h ^= h >> u(28)
+    np.right_shift(h, u(28), out=t)
+    h ^= t
     h %= u(table_size)
-    return h.view(np.int64)
+    return ids
 
 
 def sigrid_hash_tf(tf, ids, table_size, salt=SALT):
