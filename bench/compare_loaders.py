@@ -92,7 +92,7 @@ PEERS = [
 ]
 
 # ---- sigrid_hash: XXH3_64bits_withSeed of an 8-byte id ----------------------------------
-# XXH3_len_4to8_64b of the frozen XXH3 spec, as src/dpp/transform_sparse.c
+# XXH3_len_4to8_64b of the frozen XXH3 spec, as sluice's transform_sparse.c
 # writes it out: the id's 32-bit halves swapped, xored with a key that
 # depends on the seed (bytes 8..23 of XXH3's default secret), then rrmxmx.
 SECRET_8, SECRET_16 = 0x1CAD21F72C81017C, 0xDB979083E96DD4DE
