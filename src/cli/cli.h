@@ -30,6 +30,10 @@ void sl_cli_print_options(FILE *out, const sl_cli_opt_t *opts, size_t n, int wid
  * bounds its sockets, not a low default soft limit. Best effort. */
 void sl_cli_raise_nofile(void);
 
+/* Write the libraries' log records (common/log.h) to stderr as
+ * "sluice <cmd>: <message>" lines. */
+void sl_cli_log_to_stderr(const char *cmd);
+
 /* Print "sluice <cmd>: <fmt with arg>" and where to find help on stderr.
  * @return 2, the usage-error exit code. */
 int sl_cli_usage_error(const char *cmd, const char *fmt, const char *arg);

@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "common/clock.h"
+#include "common/parse.h"
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
@@ -37,13 +39,6 @@ typedef struct demo_run {
     sl_worker_stats_t st;
 } demo_run_t;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void demo_usage(FILE *out)
 {
     fprintf(out, "usage: sluice demo [--rows N] [--batch-size B] [--threads T] [--seed X]\n"
@@ -52,16 +47,6 @@ static void demo_usage(FILE *out)
                  "the user features deduplicated, reads one epoch through the trainer client,\n"
                  "checks every sample arrived exactly once, then repeats without dedup.\n"
                  "Defaults: 200000 rows, batches of 4096, threads: online cores, seed 1.\n");
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    if (*s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0') return -1;
-    *out = v;
-    return 0;
 }
 
 static int parse_options(int argc, char **argv, demo_options_t *o)
@@ -79,7 +64,7 @@ static int parse_options(int argc, char **argv, demo_options_t *o)
             demo_usage(stdout);
             return 1;
         }
-        if (c == '?' || parse_u64(optarg, &v) != 0 ||
+        if (c == '?' || sl_parse_u64(optarg, 0, UINT64_MAX, &v, NULL, NULL) != SL_OK ||
             ((c == 'r' || c == 'b') && (v == 0 || v > (1ull << 28))) || (c == 't' && v > 256)) {
             fprintf(stderr, "sluice demo: bad option or value '%s'\n", argv[optind - 1]);
             demo_usage(stderr);
@@ -143,9 +128,9 @@ static int run_job(const char *table, const demo_options_t *o, bool dedup, demo_
     to.address = addr;
     to.client_name = "demo-trainer";
     to.prefetch = 8;
-    seen = calloc(o->rows, 1);
+    seen = sl_calloc(NULL, o->rows, 1);
     if (!seen) goto done;
-    double t0 = now_s();
+    double t0 = sl_clock_s();
     if ((rc = sl_trainer_connect(&to, &t, &err))) goto done;
     sl_batch_t *b;
     while ((rc = sl_trainer_next(t, 30000, &b, &err)) == SL_OK) {
@@ -163,7 +148,7 @@ static int run_job(const char *table, const demo_options_t *o, bool dedup, demo_
         out->batches++;
         sl_trainer_release(t, b);
     }
-    out->seconds = now_s() - t0;
+    out->seconds = sl_clock_s() - t0;
     if (rc != SL_ERR_CLOSED) goto done;
     rc = SL_OK;
     for (uint64_t i = 0; i < o->rows; i++)
@@ -192,7 +177,7 @@ done:
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     sl_pipeline_problems_free(&problems);
-    free(seen);
+    sl_free(NULL, seen, o->rows);
     return code;
 }
 
@@ -211,7 +196,7 @@ int sl_cli_demo(int argc, char **argv)
     int code = 1;
     sl_error_t err = {0};
     sl_wh_gen_spec_t spec;
-    double t0 = now_s();
+    double t0 = sl_clock_s();
     if (sl_wh_gen_preset("sessions", o.rows, o.seed, &spec, &err) != SL_OK) goto fail;
     spec.files = 2;
     sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
@@ -227,7 +212,7 @@ int sl_cli_demo(int argc, char **argv)
     if (sl_wh_gen_table(table, &spec, &go, &ws, &err) != SL_OK) goto fail;
     printf("sluice demo: generated a `sessions` table of %" PRIu64 " rows (%.1f MB on disk, "
            "user features stored once per unique row of a stripe) in %.2f s\n",
-           ws.rows, (double)ws.file_bytes / 1e6, now_s() - t0);
+           ws.rows, (double)ws.file_bytes / 1e6, sl_clock_s() - t0);
     printf("  job: batches of %u, sigrid_hash(item_id); one epoch to one trainer client\n\n",
            o.batch_size);
     demo_run_t with = {0}, without = {0};

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "common/parse.h"
 #include "dpp/master/admin.h"
 #include "dpp/master/executor.h"
 #include "rpc/auth.h"
@@ -76,15 +77,6 @@ static int usage(void)
                     "options:\n");
     sl_cli_print_options(stderr, mopts, NUM_MOPTS, 30);
     return 2;
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v == 0 || v == ULLONG_MAX) return false;
-    *out = v;
-    return true;
 }
 
 /* Path of this program, for the executor's worker processes. */
@@ -157,7 +149,7 @@ int sl_cli_master(int argc, char **argv)
         case 'M':
         case 'O': {
             uint64_t v;
-            if (!parse_u64(optarg, &v) || v > UINT32_MAX) {
+            if (sl_parse_u64(optarg, 1, UINT32_MAX, &v, NULL, NULL) != SL_OK) {
                 fprintf(stderr, "sluice master: --%s '%s': a positive integer\n",
                         c == 'N'   ? "max-connections"
                         : c == 'H' ? "handshake-timeout-ms"
@@ -175,36 +167,35 @@ int sl_cli_master(int argc, char **argv)
             break;
         }
         case 'L':
-            if (!parse_u64(optarg, &lease_ms)) {
+            if (sl_parse_u64(optarg, 1, UINT64_MAX, &lease_ms, NULL, NULL) != SL_OK) {
                 fprintf(stderr, "sluice master: --lease-timeout-ms '%s': a positive integer\n",
                         optarg);
                 return 2;
             }
             break;
         case 'C':
-            if (!parse_u64(optarg, &client_idle_ms)) {
+            if (sl_parse_u64(optarg, 1, UINT64_MAX, &client_idle_ms, NULL, NULL) != SL_OK) {
                 fprintf(stderr, "sluice master: --client-idle-ms '%s': a positive integer\n",
                         optarg);
                 return 2;
             }
             break;
         case 'P':
-            if (!parse_u64(optarg, &compact)) {
+            if (sl_parse_u64(optarg, 1, UINT64_MAX, &compact, NULL, NULL) != SL_OK) {
                 fprintf(stderr, "sluice master: --compact-bytes '%s': a positive integer\n",
                         optarg);
                 return 2;
             }
             break;
         case 'S':
-            if (!parse_u64(optarg, &split_failures) || split_failures > 65535) {
+            if (sl_parse_u64(optarg, 1, 65535, &split_failures, NULL, NULL) != SL_OK) {
                 fprintf(stderr, "sluice master: --max-split-failures '%s': 1..65535\n", optarg);
                 return 2;
             }
             break;
         case 'F': {
-            char *end;
-            unsigned long long v = strtoull(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || *optarg == '-' || v > UINT32_MAX) {
+            uint64_t v;
+            if (sl_parse_u64(optarg, 0, UINT32_MAX, &v, NULL, NULL) != SL_OK) {
                 fprintf(stderr, "sluice master: --max-fleet-workers '%s': 0 (no limit) or a count\n",
                         optarg);
                 return 2;
@@ -239,13 +230,13 @@ int sl_cli_master(int argc, char **argv)
     }
     if (sl_rpc_secret_load(secret_file, &secret, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);
-        free(token);
+        sl_admin_token_free(token);
         return 1;
     }
     sl_cli_raise_nofile();
     if (access(state, F_OK) != 0 && mkdir(state, 0755) != 0) {
         fprintf(stderr, "sluice master: --state %s: cannot create: %m\n", state);
-        free(token);
+        sl_admin_token_free(token);
         sl_rpc_secret_free(secret);
         return 1;
     }
@@ -263,7 +254,7 @@ int sl_cli_master(int argc, char **argv)
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);
-        free(token);
+        sl_admin_token_free(token);
         sl_rpc_secret_free(secret);
         return 1;
     }
@@ -275,7 +266,7 @@ int sl_cli_master(int argc, char **argv)
     if (sl_master_admin_serve(m, &ao, &ad, &err) != SL_OK) {
         fprintf(stderr, "sluice master: --admin %s: %s\n", admin, err.msg);
         sl_master_stop(m);
-        free(token);
+        sl_admin_token_free(token);
         return 1;
     }
     sl_master_executor_t *ex = NULL;
@@ -292,7 +283,7 @@ int sl_cli_master(int argc, char **argv)
             fprintf(stderr, "sluice master: executor: %s\n", err.msg);
             sl_admin_stop(ad);
             sl_master_stop(m);
-            free(token);
+            sl_admin_token_free(token);
             return 1;
         }
     }
@@ -314,6 +305,6 @@ int sl_cli_master(int argc, char **argv)
     sl_master_executor_destroy(ex);
     sl_admin_stop(ad);
     sl_master_stop(m);
-    free(token);
+    sl_admin_token_free(token);
     return 0;
 }

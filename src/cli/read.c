@@ -16,6 +16,10 @@
 #include <time.h>
 
 #include "cli.h"
+#include "common/clock.h"
+#include "common/mem.h"
+#include "common/parse.h"
+#include "dpp/admin/endpoint.h"
 #include "sluice/trainer.h"
 
 /* Options are defined once, here; the help text comes from this table. */
@@ -57,23 +61,6 @@ static void read_usage(FILE *out)
 static int usage_error(const char *fmt, const char *arg)
 {
     return sl_cli_usage_error("read", fmt, arg);
-}
-
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    if (s == NULL || *s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* ---- JSON ---- */
@@ -158,14 +145,14 @@ static int print_json(const sl_batch_t *b, uint64_t index)
     json_object_set_new(o, "dense", dense_json(&b->dense));
     json_object_set_new(o, "labels", dense_json(&b->labels));
     /* Non-finite floats are not JSON: they come out as an error, not a lie. */
-    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    char *s = sl_admin_json_text(NULL, o, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(o);
     if (!s) {
         fprintf(stderr, "sluice read: batch %" PRIu64 " cannot be printed as JSON\n", index);
         return 1;
     }
     puts(s);
-    free(s);
+    sl_strfree(NULL, s);
     return 0;
 }
 
@@ -234,21 +221,21 @@ int sl_cli_read(int argc, char **argv)
             o.address = optarg;
             break;
         case 'p':
-            if (parse_u64(optarg, 1u << 16, &v) != 0 || v == 0)
+            if (sl_parse_u64(optarg, 0, 1u << 16, &v, NULL, NULL) != SL_OK || v == 0)
                 return usage_error("--prefetch wants a count in 1..65536, not '%s'", optarg);
             o.prefetch = (uint32_t)v;
             break;
         case 'l':
-            if (parse_u64(optarg, UINT64_MAX, &limit) != 0 || limit == 0)
+            if (sl_parse_u64(optarg, 0, UINT64_MAX, &limit, NULL, NULL) != SL_OK || limit == 0)
                 return usage_error("--limit wants a positive count, not '%s'", optarg);
             break;
         case 't':
-            if (parse_u64(optarg, 1u << 30, &v) != 0 || v == 0)
+            if (sl_parse_u64(optarg, 0, 1u << 30, &v, NULL, NULL) != SL_OK || v == 0)
                 return usage_error("--timeout wants milliseconds > 0, not '%s'", optarg);
             timeout_ms = (int)v;
             break;
         case 'r':
-            if (parse_u64(optarg, 1u << 30, &v) != 0)
+            if (sl_parse_u64(optarg, 0, 1u << 30, &v, NULL, NULL) != SL_OK)
                 return usage_error("--reconnect-ms wants milliseconds, not '%s'", optarg);
             o.reconnect_ms = v == 0 ? -1 : (int)v;
             break;
@@ -259,12 +246,12 @@ int sl_cli_read(int argc, char **argv)
             o.job_id = optarg;
             break;
         case 'R':
-            if (parse_u64(optarg, UINT32_MAX - 1, &v) != 0)
+            if (sl_parse_u64(optarg, 0, UINT32_MAX - 1, &v, NULL, NULL) != SL_OK)
                 return usage_error("--rank wants a number, not '%s'", optarg);
             o.rank = (uint32_t)v;
             break;
         case 'W':
-            if (parse_u64(optarg, UINT32_MAX, &v) != 0 || v == 0)
+            if (sl_parse_u64(optarg, 0, UINT32_MAX, &v, NULL, NULL) != SL_OK || v == 0)
                 return usage_error("--world-size wants a positive number, not '%s'", optarg);
             o.world_size = (uint32_t)v;
             break;
@@ -302,7 +289,7 @@ int sl_cli_read(int argc, char **argv)
 
     sl_trainer_t *t = NULL;
     sl_error_t err = {0};
-    double start = now_s();
+    double start = sl_clock_s();
     if (sl_trainer_connect(&o, &t, &err) != SL_OK) {
         fprintf(stderr, "sluice read: %s\n", err.msg);
         return 1;
@@ -325,7 +312,7 @@ int sl_cli_read(int argc, char **argv)
         if (rc != 0) break;
     }
     if (token_out && rc == 0 && write_token(t, token_out) != 0) rc = 1;
-    double secs = now_s() - start;
+    double secs = sl_clock_s() - start;
     sl_trainer_stats_t s;
     sl_trainer_stats(t, &s);
     sl_trainer_close(t);

@@ -41,31 +41,23 @@ int tcli_usage_error(const char *cmd, const char *fmt, const char *arg)
     return 2;
 }
 
-int tcli_parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    if (s == NULL || *s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
 /* ---- writer options shared by import and gen ---- */
 
 typedef struct wopts {
     sl_wh_writer_opts_t w;
     sl_dedup_group_spec_t groups[MAX_GROUPS];
-    char *group_text[MAX_GROUPS]; /* owned copies the specs point into */
+    char *group_text[MAX_GROUPS]; /* owned copies the specs point into (cut by strtok) */
+    size_t group_size[MAX_GROUPS];  /* bytes of group_text[g] */
     const char **group_feats[MAX_GROUPS];
+    uint32_t group_cap[MAX_GROUPS]; /* entries of group_feats[g] */
     uint32_t ngroups;
 } wopts_t;
 
 static void wopts_free(wopts_t *o)
 {
     for (uint32_t g = 0; g < o->ngroups; g++) {
-        free(o->group_text[g]);
-        free(o->group_feats[g]);
+        sl_free(NULL, o->group_text[g], o->group_size[g]);
+        sl_free(NULL, o->group_feats[g], o->group_cap[g] * sizeof *o->group_feats[g]);
     }
     o->ngroups = 0;
 }
@@ -75,32 +67,36 @@ static int add_group(wopts_t *o, const char *cmd, const char *text)
 {
     if (o->ngroups == MAX_GROUPS)
         return tcli_usage_error(cmd, "more than 32 --dedup-group options (at '%s')", text);
-    char *copy = strdup(text);
+    size_t size = strlen(text) + 1;
+    char *copy = sl_strdup(NULL, text);
     if (copy == NULL) return 1;
     char *eq = strchr(copy, '=');
     if (eq == NULL || eq == copy || eq[1] == '\0') {
-        free(copy);
+        sl_free(NULL, copy, size);
         return tcli_usage_error(cmd, "--dedup-group wants NAME=FEATURE,FEATURE..., got '%s'",
                                 text);
     }
     *eq = '\0';
     uint32_t n = 1;
     for (const char *p = eq + 1; *p; p++) n += *p == ',';
-    const char **feats = calloc(n, sizeof *feats);
+    uint32_t cap = n;
+    const char **feats = sl_calloc(NULL, cap, sizeof *feats);
     if (feats == NULL) {
-        free(copy);
+        sl_free(NULL, copy, size);
         return 1;
     }
     n = 0;
     for (char *tok = strtok(eq + 1, ","); tok != NULL; tok = strtok(NULL, ",")) feats[n++] = tok;
     if (n == 0) {
-        free(feats);
-        free(copy);
+        sl_free(NULL, feats, cap * sizeof *feats);
+        sl_free(NULL, copy, size);
         return tcli_usage_error(cmd, "--dedup-group '%s' names no feature", text);
     }
     uint32_t g = o->ngroups++;
     o->group_text[g] = copy;
+    o->group_size[g] = size;
     o->group_feats[g] = feats;
+    o->group_cap[g] = cap;
     o->groups[g] = (sl_dedup_group_spec_t){copy, n, feats};
     o->w.num_dedup_groups = o->ngroups;
     o->w.dedup_groups = o->groups;
@@ -131,12 +127,12 @@ static int writer_option(wopts_t *o, const char *cmd, int c, const char *arg)
     case OPT_NO_SYNC: o->w.no_sync = true; return 0;
     case OPT_DEDUP: return add_group(o, cmd, arg) == 0 ? 0 : 2;
     case OPT_STRIPE_ROWS:
-        if (tcli_parse_u64(arg, 1u << 24, &v) != 0 || v == 0)
+        if (sl_parse_u64(arg, 0, 1u << 24, &v, NULL, NULL) != SL_OK || v == 0)
             return tcli_usage_error(cmd, "--stripe-rows wants 1..16777216, got '%s'", arg);
         o->w.stripe_rows = (uint32_t)v;
         return 0;
     case OPT_LEVEL:
-        if (tcli_parse_u64(arg, 22, &v) != 0)
+        if (sl_parse_u64(arg, 0, 22, &v, NULL, NULL) != SL_OK)
             return tcli_usage_error(cmd, "--level wants 0..22 (0: store uncompressed), got '%s'",
                                     arg);
         if (v == 0)
@@ -226,7 +222,8 @@ static int cmd_import(int argc, char **argv)
     sl_wh_import_opts_t o = sl_wh_import_opts_default();
     o.format = 0;
     wopts_t wo = {.w = sl_wh_writer_opts_default()};
-    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    size_t inputs_size = ((size_t)argc + 1) * sizeof(const char *);
+    const char **inputs = sl_calloc(NULL, (size_t)argc + 1, sizeof *inputs);
     if (inputs == NULL) return 1;
     uint32_t ninputs = 0;
     bool quiet = false;
@@ -237,7 +234,7 @@ static int cmd_import(int argc, char **argv)
         switch (c) {
         case 'h':
             import_usage(stdout);
-            free(inputs);
+            sl_free(NULL, inputs, inputs_size);
             wopts_free(&wo);
             return 0;
         case 'f':
@@ -252,13 +249,13 @@ static int cmd_import(int argc, char **argv)
         case OPT_STRICT: o.strict = true; break;
         case OPT_QUIET: quiet = true; break;
         case OPT_INFER:
-            if (tcli_parse_u64(optarg, 1u << 30, &v) != 0 || v == 0)
+            if (sl_parse_u64(optarg, 0, 1u << 30, &v, NULL, NULL) != SL_OK || v == 0)
                 rc = tcli_usage_error("import", "--infer-lines wants a positive count, got '%s'",
                                       optarg);
             o.infer_lines = (uint32_t)v;
             break;
         case OPT_THREADS:
-            if (tcli_parse_u64(optarg, 1024, &v) != 0 || v == 0)
+            if (sl_parse_u64(optarg, 0, 1024, &v, NULL, NULL) != SL_OK || v == 0)
                 rc = tcli_usage_error("import", "--threads wants 1..1024, got '%s'", optarg);
             o.threads = (uint32_t)v;
             break;
@@ -277,7 +274,7 @@ static int cmd_import(int argc, char **argv)
         rc = tcli_usage_error("import", "%s", "--schema is for --format jsonl (criteo's is fixed)");
     if (rc != 0) {
         if (rc < 0) rc = 2;
-        free(inputs);
+        sl_free(NULL, inputs, inputs_size);
         wopts_free(&wo);
         return rc;
     }
@@ -312,7 +309,7 @@ static int cmd_import(int argc, char **argv)
     }
     sl_wh_import_summary_free(&sum);
     sl_cli_progress_destroy(progress);
-    free(inputs);
+    sl_free(NULL, inputs, inputs_size);
     wopts_free(&wo);
     return rc;
 }
@@ -364,33 +361,33 @@ static int cmd_gen(int argc, char **argv)
         case 'P': preset = optarg; break;
         case 't': table = optarg; break;
         case 'n':
-            if (tcli_parse_u64(optarg, UINT64_MAX / 2, &rows) != 0)
+            if (sl_parse_u64(optarg, 0, UINT64_MAX / 2, &rows, NULL, NULL) != SL_OK)
                 rc = tcli_usage_error("gen", "--rows wants a count, got '%s'", optarg);
             have_rows = true;
             break;
         case 's':
-            if (tcli_parse_u64(optarg, UINT64_MAX, &seed) != 0)
+            if (sl_parse_u64(optarg, 0, UINT64_MAX, &seed, NULL, NULL) != SL_OK)
                 rc = tcli_usage_error("gen", "--seed wants an unsigned integer, got '%s'", optarg);
             break;
         case 'L':
-            if (tcli_parse_u64(optarg, 1u << 20, &session_length) != 0 || session_length == 0)
+            if (sl_parse_u64(optarg, 0, 1u << 20, &session_length, NULL, NULL) != SL_OK || session_length == 0)
                 rc = tcli_usage_error("gen", "--session-length wants 1..1048576, got '%s'", optarg);
             break;
         case OPT_ACTIVE:
-            if (tcli_parse_u64(optarg, 1u << 20, &active) != 0 || active == 0)
+            if (sl_parse_u64(optarg, 0, 1u << 20, &active, NULL, NULL) != SL_OK || active == 0)
                 rc = tcli_usage_error("gen", "--active-sessions wants 1..1048576, got '%s'",
                                       optarg);
             break;
         case 'p':
-            if (tcli_parse_u64(optarg, 10000, &partitions) != 0 || partitions == 0)
+            if (sl_parse_u64(optarg, 0, 10000, &partitions, NULL, NULL) != SL_OK || partitions == 0)
                 rc = tcli_usage_error("gen", "--partitions wants 1..10000, got '%s'", optarg);
             break;
         case 'F':
-            if (tcli_parse_u64(optarg, 10000, &files) != 0 || files == 0)
+            if (sl_parse_u64(optarg, 0, 10000, &files, NULL, NULL) != SL_OK || files == 0)
                 rc = tcli_usage_error("gen", "--files wants 1..10000, got '%s'", optarg);
             break;
         case OPT_THREADS:
-            if (tcli_parse_u64(optarg, 256, &threads) != 0 || threads == 0)
+            if (sl_parse_u64(optarg, 0, 256, &threads, NULL, NULL) != SL_OK || threads == 0)
                 rc = tcli_usage_error("gen", "--threads wants 1..256, got '%s'", optarg);
             break;
         case OPT_QUIET: quiet = true; break;
@@ -427,10 +424,9 @@ static int cmd_gen(int argc, char **argv)
     go.on_progress = sl_cli_progress_update;
     go.progress_ctx = progress;
     sl_wh_write_stats_t st;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
+    double t0 = sl_clock_s();
     sl_err_t e = sl_wh_gen_table(table, &spec, &go, &st, &err);
-    clock_gettime(CLOCK_MONOTONIC, &b);
+    double secs = sl_clock_s() - t0;
     sl_cli_progress_finish(progress);
     sl_cli_progress_destroy(progress);
     if (e != SL_OK) {
@@ -438,7 +434,6 @@ static int cmd_gen(int argc, char **argv)
         wopts_free(&wo);
         return 1;
     }
-    double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
     char out[32], rate[32];
     printf("generated: %" PRIu64 " rows, %s in %" PRIu64 " file%s; %.2f s (%s rows/s)\n", st.rows,
            sl_cli_fmt_bytes((double)st.file_bytes, out, sizeof out), partitions * files,

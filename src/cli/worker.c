@@ -15,6 +15,8 @@
 #include <time.h>
 
 #include "cli.h"
+#include "common/clock.h"
+#include "common/parse.h"
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/lease_client.h"
 #include "dpp/worker/worker.h"
@@ -92,48 +94,11 @@ static int usage_error(const char *fmt, const char *arg)
     return sl_cli_usage_error("worker", fmt, arg);
 }
 
-/* "123", "64K", "256M", "2G" */
-static int parse_bytes(const char *s, uint64_t *out)
-{
-    char *end;
-    if (*s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    uint64_t mul = 1;
-    if (*end == 'K' || *end == 'k')
-        mul = 1ull << 10;
-    else if (*end == 'M' || *end == 'm')
-        mul = 1ull << 20;
-    else if (*end == 'G' || *end == 'g')
-        mul = 1ull << 30;
-    if (mul != 1) end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end != '\0' || v > UINT64_MAX / mul) return -1;
-    *out = v * mul;
-    return 0;
-}
-
-static int parse_u32(const char *s, uint32_t min, uint32_t *out)
-{
-    char *end;
-    if (*s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || v < min || v > UINT32_MAX) return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static void print_problems(const char *what, const sl_pipeline_problems_t *p)
 {
     fprintf(stderr, "sluice worker: %s: %u problem%s\n", what, p->count, p->count == 1 ? "" : "s");
     for (uint32_t i = 0; i < p->count; i++)
         fprintf(stderr, "  %s\n", p->items[i]);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int sl_cli_worker(int argc, char **argv)
@@ -162,14 +127,15 @@ int sl_cli_worker(int argc, char **argv)
             o.listen = optarg;
             break;
         case OPT_THREADS:
-            if (parse_u32(optarg, 1, &o.threads)) return usage_error("bad --threads '%s'", optarg);
+            if (sl_parse_u32(optarg, 1, UINT32_MAX, &o.threads, NULL, NULL))
+                return usage_error("bad --threads '%s'", optarg);
             break;
         case OPT_MEMORY:
-            if (parse_bytes(optarg, &o.memory_limit) || o.memory_limit == 0)
+            if (sl_parse_size(optarg, 1, UINT64_MAX, &o.memory_limit, NULL, NULL))
                 return usage_error("bad --memory-limit '%s'", optarg);
             break;
         case OPT_CREDITS:
-            if (parse_u32(optarg, 1, &o.max_credits))
+            if (sl_parse_u32(optarg, 1, UINT32_MAX, &o.max_credits, NULL, NULL))
                 return usage_error("bad --max-credits '%s'", optarg);
             break;
         case OPT_EXIT:
@@ -191,11 +157,11 @@ int sl_cli_worker(int argc, char **argv)
             secret_file = optarg;
             break;
         case OPT_MAX_CLIENTS:
-            if (parse_u32(optarg, 1, &o.max_clients))
+            if (sl_parse_u32(optarg, 1, UINT32_MAX, &o.max_clients, NULL, NULL))
                 return usage_error("bad --max-clients '%s'", optarg);
             break;
         case OPT_CONN_IDLE:
-            if (parse_u32(optarg, 1, &v32) || v32 > INT32_MAX)
+            if (sl_parse_u32(optarg, 1, INT32_MAX, &v32, NULL, NULL))
                 return usage_error("bad --client-conn-idle-ms '%s'", optarg);
             o.client_conn_idle_ms = (int)v32;
             break;
@@ -206,11 +172,11 @@ int sl_cli_worker(int argc, char **argv)
             ao.tls_key_file = optarg;
             break;
         case OPT_ADMIN_MAX:
-            if (parse_u32(optarg, 1, &ao.max_connections))
+            if (sl_parse_u32(optarg, 1, UINT32_MAX, &ao.max_connections, NULL, NULL))
                 return usage_error("bad --admin-max-connections '%s'", optarg);
             break;
         case OPT_ADMIN_TIMEOUT:
-            if (parse_u32(optarg, 1, &ao.timeout_s))
+            if (sl_parse_u32(optarg, 1, UINT32_MAX, &ao.timeout_s, NULL, NULL))
                 return usage_error("bad --admin-timeout-s '%s'", optarg);
             break;
         case OPT_HELP:
@@ -363,7 +329,7 @@ int sl_cli_worker(int argc, char **argv)
         printf("listening on %s:%u\n", host, (unsigned)sl_worker_port(w));
     }
     fflush(stdout);
-    double t0 = now_s();
+    double t0 = sl_clock_s();
     int code = 0;
     const char *why = "stopped";
     for (;;) {
@@ -385,7 +351,7 @@ int sl_cli_worker(int argc, char **argv)
             break;
         }
     }
-    double secs = now_s() - t0;
+    double secs = sl_clock_s() - t0;
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
     sl_worker_admin_stop(admin); /* before the worker goes */

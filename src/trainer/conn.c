@@ -11,13 +11,6 @@
 
 #include "trainer/trainer_internal.h"
 
-uint64_t tr_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void tr_drop_queue_locked(sl_trainer_t *t)
 {
     while (t->head) {
@@ -71,7 +64,7 @@ static void uninstall(sl_trainer_t *t)
 sl_err_t tr_authenticate(const sl_trainer_t *t, int fd, int timeout_ms, sl_error_t *err)
 {
     if (!t->secret) return SL_OK;
-    return sl_rpc_auth_client(fd, t->secret, sl_rpc_now_ms() + (uint64_t)timeout_ms, err);
+    return sl_rpc_auth_client(fd, t->secret, sl_clock_ms() + (uint64_t)timeout_ms, err);
 }
 
 static sl_err_t handshake(sl_trainer_t *t, int fd, int timeout_ms, sl_error_t *err)
@@ -297,11 +290,11 @@ static rx_next_t on_frame(sl_trainer_t *t, sl_rpc_frame_t *f, uint64_t gen, uint
 
 bool tr_pause_unless_closing(sl_trainer_t *t, int ms)
 {
-    uint64_t until = tr_now_ns() + (uint64_t)ms * 1000000ull;
+    uint64_t until = sl_clock_ns() + (uint64_t)ms * 1000000ull;
     struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                           .tv_nsec = (long)(until % 1000000000ull)};
     pthread_mutex_lock(&t->mu);
-    while (!t->closing && tr_now_ns() < until)
+    while (!t->closing && sl_clock_ns() < until)
         pthread_cond_timedwait(&t->cv, &t->mu, &ts);
     bool closing = t->closing;
     pthread_mutex_unlock(&t->mu);
@@ -326,10 +319,10 @@ static sl_err_t reconnect(sl_trainer_t *t, const sl_error_t *lost)
         tr_fail(t, &e);
         return e.code;
     }
-    uint64_t deadline = tr_now_ns() + (uint64_t)t->reconnect_ms * 1000000ull;
+    uint64_t deadline = sl_clock_ns() + (uint64_t)t->reconnect_ms * 1000000ull;
     int backoff = 50;
     for (;;) {
-        uint64_t now = tr_now_ns();
+        uint64_t now = sl_clock_ns();
         uint64_t left_ms = now < deadline ? (deadline - now) / 1000000ull + 1 : 1;
         int timeout = t->connect_timeout_ms;
         if ((uint64_t)timeout > left_ms) timeout = (int)left_ms;
@@ -345,7 +338,7 @@ static sl_err_t reconnect(sl_trainer_t *t, const sl_error_t *lost)
             tr_fail(t, &e);
             return rc;
         }
-        now = tr_now_ns();
+        now = sl_clock_ns();
         if (now >= deadline) break;
         /* The last pause ends at the deadline, for one last attempt there. */
         uint64_t pause = (uint64_t)backoff;

@@ -270,7 +270,7 @@ static void on_token(sl_trainer_t *t, const Sluice__Control__Token *m, uint64_t 
 static void send_stats(sl_trainer_t *t, int fd)
 {
     tr_fleet_t *f = t->fleet;
-    uint64_t now = tr_now_ns();
+    uint64_t now = sl_clock_ns();
     uint64_t wait = atomic_load(&t->wait_ns), b = atomic_load(&t->batches),
              s = atomic_load(&t->samples);
     Sluice__Control__ClientStats cs = SLUICE__CONTROL__CLIENT_STATS__INIT;
@@ -307,11 +307,11 @@ static bool master_reconnect(sl_trainer_t *t, const sl_error_t *lost)
         tr_fail(t, &e);
         return false;
     }
-    uint64_t deadline = tr_now_ns() + (uint64_t)t->reconnect_ms * 1000000ull;
+    uint64_t deadline = sl_clock_ns() + (uint64_t)t->reconnect_ms * 1000000ull;
     int backoff = 50;
     for (;;) {
         if (t->closing) return false;
-        uint64_t now = tr_now_ns();
+        uint64_t now = sl_clock_ns();
         uint64_t left_ms = now < deadline ? (deadline - now) / 1000000ull + 1 : 1;
         int timeout = t->connect_timeout_ms;
         if ((uint64_t)timeout > left_ms) timeout = (int)left_ms;
@@ -328,7 +328,7 @@ static bool master_reconnect(sl_trainer_t *t, const sl_error_t *lost)
             tr_fail(t, &e);
             return false;
         }
-        now = tr_now_ns();
+        now = sl_clock_ns();
         if (now >= deadline) break;
         uint64_t pause = (uint64_t)backoff;
         if (pause > (deadline - now) / 1000000ull) pause = (deadline - now) / 1000000ull;
@@ -380,7 +380,7 @@ void *fl_master_main(void *arg)
 {
     sl_trainer_t *t = arg;
     tr_fleet_t *f = t->fleet;
-    uint64_t next_tick = tr_now_ns() + (uint64_t)f->refresh_ms * 1000000ull;
+    uint64_t next_tick = sl_clock_ns() + (uint64_t)f->refresh_ms * 1000000ull;
     while (!t->closing) {
         pthread_mutex_lock(&f->msend_mu);
         int fd = f->mfd;
@@ -392,7 +392,7 @@ void *fl_master_main(void *arg)
             if (!master_reconnect(t, &e)) break;
             continue;
         }
-        uint64_t now = tr_now_ns();
+        uint64_t now = sl_clock_ns();
         if (now >= next_tick) {
             send_stats(t, fd);
             next_tick = now + (uint64_t)f->refresh_ms * 1000000ull;
@@ -425,7 +425,7 @@ void *fl_master_main(void *arg)
             break;
         }
         if (!master_reconnect(t, &e)) break;
-        next_tick = tr_now_ns() + (uint64_t)f->refresh_ms * 1000000ull;
+        next_tick = sl_clock_ns() + (uint64_t)f->refresh_ms * 1000000ull;
     }
     /* The client failed or closes: workers are no use any more. */
     pthread_mutex_lock(&t->mu);

@@ -254,11 +254,11 @@ static slot_end_t slot_receive(fl_slot_t *s)
 static bool slot_nap(fl_slot_t *s, int ms)
 {
     sl_trainer_t *t = s->t;
-    uint64_t until = tr_now_ns() + (uint64_t)ms * 1000000ull;
+    uint64_t until = sl_clock_ns() + (uint64_t)ms * 1000000ull;
     struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                           .tv_nsec = (long)(until % 1000000000ull)};
     pthread_mutex_lock(&t->mu);
-    while (!t->closing && !s->stop && tr_now_ns() < until)
+    while (!t->closing && !s->stop && sl_clock_ns() < until)
         pthread_cond_timedwait(&t->cv, &t->mu, &ts);
     bool stop = t->closing || s->stop;
     pthread_mutex_unlock(&t->mu);
@@ -298,7 +298,7 @@ static void *slot_main(void *arg)
         note_problem(t, s, &e);
         if (rc == SL_ERR_VERSION || rc == SL_ERR_PROTOCOL) break;
         if (t->reconnect_ms < 0) break;
-        uint64_t now = tr_now_ns();
+        uint64_t now = sl_clock_ns();
         if (deadline == 0) deadline = now + (uint64_t)t->reconnect_ms * 1000000ull;
         if (now >= deadline) break;
         if (slot_nap(s, backoff)) break;

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/clock.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"
@@ -104,8 +105,6 @@ void tr_drop_queue_locked(sl_trainer_t *t);
 
 /* Remember an ack that could not be sent now. Caller holds send_mu. */
 void tr_pending_ack_locked(sl_trainer_t *t, uint64_t delivery_id);
-
-uint64_t tr_now_ns(void);
 
 /* Sleep up to ms unless the client closes (takes t->mu). @return true when
  * closing. */

@@ -113,7 +113,7 @@ void wh_file_close(wh_file_t *f)
     const sl_allocator_t *a = f->a;
     wh_source_unmap(&f->src);
     if (f->src.fd >= 0) close(f->src.fd);
-    wh_strfree(a, f->src.name);
+    sl_strfree(a, f->src.name);
     if (f->footer != NULL) {
         ProtobufCAllocator pa;
         wh_pb_allocator(a, &pa);
@@ -566,7 +566,7 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
     f->src.fd = -1;
     f->limits = wh_limits_resolve(limits);
     const char *name = display_name ? display_name : path ? path : "(memory)";
-    f->src.name = wh_strdup(a, name);
+    f->src.name = sl_strdup(a, name);
     if (f->src.name == NULL) {
         wh_file_close(f);
         return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);

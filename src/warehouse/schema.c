@@ -520,13 +520,13 @@ sl_err_t sl_wh_schema_decode(const void *buf, size_t len, const sl_allocator_t *
 sl_err_t sl_wh_schema_load(const char *path, const sl_allocator_t *a, sl_wh_schema_t **out,
                            sl_error_t *err)
 {
-    void *data;
+    char *data;
     size_t len;
     *out = NULL;
-    sl_err_t rc = wh_read_file(path, 64u << 20, a, &data, &len, err);
+    sl_err_t rc = sl_io_read_file(path, "schema", 64u << 20, a, &data, &len, err);
     if (rc != SL_OK) return rc;
     rc = sl_wh_schema_decode(data, len, a, out, err);
-    sl_free(a, data, len);
+    sl_free(a, data, len + 1);
     if (rc != SL_OK) sl_error_prefix(err, "%s: ", path);
     return rc;
 }

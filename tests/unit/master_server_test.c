@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/mem.h"
 #include "dpp/master/admin.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
@@ -74,7 +76,7 @@ static sl_err_t submit(env *e, const char *extra, sl_error_t *err)
     char *id = NULL;
     sl_err_t rc = sl_master_admin_job_submit(e->m, body, &id, err);
     if (rc == SL_OK) cr_assert_str_eq(id, "j");
-    free(id);
+    sl_strfree(sl_master_allocator(e->m), id);
     json_decref(body);
     return rc;
 }
@@ -420,7 +422,7 @@ Test(master_server, static_sharding_refuses_other_ranks)
     char *metrics = sl_master_metrics_text(e.m);
     cr_assert_not_null(metrics);
     cr_assert(strstr(metrics, "result=\"wrong_rank\"} 8") != NULL, "%s", metrics);
-    free(metrics);
+    sl_strfree(sl_master_allocator(e.m), metrics);
     for (uint32_t r = 0; r < 3; r++)
         close(c[r]);
     close(w);
@@ -564,7 +566,7 @@ static double metric(env *e, const char *name)
     const char *at = strstr(text, key);
     cr_assert_not_null(at, "no %s in %s", name, text);
     double v = strtod(at + strlen(key), NULL);
-    free(text);
+    sl_strfree(sl_master_allocator(e->m), text);
     return v;
 }
 
@@ -875,7 +877,7 @@ Test(master_server, garbage_and_wrong_frames)
     cr_assert(strstr(metrics, "sluice_master_leases_granted_total 1") != NULL, "%s", metrics);
     cr_assert(strstr(metrics, "sluice_master_splits{job=\"j\",state=\"leased\"} 1") != NULL, "%s",
               metrics);
-    free(metrics);
+    sl_strfree(sl_master_allocator(e.m), metrics);
     json_t *ws = sl_master_admin_workers_json(e.m);
     cr_assert_eq(json_array_size(json_object_get(ws, "workers")), 1);
     json_decref(ws);
@@ -959,7 +961,7 @@ Test(master_server, one_live_process_per_worker_id)
     close(c);
     char *metrics = sl_master_metrics_text(e.m);
     cr_assert(strstr(metrics, "sluice_master_worker_ids_in_use_total 1") != NULL, "%s", metrics);
-    free(metrics);
+    sl_strfree(sl_master_allocator(e.m), metrics);
     done(&l->base);
     done(&l2->base);
     close(d);
@@ -1015,7 +1017,7 @@ Test(master_server, heartbeat_renews_only_named_leases)
     cr_assert_eq(job_int(&e, "committed_rows"), 200);
     char *metrics = sl_master_metrics_text(e.m);
     cr_assert(strstr(metrics, "result=\"not_leased\"} 3") != NULL, "%s", metrics);
-    free(metrics);
+    sl_strfree(sl_master_allocator(e.m), metrics);
     done(&kept->base);
     done(&lost->base);
     close(c);
@@ -1068,7 +1070,7 @@ Test(master_server, an_error_closes_and_a_client_attaches_once_the_job_exists)
 
 static sl_err_t prove(int fd, const char *secret, sl_error_t *err)
 {
-    return sl_rpc_auth_client(fd, secret, sl_rpc_now_ms() + 5000, err);
+    return sl_rpc_auth_client(fd, secret, sl_clock_ms() + 5000, err);
 }
 
 Test(master_server, cluster_secret_and_connection_limits)
@@ -1148,6 +1150,6 @@ Test(master_server, cluster_secret_and_connection_limits)
     cr_assert(
         strstr(m, "sluice_master_connections_closed_total{reason=\"handshake_timeout\"} 14\n"),
         "%s", m);
-    free(m);
+    sl_strfree(sl_master_allocator(e.m), m);
     env_fini(&e);
 }

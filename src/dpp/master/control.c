@@ -11,11 +11,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "dpp/master/master_internal.h"
 
 #define MAX_FRAME (1u << 20)
@@ -36,7 +36,7 @@ static void conn_close(sl_master_t *m, uint32_t i)
         m->nclients_connected--;
     }
     c->kind = MP_NEW;
-    free(c->buf);
+    sl_free(m->a, c->buf, c->cap);
     c->buf = NULL;
     c->len = c->cap = 0;
 }
@@ -70,7 +70,8 @@ static bool defer(sl_master_t *m, uint32_t i, mp_deferred d)
 {
     if (m->ndeferred == m->cap_deferred) {
         uint32_t cap = m->cap_deferred ? m->cap_deferred * 2 : 64;
-        mp_deferred *p = realloc(m->deferred, cap * sizeof *p);
+        mp_deferred *p = sl_realloc(m->a, m->deferred, (size_t)m->cap_deferred * sizeof *p,
+                                    (size_t)cap * sizeof *p);
         if (p == NULL) return false;
         m->deferred = p;
         m->cap_deferred = cap;
@@ -93,7 +94,8 @@ static mp_worker *worker_get(sl_master_t *m, const char *id, uint32_t *idx)
     if (m->nworkers >= m->opts.max_workers) return NULL;
     if (m->nworkers == m->cap_workers) {
         uint32_t cap = m->cap_workers ? m->cap_workers * 2 : 16;
-        mp_worker *p = realloc(m->workers, cap * sizeof *p);
+        mp_worker *p = sl_realloc(m->a, m->workers, (size_t)m->cap_workers * sizeof *p,
+                                  (size_t)cap * sizeof *p);
         if (p == NULL) return NULL;
         m->workers = p;
         m->cap_workers = cap;
@@ -116,15 +118,15 @@ static bool id_ok(const char *s)
 }
 
 /* The leases a worker names (REGISTER, HEARTBEAT) for the state machine,
- * NULL refs skipped. Caller frees *out (NULL when n is 0). @return false
- * when out of memory. */
-static bool lease_refs(Sluice__Control__SplitRef *const *refs, size_t n,
+ * NULL refs skipped. Caller frees *out, n entries (NULL when n is 0).
+ * @return false when out of memory. */
+static bool lease_refs(const sl_allocator_t *a, Sluice__Control__SplitRef *const *refs, size_t n,
                        sl_master_lease_ref_t **out, uint32_t *count)
 {
     *out = NULL;
     *count = 0;
     if (n == 0) return true;
-    if (n > UINT32_MAX || (*out = malloc(n * sizeof **out)) == NULL) return false;
+    if (n > UINT32_MAX || (*out = sl_alloc(a, n * sizeof **out)) == NULL) return false;
     for (size_t k = 0; k < n; k++)
         if (refs[k] != NULL)
             (*out)[(*count)++] = (sl_master_lease_ref_t){refs[k]->job_id, refs[k]->epoch,
@@ -193,7 +195,7 @@ static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Regis
         send_error(m, i, SL_ERR_TOO_LARGE, "register: too many workers");
         return;
     }
-    uint64_t now = mp_now_ms();
+    uint64_t now = sl_clock_ms();
     if (w->conn >= 0 && w->conn != (int)i) {
         if (!may_take_id(m, i, w, r->incarnation, now)) return;
         conn_close(m, (uint32_t)w->conn); /* reconnected, or its process is gone */
@@ -202,7 +204,7 @@ static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Regis
      * not hold (a predecessor's, a grant it never received) go back now. */
     sl_master_lease_ref_t *held;
     uint32_t nheld;
-    if (!lease_refs(r->leases, r->n_leases, &held, &nheld)) {
+    if (!lease_refs(m->a, r->leases, r->n_leases, &held, &nheld)) {
         send_error(m, i, SL_ERR_NOMEM, "register: lease list");
         conn_close(m, i);
         return;
@@ -211,7 +213,7 @@ static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Regis
     if (!m->failed &&
         sl_master_state_register(m->st, w->id, held, nheld, now, NULL, NULL, &err) != SL_OK)
         mp_fail(m, &err);
-    free(held);
+    sl_free(m->a, held, r->n_leases * sizeof *held);
     w->incarnation = r->incarnation;
     snprintf(w->serve, sizeof w->serve, "%s", r->serve_address);
     snprintf(w->admin, sizeof w->admin, "%s", r->admin_address);
@@ -249,12 +251,12 @@ static void on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__
     }
     if (want[0] != '\0') {
         job = want;
-        rc = sl_master_state_lease_next(m->st, job, w->id, mp_now_ms(), &l, &err);
+        rc = sl_master_state_lease_next(m->st, job, w->id, sl_clock_ms(), &l, &err);
     } else {
         /* Any job: the one with the fewest workers for its demand. */
         for (uint32_t k = 0; k < m->opts.max_jobs && rc == SL_ERR_AGAIN; k++) {
             if (!m->jobs[k].used) continue;
-            rc = sl_master_state_lease_next(m->st, m->jobs[k].id, w->id, mp_now_ms(), &l, &err);
+            rc = sl_master_state_lease_next(m->st, m->jobs[k].id, w->id, sl_clock_ms(), &l, &err);
             if (rc == SL_OK) job = m->jobs[k].id;
         }
     }
@@ -287,11 +289,11 @@ static void on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__
     Sluice__Control__RowRange **todo = rp;
     Sluice__Control__RowRange *store = ranges;
     if (l.num_todo > 64) {
-        todo = malloc(l.num_todo * sizeof *todo);
-        store = malloc(l.num_todo * sizeof *store);
+        todo = sl_alloc(m->a, l.num_todo * sizeof *todo);
+        store = sl_alloc(m->a, l.num_todo * sizeof *store);
         if (todo == NULL || store == NULL) {
-            free(todo);
-            free(store);
+            sl_free(m->a, todo, l.num_todo * sizeof *todo);
+            sl_free(m->a, store, l.num_todo * sizeof *store);
             send_error(m, i, SL_ERR_NOMEM, "lease: todo list");
             return;
         }
@@ -316,32 +318,34 @@ static void on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__
     le.expiry_ms = m->opts.lease_timeout_ms;
     send_now(m, i, SL_RPC_LEASE, &le.base);
     if (todo != rp) {
-        free(todo);
-        free(store);
+        sl_free(m->a, todo, l.num_todo * sizeof *todo);
+        sl_free(m->a, store, l.num_todo * sizeof *store);
     }
 }
 
 static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h)
 {
     mp_worker *w = &m->workers[m->conns[i].worker];
-    uint64_t now = mp_now_ms();
+    uint64_t now = sl_clock_ms();
     sl_error_t err = {0};
     /* Only the leases it names: a grant it never received is not renewed. */
     sl_master_lease_ref_t *held;
     uint32_t nheld;
-    if (!lease_refs(h->leases, h->n_leases, &held, &nheld)) {
+    if (!lease_refs(m->a, h->leases, h->n_leases, &held, &nheld)) {
         send_error(m, i, SL_ERR_NOMEM, "heartbeat: lease list");
         return;
     }
     sl_master_state_renew(m->st, w->id, held, nheld, now, NULL, &err);
-    free(held);
+    sl_free(m->a, held, h->n_leases * sizeof *held);
     w->busy = h->busy_fraction < 0 ? 0 : h->busy_fraction > 1 ? 1 : h->busy_fraction;
     w->queued = h->queued_batches;
     w->memory = h->memory_used;
     w->batches = h->batches_sent;
     w->samples = h->samples_sent;
     w->leases = 0;
-    Sluice__Control__SplitRef **rev = h->n_leases ? malloc(h->n_leases * sizeof *rev) : NULL;
+    /* out of memory: nothing revoked this time (the next heartbeat tells) */
+    Sluice__Control__SplitRef **rev =
+        h->n_leases ? sl_alloc(m->a, h->n_leases * sizeof *rev) : NULL;
     size_t nrev = 0;
     for (size_t k = 0; k < h->n_leases; k++) {
         const Sluice__Control__SplitRef *r = h->leases[k];
@@ -361,7 +365,7 @@ static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Hear
                    st.failed;
     }
     send_now(m, i, SL_RPC_HEARTBEAT_REPLY, &rep.base);
-    free(rev);
+    sl_free(m->a, rev, h->n_leases * sizeof *rev);
 }
 
 static void on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRead *r)
@@ -372,7 +376,7 @@ static void on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__Spl
         return;
     }
     sl_dpp_row_range_t one[16], *e = one;
-    if (r->n_empty > 16 && (e = malloc(r->n_empty * sizeof *e)) == NULL) {
+    if (r->n_empty > 16 && (e = sl_alloc(m->a, r->n_empty * sizeof *e)) == NULL) {
         send_error(m, i, SL_ERR_NOMEM, "split read: empty ranges");
         return;
     }
@@ -385,7 +389,7 @@ static void on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__Spl
                             : sl_master_state_split_read(m->st, r->ref->job_id, r->ref->epoch,
                                                          r->ref->split, r->ref->generation, e,
                                                          (uint32_t)r->n_empty, &state, &err);
-    if (e != one) free(e);
+    if (e != one) sl_free(m->a, e, r->n_empty * sizeof *e);
     if (rc == SL_OK) {
         d.result = state == SL_MASTER_SPLIT_DONE ? SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE
                                               : SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__PENDING;
@@ -438,13 +442,19 @@ static void on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__S
                             : sl_master_state_split_failed(m->st, &f, m->opts.max_split_failures,
                                                            &res, &err);
     if (rc == SL_OK) {
-        fprintf(stderr,
-                "sluice master: job %.200s split %u (%.300s stripe %d) failed on worker %s: "
-                "%.400s%s\n",
-                f.job_id, f.split, f.file, f.stripe, w->id, f.message,
-                res == SL_MASTER_FAIL_JOB_FAILED ? " -- the job has failed"
-                : res == SL_MASTER_FAIL_SKIPPED  ? " -- the split is skipped"
-                                              : "");
+        const char *outcome = res == SL_MASTER_FAIL_JOB_FAILED ? "job_failed"
+                              : res == SL_MASTER_FAIL_SKIPPED  ? "skipped"
+                                                               : "retry";
+        sl_log_kv(SL_LOG_WARN, "split_failed",
+                  (SL_KV_STR("job", f.job_id), SL_KV_U64("epoch", f.epoch),
+                   SL_KV_U64("split", f.split), SL_KV_STR("file", f.file),
+                   SL_KV_I64("stripe", f.stripe), SL_KV_STR("worker", w->id),
+                   SL_KV_STR("error", f.message), SL_KV_STR("outcome", outcome)),
+                  "job %.200s split %u (%.300s stripe %d) failed on worker %s: %.400s%s",
+                  f.job_id, f.split, f.file, f.stripe, w->id, f.message,
+                  res == SL_MASTER_FAIL_JOB_FAILED ? " -- the job has failed"
+                  : res == SL_MASTER_FAIL_SKIPPED  ? " -- the split is skipped"
+                                                   : "");
         d.result = (int)res;
     } else if (rc == SL_MASTER_STALE || rc == SL_ERR_NOT_FOUND) {
         d.result = SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE;
@@ -507,11 +517,12 @@ static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach 
     snprintf(c->client, sizeof c->client, "%s", a->client_id);
     snprintf(c->job, sizeof c->job, "%s", a->job_id);
     c->rank = a->rank;
-    Sluice__Control__WorkerInfo *infos = calloc(m->nworkers + 1, sizeof *infos);
-    Sluice__Control__WorkerInfo **ptrs = calloc(m->nworkers + 1, sizeof *ptrs);
+    size_t cap = (size_t)m->nworkers + 1;
+    Sluice__Control__WorkerInfo *infos = sl_calloc(m->a, cap, sizeof *infos);
+    Sluice__Control__WorkerInfo **ptrs = sl_calloc(m->a, cap, sizeof *ptrs);
     if (infos == NULL || ptrs == NULL) {
-        free(infos);
-        free(ptrs);
+        sl_free(m->a, infos, cap * sizeof *infos);
+        sl_free(m->a, ptrs, cap * sizeof *ptrs);
         send_error(m, i, SL_ERR_NOMEM, "attach: worker list");
         return;
     }
@@ -546,8 +557,8 @@ static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach 
         rep.failure_code = st.failure_code;
     }
     send_now(m, i, SL_RPC_ATTACHED, &rep.base);
-    free(infos);
-    free(ptrs);
+    sl_free(m->a, infos, cap * sizeof *infos);
+    sl_free(m->a, ptrs, cap * sizeof *ptrs);
 }
 
 static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
@@ -606,7 +617,7 @@ static void on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__
         return;
     }
     size_t n = t->n_undelivered_refs;
-    sl_master_token_exclude_t *ex = calloc(n + 1, sizeof *ex);
+    sl_master_token_exclude_t *ex = sl_calloc(m->a, n + 1, sizeof *ex);
     if (ex == NULL) {
         send_error(m, i, SL_ERR_NOMEM, "token request");
         return;
@@ -622,7 +633,7 @@ static void on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__
     sl_error_t err = {0};
     sl_err_t rc = sl_master_state_token_encode(m->st, t->job_id, ex, (uint32_t)k, &d.token,
                                                &d.token_len, &err);
-    free(ex);
+    sl_free(m->a, ex, (n + 1) * sizeof *ex);
     if (rc != SL_OK) {
         send_error(m, i, rc, err.msg);
         return;
@@ -654,7 +665,7 @@ static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f)
     mp_conn *c = &m->conns[i];
     m->frames_in++;
     bool worker = c->kind == MP_WORKER, client = c->kind == MP_CLIENT;
-    if (worker) m->workers[c->worker].last_seen_ms = mp_now_ms(); /* heard from (may_take_id) */
+    if (worker) m->workers[c->worker].last_seen_ms = sl_clock_ms(); /* heard from (may_take_id) */
     switch (f->type) {
     case SL_RPC_REGISTER:
         if (c->kind == MP_NEW) return on_register(m, i, (const void *)f->msg);
@@ -702,7 +713,7 @@ static void on_readable(sl_master_t *m, uint32_t i)
     if (c->cap - c->len < 4096) {
         size_t cap = c->cap ? c->cap * 2 : 8192;
         if (cap > MAX_FRAME + SL_RPC_HEADER_BYTES + 8192) cap = MAX_FRAME + SL_RPC_HEADER_BYTES + 8192;
-        uint8_t *p = cap > c->cap ? realloc(c->buf, cap) : c->buf;
+        uint8_t *p = cap > c->cap ? sl_realloc(m->a, c->buf, c->cap, cap) : c->buf;
         if (p == NULL) {
             pthread_mutex_lock(&m->mu);
             conn_close(m, i);
@@ -743,7 +754,7 @@ static void on_readable(sl_master_t *m, uint32_t i)
             break;
         }
         at += total;
-        if (!mp_guard_frame(m, i, &f, mp_now_ms())) dispatch(m, i, &f);
+        if (!mp_guard_frame(m, i, &f, sl_clock_ms())) dispatch(m, i, &f);
         sl_rpc_frame_free(&f);
     }
     pthread_mutex_unlock(&m->mu);
@@ -787,7 +798,7 @@ static void on_accept(sl_master_t *m)
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     m->conns[i] = (mp_conn){.fd = fd, .kind = MP_NEW, .serial = ++m->next_serial};
     m->connections_total++;
-    mp_guard_accepted(m, i, mp_now_ms());
+    mp_guard_accepted(m, i, sl_clock_ms());
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -836,12 +847,12 @@ static void *loop(void *arg)
 {
     sl_master_t *m = arg;
     uint32_t cap = m->opts.max_connections + 2;
-    struct pollfd *pf = calloc(cap, sizeof *pf);
-    uint32_t *idx = calloc(cap, sizeof *idx);
+    struct pollfd *pf = sl_calloc(m->a, cap, sizeof *pf);
+    uint32_t *idx = sl_calloc(m->a, cap, sizeof *idx);
     if (pf == NULL || idx == NULL) {
-        fprintf(stderr, "sluice master: out of memory in the control loop\n");
-        free(pf);
-        free(idx);
+        sl_log(SL_LOG_ERROR, "control_loop_failed", "out of memory in the control loop");
+        sl_free(m->a, pf, (size_t)cap * sizeof *pf);
+        sl_free(m->a, idx, (size_t)cap * sizeof *idx);
         return NULL;
     }
     while (!atomic_load(&m->stop)) {
@@ -863,19 +874,19 @@ static void *loop(void *arg)
         }
         flush_deferred(m);
         pthread_mutex_lock(&m->mu);
-        uint64_t now = mp_now_ms();
+        uint64_t now = sl_clock_ms();
         mp_tick(m, now);
         mp_guard_sweep(m, now);
         pthread_mutex_unlock(&m->mu);
     }
-    free(pf);
-    free(idx);
+    sl_free(m->a, pf, (size_t)cap * sizeof *pf);
+    sl_free(m->a, idx, (size_t)cap * sizeof *idx);
     return NULL;
 }
 
 sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err)
 {
-    m->conns = calloc(m->opts.max_connections, sizeof *m->conns);
+    m->conns = sl_calloc(m->a, m->opts.max_connections, sizeof *m->conns);
     if (m->conns == NULL) return sl_error_set(err, SL_ERR_NOMEM, "master connections");
     for (uint32_t i = 0; i < m->opts.max_connections; i++)
         m->conns[i].fd = -1;
@@ -911,10 +922,11 @@ void mp_server_stop(sl_master_t *m)
     flush_deferred(m);
     for (uint32_t i = 0; m->conns != NULL && i < m->opts.max_connections; i++)
         conn_close(m, i);
-    free(m->conns);
+    sl_free(m->a, m->conns, (size_t)m->opts.max_connections * sizeof *m->conns);
     m->conns = NULL;
-    free(m->deferred);
+    sl_free(m->a, m->deferred, (size_t)m->cap_deferred * sizeof *m->deferred);
     m->deferred = NULL;
+    m->cap_deferred = m->ndeferred = 0;
     if (m->listen_fd >= 0) close(m->listen_fd);
     if (m->wake[0] >= 0) close(m->wake[0]);
     if (m->wake[1] >= 0) close(m->wake[1]);

@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/clock.h"
+#include "common/mem.h"
 #include "dpp/master/master.h"
 #include "dpp/master/state.h"
 #include "rpc/auth.h"
@@ -106,7 +108,6 @@ struct sl_master {
     uint32_t nclients_connected, nworkers_connected;
 };
 
-uint64_t mp_now_ms(void);
 mp_job *mp_job_find(sl_master_t *m, const char *id);
 mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial);
 /* Every job's granted count (sl_master_autoscale_fair_share over the used jobs;

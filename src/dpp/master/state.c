@@ -15,39 +15,6 @@
 
 /* ---- small helpers -------------------------------------------------------------- */
 
-void *m_pb_alloc(void *ctx, size_t size)
-{
-    /* protobuf-c frees without a size; the allocator wants one: keep it in
-     * a 16-byte prefix (which also keeps the alignment). */
-    if (size > SIZE_MAX - 16) return NULL;
-    uint8_t *p = sl_alloc(ctx, size + 16);
-    if (p == NULL) return NULL;
-    memcpy(p, &size, sizeof size);
-    return p + 16;
-}
-
-void m_pb_free(void *ctx, void *ptr)
-{
-    if (ptr == NULL) return;
-    uint8_t *p = (uint8_t *)ptr - 16;
-    size_t size;
-    memcpy(&size, p, sizeof size);
-    sl_free(ctx, p, size + 16);
-}
-
-static char *str_dup(const sl_allocator_t *a, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(a, n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
-static void str_free(const sl_allocator_t *a, char *s)
-{
-    if (s != NULL) sl_free(a, s, strlen(s) + 1);
-}
-
 static uint64_t mix64(uint64_t *state)
 {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
@@ -134,7 +101,7 @@ sl_err_t m_worker_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_
     }
     worker *w = &m->workers[m->num_workers];
     memset(w, 0, sizeof *w);
-    w->name = str_dup(m->a, name);
+    w->name = sl_strdup(m->a, name);
     if (w->name == NULL) return sl_error_set(err, SL_ERR_NOMEM, "worker '%s'", name);
     bool found;
     m->whash[whash_slot(m, name, &found)] = m->num_workers + 1;
@@ -183,14 +150,14 @@ job *m_find_job(const sl_master_state_t *m, const char *id, uint32_t *slot)
 static void job_free(const sl_allocator_t *a, job *jb)
 {
     if (jb == NULL) return;
-    str_free(a, jb->id);
-    str_free(a, jb->spec_json);
+    sl_strfree(a, jb->id);
+    sl_strfree(a, jb->spec_json);
     m_free_failure(a, jb);
     if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
     for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
         m_free_ranges(a, &jb->st[i]);
     for (uint32_t i = 0; jb->paths != NULL && i < jb->num_paths; i++)
-        str_free(a, jb->paths[i]);
+        sl_strfree(a, jb->paths[i]);
     sl_free(a, jb->paths, (size_t)jb->num_paths * sizeof *jb->paths);
     sl_free(a, jb->defs, (size_t)jb->n * sizeof *jb->defs);
     sl_free(a, jb->st, (size_t)jb->n * sizeof *jb->st);
@@ -246,8 +213,8 @@ sl_err_t m_job_insert(sl_master_state_t *m, const Sluice__Master__JobAdded *rec,
     uint32_t n = (uint32_t)l->n_path_index;
     jb->n = n;
     jb->num_paths = (uint32_t)l->n_paths;
-    jb->id = str_dup(a, spec->job_id);
-    jb->spec_json = str_dup(a, spec->spec_json != NULL ? spec->spec_json : "");
+    jb->id = sl_strdup(a, spec->job_id);
+    jb->spec_json = sl_strdup(a, spec->spec_json != NULL ? spec->spec_json : "");
     jb->paths = sl_calloc(a, jb->num_paths, sizeof *jb->paths);
     jb->defs = sl_alloc(a, sl_mul_size(n, sizeof *jb->defs));
     jb->st = sl_calloc(a, n, sizeof *jb->st);
@@ -256,7 +223,7 @@ sl_err_t m_job_insert(sl_master_state_t *m, const Sluice__Master__JobAdded *rec,
     jb->heap = sl_alloc(a, sl_mul_size(n, sizeof *jb->heap));
     bool ok = jb->id && jb->spec_json && jb->paths && jb->defs && jb->st && jb->order && jb->pos && jb->heap;
     for (uint32_t i = 0; ok && i < jb->num_paths; i++)
-        ok = (jb->paths[i] = str_dup(a, l->paths[i])) != NULL;
+        ok = (jb->paths[i] = sl_strdup(a, l->paths[i])) != NULL;
     if (!ok) {
         job_free(a, jb);
         return sl_error_set(err, SL_ERR_NOMEM, "job '%s' of %u splits", spec->job_id, n);
@@ -830,7 +797,7 @@ void sl_master_state_destroy(sl_master_state_t *m)
         job_free(m->a, m->jobs[i]);
     sl_free(m->a, m->jobs, (size_t)m->opts.max_jobs * sizeof *m->jobs);
     for (uint32_t w = 0; w < m->num_workers; w++) {
-        str_free(m->a, m->workers[w].name);
+        sl_strfree(m->a, m->workers[w].name);
         sl_free(m->a, m->workers[w].leases, (size_t)m->workers[w].cap * sizeof(lease_ref));
     }
     sl_free(m->a, m->workers, (size_t)m->cap_workers * sizeof *m->workers);
@@ -838,7 +805,7 @@ void sl_master_state_destroy(sl_master_state_t *m)
     sl_free(m->a, m->scratch, m->scratch_cap);
     for (uint32_t c = 0; c < m->num_clients; c++) {
         client *cl = &m->clients[c];
-        str_free(m->a, cl->name);
+        sl_strfree(m->a, cl->name);
         sl_free(m->a, cl->ring, (size_t)m->opts.max_answers * sizeof *cl->ring);
         sl_free(m->a, cl->index, (size_t)cl->index_cap * sizeof *cl->index);
     }

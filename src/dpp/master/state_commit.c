@@ -165,17 +165,15 @@ sl_err_t m_client_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_
     c->index_cap = 16;
     while (c->index_cap < 2 * m->opts.max_answers)
         c->index_cap *= 2;
-    size_t n = strlen(name) + 1;
-    c->name = sl_alloc(a, n);
+    c->name = sl_strdup(a, name);
     c->ring = sl_alloc(a, (size_t)m->opts.max_answers * sizeof *c->ring);
     c->index = sl_calloc(a, c->index_cap, sizeof *c->index);
     if (c->name == NULL || c->ring == NULL || c->index == NULL) {
-        if (c->name != NULL) sl_free(a, c->name, n);
+        sl_strfree(a, c->name);
         if (c->ring != NULL) sl_free(a, c->ring, (size_t)m->opts.max_answers * sizeof *c->ring);
         if (c->index != NULL) sl_free(a, c->index, (size_t)c->index_cap * sizeof *c->index);
         return sl_error_set(err, SL_ERR_NOMEM, "client '%s'", name);
     }
-    memcpy(c->name, name, n);
     c->last_ms = m->now_ms;
     m->chash[hash_slot(m->chash, m->chash_cap, m->clients, name, &found)] = m->num_clients + 1;
     *out = m->num_clients++;
@@ -187,7 +185,7 @@ void m_client_remove(sl_master_state_t *m, uint32_t ci)
 {
     const sl_allocator_t *a = m->a;
     client *c = &m->clients[ci];
-    sl_free(a, c->name, strlen(c->name) + 1);
+    sl_strfree(a, c->name);
     sl_free(a, c->ring, (size_t)m->opts.max_answers * sizeof *c->ring);
     sl_free(a, c->index, (size_t)c->index_cap * sizeof *c->index);
     m->clients[ci] = m->clients[--m->num_clients];

@@ -14,18 +14,10 @@
 
 #include "dpp/master/state_internal.h"
 
-static char *dup_str(const sl_allocator_t *a, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(a, n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
 void m_free_failure(const sl_allocator_t *a, job *jb)
 {
-    if (jb->fail_file != NULL) sl_free(a, jb->fail_file, strlen(jb->fail_file) + 1);
-    if (jb->fail_message != NULL) sl_free(a, jb->fail_message, strlen(jb->fail_message) + 1);
+    sl_strfree(a, jb->fail_file);
+    sl_strfree(a, jb->fail_message);
     jb->fail_file = jb->fail_message = NULL;
 }
 
@@ -42,11 +34,11 @@ sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
                             const Sluice__Master__JobFailure *f, sl_error_t *err)
 {
     job *jb = m->jobs[slot];
-    char *file = dup_str(m->a, f->file != NULL ? f->file : "");
-    char *msg = dup_str(m->a, f->message != NULL ? f->message : "");
+    char *file = sl_strdup(m->a, f->file != NULL ? f->file : "");
+    char *msg = sl_strdup(m->a, f->message != NULL ? f->message : "");
     if (file == NULL || msg == NULL) {
-        if (file != NULL) sl_free(m->a, file, strlen(file) + 1);
-        if (msg != NULL) sl_free(m->a, msg, strlen(msg) + 1);
+        sl_strfree(m->a, file);
+        sl_strfree(m->a, msg);
         return sl_error_set(err, SL_ERR_NOMEM, "job '%s': failure", jb->id);
     }
     m_free_failure(m->a, jb);

@@ -7,6 +7,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "common/mem.h"
 #include "dpp/master/state.h"
 #include "master.pb-c.h"
 
@@ -147,8 +148,6 @@ void m_do_advance(sl_master_state_t *m, job *jb);
 void m_reset_queue(job *jb);
 /* XXH3 of a split list (resume tokens name the splits they were taken over). */
 uint64_t m_fingerprint(const Sluice__Master__SplitList *l);
-void *m_pb_alloc(void *ctx, size_t size);
-void m_pb_free(void *ctx, void *p);
 
 /* state_failure.c: the transitions of a split failure (live and replay) */
 void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split);

@@ -507,7 +507,7 @@ sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
         return sl_error_set(err, SL_ERR_INVALID, "resume: %u tokens (1..%d)", count,
                             SL_MASTER_MAX_RESUME_TOKENS);
     const sl_allocator_t *a = m->a;
-    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
+    ProtobufCAllocator pa = {sl_alloc_unsized, sl_free_unsized, (void *)m->a};
     spec_pb sp;
     sl_err_t rc = spec_pb_build(m, spec, &sp, err);
     if (rc == SL_OK) rc = m_check_spec(m, &sp.spec, err);

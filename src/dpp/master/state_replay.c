@@ -210,7 +210,7 @@ sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t 
                         sl_error_t *err)
 {
     sl_master_state_t *m = ctx;
-    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
+    ProtobufCAllocator pa = {sl_alloc_unsized, sl_free_unsized, (void *)m->a};
     Sluice__Master__Record *r = sluice__master__record__unpack(&pa, len, payload);
     if (r == NULL)
         return sl_error_set(err, SL_ERR_CORRUPT, "record at offset %llu: malformed protobuf",
@@ -298,7 +298,7 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
 sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_error_t *err)
 {
     sl_master_state_t *m = ctx;
-    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
+    ProtobufCAllocator pa = {sl_alloc_unsized, sl_free_unsized, (void *)m->a};
     Sluice__Master__Snapshot *s = sluice__master__snapshot__unpack(&pa, len, payload);
     if (s == NULL) return sl_error_set(err, SL_ERR_CORRUPT, "malformed protobuf");
     sl_err_t rc = SL_OK;

@@ -3,6 +3,7 @@
  * schema here (plan.c does that); the filter and transform objects are
  * checked against the op table (job_ops.c) and kept as JSON. */
 #include "dpp/pipeline/plan_internal.h"
+#include "common/mem.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -16,42 +17,29 @@
 #define SHUFFLE_WINDOW_MAX (1u << 26) /* rows held for shuffling: bounds memory */
 #define SPEC_BYTES_MAX (16u << 20)
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(NULL, n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
-static void free_str(char *s)
-{
-    if (s != NULL) sl_free(NULL, s, strlen(s) + 1);
-}
-
 static void free_strs(char **v, uint32_t n)
 {
     if (v == NULL) return;
-    for (uint32_t i = 0; i < n; i++) free_str(v[i]);
+    for (uint32_t i = 0; i < n; i++) sl_strfree(NULL, v[i]);
     sl_free(NULL, v, (size_t)n * sizeof(char *));
 }
 
 void sl_pipeline_job_destroy(sl_pipeline_job_t *job)
 {
     if (job == NULL) return;
-    free_str(job->id);
-    free_str(job->table);
-    free_str(job->partitions);
+    sl_strfree(NULL, job->id);
+    sl_strfree(NULL, job->table);
+    sl_strfree(NULL, job->partitions);
     free_strs(job->features, job->num_features);
     json_decref(job->filters);
     json_decref(job->transforms);
     for (uint32_t g = 0; g < job->num_dedup_groups; g++) {
-        free_str(job->dedup_groups[g].name);
+        sl_strfree(NULL, job->dedup_groups[g].name);
         free_strs(job->dedup_groups[g].features, job->dedup_groups[g].num_features);
     }
     if (job->dedup_groups != NULL)
         sl_free(NULL, job->dedup_groups, job->num_dedup_groups * sizeof(sl_pipeline_dedup_group_t));
-    free_str(job->base_dir);
+    sl_strfree(NULL, job->base_dir);
     sl_free(NULL, job, sizeof *job);
 }
 
@@ -177,7 +165,7 @@ static void get_names(parse_t *p, const json_t *v, const char *path, char ***out
                 problem(p, "%s[%zu]: '%s' is listed twice", path, i, json_string_value(e));
                 break;
             }
-        if ((names[i] = dup_str(json_string_value(e))) == NULL) p->nomem = true;
+        if ((names[i] = sl_strdup(NULL, json_string_value(e))) == NULL) p->nomem = true;
     }
     *out = names;
     *n = (uint32_t)count;
@@ -199,7 +187,7 @@ static void parse_source(parse_t *p, const json_t *src, sl_pipeline_job_t *job)
     const char *table = get_string(p, src, "table", "$.source");
     if (table == NULL && json_object_get(src, "table") == NULL)
         problem(p, "$.source.table: missing (required)");
-    if (table != NULL && (job->table = dup_str(table)) == NULL) p->nomem = true;
+    if (table != NULL && (job->table = sl_strdup(NULL, table)) == NULL) p->nomem = true;
     const char *parts = get_string(p, src, "partitions", "$.source");
     if (parts != NULL) {
         sl_wh_filter_t *f = NULL;
@@ -207,7 +195,7 @@ static void parse_source(parse_t *p, const json_t *src, sl_pipeline_job_t *job)
         if (sl_wh_filter_parse(parts, NULL, &f, &e) != SL_OK)
             problem(p, "$.source.partitions: %s", e.msg);
         sl_wh_filter_destroy(f);
-        if ((job->partitions = dup_str(parts)) == NULL) p->nomem = true;
+        if ((job->partitions = sl_strdup(NULL, parts)) == NULL) p->nomem = true;
     }
     const json_t *features = json_object_get(src, "features");
     if (features != NULL)
@@ -238,7 +226,7 @@ static void parse_groups(parse_t *p, const json_t *groups, sl_pipeline_job_t *jo
         char path[SL_ERROR_MSG_MAX];
         snprintf(path, sizeof path, "$.batch.dedup_groups.%s", name);
         if (name[0] == '\0') problem(p, "%s: a group needs a non-empty name", path);
-        if ((g->name = dup_str(name)) == NULL) p->nomem = true;
+        if ((g->name = sl_strdup(NULL, name)) == NULL) p->nomem = true;
         get_names(p, v, path, &g->features, &g->num_features);
         /* A feature in two groups: the later mention is the problem. */
         for (uint32_t f = 0; f < g->num_features; f++) {
@@ -332,7 +320,7 @@ sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
         char why[160];
         if (id != NULL && !sl_pipeline_job_id_ok(id, strlen(id), why, sizeof why))
             problem(&p, "$.id: %s", why);
-        if ((job->id = dup_str(id != NULL ? id : "job")) == NULL) p.nomem = true;
+        if ((job->id = sl_strdup(NULL, id != NULL ? id : "job")) == NULL) p.nomem = true;
         parse_source(&p, json_object_get(spec, "source"), job);
         job->filters = parse_ops(&p, spec, "filters", true);
         job->transforms = parse_ops(&p, spec, "transforms", false);

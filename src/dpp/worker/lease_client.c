@@ -17,6 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/mem.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 
@@ -76,43 +79,13 @@ struct sl_worker_lease_client {
     bool thread_started;
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void timed_wait(sl_worker_lease_client_t *ms, uint64_t ms_wait)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (ms_wait % 1000) * 1000000ull;
-    ts.tv_sec += (time_t)(ms_wait / 1000 + ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
-    pthread_cond_timedwait(&ms->cv, &ms->mu, &ts);
-}
-
-static char *dup_str(const sl_allocator_t *a, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(a, n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
-static void free_str(const sl_allocator_t *a, char *s)
-{
-    if (s) sl_free(a, s, strlen(s) + 1);
-}
-
 static void lease_free(sl_worker_lease_client_t *ms, lease_t *l)
 {
     if (!l) return;
-    free_str(ms->a, l->path);
+    sl_strfree(ms->a, l->path);
     if (l->todo) sl_free(ms->a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
     if (l->empty) sl_free(ms->a, l->empty, (size_t)l->num_empty * sizeof *l->empty);
-    free_str(ms->a, l->fail_msg);
+    sl_strfree(ms->a, l->fail_msg);
     sl_free(ms->a, l, sizeof *l);
 }
 
@@ -253,7 +226,7 @@ static sl_err_t connect_master(sl_worker_lease_client_t *ms, sl_error_t *err)
     }
     if (ms->secret &&
         (rc = sl_rpc_auth_client(ms->fd, ms->secret,
-                                 sl_rpc_now_ms() + (uint64_t)ms->o.connect_timeout_ms, err))) {
+                                 sl_clock_ms() + (uint64_t)ms->o.connect_timeout_ms, err))) {
         disconnect(ms);
         return sl_error_prefix(err, "master %s: ", ms->master);
     }
@@ -350,7 +323,7 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
     l->split = m->ref->split;
     l->generation = m->ref->generation;
     l->rank_plus_one = m->rank_plus_one;
-    l->path = dup_str(ms->a, m->path);
+    l->path = sl_strdup(ms->a, m->path);
     l->todo = sl_alloc(ms->a, m->n_todo * sizeof *l->todo);
     if (!l->path || !l->todo) {
         if (l->todo) l->num_todo = (uint32_t)m->n_todo;
@@ -461,7 +434,7 @@ static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *re
         else if (!m->job_spec_json || !m->job_spec_json[0])
             rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: first lease without a job spec",
                               ms->master);
-        else if (!(ms->spec_json = dup_str(ms->a, m->job_spec_json)))
+        else if (!(ms->spec_json = sl_strdup(ms->a, m->job_spec_json)))
             rc = sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
         else
             snprintf(ms->job_id, sizeof ms->job_id, "%s", lease_job);
@@ -527,12 +500,15 @@ static sl_err_t get_lease(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bo
         if (k == ASK_RETRY) { /* back off and try again */
             wait_ms = backoff;
             backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
-            fprintf(stderr, "sluice worker: %s (retrying in %" PRIu64 " ms)\n", err->msg, wait_ms);
+            sl_log_kv(SL_LOG_WARN, "master_retry",
+                      (SL_KV_STR("master", ms->master), SL_KV_U64("retry_ms", wait_ms),
+                       SL_KV_STR("error", err->msg)),
+                      "%s (retrying in %" PRIu64 " ms)", err->msg, wait_ms);
         }
-        if (deadline_ns && mono_ns() + wait_ms * 1000000ull > deadline_ns)
+        if (deadline_ns && sl_clock_ns() + wait_ms * 1000000ull > deadline_ns)
             return sl_error_set(err, SL_ERR_TIMEOUT, "master %s: no lease in time", ms->master);
         pthread_mutex_lock(&ms->mu);
-        if (!ms->cancel) timed_wait(ms, wait_ms);
+        if (!ms->cancel) sl_clock_cond_wait_ms(&ms->cv, &ms->mu, wait_ms);
         pthread_mutex_unlock(&ms->mu);
     }
 }
@@ -625,7 +601,7 @@ static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, co
         l->revoked = true; /* not live: its batches still queued are dropped unsent */
         l->fail_code = code;
         l->fail_stripe = stripe;
-        l->fail_msg = dup_str(ms->a, msg ? msg : ""); /* NULL: reported as "" */
+        l->fail_msg = sl_strdup(ms->a, msg ? msg : ""); /* NULL: reported as "" */
         ms->st.splits_failed++;
         pthread_cond_broadcast(&ms->cv); /* the control thread reports it */
     }
@@ -699,7 +675,8 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l)
     if (rr) sl_free(ms->a, rr, (size_t)ne * sizeof *rr);
     if (rp) sl_free(ms->a, rp, (size_t)ne * sizeof *rp);
     if (rc) {
-        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        sl_log_kv(SL_LOG_WARN, "split_read_report_failed",
+                  (SL_KV_U64("split", l->split), SL_KV_STR("error", err.msg)), "%s", err.msg);
         return false;
     }
     const Sluice__Control__SplitReadReply *r = (const Sluice__Control__SplitReadReply *)f.msg;
@@ -732,12 +709,16 @@ static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l)
     sf.code = l->fail_code;
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
-    fprintf(stderr, "sluice worker: split %u of %s cannot be read, reported to the master: %s\n",
-            l->split, l->path, sf.message);
+    sl_log_kv(SL_LOG_WARN, "split_failed",
+              (SL_KV_STR("job", job), SL_KV_U64("split", l->split), SL_KV_STR("file", l->path),
+               SL_KV_I64("stripe", l->fail_stripe), SL_KV_STR("error", sf.message)),
+              "split %u of %s cannot be read, reported to the master: %s", l->split, l->path,
+              sf.message);
     sl_err_t rc = call(ms, SL_RPC_SPLIT_FAILED, &sf.base, "split failed",
                        SL_RPC_SPLIT_FAILED_REPLY, &f, &err);
     if (rc) {
-        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        sl_log_kv(SL_LOG_WARN, "split_failed_report_failed",
+                  (SL_KV_U64("split", l->split), SL_KV_STR("error", err.msg)), "%s", err.msg);
         return false;
     }
     const Sluice__Control__SplitFailedReply *r = (const Sluice__Control__SplitFailedReply *)f.msg;
@@ -805,14 +786,14 @@ static void heartbeat(sl_worker_lease_client_t *ms)
     pthread_mutex_unlock(&ms->mu);
     if (!ok) { /* the next heartbeat tries again, before the leases expire */
         held_free(ms, &h);
-        fprintf(stderr, "sluice worker: heartbeat: out of memory\n");
+        sl_log(SL_LOG_WARN, "heartbeat_failed", "heartbeat: out of memory");
         return;
     }
     Sluice__Control__Heartbeat hb = SLUICE__CONTROL__HEARTBEAT__INIT;
     hb.worker_id = ms->worker_id;
     hb.n_leases = h.n;
     hb.leases = h.ptrs;
-    uint64_t now = mono_ns();
+    uint64_t now = sl_clock_ns();
     if (w) {
         /* busy: the busier of the reader (read, filter, batch) and the
          * transform threads (dedup, transform, encode, per thread) */
@@ -841,7 +822,7 @@ static void heartbeat(sl_worker_lease_client_t *ms)
         call(ms, SL_RPC_HEARTBEAT, &hb.base, "heartbeat", SL_RPC_HEARTBEAT_REPLY, &f, &err);
     held_free(ms, &h);
     if (rc) {
-        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        sl_log_kv(SL_LOG_WARN, "heartbeat_failed", (SL_KV_STR("error", err.msg)), "%s", err.msg);
         return;
     }
     const Sluice__Control__HeartbeatReply *r = (const Sluice__Control__HeartbeatReply *)f.msg;
@@ -889,7 +870,7 @@ static void *control_main(void *arg)
             if (w) sl_worker_fail(w, code, msg);
             return NULL;
         }
-        uint64_t now = mono_ns();
+        uint64_t now = sl_clock_ns();
         bool ready = false;
         for (lease_t *l = ms->leases; l && !ready; l = l->next)
             ready = (l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting) ||
@@ -897,7 +878,7 @@ static void *control_main(void *arg)
         if (ready && now >= retry_at) {
             pthread_mutex_unlock(&ms->mu);
             /* failures first: the master may lease the split to another worker at once */
-            if (!report_failures(ms) || !report_ready(ms)) retry_at = mono_ns() + 200000000ull;
+            if (!report_failures(ms) || !report_ready(ms)) retry_at = sl_clock_ns() + 200000000ull;
             pthread_mutex_lock(&ms->mu);
             continue;
         }
@@ -906,12 +887,12 @@ static void *control_main(void *arg)
             pthread_mutex_unlock(&ms->mu);
             heartbeat(ms);
             pthread_mutex_lock(&ms->mu);
-            next_hb = mono_ns() + period * 1000000ull;
+            next_hb = sl_clock_ns() + period * 1000000ull;
             continue;
         }
         uint64_t until = next_hb;
         if (ready && retry_at < until) until = retry_at;
-        timed_wait(ms, (until - now) / 1000000ull + 1);
+        sl_clock_cond_wait_ms(&ms->cv, &ms->mu, (until - now) / 1000000ull + 1);
     }
     pthread_mutex_unlock(&ms->mu);
     /* last words: failures, and leases whose batches are all acknowledged */
@@ -939,20 +920,16 @@ sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
     if (!ms->o.max_todo) ms->o.max_todo = DEFAULT_MAX_TODO;
     ms->fd = -1;
     if (getrandom(&ms->incarnation, sizeof ms->incarnation, 0) != sizeof ms->incarnation)
-        ms->incarnation = (uint64_t)mono_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+        ms->incarnation = (uint64_t)sl_clock_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
     if (ms->incarnation == 0) ms->incarnation = 1; /* 0: "not told" to the master */
     pthread_mutex_init(&ms->conn_mu, NULL);
     pthread_mutex_init(&ms->mu, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&ms->cv, &attr);
-    pthread_condattr_destroy(&attr);
-    ms->master = dup_str(a, opts->master);
-    ms->worker_id = dup_str(a, opts->worker_id);
-    ms->serve_address = dup_str(a, opts->serve_address);
-    ms->admin_address = dup_str(a, opts->admin_address ? opts->admin_address : "");
-    ms->secret = opts->cluster_secret ? strdup(opts->cluster_secret) : NULL;
+    sl_clock_cond_init(&ms->cv);
+    ms->master = sl_strdup(a, opts->master);
+    ms->worker_id = sl_strdup(a, opts->worker_id);
+    ms->serve_address = sl_strdup(a, opts->serve_address);
+    ms->admin_address = sl_strdup(a, opts->admin_address ? opts->admin_address : "");
+    ms->secret = sl_strdup(NULL, opts->cluster_secret);
     ms->o.cluster_secret = NULL; /* ms->secret is the copy */
     if (opts->job_id) snprintf(ms->job_id, sizeof ms->job_id, "%s", opts->job_id);
     snprintf(ms->st.job_id, sizeof ms->st.job_id, "%s", ms->job_id);
@@ -982,7 +959,7 @@ sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeo
                                          const char **job_id, const char **spec_json,
                                          sl_error_t *err)
 {
-    uint64_t deadline = timeout_ms < 0 ? 0 : mono_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
+    uint64_t deadline = timeout_ms < 0 ? 0 : sl_clock_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
     lease_t *l = NULL;
     pthread_mutex_lock(&ms->mu);
     bool have = ms->spec_json != NULL;
@@ -1022,11 +999,11 @@ void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms)
         lease_free(ms, l);
     }
     disconnect(ms);
-    free_str(ms->a, ms->master);
-    free_str(ms->a, ms->worker_id);
-    free_str(ms->a, ms->serve_address);
-    free_str(ms->a, ms->admin_address);
-    free_str(ms->a, ms->spec_json);
+    sl_strfree(ms->a, ms->master);
+    sl_strfree(ms->a, ms->worker_id);
+    sl_strfree(ms->a, ms->serve_address);
+    sl_strfree(ms->a, ms->admin_address);
+    sl_strfree(ms->a, ms->spec_json);
     sl_rpc_secret_free(ms->secret);
     pthread_mutex_destroy(&ms->conn_mu);
     pthread_mutex_destroy(&ms->mu);

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/mem.h"
 #include "rpc/auth.h"
 
 /* How long sl_worker_server_stop lets the sender threads of a finished job
@@ -83,20 +85,6 @@ struct sl_worker_server {
     sl_worker_server_stats_t st;
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void item_free(const sl_allocator_t *a, sl_worker_server_item_t *it)
 {
     if (!it) return;
@@ -123,16 +111,6 @@ static sl_worker_queue_t *rank_queue(struct sl_worker_server *s, uint32_t rank_p
     if (rank_plus_one > s->o.max_ranks) return NULL;
     if (!s->ready[rank_plus_one] && create) s->ready[rank_plus_one] = sl_worker_queue_new(s->a, 0);
     return s->ready[rank_plus_one];
-}
-
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &ts);
 }
 
 static sl_err_t send_locked(client_t *c, sl_rpc_type_t type, const ProtobufCMessage *msg,
@@ -253,9 +231,9 @@ static void *sender_main(void *arg)
                     bi.rank_plus_one = it->rank_plus_one;
                 }
                 size_t len = it->len;
-                uint64_t t0 = mono_ns();
+                uint64_t t0 = sl_clock_ns();
                 rc = send_locked(c, SL_RPC_BATCH, &bi.base, it->frame, it->len, &err);
-                uint64_t dt = mono_ns() - t0;
+                uint64_t dt = sl_clock_ns() - t0;
                 pthread_mutex_lock(&s->mu);
                 s->st.send_ns += dt;
                 sitem_t *si = (sitem_t *)it;
@@ -278,7 +256,7 @@ static void *sender_main(void *arg)
             send_end_locked(s, c, &err);
             continue;
         }
-        timed_wait(&s->cv, &s->mu, 200);
+        sl_clock_cond_wait_ms(&s->cv, &s->mu, 200);
     }
     /* Stopped with the job done (the worker exits when the last batch is
      * acknowledged): END may not have gone out yet. Without it the client
@@ -289,7 +267,7 @@ static void *sender_main(void *arg)
         send_end_locked(s, c, &err);
     c->sender_done = true;
     pthread_cond_broadcast(&s->cv);
-    s->st.cpu_ns += thread_cpu_ns();
+    s->st.cpu_ns += sl_clock_thread_cpu_ns();
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
@@ -401,7 +379,7 @@ static void *client_main(void *arg)
     sl_rpc_frame_free(&f);
     pthread_mutex_lock(&s->mu);
     c->hello_done = true;
-    c->last_rx_ms = sl_rpc_now_ms();
+    c->last_rx_ms = sl_clock_ms();
     pthread_mutex_unlock(&s->mu);
     Sluice__Dpp__Welcome w = SLUICE__DPP__WELCOME__INIT;
     w.protocol_version = SL_RPC_VERSION;
@@ -448,7 +426,7 @@ static void *client_main(void *arg)
             break;
         }
         pthread_mutex_lock(&s->mu);
-        c->last_rx_ms = sl_rpc_now_ms();
+        c->last_rx_ms = sl_clock_ms();
         pthread_mutex_unlock(&s->mu);
         if (f.type == SL_RPC_REQUEST) {
             const Sluice__Dpp__Request *r = (const Sluice__Dpp__Request *)f.msg;
@@ -489,7 +467,7 @@ out:
     /* the sender may have taken a batch between requeue and its exit */
     requeue_unacked(s, c);
     s->st.clients_now--;
-    s->st.cpu_ns += thread_cpu_ns();
+    s->st.cpu_ns += sl_clock_thread_cpu_ns();
     c->done = true;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -553,7 +531,7 @@ static bool make_room(struct sl_worker_server *s, bool *refuse)
     if (s->nclients < s->o.max_clients) return true;
     for (client_t *c = s->clients; c; c = c->next)
         if (c->evicting && !c->done) return false; /* wait until it is reaped */
-    client_t *v = eviction_victim(s, sl_rpc_now_ms());
+    client_t *v = eviction_victim(s, sl_clock_ms());
     if (!v) {
         *refuse = true;
         s->st.refused++;
@@ -572,7 +550,7 @@ static void *accept_main(void *arg)
         pthread_mutex_lock(&s->mu);
         bool stop = s->stopping;
         reap(s, false);
-        if (stop) s->st.cpu_ns += thread_cpu_ns();
+        if (stop) s->st.cpu_ns += sl_clock_thread_cpu_ns();
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
         struct pollfd p = {.fd = s->lfd, .events = POLLIN};
@@ -616,7 +594,7 @@ static void *accept_main(void *arg)
         c->s = s;
         c->fd = fd;
         c->unacked = u;
-        c->opened_ms = c->last_rx_ms = sl_rpc_now_ms();
+        c->opened_ms = c->last_rx_ms = sl_clock_ms();
         pthread_mutex_init(&c->wmu, NULL);
         char host[64] = "?";
         if (addr.ss_family == AF_INET) {
@@ -667,7 +645,7 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     if (!s->o.hello_timeout_ms) s->o.hello_timeout_ms = 10000;
     if (!s->o.max_clients) s->o.max_clients = 256;
     if (!s->o.idle_timeout_ms) s->o.idle_timeout_ms = 60000;
-    if (opts->cluster_secret && !(s->secret = strdup(opts->cluster_secret))) {
+    if (opts->cluster_secret && !(s->secret = sl_strdup(NULL, opts->cluster_secret))) {
         if (opts->has_listen_fd) close(opts->listen_fd);
         sl_free(a, s, sizeof *s);
         return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
@@ -683,11 +661,7 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     s->o.job_id = s->job_id;
     s->lfd = opts->has_listen_fd ? opts->listen_fd : -1;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &attr);
-    pthread_condattr_destroy(&attr);
+    sl_clock_cond_init(&s->cv);
     sl_err_t rc;
     s->ready = sl_calloc(a, (size_t)s->o.max_ranks + 1, sizeof *s->ready);
     if (!s->ready || !(s->ready[0] = sl_worker_queue_new(a, 0))) {
@@ -788,12 +762,12 @@ void sl_worker_server_fail(sl_worker_server_t *s, sl_err_t code, const char *msg
 
 bool sl_worker_server_wait_done(sl_worker_server_t *s, int timeout_ms)
 {
-    uint64_t end = mono_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+    uint64_t end = sl_clock_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
     pthread_mutex_lock(&s->mu);
     bool done;
     while (!(done = s->finished && s->outstanding == 0) && !s->stopping) {
-        if (timeout_ms >= 0 && mono_ns() >= end) break;
-        timed_wait(&s->cv, &s->mu, 50);
+        if (timeout_ms >= 0 && sl_clock_ns() >= end) break;
+        sl_clock_cond_wait_ms(&s->cv, &s->mu, 50);
     }
     pthread_mutex_unlock(&s->mu);
     return done;
@@ -836,9 +810,9 @@ void sl_worker_server_stop(sl_worker_server_t *s)
     pthread_mutex_lock(&s->mu);
     /* The job is done: let every sender send END first (bounded; a sender
      * stuck writing to a client that stopped reading is cut off below). */
-    uint64_t until = mono_ns() + (uint64_t)END_GRACE_MS * 1000000ull;
-    while (done && senders_running(s) && mono_ns() < until)
-        timed_wait(&s->cv, &s->mu, 20);
+    uint64_t until = sl_clock_ns() + (uint64_t)END_GRACE_MS * 1000000ull;
+    while (done && senders_running(s) && sl_clock_ns() < until)
+        sl_clock_cond_wait_ms(&s->cv, &s->mu, 20);
     for (client_t *c = s->clients; c; c = c->next)
         shutdown(c->fd, SHUT_RDWR);
     reap(s, true);
