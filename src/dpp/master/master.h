@@ -83,7 +83,7 @@ typedef struct sl_master_opts {
 typedef struct sl_master sl_master_t;
 
 /* Open the state (replaying state_dir; a torn journal tail is cut and
- * logged to stderr), bind the control socket and start the control thread.
+ * logged through common/log.h), bind the control socket and start the control thread.
  * Jobs found in the state are resumed: their specs are re-read, their
  * leases expire after the lease timeout unless the workers renew them.
  * Caller owns *out, free with sl_master_stop. @return SL_ERR_IO when the
