@@ -197,16 +197,17 @@ uint64_t m_fingerprint(const Sluice__Master__SplitList *l)
     return XXH3_64bits_digest(&s);
 }
 
-sl_err_t m_job_insert(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, sl_error_t *err)
+void m_job_free(sl_master_state_t *m, job *jb)
+{
+    job_free(m->a, jb);
+}
+
+sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, job **out,
+                     sl_error_t *err)
 {
     const Sluice__Master__JobSpec *spec = rec->spec;
     const Sluice__Master__SplitList *l = spec->splits;
-    uint32_t slot = 0;
-    while (slot < m->opts.max_jobs && m->jobs[slot] != NULL)
-        slot++;
-    if (slot == m->opts.max_jobs)
-        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': already %u jobs (max_jobs)",
-                            spec->job_id, m->opts.max_jobs);
+    *out = NULL;
     const sl_allocator_t *a = m->a;
     job *jb = sl_calloc(a, 1, sizeof *jb);
     if (jb == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job '%s'", spec->job_id);
@@ -272,9 +273,17 @@ sl_err_t m_job_insert(sl_master_state_t *m, const Sluice__Master__JobAdded *rec,
     }
     set_order(jb);
     m_reset_queue(jb);
+    *out = jb;
+    return SL_OK;
+}
+
+void m_job_link(sl_master_state_t *m, job *jb)
+{
+    uint32_t slot = 0;
+    while (m->jobs[slot] != NULL) /* a free slot: m_check_job */
+        slot++;
     m->jobs[slot] = jb;
     m->c.jobs++;
-    return SL_OK;
 }
 
 void m_job_remove(sl_master_state_t *m, uint32_t slot)

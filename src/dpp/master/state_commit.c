@@ -39,6 +39,26 @@ bool m_overlaps(const job *jb, uint32_t split, uint64_t from, uint64_t to)
     return i < s->nr && s->r[i].from_row < to;
 }
 
+sl_err_t m_reserve_ranges(sl_master_state_t *m, job *jb, uint32_t split, uint32_t more,
+                          sl_error_t *err)
+{
+    split_st *s = &jb->st[split];
+    if ((uint64_t)s->nr + more <= s->cap) return SL_OK;
+    uint64_t want = (uint64_t)s->nr + more, cap = s->cap ? s->cap : 2;
+    while (cap < want)
+        cap *= 2;
+    if (cap > UINT32_MAX)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s' split %u: ranges", jb->id, split);
+    sl_dpp_row_range_t *r = sl_alloc(m->a, (size_t)cap * sizeof *r);
+    if (r == NULL)
+        return sl_error_set(err, SL_ERR_NOMEM, "job '%s' split %u: ranges", jb->id, split);
+    if (s->nr > 0) memcpy(r, s->r, (size_t)s->nr * sizeof *r);
+    if (s->r != NULL) sl_free(m->a, s->r, (size_t)s->cap * sizeof *r);
+    s->r = r;
+    s->cap = (uint32_t)cap;
+    return SL_OK;
+}
+
 sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
                      sl_error_t *err)
 {
@@ -62,16 +82,8 @@ sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t fro
             return sl_error_set(err, SL_ERR_TOO_LARGE,
                                 "job '%s' split %u: %u committed ranges (max_ranges)", jb->id,
                                 split, s->nr);
-        if (s->nr == s->cap) {
-            uint32_t cap = s->cap ? s->cap * 2 : 2;
-            sl_dpp_row_range_t *r = sl_alloc(m->a, (size_t)cap * sizeof *r);
-            if (r == NULL)
-                return sl_error_set(err, SL_ERR_NOMEM, "job '%s' split %u: ranges", jb->id, split);
-            if (s->nr > 0) memcpy(r, s->r, (size_t)s->nr * sizeof *r);
-            if (s->r != NULL) sl_free(m->a, s->r, (size_t)s->cap * sizeof *r);
-            s->r = r;
-            s->cap = cap;
-        }
+        sl_err_t rc = m_reserve_ranges(m, jb, split, 1, err);
+        if (rc != SL_OK) return rc;
         memmove(&s->r[i + 1], &s->r[i], (size_t)(s->nr - i) * sizeof *s->r);
         s->nr++;
     } else if (k > i + 1) {
@@ -357,6 +369,8 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
         return sl_error_set(err, SL_ERR_TOO_LARGE,
                             "job '%s' split %u: %u committed ranges (max_ranges)", job_id, split,
                             jb->st[split].nr);
+    /* Room first: once the record is out, applying it must not fail. */
+    if ((rc = m_reserve_ranges(m, jb, split, 1, err)) != SL_OK) return rc;
     if (!known && (rc = m_client_get(m, client_id, &ci, err)) != SL_OK) return rc;
     Sluice__Master__Committed co = SLUICE__MASTER__COMMITTED__INIT;
     co.job_id = jb->id;
@@ -372,11 +386,8 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
     rec.committed = &co;
     rc = m_journal(m, &rec, err);
     if (rc != SL_OK) return rc;
-    /* Cannot fail for lack of room for ranges: checked above, and a merge
-     * never grows the array; memory is the remaining risk, after the
-     * record went out: replay would then redo what this run could not. */
-    rc = m_add_range(m, jb, split, from_row, to_row, err);
-    if (rc != SL_OK) return rc;
+    /* Cannot fail: max_ranges was checked and the room reserved above. */
+    (void)m_add_range(m, jb, split, from_row, to_row, err);
     m_client_remember(m, ci, nonce);
     m->clients[ci].last_ms = m->now_ms;
     m->c.commits++;
@@ -434,6 +445,8 @@ sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, ui
         rc = sl_error_set(err, SL_ERR_NOMEM, "split read of %u ranges", num_empty);
         goto out;
     }
+    /* Room first: once the record is out, applying it must not fail. */
+    if ((rc = m_reserve_ranges(m, jb, split, num_empty, err)) != SL_OK) goto out;
     for (uint32_t i = 0; i < num_empty; i++) {
         sr.empty_from[i] = empty[i].from_row;
         sr.empty_to[i] = empty[i].to_row;

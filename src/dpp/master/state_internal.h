@@ -119,13 +119,27 @@ sl_err_t m_advance_all(sl_master_state_t *m, sl_error_t *err);
 sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err);
 sl_err_t m_static_assign(const sl_master_state_t *m, const job *jb, uint32_t ranks,
                          uint32_t *rank_of_split, uint64_t *rows_per_rank, sl_error_t *err);
-/* Build a job from a (checked) spec and starting positions, place it. */
-sl_err_t m_job_insert(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, sl_error_t *err);
+/* A job is built from a JobAdded that m_check_job accepted (everything
+ * allocated: SL_ERR_NOMEM leaves nothing behind), then linked into a free
+ * slot, which cannot fail: so the live call builds, journals, then links,
+ * and a journaled job is always one the state holds. */
+sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded *ja,
+                     sl_error_t *err);
+sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, job **out,
+                     sl_error_t *err);
+void m_job_link(sl_master_state_t *m, job *jb);
+void m_job_free(sl_master_state_t *m, job *jb);
 void m_job_remove(sl_master_state_t *m, uint32_t slot);
 void m_do_lease(sl_master_state_t *m, uint32_t slot, uint32_t split, uint32_t w, uint64_t gen,
                 uint64_t expiry);
+/* Room for more ranges in the split (a live transition takes it before
+ * its record goes to the journal, so that applying the record cannot
+ * fail). SL_ERR_NOMEM leaves the ranges as they were. */
+sl_err_t m_reserve_ranges(sl_master_state_t *m, job *jb, uint32_t split, uint32_t more,
+                          sl_error_t *err);
 /* Add [from, to) minus what is committed to the split's ranges (rows
- * counted); SL_ERR_NOMEM / SL_ERR_TOO_LARGE leave them unchanged. */
+ * counted); SL_ERR_NOMEM / SL_ERR_TOO_LARGE leave them unchanged, and
+ * neither happens with room reserved. */
 sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
                      sl_error_t *err);
 /* Does [from, to) overlap a committed range of the split? */
