@@ -63,20 +63,26 @@ void *sl_realloc(const sl_allocator_t *a, void *p, size_t old_size, size_t new_s
 
 #define UNSIZED_HEADER 16
 
-void *sl_alloc_unsized(void *ctx, size_t size)
+void *sl_unsized_alloc(void *ctx, size_t size)
 {
-    if (size > SIZE_MAX - UNSIZED_HEADER) return NULL;
-    unsigned char *p = sl_alloc_aligned(ctx, size + UNSIZED_HEADER, UNSIZED_HEADER);
-    if (p == NULL) return NULL;
+    sl_unsized_t *u = ctx;
+    unsigned char *p = size <= SIZE_MAX - UNSIZED_HEADER
+                           ? sl_alloc_aligned(u->a, size + UNSIZED_HEADER, UNSIZED_HEADER)
+                           : NULL;
+    if (p == NULL) {
+        u->failed = true;
+        return NULL;
+    }
     memcpy(p, &size, sizeof size);
     return p + UNSIZED_HEADER;
 }
 
-void sl_free_unsized(void *ctx, void *ptr)
+void sl_unsized_free(void *ctx, void *ptr)
 {
+    const sl_unsized_t *u = ctx;
     if (ptr == NULL) return;
     unsigned char *p = (unsigned char *)ptr - UNSIZED_HEADER;
     size_t size;
     memcpy(&size, p, sizeof size);
-    sl_free(ctx, p, size + UNSIZED_HEADER);
+    sl_free(u->a, p, size + UNSIZED_HEADER);
 }

@@ -10,6 +10,7 @@
 #ifndef SLUICE_COMMON_MEM_H
 #define SLUICE_COMMON_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "sluice/alloc.h"
@@ -38,11 +39,23 @@ void sl_strfree(const sl_allocator_t *a, char *s);
  * owned by the caller. */
 void *sl_realloc(const sl_allocator_t *a, void *p, size_t old_size, size_t new_size);
 
-/* For libraries whose free takes no size (protobuf-c's ProtobufCAllocator:
- * {sl_alloc_unsized, sl_free_unsized, (void *)allocator}): ctx is the
- * sl_allocator_t (NULL: the default); the size lives in a 16-byte header
- * in front of the block, which keeps 16-byte alignment. */
-void *sl_alloc_unsized(void *ctx, size_t size);
-void sl_free_unsized(void *ctx, void *ptr);
+/* For libraries whose free takes no size, protobuf-c's ProtobufCAllocator:
+ *
+ *   sl_unsized_t u = {.a = allocator};     (NULL: the default allocator)
+ *   ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
+ *   msg = ..._unpack(&pa, len, data);
+ *   if (msg == NULL) return u.failed ? SL_ERR_NOMEM : SL_ERR_CORRUPT;
+ *
+ * The size lives in a 16-byte header in front of each block (which keeps
+ * 16-byte alignment). failed records that an allocation failed, so that a
+ * NULL from the library tells running out of memory from malformed input:
+ * a master short of memory must not call its state corrupt. */
+typedef struct sl_unsized {
+    const sl_allocator_t *a;
+    bool failed;
+} sl_unsized_t;
+
+void *sl_unsized_alloc(void *ctx, size_t size);
+void sl_unsized_free(void *ctx, void *ptr);
 
 #endif

@@ -305,10 +305,14 @@ sl_err_t sl_rpc_recv_from(sl_rpc_read_fn rd, void *ctx, const sl_rpc_limits_t *l
                                 h.message_len);
         }
     }
-    ProtobufCAllocator pa = {sl_alloc_unsized, sl_free_unsized, (void *)a};
+    sl_unsized_t u = {.a = a};
+    ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
     frame->msg = protobuf_c_message_unpack(descriptors[h.type], &pa, h.message_len,
                                            msg_buf ? msg_buf : (const uint8_t *)"");
     if (msg_buf) sl_free(a, msg_buf, h.message_len);
+    if (!frame->msg && u.failed)
+        return sl_error_set(err, SL_ERR_NOMEM, "%s frame: out of memory (%u bytes)", name,
+                            h.message_len);
     if (!frame->msg)
         return sl_error_set(err, SL_ERR_PROTOCOL, "%s frame: message does not parse (%u bytes)",
                             name, h.message_len);
@@ -338,7 +342,8 @@ sl_err_t sl_rpc_recv_from(sl_rpc_read_fn rd, void *ctx, const sl_rpc_limits_t *l
 void sl_rpc_frame_free(sl_rpc_frame_t *frame)
 {
     if (!frame) return;
-    ProtobufCAllocator pa = {sl_alloc_unsized, sl_free_unsized, (void *)frame->allocator};
+    sl_unsized_t u = {.a = frame->allocator};
+    ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
     if (frame->msg) protobuf_c_message_free_unpacked(frame->msg, &pa);
     if (frame->payload) sl_free(frame->allocator, frame->payload, frame->payload_len);
     frame->msg = NULL;

@@ -219,10 +219,11 @@ sl_err_t wh_sync_parent_dir(const char *path, sl_error_t *err);
 /* "dir/.name.tmp" for path "dir/name". Caller owns (sl_free(a, p, strlen+1)). */
 char *wh_tmp_path(const char *path, const sl_allocator_t *a);
 
-/* protobuf-c allocator over an sl_allocator_t (a NULL: default). */
-static inline void wh_pb_allocator(const sl_allocator_t *a, ProtobufCAllocator *out)
+/* protobuf-c allocator over u (common/mem.h: u->a NULL is the default;
+ * u->failed tells running out of memory from a malformed message). */
+static inline void wh_pb_allocator(sl_unsized_t *u, ProtobufCAllocator *out)
 {
-    *out = (ProtobufCAllocator){sl_alloc_unsized, sl_free_unsized, (void *)a};
+    *out = (ProtobufCAllocator){sl_unsized_alloc, sl_unsized_free, u};
 }
 
 #endif

@@ -378,7 +378,10 @@ static sl_err_t token_open(const sl_master_state_job_spec_t *spec,
         return sl_error_set(err, SL_ERR_CORRUPT, "resume token: checksum mismatch");
     Sluice__Master__ResumeToken *t =
         sluice__master__resume_token__unpack(pa, len - TOKEN_HEADER_BYTES, p + TOKEN_HEADER_BYTES);
-    if (t == NULL) return sl_error_set(err, SL_ERR_CORRUPT, "resume token: malformed protobuf");
+    if (t == NULL)
+        return ((sl_unsized_t *)pa->allocator_data)->failed
+                   ? sl_error_set(err, SL_ERR_NOMEM, "resume token: out of memory")
+                   : sl_error_set(err, SL_ERR_CORRUPT, "resume token: malformed protobuf");
     sl_err_t rc = SL_OK;
     if (t->version != SL_MASTER_RESUME_TOKEN_VERSION) {
         rc = sl_error_set(err, SL_ERR_VERSION, "resume token version %u", t->version);
@@ -521,7 +524,8 @@ sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
         return sl_error_set(err, SL_ERR_INVALID, "resume: %u tokens (1..%d)", count,
                             SL_MASTER_MAX_RESUME_TOKENS);
     const sl_allocator_t *a = m->a;
-    ProtobufCAllocator pa = {sl_alloc_unsized, sl_free_unsized, (void *)m->a};
+    sl_unsized_t u = {.a = m->a};
+    ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
     spec_pb sp;
     sl_err_t rc = spec_pb_build(m, spec, &sp, err);
     if (rc == SL_OK) rc = m_check_spec(m, &sp.spec, err);
