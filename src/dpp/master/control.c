@@ -84,18 +84,22 @@ static bool defer(sl_master_t *m, uint32_t i, mp_deferred d)
 
 /* ---- workers ---------------------------------------------------------------------- */
 
-static mp_worker *worker_get(sl_master_t *m, const char *id, uint32_t *idx)
+/* The record of worker id, added when new. @return NULL with *why set
+ * (SL_ERR_TOO_LARGE past max_workers, SL_ERR_NOMEM). */
+static mp_worker *worker_get(sl_master_t *m, const char *id, uint32_t *idx, sl_err_t *why)
 {
     for (uint32_t w = 0; w < m->nworkers; w++)
         if (strcmp(m->workers[w].id, id) == 0) {
             *idx = w;
             return &m->workers[w];
         }
+    *why = SL_ERR_TOO_LARGE;
     if (m->nworkers >= m->opts.max_workers) return NULL;
     if (m->nworkers == m->cap_workers) {
         uint32_t cap = m->cap_workers ? m->cap_workers * 2 : 16;
         mp_worker *p = sl_realloc(m->a, m->workers, (size_t)m->cap_workers * sizeof *p,
                                   (size_t)cap * sizeof *p);
+        *why = SL_ERR_NOMEM;
         if (p == NULL) return NULL;
         m->workers = p;
         m->cap_workers = cap;
@@ -190,9 +194,11 @@ static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Regis
         return;
     }
     uint32_t wi;
-    mp_worker *w = worker_get(m, r->worker_id, &wi);
+    sl_err_t why;
+    mp_worker *w = worker_get(m, r->worker_id, &wi, &why);
     if (w == NULL) {
-        send_error(m, i, SL_ERR_TOO_LARGE, "register: too many workers");
+        send_error(m, i, why,
+                   why == SL_ERR_NOMEM ? "register: out of memory" : "register: too many workers");
         return;
     }
     uint64_t now = sl_clock_ms();
@@ -814,8 +820,10 @@ static void flush_deferred(sl_master_t *m)
         mp_deferred *d = &m->deferred[k];
         bool live = m->conns[d->conn].fd >= 0 && m->conns[d->conn].serial == d->serial;
         if (live && !ok) {
-            /* Nothing may be promised: the peers retry with another master run. */
-            send_error(m, d->conn, SL_ERR_IO, "master state failed");
+            /* Nothing may be promised: the peers retry (with another master
+             * run when the journal failed). */
+            send_error(m, d->conn, m->failed ? SL_ERR_IO : err.code,
+                       m->failed ? "master state failed" : err.msg);
             conn_close(m, d->conn);
         } else if (live && d->type == SL_RPC_COMMIT_REPLY) {
             Sluice__Control__CommitReply r = SLUICE__CONTROL__COMMIT_REPLY__INIT;
@@ -846,15 +854,8 @@ static void flush_deferred(sl_master_t *m)
 static void *loop(void *arg)
 {
     sl_master_t *m = arg;
-    uint32_t cap = m->opts.max_connections + 2;
-    struct pollfd *pf = sl_calloc(m->a, cap, sizeof *pf);
-    uint32_t *idx = sl_calloc(m->a, cap, sizeof *idx);
-    if (pf == NULL || idx == NULL) {
-        sl_log(SL_LOG_ERROR, "control_loop_failed", "out of memory in the control loop");
-        sl_free(m->a, pf, (size_t)cap * sizeof *pf);
-        sl_free(m->a, idx, (size_t)cap * sizeof *idx);
-        return NULL;
-    }
+    struct pollfd *pf = m->pollfds;
+    uint32_t *idx = m->pollidx;
     while (!atomic_load(&m->stop)) {
         uint32_t n = 0;
         pf[n++] = (struct pollfd){.fd = m->wake[0], .events = POLLIN};
@@ -879,15 +880,19 @@ static void *loop(void *arg)
         mp_guard_sweep(m, now);
         pthread_mutex_unlock(&m->mu);
     }
-    sl_free(m->a, pf, (size_t)cap * sizeof *pf);
-    sl_free(m->a, idx, (size_t)cap * sizeof *idx);
     return NULL;
 }
 
 sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err)
 {
+    /* Everything the control thread needs, before it starts: it has no
+     * one to report a failure to. */
+    size_t npoll = (size_t)m->opts.max_connections + 2;
     m->conns = sl_calloc(m->a, m->opts.max_connections, sizeof *m->conns);
-    if (m->conns == NULL) return sl_error_set(err, SL_ERR_NOMEM, "master connections");
+    m->pollfds = sl_calloc(m->a, npoll, sizeof *m->pollfds);
+    m->pollidx = sl_calloc(m->a, npoll, sizeof *m->pollidx);
+    if (m->conns == NULL || m->pollfds == NULL || m->pollidx == NULL)
+        return sl_error_set(err, SL_ERR_NOMEM, "master connections");
     for (uint32_t i = 0; i < m->opts.max_connections; i++)
         m->conns[i].fd = -1;
     const char *addr = m->opts.listen != NULL ? m->opts.listen : "127.0.0.1:0";
@@ -924,6 +929,11 @@ void mp_server_stop(sl_master_t *m)
         conn_close(m, i);
     sl_free(m->a, m->conns, (size_t)m->opts.max_connections * sizeof *m->conns);
     m->conns = NULL;
+    size_t npoll = (size_t)m->opts.max_connections + 2;
+    sl_free(m->a, m->pollfds, npoll * sizeof *m->pollfds);
+    sl_free(m->a, m->pollidx, npoll * sizeof *m->pollidx);
+    m->pollfds = NULL;
+    m->pollidx = NULL;
     sl_free(m->a, m->deferred, (size_t)m->cap_deferred * sizeof *m->deferred);
     m->deferred = NULL;
     m->cap_deferred = m->ndeferred = 0;

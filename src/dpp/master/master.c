@@ -60,6 +60,15 @@ mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_
 
 void mp_fail(sl_master_t *m, const sl_error_t *err)
 {
+    if (err != NULL && err->code == SL_ERR_NOMEM) {
+        /* One request refused, nothing changed: a state transition that
+         * runs out of memory leaves the state and its journal as they were
+         * (tests/unit/master_state_test.c walks every allocation failure),
+         * and its peer retries. */
+        sl_log_kv(SL_LOG_WARN, "out_of_memory", (SL_KV_STR("error", err->msg)),
+                  "out of memory, request refused: %s", err->msg);
+        return;
+    }
     if (m->failed) return;
     m->failed = true;
     snprintf(m->failure, sizeof m->failure, "%.200s", err != NULL ? err->msg : "journal failure");
@@ -138,7 +147,7 @@ void mp_tick(sl_master_t *m, uint64_t now)
 static void destroy(sl_master_t *m)
 {
     if (m == NULL) return;
-    if (m->conns != NULL) mp_server_stop(m);
+    mp_server_stop(m); /* idempotent, and frees what a failed start got */
     sl_master_state_destroy(m->st);
     sl_free(m->a, m->jobs, sl_mul_size(m->opts.max_jobs, sizeof *m->jobs));
     sl_free(m->a, m->share, sl_mul_size(m->opts.max_jobs, sizeof *m->share));
@@ -233,7 +242,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
 void sl_master_stop(sl_master_t *m)
 {
     if (m == NULL) return;
-    if (m->conns != NULL) mp_server_stop(m);
+    mp_server_stop(m); /* idempotent, and frees what a failed start got */
     sl_error_t err = {0};
     pthread_mutex_lock(&m->mu);
     if (!m->failed && sl_master_state_sync(m->st, &err) != SL_OK)

@@ -88,6 +88,8 @@ struct sl_master {
     char address[MP_ADDR_MAX];
     uint16_t port;
     mp_conn *conns;     /* [opts.max_connections] */
+    struct pollfd *pollfds; /* [opts.max_connections + 2], the control thread's */
+    uint32_t *pollidx;      /* [opts.max_connections + 2]: conns index of pollfds[k] */
     uint64_t next_serial;
     mp_deferred *deferred;
     uint32_t ndeferred, cap_deferred;
@@ -113,7 +115,9 @@ mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_
 /* Every job's granted count (sl_master_autoscale_fair_share over the used jobs;
  * finished jobs desire none). */
 void mp_share_locked(sl_master_t *m);
-/* A journal failure makes the master refuse further mutations. */
+/* A state call failed with err: a journal failure makes the master refuse
+ * further mutations; running out of memory only refuses the request (the
+ * state is unchanged) and is logged. */
 void mp_fail(sl_master_t *m, const sl_error_t *err);
 /* Autoscaler observations and lease expiry; called by the control loop. */
 void mp_tick(sl_master_t *m, uint64_t now_ms);

@@ -526,8 +526,12 @@ sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err)
 sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err)
 {
     if (m->journal == NULL) return SL_OK;
-    if (sl_master_journal_size(m->journal) > m->opts.compact_bytes)
-        return sl_master_state_compact(m, err);
+    if (sl_master_journal_size(m->journal) > m->opts.compact_bytes) {
+        sl_err_t rc = sl_master_state_compact(m, err);
+        /* No memory for the snapshot: the journal still holds everything,
+         * so sync it as it is; the next sync compacts. */
+        if (rc != SL_ERR_NOMEM) return rc;
+    }
     return sl_master_journal_sync(m->journal, err);
 }
 
