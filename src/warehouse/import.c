@@ -131,6 +131,7 @@ static sl_err_t open_writer(reading_t *r)
     snprintf(path, sizeof path, "%s/%s", r->sh->part_dir, r->job->stage);
     sl_wh_writer_opts_t wo = r->sh->o->writer;
     wo.overwrite = true; /* a stale staging file of a crashed import with our pid */
+    if (wo.allocator == NULL) wo.allocator = r->sh->o->allocator;
     sl_err_t rc = sl_wh_writer_open(path, r->sh->schema, &wo, &r->w, &r->job->err);
     return rc == SL_OK ? SL_OK : fatal(r, rc);
 }

@@ -100,7 +100,7 @@ static void writer_free(sl_wh_writer_t *w)
         wh_buf_free(&w->cols[s].ids, a);
         wh_buf_free(&w->cols[s].w, a);
     }
-    sl_free(a, w->cols, (size_t)w->S * sizeof *w->cols);
+    sl_free(a, w->cols, ((size_t)w->S + 1) * sizeof *w->cols);
     sl_free(a, w->slot_group, (size_t)w->S * 4 + 4);
     sl_free(a, w->groups, (size_t)w->G * sizeof *w->groups);
     sl_free(a, w->group_unique_total, (size_t)w->G * 8 + 8);
