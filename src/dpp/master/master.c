@@ -1,7 +1,8 @@
 /* The DPP master process (master.h): lifecycle, the calls its admin routes
  * make (submit, remove, scale, the views, metrics), and the per-job
- * autoscaler. The control connections are in control.c, who may connect
- * in guard.c, the HTTP routes in admin.c. */
+ * autoscaler. The control connections are in control.c (a worker's
+ * frames in control_workers.c, a client's in control_clients.c), who may
+ * connect in guard.c, the HTTP routes in admin.c. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>

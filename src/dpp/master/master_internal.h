@@ -1,6 +1,7 @@
 /* Internals of the master process shared by master.c (lifecycle, admin
- * calls, autoscaling), control.c (control connections) and guard.c (who
- * may connect). Not an API. Everything below m->mu is guarded by it. */
+ * calls, autoscaling), control.c (control connections), control_workers.c
+ * and control_clients.c (what each frame does) and guard.c (who may
+ * connect). Not an API. Everything below m->mu is guarded by it. */
 #ifndef SLUICE_DPP_MASTER_MASTER_INTERNAL_H
 #define SLUICE_DPP_MASTER_MASTER_INTERNAL_H
 
@@ -122,11 +123,34 @@ void mp_fail(sl_master_t *m, const sl_error_t *err);
 /* Autoscaler observations and lease expiry; called by the control loop. */
 void mp_tick(sl_master_t *m, uint64_t now_ms);
 
-/* control.c */
+/* control.c: the control thread and its connections (under m->mu) */
 sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err);
 void mp_server_stop(sl_master_t *m);
 /* Answer ERROR(code, msg) on connection i and close it (under m->mu). */
 void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg);
+/* Close connection i (a worker's record stays, disconnected). */
+void mp_conn_close(sl_master_t *m, uint32_t i);
+/* Send msg now; a connection that cannot take it is closed. @return false
+ * then. */
+bool mp_send(sl_master_t *m, uint32_t i, sl_rpc_type_t type, const ProtobufCMessage *msg);
+/* A refused request: counted, answered with ERROR(code, msg), closed. */
+void mp_send_error(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg);
+/* Hold the answer d to connection i until the round's sync. @return false
+ * when out of memory. */
+bool mp_defer(sl_master_t *m, uint32_t i, mp_deferred d);
+
+/* control_workers.c and control_clients.c: one frame of connection i each
+ * (control thread, under m->mu) */
+bool mp_id_ok(const char *s); /* 1..MP_ID_MAX-1 printable ASCII bytes, no spaces */
+void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register *r);
+void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__LeaseRequest *r);
+void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h);
+void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRead *r);
+void mp_on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__SplitFailed *r);
+void mp_on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a);
+void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm);
+void mp_on_client_stats(sl_master_t *m, const Sluice__Control__ClientStats *s);
+void mp_on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__TokenRequest *t);
 
 /* guard.c: who may use the control port (under m->mu, control thread) */
 /* A connection was just accepted into slot i: stamp it and, with a cluster

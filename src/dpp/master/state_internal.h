@@ -1,7 +1,8 @@
 /* Internals of the master's state machine (state.h), shared by its files:
- * state.c (the transitions), state_commit.c, state_clients.c,
- * state_failure.c, state_persist.c (journal records, tokens) and
- * state_replay.c (replay, snapshots, dump). Not an API. */
+ * state.c (jobs, epochs, the views), state_leases.c (workers, the pending
+ * queue, leases), state_commit.c, state_clients.c, state_failure.c,
+ * state_persist.c (journal records, tokens) and state_replay.c (replay,
+ * snapshots, dump). Not an API. */
 #ifndef SLUICE_DPP_MASTER_STATE_INTERNAL_H
 #define SLUICE_DPP_MASTER_STATE_INTERNAL_H
 
@@ -110,10 +111,14 @@ struct sl_master_state {
     sl_master_state_counters_t c;
 };
 
-/* state.c */
+/* state.c and state_leases.c */
 job *m_find_job(const sl_master_state_t *m, const char *id, uint32_t *slot);
 sl_err_t m_worker_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_error_t *err);
 bool m_worker_reserve(sl_master_state_t *m, uint32_t w);
+/* Forget worker w's lease of (slot, split). */
+void m_worker_drop_lease(worker *w, uint32_t slot, uint32_t split);
+/* SL_ERR_NOT_FOUND "no job 'id'". */
+sl_err_t m_no_job(const char *id, sl_error_t *err);
 sl_err_t m_advance_all(sl_master_state_t *m, sl_error_t *err);
 /* Journal and apply an epoch advance when every split of jb is DONE. */
 sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err);

@@ -3,7 +3,8 @@
  * replay), adding a job, and resume tokens (encode, and resume from one or
  * one per rank). Reading the journal back (records, snapshots), the dump
  * and open / sync / compact are in state_replay.c; the transitions
- * themselves in state.c. Callers hold the master's lock. */
+ * themselves in state.c, state_leases.c and their neighbours. Callers
+ * hold the master's lock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
