@@ -1,6 +1,6 @@
 /* Logging for library code: records go to a handler the process sets
  * (src/cli sets one that writes to stderr); library code never writes to
- * stdout or stderr itself (docs/CONVENTIONS rule 14).
+ * stdout or stderr itself (CONVENTIONS.md, rule 14).
  *
  * A record is an event, not a line of prose: a level, a stable snake_case
  * event name ("lease_expired", "split_failed"), a sentence for people, and
