@@ -74,8 +74,9 @@ static char *cat_table(const char *dir, size_t *len, uint64_t *rows)
     return buf;
 }
 
-/* Count data files (not hidden) under dir/partition. */
-static uint32_t count_files(const char *dir, const char *partition)
+/* Count data files under dir/partition: the visible ones, or with hidden
+ * every entry (staging files too). */
+static uint32_t count_files(const char *dir, const char *partition, bool hidden)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, partition);
@@ -83,7 +84,9 @@ static uint32_t count_files(const char *dir, const char *partition)
     if (d == NULL) return 0;
     uint32_t n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+    while ((e = readdir(d)) != NULL)
+        n += hidden ? strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0
+                    : e->d_name[0] != '.';
     closedir(d);
     return n;
 }
@@ -357,7 +360,7 @@ Test(import, criteo_strict_stops_and_imports_nothing)
     cr_assert_eq(sum.rows_written, 0);
     sl_wh_import_summary_free(&sum);
     /* Neither file appears, not even the good one, and no staging file is left. */
-    cr_assert_eq(count_files(table, "ds=2026-03-01"), 0);
+    cr_assert_eq(count_files(table, "ds=2026-03-01", false), 0);
     char *hidden = NULL;
     size_t hl = 0;
     FILE *f = open_memstream(&hidden, &hl);
@@ -479,21 +482,6 @@ Test(import, criteo_parser_rejects_garbage_without_crashing)
 
 /* ---- every allocation failure: a clean error, nothing added ------------------------- */
 
-/* Entries of dir/partition, hidden ones (staging files) included. */
-static uint32_t count_entries(const char *dir, const char *partition)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, partition);
-    DIR *d = opendir(path);
-    if (d == NULL) return 0;
-    uint32_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-    closedir(d);
-    return n;
-}
-
 /* Import o (its table_dir is replaced) with its k-th allocation failing,
  * for every k: SL_ERR_NOMEM saying what, or every row imported anyway (a
  * failure absorbed); never a row counted bad for lack of memory, never a
@@ -519,14 +507,14 @@ static uint64_t import_walk(const char *dir, sl_wh_import_opts_t o, uint64_t row
                          (unsigned long long)rows);
             cr_assert_eq(sum.rows_skipped, 0, "allocation %llu: rows skipped: %s",
                          (unsigned long long)k, sum.files[0].first_error);
-            cr_assert_eq(count_files(table, o.partition), files);
+            cr_assert_eq(count_files(table, o.partition, false), files);
         } else {
             cr_assert(failed, "allocation %llu: %s without a failed allocation: %s",
                       (unsigned long long)k, sl_err_str(rc), err.msg);
             cr_assert_eq(rc, SL_ERR_NOMEM, "allocation %llu: %s: %s", (unsigned long long)k,
                          sl_err_str(rc), err.msg);
             cr_assert_neq(err.msg[0], '\0', "allocation %llu: no message", (unsigned long long)k);
-            cr_assert_eq(count_entries(table, o.partition), 0,
+            cr_assert_eq(count_files(table, o.partition, true), 0,
                          "allocation %llu: a failed import left files", (unsigned long long)k);
         }
         sl_wh_import_summary_free(&sum);
