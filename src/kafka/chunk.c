@@ -5,21 +5,15 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <librdkafka/rdkafka.h>
+
+#include "common/clock.h"
 
 struct sl_kafka_consumer {
     const sl_allocator_t *a;
     rd_kafka_t *rk;
 };
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* librdkafka logs to stderr by default; library code must not. Its errors
  * reach us as error events of consumer_poll and as return codes. */
@@ -252,7 +246,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             break;
         }
         uint32_t held = sl_kafka_rows_count(o->rows);
-        uint64_t now = mono_ms();
+        uint64_t now = sl_clock_ms();
         if (held && now - rr.first_ms >= o->linger_ms) {
             rc = flush(&rr, pos, err);
             continue;
@@ -297,7 +291,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
                 } else if (d) {
                     rc = sl_error_set(err, d, "%s", why.msg);
                 }
-                if (d == SL_OK && before == 0) rr.first_ms = mono_ms();
+                if (d == SL_OK && before == 0) rr.first_ms = sl_clock_ms();
                 pos = m->offset + 1;
                 if (rc == SL_OK && sl_kafka_rows_count(o->rows) >= o->batch_rows)
                     rc = flush(&rr, pos, err);

@@ -16,6 +16,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "common/mem.h"
+#include "common/parse.h"
 #include "sluice/alloc.h"
 #include "warehouse/warehouse.h"
 
@@ -252,14 +253,12 @@ static void check_brokers(dpp_parse_t *p, const json_t *v, const char *path,
         const char *e = strchr(b, ',');
         size_t n = e ? (size_t)(e - b) : strlen(b);
         const char *colon = memrchr(b, ':', n);
-        char *end = NULL;
-        unsigned long port = 0;
-        if (colon != NULL && colon > b && colon + 1 < b + n) {
-            errno = 0;
-            port = strtoul(colon + 1, &end, 10);
-        }
-        if (colon == NULL || colon == b || end != b + n || port == 0 || port > 65535 ||
-            (colon + 1 < b + n && (colon[1] < '0' || colon[1] > '9')))
+        char port[8] = "";
+        uint32_t num = 0;
+        size_t plen = colon ? (size_t)(b + n - colon - 1) : 0;
+        if (plen > 0 && plen < sizeof port) memcpy(port, colon + 1, plen);
+        if (colon == NULL || colon == b || plen == 0 || plen >= sizeof port ||
+            sl_parse_u32(port, 1, 65535, &num, "port", NULL) != SL_OK)
             sl_pipeline_problems_add(p->problems,
                                      "%s: broker %u '%.*s' is not host:port (port 1..65535)",
                                      path, k + 1, (int)(n > 80 ? 80 : n), b);
