@@ -1,0 +1,264 @@
+/* Warehouse rows into sluice.Sample bytes, the value of a version 1 record
+ * (record.h, docs/KAFKA.md). The protobuf structs point into the row's own
+ * arrays and the encoder's scratch, so a row is packed without copying its
+ * ids. */
+#include "kafka/record.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "sluice.pb-c.h"
+
+struct sl_kafka_encoder {
+    const sl_allocator_t *a;
+    const sl_wh_schema_t *schema;
+    uint32_t nlabels, ndense, nsparse;
+    size_t lcap, dcap, scap; /* elements allocated per label / dense / sparse array (>= 1) */
+    /* The Sample's parts, one per schema label / dense / sparse feature;
+     * the pointer arrays list those a row carries. */
+    Sluice__NamedValue *labels, *dense;
+    Sluice__NamedValue **label_ptrs, **dense_ptrs;
+    Sluice__IdList *lists;
+    Sluice__IdList **list_ptrs;
+    float *ones; /* weights of a weighted list given without them */
+    size_t ones_cap;
+    uint8_t *out; /* the packed Sample */
+    size_t out_cap;
+
+    /* sl_kafka_encoder_row_at: the schema's columns in the rows at hand,
+     * and the row it handed out. */
+    int32_t *label_col, *dense_col, *sparse_key; /* [nlabels], [ndense], [nsparse] */
+    uint64_t *pos;                               /* [nsparse]: next value of each key */
+    float *row_labels, *row_dense;
+    sl_wh_idlist_t *row_lists;
+    const sl_wh_rows_t *cur_rows; /* the stripe pos and the maps belong to */
+    const int64_t *cur_values;
+    uint32_t next_row; /* the row pos is at */
+};
+
+/* Fresh scratch of n elements (the old contents are not kept). */
+static bool grow(const sl_allocator_t *a, void **buf, size_t *cap, size_t n, size_t elem)
+{
+    if (n <= *cap) return true;
+    size_t want = *cap ? *cap : 64;
+    while (want < n) want *= 2;
+    void *nb = sl_alloc(a, sl_mul_size(want, elem));
+    if (nb == NULL) return false;
+    sl_free(a, *buf, *cap * elem);
+    *buf = nb;
+    *cap = want;
+    return true;
+}
+
+void sl_kafka_encoder_destroy(sl_kafka_encoder_t *e)
+{
+    if (e == NULL) return;
+    const sl_allocator_t *a = e->a;
+    size_t L = e->lcap, D = e->dcap, S = e->scap;
+    sl_free(a, e->labels, L * sizeof *e->labels);
+    sl_free(a, e->dense, D * sizeof *e->dense);
+    sl_free(a, e->label_ptrs, L * sizeof *e->label_ptrs);
+    sl_free(a, e->dense_ptrs, D * sizeof *e->dense_ptrs);
+    sl_free(a, e->lists, S * sizeof *e->lists);
+    sl_free(a, e->list_ptrs, S * sizeof *e->list_ptrs);
+    sl_free(a, e->ones, e->ones_cap * sizeof *e->ones);
+    sl_free(a, e->out, e->out_cap);
+    sl_free(a, e->label_col, L * sizeof *e->label_col);
+    sl_free(a, e->dense_col, D * sizeof *e->dense_col);
+    sl_free(a, e->sparse_key, S * sizeof *e->sparse_key);
+    sl_free(a, e->pos, S * sizeof *e->pos);
+    sl_free(a, e->row_labels, L * sizeof *e->row_labels);
+    sl_free(a, e->row_dense, D * sizeof *e->row_dense);
+    sl_free(a, e->row_lists, S * sizeof *e->row_lists);
+    sl_free(a, e, sizeof *e);
+}
+
+sl_err_t sl_kafka_encoder_new(const sl_wh_schema_t *schema, const sl_allocator_t *a,
+                              sl_kafka_encoder_t **out, sl_error_t *err)
+{
+    *out = NULL;
+    sl_kafka_encoder_t *e = sl_calloc(a, 1, sizeof *e);
+    if (e == NULL) return sl_error_set(err, SL_ERR_NOMEM, "kafka encoder: out of memory");
+    e->a = a;
+    e->schema = schema;
+    e->nlabels = sl_wh_schema_num_labels(schema);
+    e->ndense = sl_wh_schema_num_dense(schema);
+    e->nsparse = sl_wh_schema_num_sparse(schema);
+    /* sl_calloc of 0 elements may be NULL: allocate at least one of each. */
+    size_t L = e->nlabels ? e->nlabels : 1, D = e->ndense ? e->ndense : 1,
+           S = e->nsparse ? e->nsparse : 1;
+    e->lcap = L;
+    e->dcap = D;
+    e->scap = S;
+    e->labels = sl_calloc(a, L, sizeof *e->labels);
+    e->dense = sl_calloc(a, D, sizeof *e->dense);
+    e->label_ptrs = sl_calloc(a, L, sizeof *e->label_ptrs);
+    e->dense_ptrs = sl_calloc(a, D, sizeof *e->dense_ptrs);
+    e->lists = sl_calloc(a, S, sizeof *e->lists);
+    e->list_ptrs = sl_calloc(a, S, sizeof *e->list_ptrs);
+    e->label_col = sl_calloc(a, L, sizeof *e->label_col);
+    e->dense_col = sl_calloc(a, D, sizeof *e->dense_col);
+    e->sparse_key = sl_calloc(a, S, sizeof *e->sparse_key);
+    e->pos = sl_calloc(a, S, sizeof *e->pos);
+    e->row_labels = sl_calloc(a, L, sizeof *e->row_labels);
+    e->row_dense = sl_calloc(a, D, sizeof *e->row_dense);
+    e->row_lists = sl_calloc(a, S, sizeof *e->row_lists);
+    if (e->labels == NULL || e->dense == NULL || e->label_ptrs == NULL || e->dense_ptrs == NULL ||
+        e->lists == NULL || e->list_ptrs == NULL || e->label_col == NULL ||
+        e->dense_col == NULL || e->sparse_key == NULL || e->pos == NULL ||
+        e->row_labels == NULL || e->row_dense == NULL || e->row_lists == NULL) {
+        sl_kafka_encoder_destroy(e);
+        return sl_error_set(err, SL_ERR_NOMEM, "kafka encoder: out of memory");
+    }
+    for (uint32_t i = 0; i < e->nlabels; i++) {
+        sluice__named_value__init(&e->labels[i]);
+        e->labels[i].name = (char *)sl_wh_schema_label(schema, i);
+    }
+    for (uint32_t i = 0; i < e->ndense; i++) {
+        sluice__named_value__init(&e->dense[i]);
+        e->dense[i].name = (char *)sl_wh_schema_dense(schema, i)->name;
+    }
+    for (uint32_t i = 0; i < e->nsparse; i++) {
+        sluice__id_list__init(&e->lists[i]);
+        e->lists[i].name = (char *)sl_wh_schema_sparse(schema, i)->name;
+    }
+    *out = e;
+    return SL_OK;
+}
+
+sl_err_t sl_kafka_encode_row(sl_kafka_encoder_t *e, const sl_wh_row_t *row,
+                             const uint8_t **value, size_t *len, sl_error_t *err)
+{
+    Sluice__Sample s = SLUICE__SAMPLE__INIT;
+    s.sample_id = (uint64_t)row->sample_id;
+    s.session_id = (uint64_t)row->session_id;
+    s.timestamp = row->timestamp;
+    for (uint32_t i = 0; i < e->nlabels; i++) {
+        e->labels[i].value = row->labels != NULL ? row->labels[i] : 0.0f;
+        e->label_ptrs[i] = &e->labels[i];
+    }
+    s.n_labels = e->nlabels;
+    s.labels = e->label_ptrs;
+    size_t nd = 0;
+    for (uint32_t i = 0; row->dense != NULL && i < e->ndense; i++) {
+        if (isnan(row->dense[i])) continue;
+        e->dense[i].value = row->dense[i];
+        e->dense_ptrs[nd++] = &e->dense[i];
+    }
+    s.n_dense = nd;
+    s.dense = e->dense_ptrs;
+    for (uint32_t i = 0; i < e->nsparse; i++) {
+        Sluice__IdList *l = &e->lists[i];
+        const sl_wh_idlist_t *in = row->sparse != NULL ? &row->sparse[i] : NULL;
+        l->n_ids = in != NULL ? in->len : 0;
+        l->ids = in != NULL ? (int64_t *)in->ids : NULL;
+        l->n_weights = 0;
+        l->weights = NULL;
+        if (in != NULL && in->len > 0 && sl_wh_schema_sparse(e->schema, i)->kind == SL_WH_WEIGHTED) {
+            l->n_weights = in->len;
+            if (in->weights != NULL) {
+                l->weights = (float *)in->weights;
+            } else {
+                size_t had = e->ones_cap;
+                if (!grow(e->a, (void **)&e->ones, &e->ones_cap, in->len, sizeof *e->ones))
+                    return sl_error_set(err, SL_ERR_NOMEM, "kafka encoder: out of memory");
+                if (e->ones_cap != had)
+                    for (size_t k = 0; k < e->ones_cap; k++) e->ones[k] = 1.0f;
+                l->weights = e->ones;
+            }
+        }
+        e->list_ptrs[i] = l;
+    }
+    s.n_sparse = e->nsparse;
+    s.sparse = e->list_ptrs;
+    size_t n = sluice__sample__get_packed_size(&s);
+    if (!grow(e->a, (void **)&e->out, &e->out_cap, n, 1))
+        return sl_error_set(err, SL_ERR_NOMEM, "kafka encoder: out of memory for a sample of %zu bytes", n);
+    *len = sluice__sample__pack(&s, e->out);
+    *value = e->out;
+    return SL_OK;
+}
+
+/* Where each schema column is in rows, and each key's first value. */
+static sl_err_t map_rows(sl_kafka_encoder_t *e, const sl_wh_rows_t *rows, sl_error_t *err)
+{
+    const sl_batch_t *b = &rows->batch;
+    const char *file = rows->file != NULL ? rows->file : "rows";
+    for (uint32_t i = 0; i < e->nlabels; i++) {
+        const char *name = sl_wh_schema_label(e->schema, i);
+        e->label_col[i] = -1;
+        for (uint32_t c = 0; c < b->labels.cols && b->labels.names != NULL; c++)
+            if (strcmp(b->labels.names[c], name) == 0) e->label_col[i] = (int32_t)c;
+        if (e->label_col[i] < 0)
+            return sl_error_set(err, SL_ERR_INVALID, "%s stripe %u: no label '%s'", file,
+                                rows->stripe, name);
+    }
+    for (uint32_t i = 0; i < e->ndense; i++) {
+        const char *name = sl_wh_schema_dense(e->schema, i)->name;
+        e->dense_col[i] = -1;
+        for (uint32_t c = 0; c < b->dense.cols && b->dense.names != NULL; c++)
+            if (strcmp(b->dense.names[c], name) == 0) e->dense_col[i] = (int32_t)c;
+        if (e->dense_col[i] < 0)
+            return sl_error_set(err, SL_ERR_INVALID, "%s stripe %u: no dense feature '%s'", file,
+                                rows->stripe, name);
+    }
+    uint64_t start = 0;
+    for (uint32_t k = 0; k < b->sparse.num_keys; k++) {
+        for (uint32_t i = 0; i < e->nsparse; i++)
+            if (strcmp(b->sparse.keys[k], sl_wh_schema_sparse(e->schema, i)->name) == 0)
+                e->pos[i] = start;
+        bool negative = false;
+        start += sl_lengths_sum(b->sparse.lengths + (size_t)k * b->sparse.stride,
+                                b->sparse.stride, &negative);
+        if (negative)
+            return sl_error_set(err, SL_ERR_INVALID, "%s stripe %u: key '%s' has a negative length",
+                                file, rows->stripe, b->sparse.keys[k]);
+    }
+    for (uint32_t i = 0; i < e->nsparse; i++) {
+        int k = sl_kjt_find_key(&b->sparse, sl_wh_schema_sparse(e->schema, i)->name);
+        if (k < 0)
+            return sl_error_set(err, SL_ERR_INVALID, "%s stripe %u: no sparse feature '%s'", file,
+                                rows->stripe, sl_wh_schema_sparse(e->schema, i)->name);
+        e->sparse_key[i] = k;
+    }
+    e->cur_rows = rows;
+    e->cur_values = b->sparse.values;
+    e->next_row = 0;
+    return SL_OK;
+}
+
+sl_err_t sl_kafka_encoder_row_at(sl_kafka_encoder_t *e, const sl_wh_rows_t *rows, uint32_t i,
+                                 sl_wh_row_t *row, sl_error_t *err)
+{
+    const sl_batch_t *b = &rows->batch;
+    if (i >= b->batch_size)
+        return sl_error_set(err, SL_ERR_INVALID, "row %u of a stripe of %u rows", i,
+                            b->batch_size);
+    /* A reader hands out the same struct for every stripe: row 0, another
+     * struct or other values mean another stripe. */
+    if (i == 0 || rows != e->cur_rows || b->sparse.values != e->cur_values || i < e->next_row) {
+        sl_err_t rc = map_rows(e, rows, err);
+        if (rc != SL_OK) return rc;
+    }
+    /* Skip forward to row i (each key's values are row after row). */
+    for (; e->next_row < i; e->next_row++)
+        for (uint32_t s = 0; s < e->nsparse; s++)
+            e->pos[s] += (uint64_t)b->sparse.lengths[(size_t)e->sparse_key[s] * b->sparse.stride +
+                                                     e->next_row];
+    for (uint32_t l = 0; l < e->nlabels; l++)
+        e->row_labels[l] = b->labels.data[(size_t)i * b->labels.cols + (size_t)e->label_col[l]];
+    for (uint32_t d = 0; d < e->ndense; d++)
+        e->row_dense[d] = b->dense.data[(size_t)i * b->dense.cols + (size_t)e->dense_col[d]];
+    for (uint32_t s = 0; s < e->nsparse; s++) {
+        int32_t n = b->sparse.lengths[(size_t)e->sparse_key[s] * b->sparse.stride + i];
+        const float *w = b->sparse.weights != NULL ? b->sparse.weights + e->pos[s] : NULL;
+        e->row_lists[s] = (sl_wh_idlist_t){(uint32_t)n, b->sparse.values + e->pos[s], w};
+    }
+    row->sample_id = b->sample_ids != NULL ? b->sample_ids[i] : (int64_t)(rows->first_row + i);
+    row->session_id = rows->session_ids != NULL ? rows->session_ids[i] : 0;
+    row->timestamp = rows->timestamps != NULL ? rows->timestamps[i] : 0;
+    row->labels = e->row_labels;
+    row->dense = e->row_dense;
+    row->sparse = e->row_lists;
+    return SL_OK;
+}
