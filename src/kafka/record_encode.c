@@ -33,6 +33,9 @@ struct sl_kafka_encoder {
     sl_wh_idlist_t *row_lists;
     const sl_wh_rows_t *cur_rows; /* the stripe pos and the maps belong to */
     const int64_t *cur_values;
+    const char *cur_file;
+    uint32_t cur_stripe;
+    uint64_t cur_first_row;
     uint32_t next_row; /* the row pos is at */
 };
 
@@ -223,6 +226,9 @@ static sl_err_t map_rows(sl_kafka_encoder_t *e, const sl_wh_rows_t *rows, sl_err
     }
     e->cur_rows = rows;
     e->cur_values = b->sparse.values;
+    e->cur_file = rows->file;
+    e->cur_stripe = rows->stripe;
+    e->cur_first_row = rows->first_row;
     e->next_row = 0;
     return SL_OK;
 }
@@ -234,9 +240,11 @@ sl_err_t sl_kafka_encoder_row_at(sl_kafka_encoder_t *e, const sl_wh_rows_t *rows
     if (i >= b->batch_size)
         return sl_error_set(err, SL_ERR_INVALID, "row %u of a stripe of %u rows", i,
                             b->batch_size);
-    /* A reader hands out the same struct for every stripe: row 0, another
-     * struct or other values mean another stripe. */
-    if (i == 0 || rows != e->cur_rows || b->sparse.values != e->cur_values || i < e->next_row) {
+    /* A reader hands out the same struct (and may reuse its buffers) for
+     * every stripe: row 0, or anything naming another stripe, starts over. */
+    if (i == 0 || rows != e->cur_rows || b->sparse.values != e->cur_values ||
+        rows->file != e->cur_file || rows->stripe != e->cur_stripe ||
+        rows->first_row != e->cur_first_row || i < e->next_row) {
         sl_err_t rc = map_rows(e, rows, err);
         if (rc != SL_OK) return rc;
     }
