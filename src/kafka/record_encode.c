@@ -53,27 +53,39 @@ static bool grow(const sl_allocator_t *a, void **buf, size_t *cap, size_t n, siz
     return true;
 }
 
+/* The encoder's arrays sized by the schema: where each lives, and its
+ * element count and size (at least one element each: sl_calloc of 0 may
+ * be NULL). */
+typedef struct array {
+    void **p;
+    size_t n, size;
+} array_t;
+
+#define NUM_ARRAYS 13
+
+static void arrays_of(sl_kafka_encoder_t *e, array_t out[NUM_ARRAYS])
+{
+    size_t L = e->lcap, D = e->dcap, S = e->scap;
+#define A(field, n) {(void **)&e->field, n, sizeof *e->field}
+    const array_t all[NUM_ARRAYS] = {
+        A(labels, L),     A(dense, D),      A(label_ptrs, L), A(dense_ptrs, D),
+        A(lists, S),      A(list_ptrs, S),  A(label_col, L),  A(dense_col, D),
+        A(sparse_key, S), A(pos, S),        A(row_labels, L), A(row_dense, D),
+        A(row_lists, S),
+    };
+#undef A
+    memcpy(out, all, sizeof all);
+}
+
 void sl_kafka_encoder_destroy(sl_kafka_encoder_t *e)
 {
     if (e == NULL) return;
-    const sl_allocator_t *a = e->a;
-    size_t L = e->lcap, D = e->dcap, S = e->scap;
-    sl_free(a, e->labels, L * sizeof *e->labels);
-    sl_free(a, e->dense, D * sizeof *e->dense);
-    sl_free(a, e->label_ptrs, L * sizeof *e->label_ptrs);
-    sl_free(a, e->dense_ptrs, D * sizeof *e->dense_ptrs);
-    sl_free(a, e->lists, S * sizeof *e->lists);
-    sl_free(a, e->list_ptrs, S * sizeof *e->list_ptrs);
-    sl_free(a, e->ones, e->ones_cap * sizeof *e->ones);
-    sl_free(a, e->out, e->out_cap);
-    sl_free(a, e->label_col, L * sizeof *e->label_col);
-    sl_free(a, e->dense_col, D * sizeof *e->dense_col);
-    sl_free(a, e->sparse_key, S * sizeof *e->sparse_key);
-    sl_free(a, e->pos, S * sizeof *e->pos);
-    sl_free(a, e->row_labels, L * sizeof *e->row_labels);
-    sl_free(a, e->row_dense, D * sizeof *e->row_dense);
-    sl_free(a, e->row_lists, S * sizeof *e->row_lists);
-    sl_free(a, e, sizeof *e);
+    array_t arrays[NUM_ARRAYS];
+    arrays_of(e, arrays);
+    for (int i = 0; i < NUM_ARRAYS; i++) sl_free(e->a, *arrays[i].p, arrays[i].n * arrays[i].size);
+    sl_free(e->a, e->ones, e->ones_cap * sizeof *e->ones);
+    sl_free(e->a, e->out, e->out_cap);
+    sl_free(e->a, e, sizeof *e);
 }
 
 sl_err_t sl_kafka_encoder_new(const sl_wh_schema_t *schema, const sl_allocator_t *a,
@@ -87,32 +99,16 @@ sl_err_t sl_kafka_encoder_new(const sl_wh_schema_t *schema, const sl_allocator_t
     e->nlabels = sl_wh_schema_num_labels(schema);
     e->ndense = sl_wh_schema_num_dense(schema);
     e->nsparse = sl_wh_schema_num_sparse(schema);
-    /* sl_calloc of 0 elements may be NULL: allocate at least one of each. */
-    size_t L = e->nlabels ? e->nlabels : 1, D = e->ndense ? e->ndense : 1,
-           S = e->nsparse ? e->nsparse : 1;
-    e->lcap = L;
-    e->dcap = D;
-    e->scap = S;
-    e->labels = sl_calloc(a, L, sizeof *e->labels);
-    e->dense = sl_calloc(a, D, sizeof *e->dense);
-    e->label_ptrs = sl_calloc(a, L, sizeof *e->label_ptrs);
-    e->dense_ptrs = sl_calloc(a, D, sizeof *e->dense_ptrs);
-    e->lists = sl_calloc(a, S, sizeof *e->lists);
-    e->list_ptrs = sl_calloc(a, S, sizeof *e->list_ptrs);
-    e->label_col = sl_calloc(a, L, sizeof *e->label_col);
-    e->dense_col = sl_calloc(a, D, sizeof *e->dense_col);
-    e->sparse_key = sl_calloc(a, S, sizeof *e->sparse_key);
-    e->pos = sl_calloc(a, S, sizeof *e->pos);
-    e->row_labels = sl_calloc(a, L, sizeof *e->row_labels);
-    e->row_dense = sl_calloc(a, D, sizeof *e->row_dense);
-    e->row_lists = sl_calloc(a, S, sizeof *e->row_lists);
-    if (e->labels == NULL || e->dense == NULL || e->label_ptrs == NULL || e->dense_ptrs == NULL ||
-        e->lists == NULL || e->list_ptrs == NULL || e->label_col == NULL ||
-        e->dense_col == NULL || e->sparse_key == NULL || e->pos == NULL ||
-        e->row_labels == NULL || e->row_dense == NULL || e->row_lists == NULL) {
-        sl_kafka_encoder_destroy(e);
-        return sl_error_set(err, SL_ERR_NOMEM, "kafka encoder: out of memory");
-    }
+    e->lcap = e->nlabels ? e->nlabels : 1;
+    e->dcap = e->ndense ? e->ndense : 1;
+    e->scap = e->nsparse ? e->nsparse : 1;
+    array_t arrays[NUM_ARRAYS];
+    arrays_of(e, arrays);
+    for (int i = 0; i < NUM_ARRAYS; i++)
+        if ((*arrays[i].p = sl_calloc(a, arrays[i].n, arrays[i].size)) == NULL) {
+            sl_kafka_encoder_destroy(e);
+            return sl_error_set(err, SL_ERR_NOMEM, "kafka encoder: out of memory");
+        }
     for (uint32_t i = 0; i < e->nlabels; i++) {
         sluice__named_value__init(&e->labels[i]);
         e->labels[i].name = (char *)sl_wh_schema_label(schema, i);

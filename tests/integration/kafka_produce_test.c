@@ -99,18 +99,7 @@ static int run_produce(const char *topic, const char *const *args, char **out, c
  * records read. */
 static int consume(const char *topic, int partitions)
 {
-    char group[300];
-    snprintf(group, sizeof group, "%s-reader", topic);
-    rd_kafka_conf_t *conf = ku_conf("group.id", group, "enable.auto.commit", "false",
-                                    "enable.partition.eof", "true", "auto.offset.reset", "error",
-                                    NULL);
-    rd_kafka_t *c = ku_client(RD_KAFKA_CONSUMER, conf);
-    rd_kafka_poll_set_consumer(c);
-    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(partitions);
-    for (int p = 0; p < partitions; p++)
-        rd_kafka_topic_partition_list_add(parts, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
-    cr_assert_eq(rd_kafka_assign(c, parts), RD_KAFKA_RESP_ERR_NO_ERROR);
-    rd_kafka_topic_partition_list_destroy(parts);
+    rd_kafka_t *c = ku_reader(topic, partitions);
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(c, topic, NULL);
     int ends = 0, n = 0;
     bool at_end[64] = {false};

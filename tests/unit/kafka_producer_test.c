@@ -279,15 +279,23 @@ static sl_kafka_producer_opts_t opts_for(const mock_t *m, const char *topic)
     return o;
 }
 
-Test(kafka_producer, sessions_stream_consumed_back_exactly)
+/* A producer on a new topic of the mock cluster. */
+static sl_kafka_producer_t *producer_on(const mock_t *m, const char *topic, int partitions)
 {
-    mock_t m = mock_new(3);
-    cr_assert_eq(rd_kafka_mock_topic_create(m.mc, "samples", PARTITIONS, 1),
+    cr_assert_eq(rd_kafka_mock_topic_create(m->mc, topic, partitions, 1),
                  RD_KAFKA_RESP_ERR_NO_ERROR);
-    sl_kafka_producer_opts_t o = opts_for(&m, "samples");
+    sl_kafka_producer_opts_t o = opts_for(m, topic);
     sl_kafka_producer_t *p = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_kafka_producer_new(&o, &p, &err), SL_OK, "%s", err.msg);
+    return p;
+}
+
+Test(kafka_producer, sessions_stream_consumed_back_exactly)
+{
+    mock_t m = mock_new(3);
+    sl_kafka_producer_t *p = producer_on(&m, "samples", PARTITIONS);
+    sl_error_t err = {0};
 
     sl_wh_gen_spec_t spec;
     sl_wh_schema_t *schema = NULL;
@@ -440,11 +448,8 @@ Test(kafka_producer, missing_topic_and_bad_properties)
 Test(kafka_producer, failed_delivery_names_topic_and_partition)
 {
     mock_t m = mock_new(1);
-    cr_assert_eq(rd_kafka_mock_topic_create(m.mc, "refused", 1, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
-    sl_kafka_producer_opts_t o = opts_for(&m, "refused");
-    sl_kafka_producer_t *p = NULL;
+    sl_kafka_producer_t *p = producer_on(&m, "refused", 1);
     sl_error_t err = {0};
-    cr_assert_eq(sl_kafka_producer_new(&o, &p, &err), SL_OK, "%s", err.msg);
     /* Produce is ApiKey 0; the error is not retriable. */
     rd_kafka_mock_push_request_errors(m.mc, 0, 4, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
                                       RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
@@ -472,11 +477,8 @@ Test(kafka_producer, failed_delivery_names_topic_and_partition)
 Test(kafka_producer, flush_is_bounded)
 {
     mock_t m = mock_new(1);
-    cr_assert_eq(rd_kafka_mock_topic_create(m.mc, "stuck", 2, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
-    sl_kafka_producer_opts_t o = opts_for(&m, "stuck");
-    sl_kafka_producer_t *p = NULL;
+    sl_kafka_producer_t *p = producer_on(&m, "stuck", 2);
     sl_error_t err = {0};
-    cr_assert_eq(sl_kafka_producer_new(&o, &p, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(rd_kafka_mock_broker_set_down(m.mc, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
     for (uint64_t s = 0; s < 10; s++)
         cr_assert_eq(sl_kafka_producer_send(p, s, "v", 1, &err), SL_OK, "%s", err.msg);
