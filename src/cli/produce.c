@@ -216,9 +216,9 @@ static int produce(const produce_args_t *a)
     sl_kafka_producer_stats_t st;
     sl_kafka_producer_stats(r.p, &st);
     char bytes[32], rate[32];
-    printf("produced: %" PRIu64 " records, %s (%.1f bytes/record) to %s (%u partition%s%s) in "
+    printf("produced: %" PRIu64 " record%s, %s (%.1f bytes/record) to %s (%u partition%s%s) in "
            "%.2f s: %s records/s; %" PRIu64 " delivered, %" PRIu64 " failed",
-           st.sent, sl_cli_fmt_bytes((double)st.bytes, bytes, sizeof bytes),
+           st.sent, st.sent == 1 ? "" : "s", sl_cli_fmt_bytes((double)st.bytes, bytes, sizeof bytes),
            st.sent > 0 ? (double)st.bytes / (double)st.sent : 0.0, a->topic, st.partitions,
            st.partitions == 1 ? "" : "s", st.created ? ", created" : "", secs,
            sl_cli_fmt_count(secs > 0 ? (double)st.sent / secs : 0, rate, sizeof rate),

@@ -81,8 +81,9 @@ static sl_err_t open_jsonl(produce_input_t *in, const produce_input_spec_t *s, s
                             "standard input: give --schema (the schema is inferred by reading "
                             "the input twice)");
     } else {
+        /* Its messages name the file. */
         rc = sl_wh_jsonl_infer_schema(&s->jsonl, 1, 1000, NULL, &in->schema, err);
-        if (rc != SL_OK) return sl_error_prefix(err, "%s: ", s->jsonl);
+        if (rc != SL_OK) return rc;
     }
     in->path = s->jsonl;
     in->file = is_stdin ? stdin : fopen(s->jsonl, "r");

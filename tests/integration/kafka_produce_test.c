@@ -359,7 +359,7 @@ Test(kafka_produce, jsonl_bad_lines_named_and_skipped)
     cr_assert_eq(rc, 1, "%s%s", out, err);
     snprintf(want, sizeof want, "sluice produce: %s:2: ", path);
     cr_assert(strstr(err, want) != NULL, "%s", err);
-    cr_assert(strstr(out, "produced: 1 records, ") != NULL, "%s", out);
+    cr_assert(strstr(out, "produced: 1 record, ") != NULL, "%s", out);
     free(out);
     free(err);
     reset();
