@@ -140,7 +140,7 @@ static sl_err_t read_line(produce_input_t *in, size_t *len, bool *eof, bool *too
                 size_t ncap = in->line_cap ? in->line_cap * 2 : 4096;
                 char *nb = sl_alloc(NULL, ncap);
                 if (nb == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a line");
-                memcpy(nb, in->line, have);
+                if (have > 0) memcpy(nb, in->line, have);
                 sl_free(NULL, in->line, in->line_cap);
                 in->line = nb;
                 in->line_cap = ncap;
