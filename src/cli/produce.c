@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "common/clock.h"
 #include "kafka/producer.h"
 #include "produce_input.h"
 #include "progress.h"
@@ -82,13 +83,6 @@ static void on_signal(int sig)
     interrupted = 1;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void on_kafka_log(void *ctx, int level, const char *facility, const char *message)
 {
     /* Warnings and worse (syslog levels 0-4): a broker that cannot be
@@ -100,7 +94,7 @@ static void on_kafka_log(void *ctx, int level, const char *facility, const char 
 static void pace(sl_kafka_producer_t *p, double until)
 {
     for (;;) {
-        double left = until - now_s();
+        double left = until - sl_clock_s();
         if (left <= 0 || interrupted) return;
         if (left >= 0.001) {
             sl_kafka_producer_poll(p, left > 0.1 ? 100 : (int)(left * 1000));
@@ -129,7 +123,7 @@ static void show_progress(run_t *r)
     pg.rows_skipped = r->bad;
     pg.bytes_out = st.bytes;
     produce_input_bytes(r->in, &pg.bytes_in, &pg.bytes_in_total);
-    pg.seconds = now_s() - r->t0;
+    pg.seconds = sl_clock_s() - r->t0;
     sl_cli_progress_update(r->progress, &pg);
 }
 
@@ -202,11 +196,11 @@ static int produce(const produce_args_t *a)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    r.t0 = now_s();
+    r.t0 = sl_clock_s();
     rc = send_all(&r);
     /* What was sent is flushed whatever stopped the input. */
     e = sl_kafka_producer_flush(r.p, (double)a->timeout_s, &err);
-    double secs = now_s() - r.t0;
+    double secs = sl_clock_s() - r.t0;
     sl_cli_progress_finish(r.progress);
     if (e != SL_OK) {
         fprintf(stderr, "sluice produce: %s\n", err.msg);

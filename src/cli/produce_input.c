@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/mem.h"
 #include "kafka/record.h"
 #include "warehouse/import.h"
 
@@ -138,10 +139,8 @@ static sl_err_t read_line(produce_input_t *in, size_t *len, bool *eof, bool *too
                 have = 0; /* keep reading to the line's end, keeping nothing */
             } else {
                 size_t ncap = in->line_cap ? in->line_cap * 2 : 4096;
-                char *nb = sl_alloc(NULL, ncap);
+                char *nb = sl_realloc(NULL, in->line, in->line_cap, ncap);
                 if (nb == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a line");
-                if (have > 0) memcpy(nb, in->line, have);
-                sl_free(NULL, in->line, in->line_cap);
                 in->line = nb;
                 in->line_cap = ncap;
             }

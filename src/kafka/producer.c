@@ -6,8 +6,9 @@
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
+#include "common/log.h"
 #include "kafka/record.h"
 
 struct sl_kafka_producer {
@@ -24,13 +25,6 @@ struct sl_kafka_producer {
      * delivery and error callbacks from inside poll and flush). */
     sl_error_t failure;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The failure kept, into err. */
 static sl_err_t failed(const sl_kafka_producer_t *p, sl_error_t *err)
@@ -76,10 +70,20 @@ static void on_error(rd_kafka_t *rk, int code, const char *reason, void *opaque)
              p->topic, p->brokers, rd_kafka_err2name(fatal), why);
 }
 
+/* librdkafka's log lines (syslog levels) to the caller's callback, or as
+ * records "kafka_log" of common/log.h. */
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     sl_kafka_producer_t *p = rd_kafka_opaque(rk);
-    if (p != NULL && p->on_log != NULL) p->on_log(p->log_ctx, level, fac, buf);
+    if (p != NULL && p->on_log != NULL) {
+        p->on_log(p->log_ctx, level, fac, buf);
+        return;
+    }
+    sl_log_level_t l = level <= 3 ? SL_LOG_ERROR : level == 4 ? SL_LOG_WARN
+                       : level <= 6 ? SL_LOG_INFO : SL_LOG_DEBUG;
+    sl_log_kv(l, "kafka_log",
+              (SL_KV_STR("facility", fac), SL_KV_STR("topic", p != NULL ? p->topic : "")),
+              "kafka %s: %s", fac, buf);
 }
 
 static sl_err_t conf_set(rd_kafka_conf_t *conf, const char *name, const char *value,
@@ -200,7 +204,7 @@ static sl_err_t create_topic(sl_kafka_producer_t *p, uint32_t partitions, uint32
     rd_kafka_queue_destroy(q);
     rd_kafka_NewTopic_destroy(nt);
     if (rc != SL_OK) return rc;
-    double deadline = now_s() + p->timeout_s;
+    double deadline = sl_clock_s() + p->timeout_s;
     for (;;) {
         uint32_t have = 0;
         rc = topic_partitions(p, p->timeout_s, &have, err);
@@ -209,7 +213,7 @@ static sl_err_t create_topic(sl_kafka_producer_t *p, uint32_t partitions, uint32
             p->stats.partitions = have;
             return SL_OK;
         }
-        if (now_s() > deadline)
+        if (sl_clock_s() > deadline)
             return sl_error_set(err, SL_ERR_TIMEOUT,
                                 "topic %s on %s: created, but not in the metadata within %.0f s",
                                 p->topic, p->brokers, p->timeout_s);
@@ -288,8 +292,8 @@ sl_err_t sl_kafka_producer_send(sl_kafka_producer_t *p, uint64_t session_id, con
                                 rd_kafka_err2str(e));
         /* The local queue is full: serve delivery reports until it has
          * room, for at most the timeout. */
-        if (deadline == 0) deadline = now_s() + p->timeout_s;
-        if (now_s() > deadline)
+        if (deadline == 0) deadline = sl_clock_s() + p->timeout_s;
+        if (sl_clock_s() > deadline)
             return sl_error_set(err, SL_ERR_TIMEOUT,
                                 "topic %s on %s: the local queue stayed full for %.0f s (%d "
                                 "records waiting for the brokers)",

@@ -48,8 +48,9 @@ typedef struct sl_kafka_producer_opts {
     uint32_t replication_factor;
     double timeout_s; /* bound of metadata, topic creation and a blocked send; 0: 30 */
     /* librdkafka's log lines (level as syslog: 0 emergency .. 7 debug) go
-     * here; NULL drops them. Called on the thread of a producer call or on
-     * a librdkafka thread. */
+     * here; NULL: to common/log.h as records "kafka_log" (fields facility,
+     * topic). Called on the thread of a producer call or on a librdkafka
+     * thread. */
     void (*on_log)(void *ctx, int level, const char *facility, const char *message);
     void *log_ctx;
     const sl_allocator_t *allocator;

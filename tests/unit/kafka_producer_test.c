@@ -17,6 +17,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "common/log.h"
 #include "kafka/producer.h"
 #include "kafka/record.h"
 #include "sluice.pb-c.h"
@@ -494,4 +495,40 @@ Test(kafka_producer, flush_is_bounded)
     sl_kafka_producer_destroy(p);
     cr_assert_lt(now_s() - t0, tu_timeout(5), "destroy waited for the records");
     mock_destroy(&m);
+}
+
+/* librdkafka's log lines, without a callback of the caller's, become
+ * records "kafka_log" of common/log.h (never stderr). */
+static int kafka_records, kafka_errors;
+static char kafka_topic_field[64];
+
+static void capture(void *ctx, const sl_log_record_t *rec)
+{
+    (void)ctx;
+    if (strcmp(rec->event, "kafka_log") != 0) return;
+    kafka_records++;
+    if (rec->level == SL_LOG_ERROR) kafka_errors++;
+    for (size_t i = 0; i < rec->num_kv; i++)
+        if (strcmp(rec->kv[i].key, "topic") == 0)
+            snprintf(kafka_topic_field, sizeof kafka_topic_field, "%s", rec->kv[i].v.s);
+}
+
+/* No broker listens: the producer gives up within its timeout naming the
+ * brokers, and the connection failures were logged as records. */
+Test(kafka_producer, no_broker_is_an_error_and_logs_records)
+{
+    sl_log_set_handler(capture, NULL);
+    sl_kafka_producer_opts_t o = {.brokers = "127.0.0.1:1", .topic = "t", .timeout_s = 1};
+    sl_kafka_producer_t *p = NULL;
+    sl_error_t err = {0};
+    double t0 = now_s();
+    sl_err_t rc = sl_kafka_producer_new(&o, &p, &err);
+    cr_assert(rc == SL_ERR_IO || rc == SL_ERR_TIMEOUT, "%s", sl_err_str(rc));
+    cr_assert_lt(now_s() - t0, tu_timeout(5));
+    cr_assert_null(p);
+    const char *want = "brokers 127.0.0.1:1: no metadata within 1 s: ";
+    cr_assert(strncmp(err.msg, want, strlen(want)) == 0, "%s", err.msg);
+    sl_log_set_handler(NULL, NULL);
+    cr_assert_gt(kafka_errors, 0, "%d kafka_log records, none an error", kafka_records);
+    cr_assert_str_eq(kafka_topic_field, "t");
 }
