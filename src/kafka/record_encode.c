@@ -178,28 +178,31 @@ sl_err_t sl_kafka_encode_row(sl_kafka_encoder_t *e, const sl_wh_row_t *row,
     return SL_OK;
 }
 
+/* The column of d named name, or -1. */
+static int32_t column_of(const sl_dense_t *d, const char *name)
+{
+    for (uint32_t c = 0; c < d->cols && d->names != NULL; c++)
+        if (strcmp(d->names[c], name) == 0) return (int32_t)c;
+    return -1;
+}
+
 /* Where each schema column is in rows, and each key's first value. */
 static sl_err_t map_rows(sl_kafka_encoder_t *e, const sl_wh_rows_t *rows, sl_error_t *err)
 {
     const sl_batch_t *b = &rows->batch;
     const char *file = rows->file != NULL ? rows->file : "rows";
-    for (uint32_t i = 0; i < e->nlabels; i++) {
-        const char *name = sl_wh_schema_label(e->schema, i);
-        e->label_col[i] = -1;
-        for (uint32_t c = 0; c < b->labels.cols && b->labels.names != NULL; c++)
-            if (strcmp(b->labels.names[c], name) == 0) e->label_col[i] = (int32_t)c;
-        if (e->label_col[i] < 0)
-            return sl_error_set(err, SL_ERR_INVALID, "%s stripe %u: no label '%s'", file,
-                                rows->stripe, name);
-    }
-    for (uint32_t i = 0; i < e->ndense; i++) {
-        const char *name = sl_wh_schema_dense(e->schema, i)->name;
-        e->dense_col[i] = -1;
-        for (uint32_t c = 0; c < b->dense.cols && b->dense.names != NULL; c++)
-            if (strcmp(b->dense.names[c], name) == 0) e->dense_col[i] = (int32_t)c;
-        if (e->dense_col[i] < 0)
-            return sl_error_set(err, SL_ERR_INVALID, "%s stripe %u: no dense feature '%s'", file,
-                                rows->stripe, name);
+    for (uint32_t i = 0; i < e->nlabels + e->ndense; i++) {
+        bool label = i < e->nlabels;
+        const char *name = label ? sl_wh_schema_label(e->schema, i)
+                                 : sl_wh_schema_dense(e->schema, i - e->nlabels)->name;
+        int32_t c = column_of(label ? &b->labels : &b->dense, name);
+        if (c < 0)
+            return sl_error_set(err, SL_ERR_INVALID, "%s stripe %u: no %s '%s'", file,
+                                rows->stripe, label ? "label" : "dense feature", name);
+        if (label)
+            e->label_col[i] = c;
+        else
+            e->dense_col[i - e->nlabels] = c;
     }
     uint64_t start = 0;
     for (uint32_t k = 0; k < b->sparse.num_keys; k++) {

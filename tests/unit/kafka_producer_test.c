@@ -231,6 +231,22 @@ Test(kafka_record, table_rows_encode_as_generated_rows)
     cr_assert_eq(len5 > 0 ? a.sparse[3].ids[0] : -1, first_id5);
     cr_assert_eq(sl_kafka_encoder_row_at(from_table, rows, 700, &a, &err), SL_ERR_INVALID);
 
+    /* Rows read with a projection lack features of the schema: named. */
+    sl_wh_reader_close(r);
+    const char *only[] = {"item_id"};
+    sl_wh_read_opts_t proj = {.features = only, .num_features = 1};
+    cr_assert_eq(sl_wh_reader_open_split(t, &splits->items[0], &proj, &r, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(sl_wh_reader_next(r, &rows, &err), SL_OK);
+    cr_assert_eq(sl_kafka_encoder_row_at(from_table, rows, 0, &a, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, " stripe 0: no dense feature '") != NULL, "%s", err.msg);
+    sl_wh_read_opts_t no_labels = {.skip_columns = SL_WH_COL_LABELS};
+    sl_wh_reader_close(r);
+    cr_assert_eq(sl_wh_reader_open_split(t, &splits->items[0], &no_labels, &r, &err), SL_OK);
+    cr_assert_eq(sl_wh_reader_next(r, &rows, &err), SL_OK);
+    cr_assert_eq(sl_kafka_encoder_row_at(from_table, rows, 0, &a, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, " stripe 0: no label 'click'") != NULL, "%s", err.msg);
+
     sl_wh_gen_iter_destroy(it);
     sl_kafka_encoder_destroy(from_table);
     sl_kafka_encoder_destroy(from_gen);
