@@ -131,7 +131,8 @@ static void show_progress(run_t *r)
 static int send_all(run_t *r)
 {
     double interval = r->a->rate > 0 ? 1.0 / (double)r->a->rate : 0;
-    for (uint64_t i = 0; !interrupted; i++) {
+    uint64_t i = 0; /* records sent: record i is due at t0 + i x interval */
+    while (!interrupted) {
         produce_record_t rec;
         bool done = false;
         sl_error_t err = {0};
@@ -142,7 +143,6 @@ static int send_all(run_t *r)
             else if (r->bad == 101)
                 sl_cli_progress_message(r->progress, "sluice produce: more bad lines are "
                                                      "counted but not shown\n");
-            i--;
             continue;
         }
         if (rc != SL_OK) {
@@ -158,7 +158,7 @@ static int send_all(run_t *r)
                                     rec.sample_id, err.msg);
             return 1;
         }
-        if ((i & 255) == 0 || interval > 0.001) show_progress(r);
+        if ((i++ & 255) == 0 || interval > 0.001) show_progress(r);
     }
     return 130;
 }
