@@ -87,7 +87,8 @@ static void on_kafka_log(void *ctx, int level, const char *facility, const char 
 {
     /* Warnings and worse (syslog levels 0-4): a broker that cannot be
      * reached says so here while the send waits. */
-    if (level <= 4) sl_cli_progress_message(ctx, "sluice produce: kafka %s: %s\n", facility, message);
+    if (level <= 4)
+        sl_cli_progress_message(ctx, "sluice produce: kafka %s: %s\n", facility, message);
 }
 
 /* Sleep until the monotonic time `until`, serving delivery reports. */
@@ -212,7 +213,8 @@ static int produce(const produce_args_t *a)
     char bytes[32], rate[32];
     printf("produced: %" PRIu64 " record%s, %s (%.1f bytes/record) to %s (%u partition%s%s) in "
            "%.2f s: %s records/s; %" PRIu64 " delivered, %" PRIu64 " failed",
-           st.sent, st.sent == 1 ? "" : "s", sl_cli_fmt_bytes((double)st.bytes, bytes, sizeof bytes),
+           st.sent, st.sent == 1 ? "" : "s",
+           sl_cli_fmt_bytes((double)st.bytes, bytes, sizeof bytes),
            st.sent > 0 ? (double)st.bytes / (double)st.sent : 0.0, a->topic, st.partitions,
            st.partitions == 1 ? "" : "s", st.created ? ", created" : "", secs,
            sl_cli_fmt_count(secs > 0 ? (double)st.sent / secs : 0, rate, sizeof rate),

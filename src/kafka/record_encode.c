@@ -153,7 +153,8 @@ sl_err_t sl_kafka_encode_row(sl_kafka_encoder_t *e, const sl_wh_row_t *row,
         l->ids = in != NULL ? (int64_t *)in->ids : NULL;
         l->n_weights = 0;
         l->weights = NULL;
-        if (in != NULL && in->len > 0 && sl_wh_schema_sparse(e->schema, i)->kind == SL_WH_WEIGHTED) {
+        if (in != NULL && in->len > 0 &&
+            sl_wh_schema_sparse(e->schema, i)->kind == SL_WH_WEIGHTED) {
             l->n_weights = in->len;
             if (in->weights != NULL) {
                 l->weights = (float *)in->weights;
@@ -172,7 +173,8 @@ sl_err_t sl_kafka_encode_row(sl_kafka_encoder_t *e, const sl_wh_row_t *row,
     s.sparse = e->list_ptrs;
     size_t n = sluice__sample__get_packed_size(&s);
     if (!grow(e->a, (void **)&e->out, &e->out_cap, n, 1))
-        return sl_error_set(err, SL_ERR_NOMEM, "kafka encoder: out of memory for a sample of %zu bytes", n);
+        return sl_error_set(err, SL_ERR_NOMEM,
+                            "kafka encoder: out of memory for a sample of %zu bytes", n);
     *len = sluice__sample__pack(&s, e->out);
     *value = e->out;
     return SL_OK;

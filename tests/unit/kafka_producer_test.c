@@ -291,7 +291,8 @@ static void mock_destroy(mock_t *m)
 static sl_kafka_producer_opts_t opts_for(const mock_t *m, const char *topic)
 {
     static const char *const quiet[] = {"log_level=0"};
-    sl_kafka_producer_opts_t o = {.brokers = m->bootstraps, .topic = topic, .timeout_s = tu_timeout(10),
+    sl_kafka_producer_opts_t o = {.brokers = m->bootstraps, .topic = topic,
+                                  .timeout_s = tu_timeout(10),
                                   .properties = quiet, .num_properties = 1};
     return o;
 }
