@@ -409,7 +409,7 @@ void sl_wh_reader_close(sl_wh_reader_t *r)
     if (r == NULL) return;
     const sl_allocator_t *a = r->a;
     uint32_t F = r->f ? sl_wh_schema_num_features(r->f->schema) : 0;
-    wh_buf_t *bufs[] = {&r->rbuf,  &r->dec.z0, &r->dec.z1, &r->ustart, &r->sid,
+    wh_buf_t *bufs[] = {&r->rbuf,  &r->dec.z0, &r->dec.z1, &r->dec.z2, &r->dec.dict, &r->ustart, &r->sid,
                         &r->sess,  &r->ts,     &r->labels, &r->dense,  &r->klen,
                         &r->kvals, &r->kw,     &r->ksum,   &r->koff, &r->sptr};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
