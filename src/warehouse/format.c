@@ -386,6 +386,7 @@ static sl_err_t check_stream_sizes(wh_file_t *f, uint32_t s, const wh_stream_t *
         if (n == 0 ? (K != 0 || st->dict_bytes != 0) : (K == 0 || K > n))
             BAD("%llu dictionary values for %llu values", (unsigned long long)K,
                 (unsigned long long)n);
+        if (K > (1ull << 32)) BAD("dictionary of %llu values", (unsigned long long)K);
         if (st->bit_width != (K > 1 ? wh_bits_for(K - 1) : 0))
             BAD("bit width %u for a dictionary of %llu values", st->bit_width,
                 (unsigned long long)K);
