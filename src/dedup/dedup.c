@@ -336,7 +336,9 @@ sl_err_t dedup_group_checked(sl_dedup_t *d, const sl_kjt_t *all, const uint32_t 
     if (out->inverse == NULL)
         return sl_error_set(err, SL_ERR_NOMEM, "dedup group '%s': inverse of %u rows", gname, B);
 
-    uint32_t H = dedup_adjacent(&g);
+    /* Short lists (up to 2 ids on average): compare and hash in one pass. */
+    bool fuse = d->hash == NULL && all->weights == NULL && values <= 2 * (uint64_t)n * B;
+    uint32_t H = fuse ? dedup_adjacent_hashed(&g) : dedup_adjacent(&g);
     uint64_t uvals = 0;
     uint32_t U = dedup_unique(&g, d->hash, H, out->inverse, &uvals);
 

@@ -72,11 +72,17 @@ typedef struct gctx {
     slot_t *table;    /* mask + 1 slots, live when their gen is gen */
     size_t mask;
     uint32_t gen;
+    bool hashed; /* hash[0, H) already holds the heads' hashes */
 } gctx_t;
 
 /* Pass 1 (unique.c): fill g->off, g->same and g->heads. @return H, the
  * number of heads: rows that differ from the previous row. */
 uint32_t dedup_adjacent(const gctx_t *g);
+
+/* Passes 1 and 2 in one (unique.c), for short lists without weights and
+ * the built-in hash: also fills g->hash with the heads' hashes and sets
+ * g->hashed. @return H. */
+uint32_t dedup_adjacent_hashed(gctx_t *g);
 
 /* Passes 2 and 3 (unique.c): hash the heads (with fn, or XXH3 when NULL),
  * find the unique rows among them. Fills inverse[B], g->rep and
