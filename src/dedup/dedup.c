@@ -200,12 +200,56 @@ typedef struct span {
     const char *src;
     char *dst;
     size_t bytes;
+    bool nt; /* large pieces with non-temporal stores (write in place) */
 } span_t;
+
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+/* Copy with non-temporal stores: the output of a batch larger than the
+ * cache is not read again soon, and ordinary stores would first read every
+ * destination line from memory (a third pass over the bytes). The C
+ * library does this for one huge memcpy, not for the block-sized pieces of
+ * the in-place copy. The caller fences (_mm_sfence) before the output is
+ * handed out. */
+static void copy_nt(char *dst, const char *src, size_t bytes)
+{
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    bytes -= head;
+    for (; bytes >= 64; bytes -= 64, dst += 64, src += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(src + 48));
+        _mm_stream_si128((__m128i *)(void *)dst, a);
+        _mm_stream_si128((__m128i *)(void *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(void *)(dst + 48), d);
+    }
+    memcpy(dst, src, bytes);
+}
+static void store_fence(void)
+{
+    _mm_sfence();
+}
+#else
+static void copy_nt(char *dst, const char *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+}
+static void store_fence(void)
+{
+}
+#endif
 
 static inline void span_flush(span_t *s)
 {
     if (s->bytes == sizeof(int64_t))
         memcpy(s->dst, s->src, sizeof(int64_t)); /* single ids: inlined, no call */
+    else if (s->nt && s->bytes >= 4096)
+        copy_nt(s->dst, s->src, s->bytes);
     else if (s->bytes > 0)
         memcpy(s->dst, s->src, s->bytes);
     s->bytes = 0;
@@ -279,6 +323,74 @@ static void copy_unique(const gctx_t *g, const uint32_t *runs, uint32_t R, uint3
     span_flush(&wts);
 }
 
+/* ---- write in place: large batches ---- */
+
+/* Batches whose group input is larger than this (about the L3 cache) copy
+ * each block's unique rows while the block is in cache, straight to their
+ * place in an output sized for every row; the keys' regions are closed up
+ * at the end (nothing moves when every row is unique). Pass 4 would read
+ * the unique rows from memory a second time. */
+#define INPLACE_BYTES ((uint64_t)32 << 20)
+
+typedef struct inplace {
+    sl_kjt_t *out;   /* stride B and the group's input values while filling */
+    uint64_t *vbase; /* [n] where key j's region starts in out->values */
+    uint64_t *at;    /* [n] values written into key j's region */
+    uint32_t *runs;
+} inplace_t;
+
+static void copy_block(const gctx_t *g, uint32_t u0, uint32_t u1, void *ctx)
+{
+    inplace_t *ip = ctx;
+    const sl_kjt_t *all = g->all;
+    sl_kjt_t *out = ip->out;
+    uint32_t R = find_runs(g->rep + u0, u1 - u0, ip->runs);
+    span_t lens = {.nt = true}, vals = {.nt = true}, wts = {.nt = true};
+    for (uint32_t j = 0; j < g->n; j++) {
+        const int32_t *len = g->kw[j].len;
+        const uint32_t *o = g->off + (size_t)j * g->B;
+        const uint64_t base = g->kw[j].start;
+        int32_t *olen = out->lengths + (size_t)j * g->B;
+        for (uint32_t i = 0; i < R; i++) {
+            uint32_t a = u0 + ip->runs[i], b = u0 + ip->runs[i + 1];
+            uint32_t first = g->rep[a], last = g->rep[b - 1];
+            span_add(&lens, len + first, olen + a, (size_t)(b - a) * sizeof *olen);
+            size_t cnt = (size_t)((uint64_t)o[last] + (uint64_t)len[last] - o[first]);
+            if (cnt == 0) continue;
+            uint64_t from = base + o[first], to = ip->vbase[j] + ip->at[j];
+            span_add(&vals, all->values + from, out->values + to, cnt * sizeof *out->values);
+            if (all->weights != NULL)
+                span_add(&wts, all->weights + from, out->weights + to, cnt * sizeof *out->weights);
+            ip->at[j] += cnt;
+        }
+    }
+    span_flush(&lens);
+    span_flush(&vals);
+    span_flush(&wts);
+}
+
+/* Close up the keys' regions: lengths to stride U, values back to back. */
+static void inplace_finish(const gctx_t *g, inplace_t *ip, uint32_t U)
+{
+    store_fence(); /* the non-temporal stores are visible before the moves */
+    sl_kjt_t *out = ip->out;
+    uint64_t w = 0;
+    for (uint32_t j = 0; j < g->n; j++) {
+        if (j > 0 && U < g->B)
+            memmove(out->lengths + (size_t)j * U, out->lengths + (size_t)j * g->B,
+                    (size_t)U * sizeof *out->lengths);
+        if (ip->at[j] > 0 && ip->vbase[j] != w) {
+            memmove(out->values + w, out->values + ip->vbase[j], ip->at[j] * sizeof *out->values);
+            if (out->weights != NULL)
+                memmove(out->weights + w, out->weights + ip->vbase[j],
+                        ip->at[j] * sizeof *out->weights);
+        }
+        w += ip->at[j];
+    }
+    out->stride = U;
+    out->num_values = w;
+}
+
 sl_err_t dedup_group_checked(sl_dedup_t *d, const sl_kjt_t *all, const uint32_t *key_indices,
                              uint32_t n, const char *name, sl_arena_t *arena, sl_ikjt_t *out,
                              sl_dedup_stats_t *stats, sl_error_t *err)
@@ -340,16 +452,41 @@ sl_err_t dedup_group_checked(sl_dedup_t *d, const sl_kjt_t *all, const uint32_t 
     bool fuse = d->hash == NULL && all->weights == NULL && values <= 2 * (uint64_t)n * B;
     uint32_t H = fuse ? dedup_adjacent_hashed(&g) : dedup_adjacent(&g);
     uint64_t uvals = 0;
-    uint32_t U = dedup_unique(&g, d->hash, H, out->inverse, &uvals);
-
     uint32_t *runs = d->runs.p;
-    uint32_t R = find_runs(g.rep, U, runs);
-    rc = sl_kjt_init(&out->unique, arena, n, names, U, uvals, all->weights != NULL);
-    if (rc != SL_OK)
-        return sl_error_set(err, rc,
-                            "dedup group '%s': unique KJT of %u rows, %" PRIu64 " values: %s",
-                            gname, U, uvals, sl_err_str(rc));
-    copy_unique(&g, runs, R, U, &out->unique);
+    bool inplace = bytes_before > INPLACE_BYTES, redone = false;
+    inplace_t ip = {&out->unique, NULL, NULL, runs};
+    if (inplace) {
+        /* the output sized for every row; cursors from the arena */
+        ip.vbase = sl_arena_alloc(arena, ((size_t)n + 1) * sizeof *ip.vbase);
+        ip.at = sl_arena_calloc(arena, (size_t)n + 1, sizeof *ip.at);
+        rc = ip.vbase == NULL || ip.at == NULL
+                 ? SL_ERR_NOMEM
+                 : sl_kjt_init(&out->unique, arena, n, names, B, values, all->weights != NULL);
+        if (rc != SL_OK)
+            return sl_error_set(err, rc, "dedup group '%s': output of %u rows: %s", gname, B,
+                                sl_err_str(rc));
+        uint64_t at = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            ip.vbase[j] = at;
+            at += key_start[key_indices[j] + 1] - key_start[key_indices[j]];
+        }
+        g.on_block = copy_block;
+        g.block_ctx = &ip;
+        g.redone = &redone;
+    }
+    uint32_t U = dedup_unique(&g, d->hash, H, out->inverse, &uvals);
+    if (inplace && !redone) {
+        inplace_finish(&g, &ip, U);
+    } else {
+        if (inplace) store_fence(); /* blocks copied before an exact redo */
+        uint32_t R = find_runs(g.rep, U, runs);
+        rc = sl_kjt_init(&out->unique, arena, n, names, U, uvals, all->weights != NULL);
+        if (rc != SL_OK)
+            return sl_error_set(err, rc,
+                                "dedup group '%s': unique KJT of %u rows, %" PRIu64 " values: %s",
+                                gname, U, uvals, sl_err_str(rc));
+        copy_unique(&g, runs, R, U, &out->unique);
+    }
 
     if (stats != NULL) {
         stats->batch_size = B;

@@ -73,6 +73,12 @@ typedef struct gctx {
     size_t mask;
     uint32_t gen;
     bool hashed; /* hash[0, H) already holds the heads' hashes */
+    /* Called with the unique rows [u0, u1) found in a block of heads once
+     * they are confirmed, while the block's lists are still in cache (NULL:
+     * none). Not called for rows found by the exact redo (*redone set). */
+    void (*on_block)(const struct gctx *g, uint32_t u0, uint32_t u1, void *ctx);
+    void *block_ctx;
+    bool *redone;
 } gctx_t;
 
 /* Pass 1 (unique.c): fill g->off, g->same and g->heads. @return H, the

@@ -422,9 +422,11 @@ uint32_t dedup_unique(const gctx_t *g, sl_dedup_hash_fn fn, uint32_t H, int32_t 
             hash_range(g, fn, H, 0, H);
             U = probe_exact(g, H, inverse);
             *unique_values = values_of(g, 0, U);
+            if (g->redone != NULL) *g->redone = true;
             return U;
         }
         values += values_of(g, u0, U);
+        if (g->on_block != NULL && U > u0) g->on_block(g, u0, U, g->block_ctx);
     }
     *unique_values = values;
     return U;

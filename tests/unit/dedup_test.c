@@ -887,6 +887,72 @@ Test(dedup, collision_in_a_later_block_is_redone_exactly)
     sl_arena_destroy(arena);
 }
 
+/* Group inputs over 32 MiB copy each block's unique rows while in cache,
+ * into an output sized for every row, closed up at the end (dedup.c,
+ * INPLACE_BYTES): the same properties at every factor, both layouts, with
+ * weights; and a collision found in a later block, which redoes the group
+ * exactly and copies the classic way. */
+Test(dedup, write_in_place_large_batches)
+{
+    uint64_t rng = tu_seed("dedup::write_in_place_large_batches");
+    sl_dedup_t *d = sl_dedup_new(NULL, NULL);
+    static const uint32_t factors[] = {1, 3, 40};
+    for (size_t f = 0; f < 3; f++) {
+        sl_arena_t *arena = sl_arena_new(NULL, 0);
+        sl_dedup_synth_spec_t spec = {
+            .batch_size = 20000,
+            .group_features = 4,
+            .plain_features = 1,
+            .ids_per_list = 60, /* 20000 x 4 x (60 x 12 + 4) bytes: ~58 MB */
+            .vary_lengths = f == 1,
+            .dup_factor = factors[f],
+            .adjacent = f == 2,
+            .weighted = true,
+            .seed = tu_next(&rng),
+        };
+        sl_kjt_t kjt;
+        sl_dedup_group_spec_t group;
+        cr_assert_eq(sl_dedup_synth(&spec, arena, &kjt, &group), SL_OK);
+        check_batch(d, NULL, &kjt, spec.group_features);
+        sl_arena_destroy(arena);
+    }
+    /* a planted collision at row 30000 of 45000 (2 keys of 50 ids: 36 MB) */
+    sl_arena_t *arena = sl_arena_new(NULL, 0);
+    const uint32_t B = 45000, L = 50;
+    static const char *const keys[] = {"a", "b"};
+    int32_t *len = malloc(2 * B * sizeof *len);
+    int64_t *val = malloc((size_t)2 * B * L * sizeof *val);
+    for (uint32_t i = 0; i < 2 * B; i++)
+        len[i] = (int32_t)L;
+    for (uint32_t r = 0; r < B; r++)
+        for (uint32_t k = 0; k < 2; k++)
+            for (uint32_t i = 0; i < L; i++) {
+                int64_t v = (int64_t)((r % 97) * 1000 + k * 100 + i);
+                if (r >= 30000 && k == 0 && i == 0) v = 777;
+                if (r >= 30000 && k == 0 && i == 1) v = (int64_t)tu_below(&rng, 3);
+                val[((size_t)k * B + r) * L + i] = v;
+            }
+    sl_kjt_t kjt = make_kjt(arena, 2, keys, B, len, val, NULL);
+    sl_dedup_t *c = sl_dedup_new(NULL, planted_hash);
+    uint32_t idx[] = {0, 1};
+    sl_ikjt_t a, b;
+    sl_dedup_stats_t sa, sb;
+    cr_assert_eq(sl_dedup_group(d, &kjt, idx, 2, "g", arena, &a, &sa, NULL), SL_OK);
+    cr_assert_eq(sl_dedup_group(c, &kjt, idx, 2, "g", arena, &b, &sb, NULL), SL_OK);
+    cr_assert(sl_kjt_equal(&a.unique, &b.unique));
+    cr_assert_eq(memcmp(a.inverse, b.inverse, B * sizeof(int32_t)), 0);
+    assert_stats_eq(&sa, &sb);
+    int32_t *ref = malloc(B * sizeof *ref);
+    cr_assert_eq(ref_dedup(&kjt, 2, ref), a.unique.stride);
+    assert_ints(a.inverse, ref, B, "inverse vs reference");
+    free(ref);
+    free(len);
+    free(val);
+    sl_dedup_destroy(c);
+    sl_arena_destroy(arena);
+    sl_dedup_destroy(d);
+}
+
 Test(dedup, reuse_across_batch_sizes)
 {
     uint64_t rng = tu_seed("dedup::reuse_across_batch_sizes");
