@@ -143,6 +143,30 @@ int bench_movielens_import(const char *jsonl, const char *table, bool cluster_de
     return rc == SL_OK ? 0 : -1;
 }
 
+int bench_drain_reader(sl_wh_reader_t *rd, bench_read_t *r)
+{
+    const sl_wh_rows_t *rows;
+    sl_error_t err = {0};
+    for (;;) {
+        if (sl_wh_reader_next(rd, &rows, &err) != SL_OK) {
+            fprintf(stderr, "%s\n", err.msg);
+            sl_wh_reader_close(rd);
+            return -1;
+        }
+        if (rows == NULL) break;
+        /* Touch the output so that nothing is optimised away. */
+        bench_consume(rows->batch.sample_ids, 8);
+    }
+    sl_wh_read_stats_t st;
+    sl_wh_reader_stats(rd, &st);
+    r->rows += st.rows;
+    r->decoded += st.decoded_bytes;
+    r->file_bytes += st.bytes_read;
+    r->stripes += st.stripes;
+    sl_wh_reader_close(rd);
+    return 0;
+}
+
 int bench_read_table(const sl_wh_table_t *t, const char *dir, const sl_wh_read_opts_t *opts,
                      bench_read_t *r)
 {
@@ -159,24 +183,7 @@ int bench_read_table(const sl_wh_table_t *t, const char *dir, const sl_wh_read_o
                 fprintf(stderr, "%s\n", err.msg);
                 return -1;
             }
-            const sl_wh_rows_t *rows;
-            for (;;) {
-                if (sl_wh_reader_next(rd, &rows, &err) != SL_OK) {
-                    fprintf(stderr, "%s\n", err.msg);
-                    sl_wh_reader_close(rd);
-                    return -1;
-                }
-                if (rows == NULL) break;
-                /* Touch the output so that nothing is optimised away. */
-                bench_consume(rows->batch.sample_ids, 8);
-            }
-            sl_wh_read_stats_t st;
-            sl_wh_reader_stats(rd, &st);
-            r->rows += st.rows;
-            r->decoded += st.decoded_bytes;
-            r->file_bytes += st.bytes_read;
-            r->stripes += st.stripes;
-            sl_wh_reader_close(rd);
+            if (bench_drain_reader(rd, r) != 0) return -1;
         }
     }
     r->wall = bench_now() - w0;

@@ -30,6 +30,8 @@ typedef struct bench_read {
 } bench_read_t;
 int bench_read_table(const sl_wh_table_t *t, const char *dir, const sl_wh_read_opts_t *opts,
                      bench_read_t *r);
+/* Read every stripe of rd, add its figures to r, close it. @return 0 or -1. */
+int bench_drain_reader(sl_wh_reader_t *rd, bench_read_t *r);
 
 /* The replicated real-rows shape (docs/BENCHMARKS.md): the MovieLens
  * ratings turned into samples by examples/movielens_sessions.py, copied

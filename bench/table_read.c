@@ -50,16 +50,10 @@ static int read_splits(const sl_wh_table_t *t, result_t *r)
             sl_wh_splits_destroy(sp);
             return -1;
         }
-        const sl_wh_rows_t *rows;
-        while (sl_wh_reader_next(rd, &rows, &err) == SL_OK && rows != NULL)
-            bench_consume(rows->batch.sample_ids, 8);
-        sl_wh_read_stats_t st;
-        sl_wh_reader_stats(rd, &st);
-        r->rows += st.rows;
-        r->decoded += st.decoded_bytes;
-        r->file_bytes += st.bytes_read;
-        r->stripes += st.stripes;
-        sl_wh_reader_close(rd);
+        if (bench_drain_reader(rd, r) != 0) {
+            sl_wh_splits_destroy(sp);
+            return -1;
+        }
     }
     r->wall = bench_now() - w0;
     r->cpu = bench_cpu_seconds() - c0;

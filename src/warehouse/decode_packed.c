@@ -175,6 +175,42 @@ static sl_err_t bad_index(wh_dec_t *d, const wh_stream_t *st, uint64_t mx, sl_er
                       (unsigned long long)mx, (unsigned long long)st->dict_size);
 }
 
+/* A DICT stream of 64-bit (wide) or 32-bit values into dst: unpack a chunk
+ * of indices, gather, and keep their maximum to check against the
+ * dictionary's size (the dictionary is padded to 2^bit_width entries, so
+ * the gathers stay inside it before the check). */
+static sl_err_t dict_gather(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, void *dst,
+                            bool wide, sl_error_t *err)
+{
+    uint64_t n = st->value_count, mx = 0;
+    uint32_t w = st->bit_width, buf[CHUNK]; /* w <= 32, checked at open */
+    if (n == 0) return SL_OK;
+    const uint64_t *dict;
+    sl_err_t rc = load_dict(d, st, p, &dict, err);
+    if (rc != SL_OK) return rc;
+    const uint8_t *ip = p + st->dict_bytes;
+    for (uint64_t c = 0; c < n; c += CHUNK) {
+        uint64_t m = n - c < CHUNK ? n - c : CHUNK;
+        unpack_chunk(ip, c, m, w, buf);
+        uint32_t cm = 0;
+        if (wide) {
+            uint64_t *o = (uint64_t *)dst + c;
+            for (uint64_t k = 0; k < m; k++) {
+                cm = buf[k] > cm ? buf[k] : cm;
+                o[k] = dict[buf[k]];
+            }
+        } else {
+            uint32_t *o = (uint32_t *)dst + c;
+            for (uint64_t k = 0; k < m; k++) {
+                cm = buf[k] > cm ? buf[k] : cm;
+                o[k] = (uint32_t)dict[buf[k]];
+            }
+        }
+        mx = cm > mx ? cm : mx;
+    }
+    return mx < st->dict_size ? SL_OK : bad_index(d, st, mx, err);
+}
+
 sl_err_t wh_unpack_i64(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int64_t *dst,
                        sl_error_t *err)
 {
@@ -208,26 +244,7 @@ sl_err_t wh_unpack_i64(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int
         }
         return SL_OK;
     }
-    /* DICT */
-    if (n == 0) return SL_OK;
-    const uint64_t *dict;
-    sl_err_t rc = load_dict(d, st, p, &dict, err);
-    if (rc != SL_OK) return rc;
-    const uint8_t *ip = p + st->dict_bytes;
-    uint64_t mx = 0;
-    /* w <= 32: at most 2^32 dictionary values fit the value limit */
-    for (uint64_t c = 0; c < n; c += CHUNK) {
-        uint64_t m = n - c < CHUNK ? n - c : CHUNK;
-        unpack_chunk(ip, c, m, w, buf);
-        uint32_t cm = 0;
-        for (uint64_t k = 0; k < m; k++) {
-            uint32_t x = buf[k];
-            cm = x > cm ? x : cm;
-            dst[c + k] = (int64_t)dict[x];
-        }
-        mx = cm > mx ? cm : mx;
-    }
-    return mx < st->dict_size ? SL_OK : bad_index(d, st, mx, err);
+    return dict_gather(d, st, p, dst, true, err);
 }
 
 sl_err_t wh_unpack_i32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int32_t *dst,
@@ -306,26 +323,5 @@ sl_err_t wh_unpack_i32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int
 sl_err_t wh_unpack_f32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, float *dst,
                        sl_error_t *err)
 {
-    /* DICT only (checked at open) */
-    uint64_t n = st->value_count;
-    uint32_t w = st->bit_width;
-    if (n == 0) return SL_OK;
-    const uint64_t *dict;
-    sl_err_t rc = load_dict(d, st, p, &dict, err);
-    if (rc != SL_OK) return rc;
-    const uint8_t *ip = p + st->dict_bytes;
-    uint64_t mx = 0;
-    uint32_t *out = (uint32_t *)(void *)dst, buf[CHUNK];
-    for (uint64_t c = 0; c < n; c += CHUNK) {
-        uint64_t m = n - c < CHUNK ? n - c : CHUNK;
-        unpack_chunk(ip, c, m, w, buf);
-        uint32_t cm = 0;
-        for (uint64_t k = 0; k < m; k++) {
-            uint32_t x = buf[k];
-            cm = x > cm ? x : cm;
-            out[c + k] = (uint32_t)dict[x];
-        }
-        mx = cm > mx ? cm : mx;
-    }
-    return mx < st->dict_size ? SL_OK : bad_index(d, st, mx, err);
+    return dict_gather(d, st, p, dst, false, err); /* DICT only (checked at open) */
 }

@@ -841,29 +841,29 @@ static uint64_t planted_hash(const void *data, size_t len, uint64_t seed)
     return h;
 }
 
-Test(dedup, collision_in_a_later_block_is_redone_exactly)
+/* 2 keys of 50-id lists over B rows repeating with period 97 (so that
+ * blocks hold matches), except that from row `from` on, key 0's lists start
+ * [777, 0..2]: rows that planted_hash makes collide. The deduplicator with
+ * XXH3 (x) and the colliding one agree, with the reference too, and the
+ * one that saw the collision is fine afterwards. */
+static void check_planted_collision(uint64_t *rng, sl_dedup_t *x, uint32_t B, uint32_t from)
 {
-    uint64_t rng = tu_seed("dedup::collision_in_a_later_block_is_redone_exactly");
     sl_arena_t *arena = sl_arena_new(NULL, 0);
-    /* 50-id lists: blocks of 64 heads, so 400 rows span several blocks. The
-     * planted collisions (lists [777, x, ...]) start at row 300. */
-    const uint32_t B = 400, L = 50;
+    const uint32_t L = 50;
     static const char *const keys[] = {"a", "b"};
     int32_t *len = malloc(2 * B * sizeof *len);
-    int64_t *val = malloc(2 * B * L * sizeof *val);
+    int64_t *val = malloc((size_t)2 * B * L * sizeof *val);
     for (uint32_t i = 0; i < 2 * B; i++)
         len[i] = (int32_t)L;
     for (uint32_t r = 0; r < B; r++)
         for (uint32_t k = 0; k < 2; k++)
             for (uint32_t i = 0; i < L; i++) {
-                /* Rows repeat with period 97 so that blocks hold matches. */
                 int64_t v = (int64_t)((r % 97) * 1000 + k * 100 + i);
-                if (r >= 300 && k == 0 && i == 0) v = 777;
-                if (r >= 300 && k == 0 && i == 1) v = (int64_t)tu_below(&rng, 3);
+                if (r >= from && k == 0 && i == 0) v = 777;
+                if (r >= from && k == 0 && i == 1) v = (int64_t)tu_below(rng, 3);
                 val[((size_t)k * B + r) * L + i] = v;
             }
     sl_kjt_t kjt = make_kjt(arena, 2, keys, B, len, val, NULL);
-    sl_dedup_t *x = sl_dedup_new(NULL, NULL);
     sl_dedup_t *c = sl_dedup_new(NULL, planted_hash);
     uint32_t idx[] = {0, 1};
     sl_ikjt_t a, b;
@@ -876,15 +876,23 @@ Test(dedup, collision_in_a_later_block_is_redone_exactly)
     int32_t *ref = malloc(B * sizeof *ref);
     cr_assert_eq(ref_dedup(&kjt, 2, ref), a.unique.stride);
     assert_ints(a.inverse, ref, B, "inverse vs reference");
-    /* And the deduplicator that saw the collision is fine afterwards. */
     cr_assert_eq(sl_dedup_group(c, &kjt, idx, 2, "g", arena, &b, &sb, NULL), SL_OK);
     cr_assert_eq(memcmp(a.inverse, b.inverse, B * sizeof(int32_t)), 0);
     free(ref);
     free(len);
     free(val);
-    sl_dedup_destroy(x);
     sl_dedup_destroy(c);
     sl_arena_destroy(arena);
+}
+
+Test(dedup, collision_in_a_later_block_is_redone_exactly)
+{
+    uint64_t rng = tu_seed("dedup::collision_in_a_later_block_is_redone_exactly");
+    /* 50-id lists: blocks of 64 heads, so 400 rows span several blocks. The
+     * planted collisions start at row 300. */
+    sl_dedup_t *x = sl_dedup_new(NULL, NULL);
+    check_planted_collision(&rng, x, 400, 300);
+    sl_dedup_destroy(x);
 }
 
 /* Group inputs over 32 MiB copy each block's unique rows while in cache,
@@ -917,39 +925,7 @@ Test(dedup, write_in_place_large_batches)
         sl_arena_destroy(arena);
     }
     /* a planted collision at row 30000 of 45000 (2 keys of 50 ids: 36 MB) */
-    sl_arena_t *arena = sl_arena_new(NULL, 0);
-    const uint32_t B = 45000, L = 50;
-    static const char *const keys[] = {"a", "b"};
-    int32_t *len = malloc(2 * B * sizeof *len);
-    int64_t *val = malloc((size_t)2 * B * L * sizeof *val);
-    for (uint32_t i = 0; i < 2 * B; i++)
-        len[i] = (int32_t)L;
-    for (uint32_t r = 0; r < B; r++)
-        for (uint32_t k = 0; k < 2; k++)
-            for (uint32_t i = 0; i < L; i++) {
-                int64_t v = (int64_t)((r % 97) * 1000 + k * 100 + i);
-                if (r >= 30000 && k == 0 && i == 0) v = 777;
-                if (r >= 30000 && k == 0 && i == 1) v = (int64_t)tu_below(&rng, 3);
-                val[((size_t)k * B + r) * L + i] = v;
-            }
-    sl_kjt_t kjt = make_kjt(arena, 2, keys, B, len, val, NULL);
-    sl_dedup_t *c = sl_dedup_new(NULL, planted_hash);
-    uint32_t idx[] = {0, 1};
-    sl_ikjt_t a, b;
-    sl_dedup_stats_t sa, sb;
-    cr_assert_eq(sl_dedup_group(d, &kjt, idx, 2, "g", arena, &a, &sa, NULL), SL_OK);
-    cr_assert_eq(sl_dedup_group(c, &kjt, idx, 2, "g", arena, &b, &sb, NULL), SL_OK);
-    cr_assert(sl_kjt_equal(&a.unique, &b.unique));
-    cr_assert_eq(memcmp(a.inverse, b.inverse, B * sizeof(int32_t)), 0);
-    assert_stats_eq(&sa, &sb);
-    int32_t *ref = malloc(B * sizeof *ref);
-    cr_assert_eq(ref_dedup(&kjt, 2, ref), a.unique.stride);
-    assert_ints(a.inverse, ref, B, "inverse vs reference");
-    free(ref);
-    free(len);
-    free(val);
-    sl_dedup_destroy(c);
-    sl_arena_destroy(arena);
+    check_planted_collision(&rng, d, 45000, 30000);
     sl_dedup_destroy(d);
 }
 
