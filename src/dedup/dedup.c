@@ -42,9 +42,9 @@ void sl_dedup_destroy(sl_dedup_t *d)
     if (d == NULL) return;
     const sl_allocator_t *a = d->alloc;
     sl_free(a, d->table, d->table_cap * sizeof *d->table);
-    scratch_t *all[] = {&d->same,  &d->heads,      &d->hash_of,   &d->off,   &d->rep,
-                        &d->pairs, &d->runs,       &d->keyw,      &d->names, &d->key_start,
-                        &d->owner, &d->name_slots, &d->group_keys};
+    scratch_t *all[] = {&d->same,  &d->heads,      &d->hash_of,    &d->off,   &d->rep,
+                        &d->pairs, &d->runs,       &d->keyw,       &d->names, &d->key_start,
+                        &d->owner, &d->name_slots, &d->group_keys, &d->key_values};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         sl_free(a, all[i]->p, all[i]->bytes);
     sl_free(a, d, sizeof *d);
@@ -323,26 +323,59 @@ static void copy_unique(const gctx_t *g, const uint32_t *runs, uint32_t R, uint3
     span_flush(&wts);
 }
 
-/* ---- write in place: large batches ---- */
+/* ---- write in place: large batches without duplicates ---- */
 
-/* Batches whose group input is larger than this (about the L3 cache) copy
- * each block's unique rows while the block is in cache, straight to their
- * place in an output sized for every row; the keys' regions are closed up
- * at the end (nothing moves when every row is unique). Pass 4 would read
- * the unique rows from memory a second time. */
+/* A group input larger than this (about the L3 cache) without adjacent
+ * duplicates is copied block by block while each block of heads is still in
+ * cache, straight to its final place, as long as every row so far is
+ * unique: then the output is laid out exactly as the input (key j's values
+ * start where they start in the input), and pass 4, which would read the
+ * whole input from memory a second time, is not needed. At the first block
+ * holding a duplicate the in-place copy is abandoned and pass 4 runs as
+ * before (what was copied is wasted; with duplicates that is almost always
+ * the first block, where nothing was copied yet). Closing up key regions
+ * after duplicates instead read and wrote the unique rows a second time
+ * (measured with cachegrind: as much memory traffic as pass 4). */
 #define INPLACE_BYTES ((uint64_t)32 << 20)
 
 typedef struct inplace {
-    sl_kjt_t *out;   /* stride B and the group's input values while filling */
-    uint64_t *vbase; /* [n] where key j's region starts in out->values */
-    uint64_t *at;    /* [n] values written into key j's region */
+    sl_kjt_t *out; /* allocated at the first block, for every row */
+    sl_arena_t *arena;
+    const char **names;
+    uint64_t values; /* of the group */
+    uint64_t *vbase; /* [n] where key j's values start, in the input's order */
+    uint64_t *at;    /* [n] values written for key j */
+    const uint64_t *key_values; /* [n] values of key j in the input */
     uint32_t *runs;
+    int state; /* 0 not started, 1 copying, 2 abandoned */
 } inplace_t;
 
-static void copy_block(const gctx_t *g, uint32_t u0, uint32_t u1, void *ctx)
+static void copy_block(const gctx_t *g, uint32_t i0, uint32_t i1, uint32_t u0, uint32_t u1,
+                       void *ctx)
 {
     inplace_t *ip = ctx;
     const sl_kjt_t *all = g->all;
+    if (ip->state == 2) return;
+    if (u1 - u0 != i1 - i0) { /* a duplicate: pass 4 will copy */
+        ip->state = 2;
+        return;
+    }
+    if (ip->state == 0) {
+        ip->vbase = sl_arena_alloc(ip->arena, ((size_t)g->n + 1) * sizeof *ip->vbase);
+        ip->at = sl_arena_calloc(ip->arena, (size_t)g->n + 1, sizeof *ip->at);
+        if (ip->vbase == NULL || ip->at == NULL ||
+            sl_kjt_init(ip->out, ip->arena, g->n, ip->names, g->B, ip->values,
+                        all->weights != NULL) != SL_OK) {
+            ip->state = 2; /* pass 4 reports what is short */
+            return;
+        }
+        uint64_t at = 0;
+        for (uint32_t j = 0; j < g->n; j++) {
+            ip->vbase[j] = at;
+            at += ip->key_values[j];
+        }
+        ip->state = 1;
+    }
     sl_kjt_t *out = ip->out;
     uint32_t R = find_runs(g->rep + u0, u1 - u0, ip->runs);
     span_t lens = {.nt = true}, vals = {.nt = true}, wts = {.nt = true};
@@ -367,28 +400,6 @@ static void copy_block(const gctx_t *g, uint32_t u0, uint32_t u1, void *ctx)
     span_flush(&lens);
     span_flush(&vals);
     span_flush(&wts);
-}
-
-/* Close up the keys' regions: lengths to stride U, values back to back. */
-static void inplace_finish(const gctx_t *g, inplace_t *ip, uint32_t U)
-{
-    store_fence(); /* the non-temporal stores are visible before the moves */
-    sl_kjt_t *out = ip->out;
-    uint64_t w = 0;
-    for (uint32_t j = 0; j < g->n; j++) {
-        if (j > 0 && U < g->B)
-            memmove(out->lengths + (size_t)j * U, out->lengths + (size_t)j * g->B,
-                    (size_t)U * sizeof *out->lengths);
-        if (ip->at[j] > 0 && ip->vbase[j] != w) {
-            memmove(out->values + w, out->values + ip->vbase[j], ip->at[j] * sizeof *out->values);
-            if (out->weights != NULL)
-                memmove(out->weights + w, out->weights + ip->vbase[j],
-                        ip->at[j] * sizeof *out->weights);
-        }
-        w += ip->at[j];
-    }
-    out->stride = U;
-    out->num_values = w;
 }
 
 sl_err_t dedup_group_checked(sl_dedup_t *d, const sl_kjt_t *all, const uint32_t *key_indices,
@@ -453,32 +464,21 @@ sl_err_t dedup_group_checked(sl_dedup_t *d, const sl_kjt_t *all, const uint32_t 
     uint32_t H = fuse ? dedup_adjacent_hashed(&g) : dedup_adjacent(&g);
     uint64_t uvals = 0;
     uint32_t *runs = d->runs.p;
-    bool inplace = bytes_before > INPLACE_BYTES, redone = false;
-    inplace_t ip = {&out->unique, NULL, NULL, runs};
-    if (inplace) {
-        /* the output sized for every row; cursors from the arena */
-        ip.vbase = sl_arena_alloc(arena, ((size_t)n + 1) * sizeof *ip.vbase);
-        ip.at = sl_arena_calloc(arena, (size_t)n + 1, sizeof *ip.at);
-        rc = ip.vbase == NULL || ip.at == NULL
-                 ? SL_ERR_NOMEM
-                 : sl_kjt_init(&out->unique, arena, n, names, B, values, all->weights != NULL);
-        if (rc != SL_OK)
-            return sl_error_set(err, rc, "dedup group '%s': output of %u rows: %s", gname, B,
-                                sl_err_str(rc));
-        uint64_t at = 0;
-        for (uint32_t j = 0; j < n; j++) {
-            ip.vbase[j] = at;
-            at += key_start[key_indices[j] + 1] - key_start[key_indices[j]];
-        }
+    bool redone = false;
+    inplace_t ip = {&out->unique, arena, names, values, NULL, NULL, NULL, runs, 0};
+    if (bytes_before > INPLACE_BYTES && H == B &&
+        dedup_reserve(d->alloc, &d->key_values, (size_t)n + 1, sizeof(uint64_t))) {
+        uint64_t *key_values = d->key_values.p;
+        for (uint32_t j = 0; j < n; j++)
+            key_values[j] = key_start[key_indices[j] + 1] - key_start[key_indices[j]];
+        ip.key_values = key_values;
         g.on_block = copy_block;
         g.block_ctx = &ip;
         g.redone = &redone;
     }
     uint32_t U = dedup_unique(&g, d->hash, H, out->inverse, &uvals);
-    if (inplace && !redone) {
-        inplace_finish(&g, &ip, U);
-    } else {
-        if (inplace) store_fence(); /* blocks copied before an exact redo */
+    if (ip.state != 0) store_fence(); /* the non-temporal stores, before use */
+    if (ip.state != 1 || redone || U != B) {
         uint32_t R = find_runs(g.rep, U, runs);
         rc = sl_kjt_init(&out->unique, arena, n, names, U, uvals, all->weights != NULL);
         if (rc != SL_OK)

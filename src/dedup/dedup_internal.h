@@ -49,6 +49,7 @@ struct sl_dedup {
     scratch_t runs;    /* uint32_t [U + 1] */
     scratch_t keyw;    /* keyw_t [n] */
     scratch_t names;   /* const char * [n] */
+    scratch_t key_values; /* uint64_t [n]: values of each key (write in place) */
     /* per batch */
     scratch_t key_start; /* uint64_t [num_keys + 1] of the input */
     /* batch.c only */
@@ -73,10 +74,12 @@ typedef struct gctx {
     size_t mask;
     uint32_t gen;
     bool hashed; /* hash[0, H) already holds the heads' hashes */
-    /* Called with the unique rows [u0, u1) found in a block of heads once
-     * they are confirmed, while the block's lists are still in cache (NULL:
-     * none). Not called for rows found by the exact redo (*redone set). */
-    void (*on_block)(const struct gctx *g, uint32_t u0, uint32_t u1, void *ctx);
+    /* Called for every block of heads [i0, i1) once its matches are
+     * confirmed, with the unique rows [u0, u1) it found, while the block's
+     * lists are still in cache (NULL: none). Not called for rows found by
+     * the exact redo (*redone set). */
+    void (*on_block)(const struct gctx *g, uint32_t i0, uint32_t i1, uint32_t u0, uint32_t u1,
+                     void *ctx);
     void *block_ctx;
     bool *redone;
 } gctx_t;

@@ -426,7 +426,7 @@ uint32_t dedup_unique(const gctx_t *g, sl_dedup_hash_fn fn, uint32_t H, int32_t 
             return U;
         }
         values += values_of(g, u0, U);
-        if (g->on_block != NULL && U > u0) g->on_block(g, u0, U, g->block_ctx);
+        if (g->on_block != NULL) g->on_block(g, i0, i1, u0, U, g->block_ctx);
     }
     *unique_values = values;
     return U;

@@ -912,7 +912,7 @@ Test(dedup, write_in_place_large_batches)
             .group_features = 4,
             .plain_features = 1,
             .ids_per_list = 60, /* 20000 x 4 x (60 x 12 + 4) bytes: ~58 MB */
-            .vary_lengths = f == 1,
+            .vary_lengths = f != 2,
             .dup_factor = factors[f],
             .adjacent = f == 2,
             .weighted = true,
@@ -922,6 +922,30 @@ Test(dedup, write_in_place_large_batches)
         sl_dedup_group_spec_t group;
         cr_assert_eq(sl_dedup_synth(&spec, arena, &kjt, &group), SL_OK);
         check_batch(d, NULL, &kjt, spec.group_features);
+        /* the group's keys out of input order, and not all of them: every
+         * row's lists come back from the unique rows, key by key */
+        uint32_t idx[3] = {3, 0, 2};
+        sl_ikjt_t ik;
+        cr_assert_eq(sl_dedup_group(d, &kjt, idx, 3, "g", arena, &ik, NULL, NULL), SL_OK);
+        uint64_t *off = malloc(((size_t)kjt.num_keys * kjt.stride + 1) * sizeof *off);
+        uint64_t *uoff = malloc(((size_t)3 * ik.unique.stride + 1) * sizeof *uoff);
+        sl_kjt_offsets(&kjt, (int64_t *)off);
+        sl_kjt_offsets(&ik.unique, (int64_t *)uoff);
+        for (uint32_t j = 0; j < 3; j++)
+            for (uint32_t r = 0; r < kjt.stride; r++) {
+                size_t in = (size_t)idx[j] * kjt.stride + r;
+                size_t un = (size_t)j * ik.unique.stride + (uint32_t)ik.inverse[r];
+                int32_t n = kjt.lengths[in];
+                cr_assert_eq(ik.unique.lengths[un], n, "key %u row %u", j, r);
+                cr_assert_eq(memcmp(ik.unique.values + uoff[un], kjt.values + off[in],
+                                    (size_t)n * sizeof(int64_t)),
+                             0, "key %u row %u ids", j, r);
+                cr_assert_eq(memcmp(ik.unique.weights + uoff[un], kjt.weights + off[in],
+                                    (size_t)n * sizeof(float)),
+                             0, "key %u row %u weights", j, r);
+            }
+        free(off);
+        free(uoff);
         sl_arena_destroy(arena);
     }
     /* a planted collision at row 30000 of 45000 (2 keys of 50 ids: 36 MB) */
