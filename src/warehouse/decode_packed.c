@@ -113,12 +113,19 @@ static bool dict_signed(const wh_stream_t *st)
 }
 
 /* The dictionary of st (at the start of p) into d->dict as uint64, padded
- * with zeros to 2^bit_width entries so that any index read stays inside it
- * (indices are checked against dict_size after the gather). */
+ * with zeros to a power of two, 2^bits(K - 1) entries: the gathers mask
+ * each index to that (bit_width may be wider), so that any index read
+ * stays inside it; the unmasked indices are checked against dict_size
+ * after the gather. */
+static uint64_t dict_mask(const wh_stream_t *st)
+{
+    return st->dict_size > 1 ? (1ull << wh_bits_for(st->dict_size - 1)) - 1 : 0;
+}
+
 static sl_err_t load_dict(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p,
                           const uint64_t **out, sl_error_t *err)
 {
-    uint64_t K = st->dict_size, end = st->dict_bytes, cap = 1ull << st->bit_width;
+    uint64_t K = st->dict_size, end = st->dict_bytes, cap = dict_mask(st) + 1;
     if (!wh_buf_reserve(&d->dict, d->a, (size_t)cap * 8))
         return STREAM_ERR(SL_ERR_NOMEM, st, "dictionary of %llu values", (unsigned long long)K);
     uint64_t *v = (uint64_t *)d->dict.data;
@@ -189,6 +196,7 @@ static sl_err_t dict_gather(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p
     sl_err_t rc = load_dict(d, st, p, &dict, err);
     if (rc != SL_OK) return rc;
     const uint8_t *ip = p + st->dict_bytes;
+    const uint32_t dm = (uint32_t)dict_mask(st);
     for (uint64_t c = 0; c < n; c += CHUNK) {
         uint64_t m = n - c < CHUNK ? n - c : CHUNK;
         unpack_chunk(ip, c, m, w, buf);
@@ -197,13 +205,13 @@ static sl_err_t dict_gather(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p
             uint64_t *o = (uint64_t *)dst + c;
             for (uint64_t k = 0; k < m; k++) {
                 cm = buf[k] > cm ? buf[k] : cm;
-                o[k] = dict[buf[k]];
+                o[k] = dict[buf[k] & dm];
             }
         } else {
             uint32_t *o = (uint32_t *)dst + c;
             for (uint64_t k = 0; k < m; k++) {
                 cm = buf[k] > cm ? buf[k] : cm;
-                o[k] = (uint32_t)dict[buf[k]];
+                o[k] = (uint32_t)dict[buf[k] & dm];
             }
         }
         mx = cm > mx ? cm : mx;
@@ -301,6 +309,7 @@ sl_err_t wh_unpack_i32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int
             return STREAM_ERR(SL_ERR_CORRUPT, st, "value %lld outside [0, %lld]",
                               (long long)(lo < 0 ? lo : top), (long long)hi);
         const uint8_t *ip = p + st->dict_bytes;
+        const uint32_t dm = (uint32_t)dict_mask(st);
         uint64_t mx = 0;
         for (uint64_t c = 0; c < n; c += CHUNK) {
             uint64_t m = n - c < CHUNK ? n - c : CHUNK;
@@ -309,8 +318,8 @@ sl_err_t wh_unpack_i32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int
             for (uint64_t k = 0; k < m; k++) {
                 uint32_t x = buf[k];
                 cm = x > cm ? x : cm;
-                dst[c + k] = (int32_t)dict[x];
-                total += dict[x];
+                dst[c + k] = (int32_t)dict[x & dm];
+                total += dict[x & dm];
             }
             mx = cm > mx ? cm : mx;
         }

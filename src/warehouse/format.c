@@ -387,7 +387,9 @@ static sl_err_t check_stream_sizes(wh_file_t *f, uint32_t s, const wh_stream_t *
             BAD("%llu dictionary values for %llu values", (unsigned long long)K,
                 (unsigned long long)n);
         if (K > (1ull << 32)) BAD("dictionary of %llu values", (unsigned long long)K);
-        if (st->bit_width != (K > 1 ? wh_bits_for(K - 1) : 0))
+        /* the exact width, or wider (whole bytes, which zstd's matches
+         * find repeats in), up to 32 */
+        if (st->bit_width < (K > 1 ? wh_bits_for(K - 1) : 0) || st->bit_width > 32)
             BAD("bit width %u for a dictionary of %llu values", st->bit_width,
                 (unsigned long long)K);
         /* each block: a width byte and at most WH_DICT_BLOCK 8-byte gaps */

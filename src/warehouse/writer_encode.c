@@ -30,30 +30,34 @@ static wmeta_t *new_meta(sl_wh_writer_t *w)
     return m;
 }
 
-/* Compress (or not) raw bytes, checksum, append; m has kind, name, encoding,
- * count and stats filled. */
-static sl_err_t put_stream(sl_wh_writer_t *w, wmeta_t *m, const void *raw, size_t raw_size,
-                           sl_error_t *err)
+/* zstd of raw into buf (reserved here). @return the compressed size when it
+ * saves zstd_min_saving of raw_size, else 0; -1 (failed, err set). */
+static int64_t try_zstd(sl_wh_writer_t *w, const wmeta_t *m, const void *raw, size_t raw_size,
+                        wh_buf_t *buf, sl_error_t *err)
 {
-    const void *stored = raw;
-    size_t stored_size = raw_size;
-    m->codec = SLUICE__CODEC__CODEC_NONE;
-    if (w->opts.codec == SL_WH_CODEC_ZSTD && raw_size > 0 &&
-        !(w->opts.store_kinds & (1u << m->kind))) {
-        size_t bound = ZSTD_compressBound(raw_size);
-        if (!wh_buf_reserve(&w->comp, w->a, bound))
-            return wh_writer_fail(w, err, SL_ERR_NOMEM, "compress %zu bytes", raw_size);
-        size_t c = ZSTD_compressCCtx(w->cctx, w->comp.data, w->comp.cap, raw, raw_size,
-                                     w->opts.zstd_level);
-        if (ZSTD_isError(c))
-            return wh_writer_fail(w, err, SL_ERR_INVALID, "stream '%s': zstd: %s", m->name,
-                                  ZSTD_getErrorName(c));
-        if ((double)c <= (double)raw_size * (1.0 - w->opts.zstd_min_saving)) {
-            stored = w->comp.data;
-            stored_size = c;
-            m->codec = SLUICE__CODEC__CODEC_ZSTD;
-        }
+    if (w->opts.codec != SL_WH_CODEC_ZSTD || raw_size == 0 ||
+        (w->opts.store_kinds & (1u << m->kind)))
+        return 0;
+    size_t bound = ZSTD_compressBound(raw_size);
+    if (!wh_buf_reserve(buf, w->a, bound)) {
+        wh_writer_fail(w, err, SL_ERR_NOMEM, "compress %zu bytes", raw_size);
+        return -1;
     }
+    size_t c = ZSTD_compressCCtx(w->cctx, buf->data, buf->cap, raw, raw_size, w->opts.zstd_level);
+    if (ZSTD_isError(c)) {
+        wh_writer_fail(w, err, SL_ERR_INVALID, "stream '%s': zstd: %s", m->name,
+                       ZSTD_getErrorName(c));
+        return -1;
+    }
+    return (double)c <= (double)raw_size * (1.0 - w->opts.zstd_min_saving) ? (int64_t)c : 0;
+}
+
+/* Checksum and append the stored bytes of a stream; m has kind, name,
+ * encoding, count and stats filled. */
+static sl_err_t put_stored(sl_wh_writer_t *w, wmeta_t *m, const void *stored, size_t stored_size,
+                           size_t raw_size, bool zstd, sl_error_t *err)
+{
+    m->codec = zstd ? SLUICE__CODEC__CODEC_ZSTD : SLUICE__CODEC__CODEC_NONE;
     m->offset = w->file_off;
     m->stored = stored_size;
     m->raw = raw_size;
@@ -62,6 +66,16 @@ static sl_err_t put_stream(sl_wh_writer_t *w, wmeta_t *m, const void *raw, size_
         m->kind == SL_WH_STREAM_PRESENT ? raw_size : m->count * wh_kind_width(m->kind);
     w->stats.stored_bytes += stored_size;
     return wh_writer_put(w, stored, stored_size, err);
+}
+
+/* Compress (or not) raw bytes, checksum, append. */
+static sl_err_t put_stream(sl_wh_writer_t *w, wmeta_t *m, const void *raw, size_t raw_size,
+                           sl_error_t *err)
+{
+    int64_t c = try_zstd(w, m, raw, raw_size, &w->comp, err);
+    if (c < 0) return w->failed;
+    if (c > 0) return put_stored(w, m, w->comp.data, (size_t)c, raw_size, true, err);
+    return put_stored(w, m, raw, raw_size, raw_size, false, err);
 }
 
 static wmeta_t *meta_for(sl_wh_writer_t *w, uint8_t kind, const char *name, uint64_t count)
@@ -192,6 +206,46 @@ static void dict_section_write(bitw_t *b, const uint64_t *dict, uint64_t K)
     }
 }
 
+/* The DICT encoding into out (room for its bytes + 16): the dictionary,
+ * then n indices at ib bits. @return bytes written. */
+static size_t encode_dict(uint8_t *out, const uint64_t *dict, uint64_t K, const uint32_t *idx,
+                          uint64_t n, uint32_t ib)
+{
+    bitw_t b = {out, 0, 0, 0};
+    dict_section_write(&b, dict, K);
+    for (uint64_t i = 0; i < n; i++)
+        bit_put(&b, idx[i], ib);
+    bit_flush(&b);
+    return b.at;
+}
+
+/* A DICT stream encoded (in w->enc, `bytes` long) at ib bits that are not
+ * whole bytes: zstd's matches cannot find repeated runs of indices there
+ * (a session's history repeated on clustered rows starts at any bit), so
+ * the same indices in whole bytes, whose repeats zstd does find, are
+ * compressed too, and the smaller of the three kept. */
+static sl_err_t put_dict_aligned(sl_wh_writer_t *w, wmeta_t *m, const uint64_t *dict, uint64_t K,
+                                 const uint32_t *idx, uint64_t n, uint32_t ib, size_t bytes,
+                                 sl_error_t *err)
+{
+    int64_t c1 = try_zstd(w, m, w->enc.data, bytes, &w->comp, err);
+    if (c1 < 0) return w->failed;
+    if (c1 == 0) return put_stored(w, m, w->enc.data, bytes, bytes, false, err);
+    uint32_t wide = (ib + 7) / 8 * 8;
+    size_t wbytes = (size_t)(m->dict_bytes + wh_packed_bytes(n, wide));
+    wh_buf_t *wb = &w->scratch[1], *wc = &w->scratch[2]; /* free after the choice */
+    if (!wh_buf_reserve(wb, w->a, wbytes + 16))
+        return wh_writer_fail(w, err, SL_ERR_NOMEM, "encode %zu bytes", wbytes);
+    encode_dict(wb->data, dict, K, idx, n, wide);
+    int64_t c2 = try_zstd(w, m, wb->data, wbytes, wc, err);
+    if (c2 < 0) return w->failed;
+    if (c2 > 0 && c2 < c1) {
+        m->bits = (uint8_t)wide;
+        return put_stored(w, m, wc->data, (size_t)c2, wbytes, true, err);
+    }
+    return put_stored(w, m, w->comp.data, (size_t)c1, bytes, true, err);
+}
+
 /* ---- version 2: choose and encode ---- */
 
 /* u[0, n): the values as 64-bit patterns (integers, or float bits zero-
@@ -276,11 +330,11 @@ static sl_err_t emit_v2(sl_wh_writer_t *w, wmeta_t *m, const uint64_t *u, uint64
         m->dict_size = K;
         m->dict_bytes = dict_bytes;
         /* dict holds offsets from lo: the gaps are the same */
-        dict_section_write(&b, dict, K);
-        for (uint64_t i = 0; i < n; i++)
-            bit_put(&b, idx[i], ib);
+        b.at = encode_dict(w->enc.data, dict, K, idx, n, ib);
+        if (b.at == best && ib % 8 != 0)
+            return put_dict_aligned(w, m, dict, K, idx, n, ib, (size_t)best, err);
     }
-    bit_flush(&b);
+    if (enc != SLUICE__ENCODING__ENCODING_DICT) bit_flush(&b);
     if (b.at != best)
         return wh_writer_fail(w, err, SL_ERR_INVALID, "stream '%s': encoded %zu bytes, not %llu",
                               m->name, b.at, (unsigned long long)best);

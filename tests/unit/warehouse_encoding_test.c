@@ -10,6 +10,7 @@
 #include "warehouse_testdata.h"
 
 #include <xxhash.h>
+#include <zstd.h>
 
 #include "warehouse/import.h"
 #include "warehouse/wh_internal.h"
@@ -120,7 +121,8 @@ Test(warehouse_encoding, each_encoding_chosen_where_smallest_and_exact)
         st = find_stream(f, s, "click", SL_WH_STREAM_LABEL);
         cr_assert_eq(st->encoding, SLUICE__ENCODING__ENCODING_DICT);
         cr_assert_eq(st->dict_size, 2);
-        cr_assert_eq(st->bit_width, 1);
+        cr_assert_eq(st->bit_width, 1); /* random bits: no whole bytes */
+        cr_assert_eq(st->codec, SLUICE__CODEC__CODEC_NONE);
         cr_assert_eq(st->for_base, 0); /* the bits of 0.0f */
         /* one id per row: every length equal, no bytes */
         st = find_stream(f, s, "u_geo", SL_WH_STREAM_LENGTHS);
@@ -133,11 +135,14 @@ Test(warehouse_encoding, each_encoding_chosen_where_smallest_and_exact)
         cr_assert_eq(st->encoding, SLUICE__ENCODING__ENCODING_BITPACK);
         cr_assert_eq(st->bit_width, 2);
         cr_assert_eq(st->raw_size, 250);
-        /* five floats */
+        /* five floats in a period of 5 rows: a dictionary whose indices
+         * are kept in whole bytes, where zstd finds the repeats that 3-bit
+         * indices hide */
         st = find_stream(f, s, "d2", SL_WH_STREAM_DENSE_VALUES);
         cr_assert_eq(st->encoding, SLUICE__ENCODING__ENCODING_DICT);
         cr_assert_eq(st->dict_size, 5);
-        cr_assert_eq(st->bit_width, 3);
+        cr_assert_eq(st->bit_width, 8);
+        cr_assert_eq(st->codec, SLUICE__CODEC__CODEC_ZSTD);
         /* 63-bit ids repeated within sessions */
         st = find_stream(f, s, "u_hist", SL_WH_STREAM_IDS);
         cr_assert_eq(st->encoding, SLUICE__ENCODING__ENCODING_DICT);
@@ -147,6 +152,62 @@ Test(warehouse_encoding, each_encoding_chosen_where_smallest_and_exact)
                      count_encoding(f, SLUICE__ENCODING__ENCODING_BITPACK),
                  0);
     cr_assert_eq(ws.file_bytes, len);
+    wh_file_close(f);
+    free(data);
+    td_free(&m);
+}
+
+/* The byte-aligned dictionary variant: indices of d2 (5 values, period 5)
+ * in whole bytes under zstd decode to the model's values; an index beyond
+ * the dictionary but inside the power of two the gather masks to (6), and
+ * one beyond that mask (255), are both refused. */
+Test(warehouse_encoding, byte_aligned_dictionary_indices_exact_and_checked)
+{
+    uint32_t n = 1000;
+    td_spec_t spec = {n, 8, 20, true, 0.2, tu_seed("byte_aligned_dictionary_indices")};
+    td_rows_t m;
+    td_generate(&spec, &m);
+    float want[1000];
+    uint32_t nv = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (m.dense[(size_t)i * TD_D + 2] == m.dense[(size_t)i * TD_D + 2]) {
+            m.dense[(size_t)i * TD_D + 2] = (float)(i % 5) * 0.5f - 1.0f;
+            want[nv++] = m.dense[(size_t)i * TD_D + 2];
+        }
+    sl_wh_writer_opts_t o = td_opts(n);
+    td_write(path_in("b.slc"), &m, &o);
+    check_both_forms(path_in("b.slc"), &m);
+    size_t len;
+    uint8_t *data = td_read_all(path_in("b.slc"), &len);
+    wh_file_t *f = open_layout(data, len);
+    const wh_stream_t *st = find_stream(f, 0, "d2", SL_WH_STREAM_DENSE_VALUES);
+    cr_assert_eq(st->encoding, SLUICE__ENCODING__ENCODING_DICT);
+    cr_assert_eq(st->codec, SLUICE__CODEC__CODEC_ZSTD);
+    cr_assert_eq(st->bit_width, 8);
+    cr_assert_eq(st->value_count, nv);
+    cr_assert_eq(st->raw_size, st->dict_bytes + nv);
+    uint8_t *raw = malloc(st->raw_size + 8);
+    cr_assert_eq(ZSTD_decompress(raw, st->raw_size, data + st->offset, st->stored_size),
+                 st->raw_size);
+    memset(raw + st->raw_size, 0, 8);
+    wh_dec_t d = {.f = f, .a = sl_allocator_default()};
+    float got[1000];
+    sl_error_t err = {0};
+    cr_assert_eq(wh_unpack_f32(&d, st, raw, got, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(memcmp(got, want, (size_t)nv * 4), 0);
+    static const uint8_t bad[] = {6, 255};
+    for (int k = 0; k < 2; k++) {
+        uint8_t keep = raw[st->dict_bytes + nv / 2];
+        raw[st->dict_bytes + nv / 2] = bad[k];
+        cr_assert_eq(wh_unpack_f32(&d, st, raw, got, &err), SL_ERR_CORRUPT, "index %u", bad[k]);
+        cr_assert(strstr(err.msg, "outside the dictionary of 5") != NULL, "%s", err.msg);
+        raw[st->dict_bytes + nv / 2] = keep;
+    }
+    wh_buf_free(&d.z0, d.a);
+    wh_buf_free(&d.z1, d.a);
+    wh_buf_free(&d.z2, d.a);
+    wh_buf_free(&d.dict, d.a);
+    free(raw);
     wh_file_close(f);
     free(data);
     td_free(&m);
@@ -487,10 +548,15 @@ static void open_fails(const uint8_t *data, size_t len, sl_err_t code, const cha
     cr_assert(strstr(err.msg, what) != NULL, "'%s' lacks '%s'", err.msg, what);
 }
 
-static void dict_width_off(Sluice__StreamInfo *si, Sluice__FileFooter *ft)
+static void dict_width_low(Sluice__StreamInfo *si, Sluice__FileFooter *ft)
 {
     (void)ft;
-    si->bit_width++;
+    si->bit_width--;
+}
+static void dict_width_33(Sluice__StreamInfo *si, Sluice__FileFooter *ft)
+{
+    (void)ft;
+    si->bit_width = 33;
 }
 static void dict_too_big(Sluice__StreamInfo *si, Sluice__FileFooter *ft)
 {
@@ -539,7 +605,8 @@ Test(warehouse_encoding, footer_fields_checked_at_open)
         footer_fn fn;
         const char *what;
     } cases[] = {
-        {"u_hist", SL_WH_STREAM_IDS, dict_width_off, "bit width"},
+        {"u_hist", SL_WH_STREAM_IDS, dict_width_low, "bit width"},
+        {"u_hist", SL_WH_STREAM_IDS, dict_width_33, "bit width 33"},
         {"u_hist", SL_WH_STREAM_IDS, dict_too_big, "dictionary values for"},
         {"u_hist", SL_WH_STREAM_IDS, dict_bytes_off, "raw bytes"},
         {"click", SL_WH_STREAM_LABEL, to_bitpack, "bit-packed encoding on a float stream"},
