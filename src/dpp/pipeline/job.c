@@ -1,0 +1,527 @@
+/* Parsing and checking a job spec (docs/JOBS.md): JSON in, sl_pipeline_job_t out,
+ * and every problem listed with its JSON path. The spec's keys are defined
+ * once, in the table below (type, range, default, meaning; spec.h), which
+ * the parser walks; each filter and transform object is compiled through
+ * the op table (ops.c). Names are not bound to a schema here (plan.c does
+ * that). */
+#include "dpp/pipeline/ops.h"
+#include "dpp/pipeline/spec.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sluice/alloc.h"
+#include "warehouse/warehouse.h"
+
+#define SPEC_BYTES_MAX (16u << 20)
+
+static void free_strs(char **v, uint32_t n)
+{
+    if (v == NULL) return;
+    for (uint32_t i = 0; i < n; i++) dpp_str_free(v[i]);
+    sl_free(NULL, v, (size_t)n * sizeof(char *));
+}
+
+static void free_ops(sl_pipeline_op_t *ops, uint32_t n)
+{
+    if (ops == NULL) return;
+    for (uint32_t i = 0; i < n; i++) sl_pipeline_op_clear(&ops[i]);
+    sl_free(NULL, ops, (size_t)n * sizeof *ops);
+}
+
+void sl_pipeline_job_destroy(sl_pipeline_job_t *job)
+{
+    if (job == NULL) return;
+    dpp_str_free(job->id);
+    dpp_str_free(job->table);
+    dpp_str_free(job->partitions);
+    free_strs(job->features, job->num_features);
+    free_ops(job->filters, job->num_filters);
+    free_ops(job->transforms, job->num_transforms);
+    for (uint32_t g = 0; g < job->num_dedup_groups; g++) {
+        dpp_str_free(job->dedup_groups[g].name);
+        free_strs(job->dedup_groups[g].features, job->dedup_groups[g].num_features);
+    }
+    if (job->dedup_groups != NULL)
+        sl_free(NULL, job->dedup_groups, job->num_dedup_groups * sizeof(sl_pipeline_dedup_group_t));
+    dpp_str_free(job->base_dir);
+    sl_free(NULL, job, sizeof *job);
+}
+
+bool sl_pipeline_job_id_ok(const char *id, size_t len, char *why, size_t cap)
+{
+    const char *bad = NULL;
+    if (id == NULL || len == 0 || len > SL_PIPELINE_JOB_ID_MAX) {
+        bad = "1 to 255 bytes";
+    } else if (strnlen(id, len) != len) {
+        bad = "a NUL byte";
+    } else if (strstr(id, "..") != NULL) {
+        bad = "\"..\"";
+    } else {
+        for (size_t i = 0; i < len && bad == NULL; i++) {
+            unsigned char c = (unsigned char)id[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-'))
+                bad = c == '/' ? "'/'" : "a character other than letters, digits, '.', '_', '-'";
+        }
+    }
+    if (bad != NULL && why != NULL)
+        snprintf(why, cap,
+                 "a job id is 1 to %d letters, digits, '.', '_' or '-' without \"..\" (this one "
+                 "has %s)",
+                 SL_PIPELINE_JOB_ID_MAX,
+                 strcmp(bad, "1 to 255 bytes") == 0 ? "the wrong length" : bad);
+    return bad == NULL;
+}
+
+/* Parsing state: the problems, and whether memory ran out other than for
+ * one of them (problems->nomem says that). */
+struct dpp_parse {
+    sl_pipeline_problems_t *problems;
+    bool nomem;
+};
+
+static bool is_name(const json_t *v)
+{
+    return json_is_string(v) && json_string_length(v) > 0 &&
+           strlen(json_string_value(v)) == json_string_length(v);
+}
+
+/* A non-empty array of distinct non-empty strings, copied into *out. */
+static void get_names(dpp_parse_t *p, const json_t *v, const char *path, char ***out, uint32_t *n)
+{
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        sl_pipeline_problems_add(p->problems, "%s: must be a non-empty array of names", path);
+        return;
+    }
+    size_t count = json_array_size(v);
+    if (count > UINT32_MAX / 2) {
+        sl_pipeline_problems_add(p->problems, "%s: too many names", path);
+        return;
+    }
+    char **names = sl_calloc(NULL, count, sizeof(char *));
+    if (names == NULL) {
+        p->nomem = true;
+        return;
+    }
+    for (size_t i = 0; i < count; i++) {
+        const json_t *e = json_array_get(v, i);
+        if (!is_name(e)) {
+            sl_pipeline_problems_add(p->problems, "%s[%zu]: must be a non-empty string", path, i);
+            continue;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (json_is_string(json_array_get(v, j)) &&
+                strcmp(json_string_value(json_array_get(v, j)), json_string_value(e)) == 0) {
+                sl_pipeline_problems_add(p->problems, "%s[%zu]: '%s' is listed twice", path, i, json_string_value(e));
+                break;
+            }
+        if ((names[i] = dpp_str_dup(json_string_value(e))) == NULL) p->nomem = true;
+    }
+    *out = names;
+    *n = (uint32_t)count;
+}
+
+/* ---- the keys that need more than a type ---- */
+
+static void check_id(dpp_parse_t *p, const json_t *v, const char *path, sl_pipeline_job_t *job)
+{
+    (void)job;
+    char why[160];
+    if (!sl_pipeline_job_id_ok(json_string_value(v), json_string_length(v), why, sizeof why))
+        sl_pipeline_problems_add(p->problems, "%s: %s", path, why);
+}
+
+static void check_partitions(dpp_parse_t *p, const json_t *v, const char *path,
+                             sl_pipeline_job_t *job)
+{
+    (void)job;
+    sl_wh_filter_t *f = NULL;
+    sl_error_t e = {0};
+    if (sl_wh_filter_parse(json_string_value(v), NULL, &f, &e) != SL_OK)
+        sl_pipeline_problems_add(p->problems, "%s: %s", path, e.msg);
+    sl_wh_filter_destroy(f);
+}
+
+static void parse_features(dpp_parse_t *p, const json_t *v, const char *path,
+                           sl_pipeline_job_t *job)
+{
+    get_names(p, v, path, &job->features, &job->num_features);
+}
+
+static void parse_groups(dpp_parse_t *p, const json_t *groups, const char *where,
+                         sl_pipeline_job_t *job)
+{
+    if (!json_is_object(groups)) {
+        sl_pipeline_problems_add(p->problems, "%s: must be an object {\"group\": [features...]}", where);
+        return;
+    }
+    size_t n = json_object_size(groups);
+    if (n == 0) return;
+    job->dedup_groups = sl_calloc(NULL, n, sizeof(sl_pipeline_dedup_group_t));
+    if (job->dedup_groups == NULL) {
+        p->nomem = true;
+        return;
+    }
+    const char *name;
+    const json_t *v;
+    json_object_foreach((json_t *)groups, name, v)
+    {
+        sl_pipeline_dedup_group_t *g = &job->dedup_groups[job->num_dedup_groups++];
+        char path[SL_ERROR_MSG_MAX];
+        snprintf(path, sizeof path, "%s.%s", where, name);
+        if (name[0] == '\0') sl_pipeline_problems_add(p->problems, "%s: a group needs a non-empty name", path);
+        if ((g->name = dpp_str_dup(name)) == NULL) p->nomem = true;
+        get_names(p, v, path, &g->features, &g->num_features);
+        /* A feature in two groups: the later mention is the problem. */
+        for (uint32_t f = 0; f < g->num_features; f++) {
+            if (g->features[f] == NULL) continue;
+            for (uint32_t h = 0; h + 1 < job->num_dedup_groups; h++)
+                for (uint32_t k = 0; k < job->dedup_groups[h].num_features; k++)
+                    if (job->dedup_groups[h].features[k] != NULL &&
+                        strcmp(job->dedup_groups[h].features[k], g->features[f]) == 0) {
+                        sl_pipeline_problems_add(p->problems, "%s[%u]: feature '%s' is already in group '%s'", path, f,
+                                g->features[f], job->dedup_groups[h].name);
+                        break;
+                    }
+        }
+    }
+}
+
+/* Filters or transforms: an array of op objects, each compiled by the op
+ * table. */
+static void parse_ops(dpp_parse_t *p, const json_t *list, const char *path, bool filter,
+                      sl_pipeline_op_t **out, uint32_t *count)
+{
+    if (!json_is_array(list)) {
+        sl_pipeline_problems_add(p->problems, "%s: must be an array", path);
+        return;
+    }
+    size_t n = json_array_size(list);
+    if (n > DPP_OPS_MAX) {
+        sl_pipeline_problems_add(p->problems, "%s: %zu %s, more than the %u a job may have", path, n,
+                filter ? "filters" : "transforms", DPP_OPS_MAX);
+        return;
+    }
+    if (n == 0) return;
+    if ((*out = sl_calloc(NULL, n, sizeof **out)) == NULL) {
+        p->nomem = true;
+        return;
+    }
+    *count = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        char at[64];
+        snprintf(at, sizeof at, "%s[%zu]", path, i);
+        if (!sl_pipeline_op_compile(json_array_get(list, i), filter, at, &(*out)[i], p->problems))
+            p->nomem = true;
+    }
+}
+
+static void parse_filters(dpp_parse_t *p, const json_t *v, const char *path,
+                          sl_pipeline_job_t *job)
+{
+    parse_ops(p, v, path, true, &job->filters, &job->num_filters);
+}
+
+static void parse_transforms(dpp_parse_t *p, const json_t *v, const char *path,
+                             sl_pipeline_job_t *job)
+{
+    parse_ops(p, v, path, false, &job->transforms, &job->num_transforms);
+}
+
+/* ---- the table of keys ---- */
+
+#define AT(member)                                                                                \
+    .offset = offsetof(sl_pipeline_job_t, member), .size = sizeof(((sl_pipeline_job_t *)0)->member)
+#define UINT_KEY(name_, member, lo_, hi_, def_, doc_)                                             \
+    {.name = name_, .type = FIELD_UINT, .lo = lo_, .hi = hi_, .def.u = def_, AT(member),          \
+     .doc = doc_}
+#define BOOL_KEY(name_, member, def_, doc_)                                                       \
+    {.name = name_, .type = FIELD_BOOL, .def.u = def_, AT(member), .doc = doc_}
+#define CUSTOM_KEY(name_, parse_, type_doc_, def_doc_, doc_)                                      \
+    {.name = name_, .type = FIELD_CUSTOM, .parse = parse_, .type_doc = type_doc_,                 \
+     .def_doc = def_doc_, .doc = doc_}
+#define OBJECT_KEY(name_, object_, required_, def_doc_, doc_)                                     \
+    {.name = name_, .type = FIELD_OBJECT, .required = required_, .object = &object_,             \
+     .def_doc = def_doc_, .doc = doc_}
+#define COUNT(fields) (uint32_t)(sizeof fields / sizeof fields[0])
+
+static const dpp_field_t source_fields[] = {
+    {.name = "table", .type = FIELD_STRING, .required = true, AT(table), .doc = "table directory"},
+    {.name = "partitions",
+     .type = FIELD_STRING,
+     AT(partitions),
+     .parse = check_partitions,
+     .type_doc = "string",
+     .def_doc = "all",
+     .doc = "partition filter, e.g. `\"ds>=2026-01-01,region=eu\"` (checked at parse)"},
+    CUSTOM_KEY("features", parse_features, "non-empty array of distinct names", "every feature",
+           "the projection: the input features the batches carry"),
+    UINT_KEY("stripes_per_split", stripes_per_split, 1, 1u << 20, 1,
+         "stripes per split (the unit a worker leases)"),
+};
+static const dpp_object_t source = {"$.source", source_fields, COUNT(source_fields)};
+
+static const dpp_field_t shuffle_fields[] = {
+    BOOL_KEY("splits", shuffle_splits, false, "shuffle the split order of each epoch with `seed`"),
+    /* rows held for shuffling: bounds memory */
+    UINT_KEY("window", shuffle_window, 0, 1u << 26, 0, "rows held for a shuffle window (0: none)"),
+    UINT_KEY("seed", seed, 0, INT64_MAX, 0, "seed of both shuffles"),
+};
+static const dpp_object_t shuffle = {"$.batch.shuffle", shuffle_fields, COUNT(shuffle_fields)};
+
+static const dpp_field_t batch_fields[] = {
+    UINT_KEY("size", batch_size, 1, 1u << 20, 4096, "samples per batch"),
+    BOOL_KEY("drop_last", drop_last, false, "drop the last, short batch of an epoch"),
+    UINT_KEY("epochs", epochs, 1, 1000000, 1, "passes over the data"),
+    CUSTOM_KEY("dedup_groups", parse_groups, "object `{\"group\": [features]}`", "none",
+           "features stored once per unique row (IKJT); sparse or weighted features, each in one "
+           "group at most"),
+    OBJECT_KEY("shuffle", shuffle, false, NULL, "shuffling"),
+    BOOL_KEY("sample_ids", sample_ids, true, "batches carry sample ids"),
+};
+static const dpp_object_t batch = {"$.batch", batch_fields, COUNT(batch_fields)};
+
+static const char *const on_bad_split[] = {"fail", "skip", NULL};
+
+static const dpp_field_t root_fields[] = {
+    {.name = "id",
+     .type = FIELD_STRING,
+     .def.s = "job",
+     AT(id),
+     .parse = check_id,
+     .type_doc = "1 to 255 letters, digits, `.`, `_`, `-`; never `..`",
+     .doc = "name of the job (messages, metrics, log file names, URLs)"},
+    OBJECT_KEY("source", source, true, NULL, "what to read (below)"),
+    {.name = "on_bad_split",
+     .type = FIELD_ENUM,
+     .choices = on_bad_split,
+     .def.u = 0,
+     AT(skip_bad_splits),
+     .doc = "under a master, a split that workers cannot read (`--max-split-failures` times in "
+            "an epoch: a corrupt stripe, an I/O error, a transform failing on its rows): "
+            "`\"fail\"` fails the job with the reason; `\"skip\"` skips the split's rows not "
+            "delivered yet, counts them (`skipped_splits`, `skipped_rows` in `GET /jobs/{id}`) "
+            "and goes on, every other row still delivered exactly once (docs/ADMIN.md, "
+            "\"Failed jobs\")"},
+    CUSTOM_KEY("filters", parse_filters, "array of filter objects (at most 4096)", "`[]`",
+           "row filters, ANDed, in order"),
+    CUSTOM_KEY("transforms", parse_transforms, "array of transform objects (at most 4096)", "`[]`",
+           "feature transforms, in order"),
+    OBJECT_KEY("batch", batch, false, "see below", "batching"),
+};
+const dpp_object_t dpp_spec_root = {"$", root_fields, COUNT(root_fields)};
+
+/* ---- walking the table ---- */
+
+static void put_uint(void *at, size_t size, uint64_t v)
+{
+    switch (size) {
+    case 1: *(uint8_t *)at = (uint8_t)v; break;
+    case 4: *(uint32_t *)at = (uint32_t)v; break;
+    default: *(uint64_t *)at = v; break;
+    }
+}
+
+/* Every default of object (and the objects inside it), before the spec is
+ * read: a key that is absent, or an object that is, keeps them. */
+static void apply_defaults(dpp_parse_t *p, const dpp_object_t *object, sl_pipeline_job_t *job)
+{
+    for (uint32_t i = 0; i < object->count; i++) {
+        const dpp_field_t *f = &object->fields[i];
+        void *at = (char *)job + f->offset;
+        if (f->type == FIELD_OBJECT)
+            apply_defaults(p, f->object, job);
+        else if (f->type == FIELD_STRING && f->def.s != NULL)
+            p->nomem |= (*(char **)at = dpp_str_dup(f->def.s)) == NULL;
+        else if (f->type == FIELD_UINT || f->type == FIELD_BOOL || f->type == FIELD_ENUM)
+            put_uint(at, f->size, f->def.u);
+    }
+}
+
+static void parse_object(dpp_parse_t *p, const json_t *obj, const dpp_object_t *object,
+                         sl_pipeline_job_t *job);
+
+static void parse_field(dpp_parse_t *p, const json_t *v, const dpp_field_t *f, const char *path,
+                        sl_pipeline_job_t *job)
+{
+    void *at = (char *)job + f->offset;
+    switch (f->type) {
+    case FIELD_STRING:
+        if (!is_name(v)) {
+            sl_pipeline_problems_add(p->problems, "%s: must be a non-empty string", path);
+            return;
+        }
+        if (f->parse != NULL) f->parse(p, v, path, job);
+        dpp_str_free(*(char **)at);
+        p->nomem |= (*(char **)at = dpp_str_dup(json_string_value(v))) == NULL;
+        return;
+    case FIELD_UINT:
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            (uint64_t)json_integer_value(v) < f->lo || (uint64_t)json_integer_value(v) > f->hi) {
+            sl_pipeline_problems_add(p->problems, "%s: must be an integer in [%" PRIu64 ", %" PRIu64 "]", path, f->lo, f->hi);
+            return;
+        }
+        put_uint(at, f->size, (uint64_t)json_integer_value(v));
+        return;
+    case FIELD_BOOL:
+        if (!json_is_boolean(v)) {
+            sl_pipeline_problems_add(p->problems, "%s: must be true or false", path);
+            return;
+        }
+        put_uint(at, f->size, json_is_true(v));
+        return;
+    case FIELD_ENUM: {
+        if (!is_name(v)) {
+            sl_pipeline_problems_add(p->problems, "%s: must be a non-empty string", path);
+            return;
+        }
+        for (uint64_t k = 0; f->choices[k] != NULL; k++)
+            if (strcmp(f->choices[k], json_string_value(v)) == 0) {
+                put_uint(at, f->size, k);
+                return;
+            }
+        char choices[256] = "";
+        for (size_t k = 0, n = 0; f->choices[k] != NULL; k++)
+            n += (size_t)snprintf(choices + n, n < sizeof choices ? sizeof choices - n : 0,
+                                  "%s\"%s\"",
+                                  k == 0                         ? ""
+                                  : f->choices[k + 1] == NULL    ? " or "
+                                                                 : ", ",
+                                  f->choices[k]);
+        sl_pipeline_problems_add(p->problems, "%s: %s, not \"%.64s\"", path, choices, json_string_value(v));
+        return;
+    }
+    case FIELD_OBJECT:
+        if (!json_is_object(v)) {
+            sl_pipeline_problems_add(p->problems, "%s: must be an object", path);
+            return;
+        }
+        parse_object(p, v, f->object, job);
+        return;
+    case FIELD_CUSTOM: f->parse(p, v, path, job); return;
+    }
+}
+
+/* Unknown keys first (so they lead the list), then every key of the table. */
+static void parse_object(dpp_parse_t *p, const json_t *obj, const dpp_object_t *object,
+                         sl_pipeline_job_t *job)
+{
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)obj, key, v)
+    {
+        bool known = false;
+        for (uint32_t i = 0; i < object->count && !known; i++)
+            known = strcmp(object->fields[i].name, key) == 0;
+        if (!known) sl_pipeline_problems_add(p->problems, "%s.%s: unknown key", object->path, key);
+    }
+    for (uint32_t i = 0; i < object->count; i++) {
+        const dpp_field_t *f = &object->fields[i];
+        char path[128];
+        snprintf(path, sizeof path, "%s.%s", object->path, f->name);
+        v = json_object_get(obj, f->name);
+        if (v != NULL)
+            parse_field(p, v, f, path, job);
+        else if (f->required)
+            sl_pipeline_problems_add(p->problems, "%s: missing (required)", path);
+    }
+}
+
+sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
+                                   sl_pipeline_problems_t *problems, sl_error_t *err)
+{
+    *out = NULL;
+    sl_pipeline_problems_t local = {0};
+    dpp_parse_t p = {problems != NULL ? problems : &local, false};
+    uint32_t before = p.problems->count;
+    sl_pipeline_job_t *job = sl_calloc(NULL, 1, sizeof *job);
+    if (job == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
+    apply_defaults(&p, &dpp_spec_root, job);
+    if (!json_is_object(spec))
+        sl_pipeline_problems_add(p.problems, "$: a job spec must be a JSON object");
+    else
+        parse_object(&p, spec, &dpp_spec_root, job);
+    sl_err_t rc = SL_OK;
+    if (p.nomem || p.problems->nomem) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
+    } else if (p.problems->count > before) {
+        rc = sl_pipeline_problems_error(p.problems, before, "job spec", err);
+    }
+    sl_pipeline_problems_free(&local);
+    if (rc != SL_OK) {
+        sl_pipeline_job_destroy(job);
+        return rc;
+    }
+    *out = job;
+    return SL_OK;
+}
+
+sl_err_t sl_pipeline_job_parse(const char *text, size_t len, sl_pipeline_job_t **out,
+                               sl_pipeline_problems_t *problems, sl_error_t *err)
+{
+    *out = NULL;
+    json_error_t je;
+    json_t *spec = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (spec == NULL) {
+        if (problems != NULL &&
+            !sl_pipeline_problems_add(problems, "$: not valid JSON: %s (line %d, column %d)",
+                                      je.text, je.line, je.column))
+            return sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "job spec: $: not valid JSON: %s (line %d, column %d)",
+                            je.text, je.line, je.column);
+    }
+    sl_err_t rc = sl_pipeline_job_from_json(spec, out, problems, err);
+    json_decref(spec);
+    return rc;
+}
+
+sl_err_t sl_pipeline_job_load(const char *path, sl_pipeline_job_t **out,
+                              sl_pipeline_problems_t *problems, sl_error_t *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return sl_error_set(err, errno == ENOENT ? SL_ERR_NOT_FOUND : SL_ERR_IO, "job spec %s: %s",
+                            path, strerror(errno));
+    char *buf = sl_alloc(NULL, SPEC_BYTES_MAX + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return sl_error_set(err, SL_ERR_NOMEM, "job spec %s: out of memory", path);
+    }
+    size_t len = fread(buf, 1, SPEC_BYTES_MAX + 1, f);
+    bool bad = ferror(f);
+    fclose(f);
+    sl_err_t rc;
+    if (bad) {
+        rc = sl_error_set(err, SL_ERR_IO, "job spec %s: read failed", path);
+    } else if (len > SPEC_BYTES_MAX) {
+        rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job spec %s: larger than %u bytes", path,
+                          SPEC_BYTES_MAX);
+    } else {
+        rc = sl_pipeline_job_parse(buf, len, out, problems, err);
+        if (rc != SL_OK) sl_error_prefix(err, "%s: ", path);
+    }
+    sl_free(NULL, buf, SPEC_BYTES_MAX + 1);
+    if (rc == SL_OK) {
+        /* Relative vocabulary files resolve against the spec's directory. */
+        const char *slash = strrchr(path, '/');
+        if (slash != NULL) {
+            size_t n = (size_t)(slash - path) + 1;
+            char *dir = sl_alloc(NULL, n + 1);
+            if (dir == NULL) {
+                sl_pipeline_job_destroy(*out);
+                *out = NULL;
+                return sl_error_set(err, SL_ERR_NOMEM, "job spec %s: out of memory", path);
+            }
+            memcpy(dir, path, n);
+            dir[n] = '\0';
+            (*out)->base_dir = dir;
+        }
+    }
+    return rc;
+}

@@ -1,0 +1,309 @@
+/* The lease client (lease_client.h): the leases a worker holds, the split
+ * source the worker's reader consumes (source.h) with its lease hooks,
+ * and the client's start and end. The control connection is in
+ * lease_conn.c, the control thread in lease_control.c; the rules for the
+ * two locks are in lease_client_internal.h. */
+#include "dpp/worker/lease_client.h"
+
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "dpp/worker/lease_client_internal.h"
+#include "rpc/auth.h"
+
+#define DEFAULT_TIMEOUT_MS 5000
+#define DEFAULT_MAX_TODO 65536
+
+void dpp_lease_timed_wait(sl_worker_lease_client_t *ms, uint64_t ms_wait)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (ms_wait % 1000) * 1000000ull;
+    ts.tv_sec += (time_t)(ms_wait / 1000 + ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    sl_cond_timedwait(&ms->cv, &ms->mu, &ts);
+}
+
+char *dpp_lease_dup_str(const sl_allocator_t *a, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = sl_alloc(a, n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+void dpp_lease_free_str(const sl_allocator_t *a, char *s)
+{
+    if (s) sl_free(a, s, strlen(s) + 1);
+}
+
+void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
+{
+    if (!l) return;
+    dpp_lease_free_str(ms->a, l->path);
+    if (l->todo) sl_free(ms->a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
+    if (l->empty) sl_free(ms->a, l->empty, (size_t)l->num_empty * sizeof *l->empty);
+    dpp_lease_free_str(ms->a, l->fail_msg);
+    sl_free(ms->a, l, sizeof *l);
+}
+
+bool dpp_lease_gone(const lease_t *l)
+{
+    return l->revoked && !l->reporting && (!l->handed || (l->read_done && l->outstanding == 0)) &&
+           (!l->failed || l->fail_reported);
+}
+
+void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l)
+{
+    for (lease_t **pp = &ms->leases; *pp; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    dpp_lease_free(ms, l);
+    ms->st.leases_held--;
+}
+
+/* ---- split source callbacks ---- */
+
+static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    lease_t *l = NULL;
+    sl_err_t rc = dpp_lease_get(ms, 0, true, &l, err);
+    if (rc) return rc;
+    *out = (sl_worker_work_t){.split = &l->sp,
+                              .epoch = l->epoch,
+                              .split_id = l->split,
+                              .lease = l,
+                              .todo = l->todo,
+                              .num_todo = l->num_todo,
+                              .generation = l->generation,
+                              .rank_plus_one = l->rank_plus_one};
+    return SL_OK;
+}
+
+static void src_done(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_range_t *empty,
+                     uint32_t num_empty)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    lease_t *l = w->lease;
+    if (!l) return;
+    sl_dpp_row_range_t *e = NULL;
+    if (num_empty && (e = sl_alloc(ms->a, (size_t)num_empty * sizeof *e)))
+        memcpy(e, empty, (size_t)num_empty * sizeof *e);
+    sl_mutex_lock(&ms->mu);
+    l->read_done = true;
+    if (num_empty && !e) {
+        /* Out of memory: without its empty ranges the split cannot be
+         * reported; dropping the lease lets it expire and be read again. */
+        l->revoked = true;
+    } else {
+        l->empty = e;
+        l->num_empty = num_empty;
+    }
+    if (dpp_lease_gone(l))
+        dpp_lease_remove(ms, l);
+    else
+        pthread_cond_broadcast(&ms->cv);
+    sl_mutex_unlock(&ms->mu);
+}
+
+static void src_made(void *ctx, void *lease)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    sl_mutex_lock(&ms->mu);
+    ((lease_t *)lease)->outstanding++;
+    sl_mutex_unlock(&ms->mu);
+}
+
+static bool src_live(void *ctx, void *lease)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    sl_mutex_lock(&ms->mu);
+    bool live = !((lease_t *)lease)->revoked;
+    sl_mutex_unlock(&ms->mu);
+    return live;
+}
+
+static void src_retire(void *ctx, void *lease, bool acked)
+{
+    (void)acked;
+    sl_worker_lease_client_t *ms = ctx;
+    lease_t *l = lease;
+    sl_mutex_lock(&ms->mu);
+    if (l->outstanding) l->outstanding--;
+    if (l->outstanding == 0 && l->read_done) {
+        if (dpp_lease_gone(l))
+            dpp_lease_remove(ms, l);
+        else
+            pthread_cond_broadcast(&ms->cv); /* the control thread reports it */
+    }
+    sl_mutex_unlock(&ms->mu);
+}
+
+static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    lease_t *l = lease;
+    sl_mutex_lock(&ms->mu);
+    if (!l->failed) {
+        l->failed = true;
+        l->revoked = true; /* not live: its batches still queued are dropped unsent */
+        l->fail_code = code;
+        l->fail_stripe = stripe;
+        l->fail_msg = dpp_lease_dup_str(ms->a, msg ? msg : ""); /* NULL: reported as "" */
+        ms->st.splits_failed++;
+        pthread_cond_broadcast(&ms->cv); /* the control thread reports it */
+    }
+    sl_mutex_unlock(&ms->mu);
+}
+
+static void src_cancel(void *ctx)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    sl_mutex_lock(&ms->mu);
+    ms->cancel = true;
+    ms->worker = NULL;
+    pthread_cond_broadcast(&ms->cv);
+    sl_mutex_unlock(&ms->mu);
+    if (ms->thread_started) pthread_join(ms->thread, NULL);
+    ms->thread_started = false;
+}
+
+static void src_destroy(void *ctx)
+{
+    sl_worker_lease_client_destroy(ctx);
+}
+
+sl_worker_source_t sl_worker_lease_client_source(sl_worker_lease_client_t *ms)
+{
+    return (sl_worker_source_t){.next = src_next,
+                                .done = src_done,
+                                .destroy = src_destroy,
+                                .cancel = src_cancel,
+                                .lease_made = src_made,
+                                .lease_live = src_live,
+                                .lease_retire = src_retire,
+                                .lease_failed = src_failed,
+                                .ctx = ms};
+}
+
+/* ---- public ---- */
+
+sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
+                                    sl_worker_lease_client_t **out, sl_error_t *err)
+{
+    if (!opts || !opts->master || !opts->worker_id || !opts->serve_address)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "master source: master, worker_id and serve_address are required");
+    if (opts->job_id && strlen(opts->job_id) >= 256)
+        return sl_error_set(err, SL_ERR_INVALID, "master source: job id longer than 255 bytes");
+    const sl_allocator_t *a = opts->allocator ? opts->allocator : sl_allocator_default();
+    sl_worker_lease_client_t *ms = sl_calloc(a, 1, sizeof *ms);
+    if (!ms) return sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
+    ms->a = a;
+    ms->o = *opts;
+    if (ms->o.connect_timeout_ms <= 0) ms->o.connect_timeout_ms = DEFAULT_TIMEOUT_MS;
+    if (!ms->o.max_todo) ms->o.max_todo = DEFAULT_MAX_TODO;
+    ms->fd = -1;
+    if (getrandom(&ms->incarnation, sizeof ms->incarnation, 0) != sizeof ms->incarnation)
+        ms->incarnation =
+            (uint64_t)dpp_lease_mono_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+    if (ms->incarnation == 0) ms->incarnation = 1; /* 0: "not told" to the master */
+    sl_mutex_init(&ms->conn_mu);
+    sl_mutex_init(&ms->mu);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&ms->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    ms->master = dpp_lease_dup_str(a, opts->master);
+    ms->worker_id = dpp_lease_dup_str(a, opts->worker_id);
+    ms->serve_address = dpp_lease_dup_str(a, opts->serve_address);
+    ms->admin_address = dpp_lease_dup_str(a, opts->admin_address ? opts->admin_address : "");
+    ms->secret = opts->cluster_secret ? strdup(opts->cluster_secret) : NULL;
+    ms->o.cluster_secret = NULL; /* ms->secret is the copy */
+    if (opts->job_id) snprintf(ms->job_id, sizeof ms->job_id, "%s", opts->job_id);
+    snprintf(ms->st.job_id, sizeof ms->st.job_id, "%s", ms->job_id);
+    sl_err_t rc;
+    if (!ms->master || !ms->worker_id || !ms->serve_address || !ms->admin_address ||
+        (opts->cluster_secret && !ms->secret)) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
+        goto fail;
+    }
+    sl_mutex_lock(&ms->conn_mu);
+    rc = dpp_lease_connect(ms, err);
+    sl_mutex_unlock(&ms->conn_mu);
+    if (rc) goto fail;
+    if (pthread_create(&ms->thread, NULL, dpp_lease_control_main, ms) != 0) {
+        rc = sl_error_set(err, SL_ERR_IO, "master source: cannot start the control thread");
+        goto fail;
+    }
+    ms->thread_started = true;
+    *out = ms;
+    return SL_OK;
+fail:
+    sl_worker_lease_client_destroy(ms);
+    return rc;
+}
+
+sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeout_ms,
+                                         const char **job_id, const char **spec_json,
+                                         sl_error_t *err)
+{
+    uint64_t deadline =
+        timeout_ms < 0 ? 0 : dpp_lease_mono_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
+    lease_t *l = NULL;
+    sl_mutex_lock(&ms->mu);
+    bool have = ms->spec_json != NULL;
+    sl_mutex_unlock(&ms->mu);
+    if (!have) {
+        sl_err_t rc = dpp_lease_get(ms, deadline, false, &l, err);
+        if (rc) return rc;
+    }
+    *job_id = ms->job_id;
+    *spec_json = ms->spec_json;
+    return SL_OK;
+}
+
+void sl_worker_lease_client_attach(sl_worker_lease_client_t *ms, sl_worker_t *w)
+{
+    sl_mutex_lock(&ms->mu);
+    if (!ms->cancel) ms->worker = w;
+    sl_mutex_unlock(&ms->mu);
+}
+
+void sl_worker_lease_client_stats(sl_worker_lease_client_t *ms, sl_worker_lease_client_stats_t *out)
+{
+    sl_mutex_lock(&ms->mu);
+    *out = ms->st;
+    out->lease_timeout_ms = ms->lease_timeout_ms;
+    out->heartbeat_ms = ms->heartbeat_ms;
+    sl_mutex_unlock(&ms->mu);
+}
+
+void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms)
+{
+    if (!ms) return;
+    src_cancel(ms);
+    while (ms->leases) {
+        lease_t *l = ms->leases;
+        ms->leases = l->next;
+        dpp_lease_free(ms, l);
+    }
+    sl_mutex_lock(&ms->conn_mu); /* nobody else is left: the rule, not a wait */
+    dpp_lease_disconnect(ms);
+    sl_mutex_unlock(&ms->conn_mu);
+    dpp_lease_free_str(ms->a, ms->master);
+    dpp_lease_free_str(ms->a, ms->worker_id);
+    dpp_lease_free_str(ms->a, ms->serve_address);
+    dpp_lease_free_str(ms->a, ms->admin_address);
+    dpp_lease_free_str(ms->a, ms->spec_json);
+    sl_rpc_secret_free(ms->secret);
+    sl_mutex_destroy(&ms->conn_mu);
+    sl_mutex_destroy(&ms->mu);
+    pthread_cond_destroy(&ms->cv);
+    sl_free(ms->a, ms, sizeof *ms);
+}

@@ -1,0 +1,86 @@
+/* Private to the worker runtime: worker.c (lifecycle, transform threads,
+ * the budget they share) and reader.c (the reader thread). */
+#ifndef SLUICE_DPP_WORKER_WORKER_INTERNAL_H
+#define SLUICE_DPP_WORKER_WORKER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "common/lock.h"
+#include "dpp/pipeline/plan.h"
+#include "dpp/worker/batcher.h"
+#include "dpp/worker/queue.h"
+#include "dpp/worker/worker.h"
+
+/* A work queue message (sl_worker_msg_t.ptr): a batch on its way from the
+ * batcher to the server, with the lease part of its origin. */
+typedef struct dpp_worker_batch {
+    sl_batch_t *batch;
+    sl_worker_lease_origin_t lease; /* handle NULL: a batch of no lease */
+} dpp_worker_batch_t;
+
+struct sl_worker {
+    const sl_pipeline_job_t *job;
+    const sl_allocator_t *a;
+    sl_worker_opts_t o;
+    char worker_id[64];
+    sl_wh_table_t *table;
+    sl_wh_filter_t *filter;
+    sl_wh_splits_t *splits;
+    sl_pipeline_plan_t *plan;
+    sl_worker_source_t source;
+    sl_dedup_group_spec_t *groups;
+    uint32_t num_groups;
+    uint64_t job_hash;
+    bool dedup_form; /* read storage-dedup groups as IKJTs: they are the job's groups */
+    sl_worker_budget_t *budget;
+    sl_worker_queue_t *work; /* reader -> transform threads: dpp_worker_batch_t * */
+    sl_worker_server_t *server;
+    pthread_t reader;
+    pthread_t *xform;
+    uint32_t threads, started_threads;
+    bool reader_started;
+    atomic_bool stopping;
+    atomic_uint running;  /* transform threads still running */
+    bool master_mode;     /* the source leases splits (it has lease hooks) */
+    bool listen_fd_owned; /* opts.listen_fd not yet handed to the server */
+    sl_mutex_t mu;        /* guards st and failure */
+    sl_worker_stats_t st;
+    sl_err_t fail_code;
+    char fail_msg[SL_ERROR_MSG_MAX];
+    bool stopped;
+};
+
+static inline uint64_t now_ns(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Is rc an error of the data being read or transformed (a split that cannot
+ * be read: reported to the master) rather than of the worker (memory,
+ * stopping, a broken protocol: the worker fails)? */
+static inline bool dpp_worker_split_error(sl_err_t rc)
+{
+    return rc != SL_OK && rc != SL_ERR_NOMEM && rc != SL_ERR_CLOSED && rc != SL_ERR_PROTOCOL &&
+           rc != SL_ERR_TIMEOUT && rc != SL_ERR_AGAIN;
+}
+
+/* worker.c */
+/* Record the first failure, tell clients, and stop the pipeline (takes
+ * w->mu, and after it the server's lock). */
+void dpp_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg) SL_EXCLUDES(w->mu);
+/* A strict acquire of the budget for what (a stage holding held bytes);
+ * its refusal as the worker's error, naming what did not fit. */
+sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, const char *what,
+                                sl_error_t *err);
+/* Free a work queue message that will not be processed (its bytes, its
+ * batch, and its lease's share: the batch is retired). */
+void dpp_worker_drop_msg(sl_worker_t *w, const sl_worker_msg_t *m);
+
+/* reader.c: the reader thread (arg: the worker). */
+void *dpp_worker_reader_main(void *arg);
+
+#endif
