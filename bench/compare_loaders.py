@@ -51,7 +51,11 @@ what a training run does once (imports, tracing the tf.data graph,
 ray.init) is outside it. CPU time is that of the peer's whole process tree
 (threads, loader workers, the sluice worker, Ray's raylet and workers),
 from /proc; "others" is what the rest of the machine used meanwhile, in
-cores.
+cores. The sluice peer's CPU is also split into its worker process and the
+trainer process (the Python loop, the client library). After the summary:
+the memcpy limit (a copy of the 368 bytes of one sample's tensors, in this
+process) next to sluice's CPU per sample, and issue 15's target (sluice's
+CPU per sample <= the numpy path's / 1.5) with its verdict.
 
     /usr/bin/python3 bench/compare_loaders.py --sluice build/sluice [--rows 1000000]
 """
