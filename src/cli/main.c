@@ -17,6 +17,7 @@ static const struct {
     {"read", sl_cli_read, &sl_cli_read_cmd, NULL},
     {"submit", sl_cli_submit, &sl_cli_submit_cmd, NULL},
     {"master", sl_cli_master, &sl_cli_master_cmd, NULL},
+    {"jobs", sl_cli_jobs, NULL, "list, show, delete, scale and resubmit a master's jobs"},
 };
 
 static void usage(FILE *out)
