@@ -30,9 +30,9 @@ static const sl_cli_opt_t client_opts[] = {
      "give up on one request (connect, send, answer) after S seconds"},
 };
 
-const sl_cli_group_t sl_cli_admin_client_group = {
-    "admin client", "admin client options", client_opts,
-    sizeof client_opts / sizeof client_opts[0]};
+const sl_cli_group_t sl_cli_admin_client_group = {"admin client", "admin client options",
+                                                  client_opts,
+                                                  sizeof client_opts / sizeof client_opts[0]};
 
 struct sl_cli_http {
     const char *cmd;
@@ -103,7 +103,11 @@ int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args, sl_
         return 1;
     }
     c->cmd = cmd;
-    int n = snprintf(c->base, sizeof c->base, "%s%s", has_scheme ? "" : args->tls_ca ? "https://" : "http://", a);
+    int n = snprintf(c->base, sizeof c->base, "%s%s",
+                     has_scheme     ? ""
+                     : args->tls_ca ? "https://"
+                                    : "http://",
+                     a);
     if (n < 0 || (size_t)n >= sizeof c->base) {
         sl_free(NULL, c, sizeof *c);
         return sl_cli_usage_error(cmd, "--admin '%s': too long", a);
@@ -193,7 +197,9 @@ int sl_cli_http_request(sl_cli_http_t *c, const char *method, const char *path, 
         fprintf(stderr, "sluice %s: %s: the reply is over %u bytes\n", c->cmd, r->url, MAX_REPLY);
     else
         fprintf(stderr, "sluice %s: %s: %s\n", c->cmd, r->url,
-                rc == CURLE_OK ? "out of memory" : why[0] != '\0' ? why : curl_easy_strerror(rc));
+                rc == CURLE_OK   ? "out of memory"
+                : why[0] != '\0' ? why
+                                 : curl_easy_strerror(rc));
     sl_cli_http_reply_free(r);
     return -1;
 }
@@ -203,9 +209,9 @@ void sl_cli_http_print_refusal(const sl_cli_http_t *c, const sl_cli_http_reply_t
     json_t *j = json_loads(r->body != NULL ? r->body : "", 0, NULL);
     const char *e = json_string_value(json_object_get(j, "error"));
     fprintf(stderr, "sluice %s: %s: HTTP %ld: %s\n", c->cmd, r->url, r->status,
-            e != NULL                           ? e
-            : r->body != NULL && r->len > 0     ? r->body
-                                                : "(no body)");
+            e != NULL                       ? e
+            : r->body != NULL && r->len > 0 ? r->body
+                                            : "(no body)");
     /* a refused spec: every problem, one per line */
     json_t *problems = json_object_get(j, "problems");
     for (size_t i = 0; i < json_array_size(problems); i++)
@@ -214,8 +220,8 @@ void sl_cli_http_print_refusal(const sl_cli_http_t *c, const sl_cli_http_reply_t
     json_decref(j);
 }
 
-bool sl_cli_http_path(sl_cli_http_t *c, const char *prefix, const char *segment,
-                      const char *suffix, char *out, size_t cap)
+bool sl_cli_http_path(sl_cli_http_t *c, const char *prefix, const char *segment, const char *suffix,
+                      char *out, size_t cap)
 {
     char *esc = curl_easy_escape(c->curl, segment, 0);
     if (esc == NULL) return false;

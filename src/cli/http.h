@@ -33,8 +33,7 @@ typedef struct sl_cli_http sl_cli_http_t;
  * sl_cli_http_destroy. @return 0, or 1 with the reason printed on stderr
  * ("sluice jobs: --token-file /x: cannot open: ..."), or 2 for a usage
  * error (--tls-ca with an http:// address). */
-int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args,
-                    sl_cli_http_t **out);
+int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args, sl_cli_http_t **out);
 void sl_cli_http_destroy(sl_cli_http_t *c);
 
 /* The reply of one request: the status and the body (NUL-terminated). */
@@ -42,7 +41,7 @@ typedef struct sl_cli_http_reply {
     long status;
     char *body;
     size_t len, cap;
-    bool too_big; /* over the bound: the transfer was stopped */
+    bool too_big;  /* over the bound: the transfer was stopped */
     char url[528]; /* what was asked: "GET https://h:7071/jobs/x" */
 } sl_cli_http_reply_t;
 
@@ -64,7 +63,7 @@ void sl_cli_http_print_refusal(const sl_cli_http_t *c, const sl_cli_http_reply_t
 /* prefix, then segment percent-encoded (libcurl's), then suffix into out
  * ("/jobs/" "a b" "/scale" -> "/jobs/a%20b/scale"). @return false when it
  * does not fit or out of memory. */
-bool sl_cli_http_path(sl_cli_http_t *c, const char *prefix, const char *segment,
-                      const char *suffix, char *out, size_t cap);
+bool sl_cli_http_path(sl_cli_http_t *c, const char *prefix, const char *segment, const char *suffix,
+                      char *out, size_t cap);
 
 #endif

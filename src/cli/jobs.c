@@ -52,7 +52,10 @@ static const sl_cli_group_t json_group = SL_CLI_OWN_GROUP(json_opt);
 static const sl_cli_group_t scale_group = SL_CLI_OWN_GROUP(scale_opts);
 static const sl_cli_group_t resubmit_group = SL_CLI_OWN_GROUP(resubmit_opts);
 
-#define CLIENT {&sl_cli_admin_client_group, J(client)}
+#define CLIENT                                                                                     \
+    {                                                                                              \
+        &sl_cli_admin_client_group, J(client)                                                      \
+    }
 
 const sl_cli_cmd_t sl_cli_jobs_list_cmd = {
     .name = "jobs list",
@@ -139,8 +142,8 @@ static const char *jstr(const json_t *o, const char *key)
 
 static void list_header(void)
 {
-    printf(ROW_FMT, "ID", "STATE", "EPOCH", "SPLITS DONE", "ROWS COMMITTED", "WORKERS",
-           "CLIENTS", "RANKS");
+    printf(ROW_FMT, "ID", "STATE", "EPOCH", "SPLITS DONE", "ROWS COMMITTED", "WORKERS", "CLIENTS",
+           "RANKS");
 }
 
 /* One job as a row. The epoch is 1-based for people ("1/2"); a finished
@@ -160,8 +163,7 @@ static void list_row(const json_t *j)
     snprintf(clients, sizeof clients, "%" JSON_INTEGER_FORMAT, jint(j, "clients"));
     snprintf(ranks, sizeof ranks, "%" JSON_INTEGER_FORMAT " %s", jint(j, "ranks"),
              jstr(j, "sharding"));
-    printf(ROW_FMT, jstr(j, "id"), jstr(j, "state"), epoch, splits, rows, workers, clients,
-           ranks);
+    printf(ROW_FMT, jstr(j, "id"), jstr(j, "state"), epoch, splits, rows, workers, clients, ranks);
 }
 
 /* One job, a field a line, in the master's order; nested objects (a
@@ -170,7 +172,8 @@ static void show_job(const json_t *j)
 {
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)j, key, v) {
+    json_object_foreach((json_t *)j, key, v)
+    {
         printf("%-17s ", key);
         if (json_is_string(v)) {
             printf("%s\n", json_string_value(v));
@@ -211,8 +214,7 @@ static int print_answer(verb_t verb, const json_t *j, bool as_json, const char *
         printf("removed job %s\n", jstr(j, "id"));
         return 0;
     case SCALE:
-        printf("job %s: asked for %" JSON_INTEGER_FORMAT " workers, set %" JSON_INTEGER_FORMAT
-               "\n",
+        printf("job %s: asked for %" JSON_INTEGER_FORMAT " workers, set %" JSON_INTEGER_FORMAT "\n",
                jstr(j, "id"), jint(j, "requested"), jint(j, "workers"));
         return 0;
     }
@@ -243,7 +245,8 @@ static int run(verb_t verb, const sl_cli_cmd_t *cmd, const jobs_args_t *a)
     char path[1024] = "/jobs";
     static const char *const suffix[] = {"", "", "", "/scale", "/resubmit"};
     static const char *const method[] = {"GET", "GET", "DELETE", "POST", "POST"};
-    if (code == 0 && id != NULL && !sl_cli_http_path(c, "/jobs/", id, suffix[verb], path, sizeof path)) {
+    if (code == 0 && id != NULL &&
+        !sl_cli_http_path(c, "/jobs/", id, suffix[verb], path, sizeof path)) {
         fprintf(stderr, "sluice %s: job id '%.64s...' too long\n", cmd->name, id);
         code = 1;
     }

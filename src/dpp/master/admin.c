@@ -9,7 +9,8 @@
  *   GET    /jobs  /jobs/{id}
  *   POST   /jobs               (token)  submit
  *   DELETE /jobs/{id}          (token)  remove; DELETE /jobs {"id": ...} too
- *   POST   /jobs/{id}/scale    (token)  {"workers": N} */
+ *   POST   /jobs/{id}/scale    (token)  {"workers": N}
+ *   POST   /jobs/{id}/resubmit (token)  {"resume_token(s)": ...}: start it again */
 #include <stdlib.h>
 #include <string.h>
 
@@ -542,13 +543,82 @@ static void h_job_scale(void *ctx, const sl_admin_request_t *req, sl_admin_respo
                                   (json_int_t)want, "workers", (json_int_t)set));
 }
 
+/* POST /jobs/{id}/resubmit {"resume_token": B64} or {"resume_tokens":
+ * [B64, ...]}: the job started again from the tokens, in one step (the
+ * tokens checked before the job is replaced); 200 with the new job. */
+static void h_job_resubmit(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_t *body = sl_admin_parse_json(req, resp);
+    if (!body) return;
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        if (strcmp(key, "resume_token") != 0 && strcmp(key, "resume_tokens") != 0) {
+            sl_admin_reply_error(resp, 400,
+                                 "$.%s: unknown key (\"resume_token\" or \"resume_tokens\")", key);
+            json_decref(body);
+            return;
+        }
+    }
+    const json_t *one = json_object_get(body, "resume_token");
+    const json_t *many = json_object_get(body, "resume_tokens");
+    size_t n = one != NULL ? 1 : json_array_size(many);
+    if ((one != NULL) == (many != NULL) || n == 0 || n > SL_MASTER_MAX_RESUME_TOKENS) {
+        sl_admin_reply_error(resp, 400,
+                             "body: give \"resume_token\" (base64) or \"resume_tokens\" (an "
+                             "array of 1..%d base64 strings, one per rank)",
+                             SL_MASTER_MAX_RESUME_TOKENS);
+        json_decref(body);
+        return;
+    }
+    gnutls_datum_t *tok = calloc(n, sizeof *tok);
+    const uint8_t **token = calloc(n, sizeof *token);
+    size_t *len = calloc(n, sizeof *len);
+    sl_error_t err = {0};
+    sl_err_t rc = tok != NULL && token != NULL && len != NULL
+                      ? SL_OK
+                      : sl_error_set(&err, SL_ERR_NOMEM, "body: %zu resume tokens", n);
+    for (size_t k = 0; rc == SL_OK && k < n; k++) {
+        if (!decode_token(one != NULL ? one : json_array_get(many, k), &tok[k])) {
+            rc = one != NULL ? sl_error_set(&err, SL_ERR_INVALID,
+                                            "body: \"resume_token\" is not base64")
+                             : sl_error_set(&err, SL_ERR_INVALID,
+                                            "body: \"resume_tokens\"[%zu] is not a base64 string",
+                                            k);
+            break;
+        }
+        token[k] = tok[k].data;
+        len[k] = tok[k].size;
+    }
+    json_decref(body);
+    if (rc == SL_OK) rc = sl_master_job_resubmit(ctx, req->param, token, len, (uint32_t)n, &err);
+    for (size_t k = 0; tok != NULL && k < n; k++)
+        gnutls_free(tok[k].data);
+    free(tok);
+    free(token);
+    free(len);
+    if (rc == SL_ERR_CORRUPT || rc == SL_ERR_TRUNCATED || rc == SL_ERR_VERSION) {
+        sl_error_prefix(&err, many != NULL ? "resume_tokens: " : "resume_token: ");
+        rc = err.code = SL_ERR_INVALID;
+    }
+    if (rc != SL_OK) {
+        reply_err(resp, rc, &err);
+        return;
+    }
+    json_t *j = NULL;
+    if (sl_master_admin_job_json(ctx, req->param, &j, &err) != SL_OK)
+        j = json_pack("{s:s}", "id", req->param);
+    sl_admin_reply_json(resp, 200, j);
+}
+
 static const sl_admin_route_t routes[] = {
     {"GET", "/healthz", false, h_healthz},         {"GET", "/readyz", false, h_readyz},
     {"GET", "/metrics", false, h_metrics},         {"GET", "/status", false, h_status},
     {"GET", "/workers", false, h_workers},         {"GET", "/jobs", false, h_jobs_list},
     {"POST", "/jobs", true, h_job_submit},         {"DELETE", "/jobs", true, h_jobs_delete},
     {"GET", "/jobs/{}", false, h_job_get},         {"DELETE", "/jobs/{}", true, h_job_delete},
-    {"POST", "/jobs/{}/scale", true, h_job_scale},
+    {"POST", "/jobs/{}/scale", true, h_job_scale}, {"POST", "/jobs/{}/resubmit", true, h_job_resubmit},
 };
 
 sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, sl_admin_t **out,
