@@ -73,7 +73,7 @@ const sl_cli_cmd_t sl_cli_jobs_show_cmd = {
     .about = "Shows one job of a DPP master (GET /jobs/{id}, every field docs/ADMIN.md "
              "describes), one field a line.",
     .args = "ID",
-    .args_doc = "the job id",
+    .args_doc = "job ID",
     .min_args = 1,
     .max_args = 1,
     .args_offset = J(id),
@@ -87,7 +87,7 @@ const sl_cli_cmd_t sl_cli_jobs_delete_cmd = {
     .about = "Removes a job (DELETE /jobs/{id}, journaled before the answer): its leases "
              "vanish, its workers stop, its trainers see the end of the job.",
     .args = "ID",
-    .args_doc = "the job id",
+    .args_doc = "job ID",
     .min_args = 1,
     .max_args = 1,
     .args_offset = J(id),
@@ -101,7 +101,7 @@ const sl_cli_cmd_t sl_cli_jobs_scale_cmd = {
     .about = "Sets a job's desired worker count by hand (POST /jobs/{id}/scale) and prints "
              "what was asked and what was set.",
     .args = "ID",
-    .args_doc = "the job id",
+    .args_doc = "job ID",
     .min_args = 1,
     .max_args = 1,
     .args_offset = J(id),
@@ -118,7 +118,7 @@ const sl_cli_cmd_t sl_cli_jobs_resubmit_cmd = {
              "finished, or failed) job is replaced, so a refused token leaves the job as it "
              "was.",
     .args = "ID",
-    .args_doc = "the job id",
+    .args_doc = "job ID",
     .min_args = 1,
     .max_args = 1,
     .args_offset = J(id),
