@@ -239,7 +239,8 @@ static int write_token(sl_trainer_t *t, const char *path)
 /* The signal that asked us to stop (0: none). The handler only stores it:
  * the loop below waits in slices and looks at it between them, so the
  * client is closed, the token written and the summary printed on the main
- * thread as at the job's end. SA_RESETHAND: a second signal kills. */
+ * thread as at the job's end. SA_RESETHAND: a second signal kills;
+ * SA_RESTART: a write of a batch's line to a full pipe goes on. */
 static volatile sig_atomic_t g_stop_signal;
 
 static void on_stop_signal(int sig)
@@ -249,7 +250,7 @@ static void on_stop_signal(int sig)
 
 static void catch_stop_signals(void)
 {
-    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESETHAND};
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESETHAND | SA_RESTART};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

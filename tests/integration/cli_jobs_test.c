@@ -1,0 +1,387 @@
+/* `sluice jobs` and `sluice submit` (src/cli/jobs.c, src/cli/http.c)
+ * through the real binary against a real `sluice master`: list, show,
+ * scale and delete with their exact output; a 404 and a 401 named by URL,
+ * status and the master's message; a connection refused named by URL; the
+ * admin endpoint over HTTPS (--tls-ca, and refused without it); a chunked
+ * reply; and the stop of `sluice read` on SIGINT and SIGTERM: summary
+ * printed, resume token written, `sluice jobs resubmit` starting the job
+ * again from it (each sample exactly once per epoch over both reads, two
+ * epochs), and a refused token leaving the job as it was. */
+#include "fleet_util.h"
+
+TestSuite(cli_jobs, .init = fu_setup, .fini = fu_teardown);
+
+#define ROWS 20000u
+#define EPOCHS 2u
+
+static char *out;
+
+/* `sluice ARGS...` (NULL-terminated) with $SLUICE_ADMIN_TOKEN set to token
+ * (NULL: unset); out gets stdout and stderr. @return the exit code. */
+static int sluice_tok(const char *token, const char *arg, ...)
+{
+    const char *args[32];
+    int n = 0;
+    va_list ap;
+    va_start(ap, arg);
+    for (const char *a = arg; a != NULL && n < 31; a = va_arg(ap, const char *))
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    free(out);
+    return fu_run(args, "SLUICE_ADMIN_TOKEN", token, &out);
+}
+
+#define SLUICE(...) sluice_tok(FU_TOKEN, __VA_ARGS__, NULL)
+
+Test(cli_jobs, list_show_scale_delete)
+{
+    fu_master_t m = {0};
+    char *job = fu_job_up(&m, "j-1", ROWS, EPOCHS, 1, "dynamic", 1);
+    char expect[1024];
+
+    cr_assert_eq(SLUICE("jobs", "list", "--admin", m.admin), 0, "%s", out);
+    snprintf(expect, sizeof expect,
+             "ID                       STATE     EPOCH   SPLITS DONE   ROWS COMMITTED         "
+             "   WORKERS   CLIENTS RANKS\n"
+             "j-1                      running   1/2     0/20          0/20000                 "
+             "  0/1       0       1 dynamic\n");
+    cr_assert_str_eq(out, expect);
+
+    /* --json: the master's answer as it came */
+    cr_assert_eq(SLUICE("jobs", "list", "--json", "--admin", m.admin), 0, "%s", out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(json_is_array(json_object_get(j, "jobs")), "%s", out);
+    cr_assert_eq(json_array_size(json_object_get(j, "jobs")), 1);
+    cr_assert_str_eq(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "jobs"), 0), "id")),
+        "j-1");
+    json_decref(j);
+
+    /* a URL form of the address, with a trailing '/' */
+    char url[128];
+    snprintf(url, sizeof url, "http://%s/", m.admin);
+    cr_assert_eq(SLUICE("jobs", "show", job, "--admin", url), 0, "%s", out);
+    const char *head = "id                j-1\nepoch             0\nepochs            2\n";
+    cr_assert(strncmp(out, head, strlen(head)) == 0, "%s", out);
+    cr_assert(strstr(out, "\nnum_splits        20\n") != NULL, "%s", out);
+    cr_assert(strstr(out, "\nfailure           null\n") != NULL, "%s", out);
+
+    /* scale: clamped to the job's bounds (1..1) */
+    cr_assert_eq(SLUICE("jobs", "scale", job, "--workers", "3", "--admin", m.admin), 0, "%s", out);
+    cr_assert_str_eq(out, "job j-1: asked for 3 workers, set 1\n");
+    cr_assert_eq(SLUICE("jobs", "scale", job, "--workers", "3", "--json", "--admin", m.admin), 0);
+    cr_assert_str_eq(out, "{\"id\":\"j-1\",\"requested\":3,\"workers\":1}\n");
+
+    /* 404 and 401, named by the URL, the status and the master's message */
+    cr_assert_eq(SLUICE("jobs", "show", "nope", "--admin", m.admin), 1);
+    snprintf(expect, sizeof expect,
+             "sluice jobs show: GET http://%s/jobs/nope: HTTP 404: no job 'nope'\n", m.admin);
+    cr_assert_str_eq(out, expect);
+    cr_assert_eq(sluice_tok("wrong", "jobs", "delete", job, "--admin", m.admin, NULL), 1);
+    snprintf(expect, sizeof expect,
+             "sluice jobs delete: DELETE http://%s/jobs/j-1: HTTP 401: missing or wrong bearer "
+             "token\n",
+             m.admin);
+    cr_assert_str_eq(out, expect);
+    /* a token from a file, as `sluice submit` takes it; and none at all */
+    cr_assert_eq(sluice_tok(NULL, "jobs", "scale", job, "--workers", "1", "--admin", m.admin, NULL),
+                 1);
+    snprintf(expect, sizeof expect,
+             "sluice jobs scale: POST http://%s/jobs/j-1/scale: HTTP 401: missing or wrong bearer "
+             "token\n",
+             m.admin);
+    cr_assert_str_eq(out, expect);
+    cr_assert_eq(sluice_tok(NULL, "jobs", "scale", job, "--workers", "1", "--admin", m.admin,
+                            "--token-file", m.token_file, NULL),
+                 0, "%s", out);
+
+    /* delete, then the list is empty and the job is gone */
+    cr_assert_eq(SLUICE("jobs", "delete", job, "--admin", m.admin), 0, "%s", out);
+    cr_assert_str_eq(out, "removed job j-1\n");
+    cr_assert_eq(SLUICE("jobs", "list", "--admin", m.admin), 0, "%s", out);
+    cr_assert_str_eq(out, "ID                       STATE     EPOCH   SPLITS DONE   ROWS "
+                          "COMMITTED            WORKERS   CLIENTS RANKS\n");
+    cr_assert_eq(SLUICE("jobs", "delete", job, "--admin", m.admin), 1);
+    snprintf(expect, sizeof expect,
+             "sluice jobs delete: DELETE http://%s/jobs/j-1: HTTP 404: no job 'j-1'\n", m.admin);
+    cr_assert_str_eq(out, expect);
+
+    /* nothing listening: the URL and libcurl's reason */
+    fu_master_stop(&m, SIGTERM);
+    cr_assert_eq(SLUICE("jobs", "list", "--admin", m.admin), 1);
+    snprintf(expect, sizeof expect, "sluice jobs list: GET http://%s/jobs: ", m.admin);
+    cr_assert(strncmp(out, expect, strlen(expect)) == 0, "%s", out);
+    cr_assert(strstr(out, "Couldn't connect to server") != NULL ||
+                  strstr(out, "Connection refused") != NULL,
+              "%s", out);
+    free(job);
+}
+
+/* The master's admin endpoint over HTTPS: `sluice submit` and `sluice
+ * jobs` verify it with --tls-ca; without the CA the certificate is
+ * refused. */
+Test(cli_jobs, https_with_tls_ca)
+{
+    char cert[300], key[300], table[300], spec_path[300], spec[1024];
+    snprintf(cert, sizeof cert, "%s/admin.crt", fu_dir);
+    snprintf(key, sizeof key, "%s/admin.key", fu_dir);
+    tu_make_cert(cert, key);
+    fu_gen(ROWS, 1000, 2, table, sizeof table);
+    fu_master_t m = {0};
+    snprintf(m.ctl, sizeof m.ctl, "127.0.0.1:%u", fu_free_port());
+    snprintf(m.admin, sizeof m.admin, "127.0.0.1:%u", fu_free_port());
+    snprintf(m.state, sizeof m.state, "%s/state", fu_dir);
+    snprintf(m.log, sizeof m.log, "%s/master.log", fu_dir);
+    snprintf(m.token_file, sizeof m.token_file, "%s/admin.token", fu_dir);
+    fu_write(m.token_file, FU_TOKEN "\n");
+    const char *bin = fu_binary();
+    const char *argv[] = {
+        bin,     "master",       "--listen",   m.ctl,        "--admin", m.admin,     "--state",
+        m.state, "--token-file", m.token_file, "--tls-cert", cert,      "--tls-key", key,
+        NULL};
+    m.pid = fu_spawn(argv, -1, m.log);
+    fu_master_pids[0] = m.pid;
+    double deadline = fu_now() + tu_timeout(15);
+    while (SLUICE("jobs", "list", "--admin", m.admin, "--tls-ca", cert, "--request-timeout-s",
+                  "2") != 0) {
+        cr_assert(fu_now() < deadline, "the HTTPS master did not answer: %s", out);
+        usleep(50 * 1000);
+    }
+    snprintf(spec_path, sizeof spec_path, "%s/job.json", fu_dir);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"tls\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":250}}", table);
+    fu_write(spec_path, spec);
+    char url[128];
+    snprintf(url, sizeof url, "https://%s", m.admin);
+    cr_assert_eq(SLUICE("submit", "--job", spec_path, "--admin", url, "--tls-ca", cert), 0, "%s",
+                 out);
+    cr_assert(strncmp(out, "{\"id\":\"tls\",", 12) == 0, "%s", out);
+    cr_assert_eq(SLUICE("jobs", "show", "tls", "--admin", m.admin, "--tls-ca", cert), 0, "%s", out);
+    cr_assert(strncmp(out, "id                tls\n", 22) == 0, "%s", out);
+    /* the system's CAs do not know a self-signed certificate */
+    cr_assert_eq(SLUICE("jobs", "list", "--admin", url), 1);
+    char expect[200];
+    snprintf(expect, sizeof expect, "sluice jobs list: GET https://%s/jobs: ", m.admin);
+    cr_assert(strncmp(out, expect, strlen(expect)) == 0, "%s", out);
+    cr_assert(strstr(out, "certificate") != NULL, "%s", out);
+    /* plain HTTP to it gets no HTTP answer */
+    snprintf(url, sizeof url, "http://%s", m.admin);
+    cr_assert_eq(SLUICE("jobs", "list", "--admin", url, "--request-timeout-s", "3"), 1);
+    fu_master_stop(&m, SIGTERM);
+}
+
+/* ---- a reply in chunked transfer encoding ---- */
+
+typedef struct chunked_server {
+    int lfd;
+    uint16_t port;
+    pthread_t th;
+} chunked_server_t;
+
+/* Answer one request with GET /jobs's JSON in three chunks. */
+static void *chunked_main(void *arg)
+{
+    chunked_server_t *s = arg;
+    int fd = accept(s->lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    char req[4096];
+    size_t len = 0;
+    req[0] = '\0';
+    while (len < sizeof req - 1 && strstr(req, "\r\n\r\n") == NULL) {
+        ssize_t n = recv(fd, req + len, sizeof req - 1 - len, 0);
+        if (n <= 0) break;
+        len += (size_t)n;
+        req[len] = '\0';
+    }
+    const char *parts[] = {
+        "{\"jobs\":[{",
+        "\"id\":\"c\",\"state\":\"finished\",\"epoch\":2,\"epochs\":2,\"done\":5,\"num_",
+        "splits\":5,\"committed_rows\":10,\"total_rows\":10,\"workers\":0,"
+        "\"granted_workers\":0,\"clients\":0,\"ranks\":2,\"sharding\":\"static\"}]}"};
+    char reply[2048];
+    int n = snprintf(reply, sizeof reply,
+                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+    for (int i = 0; i < 3; i++)
+        n += snprintf(reply + n, sizeof reply - (size_t)n, "%zx\r\n%s\r\n", strlen(parts[i]),
+                      parts[i]);
+    n += snprintf(reply + n, sizeof reply - (size_t)n, "0\r\n\r\n");
+    send(fd, reply, (size_t)n, MSG_NOSIGNAL);
+    close(fd);
+    return NULL;
+}
+
+Test(cli_jobs, chunked_reply)
+{
+    chunked_server_t s = {0};
+    s.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    cr_assert_eq(bind(s.lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    cr_assert_eq(listen(s.lfd, 4), 0);
+    socklen_t sl = sizeof sa;
+    getsockname(s.lfd, (struct sockaddr *)&sa, &sl);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(sa.sin_port));
+    pthread_create(&s.th, NULL, chunked_main, &s);
+    cr_assert_eq(SLUICE("jobs", "list", "--admin", addr), 0, "%s", out);
+    pthread_join(s.th, NULL);
+    close(s.lfd);
+    cr_assert_str_eq(out, "ID                       STATE     EPOCH   SPLITS DONE   ROWS "
+                          "COMMITTED            WORKERS   CLIENTS RANKS\n"
+                          "c                        finished  2/2     5/5           10/10       "
+                          "              0/0       0       2 static\n");
+}
+
+/* ---- sluice read stopped by a signal ---- */
+
+/* A `sluice read --master --json --token-out TOKEN` process whose stdout
+ * (a 1 MiB pipe) is not read until the test says so: it blocks on its
+ * first batches' lines, mid-epoch, until then. */
+static void reader_spawn(fu_reader_t *r, const fu_master_t *m, const char *job, const char *token,
+                         atomic_uint *seen, const char *log)
+{
+    memset(r, 0, sizeof *r);
+    r->rows = ROWS;
+    r->epochs = EPOCHS;
+    r->seen = seen;
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+    const char *bin = fu_binary();
+    const char *argv[] = {bin,      "read",       "--master", m->ctl,        "--job", job,
+                          "--json", "--prefetch", "2",        "--token-out", token,   NULL};
+    r->pid = fu_spawn(argv, p[1], log);
+    close(p[1]);
+    r->fd = p[0];
+}
+
+/* GET /jobs/{id} "batches": committed so far. */
+static long long job_int(const fu_master_t *m, const char *job, const char *key)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    json_t *j = fu_get_json(m->admin, path);
+    long long v = (long long)json_integer_value(json_object_get(j, key));
+    json_decref(j);
+    return v;
+}
+
+/* Start the reader, wait until the master committed batches for it, stop
+ * it with sig, then let it print. @return its exit status. */
+static int read_until_signal(fu_reader_t *r, const fu_master_t *m, const char *job,
+                             const char *token, atomic_uint *seen, const char *log, int sig)
+{
+    reader_spawn(r, m, job, token, seen, log);
+    double deadline = fu_now() + tu_timeout(20);
+    while (job_int(m, job, "batches") < 2) {
+        cr_assert(fu_now() < deadline, "the reader committed nothing; see %s", log);
+        usleep(20 * 1000);
+    }
+    usleep(200 * 1000); /* it is blocked on the pipe by now */
+    cr_assert_eq(kill(r->pid, sig), 0);
+    pthread_create(&r->th, NULL, fu_reader_main, r);
+    int ws = fu_reader_join(r, 20);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+Test(cli_jobs, read_sigint_writes_the_token_and_resubmit_delivers_the_rest)
+{
+    fu_master_t m = {.lease_timeout_ms = 1000};
+    char *job = fu_job_up(&m, "sig", ROWS, EPOCHS, 1, "dynamic", 1);
+    sl_master_executor_t *ex = fu_executor(&m, 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
+    char token[300], log[300];
+    snprintf(token, sizeof token, "%s/read.token", fu_dir);
+    snprintf(log, sizeof log, "%s/read.log", fu_dir);
+    fu_reader_t a;
+    cr_assert_eq(read_until_signal(&a, &m, job, token, seen, log, SIGINT), 130,
+                 "sluice read after SIGINT; see %s", log);
+    uint64_t first = atomic_load(&a.batches);
+    cr_assert_gt(first, 0);
+    cr_assert_lt(first * 250, ROWS, "stopped mid-epoch");
+    /* the summary (on stderr with --json) and the token */
+    char *text = tu_read_file(log);
+    char expect[200];
+    snprintf(expect, sizeof expect,
+             "sluice read: stopped by SIGINT after %llu batches; writing the resume token\n"
+             "batches %llu  samples %llu  bytes ",
+             (unsigned long long)first, (unsigned long long)first, (unsigned long long)first * 250);
+    cr_assert(strstr(text, expect) != NULL, "expected\n%s\nin\n%s", expect, text);
+    cr_assert(strstr(text, "\ncommitted ") != NULL && strstr(text, "dropped (not committed) 0\n"),
+              "%s", text);
+    free(text);
+    char *tok = tu_read_file(token);
+    cr_assert_eq(memcmp(tok, "SLRT", 4), 0, "a resume token starts with its magic");
+    free(tok);
+
+    /* started again from the token, in one command; the rest is read */
+    cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", token, "--admin", m.admin), 0, "%s",
+                 out);
+    cr_assert(strncmp(out, "id                sig\n", 22) == 0, "%s", out);
+    cr_assert_eq(job_int(&m, job, "committed_rows"), (long long)first * 250,
+                 "the job starts with what the reader delivered");
+    fu_reader_t b;
+    snprintf(log, sizeof log, "%s/read2.log", fu_dir);
+    fu_reader_start(&b, &m, job, ROWS, EPOCHS, seen, log);
+    int ws = fu_reader_join(&b, 60);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the second reader: %d; see %s", ws, log);
+    fu_assert_once_per_epoch(seen, ROWS, EPOCHS);
+    free(seen);
+    free(job);
+}
+
+Test(cli_jobs, read_sigterm_and_a_refused_token_leaves_the_job)
+{
+    fu_master_t m = {.lease_timeout_ms = 1000};
+    char *job = fu_job_up(&m, "term", ROWS, EPOCHS, 1, "dynamic", 1);
+    sl_master_executor_t *ex = fu_executor(&m, 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
+    char token[300], log[300];
+    snprintf(token, sizeof token, "%s/read.token", fu_dir);
+    snprintf(log, sizeof log, "%s/read.log", fu_dir);
+    fu_reader_t a;
+    cr_assert_eq(read_until_signal(&a, &m, job, token, seen, log, SIGTERM), 143,
+                 "sluice read after SIGTERM; see %s", log);
+    char *text = tu_read_file(log);
+    cr_assert(strstr(text, "sluice read: stopped by SIGTERM after ") != NULL, "%s", text);
+    cr_assert(strstr(text, "\ntrainer wait: total ") != NULL, "%s", text);
+    free(text);
+
+    /* a damaged token is refused, naming it, and the job stays as it was */
+    long long committed = job_int(&m, job, "committed_rows");
+    cr_assert_gt(committed, 0);
+    char *tok = tu_read_file(token);
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/bad.token", fu_dir);
+    tu_write_file(bad, tok, 20); /* cut short */
+    free(tok);
+    cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", bad, "--admin", m.admin), 1);
+    char expect[300];
+    snprintf(expect, sizeof expect,
+             "sluice jobs resubmit: POST http://%s/jobs/term/resubmit: HTTP 400: resume_token: "
+             "resume token: checksum mismatch\n",
+             m.admin);
+    cr_assert_str_eq(out, expect);
+    cr_assert_eq(job_int(&m, job, "committed_rows"), committed);
+    cr_assert_eq(SLUICE("jobs", "resubmit", "other", "--token", token, "--admin", m.admin), 1);
+    snprintf(expect, sizeof expect,
+             "sluice jobs resubmit: POST http://%s/jobs/other/resubmit: HTTP 404: no job 'other'\n",
+             m.admin);
+    cr_assert_str_eq(out, expect);
+    /* two tokens of one rank: both good, the job starts with their intersection */
+    cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", token, "--token", token, "--json",
+                        "--admin", m.admin),
+                 0, "%s", out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_eq(json_integer_value(json_object_get(j, "committed_rows")),
+                 (json_int_t)atomic_load(&a.samples));
+    json_decref(j);
+    free(seen);
+    free(job);
+}
