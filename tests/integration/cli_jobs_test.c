@@ -374,6 +374,19 @@ Test(cli_jobs, read_sigterm_and_a_refused_token_leaves_the_job)
              "sluice jobs resubmit: POST http://%s/jobs/other/resubmit: HTTP 404: no job 'other'\n",
              m.admin);
     cr_assert_str_eq(out, expect);
+    /* the route itself: the token, and only the token keys */
+    char *b;
+    cr_assert_eq(fu_http(m.admin, "POST", "/jobs/term/resubmit", NULL, "{}", &b), 401, "%s", b);
+    free(b);
+    cr_assert_eq(fu_http(m.admin, "POST", "/jobs/term/resubmit", FU_TOKEN, "{\"spec\":{}}", &b),
+                 400);
+    cr_assert_str_eq(b, "{\"error\":\"$.spec: unknown key (\\\"resume_token\\\" or "
+                        "\\\"resume_tokens\\\")\"}");
+    free(b);
+    cr_assert_eq(fu_http(m.admin, "POST", "/jobs/term/resubmit", FU_TOKEN, "{}", &b), 400);
+    cr_assert(strstr(b, "give \\\"resume_token\\\" (base64) or") != NULL, "%s", b);
+    free(b);
+    cr_assert_eq(job_int(&m, job, "committed_rows"), committed);
     /* two tokens of one rank: both good, the job starts with their intersection */
     cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", token, "--token", token, "--json",
                         "--admin", m.admin),
