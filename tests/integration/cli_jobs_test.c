@@ -398,3 +398,42 @@ Test(cli_jobs, read_sigterm_and_a_refused_token_leaves_the_job)
     free(seen);
     free(job);
 }
+
+/* A reader waiting for a job without workers: a progress line a second
+ * with --progress (stderr not a terminal), and SIGINT stops it in its wait
+ * with the summary and a token that resubmits the job as it was. */
+Test(cli_jobs, read_progress_and_sigint_while_waiting)
+{
+    fu_master_t m = {0};
+    char *job = fu_job_up(&m, "idle", ROWS, EPOCHS, 1, "dynamic", 1);
+    char token[300], log[300];
+    snprintf(token, sizeof token, "%s/idle.token", fu_dir);
+    snprintf(log, sizeof log, "%s/idle.log", fu_dir);
+    const char *bin = fu_binary();
+    const char *argv[] = {bin, "read",       "--master",    m.ctl, "--job",
+                          job, "--progress", "--token-out", token, NULL};
+    pid_t pid = fu_spawn(argv, -1, log);
+    /* a line a second from the first second on: 2 or 3 by 2.5 s (3 or 4
+     * when the machine is slow to start it, never one per slice) */
+    usleep(2500 * 1000);
+    cr_assert_eq(kill(pid, SIGINT), 0);
+    int ws = fu_wait_exit(pid, 20);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 130, "status %d; see %s", ws, log);
+    char *text = tu_read_file(log);
+    const char *line = "read: 0 batches  0 samples  0 samples/s  0.0 MB/s  committed 0  dropped 0  "
+                       "workers 0\n";
+    int lines = 0;
+    for (const char *p = text; (p = strstr(p, line)) != NULL; p += strlen(line))
+        lines++;
+    cr_assert(lines >= 1 && lines <= 4, "%d progress lines in\n%s", lines, text);
+    cr_assert(strstr(text, "sluice read: stopped by SIGINT after 0 batches; writing the resume "
+                           "token\nbatches 0  samples 0  bytes ") != NULL,
+              "%s", text);
+    cr_assert(strstr(text, "committed 0  dropped (not committed) 0\n") != NULL, "%s", text);
+    free(text);
+    cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", token, "--admin", m.admin), 0, "%s",
+                 out);
+    cr_assert_eq(job_int(&m, job, "committed_rows"), 0);
+    cr_assert_eq(job_int(&m, job, "pending"), 20);
+    free(job);
+}
