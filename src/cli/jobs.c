@@ -56,6 +56,9 @@ static const sl_cli_group_t resubmit_group = SL_CLI_OWN_GROUP(resubmit_opts);
     {                                                                                              \
         &sl_cli_admin_client_group, J(client)                                                      \
     }
+/* The one positional argument of every command but list. */
+#define ID_ARG                                                                                     \
+    .args = "ID", .args_doc = "job ID", .min_args = 1, .max_args = 1, .args_offset = J(id)
 
 const sl_cli_cmd_t sl_cli_jobs_list_cmd = {
     .name = "jobs list",
@@ -72,11 +75,7 @@ const sl_cli_cmd_t sl_cli_jobs_show_cmd = {
     .synopsis = "sluice jobs show ID --admin HOST:PORT [--json]",
     .about = "Shows one job of a DPP master (GET /jobs/{id}, every field docs/ADMIN.md "
              "describes), one field a line.",
-    .args = "ID",
-    .args_doc = "job ID",
-    .min_args = 1,
-    .max_args = 1,
-    .args_offset = J(id),
+    ID_ARG,
     .groups = {{&json_group, 0}, CLIENT},
 };
 
@@ -86,11 +85,7 @@ const sl_cli_cmd_t sl_cli_jobs_delete_cmd = {
     .synopsis = "sluice jobs delete ID --admin HOST:PORT [--json]",
     .about = "Removes a job (DELETE /jobs/{id}, journaled before the answer): its leases "
              "vanish, its workers stop, its trainers see the end of the job.",
-    .args = "ID",
-    .args_doc = "job ID",
-    .min_args = 1,
-    .max_args = 1,
-    .args_offset = J(id),
+    ID_ARG,
     .groups = {{&json_group, 0}, CLIENT},
 };
 
@@ -100,11 +95,7 @@ const sl_cli_cmd_t sl_cli_jobs_scale_cmd = {
     .synopsis = "sluice jobs scale ID --workers N --admin HOST:PORT",
     .about = "Sets a job's desired worker count by hand (POST /jobs/{id}/scale) and prints "
              "what was asked and what was set.",
-    .args = "ID",
-    .args_doc = "job ID",
-    .min_args = 1,
-    .max_args = 1,
-    .args_offset = J(id),
+    ID_ARG,
     .groups = {{&scale_group, 0}, CLIENT},
 };
 
@@ -117,11 +108,7 @@ const sl_cli_cmd_t sl_cli_jobs_resubmit_cmd = {
              "/jobs/{id}/resubmit): in one step, the tokens checked before the running (or "
              "finished, or failed) job is replaced, so a refused token leaves the job as it "
              "was.",
-    .args = "ID",
-    .args_doc = "job ID",
-    .min_args = 1,
-    .max_args = 1,
-    .args_offset = J(id),
+    ID_ARG,
     .groups = {{&resubmit_group, 0}, CLIENT},
 };
 

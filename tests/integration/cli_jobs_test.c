@@ -197,8 +197,8 @@ static void *chunked_main(void *arg)
     const char *parts[] = {
         "{\"jobs\":[{",
         "\"id\":\"c\",\"state\":\"finished\",\"epoch\":2,\"epochs\":2,\"done\":5,\"num_",
-        "splits\":5,\"committed_rows\":10,\"total_rows\":10,\"workers\":0,"
-        "\"granted_workers\":0,\"clients\":0,\"ranks\":2,\"sharding\":\"static\"}]}"};
+        ("splits\":5,\"committed_rows\":10,\"total_rows\":10,\"workers\":0,"
+         "\"granted_workers\":0,\"clients\":0,\"ranks\":2,\"sharding\":\"static\"}]}")};
     char reply[2048];
     int n = snprintf(reply, sizeof reply,
                      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -236,27 +236,6 @@ Test(cli_jobs, chunked_reply)
 
 /* ---- sluice read stopped by a signal ---- */
 
-/* A `sluice read --master --json --token-out TOKEN` process whose stdout
- * (a 1 MiB pipe) is not read until the test says so: it blocks on its
- * first batches' lines, mid-epoch, until then. */
-static void reader_spawn(fu_reader_t *r, const fu_master_t *m, const char *job, const char *token,
-                         atomic_uint *seen, const char *log)
-{
-    memset(r, 0, sizeof *r);
-    r->rows = ROWS;
-    r->epochs = EPOCHS;
-    r->seen = seen;
-    int p[2];
-    cr_assert_eq(pipe(p), 0);
-    fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
-    const char *bin = fu_binary();
-    const char *argv[] = {bin,      "read",       "--master", m->ctl,        "--job", job,
-                          "--json", "--prefetch", "2",        "--token-out", token,   NULL};
-    r->pid = fu_spawn(argv, p[1], log);
-    close(p[1]);
-    r->fd = p[0];
-}
-
 /* GET /jobs/{id} "batches": committed so far. */
 static long long job_int(const fu_master_t *m, const char *job, const char *key)
 {
@@ -268,43 +247,55 @@ static long long job_int(const fu_master_t *m, const char *job, const char *key)
     return v;
 }
 
-/* Start the reader, wait until the master committed batches for it, stop
- * it with sig, then let it print. @return its exit status. */
-static int read_until_signal(fu_reader_t *r, const fu_master_t *m, const char *job,
-                             const char *token, atomic_uint *seen, const char *log, int sig)
+/* A job of one worker on a fresh master, and a reader of it stopped by a
+ * signal mid-epoch (after the master committed batches for it). */
+typedef struct stopped_read {
+    fu_master_t m;
+    char *job;
+    atomic_uint *seen; /* [EPOCHS * ROWS] */
+    char token[300], log[300];
+    fu_reader_t r;
+    int code; /* the reader's exit code */
+} stopped_read_t;
+
+static void read_until_signal(stopped_read_t *t, const char *id, int sig)
 {
-    reader_spawn(r, m, job, token, seen, log);
+    t->m = (fu_master_t){.lease_timeout_ms = 1000};
+    t->job = fu_job_up(&t->m, id, ROWS, EPOCHS, 1, "dynamic", 1);
+    sl_master_executor_t *ex = fu_executor(&t->m, 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_executor_scale(ex, t->job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    t->seen = calloc(EPOCHS * ROWS, sizeof *t->seen);
+    snprintf(t->token, sizeof t->token, "%s/read.token", fu_dir);
+    snprintf(t->log, sizeof t->log, "%s/read.log", fu_dir);
+    /* its stdout a 1 MiB pipe not read until the signal is sent: it
+     * blocks on its first batches' lines, mid-epoch */
+    const char *extra[] = {"--prefetch", "2", "--token-out", t->token, NULL};
+    fu_reader_spawn(&t->r, &t->m, t->job, ROWS, EPOCHS, t->seen, t->log, extra, 1 << 20);
     double deadline = fu_now() + tu_timeout(20);
-    while (job_int(m, job, "batches") < 2) {
-        cr_assert(fu_now() < deadline, "the reader committed nothing; see %s", log);
+    while (job_int(&t->m, t->job, "batches") < 2) {
+        cr_assert(fu_now() < deadline, "the reader committed nothing; see %s", t->log);
         usleep(20 * 1000);
     }
     usleep(200 * 1000); /* it is blocked on the pipe by now */
-    cr_assert_eq(kill(r->pid, sig), 0);
-    pthread_create(&r->th, NULL, fu_reader_main, r);
-    int ws = fu_reader_join(r, 20);
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    cr_assert_eq(kill(t->r.pid, sig), 0);
+    pthread_create(&t->r.th, NULL, fu_reader_main, &t->r);
+    int ws = fu_reader_join(&t->r, 20);
+    t->code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }
 
 Test(cli_jobs, read_sigint_writes_the_token_and_resubmit_delivers_the_rest)
 {
-    fu_master_t m = {.lease_timeout_ms = 1000};
-    char *job = fu_job_up(&m, "sig", ROWS, EPOCHS, 1, "dynamic", 1);
-    sl_master_executor_t *ex = fu_executor(&m, 1);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_master_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
-    atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
-    char token[300], log[300];
-    snprintf(token, sizeof token, "%s/read.token", fu_dir);
-    snprintf(log, sizeof log, "%s/read.log", fu_dir);
-    fu_reader_t a;
-    cr_assert_eq(read_until_signal(&a, &m, job, token, seen, log, SIGINT), 130,
-                 "sluice read after SIGINT; see %s", log);
-    uint64_t first = atomic_load(&a.batches);
+    stopped_read_t t;
+    read_until_signal(&t, "sig", SIGINT);
+    fu_master_t m = t.m;
+    const char *job = t.job;
+    cr_assert_eq(t.code, 130, "sluice read after SIGINT; see %s", t.log);
+    uint64_t first = atomic_load(&t.r.batches);
     cr_assert_gt(first, 0);
     cr_assert_lt(first * 250, ROWS, "stopped mid-epoch");
     /* the summary (on stderr with --json) and the token */
-    char *text = tu_read_file(log);
+    char *text = tu_read_file(t.log);
     char expect[200];
     snprintf(expect, sizeof expect,
              "sluice read: stopped by SIGINT after %llu batches; writing the resume token\n"
@@ -314,41 +305,35 @@ Test(cli_jobs, read_sigint_writes_the_token_and_resubmit_delivers_the_rest)
     cr_assert(strstr(text, "\ncommitted ") != NULL && strstr(text, "dropped (not committed) 0\n"),
               "%s", text);
     free(text);
-    char *tok = tu_read_file(token);
+    char *tok = tu_read_file(t.token);
     cr_assert_eq(memcmp(tok, "SLRT", 4), 0, "a resume token starts with its magic");
     free(tok);
 
     /* started again from the token, in one command; the rest is read */
-    cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", token, "--admin", m.admin), 0, "%s",
+    cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", t.token, "--admin", m.admin), 0, "%s",
                  out);
     cr_assert(strncmp(out, "id                sig\n", 22) == 0, "%s", out);
     cr_assert_eq(job_int(&m, job, "committed_rows"), (long long)first * 250,
                  "the job starts with what the reader delivered");
     fu_reader_t b;
+    char log[300];
     snprintf(log, sizeof log, "%s/read2.log", fu_dir);
-    fu_reader_start(&b, &m, job, ROWS, EPOCHS, seen, log);
+    fu_reader_start(&b, &m, job, ROWS, EPOCHS, t.seen, log);
     int ws = fu_reader_join(&b, 60);
     cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the second reader: %d; see %s", ws, log);
-    fu_assert_once_per_epoch(seen, ROWS, EPOCHS);
-    free(seen);
-    free(job);
+    fu_assert_once_per_epoch(t.seen, ROWS, EPOCHS);
+    free(t.seen);
+    free(t.job);
 }
 
 Test(cli_jobs, read_sigterm_and_a_refused_token_leaves_the_job)
 {
-    fu_master_t m = {.lease_timeout_ms = 1000};
-    char *job = fu_job_up(&m, "term", ROWS, EPOCHS, 1, "dynamic", 1);
-    sl_master_executor_t *ex = fu_executor(&m, 1);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_master_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
-    atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
-    char token[300], log[300];
-    snprintf(token, sizeof token, "%s/read.token", fu_dir);
-    snprintf(log, sizeof log, "%s/read.log", fu_dir);
-    fu_reader_t a;
-    cr_assert_eq(read_until_signal(&a, &m, job, token, seen, log, SIGTERM), 143,
-                 "sluice read after SIGTERM; see %s", log);
-    char *text = tu_read_file(log);
+    stopped_read_t t;
+    read_until_signal(&t, "term", SIGTERM);
+    fu_master_t m = t.m;
+    const char *job = t.job, *token = t.token;
+    cr_assert_eq(t.code, 143, "sluice read after SIGTERM; see %s", t.log);
+    char *text = tu_read_file(t.log);
     cr_assert(strstr(text, "sluice read: stopped by SIGTERM after ") != NULL, "%s", text);
     cr_assert(strstr(text, "\ntrainer wait: total ") != NULL, "%s", text);
     free(text);
@@ -393,10 +378,10 @@ Test(cli_jobs, read_sigterm_and_a_refused_token_leaves_the_job)
                  0, "%s", out);
     json_t *j = json_loads(out, 0, NULL);
     cr_assert_eq(json_integer_value(json_object_get(j, "committed_rows")),
-                 (json_int_t)atomic_load(&a.samples));
+                 (json_int_t)atomic_load(&t.r.samples));
     json_decref(j);
-    free(seen);
-    free(job);
+    free(t.seen);
+    free(t.job);
 }
 
 /* A reader waiting for a job without workers: a progress line a second
