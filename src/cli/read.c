@@ -55,8 +55,8 @@ static const sl_cli_opt_t ropts[] = {
      "give up when no batch arrives for MS ms"},
     {"reconnect-ms", SL_CLI_UINT, "MS", "30000", NULL, 0, 1u << 30, 0, R(reconnect_ms),
      "retry a lost worker this long (0: never)"},
-    {"cluster-secret-file", SL_CLI_PATH, "FILE", NULL, "`$SLUICE_CLUSTER_SECRET_FILE`, if set",
-     0, 0, 0, R(secret_file),
+    {"cluster-secret-file", SL_CLI_PATH, "FILE", NULL, "`$SLUICE_CLUSTER_SECRET_FILE`, if set", 0,
+     0, 0, R(secret_file),
      "the cluster secret the workers and master require (the first line of FILE)"},
     {"json", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(json),
      "print each batch as one JSON line on stdout (the summary then goes to stderr)"},
@@ -276,12 +276,11 @@ static void progress_show(progress_t *p, sl_trainer_t *t, double now)
     char line[256];
     int n = snprintf(line, sizeof line,
                      "read: %" PRIu64 " batches  %" PRIu64 " samples  %.0f samples/s  %.1f MB/s",
-                     s.batches, s.samples, (double)s.samples / secs,
-                     (double)s.bytes / 1e6 / secs);
+                     s.batches, s.samples, (double)s.samples / secs, (double)s.bytes / 1e6 / secs);
     if (p->master && n > 0 && (size_t)n < sizeof line)
         snprintf(line + n, sizeof line - (size_t)n,
-                 "  committed %" PRIu64 "  dropped %" PRIu64 "  workers %u", s.committed,
-                 s.dropped, s.workers);
+                 "  committed %" PRIu64 "  dropped %" PRIu64 "  workers %u", s.committed, s.dropped,
+                 s.workers);
     if (p->tty) {
         int len = (int)strlen(line);
         fprintf(stderr, "\r%s%*s", line, p->width > len ? p->width - len : 0, "");
@@ -372,11 +371,10 @@ int sl_cli_read(int argc, char **argv)
     while ((limit == 0 || n < limit) && g_stop_signal == 0) {
         sl_batch_t *b = NULL;
         int slice = timeout_ms >= 0 && timeout_ms - waited_ms < SLICE_MS ? timeout_ms - waited_ms
-                                                                          : SLICE_MS;
+                                                                         : SLICE_MS;
         sl_err_t e = sl_trainer_next(t, slice, &b, &err);
         progress_show(&prog, t, now_s());
-        if (e == SL_ERR_TIMEOUT && (timeout_ms < 0 || (waited_ms += slice) < timeout_ms))
-            continue;
+        if (e == SL_ERR_TIMEOUT && (timeout_ms < 0 || (waited_ms += slice) < timeout_ms)) continue;
         if (e == SL_ERR_CLOSED) break;
         if (e != SL_OK) {
             if (e == SL_ERR_TIMEOUT) timeout_message(err.msg, sizeof err.msg, timeout_ms);

@@ -761,8 +761,8 @@ FU_FN void fu_reader_spawn(fu_reader_t *r, const fu_master_t *m, const char *job
     int p[2];
     cr_assert_eq(pipe(p), 0);
     if (pipe_bytes > 0) fcntl(p[1], F_SETPIPE_SZ, pipe_bytes);
-    const char *argv[24] = {fu_binary(), "read",       "--master", m->ctl,   "--job",
-                            job,         "--json",     "--prefetch", "4"};
+    const char *argv[24] = {fu_binary(), "read",   "--master",   m->ctl, "--job",
+                            job,         "--json", "--prefetch", "4"};
     int n = 9;
     for (; extra != NULL && *extra != NULL && n < 23; extra++)
         argv[n++] = *extra;

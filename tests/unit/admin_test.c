@@ -384,7 +384,6 @@ Test(admin, the_token_is_checked_before_the_body_is_read)
 
 /* ---- TLS ---- */
 
-
 typedef struct sink {
     char buf[4096];
     size_t len;

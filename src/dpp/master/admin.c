@@ -581,11 +581,10 @@ static void h_job_resubmit(void *ctx, const sl_admin_request_t *req, sl_admin_re
                       : sl_error_set(&err, SL_ERR_NOMEM, "body: %zu resume tokens", n);
     for (size_t k = 0; rc == SL_OK && k < n; k++) {
         if (!decode_token(one != NULL ? one : json_array_get(many, k), &tok[k])) {
-            rc = one != NULL ? sl_error_set(&err, SL_ERR_INVALID,
-                                            "body: \"resume_token\" is not base64")
-                             : sl_error_set(&err, SL_ERR_INVALID,
-                                            "body: \"resume_tokens\"[%zu] is not a base64 string",
-                                            k);
+            rc = one != NULL
+                     ? sl_error_set(&err, SL_ERR_INVALID, "body: \"resume_token\" is not base64")
+                     : sl_error_set(&err, SL_ERR_INVALID,
+                                    "body: \"resume_tokens\"[%zu] is not a base64 string", k);
             break;
         }
         token[k] = tok[k].data;
@@ -613,12 +612,18 @@ static void h_job_resubmit(void *ctx, const sl_admin_request_t *req, sl_admin_re
 }
 
 static const sl_admin_route_t routes[] = {
-    {"GET", "/healthz", false, h_healthz},         {"GET", "/readyz", false, h_readyz},
-    {"GET", "/metrics", false, h_metrics},         {"GET", "/status", false, h_status},
-    {"GET", "/workers", false, h_workers},         {"GET", "/jobs", false, h_jobs_list},
-    {"POST", "/jobs", true, h_job_submit},         {"DELETE", "/jobs", true, h_jobs_delete},
-    {"GET", "/jobs/{}", false, h_job_get},         {"DELETE", "/jobs/{}", true, h_job_delete},
-    {"POST", "/jobs/{}/scale", true, h_job_scale}, {"POST", "/jobs/{}/resubmit", true, h_job_resubmit},
+    {"GET", "/healthz", false, h_healthz},
+    {"GET", "/readyz", false, h_readyz},
+    {"GET", "/metrics", false, h_metrics},
+    {"GET", "/status", false, h_status},
+    {"GET", "/workers", false, h_workers},
+    {"GET", "/jobs", false, h_jobs_list},
+    {"POST", "/jobs", true, h_job_submit},
+    {"DELETE", "/jobs", true, h_jobs_delete},
+    {"GET", "/jobs/{}", false, h_job_get},
+    {"DELETE", "/jobs/{}", true, h_job_delete},
+    {"POST", "/jobs/{}/scale", true, h_job_scale},
+    {"POST", "/jobs/{}/resubmit", true, h_job_resubmit},
 };
 
 sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, sl_admin_t **out,

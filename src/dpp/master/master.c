@@ -304,8 +304,8 @@ static sl_err_t check_spec(const char *text, sl_pipeline_job_t **job, sl_wh_tabl
 }
 
 /* Submit req; replace: in place of the job of that id (resubmit). */
-static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool replace,
-                       char **job_id, sl_pipeline_problems_t *problems, sl_error_t *err);
+static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool replace, char **job_id,
+                       sl_pipeline_problems_t *problems, sl_error_t *err);
 
 sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, char **job_id,
                               sl_pipeline_problems_t *problems, sl_error_t *err)
@@ -313,16 +313,14 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, cha
     return submit(m, req, false, job_id, problems, err);
 }
 
-sl_err_t sl_master_job_resubmit(sl_master_t *m, const char *job_id,
-                                const uint8_t *const *tokens, const size_t *token_lens,
-                                uint32_t num_tokens, sl_error_t *err)
+sl_err_t sl_master_job_resubmit(sl_master_t *m, const char *job_id, const uint8_t *const *tokens,
+                                const size_t *token_lens, uint32_t num_tokens, sl_error_t *err)
 {
     if (num_tokens == 0)
         return sl_error_set(err, SL_ERR_INVALID, "resubmit: at least one resume token");
     /* What the job was submitted with, copied: the spec is checked and cut
      * into splits again outside the lock, as a submission is. */
-    sl_master_submit_t req = {.tokens = tokens, .token_lens = token_lens,
-                              .num_tokens = num_tokens};
+    sl_master_submit_t req = {.tokens = tokens, .token_lens = token_lens, .num_tokens = num_tokens};
     char *spec = NULL;
     sl_master_state_job_status_t st;
     sl_mutex_lock(&m->mu);
@@ -344,8 +342,8 @@ sl_err_t sl_master_job_resubmit(sl_master_t *m, const char *job_id,
     return rc;
 }
 
-static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool replace,
-                       char **job_id, sl_pipeline_problems_t *problems, sl_error_t *err)
+static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool replace, char **job_id,
+                       sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     if (job_id != NULL) *job_id = NULL;
     if (req->spec_json == NULL)

@@ -150,9 +150,8 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, cha
  * SL_ERR_NOT_FOUND, and the errors of sl_master_job_submit (a token of
  * another job or other splits: SL_ERR_INVALID; damaged: SL_ERR_CORRUPT,
  * SL_ERR_TRUNCATED, SL_ERR_VERSION). */
-sl_err_t sl_master_job_resubmit(sl_master_t *m, const char *job_id,
-                                const uint8_t *const *tokens, const size_t *token_lens,
-                                uint32_t num_tokens, sl_error_t *err);
+sl_err_t sl_master_job_resubmit(sl_master_t *m, const char *job_id, const uint8_t *const *tokens,
+                                const size_t *token_lens, uint32_t num_tokens, sl_error_t *err);
 
 /* Remove a job: its leases vanish, its workers are told to stop at their
  * next heartbeat, its desired count becomes 0. Synced before returning.

@@ -164,8 +164,8 @@ sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
  * leaves the job as it was. @return SL_ERR_NOT_FOUND when there is no such
  * job, the errors of sl_master_state_job_resume_ranks. */
 sl_err_t sl_master_state_job_replace(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
-                                     const void *const *tokens, const size_t *lens,
-                                     uint32_t count, sl_error_t *err);
+                                     const void *const *tokens, const size_t *lens, uint32_t count,
+                                     sl_error_t *err);
 
 /* Remove a job; its leases vanish. SL_ERR_NOT_FOUND when unknown. */
 sl_err_t sl_master_state_job_remove(sl_master_state_t *m, const char *job_id, sl_error_t *err);

@@ -511,8 +511,8 @@ sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
 }
 
 sl_err_t sl_master_state_job_replace(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
-                                     const void *const *tokens, const size_t *lens,
-                                     uint32_t count, sl_error_t *err)
+                                     const void *const *tokens, const size_t *lens, uint32_t count,
+                                     sl_error_t *err)
 {
     if (m_find_job(m, spec->job_id, NULL) == NULL)
         return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", spec->job_id);
