@@ -40,6 +40,7 @@ struct sl_cli_http {
     char *token;    /* from sl_admin_token_load (free()) */
     CURL *curl;
     struct curl_slist *headers;
+    char noproxy[4096];
 };
 
 /* ---- replies ---- */
@@ -152,6 +153,14 @@ int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args, sl_
     curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_data);
     if (args->tls_ca != NULL) curl_easy_setopt(c->curl, CURLOPT_CAINFO, args->tls_ca);
+    /* $no_proxy as libcurl reads it, plus loopback: no proxy can reach a
+     * master's endpoint on this machine's loopback (CURLOPT_NOPROXY
+     * replaces the variable, so it is carried over). */
+    const char *env = getenv("no_proxy");
+    if (env == NULL || *env == '\0') env = getenv("NO_PROXY");
+    snprintf(c->noproxy, sizeof c->noproxy, "%s%s127.0.0.1,localhost,::1",
+             env != NULL ? env : "", env != NULL && *env != '\0' ? "," : "");
+    curl_easy_setopt(c->curl, CURLOPT_NOPROXY, c->noproxy);
     *out = c;
     return 0;
 }

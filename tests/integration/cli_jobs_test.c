@@ -3,10 +3,10 @@
  * scale and delete with their exact output; a 404 and a 401 named by URL,
  * status and the master's message; a connection refused named by URL; the
  * admin endpoint over HTTPS (--tls-ca, and refused without it); a chunked
- * reply; and the stop of `sluice read` on SIGINT and SIGTERM: summary
- * printed, resume token written, `sluice jobs resubmit` starting the job
- * again from it (each sample exactly once per epoch over both reads, two
- * epochs), and a refused token leaving the job as it was. */
+ * reply, directly and through $http_proxy (never for loopback); and the stop of `sluice read` on
+ * SIGINT and SIGTERM: summary printed, resume token written, `sluice jobs resubmit` starting the
+ * job again from it (each sample exactly once per epoch over both reads, two epochs), and a refused
+ * token leaving the job as it was. */
 #include "fleet_util.h"
 
 TestSuite(cli_jobs, .init = fu_setup, .fini = fu_teardown);
@@ -171,48 +171,53 @@ Test(cli_jobs, https_with_tls_ca)
     fu_master_stop(&m, SIGTERM);
 }
 
-/* ---- a reply in chunked transfer encoding ---- */
+/* ---- a reply in chunked transfer encoding, through a proxy ---- */
 
+/* Answers every request (as the endpoint, or as a proxy: the same) with
+ * GET /jobs's JSON in three chunks; keeps each request's first line. */
 typedef struct chunked_server {
     int lfd;
-    uint16_t port;
+    char addr[64];
+    char first_line[2][256];
     pthread_t th;
 } chunked_server_t;
 
-/* Answer one request with GET /jobs's JSON in three chunks. */
 static void *chunked_main(void *arg)
 {
     chunked_server_t *s = arg;
-    int fd = accept(s->lfd, NULL, NULL);
-    if (fd < 0) return NULL;
-    char req[4096];
-    size_t len = 0;
-    req[0] = '\0';
-    while (len < sizeof req - 1 && strstr(req, "\r\n\r\n") == NULL) {
-        ssize_t n = recv(fd, req + len, sizeof req - 1 - len, 0);
-        if (n <= 0) break;
-        len += (size_t)n;
-        req[len] = '\0';
+    for (int k = 0; k < 2; k++) {
+        int fd = accept(s->lfd, NULL, NULL);
+        if (fd < 0) return NULL;
+        char req[4096];
+        size_t len = 0;
+        req[0] = '\0';
+        while (len < sizeof req - 1 && strstr(req, "\r\n\r\n") == NULL) {
+            ssize_t n = recv(fd, req + len, sizeof req - 1 - len, 0);
+            if (n <= 0) break;
+            len += (size_t)n;
+            req[len] = '\0';
+        }
+        snprintf(s->first_line[k], sizeof s->first_line[k], "%.*s", (int)strcspn(req, "\r"), req);
+        const char *parts[] = {
+            "{\"jobs\":[{",
+            "\"id\":\"c\",\"state\":\"finished\",\"epoch\":2,\"epochs\":2,\"done\":5,\"num_",
+            ("splits\":5,\"committed_rows\":10,\"total_rows\":10,\"workers\":0,"
+             "\"granted_workers\":0,\"clients\":0,\"ranks\":2,\"sharding\":\"static\"}]}")};
+        char reply[2048];
+        int n = snprintf(reply, sizeof reply,
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+        for (int i = 0; i < 3; i++)
+            n += snprintf(reply + n, sizeof reply - (size_t)n, "%zx\r\n%s\r\n", strlen(parts[i]),
+                          parts[i]);
+        n += snprintf(reply + n, sizeof reply - (size_t)n, "0\r\n\r\n");
+        send(fd, reply, (size_t)n, MSG_NOSIGNAL);
+        close(fd);
     }
-    const char *parts[] = {
-        "{\"jobs\":[{",
-        "\"id\":\"c\",\"state\":\"finished\",\"epoch\":2,\"epochs\":2,\"done\":5,\"num_",
-        ("splits\":5,\"committed_rows\":10,\"total_rows\":10,\"workers\":0,"
-         "\"granted_workers\":0,\"clients\":0,\"ranks\":2,\"sharding\":\"static\"}]}")};
-    char reply[2048];
-    int n = snprintf(reply, sizeof reply,
-                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                     "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
-    for (int i = 0; i < 3; i++)
-        n += snprintf(reply + n, sizeof reply - (size_t)n, "%zx\r\n%s\r\n", strlen(parts[i]),
-                      parts[i]);
-    n += snprintf(reply + n, sizeof reply - (size_t)n, "0\r\n\r\n");
-    send(fd, reply, (size_t)n, MSG_NOSIGNAL);
-    close(fd);
     return NULL;
 }
 
-Test(cli_jobs, chunked_reply)
+Test(cli_jobs, chunked_reply_and_a_proxy)
 {
     chunked_server_t s = {0};
     s.lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -222,16 +227,29 @@ Test(cli_jobs, chunked_reply)
     cr_assert_eq(listen(s.lfd, 4), 0);
     socklen_t sl = sizeof sa;
     getsockname(s.lfd, (struct sockaddr *)&sa, &sl);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(sa.sin_port));
+    snprintf(s.addr, sizeof s.addr, "127.0.0.1:%u", ntohs(sa.sin_port));
     pthread_create(&s.th, NULL, chunked_main, &s);
-    cr_assert_eq(SLUICE("jobs", "list", "--admin", addr), 0, "%s", out);
+    const char *table = "ID                       STATE     EPOCH   SPLITS DONE   ROWS COMMITTED  "
+                        "          WORKERS   CLIENTS RANKS\n"
+                        "c                        finished  2/2     5/5           10/10          "
+                        "           0/0       0       2 static\n";
+    /* as the endpoint itself, on loopback: no proxy even with one set */
+    char proxy[100];
+    snprintf(proxy, sizeof proxy, "http://%s", s.addr);
+    setenv("http_proxy", "http://127.0.0.1:9", 1);
+    cr_assert_eq(SLUICE("jobs", "list", "--admin", s.addr), 0, "%s", out);
+    cr_assert_str_eq(out, table);
+    /* a name elsewhere goes through $http_proxy: the request in absolute
+     * form, the reply as it came back */
+    setenv("http_proxy", proxy, 1);
+    int rc = SLUICE("jobs", "list", "--admin", "master.example:7071");
+    unsetenv("http_proxy");
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert_str_eq(out, table);
     pthread_join(s.th, NULL);
     close(s.lfd);
-    cr_assert_str_eq(out, "ID                       STATE     EPOCH   SPLITS DONE   ROWS "
-                          "COMMITTED            WORKERS   CLIENTS RANKS\n"
-                          "c                        finished  2/2     5/5           10/10       "
-                          "              0/0       0       2 static\n");
+    cr_assert_str_eq(s.first_line[0], "GET /jobs HTTP/1.1");
+    cr_assert_str_eq(s.first_line[1], "GET http://master.example:7071/jobs HTTP/1.1");
 }
 
 /* ---- sluice read stopped by a signal ---- */
