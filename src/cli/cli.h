@@ -50,4 +50,8 @@ int sl_cli_resume_tokens_json(const char *cmd, const sl_cli_list_t *paths, json_
  * bounds its sockets, not a low default soft limit. Best effort. */
 void sl_cli_raise_nofile(void);
 
+/* Write the libraries' log records (common/log.h) to stderr as
+ * "sluice <cmd>: <message>" lines. */
+void sl_cli_log_to_stderr(const char *cmd);
+
 #endif

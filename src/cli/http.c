@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/mem.h"
 #include "dpp/admin/endpoint.h"
-#include "sluice/alloc.h"
 
 /* Replies bigger than this are refused: the job list of a busy master fits. */
 #define MAX_REPLY (16u << 20)
@@ -37,7 +37,7 @@ const sl_cli_group_t sl_cli_admin_client_group = {"admin client", "admin client 
 struct sl_cli_http {
     const char *cmd;
     char base[300]; /* "https://host:port", no trailing '/' */
-    char *token;    /* from sl_admin_token_load (free()) */
+    char *token;    /* from sl_admin_token_load */
     CURL *curl;
     struct curl_slist *headers;
     char noproxy[4096];
@@ -51,12 +51,8 @@ static bool reply_grow(sl_cli_http_reply_t *r, size_t need)
     size_t cap = r->cap ? r->cap : 4096;
     while (cap < need)
         cap *= 2;
-    char *nb = sl_alloc(NULL, cap);
+    char *nb = sl_realloc(NULL, r->body, r->cap, cap);
     if (nb == NULL) return false;
-    if (r->body != NULL) {
-        memcpy(nb, r->body, r->len + 1);
-        sl_free(NULL, r->body, r->cap);
-    }
     r->body = nb;
     r->cap = cap;
     return true;
@@ -170,10 +166,7 @@ void sl_cli_http_destroy(sl_cli_http_t *c)
     if (c == NULL) return;
     curl_slist_free_all(c->headers);
     if (c->curl != NULL) curl_easy_cleanup(c->curl);
-    if (c->token != NULL) {
-        memset(c->token, 0, strlen(c->token));
-        free(c->token);
-    }
+    sl_admin_token_free(c->token);
     sl_free(NULL, c, sizeof *c);
 }
 

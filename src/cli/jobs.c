@@ -17,6 +17,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common/mem.h"
+#include "dpp/admin/endpoint.h"
 #include "http.h"
 
 typedef struct jobs_args {
@@ -165,9 +167,10 @@ static void show_job(const json_t *j)
         if (json_is_string(v)) {
             printf("%s\n", json_string_value(v));
         } else {
-            char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(4));
+            char *s =
+                sl_admin_json_text(NULL, v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(4));
             printf("%s\n", s != NULL ? s : "?");
-            free(s);
+            sl_strfree(NULL, s);
         }
     }
 }
@@ -221,7 +224,7 @@ static int run(verb_t verb, const sl_cli_cmd_t *cmd, const jobs_args_t *a)
             return code;
         }
     }
-    char *text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body != NULL ? sl_admin_json_text(NULL, body, JSON_COMPACT) : NULL;
     json_decref(body);
     if ((verb == SCALE || verb == RESUBMIT) && text == NULL) {
         fprintf(stderr, "sluice %s: out of memory\n", cmd->name);
@@ -239,7 +242,7 @@ static int run(verb_t verb, const sl_cli_cmd_t *cmd, const jobs_args_t *a)
     }
     sl_cli_http_reply_t r = {0};
     if (code == 0 && sl_cli_http_request(c, method[verb], path, text, &r) != 0) code = 1;
-    free(text);
+    sl_strfree(NULL, text);
     if (code == 0 && r.status / 100 != 2) {
         sl_cli_http_print_refusal(c, &r);
         code = 1;

@@ -5,7 +5,6 @@
  * HTTPS, proxies and chunked replies work).
  * Exit codes: 0 accepted (and finished, with --wait), 1 refused or failed
  * (the master's error is printed), 2 usage error. */
-#include <errno.h>
 #include <gnutls/gnutls.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -13,13 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "common/clock.h"
+#include "common/fileio.h"
+#include "common/mem.h"
+#include "dpp/admin/endpoint.h"
 #include "http.h"
-#include "sluice/alloc.h"
 
 /* Resume tokens are a few bytes per split; 64 MiB covers 16M splits. */
 #define MAX_TOKEN (64u << 20)
@@ -94,29 +94,18 @@ static json_t *base64_json(const unsigned char *in, size_t n)
  * printed. */
 static json_t *token_json(const char *cmd, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (f == NULL || fstat(fileno(f), &st) != 0) {
-        fprintf(stderr, "sluice %s: resume token %s: cannot open: %s\n", cmd, path,
-                strerror(errno));
-        if (f != NULL) fclose(f);
+    char *buf = NULL;
+    size_t n = 0;
+    sl_error_t err = {0};
+    if (sl_io_read_file(path, "resume token", MAX_TOKEN, NULL, &buf, &n, &err) != SL_OK) {
+        fprintf(stderr, "sluice %s: %s\n", cmd, err.msg);
         return NULL;
     }
-    if (!S_ISREG(st.st_mode) || st.st_size <= 0 || (uint64_t)st.st_size > MAX_TOKEN) {
-        fprintf(stderr, "sluice %s: resume token %s: not a file of 1 to %u bytes\n", cmd, path,
-                MAX_TOKEN);
-        fclose(f);
-        return NULL;
-    }
-    size_t n = (size_t)st.st_size;
-    unsigned char *buf = sl_alloc(NULL, n);
-    bool ok = buf != NULL && fread(buf, 1, n, f) == n;
-    fclose(f);
-    json_t *s = ok ? base64_json(buf, n) : NULL;
-    if (buf != NULL) sl_free(NULL, buf, n);
+    json_t *s = n > 0 ? base64_json((const unsigned char *)buf, n) : NULL;
+    sl_free(NULL, buf, n + 1);
     if (s == NULL)
         fprintf(stderr, "sluice %s: resume token %s: %s\n", cmd, path,
-                ok ? "out of memory" : "short read");
+                n > 0 ? "out of memory" : "empty");
     return s;
 }
 
@@ -142,18 +131,11 @@ int sl_cli_resume_tokens_json(const char *cmd, const sl_cli_list_t *paths, json_
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* GET /jobs/{id} every half second until "finished"; prints progress lines
  * on stderr. @return the exit code. */
 static int wait_finished(sl_cli_http_t *c, const char *id, double timeout_s)
 {
-    double t0 = now_s();
+    double t0 = sl_clock_s();
     char path[1024], last[256] = "";
     if (!sl_cli_http_path(c, "/jobs/", id, "", path, sizeof path)) {
         fprintf(stderr, "sluice submit: job id '%s' too long\n", id);
@@ -202,7 +184,7 @@ static int wait_finished(sl_cli_http_t *c, const char *id, double timeout_s)
             snprintf(last, sizeof last, "%s", line);
         }
         if (finished) return 0;
-        if (timeout_s > 0 && now_s() - t0 > timeout_s) {
+        if (timeout_s > 0 && sl_clock_s() - t0 > timeout_s) {
             fprintf(stderr, "sluice submit: job %s not finished after %.0f s\n", id, timeout_s);
             return 1;
         }
@@ -239,7 +221,7 @@ static int submit(const submit_args_t *args)
     /* One token keeps the single-token form; several go as
      * "resume_tokens" (one per rank, docs/ADMIN.md). */
     int code = sl_cli_resume_tokens_json("submit", &args->resume, body);
-    char *text = code == 0 ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = code == 0 ? sl_admin_json_text(NULL, body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (code != 0) return code;
     sl_cli_http_t *c = NULL;
@@ -248,12 +230,12 @@ static int submit(const submit_args_t *args)
         return 1;
     }
     if ((code = sl_cli_http_new("submit", &args->client, &c)) != 0) {
-        free(text);
+        sl_strfree(NULL, text);
         return code;
     }
     sl_cli_http_reply_t r;
     int rc = sl_cli_http_request(c, "POST", "/jobs", text, &r);
-    free(text);
+    sl_strfree(NULL, text);
     if (rc != 0) {
         sl_cli_http_destroy(c);
         return 1;
