@@ -127,7 +127,8 @@ int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args, sl_
             sl_cli_http_destroy(c);
             return 1;
         }
-        struct curl_slist *h = curl_slist_append(c->headers, auth);
+        struct curl_slist *h = curl_slist_append(c->headers, auth); /* a copy */
+        memset(auth, 0, sizeof auth);
         if (h == NULL) {
             curl_slist_free_all(c->headers);
             c->headers = NULL;
