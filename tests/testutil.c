@@ -3,6 +3,8 @@
 #include "testutil.h"
 
 #include <fcntl.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
@@ -249,4 +251,54 @@ int tu_run(const char *dir, char *const argv[], double timeout_s, char **out, ch
     free(out_path);
     free(err_path);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ---- TLS ---- */
+
+/* A GnuTLS call that must succeed: the test helper aborts otherwise. */
+#define TLS_OK(call)                                                                               \
+    do {                                                                                           \
+        int tls_rc_ = (call);                                                                      \
+        if (tls_rc_ != 0) {                                                                        \
+            fprintf(stderr, "tu_make_cert: %s: %s\n", #call, gnutls_strerror(tls_rc_));            \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void write_pem(const char *path, gnutls_datum_t *d)
+{
+    tu_write_file(path, d->data, d->size);
+    gnutls_free(d->data);
+}
+
+void tu_make_cert(const char *cert_path, const char *key_path)
+{
+    gnutls_x509_privkey_t key;
+    gnutls_x509_crt_t crt;
+    TLS_OK(gnutls_x509_privkey_init(&key));
+    TLS_OK(gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA,
+                                        GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0));
+    TLS_OK(gnutls_x509_crt_init(&crt));
+    time_t now = time(NULL);
+    unsigned char serial[8] = {1, 2, 3, 4, 5, 6, 7, (unsigned char)now};
+    unsigned char ip[4] = {127, 0, 0, 1};
+    TLS_OK(gnutls_x509_crt_set_version(crt, 3));
+    TLS_OK(gnutls_x509_crt_set_serial(crt, serial, sizeof serial));
+    TLS_OK(gnutls_x509_crt_set_activation_time(crt, now - 3600));
+    TLS_OK(gnutls_x509_crt_set_expiration_time(crt, now + 3600));
+    TLS_OK(gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, "127.0.0.1", 9));
+    TLS_OK(gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, ip, sizeof ip,
+                                                GNUTLS_FSAN_SET));
+    TLS_OK(gnutls_x509_crt_set_basic_constraints(crt, 1, -1));
+    TLS_OK(gnutls_x509_crt_set_key_usage(crt,
+                                         GNUTLS_KEY_DIGITAL_SIGNATURE | GNUTLS_KEY_KEY_CERT_SIGN));
+    TLS_OK(gnutls_x509_crt_set_key(crt, key));
+    TLS_OK(gnutls_x509_crt_sign2(crt, crt, key, GNUTLS_DIG_SHA256, 0));
+    gnutls_datum_t d;
+    TLS_OK(gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d));
+    write_pem(cert_path, &d);
+    TLS_OK(gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d));
+    write_pem(key_path, &d);
+    gnutls_x509_crt_deinit(crt);
+    gnutls_x509_privkey_deinit(key);
 }

@@ -54,6 +54,11 @@ char *tu_read_file(const char *path);
  * @return its exit code. */
 int tu_run(const char *dir, char *const argv[], double timeout_s, char **out, char **err);
 
+/* A self-signed certificate for 127.0.0.1 (ECDSA P-256, valid for an hour
+ * either side of now) in PEM at cert_path, its key at key_path: for the
+ * admin endpoints' TLS. Aborts the test when it cannot. */
+void tu_make_cert(const char *cert_path, const char *key_path);
+
 /* ---- a counting and failing allocator ----------------------------------------------
  *
  * Over the default allocator: counts live blocks and bytes, checks every

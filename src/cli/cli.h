@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "options.h"
 
 int sl_cli_demo(int argc, char **argv);
@@ -16,6 +18,7 @@ int sl_cli_read(int argc, char **argv);
 int sl_cli_submit(int argc, char **argv);
 int sl_cli_master(int argc, char **argv);
 int sl_cli_produce(int argc, char **argv);
+int sl_cli_jobs(int argc, char **argv);
 /* `sluice help [COMMAND... | --markdown [SECTION]]` */
 int sl_cli_help(int argc, char **argv);
 
@@ -24,8 +27,10 @@ extern const sl_cli_cmd_t sl_cli_demo_cmd, sl_cli_worker_cmd, sl_cli_read_cmd, s
     sl_cli_master_cmd, sl_cli_produce_cmd;
 extern const sl_cli_cmd_t sl_cli_table_create_cmd, sl_cli_table_import_cmd, sl_cli_table_gen_cmd,
     sl_cli_table_inspect_cmd, sl_cli_table_verify_cmd, sl_cli_table_cat_cmd;
+extern const sl_cli_cmd_t sl_cli_jobs_list_cmd, sl_cli_jobs_show_cmd, sl_cli_jobs_delete_cmd,
+    sl_cli_jobs_scale_cmd, sl_cli_jobs_resubmit_cmd;
 /* Groups of options more than one command takes. */
-extern const sl_cli_group_t sl_cli_admin_group, sl_cli_writer_group;
+extern const sl_cli_group_t sl_cli_admin_group, sl_cli_writer_group, sl_cli_admin_client_group;
 
 /* The values of sl_cli_admin_group: the admin endpoint's limits and TLS
  * (master and worker). */
@@ -33,6 +38,13 @@ typedef struct sl_cli_admin_args {
     const char *tls_cert, *tls_key;
     uint64_t max_connections, timeout_s;
 } sl_cli_admin_args_t;
+
+/* The resume token files paths (sluice read --token-out) into body, the
+ * JSON of POST /jobs or /jobs/{id}/resubmit: one as "resume_token" (base64),
+ * several as "resume_tokens". cmd names the command in messages. @return
+ * 0, 1 with the reason printed (a file unreadable, empty or over 64 MiB),
+ * 2 for more than 1024. */
+int sl_cli_resume_tokens_json(const char *cmd, const sl_cli_list_t *paths, json_t *body);
 
 /* Raise this process's open-file limit to its hard limit: a server's
  * connection caps (control, trainer and admin connections) should be what

@@ -22,13 +22,16 @@ typedef struct section {
 
 /* In the order the docs read them. */
 static const section_t sections[] = {
-    {&sl_cli_demo_cmd, NULL},         {&sl_cli_table_create_cmd, NULL},
-    {&sl_cli_table_import_cmd, NULL}, {&sl_cli_table_gen_cmd, NULL},
-    {NULL, &sl_cli_writer_group},     {&sl_cli_table_inspect_cmd, NULL},
-    {&sl_cli_table_verify_cmd, NULL}, {&sl_cli_table_cat_cmd, NULL},
-    {&sl_cli_worker_cmd, NULL},       {&sl_cli_read_cmd, NULL},
-    {&sl_cli_submit_cmd, NULL},       {&sl_cli_master_cmd, NULL},
-    {NULL, &sl_cli_admin_group},      {&sl_cli_produce_cmd, NULL},
+    {&sl_cli_demo_cmd, NULL},          {&sl_cli_table_create_cmd, NULL},
+    {&sl_cli_table_import_cmd, NULL},  {&sl_cli_table_gen_cmd, NULL},
+    {NULL, &sl_cli_writer_group},      {&sl_cli_table_inspect_cmd, NULL},
+    {&sl_cli_table_verify_cmd, NULL},  {&sl_cli_table_cat_cmd, NULL},
+    {&sl_cli_worker_cmd, NULL},        {&sl_cli_read_cmd, NULL},
+    {&sl_cli_submit_cmd, NULL},        {&sl_cli_master_cmd, NULL},
+    {NULL, &sl_cli_admin_group},       {NULL, &sl_cli_admin_client_group},
+    {&sl_cli_jobs_list_cmd, NULL},     {&sl_cli_jobs_show_cmd, NULL},
+    {&sl_cli_jobs_delete_cmd, NULL},   {&sl_cli_jobs_scale_cmd, NULL},
+    {&sl_cli_jobs_resubmit_cmd, NULL}, {&sl_cli_produce_cmd, NULL},
 };
 #define NUM_SECTIONS (sizeof sections / sizeof sections[0])
 
@@ -90,6 +93,10 @@ int sl_cli_help(int argc, char **argv)
     if (strcmp(name, "table") == 0) {
         char *table_help[] = {"table", "--help", NULL};
         return sl_cli_table(2, table_help);
+    }
+    if (strcmp(name, "jobs") == 0) {
+        char *jobs_help[] = {"jobs", "--help", NULL};
+        return sl_cli_jobs(2, jobs_help);
     }
     fprintf(stderr, "sluice help: no command '%s' (`sluice --help` lists them)\n", name);
     return 2;

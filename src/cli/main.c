@@ -18,6 +18,7 @@ static const struct {
     {"submit", sl_cli_submit, &sl_cli_submit_cmd, NULL},
     {"master", sl_cli_master, &sl_cli_master_cmd, NULL},
     {"produce", sl_cli_produce, &sl_cli_produce_cmd, NULL},
+    {"jobs", sl_cli_jobs, NULL, "list, show, delete, scale and resubmit a master's jobs"},
 };
 
 static void usage(FILE *out)

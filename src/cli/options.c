@@ -92,15 +92,26 @@ static bool parse_size(const char *s, uint64_t *out)
 }
 
 /* HOST:PORT: the last ':' splits; HOST may be empty (every address) or a
- * bracketed IPv6 address; PORT is decimal in [0, 65535]. */
-static bool parse_address(const char *s)
+ * bracketed IPv6 address; PORT is decimal in [0, 65535]. @return false
+ * with what is wrong in why ("the port 'abc' is not a number in [0,
+ * 65535]"). */
+static bool parse_address(const char *s, char *why, size_t cap)
 {
     const char *colon = strrchr(s, ':');
-    if (colon == NULL) return false;
+    if (colon == NULL) {
+        snprintf(why, cap, "expected HOST:PORT (no ':PORT')");
+        return false;
+    }
     const char *end;
     uint64_t port;
-    if (!parse_decimal(colon + 1, &end, &port) || *end != '\0' || port > 65535) return false;
-    if (s[0] == '[' && (colon == s + 1 || colon[-1] != ']')) return false;
+    if (!parse_decimal(colon + 1, &end, &port) || *end != '\0' || port > 65535) {
+        snprintf(why, cap, "the port '%s' is not a number in [0, 65535]", colon + 1);
+        return false;
+    }
+    if (s[0] == '[' && (colon == s + 1 || colon[-1] != ']')) {
+        snprintf(why, cap, "expected [IPV6]:PORT (the host has no closing ']')");
+        return false;
+    }
     return true;
 }
 
@@ -174,7 +185,7 @@ static bool store(const sl_cli_opt_t *o, void *at, const char *v, char *why, siz
         ok = parse_size(v, &n);
         break;
     case SL_CLI_ADDR:
-        ok = parse_address(v);
+        if (!parse_address(v, why, cap)) return false;
         break;
     case SL_CLI_ENUM:
         ok = is_choice(o->arg, v);
@@ -332,11 +343,24 @@ bool sl_cli_parse(const sl_cli_cmd_t *cmd, int argc, char **argv, void *values,
             return fail(cmd, res, "--%s '%s': %s", o->name, v, why);
         }
     }
+    /* Every missing option at once: "--admin ADDR and --state DIR are
+     * required". */
+    char missing[512] = "";
+    size_t nmissing = 0, len = 0, total = 0;
     for (size_t k = 0; k < n; k++) {
         const sl_cli_opt_t *o = slot_at(cmd, k).opt;
-        if ((o->flags & SL_CLI_REQUIRED) && !(res->given & (1ull << k)))
-            return fail(cmd, res, "--%s %s is required", o->name, o->arg);
+        total += (o->flags & SL_CLI_REQUIRED) && !(res->given & (1ull << k));
     }
+    for (size_t k = 0; k < n && len < sizeof missing; k++) {
+        const sl_cli_opt_t *o = slot_at(cmd, k).opt;
+        if (!(o->flags & SL_CLI_REQUIRED) || (res->given & (1ull << k))) continue;
+        nmissing++;
+        const char *sep = nmissing == 1 ? "" : nmissing == total ? " and " : ", ";
+        len += (size_t)snprintf(missing + len, sizeof missing - len, "%s--%s %s", sep, o->name,
+                                o->arg != NULL ? o->arg : "");
+    }
+    if (nmissing > 0)
+        return fail(cmd, res, "%s %s required", missing, nmissing == 1 ? "is" : "are");
     if (args != NULL && args->count < cmd->min_args) {
         if (cmd->min_args == 1) return fail(cmd, res, "wants one %s", cmd->args_doc);
         return fail(cmd, res, "wants at least %u %s", cmd->min_args, cmd->args_doc);

@@ -1,12 +1,17 @@
 /* `sluice read`: a trainer without the training. Pulls batches from a DPP
  * worker, or from a job's workers through the DPP master (--master --job:
- * each batch committed there first, exactly once), through the trainer client library (include/sluice/trainer.h)
- * until the job ends or --limit, then prints what it received and how long
- * it waited; --json prints every batch as one JSON line, for inspection and
- * for tests. Exit codes: 0 the job ended (or the limit was reached), 1 the
- * client failed (the message says why), 2 usage error. */
+ * each batch committed there first, exactly once), through the trainer
+ * client library (include/sluice/trainer.h) until the job ends, --limit,
+ * or SIGINT / SIGTERM, then prints what it received and how long it waited
+ * (and writes --token-out); --json prints every batch as one JSON line, for
+ * inspection and for tests. Exit codes: 0 the job ended (or the limit was
+ * reached), 1 the client failed (the message says why), 2 usage error,
+ * 130 / 143 stopped by SIGINT / SIGTERM (summary and token written). */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -23,7 +28,7 @@
 typedef struct read_args {
     const char *worker, *master, *job, *token_out, *secret_file;
     uint64_t rank, world_size, prefetch, limit, timeout, reconnect_ms;
-    bool ids, json, quiet;
+    bool ids, json, quiet, progress;
 } read_args_t;
 
 #define R(field) offsetof(read_args_t, field)
@@ -41,8 +46,8 @@ static const sl_cli_opt_t ropts[] = {
     {"world-size", SL_CLI_UINT, "N", "1", NULL, 1, UINT32_MAX, 0, R(world_size),
      "number of trainer ranks"},
     {"token-out", SL_CLI_PATH, "FILE", NULL, NULL, 0, 0, 0, R(token_out),
-     "at the end (job end or --limit), write a resume token for this batch boundary to FILE "
-     "(with --master)"},
+     "at the end (job end, --limit, SIGINT or SIGTERM), write a resume token for this batch "
+     "boundary to FILE (with --master; `sluice jobs resubmit` starts the job again from it)"},
     {"ids", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(ids),
      "print each batch's sample ids as one line on stdout"},
     {"prefetch", SL_CLI_UINT, "N", "4", NULL, 1, 1u << 16, 0, R(prefetch),
@@ -53,12 +58,15 @@ static const sl_cli_opt_t ropts[] = {
      "give up when no batch arrives for MS ms"},
     {"reconnect-ms", SL_CLI_UINT, "MS", "30000", NULL, 0, 1u << 30, 0, R(reconnect_ms),
      "retry a lost worker this long (0: never)"},
-    {"cluster-secret-file", SL_CLI_PATH, "FILE", NULL, "`$SLUICE_CLUSTER_SECRET_FILE`, if set",
-     0, 0, 0, R(secret_file),
+    {"cluster-secret-file", SL_CLI_PATH, "FILE", NULL, "`$SLUICE_CLUSTER_SECRET_FILE`, if set", 0,
+     0, 0, R(secret_file),
      "the cluster secret the workers and master require (the first line of FILE)"},
     {"json", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(json),
      "print each batch as one JSON line on stdout (the summary then goes to stderr)"},
-    {"quiet", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(quiet), "no summary"},
+    {"progress", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(progress),
+     "a progress line on stderr (batches, samples, rate; committed with --master) every second "
+     "even when stderr is not a terminal (on a terminal: always, redrawn 4 times a second)"},
+    {"quiet", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(quiet), "no summary, no progress"},
 };
 
 static const sl_cli_group_t read_group = SL_CLI_OWN_GROUP(ropts);
@@ -69,8 +77,16 @@ const sl_cli_cmd_t sl_cli_read_cmd = {
     .synopsis = "sluice read --worker HOST:PORT [options]\n"
                 "sluice read --master HOST:PORT --job ID [options]",
     .about = "Receive batches from a DPP worker (or from every worker of a job, through the DPP "
-             "master) as a trainer would, until the job ends, then print batches, samples, "
-             "bytes, throughput and the time spent waiting.",
+             "master) as a trainer would, until the job ends (or --limit, SIGINT, SIGTERM), "
+             "then print batches, samples, bytes, throughput and the time spent waiting. With "
+             "--master also `committed N`: batches the master committed for this reader (each "
+             "sample of a job is committed once, to one reader), and `dropped (not committed) "
+             "N`: batches that arrived but were not handed out, because the master refused "
+             "their commit (another copy of the rows was committed first, after a worker's "
+             "lease moved, or the epoch had moved on) or they were for another rank; the "
+             "worker re-sends what no reader committed, so dropped batches are not lost. "
+             "SIGINT or SIGTERM stops it at a batch boundary: the summary is printed and "
+             "--token-out written (a second signal kills it).",
     .groups = {{&read_group, 0}},
 };
 
@@ -214,6 +230,84 @@ static int write_token(sl_trainer_t *t, const char *path)
     return rc;
 }
 
+/* ---- stopping and progress ---- */
+
+/* The signal that asked us to stop (0: none). The handler only stores it:
+ * the loop below waits in slices and looks at it between them, so the
+ * client is closed, the token written and the summary printed on the main
+ * thread as at the job's end. SA_RESETHAND: a second signal kills;
+ * SA_RESTART: a write of a batch's line to a full pipe goes on. */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    g_stop_signal = sig;
+}
+
+static void catch_stop_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESETHAND | SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* How long one sl_trainer_next waits before the loop looks at the signal
+ * flag and the progress line again. */
+#define SLICE_MS 100
+
+typedef struct progress {
+    bool on, tty, master;
+    double start, next; /* when the next line is due */
+    int width;          /* of the redrawn line (tty) */
+} progress_t;
+
+static void progress_show(progress_t *p, sl_trainer_t *t, double now)
+{
+    if (!p->on || now < p->next) return;
+    p->next = now + (p->tty ? 0.25 : 1.0);
+    sl_trainer_stats_t s;
+    sl_trainer_stats(t, &s);
+    double secs = now - p->start > 1e-9 ? now - p->start : 1e-9;
+    char line[256];
+    int n = snprintf(line, sizeof line,
+                     "read: %" PRIu64 " batches  %" PRIu64 " samples  %.0f samples/s  %.1f MB/s",
+                     s.batches, s.samples, (double)s.samples / secs, (double)s.bytes / 1e6 / secs);
+    if (p->master && n > 0 && (size_t)n < sizeof line)
+        snprintf(line + n, sizeof line - (size_t)n,
+                 "  committed %" PRIu64 "  dropped %" PRIu64 "  workers %u", s.committed, s.dropped,
+                 s.workers);
+    if (p->tty) {
+        int len = (int)strlen(line);
+        fprintf(stderr, "\r%s%*s", line, p->width > len ? p->width - len : 0, "");
+        p->width = len;
+    } else {
+        fprintf(stderr, "%s\n", line);
+    }
+    fflush(stderr);
+}
+
+/* Clear the redrawn line so the summary starts on a clean one. */
+static void progress_finish(progress_t *p)
+{
+    if (p->on && p->tty && p->width > 0) fprintf(stderr, "\r%*s\r", p->width, "");
+    p->width = 0;
+}
+
+/* The library's timeout message of the last slice with the wait the user
+ * asked for: "job x: no batch within 100 ms (...)" -> "... 5000 ms (...)". */
+static void timeout_message(char *msg, size_t cap, int timeout_ms)
+{
+    char *at = strstr(msg, "within ");
+    if (at == NULL) return;
+    char *num = at + 7, *end = num;
+    while (*end >= '0' && *end <= '9')
+        end++;
+    char rest[SL_ERROR_MSG_MAX];
+    snprintf(rest, sizeof rest, "%s", end);
+    snprintf(num, cap - (size_t)(num - msg), "%d%s", timeout_ms, rest);
+}
+
 /* ---- the command ---- */
 
 int sl_cli_read(int argc, char **argv)
@@ -246,27 +340,58 @@ int sl_cli_read(int argc, char **argv)
     sl_trainer_t *t = NULL;
     sl_error_t err = {0};
     double start = sl_clock_s();
-    if (sl_trainer_connect(&o, &t, &err) != SL_OK) {
+    /* The client's threads start with SIGINT and SIGTERM blocked (they
+     * inherit the mask), so the signals reach this thread only and never
+     * interrupt a system call of theirs. */
+    sigset_t stops, old;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stops, &old);
+    catch_stop_signals();
+    sl_err_t crc = sl_trainer_connect(&o, &t, &err);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (crc != SL_OK) {
         fprintf(stderr, "sluice read: %s\n", err.msg);
         return 1;
     }
+    bool tty = isatty(STDERR_FILENO) == 1;
+    progress_t prog = {.on = !quiet && (tty || args.progress),
+                       .tty = tty,
+                       .master = o.master != NULL,
+                       .start = start,
+                       .next = start + 1.0}; /* short reads show none */
     int rc = 0;
     uint64_t n = 0;
-    while (limit == 0 || n < limit) {
+    int waited_ms = 0; /* since the last batch */
+    while ((limit == 0 || n < limit) && g_stop_signal == 0) {
         sl_batch_t *b = NULL;
-        sl_err_t e = sl_trainer_next(t, timeout_ms, &b, &err);
+        int slice = timeout_ms >= 0 && timeout_ms - waited_ms < SLICE_MS ? timeout_ms - waited_ms
+                                                                         : SLICE_MS;
+        sl_err_t e = sl_trainer_next(t, slice, &b, &err);
+        progress_show(&prog, t, sl_clock_s());
+        if (e == SL_ERR_TIMEOUT && (timeout_ms < 0 || (waited_ms += slice) < timeout_ms)) continue;
         if (e == SL_ERR_CLOSED) break;
         if (e != SL_OK) {
+            if (e == SL_ERR_TIMEOUT) timeout_message(err.msg, sizeof err.msg, timeout_ms);
+            progress_finish(&prog);
             fprintf(stderr, "sluice read: after %" PRIu64 " batches: %s\n", n, err.msg);
             rc = 1;
             break;
         }
+        waited_ms = 0;
         if (json && print_json(b, n) != 0) rc = 1;
         if (ids) print_ids(b);
         sl_trainer_release(t, b);
         n++;
         if (rc != 0) break;
     }
+    progress_finish(&prog);
+    int sig = g_stop_signal;
+    if (sig != 0)
+        fprintf(stderr, "sluice read: stopped by %s after %" PRIu64 " batches%s\n",
+                sig == SIGINT ? "SIGINT" : "SIGTERM", n,
+                token_out != NULL && rc == 0 ? "; writing the resume token" : "");
     if (token_out && rc == 0 && write_token(t, token_out) != 0) rc = 1;
     double secs = sl_clock_s() - start;
     sl_trainer_stats_t s;
@@ -287,5 +412,6 @@ int sl_cli_read(int argc, char **argv)
                     s.committed, s.dropped);
     }
     fflush(stdout);
+    if (rc == 0 && sig != 0) rc = 128 + sig;
     return rc;
 }

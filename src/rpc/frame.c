@@ -420,8 +420,12 @@ static sl_err_t resolve(const char *address, bool passive, struct addrinfo **res
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
     int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, res);
+    /* the resolver's words alone ("Servname not supported for ai_socktype")
+     * do not say which half of HOST:PORT it refused */
     if (gai != 0)
-        return sl_error_set(err, SL_ERR_INVALID, "address '%s': %s", address, gai_strerror(gai));
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "address '%s': cannot resolve host '%s' port '%s' (%s)", address, host,
+                            port, gai_strerror(gai));
     return SL_OK;
 }
 

@@ -74,6 +74,11 @@ Test(cli_options, every_command_has_help)
         {"table verify", "-h, --help"},
         {"table cat", "--limit N"},
         {"produce", "--property NAME=VALUE"},
+        {"jobs list", "--tls-ca FILE"},
+        {"jobs show", "--request-timeout-s S"},
+        {"jobs delete", "--token-file FILE"},
+        {"jobs scale", "--workers N"},
+        {"jobs resubmit", "--token FILE"},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char cmd[32], *sub = NULL;
@@ -101,6 +106,39 @@ Test(cli_options, every_command_has_help)
     cr_assert_eq(sluice("help", "nope", NULL), 2);
 }
 
+/* `sluice master --help` (and the worker's, and jobs resubmit's) names
+ * every option its docs table has, shared groups included. */
+Test(cli_options, help_lists_every_option)
+{
+    const char *cmds[][2] = {{"master", NULL}, {"worker", NULL}, {"jobs", "resubmit"}};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s%s%s", cmds[i][0], cmds[i][1] ? " " : "",
+                 cmds[i][1] ? cmds[i][1] : "");
+        cr_assert_eq(sluice("help", "--markdown", name, NULL), 0, "%s", err);
+        char *table = strdup(out);
+        int rc = cmds[i][1] ? sluice(cmds[i][0], cmds[i][1], "--help", NULL)
+                            : sluice(cmds[i][0], "--help", NULL);
+        cr_assert_eq(rc, 0, "%s --help", name);
+        int options = 0;
+        for (const char *p = table; (p = strstr(p, "`--")) != NULL; p += 3) {
+            char opt[64];
+            size_t len = strcspn(p + 1, "`");
+            cr_assert_lt(len, sizeof opt);
+            memcpy(opt, p + 1, len);
+            opt[len] = '\0';
+            char line[80], alone[80]; /* "  --name ARG ..." or "  --name\n" */
+            snprintf(line, sizeof line, "\n  %s ", opt);
+            snprintf(alone, sizeof alone, "\n  %s\n", opt);
+            cr_assert(strstr(out, line) != NULL || strstr(out, alone) != NULL,
+                      "%s --help lacks %s:\n%s", name, opt, out);
+            options++;
+        }
+        cr_assert_geq(options, 3, "%s: %s", name, table);
+        free(table);
+    }
+}
+
 Test(cli_options, usage_errors_name_the_option)
 {
     char *job = tu_path(dir, "job.json"), *sub = tu_path(dir, "spec");
@@ -108,10 +146,34 @@ Test(cli_options, usage_errors_name_the_option)
     cr_assert_eq(mkdir(sub, 0700), 0);
     free(job);
     free(sub);
-    USAGE("master", "--listen '127.0.0.1:abc': expected HOST:PORT with a port in [0, 65535]",
+    USAGE("master", "--listen '127.0.0.1:abc': the port 'abc' is not a number in [0, 65535]",
           "master", "--listen", "127.0.0.1:abc", "--admin", "127.0.0.1:0", "--state", "s");
+    USAGE("master", "--admin '127.0.0.1:70000': the port '70000' is not a number in [0, 65535]",
+          "master", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:70000", "--state", "s");
+    USAGE("master", "--listen 'localhost': expected HOST:PORT (no ':PORT')", "master", "--listen",
+          "localhost", "--admin", "127.0.0.1:0", "--state", "s");
     USAGE("master", "--listen ADDR is required", "master", "--admin", "127.0.0.1:0", "--state",
           "s");
+    /* every missing option at once, named */
+    USAGE("master", "--admin ADDR is required", "master", "--listen", "127.0.0.1:0", "--state",
+          "s");
+    USAGE("master", "--state DIR is required", "master", "--listen", "127.0.0.1:0", "--admin",
+          "127.0.0.1:0");
+    USAGE("master", "--admin ADDR and --state DIR are required", "master", "--listen",
+          "127.0.0.1:0");
+    USAGE("master", "--listen ADDR, --admin ADDR and --state DIR are required", "master");
+    USAGE("worker", "--listen '127.0.0.1:abc': the port 'abc' is not a number in [0, 65535]",
+          "worker", "--job", "job.json", "--listen", "127.0.0.1:abc");
+    USAGE("worker", "--admin '[::1:80': expected [IPV6]:PORT (the host has no closing ']')",
+          "worker", "--job", "job.json", "--admin", "[::1:80");
+    USAGE("jobs scale", "--workers N is required", "jobs", "scale", "j", "--admin", "x:1");
+    USAGE("jobs scale", "--admin HOST:PORT is required", "jobs", "scale", "j", "--workers", "2");
+    USAGE("jobs show", "wants one job ID", "jobs", "show", "--admin", "x:1");
+    USAGE("jobs resubmit", "--token FILE is required", "jobs", "resubmit", "j", "--admin", "x:1");
+    USAGE("jobs list", "--tls-ca with a plain http:// --admin 'http://127.0.0.1:1'", "jobs", "list",
+          "--admin", "http://127.0.0.1:1", "--tls-ca", "job.json");
+    USAGE("jobs list", "--admin 'ftp://x:1': the scheme is http:// or https://", "jobs", "list",
+          "--admin", "ftp://x:1");
     USAGE("master", "--executor 'k8s': expected local or none", "master", "--listen", ":0",
           "--admin", ":0", "--state", "s", "--executor", "k8s");
     USAGE("master", "--max-split-failures '65536': expected an integer in [1, 65535]", "master",
@@ -176,11 +238,12 @@ Test(cli_options, markdown_sections)
 {
     cr_assert_eq(sluice("help", "--markdown", NULL), 0, "%s", err);
     char *all = strdup(out);
-    const char *names[] = {"demo",           "table create",  "table import", "table gen",
-                           "table writer",   "table inspect", "table verify", "table cat",
-                           "worker",         "read",          "submit",       "master",
-                           "admin endpoint", "job",           "job source",   "job batch",
-                           "job filters",    "job transforms", "produce"};
+    const char *names[] = {
+        "demo",          "table create", "table import",   "table gen",    "table writer",
+        "table inspect", "table verify", "table cat",      "worker",       "read",
+        "submit",        "master",       "admin endpoint", "job",          "job source",
+        "job batch",     "job filters",  "job transforms", "admin client", "jobs list",
+        "jobs show",     "jobs delete",  "jobs scale",     "jobs resubmit", "produce"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char begin[128];
         snprintf(begin, sizeof begin, "<!-- generated by sluice help --markdown: %s -->\n",

@@ -746,8 +746,13 @@ FU_FN void *fu_reader_main(void *arg)
     return NULL;
 }
 
-FU_FN void fu_reader_start(fu_reader_t *r, const fu_master_t *m, const char *job, uint64_t rows,
-                           uint32_t epochs, atomic_uint *seen, const char *log)
+/* The reader's process alone, its stdout not read yet (start the parser
+ * with pthread_create(&r->th, NULL, fu_reader_main, r)): extra are more
+ * options (NULL-terminated, may be NULL), pipe_bytes > 0 sizes its stdout
+ * pipe (F_SETPIPE_SZ). */
+FU_FN void fu_reader_spawn(fu_reader_t *r, const fu_master_t *m, const char *job, uint64_t rows,
+                           uint32_t epochs, atomic_uint *seen, const char *log,
+                           const char *const *extra, int pipe_bytes)
 {
     memset(r, 0, sizeof *r);
     r->rows = rows;
@@ -755,12 +760,23 @@ FU_FN void fu_reader_start(fu_reader_t *r, const fu_master_t *m, const char *job
     r->seen = seen;
     int p[2];
     cr_assert_eq(pipe(p), 0);
-    const char *bin = fu_binary();
-    const char *argv[] = {bin,   "read",       "--master", m->ctl,      "--job", job,
-                          "--json", "--prefetch", "4",      "--quiet",  NULL};
+    if (pipe_bytes > 0) fcntl(p[1], F_SETPIPE_SZ, pipe_bytes);
+    const char *argv[24] = {fu_binary(), "read",   "--master",   m->ctl, "--job",
+                            job,         "--json", "--prefetch", "4"};
+    int n = 9;
+    for (; extra != NULL && *extra != NULL && n < 23; extra++)
+        argv[n++] = *extra;
+    argv[n] = NULL;
     r->pid = fu_spawn(argv, p[1], log);
     close(p[1]);
     r->fd = p[0];
+}
+
+FU_FN void fu_reader_start(fu_reader_t *r, const fu_master_t *m, const char *job, uint64_t rows,
+                           uint32_t epochs, atomic_uint *seen, const char *log)
+{
+    const char *quiet[] = {"--quiet", NULL};
+    fu_reader_spawn(r, m, job, rows, epochs, seen, log, quiet, 0);
     pthread_create(&r->th, NULL, fu_reader_main, r);
 }
 

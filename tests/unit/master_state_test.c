@@ -617,6 +617,79 @@ Test(master_state, resume_token_round_trip_and_refusals)
     tu_alloc_assert_clean(&g_ta);
 }
 
+/* Resubmit (sl_master_state_job_replace): a job replaced in place by one
+ * resumed from a token, only once the token is found good; journaled, so
+ * a restart finds the new job. */
+Test(master_state, replace_in_place_only_with_a_good_token)
+{
+    enum { N = 4 };
+    make_splits(N, NULL);
+    char *dir = tmp_state_dir();
+    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 1000};
+    sl_master_state_t *m = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    sl_master_state_job_spec_t spec = spec_of("j", N, 2, false, 3);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK);
+    uint64_t gen[N];
+    lease_all(m, N, gen);
+    cr_assert_eq(commit(m, 0, 0, gen[0], 0, 100, "c", 1), SL_MASTER_COMMITTED);
+    cr_assert_eq(commit(m, 0, 1, gen[1], 0, 50, "c", 2), SL_MASTER_COMMITTED);
+    /* the token: [0,30) of split 1 delivered, [30,50) committed but not yet */
+    sl_master_token_exclude_t und = {.epoch = 0, .split = 1, .from_row = 30, .to_row = 50};
+    void *tok;
+    size_t len;
+    cr_assert_eq(sl_master_state_token_encode(m, "j", &und, 1, &tok, &len, &err), SL_OK, "%s",
+                 err.msg);
+    /* more commits after the checkpoint: the replace forgets them */
+    cr_assert_eq(commit(m, 0, 2, gen[2], 0, 120, "c", 3), SL_MASTER_COMMITTED);
+    const void *toks[1] = {tok};
+    size_t lens[1] = {len};
+
+    /* refused tokens leave the job as it was: damaged, another job's */
+    uint8_t *bad = malloc(len);
+    memcpy(bad, tok, len);
+    bad[len - 1] ^= 1;
+    const void *bads[1] = {bad};
+    cr_assert_eq(sl_master_state_job_replace(m, &spec, bads, lens, 1, &err), SL_ERR_CORRUPT);
+    cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 0, &err), SL_ERR_INVALID);
+    sl_master_state_job_spec_t other = spec_of("k", N, 2, false, 3);
+    cr_assert_eq(sl_master_state_job_add(m, &other, &err), SL_OK);
+    cr_assert_eq(sl_master_state_job_replace(m, &other, toks, lens, 1, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "of job 'j', not of job 'k'") != NULL, "%s", err.msg);
+    sl_master_state_job_spec_t none = spec_of("x", N, 2, false, 3);
+    cr_assert_eq(sl_master_state_job_replace(m, &none, toks, lens, 1, &err), SL_ERR_NOT_FOUND);
+    cr_assert_str_eq(err.msg, "no job 'x'");
+    sl_master_state_job_status_t st;
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.committed_rows, 100 + 50 + 120);
+    assert_ranges(m, "j", 2, "[0,120)");
+
+    /* a good one replaces it: exactly the token's rows, no lease */
+    cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 1, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    for (int pass = 0; pass < 2; pass++) {
+        cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
+        cr_assert_eq(st.committed_rows, 100 + 30, "pass %d", pass);
+        cr_assert_eq(st.done, 1);
+        cr_assert_eq(st.leased, 0);
+        cr_assert_eq(st.pending, N - 1);
+        assert_ranges(m, "j", 0, "[0,100)");
+        assert_ranges(m, "j", 1, "[0,30)");
+        assert_ranges(m, "j", 2, "");
+        /* the other job is untouched */
+        cr_assert_eq(sl_master_state_job_status(m, "k", &st, &err), SL_OK);
+        /* a restart replays JobRemoved then JobAdded */
+        sl_master_state_destroy(m);
+        m = NULL;
+        cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    }
+    free(bad);
+    sl_free(NULL, tok, len);
+    sl_master_state_destroy(m);
+    rm_state_dir(dir);
+}
+
 /* Multi-rank resume: each rank's token is committed minus that rank's
  * undelivered rows; the resumed job starts with the intersection. Checked
  * row by row against a bitmap over random commits and exclusions. */

@@ -484,8 +484,9 @@ sl_err_t sl_admin_start(const sl_admin_opts_t *opts, sl_admin_t **out, sl_error_
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
     int gai = getaddrinfo(hlen ? host : "0.0.0.0", NULL, &hints, &res);
     if (gai != 0)
-        return sl_error_set(err, SL_ERR_INVALID, "admin address '%s': %s", address,
-                            gai_strerror(gai));
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "admin address '%s': cannot resolve host '%s' (%s)", address,
+                            hlen ? host : "0.0.0.0", gai_strerror(gai));
     struct sockaddr_in sa;
     memcpy(&sa, res->ai_addr, sizeof sa);
     freeaddrinfo(res);

@@ -9,7 +9,8 @@
  *   GET    /jobs  /jobs/{id}
  *   POST   /jobs               (token)  submit
  *   DELETE /jobs/{id}          (token)  remove; DELETE /jobs {"id": ...} too
- *   POST   /jobs/{id}/scale    (token)  {"workers": N} */
+ *   POST   /jobs/{id}/scale    (token)  {"workers": N}
+ *   POST   /jobs/{id}/resubmit (token)  {"resume_token(s)": ...}: start it again */
 #include <string.h>
 
 #include <gnutls/gnutls.h>
@@ -48,6 +49,79 @@ static bool decode_token(const json_t *t, gnutls_datum_t *out)
     if (n > UINT32_MAX) return false;
     gnutls_datum_t in = {.data = (unsigned char *)s, .size = (unsigned)n};
     return gnutls_base64_decode2(&in, out) == 0;
+}
+
+/* The resume tokens of a body, decoded: "resume_token" (one) or
+ * "resume_tokens" (one per trainer rank), never both. */
+typedef struct tokens {
+    uint32_t n;
+    gnutls_datum_t *raw;   /* [n], each freed with gnutls_free */
+    const uint8_t **data;  /* [n] */
+    size_t *len;           /* [n] */
+    const char *key;       /* the key they came in, for messages */
+} tokens_t;
+
+static void tokens_free(const sl_allocator_t *a, tokens_t *t)
+{
+    for (uint32_t k = 0; t->raw != NULL && k < t->n; k++)
+        gnutls_free(t->raw[k].data);
+    sl_free(a, t->raw, (size_t)t->n * sizeof *t->raw);
+    sl_free(a, t->data, (size_t)t->n * sizeof *t->data);
+    sl_free(a, t->len, (size_t)t->n * sizeof *t->len);
+    *t = (tokens_t){0};
+}
+
+/* required: at least one token. On error nothing is left to free. */
+static sl_err_t tokens_decode(const sl_allocator_t *a, const json_t *body, bool required,
+                              tokens_t *t, sl_error_t *err)
+{
+    *t = (tokens_t){0};
+    const json_t *one = json_object_get(body, "resume_token");
+    const json_t *many = json_object_get(body, "resume_tokens");
+    if (one != NULL && many != NULL)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "body: give \"resume_token\" or \"resume_tokens\", not both");
+    if (many != NULL && (!json_is_array(many) || json_array_size(many) == 0 ||
+                         json_array_size(many) > SL_MASTER_MAX_RESUME_TOKENS))
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "body: \"resume_tokens\" is an array of 1..%d base64 strings",
+                            SL_MASTER_MAX_RESUME_TOKENS);
+    if (required && one == NULL && many == NULL)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "body: give \"resume_token\" (base64) or \"resume_tokens\" (an "
+                            "array of 1..%d base64 strings, one per rank)",
+                            SL_MASTER_MAX_RESUME_TOKENS);
+    uint32_t n = one != NULL ? 1 : many != NULL ? (uint32_t)json_array_size(many) : 0;
+    if (n == 0) return SL_OK;
+    t->key = one != NULL ? "resume_token" : "resume_tokens";
+    t->raw = sl_calloc(a, n, sizeof *t->raw);
+    t->data = sl_calloc(a, n, sizeof *t->data);
+    t->len = sl_calloc(a, n, sizeof *t->len);
+    t->n = n;
+    if (t->raw == NULL || t->data == NULL || t->len == NULL) {
+        tokens_free(a, t);
+        return sl_error_set(err, SL_ERR_NOMEM, "body: %u resume tokens", n);
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        if (!decode_token(one != NULL ? one : json_array_get(many, k), &t->raw[k])) {
+            tokens_free(a, t);
+            if (one != NULL)
+                return sl_error_set(err, SL_ERR_INVALID, "body: \"resume_token\" is not base64");
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "body: \"resume_tokens\"[%u] is not a base64 string", k);
+        }
+        t->data[k] = t->raw[k].data;
+        t->len[k] = t->raw[k].size;
+    }
+    return SL_OK;
+}
+
+/* A damaged token is the request's fault: 400, named by its key. */
+static sl_err_t token_refusal(sl_err_t rc, const tokens_t *t, sl_error_t *err)
+{
+    if (rc != SL_ERR_CORRUPT && rc != SL_ERR_TRUNCATED && rc != SL_ERR_VERSION) return rc;
+    sl_error_prefix(err, "%s: ", t->key != NULL ? t->key : "resume_token");
+    return err->code = SL_ERR_INVALID;
 }
 
 sl_err_t sl_master_admin_job_submit(sl_master_t *m, const json_t *body, char **job_id,
@@ -97,39 +171,11 @@ sl_err_t sl_master_admin_job_submit_problems(sl_master_t *m, const json_t *body,
     }
     /* "resume_token": one token; "resume_tokens": one per trainer rank
      * (the job starts with what every rank delivered). */
-    const json_t *tokj = json_object_get(body, "resume_token");
-    const json_t *toksj = json_object_get(body, "resume_tokens");
-    if (tokj != NULL && toksj != NULL)
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "body: give \"resume_token\" or \"resume_tokens\", not both");
-    if (toksj != NULL && (!json_is_array(toksj) || json_array_size(toksj) == 0 ||
-                          json_array_size(toksj) > SL_MASTER_MAX_RESUME_TOKENS))
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "body: \"resume_tokens\" is an array of 1..%d base64 strings",
-                            SL_MASTER_MAX_RESUME_TOKENS);
-    uint32_t ntok = tokj != NULL ? 1 : toksj != NULL ? (uint32_t)json_array_size(toksj) : 0;
     const sl_allocator_t *a = sl_master_allocator(m);
-    gnutls_datum_t *tok = ntok ? sl_calloc(a, ntok, sizeof *tok) : NULL;
-    const uint8_t **token = ntok ? sl_calloc(a, ntok, sizeof *token) : NULL;
-    size_t *token_len = ntok ? sl_calloc(a, ntok, sizeof *token_len) : NULL;
+    tokens_t tk;
+    if ((rc = tokens_decode(a, body, false, &tk, err)) != SL_OK) return rc;
     char *text = NULL;
     sl_pipeline_problems_t pr = {0};
-    if (ntok > 0 && (tok == NULL || token == NULL || token_len == NULL)) {
-        rc = sl_error_set(err, SL_ERR_NOMEM, "body: %u resume tokens", ntok);
-        goto out;
-    }
-    for (uint32_t k = 0; k < ntok; k++) {
-        if (!decode_token(tokj != NULL ? tokj : json_array_get(toksj, k), &tok[k])) {
-            if (tokj != NULL)
-                rc = sl_error_set(err, SL_ERR_INVALID, "body: \"resume_token\" is not base64");
-            else
-                rc = sl_error_set(err, SL_ERR_INVALID,
-                                  "body: \"resume_tokens\"[%u] is not a base64 string", k);
-            goto out;
-        }
-        token[k] = tok[k].data;
-        token_len[k] = tok[k].size;
-    }
     /* The spec as workers get it in their leases: compact, keys sorted. */
     text = sl_admin_json_text(a, specj, JSON_COMPACT | JSON_SORT_KEYS);
     if (text == NULL) {
@@ -142,14 +188,10 @@ sl_err_t sl_master_admin_job_submit_problems(sl_master_t *m, const json_t *body,
                               .min_workers = min_w,
                               .max_workers = max_w,
                               .workers = workers,
-                              .tokens = token,
-                              .token_lens = token_len,
-                              .num_tokens = ntok};
-    rc = sl_master_job_submit(m, &req, job_id, &pr, err);
-    if (rc == SL_ERR_CORRUPT || rc == SL_ERR_TRUNCATED || rc == SL_ERR_VERSION) {
-        sl_error_prefix(err, toksj != NULL ? "resume_tokens: " : "resume_token: ");
-        rc = err->code = SL_ERR_INVALID;
-    }
+                              .tokens = tk.data,
+                              .token_lens = tk.len,
+                              .num_tokens = tk.n};
+    rc = token_refusal(sl_master_job_submit(m, &req, job_id, &pr, err), &tk, err);
     /* The spec's problems by their path in the body: "$.transforms[1]..."
      * is "$.spec.transforms[1]..." there. */
     if (rc != SL_OK && pr.count > 0 && problems != NULL) {
@@ -164,11 +206,7 @@ sl_err_t sl_master_admin_job_submit_problems(sl_master_t *m, const json_t *body,
 out:
     sl_pipeline_problems_free(&pr);
     sl_strfree(a, text);
-    for (uint32_t k = 0; tok != NULL && k < ntok; k++)
-        gnutls_free(tok[k].data);
-    sl_free(a, tok, (size_t)ntok * sizeof *tok);
-    sl_free(a, token, (size_t)ntok * sizeof *token);
-    sl_free(a, token_len, (size_t)ntok * sizeof *token_len);
+    tokens_free(a, &tk);
     return rc;
 }
 
@@ -542,13 +580,56 @@ static void h_job_scale(void *ctx, const sl_admin_request_t *req, sl_admin_respo
                                   (json_int_t)want, "workers", (json_int_t)set));
 }
 
+/* POST /jobs/{id}/resubmit {"resume_token": B64} or {"resume_tokens":
+ * [B64, ...]}: the job started again from the tokens, in one step (the
+ * tokens checked before the job is replaced); 200 with the new job. */
+static void h_job_resubmit(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_t *body = sl_admin_parse_json(req, resp);
+    if (!body) return;
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        if (strcmp(key, "resume_token") != 0 && strcmp(key, "resume_tokens") != 0) {
+            sl_admin_reply_error(resp, 400,
+                                 "$.%s: unknown key (\"resume_token\" or \"resume_tokens\")", key);
+            json_decref(body);
+            return;
+        }
+    }
+    const sl_allocator_t *a = sl_master_allocator(ctx);
+    tokens_t tk;
+    sl_error_t err = {0};
+    sl_err_t rc = tokens_decode(a, body, true, &tk, &err);
+    json_decref(body);
+    if (rc == SL_OK)
+        rc = token_refusal(sl_master_job_resubmit(ctx, req->param, tk.data, tk.len, tk.n, &err),
+                           &tk, &err);
+    tokens_free(a, &tk);
+    if (rc != SL_OK) {
+        reply_err(resp, rc, &err);
+        return;
+    }
+    json_t *j = NULL;
+    if (sl_master_admin_job_json(ctx, req->param, &j, &err) != SL_OK)
+        j = json_pack("{s:s}", "id", req->param);
+    sl_admin_reply_json(resp, 200, j);
+}
+
 static const sl_admin_route_t routes[] = {
-    {"GET", "/healthz", false, h_healthz},         {"GET", "/readyz", false, h_readyz},
-    {"GET", "/metrics", false, h_metrics},         {"GET", "/status", false, h_status},
-    {"GET", "/workers", false, h_workers},         {"GET", "/jobs", false, h_jobs_list},
-    {"POST", "/jobs", true, h_job_submit},         {"DELETE", "/jobs", true, h_jobs_delete},
-    {"GET", "/jobs/{}", false, h_job_get},         {"DELETE", "/jobs/{}", true, h_job_delete},
+    {"GET", "/healthz", false, h_healthz},
+    {"GET", "/readyz", false, h_readyz},
+    {"GET", "/metrics", false, h_metrics},
+    {"GET", "/status", false, h_status},
+    {"GET", "/workers", false, h_workers},
+    {"GET", "/jobs", false, h_jobs_list},
+    {"POST", "/jobs", true, h_job_submit},
+    {"DELETE", "/jobs", true, h_jobs_delete},
+    {"GET", "/jobs/{}", false, h_job_get},
+    {"DELETE", "/jobs/{}", true, h_job_delete},
     {"POST", "/jobs/{}/scale", true, h_job_scale},
+    {"POST", "/jobs/{}/resubmit", true, h_job_resubmit},
 };
 
 sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, sl_admin_t **out,

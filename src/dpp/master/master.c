@@ -326,8 +326,47 @@ static sl_err_t check_spec(const char *text, sl_pipeline_job_t **job, sl_wh_tabl
     return rc;
 }
 
+/* Submit req; replace: in place of the job of that id (resubmit). */
+static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool replace, char **job_id,
+                       sl_pipeline_problems_t *problems, sl_error_t *err);
+
 sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, char **job_id,
                               sl_pipeline_problems_t *problems, sl_error_t *err)
+{
+    return submit(m, req, false, job_id, problems, err);
+}
+
+sl_err_t sl_master_job_resubmit(sl_master_t *m, const char *job_id, const uint8_t *const *tokens,
+                                const size_t *token_lens, uint32_t num_tokens, sl_error_t *err)
+{
+    if (num_tokens == 0)
+        return sl_error_set(err, SL_ERR_INVALID, "resubmit: at least one resume token");
+    /* What the job was submitted with, copied: the spec is checked and cut
+     * into splits again outside the lock, as a submission is. */
+    sl_master_submit_t req = {.tokens = tokens, .token_lens = token_lens, .num_tokens = num_tokens};
+    char *spec = NULL;
+    sl_master_state_job_status_t st;
+    sl_mutex_lock(&m->mu);
+    sl_err_t rc = sl_master_state_job_status(m->st, job_id, &st, err);
+    if (rc == SL_OK) {
+        spec = sl_strdup(m->a, st.spec_json);
+        req.ranks = st.ranks;
+        req.static_sharding = st.static_sharding;
+        req.min_workers = st.min_workers;
+        req.max_workers = st.max_workers;
+        req.workers = st.min_workers;
+    }
+    sl_mutex_unlock(&m->mu);
+    if (rc != SL_OK) return rc;
+    if (spec == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job '%s': spec", job_id);
+    req.spec_json = spec;
+    rc = submit(m, &req, true, NULL, NULL, err);
+    sl_strfree(m->a, spec);
+    return rc;
+}
+
+static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool replace, char **job_id,
+                       sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     if (job_id != NULL) *job_id = NULL;
     if (req->spec_json == NULL)
@@ -361,8 +400,19 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, cha
     sl_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
-    } else if (mp_job_find(m, job->id) != NULL) {
+    } else if (!replace && mp_job_find(m, job->id) != NULL) {
         rc = sl_error_set(err, SL_ERR_AGAIN, "job '%s' exists already", job->id);
+    } else if (replace) {
+        /* its workers keep their registrations and take the new job's
+         * leases; the old job's leases and uncommitted rows are gone */
+        rc = sl_master_state_job_replace(m->st, &spec, (const void *const *)req->tokens,
+                                         req->token_lens, req->num_tokens, err);
+        if (rc == SL_OK) rc = sync_locked(m, err);
+        mp_job *old = mp_job_find(m, job->id);
+        if (rc == SL_OK && old != NULL) old->used = false;
+        if (rc == SL_OK &&
+            mp_job_add(m, job->id, req->min_workers, req->max_workers, req->workers) == NULL)
+            rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", job->id);
     } else {
         rc = req->num_tokens > 0
                  ? sl_master_state_job_resume_ranks(m->st, &spec,

@@ -146,6 +146,17 @@ typedef struct sl_master_submit {
 sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, char **job_id,
                               sl_pipeline_problems_t *problems, sl_error_t *err);
 
+/* Start job_id again from resume tokens (one, or one per trainer rank, as
+ * in sl_master_submit_t), with the spec, ranks, sharding and worker bounds
+ * it was submitted with, in one step: the spec is checked and the tokens
+ * against it before the job (running, finished or failed) is replaced, so
+ * a refused token leaves it as it was. Synced before returning. @return
+ * SL_ERR_NOT_FOUND, and the errors of sl_master_job_submit (a token of
+ * another job or other splits: SL_ERR_INVALID; damaged: SL_ERR_CORRUPT,
+ * SL_ERR_TRUNCATED, SL_ERR_VERSION). */
+sl_err_t sl_master_job_resubmit(sl_master_t *m, const char *job_id, const uint8_t *const *tokens,
+                                const size_t *token_lens, uint32_t num_tokens, sl_error_t *err);
+
 /* Remove a job: its leases vanish, its workers are told to stop at their
  * next heartbeat, its desired count becomes 0. Synced before returning.
  * @return SL_ERR_NOT_FOUND. */

@@ -165,6 +165,16 @@ sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
                                           const void *const *tokens, const size_t *lens,
                                           uint32_t count, sl_error_t *err);
 
+/* Replace the job spec->job_id by one resumed from tokens (as
+ * sl_master_state_job_resume_ranks): the tokens are checked against spec
+ * first, and only when every one is good is the job removed (as
+ * sl_master_state_job_remove) and the new one added, so a refused token
+ * leaves the job as it was. @return SL_ERR_NOT_FOUND when there is no such
+ * job, the errors of sl_master_state_job_resume_ranks. */
+sl_err_t sl_master_state_job_replace(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                                     const void *const *tokens, const size_t *lens, uint32_t count,
+                                     sl_error_t *err);
+
 /* Remove a job; its leases vanish. SL_ERR_NOT_FOUND when unknown. */
 sl_err_t sl_master_state_job_remove(sl_master_state_t *m, const char *job_id, sl_error_t *err);
 

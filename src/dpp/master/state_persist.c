@@ -510,6 +510,10 @@ static bool rset_intersect(const sl_allocator_t *a, const rset *x, const rset *y
     return true;
 }
 
+static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                             const void *const *tokens, const size_t *lens, uint32_t count,
+                             bool replace, sl_error_t *err);
+
 sl_err_t sl_master_state_job_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
                                     const void *token, size_t len, sl_error_t *err)
 {
@@ -520,6 +524,24 @@ sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
                                           const sl_master_state_job_spec_t *spec,
                                           const void *const *tokens, const size_t *lens,
                                           uint32_t count, sl_error_t *err)
+{
+    return resume_ranks(m, spec, tokens, lens, count, false, err);
+}
+
+sl_err_t sl_master_state_job_replace(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                                     const void *const *tokens, const size_t *lens, uint32_t count,
+                                     sl_error_t *err)
+{
+    if (m_find_job(m, spec->job_id, NULL) == NULL)
+        return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", spec->job_id);
+    return resume_ranks(m, spec, tokens, lens, count, true, err);
+}
+
+/* Resume (replace: in place of the job of that id, removed only once every
+ * token is found good, so a refused token leaves it as it was). */
+static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                             const void *const *tokens, const size_t *lens, uint32_t count,
+                             bool replace, sl_error_t *err)
 {
     if (count == 0 || count > SL_MASTER_MAX_RESUME_TOKENS)
         return sl_error_set(err, SL_ERR_INVALID, "resume: %u tokens (1..%d)", count,
@@ -566,6 +588,9 @@ sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
             sluice__master__resume_token__free_unpacked(t, &pa);
         }
     }
+    /* Two records, JobRemoved then JobAdded, made durable by the caller's
+     * one sync. */
+    if (rc == SL_OK && replace) rc = sl_master_state_job_remove(m, spec->job_id, err);
     if (rc == SL_OK) {
         Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
         ja.spec = &sp.spec;
