@@ -172,7 +172,8 @@ static const sl_cli_opt_t import_opts[] = {
     {"format", SL_CLI_ENUM, "criteo|jsonl", NULL, NULL, 0, 0, SL_CLI_REQUIRED, IA(format),
      "criteo (Criteo click-log TSV) or jsonl"},
     {"input", SL_CLI_PATH, "FILE", NULL, NULL, 0, 0, SL_CLI_REPEAT, IA(input),
-     "an input file (further free arguments are inputs too); '-' is standard input"},
+     "an input file, plain or gzip/zstd-compressed text (told by its first bytes; further free "
+     "arguments are inputs too); '-' is standard input"},
     {"table", SL_CLI_PATH, "DIR", NULL, NULL, 0, 0, SL_CLI_REQUIRED, IA(table),
      "the table; created (with the schema) when absent"},
     {"partition", SL_CLI_STRING, "P", NULL, "the table root", 0, 0, 0, IA(partition),
@@ -196,7 +197,8 @@ const sl_cli_cmd_t sl_cli_table_import_cmd = {
     .synopsis = "sluice table import --format criteo|jsonl --input FILE [FILE...] --table DIR "
                 "[options]",
     .about = "Reads the input files in parallel (one thread per file) into one data file each, "
-             "added to the table only if the whole import succeeds.",
+             "added to the table only if the whole import succeeds. Gzip and zstd input is "
+             "decompressed on the fly; input that is not text is refused.",
     .args = "FILE",
     .args_doc = "input files",
     .max_args = UINT32_MAX,

@@ -30,7 +30,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHUNK_BYTES ((size_t)1 << 20)
 #define SAMPLE_ID_STRIDE 10000000000ll  /* sample id = part number * 1e10 + line */
 #define COUNTER_FLUSH_ROWS 4096
 
@@ -178,87 +177,28 @@ static sl_err_t do_line(reading_t *r, const char *line, size_t len)
     return SL_OK;
 }
 
-/* Read fd to the end, calling do_line for every line; the last line may
- * lack its '\n'. Lines longer than IMP_LINE_LIMIT are consumed without being
- * kept whole. */
-static sl_err_t read_lines(reading_t *r, int fd, const char *name)
+static sl_err_t on_line(void *ctx, const char *line, size_t len)
 {
-    const sl_allocator_t *a = r->sh->o->allocator;
-    size_t cap = CHUNK_BYTES, have = 0, skipped_len = 0;
-    bool skipping = false; /* inside an over-long line */
-    char *buf = sl_alloc(a, cap);
-    if (buf == NULL) {
-        sl_error_set(&r->job->err, SL_ERR_NOMEM, "%s: no memory for a read buffer", name);
-        return fatal(r, SL_ERR_NOMEM);
-    }
-    sl_err_t rc = SL_OK;
-    for (;;) {
-        if (atomic_load(&r->sh->stop)) break;
-        if (have == cap) {
-            if (cap < IMP_LINE_LIMIT + 1) {
-                size_t ncap = cap * 2;
-                char *nb = sl_alloc(a, ncap);
-                if (nb == NULL) {
-                    sl_error_set(&r->job->err, SL_ERR_NOMEM, "%s: no memory for a line", name);
-                    rc = fatal(r, SL_ERR_NOMEM);
-                    break;
-                }
-                memcpy(nb, buf, have);
-                sl_free(a, buf, cap);
-                buf = nb;
-                cap = ncap;
-            } else {
-                /* Keep counting the line's length, not its bytes. */
-                skipping = true;
-                skipped_len += have;
-                have = 0;
-            }
-        }
-        ssize_t n = read(fd, buf + have, cap - have);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            sl_error_set(&r->job->err, SL_ERR_IO, "read %s: %s", name, strerror(errno));
-            rc = fatal(r, SL_ERR_IO);
-            break;
-        }
-        atomic_fetch_add(&r->sh->bytes_in, (uint64_t)n);
-        r->job->res->bytes_in += (uint64_t)n;
-        if (n == 0) {
-            if (skipping)
-                rc = do_line(r, buf, skipped_len + have);
-            else if (have > 0)
-                rc = do_line(r, buf, have);
-            break;
-        }
-        size_t end = have + (size_t)n, start = 0;
-        const char *nl;
-        while (start < end && (nl = memchr(buf + start, '\n', end - start)) != NULL) {
-            size_t len = (size_t)(nl - (buf + start));
-            if (skipping) {
-                len += skipped_len;
-                skipping = false;
-                skipped_len = 0;
-            }
-            rc = do_line(r, buf + start, len);
-            if (rc != SL_OK) break;
-            start = (size_t)(nl - buf) + 1;
-        }
-        if (rc != SL_OK) break;
-        memmove(buf, buf + start, end - start);
-        have = end - start;
-    }
-    sl_free(a, buf, cap);
-    return rc;
+    reading_t *r = ctx;
+    return do_line(r, line, len);
+}
+
+static bool on_chunk(void *ctx, uint64_t new_bytes)
+{
+    reading_t *r = ctx;
+    atomic_fetch_add(&r->sh->bytes_in, new_bytes);
+    r->job->res->bytes_in += new_bytes;
+    return !atomic_load(&r->sh->stop);
 }
 
 static void run_job(shared_t *sh, job_t *job)
 {
     reading_t r = {.sh = sh, .job = job};
     const char *input = job->res->input;
-    int fd = strcmp(input, "-") == 0 ? STDIN_FILENO : open(input, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        sl_error_set(&job->err, SL_ERR_IO, "open %s: %s", input, strerror(errno));
-        fatal(&r, SL_ERR_IO);
+    imp_source_t *src = NULL;
+    sl_err_t rc = imp_source_open(input, sh->o->allocator, &src, &job->err);
+    if (rc != SL_OK) {
+        fatal(&r, rc);
         return;
     }
     r.buf = sl_wh_row_buf_new(sh->schema, sh->o->allocator);
@@ -266,10 +206,16 @@ static void run_job(shared_t *sh, job_t *job)
         sl_error_set(&job->err, SL_ERR_NOMEM, "%s: no memory for a row", input);
         fatal(&r, SL_ERR_NOMEM);
     } else {
-        read_lines(&r, fd, input);
+        sl_error_t rerr = {0};
+        rc = imp_read_lines(src, sh->o->allocator, on_line, on_chunk, &r, &rerr);
+        /* A line's error is already the job's; a read error is not yet. */
+        if (rc != SL_OK && job->rc == SL_OK) {
+            job->err = rerr;
+            fatal(&r, rc);
+        }
     }
     flush_counters(&r);
-    if (fd != STDIN_FILENO) close(fd);
+    imp_source_close(src);
     sl_wh_row_buf_destroy(r.buf);
     if (r.w == NULL) return;
     if (job->rc != SL_OK || atomic_load(&sh->stop)) {
@@ -277,7 +223,7 @@ static void run_job(shared_t *sh, job_t *job)
         return;
     }
     sl_wh_write_stats_t st;
-    sl_err_t rc = sl_wh_writer_close(r.w, &st, &job->err);
+    rc = sl_wh_writer_close(r.w, &st, &job->err);
     if (rc != SL_OK) {
         fatal(&r, rc);
         return;
@@ -468,6 +414,60 @@ static sl_err_t commit(shared_t *sh, bool keep, sl_error_t *err)
     return rc;
 }
 
+/* What an import is about to create, to take back when it fails: a table
+ * directory that did not exist, or the schema file of an empty directory,
+ * and the partition directories below the deepest one that existed. A
+ * directory that existed before is never removed, and rmdir removes only
+ * empty ones. */
+typedef struct created {
+    char path[4096];  /* table_dir/partition */
+    size_t keep;      /* length of the longest prefix of path that existed */
+    size_t table_len; /* length of table_dir in path */
+    bool schema;      /* the schema file is ours */
+} created_t;
+
+static sl_err_t before_create(const char *table_dir, const char *partition, created_t *c,
+                              sl_error_t *err)
+{
+    int n = snprintf(c->path, sizeof c->path, "%s%s%s", table_dir, *partition ? "/" : "",
+                     partition);
+    if (n < 0 || (size_t)n >= sizeof c->path)
+        return sl_error_set(err, SL_ERR_INVALID, "path too long: %s/%s", table_dir, partition);
+    c->table_len = strlen(table_dir);
+    char schema[4200];
+    snprintf(schema, sizeof schema, "%s/%s", table_dir, SL_WH_SCHEMA_FILE);
+    c->schema = access(schema, F_OK) != 0;
+    /* Walk down from the table directory while each level exists. */
+    struct stat st;
+    c->keep = 0;
+    for (size_t len = c->table_len; len <= (size_t)n; len++) {
+        if (len < (size_t)n && c->path[len] != '/') continue;
+        char save = c->path[len];
+        c->path[len] = '\0';
+        bool exists = stat(c->path, &st) == 0;
+        c->path[len] = save;
+        if (!exists) break;
+        c->keep = len;
+    }
+    return SL_OK;
+}
+
+static void undo_create(created_t *c)
+{
+    if (c->path[0] == '\0') return; /* failed before anything was created */
+    if (c->schema && c->table_len < sizeof c->path - 1) {
+        char schema[4200];
+        snprintf(schema, sizeof schema, "%.*s/%s", (int)c->table_len, c->path, SL_WH_SCHEMA_FILE);
+        unlink(schema);
+    }
+    size_t len = strlen(c->path);
+    while (len > c->keep && len >= c->table_len) {
+        c->path[len] = '\0';
+        if (rmdir(c->path) != 0 || len == c->table_len) break; /* not empty: not ours alone */
+        do len--;
+        while (len > c->table_len && c->path[len] != '/');
+    }
+}
 
 sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summary,
                       sl_error_t *err)
@@ -480,10 +480,12 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
     const char *partition = o->partition != NULL ? o->partition : "";
 
     sl_wh_schema_t *schema = NULL;
+    created_t made = {0};
     shared_t *sh = NULL;
     sl_wh_import_file_t *files = NULL;
     if ((rc = resolve_schema(o, &schema, err)) != SL_OK) goto out;
     if ((rc = sl_wh_partition_check(schema, partition, err)) != SL_OK) goto out;
+    if ((rc = before_create(o->table_dir, partition, &made, err)) != SL_OK) goto out;
     if ((rc = sl_wh_table_create(o->table_dir, schema, err)) != SL_OK) {
         sl_error_prefix(err, "table %s: ", o->table_dir);
         goto out;
@@ -539,6 +541,7 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
     if (rc == SL_OK) rc = crc;
 
 out:
+    if (rc != SL_OK) undo_create(&made);
     if (summary != NULL && sh != NULL && files != NULL) {
         summary->allocator = o->allocator;
         summary->num_files = o->num_inputs;

@@ -8,7 +8,10 @@
  *             thread timing. Files are written under hidden staging names
  *             and renamed to their final names only once every input has
  *             been read without a fatal error: an import adds all of its
- *             files or none.
+ *             files or none, and a failed import removes the directories
+ *             it made. Inputs may be gzip or zstd (decompressed on the fly,
+ *             told by magic bytes); input that is not text is refused with
+ *             one error (import_source.c).
  *  - gen      seeded synthetic tables with a known structure (sessions whose
  *             user features stay constant, per-sample item features), as a
  *             table or as a row iterator (benchmarks compare the same rows

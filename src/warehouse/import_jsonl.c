@@ -272,50 +272,48 @@ static sl_err_t infer_line(sl_wh_schema_t *s, const json_t *root, sl_error_t *er
     return rc;
 }
 
+typedef struct infer {
+    sl_wh_schema_t *s;
+    uint32_t seen, objects, max_lines;
+    sl_error_t *err;
+} infer_t;
+
+static sl_err_t infer_one(void *ctx, const char *line, size_t len)
+{
+    infer_t *in = ctx;
+    if (in->seen >= in->max_lines) return SL_ERR_CLOSED;
+    in->seen++;
+    if (len > IMP_LINE_LIMIT) return SL_OK; /* a line that long holds no object to infer from */
+    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
+    sl_err_t rc = SL_OK;
+    if (json_is_object(root)) {
+        in->objects++;
+        rc = infer_line(in->s, root, in->err);
+    }
+    json_decref(root);
+    return rc;
+}
+
 sl_err_t sl_wh_jsonl_infer_schema(const char *const *inputs, uint32_t num_inputs,
                                   uint32_t max_lines, const sl_allocator_t *a,
                                   sl_wh_schema_t **out, sl_error_t *err)
 {
     *out = NULL;
-    if (max_lines == 0) max_lines = 1000;
-    sl_wh_schema_t *s = sl_wh_schema_new(a);
-    if (s == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory for a schema");
-    uint32_t seen = 0, objects = 0;
-    char *line = NULL;
-    size_t cap = 0, len;
+    infer_t in = {.max_lines = max_lines ? max_lines : 1000, .err = err};
+    in.s = sl_wh_schema_new(a);
+    if (in.s == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory for a schema");
     sl_err_t rc = SL_OK;
-    for (uint32_t i = 0; i < num_inputs && seen < max_lines && rc == SL_OK; i++) {
+    for (uint32_t i = 0; i < num_inputs && in.seen < in.max_lines && rc == SL_OK; i++) {
         /* Standard input cannot be read twice; its lines are not inferred from. */
         if (strcmp(inputs[i], "-") == 0) continue;
-        FILE *fp = fopen(inputs[i], "rb");
-        if (fp == NULL) {
-            rc = sl_error_set(err, SL_ERR_IO, "%s: %s", inputs[i], strerror(errno));
-            break;
-        }
-        while (seen < max_lines) {
-            rc = sl_io_read_line(fp, inputs[i], IMP_LINE_LIMIT, a, &line, &cap, &len, err);
-            if (rc == SL_ERR_CLOSED) {
-                rc = SL_OK;
-                break;
-            }
-            if (rc == SL_ERR_TOO_LARGE) { /* a line that long holds no object to infer from */
-                rc = SL_OK;
-                seen++;
-                continue;
-            }
-            if (rc != SL_OK) break;
-            seen++;
-            json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
-            if (json_is_object(root)) {
-                objects++;
-                rc = infer_line(s, root, err);
-            }
-            json_decref(root);
-            if (rc != SL_OK) break;
-        }
-        fclose(fp);
+        imp_source_t *src;
+        if ((rc = imp_source_open(inputs[i], a, &src, err)) != SL_OK) break;
+        rc = imp_read_lines(src, a, infer_one, NULL, &in, err);
+        imp_source_close(src);
     }
-    sl_free(a, line, cap);
+    sl_wh_schema_t *s = in.s;
+    uint32_t objects = in.objects;
+    max_lines = in.max_lines;
     uint32_t files = 0;
     for (uint32_t i = 0; i < num_inputs; i++) files += strcmp(inputs[i], "-") != 0;
     if (rc == SL_OK && files == 0)

@@ -351,3 +351,37 @@ Test(table_cli, movielens_sessions_pipeline, .timeout = 120)
     free(out);
     free(in);
 }
+
+/* The CLI's side of compressed and non-text input: a gzip file (made by the
+ * gzip program, under a name that does not say so) imports the plain
+ * file's rows; a bzip2 file (its magic bytes) is refused with exactly one error line (and the
+ * "nothing was added" line), no bad-row messages, and no table directory. */
+Test(table_cli, import_gzip_and_refuse_bzip2)
+{
+    write_file("day.tsv", "1\t5\t\t-3\t\t\t\t\t\t\t\t\t\t7\t68fd1e64\n0\t2\t1\n");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cd '%s' && gzip -c day.tsv > day_0", tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    write_file("x.bz2", "BZh91AY&SY\x8f\x1e\x01\x02"); /* bzip2's magic, a block header */
+    cr_assert_eq(run("table import --format criteo --input day.tsv --table plain --no-sync"), 0);
+    cr_assert_eq(run("table import --format criteo --input day_0 --table gz --no-sync"), 0);
+    EXPECT_OUT("imported: 2 rows read, 2 written, 0 skipped");
+    cr_assert_eq(run("table cat plain"), 0);
+    char *a = slurp("out.txt", NULL);
+    cr_assert_eq(run("table cat gz"), 0);
+    char *b = slurp("out.txt", NULL);
+    cr_assert_str_eq(b, a);
+    free(a);
+    free(b);
+
+    cr_assert_eq(run("table import --format criteo --input x.bz2 --table bz --no-sync --quiet"), 1);
+    char *err = slurp("err.txt", NULL);
+    cr_assert_str_eq(err, "sluice table import: x.bz2: not text: it looks like bzip2-compressed "
+                          "data (decompress it first: bunzip2 -k); sluice table import reads "
+                          "text (Criteo TSV or jsonl), plain, gzip or zstd\n"
+                          "sluice table import: nothing was added to bz\n");
+    free(err);
+    char bz[600];
+    snprintf(bz, sizeof bz, "%s/bz", tmpdir);
+    cr_assert_neq(access(bz, F_OK), 0, "the table directory bz was left behind");
+}
