@@ -3,6 +3,8 @@
 #include "testutil.h"
 
 #include <fcntl.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
@@ -137,4 +139,55 @@ int tu_run(const char *dir, char *const argv[], double timeout_s, char **out, ch
     free(out_path);
     free(err_path);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Abort the test with what failed, when a GnuTLS call returned an error. */
+static void tls_check(int rc, const char *what)
+{
+    if (rc >= 0) return;
+    fprintf(stderr, "tu_make_cert: %s: %s\n", what, gnutls_strerror(rc));
+    abort();
+}
+
+static void write_datum(const char *path, gnutls_datum_t *d)
+{
+    if (path != NULL) tu_write_file(path, d->data, d->size);
+    gnutls_free(d->data);
+}
+
+void tu_make_cert(const char *cert_path, const char *key_path, const char *cn)
+{
+    gnutls_x509_privkey_t key;
+    gnutls_x509_crt_t crt;
+    tls_check(gnutls_x509_privkey_init(&key), "privkey_init");
+    tls_check(gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA,
+                                           GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0),
+              "privkey_generate");
+    tls_check(gnutls_x509_crt_init(&crt), "crt_init");
+    time_t now = time(NULL);
+    unsigned char serial[8] = {1, 2, 3, 4, 5, 6, (unsigned char)cn[0], (unsigned char)now};
+    unsigned char ip[4] = {127, 0, 0, 1};
+    tls_check(gnutls_x509_crt_set_version(crt, 3), "set_version");
+    tls_check(gnutls_x509_crt_set_serial(crt, serial, sizeof serial), "set_serial");
+    tls_check(gnutls_x509_crt_set_activation_time(crt, now - 3600), "set_activation_time");
+    tls_check(gnutls_x509_crt_set_expiration_time(crt, now + 3600), "set_expiration_time");
+    tls_check(gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, cn,
+                                            (unsigned)strlen(cn)),
+              "set_dn");
+    tls_check(gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, ip, sizeof ip,
+                                                   GNUTLS_FSAN_SET),
+              "set_subject_alt_name");
+    tls_check(gnutls_x509_crt_set_basic_constraints(crt, 1, -1), "set_basic_constraints");
+    tls_check(gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE |
+                                                     GNUTLS_KEY_KEY_CERT_SIGN),
+              "set_key_usage");
+    tls_check(gnutls_x509_crt_set_key(crt, key), "set_key");
+    tls_check(gnutls_x509_crt_sign2(crt, crt, key, GNUTLS_DIG_SHA256, 0), "sign");
+    gnutls_datum_t d;
+    tls_check(gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d), "crt_export");
+    write_datum(cert_path, &d);
+    tls_check(gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d), "privkey_export");
+    write_datum(key_path, &d);
+    gnutls_x509_crt_deinit(crt);
+    gnutls_x509_privkey_deinit(key);
 }

@@ -18,8 +18,6 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
-#include <gnutls/gnutls.h>
-#include <gnutls/x509.h>
 
 #include "dpp/admin/endpoint.h"
 #include "dpp/admin/prom.h"
@@ -384,50 +382,6 @@ Test(admin, the_token_is_checked_before_the_body_is_read)
 
 /* ---- TLS ---- */
 
-static void write_pem(const char *path, gnutls_datum_t *d)
-{
-    tu_write_file(path, d->data, d->size);
-    gnutls_free(d->data);
-}
-
-/* A self-signed certificate for 127.0.0.1 (ECDSA P-256) and its key. */
-static void make_cert(const char *cert_path, const char *key_path)
-{
-    gnutls_x509_privkey_t key;
-    gnutls_x509_crt_t crt;
-    cr_assert_eq(gnutls_x509_privkey_init(&key), 0);
-    cr_assert_eq(gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA,
-                                              GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0),
-                 0);
-    cr_assert_eq(gnutls_x509_crt_init(&crt), 0);
-    time_t now = time(NULL);
-    unsigned char serial[8] = {1, 2, 3, 4, 5, 6, 7, (unsigned char)now};
-    unsigned char ip[4] = {127, 0, 0, 1};
-    cr_assert_eq(gnutls_x509_crt_set_version(crt, 3), 0);
-    cr_assert_eq(gnutls_x509_crt_set_serial(crt, serial, sizeof serial), 0);
-    cr_assert_eq(gnutls_x509_crt_set_activation_time(crt, now - 3600), 0);
-    cr_assert_eq(gnutls_x509_crt_set_expiration_time(crt, now + 3600), 0);
-    cr_assert_eq(gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, "127.0.0.1",
-                                               9),
-                 0);
-    cr_assert_eq(gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, ip, sizeof ip,
-                                                      GNUTLS_FSAN_SET),
-                 0);
-    cr_assert_eq(gnutls_x509_crt_set_basic_constraints(crt, 1, -1), 0);
-    cr_assert_eq(gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE |
-                                                        GNUTLS_KEY_KEY_CERT_SIGN),
-                 0);
-    cr_assert_eq(gnutls_x509_crt_set_key(crt, key), 0);
-    cr_assert_eq(gnutls_x509_crt_sign2(crt, crt, key, GNUTLS_DIG_SHA256, 0), 0);
-    gnutls_datum_t d;
-    cr_assert_eq(gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d), 0);
-    write_pem(cert_path, &d);
-    cr_assert_eq(gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d), 0);
-    write_pem(key_path, &d);
-    gnutls_x509_crt_deinit(crt);
-    gnutls_x509_privkey_deinit(key);
-}
-
 typedef struct sink {
     char buf[4096];
     size_t len;
@@ -469,7 +423,7 @@ Test(admin, tls_with_a_client_that_verifies_the_certificate)
 {
     char *dir = tu_mkdtemp("admin-tls");
     char *cert = tu_path(dir, "cert.pem"), *key = tu_path(dir, "key.pem");
-    make_cert(cert, key);
+    tu_make_cert(cert, key, "127.0.0.1");
     int calls = 0;
     sl_admin_opts_t o = {.token = "t", .routes = routes,
                          .num_routes = sizeof routes / sizeof routes[0], .ctx = &calls,

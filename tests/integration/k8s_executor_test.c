@@ -1,0 +1,694 @@
+/* The Kubernetes executor (src/dpp/master/executor_k8s.c, `sluice master
+ * --executor kubernetes`) against a fake API server: libmicrohttpd over
+ * TLS with a certificate made here, serving the scale subresource of one
+ * Deployment. The fake checks what a real API server checks and refuses
+ * the same way (a Status object with its message): a wrong bearer token
+ * 401, another path 404, another method 405, a PATCH that is not a JSON
+ * merge patch 415, a body that is not {"spec":{"replicas":N}} 422. It
+ * keeps every request it answered, so the tests see exactly what the
+ * executor sent and when.
+ *
+ * The real master (fleet_util.h) scales the Deployment to what its
+ * autoscaler grants a job and patches only when that changes; a token
+ * the kubelet rotates is read again; a 500 is retried with a doubling
+ * back-off and shown in /status and /metrics meanwhile; an API server
+ * whose certificate the service account's CA did not sign is never
+ * talked to. */
+#include "fleet_util.h"
+
+#include <curl/curl.h>
+#include <microhttpd.h>
+
+#define NS "ml-prod"
+#define DEPLOY "sluice-worker"
+#define SCALE_PATH "/apis/apps/v1/namespaces/" NS "/deployments/" DEPLOY "/scale"
+
+/* ---- the fake API server ---- */
+
+#define MAX_REQS 256
+
+typedef struct req_rec {
+    char method[16];
+    char path[256];
+    char auth[128];
+    char content_type[96];
+    char body[256];
+    int status;
+    double at; /* fu_now() */
+} req_rec_t;
+
+typedef struct fake_api {
+    struct MHD_Daemon *d;
+    uint16_t port;
+    char *cert, *key; /* PEM, for MHD while it runs */
+    pthread_mutex_t mu;
+    char token[64];     /* the bearer token it accepts */
+    int64_t replicas;   /* of the Deployment */
+    int fail_patches;   /* answer this many PATCHes with 500 first */
+    req_rec_t reqs[MAX_REQS];
+    int nreqs;
+} fake_api_t;
+
+typedef struct upload {
+    char buf[4096];
+    size_t len;
+    bool overflow;
+} upload_t;
+
+static enum MHD_Result reply(struct MHD_Connection *c, int status, json_t *body)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* A real API server's refusal: a Status object. */
+static json_t *status_obj(int code, const char *reason, const char *message)
+{
+    return json_pack("{s:s, s:s, s:{}, s:s, s:s, s:s, s:i}", "kind", "Status", "apiVersion", "v1",
+                     "metadata", "status", "Failure", "message", message, "reason", reason, "code",
+                     code);
+}
+
+/* The Scale, as the API server writes it: replicas 0 is left out. */
+static json_t *scale_obj(int64_t replicas)
+{
+    json_t *spec = json_object();
+    if (replicas > 0) json_object_set_new(spec, "replicas", json_integer(replicas));
+    return json_pack("{s:s, s:s, s:{s:s, s:s}, s:o, s:{s:I}}", "kind", "Scale", "apiVersion",
+                     "autoscaling/v1", "metadata", "name", DEPLOY, "namespace", NS, "spec", spec,
+                     "status", "replicas", (json_int_t)replicas);
+}
+
+/* Is body exactly a merge patch of spec.replicas (a non-negative integer)?
+ * @return it, or -1. */
+static int64_t patch_replicas(const char *body)
+{
+    json_t *j = json_loads(body, JSON_REJECT_DUPLICATES, NULL);
+    json_t *spec = json_object_get(j, "spec");
+    json_t *r = json_object_get(spec, "replicas");
+    int64_t v = json_is_object(j) && json_object_size(j) == 1 && json_is_object(spec) &&
+                        json_object_size(spec) == 1 && json_is_integer(r) &&
+                        json_integer_value(r) >= 0
+                    ? json_integer_value(r)
+                    : -1;
+    json_decref(j);
+    return v;
+}
+
+static enum MHD_Result fake_answer(fake_api_t *f, struct MHD_Connection *c, const char *method,
+                                   const char *url, const upload_t *up)
+{
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    pthread_mutex_lock(&f->mu);
+    req_rec_t *rec = f->nreqs < MAX_REQS ? &f->reqs[f->nreqs++] : NULL;
+    req_rec_t tmp;
+    if (rec == NULL) rec = &tmp;
+    memset(rec, 0, sizeof *rec);
+    snprintf(rec->method, sizeof rec->method, "%s", method);
+    snprintf(rec->path, sizeof rec->path, "%s", url);
+    snprintf(rec->auth, sizeof rec->auth, "%s", auth ? auth : "");
+    snprintf(rec->content_type, sizeof rec->content_type, "%s", ct ? ct : "");
+    snprintf(rec->body, sizeof rec->body, "%.*s", (int)up->len, up->buf);
+    rec->at = fu_now();
+    char want_auth[96];
+    snprintf(want_auth, sizeof want_auth, "Bearer %s", f->token);
+    int status;
+    json_t *body;
+    int64_t n;
+    if (auth == NULL || strcmp(auth, want_auth) != 0) {
+        status = 401;
+        body = status_obj(401, "Unauthorized", "Unauthorized");
+    } else if (strcmp(url, SCALE_PATH) != 0) {
+        status = 404;
+        body = status_obj(404, "NotFound", "the server could not find the requested resource");
+    } else if (strcmp(method, "GET") == 0) {
+        status = 200;
+        body = scale_obj(f->replicas);
+    } else if (strcmp(method, "PATCH") != 0) {
+        status = 405;
+        body = status_obj(405, "MethodNotAllowed", "the server does not allow this method");
+    } else if (ct == NULL || strcmp(ct, "application/merge-patch+json") != 0) {
+        status = 415;
+        body = status_obj(415, "UnsupportedMediaType",
+                          "the body of the request was in an unknown format - accepted media "
+                          "types include: application/json-patch+json, "
+                          "application/merge-patch+json, application/apply-patch+yaml");
+    } else if (up->overflow || (n = patch_replicas(up->buf)) < 0) {
+        status = 422;
+        body = status_obj(422, "Invalid", "Scale.autoscaling \"" DEPLOY
+                                          "\" is invalid: spec.replicas: Invalid value");
+    } else if (f->fail_patches > 0) {
+        f->fail_patches--;
+        status = 500;
+        body = status_obj(500, "InternalError", "etcdserver: request timed out");
+    } else {
+        f->replicas = n;
+        status = 200;
+        body = scale_obj(n);
+    }
+    rec->status = status;
+    pthread_mutex_unlock(&f->mu);
+    return reply(c, status, body);
+}
+
+static enum MHD_Result fake_request(void *cls, struct MHD_Connection *c, const char *url,
+                                    const char *method, const char *version, const char *data,
+                                    size_t *size, void **con_cls)
+{
+    (void)version;
+    upload_t *up = *con_cls;
+    if (up == NULL) {
+        up = calloc(1, sizeof *up);
+        *con_cls = up;
+        return up ? MHD_YES : MHD_NO;
+    }
+    if (*size > 0) {
+        size_t k = *size;
+        if (k > sizeof up->buf - 1 - up->len) {
+            up->overflow = true;
+            k = sizeof up->buf - 1 - up->len;
+        }
+        memcpy(up->buf + up->len, data, k);
+        up->len += k;
+        up->buf[up->len] = '\0';
+        *size = 0;
+        return MHD_YES;
+    }
+    return fake_answer(cls, c, method, url, up);
+}
+
+static void fake_done(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c, (void)toe;
+    free(*con_cls);
+    *con_cls = NULL;
+}
+
+/* Start the fake on a free port of 127.0.0.1 with the certificate and key
+ * (PEM files) cert and key. */
+static void fake_start(fake_api_t *f, const char *cert, const char *key, const char *token,
+                       int64_t replicas)
+{
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->mu, NULL);
+    snprintf(f->token, sizeof f->token, "%s", token);
+    f->replicas = replicas;
+    char *c = f->cert = tu_read_file(cert), *k = f->key = tu_read_file(key);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    f->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_TLS, 0, NULL,
+                            NULL, fake_request, f, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_HTTPS_MEM_CERT, c, MHD_OPTION_HTTPS_MEM_KEY, k,
+                            MHD_OPTION_NOTIFY_COMPLETED, fake_done, f,
+                            MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+    cr_assert_not_null(f->d, "the fake API server did not start");
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(f->d, MHD_DAEMON_INFO_BIND_PORT);
+    f->port = info->port;
+}
+
+static void fake_stop(fake_api_t *f)
+{
+    if (f->d) MHD_stop_daemon(f->d);
+    f->d = NULL;
+    free(f->cert);
+    free(f->key);
+    pthread_mutex_destroy(&f->mu);
+}
+
+static void fake_set(fake_api_t *f, const char *token, int fail_patches)
+{
+    pthread_mutex_lock(&f->mu);
+    if (token) snprintf(f->token, sizeof f->token, "%s", token);
+    f->fail_patches = fail_patches;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static int64_t fake_replicas(fake_api_t *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int64_t r = f->replicas;
+    pthread_mutex_unlock(&f->mu);
+    return r;
+}
+
+/* A copy of the requests answered so far. @return how many. */
+static int fake_reqs(fake_api_t *f, req_rec_t *out)
+{
+    pthread_mutex_lock(&f->mu);
+    int n = f->nreqs;
+    memcpy(out, f->reqs, (size_t)n * sizeof *out);
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+static int count_method(const req_rec_t *r, int n, const char *method)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) k += strcmp(r[i].method, method) == 0;
+    return k;
+}
+
+/* ---- the service account and the executor ---- */
+
+typedef struct sa {
+    char dir[300], cert[400], key[400];
+} sa_t;
+
+/* A service account directory under fu_dir: token, ca.crt (the server
+ * certificate made here: its own authority) and namespace; the server's
+ * key beside it. */
+static void sa_make(sa_t *s, const char *token)
+{
+    snprintf(s->dir, sizeof s->dir, "%s/serviceaccount", fu_dir);
+    cr_assert_eq(mkdir(s->dir, 0700), 0);
+    snprintf(s->cert, sizeof s->cert, "%s/ca.crt", s->dir);
+    snprintf(s->key, sizeof s->key, "%s/server.key", fu_dir);
+    tu_make_cert(s->cert, s->key, "127.0.0.1");
+    char p[400];
+    snprintf(p, sizeof p, "%s/namespace", s->dir);
+    fu_write(p, NS);
+    snprintf(p, sizeof p, "%s/token", s->dir);
+    fu_write(p, token);
+}
+
+/* Replace the token as the kubelet does: a new file renamed over the old. */
+static void sa_rotate(const sa_t *s, const char *token)
+{
+    char tmp[400], p[400];
+    snprintf(tmp, sizeof tmp, "%s/.token.new", s->dir);
+    snprintf(p, sizeof p, "%s/token", s->dir);
+    fu_write(tmp, token);
+    cr_assert_eq(rename(tmp, p), 0);
+}
+
+static sl_master_executor_t *k8s_new(const sa_t *s, uint16_t port, const char *deployment,
+                                     uint32_t backoff_ms)
+{
+    char api[64];
+    snprintf(api, sizeof api, "https://127.0.0.1:%u", (unsigned)port);
+    sl_master_executor_k8s_opts_t o = {.deployment = deployment,
+                                       .api_url = api,
+                                       .serviceaccount_dir = s->dir,
+                                       .backoff_ms = backoff_ms,
+                                       .max_backoff_ms = 4 * backoff_ms,
+                                       .timeout_ms = (uint32_t)(tu_timeout(5) * 1000)};
+    sl_master_executor_t *ex = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_executor_k8s_new(&o, &ex, &err), SL_OK, "%s", err.msg);
+    return ex;
+}
+
+static void set_target(sl_master_executor_t *ex, uint32_t a, uint32_t b)
+{
+    sl_master_executor_target_t t[2] = {{"job-a", a}, {"job-b", b}};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_executor_apply(ex, t, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
+}
+
+/* Wait (bounded) until the fake's Deployment has n replicas. */
+static void await_replicas(fake_api_t *f, int64_t n, double seconds)
+{
+    double deadline = fu_now() + tu_timeout(seconds);
+    while (fake_replicas(f) != n) {
+        cr_assert(fu_now() < deadline, "the Deployment has %lld replicas, not %lld, in time",
+                  (long long)fake_replicas(f), (long long)n);
+        usleep(10 * 1000);
+    }
+}
+
+/* Wait (bounded) until the executor's stats satisfy what(). */
+static void await_stats(sl_master_executor_t *ex, bool (*what)(const sl_master_executor_stats_t *),
+                        sl_master_executor_stats_t *st, const char *desc)
+{
+    double deadline = fu_now() + tu_timeout(10);
+    for (;;) {
+        sl_master_executor_stats(ex, st);
+        if (what(st)) return;
+        cr_assert(fu_now() < deadline, "executor: not in time: %s (last error: %s)", desc,
+                  st->last_error);
+        usleep(10 * 1000);
+    }
+}
+
+static bool any_transport_error(const sl_master_executor_stats_t *s)
+{
+    return s->requests_transport_error > 0;
+}
+
+static bool any_client_error(const sl_master_executor_stats_t *s)
+{
+    return s->requests_client_error > 0;
+}
+
+TestSuite(k8s_executor, .init = fu_setup, .fini = fu_teardown, .timeout = 90);
+
+/* The fake refuses what the API server refuses, so that what the other
+ * tests see accepted was right. */
+Test(k8s_executor, the_fake_refuses_what_an_api_server_refuses)
+{
+    sa_t s;
+    sa_make(&s, "tok-1");
+    fake_api_t f;
+    fake_start(&f, s.cert, s.key, "tok-1", 2);
+    static const struct {
+        const char *method, *path, *auth, *ct, *body;
+        long status;
+    } cases[] = {
+        {"GET", SCALE_PATH, "Bearer tok-1", NULL, NULL, 200},
+        {"GET", SCALE_PATH, "Bearer tok-0", NULL, NULL, 401},
+        {"GET", SCALE_PATH, NULL, NULL, NULL, 401},
+        {"GET", "/apis/apps/v1/namespaces/" NS "/deployments/other/scale", "Bearer tok-1", NULL,
+         NULL, 404},
+        {"PUT", SCALE_PATH, "Bearer tok-1", "application/json", "{}", 405},
+        {"PATCH", SCALE_PATH, "Bearer tok-1", "application/json", "{\"spec\":{\"replicas\":3}}",
+         415},
+        {"PATCH", SCALE_PATH, "Bearer tok-1", "application/merge-patch+json",
+         "{\"spec\":{\"replicas\":-1}}", 422},
+        {"PATCH", SCALE_PATH, "Bearer tok-1", "application/merge-patch+json",
+         "{\"spec\":{\"replicas\":\"3\"}}", 422},
+        {"PATCH", SCALE_PATH, "Bearer tok-1", "application/merge-patch+json", "[3]", 422},
+        {"PATCH", SCALE_PATH, "Bearer tok-1", "application/merge-patch+json",
+         "{\"spec\":{\"replicas\":3}}", 200},
+    };
+    char url[160];
+    snprintf(url, sizeof url, "https://127.0.0.1:%u", (unsigned)f.port);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CURL *c = curl_easy_init();
+        char full[400], auth[64], ct[96];
+        snprintf(full, sizeof full, "%s%s", url, cases[i].path);
+        struct curl_slist *h = NULL;
+        if (cases[i].auth) {
+            snprintf(auth, sizeof auth, "Authorization: %s", cases[i].auth);
+            h = curl_slist_append(h, auth);
+        }
+        if (cases[i].ct) {
+            snprintf(ct, sizeof ct, "Content-Type: %s", cases[i].ct);
+            h = curl_slist_append(h, ct);
+        }
+        curl_easy_setopt(c, CURLOPT_URL, full);
+        curl_easy_setopt(c, CURLOPT_CAINFO, s.cert);
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, cases[i].method);
+        if (cases[i].body) curl_easy_setopt(c, CURLOPT_POSTFIELDS, cases[i].body);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(tu_timeout(10) * 1000));
+        FILE *sink = fopen("/dev/null", "w");
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, sink);
+        CURLcode rc = curl_easy_perform(c);
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        fclose(sink);
+        curl_slist_free_all(h);
+        curl_easy_cleanup(c);
+        cr_assert_eq(rc, CURLE_OK, "case %zu: %s", i, curl_easy_strerror(rc));
+        cr_assert_eq(status, cases[i].status, "case %zu (%s %s): HTTP %ld, not %ld", i,
+                     cases[i].method, cases[i].path, status, cases[i].status);
+    }
+    cr_assert_eq(fake_replicas(&f), 3, "only the good PATCH changed the scale");
+    fake_stop(&f);
+}
+
+/* The real master: the job's granted workers become the Deployment's
+ * replicas, patched once (not again every loop), in /status and
+ * /metrics; the namespace is the service account's. */
+Test(k8s_executor, the_master_scales_the_deployment_to_the_granted_workers)
+{
+    sa_t s;
+    sa_make(&s, "tok-1");
+    fake_api_t f;
+    fake_start(&f, s.cert, s.key, "tok-1", 2);
+    char api[64];
+    snprintf(api, sizeof api, "https://127.0.0.1:%u", (unsigned)f.port);
+    fu_master_t m = {.extra = {"--executor", "kubernetes", "--k8s-deployment", DEPLOY, "--k8s-api",
+                               api, "--k8s-serviceaccount", s.dir}};
+    char *job = fu_job_up(&m, "k8s-job", 2000, 2, 1, "dynamic", 3);
+    await_replicas(&f, 3, 10);
+    /* the master loop applies its decision every 200 ms: no more PATCHes */
+    usleep((useconds_t)(tu_timeout(1) * 1e6));
+    static req_rec_t r[MAX_REQS];
+    int n = fake_reqs(&f, r);
+    cr_assert_geq(n, 2);
+    cr_assert_str_eq(r[0].method, "GET", "the scale is read first");
+    cr_assert_str_eq(r[0].path, SCALE_PATH);
+    cr_assert_str_eq(r[0].auth, "Bearer tok-1");
+    const req_rec_t *last = &r[n - 1];
+    cr_assert_str_eq(last->method, "PATCH");
+    cr_assert_str_eq(last->path, SCALE_PATH);
+    cr_assert_str_eq(last->content_type, "application/merge-patch+json");
+    cr_assert_str_eq(last->body, "{\"spec\":{\"replicas\":3}}");
+    cr_assert_eq(last->status, 200);
+    /* At most one PATCH to 0 (before the job came) and one to 3. */
+    cr_assert_leq(count_method(r, n, "PATCH"), 2, "%d PATCHes", count_method(r, n, "PATCH"));
+    for (int i = 0; i < n; i++) cr_assert_eq(r[i].status, 200, "request %d: %d", i, r[i].status);
+
+    json_t *st = fu_get_json(m.admin, "/status");
+    json_t *x = json_object_get(st, "executor");
+    cr_assert_str_eq(json_string_value(json_object_get(x, "kind")), "kubernetes");
+    cr_assert_str_eq(json_string_value(json_object_get(x, "deployment")), NS "/" DEPLOY);
+    cr_assert_eq(json_integer_value(json_object_get(x, "desired")), 3);
+    cr_assert_eq(json_integer_value(json_object_get(x, "applied")), 3);
+    cr_assert_eq(json_integer_value(json_object_get(x, "failures")), 0);
+    cr_assert(json_is_null(json_object_get(x, "last_error")));
+    cr_assert(json_is_null(json_object_get(x, "next_retry_s")));
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(x, "requests"), "ok")), n);
+    json_decref(st);
+    char *b;
+    cr_assert_eq(fu_http(m.admin, "GET", "/metrics", NULL, NULL, &b), 200);
+    cr_assert(strstr(b, "sluice_master_executor_replicas{state=\"desired\"} 3\n"), "%s", b);
+    cr_assert(strstr(b, "sluice_master_executor_replicas{state=\"applied\"} 3\n"), "%s", b);
+    char want[96];
+    snprintf(want, sizeof want, "sluice_master_executor_requests_total{result=\"ok\"} %d\n", n);
+    cr_assert(strstr(b, want), "%s", b);
+    cr_assert(strstr(b, "sluice_master_executor_requests_total{result=\"server_error\"} 0\n"));
+    free(b);
+
+    /* The job gone, its workers are not wanted: the Deployment goes to 0
+     * (the API server leaves a 0 out of the Scale it answers). */
+    char path[128];
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    cr_assert_eq(fu_http(m.admin, "DELETE", path, FU_TOKEN, NULL, &b), 200, "%s", b);
+    free(b);
+    await_replicas(&f, 0, 10);
+    fu_master_stop(&m, SIGTERM);
+    free(job);
+    fake_stop(&f);
+}
+
+/* The kubelet rotates the token: the executor reads it for each request,
+ * and a 401 while the file is still the old one is retried. */
+Test(k8s_executor, a_rotated_token_is_picked_up)
+{
+    sa_t s;
+    sa_make(&s, "tok-1");
+    fake_api_t f;
+    fake_start(&f, s.cert, s.key, "tok-1", 0);
+    sl_master_executor_t *ex = k8s_new(&s, f.port, DEPLOY, 50);
+    set_target(ex, 2, 1);
+    await_replicas(&f, 3, 10);
+    cr_assert_eq(sl_master_executor_count(ex, NULL), 3);
+    cr_assert_eq(sl_master_executor_count(ex, "job-a"), 2);
+
+    /* rotated in both places before the next request */
+    sa_rotate(&s, "tok-2");
+    fake_set(&f, "tok-2", 0);
+    set_target(ex, 4, 1);
+    await_replicas(&f, 5, 10);
+
+    /* the API server moved on before the file did: 401, then the new one */
+    fake_set(&f, "tok-3", 0);
+    set_target(ex, 1, 1);
+    sl_master_executor_stats_t st;
+    await_stats(ex, any_client_error, &st, "a 401");
+    cr_assert_eq(st.last_http_status, 401);
+    cr_assert(strstr(st.last_error, "PATCH scale: HTTP 401: Unauthorized"), "%s", st.last_error);
+    cr_assert_eq(st.applied, 5, "nothing was applied");
+    sa_rotate(&s, "tok-3");
+    await_replicas(&f, 2, 10);
+
+    static req_rec_t r[MAX_REQS];
+    int n = fake_reqs(&f, r);
+    /* the answered requests carried tok-1, then tok-2, then tok-3 */
+    int prev = 0, used[4] = {0};
+    for (int i = 0; i < n; i++) {
+        if (r[i].status != 200) continue;
+        cr_assert(strncmp(r[i].auth, "Bearer tok-", 11) == 0, "request %d: %s", i, r[i].auth);
+        int k = atoi(r[i].auth + 11);
+        cr_assert(k >= prev && k <= 3, "request %d: %s after tok-%d", i, r[i].auth, prev);
+        prev = k;
+        used[k]++;
+    }
+    cr_assert(used[1] && used[2] && used[3], "tokens used: %d %d %d", used[1], used[2], used[3]);
+    sl_master_executor_stats(ex, &st);
+    cr_assert_eq(st.failures, 0);
+    cr_assert_eq(st.applied, 2);
+    cr_assert_eq(st.desired, 2);
+    sl_master_executor_destroy(ex);
+    fake_stop(&f);
+}
+
+/* A 500 is retried after the back-off, doubling; meanwhile the master's
+ * /status shows the API server's message and when it tries again. */
+Test(k8s_executor, a_server_error_is_retried_with_backoff_and_shown)
+{
+    sa_t s;
+    sa_make(&s, "tok-1");
+    fake_api_t f;
+    fake_start(&f, s.cert, s.key, "tok-1", 2);
+    fake_set(&f, NULL, 2);
+    char api[64];
+    snprintf(api, sizeof api, "https://127.0.0.1:%u", (unsigned)f.port);
+    /* No job: the master wants no workers, so the Deployment goes to 0. */
+    fu_master_t m = {.extra = {"--executor", "kubernetes", "--k8s-deployment", DEPLOY, "--k8s-api",
+                               api, "--k8s-serviceaccount", s.dir}};
+    fu_master_start(&m);
+    double deadline = fu_now() + tu_timeout(10);
+    bool shown = false;
+    while (fake_replicas(&f) != 0) {
+        cr_assert(fu_now() < deadline, "the Deployment was not scaled to 0 in time");
+        json_t *st = fu_get_json(m.admin, "/status");
+        json_t *x = json_object_get(st, "executor");
+        json_t *e = json_object_get(x, "last_error");
+        if (json_is_object(e) && !shown) {
+            shown = true;
+            cr_assert_eq(json_integer_value(json_object_get(e, "http_status")), 500);
+            cr_assert_str_eq(json_string_value(json_object_get(e, "message")),
+                             "PATCH scale: HTTP 500: etcdserver: request timed out");
+            cr_assert_geq(json_integer_value(json_object_get(x, "failures")), 1);
+            cr_assert(json_is_real(json_object_get(x, "next_retry_s")));
+            cr_assert_eq(json_integer_value(json_object_get(x, "applied")), 2);
+            cr_assert_eq(json_integer_value(json_object_get(x, "desired")), 0);
+        }
+        json_decref(st);
+        usleep(20 * 1000);
+    }
+    cr_assert(shown, "the error never showed in /status");
+    static req_rec_t r[MAX_REQS];
+    int n = fake_reqs(&f, r);
+    cr_assert_eq(n, 4, "GET, two failed PATCHes, one that went through: %d", n);
+    cr_assert_str_eq(r[0].method, "GET");
+    for (int i = 1; i < 4; i++) {
+        cr_assert_str_eq(r[i].method, "PATCH");
+        cr_assert_str_eq(r[i].body, "{\"spec\":{\"replicas\":0}}");
+        cr_assert_eq(r[i].status, i < 3 ? 500 : 200);
+    }
+    /* the back-off: 500 ms, then 1 s (the master's defaults) */
+    cr_assert_geq(r[2].at - r[1].at, 0.45, "%.3f s", r[2].at - r[1].at);
+    cr_assert_geq(r[3].at - r[2].at, 0.95, "%.3f s", r[3].at - r[2].at);
+    /* the master reports its executor's figures every loop (200 ms) */
+    json_t *st, *x;
+    deadline = fu_now() + tu_timeout(5);
+    for (;;) {
+        st = fu_get_json(m.admin, "/status");
+        x = json_object_get(st, "executor");
+        if (json_integer_value(json_object_get(x, "applied")) == 0) break;
+        json_decref(st);
+        cr_assert(fu_now() < deadline, "/status does not show the scale applied");
+        usleep(20 * 1000);
+    }
+    cr_assert_eq(json_integer_value(json_object_get(x, "failures")), 0);
+    cr_assert(json_is_null(json_object_get(x, "next_retry_s")));
+    cr_assert_eq(json_integer_value(json_object_get(
+                     json_object_get(x, "requests"), "server_error")),
+                 2);
+    /* the last error stays for whoever looks later */
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(x, "last_error"),
+                                                    "http_status")),
+                 500);
+    json_decref(st);
+    char *b;
+    cr_assert_eq(fu_http(m.admin, "GET", "/metrics", NULL, NULL, &b), 200);
+    cr_assert(strstr(b, "sluice_master_executor_requests_total{result=\"server_error\"} 2\n"),
+              "%s", b);
+    cr_assert(strstr(b, "sluice_master_executor_replicas{state=\"applied\"} 0\n"), "%s", b);
+    free(b);
+    fu_master_stop(&m, SIGTERM);
+    fake_stop(&f);
+}
+
+/* A Deployment that is not there: the API server's 404 and message. */
+Test(k8s_executor, a_missing_deployment_is_a_404_with_the_message)
+{
+    sa_t s;
+    sa_make(&s, "tok-1");
+    fake_api_t f;
+    fake_start(&f, s.cert, s.key, "tok-1", 2);
+    sl_master_executor_t *ex = k8s_new(&s, f.port, "other", 50);
+    sl_master_executor_stats_t st;
+    await_stats(ex, any_client_error, &st, "a 404");
+    cr_assert_eq(st.last_http_status, 404);
+    cr_assert_str_eq(st.last_error,
+                     "GET scale: HTTP 404: the server could not find the requested resource");
+    cr_assert_str_eq(st.target, NS "/other");
+    cr_assert_eq(st.applied, -1);
+    sl_master_executor_destroy(ex);
+    cr_assert_eq(fake_replicas(&f), 2);
+    fake_stop(&f);
+}
+
+/* TLS verification is on: an API server whose certificate the service
+ * account's CA did not sign gets no request at all. */
+Test(k8s_executor, a_server_not_signed_by_the_ca_is_refused)
+{
+    sa_t s;
+    sa_make(&s, "tok-1");
+    char other_cert[400], other_key[400];
+    snprintf(other_cert, sizeof other_cert, "%s/other.crt", fu_dir);
+    snprintf(other_key, sizeof other_key, "%s/other.key", fu_dir);
+    tu_make_cert(other_cert, other_key, "127.0.0.1");
+    fake_api_t f;
+    fake_start(&f, other_cert, other_key, "tok-1", 2);
+    sl_master_executor_t *ex = k8s_new(&s, f.port, DEPLOY, 50);
+    set_target(ex, 1, 0);
+    sl_master_executor_stats_t st;
+    await_stats(ex, any_transport_error, &st, "a TLS failure");
+    cr_assert_eq(st.last_http_status, 0);
+    cr_assert_eq(st.requests_ok, 0);
+    cr_assert(strstr(st.last_error, "GET scale: ") == st.last_error, "%s", st.last_error);
+    cr_assert(strstr(st.last_error, "certificate") || strstr(st.last_error, "SSL"), "%s",
+              st.last_error);
+    sl_master_executor_destroy(ex);
+    static req_rec_t r[MAX_REQS];
+    cr_assert_eq(fake_reqs(&f, r), 0, "a request reached the untrusted server");
+    cr_assert_eq(fake_replicas(&f), 2);
+    fake_stop(&f);
+}
+
+/* What the executor refuses at the start, naming what is wrong. */
+Test(k8s_executor, bad_options_are_refused_at_the_start)
+{
+    sa_t s;
+    sa_make(&s, "tok-1");
+    static const struct {
+        const char *deployment, *ns, *api, *sa_sub, *msg;
+    } cases[] = {
+        {NULL, NULL, "https://127.0.0.1:1", NULL,
+         "--k8s-deployment '': required with --executor kubernetes"},
+        {"Workers", NULL, "https://127.0.0.1:1", NULL, "--k8s-deployment 'Workers': not a"},
+        {"w", "a_b", "https://127.0.0.1:1", NULL, "namespace 'a_b': not a namespace name"},
+        {"w", NULL, "http://127.0.0.1:1", NULL, "--k8s-api 'http://127.0.0.1:1': expected https"},
+        {"w", NULL, "https://127.0.0.1:1/x", NULL, "--k8s-api 'https://127.0.0.1:1/x': expected"},
+        {"w", NULL, "https://127.0.0.1:1", "nowhere",
+         "no --k8s-namespace, and the service account's: "},
+        {"w", "ns", "https://127.0.0.1:1", "nowhere", "service account: "},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[400];
+        snprintf(dir, sizeof dir, "%s%s%s", s.dir, cases[i].sa_sub ? "/" : "",
+                 cases[i].sa_sub ? cases[i].sa_sub : "");
+        sl_master_executor_k8s_opts_t o = {.deployment = cases[i].deployment,
+                                           .ns = cases[i].ns,
+                                           .api_url = cases[i].api,
+                                           .serviceaccount_dir = dir};
+        sl_master_executor_t *ex = NULL;
+        sl_error_t err = {0};
+        cr_assert_eq(sl_master_executor_k8s_new(&o, &ex, &err), SL_ERR_INVALID, "case %zu", i);
+        cr_assert_null(ex);
+        cr_assert(strstr(err.msg, cases[i].msg) == err.msg, "case %zu: %s", i, err.msg);
+    }
+}
