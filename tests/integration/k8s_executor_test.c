@@ -222,6 +222,14 @@ static void fake_stop(fake_api_t *f)
     pthread_mutex_destroy(&f->mu);
 }
 
+/* Someone else sets the scale (kubectl scale). */
+static void fake_put_replicas(fake_api_t *f, int64_t n)
+{
+    pthread_mutex_lock(&f->mu);
+    f->replicas = n;
+    pthread_mutex_unlock(&f->mu);
+}
+
 static void fake_set(fake_api_t *f, const char *token, int fail_patches)
 {
     pthread_mutex_lock(&f->mu);
@@ -288,8 +296,9 @@ static void sa_rotate(const sa_t *s, const char *token)
     cr_assert_eq(rename(tmp, p), 0);
 }
 
-static sl_master_executor_t *k8s_new(const sa_t *s, uint16_t port, const char *deployment,
-                                     uint32_t backoff_ms)
+static sl_master_executor_t *k8s_new_opts(const sa_t *s, uint16_t port, const char *deployment,
+                                          uint32_t backoff_ms, uint32_t max_replicas,
+                                          uint32_t resync_ms)
 {
     char api[64];
     snprintf(api, sizeof api, "https://127.0.0.1:%u", (unsigned)port);
@@ -298,11 +307,19 @@ static sl_master_executor_t *k8s_new(const sa_t *s, uint16_t port, const char *d
                                        .serviceaccount_dir = s->dir,
                                        .backoff_ms = backoff_ms,
                                        .max_backoff_ms = 4 * backoff_ms,
+                                       .max_replicas = max_replicas,
+                                       .resync_ms = resync_ms,
                                        .timeout_ms = (uint32_t)(tu_timeout(5) * 1000)};
     sl_master_executor_t *ex = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_master_executor_k8s_new(&o, &ex, &err), SL_OK, "%s", err.msg);
     return ex;
+}
+
+static sl_master_executor_t *k8s_new(const sa_t *s, uint16_t port, const char *deployment,
+                                     uint32_t backoff_ms)
+{
+    return k8s_new_opts(s, port, deployment, backoff_ms, 0, 0);
 }
 
 static void set_target(sl_master_executor_t *ex, uint32_t a, uint32_t b)
@@ -608,6 +625,36 @@ Test(k8s_executor, a_server_error_is_retried_with_backoff_and_shown)
     cr_assert(strstr(b, "sluice_master_executor_replicas{state=\"applied\"} 0\n"), "%s", b);
     free(b);
     fu_master_stop(&m, SIGTERM);
+    fake_stop(&f);
+}
+
+/* The sum is capped at max_replicas (--max-fleet-workers); a scale set by
+ * hand is read again after resync_ms and set back. */
+Test(k8s_executor, the_replicas_are_capped_and_a_hand_scale_is_set_back)
+{
+    sa_t s;
+    sa_make(&s, "tok-1");
+    fake_api_t f;
+    fake_start(&f, s.cert, s.key, "tok-1", 0);
+    sl_master_executor_t *ex = k8s_new_opts(&s, f.port, DEPLOY, 50, 4, 300);
+    set_target(ex, 3, 3);
+    await_replicas(&f, 4, 10);
+    sl_master_executor_stats_t st;
+    sl_master_executor_stats(ex, &st);
+    cr_assert_eq(st.desired, 4);
+    cr_assert_eq(st.applied, 4);
+    fake_put_replicas(&f, 9);
+    await_replicas(&f, 4, 10);
+    static req_rec_t r[MAX_REQS];
+    int n = fake_reqs(&f, r);
+    cr_assert_geq(n, 4, "GET, PATCH, GET (9), PATCH: %d", n);
+    int last = n - 1; /* a resync GET may have come after it */
+    while (last > 0 && strcmp(r[last].method, "PATCH") != 0) last--;
+    cr_assert_str_eq(r[last].method, "PATCH");
+    cr_assert_str_eq(r[last].body, "{\"spec\":{\"replicas\":4}}");
+    cr_assert_str_eq(r[last - 1].method, "GET", "the PATCH follows the GET that read 9");
+    cr_assert_eq(count_method(r, n, "PATCH"), 2);
+    sl_master_executor_destroy(ex);
     fake_stop(&f);
 }
 
