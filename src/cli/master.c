@@ -138,6 +138,36 @@ static void drive_executor(sl_master_t *m, sl_master_executor_t *ex)
     sl_master_report_executor(m, &st);
 }
 
+/* The executor --executor names (*ex NULL for none), its workers
+ * reaching the master m. */
+static sl_err_t executor_new(const master_args_t *args, sl_master_t *m, sl_master_executor_t **ex,
+                             sl_error_t *err)
+{
+    *ex = NULL;
+    if (strcmp(args->executor, "local") == 0) {
+        char bin[PATH_MAX];
+        self_path(bin, sizeof bin);
+        /* Workers prove the secret to this master (and to their trainers). */
+        const char *extra[] = {"--cluster-secret-file", args->secret_file, NULL};
+        sl_master_executor_local_opts_t eo = {.binary = bin,
+                                              .master = sl_master_address(m),
+                                              .log_dir = args->log_dir,
+                                              .extra_args = args->secret_file ? extra : NULL};
+        if (sl_master_executor_local_new(&eo, ex, err) != SL_OK)
+            return sl_error_prefix(err, "executor: ");
+    } else if (strcmp(args->executor, "kubernetes") == 0) {
+        /* Within --max-fleet-workers, as the jobs' granted counts are. */
+        sl_master_executor_k8s_opts_t ko = {.deployment = args->k8s_deployment,
+                                            .ns = args->k8s_ns,
+                                            .api_url = args->k8s_api,
+                                            .serviceaccount_dir = args->k8s_sa,
+                                            .max_replicas = (uint32_t)args->fleet};
+        if (sl_master_executor_k8s_new(&ko, ex, err) != SL_OK)
+            return sl_error_prefix(err, "--executor kubernetes: ");
+    }
+    return SL_OK;
+}
+
 int sl_cli_master(int argc, char **argv)
 {
     master_args_t args = {0};
@@ -211,36 +241,12 @@ int sl_cli_master(int argc, char **argv)
         return 1;
     }
     sl_master_executor_t *ex = NULL;
-    if (local) {
-        char bin[PATH_MAX];
-        self_path(bin, sizeof bin);
-        /* Workers prove the secret to this master (and to their trainers). */
-        const char *extra[] = {"--cluster-secret-file", secret_file, NULL};
-        sl_master_executor_local_opts_t eo = {.binary = bin,
-                                     .master = sl_master_address(m),
-                                     .log_dir = log_dir,
-                                     .extra_args = secret_file ? extra : NULL};
-        if (sl_master_executor_local_new(&eo, &ex, &err) != SL_OK) {
-            fprintf(stderr, "sluice master: executor: %s\n", err.msg);
-            sl_admin_stop(ad);
-            sl_master_stop(m);
-            free(token);
-            return 1;
-        }
-    } else if (k8s) {
-        /* Within --max-fleet-workers, as the jobs' granted counts are. */
-        sl_master_executor_k8s_opts_t ko = {.deployment = args.k8s_deployment,
-                                            .ns = args.k8s_ns,
-                                            .api_url = args.k8s_api,
-                                            .serviceaccount_dir = args.k8s_sa,
-                                            .max_replicas = (uint32_t)args.fleet};
-        if (sl_master_executor_k8s_new(&ko, &ex, &err) != SL_OK) {
-            fprintf(stderr, "sluice master: --executor kubernetes: %s\n", err.msg);
-            sl_admin_stop(ad);
-            sl_master_stop(m);
-            free(token);
-            return 1;
-        }
+    if (executor_new(&args, m, &ex, &err) != SL_OK) {
+        fprintf(stderr, "sluice master: %s\n", err.msg);
+        sl_admin_stop(ad);
+        sl_master_stop(m);
+        free(token);
+        return 1;
     }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);

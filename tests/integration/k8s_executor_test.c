@@ -296,6 +296,24 @@ static void sa_rotate(const sa_t *s, const char *token)
     cr_assert_eq(rename(tmp, p), 0);
 }
 
+/* The service account (token tok-1) and the fake serving it, with the
+ * Deployment at replicas. */
+static void fake_up(sa_t *s, fake_api_t *f, int64_t replicas)
+{
+    sa_make(s, "tok-1");
+    fake_start(f, s->cert, s->key, "tok-1", replicas);
+}
+
+/* m's options: `sluice master --executor kubernetes` against the fake
+ * (the namespace: the service account's). api must outlive m. */
+static void master_args(fu_master_t *m, const sa_t *s, const fake_api_t *f, char api[64])
+{
+    snprintf(api, 64, "https://127.0.0.1:%u", (unsigned)f->port);
+    const char *extra[] = {"--executor", "kubernetes", "--k8s-deployment", DEPLOY,
+                           "--k8s-api",  api,          "--k8s-serviceaccount", s->dir};
+    memcpy(m->extra, extra, sizeof extra);
+}
+
 static sl_master_executor_t *k8s_new_opts(const sa_t *s, uint16_t port, const char *deployment,
                                           uint32_t backoff_ms, uint32_t max_replicas,
                                           uint32_t resync_ms)
@@ -371,9 +389,8 @@ TestSuite(k8s_executor, .init = fu_setup, .fini = fu_teardown, .timeout = 90);
 Test(k8s_executor, the_fake_refuses_what_an_api_server_refuses)
 {
     sa_t s;
-    sa_make(&s, "tok-1");
     fake_api_t f;
-    fake_start(&f, s.cert, s.key, "tok-1", 2);
+    fake_up(&s, &f, 2);
     static const struct {
         const char *method, *path, *auth, *ct, *body;
         long status;
@@ -437,13 +454,11 @@ Test(k8s_executor, the_fake_refuses_what_an_api_server_refuses)
 Test(k8s_executor, the_master_scales_the_deployment_to_the_granted_workers)
 {
     sa_t s;
-    sa_make(&s, "tok-1");
     fake_api_t f;
-    fake_start(&f, s.cert, s.key, "tok-1", 2);
+    fake_up(&s, &f, 2);
     char api[64];
-    snprintf(api, sizeof api, "https://127.0.0.1:%u", (unsigned)f.port);
-    fu_master_t m = {.extra = {"--executor", "kubernetes", "--k8s-deployment", DEPLOY, "--k8s-api",
-                               api, "--k8s-serviceaccount", s.dir}};
+    fu_master_t m = {0};
+    master_args(&m, &s, &f, api);
     char *job = fu_job_up(&m, "k8s-job", 2000, 2, 1, "dynamic", 3);
     await_replicas(&f, 3, 10);
     /* the master loop applies its decision every 200 ms: no more PATCHes */
@@ -502,9 +517,8 @@ Test(k8s_executor, the_master_scales_the_deployment_to_the_granted_workers)
 Test(k8s_executor, a_rotated_token_is_picked_up)
 {
     sa_t s;
-    sa_make(&s, "tok-1");
     fake_api_t f;
-    fake_start(&f, s.cert, s.key, "tok-1", 0);
+    fake_up(&s, &f, 0);
     sl_master_executor_t *ex = k8s_new(&s, f.port, DEPLOY, 50);
     set_target(ex, 2, 1);
     await_replicas(&f, 3, 10);
@@ -554,15 +568,13 @@ Test(k8s_executor, a_rotated_token_is_picked_up)
 Test(k8s_executor, a_server_error_is_retried_with_backoff_and_shown)
 {
     sa_t s;
-    sa_make(&s, "tok-1");
     fake_api_t f;
-    fake_start(&f, s.cert, s.key, "tok-1", 2);
+    fake_up(&s, &f, 2);
     fake_set(&f, NULL, 2);
     char api[64];
-    snprintf(api, sizeof api, "https://127.0.0.1:%u", (unsigned)f.port);
+    fu_master_t m = {0};
+    master_args(&m, &s, &f, api);
     /* No job: the master wants no workers, so the Deployment goes to 0. */
-    fu_master_t m = {.extra = {"--executor", "kubernetes", "--k8s-deployment", DEPLOY, "--k8s-api",
-                               api, "--k8s-serviceaccount", s.dir}};
     fu_master_start(&m);
     double deadline = fu_now() + tu_timeout(10);
     bool shown = false;
@@ -633,9 +645,8 @@ Test(k8s_executor, a_server_error_is_retried_with_backoff_and_shown)
 Test(k8s_executor, the_replicas_are_capped_and_a_hand_scale_is_set_back)
 {
     sa_t s;
-    sa_make(&s, "tok-1");
     fake_api_t f;
-    fake_start(&f, s.cert, s.key, "tok-1", 0);
+    fake_up(&s, &f, 0);
     sl_master_executor_t *ex = k8s_new_opts(&s, f.port, DEPLOY, 50, 4, 300);
     set_target(ex, 3, 3);
     await_replicas(&f, 4, 10);
@@ -662,9 +673,8 @@ Test(k8s_executor, the_replicas_are_capped_and_a_hand_scale_is_set_back)
 Test(k8s_executor, a_missing_deployment_is_a_404_with_the_message)
 {
     sa_t s;
-    sa_make(&s, "tok-1");
     fake_api_t f;
-    fake_start(&f, s.cert, s.key, "tok-1", 2);
+    fake_up(&s, &f, 2);
     sl_master_executor_t *ex = k8s_new(&s, f.port, "other", 50);
     sl_master_executor_stats_t st;
     await_stats(ex, any_client_error, &st, "a 404");
