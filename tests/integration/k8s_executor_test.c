@@ -733,7 +733,13 @@ Test(k8s_executor, bad_options_are_refused_at_the_start)
         {"w", NULL, "https://127.0.0.1:1", "nowhere",
          "no --k8s-namespace, and the service account's: "},
         {"w", "ns", "https://127.0.0.1:1", "nowhere", "service account: "},
+        {"w", "ns", "https://127.0.0.1:1", "bad", "service account: "},
     };
+    char bad[400];
+    snprintf(bad, sizeof bad, "%s/bad", s.dir);
+    cr_assert_eq(mkdir(bad, 0700), 0);
+    snprintf(bad, sizeof bad, "%s/bad/token", s.dir);
+    fu_write(bad, "tok-1\r\nX-Injected: 1\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[400];
         snprintf(dir, sizeof dir, "%s%s%s", s.dir, cases[i].sa_sub ? "/" : "",
@@ -748,4 +754,15 @@ Test(k8s_executor, bad_options_are_refused_at_the_start)
         cr_assert_null(ex);
         cr_assert(strstr(err.msg, cases[i].msg) == err.msg, "case %zu: %s", i, err.msg);
     }
+    sl_master_executor_k8s_opts_t o = {.deployment = "w", .ns = "ns",
+                                       .api_url = "https://127.0.0.1:1", .serviceaccount_dir = s.dir};
+    char want[600];
+    snprintf(want, sizeof want, "service account: %s/bad/token: byte 5 is not a token character",
+             s.dir);
+    o.serviceaccount_dir = bad;
+    *strrchr(bad, '/') = '\0';
+    sl_master_executor_t *ex = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_executor_k8s_new(&o, &ex, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, want);
 }

@@ -124,6 +124,19 @@ static sl_err_t read_small(const char *path, char *out, size_t cap, sl_error_t *
     return SL_OK;
 }
 
+/* A bearer token is printable ASCII without spaces (a JWT): anything else
+ * would end up as more header lines of the request. */
+static bool token_ok(const char *path, const char *token, sl_error_t *err)
+{
+    for (const char *p = token; *p; p++)
+        if (*p <= 0x20 || *p >= 0x7f) {
+            sl_error_set(err, SL_ERR_INVALID, "%s: byte %zu is not a token character", path,
+                         (size_t)(p - token));
+            return false;
+        }
+    return true;
+}
+
 /* ---- one request (the thread's) ---------------------------------------------------- */
 
 static size_t body_write(char *p, size_t size, size_t n, void *ctx)
@@ -194,7 +207,8 @@ static void request(k8s_t *ex, int64_t patch, outcome_t *o)
     const char *verb = patch < 0 ? "GET" : "PATCH";
     char token[K8S_MAX_TOKEN];
     sl_error_t e = {0};
-    if (read_small(ex->token_path, token, sizeof token, &e) != SL_OK) {
+    if (read_small(ex->token_path, token, sizeof token, &e) != SL_OK ||
+        !token_ok(ex->token_path, token, &e)) {
         snprintf(o->msg, sizeof o->msg, "%s scale: token %.300s", verb, e.msg);
         return;
     }
@@ -416,6 +430,7 @@ sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
      * without its service account, which no retry mends. */
     char probe[K8S_MAX_TOKEN];
     sl_err_t rc = read_small(ex->token_path, probe, sizeof probe, err);
+    if (rc == SL_OK && !token_ok(ex->token_path, probe, err)) rc = SL_ERR_INVALID;
     explicit_bzero(probe, sizeof probe);
     if (rc == SL_OK && access(ex->ca_path, R_OK) != 0)
         rc = sl_error_set(err, SL_ERR_INVALID, "%s: %s", ex->ca_path, strerror(errno));
