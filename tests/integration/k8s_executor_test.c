@@ -637,6 +637,13 @@ Test(k8s_executor, a_server_error_is_retried_with_backoff_and_shown)
     cr_assert(strstr(b, "sluice_master_executor_replicas{state=\"applied\"} 0\n"), "%s", b);
     free(b);
     fu_master_stop(&m, SIGTERM);
+    /* and the master's log says so, once per failure */
+    char *log = tu_read_file(m.log);
+    cr_assert(strstr(log, "deployment " NS "/" DEPLOY ": PATCH scale: HTTP 500: etcdserver: "
+                          "request timed out (failure 1 in a row; again in 500 ms)"),
+              "%s", log);
+    cr_assert(strstr(log, "(failure 2 in a row; again in 1000 ms)"), "%s", log);
+    free(log);
     fake_stop(&f);
 }
 
@@ -722,24 +729,35 @@ Test(k8s_executor, bad_options_are_refused_at_the_start)
     sa_t s;
     sa_make(&s, "tok-1");
     static const struct {
-        const char *deployment, *ns, *api, *sa_sub, *msg;
+        const char *deployment, *ns, *api, *sa_sub;
+        sl_err_t code;
+        const char *msg;
     } cases[] = {
-        {NULL, NULL, "https://127.0.0.1:1", NULL,
+        {NULL, NULL, "https://127.0.0.1:1", NULL, SL_ERR_INVALID,
          "--k8s-deployment '': required with --executor kubernetes"},
-        {"Workers", NULL, "https://127.0.0.1:1", NULL, "--k8s-deployment 'Workers': not a"},
-        {"w", "a_b", "https://127.0.0.1:1", NULL, "namespace 'a_b': not a namespace name"},
-        {"w", NULL, "http://127.0.0.1:1", NULL, "--k8s-api 'http://127.0.0.1:1': expected https"},
-        {"w", NULL, "https://127.0.0.1:1/x", NULL, "--k8s-api 'https://127.0.0.1:1/x': expected"},
-        {"w", NULL, "https://127.0.0.1:1", "nowhere",
-         "no --k8s-namespace, and the service account's: "},
-        {"w", "ns", "https://127.0.0.1:1", "nowhere", "service account: "},
-        {"w", "ns", "https://127.0.0.1:1", "bad", "service account: "},
+        {"Workers", NULL, "https://127.0.0.1:1", NULL, SL_ERR_INVALID,
+         "--k8s-deployment 'Workers': not a"},
+        {"w", "a_b", "https://127.0.0.1:1", NULL, SL_ERR_INVALID,
+         "namespace 'a_b': not a namespace name"},
+        {"w", NULL, "http://127.0.0.1:1", NULL, SL_ERR_INVALID,
+         "--k8s-api 'http://127.0.0.1:1': expected https"},
+        {"w", NULL, "https://127.0.0.1:1/x", NULL, SL_ERR_INVALID,
+         "--k8s-api 'https://127.0.0.1:1/x': expected"},
+        {"w", NULL, "https://127.0.0.1:1", "nowhere", SL_ERR_IO,
+         "no --k8s-namespace, and the service account's: namespace file "},
+        {"w", "ns", "https://127.0.0.1:1", "nowhere", SL_ERR_IO, "service account: token file "},
+        {"w", "ns", "https://127.0.0.1:1", "bad", SL_ERR_INVALID, "service account: token file "},
+        {"w", "ns", "https://127.0.0.1:1", "empty", SL_ERR_INVALID, "service account: token file "},
     };
-    char bad[400];
-    snprintf(bad, sizeof bad, "%s/bad", s.dir);
-    cr_assert_eq(mkdir(bad, 0700), 0);
-    snprintf(bad, sizeof bad, "%s/bad/token", s.dir);
-    fu_write(bad, "tok-1\r\nX-Injected: 1\n");
+    char p[400];
+    snprintf(p, sizeof p, "%s/bad", s.dir);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/bad/token", s.dir);
+    fu_write(p, "tok-1\rX-Injected: 1\n"); /* a CR inside the first line */
+    snprintf(p, sizeof p, "%s/empty", s.dir);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/empty/token", s.dir);
+    fu_write(p, "\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[400];
         snprintf(dir, sizeof dir, "%s%s%s", s.dir, cases[i].sa_sub ? "/" : "",
@@ -750,17 +768,17 @@ Test(k8s_executor, bad_options_are_refused_at_the_start)
                                            .serviceaccount_dir = dir};
         sl_master_executor_t *ex = NULL;
         sl_error_t err = {0};
-        cr_assert_eq(sl_master_executor_k8s_new(&o, &ex, &err), SL_ERR_INVALID, "case %zu", i);
+        cr_assert_eq(sl_master_executor_k8s_new(&o, &ex, &err), cases[i].code, "case %zu: %s", i,
+                     err.msg);
         cr_assert_null(ex);
         cr_assert(strstr(err.msg, cases[i].msg) == err.msg, "case %zu: %s", i, err.msg);
     }
     sl_master_executor_k8s_opts_t o = {.deployment = "w", .ns = "ns",
-                                       .api_url = "https://127.0.0.1:1", .serviceaccount_dir = s.dir};
+                                       .api_url = "https://127.0.0.1:1", .serviceaccount_dir = p};
+    snprintf(p, sizeof p, "%s/bad", s.dir);
     char want[600];
-    snprintf(want, sizeof want, "service account: %s/bad/token: byte 5 is not a token character",
-             s.dir);
-    o.serviceaccount_dir = bad;
-    *strrchr(bad, '/') = '\0';
+    snprintf(want, sizeof want, "service account: token file %s/token: byte 5 is not a token "
+             "character", p);
     sl_master_executor_t *ex = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_master_executor_k8s_new(&o, &ex, &err), SL_ERR_INVALID);

@@ -234,8 +234,11 @@ typedef struct sl_master_executor_k8s_opts {
  * executor's thread, which reads the scale at once. @return
  * SL_ERR_INVALID when the deployment or namespace is not a valid name, no
  * API server is given or found in the environment, the URL is not https,
- * or the token or ca.crt cannot be read (err names the file), SL_ERR_NOMEM,
- * SL_ERR_IO when the thread cannot start. */
+ * or the token or the namespace file is empty or holds what is not a
+ * token; SL_ERR_IO when the token, ca.crt or namespace file cannot be read
+ * (err names the file) or the thread cannot start; SL_ERR_NOMEM. Logs
+ * (common/log.h) executor_request_failed (warn), executor_recovered and
+ * executor_scaled (info). */
 sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
                                     sl_master_executor_t **out, sl_error_t *err);
 

@@ -6,7 +6,6 @@
 
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
@@ -14,10 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/fileio.h"
 #include "common/lock.h"
+#include "common/log.h"
+#include "common/mem.h"
 
 /* The largest answer read from the API server: a Scale or a Status is a
  * few hundred bytes; more is not an answer we understand. */
@@ -57,13 +59,6 @@ typedef struct k8s {
 static const sl_master_executor_ops_t k8s_ops;
 static void k8s_destroy(sl_master_executor_t *base);
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* A DNS-1123 label (a namespace): [a-z0-9-], at most 63, alphanumeric at
  * both ends; a subdomain (a Deployment's name) may also have dots between
  * labels and be up to 253 long. */
@@ -82,56 +77,15 @@ static bool dns_name_ok(const char *s, bool subdomain)
     return true;
 }
 
-/* Read a small file whole into out (NUL-terminated), without the
- * whitespace around it. @return SL_OK, or SL_ERR_INVALID naming path
- * (missing, unreadable, empty, larger than cap - 1). */
-static sl_err_t read_small(const char *path, char *out, size_t cap, sl_error_t *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sl_error_set(err, SL_ERR_INVALID, "%s: %s", path, strerror(errno));
-    size_t len = 0;
-    for (;;) {
-        ssize_t r = read(fd, out + len, cap - 1 - len);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            int e = errno;
-            close(fd);
-            return sl_error_set(err, SL_ERR_INVALID, "%s: %s", path, strerror(e));
-        }
-        if (r == 0) break;
-        len += (size_t)r;
-        if (len == cap - 1) {
-            char extra;
-            bool more = read(fd, &extra, 1) == 1;
-            close(fd);
-            if (more)
-                return sl_error_set(err, SL_ERR_INVALID, "%s: larger than %zu bytes", path,
-                                    cap - 1);
-            fd = -1;
-            break;
-        }
-    }
-    if (fd >= 0) close(fd);
-    out[len] = '\0';
-    size_t a = 0;
-    while (a < len && (out[a] == ' ' || out[a] == '\n' || out[a] == '\r' || out[a] == '\t')) a++;
-    while (len > a && (out[len - 1] == ' ' || out[len - 1] == '\n' || out[len - 1] == '\r' ||
-                       out[len - 1] == '\t'))
-        len--;
-    memmove(out, out + a, len - a);
-    out[len - a] = '\0';
-    if (out[0] == '\0') return sl_error_set(err, SL_ERR_INVALID, "%s: empty", path);
-    return SL_OK;
-}
-
 /* A bearer token is printable ASCII without spaces (a JWT): anything else
  * would end up as more header lines of the request. */
 static bool token_ok(const char *path, const char *token, sl_error_t *err)
 {
     for (const char *p = token; *p; p++)
         if (*p <= 0x20 || *p >= 0x7f) {
-            sl_error_set(err, SL_ERR_INVALID, "%s: byte %zu is not a token character", path,
-                         (size_t)(p - token));
+            sl_error_set(err, SL_ERR_INVALID,
+                         "token file %s: byte %zu is not a token character",
+                         path, (size_t)(p - token));
             return false;
         }
     return true;
@@ -207,9 +161,10 @@ static void request(k8s_t *ex, int64_t patch, outcome_t *o)
     const char *verb = patch < 0 ? "GET" : "PATCH";
     char token[K8S_MAX_TOKEN];
     sl_error_t e = {0};
-    if (read_small(ex->token_path, token, sizeof token, &e) != SL_OK ||
+    if (sl_io_read_token(ex->token_path, "token", token, sizeof token, &e) !=
+            SL_OK ||
         !token_ok(ex->token_path, token, &e)) {
-        snprintf(o->msg, sizeof o->msg, "%s scale: token %.300s", verb, e.msg);
+        snprintf(o->msg, sizeof o->msg, "%s scale: %.300s", verb, e.msg);
         return;
     }
     char auth[K8S_MAX_TOKEN + 32];
@@ -288,8 +243,19 @@ static uint32_t desired_locked(const k8s_t *ex) SL_REQUIRES(ex->mu)
 static void record(k8s_t *ex, const outcome_t *o) SL_REQUIRES(ex->mu)
 {
     sl_master_executor_stats_t *s = &ex->stats;
-    uint64_t now = now_ms();
+    uint64_t now = sl_clock_ms();
     if (o->ok) {
+        if (s->failures > 0)
+            sl_log_kv(SL_LOG_INFO, "executor_recovered",
+                      (SL_KV_STR("deployment", s->target), SL_KV_U64("failures", s->failures)),
+                      "deployment %s: the API server answers again after %u failures", s->target,
+                      s->failures);
+        if (o->replicas != s->applied)
+            sl_log_kv(SL_LOG_INFO, "executor_scaled",
+                      (SL_KV_STR("deployment", s->target), SL_KV_I64("from", s->applied),
+                       SL_KV_I64("to", o->replicas), SL_KV_U64("desired", s->desired)),
+                      "deployment %s: %lld replicas (was %lld; the jobs are granted %u)",
+                      s->target, (long long)o->replicas, (long long)s->applied, s->desired);
         s->requests_ok++;
         s->applied = o->replicas;
         s->failures = 0;
@@ -310,20 +276,18 @@ static void record(k8s_t *ex, const outcome_t *o) SL_REQUIRES(ex->mu)
     uint64_t delay = (uint64_t)ex->backoff_ms << shift;
     if (delay > ex->max_backoff_ms) delay = ex->max_backoff_ms;
     ex->not_before = now + delay;
+    sl_log_kv(SL_LOG_WARN, "executor_request_failed",
+              (SL_KV_STR("deployment", s->target), SL_KV_I64("http_status", o->http),
+               SL_KV_STR("error", o->msg), SL_KV_U64("failures", s->failures),
+               SL_KV_U64("retry_ms", delay)),
+              "deployment %s: %s (failure %u in a row; again in %llu ms)", s->target, o->msg,
+              s->failures, (unsigned long long)delay);
 }
 
 static void wait_until(k8s_t *ex, uint64_t at) SL_REQUIRES(ex->mu)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t now = now_ms(), d = at > now ? at - now : 0;
-    ts.tv_sec += (time_t)(d / 1000);
-    ts.tv_nsec += (long)(d % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    sl_cond_timedwait(&ex->wake, &ex->mu, &ts);
+    uint64_t now = sl_clock_ms();
+    sl_clock_cond_wait_ms(&ex->wake, &ex->mu, at > now ? at - now : 0);
 }
 
 static void *k8s_run(void *arg)
@@ -331,7 +295,7 @@ static void *k8s_run(void *arg)
     k8s_t *ex = arg;
     sl_mutex_lock(&ex->mu);
     while (!atomic_load(&ex->stop)) {
-        uint64_t now = now_ms();
+        uint64_t now = sl_clock_ms();
         if (now < ex->not_before) { /* backing off after a failure */
             wait_until(ex, ex->not_before);
             continue;
@@ -375,7 +339,7 @@ sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
     } else {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/namespace", sa);
-        if (read_small(path, ns, sizeof ns, err) != SL_OK)
+        if (sl_io_read_token(path, "namespace", ns, sizeof ns, err) != SL_OK)
             return sl_error_prefix(err, "no --k8s-namespace, and the service account's: ");
     }
     if (!dns_name_ok(ns, false))
@@ -409,11 +373,7 @@ sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
     ex->base.ops = &k8s_ops;
     ex->alloc = a;
     sl_mutex_init(&ex->mu);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ex->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    sl_clock_cond_init(&ex->wake);
     ex->max_replicas = opts->max_replicas ? opts->max_replicas : INT32_MAX;
     if (ex->max_replicas > INT32_MAX) ex->max_replicas = INT32_MAX;
     ex->backoff_ms = opts->backoff_ms ? opts->backoff_ms : 500;
@@ -429,11 +389,11 @@ sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
     /* Both must be there at the start: a pod without them was deployed
      * without its service account, which no retry mends. */
     char probe[K8S_MAX_TOKEN];
-    sl_err_t rc = read_small(ex->token_path, probe, sizeof probe, err);
+    sl_err_t rc = sl_io_read_token(ex->token_path, "token", probe, sizeof probe, err);
     if (rc == SL_OK && !token_ok(ex->token_path, probe, err)) rc = SL_ERR_INVALID;
     explicit_bzero(probe, sizeof probe);
     if (rc == SL_OK && access(ex->ca_path, R_OK) != 0)
-        rc = sl_error_set(err, SL_ERR_INVALID, "%s: %s", ex->ca_path, strerror(errno));
+        rc = sl_error_set(err, SL_ERR_IO, "ca.crt file %s: %s", ex->ca_path, strerror(errno));
     if (rc != SL_OK) {
         k8s_destroy(&ex->base);
         return sl_error_prefix(err, "service account: ");
@@ -595,7 +555,7 @@ static void k8s_stats(sl_master_executor_t *base, sl_master_executor_stats_t *ou
     k8s_t *ex = (k8s_t *)base;
     sl_mutex_lock(&ex->mu);
     *out = ex->stats;
-    uint64_t now = now_ms();
+    uint64_t now = sl_clock_ms();
     /* 0 while failing: the retry is under way */
     out->next_retry_ms = ex->not_before > now ? (uint32_t)(ex->not_before - now) : 0;
     sl_mutex_unlock(&ex->mu);
