@@ -39,6 +39,7 @@ typedef struct k8s {
     char scale_url[1536];
     char token_path[PATH_MAX], ca_path[PATH_MAX];
     uint32_t max_replicas, backoff_ms, max_backoff_ms, timeout_ms, resync_ms;
+    bool curl_global;   /* curl_global_init succeeded: cleanup owed */
     CURL *curl;         /* the thread's only */
     char *body;         /* [K8S_MAX_BODY + 1], the thread's only */
     size_t body_len;
@@ -398,10 +399,11 @@ sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
         k8s_destroy(&ex->base);
         return sl_error_prefix(err, "service account: ");
     }
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
-        (ex->curl = curl_easy_init()) == NULL || (ex->body = sl_alloc(a, K8S_MAX_BODY + 1)) == NULL) {
+    ex->curl_global = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+    if (!ex->curl_global || (ex->curl = curl_easy_init()) == NULL ||
+        (ex->body = sl_alloc(a, K8S_MAX_BODY + 1)) == NULL) {
         k8s_destroy(&ex->base);
-        return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory (libcurl)");
+        return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
     }
     int e = pthread_create(&ex->thread, NULL, k8s_run, ex);
     if (e != 0) {
@@ -424,10 +426,8 @@ static void k8s_destroy(sl_master_executor_t *base)
         sl_mutex_unlock(&ex->mu);
         pthread_join(ex->thread, NULL);
     }
-    if (ex->curl != NULL) {
-        curl_easy_cleanup(ex->curl);
-        curl_global_cleanup();
-    }
+    if (ex->curl != NULL) curl_easy_cleanup(ex->curl);
+    if (ex->curl_global) curl_global_cleanup(); /* reference-counted by libcurl */
     if (ex->body) sl_free(ex->alloc, ex->body, K8S_MAX_BODY + 1);
     if (ex->jobs) sl_free(ex->alloc, ex->jobs, ex->cap_jobs * sizeof *ex->jobs);
     pthread_cond_destroy(&ex->wake);
