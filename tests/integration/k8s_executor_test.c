@@ -60,7 +60,7 @@ static void fake_up(sa_t *s, fake_api_t *f, int64_t replicas)
 static void master_args(fu_master_t *m, const sa_t *s, const fake_api_t *f, char api[64])
 {
     snprintf(api, 64, "https://127.0.0.1:%u", (unsigned)f->port);
-    const char *extra[] = {"--executor", "kubernetes", "--k8s-deployment", DEPLOY,
+    const char *extra[] = {"--executor", "kubernetes", "--k8s-deployment",     DEPLOY,
                            "--k8s-api",  api,          "--k8s-serviceaccount", s->dir};
     memcpy(m->extra, extra, sizeof extra);
 }
@@ -228,7 +228,8 @@ Test(k8s_executor, the_master_scales_the_deployment_to_the_granted_workers)
     cr_assert_eq(last->status, 200);
     /* At most one PATCH to 0 (before the job came) and one to 3. */
     cr_assert_leq(count_method(r, n, "PATCH"), 2, "%d PATCHes", count_method(r, n, "PATCH"));
-    for (int i = 0; i < n; i++) cr_assert_eq(r[i].status, 200, "request %d: %d", i, r[i].status);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(r[i].status, 200, "request %d: %d", i, r[i].status);
 
     json_t *st = fu_get_json(m.admin, "/status");
     json_t *x = json_object_get(st, "executor");
@@ -373,18 +374,16 @@ Test(k8s_executor, a_server_error_is_retried_with_backoff_and_shown)
     }
     cr_assert_eq(json_integer_value(json_object_get(x, "failures")), 0);
     cr_assert(json_is_null(json_object_get(x, "next_retry_s")));
-    cr_assert_eq(json_integer_value(json_object_get(
-                     json_object_get(x, "requests"), "server_error")),
-                 2);
+    cr_assert_eq(
+        json_integer_value(json_object_get(json_object_get(x, "requests"), "server_error")), 2);
     /* the last error stays for whoever looks later */
-    cr_assert_eq(json_integer_value(json_object_get(json_object_get(x, "last_error"),
-                                                    "http_status")),
-                 500);
+    cr_assert_eq(
+        json_integer_value(json_object_get(json_object_get(x, "last_error"), "http_status")), 500);
     json_decref(st);
     char *b;
     cr_assert_eq(fu_http(m.admin, "GET", "/metrics", NULL, NULL, &b), 200);
-    cr_assert(strstr(b, "sluice_master_executor_requests_total{result=\"server_error\"} 2\n"),
-              "%s", b);
+    cr_assert(strstr(b, "sluice_master_executor_requests_total{result=\"server_error\"} 2\n"), "%s",
+              b);
     cr_assert(strstr(b, "sluice_master_executor_replicas{state=\"applied\"} 0\n"), "%s", b);
     free(b);
     fu_master_stop(&m, SIGTERM);
@@ -418,7 +417,8 @@ Test(k8s_executor, the_replicas_are_capped_and_a_hand_scale_is_set_back)
     int n = fake_reqs(&f, r);
     cr_assert_geq(n, 4, "GET, PATCH, GET (9), PATCH: %d", n);
     int last = n - 1; /* a resync GET may have come after it */
-    while (last > 0 && strcmp(r[last].method, "PATCH") != 0) last--;
+    while (last > 0 && strcmp(r[last].method, "PATCH") != 0)
+        last--;
     cr_assert_str_eq(r[last].method, "PATCH");
     cr_assert_str_eq(r[last].body, "{\"spec\":{\"replicas\":4}}");
     cr_assert_str_eq(r[last - 1].method, "GET", "the PATCH follows the GET that read 9");
@@ -524,12 +524,14 @@ Test(k8s_executor, bad_options_are_refused_at_the_start)
         cr_assert_null(ex);
         cr_assert(strstr(err.msg, cases[i].msg) == err.msg, "case %zu: %s", i, err.msg);
     }
-    sl_master_executor_k8s_opts_t o = {.deployment = "w", .ns = "ns",
-                                       .api_url = "https://127.0.0.1:1", .serviceaccount_dir = p};
+    sl_master_executor_k8s_opts_t o = {
+        .deployment = "w", .ns = "ns", .api_url = "https://127.0.0.1:1", .serviceaccount_dir = p};
     snprintf(p, sizeof p, "%s/bad", s.dir);
     char want[600];
-    snprintf(want, sizeof want, "service account: token file %s/token: byte 5 is not a token "
-             "character", p);
+    snprintf(want, sizeof want,
+             "service account: token file %s/token: byte 5 is not a token "
+             "character",
+             p);
     sl_master_executor_t *ex = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_master_executor_k8s_new(&o, &ex, &err), SL_ERR_INVALID);
@@ -547,10 +549,8 @@ Test(k8s_executor, out_of_memory_is_an_error_and_leaks_nothing)
     snprintf(api, sizeof api, "https://127.0.0.1:%u", (unsigned)f.port);
     tu_alloc_t ta;
     tu_alloc_init(&ta);
-    sl_master_executor_k8s_opts_t o = {.deployment = DEPLOY,
-                                       .api_url = api,
-                                       .serviceaccount_dir = s.dir,
-                                       .allocator = &ta.base};
+    sl_master_executor_k8s_opts_t o = {
+        .deployment = DEPLOY, .api_url = api, .serviceaccount_dir = s.dir, .allocator = &ta.base};
     uint64_t k;
     for (k = 1;; k++) {
         tu_alloc_fail_at(&ta, k, false);

@@ -39,9 +39,9 @@ typedef struct fake_api {
     uint16_t port;
     char *cert, *key; /* PEM, for MHD while it runs */
     pthread_mutex_t mu;
-    char token[64];     /* the bearer token it accepts */
-    int64_t replicas;   /* of the Deployment */
-    int fail_patches;   /* answer this many PATCHes with 500 first */
+    char token[64];   /* the bearer token it accepts */
+    int64_t replicas; /* of the Deployment */
+    int fail_patches; /* answer this many PATCHes with 500 first */
     req_rec_t reqs[MAX_REQS];
     int nreqs;
 } fake_api_t;
@@ -139,8 +139,9 @@ static enum MHD_Result fake_answer(fake_api_t *f, struct MHD_Connection *c, cons
                           "application/merge-patch+json, application/apply-patch+yaml");
     } else if (up->overflow || (n = patch_replicas(up->buf)) < 0) {
         status = 422;
-        body = status_obj(422, "Invalid", "Scale.autoscaling \"" DEPLOY
-                                          "\" is invalid: spec.replicas: Invalid value");
+        body =
+            status_obj(422, "Invalid",
+                       "Scale.autoscaling \"" DEPLOY "\" is invalid: spec.replicas: Invalid value");
     } else if (f->fail_patches > 0) {
         f->fail_patches--;
         status = 500;
@@ -256,7 +257,8 @@ static int fake_reqs(fake_api_t *f, req_rec_t *out)
 static int count_method(const req_rec_t *r, int n, const char *method)
 {
     int k = 0;
-    for (int i = 0; i < n; i++) k += strcmp(r[i].method, method) == 0;
+    for (int i = 0; i < n; i++)
+        k += strcmp(r[i].method, method) == 0;
     return k;
 }
 

@@ -349,7 +349,8 @@ json_t *sl_master_admin_status_json(sl_master_t *m)
         json_object_set_new(s.o, "failed_jobs", s.failed);
     else
         json_decref(s.failed);
-    if (s.o != NULL && s.has_executor) json_object_set_new(s.o, "executor", executor_json(&s.executor));
+    if (s.o != NULL && s.has_executor)
+        json_object_set_new(s.o, "executor", executor_json(&s.executor));
     return s.o;
 }
 

@@ -39,21 +39,21 @@ typedef struct k8s {
     char scale_url[1536];
     char token_path[PATH_MAX], ca_path[PATH_MAX];
     uint32_t max_replicas, backoff_ms, max_backoff_ms, timeout_ms, resync_ms;
-    bool curl_global;   /* curl_global_init succeeded: cleanup owed */
-    CURL *curl;         /* the thread's only */
-    char *body;         /* [K8S_MAX_BODY + 1], the thread's only */
+    bool curl_global; /* curl_global_init succeeded: cleanup owed */
+    CURL *curl;       /* the thread's only */
+    char *body;       /* [K8S_MAX_BODY + 1], the thread's only */
     size_t body_len;
     pthread_t thread;
     bool thread_started;
-    atomic_bool stop;   /* also read by curl's progress callback */
+    atomic_bool stop; /* also read by curl's progress callback */
 
     sl_mutex_t mu;
     pthread_cond_t wake; /* CLOCK_MONOTONIC; a new target or stop */
     job_target_t *jobs;
     uint32_t njobs, cap_jobs;
-    bool have_target;    /* scale or apply was called at least once */
-    uint64_t not_before; /* no request before (ms, CLOCK_MONOTONIC) after a failure */
-    uint64_t resync_at;  /* read the scale again at (ms) */
+    bool have_target;                 /* scale or apply was called at least once */
+    uint64_t not_before;              /* no request before (ms, CLOCK_MONOTONIC) after a failure */
+    uint64_t resync_at;               /* read the scale again at (ms) */
     sl_master_executor_stats_t stats; /* desired, applied and the request figures */
 } k8s_t;
 
@@ -84,8 +84,7 @@ static bool token_ok(const char *path, const char *token, sl_error_t *err)
 {
     for (const char *p = token; *p; p++)
         if (*p <= 0x20 || *p >= 0x7f) {
-            sl_error_set(err, SL_ERR_INVALID,
-                         "token file %s: byte %zu is not a token character",
+            sl_error_set(err, SL_ERR_INVALID, "token file %s: byte %zu is not a token character",
                          path, (size_t)(p - token));
             return false;
         }
@@ -162,8 +161,7 @@ static void request(k8s_t *ex, int64_t patch, outcome_t *o)
     const char *verb = patch < 0 ? "GET" : "PATCH";
     char token[K8S_MAX_TOKEN];
     sl_error_t e = {0};
-    if (sl_io_read_token(ex->token_path, "token", token, sizeof token, &e) !=
-            SL_OK ||
+    if (sl_io_read_token(ex->token_path, "token", token, sizeof token, &e) != SL_OK ||
         !token_ok(ex->token_path, token, &e)) {
         snprintf(o->msg, sizeof o->msg, "%s scale: %.300s", verb, e.msg);
         return;
@@ -236,7 +234,8 @@ static void request(k8s_t *ex, int64_t patch, outcome_t *o)
 static uint32_t desired_locked(const k8s_t *ex) SL_REQUIRES(ex->mu)
 {
     uint64_t sum = 0;
-    for (uint32_t i = 0; i < ex->njobs; i++) sum += ex->jobs[i].workers;
+    for (uint32_t i = 0; i < ex->njobs; i++)
+        sum += ex->jobs[i].workers;
     return sum > ex->max_replicas ? ex->max_replicas : (uint32_t)sum;
 }
 
@@ -255,8 +254,8 @@ static void record(k8s_t *ex, const outcome_t *o) SL_REQUIRES(ex->mu)
             sl_log_kv(SL_LOG_INFO, "executor_scaled",
                       (SL_KV_STR("deployment", s->target), SL_KV_I64("from", s->applied),
                        SL_KV_I64("to", o->replicas), SL_KV_U64("desired", s->desired)),
-                      "deployment %s: %lld replicas (was %lld; the jobs are granted %u)",
-                      s->target, (long long)o->replicas, (long long)s->applied, s->desired);
+                      "deployment %s: %lld replicas (was %lld; the jobs are granted %u)", s->target,
+                      (long long)o->replicas, (long long)s->applied, s->desired);
         s->requests_ok++;
         s->applied = o->replicas;
         s->failures = 0;
@@ -328,12 +327,12 @@ sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
 {
     const char *dep = opts ? opts->deployment : NULL;
     if (dep == NULL || !dns_name_ok(dep, true))
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "--k8s-deployment '%.253s': %s", dep ? dep : "",
+        return sl_error_set(err, SL_ERR_INVALID, "--k8s-deployment '%.253s': %s", dep ? dep : "",
                             dep ? "not a Deployment name (lower-case letters, digits, '-' and "
                                   "'.', at most 253)"
                                 : "required with --executor kubernetes");
-    const char *sa = opts->serviceaccount_dir ? opts->serviceaccount_dir : SL_K8S_SERVICEACCOUNT_DIR;
+    const char *sa =
+        opts->serviceaccount_dir ? opts->serviceaccount_dir : SL_K8S_SERVICEACCOUNT_DIR;
     char ns[256];
     if (opts->ns != NULL) {
         snprintf(ns, sizeof ns, "%s", opts->ns);
@@ -362,7 +361,8 @@ sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
         snprintf(api, sizeof api, "https://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port);
     }
     size_t alen = strlen(api);
-    while (alen > 0 && api[alen - 1] == '/') api[--alen] = '\0';
+    while (alen > 0 && api[alen - 1] == '/')
+        api[--alen] = '\0';
     if (strncmp(api, "https://", 8) != 0 || alen == 8 || strpbrk(api + 8, "/?#@ ") != NULL)
         return sl_error_set(err, SL_ERR_INVALID,
                             "--k8s-api '%.200s': expected https://HOST[:PORT] (the token is "
@@ -440,7 +440,8 @@ static sl_err_t set_job(k8s_t *ex, const char *job_id, uint32_t workers, sl_erro
     SL_REQUIRES(ex->mu)
 {
     uint32_t i = 0;
-    while (i < ex->njobs && strcmp(ex->jobs[i].job_id, job_id) != 0) i++;
+    while (i < ex->njobs && strcmp(ex->jobs[i].job_id, job_id) != 0)
+        i++;
     if (workers == 0) {
         if (i < ex->njobs) ex->jobs[i] = ex->jobs[--ex->njobs];
         return SL_OK;
@@ -473,7 +474,7 @@ static void retarget(k8s_t *ex) SL_REQUIRES(ex->mu)
 
 static bool job_id_ok(const char *job_id, sl_error_t *err)
 {
-    if (job_id != NULL && job_id[0] != '\0' && strlen(job_id) < sizeof ((job_target_t *)0)->job_id)
+    if (job_id != NULL && job_id[0] != '\0' && strlen(job_id) < sizeof((job_target_t *)0)->job_id)
         return true;
     sl_error_set(err, SL_ERR_INVALID, "executor: job id '%.100s': %s", job_id ? job_id : "",
                  job_id && job_id[0] ? "longer than 255 bytes" : "empty");
