@@ -58,9 +58,9 @@ static const sl_cli_opt_t mopts[] = {
      "master sets"},
     {"k8s-namespace", SL_CLI_STRING, "NS", NULL, "the service account's namespace", 0, 0, 0,
      M(k8s_ns), "with --executor kubernetes: the Deployment's namespace"},
-    {"k8s-api", SL_CLI_STRING, "URL", NULL,
-     "`https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`", 0, 0, 0, M(k8s_api),
-     "with --executor kubernetes: the API server (https only)"},
+    {"k8s-api", SL_CLI_STRING, "URL", NULL, "the pod's API server", 0, 0, 0, M(k8s_api),
+     "with --executor kubernetes: the API server, https only (the pod's: https://"
+     "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)"},
     {"k8s-serviceaccount", SL_CLI_PATH, "DIR", NULL,
      "`/var/run/secrets/kubernetes.io/serviceaccount`", 0, 0, 0, M(k8s_sa),
      "with --executor kubernetes: the directory of the service account's token (read again for "
