@@ -1,9 +1,13 @@
-/* Benchmark helpers: clock, memcpy baseline, sink. */
+/* Benchmark helpers: clock, memcpy baseline, sink, the MovieLens rows. */
 #include "bench_util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "warehouse/import.h"
 
 double bench_now(void)
 {
@@ -48,4 +52,141 @@ double bench_memcpy_seconds(size_t n, int reps)
     free(src);
     free(dst);
     return best;
+}
+
+/* ---- the replicated real-rows shape ---- */
+
+/* Replicates the jsonl of examples/movielens_sessions.py: copy k shifts
+ * sample and session ids past the copies before it, user ids by k times
+ * (largest + 1) (new users who behave like the real ones) and timestamps
+ * by k weeks; movie ids, histories and ratings are the real ones. */
+static const char replicate_py[] =
+    "import json, sys\n"
+    "src, out, copies = sys.argv[1], sys.argv[2], int(sys.argv[3])\n"
+    "rows = [json.loads(l) for l in open(src)]\n"
+    "n = len(rows)\n"
+    "sess = max(r['session_id'] for r in rows) + 1\n"
+    "users = max(r['sparse']['user_id'][0] for r in rows) + 1\n"
+    "with open(out, 'w') as f:\n"
+    "    for k in range(copies):\n"
+    "        for r in rows:\n"
+    "            c = dict(r)\n"
+    "            c['sample_id'] = r['sample_id'] + k * n\n"
+    "            c['session_id'] = r['session_id'] + k * sess\n"
+    "            c['ts'] = r['ts'] + k * 604800\n"
+    "            sp = dict(r['sparse'])\n"
+    "            sp['user_id'] = [u + k * users for u in sp['user_id']]\n"
+    "            c['sparse'] = sp\n"
+    "            f.write(json.dumps(c, separators=(',', ':')) + '\\n')\n"
+    "print(n * copies)\n";
+
+const char *bench_movielens_default(void)
+{
+    static const char path[] = SLUICE_SOURCE_DIR "/../shared/data/movielens-latest-small/ratings.csv";
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return NULL;
+    fclose(f);
+    return path;
+}
+
+uint64_t bench_movielens_jsonl(const char *ratings, uint32_t copies, const char *work,
+                               char *jsonl, size_t cap)
+{
+    char one[600], py[600], cmd[3000];
+    snprintf(one, sizeof one, "%s/ml-one.jsonl", work);
+    snprintf(py, sizeof py, "%s/replicate.py", work);
+    snprintf(jsonl, cap, "%s/ml.jsonl", work);
+    FILE *f = fopen(py, "w");
+    if (f == NULL) return 0;
+    fputs(replicate_py, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "python3 '%s/examples/movielens_sessions.py' --ratings '%s' --output '%s' "
+             ">/dev/null 2>&1",
+             SLUICE_SOURCE_DIR, ratings, one);
+    if (system(cmd) != 0) return 0;
+    snprintf(cmd, sizeof cmd, "python3 '%s' '%s' '%s' %u", py, one, jsonl, copies);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL) return 0;
+    unsigned long long n = 0;
+    if (fscanf(p, "%llu", &n) != 1) n = 0;
+    pclose(p);
+    unlink(one);
+    unlink(py);
+    return n;
+}
+
+int bench_movielens_import(const char *jsonl, const char *table, bool cluster_dedup,
+                           const sl_wh_writer_opts_t *base)
+{
+    sl_wh_import_opts_t o = sl_wh_import_opts_default();
+    o.format = SL_WH_IMPORT_JSONL;
+    const char *in[1] = {jsonl};
+    o.inputs = in;
+    o.num_inputs = 1;
+    o.table_dir = table;
+    o.partition = "ds=2016-10-16";
+    if (base != NULL) o.writer = *base;
+    o.writer.no_sync = true;
+    static const char *const hist[] = {"user_history"};
+    static const sl_dedup_group_spec_t g = {"history", 1, hist};
+    if (cluster_dedup) {
+        o.writer.cluster_sessions = true;
+        o.writer.num_dedup_groups = 1;
+        o.writer.dedup_groups = &g;
+    }
+    sl_wh_import_summary_t sum;
+    sl_error_t err = {0};
+    sl_err_t rc = sl_wh_import(&o, &sum, &err);
+    if (rc != SL_OK) fprintf(stderr, "import %s: %s\n", jsonl, err.msg);
+    sl_wh_import_summary_free(&sum);
+    return rc == SL_OK ? 0 : -1;
+}
+
+int bench_drain_reader(sl_wh_reader_t *rd, bench_read_t *r)
+{
+    const sl_wh_rows_t *rows;
+    sl_error_t err = {0};
+    for (;;) {
+        if (sl_wh_reader_next(rd, &rows, &err) != SL_OK) {
+            fprintf(stderr, "%s\n", err.msg);
+            sl_wh_reader_close(rd);
+            return -1;
+        }
+        if (rows == NULL) break;
+        /* Touch the output so that nothing is optimised away. */
+        bench_consume(rows->batch.sample_ids, 8);
+    }
+    sl_wh_read_stats_t st;
+    sl_wh_reader_stats(rd, &st);
+    r->rows += st.rows;
+    r->decoded += st.decoded_bytes;
+    r->file_bytes += st.bytes_read;
+    r->stripes += st.stripes;
+    sl_wh_reader_close(rd);
+    return 0;
+}
+
+int bench_read_table(const sl_wh_table_t *t, const char *dir, const sl_wh_read_opts_t *opts,
+                     bench_read_t *r)
+{
+    memset(r, 0, sizeof *r);
+    double w0 = bench_now(), c0 = bench_cpu_seconds();
+    for (uint32_t p = 0; p < sl_wh_table_num_partitions(t); p++) {
+        const sl_wh_partition_t *part = sl_wh_table_partition(t, p);
+        for (uint32_t f = 0; f < part->num_files; f++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", dir, part->files[f]);
+            sl_wh_reader_t *rd;
+            sl_error_t err = {0};
+            if (sl_wh_reader_open(path, part->files[f], opts, &rd, &err) != SL_OK) {
+                fprintf(stderr, "%s\n", err.msg);
+                return -1;
+            }
+            if (bench_drain_reader(rd, r) != 0) return -1;
+        }
+    }
+    r->wall = bench_now() - w0;
+    r->cpu = bench_cpu_seconds() - c0;
+    return 0;
 }

@@ -3,8 +3,11 @@
 #ifndef SLUICE_BENCH_UTIL_H
 #define SLUICE_BENCH_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "warehouse/warehouse.h"
 
 double bench_now(void); /* seconds, CLOCK_MONOTONIC */
 
@@ -17,5 +20,32 @@ void bench_consume(const void *p, size_t n);
 
 /* Process CPU seconds (user + system), for per-core figures. */
 double bench_cpu_seconds(void);
+
+/* One read of every data file of table t (in dir) with opts, on this
+ * thread: wall and process CPU seconds, rows, decoded bytes (the output
+ * tensors), file bytes read, stripes. @return 0 or -1 (message on stderr). */
+typedef struct bench_read {
+    double wall, cpu;
+    uint64_t rows, decoded, file_bytes, stripes;
+} bench_read_t;
+int bench_read_table(const sl_wh_table_t *t, const char *dir, const sl_wh_read_opts_t *opts,
+                     bench_read_t *r);
+/* Read every stripe of rd, add its figures to r, close it. @return 0 or -1. */
+int bench_drain_reader(sl_wh_reader_t *rd, bench_read_t *r);
+
+/* The replicated real-rows shape (docs/BENCHMARKS.md): the MovieLens
+ * ratings turned into samples by examples/movielens_sessions.py, copied
+ * `copies` times as new users. The ratings file in ../shared/data, or NULL
+ * when it is not there. */
+const char *bench_movielens_default(void);
+/* Write the samples as jsonl under work (path into jsonl); @return rows, 0
+ * when python3 or the script failed. */
+uint64_t bench_movielens_jsonl(const char *ratings, uint32_t copies, const char *work,
+                               char *jsonl, size_t cap);
+/* Import jsonl into table with the writer options base (NULL: defaults),
+ * plus the example's --cluster --dedup-group history=user_history when
+ * cluster_dedup. @return 0 or -1 (message on stderr). */
+int bench_movielens_import(const char *jsonl, const char *table, bool cluster_dedup,
+                           const sl_wh_writer_opts_t *base);
 
 #endif

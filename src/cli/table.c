@@ -54,8 +54,9 @@ static const sl_cli_opt_t writer_opts[] = {
     {"stripe-rows", SL_CLI_UINT, "N", "65536", NULL, 1, 1u << 24, 0, WA(stripe_rows),
      "rows per stripe"},
     {"level", SL_CLI_UINT, "L", "1", NULL, 0, 22, 0, WA(level),
-     "zstd level (1: fastest to read; 3 and up are smaller, docs/FORMAT.md section 10); 0 "
-     "stores streams uncompressed"},
+     "zstd level over the encoded streams (higher levels change little: zstd only sees what "
+     "the encodings left, docs/FORMAT.md section 10); 0 stores streams in fixed-width form, "
+     "without dictionaries or zstd (fastest decode, most bytes)"},
     {"no-sync", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, WA(no_sync),
      "skip fsync (scratch tables; files still appear atomically)"},
     {"quiet", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, WA(quiet), "no progress display"},

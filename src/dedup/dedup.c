@@ -42,9 +42,9 @@ void sl_dedup_destroy(sl_dedup_t *d)
     if (d == NULL) return;
     const sl_allocator_t *a = d->alloc;
     sl_free(a, d->table, d->table_cap * sizeof *d->table);
-    scratch_t *all[] = {&d->same,  &d->heads,      &d->hash_of,   &d->off,   &d->rep,
-                        &d->pairs, &d->runs,       &d->keyw,      &d->names, &d->key_start,
-                        &d->owner, &d->name_slots, &d->group_keys};
+    scratch_t *all[] = {&d->same,  &d->heads,      &d->hash_of,    &d->off,   &d->rep,
+                        &d->pairs, &d->runs,       &d->keyw,       &d->names, &d->key_start,
+                        &d->owner, &d->name_slots, &d->group_keys, &d->key_values};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         sl_free(a, all[i]->p, all[i]->bytes);
     sl_free(a, d, sizeof *d);
@@ -200,12 +200,56 @@ typedef struct span {
     const char *src;
     char *dst;
     size_t bytes;
+    bool nt; /* large pieces with non-temporal stores (write in place) */
 } span_t;
+
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+/* Copy with non-temporal stores: the output of a batch larger than the
+ * cache is not read again soon, and ordinary stores would first read every
+ * destination line from memory (a third pass over the bytes). The C
+ * library does this for one huge memcpy, not for the block-sized pieces of
+ * the in-place copy. The caller fences (_mm_sfence) before the output is
+ * handed out. */
+static void copy_nt(char *dst, const char *src, size_t bytes)
+{
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    bytes -= head;
+    for (; bytes >= 64; bytes -= 64, dst += 64, src += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(src + 48));
+        _mm_stream_si128((__m128i *)(void *)dst, a);
+        _mm_stream_si128((__m128i *)(void *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(void *)(dst + 48), d);
+    }
+    memcpy(dst, src, bytes);
+}
+static void store_fence(void)
+{
+    _mm_sfence();
+}
+#else
+static void copy_nt(char *dst, const char *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+}
+static void store_fence(void)
+{
+}
+#endif
 
 static inline void span_flush(span_t *s)
 {
     if (s->bytes == sizeof(int64_t))
         memcpy(s->dst, s->src, sizeof(int64_t)); /* single ids: inlined, no call */
+    else if (s->nt && s->bytes >= 4096)
+        copy_nt(s->dst, s->src, s->bytes);
     else if (s->bytes > 0)
         memcpy(s->dst, s->src, s->bytes);
     s->bytes = 0;
@@ -279,6 +323,85 @@ static void copy_unique(const gctx_t *g, const uint32_t *runs, uint32_t R, uint3
     span_flush(&wts);
 }
 
+/* ---- write in place: large batches without duplicates ---- */
+
+/* A group input larger than this (about the L3 cache) without adjacent
+ * duplicates is copied block by block while each block of heads is still in
+ * cache, straight to its final place, as long as every row so far is
+ * unique: then the output is laid out exactly as the input (key j's values
+ * start where they start in the input), and pass 4, which would read the
+ * whole input from memory a second time, is not needed. At the first block
+ * holding a duplicate the in-place copy is abandoned and pass 4 runs as
+ * before (what was copied is wasted; with duplicates that is almost always
+ * the first block, where nothing was copied yet). Closing up key regions
+ * after duplicates instead read and wrote the unique rows a second time
+ * (measured with cachegrind: as much memory traffic as pass 4). */
+#define INPLACE_BYTES ((uint64_t)32 << 20)
+
+typedef struct inplace {
+    sl_kjt_t *out; /* allocated at the first block, for every row */
+    sl_arena_t *arena;
+    const char **names;
+    uint64_t values; /* of the group */
+    uint64_t *vbase; /* [n] where key j's values start, in the input's order */
+    uint64_t *at;    /* [n] values written for key j */
+    const uint64_t *key_values; /* [n] values of key j in the input */
+    uint32_t *runs;
+    int state; /* 0 not started, 1 copying, 2 abandoned */
+} inplace_t;
+
+static void copy_block(const gctx_t *g, uint32_t i0, uint32_t i1, uint32_t u0, uint32_t u1,
+                       void *ctx)
+{
+    inplace_t *ip = ctx;
+    const sl_kjt_t *all = g->all;
+    if (ip->state == 2) return;
+    if (u1 - u0 != i1 - i0) { /* a duplicate: pass 4 will copy */
+        ip->state = 2;
+        return;
+    }
+    if (ip->state == 0) {
+        ip->vbase = sl_arena_alloc(ip->arena, ((size_t)g->n + 1) * sizeof *ip->vbase);
+        ip->at = sl_arena_calloc(ip->arena, (size_t)g->n + 1, sizeof *ip->at);
+        if (ip->vbase == NULL || ip->at == NULL ||
+            sl_kjt_init(ip->out, ip->arena, g->n, ip->names, g->B, ip->values,
+                        all->weights != NULL) != SL_OK) {
+            ip->state = 2; /* pass 4 reports what is short */
+            return;
+        }
+        uint64_t at = 0;
+        for (uint32_t j = 0; j < g->n; j++) {
+            ip->vbase[j] = at;
+            at += ip->key_values[j];
+        }
+        ip->state = 1;
+    }
+    sl_kjt_t *out = ip->out;
+    uint32_t R = find_runs(g->rep + u0, u1 - u0, ip->runs);
+    span_t lens = {.nt = true}, vals = {.nt = true}, wts = {.nt = true};
+    for (uint32_t j = 0; j < g->n; j++) {
+        const int32_t *len = g->kw[j].len;
+        const uint32_t *o = g->off + (size_t)j * g->B;
+        const uint64_t base = g->kw[j].start;
+        int32_t *olen = out->lengths + (size_t)j * g->B;
+        for (uint32_t i = 0; i < R; i++) {
+            uint32_t a = u0 + ip->runs[i], b = u0 + ip->runs[i + 1];
+            uint32_t first = g->rep[a], last = g->rep[b - 1];
+            span_add(&lens, len + first, olen + a, (size_t)(b - a) * sizeof *olen);
+            size_t cnt = (size_t)((uint64_t)o[last] + (uint64_t)len[last] - o[first]);
+            if (cnt == 0) continue;
+            uint64_t from = base + o[first], to = ip->vbase[j] + ip->at[j];
+            span_add(&vals, all->values + from, out->values + to, cnt * sizeof *out->values);
+            if (all->weights != NULL)
+                span_add(&wts, all->weights + from, out->weights + to, cnt * sizeof *out->weights);
+            ip->at[j] += cnt;
+        }
+    }
+    span_flush(&lens);
+    span_flush(&vals);
+    span_flush(&wts);
+}
+
 sl_err_t dedup_group_checked(sl_dedup_t *d, const sl_kjt_t *all, const uint32_t *key_indices,
                              uint32_t n, const char *name, sl_arena_t *arena, sl_ikjt_t *out,
                              sl_dedup_stats_t *stats, sl_error_t *err)
@@ -336,18 +459,34 @@ sl_err_t dedup_group_checked(sl_dedup_t *d, const sl_kjt_t *all, const uint32_t 
     if (out->inverse == NULL)
         return sl_error_set(err, SL_ERR_NOMEM, "dedup group '%s': inverse of %u rows", gname, B);
 
-    uint32_t H = dedup_adjacent(&g);
+    /* Short lists (up to 2 ids on average): compare and hash in one pass. */
+    bool fuse = d->hash == NULL && all->weights == NULL && values <= 2 * (uint64_t)n * B;
+    uint32_t H = fuse ? dedup_adjacent_hashed(&g) : dedup_adjacent(&g);
     uint64_t uvals = 0;
-    uint32_t U = dedup_unique(&g, d->hash, H, out->inverse, &uvals);
-
     uint32_t *runs = d->runs.p;
-    uint32_t R = find_runs(g.rep, U, runs);
-    rc = sl_kjt_init(&out->unique, arena, n, names, U, uvals, all->weights != NULL);
-    if (rc != SL_OK)
-        return sl_error_set(err, rc,
-                            "dedup group '%s': unique KJT of %u rows, %" PRIu64 " values: %s",
-                            gname, U, uvals, sl_err_str(rc));
-    copy_unique(&g, runs, R, U, &out->unique);
+    bool redone = false;
+    inplace_t ip = {&out->unique, arena, names, values, NULL, NULL, NULL, runs, 0};
+    if (bytes_before > INPLACE_BYTES && H == B &&
+        dedup_reserve(d->alloc, &d->key_values, (size_t)n + 1, sizeof(uint64_t))) {
+        uint64_t *key_values = d->key_values.p;
+        for (uint32_t j = 0; j < n; j++)
+            key_values[j] = key_start[key_indices[j] + 1] - key_start[key_indices[j]];
+        ip.key_values = key_values;
+        g.on_block = copy_block;
+        g.block_ctx = &ip;
+        g.redone = &redone;
+    }
+    uint32_t U = dedup_unique(&g, d->hash, H, out->inverse, &uvals);
+    if (ip.state != 0) store_fence(); /* the non-temporal stores, before use */
+    if (ip.state != 1 || redone || U != B) {
+        uint32_t R = find_runs(g.rep, U, runs);
+        rc = sl_kjt_init(&out->unique, arena, n, names, U, uvals, all->weights != NULL);
+        if (rc != SL_OK)
+            return sl_error_set(err, rc,
+                                "dedup group '%s': unique KJT of %u rows, %" PRIu64 " values: %s",
+                                gname, U, uvals, sl_err_str(rc));
+        copy_unique(&g, runs, R, U, &out->unique);
+    }
 
     if (stats != NULL) {
         stats->batch_size = B;

@@ -49,6 +49,7 @@ struct sl_dedup {
     scratch_t runs;    /* uint32_t [U + 1] */
     scratch_t keyw;    /* keyw_t [n] */
     scratch_t names;   /* const char * [n] */
+    scratch_t key_values; /* uint64_t [n]: values of each key (write in place) */
     /* per batch */
     scratch_t key_start; /* uint64_t [num_keys + 1] of the input */
     /* batch.c only */
@@ -72,11 +73,25 @@ typedef struct gctx {
     slot_t *table;    /* mask + 1 slots, live when their gen is gen */
     size_t mask;
     uint32_t gen;
+    bool hashed; /* hash[0, H) already holds the heads' hashes */
+    /* Called for every block of heads [i0, i1) once its matches are
+     * confirmed, with the unique rows [u0, u1) it found, while the block's
+     * lists are still in cache (NULL: none). Not called for rows found by
+     * the exact redo (*redone set). */
+    void (*on_block)(const struct gctx *g, uint32_t i0, uint32_t i1, uint32_t u0, uint32_t u1,
+                     void *ctx);
+    void *block_ctx;
+    bool *redone;
 } gctx_t;
 
 /* Pass 1 (unique.c): fill g->off, g->same and g->heads. @return H, the
  * number of heads: rows that differ from the previous row. */
 uint32_t dedup_adjacent(const gctx_t *g);
+
+/* Passes 1 and 2 in one (unique.c), for short lists without weights and
+ * the built-in hash: also fills g->hash with the heads' hashes and sets
+ * g->hashed. @return H. */
+uint32_t dedup_adjacent_hashed(gctx_t *g);
 
 /* Passes 2 and 3 (unique.c): hash the heads (with fn, or XXH3 when NULL),
  * find the unique rows among them. Fills inverse[B], g->rep and

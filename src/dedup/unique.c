@@ -87,6 +87,96 @@ static inline uint64_t xxh3_list(const void *p, size_t bytes, uint64_t seed)
 
 #define MIX_MUL 0x9e3779b97f4a7c15ull
 
+/* The final mix of a row hash: the low bits, which index the table, depend
+ * on every bit. */
+static inline uint64_t row_final(uint64_t x)
+{
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    return x ^ (x >> 32);
+}
+
+/* ---- passes 1 and 2 in one: short lists ---- */
+
+/* The hash of key j's list of n values at v (len: any valid address, for
+ * empty lists). A single id, the common case of short lists, takes a
+ * multiply-xorshift mixer (~5 instructions) instead of XXH3's 8-byte path
+ * (~15): collisions only cost a confirmation, equality is decided on the
+ * bytes. */
+static inline uint64_t short_list_hash(const int64_t *v, uint32_t n, uint32_t j, const void *len)
+{
+    if (n == 1) {
+        uint64_t x = (uint64_t)v[0] ^ (MIX_MUL * (j + 1u));
+        x ^= x >> 31;
+        x *= 0xbf58476d1ce4e5b9ull;
+        return x ^ (x >> 29);
+    }
+    return xxh3_list(n ? (const void *)v : len, (size_t)n * sizeof *v, j);
+}
+
+/* Row r's hash over keys [0, j), for a row found to differ from the row
+ * before it only at key j: its earlier lists were compared, not hashed. */
+static uint64_t catch_up(const gctx_t *g, uint32_t r, uint32_t j)
+{
+    uint64_t x = 0;
+    for (uint32_t k = 0; k < j; k++) {
+        const int32_t *len = g->kw[k].len;
+        uint32_t n = (uint32_t)len[r];
+        const int64_t *list = n ? g->all->values + g->kw[k].start + g->off[(size_t)k * g->B + r]
+                                : NULL;
+        x = (x + short_list_hash(list, n, k, len)) * MIX_MUL;
+    }
+    return x;
+}
+
+/* Pass 1 and the row hashes of pass 2 in one pass over the input, for groups
+ * of short lists without weights: a list is read once, to compare it with
+ * the previous row's and, for a row that differs from it (a head), to hash
+ * it, where the two passes read every length, offset and list twice (for
+ * 1-id lists the second read cost as much as the first). A row found to
+ * differ only at a later key catches up on the keys before it. g->hash
+ * ends up holding the heads' hashes, g->hashed is set. @return H. */
+uint32_t dedup_adjacent_hashed(gctx_t *g)
+{
+    const uint32_t B = g->B;
+    if (B == 0) return 0;
+    uint8_t *same = g->same;
+    uint64_t *h = g->hash;
+    memset(same, 1, B);
+    same[0] = 0;
+    for (uint32_t j = 0; j < g->n; j++) {
+        const int32_t *len = g->kw[j].len;
+        const uint64_t base = g->kw[j].start;
+        const int64_t *v = g->all->num_values > 0 ? g->all->values + base : NULL;
+        uint32_t *o = g->off + (size_t)j * B;
+        uint32_t at = 0;
+        for (uint32_t r = 0; r < B; r++) {
+            uint32_t n = (uint32_t)len[r];
+            o[r] = at;
+            const int64_t *list = n ? v + at : NULL;
+            at += n;
+            uint64_t x;
+            if (!same[r]) {
+                x = j ? h[r] : 0;
+            } else if (n != (uint32_t)len[r - 1] || (n > 0 && !ids_equal(list - n, list, n))) {
+                same[r] = 0;
+                x = catch_up(g, r, j);
+            } else {
+                continue;
+            }
+            h[r] = (x + short_list_hash(list, n, j, len)) * MIX_MUL;
+        }
+    }
+    uint32_t H = 0;
+    for (uint32_t r = 0; r < B; r++)
+        if (!same[r]) {
+            g->heads[H] = r;
+            h[H++] = row_final(h[r]); /* H <= r: in place */
+        }
+    g->hashed = true;
+    return H;
+}
+
 /* Hash heads [i0, i1). Each list is hashed on its own and folded into its
  * row's hash by a multiply, in key order; rows are independent, so the
  * hashes of consecutive rows overlap in the pipeline. XXH3 folds each list's
@@ -125,12 +215,8 @@ static inline __attribute__((always_inline)) void hash_heads(const gctx_t *g, sl
             h[i] = x * MIX_MUL;
         }
     }
-    for (uint32_t i = i0; i < i1; i++) {
-        uint64_t x = h[i];
-        x ^= x >> 32;
-        x *= 0xd6e8feb86659fd93ull;
-        h[i] = x ^ (x >> 32);
-    }
+    for (uint32_t i = i0; i < i1; i++)
+        h[i] = row_final(h[i]);
 }
 
 /* Two instances: the default one calls XXH3 directly, with no call through a
@@ -328,7 +414,7 @@ uint32_t dedup_unique(const gctx_t *g, sl_dedup_hash_fn fn, uint32_t H, int32_t 
     uint64_t values = 0;
     for (uint32_t i0 = 0; i0 < H; i0 += (uint32_t)block) {
         uint32_t i1 = H - i0 < block ? H : i0 + (uint32_t)block, P, u0 = U;
-        hash_range(g, fn, H, i0, i1);
+        if (!g->hashed) hash_range(g, fn, H, i0, i1);
         U = probe_fast(g, H, i0, i1, U, inverse, &P);
         if (!verify(g, P)) {
             /* Generation 0 is never current: zeroed slots are empty. */
@@ -336,9 +422,11 @@ uint32_t dedup_unique(const gctx_t *g, sl_dedup_hash_fn fn, uint32_t H, int32_t 
             hash_range(g, fn, H, 0, H);
             U = probe_exact(g, H, inverse);
             *unique_values = values_of(g, 0, U);
+            if (g->redone != NULL) *g->redone = true;
             return U;
         }
         values += values_of(g, u0, U);
+        if (g->on_block != NULL) g->on_block(g, i0, i1, u0, U, g->block_ctx);
     }
     *unique_values = values;
     return U;

@@ -183,8 +183,8 @@ static sl_err_t unzstd(wh_dec_t *d, const wh_stream_t *st, void *dst, sl_error_t
 
 /* The encoded bytes of st: in the read buffer (codec none) or decompressed
  * into scratch. */
-static sl_err_t raw_of(wh_dec_t *d, const wh_stream_t *st, wh_buf_t *scratch, const uint8_t **out,
-                       sl_error_t *err)
+sl_err_t wh_raw_of(wh_dec_t *d, const wh_stream_t *st, wh_buf_t *scratch, const uint8_t **out,
+                   sl_error_t *err)
 {
     if (st->codec == SLUICE__CODEC__CODEC_NONE) {
         *out = stored_of(d, st);
@@ -207,8 +207,9 @@ sl_err_t wh_decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst, sl_erro
         return SL_OK;
     }
     const uint8_t *p;
-    sl_err_t rc = raw_of(d, st, &d->z0, &p, err);
+    sl_err_t rc = wh_raw_of(d, st, &d->z0, &p, err);
     if (rc != SL_OK) return rc;
+    if (st->encoding != SLUICE__ENCODING__ENCODING_FOR) return wh_unpack_i64(d, st, p, dst, err);
     uint64_t base = (uint64_t)st->for_base;
     uint64_t done = st->for_width > 0 ? widen_i64(dst, p, n, st->for_width, base) : 0;
     switch (st->for_width) {
@@ -263,7 +264,9 @@ sl_err_t wh_decode_i32(wh_dec_t *d, const wh_stream_t *st, int32_t *dst, int64_t
         lo_seen = mn;
         hi_seen = mx;
     } else {
-        if ((rc = raw_of(d, st, &d->z0, &p, err)) != SL_OK) return rc;
+        if ((rc = wh_raw_of(d, st, &d->z0, &p, err)) != SL_OK) return rc;
+        if (st->encoding != SLUICE__ENCODING__ENCODING_FOR)
+            return wh_unpack_i32(d, st, p, dst, hi, sum, err);
         int64_t base = st->for_base;
         if (base < 0 || base > hi)
             return STREAM_ERR(SL_ERR_CORRUPT, st, "base %lld outside [0, %lld]", (long long)base,
@@ -321,6 +324,11 @@ sl_err_t wh_decode_i32(wh_dec_t *d, const wh_stream_t *st, int32_t *dst, int64_t
 /* Decode a float stream into dst[value_count]. */
 sl_err_t wh_decode_f32(wh_dec_t *d, const wh_stream_t *st, float *dst, sl_error_t *err)
 {
+    if (st->encoding != SLUICE__ENCODING__ENCODING_PLAIN) {
+        const uint8_t *p;
+        sl_err_t rc = wh_raw_of(d, st, &d->z0, &p, err);
+        return rc != SL_OK ? rc : wh_unpack_f32(d, st, p, dst, err);
+    }
     if (st->codec == SLUICE__CODEC__CODEC_ZSTD) return unzstd(d, st, dst, err);
     if (st->value_count) memcpy(dst, stored_of(d, st), (size_t)st->value_count * 4);
     return SL_OK;
@@ -376,14 +384,22 @@ sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_
                           float *out, uint32_t cols, uint32_t N, sl_error_t *err)
 {
     const uint8_t *v, *bits = NULL;
-    sl_err_t rc = raw_of(d, vals, &d->z0, &v, err);
+    sl_err_t rc;
+    if (vals->encoding == SLUICE__ENCODING__ENCODING_PLAIN) {
+        rc = wh_raw_of(d, vals, &d->z0, &v, err);
+    } else if (!wh_buf_reserve(&d->z2, d->a, (size_t)vals->value_count * 4 + 8)) {
+        rc = STREAM_ERR(SL_ERR_NOMEM, vals, "%llu values", (unsigned long long)vals->value_count);
+    } else {
+        rc = wh_decode_f32(d, vals, (float *)(void *)d->z2.data, err);
+        v = d->z2.data;
+    }
     if (rc != SL_OK) return rc;
     if (present == NULL) {
         for (uint32_t i = 0; i < N; i++)
             out[(size_t)i * cols] = ld_f32(v, i);
         return SL_OK;
     }
-    if ((rc = raw_of(d, present, &d->z1, &bits, err)) != SL_OK) return rc;
+    if ((rc = wh_raw_of(d, present, &d->z1, &bits, err)) != SL_OK) return rc;
     uint64_t ones = 0;
     size_t nb = ((size_t)N + 7) / 8;
     for (size_t i = 0; i < nb; i++)

@@ -166,9 +166,11 @@ static sl_err_t read_frame(wh_file_t *f, uint8_t **footer, sl_error_t *err)
                             "%s: truncated: %llu bytes, less than a header and a trailer", name,
                             (unsigned long long)size);
     uint32_t version = get_u32(head + 4);
-    if (version != SL_WH_FORMAT_VERSION)
-        return sl_error_set(err, SL_ERR_VERSION, "%s: format version %u (this build reads %d)",
-                            name, version, SL_WH_FORMAT_VERSION);
+    if (version < SL_WH_FORMAT_VERSION_MIN || version > SL_WH_FORMAT_VERSION)
+        return sl_error_set(err, SL_ERR_VERSION,
+                            "%s: format version %u (this build reads %d to %d)", name, version,
+                            SL_WH_FORMAT_VERSION_MIN, SL_WH_FORMAT_VERSION);
+    f->version = version;
     uint8_t trailer[WH_TRAILER_BYTES];
     rc = wh_source_read(&f->src, trailer, sizeof trailer, size - WH_TRAILER_BYTES, err);
     if (rc != SL_OK) return rc;
@@ -357,20 +359,55 @@ static sl_err_t check_stream_sizes(wh_file_t *f, uint32_t s, const wh_stream_t *
     if (st->codec != SLUICE__CODEC__CODEC_NONE && st->codec != SLUICE__CODEC__CODEC_ZSTD)
         BAD("unknown codec %u", st->codec);
     uint32_t nat = wh_kind_width(st->kind), w = nat;
+    if (st->value_count > f->limits.max_stripe_bytes / 8 || st->value_count > (1ull << 40))
+        BAD("%llu values exceed the limit", (unsigned long long)st->value_count);
+    uint64_t n = st->value_count, raw;
+    bool v2 = st->encoding == SLUICE__ENCODING__ENCODING_BITPACK ||
+              st->encoding == SLUICE__ENCODING__ENCODING_DELTA ||
+              st->encoding == SLUICE__ENCODING__ENCODING_DICT;
+    if (v2 && f->version < 2) BAD("encoding %u in a version %u file", st->encoding, f->version);
     if (st->encoding == SLUICE__ENCODING__ENCODING_FOR) {
         if (!wh_kind_is_int(st->kind)) BAD("frame-of-reference encoding on a float stream");
         w = st->for_width;
         if (!(w == 0 || w == 1 || w == 2 || w == 4) || w > nat) BAD("delta width %u", w);
-    } else if (st->encoding != SLUICE__ENCODING__ENCODING_PLAIN) {
+        raw = n * w;
+    } else if (st->encoding == SLUICE__ENCODING__ENCODING_PLAIN) {
+        raw = st->kind == SL_WH_STREAM_PRESENT ? (n + 7) / 8 : n * w;
+    } else if (st->encoding == SLUICE__ENCODING__ENCODING_BITPACK) {
+        if (!wh_kind_is_int(st->kind)) BAD("bit-packed encoding on a float stream");
+        if (st->bit_width > 8 * nat) BAD("bit width %u", st->bit_width);
+        raw = wh_packed_bytes(n, st->bit_width);
+    } else if (st->encoding == SLUICE__ENCODING__ENCODING_DELTA) {
+        if (!wh_kind_is_int(st->kind) || nat != 8) BAD("delta encoding on a %u-byte kind", nat);
+        if (st->bit_width > 64) BAD("bit width %u", st->bit_width);
+        raw = n > 0 ? wh_packed_bytes(n - 1, st->bit_width) : 0;
+    } else if (st->encoding == SLUICE__ENCODING__ENCODING_DICT) {
+        if (st->kind == SL_WH_STREAM_PRESENT) BAD("dictionary encoding on a bitmap");
+        uint64_t K = st->dict_size;
+        if (n == 0 ? (K != 0 || st->dict_bytes != 0) : (K == 0 || K > n))
+            BAD("%llu dictionary values for %llu values", (unsigned long long)K,
+                (unsigned long long)n);
+        if (K > (1ull << 32)) BAD("dictionary of %llu values", (unsigned long long)K);
+        /* the exact width, or wider (whole bytes, which zstd's matches
+         * find repeats in), up to 32 */
+        if (st->bit_width < (K > 1 ? wh_bits_for(K - 1) : 0) || st->bit_width > 32)
+            BAD("bit width %u for a dictionary of %llu values", st->bit_width,
+                (unsigned long long)K);
+        /* each block: a width byte and at most WH_DICT_BLOCK 8-byte gaps */
+        uint64_t blocks = K > 1 ? (K - 1 + WH_DICT_BLOCK - 1) / WH_DICT_BLOCK : 0;
+        if (st->dict_bytes > blocks * (1 + 8 * WH_DICT_BLOCK))
+            BAD("dictionary of %llu bytes for %llu values", (unsigned long long)st->dict_bytes,
+                (unsigned long long)K);
+        if (!wh_kind_is_int(st->kind) && (st->for_base < 0 || st->for_base > (int64_t)UINT32_MAX))
+            BAD("dictionary of 32-bit values starts at %lld", (long long)st->for_base);
+        raw = st->dict_bytes + wh_packed_bytes(n, st->bit_width);
+    } else {
         BAD("unknown encoding %u", st->encoding);
     }
-    if (st->value_count > f->limits.max_stripe_bytes / 8 || st->value_count > (1ull << 40))
-        BAD("%llu values exceed the limit", (unsigned long long)st->value_count);
-    uint64_t raw =
-        st->kind == SL_WH_STREAM_PRESENT ? (st->value_count + 7) / 8 : st->value_count * w;
     if (st->raw_size != raw)
-        BAD("%llu raw bytes for %llu values of %u bytes", (unsigned long long)st->raw_size,
-            (unsigned long long)st->value_count, w);
+        BAD("%llu raw bytes for %llu values (encoding %u, width %u)",
+            (unsigned long long)st->raw_size, (unsigned long long)n, st->encoding,
+            st->encoding == SLUICE__ENCODING__ENCODING_FOR ? w : st->bit_width);
     if (st->codec == SLUICE__CODEC__CODEC_NONE && st->stored_size != st->raw_size)
         BAD("stored %llu bytes, raw %llu bytes, codec none", (unsigned long long)st->stored_size,
             (unsigned long long)st->raw_size);
@@ -470,6 +507,10 @@ static sl_err_t check_stripes(wh_file_t *f, sl_error_t *err)
             st->encoding = in->encoding < 256 ? (uint8_t)in->encoding : 255;
             st->for_width = in->for_width < 256 ? (uint8_t)in->for_width : 255;
             st->for_base = in->for_base;
+            st->bit_width = in->bit_width < 256 ? (uint8_t)in->bit_width : 255;
+            st->delta_base = in->delta_base;
+            st->dict_size = in->dict_size;
+            st->dict_bytes = in->dict_bytes;
             st->offset = in->offset;
             st->stored_size = in->stored_size;
             st->raw_size = in->raw_size;
@@ -607,10 +648,10 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
                       : sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: malformed protobuf", name);
         goto fail;
     }
-    if (f->footer->format_version != SL_WH_FORMAT_VERSION) {
-        rc =
-            sl_error_set(err, SL_ERR_VERSION, "%s: footer: format version %u (this build reads %d)",
-                         name, f->footer->format_version, SL_WH_FORMAT_VERSION);
+    if (f->footer->format_version != f->version) {
+        rc = sl_error_set(err, SL_ERR_VERSION,
+                          "%s: footer: format version %u, the header says %u", name,
+                          f->footer->format_version, f->version);
         goto fail;
     }
     if (f->footer->schema == NULL) {

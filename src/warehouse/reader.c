@@ -9,6 +9,7 @@
 #include "wh_internal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -402,6 +403,95 @@ static sl_err_t decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t 
     return SL_OK;
 }
 
+/* ---- buffers kept for the next reader of the thread ---- */
+
+/* A worker opens a reader for every split it leases (sl_wh_reader_open_split)
+ * and closes it at the end of the split. Freshly allocated output buffers
+ * (tens of MB for a criteo stripe) come back as fresh pages that the kernel
+ * faults in and zeroes at the first touch, on every split: that was ~8 % of
+ * the worker's reader thread. So a closed reader leaves its buffers and
+ * zstd context to the next reader opened on the same thread: one set per
+ * thread (memory stays bounded by one stripe's buffers per reading thread),
+ * freed when the thread ends. */
+enum { PARK_BUFS = 15 };
+
+typedef struct parked {
+    const sl_allocator_t *a;
+    wh_buf_t bufs[PARK_BUFS];
+    void *zctx;
+} parked_t;
+
+static pthread_key_t park_key;
+static pthread_once_t park_once = PTHREAD_ONCE_INIT;
+static bool park_ok;
+
+static void parked_free(void *arg)
+{
+    parked_t *p = arg;
+    if (p == NULL) return;
+    for (int i = 0; i < PARK_BUFS; i++)
+        wh_buf_free(&p->bufs[i], p->a);
+    ZSTD_freeDCtx(p->zctx);
+    sl_free(p->a, p, sizeof *p);
+}
+
+static void park_init(void)
+{
+    park_ok = pthread_key_create(&park_key, parked_free) == 0;
+}
+
+/* The reader's reusable buffers, in a fixed order. */
+static void reader_bufs(sl_wh_reader_t *r, wh_buf_t *b[PARK_BUFS])
+{
+    wh_buf_t *list[PARK_BUFS] = {&r->rbuf,   &r->dec.z0, &r->dec.z1, &r->dec.z2, &r->dec.dict,
+                                 &r->ustart, &r->sid,    &r->sess,   &r->ts,     &r->labels,
+                                 &r->dense,  &r->klen,   &r->kvals,  &r->kw,     &r->sptr};
+    memcpy(b, list, sizeof list);
+}
+
+/* Take the thread's parked buffers (if any, and from the same allocator). */
+static void unpark(sl_wh_reader_t *r)
+{
+    pthread_once(&park_once, park_init);
+    if (!park_ok) return;
+    parked_t *p = pthread_getspecific(park_key);
+    if (p == NULL || p->a != r->a) return;
+    (void)pthread_setspecific(park_key, NULL);
+    wh_buf_t *b[PARK_BUFS];
+    reader_bufs(r, b);
+    for (int i = 0; i < PARK_BUFS; i++)
+        *b[i] = p->bufs[i];
+    r->dec.zctx = p->zctx;
+    sl_free(p->a, p, sizeof *p);
+}
+
+/* Leave r's buffers to the thread when it has none parked. @return
+ * whether they were taken (r no longer owns them). */
+static bool park(sl_wh_reader_t *r)
+{
+    pthread_once(&park_once, park_init);
+    if (!park_ok || r->dec.zctx == NULL || pthread_getspecific(park_key) != NULL) return false;
+    parked_t *p = sl_calloc(r->a, 1, sizeof *p);
+    if (p == NULL) return false;
+    p->a = r->a;
+    wh_buf_t *b[PARK_BUFS];
+    reader_bufs(r, b);
+    for (int i = 0; i < PARK_BUFS; i++) {
+        p->bufs[i] = *b[i];
+        memset(b[i], 0, sizeof *b[i]);
+    }
+    p->zctx = r->dec.zctx;
+    ZSTD_DCtx_reset(p->zctx, ZSTD_reset_session_only);
+    if (pthread_setspecific(park_key, p) != 0) {
+        for (int i = 0; i < PARK_BUFS; i++)
+            *b[i] = p->bufs[i];
+        sl_free(r->a, p, sizeof *p);
+        return false;
+    }
+    r->dec.zctx = NULL;
+    return true;
+}
+
 /* ---- open / close ---- */
 
 void sl_wh_reader_close(sl_wh_reader_t *r)
@@ -409,11 +499,13 @@ void sl_wh_reader_close(sl_wh_reader_t *r)
     if (r == NULL) return;
     const sl_allocator_t *a = r->a;
     uint32_t F = r->f ? sl_wh_schema_num_features(r->f->schema) : 0;
-    wh_buf_t *bufs[] = {&r->rbuf,  &r->dec.z0, &r->dec.z1, &r->ustart, &r->sid,
-                        &r->sess,  &r->ts,     &r->labels, &r->dense,  &r->klen,
-                        &r->kvals, &r->kw,     &r->ksum,   &r->koff, &r->sptr};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    park(r);
+    wh_buf_t *bufs[PARK_BUFS];
+    reader_bufs(r, bufs);
+    for (size_t i = 0; i < PARK_BUFS; i++)
         wh_buf_free(bufs[i], a);
+    wh_buf_free(&r->ksum, a);
+    wh_buf_free(&r->koff, a);
     for (uint32_t o = 0; r->og != NULL && o < r->ng; o++) {
         wh_buf_free(&r->og[o].len, a);
         wh_buf_free(&r->og[o].vals, a);
@@ -577,7 +669,8 @@ static sl_err_t reader_open(const char *path, const void *mem, size_t len, const
     if (rc == SL_OK) rc = setup_projection(r, &o, err);
     r->dec.f = r->f;
     r->dec.a = a;
-    if (rc == SL_OK && (r->dec.zctx = ZSTD_createDCtx()) == NULL)
+    if (rc == SL_OK) unpark(r);
+    if (rc == SL_OK && r->dec.zctx == NULL && (r->dec.zctx = ZSTD_createDCtx()) == NULL)
         rc = sl_error_set(err, SL_ERR_NOMEM, "reader: zstd context");
     if (rc != SL_OK) {
         sl_wh_reader_close(r);

@@ -392,7 +392,7 @@ sl_wh_schema_t *sl_wh_schema_clone(const sl_wh_schema_t *s, const sl_allocator_t
 sl_err_t wh_schema_to_pb(const sl_wh_schema_t *s, sl_arena_t *arena, Sluice__TableSchema *pb)
 {
     sluice__table_schema__init(pb);
-    pb->format_version = SL_WH_FORMAT_VERSION;
+    pb->format_version = SL_WH_SCHEMA_VERSION;
     pb->n_features = s->nf;
     if (s->nf > 0) {
         pb->features = sl_arena_alloc(arena, (size_t)s->nf * sizeof(Sluice__FeatureSpec *));
@@ -419,9 +419,9 @@ sl_err_t wh_schema_from_pb(const Sluice__TableSchema *pb, const sl_allocator_t *
                            sl_wh_schema_t **out, sl_error_t *err)
 {
     *out = NULL;
-    if (pb->format_version != SL_WH_FORMAT_VERSION)
+    if (pb->format_version != SL_WH_SCHEMA_VERSION)
         return sl_error_set(err, SL_ERR_VERSION, "schema format version %u (this build reads %d)",
-                            pb->format_version, SL_WH_FORMAT_VERSION);
+                            pb->format_version, SL_WH_SCHEMA_VERSION);
     if (pb->n_features > MAX_FEATURES || pb->n_labels > MAX_FEATURES)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "schema: %zu features, %zu labels",
                             pb->n_features, pb->n_labels);
@@ -479,7 +479,7 @@ sl_err_t sl_wh_schema_encode(const sl_wh_schema_t *s, const sl_allocator_t *a, v
     sluice__table_schema__pack(&pb, out + WH_SCHEMA_PREFIX_BYTES);
     sl_arena_destroy(arena);
     memcpy(out, SL_WH_SCHEMA_MAGIC, 4);
-    sl_le_put_u32(out + 4, SL_WH_FORMAT_VERSION);
+    sl_le_put_u32(out + 4, SL_WH_SCHEMA_VERSION);
     sl_le_put_u32(out + 8, (uint32_t)n);
     sl_le_put_u64(out + 12, XXH3_64bits(out + WH_SCHEMA_PREFIX_BYTES, n));
     *buf = out;
@@ -498,9 +498,9 @@ sl_err_t sl_wh_schema_decode(const void *buf, size_t len, const sl_allocator_t *
     if (len < WH_SCHEMA_PREFIX_BYTES)
         return sl_error_set(err, SL_ERR_TRUNCATED, "schema truncated: %zu bytes", len);
     uint32_t version = sl_le_get_u32(p + 4), n = sl_le_get_u32(p + 8);
-    if (version != SL_WH_FORMAT_VERSION)
+    if (version != SL_WH_SCHEMA_VERSION)
         return sl_error_set(err, SL_ERR_VERSION, "schema version %u (this build reads %d)", version,
-                            SL_WH_FORMAT_VERSION);
+                            SL_WH_SCHEMA_VERSION);
     if ((uint64_t)n + WH_SCHEMA_PREFIX_BYTES != len)
         return sl_error_set(
             err, n + (uint64_t)WH_SCHEMA_PREFIX_BYTES > len ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,

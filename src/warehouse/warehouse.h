@@ -57,7 +57,12 @@
 #include "sluice/err.h"
 #include "sluice/tensor.h"
 
-#define SL_WH_FORMAT_VERSION 1
+/* Data files: version 2 adds the BITPACK, DELTA and DICT encodings (docs/FORMAT.md
+ * section 3); readers read versions SL_WH_FORMAT_VERSION_MIN .. SL_WH_FORMAT_VERSION.
+ * The schema (the _schema file and the footer's TableSchema) is still version 1. */
+#define SL_WH_FORMAT_VERSION 2
+#define SL_WH_FORMAT_VERSION_MIN 1
+#define SL_WH_SCHEMA_VERSION 1
 #define SL_WH_FILE_MAGIC "SLCT"   /* first and last 4 bytes of a data file */
 #define SL_WH_SCHEMA_MAGIC "SLSC" /* first 4 bytes of a _schema file */
 #define SL_WH_FILE_EXT ".slc"
@@ -287,6 +292,12 @@ typedef struct sl_wh_writer_opts {
      * still never see a partial file; a power loss may lose the file. */
     bool no_sync;
     const sl_allocator_t *allocator; /* NULL: default */
+    /* Data file format version to write: 0 (default) SL_WH_FORMAT_VERSION,
+     * whose writer picks each stream's encoding (bit-packed frame of
+     * reference, delta, dictionary) by size; 1 writes what version-1
+     * writers wrote (byte-wide frame of reference, then zstd): kept for
+     * fixtures that old tables stay readable, and for comparisons. */
+    uint32_t format_version;
 } sl_wh_writer_opts_t;
 
 /* The defaults described above. */

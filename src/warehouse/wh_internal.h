@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/mem.h"
 #include "warehouse.h"
@@ -78,8 +79,9 @@ uint32_t wh_kind_width(uint32_t kind);
 bool wh_kind_is_int(uint32_t kind);
 
 typedef struct wh_stream {
-    uint8_t kind, codec, encoding, for_width;
-    int64_t for_base;
+    uint8_t kind, codec, encoding, for_width, bit_width;
+    int64_t for_base, delta_base;
+    uint64_t dict_size, dict_bytes;
     uint64_t offset, stored_size, raw_size, value_count, checksum;
     const char *name; /* borrowed from the footer */
 } wh_stream_t;
@@ -124,6 +126,7 @@ typedef struct wh_file {
     uint32_t *unique_rows; /* [num_stripes * num_groups] */
     size_t unique_rows_n;
     bool session_clustered;
+    uint32_t version; /* format version of the file (header and footer agree) */
 } wh_file_t;
 
 static inline uint32_t wh_slot_label(const wh_file_t *f, uint32_t t)
@@ -154,7 +157,39 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
                       sl_error_t *err);
 void wh_file_close(wh_file_t *f);
 
-/* ---- stream decoding (decode.c) ---- */
+/* ---- bit packing (version 2 encodings, docs/FORMAT.md section 3) ---- */
+
+/* Gaps of a dictionary are packed in blocks of this many, each with its own
+ * width, so that one large gap costs bits in its block only. */
+#define WH_DICT_BLOCK 32
+
+/* Bits needed for v (0 for 0). */
+static inline uint32_t wh_bits_for(uint64_t v)
+{
+    return v == 0 ? 0 : 64 - (uint32_t)__builtin_clzll(v);
+}
+
+/* Bytes of n packed values of w bits. */
+static inline uint64_t wh_packed_bytes(uint64_t n, uint32_t w)
+{
+    return (n * w + 7) / 8;
+}
+
+/* The w-bit value starting at bit `bit` of p (bit k is bit k % 8 of byte
+ * k / 8). Loads 8 bytes at byte bit / 8 (9 when w > 56): callers keep 8
+ * readable bytes past the packed values. */
+static inline uint64_t wh_bits_get(const uint8_t *p, uint64_t bit, uint32_t w)
+{
+    uint64_t x;
+    const uint8_t *q = p + (bit >> 3);
+    uint32_t sh = (uint32_t)(bit & 7);
+    memcpy(&x, q, 8);
+    x >>= sh;
+    if (w > 56 && sh) x |= (uint64_t)q[8] << (64 - sh);
+    return w >= 64 ? x : x & ((1ull << w) - 1);
+}
+
+/* ---- stream decoding (decode.c, decode_packed.c) ---- */
 
 /* Decoding the streams of one stripe: the file, where each of the stripe's
  * streams' stored bytes are (NULL: not read), reusable scratch. */
@@ -163,6 +198,7 @@ typedef struct wh_dec {
     const sl_allocator_t *a;
     void *zctx;          /* ZSTD_DCtx */
     wh_buf_t z0, z1;     /* decompression scratch */
+    wh_buf_t z2, dict;   /* decoded dictionary-encoded floats; a dictionary */
     const uint8_t **ptr; /* [streams of the stripe] */
     uint32_t stripe;
 } wh_dec_t;
@@ -178,6 +214,18 @@ sl_err_t wh_decode_i32(wh_dec_t *d, const wh_stream_t *st, int32_t *dst, int64_t
                        sl_error_t *err);
 /* A float32 stream into dst[value_count]. */
 sl_err_t wh_decode_f32(wh_dec_t *d, const wh_stream_t *st, float *dst, sl_error_t *err);
+/* The encoded bytes of st: in place (codec none) or decompressed into
+ * scratch (raw_size bytes, then 8 readable bytes). */
+sl_err_t wh_raw_of(wh_dec_t *d, const wh_stream_t *st, wh_buf_t *scratch, const uint8_t **out,
+                   sl_error_t *err);
+/* Version-2 encodings (BITPACK, DELTA, DICT) of the encoded bytes p of st,
+ * as wh_decode_i64 / _i32 / _f32 do for the older ones. */
+sl_err_t wh_unpack_i64(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int64_t *dst,
+                       sl_error_t *err);
+sl_err_t wh_unpack_i32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int32_t *dst,
+                       int64_t hi, uint64_t *sum, sl_error_t *err);
+sl_err_t wh_unpack_f32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, float *dst,
+                       sl_error_t *err);
 /* A float column (values, and its present bitmap or NULL) into column 0 of
  * the row-major [N, cols] matrix at out; missing rows get NaN. */
 sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_t *present,

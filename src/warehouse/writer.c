@@ -111,6 +111,8 @@ static void writer_free(sl_wh_writer_t *w)
     sl_arena_destroy(w->arena);
     sl_arena_destroy(w->keep);
     wh_buf_free(&w->enc, a);
+    for (size_t i = 0; i < sizeof w->scratch / sizeof w->scratch[0]; i++)
+        wh_buf_free(&w->scratch[i], a);
     wh_buf_free(&w->comp, a);
     wh_buf_free(&w->wbuf, a);
     ZSTD_freeCCtx(w->cctx);
@@ -185,6 +187,11 @@ sl_err_t sl_wh_writer_open(const char *path, const sl_wh_schema_t *schema,
                             o.stripe_rows, sl_wh_limits_default().max_stripe_rows);
     if (o.codec != SL_WH_CODEC_NONE && o.codec != SL_WH_CODEC_ZSTD)
         return sl_error_set(err, SL_ERR_INVALID, "%s: unknown codec %d", path, (int)o.codec);
+    if (o.format_version == 0) o.format_version = SL_WH_FORMAT_VERSION;
+    if (o.format_version < SL_WH_FORMAT_VERSION_MIN || o.format_version > SL_WH_FORMAT_VERSION)
+        return sl_error_set(err, SL_ERR_INVALID, "%s: format version %u (this build writes %d to %d)",
+                            path, o.format_version, SL_WH_FORMAT_VERSION_MIN,
+                            SL_WH_FORMAT_VERSION);
     if (o.zstd_level == 0) o.zstd_level = 1;
     if (o.zstd_level < ZSTD_minCLevel() || o.zstd_level > ZSTD_maxCLevel())
         return sl_error_set(err, SL_ERR_INVALID, "%s: zstd level %d outside [%d, %d]", path,
@@ -248,7 +255,7 @@ sl_err_t sl_wh_writer_open(const char *path, const sl_wh_schema_t *schema,
         goto fail;
     }
     uint8_t head[WH_HEADER_BYTES];
-    uint32_t version = SL_WH_FORMAT_VERSION;
+    uint32_t version = w->opts.format_version;
     memcpy(head, SL_WH_FILE_MAGIC, 4);
     memcpy(head + 4, &version, 4);
     if ((rc = wh_writer_put(w, head, sizeof head, err)) != SL_OK) goto fail;
@@ -474,7 +481,7 @@ static sl_err_t write_footer(sl_wh_writer_t *w, sl_error_t *err)
     sl_arena_reset(ar);
     Sluice__FileFooter ft;
     sluice__file_footer__init(&ft);
-    ft.format_version = SL_WH_FORMAT_VERSION;
+    ft.format_version = w->opts.format_version;
     ft.row_count = w->rows_total;
     ft.session_clustered = w->opts.cluster_sessions;
     ft.writer = (char *)"sluice";
@@ -512,6 +519,10 @@ static sl_err_t write_footer(sl_wh_writer_t *w, sl_error_t *err)
         o->encoding = (Sluice__Encoding)m->encoding;
         o->for_width = m->width;
         o->for_base = m->base;
+        o->bit_width = m->bits;
+        o->dict_size = m->dict_size;
+        o->dict_bytes = m->dict_bytes;
+        o->delta_base = m->delta_base;
         o->offset = m->offset;
         o->stored_size = m->stored;
         o->raw_size = m->raw;

@@ -12,8 +12,9 @@
 
 typedef struct wmeta {
     const char *name;
-    uint8_t kind, codec, encoding, width;
-    int64_t base;
+    uint8_t kind, codec, encoding, width, bits;
+    int64_t base, delta_base;
+    uint64_t dict_size, dict_bytes;
     uint64_t offset, stored, raw, count, checksum;
     bool has_int, has_float;
     int64_t imin, imax;
@@ -80,6 +81,7 @@ struct sl_wh_writer {
     sl_arena_t *keep;  /* names that live as long as the writer */
 
     wh_buf_t enc, comp;
+    wh_buf_t scratch[6]; /* choosing an encoding (writer_encode.c) */
     ZSTD_CCtx *cctx;
 
     wmeta_t *meta;
@@ -96,6 +98,17 @@ sl_err_t wh_writer_fail(sl_wh_writer_t *w, sl_error_t *err, sl_err_t code, const
 
 /* Append bytes to the file (buffered). */
 sl_err_t wh_writer_put(sl_wh_writer_t *w, const void *data, size_t len, sl_error_t *err);
+
+/* Encode (choosing the encoding for format version 2, docs/FORMAT.md
+ * section 10), compress when that pays, checksum and append one stream of
+ * count values: integers (is64: int64, else int32) or floats. */
+sl_err_t wh_writer_emit_ints(sl_wh_writer_t *w, uint8_t kind, const char *name, const void *vals,
+                             uint64_t count, bool is64, sl_error_t *err);
+sl_err_t wh_writer_emit_floats(sl_wh_writer_t *w, uint8_t kind, const char *name,
+                               const float *vals, uint64_t count, sl_error_t *err);
+/* Append a stream's stored bytes as they are (a bitmap). */
+sl_err_t wh_writer_emit_bytes(sl_wh_writer_t *w, uint8_t kind, const char *name, const void *raw,
+                              size_t raw_size, uint64_t count, sl_error_t *err);
 
 /* Order, deduplicate, encode and write the rows held (if any) as one stripe,
  * then empty the stripe builder. */

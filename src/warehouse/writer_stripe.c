@@ -1,152 +1,15 @@
 /* One stripe of the writer: the rows held are ordered by session (when
  * clustering), deduplicated per group with src/dedup (storage dedup), then
- * every column is encoded (frame of reference for integers), compressed with
- * zstd or stored when that does not pay, checksummed and appended; the
- * stream's footer entry is recorded for close. */
+ * every column is encoded (writer_encode.c: the encoding chosen by size,
+ * zstd kept where it pays), checksummed and appended; the stream's footer
+ * entry is recorded for close. */
 #include "writer_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
-/* ---- streams ---- */
-
-static wmeta_t *new_meta(sl_wh_writer_t *w)
-{
-    if (w->nmeta == w->cap_meta) {
-        uint32_t cap = w->cap_meta ? w->cap_meta * 2 : 256;
-        wmeta_t *m = sl_alloc(w->a, sl_mul_size(cap, sizeof *m));
-        if (m == NULL) return NULL;
-        if (w->nmeta) memcpy(m, w->meta, (size_t)w->nmeta * sizeof *m);
-        sl_free(w->a, w->meta, (size_t)w->cap_meta * sizeof *m);
-        w->meta = m;
-        w->cap_meta = cap;
-    }
-    wmeta_t *m = &w->meta[w->nmeta++];
-    memset(m, 0, sizeof *m);
-    return m;
-}
-
-/* Compress (or not) raw bytes, checksum, append; m has kind, name, encoding,
- * count and stats filled. */
-static sl_err_t put_stream(sl_wh_writer_t *w, wmeta_t *m, const void *raw, size_t raw_size,
-                           sl_error_t *err)
-{
-    const void *stored = raw;
-    size_t stored_size = raw_size;
-    m->codec = SLUICE__CODEC__CODEC_NONE;
-    if (w->opts.codec == SL_WH_CODEC_ZSTD && raw_size > 0 &&
-        !(w->opts.store_kinds & (1u << m->kind))) {
-        size_t bound = ZSTD_compressBound(raw_size);
-        if (!wh_buf_reserve(&w->comp, w->a, bound))
-            return wh_writer_fail(w, err, SL_ERR_NOMEM, "compress %zu bytes", raw_size);
-        size_t c = ZSTD_compressCCtx(w->cctx, w->comp.data, w->comp.cap, raw, raw_size,
-                                     w->opts.zstd_level);
-        if (ZSTD_isError(c))
-            return wh_writer_fail(w, err, SL_ERR_INVALID, "stream '%s': zstd: %s", m->name,
-                                  ZSTD_getErrorName(c));
-        if ((double)c <= (double)raw_size * (1.0 - w->opts.zstd_min_saving)) {
-            stored = w->comp.data;
-            stored_size = c;
-            m->codec = SLUICE__CODEC__CODEC_ZSTD;
-        }
-    }
-    m->offset = w->file_off;
-    m->stored = stored_size;
-    m->raw = raw_size;
-    m->checksum = XXH3_64bits(stored, stored_size);
-    w->stats.raw_bytes +=
-        m->kind == SL_WH_STREAM_PRESENT ? raw_size : m->count * wh_kind_width(m->kind);
-    w->stats.stored_bytes += stored_size;
-    return wh_writer_put(w, stored, stored_size, err);
-}
-
-/* Integers (is64: int64, else int32): frame of reference when the range of
- * the values fits in fewer bytes than their natural width. */
-static sl_err_t emit_ints(sl_wh_writer_t *w, uint8_t kind, const char *name, const void *vals,
-                          uint64_t count, bool is64, sl_error_t *err)
-{
-    wmeta_t *m = new_meta(w);
-    if (m == NULL) return wh_writer_fail(w, err, SL_ERR_NOMEM, "stream index");
-    m->name = name;
-    m->kind = kind;
-    m->count = count;
-    const int64_t *v64 = vals;
-    const int32_t *v32 = vals;
-    uint32_t nat = is64 ? 8 : 4;
-    if (count == 0) return put_stream(w, m, vals, 0, err);
-    int64_t lo = is64 ? v64[0] : v32[0], hi = lo;
-    if (is64) {
-        for (uint64_t i = 1; i < count; i++) {
-            lo = v64[i] < lo ? v64[i] : lo;
-            hi = v64[i] > hi ? v64[i] : hi;
-        }
-    } else {
-        int32_t l = v32[0], h = v32[0];
-        for (uint64_t i = 1; i < count; i++) {
-            l = v32[i] < l ? v32[i] : l;
-            h = v32[i] > h ? v32[i] : h;
-        }
-        lo = l;
-        hi = h;
-    }
-    m->has_int = true;
-    m->imin = lo;
-    m->imax = hi;
-    uint64_t range = (uint64_t)hi - (uint64_t)lo;
-    uint32_t width = range == 0             ? 0
-                     : range <= 0xff        ? 1
-                     : range <= 0xffff      ? 2
-                     : range <= 0xffffffffu ? 4
-                                            : 8;
-    if (width >= nat) return put_stream(w, m, vals, (size_t)count * nat, err);
-    m->encoding = SLUICE__ENCODING__ENCODING_FOR;
-    m->width = (uint8_t)width;
-    m->base = lo;
-    size_t bytes = (size_t)count * width;
-    if (width > 0 && !wh_buf_reserve(&w->enc, w->a, bytes))
-        return wh_writer_fail(w, err, SL_ERR_NOMEM, "encode %zu bytes", bytes);
-    uint8_t *e8 = w->enc.data;
-    uint16_t *e16 = (uint16_t *)w->enc.data;
-    uint32_t *e32 = (uint32_t *)w->enc.data;
-    uint64_t ub = (uint64_t)lo;
-    for (uint64_t i = 0; i < count && width > 0; i++) {
-        uint64_t d = (uint64_t)(is64 ? v64[i] : v32[i]) - ub;
-        if (width == 1)
-            e8[i] = (uint8_t)d;
-        else if (width == 2)
-            e16[i] = (uint16_t)d;
-        else
-            e32[i] = (uint32_t)d;
-    }
-    return put_stream(w, m, w->enc.data, bytes, err);
-}
-
-static sl_err_t emit_floats(sl_wh_writer_t *w, uint8_t kind, const char *name, const float *vals,
-                            uint64_t count, sl_error_t *err)
-{
-    wmeta_t *m = new_meta(w);
-    if (m == NULL) return wh_writer_fail(w, err, SL_ERR_NOMEM, "stream index");
-    m->name = name;
-    m->kind = kind;
-    m->count = count;
-    float lo = INFINITY, hi = -INFINITY;
-    bool any = false;
-    for (uint64_t i = 0; i < count; i++) {
-        float v = vals[i];
-        if (v != v) continue;
-        any = true;
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-    }
-    if (any) {
-        m->has_float = true;
-        m->fmin = lo;
-        m->fmax = hi;
-    }
-    return put_stream(w, m, vals, (size_t)count * sizeof(float), err);
-}
+/* ---- streams (encoded by writer_encode.c) ---- */
 
 static sl_err_t emit_dense(sl_wh_writer_t *w, const char *name, const float *col, uint32_t n,
                            sl_error_t *err)
@@ -154,7 +17,7 @@ static sl_err_t emit_dense(sl_wh_writer_t *w, const char *name, const float *col
     uint32_t present = 0;
     for (uint32_t r = 0; r < n; r++)
         present += col[r] == col[r];
-    if (present == n) return emit_floats(w, SL_WH_STREAM_DENSE_VALUES, name, col, n, err);
+    if (present == n) return wh_writer_emit_floats(w, SL_WH_STREAM_DENSE_VALUES, name, col, n, err);
     size_t bitmap = ((size_t)n + 7) / 8;
     float *vals = sl_arena_alloc(w->arena, (size_t)present * sizeof(float));
     uint8_t *bits = sl_arena_calloc(w->arena, bitmap, 1);
@@ -165,23 +28,18 @@ static sl_err_t emit_dense(sl_wh_writer_t *w, const char *name, const float *col
             bits[r >> 3] |= (uint8_t)(1u << (r & 7));
             vals[j++] = col[r];
         }
-    wmeta_t *m = new_meta(w);
-    if (m == NULL) return wh_writer_fail(w, err, SL_ERR_NOMEM, "stream index");
-    m->name = name;
-    m->kind = SL_WH_STREAM_PRESENT;
-    m->count = n;
-    sl_err_t rc = put_stream(w, m, bits, bitmap, err);
+    sl_err_t rc = wh_writer_emit_bytes(w, SL_WH_STREAM_PRESENT, name, bits, bitmap, n, err);
     if (rc != SL_OK) return rc;
-    return emit_floats(w, SL_WH_STREAM_DENSE_VALUES, name, vals, present, err);
+    return wh_writer_emit_floats(w, SL_WH_STREAM_DENSE_VALUES, name, vals, present, err);
 }
 
 static sl_err_t emit_sparse(sl_wh_writer_t *w, const char *name, bool weighted, const int32_t *len,
                             uint32_t rows, const int64_t *ids, const float *wts, uint64_t nids,
                             sl_error_t *err)
 {
-    sl_err_t rc = emit_ints(w, SL_WH_STREAM_LENGTHS, name, len, rows, false, err);
-    if (rc == SL_OK) rc = emit_ints(w, SL_WH_STREAM_IDS, name, ids, nids, true, err);
-    if (rc == SL_OK && weighted) rc = emit_floats(w, SL_WH_STREAM_WEIGHTS, name, wts, nids, err);
+    sl_err_t rc = wh_writer_emit_ints(w, SL_WH_STREAM_LENGTHS, name, len, rows, false, err);
+    if (rc == SL_OK) rc = wh_writer_emit_ints(w, SL_WH_STREAM_IDS, name, ids, nids, true, err);
+    if (rc == SL_OK && weighted) rc = wh_writer_emit_floats(w, SL_WH_STREAM_WEIGHTS, name, wts, nids, err);
     return rc;
 }
 
@@ -389,16 +247,16 @@ sl_err_t wh_writer_flush_stripe(sl_wh_writer_t *w, sl_error_t *err)
     sp->offset = w->file_off;
     sp->first_meta = w->nmeta;
     const sl_wh_schema_t *sc = w->schema;
-    rc = emit_ints(w, SL_WH_STREAM_SAMPLE_ID, sl_wh_schema_column(sc, SL_WH_COL_SAMPLE_ID), v.sid,
+    rc = wh_writer_emit_ints(w, SL_WH_STREAM_SAMPLE_ID, sl_wh_schema_column(sc, SL_WH_COL_SAMPLE_ID), v.sid,
                    v.n, true, err);
     if (rc == SL_OK)
-        rc = emit_ints(w, SL_WH_STREAM_SESSION_ID, sl_wh_schema_column(sc, SL_WH_COL_SESSION_ID),
+        rc = wh_writer_emit_ints(w, SL_WH_STREAM_SESSION_ID, sl_wh_schema_column(sc, SL_WH_COL_SESSION_ID),
                        v.sess, v.n, true, err);
     if (rc == SL_OK)
-        rc = emit_ints(w, SL_WH_STREAM_TIMESTAMP, sl_wh_schema_column(sc, SL_WH_COL_TIMESTAMP),
+        rc = wh_writer_emit_ints(w, SL_WH_STREAM_TIMESTAMP, sl_wh_schema_column(sc, SL_WH_COL_TIMESTAMP),
                        v.ts, v.n, true, err);
     for (uint32_t t = 0; rc == SL_OK && t < w->T; t++)
-        rc = emit_floats(w, SL_WH_STREAM_LABEL, sl_wh_schema_label(sc, t),
+        rc = wh_writer_emit_floats(w, SL_WH_STREAM_LABEL, sl_wh_schema_label(sc, t),
                          v.labels + (size_t)t * v.stride, v.n, err);
     uint32_t F = sl_wh_schema_num_features(sc);
     for (uint32_t fi = 0; rc == SL_OK && fi < F; fi++) {
@@ -425,7 +283,7 @@ sl_err_t wh_writer_flush_stripe(sl_wh_writer_t *w, sl_error_t *err)
                          u->weights ? u->weights + start : NULL, cnt, err);
     }
     for (uint32_t g = 0; rc == SL_OK && g < w->G; g++) {
-        rc = emit_ints(w, SL_WH_STREAM_INVERSE, w->groups[g].name, ik[g].inverse, v.n, false, err);
+        rc = wh_writer_emit_ints(w, SL_WH_STREAM_INVERSE, w->groups[g].name, ik[g].inverse, v.n, false, err);
         w->unique[(size_t)w->nstripes * w->G + g] = ik[g].unique.stride;
         w->group_unique_total[g] += ik[g].unique.stride;
         w->stats.dedup_rows += v.n;

@@ -6,7 +6,11 @@
  * sl_batch_validate, and reading twice gives the same rows (determinism).
  * Sanitizers catch out-of-bounds reads; a broken invariant aborts. Seed
  * inputs are in tests/fuzz/corpus/table_file/ (written by
- * warehouse_corrupt_test's corpus test with SLUICE_WRITE_CORPUS=dir). */
+ * warehouse_corrupt_test's corpus test with SLUICE_WRITE_CORPUS=dir):
+ * version-2 files (valid-packed stores its bit-packed, delta and dictionary
+ * streams without zstd, so that mutations reach those decoders;
+ * bad-packed-bits has dictionary indices and packed bits broken) and, as
+ * v1-*, files of the version-1 writer. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -841,29 +841,29 @@ static uint64_t planted_hash(const void *data, size_t len, uint64_t seed)
     return h;
 }
 
-Test(dedup, collision_in_a_later_block_is_redone_exactly)
+/* 2 keys of 50-id lists over B rows repeating with period 97 (so that
+ * blocks hold matches), except that from row `from` on, key 0's lists start
+ * [777, 0..2]: rows that planted_hash makes collide. The deduplicator with
+ * XXH3 (x) and the colliding one agree, with the reference too, and the
+ * one that saw the collision is fine afterwards. */
+static void check_planted_collision(uint64_t *rng, sl_dedup_t *x, uint32_t B, uint32_t from)
 {
-    uint64_t rng = tu_seed("dedup::collision_in_a_later_block_is_redone_exactly");
     sl_arena_t *arena = sl_arena_new(NULL, 0);
-    /* 50-id lists: blocks of 64 heads, so 400 rows span several blocks. The
-     * planted collisions (lists [777, x, ...]) start at row 300. */
-    const uint32_t B = 400, L = 50;
+    const uint32_t L = 50;
     static const char *const keys[] = {"a", "b"};
     int32_t *len = malloc(2 * B * sizeof *len);
-    int64_t *val = malloc(2 * B * L * sizeof *val);
+    int64_t *val = malloc((size_t)2 * B * L * sizeof *val);
     for (uint32_t i = 0; i < 2 * B; i++)
         len[i] = (int32_t)L;
     for (uint32_t r = 0; r < B; r++)
         for (uint32_t k = 0; k < 2; k++)
             for (uint32_t i = 0; i < L; i++) {
-                /* Rows repeat with period 97 so that blocks hold matches. */
                 int64_t v = (int64_t)((r % 97) * 1000 + k * 100 + i);
-                if (r >= 300 && k == 0 && i == 0) v = 777;
-                if (r >= 300 && k == 0 && i == 1) v = (int64_t)tu_below(&rng, 3);
+                if (r >= from && k == 0 && i == 0) v = 777;
+                if (r >= from && k == 0 && i == 1) v = (int64_t)tu_below(rng, 3);
                 val[((size_t)k * B + r) * L + i] = v;
             }
     sl_kjt_t kjt = make_kjt(arena, 2, keys, B, len, val, NULL);
-    sl_dedup_t *x = sl_dedup_new(NULL, NULL);
     sl_dedup_t *c = sl_dedup_new(NULL, planted_hash);
     uint32_t idx[] = {0, 1};
     sl_ikjt_t a, b;
@@ -876,15 +876,81 @@ Test(dedup, collision_in_a_later_block_is_redone_exactly)
     int32_t *ref = malloc(B * sizeof *ref);
     cr_assert_eq(ref_dedup(&kjt, 2, ref), a.unique.stride);
     assert_ints(a.inverse, ref, B, "inverse vs reference");
-    /* And the deduplicator that saw the collision is fine afterwards. */
     cr_assert_eq(sl_dedup_group(c, &kjt, idx, 2, "g", arena, &b, &sb, NULL), SL_OK);
     cr_assert_eq(memcmp(a.inverse, b.inverse, B * sizeof(int32_t)), 0);
     free(ref);
     free(len);
     free(val);
-    sl_dedup_destroy(x);
     sl_dedup_destroy(c);
     sl_arena_destroy(arena);
+}
+
+Test(dedup, collision_in_a_later_block_is_redone_exactly)
+{
+    uint64_t rng = tu_seed("dedup::collision_in_a_later_block_is_redone_exactly");
+    /* 50-id lists: blocks of 64 heads, so 400 rows span several blocks. The
+     * planted collisions start at row 300. */
+    sl_dedup_t *x = sl_dedup_new(NULL, NULL);
+    check_planted_collision(&rng, x, 400, 300);
+    sl_dedup_destroy(x);
+}
+
+/* Group inputs over 32 MiB copy each block's unique rows while in cache,
+ * into an output sized for every row, closed up at the end (dedup.c,
+ * INPLACE_BYTES): the same properties at every factor, both layouts, with
+ * weights; and a collision found in a later block, which redoes the group
+ * exactly and copies the classic way. */
+Test(dedup, write_in_place_large_batches)
+{
+    uint64_t rng = tu_seed("dedup::write_in_place_large_batches");
+    sl_dedup_t *d = sl_dedup_new(NULL, NULL);
+    static const uint32_t factors[] = {1, 3, 40};
+    for (size_t f = 0; f < 3; f++) {
+        sl_arena_t *arena = sl_arena_new(NULL, 0);
+        sl_dedup_synth_spec_t spec = {
+            .batch_size = 20000,
+            .group_features = 4,
+            .plain_features = 1,
+            .ids_per_list = 60, /* 20000 x 4 x (60 x 12 + 4) bytes: ~58 MB */
+            .vary_lengths = f != 2,
+            .dup_factor = factors[f],
+            .adjacent = f == 2,
+            .weighted = true,
+            .seed = tu_next(&rng),
+        };
+        sl_kjt_t kjt;
+        sl_dedup_group_spec_t group;
+        cr_assert_eq(sl_dedup_synth(&spec, arena, &kjt, &group), SL_OK);
+        check_batch(d, NULL, &kjt, spec.group_features);
+        /* the group's keys out of input order, and not all of them: every
+         * row's lists come back from the unique rows, key by key */
+        uint32_t idx[3] = {3, 0, 2};
+        sl_ikjt_t ik;
+        cr_assert_eq(sl_dedup_group(d, &kjt, idx, 3, "g", arena, &ik, NULL, NULL), SL_OK);
+        uint64_t *off = malloc(((size_t)kjt.num_keys * kjt.stride + 1) * sizeof *off);
+        uint64_t *uoff = malloc(((size_t)3 * ik.unique.stride + 1) * sizeof *uoff);
+        sl_kjt_offsets(&kjt, (int64_t *)off);
+        sl_kjt_offsets(&ik.unique, (int64_t *)uoff);
+        for (uint32_t j = 0; j < 3; j++)
+            for (uint32_t r = 0; r < kjt.stride; r++) {
+                size_t in = (size_t)idx[j] * kjt.stride + r;
+                size_t un = (size_t)j * ik.unique.stride + (uint32_t)ik.inverse[r];
+                int32_t n = kjt.lengths[in];
+                cr_assert_eq(ik.unique.lengths[un], n, "key %u row %u", j, r);
+                cr_assert_eq(memcmp(ik.unique.values + uoff[un], kjt.values + off[in],
+                                    (size_t)n * sizeof(int64_t)),
+                             0, "key %u row %u ids", j, r);
+                cr_assert_eq(memcmp(ik.unique.weights + uoff[un], kjt.weights + off[in],
+                                    (size_t)n * sizeof(float)),
+                             0, "key %u row %u weights", j, r);
+            }
+        free(off);
+        free(uoff);
+        sl_arena_destroy(arena);
+    }
+    /* a planted collision at row 30000 of 45000 (2 keys of 50 ids: 36 MB) */
+    check_planted_collision(&rng, d, 45000, 30000);
+    sl_dedup_destroy(d);
 }
 
 Test(dedup, reuse_across_batch_sizes)

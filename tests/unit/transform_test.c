@@ -428,6 +428,74 @@ Test(transform, log1p_within_one_ulp)
     sl_wh_schema_destroy(schema);
 }
 
+/* fill_missing right before log1p on the same feature runs as one pass
+ * (dpp_dense_fill_log1p); it must give the bits of the two run apart
+ * (here kept apart by a normalize with mean 0 and std 1 between them, which
+ * leaves every float as it is), for fill values below, at and above 0, on
+ * NaN, +-0, negatives, infinities and random patterns; the other column
+ * is untouched. */
+Test(transform, fill_missing_then_log1p_fused_same_bits)
+{
+    static const uint32_t edges[] = {0x7fc00000, 0xffc00000, 0x7f800001, 0x00000000, 0x80000000,
+                                     0xbf800000, 0x7f800000, 0xff800000, 0x3f800000, 0x00000001};
+    static const char *fills[] = {"-2.5", "0", "3.25"};
+    const uint32_t n = 4099, ne = sizeof edges / sizeof *edges; /* not a multiple of 4 */
+    uint64_t seed = tu_seed("transform_fill_log1p"), st = seed;
+    float *in = malloc((size_t)n * sizeof *in);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t b = i < ne ? edges[i] : (uint32_t)tu_next(&st);
+        if (i >= ne && i % 3 == 0) b = 0x7fc00000; /* a third missing */
+        memcpy(&in[i], &b, 4);
+    }
+    for (int f = 0; f < 3; f++) {
+        float *out[2];
+        for (int apart = 0; apart < 2; apart++) {
+            char spec[512];
+            snprintf(spec, sizeof spec,
+                     "{\"source\": {\"table\": \"t\", \"features\": [\"d1\"]},"
+                     " \"transforms\": [{\"op\": \"fill_missing\", \"feature\": \"d1\", "
+                     "\"value\": %s},%s {\"op\": \"log1p\", \"feature\": \"d1\"}]}",
+                     fills[f],
+                     apart ? " {\"op\": \"normalize\", \"feature\": \"d1\", \"mean\": 0, "
+                             "\"std\": 1},"
+                           : "");
+            sl_pipeline_job_t *job;
+            sl_wh_schema_t *schema;
+            sl_pipeline_plan_t *plan = plan_of(spec, &job, &schema);
+            sl_batch_t *batch = sl_batch_new(NULL);
+            batch->batch_size = n;
+            const char *dnames[] = {"d0", "d1"};
+            cr_assert_eq(sl_dense_init(&batch->dense, batch->arena, n, 2, dnames), SL_OK);
+            for (uint32_t i = 0; i < n; i++) {
+                batch->dense.data[2 * i] = NAN;
+                batch->dense.data[2 * i + 1] = in[i];
+            }
+            sl_error_t err = {0};
+            cr_assert_eq(sl_pipeline_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
+            cr_assert_eq(batch->dense.cols, 1);
+            cr_assert_str_eq(batch->dense.names[0], "d1");
+            out[apart] = malloc((size_t)n * sizeof(float));
+            memcpy(out[apart], batch->dense.data, (size_t)n * sizeof(float));
+            sl_batch_destroy(batch);
+            sl_pipeline_plan_destroy(plan);
+            sl_pipeline_job_destroy(job);
+            sl_wh_schema_destroy(schema);
+        }
+        float fv = strtof(fills[f], NULL);
+        for (uint32_t i = 0; i < n; i++) {
+            cr_assert_eq(memcmp(&out[0][i], &out[1][i], 4), 0,
+                         "seed %llu fill %s: row %u (%a): fused %a, apart %a",
+                         (unsigned long long)seed, fills[f], i, (double)in[i], (double)out[0][i],
+                         (double)out[1][i]);
+            float x = isnan(in[i]) ? fv : in[i];
+            cr_assert(within_ulp(out[0][i], (float)log1p(x < 0 ? 0.0 : (double)x)), "row %u", i);
+        }
+        free(out[0]);
+        free(out[1]);
+    }
+    free(in);
+}
+
 Test(transform, sigrid_hash_matches_xxh3)
 {
     /* Bit-identical to XXH3_64bits_withSeed(8 bytes) % table_size for any

@@ -123,6 +123,8 @@ sl_err_t dpp_ngram(const dpp_col_t *col, uint32_t n, uint64_t salt, uint64_t tab
  * bucketize, which fills out (lengths [rows], values from arena). */
 void dpp_dense_apply(const dpp_transform_t *t, float *data, uint32_t rows, uint32_t cols,
                      uint32_t c);
+/* fill_missing(fill) then log1p on column c in one pass (the same bits). */
+void dpp_dense_fill_log1p(float *data, uint32_t rows, uint32_t cols, uint32_t c, float fill);
 sl_err_t dpp_bucketize(const dpp_transform_t *t, const float *data, uint32_t rows, uint32_t cols,
                        uint32_t c, sl_arena_t *arena, dpp_col_t *out, sl_error_t *err);
 

@@ -73,7 +73,18 @@ static const int32_t *inverse_of(const state_t *s, int loc)
     return loc < 0 ? NULL : s->batch->groups[loc].inverse;
 }
 
-static sl_err_t run(state_t *s, const dpp_transform_t *t, uint32_t ti, sl_error_t *err)
+/* fill_missing on a dense feature right before log1p on the same one: both
+ * in one pass over the column (a value is loaded and stored once). */
+static bool fill_then_log1p(const dpp_transform_t *t, const dpp_transform_t *next)
+{
+    return t->op == OP_FILL_MISSING && next != NULL && next->op == OP_LOG1P &&
+           strcmp(t->in[0], next->in[0]) == 0;
+}
+
+/* Transform ti (t; next is the one after it, or NULL); *fused: next was
+ * done too. */
+static sl_err_t run(state_t *s, const dpp_transform_t *t, const dpp_transform_t *next,
+                    uint32_t ti, bool *fused, sl_error_t *err)
 {
     sl_batch_t *batch = s->batch;
     sl_dense_t *dense = &batch->dense;
@@ -85,6 +96,11 @@ static sl_err_t run(state_t *s, const dpp_transform_t *t, uint32_t ti, sl_error_
             return sl_error_set(err, SL_ERR_INVALID,
                                 "transform %u (%s): dense feature '%s' is not in the batch", ti,
                                 t->out != NULL ? "bucketize" : "dense", t->in[0]);
+        if (fill_then_log1p(t, next)) {
+            dpp_dense_fill_log1p(dense->data, dense->rows, dense->cols, (uint32_t)c, t->value);
+            *fused = true;
+            return SL_OK;
+        }
         if (t->op != OP_BUCKETIZE) {
             dpp_dense_apply(t, dense->data, dense->rows, dense->cols, (uint32_t)c);
             return SL_OK;
@@ -266,8 +282,13 @@ sl_err_t dpp_transform_batch(const sl_pipeline_plan_t *plan, sl_batch_t *batch, 
         rc = add_place(&s, &batch->groups[g].unique, (int)g, err);
     if (rc != SL_OK) return rc;
     s.num_input_cols = s.num_cols;
-    for (uint32_t i = 0; i < plan->num_transforms && rc == SL_OK; i++)
-        rc = run(&s, &plan->transforms[i], i, err);
+    for (uint32_t i = 0; i < plan->num_transforms && rc == SL_OK; i++) {
+        bool fused = false;
+        const dpp_transform_t *next =
+            i + 1 < plan->num_transforms ? &plan->transforms[i + 1] : NULL;
+        rc = run(&s, &plan->transforms[i], next, i, &fused, err);
+        i += fused;
+    }
     if (rc != SL_OK) return rc;
     if ((rc = assemble(&s, &batch->sparse, -1, batch->batch_size, err)) != SL_OK) return rc;
     uint32_t kept = 0;

@@ -52,40 +52,60 @@ static inline __attribute__((always_inline)) v4f log1p_clamped4(v4f xf)
     return __builtin_convertvector(SELECT4(finite_pos, r, other), v4f);
 }
 
-/* One column of a row-major matrix (step floats between rows). */
+/* NaN lanes of x replaced by fill (fill_missing fused into log1p). */
+static inline __attribute__((always_inline)) v4f fill4(v4f x, v4f fill)
+{
+    typedef int32_t v4s __attribute__((vector_size(16)));
+    const v4s nan = x != x;
+    return (v4f)(((v4s)fill & nan) | ((v4s)x & ~nan));
+}
+
+/* One column of a row-major matrix (step floats between rows); with fill,
+ * missing values (NaN) become fill[0] first: fill_missing and log1p in one
+ * pass over the column, the same bits as the two one after the other. */
 #define LOG1P_COLUMN_BODY                                                                          \
+    const v4f fv = fill ? (v4f){*fill, *fill, *fill, *fill} : (v4f){0, 0, 0, 0};                  \
     uint32_t r = 0;                                                                                \
     for (; r + 4 <= rows; r += 4, p += 4 * step) {                                                 \
-        v4f y = log1p_clamped4((v4f){p[0], p[step], p[2 * step], p[3 * step]});                    \
+        v4f x = {p[0], p[step], p[2 * step], p[3 * step]};                                         \
+        v4f y = log1p_clamped4(fill ? fill4(x, fv) : x);                                           \
         p[0] = y[0];                                                                               \
         p[step] = y[1];                                                                            \
         p[2 * step] = y[2];                                                                        \
         p[3 * step] = y[3];                                                                        \
     }                                                                                              \
-    for (; r < rows; r++, p += step)                                                               \
-        *p = log1p_clamped4((v4f){*p, *p, *p, *p})[0];
+    for (; r < rows; r++, p += step) {                                                             \
+        v4f x = {*p, *p, *p, *p};                                                                  \
+        *p = log1p_clamped4(fill ? fill4(x, fv) : x)[0];                                           \
+    }
 
-static void log1p_column_base(float *p, size_t step, uint32_t rows)
+static void log1p_column_base(float *p, size_t step, uint32_t rows, const float *fill)
 {
     LOG1P_COLUMN_BODY
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2"))) static void log1p_column_avx2(float *p, size_t step, uint32_t rows)
+__attribute__((target("avx2"))) static void log1p_column_avx2(float *p, size_t step, uint32_t rows,
+                                                              const float *fill)
 {
     LOG1P_COLUMN_BODY
 }
 
-static void log1p_column(float *p, size_t step, uint32_t rows)
+static void log1p_column(float *p, size_t step, uint32_t rows, const float *fill)
 {
     if (__builtin_cpu_supports("avx2"))
-        log1p_column_avx2(p, step, rows);
+        log1p_column_avx2(p, step, rows, fill);
     else
-        log1p_column_base(p, step, rows);
+        log1p_column_base(p, step, rows, fill);
 }
 #else
 #define log1p_column log1p_column_base
 #endif
+
+void dpp_dense_fill_log1p(float *data, uint32_t rows, uint32_t cols, uint32_t c, float fill)
+{
+    log1p_column(data + c, cols, rows, &fill);
+}
 
 void dpp_dense_apply(const dpp_transform_t *t, float *data, uint32_t rows, uint32_t cols,
                      uint32_t c)
@@ -111,7 +131,7 @@ void dpp_dense_apply(const dpp_transform_t *t, float *data, uint32_t rows, uint3
         break;
     }
     case OP_LOG1P:
-        log1p_column(p, step, rows);
+        log1p_column(p, step, rows, NULL);
         break;
     case OP_NORMALIZE: {
         const float mean = t->mean, std = t->std;
