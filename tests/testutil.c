@@ -253,52 +253,53 @@ int tu_run(const char *dir, char *const argv[], double timeout_s, char **out, ch
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* ---- TLS ---- */
-
-/* A GnuTLS call that must succeed: the test helper aborts otherwise. */
-#define TLS_OK(call)                                                                               \
-    do {                                                                                           \
-        int tls_rc_ = (call);                                                                      \
-        if (tls_rc_ != 0) {                                                                        \
-            fprintf(stderr, "tu_make_cert: %s: %s\n", #call, gnutls_strerror(tls_rc_));            \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static void write_pem(const char *path, gnutls_datum_t *d)
+/* Abort the test with what failed, when a GnuTLS call returned an error. */
+static void tls_check(int rc, const char *what)
 {
-    tu_write_file(path, d->data, d->size);
+    if (rc >= 0) return;
+    fprintf(stderr, "tu_make_cert: %s: %s\n", what, gnutls_strerror(rc));
+    abort();
+}
+
+static void write_datum(const char *path, gnutls_datum_t *d)
+{
+    if (path != NULL) tu_write_file(path, d->data, d->size);
     gnutls_free(d->data);
 }
 
-void tu_make_cert(const char *cert_path, const char *key_path)
+void tu_make_cert(const char *cert_path, const char *key_path, const char *cn)
 {
     gnutls_x509_privkey_t key;
     gnutls_x509_crt_t crt;
-    TLS_OK(gnutls_x509_privkey_init(&key));
-    TLS_OK(gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA,
-                                        GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0));
-    TLS_OK(gnutls_x509_crt_init(&crt));
+    tls_check(gnutls_x509_privkey_init(&key), "privkey_init");
+    tls_check(gnutls_x509_privkey_generate(key, GNUTLS_PK_ECDSA,
+                                           GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0),
+              "privkey_generate");
+    tls_check(gnutls_x509_crt_init(&crt), "crt_init");
     time_t now = time(NULL);
-    unsigned char serial[8] = {1, 2, 3, 4, 5, 6, 7, (unsigned char)now};
+    unsigned char serial[8] = {1, 2, 3, 4, 5, 6, (unsigned char)cn[0], (unsigned char)now};
     unsigned char ip[4] = {127, 0, 0, 1};
-    TLS_OK(gnutls_x509_crt_set_version(crt, 3));
-    TLS_OK(gnutls_x509_crt_set_serial(crt, serial, sizeof serial));
-    TLS_OK(gnutls_x509_crt_set_activation_time(crt, now - 3600));
-    TLS_OK(gnutls_x509_crt_set_expiration_time(crt, now + 3600));
-    TLS_OK(gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, "127.0.0.1", 9));
-    TLS_OK(gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, ip, sizeof ip,
-                                                GNUTLS_FSAN_SET));
-    TLS_OK(gnutls_x509_crt_set_basic_constraints(crt, 1, -1));
-    TLS_OK(gnutls_x509_crt_set_key_usage(crt,
-                                         GNUTLS_KEY_DIGITAL_SIGNATURE | GNUTLS_KEY_KEY_CERT_SIGN));
-    TLS_OK(gnutls_x509_crt_set_key(crt, key));
-    TLS_OK(gnutls_x509_crt_sign2(crt, crt, key, GNUTLS_DIG_SHA256, 0));
+    tls_check(gnutls_x509_crt_set_version(crt, 3), "set_version");
+    tls_check(gnutls_x509_crt_set_serial(crt, serial, sizeof serial), "set_serial");
+    tls_check(gnutls_x509_crt_set_activation_time(crt, now - 3600), "set_activation_time");
+    tls_check(gnutls_x509_crt_set_expiration_time(crt, now + 3600), "set_expiration_time");
+    tls_check(gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, cn,
+                                            (unsigned)strlen(cn)),
+              "set_dn");
+    tls_check(gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, ip, sizeof ip,
+                                                   GNUTLS_FSAN_SET),
+              "set_subject_alt_name");
+    tls_check(gnutls_x509_crt_set_basic_constraints(crt, 1, -1), "set_basic_constraints");
+    tls_check(gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE |
+                                                     GNUTLS_KEY_KEY_CERT_SIGN),
+              "set_key_usage");
+    tls_check(gnutls_x509_crt_set_key(crt, key), "set_key");
+    tls_check(gnutls_x509_crt_sign2(crt, crt, key, GNUTLS_DIG_SHA256, 0), "sign");
     gnutls_datum_t d;
-    TLS_OK(gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d));
-    write_pem(cert_path, &d);
-    TLS_OK(gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d));
-    write_pem(key_path, &d);
+    tls_check(gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d), "crt_export");
+    write_datum(cert_path, &d);
+    tls_check(gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d), "privkey_export");
+    write_datum(key_path, &d);
     gnutls_x509_crt_deinit(crt);
     gnutls_x509_privkey_deinit(key);
 }

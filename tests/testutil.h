@@ -48,16 +48,17 @@ void tu_write_file(const char *path, const void *data, size_t len);
  * it cannot be read. */
 char *tu_read_file(const char *path);
 
+/* A self-signed certificate (ECDSA P-256, valid from an hour ago for two
+ * hours, a CA: it is its own authority) for 127.0.0.1 with common name cn,
+ * and its key, written as PEM to cert_path and key_path (either may be
+ * NULL). Aborts the test when GnuTLS fails. */
+void tu_make_cert(const char *cert_path, const char *key_path, const char *cn);
+
 /* Run argv (argv[0] a path) in dir with stdin /dev/null, within
  * tu_timeout(timeout_s) (then it is killed and the test aborts). *out and
  * *err get everything it wrote to stdout and stderr (caller frees).
  * @return its exit code. */
 int tu_run(const char *dir, char *const argv[], double timeout_s, char **out, char **err);
-
-/* A self-signed certificate for 127.0.0.1 (ECDSA P-256, valid for an hour
- * either side of now) in PEM at cert_path, its key at key_path: for the
- * admin endpoints' TLS. Aborts the test when it cannot. */
-void tu_make_cert(const char *cert_path, const char *key_path);
 
 /* ---- a counting and failing allocator ----------------------------------------------
  *

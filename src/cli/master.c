@@ -1,7 +1,8 @@
 /* `sluice master`: the DPP master process (src/dpp/master/master.h) with its admin
- * endpoint, and optionally the local executor that turns each job's desired
- * worker count into `sluice worker` processes on this machine. Runs until
- * SIGINT or SIGTERM. */
+ * endpoint, and optionally an executor that turns each job's granted
+ * worker count into workers: `sluice worker` processes on this machine
+ * (local), or the replicas of a Kubernetes Deployment (kubernetes). Runs
+ * until SIGINT or SIGTERM. */
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@ static void on_signal(int sig)
 
 typedef struct master_args {
     const char *listen, *admin, *state, *token_file, *executor, *log_dir, *secret_file;
+    const char *k8s_ns, *k8s_deployment, *k8s_api, *k8s_sa;
     uint64_t lease_ms, split_failures, client_idle_ms, fleet, compact, max_conns, handshake_ms,
         conn_idle_ms;
     sl_cli_admin_args_t adm;
@@ -47,8 +49,22 @@ static const sl_cli_opt_t mopts[] = {
      "bearer token of the mutating admin routes (none: they answer 403)"},
     {"lease-timeout-ms", SL_CLI_UINT, "N", "10000", NULL, 1, UINT32_MAX, 0, M(lease_ms),
      "a worker silent this long loses its leases"},
-    {"executor", SL_CLI_ENUM, "local|none", "none", NULL, 0, 0, 0, M(executor),
-     "local: start and stop `sluice worker` processes per job (\"Who starts the workers\")"},
+    {"executor", SL_CLI_ENUM, "local|kubernetes|none", "none", NULL, 0, 0, 0, M(executor),
+     "local: start and stop `sluice worker` processes per job (\"Who starts the workers\"); "
+     "kubernetes: set the replicas of the workers' Deployment (--k8s-deployment) to the jobs' "
+     "granted workers (\"The Kubernetes executor\")"},
+    {"k8s-deployment", SL_CLI_STRING, "NAME", NULL, NULL, 0, 0, 0, M(k8s_deployment),
+     "with --executor kubernetes (required there): the Deployment of workers whose scale the "
+     "master sets"},
+    {"k8s-namespace", SL_CLI_STRING, "NS", NULL, "the service account's namespace", 0, 0, 0,
+     M(k8s_ns), "with --executor kubernetes: the Deployment's namespace"},
+    {"k8s-api", SL_CLI_STRING, "URL", NULL, "the pod's API server", 0, 0, 0, M(k8s_api),
+     "with --executor kubernetes: the API server, https only (the pod's: https://"
+     "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)"},
+    {"k8s-serviceaccount", SL_CLI_PATH, "DIR", NULL,
+     "`/var/run/secrets/kubernetes.io/serviceaccount`", 0, 0, 0, M(k8s_sa),
+     "with --executor kubernetes: the directory of the service account's token (read again for "
+     "every request), ca.crt (the API server's authority) and namespace"},
     {"worker-log-dir", SL_CLI_PATH, "DIR", NULL, NULL, 0, 0, 0, M(log_dir),
      "with --executor local: each worker's output in DIR/<worker id>.log; a directory that does "
      "not exist or cannot be written is refused at start (exit 2)"},
@@ -85,7 +101,8 @@ const sl_cli_cmd_t sl_cli_master_cmd = {
     .summary = "run the DPP master: leases splits to workers, commits batches",
     .synopsis = "sluice master --listen ADDR --admin ADDR --state DIR [options]",
     .about = "Runs the DPP master with its admin endpoint (and, with --executor local, the "
-             "jobs' workers as processes of this machine) until SIGINT or SIGTERM.",
+             "jobs' workers as processes of this machine; with --executor kubernetes, the "
+             "replicas of the workers' Deployment) until SIGINT or SIGTERM.",
     .groups = {{&master_group, 0}, {&sl_cli_admin_group, M(adm)}},
 };
 
@@ -101,31 +118,54 @@ static void self_path(char *out, size_t cap)
     out[n > 0 ? (size_t)n : 0] = '\0';
 }
 
-/* Make the executor match the desired counts; jobs that finished or left
- * the master get no workers. */
+/* Make the executor match the granted counts (the autoscaler's decisions
+ * within --max-fleet-workers); jobs that finished or left the master get
+ * no workers. */
 static void drive_executor(sl_master_t *m, sl_master_executor_t *ex)
 {
     sl_master_desired_t d[64];
     uint32_t n = sl_master_desired(m, d, 64);
     if (n > 64) n = 64;
+    sl_master_executor_target_t t[64];
+    for (uint32_t i = 0; i < n; i++)
+        t[i] = (sl_master_executor_target_t){
+            .job_id = d[i].job_id, .workers = d[i].finished || d[i].failed ? 0 : d[i].granted};
     sl_error_t err = {0};
-    for (uint32_t i = 0; i < n; i++) {
-        /* fair share of --max-fleet-workers; none for a job that ended */
-        uint32_t want = d[i].finished || d[i].failed ? 0 : d[i].granted;
-        if (sl_master_executor_scale(ex, d[i].job_id, want, NULL, NULL, &err) != SL_OK)
-            fprintf(stderr, "sluice master: executor: job %s: %s\n", d[i].job_id, err.msg);
-    }
+    if (sl_master_executor_apply(ex, t, n, NULL, NULL, &err) != SL_OK)
+        fprintf(stderr, "sluice master: executor: %s\n", err.msg);
     sl_master_executor_stats_t st;
     sl_master_executor_stats(ex, &st);
     sl_master_report_executor(m, &st);
-    sl_master_executor_worker_t w[64];
-    uint32_t nw = sl_master_executor_list(ex, NULL, w, 64);
-    for (uint32_t k = 0; k < nw && k < 64; k++) {
-        bool known = false;
-        for (uint32_t i = 0; i < n; i++)
-            known = known || strcmp(d[i].job_id, w[k].job_id) == 0;
-        if (!known) sl_master_executor_scale(ex, w[k].job_id, 0, NULL, NULL, &err);
+}
+
+/* The executor --executor names (*ex NULL for none), its workers
+ * reaching the master m. */
+static sl_err_t executor_new(const master_args_t *args, sl_master_t *m, sl_master_executor_t **ex,
+                             sl_error_t *err)
+{
+    *ex = NULL;
+    if (strcmp(args->executor, "local") == 0) {
+        char bin[PATH_MAX];
+        self_path(bin, sizeof bin);
+        /* Workers prove the secret to this master (and to their trainers). */
+        const char *extra[] = {"--cluster-secret-file", args->secret_file, NULL};
+        sl_master_executor_local_opts_t eo = {.binary = bin,
+                                              .master = sl_master_address(m),
+                                              .log_dir = args->log_dir,
+                                              .extra_args = args->secret_file ? extra : NULL};
+        if (sl_master_executor_local_new(&eo, ex, err) != SL_OK)
+            return sl_error_prefix(err, "executor: ");
+    } else if (strcmp(args->executor, "kubernetes") == 0) {
+        /* Within --max-fleet-workers, as the jobs' granted counts are. */
+        sl_master_executor_k8s_opts_t ko = {.deployment = args->k8s_deployment,
+                                            .ns = args->k8s_ns,
+                                            .api_url = args->k8s_api,
+                                            .serviceaccount_dir = args->k8s_sa,
+                                            .max_replicas = (uint32_t)args->fleet};
+        if (sl_master_executor_k8s_new(&ko, ex, err) != SL_OK)
+            return sl_error_prefix(err, "--executor kubernetes: ");
     }
+    return SL_OK;
 }
 
 int sl_cli_master(int argc, char **argv)
@@ -140,8 +180,12 @@ int sl_cli_master(int argc, char **argv)
                           .tls_key_file = args.adm.tls_key,
                           .max_connections = (uint32_t)args.adm.max_connections,
                           .timeout_s = (uint32_t)args.adm.timeout_s};
-    bool local = strcmp(executor, "local") == 0;
+    bool local = strcmp(executor, "local") == 0, k8s = strcmp(executor, "kubernetes") == 0;
     sl_error_t err = {0};
+    if (!k8s && (args.k8s_ns || args.k8s_deployment || args.k8s_api || args.k8s_sa))
+        return sl_cli_usage_error("master", "%s", "the --k8s-* options need --executor kubernetes");
+    if (k8s && args.k8s_deployment == NULL)
+        return sl_cli_usage_error("master", "%s", "--executor kubernetes needs --k8s-deployment");
     /* Refused before anything starts: a worker log directory that is not
      * there would otherwise fail every spawn. */
     if (log_dir != NULL && !local)
@@ -197,22 +241,12 @@ int sl_cli_master(int argc, char **argv)
         return 1;
     }
     sl_master_executor_t *ex = NULL;
-    if (local) {
-        char bin[PATH_MAX];
-        self_path(bin, sizeof bin);
-        /* Workers prove the secret to this master (and to their trainers). */
-        const char *extra[] = {"--cluster-secret-file", secret_file, NULL};
-        sl_master_executor_local_opts_t eo = {.binary = bin,
-                                     .master = sl_master_address(m),
-                                     .log_dir = log_dir,
-                                     .extra_args = secret_file ? extra : NULL};
-        if (sl_master_executor_local_new(&eo, &ex, &err) != SL_OK) {
-            fprintf(stderr, "sluice master: executor: %s\n", err.msg);
-            sl_admin_stop(ad);
-            sl_master_stop(m);
-            sl_admin_token_free(token);
-            return 1;
-        }
+    if (executor_new(&args, m, &ex, &err) != SL_OK) {
+        fprintf(stderr, "sluice master: %s\n", err.msg);
+        sl_admin_stop(ad);
+        sl_master_stop(m);
+        sl_admin_token_free(token);
+        return 1;
     }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);

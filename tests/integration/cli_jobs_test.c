@@ -126,7 +126,7 @@ Test(cli_jobs, https_with_tls_ca)
     char cert[300], key[300], table[300], spec_path[300], spec[1024];
     snprintf(cert, sizeof cert, "%s/admin.crt", fu_dir);
     snprintf(key, sizeof key, "%s/admin.key", fu_dir);
-    tu_make_cert(cert, key);
+    tu_make_cert(cert, key, "127.0.0.1");
     fu_gen(ROWS, 1000, 2, table, sizeof table);
     fu_master_t m = {0};
     snprintf(m.ctl, sizeof m.ctl, "127.0.0.1:%u", fu_free_port());

@@ -174,8 +174,12 @@ Test(cli_options, usage_errors_name_the_option)
           "--admin", "http://127.0.0.1:1", "--tls-ca", "job.json");
     USAGE("jobs list", "--admin 'ftp://x:1': the scheme is http:// or https://", "jobs", "list",
           "--admin", "ftp://x:1");
-    USAGE("master", "--executor 'k8s': expected local or none", "master", "--listen", ":0",
-          "--admin", ":0", "--state", "s", "--executor", "k8s");
+    USAGE("master", "--executor 'k8s': expected local, kubernetes or none", "master", "--listen",
+          ":0", "--admin", ":0", "--state", "s", "--executor", "k8s");
+    USAGE("master", "--executor kubernetes needs --k8s-deployment", "master", "--listen", ":0",
+          "--admin", ":0", "--state", "s", "--executor", "kubernetes");
+    USAGE("master", "the --k8s-* options need --executor kubernetes", "master", "--listen", ":0",
+          "--admin", ":0", "--state", "s", "--k8s-deployment", "w");
     USAGE("master", "--max-split-failures '65536': expected an integer in [1, 65535]", "master",
           "--max-split-failures", "65536");
     USAGE("worker", "--threads '0': expected an integer in [1, 256]", "worker", "--job", "job.json",

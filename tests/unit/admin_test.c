@@ -18,8 +18,6 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
-#include <gnutls/gnutls.h>
-#include <gnutls/x509.h>
 
 #include "common/mem.h"
 #include "dpp/admin/endpoint.h"
@@ -426,7 +424,7 @@ Test(admin, tls_with_a_client_that_verifies_the_certificate)
 {
     char *dir = tu_mkdtemp("admin-tls");
     char *cert = tu_path(dir, "cert.pem"), *key = tu_path(dir, "key.pem");
-    tu_make_cert(cert, key);
+    tu_make_cert(cert, key, "127.0.0.1");
     int calls = 0;
     sl_admin_opts_t o = {.token = "t", .routes = routes,
                          .num_routes = sizeof routes / sizeof routes[0], .ctx = &calls,

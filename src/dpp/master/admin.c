@@ -350,6 +350,33 @@ static void status_failed_job(void *ctx, const sl_master_job_view_t *v)
                                                failure_json(&v->status)));
 }
 
+/* /status "executor": the figures of its kind (docs/ADMIN.md). */
+static json_t *executor_json(const sl_master_executor_stats_t *x)
+{
+    const char *kind = x->kind ? x->kind : "local";
+    if (strcmp(kind, "kubernetes") != 0)
+        return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:s}", "kind", kind, "spawns",
+                         (json_int_t)x->started, "spawn_errors", (json_int_t)x->spawn_errors,
+                         "stopped", (json_int_t)x->exited, "failed", (json_int_t)x->failed,
+                         "restarts_delayed", (json_int_t)x->delayed, "backoff_s",
+                         x->backoff_ms / 1000.0, "last_failure", x->last_failure);
+    json_t *err = x->last_error[0] == '\0'
+                      ? json_null()
+                      : json_pack("{s:o, s:s}", "http_status",
+                                  x->last_http_status ? json_integer(x->last_http_status)
+                                                      : json_null(),
+                                  "message", x->last_error);
+    return json_pack(
+        "{s:s, s:s, s:I, s:o, s:{s:I, s:I, s:I, s:I}, s:I, s:o, s:o}", "kind", kind, "deployment",
+        x->target, "desired", (json_int_t)x->desired, "applied",
+        x->applied < 0 ? json_null() : json_integer(x->applied), "requests", "ok",
+        (json_int_t)x->requests_ok, "client_error", (json_int_t)x->requests_client_error,
+        "server_error", (json_int_t)x->requests_server_error, "transport_error",
+        (json_int_t)x->requests_transport_error, "failures", (json_int_t)x->failures,
+        "last_error", err, "next_retry_s",
+        x->failures > 0 ? json_real(x->next_retry_ms / 1000.0) : json_null());
+}
+
 json_t *sl_master_admin_status_json(sl_master_t *m)
 {
     status_json s = {0};
@@ -360,15 +387,8 @@ json_t *sl_master_admin_status_json(sl_master_t *m)
         json_object_set_new(s.o, "failed_jobs", s.failed);
     else
         json_decref(s.failed);
-    const sl_master_executor_stats_t *x = &s.executor;
     if (s.o != NULL && s.has_executor)
-        json_object_set_new(
-            s.o, "executor",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:s}", "spawns", (json_int_t)x->started,
-                      "spawn_errors", (json_int_t)x->spawn_errors, "stopped",
-                      (json_int_t)x->exited, "failed", (json_int_t)x->failed, "restarts_delayed",
-                      (json_int_t)x->delayed, "backoff_s", x->backoff_ms / 1000.0,
-                      "last_failure", x->last_failure));
+        json_object_set_new(s.o, "executor", executor_json(&s.executor));
     return s.o;
 }
 

@@ -39,4 +39,5 @@ uint32_t sl_master_executor_list(sl_master_executor_t *ex, const char *job_id,
 void sl_master_executor_stats(sl_master_executor_t *ex, sl_master_executor_stats_t *out)
 {
     ex->ops->stats(ex, out);
+    out->kind = ex->ops->kind;
 }

@@ -4,9 +4,11 @@
  * file behind it:
  *
  *   executor_local.c   worker processes on this machine (posix_spawn)
+ *   executor_k8s.c     the replicas of one Kubernetes Deployment of workers
+ *                      (its scale subresource, through the API server)
  *
- * An executor of another kind (a Kubernetes Deployment per job) adds its
- * constructor below and its own file that fills an sl_master_executor_ops_t.
+ * An executor of another kind adds its constructor below and its own file
+ * that fills an sl_master_executor_ops_t.
  *
  * Thread safety: every call takes the executor's own lock; calls may come
  * from any thread. */
@@ -70,6 +72,8 @@ uint32_t sl_master_executor_list(sl_master_executor_t *ex, const char *job_id,
                                  sl_master_executor_worker_t *out, uint32_t cap);
 
 typedef struct sl_master_executor_stats {
+    const char *kind; /* the ops' kind ("local", "kubernetes"): static, never freed */
+    /* ---- the local executor's (zero for the others) ---- */
     uint64_t started; /* workers spawned, ever */
     uint64_t stopped; /* SIGTERMs sent by scale-down or destroy */
     uint64_t exited;  /* reaped with exit status 0 */
@@ -78,6 +82,18 @@ typedef struct sl_master_executor_stats {
     uint64_t delayed;       /* restarts postponed by the back-off (one per failure that set a delay) */
     uint32_t backoff_ms;    /* the longest restart delay of a job now (0: none backs off) */
     char last_failure[320]; /* "worker j-w3 (pid 123) killed by signal 9", "" when none */
+    /* ---- the Kubernetes executor's (zero for the others) ---- */
+    char target[320];       /* "<namespace>/<deployment>" */
+    uint32_t desired;       /* replicas: the jobs' granted workers summed, at most the cap */
+    int64_t applied;        /* replicas as last set or read from the API server; -1: not known */
+    uint64_t requests_ok;   /* API requests by result: answered 2xx */
+    uint64_t requests_client_error; /* 4xx (401, 403, 404, 409, 422, ...) */
+    uint64_t requests_server_error; /* 5xx, or a 2xx without a readable Scale */
+    uint64_t requests_transport_error; /* no answer: connect, TLS, timeout */
+    uint32_t failures;      /* requests failed in a row (0: the last one succeeded) */
+    int last_http_status;   /* of the last failure; 0: none or no HTTP answer */
+    char last_error[400];   /* "PATCH .../scale: HTTP 403: <the API server's message>", "" none */
+    uint32_t next_retry_ms; /* until the next attempt after a failure; 0: none waiting */
 } sl_master_executor_stats_t;
 
 void sl_master_executor_stats(sl_master_executor_t *ex, sl_master_executor_stats_t *out);
@@ -168,5 +184,62 @@ sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opt
  * @return SL_OK or SL_ERR_INVALID saying what is wrong ("--worker-log-dir
  * /x: does not exist"). */
 sl_err_t sl_master_executor_local_check_log_dir(const char *dir, sl_error_t *err);
+
+/* ---- the Kubernetes executor (executor_k8s.c) --------------------------------------
+ *
+ * Runs the workers as the pods of one Deployment (a fleet shared by every
+ * job: a worker takes whichever job the master leases it) and sets that
+ * Deployment's replicas to the sum of the jobs' targets (their
+ * granted_workers, 0 for a finished job), at most max_replicas, by a JSON
+ * merge patch of its scale subresource:
+ *
+ *   PATCH {api}/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale
+ *   Content-Type: application/merge-patch+json
+ *   {"spec":{"replicas":N}}
+ *
+ * with the bearer token of the pod's service account (read again for
+ * every request: the kubelet rotates it) and the API server's certificate
+ * verified against the service account's ca.crt. The calls run on the
+ * executor's own thread: scale and apply only record the targets and
+ * wake it, so the master's loop never waits for the API server. The
+ * thread first reads the scale (GET), then patches only when the desired
+ * count differs from the one last applied or read, and reads it again
+ * every resync_ms (someone may have run `kubectl scale`).
+ *
+ * A failed request (no connection, TLS, a 4xx or 5xx answer) is retried
+ * after backoff_ms, doubling with each failure in a row up to
+ * max_backoff_ms; the stats say what failed (the HTTP status and the API
+ * server's message) and when the next attempt comes.
+ *
+ * Destroy stops the thread (an unfinished request is abandoned) and leaves
+ * the Deployment as it is: a restarted master takes its workers over. */
+
+#define SL_K8S_SERVICEACCOUNT_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+
+typedef struct sl_master_executor_k8s_opts {
+    const char *deployment;        /* the workers' Deployment; required (a DNS-1123 name) */
+    const char *ns;                /* its namespace; NULL: <serviceaccount_dir>/namespace */
+    const char *api_url;           /* "https://host:port"; NULL: https://$KUBERNETES_SERVICE_HOST:
+                                      $KUBERNETES_SERVICE_PORT */
+    const char *serviceaccount_dir; /* token, ca.crt, namespace; NULL: SL_K8S_SERVICEACCOUNT_DIR */
+    uint32_t max_replicas;         /* the most replicas ever asked for; 0: no cap (2^31 - 1) */
+    uint32_t backoff_ms;           /* first retry delay; 0: 500 */
+    uint32_t max_backoff_ms;       /* its cap; 0: 30000 */
+    uint32_t timeout_ms;           /* one request, connect included; 0: 10000 */
+    uint32_t resync_ms;            /* read the scale again this often; 0: 60000 */
+    const sl_allocator_t *allocator; /* NULL: default */
+} sl_master_executor_k8s_opts_t;
+
+/* Caller owns *out, free with sl_master_executor_destroy. Starts the
+ * executor's thread, which reads the scale at once. @return
+ * SL_ERR_INVALID when the deployment or namespace is not a valid name, no
+ * API server is given or found in the environment, the URL is not https,
+ * or the token or the namespace file is empty or holds what is not a
+ * token; SL_ERR_IO when the token, ca.crt or namespace file cannot be read
+ * (err names the file) or the thread cannot start; SL_ERR_NOMEM. Logs
+ * (common/log.h) executor_request_failed (warn), executor_recovered and
+ * executor_scaled (info). */
+sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
+                                    sl_master_executor_t **out, sl_error_t *err);
 
 #endif

@@ -559,6 +559,29 @@ static void executor_metrics(sl_master_t *m, sl_admin_prom_t *p) SL_REQUIRES(m->
     if (!m->has_exec) return;
     char lab[64];
     const sl_master_executor_stats_t *x = &m->exec;
+    if (x->kind != NULL && strcmp(x->kind, "kubernetes") == 0) {
+        sl_admin_prom_family(p, "sluice_master_executor_requests_total", "counter",
+                             "Requests to the Kubernetes API server, by result.");
+        static const char *res[] = {"ok", "client_error", "server_error", "transport_error"};
+        uint64_t v[] = {x->requests_ok, x->requests_client_error, x->requests_server_error,
+                        x->requests_transport_error};
+        for (int i = 0; i < 4; i++)
+            sl_admin_prom_sample(p, "sluice_master_executor_requests_total",
+                                 sl_admin_prom_label(lab, sizeof lab, "result", res[i]),
+                                 (double)v[i]);
+        sl_admin_prom_family(p, "sluice_master_executor_replicas", "gauge",
+                             "Replicas of the workers' Deployment: desired (the jobs' granted "
+                             "workers), applied (as last set or read; -1: not known yet).");
+        sl_admin_prom_sample(p, "sluice_master_executor_replicas",
+                             sl_admin_prom_label(lab, sizeof lab, "state", "desired"), x->desired);
+        sl_admin_prom_sample(p, "sluice_master_executor_replicas",
+                             sl_admin_prom_label(lab, sizeof lab, "state", "applied"),
+                             (double)x->applied);
+        sl_admin_prom_family(p, "sluice_master_executor_failures", "gauge",
+                             "Requests to the API server failed in a row (0: the last succeeded).");
+        sl_admin_prom_sample(p, "sluice_master_executor_failures", NULL, x->failures);
+        return;
+    }
     sl_admin_prom_family(p, "sluice_master_executor_spawns_total", "counter",
                          "Worker processes started by the local executor.");
     sl_admin_prom_sample(p, "sluice_master_executor_spawns_total", NULL, (double)x->started);

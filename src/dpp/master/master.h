@@ -253,9 +253,11 @@ typedef struct sl_master_desired {
  * @return the number of jobs (may exceed cap). */
 uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t cap);
 
-/* The local executor's figures, for GET /metrics (sluice_master_executor_*:
- * workers started, exits by result, spawn errors, restarts postponed, the
- * longest restart delay now) and GET /status ("executor"). The process that
+/* The executor's figures, for GET /metrics (sluice_master_executor_*; of
+ * the local one: workers started, exits by result, spawn errors, restarts
+ * postponed, the longest restart delay now; of the Kubernetes one: API
+ * requests by result, desired and applied replicas, failures in a row)
+ * and GET /status ("executor", by st->kind). The process that
  * drives an executor reports after each pass; without a report the
  * families are absent. */
 void sl_master_report_executor(sl_master_t *m, const sl_master_executor_stats_t *st);
