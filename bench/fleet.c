@@ -30,8 +30,8 @@
 
 #include "bench_util.h"
 #include "testutil.h"
-#include "dpp/executor.h"
-#include "dpp/master.h"
+#include "dpp/master/admin.h"
+#include "dpp/master/executor.h"
 #include "sluice/trainer.h"
 #include "warehouse/import.h"
 
@@ -91,16 +91,16 @@ static sl_master_t *master_start(uint64_t lease_ms)
     return m;
 }
 
-static sl_dpp_executor_t *executor(sl_master_t *m)
+static sl_master_executor_t *executor(sl_master_t *m)
 {
     char logs[300];
     snprintf(logs, sizeof logs, "%s/logs", dir);
     mkdir(logs, 0755);
-    sl_dpp_executor_opts_t o = {
+    sl_master_executor_local_opts_t o = {
         .binary = binary, .master = sl_master_address(m), .log_dir = logs, .worker_threads = 1};
-    sl_dpp_executor_t *ex = NULL;
+    sl_master_executor_t *ex = NULL;
     sl_error_t err = {0};
-    if (sl_dpp_executor_new(&o, &ex, &err) != SL_OK)
+    if (sl_master_executor_local_new(&o, &ex, &err) != SL_OK)
         fprintf(stderr, "bench_fleet: executor: %s\n", err.msg);
     return ex;
 }
@@ -116,7 +116,7 @@ static int submit(sl_master_t *m, const char *id, uint32_t workers)
              id, table, workers, workers);
     json_t *b = json_loads(body, 0, NULL);
     sl_error_t err = {0};
-    sl_err_t rc = sl_master_job_submit(m, b, NULL, &err);
+    sl_err_t rc = sl_master_admin_job_submit(m, b, NULL, &err);
     json_decref(b);
     if (rc != SL_OK) fprintf(stderr, "bench_fleet: submit %s: %s\n", id, err.msg);
     return rc == SL_OK ? 0 : -1;
@@ -124,12 +124,12 @@ static int submit(sl_master_t *m, const char *id, uint32_t workers)
 
 /* One epoch of job id with `workers` workers: samples/s from the first
  * batch to the last, over both clients. */
-static double throughput(sl_master_t *m, sl_dpp_executor_t *ex, const char *id, uint32_t workers,
+static double throughput(sl_master_t *m, sl_master_executor_t *ex, const char *id, uint32_t workers,
                          uint64_t rows)
 {
     if (submit(m, id, workers) != 0) return 0;
     sl_error_t err = {0};
-    if (sl_dpp_executor_scale(ex, id, workers, NULL, NULL, &err) != SL_OK) {
+    if (sl_master_executor_scale(ex, id, workers, NULL, NULL, &err) != SL_OK) {
         fprintf(stderr, "bench_fleet: %s\n", err.msg);
         return 0;
     }
@@ -140,7 +140,7 @@ static double throughput(sl_master_t *m, sl_dpp_executor_t *ex, const char *id, 
         pthread_create(&th[i], NULL, client_run, &c[i]);
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
-    sl_dpp_executor_scale(ex, id, 0, NULL, NULL, &err);
+    sl_master_executor_scale(ex, id, 0, NULL, NULL, &err);
     for (int i = 0; i < 2; i++)
         if (c[i].end != SL_ERR_CLOSED) {
             fprintf(stderr, "bench_fleet: client %d: %s: %s\n", i, sl_err_str(c[i].end), c[i].msg);
@@ -157,7 +157,7 @@ static double throughput(sl_master_t *m, sl_dpp_executor_t *ex, const char *id, 
 
 static uint64_t status_u64(sl_master_t *m, const char *key)
 {
-    json_t *s = sl_master_status_json(m);
+    json_t *s = sl_master_admin_status_json(m);
     uint64_t v = (uint64_t)json_integer_value(json_object_get(s, key));
     json_decref(s);
     return v;
@@ -168,11 +168,11 @@ static uint64_t status_u64(sl_master_t *m, const char *key)
 static int recovery(uint64_t lease_ms)
 {
     sl_master_t *m = master_start(lease_ms);
-    sl_dpp_executor_t *ex = m ? executor(m) : NULL;
+    sl_master_executor_t *ex = m ? executor(m) : NULL;
     if (!ex) return 1;
     const char *id = "recovery";
     sl_error_t err = {0};
-    if (submit(m, id, 2) != 0 || sl_dpp_executor_scale(ex, id, 2, NULL, NULL, &err) != SL_OK)
+    if (submit(m, id, 2) != 0 || sl_master_executor_scale(ex, id, 2, NULL, NULL, &err) != SL_OK)
         return 1;
     client_t c[2] = {{.master = sl_master_address(m), .job = id, .rank = 0, .delay_us = 20000},
                      {.master = sl_master_address(m), .job = id, .rank = 1, .delay_us = 20000}};
@@ -183,7 +183,7 @@ static int recovery(uint64_t lease_ms)
     pid_t victim = 0;
     for (int tries = 0; tries < 300 && !victim; tries++) {
         usleep(20 * 1000);
-        json_t *w = sl_master_workers_json(m);
+        json_t *w = sl_master_admin_workers_json(m);
         json_t *arr = json_object_get(w, "workers");
         size_t i;
         json_t *x;
@@ -197,8 +197,8 @@ static int recovery(uint64_t lease_ms)
             }
         }
         if (holding == 2 && holder) {
-            sl_dpp_executor_worker_t ws[4];
-            uint32_t n = sl_dpp_executor_list(ex, id, ws, 4);
+            sl_master_executor_worker_t ws[4];
+            uint32_t n = sl_master_executor_list(ex, id, ws, 4);
             for (uint32_t k = 0; k < n && k < 4; k++)
                 if (strcmp(ws[k].worker_id, holder) == 0) victim = ws[k].pid;
         }
@@ -234,7 +234,7 @@ static int recovery(uint64_t lease_ms)
     sl_master_job_remove(m, id, &err);
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
-    sl_dpp_executor_destroy(ex);
+    sl_master_executor_destroy(ex);
     sl_master_stop(m);
     return rc;
 }
@@ -280,7 +280,7 @@ int main(int argc, char **argv)
            (unsigned long long)rows, sysconf(_SC_NPROCESSORS_ONLN));
     int rc = 0;
     sl_master_t *m = master_start(lease_ms);
-    sl_dpp_executor_t *ex = m ? executor(m) : NULL;
+    sl_master_executor_t *ex = m ? executor(m) : NULL;
     if (!ex) return 1;
     /* Best of 3 epochs each way, alternating: the machine is shared. */
     double r1 = 0, r2 = 0;
@@ -297,7 +297,7 @@ int main(int argc, char **argv)
            "scaling efficiency %.2f\n",
            r1, r2, r1 > 0 ? r2 / (2 * r1) : 0);
     if (r1 <= 0 || r2 <= 0) rc = 1;
-    sl_dpp_executor_destroy(ex);
+    sl_master_executor_destroy(ex);
     sl_master_stop(m);
     rc |= recovery(lease_ms);
     tu_rm_tree(dir);

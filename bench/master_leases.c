@@ -1,4 +1,4 @@
-/* Benchmark of the DPP master's state machine (src/dpp/master_state.h):
+/* Benchmark of the DPP master's state machine (src/dpp/master/state.h):
  * 200 simulated workers run lease -> commit -> split read cycles over a job
  * of 1M splits, with renewals (every worker heartbeats every 8th step) and
  * an expiry sweep every 1000 operations, in one thread, with the journal
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "dpp/master_state.h"
+#include "dpp/master/state.h"
 
 #define WORKERS 200
 
@@ -49,7 +49,7 @@ static void count_free(void *ctx, void *ptr, size_t size)
 
 typedef struct sim {
     bool has;
-    sl_dpp_lease_t l;
+    sl_master_lease_t l;
     bool reported;
     uint64_t nonce;
     char name[16];
@@ -70,18 +70,19 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
 {
     counting cnt = {0};
     sl_allocator_t a = {count_alloc, count_free, &cnt};
-    sl_dpp_master_opts_t o = {.state_dir = dir, .allocator = &a, .lease_timeout_ms = 10000};
-    sl_dpp_master_t *m;
+    sl_master_state_opts_t o = {.state_dir = dir, .allocator = &a, .lease_timeout_ms = 10000};
+    sl_master_state_t *m;
     sl_error_t err = {0};
-    if (sl_dpp_master_open(&o, 0, &m, NULL, &err) != SL_OK) {
+    if (sl_master_state_open(&o, 0, &m, NULL, &err) != SL_OK) {
         fprintf(stderr, "open: %s\n", err.msg);
         return 1;
     }
     size_t base = cnt.now;
-    sl_dpp_master_job_spec_t spec = {
+    sl_master_state_job_spec_t spec = {
         .job_id = "bench", .splits = splits, .num_splits = n, .epochs = 1, .shuffle = true};
     double t0 = bench_now();
-    if (sl_dpp_master_job_add(m, &spec, &err) != SL_OK || sl_dpp_master_sync(m, &err) != SL_OK) {
+    if (sl_master_state_job_add(m, &spec, &err) != SL_OK ||
+        sl_master_state_sync(m, &err) != SL_OK) {
         fprintf(stderr, "add: %s\n", err.msg);
         return 1;
     }
@@ -93,16 +94,16 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
     for (int i = 0; i < WORKERS; i++)
         snprintf(w[i].name, sizeof w[i].name, "worker-%d", i);
     uint64_t ops = 0, cycles = 0, step = 0, now = 0, synced_at = 0, swept_at = 0;
-    sl_dpp_master_job_status_t st;
+    sl_master_state_job_status_t st;
     t0 = bench_now();
     for (;;) {
         sim *x = &w[step % WORKERS];
         if (step % WORKERS == 0) now++;
         sl_err_t rc;
         if (!x->has) {
-            rc = sl_dpp_master_lease_next(m, "bench", x->name, now, &x->l, &err);
+            rc = sl_master_state_lease_next(m, "bench", x->name, now, &x->l, &err);
             if (rc == SL_ERR_AGAIN) {
-                sl_dpp_master_job_status(m, "bench", &st, &err);
+                sl_master_state_job_status(m, "bench", &st, &err);
                 if (st.finished) break;
             } else if (rc != SL_OK) {
                 fprintf(stderr, "lease: %s\n", err.msg);
@@ -112,21 +113,21 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
                 x->reported = false;
             }
         } else if (!x->reported) {
-            sl_dpp_commit_result_t res;
-            rc = sl_dpp_master_commit(m, "bench", x->l.epoch, x->l.split, x->l.generation, 0,
-                                      x->l.num_rows / 2,
-                                      x->name, ++x->nonce, &res, &err);
-            if (rc == SL_OK && res != SL_DPP_COMMITTED) {
+            sl_master_commit_result_t res;
+            rc = sl_master_state_commit(m, "bench", x->l.epoch, x->l.split, x->l.generation, 0,
+                                        x->l.num_rows / 2,
+                                        x->name, ++x->nonce, &res, &err);
+            if (rc == SL_OK && res != SL_MASTER_COMMITTED) {
                 fprintf(stderr, "commit refused: %s\n", err.msg);
                 return 1;
             }
             x->reported = true;
         } else {
             sl_dpp_row_range_t empty = {x->l.num_rows / 2, x->l.num_rows};
-            sl_dpp_split_state_t state;
-            rc = sl_dpp_master_split_read(m, "bench", x->l.epoch, x->l.split, x->l.generation,
-                                          &empty, 1, &state, &err);
-            if (rc == SL_OK && state != SL_DPP_SPLIT_DONE) {
+            sl_master_split_state_t state;
+            rc = sl_master_state_split_read(m, "bench", x->l.epoch, x->l.split, x->l.generation,
+                                            &empty, 1, &state, &err);
+            if (rc == SL_OK && state != SL_MASTER_SPLIT_DONE) {
                 fprintf(stderr, "split read left the split pending\n");
                 return 1;
             }
@@ -139,16 +140,16 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
         }
         ops++;
         if ((step / WORKERS) % 8 == 0) {
-            sl_dpp_lease_ref_t held = {"bench", x->l.epoch, x->l.split, x->l.generation};
-            sl_dpp_master_renew(m, x->name, &held, x->has ? 1 : 0, now, NULL, &err);
+            sl_master_lease_ref_t held = {"bench", x->l.epoch, x->l.split, x->l.generation};
+            sl_master_state_renew(m, x->name, &held, x->has ? 1 : 0, now, NULL, &err);
             ops++;
         }
         if (ops - swept_at >= 1000) {
-            sl_dpp_master_expire(m, now, NULL, &err);
+            sl_master_state_expire(m, now, NULL, &err);
             swept_at = ops;
         }
         if (dir != NULL && ops - synced_at >= sync_every) {
-            if (sl_dpp_master_sync(m, &err) != SL_OK) {
+            if (sl_master_state_sync(m, &err) != SL_OK) {
                 fprintf(stderr, "sync: %s\n", err.msg);
                 return 1;
             }
@@ -156,13 +157,13 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
         }
         step++;
     }
-    if (sl_dpp_master_sync(m, &err) != SL_OK) {
+    if (sl_master_state_sync(m, &err) != SL_OK) {
         fprintf(stderr, "sync: %s\n", err.msg);
         return 1;
     }
     double t = bench_now() - t0;
-    sl_dpp_master_counters_t c;
-    sl_dpp_master_counters(m, &c);
+    sl_master_state_counters_t c;
+    sl_master_state_counters(m, &c);
     double ops_s = (double)ops / t;
     printf("journal %-3s  %8u splits  add %.2f s  %10.0f lease ops/s (target >= 50000: %s)  "
            "%9.0f cycles/s  %.2f s\n",
@@ -180,7 +181,7 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
         fprintf(stderr, "%llu cycles for %u splits\n", (unsigned long long)cycles, n);
         return 1;
     }
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
     fflush(stdout);
     if (cnt.now != 0) {
         fprintf(stderr, "leak: %zu bytes\n", cnt.now);

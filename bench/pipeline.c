@@ -27,8 +27,8 @@
 
 #include "bench_util.h"
 #include "testutil.h"
-#include "dpp/job.h"
-#include "dpp/worker.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
 #include "warehouse/import.h"
 
@@ -39,7 +39,7 @@ typedef struct run {
     uint64_t bytes;          /* delivered (acknowledged) payload bytes */
     uint64_t bytes_expanded; /* the same had dedup been off */
     double trainer_wait;
-    sl_dpp_worker_stats_t st;
+    sl_worker_stats_t st;
 } run_t;
 
 static int gen(const char *dir, const char *preset, uint64_t rows, uint64_t seed)
@@ -70,20 +70,20 @@ fail:
 static int run_job(json_t *spec, uint32_t threads, run_t *r)
 {
     sl_error_t err = {0};
-    sl_dpp_problems_t problems = {0};
-    sl_dpp_job_t *job = NULL;
-    sl_dpp_worker_t *w = NULL;
+    sl_pipeline_problems_t problems = {0};
+    sl_pipeline_job_t *job = NULL;
+    sl_worker_t *w = NULL;
     sl_trainer_t *t = NULL;
     int code = 1;
-    if (sl_dpp_job_from_json(spec, &job, &problems, &err) != SL_OK) goto done;
-    sl_dpp_worker_opts_t wo = sl_dpp_worker_opts_default();
+    if (sl_pipeline_job_from_json(spec, &job, &problems, &err) != SL_OK) goto done;
+    sl_worker_opts_t wo = sl_worker_opts_default();
     wo.threads = threads;
     wo.memory_limit = 512ull << 20;
     wo.max_credits = 8;
     double t0 = bench_now();
-    if (sl_dpp_worker_start(job, &wo, &w, &problems, &err) != SL_OK) goto done;
+    if (sl_worker_start(job, &wo, &w, &problems, &err) != SL_OK) goto done;
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_dpp_worker_port(w));
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
     sl_trainer_opts_t to = sl_trainer_opts_default();
     to.address = addr;
     to.prefetch = 8;
@@ -102,8 +102,8 @@ static int run_job(json_t *spec, uint32_t threads, run_t *r)
     r->trainer_wait = ts.wait_ns / 1e9;
     sl_trainer_close(t);
     t = NULL;
-    sl_dpp_worker_stop(w); /* joins the worker's threads: their CPU clocks are summed */
-    sl_dpp_worker_stats(w, &r->st);
+    sl_worker_stop(w); /* joins the worker's threads: their CPU clocks are summed */
+    sl_worker_stats(w, &r->st);
     r->worker_cpu = (r->st.cpu_ns + r->st.server.cpu_ns) / 1e9;
     r->bytes = r->st.server.bytes_acked;
     r->bytes_expanded = r->st.server.bytes_acked_expanded;
@@ -115,9 +115,9 @@ done:
         fprintf(stderr, "bench_pipeline: %s\n", err.msg);
     }
     sl_trainer_close(t);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
-    sl_dpp_problems_free(&problems);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    sl_pipeline_problems_free(&problems);
     return code;
 }
 

@@ -15,7 +15,7 @@
 #include <xxhash.h>
 
 #include "bench_util.h"
-#include "dpp/job.h"
+#include "dpp/pipeline/plan.h"
 
 #define BATCH 4096
 #define REPS 200
@@ -25,14 +25,15 @@ int main(void)
     char spec[8192];
     int n = snprintf(spec, sizeof spec, "{\"source\": {\"table\": \"t\"}, \"transforms\": [");
     for (int i = 1; i <= 13; i++)
-        n += snprintf(spec + n, sizeof spec - (size_t)n, "{\"op\": \"log1p\", \"feature\": \"I%d\"},", i);
+        n += snprintf(spec + n, sizeof spec - (size_t)n,
+                      "{\"op\": \"log1p\", \"feature\": \"I%d\"},", i);
     for (int i = 1; i <= 26; i++)
         n += snprintf(spec + n, sizeof spec - (size_t)n,
                       "{\"op\": \"sigrid_hash\", \"feature\": \"C%d\", \"table_size\": 1000000}%s",
                       i, i < 26 ? "," : "]}");
     sl_error_t err = {0};
-    sl_dpp_job_t *job = NULL;
-    if (sl_dpp_job_parse(spec, (size_t)n, &job, NULL, &err) != SL_OK) {
+    sl_pipeline_job_t *job = NULL;
+    if (sl_pipeline_job_parse(spec, (size_t)n, &job, NULL, &err) != SL_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
@@ -49,8 +50,8 @@ int main(void)
         sl_wh_schema_add_feature(schema, name, SL_WH_SPARSE, &err);
         snames[i - 1] = sl_wh_schema_sparse(schema, (uint32_t)i - 1)->name;
     }
-    sl_dpp_plan_t *plan = NULL;
-    if (sl_dpp_plan_new(job, schema, &plan, NULL, &err) != SL_OK) {
+    sl_pipeline_plan_t *plan = NULL;
+    if (sl_pipeline_plan_new(job, schema, &plan, NULL, &err) != SL_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
@@ -77,7 +78,7 @@ int main(void)
         memcpy(batch->dense.data, dense0, 13 * BATCH * sizeof(float));
         memcpy(batch->sparse.values, ids0, ids * sizeof(int64_t));
         double t0 = bench_now();
-        if (sl_dpp_plan_transform(plan, batch, &err) != SL_OK) {
+        if (sl_pipeline_plan_transform(plan, batch, &err) != SL_OK) {
             fprintf(stderr, "%s\n", err.msg);
             return 1;
         }
@@ -123,8 +124,8 @@ int main(void)
     free(dense0);
     free(ids0);
     sl_batch_destroy(batch);
-    sl_dpp_plan_destroy(plan);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_plan_destroy(plan);
+    sl_pipeline_job_destroy(job);
     sl_wh_schema_destroy(schema);
     return 0;
 }

@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "dpp/job.h"
-#include "dpp/worker.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
 #include "warehouse/import.h"
 
@@ -34,7 +34,7 @@ typedef struct demo_run {
     double seconds;
     uint64_t bytes_sent, bytes_expanded;
     uint64_t wait_ns;
-    sl_dpp_worker_stats_t st;
+    sl_worker_stats_t st;
 } demo_run_t;
 
 static double now_s(void)
@@ -123,22 +123,22 @@ static int run_job(const char *table, const demo_options_t *o, bool dedup, demo_
         json_object_set_new(json_object_get(spec, "batch"), "dedup_groups", groups);
     }
     sl_error_t err = {0};
-    sl_dpp_problems_t problems = {0};
-    sl_dpp_job_t *job = NULL;
-    sl_err_t rc = sl_dpp_job_from_json(spec, &job, &problems, &err);
+    sl_pipeline_problems_t problems = {0};
+    sl_pipeline_job_t *job = NULL;
+    sl_err_t rc = sl_pipeline_job_from_json(spec, &job, &problems, &err);
     json_decref(spec);
-    sl_dpp_worker_t *w = NULL;
+    sl_worker_t *w = NULL;
     sl_trainer_t *t = NULL;
     uint8_t *seen = NULL;
     int code = 1;
     if (rc != SL_OK) goto done;
-    sl_dpp_worker_opts_t wo = sl_dpp_worker_opts_default();
+    sl_worker_opts_t wo = sl_worker_opts_default();
     wo.listen = "127.0.0.1:0";
     wo.threads = o->threads;
     wo.worker_id = "demo-worker";
-    if ((rc = sl_dpp_worker_start(job, &wo, &w, &problems, &err))) goto done;
+    if ((rc = sl_worker_start(job, &wo, &w, &problems, &err))) goto done;
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_dpp_worker_port(w));
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
     sl_trainer_opts_t to = sl_trainer_opts_default();
     to.address = addr;
     to.client_name = "demo-trainer";
@@ -174,11 +174,11 @@ static int run_job(const char *table, const demo_options_t *o, bool dedup, demo_
     sl_trainer_stats_t ts;
     sl_trainer_stats(t, &ts);
     out->wait_ns = ts.wait_ns;
-    if (sl_dpp_worker_wait(w, 10000, &err) != SL_OK) {
+    if (sl_worker_wait(w, 10000, &err) != SL_OK) {
         rc = err.code;
         goto done;
     }
-    sl_dpp_worker_stats(w, &out->st);
+    sl_worker_stats(w, &out->st);
     out->bytes_sent = out->st.server.bytes_acked;
     out->bytes_expanded = out->st.server.bytes_acked_expanded;
     code = 0;
@@ -189,9 +189,9 @@ done:
         fprintf(stderr, "sluice demo: %s\n", err.msg[0] ? err.msg : sl_err_str(rc));
     }
     sl_trainer_close(t);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
-    sl_dpp_problems_free(&problems);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    sl_pipeline_problems_free(&problems);
     free(seen);
     return code;
 }

@@ -1,4 +1,4 @@
-/* `sluice master`: the DPP master process (src/dpp/master.h) with its admin
+/* `sluice master`: the DPP master process (src/dpp/master/master.h) with its admin
  * endpoint, and optionally the local executor that turns each job's desired
  * worker count into `sluice worker` processes on this machine. Runs until
  * SIGINT or SIGTERM. */
@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "dpp/executor.h"
-#include "dpp/master.h"
+#include "dpp/master/admin.h"
+#include "dpp/master/executor.h"
 #include "rpc/auth.h"
 
 static volatile sig_atomic_t g_stop;
@@ -101,7 +101,7 @@ static void self_path(char *out, size_t cap)
 
 /* Make the executor match the desired counts; jobs that finished or left
  * the master get no workers. */
-static void drive_executor(sl_master_t *m, sl_dpp_executor_t *ex)
+static void drive_executor(sl_master_t *m, sl_master_executor_t *ex)
 {
     sl_master_desired_t d[64];
     uint32_t n = sl_master_desired(m, d, 64);
@@ -110,19 +110,19 @@ static void drive_executor(sl_master_t *m, sl_dpp_executor_t *ex)
     for (uint32_t i = 0; i < n; i++) {
         /* fair share of --max-fleet-workers; none for a job that ended */
         uint32_t want = d[i].finished || d[i].failed ? 0 : d[i].granted;
-        if (sl_dpp_executor_scale(ex, d[i].job_id, want, NULL, NULL, &err) != SL_OK)
+        if (sl_master_executor_scale(ex, d[i].job_id, want, NULL, NULL, &err) != SL_OK)
             fprintf(stderr, "sluice master: executor: job %s: %s\n", d[i].job_id, err.msg);
     }
-    sl_dpp_executor_stats_t st;
-    sl_dpp_executor_stats(ex, &st);
-    sl_master_executor_report(m, &st);
-    sl_dpp_executor_worker_t w[64];
-    uint32_t nw = sl_dpp_executor_list(ex, NULL, w, 64);
+    sl_master_executor_stats_t st;
+    sl_master_executor_stats(ex, &st);
+    sl_master_report_executor(m, &st);
+    sl_master_executor_worker_t w[64];
+    uint32_t nw = sl_master_executor_list(ex, NULL, w, 64);
     for (uint32_t k = 0; k < nw && k < 64; k++) {
         bool known = false;
         for (uint32_t i = 0; i < n; i++)
             known = known || strcmp(d[i].job_id, w[k].job_id) == 0;
-        if (!known) sl_dpp_executor_scale(ex, w[k].job_id, 0, NULL, NULL, &err);
+        if (!known) sl_master_executor_scale(ex, w[k].job_id, 0, NULL, NULL, &err);
     }
 }
 
@@ -228,7 +228,7 @@ int sl_cli_master(int argc, char **argv)
         fprintf(stderr, "sluice master: --worker-log-dir needs --executor local\n");
         return 2;
     }
-    if (log_dir != NULL && sl_dpp_executor_check_log_dir(log_dir, &err) != SL_OK) {
+    if (log_dir != NULL && sl_master_executor_local_check_log_dir(log_dir, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);
         return 2;
     }
@@ -278,17 +278,17 @@ int sl_cli_master(int argc, char **argv)
         free(token);
         return 1;
     }
-    sl_dpp_executor_t *ex = NULL;
+    sl_master_executor_t *ex = NULL;
     if (local) {
         char bin[PATH_MAX];
         self_path(bin, sizeof bin);
         /* Workers prove the secret to this master (and to their trainers). */
         const char *extra[] = {"--cluster-secret-file", secret_file, NULL};
-        sl_dpp_executor_opts_t eo = {.binary = bin,
+        sl_master_executor_local_opts_t eo = {.binary = bin,
                                      .master = sl_master_address(m),
                                      .log_dir = log_dir,
                                      .extra_args = secret_file ? extra : NULL};
-        if (sl_dpp_executor_new(&eo, &ex, &err) != SL_OK) {
+        if (sl_master_executor_local_new(&eo, &ex, &err) != SL_OK) {
             fprintf(stderr, "sluice master: executor: %s\n", err.msg);
             sl_admin_stop(ad);
             sl_master_stop(m);
@@ -311,7 +311,7 @@ int sl_cli_master(int argc, char **argv)
         nanosleep(&ts, NULL);
         if (ex != NULL) drive_executor(m, ex);
     }
-    sl_dpp_executor_destroy(ex);
+    sl_master_executor_destroy(ex);
     sl_admin_stop(ad);
     sl_master_stop(m);
     free(token);

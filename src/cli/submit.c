@@ -6,6 +6,7 @@
  * Exit codes: 0 accepted (and finished, with --wait), 1 refused or failed
  * (the master's error is printed), 2 usage error. */
 #include <getopt.h>
+#include <gnutls/gnutls.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -17,7 +18,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "dpp/admin.h"
+#include "dpp/admin/endpoint.h"
 #include "rpc/frame.h"
 
 /* Replies bigger than this are refused: a job list of a busy master fits. */
@@ -193,30 +194,15 @@ static void print_refusal(const char *what, const reply_t *r)
     json_decref(j);
 }
 
-/* ---- base64 (RFC 4648, with padding) for the binary resume token ---- */
-
-static char *base64(const unsigned char *in, size_t n)
+/* A binary resume token as a JSON string of its base64 (RFC 4648, with
+ * padding; GnuTLS encodes). @return NULL when out of memory. */
+static json_t *base64_json(const unsigned char *in, size_t n)
 {
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
-    if (!out) return NULL;
-    size_t i = 0;
-    for (; i + 2 < n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        *o++ = tab[v >> 18];
-        *o++ = tab[(v >> 12) & 63];
-        *o++ = tab[(v >> 6) & 63];
-        *o++ = tab[v & 63];
-    }
-    if (i < n) {
-        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
-        *o++ = tab[v >> 18];
-        *o++ = tab[(v >> 12) & 63];
-        *o++ = i + 1 < n ? tab[(v >> 6) & 63] : '=';
-        *o++ = '=';
-    }
-    *o = '\0';
-    return out;
+    gnutls_datum_t raw = {.data = (unsigned char *)in, .size = (unsigned)n}, enc = {0};
+    if (gnutls_base64_encode2(&raw, &enc) != 0) return NULL;
+    json_t *s = json_stringn((const char *)enc.data, enc.size);
+    gnutls_free(enc.data);
+    return s;
 }
 
 /* Read a whole file (at most max bytes). @return malloc'd bytes or NULL
@@ -413,7 +399,7 @@ int sl_cli_submit(int argc, char **argv)
         size_t tlen = 0;
         unsigned char *tok = slurp(resumes[k], MAX_TOKEN, &tlen, msg, sizeof msg);
         bool read_ok = tok != NULL;
-        char *b64 = tok ? base64(tok, tlen) : NULL;
+        json_t *b64 = tok ? base64_json(tok, tlen) : NULL; /* tlen <= MAX_TOKEN */
         free(tok);
         if (!b64) {
             fprintf(stderr, "sluice submit: --resume-token %s\n", read_ok ? "out of memory" : msg);
@@ -421,10 +407,9 @@ int sl_cli_submit(int argc, char **argv)
             break;
         }
         if (nresume == 1)
-            json_object_set_new(body, "resume_token", json_string(b64));
+            json_object_set_new(body, "resume_token", b64);
         else
-            json_array_append_new(toks, json_string(b64));
-        free(b64);
+            json_array_append_new(toks, b64);
     }
     if (!toks_ok) {
         if (toks == NULL && nresume > 1) fprintf(stderr, "sluice submit: out of memory\n");

@@ -1,7 +1,7 @@
-/* `sluice worker`: run one DPP job's pipeline (src/dpp/worker.h) and serve
+/* `sluice worker`: run one DPP job's pipeline (src/dpp/worker/worker.h) and serve
  * its batches to trainer clients until stopped (SIGINT, SIGTERM) or, with
  * --exit-when-done, until every batch has been acknowledged. With --master
- * the job and its splits come from a DPP master (src/dpp/master_source.h)
+ * the job and its splits come from a DPP master (src/dpp/worker/lease_client.h)
  * and the worker exits once the master has no more work for it. Options are
  * defined once in the table below, which also produces the help text.
  * Exit codes: 0 done, 1 failed, 2 usage error or a job spec with problems. */
@@ -15,10 +15,10 @@
 #include <time.h>
 
 #include "cli.h"
-#include "dpp/job.h"
-#include "dpp/master_source.h"
-#include "dpp/worker.h"
-#include "dpp/worker_admin.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/lease_client.h"
+#include "dpp/worker/worker.h"
+#include "dpp/worker/admin.h"
 #include "rpc/auth.h"
 
 enum {
@@ -122,7 +122,7 @@ static int parse_u32(const char *s, uint32_t min, uint32_t *out)
     return 0;
 }
 
-static void print_problems(const char *what, const sl_dpp_problems_t *p)
+static void print_problems(const char *what, const sl_pipeline_problems_t *p)
 {
     fprintf(stderr, "sluice worker: %s: %u problem%s\n", what, p->count, p->count == 1 ? "" : "s");
     for (uint32_t i = 0; i < p->count; i++)
@@ -147,7 +147,7 @@ int sl_cli_worker(int argc, char **argv)
     const char *secret_file = NULL;
     sl_admin_opts_t ao = {0};
     uint32_t v32;
-    sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
+    sl_worker_opts_t o = sl_worker_opts_default();
     o.listen = "127.0.0.1:7077";
     bool exit_when_done = false;
     optind = 1;
@@ -252,20 +252,20 @@ int sl_cli_worker(int argc, char **argv)
         fprintf(stderr, "sluice worker: %s\n", err.msg);
         return 1;
     }
-    /* copied by the server and the master source; wiped at exit */
+    /* copied by the server and the lease client; wiped at exit */
     o.cluster_secret = secret;
     sl_cli_raise_nofile();
-    sl_dpp_problems_t problems = {0};
-    sl_dpp_job_t *job = NULL;
-    sl_dpp_worker_t *w = NULL;
-    sl_dpp_worker_admin_t *admin = NULL;
-    sl_dpp_master_prep_t prep = {.fd = -1};
-    sl_dpp_master_source_t *msrc = NULL; /* owned by the worker once it starts */
+    sl_pipeline_problems_t problems = {0};
+    sl_pipeline_job_t *job = NULL;
+    sl_worker_t *w = NULL;
+    sl_worker_admin_t *admin = NULL;
+    sl_worker_lease_prep_t prep = {.fd = -1};
+    sl_worker_lease_client_t *msrc = NULL; /* owned by the worker once it starts */
     sl_err_t rc;
     const char *what = master ? master : job_path;
     if (admin_addr) {
         ao.address = admin_addr;
-        if ((rc = sl_dpp_worker_admin_serve(NULL, NULL, &ao, &admin, &err))) {
+        if ((rc = sl_worker_admin_serve(NULL, NULL, &ao, &admin, &err))) {
             fprintf(stderr, "sluice worker: --admin %s: %s\n", admin_addr, err.msg);
             sl_rpc_secret_free(secret);
             return 1;
@@ -274,7 +274,7 @@ int sl_cli_worker(int argc, char **argv)
         snprintf(host, sizeof host, "%s", admin_addr);
         char *colon = strrchr(host, ':');
         if (colon) *colon = '\0';
-        printf("admin on %s:%u\n", host, (unsigned)sl_dpp_worker_admin_port(admin));
+        printf("admin on %s:%u\n", host, (unsigned)sl_worker_admin_port(admin));
         fflush(stdout);
     }
     if (master) {
@@ -284,15 +284,15 @@ int sl_cli_worker(int argc, char **argv)
             char *colon = strrchr(admin_real, ':');
             if (colon)
                 snprintf(colon, sizeof admin_real - (size_t)(colon - admin_real), ":%u",
-                         (unsigned)sl_dpp_worker_admin_port(admin));
+                         (unsigned)sl_worker_admin_port(admin));
         }
-        sl_dpp_master_source_opts_t mo = {.master = master,
+        sl_worker_lease_client_opts_t mo = {.master = master,
                                           .worker_id = o.worker_id,
                                           .job_id = job_id,
                                           .admin_address = admin ? admin_real : NULL,
                                           .threads = o.threads,
                                           .cluster_secret = secret};
-        rc = sl_dpp_master_prep_new(&mo, o.listen, &prep, &err);
+        rc = sl_worker_lease_prep_new(&mo, o.listen, &prep, &err);
         if (rc == SL_OK) {
             char host[256];
             snprintf(host, sizeof host, "%s", o.listen);
@@ -305,15 +305,15 @@ int sl_cli_worker(int argc, char **argv)
         /* wait for the first lease, watching for signals */
         while (rc == SL_OK) {
             const char *jid, *spec;
-            rc = sl_dpp_master_source_wait_job(prep.ms, 200, &jid, &spec, &err);
+            rc = sl_worker_lease_client_wait_job(prep.ms, 200, &jid, &spec, &err);
             if (rc == SL_OK) break;
             if (rc != SL_ERR_TIMEOUT) break;
             struct timespec ts = {0, 0};
             int sig = sigtimedwait(&sigs, NULL, &ts);
             if (sig == SIGINT || sig == SIGTERM) {
                 printf("stopped by %s before any work\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-                sl_dpp_master_prep_free(&prep);
-                sl_dpp_worker_admin_stop(admin);
+                sl_worker_lease_prep_free(&prep);
+                sl_worker_admin_stop(admin);
                 sl_rpc_secret_free(secret);
                 return 0;
             }
@@ -321,16 +321,16 @@ int sl_cli_worker(int argc, char **argv)
         }
         msrc = prep.ms;
         if (rc == SL_OK)
-            rc = sl_dpp_master_prep_start(&prep, &o, &job, &w, &problems, &err);
+            rc = sl_worker_lease_prep_start(&prep, &o, &job, &w, &problems, &err);
         else
-            sl_dpp_master_prep_free(&prep);
+            sl_worker_lease_prep_free(&prep);
         exit_when_done = true; /* the master says when there is no more work */
     } else {
-        rc = sl_dpp_job_load(job_path, &job, &problems, &err);
+        rc = sl_pipeline_job_load(job_path, &job, &problems, &err);
         if (rc == SL_OK) {
-            rc = sl_dpp_worker_start(job, &o, &w, &problems, &err);
+            rc = sl_worker_start(job, &o, &w, &problems, &err);
             if (rc != SL_OK) {
-                sl_dpp_job_destroy(job);
+                sl_pipeline_job_destroy(job);
                 job = NULL;
             }
         }
@@ -346,21 +346,21 @@ int sl_cli_worker(int argc, char **argv)
         } else {
             fprintf(stderr, "sluice worker: %s\n", err.msg);
         }
-        sl_dpp_problems_free(&problems);
-        sl_dpp_worker_admin_stop(admin);
+        sl_pipeline_problems_free(&problems);
+        sl_worker_admin_stop(admin);
         sl_rpc_secret_free(secret);
         return code;
     }
-    sl_dpp_problems_free(&problems);
-    if (admin) sl_dpp_worker_admin_set(admin, w, msrc);
+    sl_pipeline_problems_free(&problems);
+    if (admin) sl_worker_admin_set(admin, w, msrc);
     if (master) {
-        printf("serving job %s\n", sl_dpp_worker_job_id(w));
+        printf("serving job %s\n", sl_worker_job_id(w));
     } else {
         char host[256];
         snprintf(host, sizeof host, "%s", o.listen);
         char *colon = strrchr(host, ':');
         if (colon) *colon = '\0';
-        printf("listening on %s:%u\n", host, (unsigned)sl_dpp_worker_port(w));
+        printf("listening on %s:%u\n", host, (unsigned)sl_worker_port(w));
     }
     fflush(stdout);
     double t0 = now_s();
@@ -373,7 +373,7 @@ int sl_cli_worker(int argc, char **argv)
             why = sig == SIGINT ? "stopped by SIGINT" : "stopped by SIGTERM";
             break;
         }
-        rc = sl_dpp_worker_wait(w, 0, &err);
+        rc = sl_worker_wait(w, 0, &err);
         if (rc == SL_OK && exit_when_done) {
             why = master ? "no more work from the master" : "job finished";
             break;
@@ -386,24 +386,24 @@ int sl_cli_worker(int argc, char **argv)
         }
     }
     double secs = now_s() - t0;
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
-    sl_dpp_worker_admin_stop(admin); /* before the worker goes */
-    sl_dpp_worker_stop(w);           /* under a master: the last SPLIT_READs go out */
-    sl_dpp_worker_stats(w, &st);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    sl_worker_admin_stop(admin); /* before the worker goes */
+    sl_worker_stop(w);           /* under a master: the last SPLIT_READs go out */
+    sl_worker_stats(w, &st);
     printf("%s\n", why);
-    sl_dpp_worker_print_stats(&st, secs, stdout);
+    sl_worker_print_stats(&st, secs, stdout);
     if (msrc) {
-        sl_dpp_master_source_stats_t m;
-        sl_dpp_master_source_stats(msrc, &m);
+        sl_worker_lease_client_stats_t m;
+        sl_worker_lease_client_stats(msrc, &m);
         printf("  master %s, job %s: leases %" PRIu64 ", splits reported %" PRIu64 " (%" PRIu64
                " done), revoked %" PRIu64 ", reconnects %" PRIu64 "%s\n",
                master, m.job_id, m.leases, m.split_reads, m.splits_done, m.revoked,
                m.reconnects, m.stop ? ", retired by the master" : "");
     }
     fflush(stdout);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
     sl_rpc_secret_free(secret);
     return code;
 }

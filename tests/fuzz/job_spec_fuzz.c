@@ -3,15 +3,15 @@
  * it. A spec is either rejected with every problem listed by its JSON path
  * (never a crash, an out-of-bounds read or a message-less error), or parsed
  * and then bound to the `sessions` and the `criteo` schemas, each of which
- * again either yields a plan or lists problems. Specs naming a vocabulary file (map_vocab) are parsed
- * but not bound: binding would open whatever file the input names.
- * Seed inputs are in tests/fuzz/corpus/job_spec/. */
+ * again either yields a plan or lists problems. Specs naming a vocabulary file (map_vocab) are
+ * parsed but not bound: binding would open whatever file the input names. Seed inputs are in
+ * tests/fuzz/corpus/job_spec/. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dpp/job.h"
+#include "dpp/pipeline/plan.h"
 #include "warehouse/import.h"
 
 static void fail(const char *what, const char *msg)
@@ -21,7 +21,8 @@ static void fail(const char *what, const char *msg)
 }
 
 /* Every problem must name where it is: a JSON path ("$", "$.x", "$[0]"). */
-static void check_problems(const sl_dpp_problems_t *p, const sl_error_t *err, const char *stage)
+static void check_problems(const sl_pipeline_problems_t *p, const sl_error_t *err,
+                           const char *stage)
 {
     if (p->count == 0) fail(stage, "rejected without a problem listed");
     if (err->msg[0] == '\0') fail(stage, "rejected without a message");
@@ -40,34 +41,34 @@ static sl_wh_schema_t *preset_schema(const char *preset)
     return schema;
 }
 
-static void bind(const sl_dpp_job_t *job, const sl_wh_schema_t *schema)
+static void bind(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema)
 {
-    sl_dpp_problems_t problems = {0};
+    sl_pipeline_problems_t problems = {0};
     sl_error_t err = {0};
-    sl_dpp_plan_t *plan = NULL;
-    sl_err_t rc = sl_dpp_plan_new(job, schema, &plan, &problems, &err);
+    sl_pipeline_plan_t *plan = NULL;
+    sl_err_t rc = sl_pipeline_plan_new(job, schema, &plan, &problems, &err);
     if (rc == SL_OK) {
         uint32_t n = 0;
-        const char *const *features = sl_dpp_plan_read_features(plan, &n);
+        const char *const *features = sl_pipeline_plan_read_features(plan, &n);
         for (uint32_t i = 0; i < n; i++)
             if (sl_wh_schema_find(schema, features[i]) == NULL)
                 fail("plan reads a feature the schema lacks", features[i]);
-        sl_dpp_plan_destroy(plan);
+        sl_pipeline_plan_destroy(plan);
     } else if (rc == SL_ERR_INVALID) {
         check_problems(&problems, &err, "plan");
     }
-    sl_dpp_problems_free(&problems);
+    sl_pipeline_problems_free(&problems);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    sl_dpp_problems_t problems = {0};
+    sl_pipeline_problems_t problems = {0};
     sl_error_t err = {0};
-    sl_dpp_job_t *job = NULL;
-    sl_err_t rc = sl_dpp_job_parse((const char *)data, size, &job, &problems, &err);
+    sl_pipeline_job_t *job = NULL;
+    sl_err_t rc = sl_pipeline_job_parse((const char *)data, size, &job, &problems, &err);
     if (rc != SL_OK) {
         if (rc == SL_ERR_INVALID) check_problems(&problems, &err, "parse");
-        sl_dpp_problems_free(&problems);
+        sl_pipeline_problems_free(&problems);
         return 0;
     }
     if (job == NULL) fail("parse", "SL_OK without a job");
@@ -79,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bind(job, sessions);
         bind(job, criteo);
     }
-    sl_dpp_problems_free(&problems);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_problems_free(&problems);
+    sl_pipeline_job_destroy(job);
     return 0;
 }

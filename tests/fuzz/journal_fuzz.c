@@ -14,7 +14,7 @@
 
 #include <xxhash.h>
 
-#include "dpp/master_state.h"
+#include "dpp/master/state.h"
 
 static int replay_checked(const uint8_t *data, size_t size);
 
@@ -24,13 +24,13 @@ static void fail(const char *what, const char *msg)
     abort();
 }
 
-static sl_dpp_master_t *fresh(void)
+static sl_master_state_t *fresh(void)
 {
-    sl_dpp_master_opts_t o = {
+    sl_master_state_opts_t o = {
         .lease_timeout_ms = 100, .max_jobs = 4, .max_workers = 64, .max_splits = 4096};
-    sl_dpp_master_t *m = NULL;
+    sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    if (sl_dpp_master_open(&o, 0, &m, NULL, &err) != SL_OK) fail("open", err.msg);
+    if (sl_master_state_open(&o, 0, &m, NULL, &err) != SL_OK) fail("open", err.msg);
     return m;
 }
 
@@ -40,8 +40,8 @@ static sl_dpp_master_t *fresh(void)
 static uint8_t *frame_records(const uint8_t *data, size_t size, size_t *out_len)
 {
     uint8_t *j = malloc(32 + 17 * size);
-    memcpy(j, SL_DPP_JOURNAL_MAGIC, 4);
-    uint32_t v = SL_DPP_JOURNAL_VERSION;
+    memcpy(j, SL_MASTER_JOURNAL_MAGIC, 4);
+    uint32_t v = SL_MASTER_JOURNAL_VERSION;
     memcpy(j + 4, &v, 4);
     memset(j + 8, 0, 8);
     size_t o = 16;
@@ -76,23 +76,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 static int replay_checked(const uint8_t *data, size_t size)
 {
     sl_error_t err = {0};
-    sl_dpp_master_t *a = fresh();
+    sl_master_state_t *a = fresh();
     bool torn;
-    sl_err_t rc = sl_dpp_master_replay(a, data, size, &torn, &err);
+    sl_err_t rc = sl_master_state_replay(a, data, size, &torn, &err);
     if (rc != SL_OK) {
         if (err.msg[0] == '\0') fail("error without a message", sl_err_str(rc));
-        sl_dpp_master_destroy(a);
+        sl_master_state_destroy(a);
         return 0;
     }
-    sl_dpp_master_t *b = fresh();
-    if (sl_dpp_master_replay(b, data, size, &torn, &err) != SL_OK) fail("second replay", err.msg);
+    sl_master_state_t *b = fresh();
+    if (sl_master_state_replay(b, data, size, &torn, &err) != SL_OK) fail("second replay", err.msg);
     char *da, *db;
     size_t la, lb;
-    if (sl_dpp_master_dump(a, &da, &la, &err) != SL_OK) fail("dump", err.msg);
-    if (sl_dpp_master_dump(b, &db, &lb, &err) != SL_OK) fail("dump", err.msg);
+    if (sl_master_state_dump(a, &da, &la, &err) != SL_OK) fail("dump", err.msg);
+    if (sl_master_state_dump(b, &db, &lb, &err) != SL_OK) fail("dump", err.msg);
     if (la != lb || memcmp(da, db, la) != 0) fail("replay is not deterministic", "");
     sl_free(NULL, db, lb + 1);
-    sl_dpp_master_destroy(b);
+    sl_master_state_destroy(b);
     /* Every job the dump lists must answer status with consistent counts
      * and encode a resume token (decoding a token needs the job's spec,
      * which the unit tests cover). */
@@ -100,16 +100,17 @@ static int replay_checked(const uint8_t *data, size_t size)
         if (p != da && p[-1] != '\n') continue;
         char id[256];
         if (sscanf(p, "job %255s ", id) != 1) fail("dump line", p);
-        sl_dpp_master_job_status_t st;
-        if (sl_dpp_master_job_status(a, id, &st, &err) != SL_OK) fail("status", err.msg);
+        sl_master_state_job_status_t st;
+        if (sl_master_state_job_status(a, id, &st, &err) != SL_OK) fail("status", err.msg);
         if (st.committed_rows > st.total_rows || st.pending + st.leased + st.done != st.num_splits)
             fail("status invariant", id);
         void *tok;
         size_t len;
-        if (sl_dpp_master_token_encode(a, id, NULL, 0, &tok, &len, &err) != SL_OK) fail("token", err.msg);
+        if (sl_master_state_token_encode(a, id, NULL, 0, &tok, &len, &err) != SL_OK)
+            fail("token", err.msg);
         sl_free(NULL, tok, len);
     }
     sl_free(NULL, da, la + 1);
-    sl_dpp_master_destroy(a);
+    sl_master_state_destroy(a);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* The admin endpoints (the master's and a worker's, src/dpp/admin.c) under
+/* The admin endpoints (the master's and a worker's, src/dpp/admin/endpoint.c) under
  * hostile load: 60 unauthenticated 8 MiB bodies do not grow the process's
  * memory (the token is judged from the headers, the body never buffered);
  * /healthz keeps answering within a second while 64 idle sockets and 80
@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/master.h"
-#include "dpp/worker_admin.h"
+#include "dpp/master/admin.h"
+#include "dpp/worker/admin.h"
 #include "testutil.h"
 
 static void setup(void)
@@ -217,20 +217,20 @@ Test(admin_load, healthz_answers_beside_idle_and_slowloris_connections)
     sl_admin_stop(a);
     sl_master_stop(m);
     /* a worker's endpoint (waiting for its master: /healthz still answers) */
-    sl_dpp_worker_admin_t *wa = NULL;
-    cr_assert_eq(sl_dpp_worker_admin_start(NULL, NULL, "127.0.0.1:0", &wa, &err), SL_OK, "%s",
+    sl_worker_admin_t *wa = NULL;
+    cr_assert_eq(sl_worker_admin_start(NULL, NULL, "127.0.0.1:0", &wa, &err), SL_OK, "%s",
                  err.msg);
-    under_load(sl_dpp_worker_admin_port(wa), "worker");
-    sl_dpp_worker_admin_stop(wa);
+    under_load(sl_worker_admin_port(wa), "worker");
+    sl_worker_admin_stop(wa);
 }
 
 Test(admin_load, the_connection_limit_and_timeout_hold)
 {
     sl_admin_opts_t o = {.address = "127.0.0.1:0", .max_connections = 16, .timeout_s = 1};
-    sl_dpp_worker_admin_t *wa = NULL;
+    sl_worker_admin_t *wa = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_admin_serve(NULL, NULL, &o, &wa, &err), SL_OK, "%s", err.msg);
-    uint16_t port = sl_dpp_worker_admin_port(wa);
+    cr_assert_eq(sl_worker_admin_serve(NULL, NULL, &o, &wa, &err), SL_OK, "%s", err.msg);
+    uint16_t port = sl_worker_admin_port(wa);
     int fds[16];
     for (int i = 0; i < 16; i++)
         fds[i] = dial(port);
@@ -256,5 +256,5 @@ Test(admin_load, the_connection_limit_and_timeout_hold)
         close(fds[i]);
     }
     cr_assert_lt(healthz(port), tu_timeout(1));
-    sl_dpp_worker_admin_stop(wa);
+    sl_worker_admin_stop(wa);
 }

@@ -1,6 +1,6 @@
 /* The autoscaler end to end: a master in this process (with a quick
  * autoscaler: short cooldown and streaks), the local executor applying its
- * desired worker counts (sl_master_desired -> sl_dpp_executor_apply, as
+ * desired worker counts (sl_master_desired -> sl_master_executor_apply, as
  * `sluice master` does), real `sluice worker` processes with one thread,
  * and a trainer client in master mode.
  *
@@ -11,22 +11,22 @@
  *    credit windows and the trainer never waits, so the count falls. */
 #include "fleet_util.h"
 
-#include "dpp/master.h"
+#include "dpp/master/admin.h"
 
 TestSuite(fleet_autoscale, .init = fu_setup, .fini = fu_teardown);
 
 /* Apply the master's desired counts to the executor. @return the desired
  * and registered counts of the (only) job. */
-static void drive(sl_master_t *m, sl_dpp_executor_t *ex, uint32_t *desired, uint32_t *registered)
+static void drive(sl_master_t *m, sl_master_executor_t *ex, uint32_t *desired, uint32_t *registered)
 {
     sl_master_desired_t d[4];
     uint32_t n = sl_master_desired(m, d, 4);
     cr_assert_leq(n, 4);
-    sl_dpp_executor_target_t t[4];
+    sl_master_executor_target_t t[4];
     for (uint32_t i = 0; i < n; i++)
-        t[i] = (sl_dpp_executor_target_t){d[i].job_id, d[i].finished ? 0 : d[i].workers};
+        t[i] = (sl_master_executor_target_t){d[i].job_id, d[i].finished ? 0 : d[i].workers};
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_apply(ex, t, n, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_apply(ex, t, n, NULL, NULL, &err), SL_OK, "%s", err.msg);
     *desired = n ? d[0].workers : 0;
     *registered = n ? d[0].registered : 0;
 }
@@ -37,7 +37,7 @@ static const char *job_reason(sl_master_t *m, char *buf, size_t cap)
     json_t *j = NULL;
     sl_error_t err = {0};
     buf[0] = '\0';
-    if (sl_master_job_json(m, "scale", &j, &err) == SL_OK) {
+    if (sl_master_admin_job_json(m, "scale", &j, &err) == SL_OK) {
         snprintf(buf, cap, "wait %.2f busy %.2f, %lld clients, %lld batches: %s",
                  json_real_value(json_object_get(j, "trainer_wait")),
                  json_real_value(json_object_get(j, "worker_busy")),
@@ -69,7 +69,7 @@ Test(fleet_autoscale, rises_to_the_bound_then_falls)
                       i, i, i, i < 31 ? "," : "");
     snprintf(spec + n, sizeof spec - (size_t)n, "],\"batch\":{\"size\":256,\"epochs\":1000}}");
 
-    sl_autoscale_opts_t as = sl_autoscale_opts_default(1, 3);
+    sl_master_autoscale_opts_t as = sl_master_autoscale_opts_default(1, 3);
     as.up_after = 2;
     as.down_after = 3;
     as.busy_low = 0.3;
@@ -84,17 +84,17 @@ Test(fleet_autoscale, rises_to_the_bound_then_falls)
     json_t *b = json_loads(body, 0, NULL);
     cr_assert_not_null(b);
     char *id = NULL;
-    cr_assert_eq(sl_master_job_submit(m, b, &id, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_admin_job_submit(m, b, &id, &err), SL_OK, "%s", err.msg);
     json_decref(b);
     cr_assert_str_eq(id, "scale");
 
     fu_master_t fm = {0};
     snprintf(fm.ctl, sizeof fm.ctl, "%s", sl_master_address(m));
-    sl_dpp_executor_t *ex = fu_executor(&fm, 1);
+    sl_master_executor_t *ex = fu_executor(&fm, 1);
     uint32_t desired = 0, registered = 0;
     drive(m, ex, &desired, &registered);
     cr_assert_eq(desired, 1);
-    cr_assert_eq(sl_dpp_executor_count(ex, "scale"), 1);
+    cr_assert_eq(sl_master_executor_count(ex, "scale"), 1);
 
     atomic_uint *seen = calloc(20000, sizeof *seen);
     fu_client_t c = {.master = fm.ctl, .job = id, .rows = 20000, .seen = seen};
@@ -112,7 +112,7 @@ Test(fleet_autoscale, rises_to_the_bound_then_falls)
         drive(m, ex, &desired, &registered);
         if (desired > peak) peak = desired;
     }
-    cr_assert_eq(sl_dpp_executor_count(ex, "scale"), 3, "the executor runs what is desired");
+    cr_assert_eq(sl_master_executor_count(ex, "scale"), 3, "the executor runs what is desired");
     cr_log_info("rose to 3: %s", job_reason(m, why, sizeof why));
 
     /* A slow trainer: 400 ms per batch of 256, far below what 3 workers make
@@ -127,11 +127,11 @@ Test(fleet_autoscale, rises_to_the_bound_then_falls)
     }
     cr_log_info("fell to %u: %s", desired, job_reason(m, why, sizeof why));
     cr_assert_lt(desired, 3);
-    for (int i = 0; i < 50 && sl_dpp_executor_count(ex, "scale") != desired; i++) {
+    for (int i = 0; i < 50 && sl_master_executor_count(ex, "scale") != desired; i++) {
         usleep(100 * 1000);
         drive(m, ex, &desired, &registered);
     }
-    cr_assert_eq(sl_dpp_executor_count(ex, "scale"), desired);
+    cr_assert_eq(sl_master_executor_count(ex, "scale"), desired);
 
     atomic_store(&c.stop, true);
     pthread_join(th, NULL);

@@ -30,7 +30,7 @@ TestSuite(fleet_faults, .init = fu_setup, .fini = fu_teardown);
  * (ranks 0 and 1) counting what they deliver in seen. */
 typedef struct fleet {
     fu_master_t m;
-    sl_dpp_executor_t *ex;
+    sl_master_executor_t *ex;
     char *job;
     atomic_uint *seen;
     fu_client_t c[2];
@@ -44,7 +44,7 @@ static void fleet_up(fleet_t *f, const char *id, uint32_t workers, uint64_t comp
     f->job = fu_job_up(&f->m, id, ROWS, EPOCHS, 2, "dynamic", workers);
     f->ex = fu_executor(&f->m, 1);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(f->ex, f->job, workers, NULL, NULL, &err), SL_OK, "%s",
+    cr_assert_eq(sl_master_executor_scale(f->ex, f->job, workers, NULL, NULL, &err), SL_OK, "%s",
                  err.msg);
     f->seen = calloc(EPOCHS * ROWS, sizeof *f->seen);
     fu_client_t proto = {.master = f->m.ctl,
@@ -108,7 +108,7 @@ static void wait_finished(fleet_t *f)
 static void rescale(fleet_t *f, uint32_t workers)
 {
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(f->ex, f->job, workers, NULL, NULL, &err), SL_OK, "%s",
+    cr_assert_eq(sl_master_executor_scale(f->ex, f->job, workers, NULL, NULL, &err), SL_OK, "%s",
                  err.msg);
 }
 
@@ -116,8 +116,8 @@ static void rescale(fleet_t *f, uint32_t workers)
  * killed. */
 static bool kill_a_worker(fleet_t *f, uint32_t workers, uint64_t *rng)
 {
-    sl_dpp_executor_worker_t w[8];
-    uint32_t n = sl_dpp_executor_list(f->ex, f->job, w, 8);
+    sl_master_executor_worker_t w[8];
+    uint32_t n = sl_master_executor_list(f->ex, f->job, w, 8);
     if (n > 0) {
         cr_assert_eq(kill(w[tu_below(rng, n < 8 ? n : 8)].pid, SIGKILL), 0);
         usleep(50 * 1000);
@@ -143,8 +143,8 @@ Test(fleet_faults, kill_9_random_workers_during_an_epoch)
     }
     fleet_join(&f);
     cr_assert_geq(kills, 2, "only %u workers were killed mid-job: the job was too short", kills);
-    sl_dpp_executor_stats_t st;
-    sl_dpp_executor_stats(f.ex, &st);
+    sl_master_executor_stats_t st;
+    sl_master_executor_stats(f.ex, &st);
     cr_assert_geq(st.failed, kills);
     cr_log_info("killed %u workers; clients dropped %llu + %llu batches", kills,
                 (unsigned long long)f.c[0].stats.dropped, (unsigned long long)f.c[1].stats.dropped);
@@ -161,8 +161,8 @@ Test(fleet_faults, stalled_workers_come_back_after_their_leases_expired)
     while (stalls < 2 && !clients_done(&f)) {
         cr_assert(fu_now() < deadline, "the stalls did not happen in time");
         usleep((useconds_t)(300000 + tu_below(&rng, 400000)));
-        sl_dpp_executor_worker_t w[8];
-        uint32_t n = sl_dpp_executor_list(f.ex, f.job, w, 8);
+        sl_master_executor_worker_t w[8];
+        uint32_t n = sl_master_executor_list(f.ex, f.job, w, 8);
         cr_assert_eq(n, 3);
         pid_t victim = w[tu_below(&rng, 3)].pid;
         cr_assert_eq(kill(victim, SIGSTOP), 0);

@@ -51,10 +51,10 @@ Test(fleet_jobs, two_jobs_at_once_each_exactly_once)
         usleep(20 * 1000);
     }
 
-    sl_dpp_executor_t *ex = fu_executor(&m, 1);
-    sl_dpp_executor_target_t t[] = {{"job-a", 1}, {"job-b", 2}};
+    sl_master_executor_t *ex = fu_executor(&m, 1);
+    sl_master_executor_target_t t[] = {{"job-a", 1}, {"job-b", 2}};
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_apply(ex, t, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_apply(ex, t, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
 
     atomic_uint *seen_a = calloc(ROWS, sizeof *seen_a), *seen_b = calloc(2 * ROWS, sizeof *seen_b);
     fu_client_t ca = {

@@ -66,13 +66,13 @@ static void finish(fu_master_t *m, const char *job, fu_client_t *c, pthread_t *t
 
 /* Two workers of the executor reaching the master at addr, and two
  * clients. @return the executor. */
-static sl_dpp_executor_t *run_via(const fu_master_t *m, const char *addr, const char *job,
-                                  atomic_uint *seen, fu_client_t *c, pthread_t *th,
-                                  uint32_t delay_us)
+static sl_master_executor_t *run_via(const fu_master_t *m, const char *addr, const char *job,
+                                     atomic_uint *seen, fu_client_t *c, pthread_t *th,
+                                     uint32_t delay_us)
 {
-    sl_dpp_executor_t *ex = fu_executor_via(addr, NULL, 1);
+    sl_master_executor_t *ex = fu_executor_via(addr, NULL, 1);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
     start_clients(m, job, seen, c, th, delay_us);
     return ex;
 }
@@ -220,7 +220,7 @@ Test(fleet_leases, a_lease_frame_lost_with_its_connection)
     atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
     fu_client_t c[2];
     pthread_t th[2];
-    sl_dpp_executor_t *ex = run_via(&m, p.addr, job, seen, c, th, 5000);
+    sl_master_executor_t *ex = run_via(&m, p.addr, job, seen, c, th, 5000);
     finish(&m, job, c, th, seen);
     cr_assert_eq(atomic_load(&p.dropped), 1, "the relay dropped %u LEASE frames",
                  atomic_load(&p.dropped));
@@ -243,7 +243,7 @@ Test(fleet_leases, the_master_stopped_longer_than_the_control_timeout)
     atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
     fu_client_t c[2];
     pthread_t th[2];
-    sl_dpp_executor_t *ex = run_via(&m, m.ctl, job, seen, c, th, 10000);
+    sl_master_executor_t *ex = run_via(&m, m.ctl, job, seen, c, th, 10000);
     wait_samples(seen, ROWS / 8 + tu_below(&rng, ROWS / 4), c);
     /* a VM pause: longer than the workers' 5 s per-call timeout, so they
      * give their connections up and reconnect while it cannot answer */

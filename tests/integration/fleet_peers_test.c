@@ -60,9 +60,9 @@ static json_int_t job_int(const fu_master_t *m, const char *job, const char *key
  * every sample exactly once in each epoch. */
 static void deliver_all(fu_master_t *m, const char *job, const char *secret_file)
 {
-    sl_dpp_executor_t *ex = fu_executor(m, 1);
+    sl_master_executor_t *ex = fu_executor(m, 1);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
     atomic_uint *seen = calloc((size_t)ROWS * EPOCHS, sizeof *seen);
     fu_client_t c = {.master = m->ctl, .job = job, .rows = ROWS, .seen = seen, .epochs = EPOCHS,
                      .secret_file = secret_file};

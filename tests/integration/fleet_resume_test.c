@@ -28,9 +28,9 @@ Test(fleet_resume, token_mid_epoch_gives_exactly_the_rest)
              "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":5}}}",
              table, EPOCHS);
     char *job = fu_submit(&m, spec, 1, "dynamic", 2, 2, NULL);
-    sl_dpp_executor_t *ex = fu_executor(&m, 1);
+    sl_master_executor_t *ex = fu_executor(&m, 1);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
 
     /* 80 batches in an epoch: stop after 10..60 of them (in epoch 0). */
     atomic_uint *before = calloc(EPOCHS * ROWS, sizeof *before);
@@ -60,7 +60,7 @@ Test(fleet_resume, token_mid_epoch_gives_exactly_the_rest)
     char *b64 = fu_base64(a.token, a.token_len);
     char *job2 = fu_submit(&m, spec, 1, "dynamic", 2, 2, b64);
     cr_assert_str_eq(job2, job);
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
 
     fu_client_t c = {.master = m.ctl, .job = job, .rows = ROWS, .epochs = EPOCHS, .seen = after};
     fu_client_run(&c);
@@ -130,13 +130,13 @@ Test(fleet_resume, static_sharding_resumes_with_the_same_batches_in_order)
              "{\"id\":\"ordered\",\"source\":{\"table\":\"%s\"},"
              "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":21}}}",
              table, EPOCHS);
-    sl_dpp_executor_t *ex = fu_executor(&m, 1);
+    sl_master_executor_t *ex = fu_executor(&m, 1);
     sl_error_t err = {0};
     char path[64] = "/jobs/ordered", *b;
 
     /* the reference: both epochs whole */
     char *job = fu_submit(&m, spec, 1, "static", 1, 1, NULL);
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
     atomic_uint *seen_ref = calloc(EPOCHS * ROWS, sizeof *seen_ref);
     seq_t ref = {0};
     fu_client_t c = seq_client(&m, job, seen_ref, &ref, 0);
@@ -152,7 +152,7 @@ Test(fleet_resume, static_sharding_resumes_with_the_same_batches_in_order)
 
     /* the same job again, stopped after k batches with a token */
     job = fu_submit(&m, spec, 1, "static", 1, 1, NULL);
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
     atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
     seq_t first = {0}, rest = {0};
     c = seq_client(&m, job, seen, &first, 5 + tu_below(&rng, 60));
@@ -171,7 +171,7 @@ Test(fleet_resume, static_sharding_resumes_with_the_same_batches_in_order)
     /* resumed with the token: the rest */
     char *b64 = fu_base64(token, token_len);
     job = fu_submit(&m, spec, 1, "static", 1, 1, b64);
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
     c = seq_client(&m, job, seen, &rest, 0);
     fu_client_run(&c);
     cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);

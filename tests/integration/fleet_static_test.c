@@ -21,7 +21,7 @@ typedef struct run {
     int64_t *order[2];
 } run_t;
 
-static void one_run(fu_master_t *m, sl_dpp_executor_t *ex, const char *table, const char *id,
+static void one_run(fu_master_t *m, sl_master_executor_t *ex, const char *table, const char *id,
                     run_t *r)
 {
     char spec[1024];
@@ -31,7 +31,7 @@ static void one_run(fu_master_t *m, sl_dpp_executor_t *ex, const char *table, co
              id, table, EPOCHS);
     char *job = fu_submit(m, spec, 2, "static", 2, 2, NULL);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
     atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
     fu_client_t c[2];
     pthread_t th[2];
@@ -56,7 +56,7 @@ static void one_run(fu_master_t *m, sl_dpp_executor_t *ex, const char *table, co
         r->batches[i] = c[i].batches;
     }
     fu_assert_once_per_epoch(seen, ROWS, EPOCHS);
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 0, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 0, NULL, NULL, &err), SL_OK, "%s", err.msg);
     free(seen);
     free(job);
 }
@@ -90,7 +90,7 @@ Test(fleet_static, same_seed_same_batches_per_rank)
     fu_gen(ROWS, 1000, 2, table, sizeof table);
     fu_master_t m = {.lease_timeout_ms = 2000};
     fu_master_start(&m);
-    sl_dpp_executor_t *ex = fu_executor(&m, 1);
+    sl_master_executor_t *ex = fu_executor(&m, 1);
     run_t r1 = {0}, r2 = {0};
     one_run(&m, ex, table, "static-a", &r1);
     one_run(&m, ex, table, "static-b", &r2);
@@ -125,9 +125,9 @@ Test(fleet_static, worker_kills_keep_each_rank_to_its_splits)
     uint64_t rng = tu_seed("fleet_static.worker_kills_keep_each_rank_to_its_splits");
     fu_master_t m = {.lease_timeout_ms = 1000};
     char *job = fu_job_up(&m, "static-kills", ROWS, EPOCHS, 2, "static", 3);
-    sl_dpp_executor_t *ex = fu_executor(&m, 1);
+    sl_master_executor_t *ex = fu_executor(&m, 1);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 3, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 3, NULL, NULL, &err), SL_OK, "%s", err.msg);
     atomic_uint *seen[2];
     fu_client_t c[2];
     pthread_t th[2];
@@ -148,14 +148,14 @@ Test(fleet_static, worker_kills_keep_each_rank_to_its_splits)
     while (kills < 3 && !atomic_load(&c[0].finished) && !atomic_load(&c[1].finished)) {
         cr_assert(fu_now() < deadline, "the kills did not happen in time");
         usleep((useconds_t)(400000 + tu_below(&rng, 400000)));
-        sl_dpp_executor_worker_t w[8];
-        uint32_t n = sl_dpp_executor_list(ex, job, w, 8);
+        sl_master_executor_worker_t w[8];
+        uint32_t n = sl_master_executor_list(ex, job, w, 8);
         if (n > 0) {
             cr_assert_eq(kill(w[tu_below(&rng, n < 8 ? n : 8)].pid, SIGKILL), 0);
             kills++;
             usleep(50 * 1000);
         }
-        cr_assert_eq(sl_dpp_executor_scale(ex, job, 3, NULL, NULL, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_master_executor_scale(ex, job, 3, NULL, NULL, &err), SL_OK, "%s", err.msg);
     }
     cr_assert_geq(kills, 2, "only %u kills before the job ended", kills);
     for (int i = 0; i < 2; i++) {

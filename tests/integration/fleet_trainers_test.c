@@ -63,9 +63,10 @@ Test(fleet_trainers, trainers_killed_mid_epoch_and_replaced)
     char log[300];
     fu_master_t m = {.lease_timeout_ms = 1000};
     char *job = fu_job_up(&m, "trainers", ROWS, EPOCHS, 1, "dynamic", WORKERS);
-    sl_dpp_executor_t *ex = fu_executor(&m, 1);
+    sl_master_executor_t *ex = fu_executor(&m, 1);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, WORKERS, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, WORKERS, NULL, NULL, &err), SL_OK, "%s",
+                 err.msg);
     snprintf(log, sizeof log, "%s/readers.log", fu_dir);
 
     /* seen[0]: the thread; [1], [2]: the killed processes; [3]: the last one */

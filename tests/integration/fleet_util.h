@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <gnutls/gnutls.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -34,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/executor.h"
+#include "dpp/master/executor.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"
 #include "testutil.h"
@@ -51,7 +52,7 @@ static char fu_dir[256];
  * ended the test early: worker processes must not outlive a failed test
  * (they would retry their master forever). */
 #define FU_MAX_OWNED 8
-static sl_dpp_executor_t *fu_executors[FU_MAX_OWNED];
+static sl_master_executor_t *fu_executors[FU_MAX_OWNED];
 static pid_t fu_master_pids[FU_MAX_OWNED];
 #define FU_MAX_CHILDREN 16
 static pid_t fu_children[FU_MAX_CHILDREN]; /* worker and reader processes started here */
@@ -74,7 +75,7 @@ FU_FN void fu_setup(void)
 FU_FN void fu_teardown(void)
 {
     for (int i = 0; i < FU_MAX_OWNED; i++) {
-        sl_dpp_executor_destroy(fu_executors[i]);
+        sl_master_executor_destroy(fu_executors[i]);
         fu_executors[i] = NULL;
         if (fu_master_pids[i] > 0) {
             kill(fu_master_pids[i], SIGKILL);
@@ -426,23 +427,23 @@ FU_FN bool fu_job_finished(const fu_master_t *m, const char *job)
 /* An executor whose workers reach the master at master_addr (the master's
  * control address, or a relay in front of it), with secret_file (NULL:
  * none) as their cluster secret. */
-FU_FN sl_dpp_executor_t *fu_executor_via(const char *master_addr, const char *secret_file,
-                                         uint32_t threads)
+FU_FN sl_master_executor_t *fu_executor_via(const char *master_addr, const char *secret_file,
+                                            uint32_t threads)
 {
     char logs[300];
     snprintf(logs, sizeof logs, "%s/logs", fu_dir);
     mkdir(logs, 0755);
     const char *secret[] = {"--cluster-secret-file", secret_file, NULL};
-    sl_dpp_executor_opts_t o = {.binary = fu_binary(),
+    sl_master_executor_local_opts_t o = {.binary = fu_binary(),
                                 .master = master_addr,
                                 .log_dir = logs,
                                 .worker_threads = threads,
                                 .max_workers = 16,
                                 .stop_grace_ms = 3000,
                                 .extra_args = secret_file ? secret : NULL};
-    sl_dpp_executor_t *ex = NULL;
+    sl_master_executor_t *ex = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_new(&o, &ex, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_local_new(&o, &ex, &err), SL_OK, "%s", err.msg);
     for (int i = 0; i < FU_MAX_OWNED; i++)
         if (!fu_executors[i]) {
             fu_executors[i] = ex;
@@ -451,31 +452,31 @@ FU_FN sl_dpp_executor_t *fu_executor_via(const char *master_addr, const char *se
     return ex;
 }
 
-FU_FN sl_dpp_executor_t *fu_executor(const fu_master_t *m, uint32_t threads)
+FU_FN sl_master_executor_t *fu_executor(const fu_master_t *m, uint32_t threads)
 {
     return fu_executor_via(m->ctl, m->secret_file, threads);
 }
 
 /* Scale job to 0 workers and wait until they have exited (not only been
  * told to), so that none of them is still connected when the test goes on. */
-FU_FN void fu_executor_drain(sl_dpp_executor_t *ex, const char *job)
+FU_FN void fu_executor_drain(sl_master_executor_t *ex, const char *job)
 {
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_executor_scale(ex, job, 0, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 0, NULL, NULL, &err), SL_OK, "%s", err.msg);
     double deadline = fu_now() + tu_timeout(10);
-    while (sl_dpp_executor_list(ex, job, NULL, 0) > 0) {
+    while (sl_master_executor_list(ex, job, NULL, 0) > 0) {
         cr_assert(fu_now() < deadline, "the workers of %s did not exit after SIGTERM", job);
         usleep(10 * 1000);
     }
 }
 
 /* Stop an executor's workers and free it (instead of
- * sl_dpp_executor_destroy, so that teardown does not free it again). */
-FU_FN void fu_executor_destroy(sl_dpp_executor_t *ex)
+ * sl_master_executor_destroy, so that teardown does not free it again). */
+FU_FN void fu_executor_destroy(sl_master_executor_t *ex)
 {
     for (int i = 0; i < FU_MAX_OWNED; i++)
         if (fu_executors[i] == ex) fu_executors[i] = NULL;
-    sl_dpp_executor_destroy(ex);
+    sl_master_executor_destroy(ex);
 }
 
 /* ---- trainer clients in master mode ---- */
@@ -621,23 +622,14 @@ FU_FN void fu_assert_once_per_epoch(const atomic_uint *seen, uint64_t rows, uint
     }
 }
 
+/* in[0..n) as base64 (RFC 4648, padded; GnuTLS encodes). Caller frees. */
 FU_FN char *fu_base64(const uint8_t *in, size_t n)
 {
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
-    size_t i = 0;
-    for (; i + 2 < n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        *o++ = tab[v >> 18], *o++ = tab[(v >> 12) & 63], *o++ = tab[(v >> 6) & 63];
-        *o++ = tab[v & 63];
-    }
-    if (i < n) {
-        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
-        *o++ = tab[v >> 18], *o++ = tab[(v >> 12) & 63];
-        *o++ = i + 1 < n ? tab[(v >> 6) & 63] : '=';
-        *o++ = '=';
-    }
-    *o = '\0';
+    gnutls_datum_t raw = {.data = (unsigned char *)in, .size = (unsigned)n}, enc = {0};
+    cr_assert_eq(gnutls_base64_encode2(&raw, &enc), 0);
+    char *out = strndup((const char *)enc.data, enc.size);
+    cr_assert_not_null(out);
+    gnutls_free(enc.data);
     return out;
 }
 

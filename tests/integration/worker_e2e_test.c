@@ -22,8 +22,8 @@
 #include <jansson.h>
 #include <xxhash.h>
 
-#include "dpp/job.h"
-#include "dpp/worker.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
 #include "testutil.h"
 #include "warehouse/import.h"
@@ -61,14 +61,14 @@ static void gen(const char *name, const char *preset, uint64_t rows, uint64_t se
     cr_assert_eq(sl_wh_gen_table(dir, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
 }
 
-static sl_dpp_job_t *job_of(const char *json)
+static sl_pipeline_job_t *job_of(const char *json)
 {
-    sl_dpp_job_t *job = NULL;
-    sl_dpp_problems_t p = {0};
+    sl_pipeline_job_t *job = NULL;
+    sl_pipeline_problems_t p = {0};
     sl_error_t err = {0};
-    sl_err_t rc = sl_dpp_job_parse(json, strlen(json), &job, &p, &err);
+    sl_err_t rc = sl_pipeline_job_parse(json, strlen(json), &job, &p, &err);
     cr_assert_eq(rc, SL_OK, "%s", err.msg);
-    sl_dpp_problems_free(&p);
+    sl_pipeline_problems_free(&p);
     return job;
 }
 
@@ -100,17 +100,18 @@ static void read_table(const char *table, const char *const *feats, uint32_t nf,
     sl_wh_table_close(t);
 }
 
-static sl_dpp_worker_t *start(const sl_dpp_job_t *job, uint32_t threads, char *addr, size_t cap)
+static sl_worker_t *start(const sl_pipeline_job_t *job, uint32_t threads, char *addr,
+                          size_t cap)
 {
-    sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
+    sl_worker_opts_t o = sl_worker_opts_default();
     o.threads = threads;
     o.memory_limit = 64u << 20;
-    sl_dpp_worker_t *w = NULL;
-    sl_dpp_problems_t p = {0};
+    sl_worker_t *w = NULL;
+    sl_pipeline_problems_t p = {0};
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_start(job, &o, &w, &p, &err), SL_OK, "%s", err.msg);
-    sl_dpp_problems_free(&p);
-    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_dpp_worker_port(w));
+    cr_assert_eq(sl_worker_start(job, &o, &w, &p, &err), SL_OK, "%s", err.msg);
+    sl_pipeline_problems_free(&p);
+    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
     return w;
 }
 
@@ -205,17 +206,17 @@ Test(worker_e2e, criteo_two_epochs_one_client)
              "{\"id\":\"e2e\",\"source\":{\"table\":\"%s\"},"
              "\"batch\":{\"size\":999,\"epochs\":2}}",
              table);
-    sl_dpp_job_t *job = job_of(spec);
-    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, 2, addr, sizeof addr);
     uint64_t batches;
     atomic_uint *seen = run_clients(addr, 1, rows, 2, NULL, NULL, &batches);
     assert_once_per_epoch(seen, rows, 2);
     /* batches cross stripe and file boundaries, never epochs */
     cr_assert_eq(batches, 2 * 21);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(sl_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert(st.finished);
     cr_assert_eq(st.samples, 2 * rows);
     cr_assert_eq(st.batches, 42);
@@ -226,8 +227,8 @@ Test(worker_e2e, criteo_two_epochs_one_client)
     cr_assert_eq(st.splits, 2 * 2 * 3, "2 files of 10000 rows, 3 stripes each, 2 epochs");
     cr_assert_leq(st.memory_peak, st.memory_limit);
     free(seen);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 typedef struct ts_ref {
@@ -264,8 +265,8 @@ Test(worker_e2e, timestamp_filter_keeps_the_rows_in_range)
              "\"filters\":[{\"op\":\"timestamp_range\",\"min\":%lld,\"max\":%lld}],"
              "\"batch\":{\"size\":500}}",
              table, (long long)lo, (long long)mid);
-    sl_dpp_job_t *job = job_of(spec);
-    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, 2, addr, sizeof addr);
     uint64_t batches, kept = 0;
     atomic_uint *seen = run_clients(addr, 1, rows, 1, NULL, NULL, &batches);
     for (uint64_t i = 0; i < rows; i++) {
@@ -278,8 +279,8 @@ Test(worker_e2e, timestamp_filter_keeps_the_rows_in_range)
               (unsigned long)rows);
     free(seen);
     free(ts);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 /* Sampling hashes sample ids, so the worker reads them for the filter even
@@ -297,8 +298,8 @@ Test(worker_e2e, sampling_without_sample_ids_in_batches)
     uint64_t want = 0;
     for (int64_t id = 0; id < (int64_t)rows; id++)
         want += XXH3_64bits_withSeed(&id, sizeof id, 3) < (UINT64_C(1) << 63);
-    sl_dpp_job_t *job = job_of(spec);
-    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, 2, addr, sizeof addr);
     sl_trainer_opts_t o = sl_trainer_opts_default();
     o.address = addr;
     sl_trainer_t *t;
@@ -315,8 +316,8 @@ Test(worker_e2e, sampling_without_sample_ids_in_batches)
     cr_assert_eq(rc, SL_ERR_CLOSED, "%s", err.msg);
     cr_assert_eq(got, want);
     sl_trainer_close(t);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 /* The job specs under examples/jobs run end to end on their preset's
@@ -368,9 +369,9 @@ static void run_example(const char *name, const char *preset, example_check_t *c
     json_object_set_new(json_object_get(spec, "source"), "table", json_string(table));
     char *text = json_dumps(spec, 0);
     json_decref(spec);
-    sl_dpp_job_t *job = job_of(text);
+    sl_pipeline_job_t *job = job_of(text);
     free(text);
-    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    sl_worker_t *w = start(job, 2, addr, sizeof addr);
     uint64_t batches;
     atomic_uint *seen = run_clients(addr, 1, rows, job->epochs, check_example, check, &batches);
     uint64_t delivered = 0;
@@ -381,8 +382,8 @@ static void run_example(const char *name, const char *preset, example_check_t *c
     cr_assert_gt(delivered, 0);
     cr_assert_eq(atomic_load(&check->batches), batches);
     free(seen);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 Test(worker_e2e, example_spec_criteo_runs)
@@ -425,17 +426,17 @@ Test(worker_e2e, sessions_dedup_two_epochs_three_clients)
              "\"batch\":{\"size\":512,\"epochs\":2,\"shuffle\":{\"splits\":true,\"seed\":3},"
              "\"dedup_groups\":{\"user\":[\"user_id\",\"user_hist\",\"user_cat\"]}}}",
              table);
-    sl_dpp_job_t *job = job_of(spec);
-    sl_dpp_worker_t *w = start(job, 3, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, 3, addr, sizeof addr);
     dedup_check_t dc = {0};
     uint64_t batches;
     atomic_uint *seen = run_clients(addr, 3, rows, 2, check_group, &dc, &batches);
     assert_once_per_epoch(seen, rows, 2);
     cr_assert_eq(atomic_load(&dc.batches_with_group), batches);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(sl_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert_eq(st.num_groups, 1);
     cr_assert_eq(st.groups[0].rows, 2 * rows);
     cr_assert_gt(st.groups[0].factor, 4.0, "clustered sessions of ~16: factor %.2f",
@@ -444,8 +445,8 @@ Test(worker_e2e, sessions_dedup_two_epochs_three_clients)
     cr_assert_eq(st.server.samples_acked, 2 * rows);
     cr_assert_geq(st.server.clients_total, 3);
     free(seen);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 /* ---- transforms against a reference from the reader ---- */
@@ -574,8 +575,8 @@ Test(worker_e2e, transforms_and_filters_match_reference)
              "{\"op\":\"sigrid_hash\",\"feature\":\"C2\",\"table_size\":50}],"
              "\"batch\":{\"size\":700}}",
              table);
-    sl_dpp_job_t *job = job_of(spec);
-    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, 2, addr, sizeof addr);
     uint64_t batches;
     atomic_uint *seen = run_clients(addr, 1, rows, 1, check_transforms, &ref, &batches);
     /* every positive kept once; negatives at most once, about half of them */
@@ -592,14 +593,14 @@ Test(worker_e2e, transforms_and_filters_match_reference)
     cr_assert(neg_kept > neg * 4 / 10 && neg_kept < neg * 6 / 10, "%lu of %lu negatives kept",
               (unsigned long)neg_kept, (unsigned long)neg);
     cr_assert_eq(atomic_load(&ref.checked), rows - neg + neg_kept);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert_eq(st.rows_read, rows);
     cr_assert_eq(st.rows_kept, rows - neg + neg_kept);
     free(seen);
     free(ref.i1), free(ref.i2), free(ref.i5), free(ref.label), free(ref.c1), free(ref.c2);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 /* ---- the sluice worker program ---- */
@@ -885,8 +886,8 @@ static void serve_stored_groups(bool filtered)
              filtered ? "\"filters\":[{\"op\":\"label_equals\",\"label\":\"click\",\"value\":0},"
                         "{\"op\":\"has_feature\",\"feature\":\"user_cat\"}],"
                       : "");
-    sl_dpp_job_t *job = job_of(spec);
-    sl_dpp_worker_t *w = start(job, 2, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, 2, addr, sizeof addr);
     uint64_t batches;
     atomic_uint *seen = run_clients(addr, 2, rows, 2, check_users, &ref, &batches);
     uint64_t kept = rows;
@@ -907,16 +908,16 @@ static void serve_stored_groups(bool filtered)
     uint64_t per_epoch = (kept + 999) / 1000;
     cr_assert_eq(batches, 2 * per_epoch);
     cr_assert_eq(atomic_load(&ref.batches), 2 * per_epoch);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert(st.dedup_form, "the worker reads the stored groups");
     cr_assert_eq(st.rows_kept, 2 * kept);
     cr_assert_gt(st.groups[0].factor, 4.0, "factor %.2f", st.groups[0].factor);
     cr_assert_lt(st.bytes_encoded * 3, st.bytes_expanded);
     free(seen);
     free(ref.user_id), free(ref.hist_sum), free(ref.hist_len), free(ref.click), free(ref.cat_len);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 Test(worker_e2e, stored_dedup_groups_are_served_as_stored)

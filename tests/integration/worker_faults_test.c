@@ -29,9 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/job.h"
-#include "dpp/server.h"
-#include "dpp/worker.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/server.h"
+#include "dpp/worker/worker.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"
@@ -68,30 +68,30 @@ static void gen_criteo(uint64_t rows, uint32_t stripe_rows, char *dir, size_t ca
     cr_assert_eq(sl_wh_gen_table(dir, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
 }
 
-static sl_dpp_job_t *job_epochs(const char *table, uint32_t batch_size, uint32_t epochs)
+static sl_pipeline_job_t *job_epochs(const char *table, uint32_t batch_size, uint32_t epochs)
 {
     char spec[1024];
     snprintf(spec, sizeof spec,
              "{\"id\":\"faults\",\"source\":{\"table\":\"%s\"},\"batch\":{\"size\":%u,"
              "\"epochs\":%u}}",
              table, batch_size, epochs);
-    sl_dpp_job_t *job = NULL;
+    sl_pipeline_job_t *job = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
     return job;
 }
 
-static sl_dpp_job_t *job_for(const char *table, uint32_t batch_size)
+static sl_pipeline_job_t *job_for(const char *table, uint32_t batch_size)
 {
     return job_epochs(table, batch_size, 1);
 }
 
 /* A worker with o's trainer-port options (max_clients, client_conn_idle_ms,
  * cluster_secret, listen; NULL: none). */
-static sl_dpp_worker_t *start_with(const sl_dpp_job_t *job, uint64_t memory_limit,
-                                   const sl_dpp_worker_opts_t *port, char *addr, size_t cap)
+static sl_worker_t *start_with(const sl_pipeline_job_t *job, uint64_t memory_limit,
+                               const sl_worker_opts_t *port, char *addr, size_t cap)
 {
-    sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
+    sl_worker_opts_t o = sl_worker_opts_default();
     if (port) {
         o.max_clients = port->max_clients;
         o.client_conn_idle_ms = port->client_conn_idle_ms;
@@ -101,15 +101,15 @@ static sl_dpp_worker_t *start_with(const sl_dpp_job_t *job, uint64_t memory_limi
     o.threads = 2;
     if (memory_limit) o.memory_limit = memory_limit;
     o.max_credits = 8;
-    sl_dpp_worker_t *w = NULL;
+    sl_worker_t *w = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_start(job, &o, &w, NULL, &err), SL_OK, "%s", err.msg);
-    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_dpp_worker_port(w));
+    cr_assert_eq(sl_worker_start(job, &o, &w, NULL, &err), SL_OK, "%s", err.msg);
+    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
     return w;
 }
 
-static sl_dpp_worker_t *start(const sl_dpp_job_t *job, uint64_t memory_limit, char *addr,
-                              size_t cap)
+static sl_worker_t *start(const sl_pipeline_job_t *job, uint64_t memory_limit, char *addr,
+                          size_t cap)
 {
     return start_with(job, memory_limit, NULL, addr, cap);
 }
@@ -269,8 +269,8 @@ Test(worker_faults, unacked_batches_of_a_vanished_client_go_to_the_next)
     char table[300], addr[64];
     const uint64_t rows = 10000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 500, 2);
-    sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_epochs(table, 500, 2);
+    sl_worker_t *w = start(job, 0, addr, sizeof addr);
     int fd = raw_connect(addr);
     raw_hello(fd);
     raw_request(fd, 4);
@@ -305,17 +305,17 @@ Test(worker_faults, unacked_batches_of_a_vanished_client_go_to_the_next)
         cr_assert_eq(seen[i], 1, "epoch %lu sample %lu: %u", (unsigned long)(i / rows),
                      (unsigned long)(i % rows), seen[i]);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(sl_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert_geq(st.server.redeliveries, 2);
     cr_assert_eq(st.server.samples_acked, 2 * rows);
     cr_assert_eq(st.server.batches_acked, 40);
     free(ids);
     free(epochs);
     free(seen);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 /* A client that reconnects acknowledges, on the new connection, a batch it
@@ -327,8 +327,8 @@ Test(worker_faults, an_ack_of_an_earlier_connection_is_ignored)
     char table[300], addr[64];
     const uint64_t rows = 2000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 500, 1);
-    sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_epochs(table, 500, 1);
+    sl_worker_t *w = start(job, 0, addr, sizeof addr);
     int fd = raw_connect(addr);
     raw_hello(fd);
     raw_request(fd, 1);
@@ -353,17 +353,17 @@ Test(worker_faults, an_ack_of_an_earlier_connection_is_ignored)
     for (uint64_t i = 0; i < rows; i++)
         cr_assert_eq(seen[i], 1, "sample %lu: %u", (unsigned long)i, seen[i]);
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert_eq(st.server.stale_acks, 1);
     cr_assert_eq(st.server.bad_frames, 0);
     cr_assert_eq(st.server.batches_acked, 4);
     close(fd);
     free(seen);
     free(ids);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 static const char *binary(void)
@@ -378,8 +378,8 @@ Test(worker_faults, sluice_read_killed_mid_epoch)
     char table[300], addr[64], errpath[300];
     const uint64_t rows = 20000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 250, 2);
-    sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_epochs(table, 250, 2);
+    sl_worker_t *w = start(job, 0, addr, sizeof addr);
     snprintf(errpath, sizeof errpath, "%s/read.err", tmpdir);
     int p[2];
     cr_assert_eq(pipe(p), 0);
@@ -397,9 +397,9 @@ Test(worker_faults, sluice_read_killed_mid_epoch)
     close(p[1]);
     /* Nobody reads the pipe yet: `sluice read` stalls writing its JSON, with
      * batches received and not handed out. Wait until it has some. */
-    sl_dpp_worker_stats_t st;
+    sl_worker_stats_t st;
     for (int i = 0; i < 500; i++) {
-        sl_dpp_worker_stats(w, &st);
+        sl_worker_stats(w, &st);
         if (st.server.batches_sent >= 4) break;
         usleep(10 * 1000);
     }
@@ -419,7 +419,8 @@ Test(worker_faults, sluice_read_killed_mid_epoch)
         json_t *o = json_loads(line, 0, NULL);
         if (!o) break; /* the last line may be cut short */
         json_t *sids = json_object_get(o, "sample_ids");
-        json_int_t epoch = json_integer_value(json_object_get(json_object_get(o, "origin"), "epoch"));
+        json_int_t epoch =
+            json_integer_value(json_object_get(json_object_get(o, "origin"), "epoch"));
         cr_assert(epoch >= 0 && epoch < 2);
         size_t i;
         json_t *v;
@@ -451,8 +452,8 @@ Test(worker_faults, sluice_read_killed_mid_epoch)
         got += seen[i];
     }
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
-    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(sl_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
+    sl_worker_stats(w, &st);
     /* every batch acknowledged exactly once: by the killed reader or the trainer */
     cr_assert_eq(st.server.samples_acked, 2 * rows);
     cr_assert_eq(st.server.batches_acked, 2 * rows / 250);
@@ -460,8 +461,8 @@ Test(worker_faults, sluice_read_killed_mid_epoch)
     cr_assert_gt(st.server.redeliveries, 0, "the killed reader held unacknowledged batches");
     free(printed);
     free(seen);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 static void put_header(uint8_t *h, const char *magic, uint16_t version, uint16_t type,
@@ -482,8 +483,8 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     char table[300], addr[64];
     const uint64_t rows = 20000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 200, 2);
-    sl_dpp_worker_t *w = start(job, 0, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_epochs(table, 200, 2);
+    sl_worker_t *w = start(job, 0, addr, sizeof addr);
     /* a slow trainer runs through the whole time */
     atomic_uint *seen = calloc(2 * rows, sizeof *seen);
     collector_t c = {.addr = addr, .rows = rows, .epochs = 2, .seen = seen, .delay_us = 2000};
@@ -553,13 +554,13 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
 
     pthread_join(th, NULL);
     expect_every_sample_once(&c);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert_eq(st.server.bad_frames, 8);
     cr_assert_geq(st.server.redeliveries, 2);
     /* after the end, a new client gets WELCOME then END */
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
     fd = raw_connect(addr);
     raw_hello(fd);
     sl_rpc_frame_t f = {0};
@@ -573,8 +574,8 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     close(fd);
     free(ids);
     free(seen);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 Test(worker_faults, memory_limit_holds_with_a_slow_client)
@@ -582,17 +583,17 @@ Test(worker_faults, memory_limit_holds_with_a_slow_client)
     char table[300], addr[64];
     const uint64_t rows = 24000;
     gen_criteo(rows, 2048, table, sizeof table);
-    sl_dpp_job_t *job = job_for(table, 256);
+    sl_pipeline_job_t *job = job_for(table, 256);
     const uint64_t limit = 4u << 20;
-    sl_dpp_worker_t *w = start(job, limit, addr, sizeof addr);
+    sl_worker_t *w = start(job, limit, addr, sizeof addr);
     atomic_uint *seen = calloc(rows, sizeof *seen);
     collector_t c = {.addr = addr, .rows = rows, .seen = seen, .delay_us = 3000};
     collect(&c);
     cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
     for (uint64_t i = 0; i < rows; i++)
         cr_assert_eq(seen[i], 1);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     /* the table is ~9 MB decoded: it cannot all be in flight at once */
     cr_assert_gt(st.bytes_encoded, 2 * limit);
     cr_assert_leq(st.memory_peak, limit, "peak %lu > limit %lu", (unsigned long)st.memory_peak,
@@ -601,8 +602,8 @@ Test(worker_faults, memory_limit_holds_with_a_slow_client)
                  (unsigned long)st.memory_peak);
     cr_assert_gt(st.backpressure_ns, 0, "producers waited");
     free(seen);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 /* Read every batch, sleeping delay_us after each (a slow trainer); count
@@ -647,9 +648,9 @@ Test(worker_faults, memory_limit_holds_with_large_stripes_and_a_slow_trainer)
     const uint64_t rows = 4 * 65536;
     const uint64_t limit = 64u << 20;
     gen_criteo(rows, 65536, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 4096, 2);
+    sl_pipeline_job_t *job = job_epochs(table, 4096, 2);
     sl_error_t err = {0};
-    sl_dpp_worker_t *w = start(job, limit, addr, sizeof addr);
+    sl_worker_t *w = start(job, limit, addr, sizeof addr);
     uint8_t *seen = calloc(2 * rows, 1);
     cr_assert_not_null(seen);
     read_slowly(addr, rows, 2000, 16, seen);
@@ -657,9 +658,9 @@ Test(worker_faults, memory_limit_holds_with_large_stripes_and_a_slow_trainer)
         for (uint64_t i = 0; i < rows; i++)
             cr_assert_eq(seen[e * rows + i], 1, "epoch %llu sample %llu seen %u times",
                          (unsigned long long)e, (unsigned long long)i, seen[e * rows + i]);
-    cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     fprintf(stderr, "memory limit %llu, peak accounted %llu (%.1f%%), back-pressure %.2f s\n",
             (unsigned long long)limit, (unsigned long long)st.memory_peak,
             100.0 * (double)st.memory_peak / (double)limit, st.backpressure_ns / 1e9);
@@ -669,8 +670,8 @@ Test(worker_faults, memory_limit_holds_with_large_stripes_and_a_slow_trainer)
                  (unsigned long long)st.memory_peak);
     cr_assert_gt(st.backpressure_ns, 0, "producers waited");
     free(seen);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 /* A limit that cannot hold one stripe fails the worker with a message
@@ -681,35 +682,35 @@ Test(worker_faults, a_memory_limit_too_small_for_a_stripe_fails_loudly)
     const uint64_t rows = 65536;
     const uint64_t limit = 8u << 20; /* a stripe decodes to ~23 MB */
     gen_criteo(rows, 65536, table, sizeof table);
-    sl_dpp_job_t *job = job_for(table, 4096);
+    sl_pipeline_job_t *job = job_for(table, 4096);
     sl_error_t err = {0};
     char addr[64];
-    sl_dpp_worker_t *w = start(job, limit, addr, sizeof addr);
-    sl_err_t rc = sl_dpp_worker_wait(w, (int)(tu_timeout(20) * 1000), &err);
+    sl_worker_t *w = start(job, limit, addr, sizeof addr);
+    sl_err_t rc = sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err);
     /* the worker's memory, not the data: SL_ERR_NOMEM (a split error would go to a master) */
     cr_assert_eq(rc, SL_ERR_NOMEM, "%s: %s", sl_err_str(rc), err.msg);
     cr_assert(strstr(err.msg, "worker: --memory-limit of 8388608 bytes cannot hold ") != NULL &&
                   strstr(err.msg, "stripe 0 decoded") != NULL &&
                   strstr(err.msg, "raise the limit") != NULL,
               "%s", err.msg);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert_leq(st.memory_peak, limit);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 /* ---- the end of a job, repeated ---- */
 
 typedef struct stopper {
-    sl_dpp_worker_t *w;
+    sl_worker_t *w;
     atomic_bool done;
 } stopper_t;
 
 static void *stop_main(void *arg)
 {
     stopper_t *s = arg;
-    sl_dpp_worker_stop(s->w);
+    sl_worker_stop(s->w);
     atomic_store(&s->done, true);
     return NULL;
 }
@@ -743,18 +744,18 @@ Test(worker_faults, end_of_job_handshake_never_hangs)
     const uint64_t rows = 600;
     const uint32_t epochs = 2;
     gen_criteo(rows, 200, table, sizeof table);
-    sl_dpp_job_t *job = job_epochs(table, 100, epochs);
+    sl_pipeline_job_t *job = job_epochs(table, 100, epochs);
     atomic_uint *seen = calloc(epochs * rows, sizeof *seen);
     double t0 = (double)time(NULL), budget = tu_timeout(40);
     int runs = 0;
     for (; runs < 300 && (runs < 50 || (double)time(NULL) - t0 < budget); runs++) {
-        sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
+        sl_worker_opts_t o = sl_worker_opts_default();
         o.threads = 1;
         o.max_credits = 4;
-        sl_dpp_worker_t *w = NULL;
+        sl_worker_t *w = NULL;
         sl_error_t err = {0};
-        cr_assert_eq(sl_dpp_worker_start(job, &o, &w, NULL, &err), SL_OK, "%s", err.msg);
-        snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_dpp_worker_port(w));
+        cr_assert_eq(sl_worker_start(job, &o, &w, NULL, &err), SL_OK, "%s", err.msg);
+        snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
         memset(seen, 0, epochs * rows * sizeof *seen);
         collector_t c = {.addr = addr,
                          .rows = rows,
@@ -763,7 +764,7 @@ Test(worker_faults, end_of_job_handshake_never_hangs)
                          .reconnect_ms = 1000 /* a reconnect would fail, not hang */};
         pthread_t reader;
         pthread_create(&reader, NULL, collect, &c);
-        cr_assert_eq(sl_dpp_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK,
+        cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK,
                      "run %d: %s", runs, err.msg);
         stopper_t s = {.w = w};
         pthread_t stopper;
@@ -779,11 +780,11 @@ Test(worker_faults, end_of_job_handshake_never_hangs)
         for (uint64_t i = 0; i < epochs * rows; i++)
             cr_assert_eq(seen[i], 1, "run %d: epoch %lu sample %lu: %u", runs,
                          (unsigned long)(i / rows), (unsigned long)(i % rows), seen[i]);
-        sl_dpp_worker_destroy(w);
+        sl_worker_destroy(w);
     }
     cr_log_info("%d end-of-job handshakes", runs);
     free(seen);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 /* ---- the trainer port's limits ---- */
@@ -817,10 +818,10 @@ Test(worker_faults, idle_and_flooding_connections_stay_under_the_cap)
     char table[300], addr[64];
     const uint64_t rows = 12000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_for(table, 200);
+    sl_pipeline_job_t *job = job_for(table, 200);
     const uint32_t cap = 8;
-    sl_dpp_worker_opts_t port = {.max_clients = cap};
-    sl_dpp_worker_t *w = start_with(job, 0, &port, addr, sizeof addr);
+    sl_worker_opts_t port = {.max_clients = cap};
+    sl_worker_t *w = start_with(job, 0, &port, addr, sizeof addr);
     usleep(200 * 1000);
     unsigned base = threads_now(), peak = base;
     /* 50 silent sockets that never say HELLO: each makes room by closing
@@ -871,8 +872,8 @@ Test(worker_faults, idle_and_flooding_connections_stay_under_the_cap)
     collect(&c);
     expect_every_sample_once(&c);
     cr_assert_leq(threads_now(), base + 2 * cap + 1);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert_eq(st.server.refused, 92);
     /* the 50 silent ones, then one idle client for the real one */
     cr_assert_eq(st.server.evicted, 51);
@@ -882,17 +883,17 @@ Test(worker_faults, idle_and_flooding_connections_stay_under_the_cap)
     for (int i = 0; i < 50; i++)
         close(silent[i]);
     free(seen);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 Test(worker_faults, idle_clients_are_closed_unless_they_hold_batches)
 {
     char table[300], addr[64];
     gen_criteo(4000, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_for(table, 200);
-    sl_dpp_worker_opts_t port = {.client_conn_idle_ms = 300};
-    sl_dpp_worker_t *w = start_with(job, 0, &port, addr, sizeof addr);
+    sl_pipeline_job_t *job = job_for(table, 200);
+    sl_worker_opts_t port = {.client_conn_idle_ms = 300};
+    sl_worker_t *w = start_with(job, 0, &port, addr, sizeof addr);
     int idle = raw_connect(addr), busy = raw_connect(addr);
     raw_hello(idle);
     raw_hello(busy);
@@ -911,24 +912,24 @@ Test(worker_faults, idle_clients_are_closed_unless_they_hold_batches)
     raw_request(busy, 1);
     raw_batch(busy, ids, &n);
     cr_assert_eq(n, 400);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert_eq(st.server.idle_closed, 1);
     cr_assert_eq(st.server.batches_acked, 1);
     close(idle);
     close(busy);
-    sl_dpp_worker_destroy(w);
-    sl_dpp_job_destroy(job);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
 }
 
 Test(worker_faults, a_trickled_hello_meets_its_deadline)
 {
-    sl_dpp_server_opts_t so = {.listen = "127.0.0.1:0", .hello_timeout_ms = 500};
-    sl_dpp_server_t *s = NULL;
+    sl_worker_server_opts_t so = {.listen = "127.0.0.1:0", .hello_timeout_ms = 500};
+    sl_worker_server_t *s = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_server_start(&so, &s, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_server_start(&so, &s, &err), SL_OK, "%s", err.msg);
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_dpp_server_port(s));
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_server_port(s));
     int fd = raw_connect(addr);
     /* a header byte every 100 ms: every read succeeds, the deadline holds */
     uint64_t t0 = sl_rpc_now_ms();
@@ -939,10 +940,10 @@ Test(worker_faults, a_trickled_hello_meets_its_deadline)
     expect_error(fd, SL_ERR_TIMEOUT, "no hello within 500 ms of connecting");
     cr_assert_lt(sl_rpc_now_ms() - t0, 500 + 1000 * tu_timeout(1));
     close(fd);
-    sl_dpp_server_stats_t st;
-    sl_dpp_server_stats(s, &st);
+    sl_worker_server_stats_t st;
+    sl_worker_server_stats(s, &st);
     cr_assert_eq(st.handshake_timeouts, 1);
-    sl_dpp_server_destroy(s);
+    sl_worker_server_destroy(s);
 }
 
 static char *secret_file(const char *name, const char *text)
@@ -958,20 +959,20 @@ Test(worker_faults, the_trainer_port_takes_only_holders_of_the_secret)
     char table[300], addr[64];
     const uint64_t rows = 6000;
     gen_criteo(rows, 4096, table, sizeof table);
-    sl_dpp_job_t *job = job_for(table, 200);
+    sl_pipeline_job_t *job = job_for(table, 200);
     const char *secret = "the trainer port's secret";
     char *good = secret_file("good", "the trainer port's secret\n");
     char *wrong = secret_file("wrong", "somebody else's cluster secret\n");
     /* an address other than loopback needs the secret */
-    sl_dpp_worker_opts_t o = sl_dpp_worker_opts_default();
+    sl_worker_opts_t o = sl_worker_opts_default();
     o.listen = "0.0.0.0:0";
-    sl_dpp_worker_t *w = NULL;
+    sl_worker_t *w = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_worker_start(job, &o, &w, NULL, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_worker_start(job, &o, &w, NULL, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "worker --listen 0.0.0.0:0: an address other than loopback needs a "
                               "cluster secret"),
               "%s", err.msg);
-    sl_dpp_worker_opts_t port = {.cluster_secret = secret, .listen = "0.0.0.0:0"};
+    sl_worker_opts_t port = {.cluster_secret = secret, .listen = "0.0.0.0:0"};
     w = start_with(job, 0, &port, addr, sizeof addr);
     sl_trainer_opts_t t = sl_trainer_opts_default();
     t.address = addr;
@@ -994,19 +995,19 @@ Test(worker_faults, the_trainer_port_takes_only_holders_of_the_secret)
     collect(&c);
     unsetenv(SL_RPC_SECRET_ENV);
     expect_every_sample_once(&c);
-    sl_dpp_worker_stats_t st;
-    sl_dpp_worker_stats(w, &st);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     cr_assert_eq(st.server.auth_failures, 2);
-    sl_dpp_worker_destroy(w);
+    sl_worker_destroy(w);
     /* a client with the secret meets a worker without one: it notices */
     w = start(job, 0, addr, sizeof addr);
     t.cluster_secret_file = good;
     t.connect_timeout_ms = 300;
     cr_assert_eq(sl_trainer_connect(&t, &tr, &err), SL_ERR_TIMEOUT);
     cr_assert(strstr(err.msg, "it does not use a cluster secret"), "%s", err.msg);
-    sl_dpp_worker_destroy(w);
+    sl_worker_destroy(w);
     free(seen);
     free(good);
     free(wrong);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }

@@ -1,4 +1,4 @@
-/* The admin HTTP endpoint (src/dpp/admin.c) over real sockets: routing,
+/* The admin HTTP endpoint (src/dpp/admin/endpoint.c) over real sockets: routing,
  * path parameters, 404/405, bearer token (401 without, 403 when none is
  * configured), body limit (413), malformed JSON (400 naming where), garbage
  * requests, HEAD, job ids in the path, paths that are not UTF-8, the token
@@ -21,8 +21,8 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 
-#include "dpp/admin.h"
-#include "dpp/prom.h"
+#include "dpp/admin/endpoint.h"
+#include "dpp/admin/prom.h"
 #include "testutil.h"
 
 static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
@@ -60,13 +60,14 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
 {
     (void)ctx;
     (void)req;
-    sl_prom_t p;
-    sl_prom_init(&p);
-    sl_prom_family(&p, "sluice_batches_total", "counter", "Batches sent.");
+    sl_admin_prom_t p;
+    sl_admin_prom_init(&p);
+    sl_admin_prom_family(&p, "sluice_batches_total", "counter", "Batches sent.");
     char lab[128];
-    sl_prom_sample(&p, "sluice_batches_total", sl_prom_label(lab, sizeof lab, "job", "a\"b"), 42);
-    resp->body = sl_prom_finish(&p);
-    resp->content_type = SL_PROM_CONTENT_TYPE;
+    sl_admin_prom_sample(&p, "sluice_batches_total",
+                         sl_admin_prom_label(lab, sizeof lab, "job", "a\"b"), 42);
+    resp->body = sl_admin_prom_finish(&p);
+    resp->content_type = SL_ADMIN_PROM_CONTENT_TYPE;
 }
 
 static const sl_admin_route_t routes[] = {
@@ -522,14 +523,15 @@ Test(admin, tls_with_a_client_that_verifies_the_certificate)
 
 Test(prom, values_and_escaping)
 {
-    sl_prom_t p;
-    sl_prom_init(&p);
+    sl_admin_prom_t p;
+    sl_admin_prom_init(&p);
     char lab[16];
-    sl_prom_sample(&p, "a", NULL, 1.5);
-    sl_prom_sample(&p, "b", sl_prom_label(lab, sizeof lab, "k", "x\ny\\"), -3);
-    sl_prom_sample(&p, "c", NULL, 0.0 / 0.0);
-    sl_prom_sample(&p, "d", sl_prom_label(lab, sizeof lab, "key", "a-very-long-value"), 1);
-    char *t = sl_prom_finish(&p);
+    sl_admin_prom_sample(&p, "a", NULL, 1.5);
+    sl_admin_prom_sample(&p, "b", sl_admin_prom_label(lab, sizeof lab, "k", "x\ny\\"), -3);
+    sl_admin_prom_sample(&p, "c", NULL, 0.0 / 0.0);
+    sl_admin_prom_sample(&p, "d", sl_admin_prom_label(lab, sizeof lab, "key", "a-very-long-value"),
+                         1);
+    char *t = sl_admin_prom_finish(&p);
     cr_assert_not_null(t);
     cr_assert(strstr(t, "a 1.5\n"), "%s", t);
     cr_assert(strstr(t, "b{k=\"x\\ny\\\\\"} -3\n"), "%s", t);

@@ -1,4 +1,4 @@
-/* The batcher (src/dpp/batcher.h): rows of random stripes with random
+/* The batcher (src/dpp/worker/batcher.h): rows of random stripes with random
  * selections come out in batches of exactly batch_size (the last one short,
  * or dropped with drop_last), every selected row once and in order, every
  * value equal to its source row, origins (split, row, sequence) right, the
@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "dpp/batcher.h"
+#include "dpp/worker/batcher.h"
 #include "sluice/wire.h"
 #include "testutil.h"
 
@@ -124,7 +124,7 @@ typedef struct fed {
 } fed_t;
 
 /* Feed `splits` splits of random stripes with random selections. */
-static void feed(sl_dpp_batcher_t *bt, uint64_t *seed, uint32_t splits, uint32_t epoch,
+static void feed(sl_worker_batcher_t *bt, uint64_t *seed, uint32_t splits, uint32_t epoch,
                  bool weighted, int64_t *next_id, fed_t *f)
 {
     for (uint32_t sp = 0; sp < splits; sp++) {
@@ -149,10 +149,10 @@ static void feed(sl_dpp_batcher_t *bt, uint64_t *seed, uint32_t splits, uint32_t
                 f->n++;
                 k++;
             }
-            sl_dpp_rows_origin_t o = {.epoch = epoch, .split_id = sp, .row = row};
+            sl_worker_rows_origin_t o = {.epoch = epoch, .split_id = sp, .row = row};
             sl_error_t err = {0};
-            cr_assert_eq(sl_dpp_batcher_add(bt, s, mode == 0 ? NULL : sel, w, k, &o, &err), SL_OK,
-                         "%s", err.msg);
+            cr_assert_eq(sl_worker_batcher_add(bt, s, mode == 0 ? NULL : sel, w, k, &o, &err),
+                         SL_OK, "%s", err.msg);
             free(sel);
             free(w);
             sl_batch_destroy(s);
@@ -172,17 +172,17 @@ static void run_in_order(bool drop_last, bool weighted)
     sk->weighted = weighted;
     sk->weight_label = true;
     fed_t f = {0, calloc(20000, 8), calloc(20000, 8), calloc(20000, 8)};
-    sl_dpp_batcher_opts_t o = {.batch_size = B,
+    sl_worker_batcher_opts_t o = {.batch_size = B,
                                .drop_last = drop_last,
                                .sample_ids = true,
                                .weight_label = "weight",
                                .job_id = 77};
-    sl_dpp_batcher_t *bt;
+    sl_worker_batcher_t *bt;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
+    cr_assert_eq(sl_worker_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
     int64_t next = 0;
     feed(bt, &seed, 3, 0, weighted, &next, &f);
-    cr_assert_eq(sl_dpp_batcher_end_epoch(bt, &err), SL_OK);
+    cr_assert_eq(sl_worker_batcher_end_epoch(bt, &err), SL_OK);
     uint64_t want_rows = drop_last ? f.n / B * B : f.n;
     cr_assert_eq(sk->rows, want_rows, "B %u: %lu rows out, %lu selected", B,
                  (unsigned long)sk->rows, (unsigned long)f.n);
@@ -201,13 +201,13 @@ static void run_in_order(bool drop_last, bool weighted)
         cr_assert_eq(og->sequence, seq);
         at += sk->sizes[b];
     }
-    sl_dpp_batcher_stats_t st;
-    sl_dpp_batcher_stats(bt, &st);
+    sl_worker_batcher_stats_t st;
+    sl_worker_batcher_stats(bt, &st);
     cr_assert_eq(st.rows_in, f.n);
     cr_assert_eq(st.rows_out, want_rows);
     cr_assert_eq(st.rows_dropped, f.n - want_rows);
     cr_assert_eq(st.batches, sk->batches);
-    sl_dpp_batcher_destroy(bt);
+    sl_worker_batcher_destroy(bt);
     free(f.ids);
     free(f.split);
     free(f.pos);
@@ -230,39 +230,39 @@ Test(batcher, epochs_never_share_a_batch)
     sink_t *sk = calloc(1, sizeof *sk);
     sk->cap = 100;
     sk->order = calloc(sk->cap, sizeof(int64_t));
-    sl_dpp_batcher_opts_t o = {.batch_size = 8, .sample_ids = true};
-    sl_dpp_batcher_t *bt;
+    sl_worker_batcher_opts_t o = {.batch_size = 8, .sample_ids = true};
+    sl_worker_batcher_t *bt;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
+    cr_assert_eq(sl_worker_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
     sl_batch_t *s = sl_batch_new(NULL);
     make_stripe(s, 0, 10, false);
-    sl_dpp_rows_origin_t e0 = {.epoch = 0, .split_id = 0, .row = 0};
-    sl_dpp_rows_origin_t e1 = {.epoch = 1, .split_id = 0, .row = 0};
-    cr_assert_eq(sl_dpp_batcher_add(bt, s, NULL, NULL, 10, &e0, &err), SL_OK);
+    sl_worker_rows_origin_t e0 = {.epoch = 0, .split_id = 0, .row = 0};
+    sl_worker_rows_origin_t e1 = {.epoch = 1, .split_id = 0, .row = 0};
+    cr_assert_eq(sl_worker_batcher_add(bt, s, NULL, NULL, 10, &e0, &err), SL_OK);
     cr_assert_eq(sk->batches, 1);
-    cr_assert_eq(sl_dpp_batcher_add(bt, s, NULL, NULL, 10, &e1, &err), SL_OK);
+    cr_assert_eq(sl_worker_batcher_add(bt, s, NULL, NULL, 10, &e1, &err), SL_OK);
     /* epoch 0's last 2 rows went out alone before epoch 1 began */
     cr_assert_eq(sk->batches, 3);
     cr_assert_eq(sk->sizes[1], 2);
     cr_assert_eq(sk->origins[1].epoch, 0);
     cr_assert_eq(sk->origins[2].epoch, 1);
     cr_assert_eq(sk->origins[2].first_row, 0);
-    cr_assert_eq(sl_dpp_batcher_end_epoch(bt, &err), SL_OK);
+    cr_assert_eq(sl_worker_batcher_end_epoch(bt, &err), SL_OK);
     cr_assert_eq(sk->batches, 4);
     cr_assert_eq(sk->rows, 20);
     /* a stripe of another shape is refused, naming what changed */
     sl_batch_t *other = sl_batch_new(NULL);
     make_stripe(other, 0, 4, false);
     other->dense.cols = 1;
-    cr_assert_eq(sl_dpp_batcher_add(bt, other, NULL, NULL, 4, &e1, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_worker_batcher_add(bt, other, NULL, NULL, 4, &e1, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "shape") != NULL, "%s", err.msg);
     /* selected rows out of order are refused */
     uint32_t bad[] = {3, 1};
-    cr_assert_eq(sl_dpp_batcher_add(bt, s, bad, NULL, 2, &e1, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_worker_batcher_add(bt, s, bad, NULL, 2, &e1, &err), SL_ERR_INVALID);
     sl_batch_destroy(other);
     sl_batch_destroy(s);
-    sl_dpp_batcher_destroy(bt);
-    sl_dpp_batcher_destroy(NULL);
+    sl_worker_batcher_destroy(bt);
+    sl_worker_batcher_destroy(NULL);
     free(sk->order);
     free(sk);
 }
@@ -270,20 +270,20 @@ Test(batcher, epochs_never_share_a_batch)
 static void shuffled_order(uint64_t shuffle_seed, uint32_t window, uint32_t B, uint64_t data_seed,
                            sink_t *sk, fed_t *f)
 {
-    sl_dpp_batcher_opts_t o = {.batch_size = B,
+    sl_worker_batcher_opts_t o = {.batch_size = B,
                                .sample_ids = true,
                                .shuffle_window = window,
                                .seed = shuffle_seed,
                                .weight_label = "weight"};
     sk->weight_label = true;
     sk->weighted = true;
-    sl_dpp_batcher_t *bt;
+    sl_worker_batcher_t *bt;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
+    cr_assert_eq(sl_worker_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
     int64_t next = 0;
     feed(bt, &data_seed, 3, 0, true, &next, f);
-    cr_assert_eq(sl_dpp_batcher_end_epoch(bt, &err), SL_OK);
-    sl_dpp_batcher_destroy(bt);
+    cr_assert_eq(sl_worker_batcher_end_epoch(bt, &err), SL_OK);
+    sl_worker_batcher_destroy(bt);
 }
 
 Test(batcher, shuffle_window_permutes_deterministically)
@@ -347,14 +347,14 @@ static sl_err_t keep(void *ctx, sl_batch_t *b, sl_error_t *err)
 
 Test(batcher, dedup_expands_back_and_expanded_bytes)
 {
-    sl_dpp_batcher_opts_t o = {.batch_size = 64, .sample_ids = true};
-    sl_dpp_batcher_t *bt;
+    sl_worker_batcher_opts_t o = {.batch_size = 64, .sample_ids = true};
+    sl_worker_batcher_t *bt;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_batcher_new(&o, keep, NULL, &bt, &err), SL_OK);
+    cr_assert_eq(sl_worker_batcher_new(&o, keep, NULL, &bt, &err), SL_OK);
     sl_batch_t *s = sl_batch_new(NULL);
     make_stripe(s, 100, 64, false);
-    sl_dpp_rows_origin_t og = {0};
-    cr_assert_eq(sl_dpp_batcher_add(bt, s, NULL, NULL, 64, &og, &err), SL_OK);
+    sl_worker_rows_origin_t og = {0};
+    cr_assert_eq(sl_worker_batcher_add(bt, s, NULL, NULL, 64, &og, &err), SL_OK);
     cr_assert_not_null(kept);
     sl_kjt_t orig = kept->sparse;
     size_t plain_size = sl_wire_encoded_size(kept);
@@ -362,7 +362,7 @@ Test(batcher, dedup_expands_back_and_expanded_bytes)
     const char *gf[] = {"u"};
     sl_dedup_group_spec_t g = {.name = "user", .num_features = 1, .features = gf};
     sl_dedup_stats_t ds;
-    cr_assert_eq(sl_dpp_batch_dedup(d, kept, &g, 1, &ds, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_batcher_dedup(d, kept, &g, 1, &ds, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(kept->num_groups, 1);
     cr_assert_eq(ds.batch_size, 64);
     cr_assert_eq(ds.unique_rows, 16, "runs of 4 rows share u");
@@ -371,14 +371,14 @@ Test(batcher, dedup_expands_back_and_expanded_bytes)
     cr_assert(sl_kjt_equal(&ex, &orig));
     size_t dedup_size = sl_wire_encoded_size(kept);
     cr_assert_lt(dedup_size, plain_size);
-    uint64_t est = sl_dpp_batch_expanded_bytes(kept, dedup_size);
+    uint64_t est = sl_worker_batcher_expanded_bytes(kept, dedup_size);
     /* the estimate leaves out alignment padding and header bytes only */
     cr_assert(est + 1024 >= plain_size && est <= plain_size + 1024, "est %lu plain %zu",
               (unsigned long)est, plain_size);
     sl_dedup_destroy(d);
     sl_batch_destroy(kept);
     sl_batch_destroy(s);
-    sl_dpp_batcher_destroy(bt);
+    sl_worker_batcher_destroy(bt);
 }
 
 /* Key offsets handed in by the source (the reader sums them while decoding)
@@ -386,7 +386,7 @@ Test(batcher, dedup_expands_back_and_expanded_bytes)
  * the rows' values are refused. */
 Test(batcher, key_offsets_from_the_source)
 {
-    sl_dpp_batcher_opts_t o = {.batch_size = 48, .sample_ids = true};
+    sl_worker_batcher_opts_t o = {.batch_size = 48, .sample_ids = true};
     sl_error_t err = {0};
     sl_batch_t *s = sl_batch_new(NULL);
     make_stripe(s, 7, 48, false);
@@ -395,33 +395,33 @@ Test(batcher, key_offsets_from_the_source)
     sl_kjt_key_offsets(&s->sparse, koff);
     sl_batch_t *got[2];
     for (int with = 0; with < 2; with++) {
-        sl_dpp_batcher_t *bt;
-        cr_assert_eq(sl_dpp_batcher_new(&o, keep, NULL, &bt, &err), SL_OK);
-        sl_dpp_rows_origin_t og = {.key_offsets = with ? koff : NULL};
+        sl_worker_batcher_t *bt;
+        cr_assert_eq(sl_worker_batcher_new(&o, keep, NULL, &bt, &err), SL_OK);
+        sl_worker_rows_origin_t og = {.key_offsets = with ? koff : NULL};
         kept = NULL;
-        cr_assert_eq(sl_dpp_batcher_add(bt, s, NULL, NULL, 48, &og, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_worker_batcher_add(bt, s, NULL, NULL, 48, &og, &err), SL_OK, "%s", err.msg);
         cr_assert_not_null(kept);
         got[with] = kept;
-        sl_dpp_batcher_destroy(bt);
+        sl_worker_batcher_destroy(bt);
     }
     cr_assert(sl_kjt_equal(&got[0]->sparse, &got[1]->sparse));
     sl_batch_destroy(got[0]);
     sl_batch_destroy(got[1]);
 
-    sl_dpp_batcher_t *bt;
-    cr_assert_eq(sl_dpp_batcher_new(&o, keep, NULL, &bt, &err), SL_OK);
+    sl_worker_batcher_t *bt;
+    cr_assert_eq(sl_worker_batcher_new(&o, keep, NULL, &bt, &err), SL_OK);
     koff[s->sparse.num_keys] += 1;
-    sl_dpp_rows_origin_t bad = {.key_offsets = koff};
-    cr_assert_eq(sl_dpp_batcher_add(bt, s, NULL, NULL, 48, &bad, &err), SL_ERR_INVALID);
+    sl_worker_rows_origin_t bad = {.key_offsets = koff};
+    cr_assert_eq(sl_worker_batcher_add(bt, s, NULL, NULL, 48, &bad, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "key offsets") != NULL, "%s", err.msg);
-    sl_dpp_batcher_destroy(bt);
+    sl_worker_batcher_destroy(bt);
     sl_batch_destroy(s);
 }
 
 /* Rows in dedup form (storage dedup read as IKJTs): the batcher keeps each
  * stripe's unique rows once per batch and remaps the inverse indices;
  * expanding a batch gives exactly the rows of the formula, and
- * sl_dpp_batch_dedup keeps the stored group (renamed for the job). */
+ * sl_worker_batcher_dedup keeps the stored group (renamed for the job). */
 static sl_err_t collect_grouped(void *ctx, sl_batch_t *b, sl_error_t *err)
 {
     sink_t *s = ctx;
@@ -449,10 +449,10 @@ Test(batcher, rows_in_dedup_form_keep_their_unique_rows)
     sink_t *sk = calloc(1, sizeof *sk);
     sk->cap = 20000;
     sk->order = calloc(sk->cap, sizeof(int64_t));
-    sl_dpp_batcher_opts_t o = {.batch_size = B, .sample_ids = true};
-    sl_dpp_batcher_t *bt;
+    sl_worker_batcher_opts_t o = {.batch_size = B, .sample_ids = true};
+    sl_worker_batcher_t *bt;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_batcher_new(&o, collect_grouped, sk, &bt, &err), SL_OK);
+    cr_assert_eq(sl_worker_batcher_new(&o, collect_grouped, sk, &bt, &err), SL_OK);
     sl_dedup_t *d = sl_dedup_new(NULL, NULL);
     const char *gf[] = {"u"};
     sl_dedup_group_spec_t g = {.name = "stored", .num_features = 1, .features = gf};
@@ -463,7 +463,7 @@ Test(batcher, rows_in_dedup_form_keep_their_unique_rows)
         uint32_t n = 1 + (uint32_t)tu_below(&seed, 700);
         sl_batch_t *s = sl_batch_new(NULL);
         make_stripe(s, next, n, false);
-        cr_assert_eq(sl_dpp_batch_dedup(d, s, &g, 1, NULL, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_worker_batcher_dedup(d, s, &g, 1, NULL, &err), SL_OK, "%s", err.msg);
         cr_assert_eq(s->num_groups, 1);
         uint32_t *sel = malloc(n * sizeof *sel), k = 0;
         for (uint32_t r = 0; r < n; r++)
@@ -471,13 +471,13 @@ Test(batcher, rows_in_dedup_form_keep_their_unique_rows)
                 sel[k++] = r;
                 expect[want++] = next + r;
             }
-        sl_dpp_rows_origin_t og = {.epoch = 0, .split_id = st, .row = 0};
-        cr_assert_eq(sl_dpp_batcher_add(bt, s, sel, NULL, k, &og, &err), SL_OK, "%s", err.msg);
+        sl_worker_rows_origin_t og = {.epoch = 0, .split_id = st, .row = 0};
+        cr_assert_eq(sl_worker_batcher_add(bt, s, sel, NULL, k, &og, &err), SL_OK, "%s", err.msg);
         free(sel);
         sl_batch_destroy(s);
         next += n;
     }
-    cr_assert_eq(sl_dpp_batcher_end_epoch(bt, &err), SL_OK);
+    cr_assert_eq(sl_worker_batcher_end_epoch(bt, &err), SL_OK);
     cr_assert_eq(sk->rows, want);
     for (uint64_t i = 0; i < want; i++)
         cr_assert_eq(sk->order[i], expect[i]);
@@ -489,27 +489,27 @@ Test(batcher, rows_in_dedup_form_keep_their_unique_rows)
     cr_assert_lt(unique, want, "dedup form kept duplicates apart: %lu unique of %lu",
                  (unsigned long)unique, (unsigned long)want);
 
-    /* sl_dpp_batch_dedup keeps a matching stored group, under the job's name */
+    /* sl_worker_batcher_dedup keeps a matching stored group, under the job's name */
     sl_batch_t *s = sl_batch_new(NULL);
     make_stripe(s, 0, 32, false);
-    cr_assert_eq(sl_dpp_batch_dedup(d, s, &g, 1, NULL, &err), SL_OK);
+    cr_assert_eq(sl_worker_batcher_dedup(d, s, &g, 1, NULL, &err), SL_OK);
     int32_t *inv_before = s->groups[0].inverse;
     sl_dedup_group_spec_t job_g = {.name = "user", .num_features = 1, .features = gf};
     sl_dedup_stats_t ds;
-    cr_assert_eq(sl_dpp_batch_dedup(d, s, &job_g, 1, &ds, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_batcher_dedup(d, s, &job_g, 1, &ds, &err), SL_OK, "%s", err.msg);
     cr_assert_str_eq(s->groups[0].name, "user");
     cr_assert_eq(s->groups[0].inverse, inv_before, "kept, not recomputed");
     cr_assert_eq(ds.unique_rows, 8);
     cr_assert_eq(ds.batch_size, 32);
     /* ... and a job without that group gets the rows expanded */
-    cr_assert_eq(sl_dpp_batch_dedup(d, s, NULL, 0, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_batcher_dedup(d, s, NULL, 0, NULL, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(s->num_groups, 0);
     cr_assert_eq(s->sparse.num_keys, 3);
     cr_assert_str_eq(s->sparse.keys[2], "u");
     sl_batch_destroy(s);
     free(expect);
     sl_dedup_destroy(d);
-    sl_dpp_batcher_destroy(bt);
+    sl_worker_batcher_destroy(bt);
     free(sk->order);
     free(sk);
 }

@@ -1,4 +1,4 @@
-/* A fake DPP master and a fake trainer client for master_source_test.c:
+/* A fake DPP master and a fake trainer client for lease_client_test.c:
  * the master hands out a queue of leases (LEASE, NO_WORK, "finished"),
  * answers heartbeats (with a revocation when asked) and records the
  * SPLIT_READs, checking that every batch of the lease had been
@@ -19,7 +19,7 @@
 
 #include <criterion/criterion.h>
 
-#include "dpp/worker.h"
+#include "dpp/worker/worker.h"
 #include "rpc/frame.h"
 #include "sluice/wire.h"
 

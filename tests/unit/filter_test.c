@@ -10,7 +10,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "dpp/job.h"
+#include "dpp/pipeline/plan.h"
 #include "testutil.h"
 
 #define N 20000
@@ -26,17 +26,17 @@ static sl_wh_schema_t *make_schema(void)
     return s;
 }
 
-static sl_dpp_plan_t *plan_for(const char *filters)
+static sl_pipeline_plan_t *plan_for(const char *filters)
 {
     char spec[2048];
     snprintf(spec, sizeof spec, "{\"source\": {\"table\": \"t\"}, \"filters\": [%s]}", filters);
-    sl_dpp_job_t *job = NULL;
+    sl_pipeline_job_t *job = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
     sl_wh_schema_t *s = make_schema();
-    sl_dpp_plan_t *plan = NULL;
-    cr_assert_eq(sl_dpp_plan_new(job, s, &plan, NULL, &err), SL_OK, "%s", err.msg);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_plan_t *plan = NULL;
+    cr_assert_eq(sl_pipeline_plan_new(job, s, &plan, NULL, &err), SL_OK, "%s", err.msg);
+    sl_pipeline_job_destroy(job);
     sl_wh_schema_destroy(s);
     return plan;
 }
@@ -75,11 +75,12 @@ static void make_rows(rows_fixture_t *fx, uint32_t n, uint32_t first)
     }
 }
 
-static uint32_t run(const sl_dpp_plan_t *plan, const sl_wh_rows_t *rows, uint32_t *sel, float *w)
+static uint32_t run(const sl_pipeline_plan_t *plan, const sl_wh_rows_t *rows, uint32_t *sel,
+                    float *w)
 {
     uint32_t count = 0;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_plan_filter(plan, rows, sel, w, &count, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_plan_filter(plan, rows, sel, w, &count, &err), SL_OK, "%s", err.msg);
     for (uint32_t i = 1; i < count; i++) cr_assert_lt(sel[i - 1], sel[i]);
     return count;
 }
@@ -101,12 +102,13 @@ Test(filter, equality_range_presence_timestamp)
         {"{\"op\": \"has_feature\", \"feature\": \"s0\"}", NULL},
         {"{\"op\": \"timestamp_range\", \"min\": 1100, \"max\": 1199}", NULL},
         {"{\"op\": \"label_equals\", \"label\": \"click\", \"value\": 1},"
-         "{\"op\": \"has_feature\", \"feature\": \"d0\"}, {\"op\": \"timestamp_range\", \"max\": 1500}",
+         "{\"op\": \"has_feature\", \"feature\": \"d0\"}, {\"op\": \"timestamp_range\", \"max\": "
+         "1500}",
          NULL},
     };
     for (int c = 0; c < 6; c++) {
-        sl_dpp_plan_t *plan = plan_for(cases[c].filters);
-        cr_assert_null(sl_dpp_plan_weight_label(plan));
+        sl_pipeline_plan_t *plan = plan_for(cases[c].filters);
+        cr_assert_null(sl_pipeline_plan_weight_label(plan));
         uint32_t count = run(plan, &fx.rows, sel, NULL);
         uint32_t k = 0;
         for (uint32_t r = 0; r < 1000; r++) {
@@ -122,7 +124,7 @@ Test(filter, equality_range_presence_timestamp)
             }
         }
         cr_assert_eq(k, count, "case %d", c);
-        sl_dpp_plan_destroy(plan);
+        sl_pipeline_plan_destroy(plan);
     }
     sl_arena_destroy(fx.arena);
 }
@@ -131,7 +133,7 @@ Test(filter, sample_rate_and_determinism)
 {
     rows_fixture_t fx;
     make_rows(&fx, N, 0);
-    sl_dpp_plan_t *plan = plan_for("{\"op\": \"sample\", \"rate\": 0.3, \"seed\": 11}");
+    sl_pipeline_plan_t *plan = plan_for("{\"op\": \"sample\", \"rate\": 0.3, \"seed\": 11}");
     uint32_t count = run(plan, &fx.rows, sel, NULL);
     /* Binomial(20000, 0.3): sd ~65; 6 sd bound. */
     cr_assert(fabs((double)count - 0.3 * N) < 400, "kept %u of %u", count, N);
@@ -148,10 +150,10 @@ Test(filter, sample_rate_and_determinism)
     while (k < count && sel[k] < N / 2) k++;
     cr_assert_eq(count - k, count2);
     for (uint32_t i = 0; i < count2; i++) cr_assert_eq(sel2[i] + N / 2, sel[k + i]);
-    sl_dpp_plan_destroy(plan);
+    sl_pipeline_plan_destroy(plan);
     plan = plan_for("{\"op\": \"sample\", \"rate\": 1}");
     cr_assert_eq(run(plan, &fx.rows, sel, NULL), N);
-    sl_dpp_plan_destroy(plan);
+    sl_pipeline_plan_destroy(plan);
     sl_arena_destroy(part.arena);
     sl_arena_destroy(fx.arena);
 }
@@ -160,9 +162,9 @@ Test(filter, negative_downsample_weights)
 {
     rows_fixture_t fx;
     make_rows(&fx, N, 0);
-    sl_dpp_plan_t *plan = plan_for("{\"op\": \"negative_downsample\", \"label\": \"click\", "
-                                   "\"rate\": 0.25, \"seed\": 3, \"weight_label\": \"w\"}");
-    cr_assert_str_eq(sl_dpp_plan_weight_label(plan), "w");
+    sl_pipeline_plan_t *plan = plan_for("{\"op\": \"negative_downsample\", \"label\": \"click\", "
+                                        "\"rate\": 0.25, \"seed\": 3, \"weight_label\": \"w\"}");
+    cr_assert_str_eq(sl_pipeline_plan_weight_label(plan), "w");
     uint32_t count = run(plan, &fx.rows, sel, wts);
     uint32_t pos = 0, neg = 0;
     for (uint32_t i = 0; i < count; i++) {
@@ -179,7 +181,7 @@ Test(filter, negative_downsample_weights)
     /* Binomial(13333, 0.25): sd ~50. */
     cr_assert(fabs((double)neg - 0.25 * negatives) < 300, "kept %u of %u negatives", neg,
               negatives);
-    sl_dpp_plan_destroy(plan);
+    sl_pipeline_plan_destroy(plan);
     sl_arena_destroy(fx.arena);
 }
 
@@ -190,12 +192,12 @@ Test(filter, missing_columns_are_errors)
     fx.rows.timestamps = NULL;
     fx.rows.file = "part-0.slc";
     fx.rows.stripe = 3;
-    sl_dpp_plan_t *plan = plan_for("{\"op\": \"timestamp_range\", \"min\": 0}");
+    sl_pipeline_plan_t *plan = plan_for("{\"op\": \"timestamp_range\", \"min\": 0}");
     uint32_t count;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_plan_filter(plan, &fx.rows, sel, NULL, &count, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_pipeline_plan_filter(plan, &fx.rows, sel, NULL, &count, &err), SL_ERR_INVALID);
     cr_assert_str_eq(err.msg,
                      "part-0.slc stripe 3: filter 0: timestamp_range needs the timestamps");
-    sl_dpp_plan_destroy(plan);
+    sl_pipeline_plan_destroy(plan);
     sl_arena_destroy(fx.arena);
 }

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dpp/job.h"
+#include "dpp/pipeline/plan.h"
 
 static const char *full_spec =
     "{\"id\": \"criteo-train\","
@@ -26,15 +26,18 @@ static const char *full_spec =
     "  {\"op\": \"modulo\", \"feature\": \"C2\", \"divisor\": 1000},"
     "  {\"op\": \"first_x\", \"feature\": \"hist\", \"x\": 20},"
     "  {\"op\": \"dedup_ids\", \"feature\": \"hist\"},"
-    "  {\"op\": \"cross\", \"features\": [\"C1\",\"C2\"], \"output\": \"C1xC2\", \"table_size\": 1000000},"
-    "  {\"op\": \"ngram\", \"feature\": \"hist\", \"n\": 2, \"output\": \"hist_bigrams\", \"table_size\": 1000000},"
+    "  {\"op\": \"cross\", \"features\": [\"C1\",\"C2\"], \"output\": \"C1xC2\", \"table_size\": "
+    "1000000},"
+    "  {\"op\": \"ngram\", \"feature\": \"hist\", \"n\": 2, \"output\": \"hist_bigrams\", "
+    "\"table_size\": 1000000},"
     "  {\"op\": \"map_vocab\", \"feature\": \"C3\", \"file\": \"vocab.txt\", \"default\": 0},"
     "  {\"op\": \"fill_missing\", \"feature\": \"I1\", \"value\": 0},"
     "  {\"op\": \"clamp\", \"feature\": \"I1\", \"min\": 0, \"max\": 1e6},"
     "  {\"op\": \"log1p\", \"feature\": \"I1\"},"
     "  {\"op\": \"normalize\", \"feature\": \"I2\", \"mean\": 3.1, \"std\": 1.7},"
     "  {\"op\": \"boxcox\", \"feature\": \"I3\", \"lambda\": 0.5},"
-    "  {\"op\": \"bucketize\", \"feature\": \"I4\", \"borders\": [0, 1, 10, 100], \"output\": \"I4_bucket\"},"
+    "  {\"op\": \"bucketize\", \"feature\": \"I4\", \"borders\": [0, 1, 10, 100], \"output\": "
+    "\"I4_bucket\"},"
     "  {\"op\": \"clamp_weights\", \"feature\": \"wfeat\", \"min\": 0, \"max\": 5}],"
     " \"batch\": {\"size\": 4096, \"drop_last\": false, \"epochs\": 3,"
     "           \"dedup_groups\": {\"user\": [\"user_id\", \"user_hist\"]},"
@@ -53,17 +56,17 @@ static const char *dq(const char *text)
     return buf;
 }
 
-static sl_dpp_job_t *parse_ok(const char *text)
+static sl_pipeline_job_t *parse_ok(const char *text)
 {
     text = dq(text);
-    sl_dpp_job_t *job = NULL;
-    sl_dpp_problems_t pr = {0};
+    sl_pipeline_job_t *job = NULL;
+    sl_pipeline_problems_t pr = {0};
     sl_error_t err = {0};
-    sl_err_t rc = sl_dpp_job_parse(text, strlen(text), &job, &pr, &err);
+    sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err);
     for (uint32_t i = 0; i < pr.count; i++) fprintf(stderr, "problem: %s\n", pr.items[i]);
     cr_assert_eq(rc, SL_OK, "%s", err.msg);
     cr_assert_eq(pr.count, 0);
-    sl_dpp_problems_free(&pr);
+    sl_pipeline_problems_free(&pr);
     return job;
 }
 
@@ -72,10 +75,10 @@ static sl_dpp_job_t *parse_ok(const char *text)
 static void parse_bad(const char *text, uint32_t n, const char *const *expected)
 {
     text = dq(text);
-    sl_dpp_job_t *job = (sl_dpp_job_t *)1;
-    sl_dpp_problems_t pr = {0};
+    sl_pipeline_job_t *job = (sl_pipeline_job_t *)1;
+    sl_pipeline_problems_t pr = {0};
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_job_parse(text, strlen(text), &job, &pr, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err), SL_ERR_INVALID);
     cr_assert_null(job);
     for (uint32_t i = 0; i < pr.count; i++) fprintf(stderr, "  %s\n", pr.items[i]);
     cr_assert_eq(pr.count, n, "expected %u problems, got %u", n, pr.count);
@@ -90,12 +93,12 @@ static void parse_bad(const char *text, uint32_t n, const char *const *expected)
         cr_assert(found, "missing problem: %s", expected[i]);
     }
     cr_assert(strstr(err.msg, pr.items[0]) != NULL, "err.msg %s", err.msg);
-    sl_dpp_problems_free(&pr);
+    sl_pipeline_problems_free(&pr);
 }
 
 Test(job_spec, full_spec)
 {
-    sl_dpp_job_t *job = parse_ok(full_spec);
+    sl_pipeline_job_t *job = parse_ok(full_spec);
     cr_assert_str_eq(job->id, "criteo-train");
     cr_assert_str_eq(job->table, "/data/criteo");
     cr_assert_str_eq(job->partitions, "ds>=2026-01-01");
@@ -115,13 +118,13 @@ Test(job_spec, full_spec)
     cr_assert_eq(job->shuffle_window, 100);
     cr_assert_eq(job->seed, 9);
     cr_assert_not(job->sample_ids);
-    sl_dpp_job_destroy(job);
-    sl_dpp_job_destroy(NULL);
+    sl_pipeline_job_destroy(job);
+    sl_pipeline_job_destroy(NULL);
 }
 
 Test(job_spec, defaults)
 {
-    sl_dpp_job_t *job = parse_ok("{\"source\": {\"table\": \"t\"}}");
+    sl_pipeline_job_t *job = parse_ok("{\"source\": {\"table\": \"t\"}}");
     cr_assert_str_eq(job->id, "job");
     cr_assert_null(job->partitions);
     cr_assert_null(job->features);
@@ -136,13 +139,14 @@ Test(job_spec, defaults)
     cr_assert_eq(job->seed, 0);
     cr_assert(job->sample_ids);
     cr_assert_null(job->base_dir);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
 }
 
 Test(job_spec, syntax_errors)
 {
-    parse_bad("{\"source\": {\"table\": \"t\"", 1,
-              (const char *[]){"$: not valid JSON: '}' expected near end of file (line 1, column 24)"});
+    parse_bad(
+        "{\"source\": {\"table\": \"t\"", 1,
+        (const char *[]){"$: not valid JSON: '}' expected near end of file (line 1, column 24)"});
     parse_bad("[1]", 1, (const char *[]){"$: a job spec must be a JSON object"});
     parse_bad("{}", 1, (const char *[]){"$.source: missing (required)"});
     parse_bad("{\"source\": {}}", 1, (const char *[]){"$.source.table: missing (required)"});
@@ -257,26 +261,26 @@ Test(job_spec, job_ids)
 {
     const char *good[] = {"criteo-train", "a", "v1.2_rc-3", "A.b"};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
-        cr_assert(sl_dpp_job_id_ok(good[i], strlen(good[i]), NULL, 0), "%s", good[i]);
+        cr_assert(sl_pipeline_job_id_ok(good[i], strlen(good[i]), NULL, 0), "%s", good[i]);
     char why[160];
     const char *bad[] = {"", "../x", "a/b", "..", "a..b", "x y", "é", "a%00b"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-        cr_assert(!sl_dpp_job_id_ok(bad[i], strlen(bad[i]), why, sizeof why), "%s", bad[i]);
-    cr_assert(!sl_dpp_job_id_ok("ab\0c", 4, why, sizeof why));
+        cr_assert(!sl_pipeline_job_id_ok(bad[i], strlen(bad[i]), why, sizeof why), "%s", bad[i]);
+    cr_assert(!sl_pipeline_job_id_ok("ab\0c", 4, why, sizeof why));
     cr_assert_str_eq(why, "a job id is 1 to 255 letters, digits, '.', '_' or '-' without \"..\" "
                           "(this one has a NUL byte)");
     char longid[257];
     memset(longid, 'a', 256);
     longid[256] = '\0';
-    cr_assert(!sl_dpp_job_id_ok(longid, 256, NULL, 0));
-    cr_assert(sl_dpp_job_id_ok(longid, 255, NULL, 0));
+    cr_assert(!sl_pipeline_job_id_ok(longid, 256, NULL, 0));
+    cr_assert(sl_pipeline_job_id_ok(longid, 255, NULL, 0));
     parse_bad("{'id': '../../etc', 'source': {'table': 't'}}", 1,
               (const char *[]){"$.id: a job id is 1 to 255 letters, digits, '.', '_' or '-' "
                                "without \"..\" (this one has \"..\")"});
     parse_bad("{'id': 'logs/x', 'source': {'table': 't'}}", 1,
               (const char *[]){"$.id: a job id is 1 to 255 letters, digits, '.', '_' or '-' "
                                "without \"..\" (this one has '/')"});
-    sl_dpp_job_destroy(parse_ok("{'id': 'ok.job_1-a', 'source': {'table': 't'}}"));
+    sl_pipeline_job_destroy(parse_ok("{'id': 'ok.job_1-a', 'source': {'table': 't'}}"));
 }
 
 Test(job_spec, load_sets_base_dir)
@@ -288,24 +292,24 @@ Test(job_spec, load_sets_base_dir)
     FILE *f = fopen(path, "w");
     fputs(dq("{'source': {'table': 't'}}"), f);
     fclose(f);
-    sl_dpp_job_t *job = NULL;
+    sl_pipeline_job_t *job = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_job_load(path, &job, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_job_load(path, &job, NULL, &err), SL_OK, "%s", err.msg);
     char want[256];
     snprintf(want, sizeof want, "%s/", dir);
     cr_assert_str_eq(job->base_dir, want);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_job_destroy(job);
     f = fopen(path, "w");
     fputs(dq("{'source': {'table': 1}, 'x': 2}"), f);
     fclose(f);
-    cr_assert_eq(sl_dpp_job_load(path, &job, NULL, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_pipeline_job_load(path, &job, NULL, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "job.json: job spec: $.x: unknown key "
                               "(and 1 more problem)") != NULL,
               "%s", err.msg);
     unlink(path);
     rmdir(dir);
     snprintf(path, sizeof path, "%s/missing.json", dir);
-    cr_assert_eq(sl_dpp_job_load(path, &job, NULL, &err), SL_ERR_NOT_FOUND);
+    cr_assert_eq(sl_pipeline_job_load(path, &job, NULL, &err), SL_ERR_NOT_FOUND);
 }
 
 /* ---- binding ---- */
@@ -327,12 +331,12 @@ static sl_wh_schema_t *schema(void)
 
 static void bind_bad(const char *text, uint32_t n, const char *const *expected)
 {
-    sl_dpp_job_t *job = parse_ok(text);
+    sl_pipeline_job_t *job = parse_ok(text);
     sl_wh_schema_t *s = schema();
-    sl_dpp_plan_t *plan = (sl_dpp_plan_t *)1;
-    sl_dpp_problems_t pr = {0};
+    sl_pipeline_plan_t *plan = (sl_pipeline_plan_t *)1;
+    sl_pipeline_problems_t pr = {0};
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_plan_new(job, s, &plan, &pr, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_pipeline_plan_new(job, s, &plan, &pr, &err), SL_ERR_INVALID);
     cr_assert_null(plan);
     for (uint32_t i = 0; i < pr.count; i++) fprintf(stderr, "  %s\n", pr.items[i]);
     cr_assert_eq(pr.count, n, "expected %u problems, got %u", n, pr.count);
@@ -341,61 +345,62 @@ static void bind_bad(const char *text, uint32_t n, const char *const *expected)
         for (uint32_t j = 0; j < pr.count; j++) found |= strcmp(pr.items[j], expected[i]) == 0;
         cr_assert(found, "missing problem: %s", expected[i]);
     }
-    sl_dpp_problems_free(&pr);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_problems_free(&pr);
+    sl_pipeline_job_destroy(job);
     sl_wh_schema_destroy(s);
 }
 
 Test(job_plan, bind_problems)
 {
-    bind_bad("{'source': {'table': 't', 'features': ['I1', 'C99']},"
-             " 'filters': [{'op': 'label_equals', 'label': 'like', 'value': 1},"
-             "  {'op': 'has_feature', 'feature': 'nope'},"
-             "  {'op': 'negative_downsample', 'label': 'click', 'rate': 0.5,"
-             "   'weight_label': 'click'}],"
-             " 'transforms': ["
-             "  {'op': 'sigrid_hash', 'feature': 'C99', 'table_size': 10},"
-             "  {'op': 'sigrid_hash', 'feature': 'I1', 'table_size': 10},"
-             "  {'op': 'log1p', 'feature': 'C1'},"
-             "  {'op': 'clamp_weights', 'feature': 'C1', 'max': 1},"
-             "  {'op': 'cross', 'features': ['C1', 'wfeat'], 'table_size': 10},"
-             "  {'op': 'cross', 'features': ['C1', 'I2'], 'table_size': 10},"
-             "  {'op': 'sigrid_hash', 'feature': 'later', 'table_size': 10},"
-             "  {'op': 'ngram', 'feature': 'hist', 'n': 2, 'table_size': 10,"
-             "   'output': 'later'},"
-             "  {'op': 'bucketize', 'feature': 'I4', 'borders': [1], 'output': 'C2'},"
-             "  {'op': 'bucketize', 'feature': 'I4', 'borders': [1], 'output': 'later'},"
-             "  {'op': 'log1p', 'feature': 'later'},"
-             "  {'op': 'map_vocab', 'feature': 'C3', 'file': '/nonexistent/v.txt'}],"
-             " 'batch': {'dedup_groups': {'user': ['user_id', 'I3', 'zz']}}}",
-             17,
-             (const char *[]){
-                 "$.batch.dedup_groups.user[1]: 'I3' is a dense feature; dedup groups hold "
-                 "sparse or weighted features",
-                 "$.batch.dedup_groups.user[2]: unknown feature 'zz'",
-                 "$.source.features[1]: unknown feature 'C99'",
-                 "$.filters[0].label: unknown label 'like'",
-                 "$.filters[1].feature: unknown feature 'nope'",
-                 "$.filters[2].weight_label: 'click' is already a column of the table",
-                 "$.transforms[0].feature: unknown feature 'C99'",
-                 "$.transforms[1].feature: 'I1' is a dense feature; sigrid_hash needs a sparse or "
-                 "weighted feature",
-                 "$.transforms[2].feature: 'C1' is a sparse feature; log1p needs a dense feature",
-                 "$.transforms[3].feature: 'C1' is a sparse feature; clamp_weights needs a weighted "
-                 "feature",
-                 "$.transforms[4].features: cannot cross 'C1' (sparse) with 'wfeat' (weighted): "
-                 "kinds differ",
-                 "$.transforms[5].features[1]: 'I2' is a dense feature; cross needs a sparse or "
-                 "weighted feature",
-                 "$.transforms[6].feature: feature 'later' is created by a later transform "
-                 "($.transforms[7])",
-                 "$.transforms[8].output: 'C2' is already a feature of the table",
-                 "$.transforms[9].output: 'later' is already created by an earlier transform",
-                 "$.transforms[10].feature: 'later' is a sparse feature; log1p needs a dense "
-                 "feature",
-                 "$.transforms[11].file: cannot open vocabulary '/nonexistent/v.txt': No such "
-                 "file or directory",
-             });
+    bind_bad(
+        "{'source': {'table': 't', 'features': ['I1', 'C99']},"
+        " 'filters': [{'op': 'label_equals', 'label': 'like', 'value': 1},"
+        "  {'op': 'has_feature', 'feature': 'nope'},"
+        "  {'op': 'negative_downsample', 'label': 'click', 'rate': 0.5,"
+        "   'weight_label': 'click'}],"
+        " 'transforms': ["
+        "  {'op': 'sigrid_hash', 'feature': 'C99', 'table_size': 10},"
+        "  {'op': 'sigrid_hash', 'feature': 'I1', 'table_size': 10},"
+        "  {'op': 'log1p', 'feature': 'C1'},"
+        "  {'op': 'clamp_weights', 'feature': 'C1', 'max': 1},"
+        "  {'op': 'cross', 'features': ['C1', 'wfeat'], 'table_size': 10},"
+        "  {'op': 'cross', 'features': ['C1', 'I2'], 'table_size': 10},"
+        "  {'op': 'sigrid_hash', 'feature': 'later', 'table_size': 10},"
+        "  {'op': 'ngram', 'feature': 'hist', 'n': 2, 'table_size': 10,"
+        "   'output': 'later'},"
+        "  {'op': 'bucketize', 'feature': 'I4', 'borders': [1], 'output': 'C2'},"
+        "  {'op': 'bucketize', 'feature': 'I4', 'borders': [1], 'output': 'later'},"
+        "  {'op': 'log1p', 'feature': 'later'},"
+        "  {'op': 'map_vocab', 'feature': 'C3', 'file': '/nonexistent/v.txt'}],"
+        " 'batch': {'dedup_groups': {'user': ['user_id', 'I3', 'zz']}}}",
+        17,
+        (const char *[]){
+            "$.batch.dedup_groups.user[1]: 'I3' is a dense feature; dedup groups hold "
+            "sparse or weighted features",
+            "$.batch.dedup_groups.user[2]: unknown feature 'zz'",
+            "$.source.features[1]: unknown feature 'C99'",
+            "$.filters[0].label: unknown label 'like'",
+            "$.filters[1].feature: unknown feature 'nope'",
+            "$.filters[2].weight_label: 'click' is already a column of the table",
+            "$.transforms[0].feature: unknown feature 'C99'",
+            "$.transforms[1].feature: 'I1' is a dense feature; sigrid_hash needs a sparse or "
+            "weighted feature",
+            "$.transforms[2].feature: 'C1' is a sparse feature; log1p needs a dense feature",
+            "$.transforms[3].feature: 'C1' is a sparse feature; clamp_weights needs a weighted "
+            "feature",
+            "$.transforms[4].features: cannot cross 'C1' (sparse) with 'wfeat' (weighted): "
+            "kinds differ",
+            "$.transforms[5].features[1]: 'I2' is a dense feature; cross needs a sparse or "
+            "weighted feature",
+            "$.transforms[6].feature: feature 'later' is created by a later transform "
+            "($.transforms[7])",
+            "$.transforms[8].output: 'C2' is already a feature of the table",
+            "$.transforms[9].output: 'later' is already created by an earlier transform",
+            "$.transforms[10].feature: 'later' is a sparse feature; log1p needs a dense "
+            "feature",
+            "$.transforms[11].file: cannot open vocabulary '/nonexistent/v.txt': No such "
+            "file or directory",
+        });
     bind_bad("{'source': {'table': 't'},"
              " 'batch': {'dedup_groups': {'user': ['user_id', 'I3', 'zz']}}}",
              2,
@@ -408,7 +413,7 @@ Test(job_plan, bind_problems)
 
 Test(job_plan, read_features_and_weight_label)
 {
-    sl_dpp_job_t *job = parse_ok(
+    sl_pipeline_job_t *job = parse_ok(
         "{'source': {'table': 't', 'features': ['C2', 'I1']},"
         " 'filters': [{'op': 'has_feature', 'feature': 'C3'},"
         "  {'op': 'negative_downsample', 'label': 'click', 'rate': 0.25}],"
@@ -417,27 +422,27 @@ Test(job_plan, read_features_and_weight_label)
         "  {'op': 'log1p', 'feature': 'I1'}],"
         " 'batch': {'dedup_groups': {'user': ['user_hist']}}}");
     sl_wh_schema_t *s = schema();
-    sl_dpp_plan_t *plan = NULL;
+    sl_pipeline_plan_t *plan = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_plan_new(job, s, &plan, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_plan_new(job, s, &plan, NULL, &err), SL_OK, "%s", err.msg);
     uint32_t n = 0;
-    const char *const *read = sl_dpp_plan_read_features(plan, &n);
+    const char *const *read = sl_pipeline_plan_read_features(plan, &n);
     const char *want[] = {"C2", "I1", "C3", "C1", "user_hist"};
     cr_assert_eq(n, 5);
     for (uint32_t i = 0; i < n; i++) cr_assert_str_eq(read[i], want[i]);
-    cr_assert_str_eq(sl_dpp_plan_weight_label(plan), "weight");
-    sl_dpp_plan_destroy(plan);
-    sl_dpp_plan_destroy(NULL);
-    sl_dpp_job_destroy(job);
+    cr_assert_str_eq(sl_pipeline_plan_weight_label(plan), "weight");
+    sl_pipeline_plan_destroy(plan);
+    sl_pipeline_plan_destroy(NULL);
+    sl_pipeline_job_destroy(job);
 
     job = parse_ok("{'source': {'table': 't'}}");
-    cr_assert_eq(sl_dpp_plan_new(job, s, &plan, NULL, &err), SL_OK, "%s", err.msg);
-    read = sl_dpp_plan_read_features(plan, &n);
+    cr_assert_eq(sl_pipeline_plan_new(job, s, &plan, NULL, &err), SL_OK, "%s", err.msg);
+    read = sl_pipeline_plan_read_features(plan, &n);
     cr_assert_eq(n, sl_wh_schema_num_features(s));
     for (uint32_t i = 0; i < n; i++) cr_assert_str_eq(read[i], sl_wh_schema_feature(s, i)->name);
-    cr_assert_null(sl_dpp_plan_weight_label(plan));
-    sl_dpp_plan_destroy(plan);
-    sl_dpp_job_destroy(job);
+    cr_assert_null(sl_pipeline_plan_weight_label(plan));
+    sl_pipeline_plan_destroy(plan);
+    sl_pipeline_job_destroy(job);
     sl_wh_schema_destroy(s);
 }
 
@@ -450,17 +455,17 @@ Test(job_plan, example_specs_parse)
     for (int i = 0; i < 2; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/examples/jobs/%s", src, names[i]);
-        sl_dpp_job_t *job = NULL;
+        sl_pipeline_job_t *job = NULL;
         sl_error_t err = {0};
-        cr_assert_eq(sl_dpp_job_load(path, &job, NULL, &err), SL_OK, "%s", err.msg);
-        sl_dpp_job_destroy(job);
+        cr_assert_eq(sl_pipeline_job_load(path, &job, NULL, &err), SL_OK, "%s", err.msg);
+        sl_pipeline_job_destroy(job);
     }
 }
 
 /* Vocabulary files are checked before they are read: a file past the size
  * cap or not a regular file is refused at once (without reading it: a
- * sparse file of 4 GiB costs nothing), by sl_dpp_plan_new and by the
- * master's sl_dpp_plan_check alike, and no problem ever quotes a line of
+ * sparse file of 4 GiB costs nothing), by sl_pipeline_plan_new and by the
+ * master's sl_pipeline_plan_check alike, and no problem ever quotes a line of
  * the file. */
 static void vocab_problem(const char *file, bool check_only, const char *want)
 {
@@ -469,13 +474,13 @@ static void vocab_problem(const char *file, bool check_only, const char *want)
              "{'source': {'table': 't'}, 'transforms': ["
              " {'op': 'map_vocab', 'feature': 'C3', 'file': '%s'}]}",
              file);
-    sl_dpp_job_t *job = parse_ok(text);
+    sl_pipeline_job_t *job = parse_ok(text);
     sl_wh_schema_t *s = schema();
-    sl_dpp_plan_t *plan = NULL;
-    sl_dpp_problems_t pr = {0};
+    sl_pipeline_plan_t *plan = NULL;
+    sl_pipeline_problems_t pr = {0};
     sl_error_t err = {0};
-    sl_err_t rc = check_only ? sl_dpp_plan_check(job, s, &pr, &err)
-                             : sl_dpp_plan_new(job, s, &plan, &pr, &err);
+    sl_err_t rc = check_only ? sl_pipeline_plan_check(job, s, &pr, &err)
+                             : sl_pipeline_plan_new(job, s, &plan, &pr, &err);
     if (want == NULL) {
         cr_assert_eq(rc, SL_OK, "%s", err.msg);
         cr_assert_eq(pr.count, 0);
@@ -484,9 +489,9 @@ static void vocab_problem(const char *file, bool check_only, const char *want)
         cr_assert_eq(pr.count, 1);
         cr_assert_str_eq(pr.items[0], want);
     }
-    sl_dpp_plan_destroy(plan);
-    sl_dpp_problems_free(&pr);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_plan_destroy(plan);
+    sl_pipeline_problems_free(&pr);
+    sl_pipeline_job_destroy(job);
     sl_wh_schema_destroy(s);
 }
 

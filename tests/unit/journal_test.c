@@ -1,4 +1,4 @@
-/* Tests of the master's journal (src/dpp/journal.h) through the master
+/* Tests of the master's journal (src/dpp/master/journal.h) through the master
  * state: replay equals the in-memory state after random operations, a torn
  * tail is cut with a warning, damage in the middle is refused naming file
  * and offset, snapshots and compaction (including a crash between the
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dpp/master_state.h"
+#include "dpp/master/state.h"
 #include "testutil.h"
 
 #define N_SPLITS 16
@@ -53,25 +53,25 @@ static void rm_dir(char *d)
     free(d);
 }
 
-static sl_dpp_master_t *open_dir(const char *dir, uint64_t compact, uint64_t now,
-                                 sl_dpp_journal_open_info_t *info)
+static sl_master_state_t *open_dir(const char *dir, uint64_t compact, uint64_t now,
+                                   sl_master_journal_open_info_t *info)
 {
-    sl_dpp_master_opts_t o = {.state_dir = dir, .lease_timeout_ms = 40, .compact_bytes = compact};
-    sl_dpp_master_t *m = NULL;
+    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 40, .compact_bytes = compact};
+    sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_master_open(&o, now, &m, info, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_open(&o, now, &m, info, &err), SL_OK, "%s", err.msg);
     return m;
 }
 
-static char *dump(const sl_dpp_master_t *m, size_t *len)
+static char *dump(const sl_master_state_t *m, size_t *len)
 {
     char *d;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_master_dump(m, &d, len, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_dump(m, &d, len, &err), SL_OK, "%s", err.msg);
     return d;
 }
 
-static void assert_same(const sl_dpp_master_t *a, const sl_dpp_master_t *b)
+static void assert_same(const sl_master_state_t *a, const sl_master_state_t *b)
 {
     size_t la, lb;
     char *da = dump(a, &la), *db = dump(b, &lb);
@@ -82,7 +82,7 @@ static void assert_same(const sl_dpp_master_t *a, const sl_dpp_master_t *b)
 
 /* Random operations over three job ids and four workers; every call's
  * result is checked against what the state allows. */
-static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now)
+static void random_ops(sl_master_state_t *m, uint64_t *s, int steps, uint64_t *now)
 {
     static const char *jobs[3] = {"alpha", "beta", "gamma"};
     static const char *workers[4] = {"w0", "w1", "w2", "w3"};
@@ -92,36 +92,37 @@ static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now
         const char *j = jobs[tu_below(s, 3)];
         const char *w = workers[tu_below(s, 4)];
         uint64_t op = tu_below(s, 100);
-        sl_dpp_master_job_status_t st;
-        bool exists = sl_dpp_master_job_status(m, j, &st, &err) == SL_OK;
+        sl_master_state_job_status_t st;
+        bool exists = sl_master_state_job_status(m, j, &st, &err) == SL_OK;
         if (!exists || op < 2) {
             if (exists && op < 1) {
-                cr_assert_eq(sl_dpp_master_job_remove(m, j, &err), SL_OK);
+                cr_assert_eq(sl_master_state_job_remove(m, j, &err), SL_OK);
                 continue;
             }
             if (exists) continue;
-            sl_dpp_master_job_spec_t spec = {.job_id = j,
+            sl_master_state_job_spec_t spec = {.job_id = j,
                                              .splits = g_splits,
                                              .num_splits = 1 + (uint32_t)tu_below(s, N_SPLITS),
                                              .epochs = 1 + (uint32_t)tu_below(s, 3),
                                              .seed = tu_next(s),
                                              .shuffle = tu_below(s, 2)};
-            cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+            cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
             continue;
         }
         if (op < 3) {
             /* idle client records go (ClientEvicted), one client kept */
-            sl_dpp_master_client_touch(m, "c0", *now);
-            cr_assert_eq(sl_dpp_master_evict_clients(m, *now, tu_below(s, 40), NULL, &err), SL_OK);
+            sl_master_state_client_touch(m, "c0", *now);
+            cr_assert_eq(sl_master_state_evict_clients(m, *now, tu_below(s, 40), NULL, &err),
+                         SL_OK);
             continue;
         }
         if (op < 10) {
-            cr_assert_eq(sl_dpp_master_expire(m, *now, NULL, &err), SL_OK);
+            cr_assert_eq(sl_master_state_expire(m, *now, NULL, &err), SL_OK);
             continue;
         }
         if (op >= 20 && op < 50) {
-            sl_dpp_lease_t l;
-            sl_err_t rc = sl_dpp_master_lease_next(m, j, w, *now, &l, &err);
+            sl_master_lease_t l;
+            sl_err_t rc = sl_master_state_lease_next(m, j, w, *now, &l, &err);
             cr_assert(rc == SL_OK || rc == SL_ERR_AGAIN, "%s", err.msg);
             continue;
         }
@@ -130,7 +131,7 @@ static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now
         uint32_t split = (uint32_t)tu_below(s, st.num_splits);
         char *d;
         size_t len;
-        cr_assert_eq(sl_dpp_master_dump(m, &d, &len, &err), SL_OK);
+        cr_assert_eq(sl_master_state_dump(m, &d, &len, &err), SL_OK);
         char key[64];
         snprintf(key, sizeof key, "job %s ", j);
         const char *p = strstr(d, key);
@@ -145,13 +146,13 @@ static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now
                             &rows, holder),
                      4);
         sl_free(NULL, d, len + 1);
-        sl_dpp_lease_ref_t ref = {j, st.epoch, split, gen};
+        sl_master_lease_ref_t ref = {j, st.epoch, split, gen};
         if (tu_below(s, 4) == 0) ref.generation += 1 + tu_below(s, 3); /* a stale name */
         bool live = state == 'L' && ref.generation == gen;
         if (op < 15) {
             /* a heartbeat naming that split's lease (or none) */
             uint32_t n = (uint32_t)tu_below(s, 2), renewed;
-            cr_assert_eq(sl_dpp_master_renew(m, w, &ref, n, *now, &renewed, &err), SL_OK);
+            cr_assert_eq(sl_master_state_renew(m, w, &ref, n, *now, &renewed, &err), SL_OK);
             cr_assert_eq(renewed, n == 1 && live && strcmp(holder, w) == 0 ? 1u : 0u);
             continue;
         }
@@ -160,7 +161,7 @@ static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now
              * (names its lease): every other lease of its id is revoked */
             uint32_t n = (uint32_t)tu_below(s, 2), renewed, revoked;
             const char *who = state == 'L' ? holder : w;
-            cr_assert_eq(sl_dpp_master_register(m, who, &ref, n, *now, &renewed, &revoked, &err),
+            cr_assert_eq(sl_master_state_register(m, who, &ref, n, *now, &renewed, &revoked, &err),
                          SL_OK, "%s", err.msg);
             cr_assert_eq(renewed, n == 1 && live ? 1u : 0u);
             continue;
@@ -174,26 +175,26 @@ static void random_ops(sl_dpp_master_t *m, uint64_t *s, int steps, uint64_t *now
             uint64_t to = from + 1 + tu_below(s, total - from);
             char cid[16];
             snprintf(cid, sizeof cid, "c%u", (unsigned)tu_below(s, 3));
-            sl_dpp_commit_result_t res;
+            sl_master_commit_result_t res;
             /* samples: the batch's rows the filters kept (any number up to
              * its rows); journaled, so the dumps compared after replay and
              * compaction include the counters */
-            sl_dpp_commit_t co = {j,    st.epoch,   split,
+            sl_master_commit_t co = {j,    st.epoch,   split,
                                   ref.generation, from, to,
                                   cid,  tu_next(s), (uint32_t)tu_below(s, to - from + 1)};
-            rc = sl_dpp_master_commit_batch(m, &co, &res, &err);
+            rc = sl_master_state_commit_batch(m, &co, &res, &err);
             cr_assert_eq(rc, SL_OK, "%s", err.msg);
             if (st.finished || !live)
-                cr_assert(res == SL_DPP_STALE_EPOCH || res == SL_DPP_OVERLAP, "%d", res);
+                cr_assert(res == SL_MASTER_STALE_EPOCH || res == SL_MASTER_OVERLAP, "%d", res);
             else
-                cr_assert(res == SL_DPP_COMMITTED || res == SL_DPP_OVERLAP, "%d", res);
+                cr_assert(res == SL_MASTER_COMMITTED || res == SL_MASTER_OVERLAP, "%d", res);
             continue;
         }
         /* the holder's split read, with some empty rows */
         uint64_t from = total ? tu_below(s, total) : 0;
         sl_dpp_row_range_t empty = {from, from + (total - from) / 2};
-        rc = sl_dpp_master_split_read(m, j, st.epoch, split, gen, &empty, 1, NULL, &err);
-        cr_assert_eq(rc, state == 'L' ? SL_OK : SL_DPP_STALE, "%c %s", state, err.msg);
+        rc = sl_master_state_split_read(m, j, st.epoch, split, gen, &empty, 1, NULL, &err);
+        cr_assert_eq(rc, state == 'L' ? SL_OK : SL_MASTER_STALE, "%c %s", state, err.msg);
     }
 }
 
@@ -224,30 +225,30 @@ Test(journal, replay_equals_memory_state)
     for (int round = 0; round < 8; round++) {
         char *dir = tmp_dir();
         uint64_t now = 0;
-        sl_dpp_master_t *m = open_dir(dir, 1ull << 40, now, NULL);
+        sl_master_state_t *m = open_dir(dir, 1ull << 40, now, NULL);
         random_ops(m, &s, 300 + (int)tu_below(&s, 300), &now);
         sl_error_t err = {0};
-        cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
         /* reopened from the directory */
-        sl_dpp_master_t *r = open_dir(dir, 1ull << 40, now, NULL);
+        sl_master_state_t *r = open_dir(dir, 1ull << 40, now, NULL);
         assert_same(m, r);
-        sl_dpp_master_destroy(r);
+        sl_master_state_destroy(r);
         /* replayed from the journal's bytes into memory */
         char jp[256];
         path_of(jp, sizeof jp, dir, "journal");
         uint8_t *buf;
         size_t len;
         read_file(jp, &buf, &len);
-        sl_dpp_master_opts_t o = {.lease_timeout_ms = 40};
-        sl_dpp_master_t *q = NULL;
-        cr_assert_eq(sl_dpp_master_open(&o, 0, &q, NULL, &err), SL_OK);
+        sl_master_state_opts_t o = {.lease_timeout_ms = 40};
+        sl_master_state_t *q = NULL;
+        cr_assert_eq(sl_master_state_open(&o, 0, &q, NULL, &err), SL_OK);
         bool torn = true;
-        cr_assert_eq(sl_dpp_master_replay(q, buf, len, &torn, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_master_state_replay(q, buf, len, &torn, &err), SL_OK, "%s", err.msg);
         cr_assert(!torn);
         assert_same(m, q);
         free(buf);
-        sl_dpp_master_destroy(q);
-        sl_dpp_master_destroy(m);
+        sl_master_state_destroy(q);
+        sl_master_state_destroy(m);
         rm_dir(dir);
     }
 }
@@ -261,29 +262,29 @@ Test(journal, torn_tail_is_cut_with_a_warning)
     path_of(jp, sizeof jp, dir, "journal");
     uint64_t now = 0;
     sl_error_t err = {0};
-    sl_dpp_master_t *m = open_dir(dir, 1ull << 40, now, NULL);
-    sl_dpp_master_job_spec_t spec = {
+    sl_master_state_t *m = open_dir(dir, 1ull << 40, now, NULL);
+    sl_master_state_job_spec_t spec = {
         .job_id = "t", .splits = g_splits, .num_splits = N_SPLITS, .epochs = 1};
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK);
     random_ops(m, &s, 200, &now);
-    cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
     size_t before_len;
     char *before = dump(m, &before_len);
     off_t s1 = file_size(jp);
     /* one more change, made durable, then cut in its middle */
-    sl_dpp_lease_t l;
+    sl_master_lease_t l;
     sl_err_t rc = SL_OK;
     while (rc == SL_OK)
-        rc = sl_dpp_master_lease_next(m, "t", "late", now, &l, &err);
-    sl_dpp_master_job_remove(m, "t", &err);
-    cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
+        rc = sl_master_state_lease_next(m, "t", "late", now, &l, &err);
+    sl_master_state_job_remove(m, "t", &err);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
     off_t s2 = file_size(jp);
     cr_assert_gt(s2, s1);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
     /* cut inside the last record (the job removal) */
     off_t cut = s2 - 3;
     cr_assert_eq(truncate(jp, cut), 0);
-    sl_dpp_journal_open_info_t info;
+    sl_master_journal_open_info_t info;
     m = open_dir(dir, 1ull << 40, now, &info);
     cr_assert(info.truncated);
     cr_assert_lt(info.truncated_at, (uint64_t)cut);
@@ -292,9 +293,9 @@ Test(journal, torn_tail_is_cut_with_a_warning)
     char at[64];
     snprintf(at, sizeof at, "offset %llu", (unsigned long long)info.truncated_at);
     cr_assert(strstr(info.warning, at) != NULL, "%s", info.warning);
-    sl_dpp_master_job_status_t st;
-    cr_assert_eq(sl_dpp_master_job_status(m, "t", &st, &err), SL_OK, "removal must be cut");
-    sl_dpp_master_destroy(m);
+    sl_master_state_job_status_t st;
+    cr_assert_eq(sl_master_state_job_status(m, "t", &st, &err), SL_OK, "removal must be cut");
+    sl_master_state_destroy(m);
 
     /* a zero-filled tail (file extended, never written) is torn too */
     int fd = open(jp, O_WRONLY | O_APPEND);
@@ -308,7 +309,7 @@ Test(journal, torn_tail_is_cut_with_a_warning)
     /* cut back to before the zeros, plus this open's own (small) record */
     cr_assert_gt(file_size(jp), s3 - (off_t)sizeof zeros);
     cr_assert_lt(file_size(jp), s3 - (off_t)sizeof zeros + 64);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
 
     /* replaying to exactly the synced prefix gives the state at that point */
     cr_assert_eq(truncate(jp, s1), 0);
@@ -319,7 +320,7 @@ Test(journal, torn_tail_is_cut_with_a_warning)
     cr_assert_str_eq(after, before);
     sl_free(NULL, after, after_len + 1);
     sl_free(NULL, before, before_len + 1);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
     rm_dir(dir);
 }
 
@@ -347,17 +348,17 @@ Test(journal, corruption_in_the_middle_is_refused_with_offset)
     path_of(jp, sizeof jp, dir, "journal");
     uint64_t now = 0;
     sl_error_t err = {0};
-    sl_dpp_master_t *m = open_dir(dir, 1ull << 40, now, NULL);
+    sl_master_state_t *m = open_dir(dir, 1ull << 40, now, NULL);
     random_ops(m, &s, 400, &now);
-    cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
-    sl_dpp_master_destroy(m);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
+    sl_master_state_destroy(m);
     uint8_t *buf;
     size_t len;
     read_file(jp, &buf, &len);
     static offsets o;
     o.n = 0;
-    sl_dpp_journal_scan_t scan;
-    cr_assert_eq(sl_dpp_journal_scan(buf, len, "j", 0, collect, &o, &scan, &err), SL_OK);
+    sl_master_journal_scan_t scan;
+    cr_assert_eq(sl_master_journal_scan(buf, len, "j", 0, collect, &o, &scan, &err), SL_OK);
     cr_assert_gt(o.n, 10);
     cr_assert_eq(scan.records, o.n);
     for (int trial = 0; trial < 3; trial++) {
@@ -371,9 +372,9 @@ Test(journal, corruption_in_the_middle_is_refused_with_offset)
         FILE *f = fopen(jp, "wb");
         cr_assert_eq(fwrite(bad, 1, len, f), len);
         fclose(f);
-        sl_dpp_master_opts_t opts = {.state_dir = dir};
-        sl_dpp_master_t *x = NULL;
-        cr_assert_eq(sl_dpp_master_open(&opts, now, &x, NULL, &err), SL_ERR_CORRUPT);
+        sl_master_state_opts_t opts = {.state_dir = dir};
+        sl_master_state_t *x = NULL;
+        cr_assert_eq(sl_master_state_open(&opts, now, &x, NULL, &err), SL_ERR_CORRUPT);
         char want[320];
         snprintf(want, sizeof want, "%s: record at offset %llu", jp, (unsigned long long)off);
         cr_assert(strstr(err.msg, want) != NULL, "want '%s' in '%s'", want, err.msg);
@@ -384,11 +385,12 @@ Test(journal, corruption_in_the_middle_is_refused_with_offset)
     uint8_t *bad = malloc(len);
     memcpy(bad, buf, len);
     bad[0] = 'X';
-    cr_assert_eq(sl_dpp_journal_scan(bad, len, "j", 0, NULL, NULL, &scan, &err), SL_ERR_CORRUPT);
+    cr_assert_eq(sl_master_journal_scan(bad, len, "j", 0, NULL, NULL, &scan, &err), SL_ERR_CORRUPT);
     memcpy(bad, buf, len);
     bad[4] = 2;
-    cr_assert_eq(sl_dpp_journal_scan(bad, len, "j", 0, NULL, NULL, &scan, &err), SL_ERR_VERSION);
-    cr_assert_eq(sl_dpp_journal_scan(buf, 10, "j", 0, NULL, NULL, &scan, &err), SL_ERR_TRUNCATED);
+    cr_assert_eq(sl_master_journal_scan(bad, len, "j", 0, NULL, NULL, &scan, &err), SL_ERR_VERSION);
+    cr_assert_eq(sl_master_journal_scan(buf, 10, "j", 0, NULL, NULL, &scan, &err),
+                 SL_ERR_TRUNCATED);
     free(bad);
     free(buf);
     rm_dir(dir);
@@ -406,34 +408,34 @@ Test(journal, snapshot_and_compaction)
     uint64_t now = 0;
     sl_error_t err = {0};
     /* compaction when the journal outgrows 4 KiB, at sync */
-    sl_dpp_master_t *m = open_dir(dir, 4096, now, NULL);
+    sl_master_state_t *m = open_dir(dir, 4096, now, NULL);
     for (int i = 0; i < 20; i++) {
         random_ops(m, &s, 50, &now);
-        cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
     }
-    sl_dpp_master_counters_t c;
-    sl_dpp_master_counters(m, &c);
+    sl_master_state_counters_t c;
+    sl_master_state_counters(m, &c);
     cr_assert_gt(c.compactions, 0);
     cr_assert_leq(file_size(jp), 4096 + 64 * 1024);
     cr_assert_gt(file_size(sp), 32);
-    sl_dpp_master_t *r = open_dir(dir, 4096, now, NULL);
+    sl_master_state_t *r = open_dir(dir, 4096, now, NULL);
     assert_same(m, r);
-    sl_dpp_master_destroy(r);
+    sl_master_state_destroy(r);
 
     /* crash between the snapshot's rename and the new journal's: an older
      * journal beside a newer snapshot is discarded, not replayed twice */
     random_ops(m, &s, 100, &now);
-    cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
     cr_assert_eq(link(jp, old), 0);
-    cr_assert_eq(sl_dpp_master_compact(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(rename(old, jp), 0);
-    sl_dpp_journal_open_info_t info;
+    sl_master_journal_open_info_t info;
     r = open_dir(dir, 4096, now, &info);
     cr_assert(info.had_snapshot);
     cr_assert(info.discarded_old);
     assert_same(m, r);
-    sl_dpp_master_destroy(r);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(r);
+    sl_master_state_destroy(m);
 
     /* a damaged snapshot refuses to start */
     uint8_t *buf;
@@ -444,12 +446,12 @@ Test(journal, snapshot_and_compaction)
     cr_assert_eq(fwrite(buf, 1, len, f), len);
     fclose(f);
     free(buf);
-    sl_dpp_master_opts_t o = {.state_dir = dir};
-    cr_assert_eq(sl_dpp_master_open(&o, now, &m, NULL, &err), SL_ERR_CORRUPT);
+    sl_master_state_opts_t o = {.state_dir = dir};
+    cr_assert_eq(sl_master_state_open(&o, now, &m, NULL, &err), SL_ERR_CORRUPT);
     cr_assert(strstr(err.msg, "snapshot: checksum mismatch") != NULL, "%s", err.msg);
     /* a journal that continues a missing snapshot refuses to start */
     unlink(sp);
-    cr_assert_eq(sl_dpp_master_open(&o, now, &m, NULL, &err), SL_ERR_CORRUPT);
+    cr_assert_eq(sl_master_state_open(&o, now, &m, NULL, &err), SL_ERR_CORRUPT);
     cr_assert(strstr(err.msg, "snapshot it continues is missing") != NULL, "%s", err.msg);
     rm_dir(dir);
 }
@@ -459,44 +461,44 @@ Test(journal, restart_treats_leases_as_renewed_and_never_reuses_generations)
     make_splits();
     char *dir = tmp_dir();
     sl_error_t err = {0};
-    sl_dpp_master_t *m = open_dir(dir, 1ull << 40, 0, NULL);
-    sl_dpp_master_job_spec_t spec = {
+    sl_master_state_t *m = open_dir(dir, 1ull << 40, 0, NULL);
+    sl_master_state_job_spec_t spec = {
         .job_id = "g", .splits = g_splits, .num_splits = 3, .epochs = 1};
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK);
-    sl_dpp_lease_t synced, lost;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "g", "w0", 0, &synced, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK);
+    sl_master_lease_t synced, lost;
+    cr_assert_eq(sl_master_state_lease_next(m, "g", "w0", 0, &synced, &err), SL_OK);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
     /* a grant that never reaches the disk (crash before the next sync) */
-    cr_assert_eq(sl_dpp_master_lease_next(m, "g", "w1", 0, &lost, &err), SL_OK);
+    cr_assert_eq(sl_master_state_lease_next(m, "g", "w1", 0, &lost, &err), SL_OK);
     /* destroy without sync drops the buffered record, like kill -9 */
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
     m = open_dir(dir, 1ull << 40, 1000, NULL);
-    sl_dpp_master_job_status_t st;
-    cr_assert_eq(sl_dpp_master_job_status(m, "g", &st, &err), SL_OK);
+    sl_master_state_job_status_t st;
+    cr_assert_eq(sl_master_state_job_status(m, "g", &st, &err), SL_OK);
     cr_assert_eq(st.leased, 1);
     cr_assert_eq(st.pending, 2);
     /* the synced lease lives until restart + timeout (40 ms) */
     uint32_t n;
-    cr_assert_eq(sl_dpp_master_expire(m, 1039, &n, &err), SL_OK);
+    cr_assert_eq(sl_master_state_expire(m, 1039, &n, &err), SL_OK);
     cr_assert_eq(n, 0);
-    cr_assert(sl_dpp_master_lease_live(m, "g", 0, synced.split, synced.generation, "w0"));
+    cr_assert(sl_master_state_lease_live(m, "g", 0, synced.split, synced.generation, "w0"));
     /* the lost lease's holder is stale, and its split is served again under
      * a generation that differs from the lost one */
-    cr_assert(!sl_dpp_master_lease_live(m, "g", 0, lost.split, lost.generation, NULL));
-    cr_assert_eq(sl_dpp_master_split_read(m, "g", 0, lost.split, lost.generation, NULL, 0, NULL,
-                                          &err),
-                 SL_DPP_STALE);
-    sl_dpp_lease_t again;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "g", "w2", 1000, &again, &err), SL_OK);
+    cr_assert(!sl_master_state_lease_live(m, "g", 0, lost.split, lost.generation, NULL));
+    cr_assert_eq(sl_master_state_split_read(m, "g", 0, lost.split, lost.generation, NULL, 0, NULL,
+                                            &err),
+                 SL_MASTER_STALE);
+    sl_master_lease_t again;
+    cr_assert_eq(sl_master_state_lease_next(m, "g", "w2", 1000, &again, &err), SL_OK);
     cr_assert_eq(again.split, lost.split);
     cr_assert_neq(again.generation, lost.generation);
-    cr_assert_eq(sl_dpp_master_split_read(m, "g", 0, lost.split, lost.generation, NULL, 0, NULL,
-                                          &err),
-                 SL_DPP_STALE);
+    cr_assert_eq(sl_master_state_split_read(m, "g", 0, lost.split, lost.generation, NULL, 0, NULL,
+                                            &err),
+                 SL_MASTER_STALE);
     /* both live leases (w0's from before the restart, w2's) end at 1040 */
-    cr_assert_eq(sl_dpp_master_expire(m, 1040, &n, &err), SL_OK);
+    cr_assert_eq(sl_master_state_expire(m, 1040, &n, &err), SL_OK);
     cr_assert_eq(n, 2);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
     rm_dir(dir);
 }
 
@@ -524,10 +526,10 @@ Test(corpus, write)
         char *dir = tmp_dir();
         uint64_t now = 0;
         sl_error_t err = {0};
-        sl_dpp_master_t *m = open_dir(dir, 1ull << 40, now, NULL);
+        sl_master_state_t *m = open_dir(dir, 1ull << 40, now, NULL);
         random_ops(m, &s, 20 + 30 * i, &now);
-        cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
-        sl_dpp_master_destroy(m);
+        cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
+        sl_master_state_destroy(m);
         char jp[256], name[32];
         path_of(jp, sizeof jp, dir, "journal");
         uint8_t *buf;

@@ -1,10 +1,11 @@
-/* Tests of the master process (src/dpp/master.h) over real sockets: fake
+/* Tests of the master process (src/dpp/master/master.h) over real sockets: fake
  * workers and trainer clients speak proto/control.proto to it. Covers job
  * submission (and its refusals), register / lease / heartbeat / split read,
  * attach / commit (overlap, idempotent retry, across a restart), tokens,
  * lease expiry and revocation, garbage on the control socket, the JSON
  * views and metrics, scaling and removal. */
 #include <criterion/criterion.h>
+#include <gnutls/gnutls.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/master.h"
+#include "dpp/master/admin.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "testutil.h"
@@ -71,7 +72,7 @@ static sl_err_t submit(env *e, const char *extra, sl_error_t *err)
     json_t *body = json_loads(text, 0, &je);
     cr_assert_not_null(body, "%s", je.text);
     char *id = NULL;
-    sl_err_t rc = sl_master_job_submit(e->m, body, &id, err);
+    sl_err_t rc = sl_master_admin_job_submit(e->m, body, &id, err);
     if (rc == SL_OK) cr_assert_str_eq(id, "j");
     free(id);
     json_decref(body);
@@ -209,7 +210,7 @@ static json_t *job_json(env *e)
 {
     json_t *j = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_job_json(e->m, "j", &j, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_admin_job_json(e->m, "j", &j, &err), SL_OK, "%s", err.msg);
     return j;
 }
 
@@ -225,10 +226,10 @@ Test(master_server, submit_refusals)
     env_init(&e, 1000);
     sl_error_t err = {0};
     json_t *b = json_loads("[1]", 0, NULL);
-    cr_assert_eq(sl_master_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
     json_decref(b);
     b = json_loads("{\"ranks\": 1}", 0, NULL);
-    cr_assert_eq(sl_master_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "\"spec\"") != NULL, "%s", err.msg);
     json_decref(b);
     cr_assert_eq(submit(&e, ", \"colour\": 1", &err), SL_ERR_INVALID);
@@ -242,14 +243,14 @@ Test(master_server, submit_refusals)
     cr_assert_eq(submit(&e, ", \"resume_token\": \"AAAA\"", &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "resume_token") != NULL, "%s", err.msg);
     b = json_pack("{s:{s:s, s:{s:s}}}", "spec", "id", "j", "source", "table", "/nonexistent/table");
-    cr_assert_eq(sl_master_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "/nonexistent/table") != NULL, "%s", err.msg);
     json_decref(b);
     b = json_pack("{s:{s:s, s:{s:s}, s:{s:i}}}", "spec", "id", "j", "source", "table", e.table,
                   "batch", "size", -5);
-    cr_assert_eq(sl_master_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
     json_decref(b);
-    json_t *jobs = sl_master_jobs_json(e.m);
+    json_t *jobs = sl_master_admin_jobs_json(e.m);
     cr_assert_eq(json_array_size(json_object_get(jobs, "jobs")), 0);
     json_decref(jobs);
     cr_assert_eq(submit(&e, ", \"min_workers\": 1, \"max_workers\": 3, \"workers\": 2", &err),
@@ -628,19 +629,14 @@ Test(master_server, idle_client_records_are_evicted)
     env_fini(&e);
 }
 
+/* p[0..n) as base64 into out (room checked by the caller; GnuTLS encodes). */
 static void b64(const uint8_t *p, size_t n, char *out)
 {
-    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
-                     (i + 2 < n ? p[i + 2] : 0);
-        out[o++] = al[v >> 18 & 63];
-        out[o++] = al[v >> 12 & 63];
-        out[o++] = i + 1 < n ? al[v >> 6 & 63] : '=';
-        out[o++] = i + 2 < n ? al[v & 63] : '=';
-    }
-    out[o] = '\0';
+    gnutls_datum_t raw = {.data = (unsigned char *)p, .size = (unsigned)n}, enc = {0};
+    cr_assert_eq(gnutls_base64_encode2(&raw, &enc), 0);
+    memcpy(out, enc.data, enc.size);
+    out[enc.size] = '\0';
+    gnutls_free(enc.data);
 }
 
 /* The token of client id excluding rows [from, to) of ref's split, base64. */
@@ -708,9 +704,9 @@ Test(master_server, resume_tokens_one_per_rank)
     env_fini(&e);
 }
 
-static void share(sl_master_share_t *s, uint32_t n, uint32_t max, const char *want)
+static void share(sl_master_autoscale_share_t *s, uint32_t n, uint32_t max, const char *want)
 {
-    sl_master_fair_share(s, n, max);
+    sl_master_autoscale_fair_share(s, n, max);
     char got[256] = "";
     for (uint32_t i = 0; i < n; i++)
         snprintf(got + strlen(got), sizeof got - strlen(got), "%s%u", i ? " " : "", s[i].granted);
@@ -719,7 +715,8 @@ static void share(sl_master_share_t *s, uint32_t n, uint32_t max, const char *wa
 
 Test(master_server, fair_share_of_the_fleet)
 {
-    sl_master_share_t s[4] = {{"a", 6, 1, 0}, {"b", 3, 1, 0}, {"c", 3, 1, 0}, {"d", 0, 1, 0}};
+    sl_master_autoscale_share_t s[4] = {
+        {"a", 6, 1, 0}, {"b", 3, 1, 0}, {"c", 3, 1, 0}, {"d", 0, 1, 0}};
     share(s, 4, 0, "6 3 3 0");  /* no limit */
     share(s, 4, 12, "6 3 3 0"); /* fits */
     share(s, 4, 6, "3 2 1 0");  /* 3, 1.5, 1.5: the half goes to the lower id */
@@ -727,23 +724,23 @@ Test(master_server, fair_share_of_the_fleet)
     s[2].min_workers = 3;       /* c held at its minimum; a, b share the rest 6:3 */
     share(s, 4, 6, "2 1 3 0");
     share(s, 4, 2, "1 1 3 0");  /* minimums over the limit: each gets its minimum */
-    sl_master_share_t t[2] = {{"y", 5, 1, 0}, {"x", 5, 1, 0}};
+    sl_master_autoscale_share_t t[2] = {{"y", 5, 1, 0}, {"x", 5, 1, 0}};
     share(t, 2, 5, "2 3");      /* equal fractions: the lower id "x" wins */
     /* property: sum == limit when the minimums fit, each within [min, desired], proportional
      * (no job two or more behind another's share) */
     uint64_t seed = tu_seed("master_server.fair_share");
     for (int round = 0; round < 2000; round++) {
-        sl_master_share_t r[8];
+        sl_master_autoscale_share_t r[8];
         static const char *ids[8] = {"j0", "j1", "j2", "j3", "j4", "j5", "j6", "j7"};
         uint32_t n = 1 + (uint32_t)tu_below(&seed, 8), want = 0, mins = 0;
         for (uint32_t i = 0; i < n; i++) {
-            r[i] = (sl_master_share_t){ids[i], (uint32_t)tu_below(&seed, 20),
+            r[i] = (sl_master_autoscale_share_t){ids[i], (uint32_t)tu_below(&seed, 20),
                                        1 + (uint32_t)tu_below(&seed, 4), 0};
             want += r[i].desired;
             mins += r[i].min_workers < r[i].desired ? r[i].min_workers : r[i].desired;
         }
         uint32_t max = (uint32_t)tu_below(&seed, 60);
-        sl_master_fair_share(r, n, max);
+        sl_master_autoscale_fair_share(r, n, max);
         uint32_t sum = 0;
         for (uint32_t i = 0; i < n; i++) {
             uint32_t lo = r[i].min_workers < r[i].desired ? r[i].min_workers : r[i].desired;
@@ -815,7 +812,7 @@ Test(master_server, expiry_revokes_and_releases)
     Sluice__Control__HeartbeatReply *hr = heartbeat(w1, "w1", refs, 1);
     cr_assert_eq(hr->n_revoked, 1);
     done(&hr->base);
-    json_t *st = sl_master_status_json(e.m);
+    json_t *st = sl_master_admin_status_json(e.m);
     cr_assert_geq(json_integer_value(json_object_get(st, "lease_expiries")), 1);
     cr_assert(json_is_true(json_object_get(st, "ready")));
     json_decref(st);
@@ -879,7 +876,7 @@ Test(master_server, garbage_and_wrong_frames)
     cr_assert(strstr(metrics, "sluice_master_splits{job=\"j\",state=\"leased\"} 1") != NULL, "%s",
               metrics);
     free(metrics);
-    json_t *ws = sl_master_workers_json(e.m);
+    json_t *ws = sl_master_admin_workers_json(e.m);
     cr_assert_eq(json_array_size(json_object_get(ws, "workers")), 1);
     json_decref(ws);
     cr_assert(sl_master_ready(e.m));
@@ -998,7 +995,7 @@ Test(master_server, heartbeat_renews_only_named_leases)
     cr_assert_eq(jint(j, "leased"), 1);
     cr_assert_eq(jint(j, "committed_rows"), 100);
     json_decref(j);
-    json_t *st = sl_master_status_json(e.m);
+    json_t *st = sl_master_admin_status_json(e.m);
     cr_assert_eq(json_integer_value(json_object_get(st, "lease_expiries")), 1);
     json_decref(st);
     /* rows of the expired lease, of a split not leased, or of another

@@ -1,4 +1,4 @@
-/* Tests of the DPP master's state machine (src/dpp/master_state.h): leases
+/* Tests of the DPP master's state machine (src/dpp/master/state.h): leases
  * with todo ranges, commits (overlap, idempotence, epochs), split reads,
  * stale generations, expiry, epochs and their seeded order, static
  * sharding, resume tokens, and a property test of exactly-once delivery
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dpp/master_state.h"
+#include "dpp/master/state.h"
 #include "testutil.h"
 
 #define MAX_SPLITS 64
@@ -37,32 +37,32 @@ static void make_splits(uint32_t n, const uint64_t *rows)
     }
 }
 
-static sl_dpp_master_job_spec_t spec_of(const char *id, uint32_t n, uint32_t epochs, bool shuffle,
-                                        uint64_t seed)
+static sl_master_state_job_spec_t spec_of(const char *id, uint32_t n, uint32_t epochs, bool shuffle,
+                                          uint64_t seed)
 {
-    return (sl_dpp_master_job_spec_t){.job_id = id,
-                                      .splits = g_splits,
-                                      .num_splits = n,
-                                      .epochs = epochs,
-                                      .seed = seed,
-                                      .shuffle = shuffle};
+    return (sl_master_state_job_spec_t){.job_id = id,
+                                        .splits = g_splits,
+                                        .num_splits = n,
+                                        .epochs = epochs,
+                                        .seed = seed,
+                                        .shuffle = shuffle};
 }
 
-static sl_dpp_master_t *mem_master(uint64_t timeout)
+static sl_master_state_t *mem_master(uint64_t timeout)
 {
-    sl_dpp_master_opts_t o = {.lease_timeout_ms = timeout};
-    sl_dpp_master_t *m = NULL;
+    sl_master_state_opts_t o = {.lease_timeout_ms = timeout};
+    sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_master_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     return m;
 }
 
-static void assert_ranges(sl_dpp_master_t *m, const char *job, uint32_t split, const char *want)
+static void assert_ranges(sl_master_state_t *m, const char *job, uint32_t split, const char *want)
 {
     const sl_dpp_row_range_t *r;
     uint32_t n;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_master_committed(m, job, split, &r, &n, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_committed(m, job, split, &r, &n, &err), SL_OK, "%s", err.msg);
     char got[512] = "";
     for (uint32_t i = 0; i < n; i++)
         snprintf(got + strlen(got), sizeof got - strlen(got), "[%llu,%llu)",
@@ -72,34 +72,34 @@ static void assert_ranges(sl_dpp_master_t *m, const char *job, uint32_t split, c
 
 /* Commit rows of split read under the lease of generation gen; *why (may
  * be NULL) gets the refusal's message. */
-static sl_dpp_commit_result_t commit_why(sl_dpp_master_t *m, uint32_t epoch, uint32_t split,
-                                         uint64_t gen, uint64_t from, uint64_t to,
-                                         const char *client, uint64_t nonce, char *why)
+static sl_master_commit_result_t commit_why(sl_master_state_t *m, uint32_t epoch, uint32_t split,
+                                            uint64_t gen, uint64_t from, uint64_t to,
+                                            const char *client, uint64_t nonce, char *why)
 {
-    sl_dpp_commit_result_t res = 99;
+    sl_master_commit_result_t res = 99;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_master_commit(m, "j", epoch, split, gen, from, to, client, nonce, &res,
-                                      &err),
+    cr_assert_eq(sl_master_state_commit(m, "j", epoch, split, gen, from, to, client, nonce, &res,
+                                        &err),
                  SL_OK, "%s", err.msg);
     if (why != NULL) snprintf(why, SL_ERROR_MSG_MAX, "%s", err.msg);
     return res;
 }
 
-static sl_dpp_commit_result_t commit(sl_dpp_master_t *m, uint32_t epoch, uint32_t split,
-                                     uint64_t gen, uint64_t from, uint64_t to, const char *client,
-                                     uint64_t nonce)
+static sl_master_commit_result_t commit(sl_master_state_t *m, uint32_t epoch, uint32_t split,
+                                        uint64_t gen, uint64_t from, uint64_t to,
+                                        const char *client, uint64_t nonce)
 {
     return commit_why(m, epoch, split, gen, from, to, client, nonce, NULL);
 }
 
 /* Lease every pending split of job "j" to worker "w": gen[split] gets the
  * generation its batches commit under. */
-static void lease_all(sl_dpp_master_t *m, uint32_t n, uint64_t *gen)
+static void lease_all(sl_master_state_t *m, uint32_t n, uint64_t *gen)
 {
     sl_error_t err = {0};
     for (uint32_t i = 0; i < n; i++) {
-        sl_dpp_lease_t l;
-        cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w", 0, &l, &err), SL_OK, "%s", err.msg);
+        sl_master_lease_t l;
+        cr_assert_eq(sl_master_state_lease_next(m, "j", "w", 0, &l, &err), SL_OK, "%s", err.msg);
         gen[l.split] = l.generation;
     }
 }
@@ -108,12 +108,12 @@ Test(master_state, commits_ranges_overlap_and_split_read)
 {
     uint64_t rows[2] = {100, 50};
     make_splits(2, rows);
-    sl_dpp_master_t *m = mem_master(1000);
+    sl_master_state_t *m = mem_master(1000);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t spec = spec_of("j", 2, 2, false, 0);
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
-    sl_dpp_lease_t l;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &l, &err), SL_OK, "%s", err.msg);
+    sl_master_state_job_spec_t spec = spec_of("j", 2, 2, false, 0);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    sl_master_lease_t l;
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w1", 0, &l, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(l.split, 0);
     cr_assert_eq(l.num_todo, 1);
     cr_assert_eq(l.todo[0].from_row, 0);
@@ -122,126 +122,126 @@ Test(master_state, commits_ranges_overlap_and_split_read)
     /* two copies of a batch: only the first wins; a retry of the winner
      * (same client and nonce) gets COMMITTED again */
     uint64_t g = l.generation;
-    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 1), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "b", 1), SL_DPP_OVERLAP);
-    cr_assert_eq(commit(m, 0, 0, g, 5, 15, "b", 2), SL_DPP_OVERLAP);
-    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 1), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 0, g, 20, 30, "b", 3), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 0, g, 10, 20, "a", 2), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 1), SL_MASTER_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "b", 1), SL_MASTER_OVERLAP);
+    cr_assert_eq(commit(m, 0, 0, g, 5, 15, "b", 2), SL_MASTER_OVERLAP);
+    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 1), SL_MASTER_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 20, 30, "b", 3), SL_MASTER_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 10, 20, "a", 2), SL_MASTER_COMMITTED);
     assert_ranges(m, "j", 0, "[0,30)");
-    cr_assert_eq(commit(m, 0, 0, g, 50, 60, "a", 3), SL_DPP_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 50, 60, "a", 3), SL_MASTER_COMMITTED);
     assert_ranges(m, "j", 0, "[0,30)[50,60)");
     /* refusals */
-    cr_assert_eq(commit(m, 1, 0, g, 60, 70, "a", 4), SL_DPP_STALE_EPOCH);
-    cr_assert_eq(commit(m, 0, 9, g, 60, 70, "a", 5), SL_DPP_UNKNOWN);
-    cr_assert_eq(commit(m, 0, 0, g, 60, 170, "a", 6), SL_DPP_UNKNOWN);
-    cr_assert_eq(commit(m, 0, 0, g, 60, 60, "a", 7), SL_DPP_UNKNOWN);
-    sl_dpp_commit_result_t res;
-    cr_assert_eq(sl_dpp_master_commit(m, "nope", 0, 0, g, 0, 1, "a", 8, &res, &err), SL_OK);
-    cr_assert_eq(res, SL_DPP_UNKNOWN);
+    cr_assert_eq(commit(m, 1, 0, g, 60, 70, "a", 4), SL_MASTER_STALE_EPOCH);
+    cr_assert_eq(commit(m, 0, 9, g, 60, 70, "a", 5), SL_MASTER_UNKNOWN);
+    cr_assert_eq(commit(m, 0, 0, g, 60, 170, "a", 6), SL_MASTER_UNKNOWN);
+    cr_assert_eq(commit(m, 0, 0, g, 60, 60, "a", 7), SL_MASTER_UNKNOWN);
+    sl_master_commit_result_t res;
+    cr_assert_eq(sl_master_state_commit(m, "nope", 0, 0, g, 0, 1, "a", 8, &res, &err), SL_OK);
+    cr_assert_eq(res, SL_MASTER_UNKNOWN);
     cr_assert(strstr(err.msg, "no job 'nope'") != NULL, "%s", err.msg);
-    cr_assert_eq(sl_dpp_master_commit(m, "j", 0, 0, g, 0, 1, "bad id", 9, &res, &err),
+    cr_assert_eq(sl_master_state_commit(m, "j", 0, 0, g, 0, 1, "bad id", 9, &res, &err),
                  SL_ERR_INVALID);
     /* only rows of a live lease commit: split 1 is not leased, and split 0
      * is not leased under another generation; nothing is recorded */
     char why[SL_ERROR_MSG_MAX];
-    cr_assert_eq(commit_why(m, 0, 1, g, 0, 10, "a", 11, why), SL_DPP_STALE_EPOCH);
+    cr_assert_eq(commit_why(m, 0, 1, g, 0, 10, "a", 11, why), SL_MASTER_STALE_EPOCH);
     cr_assert(strstr(why, "split 1: generation") != NULL, "%s", why);
     cr_assert(strstr(why, "is not the live lease (no such lease)") != NULL, "%s", why);
-    cr_assert_eq(commit_why(m, 0, 0, g + 1, 60, 70, "a", 12, why), SL_DPP_STALE_EPOCH);
+    cr_assert_eq(commit_why(m, 0, 0, g + 1, 60, 70, "a", 12, why), SL_MASTER_STALE_EPOCH);
     cr_assert(strstr(why, "leased under another generation") != NULL, "%s", why);
     assert_ranges(m, "j", 0, "[0,30)[50,60)");
     assert_ranges(m, "j", 1, "");
     /* split read: [30,50) produced nothing, the rest is not committed: PENDING */
     sl_dpp_row_range_t empty[1] = {{30, 50}};
-    sl_dpp_split_state_t state;
-    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l.generation + 1, empty, 1, &state, &err),
-                 SL_DPP_STALE);
+    sl_master_split_state_t state;
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation + 1, empty, 1, &state, &err),
+                 SL_MASTER_STALE);
     sl_dpp_row_range_t outside[1] = {{30, 500}};
-    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l.generation, outside, 1, &state, &err),
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation, outside, 1, &state, &err),
                  SL_ERR_INVALID);
-    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l.generation, empty, 1, &state, &err),
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation, empty, 1, &state, &err),
                  SL_OK, "%s", err.msg);
-    cr_assert_eq(state, SL_DPP_SPLIT_PENDING);
+    cr_assert_eq(state, SL_MASTER_SPLIT_PENDING);
     assert_ranges(m, "j", 0, "[0,60)");
-    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l.generation, empty, 1, &state, &err),
-                 SL_DPP_STALE);
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation, empty, 1, &state, &err),
+                 SL_MASTER_STALE);
     /* the reported lease has ended: a late copy of its batch is refused */
-    cr_assert_eq(commit_why(m, 0, 0, g, 60, 70, "b", 13, why), SL_DPP_STALE_EPOCH);
+    cr_assert_eq(commit_why(m, 0, 0, g, 60, 70, "b", 13, why), SL_MASTER_STALE_EPOCH);
     cr_assert(strstr(why, "that lease has ended") != NULL, "%s", why);
     /* leased again: todo is what is left */
-    sl_dpp_lease_t l2;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 0, &l2, &err), SL_OK);
+    sl_master_lease_t l2;
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w2", 0, &l2, &err), SL_OK);
     cr_assert_eq(l2.split, 0);
     cr_assert_eq(l2.num_todo, 1);
     cr_assert_eq(l2.todo[0].from_row, 60);
     cr_assert_eq(l2.todo[0].to_row, 100);
-    cr_assert(sl_dpp_master_lease_live(m, "j", 0, 0, l2.generation, "w2"));
-    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, l2.generation, "w1"));
-    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, l.generation, NULL));
-    cr_assert_eq(commit(m, 0, 0, g, 60, 70, "b", 14), SL_DPP_STALE_EPOCH);
+    cr_assert(sl_master_state_lease_live(m, "j", 0, 0, l2.generation, "w2"));
+    cr_assert(!sl_master_state_lease_live(m, "j", 0, 0, l2.generation, "w1"));
+    cr_assert(!sl_master_state_lease_live(m, "j", 0, 0, l.generation, NULL));
+    cr_assert_eq(commit(m, 0, 0, g, 60, 70, "b", 14), SL_MASTER_STALE_EPOCH);
     /* the last rows committed: DONE at once, the lease ends */
-    cr_assert_eq(commit(m, 0, 0, l2.generation, 60, 100, "b", 10), SL_DPP_COMMITTED);
-    cr_assert_eq(commit_why(m, 0, 0, l2.generation, 60, 100, "a", 15, why), SL_DPP_OVERLAP);
-    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, l2.generation, NULL));
-    sl_dpp_master_job_status_t st;
-    cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(commit(m, 0, 0, l2.generation, 60, 100, "b", 10), SL_MASTER_COMMITTED);
+    cr_assert_eq(commit_why(m, 0, 0, l2.generation, 60, 100, "a", 15, why), SL_MASTER_OVERLAP);
+    cr_assert(!sl_master_state_lease_live(m, "j", 0, 0, l2.generation, NULL));
+    sl_master_state_job_status_t st;
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert_eq(st.done, 1);
     cr_assert_eq(st.committed_rows, 100);
-    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, l2.generation, NULL, 0, &state, &err),
-                 SL_DPP_STALE);
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l2.generation, NULL, 0, &state, &err),
+                 SL_MASTER_STALE);
     /* split 1 entirely filtered out: the split read commits it; epoch 1 begins */
-    sl_dpp_lease_t l3;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &l3, &err), SL_OK);
+    sl_master_lease_t l3;
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w1", 0, &l3, &err), SL_OK);
     cr_assert_eq(l3.split, 1);
     sl_dpp_row_range_t all[1] = {{0, 50}};
-    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 1, l3.generation, all, 1, &state, &err),
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 1, l3.generation, all, 1, &state, &err),
                  SL_OK, "%s", err.msg);
-    cr_assert_eq(state, SL_DPP_SPLIT_DONE);
-    cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(state, SL_MASTER_SPLIT_DONE);
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert_eq(st.epoch, 1);
     cr_assert_eq(st.pending, 2);
     cr_assert_eq(st.committed_rows, 0);
     /* epoch 0 commits are stale now, but a committed nonce keeps its answer */
-    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 1), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 77), SL_DPP_STALE_EPOCH);
-    sl_dpp_lease_t l4;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &l4, &err), SL_OK);
+    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 1), SL_MASTER_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, g, 0, 10, "a", 77), SL_MASTER_STALE_EPOCH);
+    sl_master_lease_t l4;
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w1", 0, &l4, &err), SL_OK);
     cr_assert_eq(l4.split, 0);
-    cr_assert_eq(commit(m, 1, 0, l4.generation, 0, 10, "a", 78), SL_DPP_COMMITTED);
-    sl_dpp_master_counters_t k;
-    sl_dpp_master_counters(m, &k);
+    cr_assert_eq(commit(m, 1, 0, l4.generation, 0, 10, "a", 78), SL_MASTER_COMMITTED);
+    sl_master_state_counters_t k;
+    sl_master_state_counters(m, &k);
     cr_assert_eq(k.commits, 6);
     cr_assert_eq(k.overlaps, 3);
     cr_assert_eq(k.repeated_commits, 2);
     cr_assert_eq(k.stale_commits, 2);
     cr_assert_eq(k.unleased_commits, 4);
     cr_assert_eq(k.clients, 2);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
 }
 
 Test(master_state, expiry_returns_uncommitted_rows)
 {
     uint64_t rows[1] = {100};
     make_splits(1, rows);
-    sl_dpp_master_t *m = mem_master(100);
+    sl_master_state_t *m = mem_master(100);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t spec = spec_of("j", 1, 1, false, 0);
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK);
-    sl_dpp_lease_t a, b;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &a, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 0, &b, &err), SL_ERR_AGAIN);
-    cr_assert_eq(commit(m, 0, 0, a.generation, 10, 20, "c", 1), SL_DPP_COMMITTED);
+    sl_master_state_job_spec_t spec = spec_of("j", 1, 1, false, 0);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK);
+    sl_master_lease_t a, b;
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w1", 0, &a, &err), SL_OK);
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w2", 0, &b, &err), SL_ERR_AGAIN);
+    cr_assert_eq(commit(m, 0, 0, a.generation, 10, 20, "c", 1), SL_MASTER_COMMITTED);
     uint32_t renewed, expired;
-    sl_dpp_lease_ref_t held = {"j", 0, 0, a.generation};
-    cr_assert_eq(sl_dpp_master_renew(m, "w1", &held, 1, 50, &renewed, &err), SL_OK);
+    sl_master_lease_ref_t held = {"j", 0, 0, a.generation};
+    cr_assert_eq(sl_master_state_renew(m, "w1", &held, 1, 50, &renewed, &err), SL_OK);
     cr_assert_eq(renewed, 1);
-    cr_assert_eq(sl_dpp_master_expire(m, 149, &expired, &err), SL_OK);
+    cr_assert_eq(sl_master_state_expire(m, 149, &expired, &err), SL_OK);
     cr_assert_eq(expired, 0);
-    cr_assert_eq(sl_dpp_master_expire(m, 150, &expired, &err), SL_OK);
+    cr_assert_eq(sl_master_state_expire(m, 150, &expired, &err), SL_OK);
     cr_assert_eq(expired, 1);
-    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, 0, a.generation, "w1"));
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 150, &b, &err), SL_OK);
+    cr_assert(!sl_master_state_lease_live(m, "j", 0, 0, a.generation, "w1"));
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w2", 150, &b, &err), SL_OK);
     cr_assert_gt(b.generation, a.generation);
     cr_assert_eq(b.num_todo, 2);
     cr_assert_eq(b.todo[0].from_row, 0);
@@ -250,28 +250,28 @@ Test(master_state, expiry_returns_uncommitted_rows)
     cr_assert_eq(b.todo[1].to_row, 100);
     /* the dead worker's batch is refused now; the new lease's copy wins,
      * once */
-    cr_assert_eq(commit(m, 0, 0, a.generation, 0, 10, "c", 2), SL_DPP_STALE_EPOCH);
-    cr_assert_eq(commit(m, 0, 0, b.generation, 0, 10, "d", 1), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 0, b.generation, 0, 10, "c", 3), SL_DPP_OVERLAP);
-    sl_dpp_split_state_t state;
-    cr_assert_eq(sl_dpp_master_split_read(m, "j", 0, 0, a.generation, NULL, 0, &state, &err),
-                 SL_DPP_STALE);
-    sl_dpp_master_counters_t k;
-    sl_dpp_master_counters(m, &k);
+    cr_assert_eq(commit(m, 0, 0, a.generation, 0, 10, "c", 2), SL_MASTER_STALE_EPOCH);
+    cr_assert_eq(commit(m, 0, 0, b.generation, 0, 10, "d", 1), SL_MASTER_COMMITTED);
+    cr_assert_eq(commit(m, 0, 0, b.generation, 0, 10, "c", 3), SL_MASTER_OVERLAP);
+    sl_master_split_state_t state;
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, a.generation, NULL, 0, &state, &err),
+                 SL_MASTER_STALE);
+    sl_master_state_counters_t k;
+    sl_master_state_counters(m, &k);
     cr_assert_eq(k.expiries, 1);
     cr_assert_eq(k.stale_refused, 1);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
 }
 
 static char *tmp_state_dir(void);
 static void rm_state_dir(char *d);
 
-static char *dump_of(const sl_dpp_master_t *m)
+static char *dump_of(const sl_master_state_t *m)
 {
     char *d;
     size_t len;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_master_dump(m, &d, &len, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_dump(m, &d, &len, &err), SL_OK, "%s", err.msg);
     char *copy = strdup(d);
     sl_free(NULL, d, len + 1);
     return copy;
@@ -286,91 +286,93 @@ Test(master_state, only_named_leases_live_and_register_revokes_the_rest)
 {
     make_splits(4, NULL);
     char *dir = tmp_state_dir();
-    sl_dpp_master_opts_t o = {.state_dir = dir, .lease_timeout_ms = 100};
-    sl_dpp_master_t *m = NULL;
+    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 100};
+    sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_master_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
-    sl_dpp_master_job_spec_t spec = spec_of("j", 4, 1, false, 0);
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
-    sl_dpp_lease_t a, b, c, d;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &a, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w1", 0, &b, &err), SL_OK); /* never received */
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 0, &c, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w2", 0, &d, &err), SL_OK);
-    sl_dpp_lease_ref_t ra = {"j", 0, a.split, a.generation};
-    sl_dpp_lease_ref_t rc_ = {"j", 0, c.split, c.generation}, rd = {"j", 0, d.split, d.generation};
+    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    sl_master_state_job_spec_t spec = spec_of("j", 4, 1, false, 0);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    sl_master_lease_t a, b, c, d;
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w1", 0, &a, &err), SL_OK);
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w1", 0, &b, &err), SL_OK); /* never received */
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w2", 0, &c, &err), SL_OK);
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w2", 0, &d, &err), SL_OK);
+    sl_master_lease_ref_t ra = {"j", 0, a.split, a.generation};
+    sl_master_lease_ref_t rc_ = {"j", 0, c.split, c.generation},
+                          rd = {"j", 0, d.split, d.generation};
     uint32_t renewed = 99, revoked = 99, expired = 99;
     /* w1 names a only; it also names w2's lease c, a stale generation and
      * an unknown job: none of those is renewed */
-    sl_dpp_lease_ref_t w1_held[4] = {ra, rc_, {"j", 0, a.split, a.generation + 100}, {"x", 0, 0, 1}};
+    sl_master_lease_ref_t w1_held[4] = {
+        ra, rc_, {"j", 0, a.split, a.generation + 100}, {"x", 0, 0, 1}};
     for (uint64_t t = 30; t <= 90; t += 30) {
-        cr_assert_eq(sl_dpp_master_renew(m, "w1", w1_held, 4, t, &renewed, &err), SL_OK);
+        cr_assert_eq(sl_master_state_renew(m, "w1", w1_held, 4, t, &renewed, &err), SL_OK);
         cr_assert_eq(renewed, 1);
-        sl_dpp_lease_ref_t w2_held[2] = {rc_, rd};
-        cr_assert_eq(sl_dpp_master_renew(m, "w2", w2_held, 2, t, &renewed, &err), SL_OK);
+        sl_master_lease_ref_t w2_held[2] = {rc_, rd};
+        cr_assert_eq(sl_master_state_renew(m, "w2", w2_held, 2, t, &renewed, &err), SL_OK);
         cr_assert_eq(renewed, 2);
     }
-    cr_assert_eq(sl_dpp_master_renew(m, "nobody", w1_held, 4, 90, &renewed, &err), SL_OK);
+    cr_assert_eq(sl_master_state_renew(m, "nobody", w1_held, 4, 90, &renewed, &err), SL_OK);
     cr_assert_eq(renewed, 0);
-    cr_assert_eq(sl_dpp_master_expire(m, 99, &expired, &err), SL_OK);
+    cr_assert_eq(sl_master_state_expire(m, 99, &expired, &err), SL_OK);
     cr_assert_eq(expired, 0);
-    cr_assert_eq(sl_dpp_master_expire(m, 100, &expired, &err), SL_OK);
+    cr_assert_eq(sl_master_state_expire(m, 100, &expired, &err), SL_OK);
     cr_assert_eq(expired, 1, "only the lease w1 never named expires");
-    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, b.split, b.generation, NULL));
-    cr_assert(sl_dpp_master_lease_live(m, "j", 0, a.split, a.generation, "w1"));
-    cr_assert(sl_dpp_master_lease_live(m, "j", 0, c.split, c.generation, "w2"));
+    cr_assert(!sl_master_state_lease_live(m, "j", 0, b.split, b.generation, NULL));
+    cr_assert(sl_master_state_lease_live(m, "j", 0, a.split, a.generation, "w1"));
+    cr_assert(sl_master_state_lease_live(m, "j", 0, c.split, c.generation, "w2"));
     /* a new process under w2's id holds nothing: both its leases go back
      * now; w1 reconnects naming a: kept */
-    cr_assert_eq(sl_dpp_master_register(m, "w2", NULL, 0, 120, &renewed, &revoked, &err), SL_OK);
+    cr_assert_eq(sl_master_state_register(m, "w2", NULL, 0, 120, &renewed, &revoked, &err), SL_OK);
     cr_assert_eq(renewed, 0);
     cr_assert_eq(revoked, 2);
-    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, c.split, c.generation, NULL));
-    cr_assert(!sl_dpp_master_lease_live(m, "j", 0, d.split, d.generation, NULL));
-    cr_assert_eq(sl_dpp_master_register(m, "w1", &ra, 1, 120, &renewed, &revoked, &err), SL_OK);
+    cr_assert(!sl_master_state_lease_live(m, "j", 0, c.split, c.generation, NULL));
+    cr_assert(!sl_master_state_lease_live(m, "j", 0, d.split, d.generation, NULL));
+    cr_assert_eq(sl_master_state_register(m, "w1", &ra, 1, 120, &renewed, &revoked, &err), SL_OK);
     cr_assert_eq(renewed, 1);
     cr_assert_eq(revoked, 0);
-    cr_assert_eq(sl_dpp_master_register(m, "w9", &ra, 1, 120, &renewed, &revoked, &err), SL_OK);
+    cr_assert_eq(sl_master_state_register(m, "w9", &ra, 1, 120, &renewed, &revoked, &err), SL_OK);
     cr_assert_eq(renewed, 0, "another worker's lease is not renewed by naming it");
     cr_assert_eq(revoked, 0);
-    cr_assert(sl_dpp_master_lease_live(m, "j", 0, a.split, a.generation, "w1"));
-    sl_dpp_master_job_status_t st;
-    cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert(sl_master_state_lease_live(m, "j", 0, a.split, a.generation, "w1"));
+    sl_master_state_job_status_t st;
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert_eq(st.leased, 1);
     cr_assert_eq(st.pending, 3);
-    sl_dpp_master_counters_t k;
-    sl_dpp_master_counters(m, &k);
+    sl_master_state_counters_t k;
+    sl_master_state_counters(m, &k);
     cr_assert_eq(k.expiries, 1);
     cr_assert_eq(k.revocations, 2);
     cr_assert_eq(k.renewals, 3 * 3 + 1);
     /* a commit of the revoked lease c is refused; c's split is leased
      * again, with every row to do */
-    cr_assert_eq(commit(m, 0, c.split, c.generation, 0, 10, "x", 1), SL_DPP_STALE_EPOCH);
-    sl_dpp_lease_t e;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w3", 120, &e, &err), SL_OK);
+    cr_assert_eq(commit(m, 0, c.split, c.generation, 0, 10, "x", 1), SL_MASTER_STALE_EPOCH);
+    sl_master_lease_t e;
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w3", 120, &e, &err), SL_OK);
     cr_assert_eq(e.num_todo, 1);
     cr_assert_eq(e.todo[0].to_row, e.num_rows);
-    cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
     char *before = dump_of(m);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
 
     /* reopened at t = 1000: the same state (revocations were journaled);
      * a lease found lives until 1100 unless its worker names it */
-    cr_assert_eq(sl_dpp_master_open(&o, 1000, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_open(&o, 1000, &m, NULL, &err), SL_OK, "%s", err.msg);
     char *after = dump_of(m);
     cr_assert_str_eq(after, before);
     free(before);
     free(after);
-    sl_dpp_lease_ref_t re = {"j", 0, e.split, e.generation};
-    cr_assert_eq(sl_dpp_master_renew(m, "w3", &re, 1, 1050, &renewed, &err), SL_OK);
+    sl_master_lease_ref_t re = {"j", 0, e.split, e.generation};
+    cr_assert_eq(sl_master_state_renew(m, "w3", &re, 1, 1050, &renewed, &err), SL_OK);
     cr_assert_eq(renewed, 1);
-    cr_assert_eq(sl_dpp_master_expire(m, 1100, &expired, &err), SL_OK);
+    cr_assert_eq(sl_master_state_expire(m, 1100, &expired, &err), SL_OK);
     cr_assert_eq(expired, 1, "w1 did not name a after the restart");
-    cr_assert(sl_dpp_master_lease_live(m, "j", 0, e.split, e.generation, "w3"));
-    cr_assert_eq(sl_dpp_master_expire(m, 1150, &expired, &err), SL_OK);
+    cr_assert(sl_master_state_lease_live(m, "j", 0, e.split, e.generation, "w3"));
+    cr_assert_eq(sl_master_state_expire(m, 1150, &expired, &err), SL_OK);
     cr_assert_eq(expired, 1);
-    cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert_eq(st.leased, 0);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
     rm_state_dir(dir);
 }
 
@@ -378,42 +380,42 @@ Test(master_state, static_sharding_ranks_on_leases)
 {
     enum { N = 8 };
     make_splits(N, NULL);
-    sl_dpp_master_t *m = mem_master(1000);
+    sl_master_state_t *m = mem_master(1000);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t spec = spec_of("j", N, 1, false, 5);
+    sl_master_state_job_spec_t spec = spec_of("j", N, 1, false, 5);
     spec.ranks = 2;
     spec.static_sharding = true;
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     uint32_t want[N];
-    cr_assert_eq(sl_dpp_master_assign_static(m, "j", 2, want, NULL, &err), SL_OK);
+    cr_assert_eq(sl_master_state_assign_static(m, "j", 2, want, NULL, &err), SL_OK);
     for (uint32_t i = 0; i < N; i++) {
-        sl_dpp_lease_t l;
-        cr_assert_eq(sl_dpp_master_lease_next(m, "j", "w", 0, &l, &err), SL_OK);
+        sl_master_lease_t l;
+        cr_assert_eq(sl_master_state_lease_next(m, "j", "w", 0, &l, &err), SL_OK);
         cr_assert_eq(l.rank_plus_one, want[l.split] + 1);
     }
-    sl_dpp_master_job_status_t st;
-    cr_assert_eq(sl_dpp_master_job_status(m, "j", &st, &err), SL_OK);
+    sl_master_state_job_status_t st;
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert_eq(st.ranks, 2);
     cr_assert(st.static_sharding);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
 }
 
 static uint64_t g_nonce = 1;
 
 /* Run every split of the current epoch to completion in lease order;
  * returns the order splits were handed out in. */
-static void run_epoch(sl_dpp_master_t *m, const char *job, uint32_t n, uint32_t *order)
+static void run_epoch(sl_master_state_t *m, const char *job, uint32_t n, uint32_t *order)
 {
     sl_error_t err = {0};
     for (uint32_t i = 0; i < n; i++) {
-        sl_dpp_lease_t l;
-        cr_assert_eq(sl_dpp_master_lease_next(m, job, "w", 0, &l, &err), SL_OK, "%s", err.msg);
+        sl_master_lease_t l;
+        cr_assert_eq(sl_master_state_lease_next(m, job, "w", 0, &l, &err), SL_OK, "%s", err.msg);
         order[i] = l.split;
-        sl_dpp_commit_result_t res;
-        cr_assert_eq(sl_dpp_master_commit(m, job, l.epoch, l.split, l.generation, 0, l.num_rows,
-                                          "c", g_nonce++, &res, &err),
+        sl_master_commit_result_t res;
+        cr_assert_eq(sl_master_state_commit(m, job, l.epoch, l.split, l.generation, 0, l.num_rows,
+                                            "c", g_nonce++, &res, &err),
                      SL_OK, "%s", err.msg);
-        cr_assert_eq(res, SL_DPP_COMMITTED, "%s", err.msg);
+        cr_assert_eq(res, SL_MASTER_COMMITTED, "%s", err.msg);
     }
 }
 
@@ -421,26 +423,26 @@ Test(master_state, epochs_and_seeded_order)
 {
     enum { N = 20 };
     make_splits(N, NULL);
-    sl_dpp_master_t *m = mem_master(1000);
+    sl_master_state_t *m = mem_master(1000);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t plain = spec_of("plain", N, 2, false, 7);
-    sl_dpp_master_job_spec_t shuf = spec_of("shuf", N, 3, true, 7);
-    sl_dpp_master_job_spec_t shuf2 = spec_of("shuf2", N, 1, true, 8);
-    cr_assert_eq(sl_dpp_master_job_add(m, &plain, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_job_add(m, &shuf, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_job_add(m, &shuf2, &err), SL_OK);
+    sl_master_state_job_spec_t plain = spec_of("plain", N, 2, false, 7);
+    sl_master_state_job_spec_t shuf = spec_of("shuf", N, 3, true, 7);
+    sl_master_state_job_spec_t shuf2 = spec_of("shuf2", N, 1, true, 8);
+    cr_assert_eq(sl_master_state_job_add(m, &plain, &err), SL_OK);
+    cr_assert_eq(sl_master_state_job_add(m, &shuf, &err), SL_OK);
+    cr_assert_eq(sl_master_state_job_add(m, &shuf2, &err), SL_OK);
     uint32_t got[3][N], want[N];
     run_epoch(m, "plain", N, got[0]);
     for (uint32_t i = 0; i < N; i++)
         cr_assert_eq(got[0][i], i);
-    sl_dpp_master_job_status_t st;
-    sl_dpp_master_job_status(m, "plain", &st, &err);
+    sl_master_state_job_status_t st;
+    sl_master_state_job_status(m, "plain", &st, &err);
     cr_assert_eq(st.epoch, 1);
     cr_assert_eq(st.pending, N);
     cr_assert_eq(st.committed_rows, 0);
     for (uint32_t e = 0; e < 3; e++) {
         run_epoch(m, "shuf", N, got[e]);
-        cr_assert_eq(sl_dpp_master_epoch_order(m, "shuf", e, want, &err), SL_OK);
+        cr_assert_eq(sl_master_state_epoch_order(m, "shuf", e, want, &err), SL_OK);
         cr_assert_arr_eq(got[e], want, sizeof want);
         /* a permutation */
         uint32_t seen[N] = {0};
@@ -450,24 +452,24 @@ Test(master_state, epochs_and_seeded_order)
             cr_assert_eq(seen[i], 1);
     }
     cr_assert(memcmp(got[0], got[1], sizeof got[0]) != 0, "epochs share one order");
-    sl_dpp_master_job_status(m, "shuf", &st, &err);
+    sl_master_state_job_status(m, "shuf", &st, &err);
     cr_assert(st.finished);
     cr_assert_eq(st.epoch, 3);
     cr_assert_eq(st.done, N);
     cr_assert_eq(st.committed_rows, st.total_rows, "a finished job committed every row");
-    sl_dpp_lease_t l;
-    cr_assert_eq(sl_dpp_master_lease_next(m, "shuf", "w", 0, &l, &err), SL_ERR_AGAIN);
+    sl_master_lease_t l;
+    cr_assert_eq(sl_master_state_lease_next(m, "shuf", "w", 0, &l, &err), SL_ERR_AGAIN);
     /* same seed: same order (a fresh master); other seed: another order */
     uint32_t other[N];
-    cr_assert_eq(sl_dpp_master_epoch_order(m, "shuf2", 0, other, &err), SL_OK);
+    cr_assert_eq(sl_master_state_epoch_order(m, "shuf2", 0, other, &err), SL_OK);
     cr_assert(memcmp(other, got[0], sizeof other) != 0);
-    sl_dpp_master_t *m2 = mem_master(1000);
-    cr_assert_eq(sl_dpp_master_job_add(m2, &shuf, &err), SL_OK);
+    sl_master_state_t *m2 = mem_master(1000);
+    cr_assert_eq(sl_master_state_job_add(m2, &shuf, &err), SL_OK);
     uint32_t again[N];
     run_epoch(m2, "shuf", N, again);
     cr_assert_arr_eq(again, got[0], sizeof again);
-    sl_dpp_master_destroy(m2);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m2);
+    sl_master_state_destroy(m);
 }
 
 Test(master_state, static_assignment_balanced_and_reproducible)
@@ -482,16 +484,16 @@ Test(master_state, static_assignment_balanced_and_reproducible)
         if (rows[i] > max_rows) max_rows = rows[i];
     }
     make_splits(N, rows);
-    sl_dpp_master_t *m = mem_master(1000);
+    sl_master_state_t *m = mem_master(1000);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t a = spec_of("a", N, 1, true, 42);
-    sl_dpp_master_job_spec_t b = spec_of("b", N, 1, true, 42);
-    cr_assert_eq(sl_dpp_master_job_add(m, &a, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_job_add(m, &b, &err), SL_OK);
+    sl_master_state_job_spec_t a = spec_of("a", N, 1, true, 42);
+    sl_master_state_job_spec_t b = spec_of("b", N, 1, true, 42);
+    cr_assert_eq(sl_master_state_job_add(m, &a, &err), SL_OK);
+    cr_assert_eq(sl_master_state_job_add(m, &b, &err), SL_OK);
     uint32_t ra[N], rb[N];
     uint64_t load[R];
-    cr_assert_eq(sl_dpp_master_assign_static(m, "a", R, ra, load, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_assign_static(m, "b", R, rb, NULL, &err), SL_OK);
+    cr_assert_eq(sl_master_state_assign_static(m, "a", R, ra, load, &err), SL_OK);
+    cr_assert_eq(sl_master_state_assign_static(m, "b", R, rb, NULL, &err), SL_OK);
     cr_assert_arr_eq(ra, rb, sizeof ra);
     uint64_t sum[R] = {0}, lo = UINT64_MAX, hi = 0;
     for (uint32_t i = 0; i < N; i++) {
@@ -512,50 +514,50 @@ Test(master_state, static_assignment_balanced_and_reproducible)
     /* Exact case: 4 equal splits on 2 ranks: 2 each; ties by split id. */
     uint64_t eq[4] = {10, 10, 10, 10};
     make_splits(4, eq);
-    sl_dpp_master_job_spec_t e = spec_of("eq", 4, 1, false, 1);
-    cr_assert_eq(sl_dpp_master_job_add(m, &e, &err), SL_OK);
+    sl_master_state_job_spec_t e = spec_of("eq", 4, 1, false, 1);
+    cr_assert_eq(sl_master_state_job_add(m, &e, &err), SL_OK);
     uint32_t re[4];
     uint64_t le[2];
-    cr_assert_eq(sl_dpp_master_assign_static(m, "eq", 2, re, le, &err), SL_OK);
+    cr_assert_eq(sl_master_state_assign_static(m, "eq", 2, re, le, &err), SL_OK);
     cr_assert_eq(le[0], 20);
     cr_assert_eq(le[1], 20);
     cr_assert_eq(re[0], re[2]);
     cr_assert_eq(re[1], re[3]);
     cr_assert_neq(re[0], re[1]);
-    cr_assert_eq(sl_dpp_master_assign_static(m, "eq", 0, re, le, &err), SL_ERR_INVALID);
-    sl_dpp_master_destroy(m);
+    cr_assert_eq(sl_master_state_assign_static(m, "eq", 0, re, le, &err), SL_ERR_INVALID);
+    sl_master_state_destroy(m);
 }
 
 Test(master_state, resume_token_round_trip_and_refusals)
 {
     enum { N = 6 };
     make_splits(N, NULL);
-    sl_dpp_master_t *m = mem_master(1000);
+    sl_master_state_t *m = mem_master(1000);
     sl_error_t err = {0};
-    sl_dpp_master_job_spec_t spec = spec_of("j", N, 2, false, 3);
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK);
+    sl_master_state_job_spec_t spec = spec_of("j", N, 2, false, 3);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK);
     uint64_t gen[N];
     lease_all(m, N, gen);
     /* split 0 all committed, split 1 [0,50) and [60,70), split 2 [0,10)
      * committed but not yet handed to the trainer (undelivered) */
-    cr_assert_eq(commit(m, 0, 0, gen[0], 0, 100, "c", 1), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 1, gen[1], 0, 50, "c", 2), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 1, gen[1], 60, 70, "c", 3), SL_DPP_COMMITTED);
-    cr_assert_eq(commit(m, 0, 2, gen[2], 0, 10, "c", 4), SL_DPP_COMMITTED);
-    sl_dpp_token_exclude_t und[3] = {
+    cr_assert_eq(commit(m, 0, 0, gen[0], 0, 100, "c", 1), SL_MASTER_COMMITTED);
+    cr_assert_eq(commit(m, 0, 1, gen[1], 0, 50, "c", 2), SL_MASTER_COMMITTED);
+    cr_assert_eq(commit(m, 0, 1, gen[1], 60, 70, "c", 3), SL_MASTER_COMMITTED);
+    cr_assert_eq(commit(m, 0, 2, gen[2], 0, 10, "c", 4), SL_MASTER_COMMITTED);
+    sl_master_token_exclude_t und[3] = {
         {.epoch = 0, .split = 2, .from_row = 0, .to_row = 10},
         {.epoch = 0, .split = 1, .from_row = 40, .to_row = 50},
         {.epoch = 7, .split = 1, .from_row = 0, .to_row = 10}, /* other epoch: ignored */
     };
     void *tok;
     size_t len;
-    cr_assert_eq(sl_dpp_master_token_encode(m, "j", und, 3, &tok, &len, &err), SL_OK, "%s",
+    cr_assert_eq(sl_master_state_token_encode(m, "j", und, 3, &tok, &len, &err), SL_OK, "%s",
                  err.msg);
 
-    sl_dpp_master_t *r = mem_master(1000);
-    cr_assert_eq(sl_dpp_master_job_resume(r, &spec, tok, len, &err), SL_OK, "%s", err.msg);
-    sl_dpp_master_job_status_t st;
-    sl_dpp_master_job_status(r, "j", &st, &err);
+    sl_master_state_t *r = mem_master(1000);
+    cr_assert_eq(sl_master_state_job_resume(r, &spec, tok, len, &err), SL_OK, "%s", err.msg);
+    sl_master_state_job_status_t st;
+    sl_master_state_job_status(r, "j", &st, &err);
     cr_assert_eq(st.epoch, 0);
     cr_assert_eq(st.done, 1);
     cr_assert_eq(st.pending, N - 1);
@@ -565,34 +567,34 @@ Test(master_state, resume_token_round_trip_and_refusals)
     assert_ranges(r, "j", 2, "");
 
     /* wrong job id, other splits, damage, other version */
-    sl_dpp_master_t *q = mem_master(1000);
-    sl_dpp_master_job_spec_t other = spec_of("k", N, 2, false, 3);
-    cr_assert_eq(sl_dpp_master_job_resume(q, &other, tok, len, &err), SL_ERR_INVALID);
+    sl_master_state_t *q = mem_master(1000);
+    sl_master_state_job_spec_t other = spec_of("k", N, 2, false, 3);
+    cr_assert_eq(sl_master_state_job_resume(q, &other, tok, len, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "of job 'j', not of job 'k'") != NULL, "%s", err.msg);
-    sl_dpp_master_job_spec_t fewer = spec_of("j", N - 1, 2, false, 3);
-    cr_assert_eq(sl_dpp_master_job_resume(q, &fewer, tok, len, &err), SL_ERR_INVALID);
+    sl_master_state_job_spec_t fewer = spec_of("j", N - 1, 2, false, 3);
+    cr_assert_eq(sl_master_state_job_resume(q, &fewer, tok, len, &err), SL_ERR_INVALID);
     g_splits[2].num_rows++;
-    cr_assert_eq(sl_dpp_master_job_resume(q, &spec, tok, len, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_state_job_resume(q, &spec, tok, len, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "other splits") != NULL, "%s", err.msg);
     g_splits[2].num_rows--;
     uint8_t *bad = malloc(len);
     for (size_t i = 0; i < len; i += 3) {
         memcpy(bad, tok, len);
         bad[i] ^= 0x40;
-        sl_err_t rc = sl_dpp_master_job_resume(q, &spec, bad, len, &err);
+        sl_err_t rc = sl_master_state_job_resume(q, &spec, bad, len, &err);
         cr_assert(rc == SL_ERR_CORRUPT || rc == SL_ERR_VERSION, "byte %zu: %d", i, rc);
     }
     memcpy(bad, tok, len);
     bad[4] = 9;
-    cr_assert_eq(sl_dpp_master_job_resume(q, &spec, bad, len, &err), SL_ERR_VERSION);
+    cr_assert_eq(sl_master_state_job_resume(q, &spec, bad, len, &err), SL_ERR_VERSION);
     for (size_t cut = 0; cut < len; cut += 5)
-        cr_assert_neq(sl_dpp_master_job_resume(q, &spec, tok, cut, &err), SL_OK);
-    cr_assert_eq(sl_dpp_master_job_status(q, "j", &st, &err), SL_ERR_NOT_FOUND);
+        cr_assert_neq(sl_master_state_job_resume(q, &spec, tok, cut, &err), SL_OK);
+    cr_assert_eq(sl_master_state_job_status(q, "j", &st, &err), SL_ERR_NOT_FOUND);
     free(bad);
     sl_free(NULL, tok, len);
-    sl_dpp_master_destroy(q);
-    sl_dpp_master_destroy(r);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(q);
+    sl_master_state_destroy(r);
+    sl_master_state_destroy(m);
 }
 
 /* Multi-rank resume: each rank's token is committed minus that rank's
@@ -605,9 +607,9 @@ Test(master_state, resume_from_one_token_per_rank_intersects)
     make_splits(N, NULL); /* split i: 100 + 10 i rows */
     sl_error_t err = {0};
     for (int round = 0; round < 20; round++) {
-        sl_dpp_master_t *m = mem_master(1000);
-        sl_dpp_master_job_spec_t spec = spec_of("j", N, 2, false, 3);
-        cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+        sl_master_state_t *m = mem_master(1000);
+        sl_master_state_job_spec_t spec = spec_of("j", N, 2, false, 3);
+        cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
         uint64_t gen[N];
         lease_all(m, N, gen);
         static bool committed[N][200], keep[N][200];
@@ -620,7 +622,7 @@ Test(master_state, resume_from_one_token_per_rank_intersects)
                 if (to > rows) to = rows;
                 if (tu_below(&seed, 3) != 0) {
                     cr_assert_eq(commit(m, 0, sp, gen[sp], at, to, "c", nonce++),
-                                 SL_DPP_COMMITTED);
+                                 SL_MASTER_COMMITTED);
                     for (uint64_t r = at; r < to; r++)
                         committed[sp][r] = true;
                 }
@@ -631,27 +633,27 @@ Test(master_state, resume_from_one_token_per_rank_intersects)
         void *tok[RANKS];
         size_t len[RANKS];
         for (int rk = 0; rk < RANKS; rk++) {
-            sl_dpp_token_exclude_t und[4];
+            sl_master_token_exclude_t und[4];
             for (int k = 0; k < 4; k++) {
                 uint32_t sp = (uint32_t)tu_below(&seed, N);
                 uint64_t from = tu_below(&seed, 100 + 10 * sp);
                 uint64_t to = from + 1 + tu_below(&seed, 20);
                 if (to > 100 + 10 * sp) to = 100 + 10 * sp;
-                und[k] = (sl_dpp_token_exclude_t){0, sp, from, to};
+                und[k] = (sl_master_token_exclude_t){0, sp, from, to};
                 for (uint64_t r = from; r < to; r++)
                     keep[sp][r] = false;
             }
-            cr_assert_eq(sl_dpp_master_token_encode(m, "j", und, 4, &tok[rk], &len[rk], &err),
+            cr_assert_eq(sl_master_state_token_encode(m, "j", und, 4, &tok[rk], &len[rk], &err),
                          SL_OK, "%s", err.msg);
         }
-        sl_dpp_master_t *r = mem_master(1000);
-        cr_assert_eq(sl_dpp_master_job_resume_ranks(r, &spec, (const void *const *)tok, len, RANKS,
-                                                    &err),
-                     SL_OK, "%s", err.msg);
+        sl_master_state_t *r = mem_master(1000);
+        cr_assert_eq(
+            sl_master_state_job_resume_ranks(r, &spec, (const void *const *)tok, len, RANKS, &err),
+            SL_OK, "%s", err.msg);
         for (uint32_t sp = 0; sp < N; sp++) {
             const sl_dpp_row_range_t *rg;
             uint32_t n;
-            cr_assert_eq(sl_dpp_master_committed(r, "j", sp, &rg, &n, &err), SL_OK);
+            cr_assert_eq(sl_master_state_committed(r, "j", sp, &rg, &n, &err), SL_OK);
             bool got[200] = {0};
             for (uint32_t i = 0; i < n; i++)
                 for (uint64_t x = rg[i].from_row; x < rg[i].to_row; x++)
@@ -660,20 +662,20 @@ Test(master_state, resume_from_one_token_per_rank_intersects)
                 cr_assert_eq(got[x], keep[sp][x], "round %d split %u row %llu", round, sp,
                              (unsigned long long)x);
         }
-        sl_dpp_master_destroy(r);
+        sl_master_state_destroy(r);
 
         /* one token of another job, or damaged: refused, naming which token */
         if (round == 0) {
-            sl_dpp_master_t *k = mem_master(1000);
-            sl_dpp_master_job_spec_t ks = spec_of("k", N, 2, false, 3);
-            cr_assert_eq(sl_dpp_master_job_add(k, &ks, &err), SL_OK);
+            sl_master_state_t *k = mem_master(1000);
+            sl_master_state_job_spec_t ks = spec_of("k", N, 2, false, 3);
+            cr_assert_eq(sl_master_state_job_add(k, &ks, &err), SL_OK);
             void *ktok;
             size_t klen;
-            cr_assert_eq(sl_dpp_master_token_encode(k, "k", NULL, 0, &ktok, &klen, &err), SL_OK);
+            cr_assert_eq(sl_master_state_token_encode(k, "k", NULL, 0, &ktok, &klen, &err), SL_OK);
             const void *mix[3] = {tok[0], ktok, tok[2]};
             size_t mixl[3] = {len[0], klen, len[2]};
-            sl_dpp_master_t *q = mem_master(1000);
-            cr_assert_eq(sl_dpp_master_job_resume_ranks(q, &spec, mix, mixl, 3, &err),
+            sl_master_state_t *q = mem_master(1000);
+            cr_assert_eq(sl_master_state_job_resume_ranks(q, &spec, mix, mixl, 3, &err),
                          SL_ERR_INVALID);
             cr_assert(strstr(err.msg, "token 2 of 3") != NULL, "%s", err.msg);
             cr_assert(strstr(err.msg, "not of job 'j'") != NULL, "%s", err.msg);
@@ -681,21 +683,21 @@ Test(master_state, resume_from_one_token_per_rank_intersects)
             memcpy(bad, tok[2], len[2]);
             bad[len[2] - 1] ^= 1;
             const void *dmg[3] = {tok[0], tok[1], bad};
-            cr_assert_eq(sl_dpp_master_job_resume_ranks(q, &spec, dmg, len, 3, &err),
+            cr_assert_eq(sl_master_state_job_resume_ranks(q, &spec, dmg, len, 3, &err),
                          SL_ERR_CORRUPT);
             cr_assert(strstr(err.msg, "token 3 of 3") != NULL, "%s", err.msg);
-            cr_assert_eq(sl_dpp_master_job_resume_ranks(q, &spec, dmg, len, 0, &err),
+            cr_assert_eq(sl_master_state_job_resume_ranks(q, &spec, dmg, len, 0, &err),
                          SL_ERR_INVALID);
-            sl_dpp_master_job_status_t st;
-            cr_assert_eq(sl_dpp_master_job_status(q, "j", &st, &err), SL_ERR_NOT_FOUND);
+            sl_master_state_job_status_t st;
+            cr_assert_eq(sl_master_state_job_status(q, "j", &st, &err), SL_ERR_NOT_FOUND);
             free(bad);
             sl_free(NULL, ktok, klen);
-            sl_dpp_master_destroy(q);
-            sl_dpp_master_destroy(k);
+            sl_master_state_destroy(q);
+            sl_master_state_destroy(k);
         }
         for (int rk = 0; rk < RANKS; rk++)
             sl_free(NULL, tok[rk], len[rk]);
-        sl_dpp_master_destroy(m);
+        sl_master_state_destroy(m);
     }
 }
 
@@ -736,7 +738,7 @@ typedef struct sim_batch {
 
 typedef struct sim_worker {
     bool has;
-    sl_dpp_lease_t l;
+    sl_master_lease_t l;
     sl_dpp_row_range_t todo[64];
     uint32_t num_todo, at;     /* next todo range, and row within it */
     uint64_t row;
@@ -756,16 +758,16 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
         rows[i] = tu_below(&s, 60); /* empty splits too */
     make_splits(N, rows);
     char *dir = tmp_state_dir();
-    sl_dpp_master_opts_t o = {.state_dir = dir,
+    sl_master_state_opts_t o = {.state_dir = dir,
                               .lease_timeout_ms = 50,
                               .compact_bytes = 2048 + tu_below(&s, 4096)};
     sl_error_t err = {0};
-    sl_dpp_master_t *m = NULL;
+    sl_master_state_t *m = NULL;
     uint64_t now = 0;
-    cr_assert_eq(sl_dpp_master_open(&o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
-    sl_dpp_master_job_spec_t spec = spec_of("p", N, EPOCHS, true, s);
-    cr_assert_eq(sl_dpp_master_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
+    cr_assert_eq(sl_master_state_open(&o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
+    sl_master_state_job_spec_t spec = spec_of("p", N, EPOCHS, true, s);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
     /* delivered[e][split][row]: how often the row reached a trainer (a
      * COMMITTED answer, after a sync) or was committed as empty. */
     static uint8_t delivered[EPOCHS][N][64];
@@ -778,10 +780,10 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
     sim_worker w[W] = {0};
     for (int i = 0; i < W; i++)
         snprintf(w[i].name, sizeof w[i].name, "w%d", i);
-    sl_dpp_master_job_status_t st;
+    sl_master_state_job_status_t st;
     int steps = 0, restarts = 0;
     for (;;) {
-        cr_assert_eq(sl_dpp_master_job_status(m, "p", &st, &err), SL_OK);
+        cr_assert_eq(sl_master_state_job_status(m, "p", &st, &err), SL_OK);
         if (st.finished) break;
         cr_assert_lt(++steps, 300000, "no progress");
         now += tu_below(&s, 10);
@@ -790,14 +792,14 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
         if (op < 2) {
             /* master restart: unsynced changes are lost (their answers were
              * never sent); clients retry with the same nonces */
-            sl_dpp_master_destroy(m);
-            cr_assert_eq(sl_dpp_master_open(&o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
+            sl_master_state_destroy(m);
+            cr_assert_eq(sl_master_state_open(&o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
             restarts++;
             /* every worker reconnects and registers, naming its lease */
             for (int i = 0; i < W; i++) {
-                sl_dpp_lease_ref_t held = {"p", w[i].l.epoch, w[i].l.split, w[i].l.generation};
-                cr_assert_eq(sl_dpp_master_register(m, w[i].name, &held, w[i].has, now, NULL,
-                                                    NULL, &err),
+                sl_master_lease_ref_t held = {"p", w[i].l.epoch, w[i].l.split, w[i].l.generation};
+                cr_assert_eq(sl_master_state_register(m, w[i].name, &held, w[i].has, now, NULL,
+                                                      NULL, &err),
                              SL_OK, "%s", err.msg);
             }
             continue;
@@ -810,12 +812,12 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             /* a new process takes the worker's id: it holds nothing, so the
              * lease of the old one is revoked at once */
             x->has = false;
-            cr_assert_eq(sl_dpp_master_register(m, x->name, NULL, 0, now, NULL, NULL, &err),
+            cr_assert_eq(sl_master_state_register(m, x->name, NULL, 0, now, NULL, NULL, &err),
                          SL_OK, "%s", err.msg);
             continue;
         }
         if (op < 10) {
-            cr_assert_eq(sl_dpp_master_expire(m, now, NULL, &err), SL_OK);
+            cr_assert_eq(sl_master_state_expire(m, now, NULL, &err), SL_OK);
             continue;
         }
         if (op < 55 && nq > 0) {
@@ -829,20 +831,20 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             }
             char cid[16];
             snprintf(cid, sizeof cid, "c%d", b->client);
-            sl_dpp_commit_result_t res;
-            cr_assert_eq(sl_dpp_master_commit(m, "p", b->epoch, b->split, b->gen, b->from, b->to,
-                                              cid, b->nonce, &res, &err),
+            sl_master_commit_result_t res;
+            cr_assert_eq(sl_master_state_commit(m, "p", b->epoch, b->split, b->gen, b->from, b->to,
+                                                cid, b->nonce, &res, &err),
                          SL_OK, "%s", err.msg);
             if (tu_below(&s, 4) == 0) continue; /* answer lost (connection, crash): retry */
-            cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK, "%s", err.msg);
-            if (res == SL_DPP_COMMITTED)
+            cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+            if (res == SL_MASTER_COMMITTED)
                 for (uint64_t r = b->from; r < b->to; r++)
                     delivered[b->epoch][b->split][r]++;
             q[k] = q[--nq];
             continue;
         }
         if (!x->has) {
-            sl_err_t rc = sl_dpp_master_lease_next(m, "p", x->name, now, &x->l, &err);
+            sl_err_t rc = sl_master_state_lease_next(m, "p", x->name, now, &x->l, &err);
             cr_assert(rc == SL_OK || rc == SL_ERR_AGAIN, "%s", err.msg);
             if (rc == SL_OK) {
                 x->has = true;
@@ -856,8 +858,8 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             continue;
         }
         if (op < 70) {
-            sl_dpp_lease_ref_t held = {"p", x->l.epoch, x->l.split, x->l.generation};
-            sl_dpp_master_renew(m, x->name, &held, 1, now, NULL, &err);
+            sl_master_lease_ref_t held = {"p", x->l.epoch, x->l.split, x->l.generation};
+            sl_master_state_renew(m, x->name, &held, 1, now, NULL, &err);
             continue;
         }
         if (x->at < x->num_todo) {
@@ -892,12 +894,12 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
         for (uint32_t k = 0; k < nq && !unanswered; k++)
             unanswered = q[k].gen == x->l.generation;
         if (unanswered) continue;
-        sl_dpp_split_state_t state;
-        sl_err_t rc = sl_dpp_master_split_read(m, "p", x->l.epoch, x->l.split, x->l.generation,
-                                               x->empty, x->num_empty, &state, &err);
-        cr_assert(rc == SL_OK || rc == SL_DPP_STALE, "%d %s", rc, err.msg);
+        sl_master_split_state_t state;
+        sl_err_t rc = sl_master_state_split_read(m, "p", x->l.epoch, x->l.split, x->l.generation,
+                                                 x->empty, x->num_empty, &state, &err);
+        cr_assert(rc == SL_OK || rc == SL_MASTER_STALE, "%d %s", rc, err.msg);
         if (rc == SL_OK) {
-            cr_assert_eq(sl_dpp_master_sync(m, &err), SL_OK);
+            cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
             for (uint32_t k = 0; k < x->num_empty; k++)
                 for (uint64_t r = x->empty[k].from_row; r < x->empty[k].to_row; r++)
                     empty_seen[x->l.epoch][x->l.split][r] = 1;
@@ -911,11 +913,11 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
         if (b->client < 0) b->client = 0, b->nonce = next_nonce[0]++;
         char cid[16];
         snprintf(cid, sizeof cid, "c%d", b->client);
-        sl_dpp_commit_result_t res;
-        cr_assert_eq(sl_dpp_master_commit(m, "p", b->epoch, b->split, b->gen, b->from, b->to,
-                                          cid, b->nonce, &res, &err),
+        sl_master_commit_result_t res;
+        cr_assert_eq(sl_master_state_commit(m, "p", b->epoch, b->split, b->gen, b->from, b->to,
+                                            cid, b->nonce, &res, &err),
                      SL_OK, "%s", err.msg);
-        if (res == SL_DPP_COMMITTED)
+        if (res == SL_MASTER_COMMITTED)
             for (uint64_t r = b->from; r < b->to; r++)
                 delivered[b->epoch][b->split][r]++;
     }
@@ -934,6 +936,6 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             }
     cr_assert_gt(total, 0);
     cr_assert_gt(restarts, 0);
-    sl_dpp_master_destroy(m);
+    sl_master_state_destroy(m);
     rm_state_dir(dir);
 }

@@ -1,4 +1,4 @@
-/* The worker's bounded queue and memory budget (src/dpp/queue.h): FIFO
+/* The worker's bounded queue and memory budget (src/dpp/worker/queue.h): FIFO
  * order, capacity and timeouts, push_front, close and drain, many producers
  * and consumers losing and duplicating nothing, and the budget's waiting
  * rules (limit, held bytes, pinned bytes, close). */
@@ -9,81 +9,81 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/queue.h"
+#include "dpp/worker/queue.h"
 #include "testutil.h"
 
-static sl_dpp_msg_t msg(uint64_t v)
+static sl_worker_msg_t msg(uint64_t v)
 {
-    return (sl_dpp_msg_t){.type = 7, .ptr = (void *)(uintptr_t)(v + 1), .bytes = v};
+    return (sl_worker_msg_t){.type = 7, .ptr = (void *)(uintptr_t)(v + 1), .bytes = v};
 }
 
 Test(queue, fifo_capacity_and_timeouts)
 {
-    sl_dpp_queue_t *q = sl_dpp_queue_new(NULL, 3);
+    sl_worker_queue_t *q = sl_worker_queue_new(NULL, 3);
     cr_assert_not_null(q);
     for (uint64_t i = 0; i < 3; i++) {
-        cr_assert_eq(sl_dpp_queue_len(q), i);
-        cr_assert_eq(sl_dpp_queue_push(q, &(sl_dpp_msg_t){.bytes = i}, 0), SL_OK);
+        cr_assert_eq(sl_worker_queue_len(q), i);
+        cr_assert_eq(sl_worker_queue_push(q, &(sl_worker_msg_t){.bytes = i}, 0), SL_OK);
     }
-    cr_assert_eq(sl_dpp_queue_len(q), 3);
-    sl_dpp_msg_t m = msg(99);
-    cr_assert_eq(sl_dpp_queue_push(q, &m, 0), SL_ERR_TIMEOUT);
-    cr_assert_eq(sl_dpp_queue_push(q, &m, 20), SL_ERR_TIMEOUT);
+    cr_assert_eq(sl_worker_queue_len(q), 3);
+    sl_worker_msg_t m = msg(99);
+    cr_assert_eq(sl_worker_queue_push(q, &m, 0), SL_ERR_TIMEOUT);
+    cr_assert_eq(sl_worker_queue_push(q, &m, 20), SL_ERR_TIMEOUT);
     for (uint64_t i = 0; i < 3; i++) {
-        cr_assert_eq(sl_dpp_queue_pop(q, &m, 0), SL_OK);
+        cr_assert_eq(sl_worker_queue_pop(q, &m, 0), SL_OK);
         cr_assert_eq(m.bytes, i);
     }
-    cr_assert_eq(sl_dpp_queue_pop(q, &m, 0), SL_ERR_TIMEOUT);
-    cr_assert_eq(sl_dpp_queue_pop(q, &m, 20), SL_ERR_TIMEOUT);
-    sl_dpp_queue_destroy(q);
+    cr_assert_eq(sl_worker_queue_pop(q, &m, 0), SL_ERR_TIMEOUT);
+    cr_assert_eq(sl_worker_queue_pop(q, &m, 20), SL_ERR_TIMEOUT);
+    sl_worker_queue_destroy(q);
 }
 
 Test(queue, push_front_ignores_capacity_and_keeps_order)
 {
-    sl_dpp_queue_t *q = sl_dpp_queue_new(NULL, 2);
-    sl_dpp_msg_t a = msg(1), b = msg(2), c = msg(3), d = msg(4), m;
-    cr_assert_eq(sl_dpp_queue_push(q, &a, 0), SL_OK);
-    cr_assert_eq(sl_dpp_queue_push(q, &b, 0), SL_OK);
+    sl_worker_queue_t *q = sl_worker_queue_new(NULL, 2);
+    sl_worker_msg_t a = msg(1), b = msg(2), c = msg(3), d = msg(4), m;
+    cr_assert_eq(sl_worker_queue_push(q, &a, 0), SL_OK);
+    cr_assert_eq(sl_worker_queue_push(q, &b, 0), SL_OK);
     /* returned items go to the head, past the capacity, growing the ring */
-    cr_assert_eq(sl_dpp_queue_push_front(q, &c), SL_OK);
-    cr_assert_eq(sl_dpp_queue_push_front(q, &d), SL_OK);
-    cr_assert_eq(sl_dpp_queue_len(q), 4);
+    cr_assert_eq(sl_worker_queue_push_front(q, &c), SL_OK);
+    cr_assert_eq(sl_worker_queue_push_front(q, &d), SL_OK);
+    cr_assert_eq(sl_worker_queue_len(q), 4);
     uint64_t want[] = {4, 3, 1, 2};
     for (int i = 0; i < 4; i++) {
-        cr_assert_eq(sl_dpp_queue_pop(q, &m, 0), SL_OK);
+        cr_assert_eq(sl_worker_queue_pop(q, &m, 0), SL_OK);
         cr_assert_eq(m.bytes, want[i]);
         cr_assert_eq(m.ptr, (void *)(uintptr_t)(want[i] + 1));
     }
-    sl_dpp_queue_destroy(q);
+    sl_worker_queue_destroy(q);
 }
 
 Test(queue, close_drains_then_reports_closed)
 {
-    sl_dpp_queue_t *q = sl_dpp_queue_new(NULL, 0);
+    sl_worker_queue_t *q = sl_worker_queue_new(NULL, 0);
     for (uint64_t i = 0; i < 100; i++) {
-        sl_dpp_msg_t m = msg(i);
-        cr_assert_eq(sl_dpp_queue_push(q, &m, 0), SL_OK); /* unbounded: never full */
+        sl_worker_msg_t m = msg(i);
+        cr_assert_eq(sl_worker_queue_push(q, &m, 0), SL_OK); /* unbounded: never full */
     }
-    sl_dpp_queue_close(q);
-    cr_assert(sl_dpp_queue_closed(q));
-    sl_dpp_msg_t m = msg(5);
-    cr_assert_eq(sl_dpp_queue_push(q, &m, -1), SL_ERR_CLOSED);
+    sl_worker_queue_close(q);
+    cr_assert(sl_worker_queue_closed(q));
+    sl_worker_msg_t m = msg(5);
+    cr_assert_eq(sl_worker_queue_push(q, &m, -1), SL_ERR_CLOSED);
     for (uint64_t i = 0; i < 100; i++) {
-        cr_assert_eq(sl_dpp_queue_pop(q, &m, -1), SL_OK);
+        cr_assert_eq(sl_worker_queue_pop(q, &m, -1), SL_OK);
         cr_assert_eq(m.bytes, i);
     }
-    cr_assert_eq(sl_dpp_queue_pop(q, &m, -1), SL_ERR_CLOSED);
+    cr_assert_eq(sl_worker_queue_pop(q, &m, -1), SL_ERR_CLOSED);
     /* returned items are never lost, even after close */
-    sl_dpp_msg_t r = msg(42);
-    cr_assert_eq(sl_dpp_queue_push_front(q, &r), SL_OK);
-    cr_assert_eq(sl_dpp_queue_pop(q, &m, -1), SL_OK);
+    sl_worker_msg_t r = msg(42);
+    cr_assert_eq(sl_worker_queue_push_front(q, &r), SL_OK);
+    cr_assert_eq(sl_worker_queue_pop(q, &m, -1), SL_OK);
     cr_assert_eq(m.bytes, 42);
-    sl_dpp_queue_destroy(q);
-    sl_dpp_queue_destroy(NULL);
+    sl_worker_queue_destroy(q);
+    sl_worker_queue_destroy(NULL);
 }
 
 typedef struct mt {
-    sl_dpp_queue_t *q;
+    sl_worker_queue_t *q;
     uint32_t id, per;
     atomic_uint *seen;
 } mt_t;
@@ -92,8 +92,8 @@ static void *producer(void *arg)
 {
     mt_t *t = arg;
     for (uint32_t i = 0; i < t->per; i++) {
-        sl_dpp_msg_t m = msg((uint64_t)t->id * t->per + i);
-        cr_assert_eq(sl_dpp_queue_push(t->q, &m, -1), SL_OK);
+        sl_worker_msg_t m = msg((uint64_t)t->id * t->per + i);
+        cr_assert_eq(sl_worker_queue_push(t->q, &m, -1), SL_OK);
     }
     return NULL;
 }
@@ -101,11 +101,11 @@ static void *producer(void *arg)
 static void *consumer(void *arg)
 {
     mt_t *t = arg;
-    sl_dpp_msg_t m;
+    sl_worker_msg_t m;
     uint64_t last[8];
     for (int i = 0; i < 8; i++)
         last[i] = UINT64_MAX;
-    while (sl_dpp_queue_pop(t->q, &m, -1) == SL_OK) {
+    while (sl_worker_queue_pop(t->q, &m, -1) == SL_OK) {
         atomic_fetch_add(&t->seen[m.bytes], 1);
         /* items of one producer come out in the order it pushed them */
         uint32_t p = (uint32_t)(m.bytes / t->per);
@@ -120,7 +120,7 @@ Test(queue, many_producers_and_consumers)
     uint64_t seed = tu_seed("queue.many_producers_and_consumers");
     uint32_t cap = 1 + (uint32_t)tu_below(&seed, 8);
     enum { P = 4, C = 3, PER = 20000 };
-    sl_dpp_queue_t *q = sl_dpp_queue_new(NULL, cap);
+    sl_worker_queue_t *q = sl_worker_queue_new(NULL, cap);
     atomic_uint *seen = calloc(P * PER, sizeof *seen);
     pthread_t pt[P], ct[C];
     mt_t pa[P], ca[C];
@@ -134,17 +134,17 @@ Test(queue, many_producers_and_consumers)
     }
     for (int i = 0; i < P; i++)
         pthread_join(pt[i], NULL);
-    sl_dpp_queue_close(q);
+    sl_worker_queue_close(q);
     for (int i = 0; i < C; i++)
         pthread_join(ct[i], NULL);
     for (uint32_t i = 0; i < P * PER; i++)
         cr_assert_eq(seen[i], 1, "item %u seen %u times", i, seen[i]);
     free(seen);
-    sl_dpp_queue_destroy(q);
+    sl_worker_queue_destroy(q);
 }
 
 typedef struct bt {
-    sl_dpp_budget_t *b;
+    sl_worker_budget_t *b;
     uint64_t bytes, held;
     atomic_int state; /* 0 waiting, 1 acquired, 2 closed, 3 refused as too large */
 } bt_t;
@@ -152,7 +152,7 @@ typedef struct bt {
 static void *acquirer(void *arg)
 {
     bt_t *t = arg;
-    sl_err_t rc = sl_dpp_budget_acquire(t->b, t->bytes, t->held);
+    sl_err_t rc = sl_worker_budget_acquire(t->b, t->bytes, t->held);
     atomic_store(&t->state, rc == SL_OK ? 1 : rc == SL_ERR_CLOSED ? 2 : 3);
     return NULL;
 }
@@ -164,69 +164,69 @@ static void settle(void)
 
 Test(budget, waits_for_release_and_tracks_peak)
 {
-    sl_dpp_budget_t *b = sl_dpp_budget_new(NULL, 1000);
-    cr_assert_eq(sl_dpp_budget_acquire(b, 600, 0), SL_OK);
-    cr_assert_eq(sl_dpp_budget_used(b), 600);
+    sl_worker_budget_t *b = sl_worker_budget_new(NULL, 1000);
+    cr_assert_eq(sl_worker_budget_acquire(b, 600, 0), SL_OK);
+    cr_assert_eq(sl_worker_budget_used(b), 600);
     bt_t t = {.b = b, .bytes = 500, .held = 0};
     pthread_t th;
     pthread_create(&th, NULL, acquirer, &t);
     settle();
     cr_assert_eq(atomic_load(&t.state), 0, "600 + 500 > 1000 must wait");
-    sl_dpp_budget_release(b, 100);
+    sl_worker_budget_release(b, 100);
     settle();
     cr_assert_eq(atomic_load(&t.state), 1, "500 + 500 fits once 100 are released");
     pthread_join(th, NULL);
-    cr_assert_eq(sl_dpp_budget_used(b), 1000);
-    cr_assert_eq(sl_dpp_budget_peak(b), 1000);
-    cr_assert_gt(sl_dpp_budget_wait_ns(b), 0);
-    sl_dpp_budget_release(b, 1000);
-    cr_assert_eq(sl_dpp_budget_used(b), 0);
-    cr_assert_eq(sl_dpp_budget_peak(b), 1000);
-    sl_dpp_budget_destroy(b);
+    cr_assert_eq(sl_worker_budget_used(b), 1000);
+    cr_assert_eq(sl_worker_budget_peak(b), 1000);
+    cr_assert_gt(sl_worker_budget_wait_ns(b), 0);
+    sl_worker_budget_release(b, 1000);
+    cr_assert_eq(sl_worker_budget_used(b), 0);
+    cr_assert_eq(sl_worker_budget_peak(b), 1000);
+    sl_worker_budget_destroy(b);
 }
 
 /* The limit is never passed: what can never fit is refused (the caller
  * fails with a message) instead of taken. */
 Test(budget, never_passes_the_limit)
 {
-    sl_dpp_budget_t *b = sl_dpp_budget_new(NULL, 1000);
+    sl_worker_budget_t *b = sl_worker_budget_new(NULL, 1000);
     /* one item larger than the whole limit */
-    cr_assert_eq(sl_dpp_budget_acquire(b, 5000, 0), SL_ERR_TOO_LARGE);
-    cr_assert_eq(sl_dpp_budget_used(b), 0);
+    cr_assert_eq(sl_worker_budget_acquire(b, 5000, 0), SL_ERR_TOO_LARGE);
+    cr_assert_eq(sl_worker_budget_used(b), 0);
     /* everything accounted is the caller's: nobody else will free any */
-    cr_assert_eq(sl_dpp_budget_acquire(b, 800, 0), SL_OK);
-    cr_assert_eq(sl_dpp_budget_acquire(b, 800, 800), SL_ERR_TOO_LARGE);
-    cr_assert_eq(sl_dpp_budget_acquire(b, 200, 800), SL_OK);
-    cr_assert_eq(sl_dpp_budget_used(b), 1000);
-    cr_assert_eq(sl_dpp_budget_peak(b), 1000);
-    sl_dpp_budget_release(b, 1000);
-    sl_dpp_budget_destroy(b);
+    cr_assert_eq(sl_worker_budget_acquire(b, 800, 0), SL_OK);
+    cr_assert_eq(sl_worker_budget_acquire(b, 800, 800), SL_ERR_TOO_LARGE);
+    cr_assert_eq(sl_worker_budget_acquire(b, 200, 800), SL_OK);
+    cr_assert_eq(sl_worker_budget_used(b), 1000);
+    cr_assert_eq(sl_worker_budget_peak(b), 1000);
+    sl_worker_budget_release(b, 1000);
+    sl_worker_budget_destroy(b);
 }
 
 /* With stages declared, a wait is hopeless when nothing is pinned and
  * every other stage waits or idles: refused after a standstill of
- * SL_DPP_BUDGET_STUCK_MS, not a hang. Pinned bytes (a client's ACK will
+ * SL_WORKER_BUDGET_STUCK_MS, not a hang. Pinned bytes (a client's ACK will
  * free them) or a busy stage keep it waiting. */
 Test(budget, stages_pinned_bytes_and_close)
 {
-    sl_dpp_budget_t *b = sl_dpp_budget_new(NULL, 1000);
-    sl_dpp_budget_stages(b, 3);
-    cr_assert_eq(sl_dpp_budget_acquire(b, 500, 0), SL_OK); /* another stage's */
-    sl_dpp_budget_pin(b, 400);                              /* 400 of them wait for an ACK */
-    cr_assert_eq(sl_dpp_budget_pinned(b), 400);
+    sl_worker_budget_t *b = sl_worker_budget_new(NULL, 1000);
+    sl_worker_budget_stages(b, 3);
+    cr_assert_eq(sl_worker_budget_acquire(b, 500, 0), SL_OK); /* another stage's */
+    sl_worker_budget_pin(b, 400);                              /* 400 of them wait for an ACK */
+    cr_assert_eq(sl_worker_budget_pinned(b), 400);
     bt_t t = {.b = b, .bytes = 600, .held = 0};
     pthread_t th;
     pthread_create(&th, NULL, acquirer, &t);
-    sl_dpp_budget_idle(b, true);
-    sl_dpp_budget_idle(b, true); /* the two other stages idle */
-    usleep((SL_DPP_BUDGET_STUCK_MS * 2) * 1000);
+    sl_worker_budget_idle(b, true);
+    sl_worker_budget_idle(b, true); /* the two other stages idle */
+    usleep((SL_WORKER_BUDGET_STUCK_MS * 2) * 1000);
     cr_assert_eq(atomic_load(&t.state), 0, "pinned bytes will be freed: wait");
-    sl_dpp_budget_release_pinned(b, 400);
+    sl_worker_budget_release_pinned(b, 400);
     settle();
     cr_assert_eq(atomic_load(&t.state), 1);
     pthread_join(th, NULL);
-    cr_assert_eq(sl_dpp_budget_used(b), 700);
-    cr_assert_eq(sl_dpp_budget_pinned(b), 0);
+    cr_assert_eq(sl_worker_budget_used(b), 700);
+    cr_assert_eq(sl_worker_budget_pinned(b), 0);
     /* nothing pinned, both others idle: hopeless, refused */
     bt_t t2 = {.b = b, .bytes = 400, .held = 0};
     uint64_t t0 = (uint64_t)time(NULL);
@@ -234,19 +234,19 @@ Test(budget, stages_pinned_bytes_and_close)
     pthread_join(th, NULL);
     cr_assert_eq(atomic_load(&t2.state), 3);
     cr_assert_leq((uint64_t)time(NULL) - t0, 2);
-    cr_assert_eq(sl_dpp_budget_used(b), 700);
+    cr_assert_eq(sl_worker_budget_used(b), 700);
     /* one stage busy again: it may free memory, so wait; close wakes and
      * refuses */
-    sl_dpp_budget_idle(b, false);
+    sl_worker_budget_idle(b, false);
     bt_t t3 = {.b = b, .bytes = 400, .held = 0};
     pthread_create(&th, NULL, acquirer, &t3);
-    usleep((SL_DPP_BUDGET_STUCK_MS * 2) * 1000);
+    usleep((SL_WORKER_BUDGET_STUCK_MS * 2) * 1000);
     cr_assert_eq(atomic_load(&t3.state), 0);
-    sl_dpp_budget_close(b);
+    sl_worker_budget_close(b);
     pthread_join(th, NULL);
     cr_assert_eq(atomic_load(&t3.state), 2);
-    cr_assert_eq(sl_dpp_budget_used(b), 700);
-    cr_assert_eq(sl_dpp_budget_peak(b), 700);
-    sl_dpp_budget_destroy(b);
-    sl_dpp_budget_destroy(NULL);
+    cr_assert_eq(sl_worker_budget_used(b), 700);
+    cr_assert_eq(sl_worker_budget_peak(b), 700);
+    sl_worker_budget_destroy(b);
+    sl_worker_budget_destroy(NULL);
 }

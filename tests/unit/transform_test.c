@@ -14,7 +14,7 @@
 #include <xxhash.h>
 
 #include "dedup/dedup.h"
-#include "dpp/job.h"
+#include "dpp/pipeline/plan.h"
 #include "testutil.h"
 
 #define B 300
@@ -205,13 +205,13 @@ static void run_case(bool grouped)
     char spec[8192];
     snprintf(spec, sizeof spec, spec_fmt, vocab,
              grouped ? ", \"batch\": {\"dedup_groups\": {\"user\": [\"g0\", \"g1\"]}}" : "");
-    sl_dpp_job_t *job = NULL;
+    sl_pipeline_job_t *job = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
     sl_wh_schema_t *schema = make_schema();
-    sl_dpp_plan_t *plan = NULL;
-    sl_dpp_problems_t pr = {0};
-    cr_assert_eq(sl_dpp_plan_new(job, schema, &plan, &pr, &err), SL_OK, "%s", err.msg);
+    sl_pipeline_plan_t *plan = NULL;
+    sl_pipeline_problems_t pr = {0};
+    cr_assert_eq(sl_pipeline_plan_new(job, schema, &plan, &pr, &err), SL_OK, "%s", err.msg);
 
     /* Random rows: group rows come from a few distinct ones, so they repeat. */
     int64_t gpool[20][2][6];
@@ -240,7 +240,8 @@ static void run_case(bool grouped)
     }
     float dense[B * 4];
     for (int i = 0; i < B * 4; i++)
-        dense[i] = tu_below(&st, 5) == 0 ? NAN : (float)((double)tu_below(&st, 4000) / 1000.0 - 1.0);
+        dense[i] =
+            tu_below(&st, 5) == 0 ? NAN : (float)((double)tu_below(&st, 4000) / 1000.0 - 1.0);
 
     /* The batch: all five sparse features in one weighted KJT, dedup'd. */
     sl_batch_t *batch = sl_batch_new(NULL);
@@ -269,7 +270,7 @@ static void run_case(bool grouped)
     memcpy(batch->dense.data, dense, sizeof dense);
 
     reference(dense);
-    cr_assert_eq(sl_dpp_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_batch_validate(batch, &err), SL_OK, "%s", err.msg);
 
     /* Outputs: the projection plus created features, in a fixed order. */
@@ -319,8 +320,8 @@ static void run_case(bool grouped)
     }
     sl_dedup_destroy(dd);
     sl_batch_destroy(batch);
-    sl_dpp_plan_destroy(plan);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_plan_destroy(plan);
+    sl_pipeline_job_destroy(job);
     sl_wh_schema_destroy(schema);
     unlink(vocab);
     free(refs);
@@ -341,12 +342,12 @@ Test(transform, in_place_keeps_buffers)
     /* Per-id transforms with every input an output: no copy of the KJT. */
     const char *spec = "{\"source\": {\"table\": \"t\"}, \"transforms\": ["
                        "{\"op\": \"sigrid_hash\", \"feature\": \"s0\", \"table_size\": 10}]}";
-    sl_dpp_job_t *job = NULL;
+    sl_pipeline_job_t *job = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK);
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK);
     sl_wh_schema_t *schema = make_schema();
-    sl_dpp_plan_t *plan = NULL;
-    cr_assert_eq(sl_dpp_plan_new(job, schema, &plan, NULL, &err), SL_OK, "%s", err.msg);
+    sl_pipeline_plan_t *plan = NULL;
+    cr_assert_eq(sl_pipeline_plan_new(job, schema, &plan, NULL, &err), SL_OK, "%s", err.msg);
     sl_batch_t *batch = sl_batch_new(NULL);
     batch->batch_size = 2;
     const char *keys[] = {"s0", "s1"};
@@ -356,26 +357,27 @@ Test(transform, in_place_keeps_buffers)
     memcpy(batch->sparse.lengths, len, sizeof len);
     memcpy(batch->sparse.values, vals, sizeof vals);
     int64_t *before = batch->sparse.values;
-    cr_assert_eq(sl_dpp_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(batch->sparse.values, before);
     cr_assert_eq(batch->sparse.values[0], (int64_t)(h8(-1, 0) % 10));
     cr_assert_eq(batch->sparse.values[1], (int64_t)(h8(7, 0) % 10));
     cr_assert_eq(batch->sparse.values[2], 7);
     sl_batch_destroy(batch);
-    sl_dpp_plan_destroy(plan);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_plan_destroy(plan);
+    sl_pipeline_job_destroy(job);
     sl_wh_schema_destroy(schema);
 }
 
 /* A plan of one transform spec over make_schema(); caller destroys both. */
-static sl_dpp_plan_t *plan_of(const char *spec, sl_dpp_job_t **job, sl_wh_schema_t **schema)
+static sl_pipeline_plan_t *plan_of(const char *spec, sl_pipeline_job_t **job,
+                                   sl_wh_schema_t **schema)
 {
     sl_error_t err = {0};
     *job = NULL;
-    cr_assert_eq(sl_dpp_job_parse(spec, strlen(spec), job, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), job, NULL, &err), SL_OK, "%s", err.msg);
     *schema = make_schema();
-    sl_dpp_plan_t *plan = NULL;
-    cr_assert_eq(sl_dpp_plan_new(*job, *schema, &plan, NULL, &err), SL_OK, "%s", err.msg);
+    sl_pipeline_plan_t *plan = NULL;
+    cr_assert_eq(sl_pipeline_plan_new(*job, *schema, &plan, NULL, &err), SL_OK, "%s", err.msg);
     return plan;
 }
 
@@ -391,11 +393,12 @@ Test(transform, log1p_within_one_ulp)
         0xbf800000, 0xff7fffff, 0x80000001, 0x3c000000, 0x3e800000, 0x3f3504f3, 0x3f3504f4};
     const uint32_t n = 1u << 16, ne = sizeof edges / sizeof *edges;
     uint64_t seed = tu_seed("transform_log1p"), st = seed;
-    sl_dpp_job_t *job;
+    sl_pipeline_job_t *job;
     sl_wh_schema_t *schema;
-    sl_dpp_plan_t *plan = plan_of("{\"source\": {\"table\": \"t\", \"features\": [\"d1\"]},"
-                                  " \"transforms\": [{\"op\": \"log1p\", \"feature\": \"d1\"}]}",
-                                  &job, &schema);
+    sl_pipeline_plan_t *plan =
+        plan_of("{\"source\": {\"table\": \"t\", \"features\": [\"d1\"]},"
+                " \"transforms\": [{\"op\": \"log1p\", \"feature\": \"d1\"}]}",
+                &job, &schema);
     sl_batch_t *batch = sl_batch_new(NULL);
     batch->batch_size = n;
     const char *dnames[] = {"d0", "d1"};
@@ -410,7 +413,7 @@ Test(transform, log1p_within_one_ulp)
         batch->dense.data[2 * i + 1] = in[i];
     }
     sl_error_t err = {0};
-    cr_assert_eq(sl_dpp_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pipeline_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
     int col = strcmp(batch->dense.names[0], "d1") == 0 ? 0 : 1;
     for (uint32_t i = 0; i < n; i++) {
         float x = in[i], got = batch->dense.data[(size_t)i * batch->dense.cols + (size_t)col];
@@ -420,8 +423,8 @@ Test(transform, log1p_within_one_ulp)
     }
     free(in);
     sl_batch_destroy(batch);
-    sl_dpp_plan_destroy(plan);
-    sl_dpp_job_destroy(job);
+    sl_pipeline_plan_destroy(plan);
+    sl_pipeline_job_destroy(job);
     sl_wh_schema_destroy(schema);
 }
 
@@ -441,9 +444,9 @@ Test(transform, sigrid_hash_matches_xxh3)
                  "{\"source\": {\"table\": \"t\"}, \"transforms\": [{\"op\": \"sigrid_hash\", "
                  "\"feature\": \"s0\", \"table_size\": %llu, \"salt\": %llu}]}",
                  sizes[k], (unsigned long long)salt);
-        sl_dpp_job_t *job;
+        sl_pipeline_job_t *job;
         sl_wh_schema_t *schema;
-        sl_dpp_plan_t *plan = plan_of(spec, &job, &schema);
+        sl_pipeline_plan_t *plan = plan_of(spec, &job, &schema);
         sl_batch_t *batch = sl_batch_new(NULL);
         batch->batch_size = n;
         const char *keys[] = {"s0"};
@@ -457,15 +460,15 @@ Test(transform, sigrid_hash_matches_xxh3)
             batch->sparse.values[i] = ids[i];
         }
         sl_error_t err = {0};
-        cr_assert_eq(sl_dpp_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_pipeline_plan_transform(plan, batch, &err), SL_OK, "%s", err.msg);
         for (uint32_t i = 0; i < n; i++)
             cr_assert_eq(batch->sparse.values[i], (int64_t)(h8(ids[i], salt) % sizes[k]),
                          "seed %llu size %llu id %lld", (unsigned long long)seed, sizes[k],
                          (long long)ids[i]);
         free(ids);
         sl_batch_destroy(batch);
-        sl_dpp_plan_destroy(plan);
-        sl_dpp_job_destroy(job);
+        sl_pipeline_plan_destroy(plan);
+        sl_pipeline_job_destroy(job);
         sl_wh_schema_destroy(schema);
     }
 }

@@ -1,0 +1,536 @@
+/* Admin HTTP endpoint on libmicrohttpd (endpoint.h): routing, job-id path
+ * segments, bearer-token check and body limit from the headers, JSON
+ * replies, TLS and connection limits. */
+#include "dpp/admin/endpoint.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gnutls/gnutls.h>
+#include <microhttpd.h>
+
+#include "common/fileio.h"
+
+struct sl_admin {
+    struct MHD_Daemon *daemon;
+    sl_admin_opts_t opts;
+    char *token;
+    char *tls_cert, *tls_key; /* PEM text, kept for the daemon's life */
+    uint16_t port;
+};
+
+/* Per-request state across libmicrohttpd's calls for one request. */
+typedef struct request_state {
+    const sl_admin_route_t *route; /* chosen from the headers */
+    char param[256];               /* the "{}" segment, decoded */
+    bool replied;                  /* refused from the headers: the body is dropped */
+    char *body;
+    size_t len, cap;
+    bool too_large;
+} request_state_t;
+
+#define MAX_SEGMENTS 16
+
+static bool token_equal(const char *given, const char *expected)
+{
+    /* No early exit: the time does not tell how much of a guess was right. */
+    size_t lg = strlen(given), le = strlen(expected);
+    unsigned char diff = (unsigned char)(lg != le);
+    for (size_t i = 0; i < le; i++)
+        diff |= (unsigned char)((i < lg ? given[i] : 0) ^ expected[i]);
+    return diff == 0;
+}
+
+/* Length of the valid UTF-8 sequence at p (n bytes left), 0 when invalid
+ * (overlong, surrogate, past U+10FFFF, cut short): the rules JSON strings
+ * (jansson) hold. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+    if (p[0] < 0x80) return 1;
+    size_t len = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc0 ? 2 : 0;
+    if (len == 0 || len > n || p[0] > 0xf4) return 0;
+    uint32_t cp = p[0] & (0x7f >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    static const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+/* Copy s to out (cap bytes), writing every byte that is not part of valid
+ * UTF-8 as the text \xNN, so the message survives as a JSON string. */
+static void utf8_clean(const char *s, char *out, size_t cap)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), o = 0;
+    while (n > 0 && o + 5 < cap) {
+        size_t k = utf8_seq(p, n);
+        if (k == 0) {
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", p[0]);
+            k = 1;
+        } else {
+            if (o + k >= cap) break;
+            memcpy(out + o, p, k);
+            o += k;
+        }
+        p += k;
+        n -= k;
+    }
+    out[o] = '\0';
+}
+
+void sl_admin_reply_json(sl_admin_response_t *resp, int status, json_t *body)
+{
+    free(resp->body);
+    resp->status = status;
+    resp->content_type = NULL;
+    if (!body) body = json_object();
+    resp->body = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+}
+
+void sl_admin_reply_error(sl_admin_response_t *resp, int status, const char *fmt, ...)
+{
+    char msg[512], clean[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* A message that quotes the request (an invalid-UTF-8 path) must stay a
+     * JSON string, not vanish into "{}". */
+    utf8_clean(msg, clean, sizeof clean);
+    sl_admin_reply_json(resp, status, json_pack("{s:s}", "error", clean));
+}
+
+json_t *sl_admin_parse_json(const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_error_t jerr;
+    json_t *j = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!j) {
+        sl_admin_reply_error(resp, 400, "request body: malformed JSON at line %d column %d: %s",
+                             jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        sl_admin_reply_error(resp, 400, "request body: expected a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+static enum MHD_Result send_reply(struct MHD_Connection *conn, sl_admin_response_t *r,
+                                  bool bearer_challenge)
+{
+    size_t len = r->body ? strlen(r->body) : 0;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, r->body ? r->body : (char *)"", MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(r->body);
+        return MHD_NO;
+    }
+    r->body = NULL; /* owned by the response now */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            r->content_type ? r->content_type : "application/json");
+    if (bearer_challenge) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)r->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result reply_error_now(struct MHD_Connection *conn, int status, const char *msg)
+{
+    sl_admin_response_t r = {0};
+    sl_admin_reply_error(&r, status, "%s", msg);
+    return send_reply(conn, &r, status == 401);
+}
+
+/* The path, percent-decoded segment by segment (libmicrohttpd hands it over
+ * undecoded: its own decoding would cut a "%00" short and merge a "%2F"
+ * into the path). len[i] counts a decoded NUL too. */
+typedef struct path_segs {
+    char *seg[MAX_SEGMENTS];
+    size_t len[MAX_SEGMENTS];
+    int n;
+    char buf[1024];
+} path_segs_t;
+
+/* @return false when the path is too long or has too many segments. */
+static bool split_path(const char *url, path_segs_t *p)
+{
+    p->n = 0;
+    if (url[0] != '/' || strlen(url) >= sizeof p->buf) return false;
+    memcpy(p->buf, url + 1, strlen(url));
+    char *at = p->buf;
+    for (;;) {
+        if (p->n == MAX_SEGMENTS) return false;
+        char *slash = strchr(at, '/');
+        if (slash) *slash = '\0';
+        p->seg[p->n] = at;
+        p->len[p->n] = MHD_http_unescape(at);
+        p->n++;
+        if (!slash) return true;
+        at = slash + 1;
+    }
+}
+
+/* Match the segments against pattern; "{}" matches one non-empty segment,
+ * whose index goes to *param (-1 when the pattern has none). */
+static bool route_match(const char *pattern, const path_segs_t *p, int *param)
+{
+    *param = -1;
+    const char *at = pattern + 1;
+    for (int i = 0; i < p->n; i++) {
+        if (*at == '\0' && i > 0) return false;
+        size_t plen = strcspn(at, "/");
+        if (plen == 2 && at[0] == '{' && at[1] == '}') {
+            if (p->len[i] == 0) return false;
+            *param = i;
+        } else if (plen != p->len[i] || memcmp(at, p->seg[i], plen) != 0) {
+            return false;
+        }
+        at += plen;
+        if (*at == '/') at++;
+        else if (i + 1 < p->n) return false;
+    }
+    return *at == '\0';
+}
+
+/* A "{}" segment is a job id: letters, digits, '.', '_', '-', no "..",
+ * at most 255 bytes. @return NULL when it is one, else what is wrong. */
+static const char *id_problem(const char *s, size_t n, char *why, size_t cap)
+{
+    if (n >= 256) return "longer than 255 bytes";
+    if (memchr(s, '\0', n)) return "contains a NUL byte (%00)";
+    if (memchr(s, '/', n)) return "contains '/' (%2F)";
+    if (n >= 2 && strstr(s, "..")) return "contains \"..\"";
+    if (n == 1 && s[0] == '.') return "is \".\"";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!isalnum(c) && c != '.' && c != '_' && c != '-') {
+            snprintf(why, cap, "contains the byte 0x%02x ('%c')", c, isprint(c) ? c : '?');
+            return why;
+        }
+    }
+    return NULL;
+}
+
+/* Judge a request from its request line and headers: the route, the id
+ * segment, the token. @return 0 to go on (st->route set), or the status
+ * of the refusal written to r. */
+static int admit(sl_admin_t *admin, struct MHD_Connection *conn, const char *url,
+                 const char *method, request_state_t *st, sl_admin_response_t *r)
+{
+    path_segs_t p;
+    /* HEAD is GET without the body (libmicrohttpd sends no body for it) */
+    const char *as = strcmp(method, "HEAD") == 0 ? "GET" : method;
+    bool path_known = false;
+    int param = -1;
+    if (split_path(url, &p)) {
+        for (uint32_t i = 0; i < admin->opts.num_routes; i++) {
+            const sl_admin_route_t *rt = &admin->opts.routes[i];
+            int at;
+            if (!route_match(rt->pattern, &p, &at)) continue;
+            path_known = true;
+            if (strcmp(rt->method, as) == 0) {
+                st->route = rt;
+                param = at;
+                break;
+            }
+        }
+    }
+    if (!st->route) {
+        sl_admin_reply_error(r, path_known ? 405 : 404,
+                             path_known ? "method %s not allowed on %s" : "%s %s: no such route",
+                             method, url);
+        return r->status;
+    }
+    if (param >= 0) {
+        char why[64];
+        const char *bad = id_problem(p.seg[param], p.len[param], why, sizeof why);
+        if (bad) {
+            sl_admin_reply_error(r, 400, "%s: the job id in the path %s; job ids are letters, "
+                                         "digits, '.', '_' and '-'",
+                                 url, bad);
+            return 400;
+        }
+        memcpy(st->param, p.seg[param], p.len[param] + 1);
+    }
+    if (st->route->mutating) {
+        if (!admin->token) {
+            sl_admin_reply_error(r, 403, "this endpoint has no admin token configured: mutating "
+                                         "routes are disabled");
+            return 403;
+        }
+        const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                       MHD_HTTP_HEADER_AUTHORIZATION);
+        if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !token_equal(auth + 7, admin->token)) {
+            sl_admin_reply_error(r, 401, "missing or wrong bearer token");
+            return 401;
+        }
+    }
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > admin->opts.max_body_bytes) {
+        sl_admin_reply_error(r, 413, "request body over the limit of %zu bytes",
+                             admin->opts.max_body_bytes);
+        return 413;
+    }
+    return 0;
+}
+
+static enum MHD_Result dispatch(sl_admin_t *admin, struct MHD_Connection *conn, const char *url,
+                                const char *method, request_state_t *st)
+{
+    if (st->too_large)
+        return reply_error_now(conn, 413, "request body over the limit");
+    sl_admin_request_t req = {.method = method, .path = url,
+                              .param = st->param[0] ? st->param : NULL,
+                              .body = st->body ? st->body : "", .body_len = st->len};
+    sl_admin_response_t resp = {.status = 200};
+    st->route->handler(admin->opts.ctx, &req, &resp);
+    return send_reply(conn, &resp, false);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    sl_admin_t *admin = cls;
+    request_state_t *st = *con_cls;
+    if (!st) {
+        /* The headers are in, no body byte has been read. */
+        st = calloc(1, sizeof *st);
+        if (!st) return MHD_NO;
+        *con_cls = st;
+        sl_admin_response_t r = {0};
+        int status = admit(admin, conn, url, method, st, &r);
+        if (status == 0) return MHD_YES;
+        /* Refused now: libmicrohttpd sends this and closes the connection
+         * without reading the body on. */
+        st->replied = true;
+        return send_reply(conn, &r, status == 401);
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0; /* consumed (or dropped, when too large or refused) */
+        if (st->too_large || st->replied) return MHD_YES;
+        if (st->len + n > admin->opts.max_body_bytes) {
+            st->too_large = true; /* a chunked body that grew past the limit */
+            return MHD_YES;
+        }
+        if (st->len + n + 1 > st->cap) {
+            size_t cap = st->cap ? st->cap : 1024;
+            while (cap < st->len + n + 1) cap *= 2;
+            char *p = realloc(st->body, cap);
+            if (!p) return MHD_NO;
+            st->body = p;
+            st->cap = cap;
+        }
+        memcpy(st->body + st->len, upload_data, n);
+        st->len += n;
+        st->body[st->len] = '\0';
+        return MHD_YES;
+    }
+    if (st->replied) return MHD_YES;
+    return dispatch(admin, conn, url, method, st);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    request_state_t *st = *con_cls;
+    if (st) {
+        free(st->body);
+        free(st);
+    }
+    *con_cls = NULL;
+}
+
+/* libmicrohttpd's URL decoding is left to split_path (see there). */
+static size_t keep_escaped(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls;
+    (void)conn;
+    return strlen(s);
+}
+
+/* Read a whole PEM file (at most 1 MiB) into *out (NUL-terminated, malloc'd). */
+static sl_err_t read_pem(const char *path, const char *what, char **out, sl_error_t *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return sl_error_set(err, SL_ERR_IO, "admin endpoint: %s %s: %s", what, path,
+                            strerror(errno));
+    size_t cap = 1u << 20;
+    char *buf = malloc(cap + 1);
+    size_t n = buf ? fread(buf, 1, cap + 1, f) : 0;
+    bool bad = buf && ferror(f);
+    int saved = errno;
+    fclose(f);
+    if (!buf) return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
+    if (bad || n == 0 || n > cap) {
+        free(buf);
+        if (bad)
+            return sl_error_set(err, SL_ERR_IO, "admin endpoint: %s %s: %s", what, path,
+                                strerror(saved));
+        return sl_error_set(err, SL_ERR_INVALID, "admin endpoint: %s %s: %s", what, path,
+                            n == 0 ? "empty file" : "over 1 MiB");
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return SL_OK;
+}
+
+/* Load and check the certificate and key with GnuTLS, so that a bad pair is
+ * refused with its reason instead of libmicrohttpd failing to start. */
+static sl_err_t load_tls(sl_admin_t *a, sl_error_t *err)
+{
+    const char *cf = a->opts.tls_cert_file, *kf = a->opts.tls_key_file;
+    if (!cf && !kf) return SL_OK;
+    if (!cf || !kf)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "admin endpoint: TLS needs both a certificate (--tls-cert) and its "
+                            "key (--tls-key)");
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return sl_error_set(err, SL_ERR_UNSUPPORTED,
+                            "admin endpoint: this libmicrohttpd was built without TLS");
+    sl_err_t rc = read_pem(cf, "TLS certificate", &a->tls_cert, err);
+    if (rc == SL_OK) rc = read_pem(kf, "TLS key", &a->tls_key, err);
+    if (rc != SL_OK) return rc;
+    gnutls_certificate_credentials_t cred;
+    if (gnutls_certificate_allocate_credentials(&cred) < 0)
+        return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
+    gnutls_datum_t c = {(unsigned char *)a->tls_cert, (unsigned int)strlen(a->tls_cert)};
+    gnutls_datum_t k = {(unsigned char *)a->tls_key, (unsigned int)strlen(a->tls_key)};
+    int g = gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
+    gnutls_certificate_free_credentials(cred);
+    if (g < 0)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "admin endpoint: TLS certificate %s with key %s: %s", cf, kf,
+                            gnutls_strerror(g));
+    return SL_OK;
+}
+
+static void admin_free(sl_admin_t *a)
+{
+    free(a->token);
+    free(a->tls_cert);
+    if (a->tls_key) explicit_bzero(a->tls_key, strlen(a->tls_key));
+    free(a->tls_key);
+    free(a);
+}
+
+sl_err_t sl_admin_start(const sl_admin_opts_t *opts, sl_admin_t **out, sl_error_t *err)
+{
+    const char *address = opts->address ? opts->address : "127.0.0.1:0";
+    const char *colon = strrchr(address, ':');
+    if (!colon || colon[1] == '\0')
+        return sl_error_set(err, SL_ERR_INVALID, "admin address '%s': expected host:port", address);
+    char host[256];
+    size_t hlen = (size_t)(colon - address);
+    if (hlen >= sizeof host)
+        return sl_error_set(err, SL_ERR_INVALID, "admin address '%s': host too long", address);
+    memcpy(host, address, hlen);
+    host[hlen] = '\0';
+    char *end;
+    unsigned long port = strtoul(colon + 1, &end, 10);
+    if (*end != '\0' || port > 65535)
+        return sl_error_set(err, SL_ERR_INVALID, "admin address '%s': bad port", address);
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+    int gai = getaddrinfo(hlen ? host : "0.0.0.0", NULL, &hints, &res);
+    if (gai != 0)
+        return sl_error_set(err, SL_ERR_INVALID, "admin address '%s': %s", address,
+                            gai_strerror(gai));
+    struct sockaddr_in sa;
+    memcpy(&sa, res->ai_addr, sizeof sa);
+    freeaddrinfo(res);
+    sa.sin_port = htons((uint16_t)port);
+
+    sl_admin_t *a = calloc(1, sizeof *a);
+    if (!a) return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
+    a->opts = *opts;
+    if (!a->opts.max_body_bytes) a->opts.max_body_bytes = 1u << 20;
+    if (!a->opts.max_connections) a->opts.max_connections = 512;
+    if (!a->opts.timeout_s) a->opts.timeout_s = 10;
+    if (opts->token && !(a->token = strdup(opts->token))) {
+        admin_free(a);
+        return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
+    }
+    sl_err_t rc = load_tls(a, err);
+    if (rc != SL_OK) {
+        admin_free(a);
+        return rc;
+    }
+    bool tls = a->tls_cert != NULL;
+    /* epoll on one internal thread: idle and slow connections cost a
+     * descriptor and a little memory each, never a thread or a turn. */
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (tls ? MHD_USE_TLS : 0);
+    struct MHD_OptionItem tls_opts[] = {
+        {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, a->tls_cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, a->tls_key},
+        {MHD_OPTION_END, 0, NULL}};
+    a->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned int)a->opts.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)a->opts.max_connections, MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
+        MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+    if (!a->daemon) {
+        admin_free(a);
+        return sl_error_set(err, SL_ERR_IO, "admin endpoint: cannot listen on %s%s", address,
+                            tls ? " with TLS" : "");
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    a->port = info ? info->port : (uint16_t)port;
+    *out = a;
+    return SL_OK;
+}
+
+uint16_t sl_admin_port(const sl_admin_t *admin)
+{
+    return admin->port;
+}
+
+void sl_admin_stop(sl_admin_t *admin)
+{
+    if (!admin) return;
+    MHD_stop_daemon(admin->daemon);
+    admin_free(admin);
+}
+
+sl_err_t sl_admin_token_load(const char *file, const char *env_var, char **out, sl_error_t *err)
+{
+    *out = NULL;
+    char buf[1024];
+    if (file) {
+        sl_err_t rc = sl_io_read_token(file, "admin token", buf, sizeof buf, err);
+        if (rc != SL_OK) return rc;
+    } else {
+        const char *v = env_var ? getenv(env_var) : NULL;
+        if (!v) return SL_OK;
+        snprintf(buf, sizeof buf, "%s", v);
+        size_t n = strlen(buf);
+        while (n > 0 && isspace((unsigned char)buf[n - 1])) buf[--n] = '\0';
+        if (n == 0)
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "admin token from environment variable %s is empty", env_var);
+    }
+    *out = strdup(buf);
+    explicit_bzero(buf, sizeof buf);
+    return *out ? SL_OK : sl_error_set(err, SL_ERR_NOMEM, "admin token: out of memory");
+}

@@ -1,0 +1,111 @@
+/* The admin HTTP endpoint (libmicrohttpd) that the master and every worker
+ * run: a small router of JSON routes with a bearer token on the mutating
+ * ones, a body size limit, and JSON errors for every refusal.
+ *
+ * Handlers run on libmicrohttpd's polling thread (epoll), one request at a
+ * time; they must not block for long and must take the locks of whatever
+ * state they read (they never run concurrently with each other).
+ *
+ * A request is judged on its headers before any body is read: the route,
+ * the method, the path segment a route takes as a job id, the bearer token
+ * of a mutating route and the declared Content-Length. A refusal is
+ * answered at once and the body is never buffered, so unauthenticated
+ * bodies cost no memory. HEAD is answered wherever GET is (headers only).
+ *
+ * Refusals, all with a JSON body {"error": "..."} (valid UTF-8: bytes of
+ * the request that are not are written as \xNN):
+ *   400 a "{}" path segment that is not a job id (letters, digits, '.', '_',
+ *       '-'; no "..", no NUL, at most 255 bytes), malformed JSON
+ *       (sl_admin_parse_json says where)
+ *   401 a mutating route without the right "Authorization: Bearer <token>"
+ *   403 a mutating route when the endpoint has no token configured
+ *   404 no route for the path, 405 a route for the path but not the method
+ *   413 a body over max_body_bytes
+ *
+ * Limits: at most max_connections connections at once (libmicrohttpd
+ * refuses more), each closed after timeout_s without traffic; with epoll
+ * one thread serves them all, so idle and slow (slowloris) connections
+ * under the cap do not keep /healthz from answering. TLS (GnuTLS through
+ * libmicrohttpd) with tls_cert_file and tls_key_file. */
+#ifndef SLUICE_DPP_ADMIN_ENDPOINT_H
+#define SLUICE_DPP_ADMIN_ENDPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "sluice/err.h"
+
+typedef struct sl_admin_request {
+    const char *method; /* "GET", "POST", "DELETE", ... */
+    const char *path;   /* without the query string */
+    const char *param;  /* the segment matched by "{}" in the route, or NULL */
+    const char *body;   /* NUL-terminated; "" when there is none */
+    size_t body_len;
+} sl_admin_request_t;
+
+typedef struct sl_admin_response {
+    int status;               /* default 200 */
+    char *body;               /* malloc'd; freed by the endpoint; NULL: empty */
+    const char *content_type; /* static; NULL: application/json */
+} sl_admin_response_t;
+
+typedef void (*sl_admin_handler_fn)(void *ctx, const sl_admin_request_t *req,
+                                    sl_admin_response_t *resp);
+
+typedef struct sl_admin_route {
+    const char *method;  /* exact */
+    const char *pattern; /* "/jobs", "/jobs/{}", "/jobs/{}/scale": {} is one path segment */
+    bool mutating;       /* requires the bearer token */
+    sl_admin_handler_fn handler;
+} sl_admin_route_t;
+
+typedef struct sl_admin_opts {
+    const char *address;   /* "host:port"; NULL: "127.0.0.1:0" (loopback unless told otherwise) */
+    const char *token;     /* bearer token for mutating routes; NULL: they answer 403 */
+    size_t max_body_bytes; /* 0: 1 MiB */
+    const char *tls_cert_file; /* PEM certificate (chain): serve HTTPS; NULL: plain HTTP */
+    const char *tls_key_file;  /* its PEM private key (unencrypted); required with the cert */
+    uint32_t max_connections;  /* open at once; 0: 512 */
+    uint32_t timeout_s;        /* close a connection idle this long; 0: 10 */
+    const sl_admin_route_t *routes; /* borrowed for the endpoint's life */
+    uint32_t num_routes;
+    void *ctx; /* passed to every handler */
+} sl_admin_opts_t;
+
+typedef struct sl_admin sl_admin_t;
+
+/* Bind and start serving on a thread of libmicrohttpd's. Caller owns *out,
+ * free with sl_admin_stop. @return SL_ERR_IO when the address cannot be
+ * bound or a TLS file cannot be read, SL_ERR_INVALID for a malformed
+ * address, a certificate without its key (or the other way round), or a
+ * certificate and key GnuTLS refuses (the message names the file and
+ * says why), SL_ERR_UNSUPPORTED when libmicrohttpd lacks TLS. */
+sl_err_t sl_admin_start(const sl_admin_opts_t *opts, sl_admin_t **out, sl_error_t *err);
+
+/* The bound port (the real one when port 0 was asked). */
+uint16_t sl_admin_port(const sl_admin_t *admin);
+
+/* Stop serving and free; admin may be NULL. */
+void sl_admin_stop(sl_admin_t *admin);
+
+/* Read the bearer token: from file (first line, trailing whitespace
+ * trimmed) when file is non-NULL, else from the environment variable env_var
+ * (NULL or unset: *out = NULL, SL_OK). An empty token is SL_ERR_INVALID.
+ * Caller owns *out, free with free(). */
+sl_err_t sl_admin_token_load(const char *file, const char *env_var, char **out, sl_error_t *err);
+
+/* Set a JSON response (steals body; NULL body is an empty object). */
+void sl_admin_reply_json(sl_admin_response_t *resp, int status, json_t *body);
+
+/* Set {"error": "<message>"} with status. */
+void sl_admin_reply_error(sl_admin_response_t *resp, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Parse the request body as a JSON object; on failure set a 400 reply that
+ * says where (line, column, what) and return NULL. Caller owns the result. */
+json_t *sl_admin_parse_json(const sl_admin_request_t *req, sl_admin_response_t *resp);
+
+#endif

@@ -1,0 +1,570 @@
+/* The master's admin routes (admin.h, docs/ADMIN.md) on the HTTP endpoint
+ * of dpp/admin/endpoint.h: thin handlers that validate the request, turn
+ * its JSON into the plain calls of master.h and their answers (the views)
+ * into JSON, and map error values to HTTP statuses. Handlers run on
+ * libmicrohttpd's thread; every sl_master_* call takes the master's lock
+ * itself.
+ *
+ *   GET    /healthz  /readyz  /metrics  /status  /workers
+ *   GET    /jobs  /jobs/{id}
+ *   POST   /jobs               (token)  submit
+ *   DELETE /jobs/{id}          (token)  remove; DELETE /jobs {"id": ...} too
+ *   POST   /jobs/{id}/scale    (token)  {"workers": N} */
+#include <stdlib.h>
+#include <string.h>
+
+#include <gnutls/gnutls.h>
+
+#include "dpp/admin/prom.h"
+#include "dpp/master/admin.h"
+
+/* Bodies are job specs, scale requests and resume tokens (base64, a few
+ * bytes per split): 8 MiB holds a token of a job with ~1M splits. */
+#define MAX_BODY (8u << 20)
+
+/* ---- POST /jobs: the body as a submission ------------------------------------------ */
+
+static sl_err_t get_u32(const json_t *body, const char *key, uint32_t def, uint32_t min,
+                        uint32_t max, uint32_t *out, sl_error_t *err)
+{
+    const json_t *v = json_object_get(body, key);
+    if (v == NULL) {
+        *out = def;
+        return SL_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+        return sl_error_set(err, SL_ERR_INVALID, "$.%s: an integer %u..%u", key, min, max);
+    *out = (uint32_t)json_integer_value(v);
+    return SL_OK;
+}
+
+/* A token: a base64 string (RFC 4648). @return false when it is not one;
+ * on true, free out->data with gnutls_free. */
+static bool decode_token(const json_t *t, gnutls_datum_t *out)
+{
+    const char *s = json_string_value(t);
+    if (s == NULL) return false;
+    size_t n = strlen(s);
+    if (n > UINT32_MAX) return false;
+    gnutls_datum_t in = {.data = (unsigned char *)s, .size = (unsigned)n};
+    return gnutls_base64_decode2(&in, out) == 0;
+}
+
+sl_err_t sl_master_admin_job_submit(sl_master_t *m, const json_t *body, char **job_id,
+                                    sl_error_t *err)
+{
+    return sl_master_admin_job_submit_problems(m, body, job_id, NULL, err);
+}
+
+sl_err_t sl_master_admin_job_submit_problems(sl_master_t *m, const json_t *body, char **job_id,
+                                             sl_pipeline_problems_t *problems, sl_error_t *err)
+{
+    if (job_id != NULL) *job_id = NULL;
+    if (!json_is_object(body)) return sl_error_set(err, SL_ERR_INVALID, "body: not a JSON object");
+    static const char *keys[] = {"spec",        "ranks",   "sharding",     "min_workers",
+                                 "max_workers", "workers", "resume_token", "resume_tokens"};
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)body, key, val) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+            known = known || strcmp(key, keys[i]) == 0;
+        if (!known) return sl_error_set(err, SL_ERR_INVALID, "body: unknown key \"%s\"", key);
+    }
+    const json_t *specj = json_object_get(body, "spec");
+    if (!json_is_object(specj))
+        return sl_error_set(err, SL_ERR_INVALID, "body: \"spec\" (a job spec object) is required");
+    uint32_t ranks, min_w, max_w, workers;
+    /* ranks 0 is refused, not taken for 1: a client must attach with a
+     * world size equal to it. */
+    sl_err_t rc = get_u32(body, "ranks", 1, 1, 65536, &ranks, err);
+    if (rc == SL_OK) rc = get_u32(body, "min_workers", 1, 0, 4096, &min_w, err);
+    if (rc == SL_OK) rc = get_u32(body, "max_workers", min_w, 0, 4096, &max_w, err);
+    if (rc == SL_OK) rc = get_u32(body, "workers", min_w, 0, 4096, &workers, err);
+    if (rc != SL_OK) return rc;
+    if (min_w == 0) min_w = 1;
+    if (max_w < min_w)
+        return sl_error_set(err, SL_ERR_INVALID, "body: max_workers %u < min_workers %u", max_w,
+                            min_w);
+    const json_t *sh = json_object_get(body, "sharding");
+    bool is_static = false;
+    if (sh != NULL) {
+        const char *s = json_string_value(sh);
+        if (s == NULL || (strcmp(s, "static") != 0 && strcmp(s, "dynamic") != 0))
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "body: \"sharding\" is \"dynamic\" or \"static\"");
+        is_static = strcmp(s, "static") == 0;
+    }
+    /* "resume_token": one token; "resume_tokens": one per trainer rank
+     * (the job starts with what every rank delivered). */
+    const json_t *tokj = json_object_get(body, "resume_token");
+    const json_t *toksj = json_object_get(body, "resume_tokens");
+    if (tokj != NULL && toksj != NULL)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "body: give \"resume_token\" or \"resume_tokens\", not both");
+    if (toksj != NULL && (!json_is_array(toksj) || json_array_size(toksj) == 0 ||
+                          json_array_size(toksj) > SL_MASTER_MAX_RESUME_TOKENS))
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "body: \"resume_tokens\" is an array of 1..%d base64 strings",
+                            SL_MASTER_MAX_RESUME_TOKENS);
+    uint32_t ntok = tokj != NULL ? 1 : toksj != NULL ? (uint32_t)json_array_size(toksj) : 0;
+    gnutls_datum_t *tok = ntok ? calloc(ntok, sizeof *tok) : NULL;
+    const uint8_t **token = ntok ? calloc(ntok, sizeof *token) : NULL;
+    size_t *token_len = ntok ? calloc(ntok, sizeof *token_len) : NULL;
+    char *text = NULL;
+    sl_pipeline_problems_t pr = {0};
+    if (ntok > 0 && (tok == NULL || token == NULL || token_len == NULL)) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "body: %u resume tokens", ntok);
+        goto out;
+    }
+    for (uint32_t k = 0; k < ntok; k++) {
+        if (!decode_token(tokj != NULL ? tokj : json_array_get(toksj, k), &tok[k])) {
+            if (tokj != NULL)
+                rc = sl_error_set(err, SL_ERR_INVALID, "body: \"resume_token\" is not base64");
+            else
+                rc = sl_error_set(err, SL_ERR_INVALID,
+                                  "body: \"resume_tokens\"[%u] is not a base64 string", k);
+            goto out;
+        }
+        token[k] = tok[k].data;
+        token_len[k] = tok[k].size;
+    }
+    /* The spec as workers get it in their leases: compact, keys sorted. */
+    text = json_dumps(specj, JSON_COMPACT | JSON_SORT_KEYS);
+    if (text == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "job spec text");
+        goto out;
+    }
+    sl_master_submit_t req = {.spec_json = text,
+                              .ranks = ranks,
+                              .static_sharding = is_static,
+                              .min_workers = min_w,
+                              .max_workers = max_w,
+                              .workers = workers,
+                              .tokens = token,
+                              .token_lens = token_len,
+                              .num_tokens = ntok};
+    rc = sl_master_job_submit(m, &req, job_id, &pr, err);
+    if (rc == SL_ERR_CORRUPT || rc == SL_ERR_TRUNCATED || rc == SL_ERR_VERSION) {
+        sl_error_prefix(err, toksj != NULL ? "resume_tokens: " : "resume_token: ");
+        rc = err->code = SL_ERR_INVALID;
+    }
+    /* The spec's problems by their path in the body: "$.transforms[1]..."
+     * is "$.spec.transforms[1]..." there. */
+    if (rc != SL_OK && pr.count > 0 && problems != NULL) {
+        uint32_t first = problems->count;
+        for (uint32_t i = 0; rc != SL_ERR_NOMEM && i < pr.count; i++) {
+            const char *p = pr.items[i];
+            if (!sl_pipeline_problems_add(problems, "$.spec%s", p[0] == '$' ? p + 1 : p))
+                rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
+        }
+        if (rc != SL_ERR_NOMEM) rc = sl_pipeline_problems_error(problems, first, "spec", err);
+    }
+out:
+    sl_pipeline_problems_free(&pr);
+    free(text);
+    for (uint32_t k = 0; tok != NULL && k < ntok; k++)
+        gnutls_free(tok[k].data);
+    free(tok);
+    free(token);
+    free(token_len);
+    return rc;
+}
+
+/* ---- the views as JSON ------------------------------------------------------------- */
+
+/* A failed job's failure as JSON, null for the others. */
+static json_t *failure_json(const sl_master_state_job_status_t *st)
+{
+    if (!st->failed) return json_null();
+    return json_pack("{s:i, s:i, s:s, s:i, s:s, s:i, s:s}", "split", (json_int_t)st->failure_split,
+                     "epoch", (json_int_t)st->failure_epoch, "file", st->failure_file, "stripe",
+                     (json_int_t)st->failure_stripe, "message", st->failure_message, "code",
+                     (json_int_t)st->failure_code, "error", sl_err_str(st->failure_code));
+}
+
+/* The job's state and what split failures did to it. */
+static void add_failure_json(json_t *o, const sl_master_state_job_status_t *st)
+{
+    json_object_set_new(o, "state",
+                        json_string(st->failed     ? "failed"
+                                    : st->finished ? "finished"
+                                                   : "running"));
+    json_object_set_new(o, "failure", failure_json(st));
+    json_object_set_new(o, "on_bad_split", json_string(st->skip_bad_splits ? "skip" : "fail"));
+    json_object_set_new(o, "split_failures", json_integer((json_int_t)st->split_failures));
+    json_object_set_new(o, "skipped_splits", json_integer((json_int_t)st->skipped_splits));
+    json_object_set_new(o, "skipped_rows", json_integer((json_int_t)st->skipped_rows));
+}
+
+static json_t *job_json(const sl_master_job_view_t *v)
+{
+    const sl_master_state_job_status_t *st = &v->status;
+    json_t *spec = json_loads(st->spec_json, 0, NULL);
+    json_t *table = spec != NULL ? json_object_get(json_object_get(spec, "source"), "table") : NULL;
+    json_t *o = json_pack(
+        "{s:s, s:i, s:i, s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:s, s:i, s:i, s:i, "
+        "s:i, s:i, s:i, s:f, s:f, s:s, s:I, s:I}",
+        "id", v->id, "epoch", (json_int_t)st->epoch, "epochs", (json_int_t)st->epochs, "finished",
+        st->finished, "num_splits", (json_int_t)st->num_splits, "pending", (json_int_t)st->pending,
+        "leased", (json_int_t)st->leased, "done", (json_int_t)st->done, "committed_rows",
+        (json_int_t)st->committed_rows, "total_rows", (json_int_t)st->total_rows, "ranks",
+        (json_int_t)st->ranks, "sharding", st->static_sharding ? "static" : "dynamic", "table",
+        json_is_string(table) ? json_string_value(table) : "", "min_workers",
+        (json_int_t)v->min_workers, "max_workers", (json_int_t)v->max_workers, "desired_workers",
+        (json_int_t)v->desired_workers, "granted_workers", (json_int_t)v->granted_workers,
+        "workers", (json_int_t)v->workers, "clients", (json_int_t)v->clients, "trainer_wait",
+        v->trainer_wait, "worker_busy", v->worker_busy, "autoscale_reason", v->autoscale_reason,
+        "batches", (json_int_t)st->batches, "samples", (json_int_t)st->samples);
+    json_decref(spec);
+    if (o != NULL) add_failure_json(o, st);
+    return o;
+}
+
+static void job_into(void *ctx, const sl_master_job_view_t *v)
+{
+    *(json_t **)ctx = job_json(v);
+}
+
+sl_err_t sl_master_admin_job_json(sl_master_t *m, const char *job_id, json_t **out,
+                                  sl_error_t *err)
+{
+    *out = NULL;
+    sl_master_visitor_t v = {.job = job_into, .ctx = out};
+    sl_err_t rc = sl_master_visit(m, job_id, &v, err);
+    if (rc == SL_OK && *out == NULL)
+        rc = sl_error_set(err, SL_ERR_NOMEM, "job '%s' as JSON", job_id);
+    return rc;
+}
+
+static void job_append(void *ctx, const sl_master_job_view_t *v)
+{
+    json_array_append_new(ctx, job_json(v));
+}
+
+/* {key: [what v appends for every job or worker]}, NULL when out of memory. */
+static json_t *listed(sl_master_t *m, const char *key, sl_master_visitor_t v)
+{
+    json_t *arr = json_array();
+    if (arr == NULL) return NULL;
+    v.ctx = arr;
+    sl_error_t err = {0};
+    sl_master_visit(m, NULL, &v, &err);
+    return json_pack("{s:o}", key, arr);
+}
+
+json_t *sl_master_admin_jobs_json(sl_master_t *m)
+{
+    return listed(m, "jobs", (sl_master_visitor_t){.job = job_append});
+}
+
+static void worker_append(void *ctx, const sl_master_worker_view_t *w)
+{
+    json_array_append_new(
+        ctx, json_pack("{s:s, s:s, s:s, s:s, s:b, s:i, s:f, s:i, s:I, s:I, s:I, s:I}", "id", w->id,
+                       "job", w->job, "serve_address", w->serve_address, "admin_address",
+                       w->admin_address, "connected", w->connected, "leases",
+                       (json_int_t)w->leases, "busy", w->busy, "queued_batches",
+                       (json_int_t)w->queued_batches, "memory_used", (json_int_t)w->memory_used,
+                       "batches_sent", (json_int_t)w->batches_sent, "samples_sent",
+                       (json_int_t)w->samples_sent, "last_heartbeat_ms_ago",
+                       (json_int_t)w->last_heartbeat_ms_ago));
+}
+
+json_t *sl_master_admin_workers_json(sl_master_t *m)
+{
+    return listed(m, "workers", (sl_master_visitor_t){.worker = worker_append});
+}
+
+typedef struct status_json {
+    json_t *o, *failed;
+    bool has_executor;
+    sl_master_executor_stats_t executor;
+} status_json;
+
+static void status_into(void *ctx, const sl_master_status_view_t *v)
+{
+    status_json *s = ctx;
+    const sl_master_state_counters_t *c = &v->counters;
+    s->o = json_pack(
+        "{s:b, s:s, s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, "
+        "s:I}, s:s}",
+        "ready", v->ready, "address", v->address, "uptime_s", (json_int_t)v->uptime_s, "jobs",
+        (json_int_t)c->jobs, "workers", (json_int_t)v->workers, "clients", (json_int_t)v->clients,
+        "leases_granted", (json_int_t)c->leases_granted, "lease_expiries",
+        (json_int_t)c->expiries, "lease_revocations", (json_int_t)c->revocations, "commits",
+        (json_int_t)c->commits, "overlaps", (json_int_t)c->overlaps, "stale",
+        (json_int_t)(c->stale_commits + c->stale_refused + c->unleased_commits), "journal_syncs",
+        (json_int_t)c->journal_syncs, "compactions", (json_int_t)c->compactions, "splits",
+        "pending", (json_int_t)c->pending, "leased", (json_int_t)c->leased, "done",
+        (json_int_t)c->done, "failure", v->failure);
+    s->failed = json_array();
+    s->has_executor = v->has_executor;
+    s->executor = v->executor;
+}
+
+static void status_failed_job(void *ctx, const sl_master_job_view_t *v)
+{
+    status_json *s = ctx;
+    if (s->o == NULL || s->failed == NULL || !v->status.failed) return;
+    json_array_append_new(s->failed, json_pack("{s:s, s:o}", "id", v->id, "failure",
+                                               failure_json(&v->status)));
+}
+
+json_t *sl_master_admin_status_json(sl_master_t *m)
+{
+    status_json s = {0};
+    sl_master_visitor_t v = {.status = status_into, .job = status_failed_job, .ctx = &s};
+    sl_error_t err = {0};
+    sl_master_visit(m, NULL, &v, &err);
+    if (s.o != NULL && s.failed != NULL)
+        json_object_set_new(s.o, "failed_jobs", s.failed);
+    else
+        json_decref(s.failed);
+    const sl_master_executor_stats_t *x = &s.executor;
+    if (s.o != NULL && s.has_executor)
+        json_object_set_new(
+            s.o, "executor",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:s}", "spawns", (json_int_t)x->started,
+                      "spawn_errors", (json_int_t)x->spawn_errors, "stopped",
+                      (json_int_t)x->exited, "failed", (json_int_t)x->failed, "restarts_delayed",
+                      (json_int_t)x->delayed, "backoff_s", x->backoff_ms / 1000.0,
+                      "last_failure", x->last_failure));
+    return s.o;
+}
+
+/* ---- routes ----------------------------------------------------------------------- */
+
+/* The HTTP status for a master error value. */
+static int status_of(sl_err_t rc)
+{
+    switch (rc) {
+    case SL_ERR_INVALID:
+    case SL_ERR_CORRUPT:
+    case SL_ERR_TRUNCATED:
+    case SL_ERR_VERSION:
+        return 400;
+    case SL_ERR_NOT_FOUND:
+        return 404;
+    case SL_ERR_AGAIN:
+        return 409;
+    case SL_ERR_TOO_LARGE:
+        return 429;
+    case SL_ERR_UNSUPPORTED:
+        return 501;
+    case SL_ERR_NOMEM:
+        return 503;
+    default:
+        return 500;
+    }
+}
+
+static void reply_err(sl_admin_response_t *resp, sl_err_t rc, const sl_error_t *err)
+{
+    sl_admin_reply_error(resp, status_of(rc), "%s", err->msg[0] ? err->msg : sl_err_str(rc));
+}
+
+/* A refusal of a job spec lists every problem, not only the first:
+ * {"error": "...", "problems": ["$.spec.source.table: ...", ...]}. */
+static void reply_add_problems(sl_admin_response_t *resp, const sl_pipeline_problems_t *problems)
+{
+    json_t *o = resp->body != NULL ? json_loads(resp->body, 0, NULL) : NULL;
+    json_t *arr = json_array();
+    for (uint32_t i = 0; o != NULL && arr != NULL && i < problems->count; i++)
+        json_array_append_new(arr, json_string(problems->items[i]));
+    if (o == NULL || arr == NULL) { /* the error alone then */
+        json_decref(o);
+        json_decref(arr);
+        return;
+    }
+    json_object_set_new(o, "problems", arr);
+    sl_admin_reply_json(resp, resp->status, o);
+}
+
+/* A JSON reply built by the master, or 503 when it ran out of memory. */
+static void reply_built(sl_admin_response_t *resp, json_t *j)
+{
+    if (!j) {
+        sl_admin_reply_error(resp, 503, "out of memory");
+        return;
+    }
+    sl_admin_reply_json(resp, 200, j);
+}
+
+static void h_healthz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)ctx;
+    (void)req;
+    sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    if (sl_master_ready(ctx))
+        sl_admin_reply_json(resp, 200, json_pack("{s:b}", "ready", 1));
+    else
+        sl_admin_reply_error(resp, 503, "not ready: the master's state failed (see its log)");
+}
+
+static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    char *text = sl_master_metrics_text(ctx);
+    if (!text) {
+        sl_admin_reply_error(resp, 503, "out of memory");
+        return;
+    }
+    resp->status = 200;
+    resp->body = text;
+    resp->content_type = SL_ADMIN_PROM_CONTENT_TYPE;
+}
+
+static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    reply_built(resp, sl_master_admin_status_json(ctx));
+}
+
+static void h_workers(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    reply_built(resp, sl_master_admin_workers_json(ctx));
+}
+
+static void h_jobs_list(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    reply_built(resp, sl_master_admin_jobs_json(ctx));
+}
+
+static void h_job_get(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_t *j = NULL;
+    sl_error_t err = {0};
+    sl_err_t rc = sl_master_admin_job_json(ctx, req->param, &j, &err);
+    if (rc != SL_OK) {
+        reply_err(resp, rc, &err);
+        return;
+    }
+    sl_admin_reply_json(resp, 200, j);
+}
+
+/* 201 with the new job's JSON (as GET /jobs/{id}). */
+static void h_job_submit(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_t *body = sl_admin_parse_json(req, resp);
+    if (!body) return;
+    if (!json_is_object(json_object_get(body, "spec"))) {
+        json_decref(body);
+        sl_admin_reply_error(resp, 400, "$.spec: required, a job spec object (docs/JOBS.md)");
+        return;
+    }
+    char *id = NULL;
+    sl_error_t err = {0};
+    sl_pipeline_problems_t problems = {0};
+    sl_err_t rc = sl_master_admin_job_submit_problems(ctx, body, &id, &problems, &err);
+    json_decref(body);
+    if (rc != SL_OK) {
+        reply_err(resp, rc, &err);
+        if (problems.count > 0) reply_add_problems(resp, &problems);
+        sl_pipeline_problems_free(&problems);
+        return;
+    }
+    json_t *j = NULL;
+    /* The job may be gone again already (a concurrent DELETE): then the id
+     * alone. */
+    if (sl_master_admin_job_json(ctx, id, &j, &err) != SL_OK) j = json_pack("{s:s}", "id", id);
+    free(id);
+    sl_admin_reply_json(resp, 201, j);
+}
+
+static void remove_job(void *ctx, const char *id, sl_admin_response_t *resp)
+{
+    sl_error_t err = {0};
+    sl_err_t rc = sl_master_job_remove(ctx, id, &err);
+    if (rc != SL_OK) {
+        reply_err(resp, rc, &err);
+        return;
+    }
+    sl_admin_reply_json(resp, 200, json_pack("{s:s, s:b}", "id", id, "removed", 1));
+}
+
+static void h_job_delete(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    remove_job(ctx, req->param, resp);
+}
+
+/* DELETE /jobs {"id": "..."}: the collection form of DELETE /jobs/{id}. */
+static void h_jobs_delete(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_t *body = sl_admin_parse_json(req, resp);
+    if (!body) return;
+    const char *id = json_string_value(json_object_get(body, "id"));
+    if (!id || !*id)
+        sl_admin_reply_error(resp, 400, "$.id: required, the id of the job to remove");
+    else
+        remove_job(ctx, id, resp);
+    json_decref(body);
+}
+
+static void h_job_scale(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    json_t *body = sl_admin_parse_json(req, resp);
+    if (!body) return;
+    json_t *w = json_object_get(body, "workers");
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        if (strcmp(key, "workers") != 0) {
+            sl_admin_reply_error(resp, 400, "$.%s: unknown key (only \"workers\")", key);
+            json_decref(body);
+            return;
+        }
+    }
+    if (!json_is_integer(w) || json_integer_value(w) < 0 ||
+        json_integer_value(w) > (json_int_t)UINT32_MAX) {
+        sl_admin_reply_error(resp, 400, "$.workers: required, an integer in [0, 2^32)");
+        json_decref(body);
+        return;
+    }
+    uint32_t want = (uint32_t)json_integer_value(w), set = 0;
+    json_decref(body);
+    sl_error_t err = {0};
+    sl_err_t rc = sl_master_job_scale(ctx, req->param, want, &set, &err);
+    if (rc != SL_OK) {
+        reply_err(resp, rc, &err);
+        return;
+    }
+    sl_admin_reply_json(resp, 200,
+                        json_pack("{s:s, s:i, s:i}", "id", req->param, "requested",
+                                  (json_int_t)want, "workers", (json_int_t)set));
+}
+
+static const sl_admin_route_t routes[] = {
+    {"GET", "/healthz", false, h_healthz},         {"GET", "/readyz", false, h_readyz},
+    {"GET", "/metrics", false, h_metrics},         {"GET", "/status", false, h_status},
+    {"GET", "/workers", false, h_workers},         {"GET", "/jobs", false, h_jobs_list},
+    {"POST", "/jobs", true, h_job_submit},         {"DELETE", "/jobs", true, h_jobs_delete},
+    {"GET", "/jobs/{}", false, h_job_get},         {"DELETE", "/jobs/{}", true, h_job_delete},
+    {"POST", "/jobs/{}/scale", true, h_job_scale},
+};
+
+sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, sl_admin_t **out,
+                               sl_error_t *err)
+{
+    sl_admin_opts_t o = *endpoint;
+    o.max_body_bytes = MAX_BODY;
+    o.routes = routes;
+    o.num_routes = sizeof routes / sizeof routes[0];
+    o.ctx = m;
+    return sl_admin_start(&o, out, err);
+}
+
+sl_err_t sl_master_admin_start(sl_master_t *m, const char *address, const char *token,
+                               sl_admin_t **out, sl_error_t *err)
+{
+    sl_admin_opts_t o = {.address = address, .token = token};
+    return sl_master_admin_serve(m, &o, out, err);
+}

@@ -1,0 +1,172 @@
+/* Executors: what turns the master's desired worker count per job
+ * (sl_master_desired, master.h) into running workers. The master's loop
+ * drives one executor through this interface; each kind of executor is one
+ * file behind it:
+ *
+ *   executor_local.c   worker processes on this machine (posix_spawn)
+ *
+ * An executor of another kind (a Kubernetes Deployment per job) adds its
+ * constructor below and its own file that fills an sl_master_executor_ops_t.
+ *
+ * Thread safety: every call takes the executor's own lock; calls may come
+ * from any thread. */
+#ifndef SLUICE_DPP_MASTER_EXECUTOR_H
+#define SLUICE_DPP_MASTER_EXECUTOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sluice/alloc.h"
+#include "sluice/err.h"
+
+typedef struct sl_master_executor sl_master_executor_t;
+
+/* Stop every worker the executor runs and free it; ex may be NULL. */
+void sl_master_executor_destroy(sl_master_executor_t *ex);
+
+/* Start or stop workers of job_id until `workers` of them are running
+ * (reaping exited ones first; while the job backs off, none is started
+ * before its delay has passed). *started and *stopped (may be NULL) get
+ * what was done. @return SL_ERR_TOO_LARGE when max_workers would be passed
+ * (as many as fit are started), SL_ERR_IO when a spawn fails (err says
+ * which worker and why). */
+sl_err_t sl_master_executor_scale(sl_master_executor_t *ex, const char *job_id, uint32_t workers,
+                                  uint32_t *started, uint32_t *stopped, sl_error_t *err);
+
+typedef struct sl_master_executor_target {
+    const char *job_id;
+    uint32_t workers;
+} sl_master_executor_target_t;
+
+/* Make the running workers match targets (e.g. from sl_master_desired, with
+ * 0 for a finished job): scale every listed job, and stop every worker of
+ * a job that is not listed (a removed job). Meant to be called once per
+ * master loop iteration or so. *started / *stopped (may be NULL) get the
+ * totals. @return the first error of a scale (the other jobs are still
+ * scaled). */
+sl_err_t sl_master_executor_apply(sl_master_executor_t *ex,
+                                  const sl_master_executor_target_t *targets, uint32_t n,
+                                  uint32_t *started, uint32_t *stopped, sl_error_t *err);
+
+/* Reap exited workers (non-blocking). @return how many exited since the
+ * last call. */
+uint32_t sl_master_executor_reap(sl_master_executor_t *ex);
+
+/* Running workers of job_id (NULL: of every job), after reaping. */
+uint32_t sl_master_executor_count(sl_master_executor_t *ex, const char *job_id);
+
+typedef struct sl_master_executor_worker {
+    char worker_id[240]; /* "<job (first 200 bytes)>-w<n>.<master pid>" */
+    char job_id[256];
+    pid_t pid;
+    bool stopping;       /* SIGTERM sent, not yet reaped */
+    uint64_t started_ms; /* CLOCK_MONOTONIC */
+} sl_master_executor_worker_t;
+
+/* Copy up to cap running workers (of job_id, NULL: all) into out, oldest
+ * first. @return how many there are (may exceed cap). */
+uint32_t sl_master_executor_list(sl_master_executor_t *ex, const char *job_id,
+                                 sl_master_executor_worker_t *out, uint32_t cap);
+
+typedef struct sl_master_executor_stats {
+    uint64_t started; /* workers spawned, ever */
+    uint64_t stopped; /* SIGTERMs sent by scale-down or destroy */
+    uint64_t exited;  /* reaped with exit status 0 */
+    uint64_t failed;  /* reaped with a non-zero status or killed by a signal we did not send */
+    uint64_t spawn_errors;
+    uint64_t delayed;       /* restarts postponed by the back-off (one per failure that set a delay) */
+    uint32_t backoff_ms;    /* the longest restart delay of a job now (0: none backs off) */
+    char last_failure[320]; /* "worker j-w3 (pid 123) killed by signal 9", "" when none */
+} sl_master_executor_stats_t;
+
+void sl_master_executor_stats(sl_master_executor_t *ex, sl_master_executor_stats_t *out);
+
+/* ---- implementing an executor ------------------------------------------------------ */
+
+/* One kind of executor: executor.c forwards every call above to these
+ * (each required), with the meaning given there. */
+typedef struct sl_master_executor_ops {
+    const char *kind; /* "local", for messages */
+    sl_err_t (*scale)(sl_master_executor_t *ex, const char *job_id, uint32_t workers,
+                      uint32_t *started, uint32_t *stopped, sl_error_t *err);
+    sl_err_t (*apply)(sl_master_executor_t *ex, const sl_master_executor_target_t *targets,
+                      uint32_t n, uint32_t *started, uint32_t *stopped, sl_error_t *err);
+    uint32_t (*reap)(sl_master_executor_t *ex);
+    uint32_t (*count)(sl_master_executor_t *ex, const char *job_id);
+    uint32_t (*list)(sl_master_executor_t *ex, const char *job_id,
+                     sl_master_executor_worker_t *out, uint32_t cap);
+    void (*stats)(sl_master_executor_t *ex, sl_master_executor_stats_t *out);
+    void (*destroy)(sl_master_executor_t *ex);
+} sl_master_executor_ops_t;
+
+/* Every executor's own struct begins with this header, so that an
+ * sl_master_executor_t * points at its ops. */
+struct sl_master_executor {
+    const sl_master_executor_ops_t *ops;
+};
+
+/* ---- the local executor (executor_local.c) ----------------------------------------
+ *
+ * Runs a job's workers as `sluice worker --master ADDR --job-id ID`
+ * processes on this machine, so the autoscaler's decision becomes real
+ * processes without an external orchestrator.
+ *
+ * Workers are started with posix_spawn (no fork of a threaded master),
+ * each in its own process group with default signal dispositions and an
+ * empty signal mask, stdout/stderr to <log_dir>/<worker_id>.log (or
+ * /dev/null). A worker's id is "<job>-w<n>.<pid of the executor's
+ * process>", n counting up per executor, so the master can tell which
+ * registered worker is which process, and a restarted master's workers
+ * never take the id of one still running from before.
+ *
+ * Scaling down sends SIGTERM to the newest workers first (the worker stops
+ * cleanly; its unfinished leases expire or are released, and exactly-once
+ * holds whatever a worker does, docs/DESIGN.md). Children are reaped by pid
+ * (waitpid on each known pid, never waitpid(-1)), so the executor does not
+ * steal exit statuses from the rest of the process.
+ *
+ * Restarts back off: a worker that exits on its own (not stopped by the
+ * executor) within healthy_ms of its start counts as a failure of its job,
+ * as does a spawn that fails; after the k-th failure in a row the job's
+ * next spawn waits backoff_ms * 2^(k-2) (k >= 2; the first is replaced at
+ * once), at most max_backoff_ms. A worker that lived healthy_ms starts the
+ * count again. So a job whose workers cannot start (a bad table, a crash)
+ * costs a spawn every max_backoff_ms, not a fork loop.
+ *
+ * If the master process dies, its workers live on (they keep heartbeating
+ * and re-register with the restarted master); a new executor does not
+ * adopt them, it only counts its own children.
+ *
+ * Destroy stops every worker (SIGTERM, then SIGKILL after stop_grace_ms)
+ * and reaps them. */
+
+typedef struct sl_master_executor_local_opts {
+    const char *binary;            /* path of the sluice program; required */
+    const char *master;            /* the master's control address "host:port"; required */
+    const char *log_dir;           /* NULL: worker output to /dev/null */
+    const char *listen_host;       /* host workers serve trainers on; NULL: "127.0.0.1" */
+    uint32_t worker_threads;       /* --threads per worker; 0: the worker's default */
+    const char *const *extra_args; /* more arguments for every worker (at most 64), NULL-terminated;
+                                      may be NULL; not --master, --job-id, --worker-id, --listen */
+    uint32_t max_workers;          /* live workers over all jobs; 0: 64 */
+    uint32_t stop_grace_ms;        /* destroy: SIGTERM, then SIGKILL after this; 0: 5000 */
+    uint32_t backoff_ms;           /* first restart delay after failures in a row; 0: 500 */
+    uint32_t max_backoff_ms;       /* cap of the delay; 0: 30000 */
+    uint32_t healthy_ms;           /* a worker that lived this long resets the count; 0: 10000 */
+    const sl_allocator_t *allocator; /* NULL: default */
+} sl_master_executor_local_opts_t;
+
+/* Caller owns *out, free with sl_master_executor_destroy. Copies opts (strings
+ * included). @return SL_ERR_INVALID when binary or master is missing, an
+ * argument is not allowed (see extra_args) or log_dir is not a writable
+ * directory (sl_master_executor_local_check_log_dir), SL_ERR_NOMEM. */
+sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opts,
+                                      sl_master_executor_t **out, sl_error_t *err);
+
+/* Is dir an existing directory the executor may create log files in?
+ * @return SL_OK or SL_ERR_INVALID saying what is wrong ("--worker-log-dir
+ * /x: does not exist"). */
+sl_err_t sl_master_executor_local_check_log_dir(const char *dir, sl_error_t *err);
+
+#endif

@@ -1,0 +1,456 @@
+/* The master's journal and snapshot files: byte layout, torn-tail recovery,
+ * buffered appends with group-commit fdatasync, and compaction by atomic
+ * replacement. See journal.h for the format and the recovery rules. */
+#include "common/fileio.h"
+#include "dpp/master/journal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+struct sl_master_journal {
+    const sl_allocator_t *a;
+    char *dir;
+    char *path;      /* DIR/journal */
+    char *snap_path; /* DIR/snapshot */
+    int fd;          /* journal, O_APPEND */
+    uint64_t generation;
+    uint64_t file_bytes; /* written to the file */
+    size_t max_record;
+    uint8_t *buf; /* [SL_MASTER_JOURNAL_BUFFER] appends not yet written */
+    size_t buffered;
+    bool dirty; /* written or buffered since the last fdatasync */
+    uint64_t syncs;
+};
+
+static uint64_t record_sum(const uint8_t *payload, uint32_t len)
+{
+    return XXH3_64bits_withSeed(payload, len, len);
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0) return false;
+    return true;
+}
+
+sl_err_t sl_master_journal_scan(const void *buf, size_t len, const char *name, size_t max_record,
+                                sl_master_journal_record_fn fn, void *ctx,
+                                sl_master_journal_scan_t *out, sl_error_t *err)
+{
+    const uint8_t *p = buf;
+    memset(out, 0, sizeof *out);
+    if (max_record == 0) max_record = SL_MASTER_JOURNAL_MAX_RECORD;
+    if (len < 4 || memcmp(p, SL_MASTER_JOURNAL_MAGIC, 4) != 0)
+        return sl_error_set(
+            err, len < 4 ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
+            "%s: not a master journal (magic is not \"" SL_MASTER_JOURNAL_MAGIC "\")", name);
+    if (len < SL_MASTER_JOURNAL_HEADER_BYTES)
+        return sl_error_set(err, SL_ERR_TRUNCATED, "%s: header truncated (%zu bytes)", name, len);
+    uint32_t version = sl_le_get_u32(p + 4);
+    if (version != SL_MASTER_JOURNAL_VERSION)
+        return sl_error_set(err, SL_ERR_VERSION, "%s: journal version %u (this build reads %d)",
+                            name, version, SL_MASTER_JOURNAL_VERSION);
+    out->generation = sl_le_get_u64(p + 8);
+    size_t off = SL_MASTER_JOURNAL_HEADER_BYTES;
+    while (off < len) {
+        size_t rem = len - off;
+        const char *why;
+        if (rem < SL_MASTER_JOURNAL_RECORD_HEADER_BYTES) {
+            why = "record header cut short"; /* reaches the end: torn */
+            goto bad;
+        }
+        uint32_t rlen = sl_le_get_u32(p + off), check = sl_le_get_u32(p + off + 4);
+        if (check != ~rlen) {
+            why = "length check mismatch";
+            goto bad;
+        }
+        if (rlen > max_record) {
+            why = "length exceeds the record bound";
+            goto bad;
+        }
+        if (rlen > rem - SL_MASTER_JOURNAL_RECORD_HEADER_BYTES) {
+            why = "record runs past the end of the file"; /* torn */
+            goto bad;
+        }
+        const uint8_t *payload = p + off + SL_MASTER_JOURNAL_RECORD_HEADER_BYTES;
+        if (record_sum(payload, rlen) != sl_le_get_u64(p + off + 8)) {
+            why = "checksum mismatch";
+            goto bad;
+        }
+        if (fn != NULL) {
+            sl_err_t rc = fn(ctx, payload, rlen, off, err);
+            if (rc != SL_OK) return rc;
+        }
+        out->records++;
+        off += SL_MASTER_JOURNAL_RECORD_HEADER_BYTES + (size_t)rlen;
+        continue;
+    bad:;
+        /* Torn: the bad record reaches the end of the file, or only zero
+         * bytes follow its start (space the crash allocated but never
+         * filled). Anything else is damage to data that was once written
+         * whole, and guessing past it could resurrect a state that never
+         * existed. */
+        uint64_t end = off + (uint64_t)SL_MASTER_JOURNAL_RECORD_HEADER_BYTES;
+        if (rem >= SL_MASTER_JOURNAL_RECORD_HEADER_BYTES) end += sl_le_get_u32(p + off);
+        bool torn = all_zero(p + off, rem) ||
+                    (end >= len && rem >= SL_MASTER_JOURNAL_RECORD_HEADER_BYTES &&
+                     sl_le_get_u32(p + off + 4) == ~sl_le_get_u32(p + off) && sl_le_get_u32(p + off) <= max_record) ||
+                    rem < SL_MASTER_JOURNAL_RECORD_HEADER_BYTES;
+        if (!torn)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "%s: record at offset %zu: %s (%zu bytes follow; refusing to "
+                                "guess past damage in the middle of the journal)",
+                                name, off, why, rem);
+        out->valid_bytes = off;
+        out->torn = true;
+        return SL_OK;
+    }
+    out->valid_bytes = len;
+    return SL_OK;
+}
+
+sl_err_t sl_master_journal_snapshot_parse(const void *buf, size_t len, const char *name,
+                                          size_t max_bytes, uint64_t *generation,
+                                          const uint8_t **payload, size_t *payload_len,
+                                          sl_error_t *err)
+{
+    const uint8_t *p = buf;
+    if (len < 4 || memcmp(p, SL_MASTER_SNAPSHOT_MAGIC, 4) != 0)
+        return sl_error_set(
+            err, len < 4 ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
+            "%s: not a master snapshot (magic is not \"" SL_MASTER_SNAPSHOT_MAGIC "\")", name);
+    if (len < SL_MASTER_SNAPSHOT_HEADER_BYTES)
+        return sl_error_set(err, SL_ERR_TRUNCATED, "%s: header truncated (%zu bytes)", name, len);
+    uint32_t version = sl_le_get_u32(p + 4);
+    if (version != SL_MASTER_JOURNAL_VERSION)
+        return sl_error_set(err, SL_ERR_VERSION, "%s: snapshot version %u (this build reads %d)",
+                            name, version, SL_MASTER_JOURNAL_VERSION);
+    uint64_t n = sl_le_get_u64(p + 16);
+    if (max_bytes != 0 && n > max_bytes)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: payload of %llu bytes exceeds %zu", name,
+                            (unsigned long long)n, max_bytes);
+    if (n != len - SL_MASTER_SNAPSHOT_HEADER_BYTES)
+        return sl_error_set(
+            err, n > len - SL_MASTER_SNAPSHOT_HEADER_BYTES ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
+            "%s: header says %llu payload bytes, file has %zu", name, (unsigned long long)n,
+            len - SL_MASTER_SNAPSHOT_HEADER_BYTES);
+    if (XXH3_64bits(p + SL_MASTER_SNAPSHOT_HEADER_BYTES, (size_t)n) != sl_le_get_u64(p + 24))
+        return sl_error_set(err, SL_ERR_CORRUPT, "%s: checksum mismatch", name);
+    *generation = sl_le_get_u64(p + 8);
+    *payload = p + SL_MASTER_SNAPSHOT_HEADER_BYTES;
+    *payload_len = (size_t)n;
+    return SL_OK;
+}
+
+/* ---- files ---------------------------------------------------------------------- */
+
+static char *path_join(const sl_allocator_t *a, const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + 1 + strlen(name) + 1;
+    char *s = sl_alloc(a, n);
+    if (s != NULL) snprintf(s, n, "%s/%s", dir, name);
+    return s;
+}
+
+static void str_free(const sl_allocator_t *a, char *s)
+{
+    if (s != NULL) sl_free(a, s, strlen(s) + 1);
+}
+
+/* Write header + payload to path.tmp, fsync, rename over path, fsync dir. */
+static sl_err_t write_atomic(const sl_master_journal_t *j, const char *path, const uint8_t *head,
+                             size_t head_len, const void *payload, size_t len, sl_error_t *err)
+{
+    char *tmp = path_join(j->a, j->dir, "tmp");
+    if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "write %s", path);
+    sl_err_t rc = sl_io_replace_file(path, tmp, head, head_len, payload, len, true, err);
+    if (rc == SL_OK) rc = sl_io_sync_dir(j->dir, err);
+    str_free(j->a, tmp);
+    return rc;
+}
+
+/* A fresh, empty journal of generation gen, opened for appending. */
+static sl_err_t journal_create(sl_master_journal_t *j, uint64_t gen, sl_error_t *err)
+{
+    uint8_t head[SL_MASTER_JOURNAL_HEADER_BYTES];
+    memcpy(head, SL_MASTER_JOURNAL_MAGIC, 4);
+    sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
+    sl_le_put_u64(head + 8, gen);
+    sl_err_t rc = write_atomic(j, j->path, head, sizeof head, NULL, 0, err);
+    if (rc != SL_OK) return rc;
+    int fd = open(j->path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0) return sl_error_set(err, SL_ERR_IO, "open %s: %s", j->path, strerror(errno));
+    if (j->fd >= 0) close(j->fd);
+    j->fd = fd;
+    j->generation = gen;
+    j->file_bytes = SL_MASTER_JOURNAL_HEADER_BYTES;
+    j->buffered = 0;
+    j->dirty = false;
+    return SL_OK;
+}
+
+/* Map a whole file read-only. *data NULL and SL_ERR_NOT_FOUND when absent. */
+static sl_err_t map_file(const char *path, const uint8_t **data, size_t *len, sl_error_t *err)
+{
+    *data = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl_error_set(err, errno == ENOENT ? SL_ERR_NOT_FOUND : SL_ERR_IO, "open %s: %s",
+                            path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return sl_error_set(err, SL_ERR_IO, "stat %s: %s", path, strerror(e));
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        *data = (const uint8_t *)"";
+        return SL_OK;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (m == MAP_FAILED) return sl_error_set(err, SL_ERR_IO, "mmap %s: %s", path, strerror(e));
+    *data = m;
+    *len = (size_t)st.st_size;
+    return SL_OK;
+}
+
+static void unmap_file(const uint8_t *data, size_t len)
+{
+    if (data != NULL && len > 0) munmap((void *)data, len);
+}
+
+void sl_master_journal_close(sl_master_journal_t *j)
+{
+    if (j == NULL) return;
+    if (j->fd >= 0) close(j->fd);
+    str_free(j->a, j->dir);
+    str_free(j->a, j->path);
+    str_free(j->a, j->snap_path);
+    sl_free(j->a, j->buf, SL_MASTER_JOURNAL_BUFFER);
+    sl_free(j->a, j, sizeof *j);
+}
+
+sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t max_record,
+                                sl_err_t (*snapshot_fn)(void *ctx, const uint8_t *payload,
+                                                        size_t len, sl_error_t *err),
+                                sl_master_journal_record_fn record_fn, void *ctx,
+                                sl_master_journal_t **out, sl_master_journal_open_info_t *info,
+                                sl_error_t *err)
+{
+    *out = NULL;
+    sl_master_journal_open_info_t scratch;
+    if (info == NULL) info = &scratch;
+    memset(info, 0, sizeof *info);
+    if (a == NULL) a = sl_allocator_default();
+    if (max_record == 0) max_record = SL_MASTER_JOURNAL_MAX_RECORD;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return sl_error_set(err, SL_ERR_IO, "create state directory %s: %s", dir, strerror(errno));
+    sl_master_journal_t *j = sl_calloc(a, 1, sizeof *j);
+    if (j == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open journal in %s", dir);
+    j->a = a;
+    j->fd = -1;
+    j->max_record = max_record;
+    size_t dlen = strlen(dir) + 1;
+    j->dir = sl_alloc(a, dlen);
+    if (j->dir != NULL) memcpy(j->dir, dir, dlen);
+    j->path = path_join(a, dir, SL_MASTER_JOURNAL_FILE);
+    j->snap_path = path_join(a, dir, SL_MASTER_SNAPSHOT_FILE);
+    j->buf = sl_alloc(a, SL_MASTER_JOURNAL_BUFFER);
+    if (j->dir == NULL || j->path == NULL || j->snap_path == NULL || j->buf == NULL) {
+        sl_master_journal_close(j);
+        return sl_error_set(err, SL_ERR_NOMEM, "open journal in %s", dir);
+    }
+
+    /* The snapshot first: the journal's records apply on top of it. */
+    const uint8_t *data;
+    size_t len;
+    uint64_t snap_gen = 0;
+    sl_err_t rc = map_file(j->snap_path, &data, &len, err);
+    if (rc == SL_OK) {
+        const uint8_t *payload;
+        size_t plen;
+        rc = sl_master_journal_snapshot_parse(data, len, j->snap_path, 0, &snap_gen, &payload,
+                                              &plen, err);
+        if (rc == SL_OK && snapshot_fn != NULL) {
+            rc = snapshot_fn(ctx, payload, plen, err);
+            if (rc != SL_OK) sl_error_prefix(err, "%s: ", j->snap_path);
+        }
+        unmap_file(data, len);
+        if (rc != SL_OK) goto fail;
+        info->had_snapshot = true;
+    } else if (rc != SL_ERR_NOT_FOUND) {
+        goto fail;
+    }
+
+    rc = map_file(j->path, &data, &len, err);
+    if (rc == SL_ERR_NOT_FOUND) {
+        if (info->had_snapshot) {
+            /* Compaction crashed after the snapshot's rename, before the new
+             * journal's: the snapshot holds everything. */
+            info->discarded_old = true;
+        }
+        rc = journal_create(j, snap_gen, err);
+        if (rc != SL_OK) goto fail;
+        info->generation = snap_gen;
+        *out = j;
+        return SL_OK;
+    }
+    if (rc != SL_OK) goto fail;
+    sl_master_journal_scan_t scan;
+    /* Header first, without callbacks, to compare generations. */
+    rc = sl_master_journal_scan(
+        data, len < SL_MASTER_JOURNAL_HEADER_BYTES ? len : SL_MASTER_JOURNAL_HEADER_BYTES, j->path,
+        max_record, NULL, NULL, &scan, err);
+    if (rc != SL_OK) {
+        unmap_file(data, len);
+        goto fail;
+    }
+    if (scan.generation < snap_gen) {
+        unmap_file(data, len);
+        info->discarded_old = true;
+        rc = journal_create(j, snap_gen, err);
+        if (rc != SL_OK) goto fail;
+        info->generation = snap_gen;
+        *out = j;
+        return SL_OK;
+    }
+    if (scan.generation > snap_gen) {
+        unmap_file(data, len);
+        rc = sl_error_set(err, SL_ERR_CORRUPT,
+                          "%s: journal generation %llu is newer than the snapshot's (%llu%s): "
+                          "the snapshot it continues is missing",
+                          j->path, (unsigned long long)scan.generation,
+                          (unsigned long long)snap_gen, info->had_snapshot ? "" : ", none found");
+        goto fail;
+    }
+    rc = sl_master_journal_scan(data, len, j->path, max_record, record_fn, ctx, &scan, err);
+    unmap_file(data, len);
+    if (rc != SL_OK) goto fail;
+    info->generation = scan.generation;
+    info->records = scan.records;
+    j->generation = scan.generation;
+    if (scan.torn) {
+        info->truncated = true;
+        info->truncated_at = scan.valid_bytes;
+        info->truncated_bytes = len - scan.valid_bytes;
+        snprintf(info->warning, sizeof info->warning,
+                 "%s: cut a torn last record at offset %llu (%llu bytes): a write the last "
+                 "crash interrupted",
+                 j->path, (unsigned long long)scan.valid_bytes,
+                 (unsigned long long)(len - scan.valid_bytes));
+        if (truncate(j->path, (off_t)scan.valid_bytes) != 0) {
+            rc = sl_error_set(err, SL_ERR_IO, "truncate %s: %s", j->path, strerror(errno));
+            goto fail;
+        }
+    }
+    j->fd = open(j->path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (j->fd < 0) {
+        rc = sl_error_set(err, SL_ERR_IO, "open %s: %s", j->path, strerror(errno));
+        goto fail;
+    }
+    if (scan.torn && fdatasync(j->fd) != 0) {
+        rc = sl_error_set(err, SL_ERR_IO, "fdatasync %s: %s", j->path, strerror(errno));
+        goto fail;
+    }
+    j->file_bytes = scan.valid_bytes;
+    *out = j;
+    return SL_OK;
+fail:
+    sl_master_journal_close(j);
+    return rc;
+}
+
+static sl_err_t flush(sl_master_journal_t *j, sl_error_t *err)
+{
+    if (j->buffered == 0) return SL_OK;
+    sl_err_t rc = sl_io_write_all(j->fd, j->buf, j->buffered, j->path, err);
+    if (rc != SL_OK) return rc;
+    j->file_bytes += j->buffered;
+    j->buffered = 0;
+    return SL_OK;
+}
+
+sl_err_t sl_master_journal_append(sl_master_journal_t *j, const void *payload, size_t len,
+                                  sl_error_t *err)
+{
+    if (len > j->max_record)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: record of %zu bytes exceeds %zu", j->path,
+                            len, j->max_record);
+    uint8_t head[SL_MASTER_JOURNAL_RECORD_HEADER_BYTES];
+    sl_le_put_u32(head, (uint32_t)len);
+    sl_le_put_u32(head + 4, ~(uint32_t)len);
+    sl_le_put_u64(head + 8, record_sum(payload, (uint32_t)len));
+    size_t total = sizeof head + len;
+    j->dirty = true;
+    if (j->buffered + total > SL_MASTER_JOURNAL_BUFFER) {
+        sl_err_t rc = flush(j, err);
+        if (rc != SL_OK) return rc;
+    }
+    if (total > SL_MASTER_JOURNAL_BUFFER) {
+        /* A big record (a job's split list) goes straight to the file. */
+        sl_err_t rc = sl_io_write_all(j->fd, head, sizeof head, j->path, err);
+        if (rc == SL_OK) rc = sl_io_write_all(j->fd, payload, len, j->path, err);
+        if (rc != SL_OK) return rc;
+        j->file_bytes += total;
+        return SL_OK;
+    }
+    memcpy(j->buf + j->buffered, head, sizeof head);
+    if (len > 0) memcpy(j->buf + j->buffered + sizeof head, payload, len);
+    j->buffered += total;
+    return SL_OK;
+}
+
+sl_err_t sl_master_journal_sync(sl_master_journal_t *j, sl_error_t *err)
+{
+    if (!j->dirty) return SL_OK;
+    sl_err_t rc = flush(j, err);
+    if (rc != SL_OK) return rc;
+    if (fdatasync(j->fd) != 0)
+        return sl_error_set(err, SL_ERR_IO, "fdatasync %s: %s", j->path, strerror(errno));
+    j->dirty = false;
+    j->syncs++;
+    return SL_OK;
+}
+
+uint64_t sl_master_journal_size(const sl_master_journal_t *j)
+{
+    return j->file_bytes + j->buffered;
+}
+
+uint64_t sl_master_journal_syncs(const sl_master_journal_t *j)
+{
+    return j->syncs;
+}
+
+sl_err_t sl_master_journal_compact(sl_master_journal_t *j, const void *payload, size_t len,
+                                   sl_error_t *err)
+{
+    /* The buffered tail goes to the old journal first: should the snapshot
+     * fail, the journal alone still holds everything. */
+    sl_err_t rc = flush(j, err);
+    if (rc != SL_OK) return rc;
+    uint64_t gen = j->generation + 1;
+    uint8_t head[SL_MASTER_SNAPSHOT_HEADER_BYTES];
+    memcpy(head, SL_MASTER_SNAPSHOT_MAGIC, 4);
+    sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
+    sl_le_put_u64(head + 8, gen);
+    sl_le_put_u64(head + 16, len);
+    sl_le_put_u64(head + 24, XXH3_64bits(payload, len));
+    rc = write_atomic(j, j->snap_path, head, sizeof head, payload, len, err);
+    if (rc != SL_OK) return rc;
+    rc = journal_create(j, gen, err);
+    if (rc == SL_OK) j->syncs++;
+    return rc;
+}

@@ -1,0 +1,692 @@
+/* The DPP master process (master.h): lifecycle, the calls its admin routes
+ * make (submit, remove, scale, the views, metrics), and the per-job
+ * autoscaler. The control connections are in control.c, who may connect
+ * in guard.c, the HTTP routes in admin.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpp/admin/prom.h"
+#include "dpp/master/master_internal.h"
+#include "dpp/pipeline/plan.h"
+#include "warehouse/warehouse.h"
+
+uint64_t mp_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+mp_job *mp_job_find(sl_master_t *m, const char *id)
+{
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        if (m->jobs[i].used && strcmp(m->jobs[i].id, id) == 0) return &m->jobs[i];
+    return NULL;
+}
+
+void mp_share_locked(sl_master_t *m)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        mp_job *j = &m->jobs[i];
+        if (!j->used) continue;
+        sl_master_state_job_status_t st;
+        sl_error_t err = {0};
+        bool finished = sl_master_state_job_status(m->st, j->id, &st, &err) == SL_OK &&
+                        (st.finished || st.failed);
+        m->share[n++] = (sl_master_autoscale_share_t){.job_id = j->id,
+                                                      .desired = finished ? 0 : j->as.desired,
+                                                      .min_workers = j->as.opts.min_workers};
+    }
+    sl_master_autoscale_fair_share(m->share, n, m->opts.max_fleet_workers);
+    n = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        if (m->jobs[i].used) m->jobs[i].granted = m->share[n++].granted;
+}
+
+mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial)
+{
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        mp_job *j = &m->jobs[i];
+        if (j->used) continue;
+        memset(j, 0, sizeof *j);
+        j->used = true;
+        snprintf(j->id, sizeof j->id, "%s", id);
+        sl_master_autoscale_opts_t o = m->tuning;
+        o.min_workers = min_w > 0 ? min_w : 1;
+        o.max_workers = max_w >= o.min_workers ? max_w : o.min_workers;
+        sl_master_autoscale_init(&j->as, &o, initial);
+        return j;
+    }
+    return NULL;
+}
+
+void mp_fail(sl_master_t *m, const sl_error_t *err)
+{
+    if (m->failed) return;
+    m->failed = true;
+    snprintf(m->failure, sizeof m->failure, "%.200s", err != NULL ? err->msg : "journal failure");
+    fprintf(stderr, "sluice master: state failure, refusing changes: %s\n", m->failure);
+}
+
+/* Journaled changes are made durable before any answer: a failure here
+ * leaves the master unable to promise anything. */
+static sl_err_t sync_locked(sl_master_t *m, sl_error_t *err)
+{
+    sl_err_t rc = sl_master_state_sync(m->st, err);
+    if (rc != SL_OK) mp_fail(m, err);
+    return rc;
+}
+
+/* Idle clients are looked for ten times per idle period (at most once a
+ * second): a record lives at most 1.1 idle periods past its last use. */
+static uint64_t evict_every(const sl_master_t *m)
+{
+    uint64_t every = m->opts.client_idle_ms / 10;
+    return every < 1000 ? every : 1000;
+}
+
+/* Client records of connected clients are in use; the others go once idle
+ * for client_idle_ms (journaled: a restarted master forgets them too). */
+static void evict_idle_clients(sl_master_t *m, uint64_t now)
+{
+    if (m->failed) return;
+    for (uint32_t c = 0; c < m->opts.max_connections; c++)
+        if (m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT)
+            sl_master_state_client_touch(m->st, m->conns[c].client, now);
+    sl_error_t err = {0};
+    if (sl_master_state_evict_clients(m->st, now, m->opts.client_idle_ms, NULL, &err) != SL_OK)
+        mp_fail(m, &err);
+}
+
+void mp_tick(sl_master_t *m, uint64_t now)
+{
+    sl_error_t err = {0};
+    if (now - m->last_expire_ms >= 50) {
+        m->last_expire_ms = now;
+        if (!m->failed && sl_master_state_expire(m->st, now, NULL, &err) != SL_OK) mp_fail(m, &err);
+    }
+    if (now - m->last_evict_ms >= evict_every(m)) {
+        m->last_evict_ms = now;
+        evict_idle_clients(m, now);
+    }
+    if (now - m->last_observe_ms < m->opts.autoscale_every_ms) return;
+    m->last_observe_ms = now;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        mp_job *j = &m->jobs[i];
+        if (!j->used) continue;
+        double busy = 0;
+        uint32_t live = 0;
+        for (uint32_t w = 0; w < m->nworkers; w++) {
+            const mp_worker *wk = &m->workers[w];
+            if (wk->conn < 0 || strcmp(wk->job, j->id) != 0) continue;
+            busy += wk->busy;
+            live++;
+        }
+        j->last_busy = live > 0 ? busy / live : 0;
+        j->last_wait = j->elapsed_ns > 0 ? (double)j->wait_ns / (double)j->elapsed_ns : 0;
+        if (j->last_wait > 1) j->last_wait = 1;
+        j->wait_ns = j->elapsed_ns = 0;
+        sl_master_autoscale_observation_t obs = {.now_ns = now * 1000000ull,
+                                          .trainer_wait = j->last_wait,
+                                          .worker_busy = j->last_busy,
+                                          .workers = live};
+        sl_master_autoscale_observe(&j->as, &obs);
+    }
+}
+
+/* ---- lifecycle -------------------------------------------------------------------- */
+
+static void destroy(sl_master_t *m)
+{
+    if (m == NULL) return;
+    if (m->conns != NULL) mp_server_stop(m);
+    sl_master_state_destroy(m->st);
+    free(m->jobs);
+    free(m->share);
+    free(m->workers);
+    sl_rpc_secret_free(m->secret);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+/* Jobs found in the state directory get their process-side records back. */
+static sl_err_t adopt_jobs(sl_master_t *m, sl_error_t *err)
+{
+    const char *ids[1024];
+    uint32_t n = sl_master_state_job_ids(m->st, ids, 1024);
+    for (uint32_t i = 0; i < n && i < 1024; i++) {
+        sl_master_state_job_status_t st;
+        if (sl_master_state_job_status(m->st, ids[i], &st, err) != SL_OK) return err->code;
+        if (mp_job_add(m, ids[i], st.min_workers, st.max_workers, st.min_workers) == NULL)
+            return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", ids[i]);
+    }
+    return SL_OK;
+}
+
+sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_error_t *err)
+{
+    *out = NULL;
+    sl_master_t *m = calloc(1, sizeof *m);
+    if (m == NULL) return sl_error_set(err, SL_ERR_NOMEM, "master");
+    m->opts = opts != NULL ? *opts : (sl_master_opts_t){0};
+    sl_master_opts_t *o = &m->opts;
+    if (o->lease_timeout_ms == 0) o->lease_timeout_ms = 10000;
+    if (o->heartbeat_ms == 0)
+        o->heartbeat_ms = o->lease_timeout_ms / 4 ? o->lease_timeout_ms / 4 : 1;
+    if (o->autoscale_every_ms == 0) o->autoscale_every_ms = 1000;
+    if (o->max_connections == 0) o->max_connections = 1024;
+    if (o->max_jobs == 0) o->max_jobs = 64;
+    if (o->max_workers == 0) o->max_workers = 65536;
+    if (o->max_clients == 0) o->max_clients = 4096;
+    if (o->client_idle_ms == 0) o->client_idle_ms = 600000;
+    if (o->max_split_failures == 0) o->max_split_failures = 3;
+    if (o->max_answers == 0) o->max_answers = 4096;
+    if (o->handshake_timeout_ms == 0) o->handshake_timeout_ms = 10000;
+    if (o->client_conn_idle_ms == 0) o->client_conn_idle_ms = 60000;
+    if (o->worker_conn_idle_ms == 0) o->worker_conn_idle_ms = 3 * o->lease_timeout_ms;
+    m->tuning = o->autoscale != NULL ? *o->autoscale : sl_master_autoscale_opts_default(1, 1);
+    o->autoscale = NULL;
+    m->a = o->allocator != NULL ? o->allocator : sl_allocator_default();
+    m->listen_fd = m->wake[0] = m->wake[1] = -1;
+    pthread_mutex_init(&m->mu, NULL);
+    m->jobs = calloc(o->max_jobs, sizeof *m->jobs);
+    m->share = calloc(o->max_jobs, sizeof *m->share);
+    const char *secret = o->cluster_secret;
+    o->cluster_secret = NULL; /* borrowed for the call only: m->secret is the copy */
+    if (secret != NULL) m->secret = strdup(secret);
+    if (m->jobs == NULL || m->share == NULL || (secret != NULL && m->secret == NULL)) {
+        destroy(m);
+        return sl_error_set(err, SL_ERR_NOMEM, "master");
+    }
+    m->started_ms = mp_now_ms();
+    sl_master_state_opts_t so = {.state_dir = o->state_dir,
+                               .lease_timeout_ms = o->lease_timeout_ms,
+                               .max_jobs = o->max_jobs,
+                               .max_workers = o->max_workers,
+                               .max_clients = o->max_clients,
+                               .max_answers = o->max_answers,
+                               .compact_bytes = o->compact_bytes,
+                               .allocator = m->a};
+    sl_master_journal_open_info_t info;
+    sl_err_t rc = sl_master_state_open(&so, m->started_ms, &m->st, &info, err);
+    if (rc != SL_OK) {
+        sl_error_prefix(err, "state %s: ", o->state_dir ? o->state_dir : "(memory)");
+        destroy(m);
+        return rc;
+    }
+    if (info.warning[0] != '\0') fprintf(stderr, "sluice master: %s\n", info.warning);
+    o->state_dir = NULL; /* borrowed for the call only */
+    rc = adopt_jobs(m, err);
+    if (rc == SL_OK) rc = mp_server_start(m, err);
+    if (rc != SL_OK) {
+        destroy(m);
+        return rc;
+    }
+    *out = m;
+    return SL_OK;
+}
+
+void sl_master_stop(sl_master_t *m)
+{
+    if (m == NULL) return;
+    if (m->conns != NULL) mp_server_stop(m);
+    sl_error_t err = {0};
+    pthread_mutex_lock(&m->mu);
+    if (!m->failed && sl_master_state_sync(m->st, &err) != SL_OK)
+        fprintf(stderr, "sluice master: final sync: %s\n", err.msg);
+    pthread_mutex_unlock(&m->mu);
+    destroy(m);
+}
+
+uint16_t sl_master_port(const sl_master_t *m)
+{
+    return m->port;
+}
+
+const char *sl_master_address(const sl_master_t *m)
+{
+    return m->address;
+}
+
+bool sl_master_ready(sl_master_t *m)
+{
+    pthread_mutex_lock(&m->mu);
+    bool ok = !m->failed;
+    pthread_mutex_unlock(&m->mu);
+    return ok;
+}
+
+/* ---- submit ----------------------------------------------------------------------- */
+
+/* Everything the workers will do with the spec before reading a row, done
+ * here so that a job that cannot run is refused instead of failing in
+ * every worker: parse, open the table (its schema), bind the spec to it as
+ * a worker's plan does, and check every file the spec names (vocabularies:
+ * present, regular, under their cap; not read), then cut the table into
+ * splits. Every problem goes to *problems by its path in the spec. */
+static sl_err_t check_spec(const char *text, sl_pipeline_job_t **job, sl_wh_table_t **table,
+                           sl_wh_filter_t **filter, sl_wh_splits_t **splits,
+                           sl_pipeline_problems_t *problems, sl_error_t *err)
+{
+    sl_pipeline_problems_t pr = {0};
+    sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), job, &pr, err);
+    if (rc == SL_OK) {
+        rc = sl_wh_table_open((*job)->table, NULL, table, err);
+        if (rc == SL_OK && (*job)->partitions != NULL)
+            rc = sl_wh_filter_parse((*job)->partitions, NULL, filter, err);
+        if (rc == SL_OK)
+            rc = sl_wh_table_splits(*table, *filter, (*job)->stripes_per_split, splits, err);
+        if (rc == SL_OK && (*splits)->count == 0)
+            rc = sl_error_set(err, SL_ERR_INVALID, "no data (no splits)");
+        if (rc != SL_OK && rc != SL_ERR_NOMEM &&
+            !sl_pipeline_problems_add(&pr, "$.source.table: table '%s': %s", (*job)->table,
+                                      err->msg))
+            rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
+        if (rc == SL_OK)
+            rc = sl_pipeline_plan_check(*job, sl_wh_table_schema(*table), &pr, err);
+    }
+    if (rc != SL_OK && rc != SL_ERR_NOMEM && pr.count > 0) {
+        rc = sl_pipeline_problems_error(&pr, 0, "spec", err);
+        for (uint32_t i = 0; problems != NULL && i < pr.count; i++)
+            if (!sl_pipeline_problems_add(problems, "%s", pr.items[i]))
+                rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
+    }
+    sl_pipeline_problems_free(&pr);
+    return rc;
+}
+
+sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, char **job_id,
+                              sl_pipeline_problems_t *problems, sl_error_t *err)
+{
+    if (job_id != NULL) *job_id = NULL;
+    if (req->spec_json == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "submit: a job spec is required");
+    if (req->ranks < 1)
+        return sl_error_set(err, SL_ERR_INVALID, "submit: ranks %u, at least 1", req->ranks);
+    if (req->min_workers < 1 || req->max_workers < req->min_workers)
+        return sl_error_set(err, SL_ERR_INVALID, "submit: workers %u..%u, want 1 <= min <= max",
+                            req->min_workers, req->max_workers);
+    if (req->num_tokens > SL_MASTER_MAX_RESUME_TOKENS)
+        return sl_error_set(err, SL_ERR_INVALID, "submit: %u resume tokens, at most %d",
+                            req->num_tokens, SL_MASTER_MAX_RESUME_TOKENS);
+    sl_pipeline_job_t *job = NULL;
+    sl_wh_table_t *table = NULL;
+    sl_wh_filter_t *filter = NULL;
+    sl_wh_splits_t *splits = NULL;
+    sl_err_t rc = check_spec(req->spec_json, &job, &table, &filter, &splits, problems, err);
+    if (rc != SL_OK) goto out;
+    sl_master_state_job_spec_t spec = {.job_id = job->id,
+                                       .splits = splits->items,
+                                       .num_splits = splits->count,
+                                       .epochs = job->epochs,
+                                       .seed = job->seed,
+                                       .shuffle = job->shuffle_splits,
+                                       .spec_json = req->spec_json,
+                                       .ranks = req->ranks,
+                                       .static_sharding = req->static_sharding,
+                                       .min_workers = req->min_workers,
+                                       .max_workers = req->max_workers,
+                                       .skip_bad_splits = job->skip_bad_splits};
+    pthread_mutex_lock(&m->mu);
+    if (m->failed) {
+        rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
+    } else if (mp_job_find(m, job->id) != NULL) {
+        rc = sl_error_set(err, SL_ERR_AGAIN, "job '%s' exists already", job->id);
+    } else {
+        rc = req->num_tokens > 0
+                 ? sl_master_state_job_resume_ranks(m->st, &spec,
+                                                    (const void *const *)req->tokens,
+                                                    req->token_lens, req->num_tokens, err)
+                 : sl_master_state_job_add(m->st, &spec, err);
+        if (rc == SL_OK) rc = sync_locked(m, err);
+        if (rc == SL_OK &&
+            mp_job_add(m, job->id, req->min_workers, req->max_workers, req->workers) == NULL)
+            rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", job->id);
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (rc == SL_OK && job_id != NULL) {
+        *job_id = strdup(job->id);
+        if (*job_id == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "job id");
+    }
+out:
+    sl_wh_splits_destroy(splits);
+    sl_wh_filter_destroy(filter);
+    sl_wh_table_close(table);
+    sl_pipeline_job_destroy(job);
+    return rc;
+}
+
+sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *err)
+{
+    pthread_mutex_lock(&m->mu);
+    sl_err_t rc;
+    if (m->failed) {
+        rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
+    } else {
+        rc = sl_master_state_job_remove(m->st, job_id, err);
+        if (rc == SL_OK) rc = sync_locked(m, err);
+        mp_job *j = mp_job_find(m, job_id);
+        if (rc == SL_OK && j != NULL) j->used = false;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t workers, uint32_t *set,
+                             sl_error_t *err)
+{
+    pthread_mutex_lock(&m->mu);
+    mp_job *j = mp_job_find(m, job_id);
+    sl_err_t rc = SL_OK;
+    if (j == NULL)
+        rc = sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
+    else {
+        uint32_t got = sl_master_autoscale_override(&j->as, workers, mp_now_ms() * 1000000ull);
+        if (set != NULL) *set = got;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+/* ---- views ------------------------------------------------------------------------ */
+
+/* Needs m->mu. @return false when the state no longer knows the job. */
+static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_t *v)
+{
+    sl_error_t err = {0};
+    if (sl_master_state_job_status(m->st, j->id, &v->status, &err) != SL_OK) return false;
+    v->id = j->id;
+    v->min_workers = j->as.opts.min_workers;
+    v->max_workers = j->as.opts.max_workers;
+    v->desired_workers = j->as.desired;
+    v->granted_workers = j->granted;
+    v->workers = v->clients = 0;
+    for (uint32_t w = 0; w < m->nworkers; w++)
+        v->workers += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
+    for (uint32_t c = 0; c < m->opts.max_connections; c++)
+        v->clients += m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT &&
+                      strcmp(m->conns[c].job, j->id) == 0;
+    v->trainer_wait = j->last_wait;
+    v->worker_busy = j->last_busy;
+    v->autoscale_reason = j->as.reason;
+    return true;
+}
+
+sl_err_t sl_master_visit(sl_master_t *m, const char *job_id, const sl_master_visitor_t *v,
+                         sl_error_t *err)
+{
+    pthread_mutex_lock(&m->mu);
+    mp_job *only = job_id != NULL ? mp_job_find(m, job_id) : NULL;
+    if (job_id != NULL && only == NULL) {
+        pthread_mutex_unlock(&m->mu);
+        return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
+    }
+    if (v->status != NULL) {
+        sl_master_status_view_t st = {.ready = !m->failed,
+                                      .address = m->address,
+                                      .uptime_s = (mp_now_ms() - m->started_ms) / 1000,
+                                      .workers = m->nworkers_connected,
+                                      .clients = m->nclients_connected,
+                                      .failure = m->failure,
+                                      .has_executor = m->has_exec,
+                                      .executor = m->exec};
+        sl_master_state_counters(m->st, &st.counters);
+        v->status(v->ctx, &st);
+    }
+    if (v->job != NULL) {
+        mp_share_locked(m);
+        sl_master_job_view_t jv;
+        for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+            const mp_job *j = &m->jobs[i];
+            if (j->used && (only == NULL || j == only) && job_view_locked(m, j, &jv))
+                v->job(v->ctx, &jv);
+        }
+    }
+    uint64_t now = mp_now_ms();
+    for (uint32_t i = 0; v->worker != NULL && i < m->nworkers; i++) {
+        const mp_worker *w = &m->workers[i];
+        sl_master_worker_view_t wv = {.id = w->id,
+                                      .job = w->job,
+                                      .serve_address = w->serve,
+                                      .admin_address = w->admin,
+                                      .connected = w->conn >= 0,
+                                      .leases = w->leases,
+                                      .queued_batches = w->queued,
+                                      .busy = w->busy,
+                                      .memory_used = w->memory,
+                                      .batches_sent = w->batches,
+                                      .samples_sent = w->samples,
+                                      .last_heartbeat_ms_ago = now - w->last_seen_ms};
+        v->worker(v->ctx, &wv);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return SL_OK;
+}
+
+void sl_master_report_executor(sl_master_t *m, const sl_master_executor_stats_t *st)
+{
+    pthread_mutex_lock(&m->mu);
+    m->exec = *st;
+    m->has_exec = true;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The executor's families (needs m->mu). */
+static void executor_metrics(sl_master_t *m, sl_admin_prom_t *p)
+{
+    if (!m->has_exec) return;
+    char lab[64];
+    const sl_master_executor_stats_t *x = &m->exec;
+    sl_admin_prom_family(p, "sluice_master_executor_spawns_total", "counter",
+                         "Worker processes started by the local executor.");
+    sl_admin_prom_sample(p, "sluice_master_executor_spawns_total", NULL, (double)x->started);
+    sl_admin_prom_family(p, "sluice_master_executor_spawn_errors_total", "counter",
+                         "Worker processes the local executor failed to start.");
+    sl_admin_prom_sample(p, "sluice_master_executor_spawn_errors_total", NULL,
+                         (double)x->spawn_errors);
+    sl_admin_prom_family(
+        p, "sluice_master_executor_exits_total", "counter",
+        "Worker processes reaped, by result (stopped: asked to; failed: any other).");
+    sl_admin_prom_sample(p, "sluice_master_executor_exits_total",
+                         sl_admin_prom_label(lab, sizeof lab, "result", "stopped"),
+                         (double)x->exited);
+    sl_admin_prom_sample(p, "sluice_master_executor_exits_total",
+                         sl_admin_prom_label(lab, sizeof lab, "result", "failed"),
+                         (double)x->failed);
+    sl_admin_prom_family(p, "sluice_master_executor_restarts_delayed_total", "counter",
+                         "Worker restarts postponed because the job's workers keep exiting.");
+    sl_admin_prom_sample(p, "sluice_master_executor_restarts_delayed_total", NULL,
+                         (double)x->delayed);
+    sl_admin_prom_family(p, "sluice_master_executor_backoff_seconds", "gauge",
+                         "Longest restart delay of a job now (0: none backs off).");
+    sl_admin_prom_sample(p, "sluice_master_executor_backoff_seconds", NULL, x->backoff_ms / 1000.0);
+}
+
+/* Resident set size from /proc (0 when unavailable). */
+static uint64_t resident_bytes(void)
+{
+    unsigned long long pages_total = 0, pages_resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    int n = fscanf(f, "%llu %llu", &pages_total, &pages_resident);
+    fclose(f);
+    return n == 2 ? (uint64_t)pages_resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+char *sl_master_metrics_text(sl_master_t *m)
+{
+    sl_admin_prom_t p;
+    sl_admin_prom_init(&p);
+    char lab[600], l2[300];
+    pthread_mutex_lock(&m->mu);
+    sl_master_state_counters_t c;
+    sl_master_state_counters(m->st, &c);
+    sl_admin_prom_family(&p, "sluice_master_jobs", "gauge", "Jobs in the master.");
+    sl_admin_prom_sample(&p, "sluice_master_jobs", NULL, c.jobs);
+    sl_admin_prom_family(&p, "sluice_master_workers", "gauge", "Workers connected.");
+    sl_admin_prom_sample(&p, "sluice_master_workers", NULL, m->nworkers_connected);
+    sl_admin_prom_family(&p, "sluice_master_clients", "gauge", "Trainer clients connected.");
+    sl_admin_prom_sample(&p, "sluice_master_clients", NULL, m->nclients_connected);
+    sl_admin_prom_family(&p, "sluice_master_client_records", "gauge",
+                         "Client records remembered (commit nonces), at most max_clients.");
+    sl_admin_prom_sample(&p, "sluice_master_client_records", NULL, c.clients);
+    sl_admin_prom_family(&p, "sluice_master_clients_evicted_total", "counter",
+                         "Client records forgotten after the idle period (--client-idle-ms).");
+    sl_admin_prom_sample(&p, "sluice_master_clients_evicted_total", NULL,
+                         (double)c.clients_evicted);
+    sl_admin_prom_family(&p, "sluice_master_leases_granted_total", "counter",
+                         "Split leases granted.");
+    sl_admin_prom_sample(&p, "sluice_master_leases_granted_total", NULL, (double)c.leases_granted);
+    sl_admin_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");
+    sl_admin_prom_sample(&p, "sluice_master_lease_expiries_total", NULL, (double)c.expiries);
+    sl_admin_prom_family(&p, "sluice_master_commits_total", "counter", "Commit answers by result.");
+    static const char *res[] = {"committed", "overlap",    "stale",     "unknown",
+                                "repeated",  "wrong_rank", "not_leased"};
+    uint64_t rv[] = {c.commits,          c.overlaps,      c.stale_commits,   c.unknown_commits,
+                     c.repeated_commits, m->rank_refused, c.unleased_commits};
+    for (int i = 0; i < 7; i++)
+        sl_admin_prom_sample(&p, "sluice_master_commits_total",
+                             sl_admin_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
+    sl_admin_prom_family(&p, "sluice_master_split_failures_total", "counter",
+                         "SPLIT_FAILED reports counted (a worker could not read a split).");
+    sl_admin_prom_sample(&p, "sluice_master_split_failures_total", NULL, (double)c.split_failures);
+    sl_admin_prom_family(&p, "sluice_master_lease_revocations_total", "counter",
+                         "Leases revoked because their worker id registered without them.");
+    sl_admin_prom_sample(&p, "sluice_master_lease_revocations_total", NULL, (double)c.revocations);
+    sl_admin_prom_family(&p, "sluice_master_worker_ids_in_use_total", "counter",
+                         "Registrations refused: the worker id has another live process.");
+    sl_admin_prom_sample(&p, "sluice_master_worker_ids_in_use_total", NULL, (double)m->ids_in_use);
+    sl_admin_prom_family(&p, "sluice_master_auth_failures_total", "counter",
+                         "Control connections refused: no proof of the cluster secret.");
+    sl_admin_prom_sample(&p, "sluice_master_auth_failures_total", NULL, (double)m->auth_failures);
+    sl_admin_prom_family(&p, "sluice_master_connections_closed_total", "counter",
+                         "Control connections the master closed to keep its limits, by reason.");
+    static const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
+    uint64_t wv[] = {m->handshake_timeouts, m->idle_closed, m->evicted, m->refused};
+    for (int i = 0; i < 4; i++)
+        sl_admin_prom_sample(&p, "sluice_master_connections_closed_total",
+                             sl_admin_prom_label(lab, sizeof lab, "reason", why[i]), (double)wv[i]);
+    sl_admin_prom_family(&p, "sluice_master_connections", "gauge", "Control connections open.");
+    uint32_t open = 0;
+    for (uint32_t i = 0; m->conns != NULL && i < m->opts.max_connections; i++)
+        open += m->conns[i].fd >= 0;
+    sl_admin_prom_sample(&p, "sluice_master_connections", NULL, open);
+    sl_admin_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
+    sl_admin_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
+    sl_admin_prom_family(&p, "sluice_master_journal_compactions_total", "counter",
+                         "Journal compactions (snapshot written, journal emptied) in this run.");
+    sl_admin_prom_sample(&p, "sluice_master_journal_compactions_total", NULL,
+                         (double)c.compactions);
+    sl_admin_prom_family(&p, "sluice_master_memory_bytes", "gauge",
+                         "Resident memory of the master.");
+    sl_admin_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
+    executor_metrics(m, &p);
+    /* Per-job families: Prometheus wants each family's samples right after
+     * its TYPE line, so gather the jobs' figures first, then emit by family. */
+    enum { SPLITS_PENDING, SPLITS_LEASED, SPLITS_DONE, COMMITTED_ROWS, SAMPLES, WAIT, BUSY,
+           QUEUED, WORKER_MEMORY, DESIRED, GRANTED, FAILED, SKIPPED, SKIPPED_ROWS, NFIG };
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"sluice_master_splits", "gauge", "Splits of the current epochs by state."},
+        {"sluice_master_committed_rows", "gauge", "Rows committed this epoch."},
+        {"sluice_master_samples_committed_total", "counter",
+         "Samples reported delivered by clients."},
+        {"sluice_master_trainer_wait_ratio", "gauge", "Fraction of time trainers waited for data."},
+        {"sluice_master_worker_busy_ratio", "gauge", "Mean worker busy fraction."},
+        {"sluice_master_worker_queue_batches", "gauge", "Batches queued in workers."},
+        {"sluice_master_worker_memory_bytes", "gauge",
+         "Memory in use reported by the job's workers."},
+        {"sluice_master_desired_workers", "gauge", "Autoscaler's worker count."},
+        {"sluice_master_granted_workers", "gauge", "Workers granted after the fleet's fair share."},
+        {"sluice_master_job_failed", "gauge",
+         "1 when the job failed (a split failed --max-split-failures times), else 0."},
+        {"sluice_master_skipped_splits_total", "counter",
+         "Splits skipped without their rows (on_bad_split skip), every epoch."},
+        {"sluice_master_skipped_rows_total", "counter", "Rows of skipped splits not delivered."},
+    };
+    static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES, WAIT, BUSY, QUEUED,
+                                    WORKER_MEMORY, DESIRED, GRANTED, FAILED, SKIPPED, SKIPPED_ROWS};
+    static const char *states[] = {"pending", "leased", "done"};
+    uint32_t njobs = 0;
+    double *fig = calloc((size_t)m->opts.max_jobs * NFIG, sizeof *fig);
+    const char **ids = calloc(m->opts.max_jobs, sizeof *ids);
+    for (uint32_t i = 0; fig && ids && i < m->opts.max_jobs; i++) {
+        mp_job *j = &m->jobs[i];
+        sl_master_state_job_status_t st;
+        sl_error_t err = {0};
+        if (!j->used || sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK) continue;
+        double *f = fig + (size_t)njobs * NFIG;
+        ids[njobs++] = j->id;
+        f[SPLITS_PENDING] = st.pending;
+        f[SPLITS_LEASED] = st.leased;
+        f[SPLITS_DONE] = st.done;
+        f[COMMITTED_ROWS] = (double)st.committed_rows;
+        f[SAMPLES] = (double)st.samples;
+        f[WAIT] = j->last_wait;
+        f[BUSY] = j->last_busy;
+        f[DESIRED] = j->as.desired;
+        f[GRANTED] = j->granted;
+        f[FAILED] = st.failed ? 1 : 0;
+        f[SKIPPED] = (double)st.skipped_splits;
+        f[SKIPPED_ROWS] = (double)st.skipped_rows;
+        for (uint32_t w = 0; w < m->nworkers; w++)
+            if (m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0) {
+                f[QUEUED] += m->workers[w].queued;
+                f[WORKER_MEMORY] += (double)m->workers[w].memory;
+            }
+    }
+    for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
+        sl_admin_prom_family(&p, fam[k].name, fam[k].type, fam[k].help);
+        for (uint32_t i = 0; i < njobs; i++) {
+            const double *f = fig + (size_t)i * NFIG;
+            sl_admin_prom_label(l2, sizeof l2, "job", ids[i]);
+            if (fam_first[k] != SPLITS_PENDING) {
+                sl_admin_prom_sample(&p, fam[k].name, l2, f[fam_first[k]]);
+                continue;
+            }
+            for (int st = 0; st < 3; st++) {
+                char sl[64];
+                snprintf(lab, sizeof lab, "%s,%s", l2,
+                         sl_admin_prom_label(sl, sizeof sl, "state", states[st]));
+                sl_admin_prom_sample(&p, fam[k].name, lab, f[SPLITS_PENDING + st]);
+            }
+        }
+    }
+    free(fig);
+    free(ids);
+    pthread_mutex_unlock(&m->mu);
+    return sl_admin_prom_finish(&p);
+}
+
+uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t cap)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&m->mu);
+    mp_share_locked(m);
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        mp_job *j = &m->jobs[i];
+        if (!j->used) continue;
+        if (n < cap) {
+            sl_master_desired_t *d = &out[n];
+            memset(d, 0, sizeof *d);
+            snprintf(d->job_id, sizeof d->job_id, "%s", j->id);
+            d->workers = j->as.desired;
+            d->granted = j->granted;
+            for (uint32_t w = 0; w < m->nworkers; w++)
+                d->registered += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
+            sl_master_state_job_status_t st;
+            sl_error_t err = {0};
+            bool known = sl_master_state_job_status(m->st, j->id, &st, &err) == SL_OK;
+            d->finished = known && st.finished;
+            d->failed = known && st.failed;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}

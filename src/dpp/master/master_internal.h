@@ -1,0 +1,140 @@
+/* Internals of the master process shared by master.c (lifecycle, admin
+ * calls, autoscaling), control.c (control connections) and guard.c (who
+ * may connect). Not an API. Everything below m->mu is guarded by it. */
+#ifndef SLUICE_DPP_MASTER_MASTER_INTERNAL_H
+#define SLUICE_DPP_MASTER_MASTER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "dpp/master/master.h"
+#include "dpp/master/state.h"
+#include "rpc/auth.h"
+#include "rpc/frame.h"
+
+#define MP_ID_MAX 256
+#define MP_ADDR_MAX 256
+
+/* Per job: what the state machine does not keep (autoscaler, stats). */
+typedef struct mp_job {
+    char id[MP_ID_MAX];
+    bool used;
+    sl_master_autoscaler_t as;
+    uint64_t wait_ns, elapsed_ns; /* client reports since the last observation */
+    double last_wait, last_busy;  /* of the last observation */
+    uint32_t granted;             /* fair share of the fleet (mp_share_locked) */
+} mp_job;
+
+typedef struct mp_worker {
+    char id[MP_ID_MAX];
+    char job[MP_ID_MAX];  /* "" until its first lease when it registered for any job */
+    char serve[MP_ADDR_MAX], admin[MP_ADDR_MAX];
+    int conn;             /* index in m->conns, -1 when disconnected */
+    uint64_t last_seen_ms; /* last frame from its connection */
+    uint64_t incarnation;  /* of the process on conn (REGISTER; 0: not told) */
+    double busy;
+    uint32_t queued, leases;
+    uint64_t memory, batches, samples;
+} mp_worker;
+
+typedef enum { MP_NEW = 0, MP_WORKER = 1, MP_CLIENT = 2 } mp_kind;
+
+typedef struct mp_conn {
+    int fd;        /* -1: free slot */
+    mp_kind kind;
+    uint64_t serial; /* distinguishes a reused slot from the connection a deferred answer was for */
+    uint32_t worker; /* MP_WORKER: index in m->workers */
+    char client[MP_ID_MAX], job[MP_ID_MAX]; /* MP_CLIENT */
+    uint32_t rank;   /* MP_CLIENT: its ATTACH rank (static sharding checks commits against it) */
+    uint8_t *buf;  /* bytes received, not yet a whole frame */
+    size_t len, cap;
+    /* admission (guard.c) */
+    uint64_t opened_ms;  /* accepted at */
+    uint64_t last_rx_ms; /* last whole frame received */
+    bool auth_pending;   /* challenged: only AUTH_RESPONSE is read */
+    uint8_t nonce[SL_RPC_AUTH_NONCE_BYTES];
+} mp_conn;
+
+/* An answer that may only leave after the next sync (group commit). */
+typedef struct mp_deferred {
+    uint32_t conn;
+    uint64_t serial;
+    sl_rpc_type_t type;
+    uint64_t nonce;     /* COMMIT_REPLY */
+    int result;         /* COMMIT_REPLY result / SPLIT_READ_REPLY state */
+    char message[256];
+    void *token;        /* TOKEN: owned, token_len bytes (state allocator) */
+    size_t token_len;
+} mp_deferred;
+
+struct sl_master {
+    sl_master_opts_t opts;
+    sl_master_autoscale_opts_t tuning;
+    const sl_allocator_t *a;
+    pthread_mutex_t mu;
+    sl_master_state_t *st;
+    bool failed;        /* a journal write or sync failed: not ready, mutations refused */
+    char failure[256];
+    uint64_t started_ms;
+    /* jobs and workers */
+    mp_job *jobs;       /* [opts.max_jobs] */
+    sl_master_autoscale_share_t *share; /* [opts.max_jobs], scratch of mp_share_locked */
+    mp_worker *workers; /* [nworkers] of [cap_workers] */
+    uint32_t nworkers, cap_workers;
+    /* control connections (the control thread only, except counts) */
+    int listen_fd, wake[2];
+    char address[MP_ADDR_MAX];
+    uint16_t port;
+    mp_conn *conns;     /* [opts.max_connections] */
+    uint64_t next_serial;
+    mp_deferred *deferred;
+    uint32_t ndeferred, cap_deferred;
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool stop;
+    uint64_t last_observe_ms, last_expire_ms, last_evict_ms;
+    /* counters */
+    uint64_t frames_in, protocol_errors, connections_total;
+    uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */
+    uint64_t ids_in_use;   /* registrations refused: the worker id has another live process */
+    sl_master_executor_stats_t exec; /* the local executor's last report */
+    bool has_exec;
+    /* admission (guard.c) */
+    char *secret; /* the cluster secret (owned), NULL: no handshake */
+    uint64_t auth_failures, handshake_timeouts, idle_closed, evicted, refused;
+    uint64_t last_sweep_ms;
+    uint32_t nclients_connected, nworkers_connected;
+};
+
+uint64_t mp_now_ms(void);
+mp_job *mp_job_find(sl_master_t *m, const char *id);
+mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial);
+/* Every job's granted count (sl_master_autoscale_fair_share over the used jobs;
+ * finished jobs desire none). */
+void mp_share_locked(sl_master_t *m);
+/* A journal failure makes the master refuse further mutations. */
+void mp_fail(sl_master_t *m, const sl_error_t *err);
+/* Autoscaler observations and lease expiry; called by the control loop. */
+void mp_tick(sl_master_t *m, uint64_t now_ms);
+
+/* control.c */
+sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err);
+void mp_server_stop(sl_master_t *m);
+/* Answer ERROR(code, msg) on connection i and close it (under m->mu). */
+void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg);
+
+/* guard.c: who may use the control port (under m->mu, control thread) */
+/* A connection was just accepted into slot i: stamp it and, with a cluster
+ * secret, send the challenge. */
+void mp_guard_accepted(sl_master_t *m, uint32_t i, uint64_t now_ms);
+/* Frame f arrived on connection i: @return true when the guard took it
+ * (the handshake step; the connection may be closed), false to dispatch it. */
+bool mp_guard_frame(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f, uint64_t now_ms);
+/* Close connections past their handshake deadline or idle too long. */
+void mp_guard_sweep(sl_master_t *m, uint64_t now_ms);
+/* Every slot is taken: close the oldest connection still in its handshake
+ * to make room. @return its slot, or -1 when every connection is a
+ * registered worker or an attached client. */
+int mp_guard_evict(sl_master_t *m);
+
+#endif

@@ -1,0 +1,849 @@
+/* The DPP master's state transitions: jobs and their per-epoch split order,
+ * leases, renewals, expiry, epoch advance, static sharding. Commits, split
+ * reads and client records are in state_commit.c and state_clients.c,
+ * split failures in state_failure.c; journal records and tokens in
+ * state_persist.c, replay, snapshots and the dump in state_replay.c.
+ * Callers hold the master's lock (state.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "dpp/master/state_internal.h"
+
+/* ---- small helpers -------------------------------------------------------------- */
+
+void *m_pb_alloc(void *ctx, size_t size)
+{
+    /* protobuf-c frees without a size; the allocator wants one: keep it in
+     * a 16-byte prefix (which also keeps the alignment). */
+    if (size > SIZE_MAX - 16) return NULL;
+    uint8_t *p = sl_alloc(ctx, size + 16);
+    if (p == NULL) return NULL;
+    memcpy(p, &size, sizeof size);
+    return p + 16;
+}
+
+void m_pb_free(void *ctx, void *ptr)
+{
+    if (ptr == NULL) return;
+    uint8_t *p = (uint8_t *)ptr - 16;
+    size_t size;
+    memcpy(&size, p, sizeof size);
+    sl_free(ctx, p, size + 16);
+}
+
+static char *str_dup(const sl_allocator_t *a, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = sl_alloc(a, n);
+    if (d != NULL) memcpy(d, s, n);
+    return d;
+}
+
+static void str_free(const sl_allocator_t *a, char *s)
+{
+    if (s != NULL) sl_free(a, s, strlen(s) + 1);
+}
+
+static uint64_t mix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* order[0..n) = the split order of epoch: identity, or a Fisher-Yates
+ * permutation driven by splitmix64 from (seed, epoch). */
+static void make_order(uint32_t *order, uint32_t n, bool shuffle, uint64_t seed, uint32_t epoch)
+{
+    for (uint32_t i = 0; i < n; i++)
+        order[i] = i;
+    if (!shuffle) return;
+    uint64_t s = seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)epoch + 1));
+    for (uint32_t i = n; i > 1; i--) {
+        uint32_t k = (uint32_t)(((unsigned __int128)mix64(&s) * i) >> 64);
+        uint32_t t = order[i - 1];
+        order[i - 1] = order[k];
+        order[k] = t;
+    }
+}
+
+/* ---- workers ------------------------------------------------------------------ */
+
+static uint32_t whash_slot(const sl_master_state_t *m, const char *name, bool *found)
+{
+    uint32_t mask = m->whash_cap - 1;
+    uint32_t i = (uint32_t)XXH3_64bits(name, strlen(name)) & mask;
+    for (;;) {
+        uint32_t v = m->whash[i];
+        if (v == 0) {
+            *found = false;
+            return i;
+        }
+        if (strcmp(m->workers[v - 1].name, name) == 0) {
+            *found = true;
+            return i;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+static bool worker_find(const sl_master_state_t *m, const char *name, uint32_t *out)
+{
+    if (m->whash_cap == 0) return false;
+    bool found;
+    uint32_t i = whash_slot(m, name, &found);
+    if (found) *out = m->whash[i] - 1;
+    return found;
+}
+
+sl_err_t m_worker_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_error_t *err)
+{
+    if (worker_find(m, name, out)) return SL_OK;
+    if (!m_name_ok(m, name))
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "worker id of %zu bytes: 1..%u printable ASCII bytes, no spaces",
+                            strlen(name), m->opts.max_name);
+    if (m->num_workers >= m->opts.max_workers)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "worker '%s': already %u workers (max_workers)",
+                            name, m->opts.max_workers);
+    if (m->num_workers == m->cap_workers) {
+        uint32_t cap = m->cap_workers ? m->cap_workers * 2 : 64;
+        worker *w = sl_calloc(m->a, cap, sizeof *w);
+        if (w == NULL) return sl_error_set(err, SL_ERR_NOMEM, "worker '%s'", name);
+        if (m->num_workers > 0) memcpy(w, m->workers, m->num_workers * sizeof *w);
+        sl_free(m->a, m->workers, m->cap_workers * sizeof *w);
+        m->workers = w;
+        m->cap_workers = cap;
+    }
+    if ((m->num_workers + 1) * 2 > m->whash_cap) {
+        uint32_t cap = m->whash_cap ? m->whash_cap * 2 : 128;
+        uint32_t *h = sl_calloc(m->a, cap, sizeof *h);
+        if (h == NULL) return sl_error_set(err, SL_ERR_NOMEM, "worker '%s'", name);
+        sl_free(m->a, m->whash, m->whash_cap * sizeof *h);
+        m->whash = h;
+        m->whash_cap = cap;
+        for (uint32_t w = 0; w < m->num_workers; w++) {
+            bool found;
+            m->whash[whash_slot(m, m->workers[w].name, &found)] = w + 1;
+        }
+    }
+    worker *w = &m->workers[m->num_workers];
+    memset(w, 0, sizeof *w);
+    w->name = str_dup(m->a, name);
+    if (w->name == NULL) return sl_error_set(err, SL_ERR_NOMEM, "worker '%s'", name);
+    bool found;
+    m->whash[whash_slot(m, name, &found)] = m->num_workers + 1;
+    *out = m->num_workers++;
+    m->c.workers = m->num_workers;
+    return SL_OK;
+}
+
+/* Room for one more lease in w's list, so that m_do_lease cannot fail. */
+bool m_worker_reserve(sl_master_state_t *m, uint32_t wi)
+{
+    worker *w = &m->workers[wi];
+    if (w->nleases == w->cap) {
+        uint32_t cap = w->cap ? w->cap * 2 : 8;
+        lease_ref *l = sl_alloc(m->a, (size_t)cap * sizeof *l);
+        if (l == NULL) return false;
+        if (w->nleases > 0) memcpy(l, w->leases, w->nleases * sizeof *l);
+        sl_free(m->a, w->leases, (size_t)w->cap * sizeof *l);
+        w->leases = l;
+        w->cap = cap;
+    }
+    return true;
+}
+
+static void worker_drop_lease(worker *w, uint32_t slot, uint32_t split)
+{
+    for (uint32_t i = 0; i < w->nleases; i++)
+        if (w->leases[i].job == slot && w->leases[i].split == split) {
+            w->leases[i] = w->leases[--w->nleases];
+            return;
+        }
+}
+
+/* ---- jobs ------------------------------------------------------------------------ */
+
+job *m_find_job(const sl_master_state_t *m, const char *id, uint32_t *slot)
+{
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        if (m->jobs[i] != NULL && strcmp(m->jobs[i]->id, id) == 0) {
+            if (slot != NULL) *slot = i;
+            return m->jobs[i];
+        }
+    return NULL;
+}
+
+static void job_free(const sl_allocator_t *a, job *jb)
+{
+    if (jb == NULL) return;
+    str_free(a, jb->id);
+    str_free(a, jb->spec_json);
+    m_free_failure(a, jb);
+    if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
+    for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
+        m_free_ranges(a, &jb->st[i]);
+    for (uint32_t i = 0; jb->paths != NULL && i < jb->num_paths; i++)
+        str_free(a, jb->paths[i]);
+    sl_free(a, jb->paths, (size_t)jb->num_paths * sizeof *jb->paths);
+    sl_free(a, jb->defs, (size_t)jb->n * sizeof *jb->defs);
+    sl_free(a, jb->st, (size_t)jb->n * sizeof *jb->st);
+    sl_free(a, jb->order, (size_t)jb->n * sizeof *jb->order);
+    sl_free(a, jb->pos, (size_t)jb->n * sizeof *jb->pos);
+    sl_free(a, jb->heap, (size_t)jb->n * sizeof *jb->heap);
+    sl_free(a, jb, sizeof *jb);
+}
+
+static void set_order(job *jb)
+{
+    make_order(jb->order, jb->n, jb->shuffle, jb->seed, jb->epoch);
+    for (uint32_t i = 0; i < jb->n; i++)
+        jb->pos[jb->order[i]] = i;
+}
+
+void m_reset_queue(job *jb)
+{
+    jb->cursor = 0;
+    jb->heap_len = 0;
+    for (uint32_t i = 0; i < jb->n; i++)
+        jb->st[i].in_heap = 0;
+}
+
+uint64_t m_fingerprint(const Sluice__Master__SplitList *l)
+{
+    XXH3_state_t s;
+    XXH3_64bits_reset(&s);
+    uint64_t n = l->n_path_index;
+    XXH3_64bits_update(&s, &n, sizeof n);
+    for (size_t i = 0; i < l->n_path_index; i++) {
+        const char *p = l->paths[l->path_index[i]];
+        XXH3_64bits_update(&s, p, strlen(p) + 1);
+        uint64_t v[4] = {l->stripe_begin[i], l->stripe_end[i], l->first_row[i], l->num_rows[i]};
+        XXH3_64bits_update(&s, v, sizeof v);
+    }
+    return XXH3_64bits_digest(&s);
+}
+
+sl_err_t m_job_insert(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, sl_error_t *err)
+{
+    const Sluice__Master__JobSpec *spec = rec->spec;
+    const Sluice__Master__SplitList *l = spec->splits;
+    uint32_t slot = 0;
+    while (slot < m->opts.max_jobs && m->jobs[slot] != NULL)
+        slot++;
+    if (slot == m->opts.max_jobs)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': already %u jobs (max_jobs)",
+                            spec->job_id, m->opts.max_jobs);
+    const sl_allocator_t *a = m->a;
+    job *jb = sl_calloc(a, 1, sizeof *jb);
+    if (jb == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job '%s'", spec->job_id);
+    uint32_t n = (uint32_t)l->n_path_index;
+    jb->n = n;
+    jb->num_paths = (uint32_t)l->n_paths;
+    jb->id = str_dup(a, spec->job_id);
+    jb->spec_json = str_dup(a, spec->spec_json != NULL ? spec->spec_json : "");
+    jb->paths = sl_calloc(a, jb->num_paths, sizeof *jb->paths);
+    jb->defs = sl_alloc(a, sl_mul_size(n, sizeof *jb->defs));
+    jb->st = sl_calloc(a, n, sizeof *jb->st);
+    jb->order = sl_alloc(a, sl_mul_size(n, sizeof *jb->order));
+    jb->pos = sl_alloc(a, sl_mul_size(n, sizeof *jb->pos));
+    jb->heap = sl_alloc(a, sl_mul_size(n, sizeof *jb->heap));
+    bool ok = jb->id && jb->spec_json && jb->paths && jb->defs && jb->st && jb->order && jb->pos && jb->heap;
+    for (uint32_t i = 0; ok && i < jb->num_paths; i++)
+        ok = (jb->paths[i] = str_dup(a, l->paths[i])) != NULL;
+    if (!ok) {
+        job_free(a, jb);
+        return sl_error_set(err, SL_ERR_NOMEM, "job '%s' of %u splits", spec->job_id, n);
+    }
+    jb->epochs = spec->epochs;
+    jb->seed = spec->seed;
+    jb->shuffle = spec->shuffle;
+    jb->ranks = spec->ranks > 0 ? spec->ranks : 1;
+    jb->static_sharding = spec->static_sharding && jb->ranks > 1;
+    jb->min_workers = spec->min_workers;
+    jb->max_workers = spec->max_workers;
+    jb->skip_bad = spec->skip_bad_splits;
+    jb->fingerprint = m_fingerprint(l);
+    jb->epoch = rec->start_epoch;
+    bool finished = jb->epoch >= jb->epochs;
+    for (uint32_t i = 0; i < n; i++) {
+        jb->defs[i] = (split_def){l->path_index[i], l->stripe_begin[i], l->stripe_end[i],
+                                  l->first_row[i], l->num_rows[i]};
+        jb->total_rows += l->num_rows[i];
+        jb->st[i].worker = NO_WORKER;
+        jb->st[i].state = SL_MASTER_SPLIT_PENDING;
+    }
+    jb->count[SL_MASTER_SPLIT_PENDING] = n;
+    sl_err_t rc = SL_OK;
+    if (jb->static_sharding) {
+        jb->rank_of_split = sl_alloc(a, sl_mul_size(n, sizeof(uint32_t)));
+        rc = jb->rank_of_split == NULL
+                 ? sl_error_set(err, SL_ERR_NOMEM, "job '%s' of %u splits", spec->job_id, n)
+                 : m_static_assign(m, jb, jb->ranks, jb->rank_of_split, NULL, err);
+    }
+    /* A finished job keeps nothing per split; a resumed one starts with the
+     * token's ranges (the caller checked them against the splits). */
+    for (size_t k = 0; rc == SL_OK && !finished && k < rec->n_start_split; k++)
+        rc = m_add_range(m, jb, rec->start_split[k], rec->start_from[k], rec->start_to[k], err);
+    if (rc != SL_OK) {
+        job_free(a, jb);
+        return rc;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        split_st *s = &jb->st[i];
+        if (finished || s->committed == jb->defs[i].num_rows) {
+            jb->count[SL_MASTER_SPLIT_PENDING]--;
+            s->state = SL_MASTER_SPLIT_DONE;
+            jb->count[SL_MASTER_SPLIT_DONE]++;
+        }
+    }
+    set_order(jb);
+    m_reset_queue(jb);
+    m->jobs[slot] = jb;
+    m->c.jobs++;
+    return SL_OK;
+}
+
+void m_job_remove(sl_master_state_t *m, uint32_t slot)
+{
+    job *jb = m->jobs[slot];
+    for (uint32_t s = 0; s < jb->n; s++)
+        if (jb->st[s].state == SL_MASTER_SPLIT_LEASED)
+            worker_drop_lease(&m->workers[jb->st[s].worker], slot, s);
+    job_free(m->a, jb);
+    m->jobs[slot] = NULL;
+    m->c.jobs--;
+}
+
+/* ---- the pending queue: cursor over the epoch order, plus a min-heap of
+ * positions behind the cursor that became PENDING again (expiry), so that
+ * lease_next always hands out the earliest pending split in epoch order. */
+
+static void heap_push(job *jb, uint32_t split)
+{
+    if (jb->st[split].in_heap || jb->pos[split] >= jb->cursor) return;
+    jb->st[split].in_heap = 1;
+    uint32_t i = jb->heap_len++, v = jb->pos[split];
+    while (i > 0) {
+        uint32_t parent = (i - 1) / 2;
+        if (jb->heap[parent] <= v) break;
+        jb->heap[i] = jb->heap[parent];
+        i = parent;
+    }
+    jb->heap[i] = v;
+}
+
+static void heap_pop(job *jb)
+{
+    uint32_t v = jb->heap[--jb->heap_len], i = 0, n = jb->heap_len;
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && jb->heap[c + 1] < jb->heap[c]) c++;
+        if (jb->heap[c] >= v) break;
+        jb->heap[i] = jb->heap[c];
+        i = c;
+    }
+    if (n > 0) jb->heap[i] = v;
+}
+
+/* The next PENDING split in epoch order, or UINT32_MAX; drops heap entries
+ * and cursor positions that are no longer PENDING. Does not take it. */
+static uint32_t peek_pending(job *jb)
+{
+    while (jb->heap_len > 0) {
+        uint32_t s = jb->order[jb->heap[0]];
+        if (jb->st[s].state == SL_MASTER_SPLIT_PENDING) return s;
+        jb->st[s].in_heap = 0;
+        heap_pop(jb);
+    }
+    while (jb->cursor < jb->n && jb->st[jb->order[jb->cursor]].state != SL_MASTER_SPLIT_PENDING)
+        jb->cursor++;
+    return jb->cursor < jb->n ? jb->order[jb->cursor] : UINT32_MAX;
+}
+
+static void take_pending(job *jb, uint32_t split)
+{
+    if (jb->heap_len > 0 && jb->order[jb->heap[0]] == split) {
+        jb->st[split].in_heap = 0;
+        heap_pop(jb);
+    } else {
+        jb->cursor++;
+    }
+}
+
+/* ---- transitions (shared by the live calls and replay) ------------------------------ */
+
+void m_do_lease(sl_master_state_t *m, uint32_t slot, uint32_t split, uint32_t w, uint64_t gen,
+                uint64_t expiry)
+{
+    job *jb = m->jobs[slot];
+    split_st *s = &jb->st[split];
+    jb->count[s->state]--;
+    s->state = SL_MASTER_SPLIT_LEASED;
+    jb->count[s->state]++;
+    s->generation = gen;
+    s->expiry = expiry;
+    s->worker = w;
+    worker *wk = &m->workers[w];
+    if (wk->nleases == 0 || expiry < wk->earliest) wk->earliest = expiry;
+    wk->leases[wk->nleases++] = (lease_ref){slot, split}; /* room: m_worker_reserve */
+    if (gen >= m->next_generation) m->next_generation = gen + 1;
+    m->c.leases_granted++;
+}
+
+void m_do_release(sl_master_state_t *m, uint32_t slot, uint32_t split, uint8_t new_state)
+{
+    job *jb = m->jobs[slot];
+    split_st *s = &jb->st[split];
+    worker_drop_lease(&m->workers[s->worker], slot, split);
+    jb->count[s->state]--;
+    s->state = new_state;
+    jb->count[s->state]++;
+    s->worker = NO_WORKER;
+    if (new_state == SL_MASTER_SPLIT_PENDING) heap_push(jb, split);
+}
+
+void m_do_advance(sl_master_state_t *m, job *jb)
+{
+    jb->epoch++;
+    m->c.epochs_advanced++;
+    if (jb->epoch >= jb->epochs) {
+        /* finished: every split stays DONE, no ranges kept (as a finished
+         * job restored from a snapshot) */
+        for (uint32_t i = 0; i < jb->n; i++) {
+            m_free_ranges(m->a, &jb->st[i]);
+            jb->st[i].failures = 0;
+        }
+        jb->committed_rows = 0;
+        return;
+    }
+    for (uint32_t i = 0; i < jb->n; i++) {
+        m_free_ranges(m->a, &jb->st[i]);
+        jb->st[i] = (split_st){.generation = jb->st[i].generation, .worker = NO_WORKER};
+    }
+    jb->count[SL_MASTER_SPLIT_PENDING] = jb->n;
+    jb->count[SL_MASTER_SPLIT_DONE] = 0;
+    jb->count[SL_MASTER_SPLIT_LEASED] = 0;
+    jb->committed_rows = 0;
+    /* Splits of no rows are done at once. */
+    for (uint32_t i = 0; i < jb->n; i++)
+        if (jb->defs[i].num_rows == 0) {
+            jb->st[i].state = SL_MASTER_SPLIT_DONE;
+            jb->count[SL_MASTER_SPLIT_PENDING]--;
+            jb->count[SL_MASTER_SPLIT_DONE]++;
+        }
+    set_order(jb);
+    m_reset_queue(jb);
+}
+
+/* Journal and apply an epoch advance when every split is DONE. */
+sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err)
+{
+    if (jb->epoch >= jb->epochs || jb->count[SL_MASTER_SPLIT_DONE] != jb->n) return SL_OK;
+    Sluice__Master__EpochAdvanced ea = SLUICE__MASTER__EPOCH_ADVANCED__INIT;
+    ea.job_id = jb->id;
+    ea.epoch = jb->epoch + 1;
+    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
+    rec.kind_case = SLUICE__MASTER__RECORD__KIND_EPOCH_ADVANCED;
+    rec.epoch_advanced = &ea;
+    sl_err_t rc = m_journal(m, &rec, err);
+    if (rc != SL_OK) return rc;
+    m_do_advance(m, jb);
+    return SL_OK;
+}
+
+/* Every job whose epoch is complete moves on (after replay: a crash may
+ * fall between a split's Completed record and the EpochAdvanced one). */
+sl_err_t m_advance_all(sl_master_state_t *m, sl_error_t *err)
+{
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        if (m->jobs[i] == NULL) continue;
+        sl_err_t rc = m_maybe_advance(m, m->jobs[i], err);
+        if (rc != SL_OK) return rc;
+    }
+    return SL_OK;
+}
+
+/* ---- the live API --------------------------------------------------------------- */
+
+static sl_err_t no_job(const char *id, sl_error_t *err)
+{
+    return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", id);
+}
+
+sl_err_t sl_master_state_job_remove(sl_master_state_t *m, const char *job_id, sl_error_t *err)
+{
+    uint32_t slot;
+    if (m_find_job(m, job_id, &slot) == NULL) return no_job(job_id, err);
+    Sluice__Master__JobRemoved jr = SLUICE__MASTER__JOB_REMOVED__INIT;
+    jr.job_id = (char *)job_id;
+    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
+    rec.kind_case = SLUICE__MASTER__RECORD__KIND_JOB_REMOVED;
+    rec.job_removed = &jr;
+    sl_err_t rc = m_journal(m, &rec, err);
+    if (rc != SL_OK) return rc;
+    m_job_remove(m, slot);
+    return SL_OK;
+}
+
+sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,
+                                    sl_master_state_job_status_t *out, sl_error_t *err)
+{
+    const job *jb = m_find_job(m, job_id, NULL);
+    if (jb == NULL) return no_job(job_id, err);
+    *out = (sl_master_state_job_status_t){
+        .epoch = jb->epoch < jb->epochs ? jb->epoch : jb->epochs,
+        .epochs = jb->epochs,
+        .finished = jb->epoch >= jb->epochs,
+        .num_splits = jb->n,
+        .pending = jb->count[SL_MASTER_SPLIT_PENDING],
+        .leased = jb->count[SL_MASTER_SPLIT_LEASED],
+        .done = jb->count[SL_MASTER_SPLIT_DONE],
+        /* a finished job has committed every row of its last epoch */
+        .committed_rows = jb->epoch >= jb->epochs ? jb->total_rows : jb->committed_rows,
+        .total_rows = jb->total_rows,
+        .spec_json = jb->spec_json,
+        .ranks = jb->ranks,
+        .static_sharding = jb->static_sharding,
+        .min_workers = jb->min_workers,
+        .max_workers = jb->max_workers,
+        .batches = jb->batches,
+        .samples = jb->samples,
+        .skip_bad_splits = jb->skip_bad,
+        .failed = jb->failed,
+        .failure_split = jb->fail_split,
+        .failure_epoch = jb->fail_epoch,
+        .failure_stripe = jb->fail_stripe,
+        .failure_code = (sl_err_t)jb->fail_code,
+        .failure_file = jb->fail_file != NULL ? jb->fail_file : "",
+        .failure_message = jb->fail_message != NULL ? jb->fail_message : "",
+        .skipped_splits = jb->skipped_splits,
+        .skipped_rows = jb->skipped_rows,
+    };
+    for (uint32_t i = 0; i < jb->n; i++)
+        out->split_failures += jb->st[i].failures;
+    return SL_OK;
+}
+
+uint32_t sl_master_state_job_ids(const sl_master_state_t *m, const char **ids, uint32_t cap)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        if (m->jobs[i] != NULL) {
+            if (n < cap) ids[n] = m->jobs[i]->id;
+            n++;
+        }
+    return n;
+}
+
+sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, const char *worker_id,
+                                    uint64_t now_ms, sl_master_lease_t *out, sl_error_t *err)
+{
+    uint32_t slot, w;
+    if (now_ms > m->now_ms) m->now_ms = now_ms;
+    job *jb = m_find_job(m, job_id, &slot);
+    if (jb == NULL) return no_job(job_id, err);
+    if (jb->epoch >= jb->epochs)
+        return sl_error_set(err, SL_ERR_AGAIN, "job '%s' finished", job_id);
+    if (jb->failed) return sl_error_set(err, SL_ERR_AGAIN, "job '%s' failed", job_id);
+    uint32_t split = peek_pending(jb);
+    if (split == UINT32_MAX)
+        return sl_error_set(err, SL_ERR_AGAIN, "job '%s': no pending split", job_id);
+    sl_err_t rc = m_worker_get(m, worker_id, &w, err);
+    if (rc != SL_OK) return rc;
+    worker *wk = &m->workers[w];
+    uint64_t gen = m->next_generation;
+    Sluice__Master__LeaseGranted lg = SLUICE__MASTER__LEASE_GRANTED__INIT;
+    lg.job_id = jb->id;
+    lg.split = split;
+    lg.worker = wk->name;
+    lg.generation = gen;
+    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
+    rec.kind_case = SLUICE__MASTER__RECORD__KIND_LEASE_GRANTED;
+    rec.lease_granted = &lg;
+    if (!m_worker_reserve(m, w))
+        return sl_error_set(err, SL_ERR_NOMEM, "lease for worker '%s'", worker_id);
+    /* todo: the complement of the committed ranges, at most nr + 1 ranges. */
+    const split_st *s = &jb->st[split];
+    if (s->nr + 1 > m->todo_cap) {
+        uint32_t cap = s->nr + 1 < 64 ? 64 : s->nr + 1;
+        sl_dpp_row_range_t *t = sl_alloc(m->a, (size_t)cap * sizeof *t);
+        if (t == NULL) return sl_error_set(err, SL_ERR_NOMEM, "todo of %u ranges", cap);
+        sl_free(m->a, m->todo, (size_t)m->todo_cap * sizeof *t);
+        m->todo = t;
+        m->todo_cap = cap;
+    }
+    uint32_t nt = 0;
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < s->nr; i++) {
+        if (s->r[i].from_row > at) m->todo[nt++] = (sl_dpp_row_range_t){at, s->r[i].from_row};
+        at = s->r[i].to_row;
+    }
+    if (at < jb->defs[split].num_rows)
+        m->todo[nt++] = (sl_dpp_row_range_t){at, jb->defs[split].num_rows};
+    rc = m_journal(m, &rec, err);
+    if (rc != SL_OK) return rc;
+    take_pending(jb, split);
+    uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
+    m_do_lease(m, slot, split, w, gen, expiry);
+    const split_def *d = &jb->defs[split];
+    *out = (sl_master_lease_t){.split = split,
+                               .epoch = jb->epoch,
+                               .generation = gen,
+                               .expiry_ms = expiry,
+                               .rank_plus_one =
+                                jb->rank_of_split != NULL ? jb->rank_of_split[split] + 1 : 0,
+                            .todo = m->todo,
+                            .num_todo = nt,
+                            .path = jb->paths[d->path],
+                            .stripe_begin = d->stripe_begin,
+                            .stripe_end = d->stripe_end,
+                            .first_row = d->first_row,
+                            .num_rows = d->num_rows};
+    return SL_OK;
+}
+
+/* The live lease of worker w that ref names, or NULL. */
+static split_st *named_lease(sl_master_state_t *m, uint32_t w, const sl_master_lease_ref_t *ref)
+{
+    job *jb = ref->job_id != NULL ? m_find_job(m, ref->job_id, NULL) : NULL;
+    if (jb == NULL || ref->split >= jb->n || ref->epoch != jb->epoch) return NULL;
+    split_st *s = &jb->st[ref->split];
+    bool live = s->state == SL_MASTER_SPLIT_LEASED && s->generation == ref->generation &&
+                s->worker == w;
+    return live ? s : NULL;
+}
+
+/* Renew the leases of w that held names (marking them `named` when mark);
+ * w's earliest becomes exact again (leases it does not name keep their
+ * expiry). @return how many were named. */
+static uint32_t renew_named(sl_master_state_t *m, uint32_t w, const sl_master_lease_ref_t *held,
+                            uint32_t num_held, uint64_t now_ms, bool mark)
+{
+    worker *wk = &m->workers[w];
+    uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < num_held && wk->nleases > 0; i++) {
+        split_st *s = named_lease(m, w, &held[i]);
+        if (s == NULL) continue;
+        if (expiry > s->expiry) s->expiry = expiry; /* never shortens */
+        if (mark) s->named = 1;
+        n++;
+    }
+    uint64_t earliest = UINT64_MAX;
+    for (uint32_t i = 0; i < wk->nleases; i++) {
+        const split_st *s = &m->jobs[wk->leases[i].job]->st[wk->leases[i].split];
+        if (s->expiry < earliest) earliest = s->expiry;
+    }
+    wk->earliest = earliest;
+    m->c.renewals += n;
+    return n;
+}
+
+sl_err_t sl_master_state_renew(sl_master_state_t *m, const char *worker_id,
+                               const sl_master_lease_ref_t *held, uint32_t num_held,
+                               uint64_t now_ms, uint32_t *renewed, sl_error_t *err)
+{
+    (void)err;
+    uint32_t w, n = 0;
+    if (worker_find(m, worker_id, &w)) n = renew_named(m, w, held, num_held, now_ms, false);
+    if (renewed != NULL) *renewed = n;
+    return SL_OK;
+}
+
+/* Journal and apply the end of lease l: its split is PENDING again
+ * (expiry and revocation alike: replay applies one Expired record). */
+static sl_err_t end_lease(sl_master_state_t *m, const lease_ref *l, sl_error_t *err)
+{
+    job *jb = m->jobs[l->job];
+    Sluice__Master__Expired ex = SLUICE__MASTER__EXPIRED__INIT;
+    ex.job_id = jb->id;
+    ex.split = l->split;
+    ex.generation = jb->st[l->split].generation;
+    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
+    rec.kind_case = SLUICE__MASTER__RECORD__KIND_EXPIRED;
+    rec.expired = &ex;
+    sl_err_t rc = m_journal(m, &rec, err);
+    if (rc == SL_OK) m_do_release(m, l->job, l->split, SL_MASTER_SPLIT_PENDING);
+    return rc;
+}
+
+sl_err_t sl_master_state_register(sl_master_state_t *m, const char *worker_id,
+                                  const sl_master_lease_ref_t *held, uint32_t num_held,
+                                  uint64_t now_ms, uint32_t *renewed, uint32_t *revoked,
+                                  sl_error_t *err)
+{
+    uint32_t w, n = 0, gone = 0;
+    sl_err_t rc = SL_OK;
+    if (worker_find(m, worker_id, &w)) {
+        n = renew_named(m, w, held, num_held, now_ms, true);
+        worker *wk = &m->workers[w];
+        for (uint32_t i = 0; i < wk->nleases;) {
+            lease_ref l = wk->leases[i];
+            split_st *s = &m->jobs[l.job]->st[l.split];
+            if (s->named || rc != SL_OK) { /* after a failure: only clear the marks */
+                s->named = 0;
+                i++;
+                continue;
+            }
+            rc = end_lease(m, &l, err); /* swaps the last lease into i: look at i again */
+            if (rc == SL_OK)
+                gone++;
+            else
+                i++;
+        }
+        m->c.revocations += gone;
+    }
+    if (renewed != NULL) *renewed = n;
+    if (revoked != NULL) *revoked = gone;
+    return rc;
+}
+
+sl_err_t sl_master_state_expire(sl_master_state_t *m, uint64_t now_ms, uint32_t *expired,
+                                sl_error_t *err)
+{
+    uint32_t count = 0;
+    sl_err_t rc = SL_OK;
+    if (now_ms > m->now_ms) m->now_ms = now_ms;
+    for (uint32_t w = 0; w < m->num_workers && rc == SL_OK; w++) {
+        worker *wk = &m->workers[w];
+        if (wk->nleases == 0 || wk->earliest > now_ms) continue;
+        uint64_t earliest = UINT64_MAX;
+        for (uint32_t i = 0; i < wk->nleases;) {
+            lease_ref l = wk->leases[i];
+            split_st *s = &m->jobs[l.job]->st[l.split];
+            if (s->expiry > now_ms) {
+                if (s->expiry < earliest) earliest = s->expiry;
+                i++;
+                continue;
+            }
+            rc = end_lease(m, &l, err);
+            if (rc != SL_OK) {
+                earliest = 0; /* rescan next time */
+                break;
+            }
+            /* Swaps the last lease into i: look at i again. */
+            m->c.expiries++;
+            count++;
+        }
+        wk->earliest = earliest;
+    }
+    if (expired != NULL) *expired = count;
+    return rc;
+}
+
+/* ---- sharding and order ------------------------------------------------------------ */
+
+typedef struct by_rows {
+    uint64_t rows;
+    uint32_t split;
+} by_rows;
+
+/* Rows descending, then split id ascending: a total order, so the result
+ * does not depend on the sort algorithm. */
+static int by_rows_desc(const void *x, const void *y)
+{
+    const by_rows *a = x, *b = y;
+    if (a->rows != b->rows) return a->rows > b->rows ? -1 : 1;
+    return a->split < b->split ? -1 : a->split > b->split;
+}
+
+sl_err_t sl_master_state_assign_static(const sl_master_state_t *m, const char *job_id,
+                                       uint32_t ranks, uint32_t *rank_of_split,
+                                       uint64_t *rows_per_rank, sl_error_t *err)
+{
+    const job *jb = m_find_job(m, job_id, NULL);
+    if (jb == NULL) return no_job(job_id, err);
+    return m_static_assign(m, jb, ranks, rank_of_split, rows_per_rank, err);
+}
+
+sl_err_t m_static_assign(const sl_master_state_t *m, const job *jb, uint32_t ranks,
+                         uint32_t *rank_of_split, uint64_t *rows_per_rank, sl_error_t *err)
+{
+    const char *job_id = jb->id;
+    if (ranks == 0 || ranks > 65536)
+        return sl_error_set(err, SL_ERR_INVALID, "static sharding over %u ranks (1..65536)", ranks);
+    by_rows *idx = sl_alloc(m->a, sl_mul_size(jb->n, sizeof *idx));
+    uint32_t *rank_order = sl_alloc(m->a, sl_mul_size(ranks, sizeof *rank_order));
+    uint64_t *load = sl_calloc(m->a, ranks, sizeof *load);
+    sl_err_t rc = SL_OK;
+    if ((idx == NULL && jb->n > 0) || rank_order == NULL || load == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "static sharding of job '%s'", job_id);
+        goto out;
+    }
+    for (uint32_t i = 0; i < jb->n; i++)
+        idx[i] = (by_rows){jb->defs[i].num_rows, i};
+    if (jb->n > 1) qsort(idx, jb->n, sizeof *idx, by_rows_desc);
+    make_order(rank_order, ranks, true, jb->seed ^ 0x5a4d0u, 0);
+    for (uint32_t i = 0; i < jb->n; i++) {
+        /* Least-loaded rank; ties go to the earlier rank in the seeded order.
+         * O(ranks) per split: ranks are trainer ranks, hundreds at most. */
+        uint32_t best = rank_order[0];
+        for (uint32_t k = 1; k < ranks; k++)
+            if (load[rank_order[k]] < load[best]) best = rank_order[k];
+        rank_of_split[idx[i].split] = best;
+        load[best] += idx[i].rows;
+    }
+    if (rows_per_rank != NULL) memcpy(rows_per_rank, load, ranks * sizeof *load);
+out:
+    sl_free(m->a, idx, (size_t)jb->n * sizeof *idx);
+    sl_free(m->a, rank_order, (size_t)ranks * sizeof *rank_order);
+    sl_free(m->a, load, (size_t)ranks * sizeof *load);
+    return rc;
+}
+
+sl_err_t sl_master_state_epoch_order(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                     uint32_t *order, sl_error_t *err)
+{
+    const job *jb = m_find_job(m, job_id, NULL);
+    if (jb == NULL) return no_job(job_id, err);
+    make_order(order, jb->n, jb->shuffle, jb->seed, epoch);
+    return SL_OK;
+}
+
+void sl_master_state_counters(const sl_master_state_t *m, sl_master_state_counters_t *out)
+{
+    *out = m->c;
+    out->pending = out->leased = out->done = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        const job *jb = m->jobs[i];
+        if (jb == NULL) continue;
+        out->pending += jb->count[SL_MASTER_SPLIT_PENDING];
+        out->leased += jb->count[SL_MASTER_SPLIT_LEASED];
+        out->done += jb->count[SL_MASTER_SPLIT_DONE];
+    }
+    if (m->journal != NULL) out->journal_syncs = sl_master_journal_syncs(m->journal);
+}
+
+void sl_master_state_destroy(sl_master_state_t *m)
+{
+    if (m == NULL) return;
+    sl_master_journal_close(m->journal);
+    for (uint32_t i = 0; m->jobs != NULL && i < m->opts.max_jobs; i++)
+        job_free(m->a, m->jobs[i]);
+    sl_free(m->a, m->jobs, (size_t)m->opts.max_jobs * sizeof *m->jobs);
+    for (uint32_t w = 0; w < m->num_workers; w++) {
+        str_free(m->a, m->workers[w].name);
+        sl_free(m->a, m->workers[w].leases, (size_t)m->workers[w].cap * sizeof(lease_ref));
+    }
+    sl_free(m->a, m->workers, (size_t)m->cap_workers * sizeof *m->workers);
+    sl_free(m->a, m->whash, (size_t)m->whash_cap * sizeof *m->whash);
+    sl_free(m->a, m->scratch, m->scratch_cap);
+    for (uint32_t c = 0; c < m->num_clients; c++) {
+        client *cl = &m->clients[c];
+        str_free(m->a, cl->name);
+        sl_free(m->a, cl->ring, (size_t)m->opts.max_answers * sizeof *cl->ring);
+        sl_free(m->a, cl->index, (size_t)cl->index_cap * sizeof *cl->index);
+    }
+    sl_free(m->a, m->clients, (size_t)m->cap_clients * sizeof *m->clients);
+    sl_free(m->a, m->chash, (size_t)m->chash_cap * sizeof *m->chash);
+    sl_free(m->a, m->todo, (size_t)m->todo_cap * sizeof *m->todo);
+    sl_free(m->a, m, sizeof *m);
+}

@@ -1,0 +1,453 @@
+/* The DPP master's state machine: jobs, their splits, leases to workers,
+ * epochs, committed row ranges, per-client commit answers, resume tokens,
+ * static sharding, and the journal that makes it all survive a crash
+ * (journal.h). No sockets, no threads: the master process (master.h) wraps
+ * it and calls every function under one lock of its own (a master handle
+ * is not thread-safe).
+ *
+ * A split, per epoch:  PENDING --lease_next--> LEASED(worker, expiry, gen)
+ *                        ^                        |        |
+ *                        +-- expire / split_read -+        +-- rows all committed --> DONE
+ *
+ * Progress is a set of committed row ranges per split (rows 0..num_rows,
+ * split-relative, filtered rows included). A trainer client commits the
+ * range of each batch before handing it to its trainer (sl_master_state_commit):
+ * accepted iff it overlaps no committed range of that (job, epoch, split)
+ * and the lease (generation) that produced it is the split's live lease,
+ * so of two copies of a batch at most one is ever delivered, and a lease
+ * that ended adds no rows. A lease hands out the split's `todo`: the
+ * rows not committed yet. SPLIT_READ from the live lease commits the ranges
+ * that produced no sample and releases the split: DONE if covered, else
+ * PENDING to be leased again with what is left. A split whose rows are all
+ * committed is DONE at once (its lease ends). When every split of an epoch
+ * is DONE the next epoch starts, in its own split order (identity, or a
+ * permutation from (seed, epoch) when shuffle is on); after the last epoch
+ * the job is finished.
+ *
+ * Commits are idempotent per (client_id, nonce): the nonces of a client's
+ * last max_answers accepted commits are remembered (journaled with the
+ * commit), and a repeat gets COMMITTED again even after a restart or an
+ * epoch change. Refused commits are not remembered: asked again they are
+ * refused again (the ranges they overlap only grow within an epoch, and an
+ * old epoch stays old).
+ *
+ * Every lease gets a generation, unique in the master's whole history
+ * (across restarts, see proto/master.proto Opened). SPLIT_READ under a
+ * generation that is not the split's live lease is refused with
+ * SL_MASTER_STALE: a worker that comes back after its lease expired cannot end
+ * someone else's lease.
+ *
+ * Liveness: a lease lives lease_timeout_ms from its grant, and longer only
+ * while its worker names it (sl_master_state_renew on HEARTBEAT,
+ * sl_master_state_register on REGISTER, which also revokes every lease of
+ * that worker id it does not name). So a grant whose LEASE frame never
+ * reached the worker, or the leases of a process replaced under the same
+ * worker id, never outlive one lease timeout.
+ *
+ * Durability (opts.state_dir set): every change is one journal record.
+ * Records are buffered; sl_master_state_sync writes and fdatasyncs them (group
+ * commit; the master calls it once per loop iteration). A peer must not be
+ * told the answer to a commit (any answer: an OVERLAP may rest on another
+ * client's unsynced commit), a split_read, a job add/resume/remove, or get
+ * a resume token, before a sync has returned after the call: those are what
+ * exactly-once rests on. Lease grants and expiries may go unsynced: a lost
+ * grant leaves the split PENDING after a restart, its generation can never
+ * be handed out again, and the worker's batches still commit or overlap by
+ * their rows alone.
+ *
+ * Times are caller-supplied milliseconds of a monotonic clock. */
+#ifndef SLUICE_DPP_MASTER_STATE_H
+#define SLUICE_DPP_MASTER_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpp/master/journal.h"
+#include "dpp/split.h"
+#include "sluice/alloc.h"
+#include "sluice/err.h"
+#include "warehouse/warehouse.h"
+
+/* A split_read under a generation that is not the split's live lease: the
+ * lease expired, was re-granted, or the epoch moved on. The worker must
+ * drop the split. (sl_err_t has no dedicated value; CLOSED says "your lease
+ * has ended" and no other master call returns it.) */
+#define SL_MASTER_STALE SL_ERR_CLOSED
+
+#define SL_MASTER_RESUME_TOKEN_MAGIC "SLRT"
+#define SL_MASTER_RESUME_TOKEN_VERSION 2
+
+typedef enum sl_master_split_state {
+    SL_MASTER_SPLIT_PENDING = 0,
+    SL_MASTER_SPLIT_LEASED = 1,
+    SL_MASTER_SPLIT_DONE = 2
+} sl_master_split_state_t;
+
+typedef struct sl_master_state_opts {
+    const char *state_dir;           /* NULL: in memory only, nothing journaled */
+    uint64_t lease_timeout_ms;       /* 0: 10000 */
+    uint64_t compact_bytes;          /* journal size that triggers compaction; 0: 64 MiB */
+    uint32_t max_jobs;               /* 0: 64 */
+    uint32_t max_workers;            /* distinct worker ids ever seen; 0: 65536 */
+    uint32_t max_splits;             /* per job; 0: 16M */
+    uint32_t max_name;               /* bytes of a job, worker or client id; 0: 255 */
+    uint32_t max_clients;            /* distinct client ids remembered; 0: 4096 */
+    uint32_t max_answers;            /* accepted nonces remembered per client; 0: 1024 */
+    uint32_t max_ranges;             /* committed ranges per split at once; 0: 65536 */
+    const sl_allocator_t *allocator; /* NULL: default; every byte of state comes from it */
+} sl_master_state_opts_t;
+
+typedef struct sl_master_state sl_master_state_t;
+
+/* Open a master: with a state directory, replay its snapshot and journal
+ * (a torn last record is cut away and reported in info->warning; damage in
+ * the middle is an error naming file and offset), then treat every lease
+ * found as expiring at now_ms + lease timeout (its worker may still be
+ * alive and renew it). info may be NULL. Caller owns *out, free with
+ * sl_master_state_destroy. */
+sl_err_t sl_master_state_open(const sl_master_state_opts_t *opts, uint64_t now_ms,
+                              sl_master_state_t **out, sl_master_journal_open_info_t *info,
+                              sl_error_t *err);
+
+/* Does not sync: call sl_master_state_sync first. m may be NULL. */
+void sl_master_state_destroy(sl_master_state_t *m);
+
+/* ---- jobs ------------------------------------------------------------------------ */
+
+typedef struct sl_master_state_job_spec {
+    const char *job_id;          /* 1..max_name printable ASCII bytes, no spaces (worker ids too) */
+    const sl_wh_split_t *splits; /* [num_splits]; path, stripes, first_row, num_rows used */
+    uint32_t num_splits;
+    uint32_t epochs; /* >= 1 */
+    uint64_t seed;
+    bool shuffle; /* per-epoch split order from (seed, epoch) */
+    /* Carried for the master process (NULL / 0: none, one rank, dynamic). */
+    const char *spec_json; /* the job spec text, handed to workers in leases */
+    uint32_t ranks;        /* trainer ranks */
+    bool static_sharding;  /* each split served to one rank (assign_static) */
+    uint32_t min_workers, max_workers;
+    bool skip_bad_splits;  /* on_bad_split "skip" (sl_master_state_split_failed) */
+} sl_master_state_job_spec_t;
+
+/* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
+ * for a duplicate id or a bad spec, SL_ERR_TOO_LARGE past a bound. Sync
+ * before acknowledging. */
+sl_err_t sl_master_state_job_add(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                                 sl_error_t *err);
+
+/* Add a job that starts where a resume token (sl_master_state_token_encode)
+ * left off: in the token's epoch, with the token's ranges committed, so
+ * exactly the samples not delivered before remain. A token
+ * of another job id or other splits: SL_ERR_INVALID; damaged: SL_ERR_CORRUPT
+ * or SL_ERR_TRUNCATED; another version: SL_ERR_VERSION. */
+sl_err_t sl_master_state_job_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                                    const void *token, size_t len, sl_error_t *err);
+
+/* Multi-rank resume: one token per trainer rank (count of them, each
+ * checked as above; with several, the error names "token K of N"). Each
+ * rank's token is the committed ranges minus what that rank had not handed
+ * out; the job starts in the earliest token's epoch with the INTERSECTION
+ * of those tokens' ranges, i.e. exactly the rows every rank delivered. A
+ * token of a later epoch says its rank delivered all of the earlier one and
+ * does not narrow the intersection. count = 1 is sl_master_state_job_resume. */
+#define SL_MASTER_MAX_RESUME_TOKENS 65536
+sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
+                                          const sl_master_state_job_spec_t *spec,
+                                          const void *const *tokens, const size_t *lens,
+                                          uint32_t count, sl_error_t *err);
+
+/* Remove a job; its leases vanish. SL_ERR_NOT_FOUND when unknown. */
+sl_err_t sl_master_state_job_remove(sl_master_state_t *m, const char *job_id, sl_error_t *err);
+
+typedef struct sl_master_state_job_status {
+    uint32_t epoch; /* current epoch (== epochs when finished) */
+    uint32_t epochs;
+    bool finished;
+    uint32_t num_splits;
+    uint32_t pending, leased, done; /* splits of the current epoch per state */
+    uint64_t committed_rows;        /* of the current epoch */
+    uint64_t total_rows;            /* of one epoch */
+    /* As in the spec (borrowed until the job is removed). */
+    const char *spec_json; /* "" when none */
+    uint32_t ranks;        /* >= 1 */
+    bool static_sharding;
+    uint32_t min_workers, max_workers;
+    uint64_t batches, samples; /* committed by clients, every epoch (journaled: survive restarts) */
+    bool skip_bad_splits;
+    /* A failed job (sl_master_state_split_failed): why; strings borrowed until
+     * the job is removed. */
+    bool failed;
+    uint32_t failure_split, failure_epoch;
+    int32_t failure_stripe; /* -1: the file as a whole */
+    sl_err_t failure_code;
+    const char *failure_file, *failure_message; /* "" when not failed */
+    uint32_t split_failures;                    /* failures counted this epoch, every split */
+    uint64_t skipped_splits, skipped_rows;      /* on_bad_split "skip", every epoch */
+} sl_master_state_job_status_t;
+
+sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,
+                                    sl_master_state_job_status_t *out, sl_error_t *err);
+
+/* The ids of the jobs (borrowed until the job is removed), up to cap, in
+ * slot order. @return how many jobs there are. */
+uint32_t sl_master_state_job_ids(const sl_master_state_t *m, const char **ids, uint32_t cap);
+
+/* ---- leases ---------------------------------------------------------------------- */
+
+typedef struct sl_master_lease {
+    uint32_t split; /* index in the job's split list */
+    uint32_t epoch;
+    uint64_t generation;
+    uint64_t expiry_ms;
+    uint32_t rank_plus_one; /* static sharding: 1 + the rank to serve; 0: any */
+    /* The rows not committed yet (borrowed: valid until the next call on m). */
+    const sl_dpp_row_range_t *todo;
+    uint32_t num_todo;
+    /* The split (borrowed until the job is removed). */
+    const char *path;
+    uint32_t stripe_begin, stripe_end;
+    uint64_t first_row, num_rows;
+} sl_master_lease_t;
+
+/* Lease the next PENDING split of the job, in epoch order, to worker.
+ * @return SL_ERR_AGAIN when nothing is pending (every split leased or done,
+ * or the job finished: see job_status), SL_ERR_NOT_FOUND for an unknown job,
+ * SL_ERR_TOO_LARGE when worker would exceed max_workers. */
+sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, const char *worker,
+                                    uint64_t now_ms, sl_master_lease_t *out, sl_error_t *err);
+
+/* A lease as its worker names it (HEARTBEAT, REGISTER). */
+typedef struct sl_master_lease_ref {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t generation;
+} sl_master_lease_ref_t;
+
+/* Heartbeat: the worker's own list of leases is authoritative. Each of
+ * held[0..num_held) that is a live lease of worker now expires at now +
+ * timeout; a named lease that is not (expired, another worker's, unknown)
+ * is skipped, and a lease of worker it does not name is NOT renewed: it
+ * expires at its expiry (a LEASE the worker never received lives at most
+ * one lease timeout). *renewed (may be NULL) gets the number renewed. An
+ * unknown worker renews nothing. Never fails (err unused). */
+sl_err_t sl_master_state_renew(sl_master_state_t *m, const char *worker,
+                               const sl_master_lease_ref_t *held, uint32_t num_held,
+                               uint64_t now_ms, uint32_t *renewed, sl_error_t *err);
+
+/* A worker (re)registers listing the leases its process holds: those are
+ * renewed as by sl_master_state_renew, and every other lease recorded under
+ * worker is revoked at once (journaled as an expiry; the split is PENDING
+ * again with its uncommitted rows). A worker process that starts afresh
+ * lists none, so the leases of a killed process whose replacement took its
+ * id are handed out again without waiting for them to expire. *renewed
+ * and *revoked may be NULL. @return a journal failure. */
+sl_err_t sl_master_state_register(sl_master_state_t *m, const char *worker,
+                                  const sl_master_lease_ref_t *held, uint32_t num_held,
+                                  uint64_t now_ms, uint32_t *renewed, uint32_t *revoked,
+                                  sl_error_t *err);
+
+/* The answer to a commit (values as proto/control.proto CommitReply). */
+typedef enum sl_master_commit_result {
+    SL_MASTER_COMMITTED = 0, /* deliver the batch */
+    SL_MASTER_OVERLAP = 1,   /* a range overlapping it was committed: drop */
+    /* not the job's current epoch (or finished), or the batch's lease
+     * (split, generation) is not live any more: drop */
+    SL_MASTER_STALE_EPOCH = 2,
+    SL_MASTER_UNKNOWN = 3    /* no such job, split, or a range outside the split: drop */
+} sl_master_commit_result_t;
+
+/* Commit rows [from_row, to_row) of split of epoch, read under the lease
+ * of that generation, for client_id under nonce (see the top of this
+ * file). In this order: a (client_id, nonce) already accepted is
+ * COMMITTED again; an unknown job or split or a bad range is UNKNOWN;
+ * another epoch is STALE_EPOCH; rows overlapping committed rows are
+ * OVERLAP; rows whose split is not leased under generation right now
+ * (the lease expired, was revoked or re-granted, the split is done) are
+ * STALE_EPOCH too: only a live lease's batches commit, so a lease that
+ * ended can no longer add rows behind the back of its successor. Every
+ * protocol outcome is SL_OK with *result set (and why in err->msg for the
+ * refusals); a non-OK return is a failure of the master itself (journal,
+ * memory) or SL_ERR_INVALID for a bad client id, SL_ERR_TOO_LARGE past
+ * max_clients or max_ranges. A commit that covers the split's last rows
+ * makes it DONE and may start the next epoch. Journal replay applies a
+ * Committed record whatever the lease state: the check is here only. Sync
+ * before answering. */
+sl_err_t sl_master_state_commit(sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                uint32_t split, uint64_t generation, uint64_t from_row,
+                                uint64_t to_row, const char *client_id, uint64_t nonce,
+                                sl_master_commit_result_t *result, sl_error_t *err);
+
+/* A commit, with what the job's counters need. */
+typedef struct sl_master_commit {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t generation; /* of the lease the batch was read under */
+    uint64_t from_row, to_row;
+    const char *client_id;
+    uint64_t nonce;
+    uint32_t num_samples; /* the batch's samples: job status "samples" (journaled) */
+} sl_master_commit_t;
+
+/* sl_master_state_commit of c, counting an accepted one as a batch of
+ * c->num_samples samples in the job's status. */
+sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_commit_t *c,
+                                      sl_master_commit_result_t *result, sl_error_t *err);
+
+/* The live lease's holder has read every todo row; empty are the ranges
+ * that produced no sample (committed here, minus what is committed
+ * already). The split becomes DONE if its rows are all committed, else
+ * PENDING; *state (may be NULL) says which. @return SL_MASTER_STALE when
+ * (epoch, split, generation) is not the live lease, SL_ERR_NOT_FOUND for
+ * an unknown job or split, SL_ERR_INVALID for a range outside the split.
+ * May start the next epoch. Sync before answering. */
+sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                    uint32_t split, uint64_t generation,
+                                    const sl_dpp_row_range_t *empty, uint32_t num_empty,
+                                    sl_master_split_state_t *state, sl_error_t *err);
+
+/* A worker could not read the live lease (epoch, split, generation) of
+ * job: a corrupt or truncated stripe, an I/O error, a transform failing on
+ * its rows. The failure is counted against the split (this epoch, whatever
+ * worker reported it) and the split is PENDING again, to be leased to any
+ * worker. On its max_failures-th failure (>= 1) the job skips the split
+ * when it was submitted with skip_bad_splits (its uncommitted rows are
+ * committed as empty and counted as skipped: never delivered, exactly once
+ * holds for every other row), else the job fails: no more leases, commits
+ * refused (STALE), status failed with the failure. Each step is one
+ * journal record (SplitFailed, SplitSkipped, JobFailed). Sync before
+ * answering. @return SL_MASTER_STALE when it is not the live lease (not
+ * counted), SL_ERR_NOT_FOUND for an unknown job or split. */
+typedef enum sl_master_split_fail_result {
+    SL_MASTER_FAIL_RETRY = 0,     /* values as proto/control.proto SplitFailedReply */
+    SL_MASTER_FAIL_SKIPPED = 1,
+    SL_MASTER_FAIL_JOB_FAILED = 2
+} sl_master_split_fail_result_t;
+
+typedef struct sl_master_split_failure {
+    const char *job_id;
+    uint32_t epoch, split;
+    uint64_t generation;
+    const char *file;    /* the data file */
+    int32_t stripe;      /* -1: the file as a whole */
+    const char *message; /* what failed (no file content) */
+    sl_err_t code;
+} sl_master_split_failure_t;
+
+sl_err_t sl_master_state_split_failed(sl_master_state_t *m, const sl_master_split_failure_t *f,
+                                      uint32_t max_failures, sl_master_split_fail_result_t *result,
+                                      sl_error_t *err);
+
+/* Static sharding: 1 + the trainer rank split is assigned to (only that
+ * rank may commit its rows), 0 when any rank may (dynamic sharding, or an
+ * unknown job or split: the commit itself reports those). */
+uint32_t sl_master_state_split_rank(const sl_master_state_t *m, const char *job_id, uint32_t split);
+
+/* Is (epoch, split, generation) the split's live lease held by worker? */
+bool sl_master_state_lease_live(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                uint32_t split, uint64_t generation, const char *worker);
+
+/* The committed ranges of a split in the job's current epoch (sorted,
+ * merged; borrowed: valid until the next call on m). */
+sl_err_t sl_master_state_committed(const sl_master_state_t *m, const char *job_id, uint32_t split,
+                                   const sl_dpp_row_range_t **ranges, uint32_t *count,
+                                   sl_error_t *err);
+
+/* Take back every lease whose expiry is <= now: the split is PENDING again,
+ * keeping its acknowledged position. *expired (may be NULL) gets their
+ * number. Cost: the number of workers plus the leases of workers whose
+ * earliest expiry has passed. */
+sl_err_t sl_master_state_expire(sl_master_state_t *m, uint64_t now_ms, uint32_t *expired,
+                                sl_error_t *err);
+
+/* Make every change so far durable (group commit), compacting the journal
+ * first when it has outgrown opts.compact_bytes. No-op in memory. */
+sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err);
+
+/* Write a snapshot and start an empty journal now. */
+sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err);
+
+/* ---- client records ------------------------------------------------------------- */
+
+/* A client's record (its remembered commit nonces, bounded by max_clients)
+ * lives while the client is active: client_touch says it is connected now;
+ * an accepted commit counts too. evict_clients forgets every client not
+ * touched and not committing for idle_ms (each one journaled as a
+ * ClientEvicted record, so replay forgets it too; the time since a client
+ * was last seen is not journaled and restarts at open). *evicted (may be
+ * NULL) gets their number. After that a retry of one of its nonces is a new
+ * commit: refused as an overlap when the rows were committed (the batch is
+ * then dropped), which is why idle_ms must exceed a client's reconnect
+ * window (docs/DESIGN.md). */
+void sl_master_state_client_touch(sl_master_state_t *m, const char *client_id, uint64_t now_ms);
+sl_err_t sl_master_state_evict_clients(sl_master_state_t *m, uint64_t now_ms, uint64_t idle_ms,
+                                       uint32_t *evicted, sl_error_t *err);
+
+/* ---- tokens, sharding, metrics ---------------------------------------------------- */
+
+/* A range a client committed but has not handed to its trainer yet. */
+typedef struct sl_master_token_exclude {
+    uint32_t epoch, split;
+    uint64_t from_row, to_row;
+} sl_master_token_exclude_t;
+
+/* The committed ranges of the job's current epoch minus `undelivered`
+ * (ranges of other epochs are ignored), as an opaque token (magic,
+ * version, XXH3, protobuf ResumeToken). Caller owns *buf, free with
+ * sl_free(allocator, *buf, *len) (allocator as in opts). */
+sl_err_t sl_master_state_token_encode(const sl_master_state_t *m, const char *job_id,
+                                      const sl_master_token_exclude_t *undelivered,
+                                      uint32_t num_undelivered, void **buf, size_t *len,
+                                      sl_error_t *err);
+
+/* Static sharding: assign every split of the job to one of ranks trainer
+ * ranks, balancing rows: splits by rows descending (ties: lower split id
+ * first) each go to the least-loaded rank; ties between equally loaded
+ * ranks go by a rank order drawn from the job's seed. rank_of_split has
+ * num_splits entries; rows_per_rank (may be NULL) ranks entries.
+ * Reproducible: same splits, seed and ranks give the same assignment. */
+sl_err_t sl_master_state_assign_static(const sl_master_state_t *m, const char *job_id,
+                                       uint32_t ranks, uint32_t *rank_of_split,
+                                       uint64_t *rows_per_rank, sl_error_t *err);
+
+/* The split order of an epoch: order[i] is the i-th split handed out. */
+sl_err_t sl_master_state_epoch_order(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                     uint32_t *order, sl_error_t *err);
+
+typedef struct sl_master_state_counters {
+    uint64_t leases_granted;
+    uint64_t renewals; /* leases renewed */
+    uint64_t expiries;
+    uint64_t revocations; /* leases revoked by a worker's registration (not counted in expiries) */
+    uint64_t completions;   /* splits DONE */
+    uint64_t releases;      /* split_read leaving the split PENDING */
+    uint64_t commits, overlaps, stale_commits, unknown_commits, repeated_commits;
+    uint64_t unleased_commits; /* refused: the batch's lease is not live (STALE_EPOCH) */
+    uint64_t committed_rows; /* rows accepted by commits and split_read, every job */
+    uint64_t stale_refused; /* split_read under a dead generation */
+    uint64_t epochs_advanced;
+    uint64_t journal_records;
+    uint64_t journal_syncs;
+    uint64_t compactions;
+    uint64_t clients_evicted;
+    uint64_t split_failures, splits_skipped, jobs_failed;
+    uint32_t jobs, workers, clients; /* clients: records remembered now */
+    uint64_t pending, leased, done; /* splits per state, every job */
+} sl_master_state_counters_t;
+
+void sl_master_state_counters(const sl_master_state_t *m, sl_master_state_counters_t *out);
+
+/* A canonical text dump of the durable state (jobs, epochs, per split:
+ * state, holder, generation, committed ranges; clients and their
+ * remembered nonces; not expiries, not counters), equal
+ * for two masters in the same state however they got there. Caller owns
+ * *out, free with sl_free(allocator, *out, *len + 1). */
+sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *len, sl_error_t *err);
+
+/* Apply journal bytes (a whole journal file's contents) to m, as open does:
+ * for tests and the fuzz target. *torn (may be NULL) says a torn tail was
+ * ignored. Only for a master without a state directory. */
+sl_err_t sl_master_state_replay(sl_master_state_t *m, const void *journal, size_t len, bool *torn,
+                                sl_error_t *err);
+
+#endif

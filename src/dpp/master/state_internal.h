@@ -1,0 +1,174 @@
+/* Internals of the master's state machine (state.h), shared by its files:
+ * state.c (the transitions), state_commit.c, state_clients.c,
+ * state_failure.c, state_persist.c (journal records, tokens) and
+ * state_replay.c (replay, snapshots, dump). Not an API. */
+#ifndef SLUICE_DPP_MASTER_STATE_INTERNAL_H
+#define SLUICE_DPP_MASTER_STATE_INTERNAL_H
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "dpp/master/state.h"
+#include "master.pb-c.h"
+
+#define NO_WORKER UINT32_MAX
+
+/* The static description of a split (32 bytes). */
+typedef struct split_def {
+    uint32_t path; /* index in job->paths */
+    uint32_t stripe_begin, stripe_end;
+    uint64_t first_row, num_rows;
+} split_def;
+
+/* The per-epoch state of a split (48 bytes). */
+typedef struct split_st {
+    uint64_t generation; /* of the live lease (LEASED), else of the last one */
+    uint64_t expiry;     /* LEASED */
+    uint64_t committed;  /* rows in r */
+    sl_dpp_row_range_t *r; /* committed ranges: sorted, disjoint, not adjacent; [nr] of [cap] */
+    uint32_t nr, cap;
+    uint32_t worker; /* LEASED: index in m->workers */
+    uint8_t state;   /* sl_master_split_state_t */
+    uint8_t in_heap; /* its position is in job->heap */
+    uint8_t named;   /* scratch of register: named by the worker (0 between calls) */
+    uint16_t failures; /* SPLIT_FAILED reports this epoch (saturating) */
+} split_st;
+
+typedef struct job {
+    char *id;
+    uint32_t n, epochs;
+    uint64_t seed;
+    bool shuffle;
+    char *spec_json; /* "" when none */
+    uint32_t ranks, min_workers, max_workers;
+    bool static_sharding;
+    uint32_t *rank_of_split; /* [n] when static_sharding, else NULL */
+    uint64_t fingerprint; /* XXH3 of the split list (resume tokens) */
+    char **paths;
+    uint32_t num_paths;
+    split_def *defs; /* [n] */
+    split_st *st;    /* [n] */
+    uint32_t *order; /* [n] position -> split, this epoch */
+    uint32_t *pos;   /* [n] split -> position */
+    uint32_t *heap;  /* [n] min-heap of positions of PENDING splits behind cursor */
+    uint32_t heap_len;
+    uint32_t cursor; /* positions before it were handed out once this epoch */
+    uint32_t epoch;
+    uint32_t count[3]; /* splits per state */
+    uint64_t committed_rows, total_rows;
+    uint64_t batches, samples; /* accepted commits and their samples, every epoch */
+    bool skip_bad;             /* on_bad_split "skip" */
+    bool failed;               /* JobFailed: terminal, see state_failure.c */
+    uint32_t fail_split, fail_epoch;
+    int32_t fail_stripe, fail_code;
+    char *fail_file, *fail_message; /* when failed */
+    uint64_t skipped_splits, skipped_rows;
+} job;
+
+typedef struct lease_ref {
+    uint32_t job, split;
+} lease_ref;
+
+typedef struct worker {
+    char *name;
+    uint64_t earliest; /* <= the expiry of each of its leases */
+    lease_ref *leases;
+    uint32_t nleases, cap;
+} worker;
+
+/* A trainer client: the nonces of its last accepted commits, a FIFO ring
+ * with an open-addressing index (linear probing, backward-shift delete). */
+typedef struct client {
+    char *name;
+    uint64_t last_ms; /* last seen connected or committing (not journaled: reset at open) */
+    uint64_t *ring; /* [max_answers] */
+    uint32_t head, len;
+    uint32_t *index; /* [2 * max_answers rounded to a power of two]: ring slot + 1, 0 empty */
+    uint32_t index_cap;
+} client;
+
+struct sl_master_state {
+    const sl_allocator_t *a;
+    sl_master_state_opts_t opts;
+    job **jobs; /* [max_jobs], NULL slots free */
+    worker *workers;
+    uint32_t num_workers, cap_workers;
+    uint32_t *whash; /* open addressing, [whash_cap] worker index + 1, 0 empty */
+    uint32_t whash_cap;
+    client *clients;
+    uint32_t num_clients, cap_clients;
+    uint32_t *chash; /* like whash, over clients */
+    uint32_t chash_cap;
+    sl_dpp_row_range_t *todo; /* lease_next's todo list, [todo_cap] */
+    uint32_t todo_cap;
+    uint64_t next_generation;
+    uint64_t now_ms; /* the latest time a caller gave (new clients start idle from it) */
+    sl_master_journal_t *journal;
+    bool replaying;   /* applying records: no journaling, no auto-advance */
+    uint8_t *scratch; /* record packing */
+    size_t scratch_cap;
+    sl_master_state_counters_t c;
+};
+
+/* state.c */
+job *m_find_job(const sl_master_state_t *m, const char *id, uint32_t *slot);
+sl_err_t m_worker_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_error_t *err);
+bool m_worker_reserve(sl_master_state_t *m, uint32_t w);
+sl_err_t m_advance_all(sl_master_state_t *m, sl_error_t *err);
+/* Journal and apply an epoch advance when every split of jb is DONE. */
+sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err);
+sl_err_t m_static_assign(const sl_master_state_t *m, const job *jb, uint32_t ranks,
+                         uint32_t *rank_of_split, uint64_t *rows_per_rank, sl_error_t *err);
+/* Build a job from a (checked) spec and starting positions, place it. */
+sl_err_t m_job_insert(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, sl_error_t *err);
+void m_job_remove(sl_master_state_t *m, uint32_t slot);
+void m_do_lease(sl_master_state_t *m, uint32_t slot, uint32_t split, uint32_t w, uint64_t gen,
+                uint64_t expiry);
+/* Add [from, to) minus what is committed to the split's ranges (rows
+ * counted); SL_ERR_NOMEM / SL_ERR_TOO_LARGE leave them unchanged. */
+sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
+                     sl_error_t *err);
+/* Does [from, to) overlap a committed range of the split? */
+bool m_overlaps(const job *jb, uint32_t split, uint64_t from, uint64_t to);
+/* A split whose rows are all committed and is not DONE becomes DONE. */
+void m_maybe_done(sl_master_state_t *m, uint32_t slot, uint32_t split);
+/* Client bookkeeping: find or add (by name); remember an accepted nonce;
+ * forget one (state_clients.c; the last client moves into its index). */
+sl_err_t m_client_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_error_t *err);
+bool m_client_find(const sl_master_state_t *m, const char *name, uint32_t *out);
+void m_client_remove(sl_master_state_t *m, uint32_t c);
+bool m_client_has(const sl_master_state_t *m, uint32_t c, uint64_t nonce);
+void m_client_remember(sl_master_state_t *m, uint32_t c, uint64_t nonce);
+void m_free_ranges(const sl_allocator_t *a, split_st *s);
+/* Commit the empty ranges of a split read, then DONE or PENDING. */
+sl_err_t m_apply_split_read(sl_master_state_t *m, uint32_t slot, uint32_t split,
+                            const sl_dpp_row_range_t *empty, uint32_t num_empty, sl_error_t *err);
+void m_do_release(sl_master_state_t *m, uint32_t slot, uint32_t split, uint8_t new_state);
+void m_do_advance(sl_master_state_t *m, job *jb);
+void m_reset_queue(job *jb);
+/* XXH3 of a split list (resume tokens name the splits they were taken over). */
+uint64_t m_fingerprint(const Sluice__Master__SplitList *l);
+void *m_pb_alloc(void *ctx, size_t size);
+void m_pb_free(void *ctx, void *p);
+
+/* state_failure.c: the transitions of a split failure (live and replay) */
+void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split);
+sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
+                            const Sluice__Master__JobFailure *f, sl_error_t *err);
+/* Commit the split's uncommitted rows as empty and make it DONE; *rows
+ * (may be NULL) gets how many. */
+sl_err_t m_apply_split_skipped(sl_master_state_t *m, uint32_t slot, uint32_t split, uint64_t *rows,
+                               sl_error_t *err);
+void m_free_failure(const sl_allocator_t *a, job *jb);
+
+/* state_persist.c, state_replay.c */
+sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err);
+sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
+                        sl_error_t *err);
+sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_error_t *err);
+bool m_name_ok(const sl_master_state_t *m, const char *s);
+/* Check a JobAdded (from the API or from disk) and insert the job. */
+sl_err_t m_add_job(sl_master_state_t *m, const Sluice__Master__JobAdded *ja, sl_error_t *err);
+sl_err_t m_check_spec(const sl_master_state_t *m, const Sluice__Master__JobSpec *spec,
+                      sl_error_t *err);
+
+#endif

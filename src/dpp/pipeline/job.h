@@ -1,0 +1,73 @@
+/* A DPP job: the JSON job spec (docs/JOBS.md) parsed into plain data. The
+ * plan (plan.h) binds it to a table's schema. */
+#ifndef SLUICE_DPP_PIPELINE_JOB_H
+#define SLUICE_DPP_PIPELINE_JOB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "dpp/pipeline/problems.h"
+#include "sluice/err.h"
+#include "sluice/tensor.h"
+#include "warehouse/warehouse.h"
+
+typedef struct sl_pipeline_dedup_group {
+    char *name;
+    char **features; /* [num_features] */
+    uint32_t num_features;
+} sl_pipeline_dedup_group_t;
+
+/* The job spec as parsed (syntax and types checked; names not yet bound to
+ * a schema). Filters and transforms stay as their (owned) JSON; the plan
+ * interprets them. */
+typedef struct sl_pipeline_job {
+    char *id;                 /* "job" unless set */
+    /* source */
+    char *table;              /* table directory */
+    char *partitions;         /* partition filter (sl_wh_filter_parse syntax) or NULL */
+    char **features;          /* projection; NULL: every feature */
+    uint32_t num_features;
+    uint32_t stripes_per_split; /* default 1 */
+    /* rows */
+    json_t *filters;          /* array (possibly empty) */
+    json_t *transforms;       /* array (possibly empty) */
+    /* batching */
+    uint32_t batch_size;      /* default 4096 */
+    bool drop_last;           /* default false */
+    uint32_t epochs;          /* default 1 */
+    sl_pipeline_dedup_group_t *dedup_groups;
+    uint32_t num_dedup_groups;
+    bool shuffle_splits;      /* default false */
+    uint32_t shuffle_window;  /* rows; 0 = no row shuffle (default) */
+    uint64_t seed;            /* default 0 */
+    bool sample_ids;          /* batches carry sample ids; default true */
+    bool skip_bad_splits;     /* "on_bad_split": "skip" (default "fail"; under a master) */
+    /* Directory that relative map_vocab files resolve against: the spec
+     * file's directory (sl_pipeline_job_load), else NULL (the current one). */
+    char *base_dir;
+} sl_pipeline_job_t;
+
+/* A job id names log files (the local executor's <dir>/<id>-w<n>.<pid>.log),
+ * metrics labels and URL path segments, so it is 1..SL_PIPELINE_JOB_ID_MAX bytes
+ * of ASCII letters, digits, '.', '_' and '-', and never contains "..".
+ * @return true when id (len bytes, which catches an embedded NUL) is one;
+ * else false and why (may be NULL, cap bytes) says what is wrong. */
+#define SL_PIPELINE_JOB_ID_MAX 255
+bool sl_pipeline_job_id_ok(const char *id, size_t len, char *why, size_t cap);
+
+/* Parse and check a spec. Unknown keys, wrong types, out-of-range values,
+ * unknown filter or transform names, missing arguments: every problem is
+ * listed in *problems (caller frees) and the return is SL_ERR_INVALID with
+ * err->msg holding the first one and the count. Caller owns *out, free with
+ * sl_pipeline_job_destroy. */
+sl_err_t sl_pipeline_job_parse(const char *text, size_t len, sl_pipeline_job_t **out,
+                               sl_pipeline_problems_t *problems, sl_error_t *err);
+sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
+                                   sl_pipeline_problems_t *problems, sl_error_t *err);
+sl_err_t sl_pipeline_job_load(const char *path, sl_pipeline_job_t **out,
+                              sl_pipeline_problems_t *problems, sl_error_t *err);
+void sl_pipeline_job_destroy(sl_pipeline_job_t *job);
+
+#endif

@@ -1,0 +1,74 @@
+/* The plan: a job (job.h) compiled against a table's schema into the
+ * filters and transforms it runs over rows. The plan is read-only once
+ * built: every transform thread of a worker shares one.
+ *
+ * Pipeline order in the worker (RecD): read -> filter -> batch -> dedup ->
+ * transform -> encode. Transforms run after dedup so that a transform of a
+ * feature inside a dedup group runs once per *unique* row of the group (on
+ * the group IKJT's unique KJT), not once per sample. */
+#ifndef SLUICE_DPP_PIPELINE_PLAN_H
+#define SLUICE_DPP_PIPELINE_PLAN_H
+
+#include <stdint.h>
+
+#include "dpp/pipeline/job.h"
+#include "sluice/err.h"
+#include "sluice/tensor.h"
+#include "warehouse/warehouse.h"
+
+typedef struct sl_pipeline_plan sl_pipeline_plan_t;
+
+/* Bind job to schema: every feature named by the projection, filters,
+ * transforms and dedup groups must exist with the right kind (a sparse
+ * transform on a dense feature, a cross of features of different kinds, a
+ * dedup group of dense features... are problems, listed by JSON path in
+ * *problems). Vocabulary files of map_vocab are loaded here. Caller owns
+ * *out, free with sl_pipeline_plan_destroy. */
+sl_err_t sl_pipeline_plan_new(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
+                              sl_pipeline_plan_t **out, sl_pipeline_problems_t *problems,
+                              sl_error_t *err);
+void sl_pipeline_plan_destroy(sl_pipeline_plan_t *plan);
+
+/* The same binding and problems as sl_pipeline_plan_new, without building a
+ * plan: every file the spec names (map_vocab vocabularies) is checked to
+ * exist, be a regular file and be within its size cap, but not read. For
+ * the master, which accepts a spec only when its workers could bind it. */
+sl_err_t sl_pipeline_plan_check(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
+                                sl_pipeline_problems_t *problems, sl_error_t *err);
+
+/* The features the reader must read (inputs of the job: projection plus
+ * everything filters and transforms use), in the order the reader should
+ * return them. Borrowed from plan. */
+const char *const *sl_pipeline_plan_read_features(const sl_pipeline_plan_t *plan, uint32_t *count);
+
+/* The id columns (SL_WH_COL_SAMPLE_ID, SL_WH_COL_TIMESTAMP) the filters
+ * read: sampling hashes sample ids, timestamp_range reads timestamps. The
+ * reader may skip the others. */
+uint32_t sl_pipeline_plan_filter_columns(const sl_pipeline_plan_t *plan);
+
+/* The label column the filters add for sample weights (negative
+ * downsampling: 1/rate for kept negatives, 1 otherwise), or NULL when no
+ * filter needs one. */
+const char *sl_pipeline_plan_weight_label(const sl_pipeline_plan_t *plan);
+
+/* Run the filters over the rows of one stripe (as read with
+ * sl_pipeline_plan_read_features, expanded form). selected[0..*count) gets the
+ * indices of the rows kept, ascending; weights (when the plan has a weight
+ * label) gets each kept row's weight. Both arrays have room for
+ * rows->batch.batch_size entries. Deterministic: sampling decisions hash
+ * (seed, sample id), so a row gets the same decision whichever worker reads
+ * it and however often. */
+sl_err_t sl_pipeline_plan_filter(const sl_pipeline_plan_t *plan, const sl_wh_rows_t *rows,
+                                 uint32_t *selected, float *weights, uint32_t *count,
+                                 sl_error_t *err);
+
+/* Apply the transforms, in spec order, to a batch in place: the batch
+ * holds the read features (plain KJT; the job's dedup groups as IKJTs),
+ * dense and labels; afterwards it holds the job's output features (new
+ * ones from cross/ngram/bucketize added, inputs that are not outputs
+ * dropped). Transforms of features inside a group run on the group's unique
+ * rows. New buffers come from batch->arena. */
+sl_err_t sl_pipeline_plan_transform(const sl_pipeline_plan_t *plan, sl_batch_t *batch,
+                                    sl_error_t *err);
+
+#endif

@@ -1,0 +1,312 @@
+/* The worker's admin routes (admin.h). Handlers run on the
+ * endpoint's thread and read the worker through sl_worker_stats and
+ * sl_worker_lease_client_stats, which take the locks they need. */
+#include "dpp/worker/admin.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpp/admin/prom.h"
+
+typedef struct wadmin {
+    pthread_mutex_t mu; /* held while a handler reads through w: set waits for it */
+    sl_worker_t *w; /* NULL: waiting for the first lease */
+    sl_worker_lease_client_t *ms;
+} wadmin_t;
+
+struct sl_worker_admin {
+    wadmin_t ctx; /* the handlers' */
+    sl_admin_t *admin;
+};
+
+static void counter(sl_admin_prom_t *p, const char *name, const char *help, double v)
+{
+    sl_admin_prom_family(p, name, "counter", help);
+    sl_admin_prom_sample(p, name, NULL, v);
+}
+
+static void gauge(sl_admin_prom_t *p, const char *name, const char *help, double v)
+{
+    sl_admin_prom_family(p, name, "gauge", help);
+    sl_admin_prom_sample(p, name, NULL, v);
+}
+
+char *sl_worker_admin_metrics_text(sl_worker_t *w, sl_worker_lease_client_t *ms)
+{
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    const sl_worker_server_stats_t *s = &st.server;
+    sl_admin_prom_t p;
+    sl_admin_prom_init(&p);
+    counter(&p, "sluice_worker_rows_read_total", "Rows read from the table.", (double)st.rows_read);
+    counter(&p, "sluice_worker_rows_kept_total", "Rows the filters kept.", (double)st.rows_kept);
+    counter(&p, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
+    counter(&p, "sluice_worker_splits_failed_total",
+            "Leases whose split could not be read (reported to the master).",
+            (double)st.splits_failed);
+    counter(&p, "sluice_worker_batches_total", "Batches encoded.", (double)st.batches);
+    counter(&p, "sluice_worker_samples_total", "Samples in encoded batches.", (double)st.samples);
+    counter(&p, "sluice_worker_bytes_encoded_total", "Bytes of encoded batches.",
+            (double)st.bytes_encoded);
+    counter(&p, "sluice_worker_bytes_expanded_total",
+            "Bytes the encoded batches would take without dedup.", (double)st.bytes_expanded);
+    sl_admin_prom_family(&p, "sluice_worker_dedup_factor", "gauge",
+                         "Rows per unique row of each dedup group.");
+    for (uint32_t g = 0; g < st.num_groups; g++) {
+        char lab[128];
+        sl_admin_prom_label(lab, sizeof lab, "group", st.groups[g].name);
+        sl_admin_prom_sample(&p, "sluice_worker_dedup_factor", lab, st.groups[g].factor);
+    }
+    sl_admin_prom_family(&p, "sluice_worker_busy_seconds_total", "counter",
+                         "Busy time per pipeline stage, summed over threads.");
+    const char *stages[] = {"read", "filter", "dedup", "transform", "encode", "send"};
+    uint64_t ns[] = {st.read_ns, st.filter_ns, st.dedup_ns, st.transform_ns, st.encode_ns,
+                     s->send_ns};
+    for (int i = 0; i < 6; i++) {
+        char lab[64];
+        sl_admin_prom_label(lab, sizeof lab, "stage", stages[i]);
+        sl_admin_prom_sample(&p, "sluice_worker_busy_seconds_total", lab, (double)ns[i] / 1e9);
+    }
+    counter(&p, "sluice_worker_backpressure_seconds_total",
+            "Time stages waited for memory or a full queue.", (double)st.backpressure_ns / 1e9);
+    counter(&p, "sluice_worker_batches_sent_total", "BATCH frames sent (redeliveries included).",
+            (double)s->batches_sent);
+    counter(&p, "sluice_worker_batches_acked_total", "Batches acknowledged by clients.",
+            (double)s->batches_acked);
+    counter(&p, "sluice_worker_samples_acked_total", "Samples acknowledged by clients.",
+            (double)s->samples_acked);
+    counter(&p, "sluice_worker_bytes_sent_total", "Payload bytes of BATCH frames sent.",
+            (double)s->bytes_sent);
+    counter(&p, "sluice_worker_redeliveries_total", "Batches put back after a client left.",
+            (double)s->redeliveries);
+    counter(&p, "sluice_worker_batches_dropped_total", "Batches of revoked leases dropped unsent.",
+            (double)s->dropped);
+    counter(&p, "sluice_worker_bad_frames_total", "Connections closed for a bad frame.",
+            (double)s->bad_frames);
+    counter(&p, "sluice_worker_auth_failures_total",
+            "Trainer connections refused: no proof of the cluster secret.",
+            (double)s->auth_failures);
+    sl_admin_prom_family(&p, "sluice_worker_connections_closed_total", "counter",
+                         "Trainer connections the worker closed to keep its limits, by reason.");
+    const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
+    uint64_t wv[] = {s->handshake_timeouts, s->idle_closed, s->evicted, s->refused};
+    for (int i = 0; i < 4; i++) {
+        char lab[64];
+        sl_admin_prom_label(lab, sizeof lab, "reason", why[i]);
+        sl_admin_prom_sample(&p, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
+    }
+    gauge(&p, "sluice_worker_clients", "Trainer clients connected now.", (double)s->clients_now);
+    gauge(&p, "sluice_worker_queue_ready_batches", "Encoded batches waiting for a client.",
+          (double)s->ready);
+    gauge(&p, "sluice_worker_memory_used_bytes", "Bytes accounted by the memory budget now.",
+          (double)st.memory_used);
+    gauge(&p, "sluice_worker_memory_peak_bytes", "Highest bytes accounted (the budget's high-water mark, never above the limit).",
+          (double)st.memory_peak);
+    gauge(&p, "sluice_worker_memory_limit_bytes", "The memory budget.", (double)st.memory_limit);
+    gauge(&p, "sluice_worker_finished", "1 once every batch is produced and acknowledged.",
+          st.finished ? 1 : 0);
+    if (ms) {
+        sl_worker_lease_client_stats_t m;
+        sl_worker_lease_client_stats(ms, &m);
+        counter(&p, "sluice_worker_leases_total", "Leases granted by the master.",
+                (double)m.leases);
+        gauge(&p, "sluice_worker_leases_held", "Leases being read or waiting for acknowledgements.",
+              (double)m.leases_held);
+        counter(&p, "sluice_worker_split_reads_total", "SPLIT_READ reports answered.",
+                (double)m.split_reads);
+        counter(&p, "sluice_worker_leases_revoked_total", "Leases the master revoked.",
+                (double)m.revoked);
+        counter(&p, "sluice_worker_heartbeats_total", "Heartbeats answered.",
+                (double)m.heartbeats);
+        counter(&p, "sluice_worker_master_reconnects_total", "Master connections re-established.",
+                (double)m.reconnects);
+    }
+    return sl_admin_prom_finish(&p);
+}
+
+char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
+{
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    sl_error_t err = {0};
+    bool failed = sl_worker_failed(w, &err);
+    json_t *groups = json_array();
+    for (uint32_t g = 0; g < st.num_groups; g++)
+        json_array_append_new(groups, json_pack("{s:s, s:I, s:I, s:f}", "name", st.groups[g].name,
+                                                "rows", (json_int_t)st.groups[g].rows,
+                                                "unique_rows",
+                                                (json_int_t)st.groups[g].unique_rows, "factor",
+                                                st.groups[g].factor));
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, "
+        "s:I, s:I, s:I}, s:{s:I, s:I, s:I}}",
+        "worker_id", sl_worker_id(w), "job_id", sl_worker_job_id(w), "state",
+        failed ? "failed" : st.finished ? "finished" : "serving", "finished", st.finished,
+        "error", failed ? err.msg : NULL, "threads", (json_int_t)st.threads, "splits",
+        (json_int_t)st.splits, "rows_read", (json_int_t)st.rows_read, "rows_kept",
+        (json_int_t)st.rows_kept, "batches", (json_int_t)st.batches, "samples",
+        (json_int_t)st.samples, "bytes_encoded", (json_int_t)st.bytes_encoded, "dedup_groups",
+        groups, "server", "batches_sent", (json_int_t)st.server.batches_sent, "batches_acked",
+        (json_int_t)st.server.batches_acked, "samples_acked", (json_int_t)st.server.samples_acked,
+        "ready", (json_int_t)st.server.ready, "clients", (json_int_t)st.server.clients_now,
+        "dropped", (json_int_t)st.server.dropped, "memory", "limit", (json_int_t)st.memory_limit,
+        "used", (json_int_t)st.memory_used, "peak", (json_int_t)st.memory_peak);
+    if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
+    if (o && ms) {
+        sl_worker_lease_client_stats_t m;
+        sl_worker_lease_client_stats(ms, &m);
+        json_object_set_new(
+            o, "master",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I}", "leases",
+                      (json_int_t)m.leases, "leases_held", (json_int_t)m.leases_held,
+                      "split_reads", (json_int_t)m.split_reads, "splits_done",
+                      (json_int_t)m.splits_done, "revoked", (json_int_t)m.revoked, "heartbeats",
+                      (json_int_t)m.heartbeats, "reconnects", (json_int_t)m.reconnects, "stop",
+                      m.stop, "job_finished", m.finished, "lease_timeout_ms",
+                      (json_int_t)m.lease_timeout_ms, "heartbeat_ms", (json_int_t)m.heartbeat_ms));
+    }
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return text;
+}
+
+static void h_waiting(sl_admin_response_t *resp, int status)
+{
+    sl_admin_reply_json(resp, status,
+                        json_pack("{s:s, s:s}", "state", "waiting", "error",
+                                  "waiting for the master's first lease"));
+}
+
+static void h_healthz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)ctx;
+    (void)req;
+    sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* Ready: serving (not failed), and under a master not retired. */
+static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    wadmin_t *a = ctx;
+    sl_error_t err = {0};
+    pthread_mutex_lock(&a->mu);
+    sl_worker_lease_client_stats_t m = {0};
+    if (a->ms) sl_worker_lease_client_stats(a->ms, &m);
+    if (!a->w)
+        h_waiting(resp, 503);
+    else if (sl_worker_failed(a->w, &err))
+        sl_admin_reply_error(resp, 503, "failed: %s", err.msg);
+    else if (m.stop)
+        sl_admin_reply_error(resp, 503, "retired by the master: finishing");
+    else
+        sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ready"));
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    wadmin_t *a = ctx;
+    pthread_mutex_lock(&a->mu);
+    char *text = a->w ? sl_worker_admin_metrics_text(a->w, a->ms) : NULL;
+    bool waiting = !a->w;
+    pthread_mutex_unlock(&a->mu);
+    if (waiting) { /* nothing counted yet */
+        sl_admin_prom_t p;
+        sl_admin_prom_init(&p);
+        gauge(&p, "sluice_worker_waiting", "1 while waiting for the master's first lease.", 1);
+        text = sl_admin_prom_finish(&p);
+    }
+    if (!text) {
+        sl_admin_reply_error(resp, 500, "out of memory");
+        return;
+    }
+    resp->status = 200;
+    resp->body = text;
+    resp->content_type = SL_ADMIN_PROM_CONTENT_TYPE;
+}
+
+static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    wadmin_t *a = ctx;
+    pthread_mutex_lock(&a->mu);
+    char *text = a->w ? sl_worker_admin_status_json(a->w, a->ms) : NULL;
+    bool waiting = !a->w;
+    pthread_mutex_unlock(&a->mu);
+    if (waiting) {
+        h_waiting(resp, 200);
+        return;
+    }
+    if (!text) {
+        sl_admin_reply_error(resp, 500, "out of memory");
+        return;
+    }
+    resp->status = 200;
+    resp->body = text;
+}
+
+static const sl_admin_route_t routes[] = {
+    {"GET", "/healthz", false, h_healthz},
+    {"GET", "/readyz", false, h_readyz},
+    {"GET", "/metrics", false, h_metrics},
+    {"GET", "/status", false, h_status},
+};
+
+sl_err_t sl_worker_admin_start(sl_worker_t *w, sl_worker_lease_client_t *ms,
+                               const char *address, sl_worker_admin_t **out,
+                               sl_error_t *err)
+{
+    sl_admin_opts_t o = {.address = address};
+    return sl_worker_admin_serve(w, ms, &o, out, err);
+}
+
+sl_err_t sl_worker_admin_serve(sl_worker_t *w, sl_worker_lease_client_t *ms,
+                               const sl_admin_opts_t *endpoint, sl_worker_admin_t **out,
+                               sl_error_t *err)
+{
+    const sl_allocator_t *al = sl_allocator_default();
+    sl_worker_admin_t *a = sl_calloc(al, 1, sizeof *a);
+    if (!a) return sl_error_set(err, SL_ERR_NOMEM, "worker admin: out of memory");
+    a->ctx.w = w;
+    a->ctx.ms = ms;
+    pthread_mutex_init(&a->ctx.mu, NULL);
+    sl_admin_opts_t o = *endpoint;
+    o.token = NULL;
+    o.routes = routes;
+    o.num_routes = sizeof routes / sizeof routes[0];
+    o.ctx = &a->ctx;
+    sl_err_t rc = sl_admin_start(&o, &a->admin, err);
+    if (rc) {
+        pthread_mutex_destroy(&a->ctx.mu);
+        sl_free(al, a, sizeof *a);
+        return rc;
+    }
+    *out = a;
+    return SL_OK;
+}
+
+uint16_t sl_worker_admin_port(const sl_worker_admin_t *a)
+{
+    return sl_admin_port(a->admin);
+}
+
+void sl_worker_admin_set(sl_worker_admin_t *a, sl_worker_t *w,
+                         sl_worker_lease_client_t *ms)
+{
+    pthread_mutex_lock(&a->ctx.mu);
+    a->ctx.w = w;
+    a->ctx.ms = ms;
+    pthread_mutex_unlock(&a->ctx.mu);
+}
+
+void sl_worker_admin_stop(sl_worker_admin_t *a)
+{
+    if (!a) return;
+    sl_admin_stop(a->admin);
+    pthread_mutex_destroy(&a->ctx.mu);
+    sl_free(sl_allocator_default(), a, sizeof *a);
+}

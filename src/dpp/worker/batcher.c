@@ -1,0 +1,647 @@
+/* The batcher (batcher.h). Rows are gathered in runs of consecutive
+ * selected rows, so an unfiltered stripe costs a few memcpy per column and
+ * batch, not work per row. Dense, labels, ids and lengths go straight into
+ * the batch's arena (allocated for a full batch up front); the ids of each
+ * key grow in a reusable vector per key and are copied once, contiguous, when
+ * the batch is complete. */
+#include "dpp/worker/batcher.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "dpp/worker/batcher_internal.h"
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+char *dpp_batcher_dup_str(const sl_allocator_t *a, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = sl_alloc(a, n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static void free_strs(const sl_allocator_t *a, char **v, uint32_t n)
+{
+    if (!v) return;
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i]) sl_free(a, v[i], strlen(v[i]) + 1);
+    sl_free(a, v, (size_t)n * sizeof *v);
+}
+
+static void vecs_free(const sl_allocator_t *a, vec_t *v, uint32_t n)
+{
+    if (!v) return;
+    for (uint32_t k = 0; k < n; k++)
+        sl_free(a, v[k].p, v[k].cap);
+    sl_free(a, v, (size_t)(n ? n : 1) * sizeof *v);
+}
+
+static void builder_free(const sl_allocator_t *a, builder_t *bd, uint32_t F, uint32_t G,
+                         const gshape_t *gs)
+{
+    sl_batch_destroy(bd->cur);
+    bd->cur = NULL;
+    for (uint32_t g = 0; bd->groups && g < G; g++) {
+        vecs_free(a, bd->groups[g].lens, gs[g].F);
+        vecs_free(a, bd->groups[g].vals, gs[g].F);
+        vecs_free(a, bd->groups[g].wts, gs[g].F);
+    }
+    if (bd->groups) sl_free(a, bd->groups, (size_t)(G ? G : 1) * sizeof *bd->groups);
+    bd->groups = NULL;
+    for (uint32_t k = 0; bd->vals && k < F; k++) {
+        sl_free(a, bd->vals[k].p, bd->vals[k].cap);
+        sl_free(a, bd->wts[k].p, bd->wts[k].cap);
+    }
+    if (bd->vals) sl_free(a, bd->vals, (size_t)F * sizeof *bd->vals);
+    if (bd->wts) sl_free(a, bd->wts, (size_t)F * sizeof *bd->wts);
+    bd->vals = bd->wts = NULL;
+}
+
+sl_err_t sl_worker_batcher_new(const sl_worker_batcher_opts_t *opts, sl_worker_batcher_emit_fn emit,
+                               void *ctx, sl_worker_batcher_t **out, sl_error_t *err)
+{
+    if (!opts || opts->batch_size == 0 || !emit)
+        return sl_error_set(err, SL_ERR_INVALID, "batcher: batch_size must be positive");
+    const sl_allocator_t *a = opts->allocator ? opts->allocator : sl_allocator_default();
+    sl_worker_batcher_t *b = sl_calloc(a, 1, sizeof *b);
+    if (!b) return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
+    b->o = *opts;
+    b->a = a;
+    b->emit = emit;
+    b->ctx = ctx;
+    if (opts->weight_label && !(b->weight_label = dpp_batcher_dup_str(a, opts->weight_label))) {
+        sl_free(a, b, sizeof *b);
+        return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
+    }
+    b->o.weight_label = b->weight_label;
+    b->batch.cap = opts->batch_size;
+    b->window.cap = opts->shuffle_window;
+    b->window.track_rows = true;
+    *out = b;
+    return SL_OK;
+}
+
+void sl_worker_batcher_destroy(sl_worker_batcher_t *b)
+{
+    if (!b) return;
+    const sl_allocator_t *a = b->a;
+    builder_free(a, &b->batch, b->F, b->G, b->gs);
+    builder_free(a, &b->window, b->F, b->G, b->gs);
+    for (uint32_t g = 0; b->gs && g < b->G; g++) {
+        gshape_t *q = &b->gs[g];
+        if (q->name) sl_free(a, q->name, strlen(q->name) + 1);
+        free_strs(a, q->keys, q->F);
+        if (q->map) sl_free(a, q->map, (size_t)q->map_cap * sizeof *q->map);
+        if (q->touched) sl_free(a, q->touched, (size_t)q->map_cap * sizeof *q->touched);
+        if (q->uoff) sl_free(a, q->uoff, q->uoff_cap * sizeof *q->uoff);
+    }
+    if (b->gs) sl_free(a, b->gs, (size_t)(b->G ? b->G : 1) * sizeof *b->gs);
+    free_strs(a, b->keys, b->F);
+    free_strs(a, b->dense_names, b->D);
+    free_strs(a, b->label_names, b->T_out);
+    uint32_t rc = b->batch.cap > b->window.cap ? b->batch.cap : b->window.cap;
+    if (b->key_off) sl_free(a, b->key_off, (size_t)(b->F + 1) * sizeof *b->key_off);
+    if (b->cur_row) sl_free(a, b->cur_row, (size_t)b->F * sizeof *b->cur_row);
+    if (b->cur_off) sl_free(a, b->cur_off, (size_t)b->F * sizeof *b->cur_off);
+    if (b->runs) sl_free(a, b->runs, (size_t)rc * sizeof *b->runs);
+    if (b->perm) sl_free(a, b->perm, (size_t)b->window.cap * sizeof *b->perm);
+    if (b->offs)
+        sl_free(a, b->offs,
+                sl_mul_size((size_t)b->F, (size_t)b->window.cap + 1) * sizeof(uint64_t));
+    if (b->weight_label) sl_free(a, b->weight_label, strlen(b->weight_label) + 1);
+    sl_free(a, b, sizeof *b);
+}
+
+static char **dup_names(const sl_allocator_t *a, const char *const *names, uint32_t n,
+                        const char *extra, const char *fallback)
+{
+    uint32_t total = n + (extra ? 1 : 0);
+    char **v = sl_calloc(a, total ? total : 1, sizeof *v);
+    if (!v) return NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        char tmp[32];
+        const char *s = names && names[i] ? names[i] : NULL;
+        if (!s) {
+            snprintf(tmp, sizeof tmp, "%s%u", fallback, i);
+            s = tmp;
+        }
+        if (!(v[i] = dpp_batcher_dup_str(a, s))) goto fail;
+    }
+    if (extra && !(v[n] = dpp_batcher_dup_str(a, extra))) goto fail;
+    return v;
+fail:
+    free_strs(a, v, total ? total : 1);
+    return NULL;
+}
+
+static sl_err_t builder_setup(sl_worker_batcher_t *b, builder_t *bd)
+{
+    if (bd->cap == 0) return SL_OK;
+    bd->vals = sl_calloc(b->a, b->F ? b->F : 1, sizeof *bd->vals);
+    bd->wts = sl_calloc(b->a, b->F ? b->F : 1, sizeof *bd->wts);
+    if (!bd->vals || !bd->wts) return SL_ERR_NOMEM;
+    if (b->G == 0) return SL_OK;
+    if (!(bd->groups = sl_calloc(b->a, b->G, sizeof *bd->groups))) return SL_ERR_NOMEM;
+    for (uint32_t g = 0; g < b->G; g++) {
+        uint32_t n = b->gs[g].F ? b->gs[g].F : 1;
+        gbuild_t *gb = &bd->groups[g];
+        gb->lens = sl_calloc(b->a, n, sizeof(vec_t));
+        gb->vals = sl_calloc(b->a, n, sizeof(vec_t));
+        gb->wts = sl_calloc(b->a, n, sizeof(vec_t));
+        if (!gb->lens || !gb->vals || !gb->wts) return SL_ERR_NOMEM;
+    }
+    return SL_OK;
+}
+
+/* Fix the shape from the first rows; later rows must match it. */
+static sl_err_t configure(sl_worker_batcher_t *b, const sl_batch_t *rows, sl_error_t *err)
+{
+    const sl_allocator_t *a = b->a;
+    b->F = rows->sparse.num_keys;
+    b->D = rows->dense.cols;
+    b->T = rows->labels.cols;
+    b->T_out = b->T + (b->weight_label ? 1 : 0);
+    b->weighted = rows->sparse.weights != NULL;
+    b->has_ids = rows->sample_ids != NULL;
+    if (b->o.sample_ids && !b->has_ids)
+        return sl_error_set(err, SL_ERR_INVALID, "batcher: rows carry no sample ids");
+    if (rows->num_groups && b->window.cap)
+        return sl_error_set(err, SL_ERR_UNSUPPORTED,
+                            "batcher: a shuffle window over rows in dedup form");
+    if (rows->num_groups) {
+        b->gs = sl_calloc(a, rows->num_groups, sizeof *b->gs);
+        if (!b->gs) return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
+        b->G = rows->num_groups;
+        for (uint32_t g = 0; g < b->G; g++) {
+            const sl_ikjt_t *ik = &rows->groups[g];
+            gshape_t *q = &b->gs[g];
+            q->F = ik->unique.num_keys;
+            q->weighted = ik->unique.weights != NULL;
+            q->name = dpp_batcher_dup_str(a, ik->name ? ik->name : "group");
+            q->keys = dup_names(a, ik->unique.keys, q->F, NULL, "key_");
+            if (!q->name || !q->keys)
+                return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
+        }
+    }
+    b->keys = dup_names(a, rows->sparse.keys, b->F, NULL, "sparse_");
+    b->dense_names = dup_names(a, rows->dense.names, b->D, NULL, "dense_");
+    b->label_names = dup_names(a, rows->labels.names, b->T, b->weight_label, "label_");
+    uint32_t rc = b->batch.cap > b->window.cap ? b->batch.cap : b->window.cap;
+    b->key_off = sl_calloc(a, (size_t)b->F + 1, sizeof *b->key_off);
+    b->cur_row = sl_calloc(a, b->F ? b->F : 1, sizeof *b->cur_row);
+    b->cur_off = sl_calloc(a, b->F ? b->F : 1, sizeof *b->cur_off);
+    b->runs = sl_calloc(a, rc, sizeof *b->runs);
+    if (!b->keys || !b->dense_names || !b->label_names || !b->key_off || !b->cur_row ||
+        !b->cur_off || !b->runs || builder_setup(b, &b->batch) || builder_setup(b, &b->window))
+        return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
+    if (b->window.cap) {
+        b->perm = sl_calloc(a, b->window.cap, sizeof *b->perm);
+        b->offs = sl_alloc(
+            a, sl_mul_size(sl_mul_size(b->F, (size_t)b->window.cap + 1), sizeof(uint64_t)));
+        if (!b->perm || (!b->offs && b->F))
+            return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory (shuffle window)");
+    }
+    b->configured = true;
+    return SL_OK;
+}
+
+static sl_err_t check_shape(const sl_worker_batcher_t *b, const sl_batch_t *rows, uint32_t T,
+                            sl_error_t *err)
+{
+    if (rows->sparse.num_keys != b->F || rows->dense.cols != b->D || rows->labels.cols != T ||
+        (rows->sparse.weights != NULL) != b->weighted || (rows->sample_ids != NULL) != b->has_ids)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "batcher: rows changed shape (%u keys, %u dense, %u labels; "
+                            "expected %u, %u, %u)",
+                            rows->sparse.num_keys, rows->dense.cols, rows->labels.cols, b->F, b->D,
+                            T);
+    for (uint32_t k = 0; k < b->F; k++)
+        if (strcmp(rows->sparse.keys[k], b->keys[k]) != 0)
+            return sl_error_set(err, SL_ERR_INVALID, "batcher: key %u is '%s', expected '%s'", k,
+                                rows->sparse.keys[k], b->keys[k]);
+    if (rows->num_groups != b->G)
+        return sl_error_set(err, SL_ERR_INVALID, "batcher: rows have %u dedup groups, expected %u",
+                            rows->num_groups, b->G);
+    for (uint32_t g = 0; g < b->G; g++) {
+        const sl_kjt_t *u = &rows->groups[g].unique;
+        bool same = u->num_keys == b->gs[g].F && (u->weights != NULL) == b->gs[g].weighted &&
+                    rows->groups[g].batch_size == rows->batch_size;
+        for (uint32_t k = 0; same && k < u->num_keys; k++)
+            same = strcmp(u->keys[k], b->gs[g].keys[k]) == 0;
+        if (!same)
+            return sl_error_set(err, SL_ERR_INVALID, "batcher: dedup group %u ('%s') changed shape",
+                                g, b->gs[g].name);
+    }
+    return SL_OK;
+}
+
+/* Start a batch in bd: an arena with room for cap rows. */
+static sl_err_t builder_begin(sl_worker_batcher_t *b, builder_t *bd, sl_error_t *err)
+{
+    sl_batch_t *batch = sl_batch_new(b->a);
+    if (!batch) return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
+    sl_arena_t *ar = batch->arena;
+    size_t cap = bd->cap;
+    bd->lengths = sl_arena_alloc(ar, sl_mul_size(sl_mul_size(b->F, cap), sizeof(int32_t)));
+    bd->dense = sl_arena_alloc(ar, sl_mul_size(sl_mul_size(b->D, cap), sizeof(float)));
+    bd->labels = sl_arena_alloc(ar, sl_mul_size(sl_mul_size(b->T_out, cap), sizeof(float)));
+    bd->ids = b->o.sample_ids ? sl_arena_alloc(ar, cap * sizeof(int64_t)) : NULL;
+    if (bd->track_rows) {
+        bd->row_split = sl_arena_alloc(ar, cap * sizeof(uint64_t));
+        bd->row_pos = sl_arena_alloc(ar, cap * sizeof(uint64_t));
+    }
+    bool ginv = true;
+    for (uint32_t g = 0; g < b->G && bd->groups; g++) {
+        bd->groups[g].inverse = sl_arena_alloc(ar, cap * sizeof(int32_t));
+        bd->groups[g].U = 0;
+        ginv = ginv && bd->groups[g].inverse;
+    }
+    if (!ginv || !bd->lengths || !bd->dense || !bd->labels || (b->o.sample_ids && !bd->ids) ||
+        (bd->track_rows && (!bd->row_split || !bd->row_pos))) {
+        sl_batch_destroy(batch);
+        return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory for a batch of %u rows",
+                            bd->cap);
+    }
+    bd->cur = batch;
+    return SL_OK;
+}
+
+/* Gather the rows of runs[0..nr) (m rows in all) of src into bd at row
+ * bd->n. Rows ascend, so each key's values are found by the per-key cursor
+ * (cur_row, cur_off) instead of an offsets table. */
+static sl_err_t gather_runs(sl_worker_batcher_t *b, builder_t *bd, const sl_batch_t *src,
+                            const run_t *runs, uint32_t nr, uint32_t m, const float *weights,
+                            uint32_t wbase, const sl_worker_rows_origin_t *origin, sl_error_t *err)
+{
+    const uint32_t N = src->batch_size;
+    const sl_kjt_t *kjt = &src->sparse;
+    for (uint32_t k = 0; k < b->F; k++) {
+        const int32_t *L = kjt->lengths + (size_t)k * N;
+        int32_t *dl = bd->lengths + (size_t)k * bd->cap + bd->n;
+        uint32_t r = b->cur_row[k];
+        uint64_t off = b->cur_off[k];
+        uint32_t i = 0;
+        for (uint32_t q = 0; q < nr; q++) {
+            uint32_t s = runs[q].row, c = runs[q].count;
+            while (r < s)
+                off += (uint64_t)L[r++];
+            memcpy(dl + i, L + s, (size_t)c * sizeof *L);
+            uint64_t sum = 0;
+            for (uint32_t j = 0; j < c; j++)
+                sum += (uint64_t)L[s + j];
+            if (off + sum > b->key_off[k + 1] - b->key_off[k])
+                return sl_error_set(err, SL_ERR_INVALID,
+                                    "batcher: key '%s' lengths pass its values", b->keys[k]);
+            if (sum && (!dpp_vec_reserve(b->a, &bd->vals[k], sum * sizeof(int64_t)) ||
+                        (b->weighted && !dpp_vec_reserve(b->a, &bd->wts[k], sum * sizeof(float)))))
+                return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
+            if (sum) {
+                memcpy(bd->vals[k].p + bd->vals[k].len, kjt->values + b->key_off[k] + off,
+                       sum * sizeof(int64_t));
+                bd->vals[k].len += sum * sizeof(int64_t);
+            }
+            if (sum && b->weighted) {
+                memcpy(bd->wts[k].p + bd->wts[k].len, kjt->weights + b->key_off[k] + off,
+                       sum * sizeof(float));
+                bd->wts[k].len += sum * sizeof(float);
+            }
+            off += sum;
+            r = s + c;
+            i += c;
+        }
+        b->cur_row[k] = r;
+        b->cur_off[k] = off;
+    }
+    if (b->G) {
+        sl_err_t rc = dpp_batcher_gather_groups(b, bd, src, runs, nr, err);
+        if (rc) return rc;
+    }
+    uint32_t i = 0;
+    for (uint32_t q = 0; q < nr; q++) {
+        uint32_t s = runs[q].row, c = runs[q].count;
+        size_t at = (size_t)bd->n + i;
+        if (b->D)
+            memcpy(bd->dense + at * b->D, src->dense.data + (size_t)s * b->D,
+                   (size_t)c * b->D * sizeof(float));
+        if (b->weight_label) {
+            for (uint32_t j = 0; j < c; j++) {
+                float *dst = bd->labels + (at + j) * b->T_out;
+                if (b->T)
+                    memcpy(dst, src->labels.data + (size_t)(s + j) * b->T, b->T * sizeof(float));
+                dst[b->T] = weights ? weights[wbase + i + j] : 1.0f;
+            }
+        } else if (b->T) {
+            memcpy(bd->labels + at * b->T, src->labels.data + (size_t)s * b->T,
+                   (size_t)c * b->T * sizeof(float));
+        }
+        if (bd->ids) memcpy(bd->ids + at, src->sample_ids + s, (size_t)c * sizeof(int64_t));
+        if (bd->track_rows)
+            for (uint32_t j = 0; j < c; j++) {
+                bd->row_split[at + j] = origin->split_id;
+                bd->row_pos[at + j] = origin->row + s + j;
+            }
+        i += c;
+    }
+    if (bd->n == 0) {
+        bd->first = (sl_batch_origin_t){.job_id = b->o.job_id,
+                                        .epoch = origin->epoch,
+                                        .split_id = origin->split_id,
+                                        .first_row = origin->row + runs[0].row};
+    }
+    bd->n += m;
+    return SL_OK;
+}
+
+/* Turn what bd holds into a finished batch (ownership to the caller). */
+static sl_err_t builder_finish(sl_worker_batcher_t *b, builder_t *bd, sl_batch_t **out,
+                               sl_error_t *err)
+{
+    sl_batch_t *batch = bd->cur;
+    sl_arena_t *ar = batch->arena;
+    uint32_t n = bd->n, F = b->F;
+    if (n < bd->cap)
+        for (uint32_t k = 1; k < F; k++)
+            memmove(bd->lengths + (size_t)k * n, bd->lengths + (size_t)k * bd->cap,
+                    (size_t)n * sizeof(int32_t));
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < F; k++)
+        total += bd->vals[k].len / sizeof(int64_t);
+    sl_kjt_t *kjt = &batch->sparse;
+    kjt->num_keys = F;
+    kjt->stride = n;
+    kjt->num_values = total;
+    kjt->lengths = bd->lengths;
+    kjt->keys = sl_arena_alloc(ar, (F ? F : 1) * sizeof(char *));
+    kjt->values = sl_arena_alloc(ar, sl_mul_size(total, sizeof(int64_t)));
+    kjt->weights = b->weighted ? sl_arena_alloc(ar, sl_mul_size(total, sizeof(float))) : NULL;
+    const char **dn = sl_arena_alloc(ar, (b->D ? b->D : 1) * sizeof(char *));
+    const char **ln = sl_arena_alloc(ar, (b->T_out ? b->T_out : 1) * sizeof(char *));
+    if (!kjt->keys || !kjt->values || (b->weighted && !kjt->weights) || !dn || !ln) goto nomem;
+    for (uint32_t k = 0; k < F; k++)
+        if (!(kjt->keys[k] = sl_arena_strdup(ar, b->keys[k]))) goto nomem;
+    for (uint32_t j = 0; j < b->D; j++)
+        if (!(dn[j] = sl_arena_strdup(ar, b->dense_names[j]))) goto nomem;
+    for (uint32_t j = 0; j < b->T_out; j++)
+        if (!(ln[j] = sl_arena_strdup(ar, b->label_names[j]))) goto nomem;
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < F; k++) {
+        uint64_t c = bd->vals[k].len / sizeof(int64_t);
+        if (c) memcpy(kjt->values + at, bd->vals[k].p, c * sizeof(int64_t));
+        if (c && b->weighted) memcpy(kjt->weights + at, bd->wts[k].p, c * sizeof(float));
+        at += c;
+        bd->vals[k].len = bd->wts[k].len = 0;
+    }
+    if (b->G && !dpp_batcher_finish_groups(b, bd, batch)) goto nomem;
+    batch->batch_size = n;
+    batch->dense = (sl_dense_t){.rows = n, .cols = b->D, .names = dn, .data = bd->dense};
+    batch->labels = (sl_dense_t){.rows = n, .cols = b->T_out, .names = ln, .data = bd->labels};
+    batch->sample_ids = bd->ids;
+    batch->origin = bd->first;
+    bd->cur = NULL;
+    bd->n = 0;
+    *out = batch;
+    return SL_OK;
+nomem:
+    return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory finishing a batch");
+}
+
+static sl_err_t emit_batch(sl_worker_batcher_t *b, sl_error_t *err)
+{
+    sl_batch_t *batch;
+    sl_err_t rc = builder_finish(b, &b->batch, &batch, err);
+    if (rc) return rc;
+    if (b->seq_valid && b->seq_split == batch->origin.split_id) {
+        batch->origin.sequence = b->seq_next++;
+    } else {
+        b->seq_valid = true;
+        b->seq_split = batch->origin.split_id;
+        batch->origin.sequence = 0;
+        b->seq_next = 1;
+    }
+    b->stats.batches++;
+    b->stats.rows_out += batch->batch_size;
+    return b->emit(b->ctx, batch, err);
+}
+
+/* Shuffle the window's rows (seeded Fisher-Yates) and deal them into batches. */
+static sl_err_t flush_window(sl_worker_batcher_t *b, sl_error_t *err)
+{
+    builder_t *w = &b->window;
+    if (w->n == 0) return SL_OK;
+    uint64_t *rs = w->row_split, *rp = w->row_pos;
+    sl_batch_t *win;
+    sl_err_t rc = builder_finish(b, w, &win, err);
+    if (rc) return rc;
+    uint32_t n = win->batch_size;
+    for (uint32_t i = 0; i < n; i++)
+        b->perm[i] = i;
+    for (uint32_t i = n; i > 1; i--) {
+        uint32_t j = (uint32_t)(splitmix(&b->rng) % i);
+        uint32_t t = b->perm[i - 1];
+        b->perm[i - 1] = b->perm[j];
+        b->perm[j] = t;
+    }
+    const sl_kjt_t *kjt = &win->sparse;
+    uint64_t at = 0; /* each key's offsets continue where the previous key's ended */
+    for (uint32_t k = 0; k < b->F; k++) {
+        uint64_t *o = b->offs + (size_t)k * (n + 1);
+        o[0] = at;
+        for (uint32_t r = 0; r < n; r++)
+            o[r + 1] = o[r] + (uint64_t)kjt->lengths[(size_t)k * n + r];
+        at = o[n];
+    }
+    builder_t *bd = &b->batch;
+    uint32_t i = 0;
+    while (i < n) {
+        if (!bd->cur && (rc = builder_begin(b, bd, err))) goto out;
+        uint32_t m = bd->cap - bd->n;
+        if (m > n - i) m = n - i;
+        for (uint32_t k = 0; k < b->F; k++) {
+            const uint64_t *o = b->offs + (size_t)k * (n + 1);
+            int32_t *dl = bd->lengths + (size_t)k * bd->cap + bd->n;
+            uint64_t sum = 0;
+            for (uint32_t j = 0; j < m; j++) {
+                uint32_t s = b->perm[i + j];
+                dl[j] = kjt->lengths[(size_t)k * n + s];
+                sum += (uint64_t)dl[j];
+            }
+            if (sum &&
+                (!dpp_vec_reserve(b->a, &bd->vals[k], sum * sizeof(int64_t)) ||
+                 (b->weighted && !dpp_vec_reserve(b->a, &bd->wts[k], sum * sizeof(float))))) {
+                rc = sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
+                goto out;
+            }
+            for (uint32_t j = 0; j < m; j++) {
+                uint32_t s = b->perm[i + j];
+                size_t len = (size_t)dl[j];
+                if (len == 0) continue;
+                memcpy(bd->vals[k].p + bd->vals[k].len, kjt->values + o[s], len * sizeof(int64_t));
+                bd->vals[k].len += len * sizeof(int64_t);
+                if (b->weighted) {
+                    memcpy(bd->wts[k].p + bd->wts[k].len, kjt->weights + o[s], len * sizeof(float));
+                    bd->wts[k].len += len * sizeof(float);
+                }
+            }
+        }
+        for (uint32_t j = 0; j < m; j++) {
+            uint32_t s = b->perm[i + j];
+            size_t at = (size_t)bd->n + j;
+            if (b->D)
+                memcpy(bd->dense + at * b->D, win->dense.data + (size_t)s * b->D,
+                       b->D * sizeof(float));
+            if (b->T_out)
+                memcpy(bd->labels + at * b->T_out, win->labels.data + (size_t)s * b->T_out,
+                       b->T_out * sizeof(float));
+            if (bd->ids) bd->ids[at] = win->sample_ids[s];
+        }
+        if (bd->n == 0) {
+            uint32_t s = b->perm[i];
+            bd->first = (sl_batch_origin_t){
+                .job_id = b->o.job_id, .epoch = b->epoch, .split_id = rs[s], .first_row = rp[s]};
+        }
+        bd->n += m;
+        i += m;
+        if (bd->n == bd->cap && (rc = emit_batch(b, err))) goto out;
+    }
+out:
+    sl_batch_destroy(win);
+    return rc;
+}
+
+sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
+                               const uint32_t *selected, const float *weights, uint32_t n,
+                               const sl_worker_rows_origin_t *origin, sl_error_t *err)
+{
+    sl_err_t rc;
+    if (!b->configured && (rc = configure(b, rows, err))) return rc;
+    if ((rc = check_shape(b, rows, b->T, err))) return rc;
+    const uint32_t N = rows->batch_size;
+    if (!selected && n > N)
+        return sl_error_set(err, SL_ERR_INVALID, "batcher: %u rows selected of %u", n, N);
+    if (!b->started || origin->epoch != b->epoch) {
+        if (b->started && (b->window.n || b->batch.n) && (rc = sl_worker_batcher_end_epoch(b, err)))
+            return rc;
+        b->started = true;
+        b->epoch = origin->epoch;
+        b->rng = b->o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)origin->epoch + 1));
+    }
+    if (origin->key_offsets != NULL) {
+        if (origin->key_offsets[b->F] != rows->sparse.num_values)
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "batcher: key offsets end at %llu, not at the %llu values",
+                                (unsigned long long)origin->key_offsets[b->F],
+                                (unsigned long long)rows->sparse.num_values);
+        memcpy(b->key_off, origin->key_offsets, ((size_t)b->F + 1) * sizeof *b->key_off);
+    } else
+        sl_kjt_key_offsets(&rows->sparse, b->key_off);
+    if (b->G && (rc = dpp_batcher_prepare_groups(b, rows, err))) return rc;
+    for (uint32_t k = 0; k < b->F; k++) {
+        b->cur_row[k] = 0;
+        b->cur_off[k] = 0;
+    }
+    b->stats.rows_in += n;
+    uint32_t i = 0;
+    uint32_t prev = 0;
+    while (i < n) {
+        builder_t *bd = b->window.cap ? &b->window : &b->batch;
+        if (!bd->cur && (rc = builder_begin(b, bd, err))) return rc;
+        uint32_t m = bd->cap - bd->n;
+        if (m > n - i) m = n - i;
+        /* runs of consecutive rows among selected[i, i+m) */
+        uint32_t nr = 0;
+        for (uint32_t j = 0; j < m; j++) {
+            uint32_t s = selected ? selected[i + j] : i + j;
+            if (s >= N || (selected && (i + j) > 0 && s <= prev))
+                return sl_error_set(err, SL_ERR_INVALID,
+                                    "batcher: selected row %u out of order or range (%u rows)", s,
+                                    N);
+            prev = s;
+            if (nr && b->runs[nr - 1].row + b->runs[nr - 1].count == s)
+                b->runs[nr - 1].count++;
+            else
+                b->runs[nr++] = (run_t){s, 1};
+        }
+        if ((rc = gather_runs(b, bd, rows, b->runs, nr, m, weights, i, origin, err))) return rc;
+        i += m;
+        if (bd->n == bd->cap) {
+            rc = b->window.cap ? flush_window(b, err) : emit_batch(b, err);
+            if (rc) return rc;
+        }
+    }
+    return SL_OK;
+}
+
+/* Forget the rows bd holds (its vectors are kept for reuse). @return how
+ * many. */
+static uint32_t builder_clear(sl_worker_batcher_t *b, builder_t *bd)
+{
+    uint32_t n = bd->n;
+    for (uint32_t k = 0; bd->vals && k < b->F; k++)
+        bd->vals[k].len = bd->wts[k].len = 0;
+    for (uint32_t g = 0; bd->groups && g < b->G; g++) {
+        gbuild_t *gb = &bd->groups[g];
+        for (uint32_t k = 0; k < b->gs[g].F; k++)
+            gb->lens[k].len = gb->vals[k].len = gb->wts[k].len = 0;
+        gb->U = 0;
+    }
+    dpp_batcher_reset_maps(b);
+    sl_batch_destroy(bd->cur);
+    bd->cur = NULL;
+    bd->n = 0;
+    return n;
+}
+
+sl_err_t sl_worker_batcher_end_epoch(sl_worker_batcher_t *b, sl_error_t *err)
+{
+    sl_err_t rc = flush_window(b, err);
+    if (rc) return rc;
+    if (b->batch.n == 0) return SL_OK;
+    if (b->o.drop_last) {
+        b->stats.rows_dropped += builder_clear(b, &b->batch);
+        return SL_OK;
+    }
+    return emit_batch(b, err);
+}
+
+void sl_worker_batcher_discard(sl_worker_batcher_t *b)
+{
+    b->stats.rows_discarded += builder_clear(b, &b->window);
+    b->stats.rows_discarded += builder_clear(b, &b->batch);
+}
+
+void sl_worker_batcher_reseed(sl_worker_batcher_t *b, uint32_t epoch, uint64_t salt)
+{
+    b->started = true;
+    b->epoch = epoch;
+    uint64_t z = salt;
+    b->rng = b->o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)epoch + 1)) ^ splitmix(&z);
+}
+
+uint64_t sl_worker_batcher_footprint(const sl_worker_batcher_t *b)
+{
+    uint64_t t = 0;
+    const builder_t *bs[2] = {&b->batch, &b->window};
+    for (int i = 0; i < 2; i++) {
+        const builder_t *bd = bs[i];
+        if (bd->cur) t += sl_arena_footprint(bd->cur->arena);
+        for (uint32_t k = 0; bd->vals && k < b->F; k++)
+            t += bd->vals[k].cap + bd->wts[k].cap;
+        for (uint32_t g = 0; bd->groups && g < b->G; g++)
+            for (uint32_t k = 0; k < b->gs[g].F; k++)
+                t += bd->groups[g].lens[k].cap + bd->groups[g].vals[k].cap +
+                     bd->groups[g].wts[k].cap;
+    }
+    return t;
+}
+
+void sl_worker_batcher_stats(const sl_worker_batcher_t *b, sl_worker_batcher_stats_t *out)
+{
+    *out = b->stats;
+}

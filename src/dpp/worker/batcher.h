@@ -1,0 +1,123 @@
+/* The batcher: gathers the rows a filter kept from successive stripes into
+ * batches of the job's batch size, across stripe and split boundaries (not
+ * across epochs), optionally through a seeded row-shuffle window. The
+ * worker's transform threads then deduplicate each batch handed out
+ * (sl_worker_batcher_dedup, over src/dedup), not the batcher itself.
+ *
+ * Input rows are what the reader hands out (sl_wh_rows_t.batch): a plain KJT
+ * of stride N, dense [N, D], labels [N, T], sample ids, and, when a table
+ * stores dedup groups and is read in dedup form, one IKJT per group; the
+ * shape (keys, groups, dense and label columns, weightedness) must stay the
+ * same from stripe to stripe. A batch handed out holds the plain sparse
+ * features in batch->sparse, the input's groups as IKJTs (each stripe's
+ * unique rows copied once per batch, inverse indices remapped; none for
+ * expanded input), dense, labels (plus the weight label column when asked
+ * for) and sample ids (when asked for), all in the batch's own arena, and
+ * its origin: the epoch, split, row of the split and per-split sequence
+ * number of its first row. A shuffle window needs expanded input.
+ *
+ * Memory: one batch being built (and with shuffle_window W, W rows plus
+ * their per-key offsets); reused from batch to batch. Not thread-safe: one
+ * batcher per pipeline. */
+#ifndef SLUICE_DPP_WORKER_BATCHER_H
+#define SLUICE_DPP_WORKER_BATCHER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dedup/dedup.h"
+#include "sluice/err.h"
+#include "sluice/tensor.h"
+
+typedef struct sl_worker_batcher_opts {
+    uint32_t batch_size;             /* rows per batch, > 0 */
+    bool drop_last;                  /* drop an epoch's last, short batch */
+    uint32_t shuffle_window;         /* 0: rows keep their order */
+    uint64_t seed;                   /* shuffle seed (mixed with the epoch) */
+    bool sample_ids;                 /* copy sample ids into batches */
+    const char *weight_label;        /* append a label column of row weights; NULL: none (copied) */
+    uint64_t job_id;                 /* copied into every batch's origin */
+    const sl_allocator_t *allocator; /* NULL: default */
+} sl_worker_batcher_opts_t;
+
+/* Where the rows handed to sl_worker_batcher_add come from. */
+typedef struct sl_worker_rows_origin {
+    uint32_t epoch;
+    uint64_t split_id;
+    uint64_t row; /* row of the split where input row 0 lies */
+    /* [rows->sparse.num_keys + 1]: where each key's values start, when the
+     * source knows it (sl_wh_rows_t.key_offsets); NULL: summed here */
+    const uint64_t *key_offsets;
+} sl_worker_rows_origin_t;
+
+/* Receives each complete batch and always takes ownership of it (free with
+ * sl_batch_destroy), also when it fails; a failure stops the batcher's call
+ * with that error. */
+typedef sl_err_t (*sl_worker_batcher_emit_fn)(void *ctx, sl_batch_t *batch, sl_error_t *err);
+
+typedef struct sl_worker_batcher sl_worker_batcher_t;
+
+typedef struct sl_worker_batcher_stats {
+    uint64_t rows_in;      /* rows added */
+    uint64_t rows_out;     /* rows in batches handed out */
+    uint64_t rows_dropped; /* by drop_last */
+    uint64_t rows_discarded; /* by sl_worker_batcher_discard */
+    uint64_t batches;
+} sl_worker_batcher_stats_t;
+
+/* Caller owns, free with sl_worker_batcher_destroy. @return SL_ERR_INVALID for
+ * batch_size 0, SL_ERR_NOMEM. */
+sl_err_t sl_worker_batcher_new(const sl_worker_batcher_opts_t *opts, sl_worker_batcher_emit_fn emit,
+                               void *ctx, sl_worker_batcher_t **out, sl_error_t *err);
+/* b may be NULL; rows not yet handed out are dropped. */
+void sl_worker_batcher_destroy(sl_worker_batcher_t *b);
+
+/* Add rows selected[0..n) of rows (indices ascending, as the filter gives
+ * them; selected NULL: rows 0..n-1), with their weights (NULL: 1.0; only
+ * used with a weight label). rows is borrowed for the call: everything
+ * needed is copied. Complete batches go to emit before the call returns.
+ * @return SL_ERR_INVALID when the shape differs from earlier rows or an index
+ * is out of range; emit's error. */
+sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
+                               const uint32_t *selected, const float *weights, uint32_t n,
+                               const sl_worker_rows_origin_t *origin, sl_error_t *err);
+
+/* End of an epoch: drain the shuffle window and hand out the short last
+ * batch (or drop it with drop_last). */
+sl_err_t sl_worker_batcher_end_epoch(sl_worker_batcher_t *b, sl_error_t *err);
+
+/* Drop every row held and not yet in a batch handed out (the batch being
+ * built, the shuffle window), as if never added: a worker whose lease
+ * failed mid-way discards what it gathered of it. The batcher stays usable
+ * for rows of the same shape. */
+void sl_worker_batcher_discard(sl_worker_batcher_t *b);
+
+/* Restart the shuffle window's random sequence from (seed, epoch, salt),
+ * and make epoch the current one. Only between batches, with no row held:
+ * a worker under a master reseeds at each batch (salt: split and first
+ * row), so that a batch's row order does not depend on which leases the
+ * worker happened to read before. */
+void sl_worker_batcher_reseed(sl_worker_batcher_t *b, uint32_t epoch, uint64_t salt);
+
+/* Bytes the batcher holds now (for the worker's memory accounting). */
+uint64_t sl_worker_batcher_footprint(const sl_worker_batcher_t *b);
+
+void sl_worker_batcher_stats(const sl_worker_batcher_t *b, sl_worker_batcher_stats_t *out);
+
+/* Deduplicate a batch the batcher handed out: its plain KJT (all sparse
+ * features) is split into batch->sparse and one IKJT per group
+ * (sl_dedup_batch), buffers in batch->arena. A batch that already holds
+ * groups (dedup-form input) keeps them when they are exactly the given
+ * groups' feature sets (renamed and ordered as groups), else is expanded
+ * first. num_groups 0: expanded, no groups. stats (may be NULL) gets
+ * num_groups entries. */
+sl_err_t sl_worker_batcher_dedup(sl_dedup_t *d, sl_batch_t *batch,
+                                 const sl_dedup_group_spec_t *groups, uint32_t num_groups,
+                                 sl_dedup_stats_t *stats, sl_error_t *err);
+
+/* The bytes of batch's wire encoding if every group were expanded to a
+ * plain KJT (what the batch would cost without dedup), computed from the
+ * encoded size and the groups without expanding them. */
+uint64_t sl_worker_batcher_expanded_bytes(const sl_batch_t *batch, uint64_t encoded_bytes);
+
+#endif

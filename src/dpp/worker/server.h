@@ -1,0 +1,158 @@
+/* The worker's TCP server for the trainer protocol (proto/dpp.proto,
+ * src/rpc/frame.h).
+ *
+ * Encoded batches wait in one ready queue. Each client connection has two
+ * threads: a receiver (HELLO, REQUEST, ACK, GOODBYE) and a sender (BATCH,
+ * END, ERROR). Credits are spent: REQUEST(n) lets the worker send n more
+ * batches, each BATCH spends one (the trainer client grants one back with
+ * each ACK), and a client never holds more than max_credits
+ * unacknowledged batches whatever it requested. Each
+ * batch goes to exactly one client at a time; on ACK it is freed (and its
+ * bytes released from the memory budget). When a client disconnects, says
+ * GOODBYE or sends a bad frame, its unacknowledged batches go back to the
+ * FRONT of the ready queue for the next client. A bad frame gets an ERROR
+ * frame naming the problem and closes that connection only.
+ *
+ * Once the producer has finished (sl_worker_server_finish) and every batch is
+ * acknowledged, every client gets END, and so does every client connecting
+ * later, right after WELCOME.
+ *
+ * Limits (docs/PROTOCOL.md "Timeouts and caps"): a connection must finish
+ * its handshake (the cluster-secret handshake of rpc/auth.h when the server
+ * has a secret, then HELLO) within hello_timeout_ms of being accepted, a
+ * deadline however the peer trickles its bytes; one that sends nothing
+ * (no REQUEST, ACK) for idle_timeout_ms while it holds no unacknowledged
+ * batch is closed without a frame (a real client reconnects); at most
+ * max_clients connections (each costs two threads) are open: when full,
+ * the oldest connection still in its handshake is closed to make room, else
+ * the client idle longest (holding nothing, idle for a second at least),
+ * else the newcomer is refused with ERROR(SL_ERR_AGAIN).
+ *
+ * Under a master (docs/WORKER.md, "Master mode") an item also names its
+ * lease: BatchInfo then carries the job, split, generation, row range and
+ * rank the trainer client commits. Items for one trainer rank (static
+ * sharding, rank_plus_one > 0) wait in that rank's own queue and go only to
+ * clients whose HELLO named that rank; items for any rank go to anyone. An
+ * item whose lease is no longer live (revoked by the master) is dropped
+ * when its turn comes instead of being sent, and every item with a lease is
+ * retired through the lease hooks exactly once: when acknowledged, dropped,
+ * or freed at destroy. */
+#ifndef SLUICE_DPP_WORKER_SERVER_H
+#define SLUICE_DPP_WORKER_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dpp/worker/queue.h"
+#include "rpc/frame.h"
+#include "sluice/err.h"
+#include "sluice/tensor.h"
+
+typedef struct sl_worker_server_opts {
+    const char *listen;      /* "host:port"; port 0 picks one (sl_worker_server_port) */
+    uint32_t max_credits;    /* most unacknowledged batches per client; 0: 16 */
+    const char *worker_id;   /* in WELCOME; NULL: "worker" */
+    const char *job_id;      /* in WELCOME; NULL: "job" */
+    uint32_t epochs;         /* in END */
+    int hello_timeout_ms;    /* handshake (auth, HELLO) done this long after accept; 0: 10000 */
+    sl_rpc_limits_t limits;  /* on frames from clients; zero fields: 64 KiB messages, no payload */
+    sl_worker_budget_t *budget; /* item bytes are released here on ACK; may be NULL */
+    const sl_allocator_t *allocator; /* NULL: default */
+    uint32_t max_ranks;              /* trainer ranks with their own queue; 0: 64 */
+    bool has_listen_fd; /* serve on listen_fd (bound to listen_port; owned by the server, */
+    int listen_fd;      /*   closed also when start fails) instead of binding listen */
+    uint16_t listen_port;
+    /* Lease hooks (master mode; NULL: items have no lease). Called with the
+     * server's lock held: they must only take locks of their own and never
+     * call back into the server. live: may a batch of this lease still be
+     * sent? retire: the batch is gone (acked: a client acknowledged it). */
+    bool (*lease_live)(void *ctx, void *lease);
+    void (*lease_retire)(void *ctx, void *lease, bool acked);
+    void *lease_ctx;
+    const char *cluster_secret; /* copied; clients must prove they hold it (rpc/auth.h)
+                                   before HELLO; NULL: no handshake */
+    uint32_t max_clients;       /* connections at once; 0: 256 */
+    int idle_timeout_ms;        /* close a client silent this long holding no batch; 0: 60000,
+                                   < 0: never */
+} sl_worker_server_opts_t;
+
+/* One encoded batch (the server owns it once pushed). */
+typedef struct sl_worker_server_item {
+    void *frame; /* wire frame from sl_wire_encode with the server's allocator */
+    size_t len;
+    sl_batch_origin_t origin;
+    uint32_t num_samples;
+    uint64_t expanded_bytes; /* len had every dedup group been expanded */
+    uint64_t accounted;      /* pinned budget bytes, released when the batch is acknowledged */
+    /* Under a master (NULL / 0 otherwise): what BatchInfo carries for COMMIT. */
+    void *lease;            /* the split source's lease handle, for the lease hooks */
+    uint32_t split;         /* index in the job's split list */
+    uint64_t generation;    /* of the lease */
+    uint64_t from_row;      /* rows [from_row, to_row) of the split, filtered rows included */
+    uint64_t to_row;
+    uint32_t rank_plus_one; /* 1 + the only trainer rank it may go to; 0: any */
+} sl_worker_server_item_t;
+
+typedef struct sl_worker_server_stats {
+    uint64_t batches_sent;  /* BATCH frames sent (redeliveries included) */
+    uint64_t bytes_sent;    /* payload bytes of those */
+    uint64_t batches_acked; /* distinct batches delivered */
+    uint64_t samples_acked;
+    uint64_t bytes_acked;          /* payload bytes of the acknowledged batches */
+    uint64_t bytes_acked_expanded; /* ... had dedup been off */
+    uint64_t redeliveries;         /* batches put back after a client went away */
+    uint64_t clients_total;        /* connections accepted */
+    uint32_t clients_now;
+    uint64_t bad_frames; /* connections closed with an ERROR */
+    uint64_t send_ns;    /* time spent writing BATCH frames */
+    uint32_t ready;      /* batches waiting now */
+    uint64_t cpu_ns;     /* CPU time of the server threads that have exited */
+    uint64_t dropped;    /* batches of revoked leases dropped unsent */
+    uint64_t stale_acks; /* ACKs of batches sent on an earlier connection (ignored) */
+    uint64_t auth_failures;  /* connections refused: no proof of the cluster secret */
+    uint64_t evicted;        /* closed to make room for a new connection (at max_clients) */
+    uint64_t refused;        /* new connections refused: max_clients busy clients */
+    uint64_t idle_closed;    /* closed after idle_timeout_ms holding nothing */
+    uint64_t handshake_timeouts; /* no handshake within hello_timeout_ms */
+} sl_worker_server_stats_t;
+
+typedef struct sl_worker_server sl_worker_server_t;
+
+/* Listen and start accepting. Caller owns *out, free with
+ * sl_worker_server_destroy. @return SL_ERR_IO when the address cannot be bound. */
+sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_server_t **out,
+                                sl_error_t *err);
+
+uint16_t sl_worker_server_port(const sl_worker_server_t *s);
+
+/* Queue *item at the back (the server takes ownership of item->frame and
+ * copies the struct). Never blocks: the memory budget bounds the queue.
+ * @return SL_ERR_CLOSED after stop (the frame is freed), SL_ERR_NOMEM,
+ * SL_ERR_INVALID for a rank_plus_one over max_ranks (freed and retired). */
+sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_item_t *item,
+                               sl_error_t *err);
+
+/* No more items will be pushed: END goes out once all are acknowledged. */
+void sl_worker_server_finish(sl_worker_server_t *s);
+
+/* The pipeline failed: every client (now and later) gets ERROR(code, msg). */
+void sl_worker_server_fail(sl_worker_server_t *s, sl_err_t code, const char *msg);
+
+/* Wait up to timeout_ms (< 0: forever) until finished and every batch is
+ * acknowledged. @return true when that is so. */
+bool sl_worker_server_wait_done(sl_worker_server_t *s, int timeout_ms);
+
+void sl_worker_server_stats(sl_worker_server_t *s, sl_worker_server_stats_t *out);
+
+/* Close the listener and every connection and join all threads; statistics
+ * stay readable (server threads' CPU time included). Idempotent. When the
+ * job is done (finished, every batch acknowledged) every connected client
+ * gets END before its connection is shut down (waiting at most 2 s for the
+ * senders): a client must not take the end of the job for a lost
+ * connection. No connection is accepted once the stop has begun. */
+void sl_worker_server_stop(sl_worker_server_t *s);
+
+/* Stop, free what is still queued, free s. s may be NULL. */
+void sl_worker_server_destroy(sl_worker_server_t *s);
+
+#endif

@@ -1,0 +1,858 @@
+/* The DPP worker (worker.h): the reader thread (read, filter, batch), the
+ * transform threads (dedup, transform, encode), the memory budget they
+ * share, and the server they feed. The split sources and the reading of a
+ * lease are in table_source.c. */
+#include "dpp/worker/worker.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpp/worker/worker_internal.h"
+#include "sluice/wire.h"
+
+#define DEFAULT_MEMORY_LIMIT (256ull << 20)
+#define MAX_THREADS 256
+
+/* ---- worker ---- */
+
+
+
+sl_worker_opts_t sl_worker_opts_default(void)
+{
+    return (sl_worker_opts_t){.listen = "127.0.0.1:0", .memory_limit = DEFAULT_MEMORY_LIMIT};
+}
+
+/* Record the first failure, tell clients, and stop the pipeline. */
+static void fail(sl_worker_t *w, sl_err_t code, const char *msg)
+{
+    pthread_mutex_lock(&w->mu);
+    bool first = w->fail_code == SL_OK;
+    if (first) {
+        w->fail_code = code;
+        snprintf(w->fail_msg, sizeof w->fail_msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!first) return;
+    /* stopping first: a transform thread ending now must not finish the
+     * server (END) for a failed job */
+    atomic_store(&w->stopping, true);
+    sl_worker_server_fail(w->server, code, msg);
+    sl_worker_budget_close(w->budget);
+    sl_worker_queue_close(w->work);
+}
+
+void dpp_worker_account_stripe(sl_worker_t *w, uint64_t rows, uint64_t kept, uint64_t t0,
+                               uint64_t t1, uint64_t waited, uint64_t handoff_before)
+{
+    uint64_t t2 = now_ns(CLOCK_MONOTONIC);
+    pthread_mutex_lock(&w->mu);
+    w->st.stripes++;
+    w->st.rows_read += rows;
+    w->st.rows_kept += kept;
+    w->st.read_ns += t1 - t0 - waited;
+    /* Time spent handing batches on (blocked on the queue or the budget) is
+     * back-pressure, not filtering. */
+    uint64_t handoff = w->handoff_ns - handoff_before;
+    w->st.filter_ns += t2 - t1 - handoff;
+    w->st.backpressure_ns += waited + handoff;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* A strict acquire of the budget for what (a stage holding held bytes);
+ * its refusal as the worker's error. */
+static sl_err_t budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, const char *what,
+                            sl_error_t *err)
+{
+    sl_err_t rc = sl_worker_budget_acquire(w->budget, bytes, held);
+    /* NOMEM, not TOO_LARGE: the worker's limit, not the split, is the
+     * problem (a split error would be reported to the master). */
+    if (rc == SL_ERR_TOO_LARGE)
+        return sl_error_set(err, SL_ERR_NOMEM,
+                            "worker: --memory-limit of %llu bytes cannot hold %s (%llu bytes more) "
+                            "with the %llu bytes accounted now (%llu of them this stage's), and "
+                            "nothing else can free memory: raise the limit",
+                            (unsigned long long)sl_worker_budget_limit(w->budget), what,
+                            (unsigned long long)bytes,
+                            (unsigned long long)sl_worker_budget_used(w->budget),
+                            (unsigned long long)held);
+    if (rc != SL_OK) return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
+    return SL_OK;
+}
+
+sl_err_t dpp_worker_reader_take(sl_worker_t *w, uint64_t bytes, const char *what,
+                                sl_error_t *err)
+{
+    return budget_take(w, bytes, w->stripe_held + w->batcher_held, what, err);
+}
+
+sl_err_t dpp_worker_stripe_acct(sl_worker_t *w, uint64_t est, uint64_t sb, const char *file,
+                                uint32_t stripe, sl_error_t *err)
+{
+    /* est was taken before reading; a larger stripe is accounted before
+     * any of its rows moves on (waiting for room like anything else). */
+    w->stripe_held = est;
+    if (sb > est) {
+        char what[320];
+        snprintf(what, sizeof what, "%.250s stripe %u decoded", file, stripe);
+        sl_err_t rc = dpp_worker_reader_take(w, sb - est, what, err);
+        if (rc != SL_OK) return rc;
+    } else {
+        sl_worker_budget_release(w->budget, est - sb);
+    }
+    w->stripe_held = sb;
+    return SL_OK;
+}
+
+sl_err_t dpp_worker_batcher_acct(sl_worker_t *w, const sl_worker_batcher_t *b, sl_error_t *err)
+{
+    uint64_t fp = sl_worker_batcher_footprint(b);
+    if (fp > w->batcher_held) {
+        sl_err_t rc = dpp_worker_reader_take(w, fp - w->batcher_held, "the batch being built", err);
+        if (rc != SL_OK) return rc;
+    } else {
+        sl_worker_budget_release(w->budget, w->batcher_held - fp);
+    }
+    w->batcher_held = fp;
+    return SL_OK;
+}
+
+uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows)
+{
+    const sl_batch_t *b = &rows->batch;
+    uint64_t groups = 0;
+    for (uint32_t g = 0; g < b->num_groups; g++)
+        groups += sl_ikjt_bytes(&b->groups[g]);
+    return groups + sl_kjt_bytes(&b->sparse) +
+           ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
+               sizeof(float) +
+           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
+}
+
+static void retire(sl_worker_t *w, void *lease)
+{
+    if (lease && w->source.lease_retire) w->source.lease_retire(w->source.ctx, lease, false);
+}
+
+/* Free a work queue message that will not be processed. */
+static void drop_msg(sl_worker_t *w, const sl_worker_msg_t *m)
+{
+    sl_worker_budget_release(w->budget, m->bytes);
+    if (m->type == MSG_LEASED) {
+        leased_t *l = m->ptr;
+        sl_batch_destroy(l->batch);
+        retire(w, l->tag.lease);
+        sl_free(w->a, l, sizeof *l);
+    } else {
+        sl_batch_destroy(m->ptr);
+    }
+}
+
+/* Batcher output, on the reader thread: account the batch (its arena,
+ * taken over from the batcher's share where it was accounted there, plus
+ * its encoded size: room for the frame the transform thread will make, so
+ * that it rarely needs more) and hand it to the transform threads. */
+static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
+{
+    sl_worker_t *w = ctx;
+    sl_worker_msg_t m = {.type = MSG_BATCH, .ptr = batch};
+    if (w->tag.lease) { /* master mode: the batch carries its lease and row range */
+        leased_t *l = sl_alloc(w->a, sizeof *l);
+        if (!l) {
+            sl_batch_destroy(batch);
+            return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+        }
+        *l = (leased_t){.batch = batch, .tag = w->tag};
+        if (w->source.lease_made) w->source.lease_made(w->source.ctx, w->tag.lease);
+        m = (sl_worker_msg_t){.type = MSG_LEASED, .ptr = l};
+    }
+    uint64_t arena = sl_arena_footprint(batch->arena);
+    uint64_t moved = arena < w->batcher_held ? arena : w->batcher_held;
+    w->batcher_held -= moved;
+    uint64_t more = arena - moved + (uint64_t)sl_wire_encoded_size(batch);
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    char what[64];
+    snprintf(what, sizeof what, "a batch of %u rows", batch->batch_size);
+    sl_err_t rc = budget_take(w, more, w->stripe_held + w->batcher_held + moved, what, err);
+    m.bytes = rc == SL_OK ? moved + more : moved;
+    if (rc != SL_OK) {
+        drop_msg(w, &m);
+        return rc;
+    }
+    sl_worker_budget_idle(w->budget, true); /* a full queue: waiting for a transform thread */
+    rc = sl_worker_queue_push(w->work, &m, -1);
+    sl_worker_budget_idle(w->budget, false);
+    w->handoff_ns += now_ns(CLOCK_MONOTONIC) - t0; /* memory or a full queue: back-pressure */
+    if (rc != SL_OK) {
+        drop_msg(w, &m);
+        return sl_error_set(err, rc, "worker stopping");
+    }
+    return SL_OK;
+}
+
+/* Under a master, a leased split the reader cannot read (rc a split
+ * error) is reported through the source instead of failing the worker:
+ * what the batcher gathered of it is discarded, the lease is done, the
+ * reader goes on with the next one. @return true when handled so. */
+static bool reader_lease_failed(sl_worker_t *w, sl_worker_batcher_t *b, const sl_worker_work_t *wk,
+                                int32_t stripe, sl_err_t rc, sl_error_t *err)
+{
+    if (!w->source.lease_failed || !dpp_worker_split_error(rc) || atomic_load(&w->stopping))
+        return false;
+    w->source.lease_failed(w->source.ctx, wk->lease, rc, stripe, err->msg);
+    sl_worker_batcher_discard(b);
+    sl_error_t e = {0};
+    dpp_worker_batcher_acct(w, b, &e); /* smaller now: releases */
+    if (w->source.done) w->source.done(w->source.ctx, wk, NULL, 0);
+    pthread_mutex_lock(&w->mu);
+    w->st.splits_failed++;
+    pthread_mutex_unlock(&w->mu);
+    return true;
+}
+
+static void *reader_main(void *arg)
+{
+    sl_worker_t *w = arg;
+    pthread_setname_np(pthread_self(), "sl-w-reader");
+    const sl_pipeline_job_t *job = w->job;
+    sl_error_t err = {0};
+    sl_err_t rc = SL_OK;
+    sl_worker_batcher_t *b = NULL;
+    sl_wh_reader_t *r = NULL;
+    char r_path[1024] = ""; /* file r has open (a lease's split is freed after done) */
+    rscratch_t sc = {0};    /* master mode */
+    uint32_t *selected = NULL;
+    float *weights = NULL;
+    uint32_t scratch_rows = 0;
+    const char *weight_label = sl_pipeline_plan_weight_label(w->plan);
+    sl_worker_batcher_opts_t bo = {.batch_size = job->batch_size,
+                                .drop_last = job->drop_last,
+                                /* under a master a batch is one row range: shuffle within it */
+                                .shuffle_window = w->master_mode && job->shuffle_window
+                                                      ? job->batch_size
+                                                      : job->shuffle_window,
+                                .seed = job->seed,
+                                .sample_ids = job->sample_ids,
+                                .weight_label = weight_label,
+                                .job_id = w->job_hash,
+                                .allocator = w->a};
+    if ((rc = sl_worker_batcher_new(&bo, to_transform, w, &b, &err))) goto out;
+    uint32_t nf = 0;
+    const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
+    sl_wh_read_opts_t ro = {.features = features,
+                            .num_features = nf,
+                            .skip_columns = (SL_WH_COL_SESSION_ID | SL_WH_COL_TIMESTAMP |
+                                             (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID)) &
+                                            ~sl_pipeline_plan_filter_columns(w->plan),
+                            .dedup_form = w->dedup_form,
+                            .allocator = w->a};
+    bool have_epoch = false;
+    uint32_t epoch = 0;
+    uint64_t est = 0; /* expected bytes of the next stripe: the last one's */
+    while (!atomic_load(&w->stopping)) {
+        sl_worker_work_t wk;
+        sl_worker_budget_idle(w->budget, true); /* waiting for a split (a lease) */
+        rc = w->source.next(w->source.ctx, &wk, &err);
+        sl_worker_budget_idle(w->budget, false);
+        if (rc == SL_ERR_CLOSED) {
+            rc = SL_OK;
+            break;
+        }
+        if (rc) goto out;
+        if (have_epoch && wk.epoch != epoch &&
+            ((rc = sl_worker_batcher_end_epoch(b, &err)) ||
+             (rc = dpp_worker_batcher_acct(w, b, &err))))
+            goto out;
+        have_epoch = true;
+        epoch = wk.epoch;
+        uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+        sc.stripe = -1;
+        /* Consecutive splits of one file share the open reader: no footer
+         * parsing again, and its decode buffers stay warm. */
+        if (r && strcmp(r_path, wk.split->path) == 0) {
+            rc = sl_wh_reader_set_range(r, wk.split->stripe_begin, wk.split->stripe_end, &err);
+        } else {
+            sl_wh_reader_close(r);
+            r = NULL;
+            rc = sl_wh_reader_open_split(w->table, wk.split, &ro, &r, &err);
+            if (rc == SL_OK && strlen(wk.split->path) < sizeof r_path)
+                snprintf(r_path, sizeof r_path, "%s", wk.split->path);
+            else
+                r_path[0] = '\0'; /* too long to remember: reopened next time */
+        }
+        if (wk.lease) {
+            if (rc == SL_OK)
+                rc = dpp_worker_read_lease(w, b, r, &wk, &sc, weight_label != NULL, &err);
+            w->tag.lease = NULL;
+            if (rc != SL_OK && reader_lease_failed(w, b, &wk, sc.stripe, rc, &err)) {
+                /* the reader's state after a failure is unknown: reopen */
+                sl_wh_reader_close(r);
+                r = NULL;
+                r_path[0] = '\0';
+                rc = SL_OK;
+                continue;
+            }
+            if (rc) goto out;
+            if (w->source.done) w->source.done(w->source.ctx, &wk, sc.empty, sc.num_empty);
+            pthread_mutex_lock(&w->mu);
+            w->st.splits++;
+            pthread_mutex_unlock(&w->mu);
+            continue;
+        }
+        if (rc) goto out;
+        uint64_t row = 0;
+        for (;;) {
+            if (atomic_load(&w->stopping)) goto out;
+            uint64_t tw = now_ns(CLOCK_MONOTONIC);
+            if ((rc = dpp_worker_reader_take(w, est, "the next stripe", &err))) goto out;
+            uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw;
+            const sl_wh_rows_t *rows;
+            rc = sl_wh_reader_next(r, &rows, &err);
+            if (rc || !rows) {
+                sl_worker_budget_release(w->budget, est);
+                if (rc) goto out;
+                break;
+            }
+            uint64_t sb = dpp_worker_rows_bytes(rows);
+            if ((rc = dpp_worker_stripe_acct(w, est, sb, rows->file, rows->stripe, &err))) {
+                sl_worker_budget_release(w->budget, w->stripe_held);
+                w->stripe_held = 0;
+                goto out;
+            }
+            est = sb;
+            uint64_t t1 = now_ns(CLOCK_MONOTONIC);
+            uint32_t n = rows->batch.batch_size;
+            if (n > scratch_rows) {
+                if (selected) sl_free(w->a, selected, (size_t)scratch_rows * sizeof *selected);
+                if (weights) sl_free(w->a, weights, (size_t)scratch_rows * sizeof *weights);
+                selected = sl_alloc(w->a, (size_t)n * sizeof *selected);
+                weights = sl_alloc(w->a, (size_t)n * sizeof *weights);
+                scratch_rows = n;
+                if (!selected || !weights) {
+                    rc = sl_error_set(&err, SL_ERR_NOMEM, "worker: out of memory");
+                    sl_worker_budget_release(w->budget, sb);
+                    w->stripe_held = 0;
+                    goto out;
+                }
+            }
+            uint32_t kept = 0;
+            uint64_t h0 = w->handoff_ns;
+            rc = sl_pipeline_plan_filter(w->plan, rows, selected, weights, &kept, &err);
+            if (rc == SL_OK) {
+                sl_worker_rows_origin_t origin = {.epoch = wk.epoch,
+                                               .split_id = wk.split_id,
+                                               .row = row,
+                                               .key_offsets = rows->key_offsets};
+                /* every row kept: the identity selection gathers in whole runs */
+                rc = sl_worker_batcher_add(b, &rows->batch, kept == n ? NULL : selected,
+                                           weight_label ? weights : NULL, kept, &origin, &err);
+            }
+            if (rc == SL_OK) rc = dpp_worker_batcher_acct(w, b, &err);
+            w->stripe_held = 0;
+            sl_worker_budget_release(w->budget, sb);
+            dpp_worker_account_stripe(w, n, kept, t0, t1, waited, h0);
+            if (rc) goto out;
+            row += n;
+            t0 = now_ns(CLOCK_MONOTONIC);
+        }
+        if (w->source.done) w->source.done(w->source.ctx, &wk, NULL, 0);
+        pthread_mutex_lock(&w->mu);
+        w->st.splits++;
+        pthread_mutex_unlock(&w->mu);
+    }
+    if (rc == SL_OK && have_epoch && !atomic_load(&w->stopping))
+        rc = sl_worker_batcher_end_epoch(b, &err);
+out:
+    /* what the batcher held goes with it (the batcher is destroyed below) */
+    sl_worker_budget_release(w->budget, w->batcher_held);
+    w->batcher_held = 0;
+    sl_worker_budget_idle(w->budget, true); /* the reader has ended */
+    sl_wh_reader_close(r);
+    if (b) {
+        sl_worker_batcher_stats_t bs;
+        sl_worker_batcher_stats(b, &bs);
+        pthread_mutex_lock(&w->mu);
+        w->st.rows_dropped = bs.rows_dropped;
+        pthread_mutex_unlock(&w->mu);
+    }
+    w->tag.lease = NULL;
+    sl_worker_batcher_destroy(b);
+    dpp_worker_scratch_free(w, &sc);
+    if (selected) sl_free(w->a, selected, (size_t)scratch_rows * sizeof *selected);
+    if (weights) sl_free(w->a, weights, (size_t)scratch_rows * sizeof *weights);
+    if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping)) fail(w, rc, err.msg);
+    sl_worker_queue_close(w->work);
+    pthread_mutex_lock(&w->mu);
+    w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* A batch that could not be made (rc): its memory goes; a leased batch
+ * whose rows fail (a split error) fails its lease, reported through the
+ * source, and the worker goes on (@return SL_OK); anything else is the
+ * worker's failure (@return rc). */
+static sl_err_t batch_failed(sl_worker_t *w, sl_batch_t *batch, uint64_t held,
+                             const sl_worker_server_item_t *tag, sl_err_t rc, sl_error_t *err)
+{
+    sl_worker_budget_release(w->budget, held);
+    sl_batch_destroy(batch);
+    bool split = tag && w->source.lease_failed && dpp_worker_split_error(rc) &&
+                 !atomic_load(&w->stopping);
+    /* before the retire: that may be the lease's last batch */
+    if (split) w->source.lease_failed(w->source.ctx, tag->lease, rc, -1, err->msg);
+    if (tag) retire(w, tag->lease);
+    if (!split) return rc;
+    pthread_mutex_lock(&w->mu);
+    w->st.splits_failed++;
+    pthread_mutex_unlock(&w->mu);
+    return SL_OK;
+}
+
+/* Dedup, transform and encode one batch; hand it to the server (with its
+ * lease part when tag is not NULL). Takes the batch, also on failure. */
+static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64_t held,
+                        const sl_worker_server_item_t *tag, sl_dedup_stats_t *ds, sl_error_t *err)
+{
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    sl_err_t rc = sl_worker_batcher_dedup(d, batch, w->groups, w->num_groups, ds, err);
+    uint64_t t1 = now_ns(CLOCK_MONOTONIC);
+    if (rc == SL_OK) rc = sl_pipeline_plan_transform(w->plan, batch, err);
+    uint64_t t2 = now_ns(CLOCK_MONOTONIC);
+    if (rc) {
+        sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ",
+                        batch->origin.split_id, batch->origin.first_row);
+        return batch_failed(w, batch, held, tag, rc, err);
+    }
+    size_t need_enc = sl_wire_encoded_size(batch);
+    uint64_t need = (uint64_t)sl_arena_footprint(batch->arena) + need_enc;
+    uint64_t tw = 0;
+    if (need > held) {
+        uint64_t a0 = now_ns(CLOCK_MONOTONIC);
+        char what[96];
+        snprintf(what, sizeof what, "the encoding of a batch of %u rows", batch->batch_size);
+        rc = budget_take(w, need - held, held, what, err);
+        tw = now_ns(CLOCK_MONOTONIC) - a0;
+        if (rc != SL_OK) return batch_failed(w, batch, held, tag, rc, err); /* memory, stop */
+        held = need;
+    }
+    void *frame = NULL;
+    size_t len = 0;
+    rc = sl_wire_encode(batch, w->a, &frame, &len, err);
+    uint64_t t3 = now_ns(CLOCK_MONOTONIC);
+    if (rc) {
+        sl_error_prefix(err, "encode: ");
+        return batch_failed(w, batch, held, tag, rc, err);
+    }
+    sl_worker_server_item_t it = {.frame = frame,
+                        .len = len,
+                        .origin = batch->origin,
+                        .num_samples = batch->batch_size,
+                        .expanded_bytes = sl_worker_batcher_expanded_bytes(batch, len),
+                        .accounted = len};
+    if (tag) {
+        it.lease = tag->lease;
+        it.split = tag->split;
+        it.generation = tag->generation;
+        it.from_row = tag->from_row;
+        it.to_row = tag->to_row;
+        it.rank_plus_one = tag->rank_plus_one;
+    }
+    sl_batch_destroy(batch);
+    sl_worker_budget_release(w->budget, held > len ? held - len : 0);
+    sl_worker_budget_pin(w->budget, len);
+    pthread_mutex_lock(&w->mu);
+    w->st.batches++;
+    w->st.samples += it.num_samples;
+    w->st.bytes_encoded += len;
+    w->st.bytes_expanded += it.expanded_bytes;
+    w->st.dedup_ns += t1 - t0;
+    w->st.transform_ns += t2 - t1;
+    w->st.encode_ns += t3 - t2 - tw;
+    w->st.backpressure_ns += tw;
+    for (uint32_t g = 0; g < w->num_groups && g < SL_WORKER_MAX_GROUPS; g++) {
+        w->st.groups[g].rows += ds[g].batch_size;
+        w->st.groups[g].unique_rows += ds[g].unique_rows;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return sl_worker_server_push(w->server, &it, err);
+}
+
+static void *xform_main(void *arg)
+{
+    sl_worker_t *w = arg;
+    pthread_setname_np(pthread_self(), "sl-w-xform");
+    sl_error_t err = {0};
+    sl_err_t rc = SL_OK;
+    sl_dedup_t *d = sl_dedup_new(w->a, NULL);
+    sl_dedup_stats_t *ds = sl_calloc(w->a, w->num_groups ? w->num_groups : 1, sizeof *ds);
+    if (!d || !ds) {
+        rc = sl_error_set(&err, SL_ERR_NOMEM, "worker: out of memory for a transform thread");
+        fail(w, rc, err.msg);
+    }
+    sl_worker_msg_t m;
+    for (;;) {
+        sl_worker_budget_idle(w->budget, true); /* waiting for a batch */
+        sl_err_t popped = sl_worker_queue_pop(w->work, &m, -1);
+        if (popped != SL_OK) break; /* stays idle: this thread has ended */
+        sl_worker_budget_idle(w->budget, false);
+        if (rc != SL_OK || atomic_load(&w->stopping)) {
+            drop_msg(w, &m);
+            continue;
+        }
+        sl_batch_t *batch = m.ptr;
+        sl_worker_server_item_t tag;
+        if (m.type == MSG_LEASED) {
+            leased_t *l = m.ptr;
+            batch = l->batch;
+            tag = l->tag;
+            sl_free(w->a, l, sizeof *l);
+        }
+        rc = process(w, d, batch, m.bytes, m.type == MSG_LEASED ? &tag : NULL, ds, &err);
+        if (rc != SL_OK && !atomic_load(&w->stopping)) fail(w, rc, err.msg);
+    }
+    sl_dedup_destroy(d);
+    if (ds) sl_free(w->a, ds, (size_t)(w->num_groups ? w->num_groups : 1) * sizeof *ds);
+    pthread_mutex_lock(&w->mu);
+    w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
+    pthread_mutex_unlock(&w->mu);
+    /* the last transform thread out tells the server that nothing more comes */
+    if (atomic_fetch_sub(&w->running, 1) == 1 && !atomic_load(&w->stopping))
+        sl_worker_server_finish(w->server);
+    return NULL;
+}
+
+/* Does every file of the job store exactly the job's dedup groups (storage
+ * dedup, RecD)? Then the reader hands them over deduplicated (dedup form):
+ * unique rows are decoded, batched and sent once, and never hashed again.
+ * Filters read a group's features through the inverse indices, and a batch
+ * takes only the unique rows its kept rows refer to. Not with a shuffle
+ * window (it moves single rows across stripes). Opens each file's footer
+ * once. */
+static bool files_store_job_groups(sl_worker_t *w)
+{
+    const sl_pipeline_job_t *job = w->job;
+    if (!job->num_dedup_groups || job->shuffle_window) return false;
+    uint32_t nf = 0;
+    const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
+    sl_wh_read_opts_t ro = {
+        .features = features, .num_features = nf, .dedup_form = true, .allocator = w->a};
+    const char *last = NULL;
+    bool ok = w->splits->count > 0;
+    for (uint32_t i = 0; ok && i < w->splits->count; i++) {
+        const sl_wh_split_t *sp = &w->splits->items[i];
+        if (last && strcmp(last, sp->path) == 0) continue;
+        last = sp->path;
+        sl_wh_reader_t *r;
+        sl_error_t err = {0};
+        if (sl_wh_reader_open_split(w->table, sp, &ro, &r, &err) != SL_OK) return false;
+        uint32_t ng = sl_wh_reader_num_groups(r);
+        ok = ng == job->num_dedup_groups;
+        for (uint32_t g = 0; ok && g < ng; g++) {
+            const sl_dedup_group_spec_t *fg = sl_wh_reader_group(r, g);
+            bool match = false;
+            for (uint32_t j = 0; !match && j < job->num_dedup_groups; j++) {
+                const sl_pipeline_dedup_group_t *jg = &job->dedup_groups[j];
+                if (jg->num_features != fg->num_features) continue;
+                uint32_t found = 0;
+                for (uint32_t a = 0; a < fg->num_features; a++)
+                    for (uint32_t b = 0; b < jg->num_features; b++)
+                        found += strcmp(fg->features[a], jg->features[b]) == 0;
+                match = found == fg->num_features;
+            }
+            ok = match;
+        }
+        sl_wh_reader_close(r);
+    }
+    return ok;
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *opts,
+                         sl_worker_t **out, sl_pipeline_problems_t *problems,
+                         sl_error_t *err)
+{
+    sl_worker_opts_t o = opts ? *opts : sl_worker_opts_default();
+    const sl_allocator_t *a = o.allocator ? o.allocator : sl_allocator_default();
+    if (!o.listen) o.listen = "127.0.0.1:0";
+    if (!o.memory_limit) o.memory_limit = DEFAULT_MEMORY_LIMIT;
+    if (!o.threads) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o.threads = n > 0 ? (uint32_t)n : 1;
+    }
+    sl_worker_t *w = NULL;
+    sl_err_t rc;
+    if (o.threads > MAX_THREADS) {
+        rc = sl_error_set(err, SL_ERR_INVALID, "worker: %u threads (at most %u)", o.threads,
+                          MAX_THREADS);
+    } else if (job->num_dedup_groups > SL_WORKER_MAX_GROUPS) {
+        rc = sl_error_set(err, SL_ERR_INVALID, "worker: %u dedup groups (at most %u)",
+                          job->num_dedup_groups, SL_WORKER_MAX_GROUPS);
+    } else if (!(w = sl_calloc(a, 1, sizeof *w))) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+    }
+    if (!w) { /* what the worker would own */
+        if (o.source.next && o.source.destroy) o.source.destroy(o.source.ctx);
+        if (o.has_listen_fd) close(o.listen_fd);
+        return rc;
+    }
+    w->job = job;
+    w->a = a;
+    w->o = o;
+    w->source = o.source;
+    w->master_mode = o.source.lease_live != NULL;
+    w->listen_fd_owned = o.has_listen_fd;
+    pthread_mutex_init(&w->mu, NULL);
+    snprintf(w->worker_id, sizeof w->worker_id, "%s", o.worker_id ? o.worker_id : "");
+    if (!o.worker_id) snprintf(w->worker_id, sizeof w->worker_id, "worker-%d", (int)getpid());
+    w->job_hash = fnv1a(job->id ? job->id : "job");
+    w->threads = o.threads;
+    w->st.threads = o.threads;
+    w->st.memory_limit = o.memory_limit;
+    if ((rc = sl_wh_table_open(job->table, a, &w->table, err))) goto fail;
+    if (job->partitions && (rc = sl_wh_filter_parse(job->partitions, a, &w->filter, err))) {
+        if (problems) sl_pipeline_problems_add(problems, "$.source.partitions: %s", err->msg);
+        goto fail;
+    }
+    if ((rc = sl_pipeline_plan_new(job, sl_wh_table_schema(w->table), &w->plan, problems, err)))
+        goto fail;
+    if ((rc = sl_wh_table_splits(w->table, w->filter, job->stripes_per_split, &w->splits, err)))
+        goto fail;
+    if (!w->source.next &&
+        (rc = sl_worker_source_table_new(w->splits, job->epochs, job->shuffle_splits, job->seed, a,
+                                         &w->source, err)))
+        goto fail;
+    w->dedup_form = files_store_job_groups(w);
+    w->st.dedup_form = w->dedup_form;
+    w->num_groups = job->num_dedup_groups;
+    if (w->num_groups) {
+        w->groups = sl_calloc(a, w->num_groups, sizeof *w->groups);
+        if (!w->groups) {
+            rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+            goto fail;
+        }
+        for (uint32_t g = 0; g < w->num_groups; g++) {
+            const sl_pipeline_dedup_group_t *jg = &job->dedup_groups[g];
+            w->groups[g] = (sl_dedup_group_spec_t){.name = jg->name,
+                                                   .num_features = jg->num_features,
+                                                   .features = (const char *const *)jg->features};
+            snprintf(w->st.groups[g].name, sizeof w->st.groups[g].name, "%s", jg->name);
+        }
+        w->st.num_groups = w->num_groups;
+    }
+    w->budget = sl_worker_budget_new(a, o.memory_limit);
+    w->work = sl_worker_queue_new(a, 2 * o.threads);
+    w->xform = sl_calloc(a, o.threads, sizeof *w->xform);
+    if (!w->budget || !w->work || !w->xform) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+        goto fail;
+    }
+    sl_worker_budget_stages(w->budget, o.threads + 1); /* the reader and the transform threads */
+    sl_worker_server_opts_t so = {.listen = o.listen,
+                               .max_credits = o.max_credits,
+                               .worker_id = w->worker_id,
+                               .job_id = o.job_id ? o.job_id : job->id,
+                               .epochs = job->epochs,
+                               .budget = w->budget,
+                               .allocator = a,
+                               .has_listen_fd = o.has_listen_fd,
+                               .listen_fd = o.listen_fd,
+                               .listen_port = o.listen_port,
+                               .lease_live = w->source.lease_live,
+                               .lease_retire = w->source.lease_retire,
+                               .lease_ctx = w->source.ctx,
+                               .cluster_secret = o.cluster_secret,
+                               .max_clients = o.max_clients,
+                               .idle_timeout_ms = o.client_conn_idle_ms};
+    w->listen_fd_owned = false; /* the server owns it now, also when it fails */
+    if ((rc = sl_worker_server_start(&so, &w->server, err))) goto fail;
+    atomic_store(&w->running, o.threads);
+    for (uint32_t i = 0; i < o.threads; i++) {
+        if (pthread_create(&w->xform[i], NULL, xform_main, w) != 0) {
+            atomic_fetch_sub(&w->running, o.threads - i);
+            rc = sl_error_set(err, SL_ERR_IO, "worker: cannot start transform thread %u", i);
+            fail(w, rc, err->msg);
+            w->started_threads = i;
+            sl_worker_destroy(w);
+            return rc;
+        }
+        w->started_threads = i + 1;
+    }
+    if (pthread_create(&w->reader, NULL, reader_main, w) != 0) {
+        rc = sl_error_set(err, SL_ERR_IO, "worker: cannot start the reader thread");
+        fail(w, rc, err->msg);
+        sl_worker_destroy(w);
+        return rc;
+    }
+    w->reader_started = true;
+    *out = w;
+    return SL_OK;
+fail:
+    sl_worker_destroy(w);
+    return rc;
+}
+
+uint16_t sl_worker_port(const sl_worker_t *w)
+{
+    return sl_worker_server_port(w->server);
+}
+
+sl_err_t sl_worker_wait(sl_worker_t *w, int timeout_ms, sl_error_t *err)
+{
+    uint64_t end =
+        now_ns(CLOCK_MONOTONIC) + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+    for (bool done = false;;) {
+        /* checked after the wait too: a failure may come while waiting, and
+         * a pipeline thread that had not seen it yet may finish the server */
+        pthread_mutex_lock(&w->mu);
+        sl_err_t code = w->fail_code;
+        if (code) sl_error_set(err, code, "%s", w->fail_msg);
+        pthread_mutex_unlock(&w->mu);
+        if (code) return code;
+        if (done) return SL_OK;
+        done = sl_worker_server_wait_done(w->server, 100);
+        if (!done && timeout_ms >= 0 && now_ns(CLOCK_MONOTONIC) >= end)
+            return sl_error_set(err, SL_ERR_TIMEOUT, "worker: job not finished yet");
+    }
+}
+
+void sl_worker_stop(sl_worker_t *w)
+{
+    if (!w || w->stopped) return;
+    w->stopped = true;
+    atomic_store(&w->stopping, true);
+    if (w->source.cancel) w->source.cancel(w->source.ctx); /* a reader waiting for work wakes */
+    if (w->budget) sl_worker_budget_close(w->budget);
+    if (w->work) sl_worker_queue_close(w->work);
+    if (w->reader_started) pthread_join(w->reader, NULL);
+    for (uint32_t i = 0; i < w->started_threads; i++)
+        pthread_join(w->xform[i], NULL);
+    w->reader_started = false;
+    w->started_threads = 0;
+    if (w->work) {
+        sl_worker_msg_t m;
+        while (sl_worker_queue_pop(w->work, &m, 0) == SL_OK)
+            drop_msg(w, &m);
+    }
+    if (w->server) {
+        bool done = sl_worker_server_wait_done(w->server, 0);
+        sl_worker_server_stop(w->server); /* joins the connection threads */
+        pthread_mutex_lock(&w->mu);
+        w->st.finished = done && w->fail_code == SL_OK;
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
+{
+    sl_worker_server_stats_t ss = {0};
+    if (w->server) sl_worker_server_stats(w->server, &ss);
+    bool done = w->server && sl_worker_server_wait_done(w->server, 0);
+    pthread_mutex_lock(&w->mu);
+    w->st.server = ss;
+    if (!w->stopped) w->st.finished = done && w->fail_code == SL_OK;
+    *out = w->st;
+    pthread_mutex_unlock(&w->mu);
+    if (w->budget) {
+        out->memory_used = sl_worker_budget_used(w->budget);
+        out->memory_peak = sl_worker_budget_peak(w->budget);
+    }
+    for (uint32_t g = 0; g < out->num_groups; g++)
+        out->groups[g].factor = out->groups[g].unique_rows ? (double)out->groups[g].rows /
+                                                                 (double)out->groups[g].unique_rows
+                                                           : 1.0;
+}
+
+void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *out)
+{
+    const sl_worker_server_stats_t *s = &st->server;
+    fprintf(out, "worker summary%s\n", st->finished ? " (job finished)" : "");
+    fprintf(out,
+            "  splits %" PRIu64 ", stripes %" PRIu64 ", rows read %" PRIu64 ", kept %" PRIu64
+            ", dropped by drop_last %" PRIu64 "\n",
+            st->splits, st->stripes, st->rows_read, st->rows_kept, st->rows_dropped);
+    fprintf(out, "  batches %" PRIu64 ", samples %" PRIu64 " (%.0f samples/s over %.2f s)\n",
+            st->batches, st->samples, seconds > 0 ? (double)st->samples / seconds : 0.0, seconds);
+    fprintf(out, "  bytes encoded %" PRIu64 ", without dedup %" PRIu64 " (%.2fx smaller)\n",
+            st->bytes_encoded, st->bytes_expanded,
+            st->bytes_encoded ? (double)st->bytes_expanded / (double)st->bytes_encoded : 1.0);
+    if (st->dedup_form)
+        fprintf(out, "  dedup groups read as stored in the table (storage dedup)\n");
+    for (uint32_t g = 0; g < st->num_groups; g++)
+        fprintf(out, "  dedup group %s: %" PRIu64 " rows, %" PRIu64 " unique, factor %.2f\n",
+                st->groups[g].name, st->groups[g].rows, st->groups[g].unique_rows,
+                st->groups[g].factor);
+    fprintf(out,
+            "  busy: read %.3f s, filter+batch %.3f s, dedup %.3f s, transform %.3f s, "
+            "encode %.3f s, send %.3f s; back-pressure waits %.3f s\n",
+            st->read_ns / 1e9, st->filter_ns / 1e9, st->dedup_ns / 1e9, st->transform_ns / 1e9,
+            st->encode_ns / 1e9, s->send_ns / 1e9, st->backpressure_ns / 1e9);
+    fprintf(out,
+            "  sent %" PRIu64 " batches (%" PRIu64 " bytes), acknowledged %" PRIu64 " (%" PRIu64
+            " samples), redelivered %" PRIu64 "\n",
+            s->batches_sent, s->bytes_sent, s->batches_acked, s->samples_acked, s->redeliveries);
+    fprintf(out, "  clients %" PRIu64 " (now %u), closed for bad frames %" PRIu64 "\n",
+            s->clients_total, s->clients_now, s->bad_frames);
+    if (s->auth_failures || s->evicted || s->refused || s->idle_closed || s->handshake_timeouts)
+        fprintf(out,
+                "  connections refused without the cluster secret %" PRIu64
+                ", evicted at the cap %" PRIu64 ", refused at the cap %" PRIu64
+                ", closed idle %" PRIu64 ", handshake timeouts %" PRIu64 "\n",
+                s->auth_failures, s->evicted, s->refused, s->idle_closed, s->handshake_timeouts);
+    fprintf(out, "  memory limit %" PRIu64 " bytes, peak accounted %" PRIu64 "\n", st->memory_limit,
+            st->memory_peak);
+}
+
+void sl_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg)
+{
+    fail(w, code ? code : SL_ERR_IO, msg ? msg : sl_err_str(code));
+}
+
+bool sl_worker_failed(sl_worker_t *w, sl_error_t *err)
+{
+    pthread_mutex_lock(&w->mu);
+    sl_err_t code = w->fail_code;
+    if (code) sl_error_set(err, code, "%s", w->fail_msg);
+    pthread_mutex_unlock(&w->mu);
+    return code != SL_OK;
+}
+
+const char *sl_worker_id(const sl_worker_t *w)
+{
+    return w->worker_id;
+}
+
+const char *sl_worker_job_id(const sl_worker_t *w)
+{
+    return w->o.job_id ? w->o.job_id : w->job->id ? w->job->id : "job";
+}
+
+void sl_worker_destroy(sl_worker_t *w)
+{
+    if (!w) return;
+    sl_worker_stop(w);
+    sl_worker_server_destroy(w->server); /* retires what it holds into the source: first */
+    if (w->source.destroy) w->source.destroy(w->source.ctx);
+    if (w->listen_fd_owned) close(w->o.listen_fd);
+    sl_worker_queue_destroy(w->work);
+    sl_worker_budget_destroy(w->budget);
+    if (w->xform) sl_free(w->a, w->xform, (size_t)w->threads * sizeof *w->xform);
+    if (w->groups) sl_free(w->a, w->groups, (size_t)w->num_groups * sizeof *w->groups);
+    sl_wh_splits_destroy(w->splits);
+    sl_pipeline_plan_destroy(w->plan);
+    sl_wh_filter_destroy(w->filter);
+    sl_wh_table_close(w->table);
+    pthread_mutex_destroy(&w->mu);
+    sl_free(w->a, w, sizeof *w);
+}

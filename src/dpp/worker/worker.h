@@ -1,0 +1,154 @@
+/* The DPP worker: runs one job's pipeline over the splits a split source
+ * hands it and serves the encoded batches to trainer clients.
+ *
+ *   split source ──► reader thread: open split, read stripes (projection =
+ *   the plan's read features), filter, batch (batcher.h)
+ *        ──► bounded queue ──► N transform threads: dedup, transform, encode
+ *        ──► ready queue ──► server (server.h) ──► trainer clients
+ *
+ * When every file of the table stores exactly the job's dedup groups
+ * (storage dedup, RecD) and the job has no filters and no shuffle window,
+ * the reader hands the groups over deduplicated and they travel as stored:
+ * unique rows are decoded, batched, transformed and sent once, never
+ * expanded and hashed again.
+ *
+ * Batching happens on the one reader thread, so the batches of a job (their
+ * rows, order of rows and origins) do not depend on the number of transform
+ * threads or on timing; transform threads only change the order in which
+ * finished batches become ready. Batches cross stripe and split boundaries,
+ * never epochs.
+ *
+ * Memory: a budget of memory_limit bytes covers the stripe being read, every
+ * batch between the batcher and the encoder (its arena) and every encoded
+ * batch until a client acknowledges it. A stage that would pass the limit
+ * waits (back-pressure) instead of growing; the limit must hold a stripe
+ * and a few batches, otherwise one item at a time goes through alone.
+ *
+ * Splits come from a split source (source.h): the table source enumerates
+ * a table's splits epoch after epoch, in table order or shuffled with the
+ * job seed (shuffle_splits); the lease client (lease_client.h) leases them
+ * from a DPP master.
+ *
+ * Under a master (a work unit with a lease) the reader reads only the
+ * lease's todo rows, and each batch covers one contiguous row range
+ * [from_row, to_row) of one split, the rows its filters dropped included:
+ * a batch ends at its last row, or at the end of a todo range (a short
+ * batch; dropped with drop_last, its rows then reported as empty), so the
+ * batches and the empty ranges of a lease tile its todo exactly. A shuffle
+ * window shuffles rows within a batch only (window = batch size) there.
+ * Batches carry the lease (split, generation, range, rank) to the server;
+ * the source is told when each is made and retired (lease hooks). */
+#ifndef SLUICE_DPP_WORKER_WORKER_H
+#define SLUICE_DPP_WORKER_WORKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/server.h"
+#include "dpp/worker/source.h"
+#include "sluice/err.h"
+#include "warehouse/warehouse.h"
+
+typedef struct sl_worker_opts {
+    const char *listen;    /* "host:port"; NULL: "127.0.0.1:0" */
+    uint32_t threads;      /* transform threads; 0: online cores */
+    uint64_t memory_limit; /* bytes; 0: 256 MiB */
+    uint32_t max_credits;  /* unacknowledged batches per client; 0: 16 */
+    const char *worker_id; /* NULL: "worker-<pid>" */
+    /* NULL next: the local source over the job's table (job epochs, shuffle
+     * and seed). Otherwise the worker takes ownership (destroy is called). */
+    sl_worker_source_t source;
+    const sl_allocator_t *allocator; /* NULL: default */
+    /* has_listen_fd: serve on listen_fd, a listening socket bound to
+     * listen_port (the worker owns it, also when start fails), instead of
+     * binding listen: a master mode worker tells its serve address before
+     * it knows its job. */
+    bool has_listen_fd;
+    int listen_fd;
+    uint16_t listen_port;
+    const char
+        *job_id; /* in WELCOME and BatchInfo; NULL: the job's id (a master's id may differ) */
+    /* Trainer port limits and peers (server.h): */
+    const char *cluster_secret; /* clients must prove they hold it; NULL: none (then only a
+                                   loopback listen address is accepted) */
+    uint32_t max_clients;       /* client connections at once; 0: 256 */
+    int client_conn_idle_ms;    /* close a client silent this long holding no batch; 0: 60000 */
+} sl_worker_opts_t;
+
+sl_worker_opts_t sl_worker_opts_default(void);
+
+#define SL_WORKER_MAX_GROUPS 16
+
+typedef struct sl_worker_group_stats {
+    char name[64];
+    uint64_t rows, unique_rows; /* summed over batches */
+    double factor;              /* rows / unique_rows */
+} sl_worker_group_stats_t;
+
+typedef struct sl_worker_stats {
+    uint32_t threads;
+    bool dedup_form; /* the table stores the job's dedup groups: read and sent as stored */
+    uint64_t splits, stripes, rows_read, rows_kept, rows_dropped;
+    uint64_t splits_failed; /* leases whose split could not be read (reported, not fatal) */
+    uint64_t batches, samples;              /* encoded */
+    uint64_t bytes_encoded, bytes_expanded; /* encoded; and had dedup been off */
+    uint32_t num_groups;
+    sl_worker_group_stats_t groups[SL_WORKER_MAX_GROUPS];
+    /* busy time per stage (summed over threads) */
+    uint64_t read_ns;   /* open, read, decode stripes */
+    uint64_t filter_ns; /* filter and batch (gather) */
+    uint64_t dedup_ns, transform_ns, encode_ns;
+    uint64_t backpressure_ns; /* stages waiting for memory */
+    uint64_t cpu_ns;          /* CPU time of the pipeline and server threads that have exited */
+    uint64_t memory_limit, memory_used, memory_peak;
+    sl_worker_server_stats_t server;
+    bool finished; /* every batch produced and acknowledged */
+} sl_worker_stats_t;
+
+typedef struct sl_worker sl_worker_t;
+
+/* Bind job to its table (every problem of the plan goes to *problems, by
+ * JSON path; return SL_ERR_INVALID), cut the table into splits, listen, and
+ * start the threads. job is borrowed until sl_worker_destroy. Caller
+ * owns *out, free with sl_worker_destroy. */
+sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *opts,
+                         sl_worker_t **out, sl_pipeline_problems_t *problems,
+                         sl_error_t *err);
+
+/* The port listened on (the real one when 0 was asked). */
+uint16_t sl_worker_port(const sl_worker_t *w);
+
+/* Wait up to timeout_ms (< 0: forever) for the job to finish: every batch
+ * produced and acknowledged, or the pipeline failed. @return SL_OK when
+ * finished, SL_ERR_TIMEOUT, or the pipeline's error (err says what and
+ * where, e.g. a corrupt stripe). */
+sl_err_t sl_worker_wait(sl_worker_t *w, int timeout_ms, sl_error_t *err);
+
+/* Stop everything: close connections, join every thread. Statistics stay
+ * readable. Idempotent; may be called from any thread but a worker's own. */
+void sl_worker_stop(sl_worker_t *w);
+
+void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out);
+
+/* Print the statistics as a human summary. */
+void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *out);
+
+/* Has the pipeline failed? Then err (may be NULL) gets its error. Never blocks. */
+bool sl_worker_failed(sl_worker_t *w, sl_error_t *err);
+
+/* Fail the worker from outside its pipeline (a split source that can no
+ * longer serve, e.g. the master refused its worker id): the first failure
+ * is kept, clients get ERROR(code, msg), sl_worker_wait returns it.
+ * Any thread but the worker's own pipeline threads; takes the worker's and
+ * the server's locks (never call it holding a lock the lease hooks take). */
+void sl_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg);
+
+/* The worker's id and the job id it serves (borrowed, valid until destroy). */
+const char *sl_worker_id(const sl_worker_t *w);
+const char *sl_worker_job_id(const sl_worker_t *w);
+
+/* Stops (if needed) and frees; w may be NULL. */
+void sl_worker_destroy(sl_worker_t *w);
+
+#endif
