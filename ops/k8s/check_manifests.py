@@ -22,8 +22,8 @@ which are only looked up: the base build for the example Jobs). Checked:
     --k8s-deployment names a Deployment of workers here, --k8s-namespace is
     the pod's namespace, and its ServiceAccount is bound to exactly get and
     patch of that Deployment's scale;
-  - workers: a Deployment (no replicas in the base: the master owns them),
-    worker id = pod name, --listen on the pod IP, --master a Service port
+  - workers: a Deployment (no replicas in the base: the master owns them;
+    a rollout that can go on while no worker is ready), worker id = pod name, --listen on the pod IP, --master a Service port
     leading to the master's control port, memory request = limit >=
     --memory-limit + max(256 MiB, a quarter of it), CPU request >= threads
     + 1, a PodDisruptionBudget selecting them;
@@ -304,6 +304,9 @@ class Check:
             self.err(obj, "workers are not a Deployment")
         elif self.base and "replicas" in obj["spec"]:
             self.err(obj, "the base names replicas: every `kubectl apply` would undo the master's scaling")
+        if str(obj["spec"].get("strategy", {}).get("rollingUpdate", {}).get("maxUnavailable", "25%")) in ("0", "0%"):
+            self.err(obj, "rollingUpdate.maxUnavailable 0: a worker is ready only while it holds a lease, "
+                          "so a rollout with no job running would wait forever")
         if f.get("--worker-id") != "$(POD_NAME)" or self.field_ref(env, "POD_NAME") != "metadata.name":
             self.err(obj, "--worker-id is not $(POD_NAME) from metadata.name (a stable, unique id per pod)")
         host = (f.get("--listen") or "").rsplit(":", 1)[0]
