@@ -65,7 +65,10 @@ def _subcommand(argv):
 def known(sluice, sub):
     """{flag: set of choices or None} from `sluice SUB... --help`."""
     if sub not in _help_cache:
-        p = subprocess.run([sluice, *sub, "--help"], capture_output=True, text=True, timeout=30)
+        try:
+            p = subprocess.run([sluice, *sub, "--help"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise RuntimeError(f"cannot run `{sluice} {' '.join(sub)} --help`: {e}") from e
         text = p.stdout + p.stderr
         flags = {}
         for line in text.splitlines():
@@ -126,7 +129,11 @@ def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
-    errors, notes = check(argv[1], argv[2:])
+    try:
+        errors, notes = check(argv[1], argv[2:])
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
     for e in errors:

@@ -401,7 +401,11 @@ def main():
     for p in a.files:
         with open(p) as fh:
             docs = list(yaml.safe_load_all(fh))
-        c = Check(p, docs, context, a.sluice, a.base, a.image_tag).run()
+        try:
+            c = Check(p, docs, context, a.sluice, a.base, a.image_tag).run()
+        except RuntimeError as e:
+            print(f"error: {p}: {e}")
+            return 1
         errors += c.errors
         notes += c.notes
         checked += c.checked

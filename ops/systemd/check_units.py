@@ -130,8 +130,11 @@ def main():
     if len(a.pairs) % 2:
         ap.error("give UNIT ENVFILE pairs")
     errors, notes = [], []
-    for i in range(0, len(a.pairs), 2):
-        check(a.sluice, a.pairs[i], a.pairs[i + 1], errors, notes)
+    try:
+        for i in range(0, len(a.pairs), 2):
+            check(a.sluice, a.pairs[i], a.pairs[i + 1], errors, notes)
+    except RuntimeError as e:
+        errors.append(str(e))
     for n in notes:
         print(f"note: {n}")
     for e in errors:
