@@ -40,5 +40,14 @@ char *tu_path(const char *dir, const char *name);
 /* Write len bytes to path (created or truncated); aborts the test when it
  * cannot. */
 void tu_write_file(const char *path, const void *data, size_t len);
+/* The whole of a file, NUL-terminated (caller frees); aborts the test when
+ * it cannot be read. */
+char *tu_read_file(const char *path);
+
+/* Run argv (argv[0] a path) in dir with stdin /dev/null, within
+ * tu_timeout(timeout_s) (then it is killed and the test aborts). *out and
+ * *err get everything it wrote to stdout and stderr (caller frees).
+ * @return its exit code. */
+int tu_run(const char *dir, char *const argv[], double timeout_s, char **out, char **err);
 
 #endif

@@ -4,7 +4,10 @@
 #define SLUICE_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+
+#include "options.h"
 
 int sl_cli_demo(int argc, char **argv);
 int sl_cli_table(int argc, char **argv);
@@ -12,26 +15,27 @@ int sl_cli_worker(int argc, char **argv);
 int sl_cli_read(int argc, char **argv);
 int sl_cli_submit(int argc, char **argv);
 int sl_cli_master(int argc, char **argv);
+/* `sluice help [COMMAND... | --markdown [SECTION]]` */
+int sl_cli_help(int argc, char **argv);
 
-/* One option of a command's table: its getopt_long id, name, argument name
- * (NULL: a flag) and help line. */
-typedef struct sl_cli_opt {
-    int id;
-    const char *name;
-    const char *arg;
-    const char *help;
-} sl_cli_opt_t;
+/* The option tables of the commands (options.h), for `sluice help`. */
+extern const sl_cli_cmd_t sl_cli_demo_cmd, sl_cli_worker_cmd, sl_cli_read_cmd, sl_cli_submit_cmd,
+    sl_cli_master_cmd;
+extern const sl_cli_cmd_t sl_cli_table_create_cmd, sl_cli_table_import_cmd, sl_cli_table_gen_cmd,
+    sl_cli_table_inspect_cmd, sl_cli_table_verify_cmd, sl_cli_table_cat_cmd;
+/* Groups of options more than one command takes. */
+extern const sl_cli_group_t sl_cli_admin_group, sl_cli_writer_group;
 
-/* Print "  --name ARG   help" lines, the left column width wide. */
-void sl_cli_print_options(FILE *out, const sl_cli_opt_t *opts, size_t n, int width);
+/* The values of sl_cli_admin_group: the admin endpoint's limits and TLS
+ * (master and worker). */
+typedef struct sl_cli_admin_args {
+    const char *tls_cert, *tls_key;
+    uint64_t max_connections, timeout_s;
+} sl_cli_admin_args_t;
 
 /* Raise this process's open-file limit to its hard limit: a server's
  * connection caps (control, trainer and admin connections) should be what
  * bounds its sockets, not a low default soft limit. Best effort. */
 void sl_cli_raise_nofile(void);
-
-/* Print "sluice <cmd>: <fmt with arg>" and where to find help on stderr.
- * @return 2, the usage-error exit code. */
-int sl_cli_usage_error(const char *cmd, const char *fmt, const char *arg);
 
 #endif

@@ -1,5 +1,6 @@
-/* Helpers shared by the commands of the sluice program: the option table
- * printer and the usage-error message. */
+/* Helpers shared by the commands of the sluice program: the options of the
+ * admin endpoint that master and worker both serve, and the open-file
+ * limit. */
 #include "cli.h"
 
 #include <stdbool.h>
@@ -14,36 +15,20 @@ void sl_cli_raise_nofile(void)
     setrlimit(RLIMIT_NOFILE, &r);
 }
 
-void sl_cli_print_options(FILE *out, const sl_cli_opt_t *opts, size_t n, int width)
-{
-    /* help text wrapped at word boundaries to fit 80 columns */
-    int room = 80 - 3 - width;
-    if (room < 30) room = 30;
-    for (size_t i = 0; i < n; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "--%s%s%s", opts[i].name, opts[i].arg ? " " : "",
-                 opts[i].arg ? opts[i].arg : "");
-        const char *h = opts[i].help;
-        fprintf(out, "  %-*s ", width, left);
-        for (bool first = true; *h; first = false) {
-            int len = (int)strlen(h);
-            if (len > room) {
-                len = room;
-                while (len > 0 && h[len] != ' ') len--;
-                if (len == 0) len = room;
-            }
-            if (!first) fprintf(out, "  %-*s ", width, "");
-            fprintf(out, "%.*s\n", len, h);
-            h += len;
-            while (*h == ' ') h++;
-        }
-    }
-}
+#define ADMIN(field) offsetof(sl_cli_admin_args_t, field)
 
-int sl_cli_usage_error(const char *cmd, const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice %s: ", cmd);
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see `sluice %s --help`)\n", cmd);
-    return 2;
-}
+static const sl_cli_opt_t admin_opts[] = {
+    {"tls-cert", SL_CLI_FILE, "FILE", NULL, NULL, 0, 0, 0, ADMIN(tls_cert),
+     "serve the admin endpoint over HTTPS with this PEM certificate (chain)"},
+    {"tls-key", SL_CLI_FILE, "FILE", NULL, NULL, 0, 0, 0, ADMIN(tls_key),
+     "... and its PEM private key (not encrypted)"},
+    {"admin-max-connections", SL_CLI_UINT, "N", "512", NULL, 1, UINT32_MAX, 0,
+     ADMIN(max_connections),
+     "admin connections at once; beyond it, new connections wait in the listen backlog until "
+     "one closes"},
+    {"admin-timeout-s", SL_CLI_UINT, "S", "10", NULL, 1, UINT32_MAX, 0, ADMIN(timeout_s),
+     "an admin connection that sends nothing for S seconds is closed"},
+};
+
+const sl_cli_group_t sl_cli_admin_group = {"admin endpoint", "admin endpoint options", admin_opts,
+                                           sizeof admin_opts / sizeof admin_opts[0]};

@@ -7,7 +7,6 @@
  * arrived exactly once, and prints the figures; then runs the same job
  * without dedup for comparison. The temporary directory is removed. */
 #include <ftw.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -23,10 +22,7 @@
 #include "warehouse/import.h"
 
 typedef struct demo_options {
-    uint64_t rows;
-    uint32_t batch_size;
-    uint32_t threads;
-    uint64_t seed;
+    uint64_t rows, batch_size, threads, seed;
 } demo_options_t;
 
 typedef struct demo_run {
@@ -44,62 +40,32 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void demo_usage(FILE *out)
-{
-    fprintf(out, "usage: sluice demo [--rows N] [--batch-size B] [--threads T] [--seed X]\n"
-                 "Generates a `sessions` table (user features constant within sessions of ~16\n"
-                 "samples) in a temporary directory, serves it from an in-process DPP worker with\n"
-                 "the user features deduplicated, reads one epoch through the trainer client,\n"
-                 "checks every sample arrived exactly once, then repeats without dedup.\n"
-                 "Defaults: 200000 rows, batches of 4096, threads: online cores, seed 1.\n");
-}
+#define D(field) offsetof(demo_options_t, field)
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    if (*s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0') return -1;
-    *out = v;
-    return 0;
-}
+/* Options are defined once, here (options.h): parsing, --help and the
+ * docs' table come from this table. */
+static const sl_cli_opt_t dopts[] = {
+    {"rows", SL_CLI_UINT, "N", "200000", NULL, 1, 1u << 28, 0, D(rows),
+     "rows of the generated table"},
+    {"batch-size", SL_CLI_UINT, "B", "4096", NULL, 1, 1u << 20, 0, D(batch_size),
+     "samples per batch"},
+    {"threads", SL_CLI_UINT, "T", "0", NULL, 0, 256, 0, D(threads),
+     "the worker's transform threads (0: the online cores)"},
+    {"seed", SL_CLI_UINT, "X", "1", NULL, 0, UINT64_MAX, 0, D(seed), "seed of the generator"},
+};
 
-static int parse_options(int argc, char **argv, demo_options_t *o)
-{
-    static const struct option longopts[] = {
-        {"rows", required_argument, NULL, 'r'},    {"batch-size", required_argument, NULL, 'b'},
-        {"threads", required_argument, NULL, 't'}, {"seed", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        uint64_t v = 0;
-        if (c == 'h') {
-            demo_usage(stdout);
-            return 1;
-        }
-        if (c == '?' || parse_u64(optarg, &v) != 0 ||
-            ((c == 'r' || c == 'b') && (v == 0 || v > (1ull << 28))) || (c == 't' && v > 256)) {
-            fprintf(stderr, "sluice demo: bad option or value '%s'\n", argv[optind - 1]);
-            demo_usage(stderr);
-            return 2;
-        }
-        if (c == 'r')
-            o->rows = v;
-        else if (c == 'b')
-            o->batch_size = (uint32_t)v;
-        else if (c == 't')
-            o->threads = (uint32_t)v;
-        else
-            o->seed = v;
-    }
-    if (optind < argc) {
-        fprintf(stderr, "sluice demo: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    return 0;
-}
+static const sl_cli_group_t demo_group = SL_CLI_OWN_GROUP(dopts);
+
+const sl_cli_cmd_t sl_cli_demo_cmd = {
+    .name = "demo",
+    .summary = "deduplicate generated session batches and print the figures",
+    .synopsis = "sluice demo [--rows N] [--batch-size B] [--threads T] [--seed X]",
+    .about = "Generates a `sessions` table (user features constant within sessions of ~16 "
+             "samples) in a temporary directory, serves it from an in-process DPP worker with "
+             "the user features deduplicated, reads one epoch through the trainer client, "
+             "checks every sample arrived exactly once, then repeats without dedup.",
+    .groups = {{&demo_group, 0}},
+};
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -134,7 +100,7 @@ static int run_job(const char *table, const demo_options_t *o, bool dedup, demo_
     if (rc != SL_OK) goto done;
     sl_worker_opts_t wo = sl_worker_opts_default();
     wo.listen = "127.0.0.1:0";
-    wo.threads = o->threads;
+    wo.threads = (uint32_t)o->threads;
     wo.worker_id = "demo-worker";
     if ((rc = sl_worker_start(job, &wo, &w, &problems, &err))) goto done;
     char addr[64];
@@ -198,9 +164,9 @@ done:
 
 int sl_cli_demo(int argc, char **argv)
 {
-    demo_options_t o = {.rows = 200000, .batch_size = 4096, .threads = 0, .seed = 1};
-    int pc = parse_options(argc, argv, &o);
-    if (pc) return pc == 1 ? 0 : pc;
+    demo_options_t o = {0};
+    sl_cli_parsed_t parsed;
+    if (!sl_cli_parse(&sl_cli_demo_cmd, argc, argv, &o, &parsed)) return parsed.code;
     char dir[] = "/tmp/sluice-demo-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("sluice demo: mkdtemp");
@@ -228,7 +194,7 @@ int sl_cli_demo(int argc, char **argv)
     printf("sluice demo: generated a `sessions` table of %" PRIu64 " rows (%.1f MB on disk, "
            "user features stored once per unique row of a stripe) in %.2f s\n",
            ws.rows, (double)ws.file_bytes / 1e6, now_s() - t0);
-    printf("  job: batches of %u, sigrid_hash(item_id); one epoch to one trainer client\n\n",
+    printf("  job: batches of %" PRIu64 ", sigrid_hash(item_id); one epoch to one trainer client\n\n",
            o.batch_size);
     demo_run_t with = {0}, without = {0};
     if (run_job(table, &o, true, &with) || run_job(table, &o, false, &without)) goto out;

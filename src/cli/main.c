@@ -8,28 +8,32 @@
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
-    const char *summary;
+    const sl_cli_cmd_t *cmd; /* its option table, whose summary the list shows */
+    const char *summary;     /* for a command without one table */
 } commands[] = {
-    {"demo", sl_cli_demo, "deduplicate generated session batches and print the figures"},
-    {"table", sl_cli_table, "create, import, inspect, verify and read feature tables"},
-    {"worker", sl_cli_worker, "run a job's pipeline and serve its batches to trainers"},
-    {"read", sl_cli_read, "receive batches from a DPP worker as a trainer would"},
-    {"submit", sl_cli_submit, "submit a job to a DPP master through its admin endpoint"},
-    {"master", sl_cli_master, "run the DPP master: leases splits to workers, commits batches"},
+    {"demo", sl_cli_demo, &sl_cli_demo_cmd, NULL},
+    {"table", sl_cli_table, NULL, "create, import, inspect, verify and read feature tables"},
+    {"worker", sl_cli_worker, &sl_cli_worker_cmd, NULL},
+    {"read", sl_cli_read, &sl_cli_read_cmd, NULL},
+    {"submit", sl_cli_submit, &sl_cli_submit_cmd, NULL},
+    {"master", sl_cli_master, &sl_cli_master_cmd, NULL},
 };
 
 static void usage(FILE *out)
 {
     fprintf(out, "usage: sluice <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-10s %s\n", commands[i].name,
+                commands[i].cmd != NULL ? commands[i].cmd->summary : commands[i].summary);
+    fprintf(out, "  %-10s %s\n", "help",
+            "a command's help; --markdown: every option table and the job spec reference");
     fprintf(out, "\n`sluice <command> --help` describes a command's options.\n");
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
+        (strcmp(argv[1], "help") == 0 && argc == 2)) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
@@ -37,6 +41,7 @@ int main(int argc, char **argv)
         printf("sluice %s\n", SLUICE_VERSION);
         return 0;
     }
+    if (strcmp(argv[1], "help") == 0) return sl_cli_help(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "sluice: unknown command '%s'\n", argv[1]);

@@ -2,7 +2,6 @@
  * endpoint, and optionally the local executor that turns each job's desired
  * worker count into `sluice worker` processes on this machine. Runs until
  * SIGINT or SIGTERM. */
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,67 +24,70 @@ static void on_signal(int sig)
     g_stop = 1;
 }
 
-/* Options are defined once, here; the help text comes from this table. */
+typedef struct master_args {
+    const char *listen, *admin, *state, *token_file, *executor, *log_dir, *secret_file;
+    uint64_t lease_ms, split_failures, client_idle_ms, fleet, compact, max_conns, handshake_ms,
+        conn_idle_ms;
+    sl_cli_admin_args_t adm;
+} master_args_t;
+
+#define M(field) offsetof(master_args_t, field)
+
+/* Options are defined once, here (options.h): parsing, --help and the
+ * docs' table (docs/ADMIN.md) come from this table. */
 static const sl_cli_opt_t mopts[] = {
-    {'l', "listen", "ADDR", "control address for workers and trainer clients (host:port; an "
-                            "address other than loopback needs --cluster-secret-file)"},
-    {'a', "admin", "ADDR", "admin HTTP endpoint (loopback unless told otherwise)"},
-    {'s', "state", "DIR", "journal and snapshot (created if missing)"},
-    {'t', "token-file", "F",
-     "bearer token for mutating admin routes (else env SLUICE_ADMIN_TOKEN; none: they answer "
-     "403)"},
-    {'L', "lease-timeout-ms", "N", "a worker silent this long loses its splits (10000)"},
-    {'e', "executor", "local|none",
-     "local: start and stop `sluice worker` processes per job (default none)"},
-    {'w', "worker-log-dir", "DIR",
-     "with --executor local: each worker's output in DIR/<worker id>.log (DIR must exist); "
-     "restarts of workers that keep exiting back off (0.5 s doubling to 30 s)"},
-    {'S', "max-split-failures", "N",
+    {"listen", SL_CLI_ADDR, "ADDR", NULL, NULL, 0, 0, SL_CLI_REQUIRED, M(listen),
+     "control address for workers and trainer clients (an address other than loopback needs "
+     "--cluster-secret-file)"},
+    {"admin", SL_CLI_ADDR, "ADDR", NULL, NULL, 0, 0, SL_CLI_REQUIRED, M(admin),
+     "the admin HTTP endpoint (docs/ADMIN.md)"},
+    {"state", SL_CLI_PATH, "DIR", NULL, NULL, 0, 0, SL_CLI_REQUIRED, M(state),
+     "journal and snapshot (created if missing)"},
+    {"token-file", SL_CLI_PATH, "F", NULL, "`$SLUICE_ADMIN_TOKEN`", 0, 0, 0, M(token_file),
+     "bearer token of the mutating admin routes (none: they answer 403)"},
+    {"lease-timeout-ms", SL_CLI_UINT, "N", "10000", NULL, 1, UINT32_MAX, 0, M(lease_ms),
+     "a worker silent this long loses its leases"},
+    {"executor", SL_CLI_ENUM, "local|none", "none", NULL, 0, 0, 0, M(executor),
+     "local: start and stop `sluice worker` processes per job (\"Who starts the workers\")"},
+    {"worker-log-dir", SL_CLI_PATH, "DIR", NULL, NULL, 0, 0, 0, M(log_dir),
+     "with --executor local: each worker's output in DIR/<worker id>.log; a directory that does "
+     "not exist or cannot be written is refused at start (exit 2)"},
+    {"max-split-failures", SL_CLI_UINT, "N", "3", NULL, 1, 65535, 0, M(split_failures),
      "a split a worker cannot read (corrupt stripe, I/O error) this many times in one epoch, "
-     "whichever workers tried, fails its job (on_bad_split \"skip\": is skipped) (3)"},
-    {'C', "client-idle-ms", "N",
+     "whichever workers tried, fails its job (on_bad_split \"skip\": is skipped)"},
+    {"client-idle-ms", SL_CLI_UINT, "N", "600000", NULL, 1, UINT32_MAX, 0, M(client_idle_ms),
      "a trainer client with no connection and no commit this long is forgotten with its "
-     "commit nonces (600000: 10 min; keep it well above the clients' reconnect window, 30 s)"},
-    {'F', "max-fleet-workers", "N",
-     "workers of all jobs together; over it, jobs are scaled down in proportion to their "
-     "desired counts, never below their min_workers (default 0: no limit)"},
-    {'P', "compact-bytes", "N",
-     "compact the journal (snapshot, empty journal) once it outgrows N bytes (67108864)"},
-    {'X', "cluster-secret-file", "F",
-     "the cluster secret (first line of F, 16 bytes at least; else the file named by "
-     "$SLUICE_CLUSTER_SECRET_FILE): workers and trainer clients must prove they hold it "
-     "(docs/PROTOCOL.md); the local executor passes it on to its workers"},
-    {'N', "max-connections", "N",
-     "control connections at once (default 1024); when full, the oldest one still in its "
-     "handshake makes room"},
-    {'H', "handshake-timeout-ms", "N",
-     "a control connection must authenticate and REGISTER or ATTACH within this (10000)"},
-    {'I', "client-conn-idle-ms", "N",
-     "close a trainer client's control connection that sends nothing this long (60000)"},
-    {'T', "tls-cert", "F", "serve the admin endpoint over HTTPS with this PEM certificate"},
-    {'K', "tls-key", "F", "... and this PEM private key"},
-    {'M', "admin-max-connections", "N", "admin connections at once (default 512)"},
-    {'O', "admin-timeout-s", "N", "close an admin connection idle this long (default 10)"},
-    {'h', "help", NULL, "this help"},
+     "remembered commit nonces (docs/DESIGN.md, \"Client records\"); keep it well above the "
+     "clients' reconnect window (30 s)"},
+    {"max-fleet-workers", SL_CLI_UINT, "N", "0", NULL, 0, UINT32_MAX, 0, M(fleet),
+     "workers of all jobs together (0: no limit); over it, jobs are scaled down in proportion to "
+     "their desired counts, never below their min_workers"},
+    {"compact-bytes", SL_CLI_SIZE, "N", "64M", NULL, 1, UINT64_MAX, 0, M(compact),
+     "compact the journal (snapshot, empty journal) once it outgrows N bytes"},
+    {"cluster-secret-file", SL_CLI_PATH, "F", NULL, "`$SLUICE_CLUSTER_SECRET_FILE`", 0, 0, 0,
+     M(secret_file),
+     "the cluster secret (the first line of F, 16 bytes at least) workers and trainer clients "
+     "must prove they hold (docs/PROTOCOL.md, \"Authentication\"); required for a --listen "
+     "other than loopback; the local executor passes it on to its workers"},
+    {"max-connections", SL_CLI_UINT, "N", "1024", NULL, 1, UINT32_MAX, 0, M(max_conns),
+     "control connections at once; when full, the oldest one still in its handshake makes room"},
+    {"handshake-timeout-ms", SL_CLI_UINT, "N", "10000", NULL, 1, UINT32_MAX, 0, M(handshake_ms),
+     "a control connection must authenticate and REGISTER or ATTACH within this"},
+    {"client-conn-idle-ms", SL_CLI_UINT, "N", "60000", NULL, 1, UINT32_MAX, 0, M(conn_idle_ms),
+     "a trainer client's control connection that sends nothing this long is closed (the client "
+     "reconnects; it reports every second)"},
 };
-#define NUM_MOPTS (sizeof mopts / sizeof mopts[0])
 
-static int usage(void)
-{
-    fprintf(stderr, "usage: sluice master --listen ADDR --admin ADDR --state DIR [options]\n\n"
-                    "options:\n");
-    sl_cli_print_options(stderr, mopts, NUM_MOPTS, 30);
-    return 2;
-}
+static const sl_cli_group_t master_group = SL_CLI_OWN_GROUP(mopts);
 
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v == 0 || v == ULLONG_MAX) return false;
-    *out = v;
-    return true;
-}
+const sl_cli_cmd_t sl_cli_master_cmd = {
+    .name = "master",
+    .summary = "run the DPP master: leases splits to workers, commits batches",
+    .synopsis = "sluice master --listen ADDR --admin ADDR --state DIR [options]",
+    .about = "Runs the DPP master with its admin endpoint (and, with --executor local, the "
+             "jobs' workers as processes of this machine) until SIGINT or SIGTERM.",
+    .groups = {{&master_group, 0}, {&sl_cli_admin_group, M(adm)}},
+};
 
 /* Path of this program, for the executor's worker processes. */
 static void self_path(char *out, size_t cap)
@@ -128,106 +130,22 @@ static void drive_executor(sl_master_t *m, sl_master_executor_t *ex)
 
 int sl_cli_master(int argc, char **argv)
 {
-    struct option lo[NUM_MOPTS + 1];
-    for (size_t i = 0; i < NUM_MOPTS; i++)
-        lo[i] = (struct option){mopts[i].name, mopts[i].arg ? required_argument : no_argument,
-                                NULL, mopts[i].id};
-    lo[NUM_MOPTS] = (struct option){0, 0, 0, 0};
-    const char *listen = NULL, *admin = NULL, *state = NULL, *token_file = NULL, *log_dir = NULL;
-    const char *executor = "none", *secret_file = NULL;
-    uint64_t lease_ms = 10000, fleet = 0, client_idle_ms = 600000, split_failures = 3;
-    uint64_t max_conns = 0, handshake_ms = 0, conn_idle_ms = 0, compact = 0;
-    sl_admin_opts_t ao = {0};
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        switch (c) {
-        case 'l': listen = optarg; break;
-        case 'a': admin = optarg; break;
-        case 's': state = optarg; break;
-        case 't': token_file = optarg; break;
-        case 'e': executor = optarg; break;
-        case 'w': log_dir = optarg; break;
-        case 'X': secret_file = optarg; break;
-        case 'T': ao.tls_cert_file = optarg; break;
-        case 'K': ao.tls_key_file = optarg; break;
-        case 'N':
-        case 'H':
-        case 'I':
-        case 'M':
-        case 'O': {
-            uint64_t v;
-            if (!parse_u64(optarg, &v) || v > UINT32_MAX) {
-                fprintf(stderr, "sluice master: --%s '%s': a positive integer\n",
-                        c == 'N'   ? "max-connections"
-                        : c == 'H' ? "handshake-timeout-ms"
-                        : c == 'I' ? "client-conn-idle-ms"
-                        : c == 'M' ? "admin-max-connections"
-                                   : "admin-timeout-s",
-                        optarg);
-                return 2;
-            }
-            if (c == 'N') max_conns = v;
-            if (c == 'H') handshake_ms = v;
-            if (c == 'I') conn_idle_ms = v;
-            if (c == 'M') ao.max_connections = (uint32_t)v;
-            if (c == 'O') ao.timeout_s = (uint32_t)v;
-            break;
-        }
-        case 'L':
-            if (!parse_u64(optarg, &lease_ms)) {
-                fprintf(stderr, "sluice master: --lease-timeout-ms '%s': a positive integer\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case 'C':
-            if (!parse_u64(optarg, &client_idle_ms)) {
-                fprintf(stderr, "sluice master: --client-idle-ms '%s': a positive integer\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case 'P':
-            if (!parse_u64(optarg, &compact)) {
-                fprintf(stderr, "sluice master: --compact-bytes '%s': a positive integer\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case 'S':
-            if (!parse_u64(optarg, &split_failures) || split_failures > 65535) {
-                fprintf(stderr, "sluice master: --max-split-failures '%s': 1..65535\n", optarg);
-                return 2;
-            }
-            break;
-        case 'F': {
-            char *end;
-            unsigned long long v = strtoull(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || *optarg == '-' || v > UINT32_MAX) {
-                fprintf(stderr, "sluice master: --max-fleet-workers '%s': 0 (no limit) or a count\n",
-                        optarg);
-                return 2;
-            }
-            fleet = v;
-            break;
-        }
-        default: return usage();
-        }
-    }
-    if (optind != argc || listen == NULL || admin == NULL || state == NULL) return usage();
+    master_args_t args = {0};
+    sl_cli_parsed_t parsed;
+    if (!sl_cli_parse(&sl_cli_master_cmd, argc, argv, &args, &parsed)) return parsed.code;
+    const char *listen = args.listen, *admin = args.admin, *state = args.state;
+    const char *token_file = args.token_file, *log_dir = args.log_dir;
+    const char *executor = args.executor, *secret_file = args.secret_file;
+    sl_admin_opts_t ao = {.tls_cert_file = args.adm.tls_cert,
+                          .tls_key_file = args.adm.tls_key,
+                          .max_connections = (uint32_t)args.adm.max_connections,
+                          .timeout_s = (uint32_t)args.adm.timeout_s};
     bool local = strcmp(executor, "local") == 0;
-    if (!local && strcmp(executor, "none") != 0) {
-        fprintf(stderr, "sluice master: --executor '%s': local or none\n", executor);
-        return 2;
-    }
     sl_error_t err = {0};
     /* Refused before anything starts: a worker log directory that is not
      * there would otherwise fail every spawn. */
-    if (log_dir != NULL && !local) {
-        fprintf(stderr, "sluice master: --worker-log-dir needs --executor local\n");
-        return 2;
-    }
+    if (log_dir != NULL && !local)
+        return sl_cli_usage_error("master", "%s", "--worker-log-dir needs --executor local");
     if (log_dir != NULL && sl_master_executor_local_check_log_dir(log_dir, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);
         return 2;
@@ -251,15 +169,15 @@ int sl_cli_master(int argc, char **argv)
     }
     sl_master_opts_t o = {.listen = listen,
                           .state_dir = state,
-                          .lease_timeout_ms = lease_ms,
-                          .max_fleet_workers = (uint32_t)fleet,
-                          .client_idle_ms = client_idle_ms,
-                          .max_split_failures = (uint32_t)split_failures,
-                          .max_connections = (uint32_t)max_conns,
+                          .lease_timeout_ms = args.lease_ms,
+                          .max_fleet_workers = (uint32_t)args.fleet,
+                          .client_idle_ms = args.client_idle_ms,
+                          .max_split_failures = (uint32_t)args.split_failures,
+                          .max_connections = (uint32_t)args.max_conns,
                           .cluster_secret = secret,
-                          .handshake_timeout_ms = handshake_ms,
-                          .client_conn_idle_ms = conn_idle_ms,
-                          .compact_bytes = compact};
+                          .handshake_timeout_ms = args.handshake_ms,
+                          .client_conn_idle_ms = args.conn_idle_ms,
+                          .compact_bytes = args.compact};
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);

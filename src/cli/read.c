@@ -6,7 +6,6 @@
  * for tests. Exit codes: 0 the job ended (or the limit was reached), 1 the
  * client failed (the message says why), 2 usage error. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -18,55 +17,63 @@
 #include "cli.h"
 #include "sluice/trainer.h"
 
-/* Options are defined once, here; the help text comes from this table. */
+typedef struct read_args {
+    const char *worker, *master, *job, *token_out, *secret_file;
+    uint64_t rank, world_size, prefetch, limit, timeout, reconnect_ms;
+    bool ids, json, quiet;
+} read_args_t;
+
+#define R(field) offsetof(read_args_t, field)
+
+/* Options are defined once, here (options.h): parsing, --help and the
+ * docs' table come from this table. */
 static const sl_cli_opt_t ropts[] = {
-    {'w', "worker", "HOST:PORT", "the worker's trainer address"},
-    {'m', "master", "HOST:PORT", "the DPP master's control address (instead of --worker)"},
-    {'J', "job", "ID", "the job to read (with --master)"},
-    {'R', "rank", "N", "this trainer's rank (default 0)"},
-    {'W', "world-size", "N", "number of trainer ranks (default 1)"},
-    {'T', "token-out", "FILE",
+    {"worker", SL_CLI_ADDR, "HOST:PORT", NULL, NULL, 0, 0, 0, R(worker),
+     "the worker's trainer address"},
+    {"master", SL_CLI_ADDR, "HOST:PORT", NULL, NULL, 0, 0, 0, R(master),
+     "the DPP master's control address (instead of --worker)"},
+    {"job", SL_CLI_STRING, "ID", NULL, NULL, 0, 0, 0, R(job), "the job to read (with --master)"},
+    {"rank", SL_CLI_UINT, "N", "0", NULL, 0, UINT32_MAX - 1, 0, R(rank),
+     "this trainer's rank, below --world-size"},
+    {"world-size", SL_CLI_UINT, "N", "1", NULL, 1, UINT32_MAX, 0, R(world_size),
+     "number of trainer ranks"},
+    {"token-out", SL_CLI_PATH, "FILE", NULL, NULL, 0, 0, 0, R(token_out),
      "at the end (job end or --limit), write a resume token for this batch boundary to FILE "
      "(with --master)"},
-    {'i', "ids", NULL, "print each batch's sample ids as one line on stdout"},
-    {'p', "prefetch", "N", "batches kept ready by the client (default 4)"},
-    {'l', "limit", "N", "stop after N batches (default: until the job ends)"},
-    {'t', "timeout", "MS", "give up when no batch arrives for MS ms (default: wait)"},
-    {'r', "reconnect-ms", "MS", "retry a lost worker this long (default 30000, 0: never)"},
-    {'S', "cluster-secret-file", "FILE",
-     "the cluster secret the workers and master require (first line of FILE; default: the "
-     "file named by $SLUICE_CLUSTER_SECRET_FILE, if set)"},
-    {'j', "json", NULL,
+    {"ids", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(ids),
+     "print each batch's sample ids as one line on stdout"},
+    {"prefetch", SL_CLI_UINT, "N", "4", NULL, 1, 1u << 16, 0, R(prefetch),
+     "batches kept ready by the client"},
+    {"limit", SL_CLI_UINT, "N", NULL, "until the job ends", 1, UINT64_MAX, 0, R(limit),
+     "stop after N batches"},
+    {"timeout", SL_CLI_UINT, "MS", NULL, "wait", 1, 1u << 30, 0, R(timeout),
+     "give up when no batch arrives for MS ms"},
+    {"reconnect-ms", SL_CLI_UINT, "MS", "30000", NULL, 0, 1u << 30, 0, R(reconnect_ms),
+     "retry a lost worker this long (0: never)"},
+    {"cluster-secret-file", SL_CLI_PATH, "FILE", NULL, "`$SLUICE_CLUSTER_SECRET_FILE`, if set",
+     0, 0, 0, R(secret_file),
+     "the cluster secret the workers and master require (the first line of FILE)"},
+    {"json", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(json),
      "print each batch as one JSON line on stdout (the summary then goes to stderr)"},
-    {'q', "quiet", NULL, "no summary"},
-    {'h', "help", NULL, "this text (also -h)"},
+    {"quiet", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(quiet), "no summary"},
 };
-#define NUM_ROPTS (sizeof ropts / sizeof ropts[0])
 
-static void read_usage(FILE *out)
-{
-    fprintf(out, "usage: sluice read --worker HOST:PORT [options]\n"
-                 "       sluice read --master HOST:PORT --job ID [options]\n\n"
-                 "Receive batches from a DPP worker (or from every worker of a job, through\n"
-                 "the DPP master) as a trainer would, until the job ends, then print batches,\n"
-                 "samples, bytes, throughput and the time spent waiting.\n\n"
-                 "options:\n");
-    sl_cli_print_options(out, ropts, NUM_ROPTS, 28);
-}
+static const sl_cli_group_t read_group = SL_CLI_OWN_GROUP(ropts);
+
+const sl_cli_cmd_t sl_cli_read_cmd = {
+    .name = "read",
+    .summary = "receive batches from a DPP worker as a trainer would",
+    .synopsis = "sluice read --worker HOST:PORT [options]\n"
+                "sluice read --master HOST:PORT --job ID [options]",
+    .about = "Receive batches from a DPP worker (or from every worker of a job, through the DPP "
+             "master) as a trainer would, until the job ends, then print batches, samples, "
+             "bytes, throughput and the time spent waiting.",
+    .groups = {{&read_group, 0}},
+};
 
 static int usage_error(const char *fmt, const char *arg)
 {
     return sl_cli_usage_error("read", fmt, arg);
-}
-
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    if (s == NULL || *s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || v > max) return -1;
-    *out = v;
-    return 0;
 }
 
 static double now_s(void)
@@ -215,82 +222,22 @@ static int write_token(sl_trainer_t *t, const char *path)
 
 int sl_cli_read(int argc, char **argv)
 {
-    struct option longopts[NUM_ROPTS + 1];
-    for (size_t i = 0; i < NUM_ROPTS; i++)
-        longopts[i] = (struct option){ropts[i].name,
-                                      ropts[i].arg ? required_argument : no_argument, NULL,
-                                      ropts[i].id};
-    longopts[NUM_ROPTS] = (struct option){0, 0, 0, 0};
+    read_args_t args = {0};
+    sl_cli_parsed_t parsed;
+    if (!sl_cli_parse(&sl_cli_read_cmd, argc, argv, &args, &parsed)) return parsed.code;
     sl_trainer_opts_t o = sl_trainer_opts_default();
-    uint64_t limit = 0, v;
-    int timeout_ms = -1;
-    bool json = false, quiet = false, ids = false;
-    const char *token_out = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'w':
-            o.address = optarg;
-            break;
-        case 'p':
-            if (parse_u64(optarg, 1u << 16, &v) != 0 || v == 0)
-                return usage_error("--prefetch wants a count in 1..65536, not '%s'", optarg);
-            o.prefetch = (uint32_t)v;
-            break;
-        case 'l':
-            if (parse_u64(optarg, UINT64_MAX, &limit) != 0 || limit == 0)
-                return usage_error("--limit wants a positive count, not '%s'", optarg);
-            break;
-        case 't':
-            if (parse_u64(optarg, 1u << 30, &v) != 0 || v == 0)
-                return usage_error("--timeout wants milliseconds > 0, not '%s'", optarg);
-            timeout_ms = (int)v;
-            break;
-        case 'r':
-            if (parse_u64(optarg, 1u << 30, &v) != 0)
-                return usage_error("--reconnect-ms wants milliseconds, not '%s'", optarg);
-            o.reconnect_ms = v == 0 ? -1 : (int)v;
-            break;
-        case 'm':
-            o.master = optarg;
-            break;
-        case 'J':
-            o.job_id = optarg;
-            break;
-        case 'R':
-            if (parse_u64(optarg, UINT32_MAX - 1, &v) != 0)
-                return usage_error("--rank wants a number, not '%s'", optarg);
-            o.rank = (uint32_t)v;
-            break;
-        case 'W':
-            if (parse_u64(optarg, UINT32_MAX, &v) != 0 || v == 0)
-                return usage_error("--world-size wants a positive number, not '%s'", optarg);
-            o.world_size = (uint32_t)v;
-            break;
-        case 'T':
-            token_out = optarg;
-            break;
-        case 'S':
-            o.cluster_secret_file = optarg;
-            break;
-        case 'i':
-            ids = true;
-            break;
-        case 'j':
-            json = true;
-            break;
-        case 'q':
-            quiet = true;
-            break;
-        case 'h':
-            read_usage(stdout);
-            return 0;
-        default:
-            return usage_error("%s", "unknown option");
-        }
-    }
-    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    o.address = args.worker;
+    o.master = args.master;
+    o.job_id = args.job;
+    o.rank = (uint32_t)args.rank;
+    o.world_size = (uint32_t)args.world_size;
+    o.prefetch = (uint32_t)args.prefetch;
+    o.reconnect_ms = args.reconnect_ms == 0 ? -1 : (int)args.reconnect_ms;
+    o.cluster_secret_file = args.secret_file;
+    uint64_t limit = args.limit; /* 0: until the job ends */
+    int timeout_ms = args.timeout == 0 ? -1 : (int)args.timeout;
+    bool json = args.json, quiet = args.quiet, ids = args.ids;
+    const char *token_out = args.token_out;
     if (o.address && o.master) return usage_error("%s", "give --worker or --master, not both");
     if (!o.address && !o.master)
         return usage_error("%s", "--worker HOST:PORT or --master HOST:PORT is required");

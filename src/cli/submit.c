@@ -5,7 +5,6 @@
  * connection ("Connection: close"), the reply read to the end.
  * Exit codes: 0 accepted (and finished, with --wait), 1 refused or failed
  * (the master's error is printed), 2 usage error. */
-#include <getopt.h>
 #include <gnutls/gnutls.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -26,60 +25,54 @@
 /* Resume tokens are a few bytes per split; 64 MiB covers 16M splits. */
 #define MAX_TOKEN (64u << 20)
 
-enum {
-    OPT_ADMIN = 1,
-    OPT_JOB,
-    OPT_RANKS,
-    OPT_SHARDING,
-    OPT_MIN,
-    OPT_MAX,
-    OPT_RESUME,
-    OPT_TOKEN,
-    OPT_WAIT,
-    OPT_TIMEOUT,
-    OPT_HELP
-};
+/* One resume token per trainer rank at most this many. */
+#define MAX_RESUME 1024
+
+typedef struct submit_args {
+    const char *admin, *job, *sharding, *token_file;
+    uint64_t ranks, min_workers, max_workers, timeout;
+    sl_cli_list_t resume;
+    bool wait;
+} submit_args_t;
+
+#define S(field) offsetof(submit_args_t, field)
 
 static const sl_cli_opt_t sopts[] = {
-    {OPT_ADMIN, "admin", "HOST:PORT", "the master's admin endpoint (required)"},
-    {OPT_JOB, "job", "SPEC.json", "the job spec (docs/JOBS.md; required)"},
-    {OPT_RANKS, "ranks", "N", "trainer ranks (default 1)"},
-    {OPT_SHARDING, "sharding", "MODE",
-     "dynamic (default: any rank takes the next batch) or static"},
-    {OPT_MIN, "min-workers", "N", "autoscaler lower bound (default 1)"},
-    {OPT_MAX, "max-workers", "N", "autoscaler upper bound (default: min-workers)"},
-    {OPT_RESUME, "resume-token", "FILE",
-     "start where this token (sluice read --token-out) left off; repeat it with one token "
-     "per trainer rank to start with what every rank delivered"},
-    {OPT_TOKEN, "token-file", "FILE",
-     "bearer token for the admin endpoint (default: $SLUICE_ADMIN_TOKEN)"},
-    {OPT_WAIT, "wait", NULL, "follow the job until every epoch is committed"},
-    {OPT_TIMEOUT, "timeout", "S", "with --wait: give up after S seconds (default: never)"},
-    {OPT_HELP, "help", NULL, "this help"},
+    {"admin", SL_CLI_ADDR, "HOST:PORT", NULL, NULL, 0, 0, SL_CLI_REQUIRED, S(admin),
+     "the master's admin endpoint"},
+    {"job", SL_CLI_FILE, "SPEC.json", NULL, NULL, 0, 0, SL_CLI_REQUIRED, S(job),
+     "the job spec (docs/JOBS.md)"},
+    {"ranks", SL_CLI_UINT, "N", "1", NULL, 1, UINT32_MAX, 0, S(ranks), "trainer ranks"},
+    {"sharding", SL_CLI_ENUM, "dynamic|static", "dynamic", NULL, 0, 0, 0, S(sharding),
+     "dynamic: any rank takes the next batch; static: splits assigned to ranks from the seed"},
+    {"min-workers", SL_CLI_UINT, "N", "1", NULL, 1, UINT32_MAX, 0, S(min_workers),
+     "autoscaler lower bound"},
+    {"max-workers", SL_CLI_UINT, "N", NULL, "--min-workers", 1, UINT32_MAX, 0, S(max_workers),
+     "autoscaler upper bound"},
+    {"resume-token", SL_CLI_FILE, "FILE", NULL, NULL, 0, 0, SL_CLI_REPEAT, S(resume),
+     "start where this token (sluice read --token-out) left off; with one token per trainer "
+     "rank (at most 1024), start with what every rank delivered"},
+    {"token-file", SL_CLI_PATH, "FILE", NULL, "`$SLUICE_ADMIN_TOKEN`", 0, 0, 0, S(token_file),
+     "bearer token for the admin endpoint"},
+    {"wait", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, S(wait),
+     "follow the job until every epoch is committed"},
+    {"timeout", SL_CLI_UINT, "S", NULL, "never", 1, UINT32_MAX, 0, S(timeout),
+     "with --wait: give up after S seconds"},
 };
-#define NUM_SOPTS (sizeof sopts / sizeof sopts[0])
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: sluice submit --admin HOST:PORT --job SPEC.json [options]\n\n"
-                 "Submits a job to a DPP master (POST /jobs) and prints the master's answer.\n\n"
-                 "options:\n");
-    sl_cli_print_options(out, sopts, NUM_SOPTS, 26);
-}
+static const sl_cli_group_t submit_group = SL_CLI_OWN_GROUP(sopts);
+
+const sl_cli_cmd_t sl_cli_submit_cmd = {
+    .name = "submit",
+    .summary = "submit a job to a DPP master through its admin endpoint",
+    .synopsis = "sluice submit --admin HOST:PORT --job SPEC.json [options]",
+    .about = "Submits a job to a DPP master (POST /jobs) and prints the master's answer.",
+    .groups = {{&submit_group, 0}},
+};
 
 static int usage_error(const char *fmt, const char *arg)
 {
     return sl_cli_usage_error("submit", fmt, arg);
-}
-
-static int parse_u32(const char *s, uint32_t min, uint32_t *out)
-{
-    char *end;
-    if (*s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || v < min || v > UINT32_MAX) return -1;
-    *out = (uint32_t)v;
-    return 0;
 }
 
 /* ---- HTTP ---- */
@@ -306,73 +299,19 @@ static int wait_finished(const char *admin, const char *id, double timeout_s)
     }
 }
 
-int sl_cli_submit(int argc, char **argv)
+/* The command, once its options parsed. @return the exit code. */
+static int submit(const submit_args_t *args)
 {
-    struct option lo[NUM_SOPTS + 1];
-    for (size_t i = 0; i < NUM_SOPTS; i++)
-        lo[i] = (struct option){sopts[i].name, sopts[i].arg ? required_argument : no_argument, NULL,
-                                sopts[i].id};
-    lo[NUM_SOPTS] = (struct option){0, 0, 0, 0};
-    const char *admin = NULL, *job_path = NULL, *token_file = NULL;
-    /* --resume-token FILE, repeatable (one per trainer rank); the paths
-     * point into argv. */
-    enum { MAX_RESUME = 1024 };
-    const char *resumes[MAX_RESUME];
-    size_t nresume = 0;
-    const char *sharding = "dynamic";
-    uint32_t ranks = 1, min_w = 1, max_w = 0, timeout = 0;
-    bool wait = false;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        switch (c) {
-        case OPT_ADMIN:
-            admin = optarg;
-            break;
-        case OPT_JOB:
-            job_path = optarg;
-            break;
-        case OPT_RANKS:
-            if (parse_u32(optarg, 1, &ranks)) return usage_error("bad --ranks '%s'", optarg);
-            break;
-        case OPT_SHARDING:
-            if (strcmp(optarg, "static") != 0 && strcmp(optarg, "dynamic") != 0)
-                return usage_error("--sharding is static or dynamic, not '%s'", optarg);
-            sharding = optarg;
-            break;
-        case OPT_MIN:
-            if (parse_u32(optarg, 1, &min_w)) return usage_error("bad --min-workers '%s'", optarg);
-            break;
-        case OPT_MAX:
-            if (parse_u32(optarg, 1, &max_w)) return usage_error("bad --max-workers '%s'", optarg);
-            break;
-        case OPT_RESUME:
-            if (nresume == MAX_RESUME)
-                return usage_error("more than 1024 --resume-token (one per trainer rank): %s",
-                                   optarg);
-            resumes[nresume++] = optarg;
-            break;
-        case OPT_TOKEN:
-            token_file = optarg;
-            break;
-        case OPT_WAIT:
-            wait = true;
-            break;
-        case OPT_TIMEOUT:
-            if (parse_u32(optarg, 1, &timeout)) return usage_error("bad --timeout '%s'", optarg);
-            break;
-        case OPT_HELP:
-            usage(stdout);
-            return 0;
-        default:
-            return usage_error("unknown or incomplete option '%s'",
-                               optind > 0 && optind <= argc ? argv[optind - 1] : "?");
-        }
-    }
-    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
-    if (!admin) return usage_error("%s", "--admin is required");
-    if (!job_path) return usage_error("%s", "--job is required");
+    const char *admin = args->admin, *job_path = args->job, *token_file = args->token_file;
+    const char **resumes = args->resume.items;
+    size_t nresume = args->resume.count;
+    const char *sharding = args->sharding;
+    uint32_t ranks = (uint32_t)args->ranks, min_w = (uint32_t)args->min_workers;
+    uint32_t max_w = (uint32_t)args->max_workers, timeout = (uint32_t)args->timeout;
+    bool wait = args->wait;
+    if (nresume > MAX_RESUME)
+        return usage_error("more than 1024 --resume-token (one per trainer rank): %s",
+                           resumes[MAX_RESUME]);
     if (max_w == 0) max_w = min_w;
     if (max_w < min_w) return usage_error("%s", "--max-workers is below --min-workers");
 
@@ -454,5 +393,18 @@ int sl_cli_submit(int argc, char **argv)
         }
     }
     json_decref(ans);
+    return code;
+}
+
+int sl_cli_submit(int argc, char **argv)
+{
+    submit_args_t args = {0};
+    sl_cli_parsed_t parsed;
+    if (!sl_cli_parse(&sl_cli_submit_cmd, argc, argv, &args, &parsed)) {
+        sl_cli_free(&sl_cli_submit_cmd, &args);
+        return parsed.code;
+    }
+    int code = submit(&args);
+    sl_cli_free(&sl_cli_submit_cmd, &args);
     return code;
 }

@@ -1,10 +1,10 @@
 /* `sluice table ...`: create, import, generate, inspect, verify and read
- * feature tables (docs/TABLES.md is the user's guide). This file parses the
- * command lines and prints; the work is in src/warehouse (import.h,
+ * feature tables (docs/TABLES.md is the user's guide). This file holds the
+ * option tables of create, import and gen (options.h: parsing, --help and
+ * the docs' tables come from them) and prints; the work is in src/warehouse (import.h,
  * warehouse.h). The read-side commands (inspect, verify, cat) live in
  * table_show.c. Exit codes: 0 done, 1 failed (or verify found problems),
  * 2 usage error. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,40 +18,51 @@
 
 #define MAX_GROUPS 32
 
+static const sl_cli_cmd_t *const table_cmds[] = {
+    &sl_cli_table_create_cmd,  &sl_cli_table_import_cmd, &sl_cli_table_gen_cmd,
+    &sl_cli_table_inspect_cmd, &sl_cli_table_verify_cmd, &sl_cli_table_cat_cmd,
+};
+#define NUM_TABLE_CMDS (sizeof table_cmds / sizeof table_cmds[0])
+
 static void table_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: sluice table <command> [options]\n\n"
-            "commands:\n"
-            "  create   DIR --schema FILE        create an empty table from a JSON schema\n"
-            "  import   --format criteo|jsonl --input FILE... --table DIR [--partition ds=...]\n"
-            "  gen      --preset criteo|sessions --rows N --table DIR [--seed S] ...\n"
-            "  inspect  DIR [--json] [--detail]   schema, partitions, files, bytes per feature\n"
-            "  verify   DIR                       check every checksum (exit 1 on a problem)\n"
-            "  cat      DIR [--features a,b] [--limit N] [--partition-filter EXPR]\n\n"
-            "`sluice table <command> --help` lists a command's options; docs/TABLES.md has "
-            "examples.\n");
-}
-
-int tcli_usage_error(const char *cmd, const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice table %s: ", cmd);
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see `sluice table %s --help`)\n", cmd);
-    return 2;
-}
-
-int tcli_parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    if (s == NULL || *s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || v > max) return -1;
-    *out = v;
-    return 0;
+    fprintf(out, "usage: sluice table <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < NUM_TABLE_CMDS; i++)
+        fprintf(out, "  %-8s %s\n", table_cmds[i]->name + strlen("table "),
+                table_cmds[i]->summary);
+    fprintf(out, "\n`sluice table <command> --help` lists a command's options; docs/TABLES.md has "
+                 "examples.\n");
 }
 
 /* ---- writer options shared by import and gen ---- */
+
+typedef struct writer_args {
+    bool cluster, no_sync, quiet;
+    sl_cli_list_t dedup_groups; /* "NAME=F1,F2" */
+    uint64_t stripe_rows, level;
+} writer_args_t;
+
+#define WA(field) offsetof(writer_args_t, field)
+
+static const sl_cli_opt_t writer_opts[] = {
+    {"cluster", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, WA(cluster),
+     "order each stripe's rows by (session id, timestamp)"},
+    {"dedup-group", SL_CLI_STRING, "NAME=F1,F2", NULL, NULL, 0, 0, SL_CLI_REPEAT,
+     WA(dedup_groups),
+     "store these sparse features once per unique row of a stripe plus inverse indices (RecD); "
+     "each feature in one group"},
+    {"stripe-rows", SL_CLI_UINT, "N", "65536", NULL, 1, 1u << 24, 0, WA(stripe_rows),
+     "rows per stripe"},
+    {"level", SL_CLI_UINT, "L", "1", NULL, 0, 22, 0, WA(level),
+     "zstd level (1: fastest to read; 3 and up are smaller, docs/FORMAT.md section 10); 0 "
+     "stores streams uncompressed"},
+    {"no-sync", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, WA(no_sync),
+     "skip fsync (scratch tables; files still appear atomically)"},
+    {"quiet", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, WA(quiet), "no progress display"},
+};
+
+const sl_cli_group_t sl_cli_writer_group = {"table writer", "writer options of import and gen",
+                                            writer_opts, sizeof writer_opts / sizeof writer_opts[0]};
 
 typedef struct wopts {
     sl_wh_writer_opts_t w;
@@ -74,14 +85,14 @@ static void wopts_free(wopts_t *o)
 static int add_group(wopts_t *o, const char *cmd, const char *text)
 {
     if (o->ngroups == MAX_GROUPS)
-        return tcli_usage_error(cmd, "more than 32 --dedup-group options (at '%s')", text);
+        return sl_cli_usage_error(cmd, "more than 32 --dedup-group options (at '%s')", text);
     char *copy = strdup(text);
     if (copy == NULL) return 1;
     char *eq = strchr(copy, '=');
     if (eq == NULL || eq == copy || eq[1] == '\0') {
         free(copy);
-        return tcli_usage_error(cmd, "--dedup-group wants NAME=FEATURE,FEATURE..., got '%s'",
-                                text);
+        return sl_cli_usage_error(cmd, "--dedup-group wants NAME=FEATURE,FEATURE..., got '%s'",
+                                  text);
     }
     *eq = '\0';
     uint32_t n = 1;
@@ -96,7 +107,7 @@ static int add_group(wopts_t *o, const char *cmd, const char *text)
     if (n == 0) {
         free(feats);
         free(copy);
-        return tcli_usage_error(cmd, "--dedup-group '%s' names no feature", text);
+        return sl_cli_usage_error(cmd, "--dedup-group '%s' names no feature", text);
     }
     uint32_t g = o->ngroups++;
     o->group_text[g] = copy;
@@ -107,63 +118,24 @@ static int add_group(wopts_t *o, const char *cmd, const char *text)
     return 0;
 }
 
-enum {
-    OPT_CLUSTER = 1000,
-    OPT_DEDUP,
-    OPT_STRIPE_ROWS,
-    OPT_LEVEL,
-    OPT_NO_SYNC,
-    OPT_THREADS,
-    OPT_QUIET,
-    OPT_STRICT,
-    OPT_INFER,
-    OPT_ACTIVE,
-    OPT_OVERWRITE,
-};
-
-/* Handle an option common to import and gen. @return 0 handled, 2 usage
- * error, -1 not a writer option. */
-static int writer_option(wopts_t *o, const char *cmd, int c, const char *arg)
+/* The writer's options from the values of the writer group. @return 0, or
+ * the exit code of a usage error (printed). */
+static int writer_from_args(const writer_args_t *a, const char *cmd, wopts_t *o)
 {
-    uint64_t v;
-    switch (c) {
-    case OPT_CLUSTER: o->w.cluster_sessions = true; return 0;
-    case OPT_NO_SYNC: o->w.no_sync = true; return 0;
-    case OPT_DEDUP: return add_group(o, cmd, arg) == 0 ? 0 : 2;
-    case OPT_STRIPE_ROWS:
-        if (tcli_parse_u64(arg, 1u << 24, &v) != 0 || v == 0)
-            return tcli_usage_error(cmd, "--stripe-rows wants 1..16777216, got '%s'", arg);
-        o->w.stripe_rows = (uint32_t)v;
-        return 0;
-    case OPT_LEVEL:
-        if (tcli_parse_u64(arg, 22, &v) != 0)
-            return tcli_usage_error(cmd, "--level wants 0..22 (0: store uncompressed), got '%s'",
-                                    arg);
-        if (v == 0)
-            o->w.codec = SL_WH_CODEC_NONE;
-        else
-            o->w.zstd_level = (int)v;
-        return 0;
+    o->w = sl_wh_writer_opts_default();
+    o->w.cluster_sessions = a->cluster;
+    o->w.no_sync = a->no_sync;
+    o->w.stripe_rows = (uint32_t)a->stripe_rows;
+    if (a->level == 0)
+        o->w.codec = SL_WH_CODEC_NONE;
+    else
+        o->w.zstd_level = (int)a->level;
+    for (uint32_t i = 0; i < a->dedup_groups.count; i++) {
+        int rc = add_group(o, cmd, a->dedup_groups.items[i]);
+        if (rc != 0) return rc;
     }
-    return -1;
+    return 0;
 }
-
-#define WRITER_LONGOPTS                                                                           \
-    {"cluster", no_argument, 0, OPT_CLUSTER}, {"dedup-group", required_argument, 0, OPT_DEDUP},   \
-        {"stripe-rows", required_argument, 0, OPT_STRIPE_ROWS},                                   \
-        {"level", required_argument, 0, OPT_LEVEL}, {"no-sync", no_argument, 0, OPT_NO_SYNC},     \
-        {"threads", required_argument, 0, OPT_THREADS}, {"quiet", no_argument, 0, OPT_QUIET},     \
-        {"help", no_argument, 0, 'h'}
-
-static const char writer_help[] =
-    "  --cluster               order each stripe's rows by (session id, timestamp)\n"
-    "  --dedup-group NAME=F1,F2  store these sparse features once per unique row of a\n"
-    "                          stripe plus inverse indices (RecD); repeatable\n"
-    "  --stripe-rows N         rows per stripe (default 65536)\n"
-    "  --level L               zstd level 1..22 (default 1: fastest to read); 0 stores streams uncompressed\n"
-    "  --threads N             worker threads (default: one per core)\n"
-    "  --no-sync               skip fsync (scratch tables; files still appear atomically)\n"
-    "  --quiet                 no progress display\n";
 
 static void print_summary(const char *what, uint64_t read, uint64_t written, uint64_t skipped,
                           uint64_t bytes_in, uint64_t bytes_out, uint32_t files, double secs)
@@ -179,24 +151,51 @@ static void print_summary(const char *what, uint64_t read, uint64_t written, uin
 
 /* ---- import ---- */
 
-static void import_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: sluice table import --format criteo|jsonl --input FILE [FILE...] --table DIR\n"
-            "                           [--partition ds=2026-01-01] [options]\n"
-            "Reads the input files in parallel (one thread per file) into one data file each,\n"
-            "added to the table only if the whole import succeeds. '-' reads standard input.\n"
-            "  --format F              criteo (Criteo click-log TSV) or jsonl\n"
-            "  --input FILE...         input files (repeatable; further free arguments too)\n"
-            "  --table DIR             the table (created when absent)\n"
-            "  --partition P           Hive partition, e.g. ds=2026-01-01 (default: the root)\n"
-            "  --schema FILE           jsonl: the schema as JSON (default: the table's, or\n"
-            "                          inferred from the first lines)\n"
-            "  --infer-lines N         jsonl: lines read to infer a schema (default 1000)\n"
-            "  --strict                stop at the first bad row (and import nothing)\n"
-            "%s",
-            writer_help);
-}
+typedef struct import_args {
+    const char *format, *table, *partition, *schema;
+    sl_cli_list_t input, files; /* --input values, then the free arguments */
+    uint64_t infer_lines, threads;
+    bool strict;
+    writer_args_t w;
+} import_args_t;
+
+#define IA(field) offsetof(import_args_t, field)
+
+static const sl_cli_opt_t import_opts[] = {
+    {"format", SL_CLI_ENUM, "criteo|jsonl", NULL, NULL, 0, 0, SL_CLI_REQUIRED, IA(format),
+     "criteo (Criteo click-log TSV) or jsonl"},
+    {"input", SL_CLI_PATH, "FILE", NULL, NULL, 0, 0, SL_CLI_REPEAT, IA(input),
+     "an input file (further free arguments are inputs too); '-' is standard input"},
+    {"table", SL_CLI_PATH, "DIR", NULL, NULL, 0, 0, SL_CLI_REQUIRED, IA(table),
+     "the table; created (with the schema) when absent"},
+    {"partition", SL_CLI_STRING, "P", NULL, "the table root", 0, 0, 0, IA(partition),
+     "the Hive partition to add to, e.g. ds=2026-01-01"},
+    {"schema", SL_CLI_FILE, "FILE", NULL, "the existing table's, else inferred from the input",
+     0, 0, 0, IA(schema),
+     "jsonl only: the schema (its JSON form: `table create`)"},
+    {"infer-lines", SL_CLI_UINT, "N", "1000", NULL, 1, 1u << 30, 0, IA(infer_lines),
+     "jsonl only: lines read to infer a schema"},
+    {"strict", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, IA(strict),
+     "stop at the first bad row; the import then fails and adds nothing"},
+    {"threads", SL_CLI_UINT, "N", NULL, "one per input, at most the online cores", 1, 1024, 0,
+     IA(threads), "worker threads (one reads one input file at a time)"},
+};
+
+static const sl_cli_group_t import_group = SL_CLI_OWN_GROUP(import_opts);
+
+const sl_cli_cmd_t sl_cli_table_import_cmd = {
+    .name = "table import",
+    .summary = "import Criteo TSV or jsonl files into a partition",
+    .synopsis = "sluice table import --format criteo|jsonl --input FILE [FILE...] --table DIR "
+                "[options]",
+    .about = "Reads the input files in parallel (one thread per file) into one data file each, "
+             "added to the table only if the whole import succeeds.",
+    .args = "FILE",
+    .args_doc = "input files",
+    .max_args = UINT32_MAX,
+    .args_offset = IA(files),
+    .groups = {{&import_group, 0}, {&sl_cli_writer_group, IA(w)}},
+};
 
 typedef struct bad_ctx {
     sl_cli_progress_t *progress;
@@ -216,76 +215,59 @@ static void on_bad_row_cli(void *ctx, const char *input, uint64_t line, const ch
         sl_cli_progress_message(b->progress, "sluice table import: %s: %s\n", input, message);
 }
 
+static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo);
+
 static int cmd_import(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"format", required_argument, 0, 'f'}, {"input", required_argument, 0, 'i'},
-        {"table", required_argument, 0, 't'},  {"partition", required_argument, 0, 'p'},
-        {"schema", required_argument, 0, 's'}, {"strict", no_argument, 0, OPT_STRICT},
-        {"infer-lines", required_argument, 0, OPT_INFER}, WRITER_LONGOPTS, {0, 0, 0, 0}};
-    sl_wh_import_opts_t o = sl_wh_import_opts_default();
-    o.format = 0;
-    wopts_t wo = {.w = sl_wh_writer_opts_default()};
-    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    if (inputs == NULL) return 1;
-    uint32_t ninputs = 0;
-    bool quiet = false;
-    int c, rc = 0;
-    uint64_t v = 0;
-    optind = 1;
-    while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            import_usage(stdout);
-            free(inputs);
-            wopts_free(&wo);
-            return 0;
-        case 'f':
-            if ((o.format = sl_wh_import_format_parse(optarg)) == 0)
-                rc = tcli_usage_error("import", "--format wants criteo or jsonl, got '%s'",
-                                      optarg);
-            break;
-        case 'i': inputs[ninputs++] = optarg; break;
-        case 't': o.table_dir = optarg; break;
-        case 'p': o.partition = optarg; break;
-        case 's': o.schema_path = optarg; break;
-        case OPT_STRICT: o.strict = true; break;
-        case OPT_QUIET: quiet = true; break;
-        case OPT_INFER:
-            if (tcli_parse_u64(optarg, 1u << 30, &v) != 0 || v == 0)
-                rc = tcli_usage_error("import", "--infer-lines wants a positive count, got '%s'",
-                                      optarg);
-            o.infer_lines = (uint32_t)v;
-            break;
-        case OPT_THREADS:
-            if (tcli_parse_u64(optarg, 1024, &v) != 0 || v == 0)
-                rc = tcli_usage_error("import", "--threads wants 1..1024, got '%s'", optarg);
-            o.threads = (uint32_t)v;
-            break;
-        case '?': rc = 2; break;
-        default: rc = writer_option(&wo, "import", c, optarg); break;
+    const sl_cli_cmd_t *cmd = &sl_cli_table_import_cmd;
+    import_args_t a = {0};
+    sl_cli_parsed_t parsed;
+    int rc = 2;
+    const char **inputs = NULL;
+    wopts_t wo = {0};
+    if (!sl_cli_parse(cmd, argc, argv, &a, &parsed)) {
+        rc = parsed.code;
+    } else if (a.input.count + a.files.count == 0) {
+        rc = sl_cli_usage_error(cmd->name, "%s", "no --input file given");
+    } else if (strcmp(a.format, "criteo") == 0 && a.schema != NULL) {
+        rc = sl_cli_usage_error(cmd->name, "%s",
+                                "--schema is for --format jsonl (criteo's is fixed)");
+    } else if ((rc = writer_from_args(&a.w, cmd->name, &wo)) == 0) {
+        inputs = calloc((size_t)a.input.count + a.files.count, sizeof *inputs);
+        if (inputs == NULL) {
+            rc = 1;
+        } else {
+            for (uint32_t i = 0; i < a.input.count; i++) inputs[i] = a.input.items[i];
+            for (uint32_t i = 0; i < a.files.count; i++)
+                inputs[a.input.count + i] = a.files.items[i];
+            rc = import_table(&a, inputs, &wo);
         }
     }
-    for (int i = optind; rc == 0 && i < argc; i++) inputs[ninputs++] = argv[i];
-    if (rc == 0 && o.format == 0)
-        rc = tcli_usage_error("import", "%s", "--format criteo|jsonl is required");
-    if (rc == 0 && ninputs == 0)
-        rc = tcli_usage_error("import", "%s", "no --input file given");
-    if (rc == 0 && o.table_dir == NULL)
-        rc = tcli_usage_error("import", "%s", "--table DIR is required");
-    if (rc == 0 && o.format == SL_WH_IMPORT_CRITEO && o.schema_path != NULL)
-        rc = tcli_usage_error("import", "%s", "--schema is for --format jsonl (criteo's is fixed)");
-    if (rc != 0) {
-        if (rc < 0) rc = 2;
-        free(inputs);
-        wopts_free(&wo);
-        return rc;
-    }
+    free(inputs);
+    wopts_free(&wo);
+    sl_cli_free(cmd, &a);
+    return rc;
+}
+
+/* The import, once its options parsed. @return the exit code. */
+static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo)
+{
+    int rc = 0;
+    bool quiet = a->w.quiet;
+    sl_wh_import_opts_t o = sl_wh_import_opts_default();
+    o.format = sl_wh_import_format_parse(a->format);
+    o.table_dir = a->table;
+    o.partition = a->partition;
+    o.schema_path = a->schema;
+    o.strict = a->strict;
+    o.infer_lines = (uint32_t)a->infer_lines;
+    o.threads = (uint32_t)a->threads;
+    uint32_t ninputs = a->input.count + a->files.count;
     sl_cli_progress_t *progress = sl_cli_progress_new(stderr, "importing", !quiet);
     bad_ctx_t bctx = {progress, o.strict};
     o.inputs = inputs;
     o.num_inputs = ninputs;
-    o.writer = wo.w;
+    o.writer = wo->w;
     o.on_bad_row = on_bad_row_cli;
     o.bad_row_ctx = &bctx;
     o.on_progress = sl_cli_progress_update;
@@ -312,109 +294,84 @@ static int cmd_import(int argc, char **argv)
     }
     sl_wh_import_summary_free(&sum);
     sl_cli_progress_destroy(progress);
-    free(inputs);
-    wopts_free(&wo);
     return rc;
 }
 
 /* ---- gen ---- */
 
-static void gen_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: sluice table gen --preset criteo|sessions --rows N --table DIR [options]\n"
-            "Writes a seeded synthetic table: the same options give the same bytes.\n"
-            "  --preset P              criteo (13 dense + 26 single-id sparse + label) or sessions\n"
-            "                          (user_id, user_hist ~100 ids, user_cat 20 ids constant in\n"
-            "                          a session; item_id, item_cat, item_tags per sample)\n"
-            "  --rows N                rows in the whole table\n"
-            "  --table DIR             the table (created when absent)\n"
-            "  --seed S                PRNG seed (default 1)\n"
-            "  --session-length L      mean rows per session (sessions preset: 16)\n"
-            "  --active-sessions K     sessions interleaved in arrival order (sessions: 4096)\n"
-            "  --partitions P          partitions ds=2026-01-01 ... (default 1)\n"
-            "  --files F               data files per partition (default 1)\n"
-            "  --overwrite             replace existing part files\n"
-            "%s",
-            writer_help);
-}
+typedef struct gen_args {
+    const char *preset, *table;
+    uint64_t rows, seed, session_length, active, partitions, files, threads;
+    bool overwrite;
+    writer_args_t w;
+} gen_args_t;
+
+#define GA(field) offsetof(gen_args_t, field)
+
+static const sl_cli_opt_t gen_opts[] = {
+    {"preset", SL_CLI_STRING, "criteo|sessions", NULL, NULL, 0, 0, SL_CLI_REQUIRED, GA(preset),
+     "criteo (13 dense + 26 single-id sparse features + label) or sessions (user features "
+     "constant within a session, item features per sample): docs/TABLES.md, gen"},
+    {"rows", SL_CLI_UINT, "N", NULL, NULL, 0, UINT64_MAX / 2, SL_CLI_REQUIRED, GA(rows),
+     "rows in the whole table, split evenly over the files"},
+    {"table", SL_CLI_PATH, "DIR", NULL, NULL, 0, 0, SL_CLI_REQUIRED, GA(table),
+     "the table (created when absent; an existing one must have the same schema)"},
+    {"seed", SL_CLI_UINT, "S", "1", NULL, 0, UINT64_MAX, 0, GA(seed), "PRNG seed"},
+    {"session-length", SL_CLI_UINT, "L", NULL, "the preset's (sessions: 16)", 1, 1u << 20, 0,
+     GA(session_length), "mean rows per session (lengths uniform in [1, 2L-1])"},
+    {"active-sessions", SL_CLI_UINT, "K", NULL, "the preset's (sessions: 4096)", 1, 1u << 20, 0,
+     GA(active), "sessions interleaved in arrival order"},
+    {"partitions", SL_CLI_UINT, "P", "1", NULL, 1, 10000, 0, GA(partitions),
+     "partitions ds=2026-01-01, ds=2026-01-02, ..."},
+    {"files", SL_CLI_UINT, "F", "1", NULL, 1, 10000, 0, GA(files),
+     "data files per partition, part-00000.slc ... (partitions x files at most 100000)"},
+    {"overwrite", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, GA(overwrite),
+     "replace existing part files"},
+    {"threads", SL_CLI_UINT, "N", NULL, "online cores", 1, 256, 0, GA(threads),
+     "worker threads"},
+};
+
+static const sl_cli_group_t gen_group = SL_CLI_OWN_GROUP(gen_opts);
+
+const sl_cli_cmd_t sl_cli_table_gen_cmd = {
+    .name = "table gen",
+    .summary = "write a seeded synthetic table (criteo, sessions presets)",
+    .synopsis = "sluice table gen --preset criteo|sessions --rows N --table DIR [options]",
+    .about = "Writes a seeded synthetic table: the same options give the same bytes.",
+    .groups = {{&gen_group, 0}, {&sl_cli_writer_group, GA(w)}},
+};
+
+static int gen_table(const gen_args_t *a, wopts_t *wo);
 
 static int cmd_gen(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"preset", required_argument, 0, 'P'},       {"rows", required_argument, 0, 'n'},
-        {"table", required_argument, 0, 't'},        {"seed", required_argument, 0, 's'},
-        {"session-length", required_argument, 0, 'L'},
-        {"active-sessions", required_argument, 0, OPT_ACTIVE},
-        {"partitions", required_argument, 0, 'p'},   {"files", required_argument, 0, 'F'},
-        {"overwrite", no_argument, 0, OPT_OVERWRITE}, WRITER_LONGOPTS, {0, 0, 0, 0}};
-    const char *preset = NULL, *table = NULL;
-    uint64_t rows = 0, seed = 1, session_length = 0, active = 0, partitions = 1, files = 1;
-    uint64_t threads = 0;
-    bool have_rows = false, quiet = false;
-    wopts_t wo = {.w = sl_wh_writer_opts_default()};
-    int c, rc = 0;
-    optind = 1;
-    while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            gen_usage(stdout);
-            wopts_free(&wo);
-            return 0;
-        case 'P': preset = optarg; break;
-        case 't': table = optarg; break;
-        case 'n':
-            if (tcli_parse_u64(optarg, UINT64_MAX / 2, &rows) != 0)
-                rc = tcli_usage_error("gen", "--rows wants a count, got '%s'", optarg);
-            have_rows = true;
-            break;
-        case 's':
-            if (tcli_parse_u64(optarg, UINT64_MAX, &seed) != 0)
-                rc = tcli_usage_error("gen", "--seed wants an unsigned integer, got '%s'", optarg);
-            break;
-        case 'L':
-            if (tcli_parse_u64(optarg, 1u << 20, &session_length) != 0 || session_length == 0)
-                rc = tcli_usage_error("gen", "--session-length wants 1..1048576, got '%s'", optarg);
-            break;
-        case OPT_ACTIVE:
-            if (tcli_parse_u64(optarg, 1u << 20, &active) != 0 || active == 0)
-                rc = tcli_usage_error("gen", "--active-sessions wants 1..1048576, got '%s'",
-                                      optarg);
-            break;
-        case 'p':
-            if (tcli_parse_u64(optarg, 10000, &partitions) != 0 || partitions == 0)
-                rc = tcli_usage_error("gen", "--partitions wants 1..10000, got '%s'", optarg);
-            break;
-        case 'F':
-            if (tcli_parse_u64(optarg, 10000, &files) != 0 || files == 0)
-                rc = tcli_usage_error("gen", "--files wants 1..10000, got '%s'", optarg);
-            break;
-        case OPT_THREADS:
-            if (tcli_parse_u64(optarg, 256, &threads) != 0 || threads == 0)
-                rc = tcli_usage_error("gen", "--threads wants 1..256, got '%s'", optarg);
-            break;
-        case OPT_QUIET: quiet = true; break;
-        case OPT_OVERWRITE: wo.w.overwrite = true; break;
-        case '?': rc = 2; break;
-        default: rc = writer_option(&wo, "gen", c, optarg); break;
-        }
-    }
-    if (rc == 0 && optind < argc)
-        rc = tcli_usage_error("gen", "unexpected argument '%s'", argv[optind]);
-    if (rc == 0 && preset == NULL) rc = tcli_usage_error("gen", "%s", "--preset is required");
-    if (rc == 0 && !have_rows) rc = tcli_usage_error("gen", "%s", "--rows is required");
-    if (rc == 0 && table == NULL) rc = tcli_usage_error("gen", "%s", "--table DIR is required");
-    if (rc == 0 && partitions * files > 100000)
-        rc = tcli_usage_error("gen", "%s", "--partitions x --files exceeds 100000 files");
+    const sl_cli_cmd_t *cmd = &sl_cli_table_gen_cmd;
+    gen_args_t a = {0};
+    sl_cli_parsed_t parsed;
+    wopts_t wo = {0};
+    int rc;
+    if (!sl_cli_parse(cmd, argc, argv, &a, &parsed))
+        rc = parsed.code;
+    else if (a.partitions * a.files > 100000)
+        rc = sl_cli_usage_error(cmd->name, "%s", "--partitions x --files exceeds 100000 files");
+    else if ((rc = writer_from_args(&a.w, cmd->name, &wo)) == 0)
+        rc = gen_table(&a, &wo);
+    wopts_free(&wo);
+    sl_cli_free(cmd, &a);
+    return rc;
+}
+
+/* The generation, once its options parsed. @return the exit code. */
+static int gen_table(const gen_args_t *a, wopts_t *wo)
+{
+    const char *table = a->table;
+    uint64_t partitions = a->partitions, files = a->files;
+    bool quiet = a->w.quiet;
     sl_wh_gen_spec_t spec;
     sl_error_t err = {0};
-    if (rc == 0 && sl_wh_gen_preset(preset, rows, seed, &spec, &err) != SL_OK)
-        rc = tcli_usage_error("gen", "%s", err.msg);
-    if (rc != 0) {
-        if (rc < 0) rc = 2;
-        wopts_free(&wo);
-        return rc;
-    }
+    if (sl_wh_gen_preset(a->preset, a->rows, a->seed, &spec, &err) != SL_OK)
+        return sl_cli_usage_error("table gen", "%s", err.msg);
+    uint64_t session_length = a->session_length, active = a->active;
     if (session_length > 0) spec.session_length = (uint32_t)session_length;
     if (active > 0) spec.active_sessions = (uint32_t)active;
     spec.partitions = (uint32_t)partitions;
@@ -422,23 +379,23 @@ static int cmd_gen(int argc, char **argv)
 
     sl_cli_progress_t *progress = sl_cli_progress_new(stderr, "generating", !quiet);
     sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
-    go.writer = wo.w;
-    go.threads = (uint32_t)threads;
+    go.writer = wo->w;
+    go.writer.overwrite = a->overwrite;
+    go.threads = (uint32_t)a->threads;
     go.on_progress = sl_cli_progress_update;
     go.progress_ctx = progress;
     sl_wh_write_stats_t st;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     sl_err_t e = sl_wh_gen_table(table, &spec, &go, &st, &err);
-    clock_gettime(CLOCK_MONOTONIC, &b);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     sl_cli_progress_finish(progress);
     sl_cli_progress_destroy(progress);
     if (e != SL_OK) {
         fprintf(stderr, "sluice table gen: %s\n", err.msg);
-        wopts_free(&wo);
         return 1;
     }
-    double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     char out[32], rate[32];
     printf("generated: %" PRIu64 " rows, %s in %" PRIu64 " file%s; %.2f s (%s rows/s)\n", st.rows,
            sl_cli_fmt_bytes((double)st.file_bytes, out, sizeof out), partitions * files,
@@ -447,33 +404,53 @@ static int cmd_gen(int argc, char **argv)
     if (st.dedup_unique > 0)
         printf("  storage dedup: %" PRIu64 " group rows stored as %" PRIu64 " unique (%.2fx)\n",
                st.dedup_rows, st.dedup_unique, (double)st.dedup_rows / (double)st.dedup_unique);
-    wopts_free(&wo);
     return 0;
 }
 
 /* ---- create ---- */
 
+typedef struct create_args {
+    sl_cli_list_t dir;
+    const char *schema;
+} create_args_t;
+
+static const sl_cli_opt_t create_opts[] = {
+    {"schema", SL_CLI_FILE, "FILE", NULL, NULL, 0, 0, SL_CLI_REQUIRED,
+     offsetof(create_args_t, schema),
+     "the schema as JSON: {\"features\": [{\"name\": \"f\", \"kind\": \"dense|sparse|weighted\"}...], "
+     "\"labels\": [...]}"},
+};
+
+static const sl_cli_group_t create_group = SL_CLI_OWN_GROUP(create_opts);
+
+const sl_cli_cmd_t sl_cli_table_create_cmd = {
+    .name = "table create",
+    .summary = "create an empty table from a JSON schema",
+    .synopsis = "sluice table create DIR --schema FILE",
+    .about = "Creates the table directory DIR with the schema in FILE.",
+    .args = "DIR",
+    .args_doc = "table directory",
+    .min_args = 1,
+    .max_args = 1,
+    .args_offset = offsetof(create_args_t, dir),
+    .groups = {{&create_group, 0}},
+};
+
+static int create_table(const char *dir, const char *schema_path);
+
 static int cmd_create(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"schema", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *schema_path = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if (c == 'h') {
-            printf("usage: sluice table create DIR --schema FILE\n"
-                   "Creates the table directory DIR with the schema in FILE (JSON: {\"features\":\n"
-                   "[{\"name\":\"f\",\"kind\":\"dense|sparse|weighted\"}...], \"labels\": [...]}).\n");
-            return 0;
-        }
-        if (c == 's')
-            schema_path = optarg;
-        else
-            return 2;
-    }
-    if (optind != argc - 1) return tcli_usage_error("create", "%s", "wants one table directory");
-    if (schema_path == NULL) return tcli_usage_error("create", "%s", "--schema FILE is required");
+    create_args_t a = {0};
+    sl_cli_parsed_t parsed;
+    int rc = sl_cli_parse(&sl_cli_table_create_cmd, argc, argv, &a, &parsed)
+                 ? create_table(a.dir.items[0], a.schema)
+                 : parsed.code;
+    sl_cli_free(&sl_cli_table_create_cmd, &a);
+    return rc;
+}
+
+static int create_table(const char *dir, const char *schema_path)
+{
     json_error_t jerr;
     json_t *j = json_load_file(schema_path, JSON_REJECT_DUPLICATES, &jerr);
     if (j == NULL) {
@@ -485,13 +462,13 @@ static int cmd_create(int argc, char **argv)
     sl_error_t err = {0};
     sl_err_t rc = sl_wh_schema_from_json(j, NULL, &s, &err);
     json_decref(j);
-    if (rc == SL_OK) rc = sl_wh_table_create(argv[optind], s, &err);
+    if (rc == SL_OK) rc = sl_wh_table_create(dir, s, &err);
     sl_wh_schema_destroy(s);
     if (rc != SL_OK) {
         fprintf(stderr, "sluice table create: %s\n", err.msg);
         return 1;
     }
-    printf("created %s\n", argv[optind]);
+    printf("created %s\n", dir);
     return 0;
 }
 

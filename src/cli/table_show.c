@@ -2,13 +2,13 @@
  * inspect summarises a table from its footers (text or --json), verify
  * checks every checksum and names each problem, cat prints rows as JSON
  * lines (the jsonl import format). */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "progress.h"
+#include "cli.h"
 #include "table_cli.h"
 #include "warehouse/warehouse.h"
 
@@ -89,37 +89,89 @@ static void print_inspect(const char *dir, const sl_wh_inspect_t *ins, bool deta
     }
 }
 
+typedef struct show_args {
+    sl_cli_list_t dir;
+    bool json, detail;
+    const char *filter, *features;
+    uint64_t limit;
+} show_args_t;
+
+#define SA(field) offsetof(show_args_t, field)
+#define PARTITION_FILTER                                                                          \
+    {"partition-filter", SL_CLI_STRING, "EXPR", NULL, "every partition", 0, 0, 0, SA(filter),     \
+     "only partitions passing the filter, e.g. 'ds>=2026-01-02,ds<2026-01-05'"}
+#define TABLE_DIR .args = "DIR", .args_doc = "table directory", .min_args = 1, .max_args = 1,      \
+                  .args_offset = SA(dir)
+
+static const sl_cli_opt_t inspect_opts[] = {
+    {"json", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, SA(json), "print JSON"},
+    {"detail", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, SA(detail), "list every file's stripes"},
+    PARTITION_FILTER,
+};
+static const sl_cli_group_t inspect_group = SL_CLI_OWN_GROUP(inspect_opts);
+
+const sl_cli_cmd_t sl_cli_table_inspect_cmd = {
+    .name = "table inspect",
+    .summary = "schema, partitions, files, bytes per feature, compression and dedup ratios",
+    .synopsis = "sluice table inspect DIR [--json] [--detail] [--partition-filter EXPR]",
+    .about = "Schema, partitions, files, rows, bytes per feature, compression and dedup ratios, "
+             "from the files' footers (no data is read).",
+    TABLE_DIR,
+    .groups = {{&inspect_group, 0}},
+};
+
+static const sl_cli_group_t verify_group = {NULL, NULL, NULL, 0};
+
+const sl_cli_cmd_t sl_cli_table_verify_cmd = {
+    .name = "table verify",
+    .summary = "check every checksum; exit 1 naming file, stripe and stream",
+    .synopsis = "sluice table verify DIR",
+    .about = "Checks the schema and every data file: header, footer, trailer, the checksum of "
+             "every stream, and decodes every stripe. Prints each problem (file, stripe and "
+             "stream) and exits 1 when there is one, 0 when the table is clean.",
+    TABLE_DIR,
+    .groups = {{&verify_group, 0}},
+};
+
+static const sl_cli_opt_t cat_opts[] = {
+    {"features", SL_CLI_STRING, "a,b", NULL, "all", 0, 0, 0, SA(features),
+     "only these features (labels and id columns are always printed)"},
+    {"limit", SL_CLI_UINT, "N", NULL, "all rows", 0, UINT64_MAX, 0, SA(limit),
+     "at most N rows (0: none)"},
+    PARTITION_FILTER,
+};
+static const sl_cli_group_t cat_group = SL_CLI_OWN_GROUP(cat_opts);
+
+const sl_cli_cmd_t sl_cli_table_cat_cmd = {
+    .name = "table cat",
+    .summary = "print rows as JSON lines (the jsonl import format)",
+    .synopsis = "sluice table cat DIR [--features a,b] [--limit N] [--partition-filter EXPR]",
+    .about = "Prints rows as JSON lines (the jsonl import format): files in table order.",
+    TABLE_DIR,
+    .groups = {{&cat_group, 0}},
+};
+
+static int inspect(const show_args_t *a);
+
 int tcli_inspect(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"json", no_argument, 0, 'j'},
-                                             {"detail", no_argument, 0, 'd'},
-                                             {"partition-filter", required_argument, 0, 'p'},
-                                             {"help", no_argument, 0, 'h'},
-                                             {0, 0, 0, 0}};
-    bool json = false, detail = false;
-    const char *filter_text = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            printf("usage: sluice table inspect DIR [--json] [--detail] [--partition-filter EXPR]\n"
-                   "Schema, partitions, files, rows, bytes per feature, compression and dedup\n"
-                   "ratios, from the files' footers (no data is read). --detail lists every\n"
-                   "file's stripes.\n");
-            return 0;
-        case 'j': json = true; break;
-        case 'd': detail = true; break;
-        case 'p': filter_text = optarg; break;
-        default: return 2;
-        }
-    }
-    if (optind != argc - 1) return tcli_usage_error("inspect", "%s", "wants one table directory");
-    const char *dir = argv[optind];
+    show_args_t a = {0};
+    sl_cli_parsed_t parsed;
+    int rc = sl_cli_parse(&sl_cli_table_inspect_cmd, argc, argv, &a, &parsed) ? inspect(&a)
+                                                                                : parsed.code;
+    sl_cli_free(&sl_cli_table_inspect_cmd, &a);
+    return rc;
+}
+
+static int inspect(const show_args_t *a)
+{
+    bool json = a->json, detail = a->detail;
+    const char *filter_text = a->filter;
+    const char *dir = a->dir.items[0];
     sl_error_t err = {0};
     sl_wh_filter_t *filter = NULL;
     if (filter_text != NULL && sl_wh_filter_parse(filter_text, NULL, &filter, &err) != SL_OK)
-        return tcli_usage_error("inspect", "%s", err.msg);
+        return sl_cli_usage_error("table inspect", "%s", err.msg);
     sl_wh_inspect_t *ins = NULL;
     sl_err_t rc = sl_wh_inspect_table(dir, filter, NULL, &ins, &err);
     sl_wh_filter_destroy(filter);
@@ -153,21 +205,21 @@ static void on_problem(void *ctx, const sl_wh_problem_t *p)
     fflush(stdout);
 }
 
+static int verify(const char *dir);
+
 int tcli_verify(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if (c != 'h') return 2;
-        printf("usage: sluice table verify DIR\n"
-               "Checks the schema and every data file: header, footer, trailer, the checksum of\n"
-               "every stream, and decodes every stripe. Prints each problem (file, stripe and\n"
-               "stream) and exits 1 when there is one, 0 when the table is clean.\n");
-        return 0;
-    }
-    if (optind != argc - 1) return tcli_usage_error("verify", "%s", "wants one table directory");
-    const char *dir = argv[optind];
+    show_args_t a = {0};
+    sl_cli_parsed_t parsed;
+    int rc = sl_cli_parse(&sl_cli_table_verify_cmd, argc, argv, &a, &parsed)
+                 ? verify(a.dir.items[0])
+                 : parsed.code;
+    sl_cli_free(&sl_cli_table_verify_cmd, &a);
+    return rc;
+}
+
+static int verify(const char *dir)
+{
     sl_wh_verify_stats_t st;
     sl_error_t err = {0};
     sl_err_t rc = sl_wh_verify_table(dir, NULL, on_problem, NULL, &st, &err);
@@ -186,45 +238,28 @@ int tcli_verify(int argc, char **argv)
 
 /* ---- cat ---- */
 
+static int cat(const show_args_t *a, bool limit_given);
+
 int tcli_cat(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"features", required_argument, 0, 'f'},
-                                             {"limit", required_argument, 0, 'n'},
-                                             {"partition-filter", required_argument, 0, 'p'},
-                                             {"help", no_argument, 0, 'h'},
-                                             {0, 0, 0, 0}};
-    const char *features = NULL, *filter_text = NULL;
-    uint64_t limit = 0;
-    bool limit_given = false;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            printf("usage: sluice table cat DIR [--features a,b] [--limit N] "
-                   "[--partition-filter EXPR]\n"
-                   "Prints rows as JSON lines (the jsonl import format): files in table order.\n"
-                   "  --features a,b          only these features (default: all)\n"
-                   "  --limit N               at most N rows\n"
-                   "  --partition-filter EXPR e.g. 'ds>=2026-01-02,ds<2026-01-05'\n");
-            return 0;
-        case 'f': features = optarg; break;
-        case 'p': filter_text = optarg; break;
-        case 'n':
-            if (tcli_parse_u64(optarg, UINT64_MAX, &limit) != 0)
-                return tcli_usage_error("cat", "--limit wants a count, got '%s'", optarg);
-            limit_given = true;
-            break;
-        default: return 2;
-        }
-    }
-    if (optind != argc - 1) return tcli_usage_error("cat", "%s", "wants one table directory");
-    if (features != NULL && *features == '\0')
-        return tcli_usage_error("cat", "%s", "--features wants a,b,...");
+    show_args_t a = {0};
+    sl_cli_parsed_t parsed;
+    int rc = sl_cli_parse(&sl_cli_table_cat_cmd, argc, argv, &a, &parsed)
+                 ? cat(&a, sl_cli_given(&sl_cli_table_cat_cmd, &parsed, "limit"))
+                 : parsed.code;
+    sl_cli_free(&sl_cli_table_cat_cmd, &a);
+    return rc;
+}
+
+static int cat(const show_args_t *a, bool limit_given)
+{
+    const char *features = a->features, *filter_text = a->filter;
+    uint64_t limit = a->limit;
+
     sl_error_t err = {0};
     sl_wh_filter_t *filter = NULL;
     if (filter_text != NULL && sl_wh_filter_parse(filter_text, NULL, &filter, &err) != SL_OK)
-        return tcli_usage_error("cat", "%s", err.msg);
+        return sl_cli_usage_error("table cat", "%s", err.msg);
     char *copy = features ? strdup(features) : NULL;
     const char **names = NULL;
     uint32_t n = 0;
@@ -242,7 +277,7 @@ int tcli_cat(int argc, char **argv)
     }
     sl_wh_cat_opts_t o = {.features = names, .num_features = n, .filter = filter, .limit = limit};
     uint64_t rows = 0;
-    sl_err_t rc = sl_wh_cat_table(argv[optind], &o, stdout, &rows, &err);
+    sl_err_t rc = sl_wh_cat_table(a->dir.items[0], &o, stdout, &rows, &err);
     if (fflush(stdout) != 0 && rc == SL_OK) rc = sl_error_set(&err, SL_ERR_IO, "write failed");
     free(names);
     free(copy);

@@ -3,9 +3,9 @@
  * --exit-when-done, until every batch has been acknowledged. With --master
  * the job and its splits come from a DPP master (src/dpp/worker/lease_client.h)
  * and the worker exits once the master has no more work for it. Options are
- * defined once in the table below, which also produces the help text.
+ * defined once, in the table below (options.h): it parses them and prints
+ * --help and the docs' table.
  * Exit codes: 0 done, 1 failed, 2 usage error or a job spec with problems. */
-#include <getopt.h>
 #include <unistd.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -21,105 +21,68 @@
 #include "dpp/worker/admin.h"
 #include "rpc/auth.h"
 
-enum {
-    OPT_JOB = 1,
-    OPT_LISTEN,
-    OPT_THREADS,
-    OPT_MEMORY,
-    OPT_CREDITS,
-    OPT_EXIT,
-    OPT_ID,
-    OPT_MASTER,
-    OPT_JOB_ID,
-    OPT_ADMIN,
-    OPT_SECRET,
-    OPT_MAX_CLIENTS,
-    OPT_CONN_IDLE,
-    OPT_TLS_CERT,
-    OPT_TLS_KEY,
-    OPT_ADMIN_MAX,
-    OPT_ADMIN_TIMEOUT,
-    OPT_HELP
-};
+typedef struct worker_args {
+    const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file;
+    uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms;
+    bool exit_when_done;
+    sl_cli_admin_args_t adm;
+} worker_args_t;
+
+#define W(field) offsetof(worker_args_t, field)
 
 static const sl_cli_opt_t wopts[] = {
-    {OPT_JOB, "job", "SPEC.json", "the job spec (docs/JOBS.md); required without --master"},
-    {OPT_MASTER, "master", "HOST:PORT",
-     "take the job and its splits from this DPP master (exits when it has no more work)"},
-    {OPT_JOB_ID, "job-id", "ID", "with --master: serve only this job (default: the first leased)"},
-    {OPT_ADMIN, "admin", "HOST:PORT",
-     "serve GET /healthz /readyz /metrics /status here (port 0 picks one)"},
-    {OPT_LISTEN, "listen", "HOST:PORT",
-     "address for trainer clients (default 127.0.0.1:7077; "
-     "port 0 picks a free one)"},
-    {OPT_THREADS, "threads", "N", "transform threads (default: the online cores)"},
-    {OPT_MEMORY, "memory-limit", "BYTES",
-     "memory for stripes and batches in flight; K, M, G "
-     "suffixes (default 256M)"},
-    {OPT_CREDITS, "max-credits", "N", "most unacknowledged batches per client (default 16)"},
-    {OPT_EXIT, "exit-when-done", NULL, "exit once every batch of every epoch is acknowledged"},
-    {OPT_ID, "worker-id", "NAME", "name sent to clients (default worker-<pid>)"},
-    {OPT_SECRET, "cluster-secret-file", "FILE",
-     "the cluster secret (first line of FILE; else the file named by "
-     "$SLUICE_CLUSTER_SECRET_FILE): trainer clients must prove they hold it, and so does this "
-     "worker to its master (docs/PROTOCOL.md); required for a --listen other than loopback"},
-    {OPT_MAX_CLIENTS, "max-clients", "N",
-     "trainer connections at once, two threads each (default 256); when full, the oldest one "
-     "still in its handshake, else the longest idle one, makes room"},
-    {OPT_CONN_IDLE, "client-conn-idle-ms", "MS",
-     "close a trainer connection that sends nothing this long while it holds no batch "
-     "(default 60000; the client reconnects)"},
-    {OPT_TLS_CERT, "tls-cert", "FILE", "serve --admin over HTTPS with this PEM certificate"},
-    {OPT_TLS_KEY, "tls-key", "FILE", "... and this PEM private key"},
-    {OPT_ADMIN_MAX, "admin-max-connections", "N", "admin connections at once (default 512)"},
-    {OPT_ADMIN_TIMEOUT, "admin-timeout-s", "S", "close an admin connection idle this long (10)"},
-    {OPT_HELP, "help", NULL, "this help"},
+    {"job", SL_CLI_FILE, "SPEC.json", NULL, "required without `--master`", 0, 0, 0, W(job),
+     "the job spec (docs/JOBS.md)"},
+    {"master", SL_CLI_ADDR, "HOST:PORT", NULL, NULL, 0, 0, 0, W(master),
+     "take the job and its splits from this DPP master; excludes --job; exits when the master "
+     "has no more work"},
+    {"job-id", SL_CLI_STRING, "ID", NULL, "the job of the first lease", 0, 0, 0, W(job_id),
+     "with --master: serve only this job"},
+    {"admin", SL_CLI_ADDR, "HOST:PORT", NULL, NULL, 0, 0, 0, W(admin),
+     "serve GET /healthz /readyz /metrics /status on this address (port 0 picks one; printed "
+     "as `admin on HOST:PORT`)"},
+    {"listen", SL_CLI_ADDR, "HOST:PORT", "127.0.0.1:7077", NULL, 0, 0, 0, W(listen),
+     "address for trainer clients; port 0 picks a free one"},
+    {"threads", SL_CLI_UINT, "N", NULL, "online cores", 1, 256, 0, W(threads),
+     "transform threads"},
+    {"memory-limit", SL_CLI_SIZE, "BYTES", "256M", NULL, 1, UINT64_MAX, 0, W(memory_limit),
+     "bytes of stripes and batches in flight"},
+    {"max-credits", SL_CLI_UINT, "N", "16", NULL, 1, UINT32_MAX, 0, W(max_credits),
+     "most unacknowledged batches one client may hold"},
+    {"exit-when-done", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(exit_when_done),
+     "exit once every batch of every epoch is acknowledged"},
+    {"worker-id", SL_CLI_STRING, "NAME", NULL, "`worker-<pid>`", 0, 0, 0, W(worker_id),
+     "name sent to clients in WELCOME (and to the master: one live process per id, see "
+     "\"Master mode\" in docs/WORKER.md)"},
+    {"cluster-secret-file", SL_CLI_PATH, "FILE", NULL, "`$SLUICE_CLUSTER_SECRET_FILE`", 0, 0, 0,
+     W(secret_file),
+     "the cluster secret, its first line (docs/PROTOCOL.md \"Authentication\"): trainer clients "
+     "must prove they hold it, and the worker proves it to its master; required for a --listen "
+     "other than loopback"},
+    {"max-clients", SL_CLI_UINT, "N", "256", NULL, 1, UINT32_MAX, 0, W(max_clients),
+     "trainer connections at once (two threads each); when full, the oldest one still in its "
+     "handshake, else the client idle longest, makes room"},
+    {"client-conn-idle-ms", SL_CLI_UINT, "MS", "60000", NULL, 1, INT32_MAX, 0, W(conn_idle_ms),
+     "close a trainer connection that sends nothing this long while it holds no batch (the "
+     "client reconnects)"},
 };
-#define NUM_WOPTS (sizeof wopts / sizeof wopts[0])
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: sluice worker --job SPEC.json [options]\n"
-                 "       sluice worker --master HOST:PORT [--job-id ID] [options]\n\n"
-                 "Runs the job's pipeline (read, filter, batch, dedup, transform, encode) and\n"
-                 "serves the batches to trainer clients. Prints `listening on HOST:PORT` once\n"
-                 "ready and a summary at the end. SIGINT/SIGTERM stop it cleanly.\n\noptions:\n");
-    sl_cli_print_options(out, wopts, NUM_WOPTS, 28);
-}
+static const sl_cli_group_t worker_group = SL_CLI_OWN_GROUP(wopts);
+
+const sl_cli_cmd_t sl_cli_worker_cmd = {
+    .name = "worker",
+    .summary = "run a job's pipeline and serve its batches to trainers",
+    .synopsis = "sluice worker --job SPEC.json [options]\n"
+                "sluice worker --master HOST:PORT [--job-id ID] [options]",
+    .about = "Runs the job's pipeline (read, filter, batch, dedup, transform, encode) and serves "
+             "the batches to trainer clients. Prints `listening on HOST:PORT` once ready and a "
+             "summary at the end. SIGINT/SIGTERM stop it cleanly.",
+    .groups = {{&worker_group, 0}, {&sl_cli_admin_group, W(adm)}},
+};
 
 static int usage_error(const char *fmt, const char *arg)
 {
     return sl_cli_usage_error("worker", fmt, arg);
-}
-
-/* "123", "64K", "256M", "2G" */
-static int parse_bytes(const char *s, uint64_t *out)
-{
-    char *end;
-    if (*s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    uint64_t mul = 1;
-    if (*end == 'K' || *end == 'k')
-        mul = 1ull << 10;
-    else if (*end == 'M' || *end == 'm')
-        mul = 1ull << 20;
-    else if (*end == 'G' || *end == 'g')
-        mul = 1ull << 30;
-    if (mul != 1) end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end != '\0' || v > UINT64_MAX / mul) return -1;
-    *out = v * mul;
-    return 0;
-}
-
-static int parse_u32(const char *s, uint32_t min, uint32_t *out)
-{
-    char *end;
-    if (*s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || v < min || v > UINT32_MAX) return -1;
-    *out = (uint32_t)v;
-    return 0;
 }
 
 static void print_problems(const char *what, const sl_pipeline_problems_t *p)
@@ -138,90 +101,24 @@ static double now_s(void)
 
 int sl_cli_worker(int argc, char **argv)
 {
-    struct option lo[NUM_WOPTS + 1];
-    for (size_t i = 0; i < NUM_WOPTS; i++)
-        lo[i] = (struct option){wopts[i].name, wopts[i].arg ? required_argument : no_argument, NULL,
-                                wopts[i].id};
-    lo[NUM_WOPTS] = (struct option){0, 0, 0, 0};
-    const char *job_path = NULL, *master = NULL, *job_id = NULL, *admin_addr = NULL;
-    const char *secret_file = NULL;
-    sl_admin_opts_t ao = {0};
-    uint32_t v32;
+    worker_args_t args = {0};
+    sl_cli_parsed_t parsed;
+    if (!sl_cli_parse(&sl_cli_worker_cmd, argc, argv, &args, &parsed)) return parsed.code;
+    const char *job_path = args.job, *master = args.master, *job_id = args.job_id;
+    const char *admin_addr = args.admin, *secret_file = args.secret_file;
+    sl_admin_opts_t ao = {.tls_cert_file = args.adm.tls_cert,
+                          .tls_key_file = args.adm.tls_key,
+                          .max_connections = (uint32_t)args.adm.max_connections,
+                          .timeout_s = (uint32_t)args.adm.timeout_s};
     sl_worker_opts_t o = sl_worker_opts_default();
-    o.listen = "127.0.0.1:7077";
-    bool exit_when_done = false;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        switch (c) {
-        case OPT_JOB:
-            job_path = optarg;
-            break;
-        case OPT_LISTEN:
-            o.listen = optarg;
-            break;
-        case OPT_THREADS:
-            if (parse_u32(optarg, 1, &o.threads)) return usage_error("bad --threads '%s'", optarg);
-            break;
-        case OPT_MEMORY:
-            if (parse_bytes(optarg, &o.memory_limit) || o.memory_limit == 0)
-                return usage_error("bad --memory-limit '%s'", optarg);
-            break;
-        case OPT_CREDITS:
-            if (parse_u32(optarg, 1, &o.max_credits))
-                return usage_error("bad --max-credits '%s'", optarg);
-            break;
-        case OPT_EXIT:
-            exit_when_done = true;
-            break;
-        case OPT_ID:
-            o.worker_id = optarg;
-            break;
-        case OPT_MASTER:
-            master = optarg;
-            break;
-        case OPT_JOB_ID:
-            job_id = optarg;
-            break;
-        case OPT_ADMIN:
-            admin_addr = optarg;
-            break;
-        case OPT_SECRET:
-            secret_file = optarg;
-            break;
-        case OPT_MAX_CLIENTS:
-            if (parse_u32(optarg, 1, &o.max_clients))
-                return usage_error("bad --max-clients '%s'", optarg);
-            break;
-        case OPT_CONN_IDLE:
-            if (parse_u32(optarg, 1, &v32) || v32 > INT32_MAX)
-                return usage_error("bad --client-conn-idle-ms '%s'", optarg);
-            o.client_conn_idle_ms = (int)v32;
-            break;
-        case OPT_TLS_CERT:
-            ao.tls_cert_file = optarg;
-            break;
-        case OPT_TLS_KEY:
-            ao.tls_key_file = optarg;
-            break;
-        case OPT_ADMIN_MAX:
-            if (parse_u32(optarg, 1, &ao.max_connections))
-                return usage_error("bad --admin-max-connections '%s'", optarg);
-            break;
-        case OPT_ADMIN_TIMEOUT:
-            if (parse_u32(optarg, 1, &ao.timeout_s))
-                return usage_error("bad --admin-timeout-s '%s'", optarg);
-            break;
-        case OPT_HELP:
-            usage(stdout);
-            return 0;
-        default:
-            return usage_error("unknown or incomplete option '%s'",
-                               optind > 0 && optind <= argc ? argv[optind - 1] : "?");
-        }
-    }
-    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    o.listen = args.listen;
+    o.threads = (uint32_t)args.threads;
+    o.memory_limit = args.memory_limit;
+    o.max_credits = (uint32_t)args.max_credits;
+    o.worker_id = args.worker_id;
+    o.max_clients = (uint32_t)args.max_clients;
+    o.client_conn_idle_ms = (int)args.conn_idle_ms;
+    bool exit_when_done = args.exit_when_done;
     if (master && job_path)
         return usage_error("%s", "--job and --master exclude each other (a master sends the job)");
     if (!master && job_id) return usage_error("%s", "--job-id needs --master");

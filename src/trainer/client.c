@@ -1,11 +1,11 @@
-/* The trainer client's public calls (include/sluice/trainer.h): connect,
- * hand out queued batches with their acknowledgement and credit, statistics
- * and close. The receive thread lives in conn.c. */
+/* The trainer client's public calls (include/sluice/trainer.h): connect
+ * (direct mode: one worker connection made here, then its thread; master
+ * mode: fleet.c), hand out ready batches with their acknowledgement and
+ * credit, statistics and close. The same calls serve both modes
+ * (trainer_internal.h); the worker connection lives in worker_conn.c. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,20 +44,34 @@ static void free_str(const sl_allocator_t *a, char *s)
     if (s) sl_free(a, s, strlen(s) + 1);
 }
 
-/* Everything but the thread and the socket; t may be half built. */
+/* Stop every thread, free everything; t may be half built. */
 static void destroy(sl_trainer_t *t)
 {
     const sl_allocator_t *a = t->a;
-    tr_fleet_close(t); /* master mode: stops its threads, frees its state */
     pthread_mutex_lock(&t->mu);
-    tr_drop_queue_locked(t);
+    t->closing = true;
+    for (tr_conn_t *c = t->conns; c; c = c->next)
+        tr_conn_stop_locked(c, "client closed");
+    pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
-    if (t->pending) sl_free(a, t->pending, (size_t)t->pending_cap * sizeof *t->pending);
+    tr_fleet_stop(t); /* master mode: no connection is started after this */
+    /* Every thread that touches the lists ends here; then nothing
+     * references a connection any more. */
+    for (tr_conn_t *c = t->conns; c; c = c->next) {
+        if (c->thread_started) pthread_join(c->thread, NULL);
+        c->thread_started = false;
+    }
+    tr_list_free(t, &t->ready);
+    tr_fleet_free(t);
+    while (t->conns) {
+        tr_conn_t *c = t->conns;
+        t->conns = c->next;
+        tr_conn_free(c);
+    }
     free_str(a, t->address);
     free_str(a, t->client_name);
     sl_rpc_secret_free(t->secret);
     pthread_cond_destroy(&t->cv);
-    pthread_mutex_destroy(&t->send_mu);
     pthread_mutex_destroy(&t->mu);
     sl_free(a, t, sizeof *t);
 }
@@ -69,6 +83,24 @@ static void fill_limits(sl_wire_limits_t *l)
     if (l->max_batch_size == 0) l->max_batch_size = d.max_batch_size;
     if (l->max_keys == 0) l->max_keys = d.max_keys;
     if (l->max_groups == 0) l->max_groups = d.max_groups;
+}
+
+/* Direct mode: master mode's worker connection, to the one worker of
+ * opts.address, made here (so that its failure is connect's), then its
+ * thread. */
+static sl_err_t connect_direct(sl_trainer_t *t, sl_error_t *err)
+{
+    if (strlen(t->address) >= TR_ADDR_MAX)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "trainer: worker address too long (limit %d bytes)", TR_ADDR_MAX - 1);
+    pthread_mutex_lock(&t->mu);
+    tr_conn_t *c = tr_conn_new(t, NULL, t->address);
+    pthread_mutex_unlock(&t->mu);
+    if (!c) return sl_error_set(err, SL_ERR_NOMEM, "trainer: out of memory");
+    bool refused;
+    sl_err_t rc = tr_conn_open(c, t->connect_timeout_ms, &refused, err);
+    if (rc == SL_OK) rc = tr_conn_start(c, err);
+    return rc;
 }
 
 sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, sl_error_t *err)
@@ -85,9 +117,7 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
     sl_trainer_t *t = sl_calloc(a, 1, sizeof *t);
     if (!t) return sl_error_set(err, SL_ERR_NOMEM, "trainer: out of memory");
     t->a = a;
-    t->fd = -1;
     pthread_mutex_init(&t->mu, NULL);
-    pthread_mutex_init(&t->send_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -110,11 +140,7 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
         snprintf(name, sizeof name, "trainer-%ld", (long)getpid());
     t->address = dup_str(a, master ? opts->master : opts->address);
     t->client_name = dup_str(a, name);
-    /* At most one window per connection is handed out unacked while that
-     * connection dies (tr_pending_ack_locked); twice that plus slack. */
-    t->pending_cap = t->prefetch > UINT32_MAX / 4 ? UINT32_MAX / 2 : 2 * t->prefetch + 16;
-    t->pending = sl_calloc(a, t->pending_cap, sizeof *t->pending);
-    if (!t->address || !t->client_name || !t->pending) {
+    if (!t->address || !t->client_name) {
         destroy(t);
         return sl_error_set(err, SL_ERR_NOMEM, "trainer: out of memory");
     }
@@ -124,89 +150,44 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
         return sl_error_prefix(err, "trainer: ");
     }
 
-    if (master) {
-        sl_err_t rc = tr_fleet_connect(t, opts, err);
-        if (rc != SL_OK) {
-            destroy(t);
-            return rc;
-        }
-        *out = t;
-        return SL_OK;
-    }
-    sl_err_t rc = tr_open_connection(t, t->connect_timeout_ms, err);
+    sl_err_t rc = master ? tr_fleet_connect(t, opts, err) : connect_direct(t, err);
     if (rc != SL_OK) {
         destroy(t);
         return rc;
     }
-    int prc = pthread_create(&t->thread, NULL, tr_receive_main, t);
-    if (prc != 0) {
-        pthread_mutex_lock(&t->send_mu);
-        int fd = t->fd;
-        t->fd = -1;
-        pthread_mutex_unlock(&t->send_mu);
-        close(fd);
-        destroy(t);
-        return sl_error_set(err, SL_ERR_IO, "trainer: cannot start the receive thread: %s",
-                            strerror(prc));
-    }
-    t->thread_started = true;
     *out = t;
     return SL_OK;
 }
 
-/* Acknowledge a handed-out batch and grant one credit in its place, at once:
- * both frames are tiny and the worker's next batch waits for the credit.
- * Application thread; takes send_mu. */
-static void ack_and_request(sl_trainer_t *t, uint64_t delivery_id, uint64_t gen)
+/* Has the job ended for this client? Then err says so. Caller holds mu. */
+static bool ended_locked(const sl_trainer_t *t, sl_error_t *err)
 {
-    pthread_mutex_lock(&t->send_mu);
-    if (t->fd < 0 || !t->send_ready) {
-        tr_pending_ack_locked(t, delivery_id);
-        pthread_mutex_unlock(&t->send_mu);
-        return;
-    }
-    Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
-    uint64_t id = delivery_id;
-    ack.n_delivery_ids = 1;
-    ack.delivery_ids = &id;
-    sl_err_t rc = sl_rpc_send(t->fd, SL_RPC_ACK, &ack.base, NULL, 0, NULL);
-    if (rc != SL_OK) tr_pending_ack_locked(t, delivery_id);
-    /* A batch of an earlier connection gets no credit back: the current
-     * connection was granted a full window when it opened. */
-    if (rc == SL_OK && gen == t->conn_gen) {
-        Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
-        req.credits = 1;
-        atomic_fetch_add(&t->granted, 1);
-        rc = sl_rpc_send(t->fd, SL_RPC_REQUEST, &req.base, NULL, 0, NULL);
-    }
-    /* A failed send leaves the stream out of step: make sure the receive
-     * thread notices and reconnects rather than waiting on a dead socket. */
-    if (rc != SL_OK) shutdown(t->fd, SHUT_RDWR);
-    pthread_mutex_unlock(&t->send_mu);
+    if (t->fleet) return tr_fleet_ended_locked(t, err);
+    if (t->state != TR_ENDED) return false;
+    sl_error_set(err, SL_ERR_CLOSED,
+                 "worker %s: the job has no more batches (%" PRIu64 " delivered by the worker)",
+                 t->address, t->end_batches);
+    return true;
 }
 
 sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_error_t *err)
 {
     if (out) *out = NULL;
     if (!t || !out) return sl_error_set(err, SL_ERR_INVALID, "trainer next: no client or output");
-    if (t->fleet) return tr_fleet_next(t, timeout_ms, out, err);
     uint64_t start = tr_now_ns();
     uint64_t until = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
     struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                           .tv_nsec = (long)(until % 1000000000ull)};
     sl_err_t rc = SL_OK;
     pthread_mutex_lock(&t->mu);
-    while (!t->head) {
+    while (!t->ready.head) {
         if (t->state == TR_FAILED) {
             rc = t->failure.code;
             if (err) *err = t->failure;
             break;
         }
-        if (t->state == TR_ENDED) {
-            rc = sl_error_set(err, SL_ERR_CLOSED,
-                              "worker %s: the job has no more batches (%" PRIu64
-                              " delivered by the worker)",
-                              t->address, t->end_batches);
+        if (ended_locked(t, err)) {
+            rc = SL_ERR_CLOSED;
             break;
         }
         if (t->closing) {
@@ -214,8 +195,9 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
             break;
         }
         if (timeout_ms == 0 || (timeout_ms > 0 && tr_now_ns() >= until)) {
-            rc = sl_error_set(err, SL_ERR_TIMEOUT, "worker %s: no batch within %d ms", t->address,
-                              timeout_ms);
+            rc = t->fleet ? tr_fleet_timeout_locked(t, timeout_ms, err)
+                          : sl_error_set(err, SL_ERR_TIMEOUT, "worker %s: no batch within %d ms",
+                                         t->address, timeout_ms);
             break;
         }
         if (timeout_ms < 0)
@@ -223,25 +205,23 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
         else
             pthread_cond_timedwait(&t->cv, &t->mu, &ts);
     }
-    tq_item_t *it = NULL;
     if (rc == SL_OK) {
-        it = t->head;
-        t->head = it->next;
-        if (!t->head) t->tail = NULL;
-        atomic_fetch_sub(&t->queued, 1);
+        tr_item_t *it = t->ready.head;
+        tr_list_remove(&t->ready, it);
+        atomic_store(&t->queued, t->ready.count);
+        atomic_fetch_add(&t->batches, 1);
+        atomic_fetch_add(&t->samples, it->batch->batch_size);
+        /* Direct mode acknowledges a batch when it is handed out (master
+         * mode did when the master answered its commit); the credit goes
+         * with it, at once: both frames are tiny and the worker's next
+         * batch waits for the credit. */
+        if (!it->acked) tr_conn_ack_locked(it->conn, it->delivery_id);
+        *out = it->batch;
+        tr_item_leave_locked(t, it, false);
     }
     pthread_mutex_unlock(&t->mu);
     atomic_fetch_add(&t->wait_ns, tr_now_ns() - start);
-    if (!it) return rc;
-
-    sl_batch_t *b = it->batch;
-    uint64_t id = it->delivery_id, gen = it->gen;
-    sl_free(t->a, it, sizeof *it);
-    atomic_fetch_add(&t->batches, 1);
-    atomic_fetch_add(&t->samples, b->batch_size);
-    ack_and_request(t, id, gen);
-    *out = b;
-    return SL_OK;
+    return rc;
 }
 
 void sl_trainer_release(sl_trainer_t *t, sl_batch_t *batch)
@@ -262,31 +242,14 @@ void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out)
     out->reconnects = atomic_load(&m->reconnects);
     out->queued = atomic_load(&m->queued);
     if (m->fleet) {
-        out->workers = atomic_load(&m->fleet->workers);
+        out->workers = atomic_load(&m->workers);
         out->committed = atomic_load(&m->fleet->committed);
-        out->dropped = atomic_load(&m->fleet->dropped);
+        out->dropped = atomic_load(&m->dropped);
     }
 }
 
 void sl_trainer_close(sl_trainer_t *t)
 {
     if (!t) return;
-    if (t->fleet) {
-        destroy(t); /* tr_fleet_close says goodbye and joins its threads */
-        return;
-    }
-    pthread_mutex_lock(&t->mu);
-    t->closing = true;
-    pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    pthread_mutex_lock(&t->send_mu);
-    if (t->fd >= 0) {
-        if (t->send_ready) sl_rpc_send_goodbye(t->fd, "client closed");
-        /* Unblocks the receive thread's read (or its handshake). */
-        shutdown(t->fd, SHUT_RDWR);
-    }
-    pthread_mutex_unlock(&t->send_mu);
-    if (t->thread_started) pthread_join(t->thread, NULL);
-    if (t->fd >= 0) close(t->fd);
-    destroy(t);
+    destroy(t); /* GOODBYE on every connection, then the threads end */
 }

@@ -1,7 +1,8 @@
-/* The trainer client in master mode (fleet_internal.h explains the threads,
- * locks and the memory bound): set-up, handing out committed batches,
- * resume tokens and close. The master connection lives in fleet_master.c,
- * the worker connections in fleet_worker.c. */
+/* The trainer client in master mode (fleet_internal.h): set-up, the
+ * committer that every received batch passes through (COMMIT before it may
+ * be handed out), the end of the job, resume tokens and close. The master
+ * connection lives in fleet_master.c, the worker connections (the same as
+ * direct mode's) in worker_conn.c. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,68 +12,6 @@
 #include <unistd.h>
 
 #include "trainer/fleet_internal.h"
-
-void fl_list_push(fl_list_t *l, fl_item_t *it)
-{
-    it->next = NULL;
-    it->prev = l->tail;
-    if (l->tail)
-        l->tail->next = it;
-    else
-        l->head = it;
-    l->tail = it;
-    l->count++;
-}
-
-void fl_list_remove(fl_list_t *l, fl_item_t *it)
-{
-    if (it->prev)
-        it->prev->next = it->next;
-    else
-        l->head = it->next;
-    if (it->next)
-        it->next->prev = it->prev;
-    else
-        l->tail = it->prev;
-    it->prev = it->next = NULL;
-    l->count--;
-}
-
-void fl_slot_ack_locked(fl_slot_t *s, uint64_t delivery_id)
-{
-    pthread_mutex_lock(&s->send_mu);
-    if (s->fd >= 0 && s->send_ready) {
-        /* Delivery ids are unique per worker, so an ack on a newer connection
-         * than the batch's still frees it if the worker holds it; an unknown
-         * id is ignored (docs/PROTOCOL.md). */
-        Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
-        uint64_t id = delivery_id;
-        ack.n_delivery_ids = 1;
-        ack.delivery_ids = &id;
-        if (sl_rpc_send(s->fd, SL_RPC_ACK, &ack.base, NULL, 0, NULL) != SL_OK)
-            shutdown(s->fd, SHUT_RDWR);
-    }
-    pthread_mutex_unlock(&s->send_mu);
-}
-
-void fl_item_leave_locked(sl_trainer_t *t, fl_item_t *it, bool free_batch)
-{
-    fl_slot_t *s = it->slot;
-    if (free_batch) sl_batch_destroy(it->batch);
-    sl_free(t->a, it, sizeof *it);
-    s->held--;
-    /* One credit back keeps held + in flight <= window on the current
-     * connection; a connection that opens later grants window - held. */
-    pthread_mutex_lock(&s->send_mu);
-    if (s->fd >= 0 && s->send_ready) {
-        Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
-        req.credits = 1;
-        atomic_fetch_add(&s->granted, 1);
-        if (sl_rpc_send(s->fd, SL_RPC_REQUEST, &req.base, NULL, 0, NULL) != SL_OK)
-            shutdown(s->fd, SHUT_RDWR);
-    }
-    pthread_mutex_unlock(&s->send_mu);
-}
 
 /* A client id that no other client process shares: the master keeps commit
  * answers per (client_id, nonce), and nonces restart at 1 in every process. */
@@ -96,15 +35,16 @@ sl_err_t tr_fleet_connect(sl_trainer_t *t, const sl_trainer_opts_t *opts, sl_err
     if (!opts->job_id || !opts->job_id[0])
         return sl_error_set(err, SL_ERR_INVALID, "trainer: master %s given without a job id",
                             opts->master);
-    if (strlen(opts->master) >= FL_ADDR_MAX || strlen(opts->job_id) >= FL_ID_MAX ||
-        (opts->client_id && strlen(opts->client_id) >= FL_ID_MAX))
+    if (strlen(opts->master) >= TR_ADDR_MAX || strlen(opts->job_id) >= TR_ID_MAX ||
+        (opts->client_id && strlen(opts->client_id) >= TR_ID_MAX))
         return sl_error_set(err, SL_ERR_INVALID,
                             "trainer: master address, job id or client id too long (limits %d, "
                             "%d, %d bytes)",
-                            FL_ADDR_MAX - 1, FL_ID_MAX - 1, FL_ID_MAX - 1);
+                            TR_ADDR_MAX - 1, TR_ID_MAX - 1, TR_ID_MAX - 1);
     tr_fleet_t *f = sl_calloc(t->a, 1, sizeof *f);
     if (!f) return sl_error_set(err, SL_ERR_NOMEM, "trainer: out of memory");
     snprintf(f->master, sizeof f->master, "%s", opts->master);
+    snprintf(f->label, sizeof f->label, "master %s", opts->master);
     snprintf(f->job_id, sizeof f->job_id, "%s", opts->job_id);
     if (opts->client_id && opts->client_id[0])
         snprintf(f->client_id, sizeof f->client_id, "%s", opts->client_id);
@@ -117,7 +57,8 @@ sl_err_t tr_fleet_connect(sl_trainer_t *t, const sl_trainer_opts_t *opts, sl_err
     pthread_mutex_init(&f->msend_mu, NULL);
     t->fleet = f;
 
-    sl_err_t rc = fl_master_open(t, t->connect_timeout_ms, err);
+    bool refused;
+    sl_err_t rc = fl_master_open(t, t->connect_timeout_ms, &refused, err);
     if (rc != SL_OK) return rc; /* the caller's destroy frees f */
     int prc = pthread_create(&f->mthread, NULL, fl_master_main, t);
     if (prc != 0)
@@ -127,61 +68,69 @@ sl_err_t tr_fleet_connect(sl_trainer_t *t, const sl_trainer_opts_t *opts, sl_err
     return SL_OK;
 }
 
-sl_err_t tr_fleet_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_error_t *err)
+sl_err_t tr_fleet_check_batch(const sl_trainer_t *t, const Sluice__Dpp__BatchInfo *bi,
+                              sl_error_t *e)
 {
-    tr_fleet_t *f = t->fleet;
-    uint64_t start = tr_now_ns();
-    uint64_t until = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
-    struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
-                          .tv_nsec = (long)(until % 1000000000ull)};
-    sl_err_t rc = SL_OK;
+    const tr_fleet_t *fl = t->fleet;
+    if (!bi->job_id || strcmp(bi->job_id, fl->job_id) != 0)
+        return sl_error_set(e, SL_ERR_PROTOCOL,
+                            "delivery %" PRIu64 ": batch of job '%.100s', this client reads job "
+                            "'%s' (a worker under a master names its job in every batch)",
+                            bi->delivery_id, bi->job_id ? bi->job_id : "", fl->job_id);
+    if (bi->from_row >= bi->to_row)
+        return sl_error_set(e, SL_ERR_PROTOCOL,
+                            "delivery %" PRIu64 ": split %u rows [%" PRIu64 ", %" PRIu64
+                            ") is not a range",
+                            bi->delivery_id, bi->split, bi->from_row, bi->to_row);
+    return SL_OK;
+}
+
+void tr_fleet_receive(sl_trainer_t *t, tr_item_t *it, uint32_t rank_plus_one)
+{
+    tr_fleet_t *fl = t->fleet;
+    bool ours = rank_plus_one == 0 || rank_plus_one == t->rank + 1;
     pthread_mutex_lock(&t->mu);
-    while (!f->ready.head) {
-        if (t->state == TR_FAILED) {
-            rc = t->failure.code;
-            if (err) *err = t->failure;
-            break;
-        }
-        /* Finished: every range is committed; answers still owed to us
-         * (group commit) come first, they may be ours. */
-        if (f->finished && f->pending.count == 0) {
-            rc = sl_error_set(err, SL_ERR_CLOSED, "job %s: every epoch is delivered", f->job_id);
-            break;
-        }
-        if (t->closing) {
-            rc = sl_error_set(err, SL_ERR_CLOSED, "trainer client is closing");
-            break;
-        }
-        if (timeout_ms == 0 || (timeout_ms > 0 && tr_now_ns() >= until)) {
-            rc = sl_error_set(err, SL_ERR_TIMEOUT,
-                              "job %s: no batch within %d ms (%u workers connected, %u commits "
-                              "unanswered%s%.300s)",
-                              f->job_id, timeout_ms, atomic_load(&f->workers), f->pending.count,
-                              f->last_worker_error[0] ? "; last problem: " : "",
-                              f->last_worker_error);
-            break;
-        }
-        if (timeout_ms < 0)
-            pthread_cond_wait(&t->cv, &t->mu);
-        else
-            pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    it->conn->held++;
+    if (!ours) {
+        /* Static sharding: another rank's batch (a worker bug). Not
+         * committed, so its rows stay todo and are leased again. */
+        tr_conn_ack_locked(it->conn, it->delivery_id);
+        atomic_fetch_add(&t->dropped, 1);
+        tr_item_leave_locked(t, it, true);
+        pthread_mutex_unlock(&t->mu);
+        return;
     }
-    if (rc == SL_OK) {
-        fl_item_t *it = f->ready.head;
-        fl_list_remove(&f->ready, it);
-        atomic_store(&t->queued, f->ready.count);
-        *out = it->batch;
-        atomic_fetch_add(&t->batches, 1);
-        atomic_fetch_add(&t->samples, it->batch->batch_size);
-        fl_item_leave_locked(t, it, false);
-    }
+    it->nonce = fl->next_nonce++;
+    tr_list_push(&fl->pending, it);
+    /* A copy: once mu is released the answer may come (if a reconnect
+     * resent it) and the item leave. */
+    tr_item_t copy = *it;
     pthread_mutex_unlock(&t->mu);
-    atomic_fetch_add(&t->wait_ns, tr_now_ns() - start);
-    return rc;
+    fl_master_send_commit(t, &copy);
+}
+
+bool tr_fleet_ended_locked(const sl_trainer_t *t, sl_error_t *err)
+{
+    const tr_fleet_t *f = t->fleet;
+    /* Finished: every range is committed; answers still owed to us (group
+     * commit) come first, they may be ours. */
+    if (!f->finished || f->pending.count > 0) return false;
+    sl_error_set(err, SL_ERR_CLOSED, "job %s: every epoch is delivered", f->job_id);
+    return true;
+}
+
+sl_err_t tr_fleet_timeout_locked(const sl_trainer_t *t, int timeout_ms, sl_error_t *err)
+{
+    const tr_fleet_t *f = t->fleet;
+    return sl_error_set(err, SL_ERR_TIMEOUT,
+                        "job %s: no batch within %d ms (%u workers connected, %u commits "
+                        "unanswered%s%.300s)",
+                        f->job_id, timeout_ms, atomic_load(&t->workers), f->pending.count,
+                        t->last_problem[0] ? "; last problem: " : "", t->last_problem);
 }
 
 /* Append one item's ref and rows to the token request (caller holds mu). */
-static void add_undelivered(const tr_fleet_t *f, const fl_item_t *it,
+static void add_undelivered(const tr_fleet_t *f, const tr_item_t *it,
                             Sluice__Control__SplitRef *refs, Sluice__Control__RowRange *rows,
                             Sluice__Control__SplitRef **rp, Sluice__Control__RowRange **qp,
                             size_t i)
@@ -212,7 +161,7 @@ static sl_err_t send_token_request(sl_trainer_t *t, uint64_t *gen, sl_error_t *e
         return SL_ERR_AGAIN;
     }
     pthread_mutex_lock(&t->mu);
-    size_t n = (size_t)f->pending.count + f->ready.count;
+    size_t n = (size_t)f->pending.count + t->ready.count;
     size_t bytes = n * (sizeof(Sluice__Control__SplitRef) + sizeof(Sluice__Control__RowRange) +
                         sizeof(void *) * 2);
     uint8_t *mem = n ? sl_alloc(t->a, bytes) : NULL;
@@ -228,9 +177,9 @@ static sl_err_t send_token_request(sl_trainer_t *t, uint64_t *gen, sl_error_t *e
     Sluice__Control__SplitRef **rp = n ? (Sluice__Control__SplitRef **)(rows + n) : NULL;
     Sluice__Control__RowRange **qp = n ? (Sluice__Control__RowRange **)(rp + n) : NULL;
     size_t i = 0;
-    for (const fl_item_t *it = f->ready.head; it; it = it->next)
+    for (const tr_item_t *it = t->ready.head; it; it = it->next)
         add_undelivered(f, it, refs, rows, rp, qp, i++);
-    for (const fl_item_t *it = f->pending.head; it; it = it->next)
+    for (const tr_item_t *it = f->pending.head; it; it = it->next)
         add_undelivered(f, it, refs, rows, rp, qp, i++);
     f->token_wanted = true;
     f->token_ready = false;
@@ -326,16 +275,10 @@ void sl_trainer_token_free(sl_trainer_t *t, uint8_t *token, size_t len)
     if (token) sl_free(t ? t->a : sl_allocator_default(), token, len);
 }
 
-void tr_fleet_close(sl_trainer_t *t)
+void tr_fleet_stop(sl_trainer_t *t)
 {
     tr_fleet_t *f = t->fleet;
     if (!f) return;
-    pthread_mutex_lock(&t->mu);
-    t->closing = true;
-    for (fl_slot_t *s = f->slots; s; s = s->next)
-        fl_slot_stop_locked(s);
-    pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
     pthread_mutex_lock(&f->msend_mu);
     if (f->mfd >= 0) {
         sl_rpc_send_goodbye(f->mfd, "client closed");
@@ -343,30 +286,16 @@ void tr_fleet_close(sl_trainer_t *t)
     }
     pthread_mutex_unlock(&f->msend_mu);
     if (f->mthread_started) pthread_join(f->mthread, NULL);
+    f->mthread_started = false;
     if (f->mfd >= 0) close(f->mfd);
     f->mfd = -1;
-    /* The master thread has ended: nobody starts slots any more. */
-    for (;;) {
-        pthread_mutex_lock(&t->mu);
-        fl_slot_t *s = f->slots;
-        if (s) f->slots = s->next;
-        pthread_mutex_unlock(&t->mu);
-        if (!s) break;
-        /* Its items are freed below, so join without waiting for held == 0. */
-        pthread_mutex_lock(&t->mu);
-        s->held = 0;
-        pthread_mutex_unlock(&t->mu);
-        fl_slot_free(s);
-    }
-    fl_list_t *lists[2] = {&f->pending, &f->ready};
-    for (int k = 0; k < 2; k++) {
-        while (lists[k]->head) {
-            fl_item_t *it = lists[k]->head;
-            fl_list_remove(lists[k], it);
-            sl_batch_destroy(it->batch);
-            sl_free(t->a, it, sizeof *it);
-        }
-    }
+}
+
+void tr_fleet_free(sl_trainer_t *t)
+{
+    tr_fleet_t *f = t->fleet;
+    if (!f) return;
+    tr_list_free(t, &f->pending);
     if (f->token) sl_free(t->a, f->token, f->token_len);
     pthread_mutex_destroy(&f->msend_mu);
     sl_free(t->a, f, sizeof *f);

@@ -24,13 +24,15 @@ static sl_err_t send_attach(sl_trainer_t *t, int fd, sl_error_t *err)
     return sl_rpc_send(fd, SL_RPC_ATTACH, &a.base, NULL, 0, err);
 }
 
-/* Take the master's view of the job: start slots for new workers, stop the
- * ones it no longer names, and collect finished slots that hold nothing
- * (joined after mu is released: they are unlinked here). A slot that saw
- * END stays while it is named, so that it is not read again. Caller holds
- * mu; *reap gets the unlinked slots. */
+/* Take the master's view of the job: start a worker connection for each
+ * new worker, stop the ones it no longer names, and collect finished
+ * connections that hold nothing (joined after mu is released: they are
+ * unlinked here). A connection that saw END stays while it is named, so
+ * that the worker is not read again; one given up is started again at the
+ * next ATTACHED that names its worker. Caller holds mu; *reap gets the
+ * unlinked connections. */
 static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attached *m,
-                                  fl_slot_t **reap)
+                                  tr_conn_t **reap)
 {
     tr_fleet_t *f = t->fleet;
     if (m->failed) {
@@ -49,49 +51,52 @@ static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attach
     f->finished = m->finished;
     f->epoch = m->epoch;
     snprintf(f->sharding, sizeof f->sharding, "%s", m->sharding ? m->sharding : "");
-    for (fl_slot_t *s = f->slots; s; s = s->next)
-        s->listed = false;
+    for (tr_conn_t *c = t->conns; c; c = c->next)
+        c->listed = false;
     for (size_t i = 0; i < m->n_workers; i++) {
         const Sluice__Control__WorkerInfo *w = m->workers[i];
         if (!w->worker_id || !w->serve_address || !w->serve_address[0]) continue;
-        fl_slot_t *s = f->slots;
-        while (s && (strcmp(s->worker_id, w->worker_id) != 0 ||
-                     strcmp(s->address, w->serve_address) != 0))
-            s = s->next;
-        if (s) {
-            s->listed = true;
+        tr_conn_t *c = t->conns;
+        while (c && (strcmp(c->worker_id, w->worker_id) != 0 ||
+                     strcmp(c->address, w->serve_address) != 0))
+            c = c->next;
+        if (c) {
+            c->listed = true;
             continue;
         }
         if (t->closing || f->finished || t->state == TR_FAILED) continue;
-        if (strlen(w->worker_id) >= FL_ID_MAX || strlen(w->serve_address) >= FL_ADDR_MAX)
+        if (strlen(w->worker_id) >= TR_ID_MAX || strlen(w->serve_address) >= TR_ADDR_MAX)
             continue;
-        s = fl_slot_start(t, w->worker_id, w->serve_address);
-        if (s) {
-            s->listed = true;
-            s->next = f->slots;
-            f->slots = s;
+        /* Out of memory or no thread: the worker is tried again on the
+         * next refresh. */
+        c = tr_conn_new(t, w->worker_id, w->serve_address);
+        if (c && tr_conn_start(c, NULL) != SL_OK) {
+            t->conns = c->next; /* linked first by tr_conn_new; no thread to join */
+            tr_conn_free(c);
+            c = NULL;
         }
+        if (c) c->listed = true;
     }
-    fl_slot_t **pp = &f->slots;
+    tr_conn_t **pp = &t->conns;
     while (*pp) {
-        fl_slot_t *s = *pp;
-        if (!s->listed && !s->stop) fl_slot_stop_locked(s);
-        bool dead = s->finished && s->held == 0 && (!s->listed || !s->got_end);
+        tr_conn_t *c = *pp;
+        if (!c->listed) tr_conn_stop_locked(c, "the master no longer names this worker");
+        bool dead = c->finished && c->held == 0 && (!c->listed || !c->got_end);
         if (dead) {
-            *pp = s->next;
-            s->next = *reap;
-            *reap = s;
+            *pp = c->next;
+            c->next = *reap;
+            *reap = c;
         } else {
-            pp = &s->next;
+            pp = &c->next;
         }
     }
 }
 
-static void free_reaped(fl_slot_t *reap)
+static void free_reaped(tr_conn_t *reap)
 {
     while (reap) {
-        fl_slot_t *n = reap->next;
-        fl_slot_free(reap);
+        tr_conn_t *n = reap->next;
+        tr_conn_free(reap);
         reap = n;
     }
 }
@@ -103,7 +108,7 @@ static void free_reaped(fl_slot_t *reap)
  * msend_mu and mu. */
 static sl_err_t resend_pending_locked(sl_trainer_t *t, int fd, sl_error_t *err)
 {
-    for (const fl_item_t *it = t->fleet->pending.head; it; it = it->next) {
+    for (const tr_item_t *it = t->fleet->pending.head; it; it = it->next) {
         Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
         Sluice__Control__RowRange rows = SLUICE__CONTROL__ROW_RANGE__INIT;
         Sluice__Control__Commit c = SLUICE__CONTROL__COMMIT__INIT;
@@ -124,7 +129,7 @@ static sl_err_t resend_pending_locked(sl_trainer_t *t, int fd, sl_error_t *err)
     return SL_OK;
 }
 
-void fl_master_send_commit(sl_trainer_t *t, const fl_item_t *it)
+void fl_master_send_commit(sl_trainer_t *t, const tr_item_t *it)
 {
     tr_fleet_t *f = t->fleet;
     Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
@@ -150,31 +155,34 @@ void fl_master_send_commit(sl_trainer_t *t, const fl_item_t *it)
 
 static sl_err_t master_error(const sl_trainer_t *t, const Sluice__Dpp__Error *e, sl_error_t *err)
 {
-    sl_err_t code = e->code < 0 && e->code >= SL_ERR_UNSUPPORTED ? (sl_err_t)e->code
-                                                                 : SL_ERR_PROTOCOL;
-    return sl_error_set(err, code, "master %s: %s", t->fleet->master,
+    sl_err_t code = sl_rpc_error_code(e);
+    return sl_error_set(err, code, "%s: %s", t->fleet->label,
                         e->message && e->message[0] ? e->message : sl_err_str(code));
 }
 
-sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, sl_error_t *err)
+sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, bool *refused, sl_error_t *err)
 {
     tr_fleet_t *f = t->fleet;
+    *refused = false;
+    /* One deadline for the whole attempt, as a worker connection's. */
+    uint64_t deadline = sl_rpc_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     int fd;
     sl_err_t rc = sl_rpc_connect(f->master, timeout_ms, &fd, err);
     if (rc != SL_OK) {
         sl_error_prefix(err, "master %s: ", f->master);
         return rc;
     }
-    rc = sl_rpc_set_recv_timeout(fd, timeout_ms, err);
-    if (rc == SL_OK && (rc = tr_authenticate(t, fd, timeout_ms, err)) != SL_OK)
+    if (t->secret && (rc = sl_rpc_auth_client(fd, t->secret, deadline, err)) != SL_OK)
         sl_error_prefix(err, "master %s: ", f->master);
     if (rc == SL_OK) rc = send_attach(t, fd, err);
     sl_rpc_frame_t fr = {0};
-    if (rc == SL_OK) rc = sl_rpc_recv(fd, &t->rpc_limits, t->a, &fr, err);
+    if (rc == SL_OK) rc = sl_rpc_recv_until(fd, deadline, &t->rpc_limits, t->a, &fr, err);
     if (rc == SL_OK) {
         atomic_fetch_add(&t->bytes, fr.wire_bytes);
         if (fr.type == SL_RPC_ERROR) {
+            /* "not now" (its connection cap) is tried again */
             rc = master_error(t, (const Sluice__Dpp__Error *)fr.msg, err);
+            *refused = !sl_rpc_error_retriable(rc);
         } else if (fr.type != SL_RPC_ATTACHED) {
             rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: expected attached, got %s%s",
                               f->master, sl_rpc_type_name(fr.type), sl_rpc_auth_hint(fr.type));
@@ -182,13 +190,12 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, sl_error_t *err)
     } else if (strstr(err->msg, "master ") != err->msg) {
         sl_error_prefix(err, "master %s: attaching to job %s: ", f->master, f->job_id);
     }
-    if (rc == SL_OK) rc = sl_rpc_set_recv_timeout(fd, 0, err);
     if (rc != SL_OK) {
         sl_rpc_frame_free(&fr);
         close(fd);
         return rc;
     }
-    fl_slot_t *reap = NULL;
+    tr_conn_t *reap = NULL;
     pthread_mutex_lock(&f->msend_mu);
     pthread_mutex_lock(&t->mu);
     if (t->closing) {
@@ -225,23 +232,25 @@ static void on_commit_reply(sl_trainer_t *t, const Sluice__Control__CommitReply 
 {
     tr_fleet_t *f = t->fleet;
     pthread_mutex_lock(&t->mu);
-    fl_item_t *it = f->pending.head;
+    tr_item_t *it = f->pending.head;
     while (it && it->nonce != r->nonce)
         it = it->next;
     /* Not pending: the answer to a commit sent twice (resent after a
      * reconnect) that was already answered. */
     if (it) {
-        fl_list_remove(&f->pending, it);
-        fl_slot_ack_locked(it->slot, it->delivery_id);
-        if (r->result == SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED) {
-            fl_list_push(&f->ready, it);
-            atomic_store(&t->queued, f->ready.count);
+        tr_list_remove(&f->pending, it);
+        /* Answered either way: the worker may let the batch go. */
+        tr_conn_ack_locked(it->conn, it->delivery_id);
+        it->acked = true;
+        if (r->result == SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED &&
+            t->state != TR_FAILED) {
+            tr_ready_push_locked(t, it);
             atomic_fetch_add(&f->committed, 1);
         } else {
             /* Another copy won (OVERLAP), the epoch is over (STALE) or the
              * job is gone (UNKNOWN): never delivered. */
-            atomic_fetch_add(&f->dropped, 1);
-            fl_item_leave_locked(t, it, true);
+            atomic_fetch_add(&t->dropped, 1);
+            tr_item_leave_locked(t, it, true);
         }
         pthread_cond_broadcast(&t->cv);
     }
@@ -291,55 +300,23 @@ static void send_stats(sl_trainer_t *t, int fd)
     f->rep_at_ns = now;
 }
 
-/* The master connection is gone: retry for reconnect_ms, backoff 50 ms
- * doubling to 1 s. Unanswered commits wait (their batches stay held) and
- * are sent again by fl_master_open. @return false when the client failed or
- * closes. */
+/* tr_attempt_fn for tr_reconnect. */
+static sl_err_t master_attempt(void *ctx, int timeout_ms, bool *refused, sl_error_t *err)
+{
+    return fl_master_open(ctx, timeout_ms, refused, err);
+}
+
+/* The master connection is gone: reconnect under the client's policy
+ * (tr_reconnect). Unanswered commits wait (their batches stay held) and
+ * are sent again by fl_master_open. @return false when the client failed
+ * or closes. */
 static bool master_reconnect(sl_trainer_t *t, const sl_error_t *lost)
 {
-    tr_fleet_t *f = t->fleet;
     master_uninstall(t);
     sl_error_t e = {0};
-    if (t->reconnect_ms < 0) {
-        sl_error_set(&e, lost->code ? lost->code : SL_ERR_IO,
-                     "master %s: connection lost (%s); reconnecting is off", f->master,
-                     lost->msg);
-        tr_fail(t, &e);
-        return false;
-    }
-    uint64_t deadline = tr_now_ns() + (uint64_t)t->reconnect_ms * 1000000ull;
-    int backoff = 50;
-    for (;;) {
-        if (t->closing) return false;
-        uint64_t now = tr_now_ns();
-        uint64_t left_ms = now < deadline ? (deadline - now) / 1000000ull + 1 : 1;
-        int timeout = t->connect_timeout_ms;
-        if ((uint64_t)timeout > left_ms) timeout = (int)left_ms;
-        sl_error_clear(&e);
-        sl_err_t rc = fl_master_open(t, timeout, &e);
-        if (rc == SL_OK) {
-            atomic_fetch_add(&t->reconnects, 1);
-            return true;
-        }
-        if (rc == SL_ERR_CLOSED && t->closing) return false;
-        /* A master that answers but refuses (unknown job, other version)
-         * will not change its mind; "not now" (a connection cap) may. */
-        if (!sl_rpc_error_retriable(rc) && rc != SL_ERR_TRUNCATED) {
-            tr_fail(t, &e);
-            return false;
-        }
-        now = tr_now_ns();
-        if (now >= deadline) break;
-        uint64_t pause = (uint64_t)backoff;
-        if (pause > (deadline - now) / 1000000ull) pause = (deadline - now) / 1000000ull;
-        if (tr_pause_unless_closing(t, (int)pause)) return false;
-        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
-    }
-    sl_error_t fe = {0};
-    sl_error_set(&fe, e.code != SL_OK ? e.code : SL_ERR_TIMEOUT,
-                 "master %s: connection lost and not re-established within %d ms (%.300s)",
-                 f->master, t->reconnect_ms, e.msg[0] ? e.msg : "no attempt");
-    tr_fail(t, &fe);
+    sl_err_t rc = tr_reconnect(t, NULL, t->fleet->label, lost, master_attempt, t, &e);
+    if (rc == SL_OK) return true;
+    if (!t->closing) tr_fail(t, &e);
     return false;
 }
 
@@ -352,7 +329,7 @@ static sl_err_t on_master_frame(sl_trainer_t *t, sl_rpc_frame_t *fr, uint64_t ge
         on_commit_reply(t, (const Sluice__Control__CommitReply *)fr->msg);
         return SL_OK;
     case SL_RPC_ATTACHED: {
-        fl_slot_t *reap = NULL;
+        tr_conn_t *reap = NULL;
         pthread_mutex_lock(&t->mu);
         apply_attached_locked(t, (const Sluice__Control__Attached *)fr->msg, &reap);
         pthread_cond_broadcast(&t->cv);
@@ -367,12 +344,12 @@ static sl_err_t on_master_frame(sl_trainer_t *t, sl_rpc_frame_t *fr, uint64_t ge
         return master_error(t, (const Sluice__Dpp__Error *)fr->msg, e);
     case SL_RPC_GOODBYE: {
         const Sluice__Dpp__Goodbye *g = (const Sluice__Dpp__Goodbye *)fr->msg;
-        return sl_error_set(e, SL_ERR_CLOSED, "master %s said goodbye: %s", t->fleet->master,
+        return sl_error_set(e, SL_ERR_CLOSED, "%s said goodbye: %s", t->fleet->label,
                             g->reason && g->reason[0] ? g->reason : "no reason given");
     }
     default:
-        return sl_error_set(e, SL_ERR_PROTOCOL, "master %s: unexpected %s frame",
-                            t->fleet->master, sl_rpc_type_name(fr->type));
+        return sl_error_set(e, SL_ERR_PROTOCOL, "%s: unexpected %s frame", t->fleet->label,
+                            sl_rpc_type_name(fr->type));
     }
 }
 
@@ -429,8 +406,8 @@ void *fl_master_main(void *arg)
     }
     /* The client failed or closes: workers are no use any more. */
     pthread_mutex_lock(&t->mu);
-    for (fl_slot_t *s = f->slots; s; s = s->next)
-        fl_slot_stop_locked(s);
+    for (tr_conn_t *c = t->conns; c; c = c->next)
+        tr_conn_stop_locked(c, "client closed");
     pthread_mutex_unlock(&t->mu);
     return NULL;
 }

@@ -1,16 +1,41 @@
 /* Private state of the trainer client (include/sluice/trainer.h), shared by
- * client.c (the application-facing calls) and conn.c (connection set-up and
- * the receive thread).
+ * its files:
+ *   client.c        the application-facing calls: connect, next, stats, close
+ *   client_state.c  the ready queue and the items' lifecycle, failing, and
+ *                   the reconnect policy every connection follows
+ *   worker_conn.c   the one worker connection, the same in both modes
+ *   fleet*.c        master mode: the master connection, commits, tokens
+ *                   (fleet_internal.h)
  *
- * Two threads touch a client: the application thread (sl_trainer_next,
- * release, close) and the receive thread. Two locks, never held together
- * except in the order mu -> send_mu (no code path does so today):
- *   mu       the queue of decoded batches, the state, the failure
- *   send_mu  the socket slot (fd, conn_gen, send_ready), the per-connection
- *            credit count, pending acks; also makes a whole frame one write
- * The socket is closed only by the thread that opened it, after clearing the
- * slot under send_mu, so a shutdown() from sl_trainer_close never hits a
- * reused descriptor. */
+ * Direct mode is master mode with one fixed worker and no committer. Both
+ * modes keep a list of worker connections (tr_conn_t, one thread each) and
+ * one ready queue that sl_trainer_next hands out. A received batch becomes
+ * an item; in master mode the committer (fleet.c) COMMITs its rows at the
+ * master and only a COMMITTED item joins the ready queue, acknowledged to
+ * its worker once answered; in direct mode an item is ready on receipt and
+ * acknowledged when it is handed out. When a connection breaks, the items
+ * it delivered that are neither acknowledged nor waiting for a commit (in
+ * practice: direct mode's queue) are dropped: the worker sends them again.
+ * When a connection ends for good (END, the worker's ERROR or GOODBYE, a
+ * protocol violation, reconnecting given up), direct mode's client ends with
+ * it; master mode's goes on with the workers the master names.
+ *
+ * Threads: the application thread (next, release, resume_token, close), one
+ * thread per worker connection, and in master mode the master thread.
+ * Locks, always taken in this order, never the other way:
+ *   fleet msend_mu  the master socket (fleet_internal.h)
+ *   t->mu           the ready queue, the connection list, every connection's
+ *                   held / stop / connected flags, the client's state;
+ *                   t->cv signals all changes
+ *   conn.send_mu    one worker socket slot (fd, send_ready, window, pending
+ *                   acks); also makes a whole frame one write
+ * A socket is closed only by its connection's thread (or by close after
+ * that thread ended), after clearing the slot under send_mu, so a
+ * shutdown() from another thread never hits a reused descriptor.
+ *
+ * Memory: a connection keeps held + in flight <= window batches (a credit
+ * comes back only when an item leaves the client), so the client holds at
+ * most window batches per worker connection. */
 #ifndef SLUICE_TRAINER_INTERNAL_H
 #define SLUICE_TRAINER_INTERNAL_H
 
@@ -23,19 +48,64 @@
 #include "rpc/frame.h"
 #include "sluice/trainer.h"
 
-/* A decoded batch waiting for sl_trainer_next. */
-typedef struct tq_item {
+#define TR_ID_MAX 128
+/* What sl_rpc_connect accepts: a 255-byte host, brackets, ':', a port. */
+#define TR_ADDR_MAX 320
+#define TR_LABEL_MAX (TR_ID_MAX + TR_ADDR_MAX + 16)
+
+typedef struct tr_conn tr_conn_t;
+
+/* A received batch, from arrival until it leaves the client (handed out, or
+ * dropped). */
+typedef struct tr_item {
     sl_batch_t *batch;
+    tr_conn_t *conn; /* where it came from; lives while conn->held counts it */
     uint64_t delivery_id;
-    uint64_t gen; /* connection it arrived on */
-    struct tq_item *next;
-} tq_item_t;
+    bool acked; /* its ACK was sent (or waits in conn's pending acks) */
+    /* what its COMMIT names (master mode) */
+    uint64_t nonce;
+    uint32_t epoch, split;
+    uint64_t generation, from_row, to_row;
+    uint32_t num_samples;
+    struct tr_item *prev, *next;
+} tr_item_t;
+
+typedef struct tr_list {
+    tr_item_t *head, *tail;
+    uint32_t count;
+} tr_list_t;
 
 typedef enum tr_state {
     TR_RUNNING, /* batches may still arrive */
-    TR_ENDED,   /* END received: hand out the queue, then SL_ERR_CLOSED */
+    TR_ENDED,   /* direct mode's worker said END: hand out the queue, then SL_ERR_CLOSED */
     TR_FAILED   /* failure holds the error; the queue was discarded */
 } tr_state_t;
+
+/* One worker and its connection (worker_conn.c). */
+struct tr_conn {
+    sl_trainer_t *t;
+    char address[TR_ADDR_MAX];
+    char worker_id[TR_ID_MAX]; /* as the master names it; "" in direct mode */
+    char label[TR_LABEL_MAX];  /* "worker ADDR" or "worker ID (ADDR)": starts its messages */
+    pthread_t thread;
+    bool thread_started;
+    /* under t->mu */
+    uint32_t held;  /* items from this worker still in the client */
+    bool listed;    /* master mode: named in the master's latest ATTACHED */
+    bool stop;      /* the master no longer names it, or the client fails or closes */
+    bool finished;  /* the thread has ended */
+    bool got_end;   /* the worker said END: not read again while it is named */
+    bool connected; /* a connection is up (handshake done) */
+    /* under send_mu */
+    pthread_mutex_t send_mu;
+    int fd; /* -1 while disconnected; installed before the handshake */
+    bool send_ready;          /* handshake done: acks and credits may go out */
+    uint32_t window;          /* min(prefetch, WELCOME max_credits) */
+    _Atomic uint64_t granted; /* credits granted on the current connection */
+    uint64_t *pending;        /* acks that could not be sent, sent first on the next connection */
+    uint32_t npending, pending_cap;
+    tr_conn_t *next; /* t->conns, under t->mu */
+};
 
 struct tr_fleet; /* master mode (fleet_internal.h); NULL in direct mode */
 
@@ -43,7 +113,7 @@ struct sl_trainer {
     struct tr_fleet *fleet;
     /* configuration, fixed after connect */
     const sl_allocator_t *a;
-    char *address;
+    char *address; /* direct mode: the worker; master mode: the master */
     char *client_name;
     uint32_t prefetch;
     int connect_timeout_ms;
@@ -53,67 +123,108 @@ struct sl_trainer {
     sl_rpc_limits_t rpc_limits;
     char *secret; /* the cluster secret (rpc/auth.h), NULL: none */
 
-    pthread_t thread;
-    bool thread_started;
-
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* queue grew, state changed, closing */
-    tq_item_t *head, *tail;
+    pthread_cond_t cv; /* queue grew, state changed, a connection stopped, closing */
+    tr_list_t ready;   /* what sl_trainer_next hands out, in arrival order */
+    tr_conn_t *conns;
     tr_state_t state;
     _Atomic bool closing; /* written under mu, read anywhere */
     sl_error_t failure;
-    uint64_t end_batches; /* from END, for the closing message */
-
-    pthread_mutex_t send_mu;
-    int fd; /* -1 while disconnected */
-    uint64_t conn_gen;
-    bool send_ready;          /* handshake done: acks and requests may go out */
-    uint32_t window;          /* credits granted at connect: min(prefetch, max_credits) */
-    _Atomic uint64_t granted; /* credits granted on this connection (read by rx) */
-    char worker_id[64];
-    uint64_t *pending; /* acks that could not be sent, sent after a reconnect */
-    uint32_t npending, pending_cap;
+    uint64_t end_batches;      /* direct mode: from END, for the closing message */
+    char last_problem[512];    /* master mode: why a worker connection last failed */
 
     _Atomic uint64_t batches, samples, bytes, wait_ns, reconnects, dropped;
-    _Atomic uint32_t queued;
+    _Atomic uint32_t queued, workers;
 };
 
-/* Open a connection, say HELLO, check WELCOME, install the socket, flush
- * pending acks and grant the window. Runs on the application thread in
- * sl_trainer_connect and on the receive thread afterwards; takes send_mu.
- * timeout_ms bounds the connect and the handshake. */
-sl_err_t tr_open_connection(sl_trainer_t *t, int timeout_ms, sl_error_t *err);
-
-/* With a cluster secret, run the handshake (rpc/auth.h) on a new
- * connection to peer ("worker 1.2.3.4:5") within timeout_ms; without one,
- * nothing. Any thread. */
-sl_err_t tr_authenticate(const sl_trainer_t *t, int fd, int timeout_ms, sl_error_t *err);
-
-/* The receive thread (arg: the client). */
-void *tr_receive_main(void *arg);
-
-/* Mark the client failed with e (unless it already ended or failed) and
- * discard the queue. Takes mu. */
-void tr_fail(sl_trainer_t *t, const sl_error_t *e);
-/* The same, caller holds mu. */
-void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e);
-
-/* Discard every queued batch (they are unacknowledged: the worker sends them
- * to someone else). Caller holds mu. */
-void tr_drop_queue_locked(sl_trainer_t *t);
-
-/* Remember an ack that could not be sent now. Caller holds send_mu. */
-void tr_pending_ack_locked(sl_trainer_t *t, uint64_t delivery_id);
+/* ---- client_state.c ---- */
 
 uint64_t tr_now_ns(void);
 
-/* Sleep up to ms unless the client closes (takes t->mu). @return true when
- * closing. */
-bool tr_pause_unless_closing(sl_trainer_t *t, int ms);
+void tr_list_push(tr_list_t *l, tr_item_t *it);
+void tr_list_remove(tr_list_t *l, tr_item_t *it);
+/* Free every item of l and its batch, nothing else (close). */
+void tr_list_free(sl_trainer_t *t, tr_list_t *l);
 
-/* Decode a BATCH frame's payload in place: on SL_OK the caller owns *out,
- * whose release frees the payload (taken from f). Checks num_samples
- * against the payload. Any thread. */
-sl_err_t tr_decode_batch(sl_trainer_t *t, sl_rpc_frame_t *f, sl_batch_t **out, sl_error_t *e);
+/* it may be handed out: append it to the ready queue and wake next. Caller
+ * holds mu. */
+void tr_ready_push_locked(sl_trainer_t *t, tr_item_t *it);
+
+/* An item leaves the client: free it (and its batch unless handed out) and
+ * give its connection the credit back. Caller holds mu (takes send_mu). */
+void tr_item_leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch);
+
+/* c's connection broke: drop the ready items it delivered that are not
+ * acknowledged (they belong to the worker again). Counted in dropped.
+ * Caller holds mu. */
+void tr_drop_unacked_locked(sl_trainer_t *t, const tr_conn_t *c);
+
+/* Mark the client failed with e (unless it already ended or failed),
+ * discard the ready queue and stop every worker connection. Takes mu / the
+ * caller holds it. */
+void tr_fail(sl_trainer_t *t, const sl_error_t *e);
+void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e);
+
+/* Sleep up to ms (< 0: without limit) unless the client closes or *stop
+ * (stop may be NULL; read under mu) becomes true. Takes mu. @return true
+ * when closing or stopped. */
+bool tr_pause(sl_trainer_t *t, const bool *stop, int ms);
+
+/* One attempt to open a connection within timeout_ms; *refused when the
+ * peer answered and will not change its mind (an ERROR that is not "not
+ * now": sl_rpc_error_retriable). */
+typedef sl_err_t (*tr_attempt_fn)(void *ctx, int timeout_ms, bool *refused, sl_error_t *err);
+
+/* The reconnect policy of every connection of the client (a worker's, the
+ * master's): attempt at once, then after 50 ms doubling to 1 s, for up to
+ * reconnect_ms, with a last attempt at the deadline. lost: why the previous
+ * connection ended, NULL for a first connection (then reconnect_ms < 0
+ * still allows one attempt; after a loss it allows none). A refusal
+ * (*refused, or SL_ERR_PROTOCOL / VERSION / TOO_LARGE: the peer does not
+ * speak our protocol) ends the attempts. label ("worker ADDR") starts the
+ * messages. Any thread but the application's; takes mu. @return SL_OK
+ * (counted in reconnects after a loss); SL_ERR_CLOSED when the client
+ * closes or *stop; otherwise the code of the connection given up, with
+ * err saying why. */
+sl_err_t tr_reconnect(sl_trainer_t *t, const bool *stop, const char *label,
+                      const sl_error_t *lost, tr_attempt_fn attempt, void *ctx, sl_error_t *err);
+
+/* A receive that failed with rc broke the stream in a way that is the
+ * peer's fault or ours to report (a malformed frame, another version, too
+ * large, no memory for it): answer ERROR and give the connection up rather
+ * than reconnect. */
+bool tr_stream_broken(sl_err_t rc);
+
+/* ---- worker_conn.c ---- */
+
+/* A connection to the worker at address (worker_id: as the master names
+ * it, NULL in direct mode), linked into t->conns, not connected, no
+ * thread. Caller holds mu. @return NULL when out of memory. */
+tr_conn_t *tr_conn_new(sl_trainer_t *t, const char *worker_id, const char *address);
+
+/* Connect within timeout_ms: the cluster-secret handshake when the client
+ * has a secret, HELLO / WELCOME, the pending acks, then window - held
+ * credits. Runs on the connection's thread, and on the application thread
+ * for direct mode's first connection. Takes mu and send_mu. @return as
+ * tr_attempt_fn; messages start with the connection's label. */
+sl_err_t tr_conn_open(tr_conn_t *c, int timeout_ms, bool *refused, sl_error_t *err);
+
+/* Start c's thread: it receives if c is connected, else connects first.
+ * @return SL_ERR_IO when the thread cannot start. */
+sl_err_t tr_conn_start(tr_conn_t *c, sl_error_t *err);
+
+/* Ask c's thread to end: GOODBYE(reason) when the connection is up, then a
+ * shutdown that unblocks its receive. Idempotent. Caller holds mu. */
+void tr_conn_stop_locked(tr_conn_t *c, const char *reason);
+
+/* Join c's thread and free c (already unlinked; its items are gone or will
+ * not touch it). Caller holds no lock, unless c's thread never started;
+ * c may be NULL. */
+void tr_conn_free(tr_conn_t *c);
+
+/* ACK delivery_id on c's current connection, or keep it for the next one
+ * (bounded: beyond pending_cap the ack is lost and the worker delivers that
+ * batch once more). Caller holds mu. */
+void tr_conn_ack_locked(tr_conn_t *c, uint64_t delivery_id);
 
 #endif

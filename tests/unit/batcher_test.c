@@ -71,8 +71,10 @@ typedef struct sink {
 } sink_t;
 
 /* Check every row of b against the formula; record the order. */
-static sl_err_t collect(void *ctx, sl_batch_t *b, sl_error_t *err)
+static sl_err_t collect(void *ctx, sl_batch_t *b, const sl_worker_lease_origin_t *lease,
+                        sl_error_t *err)
 {
+    cr_assert_null(lease, "a batch of no range has no lease part");
     (void)err;
     sink_t *s = ctx;
     cr_assert_eq(sl_batch_validate(b, NULL), SL_OK);
@@ -337,8 +339,10 @@ Test(batcher, shuffle_window_permutes_deterministically)
 }
 
 static sl_batch_t *kept;
-static sl_err_t keep(void *ctx, sl_batch_t *b, sl_error_t *err)
+static sl_err_t keep(void *ctx, sl_batch_t *b, const sl_worker_lease_origin_t *lease,
+                     sl_error_t *err)
 {
+    cr_assert_null(lease, "a batch of no range has no lease part");
     (void)ctx;
     (void)err;
     kept = b;
@@ -422,8 +426,10 @@ Test(batcher, key_offsets_from_the_source)
  * stripe's unique rows once per batch and remaps the inverse indices;
  * expanding a batch gives exactly the rows of the formula, and
  * sl_worker_batcher_dedup keeps the stored group (renamed for the job). */
-static sl_err_t collect_grouped(void *ctx, sl_batch_t *b, sl_error_t *err)
+static sl_err_t collect_grouped(void *ctx, sl_batch_t *b, const sl_worker_lease_origin_t *lease,
+                                sl_error_t *err)
 {
+    cr_assert_null(lease, "a batch of no range has no lease part");
     sink_t *s = ctx;
     cr_assert_eq(sl_batch_validate(b, NULL), SL_OK);
     cr_assert_eq(b->num_groups, 1);
@@ -439,7 +445,7 @@ static sl_err_t collect_grouped(void *ctx, sl_batch_t *b, sl_error_t *err)
     b->sparse = ex;
     b->num_groups = 0;
     b->groups = NULL;
-    return collect(ctx, b, err);
+    return collect(ctx, b, lease, err);
 }
 
 Test(batcher, rows_in_dedup_form_keep_their_unique_rows)
@@ -512,4 +518,204 @@ Test(batcher, rows_in_dedup_form_keep_their_unique_rows)
     sl_worker_batcher_destroy(bt);
     free(sk->order);
     free(sk);
+}
+
+/* ---- ranges (rows of a lease) ---- */
+
+typedef struct rsink {
+    uint32_t batches;
+    sl_worker_lease_origin_t lease[16];
+    sl_batch_origin_t origin[16];
+    int64_t ids[16][8]; /* sample ids (= split rows here) in batch order */
+    uint32_t n[16];
+} rsink_t;
+
+static sl_err_t collect_ranged(void *ctx, sl_batch_t *b, const sl_worker_lease_origin_t *lease,
+                               sl_error_t *err)
+{
+    (void)err;
+    rsink_t *s = ctx;
+    cr_assert_not_null(lease, "a batch of a range carries its lease part");
+    cr_assert_lt(s->batches, 16);
+    cr_assert_leq(b->batch_size, 8);
+    s->lease[s->batches] = *lease;
+    s->origin[s->batches] = b->origin;
+    s->n[s->batches] = b->batch_size;
+    memcpy(s->ids[s->batches], b->sample_ids, b->batch_size * sizeof(int64_t));
+    s->batches++;
+    sl_batch_destroy(b);
+    return SL_OK;
+}
+
+/* Add the rows of [from, to) that are not multiples of 5 (the "filter")
+ * from a split of 30 rows in two stripes of 15, as the reader does. */
+static void add_kept(sl_worker_batcher_t *bt, sl_batch_t *const st[2], uint32_t split,
+                     uint64_t from, uint64_t to)
+{
+    for (uint32_t k = 0; k < 2; k++) {
+        uint32_t sel[15], n = 0;
+        for (uint32_t r = 0; r < 15; r++) {
+            uint64_t row = k * 15 + r;
+            if (row >= from && row < to && row % 5 != 0) sel[n++] = r;
+        }
+        if (n == 0) continue;
+        sl_worker_rows_origin_t o = {.epoch = 1, .split_id = split, .row = k * 15};
+        sl_error_t err = {0};
+        cr_assert_eq(sl_worker_batcher_add(bt, st[k], sel, NULL, n, &o, &err), SL_OK, "%s",
+                     err.msg);
+    }
+}
+
+static void run_ranges(bool drop_last)
+{
+    sl_batch_t *st[2];
+    for (int k = 0; k < 2; k++) {
+        st[k] = sl_batch_new(NULL);
+        make_stripe(st[k], k * 15, 15, false);
+    }
+    rsink_t sk = {0};
+    sl_worker_batcher_opts_t o = {.batch_size = 8, .drop_last = drop_last, .sample_ids = true};
+    sl_worker_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_batcher_new(&o, collect_ranged, &sk, &bt, &err), SL_OK);
+    int lease_handle;
+    sl_worker_lease_origin_t lo = {
+        .handle = &lease_handle, .split = 4, .generation = 9, .rank_plus_one = 2, .from_row = 2};
+    sl_dpp_row_range_t e;
+    /* range [2, 24): kept 2 3 4 6 7 8 9 11 | 12 13 14 16 17 18 19 21 | 22 23 */
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_OK, "%s", err.msg);
+    add_kept(bt, st, 4, 2, 24);
+    cr_assert_eq(sk.batches, 2);
+    cr_assert_eq(sl_worker_batcher_end_range(bt, 24, &e, &err), SL_OK, "%s", err.msg);
+    /* range [25, 26): row 25 filtered, no batch */
+    lo.from_row = 25;
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_OK, "%s", err.msg);
+    add_kept(bt, st, 4, 25, 26);
+    sl_dpp_row_range_t e2;
+    cr_assert_eq(sl_worker_batcher_end_range(bt, 26, &e2, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(e2.from_row, 25);
+    cr_assert_eq(e2.to_row, 26);
+
+    static const int64_t want[3][8] = {
+        {2, 3, 4, 6, 7, 8, 9, 11}, {12, 13, 14, 16, 17, 18, 19, 21}, {22, 23}};
+    static const uint64_t from[3] = {2, 12, 22}, to[3] = {12, 22, 24};
+    uint32_t nb = drop_last ? 2 : 3;
+    cr_assert_eq(sk.batches, nb);
+    for (uint32_t b = 0; b < nb; b++) {
+        cr_assert_eq(sk.n[b], b < 2 ? 8u : 2u);
+        cr_assert_eq(memcmp(sk.ids[b], want[b], sk.n[b] * sizeof(int64_t)), 0, "batch %u", b);
+        cr_assert_eq(sk.lease[b].handle, &lease_handle);
+        cr_assert_eq(sk.lease[b].split, 4);
+        cr_assert_eq(sk.lease[b].generation, 9);
+        cr_assert_eq(sk.lease[b].rank_plus_one, 2);
+        cr_assert_eq(sk.lease[b].from_row, from[b], "batch %u", b);
+        cr_assert_eq(sk.lease[b].to_row, to[b], "batch %u", b);
+        cr_assert_eq(sk.origin[b].split_id, 4);
+        cr_assert_eq(sk.origin[b].epoch, 1);
+        cr_assert_eq(sk.origin[b].first_row, (uint64_t)want[b][0]);
+        cr_assert_eq(sk.origin[b].sequence, b);
+    }
+    /* the short batch's rows are empty when dropped */
+    cr_assert_eq(e.from_row, drop_last ? 22 : 24);
+    cr_assert_eq(e.to_row, 24);
+    sl_worker_batcher_stats_t bs;
+    sl_worker_batcher_stats(bt, &bs);
+    cr_assert_eq(bs.rows_in, 18);
+    cr_assert_eq(bs.rows_out, drop_last ? 16 : 18);
+    cr_assert_eq(bs.rows_dropped, drop_last ? 2 : 0);
+
+    /* out of turn: an end of no range, rows of another split, an end of
+     * the epoch inside a range, a range begun with rows held */
+    cr_assert_eq(sl_worker_batcher_end_range(bt, 30, &e, &err), SL_ERR_INVALID);
+    lo.from_row = 26;
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_OK, "%s", err.msg);
+    uint32_t one = 1;
+    sl_worker_rows_origin_t other = {.epoch = 1, .split_id = 5, .row = 15};
+    cr_assert_eq(sl_worker_batcher_add(bt, st[1], &one, NULL, 1, &other, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "split 5") != NULL, "%s", err.msg);
+    cr_assert_eq(sl_worker_batcher_end_epoch(bt, &err), SL_ERR_INVALID);
+    add_kept(bt, st, 4, 26, 28);
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_ERR_INVALID);
+    /* discard leaves the range: nothing held, a new range may begin */
+    sl_worker_batcher_discard(bt);
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_OK, "%s", err.msg);
+    sl_worker_batcher_destroy(bt);
+    for (int k = 0; k < 2; k++)
+        sl_batch_destroy(st[k]);
+}
+
+Test(batcher, ranges_tile_rows_and_carry_the_lease)
+{
+    run_ranges(false);
+}
+
+Test(batcher, ranges_with_drop_last_report_the_dropped_rows_empty)
+{
+    run_ranges(true);
+}
+
+/* With a shuffle window (of the batch size, the only one a range takes) a
+ * batch of a range shuffles its own rows, in an order drawn from its split
+ * and first row: the same whatever ranges came before it. */
+Test(batcher, ranges_shuffle_within_a_batch_whatever_came_before)
+{
+    sl_batch_t *st[2];
+    for (int k = 0; k < 2; k++) {
+        st[k] = sl_batch_new(NULL);
+        make_stripe(st[k], k * 15, 15, false);
+    }
+    sl_worker_batcher_opts_t o = {
+        .batch_size = 8, .sample_ids = true, .shuffle_window = 8, .seed = 11};
+    sl_error_t err = {0};
+    sl_dpp_row_range_t e;
+    rsink_t sk[2] = {{0}};
+    for (int run = 0; run < 2; run++) {
+        sl_worker_batcher_t *bt;
+        cr_assert_eq(sl_worker_batcher_new(&o, collect_ranged, &sk[run], &bt, &err), SL_OK);
+        sl_worker_lease_origin_t lo = {.handle = &sk[run], .split = 3, .from_row = 0};
+        if (run == 1) { /* another lease first */
+            cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_OK, "%s", err.msg);
+            add_kept(bt, st, 3, 0, 30);
+            cr_assert_eq(sl_worker_batcher_end_range(bt, 30, &e, &err), SL_OK, "%s", err.msg);
+        }
+        lo.split = 4;
+        lo.from_row = 2;
+        cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_OK, "%s", err.msg);
+        add_kept(bt, st, 4, 2, 24);
+        cr_assert_eq(sl_worker_batcher_end_range(bt, 24, &e, &err), SL_OK, "%s", err.msg);
+        sl_worker_batcher_destroy(bt);
+    }
+    /* run 1: 3 batches of split 3 (24 kept rows), then split 4's */
+    cr_assert_eq(sk[0].batches, 3);
+    cr_assert_eq(sk[1].batches, 6);
+    bool moved = false;
+    static const int64_t want[3][8] = {
+        {2, 3, 4, 6, 7, 8, 9, 11}, {12, 13, 14, 16, 17, 18, 19, 21}, {22, 23}};
+    for (uint32_t b = 0; b < 3; b++) {
+        const rsink_t *a = &sk[0], *c = &sk[1];
+        cr_assert_eq(c->lease[b + 3].split, 4);
+        cr_assert_eq(a->lease[b].from_row, c->lease[b + 3].from_row);
+        cr_assert_eq(a->lease[b].to_row, c->lease[b + 3].to_row);
+        cr_assert_eq(a->n[b], c->n[b + 3]);
+        cr_assert_eq(memcmp(a->ids[b], c->ids[b + 3], a->n[b] * sizeof(int64_t)), 0,
+                     "batch %u's order depends on what came before", b);
+        /* a permutation of the batch's rows */
+        for (uint32_t i = 0; i < a->n[b]; i++) {
+            uint32_t found = 0;
+            for (uint32_t j = 0; j < a->n[b]; j++)
+                found += a->ids[b][j] == want[b][i];
+            cr_assert_eq(found, 1, "batch %u row %ld", b, (long)want[b][i]);
+        }
+        moved |= memcmp(a->ids[b], want[b], a->n[b] * sizeof(int64_t)) != 0;
+    }
+    cr_assert(moved, "rows were shuffled");
+    /* a window other than the batch size is refused for a range */
+    o.shuffle_window = 16;
+    sl_worker_batcher_t *bt;
+    cr_assert_eq(sl_worker_batcher_new(&o, collect_ranged, &sk[0], &bt, &err), SL_OK);
+    sl_worker_lease_origin_t lo = {.split = 4};
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_ERR_INVALID);
+    sl_worker_batcher_destroy(bt);
+    for (int k = 0; k < 2; k++)
+        sl_batch_destroy(st[k]);
 }

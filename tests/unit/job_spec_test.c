@@ -2,11 +2,13 @@
  * its JSON path, several problems at once) and binding to a table schema
  * (unknown names, kinds, order of created features, read features). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "dpp/pipeline/ops.h"
 #include "dpp/pipeline/plan.h"
 
 static const char *full_spec =
@@ -49,7 +51,7 @@ static const char *full_spec =
  * a time. */
 static const char *dq(const char *text)
 {
-    static char buf[8192];
+    static char buf[32768];
     size_t n = strlen(text);
     cr_assert_lt(n, sizeof buf);
     for (size_t i = 0; i <= n; i++) buf[i] = text[i] == '\'' ? '"' : text[i];
@@ -105,8 +107,8 @@ Test(job_spec, full_spec)
     cr_assert_eq(job->num_features, 2);
     cr_assert_str_eq(job->features[1], "C1");
     cr_assert_eq(job->stripes_per_split, 2);
-    cr_assert_eq(json_array_size(job->filters), 6);
-    cr_assert_eq(json_array_size(job->transforms), 14);
+    cr_assert_eq(job->num_filters, 6);
+    cr_assert_eq(job->num_transforms, 14);
     cr_assert_eq(job->batch_size, 4096);
     cr_assert_eq(job->epochs, 3);
     cr_assert_not(job->drop_last);
@@ -129,8 +131,8 @@ Test(job_spec, defaults)
     cr_assert_null(job->partitions);
     cr_assert_null(job->features);
     cr_assert_eq(job->stripes_per_split, 1);
-    cr_assert_eq(json_array_size(job->filters), 0);
-    cr_assert_eq(json_array_size(job->transforms), 0);
+    cr_assert_eq(job->num_filters, 0);
+    cr_assert_eq(job->num_transforms, 0);
     cr_assert_eq(job->batch_size, 4096);
     cr_assert_eq(job->epochs, 1);
     cr_assert_eq(job->num_dedup_groups, 0);
@@ -140,6 +142,83 @@ Test(job_spec, defaults)
     cr_assert(job->sample_ids);
     cr_assert_null(job->base_dir);
     sl_pipeline_job_destroy(job);
+}
+
+/* Each op object is compiled once, at parse, through the op table: the
+ * values given, and for the others the table's defaults (the plan reads
+ * only these structs). */
+Test(job_spec, ops_compiled_with_the_tables_defaults)
+{
+    sl_pipeline_job_t *job = parse_ok(
+        "{'source': {'table': 't'},"
+        " 'filters': [{'op': 'sample', 'rate': 0.5},"
+        "  {'op': 'negative_downsample', 'label': 'click', 'rate': 0.25, 'seed': 3},"
+        "  {'op': 'timestamp_range', 'max': 99}, {'op': 'label_range', 'label': 'c', 'min': -1}],"
+        " 'transforms': [{'op': 'normalize', 'feature': 'I1'},"
+        "  {'op': 'clamp', 'feature': 'I1', 'max': 5},"
+        "  {'op': 'cross', 'features': ['C1', 'C2'], 'table_size': 9},"
+        "  {'op': 'ngram', 'feature': 'hist', 'n': 3, 'table_size': 9},"
+        "  {'op': 'bucketize', 'feature': 'I4', 'borders': [0.5, 2]},"
+        "  {'op': 'map_vocab', 'feature': 'C3', 'file': 'v.txt'},"
+        "  {'op': 'map_vocab', 'feature': 'C3', 'file': 'v.txt', 'default': -1},"
+        "  {'op': 'sigrid_hash', 'feature': 'C2', 'table_size': 7}]}");
+    cr_assert_eq(job->num_filters, 4);
+    cr_assert_eq(job->num_transforms, 8);
+    const sl_pipeline_op_t *f = job->filters, *t = job->transforms;
+    cr_assert_eq(f[0].op, OP_SAMPLE);
+    cr_assert_eq(f[0].rate, 0.5);
+    cr_assert_eq(f[0].seed, 0);
+    cr_assert_str_eq(f[1].label, "click");
+    cr_assert_eq(f[1].seed, 3);
+    cr_assert_str_eq(f[1].weight_label, "weight");
+    cr_assert_eq(f[2].ts_min, INT64_MIN);
+    cr_assert_eq(f[2].ts_max, 99);
+    cr_assert_eq(f[3].min, -1.0);
+    cr_assert(isinf(f[3].max) && f[3].max > 0);
+    cr_assert_eq(t[0].mean, 0.0);
+    cr_assert_eq(t[0].std, 1.0);
+    cr_assert(isinf(t[1].min) && t[1].min < 0);
+    cr_assert_eq(t[1].max, 5.0);
+    cr_assert(sl_pipeline_op_given(&t[1], "max"));
+    cr_assert_not(sl_pipeline_op_given(&t[1], "min"));
+    cr_assert_str_eq(t[2].features[0], "C1");
+    cr_assert_str_eq(t[2].features[1], "C2");
+    cr_assert_str_eq(t[2].output, "C1_x_C2");
+    cr_assert_eq(t[2].salt, 0);
+    cr_assert_eq(t[2].table_size, 9);
+    cr_assert_str_eq(t[3].output, "hist_3gram");
+    cr_assert_eq(t[3].n, 3);
+    cr_assert_str_eq(t[4].output, "I4_bucket");
+    cr_assert_eq(t[4].borders.n, 2);
+    cr_assert_eq(t[4].borders.v[1], 2.0);
+    cr_assert_not(sl_pipeline_op_given(&t[5], "default"));
+    cr_assert(sl_pipeline_op_given(&t[6], "default"));
+    cr_assert_eq(t[6].vocab_default, -1);
+    cr_assert_null(t[7].output);
+    cr_assert_null(t[7].label);
+    sl_pipeline_job_destroy(job);
+}
+
+/* A default name that outgrows a feature name, and more ops than a job may
+ * have, are parse problems. */
+Test(job_spec, op_limits)
+{
+    char name[200], spec[1024];
+    memset(name, 'f', 199);
+    name[199] = '\0';
+    snprintf(spec, sizeof spec,
+             "{'source': {'table': 't'}, 'transforms': ["
+             " {'op': 'cross', 'features': ['%s', '%s'], 'table_size': 3}]}",
+             name, name);
+    parse_bad(spec, 1, (const char *[]){"$.transforms[0].output: name longer than 255 bytes"});
+    size_t cap = 4097 * 4 + 128;
+    char *big = malloc(cap);
+    size_t n = (size_t)snprintf(big, cap, "{'source': {'table': 't'}, 'filters': [");
+    for (int i = 0; i < 4097; i++) n += (size_t)snprintf(big + n, cap - n, "%s{}", i ? "," : "");
+    snprintf(big + n, cap - n, "]}");
+    parse_bad(big, 1,
+              (const char *[]){"$.filters: 4097 filters, more than the 4096 a job may have"});
+    free(big);
 }
 
 Test(job_spec, syntax_errors)

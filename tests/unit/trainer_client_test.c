@@ -212,9 +212,12 @@ Test(trainer_client, version_mismatch_in_welcome)
     fw_join(&w);
 }
 
-Test(trainer_client, reconnect_drops_what_the_dead_connection_queued)
+/* The worker hangs up with batches 1-3 queued in the client; with
+ * refuse_code, it then answers the next HELLO with that ERROR (a "not now"
+ * code: tried again); the connection after serves the rest. */
+static void run_reconnect(const char *seed_name, int32_t refuse_code)
 {
-    uint64_t rng = tu_seed("trainer_client.reconnect");
+    uint64_t rng = tu_seed(seed_name);
     static fake_worker_t w;
     memset(&w, 0, sizeof w);
     sl_batch_t *originals[FW_MAX_BATCHES];
@@ -223,6 +226,8 @@ Test(trainer_client, reconnect_drops_what_the_dead_connection_queued)
     w.mode = FW_CLOSE_AFTER;
     w.after = 1;
     w.window = 4;
+    w.refuse_conn = refuse_code ? 2 : 0;
+    w.refuse_code = refuse_code;
     fw_start(&w);
     sl_trainer_t *t = connect_to(&w, 4);
     sl_batch_t *b;
@@ -256,7 +261,7 @@ Test(trainer_client, reconnect_drops_what_the_dead_connection_queued)
     cr_assert_eq(s.reconnects, 1);
     sl_trainer_close(t);
     fw_join(&w);
-    cr_assert_eq(w.connections, 2);
+    cr_assert_eq(w.connections, refuse_code ? 3 : 2);
     cr_assert_eq(w.sent_total, n + 3);
     for (uint32_t i = 0; i < n; i++)
         cr_assert_eq(w.acks[i], 1, "batch %u", i);
@@ -267,26 +272,84 @@ Test(trainer_client, reconnect_drops_what_the_dead_connection_queued)
     fw_free(&w);
 }
 
-Test(trainer_client, reconnect_gives_up_after_reconnect_ms)
+Test(trainer_client, reconnect_drops_what_the_dead_connection_queued)
 {
-    uint64_t rng = tu_seed("trainer_client.giveup");
-    static fake_worker_t w;
-    memset(&w, 0, sizeof w);
-    fw_fill(&w, &rng, 4, NULL);
-    w.mode = FW_CLOSE_AFTER;
-    w.after = 1;
-    w.window = 2;
-    fw_start(&w);
+    run_reconnect("trainer_client.reconnect", 0);
+}
+
+/* A reconnect that meets "not now" (ERROR AGAIN: the worker's connection
+ * cap) tries again, like after a lost connection, and gets everything. */
+Test(trainer_client, reconnect_retries_a_worker_that_says_not_now)
+{
+    run_reconnect("trainer_client.not_now", SL_ERR_AGAIN);
+}
+
+/* Start w as a worker that hangs up once batch 0 is acked (and
+ * fw_release_close), connect with a window of 2 and reconnect_ms, and take
+ * batch 0. */
+static sl_trainer_t *start_and_take_one(fake_worker_t *w, int reconnect_ms)
+{
+    w->mode = FW_CLOSE_AFTER;
+    w->after = 1;
+    w->window = 2;
+    fw_start(w);
     sl_trainer_opts_t o = sl_trainer_opts_default();
-    o.address = w.addr;
+    o.address = w->addr;
     o.prefetch = 2;
-    o.reconnect_ms = 300;
+    o.reconnect_ms = reconnect_ms;
     sl_trainer_t *t = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_trainer_connect(&o, &t, &err), SL_OK, "%s", err.msg);
     sl_batch_t *b;
     cr_assert_eq(sl_trainer_next(t, next_timeout_ms(), &b, &err), SL_OK, "%s", err.msg);
     sl_trainer_release(t, b);
+    return t;
+}
+
+/* A reconnect that meets a refusal (ERROR INVALID) fails the client at once
+ * with the worker's code and message, instead of retrying for
+ * reconnect_ms. */
+Test(trainer_client, reconnect_stops_at_a_refusal)
+{
+    uint64_t rng = tu_seed("trainer_client.refusal");
+    static fake_worker_t w;
+    memset(&w, 0, sizeof w);
+    fw_fill(&w, &rng, 6, NULL);
+    w.refuse_conn = 2;
+    w.refuse_code = SL_ERR_INVALID;
+    sl_trainer_t *t = start_and_take_one(&w, 20000);
+    sl_batch_t *b;
+    sl_error_t err = {0};
+    uint64_t t0 = now_ms();
+    fw_release_close(&w);
+    sl_err_t rc;
+    while ((rc = sl_trainer_next(t, next_timeout_ms(), &b, &err)) == SL_OK)
+        sl_trainer_release(t, b); /* at most the one batch queued before the hang-up */
+    uint64_t took = now_ms() - t0;
+    cr_assert_eq(rc, SL_ERR_INVALID, "%s: %s", sl_err_str(rc), err.msg);
+    char want[128];
+    snprintf(want, sizeof want, "worker %s: refused the connection: refused by the test worker",
+             w.addr);
+    cr_assert(strstr(err.msg, want) != NULL, "'%s' lacks '%s'", err.msg, want);
+    cr_assert_lt(took, 10000, "failed after %llu ms", (unsigned long long)took);
+    sl_trainer_stats_t s;
+    sl_trainer_stats(t, &s);
+    cr_assert_eq(s.reconnects, 0);
+    sl_trainer_close(t);
+    fw_join(&w);
+    cr_assert_eq(w.connections, 2);
+    fw_free(&w);
+}
+
+Test(trainer_client, reconnect_gives_up_after_reconnect_ms)
+{
+    uint64_t rng = tu_seed("trainer_client.giveup");
+    static fake_worker_t w;
+    memset(&w, 0, sizeof w);
+    fw_fill(&w, &rng, 4, NULL);
+    sl_trainer_t *t = start_and_take_one(&w, 300);
+    sl_batch_t *b;
+    sl_error_t err = {0};
     /* Batch 1 waits in the queue; then the worker goes away for good and
      * nobody listens on its port any more. */
     sl_trainer_stats_t s;

@@ -42,6 +42,10 @@ typedef struct fake_worker {
     uint32_t after;
     uint32_t window; /* the client's prefetch: the credit bound checked */
     uint32_t max_credits;
+    /* connection refuse_conn - 1 answers HELLO with ERROR(refuse_code)
+     * (0: none); the worker ends after it unless the code says "not now" */
+    uint32_t refuse_conn;
+    int32_t refuse_code;
 
     int lfd;
     uint16_t port;
@@ -110,6 +114,14 @@ static bool fw_serve(fake_worker_t *w, int fd, uint32_t conn, uint8_t *state)
         w->hello_world = h->world_size;
     }
     sl_rpc_frame_free(&f);
+    if (conn + 1 == w->refuse_conn) {
+        Sluice__Dpp__Error e = SLUICE__DPP__ERROR__INIT;
+        e.code = w->refuse_code;
+        e.message = "refused by the test worker";
+        fw_send(w, fd, SL_RPC_ERROR, &e.base, NULL, 0);
+        fw_drain(w, fd);
+        return !sl_rpc_error_retriable(w->refuse_code);
+    }
     Sluice__Dpp__Welcome wel = SLUICE__DPP__WELCOME__INIT;
     wel.protocol_version = w->mode == FW_BAD_VERSION ? 2 : SL_RPC_VERSION;
     wel.worker_id = "fake-0";

@@ -42,6 +42,8 @@ typedef struct fk_worker {
     fk_batch_t b[FK_MAX_BATCHES];
     uint32_t n;
     uint32_t close_after; /* connection 0 hangs up after sending this many (0: never) */
+    uint32_t refuse;      /* the first `refuse` connections answer HELLO with ERROR */
+    int32_t refuse_code;
 
     int lfd;
     char addr[64];
@@ -113,6 +115,10 @@ static void fk_worker_serve(fk_worker_t *w, int fd, uint32_t conn)
     bool hello = f.type == SL_RPC_HELLO;
     sl_rpc_frame_free(&f);
     if (!hello) return;
+    if (conn < w->refuse) {
+        sl_rpc_send_error(fd, w->refuse_code, "refused by the test worker");
+        return;
+    }
     Sluice__Dpp__Welcome wel = SLUICE__DPP__WELCOME__INIT;
     wel.protocol_version = SL_RPC_VERSION;
     wel.worker_id = w->id;

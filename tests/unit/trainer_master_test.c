@@ -294,6 +294,48 @@ Test(trainer_master, resume_token_covers_what_was_handed_out)
     fk_master_stop(&m);
 }
 
+/* A worker's refusal of HELLO: "not now" (AGAIN) is tried again and the
+ * worker then serves; any other (INVALID) gives that worker up, reported
+ * in the timeout message, and the master's next ATTACHED tries it again. */
+Test(trainer_master, worker_refusals_are_retried_or_reported)
+{
+    fk_master_t m = {.job = JOB, .splits = 1, .rows_per_split = 40};
+    fk_worker_t a = {.id = "wa", .job = JOB, .refuse = 2, .refuse_code = SL_ERR_AGAIN};
+    fk_worker_t b = {.id = "wb", .job = JOB, .refuse = 4, .refuse_code = SL_ERR_INVALID};
+    for (uint64_t r = 0; r < 40; r += 10)
+        fk_add(&a, 0, r, r + 10, 1, 0);
+    fk_worker_start(&a);
+    fk_worker_start(&b);
+    fk_master_start(&m);
+    fk_master_add_worker(&m, &b);
+    sl_trainer_t *t = attach(&m, 2, 0, 1);
+    sl_batch_t *bt = NULL;
+    sl_error_t err = {0};
+    /* refresh_ms 50: a new connection to wb every other ATTACHED, 3 at most */
+    cr_assert_eq(sl_trainer_next(t, 250, &bt, &err), SL_ERR_TIMEOUT, "%s", err.msg);
+    char want[256];
+    snprintf(want, sizeof want,
+             "last problem: worker wb (%s): refused the connection: refused by the test worker",
+             b.addr);
+    cr_assert(strstr(err.msg, want) != NULL, "'%s' lacks '%s'", err.msg, want);
+    fk_master_add_worker(&m, &a);
+    uint32_t counts[1000] = {0};
+    cr_assert_eq(drain(t, counts, 1000), 4);
+    for (uint32_t r = 0; r < 40; r++)
+        cr_assert_eq(counts[r], 1, "sample %u delivered %u times", r, counts[r]);
+    sl_trainer_stats_t st;
+    sl_trainer_stats(t, &st);
+    cr_assert_eq(st.committed, 4);
+    cr_assert_eq(st.reconnects, 0, "first connections are not reconnects");
+    sl_trainer_close(t);
+    fk_worker_stop(&a);
+    fk_worker_stop(&b);
+    fk_master_stop(&m);
+    cr_assert_eq(a.connections, 3, "two refusals, then served");
+    cr_assert_geq(b.connections, 2, "tried again after a refusal");
+    expect_every_delivery_acked(&a, 0);
+}
+
 Test(trainer_master, refusals_and_bad_options)
 {
     fk_master_t m = {.job = "other-job", .splits = 1, .rows_per_split = 1};

@@ -23,7 +23,7 @@
 
 /* ---- connections ------------------------------------------------------------------ */
 
-static void conn_close(sl_master_t *m, uint32_t i)
+static void conn_close(sl_master_t *m, uint32_t i) SL_REQUIRES(m->mu)
 {
     mp_conn *c = &m->conns[i];
     if (c->fd < 0) return;
@@ -42,6 +42,7 @@ static void conn_close(sl_master_t *m, uint32_t i)
 }
 
 static bool send_now(sl_master_t *m, uint32_t i, sl_rpc_type_t type, const ProtobufCMessage *msg)
+    SL_REQUIRES(m->mu)
 {
     sl_error_t err = {0};
     if (sl_rpc_send(m->conns[i].fd, type, msg, NULL, 0, &err) != SL_OK) {
@@ -61,12 +62,13 @@ void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
 }
 
 static void send_error(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
+    SL_REQUIRES(m->mu)
 {
     m->protocol_errors++;
     mp_conn_drop(m, i, code, msg);
 }
 
-static bool defer(sl_master_t *m, uint32_t i, mp_deferred d)
+static bool defer(sl_master_t *m, uint32_t i, mp_deferred d) SL_REQUIRES(m->mu)
 {
     if (m->ndeferred == m->cap_deferred) {
         uint32_t cap = m->cap_deferred ? m->cap_deferred * 2 : 64;
@@ -83,7 +85,7 @@ static bool defer(sl_master_t *m, uint32_t i, mp_deferred d)
 
 /* ---- workers ---------------------------------------------------------------------- */
 
-static mp_worker *worker_get(sl_master_t *m, const char *id, uint32_t *idx)
+static mp_worker *worker_get(sl_master_t *m, const char *id, uint32_t *idx) SL_REQUIRES(m->mu)
 {
     for (uint32_t w = 0; w < m->nworkers; w++)
         if (strcmp(m->workers[w].id, id) == 0) {
@@ -157,7 +159,7 @@ static void peer_name(int fd, char *out, size_t cap)
  * processes under one id would renew and revoke each other's leases).
  * @return true when i may take the id. */
 static bool may_take_id(sl_master_t *m, uint32_t i, const mp_worker *w, uint64_t incarnation,
-                        uint64_t now)
+                        uint64_t now) SL_REQUIRES(m->mu)
 {
     uint64_t ago = now > w->last_seen_ms ? now - w->last_seen_ms : 0;
     if ((incarnation != 0 && incarnation == w->incarnation) || ago >= m->opts.lease_timeout_ms)
@@ -176,6 +178,7 @@ static bool may_take_id(sl_master_t *m, uint32_t i, const mp_worker *w, uint64_t
 }
 
 static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register *r)
+    SL_REQUIRES(m->mu)
 {
     mp_conn *c = &m->conns[i];
     if (r->protocol_version != SL_MASTER_PROTOCOL_VERSION) {
@@ -227,7 +230,7 @@ static void on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Regis
     send_now(m, i, SL_RPC_REGISTERED, &rep.base);
 }
 
-static void no_work(sl_master_t *m, uint32_t i, uint64_t retry, const char *why)
+static void no_work(sl_master_t *m, uint32_t i, uint64_t retry, const char *why) SL_REQUIRES(m->mu)
 {
     Sluice__Control__NoWork nw = SLUICE__CONTROL__NO_WORK__INIT;
     nw.retry_ms = retry;
@@ -236,6 +239,7 @@ static void no_work(sl_master_t *m, uint32_t i, uint64_t retry, const char *why)
 }
 
 static void on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__LeaseRequest *r)
+    SL_REQUIRES(m->mu)
 {
     mp_worker *w = &m->workers[m->conns[i].worker];
     const char *want = r->job_id[0] != '\0' ? r->job_id : w->job;
@@ -322,6 +326,7 @@ static void on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__
 }
 
 static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h)
+    SL_REQUIRES(m->mu)
 {
     mp_worker *w = &m->workers[m->conns[i].worker];
     uint64_t now = mp_now_ms();
@@ -365,6 +370,7 @@ static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Hear
 }
 
 static void on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRead *r)
+    SL_REQUIRES(m->mu)
 {
     mp_deferred d = {.type = SL_RPC_SPLIT_READ_REPLY};
     if (r->ref == NULL) {
@@ -403,6 +409,7 @@ static void on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__Spl
  * again, skipped, or its job fails: state_failure.c) and answer after the
  * round's sync (the outcome is journaled). */
 static void on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__SplitFailed *r)
+    SL_REQUIRES(m->mu)
 {
     mp_deferred d = {.type = SL_RPC_SPLIT_FAILED_REPLY};
     if (r->ref == NULL || r->ref->job_id == NULL) {
@@ -464,7 +471,7 @@ static void on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__S
  * deliver what another rank was meant to. Refused with an ERROR that says
  * so; the connection is closed. */
 static bool attach_ranks_ok(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a,
-                            const sl_master_state_job_status_t *st)
+                            const sl_master_state_job_status_t *st) SL_REQUIRES(m->mu)
 {
     uint32_t world = a->world_size ? a->world_size : 1; /* 0: a client that did not say */
     char msg[320];
@@ -483,6 +490,7 @@ static bool attach_ranks_ok(sl_master_t *m, uint32_t i, const Sluice__Control__A
 }
 
 static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a)
+    SL_REQUIRES(m->mu)
 {
     mp_conn *c = &m->conns[i];
     if (a->protocol_version != SL_MASTER_PROTOCOL_VERSION) {
@@ -551,6 +559,7 @@ static void on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach 
 }
 
 static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
+    SL_REQUIRES(m->mu)
 {
     mp_deferred d = {.type = SL_RPC_COMMIT_REPLY, .nonce = cm->nonce};
     if (cm->ref == NULL || cm->rows == NULL) {
@@ -588,6 +597,7 @@ static void on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit 
 }
 
 static void on_client_stats(sl_master_t *m, const Sluice__Control__ClientStats *s)
+    SL_REQUIRES(m->mu)
 {
     mp_job *j = mp_job_find(m, s->job_id);
     if (j == NULL) return;
@@ -600,6 +610,7 @@ static void on_client_stats(sl_master_t *m, const Sluice__Control__ClientStats *
 }
 
 static void on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__TokenRequest *t)
+    SL_REQUIRES(m->mu)
 {
     if (t->n_undelivered_refs != t->n_undelivered_rows) {
         send_error(m, i, SL_ERR_PROTOCOL, "token request: refs and rows differ in length");
@@ -649,7 +660,7 @@ static ssize_t mem_read(void *ctx, void *buf, size_t len)
     return (ssize_t)n;
 }
 
-static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f)
+static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f) SL_REQUIRES(m->mu)
 {
     mp_conn *c = &m->conns[i];
     m->frames_in++;
@@ -704,9 +715,9 @@ static void on_readable(sl_master_t *m, uint32_t i)
         if (cap > MAX_FRAME + SL_RPC_HEADER_BYTES + 8192) cap = MAX_FRAME + SL_RPC_HEADER_BYTES + 8192;
         uint8_t *p = cap > c->cap ? realloc(c->buf, cap) : c->buf;
         if (p == NULL) {
-            pthread_mutex_lock(&m->mu);
+            sl_mutex_lock(&m->mu);
             conn_close(m, i);
-            pthread_mutex_unlock(&m->mu);
+            sl_mutex_unlock(&m->mu);
             return;
         }
         c->buf = p;
@@ -716,9 +727,9 @@ static void on_readable(sl_master_t *m, uint32_t i)
     ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, MSG_DONTWAIT);
     if (n <= 0) {
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-        pthread_mutex_lock(&m->mu);
+        sl_mutex_lock(&m->mu);
         conn_close(m, i);
-        pthread_mutex_unlock(&m->mu);
+        sl_mutex_unlock(&m->mu);
         return;
     }
     c->len += (size_t)n;
@@ -726,7 +737,7 @@ static void on_readable(sl_master_t *m, uint32_t i)
     lim.max_message_bytes = MAX_FRAME;
     lim.max_payload_bytes = 0;
     size_t at = 0;
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     while (m->conns[i].fd >= 0 && c->len - at >= SL_RPC_HEADER_BYTES) {
         sl_rpc_header_t h;
         sl_error_t err = {0};
@@ -746,7 +757,7 @@ static void on_readable(sl_master_t *m, uint32_t i)
         if (!mp_guard_frame(m, i, &f, mp_now_ms())) dispatch(m, i, &f);
         sl_rpc_frame_free(&f);
     }
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
     if (m->conns[i].fd >= 0 && at > 0) {
         memmove(c->buf, c->buf + at, c->len - at);
         c->len -= at;
@@ -760,13 +771,13 @@ static void on_accept(sl_master_t *m)
         /* Out of descriptors: a connection still in its handshake makes
          * room, or the listener would stay readable and spin. */
         if (errno == EMFILE || errno == ENFILE) {
-            pthread_mutex_lock(&m->mu);
+            sl_mutex_lock(&m->mu);
             mp_guard_evict(m);
-            pthread_mutex_unlock(&m->mu);
+            sl_mutex_unlock(&m->mu);
         }
         return;
     }
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     uint32_t i = 0;
     while (i < m->opts.max_connections && m->conns[i].fd >= 0)
         i++;
@@ -774,7 +785,7 @@ static void on_accept(sl_master_t *m)
         int victim = mp_guard_evict(m);
         if (victim < 0) {
             m->refused++;
-            pthread_mutex_unlock(&m->mu);
+            sl_mutex_unlock(&m->mu);
             sl_rpc_send_error(fd, SL_ERR_AGAIN,
                               "master: too many connections (every slot is a registered worker "
                               "or an attached client); try again later");
@@ -788,7 +799,7 @@ static void on_accept(sl_master_t *m)
     m->conns[i] = (mp_conn){.fd = fd, .kind = MP_NEW, .serial = ++m->next_serial};
     m->connections_total++;
     mp_guard_accepted(m, i, mp_now_ms());
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
 }
 
 /* Group commit: one sync for every answer of the round, then send them. */
@@ -796,7 +807,7 @@ static void flush_deferred(sl_master_t *m)
 {
     if (m->ndeferred == 0) return;
     sl_error_t err = {0};
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     bool ok = !m->failed && sl_master_state_sync(m->st, &err) == SL_OK;
     if (!ok) mp_fail(m, &err);
     for (uint32_t k = 0; k < m->ndeferred; k++) {
@@ -829,7 +840,7 @@ static void flush_deferred(sl_master_t *m)
         if (d->token != NULL) sl_free(m->a, d->token, d->token_len);
     }
     m->ndeferred = 0;
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
 }
 
 static void *loop(void *arg)
@@ -862,11 +873,11 @@ static void *loop(void *arg)
                     on_readable(m, idx[k]);
         }
         flush_deferred(m);
-        pthread_mutex_lock(&m->mu);
+        sl_mutex_lock(&m->mu);
         uint64_t now = mp_now_ms();
         mp_tick(m, now);
         mp_guard_sweep(m, now);
-        pthread_mutex_unlock(&m->mu);
+        sl_mutex_unlock(&m->mu);
     }
     free(pf);
     free(idx);
@@ -909,8 +920,10 @@ void mp_server_stop(sl_master_t *m)
         m->thread_started = false;
     }
     flush_deferred(m);
+    sl_mutex_lock(&m->mu); /* the control thread has ended: nobody waits for it */
     for (uint32_t i = 0; m->conns != NULL && i < m->opts.max_connections; i++)
         conn_close(m, i);
+    sl_mutex_unlock(&m->mu);
     free(m->conns);
     m->conns = NULL;
     free(m->deferred);

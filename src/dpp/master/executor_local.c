@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/lock.h"
+
 extern char **environ;
 
 typedef struct wrec {
@@ -33,7 +35,7 @@ typedef struct backoff {
 typedef struct local {
     sl_master_executor_t base; /* first: an sl_master_executor_t * points here */
     const sl_allocator_t *alloc;
-    pthread_mutex_t mu;
+    sl_mutex_t mu;
     char *binary, *master, *log_dir, *listen_host;
     uint32_t worker_threads, stop_grace_ms, max_workers;
     char **extra; /* NULL-terminated copies */
@@ -90,14 +92,14 @@ sl_err_t sl_master_executor_local_check_log_dir(const char *dir, sl_error_t *err
 
 /* ---- back-off (needs ex->mu) ---- */
 
-static backoff_t *backoff_find(local_t *ex, const char *job_id)
+static backoff_t *backoff_find(local_t *ex, const char *job_id) SL_REQUIRES(ex->mu)
 {
     for (uint32_t i = 0; i < ex->nbo; i++)
         if (strcmp(ex->bo[i].job_id, job_id) == 0) return &ex->bo[i];
     return NULL;
 }
 
-static void backoff_reset(local_t *ex, const char *job_id)
+static void backoff_reset(local_t *ex, const char *job_id) SL_REQUIRES(ex->mu)
 {
     backoff_t *b = backoff_find(ex, job_id);
     if (b != NULL) *b = ex->bo[--ex->nbo];
@@ -105,7 +107,7 @@ static void backoff_reset(local_t *ex, const char *job_id)
 
 /* One more failure of job_id in a row: its next spawn waits. Out of memory
  * for the entry: no delay this time (the next failure tries again). */
-static void backoff_failed(local_t *ex, const char *job_id)
+static void backoff_failed(local_t *ex, const char *job_id) SL_REQUIRES(ex->mu)
 {
     backoff_t *b = backoff_find(ex, job_id);
     if (b == NULL) {
@@ -164,7 +166,7 @@ sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opt
     if (!ex) return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
     ex->base.ops = &local_ops;
     ex->alloc = a;
-    pthread_mutex_init(&ex->mu, NULL);
+    sl_mutex_init(&ex->mu);
     ex->max_workers = opts->max_workers ? opts->max_workers : 64;
     ex->stop_grace_ms = opts->stop_grace_ms ? opts->stop_grace_ms : 5000;
     ex->backoff_ms = opts->backoff_ms ? opts->backoff_ms : 500;
@@ -191,7 +193,7 @@ sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opt
 }
 
 /* Account for one reaped worker and drop it from the table. Needs ex->mu. */
-static void forget(local_t *ex, uint32_t i, int status)
+static void forget(local_t *ex, uint32_t i, int status) SL_REQUIRES(ex->mu)
 {
     wrec_t *r = &ex->w[i];
     bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -227,7 +229,7 @@ static void forget(local_t *ex, uint32_t i, int status)
 }
 
 /* Needs ex->mu. */
-static void reap_locked(local_t *ex)
+static void reap_locked(local_t *ex) SL_REQUIRES(ex->mu)
 {
     for (uint32_t i = 0; i < ex->num;) {
         int status = 0;
@@ -248,7 +250,7 @@ static void local_destroy(sl_master_executor_t *base)
     local_t *ex = (local_t *)base;
     if (!ex) return;
     if (ex->w) {
-        pthread_mutex_lock(&ex->mu);
+        sl_mutex_lock(&ex->mu);
         for (uint32_t i = 0; i < ex->num; i++) {
             if (!ex->w[i].pub.stopping) ex->stats.stopped++;
             ex->w[i].pub.stopping = true;
@@ -265,7 +267,7 @@ static void local_destroy(sl_master_executor_t *base)
             waitpid(ex->w[i].pub.pid, &status, 0);
         }
         ex->num = 0;
-        pthread_mutex_unlock(&ex->mu);
+        sl_mutex_unlock(&ex->mu);
     }
     const sl_allocator_t *a = ex->alloc;
     free_str(a, ex->binary);
@@ -279,12 +281,12 @@ static void local_destroy(sl_master_executor_t *base)
     }
     if (ex->w) sl_free(a, ex->w, ex->max_workers * sizeof *ex->w);
     if (ex->bo) sl_free(a, ex->bo, ex->cap_bo * sizeof *ex->bo);
-    pthread_mutex_destroy(&ex->mu);
+    sl_mutex_destroy(&ex->mu);
     sl_free(a, ex, sizeof *ex);
 }
 
 /* Spawn one worker of job_id. Needs ex->mu and a free slot. */
-static sl_err_t spawn_one(local_t *ex, const char *job_id, sl_error_t *err)
+static sl_err_t spawn_one(local_t *ex, const char *job_id, sl_error_t *err) SL_REQUIRES(ex->mu)
 {
     wrec_t *r = &ex->w[ex->num];
     memset(r, 0, sizeof *r);
@@ -391,7 +393,7 @@ static sl_err_t local_scale(sl_master_executor_t *base, const char *job_id, uint
                           job_id ? job_id : "", job_id ? why : "none");
         goto out;
     }
-    pthread_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->mu);
     reap_locked(ex);
     uint32_t running = 0;
     for (uint32_t i = 0; i < ex->num; i++)
@@ -427,7 +429,7 @@ static sl_err_t local_scale(sl_master_executor_t *base, const char *job_id, uint
         ex->stats.stopped++;
         down++;
     }
-    pthread_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->mu);
 out:
     if (started) *started = up;
     if (stopped) *stopped = down;
@@ -453,7 +455,7 @@ static sl_err_t local_apply(sl_master_executor_t *base, const sl_master_executor
         }
     }
     /* Workers of jobs no longer listed: stop them all. */
-    pthread_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->mu);
     for (uint32_t i = 0; i < ex->num; i++) {
         wrec_t *r = &ex->w[i];
         if (r->pub.stopping) continue;
@@ -466,7 +468,7 @@ static sl_err_t local_apply(sl_master_executor_t *base, const sl_master_executor
         ex->stats.stopped++;
         down++;
     }
-    pthread_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->mu);
     if (started) *started = up;
     if (stopped) *stopped = down;
     return first;
@@ -475,23 +477,23 @@ static sl_err_t local_apply(sl_master_executor_t *base, const sl_master_executor
 static uint32_t local_reap(sl_master_executor_t *base)
 {
     local_t *ex = (local_t *)base;
-    pthread_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->mu);
     reap_locked(ex);
     uint32_t n = ex->exited_since;
     ex->exited_since = 0;
-    pthread_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->mu);
     return n;
 }
 
 static uint32_t local_count(sl_master_executor_t *base, const char *job_id)
 {
     local_t *ex = (local_t *)base;
-    pthread_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->mu);
     reap_locked(ex);
     uint32_t n = 0;
     for (uint32_t i = 0; i < ex->num; i++)
         if (!ex->w[i].pub.stopping && (!job_id || strcmp(ex->w[i].pub.job_id, job_id) == 0)) n++;
-    pthread_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->mu);
     return n;
 }
 
@@ -499,7 +501,7 @@ static uint32_t local_list(sl_master_executor_t *base, const char *job_id,
                            sl_master_executor_worker_t *out, uint32_t cap)
 {
     local_t *ex = (local_t *)base;
-    pthread_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->mu);
     reap_locked(ex);
     uint32_t n = 0;
     for (uint32_t i = 0; i < ex->num; i++) {
@@ -507,21 +509,21 @@ static uint32_t local_list(sl_master_executor_t *base, const char *job_id,
         if (n < cap) out[n] = ex->w[i].pub;
         n++;
     }
-    pthread_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->mu);
     return n;
 }
 
 static void local_stats(sl_master_executor_t *base, sl_master_executor_stats_t *out)
 {
     local_t *ex = (local_t *)base;
-    pthread_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->mu);
     reap_locked(ex);
     *out = ex->stats;
     uint64_t now = now_ms();
     for (uint32_t i = 0; i < ex->nbo; i++)
         if (ex->bo[i].not_before > now && ex->bo[i].not_before - now > out->backoff_ms)
             out->backoff_ms = (uint32_t)(ex->bo[i].not_before - now);
-    pthread_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->mu);
 }
 
 static const sl_master_executor_ops_t local_ops = {

@@ -74,7 +74,7 @@ void mp_fail(sl_master_t *m, const sl_error_t *err)
 
 /* Journaled changes are made durable before any answer: a failure here
  * leaves the master unable to promise anything. */
-static sl_err_t sync_locked(sl_master_t *m, sl_error_t *err)
+static sl_err_t sync_locked(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu)
 {
     sl_err_t rc = sl_master_state_sync(m->st, err);
     if (rc != SL_OK) mp_fail(m, err);
@@ -91,7 +91,7 @@ static uint64_t evict_every(const sl_master_t *m)
 
 /* Client records of connected clients are in use; the others go once idle
  * for client_idle_ms (journaled: a restarted master forgets them too). */
-static void evict_idle_clients(sl_master_t *m, uint64_t now)
+static void evict_idle_clients(sl_master_t *m, uint64_t now) SL_REQUIRES(m->mu)
 {
     if (m->failed) return;
     for (uint32_t c = 0; c < m->opts.max_connections; c++)
@@ -149,12 +149,14 @@ static void destroy(sl_master_t *m)
     free(m->share);
     free(m->workers);
     sl_rpc_secret_free(m->secret);
-    pthread_mutex_destroy(&m->mu);
+    sl_mutex_destroy(&m->mu);
     free(m);
 }
 
-/* Jobs found in the state directory get their process-side records back. */
-static sl_err_t adopt_jobs(sl_master_t *m, sl_error_t *err)
+/* Jobs found in the state directory get their process-side records back
+ * (under m->mu, though no other thread runs yet: the rule has no
+ * exceptions). */
+static sl_err_t adopt_jobs(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu)
 {
     const char *ids[1024];
     uint32_t n = sl_master_state_job_ids(m->st, ids, 1024);
@@ -192,7 +194,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     o->autoscale = NULL;
     m->a = o->allocator != NULL ? o->allocator : sl_allocator_default();
     m->listen_fd = m->wake[0] = m->wake[1] = -1;
-    pthread_mutex_init(&m->mu, NULL);
+    sl_mutex_init(&m->mu);
     m->jobs = calloc(o->max_jobs, sizeof *m->jobs);
     m->share = calloc(o->max_jobs, sizeof *m->share);
     const char *secret = o->cluster_secret;
@@ -220,7 +222,9 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     }
     if (info.warning[0] != '\0') fprintf(stderr, "sluice master: %s\n", info.warning);
     o->state_dir = NULL; /* borrowed for the call only */
+    sl_mutex_lock(&m->mu);
     rc = adopt_jobs(m, err);
+    sl_mutex_unlock(&m->mu);
     if (rc == SL_OK) rc = mp_server_start(m, err);
     if (rc != SL_OK) {
         destroy(m);
@@ -235,10 +239,10 @@ void sl_master_stop(sl_master_t *m)
     if (m == NULL) return;
     if (m->conns != NULL) mp_server_stop(m);
     sl_error_t err = {0};
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     if (!m->failed && sl_master_state_sync(m->st, &err) != SL_OK)
         fprintf(stderr, "sluice master: final sync: %s\n", err.msg);
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
     destroy(m);
 }
 
@@ -254,9 +258,9 @@ const char *sl_master_address(const sl_master_t *m)
 
 bool sl_master_ready(sl_master_t *m)
 {
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     bool ok = !m->failed;
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
     return ok;
 }
 
@@ -331,7 +335,7 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, cha
                                        .min_workers = req->min_workers,
                                        .max_workers = req->max_workers,
                                        .skip_bad_splits = job->skip_bad_splits};
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
     } else if (mp_job_find(m, job->id) != NULL) {
@@ -347,7 +351,7 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, cha
             mp_job_add(m, job->id, req->min_workers, req->max_workers, req->workers) == NULL)
             rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", job->id);
     }
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
     if (rc == SL_OK && job_id != NULL) {
         *job_id = strdup(job->id);
         if (*job_id == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "job id");
@@ -362,7 +366,7 @@ out:
 
 sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *err)
 {
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     sl_err_t rc;
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
@@ -372,14 +376,14 @@ sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *er
         mp_job *j = mp_job_find(m, job_id);
         if (rc == SL_OK && j != NULL) j->used = false;
     }
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
     return rc;
 }
 
 sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t workers, uint32_t *set,
                              sl_error_t *err)
 {
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     mp_job *j = mp_job_find(m, job_id);
     sl_err_t rc = SL_OK;
     if (j == NULL)
@@ -388,7 +392,7 @@ sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t worker
         uint32_t got = sl_master_autoscale_override(&j->as, workers, mp_now_ms() * 1000000ull);
         if (set != NULL) *set = got;
     }
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
     return rc;
 }
 
@@ -396,6 +400,7 @@ sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t worker
 
 /* Needs m->mu. @return false when the state no longer knows the job. */
 static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_t *v)
+    SL_REQUIRES(m->mu)
 {
     sl_error_t err = {0};
     if (sl_master_state_job_status(m->st, j->id, &v->status, &err) != SL_OK) return false;
@@ -419,10 +424,10 @@ static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_
 sl_err_t sl_master_visit(sl_master_t *m, const char *job_id, const sl_master_visitor_t *v,
                          sl_error_t *err)
 {
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     mp_job *only = job_id != NULL ? mp_job_find(m, job_id) : NULL;
     if (job_id != NULL && only == NULL) {
-        pthread_mutex_unlock(&m->mu);
+        sl_mutex_unlock(&m->mu);
         return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
     }
     if (v->status != NULL) {
@@ -463,20 +468,20 @@ sl_err_t sl_master_visit(sl_master_t *m, const char *job_id, const sl_master_vis
                                       .last_heartbeat_ms_ago = now - w->last_seen_ms};
         v->worker(v->ctx, &wv);
     }
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
     return SL_OK;
 }
 
 void sl_master_report_executor(sl_master_t *m, const sl_master_executor_stats_t *st)
 {
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     m->exec = *st;
     m->has_exec = true;
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
 }
 
 /* The executor's families (needs m->mu). */
-static void executor_metrics(sl_master_t *m, sl_admin_prom_t *p)
+static void executor_metrics(sl_master_t *m, sl_admin_prom_t *p) SL_REQUIRES(m->mu)
 {
     if (!m->has_exec) return;
     char lab[64];
@@ -522,7 +527,7 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_admin_prom_t p;
     sl_admin_prom_init(&p);
     char lab[600], l2[300];
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     sl_master_state_counters_t c;
     sl_master_state_counters(m->st, &c);
     sl_admin_prom_family(&p, "sluice_master_jobs", "gauge", "Jobs in the master.");
@@ -659,14 +664,14 @@ char *sl_master_metrics_text(sl_master_t *m)
     }
     free(fig);
     free(ids);
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
     return sl_admin_prom_finish(&p);
 }
 
 uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t cap)
 {
     uint32_t n = 0;
-    pthread_mutex_lock(&m->mu);
+    sl_mutex_lock(&m->mu);
     mp_share_locked(m);
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
         mp_job *j = &m->jobs[i];
@@ -687,6 +692,6 @@ uint32_t sl_master_desired(sl_master_t *m, sl_master_desired_t *out, uint32_t ca
         }
         n++;
     }
-    pthread_mutex_unlock(&m->mu);
+    sl_mutex_unlock(&m->mu);
     return n;
 }

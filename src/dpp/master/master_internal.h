@@ -1,12 +1,15 @@
 /* Internals of the master process shared by master.c (lifecycle, admin
  * calls, autoscaling), control.c (control connections) and guard.c (who
- * may connect). Not an API. Everything below m->mu is guarded by it. */
+ * may connect). Not an API. Everything below m->mu is guarded by it; the
+ * functions that touch it say so with SL_REQUIRES(m->mu), which clang
+ * checks (common/lock.h; it cannot check the fields themselves in C). */
 #ifndef SLUICE_DPP_MASTER_MASTER_INTERNAL_H
 #define SLUICE_DPP_MASTER_MASTER_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/lock.h"
 #include "dpp/master/master.h"
 #include "dpp/master/state.h"
 #include "rpc/auth.h"
@@ -71,7 +74,7 @@ struct sl_master {
     sl_master_opts_t opts;
     sl_master_autoscale_opts_t tuning;
     const sl_allocator_t *a;
-    pthread_mutex_t mu;
+    sl_mutex_t mu;
     sl_master_state_t *st;
     bool failed;        /* a journal write or sync failed: not ready, mutations refused */
     char failure[256];
@@ -106,35 +109,39 @@ struct sl_master {
     uint32_t nclients_connected, nworkers_connected;
 };
 
+/* Every function below but mp_now_ms, mp_server_start and mp_server_stop
+ * is called with m->mu held, and says so (SL_REQUIRES, common/lock.h). */
 uint64_t mp_now_ms(void);
-mp_job *mp_job_find(sl_master_t *m, const char *id);
-mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial);
+mp_job *mp_job_find(sl_master_t *m, const char *id) SL_REQUIRES(m->mu);
+mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial)
+    SL_REQUIRES(m->mu);
 /* Every job's granted count (sl_master_autoscale_fair_share over the used jobs;
  * finished jobs desire none). */
-void mp_share_locked(sl_master_t *m);
+void mp_share_locked(sl_master_t *m) SL_REQUIRES(m->mu);
 /* A journal failure makes the master refuse further mutations. */
-void mp_fail(sl_master_t *m, const sl_error_t *err);
+void mp_fail(sl_master_t *m, const sl_error_t *err) SL_REQUIRES(m->mu);
 /* Autoscaler observations and lease expiry; called by the control loop. */
-void mp_tick(sl_master_t *m, uint64_t now_ms);
+void mp_tick(sl_master_t *m, uint64_t now_ms) SL_REQUIRES(m->mu);
 
 /* control.c */
-sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err);
-void mp_server_stop(sl_master_t *m);
+sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err) SL_EXCLUDES(m->mu);
+void mp_server_stop(sl_master_t *m) SL_EXCLUDES(m->mu);
 /* Answer ERROR(code, msg) on connection i and close it (under m->mu). */
-void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg);
+void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg) SL_REQUIRES(m->mu);
 
 /* guard.c: who may use the control port (under m->mu, control thread) */
 /* A connection was just accepted into slot i: stamp it and, with a cluster
  * secret, send the challenge. */
-void mp_guard_accepted(sl_master_t *m, uint32_t i, uint64_t now_ms);
+void mp_guard_accepted(sl_master_t *m, uint32_t i, uint64_t now_ms) SL_REQUIRES(m->mu);
 /* Frame f arrived on connection i: @return true when the guard took it
  * (the handshake step; the connection may be closed), false to dispatch it. */
-bool mp_guard_frame(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f, uint64_t now_ms);
+bool mp_guard_frame(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f, uint64_t now_ms)
+    SL_REQUIRES(m->mu);
 /* Close connections past their handshake deadline or idle too long. */
-void mp_guard_sweep(sl_master_t *m, uint64_t now_ms);
+void mp_guard_sweep(sl_master_t *m, uint64_t now_ms) SL_REQUIRES(m->mu);
 /* Every slot is taken: close the oldest connection still in its handshake
  * to make room. @return its slot, or -1 when every connection is a
  * registered worker or an attached client. */
-int mp_guard_evict(sl_master_t *m);
+int mp_guard_evict(sl_master_t *m) SL_REQUIRES(m->mu);
 
 #endif

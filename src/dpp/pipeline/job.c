@@ -1,8 +1,11 @@
 /* Parsing and checking a job spec (docs/JOBS.md): JSON in, sl_pipeline_job_t out,
- * and every problem listed with its JSON path. Names are not bound to a
- * schema here (plan.c does that); the filter and transform objects are
- * checked against the op table (job_ops.c) and kept as JSON. */
-#include "dpp/pipeline/plan_internal.h"
+ * and every problem listed with its JSON path. The spec's keys are defined
+ * once, in the table below (type, range, default, meaning; spec.h), which
+ * the parser walks; each filter and transform object is compiled through
+ * the op table (ops.c). Names are not bound to a schema here (plan.c does
+ * that). */
+#include "dpp/pipeline/ops.h"
+#include "dpp/pipeline/spec.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -10,48 +13,41 @@
 #include <stdio.h>
 #include <string.h>
 
-#define BATCH_SIZE_MAX (1u << 20)
-#define EPOCHS_MAX 1000000u
-#define STRIPES_PER_SPLIT_MAX (1u << 20)
-#define SHUFFLE_WINDOW_MAX (1u << 26) /* rows held for shuffling: bounds memory */
+#include "sluice/alloc.h"
+#include "warehouse/warehouse.h"
+
 #define SPEC_BYTES_MAX (16u << 20)
-
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(NULL, n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
-static void free_str(char *s)
-{
-    if (s != NULL) sl_free(NULL, s, strlen(s) + 1);
-}
 
 static void free_strs(char **v, uint32_t n)
 {
     if (v == NULL) return;
-    for (uint32_t i = 0; i < n; i++) free_str(v[i]);
+    for (uint32_t i = 0; i < n; i++) dpp_str_free(v[i]);
     sl_free(NULL, v, (size_t)n * sizeof(char *));
+}
+
+static void free_ops(sl_pipeline_op_t *ops, uint32_t n)
+{
+    if (ops == NULL) return;
+    for (uint32_t i = 0; i < n; i++) sl_pipeline_op_clear(&ops[i]);
+    sl_free(NULL, ops, (size_t)n * sizeof *ops);
 }
 
 void sl_pipeline_job_destroy(sl_pipeline_job_t *job)
 {
     if (job == NULL) return;
-    free_str(job->id);
-    free_str(job->table);
-    free_str(job->partitions);
+    dpp_str_free(job->id);
+    dpp_str_free(job->table);
+    dpp_str_free(job->partitions);
     free_strs(job->features, job->num_features);
-    json_decref(job->filters);
-    json_decref(job->transforms);
+    free_ops(job->filters, job->num_filters);
+    free_ops(job->transforms, job->num_transforms);
     for (uint32_t g = 0; g < job->num_dedup_groups; g++) {
-        free_str(job->dedup_groups[g].name);
+        dpp_str_free(job->dedup_groups[g].name);
         free_strs(job->dedup_groups[g].features, job->dedup_groups[g].num_features);
     }
     if (job->dedup_groups != NULL)
         sl_free(NULL, job->dedup_groups, job->num_dedup_groups * sizeof(sl_pipeline_dedup_group_t));
-    free_str(job->base_dir);
+    dpp_str_free(job->base_dir);
     sl_free(NULL, job, sizeof *job);
 }
 
@@ -81,82 +77,29 @@ bool sl_pipeline_job_id_ok(const char *id, size_t len, char *why, size_t cap)
     return bad == NULL;
 }
 
-/* Parsing state: the problems and whether memory ran out. */
-typedef struct parse {
+/* Parsing state: the problems, and whether memory ran out other than for
+ * one of them (problems->nomem says that). */
+struct dpp_parse {
     sl_pipeline_problems_t *problems;
     bool nomem;
-} parse_t;
+};
 
-__attribute__((format(printf, 2, 3))) static void problem(parse_t *p, const char *fmt, ...)
+static bool is_name(const json_t *v)
 {
-    char buf[SL_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (!sl_pipeline_problems_add(p->problems, "%s", buf)) p->nomem = true;
-}
-
-/* Report keys of obj that are not in allowed (NULL-terminated). */
-static void check_keys(parse_t *p, const json_t *obj, const char *path, const char *const *allowed)
-{
-    const char *key;
-    const json_t *v;
-    json_object_foreach((json_t *)obj, key, v)
-    {
-        bool known = false;
-        for (const char *const *a = allowed; *a != NULL; a++) known |= strcmp(*a, key) == 0;
-        if (!known) problem(p, "%s.%s: unknown key", path, key);
-    }
-}
-
-/* An optional string member; NULL when absent or bad (a problem then). */
-static const char *get_string(parse_t *p, const json_t *obj, const char *key, const char *path)
-{
-    const json_t *v = json_object_get(obj, key);
-    if (v == NULL) return NULL;
-    if (!json_is_string(v) || json_string_length(v) == 0 ||
-        strlen(json_string_value(v)) != json_string_length(v)) {
-        problem(p, "%s.%s: must be a non-empty string", path, key);
-        return NULL;
-    }
-    return json_string_value(v);
-}
-
-static void get_uint(parse_t *p, const json_t *obj, const char *key, const char *path,
-                     uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    const json_t *v = json_object_get(obj, key);
-    if (v == NULL) return;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        (uint64_t)json_integer_value(v) < lo || (uint64_t)json_integer_value(v) > hi) {
-        problem(p, "%s.%s: must be an integer in [%" PRIu64 ", %" PRIu64 "]", path, key, lo, hi);
-        return;
-    }
-    *out = (uint64_t)json_integer_value(v);
-}
-
-static void get_bool(parse_t *p, const json_t *obj, const char *key, const char *path, bool *out)
-{
-    const json_t *v = json_object_get(obj, key);
-    if (v == NULL) return;
-    if (!json_is_boolean(v)) {
-        problem(p, "%s.%s: must be true or false", path, key);
-        return;
-    }
-    *out = json_is_true(v);
+    return json_is_string(v) && json_string_length(v) > 0 &&
+           strlen(json_string_value(v)) == json_string_length(v);
 }
 
 /* A non-empty array of distinct non-empty strings, copied into *out. */
-static void get_names(parse_t *p, const json_t *v, const char *path, char ***out, uint32_t *n)
+static void get_names(dpp_parse_t *p, const json_t *v, const char *path, char ***out, uint32_t *n)
 {
     if (!json_is_array(v) || json_array_size(v) == 0) {
-        problem(p, "%s: must be a non-empty array of names", path);
+        sl_pipeline_problems_add(p->problems, "%s: must be a non-empty array of names", path);
         return;
     }
     size_t count = json_array_size(v);
     if (count > UINT32_MAX / 2) {
-        problem(p, "%s: too many names", path);
+        sl_pipeline_problems_add(p->problems, "%s: too many names", path);
         return;
     }
     char **names = sl_calloc(NULL, count, sizeof(char *));
@@ -166,61 +109,54 @@ static void get_names(parse_t *p, const json_t *v, const char *path, char ***out
     }
     for (size_t i = 0; i < count; i++) {
         const json_t *e = json_array_get(v, i);
-        if (!json_is_string(e) || json_string_length(e) == 0 ||
-            strlen(json_string_value(e)) != json_string_length(e)) {
-            problem(p, "%s[%zu]: must be a non-empty string", path, i);
+        if (!is_name(e)) {
+            sl_pipeline_problems_add(p->problems, "%s[%zu]: must be a non-empty string", path, i);
             continue;
         }
         for (size_t j = 0; j < i; j++)
             if (json_is_string(json_array_get(v, j)) &&
                 strcmp(json_string_value(json_array_get(v, j)), json_string_value(e)) == 0) {
-                problem(p, "%s[%zu]: '%s' is listed twice", path, i, json_string_value(e));
+                sl_pipeline_problems_add(p->problems, "%s[%zu]: '%s' is listed twice", path, i, json_string_value(e));
                 break;
             }
-        if ((names[i] = dup_str(json_string_value(e))) == NULL) p->nomem = true;
+        if ((names[i] = dpp_str_dup(json_string_value(e))) == NULL) p->nomem = true;
     }
     *out = names;
     *n = (uint32_t)count;
 }
 
-static void parse_source(parse_t *p, const json_t *src, sl_pipeline_job_t *job)
+/* ---- the keys that need more than a type ---- */
+
+static void check_id(dpp_parse_t *p, const json_t *v, const char *path, sl_pipeline_job_t *job)
 {
-    static const char *const keys[] = {"table", "partitions", "features", "stripes_per_split",
-                                       NULL};
-    if (src == NULL) {
-        problem(p, "$.source: missing (required)");
-        return;
-    }
-    if (!json_is_object(src)) {
-        problem(p, "$.source: must be an object");
-        return;
-    }
-    check_keys(p, src, "$.source", keys);
-    const char *table = get_string(p, src, "table", "$.source");
-    if (table == NULL && json_object_get(src, "table") == NULL)
-        problem(p, "$.source.table: missing (required)");
-    if (table != NULL && (job->table = dup_str(table)) == NULL) p->nomem = true;
-    const char *parts = get_string(p, src, "partitions", "$.source");
-    if (parts != NULL) {
-        sl_wh_filter_t *f = NULL;
-        sl_error_t e = {0};
-        if (sl_wh_filter_parse(parts, NULL, &f, &e) != SL_OK)
-            problem(p, "$.source.partitions: %s", e.msg);
-        sl_wh_filter_destroy(f);
-        if ((job->partitions = dup_str(parts)) == NULL) p->nomem = true;
-    }
-    const json_t *features = json_object_get(src, "features");
-    if (features != NULL)
-        get_names(p, features, "$.source.features", &job->features, &job->num_features);
-    uint64_t sps = 1;
-    get_uint(p, src, "stripes_per_split", "$.source", 1, STRIPES_PER_SPLIT_MAX, &sps);
-    job->stripes_per_split = (uint32_t)sps;
+    (void)job;
+    char why[160];
+    if (!sl_pipeline_job_id_ok(json_string_value(v), json_string_length(v), why, sizeof why))
+        sl_pipeline_problems_add(p->problems, "%s: %s", path, why);
 }
 
-static void parse_groups(parse_t *p, const json_t *groups, sl_pipeline_job_t *job)
+static void check_partitions(dpp_parse_t *p, const json_t *v, const char *path,
+                             sl_pipeline_job_t *job)
+{
+    (void)job;
+    sl_wh_filter_t *f = NULL;
+    sl_error_t e = {0};
+    if (sl_wh_filter_parse(json_string_value(v), NULL, &f, &e) != SL_OK)
+        sl_pipeline_problems_add(p->problems, "%s: %s", path, e.msg);
+    sl_wh_filter_destroy(f);
+}
+
+static void parse_features(dpp_parse_t *p, const json_t *v, const char *path,
+                           sl_pipeline_job_t *job)
+{
+    get_names(p, v, path, &job->features, &job->num_features);
+}
+
+static void parse_groups(dpp_parse_t *p, const json_t *groups, const char *where,
+                         sl_pipeline_job_t *job)
 {
     if (!json_is_object(groups)) {
-        problem(p, "$.batch.dedup_groups: must be an object {\"group\": [features...]}");
+        sl_pipeline_problems_add(p->problems, "%s: must be an object {\"group\": [features...]}", where);
         return;
     }
     size_t n = json_object_size(groups);
@@ -236,9 +172,9 @@ static void parse_groups(parse_t *p, const json_t *groups, sl_pipeline_job_t *jo
     {
         sl_pipeline_dedup_group_t *g = &job->dedup_groups[job->num_dedup_groups++];
         char path[SL_ERROR_MSG_MAX];
-        snprintf(path, sizeof path, "$.batch.dedup_groups.%s", name);
-        if (name[0] == '\0') problem(p, "%s: a group needs a non-empty name", path);
-        if ((g->name = dup_str(name)) == NULL) p->nomem = true;
+        snprintf(path, sizeof path, "%s.%s", where, name);
+        if (name[0] == '\0') sl_pipeline_problems_add(p->problems, "%s: a group needs a non-empty name", path);
+        if ((g->name = dpp_str_dup(name)) == NULL) p->nomem = true;
         get_names(p, v, path, &g->features, &g->num_features);
         /* A feature in two groups: the later mention is the problem. */
         for (uint32_t f = 0; f < g->num_features; f++) {
@@ -247,7 +183,7 @@ static void parse_groups(parse_t *p, const json_t *groups, sl_pipeline_job_t *jo
                 for (uint32_t k = 0; k < job->dedup_groups[h].num_features; k++)
                     if (job->dedup_groups[h].features[k] != NULL &&
                         strcmp(job->dedup_groups[h].features[k], g->features[f]) == 0) {
-                        problem(p, "%s[%u]: feature '%s' is already in group '%s'", path, f,
+                        sl_pipeline_problems_add(p->problems, "%s[%u]: feature '%s' is already in group '%s'", path, f,
                                 g->features[f], job->dedup_groups[h].name);
                         break;
                     }
@@ -255,96 +191,262 @@ static void parse_groups(parse_t *p, const json_t *groups, sl_pipeline_job_t *jo
     }
 }
 
-static void parse_batch(parse_t *p, const json_t *batch, sl_pipeline_job_t *job)
+/* Filters or transforms: an array of op objects, each compiled by the op
+ * table. */
+static void parse_ops(dpp_parse_t *p, const json_t *list, const char *path, bool filter,
+                      sl_pipeline_op_t **out, uint32_t *count)
 {
-    static const char *const keys[] = {"size",        "drop_last", "epochs", "dedup_groups",
-                                       "shuffle", "sample_ids", NULL};
-    static const char *const shuffle_keys[] = {"splits", "window", "seed", NULL};
-    if (batch == NULL) return;
-    if (!json_is_object(batch)) {
-        problem(p, "$.batch: must be an object");
+    if (!json_is_array(list)) {
+        sl_pipeline_problems_add(p->problems, "%s: must be an array", path);
         return;
     }
-    check_keys(p, batch, "$.batch", keys);
-    uint64_t size = job->batch_size, epochs = job->epochs;
-    get_uint(p, batch, "size", "$.batch", 1, BATCH_SIZE_MAX, &size);
-    get_uint(p, batch, "epochs", "$.batch", 1, EPOCHS_MAX, &epochs);
-    job->batch_size = (uint32_t)size;
-    job->epochs = (uint32_t)epochs;
-    get_bool(p, batch, "drop_last", "$.batch", &job->drop_last);
-    get_bool(p, batch, "sample_ids", "$.batch", &job->sample_ids);
-    const json_t *groups = json_object_get(batch, "dedup_groups");
-    if (groups != NULL) parse_groups(p, groups, job);
-    const json_t *shuffle = json_object_get(batch, "shuffle");
-    if (shuffle == NULL) return;
-    if (!json_is_object(shuffle)) {
-        problem(p, "$.batch.shuffle: must be an object");
+    size_t n = json_array_size(list);
+    if (n > DPP_OPS_MAX) {
+        sl_pipeline_problems_add(p->problems, "%s: %zu %s, more than the %u a job may have", path, n,
+                filter ? "filters" : "transforms", DPP_OPS_MAX);
         return;
     }
-    check_keys(p, shuffle, "$.batch.shuffle", shuffle_keys);
-    get_bool(p, shuffle, "splits", "$.batch.shuffle", &job->shuffle_splits);
-    uint64_t window = 0;
-    get_uint(p, shuffle, "window", "$.batch.shuffle", 0, SHUFFLE_WINDOW_MAX, &window);
-    job->shuffle_window = (uint32_t)window;
-    get_uint(p, shuffle, "seed", "$.batch.shuffle", 0, INT64_MAX, &job->seed);
+    if (n == 0) return;
+    if ((*out = sl_calloc(NULL, n, sizeof **out)) == NULL) {
+        p->nomem = true;
+        return;
+    }
+    *count = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        char at[64];
+        snprintf(at, sizeof at, "%s[%zu]", path, i);
+        if (!sl_pipeline_op_compile(json_array_get(list, i), filter, at, &(*out)[i], p->problems))
+            p->nomem = true;
+    }
 }
 
-/* Filters or transforms: an array of op objects, each checked by the table. */
-static json_t *parse_ops(parse_t *p, const json_t *spec, const char *key, bool filter)
+static void parse_filters(dpp_parse_t *p, const json_t *v, const char *path,
+                          sl_pipeline_job_t *job)
 {
-    const json_t *list = json_object_get(spec, key);
-    if (list == NULL) return json_array();
-    if (!json_is_array(list)) {
-        problem(p, "$.%s: must be an array", key);
-        return json_array();
+    parse_ops(p, v, path, true, &job->filters, &job->num_filters);
+}
+
+static void parse_transforms(dpp_parse_t *p, const json_t *v, const char *path,
+                             sl_pipeline_job_t *job)
+{
+    parse_ops(p, v, path, false, &job->transforms, &job->num_transforms);
+}
+
+/* ---- the table of keys ---- */
+
+#define AT(member)                                                                                \
+    .offset = offsetof(sl_pipeline_job_t, member), .size = sizeof(((sl_pipeline_job_t *)0)->member)
+#define UINT_KEY(name_, member, lo_, hi_, def_, doc_)                                             \
+    {.name = name_, .type = FIELD_UINT, .lo = lo_, .hi = hi_, .def.u = def_, AT(member),          \
+     .doc = doc_}
+#define BOOL_KEY(name_, member, def_, doc_)                                                       \
+    {.name = name_, .type = FIELD_BOOL, .def.u = def_, AT(member), .doc = doc_}
+#define CUSTOM_KEY(name_, parse_, type_doc_, def_doc_, doc_)                                      \
+    {.name = name_, .type = FIELD_CUSTOM, .parse = parse_, .type_doc = type_doc_,                 \
+     .def_doc = def_doc_, .doc = doc_}
+#define OBJECT_KEY(name_, object_, required_, def_doc_, doc_)                                     \
+    {.name = name_, .type = FIELD_OBJECT, .required = required_, .object = &object_,             \
+     .def_doc = def_doc_, .doc = doc_}
+#define COUNT(fields) (uint32_t)(sizeof fields / sizeof fields[0])
+
+static const dpp_field_t source_fields[] = {
+    {.name = "table", .type = FIELD_STRING, .required = true, AT(table), .doc = "table directory"},
+    {.name = "partitions",
+     .type = FIELD_STRING,
+     AT(partitions),
+     .parse = check_partitions,
+     .type_doc = "string",
+     .def_doc = "all",
+     .doc = "partition filter, e.g. `\"ds>=2026-01-01,region=eu\"` (checked at parse)"},
+    CUSTOM_KEY("features", parse_features, "non-empty array of distinct names", "every feature",
+           "the projection: the input features the batches carry"),
+    UINT_KEY("stripes_per_split", stripes_per_split, 1, 1u << 20, 1,
+         "stripes per split (the unit a worker leases)"),
+};
+static const dpp_object_t source = {"$.source", source_fields, COUNT(source_fields)};
+
+static const dpp_field_t shuffle_fields[] = {
+    BOOL_KEY("splits", shuffle_splits, false, "shuffle the split order of each epoch with `seed`"),
+    /* rows held for shuffling: bounds memory */
+    UINT_KEY("window", shuffle_window, 0, 1u << 26, 0, "rows held for a shuffle window (0: none)"),
+    UINT_KEY("seed", seed, 0, INT64_MAX, 0, "seed of both shuffles"),
+};
+static const dpp_object_t shuffle = {"$.batch.shuffle", shuffle_fields, COUNT(shuffle_fields)};
+
+static const dpp_field_t batch_fields[] = {
+    UINT_KEY("size", batch_size, 1, 1u << 20, 4096, "samples per batch"),
+    BOOL_KEY("drop_last", drop_last, false, "drop the last, short batch of an epoch"),
+    UINT_KEY("epochs", epochs, 1, 1000000, 1, "passes over the data"),
+    CUSTOM_KEY("dedup_groups", parse_groups, "object `{\"group\": [features]}`", "none",
+           "features stored once per unique row (IKJT); sparse or weighted features, each in one "
+           "group at most"),
+    OBJECT_KEY("shuffle", shuffle, false, NULL, "shuffling"),
+    BOOL_KEY("sample_ids", sample_ids, true, "batches carry sample ids"),
+};
+static const dpp_object_t batch = {"$.batch", batch_fields, COUNT(batch_fields)};
+
+static const char *const on_bad_split[] = {"fail", "skip", NULL};
+
+static const dpp_field_t root_fields[] = {
+    {.name = "id",
+     .type = FIELD_STRING,
+     .def.s = "job",
+     AT(id),
+     .parse = check_id,
+     .type_doc = "1 to 255 letters, digits, `.`, `_`, `-`; never `..`",
+     .doc = "name of the job (messages, metrics, log file names, URLs)"},
+    OBJECT_KEY("source", source, true, NULL, "what to read (below)"),
+    {.name = "on_bad_split",
+     .type = FIELD_ENUM,
+     .choices = on_bad_split,
+     .def.u = 0,
+     AT(skip_bad_splits),
+     .doc = "under a master, a split that workers cannot read (`--max-split-failures` times in "
+            "an epoch: a corrupt stripe, an I/O error, a transform failing on its rows): "
+            "`\"fail\"` fails the job with the reason; `\"skip\"` skips the split's rows not "
+            "delivered yet, counts them (`skipped_splits`, `skipped_rows` in `GET /jobs/{id}`) "
+            "and goes on, every other row still delivered exactly once (docs/ADMIN.md, "
+            "\"Failed jobs\")"},
+    CUSTOM_KEY("filters", parse_filters, "array of filter objects (at most 4096)", "`[]`",
+           "row filters, ANDed, in order"),
+    CUSTOM_KEY("transforms", parse_transforms, "array of transform objects (at most 4096)", "`[]`",
+           "feature transforms, in order"),
+    OBJECT_KEY("batch", batch, false, "see below", "batching"),
+};
+const dpp_object_t dpp_spec_root = {"$", root_fields, COUNT(root_fields)};
+
+/* ---- walking the table ---- */
+
+static void put_uint(void *at, size_t size, uint64_t v)
+{
+    switch (size) {
+    case 1: *(uint8_t *)at = (uint8_t)v; break;
+    case 4: *(uint32_t *)at = (uint32_t)v; break;
+    default: *(uint64_t *)at = v; break;
     }
-    size_t i;
+}
+
+/* Every default of object (and the objects inside it), before the spec is
+ * read: a key that is absent, or an object that is, keeps them. */
+static void apply_defaults(dpp_parse_t *p, const dpp_object_t *object, sl_pipeline_job_t *job)
+{
+    for (uint32_t i = 0; i < object->count; i++) {
+        const dpp_field_t *f = &object->fields[i];
+        void *at = (char *)job + f->offset;
+        if (f->type == FIELD_OBJECT)
+            apply_defaults(p, f->object, job);
+        else if (f->type == FIELD_STRING && f->def.s != NULL)
+            p->nomem |= (*(char **)at = dpp_str_dup(f->def.s)) == NULL;
+        else if (f->type == FIELD_UINT || f->type == FIELD_BOOL || f->type == FIELD_ENUM)
+            put_uint(at, f->size, f->def.u);
+    }
+}
+
+static void parse_object(dpp_parse_t *p, const json_t *obj, const dpp_object_t *object,
+                         sl_pipeline_job_t *job);
+
+static void parse_field(dpp_parse_t *p, const json_t *v, const dpp_field_t *f, const char *path,
+                        sl_pipeline_job_t *job)
+{
+    void *at = (char *)job + f->offset;
+    switch (f->type) {
+    case FIELD_STRING:
+        if (!is_name(v)) {
+            sl_pipeline_problems_add(p->problems, "%s: must be a non-empty string", path);
+            return;
+        }
+        if (f->parse != NULL) f->parse(p, v, path, job);
+        dpp_str_free(*(char **)at);
+        p->nomem |= (*(char **)at = dpp_str_dup(json_string_value(v))) == NULL;
+        return;
+    case FIELD_UINT:
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            (uint64_t)json_integer_value(v) < f->lo || (uint64_t)json_integer_value(v) > f->hi) {
+            sl_pipeline_problems_add(p->problems, "%s: must be an integer in [%" PRIu64 ", %" PRIu64 "]", path, f->lo, f->hi);
+            return;
+        }
+        put_uint(at, f->size, (uint64_t)json_integer_value(v));
+        return;
+    case FIELD_BOOL:
+        if (!json_is_boolean(v)) {
+            sl_pipeline_problems_add(p->problems, "%s: must be true or false", path);
+            return;
+        }
+        put_uint(at, f->size, json_is_true(v));
+        return;
+    case FIELD_ENUM: {
+        if (!is_name(v)) {
+            sl_pipeline_problems_add(p->problems, "%s: must be a non-empty string", path);
+            return;
+        }
+        for (uint64_t k = 0; f->choices[k] != NULL; k++)
+            if (strcmp(f->choices[k], json_string_value(v)) == 0) {
+                put_uint(at, f->size, k);
+                return;
+            }
+        char choices[256] = "";
+        for (size_t k = 0, n = 0; f->choices[k] != NULL; k++)
+            n += (size_t)snprintf(choices + n, n < sizeof choices ? sizeof choices - n : 0,
+                                  "%s\"%s\"",
+                                  k == 0                         ? ""
+                                  : f->choices[k + 1] == NULL    ? " or "
+                                                                 : ", ",
+                                  f->choices[k]);
+        sl_pipeline_problems_add(p->problems, "%s: %s, not \"%.64s\"", path, choices, json_string_value(v));
+        return;
+    }
+    case FIELD_OBJECT:
+        if (!json_is_object(v)) {
+            sl_pipeline_problems_add(p->problems, "%s: must be an object", path);
+            return;
+        }
+        parse_object(p, v, f->object, job);
+        return;
+    case FIELD_CUSTOM: f->parse(p, v, path, job); return;
+    }
+}
+
+/* Unknown keys first (so they lead the list), then every key of the table. */
+static void parse_object(dpp_parse_t *p, const json_t *obj, const dpp_object_t *object,
+                         sl_pipeline_job_t *job)
+{
+    const char *key;
     const json_t *v;
-    json_array_foreach(list, i, v)
+    json_object_foreach((json_t *)obj, key, v)
     {
-        char path[64];
-        snprintf(path, sizeof path, "$.%s[%zu]", key, i);
-        if (!dpp_check_op(v, filter, path, p->problems)) p->nomem = true;
+        bool known = false;
+        for (uint32_t i = 0; i < object->count && !known; i++)
+            known = strcmp(object->fields[i].name, key) == 0;
+        if (!known) sl_pipeline_problems_add(p->problems, "%s.%s: unknown key", object->path, key);
     }
-    return json_deep_copy(list);
+    for (uint32_t i = 0; i < object->count; i++) {
+        const dpp_field_t *f = &object->fields[i];
+        char path[128];
+        snprintf(path, sizeof path, "%s.%s", object->path, f->name);
+        v = json_object_get(obj, f->name);
+        if (v != NULL)
+            parse_field(p, v, f, path, job);
+        else if (f->required)
+            sl_pipeline_problems_add(p->problems, "%s: missing (required)", path);
+    }
 }
 
 sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
                                    sl_pipeline_problems_t *problems, sl_error_t *err)
 {
-    static const char *const keys[] = {"id",    "source",       "filters", "transforms",
-                                       "batch", "on_bad_split", NULL};
     *out = NULL;
     sl_pipeline_problems_t local = {0};
-    parse_t p = {problems != NULL ? problems : &local, false};
+    dpp_parse_t p = {problems != NULL ? problems : &local, false};
     uint32_t before = p.problems->count;
     sl_pipeline_job_t *job = sl_calloc(NULL, 1, sizeof *job);
     if (job == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
-    job->stripes_per_split = 1;
-    job->batch_size = 4096;
-    job->epochs = 1;
-    job->sample_ids = true;
-    if (!json_is_object(spec)) {
-        problem(&p, "$: a job spec must be a JSON object");
-    } else {
-        check_keys(&p, spec, "$", keys);
-        const char *id = get_string(&p, spec, "id", "$");
-        char why[160];
-        if (id != NULL && !sl_pipeline_job_id_ok(id, strlen(id), why, sizeof why))
-            problem(&p, "$.id: %s", why);
-        if ((job->id = dup_str(id != NULL ? id : "job")) == NULL) p.nomem = true;
-        parse_source(&p, json_object_get(spec, "source"), job);
-        job->filters = parse_ops(&p, spec, "filters", true);
-        job->transforms = parse_ops(&p, spec, "transforms", false);
-        if (job->filters == NULL || job->transforms == NULL) p.nomem = true;
-        parse_batch(&p, json_object_get(spec, "batch"), job);
-        const char *obs = get_string(&p, spec, "on_bad_split", "$");
-        if (obs != NULL && strcmp(obs, "fail") != 0 && strcmp(obs, "skip") != 0)
-            problem(&p, "$.on_bad_split: \"fail\" or \"skip\", not \"%.64s\"", obs);
-        job->skip_bad_splits = obs != NULL && strcmp(obs, "skip") == 0;
-    }
+    apply_defaults(&p, &dpp_spec_root, job);
+    if (!json_is_object(spec))
+        sl_pipeline_problems_add(p.problems, "$: a job spec must be a JSON object");
+    else
+        parse_object(&p, spec, &dpp_spec_root, job);
     sl_err_t rc = SL_OK;
-    if (p.nomem) {
+    if (p.nomem || p.problems->nomem) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
     } else if (p.problems->count > before) {
         rc = sl_pipeline_problems_error(p.problems, before, "job spec", err);

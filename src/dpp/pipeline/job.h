@@ -1,10 +1,14 @@
 /* A DPP job: the JSON job spec (docs/JOBS.md) parsed into plain data. The
- * plan (plan.h) binds it to a table's schema. */
+ * plan (plan.h) binds it to a table's schema. The keys of a spec and the
+ * arguments of its ops are defined once, in tables (job.c, ops.c) that
+ * parse them, hold their defaults and print their reference
+ * (sl_pipeline_spec_markdown). */
 #ifndef SLUICE_DPP_PIPELINE_JOB_H
 #define SLUICE_DPP_PIPELINE_JOB_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 
@@ -19,9 +23,12 @@ typedef struct sl_pipeline_dedup_group {
     uint32_t num_features;
 } sl_pipeline_dedup_group_t;
 
-/* The job spec as parsed (syntax and types checked; names not yet bound to
- * a schema). Filters and transforms stay as their (owned) JSON; the plan
- * interprets them. */
+/* One filter or transform, compiled from its JSON object by the op table
+ * (every argument given or defaulted): private to src/dpp/pipeline (ops.h). */
+typedef struct sl_pipeline_op sl_pipeline_op_t;
+
+/* The job spec as parsed (syntax, types and ranges checked, defaults
+ * filled in; names not yet bound to a schema). */
 typedef struct sl_pipeline_job {
     char *id;                 /* "job" unless set */
     /* source */
@@ -31,8 +38,10 @@ typedef struct sl_pipeline_job {
     uint32_t num_features;
     uint32_t stripes_per_split; /* default 1 */
     /* rows */
-    json_t *filters;          /* array (possibly empty) */
-    json_t *transforms;       /* array (possibly empty) */
+    sl_pipeline_op_t *filters; /* [num_filters], compiled */
+    uint32_t num_filters;
+    sl_pipeline_op_t *transforms; /* [num_transforms], compiled */
+    uint32_t num_transforms;
     /* batching */
     uint32_t batch_size;      /* default 4096 */
     bool drop_last;           /* default false */
@@ -69,5 +78,13 @@ sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
 sl_err_t sl_pipeline_job_load(const char *path, sl_pipeline_job_t **out,
                               sl_pipeline_problems_t *problems, sl_error_t *err);
 void sl_pipeline_job_destroy(sl_pipeline_job_t *job);
+
+/* The reference of job specs as Markdown tables, printed from the tables
+ * that parse them, for docs/JOBS.md (`sluice help --markdown`). Sections:
+ * "job" (top-level keys), "job source", "job batch", "job filters", "job
+ * transforms"; sl_pipeline_spec_sections lists them (NULL-terminated).
+ * @return false (nothing printed) for an unknown section. */
+bool sl_pipeline_spec_markdown(FILE *out, const char *section);
+const char *const *sl_pipeline_spec_sections(void);
 
 #endif

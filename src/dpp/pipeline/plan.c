@@ -1,8 +1,10 @@
-/* Binding a job to a table schema: every name the spec uses is looked up
- * (features, labels, features created by earlier transforms), kinds are
- * checked, vocabularies loaded, and filters and transforms compiled into
- * plain structs that the hot paths (filter.c, transform*.c) read without
- * touching JSON. Every problem is listed with its JSON path. */
+/* Binding a job to a table schema: every name the job's compiled ops use
+ * is looked up (features, labels, features created by earlier transforms),
+ * kinds are checked, vocabularies loaded, and each op's arguments copied
+ * into the structs the hot paths (filter.c, transform*.c) read. The values
+ * and their defaults come from the ops as parsed (ops.c); nothing here
+ * reads JSON or restates a default. Every problem is listed with its JSON
+ * path. */
 #include "dpp/pipeline/plan_internal.h"
 
 #include <math.h>
@@ -74,16 +76,6 @@ typedef struct bind {
     uint32_t read_cap; /* room in plan->read and plan->keep */
 } bind_t;
 
-__attribute__((format(printf, 2, 3))) static void problem(bind_t *b, const char *fmt, ...)
-{
-    char buf[SL_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (!sl_pipeline_problems_add(b->problems, "%s", buf)) b->nomem = true;
-}
-
 static void add_read(bind_t *b, const char *name)
 {
     sl_pipeline_plan_t *plan = b->plan;
@@ -102,92 +94,60 @@ static void add_read(bind_t *b, const char *name)
     if (f != NULL && f->kind == SL_WH_WEIGHTED) plan->weighted[plan->num_weighted++] = (char *)s;
 }
 
-static const char *str(const json_t *obj, const char *key)
-{
-    return json_string_value(json_object_get(obj, key));
-}
-
-static double num(const json_t *obj, const char *key, double def)
-{
-    const json_t *v = json_object_get(obj, key);
-    return json_is_number(v) ? json_number_value(v) : def;
-}
-
-static uint64_t uint_arg(const json_t *obj, const char *key, uint64_t def)
-{
-    const json_t *v = json_object_get(obj, key);
-    return json_is_integer(v) ? (uint64_t)json_integer_value(v) : def;
-}
-
 static void bind_filters(bind_t *b)
 {
-    const json_t *list = b->job->filters;
     sl_pipeline_plan_t *plan = b->plan;
-    size_t n = json_array_size(list);
+    uint32_t n = b->job->num_filters;
     if (n == 0) return;
     plan->filters = sl_calloc(plan->a, n, sizeof(dpp_filter_t));
     if (plan->filters == NULL) {
         b->nomem = true;
         return;
     }
-    plan->num_filters = (uint32_t)n;
-    for (size_t i = 0; i < n; i++) {
-        const json_t *o = json_array_get(list, i);
+    plan->num_filters = n;
+    for (uint32_t i = 0; i < n; i++) {
+        const sl_pipeline_op_t *o = &b->job->filters[i];
         dpp_filter_t *f = &plan->filters[i];
-        f->op = dpp_op_find(str(o, "op"), true)->op;
+        f->op = o->op;
         f->weight = 1.0f;
-        const char *label = str(o, "label"), *feature = str(o, "feature");
-        if (label != NULL) {
-            if (sl_wh_schema_find_label(b->schema, label) < 0)
-                problem(b, "$.filters[%zu].label: unknown label '%s'", i, label);
-            f->name = own(plan, label);
+        if (o->label != NULL) {
+            if (sl_wh_schema_find_label(b->schema, o->label) < 0)
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].label: unknown label '%s'", i, o->label);
+            f->name = own(plan, o->label);
         }
-        if (feature != NULL) {
-            if (sl_wh_schema_find(b->schema, feature) == NULL)
-                problem(b, "$.filters[%zu].feature: unknown feature '%s'", i, feature);
+        if (o->feature != NULL) {
+            if (sl_wh_schema_find(b->schema, o->feature) == NULL)
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].feature: unknown feature '%s'", i, o->feature);
             else
-                add_read(b, feature);
-            f->name = own(plan, feature);
+                add_read(b, o->feature);
+            f->name = own(plan, o->feature);
         }
-        if ((label != NULL || feature != NULL) && f->name == NULL) b->nomem = true;
-        switch (f->op) {
-        case OP_LABEL_EQUALS: f->value = num(o, "value", 0); break;
-        case OP_LABEL_RANGE:
-            f->min = num(o, "min", -INFINITY);
-            f->max = num(o, "max", INFINITY);
-            break;
-        case OP_TIMESTAMP_RANGE: {
-            const json_t *lo = json_object_get(o, "min"), *hi = json_object_get(o, "max");
-            f->ts_min = lo != NULL ? (int64_t)json_integer_value(lo) : INT64_MIN;
-            f->ts_max = hi != NULL ? (int64_t)json_integer_value(hi) : INT64_MAX;
-            break;
-        }
-        case OP_SAMPLE:
-        case OP_NEGATIVE_DOWNSAMPLE: {
-            double rate = num(o, "rate", 1);
-            f->seed = uint_arg(o, "seed", 0);
-            f->keep_all = rate >= 1.0;
+        if ((o->label != NULL || o->feature != NULL) && f->name == NULL) b->nomem = true;
+        f->value = o->value;
+        f->min = o->min;
+        f->max = o->max;
+        f->ts_min = o->ts_min;
+        f->ts_max = o->ts_max;
+        if (f->op == OP_SAMPLE || f->op == OP_NEGATIVE_DOWNSAMPLE) {
+            f->seed = o->seed;
+            f->keep_all = o->rate >= 1.0;
             /* rate * 2^64, below 2^64 since rate < 1 here. */
-            f->threshold = f->keep_all ? UINT64_MAX : (uint64_t)ldexp(rate, 64);
-            f->weight = (float)(1.0 / rate);
-            if (f->op == OP_NEGATIVE_DOWNSAMPLE) {
-                const char *wl = str(o, "weight_label");
-                if (wl == NULL) wl = "weight";
-                if (sl_wh_schema_find_label(b->schema, wl) >= 0 ||
-                    sl_wh_schema_find(b->schema, wl) != NULL)
-                    problem(b, "$.filters[%zu].weight_label: '%s' is already a column of the table",
-                            i, wl);
-                else if (plan->weight_label != NULL && strcmp(plan->weight_label, wl) != 0)
-                    problem(b, "$.filters[%zu].weight_label: '%s' differs from '%s' of an "
-                               "earlier filter (one weight column per job)",
-                            i, wl, plan->weight_label);
-                else if (plan->weight_label == NULL &&
-                         (plan->weight_label = (char *)own(plan, wl)) == NULL)
-                    b->nomem = true;
-            }
-            break;
+            f->threshold = f->keep_all ? UINT64_MAX : (uint64_t)ldexp(o->rate, 64);
+            f->weight = (float)(1.0 / o->rate);
         }
-        default: break;
+        if (f->op == OP_NEGATIVE_DOWNSAMPLE) {
+            const char *wl = o->weight_label;
+            if (sl_wh_schema_find_label(b->schema, wl) >= 0 ||
+                sl_wh_schema_find(b->schema, wl) != NULL)
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].weight_label: '%s' is already a column of the table", i,
+                        wl);
+            else if (plan->weight_label != NULL && strcmp(plan->weight_label, wl) != 0)
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].weight_label: '%s' differs from '%s' of an "
+                           "earlier filter (one weight column per job)",
+                        i, wl, plan->weight_label);
+            else if (plan->weight_label == NULL &&
+                     (plan->weight_label = (char *)own(plan, wl)) == NULL)
+                b->nomem = true;
         }
     }
 }
@@ -218,148 +178,111 @@ static sym_t lookup(bind_t *b, const char *name, size_t before)
     return s;
 }
 
-/* Check input name of transform i (key names the JSON member) against what
- * the op accepts: 'd' dense, 's' sparse or weighted, 'w' weighted. */
-static bool check_input(bind_t *b, size_t i, const char *key, const char *name, char want,
-                        sym_t *out)
+/* Check input name of transform i (key names the JSON member) against
+ * the op's input kind (ops.h). */
+static bool check_input(bind_t *b, size_t i, const char *key, const char *name, sym_t *out)
 {
+    const sl_pipeline_op_t *op = &b->job->transforms[i];
     sym_t s = lookup(b, name, i);
     *out = s;
     if (!s.found) {
         /* Created later? Then the order is the problem. */
-        const json_t *list = b->job->transforms;
-        for (size_t j = i + 1; j < json_array_size(list); j++) {
-            const json_t *o = json_array_get(list, j);
-            const char *out_name = str(o, "output");
-            if (out_name != NULL && strcmp(out_name, name) == 0) {
-                problem(b, "$.transforms[%zu].%s: feature '%s' is created by a later transform "
+        for (size_t j = i + 1; j < b->job->num_transforms; j++) {
+            const char *later = b->job->transforms[j].output;
+            if (later != NULL && strcmp(later, name) == 0) {
+                sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: feature '%s' is created by a later transform "
                            "($.transforms[%zu])",
                         i, key, name, j);
                 return false;
             }
         }
-        problem(b, "$.transforms[%zu].%s: unknown feature '%s'", i, key, name);
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: unknown feature '%s'", i, key, name);
         return false;
     }
-    const char *kind = sl_wh_kind_name(s.kind);
-    bool ok = want == 'd'   ? s.kind == SL_WH_DENSE
-              : want == 'w' ? s.kind == SL_WH_WEIGHTED
-                            : s.kind != SL_WH_DENSE;
+    dpp_input_t want = op->spec->input;
+    bool ok = want == IN_DENSE      ? s.kind == SL_WH_DENSE
+              : want == IN_WEIGHTED ? s.kind == SL_WH_WEIGHTED
+              : want == IN_SPARSE   ? s.kind != SL_WH_DENSE
+                                    : true;
     if (!ok) {
-        const char *need = want == 'd'   ? "a dense"
-                           : want == 'w' ? "a weighted"
-                                         : "a sparse or weighted";
-        problem(b, "$.transforms[%zu].%s: '%s' is a %s feature; %s needs %s feature", i, key, name,
-                kind, str(json_array_get(b->job->transforms, i), "op"), need);
+        const char *need = want == IN_DENSE      ? "a dense"
+                           : want == IN_WEIGHTED ? "a weighted"
+                                                 : "a sparse or weighted";
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: '%s' is a %s feature; %s needs %s feature", i, key, name,
+                sl_wh_kind_name(s.kind), op->spec->name, need);
         return false;
     }
     if (s.created_by < 0) add_read(b, name);
     return true;
 }
 
-/* The name of a created feature: "output" or the op's default. */
-static const char *output_name(bind_t *b, size_t i, const json_t *o, const char *fmt,
-                               const char *a, const char *c)
+/* The name of the feature transform i creates (given, or the op's default
+ * name: both compiled at parse), checked against the schema and the
+ * features created before it. */
+static const char *output_name(bind_t *b, size_t i, const char *out)
 {
-    const char *out = str(o, "output");
-    char buf[2 * SL_WH_NAME_MAX + 16];
-    if (out == NULL) {
-        snprintf(buf, sizeof buf, fmt, a, c);
-        out = buf;
-    }
-    /* An explicit output longer than that is a parse problem; a default
-     * name is built from input names and only known here. */
-    if (strlen(out) > SL_WH_NAME_MAX)
-        problem(b, "$.transforms[%zu].output: name longer than %d bytes", i, SL_WH_NAME_MAX);
     if (sl_wh_schema_find(b->schema, out) != NULL)
-        problem(b, "$.transforms[%zu].output: '%s' is already a feature of the table", i, out);
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].output: '%s' is already a feature of the table", i, out);
     else if (sl_wh_schema_find_label(b->schema, out) >= 0)
-        problem(b, "$.transforms[%zu].output: '%s' is already a label of the table", i, out);
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].output: '%s' is already a label of the table", i, out);
     else if (lookup(b, out, i).found)
-        problem(b, "$.transforms[%zu].output: '%s' is already created by an earlier transform",
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].output: '%s' is already created by an earlier transform",
                 i, out);
     const char *s = own(b->plan, out);
     if (s == NULL) b->nomem = true;
     return s;
 }
 
-static void bind_transform(bind_t *b, size_t i, const json_t *o, dpp_transform_t *t)
+static void bind_transform(bind_t *b, size_t i, dpp_transform_t *t)
 {
     sl_pipeline_plan_t *plan = b->plan;
-    const dpp_op_spec_t *spec = dpp_op_find(str(o, "op"), false);
-    t->op = spec->op;
+    const sl_pipeline_op_t *o = &b->job->transforms[i];
+    t->op = o->op;
     sym_t s0, s1;
     if (t->op == OP_CROSS) {
-        const json_t *fs = json_object_get(o, "features");
-        const char *a = json_string_value(json_array_get(fs, 0));
-        const char *c = json_string_value(json_array_get(fs, 1));
-        bool ok0 = check_input(b, i, "features[0]", a, 's', &s0);
-        bool ok1 = check_input(b, i, "features[1]", c, 's', &s1);
+        const char *a = o->features[0], *c = o->features[1];
+        bool ok0 = check_input(b, i, "features[0]", a, &s0);
+        bool ok1 = check_input(b, i, "features[1]", c, &s1);
         if (ok0 && ok1 && s0.kind != s1.kind)
-            problem(b, "$.transforms[%zu].features: cannot cross '%s' (%s) with '%s' (%s): kinds "
+            sl_pipeline_problems_add(b->problems, "$.transforms[%zu].features: cannot cross '%s' (%s) with '%s' (%s): kinds "
                        "differ",
                     i, a, sl_wh_kind_name(s0.kind), c, sl_wh_kind_name(s1.kind));
         t->in[0] = own(plan, a);
         t->in[1] = own(plan, c);
-        t->out = output_name(b, i, o, "%s_x_%s", a, c);
     } else {
-        const char *f = str(o, "feature");
-        char want = 's';
-        switch (t->op) {
-        case OP_FILL_MISSING:
-        case OP_CLAMP:
-        case OP_LOG1P:
-        case OP_NORMALIZE:
-        case OP_BOXCOX:
-        case OP_BUCKETIZE: want = 'd'; break;
-        case OP_CLAMP_WEIGHTS: want = 'w'; break;
-        default: break;
-        }
-        check_input(b, i, "feature", f, want, &s0);
-        t->in[0] = own(plan, f);
-        if (t->op == OP_NGRAM) {
-            char n[24];
-            snprintf(n, sizeof n, "%u", (unsigned)uint_arg(o, "n", 1));
-            t->out = output_name(b, i, o, "%s_%sgram", f, n);
-        } else if (t->op == OP_BUCKETIZE) {
-            t->out = output_name(b, i, o, "%s_bucket%s", f, "");
-        }
+        check_input(b, i, "feature", o->feature, &s0);
+        t->in[0] = own(plan, o->feature);
     }
+    if (o->output != NULL) t->out = output_name(b, i, o->output);
     if (t->in[0] == NULL || (t->op == OP_CROSS && t->in[1] == NULL)) b->nomem = true;
-    t->salt = uint_arg(o, "salt", 0);
-    t->table_size = uint_arg(o, "table_size", 1);
-    t->divisor = (int64_t)uint_arg(o, "divisor", 1);
-    uint64_t x = uint_arg(o, "x", 1), n = uint_arg(o, "n", 1);
-    /* Both bounded by the op table at parse (dpp_arg_t.max). */
-    t->x = (uint32_t)x;
-    t->n = (uint32_t)n;
-    t->has_min = json_object_get(o, "min") != NULL;
-    t->has_max = json_object_get(o, "max") != NULL;
-    t->min = (float)num(o, "min", 0);
-    t->max = (float)num(o, "max", 0);
-    t->value = (float)num(o, "value", 0);
-    t->mean = (float)num(o, "mean", 0);
-    t->std = (float)num(o, "std", 1);
-    t->lambda = (float)num(o, "lambda", 0);
-    if (t->op == OP_BUCKETIZE) {
-        const json_t *borders = json_object_get(o, "borders");
-        size_t nb = json_array_size(borders);
-        t->borders = sl_alloc(plan->a, nb * sizeof(double));
+    t->salt = o->salt;
+    t->table_size = o->table_size;
+    t->divisor = (int64_t)o->divisor;
+    /* Both bounded by the op table at parse. */
+    t->x = (uint32_t)o->x;
+    t->n = (uint32_t)o->n;
+    t->min = (float)o->min;
+    t->max = (float)o->max;
+    t->value = (float)o->value;
+    t->mean = (float)o->mean;
+    t->std = (float)o->std;
+    t->lambda = (float)o->lambda;
+    if (o->borders.n > 0) {
+        t->borders = sl_alloc(plan->a, o->borders.n * sizeof(double));
         if (t->borders == NULL) {
             b->nomem = true;
             return;
         }
-        t->num_borders = (uint32_t)nb;
-        for (size_t k = 0; k < nb; k++)
-            t->borders[k] = json_number_value(json_array_get(borders, k));
+        t->num_borders = o->borders.n;
+        memcpy(t->borders, o->borders.v, o->borders.n * sizeof(double));
     }
     if (t->op == OP_MAP_VOCAB) {
-        const char *file = str(o, "file");
+        const char *file = o->file;
         char full[4096];
         const char *dir = b->job->base_dir;
         if (file[0] != '/' && dir != NULL) {
             if ((size_t)snprintf(full, sizeof full, "%s%s", dir, file) >= sizeof full) {
-                problem(b, "$.transforms[%zu].file: path too long", i);
+                sl_pipeline_problems_add(b->problems, "$.transforms[%zu].file: path too long", i);
                 return;
             }
             file = full;
@@ -371,28 +294,26 @@ static void bind_transform(bind_t *b, size_t i, const json_t *o, dpp_transform_t
             return;
         }
         t->vocab = dpp_vocab_load(file, plan->a, DPP_VOCAB_MAX_ENTRIES, path, b->problems);
-        if (t->vocab != NULL) {
-            const json_t *def = json_object_get(o, "default");
-            t->vocab_default = def != NULL ? (int64_t)json_integer_value(def)
-                                           : (int64_t)dpp_vocab_size(t->vocab);
-        }
+        /* The table's default of "default": the vocabulary's size. */
+        if (t->vocab != NULL)
+            t->vocab_default = sl_pipeline_op_given(o, "default")
+                                   ? o->vocab_default
+                                   : (int64_t)dpp_vocab_size(t->vocab);
     }
 }
 
 static void bind_transforms(bind_t *b)
 {
-    const json_t *list = b->job->transforms;
     sl_pipeline_plan_t *plan = b->plan;
-    size_t n = json_array_size(list);
+    uint32_t n = b->job->num_transforms;
     if (n == 0) return;
     plan->transforms = sl_calloc(plan->a, n, sizeof(dpp_transform_t));
     if (plan->transforms == NULL) {
         b->nomem = true;
         return;
     }
-    plan->num_transforms = (uint32_t)n;
-    for (size_t i = 0; i < n && !b->nomem; i++)
-        bind_transform(b, i, json_array_get(list, i), &plan->transforms[i]);
+    plan->num_transforms = n;
+    for (uint32_t i = 0; i < n && !b->nomem; i++) bind_transform(b, i, &plan->transforms[i]);
 }
 
 static void bind_groups(bind_t *b)
@@ -404,9 +325,9 @@ static void bind_groups(bind_t *b)
             const char *name = grp->features[k];
             const sl_wh_feature_t *f = sl_wh_schema_find(b->schema, name);
             if (f == NULL)
-                problem(b, "$.batch.dedup_groups.%s[%u]: unknown feature '%s'", grp->name, k, name);
+                sl_pipeline_problems_add(b->problems, "$.batch.dedup_groups.%s[%u]: unknown feature '%s'", grp->name, k, name);
             else if (f->kind == SL_WH_DENSE)
-                problem(b, "$.batch.dedup_groups.%s[%u]: '%s' is a dense feature; dedup groups "
+                sl_pipeline_problems_add(b->problems, "$.batch.dedup_groups.%s[%u]: '%s' is a dense feature; dedup groups "
                            "hold sparse or weighted features",
                         grp->name, k, name);
             else
@@ -419,7 +340,7 @@ static void bind_groups(bind_t *b)
 static uint32_t mentions(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema)
 {
     uint64_t n = (uint64_t)sl_wh_schema_num_features(schema) + job->num_features +
-                 json_array_size(job->filters) + 2 * json_array_size(job->transforms) + 1;
+                 job->num_filters + 2 * (uint64_t)job->num_transforms + 1;
     for (uint32_t g = 0; g < job->num_dedup_groups; g++) n += job->dedup_groups[g].num_features;
     return n > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)n;
 }
@@ -447,7 +368,7 @@ static sl_err_t plan_bind(const sl_pipeline_job_t *job, const sl_wh_schema_t *sc
     if (job->num_features > 0) {
         for (uint32_t i = 0; i < job->num_features; i++) {
             if (sl_wh_schema_find(schema, job->features[i]) == NULL) {
-                problem(&b, "$.source.features[%u]: unknown feature '%s'", i, job->features[i]);
+                sl_pipeline_problems_add(b.problems, "$.source.features[%u]: unknown feature '%s'", i, job->features[i]);
                 continue;
             }
             add_read(&b, job->features[i]);
@@ -463,7 +384,7 @@ static sl_err_t plan_bind(const sl_pipeline_job_t *job, const sl_wh_schema_t *sc
     bind_groups(&b);
 
     sl_err_t rc = SL_OK;
-    if (b.nomem) {
+    if (b.nomem || b.problems->nomem) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job plan: out of memory");
     } else if (b.problems->count > before) {
         char what[300];

@@ -1,90 +1,16 @@
-/* Private to src/dpp: the table of filter and transform ops (one source of
- * truth for parsing, binding and docs/JOBS.md), the compiled plan, and the
- * kernels that filter.c and transform*.c share. */
+/* Private to src/dpp/pipeline: the plan (a job's compiled ops bound to a
+ * schema: plan.c), vocabularies, and the kernels that filter.c and
+ * transform*.c share. The op table is in ops.h. */
 #ifndef SLUICE_DPP_PIPELINE_PLAN_INTERNAL_H
 #define SLUICE_DPP_PIPELINE_PLAN_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dpp/pipeline/ops.h"
 #include "dpp/pipeline/plan.h"
 
-/* ==== the op table ==== */
-
-typedef enum dpp_arg_type {
-    ARG_STRING,     /* non-empty string */
-    ARG_STRING2,    /* array of exactly two non-empty strings */
-    ARG_NUMBER,     /* finite number */
-    ARG_POS_NUMBER, /* finite number > 0 */
-    ARG_RATE,       /* number in (0, 1] */
-    ARG_UINT,       /* integer in [0, 2^63) */
-    ARG_POS_INT,    /* integer in [1, 2^63) */
-    ARG_INT,        /* any int64 */
-    ARG_BORDERS,    /* non-empty array of finite numbers, strictly increasing */
-    /* Bounded kinds: limits that need no schema are checked at parse, with
-     * the types, so a spec with other problems still reports them. */
-    ARG_NAME,       /* non-empty string of at most SL_WH_NAME_MAX bytes (a created feature) */
-    ARG_POS_INT32,  /* integer in [1, 2^31) */
-    ARG_NGRAM_N     /* integer in [1, DPP_NGRAM_MAX] */
-} dpp_arg_type_t;
-
-typedef struct dpp_arg {
-    const char *name;
-    dpp_arg_type_t type;
-    bool required;
-    const char *doc; /* meaning and default */
-} dpp_arg_t;
-
-typedef enum dpp_op {
-    /* filters */
-    OP_LABEL_EQUALS,
-    OP_LABEL_RANGE,
-    OP_HAS_FEATURE,
-    OP_TIMESTAMP_RANGE,
-    OP_SAMPLE,
-    OP_NEGATIVE_DOWNSAMPLE,
-    /* transforms */
-    OP_SIGRID_HASH,
-    OP_MODULO,
-    OP_FIRST_X,
-    OP_DEDUP_IDS,
-    OP_CROSS,
-    OP_NGRAM,
-    OP_MAP_VOCAB,
-    OP_FILL_MISSING,
-    OP_CLAMP,
-    OP_LOG1P,
-    OP_NORMALIZE,
-    OP_BOXCOX,
-    OP_BUCKETIZE,
-    OP_CLAMP_WEIGHTS
-} dpp_op_t;
-
-#define DPP_MAX_ARGS 6
-#define DPP_NGRAM_MAX 1024 /* ids per n-gram: bounds the hashed key of one n-gram */
-
-typedef struct dpp_op_spec {
-    const char *name;
-    dpp_op_t op;
-    bool filter; /* a filter (else a transform) */
-    const char *doc;
-    dpp_arg_t args[DPP_MAX_ARGS]; /* ends at the first name == NULL */
-} dpp_op_spec_t;
-
-/* @return the op named name in the filter (filter true) or transform table,
- * or NULL. */
-const dpp_op_spec_t *dpp_op_find(const char *name, bool filter);
-/* All ops, for documentation; *count gets their number. */
-const dpp_op_spec_t *dpp_ops(uint32_t *count);
-
-/* Check one filter or transform object against the table (types, ranges,
- * unknown keys, missing arguments, and cross-argument rules such as
- * min <= max); problems are prefixed with path ("$.filters[2]"). @return
- * false when out of memory. */
-bool dpp_check_op(const json_t *obj, bool filter, const char *path,
-                  sl_pipeline_problems_t *problems);
-
-/* ==== the compiled plan ==== */
+/* ==== the plan: ops bound to a schema, in the form the hot paths read ==== */
 
 typedef struct dpp_filter {
     dpp_op_t op;
@@ -107,8 +33,8 @@ typedef struct dpp_transform {
     uint64_t table_size;
     int64_t divisor;
     uint32_t x, n;
-    float min, max, value, mean, std, lambda;
-    bool has_min, has_max;
+    float min, max; /* +-inf: no bound */
+    float value, mean, std, lambda;
     double *borders;
     uint32_t num_borders;
     dpp_vocab_t *vocab;

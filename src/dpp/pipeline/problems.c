@@ -27,12 +27,12 @@ void sl_pipeline_problems_free(sl_pipeline_problems_t *p)
     if (p == NULL) return;
     for (uint32_t i = 0; i < p->count; i++) sl_free(NULL, p->items[i], strlen(p->items[i]) + 1);
     if (p->items != NULL) sl_free(NULL, p->items, capacity(p->count) * sizeof(char *));
-    p->items = NULL;
-    p->count = 0;
+    *p = (sl_pipeline_problems_t){0};
 }
 
 bool sl_pipeline_problems_add(sl_pipeline_problems_t *p, const char *fmt, ...)
 {
+    p->reported++;
     if (p->count > PROBLEMS_MAX) return true;
     char buf[SL_ERROR_MSG_MAX];
     if (p->count == PROBLEMS_MAX) {
@@ -45,7 +45,7 @@ bool sl_pipeline_problems_add(sl_pipeline_problems_t *p, const char *fmt, ...)
     }
     size_t len = strlen(buf) + 1;
     char *line = sl_alloc(NULL, len);
-    if (line == NULL) return false;
+    if (line == NULL) return !(p->nomem = true);
     memcpy(line, buf, len);
     if (p->items == NULL || (p->count >= 4 && (p->count & (p->count - 1)) == 0)) {
         size_t old = p->items == NULL ? 0 : capacity(p->count);
@@ -53,7 +53,7 @@ bool sl_pipeline_problems_add(sl_pipeline_problems_t *p, const char *fmt, ...)
         char **items = sl_alloc(NULL, cap * sizeof *items);
         if (items == NULL) {
             sl_free(NULL, line, len);
-            return false;
+            return !(p->nomem = true);
         }
         if (p->count > 0) memcpy(items, p->items, p->count * sizeof *items);
         if (p->items != NULL) sl_free(NULL, p->items, old * sizeof *items);

@@ -12,11 +12,14 @@
  * "$.transforms[3].table_size: must be a positive integer". */
 typedef struct sl_pipeline_problems {
     uint32_t count;
-    char **items; /* [count], owned */
+    char **items;      /* [count], owned */
+    uint32_t reported; /* problems added, the ones past the list's cap included */
+    bool nomem;        /* a problem was lost: memory ran out */
 } sl_pipeline_problems_t;
 
 void sl_pipeline_problems_free(sl_pipeline_problems_t *p);
-/* Append a problem (printf style). Returns false when out of memory. */
+/* Append a problem (printf style). Returns false (and sets p->nomem) when
+ * out of memory. */
 bool sl_pipeline_problems_add(sl_pipeline_problems_t *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -112,8 +112,7 @@ static sl_err_t run(state_t *s, const dpp_transform_t *t, uint32_t ti, sl_error_
     case OP_DEDUP_IDS: return dpp_dedup_ids(a, batch->arena, err);
     case OP_CLAMP_WEIGHTS:
         if (a->weights != NULL)
-            dpp_clamp_weights(a->weights, a->num_values, t->has_min ? t->min : -INFINITY,
-                              t->has_max ? t->max : INFINITY);
+            dpp_clamp_weights(a->weights, a->num_values, t->min, t->max);
         break;
     case OP_CROSS:
     case OP_NGRAM: {

@@ -101,7 +101,7 @@ void dpp_dense_apply(const dpp_transform_t *t, float *data, uint32_t rows, uint3
     }
     case OP_CLAMP: {
         /* Comparisons are false for NaN, which therefore passes unchanged. */
-        const float lo = t->has_min ? t->min : -INFINITY, hi = t->has_max ? t->max : INFINITY;
+        const float lo = t->min, hi = t->max;
         for (uint32_t r = 0; r < rows; r++, p += step) {
             float x = *p;
             if (x < lo) x = lo;

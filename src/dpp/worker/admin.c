@@ -8,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/lock.h"
 #include "dpp/admin/prom.h"
 
 typedef struct wadmin {
-    pthread_mutex_t mu; /* held while a handler reads through w: set waits for it */
+    sl_mutex_t mu;  /* held while a handler reads through w: set waits for it */
     sl_worker_t *w; /* NULL: waiting for the first lease */
     sl_worker_lease_client_t *ms;
 } wadmin_t;
@@ -192,7 +193,7 @@ static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response
     (void)req;
     wadmin_t *a = ctx;
     sl_error_t err = {0};
-    pthread_mutex_lock(&a->mu);
+    sl_mutex_lock(&a->mu);
     sl_worker_lease_client_stats_t m = {0};
     if (a->ms) sl_worker_lease_client_stats(a->ms, &m);
     if (!a->w)
@@ -203,17 +204,17 @@ static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response
         sl_admin_reply_error(resp, 503, "retired by the master: finishing");
     else
         sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ready"));
-    pthread_mutex_unlock(&a->mu);
+    sl_mutex_unlock(&a->mu);
 }
 
 static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
 {
     (void)req;
     wadmin_t *a = ctx;
-    pthread_mutex_lock(&a->mu);
+    sl_mutex_lock(&a->mu);
     char *text = a->w ? sl_worker_admin_metrics_text(a->w, a->ms) : NULL;
     bool waiting = !a->w;
-    pthread_mutex_unlock(&a->mu);
+    sl_mutex_unlock(&a->mu);
     if (waiting) { /* nothing counted yet */
         sl_admin_prom_t p;
         sl_admin_prom_init(&p);
@@ -233,10 +234,10 @@ static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response
 {
     (void)req;
     wadmin_t *a = ctx;
-    pthread_mutex_lock(&a->mu);
+    sl_mutex_lock(&a->mu);
     char *text = a->w ? sl_worker_admin_status_json(a->w, a->ms) : NULL;
     bool waiting = !a->w;
-    pthread_mutex_unlock(&a->mu);
+    sl_mutex_unlock(&a->mu);
     if (waiting) {
         h_waiting(resp, 200);
         return;
@@ -273,7 +274,7 @@ sl_err_t sl_worker_admin_serve(sl_worker_t *w, sl_worker_lease_client_t *ms,
     if (!a) return sl_error_set(err, SL_ERR_NOMEM, "worker admin: out of memory");
     a->ctx.w = w;
     a->ctx.ms = ms;
-    pthread_mutex_init(&a->ctx.mu, NULL);
+    sl_mutex_init(&a->ctx.mu);
     sl_admin_opts_t o = *endpoint;
     o.token = NULL;
     o.routes = routes;
@@ -281,7 +282,7 @@ sl_err_t sl_worker_admin_serve(sl_worker_t *w, sl_worker_lease_client_t *ms,
     o.ctx = &a->ctx;
     sl_err_t rc = sl_admin_start(&o, &a->admin, err);
     if (rc) {
-        pthread_mutex_destroy(&a->ctx.mu);
+        sl_mutex_destroy(&a->ctx.mu);
         sl_free(al, a, sizeof *a);
         return rc;
     }
@@ -297,16 +298,16 @@ uint16_t sl_worker_admin_port(const sl_worker_admin_t *a)
 void sl_worker_admin_set(sl_worker_admin_t *a, sl_worker_t *w,
                          sl_worker_lease_client_t *ms)
 {
-    pthread_mutex_lock(&a->ctx.mu);
+    sl_mutex_lock(&a->ctx.mu);
     a->ctx.w = w;
     a->ctx.ms = ms;
-    pthread_mutex_unlock(&a->ctx.mu);
+    sl_mutex_unlock(&a->ctx.mu);
 }
 
 void sl_worker_admin_stop(sl_worker_admin_t *a)
 {
     if (!a) return;
     sl_admin_stop(a->admin);
-    pthread_mutex_destroy(&a->ctx.mu);
+    sl_mutex_destroy(&a->ctx.mu);
     sl_free(sl_allocator_default(), a, sizeof *a);
 }

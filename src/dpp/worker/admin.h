@@ -1,7 +1,8 @@
 /* The worker's admin routes on the HTTP endpoint of dpp/admin/endpoint.h:
  * GET /healthz, /readyz, /metrics (Prometheus text) and /status (JSON) of
- * one worker, and of its lease client when it runs under a master. Read-only: no route mutates, so no
- * token is needed. Documented in docs/WORKER.md ("Admin endpoint"). */
+ * one worker, and of its lease client when it runs under a master.
+ * Read-only: no route mutates, so no token is needed. Documented in
+ * docs/WORKER.md ("Admin endpoint"). */
 #ifndef SLUICE_DPP_WORKER_ADMIN_H
 #define SLUICE_DPP_WORKER_ADMIN_H
 

@@ -412,11 +412,28 @@ nomem:
     return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory finishing a batch");
 }
 
-static sl_err_t emit_batch(sl_worker_batcher_t *b, sl_error_t *err)
+/* Start the random sequence of the batch that begins at row from of the
+ * range's split: its row order depends on nothing read before it. */
+static void range_reseed(sl_worker_batcher_t *b, uint64_t from)
+{
+    uint64_t z = ((uint64_t)b->range.split << 40) ^ from;
+    b->rng = b->o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)b->epoch + 1)) ^ splitmix(&z);
+}
+
+/* Hand out the batch being built; in a range it ends at row to_row. */
+static sl_err_t emit_batch(sl_worker_batcher_t *b, uint64_t to_row, sl_error_t *err)
 {
     sl_batch_t *batch;
     sl_err_t rc = builder_finish(b, &b->batch, &batch, err);
     if (rc) return rc;
+    sl_worker_lease_origin_t lease, *lp = NULL;
+    if (b->ranged) {
+        lease = b->range;
+        lease.to_row = to_row;
+        lp = &lease;
+        b->range.from_row = to_row; /* the next batch starts there */
+        range_reseed(b, to_row);
+    }
     if (b->seq_valid && b->seq_split == batch->origin.split_id) {
         batch->origin.sequence = b->seq_next++;
     } else {
@@ -427,11 +444,12 @@ static sl_err_t emit_batch(sl_worker_batcher_t *b, sl_error_t *err)
     }
     b->stats.batches++;
     b->stats.rows_out += batch->batch_size;
-    return b->emit(b->ctx, batch, err);
+    return b->emit(b->ctx, batch, lp, err);
 }
 
-/* Shuffle the window's rows (seeded Fisher-Yates) and deal them into batches. */
-static sl_err_t flush_window(sl_worker_batcher_t *b, sl_error_t *err)
+/* Shuffle the window's rows (seeded Fisher-Yates) and deal them into
+ * batches; in a range, a full batch ends at to_row. */
+static sl_err_t flush_window(sl_worker_batcher_t *b, uint64_t to_row, sl_error_t *err)
 {
     builder_t *w = &b->window;
     if (w->n == 0) return SL_OK;
@@ -508,7 +526,7 @@ static sl_err_t flush_window(sl_worker_batcher_t *b, sl_error_t *err)
         }
         bd->n += m;
         i += m;
-        if (bd->n == bd->cap && (rc = emit_batch(b, err))) goto out;
+        if (bd->n == bd->cap && (rc = emit_batch(b, to_row, err))) goto out;
     }
 out:
     sl_batch_destroy(win);
@@ -525,6 +543,11 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
     const uint32_t N = rows->batch_size;
     if (!selected && n > N)
         return sl_error_set(err, SL_ERR_INVALID, "batcher: %u rows selected of %u", n, N);
+    if (b->ranged && (origin->split_id != b->range.split || origin->epoch != b->epoch))
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "batcher: rows of split %llu epoch %u in a range of split %u epoch %u",
+                            (unsigned long long)origin->split_id, origin->epoch, b->range.split,
+                            b->epoch);
     if (!b->started || origin->epoch != b->epoch) {
         if (b->started && (b->window.n || b->batch.n) && (rc = sl_worker_batcher_end_epoch(b, err)))
             return rc;
@@ -570,8 +593,11 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
         }
         if ((rc = gather_runs(b, bd, rows, b->runs, nr, m, weights, i, origin, err))) return rc;
         i += m;
+        if (b->ranged) b->range_next = origin->row + prev + 1;
         if (bd->n == bd->cap) {
-            rc = b->window.cap ? flush_window(b, err) : emit_batch(b, err);
+            /* in a range, a full batch ends right after its last row */
+            rc = b->window.cap ? flush_window(b, b->range_next, err)
+                               : emit_batch(b, b->range_next, err);
             if (rc) return rc;
         }
     }
@@ -598,30 +624,73 @@ static uint32_t builder_clear(sl_worker_batcher_t *b, builder_t *bd)
     return n;
 }
 
-sl_err_t sl_worker_batcher_end_epoch(sl_worker_batcher_t *b, sl_error_t *err)
+/* Drain the window and hand out the short batch being built, or drop it
+ * with drop_last (in a range, it ends at to_row). @return how many rows
+ * were dropped in *dropped. */
+static sl_err_t finish_short(sl_worker_batcher_t *b, uint64_t to_row, uint32_t *dropped,
+                             sl_error_t *err)
 {
-    sl_err_t rc = flush_window(b, err);
+    *dropped = 0;
+    sl_err_t rc = flush_window(b, to_row, err);
     if (rc) return rc;
     if (b->batch.n == 0) return SL_OK;
     if (b->o.drop_last) {
-        b->stats.rows_dropped += builder_clear(b, &b->batch);
+        *dropped = builder_clear(b, &b->batch);
+        b->stats.rows_dropped += *dropped;
         return SL_OK;
     }
-    return emit_batch(b, err);
+    return emit_batch(b, to_row, err);
+}
+
+sl_err_t sl_worker_batcher_end_epoch(sl_worker_batcher_t *b, sl_error_t *err)
+{
+    if (b->ranged)
+        return sl_error_set(err, SL_ERR_INVALID, "batcher: end of an epoch inside a range");
+    uint32_t dropped;
+    return finish_short(b, 0, &dropped, err);
+}
+
+sl_err_t sl_worker_batcher_begin_range(sl_worker_batcher_t *b,
+                                       const sl_worker_lease_origin_t *lease, uint32_t epoch,
+                                       sl_error_t *err)
+{
+    if (b->ranged || b->window.n || b->batch.n)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "batcher: a range of split %u begins with rows held", lease->split);
+    if (b->window.cap && b->window.cap != b->batch.cap)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "batcher: a shuffle window of %u rows in batches of %u: a batch of "
+                            "a range shuffles its own rows only",
+                            b->window.cap, b->batch.cap);
+    b->ranged = true;
+    b->range = *lease;
+    b->range_next = lease->from_row;
+    b->started = true;
+    b->epoch = epoch;
+    range_reseed(b, lease->from_row);
+    return SL_OK;
+}
+
+sl_err_t sl_worker_batcher_end_range(sl_worker_batcher_t *b, uint64_t to_row,
+                                     sl_dpp_row_range_t *empty, sl_error_t *err)
+{
+    *empty = (sl_dpp_row_range_t){to_row, to_row};
+    if (!b->ranged) return sl_error_set(err, SL_ERR_INVALID, "batcher: end of no range");
+    uint64_t from = b->range.from_row;
+    bool held = b->window.n || b->batch.n;
+    uint32_t dropped = 0;
+    sl_err_t rc = finish_short(b, to_row, &dropped, err);
+    b->ranged = false;
+    if (rc) return rc;
+    if ((!held || dropped) && from < to_row) *empty = (sl_dpp_row_range_t){from, to_row};
+    return SL_OK;
 }
 
 void sl_worker_batcher_discard(sl_worker_batcher_t *b)
 {
     b->stats.rows_discarded += builder_clear(b, &b->window);
     b->stats.rows_discarded += builder_clear(b, &b->batch);
-}
-
-void sl_worker_batcher_reseed(sl_worker_batcher_t *b, uint32_t epoch, uint64_t salt)
-{
-    b->started = true;
-    b->epoch = epoch;
-    uint64_t z = salt;
-    b->rng = b->o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)epoch + 1)) ^ splitmix(&z);
+    b->ranged = false;
 }
 
 uint64_t sl_worker_batcher_footprint(const sl_worker_batcher_t *b)

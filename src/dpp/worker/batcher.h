@@ -16,6 +16,11 @@
  * its origin: the epoch, split, row of the split and per-split sequence
  * number of its first row. A shuffle window needs expanded input.
  *
+ * Rows of a lease are batched by row range instead (begin_range,
+ * end_range): each batch then covers one contiguous range of rows of one
+ * split, the rows the filter dropped included, and is handed out with the
+ * lease part of its origin (sl_worker_lease_origin_t, source.h).
+ *
  * Memory: one batch being built (and with shuffle_window W, W rows plus
  * their per-key offsets); reused from batch to batch. Not thread-safe: one
  * batcher per pipeline. */
@@ -26,6 +31,8 @@
 #include <stdint.h>
 
 #include "dedup/dedup.h"
+#include "dpp/split.h"
+#include "dpp/worker/source.h"
 #include "sluice/err.h"
 #include "sluice/tensor.h"
 
@@ -52,8 +59,11 @@ typedef struct sl_worker_rows_origin {
 
 /* Receives each complete batch and always takes ownership of it (free with
  * sl_batch_destroy), also when it fails; a failure stops the batcher's call
- * with that error. */
-typedef sl_err_t (*sl_worker_batcher_emit_fn)(void *ctx, sl_batch_t *batch, sl_error_t *err);
+ * with that error. lease: the lease part of the batch's origin, for a
+ * batch of a range (borrowed for the call); NULL otherwise. */
+typedef sl_err_t (*sl_worker_batcher_emit_fn)(void *ctx, sl_batch_t *batch,
+                                              const sl_worker_lease_origin_t *lease,
+                                              sl_error_t *err);
 
 typedef struct sl_worker_batcher sl_worker_batcher_t;
 
@@ -83,21 +93,34 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
                                const sl_worker_rows_origin_t *origin, sl_error_t *err);
 
 /* End of an epoch: drain the shuffle window and hand out the short last
- * batch (or drop it with drop_last). */
+ * batch (or drop it with drop_last). Not inside a range. */
 sl_err_t sl_worker_batcher_end_epoch(sl_worker_batcher_t *b, sl_error_t *err);
 
-/* Drop every row held and not yet in a batch handed out (the batch being
- * built, the shuffle window), as if never added: a worker whose lease
- * failed mid-way discards what it gathered of it. The batcher stays usable
- * for rows of the same shape. */
-void sl_worker_batcher_discard(sl_worker_batcher_t *b);
+/* Rows of a lease, batched by row range (docs/WORKER.md, "Batches are row
+ * ranges"). begin_range: the rows added from now on are rows of
+ * lease->split, of epoch, from lease->from_row on (lease is copied;
+ * to_row is ignored). No row may be held (end the previous range first),
+ * and the shuffle window must be 0 or the batch size: a batch's rows are
+ * shuffled among themselves, in an order drawn from (seed, epoch, split,
+ * the batch's first row), so that it does not depend on which leases the
+ * worker happened to read before. A full batch covers [from_row, its last row +
+ * 1); the next one starts there. end_range: the range ends at to_row; the
+ * batch being built covers [from_row, to_row) and goes out short, or is
+ * dropped with drop_last. *empty gets the range's rows that went into no
+ * batch (from_row == to_row: none): the tail after the last batch when
+ * nothing was held, or the dropped batch's rows. @return SL_ERR_INVALID
+ * when called out of turn; emit's error. */
+sl_err_t sl_worker_batcher_begin_range(sl_worker_batcher_t *b,
+                                       const sl_worker_lease_origin_t *lease, uint32_t epoch,
+                                       sl_error_t *err);
+sl_err_t sl_worker_batcher_end_range(sl_worker_batcher_t *b, uint64_t to_row,
+                                     sl_dpp_row_range_t *empty, sl_error_t *err);
 
-/* Restart the shuffle window's random sequence from (seed, epoch, salt),
- * and make epoch the current one. Only between batches, with no row held:
- * a worker under a master reseeds at each batch (salt: split and first
- * row), so that a batch's row order does not depend on which leases the
- * worker happened to read before. */
-void sl_worker_batcher_reseed(sl_worker_batcher_t *b, uint32_t epoch, uint64_t salt);
+/* Drop every row held and not yet in a batch handed out (the batch being
+ * built, the shuffle window), as if never added, and leave the range if
+ * in one: a worker whose lease failed mid-way discards what it gathered
+ * of it. The batcher stays usable for rows of the same shape. */
+void sl_worker_batcher_discard(sl_worker_batcher_t *b);
 
 /* Bytes the batcher holds now (for the worker's memory accounting). */
 uint64_t sl_worker_batcher_footprint(const sl_worker_batcher_t *b);

@@ -79,6 +79,12 @@ struct sl_worker_batcher {
     uint64_t rng;
     bool seq_valid;
     uint64_t seq_split, seq_next;
+    /* in a range (sl_worker_batcher_begin_range): range.from_row is the
+     * first row of the batch being built, range_next one past the last
+     * row added */
+    bool ranged;
+    sl_worker_lease_origin_t range;
+    uint64_t range_next;
     sl_worker_batcher_stats_t stats;
 };
 

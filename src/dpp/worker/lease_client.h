@@ -1,5 +1,8 @@
 /* The lease client: a worker's side of the control protocol
- * (proto/control.proto, frames 16..24) with a DPP master.
+ * (proto/control.proto, frames 16..24 and SPLIT_FAILED 32..33, after the
+ * cluster-secret handshake of rpc/auth.h when there is a secret) with a
+ * DPP master. Three files: lease_client.c, lease_conn.c, lease_control.c
+ * (lease_client_internal.h says which does what).
  *
  *   new       connect, REGISTER (worker id, serve and admin addresses) and
  *             start the control thread

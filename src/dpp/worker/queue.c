@@ -6,9 +6,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/lock.h"
+
 struct sl_worker_queue {
     const sl_allocator_t *a;
-    pthread_mutex_t mu;
+    sl_mutex_t mu;
     pthread_cond_t not_empty, not_full;
     uint32_t capacity; /* 0: unbounded */
     sl_worker_msg_t *ring;
@@ -38,15 +40,15 @@ static struct timespec deadline_after(int timeout_ms)
     return ts;
 }
 
-/* Wait on c; @return false when the deadline passed (timeout_ms >= 0). */
-static bool wait_until(pthread_cond_t *c, pthread_mutex_t *mu, int timeout_ms,
-                       const struct timespec *deadline)
+/* Wait on c (mu held); @return false when the deadline passed (timeout_ms >= 0). */
+static bool wait_until(pthread_cond_t *c, sl_mutex_t *mu, int timeout_ms,
+                       const struct timespec *deadline) SL_REQUIRES(*mu)
 {
     if (timeout_ms < 0) {
-        pthread_cond_wait(c, mu);
+        sl_cond_wait(c, mu);
         return true;
     }
-    return pthread_cond_timedwait(c, mu, deadline) == 0;
+    return sl_cond_timedwait(c, mu, deadline) == 0;
 }
 
 sl_worker_queue_t *sl_worker_queue_new(const sl_allocator_t *a, uint32_t capacity)
@@ -61,7 +63,7 @@ sl_worker_queue_t *sl_worker_queue_new(const sl_allocator_t *a, uint32_t capacit
         sl_free(a, q, sizeof *q);
         return NULL;
     }
-    pthread_mutex_init(&q->mu, NULL);
+    sl_mutex_init(&q->mu);
     cond_init_monotonic(&q->not_empty);
     cond_init_monotonic(&q->not_full);
     return q;
@@ -70,15 +72,15 @@ sl_worker_queue_t *sl_worker_queue_new(const sl_allocator_t *a, uint32_t capacit
 void sl_worker_queue_destroy(sl_worker_queue_t *q)
 {
     if (!q) return;
-    pthread_mutex_destroy(&q->mu);
+    sl_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->not_empty);
     pthread_cond_destroy(&q->not_full);
     sl_free(q->a, q->ring, (size_t)q->ring_cap * sizeof *q->ring);
     sl_free(q->a, q, sizeof *q);
 }
 
-/* Double the ring (under the lock). */
-static bool grow(sl_worker_queue_t *q)
+/* Double the ring (under q->mu). */
+static bool grow(sl_worker_queue_t *q) SL_REQUIRES(q->mu)
 {
     uint32_t cap = q->ring_cap * 2;
     if (cap < q->ring_cap) return false;
@@ -96,89 +98,89 @@ static bool grow(sl_worker_queue_t *q)
 sl_err_t sl_worker_queue_push(sl_worker_queue_t *q, const sl_worker_msg_t *m, int timeout_ms)
 {
     struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
-    pthread_mutex_lock(&q->mu);
+    sl_mutex_lock(&q->mu);
     while (!q->closed && q->capacity && q->len >= q->capacity) {
         if (!wait_until(&q->not_full, &q->mu, timeout_ms, &dl) && q->len >= q->capacity &&
             !q->closed) {
-            pthread_mutex_unlock(&q->mu);
+            sl_mutex_unlock(&q->mu);
             return SL_ERR_TIMEOUT;
         }
     }
     if (q->closed) {
-        pthread_mutex_unlock(&q->mu);
+        sl_mutex_unlock(&q->mu);
         return SL_ERR_CLOSED;
     }
     if (q->len == q->ring_cap && !grow(q)) {
-        pthread_mutex_unlock(&q->mu);
+        sl_mutex_unlock(&q->mu);
         return SL_ERR_NOMEM;
     }
     q->ring[(q->head + q->len) % q->ring_cap] = *m;
     q->len++;
     pthread_cond_signal(&q->not_empty);
-    pthread_mutex_unlock(&q->mu);
+    sl_mutex_unlock(&q->mu);
     return SL_OK;
 }
 
 sl_err_t sl_worker_queue_push_front(sl_worker_queue_t *q, const sl_worker_msg_t *m)
 {
-    pthread_mutex_lock(&q->mu);
+    sl_mutex_lock(&q->mu);
     if (q->len == q->ring_cap && !grow(q)) {
-        pthread_mutex_unlock(&q->mu);
+        sl_mutex_unlock(&q->mu);
         return SL_ERR_NOMEM;
     }
     q->head = (q->head + q->ring_cap - 1) % q->ring_cap;
     q->ring[q->head] = *m;
     q->len++;
     pthread_cond_signal(&q->not_empty);
-    pthread_mutex_unlock(&q->mu);
+    sl_mutex_unlock(&q->mu);
     return SL_OK;
 }
 
 sl_err_t sl_worker_queue_pop(sl_worker_queue_t *q, sl_worker_msg_t *m, int timeout_ms)
 {
     struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
-    pthread_mutex_lock(&q->mu);
+    sl_mutex_lock(&q->mu);
     while (q->len == 0 && !q->closed) {
         if (timeout_ms == 0 ||
             (!wait_until(&q->not_empty, &q->mu, timeout_ms, &dl) && q->len == 0 && !q->closed)) {
-            pthread_mutex_unlock(&q->mu);
+            sl_mutex_unlock(&q->mu);
             return SL_ERR_TIMEOUT;
         }
     }
     if (q->len == 0) {
-        pthread_mutex_unlock(&q->mu);
+        sl_mutex_unlock(&q->mu);
         return SL_ERR_CLOSED;
     }
     *m = q->ring[q->head];
     q->head = (q->head + 1) % q->ring_cap;
     q->len--;
     pthread_cond_signal(&q->not_full);
-    pthread_mutex_unlock(&q->mu);
+    sl_mutex_unlock(&q->mu);
     return SL_OK;
 }
 
 void sl_worker_queue_close(sl_worker_queue_t *q)
 {
-    pthread_mutex_lock(&q->mu);
+    sl_mutex_lock(&q->mu);
     q->closed = true;
     pthread_cond_broadcast(&q->not_empty);
     pthread_cond_broadcast(&q->not_full);
-    pthread_mutex_unlock(&q->mu);
+    sl_mutex_unlock(&q->mu);
 }
 
 uint32_t sl_worker_queue_len(sl_worker_queue_t *q)
 {
-    pthread_mutex_lock(&q->mu);
+    sl_mutex_lock(&q->mu);
     uint32_t n = q->len;
-    pthread_mutex_unlock(&q->mu);
+    sl_mutex_unlock(&q->mu);
     return n;
 }
 
 bool sl_worker_queue_closed(sl_worker_queue_t *q)
 {
-    pthread_mutex_lock(&q->mu);
+    sl_mutex_lock(&q->mu);
     bool c = q->closed;
-    pthread_mutex_unlock(&q->mu);
+    sl_mutex_unlock(&q->mu);
     return c;
 }
 
@@ -186,7 +188,7 @@ bool sl_worker_queue_closed(sl_worker_queue_t *q)
 
 struct sl_worker_budget {
     const sl_allocator_t *a;
-    pthread_mutex_t mu;
+    sl_mutex_t mu;
     pthread_cond_t freed;
     uint64_t limit, used, pinned, peak, wait_ns;
     uint32_t stages, waiters, idle;
@@ -200,7 +202,7 @@ sl_worker_budget_t *sl_worker_budget_new(const sl_allocator_t *a, uint64_t limit
     if (!b) return NULL;
     b->a = a;
     b->limit = limit;
-    pthread_mutex_init(&b->mu, NULL);
+    sl_mutex_init(&b->mu);
     cond_init_monotonic(&b->freed);
     return b;
 }
@@ -208,7 +210,7 @@ sl_worker_budget_t *sl_worker_budget_new(const sl_allocator_t *a, uint64_t limit
 void sl_worker_budget_destroy(sl_worker_budget_t *b)
 {
     if (!b) return;
-    pthread_mutex_destroy(&b->mu);
+    sl_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->freed);
     sl_free(b->a, b, sizeof *b);
 }
@@ -220,23 +222,25 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void take(sl_worker_budget_t *b, uint64_t bytes)
+/* Account bytes more (under b->mu). */
+static void take(sl_worker_budget_t *b, uint64_t bytes) SL_REQUIRES(b->mu)
 {
     b->used += bytes;
     b->changes++;
     if (b->used > b->peak) b->peak = b->used;
 }
 
-/* Could anyone but the caller free memory? Pinned bytes: a client's ACK
- * will; a stage that neither waits here nor idles is still working. */
-static bool others_may_free(const sl_worker_budget_t *b)
+/* Could anyone but the caller free memory (under b->mu)? Pinned bytes: a
+ * client's ACK will; a stage that neither waits here nor idles is still
+ * working. */
+static bool others_may_free(const sl_worker_budget_t *b) SL_REQUIRES(b->mu)
 {
     return b->stages == 0 || b->pinned > 0 || b->waiters + b->idle + 1 < b->stages;
 }
 
 sl_err_t sl_worker_budget_acquire(sl_worker_budget_t *b, uint64_t bytes, uint64_t held)
 {
-    pthread_mutex_lock(&b->mu);
+    sl_mutex_lock(&b->mu);
     uint64_t t0 = 0, stuck_since = 0, seen = 0;
     sl_err_t rc = SL_OK;
     while (!b->closed && b->limit && b->used + bytes > b->limit) {
@@ -258,79 +262,79 @@ sl_err_t sl_worker_budget_acquire(sl_worker_budget_t *b, uint64_t bytes, uint64_
         if (!t0) t0 = now;
         struct timespec ts = deadline_after(SL_WORKER_BUDGET_STUCK_MS / 4);
         b->waiters++;
-        pthread_cond_timedwait(&b->freed, &b->mu, &ts);
+        sl_cond_timedwait(&b->freed, &b->mu, &ts);
         b->waiters--;
     }
     if (t0) b->wait_ns += mono_ns() - t0;
     if (rc == SL_OK && b->closed) rc = SL_ERR_CLOSED;
     if (rc == SL_OK) take(b, bytes);
-    pthread_mutex_unlock(&b->mu);
+    sl_mutex_unlock(&b->mu);
     return rc;
 }
 
 void sl_worker_budget_stages(sl_worker_budget_t *b, uint32_t stages)
 {
-    pthread_mutex_lock(&b->mu);
+    sl_mutex_lock(&b->mu);
     b->stages = stages;
-    pthread_mutex_unlock(&b->mu);
+    sl_mutex_unlock(&b->mu);
 }
 
 void sl_worker_budget_idle(sl_worker_budget_t *b, bool idle)
 {
-    pthread_mutex_lock(&b->mu);
+    sl_mutex_lock(&b->mu);
     if (idle)
         b->idle++;
     else if (b->idle > 0)
         b->idle--;
     b->changes++;
     pthread_cond_broadcast(&b->freed);
-    pthread_mutex_unlock(&b->mu);
+    sl_mutex_unlock(&b->mu);
 }
 
 void sl_worker_budget_pin(sl_worker_budget_t *b, uint64_t bytes)
 {
-    pthread_mutex_lock(&b->mu);
+    sl_mutex_lock(&b->mu);
     b->pinned += bytes;
     b->changes++;
     pthread_cond_broadcast(&b->freed);
-    pthread_mutex_unlock(&b->mu);
+    sl_mutex_unlock(&b->mu);
 }
 
 void sl_worker_budget_release_pinned(sl_worker_budget_t *b, uint64_t bytes)
 {
     if (bytes == 0) return;
-    pthread_mutex_lock(&b->mu);
+    sl_mutex_lock(&b->mu);
     b->pinned = bytes > b->pinned ? 0 : b->pinned - bytes;
     b->used = bytes > b->used ? 0 : b->used - bytes;
     b->changes++;
     pthread_cond_broadcast(&b->freed);
-    pthread_mutex_unlock(&b->mu);
+    sl_mutex_unlock(&b->mu);
 }
 
 void sl_worker_budget_release(sl_worker_budget_t *b, uint64_t bytes)
 {
     if (bytes == 0) return;
-    pthread_mutex_lock(&b->mu);
+    sl_mutex_lock(&b->mu);
     b->used = bytes > b->used ? 0 : b->used - bytes;
     b->changes++;
     pthread_cond_broadcast(&b->freed);
-    pthread_mutex_unlock(&b->mu);
+    sl_mutex_unlock(&b->mu);
 }
 
 void sl_worker_budget_close(sl_worker_budget_t *b)
 {
-    pthread_mutex_lock(&b->mu);
+    sl_mutex_lock(&b->mu);
     b->closed = true;
     pthread_cond_broadcast(&b->freed);
-    pthread_mutex_unlock(&b->mu);
+    sl_mutex_unlock(&b->mu);
 }
 
 #define BUDGET_GETTER(name, field)                                                                 \
     uint64_t sl_worker_budget_##name(sl_worker_budget_t *b)                                        \
     {                                                                                              \
-        pthread_mutex_lock(&b->mu);                                                                \
+        sl_mutex_lock(&b->mu);                                                                     \
         uint64_t v = b->field;                                                                     \
-        pthread_mutex_unlock(&b->mu);                                                              \
+        sl_mutex_unlock(&b->mu);                                                                   \
         return v;                                                                                  \
     }
 BUDGET_GETTER(limit, limit)

@@ -1,25 +1,20 @@
-/* The trainer-protocol server (server.h): an accept thread, and per client
- * a receiver thread (the connection's owner) and a sender thread. Shared
- * state (windows, unacknowledged batches, counters) is under one mutex;
- * the encoded batches wait in unbounded sl_worker_queues (the memory budget
- * bounds them), so a returned batch can go back to its front: one for
- * batches any client may take, and one per trainer rank with batches of
- * static sharding (created when the first such batch comes). */
+/* The trainer-protocol server (server.h): the accept thread and who may
+ * connect (the client cap, eviction), the ready queues batches wait in,
+ * start, stop and statistics. A connection's own threads are in
+ * server_conn.c. */
 #include "dpp/worker/server.h"
 
-#include <errno.h>
-#include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dpp/worker/server_internal.h"
 #include "rpc/auth.h"
 
 /* How long sl_worker_server_stop lets the sender threads of a finished job
@@ -27,77 +22,7 @@
  * to a client that has read every batch: it leaves at once. */
 #define END_GRACE_MS 2000
 
-/* A queued batch. Sender threads read its frame without the lock, so an
- * ACK (or a stop) that comes while one is still writing it only marks it:
- * the last writer frees it. */
-typedef struct sitem {
-    sl_worker_server_item_t item; /* first: an sl_worker_server_item_t * is an sitem_t * */
-    uint32_t senders;   /* threads writing the frame now (under s->mu) */
-    bool acked;
-} sitem_t;
-
-typedef struct unacked {
-    sl_worker_server_item_t *item;
-    uint64_t delivery_id;
-} unacked_t;
-
-typedef struct client {
-    struct sl_worker_server *s;
-    int fd;
-    char name[96];
-    pthread_t recv_thread, send_thread;
-    bool send_started;
-    pthread_mutex_t wmu; /* one frame at a time on the socket */
-    /* under s->mu */
-    uint64_t credits; /* granted by REQUEST, one spent per BATCH sent */
-    uint32_t n_unacked;
-    unacked_t *unacked; /* [max_credits] */
-    bool closed, ended, done;
-    bool welcomed;    /* its sender thread runs or ran (or could not start) */
-    bool sender_done; /* its sender thread has ended */
-    uint32_t rank_plus_one; /* 1 + the rank of its HELLO, 0 when over max_ranks */
-    bool hello_done;        /* past its handshake */
-    bool evicting;          /* shut down to make room: its threads are ending */
-    uint64_t opened_ms, last_rx_ms;
-    struct client *next;
-} client_t;
-
-struct sl_worker_server {
-    sl_worker_server_opts_t o;
-    const sl_allocator_t *a;
-    char worker_id[128], job_id[128];
-    int lfd;
-    uint16_t port;
-    pthread_t accept_thread;
-    sl_worker_queue_t **ready; /* [max_ranks + 1]: [0] any rank, [r + 1] rank r (NULL until used) */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool finished, stopping, stopped;
-    sl_err_t fail_code;
-    char fail_msg[SL_ERROR_MSG_MAX];
-    uint64_t outstanding; /* pushed, not yet acknowledged */
-    uint64_t next_delivery;
-    client_t *clients;
-    uint32_t nclients; /* in the list: their threads may still run */
-    char *secret;      /* the cluster secret (owned), NULL: no handshake */
-    sl_worker_server_stats_t st;
-};
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void item_free(const sl_allocator_t *a, sl_worker_server_item_t *it)
+void dpp_server_item_free(const sl_allocator_t *a, sl_worker_server_item_t *it)
 {
     if (!it) return;
     sitem_t *si = (sitem_t *)it;
@@ -109,403 +34,40 @@ static void item_free(const sl_allocator_t *a, sl_worker_server_item_t *it)
     sl_free(a, si, sizeof *si);
 }
 
-/* A lease's batch is gone (under s->mu). */
-static void retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
+void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
 {
-    if (it->lease && s->o.lease_retire) s->o.lease_retire(s->o.lease_ctx, it->lease, acked);
+    if (it->lease.handle && s->o.lease_retire)
+        s->o.lease_retire(s->o.lease_ctx, it->lease.handle, acked);
 }
 
-/* The queue of batches for rank_plus_one (under s->mu), created on first
- * use when create. @return NULL when out of range or memory (or absent). */
-static sl_worker_queue_t *rank_queue(struct sl_worker_server *s, uint32_t rank_plus_one,
-                                     bool create)
+sl_worker_queue_t *dpp_server_rank_queue(struct sl_worker_server *s, uint32_t rank_plus_one,
+                                         bool create)
 {
     if (rank_plus_one > s->o.max_ranks) return NULL;
     if (!s->ready[rank_plus_one] && create) s->ready[rank_plus_one] = sl_worker_queue_new(s->a, 0);
     return s->ready[rank_plus_one];
 }
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
+void dpp_server_timed_wait(pthread_cond_t *cv, sl_mutex_t *mu, int ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_nsec += (long)ms * 1000000L;
     ts.tv_sec += ts.tv_nsec / 1000000000L;
     ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &ts);
-}
-
-static sl_err_t send_locked(client_t *c, sl_rpc_type_t type, const ProtobufCMessage *msg,
-                            const void *payload, size_t len, sl_error_t *err)
-{
-    pthread_mutex_lock(&c->wmu);
-    sl_err_t rc = sl_rpc_send(c->fd, type, msg, payload, len, err);
-    pthread_mutex_unlock(&c->wmu);
-    return rc;
-}
-
-static void send_error(client_t *c, sl_err_t code, const char *msg)
-{
-    pthread_mutex_lock(&c->wmu);
-    sl_rpc_send_error(c->fd, code, msg);
-    pthread_mutex_unlock(&c->wmu);
-}
-
-/* Under s->mu: the client is gone; its batches go back to the front, in
- * their original order. */
-static void requeue_unacked(struct sl_worker_server *s, client_t *c)
-{
-    for (uint32_t i = c->n_unacked; i-- > 0;) {
-        sl_worker_server_item_t *it = c->unacked[i].item;
-        sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
-        sl_worker_queue_t *q = rank_queue(s, it->rank_plus_one, false);
-        if (!q || sl_worker_queue_push_front(q, &m) != SL_OK) {
-            /* Out of memory for a queue slot: the batch is lost; never
-             * pretend it was delivered. */
-            s->outstanding--;
-            if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
-            retire(s, it, false);
-            item_free(s->a, it);
-            continue;
-        }
-        s->st.redeliveries++;
-    }
-    c->n_unacked = 0;
-    pthread_cond_broadcast(&s->cv);
-}
-
-/* Under s->mu (released while sending): END to c, once. */
-static void send_end_locked(struct sl_worker_server *s, client_t *c, sl_error_t *err)
-{
-    c->ended = true;
-    Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
-    e.epochs = s->o.epochs;
-    e.batches = s->st.batches_acked;
-    e.samples = s->st.samples_acked;
-    pthread_mutex_unlock(&s->mu);
-    send_locked(c, SL_RPC_END, &e.base, NULL, 0, err);
-    pthread_mutex_lock(&s->mu);
-}
-
-static void *sender_main(void *arg)
-{
-    client_t *c = arg;
-    struct sl_worker_server *s = c->s;
-    sl_error_t err = {0};
-    pthread_mutex_lock(&s->mu);
-    while (!c->closed && !s->stopping) {
-        if (s->fail_code) {
-            char msg[SL_ERROR_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", s->fail_msg);
-            sl_err_t code = s->fail_code;
-            c->closed = true;
-            pthread_mutex_unlock(&s->mu);
-            send_error(c, code, msg);
-            shutdown(c->fd, SHUT_RDWR);
-            pthread_mutex_lock(&s->mu);
-            break;
-        }
-        if (c->credits > 0 && c->n_unacked < s->o.max_credits) {
-            sl_worker_msg_t m;
-            /* this client's rank first, then batches for anyone */
-            sl_worker_queue_t *q = c->rank_plus_one ? s->ready[c->rank_plus_one] : NULL;
-            pthread_mutex_unlock(&s->mu);
-            sl_err_t rc = q ? sl_worker_queue_pop(q, &m, 0) : SL_ERR_TIMEOUT;
-            if (rc != SL_OK) {
-                q = s->ready[0];
-                rc = sl_worker_queue_pop(q, &m, 0);
-            }
-            pthread_mutex_lock(&s->mu);
-            if (rc == SL_OK) {
-                sl_worker_server_item_t *it = m.ptr;
-                if (c->closed || s->stopping) {
-                    sl_worker_queue_push_front(q, &m);
-                    break;
-                }
-                if (it->lease && s->o.lease_live && !s->o.lease_live(s->o.lease_ctx, it->lease)) {
-                    /* revoked: another worker serves these rows now */
-                    s->outstanding--;
-                    s->st.dropped++;
-                    if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
-                    retire(s, it, false);
-                    item_free(s->a, it);
-                    pthread_cond_broadcast(&s->cv);
-                    continue;
-                }
-                uint64_t id = ++s->next_delivery;
-                ((sitem_t *)it)->senders++;
-                c->unacked[c->n_unacked++] = (unacked_t){it, id};
-                c->credits--;
-                pthread_mutex_unlock(&s->mu);
-                Sluice__Dpp__BatchInfo bi = SLUICE__DPP__BATCH_INFO__INIT;
-                bi.delivery_id = id;
-                bi.split_id = it->origin.split_id;
-                bi.first_row = it->origin.first_row;
-                bi.epoch = it->origin.epoch;
-                bi.sequence = it->origin.sequence;
-                bi.num_samples = it->num_samples;
-                if (it->lease) {
-                    bi.job_id = s->job_id;
-                    bi.split = it->split;
-                    bi.generation = it->generation;
-                    bi.from_row = it->from_row;
-                    bi.to_row = it->to_row;
-                    bi.rank_plus_one = it->rank_plus_one;
-                }
-                size_t len = it->len;
-                uint64_t t0 = mono_ns();
-                rc = send_locked(c, SL_RPC_BATCH, &bi.base, it->frame, it->len, &err);
-                uint64_t dt = mono_ns() - t0;
-                pthread_mutex_lock(&s->mu);
-                s->st.send_ns += dt;
-                sitem_t *si = (sitem_t *)it;
-                si->senders--;
-                if (si->acked && si->senders == 0) {
-                    item_free(s->a, it);
-                    it = NULL;
-                }
-                if (rc != SL_OK) {
-                    /* the receiver sees the socket die and returns the batches */
-                    shutdown(c->fd, SHUT_RDWR);
-                    break;
-                }
-                s->st.batches_sent++;
-                s->st.bytes_sent += len;
-                continue;
-            }
-        }
-        if (s->finished && s->outstanding == 0 && !c->ended) {
-            send_end_locked(s, c, &err);
-            continue;
-        }
-        timed_wait(&s->cv, &s->mu, 200);
-    }
-    /* Stopped with the job done (the worker exits when the last batch is
-     * acknowledged): END may not have gone out yet. Without it the client
-     * would take the close for a lost connection and try to reconnect to a
-     * worker that is gone. sl_worker_server_stop waits for this. */
-    if (!c->closed && s->stopping && s->finished && s->outstanding == 0 && !c->ended &&
-        !s->fail_code)
-        send_end_locked(s, c, &err);
-    c->sender_done = true;
-    pthread_cond_broadcast(&s->cv);
-    s->st.cpu_ns += thread_cpu_ns();
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
-}
-
-/* Handle an ACK under s->mu. @return false (with msg) for an id this
- * worker never sent. */
-static bool handle_ack(struct sl_worker_server *s, client_t *c, const Sluice__Dpp__Ack *ack,
-                       char *msg, size_t cap)
-{
-    for (size_t i = 0; i < ack->n_delivery_ids; i++) {
-        uint64_t id = ack->delivery_ids[i];
-        uint32_t j = 0;
-        while (j < c->n_unacked && c->unacked[j].delivery_id != id)
-            j++;
-        if (j == c->n_unacked) {
-            /* An id this worker issued on another connection: a client
-             * that reconnected acknowledges what it received before the
-             * break. That batch went back to the ready queue when the old
-             * connection closed and will be sent again (under a master its
-             * commit then answers OVERLAP), so the ACK is ignored, not an
-             * error that would cost the client this worker. */
-            if (id != 0 && id <= s->next_delivery) {
-                s->st.stale_acks++;
-                continue;
-            }
-            snprintf(msg, cap, "ACK of delivery id %" PRIu64 ", which this worker never sent", id);
-            return false;
-        }
-        sl_worker_server_item_t *it = c->unacked[j].item;
-        memmove(c->unacked + j, c->unacked + j + 1, (c->n_unacked - j - 1) * sizeof *c->unacked);
-        c->n_unacked--;
-        s->outstanding--;
-        s->st.batches_acked++;
-        s->st.samples_acked += it->num_samples;
-        s->st.bytes_acked += it->len;
-        s->st.bytes_acked_expanded += it->expanded_bytes;
-        if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
-        retire(s, it, true);
-        item_free(s->a, it);
-    }
-    pthread_cond_broadcast(&s->cv);
-    return true;
-}
-
-static void *client_main(void *arg)
-{
-    client_t *c = arg;
-    struct sl_worker_server *s = c->s;
-    sl_rpc_frame_t f = {0};
-    sl_error_t err = {0};
-    char msg[SL_ERROR_MSG_MAX];
-    /* One deadline for the whole handshake, not per read: a peer that
-     * trickles bytes cannot hold the connection (and its thread) longer. */
-    uint64_t deadline = c->opened_ms + (uint64_t)s->o.hello_timeout_ms;
-    bool bad = false;
-    sl_err_t rc = SL_OK;
-    if (s->secret) {
-        rc = sl_rpc_auth_server(c->fd, s->secret, deadline, &s->o.limits, &err);
-        if (rc != SL_OK) {
-            if (rc != SL_ERR_CLOSED) send_error(c, rc, err.msg);
-            pthread_mutex_lock(&s->mu);
-            if (rc == SL_ERR_TIMEOUT) s->st.handshake_timeouts++;
-            else if (rc != SL_ERR_CLOSED && !c->evicting) s->st.auth_failures++;
-            pthread_mutex_unlock(&s->mu);
-            goto out;
-        }
-    }
-    rc = sl_rpc_recv_until(c->fd, deadline, &s->o.limits, s->a, &f, &err);
-    if (rc != SL_OK) {
-        if (rc == SL_ERR_TIMEOUT) {
-            snprintf(msg, sizeof msg, "no hello within %d ms of connecting", s->o.hello_timeout_ms);
-            send_error(c, rc, msg);
-            pthread_mutex_lock(&s->mu);
-            s->st.handshake_timeouts++;
-            pthread_mutex_unlock(&s->mu);
-        } else if (rc != SL_ERR_CLOSED) {
-            send_error(c, rc, err.msg);
-            bad = true;
-        }
-        goto out;
-    }
-    if (f.type != SL_RPC_HELLO) {
-        snprintf(msg, sizeof msg, "expected a hello frame first, got %s", sl_rpc_type_name(f.type));
-        send_error(c, SL_ERR_PROTOCOL, msg);
-        bad = true;
-        goto out;
-    }
-    const Sluice__Dpp__Hello *h = (const Sluice__Dpp__Hello *)f.msg;
-    if (h->protocol_version != SL_RPC_VERSION) {
-        snprintf(msg, sizeof msg, "hello: protocol version %u, this worker speaks %u",
-                 h->protocol_version, SL_RPC_VERSION);
-        send_error(c, SL_ERR_VERSION, msg);
-        bad = true;
-        goto out;
-    }
-    uint32_t world = h->world_size ? h->world_size : 1; /* 0: a client that did not say */
-    if (h->rank >= world) {
-        snprintf(msg, sizeof msg, "hello: rank %u is not below world size %u", h->rank, world);
-        send_error(c, SL_ERR_INVALID, msg);
-        bad = true;
-        goto out;
-    }
-    if (h->client_name && h->client_name[0]) {
-        char tmp[64];
-        snprintf(tmp, sizeof tmp, "%s", h->client_name);
-        snprintf(c->name + strlen(c->name), sizeof c->name - strlen(c->name), " (%s)", tmp);
-    }
-    c->rank_plus_one = h->rank < s->o.max_ranks ? h->rank + 1 : 0;
-    sl_rpc_frame_free(&f);
-    pthread_mutex_lock(&s->mu);
-    c->hello_done = true;
-    c->last_rx_ms = sl_rpc_now_ms();
-    pthread_mutex_unlock(&s->mu);
-    Sluice__Dpp__Welcome w = SLUICE__DPP__WELCOME__INIT;
-    w.protocol_version = SL_RPC_VERSION;
-    w.worker_id = s->worker_id;
-    w.job_id = s->job_id;
-    w.max_credits = s->o.max_credits;
-    if (send_locked(c, SL_RPC_WELCOME, &w.base, NULL, 0, &err) != SL_OK) goto out;
-    pthread_mutex_lock(&s->mu);
-    c->welcomed = true; /* from now on a stop waits for its sender (END) */
-    pthread_mutex_unlock(&s->mu);
-    if (pthread_create(&c->send_thread, NULL, sender_main, c) != 0) {
-        pthread_mutex_lock(&s->mu);
-        c->sender_done = true;
-        pthread_mutex_unlock(&s->mu);
-        send_error(c, SL_ERR_NOMEM, "worker: cannot start a sender thread");
-        goto out;
-    }
-    c->send_started = true;
-    for (;;) {
-        if (s->o.idle_timeout_ms > 0) {
-            struct pollfd p = {.fd = c->fd, .events = POLLIN};
-            int r = poll(&p, 1, s->o.idle_timeout_ms);
-            if (r < 0 && errno == EINTR) continue;
-            if (r == 0) {
-                pthread_mutex_lock(&s->mu);
-                bool idle = c->n_unacked == 0;
-                if (idle) s->st.idle_closed++;
-                pthread_mutex_unlock(&s->mu);
-                /* Closed without a frame: a client that still wants
-                 * batches sees a lost connection and reconnects. */
-                if (idle) break;
-                continue; /* the trainer is busy with batches it holds */
-            }
-        }
-        rc = sl_rpc_recv(c->fd, &s->o.limits, s->a, &f, &err);
-        if (rc != SL_OK) {
-            pthread_mutex_lock(&s->mu);
-            bool quiet = c->closed || s->stopping;
-            pthread_mutex_unlock(&s->mu);
-            if (rc != SL_ERR_CLOSED && !quiet) {
-                send_error(c, rc, err.msg);
-                bad = true;
-            }
-            break;
-        }
-        pthread_mutex_lock(&s->mu);
-        c->last_rx_ms = sl_rpc_now_ms();
-        pthread_mutex_unlock(&s->mu);
-        if (f.type == SL_RPC_REQUEST) {
-            const Sluice__Dpp__Request *r = (const Sluice__Dpp__Request *)f.msg;
-            pthread_mutex_lock(&s->mu);
-            c->credits += r->credits; /* < 2^32 per frame: cannot wrap in practice */
-            pthread_cond_broadcast(&s->cv);
-            pthread_mutex_unlock(&s->mu);
-        } else if (f.type == SL_RPC_ACK) {
-            pthread_mutex_lock(&s->mu);
-            bool ok = handle_ack(s, c, (const Sluice__Dpp__Ack *)f.msg, msg, sizeof msg);
-            pthread_mutex_unlock(&s->mu);
-            if (!ok) {
-                send_error(c, SL_ERR_PROTOCOL, msg);
-                bad = true;
-                break;
-            }
-        } else if (f.type == SL_RPC_GOODBYE) {
-            break;
-        } else {
-            snprintf(msg, sizeof msg, "unexpected %s frame from a client",
-                     sl_rpc_type_name(f.type));
-            send_error(c, SL_ERR_PROTOCOL, msg);
-            bad = true;
-            break;
-        }
-        sl_rpc_frame_free(&f);
-    }
-out:
-    sl_rpc_frame_free(&f);
-    pthread_mutex_lock(&s->mu);
-    c->closed = true;
-    if (bad) s->st.bad_frames++;
-    requeue_unacked(s, c);
-    pthread_mutex_unlock(&s->mu);
-    shutdown(c->fd, SHUT_RDWR);
-    if (c->send_started) pthread_join(c->send_thread, NULL);
-    pthread_mutex_lock(&s->mu);
-    /* the sender may have taken a batch between requeue and its exit */
-    requeue_unacked(s, c);
-    s->st.clients_now--;
-    s->st.cpu_ns += thread_cpu_ns();
-    c->done = true;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
+    sl_cond_timedwait(cv, mu, &ts);
 }
 
 static void client_free(struct sl_worker_server *s, client_t *c)
 {
     close(c->fd);
-    pthread_mutex_destroy(&c->wmu);
+    sl_mutex_destroy(&c->wmu);
     sl_free(s->a, c->unacked, (size_t)s->o.max_credits * sizeof *c->unacked);
     sl_free(s->a, c, sizeof *c);
 }
 
 /* Join and free the clients whose threads have finished (under s->mu). */
-static void reap(struct sl_worker_server *s, bool all)
+static void reap(struct sl_worker_server *s, bool all) SL_REQUIRES(s->mu)
 {
     client_t **pp = &s->clients;
     while (*pp) {
@@ -513,10 +75,10 @@ static void reap(struct sl_worker_server *s, bool all)
         if (c->done || all) {
             *pp = c->next;
             s->nclients--;
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
             pthread_join(c->recv_thread, NULL);
             client_free(s, c);
-            pthread_mutex_lock(&s->mu);
+            sl_mutex_lock(&s->mu);
             pp = &s->clients; /* the list may have changed while unlocked */
         } else {
             pp = &c->next;
@@ -529,7 +91,7 @@ static void reap(struct sl_worker_server *s, bool all)
  * that holds no batch and has been idle a second at least (so that real
  * clients over the cap do not take turns evicting each other at once).
  * NULL: none may go. */
-static client_t *eviction_victim(struct sl_worker_server *s, uint64_t now_ms)
+static client_t *eviction_victim(struct sl_worker_server *s, uint64_t now_ms) SL_REQUIRES(s->mu)
 {
     client_t *pre = NULL, *idle = NULL;
     for (client_t *c = s->clients; c; c = c->next) {
@@ -547,7 +109,7 @@ static client_t *eviction_victim(struct sl_worker_server *s, uint64_t now_ms)
 /* Under s->mu, at max_clients with a connection waiting: make room.
  * @return true to accept it now, false to look again shortly (a victim's
  * threads are ending); *refuse: no room can be made, refuse it. */
-static bool make_room(struct sl_worker_server *s, bool *refuse)
+static bool make_room(struct sl_worker_server *s, bool *refuse) SL_REQUIRES(s->mu)
 {
     *refuse = false;
     if (s->nclients < s->o.max_clients) return true;
@@ -569,11 +131,11 @@ static void *accept_main(void *arg)
 {
     struct sl_worker_server *s = arg;
     for (;;) {
-        pthread_mutex_lock(&s->mu);
+        sl_mutex_lock(&s->mu);
         bool stop = s->stopping;
         reap(s, false);
-        if (stop) s->st.cpu_ns += thread_cpu_ns();
-        pthread_mutex_unlock(&s->mu);
+        if (stop) s->st.cpu_ns += dpp_server_thread_cpu_ns();
+        sl_mutex_unlock(&s->mu);
         if (stop) break;
         struct pollfd p = {.fd = s->lfd, .events = POLLIN};
         int n = poll(&p, 1, 100);
@@ -581,10 +143,10 @@ static void *accept_main(void *arg)
         /* At the cap a waiting connection stays in the backlog until a
          * victim's threads have ended: threads never exceed 2 x max_clients
          * + 1. */
-        pthread_mutex_lock(&s->mu);
+        sl_mutex_lock(&s->mu);
         bool refuse;
         bool now = make_room(s, &refuse);
-        pthread_mutex_unlock(&s->mu);
+        sl_mutex_unlock(&s->mu);
         if (!now) {
             struct timespec ts = {0, 2 * 1000000L};
             nanosleep(&ts, NULL);
@@ -617,7 +179,7 @@ static void *accept_main(void *arg)
         c->fd = fd;
         c->unacked = u;
         c->opened_ms = c->last_rx_ms = sl_rpc_now_ms();
-        pthread_mutex_init(&c->wmu, NULL);
+        sl_mutex_init(&c->wmu);
         char host[64] = "?";
         if (addr.ss_family == AF_INET) {
             struct sockaddr_in *in = (struct sockaddr_in *)&addr;
@@ -626,17 +188,17 @@ static void *accept_main(void *arg)
                      (ip >> 8) & 255, ip & 255, ntohs(in->sin_port));
         }
         snprintf(c->name, sizeof c->name, "%s", host);
-        pthread_mutex_lock(&s->mu);
+        sl_mutex_lock(&s->mu);
         if (s->stopping) {
             /* sl_worker_server_stop has shut the connections down already:
              * one started now would never be (its thread would read
              * forever and the stop join it forever) */
-            pthread_mutex_unlock(&s->mu);
+            sl_mutex_unlock(&s->mu);
             client_free(s, c);
             break;
         }
-        if (pthread_create(&c->recv_thread, NULL, client_main, c) != 0) {
-            pthread_mutex_unlock(&s->mu);
+        if (pthread_create(&c->recv_thread, NULL, dpp_server_client_main, c) != 0) {
+            sl_mutex_unlock(&s->mu);
             sl_rpc_send_error(fd, SL_ERR_NOMEM, "worker: cannot start a connection thread");
             client_free(s, c);
             continue;
@@ -646,7 +208,7 @@ static void *accept_main(void *arg)
         s->nclients++;
         s->st.clients_total++;
         s->st.clients_now++;
-        pthread_mutex_unlock(&s->mu);
+        sl_mutex_unlock(&s->mu);
     }
     return NULL;
 }
@@ -682,7 +244,7 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     s->o.worker_id = s->worker_id;
     s->o.job_id = s->job_id;
     s->lfd = opts->has_listen_fd ? opts->listen_fd : -1;
-    pthread_mutex_init(&s->mu, NULL);
+    sl_mutex_init(&s->mu);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -716,7 +278,7 @@ fail:
         sl_worker_queue_destroy(s->ready[0]);
         sl_free(a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);
     }
-    pthread_mutex_destroy(&s->mu);
+    sl_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     sl_rpc_secret_free(s->secret);
     sl_free(a, s, sizeof *s);
@@ -739,29 +301,29 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
         return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
     }
     *it = *item;
-    pthread_mutex_lock(&s->mu);
-    sl_worker_queue_t *q = rank_queue(s, it->rank_plus_one, true);
+    sl_mutex_lock(&s->mu);
+    sl_worker_queue_t *q = dpp_server_rank_queue(s, it->lease.rank_plus_one, true);
     s->outstanding++;
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     sl_err_t rc = SL_ERR_NOMEM;
     if (q) {
         sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
         rc = sl_worker_queue_push(q, &m, -1);
-    } else if (it->rank_plus_one > s->o.max_ranks) {
+    } else if (it->lease.rank_plus_one > s->o.max_ranks) {
         rc = SL_ERR_INVALID;
     }
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     if (rc != SL_OK) {
         s->outstanding--;
         if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
-        retire(s, it, false);
-        item_free(s->a, it);
+        dpp_server_retire(s, it, false);
+        dpp_server_item_free(s->a, it);
     }
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     if (rc == SL_ERR_INVALID)
         return sl_error_set(err, rc, "server: a batch for trainer rank %u (at most %u ranks)",
-                            item->rank_plus_one - 1, s->o.max_ranks);
+                            item->lease.rank_plus_one - 1, s->o.max_ranks);
     if (rc != SL_OK)
         return sl_error_set(err, rc, "server: cannot queue a batch: %s", sl_err_str(rc));
     return SL_OK;
@@ -769,48 +331,48 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
 
 void sl_worker_server_finish(sl_worker_server_t *s)
 {
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     s->finished = true;
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
 }
 
 void sl_worker_server_fail(sl_worker_server_t *s, sl_err_t code, const char *msg)
 {
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     if (!s->fail_code) {
         s->fail_code = code ? code : SL_ERR_IO;
         snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg ? msg : sl_err_str(code));
     }
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
 }
 
 bool sl_worker_server_wait_done(sl_worker_server_t *s, int timeout_ms)
 {
-    uint64_t end = mono_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
-    pthread_mutex_lock(&s->mu);
+    uint64_t end = dpp_server_mono_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+    sl_mutex_lock(&s->mu);
     bool done;
     while (!(done = s->finished && s->outstanding == 0) && !s->stopping) {
-        if (timeout_ms >= 0 && mono_ns() >= end) break;
-        timed_wait(&s->cv, &s->mu, 50);
+        if (timeout_ms >= 0 && dpp_server_mono_ns() >= end) break;
+        dpp_server_timed_wait(&s->cv, &s->mu, 50);
     }
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     return done;
 }
 
 void sl_worker_server_stats(sl_worker_server_t *s, sl_worker_server_stats_t *out)
 {
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     *out = s->st;
     out->ready = 0;
     for (uint32_t r = 0; r <= s->o.max_ranks; r++)
         if (s->ready[r]) out->ready += sl_worker_queue_len(s->ready[r]);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
 }
 
 /* Under s->mu: some welcomed client's sender has not ended yet. */
-static bool senders_running(const struct sl_worker_server *s)
+static bool senders_running(const struct sl_worker_server *s) SL_REQUIRES(s->mu)
 {
     for (const client_t *c = s->clients; c; c = c->next)
         if (c->welcomed && !c->sender_done) return true;
@@ -819,37 +381,37 @@ static bool senders_running(const struct sl_worker_server *s)
 
 void sl_worker_server_stop(sl_worker_server_t *s)
 {
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     if (s->stopped) {
-        pthread_mutex_unlock(&s->mu);
+        sl_mutex_unlock(&s->mu);
         return;
     }
     s->stopped = true;
     s->stopping = true; /* no client is accepted from now on */
     bool done = s->finished && s->outstanding == 0 && !s->fail_code;
     pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     shutdown(s->lfd, SHUT_RDWR); /* wakes the accept thread's poll (Linux) */
     pthread_join(s->accept_thread, NULL);
     close(s->lfd); /* a client reconnecting now is refused, not left waiting */
     s->lfd = -1;
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     /* The job is done: let every sender send END first (bounded; a sender
      * stuck writing to a client that stopped reading is cut off below). */
-    uint64_t until = mono_ns() + (uint64_t)END_GRACE_MS * 1000000ull;
-    while (done && senders_running(s) && mono_ns() < until)
-        timed_wait(&s->cv, &s->mu, 20);
+    uint64_t until = dpp_server_mono_ns() + (uint64_t)END_GRACE_MS * 1000000ull;
+    while (done && senders_running(s) && dpp_server_mono_ns() < until)
+        dpp_server_timed_wait(&s->cv, &s->mu, 20);
     for (client_t *c = s->clients; c; c = c->next)
         shutdown(c->fd, SHUT_RDWR);
     reap(s, true);
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
 }
 
 void sl_worker_server_destroy(sl_worker_server_t *s)
 {
     if (!s) return;
     sl_worker_server_stop(s);
-    pthread_mutex_lock(&s->mu);
+    sl_mutex_lock(&s->mu);
     for (uint32_t r = 0; r <= s->o.max_ranks; r++) {
         if (!s->ready[r]) continue;
         sl_worker_queue_close(s->ready[r]);
@@ -857,14 +419,14 @@ void sl_worker_server_destroy(sl_worker_server_t *s)
         while (sl_worker_queue_pop(s->ready[r], &m, 0) == SL_OK) {
             sl_worker_server_item_t *it = m.ptr;
             if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
-            retire(s, it, false);
-            item_free(s->a, it);
+            dpp_server_retire(s, it, false);
+            dpp_server_item_free(s->a, it);
         }
         sl_worker_queue_destroy(s->ready[r]);
     }
-    pthread_mutex_unlock(&s->mu);
+    sl_mutex_unlock(&s->mu);
     sl_free(s->a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);
-    pthread_mutex_destroy(&s->mu);
+    sl_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     sl_rpc_secret_free(s->secret);
     sl_free(s->a, s, sizeof *s);

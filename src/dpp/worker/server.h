@@ -1,7 +1,8 @@
 /* The worker's TCP server for the trainer protocol (proto/dpp.proto,
  * src/rpc/frame.h).
  *
- * Encoded batches wait in one ready queue. Each client connection has two
+ * Encoded batches wait in a ready queue (one for any client, and one per
+ * trainer rank under static sharding: below). Each client connection has two
  * threads: a receiver (HELLO, REQUEST, ACK, GOODBYE) and a sender (BATCH,
  * END, ERROR). Credits are spent: REQUEST(n) lets the worker send n more
  * batches, each BATCH spends one (the trainer client grants one back with
@@ -44,6 +45,7 @@
 #include <stdint.h>
 
 #include "dpp/worker/queue.h"
+#include "dpp/worker/source.h"
 #include "rpc/frame.h"
 #include "sluice/err.h"
 #include "sluice/tensor.h"
@@ -84,13 +86,9 @@ typedef struct sl_worker_server_item {
     uint32_t num_samples;
     uint64_t expanded_bytes; /* len had every dedup group been expanded */
     uint64_t accounted;      /* pinned budget bytes, released when the batch is acknowledged */
-    /* Under a master (NULL / 0 otherwise): what BatchInfo carries for COMMIT. */
-    void *lease;            /* the split source's lease handle, for the lease hooks */
-    uint32_t split;         /* index in the job's split list */
-    uint64_t generation;    /* of the lease */
-    uint64_t from_row;      /* rows [from_row, to_row) of the split, filtered rows included */
-    uint64_t to_row;
-    uint32_t rank_plus_one; /* 1 + the only trainer rank it may go to; 0: any */
+    /* The lease part of its origin (handle NULL: none), as the batcher made
+     * it: what BatchInfo carries for COMMIT, and the rank it may go to. */
+    sl_worker_lease_origin_t lease;
 } sl_worker_server_item_t;
 
 typedef struct sl_worker_server_stats {

@@ -7,10 +7,42 @@
  *   lease_client.c   leases of a DPP master (sluice worker --master),
  *                    through sl_worker_lease_client_source
  *
- * A new source (the Kafka stream) adds its constructor here and its own
- * file. Under a master a work unit carries a lease: the rows still to read
- * (todo) and the hooks by which the worker tells the source what became
- * of the lease's batches. */
+ * The contract between a source and the reader's one stripe loop
+ * (reader.c), which is all a new source (the Kafka stream) has to keep:
+ *
+ *  - Every unit of work is a split of an epoch with its todo: the rows of
+ *    the split to read, as ascending, disjoint, non-empty row ranges inside
+ *    the split's rows. A split read whole has one todo range [0, num_rows)
+ *    (none when it has no rows).
+ *    The loop reads only the stripes that hold todo rows and, of those,
+ *    only the todo rows; todo ranges that break these rules fail the worker
+ *    (SL_ERR_PROTOCOL, naming the split and the range).
+ *  - A unit either has no lease (lease NULL: the rows are this worker's
+ *    alone, batches run on across split boundaries; sluice worker --job)
+ *    or carries the source's lease handle. A lease's rows are batched by
+ *    row range: each batch covers one contiguous range [from_row, to_row)
+ *    of the split inside one todo range, and the batch carries the lease
+ *    (sl_worker_lease_origin_t) from the batcher through the transform
+ *    threads to the server, which hands it to the lease hooks and puts it
+ *    in BatchInfo. The batches and the empty ranges given to done tile the
+ *    todo exactly (docs/WORKER.md, "Batches are row ranges").
+ *  - next runs on the reader thread and may block until there is work;
+ *    done follows every unit next returned once the loop is through with
+ *    it: its todo rows read, its split failed (after lease_failed), or its
+ *    lease no longer live. A worker that stops or fails mid-unit does not
+ *    call done; destroy then frees what the source handed out. The lease
+ *    hooks run on the reader, transform and server threads, some under
+ *    the server's lock: they take only the source's own lock and never
+ *    call into the worker.
+ *  - A source with leases sets at least lease_live (the worker then
+ *    shuffles a batch's rows only among themselves); one without leases
+ *    leaves every lease hook NULL. cancel is for a source whose next can
+ *    block or that runs threads of its own.
+ *
+ * Adding a source: its file (sl_worker_source_<name>_new filling an
+ * sl_worker_source_t), its constructor declared here or in its own header,
+ * and the command that picks it (src/cli/worker.c). Nothing in the reader,
+ * batcher or server changes. */
 #ifndef SLUICE_DPP_WORKER_SOURCE_H
 #define SLUICE_DPP_WORKER_SOURCE_H
 
@@ -22,29 +54,45 @@
 #include "sluice/err.h"
 #include "warehouse/warehouse.h"
 
-/* One unit of work: a split of an epoch. */
+/* One unit of work: the todo rows of a split of an epoch. */
 typedef struct sl_worker_work {
     const sl_wh_split_t *split; /* borrowed until done is called (or the source destroyed) */
     uint32_t epoch;
     uint64_t split_id; /* stable id of the split within the job */
-    /* Under a master (NULL / 0 otherwise): */
-    void *lease;                    /* the source's handle, given back to the lease hooks */
-    const sl_dpp_row_range_t *todo; /* [num_todo] ascending, disjoint: read only these */
+    /* [num_todo] ascending, disjoint, non-empty, inside the split's rows:
+     * read only these (borrowed until done). The whole split: one range
+     * [0, split->num_rows), none when it has no rows. */
+    const sl_dpp_row_range_t *todo;
     uint32_t num_todo;
+    /* Under a lease (NULL / 0 otherwise): */
+    void *lease; /* the source's handle, given back to the lease hooks */
     uint64_t generation;
     uint32_t rank_plus_one; /* static sharding: 1 + the trainer rank to serve; 0: any */
 } sl_worker_work_t;
+
+/* The lease part of a batch's origin (the rest is the batch's
+ * sl_batch_origin_t): the lease its rows were read under and the rows of
+ * the split it covers, which BatchInfo carries for the trainer client's
+ * COMMIT. The batcher fills it (sl_worker_batcher_begin_range), and it
+ * travels with the batch to the server. handle NULL: a batch of no lease. */
+typedef struct sl_worker_lease_origin {
+    void *handle;              /* the work's lease: given to the lease hooks */
+    uint32_t split;            /* the work's split_id */
+    uint64_t generation;       /* of the lease */
+    uint64_t from_row, to_row; /* rows [from_row, to_row) of the split, filtered ones included */
+    uint32_t rank_plus_one;    /* 1 + the only trainer rank it may go to; 0: any */
+} sl_worker_lease_origin_t;
 
 typedef struct sl_worker_source {
     /* The next split to read (called from the reader thread only; may
      * block until there is work). @return SL_OK, SL_ERR_CLOSED when there
      * are no more, or an error. */
     sl_err_t (*next)(void *ctx, sl_worker_work_t *out, sl_error_t *err);
-    /* Every row of w has been read and handed to the batcher (may be NULL).
-     * empty[0..num_empty): the rows of w's todo that went into no batch
-     * (all filtered out, or a short batch dropped by drop_last); w->lease
-     * NULL: none. Also called, with nothing read, for a lease that stopped
-     * being live mid-way. */
+    /* Every todo row of w has been read and handed to the batcher (may be
+     * NULL). empty[0..num_empty): the rows of w's todo that went into no
+     * batch (all filtered out, or a short batch dropped by drop_last); w
+     * without a lease: none. Also called, with nothing read, for a lease
+     * that stopped being live mid-way or whose split failed. */
     void (*done)(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_range_t *empty,
                  uint32_t num_empty);
     /* Frees ctx (may be NULL). */
@@ -72,10 +120,11 @@ typedef struct sl_worker_source {
     void *ctx;
 } sl_worker_source_t;
 
-/* A source over splits (borrowed; must outlive the source): for each epoch
- * 0..epochs-1 every split once, in order, or in a permutation drawn from
- * (seed, epoch) when shuffle. split_id is the split's index in splits.
- * @return SL_ERR_NOMEM. */
+/* The table source (table_source.c) over splits (borrowed; must outlive
+ * the source): for each epoch 0..epochs-1 every split once, whole and
+ * without a lease, in order, or in a permutation drawn from (seed, epoch)
+ * when shuffle. split_id is the split's index in splits. @return
+ * SL_ERR_NOMEM. */
 sl_err_t sl_worker_source_table_new(const sl_wh_splits_t *splits, uint32_t epochs, bool shuffle,
                                     uint64_t seed, const sl_allocator_t *a, sl_worker_source_t *out,
                                     sl_error_t *err);

@@ -1,7 +1,7 @@
-/* The DPP worker (worker.h): the reader thread (read, filter, batch), the
- * transform threads (dedup, transform, encode), the memory budget they
- * share, and the server they feed. The split sources and the reading of a
- * lease are in table_source.c. */
+/* The DPP worker (worker.h): its lifecycle (start, wait, stop, statistics),
+ * the transform threads (dedup, transform, encode), the memory budget the
+ * stages share, and the server they feed. The reader thread (read, filter,
+ * batch) is in reader.c, the split sources behind source.h. */
 #include "dpp/worker/worker.h"
 
 #include <inttypes.h>
@@ -18,25 +18,20 @@
 #define DEFAULT_MEMORY_LIMIT (256ull << 20)
 #define MAX_THREADS 256
 
-/* ---- worker ---- */
-
-
-
 sl_worker_opts_t sl_worker_opts_default(void)
 {
     return (sl_worker_opts_t){.listen = "127.0.0.1:0", .memory_limit = DEFAULT_MEMORY_LIMIT};
 }
 
-/* Record the first failure, tell clients, and stop the pipeline. */
-static void fail(sl_worker_t *w, sl_err_t code, const char *msg)
+void dpp_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg)
 {
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     bool first = w->fail_code == SL_OK;
     if (first) {
         w->fail_code = code;
         snprintf(w->fail_msg, sizeof w->fail_msg, "%s", msg);
     }
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     if (!first) return;
     /* stopping first: a transform thread ending now must not finish the
      * server (END) for a failed job */
@@ -46,27 +41,8 @@ static void fail(sl_worker_t *w, sl_err_t code, const char *msg)
     sl_worker_queue_close(w->work);
 }
 
-void dpp_worker_account_stripe(sl_worker_t *w, uint64_t rows, uint64_t kept, uint64_t t0,
-                               uint64_t t1, uint64_t waited, uint64_t handoff_before)
-{
-    uint64_t t2 = now_ns(CLOCK_MONOTONIC);
-    pthread_mutex_lock(&w->mu);
-    w->st.stripes++;
-    w->st.rows_read += rows;
-    w->st.rows_kept += kept;
-    w->st.read_ns += t1 - t0 - waited;
-    /* Time spent handing batches on (blocked on the queue or the budget) is
-     * back-pressure, not filtering. */
-    uint64_t handoff = w->handoff_ns - handoff_before;
-    w->st.filter_ns += t2 - t1 - handoff;
-    w->st.backpressure_ns += waited + handoff;
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* A strict acquire of the budget for what (a stage holding held bytes);
- * its refusal as the worker's error. */
-static sl_err_t budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, const char *what,
-                            sl_error_t *err)
+sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, const char *what,
+                                sl_error_t *err)
 {
     sl_err_t rc = sl_worker_budget_acquire(w->budget, bytes, held);
     /* NOMEM, not TOO_LARGE: the worker's limit, not the split, is the
@@ -84,312 +60,18 @@ static sl_err_t budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, const
     return SL_OK;
 }
 
-sl_err_t dpp_worker_reader_take(sl_worker_t *w, uint64_t bytes, const char *what,
-                                sl_error_t *err)
-{
-    return budget_take(w, bytes, w->stripe_held + w->batcher_held, what, err);
-}
-
-sl_err_t dpp_worker_stripe_acct(sl_worker_t *w, uint64_t est, uint64_t sb, const char *file,
-                                uint32_t stripe, sl_error_t *err)
-{
-    /* est was taken before reading; a larger stripe is accounted before
-     * any of its rows moves on (waiting for room like anything else). */
-    w->stripe_held = est;
-    if (sb > est) {
-        char what[320];
-        snprintf(what, sizeof what, "%.250s stripe %u decoded", file, stripe);
-        sl_err_t rc = dpp_worker_reader_take(w, sb - est, what, err);
-        if (rc != SL_OK) return rc;
-    } else {
-        sl_worker_budget_release(w->budget, est - sb);
-    }
-    w->stripe_held = sb;
-    return SL_OK;
-}
-
-sl_err_t dpp_worker_batcher_acct(sl_worker_t *w, const sl_worker_batcher_t *b, sl_error_t *err)
-{
-    uint64_t fp = sl_worker_batcher_footprint(b);
-    if (fp > w->batcher_held) {
-        sl_err_t rc = dpp_worker_reader_take(w, fp - w->batcher_held, "the batch being built", err);
-        if (rc != SL_OK) return rc;
-    } else {
-        sl_worker_budget_release(w->budget, w->batcher_held - fp);
-    }
-    w->batcher_held = fp;
-    return SL_OK;
-}
-
-uint64_t dpp_worker_rows_bytes(const sl_wh_rows_t *rows)
-{
-    const sl_batch_t *b = &rows->batch;
-    uint64_t groups = 0;
-    for (uint32_t g = 0; g < b->num_groups; g++)
-        groups += sl_ikjt_bytes(&b->groups[g]);
-    return groups + sl_kjt_bytes(&b->sparse) +
-           ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
-               sizeof(float) +
-           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
-}
-
 static void retire(sl_worker_t *w, void *lease)
 {
     if (lease && w->source.lease_retire) w->source.lease_retire(w->source.ctx, lease, false);
 }
 
-/* Free a work queue message that will not be processed. */
-static void drop_msg(sl_worker_t *w, const sl_worker_msg_t *m)
+void dpp_worker_drop_msg(sl_worker_t *w, const sl_worker_msg_t *m)
 {
+    dpp_worker_batch_t *wb = m->ptr;
     sl_worker_budget_release(w->budget, m->bytes);
-    if (m->type == MSG_LEASED) {
-        leased_t *l = m->ptr;
-        sl_batch_destroy(l->batch);
-        retire(w, l->tag.lease);
-        sl_free(w->a, l, sizeof *l);
-    } else {
-        sl_batch_destroy(m->ptr);
-    }
-}
-
-/* Batcher output, on the reader thread: account the batch (its arena,
- * taken over from the batcher's share where it was accounted there, plus
- * its encoded size: room for the frame the transform thread will make, so
- * that it rarely needs more) and hand it to the transform threads. */
-static sl_err_t to_transform(void *ctx, sl_batch_t *batch, sl_error_t *err)
-{
-    sl_worker_t *w = ctx;
-    sl_worker_msg_t m = {.type = MSG_BATCH, .ptr = batch};
-    if (w->tag.lease) { /* master mode: the batch carries its lease and row range */
-        leased_t *l = sl_alloc(w->a, sizeof *l);
-        if (!l) {
-            sl_batch_destroy(batch);
-            return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
-        }
-        *l = (leased_t){.batch = batch, .tag = w->tag};
-        if (w->source.lease_made) w->source.lease_made(w->source.ctx, w->tag.lease);
-        m = (sl_worker_msg_t){.type = MSG_LEASED, .ptr = l};
-    }
-    uint64_t arena = sl_arena_footprint(batch->arena);
-    uint64_t moved = arena < w->batcher_held ? arena : w->batcher_held;
-    w->batcher_held -= moved;
-    uint64_t more = arena - moved + (uint64_t)sl_wire_encoded_size(batch);
-    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    char what[64];
-    snprintf(what, sizeof what, "a batch of %u rows", batch->batch_size);
-    sl_err_t rc = budget_take(w, more, w->stripe_held + w->batcher_held + moved, what, err);
-    m.bytes = rc == SL_OK ? moved + more : moved;
-    if (rc != SL_OK) {
-        drop_msg(w, &m);
-        return rc;
-    }
-    sl_worker_budget_idle(w->budget, true); /* a full queue: waiting for a transform thread */
-    rc = sl_worker_queue_push(w->work, &m, -1);
-    sl_worker_budget_idle(w->budget, false);
-    w->handoff_ns += now_ns(CLOCK_MONOTONIC) - t0; /* memory or a full queue: back-pressure */
-    if (rc != SL_OK) {
-        drop_msg(w, &m);
-        return sl_error_set(err, rc, "worker stopping");
-    }
-    return SL_OK;
-}
-
-/* Under a master, a leased split the reader cannot read (rc a split
- * error) is reported through the source instead of failing the worker:
- * what the batcher gathered of it is discarded, the lease is done, the
- * reader goes on with the next one. @return true when handled so. */
-static bool reader_lease_failed(sl_worker_t *w, sl_worker_batcher_t *b, const sl_worker_work_t *wk,
-                                int32_t stripe, sl_err_t rc, sl_error_t *err)
-{
-    if (!w->source.lease_failed || !dpp_worker_split_error(rc) || atomic_load(&w->stopping))
-        return false;
-    w->source.lease_failed(w->source.ctx, wk->lease, rc, stripe, err->msg);
-    sl_worker_batcher_discard(b);
-    sl_error_t e = {0};
-    dpp_worker_batcher_acct(w, b, &e); /* smaller now: releases */
-    if (w->source.done) w->source.done(w->source.ctx, wk, NULL, 0);
-    pthread_mutex_lock(&w->mu);
-    w->st.splits_failed++;
-    pthread_mutex_unlock(&w->mu);
-    return true;
-}
-
-static void *reader_main(void *arg)
-{
-    sl_worker_t *w = arg;
-    pthread_setname_np(pthread_self(), "sl-w-reader");
-    const sl_pipeline_job_t *job = w->job;
-    sl_error_t err = {0};
-    sl_err_t rc = SL_OK;
-    sl_worker_batcher_t *b = NULL;
-    sl_wh_reader_t *r = NULL;
-    char r_path[1024] = ""; /* file r has open (a lease's split is freed after done) */
-    rscratch_t sc = {0};    /* master mode */
-    uint32_t *selected = NULL;
-    float *weights = NULL;
-    uint32_t scratch_rows = 0;
-    const char *weight_label = sl_pipeline_plan_weight_label(w->plan);
-    sl_worker_batcher_opts_t bo = {.batch_size = job->batch_size,
-                                .drop_last = job->drop_last,
-                                /* under a master a batch is one row range: shuffle within it */
-                                .shuffle_window = w->master_mode && job->shuffle_window
-                                                      ? job->batch_size
-                                                      : job->shuffle_window,
-                                .seed = job->seed,
-                                .sample_ids = job->sample_ids,
-                                .weight_label = weight_label,
-                                .job_id = w->job_hash,
-                                .allocator = w->a};
-    if ((rc = sl_worker_batcher_new(&bo, to_transform, w, &b, &err))) goto out;
-    uint32_t nf = 0;
-    const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
-    sl_wh_read_opts_t ro = {.features = features,
-                            .num_features = nf,
-                            .skip_columns = (SL_WH_COL_SESSION_ID | SL_WH_COL_TIMESTAMP |
-                                             (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID)) &
-                                            ~sl_pipeline_plan_filter_columns(w->plan),
-                            .dedup_form = w->dedup_form,
-                            .allocator = w->a};
-    bool have_epoch = false;
-    uint32_t epoch = 0;
-    uint64_t est = 0; /* expected bytes of the next stripe: the last one's */
-    while (!atomic_load(&w->stopping)) {
-        sl_worker_work_t wk;
-        sl_worker_budget_idle(w->budget, true); /* waiting for a split (a lease) */
-        rc = w->source.next(w->source.ctx, &wk, &err);
-        sl_worker_budget_idle(w->budget, false);
-        if (rc == SL_ERR_CLOSED) {
-            rc = SL_OK;
-            break;
-        }
-        if (rc) goto out;
-        if (have_epoch && wk.epoch != epoch &&
-            ((rc = sl_worker_batcher_end_epoch(b, &err)) ||
-             (rc = dpp_worker_batcher_acct(w, b, &err))))
-            goto out;
-        have_epoch = true;
-        epoch = wk.epoch;
-        uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-        sc.stripe = -1;
-        /* Consecutive splits of one file share the open reader: no footer
-         * parsing again, and its decode buffers stay warm. */
-        if (r && strcmp(r_path, wk.split->path) == 0) {
-            rc = sl_wh_reader_set_range(r, wk.split->stripe_begin, wk.split->stripe_end, &err);
-        } else {
-            sl_wh_reader_close(r);
-            r = NULL;
-            rc = sl_wh_reader_open_split(w->table, wk.split, &ro, &r, &err);
-            if (rc == SL_OK && strlen(wk.split->path) < sizeof r_path)
-                snprintf(r_path, sizeof r_path, "%s", wk.split->path);
-            else
-                r_path[0] = '\0'; /* too long to remember: reopened next time */
-        }
-        if (wk.lease) {
-            if (rc == SL_OK)
-                rc = dpp_worker_read_lease(w, b, r, &wk, &sc, weight_label != NULL, &err);
-            w->tag.lease = NULL;
-            if (rc != SL_OK && reader_lease_failed(w, b, &wk, sc.stripe, rc, &err)) {
-                /* the reader's state after a failure is unknown: reopen */
-                sl_wh_reader_close(r);
-                r = NULL;
-                r_path[0] = '\0';
-                rc = SL_OK;
-                continue;
-            }
-            if (rc) goto out;
-            if (w->source.done) w->source.done(w->source.ctx, &wk, sc.empty, sc.num_empty);
-            pthread_mutex_lock(&w->mu);
-            w->st.splits++;
-            pthread_mutex_unlock(&w->mu);
-            continue;
-        }
-        if (rc) goto out;
-        uint64_t row = 0;
-        for (;;) {
-            if (atomic_load(&w->stopping)) goto out;
-            uint64_t tw = now_ns(CLOCK_MONOTONIC);
-            if ((rc = dpp_worker_reader_take(w, est, "the next stripe", &err))) goto out;
-            uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw;
-            const sl_wh_rows_t *rows;
-            rc = sl_wh_reader_next(r, &rows, &err);
-            if (rc || !rows) {
-                sl_worker_budget_release(w->budget, est);
-                if (rc) goto out;
-                break;
-            }
-            uint64_t sb = dpp_worker_rows_bytes(rows);
-            if ((rc = dpp_worker_stripe_acct(w, est, sb, rows->file, rows->stripe, &err))) {
-                sl_worker_budget_release(w->budget, w->stripe_held);
-                w->stripe_held = 0;
-                goto out;
-            }
-            est = sb;
-            uint64_t t1 = now_ns(CLOCK_MONOTONIC);
-            uint32_t n = rows->batch.batch_size;
-            if (n > scratch_rows) {
-                if (selected) sl_free(w->a, selected, (size_t)scratch_rows * sizeof *selected);
-                if (weights) sl_free(w->a, weights, (size_t)scratch_rows * sizeof *weights);
-                selected = sl_alloc(w->a, (size_t)n * sizeof *selected);
-                weights = sl_alloc(w->a, (size_t)n * sizeof *weights);
-                scratch_rows = n;
-                if (!selected || !weights) {
-                    rc = sl_error_set(&err, SL_ERR_NOMEM, "worker: out of memory");
-                    sl_worker_budget_release(w->budget, sb);
-                    w->stripe_held = 0;
-                    goto out;
-                }
-            }
-            uint32_t kept = 0;
-            uint64_t h0 = w->handoff_ns;
-            rc = sl_pipeline_plan_filter(w->plan, rows, selected, weights, &kept, &err);
-            if (rc == SL_OK) {
-                sl_worker_rows_origin_t origin = {.epoch = wk.epoch,
-                                               .split_id = wk.split_id,
-                                               .row = row,
-                                               .key_offsets = rows->key_offsets};
-                /* every row kept: the identity selection gathers in whole runs */
-                rc = sl_worker_batcher_add(b, &rows->batch, kept == n ? NULL : selected,
-                                           weight_label ? weights : NULL, kept, &origin, &err);
-            }
-            if (rc == SL_OK) rc = dpp_worker_batcher_acct(w, b, &err);
-            w->stripe_held = 0;
-            sl_worker_budget_release(w->budget, sb);
-            dpp_worker_account_stripe(w, n, kept, t0, t1, waited, h0);
-            if (rc) goto out;
-            row += n;
-            t0 = now_ns(CLOCK_MONOTONIC);
-        }
-        if (w->source.done) w->source.done(w->source.ctx, &wk, NULL, 0);
-        pthread_mutex_lock(&w->mu);
-        w->st.splits++;
-        pthread_mutex_unlock(&w->mu);
-    }
-    if (rc == SL_OK && have_epoch && !atomic_load(&w->stopping))
-        rc = sl_worker_batcher_end_epoch(b, &err);
-out:
-    /* what the batcher held goes with it (the batcher is destroyed below) */
-    sl_worker_budget_release(w->budget, w->batcher_held);
-    w->batcher_held = 0;
-    sl_worker_budget_idle(w->budget, true); /* the reader has ended */
-    sl_wh_reader_close(r);
-    if (b) {
-        sl_worker_batcher_stats_t bs;
-        sl_worker_batcher_stats(b, &bs);
-        pthread_mutex_lock(&w->mu);
-        w->st.rows_dropped = bs.rows_dropped;
-        pthread_mutex_unlock(&w->mu);
-    }
-    w->tag.lease = NULL;
-    sl_worker_batcher_destroy(b);
-    dpp_worker_scratch_free(w, &sc);
-    if (selected) sl_free(w->a, selected, (size_t)scratch_rows * sizeof *selected);
-    if (weights) sl_free(w->a, weights, (size_t)scratch_rows * sizeof *weights);
-    if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping)) fail(w, rc, err.msg);
-    sl_worker_queue_close(w->work);
-    pthread_mutex_lock(&w->mu);
-    w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
+    sl_batch_destroy(wb->batch);
+    retire(w, wb->lease.handle);
+    sl_free(w->a, wb, sizeof *wb);
 }
 
 /* A batch that could not be made (rc): its memory goes; a leased batch
@@ -397,26 +79,27 @@ out:
  * source, and the worker goes on (@return SL_OK); anything else is the
  * worker's failure (@return rc). */
 static sl_err_t batch_failed(sl_worker_t *w, sl_batch_t *batch, uint64_t held,
-                             const sl_worker_server_item_t *tag, sl_err_t rc, sl_error_t *err)
+                             const sl_worker_lease_origin_t *lease, sl_err_t rc, sl_error_t *err)
 {
     sl_worker_budget_release(w->budget, held);
     sl_batch_destroy(batch);
-    bool split = tag && w->source.lease_failed && dpp_worker_split_error(rc) &&
+    bool split = lease->handle && w->source.lease_failed && dpp_worker_split_error(rc) &&
                  !atomic_load(&w->stopping);
     /* before the retire: that may be the lease's last batch */
-    if (split) w->source.lease_failed(w->source.ctx, tag->lease, rc, -1, err->msg);
-    if (tag) retire(w, tag->lease);
+    if (split) w->source.lease_failed(w->source.ctx, lease->handle, rc, -1, err->msg);
+    retire(w, lease->handle);
     if (!split) return rc;
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.splits_failed++;
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     return SL_OK;
 }
 
-/* Dedup, transform and encode one batch; hand it to the server (with its
- * lease part when tag is not NULL). Takes the batch, also on failure. */
+/* Dedup, transform and encode one batch; hand it to the server with the
+ * lease part of its origin. Takes the batch, also on failure. */
 static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64_t held,
-                        const sl_worker_server_item_t *tag, sl_dedup_stats_t *ds, sl_error_t *err)
+                        const sl_worker_lease_origin_t *lease, sl_dedup_stats_t *ds,
+                        sl_error_t *err)
 {
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     sl_err_t rc = sl_worker_batcher_dedup(d, batch, w->groups, w->num_groups, ds, err);
@@ -426,7 +109,7 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
     if (rc) {
         sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ",
                         batch->origin.split_id, batch->origin.first_row);
-        return batch_failed(w, batch, held, tag, rc, err);
+        return batch_failed(w, batch, held, lease, rc, err);
     }
     size_t need_enc = sl_wire_encoded_size(batch);
     uint64_t need = (uint64_t)sl_arena_footprint(batch->arena) + need_enc;
@@ -435,9 +118,9 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
         uint64_t a0 = now_ns(CLOCK_MONOTONIC);
         char what[96];
         snprintf(what, sizeof what, "the encoding of a batch of %u rows", batch->batch_size);
-        rc = budget_take(w, need - held, held, what, err);
+        rc = dpp_worker_budget_take(w, need - held, held, what, err);
         tw = now_ns(CLOCK_MONOTONIC) - a0;
-        if (rc != SL_OK) return batch_failed(w, batch, held, tag, rc, err); /* memory, stop */
+        if (rc != SL_OK) return batch_failed(w, batch, held, lease, rc, err); /* memory, stop */
         held = need;
     }
     void *frame = NULL;
@@ -446,26 +129,19 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
     uint64_t t3 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
         sl_error_prefix(err, "encode: ");
-        return batch_failed(w, batch, held, tag, rc, err);
+        return batch_failed(w, batch, held, lease, rc, err);
     }
     sl_worker_server_item_t it = {.frame = frame,
-                        .len = len,
-                        .origin = batch->origin,
-                        .num_samples = batch->batch_size,
-                        .expanded_bytes = sl_worker_batcher_expanded_bytes(batch, len),
-                        .accounted = len};
-    if (tag) {
-        it.lease = tag->lease;
-        it.split = tag->split;
-        it.generation = tag->generation;
-        it.from_row = tag->from_row;
-        it.to_row = tag->to_row;
-        it.rank_plus_one = tag->rank_plus_one;
-    }
+                                  .len = len,
+                                  .origin = batch->origin,
+                                  .num_samples = batch->batch_size,
+                                  .expanded_bytes = sl_worker_batcher_expanded_bytes(batch, len),
+                                  .accounted = len,
+                                  .lease = *lease};
     sl_batch_destroy(batch);
     sl_worker_budget_release(w->budget, held > len ? held - len : 0);
     sl_worker_budget_pin(w->budget, len);
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.batches++;
     w->st.samples += it.num_samples;
     w->st.bytes_encoded += len;
@@ -478,7 +154,7 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
         w->st.groups[g].rows += ds[g].batch_size;
         w->st.groups[g].unique_rows += ds[g].unique_rows;
     }
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     return sl_worker_server_push(w->server, &it, err);
 }
 
@@ -492,7 +168,7 @@ static void *xform_main(void *arg)
     sl_dedup_stats_t *ds = sl_calloc(w->a, w->num_groups ? w->num_groups : 1, sizeof *ds);
     if (!d || !ds) {
         rc = sl_error_set(&err, SL_ERR_NOMEM, "worker: out of memory for a transform thread");
-        fail(w, rc, err.msg);
+        dpp_worker_fail(w, rc, err.msg);
     }
     sl_worker_msg_t m;
     for (;;) {
@@ -501,25 +177,19 @@ static void *xform_main(void *arg)
         if (popped != SL_OK) break; /* stays idle: this thread has ended */
         sl_worker_budget_idle(w->budget, false);
         if (rc != SL_OK || atomic_load(&w->stopping)) {
-            drop_msg(w, &m);
+            dpp_worker_drop_msg(w, &m);
             continue;
         }
-        sl_batch_t *batch = m.ptr;
-        sl_worker_server_item_t tag;
-        if (m.type == MSG_LEASED) {
-            leased_t *l = m.ptr;
-            batch = l->batch;
-            tag = l->tag;
-            sl_free(w->a, l, sizeof *l);
-        }
-        rc = process(w, d, batch, m.bytes, m.type == MSG_LEASED ? &tag : NULL, ds, &err);
-        if (rc != SL_OK && !atomic_load(&w->stopping)) fail(w, rc, err.msg);
+        dpp_worker_batch_t wb = *(dpp_worker_batch_t *)m.ptr;
+        sl_free(w->a, m.ptr, sizeof wb);
+        rc = process(w, d, wb.batch, m.bytes, &wb.lease, ds, &err);
+        if (rc != SL_OK && !atomic_load(&w->stopping)) dpp_worker_fail(w, rc, err.msg);
     }
     sl_dedup_destroy(d);
     if (ds) sl_free(w->a, ds, (size_t)(w->num_groups ? w->num_groups : 1) * sizeof *ds);
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     /* the last transform thread out tells the server that nothing more comes */
     if (atomic_fetch_sub(&w->running, 1) == 1 && !atomic_load(&w->stopping))
         sl_worker_server_finish(w->server);
@@ -613,7 +283,7 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     w->source = o.source;
     w->master_mode = o.source.lease_live != NULL;
     w->listen_fd_owned = o.has_listen_fd;
-    pthread_mutex_init(&w->mu, NULL);
+    sl_mutex_init(&w->mu);
     snprintf(w->worker_id, sizeof w->worker_id, "%s", o.worker_id ? o.worker_id : "");
     if (!o.worker_id) snprintf(w->worker_id, sizeof w->worker_id, "worker-%d", (int)getpid());
     w->job_hash = fnv1a(job->id ? job->id : "job");
@@ -682,16 +352,16 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
         if (pthread_create(&w->xform[i], NULL, xform_main, w) != 0) {
             atomic_fetch_sub(&w->running, o.threads - i);
             rc = sl_error_set(err, SL_ERR_IO, "worker: cannot start transform thread %u", i);
-            fail(w, rc, err->msg);
+            dpp_worker_fail(w, rc, err->msg);
             w->started_threads = i;
             sl_worker_destroy(w);
             return rc;
         }
         w->started_threads = i + 1;
     }
-    if (pthread_create(&w->reader, NULL, reader_main, w) != 0) {
+    if (pthread_create(&w->reader, NULL, dpp_worker_reader_main, w) != 0) {
         rc = sl_error_set(err, SL_ERR_IO, "worker: cannot start the reader thread");
-        fail(w, rc, err->msg);
+        dpp_worker_fail(w, rc, err->msg);
         sl_worker_destroy(w);
         return rc;
     }
@@ -715,10 +385,10 @@ sl_err_t sl_worker_wait(sl_worker_t *w, int timeout_ms, sl_error_t *err)
     for (bool done = false;;) {
         /* checked after the wait too: a failure may come while waiting, and
          * a pipeline thread that had not seen it yet may finish the server */
-        pthread_mutex_lock(&w->mu);
+        sl_mutex_lock(&w->mu);
         sl_err_t code = w->fail_code;
         if (code) sl_error_set(err, code, "%s", w->fail_msg);
-        pthread_mutex_unlock(&w->mu);
+        sl_mutex_unlock(&w->mu);
         if (code) return code;
         if (done) return SL_OK;
         done = sl_worker_server_wait_done(w->server, 100);
@@ -743,14 +413,14 @@ void sl_worker_stop(sl_worker_t *w)
     if (w->work) {
         sl_worker_msg_t m;
         while (sl_worker_queue_pop(w->work, &m, 0) == SL_OK)
-            drop_msg(w, &m);
+            dpp_worker_drop_msg(w, &m);
     }
     if (w->server) {
         bool done = sl_worker_server_wait_done(w->server, 0);
         sl_worker_server_stop(w->server); /* joins the connection threads */
-        pthread_mutex_lock(&w->mu);
+        sl_mutex_lock(&w->mu);
         w->st.finished = done && w->fail_code == SL_OK;
-        pthread_mutex_unlock(&w->mu);
+        sl_mutex_unlock(&w->mu);
     }
 }
 
@@ -759,11 +429,11 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
     sl_worker_server_stats_t ss = {0};
     if (w->server) sl_worker_server_stats(w->server, &ss);
     bool done = w->server && sl_worker_server_wait_done(w->server, 0);
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     w->st.server = ss;
     if (!w->stopped) w->st.finished = done && w->fail_code == SL_OK;
     *out = w->st;
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     if (w->budget) {
         out->memory_used = sl_worker_budget_used(w->budget);
         out->memory_peak = sl_worker_budget_peak(w->budget);
@@ -816,15 +486,15 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
 
 void sl_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg)
 {
-    fail(w, code ? code : SL_ERR_IO, msg ? msg : sl_err_str(code));
+    dpp_worker_fail(w, code ? code : SL_ERR_IO, msg ? msg : sl_err_str(code));
 }
 
 bool sl_worker_failed(sl_worker_t *w, sl_error_t *err)
 {
-    pthread_mutex_lock(&w->mu);
+    sl_mutex_lock(&w->mu);
     sl_err_t code = w->fail_code;
     if (code) sl_error_set(err, code, "%s", w->fail_msg);
-    pthread_mutex_unlock(&w->mu);
+    sl_mutex_unlock(&w->mu);
     return code != SL_OK;
 }
 
@@ -853,6 +523,6 @@ void sl_worker_destroy(sl_worker_t *w)
     sl_pipeline_plan_destroy(w->plan);
     sl_wh_filter_destroy(w->filter);
     sl_wh_table_close(w->table);
-    pthread_mutex_destroy(&w->mu);
+    sl_mutex_destroy(&w->mu);
     sl_free(w->a, w, sizeof *w);
 }

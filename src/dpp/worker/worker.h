@@ -7,10 +7,11 @@
  *        ──► ready queue ──► server (server.h) ──► trainer clients
  *
  * When every file of the table stores exactly the job's dedup groups
- * (storage dedup, RecD) and the job has no filters and no shuffle window,
- * the reader hands the groups over deduplicated and they travel as stored:
- * unique rows are decoded, batched, transformed and sent once, never
- * expanded and hashed again.
+ * (storage dedup, RecD) and the job has no shuffle window, the reader
+ * hands the groups over deduplicated and they travel as stored: unique
+ * rows are decoded, batched, transformed and sent once, never expanded
+ * and hashed again (filters read a group's features through its inverse
+ * indices).
  *
  * Batching happens on the one reader thread, so the batches of a job (their
  * rows, order of rows and origins) do not depend on the number of transform
@@ -21,23 +22,27 @@
  * Memory: a budget of memory_limit bytes covers the stripe being read, every
  * batch between the batcher and the encoder (its arena) and every encoded
  * batch until a client acknowledges it. A stage that would pass the limit
- * waits (back-pressure) instead of growing; the limit must hold a stripe
- * and a few batches, otherwise one item at a time goes through alone.
+ * waits (back-pressure) instead of growing. The limit must hold a stripe,
+ * the batch being built and a batch with its frame: a wait that could
+ * never end is refused, and the worker fails naming what did not fit.
  *
  * Splits come from a split source (source.h): the table source enumerates
  * a table's splits epoch after epoch, in table order or shuffled with the
  * job seed (shuffle_splits); the lease client (lease_client.h) leases them
  * from a DPP master.
  *
- * Under a master (a work unit with a lease) the reader reads only the
- * lease's todo rows, and each batch covers one contiguous row range
+ * Every unit of work names its todo rows (a whole split: one range), and
+ * the reader (reader.c, one stripe loop for every source) reads only the
+ * stripes that hold them, and of those only those rows. Under a master (a
+ * unit with a lease) each batch covers one contiguous row range
  * [from_row, to_row) of one split, the rows its filters dropped included:
  * a batch ends at its last row, or at the end of a todo range (a short
  * batch; dropped with drop_last, its rows then reported as empty), so the
  * batches and the empty ranges of a lease tile its todo exactly. A shuffle
  * window shuffles rows within a batch only (window = batch size) there.
- * Batches carry the lease (split, generation, range, rank) to the server;
- * the source is told when each is made and retired (lease hooks). */
+ * Batches carry the lease (split, generation, range, rank) in the lease
+ * part of their origin from the batcher to the server; the source is told
+ * when each is made and retired (lease hooks). */
 #ifndef SLUICE_DPP_WORKER_WORKER_H
 #define SLUICE_DPP_WORKER_WORKER_H
 

@@ -1,0 +1,133 @@
+/* Private to the lease client (lease_client.h), which is three files by
+ * role: lease_client.c (the leases a worker holds, the split source's
+ * callbacks, start and destroy), lease_conn.c (the control connection:
+ * REGISTER, one request and its reply, asking for leases) and
+ * lease_control.c (the control thread: HEARTBEAT, SPLIT_READ,
+ * SPLIT_FAILED).
+ *
+ * A lease lives from LEASE until both the reader is done with it and every
+ * batch made from it is retired (acknowledged or dropped); then, unless it
+ * was revoked, the control thread reports it with SPLIT_READ and frees it
+ * when the master answers. Everything about leases is under ms->mu; the
+ * connection is under ms->conn_mu, which is never taken while holding
+ * ms->mu (the lease hooks run under the server's lock and take only ms->mu). */
+#ifndef SLUICE_DPP_WORKER_LEASE_CLIENT_INTERNAL_H
+#define SLUICE_DPP_WORKER_LEASE_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <time.h>
+
+#include "common/lock.h"
+#include "dpp/worker/lease_client.h"
+#include "rpc/frame.h"
+
+typedef struct lease {
+    struct lease *next;
+    uint32_t epoch, split;
+    uint64_t generation;
+    uint32_t rank_plus_one;
+    char *path;
+    sl_wh_split_t sp;
+    sl_dpp_row_range_t *todo;
+    uint32_t num_todo;
+    sl_dpp_row_range_t *empty; /* from done */
+    uint32_t num_empty;
+    uint32_t outstanding; /* batches made, not retired */
+    bool handed;          /* returned by next */
+    bool read_done;       /* the reader called done */
+    bool revoked;
+    bool reporting; /* a SPLIT_READ (or SPLIT_FAILED) is on its way */
+    /* The split could not be read (src_failed): revoked too, and reported
+     * with SPLIT_FAILED before the lease may be forgotten. */
+    bool failed, fail_reported;
+    sl_err_t fail_code;
+    int32_t fail_stripe;
+    char *fail_msg;
+} lease_t;
+
+struct sl_worker_lease_client {
+    sl_worker_lease_client_opts_t o;
+    const sl_allocator_t *a;
+    char *master, *worker_id, *serve_address, *admin_address;
+    uint64_t incarnation;    /* random, this source's (process's) identity in REGISTER */
+    char *secret; /* the cluster secret, NULL: none */
+    sl_mutex_t conn_mu;      /* the connection: one call at a time */
+    int fd;                  /* -1: not connected */
+    bool ever_connected;
+    sl_mutex_t mu; /* everything below */
+    pthread_cond_t cv;
+    lease_t *leases;
+    char job_id[256];
+    char *spec_json; /* of the job served, from its first lease */
+    bool cancel, stop, finished;
+    /* The master refused this worker's registration for good (its id is
+     * another live process's): every call fails with this from now on. */
+    sl_err_t fatal;
+    char fatal_msg[SL_ERROR_MSG_MAX];
+    sl_worker_t *worker;
+    uint64_t lease_timeout_ms, heartbeat_ms;
+    sl_worker_lease_client_stats_t st;
+    /* load at the last heartbeat (control thread only) */
+    uint64_t hb_at_ns, hb_reader_ns, hb_xform_ns;
+    pthread_t thread;
+    bool thread_started;
+};
+
+/* The leases this worker holds (not revoked), for REGISTER and HEARTBEAT:
+ * the master keeps alive exactly those. */
+typedef struct held {
+    char job[256];
+    Sluice__Control__SplitRef *refs, **ptrs;
+    uint32_t n, cap;
+} held_t;
+
+static inline uint64_t dpp_lease_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* lease_client.c */
+/* Under ms->mu: wait on ms->cv for at most ms_wait milliseconds. */
+void dpp_lease_timed_wait(sl_worker_lease_client_t *ms, uint64_t ms_wait) SL_REQUIRES(ms->mu);
+char *dpp_lease_dup_str(const sl_allocator_t *a, const char *s);
+void dpp_lease_free_str(const sl_allocator_t *a, char *s);
+void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l);
+/* Under ms->mu: may a revoked lease be forgotten? Nobody holds it (not
+ * handed, or read and every batch retired), no report is on its way, and a
+ * failure was reported. */
+bool dpp_lease_gone(const lease_t *l);
+/* Under ms->mu: unlink and free l. */
+void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l) SL_REQUIRES(ms->mu);
+
+/* lease_conn.c */
+void dpp_lease_fill_ref(Sluice__Control__SplitRef *r, char *job, const lease_t *l);
+/* Under ms->mu. @return false when out of memory (send nothing then: an
+ * empty list would give the leases up). */
+bool dpp_lease_held_collect(sl_worker_lease_client_t *ms, held_t *h) SL_REQUIRES(ms->mu);
+void dpp_lease_held_free(sl_worker_lease_client_t *ms, held_t *h);
+/* Under ms->conn_mu: close the connection (the next call reconnects). */
+void dpp_lease_disconnect(sl_worker_lease_client_t *ms) SL_REQUIRES(ms->conn_mu);
+/* Under ms->conn_mu: connect and REGISTER, naming every lease held (the
+ * master revokes the others of this worker id). A refusal that will not
+ * change (the id is another live process's, another protocol version) is
+ * fatal: recorded, and every later call fails with it. */
+sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err) SL_REQUIRES(ms->conn_mu)
+    SL_EXCLUDES(ms->mu);
+/* One request and its reply (connecting first when needed; takes
+ * ms->conn_mu, so never under ms->mu). A failure closes the connection:
+ * the next call reconnects. */
+sl_err_t dpp_lease_call(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
+                        const ProtobufCMessage *msg, const char *what, sl_rpc_type_t want,
+                        sl_rpc_frame_t *f, sl_error_t *err) SL_EXCLUDES(ms->mu, ms->conn_mu);
+/* Get a lease, waiting (NO_WORK, connection trouble) until deadline_ns (0:
+ * forever; takes both locks). With hand, it is marked as handed to the
+ * reader. */
+sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool hand, lease_t **out,
+                       sl_error_t *err) SL_EXCLUDES(ms->mu, ms->conn_mu);
+
+/* lease_control.c: the control thread (arg: the lease client). */
+void *dpp_lease_control_main(void *arg);
+
+#endif

@@ -1,0 +1,268 @@
+/* The lease client's control thread (lease_client.h): HEARTBEAT every
+ * heartbeat_ms with the leases held and the worker's load, dropping the
+ * leases the master revokes; SPLIT_FAILED for a lease whose split cannot
+ * be read; SPLIT_READ for a lease read whole whose batches are all
+ * acknowledged (or dropped), after which the lease is forgotten. */
+#include <stdio.h>
+
+#include "dpp/worker/lease_client_internal.h"
+
+/* ---- the control thread ---- */
+
+/* Report one lease whose rows are all read and batches all retired.
+ * Called without ms->mu. @return false on a connection problem (retry). */
+static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
+{
+    char job[sizeof ms->job_id];
+    sl_mutex_lock(&ms->mu);
+    snprintf(job, sizeof job, "%s", ms->job_id);
+    uint32_t ne = l->num_empty;
+    sl_mutex_unlock(&ms->mu);
+    Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
+    dpp_lease_fill_ref(&ref, job, l);
+    Sluice__Control__RowRange *rr = ne ? sl_calloc(ms->a, ne, sizeof *rr) : NULL;
+    Sluice__Control__RowRange **rp = ne ? sl_calloc(ms->a, ne, sizeof *rp) : NULL;
+    if (ne && (!rr || !rp)) {
+        if (rr) sl_free(ms->a, rr, (size_t)ne * sizeof *rr);
+        if (rp) sl_free(ms->a, rp, (size_t)ne * sizeof *rp);
+        return false;
+    }
+    for (uint32_t i = 0; i < ne; i++) {
+        rr[i] = (Sluice__Control__RowRange)SLUICE__CONTROL__ROW_RANGE__INIT;
+        rr[i].from_row = l->empty[i].from_row;
+        rr[i].to_row = l->empty[i].to_row;
+        rp[i] = &rr[i];
+    }
+    Sluice__Control__SplitRead sr = SLUICE__CONTROL__SPLIT_READ__INIT;
+    sr.ref = &ref;
+    sr.n_empty = ne;
+    sr.empty = rp;
+    sl_rpc_frame_t f = {0};
+    sl_error_t err = {0};
+    sl_err_t rc = dpp_lease_call(ms, SL_RPC_SPLIT_READ, &sr.base, "split read",
+                                 SL_RPC_SPLIT_READ_REPLY, &f, &err);
+    if (rr) sl_free(ms->a, rr, (size_t)ne * sizeof *rr);
+    if (rp) sl_free(ms->a, rp, (size_t)ne * sizeof *rp);
+    if (rc) {
+        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        return false;
+    }
+    const Sluice__Control__SplitReadReply *r = (const Sluice__Control__SplitReadReply *)f.msg;
+    sl_mutex_lock(&ms->mu);
+    ms->st.split_reads++;
+    if (r->state == SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE) ms->st.splits_done++;
+    dpp_lease_remove(ms, l);
+    sl_mutex_unlock(&ms->mu);
+    sl_rpc_frame_free(&f);
+    return true;
+}
+
+/* Report a failed lease with SPLIT_FAILED (called without ms->mu). The
+ * master counts it and leases the split again (to anyone), skips it, or
+ * fails the job (then this worker has nothing left to do). @return false
+ * on a connection problem (retry). */
+static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
+{
+    char job[sizeof ms->job_id];
+    sl_mutex_lock(&ms->mu);
+    snprintf(job, sizeof job, "%s", ms->job_id);
+    sl_mutex_unlock(&ms->mu);
+    Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
+    dpp_lease_fill_ref(&ref, job, l);
+    Sluice__Control__SplitFailed sf = SLUICE__CONTROL__SPLIT_FAILED__INIT;
+    sf.ref = &ref;
+    sf.file = l->path;
+    sf.stripe = l->fail_stripe;
+    sf.message = l->fail_msg ? l->fail_msg : "";
+    sf.code = l->fail_code;
+    sl_rpc_frame_t f = {0};
+    sl_error_t err = {0};
+    fprintf(stderr, "sluice worker: split %u of %s cannot be read, reported to the master: %s\n",
+            l->split, l->path, sf.message);
+    sl_err_t rc = dpp_lease_call(ms, SL_RPC_SPLIT_FAILED, &sf.base, "split failed",
+                       SL_RPC_SPLIT_FAILED_REPLY, &f, &err);
+    if (rc) {
+        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        return false;
+    }
+    const Sluice__Control__SplitFailedReply *r = (const Sluice__Control__SplitFailedReply *)f.msg;
+    sl_mutex_lock(&ms->mu);
+    l->fail_reported = true;
+    l->reporting = false;
+    if (r->state == SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__JOB_FAILED)
+        ms->stop = ms->st.stop = true; /* the job is over: finish what is held and exit */
+    if (dpp_lease_gone(l)) dpp_lease_remove(ms, l);
+    pthread_cond_broadcast(&ms->cv);
+    sl_mutex_unlock(&ms->mu);
+    sl_rpc_frame_free(&f);
+    return true;
+}
+
+/* Send SPLIT_FAILED for every failed lease not reported yet. @return false
+ * when a report failed (the connection is down: try again later). */
+static bool report_failures(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
+{
+    for (;;) {
+        sl_mutex_lock(&ms->mu);
+        lease_t *l = ms->leases;
+        while (l && !(l->failed && !l->fail_reported && !l->reporting))
+            l = l->next;
+        if (l) l->reporting = true;
+        sl_mutex_unlock(&ms->mu);
+        if (!l) return true;
+        if (!report_failure(ms, l)) {
+            sl_mutex_lock(&ms->mu);
+            l->reporting = false;
+            sl_mutex_unlock(&ms->mu);
+            return false;
+        }
+    }
+}
+
+/* Send SPLIT_READ for every lease ready for it. @return false when a
+ * report failed (the connection is down: try again later). */
+static bool report_ready(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
+{
+    for (;;) {
+        sl_mutex_lock(&ms->mu);
+        lease_t *l = ms->leases;
+        while (l && !(l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting))
+            l = l->next;
+        if (l) l->reporting = true;
+        sl_mutex_unlock(&ms->mu);
+        if (!l) return true;
+        bool ok = report(ms, l);
+        if (!ok) {
+            sl_mutex_lock(&ms->mu);
+            l->reporting = false;
+            sl_mutex_unlock(&ms->mu);
+            return false;
+        }
+    }
+}
+
+static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
+{
+    held_t h;
+    sl_mutex_lock(&ms->mu);
+    bool ok = dpp_lease_held_collect(ms, &h);
+    sl_worker_t *w = ms->worker;
+    sl_mutex_unlock(&ms->mu);
+    if (!ok) { /* the next heartbeat tries again, before the leases expire */
+        dpp_lease_held_free(ms, &h);
+        fprintf(stderr, "sluice worker: heartbeat: out of memory\n");
+        return;
+    }
+    Sluice__Control__Heartbeat hb = SLUICE__CONTROL__HEARTBEAT__INIT;
+    hb.worker_id = ms->worker_id;
+    hb.n_leases = h.n;
+    hb.leases = h.ptrs;
+    uint64_t now = dpp_lease_mono_ns();
+    if (w) {
+        /* busy: the busier of the reader (read, filter, batch) and the
+         * transform threads (dedup, transform, encode, per thread) */
+        sl_worker_stats_t st;
+        sl_worker_stats(w, &st);
+        uint64_t rd = st.read_ns + st.filter_ns;
+        uint64_t xf = st.dedup_ns + st.transform_ns + st.encode_ns;
+        if (ms->hb_at_ns && now > ms->hb_at_ns) {
+            double dt = (double)(now - ms->hb_at_ns);
+            double br = (double)(rd - ms->hb_reader_ns) / dt;
+            double bx = (double)(xf - ms->hb_xform_ns) / (dt * (st.threads ? st.threads : 1));
+            double b = br > bx ? br : bx;
+            hb.busy_fraction = b < 0 ? 0 : b > 1 ? 1 : b;
+        }
+        ms->hb_reader_ns = rd;
+        ms->hb_xform_ns = xf;
+        hb.queued_batches = st.server.ready;
+        hb.memory_used = st.memory_used;
+        hb.batches_sent = st.server.batches_sent;
+        hb.samples_sent = st.server.samples_acked;
+    }
+    ms->hb_at_ns = now;
+    sl_rpc_frame_t f = {0};
+    sl_error_t err = {0};
+    sl_err_t rc = dpp_lease_call(ms, SL_RPC_HEARTBEAT, &hb.base, "heartbeat",
+                                 SL_RPC_HEARTBEAT_REPLY, &f, &err);
+    dpp_lease_held_free(ms, &h);
+    if (rc) {
+        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        return;
+    }
+    const Sluice__Control__HeartbeatReply *r = (const Sluice__Control__HeartbeatReply *)f.msg;
+    sl_mutex_lock(&ms->mu);
+    ms->st.heartbeats++;
+    for (size_t i = 0; i < r->n_revoked; i++) {
+        const Sluice__Control__SplitRef *v = r->revoked[i];
+        lease_t *l = ms->leases;
+        while (l) {
+            lease_t *next = l->next;
+            if (!l->revoked && l->split == v->split && l->epoch == v->epoch &&
+                l->generation == v->generation) {
+                l->revoked = true;
+                ms->st.revoked++;
+                /* nobody holds it any more: not handed, or read and retired */
+                if (dpp_lease_gone(l)) dpp_lease_remove(ms, l);
+            }
+            l = next;
+        }
+    }
+    if (r->stop) ms->stop = ms->st.stop = true;
+    pthread_cond_broadcast(&ms->cv);
+    sl_mutex_unlock(&ms->mu);
+    sl_rpc_frame_free(&f);
+}
+
+void *dpp_lease_control_main(void *arg)
+{
+    sl_worker_lease_client_t *ms = arg;
+    pthread_setname_np(pthread_self(), "sl-w-control");
+    uint64_t next_hb = 0; /* at once */
+    uint64_t retry_at = 0;
+    sl_mutex_lock(&ms->mu);
+    while (!ms->cancel) {
+        if (ms->fatal) {
+            /* Refused for good (another live process has this worker id):
+             * the worker fails with the master's message; nothing more is
+             * said to the master. w stays valid: sl_worker_stop
+             * cancels (joins this thread) before the worker goes. */
+            sl_worker_t *w = ms->worker;
+            char msg[SL_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", ms->fatal_msg);
+            sl_err_t code = ms->fatal;
+            sl_mutex_unlock(&ms->mu);
+            if (w) sl_worker_fail(w, code, msg);
+            return NULL;
+        }
+        uint64_t now = dpp_lease_mono_ns();
+        bool ready = false;
+        for (lease_t *l = ms->leases; l && !ready; l = l->next)
+            ready = (l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting) ||
+                    (l->failed && !l->fail_reported && !l->reporting);
+        if (ready && now >= retry_at) {
+            sl_mutex_unlock(&ms->mu);
+            /* failures first: the master may lease the split to another worker at once */
+            if (!report_failures(ms) || !report_ready(ms))
+                retry_at = dpp_lease_mono_ns() + 200000000ull;
+            sl_mutex_lock(&ms->mu);
+            continue;
+        }
+        if (now >= next_hb) {
+            uint64_t period = ms->heartbeat_ms ? ms->heartbeat_ms : 1000;
+            sl_mutex_unlock(&ms->mu);
+            heartbeat(ms);
+            sl_mutex_lock(&ms->mu);
+            next_hb = dpp_lease_mono_ns() + period * 1000000ull;
+            continue;
+        }
+        uint64_t until = next_hb;
+        if (ready && retry_at < until) until = retry_at;
+        dpp_lease_timed_wait(ms, (until - now) / 1000000ull + 1);
+    }
+    sl_mutex_unlock(&ms->mu);
+    /* last words: failures, and leases whose batches are all acknowledged */
+    report_failures(ms);
+    report_ready(ms);
+    return NULL;
+}
+

@@ -1,0 +1,475 @@
+/* The worker's reader thread (worker.h): one stripe loop for every split
+ * source (source.h). It takes units of work from the source, opens each
+ * split, reads the stripes that hold todo rows, filters them and hands the
+ * kept todo rows to the batcher, which hands each batch to the transform
+ * threads. Rows of a lease are batched by row range: the lease rides with
+ * each batch (the lease part of its origin) from the batcher to the
+ * server. The reader also keeps its share of the memory budget: the
+ * stripe being read and the batcher's buffers. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dpp/worker/worker_internal.h"
+#include "sluice/wire.h"
+
+/* The reader thread's state, reused from split to split (reader thread
+ * only). */
+typedef struct reader {
+    sl_worker_t *w;
+    sl_worker_batcher_t *b;
+    sl_wh_reader_t *r; /* open on path */
+    char path[1024];   /* "": reopen for the next split (a lease's split is freed after done) */
+    sl_wh_read_opts_t ro;
+    bool weigh;         /* a filter weighs rows: its weights go to the batcher */
+    uint32_t *selected; /* [cap] the kept rows of the stripe */
+    float *weights;     /* [cap] their weights */
+    uint32_t cap;
+    sl_dpp_row_range_t *empty; /* [num_empty] rows of the lease that went into no batch */
+    uint32_t num_empty, empty_cap;
+    int32_t stripe; /* being read (-1: none yet), for a failure report */
+    /* Budget bytes held: the decoded stripe being batched, and the batcher
+     * (the batch being filled, its reusable value vectors, a shuffle
+     * window). est: what the next stripe is expected to take, the last
+     * one's size. */
+    uint64_t est, stripe_held, batcher_held;
+    uint64_t handoff_ns; /* time spent waiting to hand batches over */
+} reader_t;
+
+/* ---- memory accounting ---- */
+
+/* Every acquire is strict (the budget never passes the limit); a refusal
+ * fails the worker with a message naming what did not fit. */
+static sl_err_t reader_take(reader_t *rd, uint64_t bytes, const char *what, sl_error_t *err)
+{
+    return dpp_worker_budget_take(rd->w, bytes, rd->stripe_held + rd->batcher_held, what, err);
+}
+
+/* The stripe read is sb bytes, rd->est of which were taken before reading
+ * it: a larger stripe is accounted before any of its rows moves on
+ * (waiting for room like anything else). */
+static sl_err_t stripe_acct(reader_t *rd, uint64_t sb, const char *file, uint32_t stripe,
+                            sl_error_t *err)
+{
+    rd->stripe_held = rd->est;
+    if (sb > rd->est) {
+        char what[320];
+        snprintf(what, sizeof what, "%.250s stripe %u decoded", file, stripe);
+        sl_err_t rc = reader_take(rd, sb - rd->est, what, err);
+        if (rc != SL_OK) return rc;
+    } else {
+        sl_worker_budget_release(rd->w->budget, rd->est - sb);
+    }
+    rd->stripe_held = sb;
+    return SL_OK;
+}
+
+/* Bring batcher_held to the batcher's footprint now. */
+static sl_err_t batcher_acct(reader_t *rd, sl_error_t *err)
+{
+    uint64_t fp = sl_worker_batcher_footprint(rd->b);
+    if (fp > rd->batcher_held) {
+        sl_err_t rc = reader_take(rd, fp - rd->batcher_held, "the batch being built", err);
+        if (rc != SL_OK) return rc;
+    } else {
+        sl_worker_budget_release(rd->w->budget, rd->batcher_held - fp);
+    }
+    rd->batcher_held = fp;
+    return SL_OK;
+}
+
+/* Bytes of a stripe's decoded rows. */
+static uint64_t rows_bytes(const sl_wh_rows_t *rows)
+{
+    const sl_batch_t *b = &rows->batch;
+    uint64_t groups = 0;
+    for (uint32_t g = 0; g < b->num_groups; g++)
+        groups += sl_ikjt_bytes(&b->groups[g]);
+    return groups + sl_kjt_bytes(&b->sparse) +
+           ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
+               sizeof(float) +
+           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
+}
+
+/* Add one stripe's rows and stage times to the statistics: read from t0
+ * to t1 (less waited, for memory), filter and batch from t1 to now (less
+ * the time spent handing batches on since handoff_before). */
+static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t t0, uint64_t t1,
+                           uint64_t waited, uint64_t handoff_before)
+{
+    sl_worker_t *w = rd->w;
+    uint64_t t2 = now_ns(CLOCK_MONOTONIC);
+    sl_mutex_lock(&w->mu);
+    w->st.stripes++;
+    w->st.rows_read += rows;
+    w->st.rows_kept += kept;
+    w->st.read_ns += t1 - t0 - waited;
+    /* Time spent handing batches on (blocked on the queue or the budget) is
+     * back-pressure, not filtering. */
+    uint64_t handoff = rd->handoff_ns - handoff_before;
+    w->st.filter_ns += t2 - t1 - handoff;
+    w->st.backpressure_ns += waited + handoff;
+    sl_mutex_unlock(&w->mu);
+}
+
+/* ---- scratch ---- */
+
+static void scratch_free(reader_t *rd)
+{
+    const sl_allocator_t *a = rd->w->a;
+    if (rd->selected) sl_free(a, rd->selected, (size_t)rd->cap * sizeof *rd->selected);
+    if (rd->weights) sl_free(a, rd->weights, (size_t)rd->cap * sizeof *rd->weights);
+    if (rd->empty) sl_free(a, rd->empty, (size_t)rd->empty_cap * sizeof *rd->empty);
+    rd->selected = NULL;
+    rd->weights = NULL;
+    rd->empty = NULL;
+    rd->cap = rd->num_empty = rd->empty_cap = 0;
+}
+
+/* Room for the selection of a stripe of n rows. */
+static bool scratch_rows(reader_t *rd, uint32_t n)
+{
+    const sl_allocator_t *a = rd->w->a;
+    if (n <= rd->cap) return true;
+    if (rd->selected) sl_free(a, rd->selected, (size_t)rd->cap * sizeof *rd->selected);
+    if (rd->weights) sl_free(a, rd->weights, (size_t)rd->cap * sizeof *rd->weights);
+    rd->selected = sl_alloc(a, (size_t)n * sizeof *rd->selected);
+    rd->weights = sl_alloc(a, (size_t)n * sizeof *rd->weights);
+    rd->cap = n;
+    return rd->selected && rd->weights;
+}
+
+/* Rows e produced no batch: remember them for done (SPLIT_READ). */
+static sl_err_t add_empty(reader_t *rd, sl_dpp_row_range_t e, sl_error_t *err)
+{
+    if (e.from_row >= e.to_row) return SL_OK;
+    if (rd->num_empty && rd->empty[rd->num_empty - 1].to_row == e.from_row) {
+        rd->empty[rd->num_empty - 1].to_row = e.to_row;
+        return SL_OK;
+    }
+    if (rd->num_empty == rd->empty_cap) {
+        const sl_allocator_t *a = rd->w->a;
+        uint32_t cap = rd->empty_cap ? 2 * rd->empty_cap : 8;
+        sl_dpp_row_range_t *n = sl_alloc(a, (size_t)cap * sizeof *n);
+        if (!n) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+        if (rd->num_empty) memcpy(n, rd->empty, rd->num_empty * sizeof *n);
+        if (rd->empty) sl_free(a, rd->empty, (size_t)rd->empty_cap * sizeof *rd->empty);
+        rd->empty = n;
+        rd->empty_cap = cap;
+    }
+    rd->empty[rd->num_empty++] = e;
+    return SL_OK;
+}
+
+/* ---- batches out ---- */
+
+/* Batcher output, on the reader thread: account the batch (its arena,
+ * taken over from the batcher's share where it was accounted there, plus
+ * its encoded size: room for the frame the transform thread will make, so
+ * that it rarely needs more) and hand it, with the lease part of its
+ * origin, to the transform threads. */
+static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease_origin_t *lease,
+                             sl_error_t *err)
+{
+    reader_t *rd = ctx;
+    sl_worker_t *w = rd->w;
+    dpp_worker_batch_t *wb = sl_alloc(w->a, sizeof *wb);
+    if (!wb) {
+        sl_batch_destroy(batch);
+        return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+    }
+    *wb = (dpp_worker_batch_t){.batch = batch};
+    if (lease) {
+        wb->lease = *lease;
+        if (w->source.lease_made) w->source.lease_made(w->source.ctx, lease->handle);
+    }
+    sl_worker_msg_t m = {.ptr = wb};
+    uint64_t arena = sl_arena_footprint(batch->arena);
+    uint64_t moved = arena < rd->batcher_held ? arena : rd->batcher_held;
+    rd->batcher_held -= moved;
+    uint64_t more = arena - moved + (uint64_t)sl_wire_encoded_size(batch);
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    char what[64];
+    snprintf(what, sizeof what, "a batch of %u rows", batch->batch_size);
+    sl_err_t rc =
+        dpp_worker_budget_take(w, more, rd->stripe_held + rd->batcher_held + moved, what, err);
+    m.bytes = rc == SL_OK ? moved + more : moved;
+    if (rc != SL_OK) {
+        dpp_worker_drop_msg(w, &m);
+        return rc;
+    }
+    sl_worker_budget_idle(w->budget, true); /* a full queue: waiting for a transform thread */
+    rc = sl_worker_queue_push(w->work, &m, -1);
+    sl_worker_budget_idle(w->budget, false);
+    rd->handoff_ns += now_ns(CLOCK_MONOTONIC) - t0; /* memory or a full queue: back-pressure */
+    if (rc != SL_OK) {
+        dpp_worker_drop_msg(w, &m);
+        return sl_error_set(err, rc, "worker stopping");
+    }
+    return SL_OK;
+}
+
+/* ---- the stripe loop ---- */
+
+/* May the rows of wk still be read (a lease not revoked, or no lease)? */
+static bool work_live(const sl_worker_t *w, const sl_worker_work_t *wk)
+{
+    return !wk->lease || !w->source.lease_live || w->source.lease_live(w->source.ctx, wk->lease);
+}
+
+/* Open the file of split sp on rd->r. Consecutive splits of one file
+ * share the open reader: no footer parsing again, and its decode buffers
+ * stay warm. */
+static sl_err_t open_split(reader_t *rd, const sl_wh_split_t *sp, sl_error_t *err)
+{
+    if (rd->r && strcmp(rd->path, sp->path) == 0)
+        return sl_wh_reader_set_range(rd->r, sp->stripe_begin, sp->stripe_end, err);
+    sl_wh_reader_close(rd->r);
+    rd->r = NULL;
+    sl_err_t rc = sl_wh_reader_open_split(rd->w->table, sp, &rd->ro, &rd->r, err);
+    if (rc == SL_OK && strlen(sp->path) < sizeof rd->path)
+        snprintf(rd->path, sizeof rd->path, "%s", sp->path);
+    else
+        rd->path[0] = '\0'; /* too long to remember: reopened next time */
+    return rc;
+}
+
+/* Read the todo rows of wk from rd->r (open on its split): only the
+ * stripes that hold todo rows, and of those only the kept rows inside the
+ * ranges, handed to the batcher. Under a lease each todo range is a range
+ * of the batcher, so that every batch covers one contiguous row range
+ * (see worker.h), and the rows that made no batch gather in rd->empty; the
+ * loop stops early, without error, when the lease stops being live. t0:
+ * when work on the split began (opening it counts as reading its first
+ * stripe). */
+static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    const sl_wh_split_t *sp = wk->split;
+    const sl_dpp_row_range_t *todo = wk->todo;
+    const char *what = wk->lease ? "lease of split" : "split";
+    sl_err_t rc = SL_OK;
+    rd->num_empty = 0;
+    for (uint32_t i = 0; i < wk->num_todo; i++)
+        if (todo[i].from_row >= todo[i].to_row || todo[i].to_row > sp->num_rows ||
+            (i && todo[i].from_row < todo[i - 1].to_row))
+            return sl_error_set(err, SL_ERR_PROTOCOL,
+                                "%s %" PRIu64 ": todo range %u [%" PRIu64 ", %" PRIu64
+                                ") is empty, out of order or past the split's %" PRIu64 " rows",
+                                what, wk->split_id, i, todo[i].from_row, todo[i].to_row,
+                                sp->num_rows);
+    sl_worker_lease_origin_t lease = {.handle = wk->lease,
+                                      .split = (uint32_t)wk->split_id,
+                                      .generation = wk->generation,
+                                      .rank_plus_one = wk->rank_plus_one};
+    bool in_range = false; /* a range of the batcher is open (under a lease) */
+    uint32_t ti = 0;       /* the todo range being read */
+    uint64_t row = 0;      /* split row of the stripe's row 0 */
+    for (uint32_t st = sp->stripe_begin; st < sp->stripe_end && ti < wk->num_todo; st++) {
+        if (atomic_load(&w->stopping)) return SL_ERR_CLOSED;
+        if (!work_live(w, wk)) break;
+        rd->stripe = (int32_t)st;
+        sl_wh_stripe_info_t info;
+        if ((rc = sl_wh_reader_stripe_info(rd->r, st, &info)))
+            return sl_error_set(err, rc, "%s: %s %" PRIu64 ": no stripe %u", sp->path, what,
+                                wk->split_id, st);
+        uint64_t end = row + info.rows;
+        if (todo[ti].from_row >= end) { /* no todo row here: not even read */
+            row = end;
+            continue;
+        }
+        uint64_t tw = now_ns(CLOCK_MONOTONIC);
+        if ((rc = reader_take(rd, rd->est, "the next stripe", err))) return rc;
+        uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw;
+        const sl_wh_rows_t *rows = NULL;
+        if ((rc = sl_wh_reader_read_stripe(rd->r, st, &rows, err))) {
+            sl_worker_budget_release(w->budget, rd->est);
+            return rc;
+        }
+        uint64_t sb = rows_bytes(rows);
+        if ((rc = stripe_acct(rd, sb, rows->file, rows->stripe, err))) {
+            sl_worker_budget_release(w->budget, rd->stripe_held);
+            rd->stripe_held = 0;
+            return rc;
+        }
+        rd->est = sb;
+        uint64_t t1 = now_ns(CLOCK_MONOTONIC);
+        uint32_t n = rows->batch.batch_size, kept = 0;
+        uint64_t h0 = rd->handoff_ns;
+        if (n != info.rows)
+            rc = sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u: %u rows, the footer says %u",
+                              rows->file, rows->stripe, n, info.rows);
+        else if (!scratch_rows(rd, n))
+            rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+        else
+            rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
+        sl_worker_rows_origin_t origin = {.epoch = wk->epoch,
+                                          .split_id = wk->split_id,
+                                          .row = row,
+                                          .key_offsets = rows->key_offsets};
+        uint32_t i = 0; /* into selected */
+        while (rc == SL_OK && ti < wk->num_todo && todo[ti].from_row < end) {
+            const sl_dpp_row_range_t *t = &todo[ti];
+            uint64_t hi = t->to_row < end ? t->to_row : end;
+            if (wk->lease && !in_range) {
+                lease.from_row = t->from_row;
+                if ((rc = sl_worker_batcher_begin_range(rd->b, &lease, wk->epoch, err))) break;
+                in_range = true;
+            }
+            while (i < kept && row + rd->selected[i] < t->from_row)
+                i++;
+            uint32_t j = i;
+            if (hi == end) /* the range runs to the stripe's end: every kept row from i */
+                j = kept;
+            while (j < kept && row + rd->selected[j] < hi)
+                j++;
+            if (j > i) {
+                /* every row of the stripe kept: the identity selection gathers in whole runs */
+                const uint32_t *sel = i == 0 && j == n ? NULL : rd->selected + i;
+                rc = sl_worker_batcher_add(rd->b, &rows->batch, sel,
+                                           rd->weigh ? rd->weights + i : NULL, j - i, &origin, err);
+            }
+            i = j;
+            if (rc || t->to_row > end) break; /* the range goes on in the next stripe */
+            if (in_range) {
+                sl_dpp_row_range_t e;
+                in_range = false;
+                if ((rc = sl_worker_batcher_end_range(rd->b, t->to_row, &e, err)) ||
+                    (rc = add_empty(rd, e, err)))
+                    break;
+            }
+            ti++;
+        }
+        if (rc == SL_OK) rc = batcher_acct(rd, err);
+        rd->stripe_held = 0;
+        sl_worker_budget_release(w->budget, sb);
+        account_stripe(rd, n, kept, t0, t1, waited, h0);
+        if (rc) return rc;
+        row = end;
+        t0 = now_ns(CLOCK_MONOTONIC);
+    }
+    if (ti < wk->num_todo && work_live(w, wk))
+        return sl_error_set(err, SL_ERR_PROTOCOL,
+                            "%s %" PRIu64 ": todo rows up to %" PRIu64
+                            " but the split's stripes hold %" PRIu64 " rows",
+                            what, wk->split_id, todo[wk->num_todo - 1].to_row, row);
+    if (in_range) { /* revoked mid-way: what the batcher holds goes out and is dropped unsent */
+        sl_dpp_row_range_t e;
+        rc = sl_worker_batcher_end_range(rd->b, row, &e, err);
+    }
+    if (rc == SL_OK) rc = batcher_acct(rd, err);
+    return rc;
+}
+
+/* A leased split the reader cannot read (rc a split error) is reported
+ * through the source instead of failing the worker: what the batcher
+ * gathered of it is discarded, the lease is done, the reader goes on with
+ * the next one. @return true when handled so. */
+static bool lease_failed(reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc, sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    if (!wk->lease || !w->source.lease_failed || !dpp_worker_split_error(rc) ||
+        atomic_load(&w->stopping))
+        return false;
+    w->source.lease_failed(w->source.ctx, wk->lease, rc, rd->stripe, err->msg);
+    sl_worker_batcher_discard(rd->b);
+    sl_error_t e = {0};
+    batcher_acct(rd, &e); /* smaller now: releases */
+    if (w->source.done) w->source.done(w->source.ctx, wk, NULL, 0);
+    sl_mutex_lock(&w->mu);
+    w->st.splits_failed++;
+    sl_mutex_unlock(&w->mu);
+    return true;
+}
+
+void *dpp_worker_reader_main(void *arg)
+{
+    sl_worker_t *w = arg;
+    pthread_setname_np(pthread_self(), "sl-w-reader");
+    const sl_pipeline_job_t *job = w->job;
+    sl_error_t err = {0};
+    sl_err_t rc = SL_OK;
+    reader_t rd = {.w = w, .stripe = -1};
+    const char *weight_label = sl_pipeline_plan_weight_label(w->plan);
+    rd.weigh = weight_label != NULL;
+    uint32_t nf = 0;
+    const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
+    rd.ro = (sl_wh_read_opts_t){.features = features,
+                                .num_features = nf,
+                                .skip_columns = (SL_WH_COL_SESSION_ID | SL_WH_COL_TIMESTAMP |
+                                                 (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID)) &
+                                                ~sl_pipeline_plan_filter_columns(w->plan),
+                                .dedup_form = w->dedup_form,
+                                .allocator = w->a};
+    sl_worker_batcher_opts_t bo = {.batch_size = job->batch_size,
+                                   .drop_last = job->drop_last,
+                                   /* under a master a batch is one row range: shuffle within it */
+                                   .shuffle_window = w->master_mode && job->shuffle_window
+                                                         ? job->batch_size
+                                                         : job->shuffle_window,
+                                   .seed = job->seed,
+                                   .sample_ids = job->sample_ids,
+                                   .weight_label = weight_label,
+                                   .job_id = w->job_hash,
+                                   .allocator = w->a};
+    if ((rc = sl_worker_batcher_new(&bo, to_transform, &rd, &rd.b, &err))) goto out;
+    bool have_epoch = false;
+    uint32_t epoch = 0;
+    while (!atomic_load(&w->stopping)) {
+        sl_worker_work_t wk;
+        sl_worker_budget_idle(w->budget, true); /* waiting for a split (a lease) */
+        rc = w->source.next(w->source.ctx, &wk, &err);
+        sl_worker_budget_idle(w->budget, false);
+        if (rc == SL_ERR_CLOSED) {
+            rc = SL_OK;
+            break;
+        }
+        if (rc) goto out;
+        if (have_epoch && wk.epoch != epoch &&
+            ((rc = sl_worker_batcher_end_epoch(rd.b, &err)) || (rc = batcher_acct(&rd, &err))))
+            goto out;
+        have_epoch = true;
+        epoch = wk.epoch;
+        uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+        rd.stripe = -1;
+        rc = open_split(&rd, wk.split, &err);
+        if (rc == SL_OK) rc = read_split(&rd, &wk, t0, &err);
+        if (rc != SL_OK && lease_failed(&rd, &wk, rc, &err)) {
+            /* the reader's state after a failure is unknown: reopen */
+            sl_wh_reader_close(rd.r);
+            rd.r = NULL;
+            rd.path[0] = '\0';
+            rc = SL_OK;
+            continue;
+        }
+        if (rc) goto out;
+        if (w->source.done) w->source.done(w->source.ctx, &wk, rd.empty, rd.num_empty);
+        sl_mutex_lock(&w->mu);
+        w->st.splits++;
+        sl_mutex_unlock(&w->mu);
+    }
+    if (rc == SL_OK && have_epoch && !atomic_load(&w->stopping))
+        rc = sl_worker_batcher_end_epoch(rd.b, &err);
+out:
+    /* what the batcher held goes with it (the batcher is destroyed below) */
+    sl_worker_budget_release(w->budget, rd.batcher_held);
+    rd.batcher_held = 0;
+    sl_worker_budget_idle(w->budget, true); /* the reader has ended */
+    sl_wh_reader_close(rd.r);
+    if (rd.b) {
+        sl_worker_batcher_stats_t bs;
+        sl_worker_batcher_stats(rd.b, &bs);
+        sl_mutex_lock(&w->mu);
+        w->st.rows_dropped = bs.rows_dropped;
+        sl_mutex_unlock(&w->mu);
+    }
+    sl_worker_batcher_destroy(rd.b);
+    scratch_free(&rd);
+    if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping))
+        dpp_worker_fail(w, rc, err.msg);
+    sl_worker_queue_close(w->work);
+    sl_mutex_lock(&w->mu);
+    w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
+    sl_mutex_unlock(&w->mu);
+    return NULL;
+}

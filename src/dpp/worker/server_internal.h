@@ -1,0 +1,107 @@
+/* Private to the trainer-protocol server (server.h): server.c (the
+ * accept thread, who may connect, the ready queues, start and stop) and
+ * server_conn.c (one client connection: its receiver and sender threads).
+ * Shared state (windows, unacknowledged batches, counters) is under one
+ * mutex, s->mu; the encoded batches wait in unbounded sl_worker_queues
+ * (the memory budget bounds them), so a returned batch can go back to its
+ * front: one for batches any client may take, and one per trainer rank
+ * with batches of static sharding (created when the first such batch
+ * comes). */
+#ifndef SLUICE_DPP_WORKER_SERVER_INTERNAL_H
+#define SLUICE_DPP_WORKER_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <time.h>
+
+#include "common/lock.h"
+#include "dpp/worker/server.h"
+
+/* A queued batch. Sender threads read its frame without the lock, so an
+ * ACK (or a stop) that comes while one is still writing it only marks it:
+ * the last writer frees it. */
+typedef struct sitem {
+    sl_worker_server_item_t item; /* first: an sl_worker_server_item_t * is an sitem_t * */
+    uint32_t senders;   /* threads writing the frame now (under s->mu) */
+    bool acked;
+} sitem_t;
+
+typedef struct unacked {
+    sl_worker_server_item_t *item;
+    uint64_t delivery_id;
+} unacked_t;
+
+typedef struct client {
+    struct sl_worker_server *s;
+    int fd;
+    char name[96];
+    pthread_t recv_thread, send_thread;
+    bool send_started;
+    sl_mutex_t wmu; /* one frame at a time on the socket */
+    /* under s->mu */
+    uint64_t credits; /* granted by REQUEST, one spent per BATCH sent */
+    uint32_t n_unacked;
+    unacked_t *unacked; /* [max_credits] */
+    bool closed, ended, done;
+    bool welcomed;    /* its sender thread runs or ran (or could not start) */
+    bool sender_done; /* its sender thread has ended */
+    uint32_t rank_plus_one; /* 1 + the rank of its HELLO, 0 when over max_ranks */
+    bool hello_done;        /* past its handshake */
+    bool evicting;          /* shut down to make room: its threads are ending */
+    uint64_t opened_ms, last_rx_ms;
+    struct client *next;
+} client_t;
+
+struct sl_worker_server {
+    sl_worker_server_opts_t o;
+    const sl_allocator_t *a;
+    char worker_id[128], job_id[128];
+    int lfd;
+    uint16_t port;
+    pthread_t accept_thread;
+    sl_worker_queue_t **ready; /* [max_ranks + 1]: [0] any rank, [r + 1] rank r (NULL until used) */
+    sl_mutex_t mu;
+    pthread_cond_t cv;
+    bool finished, stopping, stopped;
+    sl_err_t fail_code;
+    char fail_msg[SL_ERROR_MSG_MAX];
+    uint64_t outstanding; /* pushed, not yet acknowledged */
+    uint64_t next_delivery;
+    client_t *clients;
+    uint32_t nclients; /* in the list: their threads may still run */
+    char *secret;      /* the cluster secret (owned), NULL: no handshake */
+    sl_worker_server_stats_t st;
+};
+
+static inline uint64_t dpp_server_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t dpp_server_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* server.c */
+/* Free a batch (under s->mu), unless a sender is still writing its frame:
+ * then it is only marked, and that sender frees it. */
+void dpp_server_item_free(const sl_allocator_t *a, sl_worker_server_item_t *it);
+/* A lease's batch is gone (under s->mu). */
+void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
+    SL_REQUIRES(s->mu);
+/* The queue of batches for rank_plus_one (under s->mu), created on first
+ * use when create. @return NULL when out of range or memory (or absent). */
+sl_worker_queue_t *dpp_server_rank_queue(struct sl_worker_server *s, uint32_t rank_plus_one,
+                                         bool create) SL_REQUIRES(s->mu);
+/* Wait on cv (its mutex mu held) for at most ms milliseconds. */
+void dpp_server_timed_wait(pthread_cond_t *cv, sl_mutex_t *mu, int ms) SL_REQUIRES(*mu);
+
+/* server_conn.c: a connection's receiver thread (arg: its client_t), which
+ * starts its sender once the handshake is done. */
+void *dpp_server_client_main(void *arg);
+
+#endif

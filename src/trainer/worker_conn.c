@@ -1,0 +1,494 @@
+/* The trainer client's one worker connection (trainer_internal.h), the same
+ * in direct and master mode: a thread that connects (the cluster-secret
+ * handshake when the client has a secret, HELLO / WELCOME, credits),
+ * receives BATCH / END / ERROR / GOODBYE, and after a lost connection
+ * reconnects under the client's policy (tr_reconnect) while it is not
+ * stopped. A received batch goes to the committer in master mode (fleet.c:
+ * COMMIT first), to the ready queue in direct mode. Acks and credits are
+ * sent from the threads that take items out (client_state.c, fleet).
+ *
+ * A worker's ERROR answering HELLO keeps its code; "not now" (a connection
+ * cap: sl_rpc_error_retriable) is retried like a lost connection, any
+ * other is a refusal that ends the connection. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "trainer/fleet_internal.h"
+
+tr_conn_t *tr_conn_new(sl_trainer_t *t, const char *worker_id, const char *address)
+{
+    tr_conn_t *c = sl_calloc(t->a, 1, sizeof *c);
+    /* At most one window is handed out unacked while a connection dies;
+     * twice that plus slack. */
+    uint32_t cap = t->prefetch > UINT32_MAX / 4 ? UINT32_MAX / 2 : 2 * t->prefetch + 16;
+    uint64_t *pending = c ? sl_calloc(t->a, cap, sizeof *pending) : NULL;
+    if (!pending) {
+        if (c) sl_free(t->a, c, sizeof *c);
+        return NULL;
+    }
+    c->t = t;
+    c->fd = -1;
+    c->pending = pending;
+    c->pending_cap = cap;
+    snprintf(c->address, sizeof c->address, "%s", address);
+    snprintf(c->worker_id, sizeof c->worker_id, "%s", worker_id ? worker_id : "");
+    if (worker_id)
+        snprintf(c->label, sizeof c->label, "worker %s (%s)", c->worker_id, c->address);
+    else
+        snprintf(c->label, sizeof c->label, "worker %s", c->address);
+    pthread_mutex_init(&c->send_mu, NULL);
+    c->next = t->conns;
+    t->conns = c;
+    return c;
+}
+
+void tr_conn_free(tr_conn_t *c)
+{
+    if (!c) return;
+    const sl_allocator_t *a = c->t->a;
+    if (c->thread_started) pthread_join(c->thread, NULL);
+    if (c->fd >= 0) close(c->fd);
+    pthread_mutex_destroy(&c->send_mu);
+    sl_free(a, c->pending, (size_t)c->pending_cap * sizeof *c->pending);
+    sl_free(a, c, sizeof *c);
+}
+
+void tr_conn_stop_locked(tr_conn_t *c, const char *reason)
+{
+    if (c->stop) return;
+    c->stop = true;
+    pthread_mutex_lock(&c->send_mu);
+    if (c->fd >= 0) {
+        if (c->send_ready) sl_rpc_send_goodbye(c->fd, reason);
+        shutdown(c->fd, SHUT_RDWR); /* unblocks its receive or handshake */
+    }
+    pthread_mutex_unlock(&c->send_mu);
+    pthread_cond_broadcast(&c->t->cv);
+}
+
+void tr_conn_ack_locked(tr_conn_t *c, uint64_t delivery_id)
+{
+    pthread_mutex_lock(&c->send_mu);
+    sl_err_t rc = SL_ERR_CLOSED;
+    if (c->fd >= 0 && c->send_ready) {
+        /* Delivery ids are unique per worker, so an ack on a newer
+         * connection than the batch's is understood (the worker ignores an
+         * id it no longer holds: docs/PROTOCOL.md). */
+        Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
+        uint64_t id = delivery_id;
+        ack.n_delivery_ids = 1;
+        ack.delivery_ids = &id;
+        rc = sl_rpc_send(c->fd, SL_RPC_ACK, &ack.base, NULL, 0, NULL);
+        if (rc != SL_OK) shutdown(c->fd, SHUT_RDWR); /* its thread reconnects */
+    }
+    if (rc != SL_OK && c->npending < c->pending_cap) c->pending[c->npending++] = delivery_id;
+    pthread_mutex_unlock(&c->send_mu);
+}
+
+static bool stopping(tr_conn_t *c)
+{
+    sl_trainer_t *t = c->t;
+    pthread_mutex_lock(&t->mu);
+    bool s = c->stop || t->closing;
+    pthread_mutex_unlock(&t->mu);
+    return s;
+}
+
+/* Take the socket out of the slot (caller holds mu); the caller closes it. */
+static int detach_locked(tr_conn_t *c)
+{
+    c->connected = false;
+    pthread_mutex_lock(&c->send_mu);
+    int fd = c->fd;
+    c->fd = -1;
+    c->send_ready = false;
+    pthread_mutex_unlock(&c->send_mu);
+    return fd;
+}
+
+/* Close the installed socket (c's thread, or connect before it starts). */
+static void uninstall(tr_conn_t *c)
+{
+    pthread_mutex_lock(&c->t->mu);
+    int fd = detach_locked(c);
+    pthread_mutex_unlock(&c->t->mu);
+    if (fd >= 0) close(fd);
+}
+
+/* The socket is installed before the handshake so that a stop can shut it
+ * down; send_ready stays false until WELCOME. */
+static sl_err_t install(tr_conn_t *c, int fd, sl_error_t *err)
+{
+    sl_trainer_t *t = c->t;
+    pthread_mutex_lock(&t->mu);
+    bool stop = c->stop || t->closing;
+    if (!stop) {
+        pthread_mutex_lock(&c->send_mu);
+        c->fd = fd;
+        c->send_ready = false;
+        pthread_mutex_unlock(&c->send_mu);
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (!stop) return SL_OK;
+    close(fd);
+    return sl_error_set(err, SL_ERR_CLOSED, "stopped");
+}
+
+/* HELLO and its answer before deadline_ms; *window from WELCOME. */
+static sl_err_t hello(tr_conn_t *c, int fd, uint64_t deadline_ms, uint32_t *window,
+                      bool *refused, sl_error_t *err)
+{
+    sl_trainer_t *t = c->t;
+    Sluice__Dpp__Hello h = SLUICE__DPP__HELLO__INIT;
+    h.protocol_version = SL_RPC_VERSION;
+    h.client_name = t->client_name;
+    h.rank = t->rank;
+    h.world_size = t->world_size;
+    sl_err_t rc = sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, err);
+    if (rc != SL_OK) return rc;
+    sl_rpc_frame_t f;
+    rc = sl_rpc_recv_until(fd, deadline_ms, &t->rpc_limits, t->a, &f, err);
+    if (rc != SL_OK) {
+        if (rc == SL_ERR_TIMEOUT) sl_error_prefix(err, "waiting for welcome: ");
+        return rc;
+    }
+    atomic_fetch_add(&t->bytes, f.wire_bytes);
+    if (f.type == SL_RPC_ERROR) {
+        const Sluice__Dpp__Error *e = (const Sluice__Dpp__Error *)f.msg;
+        rc = sl_error_set(err, sl_rpc_error_code(e), "refused the connection: %s",
+                          e->message && e->message[0] ? e->message : "no reason given");
+        *refused = !sl_rpc_error_retriable(rc);
+    } else if (f.type != SL_RPC_WELCOME) {
+        rc = sl_error_set(err, SL_ERR_PROTOCOL, "expected a welcome frame, got %s%s",
+                          sl_rpc_type_name(f.type), sl_rpc_auth_hint(f.type));
+    } else {
+        const Sluice__Dpp__Welcome *w = (const Sluice__Dpp__Welcome *)f.msg;
+        if (w->protocol_version != SL_RPC_VERSION)
+            rc = sl_error_set(err, SL_ERR_VERSION,
+                              "worker speaks trainer protocol version %u, this client %u",
+                              w->protocol_version, SL_RPC_VERSION);
+        *window = t->prefetch;
+        if (w->max_credits > 0 && w->max_credits < *window) *window = w->max_credits;
+    }
+    sl_rpc_frame_free(&f);
+    return rc;
+}
+
+/* The handshake is done: send the acks that could not go out before, grant
+ * window - held credits, and let acks and credits flow. */
+static sl_err_t go_live(tr_conn_t *c, int fd, uint32_t window, sl_error_t *err)
+{
+    sl_trainer_t *t = c->t;
+    pthread_mutex_lock(&t->mu);
+    pthread_mutex_lock(&c->send_mu);
+    sl_err_t rc = SL_OK;
+    if (c->npending > 0) {
+        Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
+        ack.n_delivery_ids = c->npending;
+        ack.delivery_ids = c->pending;
+        rc = sl_rpc_send(fd, SL_RPC_ACK, &ack.base, NULL, 0, err);
+        if (rc == SL_OK) c->npending = 0;
+    }
+    c->window = window;
+    uint32_t grant = window > c->held ? window - c->held : 0;
+    atomic_store(&c->granted, grant);
+    if (rc == SL_OK && grant > 0) {
+        Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
+        req.credits = grant;
+        rc = sl_rpc_send(fd, SL_RPC_REQUEST, &req.base, NULL, 0, err);
+    }
+    if (rc == SL_OK) {
+        c->send_ready = true;
+        c->connected = true;
+    }
+    pthread_mutex_unlock(&c->send_mu);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+sl_err_t tr_conn_open(tr_conn_t *c, int timeout_ms, bool *refused, sl_error_t *err)
+{
+    sl_trainer_t *t = c->t;
+    *refused = false;
+    /* One deadline for the whole attempt (connect_timeout_ms per attempt,
+     * the authentication included), however a peer trickles its bytes. */
+    uint64_t deadline = sl_rpc_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    int fd = -1;
+    sl_err_t rc = sl_rpc_connect(c->address, timeout_ms, &fd, err);
+    bool installed = false;
+    if (rc == SL_OK) {
+        /* Acks and credits go out under the client's lock: a worker that
+         * stopped reading must not hold it for long. */
+        struct timeval tv = {2, 0};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        rc = install(c, fd, err);
+        installed = rc == SL_OK;
+    }
+    if (rc == SL_OK && t->secret) rc = sl_rpc_auth_client(fd, t->secret, deadline, err);
+    uint32_t window = 0;
+    if (rc == SL_OK) rc = hello(c, fd, deadline, &window, refused, err);
+    if (rc == SL_OK) rc = go_live(c, fd, window, err);
+    if (rc == SL_OK) return SL_OK;
+    if (installed) uninstall(c);
+    if (stopping(c)) return sl_error_set(err, SL_ERR_CLOSED, "%s: stopped", c->label);
+    return sl_error_prefix(err, "%s: ", c->label);
+}
+
+typedef struct payload_ref {
+    const sl_allocator_t *a;
+    void *p;
+    size_t len;
+} payload_ref_t;
+
+static void release_payload(void *ctx)
+{
+    payload_ref_t *r = ctx;
+    const sl_allocator_t *a = r->a;
+    sl_free(a, r->p, r->len);
+    sl_free(a, r, sizeof *r);
+}
+
+/* Decode a BATCH frame's payload in place: on SL_OK the caller owns *out,
+ * whose release frees the payload (taken from f). Checks num_samples
+ * against the payload. */
+static sl_err_t decode_batch(sl_trainer_t *t, sl_rpc_frame_t *f, sl_batch_t **out, sl_error_t *e)
+{
+    const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f->msg;
+    *out = NULL;
+    if (f->payload == NULL)
+        return sl_error_set(e, SL_ERR_PROTOCOL, "batch frame without payload");
+    payload_ref_t *ref = sl_alloc(t->a, sizeof *ref);
+    sl_batch_t *b = NULL;
+    sl_err_t rc = SL_ERR_NOMEM;
+    if (ref)
+        rc = sl_wire_decode(f->payload, f->payload_len, &t->wire_limits, t->a, &b, e);
+    else
+        sl_error_set(e, rc, "out of memory");
+    if (rc == SL_OK && bi->num_samples != b->batch_size)
+        rc = sl_error_set(e, SL_ERR_PROTOCOL, "batch info says %u samples, payload holds %u",
+                          bi->num_samples, b->batch_size);
+    if (rc != SL_OK) {
+        sl_batch_destroy(b);
+        if (ref) sl_free(t->a, ref, sizeof *ref);
+        return rc;
+    }
+    /* The batch's tensors point into the payload: it now lives as long as
+     * the batch (freed by sl_batch_destroy through release). */
+    *ref = (payload_ref_t){t->a, f->payload, f->payload_len};
+    f->payload = NULL;
+    f->payload_len = 0;
+    b->release = release_payload;
+    b->release_ctx = ref;
+    *out = b;
+    return SL_OK;
+}
+
+/* One BATCH frame: checked, decoded, handed to the committer (master mode)
+ * or queued ready (direct mode). @return SL_OK, or the violation that ends
+ * the connection. */
+static sl_err_t on_batch(tr_conn_t *c, sl_rpc_frame_t *f, uint64_t *received, sl_error_t *e)
+{
+    sl_trainer_t *t = c->t;
+    const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f->msg;
+    uint64_t id = bi->delivery_id;
+    if (++*received > atomic_load(&c->granted))
+        return sl_error_set(e, SL_ERR_PROTOCOL,
+                            "delivery %" PRIu64 ": batch %" PRIu64 " sent with only %" PRIu64
+                            " credits granted",
+                            id, *received, atomic_load(&c->granted));
+    sl_err_t rc = t->fleet ? tr_fleet_check_batch(t, bi, e) : SL_OK;
+    if (rc != SL_OK) return rc;
+    tr_item_t *it = sl_calloc(t->a, 1, sizeof *it);
+    sl_batch_t *b = NULL;
+    rc = it ? decode_batch(t, f, &b, e) : sl_error_set(e, SL_ERR_NOMEM, "out of memory");
+    if (rc != SL_OK) {
+        if (it) sl_free(t->a, it, sizeof *it);
+        return sl_error_prefix(e, "delivery %" PRIu64 " (split %" PRIu64 " batch %" PRIu64 "): ",
+                               id, bi->split_id, bi->sequence);
+    }
+    *it = (tr_item_t){.batch = b,
+                      .conn = c,
+                      .delivery_id = id,
+                      .epoch = bi->epoch,
+                      .split = bi->split,
+                      .generation = bi->generation,
+                      .from_row = bi->from_row,
+                      .to_row = bi->to_row,
+                      .num_samples = bi->num_samples};
+    if (t->fleet) {
+        tr_fleet_receive(t, it, bi->rank_plus_one); /* the committer: COMMIT first */
+        return SL_OK;
+    }
+    pthread_mutex_lock(&t->mu);
+    c->held++;
+    tr_ready_push_locked(t, it); /* no committer: ready on receipt */
+    pthread_mutex_unlock(&t->mu);
+    return SL_OK;
+}
+
+/* How a connection's receiving ended. */
+typedef enum conn_end {
+    CONN_LOST,   /* the connection broke: reconnect */
+    CONN_END,    /* END: the worker has nothing more for anyone */
+    CONN_REFUSED /* the worker's ERROR or GOODBYE, a protocol violation: e says why */
+} conn_end_t;
+
+/* We hang up on a worker that broke the protocol: tell it why (its
+ * unacknowledged batches go to someone else). */
+static conn_end_t violation(tr_conn_t *c, int fd, const sl_error_t *e)
+{
+    pthread_mutex_lock(&c->send_mu);
+    if (c->fd == fd) sl_rpc_send_error(fd, e->code, e->msg);
+    pthread_mutex_unlock(&c->send_mu);
+    return CONN_REFUSED;
+}
+
+/* Receive until the connection ends. c's thread. */
+static conn_end_t receive(tr_conn_t *c, sl_error_t *e)
+{
+    sl_trainer_t *t = c->t;
+    pthread_mutex_lock(&c->send_mu);
+    int fd = c->fd;
+    pthread_mutex_unlock(&c->send_mu);
+    uint64_t received = 0;
+    for (;;) {
+        sl_rpc_frame_t f;
+        sl_err_t rc = sl_rpc_recv(fd, &t->rpc_limits, t->a, &f, e);
+        if (rc != SL_OK) return tr_stream_broken(rc) ? violation(c, fd, e) : CONN_LOST;
+        atomic_fetch_add(&t->bytes, f.wire_bytes);
+        conn_end_t end = CONN_REFUSED;
+        bool go_on = false;
+        switch (f.type) {
+        case SL_RPC_BATCH:
+            go_on = on_batch(c, &f, &received, e) == SL_OK;
+            if (!go_on) end = violation(c, fd, e);
+            break;
+        case SL_RPC_END: {
+            const Sluice__Dpp__End *m = (const Sluice__Dpp__End *)f.msg;
+            pthread_mutex_lock(&t->mu);
+            c->got_end = true;
+            /* Direct mode: the job is over for this client too. */
+            if (!t->fleet && t->state == TR_RUNNING) {
+                t->state = TR_ENDED;
+                t->end_batches = m->batches;
+            }
+            pthread_cond_broadcast(&t->cv);
+            pthread_mutex_unlock(&t->mu);
+            end = CONN_END;
+            break;
+        }
+        case SL_RPC_ERROR: {
+            const Sluice__Dpp__Error *m = (const Sluice__Dpp__Error *)f.msg;
+            sl_err_t code = sl_rpc_error_code(m);
+            sl_error_set(e, code, "%s",
+                         m->message && m->message[0] ? m->message : sl_err_str(code));
+            break;
+        }
+        case SL_RPC_GOODBYE: {
+            const Sluice__Dpp__Goodbye *g = (const Sluice__Dpp__Goodbye *)f.msg;
+            sl_error_set(e, SL_ERR_CLOSED, "said goodbye: %s",
+                         g->reason && g->reason[0] ? g->reason : "no reason given");
+            break;
+        }
+        default:
+            sl_error_set(e, SL_ERR_PROTOCOL, "unexpected %s frame from the worker",
+                         sl_rpc_type_name(f.type));
+            end = violation(c, fd, e);
+        }
+        sl_rpc_frame_free(&f);
+        if (!go_on) return end;
+    }
+}
+
+/* The connection ended for good (e says why, starting with the label).
+ * Direct mode: the client ends with its only worker. Master mode: kept for
+ * messages; the master's next ATTACHED decides whether the worker is tried
+ * again. */
+static void give_up(tr_conn_t *c, const sl_error_t *e)
+{
+    sl_trainer_t *t = c->t;
+    if (!t->fleet) {
+        tr_fail(t, e);
+        return;
+    }
+    pthread_mutex_lock(&t->mu);
+    snprintf(t->last_problem, sizeof t->last_problem, "%.500s", e->msg);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* tr_attempt_fn for tr_reconnect. In master mode a failed attempt is
+ * remembered at once: sl_trainer_next's timeout message names it. */
+static sl_err_t attempt(void *ctx, int timeout_ms, bool *refused, sl_error_t *err)
+{
+    tr_conn_t *c = ctx;
+    sl_err_t rc = tr_conn_open(c, timeout_ms, refused, err);
+    if (rc != SL_OK && c->t->fleet && !stopping(c)) give_up(c, err);
+    return rc;
+}
+
+static void *conn_main(void *arg)
+{
+    tr_conn_t *c = arg;
+    sl_trainer_t *t = c->t;
+    pthread_mutex_lock(&t->mu);
+    bool up = c->connected; /* direct mode: connected by sl_trainer_connect */
+    pthread_mutex_unlock(&t->mu);
+    bool first = !up;
+    sl_error_t why = {0};
+    for (;;) {
+        if (!up) {
+            sl_error_t e = {0};
+            sl_err_t rc = tr_reconnect(t, &c->stop, c->label, first ? NULL : &why, attempt, c, &e);
+            if (rc != SL_OK) {
+                if (!stopping(c)) give_up(c, &e);
+                break;
+            }
+        }
+        first = false;
+        atomic_fetch_add(&t->workers, 1);
+        sl_error_clear(&why);
+        conn_end_t end = receive(c, &why);
+        atomic_fetch_sub(&t->workers, 1);
+        if (stopping(c)) break;
+        if (end == CONN_LOST) {
+            /* Exactly once: what the dead connection delivered and nobody
+             * acknowledged belongs to the worker again (it re-sends it). */
+            pthread_mutex_lock(&t->mu);
+            int fd = detach_locked(c);
+            tr_drop_unacked_locked(t, c);
+            pthread_mutex_unlock(&t->mu);
+            if (fd >= 0) close(fd);
+            up = false;
+            continue;
+        }
+        if (end == CONN_END) {
+            /* Keep the socket for the acks of batches still queued. */
+            tr_pause(t, &c->stop, -1);
+            break;
+        }
+        uninstall(c);
+        sl_error_prefix(&why, "%s: ", c->label);
+        give_up(c, &why);
+        break;
+    }
+    uninstall(c);
+    pthread_mutex_lock(&t->mu);
+    c->finished = true;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+sl_err_t tr_conn_start(tr_conn_t *c, sl_error_t *err)
+{
+    int rc = pthread_create(&c->thread, NULL, conn_main, c);
+    if (rc != 0)
+        return sl_error_set(err, SL_ERR_IO, "%s: cannot start its thread: %s", c->label,
+                            strerror(rc));
+    c->thread_started = true;
+    return SL_OK;
+}
