@@ -1,31 +1,66 @@
 #!/usr/bin/python3
-"""The same Criteo preprocessing job done three ways; samples/s of each and
-sluice's ratio to the other two.
+"""The same Criteo preprocessing job done by sluice and by the loaders
+trainers use today, rounds interleaved; per round and peer the samples/s,
+the CPU time per sample and sluice's ratio to the peer.
 
-  1. sluice: a `sluice worker` (one transform thread per core) serving the
-     job, received by the Python client as torch tensors (dense, labels and
-     KJT keyword arguments, sharing the C buffers).
-  2. PyTorch DataLoader over Criteo TSV (the same rows, `sluice table cat`
-     converted to TSV, one shard per loader worker), num_workers = cores,
-     parsing every line in Python as TorchRec's TSV datapipe does, then the
-     same transforms in numpy and the same KJT tensors.
-  3. TorchRec's in-memory binary path, emulated: the rows pre-converted to
-     numpy arrays (as its npy preprocessing does), sliced per batch,
-     transforms in numpy, KJT tensors built; one core.
+The peers (--peers, all by default; one Python process per peer and round,
+so that one peer's threads, caches and daemons never run during another's):
 
-The job: fill_missing 0 + log1p on I1..I13 (TorchRec's Criteo preprocessing
-also sets missing values to 0 before log), sigrid_hash into --table-size
-rows on C1..C26, batches of --batch. sigrid_hash is XXH3_64(id, salt) %
-table_size in sluice; the Python paths APPROXIMATE it with a vectorised
-numpy 64-bit mixer (splitmix64's finaliser) + modulo - the same amount of
-work per id, not the same ids.
+  sluice       a `sluice worker` (--workers transform threads) reading the
+               table, received by the Python client as torch tensors
+  dataloader   PyTorch DataLoader over TSV, one shard and one loader worker
+               process per --workers, every line parsed in Python (as
+               TorchRec's TSV datapipe does), numpy transforms
+  tf-tsv       tf.data over the same TSV: a TextLineDataset per file under
+               interleave(num_parallel_calls=AUTOTUNE), batch, a map
+               (AUTOTUNE) of batched tf.io.decode_csv and the transforms in
+               TF ops, prefetch(AUTOTUNE); TF tensors
+  tf-tfrecord  tf.data over TFRecord files (one tf.train.Example per row,
+               uncompressed): a TFRecordDataset per file under the same
+               interleave, batch, a map of tf.io.parse_example and the
+               transforms, prefetch
+  ray          Ray Data: read_parquet of Parquet + zstd files, map_batches of
+               the transforms (numpy, on pyarrow batches),
+               iter_torch_batches, the KJT built in the trainer loop
+  numpy        TorchRec's in-memory path: the rows as .npy arrays loaded into
+               memory before timing, sliced per batch, numpy transforms, KJT
+               tensors built; one core
+
+tf-* need tensorflow, ray needs ray and pyarrow: a peer whose package is
+missing is skipped with a message. ops/bench-venv builds an environment with
+all of them:  "$(ops/bench-venv)/bin/python" bench/compare_loaders.py ...
+
+The job, identical bits in every peer: fill_missing 0 + log1p(max(x, 0)) on
+I1..I13; sigrid_hash, XXH3_64(8 LE bytes of the id, salt) % --table-size, on
+C1..C26 (the numpy and TF peers compute the same 8-byte XXH3 as sluice);
+batches of --batch; handed to a Python loop as dense float32 [B, 13],
+labels [B] and KJT tensors (keys, int64 values key-major, int32 lengths).
+Criteo's TSV has hex ids; ours are decimal, which decode_csv parses natively
+(the DataLoader's int() costs the same either way).
+
+Each round runs every peer once, in an order rotated per round. A peer's
+process runs two epochs: a warm-up (page cache, Ray's workers, TF's kernels)
+whose loop takes a digest of every tensor it is handed (per row a hash of
+the label and the 26 ids, summed: exact and order-free; per dense column
+the sum and the sum of squares, within 1e-6 since log1p may differ by an
+ulp), which must equal sluice's or the script fails; then the timed epoch,
+whose loop counts samples. The timed epoch starts with the peer's
+per-epoch work (sluice: starting the worker process; DataLoader: forking
+its workers; Ray: executing the dataset) and ends with the last batch;
+what a training run does once (imports, tracing the tf.data graph,
+ray.init) is outside it. CPU time is that of the peer's whole process tree
+(threads, loader workers, the sluice worker, Ray's raylet and workers),
+from /proc; "others" is what the rest of the machine used meanwhile, in
+cores.
 
     /usr/bin/python3 bench/compare_loaders.py --sluice build/sluice [--rows 1000000]
 """
 
 import argparse
+import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,94 +68,220 @@ import threading
 import time
 
 import numpy as np
-import torch
+
+try:  # required, but checked in main() so that its absence is said plainly
+    import torch
+except ImportError:
+    torch = None
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import sluice  # noqa: E402
 
 DENSE = ["I%d" % i for i in range(1, 14)]
 SPARSE = ["C%d" % i for i in range(1, 27)]
 SALT = 0
+RESULT = "compare_loaders-result "
+
+# name, description (%d: --workers), modules it needs beyond numpy and torch
+PEERS = [
+    ("sluice", "sluice worker (%d threads) + Python client", []),
+    ("dataloader", "PyTorch DataLoader on TSV, %d worker processes", []),
+    ("tf-tsv", "tf.data on TSV, batched decode_csv", ["tensorflow"]),
+    ("tf-tfrecord", "tf.data on TFRecord, batched parse_example", ["tensorflow"]),
+    ("ray", "Ray Data on Parquet + zstd, map_batches", ["ray", "pyarrow"]),
+    ("numpy", "in-memory numpy arrays, 1 core", []),
+]
+
+# ---- sigrid_hash: XXH3_64bits_withSeed of an 8-byte id ----------------------------------
+# XXH3_len_4to8_64b of the frozen XXH3 spec, as sluice's transform_sparse.c
+# writes it out: the id's 32-bit halves swapped, xored with a key that
+# depends on the seed (bytes 8..23 of XXH3's default secret), then rrmxmx.
+SECRET_8, SECRET_16 = 0x1CAD21F72C81017C, 0xDB979083E96DD4DE
+MASK64 = (1 << 64) - 1
+PRIME_MX2 = 0x9FB21C651E98DF25
 
 
-def mix_hash(ids, table_size):
-    """The numpy stand-in for sigrid_hash: splitmix64's finaliser on the id
-    (xor salt), then % table_size. uint64 arithmetic wraps, as in C."""
-    z = ids.astype(np.uint64) ^ np.uint64(SALT)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return (z % np.uint64(table_size)).astype(np.int64)
+def xxh3_key(seed):
+    lo = seed & 0xFFFFFFFF
+    swapped = int.from_bytes(lo.to_bytes(4, "little"), "big")
+    return ((SECRET_8 ^ SECRET_16) - ((seed ^ (swapped << 32)) & MASK64)) & MASK64
+
+
+def sigrid_hash_np(ids, table_size, salt=SALT):
+    """ids int64 -> XXH3_64(id, salt) % table_size, int64, computed in place
+    in ids (callers pass a fresh array: st[mask] is one). In place, with one
+    scratch array, it takes half the time of the same expression written
+    with temporaries; the % (a 64-bit division per id) is about half of it."""
+    u = np.uint64
+    h = ids.view(np.uint64)
+    t = h >> u(32)
+    h <<= u(32)
+    h |= t  # the 32-bit halves swapped
+    h ^= u(xxh3_key(salt))
+    r = h << u(49)
+    np.right_shift(h, u(15), out=t)
+    r |= t
+    np.left_shift(h, u(24), out=t)
+    r ^= t
+    np.right_shift(h, u(40), out=t)
+    r ^= t
+    h ^= r
+    h *= u(PRIME_MX2)
+    np.right_shift(h, u(35), out=t)
+    t += u(8)
+    h ^= t
+    h *= u(PRIME_MX2)
+    np.right_shift(h, u(28), out=t)
+    h ^= t
+    h %= u(table_size)
+    return ids
+
+
+def sigrid_hash_tf(tf, ids, table_size, salt=SALT):
+    """The same in TF ops (uint64 arithmetic wraps, as in C)."""
+    b, c = tf.bitwise, lambda v: tf.constant(v, tf.uint64)
+    rotl = lambda x, r: b.bitwise_or(b.left_shift(x, c(r)), b.right_shift(x, c(64 - r)))
+    h = rotl(tf.bitcast(ids, tf.uint64), 32)
+    h = b.bitwise_xor(h, c(xxh3_key(salt)))
+    h = b.bitwise_xor(h, b.bitwise_xor(rotl(h, 49), rotl(h, 24)))
+    h = h * c(PRIME_MX2)
+    h = b.bitwise_xor(h, b.right_shift(h, c(35)) + c(8))
+    h = h * c(PRIME_MX2)
+    h = b.bitwise_xor(h, b.right_shift(h, c(28)))
+    return tf.bitcast(tf.math.floormod(h, c(table_size)), tf.int64)
+
+
+# ---- the job in numpy (dataloader, numpy, ray) ------------------------------------------
+
+
+def dense_np(dense):
+    """fill_missing 0 + log1p(max(x, 0)), float32."""
+    return np.log1p(np.maximum(np.nan_to_num(dense, nan=0.0), 0.0))
 
 
 def to_batch(dense, labels, sparse, table_size):
     """numpy rows -> the dict of torch tensors the sluice path yields.
     dense float32 [n, 13] (NaN = missing), labels float32 [n], sparse int64
     [n, 26] (-1 = empty list)."""
-    d = np.log1p(np.maximum(np.nan_to_num(dense, nan=0.0), 0.0))
     st = sparse.T  # key-major, as a KJT wants
     mask = st >= 0
-    lengths = mask.astype(np.int32).reshape(-1)
-    values = mix_hash(st[mask], table_size)
     return {
-        "dense": torch.from_numpy(d),
+        "dense": torch.from_numpy(dense_np(dense)),
         "labels": torch.from_numpy(labels),
         "sparse": {
             "keys": SPARSE,
-            "values": torch.from_numpy(values),
-            "lengths": torch.from_numpy(lengths),
+            "values": torch.from_numpy(sigrid_hash_np(st[mask], table_size)),
+            "lengths": torch.from_numpy(mask.astype(np.int32).reshape(-1)),
             "weights": None,
             "stride": dense.shape[0],
         },
     }
 
 
-# ---- 2. TSV through a DataLoader --------------------------------------------------------
+# ---- verification: a digest of every delivered tensor -----------------------------------
 
 
-class TsvDataset(torch.utils.data.IterableDataset):
-    """Criteo TSV shards; loader worker i reads shard i (of as many shards as
-    workers). Every line is parsed in Python, field by field."""
-
-    def __init__(self, shards, batch, table_size):
-        super().__init__()
-        self.shards, self.batch, self.table_size = shards, batch, table_size
-
-    def _rows(self, path):
-        with open(path) as f:
-            for line in f:
-                fields = line.rstrip("\n").split("\t")
-                yield (
-                    float(fields[0]),
-                    [float(x) if x else np.nan for x in fields[1:14]],
-                    [int(x, 16) if x else -1 for x in fields[14:40]],
-                )
-
-    def __iter__(self):
-        info = torch.utils.data.get_worker_info()
-        shards = self.shards if info is None else self.shards[info.id :: info.num_workers]
-        for path in shards:
-            lab, den, spa = [], [], []
-            for l, d, s in self._rows(path):
-                lab.append(l)
-                den.append(d)
-                spa.append(s)
-                if len(lab) == self.batch:
-                    yield self._make(lab, den, spa)
-                    lab, den, spa = [], [], []
-            if lab:
-                yield self._make(lab, den, spa)
-
-    def _make(self, lab, den, spa):
-        return to_batch(
-            np.array(den, dtype=np.float32),
-            np.array(lab, dtype=np.float32),
-            np.array(spa, dtype=np.int64),
-            self.table_size,
-        )
+def mix64(z):
+    """splitmix64's finaliser on a uint64 array (wrapping)."""
+    u = np.uint64
+    z = (z ^ (z >> u(30))) * u(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> u(27))) * u(0x94D049BB133111EB)
+    return z ^ (z >> u(31))
 
 
-# ---- data preparation (not timed) -----------------------------------------------------
+class Digest:
+    """Order-free digest of a stream of batches: per row a hash of its label
+    and its 26 ids (or their absence) in feature order, summed mod 2^64;
+    per dense column the float64 sum and sum of squares."""
+
+    def __init__(self):
+        self.rows = 0
+        self.row_sum = np.uint64(0)
+        self.nonempty = np.zeros(len(SPARSE), np.int64)
+        self.dsum = np.zeros(len(DENSE))
+        self.dsq = np.zeros(len(DENSE))
+
+    def add(self, b):
+        dense = np.asarray(b["dense"])
+        if "dense_names" in b:  # sluice: the table's column order
+            dense = dense[:, [b["dense_names"].index(k) for k in DENSE]]
+        labels = np.asarray(b["labels"])
+        if labels.ndim == 2:
+            labels = labels[:, b["label_names"].index("label")]
+        sp = b["sparse"]
+        n = dense.shape[0]
+        lengths = np.asarray(sp["lengths"]).reshape(len(sp["keys"]), n)
+        if lengths.max(initial=0) > 1 or lengths.min(initial=0) < 0:
+            raise SystemExit("verify: a Criteo feature with a list length other than 0 or 1")
+        ids = np.full(lengths.shape, -1, np.int64)
+        ids[lengths == 1] = np.asarray(sp["values"])  # key-major, one id per non-empty list
+        ids = ids[[list(sp["keys"]).index(k) for k in SPARSE]]
+        u = np.uint64
+        h = mix64(labels.astype(np.float64).view(np.uint64))
+        for f in range(len(SPARSE)):
+            h = mix64(h ^ ids[f].view(np.uint64) ^ u((f + 1) << 56))
+        with np.errstate(over="ignore"):
+            self.row_sum = self.row_sum + h.sum(dtype=np.uint64)
+        self.rows += n
+        self.nonempty += (lengths == 1).sum(axis=1)[[list(sp["keys"]).index(k) for k in SPARSE]]
+        d = dense.astype(np.float64)
+        self.dsum += d.sum(axis=0)
+        self.dsq += (d * d).sum(axis=0)
+
+    def to_json(self):
+        return {"rows": self.rows, "row_hash": "%016x" % int(self.row_sum),
+                "nonempty": self.nonempty.tolist(), "dense_sum": self.dsum.tolist(),
+                "dense_sq": self.dsq.tolist()}
+
+
+def digest_mismatch(ref, got):
+    """None when got matches ref, else what differs."""
+    for k in ("rows", "row_hash", "nonempty"):
+        if ref[k] != got[k]:
+            return "%s: %s, sluice %s" % (k, got[k], ref[k])
+    for k in ("dense_sum", "dense_sq"):
+        if not np.allclose(got[k], ref[k], rtol=1e-6, atol=1e-6):
+            return "%s: %s, sluice %s" % (k, got[k], ref[k])
+    return None
+
+
+# ---- CPU accounting from /proc ----------------------------------------------------------
+
+
+def tree_ticks(root):
+    """utime + stime + cutime + cstime of root and all its descendants,
+    in clock ticks. A process that exits in between is counted by its
+    parent's cutime/cstime once reaped (DataLoader workers, the sluice
+    worker)."""
+    parent, ticks = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                s = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        fields = s[s.rindex(")") + 2 :].split()
+        parent[int(d)] = int(fields[1])
+        ticks[int(d)] = sum(int(x) for x in fields[11:15])
+    total, todo = 0, [root]
+    children = {}
+    for p, pp in parent.items():
+        children.setdefault(pp, []).append(p)
+    while todo:
+        p = todo.pop()
+        total += ticks.get(p, 0)
+        todo.extend(children.get(p, []))
+    return total
+
+
+def machine_busy_ticks():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v[:8]) - v[3] - v[4]  # all but idle and iowait
+
+
+# ---- data preparation (not timed) -------------------------------------------------------
 
 
 def start_worker(binary, spec, tmp, name, threads):
@@ -142,6 +303,8 @@ def load_rows(binary, table, rows, tmp, threads):
     """The table's rows as numpy arrays, in sample id order, received from a
     worker running a job without transforms (parsing `sluice table cat`'s
     JSON in Python takes ~40 s per million rows; this takes a few)."""
+    import sluice
+
     dense = np.full((rows, 13), np.nan, dtype=np.float32)
     sparse = np.full((rows, 26), -1, dtype=np.int64)
     labels = np.zeros(rows, dtype=np.float32)
@@ -176,127 +339,443 @@ def load_rows(binary, table, rows, tmp, threads):
     return dense, labels, sparse
 
 
-def write_tsv(path, dense, labels, sparse):
-    with open(path, "w") as f:
-        for i in range(labels.size):
-            d = ["" if np.isnan(x) else "%d" % x for x in dense[i].tolist()]
-            s = ["" if x < 0 else "%x" % x for x in sparse[i].tolist()]
-            f.write("%d\t%s\t%s\n" % (labels[i], "\t".join(d), "\t".join(s)))
+FORMATS = ["parquet", "tfrecord", "tsv"]
 
 
-# ---- the three runs ---------------------------------------------------------------------
+def shard_paths(data, fmt, workers):
+    return [os.path.join(data, "part-%d.%s" % (w, fmt)) for w in range(workers)]
 
 
-def run_sluice(binary, table, batch, table_size, threads, tmp):
+def shard_rows(data, shard, workers):
+    """Rows [lo, hi) of shard `shard` of `workers`, memory-mapped."""
+    dense, labels, sparse = (np.load(os.path.join(data, n + ".npy"), mmap_mode="r")
+                             for n in ("dense", "labels", "sparse"))
+    per = -(-labels.size // workers)
+    lo, hi = shard * per, min(labels.size, (shard + 1) * per)
+    return dense[lo:hi], labels[lo:hi], sparse[lo:hi]
+
+
+def write_shard(fmt, data, shard, workers):
+    """One input file of a peer (run in a child process per shard)."""
+    dense, labels, sparse = shard_rows(data, shard, workers)
+    path = shard_paths(data, fmt, workers)[shard]
+    if fmt == "tsv":
+        with open(path, "w") as f:
+            for d, lab, s in zip(dense.tolist(), labels.tolist(), sparse.tolist()):
+                f.write("%d\t%s\t%s\n" % (lab, "\t".join("" if x != x else "%.9g" % x for x in d),
+                                          "\t".join("" if x < 0 else "%d" % x for x in s)))
+    elif fmt == "tfrecord":
+        import tensorflow as tf
+
+        feat, fl, il = tf.train.Feature, tf.train.FloatList, tf.train.Int64List
+        with tf.io.TFRecordWriter(path) as w:
+            for d, lab, s in zip(dense.tolist(), labels.tolist(), sparse.tolist()):
+                f = {"label": feat(float_list=fl(value=[lab]))}
+                f.update((k, feat(float_list=fl(value=[x]))) for k, x in zip(DENSE, d) if x == x)
+                f.update((k, feat(int64_list=il(value=[x]))) for k, x in zip(SPARSE, s) if x >= 0)
+                w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
+    elif fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        cols = {"label": pa.array(labels)}
+        for j, k in enumerate(DENSE):
+            cols[k] = pa.array(dense[:, j], mask=np.isnan(dense[:, j]))
+        for j, k in enumerate(SPARSE):
+            cols[k] = pa.array(sparse[:, j], mask=sparse[:, j] < 0)
+        pq.write_table(pa.table(cols), path, compression="zstd")
+
+
+# ---- the peers: setup (untimed), then one epoch of batches per call ---------------------
+
+
+def peer_sluice(a):
+    import sluice
+    import sluice.torch  # noqa: F401 (imports torch now, not in the epoch)
+
     transforms = []
     for f in DENSE:
         transforms.append({"op": "fill_missing", "feature": f, "value": 0})
         transforms.append({"op": "log1p", "feature": f})
     for f in SPARSE:
-        transforms.append({"op": "sigrid_hash", "feature": f, "table_size": table_size,
+        transforms.append({"op": "sigrid_hash", "feature": f, "table_size": a.table_size,
                            "salt": SALT})
-    spec = {"id": "criteo-bench", "source": {"table": table}, "transforms": transforms,
-            "batch": {"size": batch}}
-    p, addr = start_worker(binary, spec, tmp, "job", threads)
+    spec = {"id": "criteo-bench", "source": {"table": os.path.join(a.data, "table")},
+            "transforms": transforms, "batch": {"size": a.batch}}
+    tmp = tempfile.mkdtemp(prefix="job-", dir=a.data)
+
+    def epoch():
+        p, addr = start_worker(a.sluice, spec, tmp, "job", a.workers)
+        try:
+            with sluice.Client(addr, prefetch=8) as c:
+                for b in c:
+                    with b:
+                        yield b.torch()
+        finally:
+            p.terminate()
+            p.wait()
+
+    return epoch, None
+
+
+class TsvDataset(torch.utils.data.IterableDataset if torch else object):
+    """Criteo TSV shards for a DataLoader; loader worker i reads shards
+    i, i + workers, ... Every line is parsed in Python, field by field."""
+
+    def __init__(self, shards, batch, table_size):
+        self.shards, self.batch, self.table_size = shards, batch, table_size
+
+    @staticmethod
+    def _rows(path):
+        with open(path) as f:
+            for line in f:
+                fields = line.rstrip("\n").split("\t")
+                yield (
+                    float(fields[0]),
+                    [float(x) if x else np.nan for x in fields[1:14]],
+                    [int(x) if x else -1 for x in fields[14:40]],
+                )
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        shards = self.shards if info is None else self.shards[info.id :: info.num_workers]
+        for path in shards:
+            lab, den, spa = [], [], []
+            for l, d, s in self._rows(path):
+                lab.append(l)
+                den.append(d)
+                spa.append(s)
+                if len(lab) == self.batch:
+                    yield self._make(lab, den, spa)
+                    lab, den, spa = [], [], []
+            if lab:
+                yield self._make(lab, den, spa)
+
+    def _make(self, lab, den, spa):
+        return to_batch(np.array(den, dtype=np.float32), np.array(lab, dtype=np.float32),
+                        np.array(spa, dtype=np.int64), self.table_size)
+
+
+def peer_dataloader(a):
+    ds = TsvDataset(shard_paths(a.data, "tsv", a.workers), a.batch, a.table_size)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=a.workers,
+                                         prefetch_factor=4)
+    return (lambda: iter(loader)), None
+
+
+def peer_numpy(a):
+    dense, labels, sparse = (np.load(os.path.join(a.data, n + ".npy"))
+                             for n in ("dense", "labels", "sparse"))
+
+    def epoch():
+        for s in range(0, labels.size, a.batch):
+            yield to_batch(dense[s : s + a.batch], labels[s : s + a.batch],
+                           sparse[s : s + a.batch], a.table_size)
+
+    return epoch, None
+
+
+def peer_tf(a, fmt):
+    import tensorflow as tf
+
+    auto = tf.data.AUTOTUNE
+
+    def job(label, dense_cols, sparse_cols):
+        dense = tf.math.log1p(tf.maximum(tf.stack(dense_cols, axis=1), 0.0))
+        st = tf.stack(sparse_cols, axis=0)  # key-major [26, n]
+        mask = st >= 0
+        values = sigrid_hash_tf(tf, tf.boolean_mask(st, mask), a.table_size)
+        return dense, label, values, tf.reshape(tf.cast(mask, tf.int32), [-1])
+
+    if fmt == "tsv":
+        reader = tf.data.TextLineDataset
+        # Missing dense values take the default: fill_missing 0 while parsing.
+        defaults = [tf.constant(0.0)] * 14 + [tf.constant(-1, tf.int64)] * 26
+
+        def parse(lines):
+            cols = tf.io.decode_csv(lines, defaults, field_delim="\t")
+            return job(cols[0], cols[1:14], cols[14:])
+    else:
+        reader = tf.data.TFRecordDataset
+        spec = {"label": tf.io.FixedLenFeature([], tf.float32)}
+        spec.update((k, tf.io.FixedLenFeature([], tf.float32, 0.0)) for k in DENSE)
+        spec.update((k, tf.io.FixedLenFeature([], tf.int64, -1)) for k in SPARSE)
+
+        def parse(records):
+            f = tf.io.parse_example(records, spec)
+            return job(f["label"], [f[k] for k in DENSE], [f[k] for k in SPARSE])
+
+    files = shard_paths(a.data, fmt, a.workers)
+    ds = (tf.data.Dataset.from_tensor_slices(files)
+          .interleave(reader, cycle_length=len(files), num_parallel_calls=auto,
+                      deterministic=False)
+          .batch(a.batch)
+          .map(parse, num_parallel_calls=auto, deterministic=False)
+          .prefetch(auto))
+
+    def epoch():
+        for dense, labels, values, lengths in ds:
+            yield {"dense": dense, "labels": labels,
+                   "sparse": {"keys": SPARSE, "values": values, "lengths": lengths,
+                              "weights": None, "stride": int(dense.shape[0])}}
+
+    return epoch, None
+
+
+def peer_ray(a):
+    import pyarrow.compute as pc
+    import ray
+
+    # A local cluster for this process alone: no token file in ~/.ray.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=a.workers, include_dashboard=False, log_to_driver=False,
+             object_store_memory=2 << 30, _temp_dir=tempfile.mkdtemp(prefix="ray-", dir=a.data))
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    table_size = a.table_size
+
+    def job(t):  # a pyarrow.Table of up to --batch rows
+        dense = np.stack([t.column(k).to_numpy() for k in DENSE], axis=1)  # null -> NaN
+        sp = np.stack([pc.fill_null(t.column(k), -1).to_numpy() for k in SPARSE], axis=1)
+        mask = sp >= 0
+        sp[mask] = sigrid_hash_np(sp[mask], table_size)
+        return {"dense": dense_np(dense), "labels": t.column("label").to_numpy(),
+                "sparse": sp}
+
+    ds = ray.data.read_parquet(shard_paths(a.data, "parquet", a.workers)).map_batches(
+        job, batch_size=a.batch, batch_format="pyarrow")
+
+    def epoch():
+        for b in ds.iter_torch_batches(batch_size=a.batch):
+            st = b["sparse"].t()  # row-major [n, 26] -> key-major
+            mask = st >= 0
+            yield {"dense": b["dense"], "labels": b["labels"],
+                   "sparse": {"keys": SPARSE, "values": st[mask],
+                              "lengths": mask.to(torch.int32).reshape(-1), "weights": None,
+                              "stride": int(st.shape[1])}}
+
+    return epoch, ray.shutdown
+
+
+PEER_SETUP = {"sluice": peer_sluice, "dataloader": peer_dataloader, "numpy": peer_numpy,
+              "tf-tsv": lambda a: peer_tf(a, "tsv"), "tf-tfrecord": lambda a: peer_tf(a, "tfrecord"),
+              "ray": peer_ray}
+
+
+def run_peer(a):
+    """Child process: set the peer up, run a warm-up epoch through the
+    trainer loop that digests every tensor it is handed, then the timed
+    epoch; print the result as one JSON line."""
+    torch.set_num_threads(1)
+    epoch, teardown = PEER_SETUP[a.peer](a)
+    digest = Digest()
+    for b in epoch():  # warm-up: Ray's workers, TF's kernels, the page cache
+        digest.add(b)
+    me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
+    c0, m0, t0 = tree_ticks(me), machine_busy_ticks(), time.perf_counter()
+    samples = 0
+    for b in epoch():  # the trainer loop
+        samples += int(b["dense"].shape[0])
+    t1, c1, m1 = time.perf_counter(), tree_ticks(me), machine_busy_ticks()
+    if teardown:
+        teardown()
+    print(RESULT + json.dumps({
+        "samples": samples, "secs": t1 - t0, "cpu": (c1 - c0) / tick,
+        "others": max(0, (m1 - m0) - (c1 - c0)) / tick / (t1 - t0),
+        "digest": digest.to_json()}), flush=True)
+
+
+# ---- the parent: prepare, verify, rounds, summary ---------------------------------------
+
+
+def child(a, args, what):
+    """Run this script in a child process (its own process group, killed
+    whole on --timeout); the result line it printed, parsed, or None."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    cmd = [sys.executable, os.path.abspath(__file__), "--sluice", a.sluice, "--data", a.data,
+           "--batch", str(a.batch), "--table-size", str(a.table_size),
+           "--workers", str(a.workers)] + args
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
     try:
-        samples = 0
-        t0 = time.perf_counter()
-        with sluice.Client(addr, prefetch=8) as c:
-            for b in c:
-                with b:
-                    t = b.torch()
-                    samples += t["batch_size"]
-                    del t
-            st = c.stats()
-        secs = time.perf_counter() - t0
-    finally:
-        p.terminate()
-        p.wait()
-    return samples, secs, st
+        out, err = p.communicate(timeout=a.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        p.communicate()
+        raise SystemExit("%s: no result within --timeout %d s" % (what, a.timeout))
+    if p.returncode != 0:
+        raise SystemExit("%s failed (exit %d):\n%s%s" % (what, p.returncode, out[-3000:],
+                                                         err[-3000:]))
+    for line in out.splitlines():
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT) :])
+    return None
 
 
-def run_tsv(shards, batch, table_size, workers):
-    ds = TsvDataset(shards, batch, table_size)
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
-                                         prefetch_factor=4 if workers else 2)
-    samples = 0
+def run_round(a, name):
+    """One peer's process: its result, checked for the sample counts."""
+    r = child(a, ["--peer", name], name)
+    if r is None:
+        raise SystemExit("%s printed no result" % name)
+    for n in (r["samples"], r["digest"]["rows"]):
+        if n != a.rows:
+            raise SystemExit("%s delivered %d samples of %d" % (name, n, a.rows))
+    return r
+
+
+def prepare(a, peers):
+    """The table, its rows as .npy, and each selected peer's input files."""
     t0 = time.perf_counter()
-    for b in loader:
-        samples += b["dense"].shape[0]
-    return samples, time.perf_counter() - t0
+    table = os.path.join(a.data, "table")
+    subprocess.run([a.sluice, "table", "gen", "--preset", "criteo", "--rows", str(a.rows),
+                    "--table", table, "--seed", str(a.seed), "--files", str(a.workers),
+                    "--no-sync", "--quiet"], check=True)
+    dense, labels, sparse = load_rows(a.sluice, table, a.rows, a.data, a.workers)
+    for name, arr in (("dense", dense), ("labels", labels), ("sparse", sparse)):
+        np.save(os.path.join(a.data, name + ".npy"), arr)
+    sizes = {"sluice table": du(table), "in-memory arrays": dense.nbytes + labels.nbytes + sparse.nbytes}
+    need = {"dataloader": "tsv", "tf-tsv": "tsv", "tf-tfrecord": "tfrecord", "ray": "parquet"}
+    fmts = sorted({need[p] for p in peers if p in need})
+    failures = []
+
+    def write(fmt, shard):
+        try:
+            child(a, ["--write", fmt, "--shard", str(shard)], "writing %s shard %d" % (fmt, shard))
+        except SystemExit as e:
+            failures.append(str(e))
+
+    # One writer process per shard and format, --workers at a time.
+    jobs = [(f, s) for f in fmts for s in range(a.workers)]
+    for i in range(0, len(jobs), a.workers):
+        ts = [threading.Thread(target=write, args=j) for j in jobs[i : i + a.workers]]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    if failures:
+        raise SystemExit("\n".join(failures))
+    for f in fmts:
+        sizes[f] = sum(os.path.getsize(p) for p in shard_paths(a.data, f, a.workers))
+    print("criteo: %d rows (seed %d) in %d files per format, prepared in %.1f s; bytes/sample: %s"
+          % (a.rows, a.seed, a.workers, time.perf_counter() - t0,
+             ", ".join("%s %.1f" % (k, v / a.rows) for k, v in sizes.items())))
 
 
-def run_inmem(dense, labels, sparse, batch, table_size):
-    samples = 0
-    t0 = time.perf_counter()
-    for s in range(0, labels.size, batch):
-        b = to_batch(dense[s : s + batch], labels[s : s + batch], sparse[s : s + batch], table_size)
-        samples += b["dense"].shape[0]
-    return samples, time.perf_counter() - t0
+def du(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def missing_modules(mods):
+    return [m for m in mods if importlib.util.find_spec(m) is None]
+
+
+def fmt_range(vals, f):
+    return "%s (%s–%s)" % (f(statistics.median(vals)), f(min(vals)), f(max(vals)))
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--sluice", required=True, help="the sluice program")
     ap.add_argument("--rows", type=int, default=1000000)
-    ap.add_argument("--tsv-rows", type=int, default=0,
-                    help="rows read by the TSV DataLoader path (default: all; it is the slow one)")
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--table-size", type=int, default=10000000)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                    help="sluice transform threads and DataLoader workers (default: cores)")
+                    help="sluice transform threads, DataLoader workers, Ray CPUs and input files "
+                         "per format (default: cores)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--peers", default=",".join(p[0] for p in PEERS),
+                    help="comma-separated, from: " + ", ".join(p[0] for p in PEERS))
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds for one child process")
+    # Internal: what a child process does.
+    ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--peer", help=argparse.SUPPRESS)
+    ap.add_argument("--write", choices=FORMATS, help=argparse.SUPPRESS)
+    ap.add_argument("--shard", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    torch.set_num_threads(1)
+    if a.write:
+        return write_shard(a.write, a.data, a.shard, a.workers)
+    if a.peer:
+        return run_peer(a)
+
+    if a.workers < 1 or a.rows < 1 or a.batch < 1 or a.rounds < 1:
+        raise SystemExit("--workers, --rows, --batch and --rounds must be at least 1")
+    names = [p[0] for p in PEERS]
+    wanted = [p.strip() for p in a.peers.split(",") if p.strip()]
+    bad = [p for p in wanted if p not in names]
+    if bad or "sluice" not in wanted:
+        raise SystemExit("--peers: %s (from %s; sluice is the reference and must be in it)"
+                         % ("unknown " + ", ".join(bad) if bad else "no sluice", ", ".join(names)))
+    if torch is None:
+        raise SystemExit("compare_loaders needs torch: %s cannot import it" % sys.executable)
+    peers = []
+    for name, _, mods in PEERS:
+        if name not in wanted:
+            continue
+        miss = missing_modules(mods)
+        if miss:
+            print("%s: skipped: %s cannot import %s (ops/bench-venv builds a Python that can: "
+                  "\"$(ops/bench-venv)/bin/python\" bench/compare_loaders.py ...)"
+                  % (name, sys.executable, ", ".join(miss)))
+        else:
+            peers.append(name)
+    desc = {n: d.replace("%d", str(a.workers)) for n, d, _ in PEERS}
 
     with tempfile.TemporaryDirectory(prefix="sluice-cmp-") as tmp:
-        table = os.path.join(tmp, "criteo")
-        t0 = time.perf_counter()
-        subprocess.run([a.sluice, "table", "gen", "--preset", "criteo", "--rows", str(a.rows),
-                        "--table", table, "--seed", str(a.seed), "--files", str(a.workers),
-                        "--no-sync", "--quiet"], check=True)
-        dense, labels, sparse = load_rows(a.sluice, table, a.rows, tmp, a.workers)
-        tsv_rows = a.tsv_rows or a.rows
-        per = -(-tsv_rows // a.workers)
-        shards = [os.path.join(tmp, "day_%d.tsv" % w) for w in range(a.workers)]
-        # One writer process per shard (forked: they inherit the arrays).
-        procs = []
-        for w, path in enumerate(shards):
-            lo, hi = w * per, min(tsv_rows, (w + 1) * per)
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    write_tsv(path, dense[lo:hi], labels[lo:hi], sparse[lo:hi])
-                    code = 0
-                finally:
-                    os._exit(code)
-            procs.append(pid)
-        for pid in procs:
-            if os.waitpid(pid, 0)[1] != 0:
-                raise SystemExit("writing the TSV shards failed")
-        tsv_bytes = sum(os.path.getsize(s) for s in shards)
-        print("criteo: %d rows (seed %d), TSV %d rows in %d shards (%.1f MiB); prepared in %.1f s"
-              % (a.rows, a.seed, tsv_rows, len(shards), tsv_bytes / 2**20, time.perf_counter() - t0))
+        a.data = tmp
+        load0 = os.getloadavg()
+        prepare(a, peers)
         print("job: fill_missing 0 + log1p x13 dense, sigrid_hash %% %d x26 sparse, batch %d; "
-              "%d cores" % (a.table_size, a.batch, os.cpu_count() or 1))
+              "%d cores; %s" % (a.table_size, a.batch, os.cpu_count() or 1, sys.executable))
 
-        n1, s1, st = run_sluice(a.sluice, table, a.batch, a.table_size, a.workers, tmp)
-        r1 = n1 / s1
-        print("1. sluice worker (%d threads) + Python client: %9d samples %6.2f s %10.0f samples/s"
-              "  (%.1f MiB received, waited %.2f s)" % (a.workers, n1, s1, r1, st["bytes"] / 2**20,
-                                                      st["wait_ns"] / 1e9))
-        n2, s2 = run_tsv(shards, a.batch, a.table_size, a.workers)
-        r2 = n2 / s2
-        print("2. DataLoader over TSV (%d workers):           %9d samples %6.2f s %10.0f samples/s"
-              % (a.workers, n2, s2, r2))
-        n3, s3 = run_inmem(dense, labels, sparse, a.batch, a.table_size)
-        r3 = n3 / s3
-        print("3. in-memory numpy arrays (1 core):            %9d samples %6.2f s %10.0f samples/s"
-              % (n3, s3, r3))
-        print("sluice / TSV DataLoader: %.2fx   sluice / in-memory: %.2fx" % (r1 / r2, r1 / r3))
-        if n1 != a.rows or n2 != tsv_rows or n3 != a.rows:
-            raise SystemExit("sample counts differ from the rows: %d %d %d" % (n1, n2, n3))
+        res, ref = {n: [] for n in peers}, None
+        for rnd in range(1, a.rounds + 1):
+            k = (rnd - 1) % len(peers)
+            order = peers[k:] + peers[:k]
+            print("round %d" % rnd)
+            got = {}
+            for name in order:
+                got[name] = run_round(a, name)
+            ref = ref or got["sluice"]["digest"]
+            s = got["sluice"]
+            for name in order:
+                r = got[name]
+                bad = digest_mismatch(ref, r["digest"])
+                if bad:
+                    raise SystemExit("%s: the tensors differ from sluice's: %s" % (name, bad))
+                r["sps"] = r["samples"] / r["secs"]
+                r["us"] = r["cpu"] / r["samples"] * 1e6
+                r["x_sps"] = s["samples"] / s["secs"] / r["sps"]
+                r["x_cpu"] = r["cpu"] / r["samples"] / (s["cpu"] / s["samples"])
+                res[name].append(r)
+                print("  %-12s %10.0f samples/s %7.3f CPU-us/sample (%.2f cores; others %.2f)"
+                      "   sluice x%.2f by samples/s, x%.2f by CPU; digest %s" % (
+                          name, r["sps"], r["us"], r["cpu"] / r["secs"], r["others"],
+                          r["x_sps"], r["x_cpu"], r["digest"]["row_hash"]))
+        print("verified: %d peers handed the trainer identical tensors in every round (digest %s)"
+              % (len(peers), ref["row_hash"]))
+
+        load1 = os.getloadavg()
+        others = [r["others"] for n in peers for r in res[n]]
+        print("\nmachine: %d cores; load average %.2f at the start, %.2f at the end; other "
+              "processes used %.2f cores (median; %.2f–%.2f) during the timed epochs"
+              % (os.cpu_count() or 1, load0[0], load1[0], statistics.median(others),
+                 min(others), max(others)))
+        print("%d rows, batch %d; median (min–max) of %d interleaved rounds:\n" % (
+            a.rows, a.batch, a.rounds))
+        print("| loader | samples/s | CPU-µs per sample | sluice's ratio, samples/s | "
+              "sluice's ratio, CPU per sample |")
+        print("| --- | --- | --- | --- | --- |")
+        for name in peers:
+            rs = res[name]
+            x = (lambda k, f: fmt_range([r[k] for r in rs], f))
+            ratio = (lambda v: "%.2f×" % v)
+            print("| %s | %s | %s | %s | %s |" % (
+                desc[name], x("sps", lambda v: "{:,.0f}".format(v)),
+                x("us", lambda v: "%.3f" % v),
+                "1" if name == "sluice" else x("x_sps", ratio),
+                "1" if name == "sluice" else x("x_cpu", ratio)))
 
 
 if __name__ == "__main__":
