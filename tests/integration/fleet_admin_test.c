@@ -228,7 +228,8 @@ static void assert_sync_histogram(const char *m, double want)
     double prev = 0, v = 0;
     for (size_t i = 0; i < sizeof les / sizeof les[0]; i++) {
         char key[128];
-        snprintf(key, sizeof key, "\nsluice_master_journal_sync_seconds_bucket{le=\"%s\"} ", les[i]);
+        snprintf(key, sizeof key, "\nsluice_master_journal_sync_seconds_bucket{le=\"%s\"} ",
+                 les[i]);
         const char *at = strstr(m, key);
         cr_assert(at, "no %s in %s", key + 1, m);
         v = strtod(at + strlen(key), NULL);

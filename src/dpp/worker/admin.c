@@ -50,16 +50,19 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
      * master's series (ops/prometheus/scrape.yml). */
     char jl[300];
     sl_admin_prom_label(jl, sizeof jl, "job", sl_worker_job_id(w));
-    counter(pp, jl, "sluice_worker_rows_read_total", "Rows read from the table.", (double)st.rows_read);
-    counter(pp, jl, "sluice_worker_rows_kept_total", "Rows the filters kept.", (double)st.rows_kept);
+    counter(pp, jl, "sluice_worker_rows_read_total",
+            "Rows read from the table.", (double)st.rows_read);
+    counter(pp, jl, "sluice_worker_rows_kept_total",
+            "Rows the filters kept.", (double)st.rows_kept);
     counter(pp, jl, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
     counter(pp, jl, "sluice_worker_splits_failed_total",
             "Leases whose split could not be read (reported to the master).",
             (double)st.splits_failed);
     counter(pp, jl, "sluice_worker_batches_total", "Batches encoded.", (double)st.batches);
-    counter(pp, jl, "sluice_worker_samples_total", "Samples in encoded batches.", (double)st.samples);
-    counter(pp, jl, "sluice_worker_bytes_encoded_total", "Bytes of encoded batches.",
-            (double)st.bytes_encoded);
+    counter(pp, jl, "sluice_worker_samples_total",
+            "Samples in encoded batches.", (double)st.samples);
+    counter(pp, jl, "sluice_worker_bytes_encoded_total",
+            "Bytes of encoded batches.", (double)st.bytes_encoded);
     counter(pp, jl, "sluice_worker_bytes_expanded_total",
             "Bytes the encoded batches would take without dedup.", (double)st.bytes_expanded);
     sl_admin_prom_family(pp, "sluice_worker_dedup_factor", "gauge",
@@ -83,20 +86,20 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
     }
     counter(pp, jl, "sluice_worker_backpressure_seconds_total",
             "Time stages waited for memory or a full queue.", (double)st.backpressure_ns / 1e9);
-    counter(pp, jl, "sluice_worker_batches_sent_total", "BATCH frames sent (redeliveries included).",
-            (double)s->batches_sent);
-    counter(pp, jl, "sluice_worker_batches_acked_total", "Batches acknowledged by clients.",
-            (double)s->batches_acked);
-    counter(pp, jl, "sluice_worker_samples_acked_total", "Samples acknowledged by clients.",
-            (double)s->samples_acked);
-    counter(pp, jl, "sluice_worker_bytes_sent_total", "Payload bytes of BATCH frames sent.",
-            (double)s->bytes_sent);
-    counter(pp, jl, "sluice_worker_redeliveries_total", "Batches put back after a client left.",
-            (double)s->redeliveries);
-    counter(pp, jl, "sluice_worker_batches_dropped_total", "Batches of revoked leases dropped unsent.",
-            (double)s->dropped);
-    counter(pp, jl, "sluice_worker_bad_frames_total", "Connections closed for a bad frame.",
-            (double)s->bad_frames);
+    counter(pp, jl, "sluice_worker_batches_sent_total",
+            "BATCH frames sent (redeliveries included).", (double)s->batches_sent);
+    counter(pp, jl, "sluice_worker_batches_acked_total",
+            "Batches acknowledged by clients.", (double)s->batches_acked);
+    counter(pp, jl, "sluice_worker_samples_acked_total",
+            "Samples acknowledged by clients.", (double)s->samples_acked);
+    counter(pp, jl, "sluice_worker_bytes_sent_total",
+            "Payload bytes of BATCH frames sent.", (double)s->bytes_sent);
+    counter(pp, jl, "sluice_worker_redeliveries_total",
+            "Batches put back after a client left.", (double)s->redeliveries);
+    counter(pp, jl, "sluice_worker_batches_dropped_total",
+            "Batches of revoked leases dropped unsent.", (double)s->dropped);
+    counter(pp, jl, "sluice_worker_bad_frames_total",
+            "Connections closed for a bad frame.", (double)s->bad_frames);
     counter(pp, jl, "sluice_worker_auth_failures_total",
             "Trainer connections refused: no proof of the cluster secret.",
             (double)s->auth_failures);
@@ -110,31 +113,34 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
                  sl_admin_prom_label(r1, sizeof r1, "reason", why[i]));
         sl_admin_prom_sample(pp, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
     }
-    gauge(pp, jl, "sluice_worker_clients", "Trainer clients connected now.", (double)s->clients_now);
-    gauge(pp, jl, "sluice_worker_queue_ready_batches", "Encoded batches waiting for a client.",
-          (double)s->ready);
-    gauge(pp, jl, "sluice_worker_memory_used_bytes", "Bytes accounted by the memory budget now.",
-          (double)st.memory_used);
-    gauge(pp, jl, "sluice_worker_memory_peak_bytes", "Highest bytes accounted (the budget's high-water mark, never above the limit).",
+    gauge(pp, jl, "sluice_worker_clients",
+          "Trainer clients connected now.", (double)s->clients_now);
+    gauge(pp, jl, "sluice_worker_queue_ready_batches",
+          "Encoded batches waiting for a client.", (double)s->ready);
+    gauge(pp, jl, "sluice_worker_memory_used_bytes",
+          "Bytes accounted by the memory budget now.", (double)st.memory_used);
+    gauge(pp, jl, "sluice_worker_memory_peak_bytes",
+          "Highest bytes accounted (the budget's high-water mark, never above the limit).",
           (double)st.memory_peak);
-    gauge(pp, jl, "sluice_worker_memory_limit_bytes", "The memory budget.", (double)st.memory_limit);
-    gauge(pp, jl, "sluice_worker_finished", "1 once every batch is produced and acknowledged.",
-          st.finished ? 1 : 0);
+    gauge(pp, jl, "sluice_worker_memory_limit_bytes",
+          "The memory budget.", (double)st.memory_limit);
+    gauge(pp, jl, "sluice_worker_finished",
+          "1 once every batch is produced and acknowledged.", st.finished ? 1 : 0);
     if (ms) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(ms, &m);
-        counter(pp, jl, "sluice_worker_leases_total", "Leases granted by the master.",
-                (double)m.leases);
-        gauge(pp, jl, "sluice_worker_leases_held", "Leases being read or waiting for acknowledgements.",
-              (double)m.leases_held);
-        counter(pp, jl, "sluice_worker_split_reads_total", "SPLIT_READ reports answered.",
-                (double)m.split_reads);
-        counter(pp, jl, "sluice_worker_leases_revoked_total", "Leases the master revoked.",
-                (double)m.revoked);
-        counter(pp, jl, "sluice_worker_heartbeats_total", "Heartbeats answered.",
-                (double)m.heartbeats);
-        counter(pp, jl, "sluice_worker_master_reconnects_total", "Master connections re-established.",
-                (double)m.reconnects);
+        counter(pp, jl, "sluice_worker_leases_total",
+                "Leases granted by the master.", (double)m.leases);
+        gauge(pp, jl, "sluice_worker_leases_held",
+              "Leases being read or waiting for acknowledgements.", (double)m.leases_held);
+        counter(pp, jl, "sluice_worker_split_reads_total",
+                "SPLIT_READ reports answered.", (double)m.split_reads);
+        counter(pp, jl, "sluice_worker_leases_revoked_total",
+                "Leases the master revoked.", (double)m.revoked);
+        counter(pp, jl, "sluice_worker_heartbeats_total",
+                "Heartbeats answered.", (double)m.heartbeats);
+        counter(pp, jl, "sluice_worker_master_reconnects_total",
+                "Master connections re-established.", (double)m.reconnects);
     }
 }
 
