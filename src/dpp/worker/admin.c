@@ -5,11 +5,11 @@
 
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/lock.h"
+#include "common/mem.h"
 #include "dpp/admin/prom.h"
 
 typedef struct wadmin {
@@ -147,7 +147,7 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
 char *sl_worker_admin_metrics_text(sl_worker_t *w, sl_worker_lease_client_t *ms)
 {
     sl_admin_prom_t p;
-    sl_admin_prom_init(&p);
+    sl_admin_prom_init(&p, NULL);
     metrics_into(&p, w, ms);
     return sl_admin_prom_finish(&p);
 }
@@ -193,7 +193,7 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
                       m.stop, "job_finished", m.finished, "lease_timeout_ms",
                       (json_int_t)m.lease_timeout_ms, "heartbeat_ms", (json_int_t)m.heartbeat_ms));
     }
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *text = sl_admin_json_text(NULL, o, JSON_COMPACT);
     json_decref(o);
     return text;
 }
@@ -237,7 +237,7 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
     (void)req;
     wadmin_t *a = ctx;
     sl_admin_prom_t p;
-    sl_admin_prom_init(&p);
+    sl_admin_prom_init(&p, NULL);
     /* Changes at every restart: changes() over it counts a crash loop on
      * any orchestrator (docs/OPERATIONS.md, SluiceWorkerCrashLooping). */
     char jl[300] = "";
@@ -257,9 +257,8 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
         sl_admin_reply_error(resp, 500, "out of memory");
         return;
     }
-    resp->status = 200;
-    resp->body = text;
-    resp->content_type = SL_ADMIN_PROM_CONTENT_TYPE;
+    sl_admin_reply_text(resp, 200, SL_ADMIN_PROM_CONTENT_TYPE, text);
+    sl_strfree(NULL, text);
 }
 
 static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
@@ -278,8 +277,8 @@ static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response
         sl_admin_reply_error(resp, 500, "out of memory");
         return;
     }
-    resp->status = 200;
-    resp->body = text;
+    sl_admin_reply_text(resp, 200, NULL, text);
+    sl_strfree(NULL, text);
 }
 
 static const sl_admin_route_t routes[] = {
@@ -306,6 +305,8 @@ sl_err_t sl_worker_admin_serve(sl_worker_t *w, sl_worker_lease_client_t *ms,
     if (!a) return sl_error_set(err, SL_ERR_NOMEM, "worker admin: out of memory");
     a->ctx.w = w;
     a->ctx.ms = ms;
+    /* The wall clock, not sl_clock: a timestamp people and Prometheus read
+     * (as process_start_time_seconds), compared only for change. */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     a->ctx.started_unix_s = (double)now.tv_sec + (double)(now.tv_nsec / 1000000) / 1e3;
