@@ -6,6 +6,7 @@
 #include "fleet_util.h"
 
 #include "dpp/master/admin.h"
+#include "dpp/worker/admin.h"
 
 TestSuite(fleet_admin, .init = fu_setup, .fini = fu_teardown);
 
@@ -67,15 +68,19 @@ static char *submit_body(const env_t *e, const char *extra)
 }
 
 /* The Prometheus text format (0.0.4) wants all lines of a metric family
- * as one group: HELP and TYPE first, then its samples, and no family twice.
+ * as one group: HELP and TYPE first, then its samples, and no family twice
+ * (a histogram's samples are its name with _bucket, _sum or _count).
  * Asserts that of text, and that every family has a TYPE. */
 static void assert_prometheus_grouped(const char *text)
 {
     char *copy = strdup(text), *save = NULL;
     char current[128] = "", seen[4096] = " ";
+    bool histogram = false;
     for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char name[128];
-        if (sscanf(line, "# TYPE %127s", name) == 1) {
+        char type[32];
+        if (sscanf(line, "# TYPE %127s %31s", name, type) == 2) {
+            histogram = strcmp(type, "histogram") == 0;
             char key[132];
             snprintf(key, sizeof key, " %s ", name);
             cr_assert_null(strstr(seen, key), "family %s has a second TYPE line", name);
@@ -90,6 +95,14 @@ static void assert_prometheus_grouped(const char *text)
         cr_assert(n < sizeof name, "%s", line);
         memcpy(name, line, n);
         name[n] = '\0';
+        if (histogram) {
+            size_t c = strlen(current);
+            cr_assert(strncmp(name, current, c) == 0 &&
+                          (strcmp(name + c, "_bucket") == 0 || strcmp(name + c, "_sum") == 0 ||
+                           strcmp(name + c, "_count") == 0),
+                      "sample '%s' is not in its histogram's group (%s)", line, current);
+            continue;
+        }
         cr_assert_str_eq(name, current, "sample '%s' is not in its family's group (last TYPE: %s)",
                          line, current[0] ? current : "none");
     }
@@ -204,6 +217,32 @@ Test(fleet_admin, submit_get_scale_delete)
     env_stop(&e);
 }
 
+/* sluice_master_journal_sync_seconds: buckets cumulative in le order, the
+ * +Inf bucket equal to _count, which is want (journal_test.c counts real
+ * syncs; the live Prometheus test, ops/prometheus/live-test, sees them). */
+static void assert_sync_histogram(const char *m, double want)
+{
+    static const char *les[] = {"0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
+                                "0.05",   "0.1",   "0.5",    "2.5",   "+Inf"};
+    cr_assert(strstr(m, "# TYPE sluice_master_journal_sync_seconds histogram\n"), "%s", m);
+    double prev = 0, v = 0;
+    for (size_t i = 0; i < sizeof les / sizeof les[0]; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "\nsluice_master_journal_sync_seconds_bucket{le=\"%s\"} ",
+                 les[i]);
+        const char *at = strstr(m, key);
+        cr_assert(at, "no %s in %s", key + 1, m);
+        v = strtod(at + strlen(key), NULL);
+        cr_assert_geq(v, prev, "%s", key + 1);
+        prev = v;
+    }
+    const char *c = strstr(m, "\nsluice_master_journal_sync_seconds_count ");
+    cr_assert(c, "%s", m);
+    cr_assert_eq(strtod(c + strlen("\nsluice_master_journal_sync_seconds_count "), NULL), v);
+    cr_assert_eq(v, want);
+    cr_assert(strstr(m, "\nsluice_master_journal_sync_seconds_sum "), "%s", m);
+}
+
 Test(fleet_admin, metrics_are_well_formed_with_jobs)
 {
     env_t e;
@@ -214,9 +253,40 @@ Test(fleet_admin, metrics_are_well_formed_with_jobs)
     char *m;
     cr_assert_eq(fu_http(e.addr, "GET", "/metrics", NULL, NULL, &m), 200);
     cr_assert(strstr(m, "sluice_master_splits{job=\"clicks\",state=\"pending\"} 8"), "%s", m);
+    cr_assert(strstr(m, "\nsluice_master_job_finished{job=\"clicks\"} 0\n"), "%s", m);
+    cr_assert(strstr(m, "\nsluice_master_job_failed{job=\"clicks\"} 0\n"), "%s", m);
     assert_prometheus_grouped(m);
+    assert_sync_histogram(m, 0); /* no state directory here: no journal to sync */
     free(m);
     env_stop(&e);
+}
+
+/* A worker's /metrics carries its start time, also while it waits for
+ * its first lease: a restart changes it, which is what the crash-loop
+ * alert counts (ops/prometheus/rules.yml). */
+Test(fleet_admin, worker_metrics_carry_the_start_time)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_REALTIME, &t0);
+    sl_worker_admin_t *wa = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_admin_start(NULL, NULL, "127.0.0.1:0", &wa, &err), SL_OK, "%s",
+                 err.msg);
+    clock_gettime(CLOCK_REALTIME, &t1);
+    char addr[64], *m;
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_admin_port(wa));
+    cr_assert_eq(fu_http(addr, "GET", "/metrics", NULL, NULL, &m), 200);
+    const char *key = "\nsluice_worker_start_time_seconds ";
+    const char *at = strstr(m, key);
+    cr_assert(at, "%s", m);
+    double v = strtod(at + strlen(key), NULL);
+    cr_assert_geq(v, (double)t0.tv_sec, "%s", m);
+    cr_assert_leq(v, (double)t1.tv_sec + 1, "%s", m);
+    cr_assert(strstr(m, "\nsluice_worker_waiting 1\n"), "%s", m);
+    cr_assert(strstr(m, "# TYPE sluice_worker_start_time_seconds gauge\n"), "%s", m);
+    assert_prometheus_grouped(m);
+    free(m);
+    sl_worker_admin_stop(wa);
 }
 
 Test(fleet_admin, auth_and_malformed_bodies)

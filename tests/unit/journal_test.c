@@ -560,6 +560,50 @@ Test(journal, open_under_every_allocation_failure)
     tu_alloc_assert_clean(&g_ta);
 }
 
+/* Every sync that wrote something is timed into the latency histogram
+ * (sluice_master_journal_sync_seconds); a sync with nothing to write is
+ * not, and the state's counters carry the same figures. */
+Test(journal, sync_latency_histogram)
+{
+    char *dir = tmp_dir();
+    sl_error_t err = {0};
+    sl_master_journal_t *j = NULL;
+    cr_assert_eq(sl_master_journal_open(dir, sl_allocator_default(), 1024, NULL, NULL, NULL, &j,
+                                        NULL, &err),
+                 SL_OK, "%s", err.msg);
+    sl_master_journal_sync_hist_t h;
+    sl_master_journal_sync_hist(j, &h);
+    uint64_t total = 0;
+    for (int b = 0; b <= SL_MASTER_JOURNAL_SYNC_BUCKETS; b++) total += h.count[b];
+    cr_assert_eq(total, 0);
+    uint64_t syncs0 = sl_master_journal_syncs(j);
+    for (int i = 0; i < 5; i++) {
+        char rec[32];
+        int n = snprintf(rec, sizeof rec, "record %d", i);
+        cr_assert_eq(sl_master_journal_append(j, rec, (size_t)n, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_master_journal_sync(j, &err), SL_OK, "%s", err.msg);
+    }
+    cr_assert_eq(sl_master_journal_sync(j, &err), SL_OK, "%s", err.msg); /* nothing to write */
+    cr_assert_eq(sl_master_journal_syncs(j), syncs0 + 5);
+    sl_master_journal_sync_hist(j, &h);
+    total = 0;
+    for (int b = 0; b <= SL_MASTER_JOURNAL_SYNC_BUCKETS; b++) total += h.count[b];
+    cr_assert_eq(total, 5);
+    cr_assert_gt(h.sum_s, 0.0);
+    /* the sum is no more than each sync's bucket bound allows */
+    double bound = 0;
+    for (int b = 0; b < SL_MASTER_JOURNAL_SYNC_BUCKETS; b++)
+        bound += (double)h.count[b] * SL_MASTER_JOURNAL_SYNC_BOUNDS[b];
+    if (h.count[SL_MASTER_JOURNAL_SYNC_BUCKETS] == 0) cr_assert_leq(h.sum_s, bound);
+    for (int b = 1; b < SL_MASTER_JOURNAL_SYNC_BUCKETS; b++)
+        cr_assert_gt(SL_MASTER_JOURNAL_SYNC_BOUNDS[b], SL_MASTER_JOURNAL_SYNC_BOUNDS[b - 1]);
+    sl_master_journal_close(j);
+    sl_master_journal_sync_hist(NULL, &h);
+    cr_assert_eq(h.count[0] + h.count[SL_MASTER_JOURNAL_SYNC_BUCKETS], 0);
+    cr_assert_eq(h.sum_s, 0.0);
+    rm_dir(dir);
+}
+
 Test(journal, restart_treats_leases_as_renewed_and_never_reuses_generations)
 {
     make_splits();

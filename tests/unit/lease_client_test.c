@@ -602,9 +602,12 @@ Test(lease_client, cli_worker_under_a_master_with_admin)
     cr_assert_eq(http_get(admin, "/readyz", body, sizeof body), 200, "%s", body);
     cr_assert_eq(http_get(admin, "/metrics", body, sizeof body), 200, "%s", body);
     char want[128];
-    snprintf(want, sizeof want, "sluice_worker_leases_total %u\n", f.nq);
+    snprintf(want, sizeof want, "sluice_worker_leases_total{job=\"jobx\"} %u\n", f.nq);
     cr_assert(strstr(body, want), "%s", body);
     cr_assert(strstr(body, "sluice_worker_split_reads_total"), "%s", body);
+    /* every sample names the job; the start time comes first (docs/WORKER.md) */
+    cr_assert(strstr(body, "sluice_worker_split_reads_total{job=\"jobx\"} "), "%s", body);
+    cr_assert(strstr(body, "\nsluice_worker_start_time_seconds{job=\"jobx\"} "), "%s", body);
     cr_assert_eq(http_get(admin, "/status", body, sizeof body), 200, "%s", body);
     cr_assert(strstr(body, "\"job_id\":\"jobx\"") && strstr(body, "\"master\""), "%s", body);
     cr_assert_eq(http_get(admin, "/nope", body, sizeof body), 404, "%s", body);

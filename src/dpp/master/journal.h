@@ -130,6 +130,21 @@ uint64_t sl_master_journal_size(const sl_master_journal_t *j);
 /* Number of fdatasync calls made so far (for benchmarks and metrics). */
 uint64_t sl_master_journal_syncs(const sl_master_journal_t *j);
 
+/* How long sl_master_journal_sync took (write-out plus fdatasync), as a
+ * Prometheus histogram: count[i] syncs took at most
+ * SL_MASTER_JOURNAL_SYNC_BOUNDS[i] seconds (not cumulative; the last slot
+ * counts those above every bound), sum_s their total. Syncs with nothing
+ * to write are not counted; compactions are not syncs here. */
+#define SL_MASTER_JOURNAL_SYNC_BUCKETS 10
+extern const double SL_MASTER_JOURNAL_SYNC_BOUNDS[SL_MASTER_JOURNAL_SYNC_BUCKETS];
+typedef struct sl_master_journal_sync_hist {
+    uint64_t count[SL_MASTER_JOURNAL_SYNC_BUCKETS + 1];
+    double sum_s;
+} sl_master_journal_sync_hist_t;
+
+/* The histogram so far; zeroes for j NULL. */
+void sl_master_journal_sync_hist(const sl_master_journal_t *j, sl_master_journal_sync_hist_t *out);
+
 /* Replace journal and snapshot by a snapshot with payload (the whole state,
  * which must include everything appended so far) and an empty journal, both
  * of the next generation; durable when it returns. */

@@ -607,6 +607,28 @@ static void executor_metrics(sl_master_t *m, sl_admin_prom_t *p) SL_REQUIRES(m->
     sl_admin_prom_sample(p, "sluice_master_executor_backoff_seconds", NULL, x->backoff_ms / 1000.0);
 }
 
+/* sluice_master_journal_sync_seconds: a histogram (cumulative buckets, le
+ * labels, _sum, _count) of the journal's group-commit syncs, which every
+ * trainer commit waits for. */
+static void journal_sync_metrics(sl_admin_prom_t *p, const sl_master_journal_sync_hist_t *h)
+{
+    sl_admin_prom_family(p, "sluice_master_journal_sync_seconds", "histogram",
+                         "Time of the journal's group-commit syncs (write-out and fdatasync).");
+    char lab[64], le[32];
+    uint64_t cum = 0;
+    for (int b = 0; b <= SL_MASTER_JOURNAL_SYNC_BUCKETS; b++) {
+        cum += h->count[b];
+        if (b < SL_MASTER_JOURNAL_SYNC_BUCKETS)
+            snprintf(le, sizeof le, "%g", SL_MASTER_JOURNAL_SYNC_BOUNDS[b]);
+        else
+            snprintf(le, sizeof le, "+Inf");
+        sl_admin_prom_sample(p, "sluice_master_journal_sync_seconds_bucket",
+                             sl_admin_prom_label(lab, sizeof lab, "le", le), (double)cum);
+    }
+    sl_admin_prom_sample(p, "sluice_master_journal_sync_seconds_sum", NULL, h->sum_s);
+    sl_admin_prom_sample(p, "sluice_master_journal_sync_seconds_count", NULL, (double)cum);
+}
+
 /* Resident set size from /proc (0 when unavailable). */
 static uint64_t resident_bytes(void)
 {
@@ -678,6 +700,7 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_admin_prom_sample(&p, "sluice_master_connections", NULL, open);
     sl_admin_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
     sl_admin_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
+    journal_sync_metrics(&p, &c.journal_sync);
     sl_admin_prom_family(&p, "sluice_master_journal_compactions_total", "counter",
                          "Journal compactions (snapshot written, journal emptied) in this run.");
     sl_admin_prom_sample(&p, "sluice_master_journal_compactions_total", NULL,
@@ -689,7 +712,7 @@ char *sl_master_metrics_text(sl_master_t *m)
     /* Per-job families: Prometheus wants each family's samples right after
      * its TYPE line, so gather the jobs' figures first, then emit by family. */
     enum { SPLITS_PENDING, SPLITS_LEASED, SPLITS_DONE, COMMITTED_ROWS, SAMPLES, WAIT, BUSY,
-           QUEUED, WORKER_MEMORY, DESIRED, GRANTED, FAILED, SKIPPED, SKIPPED_ROWS, NFIG };
+           QUEUED, WORKER_MEMORY, DESIRED, GRANTED, FAILED, FINISHED, SKIPPED, SKIPPED_ROWS, NFIG };
     static const struct {
         const char *name, *type, *help;
     } fam[] = {
@@ -706,12 +729,15 @@ char *sl_master_metrics_text(sl_master_t *m)
         {"sluice_master_granted_workers", "gauge", "Workers granted after the fleet's fair share."},
         {"sluice_master_job_failed", "gauge",
          "1 when the job failed (a split failed --max-split-failures times), else 0."},
+        {"sluice_master_job_finished", "gauge",
+         "1 once every epoch of the job is committed, else 0."},
         {"sluice_master_skipped_splits_total", "counter",
          "Splits skipped without their rows (on_bad_split skip), every epoch."},
         {"sluice_master_skipped_rows_total", "counter", "Rows of skipped splits not delivered."},
     };
     static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES, WAIT, BUSY, QUEUED,
-                                    WORKER_MEMORY, DESIRED, GRANTED, FAILED, SKIPPED, SKIPPED_ROWS};
+                                    WORKER_MEMORY, DESIRED, GRANTED, FAILED, FINISHED, SKIPPED,
+                                    SKIPPED_ROWS};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);
@@ -735,6 +761,7 @@ char *sl_master_metrics_text(sl_master_t *m)
         f[DESIRED] = j->as.desired;
         f[GRANTED] = j->granted;
         f[FAILED] = st.failed ? 1 : 0;
+        f[FINISHED] = st.finished ? 1 : 0;
         f[SKIPPED] = (double)st.skipped_splits;
         f[SKIPPED_ROWS] = (double)st.skipped_rows;
         for (uint32_t w = 0; w < m->nworkers; w++)

@@ -418,6 +418,7 @@ void sl_master_state_counters(const sl_master_state_t *m, sl_master_state_counte
         out->done += jb->count[SL_MASTER_SPLIT_DONE];
     }
     if (m->journal != NULL) out->journal_syncs = sl_master_journal_syncs(m->journal);
+    sl_master_journal_sync_hist(m->journal, &out->journal_sync);
 }
 
 void sl_master_state_destroy(sl_master_state_t *m)

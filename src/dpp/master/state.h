@@ -448,6 +448,7 @@ typedef struct sl_master_state_counters {
     uint64_t epochs_advanced;
     uint64_t journal_records;
     uint64_t journal_syncs;
+    sl_master_journal_sync_hist_t journal_sync; /* latency of the journal's syncs */
     uint64_t compactions;
     uint64_t clients_evicted;
     uint64_t split_failures, splits_skipped, jobs_failed;

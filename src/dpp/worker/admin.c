@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/lock.h"
 #include "common/mem.h"
@@ -15,6 +16,7 @@ typedef struct wadmin {
     sl_mutex_t mu;  /* held while a handler reads through w: set waits for it */
     sl_worker_t *w; /* NULL: waiting for the first lease */
     sl_worker_lease_client_t *ms;
+    double started_unix_s; /* when the endpoint started: the process's start, for restarts */
 } wadmin_t;
 
 struct sl_worker_admin {
@@ -22,134 +24,157 @@ struct sl_worker_admin {
     sl_admin_t *admin;
 };
 
-static void counter(sl_admin_prom_t *p, const char *name, const char *help, double v)
+/* One family of one sample; labels as for sl_admin_prom_sample. */
+static void counter(sl_admin_prom_t *p, const char *labels, const char *name, const char *help,
+                    double v)
 {
     sl_admin_prom_family(p, name, "counter", help);
-    sl_admin_prom_sample(p, name, NULL, v);
+    sl_admin_prom_sample(p, name, labels, v);
 }
 
-static void gauge(sl_admin_prom_t *p, const char *name, const char *help, double v)
+static void gauge(sl_admin_prom_t *p, const char *labels, const char *name, const char *help,
+                  double v)
 {
     sl_admin_prom_family(p, name, "gauge", help);
-    sl_admin_prom_sample(p, name, NULL, v);
+    sl_admin_prom_sample(p, name, labels, v);
 }
 
-char *sl_worker_admin_metrics_text(sl_worker_t *w, sl_worker_lease_client_t *ms)
+/* The worker's families, appended to p. */
+static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t *ms)
 {
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
     const sl_worker_server_stats_t *s = &st.server;
-    sl_admin_prom_t p;
-    sl_admin_prom_init(&p, NULL);
-    counter(&p, "sluice_worker_rows_read_total", "Rows read from the table.", (double)st.rows_read);
-    counter(&p, "sluice_worker_rows_kept_total", "Rows the filters kept.", (double)st.rows_kept);
-    counter(&p, "sluice_worker_kafka_records_total", "Kafka records consumed (a Kafka job).",
+    /* Every sample names the worker's job (its first lease's): Prometheus
+     * scrapes it with honor_labels, so that per-job queries join the
+     * master's series (ops/prometheus/scrape.yml). */
+    char jl[300];
+    sl_admin_prom_label(jl, sizeof jl, "job", sl_worker_job_id(w));
+    counter(pp, jl, "sluice_worker_rows_read_total",
+            "Rows read from the table.", (double)st.rows_read);
+    counter(pp, jl, "sluice_worker_rows_kept_total",
+            "Rows the filters kept.", (double)st.rows_kept);
+    counter(pp, jl, "sluice_worker_kafka_records_total", "Kafka records consumed (a Kafka job).",
             (double)st.records_read);
-    counter(&p, "sluice_worker_kafka_bad_records_total",
+    counter(pp, jl, "sluice_worker_kafka_bad_records_total",
             "Kafka records skipped as bad: no or another format header, an undecodable value, "
             "features that do not fit the schema.",
             (double)st.records_bad);
     /* a Prometheus histogram: cumulative buckets, sum and count */
-    sl_admin_prom_family(&p, "sluice_worker_kafka_record_age_seconds", "histogram",
+    sl_admin_prom_family(pp, "sluice_worker_kafka_record_age_seconds", "histogram",
                          "Age of each Kafka record (now minus its CreateTime) when the worker "
                          "read it.");
     uint64_t cum = 0;
     for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++) {
-        char le[32], lab[64];
+        char le[32], le1[64], lab[400];
         cum += st.age_buckets[b];
         if (b + 1 < SL_WORKER_AGE_BUCKETS)
             snprintf(le, sizeof le, "%g", (double)SL_WORKER_AGE_BOUNDS_MS[b] / 1000.0);
         else
             snprintf(le, sizeof le, "+Inf");
-        sl_admin_prom_label(lab, sizeof lab, "le", le);
-        sl_admin_prom_sample(&p, "sluice_worker_kafka_record_age_seconds_bucket", lab,
+        snprintf(lab, sizeof lab, "%s,%s", jl, sl_admin_prom_label(le1, sizeof le1, "le", le));
+        sl_admin_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_bucket", lab,
                              (double)cum);
     }
-    sl_admin_prom_sample(&p, "sluice_worker_kafka_record_age_seconds_sum", NULL,
+    sl_admin_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_sum", jl,
                          (double)st.age_sum_ms / 1000.0);
-    sl_admin_prom_sample(&p, "sluice_worker_kafka_record_age_seconds_count", NULL,
+    sl_admin_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_count", jl,
                          (double)st.age_count);
-    counter(&p, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
-    counter(&p, "sluice_worker_splits_failed_total",
+    counter(pp, jl, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
+    counter(pp, jl, "sluice_worker_splits_failed_total",
             "Leases whose split could not be read (reported to the master).",
             (double)st.splits_failed);
-    counter(&p, "sluice_worker_batches_total", "Batches encoded.", (double)st.batches);
-    counter(&p, "sluice_worker_samples_total", "Samples in encoded batches.", (double)st.samples);
-    counter(&p, "sluice_worker_bytes_encoded_total", "Bytes of encoded batches.",
-            (double)st.bytes_encoded);
-    counter(&p, "sluice_worker_bytes_expanded_total",
+    counter(pp, jl, "sluice_worker_batches_total", "Batches encoded.", (double)st.batches);
+    counter(pp, jl, "sluice_worker_samples_total",
+            "Samples in encoded batches.", (double)st.samples);
+    counter(pp, jl, "sluice_worker_bytes_encoded_total",
+            "Bytes of encoded batches.", (double)st.bytes_encoded);
+    counter(pp, jl, "sluice_worker_bytes_expanded_total",
             "Bytes the encoded batches would take without dedup.", (double)st.bytes_expanded);
-    sl_admin_prom_family(&p, "sluice_worker_dedup_factor", "gauge",
+    sl_admin_prom_family(pp, "sluice_worker_dedup_factor", "gauge",
                          "Rows per unique row of each dedup group.");
     for (uint32_t g = 0; g < st.num_groups; g++) {
-        char lab[128];
-        sl_admin_prom_label(lab, sizeof lab, "group", st.groups[g].name);
-        sl_admin_prom_sample(&p, "sluice_worker_dedup_factor", lab, st.groups[g].factor);
+        char g1[128], lab[450];
+        snprintf(lab, sizeof lab, "%s,%s", jl,
+                 sl_admin_prom_label(g1, sizeof g1, "group", st.groups[g].name));
+        sl_admin_prom_sample(pp, "sluice_worker_dedup_factor", lab, st.groups[g].factor);
     }
-    sl_admin_prom_family(&p, "sluice_worker_busy_seconds_total", "counter",
+    sl_admin_prom_family(pp, "sluice_worker_busy_seconds_total", "counter",
                          "Busy time per pipeline stage, summed over threads.");
     const char *stages[] = {"read", "filter", "dedup", "transform", "encode", "send"};
     uint64_t ns[] = {st.read_ns, st.filter_ns, st.dedup_ns, st.transform_ns, st.encode_ns,
                      s->send_ns};
     for (int i = 0; i < 6; i++) {
-        char lab[64];
-        sl_admin_prom_label(lab, sizeof lab, "stage", stages[i]);
-        sl_admin_prom_sample(&p, "sluice_worker_busy_seconds_total", lab, (double)ns[i] / 1e9);
+        char s1[64], lab[400];
+        snprintf(lab, sizeof lab, "%s,%s", jl,
+                 sl_admin_prom_label(s1, sizeof s1, "stage", stages[i]));
+        sl_admin_prom_sample(pp, "sluice_worker_busy_seconds_total", lab, (double)ns[i] / 1e9);
     }
-    counter(&p, "sluice_worker_backpressure_seconds_total",
+    counter(pp, jl, "sluice_worker_backpressure_seconds_total",
             "Time stages waited for memory or a full queue.", (double)st.backpressure_ns / 1e9);
-    counter(&p, "sluice_worker_batches_sent_total", "BATCH frames sent (redeliveries included).",
-            (double)s->batches_sent);
-    counter(&p, "sluice_worker_batches_acked_total", "Batches acknowledged by clients.",
-            (double)s->batches_acked);
-    counter(&p, "sluice_worker_samples_acked_total", "Samples acknowledged by clients.",
-            (double)s->samples_acked);
-    counter(&p, "sluice_worker_bytes_sent_total", "Payload bytes of BATCH frames sent.",
-            (double)s->bytes_sent);
-    counter(&p, "sluice_worker_redeliveries_total", "Batches put back after a client left.",
-            (double)s->redeliveries);
-    counter(&p, "sluice_worker_batches_dropped_total", "Batches of revoked leases dropped unsent.",
-            (double)s->dropped);
-    counter(&p, "sluice_worker_bad_frames_total", "Connections closed for a bad frame.",
-            (double)s->bad_frames);
-    counter(&p, "sluice_worker_auth_failures_total",
+    counter(pp, jl, "sluice_worker_batches_sent_total",
+            "BATCH frames sent (redeliveries included).", (double)s->batches_sent);
+    counter(pp, jl, "sluice_worker_batches_acked_total",
+            "Batches acknowledged by clients.", (double)s->batches_acked);
+    counter(pp, jl, "sluice_worker_samples_acked_total",
+            "Samples acknowledged by clients.", (double)s->samples_acked);
+    counter(pp, jl, "sluice_worker_bytes_sent_total",
+            "Payload bytes of BATCH frames sent.", (double)s->bytes_sent);
+    counter(pp, jl, "sluice_worker_redeliveries_total",
+            "Batches put back after a client left.", (double)s->redeliveries);
+    counter(pp, jl, "sluice_worker_batches_dropped_total",
+            "Batches of revoked leases dropped unsent.", (double)s->dropped);
+    counter(pp, jl, "sluice_worker_bad_frames_total",
+            "Connections closed for a bad frame.", (double)s->bad_frames);
+    counter(pp, jl, "sluice_worker_auth_failures_total",
             "Trainer connections refused: no proof of the cluster secret.",
             (double)s->auth_failures);
-    sl_admin_prom_family(&p, "sluice_worker_connections_closed_total", "counter",
+    sl_admin_prom_family(pp, "sluice_worker_connections_closed_total", "counter",
                          "Trainer connections the worker closed to keep its limits, by reason.");
     const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
     uint64_t wv[] = {s->handshake_timeouts, s->idle_closed, s->evicted, s->refused};
     for (int i = 0; i < 4; i++) {
-        char lab[64];
-        sl_admin_prom_label(lab, sizeof lab, "reason", why[i]);
-        sl_admin_prom_sample(&p, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
+        char r1[64], lab[400];
+        snprintf(lab, sizeof lab, "%s,%s", jl,
+                 sl_admin_prom_label(r1, sizeof r1, "reason", why[i]));
+        sl_admin_prom_sample(pp, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
     }
-    gauge(&p, "sluice_worker_clients", "Trainer clients connected now.", (double)s->clients_now);
-    gauge(&p, "sluice_worker_queue_ready_batches", "Encoded batches waiting for a client.",
-          (double)s->ready);
-    gauge(&p, "sluice_worker_memory_used_bytes", "Bytes accounted by the memory budget now.",
-          (double)st.memory_used);
-    gauge(&p, "sluice_worker_memory_peak_bytes", "Highest bytes accounted (the budget's high-water mark, never above the limit).",
+    gauge(pp, jl, "sluice_worker_clients",
+          "Trainer clients connected now.", (double)s->clients_now);
+    gauge(pp, jl, "sluice_worker_queue_ready_batches",
+          "Encoded batches waiting for a client.", (double)s->ready);
+    gauge(pp, jl, "sluice_worker_memory_used_bytes",
+          "Bytes accounted by the memory budget now.", (double)st.memory_used);
+    gauge(pp, jl, "sluice_worker_memory_peak_bytes",
+          "Highest bytes accounted (the budget's high-water mark, never above the limit).",
           (double)st.memory_peak);
-    gauge(&p, "sluice_worker_memory_limit_bytes", "The memory budget.", (double)st.memory_limit);
-    gauge(&p, "sluice_worker_finished", "1 once every batch is produced and acknowledged.",
-          st.finished ? 1 : 0);
+    gauge(pp, jl, "sluice_worker_memory_limit_bytes",
+          "The memory budget.", (double)st.memory_limit);
+    gauge(pp, jl, "sluice_worker_finished",
+          "1 once every batch is produced and acknowledged.", st.finished ? 1 : 0);
     if (ms) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(ms, &m);
-        counter(&p, "sluice_worker_leases_total", "Leases granted by the master.",
-                (double)m.leases);
-        gauge(&p, "sluice_worker_leases_held", "Leases being read or waiting for acknowledgements.",
-              (double)m.leases_held);
-        counter(&p, "sluice_worker_split_reads_total", "SPLIT_READ reports answered.",
-                (double)m.split_reads);
-        counter(&p, "sluice_worker_leases_revoked_total", "Leases the master revoked.",
-                (double)m.revoked);
-        counter(&p, "sluice_worker_heartbeats_total", "Heartbeats answered.",
-                (double)m.heartbeats);
-        counter(&p, "sluice_worker_master_reconnects_total", "Master connections re-established.",
-                (double)m.reconnects);
+        counter(pp, jl, "sluice_worker_leases_total",
+                "Leases granted by the master.", (double)m.leases);
+        gauge(pp, jl, "sluice_worker_leases_held",
+              "Leases being read or waiting for acknowledgements.", (double)m.leases_held);
+        counter(pp, jl, "sluice_worker_split_reads_total",
+                "SPLIT_READ reports answered.", (double)m.split_reads);
+        counter(pp, jl, "sluice_worker_leases_revoked_total",
+                "Leases the master revoked.", (double)m.revoked);
+        counter(pp, jl, "sluice_worker_heartbeats_total",
+                "Heartbeats answered.", (double)m.heartbeats);
+        counter(pp, jl, "sluice_worker_master_reconnects_total",
+                "Master connections re-established.", (double)m.reconnects);
     }
+}
+
+char *sl_worker_admin_metrics_text(sl_worker_t *w, sl_worker_lease_client_t *ms)
+{
+    sl_admin_prom_t p;
+    sl_admin_prom_init(&p, NULL);
+    metrics_into(&p, w, ms);
     return sl_admin_prom_finish(&p);
 }
 
@@ -241,16 +266,23 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
 {
     (void)req;
     wadmin_t *a = ctx;
+    sl_admin_prom_t p;
+    sl_admin_prom_init(&p, NULL);
+    /* Changes at every restart: changes() over it counts a crash loop on
+     * any orchestrator (docs/OPERATIONS.md, SluiceWorkerCrashLooping). */
+    char jl[300] = "";
     sl_mutex_lock(&a->mu);
-    char *text = a->w ? sl_worker_admin_metrics_text(a->w, a->ms) : NULL;
-    bool waiting = !a->w;
+    if (a->w) sl_admin_prom_label(jl, sizeof jl, "job", sl_worker_job_id(a->w));
+    gauge(&p, jl, "sluice_worker_start_time_seconds",
+          "Start time of the worker process (its admin endpoint), seconds since the Unix epoch.",
+          a->started_unix_s);
+    if (a->w)
+        metrics_into(&p, a->w, a->ms);
+    else /* nothing counted yet, no job yet */
+        gauge(&p, NULL, "sluice_worker_waiting", "1 while waiting for the master's first lease.",
+              1);
     sl_mutex_unlock(&a->mu);
-    if (waiting) { /* nothing counted yet */
-        sl_admin_prom_t p;
-        sl_admin_prom_init(&p, NULL);
-        gauge(&p, "sluice_worker_waiting", "1 while waiting for the master's first lease.", 1);
-        text = sl_admin_prom_finish(&p);
-    }
+    char *text = sl_admin_prom_finish(&p);
     if (!text) {
         sl_admin_reply_error(resp, 500, "out of memory");
         return;
@@ -303,6 +335,11 @@ sl_err_t sl_worker_admin_serve(sl_worker_t *w, sl_worker_lease_client_t *ms,
     if (!a) return sl_error_set(err, SL_ERR_NOMEM, "worker admin: out of memory");
     a->ctx.w = w;
     a->ctx.ms = ms;
+    /* The wall clock, not sl_clock: a timestamp people and Prometheus read
+     * (as process_start_time_seconds), compared only for change. */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    a->ctx.started_unix_s = (double)now.tv_sec + (double)(now.tv_nsec / 1000000) / 1e3;
     sl_mutex_init(&a->ctx.mu);
     sl_admin_opts_t o = *endpoint;
     o.token = NULL;
