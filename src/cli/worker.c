@@ -39,7 +39,7 @@ static const sl_cli_opt_t wopts[] = {
     {"job-id", SL_CLI_STRING, "ID", NULL, "the job of the first lease", 0, 0, 0, W(job_id),
      "with --master: serve only this job"},
     {"admin", SL_CLI_ADDR, "HOST:PORT", NULL, NULL, 0, 0, 0, W(admin),
-     "serve GET /healthz /readyz /metrics /status on this address (port 0 picks one; printed "
+     "serve GET / (status page) /healthz /readyz /metrics /status on this address (port 0 picks one; printed "
      "as `admin on HOST:PORT`)"},
     {"listen", SL_CLI_ADDR, "HOST:PORT", "127.0.0.1:7077", NULL, 0, 0, 0, W(listen),
      "address for trainer clients; port 0 picks a free one"},

@@ -16,6 +16,7 @@
 #include <microhttpd.h>
 
 #include "common/fileio.h"
+#include "dpp/admin/ui.h"
 
 struct sl_admin {
     struct MHD_Daemon *daemon;
@@ -97,6 +98,15 @@ void sl_admin_reply_json(sl_admin_response_t *resp, int status, json_t *body)
     json_decref(body);
 }
 
+void sl_admin_reply_text(sl_admin_response_t *resp, int status, const char *content_type,
+                         const char *text)
+{
+    free(resp->body);
+    resp->body = strdup(text != NULL ? text : "");
+    resp->status = resp->body != NULL ? status : 503;
+    resp->content_type = content_type;
+}
+
 void sl_admin_reply_error(sl_admin_response_t *resp, int status, const char *fmt, ...)
 {
     char msg[512], clean[512];
@@ -141,6 +151,11 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, sl_admin_response
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             r->content_type ? r->content_type : "application/json");
     if (bearer_challenge) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    /* Every answer, not only the pages: a JSON body opened as a page can
+     * run nothing either (ui.h). */
+    MHD_add_response_header(resp, "Content-Security-Policy", SL_ADMIN_UI_CSP);
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)r->status, resp);
     MHD_destroy_response(resp);
     return ret;

@@ -100,6 +100,10 @@ sl_err_t sl_admin_token_load(const char *file, const char *env_var, char **out, 
 /* Set a JSON response (steals body; NULL body is an empty object). */
 void sl_admin_reply_json(sl_admin_response_t *resp, int status, json_t *body);
 
+/* Set a text reply (a copy of text) of the given static content type. */
+void sl_admin_reply_text(sl_admin_response_t *resp, int status, const char *content_type,
+                         const char *text);
+
 /* Set {"error": "<message>"} with status. */
 void sl_admin_reply_error(sl_admin_response_t *resp, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -5,6 +5,7 @@
  * libmicrohttpd's thread; every sl_master_* call takes the master's lock
  * itself.
  *
+ *   GET    /  /ui/{file}        the status page (dpp/admin/ui.h)
  *   GET    /healthz  /readyz  /metrics  /status  /workers
  *   GET    /jobs  /jobs/{id}
  *   POST   /jobs               (token)  submit
@@ -16,6 +17,7 @@
 #include <gnutls/gnutls.h>
 
 #include "dpp/admin/prom.h"
+#include "dpp/admin/ui.h"
 #include "dpp/master/admin.h"
 
 /* Bodies are job specs, scale requests and resume tokens (base64, a few
@@ -542,7 +544,15 @@ static void h_job_scale(void *ctx, const sl_admin_request_t *req, sl_admin_respo
                                   (json_int_t)want, "workers", (json_int_t)set));
 }
 
+static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)ctx;
+    (void)req;
+    sl_admin_ui_reply(resp, "master.html");
+}
+
 static const sl_admin_route_t routes[] = {
+    {"GET", "/", false, h_page},                   {"GET", "/ui/{}", false, sl_admin_ui_handler},
     {"GET", "/healthz", false, h_healthz},         {"GET", "/readyz", false, h_readyz},
     {"GET", "/metrics", false, h_metrics},         {"GET", "/status", false, h_status},
     {"GET", "/workers", false, h_workers},         {"GET", "/jobs", false, h_jobs_list},

@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""ctest status_page: the master's and a worker's status pages (GET / on
+their admin endpoints, docs/ADMIN.md "The status page") in headless
+Chromium, driven over the Chrome DevTools protocol on a pipe
+(--remote-debugging-pipe: no websocket library needed).
+
+It runs a master, one worker and a trainer (`sluice read`, read slowly
+through a pipe so the job stays running), opens the master's page and
+checks that it loads without a console error, a failed request or a
+Content-Security-Policy violation, shows the running job, and that the
+job's progress moves between two looks; then the worker's page. The
+screenshots are kept under the build directory (paths printed).
+
+Chromium starts once per run; every wait is bounded (scaled by
+SLUICE_TIMEOUT_SCALE). Exit 77 (skipped) only when chromium is not
+installed, and then a failure when SLUICE_REQUIRE_CHROMIUM=1 (ops/test).
+
+Environment: SLUICE_BINARY (the sluice program), SLUICE_BUILD_DIR (where
+the screenshots go), SLUICE_TIMEOUT_SCALE, SLUICE_CHROMIUM (default:
+chromium on PATH)."""
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1") or 1)
+SLUICE = os.environ.get("SLUICE_BINARY", "build/sluice")
+BUILD = os.environ.get("SLUICE_BUILD_DIR", "build")
+JOB = "status-page-job"
+
+
+def fail(msg):
+    print("status_page: FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def wait_for(what, fn, timeout_s):
+    """fn() until it returns a true value, at most timeout_s * SCALE."""
+    deadline = time.monotonic() + timeout_s * SCALE
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            fail(f"timed out after {timeout_s * SCALE:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+class Proc:
+    """A child whose stdout lines are collected by a thread."""
+
+    def __init__(self, name, args, throttle_s=0.0):
+        self.name = name
+        self.lines = []
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, errors="replace")
+        self.throttle_s = throttle_s
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line.rstrip("\n"))
+            if self.throttle_s:
+                time.sleep(self.throttle_s)  # the trainer waits for us: the job stays running
+
+    def find(self, pattern):
+        for line in list(self.lines):
+            m = re.search(pattern, line)
+            if m:
+                return m
+        if self.p.poll() is not None:
+            fail(f"{self.name} exited ({self.p.returncode}):\n" + "\n".join(self.lines[-20:]))
+        return None
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=5 * SCALE)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+class Chromium:
+    """Headless Chromium and its DevTools protocol over fds 3 and 4:
+    NUL-terminated JSON messages."""
+
+    def __init__(self, exe, profile):
+        self.log_path = profile + ".log"
+        self.log = open(self.log_path, "w")
+        to_chrome_r, self.to_chrome = os.pipe()
+        self.from_chrome, from_chrome_w = os.pipe()
+        args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--no-default-browser-check", "--disable-extensions", "--disable-sync",
+                "--disable-background-networking", "--disable-component-update",
+                "--remote-debugging-pipe", "--user-data-dir=" + profile,
+                "--window-size=1280,1400", "about:blank"]
+        # bash puts our pipe ends on fds 3 and 4, where Chromium expects them (dash
+        # cannot: it takes single-digit descriptors only)
+        shell = f'exec "$@" 3<&{to_chrome_r} 4>&{from_chrome_w} {to_chrome_r}<&- {from_chrome_w}>&-'
+        self.p = subprocess.Popen(["bash", "-c", shell, "bash"] + args,
+                                  pass_fds=(to_chrome_r, from_chrome_w),
+                                  stdout=subprocess.DEVNULL, stderr=self.log)
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self.next_id = 0
+        self.replies = {}
+        self.events = queue.Queue()
+        self.cv = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        buf = b""
+        while True:
+            chunk = os.read(self.from_chrome, 65536)
+            if not chunk:
+                with self.cv:
+                    self.replies["closed"] = True
+                    self.cv.notify_all()
+                return
+            buf += chunk
+            while b"\0" in buf:
+                raw, buf = buf.split(b"\0", 1)
+                msg = json.loads(raw)
+                if "id" in msg:
+                    with self.cv:
+                        self.replies[msg["id"]] = msg
+                        self.cv.notify_all()
+                else:
+                    self.events.put(msg)
+
+    def call(self, method, session=None, timeout_s=15, **params):
+        self.next_id += 1
+        mid = self.next_id
+        msg = {"id": mid, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        os.write(self.to_chrome, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout_s * SCALE
+        with self.cv:
+            while mid not in self.replies:
+                if "closed" in self.replies:
+                    fail(f"chromium closed its pipe during {method}; its log:\n" + self.tail())
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    fail(f"chromium did not answer {method} within {timeout_s * SCALE:.0f} s")
+                self.cv.wait(left)
+            reply = self.replies.pop(mid)
+        if "error" in reply:
+            fail(f"{method}: {reply['error']}")
+        return reply.get("result", {})
+
+    def tail(self):
+        self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return "".join(f.readlines()[-15:])
+
+    def drain(self):
+        out = []
+        while True:
+            try:
+                out.append(self.events.get_nowait())
+            except queue.Empty:
+                return out
+
+    def close(self):
+        try:
+            os.close(self.to_chrome)  # Chromium exits when its pipe closes
+            self.p.wait(timeout=10 * SCALE)
+        except (OSError, subprocess.TimeoutExpired):
+            self.p.kill()
+            self.p.wait()
+
+
+class Page:
+    """One tab: console errors, exceptions, failed loads and log errors
+    are gathered from its events."""
+
+    def __init__(self, chrome):
+        self.c = chrome
+        target = chrome.call("Target.createTarget", url="about:blank")["targetId"]
+        self.s = chrome.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            chrome.call(domain + ".enable", session=self.s)
+        self.problems = []
+        self.loaded = False
+
+    def pump(self):
+        for ev in self.c.drain():
+            if ev.get("sessionId") != self.s:
+                continue
+            m, p = ev["method"], ev.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                d = p["exceptionDetails"]
+                self.problems.append("exception: " + d.get("exception", {}).get(
+                    "description", d.get("text", "")))
+            elif m == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert", "warning"):
+                self.problems.append(f"console.{p['type']}: " + " ".join(
+                    str(a.get("value", a.get("description", ""))) for a in p["args"]))
+            elif m == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
+                self.problems.append(f"log {p['entry']['level']} ({p['entry']['source']}): "
+                                     + p["entry"]["text"])
+            elif m == "Network.loadingFailed":
+                self.problems.append(f"request failed: {p.get('errorText')} "
+                                     f"{p.get('blockedReason', '')}")
+            elif m == "Network.responseReceived" and p["response"]["status"] >= 400:
+                self.problems.append(f"HTTP {p['response']['status']} for {p['response']['url']}")
+            elif m == "Page.loadEventFired":
+                self.loaded = True
+
+    def goto(self, url):
+        self.loaded = False
+        self.c.call("Page.navigate", session=self.s, url=url)
+
+        def done():
+            self.pump()
+            return self.loaded
+        wait_for(f"{url} to load", done, 15)
+
+    def eval(self, expr):
+        r = self.c.call("Runtime.evaluate", session=self.s, expression=expr, returnByValue=True)
+        if "exceptionDetails" in r:
+            fail(f"evaluating {expr}: {r['exceptionDetails']}")
+        self.pump()
+        return r["result"].get("value")
+
+    def screenshot(self, path):
+        import base64
+        data = self.c.call("Page.captureScreenshot", session=self.s, format="png",
+                           captureBeyondViewport=True)["data"]
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+        print(f"status_page: screenshot {os.path.abspath(path)}")
+
+
+def http(method, url, body=None, token=None):
+    req = urllib.request.Request(url, method=method,
+                                 data=json.dumps(body).encode() if body is not None else None)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    with urllib.request.urlopen(req, timeout=10 * SCALE) as r:
+        return r.status, dict(r.headers), r.read().decode()
+
+
+# The job card's position, (epoch, committed rows), read from the page.
+JOB_STATE_JS = """(() => {
+  const c = document.querySelector('.job[data-job="%s"]');
+  if (!c) return null;
+  const bar = c.querySelector('progress');
+  const rate = c.querySelectorAll('[data-chart="rate"] polyline')[0];
+  return {state: c.dataset.state, epoch: Number(c.dataset.epoch), rows: Number(bar.value),
+          total: Number(bar.max), points: rate ? rate.getAttribute('points').split(' ').length : 0,
+          workers: document.querySelectorAll('#workers tbody tr').length,
+          decisions: document.querySelectorAll('#decisions tbody tr').length,
+          banner: document.getElementById('banner').hidden ? '' :
+                  document.getElementById('banner').textContent};
+})()""" % JOB
+
+
+def main():
+    exe = os.environ.get("SLUICE_CHROMIUM") or shutil.which("chromium") or shutil.which(
+        "chromium-browser")
+    if not exe:
+        if os.environ.get("SLUICE_REQUIRE_CHROMIUM") == "1":
+            fail("chromium is not installed (ops/install-deps installs it) and "
+                 "SLUICE_REQUIRE_CHROMIUM=1")
+        print("status_page: SKIPPED: chromium is not installed (Debian's chromium package)")
+        return 77
+    art = os.path.join(BUILD, "test-artifacts")
+    os.makedirs(art, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="sluice-status-page-")
+    procs, chrome = [], None
+    try:
+        token = "status-page-" + os.urandom(8).hex()
+        with open(os.path.join(work, "admin.token"), "w") as f:
+            f.write(token + "\n")
+        subprocess.run([SLUICE, "table", "gen", "--preset", "criteo", "--rows", "120000",
+                        "--table", os.path.join(work, "table"), "--stripe-rows", "4096",
+                        "--no-sync", "--quiet"], check=True, timeout=60 * SCALE)
+        master = Proc("master", [SLUICE, "master", "--listen", "127.0.0.1:0", "--admin",
+                                 "127.0.0.1:0", "--state", os.path.join(work, "state"),
+                                 "--token-file", os.path.join(work, "admin.token")])
+        procs.append(master)
+        m = wait_for("the master's start line",
+                     lambda: master.find(r"control (\S+?),.*\(port (\d+)\)"), 15)
+        control, admin = m.group(1), f"127.0.0.1:{m.group(2)}"
+        spec = {"id": JOB, "source": {"table": os.path.join(work, "table")},
+                "batch": {"size": 256, "epochs": 2}}
+        status, _, _ = http("POST", f"http://{admin}/jobs", {"spec": spec}, token)
+        if status != 201:
+            fail(f"POST /jobs answered {status}")
+        worker = Proc("worker", [SLUICE, "worker", "--master", control, "--job-id", JOB,
+                                 "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+                                 "--worker-id", "page-w1"])
+        procs.append(worker)
+        wadmin = "127.0.0.1:" + wait_for("the worker's admin line",
+                                         lambda: worker.find(r"admin on [^:]+:(\d+)"), 15).group(1)
+        # one line of ids per batch, read at most 40 a second: the job stays running
+        trainer = Proc("trainer", [SLUICE, "read", "--master", control, "--job", JOB, "--ids",
+                                   "--timeout", str(int(60000 * SCALE))], throttle_s=0.025)
+        procs.append(trainer)
+
+        # the page: no token in it, and the CSP on every answer
+        status, headers, html = http("GET", f"http://{admin}/")
+        if status != 200 or not headers.get("Content-Type", "").startswith("text/html"):
+            fail(f"GET / answered {status} {headers.get('Content-Type')}")
+        if token in html:
+            fail("the page embeds the admin token")
+        for path in ("/", "/ui/status.js", "/jobs"):
+            csp = http("GET", f"http://{admin}{path}")[1].get("Content-Security-Policy", "")
+            if "default-src 'none'" not in csp or "connect-src 'self'" not in csp:
+                fail(f"GET {path}: Content-Security-Policy is '{csp}'")
+
+        chrome = Chromium(exe, os.path.join(work, "chromium"))
+        page = Page(chrome)
+        page.goto(f"http://{admin}/?interval=0.3")
+
+        def running_with_rows():
+            s = page.eval(JOB_STATE_JS)
+            return s if s and s["state"] == "running" and s["rows"] > 0 and s["points"] >= 2 \
+                and s["workers"] >= 1 and s["decisions"] >= 1 else None
+        first = wait_for("the page to show the running job with committed rows",
+                         running_with_rows, 30)
+        print(f"status_page: first look: {first}")
+
+        def moved():
+            s = page.eval(JOB_STATE_JS)
+            return s if s and (s["epoch"], s["rows"]) > (first["epoch"], first["rows"]) else None
+        second = wait_for("the job's progress to move on the page", moved, 30)
+        print(f"status_page: second look: {second}")
+        if second["banner"]:
+            fail(f"the page shows an error: {second['banner']}")
+        page.screenshot(os.path.join(art, "status_page_master.png"))
+        if page.problems:
+            fail("the master's page logged:\n  " + "\n  ".join(page.problems))
+
+        # the worker's own page
+        page.goto(f"http://{wadmin}/?interval=0.3")
+        wstate = wait_for("the worker's page to show it serving", lambda: page.eval(
+            "(() => { const s = document.querySelector('#summary .state');"
+            " return s && s.textContent === 'serving' && "
+            "document.getElementById('worker-id').textContent; })()"), 20)
+        if wstate != "page-w1":
+            fail(f"the worker's page names worker '{wstate}', not page-w1")
+        wait_for("the worker's samples/s chart to have two points", lambda: page.eval(
+            "(() => { const l = document.querySelector('[data-chart=\"rate\"] polyline');"
+            " return l && l.getAttribute('points').split(' ').length >= 2; })()"), 20)
+        page.screenshot(os.path.join(art, "status_page_worker.png"))
+        if page.problems:
+            fail("the worker's page logged:\n  " + "\n  ".join(page.problems))
+        print("status_page: ok")
+        return 0
+    finally:
+        if chrome:
+            chrome.close()
+        for p in reversed(procs):
+            p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
