@@ -219,7 +219,19 @@ static json_t *job_json(const sl_master_job_view_t *v)
         v->trainer_wait, "worker_busy", v->worker_busy, "autoscale_reason", v->autoscale_reason,
         "batches", (json_int_t)st->batches, "samples", (json_int_t)st->samples);
     json_decref(spec);
-    if (o != NULL) add_failure_json(o, st);
+    if (o != NULL) {
+        add_failure_json(o, st);
+        /* bytes without dedup per byte sent: 1 before the first batch */
+        json_object_set_new(o, "dedup_factor",
+                            json_real(v->bytes_encoded > 0
+                                          ? (double)v->bytes_expanded / (double)v->bytes_encoded
+                                          : 1.0));
+        json_object_set_new(o, "bytes_encoded", json_integer((json_int_t)v->bytes_encoded));
+        json_object_set_new(o, "bytes_saved",
+                            json_integer((json_int_t)(v->bytes_expanded > v->bytes_encoded
+                                                          ? v->bytes_expanded - v->bytes_encoded
+                                                          : 0)));
+    }
     return o;
 }
 

@@ -345,6 +345,8 @@ static void on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Hear
     w->memory = h->memory_used;
     w->batches = h->batches_sent;
     w->samples = h->samples_sent;
+    w->bytes_encoded = h->bytes_encoded;
+    w->bytes_expanded = h->bytes_expanded;
     w->leases = 0;
     Sluice__Control__SplitRef **rev = h->n_leases ? malloc(h->n_leases * sizeof *rev) : NULL;
     size_t nrev = 0;

@@ -410,8 +410,14 @@ static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_
     v->desired_workers = j->as.desired;
     v->granted_workers = j->granted;
     v->workers = v->clients = 0;
-    for (uint32_t w = 0; w < m->nworkers; w++)
-        v->workers += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
+    v->bytes_encoded = v->bytes_expanded = 0;
+    for (uint32_t w = 0; w < m->nworkers; w++) {
+        const mp_worker *mw = &m->workers[w];
+        if (strcmp(mw->job, j->id) != 0) continue;
+        v->workers += mw->conn >= 0;
+        v->bytes_encoded += mw->bytes_encoded;
+        v->bytes_expanded += mw->bytes_expanded;
+    }
     for (uint32_t c = 0; c < m->opts.max_connections; c++)
         v->clients += m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT &&
                       strcmp(m->conns[c].job, j->id) == 0;

@@ -38,6 +38,7 @@ typedef struct mp_worker {
     double busy;
     uint32_t queued, leases;
     uint64_t memory, batches, samples;
+    uint64_t bytes_encoded, bytes_expanded; /* its batches so far; and had dedup been off */
 } mp_worker;
 
 typedef enum { MP_NEW = 0, MP_WORKER = 1, MP_CLIENT = 2 } mp_kind;

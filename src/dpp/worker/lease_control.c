@@ -178,6 +178,8 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
         hb.memory_used = st.memory_used;
         hb.batches_sent = st.server.batches_sent;
         hb.samples_sent = st.server.samples_acked;
+        hb.bytes_encoded = st.bytes_encoded;
+        hb.bytes_expanded = st.bytes_expanded;
     }
     ms->hb_at_ns = now;
     sl_rpc_frame_t f = {0};

@@ -192,8 +192,8 @@
     const done = Math.min(job.committed_rows || 0, total);
     const epochShown = job.finished ? job.epochs : job.epoch + 1;
     const bar = el('progress', { max: String(Math.max(total, 1)), value: String(done) });
-    const dedup = job.dedup_factor != null && job.dedup_factor > 0
-      ? job.dedup_factor.toFixed(2) + '×' : '–';
+    const dedup = job.dedup_factor != null && job.bytes_encoded > 0
+      ? `${job.dedup_factor.toFixed(2)}× (${fmtBytes(job.bytes_saved)} saved)` : '–';
     const card = el('div', { class: 'job', 'data-job': job.id, 'data-state': job.state,
                             'data-epoch': String(job.epoch) },
       el('h3', { text: job.id }, el('span', { class: 'state state-' + job.state, text: job.state })),
