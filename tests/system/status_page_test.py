@@ -21,73 +21,16 @@ chromium on PATH)."""
 import json
 import os
 import queue
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
-SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1") or 1)
-SLUICE = os.environ.get("SLUICE_BINARY", "build/sluice")
-BUILD = os.environ.get("SLUICE_BUILD_DIR", "build")
+from fleet import BUILD, SCALE, Fleet, fail, http, wait_for  # noqa: E402
+
 JOB = "status-page-job"
-
-
-def fail(msg):
-    print("status_page: FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def wait_for(what, fn, timeout_s):
-    """fn() until it returns a true value, at most timeout_s * SCALE."""
-    deadline = time.monotonic() + timeout_s * SCALE
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            fail(f"timed out after {timeout_s * SCALE:.0f} s waiting for {what}")
-        time.sleep(0.1)
-
-
-class Proc:
-    """A child whose stdout lines are collected by a thread."""
-
-    def __init__(self, name, args, throttle_s=0.0):
-        self.name = name
-        self.lines = []
-        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, errors="replace")
-        self.throttle_s = throttle_s
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.p.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if self.throttle_s:
-                time.sleep(self.throttle_s)  # the trainer waits for us: the job stays running
-
-    def find(self, pattern):
-        for line in list(self.lines):
-            m = re.search(pattern, line)
-            if m:
-                return m
-        if self.p.poll() is not None:
-            fail(f"{self.name} exited ({self.p.returncode}):\n" + "\n".join(self.lines[-20:]))
-        return None
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=5 * SCALE)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
 
 
 class Chromium:
@@ -242,15 +185,6 @@ class Page:
         print(f"status_page: screenshot {os.path.abspath(path)}")
 
 
-def http(method, url, body=None, token=None):
-    req = urllib.request.Request(url, method=method,
-                                 data=json.dumps(body).encode() if body is not None else None)
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    with urllib.request.urlopen(req, timeout=10 * SCALE) as r:
-        return r.status, dict(r.headers), r.read().decode()
-
-
 # The job card's position, (epoch, committed rows), read from the page.
 JOB_STATE_JS = """(() => {
   const c = document.querySelector('.job[data-job="%s"]');
@@ -278,36 +212,14 @@ def main():
     art = os.path.join(BUILD, "test-artifacts")
     os.makedirs(art, exist_ok=True)
     work = tempfile.mkdtemp(prefix="sluice-status-page-")
-    procs, chrome = [], None
+    fleet, chrome = None, None
     try:
-        token = "status-page-" + os.urandom(8).hex()
-        with open(os.path.join(work, "admin.token"), "w") as f:
-            f.write(token + "\n")
-        subprocess.run([SLUICE, "table", "gen", "--preset", "criteo", "--rows", "120000",
-                        "--table", os.path.join(work, "table"), "--stripe-rows", "4096",
-                        "--no-sync", "--quiet"], check=True, timeout=60 * SCALE)
-        master = Proc("master", [SLUICE, "master", "--listen", "127.0.0.1:0", "--admin",
-                                 "127.0.0.1:0", "--state", os.path.join(work, "state"),
-                                 "--token-file", os.path.join(work, "admin.token")])
-        procs.append(master)
-        m = wait_for("the master's start line",
-                     lambda: master.find(r"control (\S+?),.*\(port (\d+)\)"), 15)
-        control, admin = m.group(1), f"127.0.0.1:{m.group(2)}"
-        spec = {"id": JOB, "source": {"table": os.path.join(work, "table")},
-                "batch": {"size": 256, "epochs": 2}}
-        status, _, _ = http("POST", f"http://{admin}/jobs", {"spec": spec}, token)
-        if status != 201:
-            fail(f"POST /jobs answered {status}")
-        worker = Proc("worker", [SLUICE, "worker", "--master", control, "--job-id", JOB,
-                                 "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
-                                 "--worker-id", "page-w1"])
-        procs.append(worker)
-        wadmin = "127.0.0.1:" + wait_for("the worker's admin line",
-                                         lambda: worker.find(r"admin on [^:]+:(\d+)"), 15).group(1)
-        # one line of ids per batch, read at most 40 a second: the job stays running
-        trainer = Proc("trainer", [SLUICE, "read", "--master", control, "--job", JOB, "--ids",
-                                   "--timeout", str(int(60000 * SCALE))], throttle_s=0.025)
-        procs.append(trainer)
+        fleet = Fleet(work)
+        fleet.master()
+        admin, token = fleet.admin, fleet.token
+        fleet.submit(JOB)
+        _, wadmin = fleet.worker(JOB, "page-w1")
+        fleet.trainer(JOB, throttle_s=0.025)  # at most 40 batches a second: the job stays running
 
         # the page: no token in it, and the CSP on every answer
         status, headers, html = http("GET", f"http://{admin}/")
@@ -362,8 +274,8 @@ def main():
     finally:
         if chrome:
             chrome.close()
-        for p in reversed(procs):
-            p.stop()
+        if fleet:
+            fleet.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
