@@ -21,6 +21,7 @@ chromium on PATH)."""
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -193,6 +194,8 @@ JOB_STATE_JS = """(() => {
   const rate = c.querySelectorAll('[data-chart="rate"] polyline')[0];
   return {state: c.dataset.state, epoch: Number(c.dataset.epoch), rows: Number(bar.value),
           total: Number(bar.max), points: rate ? rate.getAttribute('points').split(' ').length : 0,
+          dedup: [...c.querySelectorAll('.figures dt')].find((d) => d.textContent === 'dedup factor')
+                 .nextElementSibling.textContent,
           workers: document.querySelectorAll('#workers tbody tr').length,
           decisions: document.querySelectorAll('#decisions tbody tr').length,
           banner: document.getElementById('banner').hidden ? '' :
@@ -249,6 +252,9 @@ def main():
             return s if s and (s["epoch"], s["rows"]) > (first["epoch"], first["rows"]) else None
         second = wait_for("the job's progress to move on the page", moved, 30)
         print(f"status_page: second look: {second}")
+        # the job dedups nothing: its bytes without dedup are its bytes
+        if not re.fullmatch(r"1\.00× \(0 B saved\)", second["dedup"]):
+            fail(f"the page shows the dedup factor as '{second['dedup']}'")
         if second["banner"]:
             fail(f"the page shows an error: {second['banner']}")
         page.screenshot(os.path.join(art, "status_page_master.png"))
