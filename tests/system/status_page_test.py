@@ -266,7 +266,7 @@ def main():
         wstate = wait_for("the worker's page to show it serving", lambda: page.eval(
             "(() => { const s = document.querySelector('#summary .state');"
             " return s && s.textContent === 'serving' && "
-            "document.getElementById('worker-id').textContent; })()"), 20)
+            "document.body.dataset.page === 'worker' && document.getElementById('name').textContent; })()"), 20)
         if wstate != "page-w1":
             fail(f"the worker's page names worker '{wstate}', not page-w1")
         wait_for("the worker's samples/s chart to have two points", lambda: page.eval(

@@ -268,7 +268,7 @@ static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t
 {
     (void)ctx;
     (void)req;
-    sl_admin_ui_reply(resp, "worker.html");
+    sl_admin_ui_reply(resp, "status.html");
 }
 
 Test(admin, status_pages_are_compiled_in_with_their_csp)
@@ -282,7 +282,7 @@ Test(admin, status_pages_are_compiled_in_with_their_csp)
     sl_error_t err = {0};
     cr_assert_eq(sl_admin_start(&o, &a, &err), SL_OK, "%s", err.msg);
     uint16_t port = sl_admin_port(a);
-    const sl_admin_asset_t *page = sl_admin_ui_find("worker.html");
+    const sl_admin_asset_t *page = sl_admin_ui_find("status.html");
     cr_assert_not_null(page);
     cr_assert_eq(page->len, strlen(page->data));
     char *r = http_whole(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
@@ -292,7 +292,7 @@ Test(admin, status_pages_are_compiled_in_with_their_csp)
     cr_assert(strstr(r, "\r\nX-Content-Type-Options: nosniff\r\n"), "%s", r);
     char *body = strstr(r, "\r\n\r\n") + 4;
     cr_assert_str_eq(body, page->data);
-    cr_assert(strstr(body, "<body data-page=\"worker\">"), "%s", body);
+    cr_assert(strstr(body, "<main id=\"worker\" hidden>"), "%s", body);
     free(r);
     /* every file the pages name is served, with its type */
     const char *files[][2] = {{"status.js", "text/javascript; charset=utf-8"},
@@ -309,7 +309,7 @@ Test(admin, status_pages_are_compiled_in_with_their_csp)
         free(r);
     }
     expect_path_error(port, "/ui/nope.js", 404, "/ui/nope.js: no such file");
-    expect_path_error(port, "/ui/master.html", 404, "the page is at /");
+    expect_path_error(port, "/ui/status.html", 404, "the page is at /");
     expect_path_error(port, "/ui/..", 400, "contains \"..\"");
     sl_admin_stop(a);
 }

@@ -560,7 +560,7 @@ static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t
 {
     (void)ctx;
     (void)req;
-    sl_admin_ui_reply(resp, "master.html");
+    sl_admin_ui_reply(resp, "status.html");
 }
 
 static const sl_admin_route_t routes[] = {

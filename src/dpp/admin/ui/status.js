@@ -1,5 +1,5 @@
-/* The status pages of the master and the workers (master.html,
- * worker.html; docs/ADMIN.md "The status page"). Plain JavaScript, no
+/* The status page of the master and the workers (status.html; docs/ADMIN.md
+ * "The status page"). Plain JavaScript, no
  * library and no build step: it polls the endpoint's JSON routes, keeps a
  * short history of each figure in the page, and draws the charts as SVG
  * polylines. It loads nothing from elsewhere (the endpoint's
@@ -225,7 +225,7 @@
   }
 
   function renderMaster(status, jobs, workers, now) {
-    $('address').textContent = status.address || '';
+    $('name').textContent = status.address || '';
     const s = $('summary');
     s.replaceChildren(
       el('span', { text: status.ready ? 'ready' : 'NOT READY' }),
@@ -267,9 +267,8 @@
         el('td', { class: 'num', text: String(d.granted) }), el('td', { text: d.reason }))));
   }
 
-  async function pollMaster() {
-    const [status, jobs, workers] = await Promise.all(
-      [getJSON('/status'), getJSON('/jobs'), getJSON('/workers')]);
+  async function pollMaster(status) {
+    const [jobs, workers] = await Promise.all([getJSON('/jobs'), getJSON('/workers')]);
     renderMaster(status, jobs.jobs || [], workers.workers || [], Date.now());
   }
 
@@ -279,7 +278,7 @@
   const wBusyQueue = new Series();
 
   function renderWorker(st, now) {
-    $('worker-id').textContent = st.worker_id || '';
+    $('name').textContent = st.worker_id || '';
     const state = st.state || 'waiting';
     $('summary').replaceChildren(
       el('span', { class: 'state state-' + state, text: state }),
@@ -321,19 +320,27 @@
       el('td', { class: 'num', text: g.factor.toFixed(2) + '×' }))));
   }
 
-  async function pollWorker() {
-    renderWorker(await getJSON('/status'), Date.now());
-  }
-
   /* ---- the loop -------------------------------------------------------------------- */
 
-  const page = document.body.dataset.page;
+  let page = null; /* 'master' or 'worker', from the first GET /status */
   let timer = null;
+
+  /* A master's /status has its uptime, a worker's its own state: one page
+   * serves both endpoints. */
+  function choosePage(status) {
+    page = 'uptime_s' in status ? 'master' : 'worker';
+    document.body.dataset.page = page;
+    document.title = $('kind').textContent = 'sluice ' + page;
+    $(page).hidden = false;
+  }
 
   async function poll() {
     clearTimeout(timer);
     try {
-      await (page === 'master' ? pollMaster() : pollWorker());
+      const status = await getJSON('/status');
+      if (!page) choosePage(status);
+      if (page === 'master') await pollMaster(status);
+      else renderWorker(status, Date.now());
       updated();
       showTokenBox(false); /* the renderers set or clear the banner */
     } catch (e) {
