@@ -1,5 +1,5 @@
 /* Test helpers: seeds that are printed and replayable, scaled timeouts,
- * scratch directories and files. */
+ * scratch directories and files, the counting and failing allocator. */
 #include "testutil.h"
 
 #include <fcntl.h>
@@ -69,6 +69,118 @@ char *tu_path(const char *dir, const char *name)
     if (p == NULL) abort();
     snprintf(p, n, "%s/%s", dir, name);
     return p;
+}
+
+/* ---- counting and failing allocator ---- */
+
+#define TU_MAGIC 0x5eed0a11c0ffee11ull
+#define TU_FREED 0xdeadf7eedeadf7eeull
+
+/* In front of every block (right before the pointer handed out). */
+typedef struct tu_head {
+    uint64_t magic;
+    size_t size;  /* as asked */
+    size_t pad;   /* bytes from the parent block's start to the pointer */
+    uint64_t unused;
+} tu_head_t;
+
+static void *tu_alloc_fn(void *ctx, size_t size, size_t align)
+{
+    tu_alloc_t *ta = ctx;
+    pthread_mutex_lock(&ta->mu);
+    ta->calls++;
+    bool fail = ta->fail_at != 0 && (ta->calls == ta->fail_at ||
+                                     (ta->fail_after && ta->calls > ta->fail_at));
+    if (fail) ta->failures++;
+    pthread_mutex_unlock(&ta->mu);
+    if (fail) return NULL;
+    size_t pad = align > sizeof(tu_head_t) ? align : sizeof(tu_head_t);
+    if (size > SIZE_MAX - pad) return NULL;
+    unsigned char *p = sl_alloc_aligned(NULL, pad + size, align);
+    if (p == NULL) return NULL;
+    tu_head_t h = {TU_MAGIC, size, pad, 0};
+    memcpy(p + pad - sizeof h, &h, sizeof h);
+    pthread_mutex_lock(&ta->mu);
+    ta->live++;
+    ta->total++;
+    ta->live_bytes += size;
+    if (ta->live_bytes > ta->peak_bytes) ta->peak_bytes = ta->live_bytes;
+    pthread_mutex_unlock(&ta->mu);
+    return p + pad;
+}
+
+static void tu_free_fn(void *ctx, void *ptr, size_t size)
+{
+    tu_alloc_t *ta = ctx;
+    if (ptr == NULL) return;
+    unsigned char *p = ptr;
+    tu_head_t h;
+    memcpy(&h, p - sizeof h, sizeof h);
+    pthread_mutex_lock(&ta->mu);
+    bool ok = h.magic == TU_MAGIC && h.size == size;
+    if (!ok && ta->bad_frees++ == 0)
+        snprintf(ta->first_bad, sizeof ta->first_bad, "%s %p: freed with size %zu, allocated %zu",
+                 h.magic == TU_FREED   ? "a second free of"
+                 : h.magic == TU_MAGIC ? "block"
+                                       : "a foreign block",
+                 ptr, size, h.magic == TU_MAGIC ? h.size : 0);
+    if (h.magic == TU_MAGIC) {
+        ta->live--;
+        ta->live_bytes -= h.size;
+    }
+    pthread_mutex_unlock(&ta->mu);
+    if (h.magic != TU_MAGIC) return; /* not ours (or freed): leave it alone */
+    h.magic = TU_FREED;
+    memcpy(p - sizeof h, &h, sizeof h);
+    sl_free(NULL, p - h.pad, h.pad + h.size);
+}
+
+void tu_alloc_init(tu_alloc_t *ta)
+{
+    memset(ta, 0, sizeof *ta);
+    ta->base = (sl_allocator_t){tu_alloc_fn, tu_free_fn, ta};
+    pthread_mutex_init(&ta->mu, NULL);
+}
+
+void tu_alloc_fail_at(tu_alloc_t *ta, uint64_t k, bool and_after)
+{
+    pthread_mutex_lock(&ta->mu);
+    ta->fail_at = k;
+    ta->fail_after = and_after;
+    ta->calls = ta->failures = 0;
+    pthread_mutex_unlock(&ta->mu);
+}
+
+uint64_t tu_alloc_calls(tu_alloc_t *ta)
+{
+    pthread_mutex_lock(&ta->mu);
+    uint64_t n = ta->calls;
+    pthread_mutex_unlock(&ta->mu);
+    return n;
+}
+
+uint64_t tu_alloc_failures(tu_alloc_t *ta)
+{
+    pthread_mutex_lock(&ta->mu);
+    uint64_t n = ta->failures;
+    pthread_mutex_unlock(&ta->mu);
+    return n;
+}
+
+bool tu_alloc_clean(tu_alloc_t *ta, char *why, size_t cap)
+{
+    pthread_mutex_lock(&ta->mu);
+    bool ok = ta->live == 0 && ta->bad_frees == 0;
+    if (ta->bad_frees > 0)
+        snprintf(why, cap, "%llu bad free(s), the first: %s", (unsigned long long)ta->bad_frees,
+                 ta->first_bad);
+    else if (ta->live > 0)
+        snprintf(why, cap, "%llu block(s) of %llu bytes leaked", (unsigned long long)ta->live,
+                 (unsigned long long)ta->live_bytes);
+    else if (cap > 0)
+        why[0] = '\0';
+    pthread_mutex_unlock(&ta->mu);
+    return ok;
 }
 
 void tu_write_file(const char *path, const void *data, size_t len)

@@ -1,11 +1,15 @@
 /* Helpers shared by the Criterion tests: a seeded PRNG whose seed is printed
- * and can be given back (SLUICE_TEST_SEED), the timeout multiplier, and
- * scratch directories and files. */
+ * and can be given back (SLUICE_TEST_SEED), the timeout multiplier,
+ * scratch directories and files, and a counting and failing allocator. */
 #ifndef SLUICE_TESTUTIL_H
 #define SLUICE_TESTUTIL_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "sluice/alloc.h"
 
 /* The seed of this test run: SLUICE_TEST_SEED when set, otherwise drawn from
  * the clock. Printed to stderr with the test's name so a failure can be
@@ -49,5 +53,57 @@ char *tu_read_file(const char *path);
  * *err get everything it wrote to stdout and stderr (caller frees).
  * @return its exit code. */
 int tu_run(const char *dir, char *const argv[], double timeout_s, char **out, char **err);
+
+/* ---- a counting and failing allocator ----------------------------------------------
+ *
+ * Over the default allocator: counts live blocks and bytes, checks every
+ * free (a block it handed out, freed once, with the size it was asked
+ * for: sl_allocator_t's contract, which the default allocator does not
+ * check), and fails allocations on demand, so a test can walk every
+ * failure path of an operation:
+ *
+ *   tu_alloc_t ta;
+ *   tu_alloc_init(&ta);
+ *   for (uint64_t k = 1;; k++) {
+ *       tu_alloc_fail_at(&ta, k, false);      // the k-th allocation fails
+ *       sl_err_t rc = op(&ta.base, ...);
+ *       if (tu_alloc_failures(&ta) == 0) break; // op made fewer than k
+ *       ... rc is SL_ERR_NOMEM with a message, state unchanged ...
+ *       tu_alloc_assert_clean(&ta);           // nothing leaked
+ *   }
+ *
+ * Thread-safe (the master's threads allocate too). */
+typedef struct tu_alloc {
+    sl_allocator_t base; /* pass &ta.base wherever an allocator goes */
+    pthread_mutex_t mu;
+    uint64_t calls;      /* allocations asked for since the last tu_alloc_fail_at */
+    uint64_t fail_at;    /* fail allocation number fail_at (1: the first); 0: none */
+    bool fail_after;     /* and every one after it */
+    uint64_t failures;   /* allocations failed since the last tu_alloc_fail_at */
+    uint64_t live, live_bytes, peak_bytes, total;
+    uint64_t bad_frees;  /* frees of foreign blocks or with a wrong size */
+    char first_bad[160];
+} tu_alloc_t;
+
+void tu_alloc_init(tu_alloc_t *ta);
+
+/* From now on the k-th allocation fails (k >= 1; 0: none), and with
+ * and_after every later one too; the counts of calls and failures restart. */
+void tu_alloc_fail_at(tu_alloc_t *ta, uint64_t k, bool and_after);
+
+/* Allocations asked for, and failed, since the last tu_alloc_fail_at. */
+uint64_t tu_alloc_calls(tu_alloc_t *ta);
+uint64_t tu_alloc_failures(tu_alloc_t *ta);
+
+/* @return whether no block is live and every free was right; otherwise
+ * why goes to why (cap bytes). */
+bool tu_alloc_clean(tu_alloc_t *ta, char *why, size_t cap);
+
+/* Fail the test unless tu_alloc_clean (in test code, with Criterion). */
+#define tu_alloc_assert_clean(ta)                                                                  \
+    do {                                                                                           \
+        char tu_why_[256];                                                                         \
+        cr_assert(tu_alloc_clean((ta), tu_why_, sizeof tu_why_), "%s", tu_why_);                  \
+    } while (0)
 
 #endif

@@ -38,4 +38,8 @@ typedef struct sl_cli_admin_args {
  * bounds its sockets, not a low default soft limit. Best effort. */
 void sl_cli_raise_nofile(void);
 
+/* Write the libraries' log records (common/log.h) to stderr as
+ * "sluice <cmd>: <message>" lines. */
+void sl_cli_log_to_stderr(const char *cmd);
+
 #endif

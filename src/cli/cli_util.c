@@ -1,11 +1,33 @@
 /* Helpers shared by the commands of the sluice program: the options of the
- * admin endpoint that master and worker both serve, and the open-file
- * limit. */
+ * admin endpoint that master and worker both serve, the open-file limit and
+ * the log handler. */
 #include "cli.h"
 
 #include <stdbool.h>
 #include <string.h>
 #include <sys/resource.h>
+
+#include "common/log.h"
+
+/* "sluice <cmd>: <message>" on stderr, as the libraries' records read to
+ * a person; one write per record, so concurrent lines do not mix. */
+static void log_stderr(void *ctx, const sl_log_record_t *rec)
+{
+    char line[4096];
+    int n = snprintf(line, sizeof line, "sluice %s: ", (const char *)ctx);
+    if (n < 0 || (size_t)n >= sizeof line) n = 0;
+    size_t len = (size_t)n + sl_log_format(rec, SL_LOG_TEXT, line + n, sizeof line - (size_t)n - 1);
+    if (len > sizeof line - 2) len = sizeof line - 2;
+    line[len++] = '\n';
+    fwrite(line, 1, len, stderr);
+}
+
+void sl_cli_log_to_stderr(const char *cmd)
+{
+    static char name[32];
+    snprintf(name, sizeof name, "%s", cmd);
+    sl_log_set_handler(log_stderr, name);
+}
 
 void sl_cli_raise_nofile(void)
 {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "common/clock.h"
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
@@ -32,13 +33,6 @@ typedef struct demo_run {
     uint64_t wait_ns;
     sl_worker_stats_t st;
 } demo_run_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 #define D(field) offsetof(demo_options_t, field)
 
@@ -109,9 +103,9 @@ static int run_job(const char *table, const demo_options_t *o, bool dedup, demo_
     to.address = addr;
     to.client_name = "demo-trainer";
     to.prefetch = 8;
-    seen = calloc(o->rows, 1);
+    seen = sl_calloc(NULL, o->rows, 1);
     if (!seen) goto done;
-    double t0 = now_s();
+    double t0 = sl_clock_s();
     if ((rc = sl_trainer_connect(&to, &t, &err))) goto done;
     sl_batch_t *b;
     while ((rc = sl_trainer_next(t, 30000, &b, &err)) == SL_OK) {
@@ -129,7 +123,7 @@ static int run_job(const char *table, const demo_options_t *o, bool dedup, demo_
         out->batches++;
         sl_trainer_release(t, b);
     }
-    out->seconds = now_s() - t0;
+    out->seconds = sl_clock_s() - t0;
     if (rc != SL_ERR_CLOSED) goto done;
     rc = SL_OK;
     for (uint64_t i = 0; i < o->rows; i++)
@@ -158,7 +152,7 @@ done:
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     sl_pipeline_problems_free(&problems);
-    free(seen);
+    sl_free(NULL, seen, o->rows);
     return code;
 }
 
@@ -177,7 +171,7 @@ int sl_cli_demo(int argc, char **argv)
     int code = 1;
     sl_error_t err = {0};
     sl_wh_gen_spec_t spec;
-    double t0 = now_s();
+    double t0 = sl_clock_s();
     if (sl_wh_gen_preset("sessions", o.rows, o.seed, &spec, &err) != SL_OK) goto fail;
     spec.files = 2;
     sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
@@ -193,7 +187,7 @@ int sl_cli_demo(int argc, char **argv)
     if (sl_wh_gen_table(table, &spec, &go, &ws, &err) != SL_OK) goto fail;
     printf("sluice demo: generated a `sessions` table of %" PRIu64 " rows (%.1f MB on disk, "
            "user features stored once per unique row of a stripe) in %.2f s\n",
-           ws.rows, (double)ws.file_bytes / 1e6, now_s() - t0);
+           ws.rows, (double)ws.file_bytes / 1e6, sl_clock_s() - t0);
     printf("  job: batches of %" PRIu64 ", sigrid_hash(item_id); one epoch to one trainer client\n\n",
            o.batch_size);
     demo_run_t with = {0}, without = {0};

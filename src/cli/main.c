@@ -43,7 +43,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "help") == 0) return sl_cli_help(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            sl_cli_log_to_stderr(commands[i].name);
+            return commands[i].run(argc - 1, argv + 1);
+        }
     fprintf(stderr, "sluice: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

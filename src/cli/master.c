@@ -157,13 +157,13 @@ int sl_cli_master(int argc, char **argv)
     }
     if (sl_rpc_secret_load(secret_file, &secret, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);
-        free(token);
+        sl_admin_token_free(token);
         return 1;
     }
     sl_cli_raise_nofile();
     if (access(state, F_OK) != 0 && mkdir(state, 0755) != 0) {
         fprintf(stderr, "sluice master: --state %s: cannot create: %m\n", state);
-        free(token);
+        sl_admin_token_free(token);
         sl_rpc_secret_free(secret);
         return 1;
     }
@@ -181,7 +181,7 @@ int sl_cli_master(int argc, char **argv)
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);
-        free(token);
+        sl_admin_token_free(token);
         sl_rpc_secret_free(secret);
         return 1;
     }
@@ -193,7 +193,7 @@ int sl_cli_master(int argc, char **argv)
     if (sl_master_admin_serve(m, &ao, &ad, &err) != SL_OK) {
         fprintf(stderr, "sluice master: --admin %s: %s\n", admin, err.msg);
         sl_master_stop(m);
-        free(token);
+        sl_admin_token_free(token);
         return 1;
     }
     sl_master_executor_t *ex = NULL;
@@ -210,7 +210,7 @@ int sl_cli_master(int argc, char **argv)
             fprintf(stderr, "sluice master: executor: %s\n", err.msg);
             sl_admin_stop(ad);
             sl_master_stop(m);
-            free(token);
+            sl_admin_token_free(token);
             return 1;
         }
     }
@@ -232,6 +232,6 @@ int sl_cli_master(int argc, char **argv)
     sl_master_executor_destroy(ex);
     sl_admin_stop(ad);
     sl_master_stop(m);
-    free(token);
+    sl_admin_token_free(token);
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "sluice/alloc.h"
+#include "common/parse.h"
 
 /* ---- walking a command's options over its groups ---- */
 
@@ -166,11 +167,9 @@ static bool store(const sl_cli_opt_t *o, void *at, const char *v, char *why, siz
     case SL_CLI_FLAG:
         *(bool *)at = true;
         return true;
-    case SL_CLI_UINT: {
-        const char *end;
-        ok = parse_decimal(v, &end, &n) && *end == '\0';
+    case SL_CLI_UINT:
+        ok = sl_parse_u64(v, 0, UINT64_MAX, &n, NULL, NULL) == SL_OK;
         break;
-    }
     case SL_CLI_SIZE:
         ok = parse_size(v, &n);
         break;

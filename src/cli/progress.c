@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sluice/alloc.h"
+
 #define TTY_INTERVAL 0.2
 #define PLAIN_INTERVAL 5.0
 
@@ -21,7 +23,7 @@ struct sl_cli_progress {
 
 sl_cli_progress_t *sl_cli_progress_new(FILE *out, const char *verb, bool enabled)
 {
-    sl_cli_progress_t *p = calloc(1, sizeof *p);
+    sl_cli_progress_t *p = sl_calloc(NULL, 1, sizeof *p);
     if (p == NULL) return NULL;
     p->out = out;
     p->verb = verb;
@@ -148,5 +150,5 @@ void sl_cli_progress_destroy(sl_cli_progress_t *d)
 {
     if (d == NULL) return;
     pthread_mutex_destroy(&d->lock);
-    free(d);
+    sl_free(NULL, d, sizeof *d);
 }

@@ -15,6 +15,9 @@
 #include <time.h>
 
 #include "cli.h"
+#include "common/clock.h"
+#include "common/mem.h"
+#include "dpp/admin/endpoint.h"
 #include "sluice/trainer.h"
 
 typedef struct read_args {
@@ -74,13 +77,6 @@ const sl_cli_cmd_t sl_cli_read_cmd = {
 static int usage_error(const char *fmt, const char *arg)
 {
     return sl_cli_usage_error("read", fmt, arg);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* ---- JSON ---- */
@@ -165,14 +161,14 @@ static int print_json(const sl_batch_t *b, uint64_t index)
     json_object_set_new(o, "dense", dense_json(&b->dense));
     json_object_set_new(o, "labels", dense_json(&b->labels));
     /* Non-finite floats are not JSON: they come out as an error, not a lie. */
-    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    char *s = sl_admin_json_text(NULL, o, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(o);
     if (!s) {
         fprintf(stderr, "sluice read: batch %" PRIu64 " cannot be printed as JSON\n", index);
         return 1;
     }
     puts(s);
-    free(s);
+    sl_strfree(NULL, s);
     return 0;
 }
 
@@ -249,7 +245,7 @@ int sl_cli_read(int argc, char **argv)
 
     sl_trainer_t *t = NULL;
     sl_error_t err = {0};
-    double start = now_s();
+    double start = sl_clock_s();
     if (sl_trainer_connect(&o, &t, &err) != SL_OK) {
         fprintf(stderr, "sluice read: %s\n", err.msg);
         return 1;
@@ -272,7 +268,7 @@ int sl_cli_read(int argc, char **argv)
         if (rc != 0) break;
     }
     if (token_out && rc == 0 && write_token(t, token_out) != 0) rc = 1;
-    double secs = now_s() - start;
+    double secs = sl_clock_s() - start;
     sl_trainer_stats_t s;
     sl_trainer_stats(t, &s);
     sl_trainer_close(t);

@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "common/clock.h"
+#include "common/fileio.h"
+#include "common/mem.h"
 #include "dpp/admin/endpoint.h"
 #include "rpc/frame.h"
 
@@ -79,7 +82,7 @@ static int usage_error(const char *fmt, const char *arg)
 
 typedef struct reply {
     int status;
-    char *body; /* malloc'd, NUL-terminated */
+    char *body; /* an owned string of the default allocator (common/mem.h) */
 } reply_t;
 
 /* One request, one connection. @return 0, or -1 with msg set. */
@@ -120,14 +123,14 @@ static int http(const char *addr, const char *method, const char *path, const ch
         }
     }
     size_t len = 0, bufcap = 8192;
-    char *buf = malloc(bufcap);
+    char *buf = sl_alloc(NULL, bufcap);
     ssize_t n = 0;
     while (buf) {
         if (len + 1 == bufcap) {
             if (bufcap >= MAX_REPLY) break;
-            char *nb = realloc(buf, bufcap * 2);
+            char *nb = sl_realloc(NULL, buf, bufcap, bufcap * 2);
             if (!nb) {
-                free(buf);
+                sl_free(NULL, buf, bufcap);
                 buf = NULL;
                 break;
             }
@@ -145,20 +148,20 @@ static int http(const char *addr, const char *method, const char *path, const ch
     }
     buf[len] = '\0';
     if (n > 0) {
-        free(buf);
+        sl_free(NULL, buf, bufcap);
         snprintf(msg, cap, "%s %s: reply over %u bytes", method, path, MAX_REPLY);
         return -1;
     }
     int status = 0;
     char *sep = strstr(buf, "\r\n\r\n");
     if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1 || !sep) {
-        free(buf);
+        sl_free(NULL, buf, bufcap);
         snprintf(msg, cap, "%s %s: %s did not answer in HTTP (%zu bytes)", method, path, addr, len);
         return -1;
     }
     r->status = status;
-    r->body = strdup(sep + 4);
-    free(buf);
+    r->body = sl_strdup(NULL, sep + 4);
+    sl_free(NULL, buf, bufcap);
     if (!r->body) {
         snprintf(msg, cap, "%s %s: out of memory", method, path);
         return -1;
@@ -198,52 +201,11 @@ static json_t *base64_json(const unsigned char *in, size_t n)
     return s;
 }
 
-/* Read a whole file (at most max bytes). @return malloc'd bytes or NULL
- * with msg set. */
-static unsigned char *slurp(const char *path, size_t max, size_t *len, char *msg, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(msg, cap, "%s: cannot open: %m", path);
-        return NULL;
-    }
-    size_t n = 0, c = 4096;
-    unsigned char *buf = malloc(c);
-    while (buf) {
-        if (n == c) {
-            if (c > max) break;
-            unsigned char *nb = realloc(buf, c * 2);
-            if (!nb) break;
-            buf = nb;
-            c *= 2;
-        }
-        size_t got = fread(buf + n, 1, c - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    bool bad = ferror(f) || !buf || n > max;
-    fclose(f);
-    if (bad) {
-        free(buf);
-        snprintf(msg, cap, "%s: unreadable or over %zu bytes", path, max);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* GET /jobs/{id} every half second until "finished"; prints progress lines
  * on stderr. @return the exit code. */
 static int wait_finished(const char *admin, const char *id, double timeout_s)
 {
-    double t0 = now_s();
+    double t0 = sl_clock_s();
     char path[600], msg[SL_ERROR_MSG_MAX], last[256] = "";
     snprintf(path, sizeof path, "/jobs/%s", id);
     for (;;) {
@@ -254,11 +216,11 @@ static int wait_finished(const char *admin, const char *id, double timeout_s)
         }
         if (r.status != 200) {
             print_refusal(path, &r);
-            free(r.body);
+            sl_strfree(NULL, r.body);
             return 1;
         }
         json_t *j = json_loads(r.body, 0, NULL);
-        free(r.body);
+        sl_strfree(NULL, r.body);
         if (!json_is_object(j)) {
             json_decref(j);
             fprintf(stderr, "sluice submit: GET %s: not a JSON object\n", path);
@@ -291,7 +253,7 @@ static int wait_finished(const char *admin, const char *id, double timeout_s)
             snprintf(last, sizeof last, "%s", line);
         }
         if (finished) return 0;
-        if (timeout_s > 0 && now_s() - t0 > timeout_s) {
+        if (timeout_s > 0 && sl_clock_s() - t0 > timeout_s) {
             fprintf(stderr, "sluice submit: job %s not finished after %.0f s\n", id, timeout_s);
             return 1;
         }
@@ -336,12 +298,17 @@ static int submit(const submit_args_t *args)
     bool toks_ok = nresume <= 1 || (toks != NULL && json_object_set_new(body, "resume_tokens", toks) == 0);
     for (size_t k = 0; toks_ok && k < nresume; k++) {
         size_t tlen = 0;
-        unsigned char *tok = slurp(resumes[k], MAX_TOKEN, &tlen, msg, sizeof msg);
-        bool read_ok = tok != NULL;
-        json_t *b64 = tok ? base64_json(tok, tlen) : NULL; /* tlen <= MAX_TOKEN */
-        free(tok);
+        char *tok = NULL;
+        sl_error_t terr = {0};
+        bool read_ok =
+            sl_io_read_file(resumes[k], "resume token", MAX_TOKEN, NULL, &tok, &tlen, &terr) ==
+            SL_OK;
+        /* tlen <= MAX_TOKEN */
+        json_t *b64 = read_ok ? base64_json((const unsigned char *)tok, tlen) : NULL;
+        if (read_ok) sl_free(NULL, tok, tlen + 1);
         if (!b64) {
-            fprintf(stderr, "sluice submit: --resume-token %s\n", read_ok ? "out of memory" : msg);
+            fprintf(stderr, "sluice submit: --resume-token %s\n",
+                    read_ok ? "out of memory" : terr.msg);
             toks_ok = false;
             break;
         }
@@ -362,26 +329,26 @@ static int submit(const submit_args_t *args)
         json_decref(body);
         return 1;
     }
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = sl_admin_json_text(NULL, body, JSON_COMPACT);
     json_decref(body);
     reply_t r;
     int rc = text ? http(admin, "POST", "/jobs", token, text, &r, msg, sizeof msg) : -1;
     if (!text) snprintf(msg, sizeof msg, "out of memory");
-    free(text);
-    free(token);
+    sl_strfree(NULL, text);
+    sl_admin_token_free(token);
     if (rc != 0) {
         fprintf(stderr, "sluice submit: %s\n", msg);
         return 1;
     }
     if (r.status / 100 != 2) {
         print_refusal("POST /jobs", &r);
-        free(r.body);
+        sl_strfree(NULL, r.body);
         return 1;
     }
     printf("%s\n", r.body);
     fflush(stdout);
     json_t *ans = json_loads(r.body, 0, NULL);
-    free(r.body);
+    sl_strfree(NULL, r.body);
     int code = 0;
     if (wait) {
         const char *id = json_string_value(json_object_get(ans, "id"));

@@ -67,16 +67,18 @@ const sl_cli_group_t sl_cli_writer_group = {"table writer", "writer options of i
 typedef struct wopts {
     sl_wh_writer_opts_t w;
     sl_dedup_group_spec_t groups[MAX_GROUPS];
-    char *group_text[MAX_GROUPS]; /* owned copies the specs point into */
+    char *group_text[MAX_GROUPS]; /* owned copies the specs point into (cut by strtok) */
+    size_t group_size[MAX_GROUPS];  /* bytes of group_text[g] */
     const char **group_feats[MAX_GROUPS];
+    uint32_t group_cap[MAX_GROUPS]; /* entries of group_feats[g] */
     uint32_t ngroups;
 } wopts_t;
 
 static void wopts_free(wopts_t *o)
 {
     for (uint32_t g = 0; g < o->ngroups; g++) {
-        free(o->group_text[g]);
-        free(o->group_feats[g]);
+        sl_free(NULL, o->group_text[g], o->group_size[g]);
+        sl_free(NULL, o->group_feats[g], o->group_cap[g] * sizeof *o->group_feats[g]);
     }
     o->ngroups = 0;
 }
@@ -86,32 +88,36 @@ static int add_group(wopts_t *o, const char *cmd, const char *text)
 {
     if (o->ngroups == MAX_GROUPS)
         return sl_cli_usage_error(cmd, "more than 32 --dedup-group options (at '%s')", text);
-    char *copy = strdup(text);
+    size_t size = strlen(text) + 1;
+    char *copy = sl_strdup(NULL, text);
     if (copy == NULL) return 1;
     char *eq = strchr(copy, '=');
     if (eq == NULL || eq == copy || eq[1] == '\0') {
-        free(copy);
+        sl_free(NULL, copy, size);
         return sl_cli_usage_error(cmd, "--dedup-group wants NAME=FEATURE,FEATURE..., got '%s'",
                                   text);
     }
     *eq = '\0';
     uint32_t n = 1;
     for (const char *p = eq + 1; *p; p++) n += *p == ',';
-    const char **feats = calloc(n, sizeof *feats);
+    uint32_t cap = n;
+    const char **feats = sl_calloc(NULL, cap, sizeof *feats);
     if (feats == NULL) {
-        free(copy);
+        sl_free(NULL, copy, size);
         return 1;
     }
     n = 0;
     for (char *tok = strtok(eq + 1, ","); tok != NULL; tok = strtok(NULL, ",")) feats[n++] = tok;
     if (n == 0) {
-        free(feats);
-        free(copy);
+        sl_free(NULL, feats, cap * sizeof *feats);
+        sl_free(NULL, copy, size);
         return sl_cli_usage_error(cmd, "--dedup-group '%s' names no feature", text);
     }
     uint32_t g = o->ngroups++;
     o->group_text[g] = copy;
+    o->group_size[g] = size;
     o->group_feats[g] = feats;
+    o->group_cap[g] = cap;
     o->groups[g] = (sl_dedup_group_spec_t){copy, n, feats};
     o->w.num_dedup_groups = o->ngroups;
     o->w.dedup_groups = o->groups;
@@ -233,7 +239,7 @@ static int cmd_import(int argc, char **argv)
         rc = sl_cli_usage_error(cmd->name, "%s",
                                 "--schema is for --format jsonl (criteo's is fixed)");
     } else if ((rc = writer_from_args(&a.w, cmd->name, &wo)) == 0) {
-        inputs = calloc((size_t)a.input.count + a.files.count, sizeof *inputs);
+        inputs = sl_calloc(NULL, (size_t)a.input.count + a.files.count, sizeof *inputs);
         if (inputs == NULL) {
             rc = 1;
         } else {
@@ -243,7 +249,8 @@ static int cmd_import(int argc, char **argv)
             rc = import_table(&a, inputs, &wo);
         }
     }
-    free(inputs);
+    if (inputs != NULL)
+        sl_free(NULL, inputs, ((size_t)a.input.count + a.files.count) * sizeof *inputs);
     wopts_free(&wo);
     sl_cli_free(cmd, &a);
     return rc;
@@ -385,17 +392,15 @@ static int gen_table(const gen_args_t *a, wopts_t *wo)
     go.on_progress = sl_cli_progress_update;
     go.progress_ctx = progress;
     sl_wh_write_stats_t st;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = sl_clock_s();
     sl_err_t e = sl_wh_gen_table(table, &spec, &go, &st, &err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = sl_clock_s() - t0;
     sl_cli_progress_finish(progress);
     sl_cli_progress_destroy(progress);
     if (e != SL_OK) {
         fprintf(stderr, "sluice table gen: %s\n", err.msg);
         return 1;
     }
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     char out[32], rate[32];
     printf("generated: %" PRIu64 " rows, %s in %" PRIu64 " file%s; %.2f s (%s rows/s)\n", st.rows,
            sl_cli_fmt_bytes((double)st.file_bytes, out, sizeof out), partitions * files,

@@ -260,18 +260,21 @@ static int cat(const show_args_t *a, bool limit_given)
     sl_wh_filter_t *filter = NULL;
     if (filter_text != NULL && sl_wh_filter_parse(filter_text, NULL, &filter, &err) != SL_OK)
         return sl_cli_usage_error("table cat", "%s", err.msg);
-    char *copy = features ? strdup(features) : NULL;
+    /* strtok cuts the copy: its size is kept for the free */
+    size_t copy_size = features ? strlen(features) + 1 : 0;
+    size_t names_cap = copy_size / 2 + 2;
+    char *copy = sl_strdup(NULL, features);
     const char **names = NULL;
     uint32_t n = 0;
     if (copy != NULL) {
-        names = calloc(strlen(copy) / 2 + 2, sizeof *names);
+        names = sl_calloc(NULL, names_cap, sizeof *names);
         for (char *tok = strtok(copy, ","); names != NULL && tok; tok = strtok(NULL, ","))
             names[n++] = tok;
     }
     if (limit_given && limit == 0) {
         /* --limit 0 prints nothing (0 in the options means "all"). */
-        free(names);
-        free(copy);
+        sl_free(NULL, names, names_cap * sizeof *names);
+        sl_free(NULL, copy, copy_size);
         sl_wh_filter_destroy(filter);
         return 0;
     }
@@ -279,8 +282,8 @@ static int cat(const show_args_t *a, bool limit_given)
     uint64_t rows = 0;
     sl_err_t rc = sl_wh_cat_table(a->dir.items[0], &o, stdout, &rows, &err);
     if (fflush(stdout) != 0 && rc == SL_OK) rc = sl_error_set(&err, SL_ERR_IO, "write failed");
-    free(names);
-    free(copy);
+    sl_free(NULL, names, names_cap * sizeof *names);
+    sl_free(NULL, copy, copy_size);
     sl_wh_filter_destroy(filter);
     if (rc != SL_OK) {
         fprintf(stderr, "sluice table cat: %s\n", err.msg);

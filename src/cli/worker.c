@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "common/clock.h"
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/lease_client.h"
 #include "dpp/worker/worker.h"
@@ -90,13 +91,6 @@ static void print_problems(const char *what, const sl_pipeline_problems_t *p)
     fprintf(stderr, "sluice worker: %s: %u problem%s\n", what, p->count, p->count == 1 ? "" : "s");
     for (uint32_t i = 0; i < p->count; i++)
         fprintf(stderr, "  %s\n", p->items[i]);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int sl_cli_worker(int argc, char **argv)
@@ -260,7 +254,7 @@ int sl_cli_worker(int argc, char **argv)
         printf("listening on %s:%u\n", host, (unsigned)sl_worker_port(w));
     }
     fflush(stdout);
-    double t0 = now_s();
+    double t0 = sl_clock_s();
     int code = 0;
     const char *why = "stopped";
     for (;;) {
@@ -282,7 +276,7 @@ int sl_cli_worker(int argc, char **argv)
             break;
         }
     }
-    double secs = now_s() - t0;
+    double secs = sl_clock_s() - t0;
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
     sl_worker_admin_stop(admin); /* before the worker goes */

@@ -10,6 +10,7 @@
 #include <gnutls/gnutls.h>
 
 #include "common/fileio.h"
+#include "common/mem.h"
 
 /* Handshake frames are small and never carry a payload. */
 static const sl_rpc_limits_t handshake_limits = {.max_message_bytes = 64u << 10,
@@ -37,7 +38,7 @@ sl_err_t sl_rpc_secret_load(const char *file, char **out, sl_error_t *err)
                             "example the output of `head -c 32 /dev/urandom | base64`)",
                             path, n, SL_RPC_SECRET_MIN_BYTES);
     }
-    *out = strdup(buf);
+    *out = sl_strdup(NULL, buf);
     explicit_bzero(buf, sizeof buf);
     return *out ? SL_OK : sl_error_set(err, SL_ERR_NOMEM, "cluster secret: out of memory");
 }
@@ -46,7 +47,7 @@ void sl_rpc_secret_free(char *secret)
 {
     if (!secret) return;
     explicit_bzero(secret, strlen(secret));
-    free(secret);
+    sl_strfree(NULL, secret);
 }
 
 /* role "client" or "server": HMAC-SHA256(secret, context 0 role 0 Ns Nc). */

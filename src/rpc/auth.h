@@ -46,8 +46,8 @@
  * its content. */
 sl_err_t sl_rpc_secret_load(const char *file, char **out, sl_error_t *err);
 
-/* Wipe and free a secret from sl_rpc_secret_load (or any malloc'd copy);
- * NULL is fine. */
+/* Wipe and free a secret from sl_rpc_secret_load (or any copy made with
+ * sl_strdup(NULL, ...), common/mem.h); NULL is fine. */
 void sl_rpc_secret_free(char *secret);
 
 /* Server, in steps (a poll loop): draw a fresh nonce into nonce and send
@@ -65,7 +65,7 @@ sl_err_t sl_rpc_auth_answer(int fd, const char *secret,
                             sl_error_t *err);
 
 /* Server, blocking: challenge, then wait for the answer until deadline_ms
- * (sl_rpc_now_ms time) and check it. On failure nothing more is sent: the
+ * (sl_clock_ms time) and check it. On failure nothing more is sent: the
  * caller answers ERROR with err's message and closes. */
 sl_err_t sl_rpc_auth_server(int fd, const char *secret, uint64_t deadline_ms,
                             const sl_rpc_limits_t *limits, sl_error_t *err);

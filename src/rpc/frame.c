@@ -16,6 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/mem.h"
+
 static const ProtobufCMessageDescriptor *const descriptors[SL_RPC_TYPE_MAX + 1] = {
     [SL_RPC_HELLO] = &sluice__dpp__hello__descriptor,
     [SL_RPC_WELCOME] = &sluice__dpp__welcome__descriptor,
@@ -237,13 +240,6 @@ static ssize_t read_fd(void *ctx, void *buf, size_t len)
     return read(*(const int *)ctx, buf, len);
 }
 
-uint64_t sl_rpc_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 typedef struct deadline_src {
     int fd;
     uint64_t deadline_ms;
@@ -254,7 +250,7 @@ static ssize_t read_until(void *ctx, void *buf, size_t len)
 {
     const deadline_src *d = ctx;
     for (;;) {
-        uint64_t now = sl_rpc_now_ms();
+        uint64_t now = sl_clock_ms();
         if (now >= d->deadline_ms) {
             errno = EAGAIN;
             return -1;
@@ -309,10 +305,14 @@ sl_err_t sl_rpc_recv_from(sl_rpc_read_fn rd, void *ctx, const sl_rpc_limits_t *l
                                 h.message_len);
         }
     }
-    /* Messages are small and short-lived: protobuf-c's own allocator. */
-    frame->msg = protobuf_c_message_unpack(descriptors[h.type], NULL, h.message_len,
+    sl_unsized_t u = {.a = a};
+    ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
+    frame->msg = protobuf_c_message_unpack(descriptors[h.type], &pa, h.message_len,
                                            msg_buf ? msg_buf : (const uint8_t *)"");
     if (msg_buf) sl_free(a, msg_buf, h.message_len);
+    if (!frame->msg && u.failed)
+        return sl_error_set(err, SL_ERR_NOMEM, "%s frame: out of memory (%u bytes)", name,
+                            h.message_len);
     if (!frame->msg)
         return sl_error_set(err, SL_ERR_PROTOCOL, "%s frame: message does not parse (%u bytes)",
                             name, h.message_len);
@@ -342,7 +342,9 @@ sl_err_t sl_rpc_recv_from(sl_rpc_read_fn rd, void *ctx, const sl_rpc_limits_t *l
 void sl_rpc_frame_free(sl_rpc_frame_t *frame)
 {
     if (!frame) return;
-    if (frame->msg) protobuf_c_message_free_unpacked(frame->msg, NULL);
+    sl_unsized_t u = {.a = frame->allocator};
+    ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
+    if (frame->msg) protobuf_c_message_free_unpacked(frame->msg, &pa);
     if (frame->payload) sl_free(frame->allocator, frame->payload, frame->payload_len);
     frame->msg = NULL;
     frame->payload = NULL;

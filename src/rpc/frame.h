@@ -118,14 +118,11 @@ sl_err_t sl_rpc_recv(int fd, const sl_rpc_limits_t *limits, const sl_allocator_t
                      sl_rpc_frame_t *frame, sl_error_t *err);
 
 /* sl_rpc_recv with one deadline for the whole frame: deadline_ms is a
- * CLOCK_MONOTONIC time in ms (sl_rpc_now_ms), so a peer that trickles bytes
+ * monotonic time in ms (sl_clock_ms, common/clock.h), so a peer that trickles bytes
  * cannot stretch a handshake past it however often it sends
  * (SO_RCVTIMEO bounds each read only). SL_ERR_TIMEOUT when it passes. */
 sl_err_t sl_rpc_recv_until(int fd, uint64_t deadline_ms, const sl_rpc_limits_t *limits,
                            const sl_allocator_t *a, sl_rpc_frame_t *frame, sl_error_t *err);
-
-/* CLOCK_MONOTONIC in milliseconds. */
-uint64_t sl_rpc_now_ms(void);
 
 /* A byte source for sl_rpc_recv_from: read up to len bytes into buf.
  * @return bytes read (> 0), 0 at end of stream, or -1 with errno set

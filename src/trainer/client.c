@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/mem.h"
 #include "trainer/fleet_internal.h"
 
 sl_trainer_opts_t sl_trainer_opts_default(void)
@@ -29,19 +30,6 @@ sl_trainer_opts_t sl_trainer_opts_default(void)
         .refresh_ms = 1000,
         .cluster_secret_file = NULL,
     };
-}
-
-static char *dup_str(const sl_allocator_t *a, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = sl_alloc(a, n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
-
-static void free_str(const sl_allocator_t *a, char *s)
-{
-    if (s) sl_free(a, s, strlen(s) + 1);
 }
 
 /* Stop every thread, free everything; t may be half built. */
@@ -68,8 +56,8 @@ static void destroy(sl_trainer_t *t)
         t->conns = c->next;
         tr_conn_free(c);
     }
-    free_str(a, t->address);
-    free_str(a, t->client_name);
+    sl_strfree(a, t->address);
+    sl_strfree(a, t->client_name);
     sl_rpc_secret_free(t->secret);
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->mu);
@@ -118,11 +106,7 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
     if (!t) return sl_error_set(err, SL_ERR_NOMEM, "trainer: out of memory");
     t->a = a;
     pthread_mutex_init(&t->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sl_clock_cond_init(&t->cv);
 
     t->prefetch = opts->prefetch ? opts->prefetch : 4;
     t->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 5000;
@@ -138,8 +122,8 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
         snprintf(name, sizeof name, "%s", opts->client_name);
     else
         snprintf(name, sizeof name, "trainer-%ld", (long)getpid());
-    t->address = dup_str(a, master ? opts->master : opts->address);
-    t->client_name = dup_str(a, name);
+    t->address = sl_strdup(a, master ? opts->master : opts->address);
+    t->client_name = sl_strdup(a, name);
     if (!t->address || !t->client_name) {
         destroy(t);
         return sl_error_set(err, SL_ERR_NOMEM, "trainer: out of memory");
@@ -174,7 +158,7 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
 {
     if (out) *out = NULL;
     if (!t || !out) return sl_error_set(err, SL_ERR_INVALID, "trainer next: no client or output");
-    uint64_t start = tr_now_ns();
+    uint64_t start = sl_clock_ns();
     uint64_t until = start + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
     struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                           .tv_nsec = (long)(until % 1000000000ull)};
@@ -194,7 +178,7 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
             rc = sl_error_set(err, SL_ERR_CLOSED, "trainer client is closing");
             break;
         }
-        if (timeout_ms == 0 || (timeout_ms > 0 && tr_now_ns() >= until)) {
+        if (timeout_ms == 0 || (timeout_ms > 0 && sl_clock_ns() >= until)) {
             rc = t->fleet ? tr_fleet_timeout_locked(t, timeout_ms, err)
                           : sl_error_set(err, SL_ERR_TIMEOUT, "worker %s: no batch within %d ms",
                                          t->address, timeout_ms);
@@ -220,7 +204,7 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
         tr_item_leave_locked(t, it, false);
     }
     pthread_mutex_unlock(&t->mu);
-    atomic_fetch_add(&t->wait_ns, tr_now_ns() - start);
+    atomic_fetch_add(&t->wait_ns, sl_clock_ns() - start);
     return rc;
 }
 

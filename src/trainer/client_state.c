@@ -10,13 +10,6 @@
 
 #include "trainer/trainer_internal.h"
 
-uint64_t tr_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void tr_list_push(tr_list_t *l, tr_item_t *it)
 {
     it->next = NULL;
@@ -127,11 +120,11 @@ void tr_fail(sl_trainer_t *t, const sl_error_t *e)
 
 bool tr_pause(sl_trainer_t *t, const bool *stop, int ms)
 {
-    uint64_t until = tr_now_ns() + (uint64_t)(ms > 0 ? ms : 0) * 1000000ull;
+    uint64_t until = sl_clock_ns() + (uint64_t)(ms > 0 ? ms : 0) * 1000000ull;
     struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                           .tv_nsec = (long)(until % 1000000000ull)};
     pthread_mutex_lock(&t->mu);
-    while (!t->closing && !(stop && *stop) && (ms < 0 || tr_now_ns() < until)) {
+    while (!t->closing && !(stop && *stop) && (ms < 0 || sl_clock_ns() < until)) {
         if (ms < 0)
             pthread_cond_wait(&t->cv, &t->mu);
         else
@@ -164,12 +157,12 @@ sl_err_t tr_reconnect(sl_trainer_t *t, const bool *stop, const char *label,
                             "%s: connection lost (%.300s); reconnecting is off", label,
                             lost->msg);
     uint64_t budget = t->reconnect_ms > 0 ? (uint64_t)t->reconnect_ms : 0;
-    uint64_t deadline = tr_now_ns() + budget * 1000000ull;
+    uint64_t deadline = sl_clock_ns() + budget * 1000000ull;
     int backoff = 50;
     sl_error_t e = {0};
     for (;;) {
         if (stopped(t, stop)) return sl_error_set(err, SL_ERR_CLOSED, "%s: stopped", label);
-        uint64_t now = tr_now_ns();
+        uint64_t now = sl_clock_ns();
         uint64_t left_ms = now < deadline ? (deadline - now) / 1000000ull + 1 : 1;
         int timeout = t->connect_timeout_ms;
         if ((uint64_t)timeout > left_ms) timeout = (int)left_ms;
@@ -186,7 +179,7 @@ sl_err_t tr_reconnect(sl_trainer_t *t, const bool *stop, const char *label,
             *err = e;
             return rc;
         }
-        now = tr_now_ns();
+        now = sl_clock_ns();
         if (now >= deadline) break;
         /* The last pause ends at the deadline, for one last attempt there. */
         uint64_t pause = (uint64_t)backoff;

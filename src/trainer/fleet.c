@@ -53,7 +53,7 @@ sl_err_t tr_fleet_connect(sl_trainer_t *t, const sl_trainer_opts_t *opts, sl_err
     f->refresh_ms = opts->refresh_ms > 0 ? opts->refresh_ms : 1000;
     f->mfd = -1;
     f->next_nonce = 1;
-    f->rep_at_ns = tr_now_ns();
+    f->rep_at_ns = sl_clock_ns();
     pthread_mutex_init(&f->msend_mu, NULL);
     t->fleet = f;
 
@@ -213,7 +213,7 @@ sl_err_t sl_trainer_resume_token(sl_trainer_t *t, int timeout_ms, uint8_t **toke
                             "come from a master (opts.master)",
                             t->address);
     tr_fleet_t *f = t->fleet;
-    uint64_t until = tr_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
+    uint64_t until = sl_clock_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
     sl_err_t rc = SL_ERR_AGAIN;
     uint64_t gen = 0;
     for (;;) {
@@ -226,8 +226,8 @@ sl_err_t sl_trainer_resume_token(sl_trainer_t *t, int timeout_ms, uint8_t **toke
          * on (the old one's answer is lost with it). */
         while (!f->token_ready && t->state != TR_FAILED && !t->closing &&
                (rc != SL_OK || f->mgen == gen) &&
-               (timeout_ms < 0 || tr_now_ns() < until)) {
-            uint64_t wake = tr_now_ns() + 50000000ull;
+               (timeout_ms < 0 || sl_clock_ns() < until)) {
+            uint64_t wake = sl_clock_ns() + 50000000ull;
             if (timeout_ms >= 0 && wake > until) wake = until;
             struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000ull),
                                   .tv_nsec = (long)(wake % 1000000000ull)};
@@ -257,7 +257,7 @@ sl_err_t sl_trainer_resume_token(sl_trainer_t *t, int timeout_ms, uint8_t **toke
             if (err) *err = t->failure;
         } else if (t->closing) {
             out = sl_error_set(err, SL_ERR_CLOSED, "resume token: the client is closing");
-        } else if (timeout_ms >= 0 && tr_now_ns() >= until) {
+        } else if (timeout_ms >= 0 && sl_clock_ns() >= until) {
             out = sl_error_set(err, SL_ERR_TIMEOUT,
                                "resume token: master %s did not answer within %d ms", f->master,
                                timeout_ms);

@@ -165,7 +165,7 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, bool *refused, sl_error
     tr_fleet_t *f = t->fleet;
     *refused = false;
     /* One deadline for the whole attempt, as a worker connection's. */
-    uint64_t deadline = sl_rpc_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    uint64_t deadline = sl_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     int fd;
     sl_err_t rc = sl_rpc_connect(f->master, timeout_ms, &fd, err);
     if (rc != SL_OK) {
@@ -279,7 +279,7 @@ static void on_token(sl_trainer_t *t, const Sluice__Control__Token *m, uint64_t 
 static void send_stats(sl_trainer_t *t, int fd)
 {
     tr_fleet_t *f = t->fleet;
-    uint64_t now = tr_now_ns();
+    uint64_t now = sl_clock_ns();
     uint64_t wait = atomic_load(&t->wait_ns), b = atomic_load(&t->batches),
              s = atomic_load(&t->samples);
     Sluice__Control__ClientStats cs = SLUICE__CONTROL__CLIENT_STATS__INIT;
@@ -357,7 +357,7 @@ void *fl_master_main(void *arg)
 {
     sl_trainer_t *t = arg;
     tr_fleet_t *f = t->fleet;
-    uint64_t next_tick = tr_now_ns() + (uint64_t)f->refresh_ms * 1000000ull;
+    uint64_t next_tick = sl_clock_ns() + (uint64_t)f->refresh_ms * 1000000ull;
     while (!t->closing) {
         pthread_mutex_lock(&f->msend_mu);
         int fd = f->mfd;
@@ -369,7 +369,7 @@ void *fl_master_main(void *arg)
             if (!master_reconnect(t, &e)) break;
             continue;
         }
-        uint64_t now = tr_now_ns();
+        uint64_t now = sl_clock_ns();
         if (now >= next_tick) {
             send_stats(t, fd);
             next_tick = now + (uint64_t)f->refresh_ms * 1000000ull;
@@ -402,7 +402,7 @@ void *fl_master_main(void *arg)
             break;
         }
         if (!master_reconnect(t, &e)) break;
-        next_tick = tr_now_ns() + (uint64_t)f->refresh_ms * 1000000ull;
+        next_tick = sl_clock_ns() + (uint64_t)f->refresh_ms * 1000000ull;
     }
     /* The client failed or closes: workers are no use any more. */
     pthread_mutex_lock(&t->mu);

@@ -44,6 +44,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/clock.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"
@@ -138,8 +139,6 @@ struct sl_trainer {
 };
 
 /* ---- client_state.c ---- */
-
-uint64_t tr_now_ns(void);
 
 void tr_list_push(tr_list_t *l, tr_item_t *it);
 void tr_list_remove(tr_list_t *l, tr_item_t *it);

@@ -216,7 +216,7 @@ sl_err_t tr_conn_open(tr_conn_t *c, int timeout_ms, bool *refused, sl_error_t *e
     *refused = false;
     /* One deadline for the whole attempt (connect_timeout_ms per attempt,
      * the authentication included), however a peer trickles its bytes. */
-    uint64_t deadline = sl_rpc_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    uint64_t deadline = sl_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     int fd = -1;
     sl_err_t rc = sl_rpc_connect(c->address, timeout_ms, &fd, err);
     bool installed = false;

@@ -113,10 +113,11 @@ void wh_file_close(wh_file_t *f)
     const sl_allocator_t *a = f->a;
     wh_source_unmap(&f->src);
     if (f->src.fd >= 0) close(f->src.fd);
-    wh_strfree(a, f->src.name);
+    sl_strfree(a, f->src.name);
     if (f->footer != NULL) {
+        sl_unsized_t u = {.a = a};
         ProtobufCAllocator pa;
-        wh_pb_allocator(a, &pa);
+        wh_pb_allocator(&u, &pa);
         sluice__file_footer__free_unpacked(f->footer, &pa);
     }
     sl_wh_schema_destroy(f->schema);
@@ -566,7 +567,7 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
     f->src.fd = -1;
     f->limits = wh_limits_resolve(limits);
     const char *name = display_name ? display_name : path ? path : "(memory)";
-    f->src.name = wh_strdup(a, name);
+    f->src.name = sl_strdup(a, name);
     if (f->src.name == NULL) {
         wh_file_close(f);
         return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
@@ -596,12 +597,14 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
         wh_file_close(f);
         return rc;
     }
+    sl_unsized_t u = {.a = a};
     ProtobufCAllocator pa;
-    wh_pb_allocator(a, &pa);
+    wh_pb_allocator(&u, &pa);
     f->footer = sluice__file_footer__unpack(&pa, f->footer_bytes, raw);
     sl_free(a, raw, f->footer_bytes);
     if (f->footer == NULL) {
-        rc = sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: malformed protobuf", name);
+        rc = u.failed ? sl_error_set(err, SL_ERR_NOMEM, "%s: footer: out of memory", name)
+                      : sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: malformed protobuf", name);
         goto fail;
     }
     if (f->footer->format_version != SL_WH_FORMAT_VERSION) {

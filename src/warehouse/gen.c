@@ -493,7 +493,7 @@ static void gen_report(gshared_t *sh, double t0)
                                  .bytes_out = atomic_load(&sh->bytes_out),
                                  .files_done = atomic_load(&sh->files_done),
                                  .files_total = sh->njobs,
-                                 .seconds = imp_now() - t0};
+                                 .seconds = sl_clock_s() - t0};
     sh->o->on_progress(sh->o->progress_ctx, &p);
 }
 
@@ -501,7 +501,7 @@ sl_err_t sl_wh_gen_table(const char *dir, const sl_wh_gen_spec_t *spec,
                          const sl_wh_gen_opts_t *opts, sl_wh_write_stats_t *stats,
                          sl_error_t *err)
 {
-    double t0 = imp_now();
+    double t0 = sl_clock_s();
     sl_wh_gen_opts_t o = opts ? *opts : sl_wh_gen_opts_default();
     if (stats != NULL) memset(stats, 0, sizeof *stats);
     sl_wh_schema_t *schema = NULL;
@@ -511,7 +511,7 @@ sl_err_t sl_wh_gen_table(const char *dir, const sl_wh_gen_spec_t *spec,
         sl_wh_schema_destroy(schema);
         return sl_error_prefix(err, "table %s: ", dir);
     }
-    gshared_t *sh = calloc(1, sizeof *sh);
+    gshared_t *sh = sl_calloc(o.allocator, 1, sizeof *sh);
     if (sh == NULL) {
         sl_wh_schema_destroy(schema);
         return sl_error_set(err, SL_ERR_NOMEM, "gen");
@@ -523,7 +523,7 @@ sl_err_t sl_wh_gen_table(const char *dir, const sl_wh_gen_spec_t *spec,
     sh->files_per_part = spec->files ? spec->files : 1;
     uint64_t njobs = (uint64_t)(spec->partitions ? spec->partitions : 1) * sh->files_per_part;
     if (njobs > 100000) {
-        free(sh);
+        sl_free(o.allocator, sh, sizeof *sh);
         sl_wh_schema_destroy(schema);
         return sl_error_set(err, SL_ERR_INVALID, "gen: %llu files is too many (max 100000)",
                             (unsigned long long)njobs);
@@ -553,7 +553,7 @@ sl_err_t sl_wh_gen_table(const char *dir, const sl_wh_gen_spec_t *spec,
     if (rc != SL_OK && err != NULL) *err = sh->err;
     if (stats != NULL) *stats = sh->total;
     pthread_mutex_destroy(&sh->lock);
-    free(sh);
+    sl_free(o.allocator, sh, sizeof *sh);
     sl_wh_schema_destroy(schema);
     return rc;
 }

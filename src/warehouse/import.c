@@ -31,7 +31,6 @@
 #include <unistd.h>
 
 #define CHUNK_BYTES ((size_t)1 << 20)
-#define LINE_LIMIT ((size_t)1 << 26) /* longer lines are bad rows, not allocations */
 #define SAMPLE_ID_STRIDE 10000000000ll  /* sample id = part number * 1e10 + line */
 #define COUNTER_FLUSH_ROWS 4096
 
@@ -132,6 +131,7 @@ static sl_err_t open_writer(reading_t *r)
     snprintf(path, sizeof path, "%s/%s", r->sh->part_dir, r->job->stage);
     sl_wh_writer_opts_t wo = r->sh->o->writer;
     wo.overwrite = true; /* a stale staging file of a crashed import with our pid */
+    if (wo.allocator == NULL) wo.allocator = r->sh->o->allocator;
     sl_err_t rc = sl_wh_writer_open(path, r->sh->schema, &wo, &r->w, &r->job->err);
     return rc == SL_OK ? SL_OK : fatal(r, rc);
 }
@@ -145,10 +145,10 @@ static sl_err_t do_line(reading_t *r, const char *line, size_t len)
     if (n == 0) return SL_OK; /* blank lines are not rows */
     r->job->res->rows_read++;
     r->pend_read++;
-    if (len > LINE_LIMIT) {
+    if (len > IMP_LINE_LIMIT) {
         char msg[96];
         snprintf(msg, sizeof msg, "line of %zu bytes is longer than the limit of %zu", len,
-                 LINE_LIMIT);
+                 IMP_LINE_LIMIT);
         bad_row(r, msg);
         return SL_OK;
     }
@@ -179,7 +179,7 @@ static sl_err_t do_line(reading_t *r, const char *line, size_t len)
 }
 
 /* Read fd to the end, calling do_line for every line; the last line may
- * lack its '\n'. Lines longer than LINE_LIMIT are consumed without being
+ * lack its '\n'. Lines longer than IMP_LINE_LIMIT are consumed without being
  * kept whole. */
 static sl_err_t read_lines(reading_t *r, int fd, const char *name)
 {
@@ -195,7 +195,7 @@ static sl_err_t read_lines(reading_t *r, int fd, const char *name)
     for (;;) {
         if (atomic_load(&r->sh->stop)) break;
         if (have == cap) {
-            if (cap < LINE_LIMIT + 1) {
+            if (cap < IMP_LINE_LIMIT + 1) {
                 size_t ncap = cap * 2;
                 char *nb = sl_alloc(a, ncap);
                 if (nb == NULL) {
@@ -387,7 +387,7 @@ static void report(shared_t *sh, uint64_t total, double t0)
         .bytes_out = atomic_load(&sh->bytes_out),
         .files_done = atomic_load(&sh->files_done),
         .files_total = sh->njobs,
-        .seconds = imp_now() - t0,
+        .seconds = sl_clock_s() - t0,
     };
     o->on_progress(o->progress_ctx, &p);
 }
@@ -396,15 +396,12 @@ static void report(shared_t *sh, uint64_t total, double t0)
 static sl_err_t run_workers(shared_t *sh, uint32_t threads, uint64_t total, double t0,
                             sl_error_t *err)
 {
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&sh->done, &ca);
-    pthread_condattr_destroy(&ca);
+    const sl_allocator_t *a = sh->o->allocator;
+    pthread_t *tids = sl_calloc(a, threads, sizeof *tids);
+    if (tids == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory for threads");
+    sl_clock_cond_init(&sh->done);
     pthread_mutex_init(&sh->lock, NULL);
 
-    pthread_t *tids = calloc(threads, sizeof *tids);
-    if (tids == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory for threads");
     uint32_t started = 0;
     atomic_store(&sh->running, threads);
     for (; started < threads; started++)
@@ -415,18 +412,16 @@ static sl_err_t run_workers(shared_t *sh, uint32_t threads, uint64_t total, doub
         atomic_fetch_sub(&sh->running, threads - started);
         pthread_mutex_unlock(&sh->lock);
         if (started == 0) {
-            free(tids);
+            sl_free(a, tids, (size_t)threads * sizeof *tids);
+            pthread_cond_destroy(&sh->done);
+            pthread_mutex_destroy(&sh->lock);
             return sl_error_set(err, SL_ERR_IO, "cannot start an import thread");
         }
     }
     double interval = sh->o->progress_interval > 0 ? sh->o->progress_interval : 0.2;
     pthread_mutex_lock(&sh->lock);
     while (atomic_load(&sh->running) > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double t = (double)ts.tv_nsec * 1e-9 + interval;
-        ts.tv_sec += (time_t)t;
-        ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+        struct timespec ts = sl_clock_deadline_ns((uint64_t)(interval * 1e9));
         pthread_cond_timedwait(&sh->done, &sh->lock, &ts);
         if (atomic_load(&sh->running) == 0) break;
         pthread_mutex_unlock(&sh->lock);
@@ -435,7 +430,7 @@ static sl_err_t run_workers(shared_t *sh, uint32_t threads, uint64_t total, doub
     }
     pthread_mutex_unlock(&sh->lock);
     for (uint32_t i = 0; i < started; i++) pthread_join(tids[i], NULL);
-    free(tids);
+    sl_free(a, tids, (size_t)threads * sizeof *tids);
     report(sh, total, t0);
     pthread_cond_destroy(&sh->done);
     pthread_mutex_destroy(&sh->lock);
@@ -477,7 +472,7 @@ static sl_err_t commit(shared_t *sh, bool keep, sl_error_t *err)
 sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summary,
                       sl_error_t *err)
 {
-    double t0 = imp_now();
+    double t0 = sl_clock_s();
     if (summary != NULL) memset(summary, 0, sizeof *summary);
     if (o == NULL) return sl_error_set(err, SL_ERR_INVALID, "no import options");
     sl_err_t rc = check_opts(o, err);
@@ -495,10 +490,10 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
     }
     if ((rc = imp_make_dirs(o->table_dir, partition, err)) != SL_OK) goto out;
 
-    sh = calloc(1, sizeof *sh);
+    sh = sl_calloc(o->allocator, 1, sizeof *sh);
     files = sl_calloc(o->allocator, o->num_inputs, sizeof *files);
     if (sh == NULL || files == NULL ||
-        (sh->jobs = calloc(o->num_inputs, sizeof *sh->jobs)) == NULL) {
+        (sh->jobs = sl_calloc(o->allocator, o->num_inputs, sizeof *sh->jobs)) == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for %u inputs", o->num_inputs);
         goto out;
     }
@@ -562,10 +557,10 @@ out:
         }
         if (rc != SL_OK) summary->rows_written = 0; /* nothing was committed */
     }
-    if (summary != NULL) summary->seconds = imp_now() - t0;
+    if (summary != NULL) summary->seconds = sl_clock_s() - t0;
     if (files != NULL) sl_free(o->allocator, files, (size_t)o->num_inputs * sizeof *files);
-    if (sh != NULL) free(sh->jobs);
-    free(sh);
+    if (sh != NULL) sl_free(o->allocator, sh->jobs, (size_t)o->num_inputs * sizeof *sh->jobs);
+    sl_free(o->allocator, sh, sizeof *sh);
     sl_wh_schema_destroy(schema);
     return rc;
 }

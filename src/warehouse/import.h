@@ -80,6 +80,8 @@ typedef struct sl_wh_import_opts {
     sl_wh_import_progress_fn on_progress; /* may be NULL */
     void *progress_ctx;
     double progress_interval; /* seconds between progress calls; 0: 0.2 */
+    /* Every allocation of the import (the writers' too, unless
+     * writer.allocator says otherwise); NULL: default. */
     const sl_allocator_t *allocator;
 } sl_wh_import_opts_t;
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/clock.h"
 #include "warehouse/import.h"
 
 #define CRITEO_DENSE 13
@@ -32,6 +33,9 @@ struct sl_wh_row_buf {
  * @return false when out of memory or n is absurd. */
 bool imp_reserve(sl_wh_row_buf_t *b, uint32_t s, uint64_t n);
 
+/* Longer input lines are bad rows, not allocations. */
+#define IMP_LINE_LIMIT ((size_t)1 << 26)
+
 /* Copy at most cap-1 bytes of text into buf for a message, replacing
  * control and non-ASCII bytes by '?' and marking a cut with "...". */
 const char *imp_excerpt(const char *text, size_t len, char *buf, size_t cap);
@@ -39,9 +43,6 @@ const char *imp_excerpt(const char *text, size_t len, char *buf, size_t cap);
 /* Decimal int64 (optional sign, digits only). @return false when not one
  * or out of range. */
 bool imp_parse_i64(const char *s, size_t len, int64_t *out);
-
-/* Time since an arbitrary epoch, seconds (CLOCK_MONOTONIC). */
-double imp_now(void);
 
 /* Online cores (at least 1). */
 uint32_t imp_cores(void);

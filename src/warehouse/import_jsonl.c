@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/fileio.h"
+
 #define LINE_MAX_BYTES ((size_t)1 << 26)
 
 static sl_err_t bad(sl_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -280,7 +282,7 @@ sl_err_t sl_wh_jsonl_infer_schema(const char *const *inputs, uint32_t num_inputs
     if (s == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory for a schema");
     uint32_t seen = 0, objects = 0;
     char *line = NULL;
-    size_t cap = 0;
+    size_t cap = 0, len;
     sl_err_t rc = SL_OK;
     for (uint32_t i = 0; i < num_inputs && seen < max_lines && rc == SL_OK; i++) {
         /* Standard input cannot be read twice; its lines are not inferred from. */
@@ -290,10 +292,20 @@ sl_err_t sl_wh_jsonl_infer_schema(const char *const *inputs, uint32_t num_inputs
             rc = sl_error_set(err, SL_ERR_IO, "%s: %s", inputs[i], strerror(errno));
             break;
         }
-        ssize_t n;
-        while (seen < max_lines && (n = getline(&line, &cap, fp)) >= 0) {
+        while (seen < max_lines) {
+            rc = sl_io_read_line(fp, inputs[i], IMP_LINE_LIMIT, a, &line, &cap, &len, err);
+            if (rc == SL_ERR_CLOSED) {
+                rc = SL_OK;
+                break;
+            }
+            if (rc == SL_ERR_TOO_LARGE) { /* a line that long holds no object to infer from */
+                rc = SL_OK;
+                seen++;
+                continue;
+            }
+            if (rc != SL_OK) break;
             seen++;
-            json_t *root = json_loadb(line, (size_t)n, JSON_REJECT_DUPLICATES, NULL);
+            json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
             if (json_is_object(root)) {
                 objects++;
                 rc = infer_line(s, root, err);
@@ -303,7 +315,7 @@ sl_err_t sl_wh_jsonl_infer_schema(const char *const *inputs, uint32_t num_inputs
         }
         fclose(fp);
     }
-    free(line);
+    sl_free(a, line, cap);
     uint32_t files = 0;
     for (uint32_t i = 0; i < num_inputs; i++) files += strcmp(inputs[i], "-") != 0;
     if (rc == SL_OK && files == 0)

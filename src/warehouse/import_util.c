@@ -131,13 +131,6 @@ bool imp_parse_i64(const char *s, size_t len, int64_t *out)
     return true;
 }
 
-double imp_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 uint32_t imp_cores(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -507,10 +507,13 @@ sl_err_t sl_wh_schema_decode(const void *buf, size_t len, const sl_allocator_t *
             "schema: prefix says %u payload bytes, file has %zu", n, len - WH_SCHEMA_PREFIX_BYTES);
     if (XXH3_64bits(p + WH_SCHEMA_PREFIX_BYTES, n) != sl_le_get_u64(p + 12))
         return sl_error_set(err, SL_ERR_CORRUPT, "schema: checksum mismatch");
+    sl_unsized_t u = {.a = a};
     ProtobufCAllocator pa;
-    wh_pb_allocator(a, &pa);
+    wh_pb_allocator(&u, &pa);
     Sluice__TableSchema *pb = sluice__table_schema__unpack(&pa, n, p + WH_SCHEMA_PREFIX_BYTES);
-    if (pb == NULL) return sl_error_set(err, SL_ERR_CORRUPT, "schema: malformed protobuf");
+    if (pb == NULL)
+        return u.failed ? sl_error_set(err, SL_ERR_NOMEM, "schema: out of memory")
+                        : sl_error_set(err, SL_ERR_CORRUPT, "schema: malformed protobuf");
     sl_err_t rc = wh_schema_from_pb(pb, a, out, err);
     sluice__table_schema__free_unpacked(pb, &pa);
     if (rc != SL_OK) sl_error_prefix(err, "schema: ");
@@ -520,13 +523,13 @@ sl_err_t sl_wh_schema_decode(const void *buf, size_t len, const sl_allocator_t *
 sl_err_t sl_wh_schema_load(const char *path, const sl_allocator_t *a, sl_wh_schema_t **out,
                            sl_error_t *err)
 {
-    void *data;
+    char *data;
     size_t len;
     *out = NULL;
-    sl_err_t rc = wh_read_file(path, 64u << 20, a, &data, &len, err);
+    sl_err_t rc = sl_io_read_file(path, "schema", 64u << 20, a, &data, &len, err);
     if (rc != SL_OK) return rc;
     rc = sl_wh_schema_decode(data, len, a, out, err);
-    sl_free(a, data, len);
+    sl_free(a, data, len + 1);
     if (rc != SL_OK) sl_error_prefix(err, "%s: ", path);
     return rc;
 }

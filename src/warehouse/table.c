@@ -105,7 +105,7 @@ static char *join(const sl_allocator_t *a, const char *x, const char *y)
 
 static void join_free(const sl_allocator_t *a, char *p)
 {
-    wh_strfree(a, p);
+    sl_strfree(a, p);
 }
 
 sl_err_t sl_wh_table_create(const char *dir, const sl_wh_schema_t *schema, sl_error_t *err)
@@ -211,7 +211,7 @@ static sl_err_t scan(sl_wh_table_t *t, const char *rel, uint32_t depth, char **k
             names = bigger;
             cap *= 2;
         }
-        if ((names[n] = wh_strdup(a, e->d_name)) == NULL)
+        if ((names[n] = sl_strdup(a, e->d_name)) == NULL)
             rc = sl_error_set(err, SL_ERR_NOMEM, "table %s", t->dir);
         else
             n++;
@@ -292,7 +292,7 @@ static sl_err_t scan(sl_wh_table_t *t, const char *rel, uint32_t depth, char **k
         join_free(a, sub);
     }
     for (uint32_t i = 0; i < n; i++)
-        wh_strfree(a, names[i]);
+        sl_strfree(a, names[i]);
     sl_free(a, names, (size_t)cap * sizeof(char *));
     join_free(a, path);
     return rc;
@@ -311,7 +311,7 @@ sl_err_t sl_wh_table_open(const char *dir, const sl_allocator_t *a, sl_wh_table_
     sl_wh_table_t *t = sl_calloc(a, 1, sizeof *t);
     if (t == NULL) return sl_error_set(err, SL_ERR_NOMEM, "table %s", dir);
     t->a = a;
-    t->dir = wh_strdup(a, dir);
+    t->dir = sl_strdup(a, dir);
     t->arena = sl_arena_new(a, 0);
     sl_err_t rc = SL_OK;
     if (t->dir == NULL || t->arena == NULL) {
@@ -345,7 +345,7 @@ void sl_wh_table_close(sl_wh_table_t *t)
     sl_wh_schema_destroy(t->schema);
     sl_arena_destroy(t->arena);
     sl_free(t->a, t->parts, (size_t)t->cap_parts * sizeof *t->parts);
-    wh_strfree(t->a, t->dir);
+    sl_strfree(t->a, t->dir);
     sl_free(t->a, t, sizeof *t);
 }
 

@@ -98,19 +98,6 @@ sl_err_t wh_source_read(wh_source_t *src, void *buf, size_t len, uint64_t off, s
     return SL_OK;
 }
 
-char *wh_strdup(const sl_allocator_t *a, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = sl_alloc(a, n);
-    if (p != NULL) memcpy(p, s, n);
-    return p;
-}
-
-void wh_strfree(const sl_allocator_t *a, char *s)
-{
-    if (s != NULL) sl_free(a, s, strlen(s) + 1);
-}
-
 char *wh_tmp_path(const char *path, const sl_allocator_t *a)
 {
     const char *slash = strrchr(path, '/');
@@ -151,71 +138,7 @@ sl_err_t wh_write_file_atomic(const char *path, const void *data, size_t len, bo
     if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "write %s", path);
     sl_err_t rc = sl_io_replace_file(path, tmp, NULL, 0, data, len, sync, err);
     if (rc == SL_OK && sync) rc = wh_sync_parent_dir(path, err);
-    wh_strfree(a, tmp);
+    sl_strfree(a, tmp);
     return rc;
 }
 
-sl_err_t wh_read_file(const char *path, uint64_t max, const sl_allocator_t *a, void **data,
-                      size_t *len, sl_error_t *err)
-{
-    *data = NULL;
-    *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sl_error_set(err, errno == ENOENT ? SL_ERR_NOT_FOUND : SL_ERR_IO, "open %s: %s",
-                            path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        return sl_error_set(err, SL_ERR_IO, "stat %s: %s", path, strerror(errno));
-    }
-    if ((uint64_t)st.st_size > max) {
-        close(fd);
-        return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: %lld bytes exceed the limit of %llu", path,
-                            (long long)st.st_size, (unsigned long long)max);
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *buf = sl_alloc(a, n);
-    if (buf == NULL) {
-        close(fd);
-        return sl_error_set(err, SL_ERR_NOMEM, "read %s", path);
-    }
-    wh_source_t src = {.fd = fd, .size = n, .name = (char *)path};
-    sl_err_t rc = wh_source_read(&src, buf, n, 0, err);
-    close(fd);
-    if (rc != SL_OK) {
-        sl_free(a, buf, n);
-        return rc;
-    }
-    *data = buf;
-    *len = n;
-    return SL_OK;
-}
-
-/* protobuf-c frees without a size, while sl_allocator_t wants one: keep the
- * size in a 16-byte header in front of every block. */
-static void *pb_alloc(void *ctx, size_t size)
-{
-    const sl_allocator_t *a = ctx;
-    if (size > SIZE_MAX - 16) return NULL;
-    uint8_t *p = sl_alloc_aligned(a, size + 16, 16);
-    if (p == NULL) return NULL;
-    memcpy(p, &size, sizeof size);
-    return p + 16;
-}
-
-static void pb_free(void *ctx, void *ptr)
-{
-    if (ptr == NULL) return;
-    uint8_t *p = (uint8_t *)ptr - 16;
-    size_t size;
-    memcpy(&size, p, sizeof size);
-    sl_free(ctx, p, size + 16);
-}
-
-void wh_pb_allocator(const sl_allocator_t *a, ProtobufCAllocator *out)
-{
-    out->alloc = pb_alloc;
-    out->free = pb_free;
-    out->allocator_data = (void *)(a != NULL ? a : sl_allocator_default());
-}

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/mem.h"
 #include "warehouse.h"
 #include "warehouse.pb-c.h"
 
@@ -213,18 +214,16 @@ sl_err_t wh_check_name(const char *what, const char *name, sl_error_t *err);
 /* Write len bytes to path atomically (".NAME.tmp", fsync, rename, fsync dir). */
 sl_err_t wh_write_file_atomic(const char *path, const void *data, size_t len, bool sync,
                               sl_error_t *err);
-/* Read a whole (small) file, up to max bytes. Caller owns *data (sl_free(a, *data, *len)). */
-sl_err_t wh_read_file(const char *path, uint64_t max, const sl_allocator_t *a, void **data,
-                      size_t *len, sl_error_t *err);
 /* fsync the directory holding path. */
 sl_err_t wh_sync_parent_dir(const char *path, sl_error_t *err);
 /* "dir/.name.tmp" for path "dir/name". Caller owns (sl_free(a, p, strlen+1)). */
 char *wh_tmp_path(const char *path, const sl_allocator_t *a);
-/* strdup through the allocator; free with wh_strfree. */
-char *wh_strdup(const sl_allocator_t *a, const char *s);
-void wh_strfree(const sl_allocator_t *a, char *s);
 
-/* protobuf-c allocator over an sl_allocator_t (a NULL: default). */
-void wh_pb_allocator(const sl_allocator_t *a, ProtobufCAllocator *out);
+/* protobuf-c allocator over u (common/mem.h: u->a NULL is the default;
+ * u->failed tells running out of memory from a malformed message). */
+static inline void wh_pb_allocator(sl_unsized_t *u, ProtobufCAllocator *out)
+{
+    *out = (ProtobufCAllocator){sl_unsized_alloc, sl_unsized_free, u};
+}
 
 #endif

@@ -100,7 +100,7 @@ static void writer_free(sl_wh_writer_t *w)
         wh_buf_free(&w->cols[s].ids, a);
         wh_buf_free(&w->cols[s].w, a);
     }
-    sl_free(a, w->cols, (size_t)w->S * sizeof *w->cols);
+    sl_free(a, w->cols, ((size_t)w->S + 1) * sizeof *w->cols);
     sl_free(a, w->slot_group, (size_t)w->S * 4 + 4);
     sl_free(a, w->groups, (size_t)w->G * sizeof *w->groups);
     sl_free(a, w->group_unique_total, (size_t)w->G * 8 + 8);
@@ -116,8 +116,8 @@ static void writer_free(sl_wh_writer_t *w)
     ZSTD_freeCCtx(w->cctx);
     sl_wh_schema_destroy(w->schema);
     if (w->fd >= 0) close(w->fd);
-    wh_strfree(a, w->path);
-    wh_strfree(a, w->tmp);
+    sl_strfree(a, w->path);
+    sl_strfree(a, w->tmp);
     sl_free(a, w, sizeof *w);
 }
 
@@ -203,7 +203,7 @@ sl_err_t sl_wh_writer_open(const char *path, const sl_wh_schema_t *schema,
     w->opts = o;
     w->opts.dedup_groups = NULL; /* borrowed for open only */
     sl_err_t rc = SL_OK;
-    w->path = wh_strdup(a, path);
+    w->path = sl_strdup(a, path);
     w->tmp = wh_tmp_path(path, a);
     w->schema = sl_wh_schema_clone(schema, a);
     w->arena = sl_arena_new(a, 1u << 20);

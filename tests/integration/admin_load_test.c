@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/mem.h"
 #include "dpp/master/admin.h"
 #include "dpp/worker/admin.h"
 #include "testutil.h"
@@ -130,7 +131,7 @@ Test(admin_load, unauthenticated_bodies_cost_no_memory)
     cr_assert_lt(grew, 16 << 20, "the process grew by %lld bytes", (long long)grew);
     char *metrics = sl_master_metrics_text(m);
     cr_assert_not_null(strstr(metrics, "sluice_master_memory_bytes"));
-    free(metrics);
+    sl_strfree(sl_master_allocator(m), metrics);
     for (int i = 0; i < CONNS; i++)
         close(fds[i]);
     sl_admin_stop(a);

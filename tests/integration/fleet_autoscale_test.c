@@ -11,6 +11,7 @@
  *    credit windows and the trainer never waits, so the count falls. */
 #include "fleet_util.h"
 
+#include "common/mem.h"
 #include "dpp/master/admin.h"
 
 TestSuite(fleet_autoscale, .init = fu_setup, .fini = fu_teardown);
@@ -139,5 +140,5 @@ Test(fleet_autoscale, rises_to_the_bound_then_falls)
     fu_executor_destroy(ex);
     sl_master_stop(m);
     free(seen);
-    free(id);
+    sl_strfree(NULL, id); /* the master's allocator: the default */
 }

@@ -16,6 +16,7 @@
  *    epoch. */
 #include "fleet_util.h"
 
+#include "common/clock.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 
@@ -139,7 +140,7 @@ Test(fleet_peers, a_rogue_commit_without_the_secret_is_refused)
     /* A wrong secret, and a trainer client without one. */
     cr_assert_eq(sl_rpc_connect(m.ctl, 2000, &fd, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_rpc_auth_client(fd, "a secret of some other cluster",
-                                    sl_rpc_now_ms() + (uint64_t)(tu_timeout(5) * 1000), &err),
+                                    sl_clock_ms() + (uint64_t)(tu_timeout(5) * 1000), &err),
                  SL_ERR_PROTOCOL);
     cr_assert(strstr(err.msg, "refused: authentication failed: wrong proof"), "%s", err.msg);
     close(fd);

@@ -21,6 +21,7 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 
+#include "common/mem.h"
 #include "dpp/admin/endpoint.h"
 #include "dpp/admin/prom.h"
 #include "dpp/admin/ui.h"
@@ -62,7 +63,7 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
     (void)ctx;
     (void)req;
     sl_admin_prom_t p;
-    sl_admin_prom_init(&p);
+    sl_admin_prom_init(&p, resp->a); /* the body is a string of the endpoint's allocator */
     sl_admin_prom_family(&p, "sluice_batches_total", "counter", "Batches sent.");
     char lab[128];
     sl_admin_prom_sample(&p, "sluice_batches_total",
@@ -239,7 +240,7 @@ Test(admin, token_load)
     sl_error_t err = {0};
     cr_assert_eq(sl_admin_token_load(path, NULL, &tok, &err), SL_OK);
     cr_assert_str_eq(tok, "abc123");
-    free(tok);
+    sl_admin_token_free(tok);
     fd = open(path, O_WRONLY | O_TRUNC);
     close(fd);
     cr_assert_eq(sl_admin_token_load(path, NULL, &tok, &err), SL_ERR_INVALID);
@@ -248,7 +249,7 @@ Test(admin, token_load)
     setenv("SLUICE_TEST_TOKEN", "envtok", 1);
     cr_assert_eq(sl_admin_token_load(NULL, "SLUICE_TEST_TOKEN", &tok, &err), SL_OK);
     cr_assert_str_eq(tok, "envtok");
-    free(tok);
+    sl_admin_token_free(tok);
     unsetenv("SLUICE_TEST_TOKEN");
     cr_assert_eq(sl_admin_token_load(NULL, "SLUICE_TEST_TOKEN", &tok, &err), SL_OK);
     cr_assert_null(tok);
@@ -577,7 +578,7 @@ Test(admin, tls_with_a_client_that_verifies_the_certificate)
 Test(prom, values_and_escaping)
 {
     sl_admin_prom_t p;
-    sl_admin_prom_init(&p);
+    sl_admin_prom_init(&p, NULL);
     char lab[16];
     sl_admin_prom_sample(&p, "a", NULL, 1.5);
     sl_admin_prom_sample(&p, "b", sl_admin_prom_label(lab, sizeof lab, "k", "x\ny\\"), -3);
@@ -590,5 +591,5 @@ Test(prom, values_and_escaping)
     cr_assert(strstr(t, "b{k=\"x\\ny\\\\\"} -3\n"), "%s", t);
     cr_assert(strstr(t, "c NaN\n"), "%s", t);
     cr_assert(strlen(lab) < sizeof lab);
-    free(t);
+    sl_strfree(NULL, t);
 }

@@ -12,6 +12,16 @@
 #include "testutil.h"
 #include "warehouse/import.h"
 
+/* Every import of these tests allocates here. */
+static tu_alloc_t g_ta;
+
+static void init_alloc(void)
+{
+    tu_alloc_init(&g_ta);
+}
+
+TestSuite(import_jsonl, .init = init_alloc);
+
 /* The schema the generated rows follow, in first-seen order. */
 static sl_wh_schema_t *test_schema(void)
 {
@@ -146,6 +156,7 @@ static void check_cat(const char *table, json_t **rows, int n)
 static sl_wh_import_opts_t jsonl_opts(const char *table, const char *const *inputs)
 {
     sl_wh_import_opts_t o = sl_wh_import_opts_default();
+    o.allocator = &g_ta.base;
     o.format = SL_WH_IMPORT_JSONL;
     o.table_dir = table;
     o.inputs = inputs;
@@ -217,6 +228,7 @@ Test(import_jsonl, round_trip_with_schema_object_file_and_inference)
     free(sf);
     tu_rm_tree(dir);
     free(dir);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 Test(import_jsonl, inference_order_and_kinds)
@@ -251,6 +263,7 @@ Test(import_jsonl, inference_order_and_kinds)
     free(in);
     tu_rm_tree(dir);
     free(dir);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 typedef struct bad_log {
@@ -360,6 +373,7 @@ Test(import_jsonl, bad_rows_named_by_line)
     free(t2);
     tu_rm_tree(dir);
     free(dir);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 Test(import_jsonl, missing_input_and_bad_options)
@@ -391,4 +405,5 @@ Test(import_jsonl, missing_input_and_bad_options)
     free(missing);
     tu_rm_tree(dir);
     free(dir);
+    tu_alloc_assert_clean(&g_ta);
 }

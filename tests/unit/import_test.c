@@ -3,7 +3,10 @@
  * lines, CRLF, no final newline), bad rows counted and named by file and
  * line, strict mode importing nothing; jsonl import -> cat reproducing the
  * input objects (json_equal); schema inference; the generator's determinism
- * and session structure. Random inputs are seeded (tu_seed). */
+ * and session structure. Random inputs are seeded (tu_seed). Imports run on
+ * the counting allocator of testutil.h (nothing leaks, every free has its
+ * size), and one test per format fails each of an import's allocations in
+ * turn. */
 #include <criterion/criterion.h>
 
 #include <dirent.h>
@@ -15,6 +18,16 @@
 
 #include "testutil.h"
 #include "warehouse/import.h"
+
+/* Every import of these tests allocates here. */
+static tu_alloc_t g_ta;
+
+static void init_alloc(void)
+{
+    tu_alloc_init(&g_ta);
+}
+
+TestSuite(import, .init = init_alloc);
 
 /* ---- helpers ---- */
 
@@ -38,6 +51,7 @@ static sl_wh_import_opts_t opts_for(sl_wh_import_format_t fmt, const char *table
                                     const char *const *inputs, uint32_t n)
 {
     sl_wh_import_opts_t o = sl_wh_import_opts_default();
+    o.allocator = &g_ta.base;
     o.format = fmt;
     o.table_dir = table;
     o.partition = "ds=2026-03-01";
@@ -60,8 +74,9 @@ static char *cat_table(const char *dir, size_t *len, uint64_t *rows)
     return buf;
 }
 
-/* Count data files (not hidden) under dir/partition. */
-static uint32_t count_files(const char *dir, const char *partition)
+/* Count data files under dir/partition: the visible ones, or with hidden
+ * every entry (staging files too). */
+static uint32_t count_files(const char *dir, const char *partition, bool hidden)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, partition);
@@ -69,7 +84,9 @@ static uint32_t count_files(const char *dir, const char *partition)
     if (d == NULL) return 0;
     uint32_t n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+    while ((e = readdir(d)) != NULL)
+        n += hidden ? strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0
+                    : e->d_name[0] != '.';
     closedir(d);
     return n;
 }
@@ -217,6 +234,7 @@ Test(import, criteo_round_trip_exact)
     free(table);
     tu_rm_tree(dir);
     free(dir);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 Test(import, criteo_handmade_lines)
@@ -260,6 +278,7 @@ Test(import, criteo_handmade_lines)
     free(table);
     tu_rm_tree(dir);
     free(dir);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 static const char bad_text[] = "1\t2\n"                          /* line 1: good */
@@ -317,6 +336,7 @@ Test(import, criteo_bad_rows_skipped_with_file_and_line)
     free(table);
     tu_rm_tree(dir);
     free(dir);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 Test(import, criteo_strict_stops_and_imports_nothing)
@@ -340,7 +360,7 @@ Test(import, criteo_strict_stops_and_imports_nothing)
     cr_assert_eq(sum.rows_written, 0);
     sl_wh_import_summary_free(&sum);
     /* Neither file appears, not even the good one, and no staging file is left. */
-    cr_assert_eq(count_files(table, "ds=2026-03-01"), 0);
+    cr_assert_eq(count_files(table, "ds=2026-03-01", false), 0);
     char *hidden = NULL;
     size_t hl = 0;
     FILE *f = open_memstream(&hidden, &hl);
@@ -360,6 +380,7 @@ Test(import, criteo_strict_stops_and_imports_nothing)
     free(table);
     tu_rm_tree(dir);
     free(dir);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 Test(import, criteo_parallel_inputs_deterministic)
@@ -430,6 +451,7 @@ Test(import, criteo_parallel_inputs_deterministic)
     free(text);
     tu_rm_tree(dir);
     free(dir);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 Test(import, criteo_parser_rejects_garbage_without_crashing)
@@ -455,4 +477,111 @@ Test(import, criteo_parser_rejects_garbage_without_crashing)
     cr_assert_gt(ok, 0); /* some random lines are valid (e.g. "1") */
     sl_wh_row_buf_destroy(b);
     sl_wh_schema_destroy(s);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+/* ---- every allocation failure: a clean error, nothing added ------------------------- */
+
+/* Import o (its table_dir is replaced) with its k-th allocation failing,
+ * for every k: SL_ERR_NOMEM saying what, or every row imported anyway (a
+ * failure absorbed); never a row counted bad for lack of memory, never a
+ * file added by an import that failed, nothing leaked. @return the number
+ * of allocation failures walked. */
+static uint64_t import_walk(const char *dir, sl_wh_import_opts_t o, uint64_t rows,
+                            uint32_t files)
+{
+    char table[400];
+    uint64_t k = 1;
+    for (;; k++) {
+        snprintf(table, sizeof table, "%s/walk-%llu", dir, (unsigned long long)k);
+        o.table_dir = table;
+        sl_wh_import_summary_t sum;
+        sl_error_t err = {0};
+        tu_alloc_fail_at(&g_ta, k, false);
+        sl_err_t rc = sl_wh_import(&o, &sum, &err);
+        bool failed = tu_alloc_failures(&g_ta) > 0;
+        tu_alloc_fail_at(&g_ta, 0, false);
+        if (rc == SL_OK) {
+            cr_assert_eq(sum.rows_written, rows, "allocation %llu: %llu rows of %llu",
+                         (unsigned long long)k, (unsigned long long)sum.rows_written,
+                         (unsigned long long)rows);
+            cr_assert_eq(sum.rows_skipped, 0, "allocation %llu: rows skipped: %s",
+                         (unsigned long long)k, sum.files[0].first_error);
+            cr_assert_eq(count_files(table, o.partition, false), files);
+        } else {
+            cr_assert(failed, "allocation %llu: %s without a failed allocation: %s",
+                      (unsigned long long)k, sl_err_str(rc), err.msg);
+            cr_assert_eq(rc, SL_ERR_NOMEM, "allocation %llu: %s: %s", (unsigned long long)k,
+                         sl_err_str(rc), err.msg);
+            cr_assert_neq(err.msg[0], '\0', "allocation %llu: no message", (unsigned long long)k);
+            cr_assert_eq(count_files(table, o.partition, true), 0,
+                         "allocation %llu: a failed import left files", (unsigned long long)k);
+        }
+        sl_wh_import_summary_free(&sum);
+        char why[256];
+        cr_assert(tu_alloc_clean(&g_ta, why, sizeof why), "allocation %llu: %s",
+                  (unsigned long long)k, why);
+        tu_rm_tree(table);
+        if (!failed) break;
+    }
+    return k - 1;
+}
+
+Test(import, criteo_under_every_allocation_failure)
+{
+    uint64_t rng = tu_seed("import::criteo_under_every_allocation_failure");
+    char *dir = tu_mkdtemp("import-nomem");
+    char *in[2] = {tu_path(dir, "a.tsv"), tu_path(dir, "b.tsv")};
+    enum { LINES = 120 };
+    char *text = malloc((size_t)LINES * 512);
+    for (int f = 0; f < 2; f++) {
+        size_t len = 0;
+        for (int i = 0; i < LINES; i++) {
+            crow_t r;
+            len += random_line(&rng, &r, text + len);
+            text[len++] = '\n';
+        }
+        tu_write_file(in[f], text, len);
+    }
+    const char *inputs[] = {in[0], in[1]};
+    sl_wh_import_opts_t o = opts_for(SL_WH_IMPORT_CRITEO, NULL, inputs, 2);
+    o.threads = 1; /* one order of allocations, so that k walks all of them */
+    o.writer.stripe_rows = 50;
+    uint64_t walked = import_walk(dir, o, 2 * LINES, 2);
+    cr_log_info("criteo import: %llu allocation failures walked", (unsigned long long)walked);
+    cr_assert_gt(walked, 20);
+    free(text);
+    free(in[0]);
+    free(in[1]);
+    tu_rm_tree(dir);
+    free(dir);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+Test(import, jsonl_with_inference_under_every_allocation_failure)
+{
+    char *dir = tu_mkdtemp("import-nomem");
+    char *in = tu_path(dir, "rows.jsonl");
+    enum { LINES = 200 };
+    char *text = malloc((size_t)LINES * 256);
+    size_t len = 0;
+    for (int i = 0; i < LINES; i++)
+        len += (size_t)sprintf(text + len,
+                               "{\"labels\":{\"click\":%d},\"dense\":{\"price\":%d.5},"
+                               "\"sparse\":{\"item\":[%d,%d],\"hist\":[]},"
+                               "\"weighted\":{\"tags\":{\"ids\":[%d],\"weights\":[0.25]}}}\n",
+                               i % 2, i, i, 2 * i, i % 7);
+    tu_write_file(in, text, len);
+    const char *inputs[] = {in};
+    sl_wh_import_opts_t o = opts_for(SL_WH_IMPORT_JSONL, NULL, inputs, 1);
+    o.threads = 1;
+    o.writer.stripe_rows = 64;
+    uint64_t walked = import_walk(dir, o, LINES, 1);
+    cr_log_info("jsonl import: %llu allocation failures walked", (unsigned long long)walked);
+    cr_assert_gt(walked, 20);
+    free(text);
+    free(in);
+    tu_rm_tree(dir);
+    free(dir);
+    tu_alloc_assert_clean(&g_ta);
 }

@@ -3,7 +3,9 @@
  * stale generations, expiry, epochs and their seeded order, static
  * sharding, resume tokens, and a property test of exactly-once delivery
  * across random interleavings, duplicate batches and restarts from the
- * journal. */
+ * journal. Every test runs on the counting allocator of testutil.h (no
+ * leak, every free with its size), and one walks every allocation failure
+ * of a master's life. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,17 @@
 #include "testutil.h"
 
 #define MAX_SPLITS 64
+
+/* Every master of these tests allocates here. */
+static tu_alloc_t g_ta;
+#define ALLOC (&g_ta.base)
+
+static void init_alloc(void)
+{
+    tu_alloc_init(&g_ta);
+}
+
+TestSuite(master_state, .init = init_alloc);
 
 static sl_wh_split_t g_splits[MAX_SPLITS];
 static char g_paths[4][32];
@@ -50,7 +63,7 @@ static sl_master_state_job_spec_t spec_of(const char *id, uint32_t n, uint32_t e
 
 static sl_master_state_t *mem_master(uint64_t timeout)
 {
-    sl_master_state_opts_t o = {.lease_timeout_ms = timeout};
+    sl_master_state_opts_t o = {.lease_timeout_ms = timeout, .allocator = ALLOC};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
@@ -218,6 +231,7 @@ Test(master_state, commits_ranges_overlap_and_split_read)
     cr_assert_eq(k.unleased_commits, 4);
     cr_assert_eq(k.clients, 2);
     sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 Test(master_state, expiry_returns_uncommitted_rows)
@@ -261,6 +275,7 @@ Test(master_state, expiry_returns_uncommitted_rows)
     cr_assert_eq(k.expiries, 1);
     cr_assert_eq(k.stale_refused, 1);
     sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 static char *tmp_state_dir(void);
@@ -273,7 +288,7 @@ static char *dump_of(const sl_master_state_t *m)
     sl_error_t err = {0};
     cr_assert_eq(sl_master_state_dump(m, &d, &len, &err), SL_OK, "%s", err.msg);
     char *copy = strdup(d);
-    sl_free(NULL, d, len + 1);
+    sl_free(ALLOC, d, len + 1);
     return copy;
 }
 
@@ -286,7 +301,7 @@ Test(master_state, only_named_leases_live_and_register_revokes_the_rest)
 {
     make_splits(4, NULL);
     char *dir = tmp_state_dir();
-    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 100};
+    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 100, .allocator = ALLOC};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
@@ -374,6 +389,7 @@ Test(master_state, only_named_leases_live_and_register_revokes_the_rest)
     cr_assert_eq(st.leased, 0);
     sl_master_state_destroy(m);
     rm_state_dir(dir);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 Test(master_state, static_sharding_ranks_on_leases)
@@ -398,6 +414,7 @@ Test(master_state, static_sharding_ranks_on_leases)
     cr_assert_eq(st.ranks, 2);
     cr_assert(st.static_sharding);
     sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 static uint64_t g_nonce = 1;
@@ -470,6 +487,7 @@ Test(master_state, epochs_and_seeded_order)
     cr_assert_arr_eq(again, got[0], sizeof again);
     sl_master_state_destroy(m2);
     sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 Test(master_state, static_assignment_balanced_and_reproducible)
@@ -526,6 +544,7 @@ Test(master_state, static_assignment_balanced_and_reproducible)
     cr_assert_neq(re[0], re[1]);
     cr_assert_eq(sl_master_state_assign_static(m, "eq", 0, re, le, &err), SL_ERR_INVALID);
     sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 Test(master_state, resume_token_round_trip_and_refusals)
@@ -591,10 +610,11 @@ Test(master_state, resume_token_round_trip_and_refusals)
         cr_assert_neq(sl_master_state_job_resume(q, &spec, tok, cut, &err), SL_OK);
     cr_assert_eq(sl_master_state_job_status(q, "j", &st, &err), SL_ERR_NOT_FOUND);
     free(bad);
-    sl_free(NULL, tok, len);
+    sl_free(ALLOC, tok, len);
     sl_master_state_destroy(q);
     sl_master_state_destroy(r);
     sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
 }
 
 /* Multi-rank resume: each rank's token is committed minus that rank's
@@ -691,14 +711,15 @@ Test(master_state, resume_from_one_token_per_rank_intersects)
             sl_master_state_job_status_t st;
             cr_assert_eq(sl_master_state_job_status(q, "j", &st, &err), SL_ERR_NOT_FOUND);
             free(bad);
-            sl_free(NULL, ktok, klen);
+            sl_free(ALLOC, ktok, klen);
             sl_master_state_destroy(q);
             sl_master_state_destroy(k);
         }
         for (int rk = 0; rk < RANKS; rk++)
-            sl_free(NULL, tok[rk], len[rk]);
+            sl_free(ALLOC, tok[rk], len[rk]);
         sl_master_state_destroy(m);
     }
+    tu_alloc_assert_clean(&g_ta);
 }
 
 /* ---- property: exactly-once acknowledged progress ---------------------------------- */
@@ -759,8 +780,9 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
     make_splits(N, rows);
     char *dir = tmp_state_dir();
     sl_master_state_opts_t o = {.state_dir = dir,
-                              .lease_timeout_ms = 50,
-                              .compact_bytes = 2048 + tu_below(&s, 4096)};
+                                .lease_timeout_ms = 50,
+                                .compact_bytes = 2048 + tu_below(&s, 4096),
+                                .allocator = ALLOC};
     sl_error_t err = {0};
     sl_master_state_t *m = NULL;
     uint64_t now = 0;
@@ -938,4 +960,186 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
     cr_assert_gt(restarts, 0);
     sl_master_state_destroy(m);
     rm_state_dir(dir);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+/* ---- every allocation failure: a clean error, state unchanged ------------------------ */
+
+/* A master's life in steps: open a state directory, submit, lease,
+ * register, renew, commit, read a split, fail a split, encode a token,
+ * forget idle clients, expire, sync, compact, remove a job. */
+typedef struct life {
+    sl_master_state_opts_t o;
+    sl_master_state_t *m;
+    uint32_t split[2];
+    uint64_t gen[2], rows[2];
+} life_t;
+
+enum { LIFE_STEPS = 16 };
+
+static sl_err_t life_step(life_t *x, int step, sl_error_t *err)
+{
+    sl_master_lease_t l;
+    sl_master_commit_result_t res;
+    sl_err_t rc = SL_OK;
+    switch (step) {
+    case 0: return sl_master_state_open(&x->o, 0, &x->m, NULL, err);
+    case 1: {
+        sl_master_state_job_spec_t spec = spec_of("j", 4, 2, true, 7);
+        spec.spec_json = "{\"id\":\"j\"}";
+        return sl_master_state_job_add(x->m, &spec, err);
+    }
+    case 2:
+    case 3:
+        rc = sl_master_state_lease_next(x->m, "j", step == 2 ? "w1" : "w2", 0, &l, err);
+        if (rc == SL_OK) {
+            x->split[step - 2] = l.split;
+            x->gen[step - 2] = l.generation;
+            x->rows[step - 2] = l.num_rows;
+        }
+        return rc;
+    case 4: {
+        sl_master_lease_ref_t held = {"j", 0, x->split[0], x->gen[0]};
+        return sl_master_state_register(x->m, "w1", &held, 1, 5, NULL, NULL, err);
+    }
+    case 5: {
+        sl_master_lease_ref_t held = {"j", 0, x->split[1], x->gen[1]};
+        return sl_master_state_renew(x->m, "w2", &held, 1, 6, NULL, err);
+    }
+    case 6:
+    case 7: {
+        int w = step - 6;
+        sl_master_commit_t c = {"j", 0, x->split[w], x->gen[w], 0, 10, w ? "c2" : "c1", 1, 10};
+        rc = sl_master_state_commit_batch(x->m, &c, &res, err);
+        return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
+    }
+    case 8: {
+        sl_dpp_row_range_t empty = {10, x->rows[0]};
+        return sl_master_state_split_read(x->m, "j", 0, x->split[0], x->gen[0], &empty, 1, NULL,
+                                          err);
+    }
+    case 9: {
+        sl_master_split_failure_t f = {"j", 0, x->split[1], x->gen[1], "part-1.slc", 3,
+                                       "stripe 3: checksum mismatch", SL_ERR_CORRUPT};
+        sl_master_split_fail_result_t fr;
+        return sl_master_state_split_failed(x->m, &f, 3, &fr, err);
+    }
+    case 10: {
+        void *tok;
+        size_t len;
+        sl_master_token_exclude_t und = {0, x->split[1], 2, 4};
+        rc = sl_master_state_token_encode(x->m, "j", &und, 1, &tok, &len, err);
+        if (rc == SL_OK) sl_free(ALLOC, tok, len);
+        return rc;
+    }
+    case 11: return sl_master_state_evict_clients(x->m, 100000, 1000, NULL, err);
+    case 12: {
+        /* a lease that expires */
+        rc = sl_master_state_lease_next(x->m, "j", "w3", 200000, &l, err);
+        return rc != SL_OK ? rc : sl_master_state_expire(x->m, 300000, NULL, err);
+    }
+    case 13: return sl_master_state_sync(x->m, err);
+    case 14: return sl_master_state_compact(x->m, err);
+    case 15: {
+        sl_master_state_job_spec_t spec = spec_of("k", 2, 1, false, 0);
+        rc = sl_master_state_job_add(x->m, &spec, err);
+        return rc != SL_OK ? rc : sl_master_state_job_remove(x->m, "k", err);
+    }
+    }
+    return sl_error_set(err, SL_ERR_INVALID, "no step %d", step);
+}
+
+/* The dump of the state, "" for none; allocated off the counted path. */
+static char *life_dump(const life_t *x)
+{
+    return x->m != NULL ? dump_of(x->m) : strdup("");
+}
+
+/* Run steps [from, LIFE_STEPS), each must succeed; then sync. */
+static void life_finish(life_t *x, int from)
+{
+    sl_error_t err = {0};
+    for (int s = from; s < LIFE_STEPS; s++)
+        cr_assert_eq(life_step(x, s, &err), SL_OK, "step %d: %s", s, err.msg);
+    cr_assert_eq(sl_master_state_sync(x->m, &err), SL_OK, "%s", err.msg);
+}
+
+/* The state after the whole life, and after reopening its directory
+ * (what names the run in messages). */
+static void life_end(life_t *x, const char *what, char **end, char **reopened)
+{
+    sl_error_t err = {0};
+    *end = dump_of(x->m);
+    sl_master_state_destroy(x->m);
+    cr_assert_eq(sl_master_state_open(&x->o, 400000, &x->m, NULL, &err), SL_OK, "%s: %s", what,
+                 err.msg);
+    *reopened = dump_of(x->m);
+    sl_master_state_destroy(x->m);
+    x->m = NULL;
+}
+
+Test(master_state, every_allocation_failure_is_a_clean_error)
+{
+    make_splits(4, NULL);
+    /* the reference life, without failures */
+    char *dir = tmp_state_dir();
+    life_t ref = {.o = {.state_dir = dir, .lease_timeout_ms = 1000, .allocator = ALLOC}};
+    life_finish(&ref, 0);
+    char *want_end, *want_reopened;
+    life_end(&ref, "the reference", &want_end, &want_reopened);
+    rm_state_dir(dir);
+    tu_alloc_assert_clean(&g_ta);
+
+    /* each step with its k-th allocation failing, for every k it makes */
+    uint64_t walked = 0;
+    for (int step = 0; step < LIFE_STEPS; step++) {
+        for (uint64_t k = 1;; k++) {
+            dir = tmp_state_dir();
+            life_t x = {.o = {.state_dir = dir, .lease_timeout_ms = 1000, .allocator = ALLOC}};
+            sl_error_t err = {0};
+            for (int s = 0; s < step; s++)
+                cr_assert_eq(life_step(&x, s, &err), SL_OK, "step %d: %s", s, err.msg);
+            char *before = life_dump(&x);
+            tu_alloc_fail_at(&g_ta, k, false);
+            sl_err_t rc = life_step(&x, step, &err);
+            bool failed = tu_alloc_failures(&g_ta) > 0;
+            tu_alloc_fail_at(&g_ta, 0, false);
+            if (failed && rc != SL_OK) {
+                /* refused as out of memory, saying what, changing nothing */
+                cr_assert_eq(rc, SL_ERR_NOMEM, "step %d allocation %llu: %s: %s", step,
+                             (unsigned long long)k, sl_err_str(rc), err.msg);
+                cr_assert_neq(err.msg[0], '\0', "step %d allocation %llu: no message", step,
+                              (unsigned long long)k);
+                char *after = life_dump(&x);
+                cr_assert_str_eq(after, before, "step %d allocation %llu (%s) changed the state",
+                                 step, (unsigned long long)k, err.msg);
+                free(after);
+                /* and the same step succeeds once memory is back */
+                cr_assert_eq(life_step(&x, step, &err), SL_OK, "step %d again: %s", step,
+                             err.msg);
+            } else {
+                cr_assert_eq(rc, SL_OK, "step %d allocation %llu: %s", step,
+                             (unsigned long long)k, err.msg);
+            }
+            free(before);
+            life_finish(&x, step + 1);
+            char *end, *reopened, what[64];
+            snprintf(what, sizeof what, "step %d allocation %llu", step, (unsigned long long)k);
+            life_end(&x, what, &end, &reopened);
+            cr_assert_str_eq(end, want_end, "step %d allocation %llu", step, (unsigned long long)k);
+            cr_assert_str_eq(reopened, want_reopened, "step %d allocation %llu (reopened)", step,
+                             (unsigned long long)k);
+            free(end);
+            free(reopened);
+            rm_state_dir(dir);
+            tu_alloc_assert_clean(&g_ta);
+            if (!failed) break; /* the step makes fewer than k allocations */
+            walked++;
+        }
+    }
+    cr_log_info("allocation failures walked: %llu", (unsigned long long)walked);
+    cr_assert_gt(walked, LIFE_STEPS);
+    free(want_end);
+    free(want_reopened);
+    tu_alloc_assert_clean(&g_ta);
 }

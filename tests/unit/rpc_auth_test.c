@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "rpc/auth.h"
 #include "testutil.h"
 
@@ -27,7 +28,7 @@ static void pair(int fds[2])
 
 static uint64_t in_ms(int ms)
 {
-    return sl_rpc_now_ms() + (uint64_t)(tu_timeout(ms / 1000.0) * 1000);
+    return sl_clock_ms() + (uint64_t)(tu_timeout(ms / 1000.0) * 1000);
 }
 
 typedef struct side {
@@ -43,7 +44,7 @@ static void *server_main(void *arg)
 {
     side_t *s = arg;
     s->rc = sl_rpc_auth_server(s->fd, s->secret, in_ms(s->timeout_ms), NULL, &s->err);
-    s->done_ms = sl_rpc_now_ms();
+    s->done_ms = sl_clock_ms();
     /* as the servers do: a refusal is answered ERROR, then closed */
     if (s->rc != SL_OK) sl_rpc_send_error(s->fd, s->rc, s->err.msg);
     return NULL;
@@ -185,10 +186,10 @@ Test(rpc_auth, a_server_that_never_challenges)
     int fds[2];
     pair(fds);
     sl_error_t err = {0};
-    uint64_t t0 = sl_rpc_now_ms();
-    sl_err_t rc = sl_rpc_auth_client(fds[1], SECRET, sl_rpc_now_ms() + 300, &err);
+    uint64_t t0 = sl_clock_ms();
+    sl_err_t rc = sl_rpc_auth_client(fds[1], SECRET, sl_clock_ms() + 300, &err);
     cr_assert_eq(rc, SL_ERR_TIMEOUT, "%s", err.msg);
-    cr_assert_geq(sl_rpc_now_ms() - t0, 300);
+    cr_assert_geq(sl_clock_ms() - t0, 300);
     cr_assert(strstr(err.msg, "does not use a cluster secret"), "%s", err.msg);
     /* a server that answers something else (a worker waiting for HELLO
      * would not, but a confused peer might) */
@@ -238,7 +239,7 @@ Test(rpc_auth, a_silent_or_trickling_client_meets_the_deadline)
     pair(fds);
     side_t s;
     pthread_t th;
-    uint64_t t0 = sl_rpc_now_ms();
+    uint64_t t0 = sl_clock_ms();
     serve_in_thread(&s, fds[0], SECRET, 600, &th);
     /* one byte of a frame header every 100 ms: each read succeeds, the
      * deadline still holds (the server gives up at 600 ms, well before) */

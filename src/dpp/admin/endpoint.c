@@ -16,13 +16,16 @@
 #include <microhttpd.h>
 
 #include "common/fileio.h"
+#include "common/mem.h"
+#include "common/parse.h"
 #include "dpp/admin/ui.h"
 
 struct sl_admin {
     struct MHD_Daemon *daemon;
     sl_admin_opts_t opts;
+    const sl_allocator_t *a;
     char *token;
-    char *tls_cert, *tls_key; /* PEM text, kept for the daemon's life */
+    char *tls_cert, *tls_key; /* PEM text (owned strings), kept for the daemon's life */
     uint16_t port;
 };
 
@@ -88,23 +91,41 @@ static void utf8_clean(const char *s, char *out, size_t cap)
     out[o] = '\0';
 }
 
+char *sl_admin_json_text(const sl_allocator_t *a, const json_t *j, size_t flags)
+{
+    /* twice through json_dumpb: the size, then the text into our block */
+    size_t n = j != NULL ? json_dumpb(j, NULL, 0, flags) : 0;
+    if (n == 0) return NULL;
+    char *s = sl_alloc(a, n + 1);
+    if (s == NULL) return NULL;
+    if (json_dumpb(j, s, n, flags) != n) {
+        sl_free(a, s, n + 1);
+        return NULL;
+    }
+    s[n] = '\0';
+    return s;
+}
+
+/* The body goes; a failure to make the next one leaves a bodiless 503. */
+static void reply_set(sl_admin_response_t *resp, int status, const char *content_type, char *body)
+{
+    sl_strfree(resp->a, resp->body);
+    resp->body = body;
+    resp->status = body != NULL ? status : 503;
+    resp->content_type = content_type;
+}
+
 void sl_admin_reply_json(sl_admin_response_t *resp, int status, json_t *body)
 {
-    free(resp->body);
-    resp->status = status;
-    resp->content_type = NULL;
     if (!body) body = json_object();
-    resp->body = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    reply_set(resp, status, NULL, sl_admin_json_text(resp->a, body, JSON_COMPACT));
     json_decref(body);
 }
 
 void sl_admin_reply_text(sl_admin_response_t *resp, int status, const char *content_type,
                          const char *text)
 {
-    free(resp->body);
-    resp->body = strdup(text != NULL ? text : "");
-    resp->status = resp->body != NULL ? status : 503;
-    resp->content_type = content_type;
+    reply_set(resp, status, content_type, sl_strdup(resp->a, text != NULL ? text : ""));
 }
 
 void sl_admin_reply_error(sl_admin_response_t *resp, int status, const char *fmt, ...)
@@ -141,13 +162,13 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, sl_admin_response
                                   bool bearer_challenge)
 {
     size_t len = r->body ? strlen(r->body) : 0;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, r->body ? r->body : (char *)"", MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(r->body);
-        return MHD_NO;
-    }
-    r->body = NULL; /* owned by the response now */
+    /* libmicrohttpd copies the body with its own allocator and frees that
+     * copy itself; ours goes back to ours at once. */
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        len, r->body ? r->body : (char *)"", MHD_RESPMEM_MUST_COPY);
+    sl_strfree(r->a, r->body);
+    r->body = NULL;
+    if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             r->content_type ? r->content_type : "application/json");
     if (bearer_challenge) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
@@ -161,9 +182,10 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, sl_admin_response
     return ret;
 }
 
-static enum MHD_Result reply_error_now(struct MHD_Connection *conn, int status, const char *msg)
+static enum MHD_Result reply_error_now(sl_admin_t *admin, struct MHD_Connection *conn,
+                                       int status, const char *msg)
 {
-    sl_admin_response_t r = {0};
+    sl_admin_response_t r = {.a = admin->a};
     sl_admin_reply_error(&r, status, "%s", msg);
     return send_reply(conn, &r, status == 401);
 }
@@ -294,7 +316,9 @@ static int admit(sl_admin_t *admin, struct MHD_Connection *conn, const char *url
     }
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > admin->opts.max_body_bytes) {
+    uint64_t declared;
+    if (cl && sl_parse_u64(cl, 0, UINT64_MAX, &declared, NULL, NULL) == SL_OK &&
+        declared > admin->opts.max_body_bytes) {
         sl_admin_reply_error(r, 413, "request body over the limit of %zu bytes",
                              admin->opts.max_body_bytes);
         return 413;
@@ -306,11 +330,11 @@ static enum MHD_Result dispatch(sl_admin_t *admin, struct MHD_Connection *conn, 
                                 const char *method, request_state_t *st)
 {
     if (st->too_large)
-        return reply_error_now(conn, 413, "request body over the limit");
+        return reply_error_now(admin, conn, 413, "request body over the limit");
     sl_admin_request_t req = {.method = method, .path = url,
                               .param = st->param[0] ? st->param : NULL,
                               .body = st->body ? st->body : "", .body_len = st->len};
-    sl_admin_response_t resp = {.status = 200};
+    sl_admin_response_t resp = {.status = 200, .a = admin->a};
     st->route->handler(admin->opts.ctx, &req, &resp);
     return send_reply(conn, &resp, false);
 }
@@ -325,10 +349,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     request_state_t *st = *con_cls;
     if (!st) {
         /* The headers are in, no body byte has been read. */
-        st = calloc(1, sizeof *st);
+        st = sl_calloc(admin->a, 1, sizeof *st);
         if (!st) return MHD_NO;
         *con_cls = st;
-        sl_admin_response_t r = {0};
+        sl_admin_response_t r = {.a = admin->a};
         int status = admit(admin, conn, url, method, st, &r);
         if (status == 0) return MHD_YES;
         /* Refused now: libmicrohttpd sends this and closes the connection
@@ -347,7 +371,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (st->len + n + 1 > st->cap) {
             size_t cap = st->cap ? st->cap : 1024;
             while (cap < st->len + n + 1) cap *= 2;
-            char *p = realloc(st->body, cap);
+            char *p = sl_realloc(admin->a, st->body, st->cap, cap);
             if (!p) return MHD_NO;
             st->body = p;
             st->cap = cap;
@@ -364,13 +388,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
     (void)conn;
     (void)toe;
+    sl_admin_t *admin = cls;
     request_state_t *st = *con_cls;
     if (st) {
-        free(st->body);
-        free(st);
+        sl_free(admin->a, st->body, st->cap);
+        sl_free(admin->a, st, sizeof *st);
     }
     *con_cls = NULL;
 }
@@ -383,32 +407,24 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *conn, char *s)
     return strlen(s);
 }
 
-/* Read a whole PEM file (at most 1 MiB) into *out (NUL-terminated, malloc'd). */
-static sl_err_t read_pem(const char *path, const char *what, char **out, sl_error_t *err)
+/* Read a whole PEM file (at most 1 MiB) into *out (an owned string of
+ * a->a). Every failure is one of reading a TLS file: SL_ERR_IO, or
+ * SL_ERR_INVALID for an empty or oversized one. */
+static sl_err_t read_pem(sl_admin_t *a, const char *path, const char *what, char **out,
+                         sl_error_t *err)
 {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return sl_error_set(err, SL_ERR_IO, "admin endpoint: %s %s: %s", what, path,
-                            strerror(errno));
-    size_t cap = 1u << 20;
-    char *buf = malloc(cap + 1);
-    size_t n = buf ? fread(buf, 1, cap + 1, f) : 0;
-    bool bad = buf && ferror(f);
-    int saved = errno;
-    fclose(f);
-    if (!buf) return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
-    if (bad || n == 0 || n > cap) {
-        free(buf);
-        if (bad)
-            return sl_error_set(err, SL_ERR_IO, "admin endpoint: %s %s: %s", what, path,
-                                strerror(saved));
-        return sl_error_set(err, SL_ERR_INVALID, "admin endpoint: %s %s: %s", what, path,
-                            n == 0 ? "empty file" : "over 1 MiB");
+    size_t len;
+    sl_err_t rc = sl_io_read_file(path, what, 1u << 20, a->a, out, &len, err);
+    if (rc == SL_OK && (len == 0 || strlen(*out) != len)) {
+        sl_free(a->a, *out, len + 1);
+        *out = NULL;
+        rc = sl_error_set(err, SL_ERR_INVALID, "%s %s: %s", what, path,
+                          len == 0 ? "empty file" : "holds a NUL byte");
     }
-    buf[n] = '\0';
-    *out = buf;
-    return SL_OK;
+    if (rc == SL_ERR_NOT_FOUND) rc = err != NULL ? (err->code = SL_ERR_IO) : SL_ERR_IO;
+    if (rc == SL_ERR_TOO_LARGE) rc = err != NULL ? (err->code = SL_ERR_INVALID) : SL_ERR_INVALID;
+    if (rc != SL_OK) sl_error_prefix(err, "admin endpoint: ");
+    return rc;
 }
 
 /* Load and check the certificate and key with GnuTLS, so that a bad pair is
@@ -424,8 +440,8 @@ static sl_err_t load_tls(sl_admin_t *a, sl_error_t *err)
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
         return sl_error_set(err, SL_ERR_UNSUPPORTED,
                             "admin endpoint: this libmicrohttpd was built without TLS");
-    sl_err_t rc = read_pem(cf, "TLS certificate", &a->tls_cert, err);
-    if (rc == SL_OK) rc = read_pem(kf, "TLS key", &a->tls_key, err);
+    sl_err_t rc = read_pem(a, cf, "TLS certificate", &a->tls_cert, err);
+    if (rc == SL_OK) rc = read_pem(a, kf, "TLS key", &a->tls_key, err);
     if (rc != SL_OK) return rc;
     gnutls_certificate_credentials_t cred;
     if (gnutls_certificate_allocate_credentials(&cred) < 0)
@@ -441,13 +457,19 @@ static sl_err_t load_tls(sl_admin_t *a, sl_error_t *err)
     return SL_OK;
 }
 
+/* Secrets are wiped before their memory goes back. */
+static void wipe_free(const sl_allocator_t *a, char *s)
+{
+    if (s) explicit_bzero(s, strlen(s));
+    sl_strfree(a, s);
+}
+
 static void admin_free(sl_admin_t *a)
 {
-    free(a->token);
-    free(a->tls_cert);
-    if (a->tls_key) explicit_bzero(a->tls_key, strlen(a->tls_key));
-    free(a->tls_key);
-    free(a);
+    wipe_free(a->a, a->token);
+    sl_strfree(a->a, a->tls_cert);
+    wipe_free(a->a, a->tls_key);
+    sl_free(a->a, a, sizeof *a);
 }
 
 sl_err_t sl_admin_start(const sl_admin_opts_t *opts, sl_admin_t **out, sl_error_t *err)
@@ -462,9 +484,8 @@ sl_err_t sl_admin_start(const sl_admin_opts_t *opts, sl_admin_t **out, sl_error_
         return sl_error_set(err, SL_ERR_INVALID, "admin address '%s': host too long", address);
     memcpy(host, address, hlen);
     host[hlen] = '\0';
-    char *end;
-    unsigned long port = strtoul(colon + 1, &end, 10);
-    if (*end != '\0' || port > 65535)
+    uint64_t port;
+    if (sl_parse_u64(colon + 1, 0, 65535, &port, NULL, NULL) != SL_OK)
         return sl_error_set(err, SL_ERR_INVALID, "admin address '%s': bad port", address);
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
     int gai = getaddrinfo(hlen ? host : "0.0.0.0", NULL, &hints, &res);
@@ -476,13 +497,15 @@ sl_err_t sl_admin_start(const sl_admin_opts_t *opts, sl_admin_t **out, sl_error_
     freeaddrinfo(res);
     sa.sin_port = htons((uint16_t)port);
 
-    sl_admin_t *a = calloc(1, sizeof *a);
+    const sl_allocator_t *alloc = opts->allocator ? opts->allocator : sl_allocator_default();
+    sl_admin_t *a = sl_calloc(alloc, 1, sizeof *a);
     if (!a) return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
     a->opts = *opts;
+    a->a = alloc;
     if (!a->opts.max_body_bytes) a->opts.max_body_bytes = 1u << 20;
     if (!a->opts.max_connections) a->opts.max_connections = 512;
     if (!a->opts.timeout_s) a->opts.timeout_s = 10;
-    if (opts->token && !(a->token = strdup(opts->token))) {
+    if (opts->token && !(a->token = sl_strdup(alloc, opts->token))) {
         admin_free(a);
         return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
     }
@@ -545,7 +568,12 @@ sl_err_t sl_admin_token_load(const char *file, const char *env_var, char **out, 
             return sl_error_set(err, SL_ERR_INVALID,
                                 "admin token from environment variable %s is empty", env_var);
     }
-    *out = strdup(buf);
+    *out = sl_strdup(NULL, buf);
     explicit_bzero(buf, sizeof buf);
     return *out ? SL_OK : sl_error_set(err, SL_ERR_NOMEM, "admin token: out of memory");
+}
+
+void sl_admin_token_free(char *token)
+{
+    wipe_free(NULL, token);
 }

@@ -36,6 +36,7 @@
 
 #include <jansson.h>
 
+#include "sluice/alloc.h"
 #include "sluice/err.h"
 
 typedef struct sl_admin_request {
@@ -48,8 +49,12 @@ typedef struct sl_admin_request {
 
 typedef struct sl_admin_response {
     int status;               /* default 200 */
-    char *body;               /* malloc'd; freed by the endpoint; NULL: empty */
+    /* An owned string of a (common/mem.h: strlen + 1 bytes), freed by the
+     * endpoint; NULL: empty. Set by sl_admin_reply_json, sl_admin_reply_text
+     * or sl_admin_reply_error, or by hand with a string from a. */
+    char *body;
     const char *content_type; /* static; NULL: application/json */
+    const sl_allocator_t *a;  /* set by the endpoint (its opts.allocator): body's allocator */
 } sl_admin_response_t;
 
 typedef void (*sl_admin_handler_fn)(void *ctx, const sl_admin_request_t *req,
@@ -73,6 +78,7 @@ typedef struct sl_admin_opts {
     const sl_admin_route_t *routes; /* borrowed for the endpoint's life */
     uint32_t num_routes;
     void *ctx; /* passed to every handler */
+    const sl_allocator_t *allocator; /* request state and bodies; NULL: default */
 } sl_admin_opts_t;
 
 typedef struct sl_admin sl_admin_t;
@@ -94,13 +100,24 @@ void sl_admin_stop(sl_admin_t *admin);
 /* Read the bearer token: from file (first line, trailing whitespace
  * trimmed) when file is non-NULL, else from the environment variable env_var
  * (NULL or unset: *out = NULL, SL_OK). An empty token is SL_ERR_INVALID.
- * Caller owns *out, free with free(). */
+ * Caller owns *out, an owned string of the default allocator: free with
+ * sl_admin_token_free (which wipes it). */
 sl_err_t sl_admin_token_load(const char *file, const char *env_var, char **out, sl_error_t *err);
 
-/* Set a JSON response (steals body; NULL body is an empty object). */
+/* Wipe and free a token of sl_admin_token_load; NULL is fine. */
+void sl_admin_token_free(char *token);
+
+/* j as JSON text (json_dumpb with flags) in an owned string of a
+ * (common/mem.h; NULL: the default allocator), so that jansson's own
+ * allocator never hands out memory sluice frees. NULL when out of memory. */
+char *sl_admin_json_text(const sl_allocator_t *a, const json_t *j, size_t flags);
+
+/* Set a JSON response (steals body; NULL body is an empty object). Out of
+ * memory makes it a 503 without a body. */
 void sl_admin_reply_json(sl_admin_response_t *resp, int status, json_t *body);
 
-/* Set a text reply (a copy of text) of the given static content type. */
+/* Set a response with a copy of text (borrowed) and content_type (static;
+ * NULL: application/json). Out of memory makes it a 503 without a body. */
 void sl_admin_reply_text(sl_admin_response_t *resp, int status, const char *content_type,
                          const char *text);
 

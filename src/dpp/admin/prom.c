@@ -4,12 +4,19 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-void sl_admin_prom_init(sl_admin_prom_t *p)
+#include "common/mem.h"
+
+void sl_admin_prom_init(sl_admin_prom_t *p, const sl_allocator_t *a)
 {
     memset(p, 0, sizeof *p);
+    p->a = a;
+}
+
+void sl_admin_prom_fail(sl_admin_prom_t *p)
+{
+    p->failed = true;
 }
 
 static void append(sl_admin_prom_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -33,7 +40,7 @@ static void append(sl_admin_prom_t *p, const char *fmt, ...)
         }
         size_t cap = p->cap ? p->cap * 2 : 4096;
         while (cap - p->len <= (size_t)n) cap *= 2;
-        char *b = realloc(p->buf, cap);
+        char *b = sl_realloc(p->a, p->buf, p->cap, cap);
         if (!b) {
             p->failed = true;
             return;
@@ -96,12 +103,10 @@ char *sl_admin_prom_label(char *out, size_t cap, const char *key, const char *va
 
 char *sl_admin_prom_finish(sl_admin_prom_t *p)
 {
-    if (p->failed) {
-        free(p->buf);
-        memset(p, 0, sizeof *p);
-        return NULL;
-    }
-    char *text = p->buf ? p->buf : strdup("");
-    memset(p, 0, sizeof *p);
+    /* an owned string is exactly strlen + 1 bytes: copy it out of the
+     * buffer that grew by doubling */
+    char *text = p->failed ? NULL : sl_strndup(p->a, p->buf ? p->buf : "", p->len);
+    sl_free(p->a, p->buf, p->cap);
+    sl_admin_prom_init(p, p->a);
     return text;
 }

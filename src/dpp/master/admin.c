@@ -11,11 +11,11 @@
  *   POST   /jobs               (token)  submit
  *   DELETE /jobs/{id}          (token)  remove; DELETE /jobs {"id": ...} too
  *   POST   /jobs/{id}/scale    (token)  {"workers": N} */
-#include <stdlib.h>
 #include <string.h>
 
 #include <gnutls/gnutls.h>
 
+#include "common/mem.h"
 #include "dpp/admin/prom.h"
 #include "dpp/admin/ui.h"
 #include "dpp/master/admin.h"
@@ -41,7 +41,7 @@ static sl_err_t get_u32(const json_t *body, const char *key, uint32_t def, uint3
 }
 
 /* A token: a base64 string (RFC 4648). @return false when it is not one;
- * on true, free out->data with gnutls_free. */
+ * on true, free out->data with gnutls_free (GnuTLS allocated it). */
 static bool decode_token(const json_t *t, gnutls_datum_t *out)
 {
     const char *s = json_string_value(t);
@@ -110,9 +110,10 @@ sl_err_t sl_master_admin_job_submit_problems(sl_master_t *m, const json_t *body,
                             "body: \"resume_tokens\" is an array of 1..%d base64 strings",
                             SL_MASTER_MAX_RESUME_TOKENS);
     uint32_t ntok = tokj != NULL ? 1 : toksj != NULL ? (uint32_t)json_array_size(toksj) : 0;
-    gnutls_datum_t *tok = ntok ? calloc(ntok, sizeof *tok) : NULL;
-    const uint8_t **token = ntok ? calloc(ntok, sizeof *token) : NULL;
-    size_t *token_len = ntok ? calloc(ntok, sizeof *token_len) : NULL;
+    const sl_allocator_t *a = sl_master_allocator(m);
+    gnutls_datum_t *tok = ntok ? sl_calloc(a, ntok, sizeof *tok) : NULL;
+    const uint8_t **token = ntok ? sl_calloc(a, ntok, sizeof *token) : NULL;
+    size_t *token_len = ntok ? sl_calloc(a, ntok, sizeof *token_len) : NULL;
     char *text = NULL;
     sl_pipeline_problems_t pr = {0};
     if (ntok > 0 && (tok == NULL || token == NULL || token_len == NULL)) {
@@ -132,7 +133,7 @@ sl_err_t sl_master_admin_job_submit_problems(sl_master_t *m, const json_t *body,
         token_len[k] = tok[k].size;
     }
     /* The spec as workers get it in their leases: compact, keys sorted. */
-    text = json_dumps(specj, JSON_COMPACT | JSON_SORT_KEYS);
+    text = sl_admin_json_text(a, specj, JSON_COMPACT | JSON_SORT_KEYS);
     if (text == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job spec text");
         goto out;
@@ -164,12 +165,12 @@ sl_err_t sl_master_admin_job_submit_problems(sl_master_t *m, const json_t *body,
     }
 out:
     sl_pipeline_problems_free(&pr);
-    free(text);
+    sl_strfree(a, text);
     for (uint32_t k = 0; tok != NULL && k < ntok; k++)
         gnutls_free(tok[k].data);
-    free(tok);
-    free(token);
-    free(token_len);
+    sl_free(a, tok, (size_t)ntok * sizeof *tok);
+    sl_free(a, token, (size_t)ntok * sizeof *token);
+    sl_free(a, token_len, (size_t)ntok * sizeof *token_len);
     return rc;
 }
 
@@ -429,9 +430,8 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
         sl_admin_reply_error(resp, 503, "out of memory");
         return;
     }
-    resp->status = 200;
-    resp->body = text;
-    resp->content_type = SL_ADMIN_PROM_CONTENT_TYPE;
+    sl_admin_reply_text(resp, 200, SL_ADMIN_PROM_CONTENT_TYPE, text);
+    sl_strfree(sl_master_allocator(ctx), text);
 }
 
 static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
@@ -489,7 +489,7 @@ static void h_job_submit(void *ctx, const sl_admin_request_t *req, sl_admin_resp
     /* The job may be gone again already (a concurrent DELETE): then the id
      * alone. */
     if (sl_master_admin_job_json(ctx, id, &j, &err) != SL_OK) j = json_pack("{s:s}", "id", id);
-    free(id);
+    sl_strfree(sl_master_allocator(ctx), id);
     sl_admin_reply_json(resp, 201, j);
 }
 
@@ -581,6 +581,7 @@ sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, 
     o.routes = routes;
     o.num_routes = sizeof routes / sizeof routes[0];
     o.ctx = m;
+    o.allocator = sl_master_allocator(m);
     return sl_admin_start(&o, out, err);
 }
 

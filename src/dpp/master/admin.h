@@ -37,7 +37,8 @@ sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, 
  *    "resume_token": "<base64>"}                 optional (sl_trainer_resume_token bytes)
  *  or "resume_tokens": ["<base64>", ...]         one per trainer rank, not with resume_token
  * Base64 is RFC 4648's (standard alphabet, padded). *job_id (may be NULL)
- * gets the id; caller frees it with free(). @return SL_ERR_INVALID for a
+ * gets the id; caller frees it with
+ * sl_strfree(sl_master_allocator(m), id). @return SL_ERR_INVALID for a
  * bad body, spec, table or token (err says which key / what; answer 400),
  * SL_ERR_AGAIN when a job of that id already exists (answer 409),
  * SL_ERR_TOO_LARGE past max_jobs (answer 429), SL_ERR_IO when the journal

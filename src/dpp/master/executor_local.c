@@ -2,6 +2,8 @@
  * posix_spawn, stopped with SIGTERM, reaped by pid. Its entry points are
  * the ops of an sl_master_executor_t; executor.c forwards to them. */
 #include "dpp/master/executor.h"
+#include "common/clock.h"
+#include "common/mem.h"
 #include "dpp/pipeline/job.h"
 
 #include <errno.h>
@@ -52,27 +54,6 @@ typedef struct local {
 
 static const sl_master_executor_ops_t local_ops;
 static void local_destroy(sl_master_executor_t *base);
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static char *dup_str(const sl_allocator_t *a, const char *s)
-{
-    if (!s) return NULL;
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(a, n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
-static void free_str(const sl_allocator_t *a, char *s)
-{
-    if (s) sl_free(a, s, strlen(s) + 1);
-}
 
 sl_err_t sl_master_executor_local_check_log_dir(const char *dir, sl_error_t *err)
 {
@@ -132,7 +113,7 @@ static void backoff_failed(local_t *ex, const char *job_id) SL_REQUIRES(ex->mu)
         if (delay > ex->max_backoff_ms) delay = ex->max_backoff_ms;
         ex->stats.delayed++;
     }
-    b->not_before = now_ms() + delay;
+    b->not_before = sl_clock_ms() + delay;
 }
 
 /* Options the executor sets itself must not come twice from extra_args. */
@@ -173,17 +154,17 @@ sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opt
     ex->max_backoff_ms = opts->max_backoff_ms ? opts->max_backoff_ms : 30000;
     ex->healthy_ms = opts->healthy_ms ? opts->healthy_ms : 10000;
     ex->worker_threads = opts->worker_threads;
-    ex->binary = dup_str(a, opts->binary);
-    ex->master = dup_str(a, opts->master);
-    ex->log_dir = dup_str(a, opts->log_dir);
-    ex->listen_host = dup_str(a, opts->listen_host ? opts->listen_host : "127.0.0.1");
+    ex->binary = sl_strdup(a, opts->binary);
+    ex->master = sl_strdup(a, opts->master);
+    ex->log_dir = sl_strdup(a, opts->log_dir);
+    ex->listen_host = sl_strdup(a, opts->listen_host ? opts->listen_host : "127.0.0.1");
     ex->num_extra = num_extra;
     ex->extra = sl_calloc(a, num_extra + 1, sizeof *ex->extra);
     ex->w = sl_calloc(a, ex->max_workers, sizeof *ex->w);
     bool ok = ex->binary && ex->master && ex->listen_host && (ex->log_dir || !opts->log_dir) &&
               ex->extra && ex->w;
     for (uint32_t i = 0; ok && i < num_extra; i++)
-        ok = (ex->extra[i] = dup_str(a, opts->extra_args[i])) != NULL;
+        ok = (ex->extra[i] = sl_strdup(a, opts->extra_args[i])) != NULL;
     if (!ok) {
         local_destroy(&ex->base);
         return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
@@ -205,7 +186,7 @@ static void forget(local_t *ex, uint32_t i, int status) SL_REQUIRES(ex->mu)
     /* An exit the executor did not ask for, soon after the start: the job's
      * workers may keep dying, so their restarts back off. */
     if (!r->pub.stopping) {
-        if (now_ms() - r->pub.started_ms < ex->healthy_ms)
+        if (sl_clock_ms() - r->pub.started_ms < ex->healthy_ms)
             backoff_failed(ex, r->pub.job_id);
         else
             backoff_reset(ex, r->pub.job_id);
@@ -256,8 +237,8 @@ static void local_destroy(sl_master_executor_t *base)
             ex->w[i].pub.stopping = true;
             kill(ex->w[i].pub.pid, SIGTERM);
         }
-        uint64_t deadline = now_ms() + ex->stop_grace_ms;
-        while (ex->num > 0 && now_ms() < deadline) {
+        uint64_t deadline = sl_clock_ms() + ex->stop_grace_ms;
+        while (ex->num > 0 && sl_clock_ms() < deadline) {
             reap_locked(ex);
             if (ex->num) usleep(10 * 1000);
         }
@@ -270,13 +251,13 @@ static void local_destroy(sl_master_executor_t *base)
         sl_mutex_unlock(&ex->mu);
     }
     const sl_allocator_t *a = ex->alloc;
-    free_str(a, ex->binary);
-    free_str(a, ex->master);
-    free_str(a, ex->log_dir);
-    free_str(a, ex->listen_host);
+    sl_strfree(a, ex->binary);
+    sl_strfree(a, ex->master);
+    sl_strfree(a, ex->log_dir);
+    sl_strfree(a, ex->listen_host);
     if (ex->extra) {
         for (uint32_t i = 0; i < ex->num_extra; i++)
-            free_str(a, ex->extra[i]);
+            sl_strfree(a, ex->extra[i]);
         sl_free(a, ex->extra, (ex->num_extra + 1) * sizeof *ex->extra);
     }
     if (ex->w) sl_free(a, ex->w, ex->max_workers * sizeof *ex->w);
@@ -371,7 +352,7 @@ static sl_err_t spawn_one(local_t *ex, const char *job_id, sl_error_t *err) SL_R
                             ex->binary, strerror(rc));
     }
     r->pub.pid = pid;
-    r->pub.started_ms = now_ms();
+    r->pub.started_ms = sl_clock_ms();
     ex->num++;
     ex->stats.started++;
     return SL_OK;
@@ -401,11 +382,11 @@ static sl_err_t local_scale(sl_master_executor_t *base, const char *job_id, uint
     const backoff_t *bo = backoff_find(ex, job_id);
     for (uint32_t i = 0; bo != NULL && i < ex->num; i++) /* a worker that lasted: healthy again */
         if (!ex->w[i].pub.stopping && strcmp(ex->w[i].pub.job_id, job_id) == 0 &&
-            now_ms() - ex->w[i].pub.started_ms >= ex->healthy_ms) {
+            sl_clock_ms() - ex->w[i].pub.started_ms >= ex->healthy_ms) {
             backoff_reset(ex, job_id);
             bo = NULL;
         }
-    bool wait = bo != NULL && now_ms() < bo->not_before;
+    bool wait = bo != NULL && sl_clock_ms() < bo->not_before;
     while (!wait && running + up < workers) {
         if (ex->num >= ex->max_workers) {
             rc = sl_error_set(err, SL_ERR_TOO_LARGE,
@@ -519,7 +500,7 @@ static void local_stats(sl_master_executor_t *base, sl_master_executor_stats_t *
     sl_mutex_lock(&ex->mu);
     reap_locked(ex);
     *out = ex->stats;
-    uint64_t now = now_ms();
+    uint64_t now = sl_clock_ms();
     for (uint32_t i = 0; i < ex->nbo; i++)
         if (ex->bo[i].not_before > now && ex->bo[i].not_before - now > out->backoff_ms)
             out->backoff_ms = (uint32_t)(ex->bo[i].not_before - now);

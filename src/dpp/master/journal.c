@@ -2,13 +2,13 @@
  * buffered appends with group-commit fdatasync, and compaction by atomic
  * replacement. See journal.h for the format and the recovery rules. */
 #include "common/fileio.h"
+#include "common/mem.h"
 #include "dpp/master/journal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -152,28 +152,15 @@ sl_err_t sl_master_journal_snapshot_parse(const void *buf, size_t len, const cha
 
 /* ---- files ---------------------------------------------------------------------- */
 
-static char *path_join(const sl_allocator_t *a, const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + 1 + strlen(name) + 1;
-    char *s = sl_alloc(a, n);
-    if (s != NULL) snprintf(s, n, "%s/%s", dir, name);
-    return s;
-}
-
-static void str_free(const sl_allocator_t *a, char *s)
-{
-    if (s != NULL) sl_free(a, s, strlen(s) + 1);
-}
-
 /* Write header + payload to path.tmp, fsync, rename over path, fsync dir. */
 static sl_err_t write_atomic(const sl_master_journal_t *j, const char *path, const uint8_t *head,
                              size_t head_len, const void *payload, size_t len, sl_error_t *err)
 {
-    char *tmp = path_join(j->a, j->dir, "tmp");
+    char *tmp = sl_strfmt(j->a, "%s/tmp", j->dir);
     if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "write %s", path);
     sl_err_t rc = sl_io_replace_file(path, tmp, head, head_len, payload, len, true, err);
     if (rc == SL_OK) rc = sl_io_sync_dir(j->dir, err);
-    str_free(j->a, tmp);
+    sl_strfree(j->a, tmp);
     return rc;
 }
 
@@ -197,47 +184,13 @@ static sl_err_t journal_create(sl_master_journal_t *j, uint64_t gen, sl_error_t 
     return SL_OK;
 }
 
-/* Map a whole file read-only. *data NULL and SL_ERR_NOT_FOUND when absent. */
-static sl_err_t map_file(const char *path, const uint8_t **data, size_t *len, sl_error_t *err)
-{
-    *data = NULL;
-    *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sl_error_set(err, errno == ENOENT ? SL_ERR_NOT_FOUND : SL_ERR_IO, "open %s: %s",
-                            path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return sl_error_set(err, SL_ERR_IO, "stat %s: %s", path, strerror(e));
-    }
-    if (st.st_size == 0) {
-        close(fd);
-        *data = (const uint8_t *)"";
-        return SL_OK;
-    }
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (m == MAP_FAILED) return sl_error_set(err, SL_ERR_IO, "mmap %s: %s", path, strerror(e));
-    *data = m;
-    *len = (size_t)st.st_size;
-    return SL_OK;
-}
-
-static void unmap_file(const uint8_t *data, size_t len)
-{
-    if (data != NULL && len > 0) munmap((void *)data, len);
-}
-
 void sl_master_journal_close(sl_master_journal_t *j)
 {
     if (j == NULL) return;
     if (j->fd >= 0) close(j->fd);
-    str_free(j->a, j->dir);
-    str_free(j->a, j->path);
-    str_free(j->a, j->snap_path);
+    sl_strfree(j->a, j->dir);
+    sl_strfree(j->a, j->path);
+    sl_strfree(j->a, j->snap_path);
     sl_free(j->a, j->buf, SL_MASTER_JOURNAL_BUFFER);
     sl_free(j->a, j, sizeof *j);
 }
@@ -262,11 +215,9 @@ sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t
     j->a = a;
     j->fd = -1;
     j->max_record = max_record;
-    size_t dlen = strlen(dir) + 1;
-    j->dir = sl_alloc(a, dlen);
-    if (j->dir != NULL) memcpy(j->dir, dir, dlen);
-    j->path = path_join(a, dir, SL_MASTER_JOURNAL_FILE);
-    j->snap_path = path_join(a, dir, SL_MASTER_SNAPSHOT_FILE);
+    j->dir = sl_strdup(a, dir);
+    j->path = sl_strfmt(a, "%s/%s", dir, SL_MASTER_JOURNAL_FILE);
+    j->snap_path = sl_strfmt(a, "%s/%s", dir, SL_MASTER_SNAPSHOT_FILE);
     j->buf = sl_alloc(a, SL_MASTER_JOURNAL_BUFFER);
     if (j->dir == NULL || j->path == NULL || j->snap_path == NULL || j->buf == NULL) {
         sl_master_journal_close(j);
@@ -274,27 +225,26 @@ sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t
     }
 
     /* The snapshot first: the journal's records apply on top of it. */
-    const uint8_t *data;
-    size_t len;
+    sl_io_map_t map;
     uint64_t snap_gen = 0;
-    sl_err_t rc = map_file(j->snap_path, &data, &len, err);
+    sl_err_t rc = sl_io_map_file(j->snap_path, "snapshot", &map, err);
     if (rc == SL_OK) {
         const uint8_t *payload;
         size_t plen;
-        rc = sl_master_journal_snapshot_parse(data, len, j->snap_path, 0, &snap_gen, &payload,
+        rc = sl_master_journal_snapshot_parse(map.data, map.len, j->snap_path, 0, &snap_gen, &payload,
                                               &plen, err);
         if (rc == SL_OK && snapshot_fn != NULL) {
             rc = snapshot_fn(ctx, payload, plen, err);
             if (rc != SL_OK) sl_error_prefix(err, "%s: ", j->snap_path);
         }
-        unmap_file(data, len);
+        sl_io_unmap(&map);
         if (rc != SL_OK) goto fail;
         info->had_snapshot = true;
     } else if (rc != SL_ERR_NOT_FOUND) {
         goto fail;
     }
 
-    rc = map_file(j->path, &data, &len, err);
+    rc = sl_io_map_file(j->path, "journal", &map, err);
     if (rc == SL_ERR_NOT_FOUND) {
         if (info->had_snapshot) {
             /* Compaction crashed after the snapshot's rename, before the new
@@ -311,14 +261,15 @@ sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t
     sl_master_journal_scan_t scan;
     /* Header first, without callbacks, to compare generations. */
     rc = sl_master_journal_scan(
-        data, len < SL_MASTER_JOURNAL_HEADER_BYTES ? len : SL_MASTER_JOURNAL_HEADER_BYTES, j->path,
+        map.data, map.len < SL_MASTER_JOURNAL_HEADER_BYTES ? map.len : SL_MASTER_JOURNAL_HEADER_BYTES,
+        j->path,
         max_record, NULL, NULL, &scan, err);
     if (rc != SL_OK) {
-        unmap_file(data, len);
+        sl_io_unmap(&map);
         goto fail;
     }
     if (scan.generation < snap_gen) {
-        unmap_file(data, len);
+        sl_io_unmap(&map);
         info->discarded_old = true;
         rc = journal_create(j, snap_gen, err);
         if (rc != SL_OK) goto fail;
@@ -327,7 +278,7 @@ sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t
         return SL_OK;
     }
     if (scan.generation > snap_gen) {
-        unmap_file(data, len);
+        sl_io_unmap(&map);
         rc = sl_error_set(err, SL_ERR_CORRUPT,
                           "%s: journal generation %llu is newer than the snapshot's (%llu%s): "
                           "the snapshot it continues is missing",
@@ -335,8 +286,9 @@ sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t
                           (unsigned long long)snap_gen, info->had_snapshot ? "" : ", none found");
         goto fail;
     }
-    rc = sl_master_journal_scan(data, len, j->path, max_record, record_fn, ctx, &scan, err);
-    unmap_file(data, len);
+    size_t len = map.len;
+    rc = sl_master_journal_scan(map.data, len, j->path, max_record, record_fn, ctx, &scan, err);
+    sl_io_unmap(&map);
     if (rc != SL_OK) goto fail;
     info->generation = scan.generation;
     info->records = scan.records;

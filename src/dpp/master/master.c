@@ -1,24 +1,19 @@
 /* The DPP master process (master.h): lifecycle, the calls its admin routes
  * make (submit, remove, scale, the views, metrics), and the per-job
- * autoscaler. The control connections are in control.c, who may connect
- * in guard.c, the HTTP routes in admin.c. */
+ * autoscaler. The control connections are in control.c (a worker's
+ * frames in control_workers.c, a client's in control_clients.c), who may
+ * connect in guard.c, the HTTP routes in admin.c. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/mem.h"
 #include "dpp/admin/prom.h"
 #include "dpp/master/master_internal.h"
 #include "dpp/pipeline/plan.h"
 #include "warehouse/warehouse.h"
-
-uint64_t mp_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 mp_job *mp_job_find(sl_master_t *m, const char *id)
 {
@@ -66,10 +61,20 @@ mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_
 
 void mp_fail(sl_master_t *m, const sl_error_t *err)
 {
+    if (err != NULL && err->code == SL_ERR_NOMEM) {
+        /* One request refused, nothing changed: a state transition that
+         * runs out of memory leaves the state and its journal as they were
+         * (tests/unit/master_state_test.c walks every allocation failure),
+         * and its peer retries. */
+        sl_log_kv(SL_LOG_WARN, "out_of_memory", (SL_KV_STR("error", err->msg)),
+                  "out of memory, request refused: %s", err->msg);
+        return;
+    }
     if (m->failed) return;
     m->failed = true;
     snprintf(m->failure, sizeof m->failure, "%.200s", err != NULL ? err->msg : "journal failure");
-    fprintf(stderr, "sluice master: state failure, refusing changes: %s\n", m->failure);
+    sl_log_kv(SL_LOG_ERROR, "state_failed", (SL_KV_STR("reason", m->failure)),
+              "state failure, refusing changes: %s", m->failure);
 }
 
 /* Journaled changes are made durable before any answer: a failure here
@@ -143,14 +148,14 @@ void mp_tick(sl_master_t *m, uint64_t now)
 static void destroy(sl_master_t *m)
 {
     if (m == NULL) return;
-    if (m->conns != NULL) mp_server_stop(m);
+    mp_server_stop(m); /* idempotent, and frees what a failed start got */
     sl_master_state_destroy(m->st);
-    free(m->jobs);
-    free(m->share);
-    free(m->workers);
+    sl_free(m->a, m->jobs, sl_mul_size(m->opts.max_jobs, sizeof *m->jobs));
+    sl_free(m->a, m->share, sl_mul_size(m->opts.max_jobs, sizeof *m->share));
+    sl_free(m->a, m->workers, (size_t)m->cap_workers * sizeof *m->workers);
     sl_rpc_secret_free(m->secret);
     sl_mutex_destroy(&m->mu);
-    free(m);
+    sl_free(m->a, m, sizeof *m);
 }
 
 /* Jobs found in the state directory get their process-side records back
@@ -172,7 +177,9 @@ static sl_err_t adopt_jobs(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu)
 sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_error_t *err)
 {
     *out = NULL;
-    sl_master_t *m = calloc(1, sizeof *m);
+    const sl_allocator_t *a =
+        opts != NULL && opts->allocator != NULL ? opts->allocator : sl_allocator_default();
+    sl_master_t *m = sl_calloc(a, 1, sizeof *m);
     if (m == NULL) return sl_error_set(err, SL_ERR_NOMEM, "master");
     m->opts = opts != NULL ? *opts : (sl_master_opts_t){0};
     sl_master_opts_t *o = &m->opts;
@@ -192,19 +199,19 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     if (o->worker_conn_idle_ms == 0) o->worker_conn_idle_ms = 3 * o->lease_timeout_ms;
     m->tuning = o->autoscale != NULL ? *o->autoscale : sl_master_autoscale_opts_default(1, 1);
     o->autoscale = NULL;
-    m->a = o->allocator != NULL ? o->allocator : sl_allocator_default();
+    m->a = a;
     m->listen_fd = m->wake[0] = m->wake[1] = -1;
     sl_mutex_init(&m->mu);
-    m->jobs = calloc(o->max_jobs, sizeof *m->jobs);
-    m->share = calloc(o->max_jobs, sizeof *m->share);
+    m->jobs = sl_calloc(a, o->max_jobs, sizeof *m->jobs);
+    m->share = sl_calloc(a, o->max_jobs, sizeof *m->share);
     const char *secret = o->cluster_secret;
     o->cluster_secret = NULL; /* borrowed for the call only: m->secret is the copy */
-    if (secret != NULL) m->secret = strdup(secret);
+    m->secret = sl_strdup(NULL, secret); /* freed by sl_rpc_secret_free */
     if (m->jobs == NULL || m->share == NULL || (secret != NULL && m->secret == NULL)) {
         destroy(m);
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
-    m->started_ms = mp_now_ms();
+    m->started_ms = sl_clock_ms();
     sl_master_state_opts_t so = {.state_dir = o->state_dir,
                                .lease_timeout_ms = o->lease_timeout_ms,
                                .max_jobs = o->max_jobs,
@@ -220,7 +227,10 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
         destroy(m);
         return rc;
     }
-    if (info.warning[0] != '\0') fprintf(stderr, "sluice master: %s\n", info.warning);
+    if (info.warning[0] != '\0')
+        sl_log_kv(SL_LOG_WARN, "journal_tail_cut",
+                  (SL_KV_U64("offset", info.truncated_at), SL_KV_U64("bytes", info.truncated_bytes)),
+                  "%s", info.warning);
     o->state_dir = NULL; /* borrowed for the call only */
     sl_mutex_lock(&m->mu);
     rc = adopt_jobs(m, err);
@@ -237,13 +247,19 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
 void sl_master_stop(sl_master_t *m)
 {
     if (m == NULL) return;
-    if (m->conns != NULL) mp_server_stop(m);
+    mp_server_stop(m); /* idempotent, and frees what a failed start got */
     sl_error_t err = {0};
     sl_mutex_lock(&m->mu);
     if (!m->failed && sl_master_state_sync(m->st, &err) != SL_OK)
-        fprintf(stderr, "sluice master: final sync: %s\n", err.msg);
+        sl_log_kv(SL_LOG_ERROR, "final_sync_failed", (SL_KV_STR("reason", err.msg)),
+                  "final sync: %s", err.msg);
     sl_mutex_unlock(&m->mu);
     destroy(m);
+}
+
+const sl_allocator_t *sl_master_allocator(const sl_master_t *m)
+{
+    return m->a;
 }
 
 uint16_t sl_master_port(const sl_master_t *m)
@@ -353,7 +369,7 @@ sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, cha
     }
     sl_mutex_unlock(&m->mu);
     if (rc == SL_OK && job_id != NULL) {
-        *job_id = strdup(job->id);
+        *job_id = sl_strdup(m->a, job->id);
         if (*job_id == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "job id");
     }
 out:
@@ -389,7 +405,7 @@ sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t worker
     if (j == NULL)
         rc = sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
     else {
-        uint32_t got = sl_master_autoscale_override(&j->as, workers, mp_now_ms() * 1000000ull);
+        uint32_t got = sl_master_autoscale_override(&j->as, workers, sl_clock_ms() * 1000000ull);
         if (set != NULL) *set = got;
     }
     sl_mutex_unlock(&m->mu);
@@ -439,7 +455,7 @@ sl_err_t sl_master_visit(sl_master_t *m, const char *job_id, const sl_master_vis
     if (v->status != NULL) {
         sl_master_status_view_t st = {.ready = !m->failed,
                                       .address = m->address,
-                                      .uptime_s = (mp_now_ms() - m->started_ms) / 1000,
+                                      .uptime_s = (sl_clock_ms() - m->started_ms) / 1000,
                                       .workers = m->nworkers_connected,
                                       .clients = m->nclients_connected,
                                       .failure = m->failure,
@@ -457,7 +473,7 @@ sl_err_t sl_master_visit(sl_master_t *m, const char *job_id, const sl_master_vis
                 v->job(v->ctx, &jv);
         }
     }
-    uint64_t now = mp_now_ms();
+    uint64_t now = sl_clock_ms();
     for (uint32_t i = 0; v->worker != NULL && i < m->nworkers; i++) {
         const mp_worker *w = &m->workers[i];
         sl_master_worker_view_t wv = {.id = w->id,
@@ -531,7 +547,7 @@ static uint64_t resident_bytes(void)
 char *sl_master_metrics_text(sl_master_t *m)
 {
     sl_admin_prom_t p;
-    sl_admin_prom_init(&p);
+    sl_admin_prom_init(&p, m->a);
     char lab[600], l2[300];
     sl_mutex_lock(&m->mu);
     sl_master_state_counters_t c;
@@ -624,8 +640,10 @@ char *sl_master_metrics_text(sl_master_t *m)
                                     WORKER_MEMORY, DESIRED, GRANTED, FAILED, SKIPPED, SKIPPED_ROWS};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
-    double *fig = calloc((size_t)m->opts.max_jobs * NFIG, sizeof *fig);
-    const char **ids = calloc(m->opts.max_jobs, sizeof *ids);
+    size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);
+    double *fig = sl_calloc(m->a, nfig, sizeof *fig);
+    const char **ids = sl_calloc(m->a, m->opts.max_jobs, sizeof *ids);
+    if (fig == NULL || ids == NULL) sl_admin_prom_fail(&p); /* not without the jobs' figures */
     for (uint32_t i = 0; fig && ids && i < m->opts.max_jobs; i++) {
         mp_job *j = &m->jobs[i];
         sl_master_state_job_status_t st;
@@ -668,8 +686,8 @@ char *sl_master_metrics_text(sl_master_t *m)
             }
         }
     }
-    free(fig);
-    free(ids);
+    sl_free(m->a, fig, sl_mul_size(nfig, sizeof *fig));
+    sl_free(m->a, ids, sl_mul_size(m->opts.max_jobs, sizeof *ids));
     sl_mutex_unlock(&m->mu);
     return sl_admin_prom_finish(&p);
 }

@@ -83,7 +83,7 @@ typedef struct sl_master_opts {
 typedef struct sl_master sl_master_t;
 
 /* Open the state (replaying state_dir; a torn journal tail is cut and
- * logged to stderr), bind the control socket and start the control thread.
+ * logged through common/log.h), bind the control socket and start the control thread.
  * Jobs found in the state are resumed: their specs are re-read, their
  * leases expire after the lease timeout unless the workers renew them.
  * Caller owns *out, free with sl_master_stop. @return SL_ERR_IO when the
@@ -96,6 +96,10 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
 /* Stop the control thread, close every connection, sync and free. m may be
  * NULL. */
 void sl_master_stop(sl_master_t *m);
+
+/* The allocator m was started with (opts.allocator, or the default): the
+ * one that frees the strings m hands out (sl_strfree, common/mem.h). */
+const sl_allocator_t *sl_master_allocator(const sl_master_t *m);
 
 /* The bound control port (the real one when port 0 was asked), and the
  * address "host:port" workers and clients connect to (borrowed, lives as
@@ -131,8 +135,8 @@ typedef struct sl_master_submit {
  * (vocabularies exist, are regular files, are under their size cap; their
  * content is never read nor quoted); the job is accepted only when a
  * worker could bind it. The job id is the spec's "id". Synced before
- * returning. *job_id (may be NULL) gets the id; caller frees it with
- * free(). Every problem of the spec goes to *problems (may be NULL; caller
+ * returning. *job_id (may be NULL) gets the id, an owned string of
+ * sl_master_allocator(m): caller frees it with sl_strfree. Every problem of the spec goes to *problems (may be NULL; caller
  * frees) by its JSON path in the spec ("$.transforms[2].n: ..."), and err
  * names the first and the count. @return SL_ERR_INVALID for a bad request,
  * spec or table (err says what), SL_ERR_CORRUPT, SL_ERR_TRUNCATED or
@@ -221,7 +225,8 @@ sl_err_t sl_master_visit(sl_master_t *m, const char *job_id, const sl_master_vis
  * skipped_splits_total{job}, skipped_rows_total{job}, client_records,
  * clients_evicted_total, split_failures_total, journal_syncs_total,
  * journal_compactions_total, memory_bytes, and the executor_* families
- * after an executor report. Caller owns (free()); NULL when out of memory. */
+ * after an executor report. Caller owns, an owned string of
+ * sl_master_allocator(m): free with sl_strfree. NULL when out of memory. */
 char *sl_master_metrics_text(sl_master_t *m);
 
 /* ---- executor (the local one, or an external orchestrator through /jobs) ---------- */

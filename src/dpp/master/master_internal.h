@@ -1,6 +1,7 @@
 /* Internals of the master process shared by master.c (lifecycle, admin
- * calls, autoscaling), control.c (control connections) and guard.c (who
- * may connect). Not an API. Everything below m->mu is guarded by it; the
+ * calls, autoscaling), control.c (control connections), control_workers.c
+ * and control_clients.c (what each frame does) and guard.c (who may
+ * connect). Not an API. Everything below m->mu is guarded by it; the
  * functions that touch it say so with SL_REQUIRES(m->mu), which clang
  * checks (common/lock.h; it cannot check the fields themselves in C). */
 #ifndef SLUICE_DPP_MASTER_MASTER_INTERNAL_H
@@ -9,7 +10,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/clock.h"
 #include "common/lock.h"
+#include "common/mem.h"
 #include "dpp/master/master.h"
 #include "dpp/master/state.h"
 #include "rpc/auth.h"
@@ -90,6 +93,8 @@ struct sl_master {
     char address[MP_ADDR_MAX];
     uint16_t port;
     mp_conn *conns;     /* [opts.max_connections] */
+    struct pollfd *pollfds; /* [opts.max_connections + 2], the control thread's */
+    uint32_t *pollidx;      /* [opts.max_connections + 2]: conns index of pollfds[k] */
     uint64_t next_serial;
     mp_deferred *deferred;
     uint32_t ndeferred, cap_deferred;
@@ -110,25 +115,57 @@ struct sl_master {
     uint32_t nclients_connected, nworkers_connected;
 };
 
-/* Every function below but mp_now_ms, mp_server_start and mp_server_stop
+/* Every function below but mp_server_start, mp_server_stop and mp_id_ok
  * is called with m->mu held, and says so (SL_REQUIRES, common/lock.h). */
-uint64_t mp_now_ms(void);
 mp_job *mp_job_find(sl_master_t *m, const char *id) SL_REQUIRES(m->mu);
 mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial)
     SL_REQUIRES(m->mu);
 /* Every job's granted count (sl_master_autoscale_fair_share over the used jobs;
  * finished jobs desire none). */
 void mp_share_locked(sl_master_t *m) SL_REQUIRES(m->mu);
-/* A journal failure makes the master refuse further mutations. */
+/* A state call failed with err: a journal failure makes the master refuse
+ * further mutations; running out of memory only refuses the request (the
+ * state is unchanged) and is logged. */
 void mp_fail(sl_master_t *m, const sl_error_t *err) SL_REQUIRES(m->mu);
 /* Autoscaler observations and lease expiry; called by the control loop. */
 void mp_tick(sl_master_t *m, uint64_t now_ms) SL_REQUIRES(m->mu);
 
-/* control.c */
+/* control.c: the control thread and its connections (under m->mu) */
 sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err) SL_EXCLUDES(m->mu);
 void mp_server_stop(sl_master_t *m) SL_EXCLUDES(m->mu);
 /* Answer ERROR(code, msg) on connection i and close it (under m->mu). */
 void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg) SL_REQUIRES(m->mu);
+/* Close connection i (a worker's record stays, disconnected). */
+void mp_conn_close(sl_master_t *m, uint32_t i) SL_REQUIRES(m->mu);
+/* Send msg now; a connection that cannot take it is closed. @return false
+ * then. */
+bool mp_send(sl_master_t *m, uint32_t i, sl_rpc_type_t type, const ProtobufCMessage *msg)
+    SL_REQUIRES(m->mu);
+/* A refused request: counted, answered with ERROR(code, msg), closed. */
+void mp_send_error(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg) SL_REQUIRES(m->mu);
+/* Hold the answer d to connection i until the round's sync. @return false
+ * when out of memory. */
+bool mp_defer(sl_master_t *m, uint32_t i, mp_deferred d) SL_REQUIRES(m->mu);
+
+/* control_workers.c and control_clients.c: one frame of connection i each
+ * (control thread, under m->mu) */
+bool mp_id_ok(const char *s); /* 1..MP_ID_MAX-1 printable ASCII bytes, no spaces */
+void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register *r)
+    SL_REQUIRES(m->mu);
+void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__LeaseRequest *r)
+    SL_REQUIRES(m->mu);
+void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h)
+    SL_REQUIRES(m->mu);
+void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRead *r)
+    SL_REQUIRES(m->mu);
+void mp_on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__SplitFailed *r)
+    SL_REQUIRES(m->mu);
+void mp_on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a) SL_REQUIRES(m->mu);
+void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
+    SL_REQUIRES(m->mu);
+void mp_on_client_stats(sl_master_t *m, const Sluice__Control__ClientStats *s) SL_REQUIRES(m->mu);
+void mp_on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__TokenRequest *t)
+    SL_REQUIRES(m->mu);
 
 /* guard.c: who may use the control port (under m->mu, control thread) */
 /* A connection was just accepted into slot i: stamp it and, with a cluster

@@ -55,6 +55,14 @@
  * be handed out again, and the worker's batches still commit or overlap by
  * their rows alone.
  *
+ * Memory: a call that fails with SL_ERR_NOMEM has changed nothing, in
+ * memory or in the journal. A transition allocates (or reserves room for)
+ * everything it needs before its record goes out, so that applying a
+ * journaled record cannot fail; tests/unit/master_state_test.c fails every
+ * allocation of a master's life in turn and checks it. The master process
+ * therefore refuses one request when memory runs short, not every later
+ * one.
+ *
  * Times are caller-supplied milliseconds of a monotonic clock. */
 #ifndef SLUICE_DPP_MASTER_STATE_H
 #define SLUICE_DPP_MASTER_STATE_H
@@ -361,7 +369,9 @@ sl_err_t sl_master_state_expire(sl_master_state_t *m, uint64_t now_ms, uint32_t 
                                 sl_error_t *err);
 
 /* Make every change so far durable (group commit), compacting the journal
- * first when it has outgrown opts.compact_bytes. No-op in memory. */
+ * first when it has outgrown opts.compact_bytes (with no memory for the
+ * snapshot the journal is synced as it is, and the next sync compacts).
+ * No-op in memory. */
 sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err);
 
 /* Write a snapshot and start an empty journal now. */

@@ -39,6 +39,26 @@ bool m_overlaps(const job *jb, uint32_t split, uint64_t from, uint64_t to)
     return i < s->nr && s->r[i].from_row < to;
 }
 
+sl_err_t m_reserve_ranges(sl_master_state_t *m, job *jb, uint32_t split, uint32_t more,
+                          sl_error_t *err)
+{
+    split_st *s = &jb->st[split];
+    if ((uint64_t)s->nr + more <= s->cap) return SL_OK;
+    uint64_t want = (uint64_t)s->nr + more, cap = s->cap ? s->cap : 2;
+    while (cap < want)
+        cap *= 2;
+    if (cap > UINT32_MAX)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s' split %u: ranges", jb->id, split);
+    sl_dpp_row_range_t *r = sl_alloc(m->a, (size_t)cap * sizeof *r);
+    if (r == NULL)
+        return sl_error_set(err, SL_ERR_NOMEM, "job '%s' split %u: ranges", jb->id, split);
+    if (s->nr > 0) memcpy(r, s->r, (size_t)s->nr * sizeof *r);
+    if (s->r != NULL) sl_free(m->a, s->r, (size_t)s->cap * sizeof *r);
+    s->r = r;
+    s->cap = (uint32_t)cap;
+    return SL_OK;
+}
+
 sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
                      sl_error_t *err)
 {
@@ -62,16 +82,8 @@ sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t fro
             return sl_error_set(err, SL_ERR_TOO_LARGE,
                                 "job '%s' split %u: %u committed ranges (max_ranges)", jb->id,
                                 split, s->nr);
-        if (s->nr == s->cap) {
-            uint32_t cap = s->cap ? s->cap * 2 : 2;
-            sl_dpp_row_range_t *r = sl_alloc(m->a, (size_t)cap * sizeof *r);
-            if (r == NULL)
-                return sl_error_set(err, SL_ERR_NOMEM, "job '%s' split %u: ranges", jb->id, split);
-            if (s->nr > 0) memcpy(r, s->r, (size_t)s->nr * sizeof *r);
-            if (s->r != NULL) sl_free(m->a, s->r, (size_t)s->cap * sizeof *r);
-            s->r = r;
-            s->cap = cap;
-        }
+        sl_err_t rc = m_reserve_ranges(m, jb, split, 1, err);
+        if (rc != SL_OK) return rc;
         memmove(&s->r[i + 1], &s->r[i], (size_t)(s->nr - i) * sizeof *s->r);
         s->nr++;
     } else if (k > i + 1) {
@@ -165,17 +177,15 @@ sl_err_t m_client_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_
     c->index_cap = 16;
     while (c->index_cap < 2 * m->opts.max_answers)
         c->index_cap *= 2;
-    size_t n = strlen(name) + 1;
-    c->name = sl_alloc(a, n);
+    c->name = sl_strdup(a, name);
     c->ring = sl_alloc(a, (size_t)m->opts.max_answers * sizeof *c->ring);
     c->index = sl_calloc(a, c->index_cap, sizeof *c->index);
     if (c->name == NULL || c->ring == NULL || c->index == NULL) {
-        if (c->name != NULL) sl_free(a, c->name, n);
+        sl_strfree(a, c->name);
         if (c->ring != NULL) sl_free(a, c->ring, (size_t)m->opts.max_answers * sizeof *c->ring);
         if (c->index != NULL) sl_free(a, c->index, (size_t)c->index_cap * sizeof *c->index);
         return sl_error_set(err, SL_ERR_NOMEM, "client '%s'", name);
     }
-    memcpy(c->name, name, n);
     c->last_ms = m->now_ms;
     m->chash[hash_slot(m->chash, m->chash_cap, m->clients, name, &found)] = m->num_clients + 1;
     *out = m->num_clients++;
@@ -187,7 +197,7 @@ void m_client_remove(sl_master_state_t *m, uint32_t ci)
 {
     const sl_allocator_t *a = m->a;
     client *c = &m->clients[ci];
-    sl_free(a, c->name, strlen(c->name) + 1);
+    sl_strfree(a, c->name);
     sl_free(a, c->ring, (size_t)m->opts.max_answers * sizeof *c->ring);
     sl_free(a, c->index, (size_t)c->index_cap * sizeof *c->index);
     m->clients[ci] = m->clients[--m->num_clients];
@@ -359,6 +369,8 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
         return sl_error_set(err, SL_ERR_TOO_LARGE,
                             "job '%s' split %u: %u committed ranges (max_ranges)", job_id, split,
                             jb->st[split].nr);
+    /* Room first: once the record is out, applying it must not fail. */
+    if ((rc = m_reserve_ranges(m, jb, split, 1, err)) != SL_OK) return rc;
     if (!known && (rc = m_client_get(m, client_id, &ci, err)) != SL_OK) return rc;
     Sluice__Master__Committed co = SLUICE__MASTER__COMMITTED__INIT;
     co.job_id = jb->id;
@@ -374,11 +386,8 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
     rec.committed = &co;
     rc = m_journal(m, &rec, err);
     if (rc != SL_OK) return rc;
-    /* Cannot fail for lack of room for ranges: checked above, and a merge
-     * never grows the array; memory is the remaining risk, after the
-     * record went out: replay would then redo what this run could not. */
-    rc = m_add_range(m, jb, split, from_row, to_row, err);
-    if (rc != SL_OK) return rc;
+    /* Cannot fail: max_ranges was checked and the room reserved above. */
+    (void)m_add_range(m, jb, split, from_row, to_row, err);
     m_client_remember(m, ci, nonce);
     m->clients[ci].last_ms = m->now_ms;
     m->c.commits++;
@@ -436,6 +445,8 @@ sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, ui
         rc = sl_error_set(err, SL_ERR_NOMEM, "split read of %u ranges", num_empty);
         goto out;
     }
+    /* Room first: once the record is out, applying it must not fail. */
+    if ((rc = m_reserve_ranges(m, jb, split, num_empty, err)) != SL_OK) goto out;
     for (uint32_t i = 0; i < num_empty; i++) {
         sr.empty_from[i] = empty[i].from_row;
         sr.empty_to[i] = empty[i].to_row;

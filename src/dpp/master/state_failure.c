@@ -14,18 +14,10 @@
 
 #include "dpp/master/state_internal.h"
 
-static char *dup_str(const sl_allocator_t *a, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(a, n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
 void m_free_failure(const sl_allocator_t *a, job *jb)
 {
-    if (jb->fail_file != NULL) sl_free(a, jb->fail_file, strlen(jb->fail_file) + 1);
-    if (jb->fail_message != NULL) sl_free(a, jb->fail_message, strlen(jb->fail_message) + 1);
+    sl_strfree(a, jb->fail_file);
+    sl_strfree(a, jb->fail_message);
     jb->fail_file = jb->fail_message = NULL;
 }
 
@@ -38,17 +30,24 @@ void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split)
     m->c.split_failures++;
 }
 
-sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
-                            const Sluice__Master__JobFailure *f, sl_error_t *err)
+/* Copies of the failure's file and message (what the job keeps of it). */
+static sl_err_t failure_strings(sl_master_state_t *m, const job *jb,
+                                const Sluice__Master__JobFailure *f, char **file, char **msg,
+                                sl_error_t *err)
+{
+    *file = sl_strdup(m->a, f->file != NULL ? f->file : "");
+    *msg = sl_strdup(m->a, f->message != NULL ? f->message : "");
+    if (*file != NULL && *msg != NULL) return SL_OK;
+    sl_strfree(m->a, *file);
+    sl_strfree(m->a, *msg);
+    return sl_error_set(err, SL_ERR_NOMEM, "job '%s': failure", jb->id);
+}
+
+/* The job fails with f, keeping file and msg (owned from now on). */
+static void set_job_failed(sl_master_state_t *m, uint32_t slot, const Sluice__Master__JobFailure *f,
+                           char *file, char *msg)
 {
     job *jb = m->jobs[slot];
-    char *file = dup_str(m->a, f->file != NULL ? f->file : "");
-    char *msg = dup_str(m->a, f->message != NULL ? f->message : "");
-    if (file == NULL || msg == NULL) {
-        if (file != NULL) sl_free(m->a, file, strlen(file) + 1);
-        if (msg != NULL) sl_free(m->a, msg, strlen(msg) + 1);
-        return sl_error_set(err, SL_ERR_NOMEM, "job '%s': failure", jb->id);
-    }
     m_free_failure(m->a, jb);
     jb->failed = true;
     jb->fail_split = f->split;
@@ -62,7 +61,15 @@ sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
         if (jb->st[i].state == SL_MASTER_SPLIT_LEASED)
             m_do_release(m, slot, i, SL_MASTER_SPLIT_PENDING);
     m->c.jobs_failed++;
-    return SL_OK;
+}
+
+sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
+                            const Sluice__Master__JobFailure *f, sl_error_t *err)
+{
+    char *file, *msg;
+    sl_err_t rc = failure_strings(m, m->jobs[slot], f, &file, &msg, err);
+    if (rc == SL_OK) set_job_failed(m, slot, f, file, msg);
+    return rc;
 }
 
 sl_err_t m_apply_split_skipped(sl_master_state_t *m, uint32_t slot, uint32_t split, uint64_t *rows,
@@ -70,24 +77,19 @@ sl_err_t m_apply_split_skipped(sl_master_state_t *m, uint32_t slot, uint32_t spl
 {
     job *jb = m->jobs[slot];
     split_st *s = &jb->st[split];
-    uint64_t before = s->committed, n = jb->defs[split].num_rows, at = 0;
-    /* The gaps between the committed ranges (at most nr + 1), each
-     * committed as empty: every gap merges with its neighbours, so the
-     * range list only shrinks. */
-    uint32_t cap = s->nr + 1, ng = 0;
-    sl_dpp_row_range_t *gaps = sl_alloc(m->a, (size_t)cap * sizeof *gaps);
-    if (gaps == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job '%s' split %u: skip", jb->id, split);
-    for (uint32_t i = 0; i < s->nr; i++) {
-        if (s->r[i].from_row > at) gaps[ng++] = (sl_dpp_row_range_t){at, s->r[i].from_row};
-        at = s->r[i].to_row;
-    }
-    if (at < n) gaps[ng++] = (sl_dpp_row_range_t){at, n};
-    sl_err_t rc = SL_OK;
-    for (uint32_t g = 0; g < ng && rc == SL_OK; g++)
-        rc = m_add_range(m, jb, split, gaps[g].from_row, gaps[g].to_row, err);
-    sl_free(m->a, gaps, (size_t)cap * sizeof *gaps);
+    uint64_t n = jb->defs[split].num_rows;
+    /* The gaps between the committed ranges are committed as empty: the
+     * split is one range [0, n) (room for it: m_reserve_ranges). */
+    sl_err_t rc = m_reserve_ranges(m, jb, split, s->nr == 0 ? 1 : 0, err);
     if (rc != SL_OK) return rc;
-    uint64_t skipped = s->committed - before;
+    uint64_t skipped = n - s->committed;
+    if (n > 0) {
+        s->r[0] = (sl_dpp_row_range_t){0, n};
+        s->nr = 1;
+    }
+    s->committed = n;
+    jb->committed_rows += skipped;
+    m->c.committed_rows += skipped;
     jb->skipped_splits++;
     jb->skipped_rows += skipped;
     m->c.splits_skipped++;
@@ -121,7 +123,9 @@ static sl_err_t skip_split(sl_master_state_t *m, uint32_t slot, uint32_t split, 
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_SPLIT_SKIPPED;
     rec.split_skipped = &sk;
-    sl_err_t rc = m_journal(m, &rec, err);
+    /* Room first: once the record is out, applying it must not fail. */
+    sl_err_t rc = m_reserve_ranges(m, jb, split, 1, err);
+    if (rc == SL_OK) rc = m_journal(m, &rec, err);
     if (rc == SL_OK) rc = m_apply_split_skipped(m, slot, split, NULL, err);
     if (rc == SL_OK) rc = m_maybe_advance(m, jb, err);
     return rc;
@@ -144,8 +148,14 @@ static sl_err_t fail_job(sl_master_state_t *m, uint32_t slot, const sl_master_sp
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_JOB_FAILED;
     rec.job_failed = &jd;
-    sl_err_t rc = m_journal(m, &rec, err);
-    return rc == SL_OK ? m_apply_job_failed(m, slot, &jf, err) : rc;
+    char *file, *msg;
+    sl_err_t rc = failure_strings(m, jb, &jf, &file, &msg, err);
+    if (rc == SL_OK && (rc = m_journal(m, &rec, err)) != SL_OK) {
+        sl_strfree(m->a, file);
+        sl_strfree(m->a, msg);
+    }
+    if (rc == SL_OK) set_job_failed(m, slot, &jf, file, msg);
+    return rc;
 }
 
 sl_err_t sl_master_state_split_failed(sl_master_state_t *m, const sl_master_split_failure_t *f,

@@ -1,12 +1,14 @@
 /* Internals of the master's state machine (state.h), shared by its files:
- * state.c (the transitions), state_commit.c, state_clients.c,
- * state_failure.c, state_persist.c (journal records, tokens) and
- * state_replay.c (replay, snapshots, dump). Not an API. */
+ * state.c (jobs, epochs, the views), state_leases.c (workers, the pending
+ * queue, leases), state_commit.c, state_clients.c, state_failure.c,
+ * state_persist.c (journal records, tokens) and state_replay.c (replay,
+ * snapshots, dump). Not an API. */
 #ifndef SLUICE_DPP_MASTER_STATE_INTERNAL_H
 #define SLUICE_DPP_MASTER_STATE_INTERNAL_H
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "common/mem.h"
 #include "dpp/master/state.h"
 #include "master.pb-c.h"
 
@@ -109,22 +111,40 @@ struct sl_master_state {
     sl_master_state_counters_t c;
 };
 
-/* state.c */
+/* state.c and state_leases.c */
 job *m_find_job(const sl_master_state_t *m, const char *id, uint32_t *slot);
 sl_err_t m_worker_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_error_t *err);
 bool m_worker_reserve(sl_master_state_t *m, uint32_t w);
+/* Forget worker w's lease of (slot, split). */
+void m_worker_drop_lease(worker *w, uint32_t slot, uint32_t split);
+/* SL_ERR_NOT_FOUND "no job 'id'". */
+sl_err_t m_no_job(const char *id, sl_error_t *err);
 sl_err_t m_advance_all(sl_master_state_t *m, sl_error_t *err);
 /* Journal and apply an epoch advance when every split of jb is DONE. */
 sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err);
 sl_err_t m_static_assign(const sl_master_state_t *m, const job *jb, uint32_t ranks,
                          uint32_t *rank_of_split, uint64_t *rows_per_rank, sl_error_t *err);
-/* Build a job from a (checked) spec and starting positions, place it. */
-sl_err_t m_job_insert(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, sl_error_t *err);
+/* A job is built from a JobAdded that m_check_job accepted (everything
+ * allocated: SL_ERR_NOMEM leaves nothing behind), then linked into a free
+ * slot, which cannot fail: so the live call builds, journals, then links,
+ * and a journaled job is always one the state holds. */
+sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded *ja,
+                     sl_error_t *err);
+sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, job **out,
+                     sl_error_t *err);
+void m_job_link(sl_master_state_t *m, job *jb);
+void m_job_free(sl_master_state_t *m, job *jb);
 void m_job_remove(sl_master_state_t *m, uint32_t slot);
 void m_do_lease(sl_master_state_t *m, uint32_t slot, uint32_t split, uint32_t w, uint64_t gen,
                 uint64_t expiry);
+/* Room for more ranges in the split (a live transition takes it before
+ * its record goes to the journal, so that applying the record cannot
+ * fail). SL_ERR_NOMEM leaves the ranges as they were. */
+sl_err_t m_reserve_ranges(sl_master_state_t *m, job *jb, uint32_t split, uint32_t more,
+                          sl_error_t *err);
 /* Add [from, to) minus what is committed to the split's ranges (rows
- * counted); SL_ERR_NOMEM / SL_ERR_TOO_LARGE leave them unchanged. */
+ * counted); SL_ERR_NOMEM / SL_ERR_TOO_LARGE leave them unchanged, and
+ * neither happens with room reserved. */
 sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
                      sl_error_t *err);
 /* Does [from, to) overlap a committed range of the split? */
@@ -147,8 +167,6 @@ void m_do_advance(sl_master_state_t *m, job *jb);
 void m_reset_queue(job *jb);
 /* XXH3 of a split list (resume tokens name the splits they were taken over). */
 uint64_t m_fingerprint(const Sluice__Master__SplitList *l);
-void *m_pb_alloc(void *ctx, size_t size);
-void m_pb_free(void *ctx, void *p);
 
 /* state_failure.c: the transitions of a split failure (live and replay) */
 void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split);

@@ -3,7 +3,8 @@
  * replay), adding a job, and resume tokens (encode, and resume from one or
  * one per rank). Reading the journal back (records, snapshots), the dump
  * and open / sync / compact are in state_replay.c; the transitions
- * themselves in state.c. Callers hold the master's lock. */
+ * themselves in state.c, state_leases.c and their neighbours. Callers
+ * hold the master's lock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,14 +83,20 @@ sl_err_t m_check_spec(const sl_master_state_t *m, const Sluice__Master__JobSpec 
     return SL_OK;
 }
 
-/* Check a JobAdded (from the API or from disk) and insert the job. */
-sl_err_t m_add_job(sl_master_state_t *m, const Sluice__Master__JobAdded *ja, sl_error_t *err)
+sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded *ja,
+                     sl_error_t *err)
 {
     sl_err_t rc = m_check_spec(m, ja->spec, err);
     if (rc != SL_OK) return rc;
     const Sluice__Master__SplitList *l = ja->spec->splits;
     if (m_find_job(m, ja->spec->job_id, NULL) != NULL)
         return sl_error_set(err, SL_ERR_INVALID, "job '%s' exists already", ja->spec->job_id);
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
+        used += m->jobs[i] != NULL;
+    if (used == m->opts.max_jobs)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': already %u jobs (max_jobs)",
+                            ja->spec->job_id, used);
     if (ja->start_epoch > ja->spec->epochs)
         return sl_error_set(err, SL_ERR_INVALID, "job '%s': start epoch %u of %u", ja->spec->job_id,
                             ja->start_epoch, ja->spec->epochs);
@@ -109,8 +116,17 @@ sl_err_t m_add_job(sl_master_state_t *m, const Sluice__Master__JobAdded *ja, sl_
                                 ja->spec->job_id, k, i, (unsigned long long)ja->start_from[k],
                                 (unsigned long long)ja->start_to[k]);
     }
-    rc = m_job_insert(m, ja, err);
+    return SL_OK;
+}
+
+/* Check a JobAdded from disk and insert the job. */
+sl_err_t m_add_job(sl_master_state_t *m, const Sluice__Master__JobAdded *ja, sl_error_t *err)
+{
+    job *jb;
+    sl_err_t rc = m_check_job(m, ja, err);
+    if (rc == SL_OK) rc = m_job_build(m, ja, &jb, err);
     if (rc != SL_OK) return rc;
+    m_job_link(m, jb);
     return m->replaying ? SL_OK : m_advance_all(m, err);
 }
 
@@ -204,23 +220,22 @@ out:
 
 static sl_err_t journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, sl_error_t *err)
 {
-    /* Check first: a record that replay would refuse must not be written. */
-    sl_err_t rc = m_check_spec(m, ja->spec, err);
+    /* Check and build first: a record that replay would refuse, or that
+     * this run could not apply, must not be written. */
+    job *jb;
+    sl_err_t rc = m_check_job(m, ja, err);
+    if (rc == SL_OK) rc = m_job_build(m, ja, &jb, err);
     if (rc != SL_OK) return rc;
-    if (m_find_job(m, ja->spec->job_id, NULL) != NULL)
-        return sl_error_set(err, SL_ERR_INVALID, "job '%s' exists already", ja->spec->job_id);
-    uint32_t used = 0;
-    for (uint32_t i = 0; i < m->opts.max_jobs; i++)
-        used += m->jobs[i] != NULL;
-    if (used == m->opts.max_jobs)
-        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': already %u jobs (max_jobs)",
-                            ja->spec->job_id, used);
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_JOB_ADDED;
     rec.job_added = ja;
     rc = m_journal(m, &rec, err);
-    if (rc != SL_OK) return rc;
-    return m_add_job(m, ja, err);
+    if (rc != SL_OK) {
+        m_job_free(m, jb);
+        return rc;
+    }
+    m_job_link(m, jb);
+    return m_advance_all(m, err);
 }
 
 sl_err_t sl_master_state_job_add(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
@@ -364,7 +379,10 @@ static sl_err_t token_open(const sl_master_state_job_spec_t *spec,
         return sl_error_set(err, SL_ERR_CORRUPT, "resume token: checksum mismatch");
     Sluice__Master__ResumeToken *t =
         sluice__master__resume_token__unpack(pa, len - TOKEN_HEADER_BYTES, p + TOKEN_HEADER_BYTES);
-    if (t == NULL) return sl_error_set(err, SL_ERR_CORRUPT, "resume token: malformed protobuf");
+    if (t == NULL)
+        return ((sl_unsized_t *)pa->allocator_data)->failed
+                   ? sl_error_set(err, SL_ERR_NOMEM, "resume token: out of memory")
+                   : sl_error_set(err, SL_ERR_CORRUPT, "resume token: malformed protobuf");
     sl_err_t rc = SL_OK;
     if (t->version != SL_MASTER_RESUME_TOKEN_VERSION) {
         rc = sl_error_set(err, SL_ERR_VERSION, "resume token version %u", t->version);
@@ -507,7 +525,8 @@ sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
         return sl_error_set(err, SL_ERR_INVALID, "resume: %u tokens (1..%d)", count,
                             SL_MASTER_MAX_RESUME_TOKENS);
     const sl_allocator_t *a = m->a;
-    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
+    sl_unsized_t u = {.a = m->a};
+    ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
     spec_pb sp;
     sl_err_t rc = spec_pb_build(m, spec, &sp, err);
     if (rc == SL_OK) rc = m_check_spec(m, &sp.spec, err);

@@ -210,11 +210,13 @@ sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t 
                         sl_error_t *err)
 {
     sl_master_state_t *m = ctx;
-    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
+    sl_unsized_t u = {.a = m->a};
+    ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
     Sluice__Master__Record *r = sluice__master__record__unpack(&pa, len, payload);
     if (r == NULL)
-        return sl_error_set(err, SL_ERR_CORRUPT, "record at offset %llu: malformed protobuf",
-                            (unsigned long long)offset);
+        return sl_error_set(err, u.failed ? SL_ERR_NOMEM : SL_ERR_CORRUPT,
+                            "record at offset %llu: %s", (unsigned long long)offset,
+                            u.failed ? "out of memory" : "malformed protobuf");
     sl_err_t rc = apply(m, r, offset, err);
     sluice__master__record__free_unpacked(r, &pa);
     return rc;
@@ -298,9 +300,12 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
 sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_error_t *err)
 {
     sl_master_state_t *m = ctx;
-    ProtobufCAllocator pa = {m_pb_alloc, m_pb_free, (void *)m->a};
+    sl_unsized_t u = {.a = m->a};
+    ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
     Sluice__Master__Snapshot *s = sluice__master__snapshot__unpack(&pa, len, payload);
-    if (s == NULL) return sl_error_set(err, SL_ERR_CORRUPT, "malformed protobuf");
+    if (s == NULL)
+        return u.failed ? sl_error_set(err, SL_ERR_NOMEM, "out of memory")
+                        : sl_error_set(err, SL_ERR_CORRUPT, "malformed protobuf");
     sl_err_t rc = SL_OK;
     for (size_t i = 0; rc == SL_OK && i < s->n_workers; i++) {
         uint32_t w;
@@ -521,8 +526,12 @@ sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err)
 sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err)
 {
     if (m->journal == NULL) return SL_OK;
-    if (sl_master_journal_size(m->journal) > m->opts.compact_bytes)
-        return sl_master_state_compact(m, err);
+    if (sl_master_journal_size(m->journal) > m->opts.compact_bytes) {
+        sl_err_t rc = sl_master_state_compact(m, err);
+        /* No memory for the snapshot: the journal still holds everything,
+         * so sync it as it is; the next sync compacts. */
+        if (rc != SL_ERR_NOMEM) return rc;
+    }
     return sl_master_journal_sync(m->journal, err);
 }
 
@@ -707,6 +716,14 @@ sl_err_t sl_master_state_open(const sl_master_state_opts_t *opts, uint64_t now_m
         return SL_OK;
     }
     m->opts.state_dir = NULL; /* borrowed for the call only */
+    /* The record buffer first: once the journal is open (and a torn tail
+     * cut), writing the Opened record must not fail for memory. */
+    m->scratch = sl_alloc(m->a, 4096);
+    if (m->scratch == NULL) {
+        sl_master_state_destroy(m);
+        return sl_error_set(err, SL_ERR_NOMEM, "master: journal record buffer");
+    }
+    m->scratch_cap = 4096;
     m->replaying = true;
     sl_err_t rc = sl_master_journal_open(o.state_dir, m->a, 0, m_apply_snapshot, m_apply_record, m,
                                          &m->journal, info, err);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/mem.h"
 #include "sluice/alloc.h"
 #include "warehouse/warehouse.h"
 
@@ -21,7 +22,7 @@
 static void free_strs(char **v, uint32_t n)
 {
     if (v == NULL) return;
-    for (uint32_t i = 0; i < n; i++) dpp_str_free(v[i]);
+    for (uint32_t i = 0; i < n; i++) sl_strfree(NULL, v[i]);
     sl_free(NULL, v, (size_t)n * sizeof(char *));
 }
 
@@ -35,19 +36,19 @@ static void free_ops(sl_pipeline_op_t *ops, uint32_t n)
 void sl_pipeline_job_destroy(sl_pipeline_job_t *job)
 {
     if (job == NULL) return;
-    dpp_str_free(job->id);
-    dpp_str_free(job->table);
-    dpp_str_free(job->partitions);
+    sl_strfree(NULL, job->id);
+    sl_strfree(NULL, job->table);
+    sl_strfree(NULL, job->partitions);
     free_strs(job->features, job->num_features);
     free_ops(job->filters, job->num_filters);
     free_ops(job->transforms, job->num_transforms);
     for (uint32_t g = 0; g < job->num_dedup_groups; g++) {
-        dpp_str_free(job->dedup_groups[g].name);
+        sl_strfree(NULL, job->dedup_groups[g].name);
         free_strs(job->dedup_groups[g].features, job->dedup_groups[g].num_features);
     }
     if (job->dedup_groups != NULL)
         sl_free(NULL, job->dedup_groups, job->num_dedup_groups * sizeof(sl_pipeline_dedup_group_t));
-    dpp_str_free(job->base_dir);
+    sl_strfree(NULL, job->base_dir);
     sl_free(NULL, job, sizeof *job);
 }
 
@@ -119,7 +120,7 @@ static void get_names(dpp_parse_t *p, const json_t *v, const char *path, char **
                 sl_pipeline_problems_add(p->problems, "%s[%zu]: '%s' is listed twice", path, i, json_string_value(e));
                 break;
             }
-        if ((names[i] = dpp_str_dup(json_string_value(e))) == NULL) p->nomem = true;
+        if ((names[i] = sl_strdup(NULL, json_string_value(e))) == NULL) p->nomem = true;
     }
     *out = names;
     *n = (uint32_t)count;
@@ -174,7 +175,7 @@ static void parse_groups(dpp_parse_t *p, const json_t *groups, const char *where
         char path[SL_ERROR_MSG_MAX];
         snprintf(path, sizeof path, "%s.%s", where, name);
         if (name[0] == '\0') sl_pipeline_problems_add(p->problems, "%s: a group needs a non-empty name", path);
-        if ((g->name = dpp_str_dup(name)) == NULL) p->nomem = true;
+        if ((g->name = sl_strdup(NULL, name)) == NULL) p->nomem = true;
         get_names(p, v, path, &g->features, &g->num_features);
         /* A feature in two groups: the later mention is the problem. */
         for (uint32_t f = 0; f < g->num_features; f++) {
@@ -336,7 +337,7 @@ static void apply_defaults(dpp_parse_t *p, const dpp_object_t *object, sl_pipeli
         if (f->type == FIELD_OBJECT)
             apply_defaults(p, f->object, job);
         else if (f->type == FIELD_STRING && f->def.s != NULL)
-            p->nomem |= (*(char **)at = dpp_str_dup(f->def.s)) == NULL;
+            p->nomem |= (*(char **)at = sl_strdup(NULL, f->def.s)) == NULL;
         else if (f->type == FIELD_UINT || f->type == FIELD_BOOL || f->type == FIELD_ENUM)
             put_uint(at, f->size, f->def.u);
     }
@@ -356,8 +357,8 @@ static void parse_field(dpp_parse_t *p, const json_t *v, const dpp_field_t *f, c
             return;
         }
         if (f->parse != NULL) f->parse(p, v, path, job);
-        dpp_str_free(*(char **)at);
-        p->nomem |= (*(char **)at = dpp_str_dup(json_string_value(v))) == NULL;
+        sl_strfree(NULL, *(char **)at);
+        p->nomem |= (*(char **)at = sl_strdup(NULL, json_string_value(v))) == NULL;
         return;
     case FIELD_UINT:
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||

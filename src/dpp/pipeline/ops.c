@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "common/mem.h"
 #include "sluice/alloc.h"
 #include "warehouse/warehouse.h"
 
@@ -322,26 +323,13 @@ static bool arg_ok(const json_t *v, dpp_arg_type_t t)
     return false;
 }
 
-char *dpp_str_dup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(NULL, n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
-void dpp_str_free(char *s)
-{
-    if (s != NULL) sl_free(NULL, s, strlen(s) + 1);
-}
-
 void sl_pipeline_op_clear(sl_pipeline_op_t *op)
 {
     if (op == NULL) return;
     char *strings[] = {op->feature, op->label, op->features[0], op->features[1],
                        op->output,  op->file,  op->weight_label};
     for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
-        dpp_str_free(strings[i]);
+        sl_strfree(NULL, strings[i]);
     if (op->borders.v != NULL) sl_free(NULL, op->borders.v, op->borders.n * sizeof(double));
     memset(op, 0, sizeof *op);
 }
@@ -355,12 +343,12 @@ static bool store(sl_pipeline_op_t *op, const dpp_arg_t *arg, const json_t *v)
     case ARG_STRING:
     case ARG_NAME: {
         const char *s = v != NULL ? json_string_value(v) : arg->def.s;
-        return (*(char **)at = dpp_str_dup(s)) != NULL;
+        return (*(char **)at = sl_strdup(NULL, s)) != NULL;
     }
     case ARG_STRING2: {
         char **pair = at;
-        pair[0] = dpp_str_dup(json_string_value(json_array_get(v, 0)));
-        pair[1] = dpp_str_dup(json_string_value(json_array_get(v, 1)));
+        pair[0] = sl_strdup(NULL, json_string_value(json_array_get(v, 0)));
+        pair[1] = sl_strdup(NULL, json_string_value(json_array_get(v, 1)));
         return pair[0] != NULL && pair[1] != NULL;
     }
     case ARG_NUMBER:
@@ -532,7 +520,7 @@ bool sl_pipeline_op_compile(const json_t *obj, bool filter, const char *path, sl
         if (!expand_name(out, arg->def.s, name, sizeof name))
             sl_pipeline_problems_add(problems, "%s.%s: name longer than %d bytes", path, arg->name,
                                      SL_WH_NAME_MAX);
-        else if ((*(char **)((char *)out + arg->offset) = dpp_str_dup(name)) == NULL)
+        else if ((*(char **)((char *)out + arg->offset) = sl_strdup(NULL, name)) == NULL)
             c.nomem = true;
     }
     return !c.nomem;

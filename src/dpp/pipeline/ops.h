@@ -167,9 +167,4 @@ bool sl_pipeline_op_compile(const json_t *obj, bool filter, const char *path, sl
 /* Free what op owns and zero it. NULL ok. */
 void sl_pipeline_op_clear(sl_pipeline_op_t *op);
 
-/* A copy of s from the default allocator (NULL when out of memory), and
- * its free (NULL ok): the strings of jobs and ops. */
-char *dpp_str_dup(const char *s);
-void dpp_str_free(char *s);
-
 #endif

@@ -6,6 +6,7 @@
  * reads JSON or restates a default. Every problem is listed with its JSON
  * path. */
 #include "dpp/pipeline/plan_internal.h"
+#include "common/mem.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -26,10 +27,8 @@ static const char *own(sl_pipeline_plan_t *plan, const char *s)
         plan->strings = v;
         plan->cap_strings = cap;
     }
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(plan->a, n);
+    char *d = sl_strdup(plan->a, s);
     if (d == NULL) return NULL;
-    memcpy(d, s, n);
     plan->strings[plan->num_strings++] = d;
     return d;
 }
@@ -46,7 +45,7 @@ void sl_pipeline_plan_destroy(sl_pipeline_plan_t *plan)
     if (plan == NULL) return;
     const sl_allocator_t *a = plan->a;
     for (uint32_t i = 0; i < plan->num_strings; i++)
-        sl_free(a, plan->strings[i], strlen(plan->strings[i]) + 1);
+        sl_strfree(a, plan->strings[i]);
     if (plan->strings != NULL) sl_free(a, plan->strings, plan->cap_strings * sizeof(char *));
     for (uint32_t i = 0; i < plan->num_transforms; i++) {
         dpp_vocab_destroy(plan->transforms[i].vocab);

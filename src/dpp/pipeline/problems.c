@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/mem.h"
 #include "sluice/alloc.h"
 
 /* A spec with thousands of bad entries must not make the list (or the
@@ -25,7 +26,7 @@ static size_t capacity(uint32_t count)
 void sl_pipeline_problems_free(sl_pipeline_problems_t *p)
 {
     if (p == NULL) return;
-    for (uint32_t i = 0; i < p->count; i++) sl_free(NULL, p->items[i], strlen(p->items[i]) + 1);
+    for (uint32_t i = 0; i < p->count; i++) sl_strfree(NULL, p->items[i]);
     if (p->items != NULL) sl_free(NULL, p->items, capacity(p->count) * sizeof(char *));
     *p = (sl_pipeline_problems_t){0};
 }
@@ -43,16 +44,14 @@ bool sl_pipeline_problems_add(sl_pipeline_problems_t *p, const char *fmt, ...)
         vsnprintf(buf, sizeof buf, fmt, ap);
         va_end(ap);
     }
-    size_t len = strlen(buf) + 1;
-    char *line = sl_alloc(NULL, len);
+    char *line = sl_strdup(NULL, buf);
     if (line == NULL) return !(p->nomem = true);
-    memcpy(line, buf, len);
     if (p->items == NULL || (p->count >= 4 && (p->count & (p->count - 1)) == 0)) {
         size_t old = p->items == NULL ? 0 : capacity(p->count);
         size_t cap = capacity(p->count + 1);
         char **items = sl_alloc(NULL, cap * sizeof *items);
         if (items == NULL) {
-            sl_free(NULL, line, len);
+            sl_strfree(NULL, line);
             return !(p->nomem = true);
         }
         if (p->count > 0) memcpy(items, p->items, p->count * sizeof *items);

@@ -5,10 +5,10 @@
 
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/lock.h"
+#include "common/mem.h"
 #include "dpp/admin/prom.h"
 #include "dpp/admin/ui.h"
 
@@ -41,7 +41,7 @@ char *sl_worker_admin_metrics_text(sl_worker_t *w, sl_worker_lease_client_t *ms)
     sl_worker_stats(w, &st);
     const sl_worker_server_stats_t *s = &st.server;
     sl_admin_prom_t p;
-    sl_admin_prom_init(&p);
+    sl_admin_prom_init(&p, NULL);
     counter(&p, "sluice_worker_rows_read_total", "Rows read from the table.", (double)st.rows_read);
     counter(&p, "sluice_worker_rows_kept_total", "Rows the filters kept.", (double)st.rows_kept);
     counter(&p, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
@@ -169,7 +169,7 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
                       m.stop, "job_finished", m.finished, "lease_timeout_ms",
                       (json_int_t)m.lease_timeout_ms, "heartbeat_ms", (json_int_t)m.heartbeat_ms));
     }
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *text = sl_admin_json_text(NULL, o, JSON_COMPACT);
     json_decref(o);
     return text;
 }
@@ -218,7 +218,7 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
     sl_mutex_unlock(&a->mu);
     if (waiting) { /* nothing counted yet */
         sl_admin_prom_t p;
-        sl_admin_prom_init(&p);
+        sl_admin_prom_init(&p, NULL);
         gauge(&p, "sluice_worker_waiting", "1 while waiting for the master's first lease.", 1);
         text = sl_admin_prom_finish(&p);
     }
@@ -226,9 +226,8 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
         sl_admin_reply_error(resp, 500, "out of memory");
         return;
     }
-    resp->status = 200;
-    resp->body = text;
-    resp->content_type = SL_ADMIN_PROM_CONTENT_TYPE;
+    sl_admin_reply_text(resp, 200, SL_ADMIN_PROM_CONTENT_TYPE, text);
+    sl_strfree(NULL, text);
 }
 
 static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
@@ -247,8 +246,8 @@ static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response
         sl_admin_reply_error(resp, 500, "out of memory");
         return;
     }
-    resp->status = 200;
-    resp->body = text;
+    sl_admin_reply_text(resp, 200, NULL, text);
+    sl_strfree(NULL, text);
 }
 
 static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)

@@ -38,8 +38,9 @@ void sl_worker_admin_set(sl_worker_admin_t *a, sl_worker_t *w,
 /* Stop serving and free; a may be NULL. */
 void sl_worker_admin_stop(sl_worker_admin_t *a);
 
-/* The bodies of /metrics and /status (caller owns, free with free()), for
- * the routes and for tests. NULL when out of memory. */
+/* The bodies of /metrics and /status (caller owns: strings of the default
+ * allocator, free with sl_strfree(NULL, text), common/mem.h), for the
+ * routes and for tests. NULL when out of memory. */
 char *sl_worker_admin_metrics_text(sl_worker_t *w, sl_worker_lease_client_t *ms);
 char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms);
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/mem.h"
 #include "dpp/worker/batcher_internal.h"
 
 static uint64_t splitmix(uint64_t *s)
@@ -19,19 +20,11 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-char *dpp_batcher_dup_str(const sl_allocator_t *a, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(a, n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
 static void free_strs(const sl_allocator_t *a, char **v, uint32_t n)
 {
     if (!v) return;
     for (uint32_t i = 0; i < n; i++)
-        if (v[i]) sl_free(a, v[i], strlen(v[i]) + 1);
+        sl_strfree(a, v[i]);
     sl_free(a, v, (size_t)n * sizeof *v);
 }
 
@@ -76,7 +69,7 @@ sl_err_t sl_worker_batcher_new(const sl_worker_batcher_opts_t *opts, sl_worker_b
     b->a = a;
     b->emit = emit;
     b->ctx = ctx;
-    if (opts->weight_label && !(b->weight_label = dpp_batcher_dup_str(a, opts->weight_label))) {
+    if (opts->weight_label && !(b->weight_label = sl_strdup(a, opts->weight_label))) {
         sl_free(a, b, sizeof *b);
         return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
     }
@@ -96,7 +89,7 @@ void sl_worker_batcher_destroy(sl_worker_batcher_t *b)
     builder_free(a, &b->window, b->F, b->G, b->gs);
     for (uint32_t g = 0; b->gs && g < b->G; g++) {
         gshape_t *q = &b->gs[g];
-        if (q->name) sl_free(a, q->name, strlen(q->name) + 1);
+        sl_strfree(a, q->name);
         free_strs(a, q->keys, q->F);
         if (q->map) sl_free(a, q->map, (size_t)q->map_cap * sizeof *q->map);
         if (q->touched) sl_free(a, q->touched, (size_t)q->map_cap * sizeof *q->touched);
@@ -115,7 +108,7 @@ void sl_worker_batcher_destroy(sl_worker_batcher_t *b)
     if (b->offs)
         sl_free(a, b->offs,
                 sl_mul_size((size_t)b->F, (size_t)b->window.cap + 1) * sizeof(uint64_t));
-    if (b->weight_label) sl_free(a, b->weight_label, strlen(b->weight_label) + 1);
+    sl_strfree(a, b->weight_label);
     sl_free(a, b, sizeof *b);
 }
 
@@ -132,9 +125,9 @@ static char **dup_names(const sl_allocator_t *a, const char *const *names, uint3
             snprintf(tmp, sizeof tmp, "%s%u", fallback, i);
             s = tmp;
         }
-        if (!(v[i] = dpp_batcher_dup_str(a, s))) goto fail;
+        if (!(v[i] = sl_strdup(a, s))) goto fail;
     }
-    if (extra && !(v[n] = dpp_batcher_dup_str(a, extra))) goto fail;
+    if (extra && !(v[n] = sl_strdup(a, extra))) goto fail;
     return v;
 fail:
     free_strs(a, v, total ? total : 1);
@@ -184,7 +177,7 @@ static sl_err_t configure(sl_worker_batcher_t *b, const sl_batch_t *rows, sl_err
             gshape_t *q = &b->gs[g];
             q->F = ik->unique.num_keys;
             q->weighted = ik->unique.weights != NULL;
-            q->name = dpp_batcher_dup_str(a, ik->name ? ik->name : "group");
+            q->name = sl_strdup(a, ik->name ? ik->name : "group");
             q->keys = dup_names(a, ik->unique.keys, q->F, NULL, "key_");
             if (!q->name || !q->keys)
                 return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");

@@ -90,7 +90,6 @@ struct sl_worker_batcher {
 
 /* Grow v to hold more bytes more (doubling). @return false when out of memory. */
 bool dpp_vec_reserve(const sl_allocator_t *a, vec_t *v, size_t more);
-char *dpp_batcher_dup_str(const sl_allocator_t *a, const char *s);
 
 /* batcher_groups.c */
 void dpp_batcher_reset_maps(sl_worker_batcher_t *b);

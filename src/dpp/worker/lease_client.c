@@ -15,36 +15,13 @@
 #define DEFAULT_TIMEOUT_MS 5000
 #define DEFAULT_MAX_TODO 65536
 
-void dpp_lease_timed_wait(sl_worker_lease_client_t *ms, uint64_t ms_wait)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (ms_wait % 1000) * 1000000ull;
-    ts.tv_sec += (time_t)(ms_wait / 1000 + ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
-    sl_cond_timedwait(&ms->cv, &ms->mu, &ts);
-}
-
-char *dpp_lease_dup_str(const sl_allocator_t *a, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = sl_alloc(a, n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
-void dpp_lease_free_str(const sl_allocator_t *a, char *s)
-{
-    if (s) sl_free(a, s, strlen(s) + 1);
-}
-
 void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
 {
     if (!l) return;
-    dpp_lease_free_str(ms->a, l->path);
+    sl_strfree(ms->a, l->path);
     if (l->todo) sl_free(ms->a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
     if (l->empty) sl_free(ms->a, l->empty, (size_t)l->num_empty * sizeof *l->empty);
-    dpp_lease_free_str(ms->a, l->fail_msg);
+    sl_strfree(ms->a, l->fail_msg);
     sl_free(ms->a, l, sizeof *l);
 }
 
@@ -153,7 +130,7 @@ static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, co
         l->revoked = true; /* not live: its batches still queued are dropped unsent */
         l->fail_code = code;
         l->fail_stripe = stripe;
-        l->fail_msg = dpp_lease_dup_str(ms->a, msg ? msg : ""); /* NULL: reported as "" */
+        l->fail_msg = sl_strdup(ms->a, msg ? msg : ""); /* NULL: reported as "" */
         ms->st.splits_failed++;
         pthread_cond_broadcast(&ms->cv); /* the control thread reports it */
     }
@@ -210,20 +187,16 @@ sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
     ms->fd = -1;
     if (getrandom(&ms->incarnation, sizeof ms->incarnation, 0) != sizeof ms->incarnation)
         ms->incarnation =
-            (uint64_t)dpp_lease_mono_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+            (uint64_t)sl_clock_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
     if (ms->incarnation == 0) ms->incarnation = 1; /* 0: "not told" to the master */
     sl_mutex_init(&ms->conn_mu);
     sl_mutex_init(&ms->mu);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&ms->cv, &attr);
-    pthread_condattr_destroy(&attr);
-    ms->master = dpp_lease_dup_str(a, opts->master);
-    ms->worker_id = dpp_lease_dup_str(a, opts->worker_id);
-    ms->serve_address = dpp_lease_dup_str(a, opts->serve_address);
-    ms->admin_address = dpp_lease_dup_str(a, opts->admin_address ? opts->admin_address : "");
-    ms->secret = opts->cluster_secret ? strdup(opts->cluster_secret) : NULL;
+    sl_clock_cond_init(&ms->cv);
+    ms->master = sl_strdup(a, opts->master);
+    ms->worker_id = sl_strdup(a, opts->worker_id);
+    ms->serve_address = sl_strdup(a, opts->serve_address);
+    ms->admin_address = sl_strdup(a, opts->admin_address ? opts->admin_address : "");
+    ms->secret = sl_strdup(NULL, opts->cluster_secret);
     ms->o.cluster_secret = NULL; /* ms->secret is the copy */
     if (opts->job_id) snprintf(ms->job_id, sizeof ms->job_id, "%s", opts->job_id);
     snprintf(ms->st.job_id, sizeof ms->st.job_id, "%s", ms->job_id);
@@ -254,7 +227,7 @@ sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeo
                                          sl_error_t *err)
 {
     uint64_t deadline =
-        timeout_ms < 0 ? 0 : dpp_lease_mono_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
+        timeout_ms < 0 ? 0 : sl_clock_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
     lease_t *l = NULL;
     sl_mutex_lock(&ms->mu);
     bool have = ms->spec_json != NULL;
@@ -296,11 +269,11 @@ void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms)
     sl_mutex_lock(&ms->conn_mu); /* nobody else is left: the rule, not a wait */
     dpp_lease_disconnect(ms);
     sl_mutex_unlock(&ms->conn_mu);
-    dpp_lease_free_str(ms->a, ms->master);
-    dpp_lease_free_str(ms->a, ms->worker_id);
-    dpp_lease_free_str(ms->a, ms->serve_address);
-    dpp_lease_free_str(ms->a, ms->admin_address);
-    dpp_lease_free_str(ms->a, ms->spec_json);
+    sl_strfree(ms->a, ms->master);
+    sl_strfree(ms->a, ms->worker_id);
+    sl_strfree(ms->a, ms->serve_address);
+    sl_strfree(ms->a, ms->admin_address);
+    sl_strfree(ms->a, ms->spec_json);
     sl_rpc_secret_free(ms->secret);
     sl_mutex_destroy(&ms->conn_mu);
     sl_mutex_destroy(&ms->mu);

@@ -17,7 +17,10 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/lock.h"
+#include "common/log.h"
+#include "common/mem.h"
 #include "dpp/worker/lease_client.h"
 #include "rpc/frame.h"
 
@@ -81,18 +84,7 @@ typedef struct held {
     uint32_t n, cap;
 } held_t;
 
-static inline uint64_t dpp_lease_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* lease_client.c */
-/* Under ms->mu: wait on ms->cv for at most ms_wait milliseconds. */
-void dpp_lease_timed_wait(sl_worker_lease_client_t *ms, uint64_t ms_wait) SL_REQUIRES(ms->mu);
-char *dpp_lease_dup_str(const sl_allocator_t *a, const char *s);
-void dpp_lease_free_str(const sl_allocator_t *a, char *s);
 void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l);
 /* Under ms->mu: may a revoked lease be forgotten? Nobody holds it (not
  * handed, or read and every batch retired), no report is on its way, and a

@@ -115,7 +115,7 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
     }
     if (ms->secret &&
         (rc = sl_rpc_auth_client(ms->fd, ms->secret,
-                                 sl_rpc_now_ms() + (uint64_t)ms->o.connect_timeout_ms, err))) {
+                                 sl_clock_ms() + (uint64_t)ms->o.connect_timeout_ms, err))) {
         dpp_lease_disconnect(ms);
         return sl_error_prefix(err, "master %s: ", ms->master);
     }
@@ -211,7 +211,7 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
     l->split = m->ref->split;
     l->generation = m->ref->generation;
     l->rank_plus_one = m->rank_plus_one;
-    l->path = dpp_lease_dup_str(ms->a, m->path);
+    l->path = sl_strdup(ms->a, m->path);
     l->todo = sl_alloc(ms->a, m->n_todo * sizeof *l->todo);
     if (!l->path || !l->todo) {
         if (l->todo) l->num_todo = (uint32_t)m->n_todo;
@@ -322,7 +322,7 @@ static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *re
         else if (!m->job_spec_json || !m->job_spec_json[0])
             rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: first lease without a job spec",
                               ms->master);
-        else if (!(ms->spec_json = dpp_lease_dup_str(ms->a, m->job_spec_json)))
+        else if (!(ms->spec_json = sl_strdup(ms->a, m->job_spec_json)))
             rc = sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
         else
             snprintf(ms->job_id, sizeof ms->job_id, "%s", lease_job);
@@ -386,12 +386,15 @@ sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool 
         if (k == ASK_RETRY) { /* back off and try again */
             wait_ms = backoff;
             backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
-            fprintf(stderr, "sluice worker: %s (retrying in %" PRIu64 " ms)\n", err->msg, wait_ms);
+            sl_log_kv(SL_LOG_WARN, "master_retry",
+                      (SL_KV_STR("master", ms->master), SL_KV_U64("retry_ms", wait_ms),
+                       SL_KV_STR("error", err->msg)),
+                      "%s (retrying in %" PRIu64 " ms)", err->msg, wait_ms);
         }
-        if (deadline_ns && dpp_lease_mono_ns() + wait_ms * 1000000ull > deadline_ns)
+        if (deadline_ns && sl_clock_ns() + wait_ms * 1000000ull > deadline_ns)
             return sl_error_set(err, SL_ERR_TIMEOUT, "master %s: no lease in time", ms->master);
         sl_mutex_lock(&ms->mu);
-        if (!ms->cancel) dpp_lease_timed_wait(ms, wait_ms);
+        if (!ms->cancel) sl_clock_cond_wait_ms(&ms->cv, &ms->mu, wait_ms);
         sl_mutex_unlock(&ms->mu);
     }
 }

@@ -44,7 +44,8 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
     if (rr) sl_free(ms->a, rr, (size_t)ne * sizeof *rr);
     if (rp) sl_free(ms->a, rp, (size_t)ne * sizeof *rp);
     if (rc) {
-        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        sl_log_kv(SL_LOG_WARN, "split_read_report_failed",
+                  (SL_KV_U64("split", l->split), SL_KV_STR("error", err.msg)), "%s", err.msg);
         return false;
     }
     const Sluice__Control__SplitReadReply *r = (const Sluice__Control__SplitReadReply *)f.msg;
@@ -77,12 +78,16 @@ static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES
     sf.code = l->fail_code;
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
-    fprintf(stderr, "sluice worker: split %u of %s cannot be read, reported to the master: %s\n",
-            l->split, l->path, sf.message);
+    sl_log_kv(SL_LOG_WARN, "split_failed",
+              (SL_KV_STR("job", job), SL_KV_U64("split", l->split), SL_KV_STR("file", l->path),
+               SL_KV_I64("stripe", l->fail_stripe), SL_KV_STR("error", sf.message)),
+              "split %u of %s cannot be read, reported to the master: %s", l->split, l->path,
+              sf.message);
     sl_err_t rc = dpp_lease_call(ms, SL_RPC_SPLIT_FAILED, &sf.base, "split failed",
                        SL_RPC_SPLIT_FAILED_REPLY, &f, &err);
     if (rc) {
-        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        sl_log_kv(SL_LOG_WARN, "split_failed_report_failed",
+                  (SL_KV_U64("split", l->split), SL_KV_STR("error", err.msg)), "%s", err.msg);
         return false;
     }
     const Sluice__Control__SplitFailedReply *r = (const Sluice__Control__SplitFailedReply *)f.msg;
@@ -150,14 +155,14 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
     sl_mutex_unlock(&ms->mu);
     if (!ok) { /* the next heartbeat tries again, before the leases expire */
         dpp_lease_held_free(ms, &h);
-        fprintf(stderr, "sluice worker: heartbeat: out of memory\n");
+        sl_log(SL_LOG_WARN, "heartbeat_failed", "heartbeat: out of memory");
         return;
     }
     Sluice__Control__Heartbeat hb = SLUICE__CONTROL__HEARTBEAT__INIT;
     hb.worker_id = ms->worker_id;
     hb.n_leases = h.n;
     hb.leases = h.ptrs;
-    uint64_t now = dpp_lease_mono_ns();
+    uint64_t now = sl_clock_ns();
     if (w) {
         /* busy: the busier of the reader (read, filter, batch) and the
          * transform threads (dedup, transform, encode, per thread) */
@@ -188,7 +193,7 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
                                  SL_RPC_HEARTBEAT_REPLY, &f, &err);
     dpp_lease_held_free(ms, &h);
     if (rc) {
-        fprintf(stderr, "sluice worker: %s\n", err.msg);
+        sl_log_kv(SL_LOG_WARN, "heartbeat_failed", (SL_KV_STR("error", err.msg)), "%s", err.msg);
         return;
     }
     const Sluice__Control__HeartbeatReply *r = (const Sluice__Control__HeartbeatReply *)f.msg;
@@ -236,7 +241,7 @@ void *dpp_lease_control_main(void *arg)
             if (w) sl_worker_fail(w, code, msg);
             return NULL;
         }
-        uint64_t now = dpp_lease_mono_ns();
+        uint64_t now = sl_clock_ns();
         bool ready = false;
         for (lease_t *l = ms->leases; l && !ready; l = l->next)
             ready = (l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting) ||
@@ -245,7 +250,7 @@ void *dpp_lease_control_main(void *arg)
             sl_mutex_unlock(&ms->mu);
             /* failures first: the master may lease the split to another worker at once */
             if (!report_failures(ms) || !report_ready(ms))
-                retry_at = dpp_lease_mono_ns() + 200000000ull;
+                retry_at = sl_clock_ns() + 200000000ull;
             sl_mutex_lock(&ms->mu);
             continue;
         }
@@ -254,12 +259,12 @@ void *dpp_lease_control_main(void *arg)
             sl_mutex_unlock(&ms->mu);
             heartbeat(ms);
             sl_mutex_lock(&ms->mu);
-            next_hb = dpp_lease_mono_ns() + period * 1000000ull;
+            next_hb = sl_clock_ns() + period * 1000000ull;
             continue;
         }
         uint64_t until = next_hb;
         if (ready && retry_at < until) until = retry_at;
-        dpp_lease_timed_wait(ms, (until - now) / 1000000ull + 1);
+        sl_clock_cond_wait_ms(&ms->cv, &ms->mu, (until - now) / 1000000ull + 1);
     }
     sl_mutex_unlock(&ms->mu);
     /* last words: failures, and leases whose batches are all acknowledged */

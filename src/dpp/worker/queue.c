@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/lock.h"
 
 struct sl_worker_queue {
@@ -17,28 +18,6 @@ struct sl_worker_queue {
     uint32_t ring_cap, head, len;
     bool closed;
 };
-
-static void cond_init_monotonic(pthread_cond_t *c)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(c, &attr);
-    pthread_condattr_destroy(&attr);
-}
-
-static struct timespec deadline_after(int timeout_ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
 
 /* Wait on c (mu held); @return false when the deadline passed (timeout_ms >= 0). */
 static bool wait_until(pthread_cond_t *c, sl_mutex_t *mu, int timeout_ms,
@@ -64,8 +43,8 @@ sl_worker_queue_t *sl_worker_queue_new(const sl_allocator_t *a, uint32_t capacit
         return NULL;
     }
     sl_mutex_init(&q->mu);
-    cond_init_monotonic(&q->not_empty);
-    cond_init_monotonic(&q->not_full);
+    sl_clock_cond_init(&q->not_empty);
+    sl_clock_cond_init(&q->not_full);
     return q;
 }
 
@@ -97,7 +76,7 @@ static bool grow(sl_worker_queue_t *q) SL_REQUIRES(q->mu)
 
 sl_err_t sl_worker_queue_push(sl_worker_queue_t *q, const sl_worker_msg_t *m, int timeout_ms)
 {
-    struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+    struct timespec dl = sl_clock_deadline_ms(timeout_ms < 0 ? 0 : timeout_ms);
     sl_mutex_lock(&q->mu);
     while (!q->closed && q->capacity && q->len >= q->capacity) {
         if (!wait_until(&q->not_full, &q->mu, timeout_ms, &dl) && q->len >= q->capacity &&
@@ -138,7 +117,7 @@ sl_err_t sl_worker_queue_push_front(sl_worker_queue_t *q, const sl_worker_msg_t 
 
 sl_err_t sl_worker_queue_pop(sl_worker_queue_t *q, sl_worker_msg_t *m, int timeout_ms)
 {
-    struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+    struct timespec dl = sl_clock_deadline_ms(timeout_ms < 0 ? 0 : timeout_ms);
     sl_mutex_lock(&q->mu);
     while (q->len == 0 && !q->closed) {
         if (timeout_ms == 0 ||
@@ -203,7 +182,7 @@ sl_worker_budget_t *sl_worker_budget_new(const sl_allocator_t *a, uint64_t limit
     b->a = a;
     b->limit = limit;
     sl_mutex_init(&b->mu);
-    cond_init_monotonic(&b->freed);
+    sl_clock_cond_init(&b->freed);
     return b;
 }
 
@@ -213,13 +192,6 @@ void sl_worker_budget_destroy(sl_worker_budget_t *b)
     sl_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->freed);
     sl_free(b->a, b, sizeof *b);
-}
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Account bytes more (under b->mu). */
@@ -244,7 +216,7 @@ sl_err_t sl_worker_budget_acquire(sl_worker_budget_t *b, uint64_t bytes, uint64_
     uint64_t t0 = 0, stuck_since = 0, seen = 0;
     sl_err_t rc = SL_OK;
     while (!b->closed && b->limit && b->used + bytes > b->limit) {
-        uint64_t now = mono_ns();
+        uint64_t now = sl_clock_ns();
         if (b->used <= held) {
             rc = SL_ERR_TOO_LARGE; /* only the caller's own bytes: none will be freed */
             break;
@@ -260,12 +232,12 @@ sl_err_t sl_worker_budget_acquire(sl_worker_budget_t *b, uint64_t bytes, uint64_
             break;
         }
         if (!t0) t0 = now;
-        struct timespec ts = deadline_after(SL_WORKER_BUDGET_STUCK_MS / 4);
+        struct timespec ts = sl_clock_deadline_ms(SL_WORKER_BUDGET_STUCK_MS / 4);
         b->waiters++;
         sl_cond_timedwait(&b->freed, &b->mu, &ts);
         b->waiters--;
     }
-    if (t0) b->wait_ns += mono_ns() - t0;
+    if (t0) b->wait_ns += sl_clock_ns() - t0;
     if (rc == SL_OK && b->closed) rc = SL_ERR_CLOSED;
     if (rc == SL_OK) take(b, bytes);
     sl_mutex_unlock(&b->mu);

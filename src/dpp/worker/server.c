@@ -48,16 +48,6 @@ sl_worker_queue_t *dpp_server_rank_queue(struct sl_worker_server *s, uint32_t ra
     return s->ready[rank_plus_one];
 }
 
-void dpp_server_timed_wait(pthread_cond_t *cv, sl_mutex_t *mu, int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    sl_cond_timedwait(cv, mu, &ts);
-}
-
 static void client_free(struct sl_worker_server *s, client_t *c)
 {
     close(c->fd);
@@ -115,7 +105,7 @@ static bool make_room(struct sl_worker_server *s, bool *refuse) SL_REQUIRES(s->m
     if (s->nclients < s->o.max_clients) return true;
     for (client_t *c = s->clients; c; c = c->next)
         if (c->evicting && !c->done) return false; /* wait until it is reaped */
-    client_t *v = eviction_victim(s, sl_rpc_now_ms());
+    client_t *v = eviction_victim(s, sl_clock_ms());
     if (!v) {
         *refuse = true;
         s->st.refused++;
@@ -134,7 +124,7 @@ static void *accept_main(void *arg)
         sl_mutex_lock(&s->mu);
         bool stop = s->stopping;
         reap(s, false);
-        if (stop) s->st.cpu_ns += dpp_server_thread_cpu_ns();
+        if (stop) s->st.cpu_ns += sl_clock_thread_cpu_ns();
         sl_mutex_unlock(&s->mu);
         if (stop) break;
         struct pollfd p = {.fd = s->lfd, .events = POLLIN};
@@ -178,7 +168,7 @@ static void *accept_main(void *arg)
         c->s = s;
         c->fd = fd;
         c->unacked = u;
-        c->opened_ms = c->last_rx_ms = sl_rpc_now_ms();
+        c->opened_ms = c->last_rx_ms = sl_clock_ms();
         sl_mutex_init(&c->wmu);
         char host[64] = "?";
         if (addr.ss_family == AF_INET) {
@@ -229,7 +219,7 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     if (!s->o.hello_timeout_ms) s->o.hello_timeout_ms = 10000;
     if (!s->o.max_clients) s->o.max_clients = 256;
     if (!s->o.idle_timeout_ms) s->o.idle_timeout_ms = 60000;
-    if (opts->cluster_secret && !(s->secret = strdup(opts->cluster_secret))) {
+    if (opts->cluster_secret && !(s->secret = sl_strdup(NULL, opts->cluster_secret))) {
         if (opts->has_listen_fd) close(opts->listen_fd);
         sl_free(a, s, sizeof *s);
         return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
@@ -245,11 +235,7 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     s->o.job_id = s->job_id;
     s->lfd = opts->has_listen_fd ? opts->listen_fd : -1;
     sl_mutex_init(&s->mu);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &attr);
-    pthread_condattr_destroy(&attr);
+    sl_clock_cond_init(&s->cv);
     sl_err_t rc;
     s->ready = sl_calloc(a, (size_t)s->o.max_ranks + 1, sizeof *s->ready);
     if (!s->ready || !(s->ready[0] = sl_worker_queue_new(a, 0))) {
@@ -350,12 +336,12 @@ void sl_worker_server_fail(sl_worker_server_t *s, sl_err_t code, const char *msg
 
 bool sl_worker_server_wait_done(sl_worker_server_t *s, int timeout_ms)
 {
-    uint64_t end = dpp_server_mono_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+    uint64_t end = sl_clock_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
     sl_mutex_lock(&s->mu);
     bool done;
     while (!(done = s->finished && s->outstanding == 0) && !s->stopping) {
-        if (timeout_ms >= 0 && dpp_server_mono_ns() >= end) break;
-        dpp_server_timed_wait(&s->cv, &s->mu, 50);
+        if (timeout_ms >= 0 && sl_clock_ns() >= end) break;
+        sl_clock_cond_wait_ms(&s->cv, &s->mu, 50);
     }
     sl_mutex_unlock(&s->mu);
     return done;
@@ -398,9 +384,9 @@ void sl_worker_server_stop(sl_worker_server_t *s)
     sl_mutex_lock(&s->mu);
     /* The job is done: let every sender send END first (bounded; a sender
      * stuck writing to a client that stopped reading is cut off below). */
-    uint64_t until = dpp_server_mono_ns() + (uint64_t)END_GRACE_MS * 1000000ull;
-    while (done && senders_running(s) && dpp_server_mono_ns() < until)
-        dpp_server_timed_wait(&s->cv, &s->mu, 20);
+    uint64_t until = sl_clock_ns() + (uint64_t)END_GRACE_MS * 1000000ull;
+    while (done && senders_running(s) && sl_clock_ns() < until)
+        sl_clock_cond_wait_ms(&s->cv, &s->mu, 20);
     for (client_t *c = s->clients; c; c = c->next)
         shutdown(c->fd, SHUT_RDWR);
     reap(s, true);

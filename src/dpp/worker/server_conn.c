@@ -133,9 +133,9 @@ static void *sender_main(void *arg)
                     bi.rank_plus_one = it->lease.rank_plus_one;
                 }
                 size_t len = it->len;
-                uint64_t t0 = dpp_server_mono_ns();
+                uint64_t t0 = sl_clock_ns();
                 rc = send_locked(c, SL_RPC_BATCH, &bi.base, it->frame, it->len, &err);
-                uint64_t dt = dpp_server_mono_ns() - t0;
+                uint64_t dt = sl_clock_ns() - t0;
                 sl_mutex_lock(&s->mu);
                 s->st.send_ns += dt;
                 sitem_t *si = (sitem_t *)it;
@@ -158,7 +158,7 @@ static void *sender_main(void *arg)
             send_end_locked(s, c, &err);
             continue;
         }
-        dpp_server_timed_wait(&s->cv, &s->mu, 200);
+        sl_clock_cond_wait_ms(&s->cv, &s->mu, 200);
     }
     /* Stopped with the job done (the worker exits when the last batch is
      * acknowledged): END may not have gone out yet. Without it the client
@@ -169,7 +169,7 @@ static void *sender_main(void *arg)
         send_end_locked(s, c, &err);
     c->sender_done = true;
     pthread_cond_broadcast(&s->cv);
-    s->st.cpu_ns += dpp_server_thread_cpu_ns();
+    s->st.cpu_ns += sl_clock_thread_cpu_ns();
     sl_mutex_unlock(&s->mu);
     return NULL;
 }
@@ -281,7 +281,7 @@ void *dpp_server_client_main(void *arg)
     sl_rpc_frame_free(&f);
     sl_mutex_lock(&s->mu);
     c->hello_done = true;
-    c->last_rx_ms = sl_rpc_now_ms();
+    c->last_rx_ms = sl_clock_ms();
     sl_mutex_unlock(&s->mu);
     Sluice__Dpp__Welcome w = SLUICE__DPP__WELCOME__INIT;
     w.protocol_version = SL_RPC_VERSION;
@@ -328,7 +328,7 @@ void *dpp_server_client_main(void *arg)
             break;
         }
         sl_mutex_lock(&s->mu);
-        c->last_rx_ms = sl_rpc_now_ms();
+        c->last_rx_ms = sl_clock_ms();
         sl_mutex_unlock(&s->mu);
         if (f.type == SL_RPC_REQUEST) {
             const Sluice__Dpp__Request *r = (const Sluice__Dpp__Request *)f.msg;
@@ -369,7 +369,7 @@ out:
     /* the sender may have taken a batch between requeue and its exit */
     requeue_unacked(s, c);
     s->st.clients_now--;
-    s->st.cpu_ns += dpp_server_thread_cpu_ns();
+    s->st.cpu_ns += sl_clock_thread_cpu_ns();
     c->done = true;
     pthread_cond_broadcast(&s->cv);
     sl_mutex_unlock(&s->mu);

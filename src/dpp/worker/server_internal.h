@@ -13,7 +13,9 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/lock.h"
+#include "common/mem.h"
 #include "dpp/worker/server.h"
 
 /* A queued batch. Sender threads read its frame without the lock, so an
@@ -72,20 +74,6 @@ struct sl_worker_server {
     sl_worker_server_stats_t st;
 };
 
-static inline uint64_t dpp_server_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static inline uint64_t dpp_server_thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* server.c */
 /* Free a batch (under s->mu), unless a sender is still writing its frame:
  * then it is only marked, and that sender frees it. */
@@ -97,8 +85,6 @@ void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t
  * use when create. @return NULL when out of range or memory (or absent). */
 sl_worker_queue_t *dpp_server_rank_queue(struct sl_worker_server *s, uint32_t rank_plus_one,
                                          bool create) SL_REQUIRES(s->mu);
-/* Wait on cv (its mutex mu held) for at most ms milliseconds. */
-void dpp_server_timed_wait(pthread_cond_t *cv, sl_mutex_t *mu, int ms) SL_REQUIRES(*mu);
 
 /* server_conn.c: a connection's receiver thread (arg: its client_t), which
  * starts its sender once the handshake is done. */

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/lock.h"
 #include "dpp/pipeline/plan.h"
 #include "dpp/worker/batcher.h"
@@ -52,11 +53,10 @@ struct sl_worker {
     bool stopped;
 };
 
+/* The monotonic clock, or this thread's CPU time (common/clock.h). */
 static inline uint64_t now_ns(clockid_t clk)
 {
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return clk == CLOCK_THREAD_CPUTIME_ID ? sl_clock_thread_cpu_ns() : sl_clock_ns();
 }
 
 /* Is rc an error of the data being read or transformed (a split that cannot

@@ -1,0 +1,184 @@
+/* A trainer client's frames on the control connection (control.c reads
+ * them): ATTACH (rank and world size checked), COMMIT (static sharding
+ * enforced), CLIENT_STATS and TOKEN_REQUEST, applied to the state under the
+ * master's lock on the control thread. */
+#include <stdio.h>
+#include <string.h>
+
+#include "dpp/master/master_internal.h"
+
+/* A client's rank must be below its world size, and its world size the
+ * job's number of ranks: a reader of world size 1 on a 2-rank job would
+ * otherwise wait forever for batches of a rank nobody reads (static) or
+ * deliver what another rank was meant to. Refused with an ERROR that says
+ * so; the connection is closed. */
+static bool attach_ranks_ok(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a,
+                            const sl_master_state_job_status_t *st) SL_REQUIRES(m->mu)
+{
+    uint32_t world = a->world_size ? a->world_size : 1; /* 0: a client that did not say */
+    char msg[320];
+    if (a->rank >= world)
+        snprintf(msg, sizeof msg, "attach: rank %u is not below world size %u", a->rank, world);
+    else if (world != st->ranks)
+        snprintf(msg, sizeof msg,
+                 "attach: job '%.100s' has %u trainer rank%s; this client's world size is %u "
+                 "(start it with a world size of %u)",
+                 a->job_id, st->ranks, st->ranks == 1 ? "" : "s", world, st->ranks);
+    else
+        return true;
+    mp_send_error(m, i, SL_ERR_INVALID, msg);
+    mp_conn_close(m, i);
+    return false;
+}
+
+void mp_on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a)
+{
+    mp_conn *c = &m->conns[i];
+    if (a->protocol_version != SL_MASTER_PROTOCOL_VERSION) {
+        mp_send_error(m, i, SL_ERR_VERSION, "attach: protocol version not supported");
+        return;
+    }
+    if (!mp_id_ok(a->client_id) || !mp_id_ok(a->job_id)) {
+        mp_send_error(m, i, SL_ERR_INVALID, "attach: bad client id or job id");
+        return;
+    }
+    sl_master_state_job_status_t st;
+    sl_error_t err = {0};
+    if (sl_master_state_job_status(m->st, a->job_id, &st, &err) != SL_OK) {
+        /* closed like every ERROR: the client may connect and attach
+         * again once the job is submitted */
+        mp_send_error(m, i, SL_ERR_NOT_FOUND, err.msg);
+        return;
+    }
+    if (!attach_ranks_ok(m, i, a, &st)) return;
+    if (c->kind != MP_CLIENT) m->nclients_connected++;
+    c->kind = MP_CLIENT;
+    snprintf(c->client, sizeof c->client, "%s", a->client_id);
+    snprintf(c->job, sizeof c->job, "%s", a->job_id);
+    c->rank = a->rank;
+    size_t cap = (size_t)m->nworkers + 1;
+    Sluice__Control__WorkerInfo *infos = sl_calloc(m->a, cap, sizeof *infos);
+    Sluice__Control__WorkerInfo **ptrs = sl_calloc(m->a, cap, sizeof *ptrs);
+    if (infos == NULL || ptrs == NULL) {
+        sl_free(m->a, infos, cap * sizeof *infos);
+        sl_free(m->a, ptrs, cap * sizeof *ptrs);
+        mp_send_error(m, i, SL_ERR_NOMEM, "attach: worker list");
+        return;
+    }
+    size_t n = 0;
+    for (uint32_t w = 0; w < m->nworkers; w++) {
+        const mp_worker *wk = &m->workers[w];
+        if (wk->conn < 0 || strcmp(wk->job, a->job_id) != 0 || wk->serve[0] == '\0') continue;
+        sluice__control__worker_info__init(&infos[n]);
+        infos[n].worker_id = (char *)wk->id;
+        infos[n].serve_address = (char *)wk->serve;
+        ptrs[n] = &infos[n];
+        n++;
+    }
+    Sluice__Control__Attached rep = SLUICE__CONTROL__ATTACHED__INIT;
+    rep.n_workers = n;
+    rep.workers = ptrs;
+    rep.finished = st.finished;
+    rep.epoch = st.epoch;
+    rep.sharding = st.static_sharding ? "static" : "dynamic";
+    /* A failed job ends its clients with the reason (they would otherwise
+     * wait for batches that never come). */
+    char failure[1100];
+    if (st.failed) {
+        if (st.failure_stripe >= 0)
+            snprintf(failure, sizeof failure, "split %u (file %.300s stripe %d) failed: %.700s",
+                     st.failure_split, st.failure_file, st.failure_stripe, st.failure_message);
+        else
+            snprintf(failure, sizeof failure, "split %u (file %.300s) failed: %.700s",
+                     st.failure_split, st.failure_file, st.failure_message);
+        rep.failed = true;
+        rep.failure = failure;
+        rep.failure_code = st.failure_code;
+    }
+    mp_send(m, i, SL_RPC_ATTACHED, &rep.base);
+    sl_free(m->a, infos, cap * sizeof *infos);
+    sl_free(m->a, ptrs, cap * sizeof *ptrs);
+}
+
+void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
+{
+    mp_deferred d = {.type = SL_RPC_COMMIT_REPLY, .nonce = cm->nonce};
+    if (cm->ref == NULL || cm->rows == NULL) {
+        mp_send_error(m, i, SL_ERR_PROTOCOL, "commit without ref or rows");
+        return;
+    }
+    /* Static sharding is enforced here, not only by the client's filter: a
+     * batch of a split assigned to another rank is refused as STALE (never
+     * journaled; the rows stay uncommitted for the rank they belong to). */
+    uint32_t owner = sl_master_state_split_rank(m->st, cm->ref->job_id, cm->ref->split);
+    if (owner != 0 && owner - 1 != m->conns[i].rank) {
+        d.result = SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE;
+        snprintf(d.message, sizeof d.message,
+                 "commit: job '%.100s' split %u is assigned to rank %u, not this client's rank %u "
+                 "(static sharding)",
+                 cm->ref->job_id, cm->ref->split, owner - 1, m->conns[i].rank);
+        m->rank_refused++;
+        if (!mp_defer(m, i, d)) mp_send_error(m, i, SL_ERR_NOMEM, "commit answer");
+        return;
+    }
+    sl_error_t err = {0};
+    sl_master_commit_result_t res = SL_MASTER_UNKNOWN;
+    sl_master_commit_t co = {cm->ref->job_id,  cm->ref->epoch, cm->ref->split,
+                          cm->ref->generation, cm->rows->from_row, cm->rows->to_row,
+                          cm->client_id,    cm->nonce,      cm->num_samples};
+    sl_err_t rc = m->failed ? SL_ERR_IO : sl_master_state_commit_batch(m->st, &co, &res, &err);
+    if (rc != SL_OK) {
+        if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
+        mp_send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
+        return;
+    }
+    d.result = (int)res;
+    if (res != SL_MASTER_COMMITTED) snprintf(d.message, sizeof d.message, "%.200s", err.msg);
+    if (!mp_defer(m, i, d)) mp_send_error(m, i, SL_ERR_NOMEM, "commit answer");
+}
+
+void mp_on_client_stats(sl_master_t *m, const Sluice__Control__ClientStats *s)
+{
+    mp_job *j = mp_job_find(m, s->job_id);
+    if (j == NULL) return;
+    /* One client's report; wait is summed over clients as is elapsed, so
+     * the ratio is the mean fraction of time trainers waited. */
+    if (s->wait_ns <= s->elapsed_ns && s->elapsed_ns < 3600ull * 1000000000ull) {
+        j->wait_ns += s->wait_ns;
+        j->elapsed_ns += s->elapsed_ns;
+    }
+}
+
+void mp_on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__TokenRequest *t)
+{
+    if (t->n_undelivered_refs != t->n_undelivered_rows) {
+        mp_send_error(m, i, SL_ERR_PROTOCOL, "token request: refs and rows differ in length");
+        return;
+    }
+    size_t n = t->n_undelivered_refs;
+    sl_master_token_exclude_t *ex = sl_calloc(m->a, n + 1, sizeof *ex);
+    if (ex == NULL) {
+        mp_send_error(m, i, SL_ERR_NOMEM, "token request");
+        return;
+    }
+    size_t k = 0;
+    for (size_t q = 0; q < n; q++) {
+        const Sluice__Control__SplitRef *r = t->undelivered_refs[q];
+        const Sluice__Control__RowRange *rr = t->undelivered_rows[q];
+        if (r == NULL || rr == NULL || strcmp(r->job_id, t->job_id) != 0) continue;
+        ex[k++] = (sl_master_token_exclude_t){r->epoch, r->split, rr->from_row, rr->to_row};
+    }
+    mp_deferred d = {.type = SL_RPC_TOKEN};
+    sl_error_t err = {0};
+    sl_err_t rc = sl_master_state_token_encode(m->st, t->job_id, ex, (uint32_t)k, &d.token,
+                                               &d.token_len, &err);
+    sl_free(m->a, ex, (n + 1) * sizeof *ex);
+    if (rc != SL_OK) {
+        mp_send_error(m, i, rc, err.msg);
+        return;
+    }
+    if (!mp_defer(m, i, d)) {
+        sl_free(m->a, d.token, d.token_len);
+        mp_send_error(m, i, SL_ERR_NOMEM, "token answer");
+    }
+}
