@@ -29,6 +29,7 @@ typedef struct master_args {
     uint64_t lease_ms, split_failures, client_idle_ms, fleet, compact, max_conns, handshake_ms,
         conn_idle_ms;
     sl_cli_admin_args_t adm;
+    sl_cli_log_args_t log;
 } master_args_t;
 
 #define M(field) offsetof(master_args_t, field)
@@ -86,7 +87,8 @@ const sl_cli_cmd_t sl_cli_master_cmd = {
     .synopsis = "sluice master --listen ADDR --admin ADDR --state DIR [options]",
     .about = "Runs the DPP master with its admin endpoint (and, with --executor local, the "
              "jobs' workers as processes of this machine) until SIGINT or SIGTERM.",
-    .groups = {{&master_group, 0}, {&sl_cli_admin_group, M(adm)}},
+    .groups = {{&master_group, 0}, {&sl_cli_admin_group, M(adm)},
+                {&sl_cli_log_group, M(log)}},
 };
 
 /* Path of this program, for the executor's worker processes. */
@@ -133,6 +135,7 @@ int sl_cli_master(int argc, char **argv)
     master_args_t args = {0};
     sl_cli_parsed_t parsed;
     if (!sl_cli_parse(&sl_cli_master_cmd, argc, argv, &args, &parsed)) return parsed.code;
+    sl_cli_log_apply("master", &args.log);
     const char *listen = args.listen, *admin = args.admin, *state = args.state;
     const char *token_file = args.token_file, *log_dir = args.log_dir;
     const char *executor = args.executor, *secret_file = args.secret_file;

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1") or 1)
@@ -43,11 +44,15 @@ def wait_for(what, fn, timeout_s):
 class Proc:
     """A child whose stdout lines are collected by a thread."""
 
-    def __init__(self, name, args, throttle_s=0.0):
+    def __init__(self, name, args, throttle_s=0.0, stderr_path=None):
         self.name = name
         self.lines = []
-        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, errors="replace")
+        self.stderr_path = stderr_path
+        err = open(stderr_path, "w") if stderr_path else subprocess.STDOUT
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True,
+                                  errors="replace")
+        if stderr_path:
+            err.close()
         self.throttle_s = throttle_s
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -66,6 +71,10 @@ class Proc:
             fail(f"{self.name} exited ({self.p.returncode}):\n" + "\n".join(self.lines[-20:]))
         return None
 
+    def stderr_lines(self):
+        with open(self.stderr_path, errors="replace") as f:
+            return f.read().splitlines()
+
     def stop(self):
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
@@ -81,8 +90,11 @@ def http(method, url, body=None, token=None):
                                  data=json.dumps(body).encode() if body is not None else None)
     if token:
         req.add_header("Authorization", "Bearer " + token)
-    with urllib.request.urlopen(req, timeout=10 * SCALE) as r:
-        return r.status, dict(r.headers), r.read().decode()
+    try:
+        with urllib.request.urlopen(req, timeout=10 * SCALE) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:  # a refusal is an answer too
+        return e.code, dict(e.headers), e.read().decode()
 
 
 
@@ -98,27 +110,31 @@ class Fleet:
         self.token = NAME + "-" + os.urandom(8).hex()
         with open(os.path.join(work, "admin.token"), "w") as f:
             f.write(self.token + "\n")
-        self.table = os.path.join(work, "table")
+        self.table = self.gen_table("table", rows)
+
+    def gen_table(self, name, rows):
+        path = os.path.join(self.work, name)
         subprocess.run([SLUICE, "table", "gen", "--preset", "criteo", "--rows", str(rows),
-                        "--table", self.table, "--stripe-rows", "4096", "--no-sync", "--quiet"],
+                        "--table", path, "--stripe-rows", "4096", "--no-sync", "--quiet"],
                        check=True, timeout=60 * SCALE, stdout=subprocess.DEVNULL)
+        return path
 
     def start(self, proc):
         self.procs.append(proc)
         return proc
 
-    def master(self, *extra):
+    def master(self, *extra, stderr_path=None):
         m = self.start(Proc("master", [SLUICE, "master", "--listen", "127.0.0.1:0", "--admin",
                                        "127.0.0.1:0", "--state", os.path.join(self.work, "state"),
                                        "--token-file", os.path.join(self.work, "admin.token")]
-                            + list(extra)))
+                            + list(extra), stderr_path=stderr_path))
         found = wait_for("the master's start line",
                          lambda: m.find(r"control (\S+?),.*\(port (\d+)\)"), 15)
         self.control, self.admin = found.group(1), f"127.0.0.1:{found.group(2)}"
         return m
 
-    def submit(self, job, batch=256, epochs=2, **body):
-        spec = {"id": job, "source": {"table": self.table},
+    def submit(self, job, batch=256, epochs=2, table=None, **body):
+        spec = {"id": job, "source": {"table": table or self.table},
                 "batch": {"size": batch, "epochs": epochs}}
         status, _, answer = http("POST", f"http://{self.admin}/jobs", dict(body, spec=spec),
                                  self.token)
@@ -126,13 +142,20 @@ class Fleet:
             fail(f"POST /jobs answered {status}: {answer}")
         return json.loads(answer)
 
-    def worker(self, job, worker_id, *extra):
+    def worker(self, job, worker_id, *extra, stderr_path=None):
         """A worker with an admin endpoint; returns (proc, its admin address)."""
         w = self.start(Proc(worker_id, [SLUICE, "worker", "--master", self.control, "--job-id",
                                         job, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
-                                        "--worker-id", worker_id] + list(extra)))
+                                        "--worker-id", worker_id] + list(extra),
+                            stderr_path=stderr_path))
         port = wait_for(f"{worker_id}'s admin line", lambda: w.find(r"admin on [^:]+:(\d+)"), 15)
         return w, "127.0.0.1:" + port.group(1)
+
+    def get(self, path):
+        status, _, body = http("GET", f"http://{self.admin}{path}")
+        if status != 200:
+            fail(f"GET {path} answered {status}: {body}")
+        return json.loads(body)
 
     def trainer(self, job, throttle_s=0.0):
         """`sluice read --ids`: one line of ids per batch, read by us at most
