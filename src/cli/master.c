@@ -203,12 +203,16 @@ int sl_cli_master(int argc, char **argv)
     if (local) {
         char bin[PATH_MAX];
         self_path(bin, sizeof bin);
-        /* Workers prove the secret to this master (and to their trainers). */
-        const char *extra[] = {"--cluster-secret-file", secret_file, NULL};
+        /* Workers log as this master does, and prove the secret to it (and
+         * to their trainers). */
+        const char *extra[] = {"--log-level",           args.log.level, "--log-format",
+                               args.log.format,         "--cluster-secret-file", secret_file,
+                               NULL};
+        if (secret_file == NULL) extra[4] = NULL;
         sl_master_executor_local_opts_t eo = {.binary = bin,
                                      .master = sl_master_address(m),
                                      .log_dir = log_dir,
-                                     .extra_args = secret_file ? extra : NULL};
+                                     .extra_args = extra};
         if (sl_master_executor_local_new(&eo, &ex, &err) != SL_OK) {
             fprintf(stderr, "sluice master: executor: %s\n", err.msg);
             sl_admin_stop(ad);
