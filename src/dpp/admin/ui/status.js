@@ -172,7 +172,8 @@
   }
 
   function noteDecision(job, now) {
-    const key = `${job.desired_workers}/${job.granted_workers}/${job.autoscale_reason}`;
+    /* a change of count is a decision; the reason's figures move every poll */
+    const key = `${job.desired_workers}/${job.granted_workers}`;
     if (lastDecision.get(job.id) === key) return;
     lastDecision.set(job.id, key);
     decisions.push({ t: now, job: job.id, desired: job.desired_workers,
