@@ -254,6 +254,17 @@ Test(master_server, submit_refusals)
     cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "/nonexistent/table") != NULL, "%s", err.msg);
     json_decref(b);
+    /* a Kafka job: the spec is valid, this master does not lease chunks yet */
+    b = json_loads("{\"spec\": {\"id\": \"j\", \"source\": {\"kafka\": {\"brokers\": "
+                   "\"127.0.0.1:9\", \"topics\": [\"t\"], \"schema\": {\"features\": "
+                   "[{\"name\": \"f\", \"kind\": \"sparse\"}]}}}}}",
+                   0, NULL);
+    cr_assert_not_null(b);
+    cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "$.source.kafka: this master does not lease Kafka partition chunks "
+                              "yet (docs/KAFKA.md)") != NULL,
+              "%s", err.msg);
+    json_decref(b);
     b = json_pack("{s:{s:s, s:{s:s}, s:{s:i}}}", "spec", "id", "j", "source", "table", e.table,
                   "batch", "size", -5);
     cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);

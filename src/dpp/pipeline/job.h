@@ -27,12 +27,37 @@ typedef struct sl_pipeline_dedup_group {
  * (every argument given or defaulted): private to src/dpp/pipeline (ops.h). */
 typedef struct sl_pipeline_op sl_pipeline_op_t;
 
+/* Where a Kafka job starts or stops reading each partition. */
+typedef enum sl_pipeline_kafka_at {
+    SL_PIPELINE_KAFKA_NONE = 0,     /* stop: never (a stream) */
+    SL_PIPELINE_KAFKA_EARLIEST = 1, /* start: each partition's first offset */
+    SL_PIPELINE_KAFKA_LATEST = 2,   /* start: records produced after submission; stop: the
+                                       high-water marks at submission ("end") */
+    SL_PIPELINE_KAFKA_TIMESTAMP = 3 /* the first offset whose CreateTime is >= at_ms */
+} sl_pipeline_kafka_at_t;
+
+/* source.kafka (docs/KAFKA.md): the topics read instead of a table. */
+typedef struct sl_pipeline_kafka {
+    char *brokers;        /* bootstrap servers, "host:port[,host:port...]" */
+    char **topics;        /* [num_topics] distinct names */
+    uint32_t num_topics;
+    sl_wh_schema_t *schema; /* what the records' features are (a table schema's JSON form) */
+    uint8_t start, stop;  /* sl_pipeline_kafka_at_t */
+    int64_t start_ms, stop_ms; /* TIMESTAMP: milliseconds since the epoch */
+    uint32_t linger_ms;   /* a batch waits at most this long for more records; default 5 */
+    uint32_t chunk;       /* offsets per split (partition chunk); default 65536 */
+    char **props;         /* [2 * num_props] librdkafka property name, value, ... */
+    uint32_t num_props;
+} sl_pipeline_kafka_t;
+
 /* The job spec as parsed (syntax, types and ranges checked, defaults
  * filled in; names not yet bound to a schema). */
 typedef struct sl_pipeline_job {
     char *id;                 /* "job" unless set */
     /* source */
-    char *table;              /* table directory */
+    char *table;              /* table directory; NULL for a Kafka job */
+    bool is_kafka;            /* source.kafka given (then kafka is filled, table NULL) */
+    sl_pipeline_kafka_t kafka;
     char *partitions;         /* partition filter (sl_wh_filter_parse syntax) or NULL */
     char **features;          /* projection; NULL: every feature */
     uint32_t num_features;

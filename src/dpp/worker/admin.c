@@ -44,6 +44,32 @@ char *sl_worker_admin_metrics_text(sl_worker_t *w, sl_worker_lease_client_t *ms)
     sl_admin_prom_init(&p, NULL);
     counter(&p, "sluice_worker_rows_read_total", "Rows read from the table.", (double)st.rows_read);
     counter(&p, "sluice_worker_rows_kept_total", "Rows the filters kept.", (double)st.rows_kept);
+    counter(&p, "sluice_worker_kafka_records_total", "Kafka records consumed (a Kafka job).",
+            (double)st.records_read);
+    counter(&p, "sluice_worker_kafka_bad_records_total",
+            "Kafka records skipped as bad: no or another format header, an undecodable value, "
+            "features that do not fit the schema.",
+            (double)st.records_bad);
+    /* a Prometheus histogram: cumulative buckets, sum and count */
+    sl_admin_prom_family(&p, "sluice_worker_kafka_record_age_seconds", "histogram",
+                         "Age of each Kafka record (now minus its CreateTime) when the worker "
+                         "read it.");
+    uint64_t cum = 0;
+    for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++) {
+        char le[32], lab[64];
+        cum += st.age_buckets[b];
+        if (b + 1 < SL_WORKER_AGE_BUCKETS)
+            snprintf(le, sizeof le, "%g", (double)SL_WORKER_AGE_BOUNDS_MS[b] / 1000.0);
+        else
+            snprintf(le, sizeof le, "+Inf");
+        sl_admin_prom_label(lab, sizeof lab, "le", le);
+        sl_admin_prom_sample(&p, "sluice_worker_kafka_record_age_seconds_bucket", lab,
+                             (double)cum);
+    }
+    sl_admin_prom_sample(&p, "sluice_worker_kafka_record_age_seconds_sum", NULL,
+                         (double)st.age_sum_ms / 1000.0);
+    sl_admin_prom_sample(&p, "sluice_worker_kafka_record_age_seconds_count", NULL,
+                         (double)st.age_count);
     counter(&p, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
     counter(&p, "sluice_worker_splits_failed_total",
             "Leases whose split could not be read (reported to the master).",
@@ -156,6 +182,10 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
         "dropped", (json_int_t)st.server.dropped, "memory", "limit", (json_int_t)st.memory_limit,
         "used", (json_int_t)st.memory_used, "peak", (json_int_t)st.memory_peak);
     if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
+    if (o && (st.records_read || st.records_bad))
+        json_object_set_new(o, "kafka",
+                            json_pack("{s:I, s:I}", "records", (json_int_t)st.records_read,
+                                      "bad_records", (json_int_t)st.records_bad));
     if (o && ms) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(ms, &m);

@@ -361,6 +361,67 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
     return rc;
 }
 
+/* ---- rows a source reads itself (source.h, read) ---- */
+
+typedef struct own_rows {
+    reader_t *rd;
+    const sl_worker_work_t *wk;
+    uint64_t t0; /* when work on this stripe began */
+} own_rows_t;
+
+/* One stripe of rows from the source: accounted in the budget while it is
+ * filtered and batched, like a table stripe, then released. */
+static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, uint64_t end,
+                           sl_error_t *err)
+{
+    own_rows_t *o = ctx;
+    reader_t *rd = o->rd;
+    sl_worker_t *w = rd->w;
+    (void)end;
+    uint32_t n = rows->batch.batch_size, kept = 0;
+    if (atomic_load(&w->stopping)) return SL_ERR_CLOSED;
+    if (n == 0) return SL_OK; /* gaps and bad records only: nothing to batch (no lease) */
+    uint64_t sb = rows_bytes(rows), tw = now_ns(CLOCK_MONOTONIC);
+    sl_err_t rc = reader_take(rd, sb, "the records being batched", err);
+    if (rc) return rc;
+    rd->stripe_held = sb;
+    uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw, t1 = now_ns(CLOCK_MONOTONIC),
+             h0 = rd->handoff_ns;
+    if (!scratch_rows(rd, n))
+        rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+    else
+        rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
+    sl_worker_rows_origin_t origin = {.epoch = o->wk->epoch, .split_id = o->wk->split_id,
+                                      .row = first, .key_offsets = rows->key_offsets};
+    if (rc == SL_OK && kept)
+        rc = sl_worker_batcher_add(rd->b, &rows->batch, kept == n ? NULL : rd->selected,
+                                   rd->weigh ? rd->weights : NULL, kept, &origin, err);
+    /* The source cut the stripe at the batch size or after its linger time:
+     * it is one batch and goes out now, short or not, so that a record
+     * waits at most the linger time (a stream has no end to flush at). */
+    if (rc == SL_OK && kept) rc = sl_worker_batcher_end_epoch(rd->b, err);
+    if (rc == SL_OK) rc = batcher_acct(rd, err);
+    rd->stripe_held = 0;
+    sl_worker_budget_release(w->budget, sb);
+    account_stripe(rd, n, kept, o->t0, t1, waited, h0);
+    o->t0 = now_ns(CLOCK_MONOTONIC);
+    return rc;
+}
+
+static sl_err_t read_own(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    rd->num_empty = 0;
+    if (wk->lease)
+        return sl_error_set(err, SL_ERR_PROTOCOL,
+                            "split %" PRIu64 ": a source that reads its own rows has no leases",
+                            wk->split_id);
+    own_rows_t o = {.rd = rd, .wk = wk, .t0 = t0};
+    sl_err_t rc = w->source.read(w->source.ctx, wk, own_stripe, &o, err);
+    if (rc == SL_OK) rc = batcher_acct(rd, err);
+    return rc;
+}
+
 /* A leased split the reader cannot read (rc a split error) is reported
  * through the source instead of failing the worker: what the batcher
  * gathered of it is discarded, the lease is done, the reader goes on with
@@ -432,8 +493,12 @@ void *dpp_worker_reader_main(void *arg)
         epoch = wk.epoch;
         uint64_t t0 = now_ns(CLOCK_MONOTONIC);
         rd.stripe = -1;
-        rc = open_split(&rd, wk.split, &err);
-        if (rc == SL_OK) rc = read_split(&rd, &wk, t0, &err);
+        if (w->source.read) {
+            rc = read_own(&rd, &wk, t0, &err);
+        } else {
+            rc = open_split(&rd, wk.split, &err);
+            if (rc == SL_OK) rc = read_split(&rd, &wk, t0, &err);
+        }
         if (rc != SL_OK && lease_failed(&rd, &wk, rc, &err)) {
             /* the reader's state after a failure is unknown: reopen */
             sl_wh_reader_close(rd.r);

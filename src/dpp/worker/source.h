@@ -6,6 +6,8 @@
  *                    alone (sluice read, sluice worker --job)
  *   lease_client.c   leases of a DPP master (sluice worker --master),
  *                    through sl_worker_lease_client_source
+ *   kafka_source.c   chunks of Kafka partitions (a job with source.kafka),
+ *                    on this worker alone; it reads its own rows (read)
  *
  * The contract between a source and the reader's one stripe loop
  * (reader.c), which is all a new source (the Kafka stream) has to keep:
@@ -83,6 +85,25 @@ typedef struct sl_worker_lease_origin {
     uint32_t rank_plus_one;    /* 1 + the only trainer rank it may go to; 0: any */
 } sl_worker_lease_origin_t;
 
+/* What a source that reads its own rows (read, below) hands the stripe
+ * loop: rows in column form (borrowed for the call) covering rows
+ * [first, end) of the unit's split; end - first may exceed the row count
+ * (rows that come as no row: a Kafka partition's gaps and bad records).
+ * Consecutive calls of one unit tile its todo. */
+typedef sl_err_t (*sl_worker_rows_fn)(void *fn_ctx, const sl_wh_rows_t *rows, uint64_t first,
+                                      uint64_t end, sl_error_t *err);
+
+/* A record source's counts (the records hook). Ages: now minus each
+ * record's CreateTime when the source handed its row on, in buckets of
+ * at most SL_WORKER_AGE_BOUNDS_MS[i] ms (the last: any). */
+#define SL_WORKER_AGE_BUCKETS 14
+extern const uint64_t SL_WORKER_AGE_BOUNDS_MS[SL_WORKER_AGE_BUCKETS - 1];
+typedef struct sl_worker_records {
+    uint64_t read, bad;
+    uint64_t age_buckets[SL_WORKER_AGE_BUCKETS]; /* not cumulative */
+    uint64_t age_count, age_sum_ms;
+} sl_worker_records_t;
+
 typedef struct sl_worker_source {
     /* The next split to read (called from the reader thread only; may
      * block until there is work). @return SL_OK, SL_ERR_CLOSED when there
@@ -117,8 +138,37 @@ typedef struct sl_worker_source {
      * leases. From the reader (done follows) or a transform thread (before
      * the failing batch is retired); takes only the source's own lock. */
     void (*lease_failed)(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg);
+    /* A source whose rows are not table stripes (the Kafka source,
+     * kafka_source.c) reads w's todo itself and hands each stripe of rows
+     * to fn; the loop filters and batches them as a table stripe's rows.
+     * NULL: the loop reads the split's table stripes. Units of such a
+     * source carry no lease (yet: a lease's batches must each cover one
+     * contiguous range, which a stripe sorted by session does not give
+     * the batcher's row numbering). @return SL_ERR_CLOSED when cancelled,
+     * fn's error, or the source's. */
+    sl_err_t (*read)(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn, void *fn_ctx,
+                     sl_error_t *err);
+    /* Records consumed so far, how many were bad (skipped, their rows
+     * read), and the age of the good ones when read: a source of records
+     * (Kafka) says; may be NULL. Any thread. */
+    void (*records)(void *ctx, sl_worker_records_t *out);
     void *ctx;
 } sl_worker_source_t;
+
+/* The Kafka source (kafka_source.c) of job (borrowed; its source.kafka
+ * block, batch size and epochs), decoding the features features[nf] (the
+ * plan's read features; borrowed) of each record, with librdkafka's
+ * prefetch bounded by prefetch bytes (its queue and one fetch, unless the
+ * job's properties size them): every partition of the
+ * job's topics from its start offset, in chunks of kafka.chunk offsets,
+ * chunk i of every partition before chunk i + 1 of any; with a stop, up to
+ * it, epoch after epoch; without, for ever. No leases. Partitions and
+ * offsets are looked up on the first next. @return SL_ERR_INVALID (a
+ * consumer property), SL_ERR_NOMEM. */
+struct sl_pipeline_job;
+sl_err_t sl_worker_source_kafka_new(const struct sl_pipeline_job *job, const char *const *features,
+                                    uint32_t nf, uint64_t prefetch, const sl_allocator_t *a,
+                                    sl_worker_source_t *out, sl_error_t *err);
 
 /* The table source (table_source.c) over splits (borrowed; must outlive
  * the source): for each epoch 0..epochs-1 every split once, whole and

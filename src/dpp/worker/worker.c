@@ -241,6 +241,28 @@ static bool files_store_job_groups(sl_worker_t *w)
     return ok;
 }
 
+/* A table job: its table, partition filter, plan, splits and (without a
+ * source given) the table source. */
+static sl_err_t open_table(sl_worker_t *w, const sl_pipeline_job_t *job,
+                                     sl_pipeline_problems_t *problems, sl_error_t *err)
+{
+    const sl_allocator_t *a = w->a;
+    sl_err_t rc;
+    if ((rc = sl_wh_table_open(job->table, a, &w->table, err))) return rc;
+    if (job->partitions && (rc = sl_wh_filter_parse(job->partitions, a, &w->filter, err))) {
+        if (problems) sl_pipeline_problems_add(problems, "$.source.partitions: %s", err->msg);
+        return rc;
+    }
+    if ((rc = sl_pipeline_plan_new(job, sl_wh_table_schema(w->table), &w->plan, problems, err)))
+        return rc;
+    if ((rc = sl_wh_table_splits(w->table, w->filter, job->stripes_per_split, &w->splits, err)))
+        return rc;
+    if (!w->source.next)
+        rc = sl_worker_source_table_new(w->splits, job->epochs, job->shuffle_splits, job->seed, a,
+                                        &w->source, err);
+    return rc;
+}
+
 static uint64_t fnv1a(const char *s)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -290,20 +312,32 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     w->threads = o.threads;
     w->st.threads = o.threads;
     w->st.memory_limit = o.memory_limit;
-    if ((rc = sl_wh_table_open(job->table, a, &w->table, err))) goto fail;
-    if (job->partitions && (rc = sl_wh_filter_parse(job->partitions, a, &w->filter, err))) {
-        if (problems) sl_pipeline_problems_add(problems, "$.source.partitions: %s", err->msg);
+    if (job->is_kafka) {
+        /* records of source.kafka's schema; a worker reads them alone
+         * (under a master, Kafka chunks are not leased yet: docs/KAFKA.md) */
+        if (w->source.next) {
+            rc = sl_error_set(err, SL_ERR_INVALID,
+                              "$.source.kafka: a worker under a master does not read Kafka "
+                              "topics yet");
+            if (problems) sl_pipeline_problems_add(problems, "%s", err->msg);
+            goto fail;
+        }
+        if ((rc = sl_pipeline_plan_new(job, job->kafka.schema, &w->plan, problems, err)))
+            goto fail;
+        uint32_t nf = 0;
+        const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
+        /* librdkafka's prefetch is part of the memory limit: an eighth of
+         * it, 4 to 64 MiB (a fetch, half of it, must hold librdkafka's
+         * largest message, 1 MB), held in the budget from the start */
+        uint64_t pf = o.memory_limit / 8;
+        w->kafka_prefetch = pf < (4u << 20) ? (4u << 20) : pf > (64u << 20) ? (64u << 20) : pf;
+        if ((rc = sl_worker_source_kafka_new(job, features, nf, w->kafka_prefetch, a, &w->source,
+                                             err)))
+            goto fail;
+    } else if ((rc = open_table(w, job, problems, err))) {
         goto fail;
     }
-    if ((rc = sl_pipeline_plan_new(job, sl_wh_table_schema(w->table), &w->plan, problems, err)))
-        goto fail;
-    if ((rc = sl_wh_table_splits(w->table, w->filter, job->stripes_per_split, &w->splits, err)))
-        goto fail;
-    if (!w->source.next &&
-        (rc = sl_worker_source_table_new(w->splits, job->epochs, job->shuffle_splits, job->seed, a,
-                                         &w->source, err)))
-        goto fail;
-    w->dedup_form = files_store_job_groups(w);
+    w->dedup_form = w->table && files_store_job_groups(w);
     w->st.dedup_form = w->dedup_form;
     w->num_groups = job->num_dedup_groups;
     if (w->num_groups) {
@@ -329,6 +363,14 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
         goto fail;
     }
     sl_worker_budget_stages(w->budget, o.threads + 1); /* the reader and the transform threads */
+    if (w->kafka_prefetch &&
+        sl_worker_budget_acquire(w->budget, w->kafka_prefetch, 0) != SL_OK) {
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "worker: memory limit %" PRIu64 " bytes leaves no room for the Kafka "
+                          "consumer's prefetch of %" PRIu64 " bytes",
+                          o.memory_limit, w->kafka_prefetch);
+        goto fail;
+    }
     sl_worker_server_opts_t so = {.listen = o.listen,
                                .max_credits = o.max_credits,
                                .worker_id = w->worker_id,
@@ -434,6 +476,16 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
     if (!w->stopped) w->st.finished = done && w->fail_code == SL_OK;
     *out = w->st;
     sl_mutex_unlock(&w->mu);
+    if (w->source.records) {
+        sl_worker_records_t r = {0};
+        w->source.records(w->source.ctx, &r);
+        out->records_read = r.read;
+        out->records_bad = r.bad;
+        _Static_assert(sizeof out->age_buckets == sizeof r.age_buckets, "age buckets");
+        memcpy(out->age_buckets, r.age_buckets, sizeof r.age_buckets);
+        out->age_count = r.age_count;
+        out->age_sum_ms = r.age_sum_ms;
+    }
     if (w->budget) {
         out->memory_used = sl_worker_budget_used(w->budget);
         out->memory_peak = sl_worker_budget_peak(w->budget);

@@ -96,6 +96,12 @@ typedef struct sl_worker_stats {
     bool dedup_form; /* the table stores the job's dedup groups: read and sent as stored */
     uint64_t splits, stripes, rows_read, rows_kept, rows_dropped;
     uint64_t splits_failed; /* leases whose split could not be read (reported, not fatal) */
+    /* A Kafka job: records consumed, and of them bad ones (no or another
+     * format header, a value that does not decode, features that do not
+     * fit the schema: skipped, their offsets read). 0 for a table. */
+    uint64_t records_read, records_bad;
+    /* ... and their ages when read (source.h, sl_worker_records_t) */
+    uint64_t age_buckets[14], age_count, age_sum_ms;
     uint64_t batches, samples;              /* encoded */
     uint64_t bytes_encoded, bytes_expanded; /* encoded; and had dedup been off */
     uint32_t num_groups;

@@ -1,0 +1,313 @@
+/* The Kafka split source (source.h): chunks of the partitions of a job's
+ * topics (docs/DESIGN.md, "Kafka: offsets are rows"), read on this worker
+ * alone (sluice worker --job, sluice read). A unit is one chunk
+ * (topic, partition, [from, to)); its rows are its offsets, gaps and bad
+ * records included, and the source reads them itself through
+ * sl_kafka_read_range, handing the stripe loop stripes of records cut at
+ * the batch size or after linger_ms, sorted by session.
+ *
+ * Order: chunk i of every partition (topics in spec order, partitions
+ * ascending) before chunk i + 1 of any, so partitions advance together.
+ * With a stop each partition ends at its stop offset and the job runs
+ * its epochs over the same chunks; without one the job is a stream and a
+ * chunk above a partition's end waits for its records (one chunk is read
+ * at a time: under a master, chunks of different partitions go to
+ * different readers). */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/source.h"
+#include "kafka/chunk.h"
+
+#define META_TIMEOUT_MS 30000
+
+typedef struct kpart {
+    const char *topic; /* the job's */
+    int32_t partition;
+    int64_t start, stop; /* stop < 0: none */
+    char name[300];      /* "topic/partition": the split's path in messages */
+} kpart_t;
+
+typedef struct kafka_source {
+    const sl_pipeline_job_t *job;
+    const sl_allocator_t *a;
+    sl_kafka_consumer_t *c;
+    sl_kafka_rows_t *rows;
+    kpart_t *parts;
+    uint32_t num_parts;
+    bool planned;
+    uint32_t epoch;
+    uint64_t chunk;  /* the chunk index being handed out */
+    uint32_t next;   /* the partition whose chunk goes next */
+    bool any;        /* some partition had chunk `chunk` (bounded: else the epoch ends) */
+    atomic_bool cancel;
+    sl_wh_split_t split;      /* the unit handed out last */
+    sl_dpp_row_range_t whole; /* its todo */
+    int64_t from, to;
+    const kpart_t *part;
+    _Atomic uint64_t records, bad; /* read by the admin thread (records hook) */
+    _Atomic uint64_t ages[SL_WORKER_AGE_BUCKETS], age_count, age_sum_ms;
+} kafka_source_t;
+
+/* Where partition p of topic starts or stops, per the spec. */
+static sl_err_t offset_at(kafka_source_t *s, const char *topic, int32_t p, uint8_t at, int64_t ms,
+                          int64_t *out, sl_error_t *err)
+{
+    int64_t lo = 0, hi = 0;
+    switch (at) {
+    case SL_PIPELINE_KAFKA_NONE: *out = -1; return SL_OK;
+    case SL_PIPELINE_KAFKA_TIMESTAMP:
+        return sl_kafka_offset_for_time(s->c, topic, p, ms, META_TIMEOUT_MS, out, err);
+    default: {
+        sl_err_t rc = sl_kafka_watermarks(s->c, topic, p, META_TIMEOUT_MS, &lo, &hi, err);
+        *out = at == SL_PIPELINE_KAFKA_EARLIEST ? lo : hi;
+        return rc;
+    }
+    }
+}
+
+/* Every partition of every topic with its start and stop offsets. */
+static sl_err_t plan(kafka_source_t *s, sl_error_t *err)
+{
+    const sl_pipeline_kafka_t *k = &s->job->kafka;
+    int32_t counts[256];
+    uint64_t total = 0;
+    if (k->num_topics > 256)
+        return sl_error_set(err, SL_ERR_INVALID, "kafka: %u topics, at most 256", k->num_topics);
+    for (uint32_t t = 0; t < k->num_topics; t++) {
+        sl_err_t rc = sl_kafka_partitions(s->c, k->topics[t], META_TIMEOUT_MS, &counts[t], err);
+        if (rc) return rc;
+        total += (uint64_t)counts[t];
+    }
+    if (total == 0 || total > 65536)
+        return sl_error_set(err, SL_ERR_INVALID, "kafka: %" PRIu64 " partitions (1 to 65536)",
+                            total);
+    s->parts = sl_calloc(s->a, (size_t)total, sizeof *s->parts);
+    if (!s->parts) return sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
+    for (uint32_t t = 0; t < k->num_topics; t++)
+        for (int32_t p = 0; p < counts[t]; p++) {
+            kpart_t *kp = &s->parts[s->num_parts++];
+            kp->topic = k->topics[t];
+            kp->partition = p;
+            snprintf(kp->name, sizeof kp->name, "%s/%d", kp->topic, (int)p);
+            sl_err_t rc = offset_at(s, kp->topic, p, k->start, k->start_ms, &kp->start, err);
+            if (rc == SL_OK) rc = offset_at(s, kp->topic, p, k->stop, k->stop_ms, &kp->stop, err);
+            if (rc) return rc;
+        }
+    s->planned = true;
+    return SL_OK;
+}
+
+static sl_err_t kafka_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
+{
+    kafka_source_t *s = ctx;
+    if (atomic_load(&s->cancel)) return SL_ERR_CLOSED;
+    if (!s->planned) {
+        sl_err_t rc = plan(s, err);
+        if (rc) return rc;
+    }
+    const sl_pipeline_kafka_t *k = &s->job->kafka;
+    for (;;) {
+        if (s->epoch >= s->job->epochs) return SL_ERR_CLOSED;
+        if (s->next == s->num_parts) { /* every partition had its chunk `chunk` */
+            s->next = 0;
+            if (!s->any && k->stop != SL_PIPELINE_KAFKA_NONE) { /* none left: the epoch ends */
+                s->epoch++;
+                s->chunk = 0;
+                continue;
+            }
+            s->any = false;
+            s->chunk++;
+        }
+        const kpart_t *kp = &s->parts[s->next++];
+        int64_t from, to;
+        if (!sl_kafka_chunk_bounds(kp->start, k->chunk, s->chunk, kp->stop, &from, &to)) continue;
+        s->any = true;
+        s->part = kp;
+        s->from = from;
+        s->to = to;
+        s->split = (sl_wh_split_t){.path = kp->name, .partition = kp->name,
+                                   .first_row = (uint64_t)from,
+                                   .num_rows = (uint64_t)(to - from)};
+        s->whole = (sl_dpp_row_range_t){0, (uint64_t)(to - from)};
+        *out = (sl_worker_work_t){.split = &s->split,
+                                  .epoch = s->epoch,
+                                  /* stable: the partition's place and the chunk's index */
+                                  .split_id = ((uint64_t)(kp - s->parts) << 40) | s->chunk,
+                                  .todo = &s->whole,
+                                  .num_todo = 1};
+        return SL_OK;
+    }
+}
+
+const uint64_t SL_WORKER_AGE_BOUNDS_MS[SL_WORKER_AGE_BUCKETS - 1] = {
+    5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000};
+
+typedef struct pass {
+    kafka_source_t *s;
+    sl_worker_rows_fn fn;
+    void *fn_ctx;
+    int64_t from;
+    const char *name;
+} pass_t;
+
+/* Each row's age (now minus its record's CreateTime) into the histogram. */
+static void count_ages(kafka_source_t *s, const sl_kafka_stripe_t *st)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    uint64_t counts[SL_WORKER_AGE_BUCKETS] = {0}, n = 0, sum = 0;
+    for (uint32_t j = 0; j < st->rows.batch.batch_size; j++) {
+        if (st->create_ms[j] < 0) continue; /* no CreateTime */
+        uint64_t age = now > st->create_ms[j] ? (uint64_t)(now - st->create_ms[j]) : 0;
+        uint32_t b = 0;
+        while (b < SL_WORKER_AGE_BUCKETS - 1 && age > SL_WORKER_AGE_BOUNDS_MS[b]) b++;
+        counts[b]++;
+        n++;
+        sum += age;
+    }
+    for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++)
+        if (counts[b]) atomic_fetch_add(&s->ages[b], counts[b]);
+    atomic_fetch_add(&s->age_count, n);
+    atomic_fetch_add(&s->age_sum_ms, sum);
+}
+
+static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t first, int64_t end,
+                            sl_error_t *err)
+{
+    pass_t *p = ctx;
+    count_ages(p->s, st);
+    sl_wh_rows_t rows = st->rows;
+    rows.file = p->name;
+    return p->fn(p->fn_ctx, &rows, (uint64_t)(first - p->from), (uint64_t)(end - p->from), err);
+}
+
+static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn,
+                           void *fn_ctx, sl_error_t *err)
+{
+    kafka_source_t *s = ctx;
+    if (w->split != &s->split || w->num_todo != 1)
+        return sl_error_set(err, SL_ERR_PROTOCOL, "kafka source: a unit it did not hand out");
+    int64_t from = s->from + (int64_t)w->todo[0].from_row, to = s->from + (int64_t)w->todo[0].to_row;
+    pass_t p = {.s = s,
+                .fn = fn, .fn_ctx = fn_ctx, .from = s->from, .name = s->part->name};
+    sl_kafka_read_opts_t o = {.topic = s->part->topic,
+                              .partition = s->part->partition,
+                              .from = from,
+                              .to = to,
+                              .batch_rows = s->job->batch_size,
+                              .linger_ms = s->job->kafka.linger_ms,
+                              .rows = s->rows,
+                              .stripe = pass_stripe,
+                              .ctx = &p,
+                              .cancel = &s->cancel};
+    sl_kafka_read_stats_t st = {0};
+    sl_err_t rc = sl_kafka_read_range(s->c, &o, &st, err);
+    atomic_fetch_add(&s->records, st.records);
+    atomic_fetch_add(&s->bad, st.bad);
+    return rc;
+}
+
+static void kafka_records(void *ctx, sl_worker_records_t *out)
+{
+    kafka_source_t *s = ctx;
+    out->read = atomic_load(&s->records);
+    out->bad = atomic_load(&s->bad);
+    for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++) out->age_buckets[b] = atomic_load(&s->ages[b]);
+    out->age_count = atomic_load(&s->age_count);
+    out->age_sum_ms = atomic_load(&s->age_sum_ms);
+}
+
+static void kafka_cancel(void *ctx)
+{
+    kafka_source_t *s = ctx;
+    atomic_store(&s->cancel, true);
+}
+
+static void kafka_destroy(void *ctx)
+{
+    kafka_source_t *s = ctx;
+    if (!s) return;
+    sl_kafka_rows_destroy(s->rows);
+    sl_kafka_consumer_destroy(s->c);
+    if (s->parts) sl_free(s->a, s->parts, (size_t)s->num_parts * sizeof *s->parts);
+    sl_free(s->a, s, sizeof *s);
+}
+
+/* The job's properties plus the prefetch bounds it does not set itself:
+ * one partition is assigned at a time, so librdkafka holds at most its
+ * queue (queued.max.messages.kbytes) and one fetch (fetch.max.bytes). */
+static const char **consumer_props(const sl_pipeline_job_t *job, uint64_t prefetch,
+                                   const sl_allocator_t *a, char vals[3][24], uint32_t *n)
+{
+    const sl_pipeline_kafka_t *k = &job->kafka;
+    const char **p = sl_calloc(a, 2 * (size_t)k->num_props + 6, sizeof(char *));
+    if (!p) return NULL;
+    *n = 0;
+    for (uint32_t i = 0; i < k->num_props; i++, (*n)++) {
+        p[2 * *n] = k->props[2 * i];
+        p[2 * *n + 1] = k->props[2 * i + 1];
+    }
+    uint64_t half = prefetch / 2;
+    snprintf(vals[0], 24, "%" PRIu64, half / 1024 ? half / 1024 : 1);
+    snprintf(vals[1], 24, "%" PRIu64, half);
+    snprintf(vals[2], 24, "%" PRIu64, half < 1048576 ? half : 1048576);
+    const char *names[3] = {"queued.max.messages.kbytes", "fetch.max.bytes",
+                            "max.partition.fetch.bytes"};
+    for (int j = 0; j < 3; j++) {
+        bool given = false;
+        for (uint32_t i = 0; i < k->num_props; i++) given |= strcmp(k->props[2 * i], names[j]) == 0;
+        if (given) continue;
+        p[2 * *n] = names[j];
+        p[2 * *n + 1] = vals[j];
+        (*n)++;
+    }
+    return p;
+}
+
+sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *const *features,
+                                    uint32_t nf, uint64_t prefetch, const sl_allocator_t *a,
+                                    sl_worker_source_t *out, sl_error_t *err)
+{
+    if (!job->is_kafka)
+        return sl_error_set(err, SL_ERR_INVALID, "kafka source: the job has no source.kafka");
+    kafka_source_t *s = sl_calloc(a, 1, sizeof *s);
+    if (!s) return sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
+    s->job = job;
+    s->a = a;
+    atomic_init(&s->cancel, false);
+    char group[300];
+    snprintf(group, sizeof group, "sluice-%s", job->id ? job->id : "job");
+    char vals[3][24];
+    uint32_t np = 0;
+    const char **props = consumer_props(job, prefetch, a, vals, &np);
+    if (!props) {
+        kafka_destroy(s);
+        return sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
+    }
+    sl_kafka_consumer_opts_t co = {.brokers = job->kafka.brokers,
+                                   .group_id = group,
+                                   .props = props,
+                                   .num_props = np,
+                                   .allocator = a};
+    sl_err_t rc = sl_kafka_consumer_new(&co, &s->c, err);
+    sl_free(a, props, (2 * (size_t)job->kafka.num_props + 6) * sizeof(char *));
+    if (rc == SL_OK)
+        rc = sl_kafka_rows_new(job->kafka.schema, features, nf, a, &s->rows, err);
+    if (rc) {
+        kafka_destroy(s);
+        return rc;
+    }
+    *out = (sl_worker_source_t){.next = kafka_next,
+                                .destroy = kafka_destroy,
+                                .cancel = kafka_cancel,
+                                .read = kafka_read,
+                                .records = kafka_records,
+                                .ctx = s};
+    return SL_OK;
+}

@@ -1,0 +1,310 @@
+/* Partition chunks: the consumer, its metadata queries, the chunk plan and
+ * reading an offset range (chunk.h). */
+#include "kafka/chunk.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "common/clock.h"
+
+struct sl_kafka_consumer {
+    const sl_allocator_t *a;
+    rd_kafka_t *rk;
+};
+
+/* librdkafka logs to stderr by default; library code must not. Its errors
+ * reach us as error events of consumer_poll and as return codes. */
+static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk;
+    (void)level;
+    (void)fac;
+    (void)buf;
+}
+
+/* What exactly once rests on (chunk.h): set last, so nothing overrides it. */
+static const char *const forced[][2] = {
+    {"enable.auto.commit", "false"},     {"enable.auto.offset.store", "false"},
+    {"auto.offset.reset", "error"},      {"isolation.level", "read_committed"},
+    {"enable.partition.eof", "true"},
+};
+
+sl_err_t sl_kafka_consumer_new(const sl_kafka_consumer_opts_t *o, sl_kafka_consumer_t **out,
+                               sl_error_t *err)
+{
+    *out = NULL;
+    char es[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (!conf) return sl_error_set(err, SL_ERR_NOMEM, "kafka consumer: out of memory");
+    rd_kafka_conf_set_log_cb(conf, quiet_log);
+    /* A chunk that ends at the log's end is read when the partition's end
+     * is reported, after a fetch that found nothing: librdkafka's 500 ms
+     * default long poll made every such chunk cost half a second (12.7 s
+     * instead of 1.6 s for kafka_worker_test's replay). The job's
+     * properties may set it otherwise. */
+    rd_kafka_conf_set(conf, "fetch.wait.max.ms", "100", es, sizeof es);
+    for (uint32_t i = 0; i < o->num_props; i++) {
+        const char *name = o->props[2 * i], *value = o->props[2 * i + 1];
+        for (size_t f = 0; f < sizeof forced / sizeof forced[0]; f++)
+            if (strcmp(name, forced[f][0]) == 0 || strcmp(name, "group.id") == 0 ||
+                strcmp(name, "bootstrap.servers") == 0) {
+                rd_kafka_conf_destroy(conf);
+                return sl_error_set(err, SL_ERR_INVALID,
+                                    "kafka consumer: property %s is set by sluice", name);
+            }
+        if (rd_kafka_conf_set(conf, name, value, es, sizeof es) != RD_KAFKA_CONF_OK) {
+            rd_kafka_conf_destroy(conf);
+            return sl_error_set(err, SL_ERR_INVALID, "kafka consumer: property %s: %s", name, es);
+        }
+    }
+    bool ok = rd_kafka_conf_set(conf, "bootstrap.servers", o->brokers, es, sizeof es) ==
+                  RD_KAFKA_CONF_OK &&
+              rd_kafka_conf_set(conf, "group.id", o->group_id ? o->group_id : "sluice", es,
+                                sizeof es) == RD_KAFKA_CONF_OK;
+    for (size_t f = 0; ok && f < sizeof forced / sizeof forced[0]; f++)
+        ok = rd_kafka_conf_set(conf, forced[f][0], forced[f][1], es, sizeof es) ==
+             RD_KAFKA_CONF_OK;
+    if (!ok) {
+        rd_kafka_conf_destroy(conf);
+        return sl_error_set(err, SL_ERR_INVALID, "kafka consumer: %s", es);
+    }
+    sl_kafka_consumer_t *c = sl_calloc(o->allocator, 1, sizeof *c);
+    if (!c) {
+        rd_kafka_conf_destroy(conf);
+        return sl_error_set(err, SL_ERR_NOMEM, "kafka consumer: out of memory");
+    }
+    c->a = o->allocator;
+    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, es, sizeof es); /* owns conf on success */
+    if (!c->rk) {
+        rd_kafka_conf_destroy(conf);
+        sl_free(c->a, c, sizeof *c);
+        return sl_error_set(err, SL_ERR_INVALID, "kafka consumer: %s", es);
+    }
+    rd_kafka_poll_set_consumer(c->rk);
+    *out = c;
+    return SL_OK;
+}
+
+void sl_kafka_consumer_destroy(sl_kafka_consumer_t *c)
+{
+    if (!c) return;
+    rd_kafka_consumer_close(c->rk); /* never subscribed: leaves no group, commits nothing */
+    rd_kafka_destroy(c->rk);
+    sl_free(c->a, c, sizeof *c);
+}
+
+/* ---- metadata ---- */
+
+static sl_err_t kerr(sl_error_t *err, rd_kafka_resp_err_t e, const char *fmt_what,
+                     const char *topic, int32_t partition)
+{
+    sl_err_t code = e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ERR_TIMEOUT
+                    : e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+                            e == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
+                            e == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION
+                        ? SL_ERR_NOT_FOUND
+                        : SL_ERR_IO;
+    if (partition < 0)
+        return sl_error_set(err, code, "kafka topic '%s': %s: %s", topic, fmt_what,
+                            rd_kafka_err2str(e));
+    return sl_error_set(err, code, "kafka topic '%s' partition %d: %s: %s", topic, (int)partition,
+                        fmt_what, rd_kafka_err2str(e));
+}
+
+sl_err_t sl_kafka_partitions(sl_kafka_consumer_t *c, const char *topic, int timeout_ms,
+                             int32_t *count, sl_error_t *err)
+{
+    rd_kafka_topic_t *t = rd_kafka_topic_new(c->rk, topic, NULL);
+    if (!t) return kerr(err, rd_kafka_last_error(), "metadata", topic, -1);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(c->rk, 0, t, &md, timeout_ms);
+    sl_err_t rc = SL_OK;
+    if (e)
+        rc = kerr(err, e, "metadata", topic, -1);
+    else if (md->topic_cnt != 1 || md->topics[0].err)
+        rc = kerr(err, md->topic_cnt ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC,
+                  "metadata", topic, -1);
+    else
+        *count = md->topics[0].partition_cnt;
+    if (md) rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(t);
+    return rc;
+}
+
+sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
+                             int timeout_ms, int64_t *low, int64_t *high, sl_error_t *err)
+{
+    rd_kafka_resp_err_t e =
+        rd_kafka_query_watermark_offsets(c->rk, topic, partition, low, high, timeout_ms);
+    return e ? kerr(err, e, "watermarks", topic, partition) : SL_OK;
+}
+
+sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
+                                  int64_t ms, int timeout_ms, int64_t *offset, sl_error_t *err)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    if (!l) return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
+    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = ms;
+    rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(c->rk, l, timeout_ms);
+    if (!e) e = l->elems[0].err;
+    int64_t off = l->elems[0].offset;
+    rd_kafka_topic_partition_list_destroy(l);
+    if (e) return kerr(err, e, "offset for time", topic, partition);
+    if (off < 0) { /* no record at or after ms: the end */
+        int64_t lo = 0;
+        return sl_kafka_watermarks(c, topic, partition, timeout_ms, &lo, offset, err);
+    }
+    *offset = off;
+    return SL_OK;
+}
+
+/* ---- the chunk plan ---- */
+
+bool sl_kafka_chunk_bounds(int64_t start, uint32_t size, uint64_t index, int64_t stop,
+                           int64_t *from, int64_t *to)
+{
+    if (size == 0 || start < 0 || index > (uint64_t)(INT64_MAX - start) / size - 1) return false;
+    int64_t f = start + (int64_t)(index * size), t = f + (int64_t)size;
+    if (stop >= 0 && t > stop) t = stop;
+    if (t <= f) return false;
+    *from = f;
+    *to = t;
+    return true;
+}
+
+/* ---- reading a range ---- */
+
+typedef struct range_read {
+    const sl_kafka_read_opts_t *o;
+    sl_kafka_read_stats_t *st;
+    int64_t first;     /* the first offset not handed on yet */
+    uint64_t first_ms; /* when the oldest row held was added */
+} range_read_t;
+
+/* Hand on the rows held, as the stripe [first, end). */
+static sl_err_t flush(range_read_t *rr, int64_t end, sl_error_t *err)
+{
+    const sl_kafka_read_opts_t *o = rr->o;
+    sl_kafka_stripe_t s;
+    sl_err_t rc = sl_kafka_rows_take(o->rows, &s, err);
+    if (rc) return rc;
+    if (s.rows.batch.batch_size)
+        rr->st->stripes++;
+    else
+        rr->st->empty++;
+    rc = o->stripe(o->ctx, &s, rr->first, end, err);
+    rr->first = end;
+    return rc;
+}
+
+/* The sluice-format headers of m into rec. */
+static void record_of(const rd_kafka_message_t *m, sl_kafka_record_t *rec)
+{
+    *rec = (sl_kafka_record_t){.value = m->payload, .value_len = m->len, .offset = m->offset,
+                               .create_ms = -1};
+    rd_kafka_timestamp_type_t tt;
+    int64_t ts = rd_kafka_message_timestamp(m, &tt);
+    if (tt == RD_KAFKA_TIMESTAMP_CREATE_TIME) rec->create_ms = ts;
+    rd_kafka_headers_t *h = NULL;
+    if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR || !h) return;
+    const void *v;
+    size_t n;
+    for (size_t i = 0; rd_kafka_header_get(h, i, SL_KAFKA_FORMAT_HEADER, &v, &n) ==
+                       RD_KAFKA_RESP_ERR_NO_ERROR;
+         i++) {
+        if (rec->format_headers++ == 0) {
+            rec->format = v ? v : "";
+            rec->format_len = v ? n : 0;
+        }
+    }
+}
+
+sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,
+                             sl_kafka_read_stats_t *stats, sl_error_t *err)
+{
+    sl_kafka_read_stats_t local = {0};
+    if (!stats) stats = &local;
+    if (o->from < 0 || o->to <= o->from || o->batch_rows == 0)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "kafka topic '%s' partition %d: range [%" PRId64 ", %" PRId64 ")",
+                            o->topic, (int)o->partition, o->from, o->to);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    if (!l) return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
+    rd_kafka_topic_partition_list_add(l, o->topic, o->partition)->offset = o->from;
+    rd_kafka_resp_err_t e = rd_kafka_assign(c->rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (e) return kerr(err, e, "assign", o->topic, o->partition);
+    range_read_t rr = {.o = o, .st = stats, .first = o->from};
+    int64_t pos = o->from; /* the consumer's position: every offset below was read or a gap */
+    sl_err_t rc = SL_OK;
+    while (rc == SL_OK && pos < o->to) {
+        if (o->cancel && atomic_load(o->cancel)) {
+            rc = sl_error_set(err, SL_ERR_CLOSED, "kafka read cancelled");
+            break;
+        }
+        uint32_t held = sl_kafka_rows_count(o->rows);
+        uint64_t now = sl_clock_ms();
+        if (held && now - rr.first_ms >= o->linger_ms) {
+            rc = flush(&rr, pos, err);
+            continue;
+        }
+        int wait = 100;
+        if (held && rr.first_ms + o->linger_ms - now < (uint64_t)wait)
+            wait = (int)(rr.first_ms + o->linger_ms - now);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, wait > 0 ? wait : 1);
+        if (!m) continue;
+        bool ours = m->rkt && m->partition == o->partition &&
+                    strcmp(rd_kafka_topic_name(m->rkt), o->topic) == 0;
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            /* the log ends at m->offset: offsets from pos up to it that
+             * came as no record were gaps (markers, aborted records) */
+            if (ours && m->offset > pos) pos = m->offset < o->to ? m->offset : o->to;
+        } else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+                   m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
+            rc = sl_error_set(err, SL_ERR_NOT_FOUND,
+                              "kafka topic '%s' partition %d: offset %" PRId64
+                              " is gone (deleted by retention?): %s",
+                              o->topic, (int)o->partition, pos, rd_kafka_message_errstr(m));
+        } else if (m->err) {
+            char es[256];
+            if (rd_kafka_fatal_error(c->rk, es, sizeof es))
+                rc = sl_error_set(err, SL_ERR_IO, "kafka topic '%s' partition %d: %s", o->topic,
+                                  (int)o->partition, es);
+            /* else transient (a broker down, a leader moving): librdkafka
+             * retries on its own */
+        } else if (ours && m->offset >= pos) {
+            if (m->offset >= o->to) {
+                pos = o->to; /* past the range: every offset of it is behind us */
+            } else {
+                stats->records++;
+                sl_kafka_record_t rec;
+                record_of(m, &rec);
+                uint32_t before = sl_kafka_rows_count(o->rows);
+                sl_error_t why = {0};
+                sl_err_t d = sl_kafka_rows_add(o->rows, &rec, &why);
+                if (d == SL_ERR_CORRUPT) {
+                    stats->bad++;
+                    if (o->bad) o->bad(o->ctx, why.msg);
+                } else if (d) {
+                    rc = sl_error_set(err, d, "%s", why.msg);
+                }
+                if (d == SL_OK && before == 0) rr.first_ms = sl_clock_ms();
+                pos = m->offset + 1;
+                if (rc == SL_OK && sl_kafka_rows_count(o->rows) >= o->batch_rows)
+                    rc = flush(&rr, pos, err);
+            }
+        }
+        rd_kafka_message_destroy(m);
+    }
+    if (rc == SL_OK && rr.first < o->to) rc = flush(&rr, o->to, err);
+    if (rc != SL_OK) { /* rows held are not handed on */
+        sl_kafka_stripe_t s;
+        sl_error_t ignore = {0};
+        sl_kafka_rows_take(o->rows, &s, &ignore);
+    }
+    rd_kafka_assign(c->rk, NULL);
+    return rc;
+}

@@ -1,0 +1,117 @@
+/* Reading partition chunks (docs/DESIGN.md, "Kafka: offsets are rows"): a
+ * consumer that never joins its group, the metadata a master needs to cut
+ * partitions into chunks (partitions, watermarks, offsets by time), the
+ * chunk plan, and reading one offset range of one partition to its end
+ * through gaps and bad records, in stripes of contiguous offsets cut at a
+ * row count or after a linger time.
+ *
+ * The consumer is configured for exactly once and these are not
+ * overridable: enable.auto.commit=false and enable.auto.offset.store=false
+ * (the master's commits are the truth; a group's offsets are for lag tools
+ * only), auto.offset.reset=error (an offset that retention deleted is an
+ * error, never a silent jump), isolation.level=read_committed (aborted
+ * transactional records are gaps), enable.partition.eof=true (the end of a
+ * range at the log's end is seen through the EOF position). group.id is
+ * set because librdkafka's assign() needs one; subscribe() is never
+ * called, so no rebalance can move a partition.
+ *
+ * One thread at a time per consumer. */
+#ifndef SLUICE_KAFKA_CHUNK_H
+#define SLUICE_KAFKA_CHUNK_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kafka/record_decode.h"
+#include "sluice/alloc.h"
+#include "sluice/err.h"
+
+typedef struct sl_kafka_consumer_opts {
+    const char *brokers;            /* bootstrap servers; required */
+    const char *group_id;           /* required by assign(), never joined; NULL: "sluice" */
+    const char *const *props;       /* [2 * num_props] librdkafka name, value: passed through */
+    uint32_t num_props;
+    const sl_allocator_t *allocator; /* NULL: default */
+} sl_kafka_consumer_opts_t;
+
+typedef struct sl_kafka_consumer sl_kafka_consumer_t;
+
+/* @return SL_ERR_INVALID naming a property librdkafka refuses (or one
+ * sluice sets itself), SL_ERR_NOMEM. Caller owns *out. */
+sl_err_t sl_kafka_consumer_new(const sl_kafka_consumer_opts_t *opts, sl_kafka_consumer_t **out,
+                               sl_error_t *err);
+
+/* Closes without committing anything; c may be NULL. */
+void sl_kafka_consumer_destroy(sl_kafka_consumer_t *c);
+
+/* ---- metadata ---- */
+
+/* The partition count of topic. @return SL_ERR_NOT_FOUND (no such topic),
+ * SL_ERR_TIMEOUT, SL_ERR_IO. */
+sl_err_t sl_kafka_partitions(sl_kafka_consumer_t *c, const char *topic, int timeout_ms,
+                             int32_t *count, sl_error_t *err);
+
+/* The partition's low (first offset retention kept) and high (next offset
+ * to be written) watermarks, asked of the broker. */
+sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
+                             int timeout_ms, int64_t *low, int64_t *high, sl_error_t *err);
+
+/* The first offset whose CreateTime is at or after ms (the high watermark
+ * when there is none). */
+sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
+                                  int64_t ms, int timeout_ms, int64_t *offset, sl_error_t *err);
+
+/* ---- the chunk plan ---- */
+
+/* Chunk index of a partition read from start in chunks of size offsets:
+ * [start + index * size, start + (index + 1) * size), cut at stop (< 0:
+ * none). A function of (start, size) alone, so that a restarted master or
+ * a resumed job finds the same chunks. @return false when the chunk lies
+ * wholly at or past stop (no such chunk). */
+bool sl_kafka_chunk_bounds(int64_t start, uint32_t size, uint64_t index, int64_t stop,
+                           int64_t *from, int64_t *to);
+
+/* ---- reading a range ---- */
+
+typedef struct sl_kafka_read_stats {
+    uint64_t records;  /* consumed inside the range */
+    uint64_t bad;      /* of those, bad (counted, skipped; their offsets read) */
+    uint64_t stripes;  /* handed to the callback with rows */
+    uint64_t empty;    /* ... without rows (gaps, bad records only) */
+} sl_kafka_read_stats_t;
+
+/* What sl_kafka_read_range hands on: the stripe of rows (possibly none)
+ * covering offsets [first, end) of the partition, the gaps and bad
+ * records among them included. Consecutive calls tile [from, to). A
+ * non-OK return stops the read with that error. */
+typedef sl_err_t (*sl_kafka_stripe_fn)(void *ctx, const sl_kafka_stripe_t *stripe, int64_t first,
+                                       int64_t end, sl_error_t *err);
+
+typedef struct sl_kafka_read_opts {
+    const char *topic;
+    int32_t partition;
+    int64_t from, to;     /* the offsets [from, to) to read, from < to */
+    uint32_t batch_rows;  /* a stripe holds at most this many rows (> 0) */
+    uint32_t linger_ms;   /* ... and is cut this long after its first record */
+    sl_kafka_rows_t *rows; /* the decoder (its schema is the job's) */
+    sl_kafka_stripe_fn stripe;
+    void *ctx;
+    /* Checked between polls: set, the read returns SL_ERR_CLOSED (may be NULL). */
+    const atomic_bool *cancel;
+    /* Called with each bad record's reason (may be NULL). */
+    void (*bad)(void *ctx, const char *why);
+} sl_kafka_read_opts_t;
+
+/* Assign the partition at from, consume until the consumer's position
+ * reaches to (a record at or past to, or the partition's end reported at
+ * or past to: the offsets between were gaps), handing stripes on, and
+ * unassign. The range may lie above the partition's end: the read waits
+ * for records (a stream), until cancelled. @return SL_OK once [from, to)
+ * is covered; SL_ERR_NOT_FOUND when from is below what retention kept
+ * (auto.offset.reset=error), naming topic, partition and offset;
+ * SL_ERR_CLOSED when cancelled; the callback's error. */
+sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,
+                             sl_kafka_read_stats_t *stats, sl_error_t *err);
+
+#endif

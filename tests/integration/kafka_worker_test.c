@@ -1,0 +1,326 @@
+/* A DPP worker reading a Kafka job (source.kafka) from the real broker,
+ * on its own (no master), to trainer clients: a bounded replay (stop
+ * "end") of three partitions, with bad records among them, delivers every
+ * good sample id exactly once in each of two epochs, through dedup, to two
+ * clients; a stream (no stop) delivers what is produced while it runs,
+ * each id once. Every wait is bounded. */
+#include "kafka_util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "../kafka_records.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/admin.h"
+#include "dpp/worker/worker.h"
+#include "sluice/trainer.h"
+
+static void suite_setup(void) { ku_setup(); }
+
+TestSuite(kafka_worker, .init = suite_setup);
+
+#define MAX_IDS 4000
+
+static sl_pipeline_job_t *job_of(const char *json)
+{
+    sl_pipeline_job_t *job = NULL;
+    sl_pipeline_problems_t p = {0};
+    sl_error_t err = {0};
+    sl_err_t rc = sl_pipeline_job_parse(json, strlen(json), &job, &p, &err);
+    for (uint32_t i = 0; i < p.count; i++) fprintf(stderr, "problem: %s\n", p.items[i]);
+    cr_assert_eq(rc, SL_OK, "%s", err.msg);
+    sl_pipeline_problems_free(&p);
+    return job;
+}
+
+static sl_worker_t *start(const sl_pipeline_job_t *job, char *addr, size_t cap)
+{
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 2;
+    o.memory_limit = 64u << 20;
+    sl_worker_t *w = NULL;
+    sl_pipeline_problems_t p = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_start(job, &o, &w, &p, &err), SL_OK, "%s", err.msg);
+    sl_pipeline_problems_free(&p);
+    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
+    return w;
+}
+
+/* Every good record's age was counted once, each in one bucket, none
+ * older than the test (a minute). */
+static void check_ages(const sl_worker_stats_t *st, uint64_t good)
+{
+    cr_assert_eq(st->age_count, good);
+    uint64_t sum = 0;
+    for (int b = 0; b < 14; b++) sum += st->age_buckets[b];
+    cr_assert_eq(sum, good);
+    cr_assert_eq(st->age_buckets[13], 0, "%lu records older than 60 s",
+                 (unsigned long)st->age_buckets[13]);
+    cr_assert_leq(st->age_sum_ms, good * 60000);
+}
+
+typedef struct client {
+    const char *addr;
+    uint32_t epochs;
+    atomic_uint *seen;   /* [epochs * MAX_IDS] */
+    atomic_uint *total;  /* samples received by every client */
+    uint32_t want;       /* stop once *total reaches it (0: read to END) */
+    sl_err_t end;
+    char msg[SL_ERROR_MSG_MAX];
+} client_t;
+
+static void *consume(void *arg)
+{
+    client_t *c = arg;
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.address = c->addr;
+    o.prefetch = 4;
+    sl_trainer_t *t;
+    sl_error_t err = {0};
+    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
+        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+        return NULL;
+    }
+    sl_batch_t *b;
+    int wait_ms = (int)(tu_timeout(20) * 1000);
+    while ((!c->want || atomic_load(c->total) < c->want) &&
+           (c->end = sl_trainer_next(t, wait_ms, &b, &err)) == SL_OK) {
+        cr_assert_not_null(b->sample_ids);
+        cr_assert_lt(b->origin.epoch, c->epochs);
+        for (uint32_t i = 0; i < b->batch_size; i++) {
+            int64_t id = b->sample_ids[i];
+            cr_assert(id >= 0 && id < MAX_IDS, "sample id %ld", (long)id);
+            atomic_fetch_add(&c->seen[(uint64_t)b->origin.epoch * MAX_IDS + (uint64_t)id], 1);
+        }
+        atomic_fetch_add(c->total, b->batch_size);
+        sl_trainer_release(t, b);
+    }
+    if (c->want && atomic_load(c->total) >= c->want) c->end = SL_OK;
+    snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+    sl_trainer_close(t);
+    return NULL;
+}
+
+/* ids [from, from + n) to topic, partition = session % parts, session = id % 60;
+ * ids with id % 101 == 100 lack the format header (bad). @return the good. */
+static uint32_t produce(rd_kafka_t *p, const char *topic, int parts, uint32_t from, uint32_t n)
+{
+    uint32_t good = 0;
+    for (uint32_t id = from; id < from + n; id++) {
+        uint64_t session = id % 60; /* 60 sessions: partition = id % parts for 2 and 3 */
+        if (id % 101 == 100) {
+            kr_produce_raw(p, topic, (int32_t)(session % (uint64_t)parts), id, session, NULL,
+                           NULL, 0);
+        } else {
+            kr_produce(p, topic, (int32_t)(session % (uint64_t)parts), id, session);
+            good++;
+        }
+    }
+    kr_flush(p, (int)(tu_timeout(30) * 1000));
+    return good;
+}
+
+Test(kafka_worker, bounded_replay_two_epochs_two_clients)
+{
+    char topic[64], spec[1024], addr[64];
+    snprintf(topic, sizeof topic, "worker-replay-%d", (int)getpid());
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    ku_create_topic(p, topic, 3, tu_timeout(30));
+    const uint32_t n = 3000;
+    uint32_t good = produce(p, topic, 3, 0, n);
+    rd_kafka_destroy(p);
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"replay\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"stop\": \"end\", \"chunk\": 250, "
+             "\"linger_ms\": 20}}, \"batch\": {\"size\": 128, \"epochs\": 2, "
+             "\"dedup_groups\": {\"h\": [\"hist\"]}}}",
+             ku_broker.bootstrap, topic);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, addr, sizeof addr);
+    atomic_uint *seen = calloc(2 * MAX_IDS, sizeof *seen);
+    atomic_uint total = 0;
+    client_t cs[2];
+    pthread_t th[2];
+    double t0 = ku_now();
+    for (int i = 0; i < 2; i++) {
+        cs[i] = (client_t){.addr = addr, .epochs = 2, .seen = seen, .total = &total};
+        pthread_create(&th[i], NULL, consume, &cs[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(cs[i].end, SL_ERR_CLOSED, "client %d ended with %s: %s", i,
+                     sl_err_str(cs[i].end), cs[i].msg);
+    }
+    cr_assert_lt(ku_now() - t0, tu_timeout(60));
+    for (uint32_t e = 0; e < 2; e++)
+        for (uint32_t id = 0; id < MAX_IDS; id++)
+            cr_assert_eq(seen[e * MAX_IDS + id], id < n && id % 101 != 100 ? 1u : 0u,
+                         "epoch %u sample %u arrived %u times", e, id, seen[e * MAX_IDS + id]);
+    cr_assert_eq(atomic_load(&total), 2 * good);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    cr_assert(st.finished);
+    cr_assert_eq(st.rows_read, 2 * good);
+    cr_assert_eq(st.records_read, 2 * n);
+    cr_assert_eq(st.records_bad, 2 * (n - good));
+    check_ages(&st, 2 * good);
+    cr_assert_eq(st.samples, 2 * good);
+    /* 1000 offsets per partition in chunks of 250: 4 chunks x 3 partitions x 2 epochs */
+    cr_assert_eq(st.splits, 24);
+    cr_assert_leq(st.memory_peak, st.memory_limit);
+    /* all acknowledged: what stays held is librdkafka's prefetch, an eighth of the limit */
+    cr_assert_eq(st.memory_used, 8u << 20);
+    free(seen);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+typedef struct producer_later {
+    const char *topic;
+    uint32_t from, n, good;
+    int delay_ms;
+} producer_later_t;
+
+static void *produce_later(void *arg)
+{
+    producer_later_t *l = arg;
+    usleep((useconds_t)l->delay_ms * 1000);
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    l->good = produce(p, l->topic, 2, l->from, l->n);
+    rd_kafka_destroy(p);
+    return NULL;
+}
+
+/* No stop: the worker reads what is there and then what is produced while
+ * it runs (chunks above the partitions' end wait for their records). */
+Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
+{
+    char topic[64], spec[1024], addr[64];
+    snprintf(topic, sizeof topic, "worker-stream-%d", (int)getpid());
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    ku_create_topic(p, topic, 2, tu_timeout(30));
+    uint32_t good = produce(p, topic, 2, 0, 600);
+    rd_kafka_destroy(p);
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"stream\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"chunk\": 100, \"linger_ms\": 10}},"
+             " \"batch\": {\"size\": 64}}",
+             ku_broker.bootstrap, topic);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, addr, sizeof addr);
+    /* 600 more, half a second in: 1200 offsets, 600 per partition, 6 chunks each */
+    producer_later_t l = {.topic = topic, .from = 600, .n = 600, .delay_ms = 500};
+    pthread_t pt;
+    pthread_create(&pt, NULL, produce_later, &l);
+    atomic_uint *seen = calloc(MAX_IDS, sizeof *seen);
+    atomic_uint total = 0;
+    /* ids 0..1199 less the bad ones: 1200 - 11 */
+    client_t c = {.addr = addr, .epochs = 1, .seen = seen, .total = &total, .want = 1200 - 11};
+    pthread_t ct;
+    double t0 = ku_now();
+    pthread_create(&ct, NULL, consume, &c);
+    pthread_join(ct, NULL);
+    pthread_join(pt, NULL);
+    cr_assert_eq(good + l.good, 1200 - 11);
+    cr_assert_eq(c.end, SL_OK, "client ended with %s: %s", sl_err_str(c.end), c.msg);
+    cr_assert_lt(ku_now() - t0, tu_timeout(60));
+    for (uint32_t id = 0; id < MAX_IDS; id++)
+        cr_assert_eq(seen[id], id < 1200 && id % 101 != 100 ? 1u : 0u,
+                     "sample %u arrived %u times", id, seen[id]);
+    /* a stream never finishes: stopping cancels the read waiting for chunk 6 */
+    double t1 = ku_now();
+    sl_worker_stop(w);
+    cr_assert_lt(ku_now() - t1, tu_timeout(5), "stop took %.1f s", ku_now() - t1);
+    sl_error_t err = {0};
+    cr_assert_not(sl_worker_failed(w, &err), "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    cr_assert_eq(st.rows_read, 1200 - 11);
+    cr_assert_eq(st.records_read, 1200);
+    cr_assert_eq(st.records_bad, 11);
+    check_ages(&st, 1200 - 11);
+    char *text = sl_worker_admin_metrics_text(w, NULL);
+    cr_assert_not_null(text);
+    const char *want[] = {"sluice_worker_kafka_records_total 1200\n",
+                          "sluice_worker_kafka_bad_records_total 11\n",
+                          "# TYPE sluice_worker_kafka_record_age_seconds histogram\n",
+                          "sluice_worker_kafka_record_age_seconds_bucket{le=\"+Inf\"} 1189\n",
+                          "sluice_worker_kafka_record_age_seconds_count 1189\n"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(text, want[i]) != NULL, "no '%s' in\n%s", want[i], text);
+    free(text);
+    free(seen);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+/* start and stop by time: records of ids 0..299 with CreateTime base +
+ * 10 ms * id over two partitions; a job from base + 1000 to base + 2000
+ * delivers exactly ids 100..199 (the offsets are looked up by time per
+ * partition). */
+Test(kafka_worker, start_and_stop_by_time)
+{
+    char topic[64], spec[1024], addr[64];
+    snprintf(topic, sizeof topic, "worker-time-%d", (int)getpid());
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    ku_create_topic(p, topic, 2, tu_timeout(30));
+    /* ten minutes ago: inside the broker's retention, which goes by CreateTime */
+    const int64_t base = (int64_t)time(NULL) * 1000 - 600000;
+    for (uint64_t id = 0; id < 300; id++)
+        kr_produce_at(p, topic, (int32_t)(id % 2), id, id % 60, "1", NULL, 0, base + 10 * (int64_t)id);
+    kr_flush(p, (int)(tu_timeout(30) * 1000));
+    rd_kafka_destroy(p);
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"window\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"start\": {\"timestamp_ms\": %lld}, "
+             "\"stop\": {\"timestamp_ms\": %lld}, \"chunk\": 30}}, \"batch\": {\"size\": 16}}",
+             ku_broker.bootstrap, topic, (long long)(base + 1000), (long long)(base + 2000));
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, addr, sizeof addr);
+    atomic_uint *seen = calloc(MAX_IDS, sizeof *seen);
+    atomic_uint total = 0;
+    client_t c = {.addr = addr, .epochs = 1, .seen = seen, .total = &total};
+    pthread_t ct;
+    pthread_create(&ct, NULL, consume, &c);
+    pthread_join(ct, NULL);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "client ended with %s: %s", sl_err_str(c.end), c.msg);
+    for (uint32_t id = 0; id < MAX_IDS; id++)
+        cr_assert_eq(seen[id], id >= 100 && id < 200 ? 1u : 0u, "sample %u arrived %u times", id,
+                     seen[id]);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    cr_assert_eq(st.records_read, 100);
+    cr_assert_eq(st.splits, 4); /* 50 offsets per partition in chunks of 30 */
+    free(seen);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+/* librdkafka's prefetch (an eighth of the memory limit, at least 4 MiB)
+ * is part of the limit: a limit too small for it is refused at start. */
+Test(kafka_worker, memory_limit_holds_the_prefetch)
+{
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"small\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"t\"], \"schema\": " KR_SCHEMA_JSON "}}}",
+             ku_broker.bootstrap);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 1;
+    o.memory_limit = 3u << 20;
+    sl_worker_t *w = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_start(job, &o, &w, NULL, &err), SL_ERR_INVALID);
+    cr_assert_null(w);
+    cr_assert_str_eq(err.msg, "worker: memory limit 3145728 bytes leaves no room for the Kafka "
+                              "consumer's prefetch of 4194304 bytes");
+    sl_pipeline_job_destroy(job);
+}
+
+KU_TEST_MAIN

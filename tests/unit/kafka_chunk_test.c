@@ -1,0 +1,515 @@
+/* Kafka records and partition chunks (src/kafka) on librdkafka's mock
+ * cluster, in process: decoding records of layout version 1 into columns
+ * (every value, bad records refused with their reason, rows stably sorted
+ * by session), the chunk plan, and reading chunks of partitions to their
+ * end: stripes tile the range exactly, each good record's sample id comes
+ * exactly once, bad records are counted and their offsets still read,
+ * stripes are cut at the row count and after linger, a read waits for
+ * records at the log's end and can be cancelled, and an offset the log does
+ * not have is an error (auto.offset.reset=error). */
+#include <criterion/criterion.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../kafka_records.h"
+#include "kafka/chunk.h"
+#include "kafka/record_decode.h"
+#include "testutil.h"
+
+/* ---- decoding ---- */
+
+static sl_err_t add(sl_kafka_rows_t *r, const void *value, size_t len, const char *format,
+                    uint32_t headers, int64_t offset, sl_error_t *err)
+{
+    sl_kafka_record_t rec = {.value = value,
+                             .value_len = len,
+                             .format = format,
+                             .format_len = format ? strlen(format) : 0,
+                             .format_headers = headers,
+                             .offset = offset,
+                             .create_ms = 5000 + offset};
+    return sl_kafka_rows_add(r, &rec, err);
+}
+
+/* Check row j of a taken stripe against sample id's derived values. */
+static void check_row(const sl_kafka_stripe_t *s, uint32_t j, uint64_t id, uint64_t session)
+{
+    const sl_batch_t *b = &s->rows.batch;
+    uint32_t n = b->batch_size;
+    cr_assert_eq(b->sample_ids[j], (int64_t)id);
+    cr_assert_eq(s->rows.session_ids[j], (int64_t)session);
+    cr_assert_eq(s->rows.timestamps[j], 1000 + (int64_t)id);
+    cr_assert_eq(b->labels.cols, 1);
+    cr_assert_float_eq(b->labels.data[j], (float)(id % 2), 0);
+    cr_assert_eq(b->dense.cols, 1);
+    if (id % 5 == 0)
+        cr_assert(isnan(b->dense.data[j]), "row %u: age of sample %lu is missing", j,
+                  (unsigned long)id);
+    else
+        cr_assert_float_eq(b->dense.data[j], (float)(id / 2), 0);
+    cr_assert_eq(b->sparse.num_keys, 2);
+    cr_assert_str_eq(b->sparse.keys[0], "hist");
+    cr_assert_str_eq(b->sparse.keys[1], "geo");
+    cr_assert_eq(b->sparse.lengths[j], (int32_t)(id % 3 + 1));
+    cr_assert_eq(b->sparse.lengths[n + j], 1);
+    uint64_t v = 0; /* where row j's hist starts: key-major */
+    for (uint32_t k = 0; k < j; k++) v += (uint64_t)b->sparse.lengths[k];
+    for (uint64_t k = 0; k <= id % 3; k++) {
+        cr_assert_eq(b->sparse.values[v + k], (int64_t)(id + k));
+        cr_assert_float_eq(b->sparse.weights[v + k], 1.0f, 0);
+    }
+    uint64_t g = 0;
+    for (uint32_t k = 0; k < n; k++) g += (uint64_t)b->sparse.lengths[k];
+    for (uint32_t k = 0; k < j; k++) g += (uint64_t)b->sparse.lengths[n + k];
+    cr_assert_eq(b->sparse.values[g], 7);
+    cr_assert_float_eq(b->sparse.weights[g], (float)(id % 4), 0);
+}
+
+Test(kafka_records, decode_sorted_by_session)
+{
+    sl_wh_schema_t *schema = kr_schema();
+    sl_kafka_rows_t *r = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &r, &err), SL_OK);
+    /* ids 10..19, sessions 3,1,2,3,1,2,...: stable within a session */
+    uint8_t buf[512];
+    for (uint64_t id = 10; id < 20; id++) {
+        size_t n = kr_encode(id, (id % 3) + 1, buf, sizeof buf);
+        cr_assert_eq(add(r, buf, n, "1", 1, (int64_t)id + 100, &err), SL_OK, "%s", err.msg);
+    }
+    cr_assert_eq(sl_kafka_rows_count(r), 10);
+    sl_kafka_stripe_t s;
+    cr_assert_eq(sl_kafka_rows_take(r, &s, &err), SL_OK);
+    cr_assert_eq(sl_kafka_rows_count(r), 0);
+    cr_assert_eq(s.rows.batch.batch_size, 10);
+    const uint64_t want[] = {12, 15, 18, 10, 13, 16, 19, 11, 14, 17};
+    for (uint32_t j = 0; j < 10; j++) {
+        check_row(&s, j, want[j], want[j] % 3 + 1);
+        cr_assert_eq(s.offsets[j], (int64_t)want[j] + 100);
+        cr_assert_eq(s.create_ms[j], 5000 + (int64_t)want[j] + 100);
+    }
+    cr_assert_null(s.rows.batch.arena);
+    cr_assert_eq(s.rows.schema != NULL, true);
+    /* empty take: no rows, still a valid stripe */
+    cr_assert_eq(sl_kafka_rows_take(r, &s, &err), SL_OK);
+    cr_assert_eq(s.rows.batch.batch_size, 0);
+    sl_kafka_rows_destroy(r);
+    sl_wh_schema_destroy(schema);
+}
+
+Test(kafka_records, bad_records_say_why_and_change_nothing)
+{
+    sl_wh_schema_t *schema = kr_schema();
+    sl_kafka_rows_t *r = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_kafka_rows_new(schema, NULL, 0, NULL, &r, &err), SL_OK);
+    uint8_t buf[512];
+    size_t n = kr_encode(4, 9, buf, sizeof buf);
+    cr_assert_eq(add(r, buf, n, "1", 1, 0, &err), SL_OK);
+    struct {
+        const char *format;
+        uint32_t headers;
+        const void *value;
+        size_t len;
+        const char *why;
+    } bad[] = {
+        {NULL, 0, buf, n, "offset 7: no sluice-format header"},
+        {"1", 2, buf, n, "offset 7: 2 sluice-format headers, want one"},
+        {"2", 1, buf, n, "offset 7: sluice-format '2', this reader knows version 1"},
+        {"1\n", 1, buf, n, "offset 7: sluice-format '1?', this reader knows version 1"},
+        {"1", 1, "\xff\xff\xff", 3, "offset 7: the value (3 bytes) is not a sluice.Sample"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(add(r, bad[i].value, bad[i].len, bad[i].format, bad[i].headers, 7, &err),
+                     SL_ERR_CORRUPT);
+        cr_assert_str_eq(err.msg, bad[i].why);
+    }
+    /* samples that do not fit the schema */
+    Sluice__Sample s = SLUICE__SAMPLE__INIT;
+    Sluice__NamedValue nv = SLUICE__NAMED_VALUE__INIT, nv2 = SLUICE__NAMED_VALUE__INIT;
+    Sluice__NamedValue *vals[] = {&nv, &nv2};
+    Sluice__IdList il = SLUICE__ID_LIST__INIT;
+    Sluice__IdList *lists[] = {&il};
+    int64_t ids[2] = {1, 2};
+    float w[1] = {0.5f};
+    struct {
+        int what; /* 0 label, 1 dense, 2 sparse */
+        const char *name;
+        size_t n_ids, n_weights;
+        int twice;
+        const char *why;
+    } unfit[] = {
+        {0, "like", 0, 0, 0, "offset 8: label 'like' is not in the schema"},
+        {0, "click", 0, 0, 1, "offset 8: label 'click' is given twice"},
+        {1, "colour", 0, 0, 0, "offset 8: feature 'colour' is not in the schema"},
+        {1, "hist", 0, 0, 0, "offset 8: feature 'hist' is sparse, given as a dense value"},
+        {1, "age", 0, 0, 1, "offset 8: feature 'age' is given twice"},
+        {2, "age", 2, 0, 0, "offset 8: feature 'age' is dense, given as an id list"},
+        {2, "geo", 2, 1, 0, "offset 8: feature 'geo' (weighted) has 2 ids and 1 weights"},
+        {2, "hist", 2, 1, 0, "offset 8: feature 'hist' (sparse) has 2 ids and 1 weights"},
+    };
+    for (size_t i = 0; i < sizeof unfit / sizeof unfit[0]; i++) {
+        s = (Sluice__Sample)SLUICE__SAMPLE__INIT;
+        nv.name = nv2.name = (char *)unfit[i].name;
+        il.name = (char *)unfit[i].name;
+        il.n_ids = unfit[i].n_ids;
+        il.ids = ids;
+        il.n_weights = unfit[i].n_weights;
+        il.weights = w;
+        size_t k = unfit[i].twice ? 2 : 1;
+        if (unfit[i].what == 0) {
+            s.n_labels = k;
+            s.labels = vals;
+        } else if (unfit[i].what == 1) {
+            s.n_dense = k;
+            s.dense = vals;
+        } else {
+            s.n_sparse = 1;
+            s.sparse = lists;
+        }
+        uint8_t b2[256];
+        size_t len = sluice__sample__pack(&s, b2);
+        cr_assert_eq(add(r, b2, len, "1", 1, 8, &err), SL_ERR_CORRUPT);
+        cr_assert_str_eq(err.msg, unfit[i].why);
+    }
+    /* none of them left a trace: one row, sample 4, exactly */
+    cr_assert_eq(sl_kafka_rows_count(r), 1);
+    sl_kafka_stripe_t st;
+    cr_assert_eq(sl_kafka_rows_take(r, &st, &err), SL_OK);
+    cr_assert_eq(st.rows.batch.batch_size, 1);
+    cr_assert_eq(st.rows.batch.sparse.num_values, 3); /* hist: 4 % 3 + 1 ids, geo: 1 */
+    check_row(&st, 0, 4, 9);
+    sl_kafka_rows_destroy(r);
+    sl_wh_schema_destroy(schema);
+}
+
+/* A projection keeps only its features, in its order; records are still
+ * checked against the whole schema. */
+Test(kafka_records, projection)
+{
+    sl_wh_schema_t *schema = kr_schema();
+    sl_kafka_rows_t *r = NULL;
+    sl_error_t err = {0};
+    const char *bad[] = {"geo", "colour"};
+    cr_assert_eq(sl_kafka_rows_new(schema, bad, 2, NULL, &r, &err), SL_ERR_NOT_FOUND);
+    cr_assert_str_eq(err.msg, "kafka records: feature 'colour' is not in the schema");
+    const char *twice[] = {"geo", "geo"};
+    cr_assert_eq(sl_kafka_rows_new(schema, twice, 2, NULL, &r, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "kafka records: feature 'geo' requested twice");
+    const char *proj[] = {"geo", "age"};
+    cr_assert_eq(sl_kafka_rows_new(schema, proj, 2, NULL, &r, &err), SL_OK, "%s", err.msg);
+    uint8_t buf[512];
+    for (uint64_t id = 1; id <= 2; id++) {
+        size_t n = kr_encode(id, 5, buf, sizeof buf);
+        cr_assert_eq(add(r, buf, n, "1", 1, (int64_t)id, &err), SL_OK, "%s", err.msg);
+    }
+    sl_kafka_stripe_t s;
+    cr_assert_eq(sl_kafka_rows_take(r, &s, &err), SL_OK);
+    const sl_batch_t *b = &s.rows.batch;
+    cr_assert_eq(b->batch_size, 2);
+    cr_assert_eq(b->dense.cols, 1);
+    cr_assert_str_eq(b->dense.names[0], "age");
+    cr_assert_float_eq(b->dense.data[0], 0.0f, 0);
+    cr_assert_float_eq(b->dense.data[1], 1.0f, 0);
+    cr_assert_eq(b->sparse.num_keys, 1);
+    cr_assert_str_eq(b->sparse.keys[0], "geo");
+    cr_assert_eq(b->sparse.num_values, 2);
+    cr_assert_eq(b->sparse.values[1], 7);
+    cr_assert_float_eq(b->sparse.weights[0], 1.0f, 0);
+    cr_assert_float_eq(b->sparse.weights[1], 2.0f, 0);
+    sl_kafka_rows_destroy(r);
+    sl_wh_schema_destroy(schema);
+}
+
+Test(kafka_records, chunk_plan)
+{
+    int64_t f = 0, t = 0;
+    cr_assert(sl_kafka_chunk_bounds(100, 50, 0, -1, &f, &t));
+    cr_assert_eq(f, 100);
+    cr_assert_eq(t, 150);
+    cr_assert(sl_kafka_chunk_bounds(100, 50, 3, -1, &f, &t));
+    cr_assert_eq(f, 250);
+    cr_assert_eq(t, 300);
+    cr_assert(sl_kafka_chunk_bounds(100, 50, 3, 270, &f, &t)); /* cut at stop */
+    cr_assert_eq(f, 250);
+    cr_assert_eq(t, 270);
+    cr_assert_not(sl_kafka_chunk_bounds(100, 50, 4, 270, &f, &t)); /* past stop */
+    cr_assert_not(sl_kafka_chunk_bounds(100, 50, 0, 100, &f, &t)); /* nothing to read */
+    cr_assert_not(sl_kafka_chunk_bounds(0, 0, 0, -1, &f, &t));
+    cr_assert_not(sl_kafka_chunk_bounds(0, 1u << 30, UINT64_MAX / 2, -1, &f, &t)); /* overflow */
+}
+
+/* ---- reading chunks on the mock cluster ---- */
+
+typedef struct mock {
+    rd_kafka_t *owner; /* the handle the mock cluster lives in */
+    rd_kafka_mock_cluster_t *mc;
+    const char *bootstraps;
+    rd_kafka_t *producer;
+} mock_t;
+
+static void mock_start(mock_t *m, const char *topic, int partitions)
+{
+    char es[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    cr_assert_eq(rd_kafka_conf_set(conf, "log_level", "0", es, sizeof es), RD_KAFKA_CONF_OK);
+    m->owner = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
+    cr_assert_not_null(m->owner, "%s", es);
+    m->mc = rd_kafka_mock_cluster_new(m->owner, 1);
+    cr_assert_not_null(m->mc);
+    m->bootstraps = rd_kafka_mock_cluster_bootstraps(m->mc);
+    cr_assert_eq(rd_kafka_mock_topic_create(m->mc, topic, partitions, 1), 0);
+    conf = rd_kafka_conf_new();
+    cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers", m->bootstraps, es, sizeof es),
+                 RD_KAFKA_CONF_OK);
+    cr_assert_eq(rd_kafka_conf_set(conf, "linger.ms", "1", es, sizeof es), RD_KAFKA_CONF_OK);
+    cr_assert_eq(rd_kafka_conf_set(conf, "log_level", "0", es, sizeof es), RD_KAFKA_CONF_OK);
+    m->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
+    cr_assert_not_null(m->producer, "%s", es);
+}
+
+static void mock_stop(mock_t *m)
+{
+    rd_kafka_destroy(m->producer);
+    rd_kafka_mock_cluster_destroy(m->mc);
+    rd_kafka_destroy(m->owner);
+}
+
+static sl_kafka_consumer_t *consumer(const char *brokers)
+{
+    const char *props[] = {"log_level", "0", "fetch.wait.max.ms", "20"};
+    sl_kafka_consumer_opts_t o = {.brokers = brokers, .group_id = "sluice-test", .props = props,
+                                  .num_props = 2};
+    sl_kafka_consumer_t *c = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_kafka_consumer_new(&o, &c, &err), SL_OK, "%s", err.msg);
+    return c;
+}
+
+/* 1200 records over 2 partitions (sample id i to partition i % 2, session
+ * i % 37), every 50th without the format header: read every partition in
+ * chunks of 170 offsets, 64 rows a stripe. */
+Test(kafka_chunks, chunks_tile_partitions_exactly_once)
+{
+    mock_t m;
+    mock_start(&m, "events", 2);
+    for (uint64_t id = 0; id < 1200; id++) {
+        if (id % 50 == 49)
+            kr_produce_raw(m.producer, "events", (int32_t)(id % 2), id, id % 37, NULL, NULL, 0);
+        else
+            kr_produce(m.producer, "events", (int32_t)(id % 2), id, id % 37);
+    }
+    kr_flush(m.producer, (int)(tu_timeout(10000 / 1000.0) * 1000));
+    sl_kafka_consumer_t *c = consumer(m.bootstraps);
+    sl_error_t err = {0};
+    int32_t parts = 0;
+    cr_assert_eq(sl_kafka_partitions(c, "events", (int)(tu_timeout(5000 / 1000.0) * 1000), &parts, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(parts, 2);
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
+    static kr_seen_t v;
+    memset(&v, 0, sizeof v);
+    sl_kafka_read_stats_t total = {0};
+    uint32_t chunks = 0;
+    for (int32_t p = 0; p < 2; p++) {
+        int64_t lo = -1, hi = -1;
+        cr_assert_eq(sl_kafka_watermarks(c, "events", p, (int)(tu_timeout(5000 / 1000.0) * 1000), &lo, &hi, &err),
+                     SL_OK, "%s", err.msg);
+        cr_assert_eq(lo, 0);
+        cr_assert_eq(hi, 600);
+        int64_t from, to;
+        v.next = 0;
+        for (uint64_t i = 0; sl_kafka_chunk_bounds(lo, 170, i, hi, &from, &to); i++) {
+            sl_kafka_read_opts_t o = {.topic = "events", .partition = p, .from = from, .to = to,
+                                      .batch_rows = 64, .linger_ms = 60000, .rows = rows,
+                                      .stripe = kr_on_stripe, .ctx = &v, .bad = kr_on_bad};
+            sl_kafka_read_stats_t st = {0};
+            cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
+            cr_assert_eq(v.next, to, "chunk [%ld, %ld) read to %ld", (long)from, (long)to,
+                         (long)v.next);
+            cr_assert_eq(st.records, (uint64_t)(to - from));
+            total.records += st.records;
+            total.bad += st.bad;
+            chunks++;
+        }
+        cr_assert_eq(v.next, 600);
+    }
+    cr_assert_eq(chunks, 8); /* 4 per partition: 170, 170, 170, 90 */
+    cr_assert_eq(total.records, 1200);
+    cr_assert_eq(total.bad, 24);
+    cr_assert_eq(v.bad_reasons, 24);
+    cr_assert(strstr(v.last_bad, ": no sluice-format header") != NULL, "%s", v.last_bad);
+    for (uint64_t id = 0; id < 1200; id++)
+        cr_assert_eq(v.seen[id], id % 50 == 49 ? 0u : 1u, "sample %lu delivered %u times",
+                     (unsigned long)id, v.seen[id]);
+    cr_assert_eq(v.max_rows, 64);
+    cr_assert_not(v.unsorted, "a stripe's rows are not stably sorted by session");
+    sl_kafka_rows_destroy(rows);
+    sl_wh_schema_destroy(schema);
+    sl_kafka_consumer_destroy(c);
+    mock_stop(&m);
+}
+
+typedef struct later {
+    mock_t *m;
+    uint64_t from, count;
+    int delay_ms;
+} later_t;
+
+static void *produce_later(void *arg)
+{
+    later_t *l = arg;
+    usleep((useconds_t)l->delay_ms * 1000);
+    for (uint64_t id = l->from; id < l->from + l->count; id++)
+        kr_produce(l->m->producer, "live", 0, id, 1);
+    rd_kafka_flush(l->m->producer, 10000);
+    return NULL;
+}
+
+typedef struct timed {
+    kr_seen_t v;
+    double t0;
+    double at[16]; /* when each stripe came, seconds after t0 */
+    uint32_t rows[16];
+    uint32_t calls;
+} timed_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static sl_err_t on_timed(void *ctx, const sl_kafka_stripe_t *s, int64_t first, int64_t end,
+                         sl_error_t *err)
+{
+    timed_t *t = ctx;
+    if (t->calls < 16) {
+        t->at[t->calls] = now_s() - t->t0;
+        t->rows[t->calls] = s->rows.batch.batch_size;
+    }
+    t->calls++;
+    return kr_on_stripe(&t->v, s, first, end, err);
+}
+
+/* A range above the log's end is a stream: the read waits for records, a
+ * stripe goes out linger_ms after its first record however few it holds,
+ * and the read ends when the position passes the range. */
+Test(kafka_chunks, linger_and_waiting_for_records)
+{
+    mock_t m;
+    mock_start(&m, "live", 1);
+    for (uint64_t id = 0; id < 3; id++) kr_produce(m.producer, "live", 0, id, 1);
+    kr_flush(m.producer, (int)(tu_timeout(10000 / 1000.0) * 1000));
+    sl_kafka_consumer_t *c = consumer(m.bootstraps);
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
+    sl_error_t err = {0};
+    static timed_t t;
+    memset(&t, 0, sizeof t);
+    later_t l = {.m = &m, .from = 3, .count = 3, .delay_ms = 600};
+    pthread_t th;
+    t.t0 = now_s();
+    pthread_create(&th, NULL, produce_later, &l);
+    sl_kafka_read_opts_t o = {.topic = "live", .partition = 0, .from = 0, .to = 6,
+                              .batch_rows = 1000, .linger_ms = 100, .rows = rows,
+                              .stripe = on_timed, .ctx = &t};
+    cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_OK, "%s", err.msg);
+    double took = now_s() - t.t0;
+    pthread_join(th, NULL);
+    cr_assert_eq(t.calls, 2);
+    cr_assert_eq(t.rows[0], 3);
+    cr_assert_eq(t.rows[1], 3);
+    /* the first 3 went out after linger, before the next 3 were produced */
+    cr_assert(t.at[0] < 0.6, "first stripe at %.3f s", t.at[0]);
+    cr_assert(t.at[1] >= 0.6, "second stripe at %.3f s", t.at[1]);
+    cr_assert(took < 0.6 + tu_timeout(5.0), "read took %.3f s", took);
+    for (uint64_t id = 0; id < 6; id++) cr_assert_eq(t.v.seen[id], 1);
+    sl_kafka_rows_destroy(rows);
+    sl_wh_schema_destroy(schema);
+    sl_kafka_consumer_destroy(c);
+    mock_stop(&m);
+}
+
+typedef struct canceller {
+    atomic_bool flag;
+    int delay_ms;
+} canceller_t;
+
+static void *cancel_later(void *arg)
+{
+    canceller_t *k = arg;
+    usleep((useconds_t)k->delay_ms * 1000);
+    atomic_store(&k->flag, true);
+    return NULL;
+}
+
+Test(kafka_chunks, cancel_and_offsets_the_log_lacks)
+{
+    mock_t m;
+    mock_start(&m, "live", 1);
+    for (uint64_t id = 0; id < 5; id++) kr_produce(m.producer, "live", 0, id, 1);
+    kr_flush(m.producer, (int)(tu_timeout(10000 / 1000.0) * 1000));
+    sl_kafka_consumer_t *c = consumer(m.bootstraps);
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
+    sl_error_t err = {0};
+    static kr_seen_t v;
+    memset(&v, 0, sizeof v);
+    /* a stream nobody writes to: cancelled, nothing handed on past the 5 */
+    canceller_t k = {.delay_ms = 300};
+    atomic_init(&k.flag, false);
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_later, &k);
+    sl_kafka_read_opts_t o = {.topic = "live", .partition = 0, .from = 0, .to = 100,
+                              .batch_rows = 2, .linger_ms = 50, .rows = rows,
+                              .stripe = kr_on_stripe, .ctx = &v, .cancel = &k.flag};
+    double t0 = now_s();
+    cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_ERR_CLOSED);
+    pthread_join(th, NULL);
+    cr_assert(now_s() - t0 < tu_timeout(5.0));
+    cr_assert_eq(v.next, 5, "read to %ld", (long)v.next); /* 2 + 2 + 1 after linger */
+    for (uint64_t id = 0; id < 5; id++) cr_assert_eq(v.seen[id], 1);
+    /* an offset past the log's end: the broker says out of range, and with
+     * auto.offset.reset=error that is an error, not a jump */
+    memset(&v, 0, sizeof v);
+    v.next = 50;
+    o = (sl_kafka_read_opts_t){.topic = "live", .partition = 0, .from = 50, .to = 60,
+                               .batch_rows = 2, .linger_ms = 50, .rows = rows,
+                               .stripe = kr_on_stripe, .ctx = &v};
+    cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_ERR_NOT_FOUND);
+    cr_assert(strstr(err.msg, "kafka topic 'live' partition 0: offset 50 is gone") == err.msg,
+              "%s", err.msg);
+    cr_assert_eq(v.stripes + v.empty, 0);
+    /* a bad range */
+    o.from = 10;
+    o.to = 10;
+    cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_ERR_INVALID);
+    sl_kafka_rows_destroy(rows);
+    sl_wh_schema_destroy(schema);
+    sl_kafka_consumer_destroy(c);
+    mock_stop(&m);
+}
+
+Test(kafka_chunks, consumer_refuses_what_sluice_sets)
+{
+    const char *props[] = {"auto.offset.reset", "earliest"};
+    sl_kafka_consumer_opts_t o = {.brokers = "127.0.0.1:1", .props = props, .num_props = 1};
+    sl_kafka_consumer_t *c = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_kafka_consumer_new(&o, &c, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "kafka consumer: property auto.offset.reset is set by sluice");
+    const char *props2[] = {"fetch.max.bytes", "lots"};
+    o.props = props2;
+    cr_assert_eq(sl_kafka_consumer_new(&o, &c, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "kafka consumer: property fetch.max.bytes: ") == err.msg, "%s",
+              err.msg);
+    cr_assert_null(c);
+}
