@@ -15,12 +15,13 @@ int sl_cli_worker(int argc, char **argv);
 int sl_cli_read(int argc, char **argv);
 int sl_cli_submit(int argc, char **argv);
 int sl_cli_master(int argc, char **argv);
+int sl_cli_produce(int argc, char **argv);
 /* `sluice help [COMMAND... | --markdown [SECTION]]` */
 int sl_cli_help(int argc, char **argv);
 
 /* The option tables of the commands (options.h), for `sluice help`. */
 extern const sl_cli_cmd_t sl_cli_demo_cmd, sl_cli_worker_cmd, sl_cli_read_cmd, sl_cli_submit_cmd,
-    sl_cli_master_cmd;
+    sl_cli_master_cmd, sl_cli_produce_cmd;
 extern const sl_cli_cmd_t sl_cli_table_create_cmd, sl_cli_table_import_cmd, sl_cli_table_gen_cmd,
     sl_cli_table_inspect_cmd, sl_cli_table_verify_cmd, sl_cli_table_cat_cmd;
 /* Groups of options more than one command takes. */

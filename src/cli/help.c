@@ -29,6 +29,7 @@ static const section_t sections[] = {
     {&sl_cli_worker_cmd, NULL},       {&sl_cli_read_cmd, NULL},
     {&sl_cli_submit_cmd, NULL},       {&sl_cli_master_cmd, NULL},
     {NULL, &sl_cli_admin_group},      {NULL, &sl_cli_log_group},
+    {&sl_cli_produce_cmd, NULL},
 };
 #define NUM_SECTIONS (sizeof sections / sizeof sections[0])
 

@@ -17,6 +17,7 @@ static const struct {
     {"read", sl_cli_read, &sl_cli_read_cmd, NULL},
     {"submit", sl_cli_submit, &sl_cli_submit_cmd, NULL},
     {"master", sl_cli_master, &sl_cli_master_cmd, NULL},
+    {"produce", sl_cli_produce, &sl_cli_produce_cmd, NULL},
 };
 
 static void usage(FILE *out)

@@ -142,28 +142,13 @@ static void check_placement(unsigned n, int64_t counts[PARTITIONS])
     }
 }
 
-/* Read the topic from the start of each partition with assign(), without
- * joining a consumer group, until every partition reports its end: ids
- * [0, n) must each arrive exactly once, at the partition and offset of
- * their delivery report, with their key, and nothing else may arrive.
- * librdkafka 2.0.2 refuses assign() without a group.id ("Unknown group"),
- * but only subscribe() joins the group: this reader never does, and never
- * commits. */
+/* Read the topic from the start of each partition (ku_reader: assign(),
+ * no group membership, no commits) until every partition reports its end:
+ * ids [0, n) must each arrive exactly once, at the partition and offset of
+ * their delivery report, with their key, and nothing else may arrive. */
 static void consume_all(const char *topic, unsigned n)
 {
-    char group[160];
-    snprintf(group, sizeof group, "%s-reader", topic);
-    rd_kafka_conf_t *conf = ku_conf("group.id", group, "enable.auto.commit", "false",
-                                    "enable.partition.eof", "true", "auto.offset.reset", "error",
-                                    NULL);
-    rd_kafka_t *c = ku_client(RD_KAFKA_CONSUMER, conf);
-    rd_kafka_poll_set_consumer(c);
-    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(PARTITIONS);
-    for (int p = 0; p < PARTITIONS; p++)
-        rd_kafka_topic_partition_list_add(parts, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
-    rd_kafka_resp_err_t e = rd_kafka_assign(c, parts);
-    cr_assert_eq(e, RD_KAFKA_RESP_ERR_NO_ERROR, "assign %s: %s", topic, rd_kafka_err2str(e));
-    rd_kafka_topic_partition_list_destroy(parts);
+    rd_kafka_t *c = ku_reader(topic, PARTITIONS);
 
     static unsigned char seen[TOTAL];
     memset(seen, 0, sizeof seen);

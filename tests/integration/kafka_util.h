@@ -211,6 +211,30 @@ KU_FN rd_kafka_t *ku_client(rd_kafka_type_t type, rd_kafka_conf_t *conf)
     return rk;
 }
 
+/* A consumer of topic's partitions [0, partitions) from their start that
+ * reports each partition's end (RD_KAFKA_RESP_ERR__PARTITION_EOF) and
+ * errors on a deleted offset instead of skipping. It uses assign() and
+ * never joins its group (named after the topic) nor commits: librdkafka
+ * 2.0.2 refuses assign() without a group.id ("Unknown group"), but only
+ * subscribe() joins the group. */
+KU_FN rd_kafka_t *ku_reader(const char *topic, int partitions)
+{
+    char group[300];
+    snprintf(group, sizeof group, "%s-reader", topic);
+    rd_kafka_conf_t *conf = ku_conf("group.id", group, "enable.auto.commit", "false",
+                                    "enable.partition.eof", "true", "auto.offset.reset", "error",
+                                    NULL);
+    rd_kafka_t *c = ku_client(RD_KAFKA_CONSUMER, conf);
+    rd_kafka_poll_set_consumer(c);
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(partitions);
+    for (int p = 0; p < partitions; p++)
+        rd_kafka_topic_partition_list_add(parts, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_resp_err_t e = rd_kafka_assign(c, parts);
+    cr_assert_eq(e, RD_KAFKA_RESP_ERR_NO_ERROR, "assign %s: %s", topic, rd_kafka_err2str(e));
+    rd_kafka_topic_partition_list_destroy(parts);
+    return c;
+}
+
 /* main() of a kafka_*_test.c: exits KU_SKIP (ctest: SKIPPED) when the
  * broker cannot run here, fails when it should run and does not, and runs
  * the Criterion tests otherwise, one at a time (--jobs on the command line

@@ -1,0 +1,353 @@
+/* The sample-record producer over librdkafka (producer.h): settings,
+ * topic lookup and creation through the Admin API, keyed sends with the
+ * format header, delivery reports counted, bounded flush. */
+#include "kafka/producer.h"
+
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "kafka/record.h"
+
+struct sl_kafka_producer {
+    const sl_allocator_t *a;
+    rd_kafka_t *rk;
+    char topic[256];
+    char brokers[512];
+    double timeout_s;
+    void (*on_log)(void *ctx, int level, const char *facility, const char *message);
+    void *log_ctx;
+    sl_kafka_producer_stats_t stats;
+    /* The first failed delivery or fatal error, reported by every later
+     * send and flush (set on the calling thread: librdkafka calls the
+     * delivery and error callbacks from inside poll and flush). */
+    sl_error_t failure;
+};
+
+/* The failure kept, into err. */
+static sl_err_t failed(const sl_kafka_producer_t *p, sl_error_t *err)
+{
+    return sl_error_set(err, p->failure.code, "%s", p->failure.msg);
+}
+
+static int ms_of(double s)
+{
+    return s > 2e6 ? 2000000000 : (int)(s * 1000.0);
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    sl_kafka_producer_t *p = opaque;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        p->stats.delivered++;
+        return;
+    }
+    p->stats.failed++;
+    if (p->failure.code != SL_OK) return;
+    unsigned long long session =
+        m->key_len == SL_KAFKA_KEY_BYTES ? (unsigned long long)sl_kafka_key_get(m->key) : 0;
+    sl_error_set(&p->failure, SL_ERR_IO,
+             "topic %s partition %d on %s: record of session %llu not delivered: %s", p->topic,
+             (int)m->partition, p->brokers, session, rd_kafka_err2str(m->err));
+}
+
+static void on_error(rd_kafka_t *rk, int code, const char *reason, void *opaque)
+{
+    sl_kafka_producer_t *p = opaque;
+    if (code != RD_KAFKA_RESP_ERR__FATAL) {
+        /* Transport errors and brokers going down are retried by
+         * librdkafka, and its log says them already. */
+        (void)reason;
+        return;
+    }
+    if (p->failure.code != SL_OK) return;
+    char why[512];
+    rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk, why, sizeof why);
+    sl_error_set(&p->failure, SL_ERR_IO, "topic %s on %s: producer failed: %s: %s",
+             p->topic, p->brokers, rd_kafka_err2name(fatal), why);
+}
+
+/* librdkafka's log lines (syslog levels) to the caller's callback, or as
+ * records "kafka_log" of common/log.h. */
+static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    sl_kafka_producer_t *p = rd_kafka_opaque(rk);
+    if (p != NULL && p->on_log != NULL) {
+        p->on_log(p->log_ctx, level, fac, buf);
+        return;
+    }
+    sl_log_level_t l = level <= 3 ? SL_LOG_ERROR : level == 4 ? SL_LOG_WARN
+                       : level <= 6 ? SL_LOG_INFO : SL_LOG_DEBUG;
+    sl_log_kv(l, "kafka_log",
+              (SL_KV_STR("facility", fac), SL_KV_STR("topic", p != NULL ? p->topic : "")),
+              "kafka %s: %s", fac, buf);
+}
+
+static sl_err_t conf_set(rd_kafka_conf_t *conf, const char *name, const char *value,
+                         const char *where, sl_error_t *err)
+{
+    char why[512];
+    if (rd_kafka_conf_set(conf, name, value, why, sizeof why) != RD_KAFKA_CONF_OK)
+        return sl_error_set(err, SL_ERR_INVALID, "%s%s=%s: %s", where, name, value, why);
+    return SL_OK;
+}
+
+static rd_kafka_conf_t *make_conf(sl_kafka_producer_t *p, const sl_kafka_producer_opts_t *o,
+                                  sl_error_t *err)
+{
+    static const char *const defaults[][2] = {
+        {"enable.idempotence", "true"},
+        {"compression.type", "zstd"},
+        {"partitioner", "murmur2_random"},
+        {"allow.auto.create.topics", "false"},
+    };
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (conf_set(conf, "bootstrap.servers", o->brokers, "", err) != SL_OK) goto fail;
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+        if (conf_set(conf, defaults[i][0], defaults[i][1], "", err) != SL_OK) goto fail;
+    for (uint32_t i = 0; i < o->num_properties; i++) {
+        const char *kv = o->properties[i], *eq = strchr(kv, '=');
+        char name[256], where[64];
+        if (eq == NULL || eq == kv || (size_t)(eq - kv) >= sizeof name) {
+            sl_error_set(err, SL_ERR_INVALID, "property %u '%s': expected NAME=VALUE", i + 1, kv);
+            goto fail;
+        }
+        memcpy(name, kv, (size_t)(eq - kv));
+        name[eq - kv] = '\0';
+        snprintf(where, sizeof where, "property %u ", i + 1);
+        if (conf_set(conf, name, eq + 1, where, err) != SL_OK) goto fail;
+    }
+    rd_kafka_conf_set_opaque(conf, p);
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rd_kafka_conf_set_error_cb(conf, on_error);
+    rd_kafka_conf_set_log_cb(conf, on_log);
+    return conf;
+fail:
+    rd_kafka_conf_destroy(conf);
+    return NULL;
+}
+
+/* The topic's partition count from the cluster's metadata: *partitions 0
+ * when the topic does not exist. Every topic is listed (not just ours):
+ * asking for one topic by name may create it on a broker that
+ * auto-creates topics. */
+static sl_err_t topic_partitions(sl_kafka_producer_t *p, double timeout_s, uint32_t *partitions,
+                                 sl_error_t *err)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(p->rk, 1, NULL, &md, ms_of(timeout_s));
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return sl_error_set(err, e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ERR_TIMEOUT : SL_ERR_IO,
+                            "brokers %s: no metadata within %.0f s: %s", p->brokers, timeout_s,
+                            rd_kafka_err2str(e));
+    *partitions = 0;
+    sl_err_t rc = SL_OK;
+    for (int i = 0; i < md->topic_cnt; i++) {
+        const rd_kafka_metadata_topic_t *t = &md->topics[i];
+        if (strcmp(t->topic, p->topic) != 0) continue;
+        if (t->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            *partitions = (uint32_t)t->partition_cnt;
+        else if (t->err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART &&
+                 t->err != RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)
+            rc = sl_error_set(err, SL_ERR_IO, "topic %s on %s: %s", p->topic, p->brokers,
+                              rd_kafka_err2str(t->err));
+    }
+    rd_kafka_metadata_destroy(md);
+    return rc;
+}
+
+/* CreateTopics, then wait until the metadata shows the new topic. */
+static sl_err_t create_topic(sl_kafka_producer_t *p, uint32_t partitions, uint32_t replication,
+                             sl_error_t *err)
+{
+    char why[512];
+    int timeout_ms = ms_of(p->timeout_s);
+    rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(
+        p->topic, (int)partitions, replication > 0 ? (int)replication : -1, why, sizeof why);
+    if (nt == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "topic %s with %u partitions: %s", p->topic,
+                            partitions, why);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(p->rk);
+    rd_kafka_AdminOptions_t *ao = rd_kafka_AdminOptions_new(p->rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+    rd_kafka_AdminOptions_set_operation_timeout(ao, timeout_ms, why, sizeof why);
+    rd_kafka_AdminOptions_set_request_timeout(ao, timeout_ms, why, sizeof why);
+    rd_kafka_CreateTopics(p->rk, &nt, 1, ao, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, timeout_ms + 1000);
+    sl_err_t rc = SL_OK;
+    if (ev == NULL) {
+        rc = sl_error_set(err, SL_ERR_TIMEOUT, "create topic %s on %s: no answer within %.0f s",
+                          p->topic, p->brokers, p->timeout_s);
+    } else if (rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rc = sl_error_set(err, SL_ERR_IO, "create topic %s on %s: %s", p->topic, p->brokers,
+                          rd_kafka_event_error_string(ev));
+    } else {
+        size_t n = 0;
+        const rd_kafka_topic_result_t **res =
+            rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+        rd_kafka_resp_err_t e = n == 1 ? rd_kafka_topic_result_error(res[0])
+                                       : RD_KAFKA_RESP_ERR__BAD_MSG;
+        /* Another producer may have created it meanwhile: then it is there. */
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+            p->stats.created = true;
+        else if (e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
+            rc = sl_error_set(err, SL_ERR_IO, "create topic %s with %u partitions on %s: %s",
+                              p->topic, partitions, p->brokers,
+                              n == 1 && rd_kafka_topic_result_error_string(res[0]) != NULL
+                                  ? rd_kafka_topic_result_error_string(res[0])
+                                  : rd_kafka_err2str(e));
+    }
+    rd_kafka_event_destroy(ev);
+    rd_kafka_AdminOptions_destroy(ao);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_NewTopic_destroy(nt);
+    if (rc != SL_OK) return rc;
+    double deadline = sl_clock_s() + p->timeout_s;
+    for (;;) {
+        uint32_t have = 0;
+        rc = topic_partitions(p, p->timeout_s, &have, err);
+        if (rc != SL_OK) return rc;
+        if (have > 0) {
+            p->stats.partitions = have;
+            return SL_OK;
+        }
+        if (sl_clock_s() > deadline)
+            return sl_error_set(err, SL_ERR_TIMEOUT,
+                                "topic %s on %s: created, but not in the metadata within %.0f s",
+                                p->topic, p->brokers, p->timeout_s);
+        rd_kafka_poll(p->rk, 100);
+    }
+}
+
+sl_err_t sl_kafka_producer_new(const sl_kafka_producer_opts_t *o, sl_kafka_producer_t **out,
+                               sl_error_t *err)
+{
+    *out = NULL;
+    if (o->brokers == NULL || o->brokers[0] == '\0')
+        return sl_error_set(err, SL_ERR_INVALID, "no brokers given");
+    if (o->topic == NULL || o->topic[0] == '\0' || strlen(o->topic) > 249)
+        return sl_error_set(err, SL_ERR_INVALID, "topic '%s': a name of 1 to 249 characters",
+                            o->topic != NULL ? o->topic : "");
+    sl_kafka_producer_t *p = sl_calloc(o->allocator, 1, sizeof *p);
+    if (p == NULL) return sl_error_set(err, SL_ERR_NOMEM, "kafka producer: out of memory");
+    p->a = o->allocator;
+    snprintf(p->topic, sizeof p->topic, "%s", o->topic);
+    snprintf(p->brokers, sizeof p->brokers, "%s", o->brokers);
+    p->timeout_s = o->timeout_s > 0 ? o->timeout_s : 30.0;
+    p->on_log = o->on_log;
+    p->log_ctx = o->log_ctx;
+    rd_kafka_conf_t *conf = make_conf(p, o, err);
+    if (conf == NULL) {
+        sl_free(p->a, p, sizeof *p);
+        return err != NULL ? err->code : SL_ERR_INVALID;
+    }
+    char why[512];
+    p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
+    if (p->rk == NULL) {
+        rd_kafka_conf_destroy(conf);
+        sl_free(p->a, p, sizeof *p);
+        return sl_error_set(err, SL_ERR_INVALID, "kafka producer for %s: %s", o->brokers, why);
+    }
+    uint32_t have = 0;
+    sl_err_t rc = topic_partitions(p, p->timeout_s, &have, err);
+    if (rc == SL_OK && have == 0) {
+        if (o->create_partitions > 0)
+            rc = create_topic(p, o->create_partitions, o->replication_factor, err);
+        else
+            rc = sl_error_set(err, SL_ERR_NOT_FOUND,
+                              "topic %s does not exist on %s (give a partition count to create "
+                              "it)",
+                              p->topic, p->brokers);
+    } else if (rc == SL_OK) {
+        p->stats.partitions = have;
+    }
+    if (rc != SL_OK) {
+        sl_kafka_producer_destroy(p);
+        return rc;
+    }
+    *out = p;
+    return SL_OK;
+}
+
+sl_err_t sl_kafka_producer_send(sl_kafka_producer_t *p, uint64_t session_id, const void *value,
+                                size_t len, sl_error_t *err)
+{
+    if (p->failure.code != SL_OK) return failed(p, err);
+    uint8_t key[SL_KAFKA_KEY_BYTES];
+    sl_kafka_key_put(key, session_id);
+    double deadline = 0;
+    for (;;) {
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            p->rk, RD_KAFKA_V_TOPIC(p->topic), RD_KAFKA_V_KEY(key, sizeof key),
+            RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_HEADER(SL_KAFKA_FORMAT_HEADER, SL_KAFKA_FORMAT_VERSION_TEXT,
+                              (ssize_t)strlen(SL_KAFKA_FORMAT_VERSION_TEXT)),
+            RD_KAFKA_V_END);
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR) break;
+        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            return sl_error_set(err, SL_ERR_IO, "topic %s on %s: record of session %llu: %s",
+                                p->topic, p->brokers, (unsigned long long)session_id,
+                                rd_kafka_err2str(e));
+        /* The local queue is full: serve delivery reports until it has
+         * room, for at most the timeout. */
+        if (deadline == 0) deadline = sl_clock_s() + p->timeout_s;
+        if (sl_clock_s() > deadline)
+            return sl_error_set(err, SL_ERR_TIMEOUT,
+                                "topic %s on %s: the local queue stayed full for %.0f s (%d "
+                                "records waiting for the brokers)",
+                                p->topic, p->brokers, p->timeout_s, rd_kafka_outq_len(p->rk));
+        rd_kafka_poll(p->rk, 50);
+        if (p->failure.code != SL_OK) return failed(p, err);
+    }
+    p->stats.sent++;
+    p->stats.bytes += sizeof key + len;
+    rd_kafka_poll(p->rk, 0);
+    return SL_OK;
+}
+
+void sl_kafka_producer_poll(sl_kafka_producer_t *p, int timeout_ms)
+{
+    rd_kafka_poll(p->rk, timeout_ms);
+}
+
+sl_err_t sl_kafka_producer_flush(sl_kafka_producer_t *p, double timeout_s, sl_error_t *err)
+{
+    rd_kafka_resp_err_t e = rd_kafka_flush(p->rk, ms_of(timeout_s));
+    /* A failure explains a timeout better than the count does. */
+    if (p->failure.code != SL_OK) return failed(p, err);
+    if (e == RD_KAFKA_RESP_ERR__TIMED_OUT)
+        return sl_error_set(err, SL_ERR_TIMEOUT,
+                            "topic %s on %s: %llu of %llu records not acknowledged within %.1f s",
+                            p->topic, p->brokers,
+                            (unsigned long long)sl_kafka_producer_outstanding(p),
+                            (unsigned long long)p->stats.sent, timeout_s);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return sl_error_set(err, SL_ERR_IO, "topic %s on %s: flush: %s", p->topic, p->brokers,
+                            rd_kafka_err2str(e));
+    return SL_OK;
+}
+
+void sl_kafka_producer_stats(const sl_kafka_producer_t *p, sl_kafka_producer_stats_t *out)
+{
+    *out = p->stats;
+}
+
+uint64_t sl_kafka_producer_outstanding(const sl_kafka_producer_t *p)
+{
+    return p->stats.sent - p->stats.delivered - p->stats.failed;
+}
+
+void sl_kafka_producer_destroy(sl_kafka_producer_t *p)
+{
+    if (p == NULL) return;
+    if (p->rk != NULL) {
+        /* Without the purge, destroy would wait for records a dead broker
+         * never takes. */
+        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(p->rk, 0);
+        rd_kafka_destroy(p->rk);
+    }
+    sl_free(p->a, p, sizeof *p);
+}

@@ -1,0 +1,104 @@
+/* A producer of version 1 sample records (record.h) to one Kafka topic,
+ * over librdkafka: what `sluice produce`, the benchmarks and the tests
+ * write with (docs/KAFKA.md, "Producing").
+ *
+ * Settings sluice chooses, before the caller's properties (which are
+ * applied after them and so may change any of them):
+ *   enable.idempotence=true      a retried batch is never written twice,
+ *                                and a session's records stay in order
+ *   compression.type=zstd
+ *   partitioner=murmur2_random   a keyed record goes to partition
+ *                                (murmur2(key) & 0x7fffffff) % partitions,
+ *                                as Java's default partitioner places it,
+ *                                so Java and sluice producers agree on
+ *                                where a session lives
+ *   allow.auto.create.topics=false  a misspelt topic is an error, not a
+ *                                new one-partition topic
+ *
+ * Delivery reports are counted (delivered, failed); the first failure and
+ * any fatal error of the idempotent producer are kept, with the topic and
+ * partition, and every later send or flush reports them. Sends never
+ * block longer than the timeout: a full local queue is drained by serving
+ * delivery reports until it has room.
+ *
+ * Threads: one thread at a time per producer (librdkafka's own threads
+ * call back into it only from inside sl_kafka_producer_poll, _send and
+ * _flush, on the calling thread). */
+#ifndef SLUICE_KAFKA_PRODUCER_H
+#define SLUICE_KAFKA_PRODUCER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/alloc.h"
+#include "sluice/err.h"
+
+typedef struct sl_kafka_producer_opts {
+    const char *brokers; /* bootstrap.servers, "host:port,host:port" */
+    const char *topic;
+    /* librdkafka properties "name=value", applied after sluice's settings
+     * (borrowed for the call) */
+    const char *const *properties;
+    uint32_t num_properties;
+    /* > 0: create the topic with this many partitions when it does not
+     * exist (Admin API); 0: a missing topic is SL_ERR_NOT_FOUND */
+    uint32_t create_partitions;
+    /* replication factor of a created topic; 0: the broker's default */
+    uint32_t replication_factor;
+    double timeout_s; /* bound of metadata, topic creation and a blocked send; 0: 30 */
+    /* librdkafka's log lines (level as syslog: 0 emergency .. 7 debug) go
+     * here; NULL: to common/log.h as records "kafka_log" (fields facility,
+     * topic). Called on the thread of a producer call or on a librdkafka
+     * thread. */
+    void (*on_log)(void *ctx, int level, const char *facility, const char *message);
+    void *log_ctx;
+    const sl_allocator_t *allocator;
+} sl_kafka_producer_opts_t;
+
+typedef struct sl_kafka_producer_stats {
+    uint64_t sent;       /* records handed to librdkafka */
+    uint64_t delivered;  /* acknowledged by the broker */
+    uint64_t failed;     /* reported failed */
+    uint64_t bytes;      /* key + value bytes of the records sent */
+    uint32_t partitions; /* of the topic */
+    bool created;        /* this producer created the topic */
+} sl_kafka_producer_stats_t;
+
+typedef struct sl_kafka_producer sl_kafka_producer_t;
+
+/* Connect, and find the topic (or create it, see create_partitions).
+ * Caller owns *out, free with sl_kafka_producer_destroy. @return
+ * SL_ERR_INVALID for a property librdkafka refuses (naming it),
+ * SL_ERR_NOT_FOUND for a missing topic, SL_ERR_TIMEOUT when the brokers
+ * do not answer within the timeout, SL_ERR_IO when topic creation fails. */
+sl_err_t sl_kafka_producer_new(const sl_kafka_producer_opts_t *opts, sl_kafka_producer_t **out,
+                               sl_error_t *err);
+
+/* Send one record: key = session_id (8 bytes big-endian), value (copied),
+ * header sluice-format: 1, timestamp now (CreateTime). @return
+ * SL_ERR_IO when a delivery already failed or the producer hit a fatal
+ * error (the message says which record, topic and partition),
+ * SL_ERR_TIMEOUT when the local queue stayed full for the timeout. */
+sl_err_t sl_kafka_producer_send(sl_kafka_producer_t *p, uint64_t session_id, const void *value,
+                                size_t len, sl_error_t *err);
+
+/* Serve delivery reports, waiting up to timeout_ms for one (0: do not
+ * wait): the way to sleep while pacing. */
+void sl_kafka_producer_poll(sl_kafka_producer_t *p, int timeout_ms);
+
+/* Wait up to timeout_s for every record sent to be acknowledged. @return
+ * SL_ERR_TIMEOUT naming how many are still out, SL_ERR_IO when any
+ * delivery failed (the first failure). */
+sl_err_t sl_kafka_producer_flush(sl_kafka_producer_t *p, double timeout_s, sl_error_t *err);
+
+void sl_kafka_producer_stats(const sl_kafka_producer_t *p, sl_kafka_producer_stats_t *out);
+
+/* Records sent and not yet acknowledged or failed. */
+uint64_t sl_kafka_producer_outstanding(const sl_kafka_producer_t *p);
+
+/* Drop what is still queued (without waiting for it) and free p; NULL is
+ * fine. Flush first to keep it. */
+void sl_kafka_producer_destroy(sl_kafka_producer_t *p);
+
+#endif
