@@ -55,4 +55,16 @@ void sl_cli_raise_nofile(void);
  * "sluice <cmd>: <message>" lines. */
 void sl_cli_log_to_stderr(const char *cmd);
 
+/* The logging options (log_cli.c) of the long-running commands. */
+typedef struct sl_cli_log_args {
+    const char *level;  /* error|warn|info|debug */
+    const char *format; /* text|logfmt|json */
+} sl_cli_log_args_t;
+
+extern const sl_cli_group_t sl_cli_log_group;
+
+/* Set the process's log level and handler from the options (the values
+ * the table checked). */
+void sl_cli_log_apply(const char *cmd, const sl_cli_log_args_t *args);
+
 #endif

@@ -31,7 +31,8 @@ static const section_t sections[] = {
     {NULL, &sl_cli_admin_group},       {NULL, &sl_cli_admin_client_group},
     {&sl_cli_jobs_list_cmd, NULL},     {&sl_cli_jobs_show_cmd, NULL},
     {&sl_cli_jobs_delete_cmd, NULL},   {&sl_cli_jobs_scale_cmd, NULL},
-    {&sl_cli_jobs_resubmit_cmd, NULL}, {&sl_cli_produce_cmd, NULL},
+    {&sl_cli_jobs_resubmit_cmd, NULL}, {NULL, &sl_cli_log_group},
+    {&sl_cli_produce_cmd, NULL},
 };
 #define NUM_SECTIONS (sizeof sections / sizeof sections[0])
 

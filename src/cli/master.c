@@ -31,6 +31,7 @@ typedef struct master_args {
     uint64_t lease_ms, split_failures, client_idle_ms, fleet, compact, max_conns, handshake_ms,
         conn_idle_ms;
     sl_cli_admin_args_t adm;
+    sl_cli_log_args_t log;
 } master_args_t;
 
 #define M(field) offsetof(master_args_t, field)
@@ -103,7 +104,7 @@ const sl_cli_cmd_t sl_cli_master_cmd = {
     .about = "Runs the DPP master with its admin endpoint (and, with --executor local, the "
              "jobs' workers as processes of this machine; with --executor kubernetes, the "
              "replicas of the workers' Deployment) until SIGINT or SIGTERM.",
-    .groups = {{&master_group, 0}, {&sl_cli_admin_group, M(adm)}},
+    .groups = {{&master_group, 0}, {&sl_cli_admin_group, M(adm)}, {&sl_cli_log_group, M(log)}},
 };
 
 /* Path of this program, for the executor's worker processes. */
@@ -147,12 +148,20 @@ static sl_err_t executor_new(const master_args_t *args, sl_master_t *m, sl_maste
     if (strcmp(args->executor, "local") == 0) {
         char bin[PATH_MAX];
         self_path(bin, sizeof bin);
-        /* Workers prove the secret to this master (and to their trainers). */
-        const char *extra[] = {"--cluster-secret-file", args->secret_file, NULL};
+        /* Workers log as this master does, and prove the secret to it (and
+         * to their trainers). */
+        const char *extra[] = {"--log-level",
+                               args->log.level,
+                               "--log-format",
+                               args->log.format,
+                               "--cluster-secret-file",
+                               args->secret_file,
+                               NULL};
+        if (args->secret_file == NULL) extra[4] = NULL;
         sl_master_executor_local_opts_t eo = {.binary = bin,
                                               .master = sl_master_address(m),
                                               .log_dir = args->log_dir,
-                                              .extra_args = args->secret_file ? extra : NULL};
+                                              .extra_args = extra};
         if (sl_master_executor_local_new(&eo, ex, err) != SL_OK)
             return sl_error_prefix(err, "executor: ");
     } else if (strcmp(args->executor, "kubernetes") == 0) {
@@ -173,6 +182,7 @@ int sl_cli_master(int argc, char **argv)
     master_args_t args = {0};
     sl_cli_parsed_t parsed;
     if (!sl_cli_parse(&sl_cli_master_cmd, argc, argv, &args, &parsed)) return parsed.code;
+    sl_cli_log_apply("master", &args.log);
     const char *listen = args.listen, *admin = args.admin, *state = args.state;
     const char *token_file = args.token_file, *log_dir = args.log_dir;
     const char *executor = args.executor, *secret_file = args.secret_file;

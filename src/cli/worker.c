@@ -27,6 +27,7 @@ typedef struct worker_args {
     uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms;
     bool exit_when_done;
     sl_cli_admin_args_t adm;
+    sl_cli_log_args_t log;
 } worker_args_t;
 
 #define W(field) offsetof(worker_args_t, field)
@@ -40,7 +41,7 @@ static const sl_cli_opt_t wopts[] = {
     {"job-id", SL_CLI_STRING, "ID", NULL, "the job of the first lease", 0, 0, 0, W(job_id),
      "with --master: serve only this job"},
     {"admin", SL_CLI_ADDR, "HOST:PORT", NULL, NULL, 0, 0, 0, W(admin),
-     "serve GET /healthz /readyz /metrics /status on this address (port 0 picks one; printed "
+     "serve GET / (status page) /healthz /readyz /metrics /status on this address (port 0 picks one; printed "
      "as `admin on HOST:PORT`)"},
     {"listen", SL_CLI_ADDR, "HOST:PORT", "127.0.0.1:7077", NULL, 0, 0, 0, W(listen),
      "address for trainer clients; port 0 picks a free one"},
@@ -78,7 +79,8 @@ const sl_cli_cmd_t sl_cli_worker_cmd = {
     .about = "Runs the job's pipeline (read, filter, batch, dedup, transform, encode) and serves "
              "the batches to trainer clients. Prints `listening on HOST:PORT` once ready and a "
              "summary at the end. SIGINT/SIGTERM stop it cleanly.",
-    .groups = {{&worker_group, 0}, {&sl_cli_admin_group, W(adm)}},
+    .groups = {{&worker_group, 0}, {&sl_cli_admin_group, W(adm)},
+                {&sl_cli_log_group, W(log)}},
 };
 
 static int usage_error(const char *fmt, const char *arg)
@@ -98,6 +100,7 @@ int sl_cli_worker(int argc, char **argv)
     worker_args_t args = {0};
     sl_cli_parsed_t parsed;
     if (!sl_cli_parse(&sl_cli_worker_cmd, argc, argv, &args, &parsed)) return parsed.code;
+    sl_cli_log_apply("worker", &args.log);
     const char *job_path = args.job, *master = args.master, *job_id = args.job_id;
     const char *admin_addr = args.admin, *secret_file = args.secret_file;
     sl_admin_opts_t ao = {.tls_cert_file = args.adm.tls_cert,

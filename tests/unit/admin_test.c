@@ -22,6 +22,7 @@
 #include "common/mem.h"
 #include "dpp/admin/endpoint.h"
 #include "dpp/admin/prom.h"
+#include "dpp/admin/ui.h"
 #include "testutil.h"
 
 static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
@@ -258,6 +259,58 @@ Test(admin, token_load)
 static char *http_whole(uint16_t port, const char *raw)
 {
     return exchange(port, raw, strlen(raw), false);
+}
+
+static void expect_path_error(uint16_t port, const char *path, int status, const char *needle);
+
+static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)ctx;
+    (void)req;
+    sl_admin_ui_reply(resp, "status.html");
+}
+
+Test(admin, status_pages_are_compiled_in_with_their_csp)
+{
+    static const sl_admin_route_t page_routes[] = {
+        {"GET", "/", false, h_page},
+        {"GET", "/ui/{}", false, sl_admin_ui_handler},
+    };
+    sl_admin_opts_t o = {.routes = page_routes, .num_routes = 2};
+    sl_admin_t *a = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_admin_start(&o, &a, &err), SL_OK, "%s", err.msg);
+    uint16_t port = sl_admin_port(a);
+    const sl_admin_asset_t *page = sl_admin_ui_find("status.html");
+    cr_assert_not_null(page);
+    cr_assert_eq(page->len, strlen(page->data));
+    char *r = http_whole(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    cr_assert(strncmp(r, "HTTP/1.1 200", 12) == 0, "%s", r);
+    cr_assert(strstr(r, "\r\nContent-Type: text/html; charset=utf-8\r\n"), "%s", r);
+    cr_assert(strstr(r, "\r\nContent-Security-Policy: " SL_ADMIN_UI_CSP "\r\n"), "%s", r);
+    cr_assert(strstr(r, "\r\nX-Content-Type-Options: nosniff\r\n"), "%s", r);
+    char *body = strstr(r, "\r\n\r\n") + 4;
+    cr_assert_str_eq(body, page->data);
+    cr_assert(strstr(body, "<main id=\"worker\" hidden>"), "%s", body);
+    free(r);
+    /* every file the pages name is served, with its type */
+    const char *files[][2] = {{"status.js", "text/javascript; charset=utf-8"},
+                              {"status.css", "text/css; charset=utf-8"}};
+    for (int i = 0; i < 2; i++) {
+        char req[256], want[128];
+        snprintf(req, sizeof req, "GET /ui/%s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                 files[i][0]);
+        snprintf(want, sizeof want, "\r\nContent-Type: %s\r\n", files[i][1]);
+        r = http_whole(port, req);
+        cr_assert(strncmp(r, "HTTP/1.1 200", 12) == 0, "%s", r);
+        cr_assert(strstr(r, want), "%s", r);
+        cr_assert_str_eq(strstr(r, "\r\n\r\n") + 4, sl_admin_ui_find(files[i][0])->data);
+        free(r);
+    }
+    expect_path_error(port, "/ui/nope.js", 404, "/ui/nope.js: no such file");
+    expect_path_error(port, "/ui/status.html", 404, "the page is at /");
+    expect_path_error(port, "/ui/..", 400, "contains \"..\"");
+    sl_admin_stop(a);
 }
 
 Test(admin, head_answers_where_get_does)

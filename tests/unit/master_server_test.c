@@ -1042,6 +1042,49 @@ Test(master_server, heartbeat_renews_only_named_leases)
     env_fini(&e);
 }
 
+/* A heartbeat that reports the worker's encoded bytes and what they would
+ * take without dedup. */
+static void heartbeat_bytes(int fd, const char *id, uint64_t encoded, uint64_t expanded)
+{
+    Sluice__Control__Heartbeat h = SLUICE__CONTROL__HEARTBEAT__INIT;
+    h.worker_id = (char *)id;
+    h.bytes_encoded = encoded;
+    h.bytes_expanded = expanded;
+    done(call(fd, SL_RPC_HEARTBEAT, &h.base, SL_RPC_HEARTBEAT_REPLY));
+}
+
+Test(master_server, job_dedup_factor_from_the_workers_heartbeats)
+{
+    env e;
+    env_init(&e, 10000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    json_t *j = job_json(&e);
+    cr_assert_float_eq(json_real_value(json_object_get(j, "dedup_factor")), 1.0, 1e-12);
+    cr_assert_eq(jint(j, "bytes_encoded"), 0);
+    cr_assert_eq(jint(j, "bytes_saved"), 0);
+    json_decref(j);
+    int w1 = worker(&e, "w1"), w2 = worker(&e, "w2");
+    heartbeat_bytes(w1, "w1", 1000, 3000);
+    heartbeat_bytes(w2, "w2", 1000, 1000);
+    j = job_json(&e);
+    cr_assert_float_eq(json_real_value(json_object_get(j, "dedup_factor")), 2.0, 1e-12);
+    cr_assert_eq(jint(j, "bytes_encoded"), 2000);
+    cr_assert_eq(jint(j, "bytes_saved"), 2000);
+    json_decref(j);
+    /* a heartbeat replaces the worker's figures, never adds to them; a
+     * worker gone keeps its share */
+    heartbeat_bytes(w1, "w1", 2000, 8000);
+    close(w2);
+    j = job_json(&e);
+    cr_assert_float_eq(json_real_value(json_object_get(j, "dedup_factor")), 3.0, 1e-12);
+    cr_assert_eq(jint(j, "bytes_encoded"), 3000);
+    cr_assert_eq(jint(j, "bytes_saved"), 6000);
+    json_decref(j);
+    close(w1);
+    env_fini(&e);
+}
+
 /* The connection is read to its end: an ERROR frame (when want_error),
  * then the end of the stream. */
 static void expect_closed(int fd, bool want_error, const char *needle)

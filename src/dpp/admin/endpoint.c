@@ -18,6 +18,7 @@
 #include "common/fileio.h"
 #include "common/mem.h"
 #include "common/parse.h"
+#include "dpp/admin/ui.h"
 
 struct sl_admin {
     struct MHD_Daemon *daemon;
@@ -171,6 +172,11 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, sl_admin_response
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             r->content_type ? r->content_type : "application/json");
     if (bearer_challenge) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    /* Every answer, not only the pages: a JSON body opened as a page can
+     * run nothing either (ui.h). */
+    MHD_add_response_header(resp, "Content-Security-Policy", SL_ADMIN_UI_CSP);
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)r->status, resp);
     MHD_destroy_response(resp);
     return ret;

@@ -5,6 +5,7 @@
  * libmicrohttpd's thread; every sl_master_* call takes the master's lock
  * itself.
  *
+ *   GET    /  /ui/{file}        the status page (dpp/admin/ui.h)
  *   GET    /healthz  /readyz  /metrics  /status  /workers
  *   GET    /jobs  /jobs/{id}
  *   POST   /jobs               (token)  submit
@@ -17,6 +18,7 @@
 
 #include "common/mem.h"
 #include "dpp/admin/prom.h"
+#include "dpp/admin/ui.h"
 #include "dpp/master/admin.h"
 
 /* Bodies are job specs, scale requests and resume tokens (base64, a few
@@ -256,7 +258,19 @@ static json_t *job_json(const sl_master_job_view_t *v)
         v->trainer_wait, "worker_busy", v->worker_busy, "autoscale_reason", v->autoscale_reason,
         "batches", (json_int_t)st->batches, "samples", (json_int_t)st->samples);
     json_decref(spec);
-    if (o != NULL) add_failure_json(o, st);
+    if (o != NULL) {
+        add_failure_json(o, st);
+        /* bytes without dedup per byte sent: 1 before the first batch */
+        json_object_set_new(o, "dedup_factor",
+                            json_real(v->bytes_encoded > 0
+                                          ? (double)v->bytes_expanded / (double)v->bytes_encoded
+                                          : 1.0));
+        json_object_set_new(o, "bytes_encoded", json_integer((json_int_t)v->bytes_encoded));
+        json_object_set_new(o, "bytes_saved",
+                            json_integer((json_int_t)(v->bytes_expanded > v->bytes_encoded
+                                                          ? v->bytes_expanded - v->bytes_encoded
+                                                          : 0)));
+    }
     return o;
 }
 
@@ -637,7 +651,16 @@ static void h_job_resubmit(void *ctx, const sl_admin_request_t *req, sl_admin_re
     sl_admin_reply_json(resp, 200, j);
 }
 
+static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)ctx;
+    (void)req;
+    sl_admin_ui_reply(resp, "status.html");
+}
+
 static const sl_admin_route_t routes[] = {
+    {"GET", "/", false, h_page},
+    {"GET", "/ui/{}", false, sl_admin_ui_handler},
     {"GET", "/healthz", false, h_healthz},
     {"GET", "/readyz", false, h_readyz},
     {"GET", "/metrics", false, h_metrics},

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "dpp/master/master_internal.h"
 
 #define MAX_FRAME (1u << 20)
@@ -30,7 +31,14 @@ void mp_conn_close(sl_master_t *m, uint32_t i)
     close(c->fd);
     c->fd = -1;
     if (c->kind == MP_WORKER) {
-        if (m->workers[c->worker].conn == (int)i) m->workers[c->worker].conn = -1;
+        mp_worker *w = &m->workers[c->worker];
+        /* its leases stay its own until they expire or it registers again */
+        sl_log_kv(SL_LOG_INFO, "worker_left",
+                  (SL_KV_STR("worker", w->id), SL_KV_STR("job", w->job),
+                   SL_KV_U64("leases", w->leases)),
+                  "worker %s left (connection closed; %u lease%s kept until they expire)",
+                  w->id, w->leases, w->leases == 1 ? "" : "s");
+        if (w->conn == (int)i) w->conn = -1;
         m->nworkers_connected--;
     } else if (c->kind == MP_CLIENT) {
         m->nclients_connected--;

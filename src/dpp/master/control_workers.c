@@ -3,6 +3,7 @@
  * SPLIT_READ and SPLIT_FAILED, applied to the state under the master's
  * lock on the control thread. */
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -147,6 +148,15 @@ void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register 
         sl_master_state_register(m->st, w->id, held, nheld, now, NULL, NULL, &err) != SL_OK)
         mp_fail(m, &err);
     sl_free(m->a, held, r->n_leases * sizeof *held);
+    char inc[17]; /* a random 64-bit number: as hex, not as a (signed) JSON integer */
+    snprintf(inc, sizeof inc, "%016" PRIx64, r->incarnation);
+    sl_log_kv(SL_LOG_INFO, "worker_joined",
+              (SL_KV_STR("worker", w->id), SL_KV_STR("job", r->job_id),
+               SL_KV_STR("address", r->serve_address), SL_KV_STR("admin", r->admin_address),
+               SL_KV_STR("incarnation", inc), SL_KV_U64("leases_held", nheld)),
+              "worker %s joined%s%s, serving on %s (holding %u lease%s)", w->id,
+              r->job_id[0] != '\0' ? " for job " : "", r->job_id, r->serve_address, nheld,
+              nheld == 1 ? "" : "s");
     w->incarnation = r->incarnation;
     snprintf(w->serve, sizeof w->serve, "%s", r->serve_address);
     snprintf(w->admin, sizeof w->admin, "%s", r->admin_address);
@@ -249,6 +259,12 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
     le.todo = todo;
     le.rank_plus_one = l.rank_plus_one;
     le.expiry_ms = m->opts.lease_timeout_ms;
+    /* one a split and epoch (and again after an expiry): never per batch */
+    sl_log_kv(SL_LOG_INFO, "lease_granted",
+              (SL_KV_STR("job", job), SL_KV_U64("split", l.split), SL_KV_U64("epoch", l.epoch),
+               SL_KV_U64("generation", l.generation), SL_KV_STR("worker", w->id),
+               SL_KV_U64("rows", l.num_rows)),
+              "job %s split %u epoch %u: leased to worker %s", job, l.split, l.epoch, w->id);
     mp_send(m, i, SL_RPC_LEASE, &le.base);
     if (todo != rp) {
         sl_free(m->a, todo, l.num_todo * sizeof *todo);
@@ -275,6 +291,8 @@ void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbea
     w->memory = h->memory_used;
     w->batches = h->batches_sent;
     w->samples = h->samples_sent;
+    w->bytes_encoded = h->bytes_encoded;
+    w->bytes_expanded = h->bytes_expanded;
     w->leases = 0;
     /* out of memory: nothing revoked this time (the next heartbeat tells) */
     Sluice__Control__SplitRef **rev =

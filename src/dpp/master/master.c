@@ -3,6 +3,7 @@
  * autoscaler. The control connections are in control.c (a worker's
  * frames in control_workers.c, a client's in control_clients.c), who may
  * connect in guard.c, the HTTP routes in admin.c. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -107,6 +108,55 @@ static void evict_idle_clients(sl_master_t *m, uint64_t now) SL_REQUIRES(m->mu)
         mp_fail(m, &err);
 }
 
+/* Log what changed in a job since the last look: epochs done, the job
+ * finished or failed. Looked at once an autoscaler period, so these
+ * records come up to a second late and are never written twice, nor
+ * again after a restart (adopt_jobs starts from the journal's state). */
+static void log_progress(sl_master_t *m, mp_job *j) SL_REQUIRES(m->mu)
+{
+    sl_master_state_job_status_t st;
+    sl_error_t err = {0};
+    if (j->logged_end || sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK) return;
+    for (; j->logged_epoch < st.epoch; j->logged_epoch++)
+        sl_log_kv(SL_LOG_INFO, "epoch_done",
+                  (SL_KV_STR("job", j->id), SL_KV_U64("epoch", j->logged_epoch),
+                   SL_KV_U64("epochs", st.epochs), SL_KV_U64("rows", st.total_rows)),
+                  "job %s: epoch %u of %u done (%" PRIu64 " rows)", j->id, j->logged_epoch + 1,
+                  st.epochs, st.total_rows);
+    if (st.finished) {
+        j->logged_end = true;
+        sl_log_kv(SL_LOG_INFO, "job_finished",
+                  (SL_KV_STR("job", j->id), SL_KV_U64("epochs", st.epochs),
+                   SL_KV_U64("batches", st.batches), SL_KV_U64("samples", st.samples)),
+                  "job %s finished: %u epoch%s, %" PRIu64 " samples", j->id, st.epochs,
+                  st.epochs == 1 ? "" : "s", st.samples);
+    } else if (st.failed) {
+        j->logged_end = true;
+        sl_log_kv(SL_LOG_ERROR, "job_failed",
+                  (SL_KV_STR("job", j->id), SL_KV_U64("split", st.failure_split),
+                   SL_KV_U64("epoch", st.failure_epoch), SL_KV_STR("file", st.failure_file),
+                   SL_KV_I64("stripe", st.failure_stripe),
+                   SL_KV_STR("error", sl_err_str(st.failure_code)),
+                   SL_KV_STR("reason", st.failure_message)),
+                  "job %s failed: split %u (epoch %u) could not be read: %s", j->id,
+                  st.failure_split, st.failure_epoch, st.failure_message);
+    }
+}
+
+/* An autoscaler decision that changed the job's desired count. */
+static void log_decision(mp_job *j, const char *by)
+{
+    if (j->as.desired == j->logged_desired) return;
+    sl_log_kv(SL_LOG_INFO, "autoscale",
+              (SL_KV_STR("job", j->id), SL_KV_U64("from", j->logged_desired),
+               SL_KV_U64("to", j->as.desired), SL_KV_STR("by", by),
+               SL_KV_F64("trainer_wait", j->last_wait), SL_KV_F64("worker_busy", j->last_busy),
+               SL_KV_STR("reason", j->as.reason)),
+              "job %s: desired workers %u -> %u (%s)", j->id, j->logged_desired, j->as.desired,
+              j->as.reason);
+    j->logged_desired = j->as.desired;
+}
+
 void mp_tick(sl_master_t *m, uint64_t now)
 {
     sl_error_t err = {0};
@@ -140,6 +190,8 @@ void mp_tick(sl_master_t *m, uint64_t now)
                                           .worker_busy = j->last_busy,
                                           .workers = live};
         sl_master_autoscale_observe(&j->as, &obs);
+        log_decision(j, "autoscaler");
+        log_progress(m, j);
     }
 }
 
@@ -168,8 +220,12 @@ static sl_err_t adopt_jobs(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu)
     for (uint32_t i = 0; i < n && i < 1024; i++) {
         sl_master_state_job_status_t st;
         if (sl_master_state_job_status(m->st, ids[i], &st, err) != SL_OK) return err->code;
-        if (mp_job_add(m, ids[i], st.min_workers, st.max_workers, st.min_workers) == NULL)
-            return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", ids[i]);
+        mp_job *j = mp_job_add(m, ids[i], st.min_workers, st.max_workers, st.min_workers);
+        if (j == NULL) return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", ids[i]);
+        /* the log told of what the journal holds before the restart */
+        j->logged_epoch = st.epoch;
+        j->logged_end = st.finished || st.failed;
+        j->logged_desired = j->as.desired;
     }
     return SL_OK;
 }
@@ -420,9 +476,25 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                                                     req->token_lens, req->num_tokens, err)
                  : sl_master_state_job_add(m->st, &spec, err);
         if (rc == SL_OK) rc = sync_locked(m, err);
-        if (rc == SL_OK &&
-            mp_job_add(m, job->id, req->min_workers, req->max_workers, req->workers) == NULL)
+        mp_job *j = rc == SL_OK ? mp_job_add(m, job->id, req->min_workers, req->max_workers,
+                                             req->workers)
+                                : NULL;
+        if (rc == SL_OK && j == NULL)
             rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", job->id);
+        if (j != NULL) {
+            sl_log_kv(SL_LOG_INFO, "job_submitted",
+                      (SL_KV_STR("job", job->id), SL_KV_U64("splits", splits->count),
+                       SL_KV_U64("epochs", job->epochs), SL_KV_U64("ranks", req->ranks),
+                       SL_KV_STR("sharding", req->static_sharding ? "static" : "dynamic"),
+                       SL_KV_U64("min_workers", req->min_workers),
+                       SL_KV_U64("max_workers", req->max_workers),
+                       SL_KV_U64("resume_tokens", req->num_tokens)),
+                      "job %s submitted: %u splits, %u epoch%s, %u rank%s, workers %u..%u",
+                      job->id, splits->count, job->epochs, job->epochs == 1 ? "" : "s",
+                      req->ranks, req->ranks == 1 ? "" : "s", req->min_workers,
+                      req->max_workers);
+            log_decision(j, "submit");
+        }
     }
     sl_mutex_unlock(&m->mu);
     if (rc == SL_OK && job_id != NULL) {
@@ -448,6 +520,9 @@ sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *er
         if (rc == SL_OK) rc = sync_locked(m, err);
         mp_job *j = mp_job_find(m, job_id);
         if (rc == SL_OK && j != NULL) j->used = false;
+        if (rc == SL_OK)
+            sl_log_kv(SL_LOG_INFO, "job_removed", (SL_KV_STR("job", job_id)),
+                      "job %s removed: its leases are gone, its workers stop", job_id);
     }
     sl_mutex_unlock(&m->mu);
     return rc;
@@ -463,6 +538,7 @@ sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t worker
         rc = sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
     else {
         uint32_t got = sl_master_autoscale_override(&j->as, workers, sl_clock_ms() * 1000000ull);
+        log_decision(j, "operator");
         if (set != NULL) *set = got;
     }
     sl_mutex_unlock(&m->mu);
@@ -483,8 +559,14 @@ static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_
     v->desired_workers = j->as.desired;
     v->granted_workers = j->granted;
     v->workers = v->clients = 0;
-    for (uint32_t w = 0; w < m->nworkers; w++)
-        v->workers += m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0;
+    v->bytes_encoded = v->bytes_expanded = 0;
+    for (uint32_t w = 0; w < m->nworkers; w++) {
+        const mp_worker *mw = &m->workers[w];
+        if (strcmp(mw->job, j->id) != 0) continue;
+        v->workers += mw->conn >= 0;
+        v->bytes_encoded += mw->bytes_encoded;
+        v->bytes_expanded += mw->bytes_expanded;
+    }
     for (uint32_t c = 0; c < m->opts.max_connections; c++)
         v->clients += m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT &&
                       strcmp(m->conns[c].job, j->id) == 0;

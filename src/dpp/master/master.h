@@ -181,6 +181,9 @@ typedef struct sl_master_job_view {
     uint32_t clients;                    /* trainer clients of the job connected now */
     double trainer_wait, worker_busy;    /* of the last autoscaler observation, 0..1 */
     const char *autoscale_reason;
+    /* its workers' encoded batch bytes, and what they would take had dedup
+     * been off (heartbeats of every worker the master knows for the job) */
+    uint64_t bytes_encoded, bytes_expanded;
 } sl_master_job_view_t;
 
 /* One worker id the master has seen. */

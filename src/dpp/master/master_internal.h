@@ -29,6 +29,10 @@ typedef struct mp_job {
     uint64_t wait_ns, elapsed_ns; /* client reports since the last observation */
     double last_wait, last_busy;  /* of the last observation */
     uint32_t granted;             /* fair share of the fleet (mp_share_locked) */
+    /* what the log has told (mp_log_progress): the job's epoch, end, and
+     * the autoscaler's count */
+    uint32_t logged_epoch, logged_desired;
+    bool logged_end;
 } mp_job;
 
 typedef struct mp_worker {
@@ -41,6 +45,7 @@ typedef struct mp_worker {
     double busy;
     uint32_t queued, leases;
     uint64_t memory, batches, samples;
+    uint64_t bytes_encoded, bytes_expanded; /* its batches so far; and had dedup been off */
 } mp_worker;
 
 typedef enum { MP_NEW = 0, MP_WORKER = 1, MP_CLIENT = 2 } mp_kind;

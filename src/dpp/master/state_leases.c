@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include "common/log.h"
 #include "dpp/master/state_internal.h"
 
 /* ---- workers ------------------------------------------------------------------ */
@@ -375,6 +376,14 @@ sl_err_t sl_master_state_expire(sl_master_state_t *m, uint64_t now_ms, uint32_t 
                 i++;
                 continue;
             }
+            const job *jb = m->jobs[l.job];
+            sl_log_kv(SL_LOG_WARN, "lease_expired",
+                      (SL_KV_STR("job", jb->id), SL_KV_U64("split", l.split),
+                       SL_KV_U64("epoch", jb->epoch), SL_KV_U64("generation", s->generation),
+                       SL_KV_STR("worker", wk->name)),
+                      "job %s split %u: the lease of worker %s expired (no heartbeat naming it "
+                      "for the lease timeout); the split is pending again",
+                      jb->id, l.split, wk->name);
             rc = end_lease(m, &l, err);
             if (rc != SL_OK) {
                 earliest = 0; /* rescan next time */

@@ -11,6 +11,7 @@
 #include "common/lock.h"
 #include "common/mem.h"
 #include "dpp/admin/prom.h"
+#include "dpp/admin/ui.h"
 
 typedef struct wadmin {
     sl_mutex_t mu;  /* held while a handler reads through w: set waits for it */
@@ -311,7 +312,16 @@ static void h_status(void *ctx, const sl_admin_request_t *req, sl_admin_response
     sl_strfree(NULL, text);
 }
 
+static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)ctx;
+    (void)req;
+    sl_admin_ui_reply(resp, "status.html");
+}
+
 static const sl_admin_route_t routes[] = {
+    {"GET", "/", false, h_page},
+    {"GET", "/ui/{}", false, sl_admin_ui_handler},
     {"GET", "/healthz", false, h_healthz},
     {"GET", "/readyz", false, h_readyz},
     {"GET", "/metrics", false, h_metrics},

@@ -1,5 +1,6 @@
 /* The worker's admin routes on the HTTP endpoint of dpp/admin/endpoint.h:
- * GET /healthz, /readyz, /metrics (Prometheus text) and /status (JSON) of
+ * GET / (its status page, dpp/admin/ui.h), /healthz, /readyz, /metrics
+ * (Prometheus text) and /status (JSON) of
  * one worker, and of its lease client when it runs under a master.
  * Read-only: no route mutates, so no token is needed. Documented in
  * docs/WORKER.md ("Admin endpoint"). */

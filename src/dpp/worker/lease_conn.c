@@ -159,6 +159,12 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
     ms->heartbeat_ms = g->heartbeat_ms ? g->heartbeat_ms : 1000;
     if (ms->heartbeat_ms > 60000) ms->heartbeat_ms = 60000;
     if (ms->ever_connected) ms->st.reconnects++;
+    sl_log_kv(SL_LOG_INFO, "registered",
+              (SL_KV_STR("worker", ms->worker_id), SL_KV_STR("master", ms->master),
+               SL_KV_STR("job", ms->job_id), SL_KV_U64("reconnect", ms->ever_connected),
+               SL_KV_U64("lease_timeout_ms", ms->lease_timeout_ms)),
+              "worker %s %sregistered with master %s", ms->worker_id,
+              ms->ever_connected ? "re" : "", ms->master);
     ms->ever_connected = true;
     pthread_cond_broadcast(&ms->cv);
     sl_mutex_unlock(&ms->mu);
@@ -329,6 +335,11 @@ static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *re
         snprintf(ms->st.job_id, sizeof ms->st.job_id, "%s", ms->job_id);
     }
     if (!rc) {
+        sl_log_kv(SL_LOG_DEBUG, "lease_received",
+                  (SL_KV_STR("job", ms->job_id), SL_KV_U64("split", l->split),
+                   SL_KV_U64("epoch", l->epoch), SL_KV_U64("generation", l->generation),
+                   SL_KV_U64("rows", l->sp.num_rows)),
+                  "job %s split %u epoch %u: leased", ms->job_id, l->split, l->epoch);
         l->next = ms->leases;
         ms->leases = l;
         ms->st.leases++;

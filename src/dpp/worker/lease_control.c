@@ -183,6 +183,8 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
         hb.memory_used = st.memory_used;
         hb.batches_sent = st.server.batches_sent;
         hb.samples_sent = st.server.samples_acked;
+        hb.bytes_encoded = st.bytes_encoded;
+        hb.bytes_expanded = st.bytes_expanded;
     }
     ms->hb_at_ns = now;
     sl_rpc_frame_t f = {0};
@@ -206,12 +208,22 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
                 l->generation == v->generation) {
                 l->revoked = true;
                 ms->st.revoked++;
+                sl_log_kv(SL_LOG_INFO, "lease_revoked",
+                          (SL_KV_STR("job", ms->job_id), SL_KV_U64("split", l->split),
+                           SL_KV_U64("epoch", l->epoch), SL_KV_U64("generation", l->generation)),
+                          "job %s split %u epoch %u: the master took the lease back; its "
+                          "batches not sent yet are dropped",
+                          ms->job_id, l->split, l->epoch);
                 /* nobody holds it any more: not handed, or read and retired */
                 if (dpp_lease_gone(l)) dpp_lease_remove(ms, l);
             }
             l = next;
         }
     }
+    if (r->stop && !ms->stop)
+        sl_log_kv(SL_LOG_INFO, "retired", (SL_KV_STR("job", ms->job_id)),
+                  "the master retired this worker of job %s: it finishes what it holds and "
+                  "exits", ms->job_id);
     if (r->stop) ms->stop = ms->st.stop = true;
     pthread_cond_broadcast(&ms->cv);
     sl_mutex_unlock(&ms->mu);
