@@ -82,15 +82,16 @@ static const char replicate_py[] =
 
 const char *bench_movielens_default(void)
 {
-    static const char path[] = SLUICE_SOURCE_DIR "/../shared/data/movielens-latest-small/ratings.csv";
+    static const char path[] =
+        SLUICE_SOURCE_DIR "/../shared/data/movielens-latest-small/ratings.csv";
     FILE *f = fopen(path, "r");
     if (f == NULL) return NULL;
     fclose(f);
     return path;
 }
 
-uint64_t bench_movielens_jsonl(const char *ratings, uint32_t copies, const char *work,
-                               char *jsonl, size_t cap)
+uint64_t bench_movielens_jsonl(const char *ratings, uint32_t copies, const char *work, char *jsonl,
+                               size_t cap)
 {
     char one[600], py[600], cmd[3000];
     snprintf(one, sizeof one, "%s/ml-one.jsonl", work);

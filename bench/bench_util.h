@@ -40,8 +40,8 @@ int bench_drain_reader(sl_wh_reader_t *rd, bench_read_t *r);
 const char *bench_movielens_default(void);
 /* Write the samples as jsonl under work (path into jsonl); @return rows, 0
  * when python3 or the script failed. */
-uint64_t bench_movielens_jsonl(const char *ratings, uint32_t copies, const char *work,
-                               char *jsonl, size_t cap);
+uint64_t bench_movielens_jsonl(const char *ratings, uint32_t copies, const char *work, char *jsonl,
+                               size_t cap);
 /* Import jsonl into table with the writer options base (NULL: defaults),
  * plus the example's --cluster --dedup-group history=user_history when
  * cluster_dedup. @return 0 or -1 (message on stderr). */

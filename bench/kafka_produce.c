@@ -65,8 +65,11 @@ static void produce(const stream_t *s, const char *brokers, const char *topic, b
     char prop[64];
     snprintf(prop, sizeof prop, "compression.type=%s", compression);
     const char *props[] = {prop, "log_level=3"};
-    sl_kafka_producer_opts_t o = {.brokers = brokers, .topic = topic, .properties = props,
-                                  .num_properties = 2, .create_partitions = create ? PARTITIONS : 0,
+    sl_kafka_producer_opts_t o = {.brokers = brokers,
+                                  .topic = topic,
+                                  .properties = props,
+                                  .num_properties = 2,
+                                  .create_partitions = create ? PARTITIONS : 0,
                                   .timeout_s = 60};
     sl_error_t err = {0};
     sl_kafka_producer_t *p = NULL;

@@ -115,8 +115,7 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
         } else if (!x->reported) {
             sl_master_commit_result_t res;
             rc = sl_master_state_commit(m, "bench", x->l.epoch, x->l.split, x->l.generation, 0,
-                                        x->l.num_rows / 2,
-                                        x->name, ++x->nonce, &res, &err);
+                                        x->l.num_rows / 2, x->name, ++x->nonce, &res, &err);
             if (rc == SL_OK && res != SL_MASTER_COMMITTED) {
                 fprintf(stderr, "commit refused: %s\n", err.msg);
                 return 1;

@@ -140,17 +140,25 @@ int main(int argc, char **argv)
     uint32_t version = 0, copies = 10;
     const char *keep = NULL, *ml = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--rows") == 0) rows = strtoull(argv[i + 1], NULL, 10);
-        else if (strcmp(argv[i], "--level") == 0) level = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--table") == 0) keep = argv[i + 1];
-        else if (strcmp(argv[i], "--format-version") == 0) version = (uint32_t)atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--movielens") == 0) ml = argv[i + 1];
-        else if (strcmp(argv[i], "--copies") == 0) copies = (uint32_t)atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--rows") == 0)
+            rows = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--level") == 0)
+            level = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--reps") == 0)
+            reps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--table") == 0)
+            keep = argv[i + 1];
+        else if (strcmp(argv[i], "--format-version") == 0)
+            version = (uint32_t)atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--movielens") == 0)
+            ml = argv[i + 1];
+        else if (strcmp(argv[i], "--copies") == 0)
+            copies = (uint32_t)atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: bench_table_read [--rows N] [--level L] [--reps R] [--table DIR]\n"
-                            "                        [--format-version V] [--movielens RATINGS|default "
-                            "[--copies C]]\n");
+            fprintf(stderr,
+                    "usage: bench_table_read [--rows N] [--level L] [--reps R] [--table DIR]\n"
+                    "                        [--format-version V] [--movielens RATINGS|default "
+                    "[--copies C]]\n");
             return 2;
         }
     }
@@ -235,7 +243,8 @@ int main(int argc, char **argv)
      * (each group's unique rows and inverse, what the worker reads). */
     bool groups = false;
     {
-        const sl_wh_partition_t *p0 = sl_wh_table_num_partitions(t) ? sl_wh_table_partition(t, 0) : NULL;
+        const sl_wh_partition_t *p0 =
+            sl_wh_table_num_partitions(t) ? sl_wh_table_partition(t, 0) : NULL;
         if (p0 != NULL && p0->num_files > 0) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", dir, p0->files[0]);
@@ -262,7 +271,9 @@ int main(int argc, char **argv)
     size_t total = (size_t)r_all.decoded;
     size_t stripe = (size_t)(total / (r_all.stripes ? r_all.stripes : 1));
     double bpns = memcpy_speed(total, stripe, reps);
-    result_t base = {.cpu = (double)total / bpns * 1e-9, .rows = r_all.rows, .decoded = total,
+    result_t base = {.cpu = (double)total / bpns * 1e-9,
+                     .rows = r_all.rows,
+                     .decoded = total,
                      .file_bytes = total};
 
     print_header();
@@ -273,7 +284,8 @@ int main(int argc, char **argv)
     print_result("all features, a reader per 1-stripe split", &r_split, bpns);
     print_result("limit: memcpy of the decoded bytes", &base, bpns);
     printf("  memcpy in this run: %.1f GB/s; file bytes read per row from the page cache "
-           "(mapped)\n", bpns);
+           "(mapped)\n",
+           bpns);
     target_line("all features, checksums", &r_all);
     if (groups) target_line("all features, dedup form, checksums", &r_dd);
     sl_wh_table_close(t);

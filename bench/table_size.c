@@ -120,7 +120,8 @@ static int write_tsv(const sl_wh_gen_spec_t *spec, const char *path, bool criteo
         return -1;
     }
     sl_wh_row_t row;
-    while (sl_wh_gen_iter_next(it, &row)) tsv_line(f, spec, &row, criteo);
+    while (sl_wh_gen_iter_next(it, &row))
+        tsv_line(f, spec, &row, criteo);
     sl_wh_gen_iter_destroy(it);
     return fclose(f);
 }
@@ -156,7 +157,8 @@ static const char parquet_py[] =
     "    elif k == 'f':\n"
     "        cols.append(pcc.cast(pcc.if_else(empty, None, c), pa.float32()))\n"
     "    elif k == 'h':\n"
-    "        cols.append(pa.array([int(x, 16) if x else None for x in c.to_pylist()], pa.int64()))\n"
+    "        cols.append(pa.array([int(x, 16) if x else None for x in c.to_pylist()], "
+    "pa.int64()))\n"
     "    else:\n"
     "        counts = pcc.if_else(empty, 0, pcc.add(pcc.count_substring(c, ','), 1))\n"
     "        off = pa.concat_arrays([pa.array([0], pa.int64()),\n"
@@ -224,9 +226,8 @@ static void print_read(const char *what, uint64_t rows, double s)
 
 static double last_read_s; /* of the last table() with cfg.read */
 
-static uint64_t table(const cfg_t *c, const sl_wh_gen_spec_t *spec, const char *name,
-                      bool cluster, const sl_dedup_group_spec_t *group, int level,
-                      uint32_t stripe_rows)
+static uint64_t table(const cfg_t *c, const sl_wh_gen_spec_t *spec, const char *name, bool cluster,
+                      const sl_dedup_group_spec_t *group, int level, uint32_t stripe_rows)
 {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", c->dir, name);
@@ -262,8 +263,10 @@ static void run_preset(const cfg_t *c, const char *preset, uint64_t rows)
     char tsv[512], sorted[512], kinds[64] = "";
     snprintf(tsv, sizeof tsv, "%s/%s.tsv", c->dir, preset);
     snprintf(sorted, sizeof sorted, "%s/%s.sorted.tsv", c->dir, preset);
-    if (!criteo) strcat(kinds, "iiif"); /* sample_id, session_id, ts, label */
-    else strcat(kinds, "f");
+    if (!criteo)
+        strcat(kinds, "iiif"); /* sample_id, session_id, ts, label */
+    else
+        strcat(kinds, "f");
     for (uint32_t i = 0; i < spec.num_features; i++)
         strcat(kinds, spec.features[i].kind == SL_WH_DENSE ? "f" : criteo ? "h" : "l");
 
@@ -292,8 +295,9 @@ static void run_preset(const cfg_t *c, const char *preset, uint64_t rows)
         double rs = 0, rs2 = 0;
         print_row("Parquet + zstd(3)", parquet(c, tsv, kinds, &rs), rows, z);
         print_read("(pyarrow read_table into Arrow, use_threads=False)", rows, rs);
-        if (!criteo) print_row("Parquet sorted by session + zstd(3)",
-                               parquet(c, sorted, kinds, &rs2), rows, z);
+        if (!criteo)
+            print_row("Parquet sorted by session + zstd(3)", parquet(c, sorted, kinds, &rs2), rows,
+                      z);
     }
     unlink(tsv);
     unlink(sorted);
@@ -323,8 +327,7 @@ static void run_preset(const cfg_t *c, const char *preset, uint64_t rows)
               table(c, &spec, "cldd3", true, &g, 3, 0), rows, z);
     print_row("sluice table --cluster --dedup-group ... --stripe-rows 262144",
               table(c, &spec, "cldd4", true, &g, 0, 262144), rows, z);
-    print_row("  the same with --level 3", table(c, &spec, "cldd43", true, &g, 3, 262144), rows,
-              z);
+    print_row("  the same with --level 3", table(c, &spec, "cldd43", true, &g, 3, 262144), rows, z);
 }
 
 /* The rows of the table in dir as TSV (ids, labels, dense, then lists as
@@ -353,7 +356,8 @@ static uint64_t table_tsv(const char *dir, const char *path, char *kinds, size_t
                 sl_kjt_key_offsets(&b->sparse, koff);
                 if (rows == 0) {
                     snprintf(kinds, cap, "iii");
-                    for (uint32_t k = 0; k < b->labels.cols + b->dense.cols && strlen(kinds) + 2 < cap; k++)
+                    for (uint32_t k = 0;
+                         k < b->labels.cols + b->dense.cols && strlen(kinds) + 2 < cap; k++)
                         strcat(kinds, "f");
                     for (uint32_t k = 0; k < b->sparse.num_keys && strlen(kinds) + 2 < cap; k++)
                         strcat(kinds, "l");
@@ -365,8 +369,10 @@ static uint64_t table_tsv(const char *dir, const char *path, char *kinds, size_t
                         fprintf(f, "\t%g", (double)b->labels.data[(size_t)r * b->labels.cols + k]);
                     for (uint32_t k = 0; k < b->dense.cols; k++) {
                         float v = b->dense.data[(size_t)r * b->dense.cols + k];
-                        if (v == v) fprintf(f, "\t%.9g", (double)v);
-                        else fputc('\t', f);
+                        if (v == v)
+                            fprintf(f, "\t%.9g", (double)v);
+                        else
+                            fputc('\t', f);
                     }
                     for (uint32_t k = 0; k < b->sparse.num_keys; k++) {
                         fputc('\t', f);
@@ -391,7 +397,8 @@ static void run_movielens(const cfg_t *c)
 {
     char jsonl[700], plain[600], ml[600], ml1[600], tsv[600], kinds[64] = "";
     uint64_t rows = bench_movielens_jsonl(c->movielens, c->copies, c->dir, jsonl, sizeof jsonl);
-    printf("\nreal rows: MovieLens (%s) x %u = %" PRIu64 " samples (examples/movielens_sessions.py; "
+    printf("\nreal rows: MovieLens (%s) x %u = %" PRIu64
+           " samples (examples/movielens_sessions.py; "
            "copies as new users), %u rows per stripe\n",
            c->movielens, c->copies, rows, c->stripe_rows);
     if (rows == 0) {
@@ -438,8 +445,11 @@ static void run_movielens(const cfg_t *c)
 
 int main(int argc, char **argv)
 {
-    cfg_t c = {.criteo_rows = 1000000, .sessions_rows = 500000, .seed = 42,
-               .stripe_rows = SL_WH_DEFAULT_STRIPE_ROWS, .copies = 10};
+    cfg_t c = {.criteo_rows = 1000000,
+               .sessions_rows = 500000,
+               .seed = 42,
+               .stripe_rows = SL_WH_DEFAULT_STRIPE_ROWS,
+               .copies = 10};
     c.movielens = bench_movielens_default();
     for (int i = 1; i + 1 < argc; i += 2) {
         uint64_t v = strtoull(argv[i + 1], NULL, 10);
@@ -451,11 +461,16 @@ int main(int argc, char **argv)
             c.copies = (uint32_t)v;
             continue;
         }
-        if (strcmp(argv[i], "--criteo-rows") == 0) c.criteo_rows = v;
-        else if (strcmp(argv[i], "--sessions-rows") == 0) c.sessions_rows = v;
-        else if (strcmp(argv[i], "--active-sessions") == 0) c.active = (uint32_t)v;
-        else if (strcmp(argv[i], "--stripe-rows") == 0) c.stripe_rows = (uint32_t)v;
-        else if (strcmp(argv[i], "--seed") == 0) c.seed = v;
+        if (strcmp(argv[i], "--criteo-rows") == 0)
+            c.criteo_rows = v;
+        else if (strcmp(argv[i], "--sessions-rows") == 0)
+            c.sessions_rows = v;
+        else if (strcmp(argv[i], "--active-sessions") == 0)
+            c.active = (uint32_t)v;
+        else if (strcmp(argv[i], "--stripe-rows") == 0)
+            c.stripe_rows = (uint32_t)v;
+        else if (strcmp(argv[i], "--seed") == 0)
+            c.seed = v;
         else {
             fprintf(stderr, "usage: bench_table_size [--criteo-rows N] [--sessions-rows N] "
                             "[--active-sessions K] [--stripe-rows R] [--seed S]\n"
@@ -475,8 +490,7 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("bench_table_size: bytes on disk per sample (tables: every file, _schema included)\n");
-    if (!c.have_pyarrow)
-        printf("note: python3 with pyarrow not found: Parquet rows skipped\n");
+    if (!c.have_pyarrow) printf("note: python3 with pyarrow not found: Parquet rows skipped\n");
     if (c.criteo_rows) run_preset(&c, "criteo", c.criteo_rows);
     if (c.sessions_rows) run_preset(&c, "sessions", c.sessions_rows);
     if (c.movielens != NULL && c.copies > 0) run_movielens(&c);

@@ -112,8 +112,7 @@ int main(void)
     }
     size_t bytes = 13 * BATCH * sizeof(float) + ids * (sizeof(int64_t) + sizeof(int32_t));
     double mc = bench_memcpy_seconds(bytes, REPS);
-    printf("criteo transforms (13 x log1p, 26 x sigrid_hash), batch %d, best of %d\n", BATCH,
-           REPS);
+    printf("criteo transforms (13 x log1p, 26 x sigrid_hash), batch %d, best of %d\n", BATCH, REPS);
     printf("  transform: %8.1f ns/sample  (%.2f M samples/s per core)\n", best * 1e9 / BATCH,
            BATCH / best / 1e6);
     printf("  baseline, libm log1pf x13 + XXH3_64bits_withSeed %% x26: %8.1f ns/sample "

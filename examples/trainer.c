@@ -29,7 +29,8 @@ int main(int argc, char **argv)
          * b->dense, b->labels: float32 [B, D]; b->sample_ids: int64 [B] */
         batches++;
         samples += b->batch_size;
-        for (uint32_t g = 0; g < b->num_groups; g++) unique_rows += b->groups[g].unique.stride;
+        for (uint32_t g = 0; g < b->num_groups; g++)
+            unique_rows += b->groups[g].unique.stride;
         sl_trainer_release(t, b);
     }
     sl_trainer_close(t);

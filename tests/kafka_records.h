@@ -26,7 +26,7 @@
 #define KR_FN static __attribute__((unused))
 
 #define KR_SCHEMA_JSON                                                                             \
-    "{\"features\": [{\"name\": \"age\", \"kind\": \"dense\"}, {\"name\": \"hist\", \"kind\": "   \
+    "{\"features\": [{\"name\": \"age\", \"kind\": \"dense\"}, {\"name\": \"hist\", \"kind\": "    \
     "\"sparse\"}, {\"name\": \"geo\", \"kind\": \"weighted\"}], \"labels\": [\"click\"]}"
 
 /* KR_SCHEMA_JSON as a schema (caller frees). */
@@ -73,7 +73,8 @@ KR_FN size_t kr_encode(uint64_t id, uint64_t session, uint8_t *buf, size_t cap)
         s.dense = dense;
     }
     int64_t ids[3];
-    for (uint64_t k = 0; k <= id % 3; k++) ids[k] = (int64_t)(id + k);
+    for (uint64_t k = 0; k <= id % 3; k++)
+        ids[k] = (int64_t)(id + k);
     int64_t geo_id = 7;
     float geo_w = (float)(id % 4);
     Sluice__IdList hist = SLUICE__ID_LIST__INIT, geo = SLUICE__ID_LIST__INIT;
@@ -106,18 +107,18 @@ KR_FN void kr_produce_at(rd_kafka_t *p, const char *topic, int32_t partition, ui
         value = buf;
     }
     uint8_t key[8];
-    for (int i = 0; i < 8; i++) key[i] = (uint8_t)(session >> (56 - 8 * i));
+    for (int i = 0; i < 8; i++)
+        key[i] = (uint8_t)(session >> (56 - 8 * i));
     rd_kafka_headers_t *h = rd_kafka_headers_new(1);
     if (format) rd_kafka_header_add(h, "sluice-format", -1, format, (ssize_t)strlen(format));
     rd_kafka_resp_err_t e;
     for (int tries = 0;; tries++) {
-        e = rd_kafka_producev(p, RD_KAFKA_V_TOPIC(topic),
-                              RD_KAFKA_V_PARTITION(partition < 0 ? RD_KAFKA_PARTITION_UA : partition),
-                              RD_KAFKA_V_KEY(key, sizeof key),
-                              RD_KAFKA_V_VALUE((void *)value, len),
-                              RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_TIMESTAMP(ts_ms),
-                              RD_KAFKA_V_END);
+        e = rd_kafka_producev(
+            p, RD_KAFKA_V_TOPIC(topic),
+            RD_KAFKA_V_PARTITION(partition < 0 ? RD_KAFKA_PARTITION_UA : partition),
+            RD_KAFKA_V_KEY(key, sizeof key), RD_KAFKA_V_VALUE((void *)value, len),
+            RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_TIMESTAMP(ts_ms), RD_KAFKA_V_END);
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 1000) break;
         rd_kafka_poll(p, 10);
     }
@@ -148,7 +149,7 @@ KR_FN void kr_flush(rd_kafka_t *p, int timeout_ms)
  * tile the range from next on, each sample id's deliveries, rows stably
  * sorted by session within a stripe; kr_on_bad counts bad records. */
 typedef struct kr_seen {
-    int64_t next;       /* the offset the next stripe must start at */
+    int64_t next;        /* the offset the next stripe must start at */
     uint32_t seen[4096]; /* times each sample id was delivered */
     uint32_t max_rows;
     uint32_t stripes, empty;
@@ -159,7 +160,7 @@ typedef struct kr_seen {
 } kr_seen_t;
 
 KR_FN sl_err_t kr_on_stripe(void *ctx, const sl_kafka_stripe_t *s, int64_t first, int64_t end,
-                          sl_error_t *err)
+                            sl_error_t *err)
 {
     (void)err;
     kr_seen_t *v = ctx;
@@ -167,8 +168,10 @@ KR_FN sl_err_t kr_on_stripe(void *ctx, const sl_kafka_stripe_t *s, int64_t first
     cr_assert_gt(end, first);
     v->next = end;
     uint32_t n = s->rows.batch.batch_size;
-    if (n == 0) v->empty++;
-    else v->stripes++;
+    if (n == 0)
+        v->empty++;
+    else
+        v->stripes++;
     if (n > v->max_rows) v->max_rows = n;
     for (uint32_t j = 0; j < n; j++) {
         int64_t id = s->rows.batch.sample_ids[j];

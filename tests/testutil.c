@@ -81,8 +81,8 @@ char *tu_path(const char *dir, const char *name)
 /* In front of every block (right before the pointer handed out). */
 typedef struct tu_head {
     uint64_t magic;
-    size_t size;  /* as asked */
-    size_t pad;   /* bytes from the parent block's start to the pointer */
+    size_t size; /* as asked */
+    size_t pad;  /* bytes from the parent block's start to the pointer */
     uint64_t unused;
 } tu_head_t;
 
@@ -91,8 +91,8 @@ static void *tu_alloc_fn(void *ctx, size_t size, size_t align)
     tu_alloc_t *ta = ctx;
     pthread_mutex_lock(&ta->mu);
     ta->calls++;
-    bool fail = ta->fail_at != 0 && (ta->calls == ta->fail_at ||
-                                     (ta->fail_after && ta->calls > ta->fail_at));
+    bool fail = ta->fail_at != 0 &&
+                (ta->calls == ta->fail_at || (ta->fail_after && ta->calls > ta->fail_at));
     if (fail) ta->failures++;
     pthread_mutex_unlock(&ta->mu);
     if (fail) return NULL;
@@ -290,9 +290,9 @@ void tu_make_cert(const char *cert_path, const char *key_path, const char *cn)
                                                    GNUTLS_FSAN_SET),
               "set_subject_alt_name");
     tls_check(gnutls_x509_crt_set_basic_constraints(crt, 1, -1), "set_basic_constraints");
-    tls_check(gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE |
-                                                     GNUTLS_KEY_KEY_CERT_SIGN),
-              "set_key_usage");
+    tls_check(
+        gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE | GNUTLS_KEY_KEY_CERT_SIGN),
+        "set_key_usage");
     tls_check(gnutls_x509_crt_set_key(crt, key), "set_key");
     tls_check(gnutls_x509_crt_sign2(crt, crt, key, GNUTLS_DIG_SHA256, 0), "sign");
     gnutls_datum_t d;

@@ -82,12 +82,12 @@ int tu_run(const char *dir, char *const argv[], double timeout_s, char **out, ch
 typedef struct tu_alloc {
     sl_allocator_t base; /* pass &ta.base wherever an allocator goes */
     pthread_mutex_t mu;
-    uint64_t calls;      /* allocations asked for since the last tu_alloc_fail_at */
-    uint64_t fail_at;    /* fail allocation number fail_at (1: the first); 0: none */
-    bool fail_after;     /* and every one after it */
-    uint64_t failures;   /* allocations failed since the last tu_alloc_fail_at */
+    uint64_t calls;    /* allocations asked for since the last tu_alloc_fail_at */
+    uint64_t fail_at;  /* fail allocation number fail_at (1: the first); 0: none */
+    bool fail_after;   /* and every one after it */
+    uint64_t failures; /* allocations failed since the last tu_alloc_fail_at */
     uint64_t live, live_bytes, peak_bytes, total;
-    uint64_t bad_frees;  /* frees of foreign blocks or with a wrong size */
+    uint64_t bad_frees; /* frees of foreign blocks or with a wrong size */
     char first_bad[160];
 } tu_alloc_t;
 
@@ -109,7 +109,7 @@ bool tu_alloc_clean(tu_alloc_t *ta, char *why, size_t cap);
 #define tu_alloc_assert_clean(ta)                                                                  \
     do {                                                                                           \
         char tu_why_[256];                                                                         \
-        cr_assert(tu_alloc_clean((ta), tu_why_, sizeof tu_why_), "%s", tu_why_);                  \
+        cr_assert(tu_alloc_clean((ta), tu_why_, sizeof tu_why_), "%s", tu_why_);                   \
     } while (0)
 
 #endif

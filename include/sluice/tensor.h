@@ -87,9 +87,8 @@ typedef struct sl_batch {
 /* Allocate a KJT's buffers from arena: keys copied, lengths [num_keys *
  * stride] zeroed, values [num_values], weights when weighted. Sizes are
  * checked for overflow. @return SL_OK, SL_ERR_NOMEM or SL_ERR_INVALID. */
-sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys,
-                     const char *const *keys, uint32_t stride, uint64_t num_values,
-                     bool weighted);
+sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys, const char *const *keys,
+                     uint32_t stride, uint64_t num_values, bool weighted);
 
 /* Check every KJT invariant: stride*num_keys fits, lengths >= 0,
  * sum(lengths) == num_values, keys non-NULL and distinct, buffers present
@@ -132,8 +131,7 @@ sl_err_t sl_ikjt_validate(const sl_ikjt_t *ikjt, sl_error_t *err);
 
 /* Expand ikjt into the KJT of stride B it stands for: row b of the output is
  * unique row inverse[b]. Buffers come from arena. */
-sl_err_t sl_ikjt_expand(const sl_ikjt_t *ikjt, sl_arena_t *arena, sl_kjt_t *out,
-                        sl_error_t *err);
+sl_err_t sl_ikjt_expand(const sl_ikjt_t *ikjt, sl_arena_t *arena, sl_kjt_t *out, sl_error_t *err);
 
 /* Bytes of the IKJT (unique KJT + inverse indices). */
 uint64_t sl_ikjt_bytes(const sl_ikjt_t *ikjt);

@@ -45,25 +45,25 @@ extern "C" {
 #endif
 
 typedef struct sl_trainer_opts {
-    const char *address;        /* worker "host:port"; required unless master is set */
-    const char *client_name;    /* shown in the worker's logs; NULL: "trainer-<pid>" */
-    uint32_t prefetch;          /* decoded batches kept ready (the credit window,
-                                   docs/PROTOCOL.md); 0: 4; a worker's WELCOME
-                                   max_credits may lower it */
-    int connect_timeout_ms;     /* per attempt; 0: 5000 */
-    int reconnect_ms;           /* keep retrying a lost worker this long; 0: 30000, <0: never.
-                                   Batches the lost connection had queued are
-                                   dropped (the worker re-sends them) */
-    uint32_t rank, world_size;  /* trainer rank (static sharding: only batches of leases
-                                   for this rank are taken); 0, 1 default */
-    sl_wire_limits_t limits;    /* zero fields: defaults */
+    const char *address;             /* worker "host:port"; required unless master is set */
+    const char *client_name;         /* shown in the worker's logs; NULL: "trainer-<pid>" */
+    uint32_t prefetch;               /* decoded batches kept ready (the credit window,
+                                        docs/PROTOCOL.md); 0: 4; a worker's WELCOME
+                                        max_credits may lower it */
+    int connect_timeout_ms;          /* per attempt; 0: 5000 */
+    int reconnect_ms;                /* keep retrying a lost worker this long; 0: 30000, <0: never.
+                                        Batches the lost connection had queued are
+                                        dropped (the worker re-sends them) */
+    uint32_t rank, world_size;       /* trainer rank (static sharding: only batches of leases
+                                        for this rank are taken); 0, 1 default */
+    sl_wire_limits_t limits;         /* zero fields: defaults */
     const sl_allocator_t *allocator; /* NULL: default */
     /* Master mode (address is then ignored): */
-    const char *master;         /* DPP master "host:port"; NULL: direct mode */
-    const char *job_id;         /* the job to read; required with master */
-    const char *client_id;      /* unique per client process, stable across its
-                                   reconnects; NULL: "<client_name>-<random>" */
-    int refresh_ms;             /* re-ATTACH and report CLIENT_STATS this often; 0: 1000 */
+    const char *master;    /* DPP master "host:port"; NULL: direct mode */
+    const char *job_id;    /* the job to read; required with master */
+    const char *client_id; /* unique per client process, stable across its
+                              reconnects; NULL: "<client_name>-<random>" */
+    int refresh_ms;        /* re-ATTACH and report CLIENT_STATS this often; 0: 1000 */
     /* The cluster secret (docs/PROTOCOL.md "Authentication"), needed when the
      * workers and master have one: a file whose first line it is. NULL: the
      * file named by $SLUICE_CLUSTER_SECRET_FILE, or none when that is unset.
@@ -99,18 +99,18 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
 void sl_trainer_release(sl_trainer_t *t, sl_batch_t *batch);
 
 typedef struct sl_trainer_stats {
-    uint64_t batches;       /* handed out by sl_trainer_next */
+    uint64_t batches; /* handed out by sl_trainer_next */
     uint64_t samples;
-    uint64_t bytes;         /* frame bytes received (payloads and headers) */
-    uint64_t wait_ns;       /* time sl_trainer_next spent waiting for data */
-    uint64_t reconnects;    /* to workers and (master mode) to the master */
-    uint32_t queued;        /* decoded batches ready now */
+    uint64_t bytes;      /* frame bytes received (payloads and headers) */
+    uint64_t wait_ns;    /* time sl_trainer_next spent waiting for data */
+    uint64_t reconnects; /* to workers and (master mode) to the master */
+    uint32_t queued;     /* decoded batches ready now */
     /* master mode (0 in direct mode): */
-    uint32_t workers;       /* worker connections open now */
-    uint64_t committed;     /* batches the master committed for this client */
-    uint64_t dropped;       /* batches not delivered: the master refused the commit
-                               (another copy won, stale epoch) or they were not
-                               for this client's rank */
+    uint32_t workers;   /* worker connections open now */
+    uint64_t committed; /* batches the master committed for this client */
+    uint64_t dropped;   /* batches not delivered: the master refused the commit
+                           (another copy won, stale epoch) or they were not
+                           for this client's rank */
 } sl_trainer_stats_t;
 
 void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out);

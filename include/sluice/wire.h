@@ -46,8 +46,8 @@ sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, siz
 
 /* Encode batch into a frame allocated from a (NULL: default). Caller owns
  * *frame, free with sl_free(a, *frame, *len). */
-sl_err_t sl_wire_encode(const sl_batch_t *batch, const sl_allocator_t *a, void **frame,
-                        size_t *len, sl_error_t *err);
+sl_err_t sl_wire_encode(const sl_batch_t *batch, const sl_allocator_t *a, void **frame, size_t *len,
+                        sl_error_t *err);
 
 /* Read the frame length from the first SL_WIRE_PREFIX_BYTES of a frame (for
  * framing a stream). @return SL_ERR_CORRUPT / SL_ERR_VERSION /

@@ -188,7 +188,8 @@ int sl_cli_demo(int argc, char **argv)
     printf("sluice demo: generated a `sessions` table of %" PRIu64 " rows (%.1f MB on disk, "
            "user features stored once per unique row of a stripe) in %.2f s\n",
            ws.rows, (double)ws.file_bytes / 1e6, sl_clock_s() - t0);
-    printf("  job: batches of %" PRIu64 ", sigrid_hash(item_id); one epoch to one trainer client\n\n",
+    printf("  job: batches of %" PRIu64
+           ", sigrid_hash(item_id); one epoch to one trainer client\n\n",
            o.batch_size);
     demo_run_t with = {0}, without = {0};
     if (run_job(table, &o, true, &with) || run_job(table, &o, false, &without)) goto out;

@@ -155,8 +155,8 @@ int sl_cli_http_new(const char *cmd, const sl_cli_admin_client_args_t *args, sl_
      * replaces the variable, so it is carried over). */
     const char *env = getenv("no_proxy");
     if (env == NULL || *env == '\0') env = getenv("NO_PROXY");
-    snprintf(c->noproxy, sizeof c->noproxy, "%s%s127.0.0.1,localhost,::1",
-             env != NULL ? env : "", env != NULL && *env != '\0' ? "," : "");
+    snprintf(c->noproxy, sizeof c->noproxy, "%s%s127.0.0.1,localhost,::1", env != NULL ? env : "",
+             env != NULL && *env != '\0' ? "," : "");
     curl_easy_setopt(c->curl, CURLOPT_NOPROXY, c->noproxy);
     *out = c;
     return 0;

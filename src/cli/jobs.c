@@ -167,8 +167,8 @@ static void show_job(const json_t *j)
         if (json_is_string(v)) {
             printf("%s\n", json_string_value(v));
         } else {
-            char *s =
-                sl_admin_json_text(NULL, v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(4));
+            char *s = sl_admin_json_text(NULL, v,
+                                         JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(4));
             printf("%s\n", s != NULL ? s : "?");
             sl_strfree(NULL, s);
         }

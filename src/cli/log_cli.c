@@ -62,10 +62,14 @@ static void log_logfmt(void *ctx, const sl_log_record_t *rec)
 static json_t *kv_json(const sl_log_kv_t *kv)
 {
     switch (kv->type) {
-    case SL_LOG_STR: return json_string(kv->v.s != NULL ? kv->v.s : "");
-    case SL_LOG_U64: return json_integer((json_int_t)kv->v.u);
-    case SL_LOG_I64: return json_integer((json_int_t)kv->v.i);
-    case SL_LOG_F64: return json_real(kv->v.f);
+    case SL_LOG_STR:
+        return json_string(kv->v.s != NULL ? kv->v.s : "");
+    case SL_LOG_U64:
+        return json_integer((json_int_t)kv->v.u);
+    case SL_LOG_I64:
+        return json_integer((json_int_t)kv->v.i);
+    case SL_LOG_F64:
+        return json_real(kv->v.f);
     }
     return NULL;
 }
@@ -98,9 +102,10 @@ static void log_json(void *ctx, const sl_log_record_t *rec)
         const sl_log_kv_t *kv = &rec->kv[i];
         /* the five keys above stay what they are; no library field uses them */
         if (json_object_get(o, kv->key) != NULL) continue;
-        json_object_set_new(o, kv->key, kv->type == SL_LOG_STR && kv->v.s != NULL
-                                             ? text_json(kv->v.s, scratch, sizeof scratch)
-                                             : kv_json(kv));
+        json_object_set_new(o, kv->key,
+                            kv->type == SL_LOG_STR && kv->v.s != NULL
+                                ? text_json(kv->v.s, scratch, sizeof scratch)
+                                : kv_json(kv));
     }
     size_t n = json_dumpb(o, line, sizeof line - 1, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (n > sizeof line - 1) {

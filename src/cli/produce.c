@@ -38,8 +38,8 @@ static const sl_cli_opt_t produce_opts[] = {
      "--schema)"},
     {"sessions", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, PA(sessions),
      "input: the seeded sessions stream of `table gen --preset sessions` (--rows, --seed)"},
-    {"schema", SL_CLI_FILE, "FILE", NULL, "inferred from the first 1000 lines", 0, 0, 0,
-     PA(schema), "--jsonl only: the schema (its JSON form: `table create`)"},
+    {"schema", SL_CLI_FILE, "FILE", NULL, "inferred from the first 1000 lines", 0, 0, 0, PA(schema),
+     "--jsonl only: the schema (its JSON form: `table create`)"},
     {"rows", SL_CLI_UINT, "N", "100000", NULL, 1, UINT64_MAX / 2, 0, PA(rows),
      "--sessions only: samples to generate"},
     {"seed", SL_CLI_UINT, "S", "1", NULL, 0, UINT64_MAX, 0, PA(seed),
@@ -168,8 +168,12 @@ static int produce(const produce_args_t *a)
 {
     sl_error_t err = {0};
     run_t r = {.a = a};
-    produce_input_spec_t spec = {.table = a->table, .jsonl = a->jsonl, .sessions = a->sessions,
-                                 .schema = a->schema, .rows = a->rows, .seed = a->seed};
+    produce_input_spec_t spec = {.table = a->table,
+                                 .jsonl = a->jsonl,
+                                 .sessions = a->sessions,
+                                 .schema = a->schema,
+                                 .rows = a->rows,
+                                 .seed = a->seed};
     if (produce_input_open(&spec, &r.in, &err) != SL_OK) {
         fprintf(stderr, "sluice produce: %s\n", err.msg);
         return 1;
@@ -217,13 +221,14 @@ static int produce(const produce_args_t *a)
            sl_cli_fmt_bytes((double)st.bytes, bytes, sizeof bytes),
            st.sent > 0 ? (double)st.bytes / (double)st.sent : 0.0, a->topic, st.partitions,
            st.partitions == 1 ? "" : "s", st.created ? ", created" : "", secs,
-           sl_cli_fmt_count(secs > 0 ? (double)st.sent / secs : 0, rate, sizeof rate),
-           st.delivered, st.failed);
+           sl_cli_fmt_count(secs > 0 ? (double)st.sent / secs : 0, rate, sizeof rate), st.delivered,
+           st.failed);
     if (r.bad > 0) printf("; %" PRIu64 " bad input line%s skipped", r.bad, r.bad == 1 ? "" : "s");
     printf("\n");
     if (a->partitions > 0 && !st.created && st.partitions != a->partitions)
-        fprintf(stderr, "sluice produce: topic %s already had %u partitions (--partitions %" PRIu64
-                        " applies only to a topic it creates)\n",
+        fprintf(stderr,
+                "sluice produce: topic %s already had %u partitions (--partitions %" PRIu64
+                " applies only to a topic it creates)\n",
                 a->topic, st.partitions, a->partitions);
 out:
     sl_kafka_producer_destroy(r.p);
@@ -247,8 +252,8 @@ int sl_cli_produce(int argc, char **argv)
                                             : "give one input of --table, --jsonl and --sessions");
     } else if (a.schema != NULL && a.jsonl == NULL) {
         rc = sl_cli_usage_error(cmd->name, "%s", "--schema is for --jsonl");
-    } else if (!a.sessions && (sl_cli_given(cmd, &parsed, "rows") ||
-                               sl_cli_given(cmd, &parsed, "seed"))) {
+    } else if (!a.sessions &&
+               (sl_cli_given(cmd, &parsed, "rows") || sl_cli_given(cmd, &parsed, "seed"))) {
         rc = sl_cli_usage_error(cmd->name, "%s", "--rows and --seed are for --sessions");
     } else {
         rc = produce(&a);

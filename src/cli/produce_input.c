@@ -180,7 +180,8 @@ static sl_err_t next_jsonl(produce_input_t *in, sl_wh_row_t *row, bool *done, sl
             return sl_error_set(err, SL_ERR_CORRUPT, "%s:%llu: line longer than %zu bytes",
                                 in->path, (unsigned long long)in->line_no, LINE_LIMIT);
         size_t n = len;
-        while (n > 0 && (in->line[n - 1] == '\r' || in->line[n - 1] == ' ')) n--;
+        while (n > 0 && (in->line[n - 1] == '\r' || in->line[n - 1] == ' '))
+            n--;
         if (n == 0) continue; /* blank lines are not rows */
         bool has_sample_id = false;
         sl_error_t perr = {0};
@@ -218,8 +219,7 @@ static sl_err_t next_table(produce_input_t *in, sl_wh_row_t *row, bool *done, sl
     return sl_kafka_encoder_row_at(in->enc, in->rows, in->row++, row, err);
 }
 
-sl_err_t produce_input_next(produce_input_t *in, produce_record_t *rec, bool *done,
-                            sl_error_t *err)
+sl_err_t produce_input_next(produce_input_t *in, produce_record_t *rec, bool *done, sl_error_t *err)
 {
     sl_wh_row_t row;
     sl_err_t rc = SL_OK;

@@ -334,8 +334,7 @@ int sl_cli_read(int argc, char **argv)
     if (o.master && !o.job_id) return usage_error("%s", "--master needs --job ID");
     if (!o.master && (o.job_id || token_out))
         return usage_error("%s", "--job and --token-out need --master");
-    if (o.rank >= o.world_size)
-        return usage_error("%s", "--rank must be below --world-size");
+    if (o.rank >= o.world_size) return usage_error("%s", "--rank must be below --world-size");
 
     sl_trainer_t *t = NULL;
     sl_error_t err = {0};

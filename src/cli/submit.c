@@ -161,11 +161,11 @@ static int wait_finished(sl_cli_http_t *c, const char *id, double timeout_s)
         const char *state = json_string_value(json_object_get(j, "state"));
         if (state != NULL && strcmp(state, "failed") == 0) {
             json_t *f = json_object_get(j, "failure");
-            fprintf(stderr, "sluice submit: job %s failed: split %" JSON_INTEGER_FORMAT
-                            " (file %s stripe %" JSON_INTEGER_FORMAT "): %s\n",
-                    id, json_integer_value(json_object_get(f, "split")),
-                    jstr(f, "file"), json_integer_value(json_object_get(f, "stripe")),
-                    jstr(f, "message"));
+            fprintf(stderr,
+                    "sluice submit: job %s failed: split %" JSON_INTEGER_FORMAT
+                    " (file %s stripe %" JSON_INTEGER_FORMAT "): %s\n",
+                    id, json_integer_value(json_object_get(f, "split")), jstr(f, "file"),
+                    json_integer_value(json_object_get(f, "stripe")), jstr(f, "message"));
             json_decref(j);
             return 1;
         }

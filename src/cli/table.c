@@ -28,8 +28,7 @@ static void table_usage(FILE *out)
 {
     fprintf(out, "usage: sluice table <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < NUM_TABLE_CMDS; i++)
-        fprintf(out, "  %-8s %s\n", table_cmds[i]->name + strlen("table "),
-                table_cmds[i]->summary);
+        fprintf(out, "  %-8s %s\n", table_cmds[i]->name + strlen("table "), table_cmds[i]->summary);
     fprintf(out, "\n`sluice table <command> --help` lists a command's options; docs/TABLES.md has "
                  "examples.\n");
 }
@@ -47,8 +46,7 @@ typedef struct writer_args {
 static const sl_cli_opt_t writer_opts[] = {
     {"cluster", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, WA(cluster),
      "order each stripe's rows by (session id, timestamp)"},
-    {"dedup-group", SL_CLI_STRING, "NAME=F1,F2", NULL, NULL, 0, 0, SL_CLI_REPEAT,
-     WA(dedup_groups),
+    {"dedup-group", SL_CLI_STRING, "NAME=F1,F2", NULL, NULL, 0, 0, SL_CLI_REPEAT, WA(dedup_groups),
      "store these sparse features once per unique row of a stripe plus inverse indices (RecD); "
      "each feature in one group"},
     {"stripe-rows", SL_CLI_UINT, "N", "65536", NULL, 1, 1u << 24, 0, WA(stripe_rows),
@@ -63,13 +61,14 @@ static const sl_cli_opt_t writer_opts[] = {
 };
 
 const sl_cli_group_t sl_cli_writer_group = {"table writer", "writer options of import and gen",
-                                            writer_opts, sizeof writer_opts / sizeof writer_opts[0]};
+                                            writer_opts,
+                                            sizeof writer_opts / sizeof writer_opts[0]};
 
 typedef struct wopts {
     sl_wh_writer_opts_t w;
     sl_dedup_group_spec_t groups[MAX_GROUPS];
-    char *group_text[MAX_GROUPS]; /* owned copies the specs point into (cut by strtok) */
-    size_t group_size[MAX_GROUPS];  /* bytes of group_text[g] */
+    char *group_text[MAX_GROUPS];  /* owned copies the specs point into (cut by strtok) */
+    size_t group_size[MAX_GROUPS]; /* bytes of group_text[g] */
     const char **group_feats[MAX_GROUPS];
     uint32_t group_cap[MAX_GROUPS]; /* entries of group_feats[g] */
     uint32_t ngroups;
@@ -100,7 +99,8 @@ static int add_group(wopts_t *o, const char *cmd, const char *text)
     }
     *eq = '\0';
     uint32_t n = 1;
-    for (const char *p = eq + 1; *p; p++) n += *p == ',';
+    for (const char *p = eq + 1; *p; p++)
+        n += *p == ',';
     uint32_t cap = n;
     const char **feats = sl_calloc(NULL, cap, sizeof *feats);
     if (feats == NULL) {
@@ -108,7 +108,8 @@ static int add_group(wopts_t *o, const char *cmd, const char *text)
         return 1;
     }
     n = 0;
-    for (char *tok = strtok(eq + 1, ","); tok != NULL; tok = strtok(NULL, ",")) feats[n++] = tok;
+    for (char *tok = strtok(eq + 1, ","); tok != NULL; tok = strtok(NULL, ","))
+        feats[n++] = tok;
     if (n == 0) {
         sl_free(NULL, feats, cap * sizeof *feats);
         sl_free(NULL, copy, size);
@@ -152,8 +153,8 @@ static void print_summary(const char *what, uint64_t read, uint64_t written, uin
            written, skipped);
     if (bytes_in > 0) printf("%s in, ", sl_cli_fmt_bytes((double)bytes_in, in, sizeof in));
     printf("%s out in %u file%s; %.2f s (%s rows/s)\n",
-           sl_cli_fmt_bytes((double)bytes_out, out, sizeof out), files, files == 1 ? "" : "s",
-           secs, sl_cli_fmt_count(secs > 0 ? (double)written / secs : 0, rate, sizeof rate));
+           sl_cli_fmt_bytes((double)bytes_out, out, sizeof out), files, files == 1 ? "" : "s", secs,
+           sl_cli_fmt_count(secs > 0 ? (double)written / secs : 0, rate, sizeof rate));
 }
 
 /* ---- import ---- */
@@ -178,9 +179,8 @@ static const sl_cli_opt_t import_opts[] = {
      "the table; created (with the schema) when absent"},
     {"partition", SL_CLI_STRING, "P", NULL, "the table root", 0, 0, 0, IA(partition),
      "the Hive partition to add to, e.g. ds=2026-01-01"},
-    {"schema", SL_CLI_FILE, "FILE", NULL, "the existing table's, else inferred from the input",
-     0, 0, 0, IA(schema),
-     "jsonl only: the schema (its JSON form: `table create`)"},
+    {"schema", SL_CLI_FILE, "FILE", NULL, "the existing table's, else inferred from the input", 0,
+     0, 0, IA(schema), "jsonl only: the schema (its JSON form: `table create`)"},
     {"infer-lines", SL_CLI_UINT, "N", "1000", NULL, 1, 1u << 30, 0, IA(infer_lines),
      "jsonl only: lines read to infer a schema"},
     {"strict", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, IA(strict),
@@ -246,7 +246,8 @@ static int cmd_import(int argc, char **argv)
         if (inputs == NULL) {
             rc = 1;
         } else {
-            for (uint32_t i = 0; i < a.input.count; i++) inputs[i] = a.input.items[i];
+            for (uint32_t i = 0; i < a.input.count; i++)
+                inputs[i] = a.input.items[i];
             for (uint32_t i = 0; i < a.files.count; i++)
                 inputs[a.input.count + i] = a.files.items[i];
             rc = import_table(&a, inputs, &wo);
@@ -337,8 +338,7 @@ static const sl_cli_opt_t gen_opts[] = {
      "data files per partition, part-00000.slc ... (partitions x files at most 100000)"},
     {"overwrite", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, GA(overwrite),
      "replace existing part files"},
-    {"threads", SL_CLI_UINT, "N", NULL, "online cores", 1, 256, 0, GA(threads),
-     "worker threads"},
+    {"threads", SL_CLI_UINT, "N", NULL, "online cores", 1, 256, 0, GA(threads), "worker threads"},
 };
 
 static const sl_cli_group_t gen_group = SL_CLI_OWN_GROUP(gen_opts);
@@ -425,7 +425,8 @@ typedef struct create_args {
 static const sl_cli_opt_t create_opts[] = {
     {"schema", SL_CLI_FILE, "FILE", NULL, NULL, 0, 0, SL_CLI_REQUIRED,
      offsetof(create_args_t, schema),
-     "the schema as JSON: {\"features\": [{\"name\": \"f\", \"kind\": \"dense|sparse|weighted\"}...], "
+     "the schema as JSON: {\"features\": [{\"name\": \"f\", \"kind\": "
+     "\"dense|sparse|weighted\"}...], "
      "\"labels\": [...]}"},
 };
 
@@ -462,8 +463,7 @@ static int create_table(const char *dir, const char *schema_path)
     json_error_t jerr;
     json_t *j = json_load_file(schema_path, JSON_REJECT_DUPLICATES, &jerr);
     if (j == NULL) {
-        fprintf(stderr, "sluice table create: %s line %d: %s\n", schema_path, jerr.line,
-                jerr.text);
+        fprintf(stderr, "sluice table create: %s line %d: %s\n", schema_path, jerr.line, jerr.text);
         return 1;
     }
     sl_wh_schema_t *s = NULL;

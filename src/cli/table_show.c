@@ -25,7 +25,8 @@ static void print_schema(const sl_wh_schema_t *s)
     }
     printf("schema: %u labels, %u dense, %u sparse, %u weighted features; columns %s, %s, %s\n",
            sl_wh_schema_num_labels(s), nd, ns, nw, sl_wh_schema_column(s, SL_WH_COL_SAMPLE_ID),
-           sl_wh_schema_column(s, SL_WH_COL_SESSION_ID), sl_wh_schema_column(s, SL_WH_COL_TIMESTAMP));
+           sl_wh_schema_column(s, SL_WH_COL_SESSION_ID),
+           sl_wh_schema_column(s, SL_WH_COL_TIMESTAMP));
     if (sl_wh_schema_num_labels(s) > 0) {
         printf("  labels:");
         for (uint32_t t = 0; t < sl_wh_schema_num_labels(s); t++)
@@ -97,11 +98,14 @@ typedef struct show_args {
 } show_args_t;
 
 #define SA(field) offsetof(show_args_t, field)
-#define PARTITION_FILTER                                                                          \
-    {"partition-filter", SL_CLI_STRING, "EXPR", NULL, "every partition", 0, 0, 0, SA(filter),     \
-     "only partitions passing the filter, e.g. 'ds>=2026-01-02,ds<2026-01-05'"}
-#define TABLE_DIR .args = "DIR", .args_doc = "table directory", .min_args = 1, .max_args = 1,      \
-                  .args_offset = SA(dir)
+#define PARTITION_FILTER                                                                           \
+    {                                                                                              \
+        "partition-filter", SL_CLI_STRING, "EXPR", NULL, "every partition", 0, 0, 0, SA(filter),   \
+            "only partitions passing the filter, e.g. 'ds>=2026-01-02,ds<2026-01-05'"              \
+    }
+#define TABLE_DIR                                                                                  \
+    .args = "DIR", .args_doc = "table directory", .min_args = 1, .max_args = 1,                    \
+    .args_offset = SA(dir)
 
 static const sl_cli_opt_t inspect_opts[] = {
     {"json", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, SA(json), "print JSON"},
@@ -158,7 +162,7 @@ int tcli_inspect(int argc, char **argv)
     show_args_t a = {0};
     sl_cli_parsed_t parsed;
     int rc = sl_cli_parse(&sl_cli_table_inspect_cmd, argc, argv, &a, &parsed) ? inspect(&a)
-                                                                                : parsed.code;
+                                                                              : parsed.code;
     sl_cli_free(&sl_cli_table_inspect_cmd, &a);
     return rc;
 }

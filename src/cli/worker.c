@@ -41,12 +41,12 @@ static const sl_cli_opt_t wopts[] = {
     {"job-id", SL_CLI_STRING, "ID", NULL, "the job of the first lease", 0, 0, 0, W(job_id),
      "with --master: serve only this job"},
     {"admin", SL_CLI_ADDR, "HOST:PORT", NULL, NULL, 0, 0, 0, W(admin),
-     "serve GET / (status page) /healthz /readyz /metrics /status on this address (port 0 picks one; printed "
+     "serve GET / (status page) /healthz /readyz /metrics /status on this address (port 0 picks "
+     "one; printed "
      "as `admin on HOST:PORT`)"},
     {"listen", SL_CLI_ADDR, "HOST:PORT", "127.0.0.1:7077", NULL, 0, 0, 0, W(listen),
      "address for trainer clients; port 0 picks a free one"},
-    {"threads", SL_CLI_UINT, "N", NULL, "online cores", 1, 256, 0, W(threads),
-     "transform threads"},
+    {"threads", SL_CLI_UINT, "N", NULL, "online cores", 1, 256, 0, W(threads), "transform threads"},
     {"memory-limit", SL_CLI_SIZE, "BYTES", "256M", NULL, 1, UINT64_MAX, 0, W(memory_limit),
      "bytes of stripes and batches in flight"},
     {"max-credits", SL_CLI_UINT, "N", "16", NULL, 1, UINT32_MAX, 0, W(max_credits),
@@ -79,8 +79,7 @@ const sl_cli_cmd_t sl_cli_worker_cmd = {
     .about = "Runs the job's pipeline (read, filter, batch, dedup, transform, encode) and serves "
              "the batches to trainer clients. Prints `listening on HOST:PORT` once ready and a "
              "summary at the end. SIGINT/SIGTERM stop it cleanly.",
-    .groups = {{&worker_group, 0}, {&sl_cli_admin_group, W(adm)},
-                {&sl_cli_log_group, W(log)}},
+    .groups = {{&worker_group, 0}, {&sl_cli_admin_group, W(adm)}, {&sl_cli_log_group, W(log)}},
 };
 
 static int usage_error(const char *fmt, const char *arg)
@@ -181,11 +180,11 @@ int sl_cli_worker(int argc, char **argv)
                          (unsigned)sl_worker_admin_port(admin));
         }
         sl_worker_lease_client_opts_t mo = {.master = master,
-                                          .worker_id = o.worker_id,
-                                          .job_id = job_id,
-                                          .admin_address = admin ? admin_real : NULL,
-                                          .threads = o.threads,
-                                          .cluster_secret = secret};
+                                            .worker_id = o.worker_id,
+                                            .job_id = job_id,
+                                            .admin_address = admin ? admin_real : NULL,
+                                            .threads = o.threads,
+                                            .cluster_secret = secret};
         rc = sl_worker_lease_prep_new(&mo, o.listen, &prep, &err);
         if (rc == SL_OK) {
             char host[256];
@@ -292,8 +291,8 @@ int sl_cli_worker(int argc, char **argv)
         sl_worker_lease_client_stats(msrc, &m);
         printf("  master %s, job %s: leases %" PRIu64 ", splits reported %" PRIu64 " (%" PRIu64
                " done), revoked %" PRIu64 ", reconnects %" PRIu64 "%s\n",
-               master, m.job_id, m.leases, m.split_reads, m.splits_done, m.revoked,
-               m.reconnects, m.stop ? ", retired by the master" : "");
+               master, m.job_id, m.leases, m.split_reads, m.splits_done, m.revoked, m.reconnects,
+               m.stop ? ", retired by the master" : "");
     }
     fflush(stdout);
     sl_worker_destroy(w);

@@ -52,7 +52,7 @@ struct timespec sl_clock_deadline_ns(uint64_t timeout_ns)
 struct timespec sl_clock_deadline_ms(uint64_t timeout_ms)
 {
     return sl_clock_deadline_ns(timeout_ms > UINT64_MAX / 1000000u ? UINT64_MAX
-                                                                    : timeout_ms * 1000000u);
+                                                                   : timeout_ms * 1000000u);
 }
 
 int sl_clock_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t timeout_ms)

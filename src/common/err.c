@@ -8,20 +8,34 @@
 const char *sl_err_str(sl_err_t err)
 {
     switch (err) {
-    case SL_OK: return "ok";
-    case SL_ERR_NOMEM: return "out of memory";
-    case SL_ERR_INVALID: return "invalid argument";
-    case SL_ERR_CORRUPT: return "corrupt data";
-    case SL_ERR_TRUNCATED: return "truncated data";
-    case SL_ERR_VERSION: return "unsupported version";
-    case SL_ERR_TOO_LARGE: return "too large";
-    case SL_ERR_IO: return "i/o error";
-    case SL_ERR_NOT_FOUND: return "not found";
-    case SL_ERR_TIMEOUT: return "timed out";
-    case SL_ERR_AGAIN: return "try again";
-    case SL_ERR_CLOSED: return "closed";
-    case SL_ERR_PROTOCOL: return "protocol error";
-    case SL_ERR_UNSUPPORTED: return "unsupported";
+    case SL_OK:
+        return "ok";
+    case SL_ERR_NOMEM:
+        return "out of memory";
+    case SL_ERR_INVALID:
+        return "invalid argument";
+    case SL_ERR_CORRUPT:
+        return "corrupt data";
+    case SL_ERR_TRUNCATED:
+        return "truncated data";
+    case SL_ERR_VERSION:
+        return "unsupported version";
+    case SL_ERR_TOO_LARGE:
+        return "too large";
+    case SL_ERR_IO:
+        return "i/o error";
+    case SL_ERR_NOT_FOUND:
+        return "not found";
+    case SL_ERR_TIMEOUT:
+        return "timed out";
+    case SL_ERR_AGAIN:
+        return "try again";
+    case SL_ERR_CLOSED:
+        return "closed";
+    case SL_ERR_PROTOCOL:
+        return "protocol error";
+    case SL_ERR_UNSUPPORTED:
+        return "unsupported";
     }
     return "unknown error";
 }

@@ -27,15 +27,15 @@ sl_err_t sl_io_read_file(const char *path, const char *what, size_t max, const s
     /* The size from fstat is a first guess (a pipe or /proc says 0, a file
      * may grow): read on until the end, growing the buffer, up to max. */
     struct stat st;
-    size_t cap = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
-                         (uint64_t)st.st_size <= max
-                     ? (size_t)st.st_size + 1
-                     : 4096;
+    size_t cap =
+        fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= max
+            ? (size_t)st.st_size + 1
+            : 4096;
     if (max < SIZE_MAX - 1 && cap > max + 1) cap = max + 1;
     char *buf = sl_alloc(a, cap);
     size_t n = 0;
-    sl_err_t rc = buf == NULL ? sl_error_set(err, SL_ERR_NOMEM, "%s %s: out of memory", what, path)
-                              : SL_OK;
+    sl_err_t rc =
+        buf == NULL ? sl_error_set(err, SL_ERR_NOMEM, "%s %s: out of memory", what, path) : SL_OK;
     while (rc == SL_OK) {
         if (n == cap) {
             /* full: grow, unless it already holds one byte past max */
@@ -100,7 +100,8 @@ sl_err_t sl_io_read_line(FILE *f, const char *name, size_t max, const sl_allocat
         if (n + 1 >= *cap) {
             size_t ncap = *cap ? *cap * 2 : 256;
             char *nb = ncap > *cap ? sl_alloc(a, ncap) : NULL;
-            if (nb == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: a line: out of memory", name);
+            if (nb == NULL)
+                return sl_error_set(err, SL_ERR_NOMEM, "%s: a line: out of memory", name);
             if (n > 0) memcpy(nb, *line, n);
             sl_free(a, *line, *cap);
             *line = nb;
@@ -113,7 +114,8 @@ sl_err_t sl_io_read_line(FILE *f, const char *name, size_t max, const sl_allocat
     if (over) return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: a line over %zu bytes", name, max);
     if (*cap == 0) {
         *line = sl_alloc(a, 1);
-        if (*line == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: a line: out of memory", name);
+        if (*line == NULL)
+            return sl_error_set(err, SL_ERR_NOMEM, "%s: a line: out of memory", name);
         *cap = 1;
     }
     (*line)[n] = '\0';
@@ -145,7 +147,8 @@ sl_err_t sl_io_map_file(const char *path, const char *what, sl_io_map_t *map, sl
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
-    if (m == MAP_FAILED) return sl_error_set(err, SL_ERR_IO, "mmap %s %s: %s", what, path, strerror(e));
+    if (m == MAP_FAILED)
+        return sl_error_set(err, SL_ERR_IO, "mmap %s %s: %s", what, path, strerror(e));
     map->data = m;
     map->len = (size_t)st.st_size;
     return SL_OK;

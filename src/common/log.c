@@ -149,8 +149,12 @@ static void put_value(sink *s, const sl_log_kv_t *kv, bool json)
             put_logfmt_str(s, v);
         break;
     }
-    case SL_LOG_U64: putf(s, "%" PRIu64, kv->v.u); break;
-    case SL_LOG_I64: putf(s, "%" PRId64, kv->v.i); break;
+    case SL_LOG_U64:
+        putf(s, "%" PRIu64, kv->v.u);
+        break;
+    case SL_LOG_I64:
+        putf(s, "%" PRId64, kv->v.i);
+        break;
     case SL_LOG_F64:
         /* JSON has no NaN or infinity */
         if (kv->v.f != kv->v.f || kv->v.f > 1e308 || kv->v.f < -1e308)
@@ -192,7 +196,9 @@ size_t sl_log_format(const sl_log_record_t *rec, sl_log_format_t format, char *o
         else
             put_logfmt(&s, rec, false);
         break;
-    case SL_LOG_LOGFMT: put_logfmt(&s, rec, true); break;
+    case SL_LOG_LOGFMT:
+        put_logfmt(&s, rec, true);
+        break;
     case SL_LOG_JSON:
         puts_(&s, "{\"level\":");
         put_json_str(&s, sl_log_level_name(rec->level));

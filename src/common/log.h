@@ -88,7 +88,7 @@ void sl_log_write(sl_log_level_t level, const char *event, const sl_log_kv_t *kv
  *   a record with a message and no fields. */
 #define sl_log(level, event, ...)                                                                  \
     do {                                                                                           \
-        if (sl_log_enabled(level)) sl_log_write((level), (event), NULL, 0, __VA_ARGS__);          \
+        if (sl_log_enabled(level)) sl_log_write((level), (event), NULL, 0, __VA_ARGS__);           \
     } while (0)
 
 /* sl_log_kv(SL_LOG_INFO, "lease_expired",
@@ -100,7 +100,7 @@ void sl_log_write(sl_log_level_t level, const char *event, const sl_log_kv_t *kv
     do {                                                                                           \
         if (sl_log_enabled(level)) {                                                               \
             const sl_log_kv_t sl_log_kv_[] = {SL_LOG_KV_LIST_ fields};                             \
-            sl_log_write((level), (event), sl_log_kv_, sizeof sl_log_kv_ / sizeof sl_log_kv_[0],  \
+            sl_log_write((level), (event), sl_log_kv_, sizeof sl_log_kv_ / sizeof sl_log_kv_[0],   \
                          __VA_ARGS__);                                                             \
         }                                                                                          \
     } while (0)

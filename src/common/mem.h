@@ -26,7 +26,8 @@ char *sl_strndup(const sl_allocator_t *a, const char *s, size_t n);
 
 /* A string formatted as printf does, from a. @return NULL when out of
  * memory (or for a format error). Free with sl_strfree. */
-char *sl_strfmt(const sl_allocator_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *sl_strfmt(const sl_allocator_t *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Free an owned string of a (strlen(s) + 1 bytes); s may be NULL. */
 void sl_strfree(const sl_allocator_t *a, char *s);

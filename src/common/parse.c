@@ -40,8 +40,7 @@ static sl_err_t out_of_range(sl_error_t *err, const char *what, const char *s, u
                              uint64_t max)
 {
     return sl_error_set(err, SL_ERR_INVALID, "%s '%.100s': out of range %llu..%llu",
-                        what ? what : "value", s, (unsigned long long)min,
-                        (unsigned long long)max);
+                        what ? what : "value", s, (unsigned long long)min, (unsigned long long)max);
 }
 
 sl_err_t sl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out, const char *what,
@@ -93,11 +92,20 @@ sl_err_t sl_parse_size(const char *s, uint64_t min, uint64_t max, uint64_t *out,
     if (d == NO_DIGITS) return bad(err, what, s, form);
     unsigned shift = 0;
     switch (tolower((unsigned char)*p)) {
-    case 'k': shift = 10; break;
-    case 'm': shift = 20; break;
-    case 'g': shift = 30; break;
-    case 't': shift = 40; break;
-    default: break;
+    case 'k':
+        shift = 10;
+        break;
+    case 'm':
+        shift = 20;
+        break;
+    case 'g':
+        shift = 30;
+        break;
+    case 't':
+        shift = 40;
+        break;
+    default:
+        break;
     }
     if (shift != 0) {
         p++;

@@ -42,8 +42,8 @@ void sl_dedup_destroy(sl_dedup_t *d)
     if (d == NULL) return;
     const sl_allocator_t *a = d->alloc;
     sl_free(a, d->table, d->table_cap * sizeof *d->table);
-    scratch_t *all[] = {&d->same,  &d->heads,      &d->hash_of,    &d->off,   &d->rep,
-                        &d->pairs, &d->runs,       &d->keyw,       &d->names, &d->key_start,
+    scratch_t *all[] = {&d->same,  &d->heads,      &d->hash_of,    &d->off,       &d->rep,
+                        &d->pairs, &d->runs,       &d->keyw,       &d->names,     &d->key_start,
                         &d->owner, &d->name_slots, &d->group_keys, &d->key_values};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         sl_free(a, all[i]->p, all[i]->bytes);
@@ -239,9 +239,7 @@ static void copy_nt(char *dst, const char *src, size_t bytes)
 {
     memcpy(dst, src, bytes);
 }
-static void store_fence(void)
-{
-}
+static void store_fence(void) {}
 #endif
 
 static inline void span_flush(span_t *s)
@@ -342,9 +340,9 @@ typedef struct inplace {
     sl_kjt_t *out; /* allocated at the first block, for every row */
     sl_arena_t *arena;
     const char **names;
-    uint64_t values; /* of the group */
-    uint64_t *vbase; /* [n] where key j's values start, in the input's order */
-    uint64_t *at;    /* [n] values written for key j */
+    uint64_t values;            /* of the group */
+    uint64_t *vbase;            /* [n] where key j's values start, in the input's order */
+    uint64_t *at;               /* [n] values written for key j */
     const uint64_t *key_values; /* [n] values of key j in the input */
     uint32_t *runs;
     int state; /* 0 not started, 1 copying, 2 abandoned */

@@ -40,15 +40,15 @@ struct sl_dedup {
     size_t mask;  /* slots used for this group - 1: a power of two >= 2B */
     uint32_t gen; /* current generation, never 0 (0 marks fresh slots) */
     /* per group: see gctx_t in dedup.c */
-    scratch_t same;    /* uint8_t [B] */
-    scratch_t heads;   /* uint32_t [B] */
-    scratch_t hash_of; /* uint64_t [B] */
-    scratch_t off;     /* uint32_t [n * B] */
-    scratch_t rep;     /* uint32_t [U] */
-    scratch_t pairs;   /* pair_t [H] */
-    scratch_t runs;    /* uint32_t [U + 1] */
-    scratch_t keyw;    /* keyw_t [n] */
-    scratch_t names;   /* const char * [n] */
+    scratch_t same;       /* uint8_t [B] */
+    scratch_t heads;      /* uint32_t [B] */
+    scratch_t hash_of;    /* uint64_t [B] */
+    scratch_t off;        /* uint32_t [n * B] */
+    scratch_t rep;        /* uint32_t [U] */
+    scratch_t pairs;      /* pair_t [H] */
+    scratch_t runs;       /* uint32_t [U + 1] */
+    scratch_t keyw;       /* keyw_t [n] */
+    scratch_t names;      /* const char * [n] */
     scratch_t key_values; /* uint64_t [n]: values of each key (write in place) */
     /* per batch */
     scratch_t key_start; /* uint64_t [num_keys + 1] of the input */

@@ -122,8 +122,8 @@ static uint64_t catch_up(const gctx_t *g, uint32_t r, uint32_t j)
     for (uint32_t k = 0; k < j; k++) {
         const int32_t *len = g->kw[k].len;
         uint32_t n = (uint32_t)len[r];
-        const int64_t *list = n ? g->all->values + g->kw[k].start + g->off[(size_t)k * g->B + r]
-                                : NULL;
+        const int64_t *list =
+            n ? g->all->values + g->kw[k].start + g->off[(size_t)k * g->B + r] : NULL;
         x = (x + short_list_hash(list, n, k, len)) * MIX_MUL;
     }
     return x;

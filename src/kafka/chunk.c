@@ -27,8 +27,8 @@ static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const ch
 
 /* What exactly once rests on (chunk.h): set last, so nothing overrides it. */
 static const char *const forced[][2] = {
-    {"enable.auto.commit", "false"},     {"enable.auto.offset.store", "false"},
-    {"auto.offset.reset", "error"},      {"isolation.level", "read_committed"},
+    {"enable.auto.commit", "false"},  {"enable.auto.offset.store", "false"},
+    {"auto.offset.reset", "error"},   {"isolation.level", "read_committed"},
     {"enable.partition.eof", "true"},
 };
 
@@ -65,8 +65,7 @@ sl_err_t sl_kafka_consumer_new(const sl_kafka_consumer_opts_t *o, sl_kafka_consu
               rd_kafka_conf_set(conf, "group.id", o->group_id ? o->group_id : "sluice", es,
                                 sizeof es) == RD_KAFKA_CONF_OK;
     for (size_t f = 0; ok && f < sizeof forced / sizeof forced[0]; f++)
-        ok = rd_kafka_conf_set(conf, forced[f][0], forced[f][1], es, sizeof es) ==
-             RD_KAFKA_CONF_OK;
+        ok = rd_kafka_conf_set(conf, forced[f][0], forced[f][1], es, sizeof es) == RD_KAFKA_CONF_OK;
     if (!ok) {
         rd_kafka_conf_destroy(conf);
         return sl_error_set(err, SL_ERR_INVALID, "kafka consumer: %s", es);
@@ -203,8 +202,8 @@ static sl_err_t flush(range_read_t *rr, int64_t end, sl_error_t *err)
 /* The sluice-format headers of m into rec. */
 static void record_of(const rd_kafka_message_t *m, sl_kafka_record_t *rec)
 {
-    *rec = (sl_kafka_record_t){.value = m->payload, .value_len = m->len, .offset = m->offset,
-                               .create_ms = -1};
+    *rec = (sl_kafka_record_t){
+        .value = m->payload, .value_len = m->len, .offset = m->offset, .create_ms = -1};
     rd_kafka_timestamp_type_t tt;
     int64_t ts = rd_kafka_message_timestamp(m, &tt);
     if (tt == RD_KAFKA_TIMESTAMP_CREATE_TIME) rec->create_ms = ts;
@@ -212,8 +211,8 @@ static void record_of(const rd_kafka_message_t *m, sl_kafka_record_t *rec)
     if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR || !h) return;
     const void *v;
     size_t n;
-    for (size_t i = 0; rd_kafka_header_get(h, i, SL_KAFKA_FORMAT_HEADER, &v, &n) ==
-                       RD_KAFKA_RESP_ERR_NO_ERROR;
+    for (size_t i = 0;
+         rd_kafka_header_get(h, i, SL_KAFKA_FORMAT_HEADER, &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR;
          i++) {
         if (rec->format_headers++ == 0) {
             rec->format = v ? v : "";

@@ -28,9 +28,9 @@
 #include "sluice/err.h"
 
 typedef struct sl_kafka_consumer_opts {
-    const char *brokers;            /* bootstrap servers; required */
-    const char *group_id;           /* required by assign(), never joined; NULL: "sluice" */
-    const char *const *props;       /* [2 * num_props] librdkafka name, value: passed through */
+    const char *brokers;      /* bootstrap servers; required */
+    const char *group_id;     /* required by assign(), never joined; NULL: "sluice" */
+    const char *const *props; /* [2 * num_props] librdkafka name, value: passed through */
     uint32_t num_props;
     const sl_allocator_t *allocator; /* NULL: default */
 } sl_kafka_consumer_opts_t;
@@ -75,10 +75,10 @@ bool sl_kafka_chunk_bounds(int64_t start, uint32_t size, uint64_t index, int64_t
 /* ---- reading a range ---- */
 
 typedef struct sl_kafka_read_stats {
-    uint64_t records;  /* consumed inside the range */
-    uint64_t bad;      /* of those, bad (counted, skipped; their offsets read) */
-    uint64_t stripes;  /* handed to the callback with rows */
-    uint64_t empty;    /* ... without rows (gaps, bad records only) */
+    uint64_t records; /* consumed inside the range */
+    uint64_t bad;     /* of those, bad (counted, skipped; their offsets read) */
+    uint64_t stripes; /* handed to the callback with rows */
+    uint64_t empty;   /* ... without rows (gaps, bad records only) */
 } sl_kafka_read_stats_t;
 
 /* What sl_kafka_read_range hands on: the stripe of rows (possibly none)
@@ -91,9 +91,9 @@ typedef sl_err_t (*sl_kafka_stripe_fn)(void *ctx, const sl_kafka_stripe_t *strip
 typedef struct sl_kafka_read_opts {
     const char *topic;
     int32_t partition;
-    int64_t from, to;     /* the offsets [from, to) to read, from < to */
-    uint32_t batch_rows;  /* a stripe holds at most this many rows (> 0) */
-    uint32_t linger_ms;   /* ... and is cut this long after its first record */
+    int64_t from, to;      /* the offsets [from, to) to read, from < to */
+    uint32_t batch_rows;   /* a stripe holds at most this many rows (> 0) */
+    uint32_t linger_ms;    /* ... and is cut this long after its first record */
     sl_kafka_rows_t *rows; /* the decoder (its schema is the job's) */
     sl_kafka_stripe_fn stripe;
     void *ctx;

@@ -50,8 +50,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     unsigned long long session =
         m->key_len == SL_KAFKA_KEY_BYTES ? (unsigned long long)sl_kafka_key_get(m->key) : 0;
     sl_error_set(&p->failure, SL_ERR_IO,
-             "topic %s partition %d on %s: record of session %llu not delivered: %s", p->topic,
-             (int)m->partition, p->brokers, session, rd_kafka_err2str(m->err));
+                 "topic %s partition %d on %s: record of session %llu not delivered: %s", p->topic,
+                 (int)m->partition, p->brokers, session, rd_kafka_err2str(m->err));
 }
 
 static void on_error(rd_kafka_t *rk, int code, const char *reason, void *opaque)
@@ -66,8 +66,8 @@ static void on_error(rd_kafka_t *rk, int code, const char *reason, void *opaque)
     if (p->failure.code != SL_OK) return;
     char why[512];
     rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(rk, why, sizeof why);
-    sl_error_set(&p->failure, SL_ERR_IO, "topic %s on %s: producer failed: %s: %s",
-             p->topic, p->brokers, rd_kafka_err2name(fatal), why);
+    sl_error_set(&p->failure, SL_ERR_IO, "topic %s on %s: producer failed: %s: %s", p->topic,
+                 p->brokers, rd_kafka_err2name(fatal), why);
 }
 
 /* librdkafka's log lines (syslog levels) to the caller's callback, or as
@@ -79,8 +79,10 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
         p->on_log(p->log_ctx, level, fac, buf);
         return;
     }
-    sl_log_level_t l = level <= 3 ? SL_LOG_ERROR : level == 4 ? SL_LOG_WARN
-                       : level <= 6 ? SL_LOG_INFO : SL_LOG_DEBUG;
+    sl_log_level_t l = level <= 3   ? SL_LOG_ERROR
+                       : level == 4 ? SL_LOG_WARN
+                       : level <= 6 ? SL_LOG_INFO
+                                    : SL_LOG_DEBUG;
     sl_log_kv(l, "kafka_log",
               (SL_KV_STR("facility", fac), SL_KV_STR("topic", p != NULL ? p->topic : "")),
               "kafka %s: %s", fac, buf);
@@ -187,8 +189,8 @@ static sl_err_t create_topic(sl_kafka_producer_t *p, uint32_t partitions, uint32
         size_t n = 0;
         const rd_kafka_topic_result_t **res =
             rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
-        rd_kafka_resp_err_t e = n == 1 ? rd_kafka_topic_result_error(res[0])
-                                       : RD_KAFKA_RESP_ERR__BAD_MSG;
+        rd_kafka_resp_err_t e =
+            n == 1 ? rd_kafka_topic_result_error(res[0]) : RD_KAFKA_RESP_ERR__BAD_MSG;
         /* Another producer may have created it meanwhile: then it is there. */
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
             p->stats.created = true;

@@ -44,7 +44,8 @@ static inline void sl_kafka_key_put(uint8_t key[SL_KAFKA_KEY_BYTES], uint64_t se
 static inline uint64_t sl_kafka_key_get(const uint8_t key[SL_KAFKA_KEY_BYTES])
 {
     uint64_t v = 0;
-    for (int i = 0; i < SL_KAFKA_KEY_BYTES; i++) v = v << 8 | key[i];
+    for (int i = 0; i < SL_KAFKA_KEY_BYTES; i++)
+        v = v << 8 | key[i];
     return v;
 }
 
@@ -69,8 +70,8 @@ void sl_kafka_encoder_destroy(sl_kafka_encoder_t *e);
 /* Encode row (arrays indexed as sl_wh_row_t says, by the encoder's schema)
  * as a Sample. *value is borrowed from e until the next encode or destroy.
  * @return SL_ERR_INVALID for a negative list length; SL_ERR_NOMEM. */
-sl_err_t sl_kafka_encode_row(sl_kafka_encoder_t *e, const sl_wh_row_t *row,
-                             const uint8_t **value, size_t *len, sl_error_t *err);
+sl_err_t sl_kafka_encode_row(sl_kafka_encoder_t *e, const sl_wh_row_t *row, const uint8_t **value,
+                             size_t *len, sl_error_t *err);
 
 /* Row i of column-form rows (a table stripe read with every feature, not
  * in dedup form) as an sl_wh_row_t of the encoder's schema, matching

@@ -21,18 +21,21 @@ struct sl_kafka_rows {
     /* rows collected, row-major: */
     uint32_t n, cap;
     int64_t *sample_ids, *session_ids, *timestamps, *offsets, *create_ms; /* [cap] */
-    float *labels;       /* [cap * T] */
-    float *dense;        /* [cap * D] */
-    uint64_t *starts;    /* [cap * S] where a row's list starts in ids */
-    uint32_t *lens;      /* [cap * S] */
-    int64_t *ids;        /* [ids_cap] every list, appended */
-    float *weights;      /* [ids_cap] their weights (1.0 for unweighted features) */
+    float *labels;                                                        /* [cap * T] */
+    float *dense;                                                         /* [cap * D] */
+    uint64_t *starts; /* [cap * S] where a row's list starts in ids */
+    uint32_t *lens;   /* [cap * S] */
+    int64_t *ids;     /* [ids_cap] every list, appended */
+    float *weights;   /* [ids_cap] their weights (1.0 for unweighted features) */
     uint64_t nids, ids_cap;
-    uint8_t *seen;       /* [T + D + S] named in the record being decoded */
-    sl_arena_t *pb;      /* protobuf-c's scratch for one record */
+    uint8_t *seen;  /* [T + D + S] named in the record being decoded */
+    sl_arena_t *pb; /* protobuf-c's scratch for one record */
     /* the taken stripe: */
     sl_arena_t *out;
-    struct order { int64_t session; uint32_t row; } *order; /* [order_cap] */
+    struct order {
+        int64_t session;
+        uint32_t row;
+    } * order; /* [order_cap] */
     uint32_t order_cap;
 };
 
@@ -47,7 +50,8 @@ static bool grow_all(const sl_allocator_t *a, void **const *fields, const size_t
     void *n[16];
     for (uint32_t i = 0; i < count; i++)
         if (!(n[i] = sl_alloc(a, sl_mul_size((size_t)cap, sizes[i])))) {
-            while (i--) sl_free(a, n[i], (size_t)cap * sizes[i]);
+            while (i--)
+                sl_free(a, n[i], (size_t)cap * sizes[i]);
             return false;
         }
     for (uint32_t i = 0; i < count; i++) {
@@ -63,13 +67,18 @@ static bool reserve_rows(sl_kafka_rows_t *r)
     if (r->n < r->cap) return true;
     uint64_t c = r->cap ? 2 * (uint64_t)r->cap : 256;
     if (c > UINT32_MAX) return false;
-    void **const fields[] = {(void **)&r->sample_ids, (void **)&r->session_ids,
-                             (void **)&r->timestamps, (void **)&r->offsets,
-                             (void **)&r->create_ms,  (void **)&r->labels,
-                             (void **)&r->dense,      (void **)&r->starts,
-                             (void **)&r->lens};
-    const size_t sizes[] = {8, 8, 8, 8, 8, sizeof(float) * (r->T ? r->T : 1),
-                            sizeof(float) * (r->D ? r->D : 1), 8 * (size_t)(r->S ? r->S : 1),
+    void **const fields[] = {
+        (void **)&r->sample_ids, (void **)&r->session_ids, (void **)&r->timestamps,
+        (void **)&r->offsets,    (void **)&r->create_ms,   (void **)&r->labels,
+        (void **)&r->dense,      (void **)&r->starts,      (void **)&r->lens};
+    const size_t sizes[] = {8,
+                            8,
+                            8,
+                            8,
+                            8,
+                            sizeof(float) * (r->T ? r->T : 1),
+                            sizeof(float) * (r->D ? r->D : 1),
+                            8 * (size_t)(r->S ? r->S : 1),
                             4 * (size_t)(r->S ? r->S : 1)};
     if (!grow_all(r->a, fields, sizes, 9, r->cap, c)) return false;
     r->cap = (uint32_t)c;
@@ -80,7 +89,8 @@ static bool reserve_ids(sl_kafka_rows_t *r, uint64_t more)
 {
     if (r->nids + more <= r->ids_cap) return true;
     uint64_t c = r->ids_cap ? 2 * r->ids_cap : 4096;
-    while (c < r->nids + more) c *= 2;
+    while (c < r->nids + more)
+        c *= 2;
     void **const fields[] = {(void **)&r->ids, (void **)&r->weights};
     const size_t sizes[] = {8, 4};
     /* the old arrays hold ids_cap elements; only nids matter, but the
@@ -92,7 +102,10 @@ static bool reserve_ids(sl_kafka_rows_t *r, uint64_t more)
 
 /* protobuf-c allocates the unpacked Sample from the per-record arena: one
  * reset frees it, whatever the record's shape. */
-static void *pb_alloc(void *ctx, size_t size) { return sl_arena_alloc(ctx, size ? size : 1); }
+static void *pb_alloc(void *ctx, size_t size)
+{
+    return sl_arena_alloc(ctx, size ? size : 1);
+}
 static void pb_free(void *ctx, void *ptr)
 {
     (void)ctx;
@@ -122,12 +135,15 @@ sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const char *const *feat
     r->dense_at = sl_calloc(a, r->SD + 1, sizeof(int32_t));
     r->sparse_at = sl_calloc(a, r->SS + 1, sizeof(int32_t));
     r->seen = sl_calloc(a, (size_t)r->T + r->SD + r->SS + 1, 1);
-    if (!r->label_names || !r->dense_names || !r->sparse_names || !r->dense_at ||
-        !r->sparse_at || !r->seen)
+    if (!r->label_names || !r->dense_names || !r->sparse_names || !r->dense_at || !r->sparse_at ||
+        !r->seen)
         goto nomem;
-    for (uint32_t i = 0; i < r->T; i++) r->label_names[i] = sl_wh_schema_label(r->schema, i);
-    for (uint32_t i = 0; i < r->SD; i++) r->dense_at[i] = -1;
-    for (uint32_t i = 0; i < r->SS; i++) r->sparse_at[i] = -1;
+    for (uint32_t i = 0; i < r->T; i++)
+        r->label_names[i] = sl_wh_schema_label(r->schema, i);
+    for (uint32_t i = 0; i < r->SD; i++)
+        r->dense_at[i] = -1;
+    for (uint32_t i = 0; i < r->SS; i++)
+        r->sparse_at[i] = -1;
     uint32_t n = features ? num_features : sl_wh_schema_num_features(schema);
     for (uint32_t i = 0; i < n; i++) {
         const sl_wh_feature_t *f = features ? sl_wh_schema_find(r->schema, features[i])
@@ -190,7 +206,10 @@ void sl_kafka_rows_destroy(sl_kafka_rows_t *r)
     sl_free(a, r, sizeof *r);
 }
 
-uint32_t sl_kafka_rows_count(const sl_kafka_rows_t *r) { return r->n; }
+uint32_t sl_kafka_rows_count(const sl_kafka_rows_t *r)
+{
+    return r->n;
+}
 
 /* A name from a record, for a message: at most 64 bytes, printable. */
 static const char *shown(const char *name, char *buf, size_t cap)
@@ -306,8 +325,10 @@ sl_err_t sl_kafka_rows_add(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_
                             rec->value_len);
     uint32_t n = r->n;
     uint64_t nids = r->nids;
-    for (uint32_t t = 0; t < r->T; t++) r->labels[(size_t)n * r->T + t] = 0.0f;
-    for (uint32_t d = 0; d < r->D; d++) r->dense[(size_t)n * r->D + d] = NAN;
+    for (uint32_t t = 0; t < r->T; t++)
+        r->labels[(size_t)n * r->T + t] = 0.0f;
+    for (uint32_t d = 0; d < r->D; d++)
+        r->dense[(size_t)n * r->D + d] = NAN;
     for (uint32_t k = 0; k < r->S; k++) {
         r->starts[(size_t)n * r->S + k] = nids;
         r->lens[(size_t)n * r->S + k] = 0;
@@ -343,13 +364,16 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
         if (!(r->order = sl_alloc(r->a, (size_t)n * sizeof *r->order))) goto nomem;
         r->order_cap = n;
     }
-    for (uint32_t i = 0; i < n; i++) r->order[i] = (struct order){r->session_ids[i], i};
+    for (uint32_t i = 0; i < n; i++)
+        r->order[i] = (struct order){r->session_ids[i], i};
     if (n > 1) qsort(r->order, n, sizeof *r->order, by_session);
     sl_arena_t *ar = r->out;
     sl_batch_t *b = &out->rows.batch;
     b->batch_size = n;
-    int64_t *sid = sl_arena_alloc(ar, (size_t)n * 8 + 8), *ses = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8), *offs = sl_arena_alloc(ar, (size_t)n * 8 + 8),
+    int64_t *sid = sl_arena_alloc(ar, (size_t)n * 8 + 8),
+            *ses = sl_arena_alloc(ar, (size_t)n * 8 + 8),
+            *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8),
+            *offs = sl_arena_alloc(ar, (size_t)n * 8 + 8),
             *cms = sl_arena_alloc(ar, (size_t)n * 8 + 8);
     if (!sid || !ses || !ts || !offs || !cms) goto nomem;
     if (sl_dense_init(&b->dense, ar, n, r->D, r->dense_names) != SL_OK ||
@@ -357,9 +381,10 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
         goto nomem;
     uint64_t total = 0;
     for (uint32_t i = 0; i < n; i++)
-        for (uint32_t k = 0; k < r->S; k++) total += r->lens[(size_t)i * r->S + k];
-    if (r->S && sl_kjt_init(&b->sparse, ar, r->S, r->sparse_names, n, total, r->any_weighted) !=
-                    SL_OK)
+        for (uint32_t k = 0; k < r->S; k++)
+            total += r->lens[(size_t)i * r->S + k];
+    if (r->S &&
+        sl_kjt_init(&b->sparse, ar, r->S, r->sparse_names, n, total, r->any_weighted) != SL_OK)
         goto nomem;
     for (uint32_t j = 0; j < n; j++) {
         uint32_t i = r->order[j].row;
@@ -369,8 +394,7 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
         offs[j] = r->offsets[i];
         cms[j] = r->create_ms[i];
         if (r->D) memcpy(b->dense.data + (size_t)j * r->D, r->dense + (size_t)i * r->D, r->D * 4);
-        if (r->T)
-            memcpy(b->labels.data + (size_t)j * r->T, r->labels + (size_t)i * r->T, r->T * 4);
+        if (r->T) memcpy(b->labels.data + (size_t)j * r->T, r->labels + (size_t)i * r->T, r->T * 4);
     }
     uint64_t v = 0; /* key-major: every row of key 0, then key 1 ... */
     for (uint32_t k = 0; k < r->S; k++)

@@ -44,7 +44,8 @@ static bool grow(const sl_allocator_t *a, void **buf, size_t *cap, size_t n, siz
 {
     if (n <= *cap) return true;
     size_t want = *cap ? *cap : 64;
-    while (want < n) want *= 2;
+    while (want < n)
+        want *= 2;
     void *nb = sl_alloc(a, sl_mul_size(want, elem));
     if (nb == NULL) return false;
     sl_free(a, *buf, *cap * elem);
@@ -66,12 +67,14 @@ typedef struct array {
 static void arrays_of(sl_kafka_encoder_t *e, array_t out[NUM_ARRAYS])
 {
     size_t L = e->lcap, D = e->dcap, S = e->scap;
-#define A(field, n) {(void **)&e->field, n, sizeof *e->field}
+#define A(field, n)                                                                                \
+    {                                                                                              \
+        (void **)&e->field, n, sizeof *e->field                                                    \
+    }
     const array_t all[NUM_ARRAYS] = {
-        A(labels, L),     A(dense, D),      A(label_ptrs, L), A(dense_ptrs, D),
-        A(lists, S),      A(list_ptrs, S),  A(label_col, L),  A(dense_col, D),
-        A(sparse_key, S), A(pos, S),        A(row_labels, L), A(row_dense, D),
-        A(row_lists, S),
+        A(labels, L),     A(dense, D),     A(label_ptrs, L), A(dense_ptrs, D), A(lists, S),
+        A(list_ptrs, S),  A(label_col, L), A(dense_col, D),  A(sparse_key, S), A(pos, S),
+        A(row_labels, L), A(row_dense, D), A(row_lists, S),
     };
 #undef A
     memcpy(out, all, sizeof all);
@@ -82,7 +85,8 @@ void sl_kafka_encoder_destroy(sl_kafka_encoder_t *e)
     if (e == NULL) return;
     array_t arrays[NUM_ARRAYS];
     arrays_of(e, arrays);
-    for (int i = 0; i < NUM_ARRAYS; i++) sl_free(e->a, *arrays[i].p, arrays[i].n * arrays[i].size);
+    for (int i = 0; i < NUM_ARRAYS; i++)
+        sl_free(e->a, *arrays[i].p, arrays[i].n * arrays[i].size);
     sl_free(e->a, e->ones, e->ones_cap * sizeof *e->ones);
     sl_free(e->a, e->out, e->out_cap);
     sl_free(e->a, e, sizeof *e);
@@ -125,8 +129,8 @@ sl_err_t sl_kafka_encoder_new(const sl_wh_schema_t *schema, const sl_allocator_t
     return SL_OK;
 }
 
-sl_err_t sl_kafka_encode_row(sl_kafka_encoder_t *e, const sl_wh_row_t *row,
-                             const uint8_t **value, size_t *len, sl_error_t *err)
+sl_err_t sl_kafka_encode_row(sl_kafka_encoder_t *e, const sl_wh_row_t *row, const uint8_t **value,
+                             size_t *len, sl_error_t *err)
 {
     Sluice__Sample s = SLUICE__SAMPLE__INIT;
     s.sample_id = (uint64_t)row->sample_id;
@@ -163,7 +167,8 @@ sl_err_t sl_kafka_encode_row(sl_kafka_encoder_t *e, const sl_wh_row_t *row,
                 if (!grow(e->a, (void **)&e->ones, &e->ones_cap, in->len, sizeof *e->ones))
                     return sl_error_set(err, SL_ERR_NOMEM, "kafka encoder: out of memory");
                 if (e->ones_cap != had)
-                    for (size_t k = 0; k < e->ones_cap; k++) e->ones[k] = 1.0f;
+                    for (size_t k = 0; k < e->ones_cap; k++)
+                        e->ones[k] = 1.0f;
                 l->weights = e->ones;
             }
         }
@@ -199,8 +204,8 @@ static sl_err_t map_rows(sl_kafka_encoder_t *e, const sl_wh_rows_t *rows, sl_err
                                  : sl_wh_schema_dense(e->schema, i - e->nlabels)->name;
         int32_t c = column_of(label ? &b->labels : &b->dense, name);
         if (c < 0)
-            return sl_error_set(err, SL_ERR_INVALID, "%s stripe %u: no %s '%s'", file,
-                                rows->stripe, label ? "label" : "dense feature", name);
+            return sl_error_set(err, SL_ERR_INVALID, "%s stripe %u: no %s '%s'", file, rows->stripe,
+                                label ? "label" : "dense feature", name);
         if (label)
             e->label_col[i] = c;
         else
@@ -212,8 +217,8 @@ static sl_err_t map_rows(sl_kafka_encoder_t *e, const sl_wh_rows_t *rows, sl_err
             if (strcmp(b->sparse.keys[k], sl_wh_schema_sparse(e->schema, i)->name) == 0)
                 e->pos[i] = start;
         bool negative = false;
-        start += sl_lengths_sum(b->sparse.lengths + (size_t)k * b->sparse.stride,
-                                b->sparse.stride, &negative);
+        start += sl_lengths_sum(b->sparse.lengths + (size_t)k * b->sparse.stride, b->sparse.stride,
+                                &negative);
         if (negative)
             return sl_error_set(err, SL_ERR_INVALID, "%s stripe %u: key '%s' has a negative length",
                                 file, rows->stripe, b->sparse.keys[k]);
@@ -239,8 +244,7 @@ sl_err_t sl_kafka_encoder_row_at(sl_kafka_encoder_t *e, const sl_wh_rows_t *rows
 {
     const sl_batch_t *b = &rows->batch;
     if (i >= b->batch_size)
-        return sl_error_set(err, SL_ERR_INVALID, "row %u of a stripe of %u rows", i,
-                            b->batch_size);
+        return sl_error_set(err, SL_ERR_INVALID, "row %u of a stripe of %u rows", i, b->batch_size);
     /* A reader hands out the same struct (and may reuse its buffers) for
      * every stripe: row 0, or anything naming another stripe, starts over. */
     if (i == 0 || rows != e->cur_rows || b->sparse.values != e->cur_values ||
@@ -252,8 +256,9 @@ sl_err_t sl_kafka_encoder_row_at(sl_kafka_encoder_t *e, const sl_wh_rows_t *rows
     /* Skip forward to row i (each key's values are row after row). */
     for (; e->next_row < i; e->next_row++)
         for (uint32_t s = 0; s < e->nsparse; s++)
-            e->pos[s] += (uint64_t)b->sparse.lengths[(size_t)e->sparse_key[s] * b->sparse.stride +
-                                                     e->next_row];
+            e->pos[s] +=
+                (uint64_t)
+                    b->sparse.lengths[(size_t)e->sparse_key[s] * b->sparse.stride + e->next_row];
     for (uint32_t l = 0; l < e->nlabels; l++)
         e->row_labels[l] = b->labels.data[(size_t)i * b->labels.cols + (size_t)e->label_col[l]];
     for (uint32_t d = 0; d < e->ndense; d++)

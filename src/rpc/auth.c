@@ -143,8 +143,8 @@ sl_err_t sl_rpc_auth_server(int fd, const char *secret, uint64_t deadline_ms,
 }
 
 /* Receive the next handshake frame; an ERROR is the server refusing us. */
-static sl_err_t recv_step(int fd, uint64_t deadline_ms, const char *waiting_for,
-                          sl_rpc_type_t want, sl_rpc_frame_t *f, sl_error_t *err)
+static sl_err_t recv_step(int fd, uint64_t deadline_ms, const char *waiting_for, sl_rpc_type_t want,
+                          sl_rpc_frame_t *f, sl_error_t *err)
 {
     sl_err_t rc = sl_rpc_recv_until(fd, deadline_ms, &handshake_limits, NULL, f, err);
     if (rc == SL_ERR_TIMEOUT && want == SL_RPC_AUTH_CHALLENGE)

@@ -43,10 +43,8 @@ static sl_err_t check_dense(const sl_dense_t *d, uint32_t B, const char *what, s
 {
     if (d->cols == 0) return SL_OK;
     if (d->rows != B)
-        return sl_error_set(err, SL_ERR_INVALID, "%s has %u rows, batch has %u", what, d->rows,
-                            B);
-    if (d->data == NULL && B > 0)
-        return sl_error_set(err, SL_ERR_INVALID, "%s data missing", what);
+        return sl_error_set(err, SL_ERR_INVALID, "%s has %u rows, batch has %u", what, d->rows, B);
+    if (d->data == NULL && B > 0) return sl_error_set(err, SL_ERR_INVALID, "%s data missing", what);
     return SL_OK;
 }
 
@@ -69,10 +67,9 @@ static sl_err_t check_keys_disjoint(const sl_batch_t *batch, sl_error_t *err)
                                     gk->keys[k], group_name(&batch->groups[g]));
             for (uint32_t h = 0; h < g; h++)
                 if (sl_kjt_find_key(&batch->groups[h].unique, gk->keys[k]) >= 0)
-                    return sl_error_set(err, SL_ERR_INVALID,
-                                        "keys unique: '%s' is in groups '%s' and '%s'",
-                                        gk->keys[k], group_name(&batch->groups[h]),
-                                        group_name(&batch->groups[g]));
+                    return sl_error_set(
+                        err, SL_ERR_INVALID, "keys unique: '%s' is in groups '%s' and '%s'",
+                        gk->keys[k], group_name(&batch->groups[h]), group_name(&batch->groups[g]));
         }
     }
     return SL_OK;
@@ -122,7 +119,8 @@ sl_err_t sl_batch_validate_shape(const sl_batch_t *batch, sl_error_t *err)
 static void append_kjt(sl_kjt_t *dst, uint32_t *key_at, uint64_t *value_at, const sl_kjt_t *src)
 {
     size_t rows = (size_t)src->num_keys * src->stride;
-    for (uint32_t k = 0; k < src->num_keys; k++) dst->keys[*key_at + k] = src->keys[k];
+    for (uint32_t k = 0; k < src->num_keys; k++)
+        dst->keys[*key_at + k] = src->keys[k];
     if (rows > 0)
         memcpy(dst->lengths + (size_t)*key_at * dst->stride, src->lengths, rows * sizeof(int32_t));
     size_t n = (size_t)src->num_values;
@@ -132,15 +130,15 @@ static void append_kjt(sl_kjt_t *dst, uint32_t *key_at, uint64_t *value_at, cons
             if (src->weights != NULL)
                 memcpy(dst->weights + *value_at, src->weights, n * sizeof(float));
             else
-                for (size_t i = 0; i < n; i++) dst->weights[*value_at + i] = 1.0f;
+                for (size_t i = 0; i < n; i++)
+                    dst->weights[*value_at + i] = 1.0f;
         }
     }
     *key_at += src->num_keys;
     *value_at += n;
 }
 
-sl_err_t sl_batch_expand(const sl_batch_t *batch, sl_arena_t *arena, sl_kjt_t *out,
-                         sl_error_t *err)
+sl_err_t sl_batch_expand(const sl_batch_t *batch, sl_arena_t *arena, sl_kjt_t *out, sl_error_t *err)
 {
     sl_err_t rc = sl_batch_validate(batch, err);
     if (rc != SL_OK) return rc;
@@ -153,8 +151,7 @@ sl_err_t sl_batch_expand(const sl_batch_t *batch, sl_arena_t *arena, sl_kjt_t *o
     uint64_t values = batch->sparse.num_values;
     bool weighted = batch->sparse.weights != NULL;
     for (uint32_t g = 0; g < batch->num_groups; g++) {
-        if ((rc = sl_ikjt_expand(&batch->groups[g], arena, &expanded[g], err)) != SL_OK)
-            return rc;
+        if ((rc = sl_ikjt_expand(&batch->groups[g], arena, &expanded[g], err)) != SL_OK) return rc;
         keys += expanded[g].num_keys;
         values += expanded[g].num_values;
         weighted |= expanded[g].weights != NULL;
@@ -164,8 +161,8 @@ sl_err_t sl_batch_expand(const sl_batch_t *batch, sl_arena_t *arena, sl_kjt_t *o
     out->stride = batch->batch_size;
     out->num_values = values;
     out->keys = sl_arena_alloc(arena, sl_mul_size(keys, sizeof(char *)));
-    out->lengths = sl_arena_alloc(
-        arena, sl_mul_size(sl_mul_size(keys, batch->batch_size), sizeof(int32_t)));
+    out->lengths =
+        sl_arena_alloc(arena, sl_mul_size(sl_mul_size(keys, batch->batch_size), sizeof(int32_t)));
     out->values = sl_arena_alloc(arena, (size_t)values * sizeof(int64_t));
     out->weights = weighted ? sl_arena_alloc(arena, (size_t)values * sizeof(float)) : NULL;
     if (out->keys == NULL || out->lengths == NULL || out->values == NULL ||

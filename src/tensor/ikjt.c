@@ -19,9 +19,11 @@ static bool any_out_of_range(const int32_t *inv, uint32_t n, uint32_t u)
     size_t i = 0;
     for (; i + BLOCK <= n; i += BLOCK) {
         const int32_t *p = inv + i;
-        for (int j = 0; j < BLOCK; j++) bad |= (uint32_t)p[j] >= u;
+        for (int j = 0; j < BLOCK; j++)
+            bad |= (uint32_t)p[j] >= u;
     }
-    for (; i < n; i++) bad |= (uint32_t)inv[i] >= u;
+    for (; i < n; i++)
+        bad |= (uint32_t)inv[i] >= u;
     return bad != 0;
 }
 
@@ -45,8 +47,8 @@ static sl_err_t ikjt_validate(const sl_ikjt_t *ikjt, bool scan_lengths, sl_error
         for (uint32_t b = 0; b < ikjt->batch_size; b++)
             if ((uint32_t)ikjt->inverse[b] >= u)
                 return sl_error_set(err, SL_ERR_INVALID,
-                                    "group '%s': inverse indices < U: row %u has %d, U=%u", name,
-                                    b, ikjt->inverse[b], u);
+                                    "group '%s': inverse indices < U: row %u has %d, U=%u", name, b,
+                                    ikjt->inverse[b], u);
     }
     return SL_OK;
 }

@@ -6,9 +6,8 @@
 #include <inttypes.h>
 #include <string.h>
 
-sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys,
-                     const char *const *keys, uint32_t stride, uint64_t num_values,
-                     bool weighted)
+sl_err_t sl_kjt_init(sl_kjt_t *kjt, sl_arena_t *arena, uint32_t num_keys, const char *const *keys,
+                     uint32_t stride, uint64_t num_values, bool weighted)
 {
     memset(kjt, 0, sizeof *kjt);
     size_t rows = sl_mul_size(num_keys, stride);
@@ -59,7 +58,8 @@ uint64_t sl_lengths_sum(const int32_t *len, uint64_t n, bool *negative)
         uint32_t block = b0 + b1, bits = o0 | o1;
         if (bits >> 16 != 0) {
             uint64_t wide = 0;
-            for (int j = 0; j < BLOCK; j++) wide += (uint32_t)len[i + j];
+            for (int j = 0; j < BLOCK; j++)
+                wide += (uint32_t)len[i + j];
             sum += wide;
         } else {
             sum += block;
@@ -89,13 +89,12 @@ static sl_err_t kjt_validate(const sl_kjt_t *kjt, bool scan_lengths, sl_error_t 
         return sl_error_set(err, SL_ERR_INVALID, "values missing for %" PRIu64 " values",
                             kjt->num_values);
     for (uint32_t k = 0; k < kjt->num_keys; k++) {
-        if (kjt->keys[k] == NULL)
-            return sl_error_set(err, SL_ERR_INVALID, "key %u has no name", k);
+        if (kjt->keys[k] == NULL) return sl_error_set(err, SL_ERR_INVALID, "key %u has no name", k);
         for (uint32_t j = 0; j < k; j++)
             if (strcmp(kjt->keys[j], kjt->keys[k]) == 0)
                 return sl_error_set(err, SL_ERR_INVALID,
-                                    "keys unique: key '%s' appears at %u and %u", kjt->keys[k],
-                                    j, k);
+                                    "keys unique: key '%s' appears at %u and %u", kjt->keys[k], j,
+                                    k);
     }
     if (!scan_lengths) return SL_OK;
     bool negative;
@@ -104,10 +103,8 @@ static sl_err_t kjt_validate(const sl_kjt_t *kjt, bool scan_lengths, sl_error_t 
         for (uint64_t i = 0; i < rows; i++)
             if (kjt->lengths[i] < 0)
                 return sl_error_set(err, SL_ERR_INVALID,
-                                    "lengths non-negative: key '%s' row %" PRIu64
-                                    " has length %d",
-                                    kjt->keys[i / kjt->stride], i % kjt->stride,
-                                    kjt->lengths[i]);
+                                    "lengths non-negative: key '%s' row %" PRIu64 " has length %d",
+                                    kjt->keys[i / kjt->stride], i % kjt->stride, kjt->lengths[i]);
     }
     if (sum != kjt->num_values)
         return sl_error_set(err, SL_ERR_INVALID,
@@ -173,8 +170,8 @@ sl_jt_t sl_kjt_key_view(const sl_kjt_t *kjt, const uint64_t *key_offsets, uint32
 
 bool sl_kjt_equal(const sl_kjt_t *a, const sl_kjt_t *b)
 {
-    if (a->num_keys != b->num_keys || a->stride != b->stride ||
-        a->num_values != b->num_values || (a->weights == NULL) != (b->weights == NULL))
+    if (a->num_keys != b->num_keys || a->stride != b->stride || a->num_values != b->num_values ||
+        (a->weights == NULL) != (b->weights == NULL))
         return false;
     for (uint32_t k = 0; k < a->num_keys; k++)
         if (strcmp(a->keys[k], b->keys[k]) != 0) return false;
@@ -189,8 +186,8 @@ bool sl_kjt_equal(const sl_kjt_t *a, const sl_kjt_t *b)
 
 uint64_t sl_kjt_bytes(const sl_kjt_t *kjt)
 {
-    uint64_t bytes = (uint64_t)kjt->num_keys * kjt->stride * sizeof(int32_t) +
-                     kjt->num_values * sizeof(int64_t);
+    uint64_t bytes =
+        (uint64_t)kjt->num_keys * kjt->stride * sizeof(int32_t) + kjt->num_values * sizeof(int64_t);
     if (kjt->weights != NULL) bytes += kjt->num_values * sizeof(float);
     return bytes;
 }

@@ -149,13 +149,12 @@ static bool stopped(sl_trainer_t *t, const bool *stop)
     return s;
 }
 
-sl_err_t tr_reconnect(sl_trainer_t *t, const bool *stop, const char *label,
-                      const sl_error_t *lost, tr_attempt_fn attempt, void *ctx, sl_error_t *err)
+sl_err_t tr_reconnect(sl_trainer_t *t, const bool *stop, const char *label, const sl_error_t *lost,
+                      tr_attempt_fn attempt, void *ctx, sl_error_t *err)
 {
     if (lost && t->reconnect_ms < 0)
         return sl_error_set(err, lost->code != SL_OK ? lost->code : SL_ERR_IO,
-                            "%s: connection lost (%.300s); reconnecting is off", label,
-                            lost->msg);
+                            "%s: connection lost (%.300s); reconnecting is off", label, lost->msg);
     uint64_t budget = t->reconnect_ms > 0 ? (uint64_t)t->reconnect_ms : 0;
     uint64_t deadline = sl_clock_ns() + budget * 1000000ull;
     int backoff = 50;

@@ -225,8 +225,7 @@ sl_err_t sl_trainer_resume_token(sl_trainer_t *t, int timeout_ms, uint8_t **toke
         /* Wait for the answer, or for a new master connection to ask again
          * on (the old one's answer is lost with it). */
         while (!f->token_ready && t->state != TR_FAILED && !t->closing &&
-               (rc != SL_OK || f->mgen == gen) &&
-               (timeout_ms < 0 || sl_clock_ns() < until)) {
+               (rc != SL_OK || f->mgen == gen) && (timeout_ms < 0 || sl_clock_ns() < until)) {
             uint64_t wake = sl_clock_ns() + 50000000ull;
             if (timeout_ms >= 0 && wake > until) wake = until;
             struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000ull),

@@ -30,15 +30,15 @@ typedef struct tr_fleet {
 
     /* the master connection */
     pthread_mutex_t msend_mu;
-    int mfd;          /* -1 while disconnected */
-    uint64_t mgen;    /* master connections made; under msend_mu and mu */
+    int mfd;       /* -1 while disconnected */
+    uint64_t mgen; /* master connections made; under msend_mu and mu */
     pthread_t mthread;
     bool mthread_started;
 
     /* under t->mu */
     tr_list_t pending; /* commit sent (or to be resent), no answer yet; nonce order */
     uint64_t next_nonce;
-    bool finished;     /* ATTACHED said every epoch of the job is committed */
+    bool finished; /* ATTACHED said every epoch of the job is committed */
     uint32_t epoch;
     char sharding[16];
     /* the resume token being asked for (one at a time) */

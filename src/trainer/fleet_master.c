@@ -65,8 +65,7 @@ static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attach
             continue;
         }
         if (t->closing || f->finished || t->state == TR_FAILED) continue;
-        if (strlen(w->worker_id) >= TR_ID_MAX || strlen(w->serve_address) >= TR_ADDR_MAX)
-            continue;
+        if (strlen(w->worker_id) >= TR_ID_MAX || strlen(w->serve_address) >= TR_ADDR_MAX) continue;
         /* Out of memory or no thread: the worker is tried again on the
          * next refresh. */
         c = tr_conn_new(t, w->worker_id, w->serve_address);

@@ -99,7 +99,7 @@ struct tr_conn {
     bool connected; /* a connection is up (handshake done) */
     /* under send_mu */
     pthread_mutex_t send_mu;
-    int fd; /* -1 while disconnected; installed before the handshake */
+    int fd;                   /* -1 while disconnected; installed before the handshake */
     bool send_ready;          /* handshake done: acks and credits may go out */
     uint32_t window;          /* min(prefetch, WELCOME max_credits) */
     _Atomic uint64_t granted; /* credits granted on the current connection */
@@ -131,8 +131,8 @@ struct sl_trainer {
     tr_state_t state;
     _Atomic bool closing; /* written under mu, read anywhere */
     sl_error_t failure;
-    uint64_t end_batches;      /* direct mode: from END, for the closing message */
-    char last_problem[512];    /* master mode: why a worker connection last failed */
+    uint64_t end_batches;   /* direct mode: from END, for the closing message */
+    char last_problem[512]; /* master mode: why a worker connection last failed */
 
     _Atomic uint64_t batches, samples, bytes, wait_ns, reconnects, dropped;
     _Atomic uint32_t queued, workers;
@@ -185,8 +185,8 @@ typedef sl_err_t (*tr_attempt_fn)(void *ctx, int timeout_ms, bool *refused, sl_e
  * (counted in reconnects after a loss); SL_ERR_CLOSED when the client
  * closes or *stop; otherwise the code of the connection given up, with
  * err saying why. */
-sl_err_t tr_reconnect(sl_trainer_t *t, const bool *stop, const char *label,
-                      const sl_error_t *lost, tr_attempt_fn attempt, void *ctx, sl_error_t *err);
+sl_err_t tr_reconnect(sl_trainer_t *t, const bool *stop, const char *label, const sl_error_t *lost,
+                      tr_attempt_fn attempt, void *ctx, sl_error_t *err);
 
 /* A receive that failed with rc broke the stream in a way that is the
  * peer's fault or ours to report (a malformed frame, another version, too

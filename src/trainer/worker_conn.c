@@ -139,8 +139,8 @@ static sl_err_t install(tr_conn_t *c, int fd, sl_error_t *err)
 }
 
 /* HELLO and its answer before deadline_ms; *window from WELCOME. */
-static sl_err_t hello(tr_conn_t *c, int fd, uint64_t deadline_ms, uint32_t *window,
-                      bool *refused, sl_error_t *err)
+static sl_err_t hello(tr_conn_t *c, int fd, uint64_t deadline_ms, uint32_t *window, bool *refused,
+                      sl_error_t *err)
 {
     sl_trainer_t *t = c->t;
     Sluice__Dpp__Hello h = SLUICE__DPP__HELLO__INIT;
@@ -259,8 +259,7 @@ static sl_err_t decode_batch(sl_trainer_t *t, sl_rpc_frame_t *f, sl_batch_t **ou
 {
     const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f->msg;
     *out = NULL;
-    if (f->payload == NULL)
-        return sl_error_set(e, SL_ERR_PROTOCOL, "batch frame without payload");
+    if (f->payload == NULL) return sl_error_set(e, SL_ERR_PROTOCOL, "batch frame without payload");
     payload_ref_t *ref = sl_alloc(t->a, sizeof *ref);
     sl_batch_t *b = NULL;
     sl_err_t rc = SL_ERR_NOMEM;
@@ -307,8 +306,9 @@ static sl_err_t on_batch(tr_conn_t *c, sl_rpc_frame_t *f, uint64_t *received, sl
     rc = it ? decode_batch(t, f, &b, e) : sl_error_set(e, SL_ERR_NOMEM, "out of memory");
     if (rc != SL_OK) {
         if (it) sl_free(t->a, it, sizeof *it);
-        return sl_error_prefix(e, "delivery %" PRIu64 " (split %" PRIu64 " batch %" PRIu64 "): ",
-                               id, bi->split_id, bi->sequence);
+        return sl_error_prefix(e,
+                               "delivery %" PRIu64 " (split %" PRIu64 " batch %" PRIu64 "): ", id,
+                               bi->split_id, bi->sequence);
     }
     *it = (tr_item_t){.batch = b,
                       .conn = c,

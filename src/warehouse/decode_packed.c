@@ -100,12 +100,10 @@ static const unpack_fn unpackers[33] = {
     unpack_28, unpack_29, unpack_30, unpack_31, unpack_32};
 
 /* Values [c, c + m) of width w <= 32 (c a multiple of CHUNK) into buf. */
-static inline void unpack_chunk(const uint8_t *p, uint64_t c, uint64_t m, uint32_t w,
-                                uint32_t *buf)
+static inline void unpack_chunk(const uint8_t *p, uint64_t c, uint64_t m, uint32_t w, uint32_t *buf)
 {
     unpackers[w](p + c * w / 8, m, buf);
 }
-
 
 static bool dict_signed(const wh_stream_t *st)
 {

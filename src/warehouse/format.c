@@ -649,9 +649,8 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
         goto fail;
     }
     if (f->footer->format_version != f->version) {
-        rc = sl_error_set(err, SL_ERR_VERSION,
-                          "%s: footer: format version %u, the header says %u", name,
-                          f->footer->format_version, f->version);
+        rc = sl_error_set(err, SL_ERR_VERSION, "%s: footer: format version %u, the header says %u",
+                          name, f->footer->format_version, f->version);
         goto fail;
     }
     if (f->footer->schema == NULL) {

@@ -67,12 +67,11 @@ static sl_wh_gen_feature_t feat(const char *name, sl_wh_kind_t kind, bool per_se
 
 /* Criteo Kaggle cardinalities and rates of empty values, rounded. */
 static const uint64_t criteo_vocab[26] = {
-    1460, 583, 10131227, 2202608, 305,   24,    12517, 633,   3,   93145, 5683,   8351593, 3194,
-    27,   14992, 5461306, 10,   5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572};
-static const float criteo_sparse_missing[26] = {0,    0,    0.03f, 0.03f, 0,    0.12f, 0,
-                                                0,    0,    0,     0,     0.03f, 0,    0,
-                                                0,    0.03f, 0,    0,     0.44f, 0.44f, 0.03f,
-                                                0.44f, 0,   0.03f, 0.44f, 0.44f};
+    1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
+    27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
+static const float criteo_sparse_missing[26] = {
+    0, 0, 0.03f, 0.03f, 0, 0.12f, 0,     0,     0,     0, 0,     0.03f, 0,
+    0, 0, 0.03f, 0,     0, 0.44f, 0.44f, 0.03f, 0.44f, 0, 0.03f, 0.44f, 0.44f};
 static const uint64_t criteo_scale[13] = {100,  5000, 65535, 100, 2000000, 50000, 1000,
                                           1000, 5000, 10,    100, 1000,    1000};
 static const float criteo_dense_missing[13] = {0.45f, 0,     0.21f, 0.22f, 0.03f, 0.22f, 0.04f,
@@ -145,12 +144,13 @@ static sl_err_t check_spec(const sl_wh_gen_spec_t *spec, sl_error_t *err)
     for (uint32_t i = 0; i < spec->num_features; i++) {
         const sl_wh_gen_feature_t *f = &spec->features[i];
         if (f->kind != SL_WH_DENSE && (f->min_len > f->max_len || f->max_len > (1u << 20)))
-            return sl_error_set(err, SL_ERR_INVALID, "gen: feature '%s': lengths [%u, %u]",
-                                f->name, f->min_len, f->max_len);
+            return sl_error_set(err, SL_ERR_INVALID, "gen: feature '%s': lengths [%u, %u]", f->name,
+                                f->min_len, f->max_len);
     }
     if (spec->session_length > (1u << 20) || spec->active_sessions > (1u << 20))
-        return sl_error_set(err, SL_ERR_INVALID, "gen: session length %u / active sessions %u "
-                                                 "too large (max 2^20)",
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "gen: session length %u / active sessions %u "
+                            "too large (max 2^20)",
                             spec->session_length, spec->active_sessions);
     return SL_OK;
 }
@@ -189,29 +189,29 @@ void sl_wh_gen_partition_name(uint32_t p, char *buf, size_t cap)
 typedef struct gvalue {
     float dense;
     uint32_t len;
-    int64_t *ids;  /* [max_len] */
-    float *w;      /* [max_len] weighted only */
+    int64_t *ids; /* [max_len] */
+    float *w;     /* [max_len] weighted only */
 } gvalue_t;
 
 typedef struct gsession {
     int64_t id;
-    uint32_t left;   /* rows still to come; 0: the slot is free */
-    gvalue_t *vals;  /* [num_features] (only per-session ones are used) */
+    uint32_t left;  /* rows still to come; 0: the slot is free */
+    gvalue_t *vals; /* [num_features] (only per-session ones are used) */
 } gsession_t;
 
 struct sl_wh_gen_iter {
     const sl_allocator_t *a;
     sl_wh_gen_spec_t spec;
     uint64_t rng;
-    uint64_t n, i;            /* rows of this file, rows produced */
+    uint64_t n, i; /* rows of this file, rows produced */
     int64_t first_sample_id;
     int64_t day_base;
-    uint32_t K;               /* session slots */
-    gsession_t *sessions;     /* [K] */
-    gvalue_t *row_vals;       /* [num_features] per-sample values */
+    uint32_t K;           /* session slots */
+    gsession_t *sessions; /* [K] */
+    gvalue_t *row_vals;   /* [num_features] per-sample values */
     float label;
-    float *dense;             /* [D] */
-    sl_wh_idlist_t *lists;    /* [S] */
+    float *dense;          /* [D] */
+    sl_wh_idlist_t *lists; /* [S] */
     uint32_t D, S;
 };
 
@@ -281,8 +281,8 @@ sl_err_t sl_wh_gen_iter_new(const sl_wh_gen_spec_t *spec, uint32_t partition, ui
     if (rc != SL_OK) return rc;
     uint32_t P = spec->partitions ? spec->partitions : 1, F = spec->files ? spec->files : 1;
     if (partition >= P || file >= F)
-        return sl_error_set(err, SL_ERR_INVALID, "gen: file %u of partition %u out of range",
-                            file, partition);
+        return sl_error_set(err, SL_ERR_INVALID, "gen: file %u of partition %u out of range", file,
+                            partition);
     sl_wh_gen_iter_t *it = sl_calloc(a, 1, sizeof *it);
     if (it == NULL) return sl_error_set(err, SL_ERR_NOMEM, "gen: iterator");
     it->a = a;
@@ -304,7 +304,8 @@ sl_err_t sl_wh_gen_iter_new(const sl_wh_gen_spec_t *spec, uint32_t partition, ui
     it->row_vals = sl_calloc(a, spec->num_features + 1, sizeof *it->row_vals);
     it->dense = sl_calloc(a, it->D + 1, sizeof *it->dense);
     it->lists = sl_calloc(a, it->S + 1, sizeof *it->lists);
-    bool ok = it->sessions && it->row_vals && it->dense && it->lists && alloc_vals(it, it->row_vals);
+    bool ok =
+        it->sessions && it->row_vals && it->dense && it->lists && alloc_vals(it, it->row_vals);
     for (uint32_t k = 0; ok && k < it->K; k++) {
         it->sessions[k].vals = sl_calloc(a, spec->num_features + 1, sizeof(gvalue_t));
         ok = it->sessions[k].vals != NULL && alloc_vals(it, it->sessions[k].vals);
@@ -498,8 +499,7 @@ static void gen_report(gshared_t *sh, double t0)
 }
 
 sl_err_t sl_wh_gen_table(const char *dir, const sl_wh_gen_spec_t *spec,
-                         const sl_wh_gen_opts_t *opts, sl_wh_write_stats_t *stats,
-                         sl_error_t *err)
+                         const sl_wh_gen_opts_t *opts, sl_wh_write_stats_t *stats, sl_error_t *err)
 {
     double t0 = sl_clock_s();
     sl_wh_gen_opts_t o = opts ? *opts : sl_wh_gen_opts_default();
@@ -547,7 +547,8 @@ sl_err_t sl_wh_gen_table(const char *dir, const sl_wh_gen_spec_t *spec,
             nanosleep(&(struct timespec){0, 10000000}, NULL);
         if (atomic_load(&sh->running) > 0) gen_report(sh, t0);
     }
-    for (uint32_t i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    for (uint32_t i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
     gen_report(sh, t0);
     rc = sh->rc;
     if (rc != SL_OK && err != NULL) *err = sh->err;

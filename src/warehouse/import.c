@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SAMPLE_ID_STRIDE 10000000000ll  /* sample id = part number * 1e10 + line */
+#define SAMPLE_ID_STRIDE 10000000000ll /* sample id = part number * 1e10 + line */
 #define COUNTER_FLUSH_ROWS 4096
 
 sl_wh_import_format_t sl_wh_import_format_parse(const char *name)
@@ -140,7 +140,8 @@ static sl_err_t do_line(reading_t *r, const char *line, size_t len)
 {
     r->line++;
     size_t n = len;
-    while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
+    while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' '))
+        n--;
     if (n == 0) return SL_OK; /* blank lines are not rows */
     r->job->res->rows_read++;
     r->pend_read++;
@@ -269,8 +270,7 @@ static uint32_t next_part_number(const char *dir)
 
 /* The schema of the import: criteo's, the given one, the table's, or one
  * inferred from the inputs. Caller owns *out. */
-static sl_err_t resolve_schema(const sl_wh_import_opts_t *o, sl_wh_schema_t **out,
-                               sl_error_t *err)
+static sl_err_t resolve_schema(const sl_wh_import_opts_t *o, sl_wh_schema_t **out, sl_error_t *err)
 {
     const sl_allocator_t *a = o->allocator;
     *out = NULL;
@@ -375,7 +375,8 @@ static sl_err_t run_workers(shared_t *sh, uint32_t threads, uint64_t total, doub
         pthread_mutex_lock(&sh->lock);
     }
     pthread_mutex_unlock(&sh->lock);
-    for (uint32_t i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    for (uint32_t i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
     sl_free(a, tids, (size_t)threads * sizeof *tids);
     report(sh, total, t0);
     pthread_cond_destroy(&sh->done);
@@ -429,8 +430,8 @@ typedef struct created {
 static sl_err_t before_create(const char *table_dir, const char *partition, created_t *c,
                               sl_error_t *err)
 {
-    int n = snprintf(c->path, sizeof c->path, "%s%s%s", table_dir, *partition ? "/" : "",
-                     partition);
+    int n =
+        snprintf(c->path, sizeof c->path, "%s%s%s", table_dir, *partition ? "/" : "", partition);
     if (n < 0 || (size_t)n >= sizeof c->path)
         return sl_error_set(err, SL_ERR_INVALID, "path too long: %s/%s", table_dir, partition);
     c->table_len = strlen(table_dir);
@@ -464,7 +465,8 @@ static void undo_create(created_t *c)
     while (len > c->keep && len >= c->table_len) {
         c->path[len] = '\0';
         if (rmdir(c->path) != 0 || len == c->table_len) break; /* not empty: not ours alone */
-        do len--;
+        do
+            len--;
         while (len > c->table_len && c->path[len] != '/');
     }
 }
@@ -519,8 +521,8 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
         snprintf(j->stage, sizeof j->stage, ".import-%ld-%05u%s", (long)getpid(), j->part,
                  SL_WH_FILE_EXT);
         struct stat st;
-        if (total != UINT64_MAX && strcmp(o->inputs[i], "-") != 0 &&
-            stat(o->inputs[i], &st) == 0 && S_ISREG(st.st_mode))
+        if (total != UINT64_MAX && strcmp(o->inputs[i], "-") != 0 && stat(o->inputs[i], &st) == 0 &&
+            S_ISREG(st.st_mode))
             total += (uint64_t)st.st_size;
         else
             total = UINT64_MAX; /* unknown: a pipe or a missing file (reported by its worker) */

@@ -41,7 +41,7 @@ sl_wh_import_format_t sl_wh_import_format_parse(const char *name);
 /* Counters handed to the progress callback (a consistent-enough snapshot:
  * each field is read atomically, not all together). */
 typedef struct sl_wh_import_progress {
-    uint64_t rows_read;      /* lines holding a row (blank lines are not rows) */
+    uint64_t rows_read; /* lines holding a row (blank lines are not rows) */
     uint64_t rows_written;
     uint64_t rows_skipped;   /* bad rows */
     uint64_t bytes_in;       /* input bytes consumed */
@@ -49,7 +49,7 @@ typedef struct sl_wh_import_progress {
     uint64_t bytes_out;      /* bytes of the data files completed so far */
     uint32_t files_done;
     uint32_t files_total;
-    double seconds;          /* since the import started */
+    double seconds; /* since the import started */
 } sl_wh_import_progress_t;
 
 typedef void (*sl_wh_import_progress_fn)(void *ctx, const sl_wh_import_progress_t *progress);
@@ -63,8 +63,8 @@ typedef struct sl_wh_import_opts {
     sl_wh_import_format_t format;
     const char *const *inputs; /* [num_inputs] paths; "-" is standard input */
     uint32_t num_inputs;
-    const char *table_dir;     /* created (with the schema) when absent */
-    const char *partition;     /* "ds=2026-01-01" (nesting with '/'); NULL or "": the root */
+    const char *table_dir; /* created (with the schema) when absent */
+    const char *partition; /* "ds=2026-01-01" (nesting with '/'); NULL or "": the root */
     /* jsonl: the schema, as a JSON schema file (sl_wh_schema_from_json's
      * form) or as an object; both NULL: the existing table's schema, or one
      * inferred from the first infer_lines lines of the inputs. Criteo has a
@@ -79,7 +79,7 @@ typedef struct sl_wh_import_opts {
     sl_wh_writer_opts_t writer;
     sl_wh_import_bad_row_fn on_bad_row; /* may be NULL */
     void *bad_row_ctx;
-    uint32_t max_bad_row_messages;      /* per input file; 0: 100 */
+    uint32_t max_bad_row_messages;        /* per input file; 0: 100 */
     sl_wh_import_progress_fn on_progress; /* may be NULL */
     void *progress_ctx;
     double progress_interval; /* seconds between progress calls; 0: 0.2 */
@@ -92,12 +92,12 @@ typedef struct sl_wh_import_opts {
 sl_wh_import_opts_t sl_wh_import_opts_default(void);
 
 typedef struct sl_wh_import_file {
-    const char *input;        /* borrowed from opts.inputs */
-    char output[300];         /* data file relative to the table ("" when no row was good) */
+    const char *input; /* borrowed from opts.inputs */
+    char output[300];  /* data file relative to the table ("" when no row was good) */
     uint64_t rows_read, rows_written, rows_skipped;
     uint64_t bytes_in, bytes_out;
-    uint64_t first_error_line;            /* 0: no bad row */
-    char first_error[SL_ERROR_MSG_MAX];   /* "input:line: message" of the first bad row */
+    uint64_t first_error_line;          /* 0: no bad row */
+    char first_error[SL_ERROR_MSG_MAX]; /* "input:line: message" of the first bad row */
 } sl_wh_import_file_t;
 
 typedef struct sl_wh_import_summary {
@@ -131,8 +131,8 @@ sl_wh_schema_t *sl_wh_criteo_schema(const sl_allocator_t *a);
  * first seen, kind by the section they appear in. Caller owns *out.
  * @return SL_ERR_INVALID when no line holds a JSON object. */
 sl_err_t sl_wh_jsonl_infer_schema(const char *const *inputs, uint32_t num_inputs,
-                                  uint32_t max_lines, const sl_allocator_t *a,
-                                  sl_wh_schema_t **out, sl_error_t *err);
+                                  uint32_t max_lines, const sl_allocator_t *a, sl_wh_schema_t **out,
+                                  sl_error_t *err);
 
 /* ---- line parsers (the import's inner loops; exposed for tests and fuzzing) ---- */
 
@@ -147,13 +147,13 @@ void sl_wh_row_buf_destroy(sl_wh_row_buf_t *b);
  * be sl_wh_criteo_schema's. sample_id, session_id and timestamp are left 0.
  * @return SL_ERR_CORRUPT with a message naming the field ("field 3 (I2):
  * unparsable number 'abc'"). */
-sl_err_t sl_wh_criteo_parse_line(sl_wh_row_buf_t *b, const char *line, size_t len,
-                                 sl_wh_row_t *row, sl_error_t *err);
+sl_err_t sl_wh_criteo_parse_line(sl_wh_row_buf_t *b, const char *line, size_t len, sl_wh_row_t *row,
+                                 sl_error_t *err);
 
 /* Parse one jsonl line into *row (arrays borrowed from b). *has_sample_id
  * says whether the line named its sample id. */
-sl_err_t sl_wh_jsonl_parse_line(sl_wh_row_buf_t *b, const char *line, size_t len,
-                                sl_wh_row_t *row, bool *has_sample_id, sl_error_t *err);
+sl_err_t sl_wh_jsonl_parse_line(sl_wh_row_buf_t *b, const char *line, size_t len, sl_wh_row_t *row,
+                                bool *has_sample_id, sl_error_t *err);
 
 /* ==== synthetic tables ================================================================== */
 
@@ -176,8 +176,8 @@ typedef struct sl_wh_gen_feature {
 #define SL_WH_GEN_MAX_FEATURES 64
 
 typedef struct sl_wh_gen_spec {
-    const char *preset;   /* "criteo", "sessions", or NULL for a custom spec */
-    uint64_t rows;        /* in the whole table */
+    const char *preset; /* "criteo", "sessions", or NULL for a custom spec */
+    uint64_t rows;      /* in the whole table */
     uint64_t seed;
     uint32_t session_length;  /* mean samples per session (lengths uniform in [1, 2L-1]); 1: none */
     uint32_t active_sessions; /* sessions interleaved in arrival order (as logged) */
@@ -232,7 +232,6 @@ sl_wh_gen_opts_t sl_wh_gen_opts_default(void);
  * part-NNNNN.slc, generated in parallel. stats (may be NULL) gets rows,
  * file_bytes and dedup counts summed. */
 sl_err_t sl_wh_gen_table(const char *dir, const sl_wh_gen_spec_t *spec,
-                         const sl_wh_gen_opts_t *opts, sl_wh_write_stats_t *stats,
-                         sl_error_t *err);
+                         const sl_wh_gen_opts_t *opts, sl_wh_write_stats_t *stats, sl_error_t *err);
 
 #endif

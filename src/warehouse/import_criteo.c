@@ -76,10 +76,9 @@ static bool parse_label(const char *s, size_t len, float *out)
 /* Hex digit values, 0x10 for anything else: a table instead of branches,
  * which random ids would mispredict (parsing ids dominated the import). */
 static const uint8_t hex_value[256] = {
-    ['0'] = 0,  ['1'] = 1,  ['2'] = 2,  ['3'] = 3,  ['4'] = 4,  ['5'] = 5,  ['6'] = 6,
-    ['7'] = 7,  ['8'] = 8,  ['9'] = 9,  ['a'] = 10, ['b'] = 11, ['c'] = 12, ['d'] = 13,
-    ['e'] = 14, ['f'] = 15, ['A'] = 10, ['B'] = 11, ['C'] = 12, ['D'] = 13, ['E'] = 14,
-    ['F'] = 15};
+    ['0'] = 0,  ['1'] = 1,  ['2'] = 2,  ['3'] = 3,  ['4'] = 4,  ['5'] = 5,  ['6'] = 6,  ['7'] = 7,
+    ['8'] = 8,  ['9'] = 9,  ['a'] = 10, ['b'] = 11, ['c'] = 12, ['d'] = 13, ['e'] = 14, ['f'] = 15,
+    ['A'] = 10, ['B'] = 11, ['C'] = 12, ['D'] = 13, ['E'] = 14, ['F'] = 15};
 
 static bool is_hex(unsigned char c)
 {
@@ -92,7 +91,8 @@ static int parse_hex(const char *s, size_t len, int64_t *out)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
-    while (i < len && p[i] == '0') i++;
+    while (i < len && p[i] == '0')
+        i++;
     if (len - i > 16) {
         for (size_t k = i; k < len; k++)
             if (!is_hex(p[k])) return -1;
@@ -110,15 +110,18 @@ static int parse_hex(const char *s, size_t len, int64_t *out)
     return 0;
 }
 
-sl_err_t sl_wh_criteo_parse_line(sl_wh_row_buf_t *b, const char *line, size_t len,
-                                 sl_wh_row_t *row, sl_error_t *err)
+sl_err_t sl_wh_criteo_parse_line(sl_wh_row_buf_t *b, const char *line, size_t len, sl_wh_row_t *row,
+                                 sl_error_t *err)
 {
     if (b->T != 1 || b->D != CRITEO_DENSE || b->S != CRITEO_SPARSE)
-        return sl_error_set(err, SL_ERR_INVALID, "criteo parser: the buffer's schema is not the "
-                                                 "Criteo schema");
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "criteo parser: the buffer's schema is not the "
+                            "Criteo schema");
     if (len > 0 && line[len - 1] == '\r') len--;
-    for (uint32_t i = 0; i < CRITEO_DENSE; i++) b->dense[i] = NAN;
-    for (uint32_t i = 0; i < CRITEO_SPARSE; i++) b->lists[i].len = 0;
+    for (uint32_t i = 0; i < CRITEO_DENSE; i++)
+        b->dense[i] = NAN;
+    for (uint32_t i = 0; i < CRITEO_SPARSE; i++)
+        b->lists[i].len = 0;
 
     const char *p = line, *end = line + len;
     uint32_t f = 0;

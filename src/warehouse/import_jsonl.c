@@ -36,14 +36,21 @@ static sl_err_t bad(sl_error_t *err, const char *fmt, ...)
 static const char *type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NULL:
+        return "null";
     }
     return "?";
 }
@@ -80,8 +87,7 @@ static sl_err_t parse_ids(sl_wh_row_buf_t *b, uint32_t s, const char *section, c
                           const json_t *arr, sl_error_t *err)
 {
     if (!json_is_array(arr))
-        return bad(err, "%s '%s': expected an array of ids, got %s", section, name,
-                   type_name(arr));
+        return bad(err, "%s '%s': expected an array of ids, got %s", section, name, type_name(arr));
     size_t n = json_array_size(arr);
     if (n > INT32_MAX || !imp_reserve(b, s, n))
         return sl_error_set(err, SL_ERR_NOMEM, "%s '%s': no memory for %zu ids", section, name, n);
@@ -91,8 +97,9 @@ static sl_err_t parse_ids(sl_wh_row_buf_t *b, uint32_t s, const char *section, c
             return bad(err, "%s '%s' id %zu: expected an integer, got %s", section, name, i,
                        type_name(v));
         json_int_t id = json_integer_value(v);
-        if (id < 0) return bad(err, "%s '%s' id %zu: id out of range (%lld < 0)", section, name, i,
-                               (long long)id);
+        if (id < 0)
+            return bad(err, "%s '%s' id %zu: id out of range (%lld < 0)", section, name, i,
+                       (long long)id);
         b->ids[s][i] = (int64_t)id;
     }
     b->lists[s].len = (uint32_t)n;
@@ -129,7 +136,8 @@ static sl_err_t parse_section(sl_wh_row_buf_t *b, const char *section, sl_wh_kin
         return bad(err, "\"%s\": expected an object, got %s", section, type_name(obj));
     const char *name;
     const json_t *v;
-    json_object_foreach ((json_t *)obj, name, v) {
+    json_object_foreach((json_t *)obj, name, v)
+    {
         const sl_wh_feature_t *f = sl_wh_schema_find(b->schema, name);
         if (f == NULL) return bad(err, "%s '%s': no such feature in the schema", section, name);
         if (f->kind != kind)
@@ -165,7 +173,8 @@ static sl_err_t parse_object(sl_wh_row_buf_t *b, const json_t *root, sl_wh_row_t
     const char *key;
     const json_t *v;
     sl_err_t rc = SL_OK;
-    json_object_foreach ((json_t *)root, key, v) {
+    json_object_foreach((json_t *)root, key, v)
+    {
         /* The id columns go by the schema's names, and by the default
          * names too, which is what cat prints. */
         if (strcmp(key, sid) == 0 || strcmp(key, "sample_id") == 0) {
@@ -187,7 +196,8 @@ static sl_err_t parse_object(sl_wh_row_buf_t *b, const json_t *root, sl_wh_row_t
                 return bad(err, "\"labels\": expected an object, got %s", type_name(v));
             const char *name;
             const json_t *l;
-            json_object_foreach ((json_t *)v, name, l) {
+            json_object_foreach((json_t *)v, name, l)
+            {
                 int t = sl_wh_schema_find_label(b->schema, name);
                 if (t < 0) return bad(err, "label '%s': no such label in the schema", name);
                 if (!to_float(l, true, &b->labels[t])) return bad_float(err, "label", name, l);
@@ -201,11 +211,13 @@ static sl_err_t parse_object(sl_wh_row_buf_t *b, const json_t *root, sl_wh_row_t
     return SL_OK;
 }
 
-sl_err_t sl_wh_jsonl_parse_line(sl_wh_row_buf_t *b, const char *line, size_t len,
-                                sl_wh_row_t *row, bool *has_sample_id, sl_error_t *err)
+sl_err_t sl_wh_jsonl_parse_line(sl_wh_row_buf_t *b, const char *line, size_t len, sl_wh_row_t *row,
+                                bool *has_sample_id, sl_error_t *err)
 {
-    for (uint32_t t = 0; t < b->T; t++) b->labels[t] = 0.0f;
-    for (uint32_t d = 0; d < b->D; d++) b->dense[d] = NAN;
+    for (uint32_t t = 0; t < b->T; t++)
+        b->labels[t] = 0.0f;
+    for (uint32_t d = 0; d < b->D; d++)
+        b->dense[d] = NAN;
     for (uint32_t s = 0; s < b->S; s++) {
         b->lists[s].len = 0;
         b->lists[s].ids = b->ids[s];
@@ -242,7 +254,8 @@ static sl_err_t infer_section(sl_wh_schema_t *s, const json_t *obj, sl_wh_kind_t
     if (!json_is_object(obj)) return SL_OK;
     const char *name;
     const json_t *v;
-    json_object_foreach ((json_t *)obj, name, v) {
+    json_object_foreach((json_t *)obj, name, v)
+    {
         (void)v;
         if (sl_wh_schema_find(s, name) != NULL || sl_wh_schema_find_label(s, name) >= 0) continue;
         sl_err_t rc = sl_wh_schema_add_feature(s, name, kind, err);
@@ -257,7 +270,8 @@ static sl_err_t infer_line(sl_wh_schema_t *s, const json_t *root, sl_error_t *er
     if (json_is_object(labels)) {
         const char *name;
         const json_t *v;
-        json_object_foreach ((json_t *)labels, name, v) {
+        json_object_foreach((json_t *)labels, name, v)
+        {
             (void)v;
             if (sl_wh_schema_find_label(s, name) >= 0 || sl_wh_schema_find(s, name) != NULL)
                 continue;
@@ -267,8 +281,7 @@ static sl_err_t infer_line(sl_wh_schema_t *s, const json_t *root, sl_error_t *er
     }
     sl_err_t rc = infer_section(s, json_object_get(root, "dense"), SL_WH_DENSE, err);
     if (rc == SL_OK) rc = infer_section(s, json_object_get(root, "sparse"), SL_WH_SPARSE, err);
-    if (rc == SL_OK)
-        rc = infer_section(s, json_object_get(root, "weighted"), SL_WH_WEIGHTED, err);
+    if (rc == SL_OK) rc = infer_section(s, json_object_get(root, "weighted"), SL_WH_WEIGHTED, err);
     return rc;
 }
 
@@ -295,8 +308,8 @@ static sl_err_t infer_one(void *ctx, const char *line, size_t len)
 }
 
 sl_err_t sl_wh_jsonl_infer_schema(const char *const *inputs, uint32_t num_inputs,
-                                  uint32_t max_lines, const sl_allocator_t *a,
-                                  sl_wh_schema_t **out, sl_error_t *err)
+                                  uint32_t max_lines, const sl_allocator_t *a, sl_wh_schema_t **out,
+                                  sl_error_t *err)
 {
     *out = NULL;
     infer_t in = {.max_lines = max_lines ? max_lines : 1000, .err = err};
@@ -315,10 +328,12 @@ sl_err_t sl_wh_jsonl_infer_schema(const char *const *inputs, uint32_t num_inputs
     uint32_t objects = in.objects;
     max_lines = in.max_lines;
     uint32_t files = 0;
-    for (uint32_t i = 0; i < num_inputs; i++) files += strcmp(inputs[i], "-") != 0;
+    for (uint32_t i = 0; i < num_inputs; i++)
+        files += strcmp(inputs[i], "-") != 0;
     if (rc == SL_OK && files == 0)
-        rc = sl_error_set(err, SL_ERR_INVALID, "cannot infer a schema from standard input "
-                                               "(give one with --schema)");
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "cannot infer a schema from standard input "
+                          "(give one with --schema)");
     else if (rc == SL_OK && objects == 0)
         rc = sl_error_set(err, SL_ERR_INVALID,
                           "cannot infer a schema: no JSON object in the first %u lines of the "

@@ -42,8 +42,8 @@ struct imp_source {
     z_stream z;
     bool z_ready, in_member; /* in_member: a gzip member begun and not ended */
     ZSTD_DCtx *zd;
-    size_t zret;  /* ZSTD_decompressStream's last hint; 0: a frame ended */
-    char *peek;   /* [PEEK_BYTES] the first decoded bytes */
+    size_t zret; /* ZSTD_decompressStream's last hint; 0: a frame ended */
+    char *peek;  /* [PEEK_BYTES] the first decoded bytes */
     size_t peek_pos, peek_len;
 };
 
@@ -54,7 +54,9 @@ static const struct {
     const char *what;
 } others[] = {
     {"BZh", 3, "bzip2-compressed data (decompress it first: bunzip2 -k)"},
-    {"\xfd" "7zXZ\0", 6, "xz-compressed data (decompress it first: unxz -k)"},
+    {"\xfd"
+     "7zXZ\0",
+     6, "xz-compressed data (decompress it first: unxz -k)"},
     {"\x5d\0\0", 3, "lzma-compressed data (decompress it first: unlzma -k)"},
     {"\x04\x22\x4d\x18", 4, "lz4-compressed data (decompress it first: lz4 -d)"},
     {"\x1f\x9d", 2, "compress (.Z) data (decompress it first: uncompress)"},
@@ -109,9 +111,8 @@ static sl_err_t decode(imp_source_t *s, char *buf, size_t cap, size_t *n, sl_err
                 inflateReset(&s->z);
             } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
                 return sl_error_set(err, SL_ERR_CORRUPT,
-                                    "%s: corrupt gzip data near compressed byte %llu: %s",
-                                    s->name, (unsigned long long)(s->consumed - s->in_len +
-                                                                  s->in_pos),
+                                    "%s: corrupt gzip data near compressed byte %llu: %s", s->name,
+                                    (unsigned long long)(s->consumed - s->in_len + s->in_pos),
                                     s->z.msg ? s->z.msg : zError(zr));
             }
             if (got == 0 && at_end && s->in_member)
@@ -155,7 +156,8 @@ static size_t utf8_len(const uint8_t *p, const uint8_t *end, bool cut)
     size_t len;
     uint8_t lo = 0x80, hi = 0xbf; /* range of the second byte */
     if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) len = 2;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2;
     else if (c >= 0xe0 && c <= 0xef) {
         len = 3;
         if (c == 0xe0) lo = 0xa0;
@@ -178,7 +180,7 @@ static size_t utf8_len(const uint8_t *p, const uint8_t *end, bool cut)
 static sl_err_t check_text(const imp_source_t *s, bool more, sl_error_t *err)
 {
     const uint8_t *p = (const uint8_t *)s->peek, *end = p + s->peek_len;
-    const char *how = s->kind == K_GZIP ? " (gzip-decompressed)"
+    const char *how = s->kind == K_GZIP   ? " (gzip-decompressed)"
                       : s->kind == K_ZSTD ? " (zstd-decompressed)"
                                           : "";
     for (const uint8_t *q = p; q < end;) {

@@ -70,7 +70,8 @@ bool imp_reserve(sl_wh_row_buf_t *b, uint32_t s, uint64_t n)
     if (n <= b->cap[s] && b->ids[s] != NULL) return true;
     if (n > MAX_LIST_IDS) return false;
     uint32_t cap = b->cap[s] < 16 ? 16 : b->cap[s];
-    while (cap < n) cap *= 2;
+    while (cap < n)
+        cap *= 2;
     int64_t *ids = sl_alloc(b->a, (size_t)cap * sizeof *ids);
     float *w = b->weighted[s] ? sl_alloc(b->a, (size_t)cap * sizeof *w) : NULL;
     if (ids == NULL || (b->weighted[s] && w == NULL)) {

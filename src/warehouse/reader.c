@@ -162,8 +162,8 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
             r->f->src.read_calls++;
             r->f->src.bytes_read += rend - rstart;
         } else {
-            sl_err_t rc = wh_source_read(&r->f->src, r->rbuf.data + at, (size_t)(rend - rstart),
-                                         rstart, err);
+            sl_err_t rc =
+                wh_source_read(&r->f->src, r->rbuf.data + at, (size_t)(rend - rstart), rstart, err);
             if (rc != SL_OK) return sl_error_prefix(err, "stripe %u: ", s);
             range = r->rbuf.data + at;
             at += rend - rstart;

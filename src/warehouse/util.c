@@ -141,4 +141,3 @@ sl_err_t wh_write_file_atomic(const char *path, const void *data, size_t len, bo
     sl_strfree(a, tmp);
     return rc;
 }
-

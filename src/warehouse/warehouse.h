@@ -470,13 +470,13 @@ typedef struct sl_wh_read_opts {
 #define SL_WH_GAP_NONE UINT32_MAX
 
 typedef struct sl_wh_read_stats {
-    uint64_t read_calls;      /* preads, memory copies, or ranges taken in place from a mapped file */
-    uint64_t bytes_read;      /* bytes they returned, header, footer and trailer included */
+    uint64_t read_calls; /* preads, memory copies, or ranges taken in place from a mapped file */
+    uint64_t bytes_read; /* bytes they returned, header, footer and trailer included */
     uint64_t data_bytes_read; /* of which stripe data */
     uint64_t stripes;
     uint64_t rows;
-    uint64_t streams;       /* streams decoded */
-    uint64_t decoded_bytes; /* bytes of the output tensors filled */
+    uint64_t streams;        /* streams decoded */
+    uint64_t decoded_bytes;  /* bytes of the output tensors filled */
     uint64_t mapping_faults; /* SIGBUS caught reading the mapped file (then read with pread) */
 } sl_wh_read_stats_t;
 

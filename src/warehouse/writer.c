@@ -189,9 +189,9 @@ sl_err_t sl_wh_writer_open(const char *path, const sl_wh_schema_t *schema,
         return sl_error_set(err, SL_ERR_INVALID, "%s: unknown codec %d", path, (int)o.codec);
     if (o.format_version == 0) o.format_version = SL_WH_FORMAT_VERSION;
     if (o.format_version < SL_WH_FORMAT_VERSION_MIN || o.format_version > SL_WH_FORMAT_VERSION)
-        return sl_error_set(err, SL_ERR_INVALID, "%s: format version %u (this build writes %d to %d)",
-                            path, o.format_version, SL_WH_FORMAT_VERSION_MIN,
-                            SL_WH_FORMAT_VERSION);
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "%s: format version %u (this build writes %d to %d)", path,
+                            o.format_version, SL_WH_FORMAT_VERSION_MIN, SL_WH_FORMAT_VERSION);
     if (o.zstd_level == 0) o.zstd_level = 1;
     if (o.zstd_level < ZSTD_minCLevel() || o.zstd_level > ZSTD_maxCLevel())
         return sl_error_set(err, SL_ERR_INVALID, "%s: zstd level %d outside [%d, %d]", path,

@@ -425,8 +425,8 @@ sl_err_t wh_writer_emit_ints(sl_wh_writer_t *w, uint8_t kind, const char *name, 
     return put_stream(w, m, w->enc.data, bytes, err);
 }
 
-sl_err_t wh_writer_emit_floats(sl_wh_writer_t *w, uint8_t kind, const char *name,
-                               const float *vals, uint64_t count, sl_error_t *err)
+sl_err_t wh_writer_emit_floats(sl_wh_writer_t *w, uint8_t kind, const char *name, const float *vals,
+                               uint64_t count, sl_error_t *err)
 {
     wmeta_t *m = meta_for(w, kind, name, count);
     if (m == NULL) return wh_writer_fail(w, err, SL_ERR_NOMEM, "stream index");

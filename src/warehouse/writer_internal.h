@@ -104,8 +104,8 @@ sl_err_t wh_writer_put(sl_wh_writer_t *w, const void *data, size_t len, sl_error
  * count values: integers (is64: int64, else int32) or floats. */
 sl_err_t wh_writer_emit_ints(sl_wh_writer_t *w, uint8_t kind, const char *name, const void *vals,
                              uint64_t count, bool is64, sl_error_t *err);
-sl_err_t wh_writer_emit_floats(sl_wh_writer_t *w, uint8_t kind, const char *name,
-                               const float *vals, uint64_t count, sl_error_t *err);
+sl_err_t wh_writer_emit_floats(sl_wh_writer_t *w, uint8_t kind, const char *name, const float *vals,
+                               uint64_t count, sl_error_t *err);
 /* Append a stream's stored bytes as they are (a bitmap). */
 sl_err_t wh_writer_emit_bytes(sl_wh_writer_t *w, uint8_t kind, const char *name, const void *raw,
                               size_t raw_size, uint64_t count, sl_error_t *err);

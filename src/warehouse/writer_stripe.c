@@ -39,7 +39,8 @@ static sl_err_t emit_sparse(sl_wh_writer_t *w, const char *name, bool weighted, 
 {
     sl_err_t rc = wh_writer_emit_ints(w, SL_WH_STREAM_LENGTHS, name, len, rows, false, err);
     if (rc == SL_OK) rc = wh_writer_emit_ints(w, SL_WH_STREAM_IDS, name, ids, nids, true, err);
-    if (rc == SL_OK && weighted) rc = wh_writer_emit_floats(w, SL_WH_STREAM_WEIGHTS, name, wts, nids, err);
+    if (rc == SL_OK && weighted)
+        rc = wh_writer_emit_floats(w, SL_WH_STREAM_WEIGHTS, name, wts, nids, err);
     return rc;
 }
 
@@ -247,17 +248,19 @@ sl_err_t wh_writer_flush_stripe(sl_wh_writer_t *w, sl_error_t *err)
     sp->offset = w->file_off;
     sp->first_meta = w->nmeta;
     const sl_wh_schema_t *sc = w->schema;
-    rc = wh_writer_emit_ints(w, SL_WH_STREAM_SAMPLE_ID, sl_wh_schema_column(sc, SL_WH_COL_SAMPLE_ID), v.sid,
-                   v.n, true, err);
+    rc = wh_writer_emit_ints(w, SL_WH_STREAM_SAMPLE_ID,
+                             sl_wh_schema_column(sc, SL_WH_COL_SAMPLE_ID), v.sid, v.n, true, err);
     if (rc == SL_OK)
-        rc = wh_writer_emit_ints(w, SL_WH_STREAM_SESSION_ID, sl_wh_schema_column(sc, SL_WH_COL_SESSION_ID),
-                       v.sess, v.n, true, err);
+        rc = wh_writer_emit_ints(w, SL_WH_STREAM_SESSION_ID,
+                                 sl_wh_schema_column(sc, SL_WH_COL_SESSION_ID), v.sess, v.n, true,
+                                 err);
     if (rc == SL_OK)
-        rc = wh_writer_emit_ints(w, SL_WH_STREAM_TIMESTAMP, sl_wh_schema_column(sc, SL_WH_COL_TIMESTAMP),
-                       v.ts, v.n, true, err);
+        rc =
+            wh_writer_emit_ints(w, SL_WH_STREAM_TIMESTAMP,
+                                sl_wh_schema_column(sc, SL_WH_COL_TIMESTAMP), v.ts, v.n, true, err);
     for (uint32_t t = 0; rc == SL_OK && t < w->T; t++)
         rc = wh_writer_emit_floats(w, SL_WH_STREAM_LABEL, sl_wh_schema_label(sc, t),
-                         v.labels + (size_t)t * v.stride, v.n, err);
+                                   v.labels + (size_t)t * v.stride, v.n, err);
     uint32_t F = sl_wh_schema_num_features(sc);
     for (uint32_t fi = 0; rc == SL_OK && fi < F; fi++) {
         const sl_wh_feature_t *fe = sl_wh_schema_feature(sc, fi);
@@ -283,7 +286,8 @@ sl_err_t wh_writer_flush_stripe(sl_wh_writer_t *w, sl_error_t *err)
                          u->weights ? u->weights + start : NULL, cnt, err);
     }
     for (uint32_t g = 0; rc == SL_OK && g < w->G; g++) {
-        rc = wh_writer_emit_ints(w, SL_WH_STREAM_INVERSE, w->groups[g].name, ik[g].inverse, v.n, false, err);
+        rc = wh_writer_emit_ints(w, SL_WH_STREAM_INVERSE, w->groups[g].name, ik[g].inverse, v.n,
+                                 false, err);
         w->unique[(size_t)w->nstripes * w->G + g] = ik[g].unique.stride;
         w->group_unique_total[g] += ik[g].unique.stride;
         w->stats.dedup_rows += v.n;

@@ -20,8 +20,7 @@ static sl_wh_schema_t *jsonl_schema(void)
     return s;
 }
 
-static int same_row(const sl_wh_row_t *a, const sl_wh_row_t *b, uint32_t T, uint32_t D,
-                    uint32_t S)
+static int same_row(const sl_wh_row_t *a, const sl_wh_row_t *b, uint32_t T, uint32_t D, uint32_t S)
 {
     if (a->sample_id != b->sample_id || a->session_id != b->session_id ||
         a->timestamp != b->timestamp)
@@ -64,7 +63,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             keep.labels = labels;
             keep.dense = dense;
             uint32_t lens[32];
-            for (uint32_t s = 0; s < S; s++) lens[s] = r1.sparse[s].len;
+            for (uint32_t s = 0; s < S; s++)
+                lens[s] = r1.sparse[s].len;
             sl_err_t rc2 = criteo ? sl_wh_criteo_parse_line(b, line, len, &r2, &e2)
                                   : sl_wh_jsonl_parse_line(b, line, len, &r2, &sid, &e2);
             if (rc2 != SL_OK) abort();

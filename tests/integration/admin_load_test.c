@@ -87,8 +87,7 @@ static sl_admin_t *master_endpoint(const char *token, sl_master_t **m)
     sl_error_t err = {0};
     cr_assert_eq(sl_master_start(&mo, m, &err), SL_OK, "%s", err.msg);
     sl_admin_t *a = NULL;
-    cr_assert_eq(sl_master_admin_start(*m, "127.0.0.1:0", token, &a, &err), SL_OK, "%s",
-                 err.msg);
+    cr_assert_eq(sl_master_admin_start(*m, "127.0.0.1:0", token, &a, &err), SL_OK, "%s", err.msg);
     return a;
 }
 
@@ -219,8 +218,7 @@ Test(admin_load, healthz_answers_beside_idle_and_slowloris_connections)
     sl_master_stop(m);
     /* a worker's endpoint (waiting for its master: /healthz still answers) */
     sl_worker_admin_t *wa = NULL;
-    cr_assert_eq(sl_worker_admin_start(NULL, NULL, "127.0.0.1:0", &wa, &err), SL_OK, "%s",
-                 err.msg);
+    cr_assert_eq(sl_worker_admin_start(NULL, NULL, "127.0.0.1:0", &wa, &err), SL_OK, "%s", err.msg);
     under_load(sl_worker_admin_port(wa), "worker");
     sl_worker_admin_stop(wa);
 }

@@ -270,8 +270,7 @@ Test(fleet_admin, worker_metrics_carry_the_start_time)
     clock_gettime(CLOCK_REALTIME, &t0);
     sl_worker_admin_t *wa = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_worker_admin_start(NULL, NULL, "127.0.0.1:0", &wa, &err), SL_OK, "%s",
-                 err.msg);
+    cr_assert_eq(sl_worker_admin_start(NULL, NULL, "127.0.0.1:0", &wa, &err), SL_OK, "%s", err.msg);
     clock_gettime(CLOCK_REALTIME, &t1);
     char addr[64], *m;
     snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_admin_port(wa));

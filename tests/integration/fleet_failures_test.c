@@ -86,7 +86,8 @@ static void *read_job(void *arg)
         while ((c->end = sl_trainer_next(t, (int)(tu_timeout(30) * 1000), &b, &err)) == SL_OK) {
             for (uint32_t i = 0; i < b->batch_size; i++) {
                 int64_t id = b->sample_ids[i];
-                if (id >= 0 && id < ROWS && b->origin.epoch < 2) c->seen[b->origin.epoch * ROWS + id]++;
+                if (id >= 0 && id < ROWS && b->origin.epoch < 2)
+                    c->seen[b->origin.epoch * ROWS + id]++;
             }
             c->batches++;
             sl_trainer_release(t, b);
@@ -189,8 +190,9 @@ Test(fleet_failures, a_corrupt_stripe_fails_the_job_loudly)
               sl_err_str(c.end), c.msg);
     cr_assert_eq(c.end, SL_ERR_CORRUPT, "%s: %s", sl_err_str(c.end), c.msg);
     char want[600];
-    snprintf(want, sizeof want, "job corrupt failed: split %u (file %s stripe %u) failed: ",
-             BAD_STRIPE, file, BAD_STRIPE);
+    snprintf(want, sizeof want,
+             "job corrupt failed: split %u (file %s stripe %u) failed: ", BAD_STRIPE, file,
+             BAD_STRIPE);
     cr_assert(strstr(c.msg, want) != NULL, "'%s' lacks '%s'", c.msg, want);
     cr_assert(strstr(c.msg, "checksum") != NULL, "%s", c.msg);
     fprintf(stderr, "the trainer ended with the job's failure %.2f s after it started\n",
@@ -247,8 +249,9 @@ Test(fleet_failures, a_corrupt_stripe_fails_the_job_loudly)
              FU_TOKEN, fu_binary(), m.admin, spec_path);
     st = run(cmd, text, sizeof text);
     cr_assert_eq(st, 1, "sluice submit --wait: status %d: %s", st, text);
-    snprintf(want, sizeof want, "sluice submit: job again failed: split %u (file %s stripe %u): ",
-             BAD_STRIPE, file, BAD_STRIPE);
+    snprintf(want, sizeof want,
+             "sluice submit: job again failed: split %u (file %s stripe %u): ", BAD_STRIPE, file,
+             BAD_STRIPE);
     cr_assert(strstr(text, want) != NULL, "sluice submit said: %s", text);
     fu_master_stop(&m, SIGTERM);
     free(seen);

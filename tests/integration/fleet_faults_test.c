@@ -62,9 +62,8 @@ static void fleet_up(fleet_t *f, const char *id, uint32_t workers, uint64_t comp
 static void fleet_join(fleet_t *f)
 {
     fu_clients_join(f->c, f->th, 2);
-    cr_assert_eq(f->c[0].samples + f->c[1].samples, EPOCHS * ROWS,
-                 "delivered %llu + %llu samples", (unsigned long long)f->c[0].samples,
-                 (unsigned long long)f->c[1].samples);
+    cr_assert_eq(f->c[0].samples + f->c[1].samples, EPOCHS * ROWS, "delivered %llu + %llu samples",
+                 (unsigned long long)f->c[0].samples, (unsigned long long)f->c[1].samples);
     fu_assert_once_per_epoch(f->seen, ROWS, EPOCHS);
     cr_assert(fu_job_finished(&f->m, f->job));
 }
@@ -220,8 +219,8 @@ Test(fleet_faults, kill_9_the_master_twice_in_one_epoch)
     kill_master_at(&f, second, &rng);
     wait_finished(&f);
     fleet_join(&f);
-    cr_log_info("master killed after %llu and %llu samples of epoch 0",
-                (unsigned long long)first, (unsigned long long)second);
+    cr_log_info("master killed after %llu and %llu samples of epoch 0", (unsigned long long)first,
+                (unsigned long long)second);
     fleet_down(&f);
 }
 

@@ -36,9 +36,9 @@ Test(fleet_jobs, two_jobs_at_once_each_exactly_once)
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(bin, bin, "submit", "--admin", m.admin, "--job", path_b,
-              "--token-file", token_path, "--min-workers", "2", "--max-workers", "2", "--wait",
-              "--timeout", "120", (char *)NULL);
+        execl(bin, bin, "submit", "--admin", m.admin, "--job", path_b, "--token-file", token_path,
+              "--min-workers", "2", "--max-workers", "2", "--wait", "--timeout", "120",
+              (char *)NULL);
         _exit(127);
     }
     double deadline = fu_now() + tu_timeout(20);
@@ -59,9 +59,12 @@ Test(fleet_jobs, two_jobs_at_once_each_exactly_once)
     atomic_uint *seen_a = calloc(ROWS, sizeof *seen_a), *seen_b = calloc(2 * ROWS, sizeof *seen_b);
     fu_client_t ca = {
         .master = m.ctl, .job = "job-a", .rows = ROWS, .seen = seen_a, .delay_us = 5000};
-    fu_client_t cb = {
-        .master = m.ctl, .job = "job-b", .rows = ROWS, .epochs = 2, .seen = seen_b,
-        .delay_us = 5000};
+    fu_client_t cb = {.master = m.ctl,
+                      .job = "job-b",
+                      .rows = ROWS,
+                      .epochs = 2,
+                      .seen = seen_b,
+                      .delay_us = 5000};
     pthread_t ta, tb;
     pthread_create(&ta, NULL, fu_client_run, &ca);
     pthread_create(&tb, NULL, fu_client_run, &cb);

@@ -35,8 +35,8 @@ static char *job_up(const char *id, uint64_t lease_ms, uint32_t workers, fu_mast
     return fu_job_up(m, id, ROWS, EPOCHS, 1, "dynamic", workers);
 }
 
-static void start_clients(const fu_master_t *m, const char *job, atomic_uint *seen,
-                          fu_client_t *c, pthread_t *th, uint32_t delay_us)
+static void start_clients(const fu_master_t *m, const char *job, atomic_uint *seen, fu_client_t *c,
+                          pthread_t *th, uint32_t delay_us)
 {
     fu_client_t proto = {.master = m->ctl,
                          .job = job,
@@ -82,8 +82,7 @@ static void wait_samples(const atomic_uint *seen, uint64_t want, const fu_client
     double deadline = fu_now() + tu_timeout(30);
     while (fu_seen_total(seen, EPOCHS * ROWS) < want) {
         cr_assert(fu_now() < deadline, "no progress: %llu of %llu samples",
-                  (unsigned long long)fu_seen_total(seen, EPOCHS * ROWS),
-                  (unsigned long long)want);
+                  (unsigned long long)fu_seen_total(seen, EPOCHS * ROWS), (unsigned long long)want);
         cr_assert(!atomic_load(&c[0].finished) && !atomic_load(&c[1].finished),
                   "a client ended early: %s %s", c[0].msg, c[1].msg);
         usleep(10 * 1000);
@@ -183,8 +182,8 @@ Test(fleet_leases, a_second_live_process_under_an_id_in_use_is_refused)
     cr_assert_neq(ws, -1, "the second process under the same id kept running");
     const char *out = read_text(log2);
     cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 1, "status %d: %s", ws, out);
-    cr_assert(strstr(out, "worker id 'dup' is in use by another live worker process") != NULL,
-              "%s", out);
+    cr_assert(strstr(out, "worker id 'dup' is in use by another live worker process") != NULL, "%s",
+              out);
     cr_assert(strstr(out, "connected from 127.0.0.1:") != NULL, "%s", out);
     cr_assert(strstr(out, " ms ago") != NULL, "%s", out);
     cr_assert(worker_connected(&m, "dup"), "the first process lost its registration");

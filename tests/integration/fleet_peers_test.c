@@ -65,7 +65,11 @@ static void deliver_all(fu_master_t *m, const char *job, const char *secret_file
     sl_error_t err = {0};
     cr_assert_eq(sl_master_executor_scale(ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
     atomic_uint *seen = calloc((size_t)ROWS * EPOCHS, sizeof *seen);
-    fu_client_t c = {.master = m->ctl, .job = job, .rows = ROWS, .seen = seen, .epochs = EPOCHS,
+    fu_client_t c = {.master = m->ctl,
+                     .job = job,
+                     .rows = ROWS,
+                     .seen = seen,
+                     .epochs = EPOCHS,
                      .secret_file = secret_file};
     pthread_t th;
     pthread_create(&th, NULL, fu_client_run, &c);
@@ -131,8 +135,9 @@ Test(fleet_peers, a_rogue_commit_without_the_secret_is_refused)
         sl_rpc_send(fd, SL_RPC_COMMIT, &cm.base, NULL, 0, NULL);
     }
     expect_frame(fd, SL_RPC_AUTH_CHALLENGE, NULL);
-    expect_frame(fd, SL_RPC_ERROR, "authentication failed: expected an auth-response frame, got "
-                                   "attach");
+    expect_frame(fd, SL_RPC_ERROR,
+                 "authentication failed: expected an auth-response frame, got "
+                 "attach");
     sl_rpc_frame_t f;
     cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_ERR_CLOSED, "%s", err.msg);
     close(fd);
@@ -190,7 +195,7 @@ Test(fleet_peers, a_worker_without_the_secret_cannot_register)
     cr_assert(strstr(out, "got auth-challenge (the server requires the cluster secret"), "%s", out);
     free(out);
     const char *bad[] = {"worker", "--master", m.ctl, "--job-id", job, "--cluster-secret-file",
-                         wrong, NULL};
+                         wrong,    NULL};
     cr_assert_eq(run_sluice(bad, &out), 1, "%s", out);
     cr_assert(strstr(out, "refused: authentication failed: wrong proof"), "%s", out);
     free(out);
@@ -200,15 +205,15 @@ Test(fleet_peers, a_worker_without_the_secret_cannot_register)
     /* an address other than loopback needs the secret */
     char state[300];
     snprintf(state, sizeof state, "%s/state2", fu_dir);
-    const char *master[] = {"master", "--listen", "0.0.0.0:0", "--admin", "127.0.0.1:0",
-                            "--state", state, NULL};
+    const char *master[] = {"master",      "--listen", "0.0.0.0:0", "--admin",
+                            "127.0.0.1:0", "--state",  state,       NULL};
     cr_assert_eq(run_sluice(master, &out), 1, "%s", out);
     cr_assert(strstr(out, "master --listen 0.0.0.0:0: an address other than loopback needs a "
                           "cluster secret"),
               "%s", out);
     free(out);
-    const char *worker[] = {"worker", "--master", m.ctl, "--job-id", job, "--listen",
-                            "0.0.0.0:0", NULL};
+    const char *worker[] = {"worker", "--master", m.ctl,       "--job-id",
+                            job,      "--listen", "0.0.0.0:0", NULL};
     cr_assert_eq(run_sluice(worker, &out), 1, "%s", out);
     cr_assert(strstr(out, "worker --listen 0.0.0.0:0: an address other than loopback needs a "
                           "cluster secret"),
@@ -241,8 +246,7 @@ Test(fleet_peers, silent_sockets_do_not_lock_out_workers_and_trainers)
     cr_assert_not_null(ev, "%s", b);
     long evicted = strtol(ev + strlen(key), NULL, 10);
     cr_assert_geq(evicted, 86, "%s", b);
-    cr_assert(strstr(b, "sluice_master_connections_closed_total{reason=\"refused\"} 0\n"), "%s",
-              b);
+    cr_assert(strstr(b, "sluice_master_connections_closed_total{reason=\"refused\"} 0\n"), "%s", b);
     free(b);
     for (int i = 0; i < 150; i++)
         close(silent[i]);

@@ -74,8 +74,8 @@ Test(fleet_resume, token_mid_epoch_gives_exactly_the_rest)
             if (x && y) overlap++;
             if (!x && !y) missing++;
         }
-        cr_assert_eq(overlap, 0, "epoch %u: %llu samples delivered before and after the resume",
-                     e, (unsigned long long)overlap);
+        cr_assert_eq(overlap, 0, "epoch %u: %llu samples delivered before and after the resume", e,
+                     (unsigned long long)overlap);
         cr_assert_eq(missing, 0, "epoch %u: %llu samples never delivered", e,
                      (unsigned long long)missing);
     }

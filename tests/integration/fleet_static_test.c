@@ -160,8 +160,7 @@ Test(fleet_static, worker_kills_keep_each_rank_to_its_splits)
     cr_assert_geq(kills, 2, "only %u kills before the job ended", kills);
     for (int i = 0; i < 2; i++) {
         pthread_join(th[i], NULL);
-        cr_assert_eq(c[i].end, SL_ERR_CLOSED, "rank %d: %s: %s", i, sl_err_str(c[i].end),
-                     c[i].msg);
+        cr_assert_eq(c[i].end, SL_ERR_CLOSED, "rank %d: %s: %s", i, sl_err_str(c[i].end), c[i].msg);
     }
     for (uint32_t e = 0; e < EPOCHS; e++) {
         uint64_t per_rank[2] = {0, 0};

@@ -96,8 +96,8 @@ Test(fleet_trainers, trainers_killed_mid_epoch_and_replaced)
         fu_reader_start(&r[e + 1], &m, job, ROWS, EPOCHS, seen[e + 2], log);
     }
     int ws = fu_reader_join(&r[EPOCHS], 60);
-    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the last sluice read: status %d; see %s",
-              ws, log);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the last sluice read: status %d; see %s", ws,
+              log);
     pthread_join(th, NULL);
     cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
     cr_assert(fu_job_finished(&m, job));

@@ -292,9 +292,18 @@ FU_FN void fu_master_start(fu_master_t *m)
     snprintf(lease, sizeof lease, "%llu", (unsigned long long)m->lease_timeout_ms);
     snprintf(compact, sizeof compact, "%llu", (unsigned long long)m->compact_bytes);
     const char *bin = fu_binary(); /* asserts: in the parent, not the child */
-    const char *argv[32] = {bin,           "master",       "--listen",           m->ctl,
-                            "--admin",     m->admin,       "--state",            m->state,
-                            "--token-file", m->token_file, "--lease-timeout-ms", lease};
+    const char *argv[32] = {bin,
+                            "master",
+                            "--listen",
+                            m->ctl,
+                            "--admin",
+                            m->admin,
+                            "--state",
+                            m->state,
+                            "--token-file",
+                            m->token_file,
+                            "--lease-timeout-ms",
+                            lease};
     int argc = 12;
     if (m->compact_bytes) {
         argv[argc++] = "--compact-bytes";
@@ -435,12 +444,12 @@ FU_FN sl_master_executor_t *fu_executor_via(const char *master_addr, const char 
     mkdir(logs, 0755);
     const char *secret[] = {"--cluster-secret-file", secret_file, NULL};
     sl_master_executor_local_opts_t o = {.binary = fu_binary(),
-                                .master = master_addr,
-                                .log_dir = logs,
-                                .worker_threads = threads,
-                                .max_workers = 16,
-                                .stop_grace_ms = 3000,
-                                .extra_args = secret_file ? secret : NULL};
+                                         .master = master_addr,
+                                         .log_dir = logs,
+                                         .worker_threads = threads,
+                                         .max_workers = 16,
+                                         .stop_grace_ms = 3000,
+                                         .extra_args = secret_file ? secret : NULL};
     sl_master_executor_t *ex = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_master_executor_local_new(&o, &ex, &err), SL_OK, "%s", err.msg);
@@ -687,9 +696,9 @@ FU_FN void fu_kill9(pid_t pid)
 FU_FN pid_t fu_worker_spawn(const char *master, const char *job, const char *id, const char *log)
 {
     const char *bin = fu_binary();
-    const char *argv[] = {bin,        "worker",    "--master", master,         "--job-id",
-                          job,        "--worker-id", id,       "--listen",     "127.0.0.1:0",
-                          "--threads", "1",        NULL};
+    const char *argv[] = {bin,         "worker",      "--master", master,     "--job-id",
+                          job,         "--worker-id", id,         "--listen", "127.0.0.1:0",
+                          "--threads", "1",           NULL};
     return fu_spawn(argv, -1, log);
 }
 
@@ -705,7 +714,7 @@ typedef struct fu_reader {
     uint32_t epochs;
     atomic_uint *seen;
     atomic_ullong samples, batches;
-    atomic_bool bad;  /* a line that parsed but made no sense */
+    atomic_bool bad; /* a line that parsed but made no sense */
     char bad_line[200];
 } fu_reader_t;
 
@@ -721,7 +730,8 @@ FU_FN void *fu_reader_main(void *arg)
         json_t *o = json_loads(line, 0, NULL);
         if (o == NULL) break;
         json_t *ids = json_object_get(o, "sample_ids");
-        json_int_t epoch = json_integer_value(json_object_get(json_object_get(o, "origin"), "epoch"));
+        json_int_t epoch =
+            json_integer_value(json_object_get(json_object_get(o, "origin"), "epoch"));
         size_t i;
         json_t *v;
         if (!json_is_array(ids) || epoch < 0 || (uint64_t)epoch >= r->epochs) {
@@ -840,7 +850,8 @@ FU_FN void *fu_pair_main(void *arg)
     uint8_t *buf = malloc(cap), tmp[1 << 14];
     bool open = true;
     while (open && !atomic_load(&p->stop)) {
-        struct pollfd fds[2] = {{.fd = pr->down, .events = POLLIN}, {.fd = pr->up, .events = POLLIN}};
+        struct pollfd fds[2] = {{.fd = pr->down, .events = POLLIN},
+                                {.fd = pr->up, .events = POLLIN}};
         if (poll(fds, 2, 50) <= 0) continue;
         if (fds[0].revents) { /* peer -> target: as it comes */
             ssize_t k = recv(pr->down, tmp, sizeof tmp, 0);
@@ -854,7 +865,8 @@ FU_FN void *fu_pair_main(void *arg)
             size_t at = 0;
             while (open && len - at >= SL_RPC_HEADER_BYTES) {
                 sl_rpc_header_t h;
-                sl_rpc_limits_t lim = {.max_message_bytes = 64u << 20, .max_payload_bytes = 1ull << 40};
+                sl_rpc_limits_t lim = {.max_message_bytes = 64u << 20,
+                                       .max_payload_bytes = 1ull << 40};
                 if (sl_rpc_header_decode(buf + at, &lim, &h, NULL) != SL_OK) {
                     open = false; /* not our protocol: give up the pair */
                     break;

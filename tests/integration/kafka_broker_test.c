@@ -116,7 +116,8 @@ static void check_placement(unsigned n, int64_t counts[PARTITIONS])
         session_partition[s] = -1;
         session_last[s] = -1;
     }
-    for (int p = 0; p < PARTITIONS; p++) counts[p] = 0;
+    for (int p = 0; p < PARTITIONS; p++)
+        counts[p] = 0;
     for (unsigned id = 0; id < n; id++) {
         unsigned s = id % SESSIONS;
         int32_t p = placed[id].partition;
@@ -175,7 +176,8 @@ static void consume_all(const char *topic, unsigned n)
         cr_assert_eq(m->len, 13, "partition %d offset %lld: value of %zu bytes", p,
                      (long long)m->offset, m->len);
         unsigned id = 0;
-        for (int i = 7; i < 13; i++) id = id * 10 + (unsigned)(((char *)m->payload)[i] - '0');
+        for (int i = 7; i < 13; i++)
+            id = id * 10 + (unsigned)(((char *)m->payload)[i] - '0');
         cr_assert(id < n, "partition %d offset %lld: id %u was not produced", p,
                   (long long)m->offset, id);
         int vlen = value_of(id, want, sizeof want);
@@ -216,23 +218,23 @@ static bool coordinator_busy(rd_kafka_resp_err_t e)
 {
     return e == RD_KAFKA_RESP_ERR_NOT_COORDINATOR ||
            e == RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS ||
-           e == RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE ||
-           e == RD_KAFKA_RESP_ERR__WAIT_COORD || e == RD_KAFKA_RESP_ERR__TRANSPORT ||
-           e == RD_KAFKA_RESP_ERR__TIMED_OUT || e == RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT;
+           e == RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE || e == RD_KAFKA_RESP_ERR__WAIT_COORD ||
+           e == RD_KAFKA_RESP_ERR__TRANSPORT || e == RD_KAFKA_RESP_ERR__TIMED_OUT ||
+           e == RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT;
 }
 
 static rd_kafka_resp_err_t first_error(rd_kafka_resp_err_t e,
                                        const rd_kafka_topic_partition_list_t *l)
 {
-    for (int i = 0; e == RD_KAFKA_RESP_ERR_NO_ERROR && i < l->cnt; i++) e = l->elems[i].err;
+    for (int i = 0; e == RD_KAFKA_RESP_ERR_NO_ERROR && i < l->cnt; i++)
+        e = l->elems[i].err;
     return e;
 }
 
 /* Commit next[p] for each partition synchronously, retried while the
  * coordinator is busy; returns the seconds the successful call took and
  * counts the retries. */
-static double commit(rd_kafka_t *g, const char *topic, const int64_t next[PARTITIONS],
-                     int *retries)
+static double commit(rd_kafka_t *g, const char *topic, const int64_t next[PARTITIONS], int *retries)
 {
     double timeout = tu_timeout(30), deadline = ku_now() + timeout;
     for (;;) {
@@ -259,7 +261,8 @@ static void check_committed(rd_kafka_t *g, const char *topic, const int64_t want
     double timeout = tu_timeout(30), deadline = ku_now() + timeout;
     for (;;) {
         rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(PARTITIONS);
-        for (int p = 0; p < PARTITIONS; p++) rd_kafka_topic_partition_list_add(l, topic, p);
+        for (int p = 0; p < PARTITIONS; p++)
+            rd_kafka_topic_partition_list_add(l, topic, p);
         rd_kafka_resp_err_t e = first_error(rd_kafka_committed(g, l, 5000), l);
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
             for (int p = 0; p < PARTITIONS; p++)
@@ -312,7 +315,8 @@ Test(kafka_broker, each_record_once_and_commits)
     int retries = 0;
     enum { COMMITS = 21 };
     double took[COMMITS];
-    for (int i = 0; i < COMMITS; i++) took[i] = commit(g, topic, counts, &retries);
+    for (int i = 0; i < COMMITS; i++)
+        took[i] = commit(g, topic, counts, &retries);
     qsort(took, COMMITS, sizeof took[0], cmp_double);
     check_committed(g, topic, counts);
     fprintf(stderr,

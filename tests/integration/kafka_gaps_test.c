@@ -11,15 +11,20 @@
 #include "kafka/chunk.h"
 #include "kafka/record_decode.h"
 
-static void suite_setup(void) { ku_setup(); }
+static void suite_setup(void)
+{
+    ku_setup();
+}
 
 TestSuite(kafka_gaps, .init = suite_setup);
 
 static sl_kafka_consumer_t *consumer(void)
 {
     const char *props[] = {"reconnect.backoff.max.ms", "500", "fetch.wait.max.ms", "50"};
-    sl_kafka_consumer_opts_t o = {.brokers = ku_broker.bootstrap, .group_id = "sluice-chunk-test",
-                                  .props = props, .num_props = 2};
+    sl_kafka_consumer_opts_t o = {.brokers = ku_broker.bootstrap,
+                                  .group_id = "sluice-chunk-test",
+                                  .props = props,
+                                  .num_props = 2};
     sl_kafka_consumer_t *c = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_kafka_consumer_new(&o, &c, &err), SL_OK, "%s", err.msg);
@@ -41,16 +46,18 @@ Test(kafka_gaps, gaps_markers_and_aborted_records)
     char topic[64], txid[64];
     snprintf(topic, sizeof topic, "chunk-gaps-%d", (int)getpid());
     snprintf(txid, sizeof txid, "sluice-chunk-test-%d", (int)getpid());
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("transactional.id", txid, "linger.ms",
-                                                         "1", NULL));
+    rd_kafka_t *p =
+        ku_client(RD_KAFKA_PRODUCER, ku_conf("transactional.id", txid, "linger.ms", "1", NULL));
     ku_create_topic(p, topic, 1, tu_timeout(30));
     int tmo = (int)(tu_timeout(30) * 1000);
     txn_ok(rd_kafka_init_transactions(p, tmo), "init_transactions");
     txn_ok(rd_kafka_begin_transaction(p), "begin");
-    for (uint64_t id = 0; id < 10; id++) kr_produce(p, topic, 0, id, id % 3);
+    for (uint64_t id = 0; id < 10; id++)
+        kr_produce(p, topic, 0, id, id % 3);
     txn_ok(rd_kafka_commit_transaction(p, tmo), "commit");
     txn_ok(rd_kafka_begin_transaction(p), "begin");
-    for (uint64_t id = 100; id < 105; id++) kr_produce(p, topic, 0, id, id % 3);
+    for (uint64_t id = 100; id < 105; id++)
+        kr_produce(p, topic, 0, id, id % 3);
     kr_flush(p, tmo); /* on the log before the abort: they occupy offsets */
     txn_ok(rd_kafka_abort_transaction(p, tmo), "abort");
     txn_ok(rd_kafka_begin_transaction(p), "begin");
@@ -78,9 +85,16 @@ Test(kafka_gaps, gaps_markers_and_aborted_records)
     double t0 = ku_now();
     uint32_t k = 0;
     for (uint64_t i = 0; sl_kafka_chunk_bounds(lo, 7, i, hi, &from, &to); i++, k++) {
-        sl_kafka_read_opts_t o = {.topic = topic, .partition = 0, .from = from, .to = to,
-                                  .batch_rows = 4, .linger_ms = 10000, .rows = rows,
-                                  .stripe = kr_on_stripe, .ctx = &v, .bad = kr_on_bad};
+        sl_kafka_read_opts_t o = {.topic = topic,
+                                  .partition = 0,
+                                  .from = from,
+                                  .to = to,
+                                  .batch_rows = 4,
+                                  .linger_ms = 10000,
+                                  .rows = rows,
+                                  .stripe = kr_on_stripe,
+                                  .ctx = &v,
+                                  .bad = kr_on_bad};
         sl_kafka_read_stats_t st = {0};
         cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
         cr_assert_eq(v.next, to);
@@ -107,7 +121,8 @@ Test(kafka_gaps, deleted_offsets_are_an_error)
     rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "1", NULL));
     ku_create_topic(p, topic, 1, tu_timeout(30));
     int tmo = (int)(tu_timeout(30) * 1000);
-    for (uint64_t id = 0; id < 50; id++) kr_produce(p, topic, 0, id, 1);
+    for (uint64_t id = 0; id < 50; id++)
+        kr_produce(p, topic, 0, id, 1);
     kr_flush(p, tmo);
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, topic, 0)->offset = 20;
@@ -117,8 +132,7 @@ Test(kafka_gaps, deleted_offsets_are_an_error)
     rd_kafka_DeleteRecords(p, &dr, 1, NULL, q);
     rd_kafka_event_t *ev = rd_kafka_queue_poll(q, tmo);
     cr_assert_not_null(ev, "DeleteRecords: no answer");
-    cr_assert_eq(rd_kafka_event_error(ev), 0, "DeleteRecords: %s",
-                 rd_kafka_event_error_string(ev));
+    cr_assert_eq(rd_kafka_event_error(ev), 0, "DeleteRecords: %s", rd_kafka_event_error_string(ev));
     rd_kafka_event_destroy(ev);
     rd_kafka_DeleteRecords_destroy(dr);
     rd_kafka_queue_destroy(q);
@@ -135,26 +149,34 @@ Test(kafka_gaps, deleted_offsets_are_an_error)
     static kr_seen_t v;
     memset(&v, 0, sizeof v);
     v.next = 10;
-    sl_kafka_read_opts_t o = {.topic = topic, .partition = 0, .from = 10, .to = 30,
-                              .batch_rows = 100, .linger_ms = 10000, .rows = rows,
-                              .stripe = kr_on_stripe, .ctx = &v};
+    sl_kafka_read_opts_t o = {.topic = topic,
+                              .partition = 0,
+                              .from = 10,
+                              .to = 30,
+                              .batch_rows = 100,
+                              .linger_ms = 10000,
+                              .rows = rows,
+                              .stripe = kr_on_stripe,
+                              .ctx = &v};
     double t0 = ku_now();
     cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_ERR_NOT_FOUND, "%s", err.msg);
     cr_assert_lt(ku_now() - t0, tu_timeout(20));
     char want[160];
     snprintf(want, sizeof want, "kafka topic '%s' partition 0: offset 10 is gone", topic);
     cr_assert(strstr(err.msg, want) == err.msg, "%s", err.msg);
-    for (uint64_t id = 0; id < 50; id++) cr_assert_eq(v.seen[id], 0);
+    for (uint64_t id = 0; id < 50; id++)
+        cr_assert_eq(v.seen[id], 0);
     v.next = 20;
     o.from = 20;
     o.to = 50;
     cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_OK, "%s", err.msg);
-    for (uint64_t id = 0; id < 50; id++) cr_assert_eq(v.seen[id], id >= 20 ? 1u : 0u);
+    for (uint64_t id = 0; id < 50; id++)
+        cr_assert_eq(v.seen[id], id >= 20 ? 1u : 0u);
     int32_t parts = 0;
     cr_assert_eq(sl_kafka_partitions(c, topic, tmo, &parts, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(parts, 1);
-    cr_assert_eq(sl_kafka_partitions(c, "no-such-topic", tmo, &parts, &err), SL_ERR_NOT_FOUND,
-                 "%s", err.msg);
+    cr_assert_eq(sl_kafka_partitions(c, "no-such-topic", tmo, &parts, &err), SL_ERR_NOT_FOUND, "%s",
+                 err.msg);
     sl_kafka_rows_destroy(rows);
     sl_wh_schema_destroy(schema);
     sl_kafka_consumer_destroy(c);

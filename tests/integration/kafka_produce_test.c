@@ -69,8 +69,8 @@ static void unique_topic(char *buf, size_t cap, const char *what)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(buf, cap, "sluice-produce-%s-%d-%lld%03ld", what, (int)getpid(),
-             (long long)ts.tv_sec, ts.tv_nsec / 1000000);
+    snprintf(buf, cap, "sluice-produce-%s-%d-%lld%03ld", what, (int)getpid(), (long long)ts.tv_sec,
+             ts.tv_nsec / 1000000);
 }
 
 /* Run `sluice produce --brokers B --topic T ARGS... --quiet`; *out and
@@ -87,7 +87,8 @@ static int run_produce(const char *topic, const char *const *args, char **out, c
     argv[n++] = ku_broker.bootstrap;
     argv[n++] = "--topic";
     argv[n++] = (char *)topic;
-    for (; *args != NULL && n < 37; args++) argv[n++] = (char *)*args;
+    for (; *args != NULL && n < 37; args++)
+        argv[n++] = (char *)*args;
     argv[n++] = "--quiet";
     argv[n] = NULL;
     return tu_run(scratch, argv, 120, out, err);
@@ -137,10 +138,10 @@ static int consume(const char *topic, int partitions)
                      (unsigned long long)id, m->key_len);
         cr_assert_eq(sl_kafka_key_get(m->key), s->session_id, "sample %llu: key",
                      (unsigned long long)id);
-        cr_assert_eq(m->partition,
-                     rd_kafka_msg_partitioner_murmur2(rkt, m->key, m->key_len, partitions, NULL,
-                                                      NULL),
-                     "sample %llu in partition %d", (unsigned long long)id, m->partition);
+        cr_assert_eq(
+            m->partition,
+            rd_kafka_msg_partitioner_murmur2(rkt, m->key, m->key_len, partitions, NULL, NULL),
+            "sample %llu in partition %d", (unsigned long long)id, m->partition);
         rd_kafka_headers_t *h = NULL;
         const void *hv = NULL;
         size_t hlen = 0;
@@ -184,9 +185,10 @@ static void check_rows(sl_wh_gen_iter_t *it, const sl_wh_schema_t *schema, int n
                   "sample %lld: %zu bytes on the topic, the row encodes to %zu", (long long)id,
                   g->len, len);
         cr_assert_eq(g->session, (uint64_t)row.session_id);
-        cr_assert(g->timestamp >= t0 && g->timestamp <= t1, "sample %lld: CreateTime %lld not in "
-                  "the run [%lld, %lld]", (long long)id, (long long)g->timestamp,
-                  (long long)t0, (long long)t1);
+        cr_assert(g->timestamp >= t0 && g->timestamp <= t1,
+                  "sample %lld: CreateTime %lld not in "
+                  "the run [%lld, %lld]",
+                  (long long)id, (long long)g->timestamp, (long long)t0, (long long)t1);
         per_partition[g->partition]++;
         rows++;
     }
@@ -212,8 +214,7 @@ Test(kafka_produce, sessions_stream_each_id_once)
     reset();
     char topic[200];
     unique_topic(topic, sizeof topic, "sessions");
-    const char *args[] = {"--sessions", "--rows", "3000", "--seed", "5", "--partitions", "3",
-                          NULL};
+    const char *args[] = {"--sessions", "--rows", "3000", "--seed", "5", "--partitions", "3", NULL};
     char *out, *err;
     int64_t t0 = wall_ms();
     int rc = run_produce(topic, args, &out, &err);
@@ -233,8 +234,8 @@ Test(kafka_produce, sessions_stream_each_id_once)
 
     /* Again into the same topic: it exists, so --partitions is only noted;
      * the topic then holds every id twice. */
-    const char *again[] = {"--sessions", "--rows", "3000", "--seed", "5", "--partitions", "5",
-                           NULL};
+    const char *again[] = {"--sessions", "--rows",       "3000", "--seed",
+                           "5",          "--partitions", "5",    NULL};
     rc = run_produce(topic, again, &out, &err);
     cr_assert_eq(rc, 0, "%s%s", out, err);
     cr_assert(strstr(out, "(3 partitions)") != NULL, "%s", out);
@@ -243,7 +244,8 @@ Test(kafka_produce, sessions_stream_each_id_once)
     free(err);
     reset();
     cr_assert_eq(consume(topic, 3), 6000);
-    for (int i = 0; i < 3000; i++) cr_assert_eq(got[i].count, 2, "sample %d", i);
+    for (int i = 0; i < 3000; i++)
+        cr_assert_eq(got[i].count, 2, "sample %d", i);
 }
 
 Test(kafka_produce, table_each_row_once)
@@ -285,8 +287,8 @@ Test(kafka_produce, table_each_row_once)
             sl_wh_row_t row;
             while (sl_wh_gen_iter_next(it, &row)) {
                 const got_t *g = &got[row.sample_id];
-                cr_assert_eq(g->count, 1, "sample %lld arrived %d times",
-                             (long long)row.sample_id, g->count);
+                cr_assert_eq(g->count, 1, "sample %lld arrived %d times", (long long)row.sample_id,
+                             g->count);
                 const uint8_t *v;
                 size_t len;
                 cr_assert_eq(sl_kafka_encode_row(enc, &row, &v, &len, &e), SL_OK);
@@ -396,8 +398,8 @@ Test(kafka_produce, rate_is_steady)
     reset();
     char topic[200];
     unique_topic(topic, sizeof topic, "rate");
-    const char *args[] = {"--sessions", "--rows", "300", "--partitions", "2", "--rate", "150",
-                          NULL};
+    const char *args[] = {"--sessions", "--rows", "300", "--partitions",
+                          "2",          "--rate", "150", NULL};
     char *out, *err;
     int64_t start_ms = wall_ms();
     double t0 = ku_now();

@@ -96,8 +96,10 @@ KU_FN int ku_locate(void)
     }
     if (!ku_read_line(dir, "bootstrap", ku_broker.bootstrap, sizeof ku_broker.bootstrap) &&
         !ku_read_line(dir, "port", ku_broker.bootstrap, sizeof ku_broker.bootstrap)) {
-        fprintf(stderr, "no Kafka broker in %s (neither bootstrap nor unavailable there): did "
-                        "the test kafka_broker_setup run and pass?\n", dir);
+        fprintf(stderr,
+                "no Kafka broker in %s (neither bootstrap nor unavailable there): did "
+                "the test kafka_broker_setup run and pass?\n",
+                dir);
         return 1;
     }
     if (strchr(ku_broker.bootstrap, ':') == NULL) { /* only DIR/port: stopped meanwhile */
@@ -166,8 +168,8 @@ KU_FN void ku_create_topic(rd_kafka_t *rk, const char *topic, int partitions, do
     rd_kafka_CreateTopics(rk, &nt, 1, opts, q);
     rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)(timeout_s * 1000) + 1000);
     cr_assert_not_null(ev, "CreateTopics %s: no answer within %.0f s", topic, timeout_s);
-    cr_assert_eq(rd_kafka_event_error(ev), RD_KAFKA_RESP_ERR_NO_ERROR, "CreateTopics %s: %s",
-                 topic, rd_kafka_event_error_string(ev));
+    cr_assert_eq(rd_kafka_event_error(ev), RD_KAFKA_RESP_ERR_NO_ERROR, "CreateTopics %s: %s", topic,
+                 rd_kafka_event_error_string(ev));
     size_t n = 0;
     const rd_kafka_topic_result_t **res =
         rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
@@ -188,8 +190,8 @@ KU_FN rd_kafka_conf_t *ku_conf(const char *first, ...)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers", ku_broker.bootstrap, err,
-                                   sizeof err), RD_KAFKA_CONF_OK, "%s", err);
+    cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers", ku_broker.bootstrap, err, sizeof err),
+                 RD_KAFKA_CONF_OK, "%s", err);
     cr_assert_eq(rd_kafka_conf_set(conf, "reconnect.backoff.max.ms", "500", err, sizeof err),
                  RD_KAFKA_CONF_OK, "%s", err);
     va_list ap;
@@ -221,9 +223,9 @@ KU_FN rd_kafka_t *ku_reader(const char *topic, int partitions)
 {
     char group[300];
     snprintf(group, sizeof group, "%s-reader", topic);
-    rd_kafka_conf_t *conf = ku_conf("group.id", group, "enable.auto.commit", "false",
-                                    "enable.partition.eof", "true", "auto.offset.reset", "error",
-                                    NULL);
+    rd_kafka_conf_t *conf =
+        ku_conf("group.id", group, "enable.auto.commit", "false", "enable.partition.eof", "true",
+                "auto.offset.reset", "error", NULL);
     rd_kafka_t *c = ku_client(RD_KAFKA_CONSUMER, conf);
     rd_kafka_poll_set_consumer(c);
     rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(partitions);
@@ -253,7 +255,10 @@ KU_FN int ku_main(int argc, char *argv[])
     return rc;
 }
 
-#define KU_TEST_MAIN \
-    int main(int argc, char *argv[]) { return ku_main(argc, argv); }
+#define KU_TEST_MAIN                                                                               \
+    int main(int argc, char *argv[])                                                               \
+    {                                                                                              \
+        return ku_main(argc, argv);                                                                \
+    }
 
 #endif

@@ -15,7 +15,10 @@
 #include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
 
-static void suite_setup(void) { ku_setup(); }
+static void suite_setup(void)
+{
+    ku_setup();
+}
 
 TestSuite(kafka_worker, .init = suite_setup);
 
@@ -27,7 +30,8 @@ static sl_pipeline_job_t *job_of(const char *json)
     sl_pipeline_problems_t p = {0};
     sl_error_t err = {0};
     sl_err_t rc = sl_pipeline_job_parse(json, strlen(json), &job, &p, &err);
-    for (uint32_t i = 0; i < p.count; i++) fprintf(stderr, "problem: %s\n", p.items[i]);
+    for (uint32_t i = 0; i < p.count; i++)
+        fprintf(stderr, "problem: %s\n", p.items[i]);
     cr_assert_eq(rc, SL_OK, "%s", err.msg);
     sl_pipeline_problems_free(&p);
     return job;
@@ -53,7 +57,8 @@ static void check_ages(const sl_worker_stats_t *st, uint64_t good)
 {
     cr_assert_eq(st->age_count, good);
     uint64_t sum = 0;
-    for (int b = 0; b < 14; b++) sum += st->age_buckets[b];
+    for (int b = 0; b < 14; b++)
+        sum += st->age_buckets[b];
     cr_assert_eq(sum, good);
     cr_assert_eq(st->age_buckets[13], 0, "%lu records older than 60 s",
                  (unsigned long)st->age_buckets[13]);
@@ -63,9 +68,9 @@ static void check_ages(const sl_worker_stats_t *st, uint64_t good)
 typedef struct client {
     const char *addr;
     uint32_t epochs;
-    atomic_uint *seen;   /* [epochs * MAX_IDS] */
-    atomic_uint *total;  /* samples received by every client */
-    uint32_t want;       /* stop once *total reaches it (0: read to END) */
+    atomic_uint *seen;  /* [epochs * MAX_IDS] */
+    atomic_uint *total; /* samples received by every client */
+    uint32_t want;      /* stop once *total reaches it (0: read to END) */
     sl_err_t end;
     char msg[SL_ERROR_MSG_MAX];
 } client_t;
@@ -110,8 +115,8 @@ static uint32_t produce(rd_kafka_t *p, const char *topic, int parts, uint32_t fr
     for (uint32_t id = from; id < from + n; id++) {
         uint64_t session = id % 60; /* 60 sessions: partition = id % parts for 2 and 3 */
         if (id % 101 == 100) {
-            kr_produce_raw(p, topic, (int32_t)(session % (uint64_t)parts), id, session, NULL,
-                           NULL, 0);
+            kr_produce_raw(p, topic, (int32_t)(session % (uint64_t)parts), id, session, NULL, NULL,
+                           0);
         } else {
             kr_produce(p, topic, (int32_t)(session % (uint64_t)parts), id, session);
             good++;
@@ -228,8 +233,8 @@ Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
     cr_assert_eq(c.end, SL_OK, "client ended with %s: %s", sl_err_str(c.end), c.msg);
     cr_assert_lt(ku_now() - t0, tu_timeout(60));
     for (uint32_t id = 0; id < MAX_IDS; id++)
-        cr_assert_eq(seen[id], id < 1200 && id % 101 != 100 ? 1u : 0u,
-                     "sample %u arrived %u times", id, seen[id]);
+        cr_assert_eq(seen[id], id < 1200 && id % 101 != 100 ? 1u : 0u, "sample %u arrived %u times",
+                     id, seen[id]);
     /* a stream never finishes: stopping cancels the read waiting for chunk 6 */
     double t1 = ku_now();
     sl_worker_stop(w);
@@ -270,7 +275,8 @@ Test(kafka_worker, start_and_stop_by_time)
     /* ten minutes ago: inside the broker's retention, which goes by CreateTime */
     const int64_t base = (int64_t)time(NULL) * 1000 - 600000;
     for (uint64_t id = 0; id < 300; id++)
-        kr_produce_at(p, topic, (int32_t)(id % 2), id, id % 60, "1", NULL, 0, base + 10 * (int64_t)id);
+        kr_produce_at(p, topic, (int32_t)(id % 2), id, id % 60, "1", NULL, 0,
+                      base + 10 * (int64_t)id);
     kr_flush(p, (int)(tu_timeout(30) * 1000));
     rd_kafka_destroy(p);
     snprintf(spec, sizeof spec,

@@ -87,20 +87,21 @@ static void write_file(const char *name, const char *text)
 static uint64_t count_lines(const char *s)
 {
     uint64_t n = 0;
-    for (; *s; s++) n += *s == '\n';
+    for (; *s; s++)
+        n += *s == '\n';
     return n;
 }
 
 #define EXPECT_OUT(needle)                                                                         \
     do {                                                                                           \
         char *o_ = slurp("out.txt", NULL);                                                         \
-        cr_assert_not_null(strstr(o_, needle), "stdout lacks '%s':\n%s", needle, o_);             \
+        cr_assert_not_null(strstr(o_, needle), "stdout lacks '%s':\n%s", needle, o_);              \
         free(o_);                                                                                  \
     } while (0)
 #define EXPECT_ERR(needle)                                                                         \
     do {                                                                                           \
         char *e_ = slurp("err.txt", NULL);                                                         \
-        cr_assert_not_null(strstr(e_, needle), "stderr lacks '%s':\n%s", needle, e_);             \
+        cr_assert_not_null(strstr(e_, needle), "stderr lacks '%s':\n%s", needle, e_);              \
         free(e_);                                                                                  \
     } while (0)
 

@@ -100,8 +100,7 @@ static void read_table(const char *table, const char *const *feats, uint32_t nf,
     sl_wh_table_close(t);
 }
 
-static sl_worker_t *start(const sl_pipeline_job_t *job, uint32_t threads, char *addr,
-                          size_t cap)
+static sl_worker_t *start(const sl_pipeline_job_t *job, uint32_t threads, char *addr, size_t cap)
 {
     sl_worker_opts_t o = sl_worker_opts_default();
     o.threads = threads;
@@ -275,8 +274,7 @@ Test(worker_e2e, timestamp_filter_keeps_the_rows_in_range)
                      (long long)ts[i], seen[i]);
         kept += want;
     }
-    cr_assert(kept > 0 && kept < rows, "%lu of %lu kept", (unsigned long)kept,
-              (unsigned long)rows);
+    cr_assert(kept > 0 && kept < rows, "%lu of %lu kept", (unsigned long)kept, (unsigned long)rows);
     free(seen);
     free(ts);
     sl_worker_destroy(w);

@@ -765,8 +765,8 @@ Test(worker_faults, end_of_job_handshake_never_hangs)
                          .reconnect_ms = 1000 /* a reconnect would fail, not hang */};
         pthread_t reader;
         pthread_create(&reader, NULL, collect, &c);
-        cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK,
-                     "run %d: %s", runs, err.msg);
+        cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "run %d: %s",
+                     runs, err.msg);
         stopper_t s = {.w = w};
         pthread_t stopper;
         pthread_create(&stopper, NULL, stop_main, &s);

@@ -45,8 +45,9 @@ static void h_job_post(void *ctx, const sl_admin_request_t *req, sl_admin_respon
     json_t *j = sl_admin_parse_json(req, resp);
     if (!j) return;
     json_t *name = json_object_get(j, "name");
-    sl_admin_reply_json(resp, 201,
-                        json_pack("{s:s}", "created", json_is_string(name) ? json_string_value(name) : "?"));
+    sl_admin_reply_json(
+        resp, 201,
+        json_pack("{s:s}", "created", json_is_string(name) ? json_string_value(name) : "?"));
     json_decref(j);
 }
 
@@ -71,17 +72,18 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
 }
 
 static const sl_admin_route_t routes[] = {
-    {"GET", "/status", false, h_status},
-    {"GET", "/metrics", false, h_metrics},
-    {"GET", "/jobs/{}", false, h_job_get},
-    {"POST", "/jobs", true, h_job_post},
+    {"GET", "/status", false, h_status},       {"GET", "/metrics", false, h_metrics},
+    {"GET", "/jobs/{}", false, h_job_get},     {"POST", "/jobs", true, h_job_post},
     {"POST", "/jobs/{}/scale", true, h_scale},
 };
 
 static sl_admin_t *start(const char *token, size_t max_body, int *calls)
 {
-    sl_admin_opts_t o = {.token = token, .max_body_bytes = max_body, .routes = routes,
-                         .num_routes = sizeof routes / sizeof routes[0], .ctx = calls};
+    sl_admin_opts_t o = {.token = token,
+                         .max_body_bytes = max_body,
+                         .routes = routes,
+                         .num_routes = sizeof routes / sizeof routes[0],
+                         .ctx = calls};
     sl_admin_t *a = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_admin_start(&o, &a, &err), SL_OK, "%s", err.msg);
@@ -107,7 +109,8 @@ static char *exchange(uint16_t port, const char *raw, size_t raw_len, bool half_
     size_t cap = 65536, len = 0;
     char *buf = malloc(cap);
     ssize_t n;
-    while ((n = recv(fd, buf + len, cap - len - 1, 0)) > 0) len += (size_t)n;
+    while ((n = recv(fd, buf + len, cap - len - 1, 0)) > 0)
+        len += (size_t)n;
     buf[len] = '\0';
     close(fd);
     return buf;
@@ -130,10 +133,11 @@ static int http(uint16_t port, const char *method, const char *path, const char 
                 const char *body, char **reply)
 {
     char req[8192];
-    int n = snprintf(req, sizeof req,
-                     "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s%s%sContent-Length: %zu\r\n\r\n%s",
-                     method, path, auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "",
-                     body ? strlen(body) : 0, body ? body : "");
+    int n = snprintf(
+        req, sizeof req,
+        "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s%s%sContent-Length: %zu\r\n\r\n%s",
+        method, path, auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "",
+        body ? strlen(body) : 0, body ? body : "");
     return http_raw(port, req, (size_t)n, reply);
 }
 
@@ -479,9 +483,12 @@ Test(admin, tls_with_a_client_that_verifies_the_certificate)
     char *cert = tu_path(dir, "cert.pem"), *key = tu_path(dir, "key.pem");
     tu_make_cert(cert, key, "127.0.0.1");
     int calls = 0;
-    sl_admin_opts_t o = {.token = "t", .routes = routes,
-                         .num_routes = sizeof routes / sizeof routes[0], .ctx = &calls,
-                         .tls_cert_file = cert, .tls_key_file = key};
+    sl_admin_opts_t o = {.token = "t",
+                         .routes = routes,
+                         .num_routes = sizeof routes / sizeof routes[0],
+                         .ctx = &calls,
+                         .tls_cert_file = cert,
+                         .tls_key_file = key};
     sl_admin_t *a = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_admin_start(&o, &a, &err), SL_OK, "%s", err.msg);

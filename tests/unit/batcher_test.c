@@ -175,10 +175,10 @@ static void run_in_order(bool drop_last, bool weighted)
     sk->weight_label = true;
     fed_t f = {0, calloc(20000, 8), calloc(20000, 8), calloc(20000, 8)};
     sl_worker_batcher_opts_t o = {.batch_size = B,
-                               .drop_last = drop_last,
-                               .sample_ids = true,
-                               .weight_label = "weight",
-                               .job_id = 77};
+                                  .drop_last = drop_last,
+                                  .sample_ids = true,
+                                  .weight_label = "weight",
+                                  .job_id = 77};
     sl_worker_batcher_t *bt;
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
@@ -273,10 +273,10 @@ static void shuffled_order(uint64_t shuffle_seed, uint32_t window, uint32_t B, u
                            sink_t *sk, fed_t *f)
 {
     sl_worker_batcher_opts_t o = {.batch_size = B,
-                               .sample_ids = true,
-                               .shuffle_window = window,
-                               .seed = shuffle_seed,
-                               .weight_label = "weight"};
+                                  .sample_ids = true,
+                                  .shuffle_window = window,
+                                  .seed = shuffle_seed,
+                                  .weight_label = "weight"};
     sk->weight_label = true;
     sk->weighted = true;
     sl_worker_batcher_t *bt;

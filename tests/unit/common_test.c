@@ -207,10 +207,18 @@ Test(parse, sizes_with_binary_units)
     static const struct {
         const char *text;
         uint64_t want;
-    } ok[] = {{"0", 0},           {"4096", 4096},         {"64K", 64ull << 10},
-              {"64k", 64ull << 10}, {"64KB", 64ull << 10}, {"64KiB", 64ull << 10},
-              {"256M", 256ull << 20}, {"256MiB", 256ull << 20}, {"2G", 2ull << 30},
-              {"2gb", 2ull << 30},  {"1T", 1ull << 40},     {"7B", 7}};
+    } ok[] = {{"0", 0},
+              {"4096", 4096},
+              {"64K", 64ull << 10},
+              {"64k", 64ull << 10},
+              {"64KB", 64ull << 10},
+              {"64KiB", 64ull << 10},
+              {"256M", 256ull << 20},
+              {"256MiB", 256ull << 20},
+              {"2G", 2ull << 30},
+              {"2gb", 2ull << 30},
+              {"1T", 1ull << 40},
+              {"7B", 7}};
     sl_error_t err = {0};
     for (size_t k = 0; k < sizeof ok / sizeof *ok; k++) {
         uint64_t v = 1;
@@ -224,8 +232,8 @@ Test(parse, sizes_with_binary_units)
         cr_assert_eq(sl_parse_size(bad[k], 0, UINT64_MAX, &v, "--memory-limit", &err),
                      SL_ERR_INVALID, "'%s'", bad[k]);
         cr_assert_eq(v, 3);
-        cr_assert(strstr(err.msg, "not a size (bytes, or a number with K, M, G or T: 64MiB)"),
-                  "%s", err.msg);
+        cr_assert(strstr(err.msg, "not a size (bytes, or a number with K, M, G or T: 64MiB)"), "%s",
+                  err.msg);
     }
     uint64_t v;
     cr_assert_eq(sl_parse_size("16777216T", 0, UINT64_MAX, &v, "--memory-limit", &err),
@@ -245,7 +253,8 @@ Test(fileio, whole_file_reads_and_maps)
     char *p = tu_path(dir, "f"), *empty = tu_path(dir, "empty"), *nul = tu_path(dir, "nul");
     char *missing = tu_path(dir, "missing");
     static char big[100000];
-    for (size_t i = 0; i < sizeof big; i++) big[i] = (char)('a' + i % 26);
+    for (size_t i = 0; i < sizeof big; i++)
+        big[i] = (char)('a' + i % 26);
     tu_write_file(p, big, sizeof big);
     tu_write_file(empty, "", 0);
     tu_write_file(nul, "a\0b", 3);
@@ -273,14 +282,13 @@ Test(fileio, whole_file_reads_and_maps)
                  SL_ERR_NOT_FOUND);
     cr_assert(strstr(err.msg, "job spec ") && strstr(err.msg, "No such file"), "%s", err.msg);
     /* /proc files say 0 bytes and hold more: read to the end */
-    cr_assert_eq(sl_io_read_file("/proc/self/status", "status", 1 << 20, &ta.base, &data, &len,
-                                 &err),
-                 SL_OK, "%s", err.msg);
+    cr_assert_eq(
+        sl_io_read_file("/proc/self/status", "status", 1 << 20, &ta.base, &data, &len, &err), SL_OK,
+        "%s", err.msg);
     cr_assert(strstr(data, "Name:") == data, "%.40s", data);
     sl_free(&ta.base, data, len + 1);
     tu_alloc_fail_at(&ta, 1, true);
-    cr_assert_eq(sl_io_read_file(p, "spec", sizeof big, &ta.base, &data, &len, &err),
-                 SL_ERR_NOMEM);
+    cr_assert_eq(sl_io_read_file(p, "spec", sizeof big, &ta.base, &data, &len, &err), SL_ERR_NOMEM);
     tu_alloc_fail_at(&ta, 0, false);
 
     sl_io_map_t m;
@@ -339,8 +347,7 @@ Test(fileio, lines_through_the_allocator)
     line = NULL;
     cap = 0;
     tu_alloc_fail_at(&ta, 1, false);
-    cr_assert_eq(sl_io_read_line(f, "lines", 100, &ta.base, &line, &cap, &len, &err),
-                 SL_ERR_NOMEM);
+    cr_assert_eq(sl_io_read_line(f, "lines", 100, &ta.base, &line, &cap, &len, &err), SL_ERR_NOMEM);
     tu_alloc_fail_at(&ta, 0, false);
     fclose(f);
     cr_assert_null(line);
@@ -477,8 +484,10 @@ Test(log, handler_calls_are_serialised)
     sl_log_set_level(SL_LOG_INFO);
     sl_log_set_handler(count_record, &c);
     pthread_t t[4];
-    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, log_many, NULL);
-    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, log_many, NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
     sl_log_set_handler(NULL, NULL);
     cr_assert_eq(c.n, 8000);
     cr_assert_eq(c.max_inside, 1);

@@ -49,12 +49,12 @@ static sl_master_executor_t *make(uint32_t max_workers, const char *log_dir,
                                   const char *const *extra)
 {
     sl_master_executor_local_opts_t o = {.binary = script,
-                                .master = "127.0.0.1:7070",
-                                .log_dir = log_dir,
-                                .worker_threads = 2,
-                                .extra_args = extra,
-                                .max_workers = max_workers,
-                                .stop_grace_ms = 2000};
+                                         .master = "127.0.0.1:7070",
+                                         .log_dir = log_dir,
+                                         .worker_threads = 2,
+                                         .extra_args = extra,
+                                         .max_workers = max_workers,
+                                         .stop_grace_ms = 2000};
     sl_master_executor_t *ex = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_master_executor_local_new(&o, &ex, &err), SL_OK, "%s", err.msg);
@@ -269,11 +269,11 @@ Test(executor, restarts_back_off_when_workers_keep_exiting)
     fclose(f);
     chmod(failing, 0755);
     sl_master_executor_local_opts_t o = {.binary = failing,
-                                .master = "127.0.0.1:7070",
-                                .max_workers = 4,
-                                .backoff_ms = 100,
-                                .max_backoff_ms = 400,
-                                .healthy_ms = 5000};
+                                         .master = "127.0.0.1:7070",
+                                         .max_workers = 4,
+                                         .backoff_ms = 100,
+                                         .max_backoff_ms = 400,
+                                         .healthy_ms = 5000};
     sl_master_executor_t *ex = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_master_executor_local_new(&o, &ex, &err), SL_OK, "%s", err.msg);

@@ -77,17 +77,17 @@ typedef struct fake {
     const char *spec;
     fm_lease_t q[MAX_LEASES];
     uint32_t nq, next;
-    bool hold;         /* no leases for now (NO_WORK) */
-    bool finish;       /* NO_WORK "finished" once the queue is empty */
+    bool hold;            /* no leases for now (NO_WORK) */
+    bool finish;          /* NO_WORK "finished" once the queue is empty */
     int drop_after_reads; /* close the connection once after this many SPLIT_READs (0: never) */
     bool dropped;
     uint32_t registers, heartbeats, lease_requests;
-    uint64_t incarnation;   /* of the first REGISTER; every later one must carry the same */
-    bool unnamed_lease;     /* a REGISTER did not name a lease granted and not yet read */
-    bool named_unknown;     /* a REGISTER named a lease never granted */
+    uint64_t incarnation;         /* of the first REGISTER; every later one must carry the same */
+    bool unnamed_lease;           /* a REGISTER did not name a lease granted and not yet read */
+    bool named_unknown;           /* a REGISTER named a lease never granted */
     uint32_t named_on_reregister; /* leases named by the last REGISTER after the first */
-    uint32_t refuse_after;  /* > 0: refuse REGISTERs after this many (the id is in use) */
-    uint64_t revoke_gen; /* revoke this generation in the next heartbeat reply (0: none) */
+    uint32_t refuse_after;        /* > 0: refuse REGISTERs after this many (the id is in use) */
+    uint64_t revoke_gen;          /* revoke this generation in the next heartbeat reply (0: none) */
     bool revoked_sent;
     uint64_t hb_leases_max;
     fm_read_t reads[MAX_LEASES];
@@ -252,7 +252,8 @@ static void fm_serve(fake_t *f, int fd)
                 drop = f->dropped = true;
             break;
         }
-        default: TCHECK(false, "fake master: unexpected %s frame", sl_rpc_type_name(fr.type));
+        default:
+            TCHECK(false, "fake master: unexpected %s frame", sl_rpc_type_name(fr.type));
         }
         pthread_mutex_unlock(&f->mu);
         sl_rpc_frame_free(&fr);
@@ -299,8 +300,8 @@ static void fm_add(fake_t *f, uint32_t split, uint64_t gen, uint32_t rank_plus_o
                    const sl_dpp_row_range_t *todo, uint32_t ntodo)
 {
     fm_lease_t *l = &f->q[f->nq++];
-    *l = (fm_lease_t){.split = split, .generation = gen, .rank_plus_one = rank_plus_one,
-                      .ntodo = ntodo};
+    *l = (fm_lease_t){
+        .split = split, .generation = gen, .rank_plus_one = rank_plus_one, .ntodo = ntodo};
     if (todo)
         memcpy(l->todo, todo, ntodo * sizeof *todo);
     else

@@ -58,7 +58,8 @@ static void make_rows(rows_fixture_t *fx, uint32_t n, uint32_t first)
     cr_assert_eq(sl_dense_init(&b->dense, fx->arena, n, 1, dn), SL_OK);
     cr_assert_eq(sl_dense_init(&b->labels, fx->arena, n, 2, ln), SL_OK);
     uint64_t values = 0;
-    for (uint32_t i = 0; i < n; i++) values += (first + i) % 4 != 0;
+    for (uint32_t i = 0; i < n; i++)
+        values += (first + i) % 4 != 0;
     cr_assert_eq(sl_kjt_init(&b->sparse, fx->arena, 1, keys, n, values, false), SL_OK);
     b->sample_ids = sl_arena_alloc(fx->arena, (size_t)n * 8 + 8);
     fx->rows.timestamps = sl_arena_alloc(fx->arena, (size_t)n * 8 + 8);
@@ -81,7 +82,8 @@ static uint32_t run(const sl_pipeline_plan_t *plan, const sl_wh_rows_t *rows, ui
     uint32_t count = 0;
     sl_error_t err = {0};
     cr_assert_eq(sl_pipeline_plan_filter(plan, rows, sel, w, &count, &err), SL_OK, "%s", err.msg);
-    for (uint32_t i = 1; i < count; i++) cr_assert_lt(sel[i - 1], sel[i]);
+    for (uint32_t i = 1; i < count; i++)
+        cr_assert_lt(sel[i - 1], sel[i]);
     return count;
 }
 
@@ -147,9 +149,11 @@ Test(filter, sample_rate_and_determinism)
     static uint32_t sel2[N];
     uint32_t count2 = run(plan, &part.rows, sel2, NULL);
     uint32_t k = 0;
-    while (k < count && sel[k] < N / 2) k++;
+    while (k < count && sel[k] < N / 2)
+        k++;
     cr_assert_eq(count - k, count2);
-    for (uint32_t i = 0; i < count2; i++) cr_assert_eq(sel2[i] + N / 2, sel[k + i]);
+    for (uint32_t i = 0; i < count2; i++)
+        cr_assert_eq(sel2[i] + N / 2, sel[k + i]);
     sl_pipeline_plan_destroy(plan);
     plan = plan_for("{\"op\": \"sample\", \"rate\": 1}");
     cr_assert_eq(run(plan, &fx.rows, sel, NULL), N);

@@ -108,7 +108,8 @@ Test(gen, same_seed_same_table_any_threads)
     }
     sl_wh_table_close(t);
     free(t0);
-    for (int i = 0; i < 3; i++) free(out[i]);
+    for (int i = 0; i < 3; i++)
+        free(out[i]);
     tu_rm_tree(dir);
     free(dir);
 }
@@ -173,8 +174,8 @@ Test(gen, sessions_keep_user_features)
             for (int s = 0; s < 3; s++) {
                 cr_assert_eq(u->len[s], row.sparse[s].len);
                 cr_assert(memcmp(u->ids[s], row.sparse[s].ids, u->len[s] * sizeof(int64_t)) == 0,
-                          "row %llu: user feature %d changed within session",
-                          (unsigned long long)n, s);
+                          "row %llu: user feature %d changed within session", (unsigned long long)n,
+                          s);
             }
         }
         item_changes += row.sparse[3].ids[0] != last_item;

@@ -69,7 +69,8 @@ static char *criteo_text(uint32_t n, size_t *len)
     size_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
         at += (size_t)sprintf(t + at, "%d", (int)tu_below(&rng, 2));
-        for (int d = 0; d < 13; d++) at += (size_t)sprintf(t + at, "\t%d", (int)tu_below(&rng, 999));
+        for (int d = 0; d < 13; d++)
+            at += (size_t)sprintf(t + at, "\t%d", (int)tu_below(&rng, 999));
         for (int s = 0; s < 26; s++)
             at += (size_t)sprintf(t + at, "\t%08llx", (unsigned long long)(tu_next(&rng) >> 32));
         t[at++] = '\n';
@@ -164,8 +165,8 @@ Test(import_input, gzip_and_zstd_import_the_plain_rows)
         bad_count_t bad = {0};
         uint64_t rows = 0;
         sl_error_t err = {0};
-        cr_assert_eq(import1(SL_WH_IMPORT_CRITEO, table, names[i], false, &bad, &rows, &err),
-                     SL_OK, "%s: %s", names[i], err.msg);
+        cr_assert_eq(import1(SL_WH_IMPORT_CRITEO, table, names[i], false, &bad, &rows, &err), SL_OK,
+                     "%s: %s", names[i], err.msg);
         cr_assert_eq(rows, 2000, "%s: %llu rows", names[i], (unsigned long long)rows);
         cr_assert_eq(bad.n, 0);
         char *got = cat_table(table);
@@ -213,10 +214,11 @@ Test(import_input, jsonl_schema_inferred_through_gzip)
     char text[8192];
     size_t len = 0;
     for (int i = 0; i < 50; i++)
-        len += (size_t)snprintf(text + len, sizeof text - len,
-                                "{\"sample_id\":%d,\"labels\":{\"click\":%d},\"dense\":{\"age\":%d},"
-                                "\"sparse\":{\"item\":[%d,%d]}}\n",
-                                i, i % 2, 20 + i, i, i * 7);
+        len +=
+            (size_t)snprintf(text + len, sizeof text - len,
+                             "{\"sample_id\":%d,\"labels\":{\"click\":%d},\"dense\":{\"age\":%d},"
+                             "\"sparse\":{\"item\":[%d,%d]}}\n",
+                             i, i % 2, 20 + i, i, i * 7);
     char *plain = tu_path(dir, "rows.jsonl"), *gz = tu_path(dir, "rows.jsonl.gz");
     tu_write_file(plain, text, len);
     write_gzip(gz, text, len, 1);
@@ -246,8 +248,7 @@ static void expect_refused(const char *dir, sl_wh_import_format_t fmt, const cha
     char *table = tu_path(dir, "t");
     bad_count_t bad = {0};
     sl_error_t err = {0};
-    cr_assert_eq(import1(fmt, table, path, false, &bad, NULL, &err), code, "%s: %s", path,
-                 err.msg);
+    cr_assert_eq(import1(fmt, table, path, false, &bad, NULL, &err), code, "%s: %s", path, err.msg);
     char want[1024];
     snprintf(want, sizeof want, fmt_msg, path);
     cr_assert_str_eq(err.msg, want);
@@ -270,7 +271,10 @@ Test(import_input, not_text_refused_with_one_error)
     expect_refused(dir, SL_WH_IMPORT_JSONL, p, SL_ERR_INVALID,
                    "%s: not text: it looks like bzip2-compressed data (decompress it first: "
                    "bunzip2 -k)" TAIL);
-    tu_write_file(p, "\xfd" "7zXZ\0\0\x04", 8);
+    tu_write_file(p,
+                  "\xfd"
+                  "7zXZ\0\0\x04",
+                  8);
     expect_refused(dir, SL_WH_IMPORT_CRITEO, p, SL_ERR_INVALID,
                    "%s: not text: it looks like xz-compressed data (decompress it first: "
                    "unxz -k)" TAIL);
@@ -293,7 +297,8 @@ Test(import_input, not_text_refused_with_one_error)
     /* Binary content inside gzip. */
     char *gz = tu_path(dir, "blob.gz");
     char bin[256];
-    for (int i = 0; i < 256; i++) bin[i] = (char)(255 - i);
+    for (int i = 0; i < 256; i++)
+        bin[i] = (char)(255 - i);
     write_gzip(gz, bin, sizeof bin, 1);
     expect_refused(dir, SL_WH_IMPORT_CRITEO, gz, SL_ERR_INVALID,
                    "%s: not text: invalid UTF-8 (byte 0xff) at byte 0 of its content "
@@ -313,10 +318,8 @@ Test(import_input, not_text_refused_with_one_error)
     whole[50001] ^= 0x55;
     tu_write_file(gz, whole, (size_t)st.st_size);
     char *table2 = tu_path(dir, "t");
-    cr_assert_eq(import1(SL_WH_IMPORT_CRITEO, table2, gz, false, &bad, NULL, &err),
-                 SL_ERR_CORRUPT);
-    cr_assert(strstr(err.msg, ": corrupt gzip data near compressed byte ") != NULL, "%s",
-              err.msg);
+    cr_assert_eq(import1(SL_WH_IMPORT_CRITEO, table2, gz, false, &bad, NULL, &err), SL_ERR_CORRUPT);
+    cr_assert(strstr(err.msg, ": corrupt gzip data near compressed byte ") != NULL, "%s", err.msg);
     cr_assert(!exists(table2));
     free(whole);
     char *zst = tu_path(dir, "day.zst");
@@ -324,8 +327,8 @@ Test(import_input, not_text_refused_with_one_error)
     char *zwhole = tu_read_file(zst);
     tu_write_file(zst, zwhole, zn - 10);
     char want[256];
-    snprintf(want, sizeof want, "%%s: truncated zstd data (the file ends inside a frame after %zu bytes)",
-             zn - 10);
+    snprintf(want, sizeof want,
+             "%%s: truncated zstd data (the file ends inside a frame after %zu bytes)", zn - 10);
     expect_refused(dir, SL_WH_IMPORT_CRITEO, zst, SL_ERR_CORRUPT, want);
     free(zwhole), free(zst), free(text), free(table2), free(gz), free(table), free(p);
     tu_rm_tree(dir);
@@ -376,11 +379,17 @@ Test(import_input, failed_import_leaves_no_directory)
     cr_assert(exists(schema));
     char *rows = cat_table(table);
     /* Only good.tsv's two rows (C1..C26 empty). */
-    cr_assert(strncmp(rows, "{\"sample_id\":1,\"session_id\":0,\"ts\":0,\"labels\":{\"label\":1.0},"
-                            "\"dense\":{\"I1\":2.0},", 79) == 0, "%s", rows);
+    cr_assert(strncmp(rows,
+                      "{\"sample_id\":1,\"session_id\":0,\"ts\":0,\"labels\":{\"label\":1.0},"
+                      "\"dense\":{\"I1\":2.0},",
+                      79) == 0,
+              "%s", rows);
     const char *second = strchr(rows, '\n') + 1;
-    cr_assert(strncmp(second, "{\"sample_id\":2,\"session_id\":0,\"ts\":0,\"labels\":{\"label\":0.0},"
-                              "\"dense\":{\"I1\":3.0},", 79) == 0, "%s", second);
+    cr_assert(strncmp(second,
+                      "{\"sample_id\":2,\"session_id\":0,\"ts\":0,\"labels\":{\"label\":0.0},"
+                      "\"dense\":{\"I1\":3.0},",
+                      79) == 0,
+              "%s", second);
     cr_assert_eq(strchr(second, '\n')[1], '\0', "more than 2 rows: %s", rows);
     free(rows), free(p0), free(p1), free(good), free(schema), free(missing), free(table),
         free(bad_in);

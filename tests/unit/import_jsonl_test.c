@@ -30,7 +30,8 @@ static sl_wh_schema_t *test_schema(void)
     sl_wh_schema_t *s = sl_wh_schema_new(NULL);
     sl_error_t err = {0};
     const char *labels[] = {"click", "rating"};
-    for (int i = 0; i < 2; i++) cr_assert_eq(sl_wh_schema_add_label(s, labels[i], &err), SL_OK);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(sl_wh_schema_add_label(s, labels[i], &err), SL_OK);
     const char *dense[] = {"price", "age", "score"};
     for (int i = 0; i < 3; i++)
         cr_assert_eq(sl_wh_schema_add_feature(s, dense[i], SL_WH_DENSE, &err), SL_OK);
@@ -65,7 +66,8 @@ static json_t *random_ids(uint64_t *rng, uint32_t n)
 {
     json_t *a = json_array();
     for (uint32_t i = 0; i < n; i++)
-        json_array_append_new(a, json_integer((json_int_t)(tu_next(rng) >> (1 + tu_below(rng, 63)))));
+        json_array_append_new(a,
+                              json_integer((json_int_t)(tu_next(rng) >> (1 + tu_below(rng, 63)))));
     return a;
 }
 
@@ -100,8 +102,8 @@ static json_t *random_row(uint64_t *rng, bool all_dense)
     json_object_set_new(tags, "ids", random_ids(rng, n));
     json_t *w = json_array();
     for (uint32_t i = 0; i < n; i++)
-        json_array_append_new(w, tu_below(rng, 20) == 0 ? json_null()
-                                                        : float_json(random_float(rng)));
+        json_array_append_new(w,
+                              tu_below(rng, 20) == 0 ? json_null() : float_json(random_float(rng)));
     json_object_set_new(tags, "weights", w);
     json_t *weighted = json_object();
     json_object_set_new(weighted, "tags", tags);
@@ -220,7 +222,8 @@ Test(import_jsonl, round_trip_with_schema_object_file_and_inference)
     cr_assert_eq(sum.rows_written, N);
     sl_wh_import_summary_free(&sum);
 
-    for (int i = 0; i < N; i++) json_decref(rows[i]);
+    for (int i = 0; i < N; i++)
+        json_decref(rows[i]);
     free(rows);
     sl_wh_schema_destroy(schema);
     free(in);
@@ -287,22 +290,21 @@ Test(import_jsonl, bad_rows_named_by_line)
 {
     char *dir = tu_mkdtemp("jsonl");
     char *in = tu_path(dir, "bad.jsonl"), *table = tu_path(dir, "t");
-    const char text[] =
-        "{\"sample_id\":5,\"sparse\":{\"item\":[3]}}\n"                       /* 1 good */
-        "{\"dense\":{\"price\":\"x\"}}\n"                                     /* 2 */
-        "{\"sparse\":{\"item\":[-1]}}\n"                                      /* 3 */
-        "{\"sparse\":{\"nope\":[1]}}\n"                                       /* 4 */
-        "[1,2]\n"                                                             /* 5 */
-        "{\"weighted\":{\"tags\":{\"ids\":[1,2],\"weights\":[0.5]}}}\n"       /* 6 */
-        "{\"dense\":{\"price\":1e300}}\n"                                     /* 7 */
-        "{\"labels\":{\"click\":1.0},\"extra\":1}\n"                          /* 8 */
-        "{\"sparse\":{\"item\":[1.5]}}\n"                                     /* 9 */
-        "{\"dense\":{\"item\":1.0}}\n"                                        /* 10 */
-        "{\"labels\":{\"nolabel\":1}}\n"                                      /* 11 */
-        "{\"sample_id\":\"7\"}\n"                                             /* 12 */
-        "{\"sparse\":{\"item\":[1],\"item\":[2]}}\n"                          /* 13 */
-        "{}\n"                                                                /* 14 good */
-        "{\"bad json\n";                                                      /* 15 */
+    const char text[] = "{\"sample_id\":5,\"sparse\":{\"item\":[3]}}\n"                 /* 1 good */
+                        "{\"dense\":{\"price\":\"x\"}}\n"                               /* 2 */
+                        "{\"sparse\":{\"item\":[-1]}}\n"                                /* 3 */
+                        "{\"sparse\":{\"nope\":[1]}}\n"                                 /* 4 */
+                        "[1,2]\n"                                                       /* 5 */
+                        "{\"weighted\":{\"tags\":{\"ids\":[1,2],\"weights\":[0.5]}}}\n" /* 6 */
+                        "{\"dense\":{\"price\":1e300}}\n"                               /* 7 */
+                        "{\"labels\":{\"click\":1.0},\"extra\":1}\n"                    /* 8 */
+                        "{\"sparse\":{\"item\":[1.5]}}\n"                               /* 9 */
+                        "{\"dense\":{\"item\":1.0}}\n"                                  /* 10 */
+                        "{\"labels\":{\"nolabel\":1}}\n"                                /* 11 */
+                        "{\"sample_id\":\"7\"}\n"                                       /* 12 */
+                        "{\"sparse\":{\"item\":[1],\"item\":[2]}}\n"                    /* 13 */
+                        "{}\n"           /* 14 good */
+                        "{\"bad json\n"; /* 15 */
     tu_write_file(in, text, sizeof text - 1);
     const char *inputs[] = {in};
     sl_wh_import_opts_t o = jsonl_opts(table, inputs);

@@ -98,8 +98,8 @@ static uint32_t count_files(const char *dir, const char *partition, bool hidden)
 /* What one Criteo line should read back as. */
 typedef struct crow {
     float label;
-    float dense[13];   /* NaN = missing */
-    int64_t ids[26];   /* -1 = empty list */
+    float dense[13]; /* NaN = missing */
+    int64_t ids[26]; /* -1 = empty list */
     uint64_t line;
 } crow_t;
 
@@ -126,7 +126,7 @@ static size_t random_line(uint64_t *rng, crow_t *r, char *out)
         r->ids[i] = -1;
         if ((uint32_t)(14 + i) >= keep) continue;
         out[n++] = '\t';
-        if (tu_below(rng, 4) == 0) continue; /* empty list */
+        if (tu_below(rng, 4) == 0) continue;                  /* empty list */
         uint64_t v = tu_next(rng) >> (1 + tu_below(rng, 63)); /* < 2^63, any width */
         r->ids[i] = (int64_t)v;
         const char *fmt = tu_below(rng, 2) ? "%llx" : "%llX";
@@ -260,15 +260,18 @@ Test(import, criteo_handmade_lines)
     crow_t want[4];
     for (int r = 0; r < 4; r++) {
         want[r].line = (uint64_t)r + 1;
-        for (int d = 0; d < 13; d++) want[r].dense[d] = NAN;
-        for (int s = 0; s < 26; s++) want[r].ids[s] = -1;
+        for (int d = 0; d < 13; d++)
+            want[r].dense[d] = NAN;
+        for (int s = 0; s < 26; s++)
+            want[r].ids[s] = -1;
     }
     want[0].label = 1;
     want[1].label = 0;
     want[1].dense[0] = 5;
     want[1].dense[2] = -3;
     want[2].label = 1;
-    for (int d = 0; d < 12; d++) want[2].dense[d] = (float)(d + 1);
+    for (int d = 0; d < 12; d++)
+        want[2].dense[d] = (float)(d + 1);
     want[2].dense[12] = 16777216.0f;
     want[2].ids[0] = 0x68fd1e64;
     want[2].ids[2] = 0;
@@ -283,16 +286,16 @@ Test(import, criteo_handmade_lines)
     tu_alloc_assert_clean(&g_ta);
 }
 
-static const char bad_text[] = "1\t2\n"                          /* line 1: good */
-                               "x\t1\n"                          /* 2: bad label */
-                               "0\t1.5\n"                        /* 3: I1 not an integer */
+static const char bad_text[] = "1\t2\n"                            /* line 1: good */
+                               "x\t1\n"                            /* 2: bad label */
+                               "0\t1.5\n"                          /* 3: I1 not an integer */
                                "0\t\t\t\t\t\t\t\t\t\t\t\t\t\tzz\n" /* 4: C1 not hex */
                                "0\t\t\t\t\t\t\t\t\t\t\t\t\t\t8000000000000000\n" /* 5: > 2^63-1 */
                                "1\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t"
-                               "\t\t\t\t\t\t\t\t\t\t\t\n"        /* 6: 41 fields */
-                               "\t3\n"                           /* 7: missing label */
-                               "0\t99999999999999999999\n"       /* 8: out of int64 */
-                               "1\t7";                           /* 9: good */
+                               "\t\t\t\t\t\t\t\t\t\t\t\n"  /* 6: 41 fields */
+                               "\t3\n"                     /* 7: missing label */
+                               "0\t99999999999999999999\n" /* 8: out of int64 */
+                               "1\t7";                     /* 9: good */
 
 static const char *const bad_msgs[] = {
     "bad.tsv:2: field 1 (label): unparsable number 'x'",
@@ -322,14 +325,17 @@ Test(import, criteo_bad_rows_skipped_with_file_and_line)
     cr_assert_eq(sum.rows_skipped, 7);
     cr_assert_eq(sum.files[0].first_error_line, 2);
     cr_assert_eq(log.n, 7);
-    for (uint32_t i = 0; i < 7; i++) cr_assert_str_eq(log.text[i], bad_msgs[i]);
+    for (uint32_t i = 0; i < 7; i++)
+        cr_assert_str_eq(log.text[i], bad_msgs[i]);
     sl_wh_import_summary_free(&sum);
     crow_t want[2];
     want[0] = (crow_t){.label = 1, .line = 1};
     want[1] = (crow_t){.label = 1, .line = 9};
     for (int r = 0; r < 2; r++) {
-        for (int d = 0; d < 13; d++) want[r].dense[d] = NAN;
-        for (int s = 0; s < 26; s++) want[r].ids[s] = -1;
+        for (int d = 0; d < 13; d++)
+            want[r].dense[d] = NAN;
+        for (int s = 0; s < 26; s++)
+            want[r].ids[s] = -1;
     }
     want[0].dense[0] = 2;
     want[1].dense[0] = 7;
@@ -424,7 +430,8 @@ Test(import, criteo_parallel_inputs_deterministic)
     /* Every file's rows, with sample ids part * 1e10 + line. */
     char *table = tu_path(dir, "t0");
     for (int f = 0; f < FILES; f++)
-        for (int i = 0; i < ROWS; i++) want[f * ROWS + i].line += (uint64_t)f * 10000000000ull;
+        for (int i = 0; i < ROWS; i++)
+            want[f * ROWS + i].line += (uint64_t)f * 10000000000ull;
     check_criteo_table(table, want, FILES * ROWS, 0);
     /* A second import into the same partition continues the part numbers. */
     const char *one[] = {inputs[0]};
@@ -435,7 +442,8 @@ Test(import, criteo_parallel_inputs_deterministic)
     cr_assert_str_eq(sum.files[0].output, "ds=2026-03-01/part-00005.slc");
     sl_wh_import_summary_free(&sum);
     free(table);
-    for (int f = 0; f < FILES; f++) free(inputs[f]);
+    for (int f = 0; f < FILES; f++)
+        free(inputs[f]);
     free(out[0]);
     free(out[1]);
     free(want);
@@ -478,8 +486,7 @@ Test(import, criteo_parser_rejects_garbage_without_crashing)
  * failure absorbed); never a row counted bad for lack of memory, never a
  * file added by an import that failed, nothing leaked. @return the number
  * of allocation failures walked. */
-static uint64_t import_walk(const char *dir, sl_wh_import_opts_t o, uint64_t rows,
-                            uint32_t files)
+static uint64_t import_walk(const char *dir, sl_wh_import_opts_t o, uint64_t rows, uint32_t files)
 {
     char table[400];
     uint64_t k = 1;

@@ -55,7 +55,8 @@ static const char *dq(const char *text)
     static char buf[32768];
     size_t n = strlen(text);
     cr_assert_lt(n, sizeof buf);
-    for (size_t i = 0; i <= n; i++) buf[i] = text[i] == '\'' ? '"' : text[i];
+    for (size_t i = 0; i <= n; i++)
+        buf[i] = text[i] == '\'' ? '"' : text[i];
     return buf;
 }
 
@@ -66,7 +67,8 @@ static sl_pipeline_job_t *parse_ok(const char *text)
     sl_pipeline_problems_t pr = {0};
     sl_error_t err = {0};
     sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err);
-    for (uint32_t i = 0; i < pr.count; i++) fprintf(stderr, "problem: %s\n", pr.items[i]);
+    for (uint32_t i = 0; i < pr.count; i++)
+        fprintf(stderr, "problem: %s\n", pr.items[i]);
     cr_assert_eq(rc, SL_OK, "%s", err.msg);
     cr_assert_eq(pr.count, 0);
     sl_pipeline_problems_free(&pr);
@@ -83,7 +85,8 @@ static void parse_bad(const char *text, uint32_t n, const char *const *expected)
     sl_error_t err = {0};
     cr_assert_eq(sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err), SL_ERR_INVALID);
     cr_assert_null(job);
-    for (uint32_t i = 0; i < pr.count; i++) fprintf(stderr, "  %s\n", pr.items[i]);
+    for (uint32_t i = 0; i < pr.count; i++)
+        fprintf(stderr, "  %s\n", pr.items[i]);
     cr_assert_eq(pr.count, n, "expected %u problems, got %u", n, pr.count);
     for (uint32_t i = 0; i < n; i++) {
         bool found = false;
@@ -215,7 +218,8 @@ Test(job_spec, op_limits)
     size_t cap = 4097 * 4 + 128;
     char *big = malloc(cap);
     size_t n = (size_t)snprintf(big, cap, "{'source': {'table': 't'}, 'filters': [");
-    for (int i = 0; i < 4097; i++) n += (size_t)snprintf(big + n, cap - n, "%s{}", i ? "," : "");
+    for (int i = 0; i < 4097; i++)
+        n += (size_t)snprintf(big + n, cap - n, "%s{}", i ? "," : "");
     snprintf(big + n, cap - n, "]}");
     parse_bad(big, 1,
               (const char *[]){"$.filters: 4097 filters, more than the 4096 a job may have"});
@@ -418,11 +422,13 @@ static void bind_bad(const char *text, uint32_t n, const char *const *expected)
     sl_error_t err = {0};
     cr_assert_eq(sl_pipeline_plan_new(job, s, &plan, &pr, &err), SL_ERR_INVALID);
     cr_assert_null(plan);
-    for (uint32_t i = 0; i < pr.count; i++) fprintf(stderr, "  %s\n", pr.items[i]);
+    for (uint32_t i = 0; i < pr.count; i++)
+        fprintf(stderr, "  %s\n", pr.items[i]);
     cr_assert_eq(pr.count, n, "expected %u problems, got %u", n, pr.count);
     for (uint32_t i = 0; i < n; i++) {
         bool found = false;
-        for (uint32_t j = 0; j < pr.count; j++) found |= strcmp(pr.items[j], expected[i]) == 0;
+        for (uint32_t j = 0; j < pr.count; j++)
+            found |= strcmp(pr.items[j], expected[i]) == 0;
         cr_assert(found, "missing problem: %s", expected[i]);
     }
     sl_pipeline_problems_free(&pr);
@@ -493,14 +499,14 @@ Test(job_plan, bind_problems)
 
 Test(job_plan, read_features_and_weight_label)
 {
-    sl_pipeline_job_t *job = parse_ok(
-        "{'source': {'table': 't', 'features': ['C2', 'I1']},"
-        " 'filters': [{'op': 'has_feature', 'feature': 'C3'},"
-        "  {'op': 'negative_downsample', 'label': 'click', 'rate': 0.25}],"
-        " 'transforms': [{'op': 'cross', 'features': ['C1', 'C2'], 'table_size': 9},"
-        "  {'op': 'sigrid_hash', 'feature': 'C1_x_C2', 'table_size': 3},"
-        "  {'op': 'log1p', 'feature': 'I1'}],"
-        " 'batch': {'dedup_groups': {'user': ['user_hist']}}}");
+    sl_pipeline_job_t *job =
+        parse_ok("{'source': {'table': 't', 'features': ['C2', 'I1']},"
+                 " 'filters': [{'op': 'has_feature', 'feature': 'C3'},"
+                 "  {'op': 'negative_downsample', 'label': 'click', 'rate': 0.25}],"
+                 " 'transforms': [{'op': 'cross', 'features': ['C1', 'C2'], 'table_size': 9},"
+                 "  {'op': 'sigrid_hash', 'feature': 'C1_x_C2', 'table_size': 3},"
+                 "  {'op': 'log1p', 'feature': 'I1'}],"
+                 " 'batch': {'dedup_groups': {'user': ['user_hist']}}}");
     sl_wh_schema_t *s = schema();
     sl_pipeline_plan_t *plan = NULL;
     sl_error_t err = {0};
@@ -509,7 +515,8 @@ Test(job_plan, read_features_and_weight_label)
     const char *const *read = sl_pipeline_plan_read_features(plan, &n);
     const char *want[] = {"C2", "I1", "C3", "C1", "user_hist"};
     cr_assert_eq(n, 5);
-    for (uint32_t i = 0; i < n; i++) cr_assert_str_eq(read[i], want[i]);
+    for (uint32_t i = 0; i < n; i++)
+        cr_assert_str_eq(read[i], want[i]);
     cr_assert_str_eq(sl_pipeline_plan_weight_label(plan), "weight");
     sl_pipeline_plan_destroy(plan);
     sl_pipeline_plan_destroy(NULL);
@@ -519,7 +526,8 @@ Test(job_plan, read_features_and_weight_label)
     cr_assert_eq(sl_pipeline_plan_new(job, s, &plan, NULL, &err), SL_OK, "%s", err.msg);
     read = sl_pipeline_plan_read_features(plan, &n);
     cr_assert_eq(n, sl_wh_schema_num_features(s));
-    for (uint32_t i = 0; i < n; i++) cr_assert_str_eq(read[i], sl_wh_schema_feature(s, i)->name);
+    for (uint32_t i = 0; i < n; i++)
+        cr_assert_str_eq(read[i], sl_wh_schema_feature(s, i)->name);
     cr_assert_null(sl_pipeline_plan_weight_label(plan));
     sl_pipeline_plan_destroy(plan);
     sl_pipeline_job_destroy(job);
@@ -627,7 +635,7 @@ Test(job_plan, vocabulary_files_checked_before_reading)
 /* ---- source.kafka (docs/KAFKA.md) ---- */
 
 #define SCHEMA                                                                                     \
-    "'schema': {'features': [{'name': 'age', 'kind': 'dense'}, {'name': 'hist', 'kind': "         \
+    "'schema': {'features': [{'name': 'age', 'kind': 'dense'}, {'name': 'hist', 'kind': "          \
     "'sparse'}], 'labels': ['click']}"
 
 Test(job_kafka_spec, full_block)
@@ -664,9 +672,8 @@ Test(job_kafka_spec, full_block)
 
 Test(job_kafka_spec, defaults)
 {
-    sl_pipeline_job_t *job =
-        parse_ok("{'source': {'kafka': {'brokers': 'localhost:9092', 'topics': ['t'], " SCHEMA
-                 "}}}");
+    sl_pipeline_job_t *job = parse_ok(
+        "{'source': {'kafka': {'brokers': 'localhost:9092', 'topics': ['t'], " SCHEMA "}}}");
     const sl_pipeline_kafka_t *k = &job->kafka;
     cr_assert(job->is_kafka);
     cr_assert_eq(k->start, SL_PIPELINE_KAFKA_EARLIEST);
@@ -724,8 +731,7 @@ Test(job_kafka_spec, every_problem_by_path)
                   "$.source.kafka.brokers: broker 5 'nocolon' is not host:port (port 1..65535)",
                   "$.source.kafka.topics[1]: a topic name is 1 to 249 letters, digits, '.', "
                   "'_' or '-' (and not \".\" or \"..\")",
-                  "$.source.kafka.topics[2]: 'good' is listed twice",
-                  "$.source.kafka.schema: *",
+                  "$.source.kafka.topics[2]: 'good' is listed twice", "$.source.kafka.schema: *",
                   "$.source.kafka.start: \"earliest\", \"latest\" or {\"timestamp_ms\": N}, "
                   "not \"yesterday\"",
                   "$.source.kafka.stop.timestamp_ms: must be an integer >= 0 (milliseconds "
@@ -743,23 +749,27 @@ Test(job_kafka_spec, every_problem_by_path)
     /* the two that only make sense together */
     parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
               ", 'start': 'latest', 'stop': 'end'}}}",
-              1, (const char *[]){"$.source.kafka.stop: \"end\" with start \"latest\" reads "
-                                  "nothing"});
+              1,
+              (const char *[]){"$.source.kafka.stop: \"end\" with start \"latest\" reads "
+                               "nothing"});
     parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
               "}}, 'batch': {'epochs': 2, 'drop_last': true}}",
-              2, (const char *[]){"$.batch.epochs: a Kafka stream (no source.kafka.stop) has "
-                                  "one epoch",
-                                  "$.batch.drop_last: a Kafka job's batches are cut after "
-                                  "source.kafka.linger_ms, short or not: none is dropped"});
+              2,
+              (const char *[]){"$.batch.epochs: a Kafka stream (no source.kafka.stop) has "
+                               "one epoch",
+                               "$.batch.drop_last: a Kafka job's batches are cut after "
+                               "source.kafka.linger_ms, short or not: none is dropped"});
     parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
               ", 'start': {'timestamp_ms': 10}, 'stop': {'timestamp_ms': 10}}}}",
-              1, (const char *[]){"$.source.kafka.stop.timestamp_ms: 10 is not after "
-                                  "start.timestamp_ms 10: reads nothing"});
+              1,
+              (const char *[]){"$.source.kafka.stop.timestamp_ms: 10 is not after "
+                               "start.timestamp_ms 10: reads nothing"});
     parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': [], " SCHEMA
               ", 'start': {'at': 1}, 'properties': []}}}",
-              3, (const char *[]){"$.source.kafka.topics: must be a non-empty array of names",
-                                  "$.source.kafka.start: must be \"earliest\", \"latest\" or "
-                                  "{\"timestamp_ms\": N}",
-                                  "$.source.kafka.properties: must be an object {\"name\": "
-                                  "\"value\"}"});
+              3,
+              (const char *[]){"$.source.kafka.topics: must be a non-empty array of names",
+                               "$.source.kafka.start: must be \"earliest\", \"latest\" or "
+                               "{\"timestamp_ms\": N}",
+                               "$.source.kafka.properties: must be an object {\"name\": "
+                               "\"value\"}"});
 }

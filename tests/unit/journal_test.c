@@ -116,11 +116,11 @@ static void random_ops(sl_master_state_t *m, uint64_t *s, int steps, uint64_t *n
             }
             if (exists) continue;
             sl_master_state_job_spec_t spec = {.job_id = j,
-                                             .splits = g_splits,
-                                             .num_splits = 1 + (uint32_t)tu_below(s, N_SPLITS),
-                                             .epochs = 1 + (uint32_t)tu_below(s, 3),
-                                             .seed = tu_next(s),
-                                             .shuffle = tu_below(s, 2)};
+                                               .splits = g_splits,
+                                               .num_splits = 1 + (uint32_t)tu_below(s, N_SPLITS),
+                                               .epochs = 1 + (uint32_t)tu_below(s, 3),
+                                               .seed = tu_next(s),
+                                               .shuffle = tu_below(s, 2)};
             cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
             continue;
         }
@@ -194,9 +194,15 @@ static void random_ops(sl_master_state_t *m, uint64_t *s, int steps, uint64_t *n
             /* samples: the batch's rows the filters kept (any number up to
              * its rows); journaled, so the dumps compared after replay and
              * compaction include the counters */
-            sl_master_commit_t co = {j,    st.epoch,   split,
-                                  ref.generation, from, to,
-                                  cid,  tu_next(s), (uint32_t)tu_below(s, to - from + 1)};
+            sl_master_commit_t co = {j,
+                                     st.epoch,
+                                     split,
+                                     ref.generation,
+                                     from,
+                                     to,
+                                     cid,
+                                     tu_next(s),
+                                     (uint32_t)tu_below(s, to - from + 1)};
             rc = sl_master_state_commit_batch(m, &co, &res, &err);
             cr_assert_eq(rc, SL_OK, "%s", err.msg);
             if (st.finished || !live)
@@ -568,13 +574,14 @@ Test(journal, sync_latency_histogram)
     char *dir = tmp_dir();
     sl_error_t err = {0};
     sl_master_journal_t *j = NULL;
-    cr_assert_eq(sl_master_journal_open(dir, sl_allocator_default(), 1024, NULL, NULL, NULL, &j,
-                                        NULL, &err),
-                 SL_OK, "%s", err.msg);
+    cr_assert_eq(
+        sl_master_journal_open(dir, sl_allocator_default(), 1024, NULL, NULL, NULL, &j, NULL, &err),
+        SL_OK, "%s", err.msg);
     sl_master_journal_sync_hist_t h;
     sl_master_journal_sync_hist(j, &h);
     uint64_t total = 0;
-    for (int b = 0; b <= SL_MASTER_JOURNAL_SYNC_BUCKETS; b++) total += h.count[b];
+    for (int b = 0; b <= SL_MASTER_JOURNAL_SYNC_BUCKETS; b++)
+        total += h.count[b];
     cr_assert_eq(total, 0);
     uint64_t syncs0 = sl_master_journal_syncs(j);
     for (int i = 0; i < 5; i++) {
@@ -587,7 +594,8 @@ Test(journal, sync_latency_histogram)
     cr_assert_eq(sl_master_journal_syncs(j), syncs0 + 5);
     sl_master_journal_sync_hist(j, &h);
     total = 0;
-    for (int b = 0; b <= SL_MASTER_JOURNAL_SYNC_BUCKETS; b++) total += h.count[b];
+    for (int b = 0; b <= SL_MASTER_JOURNAL_SYNC_BUCKETS; b++)
+        total += h.count[b];
     cr_assert_eq(total, 5);
     cr_assert_gt(h.sum_s, 0.0);
     /* the sum is no more than each sync's bucket bound allows */
@@ -633,16 +641,16 @@ Test(journal, restart_treats_leases_as_renewed_and_never_reuses_generations)
     /* the lost lease's holder is stale, and its split is served again under
      * a generation that differs from the lost one */
     cr_assert(!sl_master_state_lease_live(m, "g", 0, lost.split, lost.generation, NULL));
-    cr_assert_eq(sl_master_state_split_read(m, "g", 0, lost.split, lost.generation, NULL, 0, NULL,
-                                            &err),
-                 SL_MASTER_STALE);
+    cr_assert_eq(
+        sl_master_state_split_read(m, "g", 0, lost.split, lost.generation, NULL, 0, NULL, &err),
+        SL_MASTER_STALE);
     sl_master_lease_t again;
     cr_assert_eq(sl_master_state_lease_next(m, "g", "w2", 1000, &again, &err), SL_OK);
     cr_assert_eq(again.split, lost.split);
     cr_assert_neq(again.generation, lost.generation);
-    cr_assert_eq(sl_master_state_split_read(m, "g", 0, lost.split, lost.generation, NULL, 0, NULL,
-                                            &err),
-                 SL_MASTER_STALE);
+    cr_assert_eq(
+        sl_master_state_split_read(m, "g", 0, lost.split, lost.generation, NULL, 0, NULL, &err),
+        SL_MASTER_STALE);
     /* both live leases (w0's from before the restart, w2's) end at 1040 */
     cr_assert_eq(sl_master_state_expire(m, 1040, &n, &err), SL_OK);
     cr_assert_eq(n, 2);

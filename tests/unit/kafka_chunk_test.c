@@ -58,14 +58,17 @@ static void check_row(const sl_kafka_stripe_t *s, uint32_t j, uint64_t id, uint6
     cr_assert_eq(b->sparse.lengths[j], (int32_t)(id % 3 + 1));
     cr_assert_eq(b->sparse.lengths[n + j], 1);
     uint64_t v = 0; /* where row j's hist starts: key-major */
-    for (uint32_t k = 0; k < j; k++) v += (uint64_t)b->sparse.lengths[k];
+    for (uint32_t k = 0; k < j; k++)
+        v += (uint64_t)b->sparse.lengths[k];
     for (uint64_t k = 0; k <= id % 3; k++) {
         cr_assert_eq(b->sparse.values[v + k], (int64_t)(id + k));
         cr_assert_float_eq(b->sparse.weights[v + k], 1.0f, 0);
     }
     uint64_t g = 0;
-    for (uint32_t k = 0; k < n; k++) g += (uint64_t)b->sparse.lengths[k];
-    for (uint32_t k = 0; k < j; k++) g += (uint64_t)b->sparse.lengths[n + k];
+    for (uint32_t k = 0; k < n; k++)
+        g += (uint64_t)b->sparse.lengths[k];
+    for (uint32_t k = 0; k < j; k++)
+        g += (uint64_t)b->sparse.lengths[n + k];
     cr_assert_eq(b->sparse.values[g], 7);
     cr_assert_float_eq(b->sparse.weights[g], (float)(id % 4), 0);
 }
@@ -283,8 +286,8 @@ static void mock_stop(mock_t *m)
 static sl_kafka_consumer_t *consumer(const char *brokers)
 {
     const char *props[] = {"log_level", "0", "fetch.wait.max.ms", "20"};
-    sl_kafka_consumer_opts_t o = {.brokers = brokers, .group_id = "sluice-test", .props = props,
-                                  .num_props = 2};
+    sl_kafka_consumer_opts_t o = {
+        .brokers = brokers, .group_id = "sluice-test", .props = props, .num_props = 2};
     sl_kafka_consumer_t *c = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_kafka_consumer_new(&o, &c, &err), SL_OK, "%s", err.msg);
@@ -308,8 +311,9 @@ Test(kafka_chunks, chunks_tile_partitions_exactly_once)
     sl_kafka_consumer_t *c = consumer(m.bootstraps);
     sl_error_t err = {0};
     int32_t parts = 0;
-    cr_assert_eq(sl_kafka_partitions(c, "events", (int)(tu_timeout(5000 / 1000.0) * 1000), &parts, &err), SL_OK,
-                 "%s", err.msg);
+    cr_assert_eq(
+        sl_kafka_partitions(c, "events", (int)(tu_timeout(5000 / 1000.0) * 1000), &parts, &err),
+        SL_OK, "%s", err.msg);
     cr_assert_eq(parts, 2);
     sl_wh_schema_t *schema = NULL;
     sl_kafka_rows_t *rows = kr_rows(&schema);
@@ -319,16 +323,24 @@ Test(kafka_chunks, chunks_tile_partitions_exactly_once)
     uint32_t chunks = 0;
     for (int32_t p = 0; p < 2; p++) {
         int64_t lo = -1, hi = -1;
-        cr_assert_eq(sl_kafka_watermarks(c, "events", p, (int)(tu_timeout(5000 / 1000.0) * 1000), &lo, &hi, &err),
+        cr_assert_eq(sl_kafka_watermarks(c, "events", p, (int)(tu_timeout(5000 / 1000.0) * 1000),
+                                         &lo, &hi, &err),
                      SL_OK, "%s", err.msg);
         cr_assert_eq(lo, 0);
         cr_assert_eq(hi, 600);
         int64_t from, to;
         v.next = 0;
         for (uint64_t i = 0; sl_kafka_chunk_bounds(lo, 170, i, hi, &from, &to); i++) {
-            sl_kafka_read_opts_t o = {.topic = "events", .partition = p, .from = from, .to = to,
-                                      .batch_rows = 64, .linger_ms = 60000, .rows = rows,
-                                      .stripe = kr_on_stripe, .ctx = &v, .bad = kr_on_bad};
+            sl_kafka_read_opts_t o = {.topic = "events",
+                                      .partition = p,
+                                      .from = from,
+                                      .to = to,
+                                      .batch_rows = 64,
+                                      .linger_ms = 60000,
+                                      .rows = rows,
+                                      .stripe = kr_on_stripe,
+                                      .ctx = &v,
+                                      .bad = kr_on_bad};
             sl_kafka_read_stats_t st = {0};
             cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
             cr_assert_eq(v.next, to, "chunk [%ld, %ld) read to %ld", (long)from, (long)to,
@@ -406,7 +418,8 @@ Test(kafka_chunks, linger_and_waiting_for_records)
 {
     mock_t m;
     mock_start(&m, "live", 1);
-    for (uint64_t id = 0; id < 3; id++) kr_produce(m.producer, "live", 0, id, 1);
+    for (uint64_t id = 0; id < 3; id++)
+        kr_produce(m.producer, "live", 0, id, 1);
     kr_flush(m.producer, (int)(tu_timeout(10000 / 1000.0) * 1000));
     sl_kafka_consumer_t *c = consumer(m.bootstraps);
     sl_wh_schema_t *schema = NULL;
@@ -418,9 +431,15 @@ Test(kafka_chunks, linger_and_waiting_for_records)
     pthread_t th;
     t.t0 = now_s();
     pthread_create(&th, NULL, produce_later, &l);
-    sl_kafka_read_opts_t o = {.topic = "live", .partition = 0, .from = 0, .to = 6,
-                              .batch_rows = 1000, .linger_ms = 100, .rows = rows,
-                              .stripe = on_timed, .ctx = &t};
+    sl_kafka_read_opts_t o = {.topic = "live",
+                              .partition = 0,
+                              .from = 0,
+                              .to = 6,
+                              .batch_rows = 1000,
+                              .linger_ms = 100,
+                              .rows = rows,
+                              .stripe = on_timed,
+                              .ctx = &t};
     cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_OK, "%s", err.msg);
     double took = now_s() - t.t0;
     pthread_join(th, NULL);
@@ -431,7 +450,8 @@ Test(kafka_chunks, linger_and_waiting_for_records)
     cr_assert(t.at[0] < 0.6, "first stripe at %.3f s", t.at[0]);
     cr_assert(t.at[1] >= 0.6, "second stripe at %.3f s", t.at[1]);
     cr_assert(took < 0.6 + tu_timeout(5.0), "read took %.3f s", took);
-    for (uint64_t id = 0; id < 6; id++) cr_assert_eq(t.v.seen[id], 1);
+    for (uint64_t id = 0; id < 6; id++)
+        cr_assert_eq(t.v.seen[id], 1);
     sl_kafka_rows_destroy(rows);
     sl_wh_schema_destroy(schema);
     sl_kafka_consumer_destroy(c);
@@ -455,7 +475,8 @@ Test(kafka_chunks, cancel_and_offsets_the_log_lacks)
 {
     mock_t m;
     mock_start(&m, "live", 1);
-    for (uint64_t id = 0; id < 5; id++) kr_produce(m.producer, "live", 0, id, 1);
+    for (uint64_t id = 0; id < 5; id++)
+        kr_produce(m.producer, "live", 0, id, 1);
     kr_flush(m.producer, (int)(tu_timeout(10000 / 1000.0) * 1000));
     sl_kafka_consumer_t *c = consumer(m.bootstraps);
     sl_wh_schema_t *schema = NULL;
@@ -468,25 +489,39 @@ Test(kafka_chunks, cancel_and_offsets_the_log_lacks)
     atomic_init(&k.flag, false);
     pthread_t th;
     pthread_create(&th, NULL, cancel_later, &k);
-    sl_kafka_read_opts_t o = {.topic = "live", .partition = 0, .from = 0, .to = 100,
-                              .batch_rows = 2, .linger_ms = 50, .rows = rows,
-                              .stripe = kr_on_stripe, .ctx = &v, .cancel = &k.flag};
+    sl_kafka_read_opts_t o = {.topic = "live",
+                              .partition = 0,
+                              .from = 0,
+                              .to = 100,
+                              .batch_rows = 2,
+                              .linger_ms = 50,
+                              .rows = rows,
+                              .stripe = kr_on_stripe,
+                              .ctx = &v,
+                              .cancel = &k.flag};
     double t0 = now_s();
     cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_ERR_CLOSED);
     pthread_join(th, NULL);
     cr_assert(now_s() - t0 < tu_timeout(5.0));
     cr_assert_eq(v.next, 5, "read to %ld", (long)v.next); /* 2 + 2 + 1 after linger */
-    for (uint64_t id = 0; id < 5; id++) cr_assert_eq(v.seen[id], 1);
+    for (uint64_t id = 0; id < 5; id++)
+        cr_assert_eq(v.seen[id], 1);
     /* an offset past the log's end: the broker says out of range, and with
      * auto.offset.reset=error that is an error, not a jump */
     memset(&v, 0, sizeof v);
     v.next = 50;
-    o = (sl_kafka_read_opts_t){.topic = "live", .partition = 0, .from = 50, .to = 60,
-                               .batch_rows = 2, .linger_ms = 50, .rows = rows,
-                               .stripe = kr_on_stripe, .ctx = &v};
+    o = (sl_kafka_read_opts_t){.topic = "live",
+                               .partition = 0,
+                               .from = 50,
+                               .to = 60,
+                               .batch_rows = 2,
+                               .linger_ms = 50,
+                               .rows = rows,
+                               .stripe = kr_on_stripe,
+                               .ctx = &v};
     cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_ERR_NOT_FOUND);
-    cr_assert(strstr(err.msg, "kafka topic 'live' partition 0: offset 50 is gone") == err.msg,
-              "%s", err.msg);
+    cr_assert(strstr(err.msg, "kafka topic 'live' partition 0: offset 50 is gone") == err.msg, "%s",
+              err.msg);
     cr_assert_eq(v.stripes + v.empty, 0);
     /* a bad range */
     o.from = 10;

@@ -79,9 +79,9 @@ Test(kafka_record, partitioner_matches_java_murmur2)
         const char *k = cases[i].key;
         uint32_t positive = (uint32_t)cases[i].java & 0x7fffffffu;
         /* With INT32_MAX partitions the partition is the positive hash. */
-        cr_assert_eq(rd_kafka_msg_partitioner_murmur2_random(rkt, k, strlen(k), INT32_MAX, NULL,
-                                                             NULL),
-                     (int32_t)(positive % INT32_MAX), "key %s", k);
+        cr_assert_eq(
+            rd_kafka_msg_partitioner_murmur2_random(rkt, k, strlen(k), INT32_MAX, NULL, NULL),
+            (int32_t)(positive % INT32_MAX), "key %s", k);
         for (int32_t n = 1; n <= 64; n++)
             cr_assert_eq(rd_kafka_msg_partitioner_murmur2_random(rkt, k, strlen(k), n, NULL, NULL),
                          (int32_t)(positive % (uint32_t)n), "key %s over %d partitions", k, n);
@@ -116,8 +116,12 @@ Test(kafka_record, sample_fields_exactly)
     const float dense[2] = {NAN, 2.5f}; /* age missing */
     const int64_t items[3] = {7, -3, 1LL << 40}, tags[2] = {11, 12};
     const sl_wh_idlist_t lists[2] = {{3, items, NULL}, {2, tags, NULL}}; /* tags weights: 1.0 */
-    sl_wh_row_t row = {.sample_id = 42, .session_id = 9000000001LL, .timestamp = 1790000000,
-                       .labels = labels, .dense = dense, .sparse = lists};
+    sl_wh_row_t row = {.sample_id = 42,
+                       .session_id = 9000000001LL,
+                       .timestamp = 1790000000,
+                       .labels = labels,
+                       .dense = dense,
+                       .sparse = lists};
     const uint8_t *v;
     size_t len;
     cr_assert_eq(sl_kafka_encode_row(e, &row, &v, &len, &err), SL_OK, "%s", err.msg);
@@ -291,9 +295,11 @@ static void mock_destroy(mock_t *m)
 static sl_kafka_producer_opts_t opts_for(const mock_t *m, const char *topic)
 {
     static const char *const quiet[] = {"log_level=0"};
-    sl_kafka_producer_opts_t o = {.brokers = m->bootstraps, .topic = topic,
+    sl_kafka_producer_opts_t o = {.brokers = m->bootstraps,
+                                  .topic = topic,
                                   .timeout_s = tu_timeout(10),
-                                  .properties = quiet, .num_properties = 1};
+                                  .properties = quiet,
+                                  .num_properties = 1};
     return o;
 }
 
@@ -332,8 +338,8 @@ Test(kafka_producer, sessions_stream_consumed_back_exactly)
         size_t len;
         cr_assert_eq(sl_kafka_encode_row(e, &row, &v, &len, &err), SL_OK);
         session_of[row.sample_id] = row.session_id;
-        cr_assert_eq(sl_kafka_producer_send(p, (uint64_t)row.session_id, v, len, &err), SL_OK,
-                     "%s", err.msg);
+        cr_assert_eq(sl_kafka_producer_send(p, (uint64_t)row.session_id, v, len, &err), SL_OK, "%s",
+                     err.msg);
         bytes += len + 8;
     }
     cr_assert_eq(sl_kafka_producer_flush(p, tu_timeout(30), &err), SL_OK, "%s", err.msg);
@@ -352,8 +358,10 @@ Test(kafka_producer, sessions_stream_consumed_back_exactly)
     /* Read every partition from its start, without a group. */
     char why[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    const char *props[][2] = {{"bootstrap.servers", m.bootstraps}, {"group.id", "reader"},
-                              {"enable.auto.commit", "false"}, {"enable.partition.eof", "true"},
+    const char *props[][2] = {{"bootstrap.servers", m.bootstraps},
+                              {"group.id", "reader"},
+                              {"enable.auto.commit", "false"},
+                              {"enable.partition.eof", "true"},
                               {"log_level", "0"}};
     for (size_t i = 0; i < sizeof props / sizeof props[0]; i++)
         cr_assert_eq(rd_kafka_conf_set(conf, props[i][0], props[i][1], why, sizeof why),
@@ -373,7 +381,8 @@ Test(kafka_producer, sessions_stream_consumed_back_exactly)
     /* The last sample id each session showed in its partition: a session's
      * samples come in the order they were produced. */
     static int64_t last_of_session[ROWS];
-    for (int i = 0; i < ROWS; i++) last_of_session[i] = -1;
+    for (int i = 0; i < ROWS; i++)
+        last_of_session[i] = -1;
     int ends = 0, got = 0, per_partition[PARTITIONS] = {0};
     bool at_end[PARTITIONS] = {false};
     double deadline = now_s() + tu_timeout(30);

@@ -115,8 +115,10 @@ static const char *spec_shuffled(bool drop_last, bool filter, bool shuffle)
              "{\"id\": \"spec-id\", \"source\": {\"table\": \"%s\", \"stripes_per_split\": 2,"
              " \"features\": [\"I1\", \"C1\"]},"
              " %s \"batch\": {\"size\": 128, \"drop_last\": %s%s}}",
-             table, filter ? "\"filters\": [{\"op\": \"label_equals\", \"label\": \"label\", "
-                             "\"value\": 0}]," : "",
+             table,
+             filter ? "\"filters\": [{\"op\": \"label_equals\", \"label\": \"label\", "
+                      "\"value\": 0}],"
+                    : "",
              drop_last ? "true" : "false",
              shuffle ? ", \"shuffle\": {\"window\": 1000, \"seed\": 5}" : "");
     return spec_buf;
@@ -135,8 +137,7 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static sl_worker_t *start_worker(fake_t *f, sl_pipeline_job_t **job,
-                                 sl_worker_lease_client_t **ms)
+static sl_worker_t *start_worker(fake_t *f, sl_pipeline_job_t **job, sl_worker_lease_client_t **ms)
 {
     char master[64];
     snprintf(master, sizeof master, "127.0.0.1:%u", f->port);
@@ -284,7 +285,7 @@ static void run_tiling(bool filter, bool drop_last)
     sl_worker_lease_client_stats_t ms_st;
     sl_worker_lease_client_stats(ms, &ms_st);
     wait_until(&f, heartbeat_seen, 5); /* a job this small may end before the first one */
-    sl_worker_stop(w); /* the last SPLIT_READs go out */
+    sl_worker_stop(w);                 /* the last SPLIT_READs go out */
     pthread_mutex_lock(&f.mu);
     cr_assert_eq(f.nreads, f.nq, "a split read per lease: %u of %u", f.nreads, f.nq);
     check_leases(&f, filter, drop_last, 0);
@@ -508,8 +509,10 @@ Test(lease_client, bad_lease_and_unreachable_master)
     /* nobody listens there any more */
     char master[64];
     snprintf(master, sizeof master, "127.0.0.1:%u", f.port);
-    sl_worker_lease_client_opts_t mo = {.master = master, .worker_id = "w1",
-                                      .serve_address = "127.0.0.1:1", .connect_timeout_ms = 500};
+    sl_worker_lease_client_opts_t mo = {.master = master,
+                                        .worker_id = "w1",
+                                        .serve_address = "127.0.0.1:1",
+                                        .connect_timeout_ms = 500};
     sl_worker_lease_client_t *m2 = NULL;
     rc = sl_worker_lease_client_new(&mo, &m2, &err);
     cr_assert_neq(rc, SL_OK);

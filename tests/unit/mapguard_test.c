@@ -46,7 +46,8 @@ static sl_err_t touch_all(void *arg, sl_error_t *err)
 {
     (void)err;
     touch_t *t = arg;
-    for (size_t i = 0; i < t->len; i += 64) t->sum += t->p[i];
+    for (size_t i = 0; i < t->len; i += 64)
+        t->sum += t->p[i];
     return SL_OK;
 }
 

@@ -81,8 +81,11 @@ static sl_master_state_t *with_job(char **dir, bool skip_bad)
     *dir = tu_mkdtemp("mfail");
     sl_master_state_t *m = open_dir(*dir);
     sl_error_t err = {0};
-    sl_master_state_job_spec_t spec = {.job_id = "j", .splits = g_splits, .num_splits = N,
-                                     .epochs = 2, .skip_bad_splits = skip_bad};
+    sl_master_state_job_spec_t spec = {.job_id = "j",
+                                       .splits = g_splits,
+                                       .num_splits = N,
+                                       .epochs = 2,
+                                       .skip_bad_splits = skip_bad};
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     return m;
 }
@@ -100,13 +103,14 @@ static sl_err_t fail(sl_master_state_t *m, const sl_master_lease_t *l, uint32_t 
                      sl_master_split_fail_result_t *res, sl_error_t *err)
 {
     sl_master_split_failure_t f = {.job_id = "j",
-                                .epoch = l->epoch,
-                                .split = l->split,
-                                .generation = l->generation,
-                                .file = l->path,
-                                .stripe = (int32_t)l->stripe_begin,
-                                .message = "ds=1/part-0.slc stripe 1 stream ids: checksum mismatch",
-                                .code = SL_ERR_CORRUPT};
+                                   .epoch = l->epoch,
+                                   .split = l->split,
+                                   .generation = l->generation,
+                                   .file = l->path,
+                                   .stripe = (int32_t)l->stripe_begin,
+                                   .message =
+                                       "ds=1/part-0.slc stripe 1 stream ids: checksum mismatch",
+                                   .code = SL_ERR_CORRUPT};
     return sl_master_state_split_failed(m, &f, max, res, err);
 }
 

@@ -48,8 +48,10 @@ static void env_init(env *e, uint64_t lease_ms)
     go.writer.stripe_rows = 500;
     cr_assert_eq(sl_wh_gen_table(e->table, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
     tu_alloc_init(&e->ta);
-    e->o = (sl_master_opts_t){.state_dir = e->state, .lease_timeout_ms = lease_ms,
-                              .autoscale_every_ms = 50, .allocator = &e->ta.base};
+    e->o = (sl_master_opts_t){.state_dir = e->state,
+                              .lease_timeout_ms = lease_ms,
+                              .autoscale_every_ms = 50,
+                              .allocator = &e->ta.base};
     cr_assert_eq(sl_master_start(&e->o, &e->m, &err), SL_OK, "%s", err.msg);
 }
 
@@ -74,8 +76,7 @@ static sl_err_t submit(env *e, const char *extra, sl_error_t *err)
     snprintf(text, sizeof text,
              "{\"spec\": {\"id\": \"j\", \"source\": {\"table\": \"%s\"}, \"batch\": "
              "{\"size\": 100}}%s}",
-             e->table,
-             extra);
+             e->table, extra);
     json_error_t je;
     json_t *body = json_loads(text, 0, &je);
     cr_assert_not_null(body, "%s", je.text);
@@ -109,8 +110,7 @@ static ProtobufCMessage *call(int fd, sl_rpc_type_t type, const ProtobufCMessage
         const Sluice__Dpp__Error *e = (const void *)f.msg;
         cr_assert_fail("%s answered ERROR: %s", sl_rpc_type_name(type), e->message);
     }
-    cr_assert_eq(f.type, want, "%s answered %s", sl_rpc_type_name(type),
-                 sl_rpc_type_name(f.type));
+    cr_assert_eq(f.type, want, "%s answered %s", sl_rpc_type_name(type), sl_rpc_type_name(f.type));
     return f.msg;
 }
 
@@ -195,8 +195,8 @@ static int client(env *e, const char *id, uint32_t *nworkers)
     return client_rank(e, id, 0, 1, "dynamic", nworkers);
 }
 
-static int commit(int fd, const char *client_id, uint64_t nonce, const Sluice__Control__SplitRef *ref,
-                  uint64_t from, uint64_t to)
+static int commit(int fd, const char *client_id, uint64_t nonce,
+                  const Sluice__Control__SplitRef *ref, uint64_t from, uint64_t to)
 {
     Sluice__Control__RowRange rows = SLUICE__CONTROL__ROW_RANGE__INIT;
     rows.from_row = from;
@@ -315,9 +315,12 @@ Test(master_server, lease_commit_split_read_token_restart)
     int c2 = client(&e, "c2", NULL);
     Sluice__Control__SplitRef ref = *l->ref;
     ref.job_id = "j"; /* l (and its strings) is freed before ref's last use */
-    cr_assert_eq(commit(c1, "c1", 1, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
-    cr_assert_eq(commit(c2, "c2", 1, &ref, 50, 150), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
-    cr_assert_eq(commit(c1, "c1", 1, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    cr_assert_eq(commit(c1, "c1", 1, &ref, 0, 100),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    cr_assert_eq(commit(c2, "c2", 1, &ref, 50, 150),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
+    cr_assert_eq(commit(c1, "c1", 1, &ref, 0, 100),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     cr_assert_eq(commit(c2, "c2", 2, &ref, 100, 200),
                  SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     Sluice__Control__SplitRef wrong = ref;
@@ -344,8 +347,8 @@ Test(master_server, lease_commit_split_read_token_restart)
     sr.ref = &ref;
     sr.n_empty = 1;
     sr.empty = &erp;
-    Sluice__Control__SplitReadReply *srr = (void *)call(w, SL_RPC_SPLIT_READ, &sr.base,
-                                                        SL_RPC_SPLIT_READ_REPLY);
+    Sluice__Control__SplitReadReply *srr =
+        (void *)call(w, SL_RPC_SPLIT_READ, &sr.base, SL_RPC_SPLIT_READ_REPLY);
     cr_assert_eq(srr->state, SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE);
     done(&srr->base);
     srr = (void *)call(w, SL_RPC_SPLIT_READ, &sr.base, SL_RPC_SPLIT_READ_REPLY);
@@ -390,7 +393,8 @@ Test(master_server, lease_commit_split_read_token_restart)
     json_decref(j);
 
     c1 = client(&e, "c1", NULL);
-    cr_assert_eq(commit(c1, "c1", 1, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    cr_assert_eq(commit(c1, "c1", 1, &ref, 0, 100),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     cr_assert_eq(commit(c1, "c1", 9, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
     close(c1);
     env_fini(&e);
@@ -628,7 +632,8 @@ Test(master_server, idle_client_records_are_evicted)
                  SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     /* an evicted client retrying is new: its rows are committed, so OVERLAP */
     int c = client(&e, "c3", NULL);
-    cr_assert_eq(commit(c, "c3", 7, &ref, 150, 200), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
+    cr_assert_eq(commit(c, "c3", 7, &ref, 150, 200),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
     close(c);
     /* replay forgets the same clients (ClientEvicted records) */
     close(keeper);
@@ -642,7 +647,8 @@ Test(master_server, idle_client_records_are_evicted)
     cr_assert_eq(commit(keeper, "keeper", 1, &ref, 0, 50),
                  SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     c = client(&e, "c5", NULL);
-    cr_assert_eq(commit(c, "c5", 7, &ref, 250, 300), SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
+    cr_assert_eq(commit(c, "c5", 7, &ref, 250, 300),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP);
     close(c);
     close(keeper);
     env_fini(&e);
@@ -692,7 +698,8 @@ Test(master_server, resume_tokens_one_per_rank)
     ref.job_id = "j";
     int c0 = client_rank(&e, "c0", 0, 2, "dynamic", NULL);
     int c1 = client_rank(&e, "c1", 1, 2, "dynamic", NULL);
-    cr_assert_eq(commit(c0, "c0", 1, &ref, 0, 100), SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    cr_assert_eq(commit(c0, "c0", 1, &ref, 0, 100),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     cr_assert_eq(commit(c1, "c1", 1, &ref, 100, 200),
                  SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
     cr_assert_eq(commit(c0, "c0", 2, &ref, 200, 300),
@@ -740,11 +747,11 @@ Test(master_server, fair_share_of_the_fleet)
     share(s, 4, 12, "6 3 3 0"); /* fits */
     share(s, 4, 6, "3 2 1 0");  /* 3, 1.5, 1.5: the half goes to the lower id */
     share(s, 4, 8, "4 2 2 0");
-    s[2].min_workers = 3;       /* c held at its minimum; a, b share the rest 6:3 */
+    s[2].min_workers = 3; /* c held at its minimum; a, b share the rest 6:3 */
     share(s, 4, 6, "2 1 3 0");
-    share(s, 4, 2, "1 1 3 0");  /* minimums over the limit: each gets its minimum */
+    share(s, 4, 2, "1 1 3 0"); /* minimums over the limit: each gets its minimum */
     sl_master_autoscale_share_t t[2] = {{"y", 5, 1, 0}, {"x", 5, 1, 0}};
-    share(t, 2, 5, "2 3");      /* equal fractions: the lower id "x" wins */
+    share(t, 2, 5, "2 3"); /* equal fractions: the lower id "x" wins */
     /* property: sum == limit when the minimums fit, each within [min, desired], proportional
      * (no job two or more behind another's share) */
     uint64_t seed = tu_seed("master_server.fair_share");
@@ -754,7 +761,7 @@ Test(master_server, fair_share_of_the_fleet)
         uint32_t n = 1 + (uint32_t)tu_below(&seed, 8), want = 0, mins = 0;
         for (uint32_t i = 0; i < n; i++) {
             r[i] = (sl_master_autoscale_share_t){ids[i], (uint32_t)tu_below(&seed, 20),
-                                       1 + (uint32_t)tu_below(&seed, 4), 0};
+                                                 1 + (uint32_t)tu_below(&seed, 4), 0};
             want += r[i].desired;
             mins += r[i].min_workers < r[i].desired ? r[i].min_workers : r[i].desired;
         }
@@ -764,7 +771,8 @@ Test(master_server, fair_share_of_the_fleet)
         for (uint32_t i = 0; i < n; i++) {
             uint32_t lo = r[i].min_workers < r[i].desired ? r[i].min_workers : r[i].desired;
             cr_assert_geq(r[i].granted, lo, "round %d", round);
-            if (mins < max || max == 0) cr_assert_leq(r[i].granted, r[i].desired, "round %d", round);
+            if (mins < max || max == 0)
+                cr_assert_leq(r[i].granted, r[i].desired, "round %d", round);
             sum += r[i].granted;
         }
         if (max == 0 || want <= max)
@@ -943,8 +951,8 @@ Test(master_server, one_live_process_per_worker_id)
     Sluice__Control__SplitRef *refs[1] = {&ref};
     /* another process, the first one live: refused, and closed */
     int b = register_as(&e, "w1", 22, NULL, 0, SL_RPC_ERROR, why, sizeof why);
-    cr_assert(strstr(why, "worker id 'w1' is in use by another live worker process") != NULL,
-              "%s", why);
+    cr_assert(strstr(why, "worker id 'w1' is in use by another live worker process") != NULL, "%s",
+              why);
     cr_assert(strstr(why, "connected from 127.0.0.1:") != NULL, "%s", why);
     cr_assert(strstr(why, " ms ago") != NULL, "%s", why);
     assert_closed(b);
@@ -1221,10 +1229,10 @@ Test(master_server, cluster_secret_and_connection_limits)
  * connection when it had no room to read the request) and carries on. */
 typedef struct session {
     env *e;
-    int w, c;                     /* worker and client connections, -1: none */
+    int w, c;                      /* worker and client connections, -1: none */
     Sluice__Control__SplitRef ref; /* the worker's lease (job_id "j") */
     bool leased;
-    uint64_t rows;                /* of the leased split */
+    uint64_t rows; /* of the leased split */
 } session;
 
 enum { SESSION_STEPS = 9 };
@@ -1249,8 +1257,7 @@ static ProtobufCMessage *try_call(int fd, sl_rpc_type_t type, const ProtobufCMes
         sl_rpc_frame_free(&f);
         return NULL;
     }
-    cr_assert_eq(f.type, want, "%s answered %s", sl_rpc_type_name(type),
-                 sl_rpc_type_name(f.type));
+    cr_assert_eq(f.type, want, "%s answered %s", sl_rpc_type_name(type), sl_rpc_type_name(f.type));
     return f.msg;
 }
 
@@ -1290,13 +1297,14 @@ static bool session_step(session *s, int step)
 {
     env *e = s->e;
     switch (step) {
-    case 0: return session_register(s);
+    case 0:
+        return session_register(s);
     case 1: {
         Sluice__Control__LeaseRequest q = SLUICE__CONTROL__LEASE_REQUEST__INIT;
         q.worker_id = "w1";
         q.job_id = "j";
-        Sluice__Control__Lease *l = (void *)try_call(s->w, SL_RPC_LEASE_REQUEST, &q.base,
-                                                     SL_RPC_LEASE);
+        Sluice__Control__Lease *l =
+            (void *)try_call(s->w, SL_RPC_LEASE_REQUEST, &q.base, SL_RPC_LEASE);
         if (l == NULL) return false;
         s->ref = *l->ref;
         s->ref.job_id = "j";
@@ -1311,14 +1319,15 @@ static bool session_step(session *s, int step)
         h.worker_id = "w1";
         h.n_leases = 1;
         h.leases = refs;
-        Sluice__Control__HeartbeatReply *r = (void *)try_call(s->w, SL_RPC_HEARTBEAT, &h.base,
-                                                              SL_RPC_HEARTBEAT_REPLY);
+        Sluice__Control__HeartbeatReply *r =
+            (void *)try_call(s->w, SL_RPC_HEARTBEAT, &h.base, SL_RPC_HEARTBEAT_REPLY);
         if (r == NULL) return false;
         cr_assert_eq(r->n_revoked, 0);
         done(&r->base);
         return true;
     }
-    case 3: return session_attach(s);
+    case 3:
+        return session_attach(s);
     case 4: {
         Sluice__Control__RowRange rows = SLUICE__CONTROL__ROW_RANGE__INIT;
         rows.to_row = 10;
@@ -1328,11 +1337,10 @@ static bool session_step(session *s, int step)
         c.ref = &s->ref;
         c.rows = &rows;
         c.num_samples = 10;
-        Sluice__Control__CommitReply *r = (void *)try_call(s->c, SL_RPC_COMMIT, &c.base,
-                                                           SL_RPC_COMMIT_REPLY);
+        Sluice__Control__CommitReply *r =
+            (void *)try_call(s->c, SL_RPC_COMMIT, &c.base, SL_RPC_COMMIT_REPLY);
         if (r == NULL) return false;
-        cr_assert_eq(r->result, SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "%s",
-                     r->message);
+        cr_assert_eq(r->result, SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "%s", r->message);
         done(&r->base);
         return true;
     }
@@ -1340,8 +1348,8 @@ static bool session_step(session *s, int step)
         Sluice__Control__TokenRequest tq = SLUICE__CONTROL__TOKEN_REQUEST__INIT;
         tq.job_id = "j";
         tq.client_id = "c1";
-        Sluice__Control__Token *t = (void *)try_call(s->c, SL_RPC_TOKEN_REQUEST, &tq.base,
-                                                     SL_RPC_TOKEN);
+        Sluice__Control__Token *t =
+            (void *)try_call(s->c, SL_RPC_TOKEN_REQUEST, &tq.base, SL_RPC_TOKEN);
         if (t == NULL) return false;
         cr_assert_gt(t->token.len, 16);
         done(&t->base);
@@ -1355,8 +1363,8 @@ static bool session_step(session *s, int step)
         sr.ref = &s->ref;
         sr.n_empty = 1;
         sr.empty = &erp;
-        Sluice__Control__SplitReadReply *r = (void *)try_call(s->w, SL_RPC_SPLIT_READ, &sr.base,
-                                                              SL_RPC_SPLIT_READ_REPLY);
+        Sluice__Control__SplitReadReply *r =
+            (void *)try_call(s->w, SL_RPC_SPLIT_READ, &sr.base, SL_RPC_SPLIT_READ_REPLY);
         if (r == NULL) return false;
         cr_assert_eq(r->state, SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE);
         s->leased = false;
@@ -1376,8 +1384,8 @@ static bool session_step(session *s, int step)
     }
     case 8: {
         char text[600];
-        snprintf(text, sizeof text,
-                 "{\"spec\": {\"id\": \"k\", \"source\": {\"table\": \"%s\"}}}", e->table);
+        snprintf(text, sizeof text, "{\"spec\": {\"id\": \"k\", \"source\": {\"table\": \"%s\"}}}",
+                 e->table);
         json_t *body = json_loads(text, 0, NULL);
         sl_error_t err = {0};
         sl_err_t rc = sl_master_admin_job_submit(e->m, body, NULL, &err);

@@ -91,9 +91,9 @@ static sl_master_commit_result_t commit_why(sl_master_state_t *m, uint32_t epoch
 {
     sl_master_commit_result_t res = 99;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_commit(m, "j", epoch, split, gen, from, to, client, nonce, &res,
-                                        &err),
-                 SL_OK, "%s", err.msg);
+    cr_assert_eq(
+        sl_master_state_commit(m, "j", epoch, split, gen, from, to, client, nonce, &res, &err),
+        SL_OK, "%s", err.msg);
     if (why != NULL) snprintf(why, SL_ERROR_MSG_MAX, "%s", err.msg);
     return res;
 }
@@ -824,17 +824,17 @@ static void rm_state_dir(char *d)
  * lease. */
 typedef struct sim_batch {
     uint32_t epoch, split;
-    uint64_t gen;       /* the lease it was read under */
+    uint64_t gen; /* the lease it was read under */
     uint64_t from, to;
-    uint64_t nonce;     /* given by the client that commits it, on first try */
-    int client;         /* -1: not yet taken */
+    uint64_t nonce; /* given by the client that commits it, on first try */
+    int client;     /* -1: not yet taken */
 } sim_batch;
 
 typedef struct sim_worker {
     bool has;
     sl_master_lease_t l;
     sl_dpp_row_range_t todo[64];
-    uint32_t num_todo, at;     /* next todo range, and row within it */
+    uint32_t num_todo, at; /* next todo range, and row within it */
     uint64_t row;
     sl_dpp_row_range_t empty[64];
     uint32_t num_empty;
@@ -893,9 +893,9 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             /* every worker reconnects and registers, naming its lease */
             for (int i = 0; i < W; i++) {
                 sl_master_lease_ref_t held = {"p", w[i].l.epoch, w[i].l.split, w[i].l.generation};
-                cr_assert_eq(sl_master_state_register(m, w[i].name, &held, w[i].has, now, NULL,
-                                                      NULL, &err),
-                             SL_OK, "%s", err.msg);
+                cr_assert_eq(
+                    sl_master_state_register(m, w[i].name, &held, w[i].has, now, NULL, NULL, &err),
+                    SL_OK, "%s", err.msg);
             }
             continue;
         }
@@ -1009,8 +1009,8 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
         char cid[16];
         snprintf(cid, sizeof cid, "c%d", b->client);
         sl_master_commit_result_t res;
-        cr_assert_eq(sl_master_state_commit(m, "p", b->epoch, b->split, b->gen, b->from, b->to,
-                                            cid, b->nonce, &res, &err),
+        cr_assert_eq(sl_master_state_commit(m, "p", b->epoch, b->split, b->gen, b->from, b->to, cid,
+                                            b->nonce, &res, &err),
                      SL_OK, "%s", err.msg);
         if (res == SL_MASTER_COMMITTED)
             for (uint64_t r = b->from; r < b->to; r++)
@@ -1023,8 +1023,9 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
     for (uint32_t e = 0; e < EPOCHS; e++)
         for (uint32_t i = 0; i < N; i++)
             for (uint64_t r = 0; r < rows[i]; r++) {
-                cr_assert_leq(delivered[e][i][r], 1, "epoch %u split %u row %llu delivered %u times",
-                              e, i, (unsigned long long)r, delivered[e][i][r]);
+                cr_assert_leq(delivered[e][i][r], 1,
+                              "epoch %u split %u row %llu delivered %u times", e, i,
+                              (unsigned long long)r, delivered[e][i][r]);
                 cr_assert(delivered[e][i][r] == 1 || empty_seen[e][i][r],
                           "epoch %u split %u row %llu lost", e, i, (unsigned long long)r);
                 total += delivered[e][i][r];
@@ -1056,7 +1057,8 @@ static sl_err_t life_step(life_t *x, int step, sl_error_t *err)
     sl_master_commit_result_t res;
     sl_err_t rc = SL_OK;
     switch (step) {
-    case 0: return sl_master_state_open(&x->o, 0, &x->m, NULL, err);
+    case 0:
+        return sl_master_state_open(&x->o, 0, &x->m, NULL, err);
     case 1: {
         sl_master_state_job_spec_t spec = spec_of("j", 4, 2, true, 7);
         spec.spec_json = "{\"id\":\"j\"}";
@@ -1092,8 +1094,14 @@ static sl_err_t life_step(life_t *x, int step, sl_error_t *err)
                                           err);
     }
     case 9: {
-        sl_master_split_failure_t f = {"j", 0, x->split[1], x->gen[1], "part-1.slc", 3,
-                                       "stripe 3: checksum mismatch", SL_ERR_CORRUPT};
+        sl_master_split_failure_t f = {"j",
+                                       0,
+                                       x->split[1],
+                                       x->gen[1],
+                                       "part-1.slc",
+                                       3,
+                                       "stripe 3: checksum mismatch",
+                                       SL_ERR_CORRUPT};
         sl_master_split_fail_result_t fr;
         return sl_master_state_split_failed(x->m, &f, 3, &fr, err);
     }
@@ -1105,14 +1113,17 @@ static sl_err_t life_step(life_t *x, int step, sl_error_t *err)
         if (rc == SL_OK) sl_free(ALLOC, tok, len);
         return rc;
     }
-    case 11: return sl_master_state_evict_clients(x->m, 100000, 1000, NULL, err);
+    case 11:
+        return sl_master_state_evict_clients(x->m, 100000, 1000, NULL, err);
     case 12: {
         /* a lease that expires */
         rc = sl_master_state_lease_next(x->m, "j", "w3", 200000, &l, err);
         return rc != SL_OK ? rc : sl_master_state_expire(x->m, 300000, NULL, err);
     }
-    case 13: return sl_master_state_sync(x->m, err);
-    case 14: return sl_master_state_compact(x->m, err);
+    case 13:
+        return sl_master_state_sync(x->m, err);
+    case 14:
+        return sl_master_state_compact(x->m, err);
     case 15: {
         sl_master_state_job_spec_t spec = spec_of("k", 2, 1, false, 0);
         rc = sl_master_state_job_add(x->m, &spec, err);
@@ -1188,11 +1199,10 @@ Test(master_state, every_allocation_failure_is_a_clean_error)
                                  step, (unsigned long long)k, err.msg);
                 free(after);
                 /* and the same step succeeds once memory is back */
-                cr_assert_eq(life_step(&x, step, &err), SL_OK, "step %d again: %s", step,
-                             err.msg);
+                cr_assert_eq(life_step(&x, step, &err), SL_OK, "step %d again: %s", step, err.msg);
             } else {
-                cr_assert_eq(rc, SL_OK, "step %d allocation %llu: %s", step,
-                             (unsigned long long)k, err.msg);
+                cr_assert_eq(rc, SL_OK, "step %d allocation %llu: %s", step, (unsigned long long)k,
+                             err.msg);
             }
             free(before);
             life_finish(&x, step + 1);

@@ -212,7 +212,7 @@ Test(budget, stages_pinned_bytes_and_close)
     sl_worker_budget_t *b = sl_worker_budget_new(NULL, 1000);
     sl_worker_budget_stages(b, 3);
     cr_assert_eq(sl_worker_budget_acquire(b, 500, 0), SL_OK); /* another stage's */
-    sl_worker_budget_pin(b, 400);                              /* 400 of them wait for an ACK */
+    sl_worker_budget_pin(b, 400);                             /* 400 of them wait for an ACK */
     cr_assert_eq(sl_worker_budget_pinned(b), 400);
     bt_t t = {.b = b, .bytes = 600, .held = 0};
     pthread_t th;

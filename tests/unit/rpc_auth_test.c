@@ -250,8 +250,8 @@ Test(rpc_auth, a_silent_or_trickling_client_meets_the_deadline)
     pthread_join(th, NULL);
     uint64_t took = s.done_ms - t0;
     cr_assert_eq(s.rc, SL_ERR_TIMEOUT, "%s", s.err.msg);
-    cr_assert(strstr(s.err.msg, "authentication failed: no answer to the challenge in time"),
-              "%s", s.err.msg);
+    cr_assert(strstr(s.err.msg, "authentication failed: no answer to the challenge in time"), "%s",
+              s.err.msg);
     cr_assert_geq(took, 600);
     cr_assert_lt(took, 600 + 1000 * tu_timeout(1), "the handshake lasted %lu ms",
                  (unsigned long)took);

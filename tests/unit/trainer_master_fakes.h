@@ -50,9 +50,9 @@ typedef struct fk_worker {
     pthread_t th;
     atomic_bool stop;
     /* results (read after fk_worker_stop) */
-    uint32_t acks[FK_MAX_BATCHES];        /* acks per batch, over all its deliveries */
-    uint32_t sent[FK_MAX_BATCHES];        /* deliveries per batch */
-    uint8_t acked_id[4][FK_MAX_BATCHES];  /* per connection and batch */
+    uint32_t acks[FK_MAX_BATCHES];       /* acks per batch, over all its deliveries */
+    uint32_t sent[FK_MAX_BATCHES];       /* deliveries per batch */
+    uint8_t acked_id[4][FK_MAX_BATCHES]; /* per connection and batch */
     uint32_t connections, bad_acks, total_sent, total_acked;
     uint32_t acked_batches; /* batches acked at least once (atomic) */
 } fk_worker_t;
@@ -78,8 +78,8 @@ static void fk_add(fk_worker_t *w, uint32_t split, uint64_t from, uint64_t to, u
     for (uint32_t r = 0; r < B; r++)
         b->sample_ids[r] = (int64_t)(split * 1000 + from + r);
     fk_batch_t *fb = &w->b[w->n++];
-    *fb = (fk_batch_t){.split = split, .from = from, .to = to, .generation = gen,
-                       .rank_plus_one = rank_plus_one};
+    *fb = (fk_batch_t){
+        .split = split, .from = from, .to = to, .generation = gen, .rank_plus_one = rank_plus_one};
     sl_error_t err = {0};
     if (sl_wire_encode(b, NULL, &fb->frame, &fb->len, &err) != SL_OK) {
         fprintf(stderr, "fake worker: encode: %s\n", err.msg);
@@ -259,8 +259,7 @@ static int fk_commit(fk_master_t *m, const Sluice__Control__Commit *c)
 
 /* "split:from-to," for every committed range not listed undelivered, by
  * split then from. */
-static void fk_token(fk_master_t *m, const Sluice__Control__TokenRequest *r, char *out,
-                     size_t cap)
+static void fk_token(fk_master_t *m, const Sluice__Control__TokenRequest *r, char *out, size_t cap)
 {
     size_t len = 0;
     out[0] = 0;

@@ -20,8 +20,7 @@ static int wait_ms(void)
     return (int)(tu_timeout(10) * 1000);
 }
 
-static sl_trainer_t *attach(const fk_master_t *m, uint32_t prefetch, uint32_t rank,
-                            uint32_t world)
+static sl_trainer_t *attach(const fk_master_t *m, uint32_t prefetch, uint32_t rank, uint32_t world)
 {
     sl_trainer_opts_t o = sl_trainer_opts_default();
     o.master = m->addr;
@@ -143,7 +142,9 @@ Test(trainer_master, copies_are_delivered_once)
 Test(trainer_master, lost_commit_answer_is_retried_with_its_nonce)
 {
     uint64_t seed = tu_seed("trainer_master.lost_commit_answer");
-    fk_master_t m = {.job = JOB, .splits = 1, .rows_per_split = 60,
+    fk_master_t m = {.job = JOB,
+                     .splits = 1,
+                     .rows_per_split = 60,
                      .drop_at_commit = 2 + (uint32_t)tu_below(&seed, 8)};
     fk_worker_t w = {.id = "w1", .job = JOB};
     for (uint64_t r = 0; r < 60; r += 5)
@@ -279,7 +280,8 @@ Test(trainer_master, resume_token_covers_what_was_handed_out)
     char want[256] = "";
     size_t wl = 0;
     for (uint32_t i = 0; i < 10; i++)
-        if (handed[i]) wl += (size_t)snprintf(want + wl, sizeof want - wl, "0:%u-%u,", i * 10, i * 10 + 10);
+        if (handed[i])
+            wl += (size_t)snprintf(want + wl, sizeof want - wl, "0:%u-%u,", i * 10, i * 10 + 10);
     cr_assert_eq(len, strlen(want) + 1);
     cr_assert_str_eq((const char *)tok, want);
     sl_trainer_token_free(t, tok, len);
@@ -347,8 +349,7 @@ Test(trainer_master, refusals_and_bad_options)
     sl_error_t err = {0};
     cr_assert_eq(sl_trainer_connect(&o, &t, &err), SL_ERR_NOT_FOUND, "%s", err.msg);
     cr_assert_null(t);
-    cr_assert(strstr(err.msg, "no job named that here") && strstr(err.msg, m.addr), "%s",
-              err.msg);
+    cr_assert(strstr(err.msg, "no job named that here") && strstr(err.msg, m.addr), "%s", err.msg);
     o.job_id = NULL;
     cr_assert_eq(sl_trainer_connect(&o, &t, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "without a job id"), "%s", err.msg);

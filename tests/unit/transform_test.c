@@ -54,7 +54,8 @@ static sl_wh_schema_t *make_schema(void)
     sl_wh_schema_t *s = sl_wh_schema_new(NULL);
     sl_error_t err = {0};
     const char *dense[] = {"d0", "d1", "d2", "d3"};
-    for (int i = 0; i < 4; i++) sl_wh_schema_add_feature(s, dense[i], SL_WH_DENSE, &err);
+    for (int i = 0; i < 4; i++)
+        sl_wh_schema_add_feature(s, dense[i], SL_WH_DENSE, &err);
     sl_wh_schema_add_feature(s, "s0", SL_WH_SPARSE, &err);
     sl_wh_schema_add_feature(s, "s1", SL_WH_SPARSE, &err);
     sl_wh_schema_add_feature(s, "w0", SL_WH_WEIGHTED, &err);
@@ -97,7 +98,8 @@ static void reference(float *dense /* [B*4] */)
 {
     ref_t *s0 = ref("s0"), *s1 = ref("s1"), *w0 = ref("w0"), *g1 = ref("g1");
     for (int r = 0; r < B; r++) {
-        for (int i = 0; i < s0->len[r]; i++) s0->ids[r][i] = (int64_t)(h8(s0->ids[r][i], 3) % 1000);
+        for (int i = 0; i < s0->len[r]; i++)
+            s0->ids[r][i] = (int64_t)(h8(s0->ids[r][i], 3) % 1000);
         for (int i = 0; i < s1->len[r]; i++) {
             int64_t m = s1->ids[r][i] % 7;
             s1->ids[r][i] = m < 0 ? m + 7 : m;
@@ -109,7 +111,8 @@ static void reference(float *dense /* [B*4] */)
             int n = 0;
             for (int i = 0; i < f->len[r]; i++) {
                 bool seen = false;
-                for (int j = 0; j < n; j++) seen |= f->ids[r][j] == f->ids[r][i];
+                for (int j = 0; j < n; j++)
+                    seen |= f->ids[r][j] == f->ids[r][i];
                 if (seen) continue;
                 f->w[r][n] = f->w[r][i];
                 f->ids[r][n++] = f->ids[r][i];
@@ -130,8 +133,8 @@ static void reference(float *dense /* [B*4] */)
             for (int i = 0; i < a->len[r]; i++)
                 for (int j = 0; j < b->len[r]; j++) {
                     int64_t pair[2] = {a->ids[r][i], b->ids[r][j]};
-                    o->ids[r][n] = (int64_t)(XXH3_64bits_withSeed(pair, 16, crosses[c].salt) %
-                                             crosses[c].ts);
+                    o->ids[r][n] =
+                        (int64_t)(XXH3_64bits_withSeed(pair, 16, crosses[c].salt) % crosses[c].ts);
                     o->w[r][n++] = 1.0f;
                 }
             o->len[r] = n;
@@ -219,9 +222,11 @@ static void run_case(bool grouped)
     for (int u = 0; u < 20; u++)
         for (int k = 0; k < 2; k++) {
             gplen[u][k] = (int32_t)tu_below(&st, 7);
-            for (int i = 0; i < gplen[u][k]; i++) gpool[u][k][i] = (int64_t)tu_below(&st, 9) - 4;
+            for (int i = 0; i < gplen[u][k]; i++)
+                gpool[u][k][i] = (int64_t)tu_below(&st, 9) - 4;
         }
-    for (int f = 0; f < 5; f++) ref(input_names[f]);
+    for (int f = 0; f < 5; f++)
+        ref(input_names[f]);
     for (int r = 0; r < B; r++) {
         int u = (int)tu_below(&st, 20);
         for (int f = 0; f < 5; f++) {
@@ -248,7 +253,8 @@ static void run_case(bool grouped)
     sl_kjt_t all;
     uint64_t total = 0;
     for (int f = 0; f < 5; f++)
-        for (int r = 0; r < B; r++) total += (uint64_t)refs[f].len[r];
+        for (int r = 0; r < B; r++)
+            total += (uint64_t)refs[f].len[r];
     cr_assert_eq(sl_kjt_init(&all, batch->arena, 5, input_names, B, total, true), SL_OK);
     uint64_t at = 0;
     for (int f = 0; f < 5; f++)
@@ -262,8 +268,8 @@ static void run_case(bool grouped)
     sl_dedup_t *dd = sl_dedup_new(NULL, NULL);
     const char *gf[] = {"g0", "g1"};
     sl_dedup_group_spec_t group = {"user", 2, gf};
-    cr_assert_eq(sl_dedup_batch(dd, &all, &group, grouped ? 1 : 0, batch, NULL, &err), SL_OK,
-                 "%s", err.msg);
+    cr_assert_eq(sl_dedup_batch(dd, &all, &group, grouped ? 1 : 0, batch, NULL, &err), SL_OK, "%s",
+                 err.msg);
     if (grouped) cr_assert_lt(batch->groups[0].unique.stride, B);
     const char *dnames[] = {"d0", "d1", "d2", "d3"};
     cr_assert_eq(sl_dense_init(&batch->dense, batch->arena, B, 4, dnames), SL_OK);
@@ -280,14 +286,16 @@ static void run_case(bool grouped)
                                "c_group", "c_mixed", "g1_2gram", "s1_2gram", "d1_b"};
     if (grouped) {
         cr_assert_eq(batch->sparse.num_keys, 7);
-        for (int k = 0; k < 7; k++) cr_assert_str_eq(batch->sparse.keys[k], want_plain[k]);
+        for (int k = 0; k < 7; k++)
+            cr_assert_str_eq(batch->sparse.keys[k], want_plain[k]);
         cr_assert_eq(batch->num_groups, 1);
         cr_assert_eq(batch->groups[0].unique.num_keys, 3);
         for (int k = 0; k < 3; k++)
             cr_assert_str_eq(batch->groups[0].unique.keys[k], want_group[k]);
     } else {
         cr_assert_eq(batch->sparse.num_keys, 10);
-        for (int k = 0; k < 10; k++) cr_assert_str_eq(batch->sparse.keys[k], want_flat[k]);
+        for (int k = 0; k < 10; k++)
+            cr_assert_str_eq(batch->sparse.keys[k], want_flat[k]);
     }
     sl_kjt_t out;
     cr_assert_eq(sl_batch_expand(batch, batch->arena, &out, &err), SL_OK, "%s", err.msg);
@@ -329,12 +337,14 @@ static void run_case(bool grouped)
 
 Test(transform, plain_kjt)
 {
-    for (int i = 0; i < 5; i++) run_case(false);
+    for (int i = 0; i < 5; i++)
+        run_case(false);
 }
 
 Test(transform, ikjt_group)
 {
-    for (int i = 0; i < 5; i++) run_case(true);
+    for (int i = 0; i < 5; i++)
+        run_case(true);
 }
 
 Test(transform, in_place_keeps_buffers)

@@ -477,7 +477,8 @@ Test(corpus, write)
         for (uint32_t i = 0; i < pf->num_streams; i++) {
             const wh_stream_t *ps = &pf->streams[i];
             if (ps->codec != SLUICE__CODEC__CODEC_NONE || ps->stored_size == 0) continue;
-            if (ps->encoding == SLUICE__ENCODING__ENCODING_DICT && ps->stored_size > ps->dict_bytes) {
+            if (ps->encoding == SLUICE__ENCODING__ENCODING_DICT &&
+                ps->stored_size > ps->dict_bytes) {
                 memset(pb + ps->offset + ps->dict_bytes, 0xff, ps->stored_size - ps->dict_bytes);
                 dicts++;
             } else if (ps->encoding == SLUICE__ENCODING__ENCODING_BITPACK) {

@@ -92,7 +92,8 @@ static void check_both_forms(const char *path, const td_rows_t *m)
 Test(warehouse_encoding, each_encoding_chosen_where_smallest_and_exact)
 {
     uint32_t n = 3000;
-    td_spec_t spec = {n, 8, 20, true, 0.2, tu_seed("each_encoding_chosen_where_smallest_and_exact")};
+    td_spec_t spec = {n,    8,   20,
+                      true, 0.2, tu_seed("each_encoding_chosen_where_smallest_and_exact")};
     td_rows_t m;
     td_generate(&spec, &m);
     /* d2 drawn from 5 values: a dictionary of floats */
@@ -223,9 +224,9 @@ static void boundary_rows(td_rows_t *m, uint32_t n, uint32_t stripe)
     td_generate(&spec, m);
     for (uint32_t i = 0; i < n; i++) {
         m->sess[i] = (i & 1) ? INT64_MIN + (int64_t)i : INT64_MAX - (int64_t)i;
-        m->ts[i] = 42;                                  /* all equal */
-        m->labels[(size_t)i * TD_T + 1] = 0.25f;        /* all equal floats */
-        m->dense[(size_t)i * TD_D + 0] = -3.5f;         /* all equal, never missing */
+        m->ts[i] = 42;                                             /* all equal */
+        m->labels[(size_t)i * TD_T + 1] = 0.25f;                   /* all equal floats */
+        m->dense[(size_t)i * TD_D + 0] = -3.5f;                    /* all equal, never missing */
         if (i / stripe == 1) m->dense[(size_t)i * TD_D + 1] = NAN; /* stripe 1: none */
     }
     /* u_geo: one id per row at the ends of the range and around 0 */
@@ -369,8 +370,8 @@ static uint64_t hash_table(const char *table, bool dedup_form, uint32_t *version
                 for (uint32_t g = 0; g < b->num_groups; g++) {
                     const sl_ikjt_t *ik = &b->groups[g];
                     h = XXH3_64bits_withSeed(ik->inverse, N * 4, h);
-                    h = XXH3_64bits_withSeed(ik->unique.lengths,
-                                             (size_t)ik->unique.stride * ik->unique.num_keys * 4, h);
+                    h = XXH3_64bits_withSeed(
+                        ik->unique.lengths, (size_t)ik->unique.stride * ik->unique.num_keys * 4, h);
                     h = XXH3_64bits_withSeed(ik->unique.values, ik->unique.num_values * 8, h);
                 }
                 rows += N;
@@ -543,8 +544,8 @@ static void open_fails(const uint8_t *data, size_t len, sl_err_t code, const cha
 {
     sl_wh_reader_t *r;
     sl_error_t err = {0};
-    cr_assert_eq(sl_wh_reader_open_mem(data, len, "bad.slc", NULL, &r, &err), code, "%s: %s",
-                 what, err.msg);
+    cr_assert_eq(sl_wh_reader_open_mem(data, len, "bad.slc", NULL, &r, &err), code, "%s: %s", what,
+                 err.msg);
     cr_assert(strstr(err.msg, what) != NULL, "'%s' lacks '%s'", err.msg, what);
 }
 

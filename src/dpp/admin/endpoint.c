@@ -164,8 +164,8 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, sl_admin_response
     size_t len = r->body ? strlen(r->body) : 0;
     /* libmicrohttpd copies the body with its own allocator and frees that
      * copy itself; ours goes back to ours at once. */
-    struct MHD_Response *resp = MHD_create_response_from_buffer(
-        len, r->body ? r->body : (char *)"", MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, r->body ? r->body : (char *)"", MHD_RESPMEM_MUST_COPY);
     sl_strfree(r->a, r->body);
     r->body = NULL;
     if (!resp) return MHD_NO;
@@ -182,8 +182,8 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, sl_admin_response
     return ret;
 }
 
-static enum MHD_Result reply_error_now(sl_admin_t *admin, struct MHD_Connection *conn,
-                                       int status, const char *msg)
+static enum MHD_Result reply_error_now(sl_admin_t *admin, struct MHD_Connection *conn, int status,
+                                       const char *msg)
 {
     sl_admin_response_t r = {.a = admin->a};
     sl_admin_reply_error(&r, status, "%s", msg);
@@ -235,8 +235,10 @@ static bool route_match(const char *pattern, const path_segs_t *p, int *param)
             return false;
         }
         at += plen;
-        if (*at == '/') at++;
-        else if (i + 1 < p->n) return false;
+        if (*at == '/')
+            at++;
+        else if (i + 1 < p->n)
+            return false;
     }
     return *at == '\0';
 }
@@ -294,8 +296,9 @@ static int admit(sl_admin_t *admin, struct MHD_Connection *conn, const char *url
         char why[64];
         const char *bad = id_problem(p.seg[param], p.len[param], why, sizeof why);
         if (bad) {
-            sl_admin_reply_error(r, 400, "%s: the job id in the path %s; job ids are letters, "
-                                         "digits, '.', '_' and '-'",
+            sl_admin_reply_error(r, 400,
+                                 "%s: the job id in the path %s; job ids are letters, "
+                                 "digits, '.', '_' and '-'",
                                  url, bad);
             return 400;
         }
@@ -303,19 +306,20 @@ static int admit(sl_admin_t *admin, struct MHD_Connection *conn, const char *url
     }
     if (st->route->mutating) {
         if (!admin->token) {
-            sl_admin_reply_error(r, 403, "this endpoint has no admin token configured: mutating "
-                                         "routes are disabled");
+            sl_admin_reply_error(r, 403,
+                                 "this endpoint has no admin token configured: mutating "
+                                 "routes are disabled");
             return 403;
         }
-        const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                       MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *auth =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !token_equal(auth + 7, admin->token)) {
             sl_admin_reply_error(r, 401, "missing or wrong bearer token");
             return 401;
         }
     }
-    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     uint64_t declared;
     if (cl && sl_parse_u64(cl, 0, UINT64_MAX, &declared, NULL, NULL) == SL_OK &&
         declared > admin->opts.max_body_bytes) {
@@ -329,20 +333,20 @@ static int admit(sl_admin_t *admin, struct MHD_Connection *conn, const char *url
 static enum MHD_Result dispatch(sl_admin_t *admin, struct MHD_Connection *conn, const char *url,
                                 const char *method, request_state_t *st)
 {
-    if (st->too_large)
-        return reply_error_now(admin, conn, 413, "request body over the limit");
-    sl_admin_request_t req = {.method = method, .path = url,
+    if (st->too_large) return reply_error_now(admin, conn, 413, "request body over the limit");
+    sl_admin_request_t req = {.method = method,
+                              .path = url,
                               .param = st->param[0] ? st->param : NULL,
-                              .body = st->body ? st->body : "", .body_len = st->len};
+                              .body = st->body ? st->body : "",
+                              .body_len = st->len};
     sl_admin_response_t resp = {.status = 200, .a = admin->a};
     st->route->handler(admin->opts.ctx, &req, &resp);
     return send_reply(conn, &resp, false);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     (void)version;
     sl_admin_t *admin = cls;
@@ -370,7 +374,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         if (st->len + n + 1 > st->cap) {
             size_t cap = st->cap ? st->cap : 1024;
-            while (cap < st->len + n + 1) cap *= 2;
+            while (cap < st->len + n + 1)
+                cap *= 2;
             char *p = sl_realloc(admin->a, st->body, st->cap, cap);
             if (!p) return MHD_NO;
             st->body = p;
@@ -523,12 +528,12 @@ sl_err_t sl_admin_start(const sl_admin_opts_t *opts, sl_admin_t **out, sl_error_
         {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, a->tls_cert},
         {MHD_OPTION_HTTPS_MEM_KEY, 0, a->tls_key},
         {MHD_OPTION_END, 0, NULL}};
-    a->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned int)a->opts.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)a->opts.max_connections, MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
-        MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+    a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, a, MHD_OPTION_SOCK_ADDR,
+                                 (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+                                 a, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)a->opts.timeout_s,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)a->opts.max_connections,
+                                 MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL, MHD_OPTION_ARRAY,
+                                 tls_opts, MHD_OPTION_END);
     if (!a->daemon) {
         admin_free(a);
         return sl_error_set(err, SL_ERR_IO, "admin endpoint: cannot listen on %s%s", address,
@@ -564,7 +569,8 @@ sl_err_t sl_admin_token_load(const char *file, const char *env_var, char **out, 
         if (!v) return SL_OK;
         snprintf(buf, sizeof buf, "%s", v);
         size_t n = strlen(buf);
-        while (n > 0 && isspace((unsigned char)buf[n - 1])) buf[--n] = '\0';
+        while (n > 0 && isspace((unsigned char)buf[n - 1]))
+            buf[--n] = '\0';
         if (n == 0)
             return sl_error_set(err, SL_ERR_INVALID,
                                 "admin token from environment variable %s is empty", env_var);

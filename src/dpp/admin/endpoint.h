@@ -48,7 +48,7 @@ typedef struct sl_admin_request {
 } sl_admin_request_t;
 
 typedef struct sl_admin_response {
-    int status;               /* default 200 */
+    int status; /* default 200 */
     /* An owned string of a (common/mem.h: strlen + 1 bytes), freed by the
      * endpoint; NULL: empty. Set by sl_admin_reply_json, sl_admin_reply_text
      * or sl_admin_reply_error, or by hand with a string from a. */
@@ -71,13 +71,13 @@ typedef struct sl_admin_opts {
     const char *address;   /* "host:port"; NULL: "127.0.0.1:0" (loopback unless told otherwise) */
     const char *token;     /* bearer token for mutating routes; NULL: they answer 403 */
     size_t max_body_bytes; /* 0: 1 MiB */
-    const char *tls_cert_file; /* PEM certificate (chain): serve HTTPS; NULL: plain HTTP */
-    const char *tls_key_file;  /* its PEM private key (unencrypted); required with the cert */
-    uint32_t max_connections;  /* open at once; 0: 512 */
-    uint32_t timeout_s;        /* close a connection idle this long; 0: 10 */
+    const char *tls_cert_file;      /* PEM certificate (chain): serve HTTPS; NULL: plain HTTP */
+    const char *tls_key_file;       /* its PEM private key (unencrypted); required with the cert */
+    uint32_t max_connections;       /* open at once; 0: 512 */
+    uint32_t timeout_s;             /* close a connection idle this long; 0: 10 */
     const sl_admin_route_t *routes; /* borrowed for the endpoint's life */
     uint32_t num_routes;
-    void *ctx; /* passed to every handler */
+    void *ctx;                       /* passed to every handler */
     const sl_allocator_t *allocator; /* request state and bodies; NULL: default */
 } sl_admin_opts_t;
 

@@ -39,7 +39,8 @@ static void append(sl_admin_prom_t *p, const char *fmt, ...)
             return;
         }
         size_t cap = p->cap ? p->cap * 2 : 4096;
-        while (cap - p->len <= (size_t)n) cap *= 2;
+        while (cap - p->len <= (size_t)n)
+            cap *= 2;
         char *b = sl_realloc(p->a, p->buf, p->cap, cap);
         if (!b) {
             p->failed = true;

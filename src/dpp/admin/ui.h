@@ -17,7 +17,7 @@
  * icon is an empty data: URL, so the browser asks for no /favicon.ico);
  * nothing inline, no frames, no forms posted anywhere. */
 #define SL_ADMIN_UI_CSP                                                                            \
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "             \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "              \
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 /* One compiled-in file: name as under src/dpp/admin/ui ("status.js"), its

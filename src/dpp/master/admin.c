@@ -57,10 +57,10 @@ static bool decode_token(const json_t *t, gnutls_datum_t *out)
  * "resume_tokens" (one per trainer rank), never both. */
 typedef struct tokens {
     uint32_t n;
-    gnutls_datum_t *raw;   /* [n], each freed with gnutls_free */
-    const uint8_t **data;  /* [n] */
-    size_t *len;           /* [n] */
-    const char *key;       /* the key they came in, for messages */
+    gnutls_datum_t *raw;  /* [n], each freed with gnutls_free */
+    const uint8_t **data; /* [n] */
+    size_t *len;          /* [n] */
+    const char *key;      /* the key they came in, for messages */
 } tokens_t;
 
 static void tokens_free(const sl_allocator_t *a, tokens_t *t)
@@ -141,7 +141,8 @@ sl_err_t sl_master_admin_job_submit_problems(sl_master_t *m, const json_t *body,
                                  "max_workers", "workers", "resume_token", "resume_tokens"};
     const char *key;
     json_t *val;
-    json_object_foreach((json_t *)body, key, val) {
+    json_object_foreach((json_t *)body, key, val)
+    {
         bool known = false;
         for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
             known = known || strcmp(key, keys[i]) == 0;
@@ -279,8 +280,7 @@ static void job_into(void *ctx, const sl_master_job_view_t *v)
     *(json_t **)ctx = job_json(v);
 }
 
-sl_err_t sl_master_admin_job_json(sl_master_t *m, const char *job_id, json_t **out,
-                                  sl_error_t *err)
+sl_err_t sl_master_admin_job_json(sl_master_t *m, const char *job_id, json_t **out, sl_error_t *err)
 {
     *out = NULL;
     sl_master_visitor_t v = {.job = job_into, .ctx = out};
@@ -316,12 +316,11 @@ static void worker_append(void *ctx, const sl_master_worker_view_t *w)
     json_array_append_new(
         ctx, json_pack("{s:s, s:s, s:s, s:s, s:b, s:i, s:f, s:i, s:I, s:I, s:I, s:I}", "id", w->id,
                        "job", w->job, "serve_address", w->serve_address, "admin_address",
-                       w->admin_address, "connected", w->connected, "leases",
-                       (json_int_t)w->leases, "busy", w->busy, "queued_batches",
-                       (json_int_t)w->queued_batches, "memory_used", (json_int_t)w->memory_used,
-                       "batches_sent", (json_int_t)w->batches_sent, "samples_sent",
-                       (json_int_t)w->samples_sent, "last_heartbeat_ms_ago",
-                       (json_int_t)w->last_heartbeat_ms_ago));
+                       w->admin_address, "connected", w->connected, "leases", (json_int_t)w->leases,
+                       "busy", w->busy, "queued_batches", (json_int_t)w->queued_batches,
+                       "memory_used", (json_int_t)w->memory_used, "batches_sent",
+                       (json_int_t)w->batches_sent, "samples_sent", (json_int_t)w->samples_sent,
+                       "last_heartbeat_ms_ago", (json_int_t)w->last_heartbeat_ms_ago));
 }
 
 json_t *sl_master_admin_workers_json(sl_master_t *m)
@@ -344,9 +343,9 @@ static void status_into(void *ctx, const sl_master_status_view_t *v)
         "s:I}, s:s}",
         "ready", v->ready, "address", v->address, "uptime_s", (json_int_t)v->uptime_s, "jobs",
         (json_int_t)c->jobs, "workers", (json_int_t)v->workers, "clients", (json_int_t)v->clients,
-        "leases_granted", (json_int_t)c->leases_granted, "lease_expiries",
-        (json_int_t)c->expiries, "lease_revocations", (json_int_t)c->revocations, "commits",
-        (json_int_t)c->commits, "overlaps", (json_int_t)c->overlaps, "stale",
+        "leases_granted", (json_int_t)c->leases_granted, "lease_expiries", (json_int_t)c->expiries,
+        "lease_revocations", (json_int_t)c->revocations, "commits", (json_int_t)c->commits,
+        "overlaps", (json_int_t)c->overlaps, "stale",
         (json_int_t)(c->stale_commits + c->stale_refused + c->unleased_commits), "journal_syncs",
         (json_int_t)c->journal_syncs, "compactions", (json_int_t)c->compactions, "splits",
         "pending", (json_int_t)c->pending, "leased", (json_int_t)c->leased, "done",
@@ -360,8 +359,8 @@ static void status_failed_job(void *ctx, const sl_master_job_view_t *v)
 {
     status_json *s = ctx;
     if (s->o == NULL || s->failed == NULL || !v->status.failed) return;
-    json_array_append_new(s->failed, json_pack("{s:s, s:o}", "id", v->id, "failure",
-                                               failure_json(&v->status)));
+    json_array_append_new(
+        s->failed, json_pack("{s:s, s:o}", "id", v->id, "failure", failure_json(&v->status)));
 }
 
 /* /status "executor": the figures of its kind (docs/ADMIN.md). */
@@ -374,21 +373,20 @@ static json_t *executor_json(const sl_master_executor_stats_t *x)
                          "stopped", (json_int_t)x->exited, "failed", (json_int_t)x->failed,
                          "restarts_delayed", (json_int_t)x->delayed, "backoff_s",
                          x->backoff_ms / 1000.0, "last_failure", x->last_failure);
-    json_t *err = x->last_error[0] == '\0'
-                      ? json_null()
-                      : json_pack("{s:o, s:s}", "http_status",
-                                  x->last_http_status ? json_integer(x->last_http_status)
-                                                      : json_null(),
-                                  "message", x->last_error);
+    json_t *err =
+        x->last_error[0] == '\0'
+            ? json_null()
+            : json_pack("{s:o, s:s}", "http_status",
+                        x->last_http_status ? json_integer(x->last_http_status) : json_null(),
+                        "message", x->last_error);
     return json_pack(
         "{s:s, s:s, s:I, s:o, s:{s:I, s:I, s:I, s:I}, s:I, s:o, s:o}", "kind", kind, "deployment",
         x->target, "desired", (json_int_t)x->desired, "applied",
         x->applied < 0 ? json_null() : json_integer(x->applied), "requests", "ok",
         (json_int_t)x->requests_ok, "client_error", (json_int_t)x->requests_client_error,
         "server_error", (json_int_t)x->requests_server_error, "transport_error",
-        (json_int_t)x->requests_transport_error, "failures", (json_int_t)x->failures,
-        "last_error", err, "next_retry_s",
-        x->failures > 0 ? json_real(x->next_retry_ms / 1000.0) : json_null());
+        (json_int_t)x->requests_transport_error, "failures", (json_int_t)x->failures, "last_error",
+        err, "next_retry_s", x->failures > 0 ? json_real(x->next_retry_ms / 1000.0) : json_null());
 }
 
 json_t *sl_master_admin_status_json(sl_master_t *m)

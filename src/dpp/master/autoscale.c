@@ -11,9 +11,13 @@ sl_master_autoscale_opts_t sl_master_autoscale_opts_default(uint32_t min_workers
 {
     if (min_workers < 1) min_workers = 1;
     if (max_workers < min_workers) max_workers = min_workers;
-    return (sl_master_autoscale_opts_t){.min_workers = min_workers, .max_workers = max_workers,
-                                        .stall_high = 0.05, .busy_high = 0.75, .busy_low = 0.30,
-                                        .up_after = 2, .down_after = 5,
+    return (sl_master_autoscale_opts_t){.min_workers = min_workers,
+                                        .max_workers = max_workers,
+                                        .stall_high = 0.05,
+                                        .busy_high = 0.75,
+                                        .busy_low = 0.30,
+                                        .up_after = 2,
+                                        .down_after = 5,
                                         .cooldown_ns = 10ull * 1000000000ull};
 }
 

@@ -23,12 +23,12 @@
 
 typedef struct sl_master_autoscale_opts {
     uint32_t min_workers, max_workers; /* bounds, min >= 1 */
-    double stall_high;    /* trainer wait fraction that means "short of data" (0.05) */
-    double busy_high;     /* worker busy fraction that means "saturated" (0.75) */
-    double busy_low;      /* worker busy fraction that means "idle" (0.30) */
-    uint32_t up_after;    /* consecutive observations before scaling up (2) */
-    uint32_t down_after;  /* consecutive observations before scaling down (5) */
-    uint64_t cooldown_ns; /* at least this long between changes (10 s) */
+    double stall_high;                 /* trainer wait fraction that means "short of data" (0.05) */
+    double busy_high;                  /* worker busy fraction that means "saturated" (0.75) */
+    double busy_low;                   /* worker busy fraction that means "idle" (0.30) */
+    uint32_t up_after;                 /* consecutive observations before scaling up (2) */
+    uint32_t down_after;               /* consecutive observations before scaling down (5) */
+    uint64_t cooldown_ns;              /* at least this long between changes (10 s) */
 } sl_master_autoscale_opts_t;
 
 /* Defaults above, with the given bounds. */
@@ -37,9 +37,9 @@ sl_master_autoscale_opts_t sl_master_autoscale_opts_default(uint32_t min_workers
 
 typedef struct sl_master_autoscale_observation {
     uint64_t now_ns;
-    double trainer_wait;  /* fraction of the last interval trainers waited, 0..1 */
-    double worker_busy;   /* mean fraction of the interval workers were busy, 0..1 */
-    uint32_t workers;     /* workers running now */
+    double trainer_wait; /* fraction of the last interval trainers waited, 0..1 */
+    double worker_busy;  /* mean fraction of the interval workers were busy, 0..1 */
+    uint32_t workers;    /* workers running now */
 } sl_master_autoscale_observation_t;
 
 typedef struct sl_master_autoscaler {
@@ -77,7 +77,7 @@ uint32_t sl_master_autoscale_override(sl_master_autoscaler_t *as, uint32_t worke
 typedef struct sl_master_autoscale_share {
     const char *job_id; /* borrowed; breaks ties */
     uint32_t desired, min_workers;
-    uint32_t granted;   /* out */
+    uint32_t granted; /* out */
 } sl_master_autoscale_share_t;
 void sl_master_autoscale_fair_share(sl_master_autoscale_share_t *jobs, uint32_t n,
                                     uint32_t max_fleet_workers);

@@ -33,11 +33,11 @@ void mp_conn_close(sl_master_t *m, uint32_t i)
     if (c->kind == MP_WORKER) {
         mp_worker *w = &m->workers[c->worker];
         /* its leases stay its own until they expire or it registers again */
-        sl_log_kv(SL_LOG_INFO, "worker_left",
-                  (SL_KV_STR("worker", w->id), SL_KV_STR("job", w->job),
-                   SL_KV_U64("leases", w->leases)),
-                  "worker %s left (connection closed; %u lease%s kept until they expire)",
-                  w->id, w->leases, w->leases == 1 ? "" : "s");
+        sl_log_kv(
+            SL_LOG_INFO, "worker_left",
+            (SL_KV_STR("worker", w->id), SL_KV_STR("job", w->job), SL_KV_U64("leases", w->leases)),
+            "worker %s left (connection closed; %u lease%s kept until they expire)", w->id,
+            w->leases, w->leases == 1 ? "" : "s");
         if (w->conn == (int)i) w->conn = -1;
         m->nworkers_connected--;
     } else if (c->kind == MP_CLIENT) {
@@ -148,7 +148,9 @@ static void dispatch(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f) SL_REQ
     }
     char msg[160];
     snprintf(msg, sizeof msg, "unexpected %s frame on a %s connection", sl_rpc_type_name(f->type),
-             worker ? "worker" : client ? "client" : "new");
+             worker   ? "worker"
+             : client ? "client"
+                      : "new");
     mp_send_error(m, i, SL_ERR_PROTOCOL, msg);
 }
 
@@ -158,7 +160,8 @@ static void on_readable(sl_master_t *m, uint32_t i)
     mp_conn *c = &m->conns[i];
     if (c->cap - c->len < 4096) {
         size_t cap = c->cap ? c->cap * 2 : 8192;
-        if (cap > MAX_FRAME + SL_RPC_HEADER_BYTES + 8192) cap = MAX_FRAME + SL_RPC_HEADER_BYTES + 8192;
+        if (cap > MAX_FRAME + SL_RPC_HEADER_BYTES + 8192)
+            cap = MAX_FRAME + SL_RPC_HEADER_BYTES + 8192;
         uint8_t *p = cap > c->cap ? sl_realloc(m->a, c->buf, c->cap, cap) : c->buf;
         if (p == NULL) {
             sl_mutex_lock(&m->mu);
@@ -263,7 +266,7 @@ static void flush_deferred(sl_master_t *m)
             /* Nothing may be promised: the peers retry (with another master
              * run when the journal failed). */
             mp_send_error(m, d->conn, m->failed ? SL_ERR_IO : err.code,
-                       m->failed ? "master state failed" : err.msg);
+                          m->failed ? "master state failed" : err.msg);
             mp_conn_close(m, d->conn);
         } else if (live && d->type == SL_RPC_COMMIT_REPLY) {
             Sluice__Control__CommitReply r = SLUICE__CONTROL__COMMIT_REPLY__INIT;

@@ -62,7 +62,7 @@ static bool lease_refs(const sl_allocator_t *a, Sluice__Control__SplitRef *const
     for (size_t k = 0; k < n; k++)
         if (refs[k] != NULL)
             (*out)[(*count)++] = (sl_master_lease_ref_t){refs[k]->job_id, refs[k]->epoch,
-                                                      refs[k]->split, refs[k]->generation};
+                                                         refs[k]->split, refs[k]->generation};
     return true;
 }
 
@@ -126,7 +126,8 @@ void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register 
     mp_worker *w = worker_get(m, r->worker_id, &wi, &why);
     if (w == NULL) {
         mp_send_error(m, i, why,
-                   why == SL_ERR_NOMEM ? "register: out of memory" : "register: too many workers");
+                      why == SL_ERR_NOMEM ? "register: out of memory"
+                                          : "register: too many workers");
         return;
     }
     uint64_t now = sl_clock_ms();
@@ -342,8 +343,9 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
                                                          (uint32_t)r->n_empty, &state, &err);
     if (e != one) sl_free(m->a, e, r->n_empty * sizeof *e);
     if (rc == SL_OK) {
-        d.result = state == SL_MASTER_SPLIT_DONE ? SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE
-                                              : SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__PENDING;
+        d.result = state == SL_MASTER_SPLIT_DONE
+                       ? SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE
+                       : SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__PENDING;
     } else if (rc == SL_MASTER_STALE || rc == SL_ERR_NOT_FOUND) {
         d.result = SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__STALE;
     } else {
@@ -369,13 +371,13 @@ void mp_on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__Split
                         ? (sl_err_t)r->code
                         : SL_ERR_IO;
     sl_master_split_failure_t f = {.job_id = r->ref->job_id,
-                                .epoch = r->ref->epoch,
-                                .split = r->ref->split,
-                                .generation = r->ref->generation,
-                                .file = r->file ? r->file : "",
-                                .stripe = r->stripe < -1 ? -1 : r->stripe,
-                                .message = r->message ? r->message : "",
-                                .code = code};
+                                   .epoch = r->ref->epoch,
+                                   .split = r->ref->split,
+                                   .generation = r->ref->generation,
+                                   .file = r->file ? r->file : "",
+                                   .stripe = r->stripe < -1 ? -1 : r->stripe,
+                                   .message = r->message ? r->message : "",
+                                   .code = code};
     char msg[SL_ERROR_MSG_MAX];
     if (strlen(f.file) > 1024 || strlen(f.message) >= sizeof msg) {
         /* bounded, so a failure fits a journal record and an ATTACHED */
@@ -388,10 +390,10 @@ void mp_on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__Split
     /* only the live lease's holder may fail it */
     bool holder =
         sl_master_state_lease_live(m->st, f.job_id, f.epoch, f.split, f.generation, w->id);
-    sl_err_t rc = m->failed ? SL_ERR_IO
-                  : !holder ? sl_error_set(&err, SL_MASTER_STALE, "split failed: not the holder")
-                            : sl_master_state_split_failed(m->st, &f, m->opts.max_split_failures,
-                                                           &res, &err);
+    sl_err_t rc =
+        m->failed ? SL_ERR_IO
+        : !holder ? sl_error_set(&err, SL_MASTER_STALE, "split failed: not the holder")
+                  : sl_master_state_split_failed(m->st, &f, m->opts.max_split_failures, &res, &err);
     if (rc == SL_OK) {
         const char *outcome = res == SL_MASTER_FAIL_JOB_FAILED ? "job_failed"
                               : res == SL_MASTER_FAIL_SKIPPED  ? "skipped"
@@ -401,8 +403,8 @@ void mp_on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__Split
                    SL_KV_U64("split", f.split), SL_KV_STR("file", f.file),
                    SL_KV_I64("stripe", f.stripe), SL_KV_STR("worker", w->id),
                    SL_KV_STR("error", f.message), SL_KV_STR("outcome", outcome)),
-                  "job %.200s split %u (%.300s stripe %d) failed on worker %s: %.400s%s",
-                  f.job_id, f.split, f.file, f.stripe, w->id, f.message,
+                  "job %.200s split %u (%.300s stripe %d) failed on worker %s: %.400s%s", f.job_id,
+                  f.split, f.file, f.stripe, w->id, f.message,
                   res == SL_MASTER_FAIL_JOB_FAILED ? " -- the job has failed"
                   : res == SL_MASTER_FAIL_SKIPPED  ? " -- the split is skipped"
                                                    : "");

@@ -79,19 +79,19 @@ typedef struct sl_master_executor_stats {
     uint64_t exited;  /* reaped with exit status 0 */
     uint64_t failed;  /* reaped with a non-zero status or killed by a signal we did not send */
     uint64_t spawn_errors;
-    uint64_t delayed;       /* restarts postponed by the back-off (one per failure that set a delay) */
-    uint32_t backoff_ms;    /* the longest restart delay of a job now (0: none backs off) */
+    uint64_t delayed;    /* restarts postponed by the back-off (one per failure that set a delay) */
+    uint32_t backoff_ms; /* the longest restart delay of a job now (0: none backs off) */
     char last_failure[320]; /* "worker j-w3 (pid 123) killed by signal 9", "" when none */
     /* ---- the Kubernetes executor's (zero for the others) ---- */
-    char target[320];       /* "<namespace>/<deployment>" */
-    uint32_t desired;       /* replicas: the jobs' granted workers summed, at most the cap */
-    int64_t applied;        /* replicas as last set or read from the API server; -1: not known */
-    uint64_t requests_ok;   /* API requests by result: answered 2xx */
-    uint64_t requests_client_error; /* 4xx (401, 403, 404, 409, 422, ...) */
-    uint64_t requests_server_error; /* 5xx, or a 2xx without a readable Scale */
+    char target[320];     /* "<namespace>/<deployment>" */
+    uint32_t desired;     /* replicas: the jobs' granted workers summed, at most the cap */
+    int64_t applied;      /* replicas as last set or read from the API server; -1: not known */
+    uint64_t requests_ok; /* API requests by result: answered 2xx */
+    uint64_t requests_client_error;    /* 4xx (401, 403, 404, 409, 422, ...) */
+    uint64_t requests_server_error;    /* 5xx, or a 2xx without a readable Scale */
     uint64_t requests_transport_error; /* no answer: connect, TLS, timeout */
-    uint32_t failures;      /* requests failed in a row (0: the last one succeeded) */
-    int last_http_status;   /* of the last failure; 0: none or no HTTP answer */
+    uint32_t failures;                 /* requests failed in a row (0: the last one succeeded) */
+    int last_http_status;              /* of the last failure; 0: none or no HTTP answer */
     char last_error[400];   /* "PATCH .../scale: HTTP 403: <the API server's message>", "" none */
     uint32_t next_retry_ms; /* until the next attempt after a failure; 0: none waiting */
 } sl_master_executor_stats_t;
@@ -110,8 +110,8 @@ typedef struct sl_master_executor_ops {
                       uint32_t n, uint32_t *started, uint32_t *stopped, sl_error_t *err);
     uint32_t (*reap)(sl_master_executor_t *ex);
     uint32_t (*count)(sl_master_executor_t *ex, const char *job_id);
-    uint32_t (*list)(sl_master_executor_t *ex, const char *job_id,
-                     sl_master_executor_worker_t *out, uint32_t cap);
+    uint32_t (*list)(sl_master_executor_t *ex, const char *job_id, sl_master_executor_worker_t *out,
+                     uint32_t cap);
     void (*stats)(sl_master_executor_t *ex, sl_master_executor_stats_t *out);
     void (*destroy)(sl_master_executor_t *ex);
 } sl_master_executor_ops_t;
@@ -217,16 +217,16 @@ sl_err_t sl_master_executor_local_check_log_dir(const char *dir, sl_error_t *err
 #define SL_K8S_SERVICEACCOUNT_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
 typedef struct sl_master_executor_k8s_opts {
-    const char *deployment;        /* the workers' Deployment; required (a DNS-1123 name) */
-    const char *ns;                /* its namespace; NULL: <serviceaccount_dir>/namespace */
-    const char *api_url;           /* "https://host:port"; NULL: https://$KUBERNETES_SERVICE_HOST:
-                                      $KUBERNETES_SERVICE_PORT */
-    const char *serviceaccount_dir; /* token, ca.crt, namespace; NULL: SL_K8S_SERVICEACCOUNT_DIR */
-    uint32_t max_replicas;         /* the most replicas ever asked for; 0: no cap (2^31 - 1) */
-    uint32_t backoff_ms;           /* first retry delay; 0: 500 */
-    uint32_t max_backoff_ms;       /* its cap; 0: 30000 */
-    uint32_t timeout_ms;           /* one request, connect included; 0: 10000 */
-    uint32_t resync_ms;            /* read the scale again this often; 0: 60000 */
+    const char *deployment;          /* the workers' Deployment; required (a DNS-1123 name) */
+    const char *ns;                  /* its namespace; NULL: <serviceaccount_dir>/namespace */
+    const char *api_url;             /* "https://host:port"; NULL: https://$KUBERNETES_SERVICE_HOST:
+                                        $KUBERNETES_SERVICE_PORT */
+    const char *serviceaccount_dir;  /* token, ca.crt, namespace; NULL: SL_K8S_SERVICEACCOUNT_DIR */
+    uint32_t max_replicas;           /* the most replicas ever asked for; 0: no cap (2^31 - 1) */
+    uint32_t backoff_ms;             /* first retry delay; 0: 500 */
+    uint32_t max_backoff_ms;         /* its cap; 0: 30000 */
+    uint32_t timeout_ms;             /* one request, connect included; 0: 10000 */
+    uint32_t resync_ms;              /* read the scale again this often; 0: 60000 */
     const sl_allocator_t *allocator; /* NULL: default */
 } sl_master_executor_k8s_opts_t;
 

@@ -30,8 +30,8 @@ typedef struct wrec {
  * count is reset). */
 typedef struct backoff {
     char job_id[256];
-    uint32_t failures;     /* in a row */
-    uint64_t not_before;   /* no spawn for the job before (CLOCK_MONOTONIC ms) */
+    uint32_t failures;   /* in a row */
+    uint64_t not_before; /* no spawn for the job before (CLOCK_MONOTONIC ms) */
 } backoff_t;
 
 typedef struct local {
@@ -426,8 +426,7 @@ static sl_err_t local_apply(sl_master_executor_t *base, const sl_master_executor
     for (uint32_t t = 0; t < n; t++) {
         uint32_t u = 0, d = 0;
         sl_error_t e = {0};
-        sl_err_t rc =
-            local_scale(base, targets[t].job_id, targets[t].workers, &u, &d, &e);
+        sl_err_t rc = local_scale(base, targets[t].job_id, targets[t].workers, &u, &d, &e);
         up += u;
         down += d;
         if (rc != SL_OK && first == SL_OK) {

@@ -56,8 +56,7 @@ void mp_guard_sweep(sl_master_t *m, uint64_t now_ms)
         mp_conn *c = &m->conns[i];
         if (c->fd < 0) continue;
         if (c->kind == MP_NEW && now_ms - c->opened_ms > m->opts.handshake_timeout_ms) {
-            snprintf(msg, sizeof msg,
-                     "no %s within %" PRIu64 " ms of connecting: closed",
+            snprintf(msg, sizeof msg, "no %s within %" PRIu64 " ms of connecting: closed",
                      c->auth_pending ? "authentication" : "REGISTER or ATTACH",
                      m->opts.handshake_timeout_ms);
             m->handshake_timeouts++;
@@ -83,8 +82,7 @@ int mp_guard_evict(sl_master_t *m)
         const mp_conn *c = &m->conns[i];
         if (c->fd >= 0 && c->kind == MP_NEW &&
             (oldest < 0 || c->opened_ms < m->conns[oldest].opened_ms ||
-             (c->opened_ms == m->conns[oldest].opened_ms &&
-              c->serial < m->conns[oldest].serial)))
+             (c->opened_ms == m->conns[oldest].opened_ms && c->serial < m->conns[oldest].serial)))
             oldest = (int)i;
     }
     if (oldest < 0) return -1;

@@ -36,7 +36,6 @@ struct sl_master_journal {
 const double SL_MASTER_JOURNAL_SYNC_BOUNDS[SL_MASTER_JOURNAL_SYNC_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5};
 
-
 static uint64_t record_sum(const uint8_t *payload, uint32_t len)
 {
     return XXH3_64bits_withSeed(payload, len, len);
@@ -110,7 +109,8 @@ sl_err_t sl_master_journal_scan(const void *buf, size_t len, const char *name, s
         if (rem >= SL_MASTER_JOURNAL_RECORD_HEADER_BYTES) end += sl_le_get_u32(p + off);
         bool torn = all_zero(p + off, rem) ||
                     (end >= len && rem >= SL_MASTER_JOURNAL_RECORD_HEADER_BYTES &&
-                     sl_le_get_u32(p + off + 4) == ~sl_le_get_u32(p + off) && sl_le_get_u32(p + off) <= max_record) ||
+                     sl_le_get_u32(p + off + 4) == ~sl_le_get_u32(p + off) &&
+                     sl_le_get_u32(p + off) <= max_record) ||
                     rem < SL_MASTER_JOURNAL_RECORD_HEADER_BYTES;
         if (!torn)
             return sl_error_set(err, SL_ERR_CORRUPT,
@@ -239,8 +239,8 @@ sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t
     if (rc == SL_OK) {
         const uint8_t *payload;
         size_t plen;
-        rc = sl_master_journal_snapshot_parse(map.data, map.len, j->snap_path, 0, &snap_gen, &payload,
-                                              &plen, err);
+        rc = sl_master_journal_snapshot_parse(map.data, map.len, j->snap_path, 0, &snap_gen,
+                                              &payload, &plen, err);
         if (rc == SL_OK && snapshot_fn != NULL) {
             rc = snapshot_fn(ctx, payload, plen, err);
             if (rc != SL_OK) sl_error_prefix(err, "%s: ", j->snap_path);
@@ -269,9 +269,9 @@ sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t
     sl_master_journal_scan_t scan;
     /* Header first, without callbacks, to compare generations. */
     rc = sl_master_journal_scan(
-        map.data, map.len < SL_MASTER_JOURNAL_HEADER_BYTES ? map.len : SL_MASTER_JOURNAL_HEADER_BYTES,
-        j->path,
-        max_record, NULL, NULL, &scan, err);
+        map.data,
+        map.len < SL_MASTER_JOURNAL_HEADER_BYTES ? map.len : SL_MASTER_JOURNAL_HEADER_BYTES,
+        j->path, max_record, NULL, NULL, &scan, err);
     if (rc != SL_OK) {
         sl_io_unmap(&map);
         goto fail;
@@ -384,7 +384,8 @@ sl_err_t sl_master_journal_sync(sl_master_journal_t *j, sl_error_t *err)
     j->syncs++;
     double took = sl_clock_s() - t0;
     int b = 0;
-    while (b < SL_MASTER_JOURNAL_SYNC_BUCKETS && took > SL_MASTER_JOURNAL_SYNC_BOUNDS[b]) b++;
+    while (b < SL_MASTER_JOURNAL_SYNC_BUCKETS && took > SL_MASTER_JOURNAL_SYNC_BOUNDS[b])
+        b++;
     j->sync_hist.count[b]++;
     j->sync_hist.sum_s += took;
     return SL_OK;

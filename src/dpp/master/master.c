@@ -186,9 +186,9 @@ void mp_tick(sl_master_t *m, uint64_t now)
         if (j->last_wait > 1) j->last_wait = 1;
         j->wait_ns = j->elapsed_ns = 0;
         sl_master_autoscale_observation_t obs = {.now_ns = now * 1000000ull,
-                                          .trainer_wait = j->last_wait,
-                                          .worker_busy = j->last_busy,
-                                          .workers = live};
+                                                 .trainer_wait = j->last_wait,
+                                                 .worker_busy = j->last_busy,
+                                                 .workers = live};
         sl_master_autoscale_observe(&j->as, &obs);
         log_decision(j, "autoscaler");
         log_progress(m, j);
@@ -261,7 +261,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     m->jobs = sl_calloc(a, o->max_jobs, sizeof *m->jobs);
     m->share = sl_calloc(a, o->max_jobs, sizeof *m->share);
     const char *secret = o->cluster_secret;
-    o->cluster_secret = NULL; /* borrowed for the call only: m->secret is the copy */
+    o->cluster_secret = NULL;            /* borrowed for the call only: m->secret is the copy */
     m->secret = sl_strdup(NULL, secret); /* freed by sl_rpc_secret_free */
     if (m->jobs == NULL || m->share == NULL || (secret != NULL && m->secret == NULL)) {
         destroy(m);
@@ -269,13 +269,13 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     }
     m->started_ms = sl_clock_ms();
     sl_master_state_opts_t so = {.state_dir = o->state_dir,
-                               .lease_timeout_ms = o->lease_timeout_ms,
-                               .max_jobs = o->max_jobs,
-                               .max_workers = o->max_workers,
-                               .max_clients = o->max_clients,
-                               .max_answers = o->max_answers,
-                               .compact_bytes = o->compact_bytes,
-                               .allocator = m->a};
+                                 .lease_timeout_ms = o->lease_timeout_ms,
+                                 .max_jobs = o->max_jobs,
+                                 .max_workers = o->max_workers,
+                                 .max_clients = o->max_clients,
+                                 .max_answers = o->max_answers,
+                                 .compact_bytes = o->compact_bytes,
+                                 .allocator = m->a};
     sl_master_journal_open_info_t info;
     sl_err_t rc = sl_master_state_open(&so, m->started_ms, &m->st, &info, err);
     if (rc != SL_OK) {
@@ -284,9 +284,10 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
         return rc;
     }
     if (info.warning[0] != '\0')
-        sl_log_kv(SL_LOG_WARN, "journal_tail_cut",
-                  (SL_KV_U64("offset", info.truncated_at), SL_KV_U64("bytes", info.truncated_bytes)),
-                  "%s", info.warning);
+        sl_log_kv(
+            SL_LOG_WARN, "journal_tail_cut",
+            (SL_KV_U64("offset", info.truncated_at), SL_KV_U64("bytes", info.truncated_bytes)),
+            "%s", info.warning);
     o->state_dir = NULL; /* borrowed for the call only */
     sl_mutex_lock(&m->mu);
     rc = adopt_jobs(m, err);
@@ -369,8 +370,7 @@ static sl_err_t check_spec(const char *text, sl_pipeline_job_t **job, sl_wh_tabl
             !sl_pipeline_problems_add(&pr, "$.source.table: table '%s': %s", (*job)->table,
                                       err->msg))
             rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
-        if (rc == SL_OK)
-            rc = sl_pipeline_plan_check(*job, sl_wh_table_schema(*table), &pr, err);
+        if (rc == SL_OK) rc = sl_pipeline_plan_check(*job, sl_wh_table_schema(*table), &pr, err);
     }
     if (rc != SL_OK && rc != SL_ERR_NOMEM && pr.count > 0) {
         rc = sl_pipeline_problems_error(&pr, 0, "spec", err);
@@ -471,14 +471,13 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
             rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", job->id);
     } else {
         rc = req->num_tokens > 0
-                 ? sl_master_state_job_resume_ranks(m->st, &spec,
-                                                    (const void *const *)req->tokens,
+                 ? sl_master_state_job_resume_ranks(m->st, &spec, (const void *const *)req->tokens,
                                                     req->token_lens, req->num_tokens, err)
                  : sl_master_state_job_add(m->st, &spec, err);
         if (rc == SL_OK) rc = sync_locked(m, err);
-        mp_job *j = rc == SL_OK ? mp_job_add(m, job->id, req->min_workers, req->max_workers,
-                                             req->workers)
-                                : NULL;
+        mp_job *j = rc == SL_OK
+                        ? mp_job_add(m, job->id, req->min_workers, req->max_workers, req->workers)
+                        : NULL;
         if (rc == SL_OK && j == NULL)
             rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", job->id);
         if (j != NULL) {
@@ -489,10 +488,9 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                        SL_KV_U64("min_workers", req->min_workers),
                        SL_KV_U64("max_workers", req->max_workers),
                        SL_KV_U64("resume_tokens", req->num_tokens)),
-                      "job %s submitted: %u splits, %u epoch%s, %u rank%s, workers %u..%u",
-                      job->id, splits->count, job->epochs, job->epochs == 1 ? "" : "s",
-                      req->ranks, req->ranks == 1 ? "" : "s", req->min_workers,
-                      req->max_workers);
+                      "job %s submitted: %u splits, %u epoch%s, %u rank%s, workers %u..%u", job->id,
+                      splits->count, job->epochs, job->epochs == 1 ? "" : "s", req->ranks,
+                      req->ranks == 1 ? "" : "s", req->min_workers, req->max_workers);
             log_decision(j, "submit");
         }
     }
@@ -793,8 +791,24 @@ char *sl_master_metrics_text(sl_master_t *m)
     executor_metrics(m, &p);
     /* Per-job families: Prometheus wants each family's samples right after
      * its TYPE line, so gather the jobs' figures first, then emit by family. */
-    enum { SPLITS_PENDING, SPLITS_LEASED, SPLITS_DONE, COMMITTED_ROWS, SAMPLES, WAIT, BUSY,
-           QUEUED, WORKER_MEMORY, DESIRED, GRANTED, FAILED, FINISHED, SKIPPED, SKIPPED_ROWS, NFIG };
+    enum {
+        SPLITS_PENDING,
+        SPLITS_LEASED,
+        SPLITS_DONE,
+        COMMITTED_ROWS,
+        SAMPLES,
+        WAIT,
+        BUSY,
+        QUEUED,
+        WORKER_MEMORY,
+        DESIRED,
+        GRANTED,
+        FAILED,
+        FINISHED,
+        SKIPPED,
+        SKIPPED_ROWS,
+        NFIG
+    };
     static const struct {
         const char *name, *type, *help;
     } fam[] = {
@@ -817,9 +831,9 @@ char *sl_master_metrics_text(sl_master_t *m)
          "Splits skipped without their rows (on_bad_split skip), every epoch."},
         {"sluice_master_skipped_rows_total", "counter", "Rows of skipped splits not delivered."},
     };
-    static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES, WAIT, BUSY, QUEUED,
-                                    WORKER_MEMORY, DESIRED, GRANTED, FAILED, FINISHED, SKIPPED,
-                                    SKIPPED_ROWS};
+    static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,     WAIT,    BUSY,
+                                    QUEUED,         WORKER_MEMORY,  DESIRED,     GRANTED, FAILED,
+                                    FINISHED,       SKIPPED,        SKIPPED_ROWS};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);

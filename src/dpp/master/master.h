@@ -136,13 +136,12 @@ typedef struct sl_master_submit {
  * content is never read nor quoted); the job is accepted only when a
  * worker could bind it. The job id is the spec's "id". Synced before
  * returning. *job_id (may be NULL) gets the id, an owned string of
- * sl_master_allocator(m): caller frees it with sl_strfree. Every problem of the spec goes to *problems (may be NULL; caller
- * frees) by its JSON path in the spec ("$.transforms[2].n: ..."), and err
- * names the first and the count. @return SL_ERR_INVALID for a bad request,
- * spec or table (err says what), SL_ERR_CORRUPT, SL_ERR_TRUNCATED or
- * SL_ERR_VERSION for a damaged token (err names it), SL_ERR_AGAIN when a
- * job of that id exists already, SL_ERR_TOO_LARGE past max_jobs, SL_ERR_IO
- * when the journal fails. */
+ * sl_master_allocator(m): caller frees it with sl_strfree. Every problem of the spec goes to
+ * *problems (may be NULL; caller frees) by its JSON path in the spec ("$.transforms[2].n: ..."),
+ * and err names the first and the count. @return SL_ERR_INVALID for a bad request, spec or table
+ * (err says what), SL_ERR_CORRUPT, SL_ERR_TRUNCATED or SL_ERR_VERSION for a damaged token (err
+ * names it), SL_ERR_AGAIN when a job of that id exists already, SL_ERR_TOO_LARGE past max_jobs,
+ * SL_ERR_IO when the journal fails. */
 sl_err_t sl_master_job_submit(sl_master_t *m, const sl_master_submit_t *req, char **job_id,
                               sl_pipeline_problems_t *problems, sl_error_t *err);
 
@@ -191,21 +190,21 @@ typedef struct sl_master_worker_view {
     const char *id, *job; /* job: "" until its first lease */
     const char *serve_address, *admin_address;
     bool connected;
-    uint32_t leases, queued_batches;  /* from its last heartbeat */
-    double busy;                      /* 0..1 */
+    uint32_t leases, queued_batches; /* from its last heartbeat */
+    double busy;                     /* 0..1 */
     uint64_t memory_used, batches_sent, samples_sent;
     uint64_t last_heartbeat_ms_ago;
 } sl_master_worker_view_t;
 
 /* The master as a whole. */
 typedef struct sl_master_status_view {
-    bool ready;             /* sl_master_ready */
-    const char *address;    /* control address */
+    bool ready;          /* sl_master_ready */
+    const char *address; /* control address */
     uint64_t uptime_s;
     uint32_t workers, clients; /* connected now */
     sl_master_state_counters_t counters;
-    const char *failure;    /* why the state failed; "" when it did not */
-    bool has_executor;      /* executor: the last sl_master_report_executor */
+    const char *failure; /* why the state failed; "" when it did not */
+    bool has_executor;   /* executor: the last sl_master_report_executor */
     sl_master_executor_stats_t executor;
 } sl_master_status_view_t;
 
@@ -244,11 +243,11 @@ char *sl_master_metrics_text(sl_master_t *m);
 
 typedef struct sl_master_desired {
     char job_id[256];
-    uint32_t workers;     /* what the autoscaler (or a manual scale) wants now */
-    uint32_t granted;     /* its fair share of max_fleet_workers: what to run (0 when finished) */
-    uint32_t registered;  /* workers of the job connected to the master now */
-    bool finished;        /* every epoch committed: the executor may stop its workers */
-    bool failed;          /* the job failed: its workers are to be stopped too */
+    uint32_t workers;    /* what the autoscaler (or a manual scale) wants now */
+    uint32_t granted;    /* its fair share of max_fleet_workers: what to run (0 when finished) */
+    uint32_t registered; /* workers of the job connected to the master now */
+    bool finished;       /* every epoch committed: the executor may stop its workers */
+    bool failed;         /* the job failed: its workers are to be stopped too */
 } sl_master_desired_t;
 
 /* The desired worker count of every job (up to cap entries, in submission

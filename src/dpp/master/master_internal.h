@@ -37,9 +37,9 @@ typedef struct mp_job {
 
 typedef struct mp_worker {
     char id[MP_ID_MAX];
-    char job[MP_ID_MAX];  /* "" until its first lease when it registered for any job */
+    char job[MP_ID_MAX]; /* "" until its first lease when it registered for any job */
     char serve[MP_ADDR_MAX], admin[MP_ADDR_MAX];
-    int conn;             /* index in m->conns, -1 when disconnected */
+    int conn;              /* index in m->conns, -1 when disconnected */
     uint64_t last_seen_ms; /* last frame from its connection */
     uint64_t incarnation;  /* of the process on conn (REGISTER; 0: not told) */
     double busy;
@@ -51,12 +51,12 @@ typedef struct mp_worker {
 typedef enum { MP_NEW = 0, MP_WORKER = 1, MP_CLIENT = 2 } mp_kind;
 
 typedef struct mp_conn {
-    int fd;        /* -1: free slot */
+    int fd; /* -1: free slot */
     mp_kind kind;
     uint64_t serial; /* distinguishes a reused slot from the connection a deferred answer was for */
     uint32_t worker; /* MP_WORKER: index in m->workers */
     char client[MP_ID_MAX], job[MP_ID_MAX]; /* MP_CLIENT */
-    uint32_t rank;   /* MP_CLIENT: its ATTACH rank (static sharding checks commits against it) */
+    uint32_t rank; /* MP_CLIENT: its ATTACH rank (static sharding checks commits against it) */
     uint8_t *buf;  /* bytes received, not yet a whole frame */
     size_t len, cap;
     /* admission (guard.c) */
@@ -71,10 +71,10 @@ typedef struct mp_deferred {
     uint32_t conn;
     uint64_t serial;
     sl_rpc_type_t type;
-    uint64_t nonce;     /* COMMIT_REPLY */
-    int result;         /* COMMIT_REPLY result / SPLIT_READ_REPLY state */
+    uint64_t nonce; /* COMMIT_REPLY */
+    int result;     /* COMMIT_REPLY result / SPLIT_READ_REPLY state */
     char message[256];
-    void *token;        /* TOKEN: owned, token_len bytes (state allocator) */
+    void *token; /* TOKEN: owned, token_len bytes (state allocator) */
     size_t token_len;
 } mp_deferred;
 
@@ -84,19 +84,19 @@ struct sl_master {
     const sl_allocator_t *a;
     sl_mutex_t mu;
     sl_master_state_t *st;
-    bool failed;        /* a journal write or sync failed: not ready, mutations refused */
+    bool failed; /* a journal write or sync failed: not ready, mutations refused */
     char failure[256];
     uint64_t started_ms;
     /* jobs and workers */
-    mp_job *jobs;       /* [opts.max_jobs] */
+    mp_job *jobs;                       /* [opts.max_jobs] */
     sl_master_autoscale_share_t *share; /* [opts.max_jobs], scratch of mp_share_locked */
-    mp_worker *workers; /* [nworkers] of [cap_workers] */
+    mp_worker *workers;                 /* [nworkers] of [cap_workers] */
     uint32_t nworkers, cap_workers;
     /* control connections (the control thread only, except counts) */
     int listen_fd, wake[2];
     char address[MP_ADDR_MAX];
     uint16_t port;
-    mp_conn *conns;     /* [opts.max_connections] */
+    mp_conn *conns;         /* [opts.max_connections] */
     struct pollfd *pollfds; /* [opts.max_connections + 2], the control thread's */
     uint32_t *pollidx;      /* [opts.max_connections + 2]: conns index of pollfds[k] */
     uint64_t next_serial;
@@ -165,8 +165,7 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
 void mp_on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__SplitFailed *r)
     SL_REQUIRES(m->mu);
 void mp_on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a) SL_REQUIRES(m->mu);
-void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
-    SL_REQUIRES(m->mu);
+void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm) SL_REQUIRES(m->mu);
 void mp_on_client_stats(sl_master_t *m, const Sluice__Control__ClientStats *s) SL_REQUIRES(m->mu);
 void mp_on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__TokenRequest *t)
     SL_REQUIRES(m->mu);

@@ -135,7 +135,7 @@ typedef struct sl_master_state_job_spec {
     uint32_t ranks;        /* trainer ranks */
     bool static_sharding;  /* each split served to one rank (assign_static) */
     uint32_t min_workers, max_workers;
-    bool skip_bad_splits;  /* on_bad_split "skip" (sl_master_state_split_failed) */
+    bool skip_bad_splits; /* on_bad_split "skip" (sl_master_state_split_failed) */
 } sl_master_state_job_spec_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
@@ -272,7 +272,7 @@ typedef enum sl_master_commit_result {
     /* not the job's current epoch (or finished), or the batch's lease
      * (split, generation) is not live any more: drop */
     SL_MASTER_STALE_EPOCH = 2,
-    SL_MASTER_UNKNOWN = 3    /* no such job, split, or a range outside the split: drop */
+    SL_MASTER_UNKNOWN = 3 /* no such job, split, or a range outside the split: drop */
 } sl_master_commit_result_t;
 
 /* Commit rows [from_row, to_row) of split of epoch, read under the lease
@@ -337,7 +337,7 @@ sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, ui
  * answering. @return SL_MASTER_STALE when it is not the live lease (not
  * counted), SL_ERR_NOT_FOUND for an unknown job or split. */
 typedef enum sl_master_split_fail_result {
-    SL_MASTER_FAIL_RETRY = 0,     /* values as proto/control.proto SplitFailedReply */
+    SL_MASTER_FAIL_RETRY = 0, /* values as proto/control.proto SplitFailedReply */
     SL_MASTER_FAIL_SKIPPED = 1,
     SL_MASTER_FAIL_JOB_FAILED = 2
 } sl_master_split_fail_result_t;
@@ -439,12 +439,12 @@ typedef struct sl_master_state_counters {
     uint64_t renewals; /* leases renewed */
     uint64_t expiries;
     uint64_t revocations; /* leases revoked by a worker's registration (not counted in expiries) */
-    uint64_t completions;   /* splits DONE */
-    uint64_t releases;      /* split_read leaving the split PENDING */
+    uint64_t completions; /* splits DONE */
+    uint64_t releases;    /* split_read leaving the split PENDING */
     uint64_t commits, overlaps, stale_commits, unknown_commits, repeated_commits;
     uint64_t unleased_commits; /* refused: the batch's lease is not live (STALE_EPOCH) */
-    uint64_t committed_rows; /* rows accepted by commits and split_read, every job */
-    uint64_t stale_refused; /* split_read under a dead generation */
+    uint64_t committed_rows;   /* rows accepted by commits and split_read, every job */
+    uint64_t stale_refused;    /* split_read under a dead generation */
     uint64_t epochs_advanced;
     uint64_t journal_records;
     uint64_t journal_syncs;
@@ -453,7 +453,7 @@ typedef struct sl_master_state_counters {
     uint64_t clients_evicted;
     uint64_t split_failures, splits_skipped, jobs_failed;
     uint32_t jobs, workers, clients; /* clients: records remembered now */
-    uint64_t pending, leased, done; /* splits per state, every job */
+    uint64_t pending, leased, done;  /* splits per state, every job */
 } sl_master_state_counters_t;
 
 void sl_master_state_counters(const sl_master_state_t *m, sl_master_state_counters_t *out);

@@ -208,8 +208,7 @@ void m_client_remove(sl_master_state_t *m, uint32_t ci)
     memset(m->chash, 0, (size_t)m->chash_cap * sizeof *m->chash);
     bool found;
     for (uint32_t i = 0; i < m->num_clients; i++)
-        m->chash[hash_slot(m->chash, m->chash_cap, m->clients, m->clients[i].name, &found)] =
-            i + 1;
+        m->chash[hash_slot(m->chash, m->chash_cap, m->clients, m->clients[i].name, &found)] = i + 1;
 }
 
 static uint32_t nonce_home(const client *c, uint64_t nonce)
@@ -313,8 +312,7 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
         return SL_OK;
     }
     job *jb = job_id != NULL ? m_find_job(m, job_id, &slot) : NULL;
-    if (jb == NULL || split >= jb->n || from_row >= to_row ||
-        to_row > jb->defs[split].num_rows) {
+    if (jb == NULL || split >= jb->n || from_row >= to_row || to_row > jb->defs[split].num_rows) {
         m->c.unknown_commits++;
         *result = SL_MASTER_UNKNOWN;
         if (jb == NULL)
@@ -417,10 +415,10 @@ sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, ui
                             "split read: job '%s' epoch %u split %u: generation %llu is not the "
                             "live lease (%s)",
                             job_id, epoch, split, (unsigned long long)generation,
-                            epoch != jb->epoch                ? "another epoch"
+                            epoch != jb->epoch                   ? "another epoch"
                             : s->state == SL_MASTER_SPLIT_LEASED ? "leased again since"
                             : s->state == SL_MASTER_SPLIT_DONE   ? "split done"
-                                                              : "lease expired");
+                                                                 : "lease expired");
     }
     for (uint32_t i = 0; i < num_empty; i++)
         if (empty[i].from_row > empty[i].to_row || empty[i].to_row > jb->defs[split].num_rows)
@@ -503,8 +501,7 @@ sl_err_t sl_master_state_committed(const sl_master_state_t *m, const char *job_i
                                    sl_error_t *err)
 {
     const job *jb = job_id != NULL ? m_find_job(m, job_id, NULL) : NULL;
-    if (jb == NULL)
-        return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id ? job_id : "");
+    if (jb == NULL) return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id ? job_id : "");
     if (split >= jb->n)
         return sl_error_set(err, SL_ERR_NOT_FOUND, "job '%s' has no split %u", job_id, split);
     *ranges = jb->st[split].r;

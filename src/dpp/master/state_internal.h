@@ -23,15 +23,15 @@ typedef struct split_def {
 
 /* The per-epoch state of a split (48 bytes). */
 typedef struct split_st {
-    uint64_t generation; /* of the live lease (LEASED), else of the last one */
-    uint64_t expiry;     /* LEASED */
-    uint64_t committed;  /* rows in r */
+    uint64_t generation;   /* of the live lease (LEASED), else of the last one */
+    uint64_t expiry;       /* LEASED */
+    uint64_t committed;    /* rows in r */
     sl_dpp_row_range_t *r; /* committed ranges: sorted, disjoint, not adjacent; [nr] of [cap] */
     uint32_t nr, cap;
-    uint32_t worker; /* LEASED: index in m->workers */
-    uint8_t state;   /* sl_master_split_state_t */
-    uint8_t in_heap; /* its position is in job->heap */
-    uint8_t named;   /* scratch of register: named by the worker (0 between calls) */
+    uint32_t worker;   /* LEASED: index in m->workers */
+    uint8_t state;     /* sl_master_split_state_t */
+    uint8_t in_heap;   /* its position is in job->heap */
+    uint8_t named;     /* scratch of register: named by the worker (0 between calls) */
     uint16_t failures; /* SPLIT_FAILED reports this epoch (saturating) */
 } split_st;
 
@@ -44,7 +44,7 @@ typedef struct job {
     uint32_t ranks, min_workers, max_workers;
     bool static_sharding;
     uint32_t *rank_of_split; /* [n] when static_sharding, else NULL */
-    uint64_t fingerprint; /* XXH3 of the split list (resume tokens) */
+    uint64_t fingerprint;    /* XXH3 of the split list (resume tokens) */
     char **paths;
     uint32_t num_paths;
     split_def *defs; /* [n] */
@@ -82,7 +82,7 @@ typedef struct worker {
 typedef struct client {
     char *name;
     uint64_t last_ms; /* last seen connected or committing (not journaled: reset at open) */
-    uint64_t *ring; /* [max_answers] */
+    uint64_t *ring;   /* [max_answers] */
     uint32_t head, len;
     uint32_t *index; /* [2 * max_answers rounded to a power of two]: ring slot + 1, 0 empty */
     uint32_t index_cap;

@@ -251,14 +251,14 @@ sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, co
                                .generation = gen,
                                .expiry_ms = expiry,
                                .rank_plus_one =
-                                jb->rank_of_split != NULL ? jb->rank_of_split[split] + 1 : 0,
-                            .todo = m->todo,
-                            .num_todo = nt,
-                            .path = jb->paths[d->path],
-                            .stripe_begin = d->stripe_begin,
-                            .stripe_end = d->stripe_end,
-                            .first_row = d->first_row,
-                            .num_rows = d->num_rows};
+                                   jb->rank_of_split != NULL ? jb->rank_of_split[split] + 1 : 0,
+                               .todo = m->todo,
+                               .num_todo = nt,
+                               .path = jb->paths[d->path],
+                               .stripe_begin = d->stripe_begin,
+                               .stripe_end = d->stripe_end,
+                               .first_row = d->first_row,
+                               .num_rows = d->num_rows};
     return SL_OK;
 }
 
@@ -268,8 +268,8 @@ static split_st *named_lease(sl_master_state_t *m, uint32_t w, const sl_master_l
     job *jb = ref->job_id != NULL ? m_find_job(m, ref->job_id, NULL) : NULL;
     if (jb == NULL || ref->split >= jb->n || ref->epoch != jb->epoch) return NULL;
     split_st *s = &jb->st[ref->split];
-    bool live = s->state == SL_MASTER_SPLIT_LEASED && s->generation == ref->generation &&
-                s->worker == w;
+    bool live =
+        s->state == SL_MASTER_SPLIT_LEASED && s->generation == ref->generation && s->worker == w;
     return live ? s : NULL;
 }
 

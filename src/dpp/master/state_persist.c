@@ -319,7 +319,8 @@ sl_err_t sl_master_state_token_encode(const sl_master_state_t *m, const char *jo
                 while (e < ne && ex[e].to_row <= at)
                     e++;
                 uint64_t stop = end;
-                if (e < ne && ex[e].from_row < end) stop = ex[e].from_row > at ? ex[e].from_row : at;
+                if (e < ne && ex[e].from_row < end)
+                    stop = ex[e].from_row > at ? ex[e].from_row : at;
                 if (stop > at) {
                     if (n == cap) break; /* cannot happen: cap counts every piece */
                     t.range_split[n] = i;
@@ -358,10 +359,9 @@ out:
 
 /* Check one token against the job (sp built from spec) and unpack it into
  * *out (free with sluice__master__resume_token__free_unpacked(*out, pa)). */
-static sl_err_t token_open(const sl_master_state_job_spec_t *spec,
-                           const spec_pb *sp, const void *token, size_t len,
-                           ProtobufCAllocator *pa, Sluice__Master__ResumeToken **out,
-                           sl_error_t *err)
+static sl_err_t token_open(const sl_master_state_job_spec_t *spec, const spec_pb *sp,
+                           const void *token, size_t len, ProtobufCAllocator *pa,
+                           Sluice__Master__ResumeToken **out, sl_error_t *err)
 {
     *out = NULL;
     const uint8_t *p = token;

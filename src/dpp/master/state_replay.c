@@ -119,9 +119,8 @@ static sl_err_t apply(sl_master_state_t *m, const Sluice__Master__Record *r, uin
         if (sr->n_empty_from != sr->n_empty_to || sr->n_empty_from > m->opts.max_ranges)
             return bad(err, off, what, sr->job_id, sr->split, "bad empty range columns");
         sl_dpp_row_range_t one[1];
-        sl_dpp_row_range_t *e = sr->n_empty_from > 1
-                                    ? sl_alloc(m->a, sr->n_empty_from * sizeof *e)
-                                    : one;
+        sl_dpp_row_range_t *e =
+            sr->n_empty_from > 1 ? sl_alloc(m->a, sr->n_empty_from * sizeof *e) : one;
         if (e == NULL) return sl_error_set(err, SL_ERR_NOMEM, "split read record");
         bool ok = true;
         for (size_t i = 0; i < sr->n_empty_from; i++) {
@@ -171,26 +170,30 @@ static sl_err_t apply(sl_master_state_t *m, const Sluice__Master__Record *r, uin
         const char *what = "failure of job '%s' (split %u)";
         job *jb = jf->job_id != NULL ? m_find_job(m, jf->job_id, &slot) : NULL;
         uint32_t split = jf->failure != NULL ? jf->failure->split : 0;
-        if (jb == NULL) return bad(err, off, what, jf->job_id ? jf->job_id : "", split, "unknown job");
+        if (jb == NULL)
+            return bad(err, off, what, jf->job_id ? jf->job_id : "", split, "unknown job");
         if (jf->failure == NULL || jb->failed || jb->epoch >= jb->epochs || split >= jb->n)
             return bad(err, off, what, jf->job_id, split, "no failure, or the job ended before");
         rc = m_apply_job_failed(m, slot, jf->failure, err);
-        return rc == SL_OK ? SL_OK
-                           : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
+        return rc == SL_OK
+                   ? SL_OK
+                   : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
     }
     case SLUICE__MASTER__RECORD__KIND_SPLIT_SKIPPED: {
         const Sluice__Master__SplitSkipped *sk = r->split_skipped;
         const char *what = "skip of job '%s' split %u";
         job *jb = sk->job_id != NULL ? m_find_job(m, sk->job_id, &slot) : NULL;
-        if (jb == NULL) return bad(err, off, what, sk->job_id ? sk->job_id : "", sk->split, "unknown job");
+        if (jb == NULL)
+            return bad(err, off, what, sk->job_id ? sk->job_id : "", sk->split, "unknown job");
         if (sk->split >= jb->n || jb->failed || jb->epoch >= jb->epochs ||
             jb->st[sk->split].state != SL_MASTER_SPLIT_PENDING ||
             jb->defs[sk->split].num_rows - jb->st[sk->split].committed != sk->rows)
             return bad(err, off, what, sk->job_id, sk->split,
                        "split not pending or other rows left to skip");
         rc = m_apply_split_skipped(m, slot, sk->split, NULL, err);
-        return rc == SL_OK ? SL_OK
-                           : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
+        return rc == SL_OK
+                   ? SL_OK
+                   : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
     }
     case SLUICE__MASTER__RECORD__KIND_CLIENT_EVICTED: {
         uint32_t ci;
@@ -276,10 +279,11 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
                                 jb->id, i);
         jb->st[i].generation = sj->generation[i];
         if (sj->n_failures == n)
-            jb->st[i].failures = sj->failures[i] > UINT16_MAX ? UINT16_MAX : (uint16_t)sj->failures[i];
+            jb->st[i].failures =
+                sj->failures[i] > UINT16_MAX ? UINT16_MAX : (uint16_t)sj->failures[i];
         if (st == SL_MASTER_SPLIT_LEASED && jb->failed)
-            return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s' split %u: leased, job failed",
-                                jb->id, i);
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "snapshot job '%s' split %u: leased, job failed", jb->id, i);
         if (st == SL_MASTER_SPLIT_DONE || (full && st != SL_MASTER_SPLIT_DONE)) {
             if (st != SL_MASTER_SPLIT_DONE)
                 return sl_error_set(err, SL_ERR_CORRUPT,
@@ -430,8 +434,8 @@ static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_
         sj[k].range_from = sl_alloc(a, nr * 8 + 1);
         sj[k].range_to = sl_alloc(a, nr * 8 + 1);
         if (!sl[k].path_index || !sl[k].stripe_begin || !sl[k].stripe_end || !sl[k].first_row ||
-            !sl[k].num_rows || !sj[k].state || !sj[k].worker || !sj[k].generation || !sj[k].failures ||
-            !sj[k].range_split || !sj[k].range_from || !sj[k].range_to) {
+            !sl[k].num_rows || !sj[k].state || !sj[k].worker || !sj[k].generation ||
+            !sj[k].failures || !sj[k].range_split || !sj[k].range_from || !sj[k].range_to) {
             rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot of job '%s'", jb->id);
             goto out;
         }
@@ -608,8 +612,8 @@ sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *le
                   (unsigned long long)jb->skipped_splits, (unsigned long long)jb->skipped_rows);
         if (jb->failed)
             sb_printf(&b, " failed split %u epoch %u file %s stripe %d code %d: %s\n",
-                      jb->fail_split, jb->fail_epoch, jb->fail_file, jb->fail_stripe,
-                      jb->fail_code, jb->fail_message);
+                      jb->fail_split, jb->fail_epoch, jb->fail_file, jb->fail_stripe, jb->fail_code,
+                      jb->fail_message);
         for (uint32_t s = 0; s < jb->n; s++) {
             const split_st *st = &jb->st[s];
             sb_printf(&b, " %u %c gen %llu committed %llu %s", s, state_char[st->state],

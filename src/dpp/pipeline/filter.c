@@ -81,9 +81,11 @@ sl_err_t sl_pipeline_plan_filter(const sl_pipeline_plan_t *plan, const sl_wh_row
     const sl_batch_t *b = &rows->batch;
     uint32_t n = b->batch_size;
     bool weigh = plan->weight_label != NULL && weights != NULL;
-    for (uint32_t i = 0; i < n; i++) selected[i] = i;
+    for (uint32_t i = 0; i < n; i++)
+        selected[i] = i;
     if (weigh)
-        for (uint32_t i = 0; i < n; i++) weights[i] = 1.0f;
+        for (uint32_t i = 0; i < n; i++)
+            weights[i] = 1.0f;
     *count = n;
     for (uint32_t fi = 0; fi < plan->num_filters; fi++) {
         const dpp_filter_t *f = &plan->filters[fi];
@@ -94,8 +96,8 @@ sl_err_t sl_pipeline_plan_filter(const sl_pipeline_plan_t *plan, const sl_wh_row
             int c = find_col(b->labels.names, T, f->name);
             if (c < 0 || b->labels.rows != n)
                 return sl_error_set(err, SL_ERR_INVALID,
-                                    "%s stripe %u: filter %u: label '%s' was not read",
-                                    where(rows), rows->stripe, fi, f->name);
+                                    "%s stripe %u: filter %u: label '%s' was not read", where(rows),
+                                    rows->stripe, fi, f->name);
             label = b->labels.data + c;
         }
         if ((f->op == OP_SAMPLE || f->op == OP_NEGATIVE_DOWNSAMPLE) && b->sample_ids == NULL &&
@@ -118,13 +120,17 @@ sl_err_t sl_pipeline_plan_filter(const sl_pipeline_plan_t *plan, const sl_wh_row
             bool keep = true;
             float w = 1.0f;
             switch (f->op) {
-            case OP_LABEL_EQUALS: keep = label[(size_t)r * T] == (float)f->value; break;
+            case OP_LABEL_EQUALS:
+                keep = label[(size_t)r * T] == (float)f->value;
+                break;
             case OP_LABEL_RANGE: {
                 double v = label[(size_t)r * T];
                 keep = v >= f->min && v <= f->max;
                 break;
             }
-            case OP_HAS_FEATURE: keep = present(&pres, r); break;
+            case OP_HAS_FEATURE:
+                keep = present(&pres, r);
+                break;
             case OP_TIMESTAMP_RANGE:
                 keep = rows->timestamps[r] >= f->ts_min && rows->timestamps[r] <= f->ts_max;
                 break;
@@ -137,7 +143,8 @@ sl_err_t sl_pipeline_plan_filter(const sl_pipeline_plan_t *plan, const sl_wh_row
                     w = f->weight;
                 }
                 break;
-            default: break;
+            default:
+                break;
             }
             if (!keep) continue;
             if (weigh) weights[kept] = weights[i] * w;

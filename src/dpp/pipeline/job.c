@@ -25,14 +25,16 @@
 static void free_strs(char **v, uint32_t n)
 {
     if (v == NULL) return;
-    for (uint32_t i = 0; i < n; i++) sl_strfree(NULL, v[i]);
+    for (uint32_t i = 0; i < n; i++)
+        sl_strfree(NULL, v[i]);
     sl_free(NULL, v, (size_t)n * sizeof(char *));
 }
 
 static void free_ops(sl_pipeline_op_t *ops, uint32_t n)
 {
     if (ops == NULL) return;
-    for (uint32_t i = 0; i < n; i++) sl_pipeline_op_clear(&ops[i]);
+    for (uint32_t i = 0; i < n; i++)
+        sl_pipeline_op_clear(&ops[i]);
     sl_free(NULL, ops, (size_t)n * sizeof *ops);
 }
 
@@ -124,7 +126,8 @@ static void get_names(dpp_parse_t *p, const json_t *v, const char *path, char **
         for (size_t j = 0; j < i; j++)
             if (json_is_string(json_array_get(v, j)) &&
                 strcmp(json_string_value(json_array_get(v, j)), json_string_value(e)) == 0) {
-                sl_pipeline_problems_add(p->problems, "%s[%zu]: '%s' is listed twice", path, i, json_string_value(e));
+                sl_pipeline_problems_add(p->problems, "%s[%zu]: '%s' is listed twice", path, i,
+                                         json_string_value(e));
                 break;
             }
         if ((names[i] = sl_strdup(NULL, json_string_value(e))) == NULL) p->nomem = true;
@@ -164,7 +167,8 @@ static void parse_groups(dpp_parse_t *p, const json_t *groups, const char *where
                          sl_pipeline_job_t *job)
 {
     if (!json_is_object(groups)) {
-        sl_pipeline_problems_add(p->problems, "%s: must be an object {\"group\": [features...]}", where);
+        sl_pipeline_problems_add(p->problems, "%s: must be an object {\"group\": [features...]}",
+                                 where);
         return;
     }
     size_t n = json_object_size(groups);
@@ -181,7 +185,8 @@ static void parse_groups(dpp_parse_t *p, const json_t *groups, const char *where
         sl_pipeline_dedup_group_t *g = &job->dedup_groups[job->num_dedup_groups++];
         char path[SL_ERROR_MSG_MAX];
         snprintf(path, sizeof path, "%s.%s", where, name);
-        if (name[0] == '\0') sl_pipeline_problems_add(p->problems, "%s: a group needs a non-empty name", path);
+        if (name[0] == '\0')
+            sl_pipeline_problems_add(p->problems, "%s: a group needs a non-empty name", path);
         if ((g->name = sl_strdup(NULL, name)) == NULL) p->nomem = true;
         get_names(p, v, path, &g->features, &g->num_features);
         /* A feature in two groups: the later mention is the problem. */
@@ -191,8 +196,9 @@ static void parse_groups(dpp_parse_t *p, const json_t *groups, const char *where
                 for (uint32_t k = 0; k < job->dedup_groups[h].num_features; k++)
                     if (job->dedup_groups[h].features[k] != NULL &&
                         strcmp(job->dedup_groups[h].features[k], g->features[f]) == 0) {
-                        sl_pipeline_problems_add(p->problems, "%s[%u]: feature '%s' is already in group '%s'", path, f,
-                                g->features[f], job->dedup_groups[h].name);
+                        sl_pipeline_problems_add(
+                            p->problems, "%s[%u]: feature '%s' is already in group '%s'", path, f,
+                            g->features[f], job->dedup_groups[h].name);
                         break;
                     }
         }
@@ -210,8 +216,8 @@ static void parse_ops(dpp_parse_t *p, const json_t *list, const char *path, bool
     }
     size_t n = json_array_size(list);
     if (n > DPP_OPS_MAX) {
-        sl_pipeline_problems_add(p->problems, "%s: %zu %s, more than the %u a job may have", path, n,
-                filter ? "filters" : "transforms", DPP_OPS_MAX);
+        sl_pipeline_problems_add(p->problems, "%s: %zu %s, more than the %u a job may have", path,
+                                 n, filter ? "filters" : "transforms", DPP_OPS_MAX);
         return;
     }
     if (n == 0) return;
@@ -228,8 +234,7 @@ static void parse_ops(dpp_parse_t *p, const json_t *list, const char *path, bool
     }
 }
 
-static void parse_filters(dpp_parse_t *p, const json_t *v, const char *path,
-                          sl_pipeline_job_t *job)
+static void parse_filters(dpp_parse_t *p, const json_t *v, const char *path, sl_pipeline_job_t *job)
 {
     parse_ops(p, v, path, true, &job->filters, &job->num_filters);
 }
@@ -243,8 +248,7 @@ static void parse_transforms(dpp_parse_t *p, const json_t *v, const char *path,
 /* ---- source.kafka ---- */
 
 /* "host:port[,host:port...]": each host non-empty, each port 1..65535. */
-static void check_brokers(dpp_parse_t *p, const json_t *v, const char *path,
-                          sl_pipeline_job_t *job)
+static void check_brokers(dpp_parse_t *p, const json_t *v, const char *path, sl_pipeline_job_t *job)
 {
     (void)job;
     const char *s = json_string_value(v);
@@ -260,16 +264,15 @@ static void check_brokers(dpp_parse_t *p, const json_t *v, const char *path,
         if (colon == NULL || colon == b || plen == 0 || plen >= sizeof port ||
             sl_parse_u32(port, 1, 65535, &num, "port", NULL) != SL_OK)
             sl_pipeline_problems_add(p->problems,
-                                     "%s: broker %u '%.*s' is not host:port (port 1..65535)",
-                                     path, k + 1, (int)(n > 80 ? 80 : n), b);
+                                     "%s: broker %u '%.*s' is not host:port (port 1..65535)", path,
+                                     k + 1, (int)(n > 80 ? 80 : n), b);
         if (!e) break;
         b = e + 1;
     }
 }
 
 /* Kafka's own rule for topic names: 1..249 of [a-zA-Z0-9._-], not "." or "..". */
-static void parse_topics(dpp_parse_t *p, const json_t *v, const char *path,
-                         sl_pipeline_job_t *job)
+static void parse_topics(dpp_parse_t *p, const json_t *v, const char *path, sl_pipeline_job_t *job)
 {
     get_names(p, v, path, &job->kafka.topics, &job->kafka.num_topics);
     for (uint32_t i = 0; i < job->kafka.num_topics; i++) {
@@ -288,8 +291,7 @@ static void parse_topics(dpp_parse_t *p, const json_t *v, const char *path,
     }
 }
 
-static void parse_schema(dpp_parse_t *p, const json_t *v, const char *path,
-                         sl_pipeline_job_t *job)
+static void parse_schema(dpp_parse_t *p, const json_t *v, const char *path, sl_pipeline_job_t *job)
 {
     sl_error_t e = {0};
     sl_err_t rc = sl_wh_schema_from_json(v, NULL, &job->kafka.schema, &e);
@@ -391,7 +393,8 @@ static void parse_props(dpp_parse_t *p, const json_t *v, const char *path, sl_pi
                  RD_KAFKA_CONF_OK)
             sl_pipeline_problems_add(p->problems, "%s.%s: %s", path, name, errstr);
         job->kafka.props[2 * k] = sl_strdup(NULL, name);
-        job->kafka.props[2 * k + 1] = sl_strdup(NULL, json_is_string(val) ? json_string_value(val) : "");
+        job->kafka.props[2 * k + 1] =
+            sl_strdup(NULL, json_is_string(val) ? json_string_value(val) : "");
         if (!job->kafka.props[2 * k] || !job->kafka.props[2 * k + 1]) p->nomem = true;
     }
     rd_kafka_conf_destroy(conf);
@@ -399,19 +402,27 @@ static void parse_props(dpp_parse_t *p, const json_t *v, const char *path, sl_pi
 
 /* ---- the table of keys ---- */
 
-#define AT(member)                                                                                \
+#define AT(member)                                                                                 \
     .offset = offsetof(sl_pipeline_job_t, member), .size = sizeof(((sl_pipeline_job_t *)0)->member)
-#define UINT_KEY(name_, member, lo_, hi_, def_, doc_)                                             \
-    {.name = name_, .type = FIELD_UINT, .lo = lo_, .hi = hi_, .def.u = def_, AT(member),          \
-     .doc = doc_}
-#define BOOL_KEY(name_, member, def_, doc_)                                                       \
-    {.name = name_, .type = FIELD_BOOL, .def.u = def_, AT(member), .doc = doc_}
-#define CUSTOM_KEY(name_, parse_, type_doc_, def_doc_, doc_)                                      \
-    {.name = name_, .type = FIELD_CUSTOM, .parse = parse_, .type_doc = type_doc_,                 \
-     .def_doc = def_doc_, .doc = doc_}
-#define OBJECT_KEY(name_, object_, required_, def_doc_, doc_)                                     \
-    {.name = name_, .type = FIELD_OBJECT, .required = required_, .object = &object_,             \
-     .def_doc = def_doc_, .doc = doc_}
+#define UINT_KEY(name_, member, lo_, hi_, def_, doc_)                                              \
+    {                                                                                              \
+        .name = name_, .type = FIELD_UINT, .lo = lo_, .hi = hi_, .def.u = def_, AT(member),        \
+        .doc = doc_                                                                                \
+    }
+#define BOOL_KEY(name_, member, def_, doc_)                                                        \
+    {                                                                                              \
+        .name = name_, .type = FIELD_BOOL, .def.u = def_, AT(member), .doc = doc_                  \
+    }
+#define CUSTOM_KEY(name_, parse_, type_doc_, def_doc_, doc_)                                       \
+    {                                                                                              \
+        .name = name_, .type = FIELD_CUSTOM, .parse = parse_, .type_doc = type_doc_,               \
+        .def_doc = def_doc_, .doc = doc_                                                           \
+    }
+#define OBJECT_KEY(name_, object_, required_, def_doc_, doc_)                                      \
+    {                                                                                              \
+        .name = name_, .type = FIELD_OBJECT, .required = required_, .object = &object_,            \
+        .def_doc = def_doc_, .doc = doc_                                                           \
+    }
 #define COUNT(fields) (uint32_t)(sizeof fields / sizeof fields[0])
 
 static const dpp_field_t kafka_fields[] = {
@@ -468,9 +479,9 @@ static const dpp_field_t source_fields[] = {
      .def_doc = "all",
      .doc = "partition filter, e.g. `\"ds>=2026-01-01,region=eu\"` (checked at parse)"},
     CUSTOM_KEY("features", parse_features, "non-empty array of distinct names", "every feature",
-           "the projection: the input features the batches carry"),
+               "the projection: the input features the batches carry"),
     UINT_KEY("stripes_per_split", stripes_per_split, 1, 1u << 20, 1,
-         "stripes per split (the unit a worker leases)"),
+             "stripes per split (the unit a worker leases)"),
 };
 static const dpp_object_t source = {"$.source", source_fields, COUNT(source_fields)};
 
@@ -486,9 +497,10 @@ static const dpp_field_t batch_fields[] = {
     UINT_KEY("size", batch_size, 1, 1u << 20, 4096, "samples per batch"),
     BOOL_KEY("drop_last", drop_last, false, "drop the last, short batch of an epoch"),
     UINT_KEY("epochs", epochs, 1, 1000000, 1, "passes over the data"),
-    CUSTOM_KEY("dedup_groups", parse_groups, "object `{\"group\": [features]}`", "none",
-           "features stored once per unique row (IKJT); sparse or weighted features, each in one "
-           "group at most"),
+    CUSTOM_KEY(
+        "dedup_groups", parse_groups, "object `{\"group\": [features]}`", "none",
+        "features stored once per unique row (IKJT); sparse or weighted features, each in one "
+        "group at most"),
     OBJECT_KEY("shuffle", shuffle, false, NULL, "shuffling"),
     BOOL_KEY("sample_ids", sample_ids, true, "batches carry sample ids"),
 };
@@ -517,9 +529,9 @@ static const dpp_field_t root_fields[] = {
             "and goes on, every other row still delivered exactly once (docs/ADMIN.md, "
             "\"Failed jobs\")"},
     CUSTOM_KEY("filters", parse_filters, "array of filter objects (at most 4096)", "`[]`",
-           "row filters, ANDed, in order"),
+               "row filters, ANDed, in order"),
     CUSTOM_KEY("transforms", parse_transforms, "array of transform objects (at most 4096)", "`[]`",
-           "feature transforms, in order"),
+               "feature transforms, in order"),
     OBJECT_KEY("batch", batch, false, "see below", "batching"),
 };
 const dpp_object_t dpp_spec_root = {"$", root_fields, COUNT(root_fields)};
@@ -529,9 +541,15 @@ const dpp_object_t dpp_spec_root = {"$", root_fields, COUNT(root_fields)};
 static void put_uint(void *at, size_t size, uint64_t v)
 {
     switch (size) {
-    case 1: *(uint8_t *)at = (uint8_t)v; break;
-    case 4: *(uint32_t *)at = (uint32_t)v; break;
-    default: *(uint64_t *)at = v; break;
+    case 1:
+        *(uint8_t *)at = (uint8_t)v;
+        break;
+    case 4:
+        *(uint32_t *)at = (uint32_t)v;
+        break;
+    default:
+        *(uint64_t *)at = v;
+        break;
     }
 }
 
@@ -571,7 +589,9 @@ static void parse_field(dpp_parse_t *p, const json_t *v, const dpp_field_t *f, c
     case FIELD_UINT:
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             (uint64_t)json_integer_value(v) < f->lo || (uint64_t)json_integer_value(v) > f->hi) {
-            sl_pipeline_problems_add(p->problems, "%s: must be an integer in [%" PRIu64 ", %" PRIu64 "]", path, f->lo, f->hi);
+            sl_pipeline_problems_add(p->problems,
+                                     "%s: must be an integer in [%" PRIu64 ", %" PRIu64 "]", path,
+                                     f->lo, f->hi);
             return;
         }
         put_uint(at, f->size, (uint64_t)json_integer_value(v));
@@ -597,11 +617,12 @@ static void parse_field(dpp_parse_t *p, const json_t *v, const dpp_field_t *f, c
         for (size_t k = 0, n = 0; f->choices[k] != NULL; k++)
             n += (size_t)snprintf(choices + n, n < sizeof choices ? sizeof choices - n : 0,
                                   "%s\"%s\"",
-                                  k == 0                         ? ""
-                                  : f->choices[k + 1] == NULL    ? " or "
-                                                                 : ", ",
+                                  k == 0                      ? ""
+                                  : f->choices[k + 1] == NULL ? " or "
+                                                              : ", ",
                                   f->choices[k]);
-        sl_pipeline_problems_add(p->problems, "%s: %s, not \"%.64s\"", path, choices, json_string_value(v));
+        sl_pipeline_problems_add(p->problems, "%s: %s, not \"%.64s\"", path, choices,
+                                 json_string_value(v));
         return;
     }
     case FIELD_OBJECT:
@@ -611,7 +632,9 @@ static void parse_field(dpp_parse_t *p, const json_t *v, const dpp_field_t *f, c
         }
         parse_object(p, v, f->object, job);
         return;
-    case FIELD_CUSTOM: f->parse(p, v, path, job); return;
+    case FIELD_CUSTOM:
+        f->parse(p, v, path, job);
+        return;
     }
 }
 
@@ -725,8 +748,8 @@ sl_err_t sl_pipeline_job_parse(const char *text, size_t len, sl_pipeline_job_t *
                                       je.text, je.line, je.column))
             return sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");
         return sl_error_set(err, SL_ERR_INVALID,
-                            "job spec: $: not valid JSON: %s (line %d, column %d)",
-                            je.text, je.line, je.column);
+                            "job spec: $: not valid JSON: %s (line %d, column %d)", je.text,
+                            je.line, je.column);
     }
     sl_err_t rc = sl_pipeline_job_from_json(spec, out, problems, err);
     json_decref(spec);

@@ -38,28 +38,28 @@ typedef enum sl_pipeline_kafka_at {
 
 /* source.kafka (docs/KAFKA.md): the topics read instead of a table. */
 typedef struct sl_pipeline_kafka {
-    char *brokers;        /* bootstrap servers, "host:port[,host:port...]" */
-    char **topics;        /* [num_topics] distinct names */
+    char *brokers; /* bootstrap servers, "host:port[,host:port...]" */
+    char **topics; /* [num_topics] distinct names */
     uint32_t num_topics;
-    sl_wh_schema_t *schema; /* what the records' features are (a table schema's JSON form) */
-    uint8_t start, stop;  /* sl_pipeline_kafka_at_t */
+    sl_wh_schema_t *schema;    /* what the records' features are (a table schema's JSON form) */
+    uint8_t start, stop;       /* sl_pipeline_kafka_at_t */
     int64_t start_ms, stop_ms; /* TIMESTAMP: milliseconds since the epoch */
-    uint32_t linger_ms;   /* a batch waits at most this long for more records; default 5 */
-    uint32_t chunk;       /* offsets per split (partition chunk); default 65536 */
-    char **props;         /* [2 * num_props] librdkafka property name, value, ... */
+    uint32_t linger_ms;        /* a batch waits at most this long for more records; default 5 */
+    uint32_t chunk;            /* offsets per split (partition chunk); default 65536 */
+    char **props;              /* [2 * num_props] librdkafka property name, value, ... */
     uint32_t num_props;
 } sl_pipeline_kafka_t;
 
 /* The job spec as parsed (syntax, types and ranges checked, defaults
  * filled in; names not yet bound to a schema). */
 typedef struct sl_pipeline_job {
-    char *id;                 /* "job" unless set */
+    char *id; /* "job" unless set */
     /* source */
-    char *table;              /* table directory; NULL for a Kafka job */
-    bool is_kafka;            /* source.kafka given (then kafka is filled, table NULL) */
+    char *table;   /* table directory; NULL for a Kafka job */
+    bool is_kafka; /* source.kafka given (then kafka is filled, table NULL) */
     sl_pipeline_kafka_t kafka;
-    char *partitions;         /* partition filter (sl_wh_filter_parse syntax) or NULL */
-    char **features;          /* projection; NULL: every feature */
+    char *partitions; /* partition filter (sl_wh_filter_parse syntax) or NULL */
+    char **features;  /* projection; NULL: every feature */
     uint32_t num_features;
     uint32_t stripes_per_split; /* default 1 */
     /* rows */
@@ -68,16 +68,16 @@ typedef struct sl_pipeline_job {
     sl_pipeline_op_t *transforms; /* [num_transforms], compiled */
     uint32_t num_transforms;
     /* batching */
-    uint32_t batch_size;      /* default 4096 */
-    bool drop_last;           /* default false */
-    uint32_t epochs;          /* default 1 */
+    uint32_t batch_size; /* default 4096 */
+    bool drop_last;      /* default false */
+    uint32_t epochs;     /* default 1 */
     sl_pipeline_dedup_group_t *dedup_groups;
     uint32_t num_dedup_groups;
-    bool shuffle_splits;      /* default false */
-    uint32_t shuffle_window;  /* rows; 0 = no row shuffle (default) */
-    uint64_t seed;            /* default 0 */
-    bool sample_ids;          /* batches carry sample ids; default true */
-    bool skip_bad_splits;     /* "on_bad_split": "skip" (default "fail"; under a master) */
+    bool shuffle_splits;     /* default false */
+    uint32_t shuffle_window; /* rows; 0 = no row shuffle (default) */
+    uint64_t seed;           /* default 0 */
+    bool sample_ids;         /* batches carry sample ids; default true */
+    bool skip_bad_splits;    /* "on_bad_split": "skip" (default "fail"; under a master) */
     /* Directory that relative map_vocab files resolve against: the spec
      * file's directory (sl_pipeline_job_load), else NULL (the current one). */
     char *base_dir;

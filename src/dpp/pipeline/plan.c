@@ -111,12 +111,14 @@ static void bind_filters(bind_t *b)
         f->weight = 1.0f;
         if (o->label != NULL) {
             if (sl_wh_schema_find_label(b->schema, o->label) < 0)
-                sl_pipeline_problems_add(b->problems, "$.filters[%u].label: unknown label '%s'", i, o->label);
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].label: unknown label '%s'", i,
+                                         o->label);
             f->name = own(plan, o->label);
         }
         if (o->feature != NULL) {
             if (sl_wh_schema_find(b->schema, o->feature) == NULL)
-                sl_pipeline_problems_add(b->problems, "$.filters[%u].feature: unknown feature '%s'", i, o->feature);
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].feature: unknown feature '%s'",
+                                         i, o->feature);
             else
                 add_read(b, o->feature);
             f->name = own(plan, o->feature);
@@ -138,12 +140,14 @@ static void bind_filters(bind_t *b)
             const char *wl = o->weight_label;
             if (sl_wh_schema_find_label(b->schema, wl) >= 0 ||
                 sl_wh_schema_find(b->schema, wl) != NULL)
-                sl_pipeline_problems_add(b->problems, "$.filters[%u].weight_label: '%s' is already a column of the table", i,
-                        wl);
+                sl_pipeline_problems_add(
+                    b->problems,
+                    "$.filters[%u].weight_label: '%s' is already a column of the table", i, wl);
             else if (plan->weight_label != NULL && strcmp(plan->weight_label, wl) != 0)
-                sl_pipeline_problems_add(b->problems, "$.filters[%u].weight_label: '%s' differs from '%s' of an "
-                           "earlier filter (one weight column per job)",
-                        i, wl, plan->weight_label);
+                sl_pipeline_problems_add(b->problems,
+                                         "$.filters[%u].weight_label: '%s' differs from '%s' of an "
+                                         "earlier filter (one weight column per job)",
+                                         i, wl, plan->weight_label);
             else if (plan->weight_label == NULL &&
                      (plan->weight_label = (char *)own(plan, wl)) == NULL)
                 b->nomem = true;
@@ -189,13 +193,16 @@ static bool check_input(bind_t *b, size_t i, const char *key, const char *name, 
         for (size_t j = i + 1; j < b->job->num_transforms; j++) {
             const char *later = b->job->transforms[j].output;
             if (later != NULL && strcmp(later, name) == 0) {
-                sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: feature '%s' is created by a later transform "
-                           "($.transforms[%zu])",
-                        i, key, name, j);
+                sl_pipeline_problems_add(
+                    b->problems,
+                    "$.transforms[%zu].%s: feature '%s' is created by a later transform "
+                    "($.transforms[%zu])",
+                    i, key, name, j);
                 return false;
             }
         }
-        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: unknown feature '%s'", i, key, name);
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: unknown feature '%s'", i, key,
+                                 name);
         return false;
     }
     dpp_input_t want = op->spec->input;
@@ -207,8 +214,9 @@ static bool check_input(bind_t *b, size_t i, const char *key, const char *name, 
         const char *need = want == IN_DENSE      ? "a dense"
                            : want == IN_WEIGHTED ? "a weighted"
                                                  : "a sparse or weighted";
-        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: '%s' is a %s feature; %s needs %s feature", i, key, name,
-                sl_wh_kind_name(s.kind), op->spec->name, need);
+        sl_pipeline_problems_add(b->problems,
+                                 "$.transforms[%zu].%s: '%s' is a %s feature; %s needs %s feature",
+                                 i, key, name, sl_wh_kind_name(s.kind), op->spec->name, need);
         return false;
     }
     if (s.created_by < 0) add_read(b, name);
@@ -221,12 +229,16 @@ static bool check_input(bind_t *b, size_t i, const char *key, const char *name, 
 static const char *output_name(bind_t *b, size_t i, const char *out)
 {
     if (sl_wh_schema_find(b->schema, out) != NULL)
-        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].output: '%s' is already a feature of the table", i, out);
+        sl_pipeline_problems_add(b->problems,
+                                 "$.transforms[%zu].output: '%s' is already a feature of the table",
+                                 i, out);
     else if (sl_wh_schema_find_label(b->schema, out) >= 0)
-        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].output: '%s' is already a label of the table", i, out);
+        sl_pipeline_problems_add(
+            b->problems, "$.transforms[%zu].output: '%s' is already a label of the table", i, out);
     else if (lookup(b, out, i).found)
-        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].output: '%s' is already created by an earlier transform",
-                i, out);
+        sl_pipeline_problems_add(
+            b->problems,
+            "$.transforms[%zu].output: '%s' is already created by an earlier transform", i, out);
     const char *s = own(b->plan, out);
     if (s == NULL) b->nomem = true;
     return s;
@@ -243,9 +255,11 @@ static void bind_transform(bind_t *b, size_t i, dpp_transform_t *t)
         bool ok0 = check_input(b, i, "features[0]", a, &s0);
         bool ok1 = check_input(b, i, "features[1]", c, &s1);
         if (ok0 && ok1 && s0.kind != s1.kind)
-            sl_pipeline_problems_add(b->problems, "$.transforms[%zu].features: cannot cross '%s' (%s) with '%s' (%s): kinds "
-                       "differ",
-                    i, a, sl_wh_kind_name(s0.kind), c, sl_wh_kind_name(s1.kind));
+            sl_pipeline_problems_add(
+                b->problems,
+                "$.transforms[%zu].features: cannot cross '%s' (%s) with '%s' (%s): kinds "
+                "differ",
+                i, a, sl_wh_kind_name(s0.kind), c, sl_wh_kind_name(s1.kind));
         t->in[0] = own(plan, a);
         t->in[1] = own(plan, c);
     } else {
@@ -312,7 +326,8 @@ static void bind_transforms(bind_t *b)
         return;
     }
     plan->num_transforms = n;
-    for (uint32_t i = 0; i < n && !b->nomem; i++) bind_transform(b, i, &plan->transforms[i]);
+    for (uint32_t i = 0; i < n && !b->nomem; i++)
+        bind_transform(b, i, &plan->transforms[i]);
 }
 
 static void bind_groups(bind_t *b)
@@ -324,11 +339,15 @@ static void bind_groups(bind_t *b)
             const char *name = grp->features[k];
             const sl_wh_feature_t *f = sl_wh_schema_find(b->schema, name);
             if (f == NULL)
-                sl_pipeline_problems_add(b->problems, "$.batch.dedup_groups.%s[%u]: unknown feature '%s'", grp->name, k, name);
+                sl_pipeline_problems_add(b->problems,
+                                         "$.batch.dedup_groups.%s[%u]: unknown feature '%s'",
+                                         grp->name, k, name);
             else if (f->kind == SL_WH_DENSE)
-                sl_pipeline_problems_add(b->problems, "$.batch.dedup_groups.%s[%u]: '%s' is a dense feature; dedup groups "
-                           "hold sparse or weighted features",
-                        grp->name, k, name);
+                sl_pipeline_problems_add(
+                    b->problems,
+                    "$.batch.dedup_groups.%s[%u]: '%s' is a dense feature; dedup groups "
+                    "hold sparse or weighted features",
+                    grp->name, k, name);
             else
                 add_read(b, name);
         }
@@ -340,7 +359,8 @@ static uint32_t mentions(const sl_pipeline_job_t *job, const sl_wh_schema_t *sch
 {
     uint64_t n = (uint64_t)sl_wh_schema_num_features(schema) + job->num_features +
                  job->num_filters + 2 * (uint64_t)job->num_transforms + 1;
-    for (uint32_t g = 0; g < job->num_dedup_groups; g++) n += job->dedup_groups[g].num_features;
+    for (uint32_t g = 0; g < job->num_dedup_groups; g++)
+        n += job->dedup_groups[g].num_features;
     return n > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)n;
 }
 
@@ -367,7 +387,8 @@ static sl_err_t plan_bind(const sl_pipeline_job_t *job, const sl_wh_schema_t *sc
     if (job->num_features > 0) {
         for (uint32_t i = 0; i < job->num_features; i++) {
             if (sl_wh_schema_find(schema, job->features[i]) == NULL) {
-                sl_pipeline_problems_add(b.problems, "$.source.features[%u]: unknown feature '%s'", i, job->features[i]);
+                sl_pipeline_problems_add(b.problems, "$.source.features[%u]: unknown feature '%s'",
+                                         i, job->features[i]);
                 continue;
             }
             add_read(&b, job->features[i]);

@@ -14,7 +14,7 @@
 
 typedef struct dpp_filter {
     dpp_op_t op;
-    const char *name;   /* label or feature */
+    const char *name; /* label or feature */
     double value, min, max;
     int64_t ts_min, ts_max; /* timestamp_range, inclusive */
     uint64_t seed;
@@ -27,8 +27,8 @@ typedef struct dpp_vocab dpp_vocab_t;
 
 typedef struct dpp_transform {
     dpp_op_t op;
-    const char *in[2];  /* input names (in[1] for cross) */
-    const char *out;    /* created feature (cross, ngram, bucketize) or NULL */
+    const char *in[2]; /* input names (in[1] for cross) */
+    const char *out;   /* created feature (cross, ngram, bucketize) or NULL */
     uint64_t salt;
     uint64_t table_size;
     int64_t divisor;

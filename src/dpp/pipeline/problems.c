@@ -19,14 +19,16 @@
 static size_t capacity(uint32_t count)
 {
     size_t cap = 4;
-    while (cap < count) cap *= 2;
+    while (cap < count)
+        cap *= 2;
     return cap;
 }
 
 void sl_pipeline_problems_free(sl_pipeline_problems_t *p)
 {
     if (p == NULL) return;
-    for (uint32_t i = 0; i < p->count; i++) sl_strfree(NULL, p->items[i]);
+    for (uint32_t i = 0; i < p->count; i++)
+        sl_strfree(NULL, p->items[i]);
     if (p->items != NULL) sl_free(NULL, p->items, capacity(p->count) * sizeof(char *));
     *p = (sl_pipeline_problems_t){0};
 }

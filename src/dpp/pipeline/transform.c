@@ -53,8 +53,8 @@ static sl_err_t add_place(state_t *s, const sl_kjt_t *kjt, int loc, sl_error_t *
         c->values = kjt->values + at;
         c->weights = kjt->weights != NULL ? kjt->weights + at : NULL;
         c->num_values = n;
-        c->weighted = kjt->weights != NULL &&
-                      listed(s->plan->weighted, s->plan->num_weighted, c->name);
+        c->weighted =
+            kjt->weights != NULL && listed(s->plan->weighted, s->plan->num_weighted, c->name);
         c->output = listed(s->plan->keep, s->plan->num_keep, c->name);
         at += n;
     }
@@ -83,8 +83,8 @@ static bool fill_then_log1p(const dpp_transform_t *t, const dpp_transform_t *nex
 
 /* Transform ti (t; next is the one after it, or NULL); *fused: next was
  * done too. */
-static sl_err_t run(state_t *s, const dpp_transform_t *t, const dpp_transform_t *next,
-                    uint32_t ti, bool *fused, sl_error_t *err)
+static sl_err_t run(state_t *s, const dpp_transform_t *t, const dpp_transform_t *next, uint32_t ti,
+                    bool *fused, sl_error_t *err)
 {
     sl_batch_t *batch = s->batch;
     sl_dense_t *dense = &batch->dense;
@@ -121,14 +121,22 @@ static sl_err_t run(state_t *s, const dpp_transform_t *t, const dpp_transform_t 
         return sl_error_set(err, SL_ERR_INVALID,
                             "transform %u: sparse feature '%s' is not in the batch", ti, t->in[0]);
     switch (t->op) {
-    case OP_SIGRID_HASH: dpp_sigrid_hash(a->values, a->num_values, t->salt, t->table_size); break;
-    case OP_MODULO: dpp_modulo(a->values, a->num_values, t->divisor); break;
-    case OP_MAP_VOCAB: dpp_map_vocab(a->values, a->num_values, t->vocab, t->vocab_default); break;
-    case OP_FIRST_X: dpp_first_x(a, t->x); break;
-    case OP_DEDUP_IDS: return dpp_dedup_ids(a, batch->arena, err);
+    case OP_SIGRID_HASH:
+        dpp_sigrid_hash(a->values, a->num_values, t->salt, t->table_size);
+        break;
+    case OP_MODULO:
+        dpp_modulo(a->values, a->num_values, t->divisor);
+        break;
+    case OP_MAP_VOCAB:
+        dpp_map_vocab(a->values, a->num_values, t->vocab, t->vocab_default);
+        break;
+    case OP_FIRST_X:
+        dpp_first_x(a, t->x);
+        break;
+    case OP_DEDUP_IDS:
+        return dpp_dedup_ids(a, batch->arena, err);
     case OP_CLAMP_WEIGHTS:
-        if (a->weights != NULL)
-            dpp_clamp_weights(a->weights, a->num_values, t->min, t->max);
+        if (a->weights != NULL) dpp_clamp_weights(a->weights, a->num_values, t->min, t->max);
         break;
     case OP_CROSS:
     case OP_NGRAM: {
@@ -148,8 +156,8 @@ static sl_err_t run(state_t *s, const dpp_transform_t *t, const dpp_transform_t 
             rc = dpp_ngram(a, t->n, t->salt, t->table_size, batch->arena, out, err);
         } else if (a->loc == b->loc) {
             out->loc = a->loc;
-            rc = dpp_cross(a, NULL, b, NULL, a->stride, t->salt, t->table_size, batch->arena,
-                           out, err);
+            rc = dpp_cross(a, NULL, b, NULL, a->stride, t->salt, t->table_size, batch->arena, out,
+                           err);
         } else {
             out->loc = -1;
             rc = dpp_cross(a, inverse_of(s, a->loc), b, inverse_of(s, b->loc), batch->batch_size,
@@ -158,7 +166,8 @@ static sl_err_t run(state_t *s, const dpp_transform_t *t, const dpp_transform_t 
         if (rc == SL_OK) s->num_cols++;
         return rc;
     }
-    default: break;
+    default:
+        break;
     }
     return SL_OK;
 }
@@ -218,7 +227,8 @@ static sl_err_t assemble(state_t *s, sl_kjt_t *kjt, int loc, uint32_t stride, sl
                 if (c->weighted && c->weights != NULL)
                     memcpy(out.weights + at, c->weights, (size_t)c->num_values * sizeof(float));
                 else
-                    for (uint64_t j = 0; j < c->num_values; j++) out.weights[at + j] = 1.0f;
+                    for (uint64_t j = 0; j < c->num_values; j++)
+                        out.weights[at + j] = 1.0f;
             }
         }
         at += c->num_values;
@@ -234,8 +244,8 @@ static sl_err_t assemble_dense(state_t *s, sl_error_t *err)
     sl_dense_t *d = &s->batch->dense;
     uint32_t kept = 0;
     for (uint32_t c = 0; c < d->cols; c++) {
-        s->dense_keep[c] = d->names == NULL ||
-                           listed(s->plan->keep, s->plan->num_keep, d->names[c]);
+        s->dense_keep[c] =
+            d->names == NULL || listed(s->plan->keep, s->plan->num_keep, d->names[c]);
         kept += s->dense_keep[c];
     }
     if (kept == d->cols) return SL_OK;
@@ -264,9 +274,11 @@ sl_err_t dpp_transform_batch(const sl_pipeline_plan_t *plan, sl_batch_t *batch, 
 {
     state_t s = {plan, batch, NULL, 0, 0, NULL};
     uint32_t inputs = batch->sparse.num_keys;
-    for (uint32_t g = 0; g < batch->num_groups; g++) inputs += batch->groups[g].unique.num_keys;
+    for (uint32_t g = 0; g < batch->num_groups; g++)
+        inputs += batch->groups[g].unique.num_keys;
     uint32_t created = 0;
-    for (uint32_t i = 0; i < plan->num_transforms; i++) created += plan->transforms[i].out != NULL;
+    for (uint32_t i = 0; i < plan->num_transforms; i++)
+        created += plan->transforms[i].out != NULL;
     s.cols = sl_arena_alloc(batch->arena, ((size_t)inputs + created + 1) * sizeof(dpp_col_t));
     s.dense_keep = sl_arena_alloc(batch->arena, (size_t)batch->dense.cols + 1);
     if (s.cols == NULL || s.dense_keep == NULL)

@@ -64,7 +64,7 @@ static inline __attribute__((always_inline)) v4f fill4(v4f x, v4f fill)
  * missing values (NaN) become fill[0] first: fill_missing and log1p in one
  * pass over the column, the same bits as the two one after the other. */
 #define LOG1P_COLUMN_BODY                                                                          \
-    const v4f fv = fill ? (v4f){*fill, *fill, *fill, *fill} : (v4f){0, 0, 0, 0};                  \
+    const v4f fv = fill ? (v4f){*fill, *fill, *fill, *fill} : (v4f){0, 0, 0, 0};                   \
     uint32_t r = 0;                                                                                \
     for (; r + 4 <= rows; r += 4, p += 4 * step) {                                                 \
         v4f x = {p[0], p[step], p[2 * step], p[3 * step]};                                         \
@@ -135,7 +135,8 @@ void dpp_dense_apply(const dpp_transform_t *t, float *data, uint32_t rows, uint3
         break;
     case OP_NORMALIZE: {
         const float mean = t->mean, std = t->std;
-        for (uint32_t r = 0; r < rows; r++, p += step) *p = (*p - mean) / std;
+        for (uint32_t r = 0; r < rows; r++, p += step)
+            *p = (*p - mean) / std;
         break;
     }
     case OP_BOXCOX: {
@@ -151,7 +152,8 @@ void dpp_dense_apply(const dpp_transform_t *t, float *data, uint32_t rows, uint3
         }
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 

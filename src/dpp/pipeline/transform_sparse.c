@@ -158,7 +158,8 @@ void dpp_modulo(int64_t *values, uint64_t n, int64_t divisor)
 
 void dpp_map_vocab(int64_t *values, uint64_t n, const dpp_vocab_t *v, int64_t def)
 {
-    for (uint64_t i = 0; i < n; i++) values[i] = dpp_vocab_lookup(v, values[i], def);
+    for (uint64_t i = 0; i < n; i++)
+        values[i] = dpp_vocab_lookup(v, values[i], def);
 }
 
 void dpp_clamp_weights(float *weights, uint64_t n, float min, float max)
@@ -208,7 +209,8 @@ sl_err_t dpp_dedup_ids(dpp_col_t *col, sl_arena_t *arena, sl_error_t *err)
         if (col->lengths[r] > longest) longest = col->lengths[r];
     /* Open addressing over positions of kept ids, at most half full. */
     uint32_t slots = 1;
-    while (slots < 2 * (uint32_t)longest) slots *= 2;
+    while (slots < 2 * (uint32_t)longest)
+        slots *= 2;
     int32_t *table = NULL;
     if (longest > DEDUP_SHORT) {
         table = sl_arena_alloc(arena, (size_t)slots * sizeof(int32_t));
@@ -227,7 +229,8 @@ sl_err_t dpp_dedup_ids(dpp_col_t *col, sl_arena_t *arena, sl_error_t *err)
             for (int32_t i = 0; i < len; i++) {
                 int64_t id = v[src + (uint64_t)i];
                 bool seen = false;
-                for (uint64_t j = start; j < dst && !seen; j++) seen = v[j] == id;
+                for (uint64_t j = start; j < dst && !seen; j++)
+                    seen = v[j] == id;
                 if (seen) continue;
                 if (w != NULL) w[dst] = w[src + (uint64_t)i];
                 v[dst++] = id;
@@ -279,7 +282,8 @@ static uint64_t *col_offsets(const dpp_col_t *col, sl_arena_t *arena)
     uint64_t *off = sl_arena_alloc(arena, ((size_t)col->stride + 1) * sizeof(uint64_t));
     if (off == NULL) return NULL;
     off[0] = 0;
-    for (uint32_t r = 0; r < col->stride; r++) off[r + 1] = off[r] + (uint64_t)col->lengths[r];
+    for (uint32_t r = 0; r < col->stride; r++)
+        off[r + 1] = off[r] + (uint64_t)col->lengths[r];
     return off;
 }
 
@@ -310,10 +314,9 @@ sl_err_t dpp_cross(const dpp_col_t *a, const int32_t *ia, const dpp_col_t *b, co
         uint32_t ra = ia != NULL ? (uint32_t)ia[r] : r, rb = ib != NULL ? (uint32_t)ib[r] : r;
         uint64_t n = (uint64_t)a->lengths[ra] * (uint64_t)b->lengths[rb];
         if (n > INT32_MAX || (total += n) > CREATED_VALUES_MAX)
-            return sl_error_set(err, SL_ERR_TOO_LARGE,
-                                "cross '%s': row %u would hold more than %llu ids", out->name, r,
-                                (unsigned long long)(n > INT32_MAX ? INT32_MAX
-                                                                   : CREATED_VALUES_MAX));
+            return sl_error_set(
+                err, SL_ERR_TOO_LARGE, "cross '%s': row %u would hold more than %llu ids",
+                out->name, r, (unsigned long long)(n > INT32_MAX ? INT32_MAX : CREATED_VALUES_MAX));
         out->lengths[r] = (int32_t)n;
     }
     out->values = sl_arena_alloc(arena, (size_t)total * sizeof(int64_t));

@@ -75,7 +75,8 @@ static bool grow(dpp_vocab_t *v)
     vocab_slot_t *old = v->slots;
     vocab_slot_t *slots = sl_alloc(v->a, sl_mul_size(n, sizeof *slots));
     if (slots == NULL) return false;
-    for (uint64_t i = 0; i < n; i++) slots[i].index = -1;
+    for (uint64_t i = 0; i < n; i++)
+        slots[i].index = -1;
     v->slots = slots;
     v->mask = n - 1;
     v->size = 0;
@@ -149,7 +150,8 @@ dpp_vocab_t *dpp_vocab_load(const char *file, const sl_allocator_t *a, uint64_t 
         v->mask = 63;
         v->slots = sl_alloc(a, 64 * sizeof(vocab_slot_t));
         if (v->slots != NULL)
-            for (int i = 0; i < 64; i++) v->slots[i].index = -1;
+            for (int i = 0; i < 64; i++)
+                v->slots[i].index = -1;
     }
     bool ok = v != NULL && v->slots != NULL;
     char line[64];

@@ -51,10 +51,10 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
      * master's series (ops/prometheus/scrape.yml). */
     char jl[300];
     sl_admin_prom_label(jl, sizeof jl, "job", sl_worker_job_id(w));
-    counter(pp, jl, "sluice_worker_rows_read_total",
-            "Rows read from the table.", (double)st.rows_read);
-    counter(pp, jl, "sluice_worker_rows_kept_total",
-            "Rows the filters kept.", (double)st.rows_kept);
+    counter(pp, jl, "sluice_worker_rows_read_total", "Rows read from the table.",
+            (double)st.rows_read);
+    counter(pp, jl, "sluice_worker_rows_kept_total", "Rows the filters kept.",
+            (double)st.rows_kept);
     counter(pp, jl, "sluice_worker_kafka_records_total", "Kafka records consumed (a Kafka job).",
             (double)st.records_read);
     counter(pp, jl, "sluice_worker_kafka_bad_records_total",
@@ -74,8 +74,7 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
         else
             snprintf(le, sizeof le, "+Inf");
         snprintf(lab, sizeof lab, "%s,%s", jl, sl_admin_prom_label(le1, sizeof le1, "le", le));
-        sl_admin_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_bucket", lab,
-                             (double)cum);
+        sl_admin_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_bucket", lab, (double)cum);
     }
     sl_admin_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_sum", jl,
                          (double)st.age_sum_ms / 1000.0);
@@ -86,10 +85,10 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
             "Leases whose split could not be read (reported to the master).",
             (double)st.splits_failed);
     counter(pp, jl, "sluice_worker_batches_total", "Batches encoded.", (double)st.batches);
-    counter(pp, jl, "sluice_worker_samples_total",
-            "Samples in encoded batches.", (double)st.samples);
-    counter(pp, jl, "sluice_worker_bytes_encoded_total",
-            "Bytes of encoded batches.", (double)st.bytes_encoded);
+    counter(pp, jl, "sluice_worker_samples_total", "Samples in encoded batches.",
+            (double)st.samples);
+    counter(pp, jl, "sluice_worker_bytes_encoded_total", "Bytes of encoded batches.",
+            (double)st.bytes_encoded);
     counter(pp, jl, "sluice_worker_bytes_expanded_total",
             "Bytes the encoded batches would take without dedup.", (double)st.bytes_expanded);
     sl_admin_prom_family(pp, "sluice_worker_dedup_factor", "gauge",
@@ -103,8 +102,8 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
     sl_admin_prom_family(pp, "sluice_worker_busy_seconds_total", "counter",
                          "Busy time per pipeline stage, summed over threads.");
     const char *stages[] = {"read", "filter", "dedup", "transform", "encode", "send"};
-    uint64_t ns[] = {st.read_ns, st.filter_ns, st.dedup_ns, st.transform_ns, st.encode_ns,
-                     s->send_ns};
+    uint64_t ns[] = {st.read_ns,      st.filter_ns, st.dedup_ns,
+                     st.transform_ns, st.encode_ns, s->send_ns};
     for (int i = 0; i < 6; i++) {
         char s1[64], lab[400];
         snprintf(lab, sizeof lab, "%s,%s", jl,
@@ -115,18 +114,18 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
             "Time stages waited for memory or a full queue.", (double)st.backpressure_ns / 1e9);
     counter(pp, jl, "sluice_worker_batches_sent_total",
             "BATCH frames sent (redeliveries included).", (double)s->batches_sent);
-    counter(pp, jl, "sluice_worker_batches_acked_total",
-            "Batches acknowledged by clients.", (double)s->batches_acked);
-    counter(pp, jl, "sluice_worker_samples_acked_total",
-            "Samples acknowledged by clients.", (double)s->samples_acked);
-    counter(pp, jl, "sluice_worker_bytes_sent_total",
-            "Payload bytes of BATCH frames sent.", (double)s->bytes_sent);
-    counter(pp, jl, "sluice_worker_redeliveries_total",
-            "Batches put back after a client left.", (double)s->redeliveries);
+    counter(pp, jl, "sluice_worker_batches_acked_total", "Batches acknowledged by clients.",
+            (double)s->batches_acked);
+    counter(pp, jl, "sluice_worker_samples_acked_total", "Samples acknowledged by clients.",
+            (double)s->samples_acked);
+    counter(pp, jl, "sluice_worker_bytes_sent_total", "Payload bytes of BATCH frames sent.",
+            (double)s->bytes_sent);
+    counter(pp, jl, "sluice_worker_redeliveries_total", "Batches put back after a client left.",
+            (double)s->redeliveries);
     counter(pp, jl, "sluice_worker_batches_dropped_total",
             "Batches of revoked leases dropped unsent.", (double)s->dropped);
-    counter(pp, jl, "sluice_worker_bad_frames_total",
-            "Connections closed for a bad frame.", (double)s->bad_frames);
+    counter(pp, jl, "sluice_worker_bad_frames_total", "Connections closed for a bad frame.",
+            (double)s->bad_frames);
     counter(pp, jl, "sluice_worker_auth_failures_total",
             "Trainer connections refused: no proof of the cluster secret.",
             (double)s->auth_failures);
@@ -140,32 +139,32 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
                  sl_admin_prom_label(r1, sizeof r1, "reason", why[i]));
         sl_admin_prom_sample(pp, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
     }
-    gauge(pp, jl, "sluice_worker_clients",
-          "Trainer clients connected now.", (double)s->clients_now);
-    gauge(pp, jl, "sluice_worker_queue_ready_batches",
-          "Encoded batches waiting for a client.", (double)s->ready);
-    gauge(pp, jl, "sluice_worker_memory_used_bytes",
-          "Bytes accounted by the memory budget now.", (double)st.memory_used);
+    gauge(pp, jl, "sluice_worker_clients", "Trainer clients connected now.",
+          (double)s->clients_now);
+    gauge(pp, jl, "sluice_worker_queue_ready_batches", "Encoded batches waiting for a client.",
+          (double)s->ready);
+    gauge(pp, jl, "sluice_worker_memory_used_bytes", "Bytes accounted by the memory budget now.",
+          (double)st.memory_used);
     gauge(pp, jl, "sluice_worker_memory_peak_bytes",
           "Highest bytes accounted (the budget's high-water mark, never above the limit).",
           (double)st.memory_peak);
-    gauge(pp, jl, "sluice_worker_memory_limit_bytes",
-          "The memory budget.", (double)st.memory_limit);
-    gauge(pp, jl, "sluice_worker_finished",
-          "1 once every batch is produced and acknowledged.", st.finished ? 1 : 0);
+    gauge(pp, jl, "sluice_worker_memory_limit_bytes", "The memory budget.",
+          (double)st.memory_limit);
+    gauge(pp, jl, "sluice_worker_finished", "1 once every batch is produced and acknowledged.",
+          st.finished ? 1 : 0);
     if (ms) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(ms, &m);
-        counter(pp, jl, "sluice_worker_leases_total",
-                "Leases granted by the master.", (double)m.leases);
+        counter(pp, jl, "sluice_worker_leases_total", "Leases granted by the master.",
+                (double)m.leases);
         gauge(pp, jl, "sluice_worker_leases_held",
               "Leases being read or waiting for acknowledgements.", (double)m.leases_held);
-        counter(pp, jl, "sluice_worker_split_reads_total",
-                "SPLIT_READ reports answered.", (double)m.split_reads);
-        counter(pp, jl, "sluice_worker_leases_revoked_total",
-                "Leases the master revoked.", (double)m.revoked);
-        counter(pp, jl, "sluice_worker_heartbeats_total",
-                "Heartbeats answered.", (double)m.heartbeats);
+        counter(pp, jl, "sluice_worker_split_reads_total", "SPLIT_READ reports answered.",
+                (double)m.split_reads);
+        counter(pp, jl, "sluice_worker_leases_revoked_total", "Leases the master revoked.",
+                (double)m.revoked);
+        counter(pp, jl, "sluice_worker_heartbeats_total", "Heartbeats answered.",
+                (double)m.heartbeats);
         counter(pp, jl, "sluice_worker_master_reconnects_total",
                 "Master connections re-established.", (double)m.reconnects);
     }
@@ -189,23 +188,25 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
     for (uint32_t g = 0; g < st.num_groups; g++)
         json_array_append_new(groups, json_pack("{s:s, s:I, s:I, s:f}", "name", st.groups[g].name,
                                                 "rows", (json_int_t)st.groups[g].rows,
-                                                "unique_rows",
-                                                (json_int_t)st.groups[g].unique_rows, "factor",
-                                                st.groups[g].factor));
+                                                "unique_rows", (json_int_t)st.groups[g].unique_rows,
+                                                "factor", st.groups[g].factor));
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, "
         "s:I, s:I, s:I}, s:{s:I, s:I, s:I}}",
         "worker_id", sl_worker_id(w), "job_id", sl_worker_job_id(w), "state",
-        failed ? "failed" : st.finished ? "finished" : "serving", "finished", st.finished,
-        "error", failed ? err.msg : NULL, "threads", (json_int_t)st.threads, "splits",
-        (json_int_t)st.splits, "rows_read", (json_int_t)st.rows_read, "rows_kept",
-        (json_int_t)st.rows_kept, "batches", (json_int_t)st.batches, "samples",
-        (json_int_t)st.samples, "bytes_encoded", (json_int_t)st.bytes_encoded, "dedup_groups",
-        groups, "server", "batches_sent", (json_int_t)st.server.batches_sent, "batches_acked",
-        (json_int_t)st.server.batches_acked, "samples_acked", (json_int_t)st.server.samples_acked,
-        "ready", (json_int_t)st.server.ready, "clients", (json_int_t)st.server.clients_now,
-        "dropped", (json_int_t)st.server.dropped, "memory", "limit", (json_int_t)st.memory_limit,
-        "used", (json_int_t)st.memory_used, "peak", (json_int_t)st.memory_peak);
+        failed        ? "failed"
+        : st.finished ? "finished"
+                      : "serving",
+        "finished", st.finished, "error", failed ? err.msg : NULL, "threads",
+        (json_int_t)st.threads, "splits", (json_int_t)st.splits, "rows_read",
+        (json_int_t)st.rows_read, "rows_kept", (json_int_t)st.rows_kept, "batches",
+        (json_int_t)st.batches, "samples", (json_int_t)st.samples, "bytes_encoded",
+        (json_int_t)st.bytes_encoded, "dedup_groups", groups, "server", "batches_sent",
+        (json_int_t)st.server.batches_sent, "batches_acked", (json_int_t)st.server.batches_acked,
+        "samples_acked", (json_int_t)st.server.samples_acked, "ready", (json_int_t)st.server.ready,
+        "clients", (json_int_t)st.server.clients_now, "dropped", (json_int_t)st.server.dropped,
+        "memory", "limit", (json_int_t)st.memory_limit, "used", (json_int_t)st.memory_used, "peak",
+        (json_int_t)st.memory_peak);
     if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
     if (o && (st.records_read || st.records_bad))
         json_object_set_new(o, "kafka",
@@ -217,12 +218,12 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
         json_object_set_new(
             o, "master",
             json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:I, s:I}", "leases",
-                      (json_int_t)m.leases, "leases_held", (json_int_t)m.leases_held,
-                      "split_reads", (json_int_t)m.split_reads, "splits_done",
-                      (json_int_t)m.splits_done, "revoked", (json_int_t)m.revoked, "heartbeats",
-                      (json_int_t)m.heartbeats, "reconnects", (json_int_t)m.reconnects, "stop",
-                      m.stop, "job_finished", m.finished, "lease_timeout_ms",
-                      (json_int_t)m.lease_timeout_ms, "heartbeat_ms", (json_int_t)m.heartbeat_ms));
+                      (json_int_t)m.leases, "leases_held", (json_int_t)m.leases_held, "split_reads",
+                      (json_int_t)m.split_reads, "splits_done", (json_int_t)m.splits_done,
+                      "revoked", (json_int_t)m.revoked, "heartbeats", (json_int_t)m.heartbeats,
+                      "reconnects", (json_int_t)m.reconnects, "stop", m.stop, "job_finished",
+                      m.finished, "lease_timeout_ms", (json_int_t)m.lease_timeout_ms,
+                      "heartbeat_ms", (json_int_t)m.heartbeat_ms));
     }
     char *text = sl_admin_json_text(NULL, o, JSON_COMPACT);
     json_decref(o);
@@ -320,17 +321,13 @@ static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t
 }
 
 static const sl_admin_route_t routes[] = {
-    {"GET", "/", false, h_page},
-    {"GET", "/ui/{}", false, sl_admin_ui_handler},
-    {"GET", "/healthz", false, h_healthz},
-    {"GET", "/readyz", false, h_readyz},
-    {"GET", "/metrics", false, h_metrics},
-    {"GET", "/status", false, h_status},
+    {"GET", "/", false, h_page},           {"GET", "/ui/{}", false, sl_admin_ui_handler},
+    {"GET", "/healthz", false, h_healthz}, {"GET", "/readyz", false, h_readyz},
+    {"GET", "/metrics", false, h_metrics}, {"GET", "/status", false, h_status},
 };
 
-sl_err_t sl_worker_admin_start(sl_worker_t *w, sl_worker_lease_client_t *ms,
-                               const char *address, sl_worker_admin_t **out,
-                               sl_error_t *err)
+sl_err_t sl_worker_admin_start(sl_worker_t *w, sl_worker_lease_client_t *ms, const char *address,
+                               sl_worker_admin_t **out, sl_error_t *err)
 {
     sl_admin_opts_t o = {.address = address};
     return sl_worker_admin_serve(w, ms, &o, out, err);
@@ -371,8 +368,7 @@ uint16_t sl_worker_admin_port(const sl_worker_admin_t *a)
     return sl_admin_port(a->admin);
 }
 
-void sl_worker_admin_set(sl_worker_admin_t *a, sl_worker_t *w,
-                         sl_worker_lease_client_t *ms)
+void sl_worker_admin_set(sl_worker_admin_t *a, sl_worker_t *w, sl_worker_lease_client_t *ms)
 {
     sl_mutex_lock(&a->ctx.mu);
     a->ctx.w = w;

@@ -18,9 +18,8 @@ typedef struct sl_worker_admin sl_worker_admin_t;
  * worker. w may be NULL until sl_worker_admin_set (a worker waiting for
  * its master's first lease: /readyz answers 503, /status "waiting"). Caller
  * owns *out, free with sl_worker_admin_stop. */
-sl_err_t sl_worker_admin_start(sl_worker_t *w, sl_worker_lease_client_t *ms,
-                               const char *address, sl_worker_admin_t **out,
-                               sl_error_t *err);
+sl_err_t sl_worker_admin_start(sl_worker_t *w, sl_worker_lease_client_t *ms, const char *address,
+                               sl_worker_admin_t **out, sl_error_t *err);
 
 /* The same with every endpoint option (address, TLS certificate and key,
  * connection limit and timeout, endpoint.h); routes and context are the
@@ -32,8 +31,7 @@ sl_err_t sl_worker_admin_serve(sl_worker_t *w, sl_worker_lease_client_t *ms,
 uint16_t sl_worker_admin_port(const sl_worker_admin_t *a);
 
 /* Serve w and ms from now on (NULL, NULL: nothing, before destroying them). */
-void sl_worker_admin_set(sl_worker_admin_t *a, sl_worker_t *w,
-                         sl_worker_lease_client_t *ms);
+void sl_worker_admin_set(sl_worker_admin_t *a, sl_worker_t *w, sl_worker_lease_client_t *ms);
 
 /* Stop serving and free; a may be NULL. */
 void sl_worker_admin_stop(sl_worker_admin_t *a);

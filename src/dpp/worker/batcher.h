@@ -68,9 +68,9 @@ typedef sl_err_t (*sl_worker_batcher_emit_fn)(void *ctx, sl_batch_t *batch,
 typedef struct sl_worker_batcher sl_worker_batcher_t;
 
 typedef struct sl_worker_batcher_stats {
-    uint64_t rows_in;      /* rows added */
-    uint64_t rows_out;     /* rows in batches handed out */
-    uint64_t rows_dropped; /* by drop_last */
+    uint64_t rows_in;        /* rows added */
+    uint64_t rows_out;       /* rows in batches handed out */
+    uint64_t rows_dropped;   /* by drop_last */
     uint64_t rows_discarded; /* by sl_worker_batcher_discard */
     uint64_t batches;
 } sl_worker_batcher_stats_t;

@@ -41,9 +41,9 @@ typedef struct kafka_source {
     uint32_t num_parts;
     bool planned;
     uint32_t epoch;
-    uint64_t chunk;  /* the chunk index being handed out */
-    uint32_t next;   /* the partition whose chunk goes next */
-    bool any;        /* some partition had chunk `chunk` (bounded: else the epoch ends) */
+    uint64_t chunk; /* the chunk index being handed out */
+    uint32_t next;  /* the partition whose chunk goes next */
+    bool any;       /* some partition had chunk `chunk` (bounded: else the epoch ends) */
     atomic_bool cancel;
     sl_wh_split_t split;      /* the unit handed out last */
     sl_dpp_row_range_t whole; /* its todo */
@@ -59,7 +59,9 @@ static sl_err_t offset_at(kafka_source_t *s, const char *topic, int32_t p, uint8
 {
     int64_t lo = 0, hi = 0;
     switch (at) {
-    case SL_PIPELINE_KAFKA_NONE: *out = -1; return SL_OK;
+    case SL_PIPELINE_KAFKA_NONE:
+        *out = -1;
+        return SL_OK;
     case SL_PIPELINE_KAFKA_TIMESTAMP:
         return sl_kafka_offset_for_time(s->c, topic, p, ms, META_TIMEOUT_MS, out, err);
     default: {
@@ -130,7 +132,8 @@ static sl_err_t kafka_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
         s->part = kp;
         s->from = from;
         s->to = to;
-        s->split = (sl_wh_split_t){.path = kp->name, .partition = kp->name,
+        s->split = (sl_wh_split_t){.path = kp->name,
+                                   .partition = kp->name,
                                    .first_row = (uint64_t)from,
                                    .num_rows = (uint64_t)(to - from)};
         s->whole = (sl_dpp_row_range_t){0, (uint64_t)(to - from)};
@@ -166,7 +169,8 @@ static void count_ages(kafka_source_t *s, const sl_kafka_stripe_t *st)
         if (st->create_ms[j] < 0) continue; /* no CreateTime */
         uint64_t age = now > st->create_ms[j] ? (uint64_t)(now - st->create_ms[j]) : 0;
         uint32_t b = 0;
-        while (b < SL_WORKER_AGE_BUCKETS - 1 && age > SL_WORKER_AGE_BOUNDS_MS[b]) b++;
+        while (b < SL_WORKER_AGE_BUCKETS - 1 && age > SL_WORKER_AGE_BOUNDS_MS[b])
+            b++;
         counts[b]++;
         n++;
         sum += age;
@@ -187,15 +191,15 @@ static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t firs
     return p->fn(p->fn_ctx, &rows, (uint64_t)(first - p->from), (uint64_t)(end - p->from), err);
 }
 
-static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn,
-                           void *fn_ctx, sl_error_t *err)
+static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn, void *fn_ctx,
+                           sl_error_t *err)
 {
     kafka_source_t *s = ctx;
     if (w->split != &s->split || w->num_todo != 1)
         return sl_error_set(err, SL_ERR_PROTOCOL, "kafka source: a unit it did not hand out");
-    int64_t from = s->from + (int64_t)w->todo[0].from_row, to = s->from + (int64_t)w->todo[0].to_row;
-    pass_t p = {.s = s,
-                .fn = fn, .fn_ctx = fn_ctx, .from = s->from, .name = s->part->name};
+    int64_t from = s->from + (int64_t)w->todo[0].from_row,
+            to = s->from + (int64_t)w->todo[0].to_row;
+    pass_t p = {.s = s, .fn = fn, .fn_ctx = fn_ctx, .from = s->from, .name = s->part->name};
     sl_kafka_read_opts_t o = {.topic = s->part->topic,
                               .partition = s->part->partition,
                               .from = from,
@@ -218,7 +222,8 @@ static void kafka_records(void *ctx, sl_worker_records_t *out)
     kafka_source_t *s = ctx;
     out->read = atomic_load(&s->records);
     out->bad = atomic_load(&s->bad);
-    for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++) out->age_buckets[b] = atomic_load(&s->ages[b]);
+    for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++)
+        out->age_buckets[b] = atomic_load(&s->ages[b]);
     out->age_count = atomic_load(&s->age_count);
     out->age_sum_ms = atomic_load(&s->age_sum_ms);
 }
@@ -261,7 +266,8 @@ static const char **consumer_props(const sl_pipeline_job_t *job, uint64_t prefet
                             "max.partition.fetch.bytes"};
     for (int j = 0; j < 3; j++) {
         bool given = false;
-        for (uint32_t i = 0; i < k->num_props; i++) given |= strcmp(k->props[2 * i], names[j]) == 0;
+        for (uint32_t i = 0; i < k->num_props; i++)
+            given |= strcmp(k->props[2 * i], names[j]) == 0;
         if (given) continue;
         p[2 * *n] = names[j];
         p[2 * *n + 1] = vals[j];
@@ -297,8 +303,7 @@ sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *co
                                    .allocator = a};
     sl_err_t rc = sl_kafka_consumer_new(&co, &s->c, err);
     sl_free(a, props, (2 * (size_t)job->kafka.num_props + 6) * sizeof(char *));
-    if (rc == SL_OK)
-        rc = sl_kafka_rows_new(job->kafka.schema, features, nf, a, &s->rows, err);
+    if (rc == SL_OK) rc = sl_kafka_rows_new(job->kafka.schema, features, nf, a, &s->rows, err);
     if (rc) {
         kafka_destroy(s);
         return rc;

@@ -186,8 +186,7 @@ sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
     if (!ms->o.max_todo) ms->o.max_todo = DEFAULT_MAX_TODO;
     ms->fd = -1;
     if (getrandom(&ms->incarnation, sizeof ms->incarnation, 0) != sizeof ms->incarnation)
-        ms->incarnation =
-            (uint64_t)sl_clock_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+        ms->incarnation = (uint64_t)sl_clock_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
     if (ms->incarnation == 0) ms->incarnation = 1; /* 0: "not told" to the master */
     sl_mutex_init(&ms->conn_mu);
     sl_mutex_init(&ms->mu);
@@ -226,8 +225,7 @@ sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeo
                                          const char **job_id, const char **spec_json,
                                          sl_error_t *err)
 {
-    uint64_t deadline =
-        timeout_ms < 0 ? 0 : sl_clock_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
+    uint64_t deadline = timeout_ms < 0 ? 0 : sl_clock_ns() + (uint64_t)timeout_ms * 1000000ull + 1;
     lease_t *l = NULL;
     sl_mutex_lock(&ms->mu);
     bool have = ms->spec_json != NULL;

@@ -51,23 +51,23 @@ typedef struct sl_worker_lease_client_opts {
     int connect_timeout_ms;    /* per connection attempt and per reply; 0: 5000 */
     uint32_t max_todo;         /* most todo ranges in a lease; 0: 65536 */
     const sl_allocator_t *allocator; /* NULL: default */
-    const char *cluster_secret; /* copied; prove it to the master on every connection
-                                   (rpc/auth.h); NULL: the master has none */
+    const char *cluster_secret;      /* copied; prove it to the master on every connection
+                                        (rpc/auth.h); NULL: the master has none */
 } sl_worker_lease_client_opts_t;
 
 typedef struct sl_worker_lease_client_stats {
-    uint64_t leases;         /* granted */
-    uint64_t split_reads;    /* SPLIT_READ answered */
-    uint64_t splits_done;    /* ... with DONE */
-    uint64_t revoked;        /* leases the master took back */
-    uint64_t splits_failed;  /* leases whose split could not be read (SPLIT_FAILED) */
-    uint64_t heartbeats;     /* answered */
-    uint64_t reconnects;     /* connections re-established */
-    uint32_t leases_held;    /* now: being read or waiting for acknowledgements */
-    bool stop;               /* the master retired this worker */
-    bool finished;           /* the master says the job has no more work */
+    uint64_t leases;        /* granted */
+    uint64_t split_reads;   /* SPLIT_READ answered */
+    uint64_t splits_done;   /* ... with DONE */
+    uint64_t revoked;       /* leases the master took back */
+    uint64_t splits_failed; /* leases whose split could not be read (SPLIT_FAILED) */
+    uint64_t heartbeats;    /* answered */
+    uint64_t reconnects;    /* connections re-established */
+    uint32_t leases_held;   /* now: being read or waiting for acknowledgements */
+    bool stop;              /* the master retired this worker */
+    bool finished;          /* the master says the job has no more work */
     uint64_t lease_timeout_ms, heartbeat_ms; /* from REGISTERED */
-    char job_id[256];        /* the job served ("" before the first lease) */
+    char job_id[256];                        /* the job served ("" before the first lease) */
 } sl_worker_lease_client_stats_t;
 
 typedef struct sl_worker_lease_client sl_worker_lease_client_t;
@@ -128,11 +128,10 @@ void sl_worker_lease_prep_free(sl_worker_lease_prep_t *prep);
 
 /* All three steps in one call, waiting up to wait_ms (< 0: forever) for
  * the first lease. *ms_out (may be NULL) gets the source. */
-sl_err_t sl_worker_start_leased(const sl_worker_lease_client_opts_t *mo,
-                                const sl_worker_opts_t *wo, int wait_ms,
-                                sl_pipeline_job_t **job, sl_worker_t **out,
-                                sl_worker_lease_client_t **ms_out,
-                                sl_pipeline_problems_t *problems, sl_error_t *err);
+sl_err_t sl_worker_start_leased(const sl_worker_lease_client_opts_t *mo, const sl_worker_opts_t *wo,
+                                int wait_ms, sl_pipeline_job_t **job, sl_worker_t **out,
+                                sl_worker_lease_client_t **ms_out, sl_pipeline_problems_t *problems,
+                                sl_error_t *err);
 
 /* Cancel, join the control thread, free every lease; ms may be NULL. */
 void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms);

@@ -52,10 +52,10 @@ struct sl_worker_lease_client {
     sl_worker_lease_client_opts_t o;
     const sl_allocator_t *a;
     char *master, *worker_id, *serve_address, *admin_address;
-    uint64_t incarnation;    /* random, this source's (process's) identity in REGISTER */
-    char *secret; /* the cluster secret, NULL: none */
-    sl_mutex_t conn_mu;      /* the connection: one call at a time */
-    int fd;                  /* -1: not connected */
+    uint64_t incarnation; /* random, this source's (process's) identity in REGISTER */
+    char *secret;         /* the cluster secret, NULL: none */
+    sl_mutex_t conn_mu;   /* the connection: one call at a time */
+    int fd;               /* -1: not connected */
     bool ever_connected;
     sl_mutex_t mu; /* everything below */
     pthread_cond_t cv;

@@ -81,8 +81,8 @@ static sl_err_t recv_reply(sl_worker_lease_client_t *ms, const char *what, sl_rp
         const Sluice__Dpp__Error *e = (const Sluice__Dpp__Error *)f->msg;
         /* The master's code is kept: connect_master tells a refusal that
          * will not change (INVALID, VERSION) from a passing one. */
-        sl_err_t code = e->code < 0 && e->code >= SL_ERR_UNSUPPORTED ? (sl_err_t)e->code
-                                                                      : SL_ERR_PROTOCOL;
+        sl_err_t code =
+            e->code < 0 && e->code >= SL_ERR_UNSUPPORTED ? (sl_err_t)e->code : SL_ERR_PROTOCOL;
         rc = sl_error_set(err, code, "master %s: %s: refused: %s", ms->master, what,
                           e->message ? e->message : "");
         sl_rpc_frame_free(f);
@@ -363,8 +363,8 @@ static lease_t *unhanded(sl_worker_lease_client_t *ms) SL_REQUIRES(ms->mu)
     return NULL;
 }
 
-sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool hand,
-                          lease_t **out, sl_error_t *err)
+sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool hand, lease_t **out,
+                       sl_error_t *err)
 {
     sl_error_t local = {0};
     if (!err) err = &local;
@@ -409,4 +409,3 @@ sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool 
         sl_mutex_unlock(&ms->mu);
     }
 }
-

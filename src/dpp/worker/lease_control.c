@@ -84,7 +84,7 @@ static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES
               "split %u of %s cannot be read, reported to the master: %s", l->split, l->path,
               sf.message);
     sl_err_t rc = dpp_lease_call(ms, SL_RPC_SPLIT_FAILED, &sf.base, "split failed",
-                       SL_RPC_SPLIT_FAILED_REPLY, &f, &err);
+                                 SL_RPC_SPLIT_FAILED_REPLY, &f, &err);
     if (rc) {
         sl_log_kv(SL_LOG_WARN, "split_failed_report_failed",
                   (SL_KV_U64("split", l->split), SL_KV_STR("error", err.msg)), "%s", err.msg);
@@ -223,7 +223,8 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
     if (r->stop && !ms->stop)
         sl_log_kv(SL_LOG_INFO, "retired", (SL_KV_STR("job", ms->job_id)),
                   "the master retired this worker of job %s: it finishes what it holds and "
-                  "exits", ms->job_id);
+                  "exits",
+                  ms->job_id);
     if (r->stop) ms->stop = ms->st.stop = true;
     pthread_cond_broadcast(&ms->cv);
     sl_mutex_unlock(&ms->mu);
@@ -259,8 +260,7 @@ void *dpp_lease_control_main(void *arg)
         if (ready && now >= retry_at) {
             sl_mutex_unlock(&ms->mu);
             /* failures first: the master may lease the split to another worker at once */
-            if (!report_failures(ms) || !report_ready(ms))
-                retry_at = sl_clock_ns() + 200000000ull;
+            if (!report_failures(ms) || !report_ready(ms)) retry_at = sl_clock_ns() + 200000000ull;
             sl_mutex_lock(&ms->mu);
             continue;
         }
@@ -282,4 +282,3 @@ void *dpp_lease_control_main(void *arg)
     report_ready(ms);
     return NULL;
 }
-

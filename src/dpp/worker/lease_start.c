@@ -82,11 +82,10 @@ sl_err_t sl_worker_lease_prep_start(sl_worker_lease_prep_t *prep, const sl_worke
     return SL_OK;
 }
 
-sl_err_t sl_worker_start_leased(const sl_worker_lease_client_opts_t *mo,
-                                const sl_worker_opts_t *wo, int wait_ms,
-                                sl_pipeline_job_t **job, sl_worker_t **out,
-                                sl_worker_lease_client_t **ms_out,
-                                sl_pipeline_problems_t *problems, sl_error_t *err)
+sl_err_t sl_worker_start_leased(const sl_worker_lease_client_opts_t *mo, const sl_worker_opts_t *wo,
+                                int wait_ms, sl_pipeline_job_t **job, sl_worker_t **out,
+                                sl_worker_lease_client_t **ms_out, sl_pipeline_problems_t *problems,
+                                sl_error_t *err)
 {
     sl_worker_lease_prep_t prep;
     sl_err_t rc = sl_worker_lease_prep_new(mo, wo ? wo->listen : NULL, &prep, err);

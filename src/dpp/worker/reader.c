@@ -391,8 +391,10 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     else
         rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
-    sl_worker_rows_origin_t origin = {.epoch = o->wk->epoch, .split_id = o->wk->split_id,
-                                      .row = first, .key_offsets = rows->key_offsets};
+    sl_worker_rows_origin_t origin = {.epoch = o->wk->epoch,
+                                      .split_id = o->wk->split_id,
+                                      .row = first,
+                                      .key_offsets = rows->key_offsets};
     if (rc == SL_OK && kept)
         rc = sl_worker_batcher_add(rd->b, &rows->batch, kept == n ? NULL : rd->selected,
                                    rd->weigh ? rd->weights : NULL, kept, &origin, err);

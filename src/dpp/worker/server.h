@@ -51,14 +51,14 @@
 #include "sluice/tensor.h"
 
 typedef struct sl_worker_server_opts {
-    const char *listen;      /* "host:port"; port 0 picks one (sl_worker_server_port) */
-    uint32_t max_credits;    /* most unacknowledged batches per client; 0: 16 */
-    const char *worker_id;   /* in WELCOME; NULL: "worker" */
-    const char *job_id;      /* in WELCOME; NULL: "job" */
-    uint32_t epochs;         /* in END */
-    int hello_timeout_ms;    /* handshake (auth, HELLO) done this long after accept; 0: 10000 */
-    sl_rpc_limits_t limits;  /* on frames from clients; zero fields: 64 KiB messages, no payload */
-    sl_worker_budget_t *budget; /* item bytes are released here on ACK; may be NULL */
+    const char *listen;     /* "host:port"; port 0 picks one (sl_worker_server_port) */
+    uint32_t max_credits;   /* most unacknowledged batches per client; 0: 16 */
+    const char *worker_id;  /* in WELCOME; NULL: "worker" */
+    const char *job_id;     /* in WELCOME; NULL: "job" */
+    uint32_t epochs;        /* in END */
+    int hello_timeout_ms;   /* handshake (auth, HELLO) done this long after accept; 0: 10000 */
+    sl_rpc_limits_t limits; /* on frames from clients; zero fields: 64 KiB messages, no payload */
+    sl_worker_budget_t *budget;      /* item bytes are released here on ACK; may be NULL */
     const sl_allocator_t *allocator; /* NULL: default */
     uint32_t max_ranks;              /* trainer ranks with their own queue; 0: 64 */
     bool has_listen_fd; /* serve on listen_fd (bound to listen_port; owned by the server, */
@@ -101,16 +101,16 @@ typedef struct sl_worker_server_stats {
     uint64_t redeliveries;         /* batches put back after a client went away */
     uint64_t clients_total;        /* connections accepted */
     uint32_t clients_now;
-    uint64_t bad_frames; /* connections closed with an ERROR */
-    uint64_t send_ns;    /* time spent writing BATCH frames */
-    uint32_t ready;      /* batches waiting now */
-    uint64_t cpu_ns;     /* CPU time of the server threads that have exited */
-    uint64_t dropped;    /* batches of revoked leases dropped unsent */
-    uint64_t stale_acks; /* ACKs of batches sent on an earlier connection (ignored) */
-    uint64_t auth_failures;  /* connections refused: no proof of the cluster secret */
-    uint64_t evicted;        /* closed to make room for a new connection (at max_clients) */
-    uint64_t refused;        /* new connections refused: max_clients busy clients */
-    uint64_t idle_closed;    /* closed after idle_timeout_ms holding nothing */
+    uint64_t bad_frames;         /* connections closed with an ERROR */
+    uint64_t send_ns;            /* time spent writing BATCH frames */
+    uint32_t ready;              /* batches waiting now */
+    uint64_t cpu_ns;             /* CPU time of the server threads that have exited */
+    uint64_t dropped;            /* batches of revoked leases dropped unsent */
+    uint64_t stale_acks;         /* ACKs of batches sent on an earlier connection (ignored) */
+    uint64_t auth_failures;      /* connections refused: no proof of the cluster secret */
+    uint64_t evicted;            /* closed to make room for a new connection (at max_clients) */
+    uint64_t refused;            /* new connections refused: max_clients busy clients */
+    uint64_t idle_closed;        /* closed after idle_timeout_ms holding nothing */
     uint64_t handshake_timeouts; /* no handshake within hello_timeout_ms */
 } sl_worker_server_stats_t;
 

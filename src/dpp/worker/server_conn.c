@@ -231,8 +231,10 @@ void *dpp_server_client_main(void *arg)
         if (rc != SL_OK) {
             if (rc != SL_ERR_CLOSED) send_error(c, rc, err.msg);
             sl_mutex_lock(&s->mu);
-            if (rc == SL_ERR_TIMEOUT) s->st.handshake_timeouts++;
-            else if (rc != SL_ERR_CLOSED && !c->evicting) s->st.auth_failures++;
+            if (rc == SL_ERR_TIMEOUT)
+                s->st.handshake_timeouts++;
+            else if (rc != SL_ERR_CLOSED && !c->evicting)
+                s->st.auth_failures++;
             sl_mutex_unlock(&s->mu);
             goto out;
         }
@@ -375,4 +377,3 @@ out:
     sl_mutex_unlock(&s->mu);
     return NULL;
 }
-

@@ -23,7 +23,7 @@
  * the last writer frees it. */
 typedef struct sitem {
     sl_worker_server_item_t item; /* first: an sl_worker_server_item_t * is an sitem_t * */
-    uint32_t senders;   /* threads writing the frame now (under s->mu) */
+    uint32_t senders;             /* threads writing the frame now (under s->mu) */
     bool acked;
 } sitem_t;
 
@@ -44,8 +44,8 @@ typedef struct client {
     uint32_t n_unacked;
     unacked_t *unacked; /* [max_credits] */
     bool closed, ended, done;
-    bool welcomed;    /* its sender thread runs or ran (or could not start) */
-    bool sender_done; /* its sender thread has ended */
+    bool welcomed;          /* its sender thread runs or ran (or could not start) */
+    bool sender_done;       /* its sender thread has ended */
     uint32_t rank_plus_one; /* 1 + the rank of its HELLO, 0 when over max_ranks */
     bool hello_done;        /* past its handshake */
     bool evicting;          /* shut down to make room: its threads are ending */

@@ -85,7 +85,7 @@ sl_err_t sl_worker_source_table_new(const sl_wh_splits_t *splits, uint32_t epoch
         return sl_error_set(err, SL_ERR_NOMEM, "split source: out of memory");
     }
     local_order(s);
-    *out = (sl_worker_source_t){
-        .next = local_next, .done = NULL, .destroy = local_destroy, .ctx = s};
+    *out =
+        (sl_worker_source_t){.next = local_next, .done = NULL, .destroy = local_destroy, .ctx = s};
     return SL_OK;
 }

@@ -48,14 +48,13 @@ sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, c
     /* NOMEM, not TOO_LARGE: the worker's limit, not the split, is the
      * problem (a split error would be reported to the master). */
     if (rc == SL_ERR_TOO_LARGE)
-        return sl_error_set(err, SL_ERR_NOMEM,
-                            "worker: --memory-limit of %llu bytes cannot hold %s (%llu bytes more) "
-                            "with the %llu bytes accounted now (%llu of them this stage's), and "
-                            "nothing else can free memory: raise the limit",
-                            (unsigned long long)sl_worker_budget_limit(w->budget), what,
-                            (unsigned long long)bytes,
-                            (unsigned long long)sl_worker_budget_used(w->budget),
-                            (unsigned long long)held);
+        return sl_error_set(
+            err, SL_ERR_NOMEM,
+            "worker: --memory-limit of %llu bytes cannot hold %s (%llu bytes more) "
+            "with the %llu bytes accounted now (%llu of them this stage's), and "
+            "nothing else can free memory: raise the limit",
+            (unsigned long long)sl_worker_budget_limit(w->budget), what, (unsigned long long)bytes,
+            (unsigned long long)sl_worker_budget_used(w->budget), (unsigned long long)held);
     if (rc != SL_OK) return sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
     return SL_OK;
 }
@@ -107,8 +106,8 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
     if (rc == SL_OK) rc = sl_pipeline_plan_transform(w->plan, batch, err);
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
-        sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ",
-                        batch->origin.split_id, batch->origin.first_row);
+        sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ", batch->origin.split_id,
+                        batch->origin.first_row);
         return batch_failed(w, batch, held, lease, rc, err);
     }
     size_t need_enc = sl_wire_encoded_size(batch);
@@ -244,7 +243,7 @@ static bool files_store_job_groups(sl_worker_t *w)
 /* A table job: its table, partition filter, plan, splits and (without a
  * source given) the table source. */
 static sl_err_t open_table(sl_worker_t *w, const sl_pipeline_job_t *job,
-                                     sl_pipeline_problems_t *problems, sl_error_t *err)
+                           sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     const sl_allocator_t *a = w->a;
     sl_err_t rc;
@@ -272,8 +271,7 @@ static uint64_t fnv1a(const char *s)
 }
 
 sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *opts,
-                         sl_worker_t **out, sl_pipeline_problems_t *problems,
-                         sl_error_t *err)
+                         sl_worker_t **out, sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     sl_worker_opts_t o = opts ? *opts : sl_worker_opts_default();
     const sl_allocator_t *a = o.allocator ? o.allocator : sl_allocator_default();
@@ -322,8 +320,7 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
             if (problems) sl_pipeline_problems_add(problems, "%s", err->msg);
             goto fail;
         }
-        if ((rc = sl_pipeline_plan_new(job, job->kafka.schema, &w->plan, problems, err)))
-            goto fail;
+        if ((rc = sl_pipeline_plan_new(job, job->kafka.schema, &w->plan, problems, err))) goto fail;
         uint32_t nf = 0;
         const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
         /* librdkafka's prefetch is part of the memory limit: an eighth of
@@ -363,8 +360,7 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
         goto fail;
     }
     sl_worker_budget_stages(w->budget, o.threads + 1); /* the reader and the transform threads */
-    if (w->kafka_prefetch &&
-        sl_worker_budget_acquire(w->budget, w->kafka_prefetch, 0) != SL_OK) {
+    if (w->kafka_prefetch && sl_worker_budget_acquire(w->budget, w->kafka_prefetch, 0) != SL_OK) {
         rc = sl_error_set(err, SL_ERR_INVALID,
                           "worker: memory limit %" PRIu64 " bytes leaves no room for the Kafka "
                           "consumer's prefetch of %" PRIu64 " bytes",
@@ -372,21 +368,21 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
         goto fail;
     }
     sl_worker_server_opts_t so = {.listen = o.listen,
-                               .max_credits = o.max_credits,
-                               .worker_id = w->worker_id,
-                               .job_id = o.job_id ? o.job_id : job->id,
-                               .epochs = job->epochs,
-                               .budget = w->budget,
-                               .allocator = a,
-                               .has_listen_fd = o.has_listen_fd,
-                               .listen_fd = o.listen_fd,
-                               .listen_port = o.listen_port,
-                               .lease_live = w->source.lease_live,
-                               .lease_retire = w->source.lease_retire,
-                               .lease_ctx = w->source.ctx,
-                               .cluster_secret = o.cluster_secret,
-                               .max_clients = o.max_clients,
-                               .idle_timeout_ms = o.client_conn_idle_ms};
+                                  .max_credits = o.max_credits,
+                                  .worker_id = w->worker_id,
+                                  .job_id = o.job_id ? o.job_id : job->id,
+                                  .epochs = job->epochs,
+                                  .budget = w->budget,
+                                  .allocator = a,
+                                  .has_listen_fd = o.has_listen_fd,
+                                  .listen_fd = o.listen_fd,
+                                  .listen_port = o.listen_port,
+                                  .lease_live = w->source.lease_live,
+                                  .lease_retire = w->source.lease_retire,
+                                  .lease_ctx = w->source.ctx,
+                                  .cluster_secret = o.cluster_secret,
+                                  .max_clients = o.max_clients,
+                                  .idle_timeout_ms = o.client_conn_idle_ms};
     w->listen_fd_owned = false; /* the server owns it now, also when it fails */
     if ((rc = sl_worker_server_start(&so, &w->server, err))) goto fail;
     atomic_store(&w->running, o.threads);

@@ -124,8 +124,7 @@ typedef struct sl_worker sl_worker_t;
  * start the threads. job is borrowed until sl_worker_destroy. Caller
  * owns *out, free with sl_worker_destroy. */
 sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *opts,
-                         sl_worker_t **out, sl_pipeline_problems_t *problems,
-                         sl_error_t *err);
+                         sl_worker_t **out, sl_pipeline_problems_t *problems, sl_error_t *err);
 
 /* The port listened on (the real one when 0 was asked). */
 uint16_t sl_worker_port(const sl_worker_t *w);

@@ -34,8 +34,9 @@ struct sl_worker {
     sl_dedup_group_spec_t *groups;
     uint32_t num_groups;
     uint64_t job_hash;
-    bool dedup_form;
-    uint64_t kafka_prefetch; /* a Kafka job: bytes librdkafka may prefetch, held in the budget */ /* read storage-dedup groups as IKJTs: they are the job's groups */
+    bool dedup_form; /* read storage-dedup groups as IKJTs: they are the job's groups */
+    /* a Kafka job: bytes librdkafka may prefetch, held in the budget */
+    uint64_t kafka_prefetch;
     sl_worker_budget_t *budget;
     sl_worker_queue_t *work; /* reader -> transform threads: dpp_worker_batch_t * */
     sl_worker_server_t *server;
