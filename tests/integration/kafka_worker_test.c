@@ -249,11 +249,13 @@ Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
     check_ages(&st, 1200 - 11);
     char *text = sl_worker_admin_metrics_text(w, NULL);
     cr_assert_not_null(text);
-    const char *want[] = {"sluice_worker_kafka_records_total 1200\n",
-                          "sluice_worker_kafka_bad_records_total 11\n",
-                          "# TYPE sluice_worker_kafka_record_age_seconds histogram\n",
-                          "sluice_worker_kafka_record_age_seconds_bucket{le=\"+Inf\"} 1189\n",
-                          "sluice_worker_kafka_record_age_seconds_count 1189\n"};
+    /* every worker sample names its job (ops/prometheus/scrape.yml) */
+    const char *want[] = {
+        "sluice_worker_kafka_records_total{job=\"stream\"} 1200\n",
+        "sluice_worker_kafka_bad_records_total{job=\"stream\"} 11\n",
+        "# TYPE sluice_worker_kafka_record_age_seconds histogram\n",
+        "sluice_worker_kafka_record_age_seconds_bucket{job=\"stream\",le=\"+Inf\"} 1189\n",
+        "sluice_worker_kafka_record_age_seconds_count{job=\"stream\"} 1189\n"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert(strstr(text, want[i]) != NULL, "no '%s' in\n%s", want[i], text);
     free(text);
