@@ -257,12 +257,23 @@ class MasterDataset(torch.utils.data.IterableDataset):
         handed out so far counts as delivered) and copies of the last
         `pending` batches handed out, which the trainer has not trained on
         yet and load_state_dict() hands out again first. Take it on every
-        rank at the same step. Call it from the thread that iterates."""
+        rank at the same step (with torch.distributed initialised it waits
+        at a barrier for every rank first). Call it from the thread that
+        iterates."""
         if pending < 0 or pending > len(self._recent) or pending > self.handed_out:
             raise ValueError(
                 "MasterDataset.state_dict: pending=%d, but only %d recent batches are kept "
                 "(call keep_pending(%d) before iterating)" % (pending, len(self._recent), pending)
             )
+        # A token counts what the whole job has committed, and a job resumes
+        # from the intersection of its ranks' tokens: a batch another rank
+        # committed after this token was taken but trained before its own
+        # would be delivered again. After a barrier every batch any rank
+        # trained before the checkpoint is committed (a batch is handed out
+        # only once committed), so every token counts it.
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()
         token = self._connect().resume_token(timeout_ms)
         saved = self._recent[len(self._recent) - pending :] if pending else []
         return {

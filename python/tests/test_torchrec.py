@@ -252,17 +252,18 @@ def test_resume_tokens_need_every_rank():
 RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrec_rank.py")
 
 
-def run_ranks(master, job, out_dir, phase, steps=-1, extra_steps=0, state=None):
+def run_ranks(master, job, out_dir, phase, steps=-1, extra_steps=0, state=None, lag=0.0):
     """Two trainer processes (torch.distributed, gloo) each reading its rank's
-    share of `job` through MasterDataset and TrainPipelineBase; returns
-    their result dicts."""
+    share of `job` through MasterDataset and TrainPipelineBase, rank 1 `lag`
+    seconds behind; returns their result dicts."""
     procs = []
     for rank in range(2):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2",
                    SLUICE_TEST_STORE=os.path.join(out_dir, "%s.store" % phase))
         args = [sys.executable, RANK_SCRIPT, "--master", master, "--job", job,
                 "--out", os.path.join(out_dir, "%s.rank%d.pt" % (phase, rank)),
-                "--steps", str(steps), "--extra-steps", str(extra_steps)]
+                "--steps", str(steps), "--extra-steps", str(extra_steps),
+                "--lag", str(lag if rank == 1 else 0.0)]
         if state:
             args += ["--state", state % rank]
         procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
@@ -291,8 +292,12 @@ def test_master_dataset_two_ranks_exactly_once_and_resume(tmp_path, table):
             master.start_worker(job)
         # Phase 1: 10 steps, a checkpoint (state_dict(pending=1): the
         # pipeline holds one batch ahead), 3 more steps, then the trainers
-        # stop as if they crashed.
-        first = run_ranks(master.address, job, str(tmp_path), "first", steps=10, extra_steps=3)
+        # stop as if they crashed. Rank 1 runs 2 s behind: its batches are
+        # committed after rank 0 reaches its checkpoint, so the ranks'
+        # tokens must be taken together (state_dict's barrier) for the
+        # resume not to deliver them again.
+        first = run_ranks(master.address, job, str(tmp_path), "first", steps=10, extra_steps=3,
+                          lag=2.0)
         before = [r["trained_at_checkpoint"] for r in first]
         for r, res in enumerate(first):
             assert res["rank"] == r and res["world_size"] == 2  # from torch.distributed

@@ -6,11 +6,13 @@ torch.distributed) in TrainPipelineBase, and saves what it trained on.
 
 --steps N: after N steps take the checkpoint (state_dict(pending=1)), run
 --extra-steps more, and stop (a crash after the checkpoint); -1: run to the
-end of the job. --state FILE: a first run's output to resume from."""
+end of the job. --state FILE: a first run's output to resume from.
+--lag S: wait S seconds before reading (a rank that runs behind)."""
 
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -30,6 +32,7 @@ def main():
     ap.add_argument("--steps", type=int, default=-1)
     ap.add_argument("--extra-steps", type=int, default=0)
     ap.add_argument("--state")
+    ap.add_argument("--lag", type=float, default=0.0)
     a = ap.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = dist.FileStore(os.environ["SLUICE_TEST_STORE"], world)
@@ -42,6 +45,7 @@ def main():
     model = TinyDLRM()
     pipeline = TrainPipelineBase(model, torch.optim.SGD(model.parameters(), lr=0.01),
                                  torch.device("cpu"))
+    time.sleep(a.lag)
     it = iter(data)
     out = {"rank": data.rank, "world_size": data.world_size}
     step = 0
