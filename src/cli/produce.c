@@ -138,7 +138,9 @@ static int send_all(run_t *r)
         bool done = false;
         sl_error_t err = {0};
         sl_err_t rc = produce_input_next(r->in, &rec, &done, &err);
-        if (rc == SL_ERR_CORRUPT && !r->a->strict) {
+        /* a bad JSONL line is skipped; a damaged table is not a line to
+         * skip (its reader would fail on the same stripe again) */
+        if (rc == SL_ERR_CORRUPT && r->a->jsonl != NULL && !r->a->strict) {
             if (r->bad++ < 100)
                 sl_cli_progress_message(r->progress, "sluice produce: %s (skipped)\n", err.msg);
             else if (r->bad == 101)

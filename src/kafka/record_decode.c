@@ -303,7 +303,8 @@ sl_err_t sl_kafka_rows_add(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_
         return sl_error_set(err, SL_ERR_CORRUPT,
                             "offset %" PRId64 ": %u " SL_KAFKA_FORMAT_HEADER " headers, want one",
                             off, rec->format_headers);
-    if (rec->format_len != 1 || memcmp(rec->format, SL_KAFKA_FORMAT_VERSION, 1) != 0) {
+    if (rec->format_len != sizeof SL_KAFKA_FORMAT_VERSION_TEXT - 1 ||
+        memcmp(rec->format, SL_KAFKA_FORMAT_VERSION_TEXT, rec->format_len) != 0) {
         char v[17] = {0};
         size_t k = rec->format_len < 16 ? rec->format_len : 16;
         for (size_t i = 0; i < k; i++) {
@@ -312,7 +313,7 @@ sl_err_t sl_kafka_rows_add(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_
         }
         return sl_error_set(err, SL_ERR_CORRUPT,
                             "offset %" PRId64 ": " SL_KAFKA_FORMAT_HEADER
-                            " '%s%s', this reader knows version " SL_KAFKA_FORMAT_VERSION,
+                            " '%s%s', this reader knows version " SL_KAFKA_FORMAT_VERSION_TEXT,
                             off, v, rec->format_len > 16 ? "..." : "");
     }
     if (!reserve_rows(r)) return sl_error_set(err, SL_ERR_NOMEM, "kafka records: out of memory");

@@ -20,12 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kafka/record.h" /* the layout's constants, shared with the encoder */
 #include "sluice/alloc.h"
 #include "sluice/err.h"
 #include "warehouse/warehouse.h"
-
-#define SL_KAFKA_FORMAT_HEADER "sluice-format"
-#define SL_KAFKA_FORMAT_VERSION "1"
 
 /* One record as the consumer saw it (every pointer borrowed for the call). */
 typedef struct sl_kafka_record {

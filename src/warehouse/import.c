@@ -73,6 +73,7 @@ typedef struct shared {
     atomic_uint running;
     pthread_mutex_t lock; /* bad-row callback; the done condition */
     pthread_cond_t done;
+    bool linked; /* commit put a file under its final name: undo_create must not run */
 } shared_t;
 
 /* State of one input being read. */
@@ -404,6 +405,7 @@ static sl_err_t commit(shared_t *sh, bool keep, sl_error_t *err)
             if (lr != 0)
                 rc = sl_error_set(err, SL_ERR_IO, "commit %s: %s", final, strerror(errno));
             else {
+                sh->linked = true;
                 const char *p = sh->o->partition;
                 snprintf(j->res->output, sizeof j->res->output, "%s%s%s", p ? p : "",
                          p && *p ? "/" : "", name);
@@ -543,7 +545,10 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
     if (rc == SL_OK) rc = crc;
 
 out:
-    if (rc != SL_OK) undo_create(&made);
+    /* Once a file is in the table (a later link or the directory sync
+     * failed), the directories hold data: they and the schema stay. */
+    bool linked = sh != NULL && sh->linked;
+    if (rc != SL_OK && !linked) undo_create(&made);
     if (summary != NULL && sh != NULL && files != NULL) {
         summary->allocator = o->allocator;
         summary->num_files = o->num_inputs;
@@ -560,7 +565,7 @@ out:
                 summary->files_written++;
             }
         }
-        if (rc != SL_OK) summary->rows_written = 0; /* nothing was committed */
+        if (rc != SL_OK && !linked) summary->rows_written = 0; /* nothing was committed */
     }
     if (summary != NULL) summary->seconds = sl_clock_s() - t0;
     if (files != NULL) sl_free(o->allocator, files, (size_t)o->num_inputs * sizeof *files);

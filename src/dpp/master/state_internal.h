@@ -127,8 +127,9 @@ sl_err_t m_static_assign(const sl_master_state_t *m, const job *jb, uint32_t ran
 /* A job is built from a JobAdded that m_check_job accepted (everything
  * allocated: SL_ERR_NOMEM leaves nothing behind), then linked into a free
  * slot, which cannot fail: so the live call builds, journals, then links,
- * and a journaled job is always one the state holds. */
-sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded *ja,
+ * and a journaled job is always one the state holds. replacing: the job
+ * of that id is removed after the build, so its id and slot do not count. */
+sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded *ja, bool replacing,
                      sl_error_t *err);
 sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, job **out,
                      sl_error_t *err);

@@ -83,18 +83,18 @@ sl_err_t m_check_spec(const sl_master_state_t *m, const Sluice__Master__JobSpec 
     return SL_OK;
 }
 
-sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded *ja,
+sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded *ja, bool replacing,
                      sl_error_t *err)
 {
     sl_err_t rc = m_check_spec(m, ja->spec, err);
     if (rc != SL_OK) return rc;
     const Sluice__Master__SplitList *l = ja->spec->splits;
-    if (m_find_job(m, ja->spec->job_id, NULL) != NULL)
+    if (!replacing && m_find_job(m, ja->spec->job_id, NULL) != NULL)
         return sl_error_set(err, SL_ERR_INVALID, "job '%s' exists already", ja->spec->job_id);
     uint32_t used = 0;
     for (uint32_t i = 0; i < m->opts.max_jobs; i++)
         used += m->jobs[i] != NULL;
-    if (used == m->opts.max_jobs)
+    if (!replacing && used == m->opts.max_jobs)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': already %u jobs (max_jobs)",
                             ja->spec->job_id, used);
     if (ja->start_epoch > ja->spec->epochs)
@@ -123,7 +123,7 @@ sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded 
 sl_err_t m_add_job(sl_master_state_t *m, const Sluice__Master__JobAdded *ja, sl_error_t *err)
 {
     job *jb;
-    sl_err_t rc = m_check_job(m, ja, err);
+    sl_err_t rc = m_check_job(m, ja, false, err);
     if (rc == SL_OK) rc = m_job_build(m, ja, &jb, err);
     if (rc != SL_OK) return rc;
     m_job_link(m, jb);
@@ -218,14 +218,22 @@ out:
     return rc;
 }
 
-static sl_err_t journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, sl_error_t *err)
+/* Add the job (replacing: in place of the job of its id, removed only once
+ * the new one is checked and built, so that a refusal or running out of
+ * memory leaves the old job as it was). */
+static sl_err_t journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, bool replacing,
+                                sl_error_t *err)
 {
     /* Check and build first: a record that replay would refuse, or that
      * this run could not apply, must not be written. */
     job *jb;
-    sl_err_t rc = m_check_job(m, ja, err);
+    sl_err_t rc = m_check_job(m, ja, replacing, err);
     if (rc == SL_OK) rc = m_job_build(m, ja, &jb, err);
     if (rc != SL_OK) return rc;
+    if (replacing && (rc = sl_master_state_job_remove(m, ja->spec->job_id, err)) != SL_OK) {
+        m_job_free(m, jb);
+        return rc;
+    }
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_JOB_ADDED;
     rec.job_added = ja;
@@ -246,7 +254,7 @@ sl_err_t sl_master_state_job_add(sl_master_state_t *m, const sl_master_state_job
     if (rc == SL_OK) {
         Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
         ja.spec = &p.spec;
-        rc = journal_and_add(m, &ja, err);
+        rc = journal_and_add(m, &ja, false, err);
     }
     spec_pb_free(&p);
     return rc;
@@ -588,9 +596,8 @@ static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spe
             sluice__master__resume_token__free_unpacked(t, &pa);
         }
     }
-    /* Two records, JobRemoved then JobAdded, made durable by the caller's
-     * one sync. */
-    if (rc == SL_OK && replace) rc = sl_master_state_job_remove(m, spec->job_id, err);
+    /* Two records, JobRemoved then JobAdded (journal_and_add), made durable
+     * by the caller's one sync. */
     if (rc == SL_OK) {
         Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
         ja.spec = &sp.spec;
@@ -599,7 +606,7 @@ static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spe
         ja.start_split = acc.split;
         ja.start_from = acc.from;
         ja.start_to = acc.to;
-        rc = journal_and_add(m, &ja, err);
+        rc = journal_and_add(m, &ja, replace, err);
     }
     if (have) rset_free(a, &acc);
     spec_pb_free(&sp);
