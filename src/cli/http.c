@@ -175,9 +175,14 @@ int sl_cli_http_request(sl_cli_http_t *c, const char *method, const char *path, 
                         sl_cli_http_reply_t *r)
 {
     *r = (sl_cli_http_reply_t){0};
-    char url[512];
-    snprintf(url, sizeof url, "%s%s", c->base, path);
-    snprintf(r->url, sizeof r->url, "%s %s", method, url);
+    char url[2048];
+    int k = snprintf(url, sizeof url, "%s%s", c->base, path);
+    snprintf(r->url, sizeof r->url, "%.8s %.500s", method, url); /* for messages only */
+    if (k < 0 || (size_t)k >= sizeof url) { /* cut short, it would name another resource */
+        fprintf(stderr, "sluice %s: %s %.200s...: the URL is over %zu bytes\n", c->cmd, method, url,
+                sizeof url - 1);
+        return -1;
+    }
     char why[CURL_ERROR_SIZE] = "";
     CURL *h = c->curl;
     curl_easy_setopt(h, CURLOPT_URL, url);

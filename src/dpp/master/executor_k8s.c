@@ -435,6 +435,21 @@ static void k8s_destroy(sl_master_executor_t *base)
     sl_free(ex->alloc, ex, sizeof *ex);
 }
 
+/* Room for want job targets. Needs ex->mu. @return false: out of memory. */
+static bool reserve_jobs(k8s_t *ex, uint32_t want) SL_REQUIRES(ex->mu)
+{
+    if (want <= ex->cap_jobs) return true;
+    uint32_t cap = ex->cap_jobs ? 2 * ex->cap_jobs : 16;
+    if (cap < want) cap = want;
+    job_target_t *p = sl_alloc(ex->alloc, (size_t)cap * sizeof *p);
+    if (p == NULL) return false;
+    if (ex->njobs) memcpy(p, ex->jobs, ex->njobs * sizeof *p);
+    if (ex->jobs) sl_free(ex->alloc, ex->jobs, ex->cap_jobs * sizeof *p);
+    ex->jobs = p;
+    ex->cap_jobs = cap;
+    return true;
+}
+
 /* Set job_id's target (0: drop it). Needs ex->mu. */
 static sl_err_t set_job(k8s_t *ex, const char *job_id, uint32_t workers, sl_error_t *err)
     SL_REQUIRES(ex->mu)
@@ -447,16 +462,8 @@ static sl_err_t set_job(k8s_t *ex, const char *job_id, uint32_t workers, sl_erro
         return SL_OK;
     }
     if (i == ex->njobs) {
-        if (ex->njobs == ex->cap_jobs) {
-            uint32_t cap = ex->cap_jobs ? 2 * ex->cap_jobs : 16;
-            job_target_t *p = sl_alloc(ex->alloc, cap * sizeof *p);
-            if (p == NULL)
-                return sl_error_set(err, SL_ERR_NOMEM, "executor: job %s: out of memory", job_id);
-            if (ex->njobs) memcpy(p, ex->jobs, ex->njobs * sizeof *p);
-            if (ex->jobs) sl_free(ex->alloc, ex->jobs, ex->cap_jobs * sizeof *p);
-            ex->jobs = p;
-            ex->cap_jobs = cap;
-        }
+        if (!reserve_jobs(ex, ex->njobs + 1))
+            return sl_error_set(err, SL_ERR_NOMEM, "executor: job %s: out of memory", job_id);
         snprintf(ex->jobs[ex->njobs++].job_id, sizeof ex->jobs[0].job_id, "%s", job_id);
     }
     ex->jobs[i].workers = workers;
@@ -502,22 +509,28 @@ static sl_err_t k8s_apply(sl_master_executor_t *base, const sl_master_executor_t
     k8s_t *ex = (k8s_t *)base;
     if (started) *started = 0;
     if (stopped) *stopped = 0;
-    sl_err_t first = SL_OK;
+    /* All or nothing: a target dropped half-way would shrink the sum and
+     * scale away pods that serve other jobs. */
+    for (uint32_t t = 0; t < n; t++)
+        if (!job_id_ok(targets[t].job_id, err)) return SL_ERR_INVALID;
     sl_mutex_lock(&ex->mu);
-    ex->njobs = 0; /* a job not listed has no workers */
-    for (uint32_t t = 0; t < n; t++) {
-        sl_error_t e = {0};
-        sl_err_t rc = job_id_ok(targets[t].job_id, &e)
-                          ? set_job(ex, targets[t].job_id, targets[t].workers, &e)
-                          : SL_ERR_INVALID;
-        if (rc != SL_OK && first == SL_OK) {
-            first = rc;
-            if (err) *err = e;
-        }
+    /* the message names the first job that does not fit */
+    sl_err_t rc = reserve_jobs(ex, n)
+                      ? SL_OK
+                      : sl_error_set(err, SL_ERR_NOMEM, "executor: job %s: out of memory",
+                                     targets[ex->cap_jobs].job_id);
+    if (rc == SL_OK) {
+        ex->njobs = 0; /* a job not listed has no workers */
+        for (uint32_t t = 0; t < n; t++)
+            if (targets[t].workers > 0) {
+                job_target_t *j = &ex->jobs[ex->njobs++];
+                snprintf(j->job_id, sizeof j->job_id, "%s", targets[t].job_id);
+                j->workers = targets[t].workers;
+            }
+        retarget(ex);
     }
-    retarget(ex);
     sl_mutex_unlock(&ex->mu);
-    return first;
+    return rc;
 }
 
 static uint32_t k8s_reap(sl_master_executor_t *base)
