@@ -547,8 +547,7 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
 out:
     /* Once a file is in the table (a later link or the directory sync
      * failed), the directories hold data: they and the schema stay. */
-    bool linked = sh != NULL && sh->linked;
-    if (rc != SL_OK && !linked) undo_create(&made);
+    if (rc != SL_OK && !(sh != NULL && sh->linked)) undo_create(&made);
     if (summary != NULL && sh != NULL && files != NULL) {
         summary->allocator = o->allocator;
         summary->num_files = o->num_inputs;
@@ -565,7 +564,7 @@ out:
                 summary->files_written++;
             }
         }
-        if (rc != SL_OK && !linked) summary->rows_written = 0; /* nothing was committed */
+        if (rc != SL_OK && !sh->linked) summary->rows_written = 0; /* nothing was committed */
     }
     if (summary != NULL) summary->seconds = sl_clock_s() - t0;
     if (files != NULL) sl_free(o->allocator, files, (size_t)o->num_inputs * sizeof *files);
