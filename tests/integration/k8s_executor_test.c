@@ -123,6 +123,13 @@ static void await_stats(sl_master_executor_t *ex, bool (*what)(const sl_master_e
     }
 }
 
+/* The executor has recorded the answer to its last PATCH (the fake counts
+ * the replicas before it answers, so the stats may lag by a moment). */
+static bool applied_is_desired(const sl_master_executor_stats_t *s)
+{
+    return s->applied == (int64_t)s->desired;
+}
+
 static bool any_transport_error(const sl_master_executor_stats_t *s)
 {
     return s->requests_transport_error > 0;
@@ -307,7 +314,7 @@ Test(k8s_executor, a_rotated_token_is_picked_up)
         used[k]++;
     }
     cr_assert(used[1] && used[2] && used[3], "tokens used: %d %d %d", used[1], used[2], used[3]);
-    sl_master_executor_stats(ex, &st);
+    await_stats(ex, applied_is_desired, &st, "the PATCH's answer recorded");
     cr_assert_eq(st.failures, 0);
     cr_assert_eq(st.applied, 2);
     cr_assert_eq(st.desired, 2);
@@ -408,7 +415,7 @@ Test(k8s_executor, the_replicas_are_capped_and_a_hand_scale_is_set_back)
     set_target(ex, 3, 3);
     await_replicas(&f, 4, 10);
     sl_master_executor_stats_t st;
-    sl_master_executor_stats(ex, &st);
+    await_stats(ex, applied_is_desired, &st, "the PATCH's answer recorded");
     cr_assert_eq(st.desired, 4);
     cr_assert_eq(st.applied, 4);
     fake_put_replicas(&f, 9);
