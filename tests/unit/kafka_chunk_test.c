@@ -427,7 +427,11 @@ Test(kafka_chunks, linger_and_waiting_for_records)
     sl_error_t err = {0};
     static timed_t t;
     memset(&t, 0, sizeof t);
-    later_t l = {.m = &m, .from = 3, .count = 3, .delay_ms = 600};
+    /* linger and the pause before the next records scale with the build's
+     * timeout scale (the sanitizer build is slower): the 3 later records,
+     * produced together, must reach the reader within one linger */
+    double gap = tu_timeout(0.6), linger = tu_timeout(0.1);
+    later_t l = {.m = &m, .from = 3, .count = 3, .delay_ms = (int)(gap * 1000)};
     pthread_t th;
     t.t0 = now_s();
     pthread_create(&th, NULL, produce_later, &l);
@@ -436,7 +440,7 @@ Test(kafka_chunks, linger_and_waiting_for_records)
                               .from = 0,
                               .to = 6,
                               .batch_rows = 1000,
-                              .linger_ms = 100,
+                              .linger_ms = (uint32_t)(linger * 1000),
                               .rows = rows,
                               .stripe = on_timed,
                               .ctx = &t};
@@ -447,9 +451,9 @@ Test(kafka_chunks, linger_and_waiting_for_records)
     cr_assert_eq(t.rows[0], 3);
     cr_assert_eq(t.rows[1], 3);
     /* the first 3 went out after linger, before the next 3 were produced */
-    cr_assert(t.at[0] < 0.6, "first stripe at %.3f s", t.at[0]);
-    cr_assert(t.at[1] >= 0.6, "second stripe at %.3f s", t.at[1]);
-    cr_assert(took < 0.6 + tu_timeout(5.0), "read took %.3f s", took);
+    cr_assert(t.at[0] < gap, "first stripe at %.3f s", t.at[0]);
+    cr_assert(t.at[1] >= gap, "second stripe at %.3f s", t.at[1]);
+    cr_assert(took < gap + tu_timeout(5.0), "read took %.3f s", took);
     for (uint64_t id = 0; id < 6; id++)
         cr_assert_eq(t.v.seen[id], 1);
     sl_kafka_rows_destroy(rows);
@@ -485,7 +489,7 @@ Test(kafka_chunks, cancel_and_offsets_the_log_lacks)
     static kr_seen_t v;
     memset(&v, 0, sizeof v);
     /* a stream nobody writes to: cancelled, nothing handed on past the 5 */
-    canceller_t k = {.delay_ms = 300};
+    canceller_t k = {.delay_ms = (int)(tu_timeout(0.3) * 1000)}; /* after the 5 are read */
     atomic_init(&k.flag, false);
     pthread_t th;
     pthread_create(&th, NULL, cancel_later, &k);
@@ -494,7 +498,7 @@ Test(kafka_chunks, cancel_and_offsets_the_log_lacks)
                               .from = 0,
                               .to = 100,
                               .batch_rows = 2,
-                              .linger_ms = 50,
+                              .linger_ms = (uint32_t)(tu_timeout(0.05) * 1000),
                               .rows = rows,
                               .stripe = kr_on_stripe,
                               .ctx = &v,
