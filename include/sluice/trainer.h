@@ -70,6 +70,14 @@ typedef struct sl_trainer_opts {
      * Every connection then proves it holds the secret, and checks that the
      * server does, before HELLO or ATTACH. */
     const char *cluster_secret_file;
+    /* The client's own Prometheus metrics (docs/TRAINER.md "Metrics"):
+     * serve GET /metrics on this "host:port" (port 0: any free port, see
+     * sl_trainer_metrics_port) from once the client is connected until it
+     * closes; every field of sl_trainer_stats, labelled with job, rank and
+     * client. NULL: the address in $SLUICE_TRAINER_METRICS, none when that
+     * is unset or empty; "": none. An address that cannot be bound fails
+     * sl_trainer_connect. */
+    const char *metrics_address;
 } sl_trainer_opts_t;
 
 /* @return the defaults above (address NULL). */
@@ -114,6 +122,10 @@ typedef struct sl_trainer_stats {
 } sl_trainer_stats_t;
 
 void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out);
+
+/* The port the metrics endpoint listens on (the one picked when port 0 was
+ * asked), or 0 when the client serves no metrics. */
+uint16_t sl_trainer_metrics_port(const sl_trainer_t *t);
 
 /* Master mode: a resume token for a checkpoint at this batch boundary (the
  * batches handed out so far are delivered, nothing else is): the master's

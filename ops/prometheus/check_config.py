@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks ops/prometheus/scrape-kubernetes.yml against the pod templates of
-ops/k8s/base, and writes a copy promtool can check.
+ops/k8s/base (and of the example Jobs of ops/k8s/examples), and writes a
+copy promtool can check.
 
 Debian's Prometheus (2.42) is built without Kubernetes service discovery:
 its promtool refuses `kubernetes_sd_configs` as an unknown field. So this
@@ -11,6 +12,11 @@ the manifests describe:
     honor_labels (sluice's own `job` label must win, see scrape.yml);
   - its label selector matches the labels of exactly one pod template of
     ops/k8s/base (sluice-master's or sluice-worker's);
+  - or, for the job without a selector (sluice-trainer: trainers are the
+    user's pods), its relabelling keeps exactly the container ports named
+    "sluice-metrics" of every pod template (ops/k8s/examples/reader-job.yaml
+    declares one; there must be at least one) and sets `component` to
+    trainer;
   - its relabel_configs, applied to the discovery labels of every container
     port of every pod template, keep exactly that template's port named
     "admin" (its --admin port) and set `component` to the template's
@@ -20,8 +26,8 @@ the manifests describe:
     `promtool check config OUT` checks everything else (relabel syntax,
     regexes, the rule file).
 
-  check_config.py --k8s ops/k8s/base --config ops/prometheus/scrape-kubernetes.yml
-                  [--promtool-copy OUT]
+  check_config.py --k8s ops/k8s/base [--examples ops/k8s/examples]
+                  --config ops/prometheus/scrape-kubernetes.yml [--promtool-copy OUT]
 
 Exits 1 naming every problem.
 """
@@ -34,14 +40,17 @@ import sys
 import yaml
 
 
+TRAINER_PORT = "sluice-metrics"
+
+
 def pod_templates(k8s_dir):
     """(name, labels, annotations, [(container port name, port)]) of every
-    Deployment/StatefulSet pod template under k8s_dir."""
+    Deployment/StatefulSet/Job pod template under k8s_dir."""
     out = []
     for path in sorted(glob.glob(os.path.join(k8s_dir, "*.yaml"))):
         with open(path, encoding="utf-8") as fh:
             for doc in yaml.safe_load_all(fh):
-                if not doc or doc.get("kind") not in ("Deployment", "StatefulSet"):
+                if not doc or doc.get("kind") not in ("Deployment", "StatefulSet", "Job"):
                     continue
                 tmpl = doc["spec"]["template"]
                 meta = tmpl.get("metadata", {})
@@ -112,11 +121,35 @@ def selector_matches(selector, labels):
     return True
 
 
-def check(k8s_dir, config_path):
+def check_trainer_job(job, where, templates):
+    """The selector-less job: every pod's sluice-metrics ports, nothing else."""
+    problems = []
+    want = [(n, pn, p) for n, _, _, ports in templates for pn, p in ports if pn == TRAINER_PORT]
+    if not want:
+        return [f"{where}: no pod template under ops/k8s declares a container port named "
+                f"{TRAINER_PORT}, so nothing shows what the job scrapes"]
+    got = []
+    for tname, tlabels, _, ports in templates:
+        for port_name, port in ports:
+            out = relabel(discovery_labels(tname, tlabels, port_name, port),
+                          job.get("relabel_configs", []))
+            if out is None:
+                continue
+            got.append((tname, port_name, port))
+            if out.get("component") != "trainer":
+                problems.append(f"{where}: target {tname}:{port} gets component="
+                                f"{out.get('component')!r}, want 'trainer'")
+    if got != want:
+        problems.append(f"{where}: keeps ports {got}, want {want}")
+    return problems
+
+
+def check(k8s_dir, config_path, examples_dir=None):
     problems = []
     with open(config_path, encoding="utf-8") as fh:
         config = yaml.safe_load(fh)
     templates = pod_templates(k8s_dir)
+    examples = pod_templates(examples_dir) if examples_dir else []
     if not templates:
         return [f"{k8s_dir}: no Deployment or StatefulSet pod template"]
     covered = set()
@@ -130,6 +163,9 @@ def check(k8s_dir, config_path):
             problems.append(f"{where}: wants one kubernetes_sd_configs entry with role pod")
             continue
         selectors = [s["label"] for s in sds[0].get("selectors", []) if s.get("role") == "pod"]
+        if not selectors:
+            problems += check_trainer_job(job, where, templates + examples)
+            continue
         chosen = [t for t in templates
                   if all(selector_matches(s, t[1]) for s in selectors)]
         if len(chosen) != 1:
@@ -178,11 +214,12 @@ def promtool_copy(config_path, out_path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k8s", required=True, help="ops/k8s/base")
+    ap.add_argument("--examples", help="ops/k8s/examples (the trainer job's pods)")
     ap.add_argument("--config", required=True, help="scrape-kubernetes.yml")
     ap.add_argument("--promtool-copy", help="write the promtool-checkable copy here")
     a = ap.parse_args()
     try:
-        problems = check(a.k8s, a.config)
+        problems = check(a.k8s, a.config, a.examples)
     except (OSError, yaml.YAMLError, KeyError, ValueError, re.error) as e:
         problems = [f"{a.config}: {e}"]
     for p in problems:
@@ -191,7 +228,8 @@ def main():
         return 1
     if a.promtool_copy:
         promtool_copy(a.config, a.promtool_copy)
-    print(f"check_config: {a.config}: every sluice pod's admin port is scraped, with its component")
+    print(f"check_config: {a.config}: every sluice pod's admin port and every trainer's "
+          f"{TRAINER_PORT} port is scraped, with its component")
     return 0
 
 

@@ -131,6 +131,7 @@ class sl_trainer_opts_t(ctypes.Structure):
         ("client_id", ctypes.c_char_p),
         ("refresh_ms", ctypes.c_int),
         ("cluster_secret_file", ctypes.c_char_p),
+        ("metrics_address", ctypes.c_char_p),
     ]
 
 
@@ -195,6 +196,8 @@ def _declare(lib):
     lib.sl_trainer_release.restype = None
     lib.sl_trainer_stats.argtypes = [ctypes.c_void_p, p(sl_trainer_stats_t)]
     lib.sl_trainer_stats.restype = None
+    lib.sl_trainer_metrics_port.argtypes = [ctypes.c_void_p]
+    lib.sl_trainer_metrics_port.restype = ctypes.c_uint16
     lib.sl_trainer_close.argtypes = [ctypes.c_void_p]
     lib.sl_trainer_close.restype = None
     lib.sl_trainer_resume_token.argtypes = [

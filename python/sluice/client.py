@@ -364,7 +364,11 @@ class Client:
     forever) before SluiceTimeout. cluster_secret_file: the file holding the
     cluster secret the workers and master require (default: the file named
     by $SLUICE_CLUSTER_SECRET_FILE, if set; docs/PROTOCOL.md
-    "Authentication")."""
+    "Authentication"). metrics_address: serve the client's own Prometheus
+    metrics (GET /metrics: every counter of stats(), labelled job, rank and
+    client; docs/TRAINER.md "Metrics") on this "host:port" while the client
+    is open; port 0 picks a free one (see metrics_port). None: the address
+    in $SLUICE_TRAINER_METRICS, if set; "": none."""
 
     def __init__(
         self,
@@ -381,6 +385,7 @@ class Client:
         client_id: Optional[str] = None,
         refresh_ms: int = 0,
         cluster_secret_file: Optional[str] = None,
+        metrics_address: Optional[str] = None,
     ) -> None:
         lib = _native.load()
         self._lib = lib
@@ -400,6 +405,7 @@ class Client:
         self._cid_b = client_id.encode() if client_id else None
         self._name_b = client_name.encode() if client_name else None
         self._secret_b = os.fsencode(cluster_secret_file) if cluster_secret_file else None
+        self._metrics_b = metrics_address.encode() if metrics_address is not None else None
         opts.address = self._address_b
         opts.master = self._master_b
         opts.job_id = self._job_b
@@ -408,6 +414,7 @@ class Client:
             opts.refresh_ms = refresh_ms
         opts.client_name = self._name_b
         opts.cluster_secret_file = self._secret_b
+        opts.metrics_address = self._metrics_b
         opts.prefetch = prefetch
         opts.connect_timeout_ms = connect_timeout_ms
         opts.reconnect_ms = reconnect_ms
@@ -492,6 +499,16 @@ class Client:
         if h is not None and h.ptr is not None:
             self._lib.sl_trainer_stats(h.ptr, ctypes.byref(s))
         return {f[0]: int(getattr(s, f[0])) for f in s._fields_}
+
+    @property
+    def metrics_port(self) -> int:
+        """The port of the client's metrics endpoint (the one picked when
+        metrics_address asked for port 0), or 0 when it serves none or is
+        closed."""
+        h = self._handle
+        if h is None or h.ptr is None:
+            return 0
+        return int(self._lib.sl_trainer_metrics_port(h.ptr))
 
     def close(self) -> None:
         """Disconnect. Batches already handed out stay valid until released."""

@@ -236,7 +236,13 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
 
     Each item is batch_to_torch(batch, expand, as_kjt). Tensors share the C
     buffers in the main process (num_workers=0); DataLoader workers move
-    them to shared memory to send them over."""
+    them to shared memory to send them over.
+
+    metrics_address: passed to every client opened (sluice.Client): each
+    serves its own /metrics there. With more than one client per process
+    (several addresses) or DataLoader workers, give port 0 ("host:0") so
+    that each picks a free port, or leave it None and use
+    $SLUICE_TRAINER_METRICS the same way."""
 
     def __init__(
         self,
@@ -245,6 +251,7 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
         timeout_ms: int = 60000,
         expand: bool = False,
         as_kjt: bool = False,
+        metrics_address: Optional[str] = None,
     ) -> None:
         super().__init__()
         if isinstance(addresses, str):
@@ -256,6 +263,7 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
         self.timeout_ms = timeout_ms
         self.expand = expand
         self.as_kjt = as_kjt
+        self.metrics_address = metrics_address
 
     def _my_addresses(self) -> List[str]:
         info = torch.utils.data.get_worker_info()
@@ -268,7 +276,8 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         clients = [
-            Client(a, prefetch=self.prefetch, timeout_ms=self.timeout_ms)
+            Client(a, prefetch=self.prefetch, timeout_ms=self.timeout_ms,
+                   metrics_address=self.metrics_address)
             for a in self._my_addresses()
         ]
         try:

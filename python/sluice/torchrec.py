@@ -180,7 +180,12 @@ class MasterDataset(torch.utils.data.IterableDataset):
     TrainPipelineSparseDist); save it with the model. To resume, resubmit the job with every rank's token
     (resume_tokens(); `sluice submit --resume-token` once per rank) and call
     load_state_dict() on the new dataset before iterating: it first hands
-    out the saved pending batches, then what the job delivers."""
+    out the saved pending batches, then what the job delivers.
+
+    metrics_address: the rank's client serves its own Prometheus metrics
+    there (sluice.Client; labelled with the job, the rank and the client
+    id). With several ranks on one host, give each its own port (for
+    example 9400 + LOCAL_RANK), or port 0."""
 
     def __init__(
         self,
@@ -191,6 +196,7 @@ class MasterDataset(torch.utils.data.IterableDataset):
         prefetch: int = 4,
         timeout_ms: int = 60000,
         client_id: Optional[str] = None,
+        metrics_address: Optional[str] = None,
     ) -> None:
         super().__init__()
         if (rank is None) != (world_size is None):
@@ -206,6 +212,7 @@ class MasterDataset(torch.utils.data.IterableDataset):
         self.prefetch = prefetch
         self.timeout_ms = timeout_ms
         self.client_id = client_id
+        self.metrics_address = metrics_address
         self._client: Optional[_client.Client] = None
         self._replay: List[Dict[str, Any]] = []
         self._recent: List[Batch] = []  # the last batches handed out, for state_dict(pending)
@@ -225,6 +232,7 @@ class MasterDataset(torch.utils.data.IterableDataset):
                 timeout_ms=self.timeout_ms,
                 client_name=name,
                 client_id=self.client_id,
+                metrics_address=self.metrics_address,
             )
         return self._client
 

@@ -26,7 +26,7 @@
 #include "sluice/trainer.h"
 
 typedef struct read_args {
-    const char *worker, *master, *job, *token_out, *secret_file;
+    const char *worker, *master, *job, *token_out, *secret_file, *metrics;
     uint64_t rank, world_size, prefetch, limit, timeout, reconnect_ms;
     bool ids, json, quiet, progress;
 } read_args_t;
@@ -61,6 +61,10 @@ static const sl_cli_opt_t ropts[] = {
     {"cluster-secret-file", SL_CLI_PATH, "FILE", NULL, "`$SLUICE_CLUSTER_SECRET_FILE`, if set", 0,
      0, 0, R(secret_file),
      "the cluster secret the workers and master require (the first line of FILE)"},
+    {"metrics", SL_CLI_ADDR, "HOST:PORT", NULL, "`$SLUICE_TRAINER_METRICS`, if set", 0, 0, 0,
+     R(metrics),
+     "serve the client's own Prometheus metrics (GET /metrics, docs/TRAINER.md) on HOST:PORT while "
+     "reading (port 0: any free port, printed on stderr)"},
     {"json", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(json),
      "print each batch as one JSON line on stdout (the summary then goes to stderr)"},
     {"progress", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(progress),
@@ -324,6 +328,7 @@ int sl_cli_read(int argc, char **argv)
     o.prefetch = (uint32_t)args.prefetch;
     o.reconnect_ms = args.reconnect_ms == 0 ? -1 : (int)args.reconnect_ms;
     o.cluster_secret_file = args.secret_file;
+    o.metrics_address = args.metrics;
     uint64_t limit = args.limit; /* 0: until the job ends */
     int timeout_ms = args.timeout == 0 ? -1 : (int)args.timeout;
     bool json = args.json, quiet = args.quiet, ids = args.ids;
@@ -354,6 +359,9 @@ int sl_cli_read(int argc, char **argv)
         fprintf(stderr, "sluice read: %s\n", err.msg);
         return 1;
     }
+    if (sl_trainer_metrics_port(t) != 0 && !quiet)
+        fprintf(stderr, "sluice read: metrics on port %u (GET /metrics)\n",
+                (unsigned)sl_trainer_metrics_port(t));
     bool tty = isatty(STDERR_FILENO) == 1;
     progress_t prog = {.on = !quiet && (tty || args.progress),
                        .tty = tty,

@@ -29,6 +29,7 @@ sl_trainer_opts_t sl_trainer_opts_default(void)
         .client_id = NULL,
         .refresh_ms = 1000,
         .cluster_secret_file = NULL,
+        .metrics_address = NULL,
     };
 }
 
@@ -36,6 +37,8 @@ sl_trainer_opts_t sl_trainer_opts_default(void)
 static void destroy(sl_trainer_t *t)
 {
     const sl_allocator_t *a = t->a;
+    /* First: a scrape reads the fleet's state, which goes below. */
+    tr_metrics_stop(t);
     pthread_mutex_lock(&t->mu);
     t->closing = true;
     for (tr_conn_t *c = t->conns; c; c = c->next)
@@ -135,6 +138,7 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
     }
 
     sl_err_t rc = master ? tr_fleet_connect(t, opts, err) : connect_direct(t, err);
+    if (rc == SL_OK) rc = tr_metrics_start(t, opts->metrics_address, err);
     if (rc != SL_OK) {
         destroy(t);
         return rc;

@@ -109,6 +109,7 @@ struct tr_conn {
 };
 
 struct tr_fleet; /* master mode (fleet_internal.h); NULL in direct mode */
+struct sl_httpd; /* the metrics endpoint (httpd/server.h) */
 
 struct sl_trainer {
     struct tr_fleet *fleet;
@@ -136,6 +137,11 @@ struct sl_trainer {
 
     _Atomic uint64_t batches, samples, bytes, wait_ns, reconnects, dropped;
     _Atomic uint32_t queued, workers;
+
+    /* The metrics endpoint (metrics.c), NULL when off; fixed while it runs. */
+    struct sl_httpd *metrics;
+    char *metrics_labels; /* job="…",rank="…",client="…" */
+    double start_time_s;  /* Unix time of connect */
 };
 
 /* ---- client_state.c ---- */
@@ -193,6 +199,17 @@ sl_err_t tr_reconnect(sl_trainer_t *t, const bool *stop, const char *label, cons
  * large, no memory for it): answer ERROR and give the connection up rather
  * than reconnect. */
 bool tr_stream_broken(sl_err_t rc);
+
+/* ---- metrics.c ---- */
+
+/* Serve GET /metrics on address ("host:port"); NULL: $SLUICE_TRAINER_METRICS;
+ * NULL or "" there: off, SL_OK. Call once the client is connected (the
+ * labels name its job and client id). @return sl_httpd_start's errors. */
+sl_err_t tr_metrics_start(sl_trainer_t *t, const char *address, sl_error_t *err);
+
+/* Stop the endpoint (no request runs after this) and free its labels;
+ * idempotent. */
+void tr_metrics_stop(sl_trainer_t *t);
 
 /* ---- worker_conn.c ---- */
 

@@ -21,7 +21,7 @@
 
 #include "common/mem.h"
 #include "dpp/admin/endpoint.h"
-#include "dpp/admin/prom.h"
+#include "common/prom.h"
 #include "dpp/admin/ui.h"
 #include "testutil.h"
 
@@ -61,14 +61,13 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
 {
     (void)ctx;
     (void)req;
-    sl_admin_prom_t p;
-    sl_admin_prom_init(&p, resp->a); /* the body is a string of the endpoint's allocator */
-    sl_admin_prom_family(&p, "sluice_batches_total", "counter", "Batches sent.");
+    sl_prom_t p;
+    sl_prom_init(&p, resp->a); /* the body is a string of the endpoint's allocator */
+    sl_prom_family(&p, "sluice_batches_total", "counter", "Batches sent.");
     char lab[128];
-    sl_admin_prom_sample(&p, "sluice_batches_total",
-                         sl_admin_prom_label(lab, sizeof lab, "job", "a\"b"), 42);
-    resp->body = sl_admin_prom_finish(&p);
-    resp->content_type = SL_ADMIN_PROM_CONTENT_TYPE;
+    sl_prom_sample(&p, "sluice_batches_total", sl_prom_label(lab, sizeof lab, "job", "a\"b"), 42);
+    resp->body = sl_prom_finish(&p);
+    resp->content_type = SL_PROM_CONTENT_TYPE;
 }
 
 static const sl_admin_route_t routes[] = {
@@ -538,19 +537,45 @@ Test(admin, tls_with_a_client_that_verifies_the_certificate)
 
 Test(prom, values_and_escaping)
 {
-    sl_admin_prom_t p;
-    sl_admin_prom_init(&p, NULL);
+    sl_prom_t p;
+    sl_prom_init(&p, NULL);
     char lab[16];
-    sl_admin_prom_sample(&p, "a", NULL, 1.5);
-    sl_admin_prom_sample(&p, "b", sl_admin_prom_label(lab, sizeof lab, "k", "x\ny\\"), -3);
-    sl_admin_prom_sample(&p, "c", NULL, 0.0 / 0.0);
-    sl_admin_prom_sample(&p, "d", sl_admin_prom_label(lab, sizeof lab, "key", "a-very-long-value"),
-                         1);
-    char *t = sl_admin_prom_finish(&p);
+    sl_prom_sample(&p, "a", NULL, 1.5);
+    sl_prom_sample(&p, "b", sl_prom_label(lab, sizeof lab, "k", "x\ny\\"), -3);
+    sl_prom_sample(&p, "c", NULL, 0.0 / 0.0);
+    sl_prom_sample(&p, "d", sl_prom_label(lab, sizeof lab, "key", "a-very-long-value"), 1);
+    char *t = sl_prom_finish(&p);
     cr_assert_not_null(t);
     cr_assert(strstr(t, "a 1.5\n"), "%s", t);
     cr_assert(strstr(t, "b{k=\"x\\ny\\\\\"} -3\n"), "%s", t);
     cr_assert(strstr(t, "c NaN\n"), "%s", t);
     cr_assert(strlen(lab) < sizeof lab);
+    sl_strfree(NULL, t);
+}
+
+Test(prom, histogram_buckets_are_cumulative)
+{
+    sl_prom_t p;
+    sl_prom_init(&p, NULL);
+    const double bounds[] = {0.1, 1, 2.5};
+    const uint64_t counts[] = {3, 0, 4}; /* per bucket; 2 more above 2.5 */
+    char lab[32];
+    sl_prom_family(&p, "x_seconds", "histogram", "X.");
+    sl_prom_histogram(&p, "x_seconds", sl_prom_label(lab, sizeof lab, "job", "j"), bounds, counts,
+                      3, 12.25, 9);
+    sl_prom_histogram(&p, "y", NULL, bounds, counts, 1, 0.5, 3);
+    char *t = sl_prom_finish(&p);
+    cr_assert_str_eq(t, "# HELP x_seconds X.\n"
+                        "# TYPE x_seconds histogram\n"
+                        "x_seconds_bucket{job=\"j\",le=\"0.1\"} 3\n"
+                        "x_seconds_bucket{job=\"j\",le=\"1\"} 3\n"
+                        "x_seconds_bucket{job=\"j\",le=\"2.5\"} 7\n"
+                        "x_seconds_bucket{job=\"j\",le=\"+Inf\"} 9\n"
+                        "x_seconds_sum{job=\"j\"} 12.25\n"
+                        "x_seconds_count{job=\"j\"} 9\n"
+                        "y_bucket{le=\"0.1\"} 3\n"
+                        "y_bucket{le=\"+Inf\"} 3\n"
+                        "y_sum 0.5\n"
+                        "y_count 3\n");
     sl_strfree(NULL, t);
 }

@@ -1,12 +1,11 @@
-/* Admin HTTP endpoint on libmicrohttpd (endpoint.h): routing, job-id path
- * segments, bearer-token check and body limit from the headers, JSON
- * replies, TLS and connection limits. */
+/* Admin HTTP endpoint (endpoint.h) on the server of httpd/server.h
+ * (libmicrohttpd: address, connection limits and timeouts, TLS): routing,
+ * job-id path segments, bearer-token check and body limit from the
+ * headers, JSON replies, the TLS files read and checked. */
 #include "dpp/admin/endpoint.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +18,14 @@
 #include "common/mem.h"
 #include "common/parse.h"
 #include "dpp/admin/ui.h"
+#include "httpd/server.h"
 
 struct sl_admin {
-    struct MHD_Daemon *daemon;
+    sl_httpd_t *httpd;
     sl_admin_opts_t opts;
     const sl_allocator_t *a;
     char *token;
-    char *tls_cert, *tls_key; /* PEM text (owned strings), kept for the daemon's life */
-    uint16_t port;
+    char *tls_cert, *tls_key; /* PEM text (owned strings), kept for the server's life */
 };
 
 /* Per-request state across libmicrohttpd's calls for one request. */
@@ -161,24 +160,16 @@ json_t *sl_admin_parse_json(const sl_admin_request_t *req, sl_admin_response_t *
 static enum MHD_Result send_reply(struct MHD_Connection *conn, sl_admin_response_t *r,
                                   bool bearer_challenge)
 {
-    size_t len = r->body ? strlen(r->body) : 0;
-    /* libmicrohttpd copies the body with its own allocator and frees that
-     * copy itself; ours goes back to ours at once. */
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, r->body ? r->body : (char *)"", MHD_RESPMEM_MUST_COPY);
+    /* The CSP on every answer, not only the pages: a JSON body opened as a
+     * page can run nothing either (ui.h). */
+    const char *extra[] = {"Content-Security-Policy", SL_ADMIN_UI_CSP,
+                           bearer_challenge ? "WWW-Authenticate" : NULL, "Bearer", NULL};
+    /* The server copies the body; ours goes back to ours at once. */
+    enum MHD_Result ret = sl_httpd_reply(conn, (unsigned int)r->status,
+                                         r->content_type ? r->content_type : "application/json",
+                                         r->body, r->body ? strlen(r->body) : 0, extra);
     sl_strfree(r->a, r->body);
     r->body = NULL;
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            r->content_type ? r->content_type : "application/json");
-    if (bearer_challenge) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-    /* Every answer, not only the pages: a JSON body opened as a page can
-     * run nothing either (ui.h). */
-    MHD_add_response_header(resp, "Content-Security-Policy", SL_ADMIN_UI_CSP);
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
-    enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)r->status, resp);
-    MHD_destroy_response(resp);
     return ret;
 }
 
@@ -404,14 +395,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
-/* libmicrohttpd's URL decoding is left to split_path (see there). */
-static size_t keep_escaped(void *cls, struct MHD_Connection *conn, char *s)
-{
-    (void)cls;
-    (void)conn;
-    return strlen(s);
-}
-
 /* Read a whole PEM file (at most 1 MiB) into *out (an owned string of
  * a->a). Every failure is one of reading a TLS file: SL_ERR_IO, or
  * SL_ERR_INVALID for an empty or oversized one. */
@@ -442,9 +425,6 @@ static sl_err_t load_tls(sl_admin_t *a, sl_error_t *err)
         return sl_error_set(err, SL_ERR_INVALID,
                             "admin endpoint: TLS needs both a certificate (--tls-cert) and its "
                             "key (--tls-key)");
-    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
-        return sl_error_set(err, SL_ERR_UNSUPPORTED,
-                            "admin endpoint: this libmicrohttpd was built without TLS");
     sl_err_t rc = read_pem(a, cf, "TLS certificate", &a->tls_cert, err);
     if (rc == SL_OK) rc = read_pem(a, kf, "TLS key", &a->tls_key, err);
     if (rc != SL_OK) return rc;
@@ -479,81 +459,47 @@ static void admin_free(sl_admin_t *a)
 
 sl_err_t sl_admin_start(const sl_admin_opts_t *opts, sl_admin_t **out, sl_error_t *err)
 {
-    const char *address = opts->address ? opts->address : "127.0.0.1:0";
-    const char *colon = strrchr(address, ':');
-    if (!colon || colon[1] == '\0')
-        return sl_error_set(err, SL_ERR_INVALID, "admin address '%s': expected host:port", address);
-    char host[256];
-    size_t hlen = (size_t)(colon - address);
-    if (hlen >= sizeof host)
-        return sl_error_set(err, SL_ERR_INVALID, "admin address '%s': host too long", address);
-    memcpy(host, address, hlen);
-    host[hlen] = '\0';
-    uint64_t port;
-    if (sl_parse_u64(colon + 1, 0, 65535, &port, NULL, NULL) != SL_OK)
-        return sl_error_set(err, SL_ERR_INVALID, "admin address '%s': bad port", address);
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-    int gai = getaddrinfo(hlen ? host : "0.0.0.0", NULL, &hints, &res);
-    if (gai != 0)
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "admin address '%s': cannot resolve host '%s' (%s)", address,
-                            hlen ? host : "0.0.0.0", gai_strerror(gai));
-    struct sockaddr_in sa;
-    memcpy(&sa, res->ai_addr, sizeof sa);
-    freeaddrinfo(res);
-    sa.sin_port = htons((uint16_t)port);
-
     const sl_allocator_t *alloc = opts->allocator ? opts->allocator : sl_allocator_default();
     sl_admin_t *a = sl_calloc(alloc, 1, sizeof *a);
     if (!a) return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
     a->opts = *opts;
     a->a = alloc;
     if (!a->opts.max_body_bytes) a->opts.max_body_bytes = 1u << 20;
-    if (!a->opts.max_connections) a->opts.max_connections = 512;
-    if (!a->opts.timeout_s) a->opts.timeout_s = 10;
     if (opts->token && !(a->token = sl_strdup(alloc, opts->token))) {
         admin_free(a);
         return sl_error_set(err, SL_ERR_NOMEM, "admin endpoint: out of memory");
     }
     sl_err_t rc = load_tls(a, err);
+    if (rc == SL_OK) {
+        sl_httpd_opts_t h = {.address = opts->address,
+                             .what = "admin endpoint",
+                             .max_connections = opts->max_connections,
+                             .timeout_s = opts->timeout_s,
+                             .tls_cert_pem = a->tls_cert,
+                             .tls_key_pem = a->tls_key,
+                             .on_request = on_request,
+                             .request_ctx = a,
+                             .on_completed = on_completed,
+                             .completed_ctx = a};
+        rc = sl_httpd_start(&h, &a->httpd, err);
+    }
     if (rc != SL_OK) {
         admin_free(a);
         return rc;
     }
-    bool tls = a->tls_cert != NULL;
-    /* epoll on one internal thread: idle and slow connections cost a
-     * descriptor and a little memory each, never a thread or a turn. */
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (tls ? MHD_USE_TLS : 0);
-    struct MHD_OptionItem tls_opts[] = {
-        {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, a->tls_cert},
-        {MHD_OPTION_HTTPS_MEM_KEY, 0, a->tls_key},
-        {MHD_OPTION_END, 0, NULL}};
-    a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, a, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-                                 a, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)a->opts.timeout_s,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)a->opts.max_connections,
-                                 MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL, MHD_OPTION_ARRAY,
-                                 tls_opts, MHD_OPTION_END);
-    if (!a->daemon) {
-        admin_free(a);
-        return sl_error_set(err, SL_ERR_IO, "admin endpoint: cannot listen on %s%s", address,
-                            tls ? " with TLS" : "");
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    a->port = info ? info->port : (uint16_t)port;
     *out = a;
     return SL_OK;
 }
 
 uint16_t sl_admin_port(const sl_admin_t *admin)
 {
-    return admin->port;
+    return sl_httpd_port(admin->httpd);
 }
 
 void sl_admin_stop(sl_admin_t *admin)
 {
     if (!admin) return;
-    MHD_stop_daemon(admin->daemon);
+    sl_httpd_stop(admin->httpd);
     admin_free(admin);
 }
 

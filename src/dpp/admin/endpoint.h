@@ -22,11 +22,12 @@
  *   404 no route for the path, 405 a route for the path but not the method
  *   413 a body over max_body_bytes
  *
- * Limits: at most max_connections connections at once (libmicrohttpd
- * refuses more), each closed after timeout_s without traffic; with epoll
- * one thread serves them all, so idle and slow (slowloris) connections
- * under the cap do not keep /healthz from answering. TLS (GnuTLS through
- * libmicrohttpd) with tls_cert_file and tls_key_file. */
+ * Limits (the server of httpd/server.h): at most max_connections
+ * connections at once (libmicrohttpd refuses more), each closed after
+ * timeout_s without traffic; with epoll one thread serves them all, so idle
+ * and slow (slowloris) connections under the cap do not keep /healthz from
+ * answering. TLS (GnuTLS through libmicrohttpd) with tls_cert_file and
+ * tls_key_file, read and checked here. */
 #ifndef SLUICE_DPP_ADMIN_ENDPOINT_H
 #define SLUICE_DPP_ADMIN_ENDPOINT_H
 

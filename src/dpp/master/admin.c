@@ -17,7 +17,7 @@
 #include <gnutls/gnutls.h>
 
 #include "common/mem.h"
-#include "dpp/admin/prom.h"
+#include "common/prom.h"
 #include "dpp/admin/ui.h"
 #include "dpp/master/admin.h"
 
@@ -486,7 +486,7 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
         sl_admin_reply_error(resp, 503, "out of memory");
         return;
     }
-    sl_admin_reply_text(resp, 200, SL_ADMIN_PROM_CONTENT_TYPE, text);
+    sl_admin_reply_text(resp, 200, SL_PROM_CONTENT_TYPE, text);
     sl_strfree(sl_master_allocator(ctx), text);
 }
 

@@ -225,7 +225,7 @@ typedef struct sl_master_visitor {
 sl_err_t sl_master_visit(sl_master_t *m, const char *job_id, const sl_master_visitor_t *v,
                          sl_error_t *err);
 
-/* GET /metrics: Prometheus text (admin/prom.h), sluice_master_* families: jobs,
+/* GET /metrics: Prometheus text (common/prom.h), sluice_master_* families: jobs,
  * workers, clients, splits{job,state}, leases_granted_total,
  * lease_expiries_total, lease_revocations_total, worker_ids_in_use_total,
  * commits_total{result}, committed_rows{job},

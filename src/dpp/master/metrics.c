@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
-#include "dpp/admin/prom.h"
+#include "common/prom.h"
 #include "dpp/master/master_internal.h"
 
 void sl_master_report_executor(sl_master_t *m, const sl_master_executor_stats_t *st)
@@ -20,66 +20,59 @@ void sl_master_report_executor(sl_master_t *m, const sl_master_executor_stats_t 
 }
 
 /* The executor's families (needs m->mu). */
-static void executor_metrics(sl_master_t *m, sl_admin_prom_t *p) SL_REQUIRES(m->mu)
+static void executor_metrics(sl_master_t *m, sl_prom_t *p) SL_REQUIRES(m->mu)
 {
     if (!m->has_exec) return;
     char lab[64];
     const sl_master_executor_stats_t *x = &m->exec;
     if (x->kind != NULL && strcmp(x->kind, "kubernetes") == 0) {
-        sl_admin_prom_family(p, "sluice_master_executor_requests_total", "counter",
-                             "Requests to the Kubernetes API server, by result.");
+        sl_prom_family(p, "sluice_master_executor_requests_total", "counter",
+                       "Requests to the Kubernetes API server, by result.");
         static const char *res[] = {"ok", "client_error", "server_error", "transport_error"};
         uint64_t v[] = {x->requests_ok, x->requests_client_error, x->requests_server_error,
                         x->requests_transport_error};
         for (int i = 0; i < 4; i++)
-            sl_admin_prom_sample(p, "sluice_master_executor_requests_total",
-                                 sl_admin_prom_label(lab, sizeof lab, "result", res[i]),
-                                 (double)v[i]);
-        sl_admin_prom_family(p, "sluice_master_executor_replicas", "gauge",
-                             "Replicas of the workers' Deployment: desired (the jobs' granted "
-                             "workers), applied (as last set or read; -1: not known yet).");
-        sl_admin_prom_sample(p, "sluice_master_executor_replicas",
-                             sl_admin_prom_label(lab, sizeof lab, "state", "desired"), x->desired);
-        sl_admin_prom_sample(p, "sluice_master_executor_replicas",
-                             sl_admin_prom_label(lab, sizeof lab, "state", "applied"),
-                             (double)x->applied);
-        sl_admin_prom_family(p, "sluice_master_executor_failures", "gauge",
-                             "Requests to the API server failed in a row (0: the last succeeded).");
-        sl_admin_prom_sample(p, "sluice_master_executor_failures", NULL, x->failures);
+            sl_prom_sample(p, "sluice_master_executor_requests_total",
+                           sl_prom_label(lab, sizeof lab, "result", res[i]), (double)v[i]);
+        sl_prom_family(p, "sluice_master_executor_replicas", "gauge",
+                       "Replicas of the workers' Deployment: desired (the jobs' granted "
+                       "workers), applied (as last set or read; -1: not known yet).");
+        sl_prom_sample(p, "sluice_master_executor_replicas",
+                       sl_prom_label(lab, sizeof lab, "state", "desired"), x->desired);
+        sl_prom_sample(p, "sluice_master_executor_replicas",
+                       sl_prom_label(lab, sizeof lab, "state", "applied"), (double)x->applied);
+        sl_prom_family(p, "sluice_master_executor_failures", "gauge",
+                       "Requests to the API server failed in a row (0: the last succeeded).");
+        sl_prom_sample(p, "sluice_master_executor_failures", NULL, x->failures);
         return;
     }
-    sl_admin_prom_family(p, "sluice_master_executor_spawns_total", "counter",
-                         "Worker processes started by the local executor.");
-    sl_admin_prom_sample(p, "sluice_master_executor_spawns_total", NULL, (double)x->started);
-    sl_admin_prom_family(p, "sluice_master_executor_spawn_errors_total", "counter",
-                         "Worker processes the local executor failed to start.");
-    sl_admin_prom_sample(p, "sluice_master_executor_spawn_errors_total", NULL,
-                         (double)x->spawn_errors);
-    sl_admin_prom_family(
-        p, "sluice_master_executor_exits_total", "counter",
-        "Worker processes reaped, by result (stopped: asked to; failed: any other).");
-    sl_admin_prom_sample(p, "sluice_master_executor_exits_total",
-                         sl_admin_prom_label(lab, sizeof lab, "result", "stopped"),
-                         (double)x->exited);
-    sl_admin_prom_sample(p, "sluice_master_executor_exits_total",
-                         sl_admin_prom_label(lab, sizeof lab, "result", "failed"),
-                         (double)x->failed);
-    sl_admin_prom_family(p, "sluice_master_executor_restarts_delayed_total", "counter",
-                         "Worker restarts postponed because the job's workers keep exiting.");
-    sl_admin_prom_sample(p, "sluice_master_executor_restarts_delayed_total", NULL,
-                         (double)x->delayed);
-    sl_admin_prom_family(p, "sluice_master_executor_backoff_seconds", "gauge",
-                         "Longest restart delay of a job now (0: none backs off).");
-    sl_admin_prom_sample(p, "sluice_master_executor_backoff_seconds", NULL, x->backoff_ms / 1000.0);
+    sl_prom_family(p, "sluice_master_executor_spawns_total", "counter",
+                   "Worker processes started by the local executor.");
+    sl_prom_sample(p, "sluice_master_executor_spawns_total", NULL, (double)x->started);
+    sl_prom_family(p, "sluice_master_executor_spawn_errors_total", "counter",
+                   "Worker processes the local executor failed to start.");
+    sl_prom_sample(p, "sluice_master_executor_spawn_errors_total", NULL, (double)x->spawn_errors);
+    sl_prom_family(p, "sluice_master_executor_exits_total", "counter",
+                   "Worker processes reaped, by result (stopped: asked to; failed: any other).");
+    sl_prom_sample(p, "sluice_master_executor_exits_total",
+                   sl_prom_label(lab, sizeof lab, "result", "stopped"), (double)x->exited);
+    sl_prom_sample(p, "sluice_master_executor_exits_total",
+                   sl_prom_label(lab, sizeof lab, "result", "failed"), (double)x->failed);
+    sl_prom_family(p, "sluice_master_executor_restarts_delayed_total", "counter",
+                   "Worker restarts postponed because the job's workers keep exiting.");
+    sl_prom_sample(p, "sluice_master_executor_restarts_delayed_total", NULL, (double)x->delayed);
+    sl_prom_family(p, "sluice_master_executor_backoff_seconds", "gauge",
+                   "Longest restart delay of a job now (0: none backs off).");
+    sl_prom_sample(p, "sluice_master_executor_backoff_seconds", NULL, x->backoff_ms / 1000.0);
 }
 
 /* sluice_master_journal_sync_seconds: a histogram (cumulative buckets, le
  * labels, _sum, _count) of the journal's group-commit syncs, which every
  * trainer commit waits for. */
-static void journal_sync_metrics(sl_admin_prom_t *p, const sl_master_journal_sync_hist_t *h)
+static void journal_sync_metrics(sl_prom_t *p, const sl_master_journal_sync_hist_t *h)
 {
-    sl_admin_prom_family(p, "sluice_master_journal_sync_seconds", "histogram",
-                         "Time of the journal's group-commit syncs (write-out and fdatasync).");
+    sl_prom_family(p, "sluice_master_journal_sync_seconds", "histogram",
+                   "Time of the journal's group-commit syncs (write-out and fdatasync).");
     char lab[64], le[32];
     uint64_t cum = 0;
     for (int b = 0; b <= SL_MASTER_JOURNAL_SYNC_BUCKETS; b++) {
@@ -88,11 +81,11 @@ static void journal_sync_metrics(sl_admin_prom_t *p, const sl_master_journal_syn
             snprintf(le, sizeof le, "%g", SL_MASTER_JOURNAL_SYNC_BOUNDS[b]);
         else
             snprintf(le, sizeof le, "+Inf");
-        sl_admin_prom_sample(p, "sluice_master_journal_sync_seconds_bucket",
-                             sl_admin_prom_label(lab, sizeof lab, "le", le), (double)cum);
+        sl_prom_sample(p, "sluice_master_journal_sync_seconds_bucket",
+                       sl_prom_label(lab, sizeof lab, "le", le), (double)cum);
     }
-    sl_admin_prom_sample(p, "sluice_master_journal_sync_seconds_sum", NULL, h->sum_s);
-    sl_admin_prom_sample(p, "sluice_master_journal_sync_seconds_count", NULL, (double)cum);
+    sl_prom_sample(p, "sluice_master_journal_sync_seconds_sum", NULL, h->sum_s);
+    sl_prom_sample(p, "sluice_master_journal_sync_seconds_count", NULL, (double)cum);
 }
 
 /* Resident set size from /proc (0 when unavailable). */
@@ -108,72 +101,68 @@ static uint64_t resident_bytes(void)
 
 char *sl_master_metrics_text(sl_master_t *m)
 {
-    sl_admin_prom_t p;
-    sl_admin_prom_init(&p, m->a);
+    sl_prom_t p;
+    sl_prom_init(&p, m->a);
     char lab[600], l2[300];
     sl_mutex_lock(&m->mu);
     sl_master_state_counters_t c;
     sl_master_state_counters(m->st, &c);
-    sl_admin_prom_family(&p, "sluice_master_jobs", "gauge", "Jobs in the master.");
-    sl_admin_prom_sample(&p, "sluice_master_jobs", NULL, c.jobs);
-    sl_admin_prom_family(&p, "sluice_master_workers", "gauge", "Workers connected.");
-    sl_admin_prom_sample(&p, "sluice_master_workers", NULL, m->nworkers_connected);
-    sl_admin_prom_family(&p, "sluice_master_clients", "gauge", "Trainer clients connected.");
-    sl_admin_prom_sample(&p, "sluice_master_clients", NULL, m->nclients_connected);
-    sl_admin_prom_family(&p, "sluice_master_client_records", "gauge",
-                         "Client records remembered (commit nonces), at most max_clients.");
-    sl_admin_prom_sample(&p, "sluice_master_client_records", NULL, c.clients);
-    sl_admin_prom_family(&p, "sluice_master_clients_evicted_total", "counter",
-                         "Client records forgotten after the idle period (--client-idle-ms).");
-    sl_admin_prom_sample(&p, "sluice_master_clients_evicted_total", NULL,
-                         (double)c.clients_evicted);
-    sl_admin_prom_family(&p, "sluice_master_leases_granted_total", "counter",
-                         "Split leases granted.");
-    sl_admin_prom_sample(&p, "sluice_master_leases_granted_total", NULL, (double)c.leases_granted);
-    sl_admin_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");
-    sl_admin_prom_sample(&p, "sluice_master_lease_expiries_total", NULL, (double)c.expiries);
-    sl_admin_prom_family(&p, "sluice_master_commits_total", "counter", "Commit answers by result.");
+    sl_prom_family(&p, "sluice_master_jobs", "gauge", "Jobs in the master.");
+    sl_prom_sample(&p, "sluice_master_jobs", NULL, c.jobs);
+    sl_prom_family(&p, "sluice_master_workers", "gauge", "Workers connected.");
+    sl_prom_sample(&p, "sluice_master_workers", NULL, m->nworkers_connected);
+    sl_prom_family(&p, "sluice_master_clients", "gauge", "Trainer clients connected.");
+    sl_prom_sample(&p, "sluice_master_clients", NULL, m->nclients_connected);
+    sl_prom_family(&p, "sluice_master_client_records", "gauge",
+                   "Client records remembered (commit nonces), at most max_clients.");
+    sl_prom_sample(&p, "sluice_master_client_records", NULL, c.clients);
+    sl_prom_family(&p, "sluice_master_clients_evicted_total", "counter",
+                   "Client records forgotten after the idle period (--client-idle-ms).");
+    sl_prom_sample(&p, "sluice_master_clients_evicted_total", NULL, (double)c.clients_evicted);
+    sl_prom_family(&p, "sluice_master_leases_granted_total", "counter", "Split leases granted.");
+    sl_prom_sample(&p, "sluice_master_leases_granted_total", NULL, (double)c.leases_granted);
+    sl_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");
+    sl_prom_sample(&p, "sluice_master_lease_expiries_total", NULL, (double)c.expiries);
+    sl_prom_family(&p, "sluice_master_commits_total", "counter", "Commit answers by result.");
     static const char *res[] = {"committed", "overlap",    "stale",     "unknown",
                                 "repeated",  "wrong_rank", "not_leased"};
     uint64_t rv[] = {c.commits,          c.overlaps,      c.stale_commits,   c.unknown_commits,
                      c.repeated_commits, m->rank_refused, c.unleased_commits};
     for (int i = 0; i < 7; i++)
-        sl_admin_prom_sample(&p, "sluice_master_commits_total",
-                             sl_admin_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
-    sl_admin_prom_family(&p, "sluice_master_split_failures_total", "counter",
-                         "SPLIT_FAILED reports counted (a worker could not read a split).");
-    sl_admin_prom_sample(&p, "sluice_master_split_failures_total", NULL, (double)c.split_failures);
-    sl_admin_prom_family(&p, "sluice_master_lease_revocations_total", "counter",
-                         "Leases revoked because their worker id registered without them.");
-    sl_admin_prom_sample(&p, "sluice_master_lease_revocations_total", NULL, (double)c.revocations);
-    sl_admin_prom_family(&p, "sluice_master_worker_ids_in_use_total", "counter",
-                         "Registrations refused: the worker id has another live process.");
-    sl_admin_prom_sample(&p, "sluice_master_worker_ids_in_use_total", NULL, (double)m->ids_in_use);
-    sl_admin_prom_family(&p, "sluice_master_auth_failures_total", "counter",
-                         "Control connections refused: no proof of the cluster secret.");
-    sl_admin_prom_sample(&p, "sluice_master_auth_failures_total", NULL, (double)m->auth_failures);
-    sl_admin_prom_family(&p, "sluice_master_connections_closed_total", "counter",
-                         "Control connections the master closed to keep its limits, by reason.");
+        sl_prom_sample(&p, "sluice_master_commits_total",
+                       sl_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
+    sl_prom_family(&p, "sluice_master_split_failures_total", "counter",
+                   "SPLIT_FAILED reports counted (a worker could not read a split).");
+    sl_prom_sample(&p, "sluice_master_split_failures_total", NULL, (double)c.split_failures);
+    sl_prom_family(&p, "sluice_master_lease_revocations_total", "counter",
+                   "Leases revoked because their worker id registered without them.");
+    sl_prom_sample(&p, "sluice_master_lease_revocations_total", NULL, (double)c.revocations);
+    sl_prom_family(&p, "sluice_master_worker_ids_in_use_total", "counter",
+                   "Registrations refused: the worker id has another live process.");
+    sl_prom_sample(&p, "sluice_master_worker_ids_in_use_total", NULL, (double)m->ids_in_use);
+    sl_prom_family(&p, "sluice_master_auth_failures_total", "counter",
+                   "Control connections refused: no proof of the cluster secret.");
+    sl_prom_sample(&p, "sluice_master_auth_failures_total", NULL, (double)m->auth_failures);
+    sl_prom_family(&p, "sluice_master_connections_closed_total", "counter",
+                   "Control connections the master closed to keep its limits, by reason.");
     static const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
     uint64_t wv[] = {m->handshake_timeouts, m->idle_closed, m->evicted, m->refused};
     for (int i = 0; i < 4; i++)
-        sl_admin_prom_sample(&p, "sluice_master_connections_closed_total",
-                             sl_admin_prom_label(lab, sizeof lab, "reason", why[i]), (double)wv[i]);
-    sl_admin_prom_family(&p, "sluice_master_connections", "gauge", "Control connections open.");
+        sl_prom_sample(&p, "sluice_master_connections_closed_total",
+                       sl_prom_label(lab, sizeof lab, "reason", why[i]), (double)wv[i]);
+    sl_prom_family(&p, "sluice_master_connections", "gauge", "Control connections open.");
     uint32_t open = 0;
     for (uint32_t i = 0; m->conns != NULL && i < m->opts.max_connections; i++)
         open += m->conns[i].fd >= 0;
-    sl_admin_prom_sample(&p, "sluice_master_connections", NULL, open);
-    sl_admin_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
-    sl_admin_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
+    sl_prom_sample(&p, "sluice_master_connections", NULL, open);
+    sl_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
+    sl_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
     journal_sync_metrics(&p, &c.journal_sync);
-    sl_admin_prom_family(&p, "sluice_master_journal_compactions_total", "counter",
-                         "Journal compactions (snapshot written, journal emptied) in this run.");
-    sl_admin_prom_sample(&p, "sluice_master_journal_compactions_total", NULL,
-                         (double)c.compactions);
-    sl_admin_prom_family(&p, "sluice_master_memory_bytes", "gauge",
-                         "Resident memory of the master.");
-    sl_admin_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
+    sl_prom_family(&p, "sluice_master_journal_compactions_total", "counter",
+                   "Journal compactions (snapshot written, journal emptied) in this run.");
+    sl_prom_sample(&p, "sluice_master_journal_compactions_total", NULL, (double)c.compactions);
+    sl_prom_family(&p, "sluice_master_memory_bytes", "gauge", "Resident memory of the master.");
+    sl_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
     executor_metrics(m, &p);
     /* Per-job families: Prometheus wants each family's samples right after
      * its TYPE line, so gather the jobs' figures first, then emit by family. */
@@ -225,7 +214,7 @@ char *sl_master_metrics_text(sl_master_t *m)
     size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);
     double *fig = sl_calloc(m->a, nfig, sizeof *fig);
     const char **ids = sl_calloc(m->a, m->opts.max_jobs, sizeof *ids);
-    if (fig == NULL || ids == NULL) sl_admin_prom_fail(&p); /* not without the jobs' figures */
+    if (fig == NULL || ids == NULL) sl_prom_fail(&p); /* not without the jobs' figures */
     for (uint32_t i = 0; fig && ids && i < m->opts.max_jobs; i++) {
         mp_job *j = &m->jobs[i];
         sl_master_state_job_status_t st;
@@ -253,24 +242,24 @@ char *sl_master_metrics_text(sl_master_t *m)
             }
     }
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
-        sl_admin_prom_family(&p, fam[k].name, fam[k].type, fam[k].help);
+        sl_prom_family(&p, fam[k].name, fam[k].type, fam[k].help);
         for (uint32_t i = 0; i < njobs; i++) {
             const double *f = fig + (size_t)i * NFIG;
-            sl_admin_prom_label(l2, sizeof l2, "job", ids[i]);
+            sl_prom_label(l2, sizeof l2, "job", ids[i]);
             if (fam_first[k] != SPLITS_PENDING) {
-                sl_admin_prom_sample(&p, fam[k].name, l2, f[fam_first[k]]);
+                sl_prom_sample(&p, fam[k].name, l2, f[fam_first[k]]);
                 continue;
             }
             for (int st = 0; st < 3; st++) {
                 char sl[64];
                 snprintf(lab, sizeof lab, "%s,%s", l2,
-                         sl_admin_prom_label(sl, sizeof sl, "state", states[st]));
-                sl_admin_prom_sample(&p, fam[k].name, lab, f[SPLITS_PENDING + st]);
+                         sl_prom_label(sl, sizeof sl, "state", states[st]));
+                sl_prom_sample(&p, fam[k].name, lab, f[SPLITS_PENDING + st]);
             }
         }
     }
     sl_free(m->a, fig, sl_mul_size(nfig, sizeof *fig));
     sl_free(m->a, ids, sl_mul_size(m->opts.max_jobs, sizeof *ids));
     sl_mutex_unlock(&m->mu);
-    return sl_admin_prom_finish(&p);
+    return sl_prom_finish(&p);
 }

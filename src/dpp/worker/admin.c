@@ -10,7 +10,7 @@
 
 #include "common/lock.h"
 #include "common/mem.h"
-#include "dpp/admin/prom.h"
+#include "common/prom.h"
 #include "dpp/admin/ui.h"
 
 typedef struct wadmin {
@@ -25,23 +25,21 @@ struct sl_worker_admin {
     sl_admin_t *admin;
 };
 
-/* One family of one sample; labels as for sl_admin_prom_sample. */
-static void counter(sl_admin_prom_t *p, const char *labels, const char *name, const char *help,
-                    double v)
+/* One family of one sample; labels as for sl_prom_sample. */
+static void counter(sl_prom_t *p, const char *labels, const char *name, const char *help, double v)
 {
-    sl_admin_prom_family(p, name, "counter", help);
-    sl_admin_prom_sample(p, name, labels, v);
+    sl_prom_family(p, name, "counter", help);
+    sl_prom_sample(p, name, labels, v);
 }
 
-static void gauge(sl_admin_prom_t *p, const char *labels, const char *name, const char *help,
-                  double v)
+static void gauge(sl_prom_t *p, const char *labels, const char *name, const char *help, double v)
 {
-    sl_admin_prom_family(p, name, "gauge", help);
-    sl_admin_prom_sample(p, name, labels, v);
+    sl_prom_family(p, name, "gauge", help);
+    sl_prom_sample(p, name, labels, v);
 }
 
 /* The worker's families, appended to p. */
-static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t *ms)
+static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t *ms)
 {
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
@@ -50,7 +48,7 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
      * scrapes it with honor_labels, so that per-job queries join the
      * master's series (ops/prometheus/scrape.yml). */
     char jl[300];
-    sl_admin_prom_label(jl, sizeof jl, "job", sl_worker_job_id(w));
+    sl_prom_label(jl, sizeof jl, "job", sl_worker_job_id(w));
     counter(pp, jl, "sluice_worker_rows_read_total", "Rows read from the table.",
             (double)st.rows_read);
     counter(pp, jl, "sluice_worker_rows_kept_total", "Rows the filters kept.",
@@ -62,9 +60,9 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
             "features that do not fit the schema.",
             (double)st.records_bad);
     /* a Prometheus histogram: cumulative buckets, sum and count */
-    sl_admin_prom_family(pp, "sluice_worker_kafka_record_age_seconds", "histogram",
-                         "Age of each Kafka record (now minus its CreateTime) when the worker "
-                         "read it.");
+    sl_prom_family(pp, "sluice_worker_kafka_record_age_seconds", "histogram",
+                   "Age of each Kafka record (now minus its CreateTime) when the worker "
+                   "read it.");
     uint64_t cum = 0;
     for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++) {
         char le[32], le1[64], lab[400];
@@ -73,13 +71,12 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
             snprintf(le, sizeof le, "%g", (double)SL_WORKER_AGE_BOUNDS_MS[b] / 1000.0);
         else
             snprintf(le, sizeof le, "+Inf");
-        snprintf(lab, sizeof lab, "%s,%s", jl, sl_admin_prom_label(le1, sizeof le1, "le", le));
-        sl_admin_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_bucket", lab, (double)cum);
+        snprintf(lab, sizeof lab, "%s,%s", jl, sl_prom_label(le1, sizeof le1, "le", le));
+        sl_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_bucket", lab, (double)cum);
     }
-    sl_admin_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_sum", jl,
-                         (double)st.age_sum_ms / 1000.0);
-    sl_admin_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_count", jl,
-                         (double)st.age_count);
+    sl_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_sum", jl,
+                   (double)st.age_sum_ms / 1000.0);
+    sl_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_count", jl, (double)st.age_count);
     counter(pp, jl, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
     counter(pp, jl, "sluice_worker_splits_failed_total",
             "Leases whose split could not be read (reported to the master).",
@@ -91,24 +88,23 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
             (double)st.bytes_encoded);
     counter(pp, jl, "sluice_worker_bytes_expanded_total",
             "Bytes the encoded batches would take without dedup.", (double)st.bytes_expanded);
-    sl_admin_prom_family(pp, "sluice_worker_dedup_factor", "gauge",
-                         "Rows per unique row of each dedup group.");
+    sl_prom_family(pp, "sluice_worker_dedup_factor", "gauge",
+                   "Rows per unique row of each dedup group.");
     for (uint32_t g = 0; g < st.num_groups; g++) {
         char g1[128], lab[450];
         snprintf(lab, sizeof lab, "%s,%s", jl,
-                 sl_admin_prom_label(g1, sizeof g1, "group", st.groups[g].name));
-        sl_admin_prom_sample(pp, "sluice_worker_dedup_factor", lab, st.groups[g].factor);
+                 sl_prom_label(g1, sizeof g1, "group", st.groups[g].name));
+        sl_prom_sample(pp, "sluice_worker_dedup_factor", lab, st.groups[g].factor);
     }
-    sl_admin_prom_family(pp, "sluice_worker_busy_seconds_total", "counter",
-                         "Busy time per pipeline stage, summed over threads.");
+    sl_prom_family(pp, "sluice_worker_busy_seconds_total", "counter",
+                   "Busy time per pipeline stage, summed over threads.");
     const char *stages[] = {"read", "filter", "dedup", "transform", "encode", "send"};
     uint64_t ns[] = {st.read_ns,      st.filter_ns, st.dedup_ns,
                      st.transform_ns, st.encode_ns, s->send_ns};
     for (int i = 0; i < 6; i++) {
         char s1[64], lab[400];
-        snprintf(lab, sizeof lab, "%s,%s", jl,
-                 sl_admin_prom_label(s1, sizeof s1, "stage", stages[i]));
-        sl_admin_prom_sample(pp, "sluice_worker_busy_seconds_total", lab, (double)ns[i] / 1e9);
+        snprintf(lab, sizeof lab, "%s,%s", jl, sl_prom_label(s1, sizeof s1, "stage", stages[i]));
+        sl_prom_sample(pp, "sluice_worker_busy_seconds_total", lab, (double)ns[i] / 1e9);
     }
     counter(pp, jl, "sluice_worker_backpressure_seconds_total",
             "Time stages waited for memory or a full queue.", (double)st.backpressure_ns / 1e9);
@@ -129,15 +125,14 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
     counter(pp, jl, "sluice_worker_auth_failures_total",
             "Trainer connections refused: no proof of the cluster secret.",
             (double)s->auth_failures);
-    sl_admin_prom_family(pp, "sluice_worker_connections_closed_total", "counter",
-                         "Trainer connections the worker closed to keep its limits, by reason.");
+    sl_prom_family(pp, "sluice_worker_connections_closed_total", "counter",
+                   "Trainer connections the worker closed to keep its limits, by reason.");
     const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
     uint64_t wv[] = {s->handshake_timeouts, s->idle_closed, s->evicted, s->refused};
     for (int i = 0; i < 4; i++) {
         char r1[64], lab[400];
-        snprintf(lab, sizeof lab, "%s,%s", jl,
-                 sl_admin_prom_label(r1, sizeof r1, "reason", why[i]));
-        sl_admin_prom_sample(pp, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
+        snprintf(lab, sizeof lab, "%s,%s", jl, sl_prom_label(r1, sizeof r1, "reason", why[i]));
+        sl_prom_sample(pp, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
     }
     gauge(pp, jl, "sluice_worker_clients", "Trainer clients connected now.",
           (double)s->clients_now);
@@ -172,10 +167,10 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
 
 char *sl_worker_admin_metrics_text(sl_worker_t *w, sl_worker_lease_client_t *ms)
 {
-    sl_admin_prom_t p;
-    sl_admin_prom_init(&p, NULL);
+    sl_prom_t p;
+    sl_prom_init(&p, NULL);
     metrics_into(&p, w, ms);
-    return sl_admin_prom_finish(&p);
+    return sl_prom_finish(&p);
 }
 
 char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
@@ -268,13 +263,13 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
 {
     (void)req;
     wadmin_t *a = ctx;
-    sl_admin_prom_t p;
-    sl_admin_prom_init(&p, NULL);
+    sl_prom_t p;
+    sl_prom_init(&p, NULL);
     /* Changes at every restart: changes() over it counts a crash loop on
      * any orchestrator (docs/OPERATIONS.md, SluiceWorkerCrashLooping). */
     char jl[300] = "";
     sl_mutex_lock(&a->mu);
-    if (a->w) sl_admin_prom_label(jl, sizeof jl, "job", sl_worker_job_id(a->w));
+    if (a->w) sl_prom_label(jl, sizeof jl, "job", sl_worker_job_id(a->w));
     gauge(&p, jl, "sluice_worker_start_time_seconds",
           "Start time of the worker process (its admin endpoint), seconds since the Unix epoch.",
           a->started_unix_s);
@@ -284,12 +279,12 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
         gauge(&p, NULL, "sluice_worker_waiting", "1 while waiting for the master's first lease.",
               1);
     sl_mutex_unlock(&a->mu);
-    char *text = sl_admin_prom_finish(&p);
+    char *text = sl_prom_finish(&p);
     if (!text) {
         sl_admin_reply_error(resp, 500, "out of memory");
         return;
     }
-    sl_admin_reply_text(resp, 200, SL_ADMIN_PROM_CONTENT_TYPE, text);
+    sl_admin_reply_text(resp, 200, SL_PROM_CONTENT_TYPE, text);
     sl_strfree(NULL, text);
 }
 

@@ -1,27 +1,29 @@
 /* Prometheus text format builder (prom.h). */
-#include "dpp/admin/prom.h"
+#include "common/prom.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/mem.h"
 
-void sl_admin_prom_init(sl_admin_prom_t *p, const sl_allocator_t *a)
+void sl_prom_init(sl_prom_t *p, const sl_allocator_t *a)
 {
     memset(p, 0, sizeof *p);
     p->a = a;
 }
 
-void sl_admin_prom_fail(sl_admin_prom_t *p)
+void sl_prom_fail(sl_prom_t *p)
 {
     p->failed = true;
 }
 
-static void append(sl_admin_prom_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void append(sl_prom_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-static void append(sl_admin_prom_t *p, const char *fmt, ...)
+static void append(sl_prom_t *p, const char *fmt, ...)
 {
     if (p->failed) return;
     for (;;) {
@@ -51,29 +53,59 @@ static void append(sl_admin_prom_t *p, const char *fmt, ...)
     }
 }
 
-void sl_admin_prom_family(sl_admin_prom_t *p, const char *name, const char *type, const char *help)
+void sl_prom_family(sl_prom_t *p, const char *name, const char *type, const char *help)
 {
     append(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-void sl_admin_prom_sample(sl_admin_prom_t *p, const char *name, const char *labels, double value)
+/* value as Prometheus writes numbers: integers exactly, NaN, +Inf, -Inf. */
+static void format_value(char *num, size_t cap, double value)
+{
+    if (isnan(value))
+        snprintf(num, cap, "NaN");
+    else if (isinf(value))
+        snprintf(num, cap, value > 0 ? "+Inf" : "-Inf");
+    else if (value == (double)(long long)value && fabs(value) < 9e15)
+        snprintf(num, cap, "%lld", (long long)value);
+    else /* the shortest text that reads back as the same double: le="0.1", not 0.10000000000000001
+          */
+        for (int prec = 6; prec <= 17; prec++) {
+            snprintf(num, cap, "%.*g", prec, value);
+            if (strtod(num, NULL) == value) break;
+        }
+}
+
+void sl_prom_sample(sl_prom_t *p, const char *name, const char *labels, double value)
 {
     char num[64];
-    if (isnan(value))
-        snprintf(num, sizeof num, "NaN");
-    else if (isinf(value))
-        snprintf(num, sizeof num, value > 0 ? "+Inf" : "-Inf");
-    else if (value == (double)(long long)value && fabs(value) < 9e15)
-        snprintf(num, sizeof num, "%lld", (long long)value);
-    else
-        snprintf(num, sizeof num, "%.17g", value);
+    format_value(num, sizeof num, value);
     if (labels && labels[0])
         append(p, "%s{%s} %s\n", name, labels, num);
     else
         append(p, "%s %s\n", name, num);
 }
 
-char *sl_admin_prom_label(char *out, size_t cap, const char *key, const char *value)
+void sl_prom_histogram(sl_prom_t *p, const char *name, const char *labels, const double *bounds,
+                       const uint64_t *counts, size_t n, double sum, uint64_t count)
+{
+    const char *sep = labels && labels[0] ? "," : "";
+    char num[64];
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < n; i++) {
+        cumulative += counts[i];
+        format_value(num, sizeof num, bounds[i]);
+        append(p, "%s_bucket{%s%sle=\"%s\"} %" PRIu64 "\n", name, labels ? labels : "", sep, num,
+               cumulative);
+    }
+    append(p, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, labels ? labels : "", sep, count);
+    char suffixed[256];
+    snprintf(suffixed, sizeof suffixed, "%s_sum", name);
+    sl_prom_sample(p, suffixed, labels, sum);
+    snprintf(suffixed, sizeof suffixed, "%s_count", name);
+    sl_prom_sample(p, suffixed, labels, (double)count);
+}
+
+char *sl_prom_label(char *out, size_t cap, const char *key, const char *value)
 {
     size_t n = 0;
     int k = snprintf(out, cap, "%s=\"", key);
@@ -102,12 +134,12 @@ char *sl_admin_prom_label(char *out, size_t cap, const char *key, const char *va
     return out;
 }
 
-char *sl_admin_prom_finish(sl_admin_prom_t *p)
+char *sl_prom_finish(sl_prom_t *p)
 {
     /* an owned string is exactly strlen + 1 bytes: copy it out of the
      * buffer that grew by doubling */
     char *text = p->failed ? NULL : sl_strndup(p->a, p->buf ? p->buf : "", p->len);
     sl_free(p->a, p->buf, p->cap);
-    sl_admin_prom_init(p, p->a);
+    sl_prom_init(p, p->a);
     return text;
 }
