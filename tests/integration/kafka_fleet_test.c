@@ -58,14 +58,15 @@ static uint32_t produce_topic(const char *topic)
     return good;
 }
 
-static void job_spec(char *spec, size_t cap, const char *id, const char *topic)
+/* The replay's spec; extra: more top-level keys ("" or "\"k\": v, "). */
+static void job_spec(char *spec, size_t cap, const char *id, const char *topic, const char *extra)
 {
     snprintf(spec, cap,
-             "{\"id\": \"%s\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "{%s\"id\": \"%s\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
              "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"stop\": \"end\", \"chunk\": 250, "
              "\"linger_ms\": 20}}, \"batch\": {\"size\": 64, \"epochs\": %d, "
              "\"dedup_groups\": {\"h\": [\"hist\"]}}}",
-             id, ku_broker.bootstrap, topic, EPOCHS);
+             extra, id, ku_broker.bootstrap, topic, EPOCHS);
 }
 
 /* In each epoch every good id seen exactly once, no bad one. */
@@ -132,7 +133,7 @@ static void run_replay(fault_t fault, const char *name)
     uint32_t good = produce_topic(topic);
     fu_master_t m = {.lease_timeout_ms = 2000};
     fu_master_start(&m);
-    job_spec(spec, sizeof spec, name, topic);
+    job_spec(spec, sizeof spec, name, topic, "");
     char *job = fu_submit(&m, spec, 1, "dynamic", 2, 2, NULL);
     pid_t w[2];
     for (int i = 0; i < 2; i++) {
@@ -223,6 +224,85 @@ Test(kafka_fleet, broker_kill9_and_restart_mid_epoch)
     run_replay(KILL_BROKER, "bkill");
 }
 
+/* Offsets retention deleted after the job was cut: the two chunks of
+ * partition 0 below the new low watermark cannot be read; each lease of
+ * them is reported with SPLIT_FAILED naming topic, partition and offset,
+ * the workers go on, and with on_bad_split "skip" the master skips the
+ * chunks (after --max-split-failures tries, each epoch) while every other
+ * good id is delivered once per epoch. */
+Test(kafka_fleet, deleted_offsets_fail_their_chunk_and_the_rest_goes_on)
+{
+    char topic[96], spec[2048], log[2][300];
+    snprintf(topic, sizeof topic, "fleet-deleted-%d", (int)getpid());
+    produce_topic(topic);
+    fu_master_t m = {.lease_timeout_ms = 2000};
+    fu_master_start(&m);
+    job_spec(spec, sizeof spec, "deleted", topic, "\"on_bad_split\": \"skip\", ");
+    char *job = fu_submit(&m, spec, 1, "dynamic", 2, 2, NULL);
+    /* now retention takes offsets [0, 300) of partition 0 */
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
+    int tmo = (int)(tu_timeout(30) * 1000);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, 0)->offset = 300;
+    rd_kafka_DeleteRecords_t *dr = rd_kafka_DeleteRecords_new(l);
+    rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(p);
+    rd_kafka_DeleteRecords(p, &dr, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, tmo);
+    cr_assert_not_null(ev, "DeleteRecords: no answer");
+    cr_assert_eq(rd_kafka_event_error(ev), 0, "DeleteRecords: %s", rd_kafka_event_error_string(ev));
+    rd_kafka_event_destroy(ev);
+    rd_kafka_DeleteRecords_destroy(dr);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(p);
+    pid_t w[2];
+    for (int i = 0; i < 2; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "deleted-w%d", i);
+        w[i] = worker(&m, job, id, NULL, log[i], sizeof log[i]);
+    }
+    atomic_uint *seen = calloc(EPOCHS * N, sizeof *seen);
+    fu_client_t proto = {.master = m.ctl, .job = job, .rows = N, .epochs = EPOCHS, .seen = seen};
+    fu_client_t c[2];
+    pthread_t th[2];
+    fu_clients_start(c, th, 2, &proto);
+    fu_clients_join(c, th, 2);
+    /* partition 0 holds the ids divisible by 3 in order: offset k is id 3k */
+    for (uint32_t e = 0; e < EPOCHS; e++)
+        for (uint32_t id = 0; id < N; id++) {
+            unsigned want = good_id(id) && !(id % 3 == 0 && id / 3 < 500) ? 1u : 0u;
+            cr_assert_eq(atomic_load(&seen[e * N + id]), want, "epoch %u id %u seen %u times", e,
+                         id, atomic_load(&seen[e * N + id]));
+        }
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    json_t *j = fu_get_json(m.admin, path);
+    cr_assert(json_is_true(json_object_get(j, "finished")));
+    cr_assert_eq(json_integer_value(json_object_get(j, "skipped_splits")), 2 * EPOCHS);
+    cr_assert_eq(json_integer_value(json_object_get(j, "skipped_rows")), 500 * EPOCHS);
+    json_decref(j);
+    for (int i = 0; i < 2; i++) {
+        int ws = fu_wait_exit(w[i], 30);
+        cr_assert(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "worker %d: %d; see %s", i,
+                  ws, log[i]);
+    }
+    fu_master_stop(&m, SIGTERM);
+    /* the master logged each failure with the worker's reason */
+    char want[200], line[2048];
+    snprintf(want, sizeof want, "(%s/0 stripe -1) failed on worker deleted-w", topic);
+    char want2[200];
+    snprintf(want2, sizeof want2, "kafka topic '%s' partition 0: offset 0 is gone", topic);
+    FILE *f = fopen(m.log, "r");
+    cr_assert_not_null(f);
+    bool found = false;
+    while (fgets(line, sizeof line, f))
+        found |= strstr(line, want) && strstr(line, want2);
+    fclose(f);
+    cr_assert(found, "no split failure naming %s and '%s' in %s", want, want2, m.log);
+    free(seen);
+    free(job);
+}
+
 /* ---- resume tokens ---- */
 
 /* A trainer rank that delivers `stop_after` batches, waits at the barrier
@@ -302,7 +382,7 @@ static void run_resume(uint32_t ranks, const char *name)
     uint32_t good = produce_topic(topic);
     fu_master_t m = {.lease_timeout_ms = 2000};
     fu_master_start(&m);
-    job_spec(spec, sizeof spec, name, topic);
+    job_spec(spec, sizeof spec, name, topic, "");
     char *job = fu_submit(&m, spec, ranks, "dynamic", 2, 2, NULL);
     pid_t w[2];
     for (int i = 0; i < 2; i++) {
