@@ -36,14 +36,14 @@ static bool good_id(uint32_t id)
     return id % 101 != 100; /* these lack the format header: bad */
 }
 
-/* ids [0, N) to a new topic of PARTS partitions; the bad ones without
+/* ids [0, n) to a new topic of PARTS partitions; the bad ones without
  * the format header. @return the good count. */
-static uint32_t produce_topic(const char *topic)
+static uint32_t produce_topic(const char *topic, uint32_t n)
 {
     rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, PARTS, tu_timeout(30));
     uint32_t good = 0;
-    for (uint32_t id = 0; id < N; id++) {
+    for (uint32_t id = 0; id < n; id++) {
         uint64_t session = id % 60;
         int32_t part = (int32_t)(session % PARTS);
         if (!good_id(id)) {
@@ -58,29 +58,36 @@ static uint32_t produce_topic(const char *topic)
     return good;
 }
 
-/* The replay's spec; extra: more top-level keys ("" or "\"k\": v, "). */
-static void job_spec(char *spec, size_t cap, const char *id, const char *topic, const char *extra)
+/* The replay's spec: chunks of 250 offsets, batches of 64 (or as given
+ * in the slow variant); extra: more top-level keys ("" or "\"k\": v, "). */
+static void job_spec_sized(char *spec, size_t cap, const char *id, const char *topic,
+                           const char *extra, uint32_t chunk, uint32_t batch)
 {
     snprintf(spec, cap,
              "{%s\"id\": \"%s\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
-             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"stop\": \"end\", \"chunk\": 250, "
-             "\"linger_ms\": 20}}, \"batch\": {\"size\": 64, \"epochs\": %d, "
+             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"stop\": \"end\", \"chunk\": %u, "
+             "\"linger_ms\": 20}}, \"batch\": {\"size\": %u, \"epochs\": %d, "
              "\"dedup_groups\": {\"h\": [\"hist\"]}}}",
-             extra, id, ku_broker.bootstrap, topic, EPOCHS);
+             extra, id, ku_broker.bootstrap, topic, chunk, batch, EPOCHS);
 }
 
-/* In each epoch every good id seen exactly once, no bad one. */
-static void assert_good_once(const atomic_uint *seen)
+static void job_spec(char *spec, size_t cap, const char *id, const char *topic, const char *extra)
+{
+    job_spec_sized(spec, cap, id, topic, extra, 250, 64);
+}
+
+/* In each epoch every good id of [0, n) seen exactly once, no bad one. */
+static void assert_good_once(const atomic_uint *seen, uint32_t n)
 {
     for (uint32_t e = 0; e < EPOCHS; e++) {
         uint32_t wrong = 0, first = UINT32_MAX;
-        for (uint32_t id = 0; id < N; id++)
-            if (atomic_load(&seen[e * N + id]) != (good_id(id) ? 1u : 0u)) {
+        for (uint32_t id = 0; id < n; id++)
+            if (atomic_load(&seen[e * n + id]) != (good_id(id) ? 1u : 0u)) {
                 wrong++;
                 if (first == UINT32_MAX) first = id;
             }
         cr_assert_eq(wrong, 0, "epoch %u: %u ids not delivered exactly once (first %u, seen %u)",
-                     e, wrong, first, first == UINT32_MAX ? 0 : atomic_load(&seen[e * N + first]));
+                     e, wrong, first, first == UINT32_MAX ? 0 : atomic_load(&seen[e * n + first]));
     }
 }
 
@@ -130,7 +137,7 @@ static void run_replay(fault_t fault, const char *name)
 {
     char topic[96], spec[2048], log[2][300];
     snprintf(topic, sizeof topic, "fleet-%s-%d", name, (int)getpid());
-    uint32_t good = produce_topic(topic);
+    uint32_t good = produce_topic(topic, N);
     fu_master_t m = {.lease_timeout_ms = 2000};
     fu_master_start(&m);
     job_spec(spec, sizeof spec, name, topic, "");
@@ -174,7 +181,7 @@ static void run_replay(fault_t fault, const char *name)
     }
     fu_clients_join(c, th, 2);
     double secs = fu_now() - t0;
-    assert_good_once(seen);
+    assert_good_once(seen, N);
     cr_assert_eq(c[0].samples + c[1].samples, (uint64_t)EPOCHS * good);
     cr_assert(fu_job_finished(&m, job));
     /* the workers leave once the master has no more work; their summaries
@@ -234,7 +241,7 @@ Test(kafka_fleet, deleted_offsets_fail_their_chunk_and_the_rest_goes_on)
 {
     char topic[96], spec[2048], log[2][300];
     snprintf(topic, sizeof topic, "fleet-deleted-%d", (int)getpid());
-    produce_topic(topic);
+    produce_topic(topic, N);
     fu_master_t m = {.lease_timeout_ms = 2000};
     fu_master_start(&m);
     job_spec(spec, sizeof spec, "deleted", topic, "\"on_bad_split\": \"skip\", ");
@@ -299,6 +306,51 @@ Test(kafka_fleet, deleted_offsets_fail_their_chunk_and_the_rest_goes_on)
         found |= strstr(line, want) && strstr(line, want2);
     fclose(f);
     cr_assert(found, "no split failure naming %s and '%s' in %s", want, want2, m.log);
+    free(seen);
+    free(job);
+}
+
+/* A slow trainer: batches wait in the worker until its budget is full;
+ * the worker pauses the partition it reads (and resumes it below the
+ * low-water mark) instead of fetching on, stays within --memory-limit,
+ * and every good id still arrives once per epoch. */
+Test(kafka_fleet, slow_trainer_pauses_the_partition_within_the_memory_limit)
+{
+    char topic[96], spec[2048], log[300];
+    snprintf(topic, sizeof topic, "fleet-slow-%d", (int)getpid());
+    const uint32_t n = 8 * N;
+    uint32_t good = produce_topic(topic, n);
+    fu_master_t m = {.lease_timeout_ms = 2000};
+    fu_master_start(&m);
+    job_spec_sized(spec, sizeof spec, "slow", topic, "", 16000, 1024);
+    char *job = fu_submit(&m, spec, 1, "dynamic", 1, 1, NULL);
+    /* 5 MiB: 4 of them librdkafka's prefetch, the rest for batches */
+    pid_t w = worker(&m, job, "slow-w0", "5M", log, sizeof log);
+    atomic_uint *seen = calloc(EPOCHS * n, sizeof *seen);
+    fu_client_t proto = {.master = m.ctl, .job = job, .rows = n, .epochs = EPOCHS, .seen = seen};
+    atomic_init(&proto.delay_us, 100000);
+    fu_client_t c[1];
+    pthread_t th[1];
+    fu_clients_start(c, th, 1, &proto);
+    fu_clients_join(c, th, 1);
+    assert_good_once(seen, n);
+    cr_assert_eq(c[0].samples, (uint64_t)EPOCHS * good);
+    int ws = fu_wait_exit(w, 30);
+    cr_assert(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "worker: %d; see %s", ws, log);
+    uint64_t records, bad, limit = 0, peak = 0, pauses = 0;
+    cr_assert(worker_summary(log, &records, &bad, &limit, &peak), "no summary in %s", log);
+    cr_assert_eq(limit, 5u << 20);
+    cr_assert_leq(peak, limit);
+    FILE *f = fopen(log, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, "partition paused "))
+            sscanf(strstr(line, "partition paused ") + 17, "%llu", (unsigned long long *)&pauses);
+    if (f) fclose(f);
+    cr_assert_gt(pauses, 0, "the partition was never paused; see %s", log);
+    cr_log_info("slow trainer: peak %llu of %llu bytes, %llu pauses", (unsigned long long)peak,
+                (unsigned long long)limit, (unsigned long long)pauses);
+    fu_master_stop(&m, SIGTERM);
     free(seen);
     free(job);
 }
@@ -379,7 +431,7 @@ static void run_resume(uint32_t ranks, const char *name)
 {
     char topic[96], spec[2048], log[2][300];
     snprintf(topic, sizeof topic, "fleet-%s-%d", name, (int)getpid());
-    uint32_t good = produce_topic(topic);
+    uint32_t good = produce_topic(topic, N);
     fu_master_t m = {.lease_timeout_ms = 2000};
     fu_master_start(&m);
     job_spec(spec, sizeof spec, name, topic, "");

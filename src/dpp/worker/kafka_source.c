@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "dpp/pipeline/job.h"
+#include "dpp/worker/queue.h"
 #include "dpp/worker/source.h"
 #include "kafka/chunk.h"
 
@@ -49,7 +50,11 @@ typedef struct kafka_source {
     sl_dpp_row_range_t whole; /* its todo */
     int64_t from, to;
     const kpart_t *part;
-    _Atomic uint64_t records, bad; /* read by the admin thread (records hook) */
+    _Atomic uint64_t records, bad, pauses; /* read by the admin thread (records hook) */
+    sl_worker_budget_t *budget;            /* the worker's: back-pressure (NULL: none) */
+    uint64_t prefetch;                     /* librdkafka's share of it, held throughout */
+    /* reader thread: the budget's use when it last changed, and when */
+    uint64_t hold_used, hold_since_ms;
     _Atomic uint64_t ages[SL_WORKER_AGE_BUCKETS], age_count, age_sum_ms;
     /* Under a master: the lease client's source, whose units are the
      * leased chunks (next, done and the lease hooks go to it). */
@@ -159,6 +164,31 @@ static void count_ages(kafka_source_t *s, const sl_kafka_stripe_t *st)
     atomic_fetch_add(&s->age_sum_ms, sum);
 }
 
+/* Back-pressure (sl_kafka_read_opts_t hold), on the part of the budget
+ * above librdkafka's prefetch: the partition is paused once 7/8 of it is
+ * used (the reader is about to wait for memory, or waits: batches wait
+ * for a slow trainer) and resumed below 3/4, the low-water mark, so that
+ * librdkafka fetches nothing meanwhile. Memory is bounded by the budget
+ * either way; the pause only stops fetching. So that it can never stall
+ * the read, a pause also ends when the budget's use has not moved for a
+ * second (what holds it is not batches on their way out). */
+#define HOLD_STUCK_MS 1000
+static bool pass_hold(void *ctx, bool paused)
+{
+    kafka_source_t *s = ((pass_t *)ctx)->s;
+    uint64_t used = sl_worker_budget_used(s->budget), limit = sl_worker_budget_limit(s->budget);
+    uint64_t base = s->prefetch < limit ? s->prefetch : limit, room = limit - base;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    if (used != s->hold_used || !paused) {
+        s->hold_used = used;
+        s->hold_since_ms = now;
+    }
+    if (!paused) return used >= base + room / 8 * 7;
+    return used >= base + room / 4 * 3 && now - s->hold_since_ms < HOLD_STUCK_MS;
+}
+
 static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t first, int64_t end,
                             sl_error_t *err)
 {
@@ -205,11 +235,13 @@ static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_
                                   .rows = s->rows,
                                   .stripe = pass_stripe,
                                   .ctx = &p,
-                                  .cancel = &s->cancel};
+                                  .cancel = &s->cancel,
+                                  .hold = s->budget ? pass_hold : NULL};
         sl_kafka_read_stats_t st = {0};
         rc = sl_kafka_read_range(s->c, &o, &st, err);
         atomic_fetch_add(&s->records, st.records);
         atomic_fetch_add(&s->bad, st.bad);
+        atomic_fetch_add(&s->pauses, st.pauses);
     }
     return rc;
 }
@@ -219,6 +251,7 @@ static void kafka_records(void *ctx, sl_worker_records_t *out)
     kafka_source_t *s = ctx;
     out->read = atomic_load(&s->records);
     out->bad = atomic_load(&s->bad);
+    out->pauses = atomic_load(&s->pauses);
     for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++)
         out->age_buckets[b] = atomic_load(&s->ages[b]);
     out->age_count = atomic_load(&s->age_count);
@@ -317,7 +350,7 @@ static const char **consumer_props(const sl_pipeline_job_t *job, uint64_t prefet
 /* The source's consumer and decoder; inner (may be NULL) is taken over,
  * also on failure. */
 static sl_err_t kafka_new(const sl_pipeline_job_t *job, const char *const *features, uint32_t nf,
-                          uint64_t prefetch, const sl_allocator_t *a,
+                          uint64_t prefetch, sl_worker_budget_t *budget, const sl_allocator_t *a,
                           const sl_worker_source_t *inner, kafka_source_t **out, sl_error_t *err)
 {
     *out = NULL;
@@ -334,6 +367,8 @@ static sl_err_t kafka_new(const sl_pipeline_job_t *job, const char *const *featu
     }
     s->job = job;
     s->a = a;
+    s->budget = budget;
+    s->prefetch = prefetch;
     if (inner) {
         s->inner = *inner;
         s->leased = true;
@@ -365,11 +400,12 @@ static sl_err_t kafka_new(const sl_pipeline_job_t *job, const char *const *featu
 }
 
 sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *const *features,
-                                    uint32_t nf, uint64_t prefetch, const sl_allocator_t *a,
-                                    sl_worker_source_t *out, sl_error_t *err)
+                                    uint32_t nf, uint64_t prefetch, sl_worker_budget_t *budget,
+                                    const sl_allocator_t *a, sl_worker_source_t *out,
+                                    sl_error_t *err)
 {
     kafka_source_t *s;
-    sl_err_t rc = kafka_new(job, features, nf, prefetch, a, NULL, &s, err);
+    sl_err_t rc = kafka_new(job, features, nf, prefetch, budget, a, NULL, &s, err);
     if (rc) return rc;
     *out = (sl_worker_source_t){.next = kafka_next,
                                 .destroy = kafka_destroy,
@@ -382,13 +418,14 @@ sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *co
 
 sl_err_t sl_worker_source_kafka_leased_new(const sl_pipeline_job_t *job,
                                            const char *const *features, uint32_t nf,
-                                           uint64_t prefetch, const sl_allocator_t *a,
-                                           sl_worker_source_t *src, sl_error_t *err)
+                                           uint64_t prefetch, sl_worker_budget_t *budget,
+                                           const sl_allocator_t *a, sl_worker_source_t *src,
+                                           sl_error_t *err)
 {
     kafka_source_t *s;
     sl_worker_source_t inner = *src;
     *src = (sl_worker_source_t){0};
-    sl_err_t rc = kafka_new(job, features, nf, prefetch, a, &inner, &s, err);
+    sl_err_t rc = kafka_new(job, features, nf, prefetch, budget, a, &inner, &s, err);
     if (rc) return rc;
     *src = (sl_worker_source_t){.next = leased_next,
                                 .done = leased_done,

@@ -107,6 +107,7 @@ typedef sl_err_t (*sl_worker_rows_fn)(void *fn_ctx, const sl_wh_rows_t *rows, ui
 extern const uint64_t SL_WORKER_AGE_BOUNDS_MS[SL_WORKER_AGE_BUCKETS - 1];
 typedef struct sl_worker_records {
     uint64_t read, bad;
+    uint64_t pauses; /* partitions paused for back-pressure (the budget full) */
     uint64_t age_buckets[SL_WORKER_AGE_BUCKETS]; /* not cumulative */
     uint64_t age_count, age_sum_ms;
 } sl_worker_records_t;
@@ -174,12 +175,16 @@ typedef struct sl_worker_source {
  * job's topics from its start offset, in chunks of kafka.chunk offsets,
  * chunk i of every partition before chunk i + 1 of any; with a stop, up to
  * it, epoch after epoch; without, for ever. No leases. Partitions and
- * offsets are looked up on the first next. @return SL_ERR_INVALID (a
- * consumer property), SL_ERR_NOMEM. */
+ * offsets are looked up on the first next. budget (the worker's; may be
+ * NULL): the partition being read is paused while it is at or above 7/8
+ * of its limit and resumed below 3/4 (the low-water mark). @return
+ * SL_ERR_INVALID (a consumer property), SL_ERR_NOMEM. */
 struct sl_pipeline_job;
+struct sl_worker_budget;
 sl_err_t sl_worker_source_kafka_new(const struct sl_pipeline_job *job, const char *const *features,
-                                    uint32_t nf, uint64_t prefetch, const sl_allocator_t *a,
-                                    sl_worker_source_t *out, sl_error_t *err);
+                                    uint32_t nf, uint64_t prefetch, struct sl_worker_budget *budget,
+                                    const sl_allocator_t *a, sl_worker_source_t *out,
+                                    sl_error_t *err);
 
 /* The Kafka source of a job under a master: *src (the lease client's
  * source, taken over, also on failure) gives the units, each a leased
@@ -189,8 +194,9 @@ sl_err_t sl_worker_source_kafka_new(const struct sl_pipeline_job *job, const cha
  * becomes the combined source. @return as sl_worker_source_kafka_new. */
 sl_err_t sl_worker_source_kafka_leased_new(const struct sl_pipeline_job *job,
                                            const char *const *features, uint32_t nf,
-                                           uint64_t prefetch, const sl_allocator_t *a,
-                                           sl_worker_source_t *src, sl_error_t *err);
+                                           uint64_t prefetch, struct sl_worker_budget *budget,
+                                           const sl_allocator_t *a, sl_worker_source_t *src,
+                                           sl_error_t *err);
 
 /* The table source (table_source.c) over splits (borrowed; must outlive
  * the source): for each epoch 0..epochs-1 every split once, whole and
