@@ -363,6 +363,43 @@ Test(kafka_fleet, slow_trainer_pauses_the_partition_within_the_memory_limit)
     free(job);
 }
 
+/* What the master checks with the brokers at submission: a topic that
+ * does not exist is a problem naming it by its place in the spec, and a
+ * bounded replay over an existing topic is cut into its chunks (1000
+ * offsets per partition in chunks of 250: 12 splits). */
+Test(kafka_fleet, submission_resolves_partitions_and_names_a_missing_topic)
+{
+    char topic[96], spec[2048], *b;
+    snprintf(topic, sizeof topic, "fleet-submit-%d", (int)getpid());
+    produce_topic(topic, N);
+    fu_master_t m = {.lease_timeout_ms = 2000};
+    fu_master_start(&m);
+    snprintf(spec, sizeof spec,
+             "{\"spec\": {\"id\": \"missing\", \"source\": {\"kafka\": {\"brokers\": "
+             "\"%s\", \"topics\": [\"%s\", \"no-such-topic-%d\"], \"schema\": " KR_SCHEMA_JSON
+             ", \"stop\": \"end\"}}}}",
+             ku_broker.bootstrap, topic, (int)getpid());
+    double t0 = fu_now();
+    int st = fu_http(m.admin, "POST", "/jobs", FU_TOKEN, spec, &b);
+    cr_assert_eq(st, 400, "%d %s", st, b);
+    char want[160];
+    snprintf(want, sizeof want, "$.spec.source.kafka.topics[1]: kafka topic 'no-such-topic-%d'",
+             (int)getpid());
+    cr_assert(strstr(b, want) != NULL, "no '%s' in %s", want, b);
+    cr_assert_lt(fu_now() - t0, tu_timeout(10));
+    free(b);
+    job_spec(spec, sizeof spec, "cut", topic, "");
+    char *job = fu_submit(&m, spec, 1, "dynamic", 1, 1, NULL);
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    json_t *j = fu_get_json(m.admin, path);
+    cr_assert_eq(json_integer_value(json_object_get(j, "num_splits")), 12);
+    cr_assert_eq(json_integer_value(json_object_get(j, "total_rows")), N);
+    json_decref(j);
+    fu_master_stop(&m, SIGTERM);
+    free(job);
+}
+
 /* ---- resume tokens ---- */
 
 /* A trainer rank that delivers `stop_after` batches, waits at the barrier
