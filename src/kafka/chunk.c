@@ -162,6 +162,72 @@ sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int
 
 /* ---- the chunk plan ---- */
 
+/* The offset at `at` of a partition. */
+static sl_err_t offset_at(sl_kafka_consumer_t *c, const char *topic, int32_t p, uint8_t at,
+                          int64_t ms, int timeout_ms, int64_t *out, sl_error_t *err)
+{
+    int64_t lo = 0, hi = 0;
+    switch (at) {
+    case SL_KAFKA_AT_NONE:
+        *out = -1;
+        return SL_OK;
+    case SL_KAFKA_AT_TIMESTAMP:
+        return sl_kafka_offset_for_time(c, topic, p, ms, timeout_ms, out, err);
+    default: {
+        sl_err_t rc = sl_kafka_watermarks(c, topic, p, timeout_ms, &lo, &hi, err);
+        *out = at == SL_KAFKA_AT_EARLIEST ? lo : hi;
+        return rc;
+    }
+    }
+}
+
+sl_err_t sl_kafka_plan_partitions(sl_kafka_consumer_t *c, const char *const *topics,
+                                  uint32_t num_topics, uint8_t start_at, int64_t start_ms,
+                                  uint8_t stop_at, int64_t stop_ms, int timeout_ms,
+                                  const sl_allocator_t *a, sl_kafka_partition_plan_t **out,
+                                  uint32_t *count, uint32_t *failed_topic, sl_error_t *err)
+{
+    *out = NULL;
+    *count = 0;
+    if (num_topics == 0) return sl_error_set(err, SL_ERR_INVALID, "kafka: no topics");
+    int32_t *n = sl_calloc(a, num_topics, sizeof *n);
+    if (!n) return sl_error_set(err, SL_ERR_NOMEM, "kafka plan: out of memory");
+    uint64_t total = 0;
+    sl_err_t rc = SL_OK;
+    for (uint32_t t = 0; t < num_topics && rc == SL_OK; t++) {
+        if (failed_topic) *failed_topic = t;
+        rc = sl_kafka_partitions(c, topics[t], timeout_ms, &n[t], err);
+        total += rc == SL_OK && n[t] > 0 ? (uint64_t)n[t] : 0;
+    }
+    if (rc == SL_OK && (total == 0 || total > 65536))
+        rc = sl_error_set(err, SL_ERR_INVALID, "kafka: %" PRIu64 " partitions (1 to 65536)",
+                          total);
+    sl_kafka_partition_plan_t *pl = NULL;
+    if (rc == SL_OK && !(pl = sl_calloc(a, (size_t)total, sizeof *pl)))
+        rc = sl_error_set(err, SL_ERR_NOMEM, "kafka plan: out of memory");
+    uint32_t k = 0;
+    for (uint32_t t = 0; t < num_topics && rc == SL_OK; t++) {
+        if (failed_topic) *failed_topic = t;
+        for (int32_t p = 0; rc == SL_OK && p < n[t]; p++) {
+            sl_kafka_partition_plan_t *pp = &pl[k++];
+            pp->topic = topics[t];
+            pp->partition = p;
+            rc = offset_at(c, topics[t], p, start_at, start_ms, timeout_ms, &pp->start, err);
+            if (rc == SL_OK)
+                rc = offset_at(c, topics[t], p, stop_at, stop_ms, timeout_ms, &pp->stop, err);
+        }
+    }
+    sl_free(a, n, (size_t)num_topics * sizeof *n);
+    if (rc) {
+        if (pl) sl_free(a, pl, (size_t)total * sizeof *pl);
+        return rc;
+    }
+    *out = pl;
+    *count = (uint32_t)total;
+    return SL_OK;
+}
+
+
 bool sl_kafka_chunk_bounds(int64_t start, uint32_t size, uint64_t index, int64_t stop,
                            int64_t *from, int64_t *to)
 {
@@ -177,16 +243,38 @@ bool sl_kafka_chunk_bounds(int64_t start, uint32_t size, uint64_t index, int64_t
 /* ---- reading a range ---- */
 
 typedef struct range_read {
+    sl_kafka_consumer_t *c;
+    bool paused; /* the partition, by hold */
     const sl_kafka_read_opts_t *o;
     sl_kafka_read_stats_t *st;
     int64_t first;     /* the first offset not handed on yet */
     uint64_t first_ms; /* when the oldest row held was added */
 } range_read_t;
 
+/* Pause or resume the partition as o->hold (if any) wants it now
+ * (resume: false, whatever hold says). */
+static void hold_check(range_read_t *rr, bool resume)
+{
+    const sl_kafka_read_opts_t *o = rr->o;
+    if (!o->hold) return;
+    bool want = !resume && o->hold(o->ctx, rr->paused);
+    if (want == rr->paused) return;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    if (!l) return; /* out of memory: stays as it is, asked again at the next poll */
+    rd_kafka_topic_partition_list_add(l, o->topic, o->partition);
+    rd_kafka_resp_err_t e = want ? rd_kafka_pause_partitions(rr->c->rk, l)
+                                 : rd_kafka_resume_partitions(rr->c->rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (e) return;
+    rr->paused = want;
+    if (want) rr->st->pauses++;
+}
+
 /* Hand on the rows held, as the stripe [first, end). */
 static sl_err_t flush(range_read_t *rr, int64_t end, sl_error_t *err)
 {
     const sl_kafka_read_opts_t *o = rr->o;
+    hold_check(rr, false); /* the callback may wait for memory: paused meanwhile */
     sl_kafka_stripe_t s;
     sl_err_t rc = sl_kafka_rows_take(o->rows, &s, err);
     if (rc) return rc;
@@ -236,7 +324,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
     rd_kafka_resp_err_t e = rd_kafka_assign(c->rk, l);
     rd_kafka_topic_partition_list_destroy(l);
     if (e) return kerr(err, e, "assign", o->topic, o->partition);
-    range_read_t rr = {.o = o, .st = stats, .first = o->from};
+    range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from};
     int64_t pos = o->from; /* the consumer's position: every offset below was read or a gap */
     sl_err_t rc = SL_OK;
     while (rc == SL_OK && pos < o->to) {
@@ -244,6 +332,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             rc = sl_error_set(err, SL_ERR_CLOSED, "kafka read cancelled");
             break;
         }
+        hold_check(&rr, false);
         uint32_t held = sl_kafka_rows_count(o->rows);
         uint64_t now = sl_clock_ms();
         if (held && now - rr.first_ms >= o->linger_ms) {
@@ -304,6 +393,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         sl_error_t ignore = {0};
         sl_kafka_rows_take(o->rows, &s, &ignore);
     }
+    hold_check(&rr, true); /* a pause would outlive the assignment */
     rd_kafka_assign(c->rk, NULL);
     return rc;
 }
