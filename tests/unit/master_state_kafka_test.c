@@ -1,0 +1,550 @@
+/* Tests of Kafka jobs in the master's state machine (state.h, "Kafka
+ * jobs"; src/dpp/master/state_kafka.c, state_kafka_token.c): chunks made on
+ * demand as leases ask, a bounded job that finishes and a stream that does
+ * not, partitions added, positions, replay and snapshots equal to memory,
+ * resume tokens over partitions (one and two ranks, what they need), the
+ * refusals, and every allocation failure of a Kafka job's life. Every test
+ * runs on the counting allocator of testutil.h. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpp/master/state.h"
+#include "testutil.h"
+
+static tu_alloc_t g_ta;
+#define ALLOC (&g_ta.base)
+
+static void init_alloc(void)
+{
+    tu_alloc_init(&g_ta);
+}
+
+TestSuite(master_state_kafka, .init = init_alloc);
+
+/* t/0 from offset 100 and t/1 from 0, streams, chunks of 10 offsets. */
+static const sl_master_kafka_partition_t g_parts[2] = {{"t", 0, 100, -1}, {"t", 1, 0, -1}};
+
+static sl_master_state_job_spec_t kspec(const char *id, const sl_master_kafka_partition_t *parts,
+                                        uint32_t n)
+{
+    return (sl_master_state_job_spec_t){.job_id = id,
+                                        .epochs = 1,
+                                        .spec_json = "{}",
+                                        .kafka_partitions = parts,
+                                        .num_kafka_partitions = n,
+                                        .kafka_chunk = 10};
+}
+
+static sl_master_state_opts_t opts(const char *dir)
+{
+    return (sl_master_state_opts_t){.state_dir = dir,
+                                    .lease_timeout_ms = 1000,
+                                    .kafka_chunks_ahead = 2,
+                                    .allocator = ALLOC};
+}
+
+static sl_master_state_t *open_master(const char *dir)
+{
+    sl_master_state_opts_t o = opts(dir);
+    sl_master_state_t *m = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    return m;
+}
+
+static char *dump_of(const sl_master_state_t *m)
+{
+    char *d;
+    size_t len;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_dump(m, &d, &len, &err), SL_OK, "%s", err.msg);
+    char *copy = strdup(d);
+    sl_free(ALLOC, d, len + 1);
+    return copy;
+}
+
+/* Lease the next chunk of job "j" to w: checks its path and offsets. */
+static sl_master_lease_t lease(sl_master_state_t *m, const char *path, uint64_t first,
+                               uint64_t rows)
+{
+    sl_master_lease_t l;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w", 0, &l, &err), SL_OK, "%s", err.msg);
+    cr_assert_str_eq(l.path, path);
+    cr_assert_eq(l.first_row, first, "%s: first %llu", path, (unsigned long long)l.first_row);
+    cr_assert_eq(l.num_rows, rows);
+    cr_assert_eq(l.stripe_begin, 0);
+    cr_assert_eq(l.stripe_end, 0);
+    return l;
+}
+
+static void no_lease(sl_master_state_t *m)
+{
+    sl_master_lease_t l;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w", 0, &l, &err), SL_ERR_AGAIN,
+                 "a lease of split %u", l.split);
+}
+
+static void commit(sl_master_state_t *m, const sl_master_lease_t *l, uint64_t from, uint64_t to,
+                   uint64_t nonce)
+{
+    sl_master_commit_result_t res = 99;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_commit(m, "j", 0, l->split, l->generation, from, to, "c", nonce,
+                                        &res, &err),
+                 SL_OK, "%s", err.msg);
+    cr_assert_eq(res, SL_MASTER_COMMITTED, "%s", err.msg);
+}
+
+/* "topic/partition:committed/chunks " for every partition of job j. */
+static void assert_positions(sl_master_state_t *m, const char *want)
+{
+    sl_master_kafka_position_t pos[8];
+    uint32_t n = sl_master_state_kafka_positions(m, "j", pos, 8);
+    char got[512] = "";
+    for (uint32_t i = 0; i < n && i < 8; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s/%d:%lld/%u ", pos[i].topic,
+                 pos[i].partition, (long long)pos[i].committed, pos[i].chunks);
+    cr_assert_str_eq(got, want);
+}
+
+Test(master_state_kafka, chunks_are_made_as_leases_need_them)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    assert_positions(m, "t/0:100/0 t/1:0/0 ");
+    /* the first lease makes one chunk per partition */
+    sl_master_lease_t a = lease(m, "t/0", 100, 10);
+    cr_assert_eq(a.split, 0);
+    cr_assert_eq(a.num_todo, 1);
+    cr_assert_eq(a.todo[0].from_row, 0);
+    cr_assert_eq(a.todo[0].to_row, 10);
+    sl_master_lease_t b = lease(m, "t/1", 0, 10);
+    cr_assert_eq(b.split, 1);
+    /* no PENDING chunk left, one open of 2 ahead: one more each */
+    sl_master_lease_t c = lease(m, "t/0", 110, 10);
+    sl_master_lease_t d = lease(m, "t/1", 10, 10);
+    cr_assert_eq(c.split, 2);
+    cr_assert_eq(d.split, 3);
+    /* two chunks open per partition: nothing more */
+    no_lease(m);
+    assert_positions(m, "t/0:100/2 t/1:0/2 ");
+    /* t/0's first chunk done: its prefix moves and a chunk is made again */
+    commit(m, &a, 0, 4, 1);
+    assert_positions(m, "t/0:104/2 t/1:0/2 ");
+    sl_master_split_state_t st;
+    sl_dpp_row_range_t empty = {4, 10};
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, a.split, a.generation, &empty, 1, &st, &err),
+                 SL_OK, "%s", err.msg);
+    cr_assert_eq(st, SL_MASTER_SPLIT_DONE);
+    assert_positions(m, "t/0:110/2 t/1:0/2 ");
+    sl_master_lease_t e = lease(m, "t/0", 120, 10);
+    cr_assert_eq(e.split, 4);
+    no_lease(m);
+    /* a chunk above the prefix done does not move it */
+    commit(m, &c, 0, 10, 2);
+    assert_positions(m, "t/0:120/3 t/1:0/2 ");
+    /* an expired chunk is leased again before any new one */
+    uint32_t expired = 0;
+    cr_assert_eq(sl_master_state_expire(m, 5000, &expired, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(expired, 3);
+    sl_master_lease_t again = lease(m, "t/1", 0, 10);
+    cr_assert_eq(again.split, 1);
+    /* a stream never finishes, however much is done */
+    sl_master_state_job_status_t js;
+    cr_assert_eq(sl_master_state_job_status(m, "j", &js, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(js.finished, false);
+    cr_assert_eq(js.num_splits, 5);
+    cr_assert_eq(js.done, 2);
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+Test(master_state_kafka, a_bounded_job_finishes_at_its_stops)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_kafka_partition_t p[1] = {{"b", 3, 5, 30}};
+    sl_master_state_job_spec_t spec = kspec("j", p, 1);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    sl_master_lease_t l[3];
+    l[0] = lease(m, "b/3", 5, 10);
+    l[1] = lease(m, "b/3", 15, 10);
+    no_lease(m);
+    commit(m, &l[0], 0, 10, 1);
+    commit(m, &l[1], 0, 10, 2);
+    /* every chunk made so far is done, but one is still to come */
+    sl_master_state_job_status_t js;
+    cr_assert_eq(sl_master_state_job_status(m, "j", &js, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(js.finished, false);
+    l[2] = lease(m, "b/3", 25, 5); /* cut at stop */
+    no_lease(m);
+    commit(m, &l[2], 0, 5, 3);
+    cr_assert_eq(sl_master_state_job_status(m, "j", &js, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(js.finished, true);
+    assert_positions(m, "b/3:30/3 ");
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+Test(master_state_kafka, refusals_name_the_reason)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
+    spec.shuffle = true;
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "shuffle is refused for a Kafka job") != NULL, "%s", err.msg);
+    spec = kspec("j", g_parts, 2);
+    spec.epochs = 2;
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "one epoch (2 asked") != NULL, "%s", err.msg);
+    spec = kspec("j", g_parts, 2);
+    spec.ranks = 2;
+    spec.static_sharding = true;
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "static sharding is refused") != NULL, "%s", err.msg);
+    spec = kspec("j", g_parts, 0);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "without partitions") != NULL, "%s", err.msg);
+    sl_master_kafka_partition_t bad[2] = {{"t t", 0, 0, -1}, {"t", 0, 0, -1}};
+    spec = kspec("j", bad, 1);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "Kafka topic 't t'") != NULL, "%s", err.msg);
+    sl_master_kafka_partition_t twice[2] = {{"t", 0, 0, -1}, {"t", 0, 5, -1}};
+    spec = kspec("j", twice, 2);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "partition t/0 named twice") != NULL, "%s", err.msg);
+    sl_master_kafka_partition_t back[1] = {{"t", 0, 10, 5}};
+    spec = kspec("j", back, 1);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "start 10, stop 5") != NULL, "%s", err.msg);
+    cr_assert_eq(sl_master_state_job_ids(m, NULL, 0), 0);
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+Test(master_state_kafka, partitions_added_get_chunks_and_survive_restarts)
+{
+    char *dir = tu_mkdtemp("master-kafka");
+    sl_master_state_t *m = open_master(dir);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 1); /* t/0 only */
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    sl_master_lease_t a = lease(m, "t/0", 100, 10);
+    lease(m, "t/0", 110, 10);
+    no_lease(m);
+    sl_master_kafka_partition_t p2 = {"u", 2, 7, -1};
+    cr_assert_eq(sl_master_state_kafka_partition_add(m, "j", &p2, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_kafka_partition_add(m, "j", &p2, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "reads u/2 already") != NULL, "%s", err.msg);
+    cr_assert_eq(sl_master_state_kafka_partition_add(m, "nope", &p2, &err), SL_ERR_NOT_FOUND);
+    assert_positions(m, "t/0:100/2 u/2:7/0 ");
+    sl_master_lease_t c = lease(m, "u/2", 7, 10);
+    commit(m, &c, 0, 3, 1);
+    commit(m, &a, 0, 10, 2);
+    assert_positions(m, "t/0:110/2 u/2:10/1 ");
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    char *mem = dump_of(m);
+    cr_assert(strstr(mem, " kafka u/2 start 7 stop -1 chunks 1\n") != NULL, "%s", mem);
+    sl_master_state_destroy(m);
+    /* replay of the journal */
+    m = open_master(dir);
+    char *replayed = dump_of(m);
+    cr_assert_str_eq(replayed, mem);
+    assert_positions(m, "t/0:110/2 u/2:10/1 ");
+    /* a snapshot, then more records after it */
+    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
+    sl_master_lease_t d = lease(m, "t/0", 120, 10);
+    lease(m, "u/2", 17, 10);
+    commit(m, &d, 0, 10, 3);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    char *mem2 = dump_of(m);
+    sl_master_state_destroy(m);
+    m = open_master(dir);
+    char *replayed2 = dump_of(m);
+    cr_assert_str_eq(replayed2, mem2);
+    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
+    sl_master_state_destroy(m);
+    m = open_master(dir);
+    char *snap = dump_of(m);
+    cr_assert_str_eq(snap, mem2);
+    /* a table job has no partitions to add */
+    sl_master_state_destroy(m);
+    free(mem);
+    free(replayed);
+    free(mem2);
+    free(replayed2);
+    free(snap);
+    tu_rm_tree(dir);
+    free(dir);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+/* ---- resume tokens ------------------------------------------------------------------ */
+
+static void token(sl_master_state_t *m, const sl_master_token_exclude_t *und, uint32_t n,
+                  void **buf, size_t *len)
+{
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_token_encode(m, "j", und, n, buf, len, &err), SL_OK, "%s",
+                 err.msg);
+}
+
+Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    sl_master_lease_t a0 = lease(m, "t/0", 100, 10), b0 = lease(m, "t/1", 0, 10);
+    sl_master_lease_t a1 = lease(m, "t/0", 110, 10), b1 = lease(m, "t/1", 10, 10);
+    (void)b1;
+    commit(m, &a0, 0, 10, 1);  /* t/0 [100, 110) */
+    commit(m, &a1, 2, 6, 2);   /* t/0 [112, 116) */
+    commit(m, &b0, 0, 3, 3);   /* t/1 [0, 3) */
+    commit(m, &b0, 5, 8, 4);   /* t/1 [5, 8) */
+    /* rank 0 handed out everything; rank 1 not t/0 [104, 106) nor t/1 [5, 8) */
+    void *t0, *t1;
+    size_t l0, l1;
+    token(m, NULL, 0, &t0, &l0);
+    sl_master_token_exclude_t und[2] = {{0, a0.split, 4, 6}, {0, b0.split, 5, 8}};
+    token(m, und, 2, &t1, &l1);
+    /* what the tokens need: t/0 from 110 (rank 0) or 104 (both) */
+    const void *toks[2] = {t0, t1};
+    size_t lens[2] = {l0, l1};
+    int64_t need[2] = {-1, -1};
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec, toks, lens, 1, need, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(need[0], 110);
+    cr_assert_eq(need[1], 3);
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec, toks, lens, 2, need, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(need[0], 104);
+    cr_assert_eq(need[1], 3);
+    /* resume from rank 0's token in place of the job */
+    cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 1, &err), SL_OK, "%s", err.msg);
+    assert_positions(m, "t/0:110/1 t/1:3/1 ");
+    /* t/0 starts at 110 with [112, 116) delivered; t/1 at 3 with [5, 8) */
+    sl_master_lease_t r0 = lease(m, "t/0", 110, 10);
+    cr_assert_eq(r0.num_todo, 2);
+    cr_assert_eq(r0.todo[0].from_row, 0);
+    cr_assert_eq(r0.todo[0].to_row, 2);
+    cr_assert_eq(r0.todo[1].from_row, 6);
+    cr_assert_eq(r0.todo[1].to_row, 10);
+    sl_master_lease_t r1 = lease(m, "t/1", 3, 10);
+    cr_assert_eq(r1.num_todo, 2);
+    cr_assert_eq(r1.todo[0].from_row, 0);
+    cr_assert_eq(r1.todo[0].to_row, 2);
+    cr_assert_eq(r1.todo[1].from_row, 5);
+    cr_assert_eq(r1.todo[1].to_row, 10);
+    /* both ranks: the intersection; t/0 from 104 with [106, 110) and
+     * [112, 116) delivered, t/1 from 3 with nothing above */
+    cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 2, &err), SL_OK, "%s", err.msg);
+    assert_positions(m, "t/0:104/2 t/1:3/0 ");
+    sl_master_lease_t s0 = lease(m, "t/0", 104, 10);
+    cr_assert_eq(s0.num_todo, 2);
+    cr_assert_eq(s0.todo[0].from_row, 0);
+    cr_assert_eq(s0.todo[0].to_row, 2);
+    cr_assert_eq(s0.todo[1].from_row, 6);
+    cr_assert_eq(s0.todo[1].to_row, 8);
+    /* a token of this partition set with a new partition: it starts where
+     * the spec says */
+    sl_master_kafka_partition_t three[3] = {g_parts[0], g_parts[1], {"v", 0, 40, -1}};
+    sl_master_state_job_spec_t spec3 = kspec("j", three, 3);
+    int64_t need3[3];
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec3, toks, lens, 1, need3, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(need3[0], 110);
+    cr_assert_eq(need3[1], 3);
+    cr_assert_eq(need3[2], 40);
+    /* refusals: a partition the job does not read, another job, a table token */
+    sl_master_state_job_spec_t spec1 = kspec("j", g_parts + 1, 1);
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec1, toks, lens, 1, need, &err),
+                 SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "names t/0, which job 'j' does not read") != NULL, "%s", err.msg);
+    sl_master_state_job_spec_t other = kspec("k", g_parts, 2);
+    cr_assert_eq(sl_master_state_job_resume(m, &other, t0, l0, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "resume token of job 'j', not of job 'k'") != NULL, "%s", err.msg);
+    sl_wh_split_t split = {.path = "f.slc", .stripe_end = 1, .num_rows = 10};
+    sl_master_state_job_spec_t table = {.job_id = "j", .splits = &split, .num_splits = 1, .epochs = 1};
+    cr_assert_eq(sl_master_state_job_replace(m, &table, toks, lens, 1, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "resume token of a Kafka job (version 3)") != NULL, "%s", err.msg);
+    ((uint8_t *)t0)[l0 - 1] ^= 1;
+    cr_assert_eq(sl_master_state_job_resume(m, &other, t0, l0, &err), SL_ERR_CORRUPT);
+    sl_free(ALLOC, t0, l0);
+    sl_free(ALLOC, t1, l1);
+    /* a table job's token for a Kafka job */
+    cr_assert_eq(sl_master_state_job_add(m, &(sl_master_state_job_spec_t){.job_id = "tab",
+                                                                          .splits = &split,
+                                                                          .num_splits = 1,
+                                                                          .epochs = 1},
+                                         &err),
+                 SL_OK, "%s", err.msg);
+    void *tt;
+    size_t tl;
+    cr_assert_eq(sl_master_state_token_encode(m, "tab", NULL, 0, &tt, &tl, &err), SL_OK, "%s",
+                 err.msg);
+    sl_master_state_job_spec_t ktab = kspec("tab", g_parts, 2);
+    cr_assert_eq(sl_master_state_job_resume(m, &ktab, tt, tl, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "resume token of a table job (version 2)") != NULL, "%s", err.msg);
+    sl_free(ALLOC, tt, tl);
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+/* ---- every allocation failure ------------------------------------------------------ */
+
+typedef struct life {
+    sl_master_state_opts_t o;
+    sl_master_state_t *m;
+    sl_master_lease_t l[2];
+} life_t;
+
+enum { LIFE_STEPS = 12 };
+
+static sl_err_t life_step(life_t *x, int step, sl_error_t *err)
+{
+    sl_master_commit_result_t res;
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
+    sl_err_t rc = SL_OK;
+    switch (step) {
+    case 0:
+        return sl_master_state_open(&x->o, 0, &x->m, NULL, err);
+    case 1:
+        return sl_master_state_job_add(x->m, &spec, err);
+    case 2:
+    case 3:
+        return sl_master_state_lease_next(x->m, "j", "w", 0, &x->l[step - 2], err);
+    case 4:
+        rc = sl_master_state_commit(x->m, "j", 0, x->l[0].split, x->l[0].generation, 0, 10, "c",
+                                    1, &res, err);
+        return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
+    case 5:
+        rc = sl_master_state_commit(x->m, "j", 0, x->l[1].split, x->l[1].generation, 2, 5, "c", 2,
+                                    &res, err);
+        return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
+    case 6: {
+        sl_master_kafka_partition_t p = {"u", 4, 9, -1};
+        return sl_master_state_kafka_partition_add(x->m, "j", &p, err);
+    }
+    case 7: {
+        sl_master_lease_t l;
+        return sl_master_state_lease_next(x->m, "j", "w2", 0, &l, err);
+    }
+    case 8: {
+        void *tok;
+        size_t len;
+        sl_master_token_exclude_t und = {0, x->l[1].split, 3, 4};
+        rc = sl_master_state_token_encode(x->m, "j", &und, 1, &tok, &len, err);
+        if (rc != SL_OK) return rc;
+        sl_master_kafka_partition_t three[3] = {g_parts[0], g_parts[1], {"u", 4, 9, -1}};
+        sl_master_state_job_spec_t s3 = kspec("j", three, 3);
+        const void *toks[1] = {tok};
+        int64_t need[3];
+        rc = sl_master_state_kafka_token_needs(x->m, &s3, toks, &len, 1, need, err);
+        if (rc == SL_OK) rc = sl_master_state_job_replace(x->m, &s3, toks, &len, 1, err);
+        sl_free(ALLOC, tok, len);
+        return rc;
+    }
+    case 9: {
+        sl_master_lease_t l;
+        return sl_master_state_lease_next(x->m, "j", "w3", 0, &l, err);
+    }
+    case 10:
+        return sl_master_state_compact(x->m, err);
+    case 11:
+        return sl_master_state_sync(x->m, err);
+    }
+    return sl_error_set(err, SL_ERR_INVALID, "no step %d", step);
+}
+
+static char *life_dump(const life_t *x)
+{
+    return x->m != NULL ? dump_of(x->m) : strdup("");
+}
+
+static void life_finish(life_t *x, int from)
+{
+    sl_error_t err = {0};
+    for (int s = from; s < LIFE_STEPS; s++)
+        cr_assert_eq(life_step(x, s, &err), SL_OK, "step %d: %s", s, err.msg);
+    cr_assert_eq(sl_master_state_sync(x->m, &err), SL_OK, "%s", err.msg);
+}
+
+/* The state at the end, and after reopening the directory. */
+static void life_end(life_t *x, char **end, char **reopened)
+{
+    sl_error_t err = {0};
+    *end = dump_of(x->m);
+    sl_master_state_destroy(x->m);
+    cr_assert_eq(sl_master_state_open(&x->o, 400000, &x->m, NULL, &err), SL_OK, "%s", err.msg);
+    *reopened = dump_of(x->m);
+    sl_master_state_destroy(x->m);
+    x->m = NULL;
+}
+
+Test(master_state_kafka, every_allocation_failure_is_a_clean_error)
+{
+    char *dir = tu_mkdtemp("master-kafka");
+    life_t ref = {.o = opts(dir)};
+    life_finish(&ref, 0);
+    char *want_end, *want_reopened;
+    life_end(&ref, &want_end, &want_reopened);
+    cr_assert_str_eq(want_reopened, want_end);
+    cr_assert(strstr(want_end, " kafka u/4 start 9 stop -1 chunks 1\n") != NULL, "%s", want_end);
+    tu_rm_tree(dir);
+    free(dir);
+    tu_alloc_assert_clean(&g_ta);
+    uint64_t walked = 0;
+    for (int step = 0; step < LIFE_STEPS; step++) {
+        for (uint64_t k = 1;; k++) {
+            dir = tu_mkdtemp("master-kafka");
+            life_t x = {.o = opts(dir)};
+            sl_error_t err = {0};
+            for (int s = 0; s < step; s++)
+                cr_assert_eq(life_step(&x, s, &err), SL_OK, "step %d: %s", s, err.msg);
+            char *before = life_dump(&x);
+            tu_alloc_fail_at(&g_ta, k, false);
+            sl_err_t rc = life_step(&x, step, &err);
+            bool failed = tu_alloc_failures(&g_ta) > 0;
+            tu_alloc_fail_at(&g_ta, 0, false);
+            if (failed && rc != SL_OK) {
+                cr_assert_eq(rc, SL_ERR_NOMEM, "step %d allocation %llu: %s", step,
+                             (unsigned long long)k, err.msg);
+                cr_assert_neq(err.msg[0], '\0');
+                char *after = life_dump(&x);
+                cr_assert_str_eq(after, before, "step %d allocation %llu (%s) changed the state",
+                                 step, (unsigned long long)k, err.msg);
+                free(after);
+                cr_assert_eq(life_step(&x, step, &err), SL_OK, "step %d again: %s", step, err.msg);
+            } else {
+                cr_assert_eq(rc, SL_OK, "step %d allocation %llu: %s", step, (unsigned long long)k,
+                             err.msg);
+            }
+            free(before);
+            life_finish(&x, step + 1);
+            char *end, *reopened;
+            life_end(&x, &end, &reopened);
+            cr_assert_str_eq(end, want_end, "step %d allocation %llu", step, (unsigned long long)k);
+            cr_assert_str_eq(reopened, want_reopened, "step %d allocation %llu (reopened)", step,
+                             (unsigned long long)k);
+            free(end);
+            free(reopened);
+            tu_rm_tree(dir);
+            free(dir);
+            tu_alloc_assert_clean(&g_ta);
+            if (!failed) break;
+            walked++;
+        }
+    }
+    cr_log_info("allocation failures walked: %llu", (unsigned long long)walked);
+    cr_assert_gt(walked, LIFE_STEPS);
+    free(want_end);
+    free(want_reopened);
+}
