@@ -39,10 +39,8 @@ static sl_master_state_job_spec_t kspec(const char *id, const sl_master_kafka_pa
 
 static sl_master_state_opts_t opts(const char *dir)
 {
-    return (sl_master_state_opts_t){.state_dir = dir,
-                                    .lease_timeout_ms = 1000,
-                                    .kafka_chunks_ahead = 2,
-                                    .allocator = ALLOC};
+    return (sl_master_state_opts_t){
+        .state_dir = dir, .lease_timeout_ms = 1000, .kafka_chunks_ahead = 2, .allocator = ALLOC};
 }
 
 static sl_master_state_t *open_master(const char *dir)
@@ -305,10 +303,10 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
     sl_master_lease_t a0 = lease(m, "t/0", 100, 10), b0 = lease(m, "t/1", 0, 10);
     sl_master_lease_t a1 = lease(m, "t/0", 110, 10), b1 = lease(m, "t/1", 10, 10);
     (void)b1;
-    commit(m, &a0, 0, 10, 1);  /* t/0 [100, 110) */
-    commit(m, &a1, 2, 6, 2);   /* t/0 [112, 116) */
-    commit(m, &b0, 0, 3, 3);   /* t/1 [0, 3) */
-    commit(m, &b0, 5, 8, 4);   /* t/1 [5, 8) */
+    commit(m, &a0, 0, 10, 1); /* t/0 [100, 110) */
+    commit(m, &a1, 2, 6, 2);  /* t/0 [112, 116) */
+    commit(m, &b0, 0, 3, 3);  /* t/1 [0, 3) */
+    commit(m, &b0, 5, 8, 4);  /* t/1 [5, 8) */
     /* rank 0 handed out everything; rank 1 not t/0 [104, 106) nor t/1 [5, 8) */
     void *t0, *t1;
     size_t l0, l1;
@@ -372,7 +370,8 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
     cr_assert_eq(sl_master_state_job_resume(m, &other, t0, l0, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "resume token of job 'j', not of job 'k'") != NULL, "%s", err.msg);
     sl_wh_split_t split = {.path = "f.slc", .stripe_end = 1, .num_rows = 10};
-    sl_master_state_job_spec_t table = {.job_id = "j", .splits = &split, .num_splits = 1, .epochs = 1};
+    sl_master_state_job_spec_t table = {
+        .job_id = "j", .splits = &split, .num_splits = 1, .epochs = 1};
     cr_assert_eq(sl_master_state_job_replace(m, &table, toks, lens, 1, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "resume token of a Kafka job (version 3)") != NULL, "%s", err.msg);
     ((uint8_t *)t0)[l0 - 1] ^= 1;
@@ -380,11 +379,11 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
     sl_free(ALLOC, t0, l0);
     sl_free(ALLOC, t1, l1);
     /* a table job's token for a Kafka job */
-    cr_assert_eq(sl_master_state_job_add(m, &(sl_master_state_job_spec_t){.job_id = "tab",
-                                                                          .splits = &split,
-                                                                          .num_splits = 1,
-                                                                          .epochs = 1},
-                                         &err),
+    cr_assert_eq(sl_master_state_job_add(
+                     m,
+                     &(sl_master_state_job_spec_t){
+                         .job_id = "tab", .splits = &split, .num_splits = 1, .epochs = 1},
+                     &err),
                  SL_OK, "%s", err.msg);
     void *tt;
     size_t tl;
@@ -422,8 +421,8 @@ static sl_err_t life_step(life_t *x, int step, sl_error_t *err)
     case 3:
         return sl_master_state_lease_next(x->m, "j", "w", 0, &x->l[step - 2], err);
     case 4:
-        rc = sl_master_state_commit(x->m, "j", 0, x->l[0].split, x->l[0].generation, 0, 10, "c",
-                                    1, &res, err);
+        rc = sl_master_state_commit(x->m, "j", 0, x->l[0].split, x->l[0].generation, 0, 10, "c", 1,
+                                    &res, err);
         return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
     case 5:
         rc = sl_master_state_commit(x->m, "j", 0, x->l[1].split, x->l[1].generation, 2, 5, "c", 2,

@@ -151,8 +151,8 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     jb->order = sl_alloc(a, sl_mul_size(cap, sizeof *jb->order));
     jb->pos = sl_alloc(a, sl_mul_size(cap, sizeof *jb->pos));
     jb->heap = sl_alloc(a, sl_mul_size(cap, sizeof *jb->heap));
-    bool ok = jb->id && jb->spec_json && (jb->paths || spec->kafka_chunk > 0) && jb->defs && jb->st &&
-              jb->order && jb->pos && jb->heap;
+    bool ok = jb->id && jb->spec_json && (jb->paths || spec->kafka_chunk > 0) && jb->defs &&
+              jb->st && jb->order && jb->pos && jb->heap;
     for (uint32_t i = 0; ok && i < jb->num_paths; i++)
         ok = (jb->paths[i] = sl_strdup(a, l->paths[i])) != NULL;
     if (!ok) {

@@ -50,7 +50,7 @@ typedef struct kpart {
 typedef struct job {
     char *id;
     uint32_t n, epochs;
-    uint32_t cap; /* room in defs, st, order, pos, heap (>= n; Kafka jobs grow) */
+    uint32_t cap;   /* room in defs, st, order, pos, heap (>= n; Kafka jobs grow) */
     uint32_t chunk; /* Kafka job: offsets per chunk (> 0); 0: a table job */
     kpart *kp;      /* Kafka job: [nkp] of [kp_cap]; paths[p] is "<topic>/<partition>" of kp[p] */
     uint32_t nkp, kp_cap;
@@ -215,9 +215,8 @@ bool m_kafka_exhausted(const job *jb);
 sl_err_t m_kafka_grow(sl_master_state_t *m, uint32_t slot, sl_error_t *err);
 sl_err_t m_kafka_apply_chunks(sl_master_state_t *m, const Sluice__Master__KafkaChunksAdded *r,
                               uint64_t off, sl_error_t *err);
-sl_err_t m_kafka_apply_partition(sl_master_state_t *m,
-                                 const Sluice__Master__KafkaPartitionAdded *r, uint64_t off,
-                                 sl_error_t *err);
+sl_err_t m_kafka_apply_partition(sl_master_state_t *m, const Sluice__Master__KafkaPartitionAdded *r,
+                                 uint64_t off, sl_error_t *err);
 /* Fill spec's kafka fields from jb (borrowed); parts has room for nkp. */
 void m_kafka_spec(const job *jb, Sluice__Master__JobSpec *spec,
                   Sluice__Master__KafkaPartition *parts, Sluice__Master__KafkaPartition **ptrs);
@@ -267,8 +266,8 @@ sl_err_t m_journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, b
                            sl_error_t *err);
 /* Resume a Kafka job from tokens (state_kafka.c). */
 sl_err_t m_kafka_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
-                        const void *const *tokens, const size_t *lens, uint32_t count,
-                        bool replace, sl_error_t *err);
+                        const void *const *tokens, const size_t *lens, uint32_t count, bool replace,
+                        sl_error_t *err);
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err);
 sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
                         sl_error_t *err);

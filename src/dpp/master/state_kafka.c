@@ -37,8 +37,8 @@ static sl_err_t partition_check(const char *job_id, const char *topic, int32_t p
 {
     if (!topic_ok(topic))
         return sl_error_set(err, SL_ERR_INVALID,
-                            "job '%s': Kafka topic '%.64s': 1..249 bytes of [a-zA-Z0-9._-]",
-                            job_id, topic ? topic : "");
+                            "job '%s': Kafka topic '%.64s': 1..249 bytes of [a-zA-Z0-9._-]", job_id,
+                            topic ? topic : "");
     if (partition < 0 || start < 0 || (stop != -1 && stop < start))
         return sl_error_set(err, SL_ERR_INVALID,
                             "job '%s': %s/%d: partition >= 0, start >= 0, stop -1 (a stream) or "
@@ -152,7 +152,8 @@ static sl_err_t reserve_chunks(sl_master_state_t *m, job *jb, uint32_t p, uint64
     if (cap > UINT32_MAX)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s' %s: chunks", jb->id, jb->paths[p]);
     uint32_t *c = sl_realloc(m->a, k->chunks, (size_t)k->cap * sizeof *c, (size_t)cap * sizeof *c);
-    if (c == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job '%s' %s: chunks", jb->id, jb->paths[p]);
+    if (c == NULL)
+        return sl_error_set(err, SL_ERR_NOMEM, "job '%s' %s: chunks", jb->id, jb->paths[p]);
     k->chunks = c;
     k->cap = (uint32_t)cap;
     return SL_OK;
@@ -296,10 +297,11 @@ sl_err_t m_kafka_build(sl_master_state_t *m, job *jb, const Sluice__Master__JobA
         int64_t f = rec->kafka_range_from[r], t = rec->kafka_range_to[r];
         if (p >= jb->nkp || f < jb->kp[p].start || f >= t ||
             (jb->kp[p].stop >= 0 && t > jb->kp[p].stop))
-            return sl_error_set(err, SL_ERR_INVALID,
-                                "job '%s': delivered range %zu (partition %u, [%lld, %lld)) outside "
-                                "the partitions",
-                                jb->id, r, p, (long long)f, (long long)t);
+            return sl_error_set(
+                err, SL_ERR_INVALID,
+                "job '%s': delivered range %zu (partition %u, [%lld, %lld)) outside "
+                "the partitions",
+                jb->id, r, p, (long long)f, (long long)t);
         uint64_t want = (uint64_t)(t - 1 - jb->kp[p].start) / jb->chunk + 1;
         if (want > jb->kp[p].nchunks) {
             uint64_t more = want - jb->kp[p].nchunks;
@@ -423,8 +425,8 @@ sl_err_t m_kafka_apply_chunks(sl_master_state_t *m, const Sluice__Master__KafkaC
             add_chunk(jb, p);
     }
     if (rc != SL_OK)
-        return sl_error_prefix(err, "record at offset %llu: chunks of job '%s': ",
-                               (unsigned long long)off, jb->id);
+        return sl_error_prefix(
+            err, "record at offset %llu: chunks of job '%s': ", (unsigned long long)off, jb->id);
     return SL_OK;
 }
 
@@ -474,17 +476,15 @@ static sl_err_t partition_add(sl_master_state_t *m, job *jb, const char *topic, 
 }
 
 sl_err_t sl_master_state_kafka_partition_add(sl_master_state_t *m, const char *job_id,
-                                             const sl_master_kafka_partition_t *p,
-                                             sl_error_t *err)
+                                             const sl_master_kafka_partition_t *p, sl_error_t *err)
 {
     job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return m_no_job(job_id, err);
     return partition_add(m, jb, p->topic, p->partition, p->start, p->stop, err);
 }
 
-sl_err_t m_kafka_apply_partition(sl_master_state_t *m,
-                                 const Sluice__Master__KafkaPartitionAdded *r, uint64_t off,
-                                 sl_error_t *err)
+sl_err_t m_kafka_apply_partition(sl_master_state_t *m, const Sluice__Master__KafkaPartitionAdded *r,
+                                 uint64_t off, sl_error_t *err)
 {
     job *jb = r->job_id != NULL ? m_find_job(m, r->job_id, NULL) : NULL;
     sl_err_t rc = jb == NULL || r->partition == NULL
@@ -492,8 +492,9 @@ sl_err_t m_kafka_apply_partition(sl_master_state_t *m,
                       : partition_add(m, jb, r->partition->topic, r->partition->partition,
                                       r->partition->start, r->partition->stop, err);
     if (rc == SL_OK || rc == SL_ERR_NOMEM) return rc;
-    sl_error_prefix(err, "record at offset %llu: partition added to job '%s': ",
-                    (unsigned long long)off, r->job_id ? r->job_id : "");
+    sl_error_prefix(err,
+                    "record at offset %llu: partition added to job '%s': ", (unsigned long long)off,
+                    r->job_id ? r->job_id : "");
     if (err != NULL) err->code = SL_ERR_CORRUPT;
     return SL_ERR_CORRUPT;
 }

@@ -232,8 +232,9 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *to
                             "resume token of a table job (version %u); job '%s' reads Kafka",
                             version, spec->job_id);
     if (version != SL_MASTER_KAFKA_TOKEN_VERSION)
-        return sl_error_set(err, SL_ERR_VERSION, "resume token version %u (this build reads %d, %d)",
-                            version, SL_MASTER_RESUME_TOKEN_VERSION, SL_MASTER_KAFKA_TOKEN_VERSION);
+        return sl_error_set(err, SL_ERR_VERSION,
+                            "resume token version %u (this build reads %d, %d)", version,
+                            SL_MASTER_RESUME_TOKEN_VERSION, SL_MASTER_KAFKA_TOKEN_VERSION);
     sl_unsized_t u = {.a = m->a};
     ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
     Sluice__Master__KafkaResumeToken *t = sluice__master__kafka_resume_token__unpack(
@@ -266,8 +267,8 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *to
 /* Build the plan: every token checked and met, each partition's start and
  * the delivered ranges above it. */
 static sl_err_t plan_build(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
-                           const void *const *tokens, const size_t *lens, uint32_t count,
-                           kplan *pl, sl_error_t *err)
+                           const void *const *tokens, const size_t *lens, uint32_t count, kplan *pl,
+                           sl_error_t *err)
 {
     memset(pl, 0, sizeof *pl);
     if (count == 0 || count > SL_MASTER_MAX_RESUME_TOKENS)
@@ -342,8 +343,8 @@ sl_err_t sl_master_state_kafka_token_needs(sl_master_state_t *m,
 }
 
 sl_err_t m_kafka_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
-                        const void *const *tokens, const size_t *lens, uint32_t count,
-                        bool replace, sl_error_t *err)
+                        const void *const *tokens, const size_t *lens, uint32_t count, bool replace,
+                        sl_error_t *err)
 {
     kplan pl;
     sl_err_t rc = plan_build(m, spec, tokens, lens, count, &pl, err);

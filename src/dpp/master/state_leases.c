@@ -224,8 +224,7 @@ sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, co
         rc = m_worker_get(m, worker_id, &w, err);
         if (rc == SL_OK && !m_worker_reserve(m, w))
             rc = sl_error_set(err, SL_ERR_NOMEM, "lease for worker '%s'", worker_id);
-        if (rc == SL_OK)
-            rc = reserve_todo(m, split != UINT32_MAX ? jb->st[split].nr + 1 : 1, err);
+        if (rc == SL_OK) rc = reserve_todo(m, split != UINT32_MAX ? jb->st[split].nr + 1 : 1, err);
         if (rc == SL_OK) rc = m_kafka_grow(m, slot, err);
         if (rc != SL_OK) return rc;
         split = peek_pending(jb);

@@ -13,7 +13,6 @@
 
 #include "dpp/master/state_internal.h"
 
-
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err)
 {
     if (m->journal == NULL || m->replaying) return SL_OK;
@@ -248,7 +247,7 @@ out:
  * the new one is checked and built, so that a refusal or running out of
  * memory leaves the old job as it was). */
 sl_err_t m_journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, bool replacing,
-                          sl_error_t *err)
+                           sl_error_t *err)
 {
     /* Check and build first: a record that replay would refuse, or that
      * this run could not apply, must not be written. */
@@ -432,8 +431,8 @@ static sl_err_t token_open(const sl_master_state_job_spec_t *spec, const m_spec_
         return sl_error_set(err, SL_ERR_VERSION, "resume token version %u (this build reads %d)",
                             version, SL_MASTER_RESUME_TOKEN_VERSION);
     const uint8_t *p = token;
-    Sluice__Master__ResumeToken *t =
-        sluice__master__resume_token__unpack(pa, len - M_TOKEN_HEADER_BYTES, p + M_TOKEN_HEADER_BYTES);
+    Sluice__Master__ResumeToken *t = sluice__master__resume_token__unpack(
+        pa, len - M_TOKEN_HEADER_BYTES, p + M_TOKEN_HEADER_BYTES);
     if (t == NULL)
         return ((sl_unsized_t *)pa->allocator_data)->failed
                    ? sl_error_set(err, SL_ERR_NOMEM, "resume token: out of memory")
