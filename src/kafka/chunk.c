@@ -162,6 +162,72 @@ sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int
 
 /* ---- the chunk plan ---- */
 
+/* The offset at `at` of a partition. */
+static sl_err_t offset_at(sl_kafka_consumer_t *c, const char *topic, int32_t p, uint8_t at,
+                          int64_t ms, int timeout_ms, int64_t *out, sl_error_t *err)
+{
+    int64_t lo = 0, hi = 0;
+    switch (at) {
+    case SL_KAFKA_AT_NONE:
+        *out = -1;
+        return SL_OK;
+    case SL_KAFKA_AT_TIMESTAMP:
+        return sl_kafka_offset_for_time(c, topic, p, ms, timeout_ms, out, err);
+    default: {
+        sl_err_t rc = sl_kafka_watermarks(c, topic, p, timeout_ms, &lo, &hi, err);
+        *out = at == SL_KAFKA_AT_EARLIEST ? lo : hi;
+        return rc;
+    }
+    }
+}
+
+sl_err_t sl_kafka_plan_partitions(sl_kafka_consumer_t *c, const char *const *topics,
+                                  uint32_t num_topics, uint8_t start_at, int64_t start_ms,
+                                  uint8_t stop_at, int64_t stop_ms, int timeout_ms,
+                                  const sl_allocator_t *a, sl_kafka_partition_plan_t **out,
+                                  uint32_t *count, uint32_t *failed_topic, sl_error_t *err)
+{
+    *out = NULL;
+    *count = 0;
+    if (num_topics == 0) return sl_error_set(err, SL_ERR_INVALID, "kafka: no topics");
+    int32_t *n = sl_calloc(a, num_topics, sizeof *n);
+    if (!n) return sl_error_set(err, SL_ERR_NOMEM, "kafka plan: out of memory");
+    uint64_t total = 0;
+    sl_err_t rc = SL_OK;
+    for (uint32_t t = 0; t < num_topics && rc == SL_OK; t++) {
+        if (failed_topic) *failed_topic = t;
+        rc = sl_kafka_partitions(c, topics[t], timeout_ms, &n[t], err);
+        total += rc == SL_OK && n[t] > 0 ? (uint64_t)n[t] : 0;
+    }
+    if (rc == SL_OK && (total == 0 || total > 65536))
+        rc = sl_error_set(err, SL_ERR_INVALID, "kafka: %" PRIu64 " partitions (1 to 65536)",
+                          total);
+    sl_kafka_partition_plan_t *pl = NULL;
+    if (rc == SL_OK && !(pl = sl_calloc(a, (size_t)total, sizeof *pl)))
+        rc = sl_error_set(err, SL_ERR_NOMEM, "kafka plan: out of memory");
+    uint32_t k = 0;
+    for (uint32_t t = 0; t < num_topics && rc == SL_OK; t++) {
+        if (failed_topic) *failed_topic = t;
+        for (int32_t p = 0; rc == SL_OK && p < n[t]; p++) {
+            sl_kafka_partition_plan_t *pp = &pl[k++];
+            pp->topic = topics[t];
+            pp->partition = p;
+            rc = offset_at(c, topics[t], p, start_at, start_ms, timeout_ms, &pp->start, err);
+            if (rc == SL_OK)
+                rc = offset_at(c, topics[t], p, stop_at, stop_ms, timeout_ms, &pp->stop, err);
+        }
+    }
+    sl_free(a, n, (size_t)num_topics * sizeof *n);
+    if (rc) {
+        if (pl) sl_free(a, pl, (size_t)total * sizeof *pl);
+        return rc;
+    }
+    *out = pl;
+    *count = (uint32_t)total;
+    return SL_OK;
+}
+
+
 bool sl_kafka_chunk_bounds(int64_t start, uint32_t size, uint64_t index, int64_t stop,
                            int64_t *from, int64_t *to)
 {

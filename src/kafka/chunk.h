@@ -64,6 +64,36 @@ sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int
 
 /* ---- the chunk plan ---- */
 
+/* Where a plan starts or stops reading a partition (values as the job
+ * spec's sl_pipeline_kafka_at_t). */
+typedef enum sl_kafka_at {
+    SL_KAFKA_AT_NONE = 0,     /* stop only: never (a stream) */
+    SL_KAFKA_AT_EARLIEST = 1, /* the low watermark */
+    SL_KAFKA_AT_LATEST = 2,   /* the high watermark */
+    SL_KAFKA_AT_TIMESTAMP = 3 /* sl_kafka_offset_for_time */
+} sl_kafka_at_t;
+
+/* One partition of a plan: read offsets [start, stop) (stop < 0: none). */
+typedef struct sl_kafka_partition_plan {
+    const char *topic; /* borrowed from the caller's topics */
+    int32_t partition;
+    int64_t start, stop;
+} sl_kafka_partition_plan_t;
+
+/* Every partition of topics[0..num_topics) (topics in order, partitions
+ * ascending) with its start and stop offsets, each metadata request
+ * bounded by timeout_ms. *failed_topic (may be NULL) gets the index of the
+ * topic a failure is about (SL_ERR_NOT_FOUND: no such topic;
+ * SL_ERR_TIMEOUT, SL_ERR_IO: the brokers). SL_ERR_INVALID past 65536
+ * partitions. Caller owns *out ([*count]), free with sl_free(a, *out,
+ * *count * sizeof **out). */
+sl_err_t sl_kafka_plan_partitions(sl_kafka_consumer_t *c, const char *const *topics,
+                                  uint32_t num_topics, uint8_t start_at, int64_t start_ms,
+                                  uint8_t stop_at, int64_t stop_ms, int timeout_ms,
+                                  const sl_allocator_t *a, sl_kafka_partition_plan_t **out,
+                                  uint32_t *count, uint32_t *failed_topic, sl_error_t *err);
+
+
 /* Chunk index of a partition read from start in chunks of size offsets:
  * [start + index * size, start + (index + 1) * size), cut at stop (< 0:
  * none). A function of (start, size) alone, so that a restarted master or

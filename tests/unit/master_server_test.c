@@ -254,16 +254,29 @@ Test(master_server, submit_refusals)
     cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "/nonexistent/table") != NULL, "%s", err.msg);
     json_decref(b);
-    /* a Kafka job: the spec is valid, this master does not lease chunks yet */
+    /* a Kafka stream (no stop): the spec is valid, streams are not leased yet */
     b = json_loads("{\"spec\": {\"id\": \"j\", \"source\": {\"kafka\": {\"brokers\": "
                    "\"127.0.0.1:9\", \"topics\": [\"t\"], \"schema\": {\"features\": "
                    "[{\"name\": \"f\", \"kind\": \"sparse\"}]}}}}}",
                    0, NULL);
     cr_assert_not_null(b);
     cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
-    cr_assert(strstr(err.msg, "$.source.kafka: this master does not lease Kafka partition chunks "
-                              "yet (docs/KAFKA.md)") != NULL,
+    cr_assert(strstr(err.msg, "$.source.kafka.stop: missing: a stream (no stop) is not leased "
+                              "under a master yet") != NULL,
               "%s", err.msg);
+    json_decref(b);
+    /* a bounded replay from brokers nobody answers at: refused naming them, in bounded time */
+    b = json_loads("{\"spec\": {\"id\": \"j\", \"source\": {\"kafka\": {\"brokers\": "
+                   "\"127.0.0.1:9\", \"topics\": [\"t\"], \"stop\": \"end\", "
+                   "\"schema\": {\"features\": [{\"name\": \"f\", \"kind\": "
+                   "\"sparse\"}]}}}}}",
+                   0, NULL);
+    cr_assert_not_null(b);
+    uint64_t t0 = sl_clock_ms();
+    cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "$.source.kafka.brokers: kafka topic 't': metadata: ") != NULL, "%s",
+              err.msg);
+    cr_assert_lt((double)(sl_clock_ms() - t0), 1000 * tu_timeout(10), "%s", err.msg);
     json_decref(b);
     b = json_pack("{s:{s:s, s:{s:s}, s:{s:i}}}", "spec", "id", "j", "source", "table", e.table,
                   "batch", "size", -5);

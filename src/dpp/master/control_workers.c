@@ -260,6 +260,12 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
     le.todo = todo;
     le.rank_plus_one = l.rank_plus_one;
     le.expiry_ms = m->opts.lease_timeout_ms;
+    char topic[MP_ID_MAX];
+    int32_t partition = 0;
+    if (mp_kafka_split_ref(l.path, l.stripe_begin, l.stripe_end, topic, sizeof topic, &partition)) {
+        le.kafka_topic = topic;
+        le.kafka_partition = partition;
+    }
     /* one a split and epoch (and again after an expiry): never per batch */
     sl_log_kv(SL_LOG_INFO, "lease_granted",
               (SL_KV_STR("job", job), SL_KV_U64("split", l.split), SL_KV_U64("epoch", l.epoch),

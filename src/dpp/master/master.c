@@ -343,7 +343,9 @@ bool sl_master_ready(sl_master_t *m)
  * every worker: parse, open the table (its schema), bind the spec to it as
  * a worker's plan does, and check every file the spec names (vocabularies:
  * present, regular, under their cap; not read), then cut the table into
- * splits. Every problem goes to *problems by its path in the spec. */
+ * splits. A Kafka job (source.kafka) binds to its inline schema and is cut
+ * into partition chunks with the brokers' help (kafka_splits.c). Every
+ * problem goes to *problems by its path in the spec. */
 static sl_err_t check_spec(const char *text, sl_pipeline_job_t **job, sl_wh_table_t **table,
                            sl_wh_filter_t **filter, sl_wh_splits_t **splits,
                            sl_pipeline_problems_t *problems, sl_error_t *err)
@@ -351,12 +353,9 @@ static sl_err_t check_spec(const char *text, sl_pipeline_job_t **job, sl_wh_tabl
     sl_pipeline_problems_t pr = {0};
     sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), job, &pr, err);
     if (rc == SL_OK && (*job)->is_kafka) {
-        /* partition chunks as splits are designed (docs/DESIGN.md, "Kafka:
-         * offsets are rows") but not in the state machine yet */
-        rc = sl_pipeline_problems_add(&pr, "$.source.kafka: this master does not lease Kafka "
-                                           "partition chunks yet (docs/KAFKA.md)")
-                 ? SL_ERR_INVALID
-                 : sl_error_set(err, SL_ERR_NOMEM, "spec problems");
+        /* a bounded replay: its chunks are the splits (kafka_splits.c) */
+        rc = sl_pipeline_plan_check(*job, (*job)->kafka.schema, &pr, err);
+        if (rc == SL_OK) rc = mp_kafka_splits(*job, splits, &pr, err);
     } else if (rc == SL_OK) {
         rc = sl_wh_table_open((*job)->table, NULL, table, err);
         if (rc == SL_OK && (*job)->partitions != NULL)

@@ -185,4 +185,21 @@ void mp_guard_sweep(sl_master_t *m, uint64_t now_ms) SL_REQUIRES(m->mu);
  * registered worker or an attached client. */
 int mp_guard_evict(sl_master_t *m) SL_REQUIRES(m->mu);
 
+/* kafka_splits.c: a Kafka job's splits, one per chunk of each partition
+ * between the spec's start and stop, resolved with the brokers (each
+ * request bounded: a few seconds). Path "topic/partition", stripes 0..0
+ * (a Kafka chunk has none), first_row the chunk's first offset, num_rows
+ * its offset count: row r is offset first_row + r. A stream (no stop),
+ * unreachable brokers, an unknown topic are problems by JSON path in *pr
+ * (SL_ERR_INVALID, SL_ERR_NOT_FOUND, SL_ERR_TIMEOUT, SL_ERR_IO). Caller
+ * owns *out (sl_wh_splits_destroy). */
+struct sl_pipeline_job;
+sl_err_t mp_kafka_splits(const struct sl_pipeline_job *job, sl_wh_splits_t **out,
+                         sl_pipeline_problems_t *pr, sl_error_t *err);
+/* Is the split (path, stripes) a Kafka chunk (stripes 0..0, path
+ * "topic/partition")? Then topic (cap bytes) and *partition get its
+ * partition, for the LEASE frame's kafka_topic / kafka_partition. */
+bool mp_kafka_split_ref(const char *path, uint32_t stripe_begin, uint32_t stripe_end, char *topic,
+                        size_t cap, int32_t *partition);
+
 #endif

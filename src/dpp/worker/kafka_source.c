@@ -53,55 +53,29 @@ typedef struct kafka_source {
     _Atomic uint64_t ages[SL_WORKER_AGE_BUCKETS], age_count, age_sum_ms;
 } kafka_source_t;
 
-/* Where partition p of topic starts or stops, per the spec. */
-static sl_err_t offset_at(kafka_source_t *s, const char *topic, int32_t p, uint8_t at, int64_t ms,
-                          int64_t *out, sl_error_t *err)
-{
-    int64_t lo = 0, hi = 0;
-    switch (at) {
-    case SL_PIPELINE_KAFKA_NONE:
-        *out = -1;
-        return SL_OK;
-    case SL_PIPELINE_KAFKA_TIMESTAMP:
-        return sl_kafka_offset_for_time(s->c, topic, p, ms, META_TIMEOUT_MS, out, err);
-    default: {
-        sl_err_t rc = sl_kafka_watermarks(s->c, topic, p, META_TIMEOUT_MS, &lo, &hi, err);
-        *out = at == SL_PIPELINE_KAFKA_EARLIEST ? lo : hi;
-        return rc;
-    }
-    }
-}
-
 /* Every partition of every topic with its start and stop offsets. */
 static sl_err_t plan(kafka_source_t *s, sl_error_t *err)
 {
     const sl_pipeline_kafka_t *k = &s->job->kafka;
-    int32_t counts[256];
-    uint64_t total = 0;
-    if (k->num_topics > 256)
-        return sl_error_set(err, SL_ERR_INVALID, "kafka: %u topics, at most 256", k->num_topics);
-    for (uint32_t t = 0; t < k->num_topics; t++) {
-        sl_err_t rc = sl_kafka_partitions(s->c, k->topics[t], META_TIMEOUT_MS, &counts[t], err);
-        if (rc) return rc;
-        total += (uint64_t)counts[t];
+    sl_kafka_partition_plan_t *pl = NULL;
+    uint32_t n = 0;
+    sl_err_t rc = sl_kafka_plan_partitions(s->c, (const char *const *)k->topics, k->num_topics,
+                                           k->start, k->start_ms, k->stop, k->stop_ms,
+                                           META_TIMEOUT_MS, s->a, &pl, &n, NULL, err);
+    if (rc) return rc;
+    s->parts = sl_calloc(s->a, n, sizeof *s->parts);
+    if (!s->parts) rc = sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
+    for (uint32_t i = 0; rc == SL_OK && i < n; i++) {
+        kpart_t *kp = &s->parts[s->num_parts++];
+        kp->topic = pl[i].topic;
+        kp->partition = pl[i].partition;
+        kp->start = pl[i].start;
+        kp->stop = pl[i].stop;
+        snprintf(kp->name, sizeof kp->name, "%s/%d", kp->topic, (int)kp->partition);
     }
-    if (total == 0 || total > 65536)
-        return sl_error_set(err, SL_ERR_INVALID, "kafka: %" PRIu64 " partitions (1 to 65536)",
-                            total);
-    s->parts = sl_calloc(s->a, (size_t)total, sizeof *s->parts);
-    if (!s->parts) return sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
-    for (uint32_t t = 0; t < k->num_topics; t++)
-        for (int32_t p = 0; p < counts[t]; p++) {
-            kpart_t *kp = &s->parts[s->num_parts++];
-            kp->topic = k->topics[t];
-            kp->partition = p;
-            snprintf(kp->name, sizeof kp->name, "%s/%d", kp->topic, (int)p);
-            sl_err_t rc = offset_at(s, kp->topic, p, k->start, k->start_ms, &kp->start, err);
-            if (rc == SL_OK) rc = offset_at(s, kp->topic, p, k->stop, k->stop_ms, &kp->stop, err);
-            if (rc) return rc;
-        }
-    s->planned = true;
-    return SL_OK;
+    sl_free(s->a, pl, (size_t)n * sizeof *pl);
+    s->planned = rc == SL_OK;
+    return rc;
 }
 
 static sl_err_t kafka_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)

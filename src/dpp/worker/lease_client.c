@@ -19,6 +19,7 @@ void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
 {
     if (!l) return;
     sl_strfree(ms->a, l->path);
+    sl_strfree(ms->a, l->kafka_topic);
     if (l->todo) sl_free(ms->a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
     if (l->empty) sl_free(ms->a, l->empty, (size_t)l->num_empty * sizeof *l->empty);
     sl_strfree(ms->a, l->fail_msg);
@@ -57,7 +58,9 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
                               .todo = l->todo,
                               .num_todo = l->num_todo,
                               .generation = l->generation,
-                              .rank_plus_one = l->rank_plus_one};
+                              .rank_plus_one = l->rank_plus_one,
+                              .kafka_topic = l->kafka_topic,
+                              .kafka_partition = l->kafka_partition};
     return SL_OK;
 }
 

@@ -30,6 +30,8 @@ typedef struct lease {
     uint64_t generation;
     uint32_t rank_plus_one;
     char *path;
+    char *kafka_topic; /* a Kafka chunk's (NULL: a table split) */
+    int32_t kafka_partition;
     sl_wh_split_t sp;
     sl_dpp_row_range_t *todo;
     uint32_t num_todo;

@@ -193,7 +193,11 @@ sl_err_t dpp_lease_call(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
 static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Lease *m,
                          lease_t **out, sl_error_t *err)
 {
-    if (!m->ref || !m->path || !m->path[0] || m->stripe_end <= m->stripe_begin)
+    /* a Kafka chunk (kafka_topic set) has no stripes: 0..0 */
+    bool kafka = m->kafka_topic && m->kafka_topic[0];
+    if (!m->ref || !m->path || !m->path[0] ||
+        (kafka ? m->stripe_end != 0 || m->stripe_begin != 0 || m->kafka_partition < 0
+               : m->stripe_end <= m->stripe_begin))
         return sl_error_set(err, SL_ERR_PROTOCOL,
                             "master %s: lease without a split reference, path or stripes",
                             ms->master);
@@ -218,8 +222,10 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
     l->generation = m->ref->generation;
     l->rank_plus_one = m->rank_plus_one;
     l->path = sl_strdup(ms->a, m->path);
+    l->kafka_topic = kafka ? sl_strdup(ms->a, m->kafka_topic) : NULL;
+    l->kafka_partition = m->kafka_partition;
     l->todo = sl_alloc(ms->a, m->n_todo * sizeof *l->todo);
-    if (!l->path || !l->todo) {
+    if (!l->path || !l->todo || (kafka && !l->kafka_topic)) {
         if (l->todo) l->num_todo = (uint32_t)m->n_todo;
         dpp_lease_free(ms, l);
         return sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");

@@ -70,6 +70,11 @@ typedef struct sl_worker_work {
     void *lease; /* the source's handle, given back to the lease hooks */
     uint64_t generation;
     uint32_t rank_plus_one; /* static sharding: 1 + the trainer rank to serve; 0: any */
+    /* A leased Kafka chunk (proto/control.proto Lease kafka_topic): its
+     * topic (borrowed like split) and partition; row r of the split is
+     * offset split->first_row + r. NULL: a table split. */
+    const char *kafka_topic;
+    int32_t kafka_partition;
 } sl_worker_work_t;
 
 /* The lease part of a batch's origin (the rest is the batch's
