@@ -63,8 +63,7 @@ static uint32_t collect(sl_master_t *m, wjob *out, uint32_t cap) SL_EXCLUDES(m->
         uint32_t np = sl_master_state_kafka_positions(m->st, mj->id, NULL, 0);
         sl_master_state_job_status_t st;
         sl_error_t err = {0};
-        if (np == 0 || sl_master_state_job_status(m->st, mj->id, &st, &err) != SL_OK ||
-            st.finished)
+        if (np == 0 || sl_master_state_job_status(m->st, mj->id, &st, &err) != SL_OK || st.finished)
             continue;
         wjob *j = &out[n];
         memset(j, 0, sizeof *j);
@@ -91,8 +90,8 @@ static uint32_t collect(sl_master_t *m, wjob *out, uint32_t cap) SL_EXCLUDES(m->
     return n;
 }
 
-static sl_kafka_consumer_t *consumer_of(sl_master_t *m, wcache *cache, uint32_t cap,
-                                        const wjob *j, const sl_pipeline_job_t *spec)
+static sl_kafka_consumer_t *consumer_of(sl_master_t *m, wcache *cache, uint32_t cap, const wjob *j,
+                                        const sl_pipeline_job_t *spec)
 {
     uint32_t free_slot = cap;
     for (uint32_t i = 0; i < cap; i++) {
@@ -133,9 +132,9 @@ static void ask(sl_master_t *m, sl_kafka_consumer_t *c, const sl_pipeline_job_t 
     *nadd = 0;
     sl_kafka_partition_plan_t *pl = NULL;
     uint32_t n = 0;
-    if (sl_kafka_plan_partitions(c, (const char *const *)spec->kafka.topics,
-                                 spec->kafka.num_topics, SL_KAFKA_AT_EARLIEST, 0, SL_KAFKA_AT_NONE,
-                                 0, WATCH_TIMEOUT_MS, m->a, &pl, &n, NULL, &err) == SL_OK) {
+    if (sl_kafka_plan_partitions(c, (const char *const *)spec->kafka.topics, spec->kafka.num_topics,
+                                 SL_KAFKA_AT_EARLIEST, 0, SL_KAFKA_AT_NONE, 0, WATCH_TIMEOUT_MS,
+                                 m->a, &pl, &n, NULL, &err) == SL_OK) {
         /* the plan's partitions the job does not read: moved to the front */
         for (uint32_t i = 0; i < n; i++) {
             bool known = false;
@@ -159,14 +158,14 @@ static void ask(sl_master_t *m, sl_kafka_consumer_t *c, const sl_pipeline_job_t 
             atomic_fetch_add(&m->kafka_watch_errors, 1);
         }
         if (offs != NULL)
-            offs[no++] = (sl_kafka_offset_t){j->pos[k].topic, j->pos[k].partition,
-                                             j->pos[k].committed};
+            offs[no++] =
+                (sl_kafka_offset_t){j->pos[k].topic, j->pos[k].partition, j->pos[k].committed};
     }
     if (offs != NULL && sl_kafka_commit_offsets(c, offs, no, WATCH_TIMEOUT_MS, &err) != SL_OK) {
         atomic_fetch_add(&m->kafka_watch_errors, 1);
         sl_log_kv(SL_LOG_DEBUG, "kafka_group_commit", (SL_KV_STR("job", j->id)),
-                  "job %s: mirroring its committed offsets into group sluice-%s: %s", j->id,
-                  j->id, err.msg);
+                  "job %s: mirroring its committed offsets into group sluice-%s: %s", j->id, j->id,
+                  err.msg);
     } else if (offs != NULL) {
         atomic_fetch_add(&m->kafka_group_commits, 1);
     }
@@ -326,8 +325,7 @@ sl_err_t mp_kafka_tokens_retained(sl_master_t *m, const sl_master_state_job_spec
     return rc;
 }
 
-uint32_t mp_kafka_positions(sl_master_t *m, const char *job,
-                            const sl_master_kafka_position_t **out)
+uint32_t mp_kafka_positions(sl_master_t *m, const char *job, const sl_master_kafka_position_t **out)
 {
     *out = NULL;
     uint32_t n = sl_master_state_kafka_positions(m->st, job, NULL, 0);
@@ -357,8 +355,8 @@ uint32_t mp_kafka_view(sl_master_t *m, const char *job, const sl_master_kafka_vi
         m->cap_kview = n;
     }
     for (uint32_t k = 0; k < n; k++)
-        m->kview[k] = (sl_master_kafka_view_t){pos[k], mp_kafka_high(m, job, pos[k].topic,
-                                                                      pos[k].partition)};
+        m->kview[k] =
+            (sl_master_kafka_view_t){pos[k], mp_kafka_high(m, job, pos[k].topic, pos[k].partition)};
     *out = m->kview;
     return n;
 }
