@@ -279,16 +279,38 @@ bool sl_kafka_chunk_bounds(int64_t start, uint32_t size, uint64_t index, int64_t
 /* ---- reading a range ---- */
 
 typedef struct range_read {
+    sl_kafka_consumer_t *c;
+    bool paused; /* the partition, by hold */
     const sl_kafka_read_opts_t *o;
     sl_kafka_read_stats_t *st;
     int64_t first;     /* the first offset not handed on yet */
     uint64_t first_ms; /* when the oldest row held was added */
 } range_read_t;
 
+/* Pause or resume the partition as o->hold (if any) wants it now
+ * (resume: false, whatever hold says). */
+static void hold_check(range_read_t *rr, bool resume)
+{
+    const sl_kafka_read_opts_t *o = rr->o;
+    if (!o->hold) return;
+    bool want = !resume && o->hold(o->ctx, rr->paused);
+    if (want == rr->paused) return;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    if (!l) return; /* out of memory: stays as it is, asked again at the next poll */
+    rd_kafka_topic_partition_list_add(l, o->topic, o->partition);
+    rd_kafka_resp_err_t e = want ? rd_kafka_pause_partitions(rr->c->rk, l)
+                                 : rd_kafka_resume_partitions(rr->c->rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (e) return;
+    rr->paused = want;
+    if (want) rr->st->pauses++;
+}
+
 /* Hand on the rows held, as the stripe [first, end). */
 static sl_err_t flush(range_read_t *rr, int64_t end, sl_error_t *err)
 {
     const sl_kafka_read_opts_t *o = rr->o;
+    hold_check(rr, false); /* the callback may wait for memory: paused meanwhile */
     sl_kafka_stripe_t s;
     sl_err_t rc = sl_kafka_rows_take(o->rows, &s, err);
     if (rc) return rc;
@@ -338,7 +360,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
     rd_kafka_resp_err_t e = rd_kafka_assign(c->rk, l);
     rd_kafka_topic_partition_list_destroy(l);
     if (e) return kerr(err, e, "assign", o->topic, o->partition);
-    range_read_t rr = {.o = o, .st = stats, .first = o->from};
+    range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from};
     int64_t pos = o->from; /* the consumer's position: every offset below was read or a gap */
     sl_err_t rc = SL_OK;
     while (rc == SL_OK && pos < o->to) {
@@ -346,6 +368,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             rc = sl_error_set(err, SL_ERR_CLOSED, "kafka read cancelled");
             break;
         }
+        hold_check(&rr, false);
         uint32_t held = sl_kafka_rows_count(o->rows);
         uint64_t now = sl_clock_ms();
         if (held && now - rr.first_ms >= o->linger_ms) {
@@ -406,6 +429,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         sl_error_t ignore = {0};
         sl_kafka_rows_take(o->rows, &s, &ignore);
     }
+    hold_check(&rr, true); /* a pause would outlive the assignment */
     rd_kafka_assign(c->rk, NULL);
     return rc;
 }

@@ -122,6 +122,7 @@ typedef struct sl_kafka_read_stats {
     uint64_t bad;     /* of those, bad (counted, skipped; their offsets read) */
     uint64_t stripes; /* handed to the callback with rows */
     uint64_t empty;   /* ... without rows (gaps, bad records only) */
+    uint64_t pauses;  /* times the partition was paused (hold) */
 } sl_kafka_read_stats_t;
 
 /* What sl_kafka_read_range hands on: the stripe of rows (possibly none)
@@ -144,6 +145,12 @@ typedef struct sl_kafka_read_opts {
     const atomic_bool *cancel;
     /* Called with each bad record's reason (may be NULL). */
     void (*bad)(void *ctx, const char *why);
+    /* Back-pressure (may be NULL): asked between polls and before each
+     * stripe is handed on (a callback that may block), with whether the
+     * partition is paused now; true: pause it (rd_kafka_pause_partitions:
+     * librdkafka stops fetching it, nothing more is queued), false:
+     * resume it. The read resumes the partition before it returns. */
+    bool (*hold)(void *ctx, bool paused);
 } sl_kafka_read_opts_t;
 
 /* Assign the partition at from, consume until the consumer's position

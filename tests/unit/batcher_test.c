@@ -654,6 +654,67 @@ Test(batcher, ranges_with_drop_last_report_the_dropped_rows_empty)
     run_ranges(true);
 }
 
+/* A Kafka stripe under a lease: its records, sorted by session, are
+ * not numbered by their place, and its offsets have gaps (markers,
+ * aborted and bad records). Added as one unit [row, end_row), the batch
+ * it fills covers exactly its offsets and the gaps up to end_row: a batch
+ * that claimed [row, row + n) (the rows' count) would leave records past
+ * it "committed as empty" in SPLIT_READ, lost if the batch is lost. */
+Test(batcher, a_unit_of_rows_fills_a_batch_up_to_its_end_row)
+{
+    sl_batch_t *st = sl_batch_new(NULL);
+    make_stripe(st, 100, 8, false);
+    rsink_t sk = {0};
+    sl_worker_batcher_opts_t o = {.batch_size = 8, .sample_ids = true};
+    sl_worker_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_batcher_new(&o, collect_ranged, &sk, &bt, &err), SL_OK);
+    int lease_handle;
+    sl_worker_lease_origin_t lo = {.handle = &lease_handle, .split = 3, .generation = 5};
+    sl_dpp_row_range_t e;
+    /* 8 records at offsets [2, 20) of the chunk: a full batch, to 20 */
+    lo.from_row = 2;
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 0, &err), SL_OK, "%s", err.msg);
+    sl_worker_rows_origin_t ro = {.epoch = 0, .split_id = 3, .row = 2, .end_row = 20};
+    cr_assert_eq(sl_worker_batcher_add(bt, st, NULL, NULL, 8, &ro, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sk.batches, 1);
+    cr_assert_eq(sk.lease[0].from_row, 2);
+    cr_assert_eq(sk.lease[0].to_row, 20);
+    cr_assert_eq(sl_worker_batcher_end_range(bt, 20, &e, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(e.from_row, e.to_row, "nothing of [2, 20) is empty");
+    /* 3 of them kept, in [20, 31): a short batch [20, 31) */
+    uint32_t sel[3] = {1, 4, 6};
+    lo.from_row = 20;
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 0, &err), SL_OK, "%s", err.msg);
+    ro = (sl_worker_rows_origin_t){.epoch = 0, .split_id = 3, .row = 20, .end_row = 31};
+    cr_assert_eq(sl_worker_batcher_add(bt, st, sel, NULL, 3, &ro, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_batcher_end_range(bt, 31, &e, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sk.batches, 2);
+    cr_assert_eq(sk.n[1], 3);
+    static const int64_t want[3] = {101, 104, 106};
+    cr_assert_eq(memcmp(sk.ids[1], want, sizeof want), 0);
+    cr_assert_eq(sk.lease[1].from_row, 20);
+    cr_assert_eq(sk.lease[1].to_row, 31);
+    cr_assert_eq(e.from_row, e.to_row);
+    /* none kept of [31, 40): all of it empty */
+    lo.from_row = 31;
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 0, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_batcher_end_range(bt, 40, &e, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(e.from_row, 31);
+    cr_assert_eq(e.to_row, 40);
+    /* a unit that does not fit the batch being built is refused, not split */
+    lo.from_row = 40;
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 0, &err), SL_OK, "%s", err.msg);
+    ro = (sl_worker_rows_origin_t){.epoch = 0, .split_id = 3, .row = 40, .end_row = 45};
+    cr_assert_eq(sl_worker_batcher_add(bt, st, sel, NULL, 3, &ro, &err), SL_OK, "%s", err.msg);
+    ro = (sl_worker_rows_origin_t){.epoch = 0, .split_id = 3, .row = 45, .end_row = 60};
+    cr_assert_eq(sl_worker_batcher_add(bt, st, NULL, NULL, 8, &ro, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "does not fit the 5 rows left") != NULL, "%s", err.msg);
+    cr_assert_eq(sk.batches, 2);
+    sl_worker_batcher_destroy(bt);
+    sl_batch_destroy(st);
+}
+
 /* With a shuffle window (of the batch size, the only one a range takes) a
  * batch of a range shuffles its own rows, in an order drawn from its split
  * and first row: the same whatever ranges came before it. */

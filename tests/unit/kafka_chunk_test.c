@@ -368,6 +368,89 @@ Test(kafka_chunks, chunks_tile_partitions_exactly_once)
     mock_stop(&m);
 }
 
+/* Back-pressure: a read whose hold says "pause" for its first 300 ms
+ * pauses the partition once, reads nothing meanwhile (every record still
+ * queued or unfetched), and after the resume reads the range to its end,
+ * every record once. */
+typedef struct held {
+    kr_seen_t v; /* first: the stripe callback's context */
+    double until;
+    uint32_t asked_paused, stripes_while_paused;
+    bool paused;
+} held_t;
+
+static bool hold_for_a_while(void *ctx, bool paused)
+{
+    held_t *h = ctx;
+    h->paused = paused;
+    if (paused) h->asked_paused++;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 < h->until;
+}
+
+static sl_err_t held_stripe(void *ctx, const sl_kafka_stripe_t *s, int64_t first, int64_t end,
+                            sl_error_t *err)
+{
+    held_t *h = ctx;
+    if (h->paused && s->rows.batch.batch_size) h->stripes_while_paused++;
+    return kr_on_stripe(ctx, s, first, end, err);
+}
+
+Test(kafka_chunks, hold_pauses_the_partition_and_resumes_it)
+{
+    mock_t m;
+    mock_start(&m, "held", 1);
+    for (uint64_t id = 0; id < 500; id++)
+        kr_produce(m.producer, "held", 0, id, id % 7);
+    kr_flush(m.producer, (int)(tu_timeout(10) * 1000));
+    sl_kafka_consumer_t *c = consumer(m.bootstraps);
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
+    static held_t h;
+    memset(&h, 0, sizeof h);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    h.until = t0 + 0.3;
+    sl_kafka_read_opts_t o = {.topic = "held",
+                              .partition = 0,
+                              .from = 0,
+                              .to = 500,
+                              .batch_rows = 64,
+                              .linger_ms = 60000,
+                              .rows = rows,
+                              .stripe = held_stripe,
+                              .ctx = &h,
+                              .hold = hold_for_a_while};
+    sl_kafka_read_stats_t st = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    cr_assert_geq((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0, 0.3);
+    cr_assert_eq(st.pauses, 1);
+    cr_assert_gt(h.asked_paused, 1, "asked again while paused");
+    cr_assert_eq(h.stripes_while_paused, 0);
+    cr_assert_eq(st.records, 500);
+    cr_assert_eq(h.v.next, 500);
+    for (uint64_t id = 0; id < 500; id++)
+        cr_assert_eq(h.v.seen[id], 1u, "sample %lu delivered %u times", (unsigned long)id,
+                     h.v.seen[id]);
+    /* the read resumed the partition: a read after it is not held */
+    h.until = 0;
+    memset(&h.v, 0, sizeof h.v);
+    h.v.next = 100;
+    o.from = 100;
+    o.to = 200;
+    o.hold = NULL;
+    cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(h.v.next, 200);
+    sl_kafka_rows_destroy(rows);
+    sl_wh_schema_destroy(schema);
+    sl_kafka_consumer_destroy(c);
+    mock_stop(&m);
+}
+
 typedef struct later {
     mock_t *m;
     uint64_t from, count;

@@ -61,6 +61,10 @@ static void metrics_into(sl_admin_prom_t *pp, sl_worker_t *w, sl_worker_lease_cl
             "Kafka records skipped as bad: no or another format header, an undecodable value, "
             "features that do not fit the schema.",
             (double)st.records_bad);
+    counter(pp, jl, "sluice_worker_kafka_pauses_total",
+            "Times the Kafka partition being read was paused because the memory budget was full "
+            "(7/8 of --memory-limit; resumed below 3/4).",
+            (double)st.kafka_pauses);
     /* a Prometheus histogram: cumulative buckets, sum and count */
     sl_admin_prom_family(pp, "sluice_worker_kafka_record_age_seconds", "histogram",
                          "Age of each Kafka record (now minus its CreateTime) when the worker "
@@ -210,8 +214,9 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
     if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
     if (o && (st.records_read || st.records_bad))
         json_object_set_new(o, "kafka",
-                            json_pack("{s:I, s:I}", "records", (json_int_t)st.records_read,
-                                      "bad_records", (json_int_t)st.records_bad));
+                            json_pack("{s:I, s:I, s:I}", "records", (json_int_t)st.records_read,
+                                      "bad_records", (json_int_t)st.records_bad, "pauses",
+                                      (json_int_t)st.kafka_pauses));
     if (o && ms) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(ms, &m);

@@ -548,6 +548,17 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
         b->epoch = origin->epoch;
         b->rng = b->o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)origin->epoch + 1));
     }
+    if (b->ranged && origin->end_row) {
+        /* a unit's rows have no row numbers: no batch may end inside it */
+        const builder_t *bd = b->window.cap ? &b->window : &b->batch;
+        if (origin->end_row <= origin->row || n > bd->cap - bd->n)
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "batcher: a unit of %u rows [%llu, %llu) of split %u does not "
+                                "fit the %u rows left in the batch",
+                                n, (unsigned long long)origin->row,
+                                (unsigned long long)origin->end_row, b->range.split,
+                                bd->cap - bd->n);
+    }
     if (origin->key_offsets != NULL) {
         if (origin->key_offsets[b->F] != rows->sparse.num_values)
             return sl_error_set(err, SL_ERR_INVALID,
@@ -586,7 +597,7 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
         }
         if ((rc = gather_runs(b, bd, rows, b->runs, nr, m, weights, i, origin, err))) return rc;
         i += m;
-        if (b->ranged) b->range_next = origin->row + prev + 1;
+        if (b->ranged) b->range_next = origin->end_row ? origin->end_row : origin->row + prev + 1;
         if (bd->n == bd->cap) {
             /* in a range, a full batch ends right after its last row */
             rc = b->window.cap ? flush_window(b, b->range_next, err)

@@ -55,6 +55,12 @@ typedef struct sl_worker_rows_origin {
     /* [rows->sparse.num_keys + 1]: where each key's values start, when the
      * source knows it (sl_wh_rows_t.key_offsets); NULL: summed here */
     const uint64_t *key_offsets;
+    /* 0: input row i is split row row + i. Else the input is one unit
+     * covering split rows [row, end_row) whose rows are not numbered by
+     * their place (a Kafka stripe: records sorted by session, offsets
+     * with gaps): in a range, the unit must fit in the batch being built,
+     * and a batch that fills with it ends at end_row, never inside it. */
+    uint64_t end_row;
 } sl_worker_rows_origin_t;
 
 /* Receives each complete batch and always takes ownership of it (free with

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "dpp/pipeline/job.h"
+#include "dpp/worker/queue.h"
 #include "dpp/worker/source.h"
 #include "kafka/chunk.h"
 
@@ -49,8 +50,16 @@ typedef struct kafka_source {
     sl_dpp_row_range_t whole; /* its todo */
     int64_t from, to;
     const kpart_t *part;
-    _Atomic uint64_t records, bad; /* read by the admin thread (records hook) */
+    _Atomic uint64_t records, bad, pauses; /* read by the admin thread (records hook) */
+    sl_worker_budget_t *budget;            /* the worker's: back-pressure (NULL: none) */
+    uint64_t prefetch;                     /* librdkafka's share of it, held throughout */
+    /* reader thread: the budget's use when it last changed, and when */
+    uint64_t hold_used, hold_since_ms;
     _Atomic uint64_t ages[SL_WORKER_AGE_BUCKETS], age_count, age_sum_ms;
+    /* Under a master: the lease client's source, whose units are the
+     * leased chunks (next, done and the lease hooks go to it). */
+    sl_worker_source_t inner;
+    bool leased;
 } kafka_source_t;
 
 /* Every partition of every topic with its start and stop offsets. */
@@ -155,6 +164,31 @@ static void count_ages(kafka_source_t *s, const sl_kafka_stripe_t *st)
     atomic_fetch_add(&s->age_sum_ms, sum);
 }
 
+/* Back-pressure (sl_kafka_read_opts_t hold), on the part of the budget
+ * above librdkafka's prefetch: the partition is paused once 7/8 of it is
+ * used (the reader is about to wait for memory, or waits: batches wait
+ * for a slow trainer) and resumed below 3/4, the low-water mark, so that
+ * librdkafka fetches nothing meanwhile. Memory is bounded by the budget
+ * either way; the pause only stops fetching. So that it can never stall
+ * the read, a pause also ends when the budget's use has not moved for a
+ * second (what holds it is not batches on their way out). */
+#define HOLD_STUCK_MS 1000
+static bool pass_hold(void *ctx, bool paused)
+{
+    kafka_source_t *s = ((pass_t *)ctx)->s;
+    uint64_t used = sl_worker_budget_used(s->budget), limit = sl_worker_budget_limit(s->budget);
+    uint64_t base = s->prefetch < limit ? s->prefetch : limit, room = limit - base;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    if (used != s->hold_used || !paused) {
+        s->hold_used = used;
+        s->hold_since_ms = now;
+    }
+    if (!paused) return used >= base + room / 8 * 7;
+    return used >= base + room / 4 * 3 && now - s->hold_since_ms < HOLD_STUCK_MS;
+}
+
 static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t first, int64_t end,
                             sl_error_t *err)
 {
@@ -165,29 +199,50 @@ static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t firs
     return p->fn(p->fn_ctx, &rows, (uint64_t)(first - p->from), (uint64_t)(end - p->from), err);
 }
 
+/* Read w's todo: offsets split->first_row + [from_row, to_row) of each
+ * todo range, of the work's partition (a lease's, or the unit this
+ * source handed out last). */
 static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn, void *fn_ctx,
                            sl_error_t *err)
 {
     kafka_source_t *s = ctx;
-    if (w->split != &s->split || w->num_todo != 1)
-        return sl_error_set(err, SL_ERR_PROTOCOL, "kafka source: a unit it did not hand out");
-    int64_t from = s->from + (int64_t)w->todo[0].from_row,
-            to = s->from + (int64_t)w->todo[0].to_row;
-    pass_t p = {.s = s, .fn = fn, .fn_ctx = fn_ctx, .from = s->from, .name = s->part->name};
-    sl_kafka_read_opts_t o = {.topic = s->part->topic,
-                              .partition = s->part->partition,
-                              .from = from,
-                              .to = to,
-                              .batch_rows = s->job->batch_size,
-                              .linger_ms = s->job->kafka.linger_ms,
-                              .rows = s->rows,
-                              .stripe = pass_stripe,
-                              .ctx = &p,
-                              .cancel = &s->cancel};
-    sl_kafka_read_stats_t st = {0};
-    sl_err_t rc = sl_kafka_read_range(s->c, &o, &st, err);
-    atomic_fetch_add(&s->records, st.records);
-    atomic_fetch_add(&s->bad, st.bad);
+    const char *topic;
+    int32_t partition;
+    if (s->leased) {
+        if (!w->kafka_topic)
+            return sl_error_set(err, SL_ERR_PROTOCOL,
+                                "kafka source: lease of split %" PRIu64
+                                " (%s) is not a Kafka chunk (no kafka_topic)",
+                                w->split_id, w->split->path);
+        topic = w->kafka_topic;
+        partition = w->kafka_partition;
+    } else {
+        if (w->split != &s->split || w->num_todo != 1)
+            return sl_error_set(err, SL_ERR_PROTOCOL, "kafka source: a unit it did not hand out");
+        topic = s->part->topic;
+        partition = s->part->partition;
+    }
+    int64_t base = (int64_t)w->split->first_row;
+    pass_t p = {.s = s, .fn = fn, .fn_ctx = fn_ctx, .from = base, .name = w->split->path};
+    sl_err_t rc = SL_OK;
+    for (uint32_t i = 0; i < w->num_todo && rc == SL_OK; i++) {
+        sl_kafka_read_opts_t o = {.topic = topic,
+                                  .partition = partition,
+                                  .from = base + (int64_t)w->todo[i].from_row,
+                                  .to = base + (int64_t)w->todo[i].to_row,
+                                  .batch_rows = s->job->batch_size,
+                                  .linger_ms = s->job->kafka.linger_ms,
+                                  .rows = s->rows,
+                                  .stripe = pass_stripe,
+                                  .ctx = &p,
+                                  .cancel = &s->cancel,
+                                  .hold = s->budget ? pass_hold : NULL};
+        sl_kafka_read_stats_t st = {0};
+        rc = sl_kafka_read_range(s->c, &o, &st, err);
+        atomic_fetch_add(&s->records, st.records);
+        atomic_fetch_add(&s->bad, st.bad);
+        atomic_fetch_add(&s->pauses, st.pauses);
+    }
     return rc;
 }
 
@@ -196,6 +251,7 @@ static void kafka_records(void *ctx, sl_worker_records_t *out)
     kafka_source_t *s = ctx;
     out->read = atomic_load(&s->records);
     out->bad = atomic_load(&s->bad);
+    out->pauses = atomic_load(&s->pauses);
     for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++)
         out->age_buckets[b] = atomic_load(&s->ages[b]);
     out->age_count = atomic_load(&s->age_count);
@@ -206,12 +262,53 @@ static void kafka_cancel(void *ctx)
 {
     kafka_source_t *s = ctx;
     atomic_store(&s->cancel, true);
+    if (s->inner.cancel) s->inner.cancel(s->inner.ctx);
+}
+
+/* ---- under a master: the lease client's units and hooks ---- */
+
+static sl_err_t leased_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
+{
+    kafka_source_t *s = ctx;
+    return s->inner.next(s->inner.ctx, out, err);
+}
+
+static void leased_done(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_range_t *empty,
+                        uint32_t num_empty)
+{
+    kafka_source_t *s = ctx;
+    if (s->inner.done) s->inner.done(s->inner.ctx, w, empty, num_empty);
+}
+
+static void leased_made(void *ctx, void *lease)
+{
+    kafka_source_t *s = ctx;
+    if (s->inner.lease_made) s->inner.lease_made(s->inner.ctx, lease);
+}
+
+static bool leased_live(void *ctx, void *lease)
+{
+    kafka_source_t *s = ctx;
+    return s->inner.lease_live(s->inner.ctx, lease);
+}
+
+static void leased_retire(void *ctx, void *lease, bool acked)
+{
+    kafka_source_t *s = ctx;
+    if (s->inner.lease_retire) s->inner.lease_retire(s->inner.ctx, lease, acked);
+}
+
+static void leased_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg)
+{
+    kafka_source_t *s = ctx;
+    if (s->inner.lease_failed) s->inner.lease_failed(s->inner.ctx, lease, code, stripe, msg);
 }
 
 static void kafka_destroy(void *ctx)
 {
     kafka_source_t *s = ctx;
     if (!s) return;
+    if (s->inner.destroy) s->inner.destroy(s->inner.ctx);
     sl_kafka_rows_destroy(s->rows);
     sl_kafka_consumer_destroy(s->c);
     if (s->parts) sl_free(s->a, s->parts, (size_t)s->num_parts * sizeof *s->parts);
@@ -250,16 +347,32 @@ static const char **consumer_props(const sl_pipeline_job_t *job, uint64_t prefet
     return p;
 }
 
-sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *const *features,
-                                    uint32_t nf, uint64_t prefetch, const sl_allocator_t *a,
-                                    sl_worker_source_t *out, sl_error_t *err)
+/* The source's consumer and decoder; inner (may be NULL) is taken over,
+ * also on failure. */
+static sl_err_t kafka_new(const sl_pipeline_job_t *job, const char *const *features, uint32_t nf,
+                          uint64_t prefetch, sl_worker_budget_t *budget, const sl_allocator_t *a,
+                          const sl_worker_source_t *inner, kafka_source_t **out, sl_error_t *err)
 {
-    if (!job->is_kafka)
-        return sl_error_set(err, SL_ERR_INVALID, "kafka source: the job has no source.kafka");
+    *out = NULL;
+    if (!job->is_kafka || (inner && !inner->lease_live)) {
+        if (inner && inner->destroy) inner->destroy(inner->ctx);
+        return sl_error_set(err, SL_ERR_INVALID,
+                            !job->is_kafka ? "kafka source: the job has no source.kafka"
+                                           : "kafka source: the lease source has no lease hooks");
+    }
     kafka_source_t *s = sl_calloc(a, 1, sizeof *s);
-    if (!s) return sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
+    if (!s) {
+        if (inner && inner->destroy) inner->destroy(inner->ctx);
+        return sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
+    }
     s->job = job;
     s->a = a;
+    s->budget = budget;
+    s->prefetch = prefetch;
+    if (inner) {
+        s->inner = *inner;
+        s->leased = true;
+    }
     atomic_init(&s->cancel, false);
     char group[300];
     snprintf(group, sizeof group, "sluice-%s", job->id ? job->id : "job");
@@ -282,9 +395,46 @@ sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *co
         kafka_destroy(s);
         return rc;
     }
+    *out = s;
+    return SL_OK;
+}
+
+sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *const *features,
+                                    uint32_t nf, uint64_t prefetch, sl_worker_budget_t *budget,
+                                    const sl_allocator_t *a, sl_worker_source_t *out,
+                                    sl_error_t *err)
+{
+    kafka_source_t *s;
+    sl_err_t rc = kafka_new(job, features, nf, prefetch, budget, a, NULL, &s, err);
+    if (rc) return rc;
     *out = (sl_worker_source_t){.next = kafka_next,
                                 .destroy = kafka_destroy,
                                 .cancel = kafka_cancel,
+                                .read = kafka_read,
+                                .records = kafka_records,
+                                .ctx = s};
+    return SL_OK;
+}
+
+sl_err_t sl_worker_source_kafka_leased_new(const sl_pipeline_job_t *job,
+                                           const char *const *features, uint32_t nf,
+                                           uint64_t prefetch, sl_worker_budget_t *budget,
+                                           const sl_allocator_t *a, sl_worker_source_t *src,
+                                           sl_error_t *err)
+{
+    kafka_source_t *s;
+    sl_worker_source_t inner = *src;
+    *src = (sl_worker_source_t){0};
+    sl_err_t rc = kafka_new(job, features, nf, prefetch, budget, a, &inner, &s, err);
+    if (rc) return rc;
+    *src = (sl_worker_source_t){.next = leased_next,
+                                .done = leased_done,
+                                .destroy = kafka_destroy,
+                                .cancel = kafka_cancel,
+                                .lease_made = leased_made,
+                                .lease_live = leased_live,
+                                .lease_retire = leased_retire,
+                                .lease_failed = leased_failed,
                                 .read = kafka_read,
                                 .records = kafka_records,
                                 .ctx = s};

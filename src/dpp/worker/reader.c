@@ -217,6 +217,16 @@ static bool work_live(const sl_worker_t *w, const sl_worker_work_t *wk)
     return !wk->lease || !w->source.lease_live || w->source.lease_live(w->source.ctx, wk->lease);
 }
 
+/* The lease part of the origin of wk's batches (from_row, to_row: the
+ * batcher's). */
+static sl_worker_lease_origin_t lease_origin(const sl_worker_work_t *wk)
+{
+    return (sl_worker_lease_origin_t){.handle = wk->lease,
+                                      .split = (uint32_t)wk->split_id,
+                                      .generation = wk->generation,
+                                      .rank_plus_one = wk->rank_plus_one};
+}
+
 /* Open the file of split sp on rd->r. Consecutive splits of one file
  * share the open reader: no footer parsing again, and its decode buffers
  * stay warm. */
@@ -258,10 +268,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
                                 ") is empty, out of order or past the split's %" PRIu64 " rows",
                                 what, wk->split_id, i, todo[i].from_row, todo[i].to_row,
                                 sp->num_rows);
-    sl_worker_lease_origin_t lease = {.handle = wk->lease,
-                                      .split = (uint32_t)wk->split_id,
-                                      .generation = wk->generation,
-                                      .rank_plus_one = wk->rank_plus_one};
+    sl_worker_lease_origin_t lease = lease_origin(wk);
     bool in_range = false; /* a range of the batcher is open (under a lease) */
     uint32_t ti = 0;       /* the todo range being read */
     uint64_t row = 0;      /* split row of the stripe's row 0 */
@@ -367,20 +374,32 @@ typedef struct own_rows {
     reader_t *rd;
     const sl_worker_work_t *wk;
     uint64_t t0; /* when work on this stripe began */
+    bool dead;   /* the lease stopped being live: the read was cut short */
 } own_rows_t;
 
-/* One stripe of rows from the source: accounted in the budget while it is
- * filtered and batched, like a table stripe, then released. */
+/* One stripe of rows from the source, covering rows [first, end) of the
+ * split: accounted in the budget while it is filtered and batched, like a
+ * table stripe, then released. The source cut it at the batch size or
+ * after its linger time: it is one batch and goes out now, short or not,
+ * so that a record waits at most the linger time (a stream has no end to
+ * flush at). Under a lease that batch covers exactly [first, end), the
+ * gaps between its records included, and a stripe that keeps no row is
+ * an empty range for SPLIT_READ. */
 static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, uint64_t end,
                            sl_error_t *err)
 {
     own_rows_t *o = ctx;
     reader_t *rd = o->rd;
     sl_worker_t *w = rd->w;
-    (void)end;
+    const sl_worker_work_t *wk = o->wk;
     uint32_t n = rows->batch.batch_size, kept = 0;
     if (atomic_load(&w->stopping)) return SL_ERR_CLOSED;
-    if (n == 0) return SL_OK; /* gaps and bad records only: nothing to batch (no lease) */
+    if (wk->lease && !work_live(w, wk)) {
+        o->dead = true;
+        return SL_ERR_CLOSED;
+    }
+    if (n == 0) /* gaps and bad records only: nothing to batch */
+        return wk->lease ? add_empty(rd, (sl_dpp_row_range_t){first, end}, err) : SL_OK;
     uint64_t sb = rows_bytes(rows), tw = now_ns(CLOCK_MONOTONIC);
     sl_err_t rc = reader_take(rd, sb, "the records being batched", err);
     if (rc) return rc;
@@ -391,17 +410,24 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     else
         rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
-    sl_worker_rows_origin_t origin = {.epoch = o->wk->epoch,
-                                      .split_id = o->wk->split_id,
+    sl_worker_rows_origin_t origin = {.epoch = wk->epoch,
+                                      .split_id = wk->split_id,
                                       .row = first,
-                                      .key_offsets = rows->key_offsets};
+                                      .key_offsets = rows->key_offsets,
+                                      .end_row = wk->lease ? end : 0};
+    sl_worker_lease_origin_t lease = lease_origin(wk);
+    lease.from_row = first;
+    if (rc == SL_OK && wk->lease) rc = sl_worker_batcher_begin_range(rd->b, &lease, wk->epoch, err);
     if (rc == SL_OK && kept)
         rc = sl_worker_batcher_add(rd->b, &rows->batch, kept == n ? NULL : rd->selected,
                                    rd->weigh ? rd->weights : NULL, kept, &origin, err);
-    /* The source cut the stripe at the batch size or after its linger time:
-     * it is one batch and goes out now, short or not, so that a record
-     * waits at most the linger time (a stream has no end to flush at). */
-    if (rc == SL_OK && kept) rc = sl_worker_batcher_end_epoch(rd->b, err);
+    if (rc == SL_OK && wk->lease) {
+        sl_dpp_row_range_t e;
+        rc = sl_worker_batcher_end_range(rd->b, end, &e, err);
+        if (rc == SL_OK) rc = add_empty(rd, e, err);
+    } else if (rc == SL_OK && kept) {
+        rc = sl_worker_batcher_end_epoch(rd->b, err);
+    }
     if (rc == SL_OK) rc = batcher_acct(rd, err);
     rd->stripe_held = 0;
     sl_worker_budget_release(w->budget, sb);
@@ -414,12 +440,10 @@ static sl_err_t read_own(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, 
 {
     sl_worker_t *w = rd->w;
     rd->num_empty = 0;
-    if (wk->lease)
-        return sl_error_set(err, SL_ERR_PROTOCOL,
-                            "split %" PRIu64 ": a source that reads its own rows has no leases",
-                            wk->split_id);
     own_rows_t o = {.rd = rd, .wk = wk, .t0 = t0};
     sl_err_t rc = w->source.read(w->source.ctx, wk, own_stripe, &o, err);
+    if (rc == SL_ERR_CLOSED && o.dead && !atomic_load(&w->stopping))
+        rc = SL_OK; /* revoked mid-way: done follows, and the lease is forgotten unreported */
     if (rc == SL_OK) rc = batcher_acct(rd, err);
     return rc;
 }

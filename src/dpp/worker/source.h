@@ -6,8 +6,10 @@
  *                    alone (sluice read, sluice worker --job)
  *   lease_client.c   leases of a DPP master (sluice worker --master),
  *                    through sl_worker_lease_client_source
- *   kafka_source.c   chunks of Kafka partitions (a job with source.kafka),
- *                    on this worker alone; it reads its own rows (read)
+ *   kafka_source.c   chunks of Kafka partitions (a job with source.kafka):
+ *                    on this worker alone, or the chunks a master leases
+ *                    (wrapping the lease client's source); it reads its
+ *                    own rows (read)
  *
  * The contract between a source and the reader's one stripe loop
  * (reader.c), which is all a new source (the Kafka stream) has to keep:
@@ -105,6 +107,7 @@ typedef sl_err_t (*sl_worker_rows_fn)(void *fn_ctx, const sl_wh_rows_t *rows, ui
 extern const uint64_t SL_WORKER_AGE_BOUNDS_MS[SL_WORKER_AGE_BUCKETS - 1];
 typedef struct sl_worker_records {
     uint64_t read, bad;
+    uint64_t pauses; /* partitions paused for back-pressure (the budget full) */
     uint64_t age_buckets[SL_WORKER_AGE_BUCKETS]; /* not cumulative */
     uint64_t age_count, age_sum_ms;
 } sl_worker_records_t;
@@ -146,11 +149,15 @@ typedef struct sl_worker_source {
     /* A source whose rows are not table stripes (the Kafka source,
      * kafka_source.c) reads w's todo itself and hands each stripe of rows
      * to fn; the loop filters and batches them as a table stripe's rows.
-     * NULL: the loop reads the split's table stripes. Units of such a
-     * source carry no lease (yet: a lease's batches must each cover one
-     * contiguous range, which a stripe sorted by session does not give
-     * the batcher's row numbering). @return SL_ERR_CLOSED when cancelled,
-     * fn's error, or the source's. */
+     * NULL: the loop reads the split's table stripes. Each stripe is one
+     * batch: under a lease it covers exactly the stripe's rows [first,
+     * end) (its rows are sorted by session, not numbered by place; the
+     * batcher takes them as one unit, sl_worker_rows_origin_t.end_row),
+     * and a stripe with no kept row is an empty range of SPLIT_READ.
+     * The stripes of one todo range tile it. @return SL_ERR_CLOSED when
+     * cancelled or when fn stopped it (the lease stopped being live),
+     * fn's error, or the source's (SL_ERR_NOT_FOUND: offsets retention
+     * deleted, a split failure). */
     sl_err_t (*read)(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn, void *fn_ctx,
                      sl_error_t *err);
     /* Records consumed so far, how many were bad (skipped, their rows
@@ -168,12 +175,28 @@ typedef struct sl_worker_source {
  * job's topics from its start offset, in chunks of kafka.chunk offsets,
  * chunk i of every partition before chunk i + 1 of any; with a stop, up to
  * it, epoch after epoch; without, for ever. No leases. Partitions and
- * offsets are looked up on the first next. @return SL_ERR_INVALID (a
- * consumer property), SL_ERR_NOMEM. */
+ * offsets are looked up on the first next. budget (the worker's; may be
+ * NULL): the partition being read is paused while it is at or above 7/8
+ * of its limit and resumed below 3/4 (the low-water mark). @return
+ * SL_ERR_INVALID (a consumer property), SL_ERR_NOMEM. */
 struct sl_pipeline_job;
+struct sl_worker_budget;
 sl_err_t sl_worker_source_kafka_new(const struct sl_pipeline_job *job, const char *const *features,
-                                    uint32_t nf, uint64_t prefetch, const sl_allocator_t *a,
-                                    sl_worker_source_t *out, sl_error_t *err);
+                                    uint32_t nf, uint64_t prefetch, struct sl_worker_budget *budget,
+                                    const sl_allocator_t *a, sl_worker_source_t *out,
+                                    sl_error_t *err);
+
+/* The Kafka source of a job under a master: *src (the lease client's
+ * source, taken over, also on failure) gives the units, each a leased
+ * chunk (sl_worker_work_t kafka_topic, kafka_partition), and keeps the
+ * lease hooks; this source reads each unit's todo offsets from the
+ * brokers (assign, seek to each todo range, no consumer group). *src
+ * becomes the combined source. @return as sl_worker_source_kafka_new. */
+sl_err_t sl_worker_source_kafka_leased_new(const struct sl_pipeline_job *job,
+                                           const char *const *features, uint32_t nf,
+                                           uint64_t prefetch, struct sl_worker_budget *budget,
+                                           const sl_allocator_t *a, sl_worker_source_t *src,
+                                           sl_error_t *err);
 
 /* The table source (table_source.c) over splits (borrowed; must outlive
  * the source): for each epoch 0..epochs-1 every split once, whole and

@@ -310,16 +310,15 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     w->threads = o.threads;
     w->st.threads = o.threads;
     w->st.memory_limit = o.memory_limit;
+    /* before the source: a Kafka source pauses its partition when it is full */
+    w->budget = sl_worker_budget_new(a, o.memory_limit);
+    if (!w->budget) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+        goto fail;
+    }
     if (job->is_kafka) {
-        /* records of source.kafka's schema; a worker reads them alone
-         * (under a master, Kafka chunks are not leased yet: docs/KAFKA.md) */
-        if (w->source.next) {
-            rc = sl_error_set(err, SL_ERR_INVALID,
-                              "$.source.kafka: a worker under a master does not read Kafka "
-                              "topics yet");
-            if (problems) sl_pipeline_problems_add(problems, "%s", err->msg);
-            goto fail;
-        }
+        /* records of source.kafka's schema: read alone, or the chunks a
+         * master leases (the lease client's source given) */
         if ((rc = sl_pipeline_plan_new(job, job->kafka.schema, &w->plan, problems, err))) goto fail;
         uint32_t nf = 0;
         const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
@@ -328,8 +327,11 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
          * largest message, 1 MB), held in the budget from the start */
         uint64_t pf = o.memory_limit / 8;
         w->kafka_prefetch = pf < (4u << 20) ? (4u << 20) : pf > (64u << 20) ? (64u << 20) : pf;
-        if ((rc = sl_worker_source_kafka_new(job, features, nf, w->kafka_prefetch, a, &w->source,
-                                             err)))
+        if ((rc = w->source.next
+                      ? sl_worker_source_kafka_leased_new(job, features, nf, w->kafka_prefetch,
+                                                          w->budget, a, &w->source, err)
+                      : sl_worker_source_kafka_new(job, features, nf, w->kafka_prefetch, w->budget,
+                                                   a, &w->source, err)))
             goto fail;
     } else if ((rc = open_table(w, job, problems, err))) {
         goto fail;
@@ -352,10 +354,9 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
         }
         w->st.num_groups = w->num_groups;
     }
-    w->budget = sl_worker_budget_new(a, o.memory_limit);
     w->work = sl_worker_queue_new(a, 2 * o.threads);
     w->xform = sl_calloc(a, o.threads, sizeof *w->xform);
-    if (!w->budget || !w->work || !w->xform) {
+    if (!w->work || !w->xform) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         goto fail;
     }
@@ -477,6 +478,7 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
         w->source.records(w->source.ctx, &r);
         out->records_read = r.read;
         out->records_bad = r.bad;
+        out->kafka_pauses = r.pauses;
         _Static_assert(sizeof out->age_buckets == sizeof r.age_buckets, "age buckets");
         memcpy(out->age_buckets, r.age_buckets, sizeof r.age_buckets);
         out->age_count = r.age_count;
@@ -528,6 +530,12 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
                 ", evicted at the cap %" PRIu64 ", refused at the cap %" PRIu64
                 ", closed idle %" PRIu64 ", handshake timeouts %" PRIu64 "\n",
                 s->auth_failures, s->evicted, s->refused, s->idle_closed, s->handshake_timeouts);
+    if (st->records_read || st->records_bad)
+        fprintf(out,
+                "  kafka records %" PRIu64 ", bad %" PRIu64
+                " (skipped, their offsets read); partition paused %" PRIu64
+                " times (memory limit reached)\n",
+                st->records_read, st->records_bad, st->kafka_pauses);
     fprintf(out, "  memory limit %" PRIu64 " bytes, peak accounted %" PRIu64 "\n", st->memory_limit,
             st->memory_peak);
 }

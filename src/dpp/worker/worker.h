@@ -100,6 +100,9 @@ typedef struct sl_worker_stats {
      * format header, a value that does not decode, features that do not
      * fit the schema: skipped, their offsets read). 0 for a table. */
     uint64_t records_read, records_bad;
+    /* ... times the partition being read was paused: the budget reached
+     * 7/8 of the limit (resumed below 3/4) */
+    uint64_t kafka_pauses;
     /* ... and their ages when read (source.h, sl_worker_records_t) */
     uint64_t age_buckets[14], age_count, age_sum_ms;
     uint64_t batches, samples;              /* encoded */
