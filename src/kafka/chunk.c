@@ -298,8 +298,8 @@ static void hold_check(range_read_t *rr, bool resume)
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     if (!l) return; /* out of memory: stays as it is, asked again at the next poll */
     rd_kafka_topic_partition_list_add(l, o->topic, o->partition);
-    rd_kafka_resp_err_t e = want ? rd_kafka_pause_partitions(rr->c->rk, l)
-                                 : rd_kafka_resume_partitions(rr->c->rk, l);
+    rd_kafka_resp_err_t e =
+        want ? rd_kafka_pause_partitions(rr->c->rk, l) : rd_kafka_resume_partitions(rr->c->rk, l);
     rd_kafka_topic_partition_list_destroy(l);
     if (e) return;
     rr->paused = want;

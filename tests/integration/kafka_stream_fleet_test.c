@@ -4,16 +4,17 @@
  * produced while the job runs is delivered exactly once, through the
  * master's kill -9 and restart on its --state; a trainer's resume token
  * resumes exactly after what it delivered (before + after = produced, no
- * overlap). A stream never finishes: the clients are stopped once every id
- * arrived, with a few tail records (ids above the checked ones) to wake
- * them. Every wait is bounded. */
+ * overlap). A stream never finishes and keeps flowing: tail records (ids
+ * above the checked ones, each delivered at most once) are produced while
+ * the checked ids are awaited, and wake the clients to stop. Every wait
+ * is bounded. */
 #include "kafka_util.h"
 
 #include "../kafka_records.h"
 #include "fleet_util.h"
 
 #define PARTS 2
-#define N 2000          /* checked sample ids 0..N-1, partition id % 2 */
+#define N 2000            /* checked sample ids 0..N-1, partition id % 2 */
 #define ROWS (N + 100000) /* tail ids N.. wake stopped clients */
 
 static void suite_setup(void)
@@ -50,6 +51,44 @@ static void *produce_run(void *arg)
     kr_flush(k, (int)(tu_timeout(30) * 1000));
     rd_kafka_destroy(k);
     return NULL;
+}
+
+/* Tail records (ids from next on, 20 every 100 ms) while a stream's clients
+ * are awaited: a stream keeps flowing, so every chunk at its head fills up
+ * and ends. (A worker reads its leases one after the other: a chunk queued
+ * behind one waiting at a partition's head is read once that one ends.) */
+typedef struct flow {
+    const char *topic;
+    uint64_t next;
+    atomic_bool stop;
+    pthread_t th;
+} flow_t;
+
+static void *flow_run(void *arg)
+{
+    flow_t *f = arg;
+    while (!atomic_load(&f->stop)) {
+        producer_t p = {.topic = f->topic, .first = f->next, .n = 20};
+        produce_run(&p);
+        f->next += 20;
+        usleep(100 * 1000);
+    }
+    return NULL;
+}
+
+static void flow_start(flow_t *f, const char *topic)
+{
+    f->topic = topic;
+    f->next = N;
+    atomic_init(&f->stop, false);
+    pthread_create(&f->th, NULL, flow_run, f);
+}
+
+static uint64_t flow_stop(flow_t *f)
+{
+    atomic_store(&f->stop, true);
+    pthread_join(f->th, NULL);
+    return f->next;
 }
 
 static void spec_of(char *spec, size_t cap, const char *id, const char *topic)
@@ -164,8 +203,10 @@ static void run_stream(bool kill_master, const char *name)
         fu_master_start(&m);
     }
     pthread_join(during.th, NULL);
+    flow_t flow;
+    flow_start(&flow, topic);
     await_all(seen, name);
-    uint64_t tail = N;
+    uint64_t tail = flow_stop(&flow);
     stop_clients(c, th, 2, topic, &tail);
     assert_once(seen, tail);
     /* the job is a stream: never finished; its partition positions show */
@@ -214,11 +255,8 @@ Test(kafka_stream_fleet, resume_from_a_token_delivers_exactly_the_rest)
         w[i] = worker(&m, job, id);
     }
     atomic_uint *before = calloc(ROWS, sizeof *before);
-    fu_client_t proto = {.master = m.ctl,
-                         .job = job,
-                         .rows = ROWS,
-                         .seen = before,
-                         .stop_after = 20};
+    fu_client_t proto = {
+        .master = m.ctl, .job = job, .rows = ROWS, .seen = before, .stop_after = 20};
     atomic_init(&proto.delay_us, 2000);
     fu_client_t c1;
     pthread_t th1;
@@ -245,6 +283,8 @@ Test(kafka_stream_fleet, resume_from_a_token_delivers_exactly_the_rest)
     fu_client_t c2;
     pthread_t th2;
     fu_clients_start(&c2, &th2, 1, &proto);
+    flow_t flow;
+    flow_start(&flow, topic);
     /* before + after = every id */
     double deadline = fu_now() + tu_timeout(90);
     for (;;) {
@@ -256,12 +296,14 @@ Test(kafka_stream_fleet, resume_from_a_token_delivers_exactly_the_rest)
                      (unsigned long long)both, N);
         usleep(20 * 1000);
     }
-    uint64_t tail = N;
+    uint64_t tail = flow_stop(&flow);
     stop_clients(&c2, &th2, 1, topic, &tail);
     for (uint32_t id = 0; id < N; id++)
         cr_assert_eq(atomic_load(&before[id]) + atomic_load(&after[id]), 1,
                      "id %u: %u times before the resume, %u after", id, atomic_load(&before[id]),
                      atomic_load(&after[id]));
+    for (uint64_t id = N; id < tail; id++)
+        cr_assert_leq(atomic_load(&after[id]), 1, "tail id %llu twice", (unsigned long long)id);
     cr_log_info("resume: %llu ids before the token, %llu after", (unsigned long long)got,
                 (unsigned long long)seen_below(after, N));
     for (int i = 0; i < 2; i++)

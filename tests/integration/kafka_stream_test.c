@@ -52,8 +52,8 @@ static uint8_t *token_at(const char *job, const char *topic, int64_t prefix, siz
     sl_master_lease_t l;
     cr_assert_eq(sl_master_state_lease_next(st, job, "w", 0, &l, &err), SL_OK, "%s", err.msg);
     sl_master_commit_result_t res;
-    cr_assert_eq(sl_master_state_commit(st, job, 0, l.split, l.generation, 0, (uint64_t)prefix,
-                                        "c", 1, &res, &err),
+    cr_assert_eq(sl_master_state_commit(st, job, 0, l.split, l.generation, 0, (uint64_t)prefix, "c",
+                                        1, &res, &err),
                  SL_OK, "%s", err.msg);
     cr_assert_eq(res, SL_MASTER_COMMITTED);
     void *buf;
@@ -154,7 +154,8 @@ static void add_partitions(const char *topic, int total)
 {
     rd_kafka_t *rk = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
     char err[256];
-    rd_kafka_NewPartitions_t *np = rd_kafka_NewPartitions_new(topic, (size_t)total, err, sizeof err);
+    rd_kafka_NewPartitions_t *np =
+        rd_kafka_NewPartitions_new(topic, (size_t)total, err, sizeof err);
     cr_assert_not_null(np, "%s", err);
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);

@@ -163,6 +163,31 @@ Test(master_state_kafka, chunks_are_made_as_leases_need_them)
     tu_alloc_assert_clean(&g_ta);
 }
 
+Test(master_state_kafka, a_stream_at_its_head_keeps_one_chunk_there)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 1); /* t/0 from 100 */
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    /* the broker says records up to 115: chunk [110, 120) has some, no more */
+    sl_master_state_kafka_high(m, "j", "t", 0, 115, 0);
+    sl_master_lease_t a = lease(m, "t/0", 100, 10);
+    lease(m, "t/0", 110, 10);
+    no_lease(m);
+    commit(m, &a, 0, 10, 1); /* one open: room for another, but nothing to read in it */
+    no_lease(m);
+    sl_master_state_kafka_high(m, "j", "t", 0, 120, 7); /* a stale index: looked up by name */
+    no_lease(m);
+    sl_master_state_kafka_high(m, "j", "t", 0, 121, 0);
+    lease(m, "t/0", 120, 10);
+    /* unknown partitions and jobs are ignored */
+    sl_master_state_kafka_high(m, "j", "t", 5, 1000, 0);
+    sl_master_state_kafka_high(m, "nope", "t", 0, 1000, 0);
+    assert_positions(m, "t/0:110/3 ");
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
 Test(master_state_kafka, a_bounded_job_finishes_at_its_stops)
 {
     sl_master_state_t *m = open_master(NULL);

@@ -218,6 +218,7 @@ static void apply(sl_master_t *m, wjob *jobs, uint32_t nj, sl_kafka_partition_pl
             snprintf(h->topic, sizeof h->topic, "%.255s", jobs[i].pos[k].topic);
             h->partition = jobs[i].pos[k].partition;
             h->high = jobs[i].high[k];
+            sl_master_state_kafka_high(m->st, jobs[i].id, h->topic, h->partition, h->high, k);
         }
     atomic_fetch_add(&m->kafka_watch_rounds, 1);
     sl_mutex_unlock(&m->mu);

@@ -253,6 +253,15 @@ uint32_t sl_master_state_job_ids(const sl_master_state_t *m, const char **ids, u
 sl_err_t sl_master_state_kafka_partition_add(sl_master_state_t *m, const char *job_id,
                                              const sl_master_kafka_partition_t *p, sl_error_t *err);
 
+/* The partition's high watermark as the broker said (a hint, not
+ * journaled: -1 unknown, the state after open). Once told, a partition
+ * gets a chunk beyond its first only when the chunk starts below it, so a
+ * stream at its head keeps one chunk waiting there instead of
+ * kafka_chunks_ahead. Unknown job or partition: nothing. index: where
+ * sl_master_state_kafka_positions listed it (looked at first). */
+void sl_master_state_kafka_high(sl_master_state_t *m, const char *job_id, const char *topic,
+                                int32_t partition, int64_t high, uint32_t index);
+
 /* Where a partition of a Kafka job stands. */
 typedef struct sl_master_kafka_position {
     const char *topic; /* borrowed until the job is removed */

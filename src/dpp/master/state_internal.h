@@ -45,6 +45,7 @@ typedef struct kpart {
     uint32_t nchunks, cap;
     uint32_t pending, open; /* chunks PENDING, chunks not DONE */
     uint32_t low;           /* chunks [0, low) are DONE */
+    int64_t high;           /* the high watermark last told (-1: not known); not journaled */
 } kpart;
 
 typedef struct job {

@@ -226,7 +226,8 @@ static sl_err_t link_partition(sl_master_state_t *m, job *jb, const char *topic,
         return sl_error_set(err, SL_ERR_NOMEM, "job '%s': partition %s/%d", jb->id, topic,
                             partition);
     }
-    jb->kp[jb->nkp] = (kpart){.topic = t, .partition = partition, .start = start, .stop = stop};
+    jb->kp[jb->nkp] =
+        (kpart){.topic = t, .partition = partition, .start = start, .stop = stop, .high = -1};
     jb->paths[jb->nkp] = path;
     jb->nkp++;
     jb->num_paths = jb->nkp;
@@ -362,12 +363,32 @@ static uint32_t ahead(const sl_master_state_t *m)
     return m->opts.kafka_chunks_ahead ? m->opts.kafka_chunks_ahead : 4;
 }
 
-/* Partition p wants its next chunk now. */
+/* Partition p wants its next chunk now: none pending, fewer than ahead
+ * open, and (its first chunk aside) records to read in it as far as the
+ * last high watermark told says: a stream at its head has one chunk
+ * waiting there, not `ahead` of them. */
 static bool wants_chunk(const sl_master_state_t *m, const job *jb, uint32_t p)
 {
     int64_t f, t;
     const kpart *k = &jb->kp[p];
-    return k->pending == 0 && k->open < ahead(m) && next_chunk(jb, p, &f, &t);
+    return k->pending == 0 && k->open < ahead(m) && next_chunk(jb, p, &f, &t) &&
+           (k->nchunks == 0 || k->high < 0 || f < k->high);
+}
+
+void sl_master_state_kafka_high(sl_master_state_t *m, const char *job_id, const char *topic,
+                                int32_t partition, int64_t high, uint32_t index)
+{
+    job *jb = m_find_job(m, job_id, NULL);
+    if (jb == NULL) return;
+    /* index: where the positions listed it (partitions are only appended) */
+    if (index < jb->nkp && jb->kp[index].partition == partition &&
+        strcmp(jb->kp[index].topic, topic) == 0) {
+        jb->kp[index].high = high;
+        return;
+    }
+    for (uint32_t p = 0; p < jb->nkp; p++)
+        if (jb->kp[p].partition == partition && strcmp(jb->kp[p].topic, topic) == 0)
+            jb->kp[p].high = high;
 }
 
 sl_err_t m_kafka_grow(sl_master_state_t *m, uint32_t slot, sl_error_t *err)
