@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dpp/master/state.h"
+#include "master_life.h"
 #include "testutil.h"
 
 static tu_alloc_t g_ta;
@@ -425,150 +426,78 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
 /* ---- every allocation failure ------------------------------------------------------ */
 
 typedef struct life {
-    sl_master_state_opts_t o;
-    sl_master_state_t *m;
+    ml_life_t b;
     sl_master_lease_t l[2];
 } life_t;
 
 enum { LIFE_STEPS = 12 };
 
-static sl_err_t life_step(life_t *x, int step, sl_error_t *err)
+static sl_err_t life_step(void *life, int step, sl_error_t *err)
 {
+    life_t *x = life;
     sl_master_commit_result_t res;
     sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
     sl_err_t rc = SL_OK;
     switch (step) {
     case 0:
-        return sl_master_state_open(&x->o, 0, &x->m, NULL, err);
+        return sl_master_state_open(&x->b.o, 0, &x->b.m, NULL, err);
     case 1:
-        return sl_master_state_job_add(x->m, &spec, err);
+        return sl_master_state_job_add(x->b.m, &spec, err);
     case 2:
     case 3:
-        return sl_master_state_lease_next(x->m, "j", "w", 0, &x->l[step - 2], err);
+        return sl_master_state_lease_next(x->b.m, "j", "w", 0, &x->l[step - 2], err);
     case 4:
-        rc = sl_master_state_commit(x->m, "j", 0, x->l[0].split, x->l[0].generation, 0, 10, "c", 1,
-                                    &res, err);
+        rc = sl_master_state_commit(x->b.m, "j", 0, x->l[0].split, x->l[0].generation, 0, 10, "c",
+                                    1, &res, err);
         return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
     case 5:
-        rc = sl_master_state_commit(x->m, "j", 0, x->l[1].split, x->l[1].generation, 2, 5, "c", 2,
+        rc = sl_master_state_commit(x->b.m, "j", 0, x->l[1].split, x->l[1].generation, 2, 5, "c", 2,
                                     &res, err);
         return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
     case 6: {
         sl_master_kafka_partition_t p = {"u", 4, 9, -1};
-        return sl_master_state_kafka_partition_add(x->m, "j", &p, err);
+        return sl_master_state_kafka_partition_add(x->b.m, "j", &p, err);
     }
     case 7: {
         sl_master_lease_t l;
-        return sl_master_state_lease_next(x->m, "j", "w2", 0, &l, err);
+        return sl_master_state_lease_next(x->b.m, "j", "w2", 0, &l, err);
     }
     case 8: {
         void *tok;
         size_t len;
         sl_master_token_exclude_t und = {0, x->l[1].split, 3, 4};
-        rc = sl_master_state_token_encode(x->m, "j", &und, 1, &tok, &len, err);
+        rc = sl_master_state_token_encode(x->b.m, "j", &und, 1, &tok, &len, err);
         if (rc != SL_OK) return rc;
         sl_master_kafka_partition_t three[3] = {g_parts[0], g_parts[1], {"u", 4, 9, -1}};
         sl_master_state_job_spec_t s3 = kspec("j", three, 3);
         const void *toks[1] = {tok};
         int64_t need[3];
-        rc = sl_master_state_kafka_token_needs(x->m, &s3, toks, &len, 1, need, err);
-        if (rc == SL_OK) rc = sl_master_state_job_replace(x->m, &s3, toks, &len, 1, err);
+        rc = sl_master_state_kafka_token_needs(x->b.m, &s3, toks, &len, 1, need, err);
+        if (rc == SL_OK) rc = sl_master_state_job_replace(x->b.m, &s3, toks, &len, 1, err);
         sl_free(ALLOC, tok, len);
         return rc;
     }
     case 9: {
         sl_master_lease_t l;
-        return sl_master_state_lease_next(x->m, "j", "w3", 0, &l, err);
+        return sl_master_state_lease_next(x->b.m, "j", "w3", 0, &l, err);
     }
     case 10:
-        return sl_master_state_compact(x->m, err);
+        return sl_master_state_compact(x->b.m, err);
     case 11:
-        return sl_master_state_sync(x->m, err);
+        return sl_master_state_sync(x->b.m, err);
     }
     return sl_error_set(err, SL_ERR_INVALID, "no step %d", step);
 }
 
-static char *life_dump(const life_t *x)
-{
-    return x->m != NULL ? dump_of(x->m) : strdup("");
-}
-
-static void life_finish(life_t *x, int from)
-{
-    sl_error_t err = {0};
-    for (int s = from; s < LIFE_STEPS; s++)
-        cr_assert_eq(life_step(x, s, &err), SL_OK, "step %d: %s", s, err.msg);
-    cr_assert_eq(sl_master_state_sync(x->m, &err), SL_OK, "%s", err.msg);
-}
-
-/* The state at the end, and after reopening the directory. */
-static void life_end(life_t *x, char **end, char **reopened)
-{
-    sl_error_t err = {0};
-    *end = dump_of(x->m);
-    sl_master_state_destroy(x->m);
-    cr_assert_eq(sl_master_state_open(&x->o, 400000, &x->m, NULL, &err), SL_OK, "%s", err.msg);
-    *reopened = dump_of(x->m);
-    sl_master_state_destroy(x->m);
-    x->m = NULL;
-}
-
 Test(master_state_kafka, every_allocation_failure_is_a_clean_error)
 {
-    char *dir = tu_mkdtemp("master-kafka");
-    life_t ref = {.o = opts(dir)};
-    life_finish(&ref, 0);
-    char *want_end, *want_reopened;
-    life_end(&ref, &want_end, &want_reopened);
-    cr_assert_str_eq(want_reopened, want_end);
+    sl_master_state_opts_t o = opts(NULL);
+    o.allocator = NULL;
+    ml_ops_t ops = {.steps = LIFE_STEPS, .size = sizeof(life_t), .opts = o, .step = life_step};
+    char *want_end = NULL;
+    uint64_t walked = ml_walk(&ops, &g_ta, &want_end);
     cr_assert(strstr(want_end, " kafka u/4 start 9 stop -1 chunks 1\n") != NULL, "%s", want_end);
-    tu_rm_tree(dir);
-    free(dir);
-    tu_alloc_assert_clean(&g_ta);
-    uint64_t walked = 0;
-    for (int step = 0; step < LIFE_STEPS; step++) {
-        for (uint64_t k = 1;; k++) {
-            dir = tu_mkdtemp("master-kafka");
-            life_t x = {.o = opts(dir)};
-            sl_error_t err = {0};
-            for (int s = 0; s < step; s++)
-                cr_assert_eq(life_step(&x, s, &err), SL_OK, "step %d: %s", s, err.msg);
-            char *before = life_dump(&x);
-            tu_alloc_fail_at(&g_ta, k, false);
-            sl_err_t rc = life_step(&x, step, &err);
-            bool failed = tu_alloc_failures(&g_ta) > 0;
-            tu_alloc_fail_at(&g_ta, 0, false);
-            if (failed && rc != SL_OK) {
-                cr_assert_eq(rc, SL_ERR_NOMEM, "step %d allocation %llu: %s", step,
-                             (unsigned long long)k, err.msg);
-                cr_assert_neq(err.msg[0], '\0');
-                char *after = life_dump(&x);
-                cr_assert_str_eq(after, before, "step %d allocation %llu (%s) changed the state",
-                                 step, (unsigned long long)k, err.msg);
-                free(after);
-                cr_assert_eq(life_step(&x, step, &err), SL_OK, "step %d again: %s", step, err.msg);
-            } else {
-                cr_assert_eq(rc, SL_OK, "step %d allocation %llu: %s", step, (unsigned long long)k,
-                             err.msg);
-            }
-            free(before);
-            life_finish(&x, step + 1);
-            char *end, *reopened;
-            life_end(&x, &end, &reopened);
-            cr_assert_str_eq(end, want_end, "step %d allocation %llu", step, (unsigned long long)k);
-            cr_assert_str_eq(reopened, want_reopened, "step %d allocation %llu (reopened)", step,
-                             (unsigned long long)k);
-            free(end);
-            free(reopened);
-            tu_rm_tree(dir);
-            free(dir);
-            tu_alloc_assert_clean(&g_ta);
-            if (!failed) break;
-            walked++;
-        }
-    }
-    cr_log_info("allocation failures walked: %llu", (unsigned long long)walked);
     cr_assert_gt(walked, LIFE_STEPS);
     free(want_end);
-    free(want_reopened);
+    tu_alloc_assert_clean(&g_ta);
 }
