@@ -233,6 +233,61 @@ Test(kafka_stream_fleet, master_kill9_and_restart_mid_stream)
     run_stream(true, "mkill");
 }
 
+/* The topic grows a partition while the job runs: the master's watcher
+ * adds it, and the ids produced into it are delivered once too. */
+Test(kafka_stream_fleet, a_partition_added_while_the_job_runs_is_read)
+{
+    char topic[96], spec[2048];
+    snprintf(topic, sizeof topic, "sfleet-grow-%d", (int)getpid());
+    rd_kafka_t *admin = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
+    ku_create_topic(admin, topic, 1, tu_timeout(30));
+    rd_kafka_destroy(admin);
+    /* the first half into partition 0 (id % 2 == 0 there; odd ids wait) */
+    rd_kafka_t *k = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "2", NULL));
+    for (uint64_t id = 0; id < N; id += 2)
+        kr_produce(k, topic, 0, id, id % 40);
+    kr_flush(k, (int)(tu_timeout(30) * 1000));
+    rd_kafka_destroy(k);
+    fu_master_t m = {.lease_timeout_ms = 2000};
+    fu_master_start(&m);
+    spec_of(spec, sizeof spec, "grow", topic);
+    char *job = fu_submit(&m, spec, 1, "dynamic", 2, 2, NULL);
+    pid_t w[2];
+    for (int i = 0; i < 2; i++) {
+        char id[64];
+        snprintf(id, sizeof id, "grow-w%d", i);
+        w[i] = worker(&m, job, id);
+    }
+    atomic_uint *seen = calloc(ROWS, sizeof *seen);
+    fu_client_t proto = {.master = m.ctl, .job = job, .rows = ROWS, .seen = seen};
+    fu_client_t c[2];
+    pthread_t th[2];
+    fu_clients_start(c, th, 2, &proto);
+    ku_add_partitions(topic, 2, tu_timeout(30));
+    /* the odd ids into the new partition 1 */
+    k = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "2", NULL));
+    for (uint64_t id = 1; id < N; id += 2)
+        kr_produce(k, topic, 1, id, id % 40);
+    kr_flush(k, (int)(tu_timeout(30) * 1000));
+    rd_kafka_destroy(k);
+    flow_t flow;
+    flow_start(&flow, topic);
+    await_all(seen, "grow");
+    uint64_t tail = flow_stop(&flow);
+    stop_clients(c, th, 2, topic, &tail);
+    assert_once(seen, tail);
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    json_t *j = fu_get_json(m.admin, path);
+    cr_assert_eq(json_array_size(json_object_get(j, "kafka")), 2);
+    json_decref(j);
+    for (int i = 0; i < 2; i++)
+        fu_kill9(w[i]);
+    fu_master_stop(&m, SIGTERM);
+    free(seen);
+    free(job);
+}
+
 /* A trainer takes a resume token after some batches and "crashes"; the job
  * is resubmitted with the token, and a new trainer gets exactly the rest. */
 Test(kafka_stream_fleet, resume_from_a_token_delivers_exactly_the_rest)

@@ -150,48 +150,6 @@ static int64_t group_offset(const char *group, const char *topic, int32_t partit
     return off;
 }
 
-static void add_partitions(const char *topic, int total)
-{
-    rd_kafka_t *rk = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
-    char err[256];
-    rd_kafka_NewPartitions_t *np =
-        rd_kafka_NewPartitions_new(topic, (size_t)total, err, sizeof err);
-    cr_assert_not_null(np, "%s", err);
-    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
-    rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);
-    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)(tu_timeout(30) * 1000));
-    cr_assert_not_null(ev, "CreatePartitions: no answer");
-    cr_assert_eq(rd_kafka_event_error(ev), 0, "%s", rd_kafka_event_error_string(ev));
-    size_t n = 0;
-    const rd_kafka_topic_result_t **res =
-        rd_kafka_CreatePartitions_result_topics(rd_kafka_event_CreatePartitions_result(ev), &n);
-    cr_assert_eq(n, 1);
-    cr_assert_eq(rd_kafka_topic_result_error(res[0]), 0, "%s",
-                 rd_kafka_topic_result_error_string(res[0]));
-    rd_kafka_event_destroy(ev);
-    rd_kafka_queue_destroy(q);
-    rd_kafka_NewPartitions_destroy(np);
-    rd_kafka_destroy(rk);
-}
-
-static void delete_records(const char *topic, int64_t below)
-{
-    rd_kafka_t *rk = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, topic, 0)->offset = below;
-    rd_kafka_DeleteRecords_t *dr = rd_kafka_DeleteRecords_new(l);
-    rd_kafka_topic_partition_list_destroy(l);
-    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
-    rd_kafka_DeleteRecords(rk, &dr, 1, NULL, q);
-    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)(tu_timeout(30) * 1000));
-    cr_assert_not_null(ev, "DeleteRecords: no answer");
-    cr_assert_eq(rd_kafka_event_error(ev), 0, "%s", rd_kafka_event_error_string(ev));
-    rd_kafka_event_destroy(ev);
-    rd_kafka_DeleteRecords_destroy(dr);
-    rd_kafka_queue_destroy(q);
-    rd_kafka_destroy(rk);
-}
-
 Test(kafka_stream, lag_group_mirror_and_partitions_added)
 {
     char topic[64], job[64], group[80];
@@ -226,7 +184,7 @@ Test(kafka_stream, lag_group_mirror_and_partitions_added)
     cr_assert_eq(off, 10, "group %s: committed offset %lld", group, (long long)off);
     /* the topic grows a partition while the job runs: it joins from its
      * earliest offset, and its records count in its lag */
-    add_partitions(topic, 2);
+    ku_add_partitions(topic, 2, tu_timeout(30));
     produce(topic, 1, 1000, 5);
     await_partitions(m, job, "0:10/30/20 1:0/5/5 ");
     end = ku_now() + tu_timeout(30);
@@ -247,7 +205,7 @@ Test(kafka_stream, a_token_whose_offsets_retention_deleted_is_refused)
     ku_create_topic(admin, topic, 1, tu_timeout(30));
     rd_kafka_destroy(admin);
     produce(topic, 0, 0, 50);
-    delete_records(topic, 20);
+    ku_delete_records(topic, 0, 20, tu_timeout(30));
     sl_master_t *m = master();
     char *spec = stream_spec(job, topic);
     size_t len;

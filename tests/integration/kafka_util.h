@@ -237,6 +237,51 @@ KU_FN rd_kafka_t *ku_reader(const char *topic, int partitions)
     return c;
 }
 
+/* Grow topic to total partitions (admin API, bounded by timeout_s). */
+KU_FN void ku_add_partitions(const char *topic, int total, double timeout_s)
+{
+    rd_kafka_t *rk = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
+    char err[256];
+    rd_kafka_NewPartitions_t *np =
+        rd_kafka_NewPartitions_new(topic, (size_t)total, err, sizeof err);
+    cr_assert_not_null(np, "%s", err);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)(timeout_s * 1000));
+    cr_assert_not_null(ev, "CreatePartitions %s: no answer", topic);
+    cr_assert_eq(rd_kafka_event_error(ev), 0, "%s", rd_kafka_event_error_string(ev));
+    size_t n = 0;
+    const rd_kafka_topic_result_t **res =
+        rd_kafka_CreatePartitions_result_topics(rd_kafka_event_CreatePartitions_result(ev), &n);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(rd_kafka_topic_result_error(res[0]), 0, "%s",
+                 rd_kafka_topic_result_error_string(res[0]));
+    rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_NewPartitions_destroy(np);
+    rd_kafka_destroy(rk);
+}
+
+/* DeleteRecords: partition's offsets below `below` go, as retention would
+ * take them (bounded by timeout_s). */
+KU_FN void ku_delete_records(const char *topic, int32_t partition, int64_t below, double timeout_s)
+{
+    rd_kafka_t *rk = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = below;
+    rd_kafka_DeleteRecords_t *dr = rd_kafka_DeleteRecords_new(l);
+    rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_DeleteRecords(rk, &dr, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)(timeout_s * 1000));
+    cr_assert_not_null(ev, "DeleteRecords %s: no answer", topic);
+    cr_assert_eq(rd_kafka_event_error(ev), 0, "%s", rd_kafka_event_error_string(ev));
+    rd_kafka_event_destroy(ev);
+    rd_kafka_DeleteRecords_destroy(dr);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+}
+
 /* main() of a kafka_*_test.c: exits KU_SKIP (ctest: SKIPPED) when the
  * broker cannot run here, fails when it should run and does not, and runs
  * the Criterion tests otherwise, one at a time (--jobs on the command line

@@ -25,8 +25,8 @@ typedef struct ml_life {
 
 typedef struct ml_ops {
     int steps;
-    size_t size;                  /* of the test's life struct (starting with ml_life_t) */
-    sl_master_state_opts_t opts;  /* state_dir and allocator filled in */
+    size_t size;                 /* of the test's life struct (starting with ml_life_t) */
+    sl_master_state_opts_t opts; /* state_dir and allocator filled in */
     sl_err_t (*step)(void *life, int step, sl_error_t *err);
 } ml_ops_t;
 

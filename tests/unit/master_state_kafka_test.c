@@ -79,6 +79,15 @@ static sl_master_lease_t lease(sl_master_state_t *m, const char *path, uint64_t 
     return l;
 }
 
+/* The broker's high watermarks: far ahead (a backlog to read). */
+static void backlog(sl_master_state_t *m, const char *job)
+{
+    const char *topics[] = {"t", "u", "b"};
+    for (int t = 0; t < 3; t++)
+        for (int32_t p = 0; p < 5; p++)
+            sl_master_state_kafka_high(m, job, topics[t], p, 1000000, (uint32_t)p);
+}
+
 static void no_lease(sl_master_state_t *m)
 {
     sl_master_lease_t l;
@@ -116,6 +125,7 @@ Test(master_state_kafka, chunks_are_made_as_leases_need_them)
     sl_error_t err = {0};
     sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
     assert_positions(m, "t/0:100/0 t/1:0/0 ");
     /* the first lease makes one chunk per partition */
     sl_master_lease_t a = lease(m, "t/0", 100, 10);
@@ -170,16 +180,19 @@ Test(master_state_kafka, a_stream_at_its_head_keeps_one_chunk_there)
     sl_error_t err = {0};
     sl_master_state_job_spec_t spec = kspec("j", g_parts, 1); /* t/0 from 100 */
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
-    /* the broker says records up to 115: chunk [110, 120) has some, no more */
-    sl_master_state_kafka_high(m, "j", "t", 0, 115, 0);
+    /* no high watermark told yet: the first chunk only (one past the log's
+     * end could not be fetched) */
     sl_master_lease_t a = lease(m, "t/0", 100, 10);
+    no_lease(m);
+    /* the broker says records up to 115: chunk [110, 120) starts below */
+    sl_master_state_kafka_high(m, "j", "t", 0, 115, 0);
     lease(m, "t/0", 110, 10);
     no_lease(m);
-    commit(m, &a, 0, 10, 1); /* one open: room for another, but nothing to read in it */
+    commit(m, &a, 0, 10, 1); /* one open: room for another, but [120, 130) is past the end */
     no_lease(m);
-    sl_master_state_kafka_high(m, "j", "t", 0, 120, 7); /* a stale index: looked up by name */
+    sl_master_state_kafka_high(m, "j", "t", 0, 119, 7); /* a stale index: looked up by name */
     no_lease(m);
-    sl_master_state_kafka_high(m, "j", "t", 0, 121, 0);
+    sl_master_state_kafka_high(m, "j", "t", 0, 120, 0); /* a fetch at the end waits there */
     lease(m, "t/0", 120, 10);
     /* unknown partitions and jobs are ignored */
     sl_master_state_kafka_high(m, "j", "t", 5, 1000, 0);
@@ -260,6 +273,7 @@ Test(master_state_kafka, partitions_added_get_chunks_and_survive_restarts)
     sl_error_t err = {0};
     sl_master_state_job_spec_t spec = kspec("j", g_parts, 1); /* t/0 only */
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
     sl_master_lease_t a = lease(m, "t/0", 100, 10);
     lease(m, "t/0", 110, 10);
     no_lease(m);
@@ -279,6 +293,7 @@ Test(master_state_kafka, partitions_added_get_chunks_and_survive_restarts)
     sl_master_state_destroy(m);
     /* replay of the journal */
     m = open_master(dir);
+    backlog(m, "j"); /* not journaled: told again after a restart */
     char *replayed = dump_of(m);
     cr_assert_str_eq(replayed, mem);
     assert_positions(m, "t/0:110/2 u/2:10/1 ");
@@ -291,6 +306,7 @@ Test(master_state_kafka, partitions_added_get_chunks_and_survive_restarts)
     char *mem2 = dump_of(m);
     sl_master_state_destroy(m);
     m = open_master(dir);
+    backlog(m, "j"); /* not journaled: told again after a restart */
     char *replayed2 = dump_of(m);
     cr_assert_str_eq(replayed2, mem2);
     cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
@@ -326,6 +342,7 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
     sl_error_t err = {0};
     sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
     sl_master_lease_t a0 = lease(m, "t/0", 100, 10), b0 = lease(m, "t/1", 0, 10);
     sl_master_lease_t a1 = lease(m, "t/0", 110, 10), b1 = lease(m, "t/1", 10, 10);
     (void)b1;
@@ -353,6 +370,7 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
     cr_assert_eq(need[1], 3);
     /* resume from rank 0's token in place of the job */
     cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 1, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
     assert_positions(m, "t/0:110/1 t/1:3/1 ");
     /* t/0 starts at 110 with [112, 116) delivered; t/1 at 3 with [5, 8) */
     sl_master_lease_t r0 = lease(m, "t/0", 110, 10);
@@ -370,6 +388,7 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
     /* both ranks: the intersection; t/0 from 104 with [106, 110) and
      * [112, 116) delivered, t/1 from 3 with nothing above */
     cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 2, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
     assert_positions(m, "t/0:104/2 t/1:3/0 ");
     sl_master_lease_t s0 = lease(m, "t/0", 104, 10);
     cr_assert_eq(s0.num_todo, 2);
@@ -442,7 +461,9 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
     case 0:
         return sl_master_state_open(&x->b.o, 0, &x->b.m, NULL, err);
     case 1:
-        return sl_master_state_job_add(x->b.m, &spec, err);
+        rc = sl_master_state_job_add(x->b.m, &spec, err);
+        if (rc == SL_OK) backlog(x->b.m, "j");
+        return rc;
     case 2:
     case 3:
         return sl_master_state_lease_next(x->b.m, "j", "w", 0, &x->l[step - 2], err);
@@ -474,6 +495,7 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
         int64_t need[3];
         rc = sl_master_state_kafka_token_needs(x->b.m, &s3, toks, &len, 1, need, err);
         if (rc == SL_OK) rc = sl_master_state_job_replace(x->b.m, &s3, toks, &len, 1, err);
+        if (rc == SL_OK) backlog(x->b.m, "j");
         sl_free(ALLOC, tok, len);
         return rc;
     }
