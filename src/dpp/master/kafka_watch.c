@@ -231,20 +231,23 @@ static void round_once(sl_master_t *m, wjob *jobs, wcache *cache, uint32_t cap)
     uint32_t nadds[MP_KAFKA_WATCH_JOBS] = {0}, plan_len[MP_KAFKA_WATCH_JOBS] = {0};
     for (uint32_t i = 0; i < cap; i++)
         cache[i].seen = false;
+    /* the parsed specs live until the round is applied: the plans' topic
+     * names are theirs */
+    sl_pipeline_job_t *specs[MP_KAFKA_WATCH_JOBS] = {0};
     for (uint32_t i = 0; i < nj && !atomic_load(&m->kafka_stop); i++) {
-        sl_pipeline_job_t *spec = NULL;
         sl_error_t err = {0};
-        if (sl_pipeline_job_parse(jobs[i].spec_json, strlen(jobs[i].spec_json), &spec, NULL,
+        if (sl_pipeline_job_parse(jobs[i].spec_json, strlen(jobs[i].spec_json), &specs[i], NULL,
                                   &err) != SL_OK) {
+            specs[i] = NULL;
             continue; /* it was parsed at submission; only memory can fail here */
         }
-        sl_kafka_consumer_t *c = consumer_of(m, cache, cap, &jobs[i], spec);
-        if (c != NULL) ask(m, c, spec, &jobs[i], &adds[i], &nadds[i], &plan_len[i]);
-        sl_pipeline_job_destroy(spec);
+        sl_kafka_consumer_t *c = consumer_of(m, cache, cap, &jobs[i], specs[i]);
+        if (c != NULL) ask(m, c, specs[i], &jobs[i], &adds[i], &nadds[i], &plan_len[i]);
     }
     apply(m, jobs, nj, adds, nadds);
     for (uint32_t i = 0; i < nj; i++) {
         sl_free(m->a, adds[i], (size_t)plan_len[i] * sizeof *adds[i]);
+        sl_pipeline_job_destroy(specs[i]);
         wjob_free(m->a, &jobs[i]);
     }
     /* consumers of jobs gone (removed, finished) */
