@@ -140,27 +140,54 @@ static bool worker_summary(const char *log, uint64_t *records, uint64_t *bad, ui
     return got;
 }
 
+/* A test's topic, master, job and two workers. */
+typedef struct fleet {
+    const char *name;
+    char topic[96], spec[2048], log[2][300];
+    fu_master_t m;
+    char *job;
+    pid_t w[2];
+    uint32_t good; /* good records produced */
+} fleet_t;
+
+/* Produce ids [0, N) to a new topic, start a master and submit the job
+ * (extra: more top-level keys of the spec, as job_spec). */
+static void fleet_up(fleet_t *f, const char *name, const char *extra, uint32_t ranks)
+{
+    f->name = name;
+    snprintf(f->topic, sizeof f->topic, "fleet-%s-%d", name, (int)getpid());
+    f->good = produce_topic(f->topic, N);
+    f->m = (fu_master_t){.lease_timeout_ms = 2000};
+    fu_master_start(&f->m);
+    job_spec(f->spec, sizeof f->spec, name, f->topic, extra);
+    f->job = fu_submit(&f->m, f->spec, ranks, "dynamic", 2, 2, NULL);
+}
+
+/* Two `sluice worker --master` for the job, ids <name>-<tag>0 and 1. */
+static void fleet_workers(fleet_t *f, const char *tag)
+{
+    for (int i = 0; i < 2; i++) {
+        char id[64];
+        snprintf(id, sizeof id, "%s-%s%d", f->name, tag, i);
+        f->w[i] = worker(&f->m, f->job, id, NULL, f->log[i], sizeof f->log[i]);
+    }
+}
+
 typedef enum fault { NONE, KILL_WORKER, KILL_MASTER, KILL_BROKER } fault_t;
 
 /* The replay by two workers to two clients, with fault injected once the
  * clients delivered about a third of epoch 0. */
 static void run_replay(fault_t fault, const char *name)
 {
-    char topic[96], spec[2048], log[2][300];
-    snprintf(topic, sizeof topic, "fleet-%s-%d", name, (int)getpid());
-    uint32_t good = produce_topic(topic, N);
-    fu_master_t m = {.lease_timeout_ms = 2000};
-    fu_master_start(&m);
-    job_spec(spec, sizeof spec, name, topic, "");
-    char *job = fu_submit(&m, spec, 1, "dynamic", 2, 2, NULL);
-    pid_t w[2];
-    for (int i = 0; i < 2; i++) {
-        char id[32];
-        snprintf(id, sizeof id, "%s-w%d", name, i);
-        w[i] = worker(&m, job, id, NULL, log[i], sizeof log[i]);
-    }
+    static fleet_t f;
+    fleet_up(&f, name, "", 1);
+    fleet_workers(&f, "w");
+    fu_master_t *m = &f.m;
+    char *job = f.job, (*log)[300] = f.log;
+    pid_t *w = f.w;
+    uint32_t good = f.good;
     atomic_uint *seen = calloc(EPOCHS * N, sizeof *seen);
-    fu_client_t proto = {.master = m.ctl, .job = job, .rows = N, .epochs = EPOCHS, .seen = seen};
+    fu_client_t proto = {.master = m->ctl, .job = job, .rows = N, .epochs = EPOCHS, .seen = seen};
     /* slow enough that the fault lands mid-epoch */
     atomic_init(&proto.delay_us, fault == NONE ? 0 : 15000);
     fu_client_t c[2];
@@ -179,9 +206,9 @@ static void run_replay(fault_t fault, const char *name)
             fu_kill9(w[0]);
             w[0] = 0;
         } else if (fault == KILL_MASTER) {
-            fu_master_stop(&m, SIGKILL);
+            fu_master_stop(m, SIGKILL);
             usleep(300 * 1000);
-            fu_master_start(&m);
+            fu_master_start(m);
         } else {
             cr_assert_eq(ku_script("kill", tu_timeout(30)), 0);
             usleep(500 * 1000);
@@ -194,7 +221,7 @@ static void run_replay(fault_t fault, const char *name)
     double secs = fu_now() - t0;
     assert_good_once(seen, N);
     cr_assert_eq(c[0].samples + c[1].samples, (uint64_t)EPOCHS * good);
-    cr_assert(fu_job_finished(&m, job));
+    cr_assert(fu_job_finished(m, job));
     /* the workers leave once the master has no more work; their summaries
      * count the bad records they skipped */
     uint64_t records = 0, bad = 0;
@@ -217,7 +244,7 @@ static void run_replay(fault_t fault, const char *name)
     }
     cr_log_info("kafka_fleet %s: %u good of %u records x %d epochs in %.2f s", name, good, N,
                 EPOCHS, secs);
-    fu_master_stop(&m, SIGTERM);
+    fu_master_stop(m, SIGTERM);
     free(seen);
     free(job);
 }
@@ -250,37 +277,18 @@ Test(kafka_fleet, broker_kill9_and_restart_mid_epoch)
  * good id is delivered once per epoch. */
 Test(kafka_fleet, deleted_offsets_fail_their_chunk_and_the_rest_goes_on)
 {
-    char topic[96], spec[2048], log[2][300];
-    snprintf(topic, sizeof topic, "fleet-deleted-%d", (int)getpid());
-    produce_topic(topic, N);
-    fu_master_t m = {.lease_timeout_ms = 2000};
-    fu_master_start(&m);
-    job_spec(spec, sizeof spec, "deleted", topic, "\"on_bad_split\": \"skip\", ");
-    char *job = fu_submit(&m, spec, 1, "dynamic", 2, 2, NULL);
+    static fleet_t f;
+    fleet_up(&f, "deleted", "\"on_bad_split\": \"skip\", ", 1);
     /* now retention takes offsets [0, 300) of partition 0 */
     rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
-    int tmo = (int)(tu_timeout(30) * 1000);
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, topic, 0)->offset = 300;
-    rd_kafka_DeleteRecords_t *dr = rd_kafka_DeleteRecords_new(l);
-    rd_kafka_topic_partition_list_destroy(l);
-    rd_kafka_queue_t *q = rd_kafka_queue_new(p);
-    rd_kafka_DeleteRecords(p, &dr, 1, NULL, q);
-    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, tmo);
-    cr_assert_not_null(ev, "DeleteRecords: no answer");
-    cr_assert_eq(rd_kafka_event_error(ev), 0, "DeleteRecords: %s", rd_kafka_event_error_string(ev));
-    rd_kafka_event_destroy(ev);
-    rd_kafka_DeleteRecords_destroy(dr);
-    rd_kafka_queue_destroy(q);
+    ku_delete_records(p, f.topic, 0, 300, tu_timeout(30));
     rd_kafka_destroy(p);
-    pid_t w[2];
-    for (int i = 0; i < 2; i++) {
-        char id[32];
-        snprintf(id, sizeof id, "deleted-w%d", i);
-        w[i] = worker(&m, job, id, NULL, log[i], sizeof log[i]);
-    }
+    fleet_workers(&f, "w");
+    fu_master_t *m = &f.m;
+    char *job = f.job, *topic = f.topic, (*log)[300] = f.log;
+    pid_t *w = f.w;
     atomic_uint *seen = calloc(EPOCHS * N, sizeof *seen);
-    fu_client_t proto = {.master = m.ctl, .job = job, .rows = N, .epochs = EPOCHS, .seen = seen};
+    fu_client_t proto = {.master = m->ctl, .job = job, .rows = N, .epochs = EPOCHS, .seen = seen};
     fu_client_t c[2];
     pthread_t th[2];
     fu_clients_start(c, th, 2, &proto);
@@ -294,7 +302,7 @@ Test(kafka_fleet, deleted_offsets_fail_their_chunk_and_the_rest_goes_on)
         }
     char path[300];
     snprintf(path, sizeof path, "/jobs/%s", job);
-    json_t *j = fu_get_json(m.admin, path);
+    json_t *j = fu_get_json(m->admin, path);
     cr_assert(json_is_true(json_object_get(j, "finished")));
     cr_assert_eq(json_integer_value(json_object_get(j, "skipped_splits")), 2 * EPOCHS);
     cr_assert_eq(json_integer_value(json_object_get(j, "skipped_rows")), 500 * EPOCHS);
@@ -304,19 +312,19 @@ Test(kafka_fleet, deleted_offsets_fail_their_chunk_and_the_rest_goes_on)
         cr_assert(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "worker %d: %d; see %s", i, ws,
                   log[i]);
     }
-    fu_master_stop(&m, SIGTERM);
+    fu_master_stop(m, SIGTERM);
     /* the master logged each failure with the worker's reason */
     char want[200], line[2048];
     snprintf(want, sizeof want, "(%s/0 stripe -1) failed on worker deleted-w", topic);
     char want2[200];
     snprintf(want2, sizeof want2, "kafka topic '%s' partition 0: offset 0 is gone", topic);
-    FILE *f = fopen(m.log, "r");
-    cr_assert_not_null(f);
+    FILE *lf = fopen(m->log, "r");
+    cr_assert_not_null(lf);
     bool found = false;
-    while (fgets(line, sizeof line, f))
+    while (fgets(line, sizeof line, lf))
         found |= strstr(line, want) && strstr(line, want2);
-    fclose(f);
-    cr_assert(found, "no split failure naming %s and '%s' in %s", want, want2, m.log);
+    fclose(lf);
+    cr_assert(found, "no split failure naming %s and '%s' in %s", want, want2, m->log);
     free(seen);
     free(job);
 }
@@ -363,6 +371,43 @@ Test(kafka_fleet, slow_trainer_pauses_the_partition_within_the_memory_limit)
                 (unsigned long long)limit, (unsigned long long)pauses);
     fu_master_stop(&m, SIGTERM);
     free(seen);
+    free(job);
+}
+
+/* What the master checks with the brokers at submission: a topic that
+ * does not exist is a problem naming it by its place in the spec, and a
+ * bounded replay over an existing topic is cut into its chunks (1000
+ * offsets per partition in chunks of 250: 12 splits). */
+Test(kafka_fleet, submission_resolves_partitions_and_names_a_missing_topic)
+{
+    char topic[96], spec[2048], *b;
+    snprintf(topic, sizeof topic, "fleet-submit-%d", (int)getpid());
+    produce_topic(topic, N);
+    fu_master_t m = {.lease_timeout_ms = 2000};
+    fu_master_start(&m);
+    snprintf(spec, sizeof spec,
+             "{\"spec\": {\"id\": \"missing\", \"source\": {\"kafka\": {\"brokers\": "
+             "\"%s\", \"topics\": [\"%s\", \"no-such-topic-%d\"], \"schema\": " KR_SCHEMA_JSON
+             ", \"stop\": \"end\"}}}}",
+             ku_broker.bootstrap, topic, (int)getpid());
+    double t0 = fu_now();
+    int st = fu_http(m.admin, "POST", "/jobs", FU_TOKEN, spec, &b);
+    cr_assert_eq(st, 400, "%d %s", st, b);
+    char want[160];
+    snprintf(want, sizeof want, "$.spec.source.kafka.topics[1]: kafka topic 'no-such-topic-%d'",
+             (int)getpid());
+    cr_assert(strstr(b, want) != NULL, "no '%s' in %s", want, b);
+    cr_assert_lt(fu_now() - t0, tu_timeout(10));
+    free(b);
+    job_spec(spec, sizeof spec, "cut", topic, "");
+    char *job = fu_submit(&m, spec, 1, "dynamic", 1, 1, NULL);
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    json_t *j = fu_get_json(m.admin, path);
+    cr_assert_eq(json_integer_value(json_object_get(j, "num_splits")), 12);
+    cr_assert_eq(json_integer_value(json_object_get(j, "total_rows")), N);
+    json_decref(j);
+    fu_master_stop(&m, SIGTERM);
     free(job);
 }
 
@@ -440,19 +485,13 @@ static void submit_tokens(const fu_master_t *m, const char *spec_json, uint32_t 
 
 static void run_resume(uint32_t ranks, const char *name)
 {
-    char topic[96], spec[2048], log[2][300];
-    snprintf(topic, sizeof topic, "fleet-%s-%d", name, (int)getpid());
-    uint32_t good = produce_topic(topic, N);
-    fu_master_t m = {.lease_timeout_ms = 2000};
-    fu_master_start(&m);
-    job_spec(spec, sizeof spec, name, topic, "");
-    char *job = fu_submit(&m, spec, ranks, "dynamic", 2, 2, NULL);
-    pid_t w[2];
-    for (int i = 0; i < 2; i++) {
-        char id[32];
-        snprintf(id, sizeof id, "%s-a%d", name, i);
-        w[i] = worker(&m, job, id, NULL, log[i], sizeof log[i]);
-    }
+    static fleet_t f;
+    fleet_up(&f, name, "", ranks);
+    fleet_workers(&f, "a");
+    fu_master_t *m = &f.m;
+    char *job = f.job, *spec = f.spec;
+    pid_t *w = f.w;
+    uint32_t good = f.good;
     atomic_uint *before = calloc(EPOCHS * N, sizeof *before);
     atomic_uint *after = calloc(EPOCHS * N, sizeof *after);
     pthread_barrier_t barrier;
@@ -460,7 +499,7 @@ static void run_resume(uint32_t ranks, const char *name)
     ranked_t r[2];
     pthread_t th[2];
     for (uint32_t i = 0; i < ranks; i++) {
-        r[i] = (ranked_t){.c = {.master = m.ctl,
+        r[i] = (ranked_t){.c = {.master = m->ctl,
                                 .job = job,
                                 .rank = i,
                                 .world_size = ranks,
@@ -478,20 +517,16 @@ static void run_resume(uint32_t ranks, const char *name)
      * back with the tokens */
     char path[300], *b;
     snprintf(path, sizeof path, "/jobs/%s", job);
-    int st = fu_http(m.admin, "DELETE", path, FU_TOKEN, NULL, &b);
+    int st = fu_http(m->admin, "DELETE", path, FU_TOKEN, NULL, &b);
     cr_assert(st == 200 || st == 204, "DELETE %s: %d %s", path, st, b);
     free(b);
     for (int i = 0; i < 2; i++) { /* the fleet of the old job goes with it */
         kill(w[i], SIGTERM);
         cr_assert_neq(fu_wait_exit(w[i], 30), -1, "worker %d stays after SIGTERM", i);
     }
-    submit_tokens(&m, spec, ranks, r);
-    for (int i = 0; i < 2; i++) {
-        char id[32];
-        snprintf(id, sizeof id, "%s-b%d", name, i);
-        w[i] = worker(&m, job, id, NULL, log[i], sizeof log[i]);
-    }
-    fu_client_t proto = {.master = m.ctl,
+    submit_tokens(m, spec, ranks, r);
+    fleet_workers(&f, "b");
+    fu_client_t proto = {.master = m->ctl,
                          .job = job,
                          .world_size = ranks,
                          .rows = N,
@@ -512,12 +547,12 @@ static void run_resume(uint32_t ranks, const char *name)
     cr_assert_gt(before_n, 0);
     cr_assert_gt(after_n, 0);
     cr_assert_eq(before_n + after_n, (uint64_t)EPOCHS * good);
-    cr_assert(fu_job_finished(&m, job));
+    cr_assert(fu_job_finished(m, job));
     for (int i = 0; i < 2; i++)
         cr_assert_neq(fu_wait_exit(w[i], 30), -1);
     for (uint32_t i = 0; i < ranks; i++)
         free(r[i].c.token);
-    fu_master_stop(&m, SIGTERM);
+    fu_master_stop(m, SIGTERM);
     free(before);
     free(after);
     free(job);

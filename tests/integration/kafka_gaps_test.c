@@ -124,18 +124,7 @@ Test(kafka_gaps, deleted_offsets_are_an_error)
     for (uint64_t id = 0; id < 50; id++)
         kr_produce(p, topic, 0, id, 1);
     kr_flush(p, tmo);
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, topic, 0)->offset = 20;
-    rd_kafka_DeleteRecords_t *dr = rd_kafka_DeleteRecords_new(l);
-    rd_kafka_topic_partition_list_destroy(l);
-    rd_kafka_queue_t *q = rd_kafka_queue_new(p);
-    rd_kafka_DeleteRecords(p, &dr, 1, NULL, q);
-    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, tmo);
-    cr_assert_not_null(ev, "DeleteRecords: no answer");
-    cr_assert_eq(rd_kafka_event_error(ev), 0, "DeleteRecords: %s", rd_kafka_event_error_string(ev));
-    rd_kafka_event_destroy(ev);
-    rd_kafka_DeleteRecords_destroy(dr);
-    rd_kafka_queue_destroy(q);
+    ku_delete_records(p, topic, 0, 20, tu_timeout(30));
     rd_kafka_destroy(p);
 
     sl_kafka_consumer_t *c = consumer();

@@ -205,7 +205,9 @@ Test(kafka_stream, a_token_whose_offsets_retention_deleted_is_refused)
     ku_create_topic(admin, topic, 1, tu_timeout(30));
     rd_kafka_destroy(admin);
     produce(topic, 0, 0, 50);
-    ku_delete_records(topic, 0, 20, tu_timeout(30));
+    rd_kafka_t *rk = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
+    ku_delete_records(rk, topic, 0, 20, tu_timeout(30));
+    rd_kafka_destroy(rk);
     sl_master_t *m = master();
     char *spec = stream_spec(job, topic);
     size_t len;

@@ -262,24 +262,25 @@ KU_FN void ku_add_partitions(const char *topic, int total, double timeout_s)
     rd_kafka_destroy(rk);
 }
 
-/* DeleteRecords: partition's offsets below `below` go, as retention would
- * take them (bounded by timeout_s). */
-KU_FN void ku_delete_records(const char *topic, int32_t partition, int64_t below, double timeout_s)
+/* DeleteRecords: the broker drops topic/partition's records below offset
+ * (as retention would) through rk's admin API; fails the test unless it
+ * confirms within timeout_s. */
+KU_FN void ku_delete_records(rd_kafka_t *rk, const char *topic, int32_t partition, int64_t offset,
+                             double timeout_s)
 {
-    rd_kafka_t *rk = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
+    int tmo = (int)(timeout_s * 1000);
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = below;
+    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
     rd_kafka_DeleteRecords_t *dr = rd_kafka_DeleteRecords_new(l);
     rd_kafka_topic_partition_list_destroy(l);
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_DeleteRecords(rk, &dr, 1, NULL, q);
-    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)(timeout_s * 1000));
-    cr_assert_not_null(ev, "DeleteRecords %s: no answer", topic);
-    cr_assert_eq(rd_kafka_event_error(ev), 0, "%s", rd_kafka_event_error_string(ev));
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, tmo);
+    cr_assert_not_null(ev, "DeleteRecords: no answer");
+    cr_assert_eq(rd_kafka_event_error(ev), 0, "DeleteRecords: %s", rd_kafka_event_error_string(ev));
     rd_kafka_event_destroy(ev);
     rd_kafka_DeleteRecords_destroy(dr);
     rd_kafka_queue_destroy(q);
-    rd_kafka_destroy(rk);
 }
 
 /* main() of a kafka_*_test.c: exits KU_SKIP (ctest: SKIPPED) when the

@@ -55,6 +55,7 @@ typedef struct kafka_source {
     uint64_t prefetch;                     /* librdkafka's share of it, held throughout */
     /* reader thread: the budget's use when it last changed, and when */
     uint64_t hold_used, hold_since_ms;
+    bool hold_stuck; /* resumed because the use did not move: not paused again until it does */
     _Atomic uint64_t ages[SL_WORKER_AGE_BUCKETS], age_count, age_sum_ms;
     /* Under a master: the lease client's source, whose units are the
      * leased chunks (next, done and the lease hooks go to it). */
@@ -181,12 +182,19 @@ static bool pass_hold(void *ctx, bool paused)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-    if (used != s->hold_used || !paused) {
+    if (used != s->hold_used) {
         s->hold_used = used;
         s->hold_since_ms = now;
+        s->hold_stuck = false;
     }
-    if (!paused) return used >= base + room / 8 * 7;
-    return used >= base + room / 4 * 3 && now - s->hold_since_ms < HOLD_STUCK_MS;
+    if (!paused) { /* not again while it stays stuck at the same use */
+        bool pause = !s->hold_stuck && used >= base + room / 8 * 7;
+        if (pause) s->hold_since_ms = now;
+        return pause;
+    }
+    if (used < base + room / 4 * 3) return false;
+    s->hold_stuck = now - s->hold_since_ms >= HOLD_STUCK_MS;
+    return !s->hold_stuck;
 }
 
 static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t first, int64_t end,
