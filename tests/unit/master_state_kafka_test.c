@@ -55,13 +55,7 @@ static sl_master_state_t *open_master(const char *dir)
 
 static char *dump_of(const sl_master_state_t *m)
 {
-    char *d;
-    size_t len;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_dump(m, &d, &len, &err), SL_OK, "%s", err.msg);
-    char *copy = strdup(d);
-    sl_free(ALLOC, d, len + 1);
-    return copy;
+    return ml_dump(m, ALLOC);
 }
 
 /* Lease the next chunk of job "j" to w: checks its path and offsets. */

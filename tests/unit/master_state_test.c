@@ -284,13 +284,7 @@ static void rm_state_dir(char *d);
 
 static char *dump_of(const sl_master_state_t *m)
 {
-    char *d;
-    size_t len;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_dump(m, &d, &len, &err), SL_OK, "%s", err.msg);
-    char *copy = strdup(d);
-    sl_free(ALLOC, d, len + 1);
-    return copy;
+    return ml_dump(m, ALLOC);
 }
 
 /* The worker's list is authoritative: a heartbeat renews only the leases
