@@ -49,6 +49,7 @@ static uint8_t *token_at(const char *job, const char *topic, int64_t prefix, siz
                                        .num_kafka_partitions = 1,
                                        .kafka_chunk = (uint32_t)prefix};
     cr_assert_eq(sl_master_state_job_add(st, &spec, &err), SL_OK, "%s", err.msg);
+    sl_master_state_kafka_high(st, job, topic, 0, prefix, 0); /* records up to the prefix */
     sl_master_lease_t l;
     cr_assert_eq(sl_master_state_lease_next(st, job, "w", 0, &l, &err), SL_OK, "%s", err.msg);
     sl_master_commit_result_t res;

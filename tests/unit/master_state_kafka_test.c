@@ -174,19 +174,22 @@ Test(master_state_kafka, a_stream_at_its_head_keeps_one_chunk_there)
     sl_error_t err = {0};
     sl_master_state_job_spec_t spec = kspec("j", g_parts, 1); /* t/0 from 100 */
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
-    /* no high watermark told yet: the first chunk only (one past the log's
-     * end could not be fetched) */
-    sl_master_lease_t a = lease(m, "t/0", 100, 10);
+    /* no high watermark told yet, or no record at the start: no chunk (a
+     * read never starts at the log's end) */
     no_lease(m);
-    /* the broker says records up to 115: chunk [110, 120) starts below */
+    sl_master_state_kafka_high(m, "j", "t", 0, 100, 0);
+    no_lease(m);
+    sl_master_state_kafka_high(m, "j", "t", 0, 101, 0);
+    sl_master_lease_t a = lease(m, "t/0", 100, 10);
+    /* records up to 115: chunk [110, 120) has some */
     sl_master_state_kafka_high(m, "j", "t", 0, 115, 0);
     lease(m, "t/0", 110, 10);
     no_lease(m);
-    commit(m, &a, 0, 10, 1); /* one open: room for another, but [120, 130) is past the end */
+    commit(m, &a, 0, 10, 1); /* one open: room for another, but [120, 130) is empty */
     no_lease(m);
-    sl_master_state_kafka_high(m, "j", "t", 0, 119, 7); /* a stale index: looked up by name */
+    sl_master_state_kafka_high(m, "j", "t", 0, 120, 7); /* a stale index: looked up by name */
     no_lease(m);
-    sl_master_state_kafka_high(m, "j", "t", 0, 120, 0); /* a fetch at the end waits there */
+    sl_master_state_kafka_high(m, "j", "t", 0, 121, 0);
     lease(m, "t/0", 120, 10);
     /* unknown partitions and jobs are ignored */
     sl_master_state_kafka_high(m, "j", "t", 5, 1000, 0);
@@ -273,6 +276,7 @@ Test(master_state_kafka, partitions_added_get_chunks_and_survive_restarts)
     no_lease(m);
     sl_master_kafka_partition_t p2 = {"u", 2, 7, -1};
     cr_assert_eq(sl_master_state_kafka_partition_add(m, "j", &p2, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
     cr_assert_eq(sl_master_state_kafka_partition_add(m, "j", &p2, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "reads u/2 already") != NULL, "%s", err.msg);
     cr_assert_eq(sl_master_state_kafka_partition_add(m, "nope", &p2, &err), SL_ERR_NOT_FOUND);
@@ -471,7 +475,9 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
         return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
     case 6: {
         sl_master_kafka_partition_t p = {"u", 4, 9, -1};
-        return sl_master_state_kafka_partition_add(x->b.m, "j", &p, err);
+        rc = sl_master_state_kafka_partition_add(x->b.m, "j", &p, err);
+        if (rc == SL_OK) backlog(x->b.m, "j");
+        return rc;
     }
     case 7: {
         sl_master_lease_t l;

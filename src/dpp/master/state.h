@@ -157,7 +157,7 @@ typedef struct sl_master_state_job_spec {
      * sl_kafka_chunk_bounds(start, kafka_chunk, k, stop), made as they are
      * needed: lease_next makes a partition's next chunk when it has no
      * PENDING chunk, fewer than opts.kafka_chunks_ahead chunks not DONE and
-     * (a stream's chunks beyond its first) records at the chunk's start
+     * (a stream's) a record at the chunk's start
      * (sl_master_state_kafka_high) — one KafkaChunksAdded record. A chunk's split has path
      * "<topic>/<partition>", stripes [0, 0), first_row its first offset,
      * num_rows its offset count (row r is offset first_row + r). One epoch,
@@ -255,11 +255,11 @@ sl_err_t sl_master_state_kafka_partition_add(sl_master_state_t *m, const char *j
                                              const sl_master_kafka_partition_t *p, sl_error_t *err);
 
 /* The partition's high watermark as the broker said (a hint, not
- * journaled: unknown after open). A stream partition gets a chunk beyond
- * its first only when the chunk starts at or below the last one told: a
- * fetch past the log's end is an error (auto.offset.reset=error), and a
- * stream at its head keeps one chunk waiting there rather than
- * kafka_chunks_ahead. Unknown job or partition: nothing. index: where
+ * journaled: unknown after open). A stream partition gets a chunk only
+ * when the chunk starts below the last one told (a record is there): no
+ * read starts at or past the log's end (past it a fetch is an error under
+ * auto.offset.reset=error), and a stream at its head keeps one chunk
+ * waiting there rather than kafka_chunks_ahead. Unknown job or partition: nothing. index: where
  * sl_master_state_kafka_positions listed it (looked at first). */
 void sl_master_state_kafka_high(sl_master_state_t *m, const char *job_id, const char *topic,
                                 int32_t partition, int64_t high, uint32_t index);

@@ -364,18 +364,18 @@ static uint32_t ahead(const sl_master_state_t *m)
 }
 
 /* Partition p wants its next chunk now: none pending, fewer than ahead
- * open, and, for a stream partition beyond its first chunk, the chunk
- * starts at or below the high watermark last told: a fetch past the log's
- * end is OFFSET_OUT_OF_RANGE, which auto.offset.reset=error makes a read
- * error, and a stream at its head wants one chunk waiting there, not
- * `ahead` of them. Until a high watermark is told (the master's Kafka
- * watcher, every few seconds) a stream partition has its first chunk only. */
+ * open, and, for a stream partition, a record at the chunk's start as far
+ * as the high watermark last told says (the master's Kafka watcher, every
+ * few seconds; unknown: no chunk yet). So no read starts at or past the
+ * log's end: a fetch past it is OFFSET_OUT_OF_RANGE, which
+ * auto.offset.reset=error makes a read error, and a stream at its head
+ * wants one chunk waiting there, not `ahead` of them. */
 static bool wants_chunk(const sl_master_state_t *m, const job *jb, uint32_t p)
 {
     int64_t f, t;
     const kpart *k = &jb->kp[p];
     return k->pending == 0 && k->open < ahead(m) && next_chunk(jb, p, &f, &t) &&
-           (k->stop >= 0 || k->nchunks == 0 || (k->high >= 0 && f <= k->high));
+           (k->stop >= 0 || (k->high >= 0 && f < k->high));
 }
 
 void sl_master_state_kafka_high(sl_master_state_t *m, const char *job_id, const char *topic,
