@@ -29,7 +29,7 @@ typedef struct master_args {
     const char *listen, *admin, *state, *token_file, *executor, *log_dir, *secret_file;
     const char *k8s_ns, *k8s_deployment, *k8s_api, *k8s_sa;
     uint64_t lease_ms, split_failures, client_idle_ms, fleet, compact, max_conns, handshake_ms,
-        conn_idle_ms;
+        conn_idle_ms, kafka_ahead, kafka_watch_ms;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
 } master_args_t;
@@ -93,6 +93,12 @@ static const sl_cli_opt_t mopts[] = {
     {"client-conn-idle-ms", SL_CLI_UINT, "N", "60000", NULL, 1, UINT32_MAX, 0, M(conn_idle_ms),
      "a trainer client's control connection that sends nothing this long is closed (the client "
      "reconnects; it reports every second)"},
+    {"kafka-chunks-ahead", SL_CLI_UINT, "N", "4", NULL, 1, 1024, 0, M(kafka_ahead),
+     "a Kafka stream's partition has at most N chunks not done at once: up to N workers read its "
+     "backlog together (docs/KAFKA.md, \"Chunks in the master\")"},
+    {"kafka-watch-ms", SL_CLI_UINT, "N", "2000", NULL, 100, 3600000, 0, M(kafka_watch_ms),
+     "how often the master asks the brokers about its Kafka streams: partitions added, high "
+     "watermarks (lag), the consumer-group mirror (docs/KAFKA.md, \"Streams under a master\")"},
 };
 
 static const sl_cli_group_t master_group = SL_CLI_OWN_GROUP(mopts);
@@ -231,7 +237,9 @@ int sl_cli_master(int argc, char **argv)
                           .cluster_secret = secret,
                           .handshake_timeout_ms = args.handshake_ms,
                           .client_conn_idle_ms = args.conn_idle_ms,
-                          .compact_bytes = args.compact};
+                          .compact_bytes = args.compact,
+                          .kafka_chunks_ahead = (uint32_t)args.kafka_ahead,
+                          .kafka_watch_ms = args.kafka_watch_ms};
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);

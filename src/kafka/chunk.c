@@ -160,6 +160,44 @@ sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int
     return SL_OK;
 }
 
+sl_err_t sl_kafka_commit_offsets(sl_kafka_consumer_t *c, const sl_kafka_offset_t *offsets,
+                                 uint32_t count, int timeout_ms, sl_error_t *err)
+{
+    if (count == 0) return SL_OK;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)count);
+    rd_kafka_queue_t *q = l ? rd_kafka_queue_new(c->rk) : NULL;
+    if (!l || !q) {
+        if (l) rd_kafka_topic_partition_list_destroy(l);
+        return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
+    }
+    for (uint32_t i = 0; i < count; i++)
+        rd_kafka_topic_partition_list_add(l, offsets[i].topic, offsets[i].partition)->offset =
+            offsets[i].offset;
+    /* On a queue of its own, so that the wait is bounded (rd_kafka_commit
+     * waits for as long as the coordinator takes). */
+    rd_kafka_resp_err_t e = rd_kafka_commit_queue(c->rk, l, q, NULL, NULL);
+    rd_kafka_topic_partition_list_destroy(l);
+    sl_err_t rc = SL_OK;
+    if (e) {
+        rc = kerr(err, e, "commit", offsets[0].topic, -1);
+    } else {
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, timeout_ms);
+        if (ev == NULL) {
+            rc = sl_error_set(err, SL_ERR_TIMEOUT,
+                              "kafka: commit of %u offsets: no answer in %d ms", count, timeout_ms);
+        } else {
+            e = rd_kafka_event_error(ev);
+            const rd_kafka_topic_partition_list_t *got = rd_kafka_event_topic_partition_list(ev);
+            for (int i = 0; !e && got != NULL && i < got->cnt; i++)
+                e = got->elems[i].err;
+            if (e) rc = kerr(err, e, "commit", offsets[0].topic, -1);
+            rd_kafka_event_destroy(ev);
+        }
+    }
+    rd_kafka_queue_destroy(q);
+    return rc;
+}
+
 /* ---- the chunk plan ---- */
 
 /* The offset at `at` of a partition. */
@@ -200,8 +238,7 @@ sl_err_t sl_kafka_plan_partitions(sl_kafka_consumer_t *c, const char *const *top
         total += rc == SL_OK && n[t] > 0 ? (uint64_t)n[t] : 0;
     }
     if (rc == SL_OK && (total == 0 || total > 65536))
-        rc = sl_error_set(err, SL_ERR_INVALID, "kafka: %" PRIu64 " partitions (1 to 65536)",
-                          total);
+        rc = sl_error_set(err, SL_ERR_INVALID, "kafka: %" PRIu64 " partitions (1 to 65536)", total);
     sl_kafka_partition_plan_t *pl = NULL;
     if (rc == SL_OK && !(pl = sl_calloc(a, (size_t)total, sizeof *pl)))
         rc = sl_error_set(err, SL_ERR_NOMEM, "kafka plan: out of memory");
@@ -226,7 +263,6 @@ sl_err_t sl_kafka_plan_partitions(sl_kafka_consumer_t *c, const char *const *top
     *count = (uint32_t)total;
     return SL_OK;
 }
-
 
 bool sl_kafka_chunk_bounds(int64_t start, uint32_t size, uint64_t index, int64_t stop,
                            int64_t *from, int64_t *to)
@@ -262,8 +298,8 @@ static void hold_check(range_read_t *rr, bool resume)
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     if (!l) return; /* out of memory: stays as it is, asked again at the next poll */
     rd_kafka_topic_partition_list_add(l, o->topic, o->partition);
-    rd_kafka_resp_err_t e = want ? rd_kafka_pause_partitions(rr->c->rk, l)
-                                 : rd_kafka_resume_partitions(rr->c->rk, l);
+    rd_kafka_resp_err_t e =
+        want ? rd_kafka_pause_partitions(rr->c->rk, l) : rd_kafka_resume_partitions(rr->c->rk, l);
     rd_kafka_topic_partition_list_destroy(l);
     if (e) return;
     rr->paused = want;

@@ -62,6 +62,20 @@ sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t 
 sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
                                   int64_t ms, int timeout_ms, int64_t *offset, sl_error_t *err);
 
+/* An offset of a partition (a consumer-group commit). */
+typedef struct sl_kafka_offset {
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+} sl_kafka_offset_t;
+
+/* Commit offsets[0..count) to the consumer's group (group.id) without
+ * joining it: for lag tools only (sluice never reads them back). Waits at
+ * most timeout_ms. @return SL_ERR_TIMEOUT, SL_ERR_IO (e.g. NOT_COORDINATOR
+ * right after a broker start: try again later). */
+sl_err_t sl_kafka_commit_offsets(sl_kafka_consumer_t *c, const sl_kafka_offset_t *offsets,
+                                 uint32_t count, int timeout_ms, sl_error_t *err);
+
 /* ---- the chunk plan ---- */
 
 /* Where a plan starts or stops reading a partition (values as the job
@@ -92,7 +106,6 @@ sl_err_t sl_kafka_plan_partitions(sl_kafka_consumer_t *c, const char *const *top
                                   uint8_t stop_at, int64_t stop_ms, int timeout_ms,
                                   const sl_allocator_t *a, sl_kafka_partition_plan_t **out,
                                   uint32_t *count, uint32_t *failed_topic, sl_error_t *err);
-
 
 /* Chunk index of a partition read from start in chunks of size offsets:
  * [start + index * size, start + (index + 1) * size), cut at stop (< 0:

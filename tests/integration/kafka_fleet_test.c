@@ -86,8 +86,8 @@ static void assert_good_once(const atomic_uint *seen, uint32_t n)
                 wrong++;
                 if (first == UINT32_MAX) first = id;
             }
-        cr_assert_eq(wrong, 0, "epoch %u: %u ids not delivered exactly once (first %u, seen %u)",
-                     e, wrong, first, first == UINT32_MAX ? 0 : atomic_load(&seen[e * n + first]));
+        cr_assert_eq(wrong, 0, "epoch %u: %u ids not delivered exactly once (first %u, seen %u)", e,
+                     wrong, first, first == UINT32_MAX ? 0 : atomic_load(&seen[e * n + first]));
     }
 }
 
@@ -96,9 +96,20 @@ static pid_t worker(const fu_master_t *m, const char *job, const char *id, const
                     char *log, size_t cap)
 {
     snprintf(log, cap, "%s/%s.log", fu_dir, id);
-    const char *argv[] = {fu_binary(), "worker",      "--master", m->ctl,      "--job-id",
-                          job,         "--worker-id", id,         "--listen",  "127.0.0.1:0",
-                          "--threads", "1",           limit ? "--memory-limit" : NULL, limit,
+    const char *argv[] = {fu_binary(),
+                          "worker",
+                          "--master",
+                          m->ctl,
+                          "--job-id",
+                          job,
+                          "--worker-id",
+                          id,
+                          "--listen",
+                          "127.0.0.1:0",
+                          "--threads",
+                          "1",
+                          limit ? "--memory-limit" : NULL,
+                          limit,
                           NULL};
     return fu_spawn(argv, -1, log);
 }
@@ -298,8 +309,8 @@ Test(kafka_fleet, deleted_offsets_fail_their_chunk_and_the_rest_goes_on)
     json_decref(j);
     for (int i = 0; i < 2; i++) {
         int ws = fu_wait_exit(w[i], 30);
-        cr_assert(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "worker %d: %d; see %s", i,
-                  ws, log[i]);
+        cr_assert(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "worker %d: %d; see %s", i, ws,
+                  log[i]);
     }
     fu_master_stop(m, SIGTERM);
     /* the master logged each failure with the worker's reason */
@@ -454,9 +465,9 @@ static void *ranked_run(void *arg)
 static void submit_tokens(const fu_master_t *m, const char *spec_json, uint32_t ranks,
                           const ranked_t *r)
 {
-    json_t *body = json_pack("{s:o, s:i, s:s, s:i, s:i}", "spec", json_loads(spec_json, 0, NULL),
-                             "ranks", (json_int_t)ranks, "sharding", "dynamic", "min_workers", 2,
-                             "max_workers", 2);
+    json_t *body =
+        json_pack("{s:o, s:i, s:s, s:i, s:i}", "spec", json_loads(spec_json, 0, NULL), "ranks",
+                  (json_int_t)ranks, "sharding", "dynamic", "min_workers", 2, "max_workers", 2);
     json_t *toks = json_array();
     for (uint32_t i = 0; i < ranks; i++) {
         char *b64 = fu_base64(r[i].c.token, r[i].c.token_len);

@@ -237,6 +237,31 @@ KU_FN rd_kafka_t *ku_reader(const char *topic, int partitions)
     return c;
 }
 
+/* Grow topic to total partitions (admin API, bounded by timeout_s). */
+KU_FN void ku_add_partitions(const char *topic, int total, double timeout_s)
+{
+    rd_kafka_t *rk = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
+    char err[256];
+    rd_kafka_NewPartitions_t *np =
+        rd_kafka_NewPartitions_new(topic, (size_t)total, err, sizeof err);
+    cr_assert_not_null(np, "%s", err);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, (int)(timeout_s * 1000));
+    cr_assert_not_null(ev, "CreatePartitions %s: no answer", topic);
+    cr_assert_eq(rd_kafka_event_error(ev), 0, "%s", rd_kafka_event_error_string(ev));
+    size_t n = 0;
+    const rd_kafka_topic_result_t **res =
+        rd_kafka_CreatePartitions_result_topics(rd_kafka_event_CreatePartitions_result(ev), &n);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(rd_kafka_topic_result_error(res[0]), 0, "%s",
+                 rd_kafka_topic_result_error_string(res[0]));
+    rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_NewPartitions_destroy(np);
+    rd_kafka_destroy(rk);
+}
+
 /* DeleteRecords: the broker drops topic/partition's records below offset
  * (as retention would) through rk's admin API; fails the test unless it
  * confirms within timeout_s. */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dpp/master/state.h"
+#include "master_life.h"
 #include "testutil.h"
 
 #define MAX_SPLITS 64
@@ -283,13 +284,7 @@ static void rm_state_dir(char *d);
 
 static char *dump_of(const sl_master_state_t *m)
 {
-    char *d;
-    size_t len;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_dump(m, &d, &len, &err), SL_OK, "%s", err.msg);
-    char *copy = strdup(d);
-    sl_free(ALLOC, d, len + 1);
-    return copy;
+    return ml_dump(m, ALLOC);
 }
 
 /* The worker's list is authoritative: a heartbeat renews only the leases
@@ -1043,30 +1038,30 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
  * register, renew, commit, read a split, fail a split, encode a token,
  * forget idle clients, expire, sync, compact, remove a job. */
 typedef struct life {
-    sl_master_state_opts_t o;
-    sl_master_state_t *m;
+    ml_life_t b;
     uint32_t split[2];
     uint64_t gen[2], rows[2];
 } life_t;
 
 enum { LIFE_STEPS = 16 };
 
-static sl_err_t life_step(life_t *x, int step, sl_error_t *err)
+static sl_err_t life_step(void *life, int step, sl_error_t *err)
 {
+    life_t *x = life;
     sl_master_lease_t l;
     sl_master_commit_result_t res;
     sl_err_t rc = SL_OK;
     switch (step) {
     case 0:
-        return sl_master_state_open(&x->o, 0, &x->m, NULL, err);
+        return sl_master_state_open(&x->b.o, 0, &x->b.m, NULL, err);
     case 1: {
         sl_master_state_job_spec_t spec = spec_of("j", 4, 2, true, 7);
         spec.spec_json = "{\"id\":\"j\"}";
-        return sl_master_state_job_add(x->m, &spec, err);
+        return sl_master_state_job_add(x->b.m, &spec, err);
     }
     case 2:
     case 3:
-        rc = sl_master_state_lease_next(x->m, "j", step == 2 ? "w1" : "w2", 0, &l, err);
+        rc = sl_master_state_lease_next(x->b.m, "j", step == 2 ? "w1" : "w2", 0, &l, err);
         if (rc == SL_OK) {
             x->split[step - 2] = l.split;
             x->gen[step - 2] = l.generation;
@@ -1075,22 +1070,22 @@ static sl_err_t life_step(life_t *x, int step, sl_error_t *err)
         return rc;
     case 4: {
         sl_master_lease_ref_t held = {"j", 0, x->split[0], x->gen[0]};
-        return sl_master_state_register(x->m, "w1", &held, 1, 5, NULL, NULL, err);
+        return sl_master_state_register(x->b.m, "w1", &held, 1, 5, NULL, NULL, err);
     }
     case 5: {
         sl_master_lease_ref_t held = {"j", 0, x->split[1], x->gen[1]};
-        return sl_master_state_renew(x->m, "w2", &held, 1, 6, NULL, err);
+        return sl_master_state_renew(x->b.m, "w2", &held, 1, 6, NULL, err);
     }
     case 6:
     case 7: {
         int w = step - 6;
         sl_master_commit_t c = {"j", 0, x->split[w], x->gen[w], 0, 10, w ? "c2" : "c1", 1, 10};
-        rc = sl_master_state_commit_batch(x->m, &c, &res, err);
+        rc = sl_master_state_commit_batch(x->b.m, &c, &res, err);
         return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
     }
     case 8: {
         sl_dpp_row_range_t empty = {10, x->rows[0]};
-        return sl_master_state_split_read(x->m, "j", 0, x->split[0], x->gen[0], &empty, 1, NULL,
+        return sl_master_state_split_read(x->b.m, "j", 0, x->split[0], x->gen[0], &empty, 1, NULL,
                                           err);
     }
     case 9: {
@@ -1103,126 +1098,44 @@ static sl_err_t life_step(life_t *x, int step, sl_error_t *err)
                                        "stripe 3: checksum mismatch",
                                        SL_ERR_CORRUPT};
         sl_master_split_fail_result_t fr;
-        return sl_master_state_split_failed(x->m, &f, 3, &fr, err);
+        return sl_master_state_split_failed(x->b.m, &f, 3, &fr, err);
     }
     case 10: {
         void *tok;
         size_t len;
         sl_master_token_exclude_t und = {0, x->split[1], 2, 4};
-        rc = sl_master_state_token_encode(x->m, "j", &und, 1, &tok, &len, err);
+        rc = sl_master_state_token_encode(x->b.m, "j", &und, 1, &tok, &len, err);
         if (rc == SL_OK) sl_free(ALLOC, tok, len);
         return rc;
     }
     case 11:
-        return sl_master_state_evict_clients(x->m, 100000, 1000, NULL, err);
+        return sl_master_state_evict_clients(x->b.m, 100000, 1000, NULL, err);
     case 12: {
         /* a lease that expires */
-        rc = sl_master_state_lease_next(x->m, "j", "w3", 200000, &l, err);
-        return rc != SL_OK ? rc : sl_master_state_expire(x->m, 300000, NULL, err);
+        rc = sl_master_state_lease_next(x->b.m, "j", "w3", 200000, &l, err);
+        return rc != SL_OK ? rc : sl_master_state_expire(x->b.m, 300000, NULL, err);
     }
     case 13:
-        return sl_master_state_sync(x->m, err);
+        return sl_master_state_sync(x->b.m, err);
     case 14:
-        return sl_master_state_compact(x->m, err);
+        return sl_master_state_compact(x->b.m, err);
     case 15: {
         sl_master_state_job_spec_t spec = spec_of("k", 2, 1, false, 0);
-        rc = sl_master_state_job_add(x->m, &spec, err);
-        return rc != SL_OK ? rc : sl_master_state_job_remove(x->m, "k", err);
+        rc = sl_master_state_job_add(x->b.m, &spec, err);
+        return rc != SL_OK ? rc : sl_master_state_job_remove(x->b.m, "k", err);
     }
     }
     return sl_error_set(err, SL_ERR_INVALID, "no step %d", step);
 }
 
-/* The dump of the state, "" for none; allocated off the counted path. */
-static char *life_dump(const life_t *x)
-{
-    return x->m != NULL ? dump_of(x->m) : strdup("");
-}
-
-/* Run steps [from, LIFE_STEPS), each must succeed; then sync. */
-static void life_finish(life_t *x, int from)
-{
-    sl_error_t err = {0};
-    for (int s = from; s < LIFE_STEPS; s++)
-        cr_assert_eq(life_step(x, s, &err), SL_OK, "step %d: %s", s, err.msg);
-    cr_assert_eq(sl_master_state_sync(x->m, &err), SL_OK, "%s", err.msg);
-}
-
-/* The state after the whole life, and after reopening its directory
- * (what names the run in messages). */
-static void life_end(life_t *x, const char *what, char **end, char **reopened)
-{
-    sl_error_t err = {0};
-    *end = dump_of(x->m);
-    sl_master_state_destroy(x->m);
-    cr_assert_eq(sl_master_state_open(&x->o, 400000, &x->m, NULL, &err), SL_OK, "%s: %s", what,
-                 err.msg);
-    *reopened = dump_of(x->m);
-    sl_master_state_destroy(x->m);
-    x->m = NULL;
-}
-
 Test(master_state, every_allocation_failure_is_a_clean_error)
 {
     make_splits(4, NULL);
-    /* the reference life, without failures */
-    char *dir = tmp_state_dir();
-    life_t ref = {.o = {.state_dir = dir, .lease_timeout_ms = 1000, .allocator = ALLOC}};
-    life_finish(&ref, 0);
-    char *want_end, *want_reopened;
-    life_end(&ref, "the reference", &want_end, &want_reopened);
-    rm_state_dir(dir);
-    tu_alloc_assert_clean(&g_ta);
-
-    /* each step with its k-th allocation failing, for every k it makes */
-    uint64_t walked = 0;
-    for (int step = 0; step < LIFE_STEPS; step++) {
-        for (uint64_t k = 1;; k++) {
-            dir = tmp_state_dir();
-            life_t x = {.o = {.state_dir = dir, .lease_timeout_ms = 1000, .allocator = ALLOC}};
-            sl_error_t err = {0};
-            for (int s = 0; s < step; s++)
-                cr_assert_eq(life_step(&x, s, &err), SL_OK, "step %d: %s", s, err.msg);
-            char *before = life_dump(&x);
-            tu_alloc_fail_at(&g_ta, k, false);
-            sl_err_t rc = life_step(&x, step, &err);
-            bool failed = tu_alloc_failures(&g_ta) > 0;
-            tu_alloc_fail_at(&g_ta, 0, false);
-            if (failed && rc != SL_OK) {
-                /* refused as out of memory, saying what, changing nothing */
-                cr_assert_eq(rc, SL_ERR_NOMEM, "step %d allocation %llu: %s: %s", step,
-                             (unsigned long long)k, sl_err_str(rc), err.msg);
-                cr_assert_neq(err.msg[0], '\0', "step %d allocation %llu: no message", step,
-                              (unsigned long long)k);
-                char *after = life_dump(&x);
-                cr_assert_str_eq(after, before, "step %d allocation %llu (%s) changed the state",
-                                 step, (unsigned long long)k, err.msg);
-                free(after);
-                /* and the same step succeeds once memory is back */
-                cr_assert_eq(life_step(&x, step, &err), SL_OK, "step %d again: %s", step, err.msg);
-            } else {
-                cr_assert_eq(rc, SL_OK, "step %d allocation %llu: %s", step, (unsigned long long)k,
-                             err.msg);
-            }
-            free(before);
-            life_finish(&x, step + 1);
-            char *end, *reopened, what[64];
-            snprintf(what, sizeof what, "step %d allocation %llu", step, (unsigned long long)k);
-            life_end(&x, what, &end, &reopened);
-            cr_assert_str_eq(end, want_end, "step %d allocation %llu", step, (unsigned long long)k);
-            cr_assert_str_eq(reopened, want_reopened, "step %d allocation %llu (reopened)", step,
-                             (unsigned long long)k);
-            free(end);
-            free(reopened);
-            rm_state_dir(dir);
-            tu_alloc_assert_clean(&g_ta);
-            if (!failed) break; /* the step makes fewer than k allocations */
-            walked++;
-        }
-    }
-    cr_log_info("allocation failures walked: %llu", (unsigned long long)walked);
+    ml_ops_t ops = {.steps = LIFE_STEPS,
+                    .size = sizeof(life_t),
+                    .opts = {.lease_timeout_ms = 1000},
+                    .step = life_step};
+    uint64_t walked = ml_walk(&ops, &g_ta, NULL);
     cr_assert_gt(walked, LIFE_STEPS);
-    free(want_end);
-    free(want_reopened);
     tu_alloc_assert_clean(&g_ta);
 }

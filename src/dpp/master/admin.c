@@ -239,6 +239,28 @@ static void add_failure_json(json_t *o, const sl_master_state_job_status_t *st)
     json_object_set_new(o, "skipped_rows", json_integer((json_int_t)st->skipped_rows));
 }
 
+/* A stream job's partitions: where each stands (docs/ADMIN.md). */
+static json_t *kafka_json(const sl_master_job_view_t *v)
+{
+    json_t *a = json_array();
+    for (uint32_t i = 0; a != NULL && i < v->num_kafka; i++) {
+        const sl_master_kafka_view_t *k = &v->kafka[i];
+        json_t *o =
+            json_pack("{s:s, s:i, s:I, s:I, s:I, s:i, s:i, s:i}", "topic", k->pos.topic,
+                      "partition", (json_int_t)k->pos.partition, "start", (json_int_t)k->pos.start,
+                      "committed", (json_int_t)k->pos.committed, "high_watermark",
+                      (json_int_t)k->high, "chunks", (json_int_t)k->pos.chunks, "pending",
+                      (json_int_t)k->pos.pending, "open", (json_int_t)k->pos.open);
+        if (o != NULL && k->high >= 0)
+            json_object_set_new(o, "lag",
+                                json_integer(k->high > k->pos.committed
+                                                 ? (json_int_t)(k->high - k->pos.committed)
+                                                 : 0));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
 static json_t *job_json(const sl_master_job_view_t *v)
 {
     const sl_master_state_job_status_t *st = &v->status;
@@ -267,6 +289,7 @@ static json_t *job_json(const sl_master_job_view_t *v)
                                           ? (double)v->bytes_expanded / (double)v->bytes_encoded
                                           : 1.0));
         json_object_set_new(o, "bytes_encoded", json_integer((json_int_t)v->bytes_encoded));
+        if (v->num_kafka > 0) json_object_set_new(o, "kafka", kafka_json(v));
         json_object_set_new(o, "bytes_saved",
                             json_integer((json_int_t)(v->bytes_expanded > v->bytes_encoded
                                                           ? v->bytes_expanded - v->bytes_encoded

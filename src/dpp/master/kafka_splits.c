@@ -1,8 +1,9 @@
 /* The Kafka part of a submission (master_internal.h, mp_kafka_splits): a
  * bounded replay's partitions resolved with the brokers and cut into
  * chunks, one split per chunk (docs/DESIGN.md, "Kafka: offsets are rows").
- * Kept apart from master.c's check_spec so that streams (chunks created
- * as the partitions grow) can change it alone. */
+ * A stream's partitions and their start offsets (mp_kafka_stream): the
+ * state makes its chunks as they are needed (state_kafka.c). Kept apart
+ * from master.c's check_spec. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,8 +63,7 @@ static sl_err_t cut(const sl_pipeline_kafka_t *k, const sl_kafka_partition_plan_
     }
     if (total == 0)
         return problem(pr, SL_ERR_INVALID, "$.source.kafka.stop", UINT32_MAX,
-                       "no offsets between start and stop in any partition: nothing to read",
-                       err);
+                       "no offsets between start and stop in any partition: nothing to read", err);
     if (total > MP_KAFKA_MAX_CHUNKS) {
         char msg[200];
         snprintf(msg, sizeof msg, "%" PRIu64 " chunks, at most %u: a larger chunk", total,
@@ -87,8 +87,8 @@ static sl_err_t cut(const sl_pipeline_kafka_t *k, const sl_kafka_partition_plan_
             sl_arena_destroy(arena);
             return sl_error_set(err, SL_ERR_NOMEM, "kafka splits: out of memory");
         }
-        for (uint64_t c = 0; sl_kafka_chunk_bounds(pl[i].start, k->chunk, c, pl[i].stop, &from, &to);
-             c++)
+        for (uint64_t c = 0;
+             sl_kafka_chunk_bounds(pl[i].start, k->chunk, c, pl[i].stop, &from, &to); c++)
             items[s->count++] = (sl_wh_split_t){.path = path,
                                                 .partition = path,
                                                 .stripe_begin = 0,
@@ -103,17 +103,14 @@ static sl_err_t cut(const sl_pipeline_kafka_t *k, const sl_kafka_partition_plan_
     return SL_OK;
 }
 
-sl_err_t mp_kafka_splits(const sl_pipeline_job_t *job, sl_wh_splits_t **out,
-                         sl_pipeline_problems_t *pr, sl_error_t *err)
+/* Every partition of the job's topics with its start and stop offsets
+ * (stop -1 for a stream), problems by JSON path; *low (when low is not
+ * NULL) gets each partition's low watermark ([*n], sl_free'd by the
+ * caller as the plan is). */
+static sl_err_t plan(const sl_pipeline_job_t *job, sl_kafka_partition_plan_t **pl, uint32_t *n,
+                     int64_t **low, sl_pipeline_problems_t *pr, sl_error_t *err)
 {
-    *out = NULL;
     const sl_pipeline_kafka_t *k = &job->kafka;
-    if (k->stop == SL_PIPELINE_KAFKA_NONE)
-        return problem(pr, SL_ERR_INVALID, "$.source.kafka.stop", UINT32_MAX,
-                       "missing: a stream (no stop) is not leased under a master yet; give a "
-                       "stop (\"end\" or {\"timestamp_ms\": N}) for a bounded replay, or run "
-                       "the stream on one worker (sluice worker --job)",
-                       err);
     char group[300];
     snprintf(group, sizeof group, "sluice-%s", job->id ? job->id : "job");
     sl_kafka_consumer_opts_t co = {.brokers = k->brokers,
@@ -126,11 +123,29 @@ sl_err_t mp_kafka_splits(const sl_pipeline_job_t *job, sl_wh_splits_t **out,
         return rc == SL_ERR_NOMEM
                    ? rc
                    : problem(pr, rc, "$.source.kafka.properties", UINT32_MAX, err->msg, err);
-    sl_kafka_partition_plan_t *pl = NULL;
-    uint32_t n = 0, topic = 0;
+    uint32_t topic = 0;
     rc = sl_kafka_plan_partitions(c, (const char *const *)k->topics, k->num_topics, k->start,
                                   k->start_ms, k->stop, k->stop_ms, MP_KAFKA_META_TIMEOUT_MS, NULL,
-                                  &pl, &n, &topic, err);
+                                  pl, n, &topic, err);
+    if (rc == SL_OK && low != NULL) {
+        /* a resumed stream's tokens are checked against these (retention) */
+        *low = sl_calloc(NULL, *n + 1, sizeof **low);
+        if (*low == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "kafka: low watermarks");
+        int64_t high;
+        for (uint32_t i = 0; rc == SL_OK && i < *n; i++) {
+            rc = sl_kafka_watermarks(c, (*pl)[i].topic, (*pl)[i].partition,
+                                     MP_KAFKA_META_TIMEOUT_MS, &(*low)[i], &high, err);
+            topic = 0;
+            for (uint32_t t = 0; t < k->num_topics; t++)
+                if (strcmp(k->topics[t], (*pl)[i].topic) == 0) topic = t;
+        }
+        if (rc != SL_OK) {
+            sl_free(NULL, *low, (*n + 1) * sizeof **low);
+            *low = NULL;
+            sl_free(NULL, *pl, (size_t)*n * sizeof **pl);
+            *pl = NULL;
+        }
+    }
     sl_kafka_consumer_destroy(c);
     if (rc == SL_ERR_NOT_FOUND)
         return problem(pr, rc, "$.source.kafka.topics", topic, err->msg, err);
@@ -142,8 +157,45 @@ sl_err_t mp_kafka_splits(const sl_pipeline_job_t *job, sl_wh_splits_t **out,
                  err->msg, MP_KAFKA_META_TIMEOUT_MS);
         return problem(pr, rc, "$.source.kafka.brokers", UINT32_MAX, msg, err);
     }
+    return rc;
+}
+
+sl_err_t mp_kafka_splits(const sl_pipeline_job_t *job, sl_wh_splits_t **out,
+                         sl_pipeline_problems_t *pr, sl_error_t *err)
+{
+    *out = NULL;
+    sl_kafka_partition_plan_t *pl = NULL;
+    uint32_t n = 0;
+    sl_err_t rc = plan(job, &pl, &n, NULL, pr, err);
     if (rc != SL_OK) return rc;
-    rc = cut(k, pl, n, out, pr, err);
+    rc = cut(&job->kafka, pl, n, out, pr, err);
     sl_free(NULL, pl, (size_t)n * sizeof *pl);
     return rc;
+}
+
+sl_err_t mp_kafka_stream(const sl_pipeline_job_t *job, bool want_low, mp_kafka_stream_t *out,
+                         sl_pipeline_problems_t *pr, sl_error_t *err)
+{
+    memset(out, 0, sizeof *out);
+    sl_kafka_partition_plan_t *pl = NULL;
+    sl_err_t rc = plan(job, &pl, &out->n, want_low ? &out->low : NULL, pr, err);
+    if (rc != SL_OK) return rc;
+    out->parts = sl_calloc(NULL, out->n + 1, sizeof *out->parts);
+    if (out->parts == NULL) {
+        sl_free(NULL, pl, (size_t)out->n * sizeof *pl);
+        mp_kafka_stream_free(out);
+        return sl_error_set(err, SL_ERR_NOMEM, "kafka: partitions");
+    }
+    for (uint32_t i = 0; i < out->n; i++)
+        out->parts[i] =
+            (sl_master_kafka_partition_t){pl[i].topic, pl[i].partition, pl[i].start, -1};
+    sl_free(NULL, pl, (size_t)out->n * sizeof *pl);
+    return SL_OK;
+}
+
+void mp_kafka_stream_free(mp_kafka_stream_t *s)
+{
+    sl_free(NULL, s->parts, (s->n + 1) * sizeof *s->parts);
+    if (s->low != NULL) sl_free(NULL, s->low, (s->n + 1) * sizeof *s->low);
+    memset(s, 0, sizeof *s);
 }

@@ -86,6 +86,11 @@ static sl_err_t sync_locked(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu)
     return rc;
 }
 
+sl_err_t mp_sync(sl_master_t *m, sl_error_t *err)
+{
+    return sync_locked(m, err);
+}
+
 /* Idle clients are looked for ten times per idle period (at most once a
  * second): a record lives at most 1.1 idle periods past its last use. */
 static uint64_t evict_every(const sl_master_t *m)
@@ -199,8 +204,11 @@ void mp_tick(sl_master_t *m, uint64_t now)
 static void destroy(sl_master_t *m)
 {
     if (m == NULL) return;
-    mp_server_stop(m); /* idempotent, and frees what a failed start got */
+    mp_kafka_watch_stop(m); /* idempotent */
+    mp_server_stop(m);      /* idempotent, and frees what a failed start got */
     sl_master_state_destroy(m->st);
+    sl_free(m->a, m->kpos, (size_t)m->cap_kpos * sizeof *m->kpos);
+    sl_free(m->a, m->kview, (size_t)m->cap_kview * sizeof *m->kview);
     sl_free(m->a, m->jobs, sl_mul_size(m->opts.max_jobs, sizeof *m->jobs));
     sl_free(m->a, m->share, sl_mul_size(m->opts.max_jobs, sizeof *m->share));
     sl_free(m->a, m->workers, (size_t)m->cap_workers * sizeof *m->workers);
@@ -252,6 +260,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     if (o->handshake_timeout_ms == 0) o->handshake_timeout_ms = 10000;
     if (o->client_conn_idle_ms == 0) o->client_conn_idle_ms = 60000;
     if (o->worker_conn_idle_ms == 0) o->worker_conn_idle_ms = 3 * o->lease_timeout_ms;
+    if (o->kafka_watch_ms == 0) o->kafka_watch_ms = 2000;
     m->tuning = o->autoscale != NULL ? *o->autoscale : sl_master_autoscale_opts_default(1, 1);
     o->autoscale = NULL;
     m->a = a;
@@ -274,6 +283,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
                                  .max_clients = o->max_clients,
                                  .max_answers = o->max_answers,
                                  .compact_bytes = o->compact_bytes,
+                                 .kafka_chunks_ahead = o->kafka_chunks_ahead,
                                  .allocator = m->a};
     sl_master_journal_open_info_t info;
     sl_err_t rc = sl_master_state_open(&so, m->started_ms, &m->st, &info, err);
@@ -292,7 +302,9 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     rc = adopt_jobs(m, err);
     sl_mutex_unlock(&m->mu);
     if (rc == SL_OK) rc = mp_server_start(m, err);
+    if (rc == SL_OK) rc = mp_kafka_watch_start(m, err);
     if (rc != SL_OK) {
+        mp_kafka_watch_stop(m);
         destroy(m);
         return rc;
     }
@@ -303,6 +315,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
 void sl_master_stop(sl_master_t *m)
 {
     if (m == NULL) return;
+    mp_kafka_watch_stop(m);
     mp_server_stop(m); /* idempotent, and frees what a failed start got */
     sl_error_t err = {0};
     sl_mutex_lock(&m->mu);
@@ -346,16 +359,21 @@ bool sl_master_ready(sl_master_t *m)
  * splits. A Kafka job (source.kafka) binds to its inline schema and is cut
  * into partition chunks with the brokers' help (kafka_splits.c). Every
  * problem goes to *problems by its path in the spec. */
-static sl_err_t check_spec(const char *text, sl_pipeline_job_t **job, sl_wh_table_t **table,
-                           sl_wh_filter_t **filter, sl_wh_splits_t **splits,
-                           sl_pipeline_problems_t *problems, sl_error_t *err)
+static sl_err_t check_spec(const char *text, bool resumed, sl_pipeline_job_t **job,
+                           sl_wh_table_t **table, sl_wh_filter_t **filter, sl_wh_splits_t **splits,
+                           mp_kafka_stream_t *stream, sl_pipeline_problems_t *problems,
+                           sl_error_t *err)
 {
     sl_pipeline_problems_t pr = {0};
     sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), job, &pr, err);
     if (rc == SL_OK && (*job)->is_kafka) {
-        /* a bounded replay: its chunks are the splits (kafka_splits.c) */
+        /* a bounded replay: its chunks are the splits; a stream: its
+         * partitions, the state makes the chunks (kafka_splits.c) */
         rc = sl_pipeline_plan_check(*job, (*job)->kafka.schema, &pr, err);
-        if (rc == SL_OK) rc = mp_kafka_splits(*job, splits, &pr, err);
+        if (rc == SL_OK && (*job)->kafka.stop == SL_PIPELINE_KAFKA_NONE)
+            rc = mp_kafka_stream(*job, resumed, stream, &pr, err);
+        else if (rc == SL_OK)
+            rc = mp_kafka_splits(*job, splits, &pr, err);
     } else if (rc == SL_OK) {
         rc = sl_wh_table_open((*job)->table, NULL, table, err);
         if (rc == SL_OK && (*job)->partitions != NULL)
@@ -437,11 +455,16 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     sl_wh_table_t *table = NULL;
     sl_wh_filter_t *filter = NULL;
     sl_wh_splits_t *splits = NULL;
-    sl_err_t rc = check_spec(req->spec_json, &job, &table, &filter, &splits, problems, err);
+    mp_kafka_stream_t stream = {0};
+    sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &job, &table, &filter, &splits,
+                             &stream, problems, err);
     if (rc != SL_OK) goto out;
     sl_master_state_job_spec_t spec = {.job_id = job->id,
-                                       .splits = splits->items,
-                                       .num_splits = splits->count,
+                                       .splits = splits != NULL ? splits->items : NULL,
+                                       .num_splits = splits != NULL ? splits->count : 0,
+                                       .kafka_partitions = stream.parts,
+                                       .num_kafka_partitions = stream.n,
+                                       .kafka_chunk = stream.parts != NULL ? job->kafka.chunk : 0,
                                        .epochs = job->epochs,
                                        .seed = job->seed,
                                        .shuffle = job->shuffle_splits,
@@ -456,6 +479,9 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
     } else if (!replace && mp_job_find(m, job->id) != NULL) {
         rc = sl_error_set(err, SL_ERR_AGAIN, "job '%s' exists already", job->id);
+    } else if (stream.low != NULL &&
+               (rc = mp_kafka_tokens_retained(m, &spec, req, stream.low, err)) != SL_OK) {
+        /* refused: offsets the tokens need were deleted by retention */
     } else if (replace) {
         /* its workers keep their registrations and take the new job's
          * leases; the old job's leases and uncommitted rows are gone */
@@ -480,14 +506,14 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
             rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", job->id);
         if (j != NULL) {
             sl_log_kv(SL_LOG_INFO, "job_submitted",
-                      (SL_KV_STR("job", job->id), SL_KV_U64("splits", splits->count),
+                      (SL_KV_STR("job", job->id), SL_KV_U64("splits", spec.num_splits),
                        SL_KV_U64("epochs", job->epochs), SL_KV_U64("ranks", req->ranks),
                        SL_KV_STR("sharding", req->static_sharding ? "static" : "dynamic"),
                        SL_KV_U64("min_workers", req->min_workers),
                        SL_KV_U64("max_workers", req->max_workers),
                        SL_KV_U64("resume_tokens", req->num_tokens)),
                       "job %s submitted: %u splits, %u epoch%s, %u rank%s, workers %u..%u", job->id,
-                      splits->count, job->epochs, job->epochs == 1 ? "" : "s", req->ranks,
+                      spec.num_splits, job->epochs, job->epochs == 1 ? "" : "s", req->ranks,
                       req->ranks == 1 ? "" : "s", req->min_workers, req->max_workers);
             log_decision(j, "submit");
         }
@@ -498,6 +524,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
         if (*job_id == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "job id");
     }
 out:
+    mp_kafka_stream_free(&stream);
     sl_wh_splits_destroy(splits);
     sl_wh_filter_destroy(filter);
     sl_wh_table_close(table);
@@ -569,6 +596,7 @@ static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_
     v->trainer_wait = j->last_wait;
     v->worker_busy = j->last_busy;
     v->autoscale_reason = j->as.reason;
+    v->num_kafka = mp_kafka_view(m, j->id, &v->kafka);
     return true;
 }
 

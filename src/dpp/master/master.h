@@ -78,6 +78,9 @@ typedef struct sl_master_opts {
     uint64_t worker_conn_idle_ms;  /* a worker connection that sends nothing this long is
                                       closed (its leases expired long before);
                                       0: 3 x lease_timeout_ms */
+    uint64_t kafka_watch_ms;       /* stream jobs: partitions, watermarks (lag) and the
+                                      consumer-group mirror this often; 0: 2000 */
+    uint32_t kafka_chunks_ahead;   /* chunks a stream partition keeps open (state.h); 0: 4 */
 } sl_master_opts_t;
 
 typedef struct sl_master sl_master_t;
@@ -169,6 +172,13 @@ sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t worker
 
 /* ---- views: what GET /status, /jobs and /workers show ------------------------------ */
 
+/* A partition of a stream job: where it stands (state.h) and the high
+ * watermark the master's Kafka watcher last saw (-1: not yet). */
+typedef struct sl_master_kafka_view {
+    sl_master_kafka_position_t pos;
+    int64_t high;
+} sl_master_kafka_view_t;
+
 /* One job. */
 typedef struct sl_master_job_view {
     const char *id;
@@ -183,6 +193,9 @@ typedef struct sl_master_job_view {
     /* its workers' encoded batch bytes, and what they would take had dedup
      * been off (heartbeats of every worker the master knows for the job) */
     uint64_t bytes_encoded, bytes_expanded;
+    /* a stream job's partitions (borrowed for the visit), none for others */
+    const sl_master_kafka_view_t *kafka;
+    uint32_t num_kafka;
 } sl_master_job_view_t;
 
 /* One worker id the master has seen. */

@@ -66,6 +66,16 @@ typedef struct mp_conn {
     uint8_t nonce[SL_RPC_AUTH_NONCE_BYTES];
 } mp_conn;
 
+/* A partition's high watermark as the Kafka watcher last saw it. */
+typedef struct mp_khigh {
+    char job[MP_ID_MAX];
+    char topic[256];
+    int32_t partition;
+    int64_t high; /* -1: not known (the broker did not answer) */
+} mp_khigh;
+
+#define MP_KAFKA_WATCH_JOBS 64 /* stream jobs the watcher follows at once */
+
 /* An answer that may only leave after the next sync (group commit). */
 typedef struct mp_deferred {
     uint32_t conn;
@@ -117,6 +127,18 @@ struct sl_master {
     uint64_t auth_failures, handshake_timeouts, idle_closed, evicted, refused;
     uint64_t last_sweep_ms;
     uint32_t nclients_connected, nworkers_connected;
+    /* the Kafka watcher (kafka_watch.c): its thread, the high watermarks
+     * it saw (under mu), its counters */
+    pthread_t kafka_thread;
+    bool kafka_thread_started;
+    atomic_bool kafka_stop;
+    mp_khigh *khigh;
+    uint32_t nkhigh, cap_khigh;
+    atomic_uint_least64_t kafka_watch_rounds, kafka_watch_errors, kafka_group_commits;
+    sl_master_kafka_position_t *kpos; /* scratch of the metrics (under mu) */
+    uint32_t cap_kpos;
+    sl_master_kafka_view_t *kview; /* scratch of the job views (under mu) */
+    uint32_t cap_kview;
 };
 
 /* Every function below but mp_server_start, mp_server_stop and mp_id_ok
@@ -185,6 +207,34 @@ void mp_guard_sweep(sl_master_t *m, uint64_t now_ms) SL_REQUIRES(m->mu);
  * registered worker or an attached client. */
 int mp_guard_evict(sl_master_t *m) SL_REQUIRES(m->mu);
 
+/* Make the state's changes durable (under mu): a failure fails the master. */
+sl_err_t mp_sync(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu);
+
+/* kafka_watch.c: the Kafka watcher thread (partitions added to stream
+ * jobs, high watermarks, the consumer-group mirror) */
+sl_err_t mp_kafka_watch_start(sl_master_t *m, sl_error_t *err) SL_EXCLUDES(m->mu);
+void mp_kafka_watch_stop(sl_master_t *m) SL_EXCLUDES(m->mu);
+/* The high watermark last seen of a stream job's partition, -1 unknown. */
+int64_t mp_kafka_high(const sl_master_t *m, const char *job, const char *topic, int32_t partition)
+    SL_REQUIRES(m->mu);
+/* A resumed stream's tokens need no offset below its partitions' low
+ * watermarks (low[i] for spec's partition i): else SL_ERR_INVALID naming
+ * the topic, partition and offsets. */
+sl_err_t mp_kafka_tokens_retained(sl_master_t *m, const sl_master_state_job_spec_t *spec,
+                                  const sl_master_submit_t *req, const int64_t *low,
+                                  sl_error_t *err) SL_REQUIRES(m->mu);
+
+/* The job's Kafka positions into m->kpos (0: a table job, or no memory). */
+uint32_t mp_kafka_positions(sl_master_t *m, const char *job, const sl_master_kafka_position_t **out)
+    SL_REQUIRES(m->mu);
+/* The job's partitions with their high watermarks into m->kview. */
+uint32_t mp_kafka_view(sl_master_t *m, const char *job, const sl_master_kafka_view_t **out)
+    SL_REQUIRES(m->mu);
+/* sluice_master_kafka_lag_records{job,topic,partition} and the watcher's
+ * counters. */
+struct sl_admin_prom;
+void mp_kafka_metrics(sl_master_t *m, struct sl_admin_prom *p) SL_REQUIRES(m->mu);
+
 /* kafka_splits.c: a Kafka job's splits, one per chunk of each partition
  * between the spec's start and stop, resolved with the brokers (each
  * request bounded: a few seconds). Path "topic/partition", stripes 0..0
@@ -196,6 +246,18 @@ int mp_guard_evict(sl_master_t *m) SL_REQUIRES(m->mu);
 struct sl_pipeline_job;
 sl_err_t mp_kafka_splits(const struct sl_pipeline_job *job, sl_wh_splits_t **out,
                          sl_pipeline_problems_t *pr, sl_error_t *err);
+/* A stream's partitions (source.kafka without stop), each from its start
+ * offset (the spec's start) to -1, and with want_low their low watermarks
+ * (a resumed job's tokens are checked against them). Topics borrowed from
+ * job. Problems as mp_kafka_splits. Free with mp_kafka_stream_free. */
+typedef struct mp_kafka_stream {
+    sl_master_kafka_partition_t *parts; /* [n] */
+    int64_t *low;                       /* [n] with want_low, else NULL */
+    uint32_t n;
+} mp_kafka_stream_t;
+sl_err_t mp_kafka_stream(const struct sl_pipeline_job *job, bool want_low, mp_kafka_stream_t *out,
+                         sl_pipeline_problems_t *pr, sl_error_t *err);
+void mp_kafka_stream_free(mp_kafka_stream_t *s);
 /* Is the split (path, stripes) a Kafka chunk (stripes 0..0, path
  * "topic/partition")? Then topic (cap bytes) and *partition get its
  * partition, for the LEASE frame's kafka_topic / kafka_partition. */

@@ -260,6 +260,7 @@ char *sl_master_metrics_text(sl_master_t *m)
     }
     sl_free(m->a, fig, sl_mul_size(nfig, sizeof *fig));
     sl_free(m->a, ids, sl_mul_size(m->opts.max_jobs, sizeof *ids));
+    mp_kafka_metrics(m, &p);
     sl_mutex_unlock(&m->mu);
     return sl_prom_finish(&p);
 }

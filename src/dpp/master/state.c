@@ -58,18 +58,38 @@ static void job_free(const sl_allocator_t *a, job *jb)
     sl_strfree(a, jb->id);
     sl_strfree(a, jb->spec_json);
     m_free_failure(a, jb);
+    m_kafka_free(a, jb);
     if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
     for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
         m_free_ranges(a, &jb->st[i]);
     for (uint32_t i = 0; jb->paths != NULL && i < jb->num_paths; i++)
         sl_strfree(a, jb->paths[i]);
-    sl_free(a, jb->paths, (size_t)jb->num_paths * sizeof *jb->paths);
-    sl_free(a, jb->defs, (size_t)jb->n * sizeof *jb->defs);
-    sl_free(a, jb->st, (size_t)jb->n * sizeof *jb->st);
-    sl_free(a, jb->order, (size_t)jb->n * sizeof *jb->order);
-    sl_free(a, jb->pos, (size_t)jb->n * sizeof *jb->pos);
-    sl_free(a, jb->heap, (size_t)jb->n * sizeof *jb->heap);
+    /* A Kafka job's paths have room for its partitions (kp_cap). */
+    sl_free(a, jb->paths, (size_t)(jb->chunk ? jb->kp_cap : jb->num_paths) * sizeof *jb->paths);
+    sl_free(a, jb->defs, (size_t)jb->cap * sizeof *jb->defs);
+    sl_free(a, jb->st, (size_t)jb->cap * sizeof *jb->st);
+    sl_free(a, jb->order, (size_t)jb->cap * sizeof *jb->order);
+    sl_free(a, jb->pos, (size_t)jb->cap * sizeof *jb->pos);
+    sl_free(a, jb->heap, (size_t)jb->cap * sizeof *jb->heap);
     sl_free(a, jb, sizeof *jb);
+}
+
+void m_split_state(job *jb, uint32_t split, uint8_t state)
+{
+    split_st *s = &jb->st[split];
+    if (jb->chunk != 0) {
+        kpart *p = &jb->kp[jb->defs[split].path];
+        p->pending += (state == SL_MASTER_SPLIT_PENDING) - (s->state == SL_MASTER_SPLIT_PENDING);
+        p->open += (s->state == SL_MASTER_SPLIT_DONE) - (state == SL_MASTER_SPLIT_DONE);
+    }
+    jb->count[s->state]--;
+    s->state = state;
+    jb->count[state]++;
+    if (jb->chunk != 0 && state == SL_MASTER_SPLIT_DONE) {
+        kpart *p = &jb->kp[jb->defs[split].path];
+        while (p->low < p->nchunks && jb->st[p->chunks[p->low]].state == SL_MASTER_SPLIT_DONE)
+            p->low++;
+    }
 }
 
 static void set_order(job *jb)
@@ -117,18 +137,22 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     job *jb = sl_calloc(a, 1, sizeof *jb);
     if (jb == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job '%s'", spec->job_id);
     uint32_t n = (uint32_t)l->n_path_index;
+    uint32_t cap = n;
+    if (spec->kafka_chunk > 0 && cap < 8) cap = 8; /* grows as chunks are made */
     jb->n = n;
+    jb->cap = cap;
     jb->num_paths = (uint32_t)l->n_paths;
     jb->id = sl_strdup(a, spec->job_id);
     jb->spec_json = sl_strdup(a, spec->spec_json != NULL ? spec->spec_json : "");
-    jb->paths = sl_calloc(a, jb->num_paths, sizeof *jb->paths);
-    jb->defs = sl_alloc(a, sl_mul_size(n, sizeof *jb->defs));
-    jb->st = sl_calloc(a, n, sizeof *jb->st);
-    jb->order = sl_alloc(a, sl_mul_size(n, sizeof *jb->order));
-    jb->pos = sl_alloc(a, sl_mul_size(n, sizeof *jb->pos));
-    jb->heap = sl_alloc(a, sl_mul_size(n, sizeof *jb->heap));
-    bool ok = jb->id && jb->spec_json && jb->paths && jb->defs && jb->st && jb->order && jb->pos &&
-              jb->heap;
+    /* A Kafka job's paths are its partitions' (m_kafka_build). */
+    jb->paths = spec->kafka_chunk > 0 ? NULL : sl_calloc(a, jb->num_paths, sizeof *jb->paths);
+    jb->defs = sl_alloc(a, sl_mul_size(cap, sizeof *jb->defs));
+    jb->st = sl_calloc(a, cap, sizeof *jb->st);
+    jb->order = sl_alloc(a, sl_mul_size(cap, sizeof *jb->order));
+    jb->pos = sl_alloc(a, sl_mul_size(cap, sizeof *jb->pos));
+    jb->heap = sl_alloc(a, sl_mul_size(cap, sizeof *jb->heap));
+    bool ok = jb->id && jb->spec_json && (jb->paths || spec->kafka_chunk > 0) && jb->defs &&
+              jb->st && jb->order && jb->pos && jb->heap;
     for (uint32_t i = 0; ok && i < jb->num_paths; i++)
         ok = (jb->paths[i] = sl_strdup(a, l->paths[i])) != NULL;
     if (!ok) {
@@ -143,7 +167,7 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     jb->min_workers = spec->min_workers;
     jb->max_workers = spec->max_workers;
     jb->skip_bad = spec->skip_bad_splits;
-    jb->fingerprint = m_fingerprint(l);
+    jb->fingerprint = spec->kafka_chunk > 0 ? 0 : m_fingerprint(l);
     jb->epoch = rec->start_epoch;
     bool finished = jb->epoch >= jb->epochs;
     for (uint32_t i = 0; i < n; i++) {
@@ -155,7 +179,8 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     }
     jb->count[SL_MASTER_SPLIT_PENDING] = n;
     sl_err_t rc = SL_OK;
-    if (jb->static_sharding) {
+    if (spec->kafka_chunk > 0) rc = m_kafka_build(m, jb, rec, err); /* may add chunks: jb->n */
+    if (rc == SL_OK && jb->static_sharding) {
         jb->rank_of_split = sl_alloc(a, sl_mul_size(n, sizeof(uint32_t)));
         rc = jb->rank_of_split == NULL
                  ? sl_error_set(err, SL_ERR_NOMEM, "job '%s' of %u splits", spec->job_id, n)
@@ -169,6 +194,7 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
         job_free(a, jb);
         return rc;
     }
+    n = jb->n;
     for (uint32_t i = 0; i < n; i++) {
         split_st *s = &jb->st[i];
         if (finished || s->committed == jb->defs[i].num_rows) {
@@ -177,6 +203,7 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
             jb->count[SL_MASTER_SPLIT_DONE]++;
         }
     }
+    if (jb->chunk != 0) m_kafka_recount(jb);
     set_order(jb);
     m_reset_queue(jb);
     *out = jb;
@@ -217,6 +244,7 @@ void m_do_advance(sl_master_state_t *m, job *jb)
             jb->st[i].failures = 0;
         }
         jb->committed_rows = 0;
+        if (jb->chunk != 0) m_kafka_recount(jb);
         return;
     }
     for (uint32_t i = 0; i < jb->n; i++) {
@@ -242,6 +270,7 @@ void m_do_advance(sl_master_state_t *m, job *jb)
 sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err)
 {
     if (jb->epoch >= jb->epochs || jb->count[SL_MASTER_SPLIT_DONE] != jb->n) return SL_OK;
+    if (jb->chunk != 0 && !m_kafka_exhausted(jb)) return SL_OK; /* more chunks to come */
     Sluice__Master__EpochAdvanced ea = SLUICE__MASTER__EPOCH_ADVANCED__INIT;
     ea.job_id = jb->id;
     ea.epoch = jb->epoch + 1;

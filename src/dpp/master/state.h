@@ -85,6 +85,9 @@
 
 #define SL_MASTER_RESUME_TOKEN_MAGIC "SLRT"
 #define SL_MASTER_RESUME_TOKEN_VERSION 2
+/* A Kafka job's tokens: per partition, the delivered prefix and the ranges
+ * above it (proto/master.proto KafkaResumeToken). Same header. */
+#define SL_MASTER_KAFKA_TOKEN_VERSION 3
 
 typedef enum sl_master_split_state {
     SL_MASTER_SPLIT_PENDING = 0,
@@ -93,16 +96,19 @@ typedef enum sl_master_split_state {
 } sl_master_split_state_t;
 
 typedef struct sl_master_state_opts {
-    const char *state_dir;           /* NULL: in memory only, nothing journaled */
-    uint64_t lease_timeout_ms;       /* 0: 10000 */
-    uint64_t compact_bytes;          /* journal size that triggers compaction; 0: 64 MiB */
-    uint32_t max_jobs;               /* 0: 64 */
-    uint32_t max_workers;            /* distinct worker ids ever seen; 0: 65536 */
-    uint32_t max_splits;             /* per job; 0: 16M */
-    uint32_t max_name;               /* bytes of a job, worker or client id; 0: 255 */
-    uint32_t max_clients;            /* distinct client ids remembered; 0: 4096 */
-    uint32_t max_answers;            /* accepted nonces remembered per client; 0: 1024 */
-    uint32_t max_ranges;             /* committed ranges per split at once; 0: 65536 */
+    const char *state_dir;     /* NULL: in memory only, nothing journaled */
+    uint64_t lease_timeout_ms; /* 0: 10000 */
+    uint64_t compact_bytes;    /* journal size that triggers compaction; 0: 64 MiB */
+    uint32_t max_jobs;         /* 0: 64 */
+    uint32_t max_workers;      /* distinct worker ids ever seen; 0: 65536 */
+    uint32_t max_splits;       /* per job; 0: 16M */
+    uint32_t max_name;         /* bytes of a job, worker or client id; 0: 255 */
+    uint32_t max_clients;      /* distinct client ids remembered; 0: 4096 */
+    uint32_t max_answers;      /* accepted nonces remembered per client; 0: 1024 */
+    uint32_t max_ranges;       /* committed ranges per split at once; 0: 65536 */
+    /* Kafka jobs: a partition gets a new chunk when it has no PENDING chunk
+     * and fewer than this many chunks not DONE; 0: 4 (docs/KAFKA.md) */
+    uint32_t kafka_chunks_ahead;
     const sl_allocator_t *allocator; /* NULL: default; every byte of state comes from it */
 } sl_master_state_opts_t;
 
@@ -123,6 +129,16 @@ void sl_master_state_destroy(sl_master_state_t *m);
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
+/* A partition of a Kafka job: offsets from start (>= 0) up to stop (> start;
+ * -1: a stream, no end). */
+typedef struct sl_master_kafka_partition {
+    const char *topic; /* 1..249 bytes of [a-zA-Z0-9._-] */
+    int32_t partition; /* >= 0 */
+    int64_t start, stop;
+} sl_master_kafka_partition_t;
+
+#define SL_MASTER_MAX_KAFKA_PARTITIONS 65536 /* per job */
+
 typedef struct sl_master_state_job_spec {
     const char *job_id;          /* 1..max_name printable ASCII bytes, no spaces (worker ids too) */
     const sl_wh_split_t *splits; /* [num_splits]; path, stripes, first_row, num_rows used */
@@ -136,6 +152,22 @@ typedef struct sl_master_state_job_spec {
     bool static_sharding;  /* each split served to one rank (assign_static) */
     uint32_t min_workers, max_workers;
     bool skip_bad_splits; /* on_bad_split "skip" (sl_master_state_split_failed) */
+    /* A Kafka job (kafka_chunk > 0): no splits; its splits are chunks of
+     * these partitions, chunk k of a partition being
+     * sl_kafka_chunk_bounds(start, kafka_chunk, k, stop), made as they are
+     * needed: lease_next makes a partition's next chunk when it has no
+     * PENDING chunk, fewer than opts.kafka_chunks_ahead chunks not DONE and
+     * (a stream's) a record at the chunk's start
+     * (sl_master_state_kafka_high) — one KafkaChunksAdded record. A chunk's split has path
+     * "<topic>/<partition>", stripes [0, 0), first_row its first offset,
+     * num_rows its offset count (row r is offset first_row + r). One epoch,
+     * no shuffle, no static sharding (a chunk list that grows has no order
+     * to shuffle nor a fixed share per rank). A job with a stream partition
+     * (stop -1) never finishes; one of bounded partitions finishes when
+     * every chunk up to each stop is done. */
+    const sl_master_kafka_partition_t *kafka_partitions;
+    uint32_t num_kafka_partitions;
+    uint32_t kafka_chunk; /* offsets per chunk, 1..2^31 */
 } sl_master_state_job_spec_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
@@ -210,6 +242,55 @@ sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_
 /* The ids of the jobs (borrowed until the job is removed), up to cap, in
  * slot order. @return how many jobs there are. */
 uint32_t sl_master_state_job_ids(const sl_master_state_t *m, const char **ids, uint32_t cap);
+
+/* ---- Kafka jobs ----------------------------------------------------------------- */
+
+/* A topic of a Kafka job grew: partition p joins it, read from p->start
+ * (its earliest offset) to p->stop (-1 for a stream job). Journaled; its
+ * first chunk is made by the next lease_next. @return SL_ERR_INVALID for a
+ * table job, a bad or known partition, SL_ERR_NOT_FOUND for no job,
+ * SL_ERR_TOO_LARGE past SL_MASTER_MAX_KAFKA_PARTITIONS. Sync before
+ * acknowledging. */
+sl_err_t sl_master_state_kafka_partition_add(sl_master_state_t *m, const char *job_id,
+                                             const sl_master_kafka_partition_t *p, sl_error_t *err);
+
+/* The partition's high watermark as the broker said (a hint, not
+ * journaled: unknown after open). A stream partition gets a chunk only
+ * when the chunk starts below the last one told (a record is there): no
+ * read starts at or past the log's end (past it a fetch is an error under
+ * auto.offset.reset=error), and a stream at its head keeps one chunk
+ * waiting there rather than kafka_chunks_ahead. Unknown job or partition: nothing. index: where
+ * sl_master_state_kafka_positions listed it (looked at first). */
+void sl_master_state_kafka_high(sl_master_state_t *m, const char *job_id, const char *topic,
+                                int32_t partition, int64_t high, uint32_t index);
+
+/* Where a partition of a Kafka job stands. */
+typedef struct sl_master_kafka_position {
+    const char *topic; /* borrowed until the job is removed */
+    int32_t partition;
+    int64_t start, stop;
+    /* Every offset below it is committed (delivered or empty): the
+     * consumer-group mirror and the lag metric use it. */
+    int64_t committed;
+    uint32_t chunks, pending, open; /* chunks made, PENDING, not DONE */
+} sl_master_kafka_position_t;
+
+/* The job's partitions, up to cap of them into out (in the order they
+ * joined). @return how many it has (0: a table job or no such job). */
+uint32_t sl_master_state_kafka_positions(const sl_master_state_t *m, const char *job_id,
+                                         sl_master_kafka_position_t *out, uint32_t cap);
+
+/* What a Kafka job resumed from tokens (sl_master_state_job_resume_ranks
+ * with spec->kafka_chunk > 0) needs: for each of spec's partitions
+ * (needed[i] for spec->kafka_partitions[i]), the lowest offset it will
+ * read, i.e. the intersection's delivered prefix for a partition the
+ * tokens name, spec's start for one they do not. The master compares it
+ * with the partition's low watermark and refuses the tokens when
+ * retention deleted it. The tokens are checked as resume checks them. */
+sl_err_t sl_master_state_kafka_token_needs(sl_master_state_t *m,
+                                           const sl_master_state_job_spec_t *spec,
+                                           const void *const *tokens, const size_t *lens,
+                                           uint32_t count, int64_t *needed, sl_error_t *err);
 
 /* ---- leases ---------------------------------------------------------------------- */
 

@@ -106,9 +106,7 @@ void m_maybe_done(sl_master_state_t *m, uint32_t slot, uint32_t split)
     if (s->state == SL_MASTER_SPLIT_LEASED) {
         m_do_release(m, slot, split, SL_MASTER_SPLIT_DONE);
     } else {
-        jb->count[s->state]--;
-        s->state = SL_MASTER_SPLIT_DONE;
-        jb->count[s->state]++;
+        m_split_state(jb, split, SL_MASTER_SPLIT_DONE);
     }
     m->c.completions++;
 }

@@ -35,9 +35,26 @@ typedef struct split_st {
     uint16_t failures; /* SPLIT_FAILED reports this epoch (saturating) */
 } split_st;
 
+/* A partition of a Kafka job (state_kafka.c): its chunks are splits of
+ * the job, made in offset order as they are needed. */
+typedef struct kpart {
+    char *topic;
+    int32_t partition;
+    int64_t start, stop; /* stop -1: a stream */
+    uint32_t *chunks;    /* [nchunks] of [cap]: split index of chunk k */
+    uint32_t nchunks, cap;
+    uint32_t pending, open; /* chunks PENDING, chunks not DONE */
+    uint32_t low;           /* chunks [0, low) are DONE */
+    int64_t high;           /* the high watermark last told (-1: not known); not journaled */
+} kpart;
+
 typedef struct job {
     char *id;
     uint32_t n, epochs;
+    uint32_t cap;   /* room in defs, st, order, pos, heap (>= n; Kafka jobs grow) */
+    uint32_t chunk; /* Kafka job: offsets per chunk (> 0); 0: a table job */
+    kpart *kp;      /* Kafka job: [nkp] of [kp_cap]; paths[p] is "<topic>/<partition>" of kp[p] */
+    uint32_t nkp, kp_cap;
     uint64_t seed;
     bool shuffle;
     char *spec_json; /* "" when none */
@@ -179,7 +196,79 @@ sl_err_t m_apply_split_skipped(sl_master_state_t *m, uint32_t slot, uint32_t spl
                                sl_error_t *err);
 void m_free_failure(const sl_allocator_t *a, job *jb);
 
+/* Set a split's state, keeping the counts (the job's, a Kafka partition's). */
+void m_split_state(job *jb, uint32_t split, uint8_t state);
+
+/* state_kafka.c: Kafka jobs (partitions, chunks made on demand, tokens v3) */
+sl_err_t m_kafka_check_spec(const sl_master_state_t *m, const Sluice__Master__JobSpec *spec,
+                            sl_error_t *err);
+/* The Kafka part of a job being built: partitions, chunks of the split
+ * list checked against their bounds, extra chunks, the ranges. */
+sl_err_t m_kafka_build(sl_master_state_t *m, job *jb, const Sluice__Master__JobAdded *rec,
+                       sl_error_t *err);
+void m_kafka_free(const sl_allocator_t *a, job *jb);
+/* Recount every partition's pending / open / low (after a bulk change). */
+void m_kafka_recount(job *jb);
+/* Every chunk that can exist is made (a stream never is). */
+bool m_kafka_exhausted(const job *jb);
+/* Make the chunks lease_next needs (journaled as one KafkaChunksAdded);
+ * the caller made room for a lease first. */
+sl_err_t m_kafka_grow(sl_master_state_t *m, uint32_t slot, sl_error_t *err);
+sl_err_t m_kafka_apply_chunks(sl_master_state_t *m, const Sluice__Master__KafkaChunksAdded *r,
+                              uint64_t off, sl_error_t *err);
+sl_err_t m_kafka_apply_partition(sl_master_state_t *m, const Sluice__Master__KafkaPartitionAdded *r,
+                                 uint64_t off, sl_error_t *err);
+/* Fill spec's kafka fields from jb (borrowed); parts has room for nkp. */
+void m_kafka_spec(const job *jb, Sluice__Master__JobSpec *spec,
+                  Sluice__Master__KafkaPartition *parts, Sluice__Master__KafkaPartition **ptrs);
+sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
+                              const sl_master_token_exclude_t *undelivered,
+                              uint32_t num_undelivered, void **buf, size_t *len, sl_error_t *err);
+
 /* state_persist.c, state_replay.c */
+#define M_TOKEN_HEADER_BYTES 16 /* magic | u32 version | u64 XXH3(payload) */
+/* Write a token's header in front of its payload bytes. */
+void m_token_seal(uint8_t *out, uint32_t version, size_t payload);
+/* Check a token's magic, length and checksum; *version gets its version. */
+sl_err_t m_token_check(const void *token, size_t len, uint32_t *version, sl_error_t *err);
+/* r (sorted, disjoint) minus ex (sorted by from) into out (room for
+ * nr + ne pieces). @return the pieces. */
+size_t m_ranges_minus(const sl_dpp_row_range_t *r, size_t nr, const sl_dpp_row_range_t *ex,
+                      size_t ne, sl_dpp_row_range_t *out);
+int m_by_from(const void *x, const void *y); /* sl_dpp_row_range_t by from_row */
+/* A set of row ranges of splits (or partitions), sorted by (split, from)
+ * and disjoint. */
+typedef struct m_rset {
+    uint32_t *split;
+    uint64_t *from, *to;
+    size_t n, cap;
+} m_rset;
+bool m_rset_init(const sl_allocator_t *a, m_rset *r, size_t cap);
+void m_rset_free(const sl_allocator_t *a, m_rset *r);
+/* The ranges (any order) sorted, overlapping or touching ones merged. */
+bool m_rset_of(const sl_allocator_t *a, const uint32_t *split, const uint64_t *from,
+               const uint64_t *to, size_t n, m_rset *r);
+/* out = x intersected with y. */
+bool m_rset_intersect(const sl_allocator_t *a, const m_rset *x, const m_rset *y, m_rset *out);
+/* A job spec as its JobSpec record (borrowing from the spec). */
+typedef struct m_spec_pb {
+    Sluice__Master__JobSpec spec;
+    Sluice__Master__SplitList list;
+    Sluice__Master__KafkaPartition *kparts, **kptrs;
+    const sl_allocator_t *a;
+    size_t n, cap_paths, nk;
+} m_spec_pb;
+sl_err_t m_spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_spec_t *in,
+                         m_spec_pb *p, sl_error_t *err);
+void m_spec_pb_free(m_spec_pb *p);
+/* Check, build, journal and link a job (replacing: in place of the job of
+ * its id, removed once the new one is built). */
+sl_err_t m_journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, bool replacing,
+                           sl_error_t *err);
+/* Resume a Kafka job from tokens (state_kafka.c). */
+sl_err_t m_kafka_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                        const void *const *tokens, const size_t *lens, uint32_t count, bool replace,
+                        sl_error_t *err);
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err);
 sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
                         sl_error_t *err);

@@ -163,6 +163,19 @@ static void take_pending(job *jb, uint32_t split)
     }
 }
 
+/* Room for n ranges in lease_next's todo list. */
+static sl_err_t reserve_todo(sl_master_state_t *m, uint32_t n, sl_error_t *err)
+{
+    if (n <= m->todo_cap) return SL_OK;
+    uint32_t cap = n < 64 ? 64 : n;
+    sl_dpp_row_range_t *t = sl_alloc(m->a, (size_t)cap * sizeof *t);
+    if (t == NULL) return sl_error_set(err, SL_ERR_NOMEM, "todo of %u ranges", cap);
+    sl_free(m->a, m->todo, (size_t)m->todo_cap * sizeof *t);
+    m->todo = t;
+    m->todo_cap = cap;
+    return SL_OK;
+}
+
 /* ---- transitions (shared by the live calls and replay) ------------------------------ */
 
 void m_do_lease(sl_master_state_t *m, uint32_t slot, uint32_t split, uint32_t w, uint64_t gen,
@@ -170,9 +183,7 @@ void m_do_lease(sl_master_state_t *m, uint32_t slot, uint32_t split, uint32_t w,
 {
     job *jb = m->jobs[slot];
     split_st *s = &jb->st[split];
-    jb->count[s->state]--;
-    s->state = SL_MASTER_SPLIT_LEASED;
-    jb->count[s->state]++;
+    m_split_state(jb, split, SL_MASTER_SPLIT_LEASED);
     s->generation = gen;
     s->expiry = expiry;
     s->worker = w;
@@ -188,9 +199,7 @@ void m_do_release(sl_master_state_t *m, uint32_t slot, uint32_t split, uint8_t n
     job *jb = m->jobs[slot];
     split_st *s = &jb->st[split];
     m_worker_drop_lease(&m->workers[s->worker], slot, split);
-    jb->count[s->state]--;
-    s->state = new_state;
-    jb->count[s->state]++;
+    m_split_state(jb, split, new_state);
     s->worker = NO_WORKER;
     if (new_state == SL_MASTER_SPLIT_PENDING) heap_push(jb, split);
 }
@@ -206,9 +215,23 @@ sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, co
         return sl_error_set(err, SL_ERR_AGAIN, "job '%s' finished", job_id);
     if (jb->failed) return sl_error_set(err, SL_ERR_AGAIN, "job '%s' failed", job_id);
     uint32_t split = peek_pending(jb);
+    sl_err_t rc = SL_OK;
+    if (jb->chunk != 0) {
+        /* A Kafka job makes the chunks it needs now (state_kafka.c). Room
+         * for the lease first, so that the lease cannot fail for memory once
+         * the chunks' record is out: a new chunk has one todo range, and an
+         * older pending split stays first in the order. */
+        rc = m_worker_get(m, worker_id, &w, err);
+        if (rc == SL_OK && !m_worker_reserve(m, w))
+            rc = sl_error_set(err, SL_ERR_NOMEM, "lease for worker '%s'", worker_id);
+        if (rc == SL_OK) rc = reserve_todo(m, split != UINT32_MAX ? jb->st[split].nr + 1 : 1, err);
+        if (rc == SL_OK) rc = m_kafka_grow(m, slot, err);
+        if (rc != SL_OK) return rc;
+        split = peek_pending(jb);
+    }
     if (split == UINT32_MAX)
         return sl_error_set(err, SL_ERR_AGAIN, "job '%s': no pending split", job_id);
-    sl_err_t rc = m_worker_get(m, worker_id, &w, err);
+    rc = m_worker_get(m, worker_id, &w, err);
     if (rc != SL_OK) return rc;
     worker *wk = &m->workers[w];
     uint64_t gen = m->next_generation;
@@ -224,14 +247,8 @@ sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, co
         return sl_error_set(err, SL_ERR_NOMEM, "lease for worker '%s'", worker_id);
     /* todo: the complement of the committed ranges, at most nr + 1 ranges. */
     const split_st *s = &jb->st[split];
-    if (s->nr + 1 > m->todo_cap) {
-        uint32_t cap = s->nr + 1 < 64 ? 64 : s->nr + 1;
-        sl_dpp_row_range_t *t = sl_alloc(m->a, (size_t)cap * sizeof *t);
-        if (t == NULL) return sl_error_set(err, SL_ERR_NOMEM, "todo of %u ranges", cap);
-        sl_free(m->a, m->todo, (size_t)m->todo_cap * sizeof *t);
-        m->todo = t;
-        m->todo_cap = cap;
-    }
+    rc = reserve_todo(m, s->nr + 1, err);
+    if (rc != SL_OK) return rc;
     uint32_t nt = 0;
     uint64_t at = 0;
     for (uint32_t i = 0; i < s->nr; i++) {

@@ -13,8 +13,6 @@
 
 #include "dpp/master/state_internal.h"
 
-#define TOKEN_HEADER_BYTES 16 /* magic | u32 version | u64 XXH3(payload) */
-
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err)
 {
     if (m->journal == NULL || m->replaying) return SL_OK;
@@ -58,6 +56,10 @@ sl_err_t m_check_spec(const sl_master_state_t *m, const Sluice__Master__JobSpec 
         return sl_error_set(err, SL_ERR_INVALID,
                             "job id of %zu bytes: 1..%u printable ASCII bytes, no spaces",
                             spec->job_id ? strlen(spec->job_id) : 0, m->opts.max_name);
+    if (spec->kafka_chunk > 0) return m_kafka_check_spec(m, spec, err);
+    if (spec->n_kafka_partitions > 0)
+        return sl_error_set(err, SL_ERR_INVALID, "job '%s': Kafka partitions without a chunk size",
+                            spec->job_id);
     const Sluice__Master__SplitList *l = spec->splits;
     size_t n = l->n_path_index;
     if (n == 0) return sl_error_set(err, SL_ERR_INVALID, "job '%s': no splits", spec->job_id);
@@ -100,6 +102,9 @@ sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded 
     if (ja->start_epoch > ja->spec->epochs)
         return sl_error_set(err, SL_ERR_INVALID, "job '%s': start epoch %u of %u", ja->spec->job_id,
                             ja->start_epoch, ja->spec->epochs);
+    if (ja->spec->kafka_chunk == 0 && ja->n_kafka_range_partition > 0)
+        return sl_error_set(err, SL_ERR_INVALID, "job '%s': Kafka ranges for a table job",
+                            ja->spec->job_id);
     if (ja->n_start_from != ja->n_start_split || ja->n_start_to != ja->n_start_split)
         return sl_error_set(err, SL_ERR_INVALID, "job '%s': start range columns of unequal length",
                             ja->spec->job_id);
@@ -130,17 +135,11 @@ sl_err_t m_add_job(sl_master_state_t *m, const Sluice__Master__JobAdded *ja, sl_
     return m->replaying ? SL_OK : m_advance_all(m, err);
 }
 
-/* Column-wise split list of spec, paths interned (borrowed from spec). */
-typedef struct spec_pb {
-    Sluice__Master__JobSpec spec;
-    Sluice__Master__SplitList list;
-    const sl_allocator_t *a;
-    size_t n, cap_paths;
-} spec_pb;
-
-static void spec_pb_free(spec_pb *p)
+void m_spec_pb_free(m_spec_pb *p)
 {
     const sl_allocator_t *a = p->a;
+    sl_free(a, p->kparts, (p->nk + 1) * sizeof *p->kparts);
+    sl_free(a, p->kptrs, (p->nk + 1) * sizeof *p->kptrs);
     sl_free(a, p->list.paths, p->cap_paths * sizeof(char *));
     sl_free(a, p->list.path_index, p->n * sizeof(uint32_t));
     sl_free(a, p->list.stripe_begin, p->n * sizeof(uint32_t));
@@ -149,8 +148,8 @@ static void spec_pb_free(spec_pb *p)
     sl_free(a, p->list.num_rows, p->n * sizeof(uint64_t));
 }
 
-static sl_err_t spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_spec_t *in,
-                              spec_pb *p, sl_error_t *err)
+sl_err_t m_spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_spec_t *in,
+                         m_spec_pb *p, sl_error_t *err)
 {
     memset(p, 0, sizeof *p);
     p->a = m->a;
@@ -167,6 +166,32 @@ static sl_err_t spec_pb_build(const sl_master_state_t *m, const sl_master_state_
     p->spec.min_workers = in->min_workers;
     p->spec.max_workers = in->max_workers;
     p->spec.skip_bad_splits = in->skip_bad_splits;
+    p->spec.kafka_chunk = in->kafka_chunk;
+    if (in->num_kafka_partitions > SL_MASTER_MAX_KAFKA_PARTITIONS)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': %u Kafka partitions (at most %d)",
+                            in->job_id ? in->job_id : "", in->num_kafka_partitions,
+                            SL_MASTER_MAX_KAFKA_PARTITIONS);
+    if (in->num_kafka_partitions > 0) {
+        if (in->kafka_partitions == NULL)
+            return sl_error_set(err, SL_ERR_INVALID, "job spec without its Kafka partitions");
+        size_t nk = p->nk = in->num_kafka_partitions;
+        p->kparts = sl_calloc(m->a, nk + 1, sizeof *p->kparts);
+        p->kptrs = sl_calloc(m->a, nk + 1, sizeof *p->kptrs);
+        if (p->kparts == NULL || p->kptrs == NULL)
+            return sl_error_set(err, SL_ERR_NOMEM, "job '%s' of %zu Kafka partitions",
+                                in->job_id ? in->job_id : "", nk);
+        for (size_t i = 0; i < nk; i++) {
+            const sl_master_kafka_partition_t *k = &in->kafka_partitions[i];
+            sluice__master__kafka_partition__init(&p->kparts[i]);
+            p->kparts[i].topic = (char *)(k->topic != NULL ? k->topic : "");
+            p->kparts[i].partition = k->partition;
+            p->kparts[i].start = k->start;
+            p->kparts[i].stop = k->stop;
+            p->kptrs[i] = &p->kparts[i];
+        }
+        p->spec.n_kafka_partitions = nk;
+        p->spec.kafka_partitions = p->kptrs;
+    }
     if (in->job_id == NULL || (in->splits == NULL && in->num_splits > 0))
         return sl_error_set(err, SL_ERR_INVALID, "job spec without id or splits");
     if (in->num_splits > m->opts.max_splits)
@@ -221,8 +246,8 @@ out:
 /* Add the job (replacing: in place of the job of its id, removed only once
  * the new one is checked and built, so that a refusal or running out of
  * memory leaves the old job as it was). */
-static sl_err_t journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, bool replacing,
-                                sl_error_t *err)
+sl_err_t m_journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, bool replacing,
+                           sl_error_t *err)
 {
     /* Check and build first: a record that replay would refuse, or that
      * this run could not apply, must not be written. */
@@ -249,32 +274,65 @@ static sl_err_t journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *
 sl_err_t sl_master_state_job_add(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
                                  sl_error_t *err)
 {
-    spec_pb p;
-    sl_err_t rc = spec_pb_build(m, spec, &p, err);
+    m_spec_pb p;
+    sl_err_t rc = m_spec_pb_build(m, spec, &p, err);
     if (rc == SL_OK) {
         Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
         ja.spec = &p.spec;
-        rc = journal_and_add(m, &ja, false, err);
+        rc = m_journal_and_add(m, &ja, false, err);
     }
-    spec_pb_free(&p);
+    m_spec_pb_free(&p);
     return rc;
 }
 
 /* ---- resume tokens ---------------------------------------------------------------- */
 
-static void put_u64(uint8_t *p, uint64_t v)
+void m_token_seal(uint8_t *out, uint32_t version, size_t payload)
 {
-    memcpy(p, &v, 8);
-}
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
+    memcpy(out, SL_MASTER_RESUME_TOKEN_MAGIC, 4);
+    memcpy(out + 4, &version, 4);
+    uint64_t h = XXH3_64bits(out + M_TOKEN_HEADER_BYTES, payload);
+    memcpy(out + 8, &h, 8);
 }
 
-/* For sorting the undelivered ranges of one split. */
-static int by_from(const void *x, const void *y)
+sl_err_t m_token_check(const void *token, size_t len, uint32_t *version, sl_error_t *err)
+{
+    const uint8_t *p = token;
+    if (p == NULL || len < 4 || memcmp(p, SL_MASTER_RESUME_TOKEN_MAGIC, 4) != 0)
+        return sl_error_set(err, len < 4 ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
+                            "resume token: not a sluice resume token (magic)");
+    if (len < M_TOKEN_HEADER_BYTES)
+        return sl_error_set(err, SL_ERR_TRUNCATED, "resume token: %zu bytes", len);
+    memcpy(version, p + 4, 4);
+    uint64_t h;
+    memcpy(&h, p + 8, 8);
+    if (XXH3_64bits(p + M_TOKEN_HEADER_BYTES, len - M_TOKEN_HEADER_BYTES) != h)
+        return sl_error_set(err, SL_ERR_CORRUPT, "resume token: checksum mismatch");
+    return SL_OK;
+}
+
+size_t m_ranges_minus(const sl_dpp_row_range_t *r, size_t nr, const sl_dpp_row_range_t *ex,
+                      size_t ne, sl_dpp_row_range_t *out)
+{
+    size_t n = 0, e = 0;
+    for (size_t q = 0; q < nr; q++) {
+        uint64_t at = r[q].from_row, end = r[q].to_row;
+        while (at < end) {
+            while (e < ne && ex[e].to_row <= at)
+                e++;
+            uint64_t stop = end;
+            if (e < ne && ex[e].from_row < end) stop = ex[e].from_row > at ? ex[e].from_row : at;
+            if (stop > at) out[n++] = (sl_dpp_row_range_t){at, stop};
+            if (e < ne && ex[e].from_row < end)
+                at = ex[e].to_row > at ? ex[e].to_row : at;
+            else
+                at = end;
+        }
+    }
+    return n;
+}
+
+int m_by_from(const void *x, const void *y)
 {
     const sl_dpp_row_range_t *a = x, *b = y;
     return a->from_row < b->from_row ? -1 : a->from_row > b->from_row;
@@ -289,6 +347,8 @@ sl_err_t sl_master_state_token_encode(const sl_master_state_t *m, const char *jo
     *len = 0;
     const job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
+    if (jb->chunk != 0)
+        return m_kafka_token_encode(m, jb, undelivered, num_undelivered, buf, len, err);
     Sluice__Master__ResumeToken t = SLUICE__MASTER__RESUME_TOKEN__INIT;
     t.version = SL_MASTER_RESUME_TOKEN_VERSION;
     t.job_id = jb->id;
@@ -296,16 +356,21 @@ sl_err_t sl_master_state_token_encode(const sl_master_state_t *m, const char *jo
     t.epoch = jb->epoch;
     /* Committed minus undelivered: every excluded range can split one
      * committed range in two, so at most ranges + excluded pieces. */
-    size_t cap = num_undelivered;
-    for (uint32_t i = 0; i < jb->n; i++)
+    size_t cap = num_undelivered, most = 0;
+    for (uint32_t i = 0; i < jb->n; i++) {
         cap += jb->st[i].nr;
+        if (jb->st[i].nr > most) most = jb->st[i].nr;
+    }
+    most += (size_t)num_undelivered + 1; /* the pieces of one split */
     const sl_allocator_t *a = m->a;
     t.range_split = sl_alloc(a, (cap + 1) * sizeof(uint32_t));
     t.range_from = sl_alloc(a, (cap + 1) * sizeof(uint64_t));
     t.range_to = sl_alloc(a, (cap + 1) * sizeof(uint64_t));
     sl_dpp_row_range_t *ex = sl_alloc(a, ((size_t)num_undelivered + 1) * sizeof *ex);
+    sl_dpp_row_range_t *piece = sl_alloc(a, most * sizeof *piece);
     sl_err_t rc = SL_OK;
-    if (t.range_split == NULL || t.range_from == NULL || t.range_to == NULL || ex == NULL) {
+    if (t.range_split == NULL || t.range_from == NULL || t.range_to == NULL || ex == NULL ||
+        piece == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", job_id);
         goto out;
     }
@@ -319,74 +384,55 @@ sl_err_t sl_master_state_token_encode(const sl_master_state_t *m, const char *jo
             if (undelivered[k].split == i && undelivered[k].epoch == jb->epoch &&
                 undelivered[k].from_row < undelivered[k].to_row)
                 ex[ne++] = (sl_dpp_row_range_t){undelivered[k].from_row, undelivered[k].to_row};
-        if (ne > 1) qsort(ex, ne, sizeof *ex, by_from);
-        uint32_t e = 0;
-        for (uint32_t r = 0; r < s->nr; r++) {
-            uint64_t at = s->r[r].from_row, end = s->r[r].to_row;
-            while (at < end) {
-                while (e < ne && ex[e].to_row <= at)
-                    e++;
-                uint64_t stop = end;
-                if (e < ne && ex[e].from_row < end)
-                    stop = ex[e].from_row > at ? ex[e].from_row : at;
-                if (stop > at) {
-                    if (n == cap) break; /* cannot happen: cap counts every piece */
-                    t.range_split[n] = i;
-                    t.range_from[n] = at;
-                    t.range_to[n] = stop;
-                    n++;
-                }
-                if (e < ne && ex[e].from_row < end)
-                    at = ex[e].to_row > at ? ex[e].to_row : at;
-                else
-                    at = end;
-            }
+        if (ne > 1) qsort(ex, ne, sizeof *ex, m_by_from);
+        size_t got = m_ranges_minus(s->r, s->nr, ex, ne, piece);
+        for (size_t q = 0; q < got; q++) {
+            t.range_split[n] = i;
+            t.range_from[n] = piece[q].from_row;
+            t.range_to[n] = piece[q].to_row;
+            n++;
         }
     }
     t.n_range_split = t.n_range_from = t.n_range_to = n;
     size_t pn = sluice__master__resume_token__get_packed_size(&t);
-    uint8_t *out = sl_alloc(a, TOKEN_HEADER_BYTES + pn);
+    uint8_t *out = sl_alloc(a, M_TOKEN_HEADER_BYTES + pn);
     if (out == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", job_id);
         goto out;
     }
-    sluice__master__resume_token__pack(&t, out + TOKEN_HEADER_BYTES);
-    memcpy(out, SL_MASTER_RESUME_TOKEN_MAGIC, 4);
-    uint32_t v = SL_MASTER_RESUME_TOKEN_VERSION;
-    memcpy(out + 4, &v, 4);
-    put_u64(out + 8, XXH3_64bits(out + TOKEN_HEADER_BYTES, pn));
+    sluice__master__resume_token__pack(&t, out + M_TOKEN_HEADER_BYTES);
+    m_token_seal(out, SL_MASTER_RESUME_TOKEN_VERSION, pn);
     *buf = out;
-    *len = TOKEN_HEADER_BYTES + pn;
+    *len = M_TOKEN_HEADER_BYTES + pn;
 out:
     sl_free(a, t.range_split, (cap + 1) * sizeof(uint32_t));
     sl_free(a, t.range_from, (cap + 1) * sizeof(uint64_t));
     sl_free(a, t.range_to, (cap + 1) * sizeof(uint64_t));
     sl_free(a, ex, ((size_t)num_undelivered + 1) * sizeof *ex);
+    sl_free(a, piece, most * sizeof *piece);
     return rc;
 }
 
 /* Check one token against the job (sp built from spec) and unpack it into
  * *out (free with sluice__master__resume_token__free_unpacked(*out, pa)). */
-static sl_err_t token_open(const sl_master_state_job_spec_t *spec, const spec_pb *sp,
+static sl_err_t token_open(const sl_master_state_job_spec_t *spec, const m_spec_pb *sp,
                            const void *token, size_t len, ProtobufCAllocator *pa,
                            Sluice__Master__ResumeToken **out, sl_error_t *err)
 {
     *out = NULL;
-    const uint8_t *p = token;
-    if (p == NULL || len < 4 || memcmp(p, SL_MASTER_RESUME_TOKEN_MAGIC, 4) != 0)
-        return sl_error_set(err, len < 4 ? SL_ERR_TRUNCATED : SL_ERR_CORRUPT,
-                            "resume token: not a sluice resume token (magic)");
-    if (len < TOKEN_HEADER_BYTES)
-        return sl_error_set(err, SL_ERR_TRUNCATED, "resume token: %zu bytes", len);
     uint32_t version;
-    memcpy(&version, p + 4, 4);
+    sl_err_t hrc = m_token_check(token, len, &version, err);
+    if (hrc != SL_OK) return hrc;
+    if (version == SL_MASTER_KAFKA_TOKEN_VERSION)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "resume token of a Kafka job (version %u); job '%s' reads a table",
+                            version, spec->job_id);
     if (version != SL_MASTER_RESUME_TOKEN_VERSION)
         return sl_error_set(err, SL_ERR_VERSION, "resume token version %u (this build reads %d)",
                             version, SL_MASTER_RESUME_TOKEN_VERSION);
-    if (XXH3_64bits(p + TOKEN_HEADER_BYTES, len - TOKEN_HEADER_BYTES) != get_u64(p + 8))
-        return sl_error_set(err, SL_ERR_CORRUPT, "resume token: checksum mismatch");
-    Sluice__Master__ResumeToken *t =
-        sluice__master__resume_token__unpack(pa, len - TOKEN_HEADER_BYTES, p + TOKEN_HEADER_BYTES);
+    const uint8_t *p = token;
+    Sluice__Master__ResumeToken *t = sluice__master__resume_token__unpack(
+        pa, len - M_TOKEN_HEADER_BYTES, p + M_TOKEN_HEADER_BYTES);
     if (t == NULL)
         return ((sl_unsized_t *)pa->allocator_data)->failed
                    ? sl_error_set(err, SL_ERR_NOMEM, "resume token: out of memory")
@@ -423,29 +469,22 @@ static sl_err_t token_open(const sl_master_state_job_spec_t *spec, const spec_pb
     return SL_OK;
 }
 
-/* A set of row ranges of splits, kept sorted by (split, from) and disjoint. */
-typedef struct rset {
-    uint32_t *split;
-    uint64_t *from, *to;
-    size_t n, cap;
-} rset;
-
-static void rset_free(const sl_allocator_t *a, rset *r)
+void m_rset_free(const sl_allocator_t *a, m_rset *r)
 {
     sl_free(a, r->split, (r->cap + 1) * sizeof(uint32_t));
     sl_free(a, r->from, (r->cap + 1) * sizeof(uint64_t));
     sl_free(a, r->to, (r->cap + 1) * sizeof(uint64_t));
-    *r = (rset){0};
+    *r = (m_rset){0};
 }
 
-static bool rset_init(const sl_allocator_t *a, rset *r, size_t cap)
+bool m_rset_init(const sl_allocator_t *a, m_rset *r, size_t cap)
 {
-    *r = (rset){.cap = cap};
+    *r = (m_rset){.cap = cap};
     r->split = sl_alloc(a, (cap + 1) * sizeof(uint32_t));
     r->from = sl_alloc(a, (cap + 1) * sizeof(uint64_t));
     r->to = sl_alloc(a, (cap + 1) * sizeof(uint64_t));
     if (r->split != NULL && r->from != NULL && r->to != NULL) return true;
-    rset_free(a, r);
+    m_rset_free(a, r);
     return false;
 }
 
@@ -461,18 +500,18 @@ static int by_split_from(const void *x, const void *y)
     return a->from < b->from ? -1 : a->from > b->from;
 }
 
-/* A token's ranges as an rset: sorted, overlapping or touching ones merged
- * (a token from outside need not be in order). */
-static bool rset_of_token(const sl_allocator_t *a, const Sluice__Master__ResumeToken *t, rset *r)
+/* Ranges as an rset: sorted, overlapping or touching ones merged (a token
+ * from outside need not be in order). */
+bool m_rset_of(const sl_allocator_t *a, const uint32_t *split, const uint64_t *from,
+               const uint64_t *to, size_t n, m_rset *r)
 {
-    size_t n = t->n_range_split;
     tr_range *v = sl_alloc(a, (n + 1) * sizeof *v);
-    if (v == NULL || !rset_init(a, r, n)) {
+    if (v == NULL || !m_rset_init(a, r, n)) {
         sl_free(a, v, (n + 1) * sizeof *v);
         return false;
     }
     for (size_t i = 0; i < n; i++)
-        v[i] = (tr_range){t->range_split[i], t->range_from[i], t->range_to[i]};
+        v[i] = (tr_range){split[i], from[i], to[i]};
     if (n > 1) qsort(v, n, sizeof *v, by_split_from);
     for (size_t i = 0; i < n; i++) {
         if (r->n > 0 && r->split[r->n - 1] == v[i].split && v[i].from <= r->to[r->n - 1]) {
@@ -490,9 +529,9 @@ static bool rset_of_token(const sl_allocator_t *a, const Sluice__Master__ResumeT
 
 /* out = x intersected with y (both sorted and disjoint): at most
  * x.n + y.n pieces, every piece ends one range of x or of y. */
-static bool rset_intersect(const sl_allocator_t *a, const rset *x, const rset *y, rset *out)
+bool m_rset_intersect(const sl_allocator_t *a, const m_rset *x, const m_rset *y, m_rset *out)
 {
-    if (!rset_init(a, out, x->n + y->n)) return false;
+    if (!m_rset_init(a, out, x->n + y->n)) return false;
     size_t i = 0, j = 0;
     while (i < x->n && j < y->n) {
         if (x->split[i] != y->split[j]) {
@@ -554,18 +593,19 @@ static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spe
     if (count == 0 || count > SL_MASTER_MAX_RESUME_TOKENS)
         return sl_error_set(err, SL_ERR_INVALID, "resume: %u tokens (1..%d)", count,
                             SL_MASTER_MAX_RESUME_TOKENS);
+    if (spec->kafka_chunk > 0) return m_kafka_resume(m, spec, tokens, lens, count, replace, err);
     const sl_allocator_t *a = m->a;
     sl_unsized_t u = {.a = m->a};
     ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
-    spec_pb sp;
-    sl_err_t rc = spec_pb_build(m, spec, &sp, err);
+    m_spec_pb sp;
+    sl_err_t rc = m_spec_pb_build(m, spec, &sp, err);
     if (rc == SL_OK) rc = m_check_spec(m, &sp.spec, err);
     /* The intersection of what every rank handed out. A token of a later
      * epoch than the earliest says its rank had every row of the earlier
      * epoch (token_encode ignores undelivered rows of other epochs), so it
      * leaves the earliest tokens' ranges as they are. */
     uint32_t epoch = UINT32_MAX;
-    rset acc = {0};
+    m_rset acc = {0};
     bool have = false;
     for (uint32_t pass = 0; rc == SL_OK && pass < 2; pass++) {
         for (uint32_t k = 0; rc == SL_OK && k < count; k++) {
@@ -578,18 +618,19 @@ static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spe
             if (pass == 0) {
                 if (t->epoch < epoch) epoch = t->epoch;
             } else if (t->epoch == epoch) {
-                rset one, both;
-                if (!rset_of_token(a, t, &one)) {
+                m_rset one, both;
+                if (!m_rset_of(a, t->range_split, t->range_from, t->range_to, t->n_range_split,
+                               &one)) {
                     rc = sl_error_set(err, SL_ERR_NOMEM, "resume token %u of %u", k + 1, count);
                 } else if (!have) {
                     acc = one;
                     have = true;
-                } else if (!rset_intersect(a, &acc, &one, &both)) {
-                    rset_free(a, &one);
+                } else if (!m_rset_intersect(a, &acc, &one, &both)) {
+                    m_rset_free(a, &one);
                     rc = sl_error_set(err, SL_ERR_NOMEM, "resume token %u of %u", k + 1, count);
                 } else {
-                    rset_free(a, &one);
-                    rset_free(a, &acc);
+                    m_rset_free(a, &one);
+                    m_rset_free(a, &acc);
                     acc = both;
                 }
             }
@@ -606,9 +647,9 @@ static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spe
         ja.start_split = acc.split;
         ja.start_from = acc.from;
         ja.start_to = acc.to;
-        rc = journal_and_add(m, &ja, replace, err);
+        rc = m_journal_and_add(m, &ja, replace, err);
     }
-    if (have) rset_free(a, &acc);
-    spec_pb_free(&sp);
+    if (have) m_rset_free(a, &acc);
+    m_spec_pb_free(&sp);
     return rc;
 }

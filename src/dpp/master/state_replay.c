@@ -149,7 +149,7 @@ static sl_err_t apply(sl_master_state_t *m, const Sluice__Master__Record *r, uin
         if (jb == NULL)
             return bad(err, off, what, ea->job_id ? ea->job_id : "", ea->epoch, "unknown job");
         if (jb->epoch >= jb->epochs || ea->epoch != jb->epoch + 1 ||
-            jb->count[SL_MASTER_SPLIT_DONE] != jb->n)
+            jb->count[SL_MASTER_SPLIT_DONE] != jb->n || (jb->chunk != 0 && !m_kafka_exhausted(jb)))
             return bad(err, off, what, ea->job_id, ea->epoch, "epoch not complete or not next");
         m_do_advance(m, jb);
         return SL_OK;
@@ -195,6 +195,10 @@ static sl_err_t apply(sl_master_state_t *m, const Sluice__Master__Record *r, uin
                    ? SL_OK
                    : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
     }
+    case SLUICE__MASTER__RECORD__KIND_KAFKA_PARTITION_ADDED:
+        return m_kafka_apply_partition(m, r->kafka_partition_added, off, err);
+    case SLUICE__MASTER__RECORD__KIND_KAFKA_CHUNKS_ADDED:
+        return m_kafka_apply_chunks(m, r->kafka_chunks_added, off, err);
     case SLUICE__MASTER__RECORD__KIND_CLIENT_EVICTED: {
         uint32_t ci;
         const char *id = r->client_evicted->client_id;
@@ -229,9 +233,7 @@ sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t 
 
 static void set_state(job *jb, uint32_t i, uint8_t state)
 {
-    jb->count[jb->st[i].state]--;
-    jb->st[i].state = state;
-    jb->count[state]++;
+    m_split_state(jb, i, state);
 }
 
 static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__SnapshotJob *sj,
@@ -362,10 +364,13 @@ static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_
     Sluice__Master__JobSpec *spec = sl_calloc(a, nj + 1, sizeof *spec);
     Sluice__Master__SplitList *sl = sl_calloc(a, nj + 1, sizeof *sl);
     Sluice__Master__JobFailure *jf = sl_calloc(a, nj + 1, sizeof *jf);
+    Sluice__Master__KafkaPartition **kpp = sl_calloc(a, nj + 1, sizeof *kpp);
+    Sluice__Master__KafkaPartition ***kptr = sl_calloc(a, nj + 1, sizeof *kptr);
+    uint32_t *nkp = sl_calloc(a, nj + 1, sizeof *nkp);
     s.jobs = sl_calloc(a, nj + 1, sizeof *s.jobs);
     sl_err_t rc = SL_OK;
     if (s.workers == NULL || sj == NULL || spec == NULL || sl == NULL || jf == NULL ||
-        s.jobs == NULL) {
+        kpp == NULL || kptr == NULL || nkp == NULL || s.jobs == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot");
         goto out;
     }
@@ -406,6 +411,16 @@ static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_
         spec[k].skip_bad_splits = jb->skip_bad;
         sj[k].skipped_splits = jb->skipped_splits;
         sj[k].skipped_rows = jb->skipped_rows;
+        if (jb->chunk != 0) {
+            kpp[k] = sl_calloc(a, jb->nkp + 1, sizeof *kpp[k]);
+            kptr[k] = sl_calloc(a, jb->nkp + 1, sizeof *kptr[k]);
+            nkp[k] = jb->nkp;
+            if (kpp[k] == NULL || kptr[k] == NULL) {
+                rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot of job '%s'", jb->id);
+                goto out;
+            }
+            m_kafka_spec(jb, &spec[k], kpp[k], kptr[k]);
+        }
         if (jb->failed) {
             sluice__master__job_failure__init(&jf[k]);
             jf[k] = (Sluice__Master__JobFailure){.base = jf[k].base,
@@ -511,6 +526,13 @@ out:
     sl_free(a, spec, (nj + 1) * sizeof *spec);
     sl_free(a, sl, (nj + 1) * sizeof *sl);
     sl_free(a, jf, (nj + 1) * sizeof *jf);
+    for (size_t k = 0; kpp != NULL && kptr != NULL && nkp != NULL && k < nj; k++) {
+        sl_free(a, kpp[k], (nkp[k] + 1) * sizeof *kpp[k]);
+        sl_free(a, kptr[k], (nkp[k] + 1) * sizeof *kptr[k]);
+    }
+    sl_free(a, kpp, (nj + 1) * sizeof *kpp);
+    sl_free(a, kptr, (nj + 1) * sizeof *kptr);
+    sl_free(a, nkp, (nj + 1) * sizeof *nkp);
     return rc;
 }
 
@@ -610,6 +632,9 @@ sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *le
                   jb->static_sharding ? " static" : "", (unsigned long long)jb->batches,
                   (unsigned long long)jb->samples, jb->skip_bad ? " skip-bad" : "",
                   (unsigned long long)jb->skipped_splits, (unsigned long long)jb->skipped_rows);
+        for (uint32_t p = 0; p < jb->nkp; p++)
+            sb_printf(&b, " kafka %s start %lld stop %lld chunks %u\n", jb->paths[p],
+                      (long long)jb->kp[p].start, (long long)jb->kp[p].stop, jb->kp[p].nchunks);
         if (jb->failed)
             sb_printf(&b, " failed split %u epoch %u file %s stripe %d code %d: %s\n",
                       jb->fail_split, jb->fail_epoch, jb->fail_file, jb->fail_stripe, jb->fail_code,
@@ -620,6 +645,10 @@ sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *le
                       (unsigned long long)st->generation, (unsigned long long)st->committed,
                       st->state == SL_MASTER_SPLIT_LEASED ? m->workers[st->worker].name : "-");
             if (st->failures) sb_printf(&b, " failures %u", st->failures);
+            if (jb->chunk != 0)
+                sb_printf(&b, " %s@%llu+%llu", jb->paths[jb->defs[s].path],
+                          (unsigned long long)jb->defs[s].first_row,
+                          (unsigned long long)jb->defs[s].num_rows);
             for (uint32_t q = 0; q < st->nr; q++)
                 sb_printf(&b, " [%llu,%llu)", (unsigned long long)st->r[q].from_row,
                           (unsigned long long)st->r[q].to_row);

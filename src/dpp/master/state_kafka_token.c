@@ -1,0 +1,362 @@
+/* Resume tokens of Kafka jobs (version 3; docs/PROTOCOL.md "Resume
+ * tokens"): per (topic, partition), the delivered prefix and the delivered
+ * ranges above it, in offsets. A job resumed from them starts each
+ * partition they name at the prefix and has the ranges above it committed
+ * from the start; several ranks' tokens intersect as table tokens do.
+ * Callers hold the master's lock. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "dpp/master/state_internal.h"
+
+/* ---- encode ------------------------------------------------------------------------- */
+
+/* Partition p's delivered offsets, [0, prefix) included, minus the
+ * undelivered ranges, into out (room for the chunks' ranges + 1 + num_und
+ * pieces; pc has the same room). @return the pieces. */
+static size_t delivered(const job *jb, uint32_t p, const sl_master_token_exclude_t *und,
+                        uint32_t num_und, sl_dpp_row_range_t *pc, sl_dpp_row_range_t *ex,
+                        sl_dpp_row_range_t *out)
+{
+    const kpart *k = &jb->kp[p];
+    size_t n = 0;
+    uint64_t base = (uint64_t)k->start;
+    if (k->low < k->nchunks)
+        base = jb->defs[k->chunks[k->low]].first_row;
+    else if (k->nchunks > 0)
+        base = jb->defs[k->chunks[k->nchunks - 1]].first_row +
+               jb->defs[k->chunks[k->nchunks - 1]].num_rows;
+    if (base > 0) pc[n++] = (sl_dpp_row_range_t){0, base};
+    for (uint32_t c = k->low; c < k->nchunks; c++) {
+        const split_st *s = &jb->st[k->chunks[c]];
+        uint64_t first = jb->defs[k->chunks[c]].first_row;
+        for (uint32_t q = 0; q < s->nr; q++) {
+            uint64_t f = first + s->r[q].from_row, t = first + s->r[q].to_row;
+            if (n > 0 && pc[n - 1].to_row == f)
+                pc[n - 1].to_row = t;
+            else
+                pc[n++] = (sl_dpp_row_range_t){f, t};
+        }
+    }
+    size_t ne = 0;
+    for (uint32_t i = 0; i < num_und; i++) {
+        const sl_master_token_exclude_t *u = &und[i];
+        if (u->epoch != jb->epoch || u->split >= jb->n || jb->defs[u->split].path != p ||
+            u->from_row >= u->to_row)
+            continue;
+        uint64_t first = jb->defs[u->split].first_row;
+        ex[ne++] = (sl_dpp_row_range_t){first + u->from_row, first + u->to_row};
+    }
+    if (ne > 1) qsort(ex, ne, sizeof *ex, m_by_from);
+    return m_ranges_minus(pc, n, ex, ne, out);
+}
+
+sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
+                              const sl_master_token_exclude_t *undelivered,
+                              uint32_t num_undelivered, void **buf, size_t *len, sl_error_t *err)
+{
+    const sl_allocator_t *a = m->a;
+    /* Room: per partition its open chunks' ranges, the prefix piece, and
+     * one more piece per undelivered range. */
+    size_t total = 0, most = 0;
+    for (uint32_t p = 0; p < jb->nkp; p++) {
+        size_t r = 1;
+        for (uint32_t c = jb->kp[p].low; c < jb->kp[p].nchunks; c++)
+            r += jb->st[jb->kp[p].chunks[c]].nr;
+        total += r + num_undelivered;
+        if (r > most) most = r;
+    }
+    most += num_undelivered;
+    Sluice__Master__KafkaResumeToken t = SLUICE__MASTER__KAFKA_RESUME_TOKEN__INIT;
+    t.version = SL_MASTER_KAFKA_TOKEN_VERSION;
+    t.job_id = jb->id;
+    t.n_partitions = jb->nkp;
+    Sluice__Master__KafkaTokenPartition *parts = sl_calloc(a, jb->nkp + 1, sizeof *parts);
+    t.partitions = sl_calloc(a, jb->nkp + 1, sizeof *t.partitions);
+    int64_t *from = sl_alloc(a, (total + 1) * sizeof *from);
+    int64_t *to = sl_alloc(a, (total + 1) * sizeof *to);
+    sl_dpp_row_range_t *pc = sl_alloc(a, (most + 1) * sizeof *pc);
+    sl_dpp_row_range_t *out = sl_alloc(a, (most + 1) * sizeof *out);
+    sl_dpp_row_range_t *ex = sl_alloc(a, ((size_t)num_undelivered + 1) * sizeof *ex);
+    uint8_t *tok = NULL;
+    sl_err_t rc = SL_OK;
+    if (parts == NULL || t.partitions == NULL || from == NULL || to == NULL || pc == NULL ||
+        out == NULL || ex == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", jb->id);
+        goto done;
+    }
+    size_t used = 0;
+    for (uint32_t p = 0; p < jb->nkp; p++) {
+        size_t got = delivered(jb, p, undelivered, num_undelivered, pc, ex, out);
+        Sluice__Master__KafkaTokenPartition *tp = &parts[p];
+        sluice__master__kafka_token_partition__init(tp);
+        t.partitions[p] = tp;
+        tp->topic = jb->kp[p].topic;
+        tp->partition = jb->kp[p].partition;
+        size_t q = 0;
+        if (got > 0 && out[0].from_row == 0) tp->prefix = (int64_t)out[q++].to_row;
+        tp->range_from = from + used;
+        tp->range_to = to + used;
+        for (; q < got; q++) {
+            from[used] = (int64_t)out[q].from_row;
+            to[used] = (int64_t)out[q].to_row;
+            used++;
+        }
+        tp->n_range_from = tp->n_range_to = (size_t)(from + used - tp->range_from);
+    }
+    size_t pn = sluice__master__kafka_resume_token__get_packed_size(&t);
+    tok = sl_alloc(a, M_TOKEN_HEADER_BYTES + pn);
+    if (tok == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", jb->id);
+        goto done;
+    }
+    sluice__master__kafka_resume_token__pack(&t, tok + M_TOKEN_HEADER_BYTES);
+    m_token_seal(tok, SL_MASTER_KAFKA_TOKEN_VERSION, pn);
+    *buf = tok;
+    *len = M_TOKEN_HEADER_BYTES + pn;
+done:
+    sl_free(a, parts, (jb->nkp + 1) * sizeof *parts);
+    sl_free(a, t.partitions, (jb->nkp + 1) * sizeof *t.partitions);
+    sl_free(a, from, (total + 1) * sizeof *from);
+    sl_free(a, to, (total + 1) * sizeof *to);
+    sl_free(a, pc, (most + 1) * sizeof *pc);
+    sl_free(a, out, (most + 1) * sizeof *out);
+    sl_free(a, ex, ((size_t)num_undelivered + 1) * sizeof *ex);
+    return rc;
+}
+
+/* ---- resume --------------------------------------------------------------------------- */
+
+/* What the tokens say, against a spec: the spec as a record whose
+ * partitions start where the tokens leave them, and the delivered ranges
+ * above those starts (index in the spec's partitions). */
+typedef struct kplan {
+    m_spec_pb sp;
+    m_rset acc; /* intersection over the tokens, split = partition index */
+    bool have;
+    uint32_t *rpart;
+    int64_t *rfrom, *rto;
+    size_t nr;
+} kplan;
+
+static void plan_free(const sl_allocator_t *a, kplan *pl)
+{
+    size_t cap = pl->acc.n + 1; /* as plan_build sized them */
+    m_spec_pb_free(&pl->sp);
+    if (pl->have) m_rset_free(a, &pl->acc);
+    sl_free(a, pl->rpart, cap * sizeof *pl->rpart);
+    sl_free(a, pl->rfrom, cap * sizeof *pl->rfrom);
+    sl_free(a, pl->rto, cap * sizeof *pl->rto);
+}
+
+/* Index of (topic, partition) among spec's partitions, or -1. An open
+ * addressing table of hcap slots (partition index + 1). */
+static uint64_t part_hash(const char *topic, int32_t partition)
+{
+    return XXH3_64bits_withSeed(topic, strlen(topic), (uint64_t)(uint32_t)partition);
+}
+
+static int64_t part_find(const Sluice__Master__JobSpec *spec, const uint32_t *h, size_t hcap,
+                         const char *topic, int32_t partition)
+{
+    for (size_t i = part_hash(topic, partition) & (hcap - 1); h[i] != 0; i = (i + 1) & (hcap - 1)) {
+        const Sluice__Master__KafkaPartition *p = spec->kafka_partitions[h[i] - 1];
+        if (p->partition == partition && strcmp(p->topic, topic) == 0) return h[i] - 1;
+    }
+    return -1;
+}
+
+/* One token's delivered offsets as an rset (split = spec partition). */
+static sl_err_t token_set(const sl_allocator_t *a, const Sluice__Master__KafkaResumeToken *t,
+                          const Sluice__Master__JobSpec *spec, const uint32_t *h, size_t hcap,
+                          m_rset *one, sl_error_t *err)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < t->n_partitions; i++) {
+        const Sluice__Master__KafkaTokenPartition *tp = t->partitions[i];
+        if (tp->topic == NULL || tp->prefix < 0 || tp->n_range_from != tp->n_range_to)
+            return sl_error_set(err, SL_ERR_CORRUPT, "resume token: partition %zu malformed", i);
+        n += 1 + tp->n_range_from;
+    }
+    uint32_t *sp = sl_alloc(a, (n + 1) * sizeof *sp);
+    uint64_t *f = sl_alloc(a, (n + 1) * sizeof *f), *to = sl_alloc(a, (n + 1) * sizeof *to);
+    sl_err_t rc = SL_OK;
+    if (sp == NULL || f == NULL || to == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "resume token");
+    size_t k = 0;
+    for (size_t i = 0; rc == SL_OK && i < t->n_partitions; i++) {
+        const Sluice__Master__KafkaTokenPartition *tp = t->partitions[i];
+        int64_t q = part_find(spec, h, hcap, tp->topic, tp->partition);
+        if (q < 0) {
+            rc = sl_error_set(err, SL_ERR_INVALID,
+                              "resume token names %.249s/%d, which job '%s' does not read",
+                              tp->topic, tp->partition, spec->job_id);
+            break;
+        }
+        if (tp->prefix > 0) {
+            sp[k] = (uint32_t)q;
+            f[k] = 0;
+            to[k++] = (uint64_t)tp->prefix;
+        }
+        for (size_t r = 0; r < tp->n_range_from; r++) {
+            if (tp->range_from[r] < 0 || tp->range_from[r] >= tp->range_to[r]) {
+                rc = sl_error_set(err, SL_ERR_CORRUPT, "resume token: %s/%d range %zu is empty",
+                                  tp->topic, tp->partition, r);
+                break;
+            }
+            sp[k] = (uint32_t)q;
+            f[k] = (uint64_t)tp->range_from[r];
+            to[k++] = (uint64_t)tp->range_to[r];
+        }
+    }
+    if (rc == SL_OK && !m_rset_of(a, sp, f, to, k, one))
+        rc = sl_error_set(err, SL_ERR_NOMEM, "resume token");
+    sl_free(a, sp, (n + 1) * sizeof *sp);
+    sl_free(a, f, (n + 1) * sizeof *f);
+    sl_free(a, to, (n + 1) * sizeof *to);
+    return rc;
+}
+
+/* Open token k (checked against spec) and meet it into pl->acc. */
+static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *token, size_t len,
+                           const uint32_t *h, size_t hcap, sl_error_t *err)
+{
+    const Sluice__Master__JobSpec *spec = &pl->sp.spec;
+    uint32_t version;
+    sl_err_t rc = m_token_check(token, len, &version, err);
+    if (rc != SL_OK) return rc;
+    if (version == SL_MASTER_RESUME_TOKEN_VERSION)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "resume token of a table job (version %u); job '%s' reads Kafka",
+                            version, spec->job_id);
+    if (version != SL_MASTER_KAFKA_TOKEN_VERSION)
+        return sl_error_set(err, SL_ERR_VERSION,
+                            "resume token version %u (this build reads %d, %d)", version,
+                            SL_MASTER_RESUME_TOKEN_VERSION, SL_MASTER_KAFKA_TOKEN_VERSION);
+    sl_unsized_t u = {.a = m->a};
+    ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
+    Sluice__Master__KafkaResumeToken *t = sluice__master__kafka_resume_token__unpack(
+        &pa, len - M_TOKEN_HEADER_BYTES, (const uint8_t *)token + M_TOKEN_HEADER_BYTES);
+    if (t == NULL)
+        return u.failed ? sl_error_set(err, SL_ERR_NOMEM, "resume token: out of memory")
+                        : sl_error_set(err, SL_ERR_CORRUPT, "resume token: malformed protobuf");
+    if (t->version != SL_MASTER_KAFKA_TOKEN_VERSION)
+        rc = sl_error_set(err, SL_ERR_VERSION, "resume token version %u", t->version);
+    else if (t->job_id == NULL || strcmp(t->job_id, spec->job_id) != 0)
+        rc = sl_error_set(err, SL_ERR_INVALID, "resume token of job '%s', not of job '%s'",
+                          t->job_id ? t->job_id : "", spec->job_id);
+    m_rset one = {0}, both;
+    if (rc == SL_OK) rc = token_set(m->a, t, spec, h, hcap, &one, err);
+    sluice__master__kafka_resume_token__free_unpacked(t, &pa);
+    if (rc != SL_OK) return rc;
+    if (!pl->have) {
+        pl->acc = one;
+        pl->have = true;
+        return SL_OK;
+    }
+    bool ok = m_rset_intersect(m->a, &pl->acc, &one, &both);
+    m_rset_free(m->a, &one);
+    if (!ok) return sl_error_set(err, SL_ERR_NOMEM, "resume tokens");
+    m_rset_free(m->a, &pl->acc);
+    pl->acc = both;
+    return SL_OK;
+}
+
+/* Build the plan: every token checked and met, each partition's start and
+ * the delivered ranges above it. */
+static sl_err_t plan_build(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                           const void *const *tokens, const size_t *lens, uint32_t count, kplan *pl,
+                           sl_error_t *err)
+{
+    memset(pl, 0, sizeof *pl);
+    if (count == 0 || count > SL_MASTER_MAX_RESUME_TOKENS)
+        return sl_error_set(err, SL_ERR_INVALID, "resume: %u tokens (1..%d)", count,
+                            SL_MASTER_MAX_RESUME_TOKENS);
+    sl_err_t rc = m_spec_pb_build(m, spec, &pl->sp, err);
+    if (rc == SL_OK) rc = m_check_spec(m, &pl->sp.spec, err);
+    if (rc != SL_OK) return rc;
+    const Sluice__Master__JobSpec *s = &pl->sp.spec;
+    size_t hcap = 16;
+    while (hcap < 2 * s->n_kafka_partitions)
+        hcap *= 2;
+    uint32_t *h = sl_calloc(m->a, hcap, sizeof *h);
+    if (h == NULL) return sl_error_set(err, SL_ERR_NOMEM, "resume: partitions");
+    for (size_t q = 0; q < s->n_kafka_partitions; q++) {
+        const Sluice__Master__KafkaPartition *p = s->kafka_partitions[q];
+        size_t i = part_hash(p->topic, p->partition) & (hcap - 1);
+        while (h[i] != 0)
+            i = (i + 1) & (hcap - 1);
+        h[i] = (uint32_t)q + 1;
+    }
+    for (uint32_t k = 0; rc == SL_OK && k < count; k++) {
+        rc = plan_token(m, pl, tokens[k], lens[k], h, hcap, err);
+        if (rc != SL_OK && count > 1) sl_error_prefix(err, "token %u of %u: ", k + 1, count);
+    }
+    sl_free(m->a, h, hcap * sizeof *h);
+    if (rc != SL_OK) return rc;
+    size_t cap = pl->acc.n + 1;
+    pl->rpart = sl_alloc(m->a, cap * sizeof *pl->rpart);
+    pl->rfrom = sl_alloc(m->a, cap * sizeof *pl->rfrom);
+    pl->rto = sl_alloc(m->a, cap * sizeof *pl->rto);
+    if (pl->rpart == NULL || pl->rfrom == NULL || pl->rto == NULL)
+        return sl_error_set(err, SL_ERR_NOMEM, "resume: ranges");
+    /* A partition starts at the tokens' common prefix; one they do not all
+     * name (prefix 0) where the spec says. Ranges above the start only. */
+    const m_rset *r = &pl->acc;
+    size_t i = 0;
+    for (uint32_t q = 0; q < s->n_kafka_partitions; q++) {
+        Sluice__Master__KafkaPartition *p = &pl->sp.kparts[q];
+        while (i < r->n && r->split[i] < q)
+            i++;
+        if (i < r->n && r->split[i] == q && r->from[i] == 0) p->start = (int64_t)r->to[i++];
+        if (p->stop >= 0 && p->start > p->stop) p->start = p->stop;
+        for (; i < r->n && r->split[i] == q; i++) {
+            int64_t f = (int64_t)r->from[i], t = (int64_t)r->to[i];
+            if (f < p->start) f = p->start;
+            if (p->stop >= 0 && t > p->stop) t = p->stop;
+            if (f >= t) continue;
+            pl->rpart[pl->nr] = q;
+            pl->rfrom[pl->nr] = f;
+            pl->rto[pl->nr] = t;
+            pl->nr++;
+        }
+    }
+    return SL_OK;
+}
+
+sl_err_t sl_master_state_kafka_token_needs(sl_master_state_t *m,
+                                           const sl_master_state_job_spec_t *spec,
+                                           const void *const *tokens, const size_t *lens,
+                                           uint32_t count, int64_t *needed, sl_error_t *err)
+{
+    if (spec->kafka_chunk == 0)
+        return sl_error_set(err, SL_ERR_INVALID, "job '%s' reads a table, not Kafka",
+                            spec->job_id ? spec->job_id : "");
+    kplan pl;
+    sl_err_t rc = plan_build(m, spec, tokens, lens, count, &pl, err);
+    for (size_t q = 0; rc == SL_OK && q < pl.sp.nk; q++)
+        needed[q] = pl.sp.kparts[q].start;
+    plan_free(m->a, &pl);
+    return rc;
+}
+
+sl_err_t m_kafka_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                        const void *const *tokens, const size_t *lens, uint32_t count, bool replace,
+                        sl_error_t *err)
+{
+    kplan pl;
+    sl_err_t rc = plan_build(m, spec, tokens, lens, count, &pl, err);
+    if (rc == SL_OK) {
+        Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
+        ja.spec = &pl.sp.spec;
+        ja.n_kafka_range_partition = ja.n_kafka_range_from = ja.n_kafka_range_to = pl.nr;
+        ja.kafka_range_partition = pl.rpart;
+        ja.kafka_range_from = pl.rfrom;
+        ja.kafka_range_to = pl.rto;
+        rc = m_journal_and_add(m, &ja, replace, err);
+    }
+    plan_free(m->a, &pl);
+    return rc;
+}

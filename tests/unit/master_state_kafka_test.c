@@ -1,0 +1,525 @@
+/* Tests of Kafka jobs in the master's state machine (state.h, "Kafka
+ * jobs"; src/dpp/master/state_kafka.c, state_kafka_token.c): chunks made on
+ * demand as leases ask, a bounded job that finishes and a stream that does
+ * not, partitions added, positions, replay and snapshots equal to memory,
+ * resume tokens over partitions (one and two ranks, what they need), the
+ * refusals, and every allocation failure of a Kafka job's life. Every test
+ * runs on the counting allocator of testutil.h. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpp/master/state.h"
+#include "master_life.h"
+#include "testutil.h"
+
+static tu_alloc_t g_ta;
+#define ALLOC (&g_ta.base)
+
+static void init_alloc(void)
+{
+    tu_alloc_init(&g_ta);
+}
+
+TestSuite(master_state_kafka, .init = init_alloc);
+
+/* t/0 from offset 100 and t/1 from 0, streams, chunks of 10 offsets. */
+static const sl_master_kafka_partition_t g_parts[2] = {{"t", 0, 100, -1}, {"t", 1, 0, -1}};
+
+static sl_master_state_job_spec_t kspec(const char *id, const sl_master_kafka_partition_t *parts,
+                                        uint32_t n)
+{
+    return (sl_master_state_job_spec_t){.job_id = id,
+                                        .epochs = 1,
+                                        .spec_json = "{}",
+                                        .kafka_partitions = parts,
+                                        .num_kafka_partitions = n,
+                                        .kafka_chunk = 10};
+}
+
+static sl_master_state_opts_t opts(const char *dir)
+{
+    return (sl_master_state_opts_t){
+        .state_dir = dir, .lease_timeout_ms = 1000, .kafka_chunks_ahead = 2, .allocator = ALLOC};
+}
+
+static sl_master_state_t *open_master(const char *dir)
+{
+    sl_master_state_opts_t o = opts(dir);
+    sl_master_state_t *m = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    return m;
+}
+
+static char *dump_of(const sl_master_state_t *m)
+{
+    return ml_dump(m, ALLOC);
+}
+
+/* Lease the next chunk of job "j" to w: checks its path and offsets. */
+static sl_master_lease_t lease(sl_master_state_t *m, const char *path, uint64_t first,
+                               uint64_t rows)
+{
+    sl_master_lease_t l;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w", 0, &l, &err), SL_OK, "%s", err.msg);
+    cr_assert_str_eq(l.path, path);
+    cr_assert_eq(l.first_row, first, "%s: first %llu", path, (unsigned long long)l.first_row);
+    cr_assert_eq(l.num_rows, rows);
+    cr_assert_eq(l.stripe_begin, 0);
+    cr_assert_eq(l.stripe_end, 0);
+    return l;
+}
+
+/* The broker's high watermarks: far ahead (a backlog to read). */
+static void backlog(sl_master_state_t *m, const char *job)
+{
+    const char *topics[] = {"t", "u", "b"};
+    for (int t = 0; t < 3; t++)
+        for (int32_t p = 0; p < 5; p++)
+            sl_master_state_kafka_high(m, job, topics[t], p, 1000000, (uint32_t)p);
+}
+
+static void no_lease(sl_master_state_t *m)
+{
+    sl_master_lease_t l;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_lease_next(m, "j", "w", 0, &l, &err), SL_ERR_AGAIN,
+                 "a lease of split %u", l.split);
+}
+
+static void commit(sl_master_state_t *m, const sl_master_lease_t *l, uint64_t from, uint64_t to,
+                   uint64_t nonce)
+{
+    sl_master_commit_result_t res = 99;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_commit(m, "j", 0, l->split, l->generation, from, to, "c", nonce,
+                                        &res, &err),
+                 SL_OK, "%s", err.msg);
+    cr_assert_eq(res, SL_MASTER_COMMITTED, "%s", err.msg);
+}
+
+/* "topic/partition:committed/chunks " for every partition of job j. */
+static void assert_positions(sl_master_state_t *m, const char *want)
+{
+    sl_master_kafka_position_t pos[8];
+    uint32_t n = sl_master_state_kafka_positions(m, "j", pos, 8);
+    char got[512] = "";
+    for (uint32_t i = 0; i < n && i < 8; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s/%d:%lld/%u ", pos[i].topic,
+                 pos[i].partition, (long long)pos[i].committed, pos[i].chunks);
+    cr_assert_str_eq(got, want);
+}
+
+Test(master_state_kafka, chunks_are_made_as_leases_need_them)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    assert_positions(m, "t/0:100/0 t/1:0/0 ");
+    /* the first lease makes one chunk per partition */
+    sl_master_lease_t a = lease(m, "t/0", 100, 10);
+    cr_assert_eq(a.split, 0);
+    cr_assert_eq(a.num_todo, 1);
+    cr_assert_eq(a.todo[0].from_row, 0);
+    cr_assert_eq(a.todo[0].to_row, 10);
+    sl_master_lease_t b = lease(m, "t/1", 0, 10);
+    cr_assert_eq(b.split, 1);
+    /* no PENDING chunk left, one open of 2 ahead: one more each */
+    sl_master_lease_t c = lease(m, "t/0", 110, 10);
+    sl_master_lease_t d = lease(m, "t/1", 10, 10);
+    cr_assert_eq(c.split, 2);
+    cr_assert_eq(d.split, 3);
+    /* two chunks open per partition: nothing more */
+    no_lease(m);
+    assert_positions(m, "t/0:100/2 t/1:0/2 ");
+    /* t/0's first chunk done: its prefix moves and a chunk is made again */
+    commit(m, &a, 0, 4, 1);
+    assert_positions(m, "t/0:104/2 t/1:0/2 ");
+    sl_master_split_state_t st;
+    sl_dpp_row_range_t empty = {4, 10};
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, a.split, a.generation, &empty, 1, &st, &err),
+                 SL_OK, "%s", err.msg);
+    cr_assert_eq(st, SL_MASTER_SPLIT_DONE);
+    assert_positions(m, "t/0:110/2 t/1:0/2 ");
+    sl_master_lease_t e = lease(m, "t/0", 120, 10);
+    cr_assert_eq(e.split, 4);
+    no_lease(m);
+    /* a chunk above the prefix done does not move it */
+    commit(m, &c, 0, 10, 2);
+    assert_positions(m, "t/0:120/3 t/1:0/2 ");
+    /* an expired chunk is leased again before any new one */
+    uint32_t expired = 0;
+    cr_assert_eq(sl_master_state_expire(m, 5000, &expired, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(expired, 3);
+    sl_master_lease_t again = lease(m, "t/1", 0, 10);
+    cr_assert_eq(again.split, 1);
+    /* a stream never finishes, however much is done */
+    sl_master_state_job_status_t js;
+    cr_assert_eq(sl_master_state_job_status(m, "j", &js, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(js.finished, false);
+    cr_assert_eq(js.num_splits, 5);
+    cr_assert_eq(js.done, 2);
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+Test(master_state_kafka, a_stream_at_its_head_keeps_one_chunk_there)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 1); /* t/0 from 100 */
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    /* no high watermark told yet, or no record at the start: no chunk (a
+     * read never starts at the log's end) */
+    no_lease(m);
+    sl_master_state_kafka_high(m, "j", "t", 0, 100, 0);
+    no_lease(m);
+    sl_master_state_kafka_high(m, "j", "t", 0, 101, 0);
+    sl_master_lease_t a = lease(m, "t/0", 100, 10);
+    /* records up to 115: chunk [110, 120) has some */
+    sl_master_state_kafka_high(m, "j", "t", 0, 115, 0);
+    lease(m, "t/0", 110, 10);
+    no_lease(m);
+    commit(m, &a, 0, 10, 1); /* one open: room for another, but [120, 130) is empty */
+    no_lease(m);
+    sl_master_state_kafka_high(m, "j", "t", 0, 120, 7); /* a stale index: looked up by name */
+    no_lease(m);
+    sl_master_state_kafka_high(m, "j", "t", 0, 121, 0);
+    lease(m, "t/0", 120, 10);
+    /* unknown partitions and jobs are ignored */
+    sl_master_state_kafka_high(m, "j", "t", 5, 1000, 0);
+    sl_master_state_kafka_high(m, "nope", "t", 0, 1000, 0);
+    assert_positions(m, "t/0:110/3 ");
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+Test(master_state_kafka, a_bounded_job_finishes_at_its_stops)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_kafka_partition_t p[1] = {{"b", 3, 5, 30}};
+    sl_master_state_job_spec_t spec = kspec("j", p, 1);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    sl_master_lease_t l[3];
+    l[0] = lease(m, "b/3", 5, 10);
+    l[1] = lease(m, "b/3", 15, 10);
+    no_lease(m);
+    commit(m, &l[0], 0, 10, 1);
+    commit(m, &l[1], 0, 10, 2);
+    /* every chunk made so far is done, but one is still to come */
+    sl_master_state_job_status_t js;
+    cr_assert_eq(sl_master_state_job_status(m, "j", &js, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(js.finished, false);
+    l[2] = lease(m, "b/3", 25, 5); /* cut at stop */
+    no_lease(m);
+    commit(m, &l[2], 0, 5, 3);
+    cr_assert_eq(sl_master_state_job_status(m, "j", &js, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(js.finished, true);
+    assert_positions(m, "b/3:30/3 ");
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+Test(master_state_kafka, refusals_name_the_reason)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
+    spec.shuffle = true;
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "shuffle is refused for a Kafka job") != NULL, "%s", err.msg);
+    spec = kspec("j", g_parts, 2);
+    spec.epochs = 2;
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "one epoch (2 asked") != NULL, "%s", err.msg);
+    spec = kspec("j", g_parts, 2);
+    spec.ranks = 2;
+    spec.static_sharding = true;
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "static sharding is refused") != NULL, "%s", err.msg);
+    spec = kspec("j", g_parts, 0);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "without partitions") != NULL, "%s", err.msg);
+    sl_master_kafka_partition_t bad[2] = {{"t t", 0, 0, -1}, {"t", 0, 0, -1}};
+    spec = kspec("j", bad, 1);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "Kafka topic 't t'") != NULL, "%s", err.msg);
+    sl_master_kafka_partition_t twice[2] = {{"t", 0, 0, -1}, {"t", 0, 5, -1}};
+    spec = kspec("j", twice, 2);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "partition t/0 named twice") != NULL, "%s", err.msg);
+    sl_master_kafka_partition_t back[1] = {{"t", 0, 10, 5}};
+    spec = kspec("j", back, 1);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "start 10, stop 5") != NULL, "%s", err.msg);
+    cr_assert_eq(sl_master_state_job_ids(m, NULL, 0), 0);
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+Test(master_state_kafka, partitions_added_get_chunks_and_survive_restarts)
+{
+    char *dir = tu_mkdtemp("master-kafka");
+    sl_master_state_t *m = open_master(dir);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 1); /* t/0 only */
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    sl_master_lease_t a = lease(m, "t/0", 100, 10);
+    lease(m, "t/0", 110, 10);
+    no_lease(m);
+    sl_master_kafka_partition_t p2 = {"u", 2, 7, -1};
+    cr_assert_eq(sl_master_state_kafka_partition_add(m, "j", &p2, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    cr_assert_eq(sl_master_state_kafka_partition_add(m, "j", &p2, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "reads u/2 already") != NULL, "%s", err.msg);
+    cr_assert_eq(sl_master_state_kafka_partition_add(m, "nope", &p2, &err), SL_ERR_NOT_FOUND);
+    assert_positions(m, "t/0:100/2 u/2:7/0 ");
+    sl_master_lease_t c = lease(m, "u/2", 7, 10);
+    commit(m, &c, 0, 3, 1);
+    commit(m, &a, 0, 10, 2);
+    assert_positions(m, "t/0:110/2 u/2:10/1 ");
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    char *mem = dump_of(m);
+    cr_assert(strstr(mem, " kafka u/2 start 7 stop -1 chunks 1\n") != NULL, "%s", mem);
+    sl_master_state_destroy(m);
+    /* replay of the journal */
+    m = open_master(dir);
+    backlog(m, "j"); /* not journaled: told again after a restart */
+    char *replayed = dump_of(m);
+    cr_assert_str_eq(replayed, mem);
+    assert_positions(m, "t/0:110/2 u/2:10/1 ");
+    /* a snapshot, then more records after it */
+    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
+    sl_master_lease_t d = lease(m, "t/0", 120, 10);
+    lease(m, "u/2", 17, 10);
+    commit(m, &d, 0, 10, 3);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    char *mem2 = dump_of(m);
+    sl_master_state_destroy(m);
+    m = open_master(dir);
+    backlog(m, "j"); /* not journaled: told again after a restart */
+    char *replayed2 = dump_of(m);
+    cr_assert_str_eq(replayed2, mem2);
+    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
+    sl_master_state_destroy(m);
+    m = open_master(dir);
+    char *snap = dump_of(m);
+    cr_assert_str_eq(snap, mem2);
+    /* a table job has no partitions to add */
+    sl_master_state_destroy(m);
+    free(mem);
+    free(replayed);
+    free(mem2);
+    free(replayed2);
+    free(snap);
+    tu_rm_tree(dir);
+    free(dir);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+/* ---- resume tokens ------------------------------------------------------------------ */
+
+static void token(sl_master_state_t *m, const sl_master_token_exclude_t *und, uint32_t n,
+                  void **buf, size_t *len)
+{
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_token_encode(m, "j", und, n, buf, len, &err), SL_OK, "%s",
+                 err.msg);
+}
+
+Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    sl_master_lease_t a0 = lease(m, "t/0", 100, 10), b0 = lease(m, "t/1", 0, 10);
+    sl_master_lease_t a1 = lease(m, "t/0", 110, 10), b1 = lease(m, "t/1", 10, 10);
+    (void)b1;
+    commit(m, &a0, 0, 10, 1); /* t/0 [100, 110) */
+    commit(m, &a1, 2, 6, 2);  /* t/0 [112, 116) */
+    commit(m, &b0, 0, 3, 3);  /* t/1 [0, 3) */
+    commit(m, &b0, 5, 8, 4);  /* t/1 [5, 8) */
+    /* rank 0 handed out everything; rank 1 not t/0 [104, 106) nor t/1 [5, 8) */
+    void *t0, *t1;
+    size_t l0, l1;
+    token(m, NULL, 0, &t0, &l0);
+    sl_master_token_exclude_t und[2] = {{0, a0.split, 4, 6}, {0, b0.split, 5, 8}};
+    token(m, und, 2, &t1, &l1);
+    /* what the tokens need: t/0 from 110 (rank 0) or 104 (both) */
+    const void *toks[2] = {t0, t1};
+    size_t lens[2] = {l0, l1};
+    int64_t need[2] = {-1, -1};
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec, toks, lens, 1, need, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(need[0], 110);
+    cr_assert_eq(need[1], 3);
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec, toks, lens, 2, need, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(need[0], 104);
+    cr_assert_eq(need[1], 3);
+    /* resume from rank 0's token in place of the job */
+    cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 1, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    assert_positions(m, "t/0:110/1 t/1:3/1 ");
+    /* t/0 starts at 110 with [112, 116) delivered; t/1 at 3 with [5, 8) */
+    sl_master_lease_t r0 = lease(m, "t/0", 110, 10);
+    cr_assert_eq(r0.num_todo, 2);
+    cr_assert_eq(r0.todo[0].from_row, 0);
+    cr_assert_eq(r0.todo[0].to_row, 2);
+    cr_assert_eq(r0.todo[1].from_row, 6);
+    cr_assert_eq(r0.todo[1].to_row, 10);
+    sl_master_lease_t r1 = lease(m, "t/1", 3, 10);
+    cr_assert_eq(r1.num_todo, 2);
+    cr_assert_eq(r1.todo[0].from_row, 0);
+    cr_assert_eq(r1.todo[0].to_row, 2);
+    cr_assert_eq(r1.todo[1].from_row, 5);
+    cr_assert_eq(r1.todo[1].to_row, 10);
+    /* both ranks: the intersection; t/0 from 104 with [106, 110) and
+     * [112, 116) delivered, t/1 from 3 with nothing above */
+    cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 2, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    assert_positions(m, "t/0:104/2 t/1:3/0 ");
+    sl_master_lease_t s0 = lease(m, "t/0", 104, 10);
+    cr_assert_eq(s0.num_todo, 2);
+    cr_assert_eq(s0.todo[0].from_row, 0);
+    cr_assert_eq(s0.todo[0].to_row, 2);
+    cr_assert_eq(s0.todo[1].from_row, 6);
+    cr_assert_eq(s0.todo[1].to_row, 8);
+    /* a token of this partition set with a new partition: it starts where
+     * the spec says */
+    sl_master_kafka_partition_t three[3] = {g_parts[0], g_parts[1], {"v", 0, 40, -1}};
+    sl_master_state_job_spec_t spec3 = kspec("j", three, 3);
+    int64_t need3[3];
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec3, toks, lens, 1, need3, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(need3[0], 110);
+    cr_assert_eq(need3[1], 3);
+    cr_assert_eq(need3[2], 40);
+    /* refusals: a partition the job does not read, another job, a table token */
+    sl_master_state_job_spec_t spec1 = kspec("j", g_parts + 1, 1);
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec1, toks, lens, 1, need, &err),
+                 SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "names t/0, which job 'j' does not read") != NULL, "%s", err.msg);
+    sl_master_state_job_spec_t other = kspec("k", g_parts, 2);
+    cr_assert_eq(sl_master_state_job_resume(m, &other, t0, l0, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "resume token of job 'j', not of job 'k'") != NULL, "%s", err.msg);
+    sl_wh_split_t split = {.path = "f.slc", .stripe_end = 1, .num_rows = 10};
+    sl_master_state_job_spec_t table = {
+        .job_id = "j", .splits = &split, .num_splits = 1, .epochs = 1};
+    cr_assert_eq(sl_master_state_job_replace(m, &table, toks, lens, 1, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "resume token of a Kafka job (version 3)") != NULL, "%s", err.msg);
+    ((uint8_t *)t0)[l0 - 1] ^= 1;
+    cr_assert_eq(sl_master_state_job_resume(m, &other, t0, l0, &err), SL_ERR_CORRUPT);
+    sl_free(ALLOC, t0, l0);
+    sl_free(ALLOC, t1, l1);
+    /* a table job's token for a Kafka job */
+    cr_assert_eq(sl_master_state_job_add(
+                     m,
+                     &(sl_master_state_job_spec_t){
+                         .job_id = "tab", .splits = &split, .num_splits = 1, .epochs = 1},
+                     &err),
+                 SL_OK, "%s", err.msg);
+    void *tt;
+    size_t tl;
+    cr_assert_eq(sl_master_state_token_encode(m, "tab", NULL, 0, &tt, &tl, &err), SL_OK, "%s",
+                 err.msg);
+    sl_master_state_job_spec_t ktab = kspec("tab", g_parts, 2);
+    cr_assert_eq(sl_master_state_job_resume(m, &ktab, tt, tl, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "resume token of a table job (version 2)") != NULL, "%s", err.msg);
+    sl_free(ALLOC, tt, tl);
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+/* ---- every allocation failure ------------------------------------------------------ */
+
+typedef struct life {
+    ml_life_t b;
+    sl_master_lease_t l[2];
+} life_t;
+
+enum { LIFE_STEPS = 12 };
+
+static sl_err_t life_step(void *life, int step, sl_error_t *err)
+{
+    life_t *x = life;
+    sl_master_commit_result_t res;
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 2);
+    sl_err_t rc = SL_OK;
+    switch (step) {
+    case 0:
+        return sl_master_state_open(&x->b.o, 0, &x->b.m, NULL, err);
+    case 1:
+        rc = sl_master_state_job_add(x->b.m, &spec, err);
+        if (rc == SL_OK) backlog(x->b.m, "j");
+        return rc;
+    case 2:
+    case 3:
+        return sl_master_state_lease_next(x->b.m, "j", "w", 0, &x->l[step - 2], err);
+    case 4:
+        rc = sl_master_state_commit(x->b.m, "j", 0, x->l[0].split, x->l[0].generation, 0, 10, "c",
+                                    1, &res, err);
+        return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
+    case 5:
+        rc = sl_master_state_commit(x->b.m, "j", 0, x->l[1].split, x->l[1].generation, 2, 5, "c", 2,
+                                    &res, err);
+        return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
+    case 6: {
+        sl_master_kafka_partition_t p = {"u", 4, 9, -1};
+        rc = sl_master_state_kafka_partition_add(x->b.m, "j", &p, err);
+        if (rc == SL_OK) backlog(x->b.m, "j");
+        return rc;
+    }
+    case 7: {
+        sl_master_lease_t l;
+        return sl_master_state_lease_next(x->b.m, "j", "w2", 0, &l, err);
+    }
+    case 8: {
+        void *tok;
+        size_t len;
+        sl_master_token_exclude_t und = {0, x->l[1].split, 3, 4};
+        rc = sl_master_state_token_encode(x->b.m, "j", &und, 1, &tok, &len, err);
+        if (rc != SL_OK) return rc;
+        sl_master_kafka_partition_t three[3] = {g_parts[0], g_parts[1], {"u", 4, 9, -1}};
+        sl_master_state_job_spec_t s3 = kspec("j", three, 3);
+        const void *toks[1] = {tok};
+        int64_t need[3];
+        rc = sl_master_state_kafka_token_needs(x->b.m, &s3, toks, &len, 1, need, err);
+        if (rc == SL_OK) rc = sl_master_state_job_replace(x->b.m, &s3, toks, &len, 1, err);
+        if (rc == SL_OK) backlog(x->b.m, "j");
+        sl_free(ALLOC, tok, len);
+        return rc;
+    }
+    case 9: {
+        sl_master_lease_t l;
+        return sl_master_state_lease_next(x->b.m, "j", "w3", 0, &l, err);
+    }
+    case 10:
+        return sl_master_state_compact(x->b.m, err);
+    case 11:
+        return sl_master_state_sync(x->b.m, err);
+    }
+    return sl_error_set(err, SL_ERR_INVALID, "no step %d", step);
+}
+
+Test(master_state_kafka, every_allocation_failure_is_a_clean_error)
+{
+    sl_master_state_opts_t o = opts(NULL);
+    o.allocator = NULL;
+    ml_ops_t ops = {.steps = LIFE_STEPS, .size = sizeof(life_t), .opts = o, .step = life_step};
+    char *want_end = NULL;
+    uint64_t walked = ml_walk(&ops, &g_ta, &want_end);
+    cr_assert(strstr(want_end, " kafka u/4 start 9 stop -1 chunks 1\n") != NULL, "%s", want_end);
+    cr_assert_gt(walked, LIFE_STEPS);
+    free(want_end);
+    tu_alloc_assert_clean(&g_ta);
+}
