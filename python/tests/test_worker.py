@@ -62,6 +62,9 @@ def test_every_sample_exactly_once(worker):
     assert ids.size == ROWS
     assert np.array_equal(np.sort(ids), np.arange(ROWS))
     assert st["batches"] == batches and st["samples"] == ROWS
+    # a table job's batches carry no record times: no freshness
+    assert st["freshness_count"] == 0 and st["freshness_buckets"] == [0] * 14
+    assert st["freshness_bounds_ms"] == [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000]
 
 
 def test_arrays_are_views_on_c_buffers(worker):

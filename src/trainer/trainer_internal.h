@@ -44,6 +44,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/age.h"
 #include "common/clock.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
@@ -136,6 +137,7 @@ struct sl_trainer {
 
     _Atomic uint64_t batches, samples, bytes, wait_ns, reconnects, dropped;
     _Atomic uint32_t queued, workers;
+    sl_age_hist_t freshness; /* of the samples handed out (Kafka batches) */
 };
 
 /* ---- client_state.c ---- */

@@ -68,9 +68,11 @@ static void check_ages(const sl_worker_stats_t *st, uint64_t good)
 typedef struct client {
     const char *addr;
     uint32_t epochs;
-    atomic_uint *seen;  /* [epochs * MAX_IDS] */
-    atomic_uint *total; /* samples received by every client */
-    uint32_t want;      /* stop once *total reaches it (0: read to END) */
+    atomic_uint *seen;     /* [epochs * MAX_IDS] */
+    atomic_uint *total;    /* samples received by every client */
+    uint32_t want;         /* stop once *total reaches it (0: read to END) */
+    int64_t time_base;     /* non-zero: sample id's CreateTime is time_base + 10 * id */
+    sl_trainer_stats_t st; /* the client's, when it ended */
     sl_err_t end;
     char msg[SL_ERROR_MSG_MAX];
 } client_t;
@@ -97,12 +99,16 @@ static void *consume(void *arg)
             int64_t id = b->sample_ids[i];
             cr_assert(id >= 0 && id < MAX_IDS, "sample id %ld", (long)id);
             atomic_fetch_add(&c->seen[(uint64_t)b->origin.epoch * MAX_IDS + (uint64_t)id], 1);
+            if (c->time_base)
+                cr_assert_eq(b->record_ms[i], c->time_base + 10 * id, "sample %ld's time",
+                             (long)id);
         }
         atomic_fetch_add(c->total, b->batch_size);
         sl_trainer_release(t, b);
     }
     if (c->want && atomic_load(c->total) >= c->want) c->end = SL_OK;
     snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+    sl_trainer_stats(t, &c->st);
     sl_trainer_close(t);
     return NULL;
 }
@@ -328,6 +334,78 @@ Test(kafka_worker, memory_limit_holds_the_prefetch)
     cr_assert_null(w);
     cr_assert_str_eq(err.msg, "worker: memory limit 3145728 bytes leaves no room for the Kafka "
                               "consumer's prefetch of 4194304 bytes");
+    sl_pipeline_job_destroy(job);
+}
+
+/* Each record's CreateTime reaches the trainer with its sample, through
+ * the filter (bad records), a shuffle window, dedup and two epochs: the
+ * batch handed out has every sample's exact time (sl_batch_t.record_ms),
+ * and the client's freshness histogram counts each sample handed out once,
+ * with the age it had then: between its CreateTime's distance to the
+ * start of the test and to the client's end (records made 40 to 44 s
+ * before the test: in the (30 s, 60 s] bucket, unless the run took over
+ * 16 s). */
+Test(kafka_worker, record_times_reach_the_trainer)
+{
+    char topic[64], spec[1024], addr[64];
+    snprintf(topic, sizeof topic, "worker-times-%d", (int)getpid());
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    ku_create_topic(p, topic, 2, tu_timeout(30));
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, base = now - 40000 - 4000;
+    uint32_t good = 0;
+    for (uint64_t id = 0; id < 400; id++) { /* CreateTimes 44 s to 40 s ago */
+        bool bad = id % 101 == 100;
+        kr_produce_at(p, topic, (int32_t)(id % 2), id, id % 60, bad ? NULL : "1", NULL, 0,
+                      base + 10 * (int64_t)id);
+        good += !bad;
+    }
+    kr_flush(p, (int)(tu_timeout(30) * 1000));
+    rd_kafka_destroy(p);
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"times\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"stop\": \"end\", \"chunk\": 70}}, "
+             "\"batch\": {\"size\": 16, \"epochs\": 2, \"shuffle\": {\"window\": 48, \"seed\": 3}, "
+             "\"dedup_groups\": {\"h\": [\"hist\"]}}}",
+             ku_broker.bootstrap, topic);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, addr, sizeof addr);
+    atomic_uint *seen = calloc(2 * MAX_IDS, sizeof *seen);
+    atomic_uint total = 0;
+    client_t c = {.addr = addr, .epochs = 2, .seen = seen, .total = &total, .time_base = base};
+    pthread_t ct;
+    double t0 = ku_now();
+    pthread_create(&ct, NULL, consume, &c);
+    pthread_join(ct, NULL);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "client ended with %s: %s", sl_err_str(c.end), c.msg);
+    cr_assert_lt(ku_now() - t0, tu_timeout(60));
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const int64_t end = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    for (uint32_t e = 0; e < 2; e++)
+        for (uint32_t id = 0; id < MAX_IDS; id++)
+            cr_assert_eq(seen[e * MAX_IDS + id], id < 400 && id % 101 != 100 ? 1u : 0u,
+                         "epoch %u sample %u arrived %u times", e, id, seen[e * MAX_IDS + id]);
+    cr_assert_eq(good, 397);
+    cr_assert_eq(c.st.samples, 2 * good);
+    cr_assert_eq(c.st.freshness_count, 2 * good);
+    /* each sample's age lies in [now - CreateTime, end - CreateTime] */
+    uint64_t lo = 0, surely12 = 0;
+    for (uint64_t id = 0; id < 400; id++) {
+        if (id % 101 == 100) continue;
+        int64_t t = base + 10 * (int64_t)id;
+        lo += 2 * (uint64_t)(now - t);
+        surely12 += end - t <= 60000 ? 2 : 0;
+    }
+    uint64_t in12_13 = c.st.freshness_buckets[12] + c.st.freshness_buckets[13];
+    cr_assert_eq(in12_13, 2 * good, "%lu samples younger than 30 s", 2 * good - in12_13);
+    cr_assert_geq(c.st.freshness_buckets[12], surely12);
+    cr_assert_geq(c.st.freshness_sum_ms, lo);
+    cr_assert_leq(c.st.freshness_sum_ms, lo + 2 * good * (uint64_t)(end - now));
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    free(seen);
+    sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
 }
 

@@ -17,7 +17,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/source.h"
@@ -50,7 +49,7 @@ typedef struct kafka_source {
     int64_t from, to;
     const kpart_t *part;
     _Atomic uint64_t records, bad; /* read by the admin thread (records hook) */
-    _Atomic uint64_t ages[SL_WORKER_AGE_BUCKETS], age_count, age_sum_ms;
+    sl_age_hist_t ages;
 } kafka_source_t;
 
 /* Where partition p of topic starts or stops, per the spec. */
@@ -147,9 +146,6 @@ static sl_err_t kafka_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
     }
 }
 
-const uint64_t SL_WORKER_AGE_BOUNDS_MS[SL_WORKER_AGE_BUCKETS - 1] = {
-    5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000};
-
 typedef struct pass {
     kafka_source_t *s;
     sl_worker_rows_fn fn;
@@ -161,24 +157,7 @@ typedef struct pass {
 /* Each row's age (now minus its record's CreateTime) into the histogram. */
 static void count_ages(kafka_source_t *s, const sl_kafka_stripe_t *st)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    uint64_t counts[SL_WORKER_AGE_BUCKETS] = {0}, n = 0, sum = 0;
-    for (uint32_t j = 0; j < st->rows.batch.batch_size; j++) {
-        if (st->create_ms[j] < 0) continue; /* no CreateTime */
-        uint64_t age = now > st->create_ms[j] ? (uint64_t)(now - st->create_ms[j]) : 0;
-        uint32_t b = 0;
-        while (b < SL_WORKER_AGE_BUCKETS - 1 && age > SL_WORKER_AGE_BOUNDS_MS[b])
-            b++;
-        counts[b]++;
-        n++;
-        sum += age;
-    }
-    for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++)
-        if (counts[b]) atomic_fetch_add(&s->ages[b], counts[b]);
-    atomic_fetch_add(&s->age_count, n);
-    atomic_fetch_add(&s->age_sum_ms, sum);
+    sl_age_hist_add(&s->ages, st->create_ms, st->rows.batch.batch_size, sl_age_now_ms());
 }
 
 static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t first, int64_t end,
@@ -222,10 +201,11 @@ static void kafka_records(void *ctx, sl_worker_records_t *out)
     kafka_source_t *s = ctx;
     out->read = atomic_load(&s->records);
     out->bad = atomic_load(&s->bad);
-    for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++)
-        out->age_buckets[b] = atomic_load(&s->ages[b]);
-    out->age_count = atomic_load(&s->age_count);
-    out->age_sum_ms = atomic_load(&s->age_sum_ms);
+    sl_age_counts_t c;
+    sl_age_hist_read(&s->ages, &c);
+    memcpy(out->age_buckets, c.buckets, sizeof c.buckets);
+    out->age_count = c.count;
+    out->age_sum_ms = c.sum_ms;
 }
 
 static void kafka_cancel(void *ctx)
