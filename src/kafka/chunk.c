@@ -221,6 +221,23 @@ static void record_of(const rd_kafka_message_t *m, sl_kafka_record_t *rec)
     }
 }
 
+/* Hand bad record m on as it came. */
+static void bad_record(const sl_kafka_read_opts_t *o, const rd_kafka_message_t *m, const char *why)
+{
+    rd_kafka_headers_t *h = NULL;
+    if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR) h = NULL;
+    sl_kafka_bad_record_t r = {.topic = o->topic,
+                               .partition = o->partition,
+                               .offset = m->offset,
+                               .key = m->key,
+                               .key_len = m->key_len,
+                               .value = m->payload,
+                               .value_len = m->len,
+                               .headers = h,
+                               .why = why};
+    o->bad_record(o->ctx, &r);
+}
+
 sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,
                              sl_kafka_read_stats_t *stats, sl_error_t *err)
 {
@@ -287,6 +304,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
                 if (d == SL_ERR_CORRUPT) {
                     stats->bad++;
                     if (o->bad) o->bad(o->ctx, why.msg);
+                    if (o->bad_record) bad_record(o, m, why.msg);
                 } else if (d) {
                     rc = sl_error_set(err, d, "%s", why.msg);
                 }

@@ -88,6 +88,20 @@ typedef struct sl_kafka_read_stats {
 typedef sl_err_t (*sl_kafka_stripe_fn)(void *ctx, const sl_kafka_stripe_t *stripe, int64_t first,
                                        int64_t end, sl_error_t *err);
 
+/* A bad record as it came (sl_kafka_read_opts_t.bad_record; everything
+ * borrowed for the call): what a dead-letter topic gets. */
+typedef struct sl_kafka_bad_record {
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+    const void *key; /* NULL: none */
+    size_t key_len;
+    const void *value; /* NULL: none */
+    size_t value_len;
+    const void *headers; /* the record's rd_kafka_headers_t; NULL: none */
+    const char *why;     /* why it is bad (the decoder's message) */
+} sl_kafka_bad_record_t;
+
 typedef struct sl_kafka_read_opts {
     const char *topic;
     int32_t partition;
@@ -101,6 +115,8 @@ typedef struct sl_kafka_read_opts {
     const atomic_bool *cancel;
     /* Called with each bad record's reason (may be NULL). */
     void (*bad)(void *ctx, const char *why);
+    /* Called with each bad record as it came, after bad (may be NULL). */
+    void (*bad_record)(void *ctx, const sl_kafka_bad_record_t *rec);
 } sl_kafka_read_opts_t;
 
 /* Assign the partition at from, consume until the consumer's position

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "dpp/pipeline/job.h"
+#include "dpp/worker/kafka_dead_letter.h"
 #include "dpp/worker/source.h"
 #include "kafka/chunk.h"
 
@@ -50,6 +51,8 @@ typedef struct kafka_source {
     const kpart_t *part;
     _Atomic uint64_t records, bad; /* read by the admin thread (records hook) */
     sl_age_hist_t ages;
+    dpp_dead_letter_t *dead; /* the job's dead-letter topic (opened with the plan); NULL: none */
+    uint64_t dead_bytes;     /* its local queue's bound */
 } kafka_source_t;
 
 /* Where partition p of topic starts or stops, per the spec. */
@@ -99,6 +102,11 @@ static sl_err_t plan(kafka_source_t *s, sl_error_t *err)
             if (rc == SL_OK) rc = offset_at(s, kp->topic, p, k->stop, k->stop_ms, &kp->stop, err);
             if (rc) return rc;
         }
+    if (k->dead_letter_topic) {
+        sl_err_t rc = dpp_dead_letter_new(s->job, s->dead_bytes, META_TIMEOUT_MS / 1000.0, s->a,
+                                          &s->dead, err);
+        if (rc) return rc;
+    }
     s->planned = true;
     return SL_OK;
 }
@@ -113,7 +121,10 @@ static sl_err_t kafka_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
     }
     const sl_pipeline_kafka_t *k = &s->job->kafka;
     for (;;) {
-        if (s->epoch >= s->job->epochs) return SL_ERR_CLOSED;
+        if (s->epoch >= s->job->epochs) {
+            if (s->dead) dpp_dead_letter_flush(s->dead, 5.0); /* the job's end: let them out */
+            return SL_ERR_CLOSED;
+        }
         if (s->next == s->num_parts) { /* every partition had its chunk `chunk` */
             s->next = 0;
             if (!s->any && k->stop != SL_PIPELINE_KAFKA_NONE) { /* none left: the epoch ends */
@@ -160,11 +171,19 @@ static void count_ages(kafka_source_t *s, const sl_kafka_stripe_t *st)
     sl_age_hist_add(&s->ages, st->create_ms, st->rows.batch.batch_size, sl_age_now_ms());
 }
 
+/* A bad record, as it came, to the dead-letter topic. */
+static void pass_bad(void *ctx, const sl_kafka_bad_record_t *r)
+{
+    pass_t *p = ctx;
+    dpp_dead_letter_send(p->s->dead, r);
+}
+
 static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t first, int64_t end,
                             sl_error_t *err)
 {
     pass_t *p = ctx;
     count_ages(p->s, st);
+    if (p->s->dead) dpp_dead_letter_poll(p->s->dead); /* delivery reports, without waiting */
     sl_wh_rows_t rows = st->rows;
     rows.file = p->name;
     return p->fn(p->fn_ctx, &rows, (uint64_t)(first - p->from), (uint64_t)(end - p->from), err);
@@ -188,9 +207,11 @@ static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_
                               .rows = s->rows,
                               .stripe = pass_stripe,
                               .ctx = &p,
-                              .cancel = &s->cancel};
+                              .cancel = &s->cancel,
+                              .bad_record = s->dead ? pass_bad : NULL};
     sl_kafka_read_stats_t st = {0};
     sl_err_t rc = sl_kafka_read_range(s->c, &o, &st, err);
+    if (s->dead) dpp_dead_letter_poll(s->dead);
     atomic_fetch_add(&s->records, st.records);
     atomic_fetch_add(&s->bad, st.bad);
     return rc;
@@ -206,6 +227,7 @@ static void kafka_records(void *ctx, sl_worker_records_t *out)
     memcpy(out->age_buckets, c.buckets, sizeof c.buckets);
     out->age_count = c.count;
     out->age_sum_ms = c.sum_ms;
+    dpp_dead_letter_counts(s->dead, &out->dead_letter, &out->dead_letter_failed);
 }
 
 static void kafka_cancel(void *ctx)
@@ -218,6 +240,7 @@ static void kafka_destroy(void *ctx)
 {
     kafka_source_t *s = ctx;
     if (!s) return;
+    dpp_dead_letter_destroy(s->dead, 5.0); /* what is queued gets 5 s to go out */
     sl_kafka_rows_destroy(s->rows);
     sl_kafka_consumer_destroy(s->c);
     if (s->parts) sl_free(s->a, s->parts, (size_t)s->num_parts * sizeof *s->parts);
@@ -266,6 +289,10 @@ sl_err_t sl_worker_source_kafka_new(const sl_pipeline_job_t *job, const char *co
     if (!s) return sl_error_set(err, SL_ERR_NOMEM, "kafka source: out of memory");
     s->job = job;
     s->a = a;
+    if (job->kafka.dead_letter_topic) { /* its queue: an eighth of the prefetch's share */
+        s->dead_bytes = prefetch / 8;
+        prefetch -= s->dead_bytes;
+    }
     atomic_init(&s->cancel, false);
     char group[300];
     snprintf(group, sizeof group, "sluice-%s", job->id ? job->id : "job");

@@ -103,6 +103,9 @@ typedef struct sl_worker_records {
     uint64_t read, bad;
     uint64_t age_buckets[SL_WORKER_AGE_BUCKETS]; /* not cumulative */
     uint64_t age_count, age_sum_ms;
+    /* bad records the dead-letter topic acknowledged, and those it did not
+     * take (could not be produced, or not delivered) */
+    uint64_t dead_letter, dead_letter_failed;
 } sl_worker_records_t;
 
 typedef struct sl_worker_source {

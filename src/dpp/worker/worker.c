@@ -506,6 +506,8 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
         memcpy(out->age_buckets, r.age_buckets, sizeof r.age_buckets);
         out->age_count = r.age_count;
         out->age_sum_ms = r.age_sum_ms;
+        out->records_dead_letter = r.dead_letter;
+        out->records_dead_letter_failed = r.dead_letter_failed;
     }
     if (w->budget) {
         out->memory_used = sl_worker_budget_used(w->budget);
