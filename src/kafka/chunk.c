@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -133,24 +134,51 @@ sl_err_t sl_kafka_partitions(sl_kafka_consumer_t *c, const char *topic, int time
     return rc;
 }
 
+/* A partition whose leader is not known yet or is moving (a topic just
+ * created, a broker restarting): asked again until the deadline. */
+static bool leader_moving(rd_kafka_resp_err_t e)
+{
+    return e == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
+           e == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE ||
+           e == RD_KAFKA_RESP_ERR_UNKNOWN_LEADER_EPOCH ||
+           e == RD_KAFKA_RESP_ERR_FENCED_LEADER_EPOCH;
+}
+
+/* Wait 50 ms before asking again, unless that passes the deadline. */
+static bool again_before(uint64_t deadline_ms)
+{
+    if (sl_clock_ms() + 50 >= deadline_ms) return false;
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, NULL);
+    return true;
+}
+
 sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
                              int timeout_ms, int64_t *low, int64_t *high, sl_error_t *err)
 {
-    rd_kafka_resp_err_t e =
-        rd_kafka_query_watermark_offsets(c->rk, topic, partition, low, high, timeout_ms);
+    uint64_t deadline = sl_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    rd_kafka_resp_err_t e;
+    do {
+        e = rd_kafka_query_watermark_offsets(c->rk, topic, partition, low, high, timeout_ms);
+    } while (leader_moving(e) && again_before(deadline));
     return e ? kerr(err, e, "watermarks", topic, partition) : SL_OK;
 }
 
 sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
                                   int64_t ms, int timeout_ms, int64_t *offset, sl_error_t *err)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    if (!l) return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
-    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = ms;
-    rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(c->rk, l, timeout_ms);
-    if (!e) e = l->elems[0].err;
-    int64_t off = l->elems[0].offset;
-    rd_kafka_topic_partition_list_destroy(l);
+    uint64_t deadline = sl_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    rd_kafka_resp_err_t e;
+    int64_t off;
+    do {
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+        if (!l) return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
+        rd_kafka_topic_partition_list_add(l, topic, partition)->offset = ms;
+        e = rd_kafka_offsets_for_times(c->rk, l, timeout_ms);
+        if (!e) e = l->elems[0].err;
+        off = l->elems[0].offset;
+        rd_kafka_topic_partition_list_destroy(l);
+    } while (leader_moving(e) && again_before(deadline));
     if (e) return kerr(err, e, "offset for time", topic, partition);
     if (off < 0) { /* no record at or after ms: the end */
         int64_t lo = 0;

@@ -6,6 +6,7 @@
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -355,6 +356,20 @@ sl_err_t sl_kafka_producer_send_copy(sl_kafka_producer_t *p, const void *key, si
 void sl_kafka_producer_poll(sl_kafka_producer_t *p, int timeout_ms)
 {
     rd_kafka_poll(p->rk, timeout_ms);
+}
+
+void sl_kafka_producer_pace(sl_kafka_producer_t *p, double until_s)
+{
+    for (;;) {
+        double left = until_s - sl_clock_s();
+        if (left <= 0) return;
+        if (left >= 0.001) {
+            rd_kafka_poll(p->rk, left > 0.1 ? 100 : (int)(left * 1000));
+        } else {
+            struct timespec ts = {0, (long)(left * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 sl_err_t sl_kafka_producer_flush(sl_kafka_producer_t *p, double timeout_s, sl_error_t *err)

@@ -102,6 +102,10 @@ sl_err_t sl_kafka_producer_send_copy(sl_kafka_producer_t *p, const void *key, si
  * wait): the way to sleep while pacing. */
 void sl_kafka_producer_poll(sl_kafka_producer_t *p, int timeout_ms);
 
+/* Serve delivery reports until the monotonic time until_s (common/clock.h,
+ * sl_clock_s): the wait between records sent at a steady rate. */
+void sl_kafka_producer_pace(sl_kafka_producer_t *p, double until_s);
+
 /* Wait up to timeout_s for every record sent to be acknowledged. @return
  * SL_ERR_TIMEOUT naming how many are still out, SL_ERR_IO when any
  * delivery failed (the first failure). */
