@@ -67,8 +67,9 @@ static const sl_cli_opt_t dopts[] = {
      "--online: how long to produce (rate x seconds samples)"},
     {"linger-ms", SL_CLI_UINT, "MS", "5", NULL, 0, 60000, 0, D(linger_ms),
      "--online: the job's source.kafka.linger_ms"},
-    {"chunk", SL_CLI_UINT, "N", NULL, "50 ms of one partition at --rate, at least 64", 1, 1u << 30,
-     0, D(chunk), "--online: the job's source.kafka.chunk"},
+    {"chunk", SL_CLI_UINT, "N", NULL,
+     "65536 with one partition; with more, 50 ms of one at --rate (at least 64)", 1, 1u << 30, 0,
+     D(chunk), "--online: the job's source.kafka.chunk"},
 };
 
 static const sl_cli_group_t demo_group = SL_CLI_OWN_GROUP(dopts);

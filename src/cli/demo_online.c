@@ -137,7 +137,12 @@ int sl_cli_demo_online(const sl_cli_demo_online_t *o)
         return 2;
     }
     uint64_t rows = o->rate * o->seconds;
-    uint64_t chunk = o->chunk ? o->chunk : o->rate / 20 / o->partitions; /* 50 ms of a partition */
+    /* A chunk boundary costs a new fetch: one partition reads in the job's
+     * default chunks; with several, a chunk is 50 ms of one partition, as
+     * partitions are read in lockstep (docs/KAFKA.md, "The online demo"). */
+    uint64_t chunk = o->chunk             ? o->chunk
+                     : o->partitions == 1 ? 65536
+                                          : o->rate / 20 / o->partitions;
     if (chunk < 64) chunk = 64;
     sl_error_t err = {0};
     sl_pipeline_problems_t problems = {0};
