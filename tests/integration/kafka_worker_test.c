@@ -625,6 +625,36 @@ Test(kafka_worker, bad_records_go_to_the_dead_letter_topic)
     sl_pipeline_job_destroy(job);
 }
 
+/* A dead-letter topic that does not exist fails the job when it starts,
+ * naming it (no record is read without somewhere to put the bad ones). */
+Test(kafka_worker, a_missing_dead_letter_topic_fails_the_job)
+{
+    char topic[64], spec[1024], addr[64], want[512];
+    snprintf(topic, sizeof topic, "worker-dlqmiss-%d", (int)getpid());
+    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    ku_create_topic(p, topic, 1, tu_timeout(30));
+    rd_kafka_destroy(p);
+    snprintf(spec, sizeof spec,
+             "{\"id\": \"dlqmiss\", \"source\": {\"kafka\": {\"brokers\": \"%s\", \"topics\": "
+             "[\"%s\"], \"schema\": " KR_SCHEMA_JSON ", \"dead_letter_topic\": \"%s.nope\"}}}",
+             ku_broker.bootstrap, topic, topic);
+    sl_pipeline_job_t *job = job_of(spec);
+    sl_worker_t *w = start(job, addr, sizeof addr);
+    sl_error_t err = {0};
+    double deadline = ku_now() + tu_timeout(60);
+    while (!sl_worker_failed(w, &err)) {
+        cr_assert_lt(ku_now(), deadline, "the worker did not fail");
+        usleep(20000);
+    }
+    snprintf(want, sizeof want,
+             "kafka dead-letter topic '%s.nope' does not exist on %s "
+             "($.source.kafka.dead_letter_topic): create it first",
+             topic, ku_broker.bootstrap);
+    cr_assert(strstr(err.msg, want) != NULL, "%s", err.msg);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
 static atomic_uint dead_logged; /* warnings of dead letters that failed */
 static void dead_log(void *ctx, const sl_log_record_t *rec)
 {

@@ -55,7 +55,13 @@ sl_err_t dpp_dead_letter_new(const sl_pipeline_job_t *job, uint64_t queue_bytes,
                                       .allocator = a,
                                       .keep_going = true};
         rc = sl_kafka_producer_new(&o, &d->p, err);
-        if (rc) sl_error_prefix(err, "kafka dead-letter topic: ");
+        if (rc == SL_ERR_NOT_FOUND) /* the producer's hint (a partition count) does not apply */
+            sl_error_set(err, rc,
+                         "kafka dead-letter topic '%s' does not exist on %s ("
+                         "$.source.kafka.dead_letter_topic): create it first",
+                         k->dead_letter_topic, k->brokers);
+        else if (rc)
+            sl_error_prefix(err, "kafka dead-letter topic: ");
     }
     for (uint32_t i = 0; props && i + 1 < n; i++)
         sl_strfree(a, props[i]);
