@@ -167,6 +167,13 @@ sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t 
 sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
                                   int64_t ms, int timeout_ms, int64_t *offset, sl_error_t *err)
 {
+    /* The end first: when no record is at or after ms, every record below
+     * this end was there when the lookup below found none, so the answer
+     * is this end. Read after the lookup, it could pass records that
+     * arrived in between (a live stream lost its first records). */
+    int64_t lo = 0, end = 0;
+    sl_err_t rc = sl_kafka_watermarks(c, topic, partition, timeout_ms, &lo, &end, err);
+    if (rc) return rc;
     uint64_t deadline = sl_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     rd_kafka_resp_err_t e;
     int64_t off;
@@ -180,11 +187,7 @@ sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int
         rd_kafka_topic_partition_list_destroy(l);
     } while (leader_moving(e) && again_before(deadline));
     if (e) return kerr(err, e, "offset for time", topic, partition);
-    if (off < 0) { /* no record at or after ms: the end */
-        int64_t lo = 0;
-        return sl_kafka_watermarks(c, topic, partition, timeout_ms, &lo, offset, err);
-    }
-    *offset = off;
+    *offset = off < 0 ? end : off; /* no record at or after ms: the end */
     return SL_OK;
 }
 

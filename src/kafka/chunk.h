@@ -58,7 +58,8 @@ sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t 
                              int timeout_ms, int64_t *low, int64_t *high, sl_error_t *err);
 
 /* The first offset whose CreateTime is at or after ms (the high watermark
- * when there is none). */
+ * when there is none, read before the lookup: a record appended meanwhile
+ * is never skipped). */
 sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
                                   int64_t ms, int timeout_ms, int64_t *offset, sl_error_t *err);
 
