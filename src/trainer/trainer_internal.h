@@ -113,6 +113,7 @@ struct tr_fleet; /* master mode (fleet_internal.h); NULL in direct mode */
 
 struct sl_trainer {
     struct tr_fleet *fleet;
+    sl_age_hist_t freshness; /* of the samples handed out (Kafka batches); atomics */
     /* configuration, fixed after connect */
     const sl_allocator_t *a;
     char *address; /* direct mode: the worker; master mode: the master */
@@ -137,7 +138,6 @@ struct sl_trainer {
 
     _Atomic uint64_t batches, samples, bytes, wait_ns, reconnects, dropped;
     _Atomic uint32_t queued, workers;
-    sl_age_hist_t freshness; /* of the samples handed out (Kafka batches) */
 };
 
 /* ---- client_state.c ---- */
