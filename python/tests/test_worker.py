@@ -56,6 +56,7 @@ def test_every_sample_exactly_once(worker):
                 assert b.group("user").keys == USER
                 assert b.dense.shape[0] == b.batch_size
                 ids.append(b.sample_ids.copy())
+                assert b.record_ms is None  # a table batch: no record times
                 batches += 1
         st = c.stats()
     ids = np.concatenate(ids)
