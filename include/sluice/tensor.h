@@ -80,6 +80,12 @@ typedef struct sl_batch {
      * (a decoded batch borrows the received frame). May be NULL. */
     void (*release)(void *ctx);
     void *release_ctx;
+    /* Kafka batches: each sample's record CreateTime in ms since the Unix
+     * epoch (-1: unknown), in sample order, owned by the arena (NULL for
+     * table batches). Not in the wire encoding: BatchInfo.record_time_ms
+     * carries it to the trainer client, which sets it on the batches it
+     * hands out (docs/PROTOCOL.md). */
+    int64_t *record_ms;
 } sl_batch_t;
 
 /* ---- JaggedTensor / KJT ---- */

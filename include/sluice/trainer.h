@@ -106,6 +106,15 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
 /* Free a batch from sl_trainer_next; batch may be NULL. */
 void sl_trainer_release(sl_trainer_t *t, sl_batch_t *batch);
 
+/* Freshness histogram buckets (sl_trainer_stats_t.freshness_buckets):
+ * bucket i counts samples at most sl_trainer_freshness_bounds_ms[i] ms old
+ * (and older than the bound before), the last one any older sample. The
+ * bounds: 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+ * 60000 ms (the worker's sluice_worker_kafka_record_age_seconds has the
+ * same). */
+#define SL_TRAINER_FRESHNESS_BUCKETS 14
+extern const uint64_t sl_trainer_freshness_bounds_ms[SL_TRAINER_FRESHNESS_BUCKETS - 1];
+
 typedef struct sl_trainer_stats {
     uint64_t batches; /* handed out by sl_trainer_next */
     uint64_t samples;
@@ -119,6 +128,14 @@ typedef struct sl_trainer_stats {
     uint64_t dropped;   /* batches not delivered: the master refused the commit
                            (another copy won, stale epoch) or they were not
                            for this client's rank */
+    /* Freshness of the samples of Kafka batches (none for table batches):
+     * the wall clock (CLOCK_REALTIME) when sl_trainer_next hands a batch
+     * over minus each sample's record CreateTime (sl_batch_t.record_ms),
+     * in ms. Buckets are not cumulative; count samples, sum_ms their ages
+     * added up. */
+    uint64_t freshness_buckets[SL_TRAINER_FRESHNESS_BUCKETS];
+    uint64_t freshness_count;
+    uint64_t freshness_sum_ms;
 } sl_trainer_stats_t;
 
 void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out);

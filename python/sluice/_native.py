@@ -41,6 +41,7 @@ ERR_NAMES = {
     -13: "SL_ERR_UNSUPPORTED",
 }
 SL_ERROR_MSG_MAX = 512
+SL_TRAINER_FRESHNESS_BUCKETS = 14  # include/sluice/trainer.h
 
 
 class sl_error_t(ctypes.Structure):
@@ -103,6 +104,7 @@ class sl_batch_t(ctypes.Structure):
         ("origin", sl_batch_origin_t),
         ("release", ctypes.CFUNCTYPE(None, ctypes.c_void_p)),
         ("release_ctx", ctypes.c_void_p),
+        ("record_ms", ctypes.POINTER(ctypes.c_int64)),
     ]
 
 
@@ -146,7 +148,19 @@ class sl_trainer_stats_t(ctypes.Structure):
         ("workers", ctypes.c_uint32),
         ("committed", ctypes.c_uint64),
         ("dropped", ctypes.c_uint64),
+        ("freshness_buckets", ctypes.c_uint64 * SL_TRAINER_FRESHNESS_BUCKETS),
+        ("freshness_count", ctypes.c_uint64),
+        ("freshness_sum_ms", ctypes.c_uint64),
     ]
+
+
+def freshness_bounds_ms(lib) -> List[int]:
+    """The freshness buckets' upper bounds in ms, from the library
+    (sl_trainer_freshness_bounds_ms): one fewer than the buckets."""
+    arr = (ctypes.c_uint64 * (SL_TRAINER_FRESHNESS_BUCKETS - 1)).in_dll(
+        lib, "sl_trainer_freshness_bounds_ms"
+    )
+    return [int(x) for x in arr]
 
 
 # Every mirrored struct, by C name (for the layout test).

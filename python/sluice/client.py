@@ -196,7 +196,9 @@ class Batch:
     """One batch from the worker. Attributes (numpy views on the C buffers,
     made afresh on each access - cheap, nothing is copied): sparse (KJT),
     groups (list of IKJT), dense (float32 [B, D]), labels (float32 [B, T]),
-    sample_ids (int64 [B] or None); plain data: batch_size, dense_names,
+    sample_ids (int64 [B] or None), record_ms (int64 [B]: Kafka batches,
+    each sample's record CreateTime in ms since the epoch; None for table
+    batches); plain data: batch_size, dense_names,
     label_names, origin (dict). torch() gives the same as torch tensors.
 
     The Batch holds no array itself (each array holds the Batch), so there is
@@ -300,6 +302,11 @@ class Batch:
     def sample_ids(self) -> Optional[np.ndarray]:
         b = self._c()
         return self._array(b.sample_ids, (self.batch_size,), "<i8") if b.sample_ids else None
+
+    @property
+    def record_ms(self) -> Optional[np.ndarray]:
+        b = self._c()
+        return self._array(b.record_ms, (self.batch_size,), "<i8") if b.record_ms else None
 
     @property
     def released(self) -> bool:
@@ -490,15 +497,23 @@ class Client:
             finally:
                 self._lib.sl_trainer_token_free(h.ptr, tok, n)
 
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> Dict[str, Any]:
         """The C client's counters as a dict (batches, samples, bytes,
         wait_ns, reconnects, queued; in master mode also workers, committed,
-        dropped)."""
+        dropped) and the freshness of Kafka samples at hand-over:
+        freshness_buckets (a list of counts, not cumulative),
+        freshness_bounds_ms (the buckets' upper bounds; the last bucket has
+        none), freshness_count, freshness_sum_ms."""
         h = self._handle
         s = _native.sl_trainer_stats_t()
         if h is not None and h.ptr is not None:
             self._lib.sl_trainer_stats(h.ptr, ctypes.byref(s))
-        return {f[0]: int(getattr(s, f[0])) for f in s._fields_}
+        out: Dict[str, Any] = {}
+        for name, _ in s._fields_:
+            v = getattr(s, name)
+            out[name] = [int(x) for x in v] if isinstance(v, ctypes.Array) else int(v)
+        out["freshness_bounds_ms"] = _native.freshness_bounds_ms(self._lib)
+        return out
 
     @property
     def metrics_port(self) -> int:

@@ -56,12 +56,16 @@ def test_every_sample_exactly_once(worker):
                 assert b.group("user").keys == USER
                 assert b.dense.shape[0] == b.batch_size
                 ids.append(b.sample_ids.copy())
+                assert b.record_ms is None  # a table batch: no record times
                 batches += 1
         st = c.stats()
     ids = np.concatenate(ids)
     assert ids.size == ROWS
     assert np.array_equal(np.sort(ids), np.arange(ROWS))
     assert st["batches"] == batches and st["samples"] == ROWS
+    # a table job's batches carry no record times: no freshness
+    assert st["freshness_count"] == 0 and st["freshness_buckets"] == [0] * 14
+    assert st["freshness_bounds_ms"] == [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000]
 
 
 def test_arrays_are_views_on_c_buffers(worker):

@@ -19,6 +19,13 @@ int sl_cli_submit(int argc, char **argv);
 int sl_cli_master(int argc, char **argv);
 int sl_cli_produce(int argc, char **argv);
 int sl_cli_jobs(int argc, char **argv);
+/* `sluice demo --online` (demo_online.c): its options, as `sluice demo`
+ * parsed them. */
+typedef struct sl_cli_demo_online {
+    const char *brokers, *topic;
+    uint64_t partitions, rate, seconds, linger_ms, chunk, batch_size, threads, seed;
+} sl_cli_demo_online_t;
+int sl_cli_demo_online(const sl_cli_demo_online_t *o);
 /* `sluice help [COMMAND... | --markdown [SECTION]]` */
 int sl_cli_help(int argc, char **argv);
 

@@ -24,6 +24,10 @@
 
 typedef struct demo_options {
     uint64_t rows, batch_size, threads, seed;
+    /* --online (demo_online.c) */
+    bool online;
+    const char *brokers, *topic;
+    uint64_t partitions, rate, seconds, linger_ms, chunk;
 } demo_options_t;
 
 typedef struct demo_run {
@@ -46,6 +50,26 @@ static const sl_cli_opt_t dopts[] = {
     {"threads", SL_CLI_UINT, "T", "0", NULL, 0, 256, 0, D(threads),
      "the worker's transform threads (0: the online cores)"},
     {"seed", SL_CLI_UINT, "X", "1", NULL, 0, UINT64_MAX, 0, D(seed), "seed of the generator"},
+    {"online", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, D(online),
+     "the online demo instead: produce the sessions stream to a Kafka topic at --rate while a "
+     "worker reads it and a trainer takes it; prints samples/s, dedup factor, freshness "
+     "(docs/KAFKA.md; ops/demo-online starts a local broker for it)"},
+    {"brokers", SL_CLI_STRING, "HOST:PORT[,...]", NULL, "required with --online", 0, 0, 0,
+     D(brokers), "--online: the Kafka bootstrap servers"},
+    {"topic", SL_CLI_STRING, "NAME", "sessions", NULL, 0, 0, 0, D(topic),
+     "--online: the topic (created when absent)"},
+    {"partitions", SL_CLI_UINT, "P", "1", NULL, 1, 100000, 0, D(partitions),
+     "--online: partitions of a topic it creates (one worker without a master reads partitions "
+     "in lockstep: with more, a stream's tail waits for the others' chunks to fill)"},
+    {"rate", SL_CLI_UINT, "N", "5000", NULL, 1, 100000000, 0, D(rate),
+     "--online: samples per second, evenly spaced"},
+    {"seconds", SL_CLI_UINT, "S", "10", NULL, 1, 86400, 0, D(seconds),
+     "--online: how long to produce (rate x seconds samples)"},
+    {"linger-ms", SL_CLI_UINT, "MS", "5", NULL, 0, 60000, 0, D(linger_ms),
+     "--online: the job's source.kafka.linger_ms"},
+    {"chunk", SL_CLI_UINT, "N", NULL,
+     "65536 with one partition; with more, 50 ms of one at --rate (at least 64)", 1, 1u << 30, 0,
+     D(chunk), "--online: the job's source.kafka.chunk"},
 };
 
 static const sl_cli_group_t demo_group = SL_CLI_OWN_GROUP(dopts);
@@ -53,7 +77,9 @@ static const sl_cli_group_t demo_group = SL_CLI_OWN_GROUP(dopts);
 const sl_cli_cmd_t sl_cli_demo_cmd = {
     .name = "demo",
     .summary = "deduplicate generated session batches and print the figures",
-    .synopsis = "sluice demo [--rows N] [--batch-size B] [--threads T] [--seed X]",
+    .synopsis = "sluice demo [--rows N] [--batch-size B] [--threads T] [--seed X]\n"
+                "sluice demo --online --brokers HOST:PORT [--topic NAME] [--rate N] [--seconds S] "
+                "[options]",
     .about = "Generates a `sessions` table (user features constant within sessions of ~16 "
              "samples) in a temporary directory, serves it from an in-process DPP worker with "
              "the user features deduplicated, reads one epoch through the trainer client, "
@@ -161,6 +187,19 @@ int sl_cli_demo(int argc, char **argv)
     demo_options_t o = {0};
     sl_cli_parsed_t parsed;
     if (!sl_cli_parse(&sl_cli_demo_cmd, argc, argv, &o, &parsed)) return parsed.code;
+    if (o.online) {
+        sl_cli_demo_online_t on = {.brokers = o.brokers,
+                                   .topic = o.topic,
+                                   .partitions = o.partitions,
+                                   .rate = o.rate,
+                                   .seconds = o.seconds,
+                                   .linger_ms = o.linger_ms,
+                                   .chunk = o.chunk,
+                                   .batch_size = o.batch_size,
+                                   .threads = o.threads,
+                                   .seed = o.seed};
+        return sl_cli_demo_online(&on);
+    }
     char dir[] = "/tmp/sluice-demo-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("sluice demo: mkdtemp");

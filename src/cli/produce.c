@@ -91,21 +91,6 @@ static void on_kafka_log(void *ctx, int level, const char *facility, const char 
         sl_cli_progress_message(ctx, "sluice produce: kafka %s: %s\n", facility, message);
 }
 
-/* Sleep until the monotonic time `until`, serving delivery reports. */
-static void pace(sl_kafka_producer_t *p, double until)
-{
-    for (;;) {
-        double left = until - sl_clock_s();
-        if (left <= 0 || interrupted) return;
-        if (left >= 0.001) {
-            sl_kafka_producer_poll(p, left > 0.1 ? 100 : (int)(left * 1000));
-        } else {
-            struct timespec ts = {0, (long)(left * 1e9)};
-            nanosleep(&ts, NULL);
-        }
-    }
-}
-
 typedef struct run {
     const produce_args_t *a;
     sl_cli_progress_t *progress;
@@ -153,7 +138,8 @@ static int send_all(run_t *r)
             return 1;
         }
         if (done) return 0;
-        if (interval > 0) pace(r->p, r->t0 + (double)i * interval);
+        /* a wait is at most one interval (--rate >= 1: a second) */
+        if (interval > 0) sl_kafka_producer_pace(r->p, r->t0 + (double)i * interval);
         if (interrupted) break;
         rc = sl_kafka_producer_send(r->p, rec.session_id, rec.value, rec.len, &err);
         if (rc != SL_OK) {

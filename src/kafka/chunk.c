@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -133,30 +134,60 @@ sl_err_t sl_kafka_partitions(sl_kafka_consumer_t *c, const char *topic, int time
     return rc;
 }
 
+/* A partition whose leader is not known yet or is moving (a topic just
+ * created, a broker restarting): asked again until the deadline. */
+static bool leader_moving(rd_kafka_resp_err_t e)
+{
+    return e == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
+           e == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE ||
+           e == RD_KAFKA_RESP_ERR_UNKNOWN_LEADER_EPOCH ||
+           e == RD_KAFKA_RESP_ERR_FENCED_LEADER_EPOCH;
+}
+
+/* Wait 50 ms before asking again, unless that passes the deadline. */
+static bool again_before(uint64_t deadline_ms)
+{
+    if (sl_clock_ms() + 50 >= deadline_ms) return false;
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, NULL);
+    return true;
+}
+
 sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
                              int timeout_ms, int64_t *low, int64_t *high, sl_error_t *err)
 {
-    rd_kafka_resp_err_t e =
-        rd_kafka_query_watermark_offsets(c->rk, topic, partition, low, high, timeout_ms);
+    uint64_t deadline = sl_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    rd_kafka_resp_err_t e;
+    do {
+        e = rd_kafka_query_watermark_offsets(c->rk, topic, partition, low, high, timeout_ms);
+    } while (leader_moving(e) && again_before(deadline));
     return e ? kerr(err, e, "watermarks", topic, partition) : SL_OK;
 }
 
 sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
                                   int64_t ms, int timeout_ms, int64_t *offset, sl_error_t *err)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    if (!l) return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
-    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = ms;
-    rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(c->rk, l, timeout_ms);
-    if (!e) e = l->elems[0].err;
-    int64_t off = l->elems[0].offset;
-    rd_kafka_topic_partition_list_destroy(l);
+    /* The end first: when no record is at or after ms, every record below
+     * this end was there when the lookup below found none, so the answer
+     * is this end. Read after the lookup, it could pass records that
+     * arrived in between (a live stream lost its first records). */
+    int64_t lo = 0, end = 0;
+    sl_err_t rc = sl_kafka_watermarks(c, topic, partition, timeout_ms, &lo, &end, err);
+    if (rc) return rc;
+    uint64_t deadline = sl_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    rd_kafka_resp_err_t e;
+    int64_t off;
+    do {
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+        if (!l) return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
+        rd_kafka_topic_partition_list_add(l, topic, partition)->offset = ms;
+        e = rd_kafka_offsets_for_times(c->rk, l, timeout_ms);
+        if (!e) e = l->elems[0].err;
+        off = l->elems[0].offset;
+        rd_kafka_topic_partition_list_destroy(l);
+    } while (leader_moving(e) && again_before(deadline));
     if (e) return kerr(err, e, "offset for time", topic, partition);
-    if (off < 0) { /* no record at or after ms: the end */
-        int64_t lo = 0;
-        return sl_kafka_watermarks(c, topic, partition, timeout_ms, &lo, offset, err);
-    }
-    *offset = off;
+    *offset = off < 0 ? end : off; /* no record at or after ms: the end */
     return SL_OK;
 }
 
@@ -345,6 +376,23 @@ static void record_of(const rd_kafka_message_t *m, sl_kafka_record_t *rec)
     }
 }
 
+/* Hand bad record m on as it came. */
+static void bad_record(const sl_kafka_read_opts_t *o, const rd_kafka_message_t *m, const char *why)
+{
+    rd_kafka_headers_t *h = NULL;
+    if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR) h = NULL;
+    sl_kafka_bad_record_t r = {.topic = o->topic,
+                               .partition = o->partition,
+                               .offset = m->offset,
+                               .key = m->key,
+                               .key_len = m->key_len,
+                               .value = m->payload,
+                               .value_len = m->len,
+                               .headers = h,
+                               .why = why};
+    o->bad_record(o->ctx, &r);
+}
+
 sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,
                              sl_kafka_read_stats_t *stats, sl_error_t *err)
 {
@@ -412,6 +460,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
                 if (d == SL_ERR_CORRUPT) {
                     stats->bad++;
                     if (o->bad) o->bad(o->ctx, why.msg);
+                    if (o->bad_record) bad_record(o, m, why.msg);
                 } else if (d) {
                     rc = sl_error_set(err, d, "%s", why.msg);
                 }

@@ -58,7 +58,8 @@ sl_err_t sl_kafka_watermarks(sl_kafka_consumer_t *c, const char *topic, int32_t 
                              int timeout_ms, int64_t *low, int64_t *high, sl_error_t *err);
 
 /* The first offset whose CreateTime is at or after ms (the high watermark
- * when there is none). */
+ * when there is none, read before the lookup: a record appended meanwhile
+ * is never skipped). */
 sl_err_t sl_kafka_offset_for_time(sl_kafka_consumer_t *c, const char *topic, int32_t partition,
                                   int64_t ms, int timeout_ms, int64_t *offset, sl_error_t *err);
 
@@ -132,6 +133,20 @@ typedef struct sl_kafka_read_stats {
 typedef sl_err_t (*sl_kafka_stripe_fn)(void *ctx, const sl_kafka_stripe_t *stripe, int64_t first,
                                        int64_t end, sl_error_t *err);
 
+/* A bad record as it came (sl_kafka_read_opts_t.bad_record; everything
+ * borrowed for the call): what a dead-letter topic gets. */
+typedef struct sl_kafka_bad_record {
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+    const void *key; /* NULL: none */
+    size_t key_len;
+    const void *value; /* NULL: none */
+    size_t value_len;
+    const void *headers; /* the record's rd_kafka_headers_t; NULL: none */
+    const char *why;     /* why it is bad (the decoder's message) */
+} sl_kafka_bad_record_t;
+
 typedef struct sl_kafka_read_opts {
     const char *topic;
     int32_t partition;
@@ -151,6 +166,8 @@ typedef struct sl_kafka_read_opts {
      * librdkafka stops fetching it, nothing more is queued), false:
      * resume it. The read resumes the partition before it returns. */
     bool (*hold)(void *ctx, bool paused);
+    /* Called with each bad record as it came, after bad (may be NULL). */
+    void (*bad_record)(void *ctx, const sl_kafka_bad_record_t *rec);
 } sl_kafka_read_opts_t;
 
 /* Assign the partition at from, consume until the consumer's position

@@ -6,6 +6,7 @@
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -20,6 +21,7 @@ struct sl_kafka_producer {
     void (*on_log)(void *ctx, int level, const char *facility, const char *message);
     void *log_ctx;
     sl_kafka_producer_stats_t stats;
+    bool keep_going; /* failed deliveries are counted and logged, not kept */
     /* The first failed delivery or fatal error, reported by every later
      * send and flush (set on the calling thread: librdkafka calls the
      * delivery and error callbacks from inside poll and flush). */
@@ -46,6 +48,17 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         return;
     }
     p->stats.failed++;
+    if (p->keep_going) {
+        uint64_t n = p->stats.failed;
+        if ((n & (n - 1)) == 0) /* 1, 2, 4, 8 ...: a dead broker does not flood the log */
+            sl_log_kv(SL_LOG_WARN, "kafka_delivery_failed",
+                      (SL_KV_STR("topic", p->topic), SL_KV_I64("partition", m->partition),
+                       SL_KV_U64("failed", n)),
+                      "topic %s partition %d on %s: a record was not delivered (%llu so far): %s",
+                      p->topic, (int)m->partition, p->brokers, (unsigned long long)n,
+                      rd_kafka_err2str(m->err));
+        return;
+    }
     if (p->failure.code != SL_OK) return;
     unsigned long long session =
         m->key_len == SL_KAFKA_KEY_BYTES ? (unsigned long long)sl_kafka_key_get(m->key) : 0;
@@ -240,6 +253,7 @@ sl_err_t sl_kafka_producer_new(const sl_kafka_producer_opts_t *o, sl_kafka_produ
     p->timeout_s = o->timeout_s > 0 ? o->timeout_s : 30.0;
     p->on_log = o->on_log;
     p->log_ctx = o->log_ctx;
+    p->keep_going = o->keep_going;
     rd_kafka_conf_t *conf = make_conf(p, o, err);
     if (conf == NULL) {
         sl_free(p->a, p, sizeof *p);
@@ -309,9 +323,53 @@ sl_err_t sl_kafka_producer_send(sl_kafka_producer_t *p, uint64_t session_id, con
     return SL_OK;
 }
 
+sl_err_t sl_kafka_producer_send_copy(sl_kafka_producer_t *p, const void *key, size_t key_len,
+                                     const void *value, size_t len, const void *headers,
+                                     const char *const *extra, uint32_t num_extra, sl_error_t *err)
+{
+    if (p->failure.code != SL_OK) return failed(p, err);
+    rd_kafka_headers_t *h =
+        headers ? rd_kafka_headers_copy(headers) : rd_kafka_headers_new(num_extra);
+    if (h == NULL) return sl_error_set(err, SL_ERR_NOMEM, "topic %s: out of memory", p->topic);
+    for (uint32_t i = 0; i < num_extra; i++)
+        rd_kafka_header_add(h, extra[2 * i], -1, extra[2 * i + 1], -1);
+    /* the headers are the record's once produced; freed here otherwise */
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        p->rk, RD_KAFKA_V_TOPIC(p->topic), RD_KAFKA_V_KEY((void *)key, key ? key_len : 0),
+        RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_headers_destroy(h);
+        rd_kafka_poll(p->rk, 0);
+        return sl_error_set(err, e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? SL_ERR_TIMEOUT : SL_ERR_IO,
+                            "topic %s on %s: %s", p->topic, p->brokers,
+                            e == RD_KAFKA_RESP_ERR__QUEUE_FULL
+                                ? "the local queue is full (the brokers are not taking records)"
+                                : rd_kafka_err2str(e));
+    }
+    p->stats.sent++;
+    p->stats.bytes += (key ? key_len : 0) + len;
+    rd_kafka_poll(p->rk, 0);
+    return SL_OK;
+}
+
 void sl_kafka_producer_poll(sl_kafka_producer_t *p, int timeout_ms)
 {
     rd_kafka_poll(p->rk, timeout_ms);
+}
+
+void sl_kafka_producer_pace(sl_kafka_producer_t *p, double until_s)
+{
+    for (;;) {
+        double left = until_s - sl_clock_s();
+        if (left <= 0) return;
+        if (left >= 0.001) {
+            rd_kafka_poll(p->rk, left > 0.1 ? 100 : (int)(left * 1000));
+        } else {
+            struct timespec ts = {0, (long)(left * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 sl_err_t sl_kafka_producer_flush(sl_kafka_producer_t *p, double timeout_s, sl_error_t *err)

@@ -54,6 +54,11 @@ typedef struct sl_kafka_producer_opts {
     void (*on_log)(void *ctx, int level, const char *facility, const char *message);
     void *log_ctx;
     const sl_allocator_t *allocator;
+    /* A failed delivery is counted and logged (the 1st, 2nd, 4th, 8th ...
+     * as a "kafka_delivery_failed" record), never kept: later sends go on
+     * (a dead-letter topic, which must never stop the job). A fatal error
+     * of the idempotent producer is still kept. */
+    bool keep_going;
 } sl_kafka_producer_opts_t;
 
 typedef struct sl_kafka_producer_stats {
@@ -83,9 +88,23 @@ sl_err_t sl_kafka_producer_new(const sl_kafka_producer_opts_t *opts, sl_kafka_pr
 sl_err_t sl_kafka_producer_send(sl_kafka_producer_t *p, uint64_t session_id, const void *value,
                                 size_t len, sl_error_t *err);
 
+/* Send a copy of another record (a dead-letter topic): key and value as
+ * they are (copied; key NULL: none), partitioned by key, the record's
+ * headers (a librdkafka rd_kafka_headers_t *, copied; NULL: none) plus
+ * extra[2 * num_extra] (header name, text value), timestamp now. Never
+ * waits: a full local queue is SL_ERR_TIMEOUT at once. @return SL_ERR_IO
+ * as sl_kafka_producer_send, SL_ERR_NOMEM. */
+sl_err_t sl_kafka_producer_send_copy(sl_kafka_producer_t *p, const void *key, size_t key_len,
+                                     const void *value, size_t len, const void *headers,
+                                     const char *const *extra, uint32_t num_extra, sl_error_t *err);
+
 /* Serve delivery reports, waiting up to timeout_ms for one (0: do not
  * wait): the way to sleep while pacing. */
 void sl_kafka_producer_poll(sl_kafka_producer_t *p, int timeout_ms);
+
+/* Serve delivery reports until the monotonic time until_s (common/clock.h,
+ * sl_clock_s): the wait between records sent at a steady rate. */
+void sl_kafka_producer_pace(sl_kafka_producer_t *p, double until_s);
 
 /* Wait up to timeout_s for every record sent to be acknowledged. @return
  * SL_ERR_TIMEOUT naming how many are still out, SL_ERR_IO when any

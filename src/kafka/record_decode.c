@@ -411,6 +411,7 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
             v += len;
         }
     b->sample_ids = sid;
+    b->record_ms = cms; /* travels with its row to the trainer (freshness) */
     out->rows.schema = r->schema;
     out->rows.session_ids = ses;
     out->rows.timestamps = ts;

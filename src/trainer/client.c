@@ -158,6 +158,10 @@ static bool ended_locked(const sl_trainer_t *t, sl_error_t *err)
     return true;
 }
 
+const uint64_t sl_trainer_freshness_bounds_ms[SL_TRAINER_FRESHNESS_BUCKETS - 1] =
+    SL_AGE_BOUNDS_MS_INIT;
+_Static_assert(SL_TRAINER_FRESHNESS_BUCKETS == SL_AGE_BUCKETS, "freshness buckets");
+
 sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_error_t *err)
 {
     if (out) *out = NULL;
@@ -208,6 +212,9 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
         tr_item_leave_locked(t, it, false);
     }
     pthread_mutex_unlock(&t->mu);
+    /* freshness: at the hand-over, outside the lock */
+    if (rc == SL_OK && (*out)->record_ms)
+        sl_age_hist_add(&t->freshness, (*out)->record_ms, (*out)->batch_size, sl_age_now_ms());
     atomic_fetch_add(&t->wait_ns, sl_clock_ns() - start);
     return rc;
 }
@@ -229,6 +236,12 @@ void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out)
     out->wait_ns = atomic_load(&m->wait_ns);
     out->reconnects = atomic_load(&m->reconnects);
     out->queued = atomic_load(&m->queued);
+    sl_age_counts_t fc;
+    sl_age_hist_read(&m->freshness, &fc);
+    _Static_assert(sizeof out->freshness_buckets == sizeof fc.buckets, "freshness buckets");
+    memcpy(out->freshness_buckets, fc.buckets, sizeof fc.buckets);
+    out->freshness_count = fc.count;
+    out->freshness_sum_ms = fc.sum_ms;
     if (m->fleet) {
         out->workers = atomic_load(&m->workers);
         out->committed = atomic_load(&m->fleet->committed);

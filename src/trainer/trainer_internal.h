@@ -44,6 +44,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/age.h"
 #include "common/clock.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
@@ -113,6 +114,7 @@ struct sl_httpd; /* the metrics endpoint (httpd/server.h) */
 
 struct sl_trainer {
     struct tr_fleet *fleet;
+    sl_age_hist_t freshness; /* of the samples handed out (Kafka batches); atomics */
     /* configuration, fixed after connect */
     const sl_allocator_t *a;
     char *address; /* direct mode: the worker; master mode: the master */

@@ -252,6 +252,27 @@ static void release_payload(void *ctx)
     sl_free(a, r, sizeof *r);
 }
 
+/* BatchInfo.record_time_ms (Kafka batches: the first CreateTime absolute,
+ * each later one the difference to the previous) as absolute times on the
+ * batch (b->record_ms, in its arena). None: a table batch. */
+static sl_err_t record_times(const Sluice__Dpp__BatchInfo *bi, sl_batch_t *b, sl_error_t *e)
+{
+    if (bi->n_record_time_ms == 0) return SL_OK;
+    if (bi->n_record_time_ms != b->batch_size)
+        return sl_error_set(e, SL_ERR_PROTOCOL, "batch info has %zu record times for %u samples",
+                            bi->n_record_time_ms, b->batch_size);
+    int64_t *t = sl_arena_alloc(b->arena, (size_t)b->batch_size * sizeof *t);
+    if (!t)
+        return sl_error_set(e, SL_ERR_NOMEM, "out of memory for %u record times", b->batch_size);
+    uint64_t at = 0; /* modular, as the worker's differences are */
+    for (uint32_t i = 0; i < b->batch_size; i++) {
+        at = i ? at + (uint64_t)bi->record_time_ms[i] : (uint64_t)bi->record_time_ms[0];
+        t[i] = (int64_t)at;
+    }
+    b->record_ms = t;
+    return SL_OK;
+}
+
 /* Decode a BATCH frame's payload in place: on SL_OK the caller owns *out,
  * whose release frees the payload (taken from f). Checks num_samples
  * against the payload. */
@@ -270,6 +291,7 @@ static sl_err_t decode_batch(sl_trainer_t *t, sl_rpc_frame_t *f, sl_batch_t **ou
     if (rc == SL_OK && bi->num_samples != b->batch_size)
         rc = sl_error_set(e, SL_ERR_PROTOCOL, "batch info says %u samples, payload holds %u",
                           bi->num_samples, b->batch_size);
+    if (rc == SL_OK) rc = record_times(bi, b, e);
     if (rc != SL_OK) {
         sl_batch_destroy(b);
         if (ref) sl_free(t->a, ref, sizeof *ref);

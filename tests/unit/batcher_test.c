@@ -780,3 +780,79 @@ Test(batcher, ranges_shuffle_within_a_batch_whatever_came_before)
     for (int k = 0; k < 2; k++)
         sl_batch_destroy(st[k]);
 }
+
+/* Record CreateTimes (Kafka rows, sl_batch_t.record_ms) go with their rows:
+ * through a selection and a shuffle window each output row has its own
+ * row's time (time = 1700000000000 + 7 * sample id, some unknown: -1); rows
+ * of a later stripe without times are a change of shape. */
+static int64_t time_of(int64_t id)
+{
+    return id % 11 == 10 ? -1 : 1700000000000 + 7 * id;
+}
+
+typedef struct times_sink {
+    uint64_t rows, batches;
+    uint8_t seen[4096];
+} times_sink_t;
+
+static sl_err_t check_times(void *ctx, sl_batch_t *b, const sl_worker_lease_origin_t *lease,
+                            sl_error_t *err)
+{
+    (void)lease;
+    (void)err;
+    times_sink_t *s = ctx;
+    cr_assert_not_null(b->record_ms, "a batch of rows with times has times");
+    for (uint32_t i = 0; i < b->batch_size; i++) {
+        int64_t id = b->sample_ids[i];
+        cr_assert_eq(b->record_ms[i], time_of(id), "row %u (sample %ld)", i, (long)id);
+        cr_assert_eq(s->seen[id]++, 0);
+    }
+    s->rows += b->batch_size;
+    s->batches++;
+    sl_batch_destroy(b);
+    return SL_OK;
+}
+
+Test(batcher, record_times_travel_with_their_rows)
+{
+    times_sink_t *sk = calloc(1, sizeof *sk);
+    sl_worker_batcher_opts_t o = {
+        .batch_size = 37, .shuffle_window = 100, .seed = 9, .sample_ids = true};
+    sl_worker_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_batcher_new(&o, check_times, sk, &bt, &err), SL_OK);
+    uint32_t sel[300], k = 0;
+    int64_t first = 0;
+    uint64_t want = 0;
+    for (int st = 0; st < 4; st++) {
+        sl_batch_t *s = sl_batch_new(NULL);
+        make_stripe(s, first, 300, false);
+        s->record_ms = sl_arena_alloc(s->arena, 300 * sizeof(int64_t));
+        for (uint32_t r = 0; r < 300; r++)
+            s->record_ms[r] = time_of(first + r);
+        k = 0;
+        for (uint32_t r = 0; r < 300; r++)
+            if (r % 3 != 1) sel[k++] = r;
+        sl_worker_rows_origin_t og = {.epoch = 0, .split_id = (uint64_t)st};
+        cr_assert_eq(sl_worker_batcher_add(bt, s, sel, NULL, k, &og, &err), SL_OK, "%s", err.msg);
+        want += k;
+        first += 300;
+        sl_batch_destroy(s);
+    }
+    cr_assert_eq(sl_worker_batcher_end_epoch(bt, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sk->rows, want);
+    cr_assert_eq(sk->rows, 800);
+    cr_assert_eq(sk->batches, 22); /* 800 rows in batches of 37: 21 full, one of 23 */
+    for (int64_t id = 0; id < 1200; id++)
+        cr_assert_eq(sk->seen[id], id % 3 != 1 ? 1 : 0, "sample %ld", (long)id);
+    /* the same rows without times: refused, not batched with a hole */
+    sl_batch_t *s = sl_batch_new(NULL);
+    make_stripe(s, first, 10, false);
+    sl_worker_rows_origin_t og = {.epoch = 1, .split_id = 9};
+    cr_assert_eq(sl_worker_batcher_add(bt, s, NULL, NULL, 10, &og, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "batcher: rows changed shape (3 keys, 2 dense, 1 labels, record "
+                              "times no; expected 3, 2, 1, yes)");
+    sl_batch_destroy(s);
+    sl_worker_batcher_destroy(bt);
+    free(sk);
+}

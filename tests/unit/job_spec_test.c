@@ -645,7 +645,7 @@ Test(job_kafka_spec, full_block)
                  "'brokers': 'k1:9092,10.0.0.2:9093', 'topics': ['events', 'events.v2'], " SCHEMA
                  ", 'start': {'timestamp_ms': 1764000000000}, 'stop': 'end', 'linger_ms': 20,"
                  " 'chunk': 1000, 'properties': {'fetch.max.bytes': '1048576', "
-                 "'client.id': 'trainer-a'}}}}");
+                 "'client.id': 'trainer-a'}, 'dead_letter_topic': 'events.bad'}}}");
     cr_assert(job->is_kafka);
     cr_assert_null(job->table);
     const sl_pipeline_kafka_t *k = &job->kafka;
@@ -666,6 +666,7 @@ Test(job_kafka_spec, full_block)
     cr_assert_str_eq(k->props[1], "1048576");
     cr_assert_str_eq(k->props[2], "client.id");
     cr_assert_str_eq(k->props[3], "trainer-a");
+    cr_assert_str_eq(k->dead_letter_topic, "events.bad");
     cr_assert_eq(job->num_features, 1);
     sl_pipeline_job_destroy(job);
 }
@@ -682,6 +683,7 @@ Test(job_kafka_spec, defaults)
     cr_assert_eq(k->chunk, 65536);
     cr_assert_eq(k->num_props, 0);
     cr_assert_null(k->props);
+    cr_assert_null(k->dead_letter_topic);
     sl_pipeline_job_destroy(job);
     job = parse_ok("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
                    ", 'start': 'latest', 'stop': {'timestamp_ms': 5}}}}");
@@ -746,6 +748,21 @@ Test(job_kafka_spec, every_problem_by_path)
                   "$.source.kafka.properties.fetch.wait.max.ms: *",
                   "$.source.kafka.properties.auto.offset.reset: set by sluice (docs/KAFKA.md); "
                   "it cannot be given"});
+    /* the dead-letter topic: a topic name, never one the job reads */
+    parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t', 'u'], " SCHEMA
+              ", 'dead_letter_topic': 'u'}}}",
+              1,
+              (const char *[]){"$.source.kafka.dead_letter_topic: 'u' is also read "
+                               "($.source.kafka.topics[1]): its bad records would come back "
+                               "for ever"});
+    parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
+              ", 'dead_letter_topic': 'bad topic'}}}",
+              1,
+              (const char *[]){"$.source.kafka.dead_letter_topic: a topic name is 1 to 249 "
+                               "letters, digits, '.', '_' or '-' (and not \".\" or \"..\")"});
+    parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
+              ", 'dead_letter_topic': 5}}}",
+              1, (const char *[]){"$.source.kafka.dead_letter_topic: must be a non-empty string"});
     /* the two that only make sense together */
     parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
               ", 'start': 'latest', 'stop': 'end'}}}",

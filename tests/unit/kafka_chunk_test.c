@@ -620,6 +620,52 @@ Test(kafka_chunks, cancel_and_offsets_the_log_lacks)
     mock_stop(&m);
 }
 
+/* A partition whose leader is not known yet (a topic just created) or
+ * moving: offsets by time and watermarks are asked again until the
+ * timeout, not failed at once (ListOffsets, API key 2, answers
+ * NOT_LEADER_FOR_PARTITION twice, then LEADER_NOT_AVAILABLE). */
+Test(kafka_chunks, a_moving_leader_is_asked_again)
+{
+    mock_t m;
+    mock_start(&m, "t", 1);
+    for (uint64_t id = 0; id < 10; id++)
+        kr_produce_at(m.producer, "t", 0, id, id, "1", NULL, 0, 1000000 + (int64_t)id * 10);
+    kr_flush(m.producer, (int)(tu_timeout(10) * 1000));
+    sl_kafka_consumer_t *c = consumer(m.bootstraps);
+    sl_error_t err = {0};
+    int64_t off = -1, lo = -1, hi = -1, plain = -2;
+    /* the mock cluster answers offsets by time with the end: what it says
+     * without errors is what it must say after them */
+    cr_assert_eq(
+        sl_kafka_offset_for_time(c, "t", 0, 1000045, (int)(tu_timeout(10) * 1000), &plain, &err),
+        SL_OK, "%s", err.msg);
+    rd_kafka_mock_push_request_errors(m.mc, 2, 3, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+                                      RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+                                      RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE);
+    cr_assert_eq(
+        sl_kafka_offset_for_time(c, "t", 0, 1000045, (int)(tu_timeout(10) * 1000), &off, &err),
+        SL_OK, "%s", err.msg);
+    cr_assert_eq(off, plain, "offset %ld, without errors %ld", (long)off, (long)plain);
+    rd_kafka_mock_push_request_errors(m.mc, 2, 2, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+                                      RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE);
+    cr_assert_eq(sl_kafka_watermarks(c, "t", 0, (int)(tu_timeout(10) * 1000), &lo, &hi, &err),
+                 SL_OK, "%s", err.msg);
+    cr_assert_eq(lo, 0);
+    cr_assert_eq(hi, 10);
+    /* a leader that never comes: the error, once the time is up */
+    rd_kafka_resp_err_t never[200];
+    for (int i = 0; i < 200; i++)
+        never[i] = RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION;
+    rd_kafka_mock_push_request_errors_array(m.mc, 2, 200, never);
+    double t0 = now_s();
+    cr_assert_eq(sl_kafka_watermarks(c, "t", 0, 300, &lo, &hi, &err), SL_ERR_IO);
+    cr_assert_lt(now_s() - t0, tu_timeout(3));
+    cr_assert_str_eq(err.msg, "kafka topic 't' partition 0: watermarks: Broker: Not leader for "
+                              "partition");
+    sl_kafka_consumer_destroy(c);
+    mock_stop(&m);
+}
+
 Test(kafka_chunks, consumer_refuses_what_sluice_sets)
 {
     const char *props[] = {"auto.offset.reset", "earliest"};

@@ -605,3 +605,78 @@ Test(trainer_client, sluice_read_summary_limit_and_errors)
     snprintf(args, sizeof args, "--worker 127.0.0.1:%u 2>/dev/null", port);
     cr_assert_eq(run_read(args, out, sizeof out), 1);
 }
+
+/* Kafka batches: BatchInfo.record_time_ms (the first CreateTime absolute,
+ * then differences) becomes each sample's absolute time on the batch
+ * handed out (sl_batch_t.record_ms), and each sample's age at hand-over
+ * (wall clock minus CreateTime) goes into the freshness histogram; a batch
+ * without times (a table's) has none and counts nothing; times that do not
+ * match the samples end the connection as a protocol violation. */
+Test(trainer_client, record_times_and_freshness)
+{
+    uint64_t rng = tu_seed("trainer_client.record_times");
+    static fake_worker_t w;
+    memset(&w, 0, sizeof w);
+    sl_batch_t *originals[FW_MAX_BATCHES];
+    fw_fill(&w, &rng, 4, originals);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    /* batch 0: ages 15 s (bucket (10 s, 30 s]) and 2 h (past the last bound)
+     * alternately, one unknown (-1); batch 1: none (a table batch); batch 2:
+     * one time too many */
+    int64_t *abs0 = calloc(w.sizes[0], sizeof *abs0);
+    w.times[0] = calloc(w.sizes[0], sizeof(int64_t));
+    w.num_times[0] = w.sizes[0];
+    uint64_t young = 0, old = 0;
+    for (uint32_t i = 0; i < w.sizes[0]; i++) {
+        abs0[i] = i == 1 ? -1 : i % 2 ? now - 7200000 - i : now - 15000 + i;
+        if (i != 1) *(i % 2 ? &old : &young) += 1;
+        w.times[0][i] = i ? abs0[i] - abs0[i - 1] : abs0[0];
+    }
+    w.times[2] = calloc(w.sizes[2] + 1, sizeof(int64_t));
+    w.num_times[2] = w.sizes[2] + 1;
+    w.window = 1;
+    fw_start(&w);
+    sl_trainer_t *t = connect_to(&w, 1);
+    sl_batch_t *b;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_next(t, next_timeout_ms(), &b, &err), SL_OK, "%s", err.msg);
+    expect_batch(&w, originals, 0, b);
+    cr_assert_not_null(b->record_ms);
+    for (uint32_t i = 0; i < b->batch_size; i++)
+        cr_assert_eq(b->record_ms[i], abs0[i], "sample %u", i);
+    sl_trainer_release(t, b);
+    sl_trainer_stats_t s;
+    sl_trainer_stats(t, &s);
+    cr_assert_eq(s.freshness_count, young + old);
+    for (uint32_t k = 0; k < SL_TRAINER_FRESHNESS_BUCKETS; k++)
+        cr_assert_eq(s.freshness_buckets[k], k == 11 ? young : k == 13 ? old : 0, "bucket %u", k);
+    cr_assert_eq(sl_trainer_freshness_bounds_ms[10], 10000);
+    cr_assert_eq(sl_trainer_freshness_bounds_ms[11], 30000);
+    cr_assert_eq(sl_trainer_freshness_bounds_ms[12], 60000);
+    uint64_t lo = 0; /* each age is at least its distance from `now` */
+    for (uint32_t i = 0; i < w.sizes[0]; i++)
+        if (abs0[i] >= 0) lo += (uint64_t)(now - abs0[i]);
+    cr_assert_geq(s.freshness_sum_ms, lo);
+    cr_assert_leq(s.freshness_sum_ms, lo + (young + old) * (uint64_t)(tu_timeout(10) * 1000));
+    cr_assert_eq(sl_trainer_next(t, next_timeout_ms(), &b, &err), SL_OK, "%s", err.msg);
+    expect_batch(&w, originals, 1, b);
+    cr_assert_null(b->record_ms);
+    sl_trainer_release(t, b);
+    sl_trainer_stats(t, &s);
+    cr_assert_eq(s.freshness_count, young + old);
+    cr_assert_eq(sl_trainer_next(t, next_timeout_ms(), &b, &err), SL_ERR_PROTOCOL, "%s", err.msg);
+    char want[160];
+    snprintf(want, sizeof want,
+             "delivery 3 (split 7 batch 2): batch info has %u record times for %u samples",
+             w.sizes[2] + 1, w.sizes[2]);
+    cr_assert(strstr(err.msg, want) != NULL, "%s", err.msg);
+    sl_trainer_close(t);
+    fw_join(&w);
+    free(abs0);
+    free(w.times[0]);
+    free(w.times[2]);
+    free_originals(originals, 4);
+    fw_free(&w);
+}

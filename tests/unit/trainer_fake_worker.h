@@ -39,6 +39,10 @@ typedef struct fake_worker {
     void *frames[FW_MAX_BATCHES];
     size_t lens[FW_MAX_BATCHES];
     uint32_t sizes[FW_MAX_BATCHES]; /* batch sizes, for BatchInfo */
+    /* BatchInfo.record_time_ms of each batch, as sent (differences after
+     * the first); NULL: none */
+    int64_t *times[FW_MAX_BATCHES];
+    uint32_t num_times[FW_MAX_BATCHES];
     uint32_t after;
     uint32_t window; /* the client's prefetch: the credit bound checked */
     uint32_t max_credits;
@@ -150,6 +154,8 @@ static bool fw_serve(fake_worker_t *w, int fd, uint32_t conn, uint8_t *state)
             bi.split_id = 7;
             bi.sequence = i;
             bi.num_samples = w->sizes[i];
+            bi.record_time_ms = w->times[i];
+            bi.n_record_time_ms = w->num_times[i];
             uint8_t *p = w->frames[i];
             if (w->mode == FW_BAD_PAYLOAD && i == w->after) p[0] ^= 0x20; /* "sLCB" */
             fw_send(w, fd, SL_RPC_BATCH, &bi.base, p, w->lens[i]);

@@ -47,6 +47,7 @@ void sl_pipeline_job_destroy(sl_pipeline_job_t *job)
     free_strs(job->kafka.topics, job->kafka.num_topics);
     sl_wh_schema_destroy(job->kafka.schema);
     free_strs(job->kafka.props, 2 * job->kafka.num_props);
+    sl_strfree(NULL, job->kafka.dead_letter_topic);
     sl_strfree(NULL, job->partitions);
     free_strs(job->features, job->num_features);
     free_ops(job->filters, job->num_filters);
@@ -272,23 +273,35 @@ static void check_brokers(dpp_parse_t *p, const json_t *v, const char *path, sl_
 }
 
 /* Kafka's own rule for topic names: 1..249 of [a-zA-Z0-9._-], not "." or "..". */
+static bool topic_name_ok(const char *t)
+{
+    size_t n = strlen(t);
+    bool ok = n <= 249 && strcmp(t, ".") != 0 && strcmp(t, "..") != 0;
+    for (size_t c = 0; c < n && ok; c++)
+        ok = (t[c] >= 'a' && t[c] <= 'z') || (t[c] >= 'A' && t[c] <= 'Z') ||
+             (t[c] >= '0' && t[c] <= '9') || t[c] == '.' || t[c] == '_' || t[c] == '-';
+    return ok;
+}
+
+#define TOPIC_RULE                                                                                 \
+    "a topic name is 1 to 249 letters, digits, '.', '_' or '-' (and not \".\" or \"..\")"
+
 static void parse_topics(dpp_parse_t *p, const json_t *v, const char *path, sl_pipeline_job_t *job)
 {
     get_names(p, v, path, &job->kafka.topics, &job->kafka.num_topics);
     for (uint32_t i = 0; i < job->kafka.num_topics; i++) {
         const char *t = job->kafka.topics[i];
-        if (t == NULL) continue;
-        size_t n = strlen(t);
-        bool ok = n <= 249 && strcmp(t, ".") != 0 && strcmp(t, "..") != 0;
-        for (size_t c = 0; c < n && ok; c++)
-            ok = (t[c] >= 'a' && t[c] <= 'z') || (t[c] >= 'A' && t[c] <= 'Z') ||
-                 (t[c] >= '0' && t[c] <= '9') || t[c] == '.' || t[c] == '_' || t[c] == '-';
-        if (!ok)
-            sl_pipeline_problems_add(p->problems,
-                                     "%s[%u]: a topic name is 1 to 249 letters, digits, '.', '_' "
-                                     "or '-' (and not \".\" or \"..\")",
-                                     path, i);
+        if (t != NULL && !topic_name_ok(t))
+            sl_pipeline_problems_add(p->problems, "%s[%u]: " TOPIC_RULE, path, i);
     }
+}
+
+static void check_dead_letter(dpp_parse_t *p, const json_t *v, const char *path,
+                              sl_pipeline_job_t *job)
+{
+    (void)job;
+    if (!topic_name_ok(json_string_value(v)))
+        sl_pipeline_problems_add(p->problems, "%s: " TOPIC_RULE, path);
 }
 
 static void parse_schema(dpp_parse_t *p, const json_t *v, const char *path, sl_pipeline_job_t *job)
@@ -460,6 +473,15 @@ static const dpp_field_t kafka_fields[] = {
     CUSTOM_KEY("properties", parse_props, "object of strings", "none",
                "librdkafka consumer properties passed through (checked by librdkafka); the "
                "ones exactly once rests on are refused"),
+    {.name = "dead_letter_topic",
+     .type = FIELD_STRING,
+     AT(kafka.dead_letter_topic),
+     .parse = check_dead_letter,
+     .type_doc = "topic name (an existing topic, not one of `topics`)",
+     .def_doc = "none",
+     .doc = "every bad record is produced to it unchanged (key, value, headers) plus headers "
+            "`sluice-error`, `sluice-source-topic`, `-partition`, `-offset` (docs/KAFKA.md); "
+            "still counted and skipped"},
 };
 static const dpp_object_t kafka = {"$.source.kafka", kafka_fields, COUNT(kafka_fields)};
 
@@ -695,6 +717,13 @@ static void check_source(dpp_parse_t *p, const json_t *src, sl_pipeline_job_t *j
         sl_pipeline_problems_add(p->problems,
                                  "$.batch.epochs: a Kafka stream (no source.kafka.stop) has one "
                                  "epoch");
+    for (uint32_t i = 0; k->dead_letter_topic && i < k->num_topics; i++)
+        if (k->topics[i] && strcmp(k->topics[i], k->dead_letter_topic) == 0)
+            sl_pipeline_problems_add(p->problems,
+                                     "$.source.kafka.dead_letter_topic: '%s' is also read "
+                                     "($.source.kafka.topics[%u]): its bad records would come "
+                                     "back for ever",
+                                     k->dead_letter_topic, i);
     if (k->start == SL_PIPELINE_KAFKA_LATEST && k->stop == SL_PIPELINE_KAFKA_LATEST)
         sl_pipeline_problems_add(p->problems, "$.source.kafka.stop: \"end\" with start "
                                               "\"latest\" reads nothing");

@@ -48,6 +48,7 @@ typedef struct sl_pipeline_kafka {
     uint32_t chunk;            /* offsets per split (partition chunk); default 65536 */
     char **props;              /* [2 * num_props] librdkafka property name, value, ... */
     uint32_t num_props;
+    char *dead_letter_topic; /* bad records are produced to it as they came; NULL: none */
 } sl_pipeline_kafka_t;
 
 /* The job spec as parsed (syntax, types and ranges checked, defaults

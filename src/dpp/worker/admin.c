@@ -63,6 +63,13 @@ static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t
             "Times the Kafka partition being read was paused because the memory budget was full "
             "(7/8 of --memory-limit; resumed below 3/4).",
             (double)st.kafka_pauses);
+    counter(pp, jl, "sluice_worker_kafka_dead_letter_records_total",
+            "Bad Kafka records the dead-letter topic acknowledged.",
+            (double)st.records_dead_letter);
+    counter(pp, jl, "sluice_worker_kafka_dead_letter_failures_total",
+            "Bad Kafka records the dead-letter topic did not take: not produced (a full local "
+            "queue, a fatal producer error) or not delivered.",
+            (double)st.records_dead_letter_failed);
     /* a Prometheus histogram: cumulative buckets, sum and count */
     sl_prom_family(pp, "sluice_worker_kafka_record_age_seconds", "histogram",
                    "Age of each Kafka record (now minus its CreateTime) when the worker "

@@ -163,6 +163,7 @@ static sl_err_t configure(sl_worker_batcher_t *b, const sl_batch_t *rows, sl_err
     b->T_out = b->T + (b->weight_label ? 1 : 0);
     b->weighted = rows->sparse.weights != NULL;
     b->has_ids = rows->sample_ids != NULL;
+    b->has_times = rows->record_ms != NULL;
     if (b->o.sample_ids && !b->has_ids)
         return sl_error_set(err, SL_ERR_INVALID, "batcher: rows carry no sample ids");
     if (rows->num_groups && b->window.cap)
@@ -209,12 +210,14 @@ static sl_err_t check_shape(const sl_worker_batcher_t *b, const sl_batch_t *rows
                             sl_error_t *err)
 {
     if (rows->sparse.num_keys != b->F || rows->dense.cols != b->D || rows->labels.cols != T ||
-        (rows->sparse.weights != NULL) != b->weighted || (rows->sample_ids != NULL) != b->has_ids)
+        (rows->sparse.weights != NULL) != b->weighted || (rows->sample_ids != NULL) != b->has_ids ||
+        (rows->record_ms != NULL) != b->has_times)
         return sl_error_set(err, SL_ERR_INVALID,
-                            "batcher: rows changed shape (%u keys, %u dense, %u labels; "
-                            "expected %u, %u, %u)",
-                            rows->sparse.num_keys, rows->dense.cols, rows->labels.cols, b->F, b->D,
-                            T);
+                            "batcher: rows changed shape (%u keys, %u dense, %u labels, "
+                            "record times %s; expected %u, %u, %u, %s)",
+                            rows->sparse.num_keys, rows->dense.cols, rows->labels.cols,
+                            rows->record_ms ? "yes" : "no", b->F, b->D, T,
+                            b->has_times ? "yes" : "no");
     for (uint32_t k = 0; k < b->F; k++)
         if (strcmp(rows->sparse.keys[k], b->keys[k]) != 0)
             return sl_error_set(err, SL_ERR_INVALID, "batcher: key %u is '%s', expected '%s'", k,
@@ -246,6 +249,7 @@ static sl_err_t builder_begin(sl_worker_batcher_t *b, builder_t *bd, sl_error_t 
     bd->dense = sl_arena_alloc(ar, sl_mul_size(sl_mul_size(b->D, cap), sizeof(float)));
     bd->labels = sl_arena_alloc(ar, sl_mul_size(sl_mul_size(b->T_out, cap), sizeof(float)));
     bd->ids = b->o.sample_ids ? sl_arena_alloc(ar, cap * sizeof(int64_t)) : NULL;
+    bd->times = b->has_times ? sl_arena_alloc(ar, cap * sizeof(int64_t)) : NULL;
     if (bd->track_rows) {
         bd->row_split = sl_arena_alloc(ar, cap * sizeof(uint64_t));
         bd->row_pos = sl_arena_alloc(ar, cap * sizeof(uint64_t));
@@ -257,7 +261,7 @@ static sl_err_t builder_begin(sl_worker_batcher_t *b, builder_t *bd, sl_error_t 
         ginv = ginv && bd->groups[g].inverse;
     }
     if (!ginv || !bd->lengths || !bd->dense || !bd->labels || (b->o.sample_ids && !bd->ids) ||
-        (bd->track_rows && (!bd->row_split || !bd->row_pos))) {
+        (b->has_times && !bd->times) || (bd->track_rows && (!bd->row_split || !bd->row_pos))) {
         sl_batch_destroy(batch);
         return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory for a batch of %u rows",
                             bd->cap);
@@ -335,6 +339,7 @@ static sl_err_t gather_runs(sl_worker_batcher_t *b, builder_t *bd, const sl_batc
                    (size_t)c * b->T * sizeof(float));
         }
         if (bd->ids) memcpy(bd->ids + at, src->sample_ids + s, (size_t)c * sizeof(int64_t));
+        if (bd->times) memcpy(bd->times + at, src->record_ms + s, (size_t)c * sizeof(int64_t));
         if (bd->track_rows)
             for (uint32_t j = 0; j < c; j++) {
                 bd->row_split[at + j] = origin->split_id;
@@ -396,6 +401,7 @@ static sl_err_t builder_finish(sl_worker_batcher_t *b, builder_t *bd, sl_batch_t
     batch->dense = (sl_dense_t){.rows = n, .cols = b->D, .names = dn, .data = bd->dense};
     batch->labels = (sl_dense_t){.rows = n, .cols = b->T_out, .names = ln, .data = bd->labels};
     batch->sample_ids = bd->ids;
+    batch->record_ms = bd->times;
     batch->origin = bd->first;
     bd->cur = NULL;
     bd->n = 0;
@@ -511,6 +517,7 @@ static sl_err_t flush_window(sl_worker_batcher_t *b, uint64_t to_row, sl_error_t
                 memcpy(bd->labels + at * b->T_out, win->labels.data + (size_t)s * b->T_out,
                        b->T_out * sizeof(float));
             if (bd->ids) bd->ids[at] = win->sample_ids[s];
+            if (bd->times) bd->times[at] = win->record_ms[s]; /* a row's time goes with it */
         }
         if (bd->n == 0) {
             uint32_t s = b->perm[i];

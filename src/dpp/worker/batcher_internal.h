@@ -42,6 +42,7 @@ typedef struct builder {
     float *dense;                  /* [cap * D] */
     float *labels;                 /* [cap * T_out] */
     int64_t *ids;                  /* [cap] or NULL */
+    int64_t *times;                /* [cap] record CreateTimes (has_times) or NULL */
     uint64_t *row_split, *row_pos; /* [cap] when track_rows */
     vec_t *vals, *wts;             /* [F] */
     gbuild_t *groups;              /* [G] */
@@ -62,6 +63,7 @@ struct sl_worker_batcher {
     bool configured;
     uint32_t F, D, T, T_out;
     bool weighted, has_ids;
+    bool has_times; /* rows carry record CreateTimes (sl_batch_t.record_ms: Kafka) */
     char **keys, **dense_names, **label_names;
     uint32_t G; /* input dedup groups (storage dedup read in dedup form) */
     gshape_t *gs;

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "dpp/pipeline/job.h"
+#include "dpp/worker/kafka_dead_letter.h"
 #include "dpp/worker/queue.h"
 #include "dpp/worker/source.h"
 #include "kafka/chunk.h"
@@ -56,7 +57,9 @@ typedef struct kafka_source {
     /* reader thread: the budget's use when it last changed, and when */
     uint64_t hold_used, hold_since_ms;
     bool hold_stuck; /* resumed because the use did not move: not paused again until it does */
-    _Atomic uint64_t ages[SL_WORKER_AGE_BUCKETS], age_count, age_sum_ms;
+    sl_age_hist_t ages;
+    dpp_dead_letter_t *dead; /* the job's dead-letter topic (opened on the first read); NULL: none */
+    uint64_t dead_bytes;     /* its local queue's bound */
     /* Under a master: the lease client's source, whose units are the
      * leased chunks (next, done and the lease hooks go to it). */
     sl_worker_source_t inner;
@@ -98,7 +101,10 @@ static sl_err_t kafka_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
     }
     const sl_pipeline_kafka_t *k = &s->job->kafka;
     for (;;) {
-        if (s->epoch >= s->job->epochs) return SL_ERR_CLOSED;
+        if (s->epoch >= s->job->epochs) {
+            if (s->dead) dpp_dead_letter_flush(s->dead, 5.0); /* the job's end: let them out */
+            return SL_ERR_CLOSED;
+        }
         if (s->next == s->num_parts) { /* every partition had its chunk `chunk` */
             s->next = 0;
             if (!s->any && k->stop != SL_PIPELINE_KAFKA_NONE) { /* none left: the epoch ends */
@@ -131,9 +137,6 @@ static sl_err_t kafka_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
     }
 }
 
-const uint64_t SL_WORKER_AGE_BOUNDS_MS[SL_WORKER_AGE_BUCKETS - 1] = {
-    5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000};
-
 typedef struct pass {
     kafka_source_t *s;
     sl_worker_rows_fn fn;
@@ -145,24 +148,7 @@ typedef struct pass {
 /* Each row's age (now minus its record's CreateTime) into the histogram. */
 static void count_ages(kafka_source_t *s, const sl_kafka_stripe_t *st)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    uint64_t counts[SL_WORKER_AGE_BUCKETS] = {0}, n = 0, sum = 0;
-    for (uint32_t j = 0; j < st->rows.batch.batch_size; j++) {
-        if (st->create_ms[j] < 0) continue; /* no CreateTime */
-        uint64_t age = now > st->create_ms[j] ? (uint64_t)(now - st->create_ms[j]) : 0;
-        uint32_t b = 0;
-        while (b < SL_WORKER_AGE_BUCKETS - 1 && age > SL_WORKER_AGE_BOUNDS_MS[b])
-            b++;
-        counts[b]++;
-        n++;
-        sum += age;
-    }
-    for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++)
-        if (counts[b]) atomic_fetch_add(&s->ages[b], counts[b]);
-    atomic_fetch_add(&s->age_count, n);
-    atomic_fetch_add(&s->age_sum_ms, sum);
+    sl_age_hist_add(&s->ages, st->create_ms, st->rows.batch.batch_size, sl_age_now_ms());
 }
 
 /* Back-pressure (sl_kafka_read_opts_t hold), on the part of the budget
@@ -197,11 +183,19 @@ static bool pass_hold(void *ctx, bool paused)
     return !s->hold_stuck;
 }
 
+/* A bad record, as it came, to the dead-letter topic. */
+static void pass_bad(void *ctx, const sl_kafka_bad_record_t *r)
+{
+    pass_t *p = ctx;
+    dpp_dead_letter_send(p->s->dead, r);
+}
+
 static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t first, int64_t end,
                             sl_error_t *err)
 {
     pass_t *p = ctx;
     count_ages(p->s, st);
+    if (p->s->dead) dpp_dead_letter_poll(p->s->dead); /* delivery reports, without waiting */
     sl_wh_rows_t rows = st->rows;
     rows.file = p->name;
     return p->fn(p->fn_ctx, &rows, (uint64_t)(first - p->from), (uint64_t)(end - p->from), err);
@@ -230,6 +224,11 @@ static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_
         topic = s->part->topic;
         partition = s->part->partition;
     }
+    if (s->job->kafka.dead_letter_topic && !s->dead) { /* on the first read, leased or not */
+        sl_err_t rc = dpp_dead_letter_new(s->job, s->dead_bytes, META_TIMEOUT_MS / 1000.0, s->a,
+                                          &s->dead, err);
+        if (rc) return rc;
+    }
     int64_t base = (int64_t)w->split->first_row;
     pass_t p = {.s = s, .fn = fn, .fn_ctx = fn_ctx, .from = base, .name = w->split->path};
     sl_err_t rc = SL_OK;
@@ -244,9 +243,11 @@ static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_
                                   .stripe = pass_stripe,
                                   .ctx = &p,
                                   .cancel = &s->cancel,
-                                  .hold = s->budget ? pass_hold : NULL};
+                                  .hold = s->budget ? pass_hold : NULL,
+                                  .bad_record = s->dead ? pass_bad : NULL};
         sl_kafka_read_stats_t st = {0};
         rc = sl_kafka_read_range(s->c, &o, &st, err);
+        if (s->dead) dpp_dead_letter_poll(s->dead);
         atomic_fetch_add(&s->records, st.records);
         atomic_fetch_add(&s->bad, st.bad);
         atomic_fetch_add(&s->pauses, st.pauses);
@@ -260,10 +261,12 @@ static void kafka_records(void *ctx, sl_worker_records_t *out)
     out->read = atomic_load(&s->records);
     out->bad = atomic_load(&s->bad);
     out->pauses = atomic_load(&s->pauses);
-    for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++)
-        out->age_buckets[b] = atomic_load(&s->ages[b]);
-    out->age_count = atomic_load(&s->age_count);
-    out->age_sum_ms = atomic_load(&s->age_sum_ms);
+    sl_age_counts_t c;
+    sl_age_hist_read(&s->ages, &c);
+    memcpy(out->age_buckets, c.buckets, sizeof c.buckets);
+    out->age_count = c.count;
+    out->age_sum_ms = c.sum_ms;
+    dpp_dead_letter_counts(s->dead, &out->dead_letter, &out->dead_letter_failed);
 }
 
 static void kafka_cancel(void *ctx)
@@ -317,6 +320,7 @@ static void kafka_destroy(void *ctx)
     kafka_source_t *s = ctx;
     if (!s) return;
     if (s->inner.destroy) s->inner.destroy(s->inner.ctx);
+    dpp_dead_letter_destroy(s->dead, 5.0); /* what is queued gets 5 s to go out */
     sl_kafka_rows_destroy(s->rows);
     sl_kafka_consumer_destroy(s->c);
     if (s->parts) sl_free(s->a, s->parts, (size_t)s->num_parts * sizeof *s->parts);
@@ -376,6 +380,10 @@ static sl_err_t kafka_new(const sl_pipeline_job_t *job, const char *const *featu
     s->job = job;
     s->a = a;
     s->budget = budget;
+    if (job->kafka.dead_letter_topic) { /* its queue: an eighth of the prefetch's share */
+        s->dead_bytes = prefetch / 8;
+        prefetch -= s->dead_bytes;
+    }
     s->prefetch = prefetch;
     if (inner) {
         s->inner = *inner;

@@ -88,7 +88,8 @@ static uint64_t rows_bytes(const sl_wh_rows_t *rows)
     return groups + sl_kjt_bytes(&b->sparse) +
            ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
                sizeof(float) +
-           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
+           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0) +
+           (b->record_ms ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
 }
 
 /* Add one stripe's rows and stage times to the statistics: read from t0

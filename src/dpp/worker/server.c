@@ -31,6 +31,7 @@ void dpp_server_item_free(const sl_allocator_t *a, sl_worker_server_item_t *it)
         return;
     }
     sl_free(a, it->frame, it->len);
+    if (it->record_ms) sl_free(a, it->record_ms, (size_t)it->num_record_ms * sizeof(int64_t));
     sl_free(a, si, sizeof *si);
 }
 
@@ -284,6 +285,8 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     if (!it) {
         if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, item->accounted);
         sl_free(s->a, item->frame, item->len);
+        if (item->record_ms)
+            sl_free(s->a, item->record_ms, (size_t)item->num_record_ms * sizeof(int64_t));
         return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
     }
     *it = *item;

@@ -89,6 +89,11 @@ typedef struct sl_worker_server_item {
     /* The lease part of its origin (handle NULL: none), as the batcher made
      * it: what BatchInfo carries for COMMIT, and the rank it may go to. */
     sl_worker_lease_origin_t lease;
+    /* BatchInfo.record_time_ms (Kafka batches): each sample's CreateTime,
+     * the first absolute and each later one the difference to the previous
+     * (server's allocator; owned with the frame); NULL, 0: none. */
+    int64_t *record_ms;
+    uint32_t num_record_ms;
 } sl_worker_server_item_t;
 
 typedef struct sl_worker_server_stats {

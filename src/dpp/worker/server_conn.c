@@ -124,6 +124,8 @@ static void *sender_main(void *arg)
                 bi.epoch = it->origin.epoch;
                 bi.sequence = it->origin.sequence;
                 bi.num_samples = it->num_samples;
+                bi.n_record_time_ms = it->num_record_ms;
+                bi.record_time_ms = it->record_ms;
                 if (it->lease.handle) {
                     bi.job_id = s->job_id;
                     bi.split = it->lease.split;

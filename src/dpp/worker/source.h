@@ -53,6 +53,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/age.h"
 #include "dpp/split.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
@@ -103,13 +104,16 @@ typedef sl_err_t (*sl_worker_rows_fn)(void *fn_ctx, const sl_wh_rows_t *rows, ui
 /* A record source's counts (the records hook). Ages: now minus each
  * record's CreateTime when the source handed its row on, in buckets of
  * at most SL_WORKER_AGE_BOUNDS_MS[i] ms (the last: any). */
-#define SL_WORKER_AGE_BUCKETS 14
-extern const uint64_t SL_WORKER_AGE_BOUNDS_MS[SL_WORKER_AGE_BUCKETS - 1];
+#define SL_WORKER_AGE_BUCKETS SL_AGE_BUCKETS /* common/age.h: the trainer's too */
+#define SL_WORKER_AGE_BOUNDS_MS SL_AGE_BOUNDS_MS
 typedef struct sl_worker_records {
     uint64_t read, bad;
     uint64_t pauses; /* partitions paused for back-pressure (the budget full) */
     uint64_t age_buckets[SL_WORKER_AGE_BUCKETS]; /* not cumulative */
     uint64_t age_count, age_sum_ms;
+    /* bad records the dead-letter topic acknowledged, and those it did not
+     * take (could not be produced, or not delivered) */
+    uint64_t dead_letter, dead_letter_failed;
 } sl_worker_records_t;
 
 typedef struct sl_worker_source {

@@ -94,6 +94,26 @@ static sl_err_t batch_failed(sl_worker_t *w, sl_batch_t *batch, uint64_t held,
     return SL_OK;
 }
 
+/* The batch's record CreateTimes as BatchInfo carries them (PROTOCOL.md):
+ * the first absolute, each later one the difference to the previous, so
+ * that times close together cost a byte or two each as sint64. They stay
+ * pinned with the frame until the batch is acknowledged. */
+static sl_err_t record_times(sl_worker_t *w, const sl_batch_t *batch, sl_worker_server_item_t *it,
+                             sl_error_t *err)
+{
+    uint32_t n = batch->batch_size;
+    if (n == 0) return SL_OK;
+    int64_t *d = sl_alloc(w->a, (size_t)n * sizeof *d);
+    if (!d) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory for record times");
+    d[0] = batch->record_ms[0];
+    for (uint32_t i = 1; i < n; i++) /* wraps for absurd times, and unwraps the same way */
+        d[i] = (int64_t)((uint64_t)batch->record_ms[i] - (uint64_t)batch->record_ms[i - 1]);
+    it->record_ms = d;
+    it->num_record_ms = n;
+    it->accounted += (uint64_t)n * sizeof *d;
+    return SL_OK;
+}
+
 /* Dedup, transform and encode one batch; hand it to the server with the
  * lease part of its origin. Takes the batch, also on failure. */
 static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64_t held,
@@ -137,9 +157,14 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
                                   .expanded_bytes = sl_worker_batcher_expanded_bytes(batch, len),
                                   .accounted = len,
                                   .lease = *lease};
+    if (batch->record_ms && (rc = record_times(w, batch, &it, err))) {
+        sl_free(w->a, frame, len);
+        return batch_failed(w, batch, held, lease, rc, err);
+    }
     sl_batch_destroy(batch);
-    sl_worker_budget_release(w->budget, held > len ? held - len : 0);
-    sl_worker_budget_pin(w->budget, len);
+    /* held covers the batch's arena, which held the times: room for both */
+    sl_worker_budget_release(w->budget, held > it.accounted ? held - it.accounted : 0);
+    sl_worker_budget_pin(w->budget, it.accounted);
     sl_mutex_lock(&w->mu);
     w->st.batches++;
     w->st.samples += it.num_samples;
@@ -483,6 +508,8 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
         memcpy(out->age_buckets, r.age_buckets, sizeof r.age_buckets);
         out->age_count = r.age_count;
         out->age_sum_ms = r.age_sum_ms;
+        out->records_dead_letter = r.dead_letter;
+        out->records_dead_letter_failed = r.dead_letter_failed;
     }
     if (w->budget) {
         out->memory_used = sl_worker_budget_used(w->budget);

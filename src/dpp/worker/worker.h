@@ -105,6 +105,9 @@ typedef struct sl_worker_stats {
     uint64_t kafka_pauses;
     /* ... and their ages when read (source.h, sl_worker_records_t) */
     uint64_t age_buckets[14], age_count, age_sum_ms;
+    /* ... bad ones the dead-letter topic acknowledged, and those it did not
+     * take (source.kafka.dead_letter_topic; 0 without one) */
+    uint64_t records_dead_letter, records_dead_letter_failed;
     uint64_t batches, samples;              /* encoded */
     uint64_t bytes_encoded, bytes_expanded; /* encoded; and had dedup been off */
     uint32_t num_groups;
