@@ -22,6 +22,24 @@ mp_job *mp_job_find(sl_master_t *m, const char *id)
     return NULL;
 }
 
+uint32_t mp_fp_peers_locked(sl_master_t *m, const char *job_id)
+{
+    sl_master_state_job_status_t me, st;
+    sl_error_t err = {0};
+    if (sl_master_state_job_status(m->st, job_id, &me, &err) != SL_OK || !me.share ||
+        me.plan_fingerprint == 0)
+        return 0;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        const mp_job *j = &m->jobs[i];
+        if (!j->used || strcmp(j->id, job_id) == 0 ||
+            sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK)
+            continue;
+        if (st.share && st.plan_fingerprint == me.plan_fingerprint) m->fp_peers[n++] = j->id;
+    }
+    return n;
+}
+
 void mp_share_locked(sl_master_t *m)
 {
     uint32_t n = 0;
@@ -203,6 +221,7 @@ static void destroy(sl_master_t *m)
     sl_master_state_destroy(m->st);
     sl_free(m->a, m->jobs, sl_mul_size(m->opts.max_jobs, sizeof *m->jobs));
     sl_free(m->a, m->share, sl_mul_size(m->opts.max_jobs, sizeof *m->share));
+    sl_free(m->a, m->fp_peers, sl_mul_size(m->opts.max_jobs, sizeof *m->fp_peers));
     sl_free(m->a, m->workers, (size_t)m->cap_workers * sizeof *m->workers);
     sl_rpc_secret_free(m->secret);
     sl_mutex_destroy(&m->mu);
@@ -259,10 +278,11 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     sl_mutex_init(&m->mu);
     m->jobs = sl_calloc(a, o->max_jobs, sizeof *m->jobs);
     m->share = sl_calloc(a, o->max_jobs, sizeof *m->share);
+    m->fp_peers = sl_calloc(a, o->max_jobs, sizeof *m->fp_peers);
     const char *secret = o->cluster_secret;
     o->cluster_secret = NULL;            /* borrowed for the call only: m->secret is the copy */
     m->secret = sl_strdup(NULL, secret); /* freed by sl_rpc_secret_free */
-    if (m->jobs == NULL || m->share == NULL || (secret != NULL && m->secret == NULL)) {
+    if (m->jobs == NULL || m->share == NULL || m->fp_peers == NULL || (secret != NULL && m->secret == NULL)) {
         destroy(m);
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
@@ -439,6 +459,9 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     sl_wh_filter_t *filter = NULL;
     sl_wh_splits_t *splits = NULL;
     sl_err_t rc = check_spec(req->spec_json, &job, &table, &filter, &splits, problems, err);
+    uint64_t fp = 0;
+    if (rc == SL_OK)
+        rc = sl_pipeline_fingerprint(job, sl_wh_table_schema(table), splits, &fp, err);
     if (rc != SL_OK) goto out;
     sl_master_state_job_spec_t spec = {.job_id = job->id,
                                        .splits = splits->items,
@@ -451,7 +474,9 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                                        .static_sharding = req->static_sharding,
                                        .min_workers = req->min_workers,
                                        .max_workers = req->max_workers,
-                                       .skip_bad_splits = job->skip_bad_splits};
+                                       .skip_bad_splits = job->skip_bad_splits,
+                                       .plan_fingerprint = fp,
+                                       .share = job->share};
     sl_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
@@ -570,6 +595,8 @@ static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_
     v->trainer_wait = j->last_wait;
     v->worker_busy = j->last_busy;
     v->autoscale_reason = j->as.reason;
+    v->num_shares_with = mp_fp_peers_locked(m, j->id);
+    v->shares_with = m->fp_peers;
     return true;
 }
 

@@ -183,6 +183,10 @@ typedef struct sl_master_job_view {
     /* its workers' encoded batch bytes, and what they would take had dedup
      * been off (heartbeats of every worker the master knows for the job) */
     uint64_t bytes_encoded, bytes_expanded;
+    /* Shared passes: the other jobs of the same plan fingerprint that share
+     * with it (status.share on both; borrowed for the callback) */
+    const char *const *shares_with;
+    uint32_t num_shares_with;
 } sl_master_job_view_t;
 
 /* One worker id the master has seen. */

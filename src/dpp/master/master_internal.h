@@ -90,6 +90,7 @@ struct sl_master {
     /* jobs and workers */
     mp_job *jobs;                       /* [opts.max_jobs] */
     sl_master_autoscale_share_t *share; /* [opts.max_jobs], scratch of mp_share_locked */
+    const char **fp_peers;              /* [opts.max_jobs], scratch of mp_fp_peers_locked */
     mp_worker *workers;                 /* [nworkers] of [cap_workers] */
     uint32_t nworkers, cap_workers;
     /* control connections (the control thread only, except counts) */
@@ -124,6 +125,12 @@ struct sl_master {
 mp_job *mp_job_find(sl_master_t *m, const char *id) SL_REQUIRES(m->mu);
 mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial)
     SL_REQUIRES(m->mu);
+/* The other jobs that share passes with job_id (docs/DESIGN.md, "Shared
+ * passes"): both have "share" on and the same non-zero plan fingerprint.
+ * Their ids (borrowed until a job is removed) go to m->fp_peers.
+ * @return how many. */
+uint32_t mp_fp_peers_locked(sl_master_t *m, const char *job_id) SL_REQUIRES(m->mu);
+
 /* Every job's granted count (sl_master_autoscale_fair_share over the used jobs;
  * finished jobs desire none). */
 void mp_share_locked(sl_master_t *m) SL_REQUIRES(m->mu);

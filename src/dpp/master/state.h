@@ -136,6 +136,10 @@ typedef struct sl_master_state_job_spec {
     bool static_sharding;  /* each split served to one rank (assign_static) */
     uint32_t min_workers, max_workers;
     bool skip_bad_splits; /* on_bad_split "skip" (sl_master_state_split_failed) */
+    /* Shared passes (docs/DESIGN.md): the plan's fingerprint
+     * (sl_pipeline_fingerprint; 0: none, never shares) and the spec's "share". */
+    uint64_t plan_fingerprint;
+    bool share;
 } sl_master_state_job_spec_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
@@ -202,6 +206,8 @@ typedef struct sl_master_state_job_status {
     const char *failure_file, *failure_message; /* "" when not failed */
     uint32_t split_failures;                    /* failures counted this epoch, every split */
     uint64_t skipped_splits, skipped_rows;      /* on_bad_split "skip", every epoch */
+    uint64_t plan_fingerprint;                  /* as in the spec */
+    bool share;
 } sl_master_state_job_status_t;
 
 sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,

@@ -167,6 +167,8 @@ static sl_err_t spec_pb_build(const sl_master_state_t *m, const sl_master_state_
     p->spec.min_workers = in->min_workers;
     p->spec.max_workers = in->max_workers;
     p->spec.skip_bad_splits = in->skip_bad_splits;
+    p->spec.plan_fingerprint = in->plan_fingerprint;
+    p->spec.share = in->share;
     if (in->job_id == NULL || (in->splits == NULL && in->num_splits > 0))
         return sl_error_set(err, SL_ERR_INVALID, "job spec without id or splits");
     if (in->num_splits > m->opts.max_splits)
