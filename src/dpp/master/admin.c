@@ -253,6 +253,9 @@ static void add_share_json(json_t *o, const sl_master_job_view_t *v)
     for (uint32_t i = 0; peers != NULL && i < v->num_shares_with; i++)
         json_array_append_new(peers, json_string(v->shares_with[i]));
     json_object_set_new(o, "shares_with", peers);
+    json_object_set_new(o, "shared_batches", json_integer((json_int_t)v->shared_batches));
+    json_object_set_new(o, "shared_bytes_saved", json_integer((json_int_t)v->shared_bytes));
+    json_object_set_new(o, "shared_cpu_seconds_saved", json_real((double)v->shared_cpu_ns / 1e9));
 }
 
 static json_t *job_json(const sl_master_job_view_t *v)

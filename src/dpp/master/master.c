@@ -582,12 +582,16 @@ static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_
     v->granted_workers = j->granted;
     v->workers = v->clients = 0;
     v->bytes_encoded = v->bytes_expanded = 0;
+    v->shared_batches = v->shared_bytes = v->shared_cpu_ns = 0;
     for (uint32_t w = 0; w < m->nworkers; w++) {
         const mp_worker *mw = &m->workers[w];
         if (strcmp(mw->job, j->id) != 0) continue;
         v->workers += mw->conn >= 0;
         v->bytes_encoded += mw->bytes_encoded;
         v->bytes_expanded += mw->bytes_expanded;
+        v->shared_batches += mw->shared_batches;
+        v->shared_bytes += mw->shared_bytes;
+        v->shared_cpu_ns += mw->shared_cpu_ns;
     }
     for (uint32_t c = 0; c < m->opts.max_connections; c++)
         v->clients += m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT &&

@@ -19,6 +19,11 @@
 #include "rpc/frame.h"
 
 #define MP_ID_MAX 256
+/* Jobs a shared pass leases along with the one asked for (Lease.shared). */
+#define MP_SHARE_MAX 15
+/* At an epoch's start a job waits at most this long for a sharing job that
+ * is finishing the previous epoch, so that they read the new one together. */
+#define MP_SHARE_SYNC_MS 1000
 #define MP_ADDR_MAX 256
 
 /* Per job: what the state machine does not keep (autoscaler, stats). */
@@ -33,6 +38,11 @@ typedef struct mp_job {
      * the autoscaler's count */
     uint32_t logged_epoch, logged_desired;
     bool logged_end;
+    /* A worker detached it from a shared pass (it fell behind): leased on
+     * its own from then on (docs/DESIGN.md, "Shared passes"). */
+    bool solo;
+    uint32_t sync_epoch;     /* the epoch whose start sync_since_ms is (wait_for_peers) */
+    uint64_t sync_since_ms;
 } mp_job;
 
 typedef struct mp_worker {
@@ -46,6 +56,8 @@ typedef struct mp_worker {
     uint32_t queued, leases;
     uint64_t memory, batches, samples;
     uint64_t bytes_encoded, bytes_expanded; /* its batches so far; and had dedup been off */
+    bool shares;                            /* REGISTER shares: it serves shared passes */
+    uint64_t shared_batches, shared_bytes, shared_cpu_ns; /* what its shared passes saved */
 } mp_worker;
 
 typedef enum { MP_NEW = 0, MP_WORKER = 1, MP_CLIENT = 2 } mp_kind;

@@ -194,6 +194,9 @@ char *sl_master_metrics_text(sl_master_t *m)
         SKIPPED,
         SKIPPED_ROWS,
         SHARES_WITH,
+        SHARED_BATCHES,
+        SHARED_BYTES,
+        SHARED_CPU,
         NFIG
     };
     static const struct {
@@ -219,10 +222,17 @@ char *sl_master_metrics_text(sl_master_t *m)
         {"sluice_master_skipped_rows_total", "counter", "Rows of skipped splits not delivered."},
         {"sluice_master_job_shares_with", "gauge",
          "Other jobs of the same plan fingerprint this job shares passes with."},
+        {"sluice_master_shared_batches", "gauge",
+         "Batches the job's workers served to other jobs of a shared pass without computing "
+         "them (their heartbeats)."},
+        {"sluice_master_shared_bytes_saved", "gauge", "Encoded bytes of those batches."},
+        {"sluice_master_shared_cpu_seconds_saved", "gauge",
+         "Pipeline CPU seconds those batches would have cost."},
     };
     static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,     WAIT,    BUSY,
                                     QUEUED,         WORKER_MEMORY,  DESIRED,     GRANTED, FAILED,
-                                    FINISHED,       SKIPPED,        SKIPPED_ROWS, SHARES_WITH};
+                                    FINISHED,       SKIPPED,        SKIPPED_ROWS, SHARES_WITH,
+                                    SHARED_BATCHES, SHARED_BYTES,   SHARED_CPU};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);
@@ -254,6 +264,12 @@ char *sl_master_metrics_text(sl_master_t *m)
             if (m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0) {
                 f[QUEUED] += m->workers[w].queued;
                 f[WORKER_MEMORY] += (double)m->workers[w].memory;
+            }
+        for (uint32_t w = 0; w < m->nworkers; w++)
+            if (strcmp(m->workers[w].job, j->id) == 0) {
+                f[SHARED_BATCHES] += (double)m->workers[w].shared_batches;
+                f[SHARED_BYTES] += (double)m->workers[w].shared_bytes;
+                f[SHARED_CPU] += (double)m->workers[w].shared_cpu_ns / 1e9;
             }
     }
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {

@@ -241,6 +241,18 @@ typedef struct sl_master_lease {
 sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, const char *worker,
                                     uint64_t now_ms, sl_master_lease_t *out, sl_error_t *err);
 
+/* Lease split (an index in the job's split list) of the job's current
+ * epoch to worker, whatever its place in the epoch order, as lease_next
+ * does otherwise (todo, generation, journal): for a shared pass, which
+ * leases the same split of every job of a plan fingerprint to one worker
+ * (docs/DESIGN.md, "Shared passes"). split UINT32_MAX: the next in epoch
+ * order (sl_master_state_lease_next). @return SL_ERR_AGAIN when the split
+ * is not PENDING (or the job finished or failed), SL_ERR_NOT_FOUND for an
+ * unknown job or split. */
+sl_err_t sl_master_state_lease_split(sl_master_state_t *m, const char *job_id, uint32_t split,
+                                     const char *worker_id, uint64_t now_ms,
+                                     sl_master_lease_t *out, sl_error_t *err);
+
 /* A lease as its worker names it (HEARTBEAT, REGISTER). */
 typedef struct sl_master_lease_ref {
     const char *job_id;

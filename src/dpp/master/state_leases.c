@@ -195,19 +195,45 @@ void m_do_release(sl_master_state_t *m, uint32_t slot, uint32_t split, uint8_t n
     if (new_state == SL_MASTER_SPLIT_PENDING) heap_push(jb, split);
 }
 
+/* Lease split (PENDING) of job jb in slot to worker_id. */
+static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t slot, uint32_t split,
+                         const char *worker_id, uint64_t now_ms, sl_master_lease_t *out,
+                         sl_error_t *err);
+
 sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, const char *worker_id,
                                     uint64_t now_ms, sl_master_lease_t *out, sl_error_t *err)
 {
-    uint32_t slot, w;
+    return sl_master_state_lease_split(m, job_id, UINT32_MAX, worker_id, now_ms, out, err);
+}
+
+sl_err_t sl_master_state_lease_split(sl_master_state_t *m, const char *job_id, uint32_t split,
+                                     const char *worker_id, uint64_t now_ms,
+                                     sl_master_lease_t *out, sl_error_t *err)
+{
+    uint32_t slot;
     if (now_ms > m->now_ms) m->now_ms = now_ms;
     job *jb = m_find_job(m, job_id, &slot);
     if (jb == NULL) return m_no_job(job_id, err);
     if (jb->epoch >= jb->epochs)
         return sl_error_set(err, SL_ERR_AGAIN, "job '%s' finished", job_id);
     if (jb->failed) return sl_error_set(err, SL_ERR_AGAIN, "job '%s' failed", job_id);
-    uint32_t split = peek_pending(jb);
-    if (split == UINT32_MAX)
-        return sl_error_set(err, SL_ERR_AGAIN, "job '%s': no pending split", job_id);
+    if (split == UINT32_MAX) {
+        split = peek_pending(jb);
+        if (split == UINT32_MAX)
+            return sl_error_set(err, SL_ERR_AGAIN, "job '%s': no pending split", job_id);
+    } else if (split >= jb->n) {
+        return sl_error_set(err, SL_ERR_NOT_FOUND, "job '%s' has no split %u", job_id, split);
+    } else if (jb->st[split].state != SL_MASTER_SPLIT_PENDING) {
+        return sl_error_set(err, SL_ERR_AGAIN, "job '%s' split %u is not pending", job_id, split);
+    }
+    return lease_at(m, jb, slot, split, worker_id, now_ms, out, err);
+}
+
+static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t slot, uint32_t split,
+                         const char *worker_id, uint64_t now_ms, sl_master_lease_t *out,
+                         sl_error_t *err)
+{
+    uint32_t w;
     sl_err_t rc = m_worker_get(m, worker_id, &w, err);
     if (rc != SL_OK) return rc;
     worker *wk = &m->workers[w];
@@ -242,7 +268,10 @@ sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, co
         m->todo[nt++] = (sl_dpp_row_range_t){at, jb->defs[split].num_rows};
     rc = m_journal(m, &rec, err);
     if (rc != SL_OK) return rc;
-    take_pending(jb, split);
+    /* A split leased out of epoch order (a shared pass: state.h) stays where
+     * the pending queue has it; peek_pending drops it there once it is not
+     * PENDING, and finds it again if it becomes PENDING first. */
+    if (peek_pending(jb) == split) take_pending(jb, split);
     uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
     m_do_lease(m, slot, split, w, gen, expiry);
     const split_def *d = &jb->defs[split];

@@ -46,6 +46,18 @@ typedef struct lease {
     sl_err_t fail_code;
     int32_t fail_stripe;
     char *fail_msg;
+    /* Shared passes (docs/DESIGN.md): a lease of Lease.shared is a member
+     * of the lease it came with (its primary, which the reader reads): job
+     * is its job (NULL: the worker's own), it is never handed to the reader,
+     * gets a copy of every batch of the primary while it keeps up (at most
+     * share_window of its batches not yet retired, else it is detached: no
+     * more copies, reported with detached), and is read when the primary is,
+     * with the same empty ranges. */
+    char *job;
+    struct lease *primary;     /* of a member; NULL once the primary is gone */
+    struct lease *members;     /* of a primary: its members, through member_next */
+    struct lease *member_next;
+    bool detached;
 } lease_t;
 
 struct sl_worker_lease_client {
@@ -94,6 +106,7 @@ bool dpp_lease_gone(const lease_t *l);
 void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l) SL_REQUIRES(ms->mu);
 
 /* lease_conn.c */
+/* job: the worker's own job, used unless l is a member of another job's. */
 void dpp_lease_fill_ref(Sluice__Control__SplitRef *r, char *job, const lease_t *l);
 /* Under ms->mu. @return false when out of memory (send nothing then: an
  * empty list would give the leases up). */

@@ -37,6 +37,7 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
     sr.ref = &ref;
     sr.n_empty = ne;
     sr.empty = rp;
+    sr.detached = l->detached;
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
     sl_err_t rc = dpp_lease_call(ms, SL_RPC_SPLIT_READ, &sr.base, "split read",
@@ -185,6 +186,15 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
         hb.samples_sent = st.server.samples_acked;
         hb.bytes_encoded = st.bytes_encoded;
         hb.bytes_expanded = st.bytes_expanded;
+        /* what shared passes saved: the copies served to other jobs, each
+         * worth a batch's pipeline time (read to encode) */
+        hb.shared_batches = st.server.shared_batches;
+        hb.shared_bytes = st.server.shared_bytes;
+        uint64_t pipeline = rd + xf;
+        hb.shared_cpu_ns =
+            st.batches ? (uint64_t)((double)pipeline / (double)st.batches *
+                                    (double)st.server.shared_batches)
+                       : 0;
     }
     ms->hb_at_ns = now;
     sl_rpc_frame_t f = {0};

@@ -379,6 +379,7 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
                                   .listen_port = o.listen_port,
                                   .lease_live = w->source.lease_live,
                                   .lease_retire = w->source.lease_retire,
+                                  .lease_members = w->source.lease_members,
                                   .lease_ctx = w->source.ctx,
                                   .cluster_secret = o.cluster_secret,
                                   .max_clients = o.max_clients,
