@@ -27,6 +27,12 @@ void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
     sl_free(ms->a, l, sizeof *l);
 }
 
+bool dpp_lease_ready(const lease_t *l)
+{
+    return l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting &&
+           (!l->primary || l->primary->unpushed == 0);
+}
+
 bool dpp_lease_gone(const lease_t *l)
 {
     return l->revoked && !l->reporting && (!l->handed || (l->read_done && l->outstanding == 0)) &&
@@ -130,6 +136,7 @@ static void src_made(void *ctx, void *lease)
     sl_worker_lease_client_t *ms = ctx;
     sl_mutex_lock(&ms->mu);
     ((lease_t *)lease)->outstanding++;
+    if (((lease_t *)lease)->members) ((lease_t *)lease)->unpushed++;
     sl_mutex_unlock(&ms->mu);
 }
 
@@ -158,6 +165,22 @@ static void src_retire(void *ctx, void *lease, bool acked)
     sl_mutex_unlock(&ms->mu);
 }
 
+/* Under ms->mu: a batch of l reached the server, or was dropped before. */
+static void pushed(sl_worker_lease_client_t *ms, lease_t *l) SL_REQUIRES(ms->mu)
+{
+    if (l->unpushed && --l->unpushed == 0) pthread_cond_broadcast(&ms->cv);
+}
+
+/* A batch of lease dropped before it reached the server (source.h). */
+static void src_dropped(void *ctx, void *lease)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    sl_mutex_lock(&ms->mu);
+    pushed(ms, lease);
+    sl_mutex_unlock(&ms->mu);
+    src_retire(ctx, lease, false);
+}
+
 /* Under ms->mu: the batches of job's shared passes on this worker not
  * retired yet (every member lease of it). */
 static uint64_t job_behind(const sl_worker_lease_client_t *ms, const char *job) SL_REQUIRES(ms->mu)
@@ -179,6 +202,7 @@ static uint32_t src_members(void *ctx, void *lease, sl_worker_lease_member_t *ou
     uint32_t n = 0;
     uint32_t window = ms->o.share_window ? ms->o.share_window : DEFAULT_SHARE_WINDOW;
     sl_mutex_lock(&ms->mu);
+    pushed(ms, l);
     for (lease_t *e = l->members; e && n < cap; e = e->member_next) {
         if (e->revoked || e->detached) continue;
         if (job_behind(ms, e->job) >= window) {
@@ -246,6 +270,7 @@ sl_worker_source_t sl_worker_lease_client_source(sl_worker_lease_client_t *ms)
                                 .lease_retire = src_retire,
                                 .lease_failed = src_failed,
                                 .lease_members = src_members,
+                                .lease_dropped = src_dropped,
                                 .ctx = ms};
 }
 

@@ -58,6 +58,10 @@ typedef struct lease {
     struct lease *members;     /* of a primary: its members, through member_next */
     struct lease *member_next;
     bool detached;
+    /* of a primary: batches made and not yet queued by the server (nor
+     * dropped before): its members get their copies only then, so they are
+     * not read before */
+    uint32_t unpushed;
 } lease_t;
 
 struct sl_worker_lease_client {
@@ -98,6 +102,10 @@ typedef struct held {
 
 /* lease_client.c */
 void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l);
+/* Under ms->mu: is l ready for its SPLIT_READ? Read whole, every batch
+ * retired, not revoked, no report on its way, and, for a member of a shared
+ * pass, every batch of its primary queued (so every copy it gets exists). */
+bool dpp_lease_ready(const lease_t *l);
 /* Under ms->mu: may a revoked lease be forgotten? Nobody holds it (not
  * handed, or read and every batch retired), no report is on its way, and a
  * failure was reported. */

@@ -132,7 +132,7 @@ static bool report_ready(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
     for (;;) {
         sl_mutex_lock(&ms->mu);
         lease_t *l = ms->leases;
-        while (l && !(l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting))
+        while (l && !dpp_lease_ready(l))
             l = l->next;
         if (l) l->reporting = true;
         sl_mutex_unlock(&ms->mu);
@@ -265,7 +265,7 @@ void *dpp_lease_control_main(void *arg)
         uint64_t now = sl_clock_ns();
         bool ready = false;
         for (lease_t *l = ms->leases; l && !ready; l = l->next)
-            ready = (l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting) ||
+            ready = dpp_lease_ready(l) ||
                     (l->failed && !l->fail_reported && !l->reporting);
         if (ready && now >= retry_at) {
             sl_mutex_unlock(&ms->mu);

@@ -360,7 +360,7 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     sl_mutex_lock(&s->mu);
     sl_worker_queue_t *q = dpp_server_rank_queue(s, it->lease.rank_plus_one, true);
     s->outstanding++;
-    if (q) share_copies(s, si);
+    share_copies(s, si); /* also when q is NULL: the copies do not need it */
     sl_mutex_unlock(&s->mu);
     sl_err_t rc = SL_ERR_NOMEM;
     if (q) {

@@ -153,6 +153,11 @@ typedef struct sl_worker_source {
      * lease_made) for the batch's copy it gets. Runs with the server's lock
      * held; takes only the source's own lock. @return how many. */
     uint32_t (*lease_members)(void *ctx, void *lease, sl_worker_lease_member_t *out, uint32_t cap);
+    /* A batch of the lease dropped before the server had it (may be NULL:
+     * lease_retire then): retire it, and know that it will get no copies
+     * (the members of a shared pass are read once every batch of their
+     * primary was queued or dropped). */
+    void (*lease_dropped)(void *ctx, void *lease);
     /* A source whose rows are not table stripes (the Kafka source,
      * kafka_source.c) reads w's todo itself and hands each stripe of rows
      * to fn; the loop filters and batches them as a table stripe's rows.

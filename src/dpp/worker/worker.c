@@ -59,9 +59,13 @@ sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, c
     return SL_OK;
 }
 
+/* A batch dropped before the server had it. */
 static void retire(sl_worker_t *w, void *lease)
 {
-    if (lease && w->source.lease_retire) w->source.lease_retire(w->source.ctx, lease, false);
+    if (lease && w->source.lease_dropped)
+        w->source.lease_dropped(w->source.ctx, lease);
+    else if (lease && w->source.lease_retire)
+        w->source.lease_retire(w->source.ctx, lease, false);
 }
 
 void dpp_worker_drop_msg(sl_worker_t *w, const sl_worker_msg_t *m)
