@@ -40,11 +40,11 @@ void dpp_server_item_free(struct sl_worker_server *s, sl_worker_server_item_t *i
     sl_free(s->a, si, sizeof *si);
 }
 
-uint32_t dpp_server_share_slot(struct sl_worker_server *s, const char *job_id)
+uint32_t dpp_server_share_slot(struct sl_worker_server *s, const char *job_id, bool add)
 {
     for (uint32_t k = 0; k < s->nshare; k++)
         if (strcmp(s->share_job[k], job_id) == 0) return k + 1;
-    if (s->nshare == SL_WORKER_SHARE_MAX || strlen(job_id) >= sizeof s->share_job[0]) return 0;
+    if (!add || s->nshare == SL_WORKER_SHARE_MAX || strlen(job_id) >= sizeof s->share_job[0]) return 0;
     sl_worker_queue_t *q = sl_worker_queue_new(s->a, 0);
     if (!q) return 0;
     s->share_ready[s->nshare] = q;
@@ -73,7 +73,7 @@ static void share_copies(struct sl_worker_server *s, sitem_t *si) SL_REQUIRES(s-
     if (n == 0) return;
     frame_ref_t *ref = sl_calloc(s->a, 1, sizeof *ref);
     for (uint32_t k = 0; k < n; k++) {
-        uint32_t slot = ref ? dpp_server_share_slot(s, mem[k].job_id) : 0;
+        uint32_t slot = ref ? dpp_server_share_slot(s, mem[k].job_id, true) : 0;
         sitem_t *copy = slot ? sl_calloc(s->a, 1, sizeof *copy) : NULL;
         sl_worker_msg_t m = {.type = 0, .ptr = copy, .bytes = it->len};
         if (copy) {

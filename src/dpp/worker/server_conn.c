@@ -84,7 +84,10 @@ static void *sender_main(void *arg)
             sl_mutex_lock(&s->mu);
             break;
         }
-        if (c->credits > 0 && c->n_unacked < s->o.max_credits) {
+        if (c->share_job[0] && !c->share_slot)
+            c->share_slot = dpp_server_share_slot(s, c->share_job, false);
+        if (c->credits > 0 && c->n_unacked < s->o.max_credits &&
+            (!c->share_job[0] || c->share_slot)) {
             sl_worker_msg_t m;
             /* this client's rank first, then batches for anyone; a client
              * of a shared job only that job's batches */
@@ -284,10 +287,10 @@ void *dpp_server_client_main(void *arg)
     }
     c->rank_plus_one = h->rank < s->o.max_ranks ? h->rank + 1 : 0;
     sl_mutex_lock(&s->mu);
-    /* a client of another job: that job's batches of shared passes only */
+    /* a client of another job: that job's batches of shared passes only,
+     * once there are some (its slot is looked up as they come) */
     if (h->job_id && h->job_id[0] && strcmp(h->job_id, s->job_id) != 0) {
-        c->share_slot = s->o.lease_members ? dpp_server_share_slot(s, h->job_id) : 0;
-        if (!c->share_slot) {
+        if (!s->o.lease_members || strlen(h->job_id) >= sizeof c->share_job) {
             sl_mutex_unlock(&s->mu);
             snprintf(msg, sizeof msg, "hello: this worker serves job '%s', not '%.200s'",
                      s->job_id, h->job_id);
@@ -295,6 +298,8 @@ void *dpp_server_client_main(void *arg)
             bad = true;
             goto out;
         }
+        snprintf(c->share_job, sizeof c->share_job, "%s", h->job_id);
+        c->share_slot = dpp_server_share_slot(s, c->share_job, false);
     }
     sl_mutex_unlock(&s->mu);
     sl_rpc_frame_free(&f);
@@ -305,7 +310,7 @@ void *dpp_server_client_main(void *arg)
     Sluice__Dpp__Welcome w = SLUICE__DPP__WELCOME__INIT;
     w.protocol_version = SL_RPC_VERSION;
     w.worker_id = s->worker_id;
-    w.job_id = c->share_slot ? s->share_job[c->share_slot - 1] : s->job_id;
+    w.job_id = c->share_job[0] ? c->share_job : s->job_id;
     w.max_credits = s->o.max_credits;
     if (send_locked(c, SL_RPC_WELCOME, &w.base, NULL, 0, &err) != SL_OK) goto out;
     sl_mutex_lock(&s->mu);

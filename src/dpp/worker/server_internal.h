@@ -55,7 +55,10 @@ typedef struct client {
     bool welcomed;          /* its sender thread runs or ran (or could not start) */
     bool sender_done;       /* its sender thread has ended */
     uint32_t rank_plus_one; /* 1 + the rank of its HELLO, 0 when over max_ranks */
-    uint32_t share_slot;    /* 0: the server's own job; k: the k-th shared job (its HELLO) */
+    /* A client whose HELLO named another job (shared passes): that job,
+     * and its slot once this worker has one for it (0 until then) */
+    char share_job[256];
+    uint32_t share_slot;
     bool hello_done;        /* past its handshake */
     bool evicting;          /* shut down to make room: its threads are ending */
     uint64_t opened_ms, last_rx_ms;
@@ -98,9 +101,12 @@ void dpp_server_item_free(struct sl_worker_server *s, sl_worker_server_item_t *i
 sl_worker_queue_t *dpp_server_item_queue(struct sl_worker_server *s,
                                          const sl_worker_server_item_t *it, bool create)
     SL_REQUIRES(s->mu);
-/* The slot (>= 1) of shared job job_id (under s->mu), added when new.
- * @return 0 when there is no room (SL_WORKER_SHARE_MAX jobs) or memory. */
-uint32_t dpp_server_share_slot(struct sl_worker_server *s, const char *job_id) SL_REQUIRES(s->mu);
+/* The slot (>= 1) of shared job job_id (under s->mu), added when new and
+ * add (only a lease of the master's adds one: a client's HELLO never does,
+ * so clients cannot use up the slots). @return 0 when there is none, no
+ * room (SL_WORKER_SHARE_MAX jobs) or no memory. */
+uint32_t dpp_server_share_slot(struct sl_worker_server *s, const char *job_id, bool add)
+    SL_REQUIRES(s->mu);
 /* A lease's batch is gone (under s->mu). */
 void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
     SL_REQUIRES(s->mu);
