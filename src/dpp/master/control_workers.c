@@ -194,7 +194,7 @@ static bool same_todo(sl_master_t *m, const char *a, const char *b, uint32_t spl
     /* ra is borrowed until the next call on the state: compare as we go */
     sl_dpp_row_range_t first[16];
     if (na > 16) return false; /* a split this fragmented is leased on its own */
-    memcpy(first, ra, na * sizeof *ra);
+    if (na > 0) memcpy(first, ra, na * sizeof *ra); /* ra may be NULL when there are none */
     if (sl_master_state_committed(m->st, b, split, &rb, &nb, &err) != SL_OK || nb != na)
         return false;
     return na == 0 || memcmp(first, rb, na * sizeof *rb) == 0;
