@@ -447,7 +447,7 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
                                                          r->ref->split, r->ref->generation, e,
                                                          (uint32_t)r->n_empty, &state, &err);
     if (e != one) sl_free(m->a, e, r->n_empty * sizeof *e);
-    mp_job *dj = r->detached ? mp_job_find(m, r->ref->job_id) : NULL;
+    mp_job *dj = r->detached && r->ref->job_id ? mp_job_find(m, r->ref->job_id) : NULL;
     if (rc == SL_OK && dj != NULL && !dj->solo) {
         dj->solo = true;
         sl_log_kv(SL_LOG_INFO, "share_detached",
