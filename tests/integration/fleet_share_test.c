@@ -349,6 +349,23 @@ Test(fleet_share, one_jobs_trainer_killed_the_other_unaffected, .timeout = 240)
               ws, rlog);
     cr_assert(fu_job_finished(&m, a));
     cr_assert(fu_job_finished(&m, b));
+    /* what the passes saved, as the workers' heartbeats told the master */
+    uint64_t shared = 0, bytes = 0;
+    double cpu = 0;
+    for (int k = 0; k < 2; k++) {
+        char path[64];
+        snprintf(path, sizeof path, "/jobs/%s", k ? b : a);
+        json_t *j = fu_get_json(m.admin, path);
+        shared += (uint64_t)json_integer_value(json_object_get(j, "shared_batches"));
+        bytes += (uint64_t)json_integer_value(json_object_get(j, "shared_bytes_saved"));
+        cpu += json_real_value(json_object_get(j, "shared_cpu_seconds_saved"));
+        cr_assert(json_is_real(json_object_get(j, "shared_cpu_seconds_saved")));
+        json_decref(j);
+    }
+    cr_assert_gt(shared, 0, "GET /jobs shows no shared batches");
+    cr_assert_gt(bytes, shared * 1000, "%llu bytes for %llu batches", (unsigned long long)bytes,
+                 (unsigned long long)shared);
+    cr_assert_gt(cpu, 0);
     /* the killed reader's prefetch on each of its two workers (its job's
      * and the one sharing with it), and a batch or two committed but not
      * printed: delivered at most once, as for any trainer killed */
