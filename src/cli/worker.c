@@ -69,7 +69,8 @@ static const sl_cli_opt_t wopts[] = {
      "client reconnects)"},
     {"share-window", SL_CLI_UINT, "N", "64", NULL, 1, UINT32_MAX, 0, W(share_window),
      "shared passes (`--master`): a job served along with this worker's that has N batches not "
-     "yet acknowledged stops sharing and is read on its own from then on"},
+     "yet acknowledged (or whose copies hold a quarter of `--memory-limit`) stops sharing and is "
+     "read on its own from then on"},
     {"no-share", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(no_share),
      "take no shared passes: serve this worker's job only"},
 };

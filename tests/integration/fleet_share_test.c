@@ -289,12 +289,16 @@ Test(fleet_share, identical_jobs_share_passes_others_do_not, .timeout = 240)
 }
 
 /* `sluice worker --master --job-id job` with --share-window window. */
+/* `sluice worker --master --job-id job` with --share-window window and
+ * --memory-limit memory. */
 static pid_t worker_spawn(const fu_master_t *m, const char *job, const char *id, const char *window,
-                          const char *log)
+                          const char *memory, const char *log)
 {
-    const char *argv[] = {fu_binary(), "worker",   "--master",     m->ctl, "--job-id",
-                          job,         "--worker-id", id,          "--listen", "127.0.0.1:0",
-                          "--threads", "1",        "--share-window", window, NULL};
+    const char *argv[] = {fu_binary(),      "worker",        "--master",    m->ctl,
+                          "--job-id",       job,             "--worker-id", id,
+                          "--listen",       "127.0.0.1:0",   "--threads",   "1",
+                          "--share-window", window,          "--memory-limit", memory,
+                          NULL};
     return fu_spawn(argv, -1, log);
 }
 
@@ -305,7 +309,7 @@ static pid_t worker_spawn(const fu_master_t *m, const char *job, const char *id,
  * (detached), and its restarted trainer gets the rest: no sample twice in
  * an epoch, and none missing beyond what the killed trainer had committed
  * and not printed (its prefetch window). */
-Test(fleet_share, one_jobs_trainer_killed_the_other_unaffected, .timeout = 240)
+static void killed_mid_epoch(const char *window, const char *memory)
 {
     char table[300], wlog[2][300], rlog[300];
     fu_gen(ROWS, 1000, 2, table, sizeof table);
@@ -315,7 +319,8 @@ Test(fleet_share, one_jobs_trainer_killed_the_other_unaffected, .timeout = 240)
     snprintf(wlog[0], sizeof wlog[0], "%s/worker-a.log", fu_dir);
     snprintf(wlog[1], sizeof wlog[1], "%s/worker-b.log", fu_dir);
     snprintf(rlog, sizeof rlog, "%s/readers.log", fu_dir);
-    pid_t w[2] = {worker_spawn(&m, a, "w-a", "4", wlog[0]), worker_spawn(&m, b, "w-b", "4", wlog[1])};
+    pid_t w[2] = {worker_spawn(&m, a, "w-a", window, memory, wlog[0]),
+                  worker_spawn(&m, b, "w-b", window, memory, wlog[1])};
 
     atomic_uint *seen_a = calloc(EPOCHS * ROWS, sizeof *seen_a);
     atomic_uint *seen_b[2] = {calloc(EPOCHS * ROWS, sizeof(atomic_uint)),
@@ -400,4 +405,17 @@ Test(fleet_share, one_jobs_trainer_killed_the_other_unaffected, .timeout = 240)
     free(a);
     free(b);
     fu_master_stop(&m, SIGTERM);
+}
+
+/* b falls behind by batches: 4 not acknowledged */
+Test(fleet_share, one_jobs_trainer_killed_the_other_unaffected, .timeout = 240)
+{
+    killed_mid_epoch("4", "256M");
+}
+
+/* b falls behind by bytes: its copies hold a quarter of a 2 MiB memory
+ * limit (batches of ~90 KB) long before 1000 batches */
+Test(fleet_share, a_job_whose_copies_fill_a_quarter_of_the_memory_stops_sharing, .timeout = 240)
+{
+    killed_mid_epoch("1000", "2M");
 }

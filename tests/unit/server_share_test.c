@@ -48,9 +48,11 @@ static void retire(void *ctx, void *lease, bool acked)
     }
 }
 
-static uint32_t members(void *ctx, void *lease, sl_worker_lease_member_t *out, uint32_t cap)
+static uint32_t members(void *ctx, void *lease, uint64_t bytes, sl_worker_lease_member_t *out,
+                        uint32_t cap)
 {
     hooks_t *h = ctx;
+    cr_assert_gt(bytes, 0);
     if (lease != &primary_lease || !h->member_on || cap == 0) return 0;
     out[0] = (sl_worker_lease_member_t){&member_lease, "b", 77};
     return 1;

@@ -155,6 +155,9 @@ static void src_retire(void *ctx, void *lease, bool acked)
     sl_worker_lease_client_t *ms = ctx;
     lease_t *l = lease;
     sl_mutex_lock(&ms->mu);
+    /* a member's copies: their bytes go by the average (all of them with
+     * the last) */
+    if (l->outstanding) l->copy_bytes -= l->copy_bytes / l->outstanding;
     if (l->outstanding) l->outstanding--;
     if (l->outstanding == 0 && l->read_done) {
         if (dpp_lease_gone(l))
@@ -182,20 +185,28 @@ static void src_dropped(void *ctx, void *lease)
 }
 
 /* Under ms->mu: the batches of job's shared passes on this worker not
- * retired yet (every member lease of it). */
-static uint64_t job_behind(const sl_worker_lease_client_t *ms, const char *job) SL_REQUIRES(ms->mu)
+ * retired yet (every member lease of it), and their bytes. */
+static uint64_t job_behind(const sl_worker_lease_client_t *ms, const char *job, uint64_t *bytes)
+    SL_REQUIRES(ms->mu)
 {
     uint64_t n = 0;
+    *bytes = 0;
     for (const lease_t *l = ms->leases; l; l = l->next)
-        if (l->job && strcmp(l->job, job) == 0) n += l->outstanding;
+        if (l->job && strcmp(l->job, job) == 0) {
+            n += l->outstanding;
+            *bytes += l->copy_bytes;
+        }
     return n;
 }
 
 /* The members of a shared pass that get a copy of lease's batch now: those
  * not revoked or detached; one whose job has share_window batches of this
- * worker's shared passes not retired is detached instead (its job fell
- * behind: it goes on alone). */
-static uint32_t src_members(void *ctx, void *lease, sl_worker_lease_member_t *out, uint32_t cap)
+ * worker's shared passes not retired, or copies holding a quarter of the
+ * memory limit (large batches: the budget would fill before the window
+ * and stall the pass), is detached instead (its job fell behind: it goes
+ * on alone). */
+static uint32_t src_members(void *ctx, void *lease, uint64_t bytes, sl_worker_lease_member_t *out,
+                            uint32_t cap)
 {
     sl_worker_lease_client_t *ms = ctx;
     lease_t *l = lease;
@@ -205,7 +216,9 @@ static uint32_t src_members(void *ctx, void *lease, sl_worker_lease_member_t *ou
     pushed(ms, l);
     for (lease_t *e = l->members; e && n < cap; e = e->member_next) {
         if (e->revoked || e->detached) continue;
-        if (job_behind(ms, e->job) >= window) {
+        uint64_t held;
+        if (job_behind(ms, e->job, &held) >= window ||
+            (ms->share_bytes_max && held + bytes > ms->share_bytes_max)) {
             e->detached = true;
             ms->st.shares_detached++;
             sl_log_kv(SL_LOG_INFO, "share_detached",
@@ -217,6 +230,7 @@ static uint32_t src_members(void *ctx, void *lease, sl_worker_lease_member_t *ou
             continue;
         }
         e->outstanding++;
+        e->copy_bytes += bytes;
         out[n++] = (sl_worker_lease_member_t){e, e->job, e->generation};
     }
     sl_mutex_unlock(&ms->mu);
@@ -348,7 +362,10 @@ sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeo
 
 void sl_worker_lease_client_attach(sl_worker_lease_client_t *ms, sl_worker_t *w)
 {
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     sl_mutex_lock(&ms->mu);
+    ms->share_bytes_max = st.memory_limit / 4;
     if (!ms->cancel) ms->worker = w;
     sl_mutex_unlock(&ms->mu);
 }

@@ -54,8 +54,9 @@ typedef struct sl_worker_lease_client_opts {
     const char *cluster_secret;      /* copied; prove it to the master on every connection
                                         (rpc/auth.h); NULL: the master has none */
     /* Shared passes (docs/DESIGN.md): a job sharing this worker's passes
-     * that has this many batches not yet acknowledged stops sharing (the
-     * master leases it on its own from then on). 0: 64. */
+     * that has this many batches not yet acknowledged, or whose copies hold
+     * a quarter of the worker's memory limit, stops sharing (the master
+     * leases it on its own from then on). 0: 64. */
     uint32_t share_window;
     bool no_share; /* never take shared passes (REGISTER shares false) */
 } sl_worker_lease_client_opts_t;

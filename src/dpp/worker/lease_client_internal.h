@@ -62,6 +62,7 @@ typedef struct lease {
      * dropped before): its members get their copies only then, so they are
      * not read before */
     uint32_t unpushed;
+    uint64_t copy_bytes; /* of a member: frame bytes of its copies not retired yet */
 } lease_t;
 
 struct sl_worker_lease_client {
@@ -85,6 +86,9 @@ struct sl_worker_lease_client {
     char fatal_msg[SL_ERROR_MSG_MAX];
     sl_worker_t *worker;
     uint64_t lease_timeout_ms, heartbeat_ms;
+    /* shared passes: a job whose copies here hold this many bytes (a
+     * quarter of the worker's memory limit; 0: no limit) is detached too */
+    uint64_t share_bytes_max;
     sl_worker_lease_client_stats_t st;
     /* load at the last heartbeat (control thread only) */
     uint64_t hb_at_ns, hb_reader_ns, hb_xform_ns;

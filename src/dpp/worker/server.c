@@ -69,7 +69,8 @@ static void share_copies(struct sl_worker_server *s, sitem_t *si) SL_REQUIRES(s-
     sl_worker_server_item_t *it = &si->item;
     if (!it->lease.handle || !s->o.lease_members || it->lease.rank_plus_one != 0) return;
     sl_worker_lease_member_t mem[SL_WORKER_SHARE_MAX];
-    uint32_t n = s->o.lease_members(s->o.lease_ctx, it->lease.handle, mem, SL_WORKER_SHARE_MAX);
+    uint32_t n =
+        s->o.lease_members(s->o.lease_ctx, it->lease.handle, it->len, mem, SL_WORKER_SHARE_MAX);
     if (n == 0) return;
     frame_ref_t *ref = sl_calloc(s->a, 1, sizeof *ref);
     for (uint32_t k = 0; k < n; k++) {

@@ -149,10 +149,12 @@ typedef struct sl_worker_source {
      * the failing batch is retired); takes only the source's own lock. */
     void (*lease_failed)(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg);
     /* Shared passes (may be NULL: none): the other jobs' leases a batch of
-     * lease also goes to, at most cap of them, each counted as made (as
-     * lease_made) for the batch's copy it gets. Runs with the server's lock
-     * held; takes only the source's own lock. @return how many. */
-    uint32_t (*lease_members)(void *ctx, void *lease, sl_worker_lease_member_t *out, uint32_t cap);
+     * lease (bytes: its frame's) also goes to, at most cap of them, each
+     * counted as made (as lease_made) for the batch's copy it gets. Runs
+     * with the server's lock held; takes only the source's own lock.
+     * @return how many. */
+    uint32_t (*lease_members)(void *ctx, void *lease, uint64_t bytes,
+                              sl_worker_lease_member_t *out, uint32_t cap);
     /* A batch of the lease dropped before the server had it (may be NULL:
      * lease_retire then): retire it, and know that it will get no copies
      * (the members of a shared pass are read once every batch of their
