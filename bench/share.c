@@ -22,7 +22,6 @@
  * (--hash-rounds K: each sigrid_hash K times with other salts, a pipeline
  * whose transforms cost more per byte served; 1: the criteo job as it is.) */
 #include <jansson.h>
-#include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -44,37 +43,6 @@
 
 static char dir[128], binary[1024], table[300];
 static uint32_t hash_rounds = 1; /* --hash-rounds: each sigrid_hash this many times */
-
-typedef struct client {
-    const char *master, *job;
-    uint64_t samples;
-    sl_err_t end;
-    char msg[SL_ERROR_MSG_MAX];
-} client_t;
-
-static void *client_run(void *arg)
-{
-    client_t *c = arg;
-    sl_trainer_opts_t o = sl_trainer_opts_default();
-    o.master = c->master;
-    o.job_id = c->job;
-    o.prefetch = 8;
-    o.refresh_ms = 200;
-    sl_trainer_t *t;
-    sl_error_t err = {0};
-    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
-        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
-        return NULL;
-    }
-    sl_batch_t *b;
-    while ((c->end = sl_trainer_next(t, 120000, &b, &err)) == SL_OK) {
-        c->samples += b->batch_size;
-        sl_trainer_release(t, b);
-    }
-    if (c->end != SL_ERR_CLOSED) snprintf(c->msg, sizeof c->msg, "%s", err.msg);
-    sl_trainer_close(t);
-    return NULL;
-}
 
 /* The criteo job's spec (examples/jobs/criteo.json's transforms). */
 static void spec_text(char *out, size_t cap, const char *id, bool share)
@@ -155,11 +123,11 @@ static int one_run(const char *tag, bool share, uint32_t jobs, uint64_t rows, ru
             _exit(127);
         }
     }
-    client_t c[MAX_JOBS];
+    bench_trainer_t c[MAX_JOBS];
     pthread_t th[MAX_JOBS];
     for (uint32_t k = 0; k < jobs; k++) {
-        c[k] = (client_t){.master = sl_master_address(m), .job = ids[k]};
-        pthread_create(&th[k], NULL, client_run, &c[k]);
+        c[k] = (bench_trainer_t){.master = sl_master_address(m), .job = ids[k]};
+        pthread_create(&th[k], NULL, bench_trainer_run, &c[k]);
     }
     int rc = 0;
     for (uint32_t k = 0; k < jobs; k++) {
@@ -224,32 +192,11 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    const char *b = getenv("SLUICE_BINARY");
-    if (b) {
-        snprintf(binary, sizeof binary, "%s", b);
-    } else {
-        char self[1024];
-        snprintf(self, sizeof self, "%s", argv[0]);
-        snprintf(binary, sizeof binary, "%s/sluice", dirname(self));
-    }
-    if (access(binary, X_OK) != 0) {
-        fprintf(stderr, "bench_share: no sluice program at %s (set SLUICE_BINARY)\n", binary);
-        return 1;
-    }
+    if (bench_sluice_binary(argv[0], "bench_share", binary, sizeof binary) != 0) return 1;
     snprintf(dir, sizeof dir, "/tmp/sluice-bench-share-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     snprintf(table, sizeof table, "%s/criteo", dir);
-    sl_wh_gen_spec_t spec;
-    sl_error_t err = {0};
-    sl_wh_gen_preset("criteo", rows, 1, &spec, &err);
-    spec.files = 4;
-    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
-    go.writer.no_sync = true;
-    go.writer.stripe_rows = 16384;
-    if (sl_wh_gen_table(table, &spec, &go, NULL, &err) != SL_OK) {
-        fprintf(stderr, "bench_share: %s\n", err.msg);
-        return 1;
-    }
+    if (bench_gen_criteo(table, rows, 4, 16384, "bench_share") != 0) return 1;
     printf("bench_share: criteo, %llu rows, stripes of 16384 (one split each), batches of 4096, "
            "the criteo job's transforms (sigrid_hash %u time%s per feature), %u jobs each with 1 "
            "worker (1 transform thread) and 1 trainer, %ld cores\n",

@@ -134,20 +134,29 @@ static void wait_for(atomic_uint *v, unsigned want, const char *what)
     }
 }
 
-Test(server_share, a_batch_goes_to_each_job_of_the_pass_once)
+/* A server of job "a" with the hooks above over h and a 1 MiB budget. */
+static sl_worker_server_t *start_shared(hooks_t *h, sl_worker_budget_t **budget)
 {
-    hooks_t h = {.member_on = true};
-    sl_worker_budget_t *budget = sl_worker_budget_new(NULL, 1 << 20);
+    *budget = sl_worker_budget_new(NULL, 1 << 20);
     sl_worker_server_opts_t o = {.listen = "127.0.0.1:0",
                                  .job_id = "a",
-                                 .budget = budget,
+                                 .budget = *budget,
                                  .lease_live = live,
                                  .lease_retire = retire,
                                  .lease_members = members,
-                                 .lease_ctx = &h};
+                                 .lease_ctx = h};
     sl_worker_server_t *s = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
+    return s;
+}
+
+Test(server_share, a_batch_goes_to_each_job_of_the_pass_once)
+{
+    hooks_t h = {.member_on = true};
+    sl_worker_budget_t *budget;
+    sl_worker_server_t *s = start_shared(&h, &budget);
+    sl_error_t err = {0};
     uint16_t port = sl_worker_server_port(s);
 
     /* a client of a job this worker has no pass of: welcomed, gets nothing */
@@ -241,17 +250,9 @@ Test(server_share, a_batch_goes_to_each_job_of_the_pass_once)
 Test(server_share, a_copy_not_acknowledged_is_freed_with_the_server)
 {
     hooks_t h = {.member_on = true};
-    sl_worker_budget_t *budget = sl_worker_budget_new(NULL, 1 << 20);
-    sl_worker_server_opts_t o = {.listen = "127.0.0.1:0",
-                                 .job_id = "a",
-                                 .budget = budget,
-                                 .lease_live = live,
-                                 .lease_retire = retire,
-                                 .lease_members = members,
-                                 .lease_ctx = &h};
-    sl_worker_server_t *s = NULL;
+    sl_worker_budget_t *budget;
+    sl_worker_server_t *s = start_shared(&h, &budget);
     sl_error_t err = {0};
-    cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_worker_budget_acquire(budget, 100, 0), SL_OK);
     sl_worker_budget_pin(budget, 100);
     sl_worker_server_item_t it = {.frame = sl_alloc(NULL, 100),

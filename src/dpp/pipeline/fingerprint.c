@@ -59,6 +59,19 @@ static void put_f64(XXH3_state_t *h, double v)
     XXH3_64bits_update(h, b, sizeof b);
 }
 
+/* The 8-byte argument at at: a double (real), else an integer. */
+static void put_word(XXH3_state_t *h, const char *at, bool real)
+{
+    uint64_t u;
+    double d;
+    memcpy(&u, at, sizeof u);
+    memcpy(&d, at, sizeof d);
+    if (real)
+        put_f64(h, d);
+    else
+        put_u64(h, u);
+}
+
 static void put_str(XXH3_state_t *h, const char *s)
 {
     uint8_t b[9];
@@ -142,22 +155,16 @@ static sl_err_t put_op(XXH3_state_t *h, const sl_pipeline_job_t *job, const sl_p
         }
         case ARG_NUMBER:
         case ARG_POS_NUMBER:
-        case ARG_RATE: {
-            double d;
-            memcpy(&d, at, sizeof d);
-            put_f64(h, d);
+        case ARG_RATE:
+            put_word(h, at, true);
             break;
-        }
         case ARG_UINT:
         case ARG_POS_INT:
         case ARG_POS_INT32:
         case ARG_NGRAM_N:
-        case ARG_INT: {
-            uint64_t u;
-            memcpy(&u, at, sizeof u);
-            put_u64(h, u);
+        case ARG_INT:
+            put_word(h, at, false);
             break;
-        }
         case ARG_BORDERS: {
             dpp_borders_t b;
             memcpy(&b, at, sizeof b);
