@@ -1,12 +1,15 @@
 /* Benchmark helpers: clock, memcpy baseline, sink, the MovieLens rows. */
 #include "bench_util.h"
 
+#include <libgen.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "sluice/trainer.h"
 #include "warehouse/import.h"
 
 double bench_now(void)
@@ -21,6 +24,65 @@ double bench_cpu_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int bench_sluice_binary(const char *argv0, const char *who, char *out, size_t cap)
+{
+    const char *b = getenv("SLUICE_BINARY");
+    if (b) {
+        snprintf(out, cap, "%s", b);
+    } else {
+        char self[1024];
+        snprintf(self, sizeof self, "%s", argv0);
+        snprintf(out, cap, "%s/sluice", dirname(self));
+    }
+    if (access(out, X_OK) == 0) return 0;
+    fprintf(stderr, "%s: no sluice program at %s (set SLUICE_BINARY)\n", who, out);
+    return -1;
+}
+
+int bench_gen_criteo(const char *dir, uint64_t rows, uint32_t files, uint32_t stripe_rows,
+                     const char *who)
+{
+    sl_wh_gen_spec_t spec;
+    sl_error_t err = {0};
+    sl_wh_gen_preset("criteo", rows, 1, &spec, &err);
+    spec.files = files;
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.no_sync = true;
+    go.writer.stripe_rows = stripe_rows;
+    if (sl_wh_gen_table(dir, &spec, &go, NULL, &err) == SL_OK) return 0;
+    fprintf(stderr, "%s: %s\n", who, err.msg);
+    return -1;
+}
+
+void *bench_trainer_run(void *arg)
+{
+    bench_trainer_t *c = arg;
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.master = c->master;
+    o.job_id = c->job;
+    o.rank = c->rank;
+    o.world_size = c->world_size ? c->world_size : 1;
+    o.prefetch = c->prefetch ? c->prefetch : 8;
+    o.refresh_ms = 200;
+    sl_trainer_t *t;
+    sl_error_t err = {0};
+    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
+        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+        return NULL;
+    }
+    sl_batch_t *b;
+    while (!atomic_load(&c->stop) && (c->end = sl_trainer_next(t, 120000, &b, &err)) == SL_OK) {
+        c->last = bench_now();
+        if (c->samples == 0) c->first = c->last;
+        c->samples += b->batch_size;
+        sl_trainer_release(t, b);
+        if (c->delay_us) usleep(c->delay_us);
+    }
+    if (c->end != SL_OK && c->end != SL_ERR_CLOSED) snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+    sl_trainer_close(t);
+    return NULL;
 }
 
 static volatile unsigned char sink;

@@ -21,6 +21,33 @@ void bench_consume(const void *p, size_t n);
 /* Process CPU seconds (user + system), for per-core figures. */
 double bench_cpu_seconds(void);
 
+/* The sluice program for benchmarks that run it: $SLUICE_BINARY, else
+ * `sluice` next to argv0 (the benchmark). @return 0, or -1 with a message
+ * on stderr starting with who. */
+int bench_sluice_binary(const char *argv0, const char *who, char *out, size_t cap);
+
+/* A trainer client in master mode on a thread of the benchmark
+ * (bench_trainer_run): set master, job, rank, world_size (0: 1), prefetch,
+ * delay_us (after each batch); stop ends it after its current batch. It
+ * counts samples and the times of its first and last batch; end is
+ * SL_ERR_CLOSED when the job ended, else what failed (msg). */
+typedef struct bench_trainer {
+    const char *master, *job;
+    uint32_t rank, world_size, prefetch, delay_us;
+    _Atomic bool stop;
+    uint64_t samples;
+    double first, last;
+    int end; /* sl_err_t */
+    char msg[SL_ERROR_MSG_MAX];
+} bench_trainer_t;
+void *bench_trainer_run(void *arg);
+
+/* A generated criteo table (sl_wh_gen_preset "criteo", seed 1) of rows rows
+ * in files files, stripes of stripe_rows, at dir. @return 0, or -1 with a
+ * message on stderr starting with who. */
+int bench_gen_criteo(const char *dir, uint64_t rows, uint32_t files, uint32_t stripe_rows,
+                     const char *who);
+
 /* One read of every data file of table t (in dir) with opts, on this
  * thread: wall and process CPU seconds, rows, decoded bytes (the output
  * tensors), file bytes read, stripes. @return 0 or -1 (message on stderr). */

@@ -37,46 +37,6 @@
 
 static char dir[256], binary[1024], table[300];
 
-typedef struct client {
-    const char *master, *job;
-    uint32_t rank;
-    uint32_t delay_us;
-    atomic_bool stop;
-    uint64_t samples;
-    double first, last; /* times of the first and last batch */
-    sl_err_t end;
-    char msg[SL_ERROR_MSG_MAX];
-} client_t;
-
-static void *client_run(void *arg)
-{
-    client_t *c = arg;
-    sl_trainer_opts_t o = sl_trainer_opts_default();
-    o.master = c->master;
-    o.job_id = c->job;
-    o.rank = c->rank;
-    o.world_size = 2;
-    o.prefetch = 8;
-    o.refresh_ms = 200;
-    sl_trainer_t *t;
-    sl_error_t err = {0};
-    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
-        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
-        return NULL;
-    }
-    sl_batch_t *b;
-    while (!atomic_load(&c->stop) && (c->end = sl_trainer_next(t, 60000, &b, &err)) == SL_OK) {
-        c->last = bench_now();
-        if (c->samples == 0) c->first = c->last;
-        c->samples += b->batch_size;
-        sl_trainer_release(t, b);
-        if (c->delay_us) usleep(c->delay_us);
-    }
-    if (c->end != SL_OK && c->end != SL_ERR_CLOSED) snprintf(c->msg, sizeof c->msg, "%s", err.msg);
-    sl_trainer_close(t);
-    return NULL;
-}
-
 static sl_master_t *master_start(uint64_t lease_ms)
 {
     char state[300];
@@ -133,11 +93,12 @@ static double throughput(sl_master_t *m, sl_master_executor_t *ex, const char *i
         fprintf(stderr, "bench_fleet: %s\n", err.msg);
         return 0;
     }
-    client_t c[2] = {{.master = sl_master_address(m), .job = id, .rank = 0},
-                     {.master = sl_master_address(m), .job = id, .rank = 1}};
+    bench_trainer_t c[2] = {
+        {.master = sl_master_address(m), .job = id, .rank = 0, .world_size = 2},
+        {.master = sl_master_address(m), .job = id, .rank = 1, .world_size = 2}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
-        pthread_create(&th[i], NULL, client_run, &c[i]);
+        pthread_create(&th[i], NULL, bench_trainer_run, &c[i]);
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
     sl_master_executor_scale(ex, id, 0, NULL, NULL, &err);
@@ -174,11 +135,12 @@ static int recovery(uint64_t lease_ms)
     sl_error_t err = {0};
     if (submit(m, id, 2) != 0 || sl_master_executor_scale(ex, id, 2, NULL, NULL, &err) != SL_OK)
         return 1;
-    client_t c[2] = {{.master = sl_master_address(m), .job = id, .rank = 0, .delay_us = 20000},
-                     {.master = sl_master_address(m), .job = id, .rank = 1, .delay_us = 20000}};
+    bench_trainer_t c[2] = {
+        {.master = sl_master_address(m), .job = id, .rank = 0, .world_size = 2, .delay_us = 20000},
+        {.master = sl_master_address(m), .job = id, .rank = 1, .world_size = 2, .delay_us = 20000}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
-        pthread_create(&th[i], NULL, client_run, &c[i]);
+        pthread_create(&th[i], NULL, bench_trainer_run, &c[i]);
     /* Wait for both workers to hold a lease. */
     pid_t victim = 0;
     for (int tries = 0; tries < 300 && !victim; tries++) {
@@ -249,32 +211,11 @@ int main(int argc, char **argv)
             lease_ms = strtoull(argv[i + 1], NULL, 10);
     }
     signal(SIGPIPE, SIG_IGN);
-    const char *b = getenv("SLUICE_BINARY");
-    if (b) {
-        snprintf(binary, sizeof binary, "%s", b);
-    } else {
-        char self[1024];
-        snprintf(self, sizeof self, "%s", argv[0]);
-        snprintf(binary, sizeof binary, "%s/sluice", dirname(self));
-    }
-    if (access(binary, X_OK) != 0) {
-        fprintf(stderr, "bench_fleet: no sluice program at %s (set SLUICE_BINARY)\n", binary);
-        return 1;
-    }
+    if (bench_sluice_binary(argv[0], "bench_fleet", binary, sizeof binary) != 0) return 1;
     snprintf(dir, sizeof dir, "/tmp/sluice-bench-fleet-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     snprintf(table, sizeof table, "%s/criteo", dir);
-    sl_wh_gen_spec_t spec;
-    sl_error_t err = {0};
-    sl_wh_gen_preset("criteo", rows, 1, &spec, &err);
-    spec.files = 4;
-    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
-    go.writer.no_sync = true;
-    go.writer.stripe_rows = 16384;
-    if (sl_wh_gen_table(table, &spec, &go, NULL, &err) != SL_OK) {
-        fprintf(stderr, "bench_fleet: %s\n", err.msg);
-        return 1;
-    }
+    if (bench_gen_criteo(table, rows, 4, 16384, "bench_fleet") != 0) return 1;
     printf("bench_fleet: criteo, %llu rows, stripes of 16384 (one split each), batches of 2048, "
            "2 trainer clients, 1 transform thread per worker, %ld cores\n",
            (unsigned long long)rows, sysconf(_SC_NPROCESSORS_ONLN));

@@ -24,8 +24,8 @@
 
 typedef struct worker_args {
     const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file;
-    uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms;
-    bool exit_when_done;
+    uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms, share_window;
+    bool exit_when_done, no_share;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
 } worker_args_t;
@@ -67,6 +67,12 @@ static const sl_cli_opt_t wopts[] = {
     {"client-conn-idle-ms", SL_CLI_UINT, "MS", "60000", NULL, 1, INT32_MAX, 0, W(conn_idle_ms),
      "close a trainer connection that sends nothing this long while it holds no batch (the "
      "client reconnects)"},
+    {"share-window", SL_CLI_UINT, "N", "64", NULL, 1, UINT32_MAX, 0, W(share_window),
+     "shared passes (`--master`): a job served along with this worker's that has N batches not "
+     "yet acknowledged (or whose copies hold a quarter of `--memory-limit`) stops sharing and is "
+     "read on its own from then on"},
+    {"no-share", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(no_share),
+     "take no shared passes: serve this worker's job only"},
 };
 
 static const sl_cli_group_t worker_group = SL_CLI_OWN_GROUP(wopts);
@@ -184,7 +190,9 @@ int sl_cli_worker(int argc, char **argv)
                                             .job_id = job_id,
                                             .admin_address = admin ? admin_real : NULL,
                                             .threads = o.threads,
-                                            .cluster_secret = secret};
+                                            .cluster_secret = secret,
+                                            .share_window = (uint32_t)args.share_window,
+                                            .no_share = args.no_share};
         rc = sl_worker_lease_prep_new(&mo, o.listen, &prep, &err);
         if (rc == SL_OK) {
             char host[256];
@@ -293,6 +301,10 @@ int sl_cli_worker(int argc, char **argv)
                " done), revoked %" PRIu64 ", reconnects %" PRIu64 "%s\n",
                master, m.job_id, m.leases, m.split_reads, m.splits_done, m.revoked, m.reconnects,
                m.stop ? ", retired by the master" : "");
+        printf("  shared passes: %" PRIu64 " leases of other jobs, %" PRIu64
+               " batches served to them (%" PRIu64 " bytes), %" PRIu64 " detached\n",
+               m.shared_leases, st.server.shared_batches, st.server.shared_bytes,
+               m.shares_detached);
     }
     fflush(stdout);
     sl_worker_destroy(w);

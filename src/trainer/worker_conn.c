@@ -148,6 +148,9 @@ static sl_err_t hello(tr_conn_t *c, int fd, uint64_t deadline_ms, uint32_t *wind
     h.client_name = t->client_name;
     h.rank = t->rank;
     h.world_size = t->world_size;
+    /* master mode: the job, so that a worker of a shared pass (one that
+     * serves several jobs, docs/DESIGN.md) sends this job's batches */
+    if (t->fleet) h.job_id = t->fleet->job_id;
     sl_err_t rc = sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, err);
     if (rc != SL_OK) return rc;
     sl_rpc_frame_t f;

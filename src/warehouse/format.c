@@ -196,6 +196,7 @@ static sl_err_t read_frame(wh_file_t *f, uint8_t **footer, sl_error_t *err)
     rc = wh_source_read(&f->src, buf, footer_len, f->footer_offset, err);
     if (rc == SL_OK && XXH3_64bits(buf, footer_len) != get_u64(trailer + 4))
         rc = sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: checksum mismatch", name);
+    f->footer_checksum = get_u64(trailer + 4);
     if (rc != SL_OK) {
         sl_free(f->a, buf, footer_len);
         return rc;

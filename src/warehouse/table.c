@@ -630,6 +630,7 @@ sl_err_t sl_wh_table_splits(const sl_wh_table_t *t, const sl_wh_filter_t *filter
                 sp->first_row = f->stripes[s].first_row;
                 sp->num_rows = 0;
                 sp->bytes = 0;
+                sp->footer_checksum = f->footer_checksum;
                 for (uint32_t k = s; k < e; k++) {
                     sp->num_rows += f->stripes[k].rows;
                     sp->bytes += f->stripes[k].length;

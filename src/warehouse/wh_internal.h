@@ -113,6 +113,7 @@ typedef struct wh_file {
     Sluice__FileFooter *footer;
     sl_wh_schema_t *schema;
     uint64_t footer_offset, footer_bytes, rows;
+    uint64_t footer_checksum; /* XXH3-64 of the footer, as the trailer gives it (checked) */
     uint32_t num_stripes;
     wh_stripe_t *stripes;
     uint32_t num_streams;

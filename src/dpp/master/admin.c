@@ -12,6 +12,7 @@
  *   DELETE /jobs/{id}          (token)  remove; DELETE /jobs {"id": ...} too
  *   POST   /jobs/{id}/scale    (token)  {"workers": N}
  *   POST   /jobs/{id}/resubmit (token)  {"resume_token(s)": ...}: start it again */
+#include <inttypes.h>
 #include <string.h>
 
 #include <gnutls/gnutls.h>
@@ -261,6 +262,24 @@ static json_t *kafka_json(const sl_master_job_view_t *v)
     return a;
 }
 
+/* Shared passes: the plan's fingerprint (16 hex digits; "" for a job
+ * journaled before fingerprints), its "share", and the jobs sharing it. */
+static void add_share_json(json_t *o, const sl_master_job_view_t *v)
+{
+    char fp[20] = "";
+    if (v->status.plan_fingerprint != 0)
+        snprintf(fp, sizeof fp, "%016" PRIx64, v->status.plan_fingerprint);
+    json_object_set_new(o, "fingerprint", json_string(fp));
+    json_object_set_new(o, "share", json_boolean(v->status.share));
+    json_t *peers = json_array();
+    for (uint32_t i = 0; peers != NULL && i < v->num_shares_with; i++)
+        json_array_append_new(peers, json_string(v->shares_with[i]));
+    json_object_set_new(o, "shares_with", peers);
+    json_object_set_new(o, "shared_batches", json_integer((json_int_t)v->shared_batches));
+    json_object_set_new(o, "shared_bytes_saved", json_integer((json_int_t)v->shared_bytes));
+    json_object_set_new(o, "shared_cpu_seconds_saved", json_real((double)v->shared_cpu_ns / 1e9));
+}
+
 static json_t *job_json(const sl_master_job_view_t *v)
 {
     const sl_master_state_job_status_t *st = &v->status;
@@ -290,6 +309,7 @@ static json_t *job_json(const sl_master_job_view_t *v)
                                           : 1.0));
         json_object_set_new(o, "bytes_encoded", json_integer((json_int_t)v->bytes_encoded));
         if (v->num_kafka > 0) json_object_set_new(o, "kafka", kafka_json(v));
+        add_share_json(o, v);
         json_object_set_new(o, "bytes_saved",
                             json_integer((json_int_t)(v->bytes_expanded > v->bytes_encoded
                                                           ? v->bytes_expanded - v->bytes_encoded

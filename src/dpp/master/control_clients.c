@@ -66,9 +66,15 @@ void mp_on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a)
         return;
     }
     size_t n = 0;
+    /* and the workers of the jobs it shares passes with, which serve its
+     * batches too (docs/DESIGN.md, "Shared passes") */
+    uint32_t np = mp_fp_peers_locked(m, a->job_id);
     for (uint32_t w = 0; w < m->nworkers; w++) {
         const mp_worker *wk = &m->workers[w];
-        if (wk->conn < 0 || strcmp(wk->job, a->job_id) != 0 || wk->serve[0] == '\0') continue;
+        bool mine = strcmp(wk->job, a->job_id) == 0;
+        for (uint32_t k = 0; !mine && wk->shares && k < np; k++)
+            mine = strcmp(wk->job, m->fp_peers[k]) == 0;
+        if (wk->conn < 0 || !mine || wk->serve[0] == '\0') continue;
         sluice__control__worker_info__init(&infos[n]);
         infos[n].worker_id = (char *)wk->id;
         infos[n].serve_address = (char *)wk->serve;

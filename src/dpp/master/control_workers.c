@@ -159,6 +159,7 @@ void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register 
               r->job_id[0] != '\0' ? " for job " : "", r->job_id, r->serve_address, nheld,
               nheld == 1 ? "" : "s");
     w->incarnation = r->incarnation;
+    w->shares = r->shares;
     snprintf(w->serve, sizeof w->serve, "%s", r->serve_address);
     snprintf(w->admin, sizeof w->admin, "%s", r->admin_address);
     if (r->job_id[0] != '\0') snprintf(w->job, sizeof w->job, "%s", r->job_id);
@@ -181,6 +182,99 @@ static void no_work(sl_master_t *m, uint32_t i, uint64_t retry, const char *why)
     mp_send(m, i, SL_RPC_NO_WORK, &nw.base);
 }
 
+/* Are the committed ranges of split in jobs a and b's current epochs the
+ * same (so a lease of either would have the same todo)? */
+static bool same_todo(sl_master_t *m, const char *a, const char *b, uint32_t split)
+    SL_REQUIRES(m->mu)
+{
+    const sl_dpp_row_range_t *ra, *rb;
+    uint32_t na, nb;
+    sl_error_t err = {0};
+    if (sl_master_state_committed(m->st, a, split, &ra, &na, &err) != SL_OK) return false;
+    /* ra is borrowed until the next call on the state: compare as we go */
+    sl_dpp_row_range_t first[16];
+    if (na > 16) return false; /* a split this fragmented is leased on its own */
+    if (na > 0) memcpy(first, ra, na * sizeof *ra); /* ra may be NULL when there are none */
+    if (sl_master_state_committed(m->st, b, split, &rb, &nb, &err) != SL_OK || nb != na)
+        return false;
+    return na == 0 || memcmp(first, rb, na * sizeof *rb) == 0;
+}
+
+/* A shared pass (docs/DESIGN.md, "Shared passes"): lease l (of job, just
+ * granted to w) goes with the same split of every job sharing job's plan
+ * fingerprint whose split is PENDING in the same epoch with the same todo,
+ * each under its own lease (its own generation and ledger), to w as well.
+ * Only a worker that serves shared passes, dynamic sharding, jobs not
+ * detached for lagging. Their refs go to refs (at most MP_SHARE_MAX).
+ * @return how many. */
+static uint32_t share_pass(sl_master_t *m, mp_worker *w, const char *job,
+                           const sl_master_lease_t *l, Sluice__Control__SplitRef *refs,
+                           Sluice__Control__SplitRef **ptrs) SL_REQUIRES(m->mu)
+{
+    mp_job *me = mp_job_find(m, job);
+    if (!w->shares || me == NULL || me->solo || l->rank_plus_one != 0) return 0;
+    uint32_t np = mp_fp_peers_locked(m, job), n = 0;
+    uint64_t now = sl_clock_ms();
+    for (uint32_t k = 0; k < np && n < MP_SHARE_MAX; k++) {
+        const char *peer = m->fp_peers[k];
+        mp_job *pj = mp_job_find(m, peer);
+        sl_master_state_job_status_t st;
+        sl_error_t err = {0};
+        if (pj == NULL || pj->solo || sl_master_state_job_status(m->st, peer, &st, &err) != SL_OK ||
+            st.static_sharding || st.failed || st.finished || st.epoch != l->epoch ||
+            !same_todo(m, job, peer, l->split))
+            continue;
+        sl_master_lease_t pl;
+        if (sl_master_state_lease_split(m->st, peer, l->split, w->id, now, &pl, &err) != SL_OK)
+            continue; /* not PENDING (leased, done), or no room: it goes on its own */
+        sluice__control__split_ref__init(&refs[n]);
+        refs[n].job_id = pj->id;
+        refs[n].epoch = pl.epoch;
+        refs[n].split = pl.split;
+        refs[n].generation = pl.generation;
+        ptrs[n] = &refs[n];
+        n++;
+        sl_log_kv(SL_LOG_INFO, "lease_shared",
+                  (SL_KV_STR("job", peer), SL_KV_U64("split", pl.split),
+                   SL_KV_U64("epoch", pl.epoch), SL_KV_U64("generation", pl.generation),
+                   SL_KV_STR("worker", w->id), SL_KV_STR("with", job)),
+                  "job %s split %u epoch %u: leased to worker %s, shared with job %s", peer,
+                  pl.split, pl.epoch, w->id, job);
+    }
+    return n;
+}
+
+/* Shared passes keep in step at an epoch's start: job (in its epoch e)
+ * waits while a job sharing its passes is still finishing epoch e - 1
+ * (nothing of it pending, only leased splits left: a matter of its last
+ * acknowledgements), at most MP_SHARE_SYNC_MS from when job's epoch e was
+ * first asked for; otherwise its fast worker reads the whole of epoch e
+ * alone before the other can join. A peer further behind (splits still
+ * pending) is not waited for. @return true to answer NO_WORK for now. */
+static bool wait_for_peers(sl_master_t *m, const char *job, uint64_t now) SL_REQUIRES(m->mu)
+{
+    mp_job *me = mp_job_find(m, job);
+    sl_master_state_job_status_t st, ps;
+    sl_error_t err = {0};
+    if (me == NULL || me->solo || sl_master_state_job_status(m->st, job, &st, &err) != SL_OK ||
+        !st.share || st.epoch == 0 || st.finished || st.failed)
+        return false;
+    if (me->sync_epoch != st.epoch) {
+        me->sync_epoch = st.epoch;
+        me->sync_since_ms = now;
+    }
+    if (now - me->sync_since_ms >= MP_SHARE_SYNC_MS) return false;
+    uint32_t np = mp_fp_peers_locked(m, job);
+    for (uint32_t k = 0; k < np; k++) {
+        const mp_job *pj = mp_job_find(m, m->fp_peers[k]);
+        if (pj != NULL && !pj->solo &&
+            sl_master_state_job_status(m->st, pj->id, &ps, &err) == SL_OK && !ps.finished &&
+            !ps.failed && ps.epoch + 1 == st.epoch && ps.pending == 0)
+            return true;
+    }
+    return false;
+}
+
 void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__LeaseRequest *r)
 {
     mp_worker *w = &m->workers[m->conns[i].worker];
@@ -195,6 +289,10 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
     }
     if (want[0] != '\0') {
         job = want;
+        if (w->shares && wait_for_peers(m, job, sl_clock_ms())) {
+            no_work(m, i, 20, "waiting for a job sharing this one's passes to end its epoch");
+            return;
+        }
         rc = sl_master_state_lease_next(m->st, job, w->id, sl_clock_ms(), &l, &err);
     } else {
         /* Any job: the one with the fewest workers for its demand. */
@@ -248,7 +346,11 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
         store[k].to_row = l.todo[k].to_row;
         todo[k] = &store[k];
     }
+    Sluice__Control__SplitRef shared[MP_SHARE_MAX], *shared_p[MP_SHARE_MAX];
+    uint32_t nshared = share_pass(m, w, job, &l, shared, shared_p);
     Sluice__Control__Lease le = SLUICE__CONTROL__LEASE__INIT;
+    le.n_shared = nshared;
+    le.shared = shared_p;
     le.ref = &ref;
     le.job_spec_json = (char *)st.spec_json;
     le.path = (char *)l.path;
@@ -300,6 +402,9 @@ void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbea
     w->samples = h->samples_sent;
     w->bytes_encoded = h->bytes_encoded;
     w->bytes_expanded = h->bytes_expanded;
+    w->shared_batches = h->shared_batches;
+    w->shared_bytes = h->shared_bytes;
+    w->shared_cpu_ns = h->shared_cpu_ns;
     w->leases = 0;
     /* out of memory: nothing revoked this time (the next heartbeat tells) */
     Sluice__Control__SplitRef **rev =
@@ -348,6 +453,15 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
                                                          r->ref->split, r->ref->generation, e,
                                                          (uint32_t)r->n_empty, &state, &err);
     if (e != one) sl_free(m->a, e, r->n_empty * sizeof *e);
+    mp_job *dj = r->detached && r->ref->job_id ? mp_job_find(m, r->ref->job_id) : NULL;
+    if (rc == SL_OK && dj != NULL && !dj->solo) {
+        dj->solo = true;
+        sl_log_kv(SL_LOG_INFO, "share_detached",
+                  (SL_KV_STR("job", dj->id), SL_KV_U64("split", r->ref->split),
+                   SL_KV_STR("worker", m->workers[m->conns[i].worker].id)),
+                  "job %s fell behind its shared pass on worker %s: leased on its own from now",
+                  dj->id, m->workers[m->conns[i].worker].id);
+    }
     if (rc == SL_OK) {
         d.result = state == SL_MASTER_SPLIT_DONE
                        ? SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE

@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "common/log.h"
-#include "dpp/admin/prom.h"
+#include "common/prom.h"
 #include "dpp/master/master_internal.h"
 #include "dpp/pipeline/job.h"
 #include "kafka/chunk.h"
@@ -365,9 +365,9 @@ uint32_t mp_kafka_view(sl_master_t *m, const char *job, const sl_master_kafka_vi
     return n;
 }
 
-void mp_kafka_metrics(sl_master_t *m, sl_admin_prom_t *p)
+void mp_kafka_metrics(sl_master_t *m, sl_prom_t *p)
 {
-    sl_admin_prom_family(p, "sluice_master_kafka_lag_records", "gauge",
+    sl_prom_family(p, "sluice_master_kafka_lag_records", "gauge",
                          "Per partition of a stream job: the high watermark minus the committed "
                          "prefix (records not delivered yet).");
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
@@ -379,23 +379,23 @@ void mp_kafka_metrics(sl_master_t *m, sl_admin_prom_t *p)
             if (high < 0) continue; /* not seen yet */
             char l1[600], l2[600], l3[64], num[16], lab[1400];
             snprintf(num, sizeof num, "%d", (int)pos[k].partition);
-            snprintf(lab, sizeof lab, "%s,%s,%s", sl_admin_prom_label(l1, sizeof l1, "job", j->id),
-                     sl_admin_prom_label(l2, sizeof l2, "topic", pos[k].topic),
-                     sl_admin_prom_label(l3, sizeof l3, "partition", num));
+            snprintf(lab, sizeof lab, "%s,%s,%s", sl_prom_label(l1, sizeof l1, "job", j->id),
+                     sl_prom_label(l2, sizeof l2, "topic", pos[k].topic),
+                     sl_prom_label(l3, sizeof l3, "partition", num));
             double lag = high > pos[k].committed ? (double)(high - pos[k].committed) : 0.0;
-            sl_admin_prom_sample(p, "sluice_master_kafka_lag_records", lab, lag);
+            sl_prom_sample(p, "sluice_master_kafka_lag_records", lab, lag);
         }
     }
-    sl_admin_prom_family(p, "sluice_master_kafka_watch_rounds_total", "counter",
+    sl_prom_family(p, "sluice_master_kafka_watch_rounds_total", "counter",
                          "Rounds of the Kafka watcher (partitions, watermarks, group mirror).");
-    sl_admin_prom_sample(p, "sluice_master_kafka_watch_rounds_total", NULL,
+    sl_prom_sample(p, "sluice_master_kafka_watch_rounds_total", NULL,
                          (double)atomic_load(&m->kafka_watch_rounds));
-    sl_admin_prom_family(p, "sluice_master_kafka_watch_errors_total", "counter",
+    sl_prom_family(p, "sluice_master_kafka_watch_errors_total", "counter",
                          "Broker requests of the Kafka watcher that failed (retried next round).");
-    sl_admin_prom_sample(p, "sluice_master_kafka_watch_errors_total", NULL,
+    sl_prom_sample(p, "sluice_master_kafka_watch_errors_total", NULL,
                          (double)atomic_load(&m->kafka_watch_errors));
-    sl_admin_prom_family(p, "sluice_master_kafka_group_commits_total", "counter",
+    sl_prom_family(p, "sluice_master_kafka_group_commits_total", "counter",
                          "Committed prefixes mirrored into the jobs' consumer groups.");
-    sl_admin_prom_sample(p, "sluice_master_kafka_group_commits_total", NULL,
+    sl_prom_sample(p, "sluice_master_kafka_group_commits_total", NULL,
                          (double)atomic_load(&m->kafka_group_commits));
 }

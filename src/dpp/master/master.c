@@ -22,6 +22,24 @@ mp_job *mp_job_find(sl_master_t *m, const char *id)
     return NULL;
 }
 
+uint32_t mp_fp_peers_locked(sl_master_t *m, const char *job_id)
+{
+    sl_master_state_job_status_t me, st;
+    sl_error_t err = {0};
+    if (sl_master_state_job_status(m->st, job_id, &me, &err) != SL_OK || !me.share ||
+        me.plan_fingerprint == 0)
+        return 0;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
+        const mp_job *j = &m->jobs[i];
+        if (!j->used || strcmp(j->id, job_id) == 0 ||
+            sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK)
+            continue;
+        if (st.share && st.plan_fingerprint == me.plan_fingerprint) m->fp_peers[n++] = j->id;
+    }
+    return n;
+}
+
 void mp_share_locked(sl_master_t *m)
 {
     uint32_t n = 0;
@@ -211,6 +229,7 @@ static void destroy(sl_master_t *m)
     sl_free(m->a, m->kview, (size_t)m->cap_kview * sizeof *m->kview);
     sl_free(m->a, m->jobs, sl_mul_size(m->opts.max_jobs, sizeof *m->jobs));
     sl_free(m->a, m->share, sl_mul_size(m->opts.max_jobs, sizeof *m->share));
+    sl_free(m->a, m->fp_peers, sl_mul_size(m->opts.max_jobs, sizeof *m->fp_peers));
     sl_free(m->a, m->workers, (size_t)m->cap_workers * sizeof *m->workers);
     sl_rpc_secret_free(m->secret);
     sl_mutex_destroy(&m->mu);
@@ -268,10 +287,11 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     sl_mutex_init(&m->mu);
     m->jobs = sl_calloc(a, o->max_jobs, sizeof *m->jobs);
     m->share = sl_calloc(a, o->max_jobs, sizeof *m->share);
+    m->fp_peers = sl_calloc(a, o->max_jobs, sizeof *m->fp_peers);
     const char *secret = o->cluster_secret;
     o->cluster_secret = NULL;            /* borrowed for the call only: m->secret is the copy */
     m->secret = sl_strdup(NULL, secret); /* freed by sl_rpc_secret_free */
-    if (m->jobs == NULL || m->share == NULL || (secret != NULL && m->secret == NULL)) {
+    if (m->jobs == NULL || m->share == NULL || m->fp_peers == NULL || (secret != NULL && m->secret == NULL)) {
         destroy(m);
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
@@ -458,6 +478,9 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     mp_kafka_stream_t stream = {0};
     sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &job, &table, &filter, &splits,
                              &stream, problems, err);
+    uint64_t fp = 0; /* a Kafka job has no fingerprint: its records are not a fixed input */
+    if (rc == SL_OK && !job->is_kafka)
+        rc = sl_pipeline_fingerprint(job, sl_wh_table_schema(table), splits, &fp, err);
     if (rc != SL_OK) goto out;
     sl_master_state_job_spec_t spec = {.job_id = job->id,
                                        .splits = splits != NULL ? splits->items : NULL,
@@ -473,7 +496,9 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                                        .static_sharding = req->static_sharding,
                                        .min_workers = req->min_workers,
                                        .max_workers = req->max_workers,
-                                       .skip_bad_splits = job->skip_bad_splits};
+                                       .skip_bad_splits = job->skip_bad_splits,
+                                       .plan_fingerprint = fp,
+                                       .share = job->share};
     sl_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
@@ -583,12 +608,16 @@ static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_
     v->granted_workers = j->granted;
     v->workers = v->clients = 0;
     v->bytes_encoded = v->bytes_expanded = 0;
+    v->shared_batches = v->shared_bytes = v->shared_cpu_ns = 0;
     for (uint32_t w = 0; w < m->nworkers; w++) {
         const mp_worker *mw = &m->workers[w];
         if (strcmp(mw->job, j->id) != 0) continue;
         v->workers += mw->conn >= 0;
         v->bytes_encoded += mw->bytes_encoded;
         v->bytes_expanded += mw->bytes_expanded;
+        v->shared_batches += mw->shared_batches;
+        v->shared_bytes += mw->shared_bytes;
+        v->shared_cpu_ns += mw->shared_cpu_ns;
     }
     for (uint32_t c = 0; c < m->opts.max_connections; c++)
         v->clients += m->conns[c].fd >= 0 && m->conns[c].kind == MP_CLIENT &&
@@ -597,6 +626,8 @@ static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_
     v->worker_busy = j->last_busy;
     v->autoscale_reason = j->as.reason;
     v->num_kafka = mp_kafka_view(m, j->id, &v->kafka);
+    v->num_shares_with = mp_fp_peers_locked(m, j->id);
+    v->shares_with = m->fp_peers;
     return true;
 }
 

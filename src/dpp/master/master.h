@@ -196,6 +196,14 @@ typedef struct sl_master_job_view {
     /* a stream job's partitions (borrowed for the visit), none for others */
     const sl_master_kafka_view_t *kafka;
     uint32_t num_kafka;
+    /* Shared passes: the other jobs of the same plan fingerprint that share
+     * with it (status.share on both; borrowed for the callback) */
+    const char *const *shares_with;
+    uint32_t num_shares_with;
+    /* what its workers' shared passes saved (heartbeats): batches served
+     * to the other jobs without computing them, their bytes, and the
+     * pipeline CPU they would have cost */
+    uint64_t shared_batches, shared_bytes, shared_cpu_ns;
 } sl_master_job_view_t;
 
 /* One worker id the master has seen. */

@@ -19,6 +19,11 @@
 #include "rpc/frame.h"
 
 #define MP_ID_MAX 256
+/* Jobs a shared pass leases along with the one asked for (Lease.shared). */
+#define MP_SHARE_MAX 15
+/* At an epoch's start a job waits at most this long for a sharing job that
+ * is finishing the previous epoch, so that they read the new one together. */
+#define MP_SHARE_SYNC_MS 1000
 #define MP_ADDR_MAX 256
 
 /* Per job: what the state machine does not keep (autoscaler, stats). */
@@ -33,6 +38,11 @@ typedef struct mp_job {
      * the autoscaler's count */
     uint32_t logged_epoch, logged_desired;
     bool logged_end;
+    /* A worker detached it from a shared pass (it fell behind): leased on
+     * its own from then on (docs/DESIGN.md, "Shared passes"). */
+    bool solo;
+    uint32_t sync_epoch;     /* the epoch whose start sync_since_ms is (wait_for_peers) */
+    uint64_t sync_since_ms;
 } mp_job;
 
 typedef struct mp_worker {
@@ -46,6 +56,8 @@ typedef struct mp_worker {
     uint32_t queued, leases;
     uint64_t memory, batches, samples;
     uint64_t bytes_encoded, bytes_expanded; /* its batches so far; and had dedup been off */
+    bool shares;                            /* REGISTER shares: it serves shared passes */
+    uint64_t shared_batches, shared_bytes, shared_cpu_ns; /* what its shared passes saved */
 } mp_worker;
 
 typedef enum { MP_NEW = 0, MP_WORKER = 1, MP_CLIENT = 2 } mp_kind;
@@ -100,6 +112,7 @@ struct sl_master {
     /* jobs and workers */
     mp_job *jobs;                       /* [opts.max_jobs] */
     sl_master_autoscale_share_t *share; /* [opts.max_jobs], scratch of mp_share_locked */
+    const char **fp_peers;              /* [opts.max_jobs], scratch of mp_fp_peers_locked */
     mp_worker *workers;                 /* [nworkers] of [cap_workers] */
     uint32_t nworkers, cap_workers;
     /* control connections (the control thread only, except counts) */
@@ -146,6 +159,12 @@ struct sl_master {
 mp_job *mp_job_find(sl_master_t *m, const char *id) SL_REQUIRES(m->mu);
 mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial)
     SL_REQUIRES(m->mu);
+/* The other jobs that share passes with job_id (docs/DESIGN.md, "Shared
+ * passes"): both have "share" on and the same non-zero plan fingerprint.
+ * Their ids (borrowed until a job is removed) go to m->fp_peers.
+ * @return how many. */
+uint32_t mp_fp_peers_locked(sl_master_t *m, const char *job_id) SL_REQUIRES(m->mu);
+
 /* Every job's granted count (sl_master_autoscale_fair_share over the used jobs;
  * finished jobs desire none). */
 void mp_share_locked(sl_master_t *m) SL_REQUIRES(m->mu);
@@ -232,8 +251,8 @@ uint32_t mp_kafka_view(sl_master_t *m, const char *job, const sl_master_kafka_vi
     SL_REQUIRES(m->mu);
 /* sluice_master_kafka_lag_records{job,topic,partition} and the watcher's
  * counters. */
-struct sl_admin_prom;
-void mp_kafka_metrics(sl_master_t *m, struct sl_admin_prom *p) SL_REQUIRES(m->mu);
+struct sl_prom;
+void mp_kafka_metrics(sl_master_t *m, struct sl_prom *p) SL_REQUIRES(m->mu);
 
 /* kafka_splits.c: a Kafka job's splits, one per chunk of each partition
  * between the spec's start and stop, resolved with the brokers (each

@@ -182,6 +182,10 @@ char *sl_master_metrics_text(sl_master_t *m)
         FINISHED,
         SKIPPED,
         SKIPPED_ROWS,
+        SHARES_WITH,
+        SHARED_BATCHES,
+        SHARED_BYTES,
+        SHARED_CPU,
         NFIG
     };
     static const struct {
@@ -205,10 +209,19 @@ char *sl_master_metrics_text(sl_master_t *m)
         {"sluice_master_skipped_splits_total", "counter",
          "Splits skipped without their rows (on_bad_split skip), every epoch."},
         {"sluice_master_skipped_rows_total", "counter", "Rows of skipped splits not delivered."},
+        {"sluice_master_job_shares_with", "gauge",
+         "Other jobs of the same plan fingerprint this job shares passes with."},
+        {"sluice_master_shared_batches", "gauge",
+         "Batches the job's workers served to other jobs of a shared pass without computing "
+         "them (their heartbeats)."},
+        {"sluice_master_shared_bytes_saved", "gauge", "Encoded bytes of those batches."},
+        {"sluice_master_shared_cpu_seconds_saved", "gauge",
+         "Pipeline CPU seconds those batches would have cost."},
     };
     static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,     WAIT,    BUSY,
                                     QUEUED,         WORKER_MEMORY,  DESIRED,     GRANTED, FAILED,
-                                    FINISHED,       SKIPPED,        SKIPPED_ROWS};
+                                    FINISHED,       SKIPPED,        SKIPPED_ROWS, SHARES_WITH,
+                                    SHARED_BATCHES, SHARED_BYTES,   SHARED_CPU};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);
@@ -235,10 +248,17 @@ char *sl_master_metrics_text(sl_master_t *m)
         f[FINISHED] = st.finished ? 1 : 0;
         f[SKIPPED] = (double)st.skipped_splits;
         f[SKIPPED_ROWS] = (double)st.skipped_rows;
+        f[SHARES_WITH] = mp_fp_peers_locked(m, j->id);
         for (uint32_t w = 0; w < m->nworkers; w++)
             if (m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0) {
                 f[QUEUED] += m->workers[w].queued;
                 f[WORKER_MEMORY] += (double)m->workers[w].memory;
+            }
+        for (uint32_t w = 0; w < m->nworkers; w++)
+            if (strcmp(m->workers[w].job, j->id) == 0) {
+                f[SHARED_BATCHES] += (double)m->workers[w].shared_batches;
+                f[SHARED_BYTES] += (double)m->workers[w].shared_bytes;
+                f[SHARED_CPU] += (double)m->workers[w].shared_cpu_ns / 1e9;
             }
     }
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
@@ -257,6 +277,20 @@ char *sl_master_metrics_text(sl_master_t *m)
                 sl_prom_sample(&p, fam[k].name, lab, f[SPLITS_PENDING + st]);
             }
         }
+    }
+    /* the plan's fingerprint as a label, to group jobs by it in a query */
+    sl_prom_family(&p, "sluice_master_job_plan_info", "gauge",
+                         "1 per job, labelled with its plan fingerprint and whether it shares.");
+    for (uint32_t i = 0; i < njobs; i++) {
+        sl_master_state_job_status_t st;
+        sl_error_t err = {0};
+        if (sl_master_state_job_status(m->st, ids[i], &st, &err) != SL_OK) continue;
+        char fp[20], l3[64], l4[32];
+        snprintf(fp, sizeof fp, "%016" PRIx64, st.plan_fingerprint);
+        snprintf(lab, sizeof lab, "%s,%s,%s", sl_prom_label(l2, sizeof l2, "job", ids[i]),
+                 sl_prom_label(l3, sizeof l3, "fingerprint", fp),
+                 sl_prom_label(l4, sizeof l4, "share", st.share ? "true" : "false"));
+        sl_prom_sample(&p, "sluice_master_job_plan_info", lab, 1);
     }
     sl_free(m->a, fig, sl_mul_size(nfig, sizeof *fig));
     sl_free(m->a, ids, sl_mul_size(m->opts.max_jobs, sizeof *ids));

@@ -167,6 +167,8 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     jb->min_workers = spec->min_workers;
     jb->max_workers = spec->max_workers;
     jb->skip_bad = spec->skip_bad_splits;
+    jb->plan_fp = spec->plan_fingerprint;
+    jb->share = spec->share;
     jb->fingerprint = spec->kafka_chunk > 0 ? 0 : m_fingerprint(l);
     jb->epoch = rec->start_epoch;
     bool finished = jb->epoch >= jb->epochs;
@@ -341,6 +343,8 @@ sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_
         .batches = jb->batches,
         .samples = jb->samples,
         .skip_bad_splits = jb->skip_bad,
+        .plan_fingerprint = jb->plan_fp,
+        .share = jb->share,
         .failed = jb->failed,
         .failure_split = jb->fail_split,
         .failure_epoch = jb->fail_epoch,

@@ -168,6 +168,10 @@ typedef struct sl_master_state_job_spec {
     const sl_master_kafka_partition_t *kafka_partitions;
     uint32_t num_kafka_partitions;
     uint32_t kafka_chunk; /* offsets per chunk, 1..2^31 */
+    /* Shared passes (docs/DESIGN.md): the plan's fingerprint
+     * (sl_pipeline_fingerprint; 0: none, never shares) and the spec's "share". */
+    uint64_t plan_fingerprint;
+    bool share;
 } sl_master_state_job_spec_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
@@ -234,6 +238,8 @@ typedef struct sl_master_state_job_status {
     const char *failure_file, *failure_message; /* "" when not failed */
     uint32_t split_failures;                    /* failures counted this epoch, every split */
     uint64_t skipped_splits, skipped_rows;      /* on_bad_split "skip", every epoch */
+    uint64_t plan_fingerprint;                  /* as in the spec */
+    bool share;
 } sl_master_state_job_status_t;
 
 sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,
@@ -315,6 +321,18 @@ typedef struct sl_master_lease {
  * SL_ERR_TOO_LARGE when worker would exceed max_workers. */
 sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, const char *worker,
                                     uint64_t now_ms, sl_master_lease_t *out, sl_error_t *err);
+
+/* Lease split (an index in the job's split list) of the job's current
+ * epoch to worker, whatever its place in the epoch order, as lease_next
+ * does otherwise (todo, generation, journal): for a shared pass, which
+ * leases the same split of every job of a plan fingerprint to one worker
+ * (docs/DESIGN.md, "Shared passes"). split UINT32_MAX: the next in epoch
+ * order (sl_master_state_lease_next). @return SL_ERR_AGAIN when the split
+ * is not PENDING (or the job finished or failed), SL_ERR_NOT_FOUND for an
+ * unknown job or split. */
+sl_err_t sl_master_state_lease_split(sl_master_state_t *m, const char *job_id, uint32_t split,
+                                     const char *worker_id, uint64_t now_ms,
+                                     sl_master_lease_t *out, sl_error_t *err);
 
 /* A lease as its worker names it (HEARTBEAT, REGISTER). */
 typedef struct sl_master_lease_ref {

@@ -76,6 +76,8 @@ typedef struct job {
     uint64_t committed_rows, total_rows;
     uint64_t batches, samples; /* accepted commits and their samples, every epoch */
     bool skip_bad;             /* on_bad_split "skip" */
+    uint64_t plan_fp;          /* the plan's fingerprint (shared passes); 0: none */
+    bool share;                /* the spec's "share" */
     bool failed;               /* JobFailed: terminal, see state_failure.c */
     uint32_t fail_split, fail_epoch;
     int32_t fail_stripe, fail_code;

@@ -204,34 +204,61 @@ void m_do_release(sl_master_state_t *m, uint32_t slot, uint32_t split, uint8_t n
     if (new_state == SL_MASTER_SPLIT_PENDING) heap_push(jb, split);
 }
 
+/* Lease split (PENDING) of job jb in slot to worker_id. */
+static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t slot, uint32_t split,
+                         const char *worker_id, uint64_t now_ms, sl_master_lease_t *out,
+                         sl_error_t *err);
+
 sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, const char *worker_id,
                                     uint64_t now_ms, sl_master_lease_t *out, sl_error_t *err)
 {
-    uint32_t slot, w;
+    return sl_master_state_lease_split(m, job_id, UINT32_MAX, worker_id, now_ms, out, err);
+}
+
+sl_err_t sl_master_state_lease_split(sl_master_state_t *m, const char *job_id, uint32_t split,
+                                     const char *worker_id, uint64_t now_ms,
+                                     sl_master_lease_t *out, sl_error_t *err)
+{
+    uint32_t slot;
     if (now_ms > m->now_ms) m->now_ms = now_ms;
     job *jb = m_find_job(m, job_id, &slot);
     if (jb == NULL) return m_no_job(job_id, err);
     if (jb->epoch >= jb->epochs)
         return sl_error_set(err, SL_ERR_AGAIN, "job '%s' finished", job_id);
     if (jb->failed) return sl_error_set(err, SL_ERR_AGAIN, "job '%s' failed", job_id);
-    uint32_t split = peek_pending(jb);
-    sl_err_t rc = SL_OK;
-    if (jb->chunk != 0) {
-        /* A Kafka job makes the chunks it needs now (state_kafka.c). Room
-         * for the lease first, so that the lease cannot fail for memory once
-         * the chunks' record is out: a new chunk has one todo range, and an
-         * older pending split stays first in the order. */
-        rc = m_worker_get(m, worker_id, &w, err);
-        if (rc == SL_OK && !m_worker_reserve(m, w))
-            rc = sl_error_set(err, SL_ERR_NOMEM, "lease for worker '%s'", worker_id);
-        if (rc == SL_OK) rc = reserve_todo(m, split != UINT32_MAX ? jb->st[split].nr + 1 : 1, err);
-        if (rc == SL_OK) rc = m_kafka_grow(m, slot, err);
-        if (rc != SL_OK) return rc;
+    if (split == UINT32_MAX) {
         split = peek_pending(jb);
+        if (jb->chunk != 0) {
+            /* A Kafka job makes the chunks it needs now (state_kafka.c). Room
+             * for the lease first, so that the lease cannot fail for memory
+             * once the chunks' record is out: a new chunk has one todo range,
+             * and an older pending split stays first in the order. */
+            uint32_t w;
+            sl_err_t rc = m_worker_get(m, worker_id, &w, err);
+            if (rc == SL_OK && !m_worker_reserve(m, w))
+                rc = sl_error_set(err, SL_ERR_NOMEM, "lease for worker '%s'", worker_id);
+            if (rc == SL_OK)
+                rc = reserve_todo(m, split != UINT32_MAX ? jb->st[split].nr + 1 : 1, err);
+            if (rc == SL_OK) rc = m_kafka_grow(m, slot, err);
+            if (rc != SL_OK) return rc;
+            split = peek_pending(jb);
+        }
+        if (split == UINT32_MAX)
+            return sl_error_set(err, SL_ERR_AGAIN, "job '%s': no pending split", job_id);
+    } else if (split >= jb->n) {
+        return sl_error_set(err, SL_ERR_NOT_FOUND, "job '%s' has no split %u", job_id, split);
+    } else if (jb->st[split].state != SL_MASTER_SPLIT_PENDING) {
+        return sl_error_set(err, SL_ERR_AGAIN, "job '%s' split %u is not pending", job_id, split);
     }
-    if (split == UINT32_MAX)
-        return sl_error_set(err, SL_ERR_AGAIN, "job '%s': no pending split", job_id);
-    rc = m_worker_get(m, worker_id, &w, err);
+    return lease_at(m, jb, slot, split, worker_id, now_ms, out, err);
+}
+
+static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t slot, uint32_t split,
+                         const char *worker_id, uint64_t now_ms, sl_master_lease_t *out,
+                         sl_error_t *err)
+{
+    uint32_t w;
+    sl_err_t rc = m_worker_get(m, worker_id, &w, err);
     if (rc != SL_OK) return rc;
     worker *wk = &m->workers[w];
     uint64_t gen = m->next_generation;
@@ -259,7 +286,10 @@ sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, co
         m->todo[nt++] = (sl_dpp_row_range_t){at, jb->defs[split].num_rows};
     rc = m_journal(m, &rec, err);
     if (rc != SL_OK) return rc;
-    take_pending(jb, split);
+    /* A split leased out of epoch order (a shared pass: state.h) stays where
+     * the pending queue has it; peek_pending drops it there once it is not
+     * PENDING, and finds it again if it becomes PENDING first. */
+    if (peek_pending(jb) == split) take_pending(jb, split);
     uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
     m_do_lease(m, slot, split, w, gen, expiry);
     const split_def *d = &jb->defs[split];

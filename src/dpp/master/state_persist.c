@@ -192,6 +192,8 @@ sl_err_t m_spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_s
         p->spec.n_kafka_partitions = nk;
         p->spec.kafka_partitions = p->kptrs;
     }
+    p->spec.plan_fingerprint = in->plan_fingerprint;
+    p->spec.share = in->share;
     if (in->job_id == NULL || (in->splits == NULL && in->num_splits > 0))
         return sl_error_set(err, SL_ERR_INVALID, "job spec without id or splits");
     if (in->num_splits > m->opts.max_splits)

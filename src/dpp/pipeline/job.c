@@ -555,6 +555,10 @@ static const dpp_field_t root_fields[] = {
     CUSTOM_KEY("transforms", parse_transforms, "array of transform objects (at most 4096)", "`[]`",
                "feature transforms, in order"),
     OBJECT_KEY("batch", batch, false, "see below", "batching"),
+    BOOL_KEY("share", share, true,
+             "under a master, read and transform each split once for every job of the same plan "
+             "fingerprint that shares (docs/JOBS.md, \"Shared passes\"); `false`: this job is "
+             "always read on its own"),
 };
 const dpp_object_t dpp_spec_root = {"$", root_fields, COUNT(root_fields)};
 

@@ -79,6 +79,8 @@ typedef struct sl_pipeline_job {
     uint64_t seed;           /* default 0 */
     bool sample_ids;         /* batches carry sample ids; default true */
     bool skip_bad_splits;    /* "on_bad_split": "skip" (default "fail"; under a master) */
+    bool share;              /* "share": may share passes with jobs of the same plan
+                                fingerprint (default true; under a master) */
     /* Directory that relative map_vocab files resolve against: the spec
      * file's directory (sl_pipeline_job_load), else NULL (the current one). */
     char *base_dir;

@@ -71,4 +71,17 @@ sl_err_t sl_pipeline_plan_filter(const sl_pipeline_plan_t *plan, const sl_wh_row
 sl_err_t sl_pipeline_plan_transform(const sl_pipeline_plan_t *plan, sl_batch_t *batch,
                                     sl_error_t *err);
 
+/* The canonical fingerprint of job's plan over its source (fingerprint.c
+ * says exactly what goes in): two jobs get the same value iff (up to a
+ * 64-bit hash collision) they would deliver the same samples in the same
+ * batches, epoch after epoch, whatever their JSON text looked like: key
+ * order, whitespace, defaults given or left out do not matter. schema: the
+ * table's (the default projection is its features); splits: the table's
+ * cut (sl_wh_table_splits, with each file's footer checksum); both unused
+ * for a Kafka job. A map_vocab file is read (hashed, not parsed).
+ * @return SL_ERR_NOT_FOUND / SL_ERR_IO for a table or vocabulary that
+ * cannot be reached. */
+sl_err_t sl_pipeline_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
+                                 const sl_wh_splits_t *splits, uint64_t *out, sl_error_t *err);
+
 #endif

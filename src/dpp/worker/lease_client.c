@@ -14,6 +14,7 @@
 
 #define DEFAULT_TIMEOUT_MS 5000
 #define DEFAULT_MAX_TODO 65536
+#define DEFAULT_SHARE_WINDOW 64
 
 void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
 {
@@ -23,7 +24,14 @@ void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
     if (l->todo) sl_free(ms->a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
     if (l->empty) sl_free(ms->a, l->empty, (size_t)l->num_empty * sizeof *l->empty);
     sl_strfree(ms->a, l->fail_msg);
+    sl_strfree(ms->a, l->job);
     sl_free(ms->a, l, sizeof *l);
+}
+
+bool dpp_lease_ready(const lease_t *l)
+{
+    return l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting &&
+           (!l->primary || l->primary->unpushed == 0);
 }
 
 bool dpp_lease_gone(const lease_t *l)
@@ -34,6 +42,16 @@ bool dpp_lease_gone(const lease_t *l)
 
 void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l)
 {
+    /* a shared pass's links go first: a member outlives its primary when
+     * its job's trainers are slower, and the other way round */
+    for (lease_t *e = l->members; e; e = e->member_next)
+        e->primary = NULL;
+    if (l->primary)
+        for (lease_t **pp = &l->primary->members; *pp; pp = &(*pp)->member_next)
+            if (*pp == l) {
+                *pp = l->member_next;
+                break;
+            }
     for (lease_t **pp = &ms->leases; *pp; pp = &(*pp)->next)
         if (*pp == l) {
             *pp = l->next;
@@ -64,6 +82,31 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
     return SL_OK;
 }
 
+/* Under ms->mu: primary l is read; so are its members, with its empty
+ * ranges (the same plan over the same todo leaves the same rows without a
+ * sample). A detached member reports none: what it did not get stays
+ * uncommitted, and the master leases it again. */
+static void members_read(sl_worker_lease_client_t *ms, lease_t *l) SL_REQUIRES(ms->mu)
+{
+    lease_t *e = l->members;
+    while (e) {
+        lease_t *next = e->member_next;
+        e->read_done = true;
+        if (!e->detached && !l->revoked && l->num_empty && !e->revoked) {
+            e->empty = sl_alloc(ms->a, (size_t)l->num_empty * sizeof *e->empty);
+            if (e->empty) {
+                memcpy(e->empty, l->empty, (size_t)l->num_empty * sizeof *e->empty);
+                e->num_empty = l->num_empty;
+            } else {
+                e->revoked = true; /* it expires on the master and is read again */
+            }
+        }
+        if (dpp_lease_gone(e)) dpp_lease_remove(ms, e);
+        e = next;
+    }
+    pthread_cond_broadcast(&ms->cv);
+}
+
 static void src_done(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_range_t *empty,
                      uint32_t num_empty)
 {
@@ -83,6 +126,7 @@ static void src_done(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_rang
         l->empty = e;
         l->num_empty = num_empty;
     }
+    members_read(ms, l);
     if (dpp_lease_gone(l))
         dpp_lease_remove(ms, l);
     else
@@ -95,6 +139,7 @@ static void src_made(void *ctx, void *lease)
     sl_worker_lease_client_t *ms = ctx;
     sl_mutex_lock(&ms->mu);
     ((lease_t *)lease)->outstanding++;
+    if (((lease_t *)lease)->members) ((lease_t *)lease)->unpushed++;
     sl_mutex_unlock(&ms->mu);
 }
 
@@ -113,6 +158,9 @@ static void src_retire(void *ctx, void *lease, bool acked)
     sl_worker_lease_client_t *ms = ctx;
     lease_t *l = lease;
     sl_mutex_lock(&ms->mu);
+    /* a member's copies: their bytes go by the average (all of them with
+     * the last) */
+    if (l->outstanding) l->copy_bytes -= l->copy_bytes / l->outstanding;
     if (l->outstanding) l->outstanding--;
     if (l->outstanding == 0 && l->read_done) {
         if (dpp_lease_gone(l))
@@ -123,11 +171,82 @@ static void src_retire(void *ctx, void *lease, bool acked)
     sl_mutex_unlock(&ms->mu);
 }
 
+/* Under ms->mu: a batch of l reached the server, or was dropped before. */
+static void pushed(sl_worker_lease_client_t *ms, lease_t *l) SL_REQUIRES(ms->mu)
+{
+    if (l->unpushed && --l->unpushed == 0) pthread_cond_broadcast(&ms->cv);
+}
+
+/* A batch of lease dropped before it reached the server (source.h). */
+static void src_dropped(void *ctx, void *lease)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    sl_mutex_lock(&ms->mu);
+    pushed(ms, lease);
+    sl_mutex_unlock(&ms->mu);
+    src_retire(ctx, lease, false);
+}
+
+/* Under ms->mu: the batches of job's shared passes on this worker not
+ * retired yet (every member lease of it), and their bytes. */
+static uint64_t job_behind(const sl_worker_lease_client_t *ms, const char *job, uint64_t *bytes)
+    SL_REQUIRES(ms->mu)
+{
+    uint64_t n = 0;
+    *bytes = 0;
+    for (const lease_t *l = ms->leases; l; l = l->next)
+        if (l->job && strcmp(l->job, job) == 0) {
+            n += l->outstanding;
+            *bytes += l->copy_bytes;
+        }
+    return n;
+}
+
+/* The members of a shared pass that get a copy of lease's batch now: those
+ * not revoked or detached; one whose job has share_window batches of this
+ * worker's shared passes not retired, or copies holding a quarter of the
+ * memory limit (large batches: the budget would fill before the window
+ * and stall the pass), is detached instead (its job fell behind: it goes
+ * on alone). */
+static uint32_t src_members(void *ctx, void *lease, uint64_t bytes, sl_worker_lease_member_t *out,
+                            uint32_t cap)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    lease_t *l = lease;
+    uint32_t n = 0;
+    uint32_t window = ms->o.share_window ? ms->o.share_window : DEFAULT_SHARE_WINDOW;
+    sl_mutex_lock(&ms->mu);
+    pushed(ms, l);
+    for (lease_t *e = l->members; e && n < cap; e = e->member_next) {
+        if (e->revoked || e->detached) continue;
+        uint64_t held;
+        if (job_behind(ms, e->job, &held) >= window ||
+            (ms->share_bytes_max && held + bytes > ms->share_bytes_max)) {
+            e->detached = true;
+            ms->st.shares_detached++;
+            sl_log_kv(SL_LOG_INFO, "share_detached",
+                      (SL_KV_STR("job", e->job), SL_KV_U64("split", e->split),
+                       SL_KV_U64("epoch", e->epoch), SL_KV_U64("window", window)),
+                      "job %s split %u epoch %u: %u batches not acknowledged, it stops sharing "
+                      "this pass",
+                      e->job, e->split, e->epoch, window);
+            continue;
+        }
+        e->outstanding++;
+        e->copy_bytes += bytes;
+        out[n++] = (sl_worker_lease_member_t){e, e->job, e->generation};
+    }
+    sl_mutex_unlock(&ms->mu);
+    return n;
+}
+
 static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg)
 {
     sl_worker_lease_client_t *ms = ctx;
     lease_t *l = lease;
     sl_mutex_lock(&ms->mu);
+    for (lease_t *e = l->members; e; e = e->member_next)
+        e->revoked = true; /* not heartbeated: they expire, and another worker reads them */
     if (!l->failed) {
         l->failed = true;
         l->revoked = true; /* not live: its batches still queued are dropped unsent */
@@ -167,6 +286,8 @@ sl_worker_source_t sl_worker_lease_client_source(sl_worker_lease_client_t *ms)
                                 .lease_live = src_live,
                                 .lease_retire = src_retire,
                                 .lease_failed = src_failed,
+                                .lease_members = src_members,
+                                .lease_dropped = src_dropped,
                                 .ctx = ms};
 }
 
@@ -244,7 +365,10 @@ sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeo
 
 void sl_worker_lease_client_attach(sl_worker_lease_client_t *ms, sl_worker_t *w)
 {
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
     sl_mutex_lock(&ms->mu);
+    ms->share_bytes_max = st.memory_limit / 4;
     if (!ms->cancel) ms->worker = w;
     sl_mutex_unlock(&ms->mu);
 }

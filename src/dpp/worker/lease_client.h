@@ -53,6 +53,12 @@ typedef struct sl_worker_lease_client_opts {
     const sl_allocator_t *allocator; /* NULL: default */
     const char *cluster_secret;      /* copied; prove it to the master on every connection
                                         (rpc/auth.h); NULL: the master has none */
+    /* Shared passes (docs/DESIGN.md): a job sharing this worker's passes
+     * that has this many batches not yet acknowledged, or whose copies hold
+     * a quarter of the worker's memory limit, stops sharing (the master
+     * leases it on its own from then on). 0: 64. */
+    uint32_t share_window;
+    bool no_share; /* never take shared passes (REGISTER shares false) */
 } sl_worker_lease_client_opts_t;
 
 typedef struct sl_worker_lease_client_stats {
@@ -68,6 +74,8 @@ typedef struct sl_worker_lease_client_stats {
     bool finished;          /* the master says the job has no more work */
     uint64_t lease_timeout_ms, heartbeat_ms; /* from REGISTERED */
     char job_id[256];                        /* the job served ("" before the first lease) */
+    uint64_t shared_leases;                  /* leases of other jobs taken with a shared pass */
+    uint64_t shares_detached;                /* ... that fell behind and were detached */
 } sl_worker_lease_client_stats_t;
 
 typedef struct sl_worker_lease_client sl_worker_lease_client_t;

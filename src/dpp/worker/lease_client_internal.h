@@ -48,6 +48,23 @@ typedef struct lease {
     sl_err_t fail_code;
     int32_t fail_stripe;
     char *fail_msg;
+    /* Shared passes (docs/DESIGN.md): a lease of Lease.shared is a member
+     * of the lease it came with (its primary, which the reader reads): job
+     * is its job (NULL: the worker's own), it is never handed to the reader,
+     * gets a copy of every batch of the primary while it keeps up (at most
+     * share_window of its batches not yet retired, else it is detached: no
+     * more copies, reported with detached), and is read when the primary is,
+     * with the same empty ranges. */
+    char *job;
+    struct lease *primary;     /* of a member; NULL once the primary is gone */
+    struct lease *members;     /* of a primary: its members, through member_next */
+    struct lease *member_next;
+    bool detached;
+    /* of a primary: batches made and not yet queued by the server (nor
+     * dropped before): its members get their copies only then, so they are
+     * not read before */
+    uint32_t unpushed;
+    uint64_t copy_bytes; /* of a member: frame bytes of its copies not retired yet */
 } lease_t;
 
 struct sl_worker_lease_client {
@@ -71,6 +88,9 @@ struct sl_worker_lease_client {
     char fatal_msg[SL_ERROR_MSG_MAX];
     sl_worker_t *worker;
     uint64_t lease_timeout_ms, heartbeat_ms;
+    /* shared passes: a job whose copies here hold this many bytes (a
+     * quarter of the worker's memory limit; 0: no limit) is detached too */
+    uint64_t share_bytes_max;
     sl_worker_lease_client_stats_t st;
     /* load at the last heartbeat (control thread only) */
     uint64_t hb_at_ns, hb_reader_ns, hb_xform_ns;
@@ -88,6 +108,10 @@ typedef struct held {
 
 /* lease_client.c */
 void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l);
+/* Under ms->mu: is l ready for its SPLIT_READ? Read whole, every batch
+ * retired, not revoked, no report on its way, and, for a member of a shared
+ * pass, every batch of its primary queued (so every copy it gets exists). */
+bool dpp_lease_ready(const lease_t *l);
 /* Under ms->mu: may a revoked lease be forgotten? Nobody holds it (not
  * handed, or read and every batch retired), no report is on its way, and a
  * failure was reported. */
@@ -96,6 +120,7 @@ bool dpp_lease_gone(const lease_t *l);
 void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l) SL_REQUIRES(ms->mu);
 
 /* lease_conn.c */
+/* job: the worker's own job, used unless l is a member of another job's. */
 void dpp_lease_fill_ref(Sluice__Control__SplitRef *r, char *job, const lease_t *l);
 /* Under ms->mu. @return false when out of memory (send nothing then: an
  * empty list would give the leases up). */

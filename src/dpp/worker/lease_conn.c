@@ -16,7 +16,7 @@
 
 void dpp_lease_fill_ref(Sluice__Control__SplitRef *r, char *job, const lease_t *l)
 {
-    r->job_id = job;
+    r->job_id = l->job ? l->job : job;
     r->epoch = l->epoch;
     r->split = l->split;
     r->generation = l->generation;
@@ -136,6 +136,7 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
         return sl_error_set(err, SL_ERR_NOMEM, "master %s: register: out of memory", ms->master);
     }
     r.job_id = h.job;
+    r.shares = !ms->o.no_share;
     r.n_leases = h.n;
     r.leases = h.ptrs;
     sl_rpc_frame_t f = {0};
@@ -241,6 +242,54 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
                             .num_rows = m->num_rows};
     *out = l;
     return SL_OK;
+}
+
+/* Under ms->mu: the leases of Lease.shared (docs/DESIGN.md, "Shared
+ * passes"), each a member of primary l: the same split and todo, another
+ * job, its own generation. One that makes no sense (no job, another split
+ * or epoch) or finds no memory is left out: not named in heartbeats, it
+ * expires on the master and its split is leased again. */
+static void link_members(sl_worker_lease_client_t *ms, lease_t *l, const Sluice__Control__Lease *m)
+    SL_REQUIRES(ms->mu)
+{
+    for (size_t k = 0; k < m->n_shared && !ms->o.no_share; k++) {
+        const Sluice__Control__SplitRef *r = m->shared[k];
+        if (!r || !r->job_id || !r->job_id[0] || strlen(r->job_id) >= sizeof ms->job_id ||
+            strcmp(r->job_id, ms->job_id) == 0 || r->split != l->split || r->epoch != l->epoch)
+            continue;
+        lease_t *e = sl_calloc(ms->a, 1, sizeof *e);
+        if (!e) continue;
+        *e = (lease_t){.epoch = r->epoch,
+                       .split = r->split,
+                       .generation = r->generation,
+                       .handed = true, /* the primary is what the reader reads */
+                       .primary = l,
+                       .job = sl_strdup(ms->a, r->job_id),
+                       .path = sl_strdup(ms->a, l->path),
+                       .todo = sl_alloc(ms->a, (size_t)l->num_todo * sizeof *l->todo)};
+        if (!e->job || !e->path || !e->todo) {
+            e->num_todo = e->todo ? l->num_todo : 0;
+            dpp_lease_free(ms, e);
+            continue;
+        }
+        e->num_todo = l->num_todo;
+        memcpy(e->todo, l->todo, (size_t)l->num_todo * sizeof *l->todo);
+        e->sp = l->sp;
+        e->sp.path = e->path;
+        e->member_next = l->members;
+        l->members = e;
+        e->next = ms->leases;
+        ms->leases = e;
+        ms->st.leases++;
+        ms->st.leases_held++;
+        ms->st.shared_leases++;
+        sl_log_kv(SL_LOG_DEBUG, "lease_shared",
+                  (SL_KV_STR("job", e->job), SL_KV_U64("split", e->split),
+                   SL_KV_U64("epoch", e->epoch), SL_KV_U64("generation", e->generation),
+                   SL_KV_STR("with", ms->job_id)),
+                  "job %s split %u epoch %u: leased with job %s's pass", e->job, e->split,
+                  e->epoch, ms->job_id);
+    }
 }
 
 /* What one lease request came to. */
@@ -351,6 +400,7 @@ static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *re
         ms->st.leases++;
         ms->st.leases_held++;
         *out = l;
+        link_members(ms, l, m);
     }
     sl_mutex_unlock(&ms->mu);
     if (rc) dpp_lease_free(ms, l);

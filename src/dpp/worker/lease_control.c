@@ -37,6 +37,7 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
     sr.ref = &ref;
     sr.n_empty = ne;
     sr.empty = rp;
+    sr.detached = l->detached;
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
     sl_err_t rc = dpp_lease_call(ms, SL_RPC_SPLIT_READ, &sr.base, "split read",
@@ -131,7 +132,7 @@ static bool report_ready(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
     for (;;) {
         sl_mutex_lock(&ms->mu);
         lease_t *l = ms->leases;
-        while (l && !(l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting))
+        while (l && !dpp_lease_ready(l))
             l = l->next;
         if (l) l->reporting = true;
         sl_mutex_unlock(&ms->mu);
@@ -185,6 +186,15 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
         hb.samples_sent = st.server.samples_acked;
         hb.bytes_encoded = st.bytes_encoded;
         hb.bytes_expanded = st.bytes_expanded;
+        /* what shared passes saved: the copies served to other jobs, each
+         * worth a batch's pipeline time (read to encode) */
+        hb.shared_batches = st.server.shared_batches;
+        hb.shared_bytes = st.server.shared_bytes;
+        uint64_t pipeline = rd + xf;
+        hb.shared_cpu_ns =
+            st.batches ? (uint64_t)((double)pipeline / (double)st.batches *
+                                    (double)st.server.shared_batches)
+                       : 0;
     }
     ms->hb_at_ns = now;
     sl_rpc_frame_t f = {0};
@@ -255,7 +265,7 @@ void *dpp_lease_control_main(void *arg)
         uint64_t now = sl_clock_ns();
         bool ready = false;
         for (lease_t *l = ms->leases; l && !ready; l = l->next)
-            ready = (l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting) ||
+            ready = dpp_lease_ready(l) ||
                     (l->failed && !l->fail_reported && !l->reporting);
         if (ready && now >= retry_at) {
             sl_mutex_unlock(&ms->mu);

@@ -22,7 +22,7 @@
  * to a client that has read every batch: it leaves at once. */
 #define END_GRACE_MS 2000
 
-void dpp_server_item_free(const sl_allocator_t *a, sl_worker_server_item_t *it)
+void dpp_server_item_free(struct sl_worker_server *s, sl_worker_server_item_t *it)
 {
     if (!it) return;
     sitem_t *si = (sitem_t *)it;
@@ -30,9 +30,80 @@ void dpp_server_item_free(const sl_allocator_t *a, sl_worker_server_item_t *it)
         si->acked = true;
         return;
     }
-    sl_free(a, it->frame, it->len);
-    if (it->record_ms) sl_free(a, it->record_ms, (size_t)it->num_record_ms * sizeof(int64_t));
-    sl_free(a, si, sizeof *si);
+    frame_ref_t *ref = si->ref;
+    if (!ref || --ref->copies == 0) {
+        /* a shared frame goes with its last copy, and its bytes with it */
+        if (ref && s->o.budget) sl_worker_budget_release_pinned(s->o.budget, ref->accounted);
+        sl_free(s->a, it->frame, it->len);
+        if (it->record_ms)
+            sl_free(s->a, it->record_ms, (size_t)it->num_record_ms * sizeof(int64_t));
+        if (ref) sl_free(s->a, ref, sizeof *ref);
+    }
+    sl_free(s->a, si, sizeof *si);
+}
+
+uint32_t dpp_server_share_slot(struct sl_worker_server *s, const char *job_id, bool add)
+{
+    for (uint32_t k = 0; k < s->nshare; k++)
+        if (strcmp(s->share_job[k], job_id) == 0) return k + 1;
+    if (!add || s->nshare == SL_WORKER_SHARE_MAX || strlen(job_id) >= sizeof s->share_job[0]) return 0;
+    sl_worker_queue_t *q = sl_worker_queue_new(s->a, 0);
+    if (!q) return 0;
+    s->share_ready[s->nshare] = q;
+    snprintf(s->share_job[s->nshare], sizeof s->share_job[0], "%s", job_id);
+    return ++s->nshare;
+}
+
+sl_worker_queue_t *dpp_server_item_queue(struct sl_worker_server *s,
+                                         const sl_worker_server_item_t *it, bool create)
+{
+    if (it->share_slot > 0)
+        return it->share_slot <= s->nshare ? s->share_ready[it->share_slot - 1] : NULL;
+    return dpp_server_rank_queue(s, it->lease.rank_plus_one, create);
+}
+
+/* Under s->mu: queue a copy of it (whose frame becomes shared) for each
+ * member lease of a shared pass. A copy that cannot be made is not made:
+ * that job's lease then reads those rows again later (its rows stay
+ * uncommitted), never loses them. */
+static void share_copies(struct sl_worker_server *s, sitem_t *si) SL_REQUIRES(s->mu)
+{
+    sl_worker_server_item_t *it = &si->item;
+    if (!it->lease.handle || !s->o.lease_members || it->lease.rank_plus_one != 0) return;
+    sl_worker_lease_member_t mem[SL_WORKER_SHARE_MAX];
+    uint32_t n =
+        s->o.lease_members(s->o.lease_ctx, it->lease.handle, it->len, mem, SL_WORKER_SHARE_MAX);
+    if (n == 0) return;
+    frame_ref_t *ref = sl_calloc(s->a, 1, sizeof *ref);
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t slot = ref ? dpp_server_share_slot(s, mem[k].job_id, true) : 0;
+        sitem_t *copy = slot ? sl_calloc(s->a, 1, sizeof *copy) : NULL;
+        sl_worker_msg_t m = {.type = 0, .ptr = copy, .bytes = it->len};
+        if (copy) {
+            copy->item = *it;
+            copy->item.accounted = 0; /* the frame's bytes are accounted once, in ref */
+            copy->item.share_slot = slot;
+            copy->item.lease.handle = mem[k].handle;
+            copy->item.lease.generation = mem[k].generation;
+            copy->ref = ref;
+        }
+        if (!copy || sl_worker_queue_push(s->share_ready[slot - 1], &m, -1) != SL_OK) {
+            if (copy) sl_free(s->a, copy, sizeof *copy);
+            if (s->o.lease_retire) s->o.lease_retire(s->o.lease_ctx, mem[k].handle, false);
+            continue;
+        }
+        if (!si->ref) { /* the first copy: the frame is shared from now on */
+            ref->copies = 1;
+            ref->accounted = it->accounted;
+            it->accounted = 0;
+            si->ref = ref;
+        }
+        ref->copies++;
+        s->outstanding++;
+        s->st.shared_batches++;
+        s->st.shared_bytes += it->len;
+    }
+    if (ref && !si->ref) sl_free(s->a, ref, sizeof *ref);
 }
 
 void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
@@ -290,9 +361,11 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
         return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
     }
     *it = *item;
+    it->share_slot = 0;
     sl_mutex_lock(&s->mu);
     sl_worker_queue_t *q = dpp_server_rank_queue(s, it->lease.rank_plus_one, true);
     s->outstanding++;
+    share_copies(s, si); /* also when q is NULL: the copies do not need it */
     sl_mutex_unlock(&s->mu);
     sl_err_t rc = SL_ERR_NOMEM;
     if (q) {
@@ -306,7 +379,7 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
         s->outstanding--;
         if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
         dpp_server_retire(s, it, false);
-        dpp_server_item_free(s->a, it);
+        dpp_server_item_free(s, it);
     }
     pthread_cond_broadcast(&s->cv);
     sl_mutex_unlock(&s->mu);
@@ -357,6 +430,8 @@ void sl_worker_server_stats(sl_worker_server_t *s, sl_worker_server_stats_t *out
     out->ready = 0;
     for (uint32_t r = 0; r <= s->o.max_ranks; r++)
         if (s->ready[r]) out->ready += sl_worker_queue_len(s->ready[r]);
+    for (uint32_t k = 0; k < s->nshare; k++)
+        out->ready += sl_worker_queue_len(s->share_ready[k]);
     sl_mutex_unlock(&s->mu);
 }
 
@@ -409,9 +484,19 @@ void sl_worker_server_destroy(sl_worker_server_t *s)
             sl_worker_server_item_t *it = m.ptr;
             if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
             dpp_server_retire(s, it, false);
-            dpp_server_item_free(s->a, it);
+            dpp_server_item_free(s, it);
         }
         sl_worker_queue_destroy(s->ready[r]);
+    }
+    for (uint32_t k = 0; k < s->nshare; k++) {
+        sl_worker_queue_close(s->share_ready[k]);
+        sl_worker_msg_t m;
+        while (sl_worker_queue_pop(s->share_ready[k], &m, 0) == SL_OK) {
+            sl_worker_server_item_t *it = m.ptr;
+            dpp_server_retire(s, it, false);
+            dpp_server_item_free(s, it);
+        }
+        sl_worker_queue_destroy(s->share_ready[k]);
     }
     sl_mutex_unlock(&s->mu);
     sl_free(s->a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);

@@ -70,6 +70,12 @@ typedef struct sl_worker_server_opts {
      * sent? retire: the batch is gone (acked: a client acknowledged it). */
     bool (*lease_live)(void *ctx, void *lease);
     void (*lease_retire)(void *ctx, void *lease, bool acked);
+    /* Shared passes (NULL: none; source.h): each batch of a lease is also
+     * queued for each member lease, for the clients whose HELLO named the
+     * member's job: a copy with its own BatchInfo sharing the frame's bytes,
+     * which are freed (and their budget released) with the last copy. */
+    uint32_t (*lease_members)(void *ctx, void *lease, uint64_t bytes,
+                              sl_worker_lease_member_t *out, uint32_t cap);
     void *lease_ctx;
     const char *cluster_secret; /* copied; clients must prove they hold it (rpc/auth.h)
                                    before HELLO; NULL: no handshake */
@@ -94,6 +100,7 @@ typedef struct sl_worker_server_item {
      * (server's allocator; owned with the frame); NULL, 0: none. */
     int64_t *record_ms;
     uint32_t num_record_ms;
+    uint32_t share_slot; /* the server's: 0 its own job's; k > 0 the k-th shared job's */
 } sl_worker_server_item_t;
 
 typedef struct sl_worker_server_stats {
@@ -117,6 +124,8 @@ typedef struct sl_worker_server_stats {
     uint64_t refused;            /* new connections refused: max_clients busy clients */
     uint64_t idle_closed;        /* closed after idle_timeout_ms holding nothing */
     uint64_t handshake_timeouts; /* no handshake within hello_timeout_ms */
+    uint64_t shared_batches;     /* copies of batches queued for another job of a shared pass */
+    uint64_t shared_bytes;       /* their frame bytes (held once, sent to each job) */
 } sl_worker_server_stats_t;
 
 typedef struct sl_worker_server sl_worker_server_t;

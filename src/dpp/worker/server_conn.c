@@ -36,14 +36,14 @@ static void requeue_unacked(struct sl_worker_server *s, client_t *c) SL_REQUIRES
     for (uint32_t i = c->n_unacked; i-- > 0;) {
         sl_worker_server_item_t *it = c->unacked[i].item;
         sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
-        sl_worker_queue_t *q = dpp_server_rank_queue(s, it->lease.rank_plus_one, false);
+        sl_worker_queue_t *q = dpp_server_item_queue(s, it, false);
         if (!q || sl_worker_queue_push_front(q, &m) != SL_OK) {
             /* Out of memory for a queue slot: the batch is lost; never
              * pretend it was delivered. */
             s->outstanding--;
             if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
             dpp_server_retire(s, it, false);
-            dpp_server_item_free(s->a, it);
+            dpp_server_item_free(s, it);
             continue;
         }
         s->st.redeliveries++;
@@ -84,13 +84,19 @@ static void *sender_main(void *arg)
             sl_mutex_lock(&s->mu);
             break;
         }
-        if (c->credits > 0 && c->n_unacked < s->o.max_credits) {
+        if (c->share_job[0] && !c->share_slot)
+            c->share_slot = dpp_server_share_slot(s, c->share_job, false);
+        if (c->credits > 0 && c->n_unacked < s->o.max_credits &&
+            (!c->share_job[0] || c->share_slot)) {
             sl_worker_msg_t m;
-            /* this client's rank first, then batches for anyone */
-            sl_worker_queue_t *q = c->rank_plus_one ? s->ready[c->rank_plus_one] : NULL;
+            /* this client's rank first, then batches for anyone; a client
+             * of a shared job only that job's batches */
+            sl_worker_queue_t *q = c->share_slot ? s->share_ready[c->share_slot - 1]
+                                   : c->rank_plus_one ? s->ready[c->rank_plus_one]
+                                                      : NULL;
             sl_mutex_unlock(&s->mu);
             sl_err_t rc = q ? sl_worker_queue_pop(q, &m, 0) : SL_ERR_TIMEOUT;
-            if (rc != SL_OK) {
+            if (rc != SL_OK && !c->share_slot) {
                 q = s->ready[0];
                 rc = sl_worker_queue_pop(q, &m, 0);
             }
@@ -108,7 +114,7 @@ static void *sender_main(void *arg)
                     s->st.dropped++;
                     if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
                     dpp_server_retire(s, it, false);
-                    dpp_server_item_free(s->a, it);
+                    dpp_server_item_free(s, it);
                     pthread_cond_broadcast(&s->cv);
                     continue;
                 }
@@ -127,7 +133,7 @@ static void *sender_main(void *arg)
                 bi.n_record_time_ms = it->num_record_ms;
                 bi.record_time_ms = it->record_ms;
                 if (it->lease.handle) {
-                    bi.job_id = s->job_id;
+                    bi.job_id = it->share_slot ? s->share_job[it->share_slot - 1] : s->job_id;
                     bi.split = it->lease.split;
                     bi.generation = it->lease.generation;
                     bi.from_row = it->lease.from_row;
@@ -143,7 +149,7 @@ static void *sender_main(void *arg)
                 sitem_t *si = (sitem_t *)it;
                 si->senders--;
                 if (si->acked && si->senders == 0) {
-                    dpp_server_item_free(s->a, it);
+                    dpp_server_item_free(s, it);
                     it = NULL;
                 }
                 if (rc != SL_OK) {
@@ -210,7 +216,7 @@ static bool handle_ack(struct sl_worker_server *s, client_t *c, const Sluice__Dp
         s->st.bytes_acked_expanded += it->expanded_bytes;
         if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
         dpp_server_retire(s, it, true);
-        dpp_server_item_free(s->a, it);
+        dpp_server_item_free(s, it);
     }
     pthread_cond_broadcast(&s->cv);
     return true;
@@ -282,6 +288,22 @@ void *dpp_server_client_main(void *arg)
         snprintf(c->name + strlen(c->name), sizeof c->name - strlen(c->name), " (%s)", tmp);
     }
     c->rank_plus_one = h->rank < s->o.max_ranks ? h->rank + 1 : 0;
+    sl_mutex_lock(&s->mu);
+    /* a client of another job: that job's batches of shared passes only,
+     * once there are some (its slot is looked up as they come) */
+    if (h->job_id && h->job_id[0] && strcmp(h->job_id, s->job_id) != 0) {
+        if (!s->o.lease_members || strlen(h->job_id) >= sizeof c->share_job) {
+            sl_mutex_unlock(&s->mu);
+            snprintf(msg, sizeof msg, "hello: this worker serves job '%s', not '%.200s'",
+                     s->job_id, h->job_id);
+            send_error(c, SL_ERR_NOT_FOUND, msg);
+            bad = true;
+            goto out;
+        }
+        snprintf(c->share_job, sizeof c->share_job, "%s", h->job_id);
+        c->share_slot = dpp_server_share_slot(s, c->share_job, false);
+    }
+    sl_mutex_unlock(&s->mu);
     sl_rpc_frame_free(&f);
     sl_mutex_lock(&s->mu);
     c->hello_done = true;
@@ -290,7 +312,7 @@ void *dpp_server_client_main(void *arg)
     Sluice__Dpp__Welcome w = SLUICE__DPP__WELCOME__INIT;
     w.protocol_version = SL_RPC_VERSION;
     w.worker_id = s->worker_id;
-    w.job_id = s->job_id;
+    w.job_id = c->share_job[0] ? c->share_job : s->job_id;
     w.max_credits = s->o.max_credits;
     if (send_locked(c, SL_RPC_WELCOME, &w.base, NULL, 0, &err) != SL_OK) goto out;
     sl_mutex_lock(&s->mu);

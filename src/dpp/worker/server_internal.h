@@ -21,10 +21,18 @@
 /* A queued batch. Sender threads read its frame without the lock, so an
  * ACK (or a stop) that comes while one is still writing it only marks it:
  * the last writer frees it. */
+/* A frame shared by the copies of a batch of a shared pass: freed, and its
+ * budget released, with the last copy (under s->mu). */
+typedef struct frame_ref {
+    uint32_t copies;
+    uint64_t accounted;
+} frame_ref_t;
+
 typedef struct sitem {
     sl_worker_server_item_t item; /* first: an sl_worker_server_item_t * is an sitem_t * */
     uint32_t senders;             /* threads writing the frame now (under s->mu) */
     bool acked;
+    frame_ref_t *ref; /* NULL: the frame is this item's alone */
 } sitem_t;
 
 typedef struct unacked {
@@ -47,6 +55,10 @@ typedef struct client {
     bool welcomed;          /* its sender thread runs or ran (or could not start) */
     bool sender_done;       /* its sender thread has ended */
     uint32_t rank_plus_one; /* 1 + the rank of its HELLO, 0 when over max_ranks */
+    /* A client whose HELLO named another job (shared passes): that job,
+     * and its slot once this worker has one for it (0 until then) */
+    char share_job[256];
+    uint32_t share_slot;
     bool hello_done;        /* past its handshake */
     bool evicting;          /* shut down to make room: its threads are ending */
     uint64_t opened_ms, last_rx_ms;
@@ -61,6 +73,12 @@ struct sl_worker_server {
     uint16_t port;
     pthread_t accept_thread;
     sl_worker_queue_t **ready; /* [max_ranks + 1]: [0] any rank, [r + 1] rank r (NULL until used) */
+    /* Shared passes: the other jobs this worker serves, each with its own
+     * queue (slot k + 1 is share_job[k]; created by the first batch or
+     * HELLO naming it, kept until destroy) */
+    sl_worker_queue_t *share_ready[SL_WORKER_SHARE_MAX];
+    char share_job[SL_WORKER_SHARE_MAX][256];
+    uint32_t nshare;
     sl_mutex_t mu;
     pthread_cond_t cv;
     bool finished, stopping, stopped;
@@ -77,7 +95,18 @@ struct sl_worker_server {
 /* server.c */
 /* Free a batch (under s->mu), unless a sender is still writing its frame:
  * then it is only marked, and that sender frees it. */
-void dpp_server_item_free(const sl_allocator_t *a, sl_worker_server_item_t *it);
+void dpp_server_item_free(struct sl_worker_server *s, sl_worker_server_item_t *it)
+    SL_REQUIRES(s->mu);
+/* The queue item waits in (under s->mu), created on first use when create. */
+sl_worker_queue_t *dpp_server_item_queue(struct sl_worker_server *s,
+                                         const sl_worker_server_item_t *it, bool create)
+    SL_REQUIRES(s->mu);
+/* The slot (>= 1) of shared job job_id (under s->mu), added when new and
+ * add (only a lease of the master's adds one: a client's HELLO never does,
+ * so clients cannot use up the slots). @return 0 when there is none, no
+ * room (SL_WORKER_SHARE_MAX jobs) or no memory. */
+uint32_t dpp_server_share_slot(struct sl_worker_server *s, const char *job_id, bool add)
+    SL_REQUIRES(s->mu);
 /* A lease's batch is gone (under s->mu). */
 void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
     SL_REQUIRES(s->mu);

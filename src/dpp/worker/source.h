@@ -116,6 +116,16 @@ typedef struct sl_worker_records {
     uint64_t dead_letter, dead_letter_failed;
 } sl_worker_records_t;
 
+/* A shared pass (docs/DESIGN.md, "Shared passes"): a lease of the same
+ * split, with the same todo, of another job of the same plan fingerprint,
+ * whose trainers get every batch of the lease read too. */
+#define SL_WORKER_SHARE_MAX 16
+typedef struct sl_worker_lease_member {
+    void *handle;        /* the member lease: given to lease_live and lease_retire */
+    const char *job_id;  /* its job (borrowed for the call) */
+    uint64_t generation; /* its lease's */
+} sl_worker_lease_member_t;
+
 typedef struct sl_worker_source {
     /* The next split to read (called from the reader thread only; may
      * block until there is work). @return SL_OK, SL_ERR_CLOSED when there
@@ -150,6 +160,18 @@ typedef struct sl_worker_source {
      * leases. From the reader (done follows) or a transform thread (before
      * the failing batch is retired); takes only the source's own lock. */
     void (*lease_failed)(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg);
+    /* Shared passes (may be NULL: none): the other jobs' leases a batch of
+     * lease (bytes: its frame's) also goes to, at most cap of them, each
+     * counted as made (as lease_made) for the batch's copy it gets. Runs
+     * with the server's lock held; takes only the source's own lock.
+     * @return how many. */
+    uint32_t (*lease_members)(void *ctx, void *lease, uint64_t bytes,
+                              sl_worker_lease_member_t *out, uint32_t cap);
+    /* A batch of the lease dropped before the server had it (may be NULL:
+     * lease_retire then): retire it, and know that it will get no copies
+     * (the members of a shared pass are read once every batch of their
+     * primary was queued or dropped). */
+    void (*lease_dropped)(void *ctx, void *lease);
     /* A source whose rows are not table stripes (the Kafka source,
      * kafka_source.c) reads w's todo itself and hands each stripe of rows
      * to fn; the loop filters and batches them as a table stripe's rows.

@@ -59,9 +59,13 @@ sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, c
     return SL_OK;
 }
 
+/* A batch dropped before the server had it. */
 static void retire(sl_worker_t *w, void *lease)
 {
-    if (lease && w->source.lease_retire) w->source.lease_retire(w->source.ctx, lease, false);
+    if (lease && w->source.lease_dropped)
+        w->source.lease_dropped(w->source.ctx, lease);
+    else if (lease && w->source.lease_retire)
+        w->source.lease_retire(w->source.ctx, lease, false);
 }
 
 void dpp_worker_drop_msg(sl_worker_t *w, const sl_worker_msg_t *m)
@@ -405,6 +409,7 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
                                   .listen_port = o.listen_port,
                                   .lease_live = w->source.lease_live,
                                   .lease_retire = w->source.lease_retire,
+                                  .lease_members = w->source.lease_members,
                                   .lease_ctx = w->source.ctx,
                                   .cluster_secret = o.cluster_secret,
                                   .max_clients = o.max_clients,
