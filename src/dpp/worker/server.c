@@ -315,6 +315,37 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     return SL_OK;
 }
 
+/* Under s->mu: batches pushed and not yet sent (nor dropped). */
+static uint64_t queued_locked(struct sl_worker_server *s) SL_REQUIRES(s->mu)
+{
+    uint64_t sent = 0;
+    for (client_t *c = s->clients; c; c = c->next)
+        sent += c->n_unacked;
+    return s->outstanding > sent ? s->outstanding - sent : 0;
+}
+
+sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s)
+{
+    if (!s->o.max_queued) return SL_OK;
+    sl_mutex_lock(&s->mu);
+    /* Woken when a sender takes a batch, an ACK drops one, or a stop; the
+     * timeout only bounds a missed wakeup. */
+    while (!s->stopping && !s->waits_ended && !s->fail_code &&
+           queued_locked(s) >= s->o.max_queued)
+        sl_clock_cond_wait_ms(&s->cv, &s->mu, 200);
+    sl_err_t rc = s->stopping || s->waits_ended || s->fail_code ? SL_ERR_CLOSED : SL_OK;
+    sl_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void sl_worker_server_end_waits(sl_worker_server_t *s)
+{
+    sl_mutex_lock(&s->mu);
+    s->waits_ended = true;
+    pthread_cond_broadcast(&s->cv);
+    sl_mutex_unlock(&s->mu);
+}
+
 void sl_worker_server_finish(sl_worker_server_t *s)
 {
     sl_mutex_lock(&s->mu);
