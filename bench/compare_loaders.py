@@ -25,6 +25,9 @@ so that one peer's threads, caches and daemons never run during another's):
   numpy        TorchRec's in-memory path: the rows as .npy arrays loaded into
                memory before timing, sliced per batch, numpy transforms, KJT
                tensors built; one core
+  sluice-alt   added by --alt-sluice / --alt-worker-args: the sluice peer
+               with another program or worker arguments, for before/after
+               pairs in one run (its ratio is to the sluice peer)
 
 tf-* need tensorflow, ray needs ray and pyarrow: a peer whose package is
 missing is skipped with a message. ops/bench-venv builds an environment with
@@ -58,6 +61,19 @@ process) next to sluice's CPU per sample, and issue 15's target (sluice's
 CPU per sample <= the numpy path's / 1.5) with its verdict.
 
     /usr/bin/python3 bench/compare_loaders.py --sluice build/sluice [--rows 1000000]
+
+--shape movielens runs the replicated real-rows shape instead (sluice and
+numpy only): the MovieLens ratings of ../shared/data (GroupLens terms:
+research use, see its README.txt) turned into samples by
+examples/movielens_sessions.py and copied --copies times as new users, as
+bench_table_read --movielens does; the table is imported as
+examples/movielens.sh does (--cluster --dedup-group history=user_history),
+the numpy arrays are built from the same samples in Python. The job is
+examples/jobs/movielens.json's transforms (first_x 50 on user_history,
+sigrid_hash of movie, user_id and user_history) without its dedup groups
+and shuffle; the digest hashes each row's two labels and three id lists
+(ids with their positions). Each peer also prints the minor page faults
+of its process tree per timed epoch.
 """
 
 import argparse
