@@ -935,7 +935,7 @@ def main():
     ap.add_argument("--copies", type=int, default=10, help="movielens: copies of the real rows")
     ap.add_argument("--ratings", default=ML_RATINGS, help="movielens: the ratings.csv")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--peers", default=",".join(p[0] for p in PEERS),
+    ap.add_argument("--peers", default=",".join(p[0] for p in PEERS if p[0] != "sluice-alt"),
                     help="comma-separated, from: " + ", ".join(p[0] for p in PEERS))
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for one child process")
     # Internal: what a child process does.

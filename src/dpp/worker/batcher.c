@@ -194,7 +194,8 @@ static sl_err_t configure(sl_worker_batcher_t *b, const sl_batch_t *rows, sl_err
     b->key_at = sl_calloc(a, b->F ? b->F : 1, sizeof *b->key_at);
     b->runs = sl_calloc(a, rc, sizeof *b->runs);
     if (!b->keys || !b->dense_names || !b->label_names || !b->key_off || !b->cur_row ||
-        !b->cur_off || !b->key_at || !b->runs || builder_setup(b, &b->batch) || builder_setup(b, &b->window))
+        !b->cur_off || !b->key_at || !b->runs || builder_setup(b, &b->batch) ||
+        builder_setup(b, &b->window))
         return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
     if (b->window.cap) {
         b->perm = sl_calloc(a, b->window.cap, sizeof *b->perm);
@@ -305,9 +306,8 @@ static sl_err_t gather_runs(sl_worker_batcher_t *b, builder_t *bd, const sl_batc
     if (direct) {
         sl_arena_t *ar = bd->cur->arena;
         bd->direct_vals = sl_arena_alloc(ar, sl_mul_size(total ? total : 1, sizeof(int64_t)));
-        bd->direct_wts = b->weighted
-                             ? sl_arena_alloc(ar, sl_mul_size(total ? total : 1, sizeof(float)))
-                             : NULL;
+        bd->direct_wts =
+            b->weighted ? sl_arena_alloc(ar, sl_mul_size(total ? total : 1, sizeof(float))) : NULL;
         bd->direct_total = total;
         if (!bd->direct_vals || (b->weighted && !bd->direct_wts))
             return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory for a batch's values");

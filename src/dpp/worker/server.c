@@ -315,23 +315,17 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     return SL_OK;
 }
 
-/* Under s->mu: batches pushed and not yet sent (nor dropped). */
-static uint64_t queued_locked(struct sl_worker_server *s) SL_REQUIRES(s->mu)
+sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s, uint32_t rank_plus_one)
 {
-    uint64_t sent = 0;
-    for (client_t *c = s->clients; c; c = c->next)
-        sent += c->n_unacked;
-    return s->outstanding > sent ? s->outstanding - sent : 0;
-}
-
-sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s)
-{
-    if (!s->o.max_queued) return SL_OK;
+    /* A batch for one trainer rank (static sharding) never waits here: its
+     * rank's trainer may not read yet while others do, and batches of
+     * those must not stall behind it (the budget bounds them, as before). */
+    if (!s->o.max_queued || rank_plus_one) return SL_OK;
     sl_mutex_lock(&s->mu);
-    /* Woken when a sender takes a batch, an ACK drops one, or a stop; the
-     * timeout only bounds a missed wakeup. */
+    /* Woken when a sender takes a batch, a revoked one is dropped, or a
+     * stop; the timeout only bounds a missed wakeup. */
     while (!s->stopping && !s->waits_ended && !s->fail_code &&
-           queued_locked(s) >= s->o.max_queued)
+           sl_worker_queue_len(s->ready[0]) >= s->o.max_queued)
         sl_clock_cond_wait_ms(&s->cv, &s->mu, 200);
     sl_err_t rc = s->stopping || s->waits_ended || s->fail_code ? SL_ERR_CLOSED : SL_OK;
     sl_mutex_unlock(&s->mu);

@@ -132,14 +132,16 @@ uint16_t sl_worker_server_port(const sl_worker_server_t *s);
 sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_item_t *item,
                                sl_error_t *err);
 
-/* Wait while opts.max_queued batches or more wait to be sent (pushed and
- * not yet sent to a client: batches sent and not yet acknowledged are
- * bounded by the clients' credits instead), until the server stops or
- * fails. A producer calls it before making a batch, so the worker runs
- * only that far ahead of its trainers and reuses memory that is already
- * mapped instead of filling its whole memory budget with fresh pages.
- * @return SL_OK when there is room, SL_ERR_CLOSED when stopping or failed. */
-sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s);
+/* Wait while opts.max_queued batches or more wait to be sent in the queue
+ * of batches for any client (pushed and not yet sent: batches sent and not
+ * yet acknowledged are bounded by the clients' credits instead), until the
+ * server stops or fails. A producer calls it before making a batch, so the
+ * worker runs only that far ahead of its trainers and reuses memory that
+ * is already mapped instead of filling its whole memory budget with fresh
+ * pages. A batch for one trainer rank (rank_plus_one > 0, static
+ * sharding) never waits. @return SL_OK when there is room, SL_ERR_CLOSED
+ * when stopping or failed. */
+sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s, uint32_t rank_plus_one);
 
 /* Wake every sl_worker_server_wait_room and make it (now and later)
  * return SL_ERR_CLOSED: the producers are being stopped and joined. */

@@ -107,7 +107,7 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
      * trainers, not for memory: idle for the budget's stuck test. */
     uint64_t q0 = now_ns(CLOCK_MONOTONIC);
     sl_worker_budget_idle(w->budget, true);
-    sl_err_t rc = sl_worker_server_wait_room(w->server);
+    sl_err_t rc = sl_worker_server_wait_room(w->server, lease->rank_plus_one);
     sl_worker_budget_idle(w->budget, false);
     if (rc != SL_OK) {
         sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
@@ -307,7 +307,8 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     }
     if (!o.max_queued) {
         uint64_t q = (uint64_t)SL_WORKER_DEFAULT_QUEUED_PER_THREAD * o.threads;
-        o.max_queued = q < SL_WORKER_DEFAULT_QUEUED_MIN ? SL_WORKER_DEFAULT_QUEUED_MIN : (uint32_t)q;
+        o.max_queued =
+            q < SL_WORKER_DEFAULT_QUEUED_MIN ? SL_WORKER_DEFAULT_QUEUED_MIN : (uint32_t)q;
     }
     if (!w) { /* what the worker would own */
         if (o.source.next && o.source.destroy) o.source.destroy(o.source.ctx);
