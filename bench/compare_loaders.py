@@ -25,6 +25,9 @@ so that one peer's threads, caches and daemons never run during another's):
   numpy        TorchRec's in-memory path: the rows as .npy arrays loaded into
                memory before timing, sliced per batch, numpy transforms, KJT
                tensors built; one core
+  sluice-alt   added by --alt-sluice / --alt-worker-args: the sluice peer
+               with another program or worker arguments, for before/after
+               pairs in one run (its ratio is to the sluice peer)
 
 tf-* need tensorflow, ray needs ray and pyarrow: a peer whose package is
 missing is skipped with a message. ops/bench-venv builds an environment with
@@ -58,6 +61,19 @@ process) next to sluice's CPU per sample, and issue 15's target (sluice's
 CPU per sample <= the numpy path's / 1.5) with its verdict.
 
     /usr/bin/python3 bench/compare_loaders.py --sluice build/sluice [--rows 1000000]
+
+--shape movielens runs the replicated real-rows shape instead (sluice and
+numpy only): the MovieLens ratings of ../shared/data (GroupLens terms:
+research use, see its README.txt) turned into samples by
+examples/movielens_sessions.py and copied --copies times as new users, as
+bench_table_read --movielens does; the table is imported as
+examples/movielens.sh does (--cluster --dedup-group history=user_history),
+the numpy arrays are built from the same samples in Python. The job is
+examples/jobs/movielens.json's transforms (first_x 50 on user_history,
+sigrid_hash of movie, user_id and user_history) without its dedup groups
+and shuffle; the digest hashes each row's two labels and three id lists
+(ids with their positions). Each peer also prints the minor page faults
+of its process tree per timed epoch.
 """
 
 import argparse
@@ -85,6 +101,17 @@ SPARSE = ["C%d" % i for i in range(1, 27)]
 SALT = 0
 TENSOR_BYTES = 13 * 4 + 4 + 26 * (8 + 4)  # one sample's tensors, every id present
 RESULT = "compare_loaders-result "
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The replicated real-rows shape (--shape movielens): examples/jobs/movielens.json's
+# transforms (first_x 50 on the history, sigrid_hash of the three features)
+# without its dedup groups and shuffle, so that both sides hand the trainer
+# the same plain KJT.
+ML_RATINGS = os.path.join(HERE, "..", "..", "shared", "data", "movielens-latest-small",
+                          "ratings.csv")
+ML_SPARSE = ["movie", "user_id", "user_history"]
+ML_LABELS = ["liked", "rating"]
+ML_HASH = {"movie": 100000, "user_id": 10000, "user_history": 100000}
+ML_FIRST_X = 50
 
 # name, description (%d: --workers), modules it needs beyond numpy and torch
 PEERS = [
@@ -94,6 +121,7 @@ PEERS = [
     ("tf-tfrecord", "tf.data on TFRecord, batched parse_example", ["tensorflow"]),
     ("ray", "Ray Data on Parquet + zstd, map_batches", ["ray", "pyarrow"]),
     ("numpy", "in-memory numpy arrays, 1 core", []),
+    ("sluice-alt", "sluice worker (%d threads), --alt-sluice / --alt-worker-args", []),
 ]
 
 # ---- sigrid_hash: XXH3_64bits_withSeed of an 8-byte id ----------------------------------
@@ -239,12 +267,13 @@ class Digest:
 
 
 def digest_mismatch(ref, got):
-    """None when got matches ref, else what differs."""
-    for k in ("rows", "row_hash", "nonempty"):
-        if ref[k] != got[k]:
-            return "%s: %s, sluice %s" % (k, got[k], ref[k])
-    for k in ("dense_sum", "dense_sq"):
-        if not np.allclose(got[k], ref[k], rtol=1e-6, atol=1e-6):
+    """None when got matches ref, else what differs: sums of floats within
+    1e-6, everything else exactly."""
+    for k in ref:
+        if k in ("dense_sum", "dense_sq", "label_sum"):
+            if not np.allclose(got[k], ref[k], rtol=1e-6, atol=1e-6):
+                return "%s: %s, sluice %s" % (k, got[k], ref[k])
+        elif ref[k] != got[k]:
             return "%s: %s, sluice %s" % (k, got[k], ref[k])
     return None
 
@@ -252,9 +281,11 @@ def digest_mismatch(ref, got):
 # ---- CPU accounting from /proc ----------------------------------------------------------
 
 
-def tree_ticks(root):
+def tree_ticks(root, first=11, end=15):
     """utime + stime + cutime + cstime of root and all its descendants,
-    in clock ticks. A process that exits in between is counted by its
+    in clock ticks (first, end: other fields of /proc/PID/stat counted
+    after the command, e.g. 7, 9: minor page faults, own and of reaped
+    children). A process that exits in between is counted by its
     parent's cutime/cstime once reaped (DataLoader workers, the sluice
     worker)."""
     parent, ticks = {}, {}
@@ -268,7 +299,7 @@ def tree_ticks(root):
             continue
         fields = s[s.rindex(")") + 2 :].split()
         parent[int(d)] = int(fields[1])
-        ticks[int(d)] = sum(int(x) for x in fields[11:15])
+        ticks[int(d)] = sum(int(x) for x in fields[first:end])
     total, todo = 0, [root]
     children = {}
     for p, pp in parent.items():
@@ -289,12 +320,12 @@ def own_ticks():
     return int(fields[11]) + int(fields[12])
 
 
-def memcpy_limit_ns(rows, reps=5):
+def memcpy_limit_ns(rows, nbytes=TENSOR_BYTES, reps=5):
     """ns per sample of copying the bytes one sample's tensors take (dense
     13 x 4, label 4, 26 ids x (8 + 4 length bytes): 368) from memory to
     memory in this process, best of reps: the physical limit any loader's
     CPU per sample is compared with."""
-    n = rows * TENSOR_BYTES
+    n = int(rows * nbytes)
     src = np.ones(n, dtype=np.uint8)
     dst = np.empty_like(src)
     best = None
@@ -315,12 +346,12 @@ def machine_busy_ticks():
 # ---- data preparation (not timed) -------------------------------------------------------
 
 
-def start_worker(binary, spec, tmp, name, threads, memory_limit=None):
+def start_worker(binary, spec, tmp, name, threads, memory_limit=None, extra=()):
     """A `sluice worker` for spec; returns (process, address)."""
     path = os.path.join(tmp, name + ".json")
     with open(path, "w") as f:
         json.dump(spec, f)
-    extra = ["--memory-limit", memory_limit] if memory_limit else []
+    extra = (["--memory-limit", memory_limit] if memory_limit else []) + list(extra)
     p = subprocess.Popen([binary, "worker", "--job", path, "--listen", "127.0.0.1:0",
                           "--threads", str(threads)] + extra, stdout=subprocess.PIPE, text=True)
     for line in p.stdout:
@@ -418,6 +449,154 @@ def write_shard(fmt, data, shard, workers):
         pq.write_table(pa.table(cols), path, compression="zstd")
 
 
+# ---- the replicated real-rows shape (--shape movielens) --------------------------------
+# The MovieLens ratings of ../shared/data (GroupLens terms: research use;
+# its README.txt) as examples/movielens_sessions.py turns them into samples,
+# copied --copies times as new users, as bench_table_read --movielens does
+# (bench/bench_util.c): copy k shifts sample and session ids past the
+# earlier copies, user ids by k x (largest + 1) and timestamps by k weeks;
+# movies, histories and ratings are the real ones.
+
+
+def ml_base(ratings):
+    """The real samples, once: a list of dicts (movielens_sessions.py)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+    import movielens_sessions
+
+    return list(movielens_sessions.samples(movielens_sessions.read_ratings(ratings), 1800.0, 100))
+
+
+def ml_prepare(a, peers):
+    """The jsonl, the sluice table (imported as examples/movielens.sh does:
+    --cluster --dedup-group history=user_history) and the numpy peer's
+    arrays, built from the samples here, not read back through sluice.
+    Returns (rows, bytes of one sample's tensors on average)."""
+    base = ml_base(a.ratings)
+    n = len(base)
+    sess = max(r["session_id"] for r in base) + 1
+    users = max(r["sparse"]["user_id"][0] for r in base) + 1
+    jsonl = os.path.join(a.data, "ml.jsonl")
+    with open(jsonl, "w") as f:
+        for k in range(a.copies):
+            for r in base:
+                c = dict(r)
+                c["sample_id"] = r["sample_id"] + k * n
+                c["session_id"] = r["session_id"] + k * sess
+                c["ts"] = r["ts"] + k * 604800
+                sp = dict(r["sparse"])
+                sp["user_id"] = [u + k * users for u in sp["user_id"]]
+                c["sparse"] = sp
+                f.write(json.dumps(c, separators=(",", ":")) + "\n")
+    subprocess.run([a.sluice, "table", "import", "--format", "jsonl", "--input", jsonl,
+                    "--table", os.path.join(a.data, "table"), "--partition", "ds=2016-10-16",
+                    "--cluster", "--dedup-group", "history=user_history", "--quiet"], check=True)
+    os.unlink(jsonl)
+    rows = n * a.copies
+    labels = np.array([[r["labels"]["liked"], r["labels"]["rating"]] for r in base], np.float32)
+    np.save(os.path.join(a.data, "ml_labels.npy"), np.tile(labels, (a.copies, 1)))
+    kept = 0
+    for f in ML_SPARSE:
+        lens = np.array([len(r["sparse"][f]) for r in base], np.int32)
+        vals = np.array([v for r in base for v in r["sparse"][f]], np.int64)
+        shift = np.repeat(np.arange(a.copies, dtype=np.int64) * users, vals.size)
+        allv = np.tile(vals, a.copies) + (shift if f == "user_id" else 0)
+        np.save(os.path.join(a.data, "ml_%s_len.npy" % f), np.tile(lens, a.copies))
+        np.save(os.path.join(a.data, "ml_%s_val.npy" % f), allv)
+        kept += int(np.minimum(lens, ML_FIRST_X if f == "user_history" else lens).sum()) * a.copies
+    return rows, 4 * len(ML_LABELS) + 4 * len(ML_SPARSE) + 8 * kept / rows
+
+
+def ml_transforms():
+    return ([{"op": "first_x", "feature": "user_history", "x": ML_FIRST_X}] +
+            [{"op": "sigrid_hash", "feature": f, "table_size": ML_HASH[f], "salt": SALT}
+             for f in ML_SPARSE])
+
+
+def peer_numpy_ml(a):
+    """The in-memory path for the real rows: labels [n, 2] and per feature
+    lengths and values (row order) loaded before timing; per batch the
+    values sliced, the history cut to its first 50 ids, the three features'
+    values concatenated key-major (the KJT's values, a new array) and hashed
+    in place."""
+    labels = np.load(os.path.join(a.data, "ml_labels.npy"))
+    feats = []
+    for f in ML_SPARSE:
+        lens = np.load(os.path.join(a.data, "ml_%s_len.npy" % f))
+        offs = np.zeros(lens.size + 1, np.int64)
+        np.cumsum(lens, out=offs[1:])
+        feats.append((f, lens, np.load(os.path.join(a.data, "ml_%s_val.npy" % f)), offs))
+
+    def epoch():
+        for s in range(0, labels.shape[0], a.batch):
+            e = min(labels.shape[0], s + a.batch)
+            parts, lens = [], []
+            for f, ln, val, offs in feats:
+                l, v = ln[s:e], val[offs[s] : offs[e]]
+                if f == "user_history":
+                    pos = np.arange(v.size) - np.repeat(offs[s:e] - offs[s], l)
+                    v = v[pos < ML_FIRST_X]
+                    l = np.minimum(l, ML_FIRST_X)
+                parts.append(v)
+                lens.append(l)
+            values = np.concatenate(parts)
+            at = 0
+            for (f, _, _, _), v in zip(feats, parts):
+                sigrid_hash_np(values[at : at + v.size], ML_HASH[f])
+                at += v.size
+            yield {"dense": None, "labels": torch.from_numpy(labels[s:e]),
+                   "sparse": {"keys": ML_SPARSE, "values": torch.from_numpy(values),
+                              "lengths": torch.from_numpy(np.concatenate(lens)),
+                              "weights": None, "stride": e - s}}
+
+    return epoch, None
+
+
+class MlDigest:
+    """Order-free digest of the real rows' batches: per row a hash of its
+    two labels and, per feature in ML_SPARSE order, its list (each id
+    hashed with its position, summed, then mixed with the length), summed
+    mod 2^64 over rows; the ids per feature and the labels' sums."""
+
+    def __init__(self):
+        self.rows = 0
+        self.row_sum = np.uint64(0)
+        self.ids = np.zeros(len(ML_SPARSE), np.int64)
+        self.lsum = np.zeros(len(ML_LABELS))
+
+    def add(self, b):
+        u = np.uint64
+        labels = np.asarray(b["labels"])
+        if "label_names" in b:  # sluice: the table's label order
+            labels = labels[:, [b["label_names"].index(k) for k in ML_LABELS]]
+        sp = b["sparse"]
+        keys, n = list(sp["keys"]), int(sp["stride"])
+        lengths = np.asarray(sp["lengths"]).astype(np.int64).reshape(len(keys), n)
+        values = np.asarray(sp["values"]).view(np.uint64)
+        offs = np.zeros(lengths.size + 1, np.int64)
+        np.cumsum(lengths.reshape(-1), out=offs[1:])
+        h = mix64(labels[:, 0].astype(np.float64).view(np.uint64))
+        h = mix64(h ^ labels[:, 1].astype(np.float64).view(np.uint64))
+        for fi, f in enumerate(ML_SPARSE):
+            k = keys.index(f)
+            ln, starts = lengths[k], offs[k * n : (k + 1) * n] - offs[k * n]
+            v = values[offs[k * n] : offs[(k + 1) * n]]
+            pos = (np.arange(v.size) - np.repeat(starts, ln)).astype(np.uint64)
+            e = mix64(v ^ (pos << u(40)) ^ u((fi + 1) << 56))
+            cs = np.zeros(v.size + 1, np.uint64)
+            np.cumsum(e, out=cs[1:])
+            seg = cs[starts + ln] - cs[starts]  # wraps mod 2^64, as the sum does
+            h = mix64(h ^ mix64(seg ^ (ln.astype(np.uint64) << u(48)) ^ u((fi + 1) << 56)))
+            self.ids[fi] += v.size
+        with np.errstate(over="ignore"):
+            self.row_sum = self.row_sum + h.sum(dtype=np.uint64)
+        self.rows += n
+        self.lsum += labels.astype(np.float64).sum(axis=0)
+
+    def to_json(self):
+        return {"rows": self.rows, "row_hash": "%016x" % int(self.row_sum),
+                "ids": self.ids.tolist(), "label_sum": self.lsum.tolist()}
+
+
 # ---- the peers: setup (untimed), then one epoch of batches per call ---------------------
 
 
@@ -432,12 +611,18 @@ def peer_sluice(a):
     for f in SPARSE:
         transforms.append({"op": "sigrid_hash", "feature": f, "table_size": a.table_size,
                            "salt": SALT})
-    spec = {"id": "criteo-bench", "source": {"table": os.path.join(a.data, "table")},
+    if a.shape == "movielens":
+        transforms = ml_transforms()
+    spec = {"id": a.shape + "-bench", "source": {"table": os.path.join(a.data, "table")},
             "transforms": transforms, "batch": {"size": a.batch}}
     tmp = tempfile.mkdtemp(prefix="job-", dir=a.data)
 
+    alt = a.peer == "sluice-alt"
+    binary = a.alt_sluice or a.sluice if alt else a.sluice
+    extra = (a.alt_worker_args or "").split() if alt else (a.worker_args or "").split()
+
     def epoch():
-        p, addr = start_worker(a.sluice, spec, tmp, "job", a.workers, a.memory_limit)
+        p, addr = start_worker(binary, spec, tmp, "job", a.workers, a.memory_limit, extra)
         try:
             with sluice.Client(addr, prefetch=8) as c:
                 for b in c:
@@ -588,7 +773,8 @@ def peer_ray(a):
     return epoch, ray.shutdown
 
 
-PEER_SETUP = {"sluice": peer_sluice, "dataloader": peer_dataloader, "numpy": peer_numpy,
+PEER_SETUP = {"sluice": peer_sluice, "sluice-alt": peer_sluice, "dataloader": peer_dataloader,
+              "numpy": peer_numpy,
               "tf-tsv": lambda a: peer_tf(a, "tsv"), "tf-tfrecord": lambda a: peer_tf(a, "tfrecord"),
               "ray": peer_ray}
 
@@ -598,20 +784,24 @@ def run_peer(a):
     trainer loop that digests every tensor it is handed, then the timed
     epoch; print the result as one JSON line."""
     torch.set_num_threads(1)
-    epoch, teardown = PEER_SETUP[a.peer](a)
-    digest = Digest()
+    setup = peer_numpy_ml if a.shape == "movielens" and a.peer == "numpy" else PEER_SETUP[a.peer]
+    epoch, teardown = setup(a)
+    digest = MlDigest() if a.shape == "movielens" else Digest()
     for b in epoch():  # warm-up: Ray's workers, TF's kernels, the page cache
         digest.add(b)
     me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
+    f0 = tree_ticks(me, 7, 9)
     o0, c0, m0, t0 = own_ticks(), tree_ticks(me), machine_busy_ticks(), time.perf_counter()
     samples = 0
     for b in epoch():  # the trainer loop
-        samples += int(b["dense"].shape[0])
+        samples += int(b["sparse"]["stride"])
     t1, c1, m1, o1 = time.perf_counter(), tree_ticks(me), machine_busy_ticks(), own_ticks()
+    f1 = tree_ticks(me, 7, 9)
     if teardown:
         teardown()
     print(RESULT + json.dumps({
         "samples": samples, "secs": t1 - t0, "cpu": (c1 - c0) / tick, "own": (o1 - o0) / tick,
+        "minflt": f1 - f0,
         "others": max(0, (m1 - m0) - (c1 - c0)) / tick / (t1 - t0),
         "digest": digest.to_json()}), flush=True)
 
@@ -625,9 +815,12 @@ def child(a, args, what):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     cmd = [sys.executable, os.path.abspath(__file__), "--sluice", a.sluice, "--data", a.data,
            "--batch", str(a.batch), "--table-size", str(a.table_size),
-           "--workers", str(a.workers)] + args
+           "--workers", str(a.workers), "--shape", a.shape] + args
     if a.memory_limit:
         cmd += ["--memory-limit", a.memory_limit]
+    for k in ("worker_args", "alt_sluice", "alt_worker_args"):
+        if getattr(a, k):
+            cmd.append("--%s=%s" % (k.replace("_", "-"), getattr(a, k)))
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, start_new_session=True)
     try:
@@ -659,6 +852,15 @@ def run_round(a, name):
 def prepare(a, peers):
     """The table, its rows as .npy, and each selected peer's input files."""
     t0 = time.perf_counter()
+    if a.shape == "movielens":
+        a.rows, a.tensor_bytes = ml_prepare(a, peers)
+        print("movielens: %d rows (%d real ones x %d copies) prepared in %.1f s; bytes/sample: "
+              "sluice table %.1f; tensors %.1f" % (a.rows, a.rows // a.copies, a.copies,
+                                                   time.perf_counter() - t0,
+                                                   du(os.path.join(a.data, "table")) / a.rows,
+                                                   a.tensor_bytes))
+        return
+    a.tensor_bytes = TENSOR_BYTES
     table = os.path.join(a.data, "table")
     subprocess.run([a.sluice, "table", "gen", "--preset", "criteo", "--rows", str(a.rows),
                     "--table", table, "--seed", str(a.seed), "--files", str(a.workers),
@@ -719,9 +921,21 @@ def main():
                          "per format (default: cores)")
     ap.add_argument("--memory-limit", help="the sluice worker's --memory-limit (default: "
                     "the worker's own); its read-ahead touches that many fresh bytes per epoch")
+    ap.add_argument("--worker-args", help="more arguments for the sluice peer's worker, one "
+                    "string: --worker-args='--max-queued 8'")
+    ap.add_argument("--alt-sluice", help="adds the peer sluice-alt: the same job with this "
+                    "sluice program (default --sluice), for before/after pairs in one run")
+    ap.add_argument("--alt-worker-args", help="adds the peer sluice-alt, whose worker gets these "
+                    "arguments instead of --worker-args")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--shape", choices=["criteo", "movielens"], default="criteo",
+                    help="criteo: generated Criteo-shaped rows (--rows); movielens: the "
+                    "replicated real rows (--copies x the MovieLens samples; sluice and numpy "
+                    "only)")
+    ap.add_argument("--copies", type=int, default=10, help="movielens: copies of the real rows")
+    ap.add_argument("--ratings", default=ML_RATINGS, help="movielens: the ratings.csv")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--peers", default=",".join(p[0] for p in PEERS),
+    ap.add_argument("--peers", default=",".join(p[0] for p in PEERS if p[0] != "sluice-alt"),
                     help="comma-separated, from: " + ", ".join(p[0] for p in PEERS))
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for one child process")
     # Internal: what a child process does.
@@ -739,12 +953,23 @@ def main():
         raise SystemExit("--workers, --rows, --batch and --rounds must be at least 1")
     names = [p[0] for p in PEERS]
     wanted = [p.strip() for p in a.peers.split(",") if p.strip()]
+    if (a.alt_sluice or a.alt_worker_args) and "sluice-alt" not in wanted:
+        wanted.insert(1, "sluice-alt")
     bad = [p for p in wanted if p not in names]
     if bad or "sluice" not in wanted:
         raise SystemExit("--peers: %s (from %s; sluice is the reference and must be in it)"
                          % ("unknown " + ", ".join(bad) if bad else "no sluice", ", ".join(names)))
     if torch is None:
         raise SystemExit("compare_loaders needs torch: %s cannot import it" % sys.executable)
+    if a.shape == "movielens":
+        if a.copies < 1 or not os.path.exists(a.ratings):
+            raise SystemExit("--shape movielens needs --copies >= 1 and the ratings file %s"
+                             % a.ratings)
+        other = [p for p in wanted if p not in ("sluice", "numpy", "sluice-alt")]
+        if other:
+            print("%s: skipped: --shape movielens has the sluice and numpy peers only"
+                  % ", ".join(other))
+            wanted = [p for p in wanted if p in ("sluice", "numpy", "sluice-alt")]
     peers = []
     for name, _, mods in PEERS:
         if name not in wanted:
@@ -762,8 +987,13 @@ def main():
         a.data = tmp
         load0 = os.getloadavg()
         prepare(a, peers)
-        print("job: fill_missing 0 + log1p x13 dense, sigrid_hash %% %d x26 sparse, batch %d; "
-              "%d cores; %s" % (a.table_size, a.batch, os.cpu_count() or 1, sys.executable))
+        if a.shape == "movielens":
+            print("job: first_x %d on user_history, sigrid_hash %% %s, batch %d; %d cores; %s"
+                  % (ML_FIRST_X, ", ".join("%d %s" % (ML_HASH[f], f) for f in ML_SPARSE),
+                     a.batch, os.cpu_count() or 1, sys.executable))
+        else:
+            print("job: fill_missing 0 + log1p x13 dense, sigrid_hash %% %d x26 sparse, batch %d; "
+                  "%d cores; %s" % (a.table_size, a.batch, os.cpu_count() or 1, sys.executable))
 
         res, ref = {n: [] for n in peers}, None
         for rnd in range(1, a.rounds + 1):
@@ -788,11 +1018,11 @@ def main():
                 r["us_own"] = r.get("own", 0.0) / r["samples"] * 1e6
                 split = (" [worker %.3f + trainer process %.3f]" % (r["us"] - r["us_own"],
                                                                      r["us_own"])
-                         if name == "sluice" else "")
+                         if name.startswith("sluice") else "")
                 print("  %-12s %10.0f samples/s %7.3f CPU-us/sample%s (%.2f cores; others %.2f)"
-                      "   sluice x%.2f by samples/s, x%.2f by CPU; digest %s" % (
+                      "   sluice x%.2f by samples/s, x%.2f by CPU; %.0f page faults; digest %s" % (
                           name, r["sps"], r["us"], split, r["cpu"] / r["secs"], r["others"],
-                          r["x_sps"], r["x_cpu"], r["digest"]["row_hash"]))
+                          r["x_sps"], r["x_cpu"], r["minflt"], r["digest"]["row_hash"]))
         print("verified: %d peers handed the trainer identical tensors in every round (digest %s)"
               % (len(peers), ref["row_hash"]))
 
@@ -816,18 +1046,28 @@ def main():
                 x("us", lambda v: "%.3f" % v),
                 "1" if name == "sluice" else x("x_sps", ratio),
                 "1" if name == "sluice" else x("x_cpu", ratio)))
-        limit = memcpy_limit_ns(a.rows)
+        limit = memcpy_limit_ns(a.rows, a.tensor_bytes)
         su = statistics.median(r["us"] for r in res["sluice"])
         sw = statistics.median(r["us"] - r["us_own"] for r in res["sluice"])
-        print("\nlimit: a memcpy of the %d bytes of one sample's tensors takes %.1f ns here; "
+        print("\nlimit: a memcpy of the %.0f bytes of one sample's tensors takes %.1f ns here; "
               "sluice %.0f ns per sample (%.1fx the limit; its worker process %.0f ns, %.1fx)"
-              % (TENSOR_BYTES, limit, su * 1e3, su * 1e3 / limit, sw * 1e3, sw * 1e3 / limit))
+              % (a.tensor_bytes, limit, su * 1e3, su * 1e3 / limit, sw * 1e3, sw * 1e3 / limit))
         if "numpy" in res:
             xs = sorted(r["x_cpu"] for r in res["numpy"])
             med = statistics.median(xs)
             print("target (issue 15): sluice >= 1.5x the in-memory numpy path by CPU per sample: "
                   "%s (median %.2fx, rounds %.2fx-%.2fx)"
                   % ("met" if med >= 1.5 else "not met", med, xs[0], xs[-1]))
+        for name in [n for n in ("sluice", "sluice-alt") if n in res]:
+            rs = res[name]
+            line = "%s: %s CPU-us per sample (worker %s), %s minor page faults per epoch" % (
+                name, fmt_range([r["us"] for r in rs], lambda v: "%.3f" % v),
+                fmt_range([r["us"] - r["us_own"] for r in rs], lambda v: "%.3f" % v),
+                fmt_range([r["minflt"] for r in rs], lambda v: "%.0f" % v))
+            if "numpy" in res:
+                xs = [n["us"] / r["us"] for n, r in zip(res["numpy"], rs)]
+                line += "; numpy's CPU / its CPU per round: %s" % fmt_range(xs, lambda v: "%.2fx" % v)
+            print(line)
 
 
 if __name__ == "__main__":

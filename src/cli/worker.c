@@ -24,7 +24,8 @@
 
 typedef struct worker_args {
     const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file;
-    uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms, share_window;
+    uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms, share_window,
+        max_queued;
     bool exit_when_done, no_share;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
@@ -51,6 +52,11 @@ static const sl_cli_opt_t wopts[] = {
      "bytes of stripes and batches in flight"},
     {"max-credits", SL_CLI_UINT, "N", "16", NULL, 1, UINT32_MAX, 0, W(max_credits),
      "most unacknowledged batches one client may hold"},
+    {"max-queued", SL_CLI_UINT, "N", NULL, "2 per transform thread, at least 4", 1, UINT32_MAX, 0,
+     W(max_queued),
+     "encoded batches waiting to be sent before the transform threads wait: the read-ahead, "
+     "in batches (--memory-limit stays the hard bound); a few keep trainers fed and let "
+     "batches reuse memory already mapped"},
     {"exit-when-done", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(exit_when_done),
      "exit once every batch of every epoch is acknowledged"},
     {"worker-id", SL_CLI_STRING, "NAME", NULL, "`worker-<pid>`", 0, 0, 0, W(worker_id),
@@ -117,6 +123,7 @@ int sl_cli_worker(int argc, char **argv)
     o.threads = (uint32_t)args.threads;
     o.memory_limit = args.memory_limit;
     o.max_credits = (uint32_t)args.max_credits;
+    o.max_queued = (uint32_t)args.max_queued;
     o.worker_id = args.worker_id;
     o.max_clients = (uint32_t)args.max_clients;
     o.client_conn_idle_ms = (int)args.conn_idle_ms;

@@ -189,8 +189,8 @@ Test(cli_options, usage_errors_name_the_option)
     USAGE("worker", "--job 'missing.json': No such file or directory", "worker", "--job",
           "missing.json");
     USAGE("worker", "--job 'spec': a directory, not a file", "worker", "--job=spec");
-    USAGE("worker", "ambiguous option '--max' (--max-credits, --max-clients)", "worker", "--max",
-          "3");
+    USAGE("worker", "ambiguous option '--max' (--max-credits, --max-queued, --max-clients)",
+          "worker", "--max", "3");
     USAGE("worker", "--job and --master exclude each other (a master sends the job)", "worker",
           "--job", "job.json", "--master", "127.0.0.1:1");
     USAGE("read", "unknown option '--bogus'", "read", "--worker", "x:1", "--bogus");

@@ -39,6 +39,7 @@
 #include "sluice/wire.h"
 #include "testutil.h"
 #include "warehouse/import.h"
+#include "worker_util.h"
 
 static char tmpdir[256];
 
@@ -59,14 +60,7 @@ TestSuite(worker_faults, .init = setup, .fini = teardown);
 static void gen_criteo(uint64_t rows, uint32_t stripe_rows, char *dir, size_t cap)
 {
     snprintf(dir, cap, "%s/criteo", tmpdir);
-    sl_wh_gen_spec_t spec;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_wh_gen_preset("criteo", rows, 17, &spec, &err), SL_OK, "%s", err.msg);
-    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
-    go.writer.stripe_rows = stripe_rows;
-    go.writer.no_sync = true;
-    go.threads = 1;
-    cr_assert_eq(sl_wh_gen_table(dir, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
+    wu_gen_criteo(dir, rows, stripe_rows, 17);
 }
 
 static sl_pipeline_job_t *job_epochs(const char *table, uint32_t batch_size, uint32_t epochs)
@@ -102,11 +96,7 @@ static sl_worker_t *start_with(const sl_pipeline_job_t *job, uint64_t memory_lim
     o.threads = 2;
     if (memory_limit) o.memory_limit = memory_limit;
     o.max_credits = 8;
-    sl_worker_t *w = NULL;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_worker_start(job, &o, &w, NULL, &err), SL_OK, "%s", err.msg);
-    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
-    return w;
+    return wu_start(job, &o, addr, cap);
 }
 
 static sl_worker_t *start(const sl_pipeline_job_t *job, uint64_t memory_limit, char *addr,
@@ -618,22 +608,7 @@ static void read_slowly(const char *addr, uint64_t rows, uint32_t delay_us, uint
     sl_trainer_t *t;
     sl_error_t err = {0};
     cr_assert_eq(sl_trainer_connect(&o, &t, &err), SL_OK, "%s", err.msg);
-    sl_batch_t *b;
-    sl_err_t rc;
-    int timeout = (int)(tu_timeout(30) * 1000);
-    while ((rc = sl_trainer_next(t, timeout, &b, &err)) == SL_OK) {
-        cr_assert_lt(b->origin.epoch, 2);
-        for (uint32_t i = 0; i < b->batch_size; i++) {
-            int64_t id = b->sample_ids[i];
-            cr_assert(id >= 0 && (uint64_t)id < rows, "sample id %lld", (long long)id);
-            uint8_t *s = &seen[b->origin.epoch * rows + (uint64_t)id];
-            cr_assert_lt(*s, 255);
-            (*s)++;
-        }
-        sl_trainer_release(t, b);
-        usleep(delay_us);
-    }
-    cr_assert_eq(rc, SL_ERR_CLOSED, "%s: %s", sl_err_str(rc), err.msg);
+    wu_read_all(t, rows, 2, delay_us, seen);
     sl_trainer_close(t);
 }
 

@@ -227,6 +227,53 @@ Test(batcher, drop_last_and_weighted)
     run_in_order(true, true);
 }
 
+/* Batches filled by one stripe's rows take their values straight into the
+ * batch (no per-key vectors), with all rows kept and with every third row
+ * dropped (several runs); batches straddling two stripes go through the
+ * vectors. Both must give the same rows, in order, weights included. */
+Test(batcher, whole_batches_from_one_stripe_and_straddling_ones)
+{
+    const uint32_t B = 100, n = 250;
+    sink_t *sk = calloc(1, sizeof *sk);
+    sk->cap = 4 * n;
+    sk->order = calloc(sk->cap, sizeof(int64_t));
+    sk->weighted = true;
+    sl_worker_batcher_opts_t o = {.batch_size = B, .sample_ids = true, .job_id = 5};
+    sl_worker_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_batcher_new(&o, collect, sk, &bt, &err), SL_OK);
+    int64_t want[1000];
+    uint64_t nwant = 0;
+    uint32_t sel[250];
+    for (uint32_t st = 0; st < 4; st++) {
+        sl_batch_t *s = sl_batch_new(NULL);
+        make_stripe(s, (int64_t)st * n, n, true);
+        uint32_t k = 0;
+        for (uint32_t r = 0; r < n; r++)
+            if (st < 2 || r % 3 != 0) {
+                sel[k++] = r;
+                want[nwant++] = (int64_t)st * n + r;
+            }
+        sl_worker_rows_origin_t og = {.epoch = 0, .split_id = 0, .row = (uint64_t)st * n};
+        cr_assert_eq(sl_worker_batcher_add(bt, s, st < 2 ? NULL : sel, NULL, k, &og, &err), SL_OK,
+                     "%s", err.msg);
+        sl_batch_destroy(s);
+    }
+    cr_assert_eq(sl_worker_batcher_end_epoch(bt, &err), SL_OK, "%s", err.msg);
+    /* 500 rows kept whole, then 2 x 166 with every third dropped */
+    cr_assert_eq(nwant, 832);
+    cr_assert_eq(sk->rows, nwant);
+    for (uint64_t i = 0; i < nwant; i++)
+        cr_assert_eq(sk->order[i], want[i], "row %llu", (unsigned long long)i);
+    cr_assert_eq(sk->batches, 9);
+    for (uint64_t b = 0; b < 8; b++)
+        cr_assert_eq(sk->sizes[b], B);
+    cr_assert_eq(sk->sizes[8], 32);
+    sl_worker_batcher_destroy(bt);
+    free(sk->order);
+    free(sk);
+}
+
 Test(batcher, epochs_never_share_a_batch)
 {
     sink_t *sk = calloc(1, sizeof *sk);

@@ -103,6 +103,7 @@ void sl_worker_batcher_destroy(sl_worker_batcher_t *b)
     if (b->key_off) sl_free(a, b->key_off, (size_t)(b->F + 1) * sizeof *b->key_off);
     if (b->cur_row) sl_free(a, b->cur_row, (size_t)b->F * sizeof *b->cur_row);
     if (b->cur_off) sl_free(a, b->cur_off, (size_t)b->F * sizeof *b->cur_off);
+    if (b->key_at) sl_free(a, b->key_at, (size_t)b->F * sizeof *b->key_at);
     if (b->runs) sl_free(a, b->runs, (size_t)rc * sizeof *b->runs);
     if (b->perm) sl_free(a, b->perm, (size_t)b->window.cap * sizeof *b->perm);
     if (b->offs)
@@ -191,9 +192,11 @@ static sl_err_t configure(sl_worker_batcher_t *b, const sl_batch_t *rows, sl_err
     b->key_off = sl_calloc(a, (size_t)b->F + 1, sizeof *b->key_off);
     b->cur_row = sl_calloc(a, b->F ? b->F : 1, sizeof *b->cur_row);
     b->cur_off = sl_calloc(a, b->F ? b->F : 1, sizeof *b->cur_off);
+    b->key_at = sl_calloc(a, b->F ? b->F : 1, sizeof *b->key_at);
     b->runs = sl_calloc(a, rc, sizeof *b->runs);
     if (!b->keys || !b->dense_names || !b->label_names || !b->key_off || !b->cur_row ||
-        !b->cur_off || !b->runs || builder_setup(b, &b->batch) || builder_setup(b, &b->window))
+        !b->cur_off || !b->key_at || !b->runs || builder_setup(b, &b->batch) ||
+        builder_setup(b, &b->window))
         return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
     if (b->window.cap) {
         b->perm = sl_calloc(a, b->window.cap, sizeof *b->perm);
@@ -279,6 +282,40 @@ static sl_err_t gather_runs(sl_worker_batcher_t *b, builder_t *bd, const sl_batc
 {
     const uint32_t N = src->batch_size;
     const sl_kjt_t *kjt = &src->sparse;
+    /* This gather fills the whole batch (the usual case: a stripe's rows
+     * all kept, batches within it): count each key's values first and copy
+     * them straight to their place in the batch, instead of into the
+     * per-key vectors and from there into the batch (a second copy of
+     * every value). */
+    bool direct = bd == &b->batch && bd->n == 0 && m == bd->cap && b->F > 0;
+    if (bd->n == 0) { /* nothing of a failed gather's direct values is kept */
+        bd->direct_vals = NULL;
+        bd->direct_wts = NULL;
+        bd->direct_total = 0;
+    }
+    uint64_t total = 0;
+    if (direct) {
+        for (uint32_t k = 0; direct && k < b->F; k++) {
+            const int32_t *L = kjt->lengths + (size_t)k * N;
+            uint64_t ks = 0;
+            bool neg = false;
+            for (uint32_t q = 0; q < nr && !neg; q++)
+                ks += sl_lengths_sum(L + runs[q].row, runs[q].count, &neg);
+            b->key_at[k] = total;
+            total += ks;
+            /* bad lengths: the gather below says what is wrong */
+            direct = !neg && ks <= b->key_off[k + 1] - b->key_off[k];
+        }
+    }
+    if (direct) {
+        sl_arena_t *ar = bd->cur->arena;
+        bd->direct_vals = sl_arena_alloc(ar, sl_mul_size(total ? total : 1, sizeof(int64_t)));
+        bd->direct_wts =
+            b->weighted ? sl_arena_alloc(ar, sl_mul_size(total ? total : 1, sizeof(float))) : NULL;
+        bd->direct_total = total;
+        if (!bd->direct_vals || (b->weighted && !bd->direct_wts))
+            return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory for a batch's values");
+    }
     for (uint32_t k = 0; k < b->F; k++) {
         const int32_t *L = kjt->lengths + (size_t)k * N;
         int32_t *dl = bd->lengths + (size_t)k * bd->cap + bd->n;
@@ -290,12 +327,26 @@ static sl_err_t gather_runs(sl_worker_batcher_t *b, builder_t *bd, const sl_batc
             while (r < s)
                 off += (uint64_t)L[r++];
             memcpy(dl + i, L + s, (size_t)c * sizeof *L);
-            uint64_t sum = 0;
-            for (uint32_t j = 0; j < c; j++)
-                sum += (uint64_t)L[s + j];
-            if (off + sum > b->key_off[k + 1] - b->key_off[k])
+            bool neg;
+            uint64_t sum = sl_lengths_sum(L + s, c, &neg);
+            if (neg || off + sum > b->key_off[k + 1] - b->key_off[k])
                 return sl_error_set(err, SL_ERR_INVALID,
                                     "batcher: key '%s' lengths pass its values", b->keys[k]);
+            if (direct) {
+                /* the counting pass summed these lengths: within total */
+                if (sum) {
+                    memcpy(bd->direct_vals + b->key_at[k], kjt->values + b->key_off[k] + off,
+                           sum * sizeof(int64_t));
+                    if (b->weighted)
+                        memcpy(bd->direct_wts + b->key_at[k], kjt->weights + b->key_off[k] + off,
+                               sum * sizeof(float));
+                    b->key_at[k] += sum;
+                }
+                off += sum;
+                r = s + c;
+                i += c;
+                continue;
+            }
             if (sum && (!dpp_vec_reserve(b->a, &bd->vals[k], sum * sizeof(int64_t)) ||
                         (b->weighted && !dpp_vec_reserve(b->a, &bd->wts[k], sum * sizeof(float)))))
                 return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
@@ -368,7 +419,7 @@ static sl_err_t builder_finish(sl_worker_batcher_t *b, builder_t *bd, sl_batch_t
         for (uint32_t k = 1; k < F; k++)
             memmove(bd->lengths + (size_t)k * n, bd->lengths + (size_t)k * bd->cap,
                     (size_t)n * sizeof(int32_t));
-    uint64_t total = 0;
+    uint64_t total = bd->direct_total;
     for (uint32_t k = 0; k < F; k++)
         total += bd->vals[k].len / sizeof(int64_t);
     sl_kjt_t *kjt = &batch->sparse;
@@ -377,8 +428,16 @@ static sl_err_t builder_finish(sl_worker_batcher_t *b, builder_t *bd, sl_batch_t
     kjt->num_values = total;
     kjt->lengths = bd->lengths;
     kjt->keys = sl_arena_alloc(ar, (F ? F : 1) * sizeof(char *));
-    kjt->values = sl_arena_alloc(ar, sl_mul_size(total, sizeof(int64_t)));
-    kjt->weights = b->weighted ? sl_arena_alloc(ar, sl_mul_size(total, sizeof(float))) : NULL;
+    if (bd->direct_vals) { /* gathered in place */
+        kjt->values = bd->direct_vals;
+        kjt->weights = bd->direct_wts;
+    } else {
+        kjt->values = sl_arena_alloc(ar, sl_mul_size(total, sizeof(int64_t)));
+        kjt->weights = b->weighted ? sl_arena_alloc(ar, sl_mul_size(total, sizeof(float))) : NULL;
+    }
+    bd->direct_vals = NULL;
+    bd->direct_wts = NULL;
+    bd->direct_total = 0;
     const char **dn = sl_arena_alloc(ar, (b->D ? b->D : 1) * sizeof(char *));
     const char **ln = sl_arena_alloc(ar, (b->T_out ? b->T_out : 1) * sizeof(char *));
     if (!kjt->keys || !kjt->values || (b->weighted && !kjt->weights) || !dn || !ln) goto nomem;
@@ -632,6 +691,9 @@ static uint32_t builder_clear(sl_worker_batcher_t *b, builder_t *bd)
     sl_batch_destroy(bd->cur);
     bd->cur = NULL;
     bd->n = 0;
+    bd->direct_vals = NULL;
+    bd->direct_wts = NULL;
+    bd->direct_total = 0;
     return n;
 }
 

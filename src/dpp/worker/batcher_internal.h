@@ -45,7 +45,13 @@ typedef struct builder {
     int64_t *times;                /* [cap] record CreateTimes (has_times) or NULL */
     uint64_t *row_split, *row_pos; /* [cap] when track_rows */
     vec_t *vals, *wts;             /* [F] */
-    gbuild_t *groups;              /* [G] */
+    /* A batch filled by one gather (whole from one stripe's rows): its
+     * values and weights go straight to their place in cur's arena (NULL:
+     * gathered in vals / wts and concatenated at the end). */
+    int64_t *direct_vals;
+    float *direct_wts;
+    uint64_t direct_total;
+    gbuild_t *groups; /* [G] */
     sl_batch_origin_t first;
 } builder_t;
 
@@ -72,6 +78,7 @@ struct sl_worker_batcher {
     uint64_t *key_off; /* [F + 1] */
     uint32_t *cur_row; /* [F] */
     uint64_t *cur_off; /* [F] */
+    uint64_t *key_at;  /* [F] a direct gather: where each key's values go */
     run_t *runs;       /* [max(batch, window) cap] */
     uint32_t *perm;    /* [window cap] */
     uint64_t *offs;    /* [F * (window cap + 1)] */

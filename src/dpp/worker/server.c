@@ -391,6 +391,31 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     return SL_OK;
 }
 
+sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s, uint32_t rank_plus_one)
+{
+    /* A batch for one trainer rank (static sharding) never waits here: its
+     * rank's trainer may not read yet while others do, and batches of
+     * those must not stall behind it (the budget bounds them, as before). */
+    if (!s->o.max_queued || rank_plus_one) return SL_OK;
+    sl_mutex_lock(&s->mu);
+    /* Woken when a sender takes a batch, a revoked one is dropped, or a
+     * stop; the timeout only bounds a missed wakeup. */
+    while (!s->stopping && !s->waits_ended && !s->fail_code &&
+           sl_worker_queue_len(s->ready[0]) >= s->o.max_queued)
+        sl_clock_cond_wait_ms(&s->cv, &s->mu, 200);
+    sl_err_t rc = s->stopping || s->waits_ended || s->fail_code ? SL_ERR_CLOSED : SL_OK;
+    sl_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void sl_worker_server_end_waits(sl_worker_server_t *s)
+{
+    sl_mutex_lock(&s->mu);
+    s->waits_ended = true;
+    pthread_cond_broadcast(&s->cv);
+    sl_mutex_unlock(&s->mu);
+}
+
 void sl_worker_server_finish(sl_worker_server_t *s)
 {
     sl_mutex_lock(&s->mu);

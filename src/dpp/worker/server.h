@@ -82,6 +82,8 @@ typedef struct sl_worker_server_opts {
     uint32_t max_clients;       /* connections at once; 0: 256 */
     int idle_timeout_ms;        /* close a client silent this long holding no batch; 0: 60000,
                                    < 0: never */
+    uint32_t max_queued;        /* sl_worker_server_wait_room waits while this many batches
+                                   wait to be sent; 0: never waits */
 } sl_worker_server_opts_t;
 
 /* One encoded batch (the server owns it once pushed). */
@@ -143,6 +145,21 @@ uint16_t sl_worker_server_port(const sl_worker_server_t *s);
  * SL_ERR_INVALID for a rank_plus_one over max_ranks (freed and retired). */
 sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_item_t *item,
                                sl_error_t *err);
+
+/* Wait while opts.max_queued batches or more wait to be sent in the queue
+ * of batches for any client (pushed and not yet sent: batches sent and not
+ * yet acknowledged are bounded by the clients' credits instead), until the
+ * server stops or fails. A producer calls it before making a batch, so the
+ * worker runs only that far ahead of its trainers and reuses memory that
+ * is already mapped instead of filling its whole memory budget with fresh
+ * pages. A batch for one trainer rank (rank_plus_one > 0, static
+ * sharding) never waits. @return SL_OK when there is room, SL_ERR_CLOSED
+ * when stopping or failed. */
+sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s, uint32_t rank_plus_one);
+
+/* Wake every sl_worker_server_wait_room and make it (now and later)
+ * return SL_ERR_CLOSED: the producers are being stopped and joined. */
+void sl_worker_server_end_waits(sl_worker_server_t *s);
 
 /* No more items will be pushed: END goes out once all are acknowledged. */
 void sl_worker_server_finish(sl_worker_server_t *s);

@@ -122,6 +122,8 @@ static void *sender_main(void *arg)
                 ((sitem_t *)it)->senders++;
                 c->unacked[c->n_unacked++] = (unacked_t){it, id};
                 c->credits--;
+                /* one batch fewer waits to be sent: a producer may go on */
+                if (s->o.max_queued) pthread_cond_broadcast(&s->cv);
                 sl_mutex_unlock(&s->mu);
                 Sluice__Dpp__BatchInfo bi = SLUICE__DPP__BATCH_INFO__INIT;
                 bi.delivery_id = id;

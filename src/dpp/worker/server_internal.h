@@ -82,6 +82,7 @@ struct sl_worker_server {
     sl_mutex_t mu;
     pthread_cond_t cv;
     bool finished, stopping, stopped;
+    bool waits_ended; /* sl_worker_server_wait_room returns at once */
     sl_err_t fail_code;
     char fail_msg[SL_ERROR_MSG_MAX];
     uint64_t outstanding; /* pushed, not yet acknowledged */

@@ -124,8 +124,21 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
                         const sl_worker_lease_origin_t *lease, sl_dedup_stats_t *ds,
                         sl_error_t *err)
 {
+    /* Make the batch only when few enough wait to be sent: the read-ahead
+     * is bounded in batches, not only by the memory budget, so frames and
+     * batches reuse memory that is already mapped (and likely cached)
+     * instead of faulting in fresh pages up to the budget. Waiting for
+     * trainers, not for memory: idle for the budget's stuck test. */
+    uint64_t q0 = now_ns(CLOCK_MONOTONIC);
+    sl_worker_budget_idle(w->budget, true);
+    sl_err_t rc = sl_worker_server_wait_room(w->server, lease->rank_plus_one);
+    sl_worker_budget_idle(w->budget, false);
+    if (rc != SL_OK) {
+        sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
+        return batch_failed(w, batch, held, lease, rc, err);
+    }
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    sl_err_t rc = sl_worker_batcher_dedup(d, batch, w->groups, w->num_groups, ds, err);
+    rc = sl_worker_batcher_dedup(d, batch, w->groups, w->num_groups, ds, err);
     uint64_t t1 = now_ns(CLOCK_MONOTONIC);
     if (rc == SL_OK) rc = sl_pipeline_plan_transform(w->plan, batch, err);
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
@@ -177,7 +190,7 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
     w->st.dedup_ns += t1 - t0;
     w->st.transform_ns += t2 - t1;
     w->st.encode_ns += t3 - t2 - tw;
-    w->st.backpressure_ns += tw;
+    w->st.backpressure_ns += tw + (t0 - q0);
     for (uint32_t g = 0; g < w->num_groups && g < SL_WORKER_MAX_GROUPS; g++) {
         w->st.groups[g].rows += ds[g].batch_size;
         w->st.groups[g].unique_rows += ds[g].unique_rows;
@@ -321,6 +334,11 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     } else if (!(w = sl_calloc(a, 1, sizeof *w))) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     }
+    if (!o.max_queued) {
+        uint64_t q = (uint64_t)SL_WORKER_DEFAULT_QUEUED_PER_THREAD * o.threads;
+        o.max_queued =
+            q < SL_WORKER_DEFAULT_QUEUED_MIN ? SL_WORKER_DEFAULT_QUEUED_MIN : (uint32_t)q;
+    }
     if (!w) { /* what the worker would own */
         if (o.source.next && o.source.destroy) o.source.destroy(o.source.ctx);
         if (o.has_listen_fd) close(o.listen_fd);
@@ -413,7 +431,8 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
                                   .lease_ctx = w->source.ctx,
                                   .cluster_secret = o.cluster_secret,
                                   .max_clients = o.max_clients,
-                                  .idle_timeout_ms = o.client_conn_idle_ms};
+                                  .idle_timeout_ms = o.client_conn_idle_ms,
+                                  .max_queued = o.max_queued};
     w->listen_fd_owned = false; /* the server owns it now, also when it fails */
     if ((rc = sl_worker_server_start(&so, &w->server, err))) goto fail;
     atomic_store(&w->running, o.threads);
@@ -474,6 +493,7 @@ void sl_worker_stop(sl_worker_t *w)
     if (w->source.cancel) w->source.cancel(w->source.ctx); /* a reader waiting for work wakes */
     if (w->budget) sl_worker_budget_close(w->budget);
     if (w->work) sl_worker_queue_close(w->work);
+    if (w->server) sl_worker_server_end_waits(w->server); /* transform threads waiting for room */
     if (w->reader_started) pthread_join(w->reader, NULL);
     for (uint32_t i = 0; i < w->started_threads; i++)
         pthread_join(w->xform[i], NULL);

@@ -79,7 +79,15 @@ typedef struct sl_worker_opts {
                                    loopback listen address is accepted) */
     uint32_t max_clients;       /* client connections at once; 0: 256 */
     int client_conn_idle_ms;    /* close a client silent this long holding no batch; 0: 60000 */
+    /* Encoded batches waiting to be sent to a client before the transform
+     * threads wait (the read-ahead, bounded in batches as well as by
+     * memory_limit); 0: SL_WORKER_DEFAULT_QUEUED_PER_THREAD per transform
+     * thread, at least SL_WORKER_DEFAULT_QUEUED_MIN. */
+    uint32_t max_queued;
 } sl_worker_opts_t;
+
+#define SL_WORKER_DEFAULT_QUEUED_PER_THREAD 2
+#define SL_WORKER_DEFAULT_QUEUED_MIN 4
 
 sl_worker_opts_t sl_worker_opts_default(void);
 
