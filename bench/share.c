@@ -47,8 +47,9 @@ static uint32_t hash_rounds = 1; /* --hash-rounds: each sigrid_hash this many ti
 /* The criteo job's spec (examples/jobs/criteo.json's transforms). */
 static void spec_text(char *out, size_t cap, const char *id, bool share)
 {
-    size_t n = (size_t)snprintf(out, cap, "{\"id\":\"%s\",\"share\":%s,\"source\":{\"table\":\"%s\"},"
-                                          "\"transforms\":[",
+    size_t n = (size_t)snprintf(out, cap,
+                                "{\"id\":\"%s\",\"share\":%s,\"source\":{\"table\":\"%s\"},"
+                                "\"transforms\":[",
                                 id, share ? "true" : "false", table);
     for (int i = 1; i <= 13; i++)
         n += (size_t)snprintf(out + n, cap - n, "{\"op\":\"log1p\",\"feature\":\"I%d\"},", i);
@@ -56,8 +57,8 @@ static void spec_text(char *out, size_t cap, const char *id, bool share)
         for (int i = 1; i <= 26; i++)
             n += (size_t)snprintf(
                 out + n, cap - n,
-                "{\"op\":\"sigrid_hash\",\"feature\":\"C%d\",\"table_size\":1000000,\"salt\":%u}%s", i,
-                r, i < 26 || r + 1 < hash_rounds ? "," : "");
+                "{\"op\":\"sigrid_hash\",\"feature\":\"C%d\",\"table_size\":1000000,\"salt\":%u}%s",
+                i, r, i < 26 || r + 1 < hash_rounds ? "," : "");
     snprintf(out + n, cap - n, "],\"batch\":{\"size\":4096,\"epochs\":1}}");
 }
 
@@ -161,13 +162,13 @@ static int one_run(const char *tag, bool share, uint32_t jobs, uint64_t rows, ru
                 (unsigned long long)out->samples, (unsigned long long)jobs * rows);
         rc = 1;
     }
-    printf("  %-11s %u jobs: worker CPU %.2f s for %llu samples: %.3f us/sample; rows read %llu "
-           "(%.2f x one job's), batches served to other jobs %llu, jobs detached %llu, wall %.2f s\n",
-           tag, jobs, out->cpu_s, (unsigned long long)out->samples,
-           out->samples ? out->cpu_s * 1e6 / (double)out->samples : 0,
-           (unsigned long long)out->rows_read, (double)out->rows_read / (double)rows,
-           (unsigned long long)out->shared_batches, (unsigned long long)out->detached,
-           out->wall_s);
+    printf(
+        "  %-11s %u jobs: worker CPU %.2f s for %llu samples: %.3f us/sample; rows read %llu "
+        "(%.2f x one job's), batches served to other jobs %llu, jobs detached %llu, wall %.2f s\n",
+        tag, jobs, out->cpu_s, (unsigned long long)out->samples,
+        out->samples ? out->cpu_s * 1e6 / (double)out->samples : 0,
+        (unsigned long long)out->rows_read, (double)out->rows_read / (double)rows,
+        (unsigned long long)out->shared_batches, (unsigned long long)out->detached, out->wall_s);
     return rc;
 }
 

@@ -88,9 +88,17 @@ static char *render(const sl_trainer_t *t)
         sl_prom_family(&p, metrics[i].name, metrics[i].type, metrics[i].help);
         sl_prom_sample(&p, metrics[i].name, t->metrics_labels, field_value(&s, &metrics[i]));
     }
-    /* A histogram of the stats goes here, in two calls: sl_prom_family
-     * with type "histogram", then sl_prom_histogram with its bounds and
-     * bucket counts (common/prom.h). */
+    /* Freshness (Kafka jobs): each sample's age at hand-over, record
+     * CreateTime to sl_trainer_next. */
+    double bounds_s[SL_TRAINER_FRESHNESS_BUCKETS - 1];
+    for (size_t i = 0; i < SL_TRAINER_FRESHNESS_BUCKETS - 1; i++)
+        bounds_s[i] = (double)sl_trainer_freshness_bounds_ms[i] / 1e3;
+    sl_prom_family(&p, "sluice_trainer_freshness_seconds", "histogram",
+                   "Age of each sample of a Kafka job when handed to the trainer: now minus its "
+                   "record's CreateTime.");
+    sl_prom_histogram(&p, "sluice_trainer_freshness_seconds", t->metrics_labels, bounds_s,
+                      s.freshness_buckets, SL_TRAINER_FRESHNESS_BUCKETS - 1,
+                      (double)s.freshness_sum_ms / 1e3, s.freshness_count);
     sl_prom_family(&p, "sluice_trainer_start_time_seconds", "gauge",
                    "When the client connected, in seconds since the Unix epoch.");
     sl_prom_sample(&p, "sluice_trainer_start_time_seconds", t->metrics_labels, t->start_time_s);

@@ -426,7 +426,7 @@ typedef struct sl_wh_split {
     uint32_t stripe_end;
     uint64_t first_row; /* file row number of the first row */
     uint64_t num_rows;
-    uint64_t bytes; /* stored bytes of the stripes */
+    uint64_t bytes;           /* stored bytes of the stripes */
     uint64_t footer_checksum; /* XXH3-64 of its file's footer (the trailer's): names the
                                  file's content (a plan's fingerprint) */
 } sl_wh_split_t;

@@ -294,11 +294,10 @@ Test(fleet_share, identical_jobs_share_passes_others_do_not, .timeout = 240)
 static pid_t worker_spawn(const fu_master_t *m, const char *job, const char *id, const char *window,
                           const char *memory, const char *log)
 {
-    const char *argv[] = {fu_binary(),      "worker",        "--master",    m->ctl,
-                          "--job-id",       job,             "--worker-id", id,
-                          "--listen",       "127.0.0.1:0",   "--threads",   "1",
-                          "--share-window", window,          "--memory-limit", memory,
-                          NULL};
+    const char *argv[] = {
+        fu_binary(),      "worker", "--master",       m->ctl,        "--job-id",  job,
+        "--worker-id",    id,       "--listen",       "127.0.0.1:0", "--threads", "1",
+        "--share-window", window,   "--memory-limit", memory,        NULL};
     return fu_spawn(argv, -1, log);
 }
 
@@ -328,8 +327,12 @@ static void killed_mid_epoch(const char *window, const char *memory)
     fu_reader_t r[2];
     fu_client_t ca;
     pthread_t ta;
-    fu_client_t proto = {
-        .master = m.ctl, .job = a, .rows = ROWS, .epochs = EPOCHS, .seen = seen_a, .delay_us = 2000};
+    fu_client_t proto = {.master = m.ctl,
+                         .job = a,
+                         .rows = ROWS,
+                         .epochs = EPOCHS,
+                         .seen = seen_a,
+                         .delay_us = 2000};
     fu_reader_start(&r[0], &m, b, ROWS, EPOCHS, seen_b[0], rlog);
     fu_clients_start(&ca, &ta, 1, &proto);
     /* both take batches; then b's trainer dies, early in epoch 0 */
@@ -391,8 +394,8 @@ static void killed_mid_epoch(const char *window, const char *memory)
     for (int k = 0; k < 2; k++) {
         wait_exit(w[k], wlog[k]);
         s[k] = worker_summary(wlog[k]);
-        cr_log_info("worker %d: rows read %llu, shared leases %llu, batches %llu, detached %llu",
-                    k, (unsigned long long)s[k].rows_read, (unsigned long long)s[k].shared_leases,
+        cr_log_info("worker %d: rows read %llu, shared leases %llu, batches %llu, detached %llu", k,
+                    (unsigned long long)s[k].rows_read, (unsigned long long)s[k].shared_leases,
                     (unsigned long long)s[k].shared_batches, (unsigned long long)s[k].detached);
     }
     cr_assert_gt(s[0].shared_leases + s[1].shared_leases, 0, "nothing was shared");

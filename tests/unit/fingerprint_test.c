@@ -54,8 +54,8 @@ static uint64_t fp(const char *text)
     sl_pipeline_job_t *job = NULL;
     sl_pipeline_problems_t pr = {0};
     sl_error_t err = {0};
-    cr_assert_eq(sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err), SL_OK, "%s: %s",
-                 text, err.msg);
+    cr_assert_eq(sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err), SL_OK, "%s: %s", text,
+                 err.msg);
     sl_pipeline_problems_free(&pr);
     sl_wh_table_t *t = NULL;
     cr_assert_eq(sl_wh_table_open(job->table, NULL, &t, &err), SL_OK, "%s", err.msg);
@@ -63,11 +63,10 @@ static uint64_t fp(const char *text)
     if (job->partitions != NULL)
         cr_assert_eq(sl_wh_filter_parse(job->partitions, NULL, &f, &err), SL_OK, "%s", err.msg);
     sl_wh_splits_t *sp = NULL;
-    cr_assert_eq(sl_wh_table_splits(t, f, job->stripes_per_split, &sp, &err), SL_OK, "%s",
-                 err.msg);
+    cr_assert_eq(sl_wh_table_splits(t, f, job->stripes_per_split, &sp, &err), SL_OK, "%s", err.msg);
     uint64_t out = 0;
-    cr_assert_eq(sl_pipeline_fingerprint(job, sl_wh_table_schema(t), sp, &out, &err), SL_OK,
-                 "%s", err.msg);
+    cr_assert_eq(sl_pipeline_fingerprint(job, sl_wh_table_schema(t), sp, &out, &err), SL_OK, "%s",
+                 err.msg);
     sl_wh_splits_destroy(sp);
     sl_wh_filter_destroy(f);
     sl_wh_table_close(t);
@@ -172,8 +171,8 @@ Test(fingerprint, every_change_of_the_samples_changes_it)
         {"epochs", "", NULL, NULL, "\"size\":256,\"epochs\":3", ""},
         {"drop_last", "", NULL, NULL, "\"size\":256,\"epochs\":2,\"drop_last\":true", ""},
         {"sample ids", "", NULL, NULL, "\"size\":256,\"epochs\":2,\"sample_ids\":false", ""},
-        {"split shuffle", "", NULL, NULL,
-         "\"size\":256,\"epochs\":2,\"shuffle\":{\"splits\":true}", ""},
+        {"split shuffle", "", NULL, NULL, "\"size\":256,\"epochs\":2,\"shuffle\":{\"splits\":true}",
+         ""},
         {"split shuffle seed", "", NULL, NULL,
          "\"size\":256,\"epochs\":2,\"shuffle\":{\"splits\":true,\"seed\":5}", ""},
         {"row window", "", NULL, NULL, "\"size\":256,\"epochs\":2,\"shuffle\":{\"window\":1000}",
@@ -205,9 +204,8 @@ Test(fingerprint, every_change_of_the_samples_changes_it)
             snprintf(at, sizeof t - (size_t)(at - t), "%s%s", vocab, rest);
         }
         char fmt[4096];
-        snprintf(fmt, sizeof fmt,
-                 "%s\"filters\":[%s],\"transforms\":[%s],\"batch\":{%s}%s}", head, filters, t,
-                 batch, v[i].extra);
+        snprintf(fmt, sizeof fmt, "%s\"filters\":[%s],\"transforms\":[%s],\"batch\":{%s}%s}", head,
+                 filters, t, batch, v[i].extra);
         got[i] = SPEC(fmt, table, v[i].source);
         for (size_t k = 0; k < i; k++)
             cr_assert_neq(got[i], got[k], "'%s' and '%s' have the same fingerprint", v[i].what,
@@ -266,8 +264,7 @@ Test(fingerprint, a_missing_vocabulary_is_an_error_naming_it)
              table, dir);
     sl_pipeline_job_t *job = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s",
-                 err.msg);
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
     sl_wh_table_t *t = NULL;
     cr_assert_eq(sl_wh_table_open(job->table, NULL, &t, &err), SL_OK, "%s", err.msg);
     sl_wh_splits_t *sp = NULL;

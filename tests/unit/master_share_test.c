@@ -37,7 +37,8 @@ TestSuite(master_share, .init = init);
 
 static sl_master_state_t *open_master(const char *dir)
 {
-    sl_master_state_opts_t o = {.lease_timeout_ms = 1000, .allocator = &g_ta.base, .state_dir = dir};
+    sl_master_state_opts_t o = {
+        .lease_timeout_ms = 1000, .allocator = &g_ta.base, .state_dir = dir};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
@@ -80,8 +81,7 @@ Test(master_share, a_split_leased_out_of_order_keeps_the_queue_right)
     cr_assert_eq(lb.todo[0].from_row, 0);
     cr_assert_eq(lb.todo[0].to_row, 100);
     /* it is b's lease now: not pending twice */
-    cr_assert_eq(sl_master_state_lease_split(m, "b", la.split, "w2", 10, &lb, &err),
-                 SL_ERR_AGAIN);
+    cr_assert_eq(sl_master_state_lease_split(m, "b", la.split, "w2", 10, &lb, &err), SL_ERR_AGAIN);
     cr_assert(strstr(err.msg, "not pending") != NULL, "%s", err.msg);
     cr_assert_eq(sl_master_state_lease_split(m, "b", N, "w", 10, &lb, &err), SL_ERR_NOT_FOUND);
     cr_assert(strstr(err.msg, "no split 8") != NULL, "%s", err.msg);

@@ -177,15 +177,13 @@ Test(server_share, a_batch_goes_to_each_job_of_the_pass_once)
     sl_worker_budget_pin(budget, 1000);
     uint8_t *frame = sl_alloc(NULL, 1000);
     memset(frame, 0xab, 1000);
-    sl_worker_server_item_t it = {.frame = frame,
-                                  .len = 1000,
-                                  .num_samples = 10,
-                                  .accounted = 1000,
-                                  .lease = {.handle = &primary_lease,
-                                            .split = 3,
-                                            .generation = 11,
-                                            .from_row = 0,
-                                            .to_row = 10}};
+    sl_worker_server_item_t it = {
+        .frame = frame,
+        .len = 1000,
+        .num_samples = 10,
+        .accounted = 1000,
+        .lease = {
+            .handle = &primary_lease, .split = 3, .generation = 11, .from_row = 0, .to_row = 10}};
     cr_assert_eq(sl_worker_server_push(s, &it, &err), SL_OK, "%s", err.msg);
     request(fa, 4);
     request(fb, 4);

@@ -139,7 +139,9 @@ static void parse(const char *text, exposition_t *e)
         }
         if (strncmp(line, "# TYPE ", 7) == 0) {
             cr_assert_eq(sscanf(line + 7, "%95s %599s", name, rest), 2, "%s", line);
-            cr_assert(strcmp(rest, "counter") == 0 || strcmp(rest, "gauge") == 0, "%s", line);
+            cr_assert(strcmp(rest, "counter") == 0 || strcmp(rest, "gauge") == 0 ||
+                          strcmp(rest, "histogram") == 0,
+                      "%s", line);
             cr_assert_lt(e->ntyped, MAX_SAMPLES);
             snprintf(e->typed[e->ntyped++], sizeof e->typed[0], "%s", name);
             continue;
@@ -153,8 +155,14 @@ static void parse(const char *text, exposition_t *e)
         s->value = strtod(value, &end);
         cr_assert_eq(*end, '\0', "value %s", value);
         bool typed = false;
-        for (int i = 0; i < e->ntyped; i++)
-            typed |= strcmp(e->typed[i], s->name) == 0;
+        for (int i = 0; i < e->ntyped; i++) {
+            /* a histogram's series are its family's name plus a suffix */
+            size_t len = strlen(e->typed[i]);
+            const char *tail = s->name + len;
+            typed |= strncmp(e->typed[i], s->name, len) == 0 &&
+                     (*tail == '\0' || strcmp(tail, "_bucket") == 0 || strcmp(tail, "_sum") == 0 ||
+                      strcmp(tail, "_count") == 0);
+        }
         cr_assert(typed, "%s has no TYPE line before it", s->name);
     }
 }
@@ -171,7 +179,8 @@ static const sample_t *find(const exposition_t *e, const char *name)
     return found;
 }
 
-/* Every field of st, exactly, with labels on every series; 10 families. */
+/* Every field of st, exactly, with labels on every series; 11 families
+ * (the freshness histogram: 14 buckets, its sum and count). */
 static void expect_stats(const exposition_t *e, const sl_trainer_stats_t *st, const char *labels)
 {
     struct {
@@ -195,8 +204,21 @@ static void expect_stats(const exposition_t *e, const sl_trainer_stats_t *st, co
         cr_assert_str_eq(s->labels, labels, "%s", f[i].name);
     }
     cr_assert_str_eq(find(e, "sluice_trainer_start_time_seconds")->labels, labels);
-    cr_assert_eq(e->n, 10, "%d samples", e->n);
-    cr_assert_eq(e->ntyped, 10);
+    const sample_t *count = find(e, "sluice_trainer_freshness_seconds_count");
+    cr_assert_eq(count->value, (double)st->freshness_count);
+    cr_assert_str_eq(count->labels, labels);
+    cr_assert_eq(find(e, "sluice_trainer_freshness_seconds_sum")->value,
+                 (double)st->freshness_sum_ms / 1e3);
+    int buckets = 0;
+    for (int i = 0; i < e->n; i++)
+        if (strcmp(e->s[i].name, "sluice_trainer_freshness_seconds_bucket") == 0) {
+            buckets++;
+            if (strstr(e->s[i].labels, "le=\"+Inf\""))
+                cr_assert_eq(e->s[i].value, (double)st->freshness_count);
+        }
+    cr_assert_eq(buckets, SL_TRAINER_FRESHNESS_BUCKETS);
+    cr_assert_eq(e->n, 10 + SL_TRAINER_FRESHNESS_BUCKETS + 2, "%d samples", e->n);
+    cr_assert_eq(e->ntyped, 11);
 }
 
 /* ---- direct mode ---- */

@@ -291,7 +291,8 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     const char *secret = o->cluster_secret;
     o->cluster_secret = NULL;            /* borrowed for the call only: m->secret is the copy */
     m->secret = sl_strdup(NULL, secret); /* freed by sl_rpc_secret_free */
-    if (m->jobs == NULL || m->share == NULL || m->fp_peers == NULL || (secret != NULL && m->secret == NULL)) {
+    if (m->jobs == NULL || m->share == NULL || m->fp_peers == NULL ||
+        (secret != NULL && m->secret == NULL)) {
         destroy(m);
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }

@@ -41,7 +41,7 @@ typedef struct mp_job {
     /* A worker detached it from a shared pass (it fell behind): leased on
      * its own from then on (docs/DESIGN.md, "Shared passes"). */
     bool solo;
-    uint32_t sync_epoch;     /* the epoch whose start sync_since_ms is (wait_for_peers) */
+    uint32_t sync_epoch; /* the epoch whose start sync_since_ms is (wait_for_peers) */
     uint64_t sync_since_ms;
 } mp_job;
 

@@ -218,10 +218,10 @@ char *sl_master_metrics_text(sl_master_t *m)
         {"sluice_master_shared_cpu_seconds_saved", "gauge",
          "Pipeline CPU seconds those batches would have cost."},
     };
-    static const int fam_first[] = {SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,     WAIT,    BUSY,
-                                    QUEUED,         WORKER_MEMORY,  DESIRED,     GRANTED, FAILED,
-                                    FINISHED,       SKIPPED,        SKIPPED_ROWS, SHARES_WITH,
-                                    SHARED_BATCHES, SHARED_BYTES,   SHARED_CPU};
+    static const int fam_first[] = {
+        SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,        WAIT,         BUSY,      QUEUED,
+        WORKER_MEMORY,  DESIRED,        GRANTED,        FAILED,       FINISHED,  SKIPPED,
+        SKIPPED_ROWS,   SHARES_WITH,    SHARED_BATCHES, SHARED_BYTES, SHARED_CPU};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);
@@ -280,7 +280,7 @@ char *sl_master_metrics_text(sl_master_t *m)
     }
     /* the plan's fingerprint as a label, to group jobs by it in a query */
     sl_prom_family(&p, "sluice_master_job_plan_info", "gauge",
-                         "1 per job, labelled with its plan fingerprint and whether it shares.");
+                   "1 per job, labelled with its plan fingerprint and whether it shares.");
     for (uint32_t i = 0; i < njobs; i++) {
         sl_master_state_job_status_t st;
         sl_error_t err = {0};

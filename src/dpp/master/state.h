@@ -331,8 +331,8 @@ sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, co
  * is not PENDING (or the job finished or failed), SL_ERR_NOT_FOUND for an
  * unknown job or split. */
 sl_err_t sl_master_state_lease_split(sl_master_state_t *m, const char *job_id, uint32_t split,
-                                     const char *worker_id, uint64_t now_ms,
-                                     sl_master_lease_t *out, sl_error_t *err);
+                                     const char *worker_id, uint64_t now_ms, sl_master_lease_t *out,
+                                     sl_error_t *err);
 
 /* A lease as its worker names it (HEARTBEAT, REGISTER). */
 typedef struct sl_master_lease_ref {

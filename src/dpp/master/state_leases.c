@@ -216,8 +216,8 @@ sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, co
 }
 
 sl_err_t sl_master_state_lease_split(sl_master_state_t *m, const char *job_id, uint32_t split,
-                                     const char *worker_id, uint64_t now_ms,
-                                     sl_master_lease_t *out, sl_error_t *err)
+                                     const char *worker_id, uint64_t now_ms, sl_master_lease_t *out,
+                                     sl_error_t *err)
 {
     uint32_t slot;
     if (now_ms > m->now_ms) m->now_ms = now_ms;

@@ -58,8 +58,9 @@ typedef struct kafka_source {
     uint64_t hold_used, hold_since_ms;
     bool hold_stuck; /* resumed because the use did not move: not paused again until it does */
     sl_age_hist_t ages;
-    dpp_dead_letter_t *dead; /* the job's dead-letter topic (opened on the first read); NULL: none */
-    uint64_t dead_bytes;     /* its local queue's bound */
+    dpp_dead_letter_t
+        *dead;           /* the job's dead-letter topic (opened on the first read); NULL: none */
+    uint64_t dead_bytes; /* its local queue's bound */
     /* Under a master: the lease client's source, whose units are the
      * leased chunks (next, done and the lease hooks go to it). */
     sl_worker_source_t inner;

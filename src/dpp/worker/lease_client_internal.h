@@ -56,8 +56,8 @@ typedef struct lease {
      * more copies, reported with detached), and is read when the primary is,
      * with the same empty ranges. */
     char *job;
-    struct lease *primary;     /* of a member; NULL once the primary is gone */
-    struct lease *members;     /* of a primary: its members, through member_next */
+    struct lease *primary; /* of a member; NULL once the primary is gone */
+    struct lease *members; /* of a primary: its members, through member_next */
     struct lease *member_next;
     bool detached;
     /* of a primary: batches made and not yet queued by the server (nor

@@ -287,8 +287,8 @@ static void link_members(sl_worker_lease_client_t *ms, lease_t *l, const Sluice_
                   (SL_KV_STR("job", e->job), SL_KV_U64("split", e->split),
                    SL_KV_U64("epoch", e->epoch), SL_KV_U64("generation", e->generation),
                    SL_KV_STR("with", ms->job_id)),
-                  "job %s split %u epoch %u: leased with job %s's pass", e->job, e->split,
-                  e->epoch, ms->job_id);
+                  "job %s split %u epoch %u: leased with job %s's pass", e->job, e->split, e->epoch,
+                  ms->job_id);
     }
 }
 

@@ -191,10 +191,9 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
         hb.shared_batches = st.server.shared_batches;
         hb.shared_bytes = st.server.shared_bytes;
         uint64_t pipeline = rd + xf;
-        hb.shared_cpu_ns =
-            st.batches ? (uint64_t)((double)pipeline / (double)st.batches *
-                                    (double)st.server.shared_batches)
-                       : 0;
+        hb.shared_cpu_ns = st.batches ? (uint64_t)((double)pipeline / (double)st.batches *
+                                                   (double)st.server.shared_batches)
+                                      : 0;
     }
     ms->hb_at_ns = now;
     sl_rpc_frame_t f = {0};
@@ -265,8 +264,7 @@ void *dpp_lease_control_main(void *arg)
         uint64_t now = sl_clock_ns();
         bool ready = false;
         for (lease_t *l = ms->leases; l && !ready; l = l->next)
-            ready = dpp_lease_ready(l) ||
-                    (l->failed && !l->fail_reported && !l->reporting);
+            ready = dpp_lease_ready(l) || (l->failed && !l->fail_reported && !l->reporting);
         if (ready && now >= retry_at) {
             sl_mutex_unlock(&ms->mu);
             /* failures first: the master may lease the split to another worker at once */

@@ -46,7 +46,8 @@ uint32_t dpp_server_share_slot(struct sl_worker_server *s, const char *job_id, b
 {
     for (uint32_t k = 0; k < s->nshare; k++)
         if (strcmp(s->share_job[k], job_id) == 0) return k + 1;
-    if (!add || s->nshare == SL_WORKER_SHARE_MAX || strlen(job_id) >= sizeof s->share_job[0]) return 0;
+    if (!add || s->nshare == SL_WORKER_SHARE_MAX || strlen(job_id) >= sizeof s->share_job[0])
+        return 0;
     sl_worker_queue_t *q = sl_worker_queue_new(s->a, 0);
     if (!q) return 0;
     s->share_ready[s->nshare] = q;

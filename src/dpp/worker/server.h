@@ -74,8 +74,8 @@ typedef struct sl_worker_server_opts {
      * queued for each member lease, for the clients whose HELLO named the
      * member's job: a copy with its own BatchInfo sharing the frame's bytes,
      * which are freed (and their budget released) with the last copy. */
-    uint32_t (*lease_members)(void *ctx, void *lease, uint64_t bytes,
-                              sl_worker_lease_member_t *out, uint32_t cap);
+    uint32_t (*lease_members)(void *ctx, void *lease, uint64_t bytes, sl_worker_lease_member_t *out,
+                              uint32_t cap);
     void *lease_ctx;
     const char *cluster_secret; /* copied; clients must prove they hold it (rpc/auth.h)
                                    before HELLO; NULL: no handshake */

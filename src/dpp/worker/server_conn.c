@@ -91,7 +91,7 @@ static void *sender_main(void *arg)
             sl_worker_msg_t m;
             /* this client's rank first, then batches for anyone; a client
              * of a shared job only that job's batches */
-            sl_worker_queue_t *q = c->share_slot ? s->share_ready[c->share_slot - 1]
+            sl_worker_queue_t *q = c->share_slot      ? s->share_ready[c->share_slot - 1]
                                    : c->rank_plus_one ? s->ready[c->rank_plus_one]
                                                       : NULL;
             sl_mutex_unlock(&s->mu);
@@ -296,8 +296,8 @@ void *dpp_server_client_main(void *arg)
     if (h->job_id && h->job_id[0] && strcmp(h->job_id, s->job_id) != 0) {
         if (!s->o.lease_members || strlen(h->job_id) >= sizeof c->share_job) {
             sl_mutex_unlock(&s->mu);
-            snprintf(msg, sizeof msg, "hello: this worker serves job '%s', not '%.200s'",
-                     s->job_id, h->job_id);
+            snprintf(msg, sizeof msg, "hello: this worker serves job '%s', not '%.200s'", s->job_id,
+                     h->job_id);
             send_error(c, SL_ERR_NOT_FOUND, msg);
             bad = true;
             goto out;

@@ -59,8 +59,8 @@ typedef struct client {
      * and its slot once this worker has one for it (0 until then) */
     char share_job[256];
     uint32_t share_slot;
-    bool hello_done;        /* past its handshake */
-    bool evicting;          /* shut down to make room: its threads are ending */
+    bool hello_done; /* past its handshake */
+    bool evicting;   /* shut down to make room: its threads are ending */
     uint64_t opened_ms, last_rx_ms;
     struct client *next;
 } client_t;

@@ -165,8 +165,8 @@ typedef struct sl_worker_source {
      * counted as made (as lease_made) for the batch's copy it gets. Runs
      * with the server's lock held; takes only the source's own lock.
      * @return how many. */
-    uint32_t (*lease_members)(void *ctx, void *lease, uint64_t bytes,
-                              sl_worker_lease_member_t *out, uint32_t cap);
+    uint32_t (*lease_members)(void *ctx, void *lease, uint64_t bytes, sl_worker_lease_member_t *out,
+                              uint32_t cap);
     /* A batch of the lease dropped before the server had it (may be NULL:
      * lease_retire then): retire it, and know that it will get no copies
      * (the members of a shared pass are read once every batch of their
