@@ -82,7 +82,11 @@ def test_client_serves_its_stats(tmp_path, table):
         labels, value = got[metric]
         assert value == stats[field] / div, (metric, value, stats[field])
         assert labels == {"rank": "0", "client": "py-trainer"}
-    assert set(got) == {m for m, _ in FIELDS.values()} | {"sluice_trainer_start_time_seconds"}
+    freshness = {"sluice_trainer_freshness_seconds" + s for s in ("_bucket", "_sum", "_count")}
+    assert set(got) == ({m for m, _ in FIELDS.values()} | {"sluice_trainer_start_time_seconds"}
+                        | freshness)
+    # a table job: no record times, an empty freshness histogram
+    assert got["sluice_trainer_freshness_seconds_count"][1] == stats["freshness_count"] == 0
     with pytest.raises(urllib.error.URLError):
         scrape(port)
 
