@@ -4,7 +4,9 @@
 # ops/prometheus/scrape.yml says (1 s interval) with ops/prometheus/rules.yml
 # loaded; every query of ops/grafana/sluice.json and every metric selector
 # of the rules must return data while the job runs, every rule must
-# evaluate without error and none may fire. About 20 s. Without the
+# evaluate without error and none may fire; with the Kafka test broker (the
+# ctest fixture) a stream job gives the Kafka-lag alert its input. About
+# 20 s. Without the
 # prometheus binary it is SKIPPED (exit 77), or fails with
 # SLUICE_REQUIRE_PROMETHEUS=1 (what ops/test sets).
 set -euo pipefail
