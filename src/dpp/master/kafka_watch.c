@@ -130,23 +130,38 @@ static void ask(sl_master_t *m, sl_kafka_consumer_t *c, const sl_pipeline_job_t 
     sl_error_t err = {0};
     *add = NULL;
     *nadd = 0;
-    sl_kafka_partition_plan_t *pl = NULL;
-    uint32_t n = 0;
-    if (sl_kafka_plan_partitions(c, (const char *const *)spec->kafka.topics, spec->kafka.num_topics,
-                                 SL_KAFKA_AT_EARLIEST, 0, SL_KAFKA_AT_NONE, 0, WATCH_TIMEOUT_MS,
-                                 m->a, &pl, &n, NULL, &err) == SL_OK) {
-        /* the plan's partitions the job does not read: moved to the front */
-        for (uint32_t i = 0; i < n; i++) {
+    *plan_len = 0;
+    /* New partitions: the topics' partition counts, and a start (the low
+     * watermark) asked only for a partition the job does not read yet;
+     * the known ones' watermarks are asked once, below. */
+    const sl_pipeline_kafka_t *kf = &spec->kafka;
+    for (uint32_t t = 0; t < kf->num_topics; t++) {
+        int32_t n = 0;
+        if (sl_kafka_partitions(c, kf->topics[t], WATCH_TIMEOUT_MS, &n, &err) != SL_OK) {
+            atomic_fetch_add(&m->kafka_watch_errors, 1);
+            continue;
+        }
+        for (int32_t p = 0; p < n; p++) {
             bool known = false;
             for (uint32_t k = 0; k < j->npos && !known; k++)
-                known = j->pos[k].partition == pl[i].partition &&
-                        strcmp(j->pos[k].topic, pl[i].topic) == 0;
-            if (!known) pl[(*nadd)++] = pl[i];
+                known = j->pos[k].partition == p && strcmp(j->pos[k].topic, kf->topics[t]) == 0;
+            if (known) continue;
+            int64_t low, high;
+            if (sl_kafka_watermarks(c, kf->topics[t], p, WATCH_TIMEOUT_MS, &low, &high, &err) !=
+                SL_OK) {
+                atomic_fetch_add(&m->kafka_watch_errors, 1);
+                continue;
+            }
+            if (*nadd == *plan_len) { /* grows by doubling: partitions come a few at a time */
+                uint32_t cap = *plan_len ? 2 * *plan_len : 4;
+                sl_kafka_partition_plan_t *grown =
+                    sl_realloc(m->a, *add, (size_t)*plan_len * sizeof **add, cap * sizeof **add);
+                if (grown == NULL) continue; /* out of memory: a later round adds it */
+                *add = grown;
+                *plan_len = cap;
+            }
+            (*add)[(*nadd)++] = (sl_kafka_partition_plan_t){kf->topics[t], p, low, -1};
         }
-        *add = pl; /* the caller frees it, plan_len entries */
-        *plan_len = n;
-    } else {
-        atomic_fetch_add(&m->kafka_watch_errors, 1);
     }
     sl_kafka_offset_t *offs = sl_calloc(m->a, (size_t)j->npos + 1, sizeof *offs);
     uint32_t no = 0;
