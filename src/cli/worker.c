@@ -25,7 +25,7 @@
 typedef struct worker_args {
     const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file;
     uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms, share_window,
-        max_queued;
+        max_queued, share_stall_ms;
     bool exit_when_done, no_share;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
@@ -79,6 +79,10 @@ static const sl_cli_opt_t wopts[] = {
      "read on its own from then on"},
     {"no-share", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(no_share),
      "take no shared passes: serve this worker's job only"},
+    {"share-stall-ms", SL_CLI_UINT, "MS", "5000", NULL, 1, INT32_MAX, 0, W(share_stall_ms),
+     "shared passes (`--master`): a pass of this worker's job that has not moved for MS (its "
+     "trainers take no batches: the queue or memory is full) lets the other jobs' leases on it "
+     "go, to be read on their own"},
 };
 
 static const sl_cli_group_t worker_group = SL_CLI_OWN_GROUP(wopts);
@@ -199,7 +203,8 @@ int sl_cli_worker(int argc, char **argv)
                                             .threads = o.threads,
                                             .cluster_secret = secret,
                                             .share_window = (uint32_t)args.share_window,
-                                            .no_share = args.no_share};
+                                            .no_share = args.no_share,
+                                            .share_stall_ms = (uint32_t)args.share_stall_ms};
         rc = sl_worker_lease_prep_new(&mo, o.listen, &prep, &err);
         if (rc == SL_OK) {
             char host[256];
@@ -309,9 +314,10 @@ int sl_cli_worker(int argc, char **argv)
                master, m.job_id, m.leases, m.split_reads, m.splits_done, m.revoked, m.reconnects,
                m.stop ? ", retired by the master" : "");
         printf("  shared passes: %" PRIu64 " leases of other jobs, %" PRIu64
-               " batches served to them (%" PRIu64 " bytes), %" PRIu64 " detached\n",
+               " batches served to them (%" PRIu64 " bytes), %" PRIu64 " detached, %" PRIu64
+               " released\n",
                m.shared_leases, st.server.shared_batches, st.server.shared_bytes,
-               m.shares_detached);
+               m.shares_detached, m.shares_released);
     }
     fflush(stdout);
     sl_worker_destroy(w);

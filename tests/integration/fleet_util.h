@@ -89,7 +89,10 @@ FU_FN void fu_teardown(void)
             waitpid(fu_children[i], NULL, 0);
             fu_children[i] = 0;
         }
-    if (!getenv("SLUICE_TEST_KEEP")) nftw(fu_dir, fu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    if (!getenv("SLUICE_TEST_KEEP"))
+        nftw(fu_dir, fu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    else /* which run's logs are which, when several run at once */
+        fprintf(stderr, "SLUICE_TEST_KEEP: files kept in %s\n", fu_dir);
 }
 
 FU_FN double fu_now(void)

@@ -57,6 +57,9 @@ typedef struct fm_lease {
     uint32_t split, epoch, rank_plus_one, ntodo;
     uint64_t generation;
     sl_dpp_row_range_t todo[4];
+    /* > 0: a shared pass (Lease.shared) with a member lease of job "joby"
+     * under this generation */
+    uint64_t member_gen;
 } fm_lease_t;
 
 typedef struct fm_read {
@@ -65,6 +68,8 @@ typedef struct fm_read {
     uint32_t nempty;
     sl_dpp_row_range_t empty[64];
     bool all_acked; /* every batch of the lease had been acknowledged by then */
+    char job[16];   /* "jobx", or "joby" for a member lease */
+    bool detached;
 } fm_read_t;
 
 typedef struct fake {
@@ -124,6 +129,15 @@ static void fm_send_lease(fake_t *f, int fd, const fm_lease_t *l)
     m.todo = rp;
     m.rank_plus_one = l->rank_plus_one;
     m.expiry_ms = 2000;
+    Sluice__Control__SplitRef member = SLUICE__CONTROL__SPLIT_REF__INIT, *mp = &member;
+    if (l->member_gen) {
+        member.job_id = "joby";
+        member.epoch = l->epoch;
+        member.split = l->split;
+        member.generation = l->member_gen;
+        m.n_shared = 1;
+        m.shared = &mp;
+    }
     sl_rpc_send(fd, SL_RPC_LEASE, &m.base, NULL, 0, NULL);
 }
 
@@ -140,7 +154,8 @@ static uint64_t acked_rows(const fake_t *f, uint32_t split, uint64_t gen)
 static const fm_lease_t *lease_of_gen(const fake_t *f, uint64_t gen)
 {
     for (uint32_t i = 0; i < f->nq; i++)
-        if (f->q[i].generation == gen) return &f->q[i];
+        if (f->q[i].generation == gen || (f->q[i].member_gen && f->q[i].member_gen == gen))
+            return &f->q[i];
     return NULL;
 }
 
@@ -230,7 +245,10 @@ static void fm_serve(fake_t *f, int fd)
             TCHECK(f->nreads < MAX_LEASES && s->ref && s->n_empty <= 64, "split read");
             if (f->nreads >= MAX_LEASES || !s->ref || s->n_empty > 64) break;
             fm_read_t *rd = &f->reads[f->nreads++];
-            TCHECK(strcmp(s->ref->job_id, "jobx") == 0, "split read of job %s", s->ref->job_id);
+            TCHECK(strcmp(s->ref->job_id, "jobx") == 0 || strcmp(s->ref->job_id, "joby") == 0,
+                   "split read of job %s", s->ref->job_id);
+            snprintf(rd->job, sizeof rd->job, "%s", s->ref->job_id);
+            rd->detached = s->detached;
             rd->split = s->ref->split;
             rd->generation = s->ref->generation;
             rd->nempty = (uint32_t)s->n_empty;
@@ -314,6 +332,7 @@ typedef struct client {
     fake_t *f;
     uint16_t port;
     uint32_t rank;
+    const char *job; /* HELLO's job id (NULL: none, the worker's own) */
     pthread_t th;
     uint32_t batches;
     bool ended;
@@ -335,6 +354,7 @@ static void *client_main(void *arg)
     h.protocol_version = SL_RPC_VERSION;
     h.rank = c->rank;
     h.world_size = 2;
+    h.job_id = (char *)(c->job ? c->job : "");
     sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, &err);
     Sluice__Dpp__Request rq = SLUICE__DPP__REQUEST__INIT, one = SLUICE__DPP__REQUEST__INIT;
     rq.credits = 4;
@@ -394,6 +414,13 @@ static void *client_main(void *arg)
 static void client_start(client_t *c, fake_t *f, uint16_t port, uint32_t rank)
 {
     *c = (client_t){.f = f, .port = port, .rank = rank};
+    cr_assert_eq(pthread_create(&c->th, NULL, client_main, c), 0);
+}
+
+/* A client whose HELLO names job (rank 0 of 2). */
+static void client_start_job(client_t *c, fake_t *f, uint16_t port, const char *job)
+{
+    *c = (client_t){.f = f, .port = port, .job = job};
     cr_assert_eq(pthread_create(&c->th, NULL, client_main, c), 0);
 }
 

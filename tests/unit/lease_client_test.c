@@ -137,11 +137,14 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static uint32_t share_stall_ms; /* the lease client's (0: its default) */
+
 static sl_worker_t *start_worker(fake_t *f, sl_pipeline_job_t **job, sl_worker_lease_client_t **ms)
 {
     char master[64];
     snprintf(master, sizeof master, "127.0.0.1:%u", f->port);
-    sl_worker_lease_client_opts_t mo = {.master = master, .worker_id = "w1", .threads = 2};
+    sl_worker_lease_client_opts_t mo = {
+        .master = master, .worker_id = "w1", .threads = 2, .share_stall_ms = share_stall_ms};
     sl_worker_opts_t wo = sl_worker_opts_default();
     wo.threads = 2;
     wo.memory_limit = 64u << 20;
@@ -688,6 +691,86 @@ Test(lease_client, shuffle_window_stays_within_a_batch)
     pthread_mutex_unlock(&f.mu);
     cr_assert_geq(pairs, 3);
     cr_assert_gt(moved, 0, "rows were shuffled");
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    fm_stop(&f);
+    no_thread_fails();
+}
+
+/* ---- shared passes ---- */
+
+static uint32_t reads_of(const fake_t *f, const char *job)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < f->nreads; i++)
+        n += strcmp(f->reads[i].job, job) == 0;
+    return n;
+}
+
+static bool member_reads_2(fake_t *f)
+{
+    return reads_of(f, "joby") == 2;
+}
+
+static const fm_read_t *read_of_gen(const fake_t *f, uint64_t gen)
+{
+    for (uint32_t i = 0; i < f->nreads; i++)
+        if (f->reads[i].generation == gen) return &f->reads[i];
+    cr_assert_fail("no split read of generation %lu", (unsigned long)gen);
+    return NULL;
+}
+
+/* Two passes of jobx shared with job "joby", whose client reads its
+ * copies; jobx has no client: its batches fill the queue, and the second
+ * pass stops before it is read. joby's lease of it must not wait for
+ * jobx's trainers: once the pass has not moved for share_stall_ms it is
+ * released -- reported read with no empty ranges, not detached (joby did
+ * not fall behind), the rows it did not get left to do -- while the
+ * first pass, copied whole, reports read in full. Then jobx's client
+ * comes and jobx's leases end as usual. */
+Test(lease_client, a_member_of_a_stalled_pass_is_released)
+{
+    fake_t f;
+    fm_start(&f, splits, spec_of(false, false));
+    f.finish = true;
+    fm_add(&f, 0, 100, 0, NULL, 0);
+    f.q[0].member_gen = 200;
+    fm_add(&f, 1, 101, 0, NULL, 0);
+    f.q[1].member_gen = 201;
+    share_stall_ms = 300;
+    sl_pipeline_job_t *job;
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(&f, &job, &ms);
+    client_t y, x;
+    client_start_job(&y, &f, sl_worker_port(w), "joby");
+    wait_until(&f, member_reads_2, 20);
+    pthread_mutex_lock(&f.mu);
+    cr_assert_eq(reads_of(&f, "jobx"), 0, "jobx's batches were never taken");
+    const fm_read_t *whole = read_of_gen(&f, 200), *cut = read_of_gen(&f, 201);
+    cr_assert(!whole->detached && whole->all_acked && whole->nempty == 0);
+    cr_assert(!cut->detached, "joby kept up: released, not detached");
+    cr_assert_eq(cut->nempty, 0, "no row of the pass it left counts as read for joby");
+    const uint64_t got_cut = acked_rows(&f, 1, 201);
+    cr_assert_lt(got_cut, splits->items[1].num_rows);
+    pthread_mutex_unlock(&f.mu);
+    sl_worker_lease_client_stats_t st;
+    sl_worker_lease_client_stats(ms, &st);
+    cr_assert_eq(st.shares_released, 1);
+    cr_assert_eq(st.shares_detached, 0);
+    cr_assert_eq(st.shared_leases, 2);
+
+    client_start(&x, &f, sl_worker_port(w), 0);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    pthread_join(x.th, NULL);
+    pthread_join(y.th, NULL);
+    sl_worker_stop(w);
+    pthread_mutex_lock(&f.mu);
+    cr_assert_eq(f.nreads, 4);
+    check_leases(&f, false, false, 0); /* jobx's two leases, read whole */
+    /* joby got no copy of the second pass after its release */
+    cr_assert_eq(acked_rows(&f, 1, 201), got_cut);
+    pthread_mutex_unlock(&f.mu);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     fm_stop(&f);

@@ -5,6 +5,7 @@
  * two locks are in lease_client_internal.h. */
 #include "dpp/worker/lease_client.h"
 
+#include <inttypes.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #define DEFAULT_TIMEOUT_MS 5000
 #define DEFAULT_MAX_TODO 65536
 #define DEFAULT_SHARE_WINDOW 64
+#define DEFAULT_SHARE_STALL_MS 5000
 
 void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
 {
@@ -30,8 +32,11 @@ void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
 
 bool dpp_lease_ready(const lease_t *l)
 {
-    return l->read_done && l->outstanding == 0 && !l->revoked && !l->reporting &&
-           (!l->primary || l->primary->unpushed == 0);
+    if (l->outstanding || l->revoked || l->reporting) return false;
+    /* no copy can come to it any more (src_members): what it did not get
+     * stays to do, whatever its primary still reads */
+    if (l->detached || l->released) return true;
+    return l->read_done && (!l->primary || l->primary->unpushed == 0);
 }
 
 bool dpp_lease_gone(const lease_t *l)
@@ -43,9 +48,14 @@ bool dpp_lease_gone(const lease_t *l)
 void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l)
 {
     /* a shared pass's links go first: a member outlives its primary when
-     * its job's trainers are slower, and the other way round */
-    for (lease_t *e = l->members; e; e = e->member_next)
+     * its job's trainers are slower, and the other way round. A member not
+     * read yet (its primary was revoked before the reader took it) gets no
+     * more copies: released, it reports what it got. */
+    for (lease_t *e = l->members; e; e = e->member_next) {
         e->primary = NULL;
+        if (!e->read_done && !e->detached) e->released = true;
+    }
+    if (l->members) pthread_cond_broadcast(&ms->cv);
     if (l->primary)
         for (lease_t **pp = &l->primary->members; *pp; pp = &(*pp)->member_next)
             if (*pp == l) {
@@ -84,15 +94,16 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
 
 /* Under ms->mu: primary l is read; so are its members, with its empty
  * ranges (the same plan over the same todo leaves the same rows without a
- * sample). A detached member reports none: what it did not get stays
- * uncommitted, and the master leases it again. */
+ * sample: filtered out, a drop_last remainder -- never rows that went
+ * into a batch). A detached or released member reports none: what it did
+ * not get stays uncommitted, and the master leases it again. */
 static void members_read(sl_worker_lease_client_t *ms, lease_t *l) SL_REQUIRES(ms->mu)
 {
     lease_t *e = l->members;
     while (e) {
         lease_t *next = e->member_next;
         e->read_done = true;
-        if (!e->detached && !l->revoked && l->num_empty && !e->revoked) {
+        if (!e->detached && !e->released && !l->revoked && l->num_empty && !e->revoked) {
             e->empty = sl_alloc(ms->a, (size_t)l->num_empty * sizeof *e->empty);
             if (e->empty) {
                 memcpy(e->empty, l->empty, (size_t)l->num_empty * sizeof *e->empty);
@@ -118,6 +129,7 @@ static void src_done(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_rang
         memcpy(e, empty, (size_t)num_empty * sizeof *e);
     sl_mutex_lock(&ms->mu);
     l->read_done = true;
+    l->progress_ns = sl_clock_ns();
     if (num_empty && !e) {
         /* Out of memory: without its empty ranges the split cannot be
          * reported; dropping the lease lets it expire and be read again. */
@@ -137,9 +149,10 @@ static void src_done(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_rang
 static void src_made(void *ctx, void *lease)
 {
     sl_worker_lease_client_t *ms = ctx;
+    lease_t *l = lease;
     sl_mutex_lock(&ms->mu);
-    ((lease_t *)lease)->outstanding++;
-    if (((lease_t *)lease)->members) ((lease_t *)lease)->unpushed++;
+    l->outstanding++;
+    if (l->members) l->unpushed++;
     sl_mutex_unlock(&ms->mu);
 }
 
@@ -171,9 +184,11 @@ static void src_retire(void *ctx, void *lease, bool acked)
     sl_mutex_unlock(&ms->mu);
 }
 
-/* Under ms->mu: a batch of l reached the server, or was dropped before. */
+/* Under ms->mu: a batch of l reached the server, or was dropped before:
+ * its pass moved. */
 static void pushed(sl_worker_lease_client_t *ms, lease_t *l) SL_REQUIRES(ms->mu)
 {
+    l->progress_ns = sl_clock_ns();
     if (l->unpushed && --l->unpushed == 0) pthread_cond_broadcast(&ms->cv);
 }
 
@@ -218,18 +233,19 @@ static uint32_t src_members(void *ctx, void *lease, uint64_t bytes, sl_worker_le
     sl_mutex_lock(&ms->mu);
     pushed(ms, l);
     for (lease_t *e = l->members; e && n < cap; e = e->member_next) {
-        if (e->revoked || e->detached) continue;
-        uint64_t held;
-        if (job_behind(ms, e->job, &held) >= window ||
-            (ms->share_bytes_max && held + bytes > ms->share_bytes_max)) {
+        if (e->revoked || e->detached || e->released) continue;
+        uint64_t held, behind = job_behind(ms, e->job, &held);
+        if (behind >= window || (ms->share_bytes_max && held + bytes > ms->share_bytes_max)) {
             e->detached = true;
             ms->st.shares_detached++;
             sl_log_kv(SL_LOG_INFO, "share_detached",
                       (SL_KV_STR("job", e->job), SL_KV_U64("split", e->split),
-                       SL_KV_U64("epoch", e->epoch), SL_KV_U64("window", window)),
-                      "job %s split %u epoch %u: %u batches not acknowledged, it stops sharing "
-                      "this pass",
-                      e->job, e->split, e->epoch, window);
+                       SL_KV_U64("epoch", e->epoch), SL_KV_U64("batches", behind),
+                       SL_KV_U64("bytes", held), SL_KV_U64("window", window)),
+                      "job %s split %u epoch %u: %" PRIu64 " batches (%" PRIu64
+                      " bytes) of its shared passes not acknowledged, it stops sharing this pass",
+                      e->job, e->split, e->epoch, behind, held);
+            pthread_cond_broadcast(&ms->cv); /* it may be ready for its report now */
             continue;
         }
         e->outstanding++;
@@ -238,6 +254,38 @@ static uint32_t src_members(void *ctx, void *lease, uint64_t bytes, sl_worker_le
     }
     sl_mutex_unlock(&ms->mu);
     return n;
+}
+
+bool dpp_lease_release_stalled(sl_worker_lease_client_t *ms, uint64_t now_ns)
+{
+    bool watch = false;
+    for (lease_t *l = ms->leases; l; l = l->next) {
+        bool live = false;
+        for (lease_t *e = l->members; e && !live; e = e->member_next)
+            live = !e->detached && !e->released && !e->revoked;
+        /* read and queued whole: every copy exists, nothing to wait for */
+        if (!live || (l->read_done && l->unpushed == 0)) continue;
+        if (now_ns - l->progress_ns < ms->share_stall_ns) {
+            watch = true;
+            continue;
+        }
+        for (lease_t *e = l->members; e; e = e->member_next) {
+            if (e->detached || e->released || e->revoked) continue;
+            e->released = true;
+            ms->st.shares_released++;
+            sl_log_kv(SL_LOG_INFO, "share_released",
+                      (SL_KV_STR("job", e->job), SL_KV_U64("split", e->split),
+                       SL_KV_U64("epoch", e->epoch), SL_KV_STR("with", ms->job_id),
+                       SL_KV_U64("stalled_ms", (now_ns - l->progress_ns) / 1000000u)),
+                      "job %s split %u epoch %u: job %s's pass of it has not moved for %" PRIu64
+                      " ms (its trainers do not take its batches, or its read is that slow): it "
+                      "goes on without this pass",
+                      e->job, e->split, e->epoch, ms->job_id,
+                      (now_ns - l->progress_ns) / 1000000u);
+        }
+        pthread_cond_broadcast(&ms->cv);
+    }
+    return watch;
 }
 
 static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg)
@@ -308,6 +356,8 @@ sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
     ms->o = *opts;
     if (ms->o.connect_timeout_ms <= 0) ms->o.connect_timeout_ms = DEFAULT_TIMEOUT_MS;
     if (!ms->o.max_todo) ms->o.max_todo = DEFAULT_MAX_TODO;
+    ms->share_stall_ns =
+        (uint64_t)(ms->o.share_stall_ms ? ms->o.share_stall_ms : DEFAULT_SHARE_STALL_MS) * 1000000ull;
     ms->fd = -1;
     if (getrandom(&ms->incarnation, sizeof ms->incarnation, 0) != sizeof ms->incarnation)
         ms->incarnation = (uint64_t)sl_clock_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();

@@ -59,6 +59,11 @@ typedef struct sl_worker_lease_client_opts {
      * leases it on its own from then on). 0: 64. */
     uint32_t share_window;
     bool no_share; /* never take shared passes (REGISTER shares false) */
+    /* A shared pass that has not moved for this long (its primary's own
+     * job does not take its batches, so the worker's queue or memory is
+     * full; or its read is that slow) releases its members: they end with
+     * what they got and their jobs read the rest on their own. 0: 5000. */
+    uint32_t share_stall_ms;
 } sl_worker_lease_client_opts_t;
 
 typedef struct sl_worker_lease_client_stats {
@@ -76,6 +81,7 @@ typedef struct sl_worker_lease_client_stats {
     char job_id[256];                        /* the job served ("" before the first lease) */
     uint64_t shared_leases;                  /* leases of other jobs taken with a shared pass */
     uint64_t shares_detached;                /* ... that fell behind and were detached */
+    uint64_t shares_released;                /* ... released by a stalled pass */
 } sl_worker_lease_client_stats_t;
 
 typedef struct sl_worker_lease_client sl_worker_lease_client_t;

@@ -60,6 +60,15 @@ typedef struct lease {
     struct lease *members; /* of a primary: its members, through member_next */
     struct lease *member_next;
     bool detached;
+    /* of a member: its pass ended early through no fault of its job's (the
+     * primary stalled, or went before it was read): no more copies, and
+     * reported read with no empty ranges and not detached, so the rows it
+     * did not get stay to do and its job keeps sharing */
+    bool released;
+    /* of a primary: when its pass last moved (granted, handed to the
+     * reader, a batch queued, read whole); its members are released when
+     * it does not move for share_stall_ms */
+    uint64_t progress_ns;
     /* of a primary: batches made and not yet queued by the server (nor
      * dropped before): its members get their copies only then, so they are
      * not read before */
@@ -91,6 +100,7 @@ struct sl_worker_lease_client {
     /* shared passes: a job whose copies here hold this many bytes (a
      * quarter of the worker's memory limit; 0: no limit) is detached too */
     uint64_t share_bytes_max;
+    uint64_t share_stall_ns; /* opts.share_stall_ms */
     sl_worker_lease_client_stats_t st;
     /* load at the last heartbeat (control thread only) */
     uint64_t hb_at_ns, hb_reader_ns, hb_xform_ns;
@@ -108,14 +118,20 @@ typedef struct held {
 
 /* lease_client.c */
 void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l);
-/* Under ms->mu: is l ready for its SPLIT_READ? Read whole, every batch
- * retired, not revoked, no report on its way, and, for a member of a shared
- * pass, every batch of its primary queued (so every copy it gets exists). */
+/* Under ms->mu: is l ready for its SPLIT_READ? Every batch retired, not
+ * revoked, no report on its way, and read whole -- for a member of a
+ * shared pass, every batch of its primary queued too (so every copy it
+ * gets exists) -- unless it is a member detached or released: no copy can
+ * come to it any more, and it reports no empty ranges. */
 bool dpp_lease_ready(const lease_t *l);
 /* Under ms->mu: may a revoked lease be forgotten? Nobody holds it (not
  * handed, or read and every batch retired), no report is on its way, and a
  * failure was reported. */
 bool dpp_lease_gone(const lease_t *l);
+/* Under ms->mu: release the members of every primary whose pass has not
+ * moved for share_stall_ns (docs/DESIGN.md, "Shared passes"). @return
+ * whether some primary still has members to watch. */
+bool dpp_lease_release_stalled(sl_worker_lease_client_t *ms, uint64_t now_ns) SL_REQUIRES(ms->mu);
 /* Under ms->mu: unlink and free l. */
 void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l) SL_REQUIRES(ms->mu);
 

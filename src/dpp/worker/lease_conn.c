@@ -399,6 +399,7 @@ static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *re
         ms->leases = l;
         ms->st.leases++;
         ms->st.leases_held++;
+        l->progress_ns = sl_clock_ns();
         *out = l;
         link_members(ms, l, m);
     }
@@ -432,7 +433,10 @@ sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool 
         sl_err_t fatal = ms->fatal;
         if (fatal) sl_error_set(err, fatal, "%s", ms->fatal_msg);
         lease_t *l = closed || fatal ? NULL : unhanded(ms);
-        if (l && hand) l->handed = true;
+        if (l && hand) {
+            l->handed = true;
+            l->progress_ns = sl_clock_ns(); /* a shared pass's stall counts from here */
+        }
         sl_mutex_unlock(&ms->mu);
         if (fatal) return fatal;
         if (closed)

@@ -9,6 +9,9 @@
 
 /* ---- the control thread ---- */
 
+/* How often a shared pass with members is looked at for a stall. */
+#define STALL_CHECK_NS 250000000ull
+
 /* Report one lease whose rows are all read and batches all retired.
  * Called without ms->mu. @return false on a connection problem (retry). */
 static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
@@ -262,6 +265,9 @@ void *dpp_lease_control_main(void *arg)
             return NULL;
         }
         uint64_t now = sl_clock_ns();
+        /* a shared pass stuck behind its own job's trainers must not hold
+         * the other jobs' leases: watched a few times a second */
+        bool watch = dpp_lease_release_stalled(ms, now);
         bool ready = false;
         for (lease_t *l = ms->leases; l && !ready; l = l->next)
             ready = dpp_lease_ready(l) || (l->failed && !l->fail_reported && !l->reporting);
@@ -282,6 +288,7 @@ void *dpp_lease_control_main(void *arg)
         }
         uint64_t until = next_hb;
         if (ready && retry_at < until) until = retry_at;
+        if (watch && now + STALL_CHECK_NS < until) until = now + STALL_CHECK_NS;
         sl_clock_cond_wait_ms(&ms->cv, &ms->mu, (until - now) / 1000000ull + 1);
     }
     sl_mutex_unlock(&ms->mu);
