@@ -18,7 +18,9 @@
  * and wall time. Every delivered sample is counted; a run that delivers
  * fewer than 4 x rows samples is reported and fails.
  * The sluice program is found through $SLUICE_BINARY, else next to this
- * benchmark. Usage: bench_share [--rows N] [--jobs J] [--hash-rounds K]
+ * benchmark. BENCH_SHARE_KEEP=1 keeps the files and prints each worker's
+ * user and system CPU and the master's status.
+ * Usage: bench_share [--rows N] [--jobs J] [--hash-rounds K]
  * (--hash-rounds K: each sigrid_hash K times with other salts, a pipeline
  * whose transforms cost more per byte served; 1: the criteo job as it is.) */
 #include <jansson.h>
@@ -144,8 +146,11 @@ static int one_run(const char *tag, bool share, uint32_t jobs, uint64_t rows, ru
         int ws;
         struct rusage ru;
         if (wait4(pids[k], &ws, 0, &ru) != pids[k]) continue;
-        out->cpu_s += (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-                      (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+        double u = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+               sy = (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+        out->cpu_s += u + sy;
+        if (getenv("BENCH_SHARE_KEEP"))
+            printf("  %s: user %.3f s, system %.3f s\n", ids[k], u, sy);
         summary(logs[k], out);
     }
     out->wall_s = bench_now() - t0;

@@ -314,7 +314,7 @@ static void fm_stop(fake_t *f)
     pthread_mutex_destroy(&f->mu);
 }
 
-static void fm_add(fake_t *f, uint32_t split, uint64_t gen, uint32_t rank_plus_one,
+static inline void fm_add(fake_t *f, uint32_t split, uint64_t gen, uint32_t rank_plus_one,
                    const sl_dpp_row_range_t *todo, uint32_t ntodo)
 {
     fm_lease_t *l = &f->q[f->nq++];
@@ -411,14 +411,14 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-static void client_start(client_t *c, fake_t *f, uint16_t port, uint32_t rank)
+static inline void client_start(client_t *c, fake_t *f, uint16_t port, uint32_t rank)
 {
     *c = (client_t){.f = f, .port = port, .rank = rank};
     cr_assert_eq(pthread_create(&c->th, NULL, client_main, c), 0);
 }
 
 /* A client whose HELLO names job (rank 0 of 2). */
-static void client_start_job(client_t *c, fake_t *f, uint16_t port, const char *job)
+static inline void client_start_job(client_t *c, fake_t *f, uint16_t port, const char *job)
 {
     *c = (client_t){.f = f, .port = port, .job = job};
     cr_assert_eq(pthread_create(&c->th, NULL, client_main, c), 0);

@@ -462,10 +462,24 @@ sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool 
                        SL_KV_STR("error", err->msg)),
                       "%s (retrying in %" PRIu64 " ms)", err->msg, wait_ms);
         }
-        if (deadline_ns && sl_clock_ns() + wait_ms * 1000000ull > deadline_ns)
-            return sl_error_set(err, SL_ERR_TIMEOUT, "master %s: no lease in time", ms->master);
+        /* Past the deadline before the next ask: wait out what is left of
+         * it, then time out. Returning at once would have a caller that
+         * loops on short deadlines (the CLI, watching for signals) ask the
+         * master again at once: a busy loop of LEASE_REQUEST and NO_WORK
+         * on both sides while the worker waits for its first lease. */
+        uint64_t now = sl_clock_ns();
+        bool last = deadline_ns && now + wait_ms * 1000000ull > deadline_ns;
+        uint64_t until = last ? deadline_ns : now + wait_ms * 1000000ull;
         sl_mutex_lock(&ms->mu);
-        if (!ms->cancel) sl_clock_cond_wait_ms(&ms->cv, &ms->mu, wait_ms);
+        /* the retry wait may end early (a broadcast: ask again sooner); the
+         * last one lasts to the deadline unless the source is done */
+        while (!ms->cancel && !ms->stop && !ms->finished && !ms->fatal &&
+               (now = sl_clock_ns()) < until) {
+            sl_clock_cond_wait_ms(&ms->cv, &ms->mu, (until - now) / 1000000ull + 1);
+            if (!last) break;
+        }
         sl_mutex_unlock(&ms->mu);
+        if (last)
+            return sl_error_set(err, SL_ERR_TIMEOUT, "master %s: no lease in time", ms->master);
     }
 }
