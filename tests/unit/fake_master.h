@@ -102,14 +102,22 @@ typedef struct fake {
     uint32_t ngot;
 } fake_t;
 
+/* The ref of lease l of job (its own generation, or its member's). */
+static void fm_ref(Sluice__Control__SplitRef *r, const char *job, const fm_lease_t *l,
+                   uint64_t generation)
+{
+    sluice__control__split_ref__init(r);
+    r->job_id = (char *)job;
+    r->epoch = l->epoch;
+    r->split = l->split;
+    r->generation = generation;
+}
+
 static void fm_send_lease(fake_t *f, int fd, const fm_lease_t *l)
 {
     const sl_wh_split_t *sp = &f->splits->items[l->split];
-    Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
-    ref.job_id = "jobx";
-    ref.epoch = l->epoch;
-    ref.split = l->split;
-    ref.generation = l->generation;
+    Sluice__Control__SplitRef ref;
+    fm_ref(&ref, "jobx", l, l->generation);
     Sluice__Control__RowRange rr[4], *rp[4];
     for (uint32_t i = 0; i < l->ntodo; i++) {
         rr[i] = (Sluice__Control__RowRange)SLUICE__CONTROL__ROW_RANGE__INIT;
@@ -129,12 +137,9 @@ static void fm_send_lease(fake_t *f, int fd, const fm_lease_t *l)
     m.todo = rp;
     m.rank_plus_one = l->rank_plus_one;
     m.expiry_ms = 2000;
-    Sluice__Control__SplitRef member = SLUICE__CONTROL__SPLIT_REF__INIT, *mp = &member;
+    Sluice__Control__SplitRef member, *mp = &member;
     if (l->member_gen) {
-        member.job_id = "joby";
-        member.epoch = l->epoch;
-        member.split = l->split;
-        member.generation = l->member_gen;
+        fm_ref(&member, "joby", l, l->member_gen);
         m.n_shared = 1;
         m.shared = &mp;
     }
@@ -228,11 +233,7 @@ static void fm_serve(fake_t *f, int fd)
             Sluice__Control__HeartbeatReply r = SLUICE__CONTROL__HEARTBEAT_REPLY__INIT;
             Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT, *rp = &ref;
             if (f->revoke_gen && !f->revoked_sent) {
-                const fm_lease_t *l = lease_of_gen(f, f->revoke_gen);
-                ref.job_id = "jobx";
-                ref.split = l->split;
-                ref.epoch = l->epoch;
-                ref.generation = l->generation;
+                fm_ref(&ref, "jobx", lease_of_gen(f, f->revoke_gen), f->revoke_gen);
                 r.n_revoked = 1;
                 r.revoked = &rp;
                 f->revoked_sent = true;
