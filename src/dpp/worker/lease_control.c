@@ -19,7 +19,10 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
     char job[sizeof ms->job_id];
     sl_mutex_lock(&ms->mu);
     snprintf(job, sizeof job, "%s", ms->job_id);
-    uint32_t ne = l->num_empty;
+    /* a member that stopped getting copies (detached or released) reports
+     * no empty range, even one it took from its primary before: every row
+     * it did not get stays to do (docs/DESIGN.md, "Shared passes") */
+    uint32_t ne = l->detached || l->released ? 0 : l->num_empty;
     sl_mutex_unlock(&ms->mu);
     Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
     dpp_lease_fill_ref(&ref, job, l);
