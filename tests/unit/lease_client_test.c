@@ -737,7 +737,7 @@ Test(lease_client, a_member_of_a_stalled_pass_is_released)
     f.q[0].member_gen = 200;
     fm_add(&f, 1, 101, 0, NULL, 0);
     f.q[1].member_gen = 201;
-    share_stall_ms = 300;
+    share_stall_ms = (uint32_t)(tu_timeout(1) * 1000); /* the first pass moves faster */
     sl_pipeline_job_t *job;
     sl_worker_lease_client_t *ms;
     sl_worker_t *w = start_worker(&f, &job, &ms);
