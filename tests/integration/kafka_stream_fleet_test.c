@@ -363,8 +363,7 @@ Test(kafka_stream_fleet, a_head_chunk_does_not_block_the_workers_other_partition
                 got += atomic_load(&seen[j]) > 0;
             if (got == 10) break;
             cr_assert_lt(fu_now(), deadline, "ids %llu..%llu of partition 1: %u of 10 in %.0f s",
-                         (unsigned long long)id, (unsigned long long)id + 18, got,
-                         tu_timeout(10));
+                         (unsigned long long)id, (unsigned long long)id + 18, got, tu_timeout(10));
             usleep(5 * 1000);
         }
         if (fu_now() - sent > worst) worst = fu_now() - sent;

@@ -256,7 +256,8 @@ KU_FN void ku_await_partitions(rd_kafka_t *rk, const char *topic, int total, dou
             seen = md->topics[0].partition_cnt;
             leaders = 0;
             for (int i = 0; i < seen; i++)
-                leaders += !md->topics[0].partitions[i].err && md->topics[0].partitions[i].leader >= 0;
+                leaders +=
+                    !md->topics[0].partitions[i].err && md->topics[0].partitions[i].leader >= 0;
         }
         if (md) rd_kafka_metadata_destroy(md);
         if (seen == total && leaders == total) break;

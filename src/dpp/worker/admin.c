@@ -219,12 +219,11 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
         (json_int_t)st.memory_peak);
     if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
     if (o && (st.records_read || st.records_bad))
-        json_object_set_new(o, "kafka",
-                            json_pack("{s:I, s:I, s:I, s:I}", "records",
-                                      (json_int_t)st.records_read, "bad_records",
-                                      (json_int_t)st.records_bad, "pauses",
-                                      (json_int_t)st.kafka_pauses, "handed_back",
-                                      (json_int_t)st.kafka_handed_back));
+        json_object_set_new(
+            o, "kafka",
+            json_pack("{s:I, s:I, s:I, s:I}", "records", (json_int_t)st.records_read, "bad_records",
+                      (json_int_t)st.records_bad, "pauses", (json_int_t)st.kafka_pauses,
+                      "handed_back", (json_int_t)st.kafka_handed_back));
     if (o && ms) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(ms, &m);
