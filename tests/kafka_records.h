@@ -15,6 +15,7 @@
 
 #include <criterion/criterion.h>
 #include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -138,11 +139,45 @@ KR_FN void kr_produce(rd_kafka_t *p, const char *topic, int32_t partition, uint6
     kr_produce_raw(p, topic, partition, id, session, "1", NULL, 0);
 }
 
-/* Wait (bounded) until every record produced so far is acknowledged. */
+/* Delivery reports of the producers made with kr_producer(): how many
+ * records failed, and the first failure. rd_kafka_flush only waits for the
+ * queue to empty, delivered or not: a record produced to a partition the
+ * producer's metadata does not list yet (one just added to the topic) fails
+ * with "Local: Unknown partition" and is gone, which a test must not take
+ * for a record that sluice lost. */
+static _Atomic unsigned long long kr_failed_deliveries;
+static char kr_failed_first[300];
+
+KR_FN void kr_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    (void)opaque;
+    if (!m->err) return;
+    if (atomic_fetch_add(&kr_failed_deliveries, 1) == 0)
+        snprintf(kr_failed_first, sizeof kr_failed_first, "%s partition %d: %s",
+                 m->rkt ? rd_kafka_topic_name(m->rkt) : "?", (int)m->partition,
+                 rd_kafka_err2str(m->err));
+}
+
+/* A producer of conf (taken over) whose failed deliveries kr_flush reports. */
+KR_FN rd_kafka_t *kr_producer(rd_kafka_conf_t *conf)
+{
+    char err[256];
+    rd_kafka_conf_set_dr_msg_cb(conf, kr_on_delivery);
+    rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    cr_assert_not_null(p, "rd_kafka_new: %s", err);
+    return p;
+}
+
+/* Wait (bounded) until every record produced so far is acknowledged; with
+ * kr_producer's, that none failed (any failure so far fails the test). */
 KR_FN void kr_flush(rd_kafka_t *p, int timeout_ms)
 {
     cr_assert_eq(rd_kafka_flush(p, timeout_ms), 0, "flush timed out");
     cr_assert_eq(rd_kafka_outq_len(p), 0);
+    unsigned long long failed = atomic_load(&kr_failed_deliveries);
+    cr_assert_eq(failed, 0, "%llu records were not delivered (the first: %s)", failed,
+                 kr_failed_first);
 }
 
 /* What sl_kafka_read_range's stripe callback kr_on_stripe saw: stripes

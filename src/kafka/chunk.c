@@ -410,6 +410,10 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
     if (e) return kerr(err, e, "assign", o->topic, o->partition);
     range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from};
     int64_t pos = o->from; /* the consumer's position: every offset below was read or a gap */
+    /* The broker reported the partition's end at pos, and no record came
+     * since: only then may yield end the read, at pos (never on a guess
+     * that nothing more is there: the offsets below pos were consumed). */
+    bool at_end = false;
     sl_err_t rc = SL_OK;
     while (rc == SL_OK && pos < o->to) {
         if (o->cancel && atomic_load(o->cancel)) {
@@ -418,6 +422,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         }
         hold_check(&rr, false);
         uint32_t held = sl_kafka_rows_count(o->rows);
+        if (at_end && held == 0 && o->yield && o->yield(o->ctx)) break;
         uint64_t now = sl_clock_ms();
         if (held && now - rr.first_ms >= o->linger_ms) {
             rc = flush(&rr, pos, err);
@@ -434,6 +439,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             /* the log ends at m->offset: offsets from pos up to it that
              * came as no record were gaps (markers, aborted records) */
             if (ours && m->offset > pos) pos = m->offset < o->to ? m->offset : o->to;
+            if (ours && m->offset == pos) at_end = true;
         } else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
                    m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
             rc = sl_error_set(err, SL_ERR_NOT_FOUND,
@@ -448,6 +454,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             /* else transient (a broker down, a leader moving): librdkafka
              * retries on its own */
         } else if (ours && m->offset >= pos) {
+            at_end = false;
             if (m->offset >= o->to) {
                 pos = o->to; /* past the range: every offset of it is behind us */
             } else {
@@ -472,7 +479,10 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         }
         rd_kafka_message_destroy(m);
     }
-    if (rc == SL_OK && rr.first < o->to) rc = flush(&rr, o->to, err);
+    /* o->to, or where yield ended the read */
+    int64_t end = pos < o->to ? pos : o->to;
+    if (rc == SL_OK && rr.first < end) rc = flush(&rr, end, err);
+    stats->end = rc == SL_OK ? end : rr.first;
     if (rc != SL_OK) { /* rows held are not handed on */
         sl_kafka_stripe_t s;
         sl_error_t ignore = {0};

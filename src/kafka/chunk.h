@@ -124,6 +124,9 @@ typedef struct sl_kafka_read_stats {
     uint64_t stripes; /* handed to the callback with rows */
     uint64_t empty;   /* ... without rows (gaps, bad records only) */
     uint64_t pauses;  /* times the partition was paused (hold) */
+    /* The offset the read covered up to: the stripes tile [from, end).
+     * o->to, or less when yield ended the read at the partition's end. */
+    int64_t end;
 } sl_kafka_read_stats_t;
 
 /* What sl_kafka_read_range hands on: the stripe of rows (possibly none)
@@ -168,14 +171,22 @@ typedef struct sl_kafka_read_opts {
     bool (*hold)(void *ctx, bool paused);
     /* Called with each bad record as it came, after bad (may be NULL). */
     void (*bad_record)(void *ctx, const sl_kafka_bad_record_t *rec);
+    /* A range above the partition's end (a stream's head) waits for
+     * records; yield (may be NULL) is asked between polls while the
+     * consumer is at the partition's end (the broker reported the end at
+     * the position, no record came since) and no row is held: true ends
+     * the read there, SL_OK with stats->end the position (every offset
+     * below it consumed or a gap, the stripes tiling [from, end)). */
+    bool (*yield)(void *ctx);
 } sl_kafka_read_opts_t;
 
 /* Assign the partition at from, consume until the consumer's position
  * reaches to (a record at or past to, or the partition's end reported at
  * or past to: the offsets between were gaps), handing stripes on, and
  * unassign. The range may lie above the partition's end: the read waits
- * for records (a stream), until cancelled. @return SL_OK once [from, to)
- * is covered; SL_ERR_NOT_FOUND when from is below what retention kept
+ * for records (a stream), until cancelled or yield ends it at the
+ * partition's end. @return SL_OK once [from, to) is covered, or [from,
+ * stats->end) when yield ended it; SL_ERR_NOT_FOUND when from is below what retention kept
  * (auto.offset.reset=error), naming topic, partition and offset;
  * SL_ERR_CLOSED when cancelled; the callback's error. */
 sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,

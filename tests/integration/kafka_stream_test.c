@@ -26,7 +26,7 @@ TestSuite(kafka_stream, .init = suite_setup);
 
 static void produce(const char *topic, int32_t partition, uint64_t first, uint64_t n)
 {
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "1", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "1", NULL));
     for (uint64_t id = first; id < first + n; id++)
         kr_produce(p, topic, partition, id, id % 7);
     kr_flush(p, (int)(tu_timeout(30) * 1000));

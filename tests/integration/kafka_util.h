@@ -237,7 +237,41 @@ KU_FN rd_kafka_t *ku_reader(const char *topic, int partitions)
     return c;
 }
 
-/* Grow topic to total partitions (admin API, bounded by timeout_s). */
+/* Wait (bounded) until the broker's metadata lists topic with total
+ * partitions, each with a leader. CreatePartitions answers before that: a
+ * producer made in between does not know the new partitions, and the
+ * records it sends to them fail with "Local: Unknown partition" (lost, not
+ * read: kafka_stream_fleet's partition test "lost" its first records so on
+ * a broker just started). */
+KU_FN void ku_await_partitions(rd_kafka_t *rk, const char *topic, int total, double timeout_s)
+{
+    rd_kafka_topic_t *t = rd_kafka_topic_new(rk, topic, NULL);
+    cr_assert_not_null(t, "topic %s", topic);
+    double deadline = ku_now() + timeout_s;
+    int seen = -1, leaders = -1;
+    for (;;) {
+        const struct rd_kafka_metadata *md = NULL;
+        if (rd_kafka_metadata(rk, 0, t, &md, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+            md->topic_cnt == 1 && !md->topics[0].err) {
+            seen = md->topics[0].partition_cnt;
+            leaders = 0;
+            for (int i = 0; i < seen; i++)
+                leaders +=
+                    !md->topics[0].partitions[i].err && md->topics[0].partitions[i].leader >= 0;
+        }
+        if (md) rd_kafka_metadata_destroy(md);
+        if (seen == total && leaders == total) break;
+        cr_assert_lt(ku_now(), deadline,
+                     "topic %s: the metadata lists %d partitions (%d with a leader), not %d, "
+                     "after %.0f s",
+                     topic, seen, leaders, total, timeout_s);
+        usleep(50 * 1000);
+    }
+    rd_kafka_topic_destroy(t);
+}
+
+/* Grow topic to total partitions (admin API, bounded by timeout_s), and
+ * wait until the metadata shows them. */
 KU_FN void ku_add_partitions(const char *topic, int total, double timeout_s)
 {
     rd_kafka_t *rk = ku_client(RD_KAFKA_PRODUCER, ku_conf(NULL));
@@ -259,6 +293,7 @@ KU_FN void ku_add_partitions(const char *topic, int total, double timeout_s)
     rd_kafka_event_destroy(ev);
     rd_kafka_queue_destroy(q);
     rd_kafka_NewPartitions_destroy(np);
+    ku_await_partitions(rk, topic, total, timeout_s);
     rd_kafka_destroy(rk);
 }
 

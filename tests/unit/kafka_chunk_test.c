@@ -545,6 +545,97 @@ Test(kafka_chunks, linger_and_waiting_for_records)
     mock_stop(&m);
 }
 
+/* yield (a stream's head handed back) is asked only at the partition's
+ * end with nothing held: what the read covered, stats.end, is exactly
+ * what was consumed, and the stripes tile [from, end). */
+typedef struct yielder {
+    kr_seen_t v;
+    int64_t want_next; /* every record below it consumed when yield is asked */
+    uint32_t calls, say_yes_at;
+} yielder_t;
+
+static bool yield_at_end(void *ctx)
+{
+    yielder_t *y = ctx;
+    cr_assert_eq(y->v.next, y->want_next, "yield asked at stripe end %ld, the log ends at %ld",
+                 (long)y->v.next, (long)y->want_next);
+    return ++y->calls >= y->say_yes_at;
+}
+
+static sl_err_t yield_stripe(void *ctx, const sl_kafka_stripe_t *s, int64_t first, int64_t end,
+                             sl_error_t *err)
+{
+    return kr_on_stripe(&((yielder_t *)ctx)->v, s, first, end, err);
+}
+
+Test(kafka_chunks, yield_ends_a_read_at_the_partitions_end_only)
+{
+    mock_t m;
+    mock_start(&m, "heads", 1);
+    for (uint64_t id = 0; id < 40; id++)
+        kr_produce(m.producer, "heads", 0, id, id % 5);
+    kr_flush(m.producer, (int)(tu_timeout(10000 / 1000.0) * 1000));
+    sl_kafka_consumer_t *c = consumer(m.bootstraps);
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
+    sl_error_t err = {0};
+    static yielder_t y;
+    memset(&y, 0, sizeof y);
+    y.want_next = 40;
+    y.say_yes_at = 3; /* asked again while it waits at the end */
+    sl_kafka_read_opts_t o = {.topic = "heads",
+                              .partition = 0,
+                              .from = 0,
+                              .to = 1000, /* a chunk far above the log's end */
+                              .batch_rows = 16,
+                              .linger_ms = 5,
+                              .rows = rows,
+                              .stripe = yield_stripe,
+                              .ctx = &y,
+                              .yield = yield_at_end};
+    sl_kafka_read_stats_t st = {0};
+    cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(st.end, 40, "read to %ld", (long)st.end);
+    cr_assert_eq(y.v.next, 40);
+    cr_assert_eq(y.calls, 3);
+    cr_assert_eq(st.records, 40);
+    for (uint64_t id = 0; id < 40; id++)
+        cr_assert_eq(y.v.seen[id], 1, "id %llu", (unsigned long long)id);
+    /* the rest of the chunk later (a later lease): 10 more records */
+    for (uint64_t id = 40; id < 50; id++)
+        kr_produce(m.producer, "heads", 0, id, id % 5);
+    kr_flush(m.producer, (int)(tu_timeout(10000 / 1000.0) * 1000));
+    y.want_next = 50;
+    y.calls = 0;
+    y.say_yes_at = 1;
+    o.from = 40;
+    cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(st.end, 50);
+    for (uint64_t id = 0; id < 50; id++)
+        cr_assert_eq(y.v.seen[id], 1, "id %llu", (unsigned long long)id);
+    /* at the end already: nothing read, nothing handed on */
+    y.calls = 0;
+    o.from = 50;
+    uint32_t stripes = y.v.stripes + y.v.empty;
+    cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(st.end, 50);
+    cr_assert_eq(y.v.stripes + y.v.empty, stripes);
+    /* a range that ends below the log's end is read to its end: yield is
+     * never asked (the end is not reported inside it) */
+    y.calls = 0;
+    y.v.next = 10;
+    o.from = 10;
+    o.to = 30;
+    cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(st.end, 30);
+    cr_assert_eq(y.v.next, 30);
+    cr_assert_eq(y.calls, 0);
+    sl_kafka_rows_destroy(rows);
+    sl_wh_schema_destroy(schema);
+    sl_kafka_consumer_destroy(c);
+    mock_stop(&m);
+}
+
 typedef struct canceller {
     atomic_bool flag;
     int delay_ms;

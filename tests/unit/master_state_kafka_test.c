@@ -147,23 +147,28 @@ Test(master_state_kafka, chunks_are_made_as_leases_need_them)
     cr_assert_eq(st, SL_MASTER_SPLIT_DONE);
     assert_positions(m, "t/0:110/2 t/1:0/2 ");
     sl_master_lease_t e = lease(m, "t/0", 120, 10);
-    cr_assert_eq(e.split, 4);
+    cr_assert_eq(e.split, 0); /* t/0's first chunk was folded: its split is reused */
     no_lease(m);
     /* a chunk above the prefix done does not move it */
     commit(m, &c, 0, 10, 2);
     assert_positions(m, "t/0:120/3 t/1:0/2 ");
-    /* an expired chunk is leased again before any new one */
+    /* an expired chunk is leased again before any new one (in split
+     * order: split 0 holds t/0's third chunk since the first was folded) */
     uint32_t expired = 0;
     cr_assert_eq(sl_master_state_expire(m, 5000, &expired, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(expired, 3);
-    sl_master_lease_t again = lease(m, "t/1", 0, 10);
+    sl_master_lease_t again = lease(m, "t/0", 120, 10);
+    cr_assert_eq(again.split, 0);
+    again = lease(m, "t/1", 0, 10);
     cr_assert_eq(again.split, 1);
-    /* a stream never finishes, however much is done */
+    /* a stream never finishes, however much is done; t/0's done prefix
+     * [100, 120) is folded, and its splits hold t/0's chunks [120, 130)
+     * and (made by the last lease request) [130, 140): 4 splits, none DONE */
     sl_master_state_job_status_t js;
     cr_assert_eq(sl_master_state_job_status(m, "j", &js, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(js.finished, false);
-    cr_assert_eq(js.num_splits, 5);
-    cr_assert_eq(js.done, 2);
+    cr_assert_eq(js.num_splits, 4);
+    cr_assert_eq(js.done, 0);
     sl_master_state_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
@@ -287,7 +292,7 @@ Test(master_state_kafka, partitions_added_get_chunks_and_survive_restarts)
     assert_positions(m, "t/0:110/2 u/2:10/1 ");
     cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
     char *mem = dump_of(m);
-    cr_assert(strstr(mem, " kafka u/2 start 7 stop -1 chunks 1\n") != NULL, "%s", mem);
+    cr_assert(strstr(mem, " kafka u/2 start 7 stop -1 chunks 1 folded 0\n") != NULL, "%s", mem);
     sl_master_state_destroy(m);
     /* replay of the journal */
     m = open_master(dir);
@@ -352,7 +357,7 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
     void *t0, *t1;
     size_t l0, l1;
     token(m, NULL, 0, &t0, &l0);
-    sl_master_token_exclude_t und[2] = {{0, a0.split, 4, 6}, {0, b0.split, 5, 8}};
+    sl_master_token_exclude_t und[2] = {{0, a0.split, 4, 6, 0}, {0, b0.split, 5, 8, 0}};
     token(m, und, 2, &t1, &l1);
     /* what the tokens need: t/0 from 110 (rank 0) or 104 (both) */
     const void *toks[2] = {t0, t1};
@@ -440,6 +445,112 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
     tu_alloc_assert_clean(&g_ta);
 }
 
+/* ---- folding a stream's done prefix ---------------------------------------------- */
+
+/* Lease t/0's next chunk, at first (rows 10), and commit all of it. */
+static sl_master_lease_t read_chunk(sl_master_state_t *m, uint64_t first, uint64_t *nonce)
+{
+    sl_master_lease_t l = lease(m, "t/0", first, 10);
+    commit(m, &l, 0, 10, ++*nonce);
+    return l;
+}
+
+static uint32_t num_splits(sl_master_state_t *m)
+{
+    sl_master_state_job_status_t js;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_job_status(m, "j", &js, &err), SL_OK, "%s", err.msg);
+    return js.num_splits;
+}
+
+/* A stream partition's contiguous DONE prefix is folded into one offset:
+ * after 300 chunks done the job holds 2 splits (chunks_ahead), not 300;
+ * replay and snapshots give the same state; a token whose undelivered
+ * batch is of a chunk folded since (its split holding another chunk now)
+ * still resumes exactly after what was handed out, and one whose chunk
+ * is older than the ring is refused, never wrong. */
+Test(master_state_kafka, a_streams_done_prefix_is_folded)
+{
+    char *dir = tu_mkdtemp("master-kafka-fold");
+    sl_master_state_t *m = open_master(dir);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 1); /* t/0 from 100 */
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    uint64_t nonce = 0, off = 100;
+    for (int i = 0; i < 50; i++, off += 10)
+        read_chunk(m, off, &nonce);
+    cr_assert_leq(num_splits(m), 2, "%u splits for 50 chunks", num_splits(m));
+    assert_positions(m, "t/0:600/50 ");
+    /* a batch of chunk [600, 610) committed, not handed out by the trainer
+     * yet: [603, 605) */
+    sl_master_lease_t x = read_chunk(m, off, &nonce);
+    off += 10;
+    sl_master_token_exclude_t und = {0, x.split, 3, 5, x.generation};
+    /* its split holds later chunks since */
+    for (int i = 0; i < 20; i++, off += 10)
+        read_chunk(m, off, &nonce);
+    cr_assert_leq(num_splits(m), 2);
+    sl_master_lease_t open = lease(m, "t/0", off, 10); /* [810, 820): 2 of it delivered */
+    commit(m, &open, 0, 2, ++nonce);
+    assert_positions(m, "t/0:812/72 ");
+    void *tok;
+    size_t len;
+    token(m, &und, 1, &tok, &len);
+    /* the token needs t/0 from 603: [603, 605) was not handed out */
+    int64_t need = -1;
+    const void *toks[1] = {tok};
+    size_t lens[1] = {len};
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec, toks, lens, 1, &need, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(need, 603);
+    /* the same state after a replay of the journal, and from a snapshot */
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    char *mem = dump_of(m);
+    cr_assert(strstr(mem, " folded 71\n") != NULL, "%s", mem);
+    sl_master_state_destroy(m);
+    m = open_master(dir);
+    backlog(m, "j");
+    char *replayed = dump_of(m);
+    cr_assert_str_eq(replayed, mem);
+    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
+    sl_master_state_destroy(m);
+    m = open_master(dir);
+    backlog(m, "j");
+    char *snap = dump_of(m);
+    cr_assert_str_eq(snap, mem);
+    /* the restored state goes on folding, and its token is the same */
+    void *tok2;
+    size_t len2;
+    token(m, &und, 1, &tok2, &len2);
+    cr_assert_eq(len2, len);
+    cr_assert(memcmp(tok2, tok, len) == 0);
+    sl_free(ALLOC, tok2, len2);
+    commit(m, &open, 2, 10, ++nonce);
+    for (int i = 0; i < 300; i++, off += 10)
+        read_chunk(m, off + 10, &nonce);
+    cr_assert_leq(num_splits(m), 2);
+    assert_positions(m, "t/0:3820/372 ");
+    /* the undelivered batch's chunk is now older than the ring: refused */
+    cr_assert_eq(sl_master_state_token_encode(m, "j", &und, 1, &tok2, &len2, &err), SL_ERR_AGAIN);
+    cr_assert(strstr(err.msg, "done and folded") != NULL, "%s", err.msg);
+    /* resumed from the first token: t/0 from 603, [605, 812) delivered */
+    cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 1, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    sl_master_lease_t r = lease(m, "t/0", 603, 10);
+    cr_assert_eq(r.num_todo, 1);
+    cr_assert_eq(r.todo[0].from_row, 0);
+    cr_assert_eq(r.todo[0].to_row, 2);
+    sl_free(ALLOC, tok, len);
+    free(mem);
+    free(replayed);
+    free(snap);
+    sl_master_state_destroy(m);
+    tu_rm_tree(dir);
+    free(dir);
+    tu_alloc_assert_clean(&g_ta);
+}
+
 /* ---- every allocation failure ------------------------------------------------------ */
 
 typedef struct life {
@@ -486,7 +597,7 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
     case 8: {
         void *tok;
         size_t len;
-        sl_master_token_exclude_t und = {0, x->l[1].split, 3, 4};
+        sl_master_token_exclude_t und = {0, x->l[1].split, 3, 4, 0};
         rc = sl_master_state_token_encode(x->b.m, "j", &und, 1, &tok, &len, err);
         if (rc != SL_OK) return rc;
         sl_master_kafka_partition_t three[3] = {g_parts[0], g_parts[1], {"u", 4, 9, -1}};
@@ -518,7 +629,8 @@ Test(master_state_kafka, every_allocation_failure_is_a_clean_error)
     ml_ops_t ops = {.steps = LIFE_STEPS, .size = sizeof(life_t), .opts = o, .step = life_step};
     char *want_end = NULL;
     uint64_t walked = ml_walk(&ops, &g_ta, &want_end);
-    cr_assert(strstr(want_end, " kafka u/4 start 9 stop -1 chunks 1\n") != NULL, "%s", want_end);
+    cr_assert(strstr(want_end, " kafka u/4 start 9 stop -1 chunks 1 folded 0\n") != NULL, "%s",
+              want_end);
     cr_assert_gt(walked, LIFE_STEPS);
     free(want_end);
     tu_alloc_assert_clean(&g_ta);

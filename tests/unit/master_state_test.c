@@ -727,7 +727,7 @@ Test(master_state, resume_from_one_token_per_rank_intersects)
                 uint64_t from = tu_below(&seed, 100 + 10 * sp);
                 uint64_t to = from + 1 + tu_below(&seed, 20);
                 if (to > 100 + 10 * sp) to = 100 + 10 * sp;
-                und[k] = (sl_master_token_exclude_t){0, sp, from, to};
+                und[k] = (sl_master_token_exclude_t){0, sp, from, to, 0};
                 for (uint64_t r = from; r < to; r++)
                     keep[sp][r] = false;
             }
@@ -1103,7 +1103,7 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
     case 10: {
         void *tok;
         size_t len;
-        sl_master_token_exclude_t und = {0, x->split[1], 2, 4};
+        sl_master_token_exclude_t und = {0, x->split[1], 2, 4, 0};
         rc = sl_master_state_token_encode(x->b.m, "j", &und, 1, &tok, &len, err);
         if (rc == SL_OK) sl_free(ALLOC, tok, len);
         return rc;

@@ -172,7 +172,8 @@ void mp_on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__Toke
         const Sluice__Control__SplitRef *r = t->undelivered_refs[q];
         const Sluice__Control__RowRange *rr = t->undelivered_rows[q];
         if (r == NULL || rr == NULL || strcmp(r->job_id, t->job_id) != 0) continue;
-        ex[k++] = (sl_master_token_exclude_t){r->epoch, r->split, rr->from_row, rr->to_row};
+        ex[k++] = (sl_master_token_exclude_t){r->epoch, r->split, rr->from_row, rr->to_row,
+                                              r->generation};
     }
     mp_deferred d = {.type = SL_RPC_TOKEN};
     sl_error_t err = {0};

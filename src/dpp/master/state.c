@@ -87,8 +87,10 @@ void m_split_state(job *jb, uint32_t split, uint8_t state)
     jb->count[state]++;
     if (jb->chunk != 0 && state == SL_MASTER_SPLIT_DONE) {
         kpart *p = &jb->kp[jb->defs[split].path];
-        while (p->low < p->nchunks && jb->st[p->chunks[p->low]].state == SL_MASTER_SPLIT_DONE)
+        while (p->low < p->nchunks &&
+               jb->st[p->chunks[p->low - p->folded]].state == SL_MASTER_SPLIT_DONE)
             p->low++;
+        m_kafka_fold(jb, jb->defs[split].path);
     }
 }
 
@@ -174,7 +176,7 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     bool finished = jb->epoch >= jb->epochs;
     for (uint32_t i = 0; i < n; i++) {
         jb->defs[i] = (split_def){l->path_index[i], l->stripe_begin[i], l->stripe_end[i],
-                                  l->first_row[i], l->num_rows[i]};
+                                  l->first_row[i],  l->num_rows[i],     0};
         jb->total_rows += l->num_rows[i];
         jb->st[i].worker = NO_WORKER;
         jb->st[i].state = SL_MASTER_SPLIT_PENDING;

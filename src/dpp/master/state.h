@@ -508,6 +508,10 @@ sl_err_t sl_master_state_evict_clients(sl_master_state_t *m, uint64_t now_ms, ui
 typedef struct sl_master_token_exclude {
     uint32_t epoch, split;
     uint64_t from_row, to_row;
+    /* of the lease the batch was read under (a Kafka chunk's split may
+     * hold another chunk since: state_kafka_token.c); 0: the split's
+     * current one */
+    uint64_t generation;
 } sl_master_token_exclude_t;
 
 /* The committed ranges of the job's current epoch minus `undelivered`

@@ -14,11 +14,15 @@
 
 #define NO_WORKER UINT32_MAX
 
-/* The static description of a split (32 bytes). */
+/* The static description of a split (40 bytes). */
 typedef struct split_def {
     uint32_t path; /* index in job->paths */
     uint32_t stripe_begin, stripe_end;
     uint64_t first_row, num_rows;
+    /* A Kafka chunk: m->next_generation when it was made. Every lease of
+     * it has a generation at or above this, every lease of the chunk that
+     * held the split before (folded, state_kafka.c) one below. 0: none. */
+    uint64_t made_gen;
 } split_def;
 
 /* The per-epoch state of a split (48 bytes). */
@@ -36,17 +40,30 @@ typedef struct split_st {
 } split_st;
 
 /* A partition of a Kafka job (state_kafka.c): its chunks are splits of
- * the job, made in offset order as they are needed. */
+ * the job, made in offset order as they are needed. A stream partition's
+ * DONE prefix is folded: chunks [0, folded) are done, held by no split
+ * (their splits are free for new chunks), every offset below start +
+ * folded * chunk delivered or empty. */
 typedef struct kpart {
     char *topic;
     int32_t partition;
     int64_t start, stop; /* stop -1: a stream */
-    uint32_t *chunks;    /* [nchunks] of [cap]: split index of chunk k */
+    uint32_t *chunks;    /* [nchunks - folded] of [cap]: split index of chunk folded + k */
     uint32_t nchunks, cap;
+    uint32_t folded;        /* chunks folded (a stream's only) */
     uint32_t pending, open; /* chunks PENDING, chunks not DONE */
     uint32_t low;           /* chunks [0, low) are DONE */
     int64_t high;           /* the high watermark last told (-1: not known); not journaled */
 } kpart;
+
+/* A chunk folded whose split holds another chunk since (state_kafka.c):
+ * kept a while, so that a trainer's undelivered batch of it still places
+ * in its partition (a token). */
+typedef struct kfolded {
+    uint32_t split, path;
+    uint64_t made_gen, first_row;
+} kfolded;
+#define M_KAFKA_FOLDED_RING 256
 
 typedef struct job {
     char *id;
@@ -55,6 +72,13 @@ typedef struct job {
     uint32_t chunk; /* Kafka job: offsets per chunk (> 0); 0: a table job */
     kpart *kp;      /* Kafka job: [nkp] of [kp_cap]; paths[p] is "<topic>/<partition>" of kp[p] */
     uint32_t nkp, kp_cap;
+    /* Kafka job: the free splits (of folded chunks), ascending, [nfree] of
+     * [cap]; the lowest is reused first. ring: the folded chunks whose
+     * split was reused last, [M_KAFKA_FOLDED_RING] (NULL: none yet). */
+    uint32_t *free;
+    uint32_t nfree;
+    kfolded *ring;
+    uint32_t ring_next, ring_len;
     uint64_t seed;
     bool shuffle;
     char *spec_json; /* "" when none */
@@ -213,6 +237,16 @@ void m_kafka_free(const sl_allocator_t *a, job *jb);
 void m_kafka_recount(job *jb);
 /* Every chunk that can exist is made (a stream never is). */
 bool m_kafka_exhausted(const job *jb);
+/* Fold partition p's DONE prefix (a stream partition's; after a split of
+ * it became DONE): cannot fail (room reserved with the splits). */
+void m_kafka_fold(job *jb, uint32_t p);
+/* The q-th oldest chunk of jb's ring of folded chunks (q < ring_len). */
+const kfolded *m_kafka_folded_at(const job *jb, uint32_t q);
+/* Every offset of partition p below it is in a DONE chunk. */
+int64_t m_kafka_done_below(const job *jb, uint32_t p);
+/* A PENDING split whose position may lie behind the cursor (a reused
+ * split): queue it (state_leases.c). */
+void m_queue_pending(job *jb, uint32_t split);
 /* Make the chunks lease_next needs (journaled as one KafkaChunksAdded);
  * the caller made room for a lease first. */
 sl_err_t m_kafka_grow(sl_master_state_t *m, uint32_t slot, sl_error_t *err);

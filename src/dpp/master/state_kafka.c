@@ -97,9 +97,11 @@ sl_err_t m_kafka_check_spec(const sl_master_state_t *m, const Sluice__Master__Jo
 
 /* ---- room ---------------------------------------------------------------------------- */
 
-/* Room for `more` splits: SL_ERR_NOMEM changes nothing but the capacity. */
+/* Room for `more` splits: SL_ERR_NOMEM changes nothing but the capacity.
+ * Free splits (of folded chunks) are taken first: only the rest is new. */
 static sl_err_t reserve_splits(sl_master_state_t *m, job *jb, uint64_t more, sl_error_t *err)
 {
+    more = more > jb->nfree ? more - jb->nfree : 0;
     if (jb->n + more > m->opts.max_splits)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': %llu chunks (max_splits %u)", jb->id,
                             (unsigned long long)(jb->n + more), m->opts.max_splits);
@@ -114,14 +116,19 @@ static sl_err_t reserve_splits(sl_master_state_t *m, job *jb, uint64_t more, sl_
     uint32_t *order = sl_alloc(a, sl_mul_size(c, sizeof *order));
     uint32_t *pos = sl_alloc(a, sl_mul_size(c, sizeof *pos));
     uint32_t *heap = sl_alloc(a, sl_mul_size(c, sizeof *heap));
-    if (defs == NULL || st == NULL || order == NULL || pos == NULL || heap == NULL) {
+    uint32_t *fr = sl_alloc(a, sl_mul_size(c, sizeof *fr));
+    if (defs == NULL || st == NULL || order == NULL || pos == NULL || heap == NULL || fr == NULL) {
         sl_free(a, defs, c * sizeof *defs);
         sl_free(a, st, c * sizeof *st);
         sl_free(a, order, c * sizeof *order);
         sl_free(a, pos, c * sizeof *pos);
         sl_free(a, heap, c * sizeof *heap);
+        sl_free(a, fr, c * sizeof *fr);
         return sl_error_set(err, SL_ERR_NOMEM, "job '%s': room for %zu chunks", jb->id, c);
     }
+    if (jb->nfree > 0) memcpy(fr, jb->free, (size_t)jb->nfree * sizeof *fr);
+    sl_free(a, jb->free, (size_t)jb->cap * sizeof *fr);
+    jb->free = fr;
     memcpy(defs, jb->defs, (size_t)jb->n * sizeof *defs);
     memcpy(st, jb->st, (size_t)jb->n * sizeof *st);
     memcpy(order, jb->order, (size_t)jb->n * sizeof *order);
@@ -146,9 +153,10 @@ static sl_err_t reserve_chunks(sl_master_state_t *m, job *jb, uint32_t p, uint64
                                sl_error_t *err)
 {
     kpart *k = &jb->kp[p];
-    if (k->nchunks + more <= k->cap) return SL_OK;
+    uint64_t have = k->nchunks - k->folded; /* chunks held (not folded) */
+    if (have + more <= k->cap) return SL_OK;
     uint64_t cap = k->cap ? (uint64_t)k->cap * 2 : 4;
-    if (cap < k->nchunks + more) cap = k->nchunks + more;
+    if (cap < have + more) cap = have + more;
     if (cap > UINT32_MAX)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s' %s: chunks", jb->id, jb->paths[p]);
     uint32_t *c = sl_realloc(m->a, k->chunks, (size_t)k->cap * sizeof *c, (size_t)cap * sizeof *c);
@@ -192,23 +200,72 @@ static bool next_chunk(const job *jb, uint32_t p, int64_t *from, int64_t *to)
     return sl_kafka_chunk_bounds(k->start, jb->chunk, k->nchunks, k->stop, from, to);
 }
 
-/* Append partition p's next chunk as split n (room reserved, the chunk
- * exists: cannot fail). PENDING, last in the (identity) order. */
-static void add_chunk(job *jb, uint32_t p)
+/* Make partition p's next chunk (room reserved, the chunk exists: cannot
+ * fail), PENDING: in the lowest free split (of a folded chunk, which goes
+ * to the ring), else as split n, last in the (identity) order. */
+static void add_chunk(sl_master_state_t *m, job *jb, uint32_t p)
 {
     int64_t f = 0, t = 0;
     next_chunk(jb, p, &f, &t);
     kpart *k = &jb->kp[p];
-    uint32_t i = jb->n++;
-    jb->defs[i] = (split_def){p, 0, 0, (uint64_t)f, (uint64_t)(t - f)};
-    jb->st[i] = (split_st){.worker = NO_WORKER, .state = SL_MASTER_SPLIT_PENDING};
-    jb->order[i] = i;
-    jb->pos[i] = i;
-    jb->count[SL_MASTER_SPLIT_PENDING]++;
+    uint32_t i;
+    split_def d = {p, 0, 0, (uint64_t)f, (uint64_t)(t - f), m->next_generation};
+    if (jb->nfree > 0) {
+        i = jb->free[0];
+        memmove(jb->free, jb->free + 1, (size_t)(--jb->nfree) * sizeof *jb->free);
+        if (jb->ring != NULL) {
+            const split_def *old = &jb->defs[i];
+            jb->ring[jb->ring_next] = (kfolded){i, old->path, old->made_gen, old->first_row};
+            jb->ring_next = (jb->ring_next + 1) % M_KAFKA_FOLDED_RING;
+            if (jb->ring_len < M_KAFKA_FOLDED_RING) jb->ring_len++;
+        }
+        uint8_t in_heap = jb->st[i].in_heap; /* a stale entry may still be there */
+        /* the job's rows count the chunks its splits hold (as a snapshot's) */
+        jb->committed_rows -= jb->st[i].committed;
+        jb->total_rows -= jb->defs[i].num_rows;
+        m_free_ranges(m->a, &jb->st[i]);
+        jb->defs[i] = d;
+        jb->st[i] =
+            (split_st){.worker = NO_WORKER, .state = SL_MASTER_SPLIT_PENDING, .in_heap = in_heap};
+        jb->count[SL_MASTER_SPLIT_DONE]--; /* a free split counts as DONE */
+        jb->count[SL_MASTER_SPLIT_PENDING]++;
+        m_queue_pending(jb, i); /* behind the cursor: queued like an expired lease */
+    } else {
+        i = jb->n++;
+        jb->defs[i] = d;
+        jb->st[i] = (split_st){.worker = NO_WORKER, .state = SL_MASTER_SPLIT_PENDING};
+        jb->order[i] = i;
+        jb->pos[i] = i;
+        jb->count[SL_MASTER_SPLIT_PENDING]++;
+    }
     jb->total_rows += (uint64_t)(t - f);
-    k->chunks[k->nchunks++] = i;
+    k->chunks[k->nchunks++ - k->folded] = i;
     k->pending++;
     k->open++;
+}
+
+const kfolded *m_kafka_folded_at(const job *jb, uint32_t q)
+{
+    uint32_t oldest = jb->ring_len < M_KAFKA_FOLDED_RING ? 0 : jb->ring_next;
+    return &jb->ring[(oldest + q) % M_KAFKA_FOLDED_RING];
+}
+
+void m_kafka_fold(job *jb, uint32_t p)
+{
+    kpart *k = &jb->kp[p];
+    if (k->stop >= 0 || k->low <= k->folded) return; /* a bounded partition keeps its chunks */
+    uint32_t n = k->low - k->folded;
+    for (uint32_t c = 0; c < n; c++) {
+        /* into the ascending free list (room: it has the splits' capacity) */
+        uint32_t s = k->chunks[c], at = jb->nfree;
+        while (at > 0 && jb->free[at - 1] > s)
+            at--;
+        memmove(jb->free + at + 1, jb->free + at, (size_t)(jb->nfree - at) * sizeof *jb->free);
+        jb->free[at] = s;
+        jb->nfree++;
+    }
+    memmove(k->chunks, k->chunks + n, (size_t)(k->nchunks - k->low) * sizeof *k->chunks);
+    k->folded = k->low;
 }
 
 /* Partition (topic, partition) joins jb: copies made first, so that only
@@ -270,24 +327,61 @@ sl_err_t m_kafka_build(sl_master_state_t *m, job *jb, const Sluice__Master__JobA
         rc = link_partition(m, jb, p->topic, p->partition, p->start, p->stop, err);
     }
     if (rc == SL_OK) rc = unique_partitions(m, jb, err);
-    /* The chunks of the split list, each checked against its bounds. */
-    for (uint32_t i = 0; rc == SL_OK && i < jb->n; i++)
-        jb->kp[jb->defs[i].path].nchunks++; /* counted, then room for them */
-    for (uint32_t p = 0; rc == SL_OK && p < jb->nkp; p++) {
-        uint32_t count = jb->kp[p].nchunks;
-        jb->kp[p].nchunks = 0;
-        rc = reserve_chunks(m, jb, p, count, err);
+    if (rc == SL_OK && (jb->ring = sl_calloc(m->a, M_KAFKA_FOLDED_RING, sizeof *jb->ring)) == NULL)
+        rc = sl_error_set(err, SL_ERR_NOMEM, "job '%s': folded chunks", jb->id);
+    if (rc == SL_OK && jb->cap > 0 &&
+        (jb->free = sl_alloc(m->a, sl_mul_size(jb->cap, sizeof *jb->free))) == NULL)
+        rc = sl_error_set(err, SL_ERR_NOMEM, "job '%s': free splits", jb->id);
+    /* The chunks of the split list (a snapshot's: in any order, a folded
+     * partition's free splits holding a chunk below its folded count),
+     * each checked against its bounds. */
+    for (size_t i = 0; rc == SL_OK && i < spec->n_kafka_partitions; i++) {
+        kpart *k = &jb->kp[i];
+        k->folded = k->nchunks = spec->kafka_partitions[i]->folded;
+        if (k->folded > 0 && k->stop >= 0)
+            rc = sl_error_set(err, SL_ERR_INVALID, "job '%s' %s: a bounded partition folded",
+                              jb->id, jb->paths[i]);
     }
     for (uint32_t i = 0; rc == SL_OK && i < jb->n; i++) {
         const split_def *d = &jb->defs[i];
         kpart *k = &jb->kp[d->path];
+        uint64_t c = d->first_row >= (uint64_t)k->start
+                         ? (d->first_row - (uint64_t)k->start) / jb->chunk
+                         : UINT64_MAX;
         int64_t f, t;
-        if (!next_chunk(jb, d->path, &f, &t) || (uint64_t)f != d->first_row ||
-            (uint64_t)(t - f) != d->num_rows || d->stripe_begin != 0 || d->stripe_end != 0)
-            return sl_error_set(err, SL_ERR_INVALID, "job '%s' split %u is not chunk %u of %s",
-                                jb->id, i, k->nchunks, jb->paths[d->path]);
-        k->chunks[k->nchunks++] = i;
+        if (c >= UINT32_MAX || !sl_kafka_chunk_bounds(k->start, jb->chunk, c, k->stop, &f, &t) ||
+            (uint64_t)f != d->first_row || (uint64_t)(t - f) != d->num_rows ||
+            d->stripe_begin != 0 || d->stripe_end != 0)
+            return sl_error_set(err, SL_ERR_INVALID, "job '%s' split %u is no chunk of %s", jb->id,
+                                i, jb->paths[d->path]);
+        if (c < k->folded)
+            jb->free[jb->nfree++] = i; /* ascending: i ascends */
+        else if (c + 1 > k->nchunks)
+            k->nchunks = (uint32_t)c + 1; /* counted, then room for them */
     }
+    for (uint32_t p = 0; rc == SL_OK && p < jb->nkp; p++) {
+        uint32_t nc = jb->kp[p].nchunks;
+        jb->kp[p].nchunks = jb->kp[p].folded;
+        rc = reserve_chunks(m, jb, p, nc - jb->kp[p].folded, err);
+        jb->kp[p].nchunks = nc;
+        for (uint32_t c = 0; rc == SL_OK && c < nc - jb->kp[p].folded; c++)
+            jb->kp[p].chunks[c] = UINT32_MAX;
+    }
+    for (uint32_t i = 0; rc == SL_OK && i < jb->n; i++) {
+        const split_def *d = &jb->defs[i];
+        kpart *k = &jb->kp[d->path];
+        uint64_t c = (d->first_row - (uint64_t)k->start) / jb->chunk;
+        if (c < k->folded) continue;
+        if (k->chunks[c - k->folded] != UINT32_MAX)
+            return sl_error_set(err, SL_ERR_INVALID, "job '%s': chunk %llu of %s twice", jb->id,
+                                (unsigned long long)c, jb->paths[d->path]);
+        k->chunks[c - k->folded] = i;
+    }
+    for (uint32_t p = 0; rc == SL_OK && p < jb->nkp; p++)
+        for (uint32_t c = 0; c < jb->kp[p].nchunks - jb->kp[p].folded; c++)
+            if (jb->kp[p].chunks[c] == UINT32_MAX)
+                return sl_error_set(err, SL_ERR_INVALID, "job '%s': no chunk %u of %s", jb->id,
+                                    jb->kp[p].folded + c, jb->paths[p]);
     if (rc != SL_OK) return rc;
     /* Delivered ranges of a resumed job: make the chunks that hold them. */
     size_t nr = rec->n_kafka_range_partition;
@@ -310,12 +404,12 @@ sl_err_t m_kafka_build(sl_master_state_t *m, job *jb, const Sluice__Master__JobA
             if (rc == SL_OK) rc = reserve_chunks(m, jb, p, more, err);
             if (rc != SL_OK) return rc;
             while (jb->kp[p].nchunks < want)
-                add_chunk(jb, p);
+                add_chunk(m, jb, p);
         }
         /* [f, t) over the chunks it spans, chunk-relative */
         for (uint64_t k = (uint64_t)(f - jb->kp[p].start) / jb->chunk; rc == SL_OK && k < want;
              k++) {
-            uint32_t s = jb->kp[p].chunks[k];
+            uint32_t s = jb->kp[p].chunks[k - jb->kp[p].folded]; /* a new job: none folded */
             uint64_t a = jb->defs[s].first_row, b = a + jb->defs[s].num_rows;
             uint64_t lo = (uint64_t)f > a ? (uint64_t)f : a, hi = (uint64_t)t < b ? (uint64_t)t : b;
             if (lo < hi) rc = m_add_range(m, jb, s, lo - a, hi - a, err);
@@ -327,6 +421,10 @@ sl_err_t m_kafka_build(sl_master_state_t *m, job *jb, const Sluice__Master__JobA
 
 void m_kafka_free(const sl_allocator_t *a, job *jb)
 {
+    sl_free(a, jb->free, (size_t)jb->cap * sizeof *jb->free);
+    sl_free(a, jb->ring, M_KAFKA_FOLDED_RING * sizeof *jb->ring);
+    jb->free = NULL;
+    jb->ring = NULL;
     for (uint32_t p = 0; jb->kp != NULL && p < jb->nkp; p++) {
         sl_strfree(a, jb->kp[p].topic);
         sl_free(a, jb->kp[p].chunks, (size_t)jb->kp[p].cap * sizeof(uint32_t));
@@ -341,12 +439,13 @@ void m_kafka_recount(job *jb)
         kpart *k = &jb->kp[p];
         k->pending = k->open = 0;
         k->low = k->nchunks;
-        for (uint32_t c = 0; c < k->nchunks; c++) {
-            uint8_t st = jb->st[k->chunks[c]].state;
+        for (uint32_t c = k->folded; c < k->nchunks; c++) {
+            uint8_t st = jb->st[k->chunks[c - k->folded]].state;
             k->pending += st == SL_MASTER_SPLIT_PENDING;
             k->open += st != SL_MASTER_SPLIT_DONE;
             if (st != SL_MASTER_SPLIT_DONE && c < k->low) k->low = c;
         }
+        m_kafka_fold(jb, p);
     }
 }
 
@@ -401,7 +500,9 @@ sl_err_t m_kafka_grow(sl_master_state_t *m, uint32_t slot, sl_error_t *err)
     uint32_t want = 0;
     for (uint32_t p = 0; p < jb->nkp; p++)
         want += wants_chunk(m, jb, p);
-    if (jb->n + (uint64_t)want > m->opts.max_splits) want = m->opts.max_splits - jb->n;
+    /* free splits (of folded chunks) are taken before new ones */
+    if (jb->n + (uint64_t)want > (uint64_t)m->opts.max_splits + jb->nfree)
+        want = m->opts.max_splits + jb->nfree - jb->n;
     if (want == 0) return SL_OK; /* at max_splits the partitions wait: docs/KAFKA.md */
     uint32_t *parts = sl_alloc(m->a, (size_t)want * sizeof *parts);
     if (parts == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job '%s': chunks", jb->id);
@@ -423,7 +524,7 @@ sl_err_t m_kafka_grow(sl_master_state_t *m, uint32_t slot, sl_error_t *err)
         rc = m_journal(m, &rec, err);
     }
     for (uint32_t i = 0; rc == SL_OK && i < k; i++)
-        add_chunk(jb, parts[i]);
+        add_chunk(m, jb, parts[i]);
     sl_free(m->a, parts, (size_t)want * sizeof *parts);
     return rc;
 }
@@ -437,7 +538,7 @@ sl_err_t m_kafka_apply_chunks(sl_master_state_t *m, const Sluice__Master__KafkaC
         return sl_error_set(err, SL_ERR_CORRUPT,
                             "record at offset %llu: chunks of job '%s': no running Kafka job",
                             (unsigned long long)off, r->job_id ? r->job_id : "");
-    sl_err_t rc = r->n_partition > m->opts.max_splits - jb->n
+    sl_err_t rc = r->n_partition > (uint64_t)m->opts.max_splits + jb->nfree - jb->n
                       ? sl_error_set(err, SL_ERR_CORRUPT, "past max_splits")
                       : reserve_splits(m, jb, r->n_partition, err);
     for (size_t i = 0; rc == SL_OK && i < r->n_partition; i++) {
@@ -446,7 +547,7 @@ sl_err_t m_kafka_apply_chunks(sl_master_state_t *m, const Sluice__Master__KafkaC
         if (p >= jb->nkp || !next_chunk(jb, p, &f, &t))
             rc = sl_error_set(err, SL_ERR_CORRUPT, "partition %u has no next chunk", p);
         else if ((rc = reserve_chunks(m, jb, p, 1, err)) == SL_OK)
-            add_chunk(jb, p);
+            add_chunk(m, jb, p);
     }
     if (rc != SL_OK)
         return sl_error_prefix(
@@ -526,15 +627,20 @@ sl_err_t m_kafka_apply_partition(sl_master_state_t *m, const Sluice__Master__Kaf
 /* ---- positions --------------------------------------------------------------------------- */
 
 /* Every offset of partition p below it is committed. */
+int64_t m_kafka_done_below(const job *jb, uint32_t p)
+{
+    const kpart *k = &jb->kp[p];
+    int64_t f, t;
+    if (k->low == 0 || !sl_kafka_chunk_bounds(k->start, jb->chunk, k->low - 1, k->stop, &f, &t))
+        return k->start;
+    return t;
+}
+
 static int64_t committed_prefix(const job *jb, uint32_t p)
 {
     const kpart *k = &jb->kp[p];
-    if (k->low == k->nchunks) {
-        if (k->nchunks == 0) return k->start;
-        const split_def *d = &jb->defs[k->chunks[k->nchunks - 1]];
-        return (int64_t)(d->first_row + d->num_rows);
-    }
-    uint32_t s = k->chunks[k->low];
+    if (k->low == k->nchunks) return m_kafka_done_below(jb, p);
+    uint32_t s = k->chunks[k->low - k->folded];
     const split_st *st = &jb->st[s];
     uint64_t at = st->nr > 0 && st->r[0].from_row == 0 ? st->r[0].to_row : 0;
     return (int64_t)(jb->defs[s].first_row + at);
@@ -575,6 +681,7 @@ void m_kafka_spec(const job *jb, Sluice__Master__JobSpec *spec,
         parts[p].partition = jb->kp[p].partition;
         parts[p].start = jb->kp[p].start;
         parts[p].stop = jb->kp[p].stop;
+        parts[p].folded = jb->kp[p].folded;
         ptrs[p] = &parts[p];
     }
 }

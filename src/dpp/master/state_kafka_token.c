@@ -14,6 +14,33 @@
 
 /* ---- encode ------------------------------------------------------------------------- */
 
+/* The partition and first offset of the chunk an undelivered ref names:
+ * the split's chunk, or, when the ref's lease is older than that chunk
+ * (generation below its made_gen), the chunk the split held before, from
+ * the ring of folded chunks. @return false when the ring no longer has it. */
+static bool ref_chunk(const job *jb, const sl_master_token_exclude_t *u, uint32_t *path,
+                      uint64_t *first)
+{
+    const split_def *d = &jb->defs[u->split];
+    if (u->generation == 0 || u->generation >= d->made_gen) {
+        *path = d->path;
+        *first = d->first_row;
+        return true;
+    }
+    /* the newest folded occupant of that split made at or below the generation */
+    const kfolded *best = NULL;
+    for (uint32_t i = 0; jb->ring != NULL && i < jb->ring_len; i++) {
+        const kfolded *f = &jb->ring[i];
+        if (f->split == u->split && f->made_gen <= u->generation &&
+            (best == NULL || f->made_gen > best->made_gen))
+            best = f;
+    }
+    if (best == NULL) return false;
+    *path = best->path;
+    *first = best->first_row;
+    return true;
+}
+
 /* Partition p's delivered offsets, [0, prefix) included, minus the
  * undelivered ranges, into out (room for the chunks' ranges + 1 + num_und
  * pieces; pc has the same room). @return the pieces. */
@@ -23,16 +50,11 @@ static size_t delivered(const job *jb, uint32_t p, const sl_master_token_exclude
 {
     const kpart *k = &jb->kp[p];
     size_t n = 0;
-    uint64_t base = (uint64_t)k->start;
-    if (k->low < k->nchunks)
-        base = jb->defs[k->chunks[k->low]].first_row;
-    else if (k->nchunks > 0)
-        base = jb->defs[k->chunks[k->nchunks - 1]].first_row +
-               jb->defs[k->chunks[k->nchunks - 1]].num_rows;
+    uint64_t base = (uint64_t)m_kafka_done_below(jb, p); /* below the first open chunk */
     if (base > 0) pc[n++] = (sl_dpp_row_range_t){0, base};
     for (uint32_t c = k->low; c < k->nchunks; c++) {
-        const split_st *s = &jb->st[k->chunks[c]];
-        uint64_t first = jb->defs[k->chunks[c]].first_row;
+        const split_st *s = &jb->st[k->chunks[c - k->folded]];
+        uint64_t first = jb->defs[k->chunks[c - k->folded]].first_row;
         for (uint32_t q = 0; q < s->nr; q++) {
             uint64_t f = first + s->r[q].from_row, t = first + s->r[q].to_row;
             if (n > 0 && pc[n - 1].to_row == f)
@@ -44,10 +66,11 @@ static size_t delivered(const job *jb, uint32_t p, const sl_master_token_exclude
     size_t ne = 0;
     for (uint32_t i = 0; i < num_und; i++) {
         const sl_master_token_exclude_t *u = &und[i];
-        if (u->epoch != jb->epoch || u->split >= jb->n || jb->defs[u->split].path != p ||
-            u->from_row >= u->to_row)
-            continue;
-        uint64_t first = jb->defs[u->split].first_row;
+        uint32_t path;
+        uint64_t first;
+        if (u->epoch != jb->epoch || u->split >= jb->n || u->from_row >= u->to_row ||
+            !ref_chunk(jb, u, &path, &first) || path != p)
+            continue; /* unplaceable refs: refused before (m_kafka_token_encode) */
         ex[ne++] = (sl_dpp_row_range_t){first + u->from_row, first + u->to_row};
     }
     if (ne > 1) qsort(ex, ne, sizeof *ex, m_by_from);
@@ -59,13 +82,28 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
                               uint32_t num_undelivered, void **buf, size_t *len, sl_error_t *err)
 {
     const sl_allocator_t *a = m->a;
+    /* A ref of a chunk folded and no longer in the ring cannot be placed:
+     * counting its offsets as delivered would lose them on resume. */
+    for (uint32_t i = 0; i < num_undelivered; i++) {
+        const sl_master_token_exclude_t *u = &undelivered[i];
+        uint32_t path;
+        uint64_t first;
+        if (u->epoch == jb->epoch && u->split < jb->n && u->from_row < u->to_row &&
+            !ref_chunk(jb, u, &path, &first))
+            return sl_error_set(err, SL_ERR_AGAIN,
+                                "resume token of job '%s': an undelivered batch (split %u, "
+                                "generation %llu) is of a chunk done and folded %u chunks ago or "
+                                "more; take the token again once that batch was handed out",
+                                jb->id, u->split, (unsigned long long)u->generation,
+                                M_KAFKA_FOLDED_RING);
+    }
     /* Room: per partition its open chunks' ranges, the prefix piece, and
      * one more piece per undelivered range. */
     size_t total = 0, most = 0;
     for (uint32_t p = 0; p < jb->nkp; p++) {
         size_t r = 1;
         for (uint32_t c = jb->kp[p].low; c < jb->kp[p].nchunks; c++)
-            r += jb->st[jb->kp[p].chunks[c]].nr;
+            r += jb->st[jb->kp[p].chunks[c - jb->kp[p].folded]].nr;
         total += r + num_undelivered;
         if (r > most) most = r;
     }

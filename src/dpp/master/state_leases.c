@@ -124,6 +124,11 @@ static void heap_push(job *jb, uint32_t split)
     jb->heap[i] = v;
 }
 
+void m_queue_pending(job *jb, uint32_t split)
+{
+    heap_push(jb, split);
+}
+
 static void heap_pop(job *jb)
 {
     uint32_t v = jb->heap[--jb->heap_len], i = 0, n = jb->heap_len;

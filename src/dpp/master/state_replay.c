@@ -264,6 +264,32 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
     if (sj->n_failures != 0 && sj->n_failures != n)
         return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': failures of %zu splits",
                             jb->id, sj->n_failures);
+    if (sj->n_kafka_made_generation != 0 && (sj->n_kafka_made_generation != n || jb->chunk == 0))
+        return sl_error_set(err, SL_ERR_CORRUPT,
+                            "snapshot job '%s': chunk generations of %zu splits", jb->id,
+                            sj->n_kafka_made_generation);
+    for (size_t i = 0; i < sj->n_kafka_made_generation; i++)
+        jb->defs[i].made_gen = sj->kafka_made_generation[i];
+    size_t nf = sj->n_kafka_folded_split;
+    if (nf > 0 &&
+        (jb->ring == NULL || nf > M_KAFKA_FOLDED_RING || sj->n_kafka_folded_partition != nf ||
+         sj->n_kafka_folded_made_generation != nf || sj->n_kafka_folded_first != nf))
+        return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': folded chunks", jb->id);
+    for (size_t q = 0; q < nf; q++) {
+        if (sj->kafka_folded_split[q] >= jb->n || sj->kafka_folded_partition[q] >= jb->nkp)
+            return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': folded chunk %zu", jb->id,
+                                q);
+        jb->ring[q] = (kfolded){sj->kafka_folded_split[q], sj->kafka_folded_partition[q],
+                                sj->kafka_folded_made_generation[q], sj->kafka_folded_first[q]};
+    }
+    jb->ring_len = (uint32_t)nf;
+    jb->ring_next = (uint32_t)(nf % M_KAFKA_FOLDED_RING);
+    /* a free split (of a folded chunk) is DONE */
+    for (uint32_t i = 0; i < jb->nfree; i++)
+        if (sj->state[jb->free[i]] != SL_MASTER_SPLIT_DONE)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "snapshot job '%s' split %u: a folded chunk's, not done", jb->id,
+                                jb->free[i]);
     bool finished = jb->epoch >= jb->epochs;
     if (sj->failure != NULL) {
         if (finished || sj->failure->split >= jb->n)
@@ -446,13 +472,34 @@ static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_
         sj[k].state = sl_alloc(a, n * 4);
         sj[k].worker = sl_alloc(a, n * 4);
         sj[k].generation = sl_alloc(a, n * 8);
+        sj[k].n_kafka_made_generation = jb->chunk != 0 ? n : 0;
+        sj[k].kafka_made_generation = sl_alloc(a, sj[k].n_kafka_made_generation * 8 + 1);
+        size_t nf = jb->ring_len;
+        sj[k].n_kafka_folded_split = sj[k].n_kafka_folded_partition = nf;
+        sj[k].n_kafka_folded_made_generation = sj[k].n_kafka_folded_first = nf;
+        sj[k].kafka_folded_split = sl_alloc(a, nf * 4 + 1);
+        sj[k].kafka_folded_partition = sl_alloc(a, nf * 4 + 1);
+        sj[k].kafka_folded_made_generation = sl_alloc(a, nf * 8 + 1);
+        sj[k].kafka_folded_first = sl_alloc(a, nf * 8 + 1);
+        for (size_t q = 0; sj[k].kafka_folded_split != NULL && sj[k].kafka_folded_partition &&
+                           sj[k].kafka_folded_made_generation && sj[k].kafka_folded_first && q < nf;
+             q++) {
+            const kfolded *f = m_kafka_folded_at(jb, (uint32_t)q);
+            sj[k].kafka_folded_split[q] = f->split;
+            sj[k].kafka_folded_partition[q] = f->path;
+            sj[k].kafka_folded_made_generation[q] = f->made_gen;
+            sj[k].kafka_folded_first[q] = f->first_row;
+        }
         sj[k].failures = sl_alloc(a, sj[k].n_failures * 4 + 1);
         sj[k].range_split = sl_alloc(a, nr * 4 + 1);
         sj[k].range_from = sl_alloc(a, nr * 8 + 1);
         sj[k].range_to = sl_alloc(a, nr * 8 + 1);
         if (!sl[k].path_index || !sl[k].stripe_begin || !sl[k].stripe_end || !sl[k].first_row ||
             !sl[k].num_rows || !sj[k].state || !sj[k].worker || !sj[k].generation ||
-            !sj[k].failures || !sj[k].range_split || !sj[k].range_from || !sj[k].range_to) {
+            !sj[k].failures || !sj[k].range_split || !sj[k].range_from || !sj[k].range_to ||
+            !sj[k].kafka_made_generation || !sj[k].kafka_folded_split ||
+            !sj[k].kafka_folded_partition || !sj[k].kafka_folded_made_generation ||
+            !sj[k].kafka_folded_first) {
             rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot of job '%s'", jb->id);
             goto out;
         }
@@ -468,6 +515,7 @@ static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_
             sj[k].state[j] = st->state;
             sj[k].worker[j] = st->state == SL_MASTER_SPLIT_LEASED ? st->worker : 0;
             sj[k].generation[j] = st->generation;
+            if (sj[k].n_kafka_made_generation) sj[k].kafka_made_generation[j] = d->made_gen;
             if (sj[k].n_failures) sj[k].failures[j] = st->failures;
             for (uint32_t q = 0; q < st->nr; q++) {
                 sj[k].range_split[nr2] = (uint32_t)j;
@@ -513,6 +561,12 @@ out:
         sl_free(a, sj[k].state, n * 4);
         sl_free(a, sj[k].worker, n * 4);
         sl_free(a, sj[k].generation, n * 8);
+        sl_free(a, sj[k].kafka_made_generation, sj[k].n_kafka_made_generation * 8 + 1);
+        size_t nf = sj[k].n_kafka_folded_split;
+        sl_free(a, sj[k].kafka_folded_split, nf * 4 + 1);
+        sl_free(a, sj[k].kafka_folded_partition, nf * 4 + 1);
+        sl_free(a, sj[k].kafka_folded_made_generation, nf * 8 + 1);
+        sl_free(a, sj[k].kafka_folded_first, nf * 8 + 1);
         sl_free(a, sj[k].failures, sj[k].n_failures * 4 + 1);
         size_t nr = sj[k].n_range_split;
         sl_free(a, sj[k].range_split, nr * 4 + 1);
@@ -635,8 +689,23 @@ sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *le
                   (unsigned long long)jb->samples, jb->skip_bad ? " skip-bad" : "",
                   (unsigned long long)jb->skipped_splits, (unsigned long long)jb->skipped_rows);
         for (uint32_t p = 0; p < jb->nkp; p++)
-            sb_printf(&b, " kafka %s start %lld stop %lld chunks %u\n", jb->paths[p],
-                      (long long)jb->kp[p].start, (long long)jb->kp[p].stop, jb->kp[p].nchunks);
+            sb_printf(&b, " kafka %s start %lld stop %lld chunks %u folded %u\n", jb->paths[p],
+                      (long long)jb->kp[p].start, (long long)jb->kp[p].stop, jb->kp[p].nchunks,
+                      jb->kp[p].folded);
+        if (jb->ring_len > 0) {
+            sb_printf(&b, " folded-ring");
+            for (uint32_t q = 0; q < jb->ring_len; q++) {
+                const kfolded *f = m_kafka_folded_at(jb, q);
+                sb_printf(&b, " %u:%u@%llu", f->split, f->path, (unsigned long long)f->first_row);
+            }
+            sb_printf(&b, "\n");
+        }
+        if (jb->nfree > 0) {
+            sb_printf(&b, " free");
+            for (uint32_t i = 0; i < jb->nfree; i++)
+                sb_printf(&b, " %u", jb->free[i]);
+            sb_printf(&b, "\n");
+        }
         if (jb->failed)
             sb_printf(&b, " failed split %u epoch %u file %s stripe %d code %d: %s\n",
                       jb->fail_split, jb->fail_epoch, jb->fail_file, jb->fail_stripe, jb->fail_code,

@@ -63,6 +63,10 @@ static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t
             "Times the Kafka partition being read was paused because the memory budget was full "
             "(7/8 of --memory-limit; resumed below 3/4).",
             (double)st.kafka_pauses);
+    counter(pp, jl, "sluice_worker_kafka_chunks_handed_back_total",
+            "Stream chunks whose read ended at their partition's end, the rest handed back to the "
+            "master, because another lease waited for this worker.",
+            (double)st.kafka_handed_back);
     counter(pp, jl, "sluice_worker_kafka_dead_letter_records_total",
             "Bad Kafka records the dead-letter topic acknowledged.",
             (double)st.records_dead_letter);
@@ -215,10 +219,11 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
         (json_int_t)st.memory_peak);
     if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
     if (o && (st.records_read || st.records_bad))
-        json_object_set_new(o, "kafka",
-                            json_pack("{s:I, s:I, s:I}", "records", (json_int_t)st.records_read,
-                                      "bad_records", (json_int_t)st.records_bad, "pauses",
-                                      (json_int_t)st.kafka_pauses));
+        json_object_set_new(
+            o, "kafka",
+            json_pack("{s:I, s:I, s:I, s:I}", "records", (json_int_t)st.records_read, "bad_records",
+                      (json_int_t)st.records_bad, "pauses", (json_int_t)st.kafka_pauses,
+                      "handed_back", (json_int_t)st.kafka_handed_back));
     if (o && ms) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(ms, &m);

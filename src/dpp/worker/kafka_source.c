@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/kafka_dead_letter.h"
 #include "dpp/worker/queue.h"
@@ -52,6 +53,7 @@ typedef struct kafka_source {
     int64_t from, to;
     const kpart_t *part;
     _Atomic uint64_t records, bad, pauses; /* read by the admin thread (records hook) */
+    _Atomic uint64_t yields;               /* head chunks handed back (pass_yield) */
     sl_worker_budget_t *budget;            /* the worker's: back-pressure (NULL: none) */
     uint64_t prefetch;                     /* librdkafka's share of it, held throughout */
     /* reader thread: the budget's use when it last changed, and when */
@@ -144,6 +146,7 @@ typedef struct pass {
     void *fn_ctx;
     int64_t from;
     const char *name;
+    uint64_t since_ms; /* when the lease's read began */
 } pass_t;
 
 /* Each row's age (now minus its record's CreateTime) into the histogram. */
@@ -191,6 +194,24 @@ static void pass_bad(void *ctx, const sl_kafka_bad_record_t *r)
     dpp_dead_letter_send(p->s->dead, r);
 }
 
+/* A head chunk is handed back (sl_kafka_read_opts_t yield): a stream's
+ * leased chunk whose read reached the partition's end, after it was read
+ * for HEAD_MS at least, when other work waits for this worker (the lease
+ * client's other_work: a lease of another chunk). The read ends at the
+ * partition's end; what it read goes to the trainers and is reported
+ * with SPLIT_READ like any lease, and the master leases the rest of the
+ * chunk again, to this worker or another. So a partition without new
+ * records never holds up the worker's other partitions, and the chunks of
+ * one worker take turns at least every HEAD_MS. */
+#define HEAD_MS 200
+static bool pass_yield(void *ctx)
+{
+    pass_t *p = ctx;
+    kafka_source_t *s = p->s;
+    if (sl_clock_ms() - p->since_ms < HEAD_MS) return false;
+    return s->inner.other_work && s->inner.other_work(s->inner.ctx);
+}
+
 static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t first, int64_t end,
                             sl_error_t *err)
 {
@@ -231,9 +252,17 @@ static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_
         if (rc) return rc;
     }
     int64_t base = (int64_t)w->split->first_row;
-    pass_t p = {.s = s, .fn = fn, .fn_ctx = fn_ctx, .from = base, .name = w->split->path};
+    pass_t p = {.s = s,
+                .fn = fn,
+                .fn_ctx = fn_ctx,
+                .from = base,
+                .name = w->split->path,
+                .since_ms = sl_clock_ms()};
+    /* a stream's leased chunk may be handed back at the partition's end */
+    bool head = s->leased && s->job->kafka.stop == SL_PIPELINE_KAFKA_NONE;
     sl_err_t rc = SL_OK;
-    for (uint32_t i = 0; i < w->num_todo && rc == SL_OK; i++) {
+    bool yielded = false;
+    for (uint32_t i = 0; i < w->num_todo && rc == SL_OK && !yielded; i++) {
         sl_kafka_read_opts_t o = {.topic = topic,
                                   .partition = partition,
                                   .from = base + (int64_t)w->todo[i].from_row,
@@ -245,9 +274,13 @@ static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_
                                   .ctx = &p,
                                   .cancel = &s->cancel,
                                   .hold = s->budget ? pass_hold : NULL,
-                                  .bad_record = s->dead ? pass_bad : NULL};
+                                  .bad_record = s->dead ? pass_bad : NULL,
+                                  .yield = head ? pass_yield : NULL};
         sl_kafka_read_stats_t st = {0};
         rc = sl_kafka_read_range(s->c, &o, &st, err);
+        /* handed back: the todo's rest stays uncommitted, leased again */
+        yielded = rc == SL_OK && st.end < o.to;
+        if (yielded) atomic_fetch_add(&s->yields, 1);
         if (s->dead) dpp_dead_letter_poll(s->dead);
         atomic_fetch_add(&s->records, st.records);
         atomic_fetch_add(&s->bad, st.bad);
@@ -262,6 +295,7 @@ static void kafka_records(void *ctx, sl_worker_records_t *out)
     out->read = atomic_load(&s->records);
     out->bad = atomic_load(&s->bad);
     out->pauses = atomic_load(&s->pauses);
+    out->handed_back = atomic_load(&s->yields);
     sl_age_counts_t c;
     sl_age_hist_read(&s->ages, &c);
     memcpy(out->age_buckets, c.buckets, sizeof c.buckets);

@@ -307,6 +307,19 @@ static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, co
     sl_mutex_unlock(&ms->mu);
 }
 
+/* Asked from the reader at a stream's head (source.h other_work): at most
+ * every OTHER_ASK_MS, so that a worker at the heads of idle partitions
+ * does not flood the master with lease requests. */
+#define OTHER_ASK_MS 200
+static bool src_other_work(void *ctx)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    uint64_t now = sl_clock_ns();
+    if (now < ms->other_ask_ns) return false;
+    ms->other_ask_ns = now + OTHER_ASK_MS * 1000000ull;
+    return dpp_lease_more(ms);
+}
+
 static void src_cancel(void *ctx)
 {
     sl_worker_lease_client_t *ms = ctx;
@@ -336,6 +349,7 @@ sl_worker_source_t sl_worker_lease_client_source(sl_worker_lease_client_t *ms)
                                 .lease_failed = src_failed,
                                 .lease_members = src_members,
                                 .lease_dropped = src_dropped,
+                                .other_work = src_other_work,
                                 .ctx = ms};
 }
 

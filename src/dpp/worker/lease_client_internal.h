@@ -106,6 +106,8 @@ struct sl_worker_lease_client {
     uint64_t hb_at_ns, hb_reader_ns, hb_xform_ns;
     pthread_t thread;
     bool thread_started;
+    /* reader thread only: when other_work may ask the master again */
+    uint64_t other_ask_ns;
 };
 
 /* The leases this worker holds (not revoked), for REGISTER and HEARTBEAT:
@@ -161,6 +163,9 @@ sl_err_t dpp_lease_call(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
  * reader. */
 sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool hand, lease_t **out,
                        sl_error_t *err) SL_EXCLUDES(ms->mu, ms->conn_mu);
+/* A lease not handed to the reader yet, or one the master grants when
+ * asked once now (no waiting, no retry): is there one? (takes both locks) */
+bool dpp_lease_more(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu, ms->conn_mu);
 
 /* lease_control.c: the control thread (arg: the lease client). */
 void *dpp_lease_control_main(void *arg);

@@ -483,3 +483,16 @@ sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool 
             return sl_error_set(err, SL_ERR_TIMEOUT, "master %s: no lease in time", ms->master);
     }
 }
+
+bool dpp_lease_more(sl_worker_lease_client_t *ms)
+{
+    sl_mutex_lock(&ms->mu);
+    bool closed = ms->cancel || ms->stop || ms->finished || ms->fatal;
+    bool have = !closed && unhanded(ms) != NULL;
+    sl_mutex_unlock(&ms->mu);
+    if (closed || have) return have;
+    lease_t *l = NULL;
+    uint64_t retry_ms = 0;
+    sl_error_t err = {0};
+    return ask_lease(ms, &l, &retry_ms, &err) == ASK_LEASE; /* linked: the next get hands it */
+}

@@ -108,7 +108,8 @@ typedef sl_err_t (*sl_worker_rows_fn)(void *fn_ctx, const sl_wh_rows_t *rows, ui
 #define SL_WORKER_AGE_BOUNDS_MS SL_AGE_BOUNDS_MS
 typedef struct sl_worker_records {
     uint64_t read, bad;
-    uint64_t pauses; /* partitions paused for back-pressure (the budget full) */
+    uint64_t pauses;      /* partitions paused for back-pressure (the budget full) */
+    uint64_t handed_back; /* stream chunks handed back at the partition's end (other work waited) */
     uint64_t age_buckets[SL_WORKER_AGE_BUCKETS]; /* not cumulative */
     uint64_t age_count, age_sum_ms;
     /* bad records the dead-letter topic acknowledged, and those it did not
@@ -186,6 +187,12 @@ typedef struct sl_worker_source {
      * deleted, a split failure). */
     sl_err_t (*read)(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn, void *fn_ctx,
                      sl_error_t *err);
+    /* Is other work waiting for the reader (may be NULL: no)? A lease not
+     * handed to it yet, or one the master grants when asked now (asked at
+     * most every few hundred ms). From the reader thread, while read waits
+     * at a stream's head: yes lets it hand the rest of that chunk back
+     * (docs/KAFKA.md, "A head chunk is handed back"). */
+    bool (*other_work)(void *ctx);
     /* Records consumed so far, how many were bad (skipped, their rows
      * read), and the age of the good ones when read: a source of records
      * (Kafka) says; may be NULL. Any thread. */

@@ -529,6 +529,7 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
         out->records_read = r.read;
         out->records_bad = r.bad;
         out->kafka_pauses = r.pauses;
+        out->kafka_handed_back = r.handed_back;
         _Static_assert(sizeof out->age_buckets == sizeof r.age_buckets, "age buckets");
         memcpy(out->age_buckets, r.age_buckets, sizeof r.age_buckets);
         out->age_count = r.age_count;

@@ -111,6 +111,9 @@ typedef struct sl_worker_stats {
     /* ... times the partition being read was paused: the budget reached
      * 7/8 of the limit (resumed below 3/4) */
     uint64_t kafka_pauses;
+    /* ... stream chunks handed back at their partition's end, the rest
+     * left for a later lease, because other work waited (kafka_source.c) */
+    uint64_t kafka_handed_back;
     /* ... and their ages when read (source.h, sl_worker_records_t) */
     uint64_t age_buckets[14], age_count, age_sum_ms;
     /* ... bad ones the dead-letter topic acknowledged, and those it did not
