@@ -194,6 +194,16 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
         hb.shared_cpu_ns = st.batches ? (uint64_t)((double)pipeline / (double)st.batches *
                                                    (double)st.server.shared_batches)
                                       : 0;
+        /* the autocache's measurements (docs/DESIGN.md "Autocache") */
+        hb.compute_ns = st.read_ns + st.filter_ns + st.dedup_ns + st.transform_ns;
+        hb.computed_samples = st.samples - st.cache_samples;
+        hb.computed_bytes = st.bytes_encoded - st.cache_bytes_encoded;
+        hb.cache_read_ns = st.cache_read_ns;
+        hb.cache_samples = st.cache_samples;
+        hb.cache_fallbacks = st.cache_fallbacks;
+        hb.cache_files_written = st.cache_files_written;
+        hb.cache_bytes_written = st.cache_bytes_written;
+        hb.cache_write_ns = st.cache_write_ns;
     }
     ms->hb_at_ns = now;
     sl_rpc_frame_t f = {0};

@@ -1,0 +1,103 @@
+/* The master's half of the autocache (docs/DESIGN.md "Autocache"):
+ * Cachew's rule as a pure function of measured figures, and the cache
+ * directory (--cache-dir): its measured read throughput, the decision
+ * files, the cache files' names, LRU eviction under a size limit.
+ *
+ * The directory is its own index, so it survives a master restart:
+ *
+ *     DIR/<prefix fingerprint, 16 hex>/decision      the decision (JSON)
+ *     DIR/<prefix fingerprint>/split-<N>.slc         split N's cache file
+ *
+ * A file's modification time is its last use (set when a READ lease names
+ * it); eviction removes the least recently used files first. The master
+ * and the workers must see the same directory (one machine, or a shared
+ * file system). Not thread-safe: the master calls it under its lock. */
+#ifndef SLUICE_DPP_MASTER_AUTOCACHE_H
+#define SLUICE_DPP_MASTER_AUTOCACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sluice/alloc.h"
+#include "sluice/err.h"
+
+typedef enum sl_autocache_state {
+    SL_AUTOCACHE_OFF = 0,   /* no cache directory, or the job is not cacheable */
+    SL_AUTOCACHE_MEASURING, /* too few samples computed yet */
+    SL_AUTOCACHE_CHOSEN,    /* reading the cache wins: later epochs and jobs read it */
+    SL_AUTOCACHE_DECLINED   /* computing wins: never cached */
+} sl_autocache_state_t;
+
+/* "off", "measuring", "chosen", "declined" (static). */
+const char *sl_autocache_state_name(sl_autocache_state_t s);
+
+/* What the decision is made of: a job's computed batches (summed over its
+ * workers' heartbeats) and the cache directory's read throughput. */
+typedef struct sl_autocache_figures {
+    uint64_t compute_ns;       /* busy time reading, decoding, filtering, batching, transforming */
+    uint64_t computed_samples; /* ... the samples of those batches */
+    uint64_t computed_bytes;   /* ... their encoded bytes (what a cache file decodes to) */
+    double read_bytes_per_s;   /* decoded bytes per second reading the cache directory's files */
+    uint64_t min_samples;      /* decide only once this many samples are measured (>= 1) */
+} sl_autocache_figures_t;
+
+typedef struct sl_autocache_decision {
+    sl_autocache_state_t state;
+    double compute_us_per_sample; /* measured */
+    double cache_us_per_sample;   /* estimated: bytes per sample / read throughput */
+    uint64_t samples;             /* measured over */
+    double read_mb_per_s;
+} sl_autocache_decision_t;
+
+/* Reading must beat computing by this factor (estimates err; a cached
+ * batch is still copied and encoded). */
+#define SL_AUTOCACHE_MARGIN 1.25
+
+/* Cachew's rule, at most one cache point (the end of the deterministic
+ * prefix): CHOSEN when cache_us_per_sample * SL_AUTOCACHE_MARGIN <=
+ * compute_us_per_sample, DECLINED otherwise, MEASURING while fewer than
+ * min_samples samples were computed or the throughput is unknown (<= 0).
+ * Pure. */
+sl_autocache_decision_t sl_autocache_decide(const sl_autocache_figures_t *f);
+
+typedef struct sl_autocache sl_autocache_t;
+
+typedef struct sl_autocache_stats {
+    uint64_t bytes, files;           /* cache files in the directory (last scan) */
+    uint64_t evicted_files, evicted_bytes;
+    double read_bytes_per_s;         /* measured at open */
+    uint64_t max_bytes;
+} sl_autocache_stats_t;
+
+/* Open (create) dir with a limit of max_bytes of cache files (0: 8 GiB)
+ * and measure its read throughput: a table file of probe_bytes (0: 16 MiB)
+ * of rows is written (fsync), dropped from the page cache, read back and
+ * removed. Caller owns *out. */
+sl_err_t sl_autocache_open(const char *dir, uint64_t max_bytes, uint64_t probe_bytes,
+                           const sl_allocator_t *a, sl_autocache_t **out, sl_error_t *err);
+void sl_autocache_destroy(sl_autocache_t *c); /* NULL is fine */
+
+const char *sl_autocache_dir(const sl_autocache_t *c);
+void sl_autocache_stats(const sl_autocache_t *c, sl_autocache_stats_t *out);
+
+/* The path of split's cache file of fingerprint fp in buf. @return false
+ * when it does not fit. */
+bool sl_autocache_path(const sl_autocache_t *c, uint64_t fp, uint32_t split, char *buf,
+                       size_t cap);
+
+/* Does split's file exist? Then it is marked used now (LRU). */
+bool sl_autocache_use(sl_autocache_t *c, uint64_t fp, uint32_t split);
+
+/* The decision stored for fp: false when none (or unreadable). */
+bool sl_autocache_load(const sl_autocache_t *c, uint64_t fp, sl_autocache_decision_t *out);
+
+/* Store d for fp (atomically; creates DIR/<fp>/). */
+sl_err_t sl_autocache_store(sl_autocache_t *c, uint64_t fp, const sl_autocache_decision_t *d,
+                            sl_error_t *err);
+
+/* Scan the directory (at most once per min_interval_ms unless 0) and
+ * remove least recently used cache files until their bytes are within the
+ * limit. */
+void sl_autocache_evict(sl_autocache_t *c, uint64_t now_ms, uint64_t min_interval_ms);
+
+#endif
