@@ -307,6 +307,8 @@ static json_t *autocache_json(const sl_master_job_view_t *v)
         (json_int_t)v->cache_bytes_written, "computed_samples", (json_int_t)v->computed_samples,
         "computed_us_per_sample",
         v->computed_samples ? (double)v->compute_ns / 1e3 / (double)v->computed_samples : 0.0);
+    if (o != NULL)
+        json_object_set_new(o, "source_mb_per_s", json_real(d->source_mb_per_s));
     if (o != NULL && v->cache_dir != NULL) {
         json_object_set_new(o, "cache_dir", json_string(v->cache_dir));
         json_object_set_new(o, "cache_dir_bytes", json_integer((json_int_t)v->cache_dir_stats.bytes));

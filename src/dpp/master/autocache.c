@@ -52,9 +52,15 @@ sl_autocache_decision_t sl_autocache_decide(const sl_autocache_figures_t *f)
                                  .read_mb_per_s = f->read_bytes_per_s / 1e6};
     if (f->computed_samples == 0) return d;
     d.compute_us_per_sample = (double)f->compute_ns / 1e3 / (double)f->computed_samples;
-    if (f->read_bytes_per_s > 0)
-        d.cache_us_per_sample = (double)f->computed_bytes / (double)f->computed_samples /
-                                f->read_bytes_per_s * 1e6;
+    double bps = f->read_bytes_per_s;
+    if (f->source_ns > 0 && f->source_bytes > 0) {
+        double src = (double)f->source_bytes / ((double)f->source_ns / 1e9);
+        d.source_mb_per_s = src / 1e6;
+        if (bps <= 0 || src < bps) bps = src;
+    }
+    if (f->read_bytes_per_s > 0 && bps > 0)
+        d.cache_us_per_sample =
+            (double)f->computed_bytes / (double)f->computed_samples / bps * 1e6;
     uint64_t min = f->min_samples > 0 ? f->min_samples : 1;
     if (f->computed_samples < min || f->read_bytes_per_s <= 0) return d;
     d.state = d.cache_us_per_sample * SL_AUTOCACHE_MARGIN <= d.compute_us_per_sample
@@ -257,6 +263,7 @@ bool sl_autocache_load(const sl_autocache_t *c, uint64_t fp, sl_autocache_decisi
     d.compute_us_per_sample = json_number_value(json_object_get(j, "compute_us_per_sample"));
     d.cache_us_per_sample = json_number_value(json_object_get(j, "cache_us_per_sample"));
     d.read_mb_per_s = json_number_value(json_object_get(j, "read_mb_per_s"));
+    d.source_mb_per_s = json_number_value(json_object_get(j, "source_mb_per_s"));
     json_int_t n = json_integer_value(json_object_get(j, "samples"));
     d.samples = n > 0 ? (uint64_t)n : 0;
     json_decref(j);
@@ -275,11 +282,11 @@ sl_err_t sl_autocache_store(sl_autocache_t *c, uint64_t fp, const sl_autocache_d
         return sl_error_set(err, SL_ERR_INVALID, "--cache-dir %s: path too long", c->dir);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return sl_error_set(err, SL_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
-    json_t *j = json_pack("{s:s, s:f, s:f, s:I, s:f, s:f}", "state",
+    json_t *j = json_pack("{s:s, s:f, s:f, s:I, s:f, s:f, s:f}", "state",
                           sl_autocache_state_name(d->state), "compute_us_per_sample",
                           d->compute_us_per_sample, "cache_us_per_sample", d->cache_us_per_sample,
                           "samples", (json_int_t)d->samples, "read_mb_per_s", d->read_mb_per_s,
-                          "margin", SL_AUTOCACHE_MARGIN);
+                          "source_mb_per_s", d->source_mb_per_s, "margin", SL_AUTOCACHE_MARGIN);
     char text[1024];
     size_t len = j != NULL ? json_dumpb(j, text, sizeof text, JSON_COMPACT) : 0;
     json_decref(j);

@@ -37,6 +37,10 @@ typedef struct sl_autocache_figures {
     uint64_t compute_ns;       /* busy time reading, decoding, filtering, batching, transforming */
     uint64_t computed_samples; /* ... the samples of those batches */
     uint64_t computed_bytes;   /* ... their encoded bytes (what a cache file decodes to) */
+    /* what reading, decoding and batching the source took (part of
+     * compute_ns) and the decoded bytes it read: a cache file is read by
+     * the same reader, so a byte of it costs about as much */
+    uint64_t source_ns, source_bytes;
     double read_bytes_per_s;   /* decoded bytes per second reading the cache directory's files */
     uint64_t min_samples;      /* decide only once this many samples are measured (>= 1) */
 } sl_autocache_figures_t;
@@ -44,9 +48,10 @@ typedef struct sl_autocache_figures {
 typedef struct sl_autocache_decision {
     sl_autocache_state_t state;
     double compute_us_per_sample; /* measured */
-    double cache_us_per_sample;   /* estimated: bytes per sample / read throughput */
+    double cache_us_per_sample;   /* estimated: bytes per sample at the slower rate below */
     uint64_t samples;             /* measured over */
-    double read_mb_per_s;
+    double read_mb_per_s;         /* the cache directory's (probe) */
+    double source_mb_per_s;       /* the job's source, read, decoded and batched */
 } sl_autocache_decision_t;
 
 /* Reading must beat computing by this factor (estimates err; a cached
@@ -54,10 +59,13 @@ typedef struct sl_autocache_decision {
 #define SL_AUTOCACHE_MARGIN 1.25
 
 /* Cachew's rule, at most one cache point (the end of the deterministic
- * prefix): CHOSEN when cache_us_per_sample * SL_AUTOCACHE_MARGIN <=
- * compute_us_per_sample, DECLINED otherwise, MEASURING while fewer than
- * min_samples samples were computed or the throughput is unknown (<= 0).
- * Pure. */
+ * prefix). Reading a sample back costs its output bytes at the slower of
+ * the cache directory's read throughput and the job's own source rate
+ * (source_bytes per source_ns: the same reader decodes the same format;
+ * not known: the directory's): cache_us_per_sample. CHOSEN when
+ * cache_us_per_sample * SL_AUTOCACHE_MARGIN <= compute_us_per_sample,
+ * DECLINED otherwise, MEASURING while fewer than min_samples samples were
+ * computed or the directory's throughput is unknown (<= 0). Pure. */
 sl_autocache_decision_t sl_autocache_decide(const sl_autocache_figures_t *f);
 
 typedef struct sl_autocache sl_autocache_t;

@@ -44,6 +44,8 @@ static void figures_of(sl_master_t *m, const char *job, mp_cache_figures *f)
         f->compute_ns += c->compute_ns;
         f->computed_samples += c->computed_samples;
         f->computed_bytes += c->computed_bytes;
+        f->source_ns += c->source_ns;
+        f->source_bytes += c->source_bytes;
         f->read_ns += c->read_ns;
         f->samples += c->samples;
         f->fallbacks += c->fallbacks;
@@ -63,6 +65,8 @@ static void decide(sl_master_t *m, mp_job *j, const sl_master_state_job_status_t
     sl_autocache_figures_t in = {.compute_ns = f.compute_ns,
                                  .computed_samples = f.computed_samples,
                                  .computed_bytes = f.computed_bytes,
+                                 .source_ns = f.source_ns,
+                                 .source_bytes = f.source_bytes,
                                  .read_bytes_per_s = cs.read_bytes_per_s,
                                  .min_samples = min < 1                 ? 1
                                                 : min > MIN_SAMPLES_MAX ? MIN_SAMPLES_MAX
@@ -106,6 +110,8 @@ void mp_cache_heartbeat(sl_master_t *m, mp_worker *w, const Sluice__Control__Hea
     w->cache = (mp_cache_figures){.compute_ns = h->compute_ns,
                                   .computed_samples = h->computed_samples,
                                   .computed_bytes = h->computed_bytes,
+                                  .source_ns = h->source_ns,
+                                  .source_bytes = h->source_bytes,
                                   .read_ns = h->cache_read_ns,
                                   .samples = h->cache_samples,
                                   .fallbacks = h->cache_fallbacks,
@@ -134,6 +140,8 @@ void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v)
         v->autocache.compute_us_per_sample =
             f.computed_samples ? (double)f.compute_ns / 1e3 / (double)f.computed_samples : 0;
         v->autocache.samples = f.computed_samples;
+        v->autocache.source_mb_per_s =
+            f.source_ns ? (double)f.source_bytes / ((double)f.source_ns / 1e9) / 1e6 : 0;
     }
     v->cache_samples = f.samples;
     v->cache_read_ns = f.read_ns;

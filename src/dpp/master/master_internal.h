@@ -53,7 +53,7 @@ typedef struct mp_job {
 
 /* A worker's autocache measurements (Heartbeat compute_ns...), cumulative. */
 typedef struct mp_cache_figures {
-    uint64_t compute_ns, computed_samples, computed_bytes;
+    uint64_t compute_ns, computed_samples, computed_bytes, source_ns, source_bytes;
     uint64_t read_ns, samples, fallbacks;
     uint64_t files_written, bytes_written, write_ns;
 } mp_cache_figures;

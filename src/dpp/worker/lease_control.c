@@ -198,6 +198,8 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
         hb.compute_ns = st.read_ns + st.filter_ns + st.dedup_ns + st.transform_ns;
         hb.computed_samples = st.samples - st.cache_samples;
         hb.computed_bytes = st.bytes_encoded - st.cache_bytes_encoded;
+        hb.source_ns = st.read_ns + st.filter_ns;
+        hb.source_bytes = st.source_bytes;
         hb.cache_read_ns = st.cache_read_ns;
         hb.cache_samples = st.cache_samples;
         hb.cache_fallbacks = st.cache_fallbacks;

@@ -99,8 +99,8 @@ static uint64_t rows_bytes(const sl_wh_rows_t *rows)
 /* Add one stripe's rows and stage times to the statistics: read from t0
  * to t1 (less waited, for memory), filter and batch from t1 to now (less
  * the time spent handing batches on since handoff_before). */
-static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t t0, uint64_t t1,
-                           uint64_t waited, uint64_t handoff_before)
+static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t bytes,
+                           uint64_t t0, uint64_t t1, uint64_t waited, uint64_t handoff_before)
 {
     sl_worker_t *w = rd->w;
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
@@ -108,6 +108,7 @@ static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t 
     w->st.stripes++;
     w->st.rows_read += rows;
     w->st.rows_kept += kept;
+    w->st.source_bytes += bytes;
     w->st.read_ns += t1 - t0 - waited;
     /* Time spent handing batches on (blocked on the queue or the budget) is
      * back-pressure, not filtering. */
@@ -356,7 +357,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
         if (rc == SL_OK) rc = batcher_acct(rd, err);
         rd->stripe_held = 0;
         sl_worker_budget_release(w->budget, sb);
-        account_stripe(rd, n, kept, t0, t1, waited, h0);
+        account_stripe(rd, n, kept, sb, t0, t1, waited, h0);
         if (rc) return rc;
         row = end;
         t0 = now_ns(CLOCK_MONOTONIC);
@@ -437,7 +438,7 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     if (rc == SL_OK) rc = batcher_acct(rd, err);
     rd->stripe_held = 0;
     sl_worker_budget_release(w->budget, sb);
-    account_stripe(rd, n, kept, o->t0, t1, waited, h0);
+    account_stripe(rd, n, kept, sb, o->t0, t1, waited, h0);
     o->t0 = now_ns(CLOCK_MONOTONIC);
     return rc;
 }

@@ -134,6 +134,7 @@ typedef struct sl_worker_stats {
     uint64_t cache_batches, cache_samples, cache_bytes_encoded, cache_read_ns;
     uint64_t cache_fallbacks;
     uint64_t cache_files_written, cache_bytes_written, cache_write_ns;
+    uint64_t source_bytes; /* decoded bytes of the stripes read from the source */
     uint64_t memory_limit, memory_used, memory_peak;
     sl_worker_server_stats_t server;
     bool finished; /* every batch produced and acknowledged */
