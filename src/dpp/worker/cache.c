@@ -8,7 +8,10 @@
  * the batch carries weights, then its dense columns), its labels (the
  * weight label of a weighing filter included), its sample ids when the job
  * sends them, and in every row the batch's row range of the split: the
- * session id column holds from_row, the timestamp column to_row. Batches
+ * timestamp column holds to_row, the session id column from_row plus, in
+ * its high 32 bits, the offset of the batch's first row (origin.first_row,
+ * the first kept row) from from_row; a split of 2^32 rows or more is not
+ * cached. Batches
  * come from the transform threads in any order, so the stripes are in any
  * order too; the reader sorts them by from_row.
  *
@@ -34,6 +37,7 @@ struct dpp_cache_writer {
     sl_wh_writer_t *wr; /* opened with the first batch */
     sl_wh_schema_t *schema;
     uint32_t refs;
+    uint64_t expected, added; /* batches handed to the writer, and written */
     bool failed;
     uint64_t ns; /* time spent writing */
     char why[SL_ERROR_MSG_MAX];
@@ -65,6 +69,7 @@ void dpp_cache_writer_ref(dpp_cache_writer_t *cw)
 {
     sl_mutex_lock(&cw->mu);
     cw->refs++;
+    cw->expected++; /* a batch's reference: the file is whole only with it */
     sl_mutex_unlock(&cw->mu);
 }
 
@@ -120,6 +125,11 @@ void dpp_cache_writer_add(dpp_cache_writer_t *cw, const sl_batch_t *b, uint64_t 
         fail_locked(cw, "a batch with dedup groups");
         goto out;
     }
+    uint64_t first = b->origin.first_row;
+    if (to_row >= (1ull << 32) || first < from_row || first >= to_row) {
+        fail_locked(cw, "a row range past 2^32 rows, or a first row outside it");
+        goto out;
+    }
     if (cw->wr == NULL) {
         sl_wh_writer_opts_t o = sl_wh_writer_opts_default();
         o.allocator = a;
@@ -137,7 +147,7 @@ void dpp_cache_writer_add(dpp_cache_writer_t *cw, const sl_batch_t *b, uint64_t 
         rc = sl_error_set(&err, SL_ERR_NOMEM, "out of memory");
     } else {
         for (uint32_t i = 0; i < b->batch_size; i++) {
-            from[i] = (int64_t)from_row;
+            from[i] = (int64_t)(from_row | (first - from_row) << 32);
             to[i] = (int64_t)to_row;
         }
         sl_wh_rows_t rows = {.batch = *b, .session_ids = from, .timestamps = to};
@@ -146,7 +156,10 @@ void dpp_cache_writer_add(dpp_cache_writer_t *cw, const sl_batch_t *b, uint64_t 
     }
     if (from) sl_free(a, from, n);
     if (to) sl_free(a, to, n);
-    if (rc != SL_OK) fail_locked(cw, err.msg);
+    if (rc != SL_OK)
+        fail_locked(cw, err.msg);
+    else
+        cw->added++;
 out:
     cw->ns += sl_clock_ns() - t0;
     sl_mutex_unlock(&cw->mu);
@@ -162,7 +175,10 @@ void dpp_cache_writer_unref(dpp_cache_writer_t *cw)
     sl_worker_t *w = cw->w;
     uint64_t t0 = sl_clock_ns(), bytes = 0;
     bool written = false;
-    if (cw->wr != NULL && !cw->failed) {
+    if (cw->wr != NULL && !cw->failed && cw->added != cw->expected)
+        snprintf(cw->why, sizeof cw->why, "%" PRIu64 " of %" PRIu64 " batches reached it",
+                 cw->added, cw->expected);
+    if (cw->wr != NULL && !cw->failed && cw->added == cw->expected) {
         sl_error_t err = {0};
         sl_wh_write_stats_t ws = {0};
         sl_err_t rc = sl_wh_writer_close(cw->wr, &ws, &err);
@@ -200,7 +216,7 @@ void dpp_cache_writer_unref(dpp_cache_writer_t *cw)
 
 typedef struct cstripe {
     uint32_t stripe;
-    uint64_t from, to;
+    uint64_t from, to, first;
 } cstripe_t;
 
 static int by_from(const void *x, const void *y)
@@ -227,18 +243,20 @@ static sl_err_t index_stripes(sl_worker_t *w, sl_wh_reader_t *r, const sl_worker
             rc = sl_error_set(err, SL_ERR_CORRUPT, "stripe %u: no row range", s);
             break;
         }
-        int64_t f = rows->session_ids[0], t = rows->timestamps[0];
+        int64_t packed = rows->session_ids[0], t = rows->timestamps[0];
         for (uint32_t i = 1; i < B && rc == SL_OK; i++)
-            if (rows->session_ids[i] != f || rows->timestamps[i] != t)
+            if (rows->session_ids[i] != packed || rows->timestamps[i] != t)
                 rc = sl_error_set(err, SL_ERR_CORRUPT, "stripe %u: rows of two ranges", s);
-        if (rc == SL_OK && (f < 0 || t <= f || (uint64_t)t > wk->split->num_rows))
+        uint64_t f = (uint64_t)packed & 0xffffffffu, first = f + ((uint64_t)packed >> 32);
+        if (rc == SL_OK && (packed < 0 || t <= 0 || (uint64_t)t <= f || first >= (uint64_t)t ||
+                            (uint64_t)t > wk->split->num_rows))
             rc = sl_error_set(err, SL_ERR_CORRUPT,
-                              "stripe %u: range [%" PRId64 ", %" PRId64 ") not in the split", s, f,
+                              "stripe %u: range [%" PRIu64 ", %" PRId64 ") not in the split", s, f,
                               t);
         if (rc != SL_OK) break;
         for (uint32_t k = 0; k < wk->num_todo; k++)
-            if (wk->todo[k].from_row <= (uint64_t)f && (uint64_t)t <= wk->todo[k].to_row) {
-                cs[n++] = (cstripe_t){s, (uint64_t)f, (uint64_t)t};
+            if (wk->todo[k].from_row <= f && (uint64_t)t <= wk->todo[k].to_row) {
+                cs[n++] = (cstripe_t){s, f, (uint64_t)t, first};
                 break;
             }
     }
@@ -386,7 +404,7 @@ sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_e
         b->origin = (sl_batch_origin_t){.job_id = w->job_hash,
                                         .epoch = wk->epoch,
                                         .split_id = wk->split_id,
-                                        .first_row = cs[i].from,
+                                        .first_row = cs[i].first,
                                         .sequence = i};
         sl_worker_lease_origin_t lo = {.handle = wk->lease,
                                        .split = (uint32_t)wk->split_id,
@@ -399,6 +417,8 @@ sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_e
     }
     sl_wh_reader_close(r);
     bool fallback = rc != SL_OK;
+    /* a damaged file goes, so that the next lease of the split writes it anew */
+    if (fallback && rc != SL_ERR_NOT_FOUND) unlink(wk->cache_file);
     if (fallback)
         sl_log_kv(SL_LOG_WARN, "cache_fallback",
                   (SL_KV_STR("file", wk->cache_file), SL_KV_U64("split", wk->split_id),
