@@ -297,6 +297,30 @@ sl_err_t sl_autocache_store(sl_autocache_t *c, uint64_t fp, const sl_autocache_d
     return rc;
 }
 
+static bool is_cache_file(const char *name)
+{
+    size_t n = strlen(name), e = strlen(SL_WH_FILE_EXT);
+    return strncmp(name, "split-", 6) == 0 && n > e && strcmp(name + n - e, SL_WH_FILE_EXT) == 0;
+}
+
+void sl_autocache_drop(sl_autocache_t *c, uint64_t fp)
+{
+    char sub[PATH_MAX], path[PATH_MAX];
+    if (!decision_path(c, fp, sub, sizeof sub, true)) return;
+    DIR *d = opendir(sub);
+    if (d == NULL) return;
+    struct dirent *f;
+    uint64_t n = 0;
+    while ((f = readdir(d)) != NULL)
+        if (is_cache_file(f->d_name) &&
+            (size_t)snprintf(path, sizeof path, "%s/%s", sub, f->d_name) < sizeof path &&
+            unlink(path) == 0)
+            n++;
+    closedir(d);
+    sl_log_kv(SL_LOG_INFO, "cache_dropped", (SL_KV_STR("dir", sub), SL_KV_U64("files", n)),
+              "%s: %" PRIu64 " cache files removed (declined)", sub, n);
+}
+
 /* ---- eviction ---- */
 
 typedef struct cfile {
@@ -309,12 +333,6 @@ static int by_age(const void *x, const void *y)
 {
     const cfile_t *a = x, *b = y;
     return a->mtime_ns < b->mtime_ns ? -1 : a->mtime_ns > b->mtime_ns;
-}
-
-static bool is_cache_file(const char *name)
-{
-    size_t n = strlen(name), e = strlen(SL_WH_FILE_EXT);
-    return strncmp(name, "split-", 6) == 0 && n > e && strcmp(name + n - e, SL_WH_FILE_EXT) == 0;
 }
 
 void sl_autocache_evict(sl_autocache_t *c, uint64_t now_ms, uint64_t min_interval_ms)

@@ -103,6 +103,10 @@ bool sl_autocache_load(const sl_autocache_t *c, uint64_t fp, sl_autocache_decisi
 sl_err_t sl_autocache_store(sl_autocache_t *c, uint64_t fp, const sl_autocache_decision_t *d,
                             sl_error_t *err);
 
+/* Remove the cache files of fp (a declined prefix's, written while it was
+ * measured). */
+void sl_autocache_drop(sl_autocache_t *c, uint64_t fp);
+
 /* Scan the directory (at most once per min_interval_ms unless 0) and
  * remove least recently used cache files until their bytes are within the
  * limit. */

@@ -74,6 +74,8 @@ static void decide(sl_master_t *m, mp_job *j, const sl_master_state_job_status_t
     sl_autocache_decision_t d = sl_autocache_decide(&in);
     j->ac = d;
     if (d.state == SL_AUTOCACHE_MEASURING) return;
+    /* what was written while measuring is not wanted */
+    if (d.state == SL_AUTOCACHE_DECLINED) sl_autocache_drop(m->cache, st->prefix_fingerprint);
     sl_error_t err = {0};
     if (sl_autocache_store(m->cache, st->prefix_fingerprint, &d, &err) != SL_OK)
         sl_log_kv(SL_LOG_WARN, "autocache_store_failed", (SL_KV_STR("error", err.msg)),
@@ -94,30 +96,35 @@ int mp_cache_lease(sl_master_t *m, const char *job, const sl_master_state_job_st
     if (j == NULL) return SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE;
     uint64_t fp = st->prefix_fingerprint;
     settle(m, j, fp, sl_clock_ms());
-    if (j->ac.state != SL_AUTOCACHE_CHOSEN ||
+    /* while measuring, splits are written too (as Cachew does), so that the
+     * second epoch can read them all if the cache is chosen */
+    if ((j->ac.state != SL_AUTOCACHE_CHOSEN && j->ac.state != SL_AUTOCACHE_MEASURING) ||
         !sl_autocache_path(m->cache, fp, l->split, path, cap))
         return SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE;
-    if (sl_autocache_use(m->cache, fp, l->split))
+    if (j->ac.state == SL_AUTOCACHE_CHOSEN && sl_autocache_use(m->cache, fp, l->split))
         return SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_READ;
+    if (j->ac.state == SL_AUTOCACHE_MEASURING && sl_autocache_use(m->cache, fp, l->split))
+        return SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE; /* written already */
     /* only a whole split makes a whole cache file */
     bool whole = l->num_todo == 1 && l->todo[0].from_row == 0 && l->todo[0].to_row == l->num_rows;
     return whole ? SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_WRITE
                  : SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE;
 }
 
-void mp_cache_heartbeat(sl_master_t *m, mp_worker *w, const Sluice__Control__Heartbeat *h)
+void mp_cache_figures_in(sl_master_t *m, mp_worker *w, const Sluice__Control__CacheFigures *c)
 {
-    w->cache = (mp_cache_figures){.compute_ns = h->compute_ns,
-                                  .computed_samples = h->computed_samples,
-                                  .computed_bytes = h->computed_bytes,
-                                  .source_ns = h->source_ns,
-                                  .source_bytes = h->source_bytes,
-                                  .read_ns = h->cache_read_ns,
-                                  .samples = h->cache_samples,
-                                  .fallbacks = h->cache_fallbacks,
-                                  .files_written = h->cache_files_written,
-                                  .bytes_written = h->cache_bytes_written,
-                                  .write_ns = h->cache_write_ns};
+    if (c == NULL) return; /* a worker without the autocache */
+    w->cache = (mp_cache_figures){.compute_ns = c->compute_ns,
+                                  .computed_samples = c->computed_samples,
+                                  .computed_bytes = c->computed_bytes,
+                                  .source_ns = c->source_ns,
+                                  .source_bytes = c->source_bytes,
+                                  .read_ns = c->read_ns,
+                                  .samples = c->samples,
+                                  .fallbacks = c->fallbacks,
+                                  .files_written = c->files_written,
+                                  .bytes_written = c->bytes_written,
+                                  .write_ns = c->write_ns};
     if (m->cache == NULL) return;
     uint64_t now = sl_clock_ms();
     sl_autocache_evict(m->cache, now, 2000);

@@ -412,7 +412,7 @@ void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbea
     w->shared_batches = h->shared_batches;
     w->shared_bytes = h->shared_bytes;
     w->shared_cpu_ns = h->shared_cpu_ns;
-    mp_cache_heartbeat(m, w, h);
+    mp_cache_figures_in(m, w, h->cache);
     w->leases = 0;
     /* out of memory: nothing revoked this time (the next heartbeat tells) */
     Sluice__Control__SplitRef **rev =
@@ -446,6 +446,8 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
         mp_send_error(m, i, SL_ERR_PROTOCOL, "split read without ref");
         return;
     }
+    if (m->conns[i].kind == MP_WORKER)
+        mp_cache_figures_in(m, &m->workers[m->conns[i].worker], r->cache);
     sl_dpp_row_range_t one[16], *e = one;
     if (r->n_empty > 16 && (e = sl_alloc(m->a, r->n_empty * sizeof *e)) == NULL) {
         mp_send_error(m, i, SL_ERR_NOMEM, "split read: empty ranges");

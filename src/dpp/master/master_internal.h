@@ -219,9 +219,10 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
  * mode CACHE_NONE when it is not read or written through the cache. */
 int mp_cache_lease(sl_master_t *m, const char *job, const sl_master_state_job_status_t *st,
                    const sl_master_lease_t *l, char *path, size_t cap) SL_REQUIRES(m->mu);
-/* After a heartbeat of worker w: the worker's figures, a decision for its
- * job once enough is measured, eviction (at most every 2 s). */
-void mp_cache_heartbeat(sl_master_t *m, mp_worker *w, const Sluice__Control__Heartbeat *h)
+/* Worker w's figures c (of a HEARTBEAT or SPLIT_READ; NULL: none): kept,
+ * a decision for its job once enough is measured, eviction (at most every
+ * 2 s). */
+void mp_cache_figures_in(sl_master_t *m, mp_worker *w, const Sluice__Control__CacheFigures *c)
     SL_REQUIRES(m->mu);
 /* The autocache part of job j's view. */
 void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v) SL_REQUIRES(m->mu);

@@ -588,6 +588,14 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
             "encode %.3f s, send %.3f s; back-pressure waits %.3f s\n",
             st->read_ns / 1e9, st->filter_ns / 1e9, st->dedup_ns / 1e9, st->transform_ns / 1e9,
             st->encode_ns / 1e9, s->send_ns / 1e9, st->backpressure_ns / 1e9);
+    if (st->cache_batches || st->cache_fallbacks || st->cache_files_written)
+        fprintf(out,
+                "  autocache: %" PRIu64 " batches (%" PRIu64 " samples) read from cache files in "
+                "%.3f s, %" PRIu64 " fallbacks to computing, %" PRIu64 " files written (%" PRIu64
+                " bytes) in %.3f s\n",
+                st->cache_batches, st->cache_samples, st->cache_read_ns / 1e9,
+                st->cache_fallbacks, st->cache_files_written, st->cache_bytes_written,
+                st->cache_write_ns / 1e9);
     fprintf(out,
             "  sent %" PRIu64 " batches (%" PRIu64 " bytes), acknowledged %" PRIu64 " (%" PRIu64
             " samples), redelivered %" PRIu64 "\n",
