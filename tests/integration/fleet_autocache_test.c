@@ -293,3 +293,41 @@ Test(fleet_autocache, restart_corrupt_file_and_changed_source)
     free(job);
     fu_master_stop(&m, SIGTERM);
 }
+
+/* kill -9 the master in a cached epoch: after the restart (the same
+ * --state and --cache-dir) the decision is still there, the workers go on
+ * reading the cache, and every sample of every epoch comes exactly once. */
+Test(fleet_autocache, master_killed_in_a_cached_epoch_and_restarted)
+{
+    fu_master_t m = {0};
+    char table[300], spec[2048];
+    fu_gen_preset("sessions", ROWS, 1000, 2, table, sizeof table);
+    master_up(&m);
+    expensive_spec(spec, sizeof spec, "restarted", table, 4);
+    char *job = fu_submit(&m, spec, 2, "dynamic", 2, 2, NULL);
+    run_t r = {0};
+    run_start(&r, &m, job, 4, 2, 5000);
+    /* well into epoch 1, which reads the cache */
+    double deadline = fu_now() + tu_timeout(60);
+    while (fu_seen_total(r.seen + ROWS, ROWS) < ROWS / 4) {
+        cr_assert(fu_now() < deadline, "epoch 1 made no progress; see %s", fu_dir);
+        cr_assert(!atomic_load(&r.c[0].finished) && !atomic_load(&r.c[1].finished),
+                  "a client ended early: %s %s", r.c[0].msg, r.c[1].msg);
+        usleep(10 * 1000);
+    }
+    wait_cached(&m, job, &r);
+    json_t *ac = job_autocache(&m, job);
+    cr_assert_str_eq(ac_str(ac, "state"), "chosen");
+    long long before = ac_int(ac, "cache_samples");
+    json_decref(ac);
+    fu_master_stop(&m, SIGKILL);
+    cr_assert_lt(fu_seen_total(r.seen + 3 * (size_t)ROWS, ROWS), ROWS, "the job ended first");
+    usleep(300 * 1000);
+    fu_master_start(&m);
+    ac = job_autocache(&m, job);
+    cr_assert_str_eq(ac_str(ac, "state"), "chosen", "the decision did not survive the restart");
+    json_decref(ac);
+    run_end_when(&r, &m, job, "cache_samples", before + 1);
+    free(job);
+    fu_master_stop(&m, SIGTERM);
+}
