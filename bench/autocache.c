@@ -36,50 +36,14 @@
 #include "testutil.h"
 #include "warehouse/import.h"
 
-#define MAX_EPOCHS 8
+#define MAX_EPOCHS BENCH_TRAINER_EPOCHS
 
 static char dir[128], binary[1024];
 
-typedef struct epochs {
-    const char *master, *job;
-    uint64_t samples[MAX_EPOCHS];
-    double first[MAX_EPOCHS], last[MAX_EPOCHS];
-    int end;
-    char msg[SL_ERROR_MSG_MAX];
-} epochs_t;
-
-static void *trainer(void *arg)
+static double rate(const bench_trainer_t *c, uint32_t e, uint32_t epochs)
 {
-    epochs_t *c = arg;
-    sl_trainer_opts_t o = sl_trainer_opts_default();
-    o.master = c->master;
-    o.job_id = c->job;
-    o.prefetch = 8;
-    o.refresh_ms = 200;
-    sl_trainer_t *t;
-    sl_error_t err = {0};
-    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) {
-        snprintf(c->msg, sizeof c->msg, "%s", err.msg);
-        return NULL;
-    }
-    sl_batch_t *b;
-    while ((c->end = sl_trainer_next(t, 120000, &b, &err)) == SL_OK) {
-        uint32_t e = b->origin.epoch < MAX_EPOCHS ? b->origin.epoch : MAX_EPOCHS - 1;
-        double now = bench_now();
-        if (c->samples[e] == 0) c->first[e] = now;
-        c->last[e] = now;
-        c->samples[e] += b->batch_size;
-        sl_trainer_release(t, b);
-    }
-    if (c->end != SL_ERR_CLOSED) snprintf(c->msg, sizeof c->msg, "%s", err.msg);
-    sl_trainer_close(t);
-    return NULL;
-}
-
-static double rate(const epochs_t *c, uint32_t e, uint32_t epochs)
-{
-    double end = e + 1 < epochs ? c->first[e + 1] : c->last[e];
-    return end > c->first[e] ? (double)c->samples[e] / (end - c->first[e]) : 0;
+    double end = e + 1 < epochs ? c->epoch_first[e + 1] : c->epoch_last[e];
+    return end > c->epoch_first[e] ? (double)c->epoch_samples[e] / (end - c->epoch_first[e]) : 0;
 }
 
 /* Run job spec (its id: id) for epochs epochs; rates into out[epochs].
@@ -117,9 +81,9 @@ static int run(const char *id, const char *spec, const char *cache, uint32_t epo
               "--worker-id", id, "--listen", "127.0.0.1:0", "--threads", "1", (char *)NULL);
         _exit(127);
     }
-    epochs_t c = {.master = sl_master_address(m), .job = id};
+    bench_trainer_t c = {.master = sl_master_address(m), .job = id};
     pthread_t th;
-    pthread_create(&th, NULL, trainer, &c);
+    pthread_create(&th, NULL, bench_trainer_run, &c);
     pthread_join(th, NULL);
     int status = 0;
     if (c.end != SL_ERR_CLOSED) {
@@ -154,7 +118,8 @@ static int run(const char *id, const char *spec, const char *cache, uint32_t epo
     printf("  %-10s samples/s by epoch:", id);
     for (uint32_t e = 0; e < epochs; e++) {
         out[e] = rate(&c, e, epochs);
-        printf(" %u: %.0f (%llu samples)", e + 1, out[e], (unsigned long long)c.samples[e]);
+        printf(" %u: %.0f (%llu samples)", e + 1, out[e],
+               (unsigned long long)c.epoch_samples[e]);
     }
     printf("\n");
     return status;

@@ -94,20 +94,37 @@ static void run_start(run_t *r, fu_master_t *m, const char *job, uint32_t epochs
     fu_clients_start(r->c, r->th, 2, &proto);
 }
 
-/* Wait (bounded) until the job's figure key (of its workers' heartbeats,
- * which come every quarter lease) is at least min. */
-static void wait_figure(const fu_master_t *m, const char *job, const char *key, long long min)
+/* Wait (bounded: seconds) until the job's figure key (of its workers'
+ * heartbeats and SPLIT_READs) is at least min; r (may be NULL): its
+ * clients must not end first. */
+static void wait_figure_of(const fu_master_t *m, const char *job, const char *key, long long min,
+                           const run_t *r, double seconds)
 {
-    double deadline = fu_now() + tu_timeout(10);
+    double deadline = fu_now() + tu_timeout(seconds);
     for (;;) {
         json_t *ac = job_autocache(m, job);
         long long got = ac_int(ac, key);
         json_decref(ac);
         if (got >= min) return;
+        if (r != NULL)
+            cr_assert(!atomic_load(&r->c[0].finished) && !atomic_load(&r->c[1].finished),
+                      "the job ended before %s reached %lld: %s %s", key, min, r->c[0].msg,
+                      r->c[1].msg);
         cr_assert(fu_now() < deadline, "job %s: %s is %lld, want at least %lld; see %s", job, key,
                   got, min, fu_dir);
         usleep(50 * 1000);
     }
+}
+
+static void wait_figure(const fu_master_t *m, const char *job, const char *key, long long min)
+{
+    wait_figure_of(m, job, key, min, NULL, 10);
+}
+
+/* Wait until the job's workers have served samples from the cache. */
+static void wait_cached(const fu_master_t *m, const char *job, const run_t *r)
+{
+    wait_figure_of(m, job, "cache_samples", 1, r, 60);
 }
 
 /* The clients' end: every sample of each epoch exactly once; then the
@@ -133,22 +150,6 @@ static void run_end_when(run_t *r, fu_master_t *m, const char *job, const char *
     if (key != NULL) wait_figure(m, job, key, min);
     fu_executor_destroy(r->ex);
     free(r->seen);
-}
-
-/* Wait (bounded) until the job's workers have served samples from the cache. */
-static void wait_cached(const fu_master_t *m, const char *job, const run_t *r)
-{
-    double deadline = fu_now() + tu_timeout(60);
-    for (;;) {
-        json_t *ac = job_autocache(m, job);
-        long long got = ac_int(ac, "cache_samples");
-        json_decref(ac);
-        if (got > 0) return;
-        cr_assert(!atomic_load(&r->c[0].finished) && !atomic_load(&r->c[1].finished),
-                  "the job ended before any cached batch: %s %s", r->c[0].msg, r->c[1].msg);
-        cr_assert(fu_now() < deadline, "no batch served from the cache in time; see %s", fu_dir);
-        usleep(50 * 1000);
-    }
 }
 
 Test(fleet_autocache, expensive_pipeline_is_cached_exactly_once_with_a_worker_killed)
