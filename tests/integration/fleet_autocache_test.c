@@ -29,20 +29,26 @@ static void master_up(fu_master_t *m)
     fu_master_start(m);
 }
 
-/* Long n-grams of user_hist (90..110 ids): ~70 KB hashed a row, ~180 ids
- * out. Only item_id and the n-grams are output. */
+/* Long n-grams of user_hist (90..110 ids), each n-gram hashing 672 to 720
+ * bytes: ~80 KB hashed a row for ~110 ids out (about 0.9 KB), so that
+ * computing costs several times what reading the output back does even on
+ * a loaded machine. Only item_id and the n-grams are output. */
 static void expensive_spec(char *spec, size_t cap, const char *id, const char *table,
                            uint32_t epochs)
 {
-    snprintf(spec, cap,
-             "{\"id\":\"%s\",\"source\":{\"table\":\"%s\",\"features\":[\"item_id\"]},"
-             "\"transforms\":["
-             "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":32,\"table_size\":1000003},"
-             "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":48,\"table_size\":1000003},"
-             "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":64,\"table_size\":1000003},"
-             "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":80,\"table_size\":1000003}],"
-             "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":5}}}",
-             id, table, epochs);
+    size_t n = (size_t)snprintf(
+        spec, cap, "{\"id\":\"%s\",\"source\":{\"table\":\"%s\",\"features\":[\"item_id\"]},"
+                   "\"transforms\":[",
+        id, table);
+    for (int k = 0; k < 8; k++)
+        n += (size_t)snprintf(spec + n, cap - n,
+                              "%s{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":%d,\"salt\":%d,"
+                              "\"table_size\":1000003,\"output\":\"g%d\"}",
+                              k ? "," : "", 84 + 2 * (k % 4), k, k);
+    snprintf(spec + n, cap - n,
+             "],\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,"
+             "\"seed\":5}}}",
+             epochs);
 }
 
 static json_t *job_autocache(const fu_master_t *m, const char *job)
@@ -155,7 +161,7 @@ static void run_end_when(run_t *r, fu_master_t *m, const char *job, const char *
 Test(fleet_autocache, expensive_pipeline_is_cached_exactly_once_with_a_worker_killed)
 {
     fu_master_t m = {0};
-    char table[300], spec[2048];
+    char table[300], spec[4096];
     fu_gen_preset("sessions", ROWS, 1000, 2, table, sizeof table);
     master_up(&m);
     expensive_spec(spec, sizeof spec, "heavy", table, 4);
@@ -173,7 +179,10 @@ Test(fleet_autocache, expensive_pipeline_is_cached_exactly_once_with_a_worker_ki
     cr_assert_eq(sl_master_executor_scale(r.ex, job, 2, NULL, NULL, &err), SL_OK, "%s", err.msg);
     run_end_when(&r, &m, job, "cache_samples", 1);
     json_t *ac = job_autocache(&m, job);
-    cr_assert_str_eq(ac_str(ac, "state"), "chosen");
+    double compute0 = json_real_value(json_object_get(ac, "compute_us_per_sample"));
+    double cache0 = json_real_value(json_object_get(ac, "cache_us_per_sample_estimated"));
+    cr_assert_str_eq(ac_str(ac, "state"), "chosen", "compute %.3f us, cache %.3f us a sample",
+                     compute0, cache0);
     double compute = json_real_value(json_object_get(ac, "compute_us_per_sample"));
     double cache = json_real_value(json_object_get(ac, "cache_us_per_sample_estimated"));
     cr_assert(cache * SL_AUTOCACHE_MARGIN <= compute, "chosen with compute %.3f us, cache %.3f us",
@@ -236,7 +245,7 @@ static void corrupt(const char *path)
 Test(fleet_autocache, restart_corrupt_file_and_changed_source)
 {
     fu_master_t m = {0};
-    char table[300], spec[2048];
+    char table[300], spec[4096];
     fu_gen_preset("sessions", ROWS, 1000, 2, table, sizeof table);
     master_up(&m);
     expensive_spec(spec, sizeof spec, "first", table, 3);
@@ -301,7 +310,7 @@ Test(fleet_autocache, restart_corrupt_file_and_changed_source)
 Test(fleet_autocache, master_killed_in_a_cached_epoch_and_restarted)
 {
     fu_master_t m = {0};
-    char table[300], spec[2048];
+    char table[300], spec[4096];
     fu_gen_preset("sessions", ROWS, 1000, 2, table, sizeof table);
     master_up(&m);
     expensive_spec(spec, sizeof spec, "restarted", table, 4);

@@ -28,13 +28,14 @@ Test(autocache, chosen_when_reading_wins_by_the_margin)
 
 Test(autocache, declined_when_computing_is_as_cheap)
 {
-    /* 125 MB/s: 8 us a sample; 8 * 1.25 = 10 is still chosen, 9 us is not */
-    sl_autocache_figures_t f = figs(125e6);
+    /* 150 MB/s: 6.67 us a sample; 6.67 * 1.5 = 10 is still chosen, 7 us is not */
+    cr_assert_float_eq(SL_AUTOCACHE_MARGIN, 1.5, 0);
+    sl_autocache_figures_t f = figs(150e6);
     cr_assert_eq(sl_autocache_decide(&f).state, SL_AUTOCACHE_CHOSEN);
-    f.read_bytes_per_s = 1e9 / 9.0;
+    f.read_bytes_per_s = 1e9 / 7.0;
     sl_autocache_decision_t d = sl_autocache_decide(&f);
     cr_assert_eq(d.state, SL_AUTOCACHE_DECLINED);
-    cr_assert_float_eq(d.cache_us_per_sample, 9.0, 1e-9);
+    cr_assert_float_eq(d.cache_us_per_sample, 7.0, 1e-9);
     f.read_bytes_per_s = 1e8; /* 10 us: no gain */
     cr_assert_eq(sl_autocache_decide(&f).state, SL_AUTOCACHE_DECLINED);
 }
@@ -58,7 +59,7 @@ Test(autocache, measuring_until_enough_samples_and_a_throughput)
 Test(autocache, the_slower_of_the_directory_and_the_source_rate)
 {
     /* the source reads at 200 MB/s (5 ns a byte): 5 us a sample, slower
-     * than the directory's 1 GB/s, so 5 * 1.25 = 6.25 <= 10: chosen */
+     * than the directory's 1 GB/s, so 5 * 1.5 = 7.5 <= 10: chosen */
     sl_autocache_figures_t f = figs(1e9);
     f.source_ns = 5000000;
     f.source_bytes = 1000000;
@@ -66,11 +67,11 @@ Test(autocache, the_slower_of_the_directory_and_the_source_rate)
     cr_assert_eq(d.state, SL_AUTOCACHE_CHOSEN);
     cr_assert_float_eq(d.cache_us_per_sample, 5.0, 1e-9);
     cr_assert_float_eq(d.source_mb_per_s, 200.0, 1e-9);
-    /* at 111 MB/s (9 ns a byte) it is not worth it */
-    f.source_ns = 9000000;
+    /* at 143 MB/s (7 ns a byte) it is not worth it */
+    f.source_ns = 7000000;
     d = sl_autocache_decide(&f);
     cr_assert_eq(d.state, SL_AUTOCACHE_DECLINED);
-    cr_assert_float_eq(d.cache_us_per_sample, 9.0, 1e-9);
+    cr_assert_float_eq(d.cache_us_per_sample, 7.0, 1e-9);
     /* a source faster than the directory: the directory's rate counts */
     f.source_ns = 100000;
     cr_assert_float_eq(sl_autocache_decide(&f).cache_us_per_sample, 1.0, 1e-9);

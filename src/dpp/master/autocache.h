@@ -54,9 +54,11 @@ typedef struct sl_autocache_decision {
     double source_mb_per_s;       /* the job's source, read, decoded and batched */
 } sl_autocache_decision_t;
 
-/* Reading must beat computing by this factor (estimates err; a cached
- * batch is still copied and encoded). */
-#define SL_AUTOCACHE_MARGIN 1.25
+/* Reading must beat computing by this factor: the estimate errs (by up to
+ * a fourth between runs on a loaded machine, for a job whose cache would
+ * hold the source's own bytes), and a cached batch is still copied and
+ * encoded. */
+#define SL_AUTOCACHE_MARGIN 1.5
 
 /* Cachew's rule, at most one cache point (the end of the deterministic
  * prefix). Reading a sample back costs its output bytes at the slower of

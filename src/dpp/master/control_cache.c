@@ -34,31 +34,33 @@ static void settle(sl_master_t *m, mp_job *j, uint64_t fp, uint64_t now)
     if (sl_autocache_load(m->cache, fp, &d)) j->ac = d;
 }
 
-static void figures_of(sl_master_t *m, const char *job, mp_cache_figures *f)
+static void figures_add(mp_cache_figures *f, const mp_cache_figures *c)
 {
-    memset(f, 0, sizeof *f);
-    for (uint32_t w = 0; w < m->nworkers; w++) {
-        const mp_worker *mw = &m->workers[w];
-        if (strcmp(mw->job, job) != 0) continue;
-        const mp_cache_figures *c = &mw->cache;
-        f->compute_ns += c->compute_ns;
-        f->computed_samples += c->computed_samples;
-        f->computed_bytes += c->computed_bytes;
-        f->source_ns += c->source_ns;
-        f->source_bytes += c->source_bytes;
-        f->read_ns += c->read_ns;
-        f->samples += c->samples;
-        f->fallbacks += c->fallbacks;
-        f->files_written += c->files_written;
-        f->bytes_written += c->bytes_written;
-        f->write_ns += c->write_ns;
-    }
+    f->compute_ns += c->compute_ns;
+    f->computed_samples += c->computed_samples;
+    f->computed_bytes += c->computed_bytes;
+    f->source_ns += c->source_ns;
+    f->source_bytes += c->source_bytes;
+    f->read_ns += c->read_ns;
+    f->samples += c->samples;
+    f->fallbacks += c->fallbacks;
+    f->files_written += c->files_written;
+    f->bytes_written += c->bytes_written;
+    f->write_ns += c->write_ns;
+}
+
+/* The job's figures: its workers' and those of its ended processes. */
+static void figures_of(sl_master_t *m, const mp_job *j, mp_cache_figures *f)
+{
+    *f = j->ac_gone;
+    for (uint32_t w = 0; w < m->nworkers; w++)
+        if (strcmp(m->workers[w].job, j->id) == 0) figures_add(f, &m->workers[w].cache);
 }
 
 static void decide(sl_master_t *m, mp_job *j, const sl_master_state_job_status_t *st)
 {
     mp_cache_figures f;
-    figures_of(m, j->id, &f);
+    figures_of(m, j, &f);
     uint64_t min = st->total_rows / MIN_FRACTION;
     sl_autocache_stats_t cs;
     sl_autocache_stats(m->cache, &cs);
@@ -114,6 +116,11 @@ int mp_cache_lease(sl_master_t *m, const char *job, const sl_master_state_job_st
 void mp_cache_figures_in(sl_master_t *m, mp_worker *w, const Sluice__Control__CacheFigures *c)
 {
     if (c == NULL) return; /* a worker without the autocache */
+    mp_job *wj = w->job[0] != '\0' ? mp_job_find(m, w->job) : NULL;
+    /* counters that went back: another process under this worker id */
+    if (wj != NULL && (c->computed_samples < w->cache.computed_samples ||
+                       c->samples < w->cache.samples))
+        figures_add(&wj->ac_gone, &w->cache);
     w->cache = (mp_cache_figures){.compute_ns = c->compute_ns,
                                   .computed_samples = c->computed_samples,
                                   .computed_bytes = c->computed_bytes,
@@ -139,7 +146,7 @@ void mp_cache_figures_in(sl_master_t *m, mp_worker *w, const Sluice__Control__Ca
 void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v)
 {
     mp_cache_figures f;
-    figures_of(m, j->id, &f);
+    figures_of(m, j, &f);
     v->prefix_fingerprint = v->status.prefix_fingerprint;
     settle(m, j, v->prefix_fingerprint, sl_clock_ms());
     v->autocache = j->ac;

@@ -27,6 +27,13 @@
 #define MP_SHARE_SYNC_MS 1000
 #define MP_ADDR_MAX 256
 
+/* A worker's autocache measurements (CacheFigures, proto/control.proto), cumulative. */
+typedef struct mp_cache_figures {
+    uint64_t compute_ns, computed_samples, computed_bytes, source_ns, source_bytes;
+    uint64_t read_ns, samples, fallbacks;
+    uint64_t files_written, bytes_written, write_ns;
+} mp_cache_figures;
+
 /* Per job: what the state machine does not keep (autoscaler, stats). */
 typedef struct mp_job {
     char id[MP_ID_MAX];
@@ -49,14 +56,10 @@ typedef struct mp_job {
      * stored decision was last looked for. */
     sl_autocache_decision_t ac;
     uint64_t ac_looked_ms;
+    /* figures of the job's worker processes that ended (a worker id taken
+     * over by a new process starts its counters again) */
+    mp_cache_figures ac_gone;
 } mp_job;
-
-/* A worker's autocache measurements (Heartbeat compute_ns...), cumulative. */
-typedef struct mp_cache_figures {
-    uint64_t compute_ns, computed_samples, computed_bytes, source_ns, source_bytes;
-    uint64_t read_ns, samples, fallbacks;
-    uint64_t files_written, bytes_written, write_ns;
-} mp_cache_figures;
 
 typedef struct mp_worker {
     char id[MP_ID_MAX];
