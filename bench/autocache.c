@@ -118,8 +118,7 @@ static int run(const char *id, const char *spec, const char *cache, uint32_t epo
     printf("  %-10s samples/s by epoch:", id);
     for (uint32_t e = 0; e < epochs; e++) {
         out[e] = rate(&c, e, epochs);
-        printf(" %u: %.0f (%llu samples)", e + 1, out[e],
-               (unsigned long long)c.epoch_samples[e]);
+        printf(" %u: %.0f (%llu samples)", e + 1, out[e], (unsigned long long)c.epoch_samples[e]);
     }
     printf("\n");
     return status;
@@ -179,9 +178,9 @@ int main(int argc, char **argv)
     rc |= run("cached", spec, cache, epochs, cached);
     snprintf(spec, sizeof spec, heavy, "recomputed", sessions, epochs);
     rc |= run("recomputed", spec, NULL, epochs, plain);
-    printf("  epoch 2 samples/s, cached / recomputed: %.2f (target >= 3)", plain[1] > 0 ? cached[1] / plain[1] : 0);
-    if (epochs > 2)
-        printf("; epoch 3: %.2f", plain[2] > 0 ? cached[2] / plain[2] : 0);
+    printf("  epoch 2 samples/s, cached / recomputed: %.2f (target >= 3)",
+           plain[1] > 0 ? cached[1] / plain[1] : 0);
+    if (epochs > 2) printf("; epoch 3: %.2f", plain[2] > 0 ? cached[2] / plain[2] : 0);
     printf("\n");
     /* the criteo table as stored: nothing to skip, the cache would hold
      * the same bytes as the source */

@@ -36,10 +36,11 @@ static void master_up(fu_master_t *m)
 static void expensive_spec(char *spec, size_t cap, const char *id, const char *table,
                            uint32_t epochs)
 {
-    size_t n = (size_t)snprintf(
-        spec, cap, "{\"id\":\"%s\",\"source\":{\"table\":\"%s\",\"features\":[\"item_id\"]},"
-                   "\"transforms\":[",
-        id, table);
+    size_t n =
+        (size_t)snprintf(spec, cap,
+                         "{\"id\":\"%s\",\"source\":{\"table\":\"%s\",\"features\":[\"item_id\"]},"
+                         "\"transforms\":[",
+                         id, table);
     for (int k = 0; k < 8; k++)
         n += (size_t)snprintf(spec + n, cap - n,
                               "%s{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":%d,\"salt\":%d,"
@@ -136,16 +137,14 @@ static void wait_cached(const fu_master_t *m, const char *job, const run_t *r)
 /* The clients' end: every sample of each epoch exactly once; then the
  * workers report their last figures (wanted: key >= min, key NULL: none)
  * before they are stopped. */
-static void run_end_when(run_t *r, fu_master_t *m, const char *job, const char *key,
-                         long long min);
+static void run_end_when(run_t *r, fu_master_t *m, const char *job, const char *key, long long min);
 
 static void run_end(run_t *r, fu_master_t *m, const char *job)
 {
     run_end_when(r, m, job, NULL, 0);
 }
 
-static void run_end_when(run_t *r, fu_master_t *m, const char *job, const char *key,
-                         long long min)
+static void run_end_when(run_t *r, fu_master_t *m, const char *job, const char *key, long long min)
 {
     fu_clients_join(r->c, r->th, 2);
     cr_assert_eq(r->c[0].samples + r->c[1].samples, (uint64_t)r->epochs * ROWS,
@@ -185,8 +184,8 @@ Test(fleet_autocache, expensive_pipeline_is_cached_exactly_once_with_a_worker_ki
                      compute0, cache0);
     double compute = json_real_value(json_object_get(ac, "compute_us_per_sample"));
     double cache = json_real_value(json_object_get(ac, "cache_us_per_sample_estimated"));
-    cr_assert(cache * SL_AUTOCACHE_MARGIN <= compute, "chosen with compute %.3f us, cache %.3f us",
-              compute, cache);
+    cr_assert(cache * SL_MASTER_AUTOCACHE_MARGIN <= compute,
+              "chosen with compute %.3f us, cache %.3f us", compute, cache);
     cr_assert_gt(ac_int(ac, "cache_samples"), 0);
     cr_assert_eq(ac_int(ac, "cache_fallbacks"), 0);
     cr_assert_eq(strlen(ac_str(ac, "prefix_fingerprint")), 16);
@@ -220,7 +219,7 @@ Test(fleet_autocache, cheap_pipeline_is_declined)
     double cache = json_real_value(json_object_get(ac, "cache_us_per_sample_estimated"));
     cr_assert_str_eq(state, "declined", "%s with compute %.3f us, cache %.3f us a sample", state,
                      compute, cache);
-    cr_assert(cache * SL_AUTOCACHE_MARGIN > compute);
+    cr_assert(cache * SL_MASTER_AUTOCACHE_MARGIN > compute);
     cr_assert_eq(ac_int(ac, "cache_samples"), 0);
     json_decref(ac);
     free(job);

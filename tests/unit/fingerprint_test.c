@@ -78,8 +78,9 @@ static uint64_t fp_of(const char *text, bool prefix)
     sl_wh_splits_t *sp = NULL;
     cr_assert_eq(sl_wh_table_splits(t, f, job->stripes_per_split, &sp, &err), SL_OK, "%s", err.msg);
     uint64_t out = 0;
-    sl_err_t rc = prefix ? sl_pipeline_prefix_fingerprint(job, sl_wh_table_schema(t), sp, &out, &err)
-                         : sl_pipeline_fingerprint(job, sl_wh_table_schema(t), sp, &out, &err);
+    sl_err_t rc = prefix
+                      ? sl_pipeline_prefix_fingerprint(job, sl_wh_table_schema(t), sp, &out, &err)
+                      : sl_pipeline_fingerprint(job, sl_wh_table_schema(t), sp, &out, &err);
     cr_assert_eq(rc, SL_OK, "%s", err.msg);
     sl_wh_splits_destroy(sp);
     sl_wh_filter_destroy(f);
@@ -332,8 +333,7 @@ Test(fingerprint, the_prefix_fingerprint_of_the_autocache)
                         "\"batch\":{\"size\":64,\"shuffle\":{\"window\":128}}}",
                         table),
                  0, "a row shuffle ends the prefix before the transforms");
-    cr_assert_eq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},\"autocache\":false}",
-                        table),
+    cr_assert_eq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},\"autocache\":false}", table),
                  0);
     cr_assert_eq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
                         "\"batch\":{\"dedup_groups\":{\"g\":[\"C1\",\"C2\"]}}}",

@@ -24,7 +24,7 @@
 #define DEFAULT_PROBE_BYTES (16ull << 20)
 #define DECISION_MAX_BYTES 4096
 
-struct sl_autocache {
+struct sl_master_autocache {
     const sl_allocator_t *a;
     char *dir;
     uint64_t max_bytes;
@@ -34,22 +34,26 @@ struct sl_autocache {
     bool scanned;
 };
 
-const char *sl_autocache_state_name(sl_autocache_state_t s)
+const char *sl_master_autocache_state_name(sl_master_autocache_state_t s)
 {
     switch (s) {
-    case SL_AUTOCACHE_MEASURING: return "measuring";
-    case SL_AUTOCACHE_CHOSEN: return "chosen";
-    case SL_AUTOCACHE_DECLINED: return "declined";
-    case SL_AUTOCACHE_OFF: break;
+    case SL_MASTER_AUTOCACHE_MEASURING:
+        return "measuring";
+    case SL_MASTER_AUTOCACHE_CHOSEN:
+        return "chosen";
+    case SL_MASTER_AUTOCACHE_DECLINED:
+        return "declined";
+    case SL_MASTER_AUTOCACHE_OFF:
+        break;
     }
     return "off";
 }
 
-sl_autocache_decision_t sl_autocache_decide(const sl_autocache_figures_t *f)
+sl_master_autocache_decision_t sl_master_autocache_decide(const sl_master_autocache_figures_t *f)
 {
-    sl_autocache_decision_t d = {.state = SL_AUTOCACHE_MEASURING,
-                                 .samples = f->computed_samples,
-                                 .read_mb_per_s = f->read_bytes_per_s / 1e6};
+    sl_master_autocache_decision_t d = {.state = SL_MASTER_AUTOCACHE_MEASURING,
+                                        .samples = f->computed_samples,
+                                        .read_mb_per_s = f->read_bytes_per_s / 1e6};
     if (f->computed_samples == 0) return d;
     d.compute_us_per_sample = (double)f->compute_ns / 1e3 / (double)f->computed_samples;
     double bps = f->read_bytes_per_s;
@@ -59,13 +63,12 @@ sl_autocache_decision_t sl_autocache_decide(const sl_autocache_figures_t *f)
         if (bps <= 0 || src < bps) bps = src;
     }
     if (f->read_bytes_per_s > 0 && bps > 0)
-        d.cache_us_per_sample =
-            (double)f->computed_bytes / (double)f->computed_samples / bps * 1e6;
+        d.cache_us_per_sample = (double)f->computed_bytes / (double)f->computed_samples / bps * 1e6;
     uint64_t min = f->min_samples > 0 ? f->min_samples : 1;
     if (f->computed_samples < min || f->read_bytes_per_s <= 0) return d;
-    d.state = d.cache_us_per_sample * SL_AUTOCACHE_MARGIN <= d.compute_us_per_sample
-                  ? SL_AUTOCACHE_CHOSEN
-                  : SL_AUTOCACHE_DECLINED;
+    d.state = d.cache_us_per_sample * SL_MASTER_AUTOCACHE_MARGIN <= d.compute_us_per_sample
+                  ? SL_MASTER_AUTOCACHE_CHOSEN
+                  : SL_MASTER_AUTOCACHE_DECLINED;
     return d;
 }
 
@@ -120,10 +123,8 @@ static sl_err_t probe_write(const char *path, uint64_t bytes, const sl_allocator
         for (int i = 0; i < ND; i++)
             dense[i] = (float)(xorshift(&seed) % 1000) / 10.0f;
         done += 4 * ND + 4 + 8;
-        sl_wh_row_t row = {.sample_id = (int64_t)r,
-                           .labels = &label,
-                           .dense = dense,
-                           .sparse = lists};
+        sl_wh_row_t row = {
+            .sample_id = (int64_t)r, .labels = &label, .dense = dense, .sparse = lists};
         rc = sl_wh_writer_append_row(w, &row, err);
     }
     if (rc == SL_OK)
@@ -136,8 +137,7 @@ static sl_err_t probe_write(const char *path, uint64_t bytes, const sl_allocator
 
 /* Decoded bytes per second reading path, its pages dropped from the page
  * cache first (a cache file is read long after it was written). */
-static sl_err_t probe_read(const char *path, const sl_allocator_t *a, double *bps,
-                           sl_error_t *err)
+static sl_err_t probe_read(const char *path, const sl_allocator_t *a, double *bps, sl_error_t *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -159,33 +159,34 @@ static sl_err_t probe_read(const char *path, const sl_allocator_t *a, double *bp
     return rc;
 }
 
-sl_err_t sl_autocache_open(const char *dir, uint64_t max_bytes, uint64_t probe_bytes,
-                           const sl_allocator_t *a, sl_autocache_t **out, sl_error_t *err)
+sl_err_t sl_master_autocache_open(const char *dir, uint64_t max_bytes, uint64_t probe_bytes,
+                                  const sl_allocator_t *a, sl_master_autocache_t **out,
+                                  sl_error_t *err)
 {
     *out = NULL;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return sl_error_set(err, SL_ERR_IO, "--cache-dir %s: cannot create: %s", dir,
                             strerror(errno));
-    sl_autocache_t *c = sl_calloc(a, 1, sizeof *c);
+    sl_master_autocache_t *c = sl_calloc(a, 1, sizeof *c);
     if (c == NULL) return sl_error_set(err, SL_ERR_NOMEM, "autocache");
     c->a = a;
     c->dir = sl_strdup(a, dir);
     c->max_bytes = max_bytes ? max_bytes : DEFAULT_MAX_BYTES;
     if (c->dir == NULL) {
-        sl_autocache_destroy(c);
+        sl_master_autocache_destroy(c);
         return sl_error_set(err, SL_ERR_NOMEM, "autocache");
     }
     char probe[PATH_MAX];
     if ((size_t)snprintf(probe, sizeof probe, "%s/.probe-%ld.slc", dir, (long)getpid()) >=
         sizeof probe) {
-        sl_autocache_destroy(c);
+        sl_master_autocache_destroy(c);
         return sl_error_set(err, SL_ERR_INVALID, "--cache-dir %s: path too long", dir);
     }
     sl_err_t rc = probe_write(probe, probe_bytes ? probe_bytes : DEFAULT_PROBE_BYTES, a, err);
     if (rc == SL_OK) rc = probe_read(probe, a, &c->read_bps, err);
     unlink(probe);
     if (rc != SL_OK) {
-        sl_autocache_destroy(c);
+        sl_master_autocache_destroy(c);
         return sl_error_prefix(err, "--cache-dir %s: measuring its read throughput: ", dir);
     }
     sl_log_kv(SL_LOG_INFO, "autocache_dir",
@@ -193,47 +194,48 @@ sl_err_t sl_autocache_open(const char *dir, uint64_t max_bytes, uint64_t probe_b
                SL_KV_U64("max_bytes", c->max_bytes)),
               "cache directory %s: reads %.0f MB/s decoded, holds at most %" PRIu64 " bytes", dir,
               c->read_bps / 1e6, c->max_bytes);
-    sl_autocache_evict(c, sl_clock_ms(), 0);
+    sl_master_autocache_evict(c, sl_clock_ms(), 0);
     *out = c;
     return SL_OK;
 }
 
-void sl_autocache_destroy(sl_autocache_t *c)
+void sl_master_autocache_destroy(sl_master_autocache_t *c)
 {
     if (c == NULL) return;
     sl_strfree(c->a, c->dir);
     sl_free(c->a, c, sizeof *c);
 }
 
-const char *sl_autocache_dir(const sl_autocache_t *c)
+const char *sl_master_autocache_dir(const sl_master_autocache_t *c)
 {
     return c->dir;
 }
 
-void sl_autocache_stats(const sl_autocache_t *c, sl_autocache_stats_t *out)
+void sl_master_autocache_stats(const sl_master_autocache_t *c, sl_master_autocache_stats_t *out)
 {
-    *out = (sl_autocache_stats_t){.bytes = c->bytes,
-                                  .files = c->files,
-                                  .evicted_files = c->evicted_files,
-                                  .evicted_bytes = c->evicted_bytes,
-                                  .read_bytes_per_s = c->read_bps,
-                                  .max_bytes = c->max_bytes};
+    *out = (sl_master_autocache_stats_t){.bytes = c->bytes,
+                                         .files = c->files,
+                                         .evicted_files = c->evicted_files,
+                                         .evicted_bytes = c->evicted_bytes,
+                                         .read_bytes_per_s = c->read_bps,
+                                         .max_bytes = c->max_bytes};
 }
 
-bool sl_autocache_path(const sl_autocache_t *c, uint64_t fp, uint32_t split, char *buf, size_t cap)
+bool sl_master_autocache_path(const sl_master_autocache_t *c, uint64_t fp, uint32_t split,
+                              char *buf, size_t cap)
 {
     int n = snprintf(buf, cap, "%s/%016" PRIx64 "/split-%u%s", c->dir, fp, split, SL_WH_FILE_EXT);
     return n > 0 && (size_t)n < cap;
 }
 
-bool sl_autocache_use(sl_autocache_t *c, uint64_t fp, uint32_t split)
+bool sl_master_autocache_use(sl_master_autocache_t *c, uint64_t fp, uint32_t split)
 {
     char path[PATH_MAX];
-    if (!sl_autocache_path(c, fp, split, path, sizeof path)) return false;
+    if (!sl_master_autocache_path(c, fp, split, path, sizeof path)) return false;
     return utimensat(AT_FDCWD, path, NULL, 0) == 0; /* exists, and used now */
 }
 
-static bool decision_path(const sl_autocache_t *c, uint64_t fp, char *buf, size_t cap,
+static bool decision_path(const sl_master_autocache_t *c, uint64_t fp, char *buf, size_t cap,
                           bool dir_only)
 {
     int n = dir_only ? snprintf(buf, cap, "%s/%016" PRIx64, c->dir, fp)
@@ -241,7 +243,8 @@ static bool decision_path(const sl_autocache_t *c, uint64_t fp, char *buf, size_
     return n > 0 && (size_t)n < cap;
 }
 
-bool sl_autocache_load(const sl_autocache_t *c, uint64_t fp, sl_autocache_decision_t *out)
+bool sl_master_autocache_load(const sl_master_autocache_t *c, uint64_t fp,
+                              sl_master_autocache_decision_t *out)
 {
     char path[PATH_MAX];
     if (!decision_path(c, fp, path, sizeof path, false)) return false;
@@ -255,11 +258,11 @@ bool sl_autocache_load(const sl_autocache_t *c, uint64_t fp, sl_autocache_decisi
     sl_free(c->a, data, len + 1);
     if (j == NULL) return false;
     const char *st = json_string_value(json_object_get(j, "state"));
-    sl_autocache_decision_t d = {0};
-    d.state = st == NULL                     ? SL_AUTOCACHE_OFF
-              : strcmp(st, "chosen") == 0   ? SL_AUTOCACHE_CHOSEN
-              : strcmp(st, "declined") == 0 ? SL_AUTOCACHE_DECLINED
-                                            : SL_AUTOCACHE_OFF;
+    sl_master_autocache_decision_t d = {0};
+    d.state = st == NULL                    ? SL_MASTER_AUTOCACHE_OFF
+              : strcmp(st, "chosen") == 0   ? SL_MASTER_AUTOCACHE_CHOSEN
+              : strcmp(st, "declined") == 0 ? SL_MASTER_AUTOCACHE_DECLINED
+                                            : SL_MASTER_AUTOCACHE_OFF;
     d.compute_us_per_sample = json_number_value(json_object_get(j, "compute_us_per_sample"));
     d.cache_us_per_sample = json_number_value(json_object_get(j, "cache_us_per_sample"));
     d.read_mb_per_s = json_number_value(json_object_get(j, "read_mb_per_s"));
@@ -267,13 +270,13 @@ bool sl_autocache_load(const sl_autocache_t *c, uint64_t fp, sl_autocache_decisi
     json_int_t n = json_integer_value(json_object_get(j, "samples"));
     d.samples = n > 0 ? (uint64_t)n : 0;
     json_decref(j);
-    if (d.state == SL_AUTOCACHE_OFF) return false; /* not a decision of ours */
+    if (d.state == SL_MASTER_AUTOCACHE_OFF) return false; /* not a decision of ours */
     *out = d;
     return true;
 }
 
-sl_err_t sl_autocache_store(sl_autocache_t *c, uint64_t fp, const sl_autocache_decision_t *d,
-                            sl_error_t *err)
+sl_err_t sl_master_autocache_store(sl_master_autocache_t *c, uint64_t fp,
+                                   const sl_master_autocache_decision_t *d, sl_error_t *err)
 {
     char dir[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX];
     if (!decision_path(c, fp, dir, sizeof dir, true) ||
@@ -282,16 +285,16 @@ sl_err_t sl_autocache_store(sl_autocache_t *c, uint64_t fp, const sl_autocache_d
         return sl_error_set(err, SL_ERR_INVALID, "--cache-dir %s: path too long", c->dir);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return sl_error_set(err, SL_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
-    json_t *j = json_pack("{s:s, s:f, s:f, s:I, s:f, s:f, s:f}", "state",
-                          sl_autocache_state_name(d->state), "compute_us_per_sample",
-                          d->compute_us_per_sample, "cache_us_per_sample", d->cache_us_per_sample,
-                          "samples", (json_int_t)d->samples, "read_mb_per_s", d->read_mb_per_s,
-                          "source_mb_per_s", d->source_mb_per_s, "margin", SL_AUTOCACHE_MARGIN);
+    json_t *j =
+        json_pack("{s:s, s:f, s:f, s:I, s:f, s:f, s:f}", "state",
+                  sl_master_autocache_state_name(d->state), "compute_us_per_sample",
+                  d->compute_us_per_sample, "cache_us_per_sample", d->cache_us_per_sample,
+                  "samples", (json_int_t)d->samples, "read_mb_per_s", d->read_mb_per_s,
+                  "source_mb_per_s", d->source_mb_per_s, "margin", SL_MASTER_AUTOCACHE_MARGIN);
     char text[1024];
     size_t len = j != NULL ? json_dumpb(j, text, sizeof text, JSON_COMPACT) : 0;
     json_decref(j);
-    if (len == 0 || len > sizeof text)
-        return sl_error_set(err, SL_ERR_NOMEM, "autocache decision");
+    if (len == 0 || len > sizeof text) return sl_error_set(err, SL_ERR_NOMEM, "autocache decision");
     sl_err_t rc = sl_io_replace_file(path, tmp, text, len, "\n", 1, true, err);
     if (rc == SL_OK) rc = sl_io_sync_dir(dir, err);
     return rc;
@@ -303,7 +306,7 @@ static bool is_cache_file(const char *name)
     return strncmp(name, "split-", 6) == 0 && n > e && strcmp(name + n - e, SL_WH_FILE_EXT) == 0;
 }
 
-void sl_autocache_drop(sl_autocache_t *c, uint64_t fp)
+void sl_master_autocache_drop(sl_master_autocache_t *c, uint64_t fp)
 {
     char sub[PATH_MAX], path[PATH_MAX];
     if (!decision_path(c, fp, sub, sizeof sub, true)) return;
@@ -335,7 +338,7 @@ static int by_age(const void *x, const void *y)
     return a->mtime_ns < b->mtime_ns ? -1 : a->mtime_ns > b->mtime_ns;
 }
 
-void sl_autocache_evict(sl_autocache_t *c, uint64_t now_ms, uint64_t min_interval_ms)
+void sl_master_autocache_evict(sl_master_autocache_t *c, uint64_t now_ms, uint64_t min_interval_ms)
 {
     if (min_interval_ms && c->scanned && now_ms - c->scanned_ms < min_interval_ms) return;
     c->scanned = true;

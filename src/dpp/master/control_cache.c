@@ -23,15 +23,15 @@
 static void settle(sl_master_t *m, mp_job *j, uint64_t fp, uint64_t now)
 {
     if (m->cache == NULL || fp == 0) {
-        j->ac.state = SL_AUTOCACHE_OFF;
+        j->ac.state = SL_MASTER_AUTOCACHE_OFF;
         return;
     }
-    if (j->ac.state == SL_AUTOCACHE_OFF) j->ac.state = SL_AUTOCACHE_MEASURING;
-    if (j->ac.state != SL_AUTOCACHE_MEASURING) return;
+    if (j->ac.state == SL_MASTER_AUTOCACHE_OFF) j->ac.state = SL_MASTER_AUTOCACHE_MEASURING;
+    if (j->ac.state != SL_MASTER_AUTOCACHE_MEASURING) return;
     if (j->ac_looked_ms != 0 && now - j->ac_looked_ms < LOOK_EVERY_MS) return;
     j->ac_looked_ms = now;
-    sl_autocache_decision_t d;
-    if (sl_autocache_load(m->cache, fp, &d)) j->ac = d;
+    sl_master_autocache_decision_t d;
+    if (sl_master_autocache_load(m->cache, fp, &d)) j->ac = d;
 }
 
 static void figures_add(mp_cache_figures *f, const mp_cache_figures *c)
@@ -62,32 +62,34 @@ static void decide(sl_master_t *m, mp_job *j, const sl_master_state_job_status_t
     mp_cache_figures f;
     figures_of(m, j, &f);
     uint64_t min = st->total_rows / MIN_FRACTION;
-    sl_autocache_stats_t cs;
-    sl_autocache_stats(m->cache, &cs);
-    sl_autocache_figures_t in = {.compute_ns = f.compute_ns,
-                                 .computed_samples = f.computed_samples,
-                                 .computed_bytes = f.computed_bytes,
-                                 .source_ns = f.source_ns,
-                                 .source_bytes = f.source_bytes,
-                                 .read_bytes_per_s = cs.read_bytes_per_s,
-                                 .min_samples = min < 1                 ? 1
-                                                : min > MIN_SAMPLES_MAX ? MIN_SAMPLES_MAX
-                                                                        : min};
-    sl_autocache_decision_t d = sl_autocache_decide(&in);
+    sl_master_autocache_stats_t cs;
+    sl_master_autocache_stats(m->cache, &cs);
+    sl_master_autocache_figures_t in = {.compute_ns = f.compute_ns,
+                                        .computed_samples = f.computed_samples,
+                                        .computed_bytes = f.computed_bytes,
+                                        .source_ns = f.source_ns,
+                                        .source_bytes = f.source_bytes,
+                                        .read_bytes_per_s = cs.read_bytes_per_s,
+                                        .min_samples = min < 1                 ? 1
+                                                       : min > MIN_SAMPLES_MAX ? MIN_SAMPLES_MAX
+                                                                               : min};
+    sl_master_autocache_decision_t d = sl_master_autocache_decide(&in);
     j->ac = d;
-    if (d.state == SL_AUTOCACHE_MEASURING) return;
+    if (d.state == SL_MASTER_AUTOCACHE_MEASURING) return;
     /* what was written while measuring is not wanted */
-    if (d.state == SL_AUTOCACHE_DECLINED) sl_autocache_drop(m->cache, st->prefix_fingerprint);
+    if (d.state == SL_MASTER_AUTOCACHE_DECLINED)
+        sl_master_autocache_drop(m->cache, st->prefix_fingerprint);
     sl_error_t err = {0};
-    if (sl_autocache_store(m->cache, st->prefix_fingerprint, &d, &err) != SL_OK)
+    if (sl_master_autocache_store(m->cache, st->prefix_fingerprint, &d, &err) != SL_OK)
         sl_log_kv(SL_LOG_WARN, "autocache_store_failed", (SL_KV_STR("error", err.msg)),
                   "autocache decision not stored (a restart measures again): %s", err.msg);
     sl_log_kv(SL_LOG_INFO, "autocache_decided",
-              (SL_KV_STR("job", j->id), SL_KV_STR("decision", sl_autocache_state_name(d.state)),
+              (SL_KV_STR("job", j->id),
+               SL_KV_STR("decision", sl_master_autocache_state_name(d.state)),
                SL_KV_U64("samples", d.samples)),
               "job %s: autocache %s: computing costs %.2f us a sample, reading the cache %.2f us "
               "(estimated from %.0f MB/s) over %" PRIu64 " samples",
-              j->id, sl_autocache_state_name(d.state), d.compute_us_per_sample,
+              j->id, sl_master_autocache_state_name(d.state), d.compute_us_per_sample,
               d.cache_us_per_sample, d.read_mb_per_s, d.samples);
 }
 
@@ -100,12 +102,15 @@ int mp_cache_lease(sl_master_t *m, const char *job, const sl_master_state_job_st
     settle(m, j, fp, sl_clock_ms());
     /* while measuring, splits are written too (as Cachew does), so that the
      * second epoch can read them all if the cache is chosen */
-    if ((j->ac.state != SL_AUTOCACHE_CHOSEN && j->ac.state != SL_AUTOCACHE_MEASURING) ||
-        !sl_autocache_path(m->cache, fp, l->split, path, cap))
+    if ((j->ac.state != SL_MASTER_AUTOCACHE_CHOSEN &&
+         j->ac.state != SL_MASTER_AUTOCACHE_MEASURING) ||
+        !sl_master_autocache_path(m->cache, fp, l->split, path, cap))
         return SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE;
-    if (j->ac.state == SL_AUTOCACHE_CHOSEN && sl_autocache_use(m->cache, fp, l->split))
+    if (j->ac.state == SL_MASTER_AUTOCACHE_CHOSEN &&
+        sl_master_autocache_use(m->cache, fp, l->split))
         return SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_READ;
-    if (j->ac.state == SL_AUTOCACHE_MEASURING && sl_autocache_use(m->cache, fp, l->split))
+    if (j->ac.state == SL_MASTER_AUTOCACHE_MEASURING &&
+        sl_master_autocache_use(m->cache, fp, l->split))
         return SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE; /* written already */
     /* only a whole split makes a whole cache file */
     bool whole = l->num_todo == 1 && l->todo[0].from_row == 0 && l->todo[0].to_row == l->num_rows;
@@ -118,8 +123,8 @@ void mp_cache_figures_in(sl_master_t *m, mp_worker *w, const Sluice__Control__Ca
     if (c == NULL) return; /* a worker without the autocache */
     mp_job *wj = w->job[0] != '\0' ? mp_job_find(m, w->job) : NULL;
     /* counters that went back: another process under this worker id */
-    if (wj != NULL && (c->computed_samples < w->cache.computed_samples ||
-                       c->samples < w->cache.samples))
+    if (wj != NULL &&
+        (c->computed_samples < w->cache.computed_samples || c->samples < w->cache.samples))
         figures_add(&wj->ac_gone, &w->cache);
     w->cache = (mp_cache_figures){.compute_ns = c->compute_ns,
                                   .computed_samples = c->computed_samples,
@@ -134,13 +139,13 @@ void mp_cache_figures_in(sl_master_t *m, mp_worker *w, const Sluice__Control__Ca
                                   .write_ns = c->write_ns};
     if (m->cache == NULL) return;
     uint64_t now = sl_clock_ms();
-    sl_autocache_evict(m->cache, now, 2000);
+    sl_master_autocache_evict(m->cache, now, 2000);
     mp_job *j = w->job[0] != '\0' ? mp_job_find(m, w->job) : NULL;
     sl_master_state_job_status_t st;
     sl_error_t err = {0};
     if (j == NULL || sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK) return;
     settle(m, j, st.prefix_fingerprint, now);
-    if (j->ac.state == SL_AUTOCACHE_MEASURING) decide(m, j, &st);
+    if (j->ac.state == SL_MASTER_AUTOCACHE_MEASURING) decide(m, j, &st);
 }
 
 void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v)
@@ -150,7 +155,7 @@ void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v)
     v->prefix_fingerprint = v->status.prefix_fingerprint;
     settle(m, j, v->prefix_fingerprint, sl_clock_ms());
     v->autocache = j->ac;
-    if (j->ac.state == SL_AUTOCACHE_MEASURING) { /* the figures so far */
+    if (j->ac.state == SL_MASTER_AUTOCACHE_MEASURING) { /* the figures so far */
         v->autocache.compute_us_per_sample =
             f.computed_samples ? (double)f.compute_ns / 1e3 / (double)f.computed_samples : 0;
         v->autocache.samples = f.computed_samples;
@@ -164,6 +169,6 @@ void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v)
     v->cache_bytes_written = f.bytes_written;
     v->computed_samples = f.computed_samples;
     v->compute_ns = f.compute_ns;
-    v->cache_dir = m->cache != NULL ? sl_autocache_dir(m->cache) : NULL;
-    if (m->cache != NULL) sl_autocache_stats(m->cache, &v->cache_dir_stats);
+    v->cache_dir = m->cache != NULL ? sl_master_autocache_dir(m->cache) : NULL;
+    if (m->cache != NULL) sl_master_autocache_stats(m->cache, &v->cache_dir_stats);
 }

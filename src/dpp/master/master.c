@@ -225,7 +225,7 @@ static void destroy(sl_master_t *m)
     mp_kafka_watch_stop(m); /* idempotent */
     mp_server_stop(m);      /* idempotent, and frees what a failed start got */
     sl_master_state_destroy(m->st);
-    sl_autocache_destroy(m->cache);
+    sl_master_autocache_destroy(m->cache);
     sl_free(m->a, m->kpos, (size_t)m->cap_kpos * sizeof *m->kpos);
     sl_free(m->a, m->kview, (size_t)m->cap_kview * sizeof *m->kview);
     sl_free(m->a, m->jobs, sl_mul_size(m->opts.max_jobs, sizeof *m->jobs));
@@ -321,12 +321,12 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
             "%s", info.warning);
     o->state_dir = NULL; /* borrowed for the call only */
     if (o->cache_dir != NULL &&
-        (rc = sl_autocache_open(o->cache_dir, o->cache_max_bytes, o->cache_probe_bytes, m->a,
-                                &m->cache, err)) != SL_OK) {
+        (rc = sl_master_autocache_open(o->cache_dir, o->cache_max_bytes, o->cache_probe_bytes, m->a,
+                                       &m->cache, err)) != SL_OK) {
         destroy(m);
         return rc;
     }
-    o->cache_dir = NULL; /* borrowed for the call only: sl_autocache_dir has it */
+    o->cache_dir = NULL; /* borrowed for the call only: sl_master_autocache_dir has it */
     sl_mutex_lock(&m->mu);
     rc = adopt_jobs(m, err);
     sl_mutex_unlock(&m->mu);
@@ -487,7 +487,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     mp_kafka_stream_t stream = {0};
     sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &job, &table, &filter, &splits,
                              &stream, problems, err);
-    uint64_t fp = 0; /* a Kafka job has no fingerprint: its records are not a fixed input */
+    uint64_t fp = 0;     /* a Kafka job has no fingerprint: its records are not a fixed input */
     uint64_t prefix = 0; /* the autocache's key; 0: not cacheable */
     if (rc == SL_OK && !job->is_kafka)
         rc = sl_pipeline_fingerprint(job, sl_wh_table_schema(table), splits, &fp, err);

@@ -218,12 +218,12 @@ typedef struct sl_master_job_view {
      * reads that fell back to computing, the files they wrote; the cache
      * directory's state (cache_dir NULL: no autocache). */
     uint64_t prefix_fingerprint;
-    sl_autocache_decision_t autocache;
+    sl_master_autocache_decision_t autocache;
     uint64_t cache_samples, cache_read_ns, cache_fallbacks;
     uint64_t cache_files_written, cache_bytes_written;
     uint64_t computed_samples, compute_ns;
     const char *cache_dir;
-    sl_autocache_stats_t cache_dir_stats;
+    sl_master_autocache_stats_t cache_dir_stats;
 } sl_master_job_view_t;
 
 /* One worker id the master has seen. */

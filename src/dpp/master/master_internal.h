@@ -54,7 +54,7 @@ typedef struct mp_job {
     /* The autocache (control_cache.c): its decision for the job's prefix
      * fingerprint (state OFF until the job is known cacheable), and when a
      * stored decision was last looked for. */
-    sl_autocache_decision_t ac;
+    sl_master_autocache_decision_t ac;
     uint64_t ac_looked_ms;
     /* figures of the job's worker processes that ended (a worker id taken
      * over by a new process starts its counters again) */
@@ -146,7 +146,7 @@ struct sl_master {
     bool thread_started;
     atomic_bool stop;
     uint64_t last_observe_ms, last_expire_ms, last_evict_ms;
-    sl_autocache_t *cache; /* --cache-dir; NULL: no autocache */
+    sl_master_autocache_t *cache; /* --cache-dir; NULL: no autocache */
     /* counters */
     uint64_t frames_in, protocol_errors, connections_total;
     uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */

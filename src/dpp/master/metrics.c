@@ -229,14 +229,13 @@ char *sl_master_metrics_text(sl_master_t *m)
         {"sluice_master_autocache_fallbacks", "gauge",
          "Cache reads of the job's workers that fell back to computing (a missing or corrupt "
          "cache file)."},
-        {"sluice_master_autocache_files_written", "gauge",
-         "Cache files the job's workers wrote."},
+        {"sluice_master_autocache_files_written", "gauge", "Cache files the job's workers wrote."},
     };
     static const int fam_first[] = {
-        SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,        WAIT,         BUSY,      QUEUED,
-        WORKER_MEMORY,  DESIRED,        GRANTED,        FAILED,       FINISHED,  SKIPPED,
-        SKIPPED_ROWS,   SHARES_WITH,    SHARED_BATCHES, SHARED_BYTES, SHARED_CPU,
-        AC_STATE,       AC_SAMPLES,     AC_FALLBACKS,   AC_WRITTEN};
+        SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,        WAIT,         BUSY,       QUEUED,
+        WORKER_MEMORY,  DESIRED,        GRANTED,        FAILED,       FINISHED,   SKIPPED,
+        SKIPPED_ROWS,   SHARES_WITH,    SHARED_BATCHES, SHARED_BYTES, SHARED_CPU, AC_STATE,
+        AC_SAMPLES,     AC_FALLBACKS,   AC_WRITTEN};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);

@@ -96,8 +96,7 @@ const char *sl_pipeline_uncacheable(const sl_pipeline_job_t *job);
  * what one split's batches hold (source with footer checksums, projection,
  * filters, transforms, batching), without epochs, split shuffle and seed.
  * *out 0 when the job is not cacheable (sl_pipeline_uncacheable). */
-sl_err_t sl_pipeline_prefix_fingerprint(const sl_pipeline_job_t *job,
-                                        const sl_wh_schema_t *schema,
+sl_err_t sl_pipeline_prefix_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
                                         const sl_wh_splits_t *splits, uint64_t *out,
                                         sl_error_t *err);
 

@@ -32,8 +32,8 @@
 struct dpp_cache_writer {
     sl_worker_t *w;
     sl_mutex_t mu;
-    char *path; /* the final name */
-    char *part; /* written here (the writer's own temporary beside it), renamed to path */
+    char *path;         /* the final name */
+    char *part;         /* written here (the writer's own temporary beside it), renamed to path */
     sl_wh_writer_t *wr; /* opened with the first batch */
     sl_wh_schema_t *schema;
     uint32_t refs;
@@ -276,6 +276,15 @@ static sl_err_t index_stripes(sl_worker_t *w, sl_wh_reader_t *r, const sl_worker
     return SL_OK;
 }
 
+/* Bytes of a decoded cache stripe's tensors. */
+static uint64_t stripe_bytes(const sl_batch_t *b)
+{
+    return sl_kjt_bytes(&b->sparse) +
+           ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
+               sizeof(float) +
+           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
+}
+
 /* A batch of the job's shape from a cache stripe: copies into its own
  * arena. */
 static sl_err_t batch_of(sl_worker_t *w, const sl_wh_rows_t *rows, sl_batch_t **out,
@@ -351,8 +360,8 @@ void dpp_cache_rest_free(sl_worker_t *w, dpp_cache_rest_t *rest)
 
 /* The todo of wk less the served ranges served[0..n) (sorted, each inside
  * one todo range). */
-static bool rest_of(sl_worker_t *w, const sl_worker_work_t *wk, const cstripe_t *served,
-                    uint32_t n, dpp_cache_rest_t *rest)
+static bool rest_of(sl_worker_t *w, const sl_worker_work_t *wk, const cstripe_t *served, uint32_t n,
+                    dpp_cache_rest_t *rest)
 {
     uint32_t j = 0;
     for (uint32_t k = 0; k < wk->num_todo; k++) {
@@ -396,8 +405,14 @@ sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_e
             break; /* revoked: done follows, nothing more is sent */
         const sl_wh_rows_t *rows = NULL;
         if ((rc = sl_wh_reader_read_stripe(r, cs[i].stripe, &rows, &cerr)) != SL_OK) break;
+        /* the decoded stripe is in the budget while its batch is made (the
+         * batch itself is accounted when it is handed on) */
+        uint64_t sb = stripe_bytes(&rows->batch);
+        if ((out = dpp_worker_budget_take(w, sb, 0, "a cache file's stripe", err)) != SL_OK) break;
         sl_batch_t *b = NULL;
-        if ((rc = batch_of(w, rows, &b, &cerr)) != SL_OK) {
+        rc = batch_of(w, rows, &b, &cerr);
+        sl_worker_budget_release(w->budget, sb);
+        if (rc != SL_OK) {
             if (rc == SL_ERR_NOMEM) out = SL_ERR_NOMEM;
             break;
         }

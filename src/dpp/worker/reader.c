@@ -99,8 +99,8 @@ static uint64_t rows_bytes(const sl_wh_rows_t *rows)
 /* Add one stripe's rows and stage times to the statistics: read from t0
  * to t1 (less waited, for memory), filter and batch from t1 to now (less
  * the time spent handing batches on since handoff_before). */
-static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t bytes,
-                           uint64_t t0, uint64_t t1, uint64_t waited, uint64_t handoff_before)
+static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t bytes, uint64_t t0,
+                           uint64_t t1, uint64_t waited, uint64_t handoff_before)
 {
     sl_worker_t *w = rd->w;
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
@@ -476,7 +476,8 @@ static sl_err_t compute_split(reader_t *rd, const sl_worker_work_t *wk, const ch
     sl_err_t rc = open_split(rd, wk->split, err);
     if (rc == SL_OK) rc = read_split(rd, wk, t0, err);
     if (rd->cw) {
-        if (rc != SL_OK || !work_live(w, wk)) dpp_cache_writer_fail(rd->cw, "the read was cut short");
+        if (rc != SL_OK || !work_live(w, wk))
+            dpp_cache_writer_fail(rd->cw, "the read was cut short");
         dpp_cache_writer_unref(rd->cw);
         rd->cw = NULL;
     }
@@ -510,8 +511,7 @@ static sl_err_t read_table_unit(reader_t *rd, const sl_worker_work_t *wk, uint64
         sub.todo = rest.r;
         sub.num_todo = rest.n;
         bool again = whole_split(&sub); /* nothing served: write the file anew */
-        rc = compute_split(rd, &sub, again ? wk->cache_file : NULL, now_ns(CLOCK_MONOTONIC),
-                           err);
+        rc = compute_split(rd, &sub, again ? wk->cache_file : NULL, now_ns(CLOCK_MONOTONIC), err);
     }
     dpp_cache_rest_free(w, &rest);
     (void)t0;

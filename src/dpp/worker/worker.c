@@ -124,8 +124,8 @@ static sl_err_t record_times(sl_worker_t *w, const sl_batch_t *batch, sl_worker_
 
 /* Dedup, transform and encode one batch; hand it to the server with the
  * lease part of its origin. Takes the batch, also on failure. */
-static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t *wb,
-                        uint64_t held, sl_dedup_stats_t *ds, sl_error_t *err)
+static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t *wb, uint64_t held,
+                        sl_dedup_stats_t *ds, sl_error_t *err)
 {
     sl_batch_t *batch = wb->batch;
     const sl_worker_lease_origin_t *lease = &wb->lease;
@@ -593,9 +593,8 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
                 "  autocache: %" PRIu64 " batches (%" PRIu64 " samples) read from cache files in "
                 "%.3f s, %" PRIu64 " fallbacks to computing, %" PRIu64 " files written (%" PRIu64
                 " bytes) in %.3f s\n",
-                st->cache_batches, st->cache_samples, st->cache_read_ns / 1e9,
-                st->cache_fallbacks, st->cache_files_written, st->cache_bytes_written,
-                st->cache_write_ns / 1e9);
+                st->cache_batches, st->cache_samples, st->cache_read_ns / 1e9, st->cache_fallbacks,
+                st->cache_files_written, st->cache_bytes_written, st->cache_write_ns / 1e9);
     fprintf(out,
             "  sent %" PRIu64 " batches (%" PRIu64 " bytes), acknowledged %" PRIu64 " (%" PRIu64
             " samples), redelivered %" PRIu64 "\n",
