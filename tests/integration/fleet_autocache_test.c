@@ -157,14 +157,24 @@ static void run_end_when(run_t *r, fu_master_t *m, const char *job, const char *
     free(r->seen);
 }
 
+/* A fresh sessions table, the master up (with --cache-dir), and the
+ * expensive job id of epochs epochs (2 ranks, workers workers) submitted;
+ * the table's path into table. @return the job id (malloc'd). */
+static char *heavy_job_up(fu_master_t *m, const char *id, uint32_t epochs, uint32_t workers,
+                          char *table, size_t cap)
+{
+    char spec[4096];
+    fu_gen_preset("sessions", ROWS, 1000, 2, table, cap);
+    master_up(m);
+    expensive_spec(spec, sizeof spec, id, table, epochs);
+    return fu_submit(m, spec, 2, "dynamic", workers, workers, NULL);
+}
+
 Test(fleet_autocache, expensive_pipeline_is_cached_exactly_once_with_a_worker_killed)
 {
     fu_master_t m = {0};
-    char table[300], spec[4096];
-    fu_gen_preset("sessions", ROWS, 1000, 2, table, sizeof table);
-    master_up(&m);
-    expensive_spec(spec, sizeof spec, "heavy", table, 4);
-    char *job = fu_submit(&m, spec, 2, "dynamic", 2, 2, NULL);
+    char table[300];
+    char *job = heavy_job_up(&m, "heavy", 4, 2, table, sizeof table);
     run_t r = {0};
     run_start(&r, &m, job, 4, 2, 3000);
     wait_cached(&m, job, &r);
@@ -245,10 +255,7 @@ Test(fleet_autocache, restart_corrupt_file_and_changed_source)
 {
     fu_master_t m = {0};
     char table[300], spec[4096];
-    fu_gen_preset("sessions", ROWS, 1000, 2, table, sizeof table);
-    master_up(&m);
-    expensive_spec(spec, sizeof spec, "first", table, 3);
-    char *job = fu_submit(&m, spec, 2, "dynamic", 1, 1, NULL);
+    char *job = heavy_job_up(&m, "first", 3, 1, table, sizeof table);
     run_t r = {0};
     run_start(&r, &m, job, 3, 1, 0);
     run_end_when(&r, &m, job, "cache_files_written", 1);
@@ -309,11 +316,8 @@ Test(fleet_autocache, restart_corrupt_file_and_changed_source)
 Test(fleet_autocache, master_killed_in_a_cached_epoch_and_restarted)
 {
     fu_master_t m = {0};
-    char table[300], spec[4096];
-    fu_gen_preset("sessions", ROWS, 1000, 2, table, sizeof table);
-    master_up(&m);
-    expensive_spec(spec, sizeof spec, "restarted", table, 4);
-    char *job = fu_submit(&m, spec, 2, "dynamic", 2, 2, NULL);
+    char table[300];
+    char *job = heavy_job_up(&m, "restarted", 4, 2, table, sizeof table);
     run_t r = {0};
     run_start(&r, &m, job, 4, 2, 5000);
     /* well into epoch 1, which reads the cache */
