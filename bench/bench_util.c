@@ -77,6 +77,11 @@ void *bench_trainer_run(void *arg)
         c->last = bench_now();
         if (c->samples == 0) c->first = c->last;
         c->samples += b->batch_size;
+        uint32_t e =
+            b->origin.epoch < BENCH_TRAINER_EPOCHS ? b->origin.epoch : BENCH_TRAINER_EPOCHS - 1;
+        if (c->epoch_samples[e] == 0) c->epoch_first[e] = c->last;
+        c->epoch_last[e] = c->last;
+        c->epoch_samples[e] += b->batch_size;
         sl_trainer_release(t, b);
         if (c->delay_us) usleep(c->delay_us);
     }

@@ -31,12 +31,17 @@ int bench_sluice_binary(const char *argv0, const char *who, char *out, size_t ca
  * delay_us (after each batch); stop ends it after its current batch. It
  * counts samples and the times of its first and last batch; end is
  * SL_ERR_CLOSED when the job ended, else what failed (msg). */
+#define BENCH_TRAINER_EPOCHS 8
 typedef struct bench_trainer {
     const char *master, *job;
     uint32_t rank, world_size, prefetch, delay_us;
     _Atomic bool stop;
     uint64_t samples;
     double first, last;
+    /* per epoch (the last slot: that epoch and later ones): samples, the
+     * times of the first and last batch */
+    uint64_t epoch_samples[BENCH_TRAINER_EPOCHS];
+    double epoch_first[BENCH_TRAINER_EPOCHS], epoch_last[BENCH_TRAINER_EPOCHS];
     int end; /* sl_err_t */
     char msg[SL_ERROR_MSG_MAX];
 } bench_trainer_t;

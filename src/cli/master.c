@@ -27,9 +27,9 @@ static void on_signal(int sig)
 
 typedef struct master_args {
     const char *listen, *admin, *state, *token_file, *executor, *log_dir, *secret_file;
-    const char *k8s_ns, *k8s_deployment, *k8s_api, *k8s_sa;
+    const char *k8s_ns, *k8s_deployment, *k8s_api, *k8s_sa, *cache_dir;
     uint64_t lease_ms, split_failures, client_idle_ms, fleet, compact, max_conns, handshake_ms,
-        conn_idle_ms, kafka_ahead, kafka_watch_ms;
+        conn_idle_ms, kafka_ahead, kafka_watch_ms, cache_size;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
 } master_args_t;
@@ -99,6 +99,13 @@ static const sl_cli_opt_t mopts[] = {
     {"kafka-watch-ms", SL_CLI_UINT, "N", "2000", NULL, 100, 3600000, 0, M(kafka_watch_ms),
      "how often the master asks the brokers about its Kafka streams: partitions added, high "
      "watermarks (lag), the consumer-group mirror (docs/KAFKA.md, \"Streams under a master\")"},
+    {"cache-dir", SL_CLI_PATH, "DIR", NULL, NULL, 0, 0, 0, M(cache_dir),
+     "the autocache's directory (created; the workers must see it at the same path: one machine "
+     "or a shared file system): jobs whose first epoch shows that reading a cached output is "
+     "faster than computing it read later epochs from it (docs/JOBS.md, \"Autocache\"); none: "
+     "no autocache"},
+    {"cache-size", SL_CLI_SIZE, "N", "8G", NULL, 1, UINT64_MAX, 0, M(cache_size),
+     "with --cache-dir: the cache files' bytes; past it the least recently used are removed"},
 };
 
 static const sl_cli_group_t master_group = SL_CLI_OWN_GROUP(mopts);
@@ -239,7 +246,9 @@ int sl_cli_master(int argc, char **argv)
                           .client_conn_idle_ms = args.conn_idle_ms,
                           .compact_bytes = args.compact,
                           .kafka_chunks_ahead = (uint32_t)args.kafka_ahead,
-                          .kafka_watch_ms = args.kafka_watch_ms};
+                          .kafka_watch_ms = args.kafka_watch_ms,
+                          .cache_dir = args.cache_dir,
+                          .cache_max_bytes = args.cache_size};
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);

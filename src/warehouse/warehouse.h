@@ -339,6 +339,11 @@ sl_err_t sl_wh_writer_append(sl_wh_writer_t *w, const sl_wh_rows_t *rows, sl_err
 /* Rows appended so far. */
 uint64_t sl_wh_writer_rows(const sl_wh_writer_t *w);
 
+/* End the stripe being filled now, short or not (nothing when it is
+ * empty): the next row starts a new stripe. The autocache writes one
+ * batch a stripe this way (docs/DESIGN.md "Autocache"). */
+sl_err_t sl_wh_writer_end_stripe(sl_wh_writer_t *w, sl_error_t *err);
+
 /* Write the last stripe, the footer and the trailer, fsync, rename to the
  * final name, fsync the directory. Frees w whatever happens; on error nothing
  * appears under the final name (the temporary file is removed). After an

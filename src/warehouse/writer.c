@@ -473,6 +473,12 @@ sl_err_t sl_wh_writer_append(sl_wh_writer_t *w, const sl_wh_rows_t *rows, sl_err
     return SL_OK;
 }
 
+sl_err_t sl_wh_writer_end_stripe(sl_wh_writer_t *w, sl_error_t *err)
+{
+    if (w->failed != SL_OK) return sticky(w, err);
+    return wh_writer_flush_stripe(w, err);
+}
+
 /* ---- close ---- */
 
 static sl_err_t write_footer(sl_wh_writer_t *w, sl_error_t *err)

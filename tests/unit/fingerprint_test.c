@@ -49,7 +49,20 @@ TestSuite(fingerprint, .init = setup, .fini = teardown);
 
 /* The fingerprint of spec text (printf-style, the table path given by the
  * caller). */
+static uint64_t fp_of(const char *text, bool prefix);
+
 static uint64_t fp(const char *text)
+{
+    return fp_of(text, false);
+}
+
+/* The autocache's prefix fingerprint of spec text (0: not cacheable). */
+static uint64_t prefix_fp(const char *text)
+{
+    return fp_of(text, true);
+}
+
+static uint64_t fp_of(const char *text, bool prefix)
 {
     sl_pipeline_job_t *job = NULL;
     sl_pipeline_problems_t pr = {0};
@@ -65,8 +78,10 @@ static uint64_t fp(const char *text)
     sl_wh_splits_t *sp = NULL;
     cr_assert_eq(sl_wh_table_splits(t, f, job->stripes_per_split, &sp, &err), SL_OK, "%s", err.msg);
     uint64_t out = 0;
-    cr_assert_eq(sl_pipeline_fingerprint(job, sl_wh_table_schema(t), sp, &out, &err), SL_OK, "%s",
-                 err.msg);
+    sl_err_t rc = prefix
+                      ? sl_pipeline_prefix_fingerprint(job, sl_wh_table_schema(t), sp, &out, &err)
+                      : sl_pipeline_fingerprint(job, sl_wh_table_schema(t), sp, &out, &err);
+    cr_assert_eq(rc, SL_OK, "%s", err.msg);
     sl_wh_splits_destroy(sp);
     sl_wh_filter_destroy(f);
     sl_wh_table_close(t);
@@ -277,4 +292,57 @@ Test(fingerprint, a_missing_vocabulary_is_an_error_naming_it)
     sl_wh_splits_destroy(sp);
     sl_wh_table_close(t);
     sl_pipeline_job_destroy(job);
+}
+
+/* The autocache's key: what one split's batches hold. Epochs, the split
+ * shuffle and its seed do not change them; the data and every transform
+ * do; a row shuffle, dedup groups or "autocache": false make a job not
+ * cacheable (0). */
+Test(fingerprint, the_prefix_fingerprint_of_the_autocache)
+{
+    static char b[4096];
+#define PREFIX(...) (snprintf(b, sizeof b, __VA_ARGS__), prefix_fp(b))
+    uint64_t base = PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
+                           "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I1\"}],"
+                           "\"batch\":{\"size\":64,\"epochs\":1}}",
+                           table);
+    cr_assert_neq(base, 0);
+    cr_assert_eq(PREFIX("{\"id\":\"b\",\"source\":{\"table\":\"%s\"},"
+                        "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I1\"}],"
+                        "\"batch\":{\"size\":64,\"epochs\":5,"
+                        "\"shuffle\":{\"splits\":true,\"seed\":9}}}",
+                        table),
+                 base, "epochs and the split order are not part of it");
+    cr_assert_neq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
+                         "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I2\"}],"
+                         "\"batch\":{\"size\":64,\"epochs\":1}}",
+                         table),
+                  base);
+    cr_assert_neq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
+                         "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I1\"}],"
+                         "\"batch\":{\"size\":65,\"epochs\":1}}",
+                         table),
+                  base);
+    /* and it is not the plan fingerprint */
+    cr_assert_neq(SPEC("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
+                       "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I1\"}],"
+                       "\"batch\":{\"size\":64,\"epochs\":1}}",
+                       table),
+                  base);
+    cr_assert_eq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
+                        "\"batch\":{\"size\":64,\"shuffle\":{\"window\":128}}}",
+                        table),
+                 0, "a row shuffle ends the prefix before the transforms");
+    cr_assert_eq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},\"autocache\":false}", table),
+                 0);
+    cr_assert_eq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
+                        "\"batch\":{\"dedup_groups\":{\"g\":[\"C1\",\"C2\"]}}}",
+                        table),
+                 0);
+    /* a rewritten source file changes it */
+    gen(table2, 17);
+    uint64_t before = PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"}}", table2);
+    gen(table2, 18);
+    cr_assert_neq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"}}", table2), before);
+#undef PREFIX
 }

@@ -280,6 +280,48 @@ static void add_share_json(json_t *o, const sl_master_job_view_t *v)
     json_object_set_new(o, "shared_cpu_seconds_saved", json_real((double)v->shared_cpu_ns / 1e9));
 }
 
+/* The autocache (docs/DESIGN.md "Autocache"; docs/ADMIN.md): its
+ * decision for the job's prefix fingerprint and the figures behind it. */
+static json_t *autocache_json(const sl_master_job_view_t *v)
+{
+    const sl_master_autocache_decision_t *d = &v->autocache;
+    char fp[20] = "";
+    if (v->prefix_fingerprint != 0) snprintf(fp, sizeof fp, "%016" PRIx64, v->prefix_fingerprint);
+    const char *why = v->cache_dir == NULL ? "the master has no --cache-dir"
+                      : v->prefix_fingerprint == 0
+                          ? "not cacheable: a Kafka source, a row shuffle, dedup groups or "
+                            "\"autocache\": false (docs/JOBS.md, \"Autocache\")"
+                      : d->state == SL_MASTER_AUTOCACHE_MEASURING ? "measuring the first epoch"
+                      : d->state == SL_MASTER_AUTOCACHE_CHOSEN    ? "reading the cache wins"
+                                                                  : "computing wins";
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:f, s:f, s:I, s:f, s:f, s:I, s:f, s:I, s:I, s:I, s:I, s:f}", "state",
+        sl_master_autocache_state_name(d->state), "reason", why, "prefix_fingerprint", fp,
+        "compute_us_per_sample", d->compute_us_per_sample, "cache_us_per_sample_estimated",
+        d->cache_us_per_sample, "measured_samples", (json_int_t)d->samples, "read_mb_per_s",
+        d->read_mb_per_s, "margin", SL_MASTER_AUTOCACHE_MARGIN, "cache_samples",
+        (json_int_t)v->cache_samples, "cache_us_per_sample",
+        v->cache_samples ? (double)v->cache_read_ns / 1e3 / (double)v->cache_samples : 0.0,
+        "cache_fallbacks", (json_int_t)v->cache_fallbacks, "cache_files_written",
+        (json_int_t)v->cache_files_written, "cache_bytes_written",
+        (json_int_t)v->cache_bytes_written, "computed_samples", (json_int_t)v->computed_samples,
+        "computed_us_per_sample",
+        v->computed_samples ? (double)v->compute_ns / 1e3 / (double)v->computed_samples : 0.0);
+    if (o != NULL) json_object_set_new(o, "source_mb_per_s", json_real(d->source_mb_per_s));
+    if (o != NULL && v->cache_dir != NULL) {
+        json_object_set_new(o, "cache_dir", json_string(v->cache_dir));
+        json_object_set_new(o, "cache_dir_bytes",
+                            json_integer((json_int_t)v->cache_dir_stats.bytes));
+        json_object_set_new(o, "cache_dir_files",
+                            json_integer((json_int_t)v->cache_dir_stats.files));
+        json_object_set_new(o, "cache_dir_max_bytes",
+                            json_integer((json_int_t)v->cache_dir_stats.max_bytes));
+        json_object_set_new(o, "cache_dir_evicted_files",
+                            json_integer((json_int_t)v->cache_dir_stats.evicted_files));
+    }
+    return o;
+}
+
 static json_t *job_json(const sl_master_job_view_t *v)
 {
     const sl_master_state_job_status_t *st = &v->status;
@@ -310,6 +352,7 @@ static json_t *job_json(const sl_master_job_view_t *v)
         json_object_set_new(o, "bytes_encoded", json_integer((json_int_t)v->bytes_encoded));
         if (v->num_kafka > 0) json_object_set_new(o, "kafka", kafka_json(v));
         add_share_json(o, v);
+        json_object_set_new(o, "autocache", autocache_json(v));
         json_object_set_new(o, "bytes_saved",
                             json_integer((json_int_t)(v->bytes_expanded > v->bytes_encoded
                                                           ? v->bytes_expanded - v->bytes_encoded

@@ -346,6 +346,9 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
         store[k].to_row = l.todo[k].to_row;
         todo[k] = &store[k];
     }
+    /* before share_pass: l.todo is good until the next call on the state */
+    char cache_file[4096];
+    int cache_mode = mp_cache_lease(m, job, &st, &l, cache_file, sizeof cache_file);
     Sluice__Control__SplitRef shared[MP_SHARE_MAX], *shared_p[MP_SHARE_MAX];
     uint32_t nshared = share_pass(m, w, job, &l, shared, shared_p);
     Sluice__Control__Lease le = SLUICE__CONTROL__LEASE__INIT;
@@ -362,6 +365,10 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
     le.todo = todo;
     le.rank_plus_one = l.rank_plus_one;
     le.expiry_ms = m->opts.lease_timeout_ms;
+    if (cache_mode != SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE) {
+        le.cache_file = cache_file;
+        le.cache_mode = (Sluice__Control__Lease__CacheMode)cache_mode;
+    }
     char topic[MP_ID_MAX];
     int32_t partition = 0;
     if (mp_kafka_split_ref(l.path, l.stripe_begin, l.stripe_end, topic, sizeof topic, &partition)) {
@@ -405,6 +412,7 @@ void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbea
     w->shared_batches = h->shared_batches;
     w->shared_bytes = h->shared_bytes;
     w->shared_cpu_ns = h->shared_cpu_ns;
+    mp_cache_figures_in(m, w, h->cache);
     w->leases = 0;
     /* out of memory: nothing revoked this time (the next heartbeat tells) */
     Sluice__Control__SplitRef **rev =
@@ -438,6 +446,8 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
         mp_send_error(m, i, SL_ERR_PROTOCOL, "split read without ref");
         return;
     }
+    if (m->conns[i].kind == MP_WORKER)
+        mp_cache_figures_in(m, &m->workers[m->conns[i].worker], r->cache);
     sl_dpp_row_range_t one[16], *e = one;
     if (r->n_empty > 16 && (e = sl_alloc(m->a, r->n_empty * sizeof *e)) == NULL) {
         mp_send_error(m, i, SL_ERR_NOMEM, "split read: empty ranges");

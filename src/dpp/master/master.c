@@ -225,6 +225,7 @@ static void destroy(sl_master_t *m)
     mp_kafka_watch_stop(m); /* idempotent */
     mp_server_stop(m);      /* idempotent, and frees what a failed start got */
     sl_master_state_destroy(m->st);
+    sl_master_autocache_destroy(m->cache);
     sl_free(m->a, m->kpos, (size_t)m->cap_kpos * sizeof *m->kpos);
     sl_free(m->a, m->kview, (size_t)m->cap_kview * sizeof *m->kview);
     sl_free(m->a, m->jobs, sl_mul_size(m->opts.max_jobs, sizeof *m->jobs));
@@ -319,6 +320,13 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
             (SL_KV_U64("offset", info.truncated_at), SL_KV_U64("bytes", info.truncated_bytes)),
             "%s", info.warning);
     o->state_dir = NULL; /* borrowed for the call only */
+    if (o->cache_dir != NULL &&
+        (rc = sl_master_autocache_open(o->cache_dir, o->cache_max_bytes, o->cache_probe_bytes, m->a,
+                                       &m->cache, err)) != SL_OK) {
+        destroy(m);
+        return rc;
+    }
+    o->cache_dir = NULL; /* borrowed for the call only: sl_master_autocache_dir has it */
     sl_mutex_lock(&m->mu);
     rc = adopt_jobs(m, err);
     sl_mutex_unlock(&m->mu);
@@ -479,9 +487,12 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     mp_kafka_stream_t stream = {0};
     sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &job, &table, &filter, &splits,
                              &stream, problems, err);
-    uint64_t fp = 0; /* a Kafka job has no fingerprint: its records are not a fixed input */
+    uint64_t fp = 0;     /* a Kafka job has no fingerprint: its records are not a fixed input */
+    uint64_t prefix = 0; /* the autocache's key; 0: not cacheable */
     if (rc == SL_OK && !job->is_kafka)
         rc = sl_pipeline_fingerprint(job, sl_wh_table_schema(table), splits, &fp, err);
+    if (rc == SL_OK && !job->is_kafka)
+        rc = sl_pipeline_prefix_fingerprint(job, sl_wh_table_schema(table), splits, &prefix, err);
     if (rc != SL_OK) goto out;
     sl_master_state_job_spec_t spec = {.job_id = job->id,
                                        .splits = splits != NULL ? splits->items : NULL,
@@ -499,7 +510,8 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                                        .max_workers = req->max_workers,
                                        .skip_bad_splits = job->skip_bad_splits,
                                        .plan_fingerprint = fp,
-                                       .share = job->share};
+                                       .share = job->share,
+                                       .prefix_fingerprint = prefix};
     sl_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
@@ -629,6 +641,7 @@ static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_
     v->num_kafka = mp_kafka_view(m, j->id, &v->kafka);
     v->num_shares_with = mp_fp_peers_locked(m, j->id);
     v->shares_with = m->fp_peers;
+    mp_cache_view(m, (mp_job *)j, v);
     return true;
 }
 

@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dpp/master/autocache.h"
 #include "dpp/master/autoscale.h"
 #include "dpp/master/executor.h"
 #include "dpp/master/state.h"
@@ -81,6 +82,13 @@ typedef struct sl_master_opts {
     uint64_t kafka_watch_ms;       /* stream jobs: partitions, watermarks (lag) and the
                                       consumer-group mirror this often; 0: 2000 */
     uint32_t kafka_chunks_ahead;   /* chunks a stream partition keeps open (state.h); 0: 4 */
+    /* The autocache (docs/DESIGN.md "Autocache"): its directory (created;
+     * shared with the workers; NULL: no autocache), the bytes of cache
+     * files it may hold (0: 8 GiB), and the size of the file written and
+     * read at start to measure its read throughput (0: 16 MiB). */
+    const char *cache_dir;
+    uint64_t cache_max_bytes;
+    uint64_t cache_probe_bytes;
 } sl_master_opts_t;
 
 typedef struct sl_master sl_master_t;
@@ -204,6 +212,18 @@ typedef struct sl_master_job_view {
      * to the other jobs without computing them, their bytes, and the
      * pipeline CPU they would have cost */
     uint64_t shared_batches, shared_bytes, shared_cpu_ns;
+    /* The autocache (docs/DESIGN.md "Autocache"): the decision for the
+     * job's prefix fingerprint (0: not cacheable) and the figures behind
+     * it; what its workers read from cache files (samples, time), the
+     * reads that fell back to computing, the files they wrote; the cache
+     * directory's state (cache_dir NULL: no autocache). */
+    uint64_t prefix_fingerprint;
+    sl_master_autocache_decision_t autocache;
+    uint64_t cache_samples, cache_read_ns, cache_fallbacks;
+    uint64_t cache_files_written, cache_bytes_written;
+    uint64_t computed_samples, compute_ns;
+    const char *cache_dir;
+    sl_master_autocache_stats_t cache_dir_stats;
 } sl_master_job_view_t;
 
 /* One worker id the master has seen. */

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/lock.h"
 #include "common/mem.h"
+#include "dpp/master/autocache.h"
 #include "dpp/master/master.h"
 #include "dpp/master/state.h"
 #include "rpc/auth.h"
@@ -25,6 +26,13 @@
  * is finishing the previous epoch, so that they read the new one together. */
 #define MP_SHARE_SYNC_MS 1000
 #define MP_ADDR_MAX 256
+
+/* A worker's autocache measurements (CacheFigures, proto/control.proto), cumulative. */
+typedef struct mp_cache_figures {
+    uint64_t compute_ns, computed_samples, computed_bytes, source_ns, source_bytes;
+    uint64_t read_ns, samples, fallbacks;
+    uint64_t files_written, bytes_written, write_ns;
+} mp_cache_figures;
 
 /* Per job: what the state machine does not keep (autoscaler, stats). */
 typedef struct mp_job {
@@ -43,6 +51,14 @@ typedef struct mp_job {
     bool solo;
     uint32_t sync_epoch; /* the epoch whose start sync_since_ms is (wait_for_peers) */
     uint64_t sync_since_ms;
+    /* The autocache (control_cache.c): its decision for the job's prefix
+     * fingerprint (state OFF until the job is known cacheable), and when a
+     * stored decision was last looked for. */
+    sl_master_autocache_decision_t ac;
+    uint64_t ac_looked_ms;
+    /* figures of the job's worker processes that ended (a worker id taken
+     * over by a new process starts its counters again) */
+    mp_cache_figures ac_gone;
 } mp_job;
 
 typedef struct mp_worker {
@@ -58,6 +74,7 @@ typedef struct mp_worker {
     uint64_t bytes_encoded, bytes_expanded; /* its batches so far; and had dedup been off */
     bool shares;                            /* REGISTER shares: it serves shared passes */
     uint64_t shared_batches, shared_bytes, shared_cpu_ns; /* what its shared passes saved */
+    mp_cache_figures cache;                               /* the autocache's (heartbeats) */
 } mp_worker;
 
 typedef enum { MP_NEW = 0, MP_WORKER = 1, MP_CLIENT = 2 } mp_kind;
@@ -129,6 +146,7 @@ struct sl_master {
     bool thread_started;
     atomic_bool stop;
     uint64_t last_observe_ms, last_expire_ms, last_evict_ms;
+    sl_master_autocache_t *cache; /* --cache-dir; NULL: no autocache */
     /* counters */
     uint64_t frames_in, protocol_errors, connections_total;
     uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */
@@ -199,6 +217,18 @@ void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register 
     SL_REQUIRES(m->mu);
 void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__LeaseRequest *r)
     SL_REQUIRES(m->mu);
+/* control_cache.c: the autocache (docs/DESIGN.md "Autocache"). The cache
+ * file and mode of lease l of job (st its status) into path (cap bytes);
+ * mode CACHE_NONE when it is not read or written through the cache. */
+int mp_cache_lease(sl_master_t *m, const char *job, const sl_master_state_job_status_t *st,
+                   const sl_master_lease_t *l, char *path, size_t cap) SL_REQUIRES(m->mu);
+/* Worker w's figures c (of a HEARTBEAT or SPLIT_READ; NULL: none): kept,
+ * a decision for its job once enough is measured, eviction (at most every
+ * 2 s). */
+void mp_cache_figures_in(sl_master_t *m, mp_worker *w, const Sluice__Control__CacheFigures *c)
+    SL_REQUIRES(m->mu);
+/* The autocache part of job j's view. */
+void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v) SL_REQUIRES(m->mu);
 void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h)
     SL_REQUIRES(m->mu);
 void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRead *r)

@@ -186,6 +186,10 @@ char *sl_master_metrics_text(sl_master_t *m)
         SHARED_BATCHES,
         SHARED_BYTES,
         SHARED_CPU,
+        AC_STATE,
+        AC_SAMPLES,
+        AC_FALLBACKS,
+        AC_WRITTEN,
         NFIG
     };
     static const struct {
@@ -217,11 +221,21 @@ char *sl_master_metrics_text(sl_master_t *m)
         {"sluice_master_shared_bytes_saved", "gauge", "Encoded bytes of those batches."},
         {"sluice_master_shared_cpu_seconds_saved", "gauge",
          "Pipeline CPU seconds those batches would have cost."},
+        {"sluice_master_autocache_state", "gauge",
+         "The autocache's decision for the job's prefix fingerprint: 0 off, 1 measuring, 2 "
+         "chosen (later epochs read the cache), 3 declined."},
+        {"sluice_master_autocache_samples", "gauge",
+         "Samples the job's workers served from cache files (their heartbeats)."},
+        {"sluice_master_autocache_fallbacks", "gauge",
+         "Cache reads of the job's workers that fell back to computing (a missing or corrupt "
+         "cache file)."},
+        {"sluice_master_autocache_files_written", "gauge", "Cache files the job's workers wrote."},
     };
     static const int fam_first[] = {
-        SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,        WAIT,         BUSY,      QUEUED,
-        WORKER_MEMORY,  DESIRED,        GRANTED,        FAILED,       FINISHED,  SKIPPED,
-        SKIPPED_ROWS,   SHARES_WITH,    SHARED_BATCHES, SHARED_BYTES, SHARED_CPU};
+        SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,        WAIT,         BUSY,       QUEUED,
+        WORKER_MEMORY,  DESIRED,        GRANTED,        FAILED,       FINISHED,   SKIPPED,
+        SKIPPED_ROWS,   SHARES_WITH,    SHARED_BATCHES, SHARED_BYTES, SHARED_CPU, AC_STATE,
+        AC_SAMPLES,     AC_FALLBACKS,   AC_WRITTEN};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);
@@ -259,7 +273,11 @@ char *sl_master_metrics_text(sl_master_t *m)
                 f[SHARED_BATCHES] += (double)m->workers[w].shared_batches;
                 f[SHARED_BYTES] += (double)m->workers[w].shared_bytes;
                 f[SHARED_CPU] += (double)m->workers[w].shared_cpu_ns / 1e9;
+                f[AC_SAMPLES] += (double)m->workers[w].cache.samples;
+                f[AC_FALLBACKS] += (double)m->workers[w].cache.fallbacks;
+                f[AC_WRITTEN] += (double)m->workers[w].cache.files_written;
             }
+        f[AC_STATE] = j->ac.state;
     }
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
         sl_prom_family(&p, fam[k].name, fam[k].type, fam[k].help);

@@ -171,6 +171,7 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     jb->skip_bad = spec->skip_bad_splits;
     jb->plan_fp = spec->plan_fingerprint;
     jb->share = spec->share;
+    jb->prefix_fp = spec->prefix_fingerprint;
     jb->fingerprint = spec->kafka_chunk > 0 ? 0 : m_fingerprint(l);
     jb->epoch = rec->start_epoch;
     bool finished = jb->epoch >= jb->epochs;
@@ -347,6 +348,7 @@ sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_
         .skip_bad_splits = jb->skip_bad,
         .plan_fingerprint = jb->plan_fp,
         .share = jb->share,
+        .prefix_fingerprint = jb->prefix_fp,
         .failed = jb->failed,
         .failure_split = jb->fail_split,
         .failure_epoch = jb->fail_epoch,

@@ -172,6 +172,9 @@ typedef struct sl_master_state_job_spec {
      * (sl_pipeline_fingerprint; 0: none, never shares) and the spec's "share". */
     uint64_t plan_fingerprint;
     bool share;
+    /* The autocache (docs/DESIGN.md "Autocache"): the key of the job's
+     * cache files (sl_pipeline_prefix_fingerprint; 0: not cacheable). */
+    uint64_t prefix_fingerprint;
 } sl_master_state_job_spec_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
@@ -240,6 +243,7 @@ typedef struct sl_master_state_job_status {
     uint64_t skipped_splits, skipped_rows;      /* on_bad_split "skip", every epoch */
     uint64_t plan_fingerprint;                  /* as in the spec */
     bool share;
+    uint64_t prefix_fingerprint; /* as in the spec */
 } sl_master_state_job_status_t;
 
 sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,

@@ -102,6 +102,7 @@ typedef struct job {
     bool skip_bad;             /* on_bad_split "skip" */
     uint64_t plan_fp;          /* the plan's fingerprint (shared passes); 0: none */
     bool share;                /* the spec's "share" */
+    uint64_t prefix_fp;        /* the autocache's key; 0: not cacheable */
     bool failed;               /* JobFailed: terminal, see state_failure.c */
     uint32_t fail_split, fail_epoch;
     int32_t fail_stripe, fail_code;

@@ -437,6 +437,7 @@ static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_
         spec[k].skip_bad_splits = jb->skip_bad;
         spec[k].plan_fingerprint = jb->plan_fp;
         spec[k].share = jb->share;
+        spec[k].prefix_fingerprint = jb->prefix_fp;
         sj[k].skipped_splits = jb->skipped_splits;
         sj[k].skipped_rows = jb->skipped_rows;
         if (jb->chunk != 0) {

@@ -23,7 +23,12 @@
  *     shuffle and the row window; the seed only when one of the two
  *     shuffles is on (without them it changes nothing).
  * Left out: the job id, and "share" (whether to share is not what is
- * shared). */
+ * shared).
+ *
+ * The autocache's prefix fingerprint (sl_pipeline_prefix_fingerprint) is
+ * the same stream under another tag without epochs, the split shuffle and
+ * the seed: a cache file holds one split's batches, which neither the
+ * number of epochs nor the order of splits changes. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,15 +230,18 @@ static sl_err_t put_source(XXH3_state_t *h, const sl_pipeline_job_t *job,
     return SL_OK;
 }
 
-sl_err_t sl_pipeline_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
-                                 const sl_wh_splits_t *splits, uint64_t *out, sl_error_t *err)
+/* prefix: the autocache's key (plan.h, sl_pipeline_prefix_fingerprint):
+ * what a split's batches hold, without what only orders or repeats them. */
+static sl_err_t fingerprint(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
+                            const sl_wh_splits_t *splits, bool prefix, uint64_t *out,
+                            sl_error_t *err)
 {
     *out = 0;
     if (!job->is_kafka && (splits == NULL || job->table == NULL))
         return sl_error_set(err, SL_ERR_INVALID, "fingerprint: a table job needs its splits");
     XXH3_state_t h;
     XXH3_64bits_reset(&h);
-    put_str(&h, "sluice-plan-fingerprint-v1");
+    put_str(&h, prefix ? "sluice-cache-prefix-v1" : "sluice-plan-fingerprint-v1");
     sl_err_t rc = put_source(&h, job, splits, err);
     if (rc != SL_OK) return rc;
     section(&h, "projection");
@@ -259,7 +267,7 @@ sl_err_t sl_pipeline_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schem
     section(&h, "batch");
     put_u64(&h, job->batch_size);
     put_u64(&h, job->drop_last);
-    put_u64(&h, job->epochs);
+    if (!prefix) put_u64(&h, job->epochs);
     put_u64(&h, job->num_dedup_groups);
     for (uint32_t g = 0; g < job->num_dedup_groups; g++) {
         const sl_pipeline_dedup_group_t *grp = &job->dedup_groups[g];
@@ -271,10 +279,39 @@ sl_err_t sl_pipeline_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schem
     put_u64(&h, job->sample_ids);
     put_u64(&h, job->skip_bad_splits);
     put_u64(&h, job->stripes_per_split);
-    put_u64(&h, job->shuffle_splits);
-    put_u64(&h, job->shuffle_window);
-    bool seeded = job->shuffle_splits || job->shuffle_window > 0;
-    put_u64(&h, seeded ? job->seed : 0);
+    if (!prefix) {
+        put_u64(&h, job->shuffle_splits);
+        put_u64(&h, job->shuffle_window);
+        bool seeded = job->shuffle_splits || job->shuffle_window > 0;
+        put_u64(&h, seeded ? job->seed : 0);
+    }
     *out = XXH3_64bits_digest(&h);
     return SL_OK;
+}
+
+sl_err_t sl_pipeline_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
+                                 const sl_wh_splits_t *splits, uint64_t *out, sl_error_t *err)
+{
+    return fingerprint(job, schema, splits, false, out, err);
+}
+
+const char *sl_pipeline_uncacheable(const sl_pipeline_job_t *job)
+{
+    if (job->is_kafka) return "a Kafka job's records are not a fixed input";
+    if (!job->autocache) return "the job spec turns the autocache off (\"autocache\": false)";
+    if (job->shuffle_window > 0)
+        return "the row shuffle (shuffle_window) is random per epoch and comes before the "
+               "transforms: the deterministic prefix ends before anything worth caching";
+    if (job->num_dedup_groups > 0)
+        return "dedup groups: the transforms run on deduplicated batches (not cached yet)";
+    return NULL;
+}
+
+sl_err_t sl_pipeline_prefix_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
+                                        const sl_wh_splits_t *splits, uint64_t *out,
+                                        sl_error_t *err)
+{
+    *out = 0;
+    if (sl_pipeline_uncacheable(job) != NULL) return SL_OK;
+    return fingerprint(job, schema, splits, true, out, err);
 }

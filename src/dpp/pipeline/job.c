@@ -559,6 +559,11 @@ static const dpp_field_t root_fields[] = {
              "under a master, read and transform each split once for every job of the same plan "
              "fingerprint that shares (docs/JOBS.md, \"Shared passes\"); `false`: this job is "
              "always read on its own"),
+    BOOL_KEY("autocache", autocache, true,
+             "under a master with `--cache-dir`, let the autocache measure this job's first "
+             "epoch and, when reading a cached output wins, serve later epochs (and later jobs "
+             "of the same prefix fingerprint) from the cache (docs/JOBS.md, \"Autocache\"); "
+             "`false`: always computed"),
 };
 const dpp_object_t dpp_spec_root = {"$", root_fields, COUNT(root_fields)};
 

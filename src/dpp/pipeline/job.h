@@ -81,6 +81,8 @@ typedef struct sl_pipeline_job {
     bool skip_bad_splits;    /* "on_bad_split": "skip" (default "fail"; under a master) */
     bool share;              /* "share": may share passes with jobs of the same plan
                                 fingerprint (default true; under a master) */
+    bool autocache;          /* "autocache": may read and write a master's cache
+                                directory (default true; docs/JOBS.md "Autocache") */
     /* Directory that relative map_vocab files resolve against: the spec
      * file's directory (sl_pipeline_job_load), else NULL (the current one). */
     char *base_dir;

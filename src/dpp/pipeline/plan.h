@@ -84,4 +84,20 @@ sl_err_t sl_pipeline_plan_transform(const sl_pipeline_plan_t *plan, sl_batch_t *
 sl_err_t sl_pipeline_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
                                  const sl_wh_splits_t *splits, uint64_t *out, sl_error_t *err);
 
+/* The autocache (docs/DESIGN.md "Autocache"): why job's batches cannot be
+ * cached (a static string), or NULL when its whole pipeline up to the
+ * encoder is a deterministic prefix: a table source, no row shuffle (random
+ * per epoch, before the transforms), no dedup groups (not built), and the
+ * spec's "autocache" not false. Filters are deterministic (sampling hashes
+ * the seed and the sample id: the same rows every epoch). */
+const char *sl_pipeline_uncacheable(const sl_pipeline_job_t *job);
+
+/* The key of a cacheable job's cache entries: the fingerprint above over
+ * what one split's batches hold (source with footer checksums, projection,
+ * filters, transforms, batching), without epochs, split shuffle and seed.
+ * *out 0 when the job is not cacheable (sl_pipeline_uncacheable). */
+sl_err_t sl_pipeline_prefix_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schema_t *schema,
+                                        const sl_wh_splits_t *splits, uint64_t *out,
+                                        sl_error_t *err);
+
 #endif

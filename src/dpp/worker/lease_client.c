@@ -23,6 +23,7 @@ void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
     if (!l) return;
     sl_strfree(ms->a, l->path);
     sl_strfree(ms->a, l->kafka_topic);
+    sl_strfree(ms->a, l->cache_file);
     if (l->todo) sl_free(ms->a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
     if (l->empty) sl_free(ms->a, l->empty, (size_t)l->num_empty * sizeof *l->empty);
     sl_strfree(ms->a, l->fail_msg);
@@ -88,7 +89,9 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
                               .generation = l->generation,
                               .rank_plus_one = l->rank_plus_one,
                               .kafka_topic = l->kafka_topic,
-                              .kafka_partition = l->kafka_partition};
+                              .kafka_partition = l->kafka_partition,
+                              .cache_file = l->cache_file,
+                              .cache_mode = l->cache_file ? l->cache_mode : SL_WORKER_CACHE_NONE};
     return SL_OK;
 }
 

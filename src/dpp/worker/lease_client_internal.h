@@ -31,6 +31,8 @@ typedef struct lease {
     uint32_t rank_plus_one;
     char *path;
     char *kafka_topic; /* a Kafka chunk's (NULL: a table split) */
+    char *cache_file;  /* the autocache's (Lease.cache_file; NULL: none) */
+    uint32_t cache_mode;
     int32_t kafka_partition;
     sl_wh_split_t sp;
     sl_dpp_row_range_t *todo;

@@ -225,6 +225,10 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
     l->path = sl_strdup(ms->a, m->path);
     l->kafka_topic = kafka ? sl_strdup(ms->a, m->kafka_topic) : NULL;
     l->kafka_partition = m->kafka_partition;
+    if (!kafka && m->cache_file && m->cache_file[0] && m->cache_mode != 0) {
+        l->cache_file = sl_strdup(ms->a, m->cache_file); /* out of memory: computed */
+        l->cache_mode = (uint32_t)m->cache_mode;
+    }
     l->todo = sl_alloc(ms->a, m->n_todo * sizeof *l->todo);
     if (!l->path || !l->todo || (kafka && !l->kafka_topic)) {
         if (l->todo) l->num_todo = (uint32_t)m->n_todo;

@@ -12,6 +12,22 @@
 /* How often a shared pass with members is looked at for a stall. */
 #define STALL_CHECK_NS 250000000ull
 
+/* The autocache's measurements (docs/DESIGN.md "Autocache") of st. */
+static void cache_figures(const sl_worker_stats_t *st, Sluice__Control__CacheFigures *cf)
+{
+    cf->compute_ns = st->read_ns + st->filter_ns + st->dedup_ns + st->transform_ns;
+    cf->computed_samples = st->samples - st->cache_samples;
+    cf->computed_bytes = st->bytes_encoded - st->cache_bytes_encoded;
+    cf->source_ns = st->read_ns + st->filter_ns;
+    cf->source_bytes = st->source_bytes;
+    cf->read_ns = st->cache_read_ns;
+    cf->samples = st->cache_samples;
+    cf->fallbacks = st->cache_fallbacks;
+    cf->files_written = st->cache_files_written;
+    cf->bytes_written = st->cache_bytes_written;
+    cf->write_ns = st->cache_write_ns;
+}
+
 /* Report one lease whose rows are all read and batches all retired.
  * Called without ms->mu. @return false on a connection problem (retry). */
 static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
@@ -44,6 +60,16 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
     sr.n_empty = ne;
     sr.empty = rp;
     sr.detached = l->detached;
+    Sluice__Control__CacheFigures cf = SLUICE__CONTROL__CACHE_FIGURES__INIT;
+    sl_mutex_lock(&ms->mu);
+    sl_worker_t *w = ms->worker;
+    sl_mutex_unlock(&ms->mu);
+    if (w) {
+        sl_worker_stats_t st;
+        sl_worker_stats(w, &st);
+        cache_figures(&st, &cf);
+        sr.cache = &cf;
+    }
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
     sl_err_t rc = dpp_lease_call(ms, SL_RPC_SPLIT_READ, &sr.base, "split read",
@@ -166,6 +192,7 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
         return;
     }
     Sluice__Control__Heartbeat hb = SLUICE__CONTROL__HEARTBEAT__INIT;
+    Sluice__Control__CacheFigures cf = SLUICE__CONTROL__CACHE_FIGURES__INIT;
     hb.worker_id = ms->worker_id;
     hb.n_leases = h.n;
     hb.leases = h.ptrs;
@@ -200,6 +227,8 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
         hb.shared_cpu_ns = st.batches ? (uint64_t)((double)pipeline / (double)st.batches *
                                                    (double)st.server.shared_batches)
                                       : 0;
+        cache_figures(&st, &cf);
+        hb.cache = &cf;
     }
     ms->hb_at_ns = now;
     sl_rpc_frame_t f = {0};

@@ -34,6 +34,10 @@ typedef struct reader {
      * one's size. */
     uint64_t est, stripe_held, batcher_held;
     uint64_t handoff_ns; /* time spent waiting to hand batches over */
+    /* The autocache (cache.c): the batches handed on now come from a cache
+     * file, or go to cw once transformed (NULL: none). */
+    bool cached;
+    dpp_cache_writer_t *cw;
 } reader_t;
 
 /* ---- memory accounting ---- */
@@ -95,8 +99,8 @@ static uint64_t rows_bytes(const sl_wh_rows_t *rows)
 /* Add one stripe's rows and stage times to the statistics: read from t0
  * to t1 (less waited, for memory), filter and batch from t1 to now (less
  * the time spent handing batches on since handoff_before). */
-static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t t0, uint64_t t1,
-                           uint64_t waited, uint64_t handoff_before)
+static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t bytes, uint64_t t0,
+                           uint64_t t1, uint64_t waited, uint64_t handoff_before)
 {
     sl_worker_t *w = rd->w;
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
@@ -104,6 +108,7 @@ static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t 
     w->st.stripes++;
     w->st.rows_read += rows;
     w->st.rows_kept += kept;
+    w->st.source_bytes += bytes;
     w->st.read_ns += t1 - t0 - waited;
     /* Time spent handing batches on (blocked on the queue or the budget) is
      * back-pressure, not filtering. */
@@ -179,7 +184,8 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease
         sl_batch_destroy(batch);
         return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     }
-    *wb = (dpp_worker_batch_t){.batch = batch};
+    *wb = (dpp_worker_batch_t){.batch = batch, .cached = rd->cached, .cw = rd->cw};
+    if (rd->cw) dpp_cache_writer_ref(rd->cw);
     if (lease) {
         wb->lease = *lease;
         if (w->source.lease_made) w->source.lease_made(w->source.ctx, lease->handle);
@@ -351,7 +357,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
         if (rc == SL_OK) rc = batcher_acct(rd, err);
         rd->stripe_held = 0;
         sl_worker_budget_release(w->budget, sb);
-        account_stripe(rd, n, kept, t0, t1, waited, h0);
+        account_stripe(rd, n, kept, sb, t0, t1, waited, h0);
         if (rc) return rc;
         row = end;
         t0 = now_ns(CLOCK_MONOTONIC);
@@ -432,7 +438,7 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     if (rc == SL_OK) rc = batcher_acct(rd, err);
     rd->stripe_held = 0;
     sl_worker_budget_release(w->budget, sb);
-    account_stripe(rd, n, kept, o->t0, t1, waited, h0);
+    account_stripe(rd, n, kept, sb, o->t0, t1, waited, h0);
     o->t0 = now_ns(CLOCK_MONOTONIC);
     return rc;
 }
@@ -446,6 +452,69 @@ static sl_err_t read_own(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, 
     if (rc == SL_ERR_CLOSED && o.dead && !atomic_load(&w->stopping))
         rc = SL_OK; /* revoked mid-way: done follows, and the lease is forgotten unreported */
     if (rc == SL_OK) rc = batcher_acct(rd, err);
+    return rc;
+}
+
+/* ---- the autocache (docs/DESIGN.md "Autocache") ---- */
+
+/* Is todo the whole split (one range [0, num_rows))? Only such a read
+ * writes a cache file. */
+static bool whole_split(const sl_worker_work_t *wk)
+{
+    return wk->num_todo == 1 && wk->todo[0].from_row == 0 &&
+           wk->todo[0].to_row == wk->split->num_rows;
+}
+
+/* Compute wk's todo from its table split; when cache_file is set, its
+ * batches also go to that file once transformed (committed only when the
+ * whole todo was read with the lease live). */
+static sl_err_t compute_split(reader_t *rd, const sl_worker_work_t *wk, const char *cache_file,
+                              uint64_t t0, sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    rd->cw = cache_file ? dpp_cache_writer_new(w, cache_file) : NULL;
+    sl_err_t rc = open_split(rd, wk->split, err);
+    if (rc == SL_OK) rc = read_split(rd, wk, t0, err);
+    if (rd->cw) {
+        if (rc != SL_OK || !work_live(w, wk))
+            dpp_cache_writer_fail(rd->cw, "the read was cut short");
+        dpp_cache_writer_unref(rd->cw);
+        rd->cw = NULL;
+    }
+    return rc;
+}
+
+/* A table split under the autocache's modes: READ serves what the cache
+ * file holds of the todo and computes the rest (the whole todo when the
+ * file is missing or corrupt, and then writes the file again when the todo
+ * is the whole split); WRITE computes and writes; NONE computes. */
+static sl_err_t read_table_unit(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0,
+                                sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    bool write = wk->cache_file && wk->cache_mode == SL_WORKER_CACHE_WRITE && whole_split(wk);
+    if (!wk->cache_file || wk->cache_mode != SL_WORKER_CACHE_READ)
+        return compute_split(rd, wk, write ? wk->cache_file : NULL, t0, err);
+    dpp_cache_rest_t rest;
+    uint64_t c0 = now_ns(CLOCK_MONOTONIC), h0 = rd->handoff_ns;
+    rd->cached = true;
+    sl_err_t rc = dpp_cache_serve(w, wk, to_transform, rd, &rest, err);
+    rd->cached = false;
+    uint64_t spent = now_ns(CLOCK_MONOTONIC) - c0, handoff = rd->handoff_ns - h0;
+    sl_mutex_lock(&w->mu);
+    w->st.cache_read_ns += spent > handoff ? spent - handoff : 0;
+    w->st.backpressure_ns += handoff;
+    sl_mutex_unlock(&w->mu);
+    rd->num_empty = 0;
+    if (rc == SL_OK && rest.n > 0 && work_live(w, wk)) {
+        sl_worker_work_t sub = *wk;
+        sub.todo = rest.r;
+        sub.num_todo = rest.n;
+        bool again = whole_split(&sub); /* nothing served: write the file anew */
+        rc = compute_split(rd, &sub, again ? wk->cache_file : NULL, now_ns(CLOCK_MONOTONIC), err);
+    }
+    dpp_cache_rest_free(w, &rest);
+    (void)t0;
     return rc;
 }
 
@@ -523,8 +592,7 @@ void *dpp_worker_reader_main(void *arg)
         if (w->source.read) {
             rc = read_own(&rd, &wk, t0, &err);
         } else {
-            rc = open_split(&rd, wk.split, &err);
-            if (rc == SL_OK) rc = read_split(&rd, &wk, t0, &err);
+            rc = read_table_unit(&rd, &wk, t0, &err);
         }
         if (rc != SL_OK && lease_failed(&rd, &wk, rc, &err)) {
             /* the reader's state after a failure is unknown: reopen */

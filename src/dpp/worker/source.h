@@ -78,7 +78,14 @@ typedef struct sl_worker_work {
      * offset split->first_row + r. NULL: a table split. */
     const char *kafka_topic;
     int32_t kafka_partition;
+    /* The autocache (docs/DESIGN.md "Autocache"): the split's cache file
+     * (borrowed like split; NULL: none) and what to do with it. */
+    const char *cache_file;
+    uint32_t cache_mode; /* SL_WORKER_CACHE_* */
 } sl_worker_work_t;
+
+/* Values match Lease.CacheMode in proto/control.proto. */
+enum { SL_WORKER_CACHE_NONE = 0, SL_WORKER_CACHE_WRITE = 1, SL_WORKER_CACHE_READ = 2 };
 
 /* The lease part of a batch's origin (the rest is the batch's
  * sl_batch_origin_t): the lease its rows were read under and the rows of

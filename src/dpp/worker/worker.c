@@ -73,6 +73,10 @@ void dpp_worker_drop_msg(sl_worker_t *w, const sl_worker_msg_t *m)
     dpp_worker_batch_t *wb = m->ptr;
     sl_worker_budget_release(w->budget, m->bytes);
     sl_batch_destroy(wb->batch);
+    if (wb->cw) {
+        dpp_cache_writer_fail(wb->cw, "a batch was dropped");
+        dpp_cache_writer_unref(wb->cw);
+    }
     retire(w, wb->lease.handle);
     sl_free(w->a, wb, sizeof *wb);
 }
@@ -120,10 +124,11 @@ static sl_err_t record_times(sl_worker_t *w, const sl_batch_t *batch, sl_worker_
 
 /* Dedup, transform and encode one batch; hand it to the server with the
  * lease part of its origin. Takes the batch, also on failure. */
-static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64_t held,
-                        const sl_worker_lease_origin_t *lease, sl_dedup_stats_t *ds,
-                        sl_error_t *err)
+static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t *wb, uint64_t held,
+                        sl_dedup_stats_t *ds, sl_error_t *err)
 {
+    sl_batch_t *batch = wb->batch;
+    const sl_worker_lease_origin_t *lease = &wb->lease;
     /* Make the batch only when few enough wait to be sent: the read-ahead
      * is bounded in batches, not only by the memory budget, so frames and
      * batches reuse memory that is already mapped (and likely cached)
@@ -138,10 +143,14 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
         return batch_failed(w, batch, held, lease, rc, err);
     }
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    rc = sl_worker_batcher_dedup(d, batch, w->groups, w->num_groups, ds, err);
+    /* a cached batch was deduplicated and transformed before it was cached */
+    if (!wb->cached) rc = sl_worker_batcher_dedup(d, batch, w->groups, w->num_groups, ds, err);
     uint64_t t1 = now_ns(CLOCK_MONOTONIC);
-    if (rc == SL_OK) rc = sl_pipeline_plan_transform(w->plan, batch, err);
+    if (rc == SL_OK && !wb->cached) rc = sl_pipeline_plan_transform(w->plan, batch, err);
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
+    /* writing the cache file: its time is the cache's (cache_write_ns), not a stage's */
+    if (rc == SL_OK && wb->cw) dpp_cache_writer_add(wb->cw, batch, lease->from_row, lease->to_row);
+    uint64_t t2w = now_ns(CLOCK_MONOTONIC);
     if (rc) {
         sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ", batch->origin.split_id,
                         batch->origin.first_row);
@@ -187,9 +196,14 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, sl_batch_t *batch, uint64
     w->st.samples += it.num_samples;
     w->st.bytes_encoded += len;
     w->st.bytes_expanded += it.expanded_bytes;
+    if (wb->cached) {
+        w->st.cache_batches++;
+        w->st.cache_samples += it.num_samples;
+        w->st.cache_bytes_encoded += len;
+    }
     w->st.dedup_ns += t1 - t0;
     w->st.transform_ns += t2 - t1;
-    w->st.encode_ns += t3 - t2 - tw;
+    w->st.encode_ns += t3 - t2w - tw;
     w->st.backpressure_ns += tw + (t0 - q0);
     for (uint32_t g = 0; g < w->num_groups && g < SL_WORKER_MAX_GROUPS; g++) {
         w->st.groups[g].rows += ds[g].batch_size;
@@ -223,7 +237,11 @@ static void *xform_main(void *arg)
         }
         dpp_worker_batch_t wb = *(dpp_worker_batch_t *)m.ptr;
         sl_free(w->a, m.ptr, sizeof wb);
-        rc = process(w, d, wb.batch, m.bytes, &wb.lease, ds, &err);
+        rc = process(w, d, &wb, m.bytes, ds, &err);
+        if (wb.cw) {
+            if (rc != SL_OK) dpp_cache_writer_fail(wb.cw, err.msg);
+            dpp_cache_writer_unref(wb.cw);
+        }
         if (rc != SL_OK && !atomic_load(&w->stopping)) dpp_worker_fail(w, rc, err.msg);
     }
     sl_dedup_destroy(d);
@@ -571,6 +589,13 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
             "encode %.3f s, send %.3f s; back-pressure waits %.3f s\n",
             st->read_ns / 1e9, st->filter_ns / 1e9, st->dedup_ns / 1e9, st->transform_ns / 1e9,
             st->encode_ns / 1e9, s->send_ns / 1e9, st->backpressure_ns / 1e9);
+    if (st->cache_batches || st->cache_fallbacks || st->cache_files_written)
+        fprintf(out,
+                "  autocache: %" PRIu64 " batches (%" PRIu64 " samples) read from cache files in "
+                "%.3f s, %" PRIu64 " fallbacks to computing, %" PRIu64 " files written (%" PRIu64
+                " bytes) in %.3f s\n",
+                st->cache_batches, st->cache_samples, st->cache_read_ns / 1e9, st->cache_fallbacks,
+                st->cache_files_written, st->cache_bytes_written, st->cache_write_ns / 1e9);
     fprintf(out,
             "  sent %" PRIu64 " batches (%" PRIu64 " bytes), acknowledged %" PRIu64 " (%" PRIu64
             " samples), redelivered %" PRIu64 "\n",

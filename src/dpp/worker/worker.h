@@ -129,6 +129,15 @@ typedef struct sl_worker_stats {
     uint64_t dedup_ns, transform_ns, encode_ns;
     uint64_t backpressure_ns; /* stages waiting for memory */
     uint64_t cpu_ns;          /* CPU time of the pipeline and server threads that have exited */
+    /* The autocache (docs/DESIGN.md "Autocache"): batches served from
+     * cache files (their samples, encoded bytes, and the reader's time
+     * reading them, waits for memory or the queue excluded), cache reads
+     * that fell back to computing, cache files written (bytes, time). The
+     * stage times above are of computed batches only (encode: of both). */
+    uint64_t cache_batches, cache_samples, cache_bytes_encoded, cache_read_ns;
+    uint64_t cache_fallbacks;
+    uint64_t cache_files_written, cache_bytes_written, cache_write_ns;
+    uint64_t source_bytes; /* decoded bytes of the stripes read from the source */
     uint64_t memory_limit, memory_used, memory_peak;
     sl_worker_server_stats_t server;
     bool finished; /* every batch produced and acknowledged */

@@ -16,9 +16,16 @@
 
 /* A work queue message (sl_worker_msg_t.ptr): a batch on its way from the
  * batcher to the server, with the lease part of its origin. */
+typedef struct dpp_cache_writer dpp_cache_writer_t;
+
 typedef struct dpp_worker_batch {
     sl_batch_t *batch;
     sl_worker_lease_origin_t lease; /* handle NULL: a batch of no lease */
+    /* The autocache (cache.c): the batch came from a cache file (dedup and
+     * transforms are done already), or goes to cw once transformed (a
+     * reference of it; NULL: none). */
+    bool cached;
+    dpp_cache_writer_t *cw;
 } dpp_worker_batch_t;
 
 struct sl_worker {
@@ -81,6 +88,40 @@ sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, c
 /* Free a work queue message that will not be processed (its bytes, its
  * batch, and its lease's share: the batch is retired). */
 void dpp_worker_drop_msg(sl_worker_t *w, const sl_worker_msg_t *m);
+
+/* cache.c: the autocache's files (docs/DESIGN.md "Autocache").
+ * A writer of the cache file path for one unit of work: one reference
+ * (the reader's) to begin with, one more per batch; the last unref
+ * commits the file (atomically: written beside it, renamed) unless
+ * something failed, and counts it in the worker's statistics. NULL when
+ * out of memory (the split is then not cached). */
+dpp_cache_writer_t *dpp_cache_writer_new(sl_worker_t *w, const char *path);
+void dpp_cache_writer_ref(dpp_cache_writer_t *cw);
+/* The batch (transformed, covering rows [from_row, to_row) of the split)
+ * as the file's next stripe; a failure marks the writer failed. */
+void dpp_cache_writer_add(dpp_cache_writer_t *cw, const sl_batch_t *batch, uint64_t from_row,
+                          uint64_t to_row);
+/* The file will not hold the whole todo (revoked, dropped, failed). */
+void dpp_cache_writer_fail(dpp_cache_writer_t *cw, const char *why);
+void dpp_cache_writer_unref(dpp_cache_writer_t *cw); /* NULL is fine */
+
+/* Todo rows a cache file did not serve. */
+typedef struct dpp_cache_rest {
+    sl_dpp_row_range_t *r;
+    uint32_t n, cap;
+} dpp_cache_rest_t;
+void dpp_cache_rest_free(sl_worker_t *w, dpp_cache_rest_t *rest);
+/* Takes a batch (transformed) of the unit with the lease part of its
+ * origin (NULL without a lease). */
+typedef sl_err_t (*dpp_cache_emit_fn)(void *ctx, sl_batch_t *batch,
+                                      const sl_worker_lease_origin_t *lease, sl_error_t *err);
+/* Serve wk's todo from wk->cache_file: every stripe whose row range lies
+ * inside a todo range goes to emit as a batch, in row order; *rest gets the
+ * todo rows left to compute (all of them when the file is missing or
+ * corrupt: a fallback, logged and counted, never an error). @return SL_OK,
+ * or emit's error, SL_ERR_CLOSED (stopping), SL_ERR_NOMEM. */
+sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_emit_fn emit,
+                         void *ctx, dpp_cache_rest_t *rest, sl_error_t *err);
 
 /* reader.c: the reader thread (arg: the worker). */
 void *dpp_worker_reader_main(void *arg);

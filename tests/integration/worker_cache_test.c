@@ -1,0 +1,302 @@
+/* The worker's half of the autocache (src/dpp/worker/cache.c): a split
+ * read with CACHE_WRITE leaves a cache file; read with CACHE_READ, the
+ * same batches come out of it (the same keys, lengths, ids, weights, dense
+ * values, labels with a filter's weight label, sample ids, origins and row
+ * ranges) without the transforms; a corrupt or missing file falls back to
+ * computing, counted, with the same batches again.
+ *
+ * A test source hands out every split of a table under a stand-in lease,
+ * epoch after epoch, each epoch with its cache mode; a trainer reads every
+ * batch and keeps a digest of each, keyed by (epoch, split, first row). */
+#include <criterion/criterion.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/worker.h"
+#include "sluice/trainer.h"
+#include "testutil.h"
+#include "warehouse/import.h"
+#include "warehouse/warehouse.h"
+
+#define ROWS 6000u
+#define STRIPE 1000u /* 6 splits */
+#define BATCH 256u
+
+static char dir[256], table[300], cache[300];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/sluice-worker-cache-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(table, sizeof table, "%s/table", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    cr_assert_eq(mkdir(cache, 0755), 0);
+    sl_wh_gen_spec_t spec;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_gen_preset("criteo", ROWS, 3, &spec, &err), SL_OK, "%s", err.msg);
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.stripe_rows = STRIPE;
+    go.writer.no_sync = true;
+    go.threads = 1;
+    cr_assert_eq(sl_wh_gen_table(table, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
+}
+
+static void teardown(void)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(worker_cache, .init = setup, .fini = teardown);
+
+/* ---- the test source ---- */
+
+#define MAX_SPLITS 16
+#define MAX_EPOCHS 4
+
+typedef struct tsrc {
+    const sl_wh_splits_t *sp;
+    uint32_t epochs, next;
+    uint32_t modes[MAX_EPOCHS];
+    char paths[MAX_SPLITS][400];
+    sl_dpp_row_range_t todo[MAX_SPLITS];
+    int lease; /* the stand-in lease handle */
+} tsrc_t;
+
+static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
+{
+    (void)err;
+    tsrc_t *s = ctx;
+    uint32_t n = s->sp->count;
+    if (s->next >= s->epochs * n) return SL_ERR_CLOSED;
+    uint32_t e = s->next / n, k = s->next % n;
+    s->next++;
+    *out = (sl_worker_work_t){.split = &s->sp->items[k],
+                              .epoch = e,
+                              .split_id = k,
+                              .todo = &s->todo[k],
+                              .num_todo = 1,
+                              .lease = &s->lease,
+                              .generation = 1,
+                              .cache_file = s->paths[k],
+                              .cache_mode = s->modes[e]};
+    return SL_OK;
+}
+
+static bool src_live(void *ctx, void *lease)
+{
+    (void)ctx;
+    (void)lease;
+    return true;
+}
+
+static void src_destroy(void *ctx)
+{
+    (void)ctx;
+}
+
+/* ---- batch digests ---- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t digest(const sl_batch_t *b)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    const sl_kjt_t *k = &b->sparse;
+    h = fnv(h, &b->batch_size, sizeof b->batch_size);
+    h = fnv(h, &k->num_keys, sizeof k->num_keys);
+    for (uint32_t i = 0; i < k->num_keys; i++)
+        h = fnv(h, k->keys[i], strlen(k->keys[i]) + 1);
+    h = fnv(h, k->lengths, (size_t)k->num_keys * k->stride * sizeof *k->lengths);
+    h = fnv(h, k->values, k->num_values * sizeof *k->values);
+    if (k->weights) h = fnv(h, k->weights, k->num_values * sizeof *k->weights);
+    const sl_dense_t *d[2] = {&b->dense, &b->labels};
+    for (int j = 0; j < 2; j++) {
+        h = fnv(h, &d[j]->cols, sizeof d[j]->cols);
+        for (uint32_t c = 0; c < d[j]->cols; c++)
+            h = fnv(h, d[j]->names[c], strlen(d[j]->names[c]) + 1);
+        h = fnv(h, d[j]->data, (size_t)d[j]->rows * d[j]->cols * sizeof(float));
+    }
+    cr_assert_not_null(b->sample_ids);
+    h = fnv(h, b->sample_ids, (size_t)b->batch_size * sizeof *b->sample_ids);
+    return h;
+}
+
+#define MAX_BATCHES 512
+typedef struct seen {
+    uint32_t epoch[MAX_BATCHES];
+    uint64_t split[MAX_BATCHES], row[MAX_BATCHES], hash[MAX_BATCHES], seq[MAX_BATCHES];
+    uint32_t n;
+    uint64_t samples[MAX_EPOCHS];
+} seen_t;
+
+/* Run a worker for job over the table's splits, epochs epochs of the given
+ * modes; every batch digested into out. */
+static void run(const char *spec, uint32_t epochs, const uint32_t *modes, seen_t *out,
+                sl_worker_stats_t *st)
+{
+    sl_pipeline_job_t *job = NULL;
+    sl_pipeline_problems_t p = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, &p, &err), SL_OK, "%s", err.msg);
+    sl_pipeline_problems_free(&p);
+    sl_wh_table_t *t;
+    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
+    sl_wh_splits_t *sp;
+    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK, "%s", err.msg);
+    cr_assert_leq(sp->count, MAX_SPLITS);
+    tsrc_t *s = calloc(1, sizeof *s);
+    s->sp = sp;
+    s->epochs = epochs;
+    for (uint32_t e = 0; e < epochs; e++)
+        s->modes[e] = modes[e];
+    for (uint32_t k = 0; k < sp->count; k++) {
+        snprintf(s->paths[k], sizeof s->paths[k], "%s/split-%u.slc", cache, k);
+        s->todo[k] = (sl_dpp_row_range_t){0, sp->items[k].num_rows};
+    }
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 2;
+    o.memory_limit = 64u << 20;
+    o.source = (sl_worker_source_t){
+        .next = src_next, .destroy = src_destroy, .lease_live = src_live, .ctx = s};
+    sl_worker_t *w = NULL;
+    cr_assert_eq(sl_worker_start(job, &o, &w, &p, &err), SL_OK, "%s", err.msg);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
+    sl_trainer_opts_t to = sl_trainer_opts_default();
+    to.address = addr;
+    sl_trainer_t *tr;
+    cr_assert_eq(sl_trainer_connect(&to, &tr, &err), SL_OK, "%s", err.msg);
+    sl_batch_t *b;
+    sl_err_t rc;
+    memset(out, 0, sizeof *out);
+    while ((rc = sl_trainer_next(tr, (int)(tu_timeout(30) * 1000), &b, &err)) == SL_OK) {
+        cr_assert_lt(out->n, MAX_BATCHES);
+        cr_assert_lt(b->origin.epoch, epochs);
+        out->epoch[out->n] = b->origin.epoch;
+        out->split[out->n] = b->origin.split_id;
+        out->row[out->n] = b->origin.first_row;
+        out->hash[out->n] = digest(b);
+        out->seq[out->n] = b->origin.sequence;
+        out->samples[b->origin.epoch] += b->batch_size;
+        out->n++;
+        sl_trainer_release(tr, b);
+    }
+    cr_assert_eq(rc, SL_ERR_CLOSED, "%s: %s", sl_err_str(rc), err.msg);
+    sl_trainer_close(tr);
+    sl_worker_stats(w, st);
+    sl_worker_destroy(w);
+    free(s);
+    sl_wh_splits_destroy(sp);
+    sl_wh_table_close(t);
+    sl_pipeline_job_destroy(job);
+}
+
+/* The index of epoch e's batch of (split, row); cr_assert when none. */
+static uint32_t find_at(const seen_t *s, uint32_t e, uint64_t split, uint64_t row)
+{
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->epoch[i] == e && s->split[i] == split && s->row[i] == row) return i;
+    cr_assert_fail("no batch of epoch %u split %llu row %llu", e, (unsigned long long)split,
+                   (unsigned long long)row);
+    return 0;
+}
+
+static uint64_t find(const seen_t *s, uint32_t e, uint64_t split, uint64_t row)
+{
+    return s->hash[find_at(s, e, split, row)];
+}
+
+/* Every batch of epoch a has its twin in epoch b, and as many of them;
+ * with seq, the same sequence number too (a file that fails mid-way
+ * leaves the rest to a batcher that numbers them anew). */
+static void same_epochs(const seen_t *s, uint32_t a, uint32_t b, bool seq)
+{
+    uint32_t na = 0, nb = 0;
+    for (uint32_t i = 0; i < s->n; i++) {
+        na += s->epoch[i] == a;
+        nb += s->epoch[i] == b;
+        if (s->epoch[i] == a)
+            cr_assert_eq(find(s, b, s->split[i], s->row[i]), s->hash[i],
+                         "epoch %u split %llu row %llu differs in epoch %u", a,
+                         (unsigned long long)s->split[i], (unsigned long long)s->row[i], b);
+        if (s->epoch[i] == a && seq)
+            cr_assert_eq(s->seq[find_at(s, b, s->split[i], s->row[i])], s->seq[i]);
+    }
+    cr_assert_eq(na, nb);
+    cr_assert_eq(s->samples[a], s->samples[b]);
+}
+
+static const char *SPEC =
+    "{\"id\":\"c\",\"source\":{\"table\":\"%s\",\"features\":[\"I1\",\"I2\",\"C1\",\"C2\"]},"
+    "\"filters\":[{\"op\":\"negative_downsample\",\"label\":\"label\",\"rate\":0.5,\"seed\":7}],"
+    "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I1\"},"
+    "{\"op\":\"sigrid_hash\",\"feature\":\"C1\",\"table_size\":1000},"
+    "{\"op\":\"cross\",\"features\":[\"C1\",\"C3\"],\"table_size\":5000},"
+    "{\"op\":\"bucketize\",\"feature\":\"I2\",\"borders\":[0,1,10,100]}],"
+    "\"batch\":{\"size\":%u,\"epochs\":1}}";
+
+Test(worker_cache, cached_batches_equal_computed_ones_and_a_corrupt_file_falls_back)
+{
+    char spec[2048];
+    snprintf(spec, sizeof spec, SPEC, table, BATCH);
+    seen_t s;
+    sl_worker_stats_t st;
+    /* write: epoch 0 computes and writes every split's file */
+    uint32_t w[] = {SL_WORKER_CACHE_WRITE};
+    run(spec, 1, w, &s, &st);
+    cr_assert_eq(st.cache_files_written, ROWS / STRIPE);
+    cr_assert_gt(st.cache_bytes_written, 0);
+    cr_assert_eq(st.cache_batches, 0);
+    seen_t first = s;
+
+    /* read: epoch 0 computed, epoch 1 from the files: the same batches */
+    uint32_t r[] = {SL_WORKER_CACHE_NONE, SL_WORKER_CACHE_READ};
+    run(spec, 2, r, &s, &st);
+    same_epochs(&s, 0, 1, true);
+    for (uint32_t i = 0; i < first.n; i++) /* and the same as when they were written */
+        cr_assert_eq(find(&s, 0, first.split[i], first.row[i]), first.hash[i]);
+    cr_assert_eq(st.cache_samples, s.samples[1]);
+    cr_assert_eq(st.cache_fallbacks, 0);
+    cr_assert_eq(st.cache_files_written, 0);
+
+    /* a corrupt file and a missing one: computed; the corrupt one is
+     * removed (or written anew when nothing of it was served), the missing
+     * one written anew */
+    char path[400], bad[400];
+    snprintf(bad, sizeof bad, "%s/split-1.slc", cache);
+    int fd = open(bad, O_RDWR);
+    cr_assert_geq(fd, 0);
+    struct stat sb;
+    cr_assert_eq(fstat(fd, &sb), 0);
+    uint8_t byte;
+    cr_assert_eq(pread(fd, &byte, 1, sb.st_size / 3), 1);
+    byte ^= 0xff;
+    cr_assert_eq(pwrite(fd, &byte, 1, sb.st_size / 3), 1);
+    close(fd);
+    snprintf(path, sizeof path, "%s/split-2.slc", cache);
+    cr_assert_eq(unlink(path), 0);
+    run(spec, 2, r, &s, &st);
+    same_epochs(&s, 0, 1, false);
+    cr_assert_eq(st.cache_fallbacks, 2);
+    cr_assert_eq(st.cache_files_written, 1 + (access(bad, F_OK) == 0));
+    cr_assert_lt(st.cache_samples, s.samples[1]);
+    cr_assert_eq(access(path, F_OK), 0, "the missing file was not written anew");
+    /* and once more: every file read whole, or written */
+    run(spec, 2, r, &s, &st);
+    same_epochs(&s, 0, 1, false);
+}
