@@ -149,8 +149,7 @@ static int one_run(const char *tag, bool share, uint32_t jobs, uint64_t rows, ru
         double u = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
                sy = (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
         out->cpu_s += u + sy;
-        if (getenv("BENCH_SHARE_KEEP"))
-            printf("  %s: user %.3f s, system %.3f s\n", ids[k], u, sy);
+        if (getenv("BENCH_SHARE_KEEP")) printf("  %s: user %.3f s, system %.3f s\n", ids[k], u, sy);
         summary(logs[k], out);
     }
     out->wall_s = bench_now() - t0;

@@ -316,8 +316,8 @@ int sl_cli_worker(int argc, char **argv)
         printf("  shared passes: %" PRIu64 " leases of other jobs, %" PRIu64
                " batches served to them (%" PRIu64 " bytes), %" PRIu64 " detached, %" PRIu64
                " released\n",
-               m.shared_leases, st.server.shared_batches, st.server.shared_bytes,
-               m.shares_detached, m.shares_released);
+               m.shared_leases, st.server.shared_batches, st.server.shared_bytes, m.shares_detached,
+               m.shares_released);
     }
     fflush(stdout);
     sl_worker_destroy(w);

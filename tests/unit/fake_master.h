@@ -316,7 +316,7 @@ static void fm_stop(fake_t *f)
 }
 
 static inline void fm_add(fake_t *f, uint32_t split, uint64_t gen, uint32_t rank_plus_one,
-                   const sl_dpp_row_range_t *todo, uint32_t ntodo)
+                          const sl_dpp_row_range_t *todo, uint32_t ntodo)
 {
     fm_lease_t *l = &f->q[f->nq++];
     *l = (fm_lease_t){

@@ -36,8 +36,8 @@ Test(lease_wait, a_short_wait_waits_out_its_timeout)
         cr_assert_geq(took_ms, 10, "round %d: a 10 ms wait returned after %llu ms", round,
                       (unsigned long long)took_ms);
         pthread_mutex_lock(&f.mu);
-        cr_assert_eq(f.lease_requests - asked, 1, "round %d: %u lease requests in one wait",
-                     round, f.lease_requests - asked);
+        cr_assert_eq(f.lease_requests - asked, 1, "round %d: %u lease requests in one wait", round,
+                     f.lease_requests - asked);
         pthread_mutex_unlock(&f.mu);
     }
     sl_worker_lease_client_destroy(ms);

@@ -283,8 +283,7 @@ bool dpp_lease_release_stalled(sl_worker_lease_client_t *ms, uint64_t now_ns)
                       "job %s split %u epoch %u: job %s's pass of it has not moved for %" PRIu64
                       " ms (its trainers do not take its batches, or its read is that slow): it "
                       "goes on without this pass",
-                      e->job, e->split, e->epoch, ms->job_id,
-                      (now_ns - l->progress_ns) / 1000000u);
+                      e->job, e->split, e->epoch, ms->job_id, (now_ns - l->progress_ns) / 1000000u);
         }
         pthread_cond_broadcast(&ms->cv);
     }
@@ -374,7 +373,8 @@ sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
     if (ms->o.connect_timeout_ms <= 0) ms->o.connect_timeout_ms = DEFAULT_TIMEOUT_MS;
     if (!ms->o.max_todo) ms->o.max_todo = DEFAULT_MAX_TODO;
     ms->share_stall_ns =
-        (uint64_t)(ms->o.share_stall_ms ? ms->o.share_stall_ms : DEFAULT_SHARE_STALL_MS) * 1000000ull;
+        (uint64_t)(ms->o.share_stall_ms ? ms->o.share_stall_ms : DEFAULT_SHARE_STALL_MS) *
+        1000000ull;
     ms->fd = -1;
     if (getrandom(&ms->incarnation, sizeof ms->incarnation, 0) != sizeof ms->incarnation)
         ms->incarnation = (uint64_t)sl_clock_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
