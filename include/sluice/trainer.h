@@ -103,6 +103,14 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
  * any other error (with err->msg) when the connection failed for good. */
 sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_error_t *err);
 
+/* The SL_ERR_TIMEOUT that sl_trainer_next gives when no batch came within
+ * waited_ms, with the client's state now ("job j: no batch within 5000 ms
+ * (2 workers connected, 0 commits unanswered)"): for a caller that waits
+ * in short slices (to see signals, to show progress) and gives up after a
+ * longer wait of its own, so that the message names that wait. @return
+ * SL_ERR_TIMEOUT. */
+sl_err_t sl_trainer_timeout_error(sl_trainer_t *t, int waited_ms, sl_error_t *err);
+
 /* Free a batch from sl_trainer_next; batch may be NULL. */
 void sl_trainer_release(sl_trainer_t *t, sl_batch_t *batch);
 

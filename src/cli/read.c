@@ -298,20 +298,6 @@ static void progress_finish(progress_t *p)
     p->width = 0;
 }
 
-/* The library's timeout message of the last slice with the wait the user
- * asked for: "job x: no batch within 100 ms (...)" -> "... 5000 ms (...)". */
-static void timeout_message(char *msg, size_t cap, int timeout_ms)
-{
-    char *at = strstr(msg, "within ");
-    if (at == NULL) return;
-    char *num = at + 7, *end = num;
-    while (*end >= '0' && *end <= '9')
-        end++;
-    char rest[SL_ERROR_MSG_MAX];
-    snprintf(rest, sizeof rest, "%s", end);
-    snprintf(num, cap - (size_t)(num - msg), "%d%s", timeout_ms, rest);
-}
-
 /* ---- the command ---- */
 
 int sl_cli_read(int argc, char **argv)
@@ -380,7 +366,8 @@ int sl_cli_read(int argc, char **argv)
         if (e == SL_ERR_TIMEOUT && (timeout_ms < 0 || (waited_ms += slice) < timeout_ms)) continue;
         if (e == SL_ERR_CLOSED) break;
         if (e != SL_OK) {
-            if (e == SL_ERR_TIMEOUT) timeout_message(err.msg, sizeof err.msg, timeout_ms);
+            /* the last slice's message names the slice: name the whole wait */
+            if (e == SL_ERR_TIMEOUT) sl_trainer_timeout_error(t, timeout_ms, &err);
             progress_finish(&prog);
             fprintf(stderr, "sluice read: after %" PRIu64 " batches: %s\n", n, err.msg);
             rc = 1;

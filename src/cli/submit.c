@@ -7,11 +7,13 @@
  * (the master's error is printed), 2 usage error. */
 #include <gnutls/gnutls.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -19,13 +21,8 @@
 #include "common/fileio.h"
 #include "common/mem.h"
 #include "dpp/admin/endpoint.h"
+#include "dpp/master/admin_limits.h"
 #include "http.h"
-
-/* Resume tokens are a few bytes per split; 64 MiB covers 16M splits. */
-#define MAX_TOKEN (64u << 20)
-
-/* One resume token per trainer rank at most this many. */
-#define MAX_RESUME 1024
 
 typedef struct submit_args {
     const char *job, *sharding;
@@ -49,7 +46,7 @@ static const sl_cli_opt_t sopts[] = {
      "autoscaler upper bound"},
     {"resume-token", SL_CLI_FILE, "FILE", NULL, NULL, 0, 0, SL_CLI_REPEAT, S(resume),
      "start where this token (sluice read --token-out) left off; with one token per trainer "
-     "rank (at most 1024), start with what every rank delivered"},
+     "rank (at most 65536), start with what every rank delivered"},
     {"wait", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, S(wait),
      "follow the job until every epoch is committed"},
     {"timeout", SL_CLI_UINT, "S", NULL, "never", 1, UINT32_MAX, 0, S(timeout),
@@ -90,33 +87,82 @@ static json_t *base64_json(const unsigned char *in, size_t n)
     return s;
 }
 
-/* One token file as a JSON base64 string. @return NULL with the reason
- * printed. */
-static json_t *token_json(const char *cmd, const char *path)
+/* The request body as the master will measure it: the compact JSON text
+ * the callers send, counted as it grows so that a token that cannot fit
+ * is named before the next one is read (memory stays bounded by the
+ * master's limit). */
+typedef struct body_size {
+    const char *cmd;
+    uint64_t len; /* bytes so far */
+} body_size_t;
+
+/* Add a token of n bytes, as a JSON string of its base64 after sep bytes
+ * of separators and key; @return false, with the file and the excess
+ * printed, when the body would pass SL_MASTER_ADMIN_MAX_BODY. */
+static bool body_add_token(body_size_t *b, const char *path, uint64_t n, uint64_t sep)
 {
+    uint64_t b64 = (n + 2) / 3 * 4, len = b->len + sep + 2 + b64; /* 2: the quotes */
+    if (len <= SL_MASTER_ADMIN_MAX_BODY) {
+        b->len = len;
+        return true;
+    }
+    fprintf(stderr,
+            "sluice %s: resume token %s (%" PRIu64 " bytes, %" PRIu64
+            " as base64) makes the request body %" PRIu64 " bytes, %" PRIu64
+            " over the master's limit of %u\n",
+            b->cmd, path, n, b64, len, len - SL_MASTER_ADMIN_MAX_BODY, SL_MASTER_ADMIN_MAX_BODY);
+    return false;
+}
+
+/* One token file as a JSON base64 string, sep bytes after the body so
+ * far. @return NULL with the reason printed. */
+static json_t *token_json(body_size_t *b, const char *path, uint64_t sep)
+{
+    /* Its size first, so a token too large for the master is refused
+     * without reading it; then read at most what can still fit (a file
+     * that grew in between is refused by the read). */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+        !body_add_token(&(body_size_t){b->cmd, b->len}, path, (uint64_t)st.st_size, sep))
+        return NULL;
     char *buf = NULL;
     size_t n = 0;
     sl_error_t err = {0};
-    if (sl_io_read_file(path, "resume token", MAX_TOKEN, NULL, &buf, &n, &err) != SL_OK) {
-        fprintf(stderr, "sluice %s: %s\n", cmd, err.msg);
+    if (sl_io_read_file(path, "resume token", SL_MASTER_ADMIN_MAX_BODY / 4 * 3, NULL, &buf, &n,
+                        &err) != SL_OK) {
+        fprintf(stderr, "sluice %s: %s\n", b->cmd, err.msg);
         return NULL;
     }
-    json_t *s = n > 0 ? base64_json((const unsigned char *)buf, n) : NULL;
+    json_t *s = NULL;
+    if (body_add_token(b, path, n, sep)) {
+        s = n > 0 ? base64_json((const unsigned char *)buf, n) : NULL;
+        if (s == NULL)
+            fprintf(stderr, "sluice %s: resume token %s: %s\n", b->cmd, path,
+                    n > 0 ? "out of memory" : "empty");
+    }
     sl_free(NULL, buf, n + 1);
-    if (s == NULL)
-        fprintf(stderr, "sluice %s: resume token %s: %s\n", cmd, path,
-                n > 0 ? "out of memory" : "empty");
     return s;
 }
 
 int sl_cli_resume_tokens_json(const char *cmd, const sl_cli_list_t *paths, json_t *body)
 {
-    if (paths->count > MAX_RESUME)
-        return sl_cli_usage_error(cmd, "more than 1024 resume tokens (one per trainer rank): %s",
-                                  paths->items[MAX_RESUME]);
+    if (paths->count > SL_MASTER_MAX_RESUME_TOKENS) {
+        char msg[PATH_MAX + 160];
+        snprintf(msg, sizeof msg,
+                 "%u resume tokens, %u more than the master takes (%u, one per trainer rank); "
+                 "the first extra one: %s",
+                 paths->count, paths->count - (unsigned)SL_MASTER_MAX_RESUME_TOKENS,
+                 (unsigned)SL_MASTER_MAX_RESUME_TOKENS, paths->items[SL_MASTER_MAX_RESUME_TOKENS]);
+        return sl_cli_usage_error(cmd, "%s", msg);
+    }
     if (paths->count == 0) return 0;
+    /* The body's compact text grows by `,"key":` (no comma in an empty
+     * object), then each token's string, with commas and brackets for
+     * several. */
+    body_size_t b = {cmd, json_dumpb(body, NULL, 0, JSON_COMPACT)};
+    uint64_t key = (json_object_size(body) > 0 ? 1 : 0) + 3; /* the comma, quotes and ':' */
     if (paths->count == 1) {
-        json_t *one = token_json(cmd, paths->items[0]);
+        json_t *one = token_json(&b, paths->items[0], key + strlen("resume_token"));
         return one != NULL && json_object_set_new(body, "resume_token", one) == 0 ? 0 : 1;
     }
     json_t *toks = json_array();
@@ -124,8 +170,9 @@ int sl_cli_resume_tokens_json(const char *cmd, const sl_cli_list_t *paths, json_
         fprintf(stderr, "sluice %s: out of memory\n", cmd);
         return 1;
     }
+    b.len += key + strlen("resume_tokens") + 2; /* the brackets */
     for (uint32_t k = 0; k < paths->count; k++) {
-        json_t *one = token_json(cmd, paths->items[k]);
+        json_t *one = token_json(&b, paths->items[k], k > 0 ? 1 : 0);
         if (one == NULL || json_array_append_new(toks, one) != 0) return 1;
     }
     return 0;

@@ -102,9 +102,9 @@ static void putf(sink *s, const char *fmt, ...)
     if (n > 0) put(s, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 }
 
-/* A JSON string: quotes, backslashes and control bytes escaped; other
- * bytes as given (sluice's names and messages are UTF-8). */
-static void put_json_str(sink *s, const char *v)
+/* A quoted logfmt value: quotes, backslashes and control bytes escaped
+ * (as JSON escapes them); other bytes as given. */
+static void put_quoted(sink *s, const char *v)
 {
     put(s, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
@@ -135,20 +135,15 @@ static void put_logfmt_str(sink *s, const char *v)
         puts_(s, v);
         return;
     }
-    put_json_str(s, v); /* the same escapes */
+    put_quoted(s, v);
 }
 
-static void put_value(sink *s, const sl_log_kv_t *kv, bool json)
+static void put_value(sink *s, const sl_log_kv_t *kv)
 {
     switch (kv->type) {
-    case SL_LOG_STR: {
-        const char *v = kv->v.s != NULL ? kv->v.s : "";
-        if (json)
-            put_json_str(s, v);
-        else
-            put_logfmt_str(s, v);
+    case SL_LOG_STR:
+        put_logfmt_str(s, kv->v.s != NULL ? kv->v.s : "");
         break;
-    }
     case SL_LOG_U64:
         putf(s, "%" PRIu64, kv->v.u);
         break;
@@ -156,9 +151,8 @@ static void put_value(sink *s, const sl_log_kv_t *kv, bool json)
         putf(s, "%" PRId64, kv->v.i);
         break;
     case SL_LOG_F64:
-        /* JSON has no NaN or infinity */
         if (kv->v.f != kv->v.f || kv->v.f > 1e308 || kv->v.f < -1e308)
-            puts_(s, json ? "null" : "NaN");
+            puts_(s, "NaN");
         else
             putf(s, "%.17g", kv->v.f);
         break;
@@ -182,7 +176,7 @@ static void put_logfmt(sink *s, const sl_log_record_t *rec, bool with_level)
         put(s, " ", 1);
         puts_(s, rec->kv[i].key);
         put(s, "=", 1);
-        put_value(s, &rec->kv[i], false);
+        put_value(s, &rec->kv[i]);
     }
 }
 
@@ -198,21 +192,6 @@ size_t sl_log_format(const sl_log_record_t *rec, sl_log_format_t format, char *o
         break;
     case SL_LOG_LOGFMT:
         put_logfmt(&s, rec, true);
-        break;
-    case SL_LOG_JSON:
-        puts_(&s, "{\"level\":");
-        put_json_str(&s, sl_log_level_name(rec->level));
-        puts_(&s, ",\"event\":");
-        put_json_str(&s, rec->event);
-        puts_(&s, ",\"msg\":");
-        put_json_str(&s, rec->message);
-        for (size_t i = 0; i < rec->num_kv; i++) {
-            put(&s, ",", 1);
-            put_json_str(&s, rec->kv[i].key);
-            put(&s, ":", 1);
-            put_value(&s, &rec->kv[i], true);
-        }
-        put(&s, "}", 1);
         break;
     }
     if (cap > 0) out[s.len < cap ? s.len : cap - 1] = '\0';

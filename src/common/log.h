@@ -109,9 +109,10 @@ void sl_log_write(sl_log_level_t level, const char *event, const sl_log_kv_t *kv
  * always NUL-terminated, cut short when it does not fit):
  *   TEXT    the message; with no message, the event and its fields as logfmt
  *   LOGFMT  level=warn event=journal_tail_cut msg="..." key=value ...
- *   JSON    {"level":"warn","event":"journal_tail_cut","msg":"...","key":value,...}
+ * (A JSON line is the handler's to make with a JSON library: src/cli's
+ * --log-format json uses jansson.)
  * @return the length the whole line needs (as snprintf). */
-typedef enum sl_log_format { SL_LOG_TEXT, SL_LOG_LOGFMT, SL_LOG_JSON } sl_log_format_t;
+typedef enum sl_log_format { SL_LOG_TEXT, SL_LOG_LOGFMT } sl_log_format_t;
 size_t sl_log_format(const sl_log_record_t *rec, sl_log_format_t format, char *out, size_t cap);
 
 #endif

@@ -158,6 +158,23 @@ static bool ended_locked(const sl_trainer_t *t, sl_error_t *err)
     return true;
 }
 
+/* No batch within waited_ms: the error says where the client stands
+ * (caller holds mu). */
+static sl_err_t timeout_locked(const sl_trainer_t *t, int waited_ms, sl_error_t *err)
+{
+    return t->fleet ? tr_fleet_timeout_locked(t, waited_ms, err)
+                    : sl_error_set(err, SL_ERR_TIMEOUT, "worker %s: no batch within %d ms",
+                                   t->address, waited_ms);
+}
+
+sl_err_t sl_trainer_timeout_error(sl_trainer_t *t, int waited_ms, sl_error_t *err)
+{
+    pthread_mutex_lock(&t->mu);
+    sl_err_t rc = timeout_locked(t, waited_ms, err);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
 const uint64_t sl_trainer_freshness_bounds_ms[SL_TRAINER_FRESHNESS_BUCKETS - 1] =
     SL_AGE_BOUNDS_MS_INIT;
 _Static_assert(SL_TRAINER_FRESHNESS_BUCKETS == SL_AGE_BUCKETS, "freshness buckets");
@@ -187,9 +204,7 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
             break;
         }
         if (timeout_ms == 0 || (timeout_ms > 0 && sl_clock_ns() >= until)) {
-            rc = t->fleet ? tr_fleet_timeout_locked(t, timeout_ms, err)
-                          : sl_error_set(err, SL_ERR_TIMEOUT, "worker %s: no batch within %d ms",
-                                         t->address, timeout_ms);
+            rc = timeout_locked(t, timeout_ms, err);
             break;
         }
         if (timeout_ms < 0)

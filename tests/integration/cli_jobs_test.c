@@ -6,7 +6,11 @@
  * reply, directly and through $http_proxy (never for loopback); and the stop of `sluice read` on
  * SIGINT and SIGTERM: summary printed, resume token written, `sluice jobs resubmit` starting the
  * job again from it (each sample exactly once per epoch over both reads, two epochs), and a refused
- * token leaving the job as it was. */
+ * token leaving the job as it was; resume tokens checked against what the master takes before
+ * they are sent (the token that would pass the 8 MiB body limit named, and by how much; a body
+ * exactly at the limit sent; more tokens than the master takes a usage error). */
+#include <sys/resource.h>
+
 #include "fleet_util.h"
 
 TestSuite(cli_jobs, .init = fu_setup, .fini = fu_teardown);
@@ -439,4 +443,139 @@ Test(cli_jobs, read_progress_and_sigint_while_waiting)
     cr_assert_eq(job_int(&m, job, "committed_rows"), 0);
     cr_assert_eq(job_int(&m, job, "pending"), 20);
     free(job);
+}
+
+/* ---- resume tokens against what the master takes (src/dpp/master/admin_limits.h) ---- */
+
+/* fu_dir/name: n bytes of 'x' (not a token: the master refuses it with
+ * 400 once the body is in). */
+static const char *token_file(const char *name, size_t n, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%s", fu_dir, name);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    for (size_t k = 0; k < n; k++)
+        fputc('x', f);
+    cr_assert_eq(fclose(f), 0);
+    return path;
+}
+
+/* A spec whose compact JSON is a known 50 bytes, so the body sizes below
+ * are exact: {"spec":SPEC,"ranks":1,"sharding":"dynamic","min_workers":1,
+ * "max_workers":1} is 120 bytes. */
+static const char *spec_file(char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/big.json", fu_dir);
+    fu_write(path, "{\"id\": \"big\", \"source\": {\"table\": \"/nonexistent/t\"}}");
+    return path;
+}
+
+Test(cli_jobs, a_resume_token_past_the_masters_body_limit_is_named_before_sending)
+{
+    fu_master_t m = {0};
+    fu_master_start(&m);
+    char spec[300], tok[300], expect[1024];
+    spec_file(spec, sizeof spec);
+
+    /* 120 + 18 (,"resume_token":"") + 8388468 (6291351 bytes in base64) =
+     * 8388606 bytes: sent, and the master judges the body (its table) */
+    token_file("fits.token", 6291351, tok, sizeof tok);
+    cr_assert_eq(SLUICE("submit", "--job", spec, "--resume-token", tok, "--admin", m.admin), 1,
+                 "%s", out);
+    snprintf(expect, sizeof expect, "sluice submit: POST http://%s/jobs: HTTP 400: ", m.admin);
+    cr_assert(strncmp(out, expect, strlen(expect)) == 0, "%s", out);
+    cr_assert(strstr(out, "/nonexistent/t") != NULL, "%s", out);
+
+    /* one byte more is four more in base64: 2 over the limit */
+    token_file("big.token", 6291352, tok, sizeof tok);
+    cr_assert_eq(SLUICE("submit", "--job", spec, "--resume-token", tok, "--admin", m.admin), 1,
+                 "%s", out);
+    snprintf(expect, sizeof expect,
+             "sluice submit: resume token %s (6291352 bytes, 8388472 as base64) makes the "
+             "request body 8388610 bytes, 2 over the master's limit of 8388608\n",
+             tok);
+    cr_assert_str_eq(out, expect);
+
+    /* far larger: refused from its size, not read */
+    token_file("huge.token", 10u << 20, tok, sizeof tok);
+    cr_assert_eq(SLUICE("submit", "--job", spec, "--resume-token", tok, "--admin", m.admin), 1,
+                 "%s", out);
+    snprintf(expect, sizeof expect,
+             "sluice submit: resume token %s (10485760 bytes, 13981016 as base64) makes the "
+             "request body 13981154 bytes, 5592546 over the master's limit of 8388608\n",
+             tok);
+    cr_assert_str_eq(out, expect);
+    fu_master_stop(&m, SIGTERM);
+}
+
+Test(cli_jobs, resubmit_names_the_resume_token_that_passes_the_limit)
+{
+    fu_master_t m = {0};
+    char *job = fu_job_up(&m, "j", 2000, 1, 3, "dynamic", 1);
+    char a[300], b[300], c[300], expect[1024];
+    token_file("r0.token", 3, a, sizeof a);
+    token_file("r2.token", 3, c, sizeof c);
+
+    /* {"resume_tokens":[ "xxxx" , "B" , "xxxx" ]}: 20 + 6 + 1 + 8388574 +
+     * 1 + 6 = 8388608 bytes, exactly the limit: sent, and the master
+     * judges the tokens */
+    token_file("r1.token", 6291429, b, sizeof b);
+    cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", a, "--token", b, "--token", c,
+                        "--admin", m.admin),
+                 1, "%s", out);
+    snprintf(expect, sizeof expect,
+             "sluice jobs resubmit: POST http://%s/jobs/j/resubmit: HTTP 400: resume_tokens: ",
+             m.admin);
+    cr_assert(strncmp(out, expect, strlen(expect)) == 0, "%s", out);
+
+    /* one byte more in the middle one: it still fits, the last does not */
+    token_file("r1.token", 6291430, b, sizeof b);
+    cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", a, "--token", b, "--token", c,
+                        "--admin", m.admin),
+                 1, "%s", out);
+    snprintf(expect, sizeof expect,
+             "sluice jobs resubmit: resume token %s (3 bytes, 4 as base64) makes the request "
+             "body 8388612 bytes, 4 over the master's limit of 8388608\n",
+             c);
+    cr_assert_str_eq(out, expect);
+    free(job);
+    fu_master_stop(&m, SIGTERM);
+}
+
+/* 65,537 tokens: more than the master takes, a usage error before any is
+ * read. The arguments (~1.7 MB) are short relative paths (run from
+ * fu_dir), under a raised stack limit so the kernel's argument space
+ * (a quarter of it) holds them. */
+Test(cli_jobs, more_resume_tokens_than_the_master_takes_is_a_usage_error)
+{
+    enum { N = 65537 };
+    char spec[300], path[300];
+    spec_file(spec, sizeof spec);
+    token_file("t", 3, path, sizeof path);
+    token_file("u", 3, path, sizeof path);
+    cr_assert_eq(chdir(fu_dir), 0);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (64u << 20)) {
+        rl.rlim_cur =
+            rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (64u << 20) ? (64u << 20) : rl.rlim_max;
+        setrlimit(RLIMIT_STACK, &rl);
+    }
+    const char **args = calloc(N + 6, sizeof *args);
+    cr_assert_not_null(args);
+    int n = 0;
+    args[n++] = "submit";
+    args[n++] = "--job";
+    args[n++] = spec;
+    args[n++] = "--admin";
+    args[n++] = "127.0.0.1:1";
+    for (int k = 0; k < N; k++)
+        args[n++] = k + 1 < N ? "--resume-token=t" : "--resume-token=u";
+    args[n] = NULL;
+    free(out);
+    cr_assert_eq(fu_run(args, "SLUICE_ADMIN_TOKEN", FU_TOKEN, &out), 2, "%s", out);
+    free(args);
+    cr_assert_str_eq(out, "sluice submit: 65537 resume tokens, 1 more than the master takes "
+                          "(65536, one per trainer rank); the first extra one: u\n"
+                          "(see `sluice submit --help`)\n");
 }

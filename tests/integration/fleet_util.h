@@ -153,15 +153,22 @@ FU_FN uint16_t fu_free_port(void)
     return ntohs(sa.sin_port);
 }
 
-/* Run the sluice program with args (NULL-terminated, after the program's
- * name), the environment variable env set to value (NULL: unset), and
+/* Run the sluice program with args (NULL-terminated, any number, after the
+ * program's name), the environment variable env set to value (NULL: unset), and
  * wait for it (bounded: it is killed after 20 s, failing the test).
  * @return its exit status; *out (malloc'd) gets its stdout and stderr. */
 FU_FN int fu_run(const char *const *args, const char *env, const char *value, char **out)
 {
     char log[300];
     snprintf(log, sizeof log, "%s/run.out", fu_dir);
-    const char *bin = fu_binary(); /* asserts: in the parent, not the child */
+    /* argv made in the parent (no malloc after fork), of any length */
+    size_t nargs = 0;
+    while (args[nargs] != NULL)
+        nargs++;
+    const char **argv = calloc(nargs + 2, sizeof *argv);
+    cr_assert_not_null(argv);
+    argv[0] = fu_binary(); /* asserts: in the parent, not the child */
+    memcpy(argv + 1, args, (nargs + 1) * sizeof *argv);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -172,14 +179,10 @@ FU_FN int fu_run(const char *const *args, const char *env, const char *value, ch
             setenv(env, value, 1);
         else
             unsetenv(env);
-        const char *argv[32] = {bin};
-        int n = 1;
-        for (const char *const *a = args; *a && n < 31; a++)
-            argv[n++] = *a;
-        argv[n] = NULL;
-        execv(bin, (char *const *)argv);
+        execv(argv[0], (char *const *)argv);
         _exit(127);
     }
+    free(argv);
     int ws = 0;
     double deadline = fu_now() + tu_timeout(20);
     while (waitpid(pid, &ws, WNOHANG) == 0) {

@@ -267,6 +267,14 @@ Test(k8s_executor, the_master_scales_the_deployment_to_the_granted_workers)
     free(b);
     await_replicas(&f, 0, 10);
     fu_master_stop(&m, SIGTERM);
+    /* the first read is logged as such, not as a scale "from -1" */
+    char *log = tu_read_file(m.log);
+    cr_assert_not_null(log);
+    cr_assert(strstr(log, "sluice master: deployment " NS "/" DEPLOY
+                          ": 2 replicas at the first read (the jobs are granted ") != NULL,
+              "%s", log);
+    cr_assert(strstr(log, "was -1") == NULL, "%s", log);
+    free(log);
     free(job);
     fake_stop(&f);
 }

@@ -362,7 +362,7 @@ Test(fileio, lines_through_the_allocator)
 typedef struct captured {
     int n;
     sl_log_level_t level;
-    char event[64], text[512], logfmt[512], json[512];
+    char event[64], text[512], logfmt[512];
 } captured;
 
 static void capture(void *ctx, const sl_log_record_t *rec)
@@ -373,7 +373,6 @@ static void capture(void *ctx, const sl_log_record_t *rec)
     snprintf(c->event, sizeof c->event, "%s", rec->event);
     sl_log_format(rec, SL_LOG_TEXT, c->text, sizeof c->text);
     sl_log_format(rec, SL_LOG_LOGFMT, c->logfmt, sizeof c->logfmt);
-    sl_log_format(rec, SL_LOG_JSON, c->json, sizeof c->json);
 }
 
 static int evaluated;
@@ -396,8 +395,6 @@ Test(log, records_levels_fields_and_formats)
     cr_assert_str_eq(c.text, "journal /s/journal: cut 21 bytes");
     cr_assert_str_eq(c.logfmt,
                      "level=warn event=journal_tail_cut msg=\"journal /s/journal: cut 21 bytes\"");
-    cr_assert_str_eq(c.json, "{\"level\":\"warn\",\"event\":\"journal_tail_cut\","
-                             "\"msg\":\"journal /s/journal: cut 21 bytes\"}");
     sl_log_kv(SL_LOG_INFO, "lease_expired",
               (SL_KV_STR("job", "clicks"), SL_KV_U64("split", 7), SL_KV_I64("stripe", -1),
                SL_KV_F64("busy", 0.5), SL_KV_STR("why", "a \"quoted\"\nline"),
@@ -408,10 +405,6 @@ Test(log, records_levels_fields_and_formats)
     cr_assert_str_eq(c.logfmt, "level=info event=lease_expired msg=\"job clicks split 7: lease "
                                "expired\" job=clicks split=7 stripe=-1 busy=0.5 "
                                "why=\"a \\\"quoted\\\"\\nline\" empty=\"\" none=\"\"");
-    cr_assert_str_eq(c.json, "{\"level\":\"info\",\"event\":\"lease_expired\","
-                             "\"msg\":\"job clicks split 7: lease expired\","
-                             "\"job\":\"clicks\",\"split\":7,\"stripe\":-1,\"busy\":0.5,"
-                             "\"why\":\"a \\\"quoted\\\"\\nline\",\"empty\":\"\",\"none\":\"\"}");
     /* a level that is off makes no record and evaluates no argument */
     evaluated = 0;
     sl_log(SL_LOG_DEBUG, "detail", "%s", side_effect());
@@ -439,14 +432,12 @@ Test(log, lines_cut_short_and_control_bytes)
     sl_log_kv_t kv[1] = {SL_KV_STR("k", "\x01\t")};
     sl_log_record_t rec = {SL_LOG_ERROR, "e", "0123456789", kv, 1};
     char small[12];
-    size_t need = sl_log_format(&rec, SL_LOG_JSON, small, sizeof small);
-    cr_assert_eq(need, strlen("{\"level\":\"error\",\"event\":\"e\",\"msg\":\"0123456789\","
-                              "\"k\":\"\\u0001\\t\"}"));
-    cr_assert_str_eq(small, "{\"level\":\"e");
+    size_t need = sl_log_format(&rec, SL_LOG_LOGFMT, small, sizeof small);
+    cr_assert_eq(need, strlen("level=error event=e msg=0123456789 k=\"\\u0001\\t\""));
+    cr_assert_str_eq(small, "level=error");
     char full[128];
-    sl_log_format(&rec, SL_LOG_JSON, full, sizeof full);
-    cr_assert_str_eq(full, "{\"level\":\"error\",\"event\":\"e\",\"msg\":\"0123456789\","
-                           "\"k\":\"\\u0001\\t\"}");
+    sl_log_format(&rec, SL_LOG_LOGFMT, full, sizeof full);
+    cr_assert_str_eq(full, "level=error event=e msg=0123456789 k=\"\\u0001\\t\"");
     cr_assert_eq(sl_log_format(&rec, SL_LOG_TEXT, NULL, 0), 10);
     /* with no message, TEXT is the event and its fields as logfmt */
     rec.message = "";

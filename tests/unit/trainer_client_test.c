@@ -427,6 +427,12 @@ Test(trainer_client, next_times_out)
     cr_assert_lt(took, 60 + 2000 * tu_timeout(1));
     cr_assert(strstr(err.msg, "no batch within 60 ms") != NULL, "%s", err.msg);
     cr_assert_eq(sl_trainer_next(t, 0, &b, &err), SL_ERR_TIMEOUT);
+    /* the same error for a longer wait of the caller's own (sliced waits) */
+    char want[160];
+    snprintf(want, sizeof want, "worker %s: no batch within 5000 ms", w.addr);
+    cr_assert_eq(sl_trainer_timeout_error(t, 5000, &err), SL_ERR_TIMEOUT);
+    cr_assert_eq(err.code, SL_ERR_TIMEOUT);
+    cr_assert_str_eq(err.msg, want);
     sl_trainer_stats_t s;
     sl_trainer_stats(t, &s);
     cr_assert_geq(s.wait_ns, 60ull * 1000000);

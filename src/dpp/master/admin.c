@@ -21,10 +21,7 @@
 #include "common/prom.h"
 #include "dpp/admin/ui.h"
 #include "dpp/master/admin.h"
-
-/* Bodies are job specs, scale requests and resume tokens (base64, a few
- * bytes per split): 8 MiB holds a token of a job with ~1M splits. */
-#define MAX_BODY (8u << 20)
+#include "dpp/master/admin_limits.h"
 
 /* ---- POST /jobs: the body as a submission ------------------------------------------ */
 
@@ -763,7 +760,7 @@ sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, 
                                sl_error_t *err)
 {
     sl_admin_opts_t o = *endpoint;
-    o.max_body_bytes = MAX_BODY;
+    o.max_body_bytes = SL_MASTER_ADMIN_MAX_BODY;
     o.routes = routes;
     o.num_routes = sizeof routes / sizeof routes[0];
     o.ctx = m;

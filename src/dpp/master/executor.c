@@ -1,6 +1,9 @@
 /* The executor interface (executor.h): every call goes to the ops of the
- * executor's kind. */
+ * executor's kind, but for the stats: a copy of the figures every kind
+ * keeps in its header, taken here under the header's lock. */
 #include "dpp/master/executor.h"
+
+#include "common/clock.h"
 
 void sl_master_executor_destroy(sl_master_executor_t *ex)
 {
@@ -38,6 +41,9 @@ uint32_t sl_master_executor_list(sl_master_executor_t *ex, const char *job_id,
 
 void sl_master_executor_stats(sl_master_executor_t *ex, sl_master_executor_stats_t *out)
 {
-    ex->ops->stats(ex, out);
+    sl_mutex_lock(&ex->mu);
+    if (ex->ops->refresh != NULL) ex->ops->refresh(ex, sl_clock_ms());
+    *out = ex->stats;
+    sl_mutex_unlock(&ex->mu);
     out->kind = ex->ops->kind;
 }

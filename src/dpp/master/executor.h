@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/lock.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
 
@@ -112,14 +113,21 @@ typedef struct sl_master_executor_ops {
     uint32_t (*count)(sl_master_executor_t *ex, const char *job_id);
     uint32_t (*list)(sl_master_executor_t *ex, const char *job_id, sl_master_executor_worker_t *out,
                      uint32_t cap);
-    void (*stats)(sl_master_executor_t *ex, sl_master_executor_stats_t *out);
+    /* Bring what in ex->stats depends on the time (now_ms, CLOCK_MONOTONIC)
+     * or on reaping up to date; called under ex->mu by
+     * sl_master_executor_stats, which then copies ex->stats. May be NULL. */
+    void (*refresh)(sl_master_executor_t *ex, uint64_t now_ms);
     void (*destroy)(sl_master_executor_t *ex);
 } sl_master_executor_ops_t;
 
 /* Every executor's own struct begins with this header, so that an
- * sl_master_executor_t * points at its ops. */
+ * sl_master_executor_t * points at its ops, its lock and its figures. The
+ * kind inits and destroys mu, takes it for every call, and keeps stats
+ * (all but kind) under it. */
 struct sl_master_executor {
     const sl_master_executor_ops_t *ops;
+    sl_mutex_t mu;
+    sl_master_executor_stats_t stats;
 };
 
 /* ---- the local executor (executor_local.c) ----------------------------------------

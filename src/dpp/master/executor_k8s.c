@@ -47,14 +47,13 @@ typedef struct k8s {
     bool thread_started;
     atomic_bool stop; /* also read by curl's progress callback */
 
-    sl_mutex_t mu;
+    /* base.mu guards the rest; base.stats: desired, applied and the request figures */
     pthread_cond_t wake; /* CLOCK_MONOTONIC; a new target or stop */
     job_target_t *jobs;
     uint32_t njobs, cap_jobs;
     bool have_target;                 /* scale or apply was called at least once */
     uint64_t not_before;              /* no request before (ms, CLOCK_MONOTONIC) after a failure */
     uint64_t resync_at;               /* read the scale again at (ms) */
-    sl_master_executor_stats_t stats; /* desired, applied and the request figures */
 } k8s_t;
 
 static const sl_master_executor_ops_t k8s_ops;
@@ -230,8 +229,8 @@ static void request(k8s_t *ex, int64_t patch, outcome_t *o)
 
 /* ---- the thread --------------------------------------------------------------------- */
 
-/* What the jobs were granted, summed and capped. Needs ex->mu. */
-static uint32_t desired_locked(const k8s_t *ex) SL_REQUIRES(ex->mu)
+/* What the jobs were granted, summed and capped. Needs ex->base.mu. */
+static uint32_t desired_locked(const k8s_t *ex) SL_REQUIRES(ex->base.mu)
 {
     uint64_t sum = 0;
     for (uint32_t i = 0; i < ex->njobs; i++)
@@ -239,10 +238,10 @@ static uint32_t desired_locked(const k8s_t *ex) SL_REQUIRES(ex->mu)
     return sum > ex->max_replicas ? ex->max_replicas : (uint32_t)sum;
 }
 
-/* Account for one request's outcome. Needs ex->mu. */
-static void record(k8s_t *ex, const outcome_t *o) SL_REQUIRES(ex->mu)
+/* Account for one request's outcome. Needs ex->base.mu. */
+static void record(k8s_t *ex, const outcome_t *o) SL_REQUIRES(ex->base.mu)
 {
-    sl_master_executor_stats_t *s = &ex->stats;
+    sl_master_executor_stats_t *s = &ex->base.stats;
     uint64_t now = sl_clock_ms();
     if (o->ok) {
         if (s->failures > 0)
@@ -250,7 +249,13 @@ static void record(k8s_t *ex, const outcome_t *o) SL_REQUIRES(ex->mu)
                       (SL_KV_STR("deployment", s->target), SL_KV_U64("failures", s->failures)),
                       "deployment %s: the API server answers again after %u failures", s->target,
                       s->failures);
-        if (o->replicas != s->applied)
+        if (s->applied < 0)
+            sl_log_kv(SL_LOG_INFO, "executor_scaled",
+                      (SL_KV_STR("deployment", s->target), SL_KV_I64("to", o->replicas),
+                       SL_KV_U64("desired", s->desired)),
+                      "deployment %s: %lld replicas at the first read (the jobs are granted %u)",
+                      s->target, (long long)o->replicas, s->desired);
+        else if (o->replicas != s->applied)
             sl_log_kv(SL_LOG_INFO, "executor_scaled",
                       (SL_KV_STR("deployment", s->target), SL_KV_I64("from", s->applied),
                        SL_KV_I64("to", o->replicas), SL_KV_U64("desired", s->desired)),
@@ -284,16 +289,16 @@ static void record(k8s_t *ex, const outcome_t *o) SL_REQUIRES(ex->mu)
               s->failures, (unsigned long long)delay);
 }
 
-static void wait_until(k8s_t *ex, uint64_t at) SL_REQUIRES(ex->mu)
+static void wait_until(k8s_t *ex, uint64_t at) SL_REQUIRES(ex->base.mu)
 {
     uint64_t now = sl_clock_ms();
-    sl_clock_cond_wait_ms(&ex->wake, &ex->mu, at > now ? at - now : 0);
+    sl_clock_cond_wait_ms(&ex->wake, &ex->base.mu, at > now ? at - now : 0);
 }
 
 static void *k8s_run(void *arg)
 {
     k8s_t *ex = arg;
-    sl_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->base.mu);
     while (!atomic_load(&ex->stop)) {
         uint64_t now = sl_clock_ms();
         if (now < ex->not_before) { /* backing off after a failure */
@@ -301,22 +306,22 @@ static void *k8s_run(void *arg)
             continue;
         }
         int64_t patch;
-        if (ex->stats.applied < 0 || now >= ex->resync_at) {
+        if (ex->base.stats.applied < 0 || now >= ex->resync_at) {
             patch = -1; /* what is there now: at the start, after a while */
-        } else if (ex->have_target && ex->stats.desired != ex->stats.applied) {
-            patch = ex->stats.desired;
+        } else if (ex->have_target && ex->base.stats.desired != ex->base.stats.applied) {
+            patch = ex->base.stats.desired;
         } else {
             wait_until(ex, ex->resync_at);
             continue;
         }
-        sl_mutex_unlock(&ex->mu);
+        sl_mutex_unlock(&ex->base.mu);
         outcome_t o;
         request(ex, patch, &o);
-        sl_mutex_lock(&ex->mu);
+        sl_mutex_lock(&ex->base.mu);
         if (atomic_load(&ex->stop)) break; /* abandoned: not a failure to show */
         record(ex, &o);
     }
-    sl_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->base.mu);
     return NULL;
 }
 
@@ -373,7 +378,7 @@ sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
     if (ex == NULL) return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
     ex->base.ops = &k8s_ops;
     ex->alloc = a;
-    sl_mutex_init(&ex->mu);
+    sl_mutex_init(&ex->base.mu);
     sl_clock_cond_init(&ex->wake);
     ex->max_replicas = opts->max_replicas ? opts->max_replicas : INT32_MAX;
     if (ex->max_replicas > INT32_MAX) ex->max_replicas = INT32_MAX;
@@ -381,8 +386,8 @@ sl_err_t sl_master_executor_k8s_new(const sl_master_executor_k8s_opts_t *opts,
     ex->max_backoff_ms = opts->max_backoff_ms ? opts->max_backoff_ms : 30000;
     ex->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 10000;
     ex->resync_ms = opts->resync_ms ? opts->resync_ms : 60000;
-    ex->stats.applied = -1;
-    snprintf(ex->stats.target, sizeof ex->stats.target, "%s/%s", ns, dep);
+    ex->base.stats.applied = -1;
+    snprintf(ex->base.stats.target, sizeof ex->base.stats.target, "%s/%s", ns, dep);
     snprintf(ex->scale_url, sizeof ex->scale_url,
              "%s/apis/apps/v1/namespaces/%s/deployments/%s/scale", api, ns, dep);
     snprintf(ex->token_path, sizeof ex->token_path, "%s/token", sa);
@@ -420,10 +425,10 @@ static void k8s_destroy(sl_master_executor_t *base)
     k8s_t *ex = (k8s_t *)base;
     if (ex == NULL) return;
     if (ex->thread_started) {
-        sl_mutex_lock(&ex->mu);
+        sl_mutex_lock(&ex->base.mu);
         atomic_store(&ex->stop, true);
         pthread_cond_broadcast(&ex->wake);
-        sl_mutex_unlock(&ex->mu);
+        sl_mutex_unlock(&ex->base.mu);
         pthread_join(ex->thread, NULL);
     }
     if (ex->curl != NULL) curl_easy_cleanup(ex->curl);
@@ -431,12 +436,12 @@ static void k8s_destroy(sl_master_executor_t *base)
     if (ex->body) sl_free(ex->alloc, ex->body, K8S_MAX_BODY + 1);
     if (ex->jobs) sl_free(ex->alloc, ex->jobs, ex->cap_jobs * sizeof *ex->jobs);
     pthread_cond_destroy(&ex->wake);
-    sl_mutex_destroy(&ex->mu);
+    sl_mutex_destroy(&ex->base.mu);
     sl_free(ex->alloc, ex, sizeof *ex);
 }
 
-/* Room for want job targets. Needs ex->mu. @return false: out of memory. */
-static bool reserve_jobs(k8s_t *ex, uint32_t want) SL_REQUIRES(ex->mu)
+/* Room for want job targets. Needs ex->base.mu. @return false: out of memory. */
+static bool reserve_jobs(k8s_t *ex, uint32_t want) SL_REQUIRES(ex->base.mu)
 {
     if (want <= ex->cap_jobs) return true;
     uint32_t cap = ex->cap_jobs ? 2 * ex->cap_jobs : 16;
@@ -450,9 +455,9 @@ static bool reserve_jobs(k8s_t *ex, uint32_t want) SL_REQUIRES(ex->mu)
     return true;
 }
 
-/* Set job_id's target (0: drop it). Needs ex->mu. */
+/* Set job_id's target (0: drop it). Needs ex->base.mu. */
 static sl_err_t set_job(k8s_t *ex, const char *job_id, uint32_t workers, sl_error_t *err)
-    SL_REQUIRES(ex->mu)
+    SL_REQUIRES(ex->base.mu)
 {
     uint32_t i = 0;
     while (i < ex->njobs && strcmp(ex->jobs[i].job_id, job_id) != 0)
@@ -470,13 +475,13 @@ static sl_err_t set_job(k8s_t *ex, const char *job_id, uint32_t workers, sl_erro
     return SL_OK;
 }
 
-/* The targets changed: a new desired count wakes the thread. Needs ex->mu. */
-static void retarget(k8s_t *ex) SL_REQUIRES(ex->mu)
+/* The targets changed: a new desired count wakes the thread. Needs ex->base.mu. */
+static void retarget(k8s_t *ex) SL_REQUIRES(ex->base.mu)
 {
     uint32_t d = desired_locked(ex);
-    if (!ex->have_target || d != ex->stats.desired) pthread_cond_signal(&ex->wake);
+    if (!ex->have_target || d != ex->base.stats.desired) pthread_cond_signal(&ex->wake);
     ex->have_target = true;
-    ex->stats.desired = d;
+    ex->base.stats.desired = d;
 }
 
 static bool job_id_ok(const char *job_id, sl_error_t *err)
@@ -496,10 +501,10 @@ static sl_err_t k8s_scale(sl_master_executor_t *base, const char *job_id, uint32
     if (started) *started = 0;
     if (stopped) *stopped = 0;
     if (!job_id_ok(job_id, err)) return SL_ERR_INVALID;
-    sl_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->base.mu);
     sl_err_t rc = set_job(ex, job_id, workers, err);
     retarget(ex);
-    sl_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->base.mu);
     return rc;
 }
 
@@ -513,7 +518,7 @@ static sl_err_t k8s_apply(sl_master_executor_t *base, const sl_master_executor_t
      * scale away pods that serve other jobs. */
     for (uint32_t t = 0; t < n; t++)
         if (!job_id_ok(targets[t].job_id, err)) return SL_ERR_INVALID;
-    sl_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->base.mu);
     /* the message names the first job that does not fit */
     sl_err_t rc = reserve_jobs(ex, n)
                       ? SL_OK
@@ -529,7 +534,7 @@ static sl_err_t k8s_apply(sl_master_executor_t *base, const sl_master_executor_t
             }
         retarget(ex);
     }
-    sl_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->base.mu);
     return rc;
 }
 
@@ -543,15 +548,15 @@ static uint32_t k8s_reap(sl_master_executor_t *base)
 static uint32_t k8s_count(sl_master_executor_t *base, const char *job_id)
 {
     k8s_t *ex = (k8s_t *)base;
-    sl_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->base.mu);
     uint32_t n = 0;
     if (job_id == NULL) {
-        n = ex->stats.desired;
+        n = ex->base.stats.desired;
     } else {
         for (uint32_t i = 0; i < ex->njobs; i++)
             if (strcmp(ex->jobs[i].job_id, job_id) == 0) n = ex->jobs[i].workers;
     }
-    sl_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->base.mu);
     return n;
 }
 
@@ -564,15 +569,12 @@ static uint32_t k8s_list(sl_master_executor_t *base, const char *job_id,
     return 0;
 }
 
-static void k8s_stats(sl_master_executor_t *base, sl_master_executor_stats_t *out)
+/* The wait before the next attempt, from now (0 while failing: the
+ * retry is under way). */
+static void k8s_refresh(sl_master_executor_t *base, uint64_t now) SL_REQUIRES(base->mu)
 {
     k8s_t *ex = (k8s_t *)base;
-    sl_mutex_lock(&ex->mu);
-    *out = ex->stats;
-    uint64_t now = sl_clock_ms();
-    /* 0 while failing: the retry is under way */
-    out->next_retry_ms = ex->not_before > now ? (uint32_t)(ex->not_before - now) : 0;
-    sl_mutex_unlock(&ex->mu);
+    ex->base.stats.next_retry_ms = ex->not_before > now ? (uint32_t)(ex->not_before - now) : 0;
 }
 
 static const sl_master_executor_ops_t k8s_ops = {
@@ -582,6 +584,6 @@ static const sl_master_executor_ops_t k8s_ops = {
     .reap = k8s_reap,
     .count = k8s_count,
     .list = k8s_list,
-    .stats = k8s_stats,
+    .refresh = k8s_refresh,
     .destroy = k8s_destroy,
 };

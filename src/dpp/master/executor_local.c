@@ -37,7 +37,7 @@ typedef struct backoff {
 typedef struct local {
     sl_master_executor_t base; /* first: an sl_master_executor_t * points here */
     const sl_allocator_t *alloc;
-    sl_mutex_t mu;
+    /* base.mu guards the rest; base.stats the figures */
     char *binary, *master, *log_dir, *listen_host;
     uint32_t worker_threads, stop_grace_ms, max_workers;
     char **extra; /* NULL-terminated copies */
@@ -49,7 +49,6 @@ typedef struct local {
     uint32_t backoff_ms, max_backoff_ms, healthy_ms;
     backoff_t *bo; /* [nbo] of [cap_bo] */
     uint32_t nbo, cap_bo;
-    sl_master_executor_stats_t stats;
 } local_t;
 
 static const sl_master_executor_ops_t local_ops;
@@ -71,16 +70,16 @@ sl_err_t sl_master_executor_local_check_log_dir(const char *dir, sl_error_t *err
     return SL_OK;
 }
 
-/* ---- back-off (needs ex->mu) ---- */
+/* ---- back-off (needs ex->base.mu) ---- */
 
-static backoff_t *backoff_find(local_t *ex, const char *job_id) SL_REQUIRES(ex->mu)
+static backoff_t *backoff_find(local_t *ex, const char *job_id) SL_REQUIRES(ex->base.mu)
 {
     for (uint32_t i = 0; i < ex->nbo; i++)
         if (strcmp(ex->bo[i].job_id, job_id) == 0) return &ex->bo[i];
     return NULL;
 }
 
-static void backoff_reset(local_t *ex, const char *job_id) SL_REQUIRES(ex->mu)
+static void backoff_reset(local_t *ex, const char *job_id) SL_REQUIRES(ex->base.mu)
 {
     backoff_t *b = backoff_find(ex, job_id);
     if (b != NULL) *b = ex->bo[--ex->nbo];
@@ -88,7 +87,7 @@ static void backoff_reset(local_t *ex, const char *job_id) SL_REQUIRES(ex->mu)
 
 /* One more failure of job_id in a row: its next spawn waits. Out of memory
  * for the entry: no delay this time (the next failure tries again). */
-static void backoff_failed(local_t *ex, const char *job_id) SL_REQUIRES(ex->mu)
+static void backoff_failed(local_t *ex, const char *job_id) SL_REQUIRES(ex->base.mu)
 {
     backoff_t *b = backoff_find(ex, job_id);
     if (b == NULL) {
@@ -111,7 +110,7 @@ static void backoff_failed(local_t *ex, const char *job_id) SL_REQUIRES(ex->mu)
         uint32_t shift = b->failures - 2 < 20 ? b->failures - 2 : 20;
         delay = (uint64_t)ex->backoff_ms << shift;
         if (delay > ex->max_backoff_ms) delay = ex->max_backoff_ms;
-        ex->stats.delayed++;
+        ex->base.stats.delayed++;
     }
     b->not_before = sl_clock_ms() + delay;
 }
@@ -147,7 +146,7 @@ sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opt
     if (!ex) return sl_error_set(err, SL_ERR_NOMEM, "executor: out of memory");
     ex->base.ops = &local_ops;
     ex->alloc = a;
-    sl_mutex_init(&ex->mu);
+    sl_mutex_init(&ex->base.mu);
     ex->max_workers = opts->max_workers ? opts->max_workers : 64;
     ex->stop_grace_ms = opts->stop_grace_ms ? opts->stop_grace_ms : 5000;
     ex->backoff_ms = opts->backoff_ms ? opts->backoff_ms : 500;
@@ -173,8 +172,8 @@ sl_err_t sl_master_executor_local_new(const sl_master_executor_local_opts_t *opt
     return SL_OK;
 }
 
-/* Account for one reaped worker and drop it from the table. Needs ex->mu. */
-static void forget(local_t *ex, uint32_t i, int status) SL_REQUIRES(ex->mu)
+/* Account for one reaped worker and drop it from the table. Needs ex->base.mu. */
+static void forget(local_t *ex, uint32_t i, int status) SL_REQUIRES(ex->base.mu)
 {
     wrec_t *r = &ex->w[i];
     bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -192,15 +191,15 @@ static void forget(local_t *ex, uint32_t i, int status) SL_REQUIRES(ex->mu)
             backoff_reset(ex, r->pub.job_id);
     }
     if (clean) {
-        ex->stats.exited++;
+        ex->base.stats.exited++;
     } else {
-        ex->stats.failed++;
+        ex->base.stats.failed++;
         if (WIFSIGNALED(status))
-            snprintf(ex->stats.last_failure, sizeof ex->stats.last_failure,
+            snprintf(ex->base.stats.last_failure, sizeof ex->base.stats.last_failure,
                      "worker %s (pid %d) killed by signal %d", r->pub.worker_id, (int)r->pub.pid,
                      WTERMSIG(status));
         else
-            snprintf(ex->stats.last_failure, sizeof ex->stats.last_failure,
+            snprintf(ex->base.stats.last_failure, sizeof ex->base.stats.last_failure,
                      "worker %s (pid %d) exited with status %d", r->pub.worker_id, (int)r->pub.pid,
                      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     }
@@ -209,8 +208,8 @@ static void forget(local_t *ex, uint32_t i, int status) SL_REQUIRES(ex->mu)
     ex->num--;
 }
 
-/* Needs ex->mu. */
-static void reap_locked(local_t *ex) SL_REQUIRES(ex->mu)
+/* Needs ex->base.mu. */
+static void reap_locked(local_t *ex) SL_REQUIRES(ex->base.mu)
 {
     for (uint32_t i = 0; i < ex->num;) {
         int status = 0;
@@ -231,9 +230,9 @@ static void local_destroy(sl_master_executor_t *base)
     local_t *ex = (local_t *)base;
     if (!ex) return;
     if (ex->w) {
-        sl_mutex_lock(&ex->mu);
+        sl_mutex_lock(&ex->base.mu);
         for (uint32_t i = 0; i < ex->num; i++) {
-            if (!ex->w[i].pub.stopping) ex->stats.stopped++;
+            if (!ex->w[i].pub.stopping) ex->base.stats.stopped++;
             ex->w[i].pub.stopping = true;
             kill(ex->w[i].pub.pid, SIGTERM);
         }
@@ -248,7 +247,7 @@ static void local_destroy(sl_master_executor_t *base)
             waitpid(ex->w[i].pub.pid, &status, 0);
         }
         ex->num = 0;
-        sl_mutex_unlock(&ex->mu);
+        sl_mutex_unlock(&ex->base.mu);
     }
     const sl_allocator_t *a = ex->alloc;
     sl_strfree(a, ex->binary);
@@ -262,12 +261,12 @@ static void local_destroy(sl_master_executor_t *base)
     }
     if (ex->w) sl_free(a, ex->w, ex->max_workers * sizeof *ex->w);
     if (ex->bo) sl_free(a, ex->bo, ex->cap_bo * sizeof *ex->bo);
-    sl_mutex_destroy(&ex->mu);
+    sl_mutex_destroy(&ex->base.mu);
     sl_free(a, ex, sizeof *ex);
 }
 
-/* Spawn one worker of job_id. Needs ex->mu and a free slot. */
-static sl_err_t spawn_one(local_t *ex, const char *job_id, sl_error_t *err) SL_REQUIRES(ex->mu)
+/* Spawn one worker of job_id. Needs ex->base.mu and a free slot. */
+static sl_err_t spawn_one(local_t *ex, const char *job_id, sl_error_t *err) SL_REQUIRES(ex->base.mu)
 {
     wrec_t *r = &ex->w[ex->num];
     memset(r, 0, sizeof *r);
@@ -307,7 +306,7 @@ static sl_err_t spawn_one(local_t *ex, const char *job_id, sl_error_t *err) SL_R
         snprintf(path, sizeof path, "%s/%s.log", ex->log_dir, r->pub.worker_id);
         log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (log_fd < 0) {
-            ex->stats.spawn_errors++;
+            ex->base.stats.spawn_errors++;
             backoff_failed(ex, job_id);
             return sl_error_set(err, SL_ERR_IO, "executor: worker %s: open %s: %s",
                                 r->pub.worker_id, path, strerror(errno));
@@ -346,7 +345,7 @@ static sl_err_t spawn_one(local_t *ex, const char *job_id, sl_error_t *err) SL_R
     posix_spawnattr_destroy(&at);
     if (log_fd >= 0) close(log_fd);
     if (rc != 0) {
-        ex->stats.spawn_errors++;
+        ex->base.stats.spawn_errors++;
         backoff_failed(ex, job_id);
         return sl_error_set(err, SL_ERR_IO, "executor: worker %s: spawn %s: %s", r->pub.worker_id,
                             ex->binary, strerror(rc));
@@ -354,7 +353,7 @@ static sl_err_t spawn_one(local_t *ex, const char *job_id, sl_error_t *err) SL_R
     r->pub.pid = pid;
     r->pub.started_ms = sl_clock_ms();
     ex->num++;
-    ex->stats.started++;
+    ex->base.stats.started++;
     return SL_OK;
 }
 
@@ -374,7 +373,7 @@ static sl_err_t local_scale(sl_master_executor_t *base, const char *job_id, uint
                           job_id ? job_id : "", job_id ? why : "none");
         goto out;
     }
-    sl_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->base.mu);
     reap_locked(ex);
     uint32_t running = 0;
     for (uint32_t i = 0; i < ex->num; i++)
@@ -407,10 +406,10 @@ static sl_err_t local_scale(sl_master_executor_t *base, const char *job_id, uint
         if (r->pub.stopping || strcmp(r->pub.job_id, job_id) != 0) continue;
         r->pub.stopping = true;
         kill(r->pub.pid, SIGTERM);
-        ex->stats.stopped++;
+        ex->base.stats.stopped++;
         down++;
     }
-    sl_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->base.mu);
 out:
     if (started) *started = up;
     if (stopped) *stopped = down;
@@ -435,7 +434,7 @@ static sl_err_t local_apply(sl_master_executor_t *base, const sl_master_executor
         }
     }
     /* Workers of jobs no longer listed: stop them all. */
-    sl_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->base.mu);
     for (uint32_t i = 0; i < ex->num; i++) {
         wrec_t *r = &ex->w[i];
         if (r->pub.stopping) continue;
@@ -445,10 +444,10 @@ static sl_err_t local_apply(sl_master_executor_t *base, const sl_master_executor
         if (listed) continue;
         r->pub.stopping = true;
         kill(r->pub.pid, SIGTERM);
-        ex->stats.stopped++;
+        ex->base.stats.stopped++;
         down++;
     }
-    sl_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->base.mu);
     if (started) *started = up;
     if (stopped) *stopped = down;
     return first;
@@ -457,23 +456,23 @@ static sl_err_t local_apply(sl_master_executor_t *base, const sl_master_executor
 static uint32_t local_reap(sl_master_executor_t *base)
 {
     local_t *ex = (local_t *)base;
-    sl_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->base.mu);
     reap_locked(ex);
     uint32_t n = ex->exited_since;
     ex->exited_since = 0;
-    sl_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->base.mu);
     return n;
 }
 
 static uint32_t local_count(sl_master_executor_t *base, const char *job_id)
 {
     local_t *ex = (local_t *)base;
-    sl_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->base.mu);
     reap_locked(ex);
     uint32_t n = 0;
     for (uint32_t i = 0; i < ex->num; i++)
         if (!ex->w[i].pub.stopping && (!job_id || strcmp(ex->w[i].pub.job_id, job_id) == 0)) n++;
-    sl_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->base.mu);
     return n;
 }
 
@@ -481,7 +480,7 @@ static uint32_t local_list(sl_master_executor_t *base, const char *job_id,
                            sl_master_executor_worker_t *out, uint32_t cap)
 {
     local_t *ex = (local_t *)base;
-    sl_mutex_lock(&ex->mu);
+    sl_mutex_lock(&ex->base.mu);
     reap_locked(ex);
     uint32_t n = 0;
     for (uint32_t i = 0; i < ex->num; i++) {
@@ -489,21 +488,22 @@ static uint32_t local_list(sl_master_executor_t *base, const char *job_id,
         if (n < cap) out[n] = ex->w[i].pub;
         n++;
     }
-    sl_mutex_unlock(&ex->mu);
+    sl_mutex_unlock(&ex->base.mu);
     return n;
 }
 
-static void local_stats(sl_master_executor_t *base, sl_master_executor_stats_t *out)
+/* The figures of now: exits reaped, and the longest back-off still to
+ * wait. Under base->mu, which the analysis names through the local_t
+ * (base is its first member). */
+static void local_refresh(sl_master_executor_t *base, uint64_t now)
+    SL_REQUIRES(((local_t *)base)->base.mu)
 {
-    local_t *ex = (local_t *)base;
-    sl_mutex_lock(&ex->mu);
-    reap_locked(ex);
-    *out = ex->stats;
-    uint64_t now = sl_clock_ms();
+    reap_locked((local_t *)base);
+    const local_t *ex = (const local_t *)base;
+    base->stats.backoff_ms = 0;
     for (uint32_t i = 0; i < ex->nbo; i++)
-        if (ex->bo[i].not_before > now && ex->bo[i].not_before - now > out->backoff_ms)
-            out->backoff_ms = (uint32_t)(ex->bo[i].not_before - now);
-    sl_mutex_unlock(&ex->mu);
+        if (ex->bo[i].not_before > now && ex->bo[i].not_before - now > base->stats.backoff_ms)
+            base->stats.backoff_ms = (uint32_t)(ex->bo[i].not_before - now);
 }
 
 static const sl_master_executor_ops_t local_ops = {
@@ -513,6 +513,6 @@ static const sl_master_executor_ops_t local_ops = {
     .reap = local_reap,
     .count = local_count,
     .list = local_list,
-    .stats = local_stats,
+    .refresh = local_refresh,
     .destroy = local_destroy,
 };

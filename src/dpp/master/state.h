@@ -72,6 +72,7 @@
 #include <stdint.h>
 
 #include "dpp/master/journal.h"
+#include "dpp/master/admin_limits.h"
 #include "dpp/split.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
@@ -191,14 +192,14 @@ sl_err_t sl_master_state_job_add(sl_master_state_t *m, const sl_master_state_job
 sl_err_t sl_master_state_job_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
                                     const void *token, size_t len, sl_error_t *err);
 
-/* Multi-rank resume: one token per trainer rank (count of them, each
+/* Multi-rank resume: one token per trainer rank (count of them, at most
+ * SL_MASTER_MAX_RESUME_TOKENS of dpp/master/admin_limits.h, each
  * checked as above; with several, the error names "token K of N"). Each
  * rank's token is the committed ranges minus what that rank had not handed
  * out; the job starts in the earliest token's epoch with the INTERSECTION
  * of those tokens' ranges, i.e. exactly the rows every rank delivered. A
  * token of a later epoch says its rank delivered all of the earlier one and
  * does not narrow the intersection. count = 1 is sl_master_state_job_resume. */
-#define SL_MASTER_MAX_RESUME_TOKENS 65536
 sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
                                           const sl_master_state_job_spec_t *spec,
                                           const void *const *tokens, const size_t *lens,
