@@ -393,6 +393,63 @@ static void bad_record(const sl_kafka_read_opts_t *o, const rd_kafka_message_t *
     o->bad_record(o->ctx, &r);
 }
 
+/* One message of the range's partition into the read (*pos: the
+ * consumer's position, every offset below was read or a gap). */
+static sl_err_t take_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *pos,
+                             uint64_t now_ms, sl_error_t *err)
+{
+    const sl_kafka_read_opts_t *o = rr->o;
+    bool ours = m->rkt && m->partition == o->partition &&
+                strcmp(rd_kafka_topic_name(m->rkt), o->topic) == 0;
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        /* the log ends at m->offset: offsets from pos up to it that came
+         * as no record were gaps (markers, aborted records) */
+        if (ours && m->offset > *pos) *pos = m->offset < o->to ? m->offset : o->to;
+        return SL_OK;
+    }
+    if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+        m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE)
+        return sl_error_set(err, SL_ERR_NOT_FOUND,
+                            "kafka topic '%s' partition %d: offset %" PRId64
+                            " is gone (deleted by retention?): %s",
+                            o->topic, (int)o->partition, *pos, rd_kafka_message_errstr(m));
+    if (m->err) {
+        char es[256];
+        if (rd_kafka_fatal_error(rr->c->rk, es, sizeof es))
+            return sl_error_set(err, SL_ERR_IO, "kafka topic '%s' partition %d: %s", o->topic,
+                                (int)o->partition, es);
+        return SL_OK; /* transient (a broker down, a leader moving): librdkafka retries */
+    }
+    if (!ours || m->offset < *pos) return SL_OK;
+    if (m->offset >= o->to) {
+        *pos = o->to; /* past the range: every offset of it is behind us */
+        return SL_OK;
+    }
+    rr->st->records++;
+    sl_kafka_record_t rec;
+    record_of(m, &rec);
+    uint32_t before = sl_kafka_rows_count(o->rows);
+    sl_error_t why = {0};
+    sl_err_t d = sl_kafka_rows_add(o->rows, &rec, &why);
+    sl_err_t rc = SL_OK;
+    if (d == SL_ERR_CORRUPT) {
+        rr->st->bad++;
+        if (o->bad) o->bad(o->ctx, why.msg);
+        if (o->bad_record) bad_record(o, m, why.msg);
+    } else if (d) {
+        rc = sl_error_set(err, d, "%s", why.msg);
+    }
+    if (d == SL_OK && before == 0) rr->first_ms = now_ms;
+    *pos = m->offset + 1;
+    if (rc == SL_OK && sl_kafka_rows_count(o->rows) >= o->batch_rows) rc = flush(rr, *pos, err);
+    return rc;
+}
+
+/* Messages taken from librdkafka's queue at a time: one lock of its queue,
+ * one look at the clock and at the memory budget for all of them, instead
+ * of one each (what a message cost in the read loop before). */
+#define READ_BATCH 256
+
 sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,
                              sl_kafka_read_stats_t *stats, sl_error_t *err)
 {
@@ -402,15 +459,24 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         return sl_error_set(err, SL_ERR_INVALID,
                             "kafka topic '%s' partition %d: range [%" PRId64 ", %" PRId64 ")",
                             o->topic, (int)o->partition, o->from, o->to);
+    rd_kafka_queue_t *q = rd_kafka_queue_get_consumer(c->rk);
+    if (!q) return sl_error_set(err, SL_ERR_INVALID, "kafka: the consumer has no queue");
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    if (!l) return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
+    if (!l) {
+        rd_kafka_queue_destroy(q);
+        return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
+    }
     rd_kafka_topic_partition_list_add(l, o->topic, o->partition)->offset = o->from;
     rd_kafka_resp_err_t e = rd_kafka_assign(c->rk, l);
     rd_kafka_topic_partition_list_destroy(l);
-    if (e) return kerr(err, e, "assign", o->topic, o->partition);
+    if (e) {
+        rd_kafka_queue_destroy(q);
+        return kerr(err, e, "assign", o->topic, o->partition);
+    }
     range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from};
     int64_t pos = o->from; /* the consumer's position: every offset below was read or a gap */
     sl_err_t rc = SL_OK;
+    rd_kafka_message_t *ms[READ_BATCH];
     while (rc == SL_OK && pos < o->to) {
         if (o->cancel && atomic_load(o->cancel)) {
             rc = sl_error_set(err, SL_ERR_CLOSED, "kafka read cancelled");
@@ -426,51 +492,16 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         int wait = 100;
         if (held && rr.first_ms + o->linger_ms - now < (uint64_t)wait)
             wait = (int)(rr.first_ms + o->linger_ms - now);
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, wait > 0 ? wait : 1);
-        if (!m) continue;
-        bool ours = m->rkt && m->partition == o->partition &&
-                    strcmp(rd_kafka_topic_name(m->rkt), o->topic) == 0;
-        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            /* the log ends at m->offset: offsets from pos up to it that
-             * came as no record were gaps (markers, aborted records) */
-            if (ours && m->offset > pos) pos = m->offset < o->to ? m->offset : o->to;
-        } else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
-                   m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
-            rc = sl_error_set(err, SL_ERR_NOT_FOUND,
-                              "kafka topic '%s' partition %d: offset %" PRId64
-                              " is gone (deleted by retention?): %s",
-                              o->topic, (int)o->partition, pos, rd_kafka_message_errstr(m));
-        } else if (m->err) {
-            char es[256];
-            if (rd_kafka_fatal_error(c->rk, es, sizeof es))
-                rc = sl_error_set(err, SL_ERR_IO, "kafka topic '%s' partition %d: %s", o->topic,
-                                  (int)o->partition, es);
-            /* else transient (a broker down, a leader moving): librdkafka
-             * retries on its own */
-        } else if (ours && m->offset >= pos) {
-            if (m->offset >= o->to) {
-                pos = o->to; /* past the range: every offset of it is behind us */
-            } else {
-                stats->records++;
-                sl_kafka_record_t rec;
-                record_of(m, &rec);
-                uint32_t before = sl_kafka_rows_count(o->rows);
-                sl_error_t why = {0};
-                sl_err_t d = sl_kafka_rows_add(o->rows, &rec, &why);
-                if (d == SL_ERR_CORRUPT) {
-                    stats->bad++;
-                    if (o->bad) o->bad(o->ctx, why.msg);
-                    if (o->bad_record) bad_record(o, m, why.msg);
-                } else if (d) {
-                    rc = sl_error_set(err, d, "%s", why.msg);
-                }
-                if (d == SL_OK && before == 0) rr.first_ms = sl_clock_ms();
-                pos = m->offset + 1;
-                if (rc == SL_OK && sl_kafka_rows_count(o->rows) >= o->batch_rows)
-                    rc = flush(&rr, pos, err);
-            }
+        ssize_t got = rd_kafka_consume_batch_queue(q, wait > 0 ? wait : 1, ms, READ_BATCH);
+        if (got <= 0) continue;
+        now = sl_clock_ms();
+        ssize_t i = 0;
+        for (; i < got && rc == SL_OK && pos < o->to; i++) {
+            rc = take_message(&rr, ms[i], &pos, now, err);
+            rd_kafka_message_destroy(ms[i]);
         }
-        rd_kafka_message_destroy(m);
+        for (; i < got; i++) /* past the range, or after a failure */
+            rd_kafka_message_destroy(ms[i]);
     }
     if (rc == SL_OK && rr.first < o->to) rc = flush(&rr, o->to, err);
     if (rc != SL_OK) { /* rows held are not handed on */
@@ -480,5 +511,6 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
     }
     hold_check(&rr, true); /* a pause would outlive the assignment */
     rd_kafka_assign(c->rk, NULL);
+    rd_kafka_queue_destroy(q);
     return rc;
 }

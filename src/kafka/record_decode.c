@@ -44,7 +44,7 @@ struct sl_kafka_rows {
     struct order {
         int64_t session;
         uint32_t row;
-    } * order; /* [order_cap] */
+    } * order; /* [2 * order_cap]: the order, then the merge sort's scratch */
     uint32_t order_cap;
 };
 
@@ -200,7 +200,7 @@ void sl_kafka_rows_destroy(sl_kafka_rows_t *r)
     sl_free(a, r->lens, c * 4 * (r->S ? r->S : 1));
     sl_free(a, r->ids, (size_t)r->ids_cap * 8);
     sl_free(a, r->weights, (size_t)r->ids_cap * 4);
-    sl_free(a, r->order, (size_t)r->order_cap * sizeof *r->order);
+    sl_free(a, r->order, 2 * (size_t)r->order_cap * sizeof *r->order);
     if (r->label_names) sl_free(a, r->label_names, (r->T + 1) * sizeof(char *));
     if (r->dense_names) sl_free(a, r->dense_names, (r->SD + 1) * sizeof(char *));
     if (r->sparse_names) sl_free(a, r->sparse_names, (r->SS + 1) * sizeof(char *));
@@ -255,36 +255,47 @@ typedef struct walk {
     const uint8_t *p, *end;
 } walk_t;
 
-/* A varint of at most 10 bytes. With 10 bytes left (every id of a
- * packed list but the last few) the bytes are read without a bound check
- * each: a byte's continuation bit is added with it and taken off again,
- * the usual trick, since the loop below is most of a record's cost. */
-#define W_STEP(i)                                                                                  \
-    b = q[i];                                                                                      \
-    x += b << (7 * (i));                                                                           \
-    if (b < 0x80) {                                                                                \
-        *v = x;                                                                                    \
-        w->p = q + (i) + 1;                                                                        \
-        return true;                                                                               \
-    }                                                                                              \
-    x -= (uint64_t)0x80 << (7 * (i));
+/* The 7-bit groups of the low bytes of x (high bits already clear) side
+ * by side: 8 bytes into 56 bits, in three steps of shifts and masks. */
+static inline uint64_t w_compact(uint64_t x)
+{
+    x = ((x & 0x7f007f007f007f00ull) >> 1) | (x & 0x007f007f007f007full);
+    x = ((x & 0x3fff00003fff0000ull) >> 2) | (x & 0x00003fff00003fffull);
+    return ((x & 0x0fffffff00000000ull) >> 4) | (x & 0x000000000fffffffull);
+}
+
+/* A varint of at most 10 bytes. With 10 bytes left (every id of a packed
+ * list but the last ones) its first 8 are read as one word: the first
+ * byte without the continuation bit ends it, and the groups are put
+ * together without a loop, since decoding ids is most of a record's
+ * cost (the sessions stream's ids take 9 and 10 bytes). */
 static inline bool w_varint(walk_t *w, uint64_t *v)
 {
     const uint8_t *q = w->p;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (w->end - q >= 10) {
-        uint64_t b, x = 0;
-        W_STEP(0)
-        W_STEP(1)
-        W_STEP(2)
-        W_STEP(3)
-        W_STEP(4)
-        W_STEP(5)
-        W_STEP(6)
-        W_STEP(7)
-        W_STEP(8)
-        W_STEP(9)
-        return false; /* 10 bytes, none the last */
+        uint64_t x;
+        memcpy(&x, q, 8);
+        uint64_t stop = ~x & 0x8080808080808080ull;
+        if (stop) {
+            unsigned bits = (unsigned)__builtin_ctzll(stop) + 1; /* 8 x the bytes */
+            if (bits < 64) x &= ((uint64_t)1 << bits) - 1;
+            *v = w_compact(x & 0x7f7f7f7f7f7f7f7full);
+            w->p = q + bits / 8;
+            return true;
+        }
+        x = w_compact(x & 0x7f7f7f7f7f7f7f7full) | (uint64_t)(q[8] & 0x7f) << 56;
+        if (q[8] < 0x80) {
+            *v = x;
+            w->p = q + 9;
+            return true;
+        }
+        if (q[9] >= 0x80) return false; /* 10 bytes, none the last */
+        *v = x | (uint64_t)q[9] << 63;    /* bits above 64 dropped, as protobuf-c */
+        w->p = q + 10;
+        return true;
     }
+#endif
     uint64_t x = 0;
     for (unsigned i = 0, shift = 0; i < 10 && q < w->end; i++, shift += 7) {
         uint8_t b = *q++;
@@ -297,7 +308,6 @@ static inline bool w_varint(walk_t *w, uint64_t *v)
     }
     return false;
 }
-#undef W_STEP
 
 /* A tag: its field number and wire type. */
 static inline bool w_tag(walk_t *w, uint32_t *field, uint32_t *type)
@@ -331,6 +341,45 @@ static inline bool w_bytes(walk_t *w, walk_t *sub)
     if (len > (size_t)(w->end - q)) return false;
     *sub = (walk_t){q, q + len};
     w->p = q + len;
+    return true;
+}
+
+/* A packed run of varints, every one of them, appended to to[*n...]: the
+ * bulk of a record (the sessions stream has some 125 ids a sample, most
+ * of 1 to 3 bytes). While 8 bytes are left the loop reads them as one
+ * word, keeping its position in a register; the last few bytes, and
+ * varints of 9 or 10 bytes, go through w_varint. */
+static bool w_packed(walk_t *w, int64_t *to, uint64_t *n)
+{
+    const uint8_t *q = w->p, *end = w->end;
+    uint64_t k = *n;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (end - q >= 8) {
+        uint64_t x;
+        memcpy(&x, q, 8);
+        uint64_t stop = ~x & 0x8080808080808080ull;
+        if (!stop) { /* a varint of 9 or 10 bytes */
+            walk_t one = {q, end};
+            uint64_t v;
+            if (!w_varint(&one, &v)) return false;
+            to[k++] = (int64_t)v;
+            q = one.p;
+            continue;
+        }
+        unsigned bits = (unsigned)__builtin_ctzll(stop) + 1;
+        if (bits < 64) x &= ((uint64_t)1 << bits) - 1;
+        to[k++] = (int64_t)w_compact(x & 0x7f7f7f7f7f7f7f7full);
+        q += bits / 8;
+    }
+#endif
+    walk_t rest = {q, end};
+    while (rest.p < rest.end) {
+        uint64_t v;
+        if (!w_varint(&rest, &v)) return false;
+        to[k++] = (int64_t)v;
+    }
+    *n = k;
+    w->p = end;
     return true;
 }
 
@@ -527,10 +576,7 @@ static bool walk_ids(wstate_t *st, walk_t w, bool *nomem)
                 if (!w_varint(&w, &v)) return false;
                 to[ni++] = (int64_t)v;
             }
-            while (type == 2 && ids.p < ids.end) { /* packed, possibly none */
-                if (!w_varint(&ids, &v)) return false;
-                to[ni++] = (int64_t)v;
-            }
+            if (type == 2 && !w_packed(&ids, to, &ni)) return false;
         } else if (field == 3 && (type == 5 || type == 2)) {
             walk_t ws = w;
             if (type == 2 && (!w_bytes(&w, &ws) || (ws.end - ws.p) % 4 != 0)) return false;
@@ -670,11 +716,32 @@ sl_err_t sl_kafka_rows_add(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_
     return SL_OK;
 }
 
-static int by_session(const void *x, const void *y)
+/* Rows by session, stably: a bottom-up merge sort over o[n] with the
+ * scratch tmp[n] (glibc's qsort allocated its own for every stripe).
+ * Runs already in order, a session's rows as they came, cost one compare
+ * each. @return where the sorted order is, o or tmp. */
+static struct order *sort_by_session(struct order *o, struct order *tmp, uint32_t n)
 {
-    const struct order *a = x, *b = y;
-    if (a->session != b->session) return a->session < b->session ? -1 : 1;
-    return a->row < b->row ? -1 : a->row > b->row; /* stable: rows keep their order */
+    for (uint32_t w = 1; w < n; w *= 2) {
+        for (uint32_t lo = 0; lo < n; lo += 2 * w) {
+            uint32_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            uint32_t i = lo, j = mid, k = lo;
+            if (mid == hi || o[mid - 1].session <= o[mid].session) { /* in order already */
+                memcpy(tmp + lo, o + lo, (size_t)(hi - lo) * sizeof *o);
+                continue;
+            }
+            while (i < mid && j < hi)
+                tmp[k++] = o[j].session < o[i].session ? o[j++] : o[i++]; /* ties: left first */
+            while (i < mid)
+                tmp[k++] = o[i++];
+            while (j < hi)
+                tmp[k++] = o[j++];
+        }
+        struct order *t = o;
+        o = tmp;
+        tmp = t;
+    }
+    return o;
 }
 
 sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error_t *err)
@@ -683,14 +750,14 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
     sl_arena_reset(r->out);
     uint32_t n = r->n;
     if (n > r->order_cap) {
-        if (r->order) sl_free(r->a, r->order, (size_t)r->order_cap * sizeof *r->order);
+        if (r->order) sl_free(r->a, r->order, 2 * (size_t)r->order_cap * sizeof *r->order);
         r->order_cap = 0;
-        if (!(r->order = sl_alloc(r->a, (size_t)n * sizeof *r->order))) goto nomem;
+        if (!(r->order = sl_alloc(r->a, 2 * (size_t)n * sizeof *r->order))) goto nomem;
         r->order_cap = n;
     }
     for (uint32_t i = 0; i < n; i++)
         r->order[i] = (struct order){r->session_ids[i], i};
-    if (n > 1) qsort(r->order, n, sizeof *r->order, by_session);
+    const struct order *order = sort_by_session(r->order, r->order + n, n);
     sl_arena_t *ar = r->out;
     sl_batch_t *b = &out->rows.batch;
     b->batch_size = n;
@@ -711,7 +778,7 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
         sl_kjt_init(&b->sparse, ar, r->S, r->sparse_names, n, total, r->any_weighted) != SL_OK)
         goto nomem;
     for (uint32_t j = 0; j < n; j++) {
-        uint32_t i = r->order[j].row;
+        uint32_t i = order[j].row;
         sid[j] = r->sample_ids[i];
         ses[j] = r->session_ids[i];
         ts[j] = r->timestamps[i];
@@ -723,7 +790,7 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
     uint64_t v = 0; /* key-major: every row of key 0, then key 1 ... */
     for (uint32_t k = 0; k < r->S; k++)
         for (uint32_t j = 0; j < n; j++) {
-            size_t at = (size_t)r->order[j].row * r->S + k;
+            size_t at = (size_t)order[j].row * r->S + k;
             uint32_t len = r->lens[at];
             b->sparse.lengths[(size_t)k * n + j] = (int32_t)len;
             if (len) {

@@ -668,3 +668,45 @@ Test(kafka_walk, unknown_fields_duplicates_and_names)
     sl_kafka_rows_destroy(r);
     sl_wh_schema_destroy(sc);
 }
+
+/* A taken stripe is stably sorted by session, whatever the row count
+ * (the merge sort's runs of every width, a last run cut short). */
+Test(kafka_walk, stripes_are_stably_sorted_by_session)
+{
+    sl_wh_schema_t *sc = schema_new();
+    sl_kafka_rows_t *r = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_kafka_rows_new(sc, NULL, 0, NULL, &r, &err), SL_OK);
+    uint64_t rng = 5;
+    const uint32_t sizes[] = {1, 2, 3, 7, 64, 1000, 1025};
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        uint32_t n = sizes[t];
+        uint64_t sessions = t % 2 ? 5 : 1000000; /* long runs of a session, or few ties */
+        for (uint32_t i = 0; i < n; i++) {
+            Sluice__Sample s = SLUICE__SAMPLE__INIT;
+            s.sample_id = i;
+            s.session_id = tu_below(&rng, sessions);
+            if (t == 2) s.session_id = n - i; /* descending */
+            uint8_t b[64];
+            size_t len = sluice__sample__pack(&s, b);
+            cr_assert_eq(add(r, b, len, &err), SL_OK, "%s", err.msg);
+        }
+        sl_kafka_stripe_t st;
+        cr_assert_eq(sl_kafka_rows_take(r, &st, &err), SL_OK);
+        cr_assert_eq(st.rows.batch.batch_size, n);
+        uint8_t seen[1025] = {0};
+        for (uint32_t j = 0; j < n; j++) {
+            int64_t id = st.rows.batch.sample_ids[j];
+            cr_assert(id >= 0 && id < (int64_t)n && !seen[id], "row %u: sample %ld", j, (long)id);
+            seen[id] = 1;
+            if (j == 0) continue;
+            int64_t a = st.rows.session_ids[j - 1], b = st.rows.session_ids[j];
+            cr_assert_leq(a, b, "%u rows: row %u", n, j);
+            if (a == b)
+                cr_assert_lt(st.rows.batch.sample_ids[j - 1], id, "%u rows: row %u unstable", n,
+                             j);
+        }
+    }
+    sl_kafka_rows_destroy(r);
+    sl_wh_schema_destroy(sc);
+}
