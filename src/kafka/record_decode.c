@@ -41,6 +41,7 @@ struct sl_kafka_rows {
     uint32_t max_name; /* the schema's longest name */
     /* the taken stripe: */
     sl_arena_t *out;
+    size_t out_chunk, out_want; /* its arena's chunk size; what the last stripe took */
     struct order {
         int64_t session;
         uint32_t row;
@@ -120,7 +121,8 @@ sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const char *const *feat
     if (!r) return sl_error_set(err, SL_ERR_NOMEM, "kafka records: out of memory");
     r->a = a;
     r->schema = sl_wh_schema_clone(schema, a);
-    r->out = sl_arena_new(a, 0);
+    r->out_chunk = 64 * 1024;
+    r->out = sl_arena_new(a, r->out_chunk);
     if (!r->schema || !r->out) goto nomem;
     r->T = sl_wh_schema_num_labels(schema);
     r->SD = sl_wh_schema_num_dense(schema);
@@ -367,9 +369,15 @@ static bool w_packed(walk_t *w, int64_t *to, uint64_t *n)
             continue;
         }
         unsigned bits = (unsigned)__builtin_ctzll(stop) + 1;
+        q += bits / 8;
+        if (bits <= 32) { /* up to 4 bytes (ids below 2^28): two steps on 32 bits */
+            uint32_t y = (uint32_t)x & 0x7f7f7f7fu & (uint32_t)(((uint64_t)1 << bits) - 1);
+            y = ((y & 0x7f007f00u) >> 1) | (y & 0x007f007fu);
+            to[k++] = (int64_t)(((y & 0x3fff0000u) >> 2) | (y & 0x00003fffu));
+            continue;
+        }
         if (bits < 64) x &= ((uint64_t)1 << bits) - 1;
         to[k++] = (int64_t)w_compact(x & 0x7f7f7f7f7f7f7f7full);
-        q += bits / 8;
     }
 #endif
     walk_t rest = {q, end};
@@ -457,6 +465,15 @@ static bool lookup(sl_kafka_rows_t *r, int c, uint32_t k, wname_t name, int32_t 
         *label = h->label;
         *f = h->f;
         return true;
+    }
+    for (uint32_t i = 0; i < nh[c]; i++) { /* a value left out moves the others along */
+        const struct hint *o = &r->hints[c][i];
+        if (o->name && o->len == name.len && memcmp(o->name, name.s, name.len) == 0) {
+            *label = o->label;
+            *f = o->f;
+            if (h) *h = *o;
+            return true;
+        }
     }
     name = upto_nul(name); /* a name the schema has holds no NUL: the hint saw the whole name */
     if (name.len > r->max_name) return false;
@@ -747,8 +764,19 @@ static struct order *sort_by_session(struct order *o, struct order *tmp, uint32_
 sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error_t *err)
 {
     memset(out, 0, sizeof *out);
-    sl_arena_reset(r->out);
     uint32_t n = r->n;
+    if (r->out_want > r->out_chunk) {
+        /* The last stripe outgrew the arena's chunk: a chunk that holds a
+         * whole stripe, so that reset keeps it and a stripe is written to
+         * memory already mapped (a fresh large chunk each time cost a page
+         * fault every 4 KiB, more than the copy itself). */
+        sl_arena_t *bigger = sl_arena_new(r->a, r->out_want);
+        if (!bigger) goto nomem;
+        sl_arena_destroy(r->out);
+        r->out = bigger;
+        r->out_chunk = r->out_want;
+    }
+    sl_arena_reset(r->out);
     if (n > r->order_cap) {
         if (r->order) sl_free(r->a, r->order, 2 * (size_t)r->order_cap * sizeof *r->order);
         r->order_cap = 0;
@@ -809,6 +837,8 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
     out->create_ms = cms;
     r->n = 0;
     r->nids = 0;
+    size_t fp = sl_arena_footprint(ar);
+    if (fp > r->out_chunk + 4096) r->out_want = fp + fp / 4; /* chunk headers, a larger stripe */
     return SL_OK;
 nomem:
     memset(out, 0, sizeof *out);
