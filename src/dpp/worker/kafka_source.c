@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/kafka_dead_letter.h"
 #include "dpp/worker/queue.h"
@@ -166,18 +167,19 @@ static bool pass_hold(void *ctx, bool paused)
     kafka_source_t *s = ((pass_t *)ctx)->s;
     uint64_t used = sl_worker_budget_used(s->budget), limit = sl_worker_budget_limit(s->budget);
     uint64_t base = s->prefetch < limit ? s->prefetch : limit, room = limit - base;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-    if (used != s->hold_used) {
-        s->hold_used = used;
+    bool moved = used != s->hold_used;
+    s->hold_used = used;
+    if (!paused) { /* not again while it stays stuck at the same use */
+        if (moved) s->hold_stuck = false;
+        bool pause = !s->hold_stuck && used >= base + room / 8 * 7;
+        /* the clock only around a pause: asked after every message */
+        if (pause) s->hold_since_ms = sl_clock_ms();
+        return pause;
+    }
+    uint64_t now = sl_clock_ms();
+    if (moved) {
         s->hold_since_ms = now;
         s->hold_stuck = false;
-    }
-    if (!paused) { /* not again while it stays stuck at the same use */
-        bool pause = !s->hold_stuck && used >= base + room / 8 * 7;
-        if (pause) s->hold_since_ms = now;
-        return pause;
     }
     if (used < base + room / 4 * 3) return false;
     s->hold_stuck = now - s->hold_since_ms >= HOLD_STUCK_MS;
