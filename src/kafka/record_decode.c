@@ -656,8 +656,8 @@ static bool walk_ids(wstate_t *st, walk_t w, bool *nomem)
 static sl_err_t walk_sample(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_error_t *err)
 {
     wstate_t st = {.r = r, .n = r->n, .off = rec->offset, .bad = 3};
-    walk_t w = {rec->value, (const uint8_t *)rec->value + rec->value_len};
-    if (!rec->value) w.end = w.p;
+    walk_t w = {rec->value, rec->value};
+    if (rec->value) w.end += rec->value_len; /* no value: an empty Sample */
     memset(r->seen, 0, (size_t)r->T + r->SD + r->SS);
     uint64_t sample = 0, session = 0, ts = 0;
     bool ok = true, nomem = false;
@@ -785,7 +785,7 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
     }
     for (uint32_t i = 0; i < n; i++)
         r->order[i] = (struct order){r->session_ids[i], i};
-    const struct order *order = sort_by_session(r->order, r->order + n, n);
+    const struct order *order = n ? sort_by_session(r->order, r->order + n, n) : r->order;
     sl_arena_t *ar = r->out;
     sl_batch_t *b = &out->rows.batch;
     b->batch_size = n;

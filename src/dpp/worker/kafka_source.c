@@ -58,6 +58,7 @@ typedef struct kafka_source {
     /* reader thread: the budget's use when it last changed, and when */
     uint64_t hold_used, hold_since_ms;
     uint64_t row_bytes; /* a decoded row's bytes in the last stripe: what held rows will take */
+    uint64_t hold_wait_ns; /* the budget's back-pressure waits when the hold last looked */
     bool hold_stuck; /* resumed because the use did not move: not paused again until it does */
     sl_age_hist_t ages;
     dpp_dead_letter_t
@@ -176,7 +177,12 @@ static bool pass_hold(void *ctx, bool paused)
          * takes them when the stripe is handed on (the reader is about to
          * wait for memory when they do not fit) */
         uint64_t pending = (uint64_t)sl_kafka_rows_count(s->rows) * s->row_bytes;
-        bool pause = !s->hold_stuck && used + pending >= base + room / 8 * 7;
+        /* ... and a stage that waited for memory since the last look (the
+         * reader or a transform thread: the budget is full) pauses too */
+        uint64_t waited = sl_worker_budget_wait_ns(s->budget);
+        bool full = waited != s->hold_wait_ns;
+        s->hold_wait_ns = waited;
+        bool pause = !s->hold_stuck && (full || used + pending >= base + room / 8 * 7);
         /* the clock only around a pause: asked after every message */
         if (pause) s->hold_since_ms = sl_clock_ms();
         return pause;
