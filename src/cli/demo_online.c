@@ -63,6 +63,16 @@ static void print_ms(const char *name, uint64_t ms)
         printf("%s %" PRIu64 " ms", name, ms);
 }
 
+/* The bound of the worker's age bucket that holds quantile q of its
+ * record ages (UINT64_MAX: the last, unbounded, bucket). */
+static uint64_t age_bound(const sl_worker_stats_t *ws, double q)
+{
+    uint64_t want = (uint64_t)((double)ws->age_count * q), seen = 0;
+    for (int i = 0; i < SL_AGE_BUCKETS - 1; i++)
+        if ((seen += ws->age_buckets[i]) >= want && seen > 0) return SL_AGE_BOUNDS_MS[i];
+    return UINT64_MAX;
+}
+
 /* The producing side, on its own thread. */
 typedef struct feeder {
     const sl_cli_demo_online_t *o;
@@ -272,6 +282,13 @@ int sl_cli_demo_online(const sl_cli_demo_online_t *o)
     print_ms(", p99.9", fresh_quantile(&fr, 0.999));
     print_ms(", max", fresh_quantile(&fr, 1.0));
     printf(" (record CreateTime to hand-over to the trainer, %" PRIu64 " samples)\n", fr.n);
+    /* Where the time goes: the same ages when the worker read the records
+     * (its histogram's bucket bounds), i.e. producer, broker and consumer;
+     * the rest is the worker's batching and sending and the trainer's
+     * taking. */
+    printf("  at the worker p50 <= %" PRIu64 " ms, p99 <= %" PRIu64
+           " ms (CreateTime to the worker's read, its histogram's bucket bounds)\n",
+           age_bound(&ws, 0.5), age_bound(&ws, 0.99));
     if (nl == 3)
         printf("  load average  %.2f %.2f %.2f (this machine, while it ran)\n", loads[0], loads[1],
                loads[2]);

@@ -11,10 +11,38 @@
 
 #include "common/clock.h"
 
+/* Messages taken from librdkafka's queue at a time: one look at the clock
+ * for all of them, instead of one each (what a message cost in the read
+ * loop before); the memory budget is still looked at after each message
+ * (a hold is cheap: it reads the clock only around a pause). */
+#define READ_BATCH 256
+
 struct sl_kafka_consumer {
     const sl_allocator_t *a;
     rd_kafka_t *rk;
+    /* The partition the last read left assigned, at `next` (its `to`), and
+     * the messages it took from the queue past its end: a read that goes
+     * on where the last one ended (the next chunk of the same partition)
+     * starts with them instead of assigning the partition again, which
+     * threw librdkafka's prefetch away and cost a new fetch (a stall in a
+     * stream at every chunk boundary). */
+    bool assigned;
+    char topic[256];
+    int32_t partition;
+    int64_t next;
+    rd_kafka_message_t *stash[READ_BATCH];
+    uint32_t stash_at, stash_n;
 };
+
+/* Forget the partition left assigned and the messages taken past it. */
+static void drop_assignment(sl_kafka_consumer_t *c)
+{
+    for (uint32_t i = c->stash_at; i < c->stash_n; i++)
+        rd_kafka_message_destroy(c->stash[i]);
+    c->stash_at = c->stash_n = 0;
+    if (c->assigned) rd_kafka_assign(c->rk, NULL);
+    c->assigned = false;
+}
 
 /* librdkafka logs to stderr by default; library code must not. Its errors
  * reach us as error events of consumer_poll and as return codes. */
@@ -91,6 +119,7 @@ sl_err_t sl_kafka_consumer_new(const sl_kafka_consumer_opts_t *o, sl_kafka_consu
 void sl_kafka_consumer_destroy(sl_kafka_consumer_t *c)
 {
     if (!c) return;
+    drop_assignment(c);
     rd_kafka_consumer_close(c->rk); /* never subscribed: leaves no group, commits nothing */
     rd_kafka_destroy(c->rk);
     sl_free(c->a, c, sizeof *c);
@@ -316,6 +345,10 @@ typedef struct range_read {
     sl_kafka_read_stats_t *st;
     int64_t first;     /* the first offset not handed on yet */
     uint64_t first_ms; /* when the oldest row held was added */
+    /* The broker reported the partition's end at the position, and no
+     * record came since: only then may yield end the read there (never on
+     * a guess that nothing more is there: the offsets below were consumed). */
+    bool at_end;
 } range_read_t;
 
 /* Pause or resume the partition as o->hold (if any) wants it now
@@ -393,6 +426,65 @@ static void bad_record(const sl_kafka_read_opts_t *o, const rd_kafka_message_t *
     o->bad_record(o->ctx, &r);
 }
 
+/* One message of the range's partition into the read (*pos: the
+ * consumer's position, every offset below was read or a gap). */
+static bool ours(const sl_kafka_read_opts_t *o, const rd_kafka_message_t *m)
+{
+    return m->rkt && m->partition == o->partition &&
+           strcmp(rd_kafka_topic_name(m->rkt), o->topic) == 0;
+}
+
+static sl_err_t take_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *pos, uint64_t now_ms,
+                             sl_error_t *err)
+{
+    const sl_kafka_read_opts_t *o = rr->o;
+    bool mine = ours(o, m);
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        /* the log ends at m->offset: offsets from pos up to it that came
+         * as no record were gaps (markers, aborted records) */
+        if (mine && m->offset > *pos) *pos = m->offset < o->to ? m->offset : o->to;
+        if (mine && m->offset == *pos) rr->at_end = true;
+        return SL_OK;
+    }
+    if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+        m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE)
+        return sl_error_set(err, SL_ERR_NOT_FOUND,
+                            "kafka topic '%s' partition %d: offset %" PRId64
+                            " is gone (deleted by retention?): %s",
+                            o->topic, (int)o->partition, *pos, rd_kafka_message_errstr(m));
+    if (m->err) {
+        char es[256];
+        if (rd_kafka_fatal_error(rr->c->rk, es, sizeof es))
+            return sl_error_set(err, SL_ERR_IO, "kafka topic '%s' partition %d: %s", o->topic,
+                                (int)o->partition, es);
+        return SL_OK; /* transient (a broker down, a leader moving): librdkafka retries */
+    }
+    if (!mine || m->offset < *pos) return SL_OK;
+    rr->at_end = false;
+    if (m->offset >= o->to) {
+        *pos = o->to; /* past the range: every offset of it is behind us */
+        return SL_OK;
+    }
+    rr->st->records++;
+    sl_kafka_record_t rec;
+    record_of(m, &rec);
+    uint32_t before = sl_kafka_rows_count(o->rows);
+    sl_error_t why = {0};
+    sl_err_t d = sl_kafka_rows_add(o->rows, &rec, &why);
+    sl_err_t rc = SL_OK;
+    if (d == SL_ERR_CORRUPT) {
+        rr->st->bad++;
+        if (o->bad) o->bad(o->ctx, why.msg);
+        if (o->bad_record) bad_record(o, m, why.msg);
+    } else if (d) {
+        rc = sl_error_set(err, d, "%s", why.msg);
+    }
+    if (d == SL_OK && before == 0) rr->first_ms = now_ms;
+    *pos = m->offset + 1;
+    if (rc == SL_OK && sl_kafka_rows_count(o->rows) >= o->batch_rows) rc = flush(rr, *pos, err);
+    return rc;
+}
+
 sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,
                              sl_kafka_read_stats_t *stats, sl_error_t *err)
 {
@@ -402,19 +494,30 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         return sl_error_set(err, SL_ERR_INVALID,
                             "kafka topic '%s' partition %d: range [%" PRId64 ", %" PRId64 ")",
                             o->topic, (int)o->partition, o->from, o->to);
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    if (!l) return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
-    rd_kafka_topic_partition_list_add(l, o->topic, o->partition)->offset = o->from;
-    rd_kafka_resp_err_t e = rd_kafka_assign(c->rk, l);
-    rd_kafka_topic_partition_list_destroy(l);
-    if (e) return kerr(err, e, "assign", o->topic, o->partition);
+    rd_kafka_queue_t *q = rd_kafka_queue_get_consumer(c->rk);
+    if (!q) return sl_error_set(err, SL_ERR_INVALID, "kafka: the consumer has no queue");
+    bool goes_on = c->assigned && c->partition == o->partition && c->next == o->from &&
+                   strcmp(c->topic, o->topic) == 0;
+    if (!goes_on) {
+        drop_assignment(c);
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+        if (!l) {
+            rd_kafka_queue_destroy(q);
+            return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
+        }
+        rd_kafka_topic_partition_list_add(l, o->topic, o->partition)->offset = o->from;
+        rd_kafka_resp_err_t e = rd_kafka_assign(c->rk, l);
+        rd_kafka_topic_partition_list_destroy(l);
+        if (e) {
+            rd_kafka_queue_destroy(q);
+            return kerr(err, e, "assign", o->topic, o->partition);
+        }
+    }
+    c->assigned = false; /* until this read ends well */
     range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from};
     int64_t pos = o->from; /* the consumer's position: every offset below was read or a gap */
-    /* The broker reported the partition's end at pos, and no record came
-     * since: only then may yield end the read, at pos (never on a guess
-     * that nothing more is there: the offsets below pos were consumed). */
-    bool at_end = false;
     sl_err_t rc = SL_OK;
+    rd_kafka_message_t *ms[READ_BATCH];
     while (rc == SL_OK && pos < o->to) {
         if (o->cancel && atomic_load(o->cancel)) {
             rc = sl_error_set(err, SL_ERR_CLOSED, "kafka read cancelled");
@@ -422,7 +525,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         }
         hold_check(&rr, false);
         uint32_t held = sl_kafka_rows_count(o->rows);
-        if (at_end && held == 0 && o->yield && o->yield(o->ctx)) break;
+        if (rr.at_end && held == 0 && o->yield && o->yield(o->ctx)) break;
         uint64_t now = sl_clock_ms();
         if (held && now - rr.first_ms >= o->linger_ms) {
             rc = flush(&rr, pos, err);
@@ -431,53 +534,43 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         int wait = 100;
         if (held && rr.first_ms + o->linger_ms - now < (uint64_t)wait)
             wait = (int)(rr.first_ms + o->linger_ms - now);
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, wait > 0 ? wait : 1);
-        if (!m) continue;
-        bool ours = m->rkt && m->partition == o->partition &&
-                    strcmp(rd_kafka_topic_name(m->rkt), o->topic) == 0;
-        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            /* the log ends at m->offset: offsets from pos up to it that
-             * came as no record were gaps (markers, aborted records) */
-            if (ours && m->offset > pos) pos = m->offset < o->to ? m->offset : o->to;
-            if (ours && m->offset == pos) at_end = true;
-        } else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
-                   m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
-            rc = sl_error_set(err, SL_ERR_NOT_FOUND,
-                              "kafka topic '%s' partition %d: offset %" PRId64
-                              " is gone (deleted by retention?): %s",
-                              o->topic, (int)o->partition, pos, rd_kafka_message_errstr(m));
-        } else if (m->err) {
-            char es[256];
-            if (rd_kafka_fatal_error(c->rk, es, sizeof es))
-                rc = sl_error_set(err, SL_ERR_IO, "kafka topic '%s' partition %d: %s", o->topic,
-                                  (int)o->partition, es);
-            /* else transient (a broker down, a leader moving): librdkafka
-             * retries on its own */
-        } else if (ours && m->offset >= pos) {
-            at_end = false;
-            if (m->offset >= o->to) {
-                pos = o->to; /* past the range: every offset of it is behind us */
-            } else {
-                stats->records++;
-                sl_kafka_record_t rec;
-                record_of(m, &rec);
-                uint32_t before = sl_kafka_rows_count(o->rows);
-                sl_error_t why = {0};
-                sl_err_t d = sl_kafka_rows_add(o->rows, &rec, &why);
-                if (d == SL_ERR_CORRUPT) {
-                    stats->bad++;
-                    if (o->bad) o->bad(o->ctx, why.msg);
-                    if (o->bad_record) bad_record(o, m, why.msg);
-                } else if (d) {
-                    rc = sl_error_set(err, d, "%s", why.msg);
-                }
-                if (d == SL_OK && before == 0) rr.first_ms = sl_clock_ms();
-                pos = m->offset + 1;
-                if (rc == SL_OK && sl_kafka_rows_count(o->rows) >= o->batch_rows)
-                    rc = flush(&rr, pos, err);
-            }
+        ssize_t got = 0;
+        if (c->stash_at < c->stash_n) { /* what the last read took past its end */
+            while (c->stash_at < c->stash_n)
+                ms[got++] = c->stash[c->stash_at++];
+            c->stash_at = c->stash_n = 0;
+        } else {
+            /* The first message waits (and returns as soon as one is
+             * there); what else is queued already comes with it, without
+             * waiting: consume_batch waits for its whole array or its
+             * timeout, which would hold a slow stream's records back. */
+            ms[0] = rd_kafka_consumer_poll(c->rk, wait > 0 ? wait : 1);
+            if (!ms[0]) continue;
+            got = rd_kafka_consume_batch_queue(q, 0, ms + 1, READ_BATCH - 1);
+            got = got > 0 ? got + 1 : 1;
         }
-        rd_kafka_message_destroy(m);
+        now = sl_clock_ms();
+        ssize_t i = 0;
+        for (; i < got && rc == SL_OK && pos < o->to; i++) {
+            const rd_kafka_message_t *m = ms[i];
+            if ((!m->err || m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) && m->offset >= o->to &&
+                ours(o, m)) {
+                /* A record past the range, or the log's end past it: every
+                 * offset of the range is behind us. The message is the
+                 * next read's too (a read that goes on needs the record,
+                 * and the end to see gaps before it): kept below. */
+                pos = o->to;
+                break;
+            }
+            rc = take_message(&rr, ms[i], &pos, now, err);
+            rd_kafka_message_destroy(ms[i]);
+            hold_check(&rr, false); /* as often as before batches: a message each */
+        }
+        for (; i < got; i++) /* past the range: the next read's; after a failure: none's */
+            if (rc == SL_OK)
+                c->stash[c->stash_n++] = ms[i];
+            else
+                rd_kafka_message_destroy(ms[i]);
     }
     /* o->to, or where yield ended the read */
     int64_t end = pos < o->to ? pos : o->to;
@@ -488,7 +581,17 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         sl_error_t ignore = {0};
         sl_kafka_rows_take(o->rows, &s, &ignore);
     }
-    hold_check(&rr, true); /* a pause would outlive the assignment */
-    rd_kafka_assign(c->rk, NULL);
+    hold_check(&rr, true); /* a pause would outlive the read */
+    if (rc == SL_OK) {     /* left assigned at end, for a read that goes on from there */
+        c->assigned = true;
+        snprintf(c->topic, sizeof c->topic, "%s", o->topic);
+        c->assigned = strlen(o->topic) < sizeof c->topic;
+        c->partition = o->partition;
+        c->next = end;
+    } else {
+        c->assigned = true; /* so that drop_assignment unassigns */
+        drop_assignment(c);
+    }
+    rd_kafka_queue_destroy(q);
     return rc;
 }

@@ -182,8 +182,12 @@ typedef struct sl_kafka_read_opts {
 
 /* Assign the partition at from, consume until the consumer's position
  * reaches to (a record at or past to, or the partition's end reported at
- * or past to: the offsets between were gaps), handing stripes on, and
- * unassign. The range may lie above the partition's end: the read waits
+ * or past to: the offsets between were gaps), handing stripes on. A read
+ * that ends well leaves the partition assigned, with what it took from
+ * librdkafka past its end kept aside: the next read, if it is of the same
+ * partition from that end (a stream's next chunk), goes on without a new
+ * fetch; any other read assigns its own partition (a failed read
+ * unassigns). The range may lie above the partition's end: the read waits
  * for records (a stream), until cancelled or yield ends it at the
  * partition's end. @return SL_OK once [from, to) is covered, or [from,
  * stats->end) when yield ended it; SL_ERR_NOT_FOUND when from is below what retention kept

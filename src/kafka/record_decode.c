@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sluice.pb-c.h"
-
 struct sl_kafka_rows {
     const sl_allocator_t *a;
     sl_wh_schema_t *schema; /* a copy */
@@ -28,14 +26,25 @@ struct sl_kafka_rows {
     int64_t *ids;     /* [ids_cap] every list, appended */
     float *weights;   /* [ids_cap] their weights (1.0 for unweighted features) */
     uint64_t nids, ids_cap;
-    uint8_t *seen;  /* [T + D + S] named in the record being decoded */
-    sl_arena_t *pb; /* protobuf-c's scratch for one record */
+    uint8_t *seen; /* [T + D + S] named in the record being decoded */
+    /* Name lookups (the walker's): the k-th label, dense value and id
+     * list of the last records, which a producer writes in the same order
+     * every time, so a lookup is one memcmp; a miss asks the schema. */
+    struct hint {
+        const char *name; /* the schema's; NULL: none yet */
+        uint32_t len;
+        int32_t label;            /* labels: the label's index */
+        const sl_wh_feature_t *f; /* features */
+    } * hints[3];                 /* [T], [SD], [SS] */
+    char *namebuf;                /* [max_name + 1] a record's name as a C string */
+    uint32_t max_name;            /* the schema's longest name */
     /* the taken stripe: */
     sl_arena_t *out;
+    size_t out_chunk, out_want; /* its arena's chunk size; what the last stripe took */
     struct order {
         int64_t session;
         uint32_t row;
-    } * order; /* [order_cap] */
+    } * order; /* [2 * order_cap]: the order, then the merge sort's scratch */
     uint32_t order_cap;
 };
 
@@ -100,18 +109,6 @@ static bool reserve_ids(sl_kafka_rows_t *r, uint64_t more)
     return true;
 }
 
-/* protobuf-c allocates the unpacked Sample from the per-record arena: one
- * reset frees it, whatever the record's shape. */
-static void *pb_alloc(void *ctx, size_t size)
-{
-    return sl_arena_alloc(ctx, size ? size : 1);
-}
-static void pb_free(void *ctx, void *ptr)
-{
-    (void)ctx;
-    (void)ptr;
-}
-
 /* ---- the builder ---- */
 
 sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const char *const *features,
@@ -123,9 +120,9 @@ sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const char *const *feat
     if (!r) return sl_error_set(err, SL_ERR_NOMEM, "kafka records: out of memory");
     r->a = a;
     r->schema = sl_wh_schema_clone(schema, a);
-    r->pb = sl_arena_new(a, 0);
-    r->out = sl_arena_new(a, 0);
-    if (!r->schema || !r->pb || !r->out) goto nomem;
+    r->out_chunk = 64 * 1024;
+    r->out = sl_arena_new(a, r->out_chunk);
+    if (!r->schema || !r->out) goto nomem;
     r->T = sl_wh_schema_num_labels(schema);
     r->SD = sl_wh_schema_num_dense(schema);
     r->SS = sl_wh_schema_num_sparse(schema);
@@ -135,11 +132,22 @@ sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const char *const *feat
     r->dense_at = sl_calloc(a, r->SD + 1, sizeof(int32_t));
     r->sparse_at = sl_calloc(a, r->SS + 1, sizeof(int32_t));
     r->seen = sl_calloc(a, (size_t)r->T + r->SD + r->SS + 1, 1);
+    r->hints[0] = sl_calloc(a, r->T + 1, sizeof(struct hint));
+    r->hints[1] = sl_calloc(a, r->SD + 1, sizeof(struct hint));
+    r->hints[2] = sl_calloc(a, r->SS + 1, sizeof(struct hint));
     if (!r->label_names || !r->dense_names || !r->sparse_names || !r->dense_at || !r->sparse_at ||
-        !r->seen)
+        !r->seen || !r->hints[0] || !r->hints[1] || !r->hints[2])
         goto nomem;
-    for (uint32_t i = 0; i < r->T; i++)
+    for (uint32_t i = 0; i < r->T; i++) {
         r->label_names[i] = sl_wh_schema_label(r->schema, i);
+        size_t len = strlen(r->label_names[i]);
+        if (len > r->max_name) r->max_name = (uint32_t)len;
+    }
+    for (uint32_t i = 0; i < sl_wh_schema_num_features(r->schema); i++) {
+        size_t len = strlen(sl_wh_schema_feature(r->schema, i)->name);
+        if (len > r->max_name) r->max_name = (uint32_t)len;
+    }
+    if (!(r->namebuf = sl_alloc(a, (size_t)r->max_name + 1))) goto nomem;
     for (uint32_t i = 0; i < r->SD; i++)
         r->dense_at[i] = -1;
     for (uint32_t i = 0; i < r->SS; i++)
@@ -193,14 +201,17 @@ void sl_kafka_rows_destroy(sl_kafka_rows_t *r)
     sl_free(a, r->lens, c * 4 * (r->S ? r->S : 1));
     sl_free(a, r->ids, (size_t)r->ids_cap * 8);
     sl_free(a, r->weights, (size_t)r->ids_cap * 4);
-    sl_free(a, r->order, (size_t)r->order_cap * sizeof *r->order);
+    sl_free(a, r->order, 2 * (size_t)r->order_cap * sizeof *r->order);
     if (r->label_names) sl_free(a, r->label_names, (r->T + 1) * sizeof(char *));
     if (r->dense_names) sl_free(a, r->dense_names, (r->SD + 1) * sizeof(char *));
     if (r->sparse_names) sl_free(a, r->sparse_names, (r->SS + 1) * sizeof(char *));
     if (r->dense_at) sl_free(a, r->dense_at, (r->SD + 1) * sizeof(int32_t));
     if (r->sparse_at) sl_free(a, r->sparse_at, (r->SS + 1) * sizeof(int32_t));
     if (r->seen) sl_free(a, r->seen, (size_t)r->T + r->SD + r->SS + 1);
-    sl_arena_destroy(r->pb);
+    const uint32_t nh[3] = {r->T, r->SD, r->SS};
+    for (int c = 0; c < 3; c++)
+        if (r->hints[c]) sl_free(a, r->hints[c], (nh[c] + 1) * sizeof(struct hint));
+    if (r->namebuf) sl_free(a, r->namebuf, (size_t)r->max_name + 1);
     sl_arena_destroy(r->out);
     sl_wh_schema_destroy(r->schema);
     sl_free(a, r, sizeof *r);
@@ -211,86 +222,469 @@ uint32_t sl_kafka_rows_count(const sl_kafka_rows_t *r)
     return r->n;
 }
 
-/* A name from a record, for a message: at most 64 bytes, printable. */
-static const char *shown(const char *name, char *buf, size_t cap)
+/* ---- the wire walker ----
+ *
+ * A record's value is read straight into row n's slots, without building
+ * a protobuf-c Sluice__Sample: no allocation per record, no copy of a
+ * name. protobuf-c (proto/sluice.proto) stays the definition of the
+ * format; the walker accepts exactly what sluice__sample__unpack accepts
+ * and reads the same values (kafka_walk_test checks it on random and
+ * mutated Samples):
+ *
+ *   - a tag is a varint of at most 5 bytes (field number = tag >> 3, any
+ *     number not of Sample, NamedValue or IdList is an unknown field and
+ *     skipped; field 0 is refused in a one-byte tag and skipped in a
+ *     longer one, as protobuf-c 1.4 does); wire types 3, 4, 6 and 7 are
+ *     refused even in an unknown field;
+ *   - a varint has at most 10 bytes (bits above 64 are dropped); a length
+ *     at most 5 bytes, its low 32 bits counting (protobuf-c's uint32), and
+ *     it must not run past the end;
+ *   - a known field with another wire type than its own is refused;
+ *     `ids` comes packed (length-delimited) or one varint at a time,
+ *     `weights` packed (a multiple of 4 bytes) or one fixed32 at a time,
+ *     and several occurrences concatenate; a scalar or a name given
+ *     several times: the last one counts;
+ *   - a name is its bytes up to the first NUL (protobuf-c makes a C string
+ *     of it), a missing one is "".
+ *
+ * Fitting the schema is checked as the Sample would have been: labels in
+ * their order, then dense values, then id lists, the first problem of the
+ * first kind that has one is the reason given; a value that does not
+ * parse is "not a sluice.Sample" whatever else is wrong with it. */
+
+typedef struct walk {
+    const uint8_t *p, *end;
+} walk_t;
+
+/* The 7-bit groups of the low bytes of x (high bits already clear) side
+ * by side: 8 bytes into 56 bits, in three steps of shifts and masks. */
+static inline uint64_t w_compact(uint64_t x)
 {
+    x = ((x & 0x7f007f007f007f00ull) >> 1) | (x & 0x007f007f007f007full);
+    x = ((x & 0x3fff00003fff0000ull) >> 2) | (x & 0x00003fff00003fffull);
+    return ((x & 0x0fffffff00000000ull) >> 4) | (x & 0x000000000fffffffull);
+}
+
+/* A varint of at most 10 bytes. With 10 bytes left (every id of a packed
+ * list but the last ones) its first 8 are read as one word: the first
+ * byte without the continuation bit ends it, and the groups are put
+ * together without a loop, since decoding ids is most of a record's
+ * cost (the sessions stream's ids take 9 and 10 bytes). */
+static inline bool w_varint(walk_t *w, uint64_t *v)
+{
+    const uint8_t *q = w->p;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (w->end - q >= 10) {
+        uint64_t x;
+        memcpy(&x, q, 8);
+        uint64_t stop = ~x & 0x8080808080808080ull;
+        if (stop) {
+            unsigned bits = (unsigned)__builtin_ctzll(stop) + 1; /* 8 x the bytes */
+            if (bits < 64) x &= ((uint64_t)1 << bits) - 1;
+            *v = w_compact(x & 0x7f7f7f7f7f7f7f7full);
+            w->p = q + bits / 8;
+            return true;
+        }
+        x = w_compact(x & 0x7f7f7f7f7f7f7f7full) | (uint64_t)(q[8] & 0x7f) << 56;
+        if (q[8] < 0x80) {
+            *v = x;
+            w->p = q + 9;
+            return true;
+        }
+        if (q[9] >= 0x80) return false; /* 10 bytes, none the last */
+        *v = x | (uint64_t)q[9] << 63;  /* bits above 64 dropped, as protobuf-c */
+        w->p = q + 10;
+        return true;
+    }
+#endif
+    uint64_t x = 0;
+    for (unsigned i = 0, shift = 0; i < 10 && q < w->end; i++, shift += 7) {
+        uint8_t b = *q++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            w->p = q;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A tag: its field number and wire type. */
+static inline bool w_tag(walk_t *w, uint32_t *field, uint32_t *type)
+{
+    const uint8_t *q = w->p;
+    uint8_t b = *q++;
+    *type = b & 7;
+    uint32_t tag = (uint32_t)(b & 0x7f) >> 3;
+    if (b < 8) return false; /* field 0 in one byte: protobuf-c 1.4 refuses it (not longer) */
+    for (unsigned i = 1, shift = 4; b & 0x80; i++, shift += 7) {
+        if (i == 5 || q == w->end) return false;
+        b = *q++;
+        tag |= (uint32_t)(b & 0x7f) << shift;
+    }
+    *field = tag;
+    w->p = q;
+    return true;
+}
+
+/* A length-delimited field's bytes, as *sub. */
+static inline bool w_bytes(walk_t *w, walk_t *sub)
+{
+    const uint8_t *q = w->p;
+    uint32_t len = 0;
+    for (unsigned i = 0, shift = 0;; i++, shift += 7) {
+        if (i == 5 || q == w->end) return false;
+        uint8_t b = *q++;
+        len |= (uint32_t)(b & 0x7f) << shift; /* the low 32 bits, as protobuf-c */
+        if (!(b & 0x80)) break;
+    }
+    if (len > (size_t)(w->end - q)) return false;
+    *sub = (walk_t){q, q + len};
+    w->p = q + len;
+    return true;
+}
+
+/* A packed run of varints, every one of them, appended to to[*n...]: the
+ * bulk of a record (the sessions stream has some 125 ids a sample, most
+ * of 1 to 3 bytes). While 8 bytes are left the loop reads them as one
+ * word, keeping its position in a register; the last few bytes, and
+ * varints of 9 or 10 bytes, go through w_varint. */
+static bool w_packed(walk_t *w, int64_t *to, uint64_t *n)
+{
+    const uint8_t *q = w->p, *end = w->end;
+    uint64_t k = *n;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (end - q >= 8) {
+        uint64_t x;
+        memcpy(&x, q, 8);
+        uint64_t stop = ~x & 0x8080808080808080ull;
+        if (!stop) { /* a varint of 9 or 10 bytes */
+            walk_t one = {q, end};
+            uint64_t v;
+            if (!w_varint(&one, &v)) return false;
+            to[k++] = (int64_t)v;
+            q = one.p;
+            continue;
+        }
+        unsigned bits = (unsigned)__builtin_ctzll(stop) + 1;
+        q += bits / 8;
+        if (bits <= 32) { /* up to 4 bytes (ids below 2^28): two steps on 32 bits */
+            uint32_t y = (uint32_t)x & 0x7f7f7f7fu & (uint32_t)(((uint64_t)1 << bits) - 1);
+            y = ((y & 0x7f007f00u) >> 1) | (y & 0x007f007fu);
+            to[k++] = (int64_t)(((y & 0x3fff0000u) >> 2) | (y & 0x00003fffu));
+            continue;
+        }
+        if (bits < 64) x &= ((uint64_t)1 << bits) - 1;
+        to[k++] = (int64_t)w_compact(x & 0x7f7f7f7f7f7f7f7full);
+    }
+#endif
+    walk_t rest = {q, end};
+    while (rest.p < rest.end) {
+        uint64_t v;
+        if (!w_varint(&rest, &v)) return false;
+        to[k++] = (int64_t)v;
+    }
+    *n = k;
+    w->p = end;
+    return true;
+}
+
+/* Skip a field of wire type `type`. */
+static bool w_skip(walk_t *w, uint32_t type)
+{
+    uint64_t v;
+    walk_t sub;
+    switch (type) {
+    case 0:
+        return w_varint(w, &v);
+    case 1:
+    case 5: {
+        size_t n = type == 1 ? 8 : 4;
+        if ((size_t)(w->end - w->p) < n) return false;
+        w->p += n;
+        return true;
+    }
+    case 2:
+        return w_bytes(w, &sub);
+    default: /* groups and the types protobuf has not defined */
+        return false;
+    }
+}
+
+static inline bool w_fixed32(walk_t *w, float *f)
+{
+    if (w->end - w->p < 4) return false;
+    memcpy(f, w->p, 4);
+    w->p += 4;
+    return true;
+}
+
+/* A name of the record as it came; what counts is its bytes up to the
+ * first NUL (upto_nul), looked for only when the name is not the one
+ * expected. */
+typedef struct wname {
+    const char *s;
+    uint32_t len;
+} wname_t;
+
+static inline wname_t name_of(const walk_t *sub)
+{
+    size_t n = (size_t)(sub->end - sub->p);
+    return (wname_t){(const char *)sub->p, n > UINT32_MAX ? UINT32_MAX : (uint32_t)n};
+}
+
+static wname_t upto_nul(wname_t name)
+{
+    const char *nul = memchr(name.s, 0, name.len);
+    if (nul) name.len = (uint32_t)(nul - name.s);
+    return name;
+}
+
+/* A name from a record, for a message: at most 64 bytes, printable. */
+static const char *shown(wname_t name, char *buf, size_t cap)
+{
+    name = upto_nul(name);
     size_t i = 0;
-    for (; name[i] && i + 1 < cap && i < 64; i++)
-        buf[i] = name[i] >= 0x20 && name[i] < 0x7f ? name[i] : '?';
+    for (; i < name.len && i + 1 < cap && i < 64; i++)
+        buf[i] = name.s[i] >= 0x20 && name.s[i] < 0x7f ? name.s[i] : '?';
     buf[i] = '\0';
     return buf;
 }
 
-#define BAD(...) (rc = sl_error_set(err, SL_ERR_CORRUPT, __VA_ARGS__), false)
-
-/* The features of s into row n (defaults already in place). */
-static bool fill_row(sl_kafka_rows_t *r, const Sluice__Sample *s, int64_t off, sl_error_t *err)
+/* The hint of category c (0 labels, 1 dense, 2 id lists) at position k
+ * of a record for name: the schema's answer, remembered. @return false
+ * when the schema has no such label (c 0) or feature. */
+static bool lookup(sl_kafka_rows_t *r, int c, uint32_t k, wname_t name, int32_t *label,
+                   const sl_wh_feature_t **f)
 {
-    sl_err_t rc = SL_OK;
-    uint32_t n = r->n;
-    char nb[80];
-    memset(r->seen, 0, (size_t)r->T + r->SD + r->SS);
-    for (size_t i = 0; i < s->n_labels; i++) {
-        const char *name = s->labels[i]->name;
-        int t = sl_wh_schema_find_label(r->schema, name);
-        if (t < 0)
-            return BAD("offset %" PRId64 ": label '%s' is not in the schema", off,
-                       shown(name, nb, sizeof nb));
-        if (r->seen[t]++)
-            return BAD("offset %" PRId64 ": label '%s' is given twice", off,
-                       shown(name, nb, sizeof nb));
-        r->labels[(size_t)n * r->T + (uint32_t)t] = s->labels[i]->value;
+    const uint32_t nh[3] = {r->T, r->SD, r->SS};
+    struct hint *h = k < nh[c] ? &r->hints[c][k] : NULL;
+    if (h && h->name && h->len == name.len && memcmp(h->name, name.s, name.len) == 0) {
+        *label = h->label;
+        *f = h->f;
+        return true;
     }
-    for (size_t i = 0; i < s->n_dense; i++) {
-        const char *name = s->dense[i]->name;
-        const sl_wh_feature_t *f = sl_wh_schema_find(r->schema, name);
-        if (!f)
-            return BAD("offset %" PRId64 ": feature '%s' is not in the schema", off,
-                       shown(name, nb, sizeof nb));
-        if (f->kind != SL_WH_DENSE)
-            return BAD("offset %" PRId64 ": feature '%s' is %s, given as a dense value", off,
-                       shown(name, nb, sizeof nb), sl_wh_kind_name(f->kind));
-        if (r->seen[r->T + f->slot]++)
-            return BAD("offset %" PRId64 ": feature '%s' is given twice", off,
-                       shown(name, nb, sizeof nb));
-        if (r->dense_at[f->slot] >= 0)
-            r->dense[(size_t)n * r->D + (uint32_t)r->dense_at[f->slot]] = s->dense[i]->value;
+    for (uint32_t i = 0; i < nh[c]; i++) { /* a value left out moves the others along */
+        const struct hint *o = &r->hints[c][i];
+        if (o->name && o->len == name.len && memcmp(o->name, name.s, name.len) == 0) {
+            *label = o->label;
+            *f = o->f;
+            if (h) *h = *o;
+            return true;
+        }
     }
-    for (size_t i = 0; i < s->n_sparse; i++) {
-        const Sluice__IdList *l = s->sparse[i];
-        const sl_wh_feature_t *f = sl_wh_schema_find(r->schema, l->name);
-        if (!f)
-            return BAD("offset %" PRId64 ": feature '%s' is not in the schema", off,
-                       shown(l->name, nb, sizeof nb));
-        if (f->kind == SL_WH_DENSE)
-            return BAD("offset %" PRId64 ": feature '%s' is dense, given as an id list", off,
-                       shown(l->name, nb, sizeof nb));
-        if (r->seen[r->T + r->SD + f->slot]++)
-            return BAD("offset %" PRId64 ": feature '%s' is given twice", off,
-                       shown(l->name, nb, sizeof nb));
-        bool weighted = f->kind == SL_WH_WEIGHTED;
-        if (weighted ? l->n_weights != l->n_ids : l->n_weights != 0)
-            return BAD("offset %" PRId64 ": feature '%s' (%s) has %zu ids and %zu weights", off,
-                       shown(l->name, nb, sizeof nb), sl_wh_kind_name(f->kind), l->n_ids,
-                       l->n_weights);
-        if (l->n_ids > INT32_MAX)
-            return BAD("offset %" PRId64 ": feature '%s' has %zu ids", off,
-                       shown(l->name, nb, sizeof nb), l->n_ids);
-        if (r->sparse_at[f->slot] < 0) continue; /* checked, not projected */
-        if (!reserve_ids(r, l->n_ids)) {
-            sl_error_set(err, SL_ERR_NOMEM, "kafka records: out of memory");
+    name = upto_nul(name); /* a name the schema has holds no NUL: the hint saw the whole name */
+    if (name.len > r->max_name) return false;
+    memcpy(r->namebuf, name.s, name.len);
+    r->namebuf[name.len] = '\0';
+    *label = -1;
+    *f = NULL;
+    if (c == 0)
+        *label = sl_wh_schema_find_label(r->schema, r->namebuf);
+    else
+        *f = sl_wh_schema_find(r->schema, r->namebuf);
+    if (c == 0 ? *label < 0 : *f == NULL) return false;
+    if (h) {
+        h->name = c == 0 ? sl_wh_schema_label(r->schema, (uint32_t)*label) : (*f)->name;
+        h->len = name.len;
+        h->label = *label;
+        h->f = *f;
+    }
+    return true;
+}
+
+/* What a walk found wrong so far: the first problem of the first kind
+ * (0 labels, 1 dense, 2 id lists) that has one. */
+typedef struct wstate {
+    sl_kafka_rows_t *r;
+    uint32_t n; /* the row */
+    int64_t off;
+    int bad;           /* the kind of the problem kept; 3: none */
+    uint32_t count[3]; /* entries of each kind so far */
+    char why[SL_ERROR_MSG_MAX];
+} wstate_t;
+
+#define UNFIT(c, ...)                                                                              \
+    do {                                                                                           \
+        if ((c) < st->bad) {                                                                       \
+            st->bad = (c);                                                                         \
+            snprintf(st->why, sizeof st->why, __VA_ARGS__);                                        \
+        }                                                                                          \
+    } while (0)
+
+/* A NamedValue (c 0: a label, 1: a dense value) into the row. */
+static bool walk_named(wstate_t *st, walk_t w, int c)
+{
+    sl_kafka_rows_t *r = st->r;
+    wname_t name = {"", 0};
+    float value = 0.0f;
+    while (w.p < w.end) {
+        uint32_t field, type;
+        if (!w_tag(&w, &field, &type)) return false;
+        walk_t sub;
+        if (field == 1) {
+            if (type != 2 || !w_bytes(&w, &sub)) return false;
+            name = name_of(&sub);
+        } else if (field == 2) {
+            if (type != 5 || !w_fixed32(&w, &value)) return false;
+        } else if (!w_skip(&w, type)) {
             return false;
         }
-        size_t at = (size_t)n * r->S + (uint32_t)r->sparse_at[f->slot];
-        r->starts[at] = r->nids;
-        r->lens[at] = (uint32_t)l->n_ids;
-        if (l->n_ids) memcpy(r->ids + r->nids, l->ids, l->n_ids * sizeof(int64_t));
-        for (size_t k = 0; k < l->n_ids; k++)
-            r->weights[r->nids + k] = weighted ? l->weights[k] : 1.0f;
-        r->nids += l->n_ids;
     }
-    (void)rc;
+    uint32_t k = st->count[c]++;
+    if (st->bad <= c) return true; /* a problem of this kind or an earlier one is kept */
+    int32_t label;
+    const sl_wh_feature_t *f;
+    char nb[80];
+    bool known = lookup(r, c, k, name, &label, &f);
+    if (c == 0) {
+        if (!known)
+            UNFIT(0, "offset %" PRId64 ": label '%s' is not in the schema", st->off,
+                  shown(name, nb, sizeof nb));
+        else if (r->seen[label]++)
+            UNFIT(0, "offset %" PRId64 ": label '%s' is given twice", st->off,
+                  shown(name, nb, sizeof nb));
+        else
+            r->labels[(size_t)st->n * r->T + (uint32_t)label] = value;
+        return true;
+    }
+    if (!known)
+        UNFIT(1, "offset %" PRId64 ": feature '%s' is not in the schema", st->off,
+              shown(name, nb, sizeof nb));
+    else if (f->kind != SL_WH_DENSE)
+        UNFIT(1, "offset %" PRId64 ": feature '%s' is %s, given as a dense value", st->off,
+              shown(name, nb, sizeof nb), sl_wh_kind_name(f->kind));
+    else if (r->seen[r->T + f->slot]++)
+        UNFIT(1, "offset %" PRId64 ": feature '%s' is given twice", st->off,
+              shown(name, nb, sizeof nb));
+    else if (r->dense_at[f->slot] >= 0)
+        r->dense[(size_t)st->n * r->D + (uint32_t)r->dense_at[f->slot]] = value;
     return true;
+}
+
+/* An IdList into the row: its ids and weights are read to the end of the
+ * ids collected (weights at the same places), and kept when the list
+ * fits the schema and is projected. @return false for bytes that do not
+ * parse; *nomem when room for the ids could not be had. */
+static bool walk_ids(wstate_t *st, walk_t w, bool *nomem)
+{
+    sl_kafka_rows_t *r = st->r;
+    wname_t name = {"", 0};
+    uint64_t ni = 0, nw = 0; /* ids and weights read */
+    while (w.p < w.end) {
+        uint32_t field, type;
+        if (!w_tag(&w, &field, &type)) return false;
+        walk_t sub;
+        if (field == 1) {
+            if (type != 2 || !w_bytes(&w, &sub)) return false;
+            name = name_of(&sub);
+        } else if (field == 2 && (type == 0 || type == 2)) {
+            walk_t ids = w;
+            if (type == 2 && !w_bytes(&w, &ids)) return false;
+            /* at most one id a byte (a varint's last byte) */
+            uint64_t most = type == 2 ? (uint64_t)(ids.end - ids.p) : 1;
+            uint64_t have = ni > nw ? ni : nw;
+            if (!reserve_ids(r, have + most)) return !(*nomem = true);
+            int64_t *to = r->ids + r->nids;
+            uint64_t v;
+            if (type == 0) { /* one id */
+                if (!w_varint(&w, &v)) return false;
+                to[ni++] = (int64_t)v;
+            }
+            if (type == 2 && !w_packed(&ids, to, &ni)) return false;
+        } else if (field == 3 && (type == 5 || type == 2)) {
+            walk_t ws = w;
+            if (type == 2 && (!w_bytes(&w, &ws) || (ws.end - ws.p) % 4 != 0)) return false;
+            uint64_t m = type == 2 ? (uint64_t)(ws.end - ws.p) / 4 : 1;
+            uint64_t have = ni > nw ? ni : nw;
+            if (!reserve_ids(r, have + m)) return !(*nomem = true);
+            if (type == 5 && !w_fixed32(&w, &r->weights[r->nids + nw])) return false;
+            if (type == 2 && m) memcpy(&r->weights[r->nids + nw], ws.p, (size_t)m * 4);
+            nw += m;
+        } else if (field == 2 || field == 3 || !w_skip(&w, type)) {
+            return false;
+        }
+    }
+    uint32_t k = st->count[2]++;
+    if (st->bad <= 2) return true;
+    int32_t label;
+    const sl_wh_feature_t *f;
+    char nb[80];
+    if (!lookup(r, 2, k, name, &label, &f)) {
+        UNFIT(2, "offset %" PRId64 ": feature '%s' is not in the schema", st->off,
+              shown(name, nb, sizeof nb));
+        return true;
+    }
+    if (f->kind == SL_WH_DENSE) {
+        UNFIT(2, "offset %" PRId64 ": feature '%s' is dense, given as an id list", st->off,
+              shown(name, nb, sizeof nb));
+        return true;
+    }
+    if (r->seen[r->T + r->SD + f->slot]++) {
+        UNFIT(2, "offset %" PRId64 ": feature '%s' is given twice", st->off,
+              shown(name, nb, sizeof nb));
+        return true;
+    }
+    bool weighted = f->kind == SL_WH_WEIGHTED;
+    if (weighted ? nw != ni : nw != 0) {
+        UNFIT(2,
+              "offset %" PRId64 ": feature '%s' (%s) has %" PRIu64 " ids and %" PRIu64 " weights",
+              st->off, shown(name, nb, sizeof nb), sl_wh_kind_name(f->kind), ni, nw);
+        return true;
+    }
+    if (ni > INT32_MAX) {
+        UNFIT(2, "offset %" PRId64 ": feature '%s' has %" PRIu64 " ids", st->off,
+              shown(name, nb, sizeof nb), ni);
+        return true;
+    }
+    if (r->sparse_at[f->slot] < 0) return true; /* checked, not projected: not kept */
+    size_t at = (size_t)st->n * r->S + (uint32_t)r->sparse_at[f->slot];
+    r->starts[at] = r->nids;
+    r->lens[at] = (uint32_t)ni;
+    if (!weighted && r->any_weighted) /* weights go out only with a weighted feature */
+        for (uint64_t i = 0; i < ni; i++)
+            r->weights[r->nids + i] = 1.0f;
+    r->nids += ni;
+    return true;
+}
+
+/* The Sample of rec into row n (defaults already in place). @return
+ * SL_ERR_CORRUPT (not a Sample, or one that does not fit) or
+ * SL_ERR_NOMEM, err saying which. */
+static sl_err_t walk_sample(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_error_t *err)
+{
+    wstate_t st = {.r = r, .n = r->n, .off = rec->offset, .bad = 3};
+    walk_t w = {rec->value, rec->value};
+    if (rec->value) w.end += rec->value_len; /* no value: an empty Sample */
+    memset(r->seen, 0, (size_t)r->T + r->SD + r->SS);
+    uint64_t sample = 0, session = 0, ts = 0;
+    bool ok = true, nomem = false;
+    while (ok && w.p < w.end) {
+        uint32_t field, type;
+        walk_t sub;
+        if (!w_tag(&w, &field, &type)) {
+            ok = false;
+        } else if (field >= 1 && field <= 3) {
+            uint64_t *to = field == 1 ? &sample : field == 2 ? &session : &ts;
+            ok = type == 0 && w_varint(&w, to);
+        } else if (field >= 4 && field <= 6) {
+            ok = type == 2 && w_bytes(&w, &sub) &&
+                 (field == 6 ? walk_ids(&st, sub, &nomem) : walk_named(&st, sub, field - 4));
+        } else {
+            ok = w_skip(&w, type);
+        }
+    }
+    if (nomem) return sl_error_set(err, SL_ERR_NOMEM, "kafka records: out of memory");
+    if (!ok)
+        return sl_error_set(err, SL_ERR_CORRUPT,
+                            "offset %" PRId64 ": the value (%zu bytes) is not a sluice.Sample",
+                            rec->offset, rec->value_len);
+    if (st.bad < 3) return sl_error_set(err, SL_ERR_CORRUPT, "%s", st.why);
+    r->sample_ids[st.n] = (int64_t)sample;
+    r->session_ids[st.n] = (int64_t)session;
+    r->timestamps[st.n] = (int64_t)ts;
+    return SL_OK;
 }
 
 sl_err_t sl_kafka_rows_add(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_error_t *err)
@@ -317,13 +711,6 @@ sl_err_t sl_kafka_rows_add(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_
                             off, v, rec->format_len > 16 ? "..." : "");
     }
     if (!reserve_rows(r)) return sl_error_set(err, SL_ERR_NOMEM, "kafka records: out of memory");
-    sl_arena_reset(r->pb);
-    ProtobufCAllocator pa = {.alloc = pb_alloc, .free = pb_free, .allocator_data = r->pb};
-    Sluice__Sample *s = sluice__sample__unpack(&pa, rec->value_len, rec->value);
-    if (!s)
-        return sl_error_set(err, SL_ERR_CORRUPT,
-                            "offset %" PRId64 ": the value (%zu bytes) is not a sluice.Sample", off,
-                            rec->value_len);
     uint32_t n = r->n;
     uint64_t nids = r->nids;
     for (uint32_t t = 0; t < r->T; t++)
@@ -334,40 +721,70 @@ sl_err_t sl_kafka_rows_add(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_
         r->starts[(size_t)n * r->S + k] = nids;
         r->lens[(size_t)n * r->S + k] = 0;
     }
-    if (!fill_row(r, s, off, err)) {
+    sl_err_t rc = walk_sample(r, rec, err);
+    if (rc) {
         r->nids = nids; /* the row's lists go with it */
-        return err ? err->code : SL_ERR_CORRUPT;
+        return rc;
     }
-    r->sample_ids[n] = (int64_t)s->sample_id;
-    r->session_ids[n] = (int64_t)s->session_id;
-    r->timestamps[n] = s->timestamp;
     r->offsets[n] = off;
     r->create_ms[n] = rec->create_ms;
     r->n++;
     return SL_OK;
 }
 
-static int by_session(const void *x, const void *y)
+/* Rows by session, stably: a bottom-up merge sort over o[n] with the
+ * scratch tmp[n] (glibc's qsort allocated its own for every stripe).
+ * Runs already in order, a session's rows as they came, cost one compare
+ * each. @return where the sorted order is, o or tmp. */
+static struct order *sort_by_session(struct order *o, struct order *tmp, uint32_t n)
 {
-    const struct order *a = x, *b = y;
-    if (a->session != b->session) return a->session < b->session ? -1 : 1;
-    return a->row < b->row ? -1 : a->row > b->row; /* stable: rows keep their order */
+    for (uint32_t w = 1; w < n; w *= 2) {
+        for (uint32_t lo = 0; lo < n; lo += 2 * w) {
+            uint32_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            uint32_t i = lo, j = mid, k = lo;
+            if (mid == hi || o[mid - 1].session <= o[mid].session) { /* in order already */
+                memcpy(tmp + lo, o + lo, (size_t)(hi - lo) * sizeof *o);
+                continue;
+            }
+            while (i < mid && j < hi)
+                tmp[k++] = o[j].session < o[i].session ? o[j++] : o[i++]; /* ties: left first */
+            while (i < mid)
+                tmp[k++] = o[i++];
+            while (j < hi)
+                tmp[k++] = o[j++];
+        }
+        struct order *t = o;
+        o = tmp;
+        tmp = t;
+    }
+    return o;
 }
 
 sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error_t *err)
 {
     memset(out, 0, sizeof *out);
-    sl_arena_reset(r->out);
     uint32_t n = r->n;
+    if (r->out_want > r->out_chunk) {
+        /* The last stripe outgrew the arena's chunk: a chunk that holds a
+         * whole stripe, so that reset keeps it and a stripe is written to
+         * memory already mapped (a fresh large chunk each time cost a page
+         * fault every 4 KiB, more than the copy itself). */
+        sl_arena_t *bigger = sl_arena_new(r->a, r->out_want);
+        if (!bigger) goto nomem;
+        sl_arena_destroy(r->out);
+        r->out = bigger;
+        r->out_chunk = r->out_want;
+    }
+    sl_arena_reset(r->out);
     if (n > r->order_cap) {
-        if (r->order) sl_free(r->a, r->order, (size_t)r->order_cap * sizeof *r->order);
+        if (r->order) sl_free(r->a, r->order, 2 * (size_t)r->order_cap * sizeof *r->order);
         r->order_cap = 0;
-        if (!(r->order = sl_alloc(r->a, (size_t)n * sizeof *r->order))) goto nomem;
+        if (!(r->order = sl_alloc(r->a, 2 * (size_t)n * sizeof *r->order))) goto nomem;
         r->order_cap = n;
     }
     for (uint32_t i = 0; i < n; i++)
         r->order[i] = (struct order){r->session_ids[i], i};
-    if (n > 1) qsort(r->order, n, sizeof *r->order, by_session);
+    const struct order *order = n ? sort_by_session(r->order, r->order + n, n) : r->order;
     sl_arena_t *ar = r->out;
     sl_batch_t *b = &out->rows.batch;
     b->batch_size = n;
@@ -388,7 +805,7 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
         sl_kjt_init(&b->sparse, ar, r->S, r->sparse_names, n, total, r->any_weighted) != SL_OK)
         goto nomem;
     for (uint32_t j = 0; j < n; j++) {
-        uint32_t i = r->order[j].row;
+        uint32_t i = order[j].row;
         sid[j] = r->sample_ids[i];
         ses[j] = r->session_ids[i];
         ts[j] = r->timestamps[i];
@@ -400,7 +817,7 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
     uint64_t v = 0; /* key-major: every row of key 0, then key 1 ... */
     for (uint32_t k = 0; k < r->S; k++)
         for (uint32_t j = 0; j < n; j++) {
-            size_t at = (size_t)r->order[j].row * r->S + k;
+            size_t at = (size_t)order[j].row * r->S + k;
             uint32_t len = r->lens[at];
             b->sparse.lengths[(size_t)k * n + j] = (int32_t)len;
             if (len) {
@@ -419,6 +836,8 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
     out->create_ms = cms;
     r->n = 0;
     r->nids = 0;
+    size_t fp = sl_arena_footprint(ar);
+    if (fp > r->out_chunk + 4096) r->out_want = fp + fp / 4; /* chunk headers, a larger stripe */
     return SL_OK;
 nomem:
     memset(out, 0, sizeof *out);

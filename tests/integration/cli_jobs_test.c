@@ -523,9 +523,9 @@ Test(cli_jobs, resubmit_names_the_resume_token_that_passes_the_limit)
     cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", a, "--token", b, "--token", c,
                         "--admin", m.admin),
                  1, "%s", out);
-    snprintf(expect, sizeof expect,
-             "sluice jobs resubmit: POST http://%s/jobs/j/resubmit: HTTP 400: resume_tokens: ",
-             m.admin);
+    snprintf(
+        expect, sizeof expect,
+        "sluice jobs resubmit: POST http://%s/jobs/j/resubmit: HTTP 400: resume_tokens: ", m.admin);
     cr_assert(strncmp(out, expect, strlen(expect)) == 0, "%s", out);
 
     /* one byte more in the middle one: it still fits, the last does not */

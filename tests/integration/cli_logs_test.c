@@ -48,10 +48,11 @@ Test(cli_logs, json_lines_of_a_submission)
                            "\"max_workers\":1,\"resume_tokens\":0}");
     free(line);
     line = line_with(text, "\"event\":\"autoscale\"");
-    cr_assert_str_eq(line, "{\"ts\":\"T\",\"level\":\"info\",\"cmd\":\"master\","
-                           "\"event\":\"autoscale\",\"msg\":\"job j: desired workers 0 -> 1 "
-                           "(initial count)\",\"job\":\"j\",\"from\":0,\"to\":1,\"by\":\"submit\","
-                           "\"trainer_wait\":0.0,\"worker_busy\":0.0,\"reason\":\"initial count\"}");
+    cr_assert_str_eq(line,
+                     "{\"ts\":\"T\",\"level\":\"info\",\"cmd\":\"master\","
+                     "\"event\":\"autoscale\",\"msg\":\"job j: desired workers 0 -> 1 "
+                     "(initial count)\",\"job\":\"j\",\"from\":0,\"to\":1,\"by\":\"submit\","
+                     "\"trainer_wait\":0.0,\"worker_busy\":0.0,\"reason\":\"initial count\"}");
     free(line);
     free(text);
     free(job);

@@ -13,7 +13,8 @@ Test(cli_read, a_timeout_names_the_whole_wait)
     fu_master_t m = {0};
     /* a job no worker serves: nothing comes */
     char *job = fu_job_up(&m, "idle", 2000, 1, 1, "dynamic", 1);
-    const char *args[] = {"read", "--master", m.ctl, "--job", job, "--timeout", "550", "--quiet", NULL};
+    const char *args[] = {"read",      "--master", m.ctl,     "--job", job,
+                          "--timeout", "550",      "--quiet", NULL};
     char *out = NULL;
     double t0 = fu_now();
     cr_assert_eq(fu_run(args, "SLUICE_ADMIN_TOKEN", NULL, &out), 1, "%s", out);

@@ -368,6 +368,71 @@ Test(kafka_chunks, chunks_tile_partitions_exactly_once)
     mock_stop(&m);
 }
 
+/* A read that goes on where the last one ended keeps the partition
+ * assigned and starts with what the last one took past its end: chunks of
+ * odd sizes (so that their ends fall inside librdkafka's batches) read one
+ * after the other on one consumer see every record of their own range,
+ * exactly; a read of another partition in between, and one back over
+ * offsets already read, assign their own and read theirs exactly too. */
+Test(kafka_chunks, a_read_goes_on_where_the_last_one_ended)
+{
+    mock_t m;
+    mock_start(&m, "onward", 2);
+    for (uint64_t id = 0; id < 1000; id++)
+        kr_produce(m.producer, "onward", id < 900 ? 0 : 1, id, id % 11);
+    kr_flush(m.producer, (int)(tu_timeout(10) * 1000));
+    sl_kafka_consumer_t *c = consumer(m.bootstraps);
+    sl_wh_schema_t *schema = NULL;
+    sl_kafka_rows_t *rows = kr_rows(&schema);
+    static kr_seen_t v;
+    memset(&v, 0, sizeof v);
+    sl_error_t err = {0};
+    /* partition 0 in chunks of 7, 13, 101, 1, 250, 3 ... to 900; after the
+     * 4th chunk, partition 1's 100 records; at the end partition 0's
+     * [450, 520) again */
+    const int64_t sizes[] = {7, 13, 101, 1, 250, 3, 128, 255, 142};
+    typedef struct {
+        int32_t p;
+        int64_t from, to;
+    } read_t;
+    read_t reads[16];
+    uint32_t nr = 0;
+    int64_t at = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        reads[nr++] = (read_t){0, at, at + sizes[i]};
+        at += sizes[i];
+        if (i == 3) reads[nr++] = (read_t){1, 0, 100};
+    }
+    cr_assert_eq(at, 900);
+    reads[nr++] = (read_t){0, 450, 520};
+    for (uint32_t i = 0; i < nr; i++) {
+        sl_kafka_read_opts_t o = {.topic = "onward",
+                                  .partition = reads[i].p,
+                                  .from = reads[i].from,
+                                  .to = reads[i].to,
+                                  .batch_rows = 50,
+                                  .linger_ms = 60000,
+                                  .rows = rows,
+                                  .stripe = kr_on_stripe,
+                                  .ctx = &v,
+                                  .bad = kr_on_bad};
+        v.next = reads[i].from;
+        sl_kafka_read_stats_t st = {0};
+        cr_assert_eq(sl_kafka_read_range(c, &o, &st, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(v.next, reads[i].to);
+        cr_assert_eq(st.records, (uint64_t)(reads[i].to - reads[i].from),
+                     "read %u [%ld, %ld) of partition %d: %lu records", i, (long)reads[i].from,
+                     (long)reads[i].to, (int)reads[i].p, (unsigned long)st.records);
+    }
+    for (uint64_t id = 0; id < 1000; id++)
+        cr_assert_eq(v.seen[id], id >= 450 && id < 520 ? 2u : 1u, "sample %lu delivered %u times",
+                     (unsigned long)id, v.seen[id]);
+    sl_kafka_rows_destroy(rows);
+    sl_wh_schema_destroy(schema);
+    sl_kafka_consumer_destroy(c);
+    mock_stop(&m);
+}
+
 /* Back-pressure: a read whose hold says "pause" for its first 300 ms
  * pauses the partition once, reads nothing meanwhile (every record still
  * queued or unfetched), and after the resume reads the range to its end,

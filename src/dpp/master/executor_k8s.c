@@ -51,9 +51,9 @@ typedef struct k8s {
     pthread_cond_t wake; /* CLOCK_MONOTONIC; a new target or stop */
     job_target_t *jobs;
     uint32_t njobs, cap_jobs;
-    bool have_target;                 /* scale or apply was called at least once */
-    uint64_t not_before;              /* no request before (ms, CLOCK_MONOTONIC) after a failure */
-    uint64_t resync_at;               /* read the scale again at (ms) */
+    bool have_target;    /* scale or apply was called at least once */
+    uint64_t not_before; /* no request before (ms, CLOCK_MONOTONIC) after a failure */
+    uint64_t resync_at;  /* read the scale again at (ms) */
 } k8s_t;
 
 static const sl_master_executor_ops_t k8s_ops;

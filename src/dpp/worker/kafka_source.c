@@ -58,6 +58,8 @@ typedef struct kafka_source {
     uint64_t prefetch;                     /* librdkafka's share of it, held throughout */
     /* reader thread: the budget's use when it last changed, and when */
     uint64_t hold_used, hold_since_ms;
+    uint64_t row_bytes;    /* a decoded row's bytes in the last stripe: what held rows will take */
+    uint64_t hold_wait_ns; /* the budget's back-pressure waits when the hold last looked */
     bool hold_stuck; /* resumed because the use did not move: not paused again until it does */
     sl_age_hist_t ages;
     dpp_dead_letter_t
@@ -169,18 +171,28 @@ static bool pass_hold(void *ctx, bool paused)
     kafka_source_t *s = ((pass_t *)ctx)->s;
     uint64_t used = sl_worker_budget_used(s->budget), limit = sl_worker_budget_limit(s->budget);
     uint64_t base = s->prefetch < limit ? s->prefetch : limit, room = limit - base;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-    if (used != s->hold_used) {
-        s->hold_used = used;
+    bool moved = used != s->hold_used;
+    s->hold_used = used;
+    if (!paused) { /* not again while it stays stuck at the same use */
+        if (moved) s->hold_stuck = false;
+        /* the records decoded for the next stripe count too: the budget
+         * takes them when the stripe is handed on (the reader is about to
+         * wait for memory when they do not fit) */
+        uint64_t pending = (uint64_t)sl_kafka_rows_count(s->rows) * s->row_bytes;
+        /* ... and a stage that waited for memory since the last look (the
+         * reader or a transform thread: the budget is full) pauses too */
+        uint64_t waited = sl_worker_budget_wait_ns(s->budget);
+        bool full = waited != s->hold_wait_ns;
+        s->hold_wait_ns = waited;
+        bool pause = !s->hold_stuck && (full || used + pending >= base + room / 8 * 7);
+        /* the clock only around a pause: asked after every message */
+        if (pause) s->hold_since_ms = sl_clock_ms();
+        return pause;
+    }
+    uint64_t now = sl_clock_ms();
+    if (moved) {
         s->hold_since_ms = now;
         s->hold_stuck = false;
-    }
-    if (!paused) { /* not again while it stays stuck at the same use */
-        bool pause = !s->hold_stuck && used >= base + room / 8 * 7;
-        if (pause) s->hold_since_ms = now;
-        return pause;
     }
     if (used < base + room / 4 * 3) return false;
     s->hold_stuck = now - s->hold_since_ms >= HOLD_STUCK_MS;
@@ -217,6 +229,13 @@ static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t firs
 {
     pass_t *p = ctx;
     count_ages(p->s, st);
+    const sl_batch_t *b = &st->rows.batch;
+    if (b->batch_size) /* as the reader accounts a stripe (reader.c, rows_bytes) */
+        p->s->row_bytes = (sl_kjt_bytes(&b->sparse) + ((uint64_t)b->dense.rows * b->dense.cols +
+                                                       (uint64_t)b->labels.rows * b->labels.cols) *
+                                                          sizeof(float)) /
+                              b->batch_size +
+                          2 * sizeof(int64_t);        /* sample id, CreateTime */
     if (p->s->dead) dpp_dead_letter_poll(p->s->dead); /* delivery reports, without waiting */
     sl_wh_rows_t rows = st->rows;
     rows.file = p->name;
