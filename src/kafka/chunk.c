@@ -20,13 +20,17 @@
 struct sl_kafka_consumer {
     const sl_allocator_t *a;
     rd_kafka_t *rk;
-    /* The partition the last read left assigned, at `next` (its `to`), and
+    /* The partition the last read left assigned, at `next` (where it ended), and
      * the messages it took from the queue past its end: a read that goes
      * on where the last one ended (the next chunk of the same partition)
      * starts with them instead of assigning the partition again, which
      * threw librdkafka's prefetch away and cost a new fetch (a stall in a
      * stream at every chunk boundary). */
     bool assigned;
+    /* The broker reported the partition's end at `next` and no record came
+     * after it: librdkafka reports an end once, so a read that goes on
+     * from there must know it without a new report. */
+    bool at_end;
     char topic[256];
     int32_t partition;
     int64_t next;
@@ -514,7 +518,12 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         }
     }
     c->assigned = false; /* until this read ends well */
-    range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from};
+    range_read_t rr = {
+        .c = c, .o = o, .st = stats, .first = o->from, .at_end = goes_on && c->at_end};
+    /* A known end is only believed after one look at what librdkafka
+     * fetched since (a poll that does not wait): records that came would
+     * otherwise wait behind a yield. */
+    bool looked = false;
     int64_t pos = o->from; /* the consumer's position: every offset below was read or a gap */
     sl_err_t rc = SL_OK;
     rd_kafka_message_t *ms[READ_BATCH];
@@ -525,7 +534,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         }
         hold_check(&rr, false);
         uint32_t held = sl_kafka_rows_count(o->rows);
-        if (rr.at_end && held == 0 && o->yield && o->yield(o->ctx)) break;
+        if (rr.at_end && looked && held == 0 && o->yield && o->yield(o->ctx)) break;
         uint64_t now = sl_clock_ms();
         if (held && now - rr.first_ms >= o->linger_ms) {
             rc = flush(&rr, pos, err);
@@ -539,12 +548,15 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             while (c->stash_at < c->stash_n)
                 ms[got++] = c->stash[c->stash_at++];
             c->stash_at = c->stash_n = 0;
+            looked = true;
         } else {
             /* The first message waits (and returns as soon as one is
              * there); what else is queued already comes with it, without
              * waiting: consume_batch waits for its whole array or its
              * timeout, which would hold a slow stream's records back. */
-            ms[0] = rd_kafka_consumer_poll(c->rk, wait > 0 ? wait : 1);
+            int timeout = !looked && rr.at_end ? 0 : wait > 0 ? wait : 1;
+            looked = true;
+            ms[0] = rd_kafka_consumer_poll(c->rk, timeout);
             if (!ms[0]) continue;
             got = rd_kafka_consume_batch_queue(q, 0, ms + 1, READ_BATCH - 1);
             got = got > 0 ? got + 1 : 1;
@@ -588,6 +600,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         c->assigned = strlen(o->topic) < sizeof c->topic;
         c->partition = o->partition;
         c->next = end;
+        c->at_end = rr.at_end;
     } else {
         c->assigned = true; /* so that drop_assignment unassigns */
         drop_assignment(c);
