@@ -351,6 +351,92 @@ sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, siz
     return SL_OK;
 }
 
+/* The frame's buffers as a batch view into frame (names borrowed from the
+ * shape it was laid out for). */
+static void view_kjt(sl_kjt_t *v, const sl_kjt_t *shape, const kjt_plan_t *p, uint8_t *frame)
+{
+    *v = *shape;
+    v->lengths = (int32_t *)(frame + p->lengths.offset);
+    v->values = (int64_t *)(frame + p->values.offset);
+    v->weights = p->desc.weights != NULL ? (float *)(frame + p->weights.offset) : NULL;
+}
+
+sl_err_t sl_wire_encode_layout(const sl_batch_t *shape, void *buf, size_t cap, size_t *len,
+                               sl_batch_t *view, sl_error_t *err)
+{
+    if (len != NULL) *len = 0;
+    if (shape == NULL || buf == NULL || view == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "encode layout: %s is NULL",
+                            shape == NULL ? "shape"
+                            : buf == NULL ? "buf"
+                                          : "view");
+    if ((uintptr_t)buf % SL_ALIGN != 0)
+        return sl_error_set(err, SL_ERR_INVALID, "encode layout: buf %p is not %d-byte aligned",
+                            buf, SL_ALIGN);
+    if (shape->num_groups != 0)
+        return sl_error_set(err, SL_ERR_UNSUPPORTED,
+                            "encode layout: a batch with %u dedup groups (only plain batches)",
+                            shape->num_groups);
+    /* The shape's invariants (keys named and distinct, rows agreeing) with
+     * stand-in buffers: shape has none yet. */
+    sl_batch_t check = *shape;
+    check.sparse.lengths = buf;
+    check.sparse.values = buf;
+    check.dense.data = buf;
+    check.labels.data = buf;
+    sl_err_t rc = sl_batch_validate_shape(&check, err);
+    if (rc != SL_OK) {
+        sl_error_prefix(err, "encode layout: ");
+        return rc;
+    }
+    plan_t p;
+    rc = plan_describe(&p, shape);
+    if (rc == SL_OK) rc = plan_layout(&p);
+    plan_release(&p); /* no groups: nothing was allocated */
+    if (rc != SL_OK)
+        return sl_error_set(err, rc, "encode layout: batch of %u rows: sizes overflow (%s)",
+                            shape->batch_size, sl_err_str(rc));
+    if (p.frame_len > cap)
+        return sl_error_set(err, SL_ERR_TOO_LARGE,
+                            "encode layout: frame needs %" PRIu64 " bytes, buffer has %zu",
+                            p.frame_len, cap);
+    uint8_t *frame = buf;
+    write_prefix(frame, (uint32_t)p.header_len, p.frame_len);
+    size_t packed = protobuf_c_message_pack(&p.hdr.base, frame + SL_WIRE_PREFIX_BYTES);
+    if (packed != p.header_len)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "encode layout: header packed to %zu bytes, not %" PRIu64, packed,
+                            p.header_len);
+    /* Zero every byte that is no buffer (the gaps before the 64-byte aligned
+     * offsets and the tail): the frame's bytes are then all defined once
+     * the caller has filled the buffers. */
+    uint64_t pos = SL_WIRE_PREFIX_BYTES + (uint64_t)packed;
+    const Sluice__BufferRef *refs[6];
+    uint32_t nr = 0;
+    refs[nr++] = &p.sparse.lengths;
+    refs[nr++] = &p.sparse.values;
+    if (p.sparse.desc.weights != NULL) refs[nr++] = &p.sparse.weights;
+    if (p.hdr.dense != NULL) refs[nr++] = &p.dense.data;
+    if (p.hdr.labels != NULL) refs[nr++] = &p.labels.data;
+    if (p.hdr.sample_ids != NULL) refs[nr++] = &p.sample_ids;
+    for (uint32_t i = 0; i < nr; i++) {
+        memset(frame + pos, 0, (size_t)(refs[i]->offset - pos));
+        pos = refs[i]->offset + refs[i]->length;
+    }
+    memset(frame + pos, 0, (size_t)(p.frame_len - pos));
+    memset(view, 0, sizeof *view);
+    view->batch_size = shape->batch_size;
+    view_kjt(&view->sparse, &shape->sparse, &p.sparse, frame);
+    view->dense = shape->dense;
+    view->dense.data = p.hdr.dense != NULL ? (float *)(frame + p.dense.data.offset) : NULL;
+    view->labels = shape->labels;
+    view->labels.data = p.hdr.labels != NULL ? (float *)(frame + p.labels.data.offset) : NULL;
+    view->sample_ids = p.hdr.sample_ids != NULL ? (int64_t *)(frame + p.sample_ids.offset) : NULL;
+    view->origin = shape->origin;
+    if (len != NULL) *len = (size_t)p.frame_len;
+    return SL_OK;
+}
+
 sl_err_t sl_wire_encode(const sl_batch_t *batch, const sl_allocator_t *a, void **frame, size_t *len,
                         sl_error_t *err)
 {

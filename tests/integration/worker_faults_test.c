@@ -92,6 +92,7 @@ static sl_worker_t *start_with(const sl_pipeline_job_t *job, uint64_t memory_lim
         o.client_conn_idle_ms = port->client_conn_idle_ms;
         o.cluster_secret = port->cluster_secret;
         if (port->listen) o.listen = port->listen;
+        o.no_fused = port->no_fused;
     }
     o.threads = 2;
     if (memory_limit) o.memory_limit = memory_limit;
@@ -569,6 +570,7 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     sl_pipeline_job_destroy(job);
 }
 
+/* The transform threads' path: batches built ahead fill the budget. */
 Test(worker_faults, memory_limit_holds_with_a_slow_client)
 {
     char table[300], addr[64];
@@ -576,7 +578,8 @@ Test(worker_faults, memory_limit_holds_with_a_slow_client)
     gen_criteo(rows, 2048, table, sizeof table);
     sl_pipeline_job_t *job = job_for(table, 256);
     const uint64_t limit = 4u << 20;
-    sl_worker_t *w = start(job, limit, addr, sizeof addr);
+    sl_worker_t *w =
+        start_with(job, limit, &(sl_worker_opts_t){.no_fused = true}, addr, sizeof addr);
     atomic_uint *seen = calloc(rows, sizeof *seen);
     collector_t c = {.addr = addr, .rows = rows, .seen = seen, .delay_us = 3000};
     collect(&c);
@@ -592,6 +595,33 @@ Test(worker_faults, memory_limit_holds_with_a_slow_client)
     cr_assert_gt(st.memory_peak, limit / 2, "the limit was reached (peak %lu)",
                  (unsigned long)st.memory_peak);
     cr_assert_gt(st.backpressure_ns, 0, "producers waited");
+    free(seen);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+/* The fused path (the reader makes frames straight from the stripe): the
+ * read-ahead bound stops it before the budget does, and the limit holds. */
+Test(worker_faults, memory_limit_holds_with_a_slow_client_fused)
+{
+    char table[300], addr[64];
+    const uint64_t rows = 24000;
+    gen_criteo(rows, 2048, table, sizeof table);
+    sl_pipeline_job_t *job = job_for(table, 256);
+    const uint64_t limit = 4u << 20;
+    sl_worker_t *w = start(job, limit, addr, sizeof addr);
+    atomic_uint *seen = calloc(rows, sizeof *seen);
+    collector_t c = {.addr = addr, .rows = rows, .seen = seen, .delay_us = 3000};
+    collect(&c);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
+    for (uint64_t i = 0; i < rows; i++)
+        cr_assert_eq(seen[i], 1);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    cr_assert_gt(st.bytes_encoded, 2 * limit);
+    cr_assert_leq(st.memory_peak, limit, "peak %lu > limit %lu", (unsigned long)st.memory_peak,
+                  (unsigned long)limit);
+    cr_assert_gt(st.backpressure_ns, 0, "the reader waited for the slow client");
     free(seen);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);

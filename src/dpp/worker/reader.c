@@ -34,6 +34,11 @@ typedef struct reader {
      * one's size. */
     uint64_t est, stripe_held, batcher_held;
     uint64_t handoff_ns; /* time spent waiting to hand batches over */
+    /* The fused path (fused.c): the plan's transforms fused into the copy
+     * from the stripe into the frame, decided once from the first stripe's
+     * shape; NULL: every batch goes through the transform threads. */
+    sl_pipeline_fused_t *fused;
+    bool fused_decided;
 } reader_t;
 
 /* ---- memory accounting ---- */
@@ -210,6 +215,44 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease
     return SL_OK;
 }
 
+/* Direct batches (sl_worker_batcher_set_direct), on the reader thread:
+ * made by the fused path and handed straight to the server. */
+static sl_err_t to_server(void *ctx, const sl_worker_direct_t *d, sl_error_t *err)
+{
+    reader_t *rd = ctx;
+    uint64_t waited = 0;
+    sl_err_t rc = dpp_worker_fused_batch(rd->w, rd->fused, d, rd->stripe_held + rd->batcher_held,
+                                         &waited, err);
+    rd->handoff_ns += waited; /* room at the server, memory: back-pressure */
+    return rc;
+}
+
+/* Names of n columns, all present? */
+static bool all_named(const char *const *names, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (!names || !names[i]) return false;
+    return true;
+}
+
+/* Use the fused path for rows like these? Decided on the first stripe of
+ * the job (the batcher keeps every later stripe to its shape): only when
+ * the worker deduplicates no groups itself, every column is named, and
+ * the plan's transforms fuse (sl_pipeline_fused_new). */
+static sl_err_t decide_fused(reader_t *rd, const sl_batch_t *rows, sl_error_t *err)
+{
+    if (rd->fused_decided) return SL_OK;
+    rd->fused_decided = true;
+    sl_worker_t *w = rd->w;
+    if (w->num_groups || w->o.no_fused || !all_named(rows->sparse.keys, rows->sparse.num_keys) ||
+        !all_named(rows->dense.names, rows->dense.cols) ||
+        !all_named(rows->labels.names, rows->labels.cols))
+        return SL_OK;
+    sl_err_t rc = sl_pipeline_fused_new(w->plan, rows, &rd->fused, err);
+    if (rc == SL_OK && rd->fused) sl_worker_batcher_set_direct(rd->b, to_server, rd);
+    return rc;
+}
+
 /* ---- the stripe loop ---- */
 
 /* May the rows of wk still be read (a lease not revoked, or no lease)? */
@@ -311,6 +354,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
             rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         else
             rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
+        if (rc == SL_OK) rc = decide_fused(rd, &rows->batch, err);
         sl_worker_rows_origin_t origin = {.epoch = wk->epoch,
                                           .split_id = wk->split_id,
                                           .row = row,
@@ -556,6 +600,7 @@ out:
         sl_mutex_unlock(&w->mu);
     }
     sl_worker_batcher_destroy(rd.b);
+    sl_pipeline_fused_destroy(rd.fused);
     scratch_free(&rd);
     if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping))
         dpp_worker_fail(w, rc, err.msg);

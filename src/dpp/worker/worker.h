@@ -84,6 +84,10 @@ typedef struct sl_worker_opts {
      * memory_limit); 0: SL_WORKER_DEFAULT_QUEUED_PER_THREAD per transform
      * thread, at least SL_WORKER_DEFAULT_QUEUED_MIN. */
     uint32_t max_queued;
+    /* Make every batch through the transform threads, never by the fused
+     * path (docs/WORKER.md, "The fused path"): for tests and benchmarks
+     * that compare the two. */
+    bool no_fused;
 } sl_worker_opts_t;
 
 #define SL_WORKER_DEFAULT_QUEUED_PER_THREAD 2
@@ -117,6 +121,7 @@ typedef struct sl_worker_stats {
      * take (source.kafka.dead_letter_topic; 0 without one) */
     uint64_t records_dead_letter, records_dead_letter_failed;
     uint64_t batches, samples;              /* encoded */
+    uint64_t batches_fused;                 /* of them, made by the fused path (docs/WORKER.md) */
     uint64_t bytes_encoded, bytes_expanded; /* encoded; and had dedup been off */
     uint32_t num_groups;
     sl_worker_group_stats_t groups[SL_WORKER_MAX_GROUPS];
