@@ -44,10 +44,13 @@ static const char *FUSABLE =
     "{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\", \"d0\", \"d1\", "
     "\"d2\", \"d3\"]},"
     " \"transforms\": ["
+    "  {\"op\": \"first_x\", \"feature\": \"s0\", \"x\": 5},"
     "  {\"op\": \"sigrid_hash\", \"feature\": \"s0\", \"table_size\": 1000, \"salt\": 3},"
     "  {\"op\": \"fill_missing\", \"feature\": \"d0\", \"value\": 2.5},"
     "  {\"op\": \"log1p\", \"feature\": \"d0\"},"
     "  {\"op\": \"modulo\", \"feature\": \"s1\", \"divisor\": 7},"
+    "  {\"op\": \"first_x\", \"feature\": \"s1\", \"x\": 2},"
+    "  {\"op\": \"first_x\", \"feature\": \"s1\", \"x\": 3},"
     "  {\"op\": \"sigrid_hash\", \"feature\": \"s2\", \"table_size\": 12345, \"salt\": 9},"
     "  {\"op\": \"modulo\", \"feature\": \"s2\", \"divisor\": 100},"
     "  {\"op\": \"clamp\", \"feature\": \"d1\", \"min\": -1, \"max\": 3},"
@@ -165,7 +168,7 @@ static sl_err_t direct(void *ctx, const sl_worker_direct_t *d, sl_error_t *err)
     uint64_t *totals = calloc(F + 1, sizeof *totals);
     sl_batch_t shape;
     size_t size = 0, len = 0;
-    sl_err_t rc = dpp_worker_fused_plan(d, totals, &shape, &size, err);
+    sl_err_t rc = dpp_worker_fused_plan(fr->fused, d, totals, &shape, &size, err);
     cr_assert_eq(rc, SL_OK, "%s", err->msg);
     void *frame = sl_alloc_aligned(NULL, size, SL_ALIGN);
     /* garbage first: every byte of the frame must be written */
@@ -335,9 +338,10 @@ Test(fused, no_dense_or_no_sparse)
 Test(fused, refuses_what_reshapes)
 {
     const char *specs[] = {
-        /* first_x changes lengths */
-        "{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\"]}, \"transforms\": "
-        "[{\"op\": \"first_x\", \"feature\": \"s0\", \"x\": 2}]}",
+        /* clamp_weights */
+        "{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\", \"w0\"]}, "
+        "\"transforms\": [{\"op\": \"clamp_weights\", \"feature\": \"w0\", \"min\": 0, "
+        "\"max\": 1}]}",
         /* a created feature */
         "{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\"]}, \"transforms\": "
         "[{\"op\": \"cross\", \"features\": [\"s0\", \"s1\"], \"table_size\": 9, \"output\": "

@@ -1,15 +1,14 @@
 /* Fused transforms (plan.h, sl_pipeline_fused_t): a plan whose transforms
  * all work value by value in place - sigrid_hash, modulo and map_vocab on
- * ids, fill_missing, clamp, log1p, normalize and boxcox on dense values -
- * and keep every feature read, compiled into per-key and per-dense-column
- * op lists. The worker's fused path (docs/WORKER.md, "The fused path")
- * copies a batch's rows from the decoded stripe straight into the wire
- * frame and runs these lists over each piece right after copying it, while
- * it is still in cache: every value is read from the stripe once and
- * written once, instead of stripe -> batch, transform in place, batch ->
- * frame. The kernels are the general path's (transform_sparse.c,
- * transform_dense.c), applied to pieces of a column instead of the whole
- * column; every op works on each value alone, so the bits are the same. */
+ * ids, fill_missing, clamp, log1p, normalize and boxcox on dense values,
+ * first_x (the lists cut while copied) - and keep every feature read, compiled into per-key and
+ * per-dense-column op lists. The worker's fused path (docs/WORKER.md, "The fused path") copies a
+ * batch's rows from the decoded stripe straight into the wire frame and runs these lists over each
+ * piece right after copying it, while it is still in cache: every value is read from the stripe
+ * once and written once, instead of stripe -> batch, transform in place, batch -> frame. The
+ * kernels are the general path's (transform_sparse.c, transform_dense.c), applied to pieces of a
+ * column instead of the whole column; every op works on each value alone, so the bits are the same.
+ */
 #include "dpp/pipeline/plan_internal.h"
 
 #include <string.h>
@@ -27,6 +26,7 @@ struct sl_pipeline_fused {
     uint32_t num_dense, num_ops, cap;
     uint32_t *key_first, *key_count; /* [F]: each key's ops, as indices into key_ops */
     uint32_t *key_ops;               /* [num_ops - num_dense] sparse ops grouped by key */
+    int32_t *key_cap;                /* [F] first_x: ids kept per list (INT32_MAX: all) */
 };
 
 static bool kept(const sl_pipeline_plan_t *plan, const char *name)
@@ -52,6 +52,7 @@ void sl_pipeline_fused_destroy(sl_pipeline_fused_t *f)
     if (f->key_ops) sl_free(a, f->key_ops, cap * sizeof *f->key_ops);
     if (f->key_first) sl_free(a, f->key_first, F * sizeof *f->key_first);
     if (f->key_count) sl_free(a, f->key_count, F * sizeof *f->key_count);
+    if (f->key_cap) sl_free(a, f->key_cap, F * sizeof *f->key_cap);
     sl_free(a, f, sizeof *f);
 }
 
@@ -70,7 +71,8 @@ sl_err_t sl_pipeline_fused_new(const sl_pipeline_plan_t *plan, const sl_batch_t 
         if (!kept(plan, shape->dense.names[c])) return SL_OK;
     for (uint32_t i = 0; i < plan->num_transforms; i++) {
         const dpp_transform_t *t = &plan->transforms[i];
-        bool sparse = t->op == OP_SIGRID_HASH || t->op == OP_MODULO || t->op == OP_MAP_VOCAB;
+        bool sparse = t->op == OP_SIGRID_HASH || t->op == OP_MODULO || t->op == OP_MAP_VOCAB ||
+                      t->op == OP_FIRST_X;
         bool dense = t->op == OP_FILL_MISSING || t->op == OP_CLAMP || t->op == OP_LOG1P ||
                      t->op == OP_NORMALIZE || t->op == OP_BOXCOX;
         if ((!sparse && !dense) || t->out != NULL) return SL_OK;
@@ -90,7 +92,10 @@ sl_err_t sl_pipeline_fused_new(const sl_pipeline_plan_t *plan, const sl_batch_t 
     f->key_ops = sl_calloc(a, cap, sizeof *f->key_ops);
     f->key_first = sl_calloc(a, F, sizeof *f->key_first);
     f->key_count = sl_calloc(a, F, sizeof *f->key_count);
-    if (!f->ops || !f->key_ops || !f->key_first || !f->key_count) goto nomem;
+    f->key_cap = sl_calloc(a, F, sizeof *f->key_cap);
+    if (!f->ops || !f->key_ops || !f->key_first || !f->key_count || !f->key_cap) goto nomem;
+    for (uint32_t k = 0; k < f->F; k++)
+        f->key_cap[k] = INT32_MAX;
     /* dense first, in plan order (a fill_missing followed by log1p of the
      * same column is one op, as in the general path) */
     for (uint32_t i = 0; i < plan->num_transforms; i++) {
@@ -108,6 +113,14 @@ sl_err_t sl_pipeline_fused_new(const sl_pipeline_plan_t *plan, const sl_batch_t 
     for (uint32_t i = 0; i < plan->num_transforms; i++) {
         const dpp_transform_t *t = &plan->transforms[i];
         if (t->op >= OP_FILL_MISSING && t->op <= OP_BOXCOX) continue;
+        if (t->op == OP_FIRST_X) {
+            /* Truncation picks positions and the other ops map values one
+             * by one, so first_x commutes with them: the lists are cut
+             * while copied, before any op runs, to the smallest x. */
+            uint32_t k = (uint32_t)find_name(kjt->keys, kjt->num_keys, t->in[0]);
+            if ((int32_t)t->x < f->key_cap[k]) f->key_cap[k] = (int32_t)t->x;
+            continue;
+        }
         fop_t *o = &f->ops[f->num_ops++];
         o->t = t;
         o->col = (uint32_t)find_name(kjt->keys, kjt->num_keys, t->in[0]);
@@ -129,6 +142,11 @@ sl_err_t sl_pipeline_fused_new(const sl_pipeline_plan_t *plan, const sl_batch_t 
 nomem:
     sl_pipeline_fused_destroy(f);
     return sl_error_set(err, SL_ERR_NOMEM, "transform: out of memory for the fused plan");
+}
+
+int32_t sl_pipeline_fused_key_cap(const sl_pipeline_fused_t *f, uint32_t k)
+{
+    return k < f->F ? f->key_cap[k] : INT32_MAX;
 }
 
 void sl_pipeline_fused_key(const sl_pipeline_fused_t *f, uint32_t k, int64_t *values, uint64_t n)

@@ -19,18 +19,46 @@
  * columns) fit in L1/L2 next to what the kernels read. */
 enum { IDS_PIECE = 2048, ROWS_PIECE = 512 };
 
-/* Key k's values in the runs: the batcher's span (checked there) less the
- * rows between runs. */
-static uint64_t key_total(const sl_worker_direct_t *d, uint32_t k)
+/* Key k's values in the runs, each list cut to cap ids (INT32_MAX: the
+ * batcher's span, checked there, less the rows between runs). */
+static uint64_t key_total(const sl_worker_direct_t *d, uint32_t k, int32_t cap)
 {
-    if (d->num_runs == 1) return d->span[k];
+    if (d->num_runs == 1 && cap == INT32_MAX) return d->span[k];
     const int32_t *L = d->rows->sparse.lengths + (size_t)k * d->rows->batch_size;
     uint64_t sum = 0;
     for (uint32_t q = 0; q < d->num_runs; q++) {
-        bool neg;
-        sum += sl_lengths_sum(L + d->runs[q].row, d->runs[q].count, &neg);
+        const int32_t *l = L + d->runs[q].row;
+        if (cap == INT32_MAX) {
+            bool neg;
+            sum += sl_lengths_sum(l, d->runs[q].count, &neg);
+            continue;
+        }
+        for (uint32_t r = 0; r < d->runs[q].count; r++) /* non-negative: the batcher checked */
+            sum += (uint64_t)(l[r] < cap ? l[r] : cap);
     }
     return sum;
+}
+
+/* Key k's lists of one run, each cut to cap ids, copied to dl and dv; the
+ * transforms run over every IDS_PIECE values written. @return the values
+ * written. */
+static uint64_t copy_capped(const sl_pipeline_fused_t *f, uint32_t k, int32_t cap, const int32_t *l,
+                            uint32_t rows, const int64_t *src, int32_t *dl, int64_t *dv)
+{
+    uint64_t at = 0, done = 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        int32_t keep = l[r] < cap ? l[r] : cap;
+        dl[r] = keep;
+        memcpy(dv + at, src, (size_t)keep * sizeof *dv);
+        src += l[r];
+        at += (uint64_t)keep;
+        if (at - done >= IDS_PIECE) {
+            sl_pipeline_fused_key(f, k, dv + done, at - done);
+            done = at;
+        }
+    }
+    sl_pipeline_fused_key(f, k, dv + done, at - done);
+    return at;
 }
 
 /* Copy key k's lengths and values of the runs into the frame (view, from
@@ -43,19 +71,24 @@ static void fill_key(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d, 
     const int64_t *src = rows->sparse.values + d->key_offsets[k] + d->start[k];
     int32_t *dl = view->sparse.lengths + (size_t)k * d->num_rows;
     int64_t *dv = view->sparse.values + at;
+    const int32_t cap = sl_pipeline_fused_key_cap(f, k);
     uint32_t r = d->runs[0].row, i = 0;
     for (uint32_t q = 0; q < d->num_runs; q++) {
         const sl_worker_row_run_t *run = &d->runs[q];
         bool neg;
         if (run->row > r) src += sl_lengths_sum(L + r, run->row - r, &neg); /* a gap */
-        memcpy(dl + i, L + run->row, (size_t)run->count * sizeof *L);
         uint64_t n = d->num_runs == 1 ? d->span[k] : sl_lengths_sum(L + run->row, run->count, &neg);
-        for (uint64_t j = 0; j < n; j += IDS_PIECE) {
-            uint64_t p = n - j < IDS_PIECE ? n - j : IDS_PIECE;
-            memcpy(dv + j, src + j, (size_t)p * sizeof *dv);
-            sl_pipeline_fused_key(f, k, dv + j, p);
+        if (cap != INT32_MAX) {
+            dv += copy_capped(f, k, cap, L + run->row, run->count, src, dl + i, dv);
+        } else {
+            memcpy(dl + i, L + run->row, (size_t)run->count * sizeof *L);
+            for (uint64_t j = 0; j < n; j += IDS_PIECE) {
+                uint64_t p = n - j < IDS_PIECE ? n - j : IDS_PIECE;
+                memcpy(dv + j, src + j, (size_t)p * sizeof *dv);
+                sl_pipeline_fused_key(f, k, dv + j, p);
+            }
+            dv += n;
         }
-        dv += n;
         src += n;
         i += run->count;
         r = run->row + run->count;
@@ -88,14 +121,14 @@ static void fill_rows(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d,
     }
 }
 
-sl_err_t dpp_worker_fused_plan(const sl_worker_direct_t *d, uint64_t *totals, sl_batch_t *shape,
-                               size_t *size, sl_error_t *err)
+sl_err_t dpp_worker_fused_plan(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d,
+                               uint64_t *totals, sl_batch_t *shape, size_t *size, sl_error_t *err)
 {
     const sl_batch_t *rows = d->rows;
     const uint32_t F = rows->sparse.num_keys;
     uint64_t total = 0;
     for (uint32_t k = 0; k < F; k++) {
-        totals[k] = key_total(d, k);
+        totals[k] = key_total(d, k, sl_pipeline_fused_key_cap(f, k));
         total += totals[k];
     }
     *shape = (sl_batch_t){.batch_size = d->num_rows, .origin = d->origin};
@@ -152,7 +185,7 @@ sl_err_t dpp_worker_fused_batch(sl_worker_t *w, const sl_pipeline_fused_t *f,
     size_t size = 0, len = 0;
     void *frame = NULL;
     uint64_t tw = 0;
-    rc = dpp_worker_fused_plan(d, totals, &shape, &size, err);
+    rc = dpp_worker_fused_plan(f, d, totals, &shape, &size, err);
     if (rc == SL_OK) {
         char what[64];
         snprintf(what, sizeof what, "a batch of %u rows", d->num_rows);

@@ -34,6 +34,7 @@ typedef struct reader {
      * one's size. */
     uint64_t est, stripe_held, batcher_held;
     uint64_t handoff_ns; /* time spent waiting to hand batches over */
+    uint64_t fused_ns;   /* time spent making fused batches (their encode time) */
     /* The fused path (fused.c): the plan's transforms fused into the copy
      * from the stripe into the frame, decided once from the first stripe's
      * shape; NULL: every batch goes through the transform threads. */
@@ -101,7 +102,7 @@ static uint64_t rows_bytes(const sl_wh_rows_t *rows)
  * to t1 (less waited, for memory), filter and batch from t1 to now (less
  * the time spent handing batches on since handoff_before). */
 static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t t0, uint64_t t1,
-                           uint64_t waited, uint64_t handoff_before)
+                           uint64_t waited, uint64_t handoff_before, uint64_t fused_before)
 {
     sl_worker_t *w = rd->w;
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
@@ -113,7 +114,9 @@ static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t 
     /* Time spent handing batches on (blocked on the queue or the budget) is
      * back-pressure, not filtering. */
     uint64_t handoff = rd->handoff_ns - handoff_before;
-    w->st.filter_ns += t2 - t1 - handoff;
+    /* ... and making fused batches is encoding (dpp_worker_send counted it) */
+    uint64_t fused = rd->fused_ns - fused_before;
+    w->st.filter_ns += t2 - t1 - handoff - fused;
     w->st.backpressure_ns += waited + handoff;
     sl_mutex_unlock(&w->mu);
 }
@@ -220,10 +223,11 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease
 static sl_err_t to_server(void *ctx, const sl_worker_direct_t *d, sl_error_t *err)
 {
     reader_t *rd = ctx;
-    uint64_t waited = 0;
+    uint64_t waited = 0, t0 = now_ns(CLOCK_MONOTONIC);
     sl_err_t rc = dpp_worker_fused_batch(rd->w, rd->fused, d, rd->stripe_held + rd->batcher_held,
                                          &waited, err);
     rd->handoff_ns += waited; /* room at the server, memory: back-pressure */
+    rd->fused_ns += now_ns(CLOCK_MONOTONIC) - t0 - waited; /* counted as encode */
     return rc;
 }
 
@@ -346,7 +350,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
         rd->est = sb;
         uint64_t t1 = now_ns(CLOCK_MONOTONIC);
         uint32_t n = rows->batch.batch_size, kept = 0;
-        uint64_t h0 = rd->handoff_ns;
+        uint64_t h0 = rd->handoff_ns, f0 = rd->fused_ns;
         if (n != info.rows)
             rc = sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u: %u rows, the footer says %u",
                               rows->file, rows->stripe, n, info.rows);
@@ -395,7 +399,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
         if (rc == SL_OK) rc = batcher_acct(rd, err);
         rd->stripe_held = 0;
         sl_worker_budget_release(w->budget, sb);
-        account_stripe(rd, n, kept, t0, t1, waited, h0);
+        account_stripe(rd, n, kept, t0, t1, waited, h0, f0);
         if (rc) return rc;
         row = end;
         t0 = now_ns(CLOCK_MONOTONIC);
@@ -450,7 +454,7 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     if (rc) return rc;
     rd->stripe_held = sb;
     uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw, t1 = now_ns(CLOCK_MONOTONIC),
-             h0 = rd->handoff_ns;
+             h0 = rd->handoff_ns, f0 = rd->fused_ns;
     if (!scratch_rows(rd, n))
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     else
@@ -476,7 +480,7 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     if (rc == SL_OK) rc = batcher_acct(rd, err);
     rd->stripe_held = 0;
     sl_worker_budget_release(w->budget, sb);
-    account_stripe(rd, n, kept, o->t0, t1, waited, h0);
+    account_stripe(rd, n, kept, o->t0, t1, waited, h0, f0);
     o->t0 = now_ns(CLOCK_MONOTONIC);
     return rc;
 }

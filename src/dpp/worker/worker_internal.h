@@ -113,8 +113,8 @@ sl_err_t dpp_worker_fused_batch(sl_worker_t *w, const sl_pipeline_fused_t *f,
  * key's values; shape: the batch's sizes and names, borrowed from d), then
  * write the frame into buf (cap >= *size bytes, SL_ALIGN-aligned) with the
  * transforms f applied; *len gets the frame's length. */
-sl_err_t dpp_worker_fused_plan(const sl_worker_direct_t *d, uint64_t *totals, sl_batch_t *shape,
-                               size_t *size, sl_error_t *err);
+sl_err_t dpp_worker_fused_plan(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d,
+                               uint64_t *totals, sl_batch_t *shape, size_t *size, sl_error_t *err);
 sl_err_t dpp_worker_fused_fill(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d,
                                const uint64_t *totals, const sl_batch_t *shape, void *buf,
                                size_t cap, size_t *len, sl_error_t *err);
