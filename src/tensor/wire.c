@@ -288,6 +288,43 @@ static void write_prefix(uint8_t *frame, uint32_t header_len, uint64_t frame_len
     store_u64(frame + PREFIX_RESERVED1, 0);
 }
 
+/* Check check's shape (b's, or b's with stand-in buffers), lay out b's
+ * frame in buf (cap bytes) and write its prefix and header; *pos gets
+ * where the header ends. On success *p holds the plan (release it); on
+ * failure it is released and err says what (messages begin with what). */
+static sl_err_t frame_begin(const sl_batch_t *check, const sl_batch_t *b, void *buf, size_t cap,
+                            const char *what, plan_t *p, uint64_t *pos, sl_error_t *err)
+{
+    sl_err_t rc = sl_batch_validate_shape(check, err);
+    if (rc != SL_OK) {
+        sl_error_prefix(err, "%s: ", what);
+        return rc;
+    }
+    rc = plan_describe(p, b);
+    if (rc == SL_OK) rc = plan_layout(p);
+    if (rc != SL_OK) {
+        plan_release(p);
+        return sl_error_set(err, rc, "%s: batch of %u rows, %u groups: sizes overflow (%s)", what,
+                            b->batch_size, b->num_groups, sl_err_str(rc));
+    }
+    if (p->frame_len > cap) {
+        plan_release(p);
+        return sl_error_set(err, SL_ERR_TOO_LARGE,
+                            "%s: frame needs %" PRIu64 " bytes, buffer has %zu", what, p->frame_len,
+                            cap);
+    }
+    uint8_t *frame = buf;
+    write_prefix(frame, (uint32_t)p->header_len, p->frame_len);
+    size_t packed = protobuf_c_message_pack(&p->hdr.base, frame + SL_WIRE_PREFIX_BYTES);
+    if (packed != p->header_len) {
+        plan_release(p);
+        return sl_error_set(err, SL_ERR_INVALID, "%s: header packed to %zu bytes, not %" PRIu64,
+                            what, packed, p->header_len);
+    }
+    *pos = SL_WIRE_PREFIX_BYTES + (uint64_t)packed;
+    return SL_OK;
+}
+
 sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, size_t *len,
                              sl_error_t *err)
 {
@@ -300,35 +337,11 @@ sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, siz
                             SL_ALIGN);
     /* A frame the decoder would reject must not leave. Everything but the
      * lengths is checked here; the lengths while they are copied. */
-    sl_err_t rc = sl_batch_validate_shape(batch, err);
-    if (rc != SL_OK) {
-        sl_error_prefix(err, "encode: ");
-        return rc;
-    }
     plan_t p;
-    rc = plan_describe(&p, batch);
-    if (rc == SL_OK) rc = plan_layout(&p);
-    if (rc != SL_OK) {
-        plan_release(&p);
-        return sl_error_set(err, rc, "encode: batch of %u rows, %u groups: sizes overflow (%s)",
-                            batch->batch_size, batch->num_groups, sl_err_str(rc));
-    }
-    if (p.frame_len > cap) {
-        plan_release(&p);
-        return sl_error_set(err, SL_ERR_TOO_LARGE,
-                            "encode: frame needs %" PRIu64 " bytes, buffer has %zu", p.frame_len,
-                            cap);
-    }
-
+    uint64_t pos;
+    sl_err_t rc = frame_begin(batch, batch, buf, cap, "encode", &p, &pos, err);
+    if (rc != SL_OK) return rc;
     uint8_t *frame = buf;
-    write_prefix(frame, (uint32_t)p.header_len, p.frame_len);
-    size_t packed = protobuf_c_message_pack(&p.hdr.base, frame + SL_WIRE_PREFIX_BYTES);
-    uint64_t pos = SL_WIRE_PREFIX_BYTES + (uint64_t)packed;
-    if (packed != p.header_len) {
-        plan_release(&p);
-        return sl_error_set(err, SL_ERR_INVALID, "encode: header packed to %zu bytes, not %" PRIu64,
-                            packed, p.header_len);
-    }
     bool lengths_ok = true;
     pos = put_kjt(frame, pos, &p.sparse, &batch->sparse, &lengths_ok);
     for (uint32_t g = 0; g < p.num_groups; g++) {
@@ -384,33 +397,15 @@ sl_err_t sl_wire_encode_layout(const sl_batch_t *shape, void *buf, size_t cap, s
     check.sparse.values = buf;
     check.dense.data = buf;
     check.labels.data = buf;
-    sl_err_t rc = sl_batch_validate_shape(&check, err);
-    if (rc != SL_OK) {
-        sl_error_prefix(err, "encode layout: ");
-        return rc;
-    }
     plan_t p;
-    rc = plan_describe(&p, shape);
-    if (rc == SL_OK) rc = plan_layout(&p);
+    uint64_t pos;
+    sl_err_t rc = frame_begin(&check, shape, buf, cap, "encode layout", &p, &pos, err);
+    if (rc != SL_OK) return rc;
     plan_release(&p); /* no groups: nothing was allocated */
-    if (rc != SL_OK)
-        return sl_error_set(err, rc, "encode layout: batch of %u rows: sizes overflow (%s)",
-                            shape->batch_size, sl_err_str(rc));
-    if (p.frame_len > cap)
-        return sl_error_set(err, SL_ERR_TOO_LARGE,
-                            "encode layout: frame needs %" PRIu64 " bytes, buffer has %zu",
-                            p.frame_len, cap);
     uint8_t *frame = buf;
-    write_prefix(frame, (uint32_t)p.header_len, p.frame_len);
-    size_t packed = protobuf_c_message_pack(&p.hdr.base, frame + SL_WIRE_PREFIX_BYTES);
-    if (packed != p.header_len)
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "encode layout: header packed to %zu bytes, not %" PRIu64, packed,
-                            p.header_len);
     /* Zero every byte that is no buffer (the gaps before the 64-byte aligned
      * offsets and the tail): the frame's bytes are then all defined once
      * the caller has filled the buffers. */
-    uint64_t pos = SL_WIRE_PREFIX_BYTES + (uint64_t)packed;
     const Sluice__BufferRef *refs[6];
     uint32_t nr = 0;
     refs[nr++] = &p.sparse.lengths;

@@ -483,10 +483,20 @@ static void collect_reference(void *ctx, const sl_wh_rows_t *rows)
     }
 }
 
+/* ref->rows set: the columns by sample id, read from table. */
 static void load_reference(const char *table, reference_t *ref)
 {
     static const char *const feats[] = {"I1", "I2", "I5", "C1", "C2"};
+    uint64_t rows = ref->rows;
+    ref->i1 = calloc(rows, 4), ref->i2 = calloc(rows, 4), ref->i5 = calloc(rows, 4);
+    ref->label = calloc(rows, 4);
+    ref->c1 = calloc(rows, 8), ref->c2 = calloc(rows, 8);
     read_table(table, feats, 5, collect_reference, ref);
+}
+
+static void reference_free(reference_t *ref)
+{
+    free(ref->i1), free(ref->i2), free(ref->i5), free(ref->label), free(ref->c1), free(ref->c2);
 }
 
 static int col(const sl_dense_t *d, const char *name)
@@ -560,9 +570,6 @@ Test(worker_e2e, transforms_and_filters_match_reference)
     const uint64_t rows = 12000;
     gen("criteo", "criteo", rows, 23, 2500, 2, table, sizeof table);
     reference_t ref = {.rows = rows};
-    ref.i1 = calloc(rows, 4), ref.i2 = calloc(rows, 4), ref.i5 = calloc(rows, 4);
-    ref.label = calloc(rows, 4);
-    ref.c1 = calloc(rows, 8), ref.c2 = calloc(rows, 8);
     load_reference(table, &ref);
     snprintf(spec, sizeof spec,
              "{\"id\":\"e2e-transforms\","
@@ -598,7 +605,7 @@ Test(worker_e2e, transforms_and_filters_match_reference)
     cr_assert_eq(st.rows_read, rows);
     cr_assert_eq(st.rows_kept, rows - neg + neg_kept);
     free(seen);
-    free(ref.i1), free(ref.i2), free(ref.i5), free(ref.label), free(ref.c1), free(ref.c2);
+    reference_free(&ref);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
 }
@@ -613,9 +620,6 @@ Test(worker_e2e, fused_path_matches_reference)
     const uint64_t rows = 12000;
     gen("criteo", "criteo", rows, 29, 2500, 2, table, sizeof table);
     reference_t ref = {.rows = rows, .no_weight = true};
-    ref.i1 = calloc(rows, 4), ref.i2 = calloc(rows, 4), ref.i5 = calloc(rows, 4);
-    ref.label = calloc(rows, 4);
-    ref.c1 = calloc(rows, 8), ref.c2 = calloc(rows, 8);
     load_reference(table, &ref);
     snprintf(spec, sizeof spec,
              "{\"id\":\"e2e-fused\","
@@ -644,7 +648,7 @@ Test(worker_e2e, fused_path_matches_reference)
     cr_assert_eq(st.batches, 2 * 24);
     cr_assert_eq(st.batches_fused, 2 * 18);
     free(seen);
-    free(ref.i1), free(ref.i2), free(ref.i5), free(ref.label), free(ref.c1), free(ref.c2);
+    reference_free(&ref);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
 }
