@@ -339,20 +339,20 @@ Test(fused, refuses_what_reshapes)
 {
     const char *specs[] = {
         /* clamp_weights */
-        "{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\", \"w0\"]}, "
-        "\"transforms\": [{\"op\": \"clamp_weights\", \"feature\": \"w0\", \"min\": 0, "
-        "\"max\": 1}]}",
+        ("{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\", \"w0\"]}, "
+         "\"transforms\": [{\"op\": \"clamp_weights\", \"feature\": \"w0\", \"min\": 0, "
+         "\"max\": 1}]}"),
         /* a created feature */
-        "{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\"]}, \"transforms\": "
-        "[{\"op\": \"cross\", \"features\": [\"s0\", \"s1\"], \"table_size\": 9, \"output\": "
-        "\"x\"}]}",
+        ("{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\"]}, \"transforms\": "
+         "[{\"op\": \"cross\", \"features\": [\"s0\", \"s1\"], \"table_size\": 9, \"output\": "
+         "\"x\"}]}"),
         /* bucketize creates one too */
-        "{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\", \"d0\"]}, "
-        "\"transforms\": [{\"op\": \"bucketize\", \"feature\": \"d0\", \"borders\": [1], "
-        "\"output\": \"b\"}]}",
+        ("{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\", \"d0\"]}, "
+         "\"transforms\": [{\"op\": \"bucketize\", \"feature\": \"d0\", \"borders\": [1], "
+         "\"output\": \"b\"}]}"),
         /* dedup_ids */
-        "{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\"]}, \"transforms\": "
-        "[{\"op\": \"dedup_ids\", \"feature\": \"s2\"}]}",
+        ("{\"source\": {\"table\": \"t\", \"features\": [\"s0\", \"s1\", \"s2\"]}, \"transforms\": "
+         "[{\"op\": \"dedup_ids\", \"feature\": \"s2\"}]}"),
     };
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
         fx_t f;
