@@ -95,6 +95,11 @@ void sl_pipeline_fused_destroy(sl_pipeline_fused_t *f);
 int32_t sl_pipeline_fused_key_cap(const sl_pipeline_fused_t *f, uint32_t k);
 /* Key k's value transforms, in spec order, over n of its values in place. */
 void sl_pipeline_fused_key(const sl_pipeline_fused_t *f, uint32_t k, int64_t *values, uint64_t n);
+/* The same over n values copied from src (the stripe) to dst (the frame;
+ * not overlapping): the first transform reads src and writes dst when it
+ * can (sigrid_hash), else src is copied first. */
+void sl_pipeline_fused_key_from(const sl_pipeline_fused_t *f, uint32_t k, int64_t *dst,
+                                const int64_t *src, uint64_t n);
 /* The dense transforms over rows rows of the [rows, D] row-major matrix
  * data (D: shape's dense columns), in place. */
 void sl_pipeline_fused_dense(const sl_pipeline_fused_t *f, float *data, uint32_t rows);

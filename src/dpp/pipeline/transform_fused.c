@@ -149,25 +149,45 @@ int32_t sl_pipeline_fused_key_cap(const sl_pipeline_fused_t *f, uint32_t k)
     return k < f->F ? f->key_cap[k] : INT32_MAX;
 }
 
+/* One id transform over n values in place. */
+static void apply_key_op(const dpp_transform_t *t, int64_t *values, uint64_t n)
+{
+    switch (t->op) {
+    case OP_SIGRID_HASH:
+        dpp_sigrid_hash(values, n, t->salt, t->table_size);
+        break;
+    case OP_MODULO:
+        dpp_modulo(values, n, t->divisor);
+        break;
+    case OP_MAP_VOCAB:
+        dpp_map_vocab(values, n, t->vocab, t->vocab_default);
+        break;
+    default:
+        break;
+    }
+}
+
 void sl_pipeline_fused_key(const sl_pipeline_fused_t *f, uint32_t k, int64_t *values, uint64_t n)
 {
     if (k >= f->F || n == 0) return;
-    for (uint32_t j = 0; j < f->key_count[k]; j++) {
-        const dpp_transform_t *t = f->ops[f->key_ops[f->key_first[k] + j]].t;
-        switch (t->op) {
-        case OP_SIGRID_HASH:
-            dpp_sigrid_hash(values, n, t->salt, t->table_size);
-            break;
-        case OP_MODULO:
-            dpp_modulo(values, n, t->divisor);
-            break;
-        case OP_MAP_VOCAB:
-            dpp_map_vocab(values, n, t->vocab, t->vocab_default);
-            break;
-        default:
-            break;
-        }
+    for (uint32_t j = 0; j < f->key_count[k]; j++)
+        apply_key_op(f->ops[f->key_ops[f->key_first[k] + j]].t, values, n);
+}
+
+void sl_pipeline_fused_key_from(const sl_pipeline_fused_t *f, uint32_t k, int64_t *dst,
+                                const int64_t *src, uint64_t n)
+{
+    if (k >= f->F || n == 0) return;
+    const dpp_transform_t *t = f->key_count[k] ? f->ops[f->key_ops[f->key_first[k]]].t : NULL;
+    if (t == NULL || t->op != OP_SIGRID_HASH) {
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+        sl_pipeline_fused_key(f, k, dst, n);
+        return;
     }
+    /* the first op reads the stripe and writes the frame: no copy first */
+    dpp_sigrid_hash_to(dst, src, n, t->salt, t->table_size);
+    for (uint32_t j = 1; j < f->key_count[k]; j++)
+        apply_key_op(f->ops[f->key_ops[f->key_first[k] + j]].t, dst, n);
 }
 
 void sl_pipeline_fused_dense(const sl_pipeline_fused_t *f, float *data, uint32_t rows)

@@ -84,8 +84,7 @@ static void fill_key(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d, 
             memcpy(dl + i, L + run->row, (size_t)run->count * sizeof *L);
             for (uint64_t j = 0; j < n; j += IDS_PIECE) {
                 uint64_t p = n - j < IDS_PIECE ? n - j : IDS_PIECE;
-                memcpy(dv + j, src + j, (size_t)p * sizeof *dv);
-                sl_pipeline_fused_key(f, k, dv + j, p);
+                sl_pipeline_fused_key_from(f, k, dv + j, src + j, p);
             }
             dv += n;
         }
