@@ -67,7 +67,7 @@ fail:
 }
 
 /* One epoch of spec through a worker and one trainer client. */
-static int run_job(json_t *spec, uint32_t threads, run_t *r)
+static int run_job(json_t *spec, uint32_t threads, bool no_fused, run_t *r)
 {
     sl_error_t err = {0};
     sl_pipeline_problems_t problems = {0};
@@ -80,6 +80,7 @@ static int run_job(json_t *spec, uint32_t threads, run_t *r)
     wo.threads = threads;
     wo.memory_limit = 512ull << 20;
     wo.max_credits = 8;
+    wo.no_fused = no_fused;
     double t0 = bench_now();
     if (sl_worker_start(job, &wo, &w, &problems, &err) != SL_OK) goto done;
     char addr[64];
@@ -134,6 +135,12 @@ static void print_run(const char *name, const run_t *r)
            r->trainer_wait);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static int parse_u64(const char *s, uint64_t *out)
 {
     char *end;
@@ -145,16 +152,20 @@ static int parse_u64(const char *s, uint64_t *out)
 
 int main(int argc, char **argv)
 {
-    uint64_t rows = 2000000, srows = 1000000, threads = 1, seed = 1;
+    uint64_t rows = 2000000, srows = 1000000, threads = 1, seed = 1, pairs = 3, only = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         uint64_t *dst = strcmp(argv[i], "--rows") == 0           ? &rows
                         : strcmp(argv[i], "--session-rows") == 0 ? &srows
                         : strcmp(argv[i], "--threads") == 0      ? &threads
                         : strcmp(argv[i], "--seed") == 0         ? &seed
+                        : strcmp(argv[i], "--pairs") == 0        ? &pairs
+                        : strcmp(argv[i], "--only") == 0         ? &only
                                                                  : NULL;
         if (!dst || parse_u64(argv[i + 1], dst)) {
-            fprintf(stderr, "usage: bench_pipeline [--rows N] [--session-rows N] [--threads T] "
-                            "[--seed S]\n");
+            fprintf(stderr,
+                    "usage: bench_pipeline [--rows N] [--session-rows N] [--threads T] "
+                    "[--seed S] [--pairs P] [--only 1|2]\n"
+                    "  --only 1: the fused path only, 2: the general path only (profiling)\n");
             return 2;
         }
     }
@@ -185,13 +196,40 @@ int main(int argc, char **argv)
                              "table", criteo, "transforms", tr, "batch", "size", 4096);
     run_t warm = {0}, c = {0};
     /* the first run warms the page cache and the allocator */
-    if (run_job(spec, (uint32_t)threads, &warm) || run_job(spec, (uint32_t)threads, &c)) {
+    if (run_job(spec, (uint32_t)threads, false, &warm)) {
         json_decref(spec);
         goto out;
     }
+    printf("\n(1) criteo, %" PRIu64 " rows: log1p x13, sigrid_hash x26; %" PRIu64
+           " pairs of runs, the fused path (docs/WORKER.md) and the transform threads' path, "
+           "alternating\n",
+           rows, pairs);
+    double fused_ns[64] = {0}, general_ns[64] = {0};
+    if (pairs < 1) pairs = 1;
+    if (pairs > 64) pairs = 64;
+    for (uint64_t p = 0; p < pairs; p++) {
+        for (int k = 0; k < 2; k++) {
+            bool no_fused = (p + (uint64_t)k) % 2 == 0; /* the order alternates too */
+            if ((only == 1 && no_fused) || (only == 2 && !no_fused)) continue;
+            run_t r = {0};
+            if (run_job(spec, (uint32_t)threads, no_fused, &r)) {
+                json_decref(spec);
+                goto out;
+            }
+            print_run(no_fused ? "criteo, general path" : "criteo, fused path", &r);
+            printf("  %-22s %" PRIu64 " of %" PRIu64 " batches fused\n", "", r.st.batches_fused,
+                   r.st.batches);
+            (no_fused ? general_ns : fused_ns)[p] = r.worker_cpu * 1e9 / (double)r.samples;
+            if (!no_fused) c = r;
+        }
+    }
     json_decref(spec);
-    printf("\n(1) criteo, %" PRIu64 " rows: log1p x13, sigrid_hash x26\n", rows);
-    print_run("criteo", &c);
+    qsort(fused_ns, (size_t)pairs, sizeof *fused_ns, cmp_double);
+    qsort(general_ns, (size_t)pairs, sizeof *general_ns, cmp_double);
+    printf("  worker CPU per sample, median of %" PRIu64 ": fused %.1f ns, general %.1f ns "
+           "(%.2fx); best: %.1f vs %.1f ns\n",
+           pairs, fused_ns[pairs / 2], general_ns[pairs / 2],
+           general_ns[pairs / 2] / fused_ns[pairs / 2], fused_ns[0], general_ns[0]);
     printf("  -> %.2f M samples/s per worker core (target >= 2.00)\n",
            c.worker_cpu > 0 ? c.samples / c.worker_cpu / 1e6 : 0.0);
 
@@ -202,8 +240,9 @@ int main(int argc, char **argv)
                            "user_id", "user_hist", "user_cat");
     json_t *s2 = json_pack("{s:s, s:{s:s}, s:{s:i}}", "id", "bench-plain", "source", "table",
                            sessions, "batch", "size", 4096);
-    int bad = run_job(s2, (uint32_t)threads, &warm) || run_job(s1, (uint32_t)threads, &with) ||
-              run_job(s2, (uint32_t)threads, &without);
+    int bad = run_job(s2, (uint32_t)threads, false, &warm) ||
+              run_job(s1, (uint32_t)threads, false, &with) ||
+              run_job(s2, (uint32_t)threads, false, &without);
     json_decref(s1);
     json_decref(s2);
     if (bad) goto out;

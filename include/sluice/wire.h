@@ -49,6 +49,21 @@ sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, siz
 sl_err_t sl_wire_encode(const sl_batch_t *batch, const sl_allocator_t *a, void **frame, size_t *len,
                         sl_error_t *err);
 
+/* Lay out a frame for a plain batch (no dedup groups) without its data:
+ * shape gives the sizes, names and origin (its buffer pointers are not
+ * read; sparse.weights non-NULL asks for a weights buffer); buf (SL_ALIGN-aligned, cap >=
+ * sl_wire_encoded_size(shape) bytes) gets the prefix and the header, every byte outside the
+ * tensors' buffers zeroed, and *view a batch whose tensors point at their places in buf (names
+ * borrowed from shape, no arena: never sl_batch_destroy it). The caller then writes the tensors
+ * straight into the frame through view - lengths, values, dense, labels, sample ids - instead of
+ * building a batch and copying it (the worker's fused path); the frame is what sl_wire_encode makes
+ * of a batch holding the same tensors, and is only valid once lengths sum to shape's num_values.
+ * *len gets the frame size.
+ * @return SL_ERR_TOO_LARGE when cap is too small, SL_ERR_UNSUPPORTED for
+ * groups, SL_ERR_INVALID for a shape that breaks an invariant. */
+sl_err_t sl_wire_encode_layout(const sl_batch_t *shape, void *buf, size_t cap, size_t *len,
+                               sl_batch_t *view, sl_error_t *err);
+
 /* Read the frame length from the first SL_WIRE_PREFIX_BYTES of a frame (for
  * framing a stream). @return SL_ERR_CORRUPT / SL_ERR_VERSION /
  * SL_ERR_TOO_LARGE for a bad prefix. */

@@ -26,7 +26,7 @@ typedef struct worker_args {
     const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file;
     uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms, share_window,
         max_queued, share_stall_ms;
-    bool exit_when_done, no_share;
+    bool exit_when_done, no_share, no_fused;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
 } worker_args_t;
@@ -83,6 +83,10 @@ static const sl_cli_opt_t wopts[] = {
      "shared passes (`--master`): a pass of this worker's job that has not moved for MS (its "
      "trainers take no batches: the queue or memory is full) lets the other jobs' leases on it "
      "go, to be read on their own"},
+    {"no-fused", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(no_fused),
+     "make every batch on the transform threads: no fused path (batches inside one stripe "
+     "made straight from it into their frames, transforms on the way, on the reader thread; "
+     "docs/WORKER.md \"The fused path\")"},
 };
 
 static const sl_cli_group_t worker_group = SL_CLI_OWN_GROUP(wopts);
@@ -128,6 +132,7 @@ int sl_cli_worker(int argc, char **argv)
     o.memory_limit = args.memory_limit;
     o.max_credits = (uint32_t)args.max_credits;
     o.max_queued = (uint32_t)args.max_queued;
+    o.no_fused = args.no_fused;
     o.worker_id = args.worker_id;
     o.max_clients = (uint32_t)args.max_clients;
     o.client_conn_idle_ms = (int)args.conn_idle_ms;

@@ -288,6 +288,43 @@ static void write_prefix(uint8_t *frame, uint32_t header_len, uint64_t frame_len
     store_u64(frame + PREFIX_RESERVED1, 0);
 }
 
+/* Check check's shape (b's, or b's with stand-in buffers), lay out b's
+ * frame in buf (cap bytes) and write its prefix and header; *pos gets
+ * where the header ends. On success *p holds the plan (release it); on
+ * failure it is released and err says what (messages begin with what). */
+static sl_err_t frame_begin(const sl_batch_t *check, const sl_batch_t *b, void *buf, size_t cap,
+                            const char *what, plan_t *p, uint64_t *pos, sl_error_t *err)
+{
+    sl_err_t rc = sl_batch_validate_shape(check, err);
+    if (rc != SL_OK) {
+        sl_error_prefix(err, "%s: ", what);
+        return rc;
+    }
+    rc = plan_describe(p, b);
+    if (rc == SL_OK) rc = plan_layout(p);
+    if (rc != SL_OK) {
+        plan_release(p);
+        return sl_error_set(err, rc, "%s: batch of %u rows, %u groups: sizes overflow (%s)", what,
+                            b->batch_size, b->num_groups, sl_err_str(rc));
+    }
+    if (p->frame_len > cap) {
+        plan_release(p);
+        return sl_error_set(err, SL_ERR_TOO_LARGE,
+                            "%s: frame needs %" PRIu64 " bytes, buffer has %zu", what, p->frame_len,
+                            cap);
+    }
+    uint8_t *frame = buf;
+    write_prefix(frame, (uint32_t)p->header_len, p->frame_len);
+    size_t packed = protobuf_c_message_pack(&p->hdr.base, frame + SL_WIRE_PREFIX_BYTES);
+    if (packed != p->header_len) {
+        plan_release(p);
+        return sl_error_set(err, SL_ERR_INVALID, "%s: header packed to %zu bytes, not %" PRIu64,
+                            what, packed, p->header_len);
+    }
+    *pos = SL_WIRE_PREFIX_BYTES + (uint64_t)packed;
+    return SL_OK;
+}
+
 sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, size_t *len,
                              sl_error_t *err)
 {
@@ -300,35 +337,11 @@ sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, siz
                             SL_ALIGN);
     /* A frame the decoder would reject must not leave. Everything but the
      * lengths is checked here; the lengths while they are copied. */
-    sl_err_t rc = sl_batch_validate_shape(batch, err);
-    if (rc != SL_OK) {
-        sl_error_prefix(err, "encode: ");
-        return rc;
-    }
     plan_t p;
-    rc = plan_describe(&p, batch);
-    if (rc == SL_OK) rc = plan_layout(&p);
-    if (rc != SL_OK) {
-        plan_release(&p);
-        return sl_error_set(err, rc, "encode: batch of %u rows, %u groups: sizes overflow (%s)",
-                            batch->batch_size, batch->num_groups, sl_err_str(rc));
-    }
-    if (p.frame_len > cap) {
-        plan_release(&p);
-        return sl_error_set(err, SL_ERR_TOO_LARGE,
-                            "encode: frame needs %" PRIu64 " bytes, buffer has %zu", p.frame_len,
-                            cap);
-    }
-
+    uint64_t pos;
+    sl_err_t rc = frame_begin(batch, batch, buf, cap, "encode", &p, &pos, err);
+    if (rc != SL_OK) return rc;
     uint8_t *frame = buf;
-    write_prefix(frame, (uint32_t)p.header_len, p.frame_len);
-    size_t packed = protobuf_c_message_pack(&p.hdr.base, frame + SL_WIRE_PREFIX_BYTES);
-    uint64_t pos = SL_WIRE_PREFIX_BYTES + (uint64_t)packed;
-    if (packed != p.header_len) {
-        plan_release(&p);
-        return sl_error_set(err, SL_ERR_INVALID, "encode: header packed to %zu bytes, not %" PRIu64,
-                            packed, p.header_len);
-    }
     bool lengths_ok = true;
     pos = put_kjt(frame, pos, &p.sparse, &batch->sparse, &lengths_ok);
     for (uint32_t g = 0; g < p.num_groups; g++) {
@@ -347,6 +360,74 @@ sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, siz
         sl_error_prefix(err, "encode: ");
         return rc;
     }
+    if (len != NULL) *len = (size_t)p.frame_len;
+    return SL_OK;
+}
+
+/* The frame's buffers as a batch view into frame (names borrowed from the
+ * shape it was laid out for). */
+static void view_kjt(sl_kjt_t *v, const sl_kjt_t *shape, const kjt_plan_t *p, uint8_t *frame)
+{
+    *v = *shape;
+    v->lengths = (int32_t *)(frame + p->lengths.offset);
+    v->values = (int64_t *)(frame + p->values.offset);
+    v->weights = p->desc.weights != NULL ? (float *)(frame + p->weights.offset) : NULL;
+}
+
+sl_err_t sl_wire_encode_layout(const sl_batch_t *shape, void *buf, size_t cap, size_t *len,
+                               sl_batch_t *view, sl_error_t *err)
+{
+    if (len != NULL) *len = 0;
+    if (shape == NULL || buf == NULL || view == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "encode layout: %s is NULL",
+                            shape == NULL ? "shape"
+                            : buf == NULL ? "buf"
+                                          : "view");
+    if ((uintptr_t)buf % SL_ALIGN != 0)
+        return sl_error_set(err, SL_ERR_INVALID, "encode layout: buf %p is not %d-byte aligned",
+                            buf, SL_ALIGN);
+    if (shape->num_groups != 0)
+        return sl_error_set(err, SL_ERR_UNSUPPORTED,
+                            "encode layout: a batch with %u dedup groups (only plain batches)",
+                            shape->num_groups);
+    /* The shape's invariants (keys named and distinct, rows agreeing) with
+     * stand-in buffers: shape has none yet. */
+    sl_batch_t check = *shape;
+    check.sparse.lengths = buf;
+    check.sparse.values = buf;
+    check.dense.data = buf;
+    check.labels.data = buf;
+    plan_t p;
+    uint64_t pos;
+    sl_err_t rc = frame_begin(&check, shape, buf, cap, "encode layout", &p, &pos, err);
+    if (rc != SL_OK) return rc;
+    plan_release(&p); /* no groups: nothing was allocated */
+    uint8_t *frame = buf;
+    /* Zero every byte that is no buffer (the gaps before the 64-byte aligned
+     * offsets and the tail): the frame's bytes are then all defined once
+     * the caller has filled the buffers. */
+    const Sluice__BufferRef *refs[6];
+    uint32_t nr = 0;
+    refs[nr++] = &p.sparse.lengths;
+    refs[nr++] = &p.sparse.values;
+    if (p.sparse.desc.weights != NULL) refs[nr++] = &p.sparse.weights;
+    if (p.hdr.dense != NULL) refs[nr++] = &p.dense.data;
+    if (p.hdr.labels != NULL) refs[nr++] = &p.labels.data;
+    if (p.hdr.sample_ids != NULL) refs[nr++] = &p.sample_ids;
+    for (uint32_t i = 0; i < nr; i++) {
+        memset(frame + pos, 0, (size_t)(refs[i]->offset - pos));
+        pos = refs[i]->offset + refs[i]->length;
+    }
+    memset(frame + pos, 0, (size_t)(p.frame_len - pos));
+    memset(view, 0, sizeof *view);
+    view->batch_size = shape->batch_size;
+    view_kjt(&view->sparse, &shape->sparse, &p.sparse, frame);
+    view->dense = shape->dense;
+    view->dense.data = p.hdr.dense != NULL ? (float *)(frame + p.dense.data.offset) : NULL;
+    view->labels = shape->labels;
+    view->labels.data = p.hdr.labels != NULL ? (float *)(frame + p.labels.data.offset) : NULL;
+    view->sample_ids = p.hdr.sample_ids != NULL ? (int64_t *)(frame + p.sample_ids.offset) : NULL;
+    view->origin = shape->origin;
     if (len != NULL) *len = (size_t)p.frame_len;
     return SL_OK;
 }

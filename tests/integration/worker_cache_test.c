@@ -300,3 +300,38 @@ Test(worker_cache, cached_batches_equal_computed_ones_and_a_corrupt_file_falls_b
     run(spec, 2, r, &s, &st);
     same_epochs(&s, 0, 1, false);
 }
+
+/* Transforms the fused path makes on the reader thread (no filter: a
+ * weight label keeps batches off it). */
+static const char *FUSED_SPEC =
+    "{\"id\":\"f\",\"source\":{\"table\":\"%s\",\"features\":[\"I1\",\"I2\",\"C1\",\"C2\"]},"
+    "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I1\"},"
+    "{\"op\":\"sigrid_hash\",\"feature\":\"C1\",\"table_size\":1000},"
+    "{\"op\":\"clamp\",\"feature\":\"I2\",\"min\":0,\"max\":100}],"
+    "\"batch\":{\"size\":%u,\"epochs\":1}}";
+
+/* A fused batch skips the transform threads, where batches are written to
+ * the cache file: a split being written is read the general way, and the
+ * file it leaves serves the same batches the fused path makes. */
+Test(worker_cache, a_job_on_the_fused_path_is_cached_whole)
+{
+    char spec[2048];
+    snprintf(spec, sizeof spec, FUSED_SPEC, table, BATCH);
+    seen_t fused, s;
+    sl_worker_stats_t st;
+    uint32_t none[] = {SL_WORKER_CACHE_NONE};
+    run(spec, 1, none, &fused, &st);
+    cr_assert_gt(st.batches_fused, 0, "the job does not take the fused path");
+    uint32_t w[] = {SL_WORKER_CACHE_WRITE};
+    run(spec, 1, w, &s, &st);
+    cr_assert_eq(st.batches_fused, 0);
+    cr_assert_eq(st.cache_files_written, ROWS / STRIPE);
+    for (uint32_t i = 0; i < fused.n; i++) /* the general path's frames are the fused ones */
+        cr_assert_eq(find(&s, 0, fused.split[i], fused.row[i]), fused.hash[i]);
+    uint32_t r[] = {SL_WORKER_CACHE_NONE, SL_WORKER_CACHE_READ};
+    run(spec, 2, r, &s, &st);
+    cr_assert_gt(st.batches_fused, 0);
+    same_epochs(&s, 0, 1, true);
+    cr_assert_eq(st.cache_samples, s.samples[1]);
+    cr_assert_eq(st.cache_fallbacks, 0);
+}

@@ -92,6 +92,7 @@ static sl_worker_t *start_with(const sl_pipeline_job_t *job, uint64_t memory_lim
         o.client_conn_idle_ms = port->client_conn_idle_ms;
         o.cluster_secret = port->cluster_secret;
         if (port->listen) o.listen = port->listen;
+        o.no_fused = port->no_fused;
     }
     o.threads = 2;
     if (memory_limit) o.memory_limit = memory_limit;
@@ -569,32 +570,55 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     sl_pipeline_job_destroy(job);
 }
 
-Test(worker_faults, memory_limit_holds_with_a_slow_client)
+/* 24,000 criteo rows (~9 MB decoded) to a slow client (3 ms per batch)
+ * under a 4 MiB limit: every sample arrives once, more than twice the
+ * limit is encoded, the peak stays under the limit, producers waited. */
+static void slow_client_under_4m(bool no_fused, sl_worker_stats_t *st)
 {
     char table[300], addr[64];
     const uint64_t rows = 24000;
     gen_criteo(rows, 2048, table, sizeof table);
     sl_pipeline_job_t *job = job_for(table, 256);
     const uint64_t limit = 4u << 20;
-    sl_worker_t *w = start(job, limit, addr, sizeof addr);
+    sl_worker_t *w =
+        start_with(job, limit, &(sl_worker_opts_t){.no_fused = no_fused}, addr, sizeof addr);
     atomic_uint *seen = calloc(rows, sizeof *seen);
     collector_t c = {.addr = addr, .rows = rows, .seen = seen, .delay_us = 3000};
     collect(&c);
     cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
     for (uint64_t i = 0; i < rows; i++)
         cr_assert_eq(seen[i], 1);
-    sl_worker_stats_t st;
-    sl_worker_stats(w, &st);
-    /* the table is ~9 MB decoded: it cannot all be in flight at once */
-    cr_assert_gt(st.bytes_encoded, 2 * limit);
-    cr_assert_leq(st.memory_peak, limit, "peak %lu > limit %lu", (unsigned long)st.memory_peak,
+    sl_worker_stats(w, st);
+    cr_assert_gt(st->bytes_encoded, 2 * limit);
+    cr_assert_leq(st->memory_peak, limit, "peak %lu > limit %lu", (unsigned long)st->memory_peak,
                   (unsigned long)limit);
-    cr_assert_gt(st.memory_peak, limit / 2, "the limit was reached (peak %lu)",
-                 (unsigned long)st.memory_peak);
-    cr_assert_gt(st.backpressure_ns, 0, "producers waited");
+    cr_assert_gt(st->backpressure_ns, 0, "producers waited");
     free(seen);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
+}
+
+/* The transform threads' path: batches built ahead fill the budget. */
+Test(worker_faults, memory_limit_holds_with_a_slow_client)
+{
+    sl_worker_stats_t st;
+    slow_client_under_4m(true, &st);
+    cr_assert_eq(st.batches_fused, 0);
+    cr_assert_gt(st.memory_peak, (4u << 20) / 2, "the limit was reached (peak %lu)",
+                 (unsigned long)st.memory_peak);
+}
+
+/* The fused path (the reader makes frames straight from the stripe): the
+ * read-ahead bound stops it before the budget does, and the limit holds. */
+Test(worker_faults, memory_limit_holds_with_a_slow_client_fused)
+{
+    sl_worker_stats_t st;
+    slow_client_under_4m(false, &st);
+    /* stripes of 2048 rows, batches of 256: every full batch is inside one
+     * stripe (the last stripe's 1,472 rows hold 5 and the epoch's short
+     * last batch of 192, which the transform threads make) */
+    cr_assert_eq(st.batches, 94);
+    cr_assert_eq(st.batches_fused, 93);
 }
 
 /* Read every batch, sleeping delay_us after each (a slow trainer); count
@@ -626,7 +650,13 @@ Test(worker_faults, memory_limit_holds_with_large_stripes_and_a_slow_trainer)
     gen_criteo(rows, 65536, table, sizeof table);
     sl_pipeline_job_t *job = job_epochs(table, 4096, 2);
     sl_error_t err = {0};
-    sl_worker_t *w = start(job, limit, addr, sizeof addr);
+    /* The transform threads' path: the reader and two transform threads
+     * outpace the slow trainer even in the sanitizer build, so batches pile
+     * up against the budget. (The fused path does all of a batch's work on
+     * the reader thread; under ASan that alone is slower than this
+     * trainer, and nothing would pile up.) */
+    sl_worker_t *w =
+        start_with(job, limit, &(sl_worker_opts_t){.no_fused = true}, addr, sizeof addr);
     uint8_t *seen = calloc(2 * rows, 1);
     cr_assert_not_null(seen);
     read_slowly(addr, rows, 2000, 16, seen);

@@ -900,3 +900,80 @@ Test(corpus, write)
     frame_free(m);
     frame_free(f);
 }
+
+/* sl_wire_encode_layout: random plain batches laid out from their sizes,
+ * the buffers then written through the view, give sl_wire_encode's bytes
+ * (every byte outside the buffers written by the layout: the frame starts
+ * as garbage). */
+Test(encode_layout, same_bytes_as_encode)
+{
+    uint64_t rng = tu_seed("encode_layout");
+    for (int i = 0; i < 200; i++) {
+        uint32_t B = (uint32_t)tu_below(&rng, 40);
+        sl_batch_t *b = random_batch(&rng, B);
+        b->num_groups = 0; /* plain batches only */
+        b->groups = NULL;
+        void *want = NULL;
+        size_t want_len = 0, len = 0;
+        sl_error_t err = {0};
+        cr_assert_eq(sl_wire_encode(b, NULL, &want, &want_len, &err), SL_OK, "%s", err.msg);
+        sl_batch_t shape = *b; /* the sizes and names; buffers not read */
+        shape.sparse.lengths = NULL;
+        shape.sparse.values = NULL;
+        if (shape.sparse.weights) shape.sparse.weights = (float *)8;
+        shape.dense.data = NULL;
+        shape.labels.data = NULL;
+        if (shape.sample_ids) shape.sample_ids = (int64_t *)8;
+        cr_assert_eq(sl_wire_encoded_size(&shape), want_len);
+        uint8_t *buf = sl_alloc_aligned(NULL, want_len, SL_ALIGN);
+        memset(buf, 0xa5, want_len);
+        sl_batch_t view;
+        cr_assert_eq(sl_wire_encode_layout(&shape, buf, want_len, &len, &view, &err), SL_OK, "%s",
+                     err.msg);
+        cr_assert_eq(len, want_len);
+        cr_assert_null(view.arena);
+        cr_assert_eq(view.batch_size, B);
+        const sl_kjt_t *k = &b->sparse;
+        size_t rows = (size_t)k->num_keys * k->stride;
+        if (rows) memcpy(view.sparse.lengths, k->lengths, rows * sizeof(int32_t));
+        if (k->num_values) memcpy(view.sparse.values, k->values, k->num_values * sizeof(int64_t));
+        cr_assert_eq(view.sparse.weights != NULL, k->weights != NULL);
+        if (k->weights && k->num_values)
+            memcpy(view.sparse.weights, k->weights, k->num_values * sizeof(float));
+        size_t dn = (size_t)b->dense.rows * b->dense.cols,
+               ln = (size_t)b->labels.rows * b->labels.cols;
+        if (dn) memcpy(view.dense.data, b->dense.data, dn * sizeof(float));
+        if (ln) memcpy(view.labels.data, b->labels.data, ln * sizeof(float));
+        cr_assert_eq(view.sample_ids != NULL, b->sample_ids != NULL);
+        if (b->sample_ids && B) memcpy(view.sample_ids, b->sample_ids, B * sizeof(int64_t));
+        cr_assert_eq(memcmp(buf, want, want_len), 0, "batch %d (B=%u) differs", i, B);
+        sl_free(NULL, buf, want_len);
+        sl_free(NULL, want, want_len);
+        sl_batch_destroy(b);
+    }
+}
+
+Test(encode_layout, errors)
+{
+    sl_batch_t *b = fixed_batch(); /* has a group */
+    size_t need = sl_wire_encoded_size(b);
+    uint8_t *buf = sl_alloc_aligned(NULL, need + 64, 64);
+    size_t len = 1;
+    sl_batch_t view;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wire_encode_layout(b, buf, need, &len, &view, &err), SL_ERR_UNSUPPORTED);
+    cr_assert_str_eq(err.msg, "encode layout: a batch with 1 dedup groups (only plain batches)");
+    cr_assert_eq(len, 0);
+    b->num_groups = 0;
+    size_t plain = sl_wire_encoded_size(b);
+    cr_assert_eq(sl_wire_encode_layout(b, buf, plain - 1, &len, &view, &err), SL_ERR_TOO_LARGE);
+    cr_assert(strstr(err.msg, "buffer has") != NULL, "%s", err.msg);
+    cr_assert_eq(sl_wire_encode_layout(b, buf + 8, plain, &len, &view, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "aligned") != NULL, "%s", err.msg);
+    const char *dup[] = {"a", "a"};
+    b->sparse.keys = dup;
+    cr_assert_eq(sl_wire_encode_layout(b, buf, plain, &len, &view, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "encode layout: plain KJT: keys unique: key 'a' appears at 0 and 1");
+    sl_free(NULL, buf, need + 64);
+    sl_batch_destroy(b);
+}

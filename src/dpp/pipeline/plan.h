@@ -71,6 +71,39 @@ sl_err_t sl_pipeline_plan_filter(const sl_pipeline_plan_t *plan, const sl_wh_row
 sl_err_t sl_pipeline_plan_transform(const sl_pipeline_plan_t *plan, sl_batch_t *batch,
                                     sl_error_t *err);
 
+/* The plan's transforms fused into the copy of a batch's rows into its
+ * wire frame (transform_fused.c; docs/WORKER.md, "The fused path"): when
+ * every transform works on each value alone and in place (sigrid_hash,
+ * modulo, map_vocab; fill_missing, clamp, log1p, normalize, boxcox) or
+ * keeps the first x ids of each list (first_x: sl_pipeline_fused_key_cap), none
+ * creates a feature, and every feature of shape (a batch of the rows the
+ * reader hands out: its names and weightedness) is an output, and shape
+ * has no dedup groups and no weights, *out gets the op lists; otherwise
+ * *out is NULL (SL_OK: the general path, sl_pipeline_plan_transform, does
+ * the job). Applying sl_pipeline_fused_key to every key's values and
+ * sl_pipeline_fused_dense to the dense rows, in pieces of any size, gives
+ * the bits sl_pipeline_plan_transform gives the whole batch. Borrows plan
+ * (it must outlive *out). Caller owns *out, free with
+ * sl_pipeline_fused_destroy. @return SL_ERR_NOMEM. */
+typedef struct sl_pipeline_fused sl_pipeline_fused_t;
+sl_err_t sl_pipeline_fused_new(const sl_pipeline_plan_t *plan, const sl_batch_t *shape,
+                               sl_pipeline_fused_t **out, sl_error_t *err);
+void sl_pipeline_fused_destroy(sl_pipeline_fused_t *f);
+/* Ids kept per list of key k (its first_x transforms' smallest x; the
+ * lists are cut to it while copied, before sl_pipeline_fused_key), or
+ * INT32_MAX. */
+int32_t sl_pipeline_fused_key_cap(const sl_pipeline_fused_t *f, uint32_t k);
+/* Key k's value transforms, in spec order, over n of its values in place. */
+void sl_pipeline_fused_key(const sl_pipeline_fused_t *f, uint32_t k, int64_t *values, uint64_t n);
+/* The same over n values copied from src (the stripe) to dst (the frame;
+ * not overlapping): the first transform reads src and writes dst when it
+ * can (sigrid_hash), else src is copied first. */
+void sl_pipeline_fused_key_from(const sl_pipeline_fused_t *f, uint32_t k, int64_t *dst,
+                                const int64_t *src, uint64_t n);
+/* The dense transforms over rows rows of the [rows, D] row-major matrix
+ * data (D: shape's dense columns), in place. */
+void sl_pipeline_fused_dense(const sl_pipeline_fused_t *f, float *data, uint32_t rows);
+
 /* The canonical fingerprint of job's plan over its source (fingerprint.c
  * says exactly what goes in): two jobs get the same value iff (up to a
  * 64-bit hash collision) they would deliver the same samples in the same

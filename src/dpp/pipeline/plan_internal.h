@@ -100,6 +100,9 @@ typedef struct dpp_col {
 
 uint64_t dpp_hash_id(int64_t id, uint64_t salt);
 void dpp_sigrid_hash(int64_t *values, uint64_t n, uint64_t salt, uint64_t table_size);
+/* The same from src into dst (the same array, or two that do not overlap). */
+void dpp_sigrid_hash_to(int64_t *dst, const int64_t *src, uint64_t n, uint64_t salt,
+                        uint64_t table_size);
 void dpp_modulo(int64_t *values, uint64_t n, int64_t divisor);
 void dpp_map_vocab(int64_t *values, uint64_t n, const dpp_vocab_t *v, int64_t def);
 void dpp_clamp_weights(float *weights, uint64_t n, float min, float max);

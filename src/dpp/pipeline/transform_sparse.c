@@ -93,8 +93,9 @@ __attribute__((target("avx2"))) static inline __m256i mulhi64(__m256i a, __m256i
     return _mm256_add_epi64(hi, _mm256_srli_epi64(mid, 32));
 }
 
-__attribute__((target("avx2"))) static uint64_t
-sigrid_avx2(int64_t *values, uint64_t n, uint64_t key, uint64_t mask, const divisor_t *d)
+__attribute__((target("avx2"))) static uint64_t sigrid_avx2(int64_t *dst, const int64_t *src,
+                                                            uint64_t n, uint64_t key, uint64_t mask,
+                                                            const divisor_t *d)
 {
     const __m256i k = _mm256_set1_epi64x((long long)key);
     const __m256i p = _mm256_set1_epi64x((long long)0x9FB21C651E98DF25ull);
@@ -105,7 +106,7 @@ sigrid_avx2(int64_t *values, uint64_t n, uint64_t key, uint64_t mask, const divi
     const __m128i shift = _mm_cvtsi32_si128(d ? (int)d->shift : 0);
     uint64_t i = 0;
     for (; i + 4 <= n; i += 4) {
-        __m256i h = _mm256_loadu_si256((const __m256i *)(values + i));
+        __m256i h = _mm256_loadu_si256((const __m256i *)(src + i));
         h = _mm256_xor_si256(_mm256_shuffle_epi32(h, 0xb1), k); /* rotate by 32 */
         __m256i r49 = _mm256_or_si256(_mm256_slli_epi64(h, 49), _mm256_srli_epi64(h, 15));
         __m256i r24 = _mm256_or_si256(_mm256_slli_epi64(h, 24), _mm256_srli_epi64(h, 40));
@@ -122,7 +123,7 @@ sigrid_avx2(int64_t *values, uint64_t n, uint64_t key, uint64_t mask, const divi
             q = _mm256_srl_epi64(q, shift);
             h = _mm256_sub_epi64(h, mullo64(q, dv, dh));
         }
-        _mm256_storeu_si256((__m256i *)(values + i), h);
+        _mm256_storeu_si256((__m256i *)(dst + i), h);
     }
     return i;
 }
@@ -130,22 +131,28 @@ sigrid_avx2(int64_t *values, uint64_t n, uint64_t key, uint64_t mask, const divi
 
 void dpp_sigrid_hash(int64_t *values, uint64_t n, uint64_t salt, uint64_t table_size)
 {
+    dpp_sigrid_hash_to(values, values, n, salt, table_size);
+}
+
+void dpp_sigrid_hash_to(int64_t *dst, const int64_t *src, uint64_t n, uint64_t salt,
+                        uint64_t table_size)
+{
     const uint64_t key = xxh3_8_key(salt);
     const bool pow2 = (table_size & (table_size - 1)) == 0;
     const uint64_t mask = table_size - 1;
     const divisor_t d = pow2 ? (divisor_t){0, 0, 0} : divisor_of(table_size);
     uint64_t i = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx2")) i = sigrid_avx2(values, n, key, mask, pow2 ? NULL : &d);
+    if (__builtin_cpu_supports("avx2")) i = sigrid_avx2(dst, src, n, key, mask, pow2 ? NULL : &d);
 #endif
     if (pow2) {
         /* a power of two: the remainder is a mask */
         for (; i < n; i++)
-            values[i] = (int64_t)(xxh3_8((uint64_t)values[i], key) & mask);
+            dst[i] = (int64_t)(xxh3_8((uint64_t)src[i], key) & mask);
         return;
     }
     for (; i < n; i++)
-        values[i] = (int64_t)mod_by(xxh3_8((uint64_t)values[i], key), d);
+        dst[i] = (int64_t)mod_by(xxh3_8((uint64_t)src[i], key), d);
 }
 
 void dpp_modulo(int64_t *values, uint64_t n, int64_t divisor)

@@ -104,6 +104,7 @@ void sl_worker_batcher_destroy(sl_worker_batcher_t *b)
     if (b->cur_row) sl_free(a, b->cur_row, (size_t)b->F * sizeof *b->cur_row);
     if (b->cur_off) sl_free(a, b->cur_off, (size_t)b->F * sizeof *b->cur_off);
     if (b->key_at) sl_free(a, b->key_at, (size_t)b->F * sizeof *b->key_at);
+    if (b->span) sl_free(a, b->span, (size_t)b->F * sizeof *b->span);
     if (b->runs) sl_free(a, b->runs, (size_t)rc * sizeof *b->runs);
     if (b->perm) sl_free(a, b->perm, (size_t)b->window.cap * sizeof *b->perm);
     if (b->offs)
@@ -193,9 +194,10 @@ static sl_err_t configure(sl_worker_batcher_t *b, const sl_batch_t *rows, sl_err
     b->cur_row = sl_calloc(a, b->F ? b->F : 1, sizeof *b->cur_row);
     b->cur_off = sl_calloc(a, b->F ? b->F : 1, sizeof *b->cur_off);
     b->key_at = sl_calloc(a, b->F ? b->F : 1, sizeof *b->key_at);
+    b->span = sl_calloc(a, b->F ? b->F : 1, sizeof *b->span);
     b->runs = sl_calloc(a, rc, sizeof *b->runs);
     if (!b->keys || !b->dense_names || !b->label_names || !b->key_off || !b->cur_row ||
-        !b->cur_off || !b->key_at || !b->runs || builder_setup(b, &b->batch) ||
+        !b->cur_off || !b->key_at || !b->span || !b->runs || builder_setup(b, &b->batch) ||
         builder_setup(b, &b->window))
         return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory");
     if (b->window.cap) {
@@ -478,31 +480,90 @@ static void range_reseed(sl_worker_batcher_t *b, uint64_t from)
     b->rng = b->o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)b->epoch + 1)) ^ splitmix(&z);
 }
 
+/* Number a batch of rows rows whose origin is o, ending (in a range) at
+ * to_row: its sequence number in its split, and the lease part of its
+ * origin (*lp: lease, or NULL outside a range). */
+static void stamp(sl_worker_batcher_t *b, sl_batch_origin_t *o, uint32_t rows, uint64_t to_row,
+                  sl_worker_lease_origin_t *lease, sl_worker_lease_origin_t **lp)
+{
+    *lp = NULL;
+    if (b->ranged) {
+        *lease = b->range;
+        lease->to_row = to_row;
+        *lp = lease;
+        b->range.from_row = to_row; /* the next batch starts there */
+        range_reseed(b, to_row);
+    }
+    if (b->seq_valid && b->seq_split == o->split_id) {
+        o->sequence = b->seq_next++;
+    } else {
+        b->seq_valid = true;
+        b->seq_split = o->split_id;
+        o->sequence = 0;
+        b->seq_next = 1;
+    }
+    b->stats.batches++;
+    b->stats.rows_out += rows;
+}
+
 /* Hand out the batch being built; in a range it ends at row to_row. */
 static sl_err_t emit_batch(sl_worker_batcher_t *b, uint64_t to_row, sl_error_t *err)
 {
     sl_batch_t *batch;
     sl_err_t rc = builder_finish(b, &b->batch, &batch, err);
     if (rc) return rc;
-    sl_worker_lease_origin_t lease, *lp = NULL;
-    if (b->ranged) {
-        lease = b->range;
-        lease.to_row = to_row;
-        lp = &lease;
-        b->range.from_row = to_row; /* the next batch starts there */
-        range_reseed(b, to_row);
-    }
-    if (b->seq_valid && b->seq_split == batch->origin.split_id) {
-        batch->origin.sequence = b->seq_next++;
-    } else {
-        b->seq_valid = true;
-        b->seq_split = batch->origin.split_id;
-        batch->origin.sequence = 0;
-        b->seq_next = 1;
-    }
-    b->stats.batches++;
-    b->stats.rows_out += batch->batch_size;
+    sl_worker_lease_origin_t lease, *lp;
+    stamp(b, &batch->origin, batch->batch_size, to_row, &lease, &lp);
     return b->emit(b->ctx, batch, lp, err);
+}
+
+/* May the next batch go to the direct hook, if it fills in one gather? */
+static bool direct_ok(const sl_worker_batcher_t *b)
+{
+    return b->direct && !b->window.cap && b->batch.n == 0 && !b->G && !b->has_times &&
+           !b->weight_label;
+}
+
+/* A whole batch of the runs[0..nr) (m rows) of rows to the direct hook,
+ * numbered as emit_batch numbers a built one. */
+static sl_err_t emit_direct(sl_worker_batcher_t *b, const sl_batch_t *rows, uint32_t nr, uint32_t m,
+                            const sl_worker_rows_origin_t *origin, uint64_t to_row, sl_error_t *err)
+{
+    /* Each key's values of the batch, found from the per-key cursor (rows
+     * ascend within a call) and checked as gather_runs checks them. */
+    const uint32_t N = rows->batch_size;
+    const uint32_t s0 = b->runs[0].row, e = b->runs[nr - 1].row + b->runs[nr - 1].count;
+    for (uint32_t k = 0; k < b->F; k++) {
+        const int32_t *L = rows->sparse.lengths + (size_t)k * N;
+        const uint64_t room = b->key_off[k + 1] - b->key_off[k];
+        bool n1 = false, n2 = false;
+        uint64_t off = b->cur_off[k] + sl_lengths_sum(L + b->cur_row[k], s0 - b->cur_row[k], &n1);
+        uint64_t span = sl_lengths_sum(L + s0, e - s0, &n2);
+        if (n1 || n2 || b->key_off[k + 1] < b->key_off[k] || off > room || span > room - off)
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "batcher: key '%s' lengths pass its values (rows %u..%u)",
+                                b->keys[k], s0, e);
+        b->key_at[k] = off;
+        b->span[k] = span;
+        b->cur_row[k] = e;
+        b->cur_off[k] = off + span;
+    }
+    sl_worker_direct_t d = {.rows = rows,
+                            .key_offsets = b->key_off,
+                            .start = b->key_at,
+                            .span = b->span,
+                            .runs = b->runs,
+                            .num_runs = nr,
+                            .num_rows = m,
+                            .sample_ids = b->o.sample_ids};
+    d.origin = (sl_batch_origin_t){.job_id = b->o.job_id,
+                                   .epoch = origin->epoch,
+                                   .split_id = origin->split_id,
+                                   .first_row = origin->row + b->runs[0].row};
+    sl_worker_lease_origin_t lease, *lp;
+    stamp(b, &d.origin, m, to_row, &lease, &lp);
+    d.lease = lp;
+    return b->direct(b->direct_ctx, &d, err);
 }
 
 /* Shuffle the window's rows (seeded Fisher-Yates) and deal them into
@@ -644,9 +705,10 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
     uint32_t prev = 0;
     while (i < n) {
         builder_t *bd = b->window.cap ? &b->window : &b->batch;
-        if (!bd->cur && (rc = builder_begin(b, bd, err))) return rc;
         uint32_t m = bd->cap - bd->n;
         if (m > n - i) m = n - i;
+        if (!bd->cur && !(m == bd->cap && direct_ok(b)) && (rc = builder_begin(b, bd, err)))
+            return rc;
         /* runs of consecutive rows among selected[i, i+m) */
         uint32_t nr = 0;
         for (uint32_t j = 0; j < m; j++) {
@@ -660,6 +722,14 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
                 b->runs[nr - 1].count++;
             else
                 b->runs[nr++] = (run_t){s, 1};
+        }
+        if (m == bd->cap && direct_ok(b)) {
+            /* a whole batch from these rows: made straight from them */
+            if (b->ranged)
+                b->range_next = origin->end_row ? origin->end_row : origin->row + prev + 1;
+            if ((rc = emit_direct(b, rows, nr, m, origin, b->range_next, err))) return rc;
+            i += m;
+            continue;
         }
         if ((rc = gather_runs(b, bd, rows, b->runs, nr, m, weights, i, origin, err))) return rc;
         i += m;
@@ -781,6 +851,12 @@ uint64_t sl_worker_batcher_footprint(const sl_worker_batcher_t *b)
                      bd->groups[g].wts[k].cap;
     }
     return t;
+}
+
+void sl_worker_batcher_set_direct(sl_worker_batcher_t *b, sl_worker_batcher_direct_fn fn, void *ctx)
+{
+    b->direct = fn;
+    b->direct_ctx = ctx;
 }
 
 void sl_worker_batcher_stats(const sl_worker_batcher_t *b, sl_worker_batcher_stats_t *out)

@@ -73,6 +73,35 @@ typedef sl_err_t (*sl_worker_batcher_emit_fn)(void *ctx, sl_batch_t *batch,
 
 typedef struct sl_worker_batcher sl_worker_batcher_t;
 
+/* Consecutive input rows [row, row + count). */
+typedef struct sl_worker_row_run {
+    uint32_t row, count;
+} sl_worker_row_run_t;
+
+/* A batch the batcher numbers but does not build (sl_worker_batcher_set_direct):
+ * its num_rows rows are the runs of one sl_worker_batcher_add call's rows,
+ * in order. Everything is borrowed for the call. */
+typedef struct sl_worker_direct {
+    const sl_batch_t *rows;      /* the input rows */
+    const uint64_t *key_offsets; /* [rows->sparse.num_keys + 1] each key's values in rows */
+    /* [num_keys]: where key k's values of row runs[0].row start, counted
+     * from key_offsets[k], and how many values rows runs[0].row up to the
+     * end of the last run hold (rows between runs included): the lengths
+     * there are non-negative and within the key's values (checked) */
+    const uint64_t *start, *span;
+    const sl_worker_row_run_t *runs;
+    uint32_t num_runs;
+    uint32_t num_rows;                     /* sum of the runs' counts: the batch size */
+    bool sample_ids;                       /* the batch carries sample ids (opts.sample_ids) */
+    sl_batch_origin_t origin;              /* sequence number included */
+    const sl_worker_lease_origin_t *lease; /* the lease part of the origin, or NULL */
+} sl_worker_direct_t;
+
+/* Makes and hands on a direct batch; its error stops the batcher's call,
+ * as emit's does. */
+typedef sl_err_t (*sl_worker_batcher_direct_fn)(void *ctx, const sl_worker_direct_t *d,
+                                                sl_error_t *err);
+
 typedef struct sl_worker_batcher_stats {
     uint64_t rows_in;        /* rows added */
     uint64_t rows_out;       /* rows in batches handed out */
@@ -130,6 +159,17 @@ void sl_worker_batcher_discard(sl_worker_batcher_t *b);
 
 /* Bytes the batcher holds now (for the worker's memory accounting). */
 uint64_t sl_worker_batcher_footprint(const sl_worker_batcher_t *b);
+
+/* From now on (fn NULL: no longer), a full batch whose rows all come from
+ * one sl_worker_batcher_add call goes to fn instead of being built and
+ * emitted - when nothing else is held (no partial batch, no shuffle
+ * window) and the rows have no dedup groups, record times or weight label:
+ * the worker's fused path copies such rows from the stripe straight into
+ * a frame. Batches straddling two calls (stripes), and the short last
+ * batch, are built as before. The numbering (origin, sequence, range) is
+ * the same either way. */
+void sl_worker_batcher_set_direct(sl_worker_batcher_t *b, sl_worker_batcher_direct_fn fn,
+                                  void *ctx);
 
 void sl_worker_batcher_stats(const sl_worker_batcher_t *b, sl_worker_batcher_stats_t *out);
 

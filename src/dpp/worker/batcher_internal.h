@@ -55,9 +55,7 @@ typedef struct builder {
     sl_batch_origin_t first;
 } builder_t;
 
-typedef struct run {
-    uint32_t row, count;
-} run_t;
+typedef sl_worker_row_run_t run_t;
 
 struct sl_worker_batcher {
     sl_worker_batcher_opts_t o;
@@ -65,6 +63,8 @@ struct sl_worker_batcher {
     char *weight_label;
     sl_worker_batcher_emit_fn emit;
     void *ctx;
+    sl_worker_batcher_direct_fn direct; /* NULL: every batch is built */
+    void *direct_ctx;
     /* shape, fixed by the first rows */
     bool configured;
     uint32_t F, D, T, T_out;
@@ -79,6 +79,7 @@ struct sl_worker_batcher {
     uint32_t *cur_row; /* [F] */
     uint64_t *cur_off; /* [F] */
     uint64_t *key_at;  /* [F] a direct gather: where each key's values go */
+    uint64_t *span;    /* [F] a direct batch's values per key (sl_worker_direct_t) */
     run_t *runs;       /* [max(batch, window) cap] */
     uint32_t *perm;    /* [window cap] */
     uint64_t *offs;    /* [F * (window cap + 1)] */

@@ -38,6 +38,12 @@ typedef struct reader {
      * file, or go to cw once transformed (NULL: none). */
     bool cached;
     dpp_cache_writer_t *cw;
+    uint64_t fused_ns; /* time spent making fused batches (their encode time) */
+    /* The fused path (fused.c): the plan's transforms fused into the copy
+     * from the stripe into the frame, decided once from the first stripe's
+     * shape; NULL: every batch goes through the transform threads. */
+    sl_pipeline_fused_t *fused;
+    bool fused_decided;
 } reader_t;
 
 /* ---- memory accounting ---- */
@@ -100,7 +106,8 @@ static uint64_t rows_bytes(const sl_wh_rows_t *rows)
  * to t1 (less waited, for memory), filter and batch from t1 to now (less
  * the time spent handing batches on since handoff_before). */
 static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t bytes, uint64_t t0,
-                           uint64_t t1, uint64_t waited, uint64_t handoff_before)
+                           uint64_t t1, uint64_t waited, uint64_t handoff_before,
+                           uint64_t fused_before)
 {
     sl_worker_t *w = rd->w;
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
@@ -113,7 +120,9 @@ static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t 
     /* Time spent handing batches on (blocked on the queue or the budget) is
      * back-pressure, not filtering. */
     uint64_t handoff = rd->handoff_ns - handoff_before;
-    w->st.filter_ns += t2 - t1 - handoff;
+    /* ... and making fused batches is encoding (dpp_worker_send counted it) */
+    uint64_t fused = rd->fused_ns - fused_before;
+    w->st.filter_ns += t2 - t1 - handoff - fused;
     w->st.backpressure_ns += waited + handoff;
     sl_mutex_unlock(&w->mu);
 }
@@ -216,6 +225,54 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease
     return SL_OK;
 }
 
+/* Direct batches (sl_worker_batcher_set_direct), on the reader thread:
+ * made by the fused path and handed straight to the server. */
+static sl_err_t to_server(void *ctx, const sl_worker_direct_t *d, sl_error_t *err)
+{
+    reader_t *rd = ctx;
+    uint64_t waited = 0, t0 = now_ns(CLOCK_MONOTONIC);
+    sl_err_t rc = dpp_worker_fused_batch(rd->w, rd->fused, d, rd->stripe_held + rd->batcher_held,
+                                         &waited, err);
+    rd->handoff_ns += waited; /* room at the server, memory: back-pressure */
+    rd->fused_ns += now_ns(CLOCK_MONOTONIC) - t0 - waited; /* counted as encode */
+    return rc;
+}
+
+/* Names of n columns, all present? */
+static bool all_named(const char *const *names, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (!names || !names[i]) return false;
+    return true;
+}
+
+/* Fused batches go straight to the server, past the autocache's writer:
+ * while a unit's batches are written to a cache file (rd->cw), every
+ * batch is built and transformed on the transform threads. */
+static void fused_direct(reader_t *rd)
+{
+    bool on = rd->fused && !rd->cw;
+    sl_worker_batcher_set_direct(rd->b, on ? to_server : NULL, on ? rd : NULL);
+}
+
+/* Use the fused path for rows like these? Decided on the first stripe of
+ * the job (the batcher keeps every later stripe to its shape): only when
+ * the worker deduplicates no groups itself, every column is named, and
+ * the plan's transforms fuse (sl_pipeline_fused_new). */
+static sl_err_t decide_fused(reader_t *rd, const sl_batch_t *rows, sl_error_t *err)
+{
+    if (rd->fused_decided) return SL_OK;
+    rd->fused_decided = true;
+    sl_worker_t *w = rd->w;
+    if (w->num_groups || w->o.no_fused || !all_named(rows->sparse.keys, rows->sparse.num_keys) ||
+        !all_named(rows->dense.names, rows->dense.cols) ||
+        !all_named(rows->labels.names, rows->labels.cols))
+        return SL_OK;
+    sl_err_t rc = sl_pipeline_fused_new(w->plan, rows, &rd->fused, err);
+    fused_direct(rd);
+    return rc;
+}
+
 /* ---- the stripe loop ---- */
 
 /* May the rows of wk still be read (a lease not revoked, or no lease)? */
@@ -309,7 +366,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
         rd->est = sb;
         uint64_t t1 = now_ns(CLOCK_MONOTONIC);
         uint32_t n = rows->batch.batch_size, kept = 0;
-        uint64_t h0 = rd->handoff_ns;
+        uint64_t h0 = rd->handoff_ns, f0 = rd->fused_ns;
         if (n != info.rows)
             rc = sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u: %u rows, the footer says %u",
                               rows->file, rows->stripe, n, info.rows);
@@ -317,6 +374,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
             rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         else
             rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
+        if (rc == SL_OK) rc = decide_fused(rd, &rows->batch, err);
         sl_worker_rows_origin_t origin = {.epoch = wk->epoch,
                                           .split_id = wk->split_id,
                                           .row = row,
@@ -357,7 +415,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
         if (rc == SL_OK) rc = batcher_acct(rd, err);
         rd->stripe_held = 0;
         sl_worker_budget_release(w->budget, sb);
-        account_stripe(rd, n, kept, sb, t0, t1, waited, h0);
+        account_stripe(rd, n, kept, sb, t0, t1, waited, h0, f0);
         if (rc) return rc;
         row = end;
         t0 = now_ns(CLOCK_MONOTONIC);
@@ -412,7 +470,7 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     if (rc) return rc;
     rd->stripe_held = sb;
     uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw, t1 = now_ns(CLOCK_MONOTONIC),
-             h0 = rd->handoff_ns;
+             h0 = rd->handoff_ns, f0 = rd->fused_ns;
     if (!scratch_rows(rd, n))
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     else
@@ -438,7 +496,7 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     if (rc == SL_OK) rc = batcher_acct(rd, err);
     rd->stripe_held = 0;
     sl_worker_budget_release(w->budget, sb);
-    account_stripe(rd, n, kept, sb, o->t0, t1, waited, h0);
+    account_stripe(rd, n, kept, sb, o->t0, t1, waited, h0, f0);
     o->t0 = now_ns(CLOCK_MONOTONIC);
     return rc;
 }
@@ -473,6 +531,7 @@ static sl_err_t compute_split(reader_t *rd, const sl_worker_work_t *wk, const ch
 {
     sl_worker_t *w = rd->w;
     rd->cw = cache_file ? dpp_cache_writer_new(w, cache_file) : NULL;
+    fused_direct(rd);
     sl_err_t rc = open_split(rd, wk->split, err);
     if (rc == SL_OK) rc = read_split(rd, wk, t0, err);
     if (rd->cw) {
@@ -480,6 +539,7 @@ static sl_err_t compute_split(reader_t *rd, const sl_worker_work_t *wk, const ch
             dpp_cache_writer_fail(rd->cw, "the read was cut short");
         dpp_cache_writer_unref(rd->cw);
         rd->cw = NULL;
+        fused_direct(rd);
     }
     return rc;
 }
@@ -624,6 +684,7 @@ out:
         sl_mutex_unlock(&w->mu);
     }
     sl_worker_batcher_destroy(rd.b);
+    sl_pipeline_fused_destroy(rd.fused);
     scratch_free(&rd);
     if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping))
         dpp_worker_fail(w, rc, err.msg);

@@ -60,7 +60,7 @@ sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, c
 }
 
 /* A batch dropped before the server had it. */
-static void retire(sl_worker_t *w, void *lease)
+void dpp_worker_retire(sl_worker_t *w, void *lease)
 {
     if (lease && w->source.lease_dropped)
         w->source.lease_dropped(w->source.ctx, lease);
@@ -77,7 +77,7 @@ void dpp_worker_drop_msg(sl_worker_t *w, const sl_worker_msg_t *m)
         dpp_cache_writer_fail(wb->cw, "a batch was dropped");
         dpp_cache_writer_unref(wb->cw);
     }
-    retire(w, wb->lease.handle);
+    dpp_worker_retire(w, wb->lease.handle);
     sl_free(w->a, wb, sizeof *wb);
 }
 
@@ -94,7 +94,7 @@ static sl_err_t batch_failed(sl_worker_t *w, sl_batch_t *batch, uint64_t held,
                  !atomic_load(&w->stopping);
     /* before the retire: that may be the lease's last batch */
     if (split) w->source.lease_failed(w->source.ctx, lease->handle, rc, -1, err->msg);
-    retire(w, lease->handle);
+    dpp_worker_retire(w, lease->handle);
     if (!split) return rc;
     sl_mutex_lock(&w->mu);
     w->st.splits_failed++;
@@ -189,28 +189,42 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t 
     }
     sl_batch_destroy(batch);
     /* held covers the batch's arena, which held the times: room for both */
-    sl_worker_budget_release(w->budget, held > it.accounted ? held - it.accounted : 0);
-    sl_worker_budget_pin(w->budget, it.accounted);
+    dpp_worker_times_t tm = {.dedup_ns = t1 - t0,
+                             .transform_ns = t2 - t1,
+                             .encode_ns = t3 - t2w - tw,
+                             .backpressure_ns = tw + (t0 - q0),
+                             .cached = wb->cached};
+    /* a cached batch's dedup figures were counted when it was made */
+    return dpp_worker_send(w, &it, held, &tm, wb->cached ? NULL : ds, err);
+}
+
+sl_err_t dpp_worker_send(sl_worker_t *w, const sl_worker_server_item_t *it, uint64_t held,
+                         const dpp_worker_times_t *tm, const sl_dedup_stats_t *ds, sl_error_t *err)
+{
+    sl_worker_budget_release(w->budget, held > it->accounted ? held - it->accounted : 0);
+    sl_worker_budget_pin(w->budget, it->accounted);
     sl_mutex_lock(&w->mu);
     w->st.batches++;
-    w->st.samples += it.num_samples;
-    w->st.bytes_encoded += len;
-    w->st.bytes_expanded += it.expanded_bytes;
-    if (wb->cached) {
+    w->st.batches_fused += tm->fused;
+    w->st.samples += it->num_samples;
+    w->st.bytes_encoded += it->len;
+    w->st.bytes_expanded += it->expanded_bytes;
+    if (tm->cached) {
         w->st.cache_batches++;
-        w->st.cache_samples += it.num_samples;
-        w->st.cache_bytes_encoded += len;
+        w->st.cache_samples += it->num_samples;
+        w->st.cache_bytes_encoded += it->len;
     }
-    w->st.dedup_ns += t1 - t0;
-    w->st.transform_ns += t2 - t1;
-    w->st.encode_ns += t3 - t2w - tw;
-    w->st.backpressure_ns += tw + (t0 - q0);
-    for (uint32_t g = 0; g < w->num_groups && g < SL_WORKER_MAX_GROUPS; g++) {
+    w->st.dedup_ns += tm->dedup_ns;
+    w->st.transform_ns += tm->transform_ns;
+    w->st.encode_ns += tm->encode_ns;
+    if (tm->fused) w->st.fused_ns += tm->encode_ns;
+    w->st.backpressure_ns += tm->backpressure_ns;
+    for (uint32_t g = 0; ds && g < w->num_groups && g < SL_WORKER_MAX_GROUPS; g++) {
         w->st.groups[g].rows += ds[g].batch_size;
         w->st.groups[g].unique_rows += ds[g].unique_rows;
     }
     sl_mutex_unlock(&w->mu);
-    return sl_worker_server_push(w->server, &it, err);
+    return sl_worker_server_push(w->server, it, err);
 }
 
 static void *xform_main(void *arg)
@@ -575,6 +589,11 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
             st->splits, st->stripes, st->rows_read, st->rows_kept, st->rows_dropped);
     fprintf(out, "  batches %" PRIu64 ", samples %" PRIu64 " (%.0f samples/s over %.2f s)\n",
             st->batches, st->samples, seconds > 0 ? (double)st->samples / seconds : 0.0, seconds);
+    if (st->batches_fused)
+        fprintf(out,
+                "  fused path: %" PRIu64 " batches made straight from the stripe into frames "
+                "(their transforms and copy count as encode)\n",
+                st->batches_fused);
     fprintf(out, "  bytes encoded %" PRIu64 ", without dedup %" PRIu64 " (%.2fx smaller)\n",
             st->bytes_encoded, st->bytes_expanded,
             st->bytes_encoded ? (double)st->bytes_expanded / (double)st->bytes_encoded : 1.0);

@@ -84,6 +84,10 @@ typedef struct sl_worker_opts {
      * memory_limit); 0: SL_WORKER_DEFAULT_QUEUED_PER_THREAD per transform
      * thread, at least SL_WORKER_DEFAULT_QUEUED_MIN. */
     uint32_t max_queued;
+    /* Make every batch through the transform threads, never by the fused
+     * path (docs/WORKER.md, "The fused path"): for tests and benchmarks
+     * that compare the two. */
+    bool no_fused;
 } sl_worker_opts_t;
 
 #define SL_WORKER_DEFAULT_QUEUED_PER_THREAD 2
@@ -120,6 +124,7 @@ typedef struct sl_worker_stats {
      * take (source.kafka.dead_letter_topic; 0 without one) */
     uint64_t records_dead_letter, records_dead_letter_failed;
     uint64_t batches, samples;              /* encoded */
+    uint64_t batches_fused;                 /* of them, made by the fused path (docs/WORKER.md) */
     uint64_t bytes_encoded, bytes_expanded; /* encoded; and had dedup been off */
     uint32_t num_groups;
     sl_worker_group_stats_t groups[SL_WORKER_MAX_GROUPS];
@@ -127,6 +132,9 @@ typedef struct sl_worker_stats {
     uint64_t read_ns;   /* open, read, decode stripes */
     uint64_t filter_ns; /* filter and batch (gather) */
     uint64_t dedup_ns, transform_ns, encode_ns;
+    /* of encode_ns, making fused batches: their transforms are in it (for
+     * the autocache's compute time, which counts transforms) */
+    uint64_t fused_ns;
     uint64_t backpressure_ns; /* stages waiting for memory */
     uint64_t cpu_ns;          /* CPU time of the pipeline and server threads that have exited */
     /* The autocache (docs/DESIGN.md "Autocache"): batches served from

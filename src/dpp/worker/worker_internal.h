@@ -77,6 +77,13 @@ static inline bool dpp_worker_split_error(sl_err_t rc)
            rc != SL_ERR_TIMEOUT && rc != SL_ERR_AGAIN;
 }
 
+/* Stage times of one batch, for the statistics. */
+typedef struct dpp_worker_times {
+    uint64_t dedup_ns, transform_ns, encode_ns, backpressure_ns;
+    bool fused;  /* made by the fused path */
+    bool cached; /* read from an autocache file */
+} dpp_worker_times_t;
+
 /* worker.c */
 /* Record the first failure, tell clients, and stop the pipeline (takes
  * w->mu, and after it the server's lock). */
@@ -122,6 +129,37 @@ typedef sl_err_t (*dpp_cache_emit_fn)(void *ctx, sl_batch_t *batch,
  * or emit's error, SL_ERR_CLOSED (stopping), SL_ERR_NOMEM. */
 sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_emit_fn emit,
                          void *ctx, dpp_cache_rest_t *rest, sl_error_t *err);
+
+/* A batch of lease (a handle; NULL: none) dropped before the server had
+ * it: the lease's source forgets it. */
+void dpp_worker_retire(sl_worker_t *w, void *lease);
+/* Hand an encoded batch (it: frame, origin, lease...) to the server: of
+ * the held budget bytes the caller accounted for it, it->accounted are
+ * pinned until the batch is acknowledged and the rest released; the
+ * statistics get it and its stage times tm (ds: its dedup groups' stats,
+ * or NULL). @return the server's push error. */
+sl_err_t dpp_worker_send(sl_worker_t *w, const sl_worker_server_item_t *it, uint64_t held,
+                         const dpp_worker_times_t *tm, const sl_dedup_stats_t *ds, sl_error_t *err);
+
+/* fused.c: the fused path (docs/WORKER.md, "The fused path"), on the
+ * reader thread. dpp_worker_fused_batch: make the frame of direct batch d
+ * (sl_worker_batcher_set_direct) straight from the stripe's rows with the
+ * plan's fused transforms f, and hand it to the server (lease_made, then
+ * dpp_worker_send). held: the budget bytes the reader holds (for a refused
+ * acquire); *waited: time spent waiting for room or memory (the lengths
+ * were checked against the values by the batcher: sl_worker_direct_t). */
+sl_err_t dpp_worker_fused_batch(sl_worker_t *w, const sl_pipeline_fused_t *f,
+                                const sl_worker_direct_t *d, uint64_t held, uint64_t *waited,
+                                sl_error_t *err);
+/* Its two steps: size d's frame (totals [F]: each
+ * key's values; shape: the batch's sizes and names, borrowed from d), then
+ * write the frame into buf (cap >= *size bytes, SL_ALIGN-aligned) with the
+ * transforms f applied; *len gets the frame's length. */
+sl_err_t dpp_worker_fused_plan(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d,
+                               uint64_t *totals, sl_batch_t *shape, size_t *size, sl_error_t *err);
+sl_err_t dpp_worker_fused_fill(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d,
+                               const uint64_t *totals, const sl_batch_t *shape, void *buf,
+                               size_t cap, size_t *len, sl_error_t *err);
 
 /* reader.c: the reader thread (arg: the worker). */
 void *dpp_worker_reader_main(void *arg);
