@@ -40,7 +40,7 @@ static bool good_id(uint32_t id)
  * the format header. @return the good count. */
 static uint32_t produce_topic(const char *topic, uint32_t n)
 {
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, PARTS, tu_timeout(30));
     uint32_t good = 0;
     for (uint32_t id = 0; id < n; id++) {

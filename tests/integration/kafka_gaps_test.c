@@ -46,8 +46,7 @@ Test(kafka_gaps, gaps_markers_and_aborted_records)
     char topic[64], txid[64];
     snprintf(topic, sizeof topic, "chunk-gaps-%d", (int)getpid());
     snprintf(txid, sizeof txid, "sluice-chunk-test-%d", (int)getpid());
-    rd_kafka_t *p =
-        ku_client(RD_KAFKA_PRODUCER, ku_conf("transactional.id", txid, "linger.ms", "1", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("transactional.id", txid, "linger.ms", "1", NULL));
     ku_create_topic(p, topic, 1, tu_timeout(30));
     int tmo = (int)(tu_timeout(30) * 1000);
     txn_ok(rd_kafka_init_transactions(p, tmo), "init_transactions");
@@ -68,6 +67,7 @@ Test(kafka_gaps, gaps_markers_and_aborted_records)
             kr_produce(p, topic, 0, id, id % 3);
     }
     txn_ok(rd_kafka_commit_transaction(p, tmo), "commit");
+    kr_flush(p, tmo); /* serves the delivery reports: none may have failed */
     rd_kafka_destroy(p);
 
     sl_kafka_consumer_t *c = consumer();
@@ -118,7 +118,7 @@ Test(kafka_gaps, deleted_offsets_are_an_error)
 {
     char topic[64];
     snprintf(topic, sizeof topic, "chunk-retention-%d", (int)getpid());
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "1", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "1", NULL));
     ku_create_topic(p, topic, 1, tu_timeout(30));
     int tmo = (int)(tu_timeout(30) * 1000);
     for (uint64_t id = 0; id < 50; id++)

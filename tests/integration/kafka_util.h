@@ -153,9 +153,13 @@ KU_FN void ku_setup(void)
     ku_ensure_running();
 }
 
+KU_FN void ku_await_partitions(rd_kafka_t *rk, const char *topic, int total, double timeout_s);
+
 /* Create topic with the given partitions, replication factor 1, through
  * rk's admin API (any client handle); fails the test unless the broker
- * confirms it within timeout_s. */
+ * confirms it and its metadata lists every partition with a leader within
+ * timeout_s each (CreateTopics answers before that: see
+ * ku_await_partitions). */
 KU_FN void ku_create_topic(rd_kafka_t *rk, const char *topic, int partitions, double timeout_s)
 {
     char err[256];
@@ -180,6 +184,7 @@ KU_FN void ku_create_topic(rd_kafka_t *rk, const char *topic, int partitions, do
     rd_kafka_AdminOptions_destroy(opts);
     rd_kafka_queue_destroy(q);
     rd_kafka_NewTopic_destroy(nt);
+    ku_await_partitions(rk, topic, partitions, timeout_s);
 }
 
 /* A client configuration for the broker, with the given extra properties

@@ -137,7 +137,7 @@ Test(kafka_worker, bounded_replay_two_epochs_two_clients)
 {
     char topic[64], spec[1024], addr[64];
     snprintf(topic, sizeof topic, "worker-replay-%d", (int)getpid());
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 3, tu_timeout(30));
     const uint32_t n = 3000;
     uint32_t good = produce(p, topic, 3, 0, n);
@@ -200,7 +200,7 @@ static void *produce_later(void *arg)
 {
     producer_later_t *l = arg;
     usleep((useconds_t)l->delay_ms * 1000);
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     l->good = produce(p, l->topic, 2, l->from, l->n);
     rd_kafka_destroy(p);
     return NULL;
@@ -212,7 +212,7 @@ Test(kafka_worker, stream_delivers_records_produced_while_it_runs)
 {
     char topic[64], spec[1024], addr[64];
     snprintf(topic, sizeof topic, "worker-stream-%d", (int)getpid());
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     uint32_t good = produce(p, topic, 2, 0, 600);
     rd_kafka_destroy(p);
@@ -279,7 +279,7 @@ Test(kafka_worker, start_and_stop_by_time)
 {
     char topic[64], spec[1024], addr[64];
     snprintf(topic, sizeof topic, "worker-time-%d", (int)getpid());
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     /* ten minutes ago: inside the broker's retention, which goes by CreateTime */
     const int64_t base = (int64_t)time(NULL) * 1000 - 600000;
@@ -350,7 +350,7 @@ Test(kafka_worker, record_times_reach_the_trainer)
 {
     char topic[64], spec[1024], addr[64];
     snprintf(topic, sizeof topic, "worker-times-%d", (int)getpid());
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -519,7 +519,7 @@ Test(kafka_worker, bad_records_go_to_the_dead_letter_topic)
     char topic[64], dead[64], spec[1024], addr[64];
     snprintf(topic, sizeof topic, "worker-dlq-%d", (int)getpid());
     snprintf(dead, sizeof dead, "worker-dlq-%d.dead", (int)getpid());
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     ku_create_topic(p, dead, 1, tu_timeout(30));
     uint32_t bad = produce_with_bad(p, topic, 0, 200);
@@ -672,7 +672,7 @@ Test(kafka_worker, a_failing_dead_letter_topic_never_stalls_the_stream)
     char topic[64], dead[64], spec[1024], addr[64];
     snprintf(topic, sizeof topic, "worker-dlqfail-%d", (int)getpid());
     snprintf(dead, sizeof dead, "worker-dlqfail-%d.dead", (int)getpid());
-    rd_kafka_t *p = ku_client(RD_KAFKA_PRODUCER, ku_conf("linger.ms", "5", NULL));
+    rd_kafka_t *p = kr_producer(ku_conf("linger.ms", "5", NULL));
     ku_create_topic(p, topic, 2, tu_timeout(30));
     ku_create_topic(p, dead, 1, tu_timeout(30));
     for (uint64_t id = 0; id < 20; id++) /* these 20 all good */

@@ -272,8 +272,7 @@ static void mock_start(mock_t *m, const char *topic, int partitions)
                  RD_KAFKA_CONF_OK);
     cr_assert_eq(rd_kafka_conf_set(conf, "linger.ms", "1", es, sizeof es), RD_KAFKA_CONF_OK);
     cr_assert_eq(rd_kafka_conf_set(conf, "log_level", "0", es, sizeof es), RD_KAFKA_CONF_OK);
-    m->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
-    cr_assert_not_null(m->producer, "%s", es);
+    m->producer = kr_producer(conf); /* kr_flush fails the test on a failed delivery */
 }
 
 static void mock_stop(mock_t *m)
@@ -528,7 +527,9 @@ static void *produce_later(void *arg)
     usleep((useconds_t)l->delay_ms * 1000);
     for (uint64_t id = l->from; id < l->from + l->count; id++)
         kr_produce(l->m->producer, "live", 0, id, 1);
-    rd_kafka_flush(l->m->producer, 10000);
+    /* acknowledged here; whether all were delivered is checked after the
+     * join (kr_flush), on the test's thread, where an assertion may fail */
+    rd_kafka_flush(l->m->producer, (int)(tu_timeout(10) * 1000));
     return NULL;
 }
 
@@ -595,6 +596,7 @@ Test(kafka_chunks, linger_and_waiting_for_records)
     cr_assert_eq(sl_kafka_read_range(c, &o, NULL, &err), SL_OK, "%s", err.msg);
     double took = now_s() - t.t0;
     pthread_join(th, NULL);
+    kr_flush(m.producer, (int)(tu_timeout(10) * 1000));
     cr_assert_eq(t.calls, 2);
     cr_assert_eq(t.rows[0], 3);
     cr_assert_eq(t.rows[1], 3);
