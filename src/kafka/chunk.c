@@ -27,9 +27,10 @@ struct sl_kafka_consumer {
      * threw librdkafka's prefetch away and cost a new fetch (a stall in a
      * stream at every chunk boundary). */
     bool assigned;
-    /* The broker reported the partition's end at `next` and no record came
-     * after it: librdkafka reports an end once, so a read that goes on
-     * from there must know it without a new report. */
+    /* The last read ended at the partition's end (yield): librdkafka
+     * reports an end once, and a read that went on from there would never
+     * learn whether records came since; it assigns anew instead, and the
+     * new fetch reports the end again. */
     bool at_end;
     char topic[256];
     int32_t partition;
@@ -500,8 +501,8 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
                             o->topic, (int)o->partition, o->from, o->to);
     rd_kafka_queue_t *q = rd_kafka_queue_get_consumer(c->rk);
     if (!q) return sl_error_set(err, SL_ERR_INVALID, "kafka: the consumer has no queue");
-    bool goes_on = c->assigned && c->partition == o->partition && c->next == o->from &&
-                   strcmp(c->topic, o->topic) == 0;
+    bool goes_on = c->assigned && !c->at_end && c->partition == o->partition &&
+                   c->next == o->from && strcmp(c->topic, o->topic) == 0;
     if (!goes_on) {
         drop_assignment(c);
         rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
@@ -518,12 +519,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         }
     }
     c->assigned = false; /* until this read ends well */
-    range_read_t rr = {
-        .c = c, .o = o, .st = stats, .first = o->from, .at_end = goes_on && c->at_end};
-    /* A known end is only believed after one look at what librdkafka
-     * fetched since (a poll that does not wait): records that came would
-     * otherwise wait behind a yield. */
-    bool looked = false;
+    range_read_t rr = {.c = c, .o = o, .st = stats, .first = o->from};
     int64_t pos = o->from; /* the consumer's position: every offset below was read or a gap */
     sl_err_t rc = SL_OK;
     rd_kafka_message_t *ms[READ_BATCH];
@@ -534,7 +530,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         }
         hold_check(&rr, false);
         uint32_t held = sl_kafka_rows_count(o->rows);
-        if (rr.at_end && looked && held == 0 && o->yield && o->yield(o->ctx)) break;
+        if (rr.at_end && held == 0 && o->yield && o->yield(o->ctx)) break;
         uint64_t now = sl_clock_ms();
         if (held && now - rr.first_ms >= o->linger_ms) {
             rc = flush(&rr, pos, err);
@@ -548,15 +544,12 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
             while (c->stash_at < c->stash_n)
                 ms[got++] = c->stash[c->stash_at++];
             c->stash_at = c->stash_n = 0;
-            looked = true;
         } else {
             /* The first message waits (and returns as soon as one is
              * there); what else is queued already comes with it, without
              * waiting: consume_batch waits for its whole array or its
              * timeout, which would hold a slow stream's records back. */
-            int timeout = !looked && rr.at_end ? 0 : wait > 0 ? wait : 1;
-            looked = true;
-            ms[0] = rd_kafka_consumer_poll(c->rk, timeout);
+            ms[0] = rd_kafka_consumer_poll(c->rk, wait > 0 ? wait : 1);
             if (!ms[0]) continue;
             got = rd_kafka_consume_batch_queue(q, 0, ms + 1, READ_BATCH - 1);
             got = got > 0 ? got + 1 : 1;

@@ -187,12 +187,12 @@ typedef struct sl_kafka_read_opts {
  * librdkafka past its end kept aside: the next read, if it is of the same
  * partition from that end (a stream's next chunk), goes on without a new
  * fetch; any other read assigns its own partition (a failed read
- * unassigns). The range may lie above the partition's end: the read waits
- * for records (a stream), until cancelled or yield ends it at the
- * partition's end. @return SL_OK once [from, to) is covered, or [from,
- * stats->end) when yield ended it; SL_ERR_NOT_FOUND when from is below what retention kept
- * (auto.offset.reset=error), naming topic, partition and offset;
- * SL_ERR_CLOSED when cancelled; the callback's error. */
+ * unassigns, and one that yield ended is assigned anew: librdkafka
+ * reports the partition's end once per fetch). The range may lie above the partition's end: the
+ * read waits for records (a stream), until cancelled or yield ends it at the partition's end.
+ * @return SL_OK once [from, to) is covered, or [from, stats->end) when yield ended it;
+ * SL_ERR_NOT_FOUND when from is below what retention kept (auto.offset.reset=error), naming topic,
+ * partition and offset; SL_ERR_CLOSED when cancelled; the callback's error. */
 sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t *o,
                              sl_kafka_read_stats_t *stats, sl_error_t *err);
 
