@@ -15,10 +15,10 @@
 /* The autocache's measurements (docs/DESIGN.md "Autocache") of st. */
 static void cache_figures(const sl_worker_stats_t *st, Sluice__Control__CacheFigures *cf)
 {
-    /* a fused batch's time is its transforms and its copy into the frame:
-     * counted whole (the copy is a cached batch's encode too, which the
-     * cache's read time leaves out: a small overestimate of the saving) */
-    cf->compute_ns = st->read_ns + st->filter_ns + st->dedup_ns + st->transform_ns + st->fused_ns;
+    /* a fused batch's transforms are in its encode time: counted, less the
+     * copy into the frame a cached batch's encode pays as well */
+    cf->compute_ns =
+        st->read_ns + st->filter_ns + st->dedup_ns + st->transform_ns + st->fused_transform_ns;
     cf->computed_samples = st->samples - st->cache_samples;
     cf->computed_bytes = st->bytes_encoded - st->cache_bytes_encoded;
     cf->source_ns = st->read_ns + st->filter_ns;

@@ -132,9 +132,11 @@ typedef struct sl_worker_stats {
     uint64_t read_ns;   /* open, read, decode stripes */
     uint64_t filter_ns; /* filter and batch (gather) */
     uint64_t dedup_ns, transform_ns, encode_ns;
-    /* of encode_ns, making fused batches: their transforms are in it (for
-     * the autocache's compute time, which counts transforms) */
-    uint64_t fused_ns;
+    /* of encode_ns, the fused batches' time less a plain copy of their
+     * frames at this machine's memcpy rate: their transforms (the
+     * autocache's compute time counts transforms, not the copy a cached
+     * batch's encode pays too) */
+    uint64_t fused_transform_ns;
     uint64_t backpressure_ns; /* stages waiting for memory */
     uint64_t cpu_ns;          /* CPU time of the pipeline and server threads that have exited */
     /* The autocache (docs/DESIGN.md "Autocache"): batches served from

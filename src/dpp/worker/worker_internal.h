@@ -52,10 +52,11 @@ struct sl_worker {
     uint32_t threads, started_threads;
     bool reader_started;
     atomic_bool stopping;
-    atomic_uint running;  /* transform threads still running */
-    bool master_mode;     /* the source leases splits (it has lease hooks) */
-    bool listen_fd_owned; /* opts.listen_fd not yet handed to the server */
-    sl_mutex_t mu;        /* guards st and failure */
+    atomic_uint running;       /* transform threads still running */
+    bool master_mode;          /* the source leases splits (it has lease hooks) */
+    bool listen_fd_owned;      /* opts.listen_fd not yet handed to the server */
+    uint64_t copy_ps_per_byte; /* a plain copy's cost here (fused_transform_ns) */
+    sl_mutex_t mu;             /* guards st and failure */
     sl_worker_stats_t st;
     sl_err_t fail_code;
     char fail_msg[SL_ERROR_MSG_MAX];
