@@ -120,6 +120,12 @@ static int run(const char *id, const char *spec, const char *cache, uint32_t epo
         out[e] = rate(&c, e, epochs);
         printf(" %u: %.0f (%llu samples)", e + 1, out[e], (unsigned long long)c.epoch_samples[e]);
     }
+    /* an epoch's first to last batch, and the wait before the next one's
+     * first (in the epoch's rate above): what a fast epoch's rate is made of */
+    printf("\n  %-10s first to last batch, then to the next epoch's first:", id);
+    for (uint32_t e = 0; e < epochs; e++)
+        printf(" %u: %.3f s + %.3f s", e + 1, c.epoch_last[e] - c.epoch_first[e],
+               e + 1 < epochs ? c.epoch_first[e + 1] - c.epoch_last[e] : 0.0);
     printf("\n");
     return status;
 }
