@@ -260,6 +260,47 @@ static void same_epochs(const seen_t *s, uint32_t a, uint32_t b, bool seq)
     cr_assert_eq(s->samples[a], s->samples[b]);
 }
 
+/* Epoch 0 of spec computed under CACHE_WRITE: every split's file written,
+ * nothing read. */
+static void write_files(const char *spec, seen_t *s, sl_worker_stats_t *st)
+{
+    uint32_t w[] = {SL_WORKER_CACHE_WRITE};
+    run(spec, 1, w, s, st);
+    cr_assert_eq(st->cache_files_written, ROWS / STRIPE);
+    cr_assert_gt(st->cache_bytes_written, 0);
+    cr_assert_eq(st->cache_batches, 0);
+}
+
+/* Epoch 0 computed, epoch 1 from the files: the same batches, and the same
+ * as first (the epoch that wrote them); all of epoch 1 served, no
+ * fallback, nothing written. */
+static void read_files(const char *spec, const seen_t *first, seen_t *s, sl_worker_stats_t *st)
+{
+    uint32_t r[] = {SL_WORKER_CACHE_NONE, SL_WORKER_CACHE_READ};
+    run(spec, 2, r, s, st);
+    same_epochs(s, 0, 1, true);
+    for (uint32_t i = 0; i < first->n; i++)
+        cr_assert_eq(find(s, 0, first->split[i], first->row[i]), first->hash[i]);
+    cr_assert_eq(st->cache_samples, s->samples[1]);
+    cr_assert_eq(st->cache_batches, first->n);
+    cr_assert_eq(st->cache_fallbacks, 0);
+    cr_assert_eq(st->cache_files_written, 0);
+}
+
+/* XOR mask into the byte of path at 1/den of its size. */
+static void flip(const char *path, uint32_t den, uint8_t mask)
+{
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0, "%s", path);
+    struct stat sb;
+    cr_assert_eq(fstat(fd, &sb), 0);
+    uint8_t byte;
+    cr_assert_eq(pread(fd, &byte, 1, sb.st_size / den), 1);
+    byte ^= mask;
+    cr_assert_eq(pwrite(fd, &byte, 1, sb.st_size / den), 1);
+    close(fd);
+}
+
 static const char *SPEC =
     "{\"id\":\"c\",\"source\":{\"table\":\"%s\",\"features\":[\"I1\",\"I2\",\"C1\",\"C2\"]},"
     "\"filters\":[{\"op\":\"negative_downsample\",\"label\":\"label\",\"rate\":0.5,\"seed\":7}],"
@@ -276,37 +317,19 @@ Test(worker_cache, cached_batches_equal_computed_ones_and_a_corrupt_file_falls_b
     seen_t s;
     sl_worker_stats_t st;
     /* write: epoch 0 computes and writes every split's file */
-    uint32_t w[] = {SL_WORKER_CACHE_WRITE};
-    run(spec, 1, w, &s, &st);
-    cr_assert_eq(st.cache_files_written, ROWS / STRIPE);
-    cr_assert_gt(st.cache_bytes_written, 0);
-    cr_assert_eq(st.cache_batches, 0);
+    write_files(spec, &s, &st);
     seen_t first = s;
 
     /* read: epoch 0 computed, epoch 1 from the files: the same batches */
+    read_files(spec, &first, &s, &st);
     uint32_t r[] = {SL_WORKER_CACHE_NONE, SL_WORKER_CACHE_READ};
-    run(spec, 2, r, &s, &st);
-    same_epochs(&s, 0, 1, true);
-    for (uint32_t i = 0; i < first.n; i++) /* and the same as when they were written */
-        cr_assert_eq(find(&s, 0, first.split[i], first.row[i]), first.hash[i]);
-    cr_assert_eq(st.cache_samples, s.samples[1]);
-    cr_assert_eq(st.cache_fallbacks, 0);
-    cr_assert_eq(st.cache_files_written, 0);
 
     /* a corrupt file and a missing one: computed; the corrupt one is
      * removed (or written anew when nothing of it was served), the missing
      * one written anew */
     char path[400], bad[400];
     snprintf(bad, sizeof bad, "%s/split-1.slc", cache);
-    int fd = open(bad, O_RDWR);
-    cr_assert_geq(fd, 0);
-    struct stat sb;
-    cr_assert_eq(fstat(fd, &sb), 0);
-    uint8_t byte;
-    cr_assert_eq(pread(fd, &byte, 1, sb.st_size / 3), 1);
-    byte ^= 0xff;
-    cr_assert_eq(pwrite(fd, &byte, 1, sb.st_size / 3), 1);
-    close(fd);
+    flip(bad, 3, 0xff);
     snprintf(path, sizeof path, "%s/split-2.slc", cache);
     cr_assert_eq(unlink(path), 0);
     run(spec, 2, r, &s, &st);
@@ -437,10 +460,7 @@ static void dedup_job_is_cached(bool stored_dedup)
     snprintf(spec, sizeof spec, DEDUP_SPEC, sessions, BATCH);
     seen_t s;
     sl_worker_stats_t st;
-    uint32_t w[] = {SL_WORKER_CACHE_WRITE};
-    run(spec, 1, w, &s, &st);
-    cr_assert_eq(st.cache_files_written, ROWS / STRIPE);
-    cr_assert_eq(st.cache_batches, 0);
+    write_files(spec, &s, &st);
     cr_assert_eq(st.num_groups, 2);
     sl_worker_group_stats_t computed[2] = {st.groups[0], st.groups[1]};
     cr_assert_eq(computed[0].rows, s.samples[0]);
@@ -448,15 +468,7 @@ static void dedup_job_is_cached(bool stored_dedup)
     seen_t first = s;
 
     /* epoch 1 from the files: every batch, groups included, as computed */
-    uint32_t r[] = {SL_WORKER_CACHE_NONE, SL_WORKER_CACHE_READ};
-    run(spec, 2, r, &s, &st);
-    same_epochs(&s, 0, 1, true);
-    for (uint32_t i = 0; i < first.n; i++)
-        cr_assert_eq(find(&s, 0, first.split[i], first.row[i]), first.hash[i]);
-    cr_assert_eq(st.cache_samples, s.samples[1]);
-    cr_assert_eq(st.cache_batches, first.n);
-    cr_assert_eq(st.cache_fallbacks, 0);
-    cr_assert_eq(st.cache_files_written, 0);
+    read_files(spec, &first, &s, &st);
     assert_stored_dedup();
     /* served batches count in the dedup figures as computed ones do */
     for (uint32_t g = 0; g < 2; g++) {
@@ -467,15 +479,8 @@ static void dedup_job_is_cached(bool stored_dedup)
     /* a corrupt file falls back: computed, the same batches */
     char bad[400];
     snprintf(bad, sizeof bad, "%s/split-3.slc", cache);
-    int fd = open(bad, O_RDWR);
-    cr_assert_geq(fd, 0);
-    struct stat sb;
-    cr_assert_eq(fstat(fd, &sb), 0);
-    uint8_t byte;
-    cr_assert_eq(pread(fd, &byte, 1, sb.st_size / 2), 1);
-    byte ^= 0x5a;
-    cr_assert_eq(pwrite(fd, &byte, 1, sb.st_size / 2), 1);
-    close(fd);
+    flip(bad, 2, 0x5a);
+    uint32_t r[] = {SL_WORKER_CACHE_NONE, SL_WORKER_CACHE_READ};
     run(spec, 2, r, &s, &st);
     same_epochs(&s, 0, 1, false);
     for (uint32_t i = 0; i < first.n; i++)

@@ -62,7 +62,8 @@ static uint64_t prefix_fp(const char *text)
     return fp_of(text, true);
 }
 
-static uint64_t fp_of(const char *text, bool prefix)
+/* The job of spec text; caller destroys it. */
+static sl_pipeline_job_t *job_of(const char *text)
 {
     sl_pipeline_job_t *job = NULL;
     sl_pipeline_problems_t pr = {0};
@@ -70,6 +71,13 @@ static uint64_t fp_of(const char *text, bool prefix)
     cr_assert_eq(sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err), SL_OK, "%s: %s", text,
                  err.msg);
     sl_pipeline_problems_free(&pr);
+    return job;
+}
+
+static uint64_t fp_of(const char *text, bool prefix)
+{
+    sl_pipeline_job_t *job = job_of(text);
+    sl_error_t err = {0};
     sl_wh_table_t *t = NULL;
     cr_assert_eq(sl_wh_table_open(job->table, NULL, &t, &err), SL_OK, "%s", err.msg);
     sl_wh_filter_t *f = NULL;
@@ -355,18 +363,6 @@ Test(fingerprint, the_prefix_fingerprint_of_the_autocache)
     gen(table2, 18);
     cr_assert_neq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"}}", table2), before);
 #undef PREFIX
-}
-
-/* The job of spec text (printf-style); caller destroys it. */
-static sl_pipeline_job_t *job_of(const char *text)
-{
-    sl_pipeline_job_t *job = NULL;
-    sl_pipeline_problems_t pr = {0};
-    sl_error_t err = {0};
-    cr_assert_eq(sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err), SL_OK, "%s: %s", text,
-                 err.msg);
-    sl_pipeline_problems_free(&pr);
-    return job;
 }
 
 /* sl_pipeline_uncacheable of spec text: NULL (cacheable) when want is
