@@ -371,7 +371,10 @@ sl_err_t sl_wh_writer_append(sl_wh_writer_t *w, const sl_wh_rows_t *rows, sl_err
     sl_arena_t *tmp = sl_arena_new(w->a, 0);
     if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: append", w->path);
     sl_kjt_t all = b->sparse;
-    if (b->num_groups > 0 && (rc = sl_batch_expand(b, tmp, &all, err)) != SL_OK) {
+    /* groups kept as given (sl_wh_writer_append_stripe) are written from
+     * their IKJTs: their slots stay empty here */
+    if (b->num_groups > 0 && w->given == NULL &&
+        (rc = sl_batch_expand(b, tmp, &all, err)) != SL_OK) {
         sl_arena_destroy(tmp);
         return sl_error_prefix(err, "%s: append: ", w->path);
     }
@@ -520,6 +523,10 @@ sl_err_t sl_wh_writer_append_stripe(sl_wh_writer_t *w, const sl_wh_rows_t *rows,
         return sl_error_set(err, SL_ERR_INVALID,
                             "%s: append_stripe: groups kept as given with clustered sessions",
                             w->path);
+    if (b->num_groups != w->G)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "%s: append_stripe: %u dedup groups in the rows, the file has %u",
+                            w->path, b->num_groups, w->G);
     sl_err_t rc = wh_writer_flush_stripe(w, err);
     if (rc != SL_OK || b->batch_size == 0) return rc;
     size_t gbytes = ((size_t)w->G + 1) * sizeof(sl_ikjt_t);

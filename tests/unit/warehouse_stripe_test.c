@@ -167,13 +167,19 @@ Test(warehouse_stripe, rows_that_cannot_be_stored_as_given_are_refused)
     cr_assert(strstr(err.msg, "do not fit a stripe of 3") != NULL, "%s", err.msg);
     sl_wh_writer_abort(w);
     w = open_writer(16, s);
-    /* the file's group missing from the rows */
+    /* the file's group missing from the rows, or under another name */
     rows = rows_of(NULL, 0);
+    cr_assert_eq(sl_wh_writer_append_stripe(w, &rows, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "0 dedup groups in the rows, the file has 1") != NULL, "%s",
+              err.msg);
+    sl_ikjt_t bad = group();
+    bad.name = "h";
+    rows = rows_of(&bad, 1);
     cr_assert_eq(sl_wh_writer_append_stripe(w, &rows, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "no group 'g'") != NULL, "%s", err.msg);
     /* the group's features in another order */
     static const char *const swapped[2] = {"b", "a"};
-    sl_ikjt_t bad = group();
+    bad = group();
     bad.unique.keys = (const char **)swapped;
     rows = rows_of(&bad, 1);
     cr_assert_eq(sl_wh_writer_append_stripe(w, &rows, &err), SL_ERR_INVALID);
