@@ -344,6 +344,19 @@ uint64_t sl_wh_writer_rows(const sl_wh_writer_t *w);
  * batch a stripe this way (docs/DESIGN.md "Autocache"). */
 sl_err_t sl_wh_writer_end_stripe(sl_wh_writer_t *w, sl_error_t *err);
 
+/* Write rows as one stripe of their own (the stripe being filled is ended
+ * first), storing every dedup group of the file as the rows' IKJT of that
+ * name (rows->batch.groups) holds it: its unique rows and inverse indices,
+ * not deduplicated again, so that a reader in dedup form hands back exactly
+ * those IKJTs (a group whose unique rows repeat stays so). The rows' groups
+ * must be the file's: each file group in the rows, with the group's
+ * features in the file's order, weighted exactly when the schema's
+ * features are (they are not expanded: no copy of their rows is made);
+ * rows of more than stripe_rows rows, or with cluster_sessions (it
+ * reorders rows), are SL_ERR_INVALID. The autocache writes a batch a stripe this way
+ * (docs/FORMAT.md "Cache files"). */
+sl_err_t sl_wh_writer_append_stripe(sl_wh_writer_t *w, const sl_wh_rows_t *rows, sl_error_t *err);
+
 /* Write the last stripe, the footer and the trailer, fsync, rename to the
  * final name, fsync the directory. Frees w whatever happens; on error nothing
  * appears under the final name (the temporary file is removed). After an

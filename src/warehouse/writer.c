@@ -371,7 +371,10 @@ sl_err_t sl_wh_writer_append(sl_wh_writer_t *w, const sl_wh_rows_t *rows, sl_err
     sl_arena_t *tmp = sl_arena_new(w->a, 0);
     if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: append", w->path);
     sl_kjt_t all = b->sparse;
-    if (b->num_groups > 0 && (rc = sl_batch_expand(b, tmp, &all, err)) != SL_OK) {
+    /* groups kept as given (sl_wh_writer_append_stripe) are written from
+     * their IKJTs: their slots stay empty here */
+    if (b->num_groups > 0 && w->given == NULL &&
+        (rc = sl_batch_expand(b, tmp, &all, err)) != SL_OK) {
         sl_arena_destroy(tmp);
         return sl_error_prefix(err, "%s: append: ", w->path);
     }
@@ -477,6 +480,71 @@ sl_err_t sl_wh_writer_end_stripe(sl_wh_writer_t *w, sl_error_t *err)
 {
     if (w->failed != SL_OK) return sticky(w, err);
     return wh_writer_flush_stripe(w, err);
+}
+
+/* The IKJT of rows standing for file group g, checked to be storable as
+ * it is: its name, the group's features in the file's order, weights when
+ * (and only when) they are weighted in the schema. */
+static sl_err_t given_group(sl_wh_writer_t *w, const sl_batch_t *b, uint32_t g,
+                            const sl_ikjt_t **out, sl_error_t *err)
+{
+    const wgroup_t *gr = &w->groups[g];
+    const sl_ikjt_t *ik = NULL;
+    for (uint32_t i = 0; i < b->num_groups && ik == NULL; i++)
+        if (b->groups[i].name != NULL && strcmp(b->groups[i].name, gr->name) == 0)
+            ik = &b->groups[i];
+    if (ik == NULL)
+        return sl_error_set(err, SL_ERR_INVALID, "%s: append_stripe: no group '%s' in the rows",
+                            w->path, gr->name);
+    bool same = ik->unique.num_keys == gr->num;
+    for (uint32_t k = 0; same && k < gr->num; k++) {
+        uint32_t s = gr->slots[k];
+        same = strcmp(ik->unique.keys[k], gr->names[k]) == 0 &&
+               w->cols[s].weighted == (ik->unique.weights != NULL);
+    }
+    if (!same)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "%s: append_stripe: group '%s' of the rows does not hold the file "
+                            "group's features in its order, weighted as the schema says",
+                            w->path, gr->name);
+    *out = ik;
+    return SL_OK;
+}
+
+sl_err_t sl_wh_writer_append_stripe(sl_wh_writer_t *w, const sl_wh_rows_t *rows, sl_error_t *err)
+{
+    if (w->failed != SL_OK) return sticky(w, err);
+    const sl_batch_t *b = &rows->batch;
+    if (b->batch_size > w->cap)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "%s: append_stripe: %u rows do not fit a stripe of %u", w->path,
+                            b->batch_size, w->cap);
+    if (w->opts.cluster_sessions && w->G > 0)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "%s: append_stripe: groups kept as given with clustered sessions",
+                            w->path);
+    if (b->num_groups != w->G)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "%s: append_stripe: %u dedup groups in the rows, the file has %u",
+                            w->path, b->num_groups, w->G);
+    sl_err_t rc = wh_writer_flush_stripe(w, err);
+    if (rc != SL_OK || b->batch_size == 0) return rc;
+    size_t gbytes = ((size_t)w->G + 1) * sizeof(sl_ikjt_t);
+    sl_ikjt_t *given = sl_alloc(w->a, gbytes);
+    if (given == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: append_stripe", w->path);
+    for (uint32_t g = 0; rc == SL_OK && g < w->G; g++) {
+        const sl_ikjt_t *ik = NULL;
+        if ((rc = given_group(w, b, g, &ik, err)) == SL_OK) given[g] = *ik;
+    }
+    if (rc == SL_OK) {
+        /* the rows' groups are validated by append (sl_batch_validate) */
+        w->given = w->G > 0 ? given : NULL;
+        rc = sl_wh_writer_append(w, rows, err);
+        if (rc == SL_OK) rc = wh_writer_flush_stripe(w, err);
+        w->given = NULL;
+    }
+    sl_free(w->a, given, gbytes);
+    return rc;
 }
 
 /* ---- close ---- */

@@ -77,6 +77,9 @@ struct sl_wh_writer {
     uint32_t *unique;    /* [stripes * G], grown with stripes */
     uint64_t *group_unique_total;
     sl_dedup_t *dedup;
+    /* [G] while sl_wh_writer_append_stripe writes its stripe: each group's
+     * IKJT as the caller gave it, stored instead of deduplicated (borrowed) */
+    const sl_ikjt_t *given;
     sl_arena_t *arena; /* per-stripe scratch, reset after every stripe */
     sl_arena_t *keep;  /* names that live as long as the writer */
 

@@ -236,7 +236,10 @@ sl_err_t wh_writer_flush_stripe(sl_wh_writer_t *w, sl_error_t *err)
         gko = sl_arena_calloc(w->arena, w->G, sizeof *gko);
         if (ik == NULL || gko == NULL) return wh_writer_fail(w, err, SL_ERR_NOMEM, "dedup");
         for (uint32_t g = 0; g < w->G; g++) {
-            if ((rc = dedup_view(w, &v, g, &ik[g], err)) != SL_OK) return rc;
+            if (w->given != NULL)
+                ik[g] = w->given[g]; /* kept as given (sl_wh_writer_append_stripe) */
+            else if ((rc = dedup_view(w, &v, g, &ik[g], err)) != SL_OK)
+                return rc;
             gko[g] = sl_arena_alloc(w->arena, ((size_t)w->groups[g].num + 1) * 8);
             if (gko[g] == NULL) return wh_writer_fail(w, err, SL_ERR_NOMEM, "dedup");
             sl_kjt_key_offsets(&ik[g].unique, gko[g]);

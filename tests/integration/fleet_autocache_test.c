@@ -6,6 +6,8 @@
  *    in its first epoch and cached; later epochs are served from the cache
  *    files, exactly once per epoch, a worker killed (-9) in a cached epoch
  *    included;
+ *  - the same pipeline with dedup groups is cached too (its files store
+ *    the groups deduplicated), exactly once per epoch;
  *  - a cheap one (the criteo table as stored) is declined;
  *  - after a master restart the decision and the files are still there: a
  *    later job of the same prefix reads them at once, a corrupt file falls
@@ -341,6 +343,44 @@ Test(fleet_autocache, master_killed_in_a_cached_epoch_and_restarted)
     cr_assert_str_eq(ac_str(ac, "state"), "chosen", "the decision did not survive the restart");
     json_decref(ac);
     run_end_when(&r, &m, job, "cache_samples", before + 1);
+    free(job);
+    fu_master_stop(&m, SIGTERM);
+}
+
+/* A job with dedup groups (issue 14): the n-grams of user_hist run on the
+ * group's unique rows and stay in the group; its cache files store the
+ * groups as IKJTs. Cached, and served exactly once per epoch. */
+Test(fleet_autocache, a_job_with_dedup_groups_is_cached_exactly_once)
+{
+    fu_master_t m = {0};
+    char table[300], spec[4096];
+    fu_gen_preset("sessions", ROWS, 1000, 2, table, sizeof table);
+    master_up(&m);
+    expensive_spec(spec, sizeof spec, "grouped", table, 3);
+    size_t n = strlen(spec);
+    /* the group in the batch section (the spec ends with three braces) */
+    snprintf(spec + n - 3, sizeof spec - n + 3,
+             "},\"dedup_groups\":{\"user\":[\"user_id\",\"user_hist\"]}}}");
+    char *job = fu_submit(&m, spec, 2, "dynamic", 2, 2, NULL);
+    run_t r = {0};
+    run_start(&r, &m, job, 3, 2, 3000);
+    wait_cached(&m, job, &r);
+    run_end_when(&r, &m, job, "cache_samples", 1);
+    json_t *ac = job_autocache(&m, job);
+    cr_assert_str_eq(ac_str(ac, "state"), "chosen");
+    cr_assert_eq(strlen(ac_str(ac, "prefix_fingerprint")), 16);
+    cr_assert_gt(ac_int(ac, "cache_samples"), 0);
+    cr_assert_eq(ac_int(ac, "cache_fallbacks"), 0);
+    /* the files hold the group */
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s/split-0.slc", cache_dir, ac_str(ac, "prefix_fingerprint"));
+    json_decref(ac);
+    sl_wh_reader_t *rd = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_reader_open(path, NULL, NULL, &rd, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_reader_num_groups(rd), 1);
+    cr_assert_str_eq(sl_wh_reader_group(rd, 0)->name, "user");
+    sl_wh_reader_close(rd);
     free(job);
     fu_master_stop(&m, SIGTERM);
 }

@@ -30,6 +30,7 @@
 #define BATCH 256u
 
 static char dir[256], table[300], cache[300];
+static const char *src_table = table; /* the table run() reads */
 
 static void setup(void)
 {
@@ -113,17 +114,35 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-static uint64_t digest(const sl_batch_t *b)
+static uint64_t kjt_digest(uint64_t h, const sl_kjt_t *k)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    const sl_kjt_t *k = &b->sparse;
-    h = fnv(h, &b->batch_size, sizeof b->batch_size);
     h = fnv(h, &k->num_keys, sizeof k->num_keys);
+    h = fnv(h, &k->stride, sizeof k->stride);
     for (uint32_t i = 0; i < k->num_keys; i++)
         h = fnv(h, k->keys[i], strlen(k->keys[i]) + 1);
     h = fnv(h, k->lengths, (size_t)k->num_keys * k->stride * sizeof *k->lengths);
     h = fnv(h, k->values, k->num_values * sizeof *k->values);
+    bool weighted = k->weights != NULL;
+    h = fnv(h, &weighted, sizeof weighted);
     if (k->weights) h = fnv(h, k->weights, k->num_values * sizeof *k->weights);
+    return h;
+}
+
+/* Everything a batch holds, its dedup groups (name, unique rows, inverse
+ * indices) included. */
+static uint64_t digest(const sl_batch_t *b)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv(h, &b->batch_size, sizeof b->batch_size);
+    h = kjt_digest(h, &b->sparse);
+    h = fnv(h, &b->num_groups, sizeof b->num_groups);
+    for (uint32_t g = 0; g < b->num_groups; g++) {
+        const sl_ikjt_t *ik = &b->groups[g];
+        h = fnv(h, ik->name, strlen(ik->name) + 1);
+        h = kjt_digest(h, &ik->unique);
+        h = fnv(h, &ik->batch_size, sizeof ik->batch_size);
+        h = fnv(h, ik->inverse, (size_t)ik->batch_size * sizeof *ik->inverse);
+    }
     const sl_dense_t *d[2] = {&b->dense, &b->labels};
     for (int j = 0; j < 2; j++) {
         h = fnv(h, &d[j]->cols, sizeof d[j]->cols);
@@ -155,7 +174,7 @@ static void run(const char *spec, uint32_t epochs, const uint32_t *modes, seen_t
     cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, &p, &err), SL_OK, "%s", err.msg);
     sl_pipeline_problems_free(&p);
     sl_wh_table_t *t;
-    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_table_open(src_table, NULL, &t, &err), SL_OK, "%s", err.msg);
     sl_wh_splits_t *sp;
     cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK, "%s", err.msg);
     cr_assert_leq(sp->count, MAX_SPLITS);
@@ -241,6 +260,47 @@ static void same_epochs(const seen_t *s, uint32_t a, uint32_t b, bool seq)
     cr_assert_eq(s->samples[a], s->samples[b]);
 }
 
+/* Epoch 0 of spec computed under CACHE_WRITE: every split's file written,
+ * nothing read. */
+static void write_files(const char *spec, seen_t *s, sl_worker_stats_t *st)
+{
+    uint32_t w[] = {SL_WORKER_CACHE_WRITE};
+    run(spec, 1, w, s, st);
+    cr_assert_eq(st->cache_files_written, ROWS / STRIPE);
+    cr_assert_gt(st->cache_bytes_written, 0);
+    cr_assert_eq(st->cache_batches, 0);
+}
+
+/* Epoch 0 computed, epoch 1 from the files: the same batches, and the same
+ * as first (the epoch that wrote them); all of epoch 1 served, no
+ * fallback, nothing written. */
+static void read_files(const char *spec, const seen_t *first, seen_t *s, sl_worker_stats_t *st)
+{
+    uint32_t r[] = {SL_WORKER_CACHE_NONE, SL_WORKER_CACHE_READ};
+    run(spec, 2, r, s, st);
+    same_epochs(s, 0, 1, true);
+    for (uint32_t i = 0; i < first->n; i++)
+        cr_assert_eq(find(s, 0, first->split[i], first->row[i]), first->hash[i]);
+    cr_assert_eq(st->cache_samples, s->samples[1]);
+    cr_assert_eq(st->cache_batches, first->n);
+    cr_assert_eq(st->cache_fallbacks, 0);
+    cr_assert_eq(st->cache_files_written, 0);
+}
+
+/* XOR mask into the byte of path at 1/den of its size. */
+static void flip(const char *path, uint32_t den, uint8_t mask)
+{
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0, "%s", path);
+    struct stat sb;
+    cr_assert_eq(fstat(fd, &sb), 0);
+    uint8_t byte;
+    cr_assert_eq(pread(fd, &byte, 1, sb.st_size / den), 1);
+    byte ^= mask;
+    cr_assert_eq(pwrite(fd, &byte, 1, sb.st_size / den), 1);
+    close(fd);
+}
+
 static const char *SPEC =
     "{\"id\":\"c\",\"source\":{\"table\":\"%s\",\"features\":[\"I1\",\"I2\",\"C1\",\"C2\"]},"
     "\"filters\":[{\"op\":\"negative_downsample\",\"label\":\"label\",\"rate\":0.5,\"seed\":7}],"
@@ -257,37 +317,19 @@ Test(worker_cache, cached_batches_equal_computed_ones_and_a_corrupt_file_falls_b
     seen_t s;
     sl_worker_stats_t st;
     /* write: epoch 0 computes and writes every split's file */
-    uint32_t w[] = {SL_WORKER_CACHE_WRITE};
-    run(spec, 1, w, &s, &st);
-    cr_assert_eq(st.cache_files_written, ROWS / STRIPE);
-    cr_assert_gt(st.cache_bytes_written, 0);
-    cr_assert_eq(st.cache_batches, 0);
+    write_files(spec, &s, &st);
     seen_t first = s;
 
     /* read: epoch 0 computed, epoch 1 from the files: the same batches */
+    read_files(spec, &first, &s, &st);
     uint32_t r[] = {SL_WORKER_CACHE_NONE, SL_WORKER_CACHE_READ};
-    run(spec, 2, r, &s, &st);
-    same_epochs(&s, 0, 1, true);
-    for (uint32_t i = 0; i < first.n; i++) /* and the same as when they were written */
-        cr_assert_eq(find(&s, 0, first.split[i], first.row[i]), first.hash[i]);
-    cr_assert_eq(st.cache_samples, s.samples[1]);
-    cr_assert_eq(st.cache_fallbacks, 0);
-    cr_assert_eq(st.cache_files_written, 0);
 
     /* a corrupt file and a missing one: computed; the corrupt one is
      * removed (or written anew when nothing of it was served), the missing
      * one written anew */
     char path[400], bad[400];
     snprintf(bad, sizeof bad, "%s/split-1.slc", cache);
-    int fd = open(bad, O_RDWR);
-    cr_assert_geq(fd, 0);
-    struct stat sb;
-    cr_assert_eq(fstat(fd, &sb), 0);
-    uint8_t byte;
-    cr_assert_eq(pread(fd, &byte, 1, sb.st_size / 3), 1);
-    byte ^= 0xff;
-    cr_assert_eq(pwrite(fd, &byte, 1, sb.st_size / 3), 1);
-    close(fd);
+    flip(bad, 3, 0xff);
     snprintf(path, sizeof path, "%s/split-2.slc", cache);
     cr_assert_eq(unlink(path), 0);
     run(spec, 2, r, &s, &st);
@@ -334,4 +376,130 @@ Test(worker_cache, a_job_on_the_fused_path_is_cached_whole)
     same_epochs(&s, 0, 1, true);
     cr_assert_eq(st.cache_samples, s.samples[1]);
     cr_assert_eq(st.cache_fallbacks, 0);
+}
+
+/* ---- dedup groups (issue 14: storage-deduplicated cache files) ---- */
+
+/* A sessions table beside the criteo one: written expanded, or with
+ * storage dedup of the job's groups (then the worker reads them in dedup
+ * form). */
+static void gen_sessions(const char *at, bool stored_dedup)
+{
+    sl_wh_gen_spec_t spec;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_gen_preset("sessions", ROWS, 5, &spec, &err), SL_OK, "%s", err.msg);
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.stripe_rows = STRIPE;
+    go.writer.no_sync = true;
+    go.threads = 1;
+    static const char *const u[] = {"user_id", "user_cat"}, *const h[] = {"user_hist"};
+    sl_dedup_group_spec_t gs[] = {{"u", 2, u}, {"h", 1, h}};
+    if (stored_dedup) {
+        go.writer.num_dedup_groups = 2;
+        go.writer.dedup_groups = gs;
+    }
+    cr_assert_eq(sl_wh_gen_table(at, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
+}
+
+/* Two groups; the transforms fold group u's unique rows onto at most 4
+ * values (user_id mod 2, the first user_cat id mod 2), so its IKJTs hold
+ * repeated unique rows: a file that deduplicated them again would not give
+ * the computed batches back. */
+static const char *DEDUP_SPEC =
+    "{\"id\":\"d\",\"source\":{\"table\":\"%s\",\"features\":[\"user_id\",\"user_cat\","
+    "\"user_hist\",\"item_id\",\"item_cat\",\"user_age\",\"item_clicks\"]},"
+    "\"filters\":[{\"op\":\"negative_downsample\",\"label\":\"click\",\"rate\":0.5,\"seed\":3}],"
+    "\"transforms\":[{\"op\":\"modulo\",\"feature\":\"user_id\",\"divisor\":2},"
+    "{\"op\":\"first_x\",\"feature\":\"user_cat\",\"x\":1},"
+    "{\"op\":\"modulo\",\"feature\":\"user_cat\",\"divisor\":2},"
+    "{\"op\":\"first_x\",\"feature\":\"user_hist\",\"x\":8},"
+    "{\"op\":\"sigrid_hash\",\"feature\":\"item_id\",\"table_size\":1000},"
+    "{\"op\":\"log1p\",\"feature\":\"item_clicks\"}],"
+    "\"batch\":{\"size\":%u,\"epochs\":1,"
+    "\"dedup_groups\":{\"u\":[\"user_id\",\"user_cat\"],\"h\":[\"user_hist\"]}}}";
+
+/* The cache file of split 0 stores the groups deduplicated: its footer
+ * names them, and a stripe of group u keeps repeated unique rows as the
+ * batch had them (more than the 4 distinct rows the transforms leave). */
+static void assert_stored_dedup(void)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/split-0.slc", cache);
+    sl_wh_read_opts_t ro = {.dedup_form = true};
+    sl_wh_reader_t *r = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_reader_open(path, NULL, &ro, &r, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_reader_num_groups(r), 2);
+    cr_assert_str_eq(sl_wh_reader_group(r, 0)->name, "u");
+    cr_assert_str_eq(sl_wh_reader_group(r, 1)->name, "h");
+    uint64_t rows = 0, unique = 0;
+    uint32_t most = 0;
+    for (uint32_t s = 0; s < sl_wh_reader_num_stripes(r); s++) {
+        const sl_wh_rows_t *rw = NULL;
+        cr_assert_eq(sl_wh_reader_read_stripe(r, s, &rw, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(rw->batch.num_groups, 2);
+        const sl_ikjt_t *u = &rw->batch.groups[0];
+        cr_assert_str_eq(u->name, "u");
+        cr_assert_eq(u->batch_size, rw->batch.batch_size);
+        rows += u->batch_size;
+        unique += u->unique.stride;
+        if (u->unique.stride > most) most = u->unique.stride;
+    }
+    sl_wh_reader_close(r);
+    cr_assert_gt(most, 4, "no stripe keeps repeated unique rows");
+    cr_assert_lt(unique, rows, "group u is not stored deduplicated");
+}
+
+static void dedup_job_is_cached(bool stored_dedup)
+{
+    static char sessions[300];
+    snprintf(sessions, sizeof sessions, "%s/sessions", dir);
+    gen_sessions(sessions, stored_dedup);
+    src_table = sessions;
+    char spec[2048];
+    snprintf(spec, sizeof spec, DEDUP_SPEC, sessions, BATCH);
+    seen_t s;
+    sl_worker_stats_t st;
+    write_files(spec, &s, &st);
+    cr_assert_eq(st.num_groups, 2);
+    sl_worker_group_stats_t computed[2] = {st.groups[0], st.groups[1]};
+    cr_assert_eq(computed[0].rows, s.samples[0]);
+    cr_assert_lt(computed[0].unique_rows, computed[0].rows);
+    seen_t first = s;
+
+    /* epoch 1 from the files: every batch, groups included, as computed */
+    read_files(spec, &first, &s, &st);
+    assert_stored_dedup();
+    /* served batches count in the dedup figures as computed ones do */
+    for (uint32_t g = 0; g < 2; g++) {
+        cr_assert_eq(st.groups[g].rows, 2 * computed[g].rows, "group %u", g);
+        cr_assert_eq(st.groups[g].unique_rows, 2 * computed[g].unique_rows, "group %u", g);
+    }
+
+    /* a corrupt file falls back: computed, the same batches */
+    char bad[400];
+    snprintf(bad, sizeof bad, "%s/split-3.slc", cache);
+    flip(bad, 2, 0x5a);
+    uint32_t r[] = {SL_WORKER_CACHE_NONE, SL_WORKER_CACHE_READ};
+    run(spec, 2, r, &s, &st);
+    same_epochs(&s, 0, 1, false);
+    for (uint32_t i = 0; i < first.n; i++)
+        cr_assert_eq(find(&s, 1, first.split[i], first.row[i]), first.hash[i]);
+    cr_assert_eq(st.cache_fallbacks, 1);
+    cr_assert_lt(st.cache_samples, s.samples[1]);
+    cr_assert_eq(s.samples[1], first.samples[0]);
+    src_table = table;
+}
+
+/* The worker deduplicates (the table stores the groups expanded). */
+Test(worker_cache, a_job_with_dedup_groups_is_cached_deduplicated)
+{
+    dedup_job_is_cached(false);
+}
+
+/* The table stores the job's groups (the reader's dedup form): the
+ * batches' IKJTs come from the table's stripes. */
+Test(worker_cache, a_job_reading_stored_groups_is_cached_deduplicated)
+{
+    dedup_job_is_cached(true);
 }

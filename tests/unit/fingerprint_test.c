@@ -62,7 +62,8 @@ static uint64_t prefix_fp(const char *text)
     return fp_of(text, true);
 }
 
-static uint64_t fp_of(const char *text, bool prefix)
+/* The job of spec text; caller destroys it. */
+static sl_pipeline_job_t *job_of(const char *text)
 {
     sl_pipeline_job_t *job = NULL;
     sl_pipeline_problems_t pr = {0};
@@ -70,6 +71,13 @@ static uint64_t fp_of(const char *text, bool prefix)
     cr_assert_eq(sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err), SL_OK, "%s: %s", text,
                  err.msg);
     sl_pipeline_problems_free(&pr);
+    return job;
+}
+
+static uint64_t fp_of(const char *text, bool prefix)
+{
+    sl_pipeline_job_t *job = job_of(text);
+    sl_error_t err = {0};
     sl_wh_table_t *t = NULL;
     cr_assert_eq(sl_wh_table_open(job->table, NULL, &t, &err), SL_OK, "%s", err.msg);
     sl_wh_filter_t *f = NULL;
@@ -296,8 +304,8 @@ Test(fingerprint, a_missing_vocabulary_is_an_error_naming_it)
 
 /* The autocache's key: what one split's batches hold. Epochs, the split
  * shuffle and its seed do not change them; the data and every transform
- * do; a row shuffle, dedup groups or "autocache": false make a job not
- * cacheable (0). */
+ * do, and so do dedup groups (cached since issue 14); a row shuffle or
+ * "autocache": false make a job not cacheable (0). */
 Test(fingerprint, the_prefix_fingerprint_of_the_autocache)
 {
     static char b[4096];
@@ -335,14 +343,62 @@ Test(fingerprint, the_prefix_fingerprint_of_the_autocache)
                  0, "a row shuffle ends the prefix before the transforms");
     cr_assert_eq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},\"autocache\":false}", table),
                  0);
+    /* dedup groups are cached (the transformed, deduplicated batch): their
+     * own prefix, not the one without them */
+    uint64_t grouped = PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
+                              "\"transforms\":[{\"op\":\"log1p\",\"feature\":\"I1\"}],"
+                              "\"batch\":{\"size\":64,\"epochs\":1,"
+                              "\"dedup_groups\":{\"g\":[\"C1\",\"C2\"]}}}",
+                              table);
+    cr_assert_neq(grouped, 0, "a job with dedup groups is cacheable");
+    cr_assert_neq(grouped, base);
     cr_assert_eq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
-                        "\"batch\":{\"dedup_groups\":{\"g\":[\"C1\",\"C2\"]}}}",
+                        "\"batch\":{\"shuffle\":{\"window\":128},"
+                        "\"dedup_groups\":{\"g\":[\"C1\",\"C2\"]}}}",
                         table),
-                 0);
+                 0, "dedup groups with a row shuffle: still not cacheable");
     /* a rewritten source file changes it */
     gen(table2, 17);
     uint64_t before = PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"}}", table2);
     gen(table2, 18);
     cr_assert_neq(PREFIX("{\"id\":\"a\",\"source\":{\"table\":\"%s\"}}", table2), before);
 #undef PREFIX
+}
+
+/* sl_pipeline_uncacheable of spec text: NULL (cacheable) when want is
+ * NULL, else a reason holding want. */
+static void assert_why(const char *text, const char *want)
+{
+    sl_pipeline_job_t *j = job_of(text);
+    const char *why = sl_pipeline_uncacheable(j);
+    if (want == NULL)
+        cr_assert_null(why, "%s: %s", text, why);
+    else
+        cr_assert(why != NULL && strstr(why, want) != NULL, "%s: %s", text,
+                  why ? why : "(cacheable)");
+    sl_pipeline_job_destroy(j);
+}
+
+/* Why a job is not cacheable (sl_pipeline_uncacheable): dedup groups are
+ * no reason any more; a row shuffle, with or without them, still is, and
+ * so is "autocache": false. */
+Test(fingerprint, the_reasons_a_job_is_not_cacheable)
+{
+    static char b[2048];
+#define WHY(want, ...) (snprintf(b, sizeof b, __VA_ARGS__), assert_why(b, want))
+    WHY(NULL, "{\"id\":\"a\",\"source\":{\"table\":\"%s\"}}", table);
+    WHY(NULL,
+        "{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
+        "\"batch\":{\"dedup_groups\":{\"g\":[\"C1\",\"C2\"],\"h\":[\"C3\"]}}}",
+        table);
+    WHY("row shuffle",
+        "{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
+        "\"batch\":{\"shuffle\":{\"window\":128}}}",
+        table);
+    WHY("row shuffle",
+        "{\"id\":\"a\",\"source\":{\"table\":\"%s\"},"
+        "\"batch\":{\"shuffle\":{\"window\":128},\"dedup_groups\":{\"g\":[\"C1\"]}}}",
+        table);
+    WHY("autocache", "{\"id\":\"a\",\"source\":{\"table\":\"%s\"},\"autocache\":false}", table);
+#undef WHY
 }

@@ -286,7 +286,7 @@ static json_t *autocache_json(const sl_master_job_view_t *v)
     if (v->prefix_fingerprint != 0) snprintf(fp, sizeof fp, "%016" PRIx64, v->prefix_fingerprint);
     const char *why = v->cache_dir == NULL ? "the master has no --cache-dir"
                       : v->prefix_fingerprint == 0
-                          ? "not cacheable: a Kafka source, a row shuffle, dedup groups or "
+                          ? "not cacheable: a Kafka source, a row shuffle or "
                             "\"autocache\": false (docs/JOBS.md, \"Autocache\")"
                       : d->state == SL_MASTER_AUTOCACHE_MEASURING ? "measuring the first epoch"
                       : d->state == SL_MASTER_AUTOCACHE_CHOSEN    ? "reading the cache wins"

@@ -302,8 +302,6 @@ const char *sl_pipeline_uncacheable(const sl_pipeline_job_t *job)
     if (job->shuffle_window > 0)
         return "the row shuffle (shuffle_window) is random per epoch and comes before the "
                "transforms: the deterministic prefix ends before anything worth caching";
-    if (job->num_dedup_groups > 0)
-        return "dedup groups: the transforms run on deduplicated batches (not cached yet)";
     return NULL;
 }
 

@@ -120,9 +120,10 @@ sl_err_t sl_pipeline_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schem
 /* The autocache (docs/DESIGN.md "Autocache"): why job's batches cannot be
  * cached (a static string), or NULL when its whole pipeline up to the
  * encoder is a deterministic prefix: a table source, no row shuffle (random
- * per epoch, before the transforms), no dedup groups (not built), and the
- * spec's "autocache" not false. Filters are deterministic (sampling hashes
- * the seed and the sample id: the same rows every epoch). */
+ * per epoch, before the transforms), and the spec's "autocache" not false.
+ * Filters are deterministic (sampling hashes the seed and the sample id:
+ * the same rows every epoch), and so is dedup (a job with dedup groups
+ * caches its transformed, deduplicated batches, groups stored as IKJTs). */
 const char *sl_pipeline_uncacheable(const sl_pipeline_job_t *job);
 
 /* The key of a cacheable job's cache entries: the fingerprint above over

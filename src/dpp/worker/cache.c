@@ -15,6 +15,12 @@
  * come from the transform threads in any order, so the stripes are in any
  * order too; the reader sorts them by from_row.
  *
+ * A batch's dedup groups (a job with dedup groups: the transformed,
+ * deduplicated batch) are the file's storage-dedup groups, each stored as
+ * the batch holds it (sl_wh_writer_append_stripe: its unique rows once and
+ * its inverse indices, not deduplicated again) and read back in dedup form,
+ * so a served batch is the computed one, groups and all.
+ *
  * Nothing here fails a lease or the worker: a cache file that cannot be
  * written is discarded (the split is read from its source next time), one
  * that cannot be read is a fallback (the rows it should have held are
@@ -86,7 +92,9 @@ void dpp_cache_writer_fail(dpp_cache_writer_t *cw, const char *why)
     sl_mutex_unlock(&cw->mu);
 }
 
-/* The cache file's schema from the first batch (file comment). */
+/* The cache file's schema from the first batch (file comment): the plain
+ * keys, then each group's keys in group order (a reader in dedup form hands
+ * groups back in the order their first feature comes), then dense, labels. */
 static sl_err_t schema_of(const sl_batch_t *b, const sl_allocator_t *a, sl_wh_schema_t **out,
                           sl_error_t *err)
 {
@@ -96,6 +104,12 @@ static sl_err_t schema_of(const sl_batch_t *b, const sl_allocator_t *a, sl_wh_sc
     sl_wh_kind_t kind = b->sparse.weights != NULL ? SL_WH_WEIGHTED : SL_WH_SPARSE;
     for (uint32_t k = 0; rc == SL_OK && k < b->sparse.num_keys; k++)
         rc = sl_wh_schema_add_feature(s, b->sparse.keys[k], kind, err);
+    for (uint32_t g = 0; rc == SL_OK && g < b->num_groups; g++) {
+        const sl_kjt_t *u = &b->groups[g].unique;
+        kind = u->weights != NULL ? SL_WH_WEIGHTED : SL_WH_SPARSE;
+        for (uint32_t k = 0; rc == SL_OK && k < u->num_keys; k++)
+            rc = sl_wh_schema_add_feature(s, u->keys[k], kind, err);
+    }
     if (rc == SL_OK && b->dense.cols > 0 && b->dense.names == NULL)
         rc = sl_error_set(err, SL_ERR_INVALID, "dense columns without names");
     for (uint32_t c = 0; rc == SL_OK && c < b->dense.cols; c++)
@@ -121,10 +135,6 @@ void dpp_cache_writer_add(dpp_cache_writer_t *cw, const sl_batch_t *b, uint64_t 
     sl_error_t err = {0};
     sl_err_t rc = SL_OK;
     if (cw->failed) goto out;
-    if (b->num_groups > 0) {
-        fail_locked(cw, "a batch with dedup groups");
-        goto out;
-    }
     uint64_t first = b->origin.first_row;
     if (to_row >= (1ull << 32) || first < from_row || first >= to_row) {
         fail_locked(cw, "a row range past 2^32 rows, or a first row outside it");
@@ -134,6 +144,21 @@ void dpp_cache_writer_add(dpp_cache_writer_t *cw, const sl_batch_t *b, uint64_t 
         sl_wh_writer_opts_t o = sl_wh_writer_opts_default();
         o.allocator = a;
         o.overwrite = true;
+        /* a stripe is a batch: its builder holds one batch, not 64 Ki rows */
+        o.stripe_rows = cw->w->job->batch_size > b->batch_size ? cw->w->job->batch_size
+                                                                 : b->batch_size;
+        /* the batch's groups are the file's (borrowed for the open call) */
+        sl_dedup_group_spec_t gs[SL_WORKER_MAX_GROUPS];
+        if (b->num_groups > SL_WORKER_MAX_GROUPS) {
+            fail_locked(cw, "more dedup groups than a worker counts");
+            goto out;
+        }
+        for (uint32_t g = 0; g < b->num_groups; g++)
+            gs[g] = (sl_dedup_group_spec_t){.name = b->groups[g].name,
+                                            .num_features = b->groups[g].unique.num_keys,
+                                            .features = b->groups[g].unique.keys};
+        o.num_dedup_groups = b->num_groups;
+        o.dedup_groups = gs;
         if ((rc = schema_of(b, a, &cw->schema, &err)) == SL_OK)
             rc = sl_wh_writer_open(cw->part, cw->schema, &o, &cw->wr, &err);
         if (rc != SL_OK) {
@@ -151,8 +176,7 @@ void dpp_cache_writer_add(dpp_cache_writer_t *cw, const sl_batch_t *b, uint64_t 
             to[i] = (int64_t)to_row;
         }
         sl_wh_rows_t rows = {.batch = *b, .session_ids = from, .timestamps = to};
-        rc = sl_wh_writer_append(cw->wr, &rows, &err);
-        if (rc == SL_OK) rc = sl_wh_writer_end_stripe(cw->wr, &err);
+        rc = sl_wh_writer_append_stripe(cw->wr, &rows, &err);
     }
     if (from) sl_free(a, from, n);
     if (to) sl_free(a, to, n);
@@ -276,13 +300,51 @@ static sl_err_t index_stripes(sl_worker_t *w, sl_wh_reader_t *r, const sl_worker
     return SL_OK;
 }
 
-/* Bytes of a decoded cache stripe's tensors. */
+/* Bytes of a decoded cache stripe's tensors (its groups deduplicated). */
 static uint64_t stripe_bytes(const sl_batch_t *b)
 {
-    return sl_kjt_bytes(&b->sparse) +
+    uint64_t groups = 0;
+    for (uint32_t g = 0; g < b->num_groups; g++)
+        groups += sl_ikjt_bytes(&b->groups[g]);
+    return sl_kjt_bytes(&b->sparse) + groups +
            ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
                sizeof(float) +
            (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
+}
+
+/* Copy k into *out (stride k->stride), buffers from arena. */
+static sl_err_t kjt_copy(const sl_kjt_t *k, sl_arena_t *arena, sl_kjt_t *out)
+{
+    sl_err_t rc = sl_kjt_init(out, arena, k->num_keys, k->keys, k->stride, k->num_values,
+                              k->weights != NULL);
+    if (rc != SL_OK) return rc;
+    memcpy(out->lengths, k->lengths, (size_t)k->num_keys * k->stride * sizeof *k->lengths);
+    if (k->num_values) {
+        memcpy(out->values, k->values, k->num_values * sizeof *k->values);
+        if (k->weights) memcpy(out->weights, k->weights, k->num_values * sizeof(float));
+    }
+    return SL_OK;
+}
+
+/* Copy the stripe's IKJTs into b (its arena). */
+static sl_err_t groups_of(const sl_batch_t *in, sl_batch_t *b)
+{
+    if (in->num_groups == 0) return SL_OK;
+    b->groups = sl_arena_calloc(b->arena, in->num_groups, sizeof *b->groups);
+    if (b->groups == NULL) return SL_ERR_NOMEM;
+    for (uint32_t g = 0; g < in->num_groups; g++) {
+        const sl_ikjt_t *ik = &in->groups[g];
+        sl_ikjt_t *o = &b->groups[g];
+        o->batch_size = ik->batch_size;
+        o->name = sl_arena_strdup(b->arena, ik->name);
+        o->inverse = sl_arena_alloc(b->arena, (size_t)ik->batch_size * sizeof *o->inverse + 1);
+        if (o->name == NULL || o->inverse == NULL) return SL_ERR_NOMEM;
+        memcpy(o->inverse, ik->inverse, (size_t)ik->batch_size * sizeof *o->inverse);
+        sl_err_t rc = kjt_copy(&ik->unique, b->arena, &o->unique);
+        if (rc != SL_OK) return rc;
+    }
+    b->num_groups = in->num_groups;
+    return SL_OK;
 }
 
 /* A batch of the job's shape from a cache stripe: copies into its own
@@ -295,15 +357,9 @@ static sl_err_t batch_of(sl_worker_t *w, const sl_wh_rows_t *rows, sl_batch_t **
     if (b == NULL) return sl_error_set(err, SL_ERR_NOMEM, "cached batch");
     uint32_t B = in->batch_size;
     b->batch_size = B;
-    const sl_kjt_t *k = &in->sparse;
-    sl_err_t rc = sl_kjt_init(&b->sparse, b->arena, k->num_keys, k->keys, B, k->num_values,
-                              k->weights != NULL);
+    sl_err_t rc = kjt_copy(&in->sparse, b->arena, &b->sparse);
+    if (rc == SL_OK) rc = groups_of(in, b);
     if (rc == SL_OK) {
-        memcpy(b->sparse.lengths, k->lengths, (size_t)k->num_keys * B * sizeof *k->lengths);
-        if (k->num_values) {
-            memcpy(b->sparse.values, k->values, k->num_values * sizeof *k->values);
-            if (k->weights) memcpy(b->sparse.weights, k->weights, k->num_values * sizeof(float));
-        }
         if (in->dense.cols > 0)
             rc = sl_dense_init(&b->dense, b->arena, B, in->dense.cols,
                                (const char *const *)in->dense.names);
@@ -380,6 +436,7 @@ sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_e
 {
     *rest = (dpp_cache_rest_t){0};
     sl_wh_read_opts_t ro = {.skip_columns = w->job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID,
+                            .dedup_form = true,
                             .allocator = w->a};
     static const char *const none[1] = {NULL};
     sl_wh_read_opts_t io = {.features = none,
@@ -447,4 +504,20 @@ sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_e
     w->st.cache_fallbacks += fallback;
     sl_mutex_unlock(&w->mu);
     return out;
+}
+
+void dpp_cache_group_stats(const sl_worker_t *w, const sl_batch_t *batch, sl_dedup_stats_t *ds)
+{
+    for (uint32_t g = 0; g < w->num_groups; g++) {
+        ds[g] = (sl_dedup_stats_t){.factor = 1.0};
+        for (uint32_t i = 0; i < batch->num_groups; i++) {
+            const sl_ikjt_t *ik = &batch->groups[i];
+            if (ik->name == NULL || strcmp(ik->name, w->groups[g].name) != 0) continue;
+            uint32_t U = ik->unique.stride;
+            ds[g] = (sl_dedup_stats_t){.batch_size = ik->batch_size,
+                                       .unique_rows = U,
+                                       .factor = U ? (double)ik->batch_size / U : 1.0,
+                                       .bytes_after = sl_ikjt_bytes(ik)};
+        }
+    }
 }

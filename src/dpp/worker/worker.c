@@ -147,6 +147,8 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t 
     if (!wb->cached) rc = sl_worker_batcher_dedup(d, batch, w->groups, w->num_groups, ds, err);
     uint64_t t1 = now_ns(CLOCK_MONOTONIC);
     if (rc == SL_OK && !wb->cached) rc = sl_pipeline_plan_transform(w->plan, batch, err);
+    /* a served batch's groups count in the dedup figures too (docs/WORKER.md) */
+    if (rc == SL_OK && wb->cached) dpp_cache_group_stats(w, batch, ds);
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
     /* writing the cache file: its time is the cache's (cache_write_ns), not a stage's */
     if (rc == SL_OK && wb->cw) dpp_cache_writer_add(wb->cw, batch, lease->from_row, lease->to_row);
@@ -194,8 +196,7 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t 
                              .encode_ns = t3 - t2w - tw,
                              .backpressure_ns = tw + (t0 - q0),
                              .cached = wb->cached};
-    /* a cached batch's dedup figures were counted when it was made */
-    return dpp_worker_send(w, &it, held, &tm, wb->cached ? NULL : ds, err);
+    return dpp_worker_send(w, &it, held, &tm, ds, err);
 }
 
 sl_err_t dpp_worker_send(sl_worker_t *w, const sl_worker_server_item_t *it, uint64_t held,

@@ -130,6 +130,10 @@ typedef sl_err_t (*dpp_cache_emit_fn)(void *ctx, sl_batch_t *batch,
  * or emit's error, SL_ERR_CLOSED (stopping), SL_ERR_NOMEM. */
 sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_emit_fn emit,
                          void *ctx, dpp_cache_rest_t *rest, sl_error_t *err);
+/* The dedup figures of a batch served from a cache file, per job group
+ * (ds[w->num_groups]): rows and unique rows of the batch's group of that
+ * name, zero for a group the transforms consumed. */
+void dpp_cache_group_stats(const sl_worker_t *w, const sl_batch_t *batch, sl_dedup_stats_t *ds);
 
 /* A batch of lease (a handle; NULL: none) dropped before the server had
  * it: the lease's source forgets it. */
