@@ -167,8 +167,7 @@ static int expanded_size(const char *path, uint64_t *stored, uint64_t *expanded,
             *rows += rw->batch.groups[g].batch_size;
             *unique += rw->batch.groups[g].unique.stride;
         }
-        if ((rc = sl_wh_writer_append(w, rw, &err)) == SL_OK)
-            rc = sl_wh_writer_end_stripe(w, &err);
+        if ((rc = sl_wh_writer_append(w, rw, &err)) == SL_OK) rc = sl_wh_writer_end_stripe(w, &err);
     }
     sl_wh_write_stats_t ws = {0};
     if (rc == SL_OK)
@@ -324,15 +323,15 @@ static int dedup_sizes(const char *spec)
 
 /* The expensive job (its id, table, epochs). */
 static const char *const heavy =
-        "{\"id\":\"%s\",\"source\":{\"table\":\"%s\",\"features\":[\"item_id\",\"item_cat\"]},"
-        "\"transforms\":["
-        "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":32,\"table_size\":1000003},"
-        "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":48,\"table_size\":1000003},"
-        "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":64,\"table_size\":1000003},"
-        "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":80,\"table_size\":1000003},"
-        "{\"op\":\"cross\",\"features\":[\"item_id\",\"user_cat\"],\"table_size\":1000003},"
-        "{\"op\":\"sigrid_hash\",\"feature\":\"item_id\",\"table_size\":1000003}],"
-        "\"batch\":{\"size\":1024,\"epochs\":%u}}";
+    "{\"id\":\"%s\",\"source\":{\"table\":\"%s\",\"features\":[\"item_id\",\"item_cat\"]},"
+    "\"transforms\":["
+    "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":32,\"table_size\":1000003},"
+    "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":48,\"table_size\":1000003},"
+    "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":64,\"table_size\":1000003},"
+    "{\"op\":\"ngram\",\"feature\":\"user_hist\",\"n\":80,\"table_size\":1000003},"
+    "{\"op\":\"cross\",\"features\":[\"item_id\",\"user_cat\"],\"table_size\":1000003},"
+    "{\"op\":\"sigrid_hash\",\"feature\":\"item_id\",\"table_size\":1000003}],"
+    "\"batch\":{\"size\":1024,\"epochs\":%u}}";
 
 /* The dedup run (file comment): the sessions of gs clustered and stored
  * deduplicated, the expensive job with the user group, then its files'

@@ -170,8 +170,7 @@ Test(warehouse_stripe, rows_that_cannot_be_stored_as_given_are_refused)
     /* the file's group missing from the rows, or under another name */
     rows = rows_of(NULL, 0);
     cr_assert_eq(sl_wh_writer_append_stripe(w, &rows, &err), SL_ERR_INVALID);
-    cr_assert(strstr(err.msg, "0 dedup groups in the rows, the file has 1") != NULL, "%s",
-              err.msg);
+    cr_assert(strstr(err.msg, "0 dedup groups in the rows, the file has 1") != NULL, "%s", err.msg);
     sl_ikjt_t bad = group();
     bad.name = "h";
     rows = rows_of(&bad, 1);

@@ -145,8 +145,8 @@ void dpp_cache_writer_add(dpp_cache_writer_t *cw, const sl_batch_t *b, uint64_t 
         o.allocator = a;
         o.overwrite = true;
         /* a stripe is a batch: its builder holds one batch, not 64 Ki rows */
-        o.stripe_rows = cw->w->job->batch_size > b->batch_size ? cw->w->job->batch_size
-                                                                 : b->batch_size;
+        o.stripe_rows =
+            cw->w->job->batch_size > b->batch_size ? cw->w->job->batch_size : b->batch_size;
         /* the batch's groups are the file's (borrowed for the open call) */
         sl_dedup_group_spec_t gs[SL_WORKER_MAX_GROUPS];
         if (b->num_groups > SL_WORKER_MAX_GROUPS) {
@@ -315,8 +315,8 @@ static uint64_t stripe_bytes(const sl_batch_t *b)
 /* Copy k into *out (stride k->stride), buffers from arena. */
 static sl_err_t kjt_copy(const sl_kjt_t *k, sl_arena_t *arena, sl_kjt_t *out)
 {
-    sl_err_t rc = sl_kjt_init(out, arena, k->num_keys, k->keys, k->stride, k->num_values,
-                              k->weights != NULL);
+    sl_err_t rc =
+        sl_kjt_init(out, arena, k->num_keys, k->keys, k->stride, k->num_values, k->weights != NULL);
     if (rc != SL_OK) return rc;
     memcpy(out->lengths, k->lengths, (size_t)k->num_keys * k->stride * sizeof *k->lengths);
     if (k->num_values) {
