@@ -384,3 +384,25 @@ Test(fleet_autocache, a_job_with_dedup_groups_is_cached_exactly_once)
     free(job);
     fu_master_stop(&m, SIGTERM);
 }
+
+/* Every split of the first epoch is written while the job is measured,
+ * those leased before the decision too (their directory used to be made
+ * only when the decision was stored: their files were never written and
+ * the second epoch computed them again): the second epoch is served whole. */
+Test(fleet_autocache, the_second_epoch_is_served_whole)
+{
+    fu_master_t m = {0};
+    char table[300];
+    char *job = heavy_job_up(&m, "whole", 2, 1, table, sizeof table);
+    run_t r = {0};
+    run_start(&r, &m, job, 2, 1, 0);
+    run_end_when(&r, &m, job, "cache_samples", ROWS);
+    json_t *ac = job_autocache(&m, job);
+    cr_assert_str_eq(ac_str(ac, "state"), "chosen");
+    cr_assert_eq(ac_int(ac, "cache_samples"), ROWS);
+    cr_assert_eq(ac_int(ac, "cache_files_written"), ROWS / 1000);
+    cr_assert_eq(ac_int(ac, "cache_fallbacks"), 0);
+    json_decref(ac);
+    free(job);
+    fu_master_stop(&m, SIGTERM);
+}

@@ -243,6 +243,13 @@ static bool decision_path(const sl_master_autocache_t *c, uint64_t fp, char *buf
     return n > 0 && (size_t)n < cap;
 }
 
+bool sl_master_autocache_prefix_dir(const sl_master_autocache_t *c, uint64_t fp)
+{
+    char dir[PATH_MAX];
+    return decision_path(c, fp, dir, sizeof dir, true) &&
+           (mkdir(dir, 0755) == 0 || errno == EEXIST);
+}
+
 bool sl_master_autocache_load(const sl_master_autocache_t *c, uint64_t fp,
                               sl_master_autocache_decision_t *out)
 {

@@ -96,6 +96,11 @@ void sl_master_autocache_stats(const sl_master_autocache_t *c, sl_master_autocac
 bool sl_master_autocache_path(const sl_master_autocache_t *c, uint64_t fp, uint32_t split,
                               char *buf, size_t cap);
 
+/* Create fingerprint fp's directory (it may exist) before a worker writes
+ * a file in it: the decision, stored there too, may come later. @return
+ * false when it cannot be made. */
+bool sl_master_autocache_prefix_dir(const sl_master_autocache_t *c, uint64_t fp);
+
 /* Does split's file exist? Then it is marked used now (LRU). */
 bool sl_master_autocache_use(sl_master_autocache_t *c, uint64_t fp, uint32_t split);
 

@@ -114,8 +114,11 @@ int mp_cache_lease(sl_master_t *m, const char *job, const sl_master_state_job_st
         return SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE; /* written already */
     /* only a whole split makes a whole cache file */
     bool whole = l->num_todo == 1 && l->todo[0].from_row == 0 && l->todo[0].to_row == l->num_rows;
-    return whole ? SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_WRITE
-                 : SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE;
+    /* the prefix's directory is made when the decision is stored: splits
+     * leased while measuring would have none to be written in */
+    return whole && sl_master_autocache_prefix_dir(m->cache, fp)
+               ? SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_WRITE
+               : SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE;
 }
 
 void mp_cache_figures_in(sl_master_t *m, mp_worker *w, const Sluice__Control__CacheFigures *c)

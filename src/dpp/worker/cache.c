@@ -218,7 +218,9 @@ void dpp_cache_writer_unref(dpp_cache_writer_t *cw)
     } else {
         sl_wh_writer_abort(cw->wr); /* NULL is fine */
     }
-    if (!written && cw->wr != NULL)
+    /* a writer that never opened its file failed too (its directory, its
+     * first batch): said, not only counted as a file not written */
+    if (!written && (cw->wr != NULL || cw->failed))
         sl_log_kv(SL_LOG_WARN, "cache_write_failed",
                   (SL_KV_STR("file", cw->path), SL_KV_STR("error", cw->why)),
                   "cache file %s not written: %s", cw->path, cw->why);

@@ -123,7 +123,8 @@ static sl_err_t record_times(sl_worker_t *w, const sl_batch_t *batch, sl_worker_
 }
 
 /* Dedup, transform and encode one batch; hand it to the server with the
- * lease part of its origin. Takes the batch, also on failure. */
+ * lease part of its origin. Takes the batch and its reference to a cache
+ * writer (wb->cw), also on failure. */
 static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t *wb, uint64_t held,
                         sl_dedup_stats_t *ds, sl_error_t *err)
 {
@@ -140,6 +141,10 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t 
     sl_worker_budget_idle(w->budget, false);
     if (rc != SL_OK) {
         sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
+        if (wb->cw) {
+            dpp_cache_writer_fail(wb->cw, err->msg);
+            dpp_cache_writer_unref(wb->cw);
+        }
         return batch_failed(w, batch, held, lease, rc, err);
     }
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
@@ -150,8 +155,18 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t 
     /* a served batch's groups count in the dedup figures too (docs/WORKER.md) */
     if (rc == SL_OK && wb->cached) dpp_cache_group_stats(w, batch, ds);
     uint64_t t2 = now_ns(CLOCK_MONOTONIC);
-    /* writing the cache file: its time is the cache's (cache_write_ns), not a stage's */
-    if (rc == SL_OK && wb->cw) dpp_cache_writer_add(wb->cw, batch, lease->from_row, lease->to_row);
+    /* writing the cache file: its time is the cache's (cache_write_ns), not a
+     * stage's. The batch's reference goes before the batch goes out: the
+     * split's last one commits the file first, so the split's SPLIT_READ,
+     * which may begin the next epoch, never comes before the file exists
+     * (a lease of the next epoch would find none and compute the split again). */
+    if (wb->cw) {
+        if (rc == SL_OK)
+            dpp_cache_writer_add(wb->cw, batch, lease->from_row, lease->to_row);
+        else
+            dpp_cache_writer_fail(wb->cw, err->msg);
+        dpp_cache_writer_unref(wb->cw);
+    }
     uint64_t t2w = now_ns(CLOCK_MONOTONIC);
     if (rc) {
         sl_error_prefix(err, "batch of split %" PRIu64 " row %" PRIu64 ": ", batch->origin.split_id,
@@ -255,11 +270,7 @@ static void *xform_main(void *arg)
         }
         dpp_worker_batch_t wb = *(dpp_worker_batch_t *)m.ptr;
         sl_free(w->a, m.ptr, sizeof wb);
-        rc = process(w, d, &wb, m.bytes, ds, &err);
-        if (wb.cw) {
-            if (rc != SL_OK) dpp_cache_writer_fail(wb.cw, err.msg);
-            dpp_cache_writer_unref(wb.cw);
-        }
+        rc = process(w, d, &wb, m.bytes, ds, &err); /* drops wb.cw's reference */
         if (rc != SL_OK && !atomic_load(&w->stopping)) dpp_worker_fail(w, rc, err.msg);
     }
     sl_dedup_destroy(d);
