@@ -110,6 +110,12 @@ static pid_t worker(const fu_master_t *m, const char *job, const char *id, const
                           "1",
                           limit ? "--memory-limit" : NULL,
                           limit,
+                          /* with a memory limit to test, batches pile up
+                           * against it, not against the read-ahead cap
+                           * (which alone would keep a slow trainer's
+                           * batches below the pause's high-water mark) */
+                          "--max-queued",
+                          "100000",
                           NULL};
     return fu_spawn(argv, -1, log);
 }
