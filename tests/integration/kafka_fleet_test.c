@@ -96,27 +96,14 @@ static pid_t worker(const fu_master_t *m, const char *job, const char *id, const
                     char *log, size_t cap)
 {
     snprintf(log, cap, "%s/%s.log", fu_dir, id);
-    const char *argv[] = {fu_binary(),
-                          "worker",
-                          "--master",
-                          m->ctl,
-                          "--job-id",
-                          job,
-                          "--worker-id",
-                          id,
-                          "--listen",
-                          "127.0.0.1:0",
-                          "--threads",
-                          "1",
-                          limit ? "--memory-limit" : NULL,
-                          limit,
+    const char *argv[] = {fu_binary(), "worker", "--master", m->ctl, "--job-id", job, "--worker-id",
+                          id, "--listen", "127.0.0.1:0", "--threads", "1",
+                          limit ? "--memory-limit" : NULL, limit,
                           /* with a memory limit to test, batches pile up
                            * against it, not against the read-ahead cap
                            * (which alone would keep a slow trainer's
                            * batches below the pause's high-water mark) */
-                          "--max-queued",
-                          "100000",
-                          NULL};
+                          "--max-queued", "100000", NULL};
     return fu_spawn(argv, -1, log);
 }
 
