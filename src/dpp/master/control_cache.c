@@ -16,6 +16,7 @@
  * loading, first stripes) weigh little. */
 #define MIN_FRACTION 16
 #define MIN_SAMPLES_MAX 20000
+#define MIN_SAMPLES_MIN 4096
 
 /* The job's autocache state as far as known without measuring: OFF without
  * a cache directory or for a job that is not cacheable; a decision stored
@@ -61,7 +62,12 @@ static void decide(sl_master_t *m, mp_job *j, const sl_master_state_job_status_t
 {
     mp_cache_figures f;
     figures_of(m, j, &f);
-    uint64_t min = st->total_rows / MIN_FRACTION;
+    /* 1/16 of an epoch, but no fewer than MIN_SAMPLES_MIN (half an epoch
+     * at most): over a small table's first split a worker's start (cold
+     * pages and caches) outweighs the pipeline and decides by noise */
+    uint64_t min = st->total_rows / MIN_FRACTION, floor = st->total_rows / 2;
+    if (floor > MIN_SAMPLES_MIN) floor = MIN_SAMPLES_MIN;
+    if (min < floor) min = floor;
     sl_master_autocache_stats_t cs;
     sl_master_autocache_stats(m->cache, &cs);
     sl_master_autocache_figures_t in = {.compute_ns = f.compute_ns,

@@ -233,7 +233,10 @@ sl_err_t dpp_worker_send(sl_worker_t *w, const sl_worker_server_item_t *it, uint
     w->st.dedup_ns += tm->dedup_ns;
     w->st.transform_ns += tm->transform_ns;
     w->st.encode_ns += tm->encode_ns;
-    if (tm->fused) {
+    /* a job without transforms: a fused batch's time is all copy, which a
+     * cached batch's encode pays too (the probe's hot copy would leave
+     * part of it standing as compute: a cheap job chosen) */
+    if (tm->fused && w->job->num_transforms) {
         uint64_t copy = it->len * w->copy_ps_per_byte / 1000;
         w->st.fused_transform_ns += tm->encode_ns > copy ? tm->encode_ns - copy : 0;
     }
@@ -418,7 +421,8 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     w->source = o.source;
     w->master_mode = o.source.lease_live != NULL;
     /* only a master reads the figures it is for (the autocache's) */
-    w->copy_ps_per_byte = w->master_mode && !o.no_fused ? copy_ps_per_byte(a) : 0;
+    w->copy_ps_per_byte =
+        w->master_mode && !o.no_fused && job->num_transforms ? copy_ps_per_byte(a) : 0;
     w->listen_fd_owned = o.has_listen_fd;
     sl_mutex_init(&w->mu);
     snprintf(w->worker_id, sizeof w->worker_id, "%s", o.worker_id ? o.worker_id : "");
