@@ -30,17 +30,23 @@
     "{\"features\": [{\"name\": \"age\", \"kind\": \"dense\"}, {\"name\": \"hist\", \"kind\": "    \
     "\"sparse\"}, {\"name\": \"geo\", \"kind\": \"weighted\"}], \"labels\": [\"click\"]}"
 
-/* KR_SCHEMA_JSON as a schema (caller frees). */
-KR_FN sl_wh_schema_t *kr_schema(void)
+/* A schema from its JSON text (caller frees). */
+KR_FN sl_wh_schema_t *kr_schema_of(const char *text)
 {
     json_error_t je;
-    json_t *j = json_loads(KR_SCHEMA_JSON, 0, &je);
+    json_t *j = json_loads(text, 0, &je);
     cr_assert_not_null(j);
     sl_wh_schema_t *s = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_wh_schema_from_json(j, NULL, &s, &err), SL_OK, "%s", err.msg);
     json_decref(j);
     return s;
+}
+
+/* KR_SCHEMA_JSON as a schema (caller frees). */
+KR_FN sl_wh_schema_t *kr_schema(void)
+{
+    return kr_schema_of(KR_SCHEMA_JSON);
 }
 
 /* A decoder of every feature of kr_schema's; *schema gets the schema

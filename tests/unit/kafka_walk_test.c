@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../kafka_records.h"
 #include "kafka/record_decode.h"
 #include "sluice.pb-c.h"
 #include "testutil.h"
@@ -30,14 +31,7 @@
 
 static sl_wh_schema_t *schema_new(void)
 {
-    json_error_t je;
-    json_t *j = json_loads(SCHEMA_JSON, 0, &je);
-    cr_assert_not_null(j);
-    sl_wh_schema_t *s = NULL;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_wh_schema_from_json(j, NULL, &s, &err), SL_OK, "%s", err.msg);
-    json_decref(j);
-    return s;
+    return kr_schema_of(SCHEMA_JSON);
 }
 
 /* ---- the reference: protobuf-c's Sample checked against the schema ---- */
