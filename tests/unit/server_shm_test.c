@@ -58,7 +58,7 @@ static void hello(int fd, bool shm, offer_t *o)
     memset(o, 0, sizeof *o);
     snprintf(o->socket, sizeof o->socket, "%s", w->shm_socket ? w->shm_socket : "");
     cr_assert_leq(w->shm_nonce.len, sizeof o->nonce);
-    memcpy(o->nonce, w->shm_nonce.data, w->shm_nonce.len);
+    if (w->shm_nonce.len) memcpy(o->nonce, w->shm_nonce.data, w->shm_nonce.len);
     o->nonce_len = w->shm_nonce.len;
     sl_rpc_frame_free(&f);
 }
