@@ -87,8 +87,8 @@ static const sl_cli_opt_t wopts[] = {
      "make every batch on the transform threads: no fused path (batches inside one stripe "
      "made straight from it into their frames, transforms on the way, on the reader thread; "
      "docs/WORKER.md \"The fused path\")"},
-    {"shm-bytes", SL_CLI_SIZE, "BYTES", NULL, "half of `--memory-limit`, at most 1G", 1,
-     1ull << 40, 0, W(shm_bytes),
+    {"shm-bytes", SL_CLI_SIZE, "BYTES", NULL, "half of `--memory-limit`, at most 1G", 1, 1ull << 40,
+     0, W(shm_bytes),
      "size of the shared-memory frame heap: trainers on this host map it and get each batch "
      "as a descriptor instead of its bytes over the socket (docs/WORKER.md \"Shared memory\"); "
      "frames in it count in `--memory-limit`; when it is full a frame goes over the socket"},

@@ -41,8 +41,7 @@ sl_err_t sl_shm_heap_new(const char *name, uint64_t bytes, const sl_allocator_t 
 {
     *out = NULL;
     if (bytes == 0 || bytes > MAX_BYTES)
-        return sl_error_set(err, SL_ERR_INVALID,
-                            "shared-memory heap: %llu bytes (1 byte to 1 TiB)",
+        return sl_error_set(err, SL_ERR_INVALID, "shared-memory heap: %llu bytes (1 byte to 1 TiB)",
                             (unsigned long long)bytes);
     uint64_t granules = (bytes + SL_SHM_HEAP_GRANULE - 1) / SL_SHM_HEAP_GRANULE;
     uint64_t size = granules * SL_SHM_HEAP_GRANULE;

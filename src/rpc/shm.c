@@ -79,7 +79,8 @@ static sl_err_t read_all(int fd, uint8_t *buf, size_t len, int *fd_out, uint64_t
         ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
         if (n < 0) return sl_error_set(err, SL_ERR_IO, "recvmsg: %s", strerror(errno));
-        if (n == 0) return sl_error_set(err, SL_ERR_CLOSED, "closed after %zu of %zu bytes", got, len);
+        if (n == 0)
+            return sl_error_set(err, SL_ERR_CLOSED, "closed after %zu of %zu bytes", got, len);
         if (fd_out) {
             for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
                 if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
@@ -188,9 +189,8 @@ sl_err_t sl_rpc_shm_serve(int cfd, uint64_t deadline_ms, sl_rpc_shm_check_fn che
     if (rc != SL_OK) return sl_error_prefix(err, "pid %d: request: ", (int)cred.pid);
     if (memcmp(in, SL_RPC_SHM_MAGIC, 4) != 0 || get_le(in + 4, 4) != SL_RPC_SHM_VERSION) {
         reply(cfd, SL_ERR_PROTOCOL, -1, 0, deadline_ms, NULL);
-        return sl_error_set(err, SL_ERR_PROTOCOL,
-                            "pid %d: not a version %d shared-memory request", (int)cred.pid,
-                            SL_RPC_SHM_VERSION);
+        return sl_error_set(err, SL_ERR_PROTOCOL, "pid %d: not a version %d shared-memory request",
+                            (int)cred.pid, SL_RPC_SHM_VERSION);
     }
     if (!check(ctx, in + 8)) {
         reply(cfd, SL_ERR_INVALID, -1, 0, deadline_ms, NULL);

@@ -208,8 +208,7 @@ static bool attach_shm(tr_conn_t *c, uint64_t deadline_ms)
                           &e) == SL_OK)
         return true;
     if (!c->shm_logged)
-        sl_log(SL_LOG_DEBUG, "trainer_shm_off", "%s: batches over the socket: %s", c->label,
-               e.msg);
+        sl_log(SL_LOG_DEBUG, "trainer_shm_off", "%s: batches over the socket: %s", c->label, e.msg);
     c->shm_logged = true;
     return false;
 }
@@ -404,8 +403,9 @@ static sl_err_t on_batch(tr_conn_t *c, sl_rpc_frame_t *f, uint64_t *received, sl
     sl_err_t rc = t->fleet ? tr_fleet_check_batch(t, bi, e) : SL_OK;
     if (rc != SL_OK) return rc;
     if ((rc = shm_payload(c, f, e)) != SL_OK)
-        return sl_error_prefix(e, "delivery %" PRIu64 " (split %" PRIu64 " batch %" PRIu64 "): ",
-                               id, bi->split_id, bi->sequence);
+        return sl_error_prefix(e,
+                               "delivery %" PRIu64 " (split %" PRIu64 " batch %" PRIu64 "): ", id,
+                               bi->split_id, bi->sequence);
     tr_item_t *it = sl_calloc(t->a, 1, sizeof *it);
     sl_batch_t *b = NULL;
     rc = it ? decode_batch(t, f, &b, e) : sl_error_set(e, SL_ERR_NOMEM, "out of memory");

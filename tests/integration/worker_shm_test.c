@@ -242,8 +242,7 @@ Test(worker_shm, a_full_heap_falls_back_per_frame)
     for (double s = 0;; s += 0.01) {
         sl_worker_stats(w, &st);
         if (st.shm_fallbacks > 0) break;
-        cr_assert(s < until, "no fallback: %llu batches made",
-                  (unsigned long long)st.batches);
+        cr_assert(s < until, "no fallback: %llu batches made", (unsigned long long)st.batches);
         usleep(10 * 1000);
     }
     got_t *g = calloc(1, sizeof *g);

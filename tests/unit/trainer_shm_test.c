@@ -126,9 +126,9 @@ static sl_batch_t *peer_start(peer_t *p, peer_mode_t mode)
     uint64_t rng = tu_seed("trainer_shm");
     sl_batch_t *b = fw_random_batch(&rng, 8, 1);
     void *frame;
-    cr_assert_eq(sl_wire_encode(b, sl_shm_heap_allocator(p->heap, NULL), &frame, &p->frame_len,
-                                &err),
-                 SL_OK, "%s", err.msg);
+    cr_assert_eq(
+        sl_wire_encode(b, sl_shm_heap_allocator(p->heap, NULL), &frame, &p->frame_len, &err), SL_OK,
+        "%s", err.msg);
     uint64_t off;
     cr_assert(sl_shm_heap_offset(p->heap, frame, &off), "the frame is in the heap");
     p->frame = frame;
@@ -223,7 +223,8 @@ Test(trainer_shm, a_descriptor_outside_the_heap_is_a_clear_error)
 Test(trainer_shm, a_descriptor_without_attaching_is_a_clear_error)
 {
     unsetenv("SLUICE_TRAINER_SHM");
-    expect_failure(PEER_GOOD, true, false, "shared-memory descriptor on a connection that did not attach");
+    expect_failure(PEER_GOOD, true, false,
+                   "shared-memory descriptor on a connection that did not attach");
 }
 
 Test(trainer_shm, the_environment_turns_it_off)

@@ -392,8 +392,7 @@ void *dpp_server_client_main(void *arg)
                  * then knows its way */
                 if (!c->shm_granted || c->credits > 0 || c->n_unacked > 0) {
                     sl_mutex_unlock(&s->mu);
-                    snprintf(msg, sizeof msg,
-                             "request says shm_attached, but %s",
+                    snprintf(msg, sizeof msg, "request says shm_attached, but %s",
                              c->shm_granted ? "not in the connection's first request"
                                             : "no side-channel request presented this "
                                               "connection's nonce");

@@ -66,7 +66,7 @@ typedef struct client {
      * its REQUEST said attached after that (on: descriptors from now) */
     bool shm_asked, shm_granted, shm_on;
     uint8_t shm_nonce[SL_RPC_SHM_NONCE_BYTES];
-    bool evicting;   /* shut down to make room: its threads are ending */
+    bool evicting; /* shut down to make room: its threads are ending */
     uint64_t opened_ms, last_rx_ms;
     struct client *next;
 } client_t;

@@ -46,9 +46,8 @@ void *dpp_server_shm_main(void *arg)
         int fd = accept4(s->shm_lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) continue;
         sl_error_t err = {0};
-        sl_err_t rc =
-            sl_rpc_shm_serve(fd, sl_clock_ms() + SHM_REQUEST_MS, check_nonce, s,
-                             sl_shm_heap_fd(s->o.shm), sl_shm_heap_size(s->o.shm), &err);
+        sl_err_t rc = sl_rpc_shm_serve(fd, sl_clock_ms() + SHM_REQUEST_MS, check_nonce, s,
+                                       sl_shm_heap_fd(s->o.shm), sl_shm_heap_size(s->o.shm), &err);
         close(fd);
         if (rc != SL_OK) {
             sl_mutex_lock(&s->mu);
