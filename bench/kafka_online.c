@@ -82,10 +82,10 @@ static void produce(const char *brokers, const char *topic, uint32_t partitions,
 }
 
 typedef struct phase {
-    uint64_t n;       /* records or samples */
-    double wall, cpu; /* seconds */
-    uint64_t bytes;   /* to the trainer (frames) */
-    double factor;    /* dedup factor of the user group */
+    uint64_t n;                    /* records or samples */
+    double wall, cpu;              /* seconds */
+    uint64_t bytes;                /* to the trainer (frames) */
+    double factor;                 /* dedup factor of the user group */
     uint64_t batches, shm_batches; /* sent by the worker; of them through shared memory */
 } phase_t;
 
