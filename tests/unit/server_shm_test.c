@@ -20,21 +20,10 @@
 #include "dpp/worker/server.h"
 #include "rpc/frame.h"
 #include "rpc/shm.h"
+#include "server_peer.h"
 #include "testutil.h"
 
 TestSuite(server_shm);
-
-static int connect_to(uint16_t port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_rpc_set_recv_timeout(fd, (int)(tu_timeout(5) * 1000), &err), SL_OK, "%s",
-                 err.msg);
-    return fd;
-}
 
 typedef struct offer {
     char socket[64];
@@ -61,24 +50,6 @@ static void hello(int fd, bool shm, offer_t *o)
     if (w->shm_nonce.len) memcpy(o->nonce, w->shm_nonce.data, w->shm_nonce.len);
     o->nonce_len = w->shm_nonce.len;
     sl_rpc_frame_free(&f);
-}
-
-static void request(int fd, uint32_t n, bool attached)
-{
-    Sluice__Dpp__Request r = SLUICE__DPP__REQUEST__INIT;
-    r.credits = n;
-    r.shm_attached = attached;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_rpc_send(fd, SL_RPC_REQUEST, &r.base, NULL, 0, &err), SL_OK, "%s", err.msg);
-}
-
-static void ack(int fd, uint64_t id)
-{
-    Sluice__Dpp__Ack a = SLUICE__DPP__ACK__INIT;
-    a.n_delivery_ids = 1;
-    a.delivery_ids = &id;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_rpc_send(fd, SL_RPC_ACK, &a.base, NULL, 0, &err), SL_OK, "%s", err.msg);
 }
 
 /* The next BATCH: its frame's bytes (from the payload, or through map for
@@ -173,7 +144,7 @@ Test(server_shm, descriptors_to_the_attached_client_payloads_to_others)
     rig_t r;
     rig_start(&r, 64 << 10);
     sl_error_t err = {0};
-    int fa = connect_to(r.port);
+    int fa = sp_connect(r.port);
     offer_t oa;
     hello(fa, true, &oa);
     cr_assert(strncmp(oa.socket, "sluice-shm-", 11) == 0, "%s", oa.socket);
@@ -183,7 +154,7 @@ Test(server_shm, descriptors_to_the_attached_client_payloads_to_others)
                                    sl_clock_ms() + (uint64_t)(tu_timeout(5) * 1000), &map, &err),
                  SL_OK, "%s", err.msg);
     cr_assert_eq(map.size, 64 << 10);
-    request(fa, 4, true);
+    sp_request(fa, 4, true);
 
     uint8_t buf[70000];
     size_t len;
@@ -199,19 +170,19 @@ Test(server_shm, descriptors_to_the_attached_client_payloads_to_others)
     push(&r, 3000, 0x33); /* a descriptor the client leaves with, unacknowledged */
     batch(fa, &map, buf, sizeof buf, &len, &by_shm);
     cr_assert(by_shm);
-    ack(fa, id1);
-    ack(fa, id2);
+    sp_ack(fa, id1);
+    sp_ack(fa, id2);
     wait_blocks(&r, 1); /* 0x11's block is free; 0x33's is held */
     close(fa);
     sl_rpc_shm_detach(&map);
 
     /* a client that did not ask: no offer, and the left batch as a payload */
-    int fb = connect_to(r.port);
+    int fb = sp_connect(r.port);
     offer_t ob;
     hello(fb, false, &ob);
     cr_assert_str_eq(ob.socket, "");
     cr_assert_eq(ob.nonce_len, 0);
-    request(fb, 4, false);
+    sp_request(fb, 4, false);
     uint64_t id3 = batch(fb, NULL, buf, sizeof buf, &len, &by_shm);
     cr_assert_not(by_shm);
     expect_bytes(buf, len, 3000, 0x33);
@@ -219,8 +190,8 @@ Test(server_shm, descriptors_to_the_attached_client_payloads_to_others)
     uint64_t id4 = batch(fb, NULL, buf, sizeof buf, &len, &by_shm);
     cr_assert_not(by_shm);
     expect_bytes(buf, len, 4000, 0x44);
-    ack(fb, id3);
-    ack(fb, id4);
+    sp_ack(fb, id3);
+    sp_ack(fb, id4);
     wait_blocks(&r, 0);
     sl_worker_server_stats_t st;
     sl_worker_server_stats(r.s, &st);
@@ -240,7 +211,7 @@ Test(server_shm, a_wrong_or_reused_nonce_is_refused)
     rig_t r;
     rig_start(&r, 16 << 10);
     sl_error_t err = {0};
-    int fa = connect_to(r.port);
+    int fa = sp_connect(r.port);
     offer_t oa;
     hello(fa, true, &oa);
     uint64_t deadline = sl_clock_ms() + (uint64_t)(tu_timeout(5) * 1000);
@@ -272,10 +243,10 @@ Test(server_shm, attached_without_the_side_channel_is_an_error)
 {
     rig_t r;
     rig_start(&r, 16 << 10);
-    int fa = connect_to(r.port);
+    int fa = sp_connect(r.port);
     offer_t oa;
     hello(fa, true, &oa);
-    request(fa, 4, true); /* never presented its nonce */
+    sp_request(fa, 4, true); /* never presented its nonce */
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
     cr_assert_eq(sl_rpc_recv(fa, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
