@@ -232,8 +232,14 @@ Test(server_shm, a_wrong_or_reused_nonce_is_refused)
     /* no such socket (another host or network namespace) */
     cr_assert_eq(sl_rpc_shm_attach("sluice-shm-none", oa.nonce, oa.nonce_len, deadline, &map, &err),
                  SL_ERR_NOT_FOUND);
+    /* counted by the side channel's thread once it has answered: wait */
     sl_worker_server_stats_t st;
-    sl_worker_server_stats(r.s, &st);
+    double deadline = tu_timeout(5);
+    for (double t = 0;; t += 0.002) {
+        sl_worker_server_stats(r.s, &st);
+        if (st.shm_refused >= 2 || t >= deadline) break;
+        usleep(2000);
+    }
     cr_assert_eq(st.shm_refused, 2);
     close(fa);
     rig_stop(&r);

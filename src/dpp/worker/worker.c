@@ -694,6 +694,12 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
                 ", evicted at the cap %" PRIu64 ", refused at the cap %" PRIu64
                 ", closed idle %" PRIu64 ", handshake timeouts %" PRIu64 "\n",
                 s->auth_failures, s->evicted, s->refused, s->idle_closed, s->handshake_timeouts);
+    if (st->shm_capacity)
+        fprintf(out,
+                "  shared memory: %" PRIu64 " of the batches sent (%" PRIu64
+                " bytes) handed over in the heap of %" PRIu64 " bytes, %" PRIu64
+                " connections attached, %" PRIu64 " frames made outside it (it was full)\n",
+                s->shm_batches, s->shm_bytes, st->shm_capacity, s->shm_attached, st->shm_fallbacks);
     if (st->records_read || st->records_bad)
         fprintf(out,
                 "  kafka records %" PRIu64 ", bad %" PRIu64
