@@ -234,10 +234,10 @@ Test(server_shm, a_wrong_or_reused_nonce_is_refused)
                  SL_ERR_NOT_FOUND);
     /* counted by the side channel's thread once it has answered: wait */
     sl_worker_server_stats_t st;
-    double deadline = tu_timeout(5);
+    double until = tu_timeout(5);
     for (double t = 0;; t += 0.002) {
         sl_worker_server_stats(r.s, &st);
-        if (st.shm_refused >= 2 || t >= deadline) break;
+        if (st.shm_refused >= 2 || t >= until) break;
         usleep(2000);
     }
     cr_assert_eq(st.shm_refused, 2);
