@@ -82,10 +82,11 @@ static void produce(const char *brokers, const char *topic, uint32_t partitions,
 }
 
 typedef struct phase {
-    uint64_t n;       /* records or samples */
-    double wall, cpu; /* seconds */
-    uint64_t bytes;   /* to the trainer (frames) */
-    double factor;    /* dedup factor of the user group */
+    uint64_t n;                    /* records or samples */
+    double wall, cpu;              /* seconds */
+    uint64_t bytes;                /* to the trainer (frames) */
+    double factor;                 /* dedup factor of the user group */
+    uint64_t batches, shm_batches; /* sent by the worker; of them through shared memory */
 } phase_t;
 
 /* 1: librdkafka alone, every partition from its start to its end. */
@@ -217,6 +218,8 @@ static phase_t through_worker(const char *brokers, const char *topic, const sl_w
     sl_worker_stats_t ws;
     sl_worker_stats(w, &ws);
     r.factor = ws.num_groups ? ws.groups[0].factor : 1.0;
+    r.batches = ws.server.batches_sent;
+    r.shm_batches = ws.server.shm_batches;
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     sl_pipeline_problems_free(&problems);
@@ -282,6 +285,9 @@ int main(int argc, char **argv)
            "%.2fx; the records were %.1f MB (key + value)\n",
            (double)with.bytes / 1e6, with.factor, (double)without.bytes / 1e6,
            (double)without.bytes / (double)with.bytes, (double)plain.bytes / 1e6);
+    printf("  batches through shared memory (docs/PROTOCOL.md): %" PRIu64 " of %" PRIu64
+           " with dedup, %" PRIu64 " of %" PRIu64 " without\n",
+           with.shm_batches, with.batches, without.shm_batches, without.batches);
     if (getloadavg(loads, 3) == 3)
         printf("  load average %.2f %.2f %.2f\n", loads[0], loads[1], loads[2]);
     close(to_child); /* the child ends at the end of its input */

@@ -78,6 +78,13 @@ typedef struct sl_trainer_opts {
      * is unset or empty; "": none. An address that cannot be bound fails
      * sl_trainer_connect. */
     const char *metrics_address;
+    /* Take batches from workers on this host through shared memory
+     * (docs/PROTOCOL.md "Shared-memory hand-over"): the client maps the
+     * worker's frame heap read-only and copies each batch out of it instead
+     * of reading it from the socket; where that cannot work (another host
+     * or network namespace, another uid) it stays on the socket. On unless
+     * no_shm, or $SLUICE_TRAINER_SHM is "0". */
+    bool no_shm;
 } sl_trainer_opts_t;
 
 /* @return the defaults above (address NULL). */
@@ -144,6 +151,10 @@ typedef struct sl_trainer_stats {
     uint64_t freshness_buckets[SL_TRAINER_FRESHNESS_BUCKETS];
     uint64_t freshness_count;
     uint64_t freshness_sum_ms;
+    /* Batches received, by way of shared memory (copied out of a worker's
+     * mapped frame heap) and over the socket (redeliveries included). */
+    uint64_t batches_shm;
+    uint64_t batches_socket;
 } sl_trainer_stats_t;
 
 void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out);

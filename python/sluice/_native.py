@@ -134,6 +134,7 @@ class sl_trainer_opts_t(ctypes.Structure):
         ("refresh_ms", ctypes.c_int),
         ("cluster_secret_file", ctypes.c_char_p),
         ("metrics_address", ctypes.c_char_p),
+        ("no_shm", ctypes.c_bool),
     ]
 
 
@@ -151,6 +152,8 @@ class sl_trainer_stats_t(ctypes.Structure):
         ("freshness_buckets", ctypes.c_uint64 * SL_TRAINER_FRESHNESS_BUCKETS),
         ("freshness_count", ctypes.c_uint64),
         ("freshness_sum_ms", ctypes.c_uint64),
+        ("batches_shm", ctypes.c_uint64),
+        ("batches_socket", ctypes.c_uint64),
     ]
 
 

@@ -375,7 +375,9 @@ class Client:
     metrics (GET /metrics: every counter of stats(), labelled job, rank and
     client; docs/TRAINER.md "Metrics") on this "host:port" while the client
     is open; port 0 picks a free one (see metrics_port). None: the address
-    in $SLUICE_TRAINER_METRICS, if set; "": none."""
+    in $SLUICE_TRAINER_METRICS, if set; "": none. shm: take batches from
+    workers on this host through shared memory (docs/PROTOCOL.md
+    "Shared-memory hand-over"; off also with $SLUICE_TRAINER_SHM=0)."""
 
     def __init__(
         self,
@@ -393,6 +395,7 @@ class Client:
         refresh_ms: int = 0,
         cluster_secret_file: Optional[str] = None,
         metrics_address: Optional[str] = None,
+        shm: bool = True,
     ) -> None:
         lib = _native.load()
         self._lib = lib
@@ -422,6 +425,7 @@ class Client:
         opts.client_name = self._name_b
         opts.cluster_secret_file = self._secret_b
         opts.metrics_address = self._metrics_b
+        opts.no_shm = not shm
         opts.prefetch = prefetch
         opts.connect_timeout_ms = connect_timeout_ms
         opts.reconnect_ms = reconnect_ms
@@ -500,7 +504,8 @@ class Client:
     def stats(self) -> Dict[str, Any]:
         """The C client's counters as a dict (batches, samples, bytes,
         wait_ns, reconnects, queued; in master mode also workers, committed,
-        dropped) and the freshness of Kafka samples at hand-over:
+        dropped; batches_shm and batches_socket: batches received through
+        shared memory and over the socket) and the freshness of Kafka samples at hand-over:
         freshness_buckets (a list of counts, not cumulative),
         freshness_bounds_ms (the buckets' upper bounds; the last bucket has
         none), freshness_count, freshness_sum_ms."""

@@ -31,6 +31,8 @@ FIELDS = {
     "workers": ("sluice_trainer_workers", 1),
     "committed": ("sluice_trainer_committed_batches_total", 1),
     "dropped": ("sluice_trainer_dropped_batches_total", 1),
+    "batches_shm": ("sluice_trainer_shm_batches_total", 1),
+    "batches_socket": ("sluice_trainer_socket_batches_total", 1),
 }
 SAMPLE = re.compile(r"^(sluice_trainer_[a-z_]+)\{([^}]*)\} (\S+)$")
 

@@ -25,8 +25,8 @@
 typedef struct worker_args {
     const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file;
     uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms, share_window,
-        max_queued, share_stall_ms;
-    bool exit_when_done, no_share, no_fused;
+        max_queued, share_stall_ms, shm_bytes;
+    bool exit_when_done, no_share, no_fused, no_shm;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
 } worker_args_t;
@@ -87,6 +87,13 @@ static const sl_cli_opt_t wopts[] = {
      "make every batch on the transform threads: no fused path (batches inside one stripe "
      "made straight from it into their frames, transforms on the way, on the reader thread; "
      "docs/WORKER.md \"The fused path\")"},
+    {"shm-bytes", SL_CLI_SIZE, "BYTES", NULL, "half of `--memory-limit`, at most 1G", 1, 1ull << 40,
+     0, W(shm_bytes),
+     "size of the shared-memory frame heap: trainers on this host map it and get each batch "
+     "as a descriptor instead of its bytes over the socket (docs/WORKER.md \"Shared memory\"); "
+     "frames in it count in `--memory-limit`; when it is full a frame goes over the socket"},
+    {"no-shm", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(no_shm),
+     "no shared-memory frame heap: every batch goes over the trainer's socket"},
 };
 
 static const sl_cli_group_t worker_group = SL_CLI_OWN_GROUP(wopts);
@@ -133,6 +140,8 @@ int sl_cli_worker(int argc, char **argv)
     o.max_credits = (uint32_t)args.max_credits;
     o.max_queued = (uint32_t)args.max_queued;
     o.no_fused = args.no_fused;
+    o.shm_bytes = args.shm_bytes;
+    o.no_shm = args.no_shm;
     o.worker_id = args.worker_id;
     o.max_clients = (uint32_t)args.max_clients;
     o.client_conn_idle_ms = (int)args.conn_idle_ms;

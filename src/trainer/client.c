@@ -4,6 +4,7 @@
  * credit, statistics and close. The same calls serve both modes
  * (trainer_internal.h); the worker connection lives in worker_conn.c. */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -112,6 +113,8 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
     sl_clock_cond_init(&t->cv);
 
     t->prefetch = opts->prefetch ? opts->prefetch : 4;
+    const char *shm_env = getenv("SLUICE_TRAINER_SHM");
+    t->shm = !opts->no_shm && !(shm_env && strcmp(shm_env, "0") == 0);
     t->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 5000;
     t->reconnect_ms = opts->reconnect_ms == 0 ? 30000 : opts->reconnect_ms;
     t->rank = opts->rank;
@@ -257,6 +260,8 @@ void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out)
     memcpy(out->freshness_buckets, fc.buckets, sizeof fc.buckets);
     out->freshness_count = fc.count;
     out->freshness_sum_ms = fc.sum_ms;
+    out->batches_shm = atomic_load(&m->batches_shm);
+    out->batches_socket = atomic_load(&m->batches_socket);
     if (m->fleet) {
         out->workers = atomic_load(&m->workers);
         out->committed = atomic_load(&m->fleet->committed);

@@ -60,6 +60,12 @@ static const metric_t metrics[] = {
      "Batches received but not delivered: the master refused their commit, another rank's, or "
      "left behind by a lost connection (the worker sends them again).",
      FIELD(dropped), U64},
+    {"sluice_trainer_shm_batches_total", "counter",
+     "Batches received through shared memory: copied out of the frame heap of a worker on this "
+     "host.",
+     FIELD(batches_shm), U64},
+    {"sluice_trainer_socket_batches_total", "counter",
+     "Batches received over the socket (their bytes in the frame).", FIELD(batches_socket), U64},
 };
 
 static double field_value(const sl_trainer_stats_t *s, const metric_t *m)

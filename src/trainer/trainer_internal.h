@@ -48,6 +48,7 @@
 #include "common/clock.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
+#include "rpc/shm.h"
 #include "sluice/trainer.h"
 
 #define TR_ID_MAX 128
@@ -106,6 +107,14 @@ struct tr_conn {
     _Atomic uint64_t granted; /* credits granted on the current connection */
     uint64_t *pending;        /* acks that could not be sent, sent first on the next connection */
     uint32_t npending, pending_cap;
+    /* Shared-memory hand-over (the connection's thread's, or connect's
+     * before it starts): what WELCOME offered, and the worker's heap mapped
+     * for the current connection (base NULL: not attached) */
+    char shm_socket[64];
+    uint8_t shm_nonce[32];
+    size_t shm_nonce_len;
+    sl_rpc_shm_map_t shm;
+    bool shm_logged; /* why it did not attach was logged (once) */
     tr_conn_t *next; /* t->conns, under t->mu */
 };
 
@@ -126,6 +135,7 @@ struct sl_trainer {
     sl_wire_limits_t wire_limits;
     sl_rpc_limits_t rpc_limits;
     char *secret; /* the cluster secret (rpc/auth.h), NULL: none */
+    bool shm;     /* offer the shared-memory hand-over (opts.no_shm, $SLUICE_TRAINER_SHM) */
 
     pthread_mutex_t mu;
     pthread_cond_t cv; /* queue grew, state changed, a connection stopped, closing */
@@ -138,6 +148,7 @@ struct sl_trainer {
     char last_problem[512]; /* master mode: why a worker connection last failed */
 
     _Atomic uint64_t batches, samples, bytes, wait_ns, reconnects, dropped;
+    _Atomic uint64_t batches_shm, batches_socket;
     _Atomic uint32_t queued, workers;
 
     /* The metrics endpoint (metrics.c), NULL when off; fixed while it runs. */

@@ -17,6 +17,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "trainer/fleet_internal.h"
 
 tr_conn_t *tr_conn_new(sl_trainer_t *t, const char *worker_id, const char *address)
@@ -52,6 +53,7 @@ void tr_conn_free(tr_conn_t *c)
     const sl_allocator_t *a = c->t->a;
     if (c->thread_started) pthread_join(c->thread, NULL);
     if (c->fd >= 0) close(c->fd);
+    sl_rpc_shm_detach(&c->shm);
     pthread_mutex_destroy(&c->send_mu);
     sl_free(a, c->pending, (size_t)c->pending_cap * sizeof *c->pending);
     sl_free(a, c, sizeof *c);
@@ -107,6 +109,9 @@ static int detach_locked(tr_conn_t *c)
     c->fd = -1;
     c->send_ready = false;
     pthread_mutex_unlock(&c->send_mu);
+    /* the mapping is the connection's (its thread's): a reconnect may find
+     * another process behind the address */
+    sl_rpc_shm_detach(&c->shm);
     return fd;
 }
 
@@ -151,6 +156,9 @@ static sl_err_t hello(tr_conn_t *c, int fd, uint64_t deadline_ms, uint32_t *wind
     /* master mode: the job, so that a worker of a shared pass (one that
      * serves several jobs, docs/DESIGN.md) sends this job's batches */
     if (t->fleet) h.job_id = t->fleet->job_id;
+    h.shm = t->shm;
+    c->shm_socket[0] = 0;
+    c->shm_nonce_len = 0;
     sl_err_t rc = sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, err);
     if (rc != SL_OK) return rc;
     sl_rpc_frame_t f;
@@ -176,14 +184,38 @@ static sl_err_t hello(tr_conn_t *c, int fd, uint64_t deadline_ms, uint32_t *wind
                               w->protocol_version, SL_RPC_VERSION);
         *window = t->prefetch;
         if (w->max_credits > 0 && w->max_credits < *window) *window = w->max_credits;
+        /* offered only to a HELLO that asked; a bad offer fails the attach */
+        if (t->shm && w->shm_socket && w->shm_socket[0]) {
+            snprintf(c->shm_socket, sizeof c->shm_socket, "%s", w->shm_socket);
+            c->shm_nonce_len = w->shm_nonce.len;
+            if (c->shm_nonce_len == sizeof c->shm_nonce)
+                memcpy(c->shm_nonce, w->shm_nonce.data, sizeof c->shm_nonce);
+        }
     }
     sl_rpc_frame_free(&f);
     return rc;
 }
 
+/* Map the heap WELCOME offered (the side channel, before deadline_ms).
+ * Failing is not an error: the connection stays on socket payloads, and
+ * why is logged once per worker at debug level. @return attached. */
+static bool attach_shm(tr_conn_t *c, uint64_t deadline_ms)
+{
+    sl_rpc_shm_detach(&c->shm);
+    if (!c->shm_socket[0]) return false;
+    sl_error_t e = {0};
+    if (sl_rpc_shm_attach(c->shm_socket, c->shm_nonce, c->shm_nonce_len, deadline_ms, &c->shm,
+                          &e) == SL_OK)
+        return true;
+    if (!c->shm_logged)
+        sl_log(SL_LOG_DEBUG, "trainer_shm_off", "%s: batches over the socket: %s", c->label, e.msg);
+    c->shm_logged = true;
+    return false;
+}
+
 /* The handshake is done: send the acks that could not go out before, grant
  * window - held credits, and let acks and credits flow. */
-static sl_err_t go_live(tr_conn_t *c, int fd, uint32_t window, sl_error_t *err)
+static sl_err_t go_live(tr_conn_t *c, int fd, uint32_t window, bool shm, sl_error_t *err)
 {
     sl_trainer_t *t = c->t;
     pthread_mutex_lock(&t->mu);
@@ -199,9 +231,12 @@ static sl_err_t go_live(tr_conn_t *c, int fd, uint32_t window, sl_error_t *err)
     c->window = window;
     uint32_t grant = window > c->held ? window - c->held : 0;
     atomic_store(&c->granted, grant);
-    if (rc == SL_OK && grant > 0) {
+    if (rc == SL_OK && (grant > 0 || shm)) {
+        /* the connection's first request: it says attached before any
+         * credit, so every batch of the connection may be a descriptor */
         Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
         req.credits = grant;
+        req.shm_attached = shm;
         rc = sl_rpc_send(fd, SL_RPC_REQUEST, &req.base, NULL, 0, err);
     }
     if (rc == SL_OK) {
@@ -234,7 +269,7 @@ sl_err_t tr_conn_open(tr_conn_t *c, int timeout_ms, bool *refused, sl_error_t *e
     if (rc == SL_OK && t->secret) rc = sl_rpc_auth_client(fd, t->secret, deadline, err);
     uint32_t window = 0;
     if (rc == SL_OK) rc = hello(c, fd, deadline, &window, refused, err);
-    if (rc == SL_OK) rc = go_live(c, fd, window, err);
+    if (rc == SL_OK) rc = go_live(c, fd, window, attach_shm(c, deadline), err);
     if (rc == SL_OK) return SL_OK;
     if (installed) uninstall(c);
     if (stopping(c)) return sl_error_set(err, SL_ERR_CLOSED, "%s: stopped", c->label);
@@ -311,6 +346,47 @@ static sl_err_t decode_batch(sl_trainer_t *t, sl_rpc_frame_t *f, sl_batch_t **ou
     return SL_OK;
 }
 
+/* A BATCH frame whose BatchInfo is a shared-memory descriptor
+ * (shm_length > 0): copy the frame out of the mapped heap into a payload
+ * of its own, so that the batch lives, and is acknowledged, exactly as one
+ * read from the socket (the worker frees the block on ACK). Any other
+ * frame is left alone. @return SL_ERR_PROTOCOL for a descriptor this
+ * connection cannot take (never attached, outside the heap, with a
+ * payload too), SL_ERR_TOO_LARGE, SL_ERR_NOMEM. */
+static sl_err_t shm_payload(tr_conn_t *c, sl_rpc_frame_t *f, sl_error_t *e)
+{
+    sl_trainer_t *t = c->t;
+    const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f->msg;
+    uint64_t off = bi->shm_offset, len = bi->shm_length;
+    if (len == 0) {
+        atomic_fetch_add(&t->batches_socket, 1);
+        return SL_OK;
+    }
+    if (f->payload)
+        return sl_error_set(e, SL_ERR_PROTOCOL,
+                            "batch frame with both a payload and a shared-memory descriptor");
+    if (!c->shm.base)
+        return sl_error_set(e, SL_ERR_PROTOCOL,
+                            "shared-memory descriptor on a connection that did not attach");
+    if (off > c->shm.size || len > c->shm.size - off)
+        return sl_error_set(e, SL_ERR_PROTOCOL,
+                            "shared-memory descriptor [%" PRIu64 ", +%" PRIu64
+                            ") outside the %" PRIu64 "-byte heap",
+                            off, len, c->shm.size);
+    if (len > t->rpc_limits.max_payload_bytes)
+        return sl_error_set(e, SL_ERR_TOO_LARGE,
+                            "shared-memory frame of %" PRIu64 " bytes (limit %" PRIu64 ")", len,
+                            t->rpc_limits.max_payload_bytes);
+    void *p = sl_alloc_aligned(t->a, (size_t)len, SL_ALIGN);
+    if (!p) return sl_error_set(e, SL_ERR_NOMEM, "out of memory for a %" PRIu64 "-byte frame", len);
+    memcpy(p, c->shm.base + off, (size_t)len);
+    f->payload = p; /* the frame's allocator is t->a: freed with it, or taken by the batch */
+    f->payload_len = (size_t)len;
+    atomic_fetch_add(&t->bytes, len);
+    atomic_fetch_add(&t->batches_shm, 1);
+    return SL_OK;
+}
+
 /* One BATCH frame: checked, decoded, handed to the committer (master mode)
  * or queued ready (direct mode). @return SL_OK, or the violation that ends
  * the connection. */
@@ -326,6 +402,10 @@ static sl_err_t on_batch(tr_conn_t *c, sl_rpc_frame_t *f, uint64_t *received, sl
                             id, *received, atomic_load(&c->granted));
     sl_err_t rc = t->fleet ? tr_fleet_check_batch(t, bi, e) : SL_OK;
     if (rc != SL_OK) return rc;
+    if ((rc = shm_payload(c, f, e)) != SL_OK)
+        return sl_error_prefix(e,
+                               "delivery %" PRIu64 " (split %" PRIu64 " batch %" PRIu64 "): ", id,
+                               bi->split_id, bi->sequence);
     tr_item_t *it = sl_calloc(t->a, 1, sizeof *it);
     sl_batch_t *b = NULL;
     rc = it ? decode_batch(t, f, &b, e) : sl_error_set(e, SL_ERR_NOMEM, "out of memory");

@@ -18,6 +18,7 @@
 #include "dpp/worker/server.h"
 #include "common/mem.h"
 #include "rpc/frame.h"
+#include "server_peer.h"
 #include "testutil.h"
 
 TestSuite(server_share);
@@ -58,18 +59,6 @@ static uint32_t members(void *ctx, void *lease, uint64_t bytes, sl_worker_lease_
     return 1;
 }
 
-static int connect_to(uint16_t port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_rpc_set_recv_timeout(fd, (int)(tu_timeout(5) * 1000), &err), SL_OK, "%s",
-                 err.msg);
-    return fd;
-}
-
 /* HELLO naming job (NULL: none); the WELCOME's job id, or the ERROR's
  * message into why. @return the frame type received. */
 static sl_rpc_type_t hello(int fd, const char *job, char *got, size_t cap)
@@ -91,14 +80,6 @@ static sl_rpc_type_t hello(int fd, const char *job, char *got, size_t cap)
     return t;
 }
 
-static void request(int fd, uint32_t n)
-{
-    Sluice__Dpp__Request r = SLUICE__DPP__REQUEST__INIT;
-    r.credits = n;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_rpc_send(fd, SL_RPC_REQUEST, &r.base, NULL, 0, &err), SL_OK, "%s", err.msg);
-}
-
 /* The next BATCH: its job, generation, payload (first byte) and delivery. */
 static uint64_t batch(int fd, char *job, uint64_t *gen, uint8_t *first)
 {
@@ -114,15 +95,6 @@ static uint64_t batch(int fd, char *job, uint64_t *gen, uint8_t *first)
     uint64_t id = bi->delivery_id;
     sl_rpc_frame_free(&f);
     return id;
-}
-
-static void ack(int fd, uint64_t id)
-{
-    Sluice__Dpp__Ack a = SLUICE__DPP__ACK__INIT;
-    a.n_delivery_ids = 1;
-    a.delivery_ids = &id;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_rpc_send(fd, SL_RPC_ACK, &a.base, NULL, 0, &err), SL_OK, "%s", err.msg);
 }
 
 static void wait_for(atomic_uint *v, unsigned want, const char *what)
@@ -161,12 +133,12 @@ Test(server_share, a_batch_goes_to_each_job_of_the_pass_once)
 
     /* a client of a job this worker has no pass of: welcomed, gets nothing */
     char got[256];
-    int fz = connect_to(port);
+    int fz = sp_connect(port);
     cr_assert_eq(hello(fz, "zz", got, sizeof got), SL_RPC_WELCOME);
     cr_assert_str_eq(got, "zz");
-    request(fz, 4);
+    sp_request(fz, 4, false);
 
-    int fa = connect_to(port), fb = connect_to(port);
+    int fa = sp_connect(port), fb = sp_connect(port);
     cr_assert_eq(hello(fa, NULL, got, sizeof got), SL_RPC_WELCOME);
     cr_assert_str_eq(got, "a");
     cr_assert_eq(hello(fb, "b", got, sizeof got), SL_RPC_WELCOME);
@@ -185,8 +157,8 @@ Test(server_share, a_batch_goes_to_each_job_of_the_pass_once)
         .lease = {
             .handle = &primary_lease, .split = 3, .generation = 11, .from_row = 0, .to_row = 10}};
     cr_assert_eq(sl_worker_server_push(s, &it, &err), SL_OK, "%s", err.msg);
-    request(fa, 4);
-    request(fb, 4);
+    sp_request(fa, 4, false);
+    sp_request(fb, 4, false);
     char job[64];
     uint64_t gen;
     uint8_t first;
@@ -205,11 +177,11 @@ Test(server_share, a_batch_goes_to_each_job_of_the_pass_once)
     cr_assert_eq(st.shared_bytes, 1000);
 
     /* the frame is held (and accounted, once) until both are acknowledged */
-    ack(fa, ida);
+    sp_ack(fa, ida);
     wait_for(&h.acked_primary, 1, "primary acked");
     cr_assert_eq(sl_worker_budget_used(budget), 1000);
     cr_assert_eq(atomic_load(&h.retired_member), 0);
-    ack(fb, idb);
+    sp_ack(fb, idb);
     wait_for(&h.acked_member, 1, "member acked");
     cr_assert_eq(sl_worker_budget_used(budget), 0);
     cr_assert_eq(sl_worker_budget_pinned(budget), 0);
@@ -225,7 +197,7 @@ Test(server_share, a_batch_goes_to_each_job_of_the_pass_once)
     cr_assert_eq(sl_worker_server_push(s, &it, &err), SL_OK, "%s", err.msg);
     ida = batch(fa, job, &gen, &first);
     cr_assert_eq(first, 0xcd);
-    ack(fa, ida);
+    sp_ack(fa, ida);
     wait_for(&h.acked_primary, 2, "second primary acked");
     cr_assert_eq(sl_worker_budget_used(budget), 0);
     sl_worker_server_stats(s, &st);
@@ -275,7 +247,7 @@ Test(server_share, a_worker_without_shared_passes_refuses_another_job)
     sl_worker_server_t *s = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
-    int fd = connect_to(sl_worker_server_port(s));
+    int fd = sp_connect(sl_worker_server_port(s));
     char got[256];
     cr_assert_eq(hello(fd, "b", got, sizeof got), SL_RPC_ERROR);
     cr_assert(strstr(got, "serves job 'a', not 'b'") != NULL, "%s", got);

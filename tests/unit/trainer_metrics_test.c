@@ -179,7 +179,7 @@ static const sample_t *find(const exposition_t *e, const char *name)
     return found;
 }
 
-/* Every field of st, exactly, with labels on every series; 11 families
+/* Every field of st, exactly, with labels on every series; 13 families
  * (the freshness histogram: 14 buckets, its sum and count). */
 static void expect_stats(const exposition_t *e, const sl_trainer_stats_t *st, const char *labels)
 {
@@ -196,6 +196,8 @@ static void expect_stats(const exposition_t *e, const sl_trainer_stats_t *st, co
         {"sluice_trainer_workers", (double)st->workers},
         {"sluice_trainer_committed_batches_total", (double)st->committed},
         {"sluice_trainer_dropped_batches_total", (double)st->dropped},
+        {"sluice_trainer_shm_batches_total", (double)st->batches_shm},
+        {"sluice_trainer_socket_batches_total", (double)st->batches_socket},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         const sample_t *s = find(e, f[i].name);
@@ -217,8 +219,8 @@ static void expect_stats(const exposition_t *e, const sl_trainer_stats_t *st, co
                 cr_assert_eq(e->s[i].value, (double)st->freshness_count);
         }
     cr_assert_eq(buckets, SL_TRAINER_FRESHNESS_BUCKETS);
-    cr_assert_eq(e->n, 10 + SL_TRAINER_FRESHNESS_BUCKETS + 2, "%d samples", e->n);
-    cr_assert_eq(e->ntyped, 11);
+    cr_assert_eq(e->n, 12 + SL_TRAINER_FRESHNESS_BUCKETS + 2, "%d samples", e->n);
+    cr_assert_eq(e->ntyped, 13);
 }
 
 /* ---- direct mode ---- */

@@ -129,8 +129,31 @@ static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t
             (double)s->batches_acked);
     counter(pp, jl, "sluice_worker_samples_acked_total", "Samples acknowledged by clients.",
             (double)s->samples_acked);
-    counter(pp, jl, "sluice_worker_bytes_sent_total", "Payload bytes of BATCH frames sent.",
+    counter(pp, jl, "sluice_worker_bytes_sent_total",
+            "Frame bytes of BATCH frames sent (as payload, or as a shared-memory descriptor).",
             (double)s->bytes_sent);
+    counter(pp, jl, "sluice_worker_shm_batches_total",
+            "Of the BATCH frames sent, those handed over through shared memory (a descriptor "
+            "into the frame heap, no payload).",
+            (double)s->shm_batches);
+    counter(pp, jl, "sluice_worker_shm_bytes_total",
+            "Frame bytes of the batches handed over through shared memory.", (double)s->shm_bytes);
+    counter(pp, jl, "sluice_worker_shm_fallbacks_total",
+            "Frames made on the ordinary heap because the shared-memory frame heap was full "
+            "(they go over the socket).",
+            (double)st.shm_fallbacks);
+    counter(pp, jl, "sluice_worker_shm_attached_total",
+            "Trainer connections that mapped the shared-memory frame heap.",
+            (double)s->shm_attached);
+    counter(pp, jl, "sluice_worker_shm_refused_total",
+            "Requests for the frame heap's descriptor refused: another uid, an unknown nonce, "
+            "malformed or too slow.",
+            (double)s->shm_refused);
+    gauge(pp, jl, "sluice_worker_shm_capacity_bytes",
+          "Size of the shared-memory frame heap (0: none, --no-shm).", (double)st.shm_capacity);
+    gauge(pp, jl, "sluice_worker_shm_used_bytes",
+          "Bytes of the shared-memory frame heap in frames now (whole pages).",
+          (double)st.shm_used);
     counter(pp, jl, "sluice_worker_redeliveries_total", "Batches put back after a client left.",
             (double)s->redeliveries);
     counter(pp, jl, "sluice_worker_batches_dropped_total",
@@ -218,6 +241,15 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
         "memory", "limit", (json_int_t)st.memory_limit, "used", (json_int_t)st.memory_used, "peak",
         (json_int_t)st.memory_peak);
     if (o) json_object_set_new(o, "splits_failed", json_integer((json_int_t)st.splits_failed));
+    if (o)
+        json_object_set_new(o, "shm",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "capacity",
+                                      (json_int_t)st.shm_capacity, "used", (json_int_t)st.shm_used,
+                                      "batches", (json_int_t)st.server.shm_batches, "bytes",
+                                      (json_int_t)st.server.shm_bytes, "fallbacks",
+                                      (json_int_t)st.shm_fallbacks, "attached",
+                                      (json_int_t)st.server.shm_attached, "refused",
+                                      (json_int_t)st.server.shm_refused));
     if (o && (st.records_read || st.records_bad))
         json_object_set_new(
             o, "kafka",

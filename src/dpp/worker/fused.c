@@ -191,14 +191,14 @@ sl_err_t dpp_worker_fused_batch(sl_worker_t *w, const sl_pipeline_fused_t *f,
         uint64_t a0 = now_ns(CLOCK_MONOTONIC);
         rc = dpp_worker_budget_take(w, size, held, what, err);
         tw = now_ns(CLOCK_MONOTONIC) - a0;
-        if (rc == SL_OK && (frame = sl_alloc_aligned(w->a, size, SL_ALIGN)) == NULL) {
+        if (rc == SL_OK && (frame = sl_alloc_aligned(w->frame_a, size, SL_ALIGN)) == NULL) {
             sl_worker_budget_release(w->budget, size);
             rc = sl_error_set(err, SL_ERR_NOMEM, "encode: frame of %zu bytes", size);
         }
     }
     if (rc == SL_OK &&
         (rc = dpp_worker_fused_fill(f, d, totals, &shape, frame, size, &len, err)) != SL_OK) {
-        sl_free(w->a, frame, size);
+        sl_free(w->frame_a, frame, size);
         sl_worker_budget_release(w->budget, size);
     }
     sl_free(w->a, totals, (F ? F : 1) * sizeof *totals);

@@ -22,6 +22,15 @@
  * to a client that has read every batch: it leaves at once. */
 #define END_GRACE_MS 2000
 
+void dpp_server_frame_free(struct sl_worker_server *s, void *frame, size_t len)
+{
+    uint64_t off;
+    if (sl_shm_heap_offset(s->o.shm, frame, &off))
+        sl_shm_heap_free(s->o.shm, frame);
+    else
+        sl_free(s->a, frame, len);
+}
+
 void dpp_server_item_free(struct sl_worker_server *s, sl_worker_server_item_t *it)
 {
     if (!it) return;
@@ -34,7 +43,7 @@ void dpp_server_item_free(struct sl_worker_server *s, sl_worker_server_item_t *i
     if (!ref || --ref->copies == 0) {
         /* a shared frame goes with its last copy, and its bytes with it */
         if (ref && s->o.budget) sl_worker_budget_release_pinned(s->o.budget, ref->accounted);
-        sl_free(s->a, it->frame, it->len);
+        dpp_server_frame_free(s, it->frame, it->len);
         if (it->record_ms)
             sl_free(s->a, it->record_ms, (size_t)it->num_record_ms * sizeof(int64_t));
         if (ref) sl_free(s->a, ref, sizeof *ref);
@@ -307,6 +316,7 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     s->o.worker_id = s->worker_id;
     s->o.job_id = s->job_id;
     s->lfd = opts->has_listen_fd ? opts->listen_fd : -1;
+    s->shm_lfd = -1;
     sl_mutex_init(&s->mu);
     sl_clock_cond_init(&s->cv);
     sl_err_t rc;
@@ -325,6 +335,14 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     } else if ((rc = sl_rpc_listen(opts->listen, 64, &s->lfd, &s->port, err))) {
         goto fail;
     }
+    if (s->o.shm && (rc = sl_rpc_shm_listen(s->shm_name, &s->shm_lfd, err))) goto fail;
+    if (s->o.shm) {
+        if (pthread_create(&s->shm_thread, NULL, dpp_server_shm_main, s) != 0) {
+            rc = sl_error_set(err, SL_ERR_IO, "server: cannot start the shared-memory thread");
+            goto fail;
+        }
+        s->shm_started = true;
+    }
     if (pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
         rc = sl_error_set(err, SL_ERR_IO, "server: cannot start the accept thread");
         goto fail;
@@ -332,6 +350,13 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     *out = s;
     return SL_OK;
 fail:
+    if (s->shm_started) {
+        sl_mutex_lock(&s->mu);
+        s->stopping = true;
+        sl_mutex_unlock(&s->mu);
+        pthread_join(s->shm_thread, NULL);
+    }
+    if (s->shm_lfd >= 0) close(s->shm_lfd);
     if (s->lfd >= 0) close(s->lfd);
     if (s->ready) {
         sl_worker_queue_destroy(s->ready[0]);
@@ -356,13 +381,14 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     sl_worker_server_item_t *it = si ? &si->item : NULL;
     if (!it) {
         if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, item->accounted);
-        sl_free(s->a, item->frame, item->len);
+        dpp_server_frame_free(s, item->frame, item->len);
         if (item->record_ms)
             sl_free(s->a, item->record_ms, (size_t)item->num_record_ms * sizeof(int64_t));
         return sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
     }
     *it = *item;
     it->share_slot = 0;
+    it->in_shm = sl_shm_heap_offset(s->o.shm, it->frame, &it->shm_offset);
     sl_mutex_lock(&s->mu);
     sl_worker_queue_t *q = dpp_server_rank_queue(s, it->lease.rank_plus_one, true);
     s->outstanding++;
@@ -485,6 +511,12 @@ void sl_worker_server_stop(sl_worker_server_t *s)
     pthread_join(s->accept_thread, NULL);
     close(s->lfd); /* a client reconnecting now is refused, not left waiting */
     s->lfd = -1;
+    if (s->shm_started) { /* its poll wakes within 100 ms and sees stopping */
+        pthread_join(s->shm_thread, NULL);
+        s->shm_started = false;
+    }
+    if (s->shm_lfd >= 0) close(s->shm_lfd);
+    s->shm_lfd = -1;
     sl_mutex_lock(&s->mu);
     /* The job is done: let every sender send END first (bounded; a sender
      * stuck writing to a client that stopped reading is cut off below). */

@@ -44,6 +44,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/shm_heap.h"
 #include "dpp/worker/queue.h"
 #include "dpp/worker/source.h"
 #include "rpc/frame.h"
@@ -84,11 +85,17 @@ typedef struct sl_worker_server_opts {
                                    < 0: never */
     uint32_t max_queued;        /* sl_worker_server_wait_room waits while this many batches
                                    wait to be sent; 0: never waits */
+    /* The frame heap (NULL: none; not owned, outlives the server). Frames
+     * made in it go to clients that mapped it (docs/PROTOCOL.md
+     * "Shared-memory hand-over") as descriptors instead of payloads; the
+     * server listens on an abstract Unix socket to hand its memfd over. */
+    sl_shm_heap_t *shm;
 } sl_worker_server_opts_t;
 
 /* One encoded batch (the server owns it once pushed). */
 typedef struct sl_worker_server_item {
-    void *frame; /* wire frame from sl_wire_encode with the server's allocator */
+    void *frame; /* wire frame from sl_wire_encode with the server's allocator, or a block of
+                    opts.shm (sl_shm_heap_allocator over it) */
     size_t len;
     sl_batch_origin_t origin;
     uint32_t num_samples;
@@ -103,6 +110,10 @@ typedef struct sl_worker_server_item {
     int64_t *record_ms;
     uint32_t num_record_ms;
     uint32_t share_slot; /* the server's: 0 its own job's; k > 0 the k-th shared job's */
+    /* The server's: the frame is a block of opts.shm at shm_offset (freed
+     * there; sent as a descriptor to a client that mapped the heap). */
+    bool in_shm;
+    uint64_t shm_offset;
 } sl_worker_server_item_t;
 
 typedef struct sl_worker_server_stats {
@@ -128,6 +139,13 @@ typedef struct sl_worker_server_stats {
     uint64_t handshake_timeouts; /* no handshake within hello_timeout_ms */
     uint64_t shared_batches;     /* copies of batches queued for another job of a shared pass */
     uint64_t shared_bytes;       /* their frame bytes (held once, sent to each job) */
+    /* Shared-memory hand-over (opts.shm): of batches_sent / bytes_sent,
+     * those that went as a descriptor into the heap (no payload) */
+    uint64_t shm_batches;
+    uint64_t shm_bytes;
+    uint64_t shm_attached; /* connections that mapped the heap */
+    uint64_t shm_refused;  /* side-channel requests refused: another uid, an unknown nonce,
+                              malformed, too slow */
 } sl_worker_server_stats_t;
 
 typedef struct sl_worker_server sl_worker_server_t;

@@ -119,6 +119,7 @@ static void *sender_main(void *arg)
                     continue;
                 }
                 uint64_t id = ++s->next_delivery;
+                bool shm_on = c->shm_on;
                 ((sitem_t *)it)->senders++;
                 c->unacked[c->n_unacked++] = (unacked_t){it, id};
                 c->credits--;
@@ -143,8 +144,16 @@ static void *sender_main(void *arg)
                     bi.rank_plus_one = it->lease.rank_plus_one;
                 }
                 size_t len = it->len;
+                /* shm_on (read under the lock) is set before the
+                 * connection's first credit: every batch of it goes one way */
+                bool by_shm = it->in_shm && shm_on;
+                if (by_shm) { /* a descriptor: the client copies the frame out of the heap */
+                    bi.shm_offset = it->shm_offset;
+                    bi.shm_length = it->len;
+                }
                 uint64_t t0 = sl_clock_ns();
-                rc = send_locked(c, SL_RPC_BATCH, &bi.base, it->frame, it->len, &err);
+                rc = send_locked(c, SL_RPC_BATCH, &bi.base, by_shm ? NULL : it->frame,
+                                 by_shm ? 0 : it->len, &err);
                 uint64_t dt = sl_clock_ns() - t0;
                 sl_mutex_lock(&s->mu);
                 s->st.send_ns += dt;
@@ -161,6 +170,8 @@ static void *sender_main(void *arg)
                 }
                 s->st.batches_sent++;
                 s->st.bytes_sent += len;
+                s->st.shm_batches += by_shm;
+                s->st.shm_bytes += by_shm ? len : 0;
                 continue;
             }
         }
@@ -305,9 +316,18 @@ void *dpp_server_client_main(void *arg)
         snprintf(c->share_job, sizeof c->share_job, "%s", h->job_id);
         c->share_slot = dpp_server_share_slot(s, c->share_job, false);
     }
+    /* a client that can map shared frames, on a worker that has a heap:
+     * its WELCOME names the side channel and this connection's nonce */
+    bool offer_shm = h->shm && s->o.shm && s->shm_lfd >= 0;
     sl_mutex_unlock(&s->mu);
     sl_rpc_frame_free(&f);
+    uint8_t nonce[SL_RPC_SHM_NONCE_BYTES];
+    if (offer_shm && sl_rpc_shm_nonce(nonce, &err) != SL_OK) offer_shm = false;
     sl_mutex_lock(&s->mu);
+    if (offer_shm) {
+        memcpy(c->shm_nonce, nonce, sizeof nonce);
+        c->shm_asked = true;
+    }
     c->hello_done = true;
     c->last_rx_ms = sl_clock_ms();
     sl_mutex_unlock(&s->mu);
@@ -316,6 +336,11 @@ void *dpp_server_client_main(void *arg)
     w.worker_id = s->worker_id;
     w.job_id = c->share_job[0] ? c->share_job : s->job_id;
     w.max_credits = s->o.max_credits;
+    if (offer_shm) {
+        w.shm_socket = s->shm_name;
+        w.shm_nonce.data = nonce;
+        w.shm_nonce.len = sizeof nonce;
+    }
     if (send_locked(c, SL_RPC_WELCOME, &w.base, NULL, 0, &err) != SL_OK) goto out;
     sl_mutex_lock(&s->mu);
     c->welcomed = true; /* from now on a stop waits for its sender (END) */
@@ -361,6 +386,23 @@ void *dpp_server_client_main(void *arg)
         if (f.type == SL_RPC_REQUEST) {
             const Sluice__Dpp__Request *r = (const Sluice__Dpp__Request *)f.msg;
             sl_mutex_lock(&s->mu);
+            if (r->shm_attached && !c->shm_on) {
+                /* only after the side channel took this connection's nonce,
+                 * and before any credit: every batch of the connection
+                 * then knows its way */
+                if (!c->shm_granted || c->credits > 0 || c->n_unacked > 0) {
+                    sl_mutex_unlock(&s->mu);
+                    snprintf(msg, sizeof msg, "request says shm_attached, but %s",
+                             c->shm_granted ? "not in the connection's first request"
+                                            : "no side-channel request presented this "
+                                              "connection's nonce");
+                    send_error(c, SL_ERR_PROTOCOL, msg);
+                    bad = true;
+                    break;
+                }
+                c->shm_on = true;
+                s->st.shm_attached++;
+            }
             c->credits += r->credits; /* < 2^32 per frame: cannot wrap in practice */
             pthread_cond_broadcast(&s->cv);
             sl_mutex_unlock(&s->mu);

@@ -17,6 +17,7 @@
 #include "common/lock.h"
 #include "common/mem.h"
 #include "dpp/worker/server.h"
+#include "rpc/shm.h"
 
 /* A queued batch. Sender threads read its frame without the lock, so an
  * ACK (or a stop) that comes while one is still writing it only marks it:
@@ -60,7 +61,12 @@ typedef struct client {
     char share_job[256];
     uint32_t share_slot;
     bool hello_done; /* past its handshake */
-    bool evicting;   /* shut down to make room: its threads are ending */
+    /* Shared-memory hand-over: its HELLO asked and the server has a heap
+     * (nonce in its WELCOME); the side channel took the nonce (granted);
+     * its REQUEST said attached after that (on: descriptors from now) */
+    bool shm_asked, shm_granted, shm_on;
+    uint8_t shm_nonce[SL_RPC_SHM_NONCE_BYTES];
+    bool evicting; /* shut down to make room: its threads are ending */
     uint64_t opened_ms, last_rx_ms;
     struct client *next;
 } client_t;
@@ -91,6 +97,11 @@ struct sl_worker_server {
     uint32_t nclients; /* in the list: their threads may still run */
     char *secret;      /* the cluster secret (owned), NULL: no handshake */
     sl_worker_server_stats_t st;
+    /* the side channel of the shared-memory hand-over (opts.shm only) */
+    int shm_lfd; /* -1: none */
+    char shm_name[SL_RPC_SHM_NAME_MAX];
+    pthread_t shm_thread;
+    bool shm_started;
 };
 
 /* server.c */
@@ -115,6 +126,14 @@ void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t
  * use when create. @return NULL when out of range or memory (or absent). */
 sl_worker_queue_t *dpp_server_rank_queue(struct sl_worker_server *s, uint32_t rank_plus_one,
                                          bool create) SL_REQUIRES(s->mu);
+
+/* Free a frame of the server's (a heap block or s->a's). */
+void dpp_server_frame_free(struct sl_worker_server *s, void *frame, size_t len);
+
+/* server_shm.c: the side channel's thread (arg: the server): accepts on
+ * shm_lfd and hands the heap's memfd to connections whose nonce a
+ * waiting client was given, until the server stops. */
+void *dpp_server_shm_main(void *arg);
 
 /* server_conn.c: a connection's receiver thread (arg: its client_t), which
  * starts its sender once the handshake is done. */

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "dpp/worker/worker_internal.h"
 #include "sluice/wire.h"
 
@@ -187,7 +188,7 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t 
     }
     void *frame = NULL;
     size_t len = 0;
-    rc = sl_wire_encode(batch, w->a, &frame, &len, err);
+    rc = sl_wire_encode(batch, w->frame_a, &frame, &len, err);
     uint64_t t3 = now_ns(CLOCK_MONOTONIC);
     if (rc) {
         sl_error_prefix(err, "encode: ");
@@ -201,7 +202,7 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t 
                                   .accounted = len,
                                   .lease = *lease};
     if (batch->record_ms && (rc = record_times(w, batch, &it, err))) {
-        sl_free(w->a, frame, len);
+        sl_free(w->frame_a, frame, len);
         return batch_failed(w, batch, held, lease, rc, err);
     }
     sl_batch_destroy(batch);
@@ -417,6 +418,7 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     }
     w->job = job;
     w->a = a;
+    w->frame_a = a;
     w->o = o;
     w->source = o.source;
     w->master_mode = o.source.lease_live != NULL;
@@ -489,7 +491,24 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
                           o.memory_limit, w->kafka_prefetch);
         goto fail;
     }
+    if (!o.no_shm) {
+        uint64_t bytes = o.shm_bytes;
+        if (!bytes) {
+            bytes = o.memory_limit / 2;
+            if (bytes > SL_WORKER_DEFAULT_SHM_MAX) bytes = SL_WORKER_DEFAULT_SHM_MAX;
+        }
+        sl_error_t e = {0};
+        if (sl_shm_heap_new("sluice-frames", bytes, a, &w->shm, &e) == SL_OK) {
+            w->frame_a = sl_shm_heap_allocator(w->shm, a);
+            w->st.shm_capacity = sl_shm_heap_size(w->shm);
+        } else {
+            /* not fatal: every frame goes over the socket, as with --no-shm */
+            sl_log(SL_LOG_WARN, "worker_shm_off", "worker %s: no shared-memory frame heap: %s",
+                   w->worker_id, e.msg);
+        }
+    }
     sl_worker_server_opts_t so = {.listen = o.listen,
+                                  .shm = w->shm,
                                   .max_credits = o.max_credits,
                                   .worker_id = w->worker_id,
                                   .job_id = o.job_id ? o.job_id : job->id,
@@ -611,6 +630,12 @@ void sl_worker_stats(sl_worker_t *w, sl_worker_stats_t *out)
         out->records_dead_letter = r.dead_letter;
         out->records_dead_letter_failed = r.dead_letter_failed;
     }
+    if (w->shm) {
+        sl_shm_heap_stats_t hs;
+        sl_shm_heap_stats(w->shm, &hs);
+        out->shm_used = hs.used;
+        out->shm_fallbacks = hs.fallbacks;
+    }
     if (w->budget) {
         out->memory_used = sl_worker_budget_used(w->budget);
         out->memory_peak = sl_worker_budget_peak(w->budget);
@@ -669,6 +694,12 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
                 ", evicted at the cap %" PRIu64 ", refused at the cap %" PRIu64
                 ", closed idle %" PRIu64 ", handshake timeouts %" PRIu64 "\n",
                 s->auth_failures, s->evicted, s->refused, s->idle_closed, s->handshake_timeouts);
+    if (st->shm_capacity)
+        fprintf(out,
+                "  shared memory: %" PRIu64 " of the batches sent (%" PRIu64
+                " bytes) handed over in the heap of %" PRIu64 " bytes, %" PRIu64
+                " connections attached, %" PRIu64 " frames made outside it (it was full)\n",
+                s->shm_batches, s->shm_bytes, st->shm_capacity, s->shm_attached, st->shm_fallbacks);
     if (st->records_read || st->records_bad)
         fprintf(out,
                 "  kafka records %" PRIu64 ", bad %" PRIu64
@@ -712,6 +743,7 @@ void sl_worker_destroy(sl_worker_t *w)
     if (w->listen_fd_owned) close(w->o.listen_fd);
     sl_worker_queue_destroy(w->work);
     sl_worker_budget_destroy(w->budget);
+    sl_shm_heap_destroy(w->shm); /* after the server: it held the last frames */
     if (w->xform) sl_free(w->a, w->xform, (size_t)w->threads * sizeof *w->xform);
     if (w->groups) sl_free(w->a, w->groups, (size_t)w->num_groups * sizeof *w->groups);
     sl_wh_splits_destroy(w->splits);

@@ -88,7 +88,17 @@ typedef struct sl_worker_opts {
      * path (docs/WORKER.md, "The fused path"): for tests and benchmarks
      * that compare the two. */
     bool no_fused;
+    /* The frame heap of the shared-memory hand-over (docs/WORKER.md
+     * "Shared memory"): trainers on this host map it and are sent
+     * descriptors instead of frames. Its size in bytes; 0: half of
+     * memory_limit, at most SL_WORKER_DEFAULT_SHM_MAX. Frames in it count
+     * in memory_limit as any other. no_shm: none (every frame goes over the
+     * socket). */
+    uint64_t shm_bytes;
+    bool no_shm;
 } sl_worker_opts_t;
+
+#define SL_WORKER_DEFAULT_SHM_MAX (1ull << 30)
 
 #define SL_WORKER_DEFAULT_QUEUED_PER_THREAD 2
 #define SL_WORKER_DEFAULT_QUEUED_MIN 4
@@ -149,6 +159,9 @@ typedef struct sl_worker_stats {
     uint64_t cache_files_written, cache_bytes_written, cache_write_ns;
     uint64_t source_bytes; /* decoded bytes of the stripes read from the source */
     uint64_t memory_limit, memory_used, memory_peak;
+    /* the frame heap (all 0 without one): its size, bytes in use, and
+     * frames made on the ordinary heap because it was full */
+    uint64_t shm_capacity, shm_used, shm_fallbacks;
     sl_worker_server_stats_t server;
     bool finished; /* every batch produced and acknowledged */
 } sl_worker_stats_t;

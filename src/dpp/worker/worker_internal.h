@@ -31,6 +31,10 @@ typedef struct dpp_worker_batch {
 struct sl_worker {
     const sl_pipeline_job_t *job;
     const sl_allocator_t *a;
+    /* Frames are made with frame_a: in the shared-memory heap (shm, NULL:
+     * none) while it has room, else with a (common/shm_heap.h) */
+    sl_shm_heap_t *shm;
+    const sl_allocator_t *frame_a;
     sl_worker_opts_t o;
     char worker_id[64];
     sl_wh_table_t *table;

@@ -1,0 +1,277 @@
+/* The shared-memory hand-over's side channel (shm.h): an abstract Unix
+ * socket, a nonce in, a memfd out. */
+#include "rpc/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <gnutls/crypto.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+
+#define REQUEST_BYTES (8 + SL_RPC_SHM_NONCE_BYTES)
+#define REPLY_BYTES 24
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* An abstract socket address for name; *len its length. */
+static void address(const char *name, struct sockaddr_un *sa, socklen_t *len)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    size_t n = strnlen(name, sizeof sa->sun_path - 1);
+    memcpy(sa->sun_path + 1, name, n); /* sun_path[0] == 0: the abstract namespace */
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+/* Wait for events on fd until deadline_ms. @return SL_OK, SL_ERR_TIMEOUT. */
+static sl_err_t wait_fd(int fd, short events, uint64_t deadline_ms)
+{
+    for (;;) {
+        uint64_t now = sl_clock_ms();
+        if (now >= deadline_ms) return SL_ERR_TIMEOUT;
+        struct pollfd p = {.fd = fd, .events = events};
+        int r = poll(&p, 1, (int)(deadline_ms - now > 60000 ? 60000 : deadline_ms - now));
+        if (r > 0) return SL_OK;
+        if (r < 0 && errno != EINTR) return SL_ERR_IO;
+    }
+}
+
+/* Read exactly len bytes (and, when fd_out, a descriptor sent with them)
+ * before deadline_ms. */
+static sl_err_t read_all(int fd, uint8_t *buf, size_t len, int *fd_out, uint64_t deadline_ms,
+                         sl_error_t *err)
+{
+    size_t got = 0;
+    while (got < len) {
+        sl_err_t rc = wait_fd(fd, POLLIN, deadline_ms);
+        if (rc == SL_ERR_TIMEOUT) return sl_error_set(err, rc, "no answer in time");
+        if (rc != SL_OK) return sl_error_set(err, rc, "poll: %s", strerror(errno));
+        struct iovec iov = {buf + got, len - got};
+        union {
+            struct cmsghdr h;
+            char b[CMSG_SPACE(sizeof(int))];
+        } cm;
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (fd_out) {
+            m.msg_control = cm.b;
+            m.msg_controllen = sizeof cm.b;
+        }
+        ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (n < 0) return sl_error_set(err, SL_ERR_IO, "recvmsg: %s", strerror(errno));
+        if (n == 0)
+            return sl_error_set(err, SL_ERR_CLOSED, "closed after %zu of %zu bytes", got, len);
+        if (fd_out) {
+            for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
+                if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
+                    h->cmsg_len == CMSG_LEN(sizeof(int))) {
+                    int got_fd;
+                    memcpy(&got_fd, CMSG_DATA(h), sizeof got_fd);
+                    if (*fd_out >= 0)
+                        close(got_fd); /* only one is expected */
+                    else
+                        *fd_out = got_fd;
+                }
+            }
+        }
+        got += (size_t)n;
+    }
+    return SL_OK;
+}
+
+/* Write len bytes (with passfd attached when >= 0) before deadline_ms. */
+static sl_err_t write_all(int fd, const uint8_t *buf, size_t len, int passfd, uint64_t deadline_ms,
+                          sl_error_t *err)
+{
+    size_t put = 0;
+    while (put < len) {
+        sl_err_t rc = wait_fd(fd, POLLOUT, deadline_ms);
+        if (rc == SL_ERR_TIMEOUT) return sl_error_set(err, rc, "peer not reading in time");
+        if (rc != SL_OK) return sl_error_set(err, rc, "poll: %s", strerror(errno));
+        struct iovec iov = {(void *)(buf + put), len - put};
+        union {
+            struct cmsghdr h;
+            char b[CMSG_SPACE(sizeof(int))];
+        } cm;
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (passfd >= 0 && put == 0) {
+            memset(&cm, 0, sizeof cm);
+            m.msg_control = cm.b;
+            m.msg_controllen = sizeof cm.b;
+            struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+            h->cmsg_level = SOL_SOCKET;
+            h->cmsg_type = SCM_RIGHTS;
+            h->cmsg_len = CMSG_LEN(sizeof(int));
+            memcpy(CMSG_DATA(h), &passfd, sizeof passfd);
+        }
+        ssize_t n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (n < 0) return sl_error_set(err, SL_ERR_IO, "sendmsg: %s", strerror(errno));
+        put += (size_t)n;
+    }
+    return SL_OK;
+}
+
+sl_err_t sl_rpc_shm_nonce(uint8_t nonce[SL_RPC_SHM_NONCE_BYTES], sl_error_t *err)
+{
+    if (gnutls_rnd(GNUTLS_RND_NONCE, nonce, SL_RPC_SHM_NONCE_BYTES) < 0)
+        return sl_error_set(err, SL_ERR_IO, "shared memory: no random bytes for a nonce");
+    return SL_OK;
+}
+
+sl_err_t sl_rpc_shm_listen(char name[SL_RPC_SHM_NAME_MAX], int *fd, sl_error_t *err)
+{
+    uint8_t r[8];
+    if (gnutls_rnd(GNUTLS_RND_NONCE, r, sizeof r) < 0)
+        return sl_error_set(err, SL_ERR_IO, "shared memory: no random bytes for a socket name");
+    snprintf(name, SL_RPC_SHM_NAME_MAX, "sluice-shm-%d-%016llx", (int)getpid(),
+             (unsigned long long)get_le(r, 8));
+    struct sockaddr_un sa;
+    socklen_t len;
+    address(name, &sa, &len);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return sl_error_set(err, SL_ERR_IO, "shared memory: socket: %s", strerror(errno));
+    if (bind(s, (struct sockaddr *)&sa, len) != 0 || listen(s, 64) != 0) {
+        int e = errno;
+        close(s);
+        return sl_error_set(err, SL_ERR_IO, "shared memory: listen on @%s: %s", name, strerror(e));
+    }
+    *fd = s;
+    return SL_OK;
+}
+
+static sl_err_t reply(int cfd, sl_err_t status, int memfd, uint64_t size, uint64_t deadline_ms,
+                      sl_error_t *err)
+{
+    uint8_t out[REPLY_BYTES] = {0};
+    memcpy(out, SL_RPC_SHM_MAGIC, 4);
+    put_u32(out + 4, SL_RPC_SHM_VERSION);
+    put_u32(out + 8, (uint32_t)(int32_t)status);
+    put_u32(out + 16, (uint32_t)size);
+    put_u32(out + 20, (uint32_t)(size >> 32));
+    return write_all(cfd, out, sizeof out, status == SL_OK ? memfd : -1, deadline_ms, err);
+}
+
+sl_err_t sl_rpc_shm_serve(int cfd, uint64_t deadline_ms, sl_rpc_shm_check_fn check, void *ctx,
+                          int memfd, uint64_t size, sl_error_t *err)
+{
+    struct ucred cred;
+    socklen_t cl = sizeof cred;
+    if (getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
+        return sl_error_set(err, SL_ERR_IO, "SO_PEERCRED: %s", strerror(errno));
+    if (cred.uid != geteuid()) {
+        reply(cfd, SL_ERR_INVALID, -1, 0, deadline_ms, NULL);
+        return sl_error_set(err, SL_ERR_INVALID, "refused pid %d: uid %u is not this worker's %u",
+                            (int)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
+    }
+    uint8_t in[REQUEST_BYTES];
+    sl_err_t rc = read_all(cfd, in, sizeof in, NULL, deadline_ms, err);
+    if (rc != SL_OK) return sl_error_prefix(err, "pid %d: request: ", (int)cred.pid);
+    if (memcmp(in, SL_RPC_SHM_MAGIC, 4) != 0 || get_le(in + 4, 4) != SL_RPC_SHM_VERSION) {
+        reply(cfd, SL_ERR_PROTOCOL, -1, 0, deadline_ms, NULL);
+        return sl_error_set(err, SL_ERR_PROTOCOL, "pid %d: not a version %d shared-memory request",
+                            (int)cred.pid, SL_RPC_SHM_VERSION);
+    }
+    if (!check(ctx, in + 8)) {
+        reply(cfd, SL_ERR_INVALID, -1, 0, deadline_ms, NULL);
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "refused pid %d: its nonce is no waiting connection's", (int)cred.pid);
+    }
+    rc = reply(cfd, SL_OK, memfd, size, deadline_ms, err);
+    if (rc != SL_OK) return sl_error_prefix(err, "pid %d: reply: ", (int)cred.pid);
+    return SL_OK;
+}
+
+sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_len,
+                           uint64_t deadline_ms, sl_rpc_shm_map_t *out, sl_error_t *err)
+{
+    *out = (sl_rpc_shm_map_t){0};
+    if (nonce_len != SL_RPC_SHM_NONCE_BYTES || !name || !name[0] ||
+        strlen(name) >= SL_RPC_SHM_NAME_MAX)
+        return sl_error_set(err, SL_ERR_PROTOCOL,
+                            "shared memory: welcome gave a %zu-byte nonce or a bad socket name",
+                            nonce_len);
+    struct sockaddr_un sa;
+    socklen_t len;
+    address(name, &sa, &len);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return sl_error_set(err, SL_ERR_IO, "shared memory: socket: %s", strerror(errno));
+    if (connect(s, (struct sockaddr *)&sa, len) != 0) {
+        int e = errno;
+        close(s);
+        /* another host or network namespace: the name is not there */
+        return sl_error_set(err, e == ECONNREFUSED || e == ENOENT ? SL_ERR_NOT_FOUND : SL_ERR_IO,
+                            "shared memory: connect to @%s: %s", name, strerror(e));
+    }
+    uint8_t req[REQUEST_BYTES];
+    memcpy(req, SL_RPC_SHM_MAGIC, 4);
+    put_u32(req + 4, SL_RPC_SHM_VERSION);
+    memcpy(req + 8, nonce, SL_RPC_SHM_NONCE_BYTES);
+    uint8_t in[REPLY_BYTES];
+    int memfd = -1;
+    sl_err_t rc = write_all(s, req, sizeof req, -1, deadline_ms, err);
+    if (rc == SL_OK) rc = read_all(s, in, sizeof in, &memfd, deadline_ms, err);
+    close(s);
+    if (rc != SL_OK) {
+        if (memfd >= 0) close(memfd);
+        return sl_error_prefix(err, "shared memory @%s: ", name);
+    }
+    int32_t status = (int32_t)(uint32_t)get_le(in + 8, 4);
+    uint64_t size = get_le(in + 16, 8);
+    if (memcmp(in, SL_RPC_SHM_MAGIC, 4) != 0 || get_le(in + 4, 4) != SL_RPC_SHM_VERSION)
+        rc = sl_error_set(err, SL_ERR_PROTOCOL, "shared memory @%s: a malformed reply", name);
+    else if (status != 0)
+        rc = sl_error_set(err, SL_ERR_INVALID, "shared memory @%s: refused (%s)", name,
+                          sl_err_str((sl_err_t)status));
+    else if (memfd < 0)
+        rc = sl_error_set(err, SL_ERR_PROTOCOL, "shared memory @%s: no descriptor came", name);
+    if (rc != SL_OK) {
+        if (memfd >= 0) close(memfd);
+        return rc;
+    }
+    /* Only a memfd sealed against shrinking, at least size bytes, can be
+     * read without a SIGBUS whatever its owner does later. */
+    struct stat st;
+    int seals = fcntl(memfd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(memfd, &st) != 0 || size == 0 ||
+        (uint64_t)st.st_size < size || size > SIZE_MAX) {
+        close(memfd);
+        return sl_error_set(err, SL_ERR_PROTOCOL,
+                            "shared memory @%s: the descriptor is not a sealed memfd of %llu bytes",
+                            name, (unsigned long long)size);
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, memfd, 0);
+    int e = errno;
+    close(memfd);
+    if (p == MAP_FAILED)
+        return sl_error_set(err, SL_ERR_IO, "shared memory @%s: mmap of %llu bytes: %s", name,
+                            (unsigned long long)size, strerror(e));
+    *out = (sl_rpc_shm_map_t){.base = p, .size = size};
+    return SL_OK;
+}
+
+void sl_rpc_shm_detach(sl_rpc_shm_map_t *m)
+{
+    if (m->base) munmap((void *)m->base, (size_t)m->size);
+    *m = (sl_rpc_shm_map_t){0};
+}

@@ -1,0 +1,73 @@
+/* The shared-memory hand-over's side channel (docs/PROTOCOL.md
+ * "Shared-memory hand-over"): a worker with a frame heap (common/shm_heap.h)
+ * listens on an abstract Unix socket; a trainer client on the same host
+ * (same network namespace, same uid) connects, presents the nonce its
+ * WELCOME gave, and is sent the heap's memfd (SCM_RIGHTS), which it maps
+ * read-only. Both sides are here.
+ *
+ * On the socket, little-endian, fixed size:
+ *   request (client -> worker), 40 bytes:
+ *     magic "SLSM" | u32 version (1) | 32 bytes nonce
+ *   reply (worker -> client), 24 bytes, with the memfd attached (SCM_RIGHTS)
+ *   when status is 0:
+ *     magic "SLSM" | u32 version (1) | i32 status (0, or an sl_err_t) |
+ *     u32 reserved (0) | u64 size (bytes of the heap; 0 when refused)
+ * then the worker closes the connection. */
+#ifndef SLUICE_RPC_SHM_H
+#define SLUICE_RPC_SHM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sluice/err.h"
+
+#define SL_RPC_SHM_MAGIC "SLSM"
+#define SL_RPC_SHM_VERSION 1
+#define SL_RPC_SHM_NONCE_BYTES 32
+#define SL_RPC_SHM_NAME_MAX 64
+
+/* ---- worker side ---- */
+
+/* Listen on a new abstract Unix socket named "sluice-shm-<pid>-<16 hex
+ * random>" (written to name, without the leading NUL). @return SL_ERR_IO
+ * with the call and errno. */
+sl_err_t sl_rpc_shm_listen(char name[SL_RPC_SHM_NAME_MAX], int *fd, sl_error_t *err);
+
+/* 32 random bytes. @return SL_ERR_IO when there are none. */
+sl_err_t sl_rpc_shm_nonce(uint8_t nonce[SL_RPC_SHM_NONCE_BYTES], sl_error_t *err);
+
+/* Does this nonce belong to a connection waiting for the heap? (The
+ * worker's: it marks that connection granted.) */
+typedef bool (*sl_rpc_shm_check_fn)(void *ctx, const uint8_t nonce[SL_RPC_SHM_NONCE_BYTES]);
+
+/* Serve one accepted connection cfd (not closed here) before deadline_ms
+ * (sl_clock_ms): read the request, refuse a peer of another uid than this
+ * process's (SO_PEERCRED) or a nonce check() does not know, else send
+ * memfd and size. A refusal is answered with its status (no fd). @return
+ * SL_OK when the memfd went out; otherwise why not (SL_ERR_INVALID for
+ * the uid or nonce, SL_ERR_PROTOCOL for a malformed request,
+ * SL_ERR_TIMEOUT, SL_ERR_IO). */
+sl_err_t sl_rpc_shm_serve(int cfd, uint64_t deadline_ms, sl_rpc_shm_check_fn check, void *ctx,
+                          int memfd, uint64_t size, sl_error_t *err);
+
+/* ---- client side ---- */
+
+/* A read-only mapping of a worker's heap; base NULL: none. */
+typedef struct sl_rpc_shm_map {
+    const uint8_t *base;
+    uint64_t size;
+} sl_rpc_shm_map_t;
+
+/* Connect to the abstract socket name, present nonce, receive the memfd and
+ * map it (PROT_READ, MAP_SHARED) before deadline_ms. The memfd must be
+ * sealed against shrinking and at least size bytes: the mapping can never
+ * fault. @return SL_ERR_NOT_FOUND when there is no such socket (another
+ * host or network namespace), SL_ERR_INVALID when refused, SL_ERR_TIMEOUT,
+ * SL_ERR_PROTOCOL for a malformed reply or memfd, SL_ERR_IO. */
+sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_len,
+                           uint64_t deadline_ms, sl_rpc_shm_map_t *out, sl_error_t *err);
+
+/* Unmap; m may be unmapped (base NULL). */
+void sl_rpc_shm_detach(sl_rpc_shm_map_t *m);
+
+#endif

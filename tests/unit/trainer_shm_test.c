@@ -1,0 +1,235 @@
+/* The trainer client's side of the shared-memory hand-over (docs/PROTOCOL.md
+ * "Shared-memory hand-over") against a fake worker that speaks it: the
+ * client asks in HELLO, maps the heap through the side channel, says so in
+ * its first REQUEST, and copies a descriptor's frame out of the mapping
+ * (decoded byte for byte, counted in batches_shm); a descriptor outside the
+ * heap, or on a connection that never attached (shm off in the client), is
+ * a clear error naming the worker and the delivery, answered with ERROR,
+ * never a crash; with shm off the client's HELLO does not ask. */
+#include <criterion/criterion.h>
+
+#include <stdlib.h>
+
+#include "common/clock.h"
+#include "common/shm_heap.h"
+#include "rpc/shm.h"
+#include "sluice/trainer.h"
+/* for fw_random_batch: the fake worker itself is not used here */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "trainer_fake_worker.h"
+#pragma GCC diagnostic pop
+
+TestSuite(trainer_shm);
+
+typedef enum peer_mode {
+    PEER_GOOD,         /* a descriptor of a valid frame in the heap */
+    PEER_OUT_OF_RANGE, /* a descriptor past the heap's end */
+} peer_mode_t;
+
+typedef struct peer {
+    peer_mode_t mode;
+    int lfd;
+    uint16_t port;
+    char addr[64];
+    pthread_t th;
+    sl_shm_heap_t *heap;
+    void *frame; /* in the heap */
+    size_t frame_len;
+    uint32_t samples;
+    /* what the client did */
+    bool hello_shm, attached, got_error;
+    char error[512];
+} peer_t;
+
+static bool nonce_ok(void *ctx, const uint8_t nonce[SL_RPC_SHM_NONCE_BYTES])
+{
+    return memcmp(ctx, nonce, SL_RPC_SHM_NONCE_BYTES) == 0;
+}
+
+static void *peer_main(void *arg)
+{
+    peer_t *p = arg;
+    struct pollfd pl = {.fd = p->lfd, .events = POLLIN};
+    if (poll(&pl, 1, (int)(tu_timeout(10) * 1000)) <= 0) return NULL;
+    int fd = accept(p->lfd, NULL, NULL);
+    sl_error_t err = {0};
+    sl_rpc_set_recv_timeout(fd, (int)(tu_timeout(10) * 1000), &err);
+    sl_rpc_frame_t f = {0};
+    if (sl_rpc_recv(fd, NULL, NULL, &f, &err) != SL_OK || f.type != SL_RPC_HELLO) goto out;
+    p->hello_shm = ((const Sluice__Dpp__Hello *)f.msg)->shm;
+    sl_rpc_frame_free(&f);
+    char name[SL_RPC_SHM_NAME_MAX];
+    int ufd = -1;
+    uint8_t nonce[SL_RPC_SHM_NONCE_BYTES];
+    Sluice__Dpp__Welcome w = SLUICE__DPP__WELCOME__INIT;
+    w.protocol_version = SL_RPC_VERSION;
+    w.worker_id = "fake";
+    w.job_id = "job";
+    w.max_credits = 4;
+    if (p->hello_shm) {
+        cr_assert_eq(sl_rpc_shm_listen(name, &ufd, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_rpc_shm_nonce(nonce, &err), SL_OK);
+        w.shm_socket = name;
+        w.shm_nonce.data = nonce;
+        w.shm_nonce.len = sizeof nonce;
+    }
+    sl_rpc_send(fd, SL_RPC_WELCOME, &w.base, NULL, 0, &err);
+    if (p->hello_shm) {
+        struct pollfd up = {.fd = ufd, .events = POLLIN};
+        if (poll(&up, 1, (int)(tu_timeout(10) * 1000)) == 1) {
+            int cfd = accept(ufd, NULL, NULL);
+            sl_rpc_shm_serve(cfd, sl_clock_ms() + (uint64_t)(tu_timeout(10) * 1000), nonce_ok,
+                             nonce, sl_shm_heap_fd(p->heap), sl_shm_heap_size(p->heap), &err);
+            close(cfd);
+        }
+        close(ufd);
+    }
+    if (sl_rpc_recv(fd, NULL, NULL, &f, &err) != SL_OK || f.type != SL_RPC_REQUEST) goto out;
+    p->attached = ((const Sluice__Dpp__Request *)f.msg)->shm_attached;
+    sl_rpc_frame_free(&f);
+    uint64_t off = 0;
+    sl_shm_heap_offset(p->heap, p->frame, &off);
+    Sluice__Dpp__BatchInfo bi = SLUICE__DPP__BATCH_INFO__INIT;
+    bi.delivery_id = 41;
+    bi.split_id = 7;
+    bi.num_samples = p->samples;
+    bi.shm_offset = p->mode == PEER_OUT_OF_RANGE ? sl_shm_heap_size(p->heap) - 100 : off;
+    bi.shm_length = p->frame_len;
+    sl_rpc_send(fd, SL_RPC_BATCH, &bi.base, NULL, 0, &err);
+    /* the client's answer: an ACK when it took the batch, ERROR when not */
+    while (sl_rpc_recv(fd, NULL, NULL, &f, &err) == SL_OK) {
+        if (f.type == SL_RPC_ERROR) {
+            p->got_error = true;
+            snprintf(p->error, sizeof p->error, "%s", ((const Sluice__Dpp__Error *)f.msg)->message);
+        }
+        sl_rpc_type_t t = f.type;
+        sl_rpc_frame_free(&f);
+        if (t == SL_RPC_ERROR || t == SL_RPC_GOODBYE) break;
+        if (t == SL_RPC_ACK) { /* done: the job ends */
+            Sluice__Dpp__End e = SLUICE__DPP__END__INIT;
+            sl_rpc_send(fd, SL_RPC_END, &e.base, NULL, 0, &err);
+        }
+    }
+out:
+    sl_rpc_frame_free(&f);
+    close(fd);
+    return NULL;
+}
+
+static sl_batch_t *peer_start(peer_t *p, peer_mode_t mode)
+{
+    memset(p, 0, sizeof *p);
+    p->mode = mode;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_shm_heap_new("trainer-shm-test", 1 << 20, NULL, &p->heap, &err), SL_OK);
+    uint64_t rng = tu_seed("trainer_shm");
+    sl_batch_t *b = fw_random_batch(&rng, 8, 1);
+    void *frame;
+    cr_assert_eq(
+        sl_wire_encode(b, sl_shm_heap_allocator(p->heap, NULL), &frame, &p->frame_len, &err), SL_OK,
+        "%s", err.msg);
+    uint64_t off;
+    cr_assert(sl_shm_heap_offset(p->heap, frame, &off), "the frame is in the heap");
+    p->frame = frame;
+    p->samples = b->batch_size;
+    cr_assert_eq(sl_rpc_listen("127.0.0.1:0", 4, &p->lfd, &p->port, &err), SL_OK, "%s", err.msg);
+    snprintf(p->addr, sizeof p->addr, "127.0.0.1:%u", p->port);
+    cr_assert_eq(pthread_create(&p->th, NULL, peer_main, p), 0);
+    return b;
+}
+
+static void peer_stop(peer_t *p)
+{
+    pthread_join(p->th, NULL);
+    close(p->lfd);
+    sl_shm_heap_free(p->heap, p->frame);
+    sl_shm_heap_destroy(p->heap);
+}
+
+static sl_trainer_t *client(const char *addr, bool no_shm)
+{
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.address = addr;
+    o.reconnect_ms = -1;
+    o.no_shm = no_shm;
+    o.metrics_address = "";
+    sl_trainer_t *t = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_connect(&o, &t, &err), SL_OK, "%s", err.msg);
+    return t;
+}
+
+Test(trainer_shm, a_descriptor_is_copied_out_and_decoded)
+{
+    unsetenv("SLUICE_TRAINER_SHM");
+    peer_t p;
+    sl_batch_t *want = peer_start(&p, PEER_GOOD);
+    sl_trainer_t *t = client(p.addr, false);
+    sl_batch_t *b = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_next(t, (int)(tu_timeout(10) * 1000), &b, &err), SL_OK, "%s", err.msg);
+    cr_assert(p.hello_shm);
+    cr_assert(p.attached);
+    /* byte for byte the batch encoded into the heap */
+    void *f1, *f2;
+    size_t l1, l2;
+    cr_assert_eq(sl_wire_encode(want, NULL, &f1, &l1, &err), SL_OK);
+    cr_assert_eq(sl_wire_encode(b, NULL, &f2, &l2, &err), SL_OK);
+    cr_assert_eq(l1, l2);
+    cr_assert_eq(memcmp(f1, f2, l1), 0);
+    sl_free(NULL, f1, l1);
+    sl_free(NULL, f2, l2);
+    sl_trainer_release(t, b);
+    cr_assert_eq(sl_trainer_next(t, (int)(tu_timeout(10) * 1000), &b, &err), SL_ERR_CLOSED, "%s",
+                 err.msg);
+    sl_trainer_stats_t st;
+    sl_trainer_stats(t, &st);
+    cr_assert_eq(st.batches_shm, 1);
+    cr_assert_eq(st.batches_socket, 0);
+    sl_trainer_close(t);
+    peer_stop(&p);
+    sl_batch_destroy(want);
+}
+
+/* A client (no_shm as given) that should fail on the peer's batch with
+ * what; asked: whether its HELLO asks for shared memory. */
+static void expect_failure(peer_mode_t mode, bool no_shm, bool asked, const char *what)
+{
+    peer_t p;
+    sl_batch_t *want = peer_start(&p, mode);
+    sl_trainer_t *t = client(p.addr, no_shm);
+    sl_batch_t *b = NULL;
+    sl_error_t err = {0};
+    sl_err_t rc = sl_trainer_next(t, (int)(tu_timeout(10) * 1000), &b, &err);
+    cr_assert_eq(rc, SL_ERR_PROTOCOL, "%s: %s", sl_err_str(rc), err.msg);
+    cr_assert(strstr(err.msg, p.addr), "names the worker: %s", err.msg);
+    cr_assert(strstr(err.msg, "delivery 41"), "names the delivery: %s", err.msg);
+    cr_assert(strstr(err.msg, what), "%s", err.msg);
+    sl_trainer_close(t);
+    peer_stop(&p);
+    cr_assert(p.got_error, "the worker was told why");
+    cr_assert(strstr(p.error, what), "%s", p.error);
+    cr_assert_eq(p.hello_shm, asked);
+    sl_batch_destroy(want);
+}
+
+Test(trainer_shm, a_descriptor_outside_the_heap_is_a_clear_error)
+{
+    unsetenv("SLUICE_TRAINER_SHM");
+    expect_failure(PEER_OUT_OF_RANGE, false, true, "outside the 1048576-byte heap");
+}
+
+Test(trainer_shm, a_descriptor_without_attaching_is_a_clear_error)
+{
+    unsetenv("SLUICE_TRAINER_SHM");
+    expect_failure(PEER_GOOD, true, false,
+                   "shared-memory descriptor on a connection that did not attach");
+}
+
+Test(trainer_shm, the_environment_turns_it_off)
+{
+    setenv("SLUICE_TRAINER_SHM", "0", 1);
+    expect_failure(PEER_GOOD, false, false, "did not attach");
+    unsetenv("SLUICE_TRAINER_SHM");
+}
