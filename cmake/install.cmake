@@ -1,5 +1,5 @@
 # Install rules: `cmake --install build [--prefix DIR]` puts the `sluice`
-# program in bin/, libsluice_trainer.so (SONAME libsluice_trainer.so.1) in
+# program in bin/, libsluice_trainer.so (SONAME libsluice_trainer.so.2) in
 # lib/, the public headers in include/sluice/, sluice-trainer.pc in
 # lib/pkgconfig/ and the CMake package (find_package(sluice), target
 # sluice::trainer) in lib/cmake/sluice/. The .pc file and the CMake package

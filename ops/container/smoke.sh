@@ -25,7 +25,7 @@ for tool in gcc cc cmake make pkg-config protoc-c; do
 done
 dev=$(dpkg-query -W -f='${Package}\n' | grep -- '-dev$' || true)
 [ -z "$dev" ] || fail "development packages in the runtime image: $(echo $dev)"
-ldd /usr/local/bin/sluice /usr/local/lib/libsluice_trainer.so.1 > /tmp/ldd.txt
+ldd /usr/local/bin/sluice /usr/local/lib/libsluice_trainer.so.2 > /tmp/ldd.txt
 if grep -q 'not found' /tmp/ldd.txt; then fail "missing libraries: $(grep 'not found' /tmp/ldd.txt)"; fi
 if touch /usr/local/smoke 2>/dev/null; then fail "the root filesystem is writable"; fi
 echo "smoke: uid 10001, $(dpkg-query -W -f='${Package}\n' | wc -l) packages, no build tools, libraries resolved"

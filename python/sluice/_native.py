@@ -10,7 +10,7 @@ Which library is loaded, the first that loads of: the one bundled in this
 package (sluice/libsluice_trainer.so, put there by `pip install`); env
 SLUICE_TRAINER_LIB (a path; when set, nothing after it is tried); the build
 tree (build/libsluice_trainer.so) of the checkout this package sits in; the
-system loader (libsluice_trainer.so.1 on the library path, as `cmake
+system loader (libsluice_trainer.so.2 on the library path, as `cmake
 --install` puts it).
 """
 
@@ -196,7 +196,7 @@ def _candidates() -> List[str]:
         os.path.join(root, "CMakeLists.txt")
     ):
         out.append(os.path.join(root, "build", LIB_NAME))
-    return out + [LIB_NAME + ".1", LIB_NAME]
+    return out + [LIB_NAME + ".2", LIB_NAME]
 
 
 def _declare(lib):

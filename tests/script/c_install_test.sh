@@ -5,7 +5,7 @@
 # pkg-config (sluice-trainer.pc) and once with CMake's find_package(sluice),
 # and each program run against a real `sluice worker` of the installed
 # prefix with LD_LIBRARY_PATH unset: the rpath of the .pc file and of the
-# CMake package must find the installed libsluice_trainer.so.1.
+# CMake package must find the installed libsluice_trainer.so.2.
 # Environment: SLUICE_BUILD_DIR, SLUICE_SOURCE_DIR, SLUICE_TIMEOUT_SCALE.
 set -euo pipefail
 build=${SLUICE_BUILD_DIR:?} src=${SLUICE_SOURCE_DIR:?}
@@ -15,13 +15,13 @@ test=c_install
 
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || fail "cmake --install: $(cat "$work/install.log")"
-for f in bin/sluice lib/libsluice_trainer.so lib/libsluice_trainer.so.1 include/sluice/trainer.h \
+for f in bin/sluice lib/libsluice_trainer.so lib/libsluice_trainer.so.2 include/sluice/trainer.h \
          lib/pkgconfig/sluice-trainer.pc lib/cmake/sluice/sluice-config.cmake; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
-[ "$(readlink "$prefix/lib/libsluice_trainer.so")" = libsluice_trainer.so.1 ] || fail "libsluice_trainer.so is not a link to the SONAME"
-soname=$(readelf -d "$prefix/lib/libsluice_trainer.so.1" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
-[ "$soname" = libsluice_trainer.so.1 ] || fail "SONAME is '$soname', expected libsluice_trainer.so.1"
+[ "$(readlink "$prefix/lib/libsluice_trainer.so")" = libsluice_trainer.so.2 ] || fail "libsluice_trainer.so is not a link to the SONAME"
+soname=$(readelf -d "$prefix/lib/libsluice_trainer.so.2" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+[ "$soname" = libsluice_trainer.so.2 ] || fail "SONAME is '$soname', expected libsluice_trainer.so.2"
 
 python3 - "$src/README.md" "$src/examples/trainer.c" <<'PY' || fail "README.md does not show examples/trainer.c as it is"
 import sys
@@ -49,9 +49,9 @@ cmake -S . -B build -DCMAKE_PREFIX_PATH="$prefix" >"$work/cmake.log" 2>&1 || fai
 cmake --build build >>"$work/cmake.log" 2>&1 || fail "build with find_package: $(cat "$work/cmake.log")"
 
 for prog in trainer-pkgconfig build/trainer; do
-  lib=$(ldd "$prog" | sed -n 's/.*libsluice_trainer.so.1 => \([^ ]*\).*/\1/p')
-  [ "$(readlink -f "$lib")" = "$(readlink -f "$prefix/lib/libsluice_trainer.so.1")" ] ||
-    fail "$prog resolves libsluice_trainer.so.1 to '$lib', not the installed prefix"
+  lib=$(ldd "$prog" | sed -n 's/.*libsluice_trainer.so.2 => \([^ ]*\).*/\1/p')
+  [ "$(readlink -f "$lib")" = "$(readlink -f "$prefix/lib/libsluice_trainer.so.2")" ] ||
+    fail "$prog resolves libsluice_trainer.so.2 to '$lib', not the installed prefix"
 done
 
 # A real worker of the installed prefix: 5000 rows in batches of 512 give
