@@ -15,8 +15,7 @@
 
 #define LANES 4
 
-bool sl_varint_read_packed_portable(const uint8_t *p, const uint8_t *end, int64_t *to,
-                                    uint64_t *n)
+bool sl_varint_read_packed_portable(const uint8_t *p, const uint8_t *end, int64_t *to, uint64_t *n)
 {
     const uint8_t *q = p;
     uint64_t k = *n;
@@ -88,9 +87,10 @@ __attribute__((constructor)) static void build_patterns(void)
     }
 }
 
-__attribute__((target("ssse3,sse4.1"))) static bool
-read_packed_simd(const uint8_t *p, const uint8_t *end, const uint8_t *readable, int64_t *to,
-                 uint64_t *n)
+__attribute__((target("ssse3,sse4.1"))) static bool read_packed_simd(const uint8_t *p,
+                                                                     const uint8_t *end,
+                                                                     const uint8_t *readable,
+                                                                     int64_t *to, uint64_t *n)
 {
     const uint8_t *q = p;
     uint64_t k = *n;
@@ -99,10 +99,11 @@ read_packed_simd(const uint8_t *p, const uint8_t *end, const uint8_t *readable, 
                   lowh = _mm_set1_epi32(0x00003fff);
 #define DECODE_AT(at, t)                                                                           \
     do {                                                                                           \
-        __m128i y = _mm_and_si128(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(at)),         \
-                                                   _mm_loadu_si128((const __m128i *)(t)->shuffle)), \
-                                  low7);                                                           \
-        y = _mm_or_si128(_mm_srli_epi32(_mm_and_si128(y, odd), 1), _mm_and_si128(y, even));       \
+        __m128i y =                                                                                \
+            _mm_and_si128(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(at)),                 \
+                                           _mm_loadu_si128((const __m128i *)(t)->shuffle)),        \
+                          low7);                                                                   \
+        y = _mm_or_si128(_mm_srli_epi32(_mm_and_si128(y, odd), 1), _mm_and_si128(y, even));        \
         y = _mm_or_si128(_mm_srli_epi32(_mm_and_si128(y, high), 2), _mm_and_si128(y, lowh));       \
         _mm_storeu_si128((__m128i *)(to + k), _mm_cvtepu32_epi64(y));                              \
         _mm_storeu_si128((__m128i *)(to + k + 2), _mm_cvtepu32_epi64(_mm_srli_si128(y, 8)));       \

@@ -82,7 +82,6 @@ bool sl_varint_read_packed(const uint8_t *p, const uint8_t *end, const uint8_t *
 
 /* The same without SIMD (what sl_varint_read_packed does elsewhere), one
  * varint at a time; reads nothing past end. For tests to compare. */
-bool sl_varint_read_packed_portable(const uint8_t *p, const uint8_t *end, int64_t *to,
-                                    uint64_t *n);
+bool sl_varint_read_packed_portable(const uint8_t *p, const uint8_t *end, int64_t *to, uint64_t *n);
 
 #endif

@@ -101,8 +101,9 @@ static void check(const uint8_t *buf, size_t len, size_t readable)
         cr_assert_eq(n - start, nw, "%s reader: %" PRIu64 " values, want %" PRIu64,
                      simd ? "simd" : "portable", n - start, nw);
         for (uint64_t i = 0; i < nw; i++)
-            cr_assert_eq(got[start + i], want[i], "%s reader: value %" PRIu64 " is %" PRId64
-                         ", want %" PRId64, simd ? "simd" : "portable", i, got[start + i], want[i]);
+            cr_assert_eq(got[start + i], want[i],
+                         "%s reader: value %" PRIu64 " is %" PRId64 ", want %" PRId64,
+                         simd ? "simd" : "portable", i, got[start + i], want[i]);
     }
 }
 
