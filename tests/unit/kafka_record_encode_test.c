@@ -153,8 +153,7 @@ Test(kafka_record_encode, the_writer_writes_what_protobuf_c_packs)
         cr_assert_eq(sl_kafka_encode_row(e, &row, &v, &len, &err), SL_OK, "%s", err.msg);
         size_t wlen = reference(s, &row, want);
         cr_assert_eq(len, wlen, "round %d: %zu bytes, protobuf-c packs %zu", round, len, wlen);
-        cr_assert(memcmp(v, want, len) == 0, "round %d: the bytes differ from protobuf-c's",
-                  round);
+        cr_assert(memcmp(v, want, len) == 0, "round %d: the bytes differ from protobuf-c's", round);
     }
     sl_kafka_encoder_destroy(e);
     sl_wh_schema_destroy(s);
