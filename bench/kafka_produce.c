@@ -1,7 +1,10 @@
 /* Producing sample records (src/kafka): records/s and bytes/record of the
  * sessions stream through sl_kafka_producer (send + the final flush, every
  * record acknowledged), against the encoding alone measured in the same
- * run, with sluice's zstd and with compression.type=none. By default
+ * run, with sluice's zstd and with compression.type=none. Then the other
+ * end without a broker: the worker's record decoder (record_decode.c, in
+ * stripes of 1024 taken as the worker takes them) on the same values, and
+ * the packed ids alone, SIMD reader against the portable one. By default
  * against librdkafka's in-process mock cluster (no JVM; 20000 records, as
  * it keeps little data); with --brokers against a real cluster, into a new
  * topic of 8 partitions per run.
@@ -19,6 +22,8 @@
 #include "bench_util.h"
 #include "kafka/producer.h"
 #include "kafka/record.h"
+#include "kafka/record_decode.h"
+#include "kafka/varint.h"
 #include "warehouse/import.h"
 
 #define PARTITIONS 8
@@ -56,6 +61,154 @@ static double encode_only(const stream_t *s, uint64_t *bytes)
     sl_kafka_encoder_destroy(e);
     sl_wh_gen_iter_destroy(it);
     return secs;
+}
+
+/* The stream's values, encoded once, one after another. */
+typedef struct values {
+    uint8_t *bytes;
+    size_t *ends; /* [rows]: where each value ends */
+    uint64_t rows;
+} values_t;
+
+static values_t encode_all(const stream_t *s, uint64_t rows)
+{
+    sl_error_t err = {0};
+    sl_wh_gen_iter_t *it = NULL;
+    sl_kafka_encoder_t *e = NULL;
+    if (sl_wh_gen_iter_new(&s->spec, 0, 0, NULL, &it, &err) != SL_OK) die("gen", &err);
+    if (sl_kafka_encoder_new(s->schema, NULL, &e, &err) != SL_OK) die("encoder", &err);
+    values_t v = {.ends = malloc(rows * sizeof *v.ends)};
+    size_t cap = 0, len = 0;
+    sl_wh_row_t row;
+    while (v.rows < rows && sl_wh_gen_iter_next(it, &row)) {
+        const uint8_t *val;
+        size_t n;
+        if (sl_kafka_encode_row(e, &row, &val, &n, &err) != SL_OK) die("encode", &err);
+        if (len + n > cap) {
+            cap = cap ? 2 * cap : 1 << 20;
+            while (cap < len + n)
+                cap *= 2;
+            if (!(v.bytes = realloc(v.bytes, cap))) die("out of memory", NULL);
+        }
+        memcpy(v.bytes + len, val, n);
+        len += n;
+        v.ends[v.rows++] = len;
+    }
+    sl_kafka_encoder_destroy(e);
+    sl_wh_gen_iter_destroy(it);
+    return v;
+}
+
+/* Every value through the worker's decoder; @return seconds. */
+static double decode_all(const stream_t *s, const values_t *v)
+{
+    sl_error_t err = {0};
+    sl_kafka_rows_t *r = NULL;
+    if (sl_kafka_rows_new(s->schema, NULL, 0, NULL, &r, &err) != SL_OK) die("rows", &err);
+    double t0 = bench_now();
+    for (uint64_t i = 0; i < v->rows; i++) {
+        size_t at = i ? v->ends[i - 1] : 0;
+        sl_kafka_record_t rec = {.value = v->bytes + at,
+                                 .value_len = v->ends[i] - at,
+                                 .format = SL_KAFKA_FORMAT_VERSION_TEXT,
+                                 .format_len = sizeof SL_KAFKA_FORMAT_VERSION_TEXT - 1,
+                                 .format_headers = 1,
+                                 .offset = (int64_t)i,
+                                 .create_ms = -1};
+        if (sl_kafka_rows_add(r, &rec, &err) != SL_OK) die("decode", &err);
+        sl_kafka_stripe_t st;
+        if ((i + 1) % 1024 == 0 || i + 1 == v->rows) {
+            if (sl_kafka_rows_take(r, &st, &err) != SL_OK) die("take", &err);
+            bench_consume(st.offsets, 8);
+        }
+    }
+    double secs = bench_now() - t0;
+    sl_kafka_rows_destroy(r);
+    return secs;
+}
+
+/* The packed id runs of the values (sluice.Sample field 6, IdList field
+ * 2), found by a plain walk: [start, end) pairs. */
+static size_t id_runs(const values_t *v, const uint8_t ***runs)
+{
+    size_t n = 0, cap = 1024;
+    const uint8_t **out = malloc(cap * 2 * sizeof *out);
+    for (uint64_t i = 0; i < v->rows; i++) {
+        const uint8_t *p = v->bytes + (i ? v->ends[i - 1] : 0), *end = v->bytes + v->ends[i];
+        while (p < end) {
+            uint64_t tag, len = 0;
+            if (!sl_varint_read(&p, end, &tag)) die("id runs", NULL);
+            if ((tag & 7) == 0) {
+                if (!sl_varint_read(&p, end, &len)) die("id runs", NULL);
+                continue;
+            }
+            if ((tag & 7) == 5) {
+                p += 4;
+                continue;
+            }
+            if (!sl_varint_read(&p, end, &len)) die("id runs", NULL);
+            if (tag >> 3 == 6) { /* an IdList: its packed ids */
+                const uint8_t *q = p, *qe = p + len;
+                while (q < qe) {
+                    uint64_t t, l;
+                    if (!sl_varint_read(&q, qe, &t) || !sl_varint_read(&q, qe, &l))
+                        die("id runs", NULL);
+                    if (t >> 3 == 2 && (t & 7) == 2) {
+                        if (n == cap && !(out = realloc(out, (cap *= 2) * 2 * sizeof *out)))
+                            die("out of memory", NULL);
+                        out[2 * n] = q;
+                        out[2 * n + 1] = q + l;
+                        n++;
+                    }
+                    q += l;
+                }
+            }
+            p += len;
+        }
+    }
+    *runs = out;
+    return n;
+}
+
+static void decode_lines(const stream_t *s, uint64_t rows)
+{
+    values_t v = encode_all(s, rows);
+    double secs = decode_all(s, &v);
+    printf("  decode (worker)  %9.0f records/s  %6.3f us/record  (record_decode.c, stripes of "
+           "1024)\n",
+           (double)v.rows / secs, secs * 1e6 / (double)v.rows);
+    const uint8_t **runs;
+    size_t nr = id_runs(&v, &runs);
+    uint64_t ids_max = v.ends[v.rows - 1] + SL_VARINT_SCRATCH, total = 0;
+    int64_t *ids = malloc(ids_max * sizeof *ids);
+    for (int simd = 1; simd >= 0; simd--) {
+        double t0 = bench_now();
+        uint64_t n = 0;
+        for (size_t i = 0; i < nr; i++) {
+            bool ok = simd ? sl_varint_read_packed(runs[2 * i], runs[2 * i + 1],
+                                                   v.bytes + v.ends[v.rows - 1], ids + n, &total)
+                           : sl_varint_read_packed_portable(runs[2 * i], runs[2 * i + 1], ids + n,
+                                                            &total);
+            if (!ok) die("packed ids", NULL);
+            n = 0; /* each run from the start of ids: the values stay in cache as in the worker */
+            total = 0;
+        }
+        double dt = bench_now() - t0;
+        uint64_t count = 0, run_bytes = 0;
+        for (size_t i = 0; i < nr; i++) {
+            uint64_t k = 0;
+            sl_varint_read_packed_portable(runs[2 * i], runs[2 * i + 1], ids, &k);
+            count += k;
+            run_bytes += (uint64_t)(runs[2 * i + 1] - runs[2 * i]);
+        }
+        printf("  packed ids, %-8s %6.2f ns/id  (%llu ids in %zu runs, %.1f bytes/id)\n",
+               simd ? "simd" : "portable", dt * 1e9 / (double)count, (unsigned long long)count, nr,
+               (double)run_bytes / (double)count);
+    }
+    free(ids);
+    free(runs);
+    free(v.ends);
+    free(v.bytes);
 }
 
 /* Produce the stream to topic and flush; prints one line. */
@@ -134,6 +287,7 @@ int main(int argc, char **argv)
     double secs = encode_only(&s, &bytes);
     printf("  generate+encode %9.0f samples/s  %6.1f bytes/sample value\n", (double)rows / secs,
            (double)bytes / (double)rows);
+    decode_lines(&s, rows);
     static const char *const codecs[] = {"zstd", "none"};
     for (int i = 0; i < 2; i++) {
         char topic[128];

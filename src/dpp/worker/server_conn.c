@@ -109,13 +109,7 @@ static void *sender_main(void *arg)
                 }
                 if (it->lease.handle && s->o.lease_live &&
                     !s->o.lease_live(s->o.lease_ctx, it->lease.handle)) {
-                    /* revoked: another worker serves these rows now */
-                    s->outstanding--;
-                    s->st.dropped++;
-                    if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
-                    dpp_server_retire(s, it, false);
-                    dpp_server_item_free(s, it);
-                    pthread_cond_broadcast(&s->cv);
+                    dpp_server_drop_locked(s, it); /* revoked: another worker serves these rows */
                     continue;
                 }
                 uint64_t id = ++s->next_delivery;

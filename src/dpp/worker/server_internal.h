@@ -105,6 +105,10 @@ struct sl_worker_server {
 };
 
 /* server.c */
+/* Under s->mu: it (popped from its queue) is dropped unsent: its lease was
+ * taken back. */
+void dpp_server_drop_locked(struct sl_worker_server *s, sl_worker_server_item_t *it)
+    SL_REQUIRES(s->mu);
 /* Free a batch (under s->mu), unless a sender is still writing its frame:
  * then it is only marked, and that sender frees it. */
 void dpp_server_item_free(struct sl_worker_server *s, sl_worker_server_item_t *it)

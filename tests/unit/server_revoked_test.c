@@ -1,0 +1,157 @@
+/* The worker's server and leases the master takes back (server.h
+ * lease_live): once the producer has finished, the batches of a revoked
+ * lease are dropped from the ready queue without any client connected to
+ * pop them (their budget released, their lease retired unacknowledged), so
+ * the server is done when the rest is acknowledged; the batches of live
+ * leases stay, in order, and go out as before. A worker whose lease was
+ * taken back while its master restarted, after its clients had finished,
+ * used to wait for those batches forever. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/mem.h"
+#include "dpp/worker/server.h"
+#include "rpc/frame.h"
+#include "testutil.h"
+
+typedef struct lease {
+    atomic_bool revoked;
+    atomic_uint retired, acked;
+} lease_t;
+
+static bool live(void *ctx, void *lease)
+{
+    (void)ctx;
+    return !atomic_load(&((lease_t *)lease)->revoked);
+}
+
+static void retire(void *ctx, void *lease, bool acked)
+{
+    (void)ctx;
+    lease_t *l = lease;
+    atomic_fetch_add(&l->retired, 1);
+    if (acked) atomic_fetch_add(&l->acked, 1);
+}
+
+/* A batch of lease l whose frame's first byte is tag, accounted and
+ * pinned in budget as the worker does. */
+static void push(sl_worker_server_t *s, sl_worker_budget_t *budget, lease_t *l, uint8_t tag)
+{
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_budget_acquire(budget, 100, 0), SL_OK);
+    sl_worker_budget_pin(budget, 100);
+    uint8_t *frame = sl_alloc(NULL, 100);
+    memset(frame, tag, 100);
+    sl_worker_server_item_t it = {.frame = frame,
+                                  .len = 100,
+                                  .num_samples = 1,
+                                  .accounted = 100,
+                                  .lease = {.handle = l, .split = tag, .generation = 1}};
+    cr_assert_eq(sl_worker_server_push(s, &it, &err), SL_OK, "%s", err.msg);
+}
+
+static int connect_to(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_set_recv_timeout(fd, (int)(tu_timeout(5) * 1000), &err), SL_OK, "%s",
+                 err.msg);
+    return fd;
+}
+
+/* HELLO, REQUEST n; then the next BATCH's first byte and delivery id. */
+static void hello(int fd, uint32_t credits)
+{
+    sl_error_t err = {0};
+    Sluice__Dpp__Hello h = SLUICE__DPP__HELLO__INIT;
+    h.protocol_version = SL_RPC_VERSION;
+    h.world_size = 1;
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, &err), SL_OK, "%s", err.msg);
+    sl_rpc_frame_t f = {0};
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_WELCOME, "got %s", sl_rpc_type_name(f.type));
+    sl_rpc_frame_free(&f);
+    Sluice__Dpp__Request r = SLUICE__DPP__REQUEST__INIT;
+    r.credits = credits;
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_REQUEST, &r.base, NULL, 0, &err), SL_OK, "%s", err.msg);
+}
+
+static uint64_t batch(int fd, uint8_t *first)
+{
+    sl_rpc_frame_t f = {0};
+    sl_error_t err = {0};
+    sl_rpc_limits_t lim = {.max_message_bytes = 1 << 16, .max_payload_bytes = 1 << 20};
+    cr_assert_eq(sl_rpc_recv(fd, &lim, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_BATCH, "got %s", sl_rpc_type_name(f.type));
+    *first = f.payload_len ? ((const uint8_t *)f.payload)[0] : 0;
+    uint64_t id = ((const Sluice__Dpp__BatchInfo *)f.msg)->delivery_id;
+    sl_rpc_frame_free(&f);
+    return id;
+}
+
+static void ack(int fd, uint64_t id)
+{
+    Sluice__Dpp__Ack a = SLUICE__DPP__ACK__INIT;
+    a.n_delivery_ids = 1;
+    a.delivery_ids = &id;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_ACK, &a.base, NULL, 0, &err), SL_OK, "%s", err.msg);
+}
+
+Test(server_revoked, a_revoked_leases_batches_go_without_a_client_to_pop_them)
+{
+    lease_t gone = {0}, kept = {0};
+    sl_worker_budget_t *budget = sl_worker_budget_new(NULL, 1 << 20);
+    sl_worker_server_opts_t o = {.listen = "127.0.0.1:0",
+                                 .job_id = "j",
+                                 .budget = budget,
+                                 .lease_live = live,
+                                 .lease_retire = retire};
+    sl_worker_server_t *s = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
+    push(s, budget, &gone, 1);
+    push(s, budget, &kept, 2);
+    push(s, budget, &gone, 3);
+    push(s, budget, &kept, 4);
+    sl_worker_server_finish(s);
+    cr_assert_not(sl_worker_server_wait_done(s, 100), "four batches held, none acknowledged");
+
+    /* the master takes one lease back; no client is connected */
+    atomic_store(&gone.revoked, true);
+    cr_assert_not(sl_worker_server_wait_done(s, 200), "the live lease's batches are still held");
+    sl_worker_server_stats_t st;
+    sl_worker_server_stats(s, &st);
+    cr_assert_eq(st.dropped, 2, "dropped %llu", (unsigned long long)st.dropped);
+    cr_assert_eq(st.ready, 2);
+    cr_assert_eq(atomic_load(&gone.retired), 2);
+    cr_assert_eq(atomic_load(&gone.acked), 0);
+    cr_assert_eq(sl_worker_budget_used(budget), 200, "the dropped batches' bytes are released");
+
+    /* the live ones go out in their order, and then the server is done */
+    int fd = connect_to(sl_worker_server_port(s));
+    hello(fd, 4);
+    uint8_t first;
+    uint64_t a = batch(fd, &first);
+    cr_assert_eq(first, 2);
+    uint64_t b = batch(fd, &first);
+    cr_assert_eq(first, 4);
+    ack(fd, a);
+    ack(fd, b);
+    cr_assert(sl_worker_server_wait_done(s, (int)(tu_timeout(5) * 1000)));
+    cr_assert_eq(atomic_load(&kept.acked), 2);
+    cr_assert_eq(sl_worker_budget_used(budget), 0);
+    close(fd);
+    sl_worker_server_stop(s);
+    sl_worker_server_destroy(s);
+    sl_worker_budget_destroy(budget);
+}
