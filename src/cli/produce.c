@@ -53,7 +53,8 @@ static const sl_cli_opt_t produce_opts[] = {
      "samples per second, evenly spaced; 0: as fast as the brokers take them"},
     {"property", SL_CLI_STRING, "NAME=VALUE", NULL, NULL, 0, 0, SL_CLI_REPEAT, PA(properties),
      "a librdkafka producer property, applied after sluice's (enable.idempotence=true, "
-     "compression.type=zstd, compression.level=1, partitioner=murmur2_random)"},
+     "compression.type=zstd, compression.level=1, socket.nagle.disable=true, "
+     "partitioner=murmur2_random)"},
     {"timeout", SL_CLI_UINT, "S", "30", NULL, 1, 86400, 0, PA(timeout_s),
      "seconds to wait for the brokers: metadata, topic creation, a full queue, the final flush"},
     {"strict", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, PA(strict),

@@ -113,11 +113,9 @@ static rd_kafka_conf_t *make_conf(sl_kafka_producer_t *p, const sl_kafka_produce
                                   sl_error_t *err)
 {
     static const char *const defaults[][2] = {
-        {"enable.idempotence", "true"},
-        {"compression.type", "zstd"},
-        {"compression.level", "1"},
-        {"partitioner", "murmur2_random"},
-        {"allow.auto.create.topics", "false"},
+        {"enable.idempotence", "true"},    {"compression.type", "zstd"},
+        {"compression.level", "1"},        {"socket.nagle.disable", "true"},
+        {"partitioner", "murmur2_random"}, {"allow.auto.create.topics", "false"},
     };
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (conf_set(conf, "bootstrap.servers", o->brokers, "", err) != SL_OK) goto fail;
