@@ -8,17 +8,13 @@
  * used to wait for those batches forever. */
 #include <criterion/criterion.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/mem.h"
 #include "dpp/worker/server.h"
-#include "rpc/frame.h"
-#include "testutil.h"
+#include "server_peer.h"
 
 typedef struct lease {
     atomic_bool revoked;
@@ -56,18 +52,6 @@ static void push(sl_worker_server_t *s, sl_worker_budget_t *budget, lease_t *l, 
     cr_assert_eq(sl_worker_server_push(s, &it, &err), SL_OK, "%s", err.msg);
 }
 
-static int connect_to(uint16_t port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    sl_error_t err = {0};
-    cr_assert_eq(sl_rpc_set_recv_timeout(fd, (int)(tu_timeout(5) * 1000), &err), SL_OK, "%s",
-                 err.msg);
-    return fd;
-}
-
 /* HELLO, REQUEST n; then the next BATCH's first byte and delivery id. */
 static void hello(int fd, uint32_t credits)
 {
@@ -80,9 +64,7 @@ static void hello(int fd, uint32_t credits)
     cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(f.type, SL_RPC_WELCOME, "got %s", sl_rpc_type_name(f.type));
     sl_rpc_frame_free(&f);
-    Sluice__Dpp__Request r = SLUICE__DPP__REQUEST__INIT;
-    r.credits = credits;
-    cr_assert_eq(sl_rpc_send(fd, SL_RPC_REQUEST, &r.base, NULL, 0, &err), SL_OK, "%s", err.msg);
+    sp_request(fd, credits, false);
 }
 
 static uint64_t batch(int fd, uint8_t *first)
@@ -96,15 +78,6 @@ static uint64_t batch(int fd, uint8_t *first)
     uint64_t id = ((const Sluice__Dpp__BatchInfo *)f.msg)->delivery_id;
     sl_rpc_frame_free(&f);
     return id;
-}
-
-static void ack(int fd, uint64_t id)
-{
-    Sluice__Dpp__Ack a = SLUICE__DPP__ACK__INIT;
-    a.n_delivery_ids = 1;
-    a.delivery_ids = &id;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_rpc_send(fd, SL_RPC_ACK, &a.base, NULL, 0, &err), SL_OK, "%s", err.msg);
 }
 
 Test(server_revoked, a_revoked_leases_batches_go_without_a_client_to_pop_them)
@@ -138,15 +111,15 @@ Test(server_revoked, a_revoked_leases_batches_go_without_a_client_to_pop_them)
     cr_assert_eq(sl_worker_budget_used(budget), 200, "the dropped batches' bytes are released");
 
     /* the live ones go out in their order, and then the server is done */
-    int fd = connect_to(sl_worker_server_port(s));
+    int fd = sp_connect(sl_worker_server_port(s));
     hello(fd, 4);
     uint8_t first;
     uint64_t a = batch(fd, &first);
     cr_assert_eq(first, 2);
     uint64_t b = batch(fd, &first);
     cr_assert_eq(first, 4);
-    ack(fd, a);
-    ack(fd, b);
+    sp_ack(fd, a);
+    sp_ack(fd, b);
     cr_assert(sl_worker_server_wait_done(s, (int)(tu_timeout(5) * 1000)));
     cr_assert_eq(atomic_load(&kept.acked), 2);
     cr_assert_eq(sl_worker_budget_used(budget), 0);
