@@ -36,6 +36,16 @@ static inline void sp_request(int fd, uint32_t n, bool attached)
     cr_assert_eq(sl_rpc_send(fd, SL_RPC_REQUEST, &r.base, NULL, 0, &err), SL_OK, "%s", err.msg);
 }
 
+/* The next frame into *f, which must be a BATCH (payloads up to 1 MiB). */
+static inline const Sluice__Dpp__BatchInfo *sp_recv_batch(int fd, sl_rpc_frame_t *f)
+{
+    sl_error_t err = {0};
+    sl_rpc_limits_t lim = {.max_message_bytes = 1 << 16, .max_payload_bytes = 1 << 20};
+    cr_assert_eq(sl_rpc_recv(fd, &lim, NULL, f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f->type, SL_RPC_BATCH, "got %s", sl_rpc_type_name(f->type));
+    return (const Sluice__Dpp__BatchInfo *)f->msg;
+}
+
 static inline void sp_ack(int fd, uint64_t id)
 {
     Sluice__Dpp__Ack a = SLUICE__DPP__ACK__INIT;

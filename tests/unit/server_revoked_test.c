@@ -70,12 +70,8 @@ static void hello(int fd, uint32_t credits)
 static uint64_t batch(int fd, uint8_t *first)
 {
     sl_rpc_frame_t f = {0};
-    sl_error_t err = {0};
-    sl_rpc_limits_t lim = {.max_message_bytes = 1 << 16, .max_payload_bytes = 1 << 20};
-    cr_assert_eq(sl_rpc_recv(fd, &lim, NULL, &f, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(f.type, SL_RPC_BATCH, "got %s", sl_rpc_type_name(f.type));
+    uint64_t id = sp_recv_batch(fd, &f)->delivery_id;
     *first = f.payload_len ? ((const uint8_t *)f.payload)[0] : 0;
-    uint64_t id = ((const Sluice__Dpp__BatchInfo *)f.msg)->delivery_id;
     sl_rpc_frame_free(&f);
     return id;
 }

@@ -84,11 +84,7 @@ static sl_rpc_type_t hello(int fd, const char *job, char *got, size_t cap)
 static uint64_t batch(int fd, char *job, uint64_t *gen, uint8_t *first)
 {
     sl_rpc_frame_t f = {0};
-    sl_error_t err = {0};
-    sl_rpc_limits_t lim = {.max_message_bytes = 1 << 16, .max_payload_bytes = 1 << 20};
-    cr_assert_eq(sl_rpc_recv(fd, &lim, NULL, &f, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(f.type, SL_RPC_BATCH, "got %s", sl_rpc_type_name(f.type));
-    const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f.msg;
+    const Sluice__Dpp__BatchInfo *bi = sp_recv_batch(fd, &f);
     snprintf(job, 64, "%s", bi->job_id);
     *gen = bi->generation;
     *first = f.payload_len ? ((const uint8_t *)f.payload)[0] : 0;

@@ -58,11 +58,7 @@ static uint64_t batch(int fd, const sl_rpc_shm_map_t *map, uint8_t *out, size_t 
                       bool *by_shm)
 {
     sl_rpc_frame_t f = {0};
-    sl_error_t err = {0};
-    sl_rpc_limits_t lim = {.max_message_bytes = 1 << 16, .max_payload_bytes = 1 << 20};
-    cr_assert_eq(sl_rpc_recv(fd, &lim, NULL, &f, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(f.type, SL_RPC_BATCH, "got %s", sl_rpc_type_name(f.type));
-    const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f.msg;
+    const Sluice__Dpp__BatchInfo *bi = sp_recv_batch(fd, &f);
     *by_shm = bi->shm_length > 0;
     if (*by_shm) {
         cr_assert_eq(f.payload_len, 0, "a descriptor comes without a payload");
