@@ -15,23 +15,10 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fileio.h" /* sl_le_*: the request and reply are little-endian */
 
 #define REQUEST_BYTES (8 + SL_RPC_SHM_NONCE_BYTES)
 #define REPLY_BYTES 24
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 
 /* An abstract socket address for name; *len its length. */
 static void address(const char *name, struct sockaddr_un *sa, socklen_t *len)
@@ -145,7 +132,7 @@ sl_err_t sl_rpc_shm_listen(char name[SL_RPC_SHM_NAME_MAX], int *fd, sl_error_t *
     if (gnutls_rnd(GNUTLS_RND_NONCE, r, sizeof r) < 0)
         return sl_error_set(err, SL_ERR_IO, "shared memory: no random bytes for a socket name");
     snprintf(name, SL_RPC_SHM_NAME_MAX, "sluice-shm-%d-%016llx", (int)getpid(),
-             (unsigned long long)get_le(r, 8));
+             (unsigned long long)sl_le_get_u64(r));
     struct sockaddr_un sa;
     socklen_t len;
     address(name, &sa, &len);
@@ -165,10 +152,9 @@ static sl_err_t reply(int cfd, sl_err_t status, int memfd, uint64_t size, uint64
 {
     uint8_t out[REPLY_BYTES] = {0};
     memcpy(out, SL_RPC_SHM_MAGIC, 4);
-    put_u32(out + 4, SL_RPC_SHM_VERSION);
-    put_u32(out + 8, (uint32_t)(int32_t)status);
-    put_u32(out + 16, (uint32_t)size);
-    put_u32(out + 20, (uint32_t)(size >> 32));
+    sl_le_put_u32(out + 4, SL_RPC_SHM_VERSION);
+    sl_le_put_u32(out + 8, (uint32_t)(int32_t)status);
+    sl_le_put_u64(out + 16, size);
     return write_all(cfd, out, sizeof out, status == SL_OK ? memfd : -1, deadline_ms, err);
 }
 
@@ -187,7 +173,7 @@ sl_err_t sl_rpc_shm_serve(int cfd, uint64_t deadline_ms, sl_rpc_shm_check_fn che
     uint8_t in[REQUEST_BYTES];
     sl_err_t rc = read_all(cfd, in, sizeof in, NULL, deadline_ms, err);
     if (rc != SL_OK) return sl_error_prefix(err, "pid %d: request: ", (int)cred.pid);
-    if (memcmp(in, SL_RPC_SHM_MAGIC, 4) != 0 || get_le(in + 4, 4) != SL_RPC_SHM_VERSION) {
+    if (memcmp(in, SL_RPC_SHM_MAGIC, 4) != 0 || sl_le_get_u32(in + 4) != SL_RPC_SHM_VERSION) {
         reply(cfd, SL_ERR_PROTOCOL, -1, 0, deadline_ms, NULL);
         return sl_error_set(err, SL_ERR_PROTOCOL, "pid %d: not a version %d shared-memory request",
                             (int)cred.pid, SL_RPC_SHM_VERSION);
@@ -225,7 +211,7 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
     }
     uint8_t req[REQUEST_BYTES];
     memcpy(req, SL_RPC_SHM_MAGIC, 4);
-    put_u32(req + 4, SL_RPC_SHM_VERSION);
+    sl_le_put_u32(req + 4, SL_RPC_SHM_VERSION);
     memcpy(req + 8, nonce, SL_RPC_SHM_NONCE_BYTES);
     uint8_t in[REPLY_BYTES];
     int memfd = -1;
@@ -236,9 +222,9 @@ sl_err_t sl_rpc_shm_attach(const char *name, const uint8_t *nonce, size_t nonce_
         if (memfd >= 0) close(memfd);
         return sl_error_prefix(err, "shared memory @%s: ", name);
     }
-    int32_t status = (int32_t)(uint32_t)get_le(in + 8, 4);
-    uint64_t size = get_le(in + 16, 8);
-    if (memcmp(in, SL_RPC_SHM_MAGIC, 4) != 0 || get_le(in + 4, 4) != SL_RPC_SHM_VERSION)
+    int32_t status = (int32_t)sl_le_get_u32(in + 8);
+    uint64_t size = sl_le_get_u64(in + 16);
+    if (memcmp(in, SL_RPC_SHM_MAGIC, 4) != 0 || sl_le_get_u32(in + 4) != SL_RPC_SHM_VERSION)
         rc = sl_error_set(err, SL_ERR_PROTOCOL, "shared memory @%s: a malformed reply", name);
     else if (status != 0)
         rc = sl_error_set(err, SL_ERR_INVALID, "shared memory @%s: refused (%s)", name,
