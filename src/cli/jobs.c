@@ -18,6 +18,7 @@
 
 #include "cli.h"
 #include "common/mem.h"
+#include "common/suggest.h"
 #include "dpp/admin/endpoint.h"
 #include "http.h"
 
@@ -303,7 +304,13 @@ int sl_cli_jobs(int argc, char **argv)
         sl_cli_free(verbs[i].cmd, &a);
         return code;
     }
-    fprintf(stderr, "sluice jobs: unknown command '%s'\n", name);
+    sl_suggest_t sg;
+    sl_suggest_init(&sg, name, strlen(name));
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        sl_suggest_offer_str(&sg, verbs[i].name);
+    char hint[160];
+    fprintf(stderr, "sluice jobs: unknown command '%s'%s\n", name,
+            sl_suggest_hint(&sg, "", hint, sizeof hint));
     jobs_usage(stderr);
     return 2;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common/suggest.h"
 
 static const struct {
     const char *name;
@@ -49,7 +50,14 @@ int main(int argc, char **argv)
             sl_cli_log_to_stderr(commands[i].name);
             return commands[i].run(argc - 1, argv + 1);
         }
-    fprintf(stderr, "sluice: unknown command '%s'\n", argv[1]);
+    sl_suggest_t sg;
+    sl_suggest_init(&sg, argv[1], strlen(argv[1]));
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        sl_suggest_offer_str(&sg, commands[i].name);
+    sl_suggest_offer_str(&sg, "help");
+    char hint[160];
+    fprintf(stderr, "sluice: unknown command '%s'%s\n", argv[1],
+            sl_suggest_hint(&sg, "", hint, sizeof hint));
     usage(stderr);
     return 2;
 }

@@ -13,6 +13,7 @@
 
 #include "sluice/alloc.h"
 #include "common/parse.h"
+#include "common/suggest.h"
 
 /* ---- walking a command's options over its groups ---- */
 
@@ -323,7 +324,15 @@ bool sl_cli_parse(const sl_cli_cmd_t *cmd, int argc, char **argv, void *values,
         long k = find_option(cmd, name, len, also, sizeof also);
         if (k < 0 && also[0] != '\0')
             return fail(cmd, res, "ambiguous option '--%.*s' (%s)", (int)len, name, also);
-        if (k < 0) return fail(cmd, res, "unknown option '--%.*s'", (int)len, name);
+        if (k < 0) {
+            sl_suggest_t sg;
+            sl_suggest_init(&sg, name, len);
+            for (size_t j = 0; j < num_opts(cmd); j++)
+                sl_suggest_offer_str(&sg, slot_at(cmd, j).opt->name);
+            char hint[160];
+            return fail(cmd, res, "unknown option '--%.*s'%s", (int)len, name,
+                        sl_suggest_hint(&sg, "--", hint, sizeof hint));
+        }
         slot_t s = slot_at(cmd, (size_t)k);
         const sl_cli_opt_t *o = s.opt;
         res->given |= 1ull << k;

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "common/suggest.h"
 #include "progress.h"
 #include "table_cli.h"
 #include "warehouse/import.h"
@@ -491,13 +492,20 @@ int sl_cli_table(int argc, char **argv)
         table_usage(stdout);
         return 0;
     }
-    if (strcmp(cmd, "import") == 0) return cmd_import(argc - 1, argv + 1);
-    if (strcmp(cmd, "gen") == 0) return cmd_gen(argc - 1, argv + 1);
-    if (strcmp(cmd, "create") == 0) return cmd_create(argc - 1, argv + 1);
-    if (strcmp(cmd, "inspect") == 0) return tcli_inspect(argc - 1, argv + 1);
-    if (strcmp(cmd, "verify") == 0) return tcli_verify(argc - 1, argv + 1);
-    if (strcmp(cmd, "cat") == 0) return tcli_cat(argc - 1, argv + 1);
-    fprintf(stderr, "sluice table: unknown command '%s'\n", cmd);
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char **argv);
+    } verbs[] = {{"import", cmd_import},    {"gen", cmd_gen},        {"create", cmd_create},
+                 {"inspect", tcli_inspect}, {"verify", tcli_verify}, {"cat", tcli_cat}};
+    sl_suggest_t sg;
+    sl_suggest_init(&sg, cmd, strlen(cmd));
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+        if (strcmp(cmd, verbs[i].name) == 0) return verbs[i].run(argc - 1, argv + 1);
+        sl_suggest_offer_str(&sg, verbs[i].name);
+    }
+    char hint[160];
+    fprintf(stderr, "sluice table: unknown command '%s'%s\n", cmd,
+            sl_suggest_hint(&sg, "", hint, sizeof hint));
     table_usage(stderr);
     return 2;
 }

@@ -375,7 +375,8 @@ Test(fleet_admin, submit_lists_every_problem)
     json_t *pr = json_object_get(j, "problems");
     cr_assert(json_is_array(pr), "%s", reply);
     char want[5][600];
-    snprintf(want[0], sizeof want[0], "$.spec.transforms[0].feature: unknown feature 'C99'");
+    snprintf(want[0], sizeof want[0],
+             "$.spec.transforms[0].feature: unknown feature 'C99' (did you mean 'C9'?)");
     snprintf(want[1], sizeof want[1],
              "$.spec.transforms[1].file: cannot open vocabulary '%s/missing.txt': No such file "
              "or directory",

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/parse.h"
+#include "common/suggest.h"
 #include "testutil.h"
 
 /* ---- mem.h ---- */
@@ -482,4 +483,38 @@ Test(log, handler_calls_are_serialised)
     sl_log_set_handler(NULL, NULL);
     cr_assert_eq(c.n, 8000);
     cr_assert_eq(c.max_inside, 1);
+}
+
+/* "Did you mean": optimal string alignment distance, the closeness bound
+ * and the first of equals. */
+Test(suggest, distance_bound_and_hint)
+{
+    cr_assert_eq(sl_suggest_distance("wroker", 6, "worker", 6, 3), 1); /* a transposition */
+    cr_assert_eq(sl_suggest_distance("sigrid_hsh", 10, "sigrid_hash", 11, 3), 1);
+    cr_assert_eq(sl_suggest_distance("kitten", 6, "sitting", 7, 5), 3);
+    cr_assert_eq(sl_suggest_distance("abc", 3, "abcdefgh", 8, 2), 3); /* capped at cap + 1 */
+    cr_assert_eq(sl_suggest_distance("", 0, "ab", 2, 3), 2);
+
+    static const char *const names[] = {"job", "jobs", "listen", "worker"};
+    char buf[80];
+    sl_suggest_t s;
+    sl_suggest_init(&s, "jbo", 3);
+    for (size_t i = 0; i < 4; i++)
+        sl_suggest_offer_str(&s, names[i]);
+    cr_assert_str_eq(sl_suggest_hint(&s, "--", buf, sizeof buf), " (did you mean '--job'?)");
+
+    sl_suggest_init(&s, "item_idd", 8);
+    sl_suggest_offer_str(&s, "user_id");
+    sl_suggest_offer_str(&s, "item_id");
+    cr_assert_str_eq(sl_suggest_hint(&s, "", buf, sizeof buf), " (did you mean 'item_id'?)");
+
+    /* nothing within max(1, len / 3) edits: no hint */
+    sl_suggest_init(&s, "zzz", 3);
+    for (size_t i = 0; i < 4; i++)
+        sl_suggest_offer_str(&s, names[i]);
+    cr_assert_str_eq(sl_suggest_hint(&s, "--", buf, sizeof buf), "");
+    /* the word itself is not a suggestion */
+    sl_suggest_init(&s, "jobs", 4);
+    sl_suggest_offer_str(&s, "jobs");
+    cr_assert_str_eq(sl_suggest_hint(&s, "", buf, sizeof buf), "");
 }

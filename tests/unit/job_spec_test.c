@@ -237,7 +237,8 @@ Test(job_spec, syntax_errors)
     parse_bad("{\"source\": {\"table\": 3}}", 1,
               (const char *[]){"$.source.table: must be a non-empty string"});
     parse_bad("{\"source\": {\"table\": \"t\", \"tabel\": 1}, \"extra\": 2}", 2,
-              (const char *[]){"$.source.tabel: unknown key", "$.extra: unknown key"});
+              (const char *[]){"$.source.tabel: unknown key (did you mean 'table'?)",
+                               "$.extra: unknown key"});
     parse_bad("{\"source\": {\"table\": \"t\", \"partitions\": \"ds\"}}", 1,
               (const char *[]){"$.source.partitions: *"});
 }
@@ -258,7 +259,7 @@ Test(job_spec, type_and_range_errors)
                   "$.batch.drop_last: must be true or false",
                   "$.batch.shuffle.window: must be an integer in [0, 67108864]",
                   "$.batch.shuffle.seed: must be an integer in [0, 9223372036854775807]",
-                  "$.batch.shuffle.splitz: unknown key",
+                  "$.batch.shuffle.splitz: unknown key (did you mean 'splits'?)",
                   "$.batch.dedup_groups.u[1]: 'a' is listed twice",
                   "$.batch.dedup_groups.v[1]: must be a non-empty string",
                   "$.batch.dedup_groups.v[0]: feature 'a' is already in group 'u'",

@@ -16,6 +16,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "common/mem.h"
+#include "common/suggest.h"
 #include "common/parse.h"
 #include "sluice/alloc.h"
 #include "warehouse/warehouse.h"
@@ -678,9 +679,16 @@ static void parse_object(dpp_parse_t *p, const json_t *obj, const dpp_object_t *
     json_object_foreach((json_t *)obj, key, v)
     {
         bool known = false;
-        for (uint32_t i = 0; i < object->count && !known; i++)
+        sl_suggest_t sg;
+        sl_suggest_init(&sg, key, strlen(key));
+        for (uint32_t i = 0; i < object->count && !known; i++) {
             known = strcmp(object->fields[i].name, key) == 0;
-        if (!known) sl_pipeline_problems_add(p->problems, "%s.%s: unknown key", object->path, key);
+            sl_suggest_offer_str(&sg, object->fields[i].name);
+        }
+        char hint[160];
+        if (!known)
+            sl_pipeline_problems_add(p->problems, "%s.%s: unknown key%s", object->path, key,
+                                     sl_suggest_hint(&sg, "", hint, sizeof hint));
     }
     for (uint32_t i = 0; i < object->count; i++) {
         const dpp_field_t *f = &object->fields[i];

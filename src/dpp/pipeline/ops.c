@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/mem.h"
+#include "common/suggest.h"
 #include "sluice/alloc.h"
 #include "warehouse/warehouse.h"
 
@@ -472,10 +473,15 @@ bool sl_pipeline_op_compile(const json_t *obj, bool filter, const char *path, sl
     }
     const dpp_op_spec_t *spec = dpp_op_find(json_string_value(opv), filter);
     if (spec == NULL) {
-        bool other = dpp_op_find(json_string_value(opv), !filter) != NULL;
-        sl_pipeline_problems_add(problems, "%s.op: unknown %s '%s'%s", path, what,
-                                 json_string_value(opv),
-                                 !other   ? ""
+        const char *name = json_string_value(opv);
+        bool other = dpp_op_find(name, !filter) != NULL;
+        sl_suggest_t sg;
+        sl_suggest_init(&sg, name, strlen(name));
+        for (size_t i = 0; i < NUM_OPS; i++)
+            if (ops[i].filter == filter) sl_suggest_offer_str(&sg, ops[i].name);
+        char hint[160];
+        sl_pipeline_problems_add(problems, "%s.op: unknown %s '%s'%s", path, what, name,
+                                 !other   ? sl_suggest_hint(&sg, "", hint, sizeof hint)
                                  : filter ? " (it is a transform)"
                                           : " (it is a filter)");
         return true;
@@ -489,8 +495,13 @@ bool sl_pipeline_op_compile(const json_t *obj, bool filter, const char *path, sl
         if (strcmp(key, "op") == 0) continue;
         int k = dpp_op_arg(spec, key);
         if (k < 0) {
-            sl_pipeline_problems_add(problems, "%s.%s: unknown key for %s '%s'", path, key, what,
-                                     spec->name);
+            sl_suggest_t sg;
+            sl_suggest_init(&sg, key, strlen(key));
+            for (int i = 0; i < DPP_MAX_ARGS && spec->args[i].name != NULL; i++)
+                sl_suggest_offer_str(&sg, spec->args[i].name);
+            char hint[160];
+            sl_pipeline_problems_add(problems, "%s.%s: unknown key for %s '%s'%s", path, key, what,
+                                     spec->name, sl_suggest_hint(&sg, "", hint, sizeof hint));
             continue;
         }
         c.present |= 1u << k;

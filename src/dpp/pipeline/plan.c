@@ -7,6 +7,7 @@
  * path. */
 #include "dpp/pipeline/plan_internal.h"
 #include "common/mem.h"
+#include "common/suggest.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -14,6 +15,23 @@
 #include <string.h>
 
 /* ---- owned strings and name lists ---- */
+
+/* " (did you mean 'X'?)" for a feature (label: a label) the schema lacks,
+ * or "". NAME_HINT gives it a buffer that lives for the full expression. */
+static const char *name_hint(const sl_wh_schema_t *schema, const char *name, bool label, char *buf,
+                             size_t cap)
+{
+    sl_suggest_t sg;
+    sl_suggest_init(&sg, name, strlen(name));
+    if (label)
+        for (uint32_t i = 0; i < sl_wh_schema_num_labels(schema); i++)
+            sl_suggest_offer_str(&sg, sl_wh_schema_label(schema, i));
+    else
+        for (uint32_t i = 0; i < sl_wh_schema_num_features(schema); i++)
+            sl_suggest_offer_str(&sg, sl_wh_schema_feature(schema, i)->name);
+    return sl_suggest_hint(&sg, "", buf, cap);
+}
+#define NAME_HINT(schema, name, label) name_hint(schema, name, label, (char[160]){0}, 160)
 
 static const char *own(sl_pipeline_plan_t *plan, const char *s)
 {
@@ -111,14 +129,15 @@ static void bind_filters(bind_t *b)
         f->weight = 1.0f;
         if (o->label != NULL) {
             if (sl_wh_schema_find_label(b->schema, o->label) < 0)
-                sl_pipeline_problems_add(b->problems, "$.filters[%u].label: unknown label '%s'", i,
-                                         o->label);
+                sl_pipeline_problems_add(b->problems, "$.filters[%u].label: unknown label '%s'%s",
+                                         i, o->label, NAME_HINT(b->schema, o->label, true));
             f->name = own(plan, o->label);
         }
         if (o->feature != NULL) {
             if (sl_wh_schema_find(b->schema, o->feature) == NULL)
-                sl_pipeline_problems_add(b->problems, "$.filters[%u].feature: unknown feature '%s'",
-                                         i, o->feature);
+                sl_pipeline_problems_add(b->problems,
+                                         "$.filters[%u].feature: unknown feature '%s'%s", i,
+                                         o->feature, NAME_HINT(b->schema, o->feature, false));
             else
                 add_read(b, o->feature);
             f->name = own(plan, o->feature);
@@ -201,8 +220,8 @@ static bool check_input(bind_t *b, size_t i, const char *key, const char *name, 
                 return false;
             }
         }
-        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: unknown feature '%s'", i, key,
-                                 name);
+        sl_pipeline_problems_add(b->problems, "$.transforms[%zu].%s: unknown feature '%s'%s", i,
+                                 key, name, NAME_HINT(b->schema, name, false));
         return false;
     }
     dpp_input_t want = op->spec->input;
@@ -340,8 +359,8 @@ static void bind_groups(bind_t *b)
             const sl_wh_feature_t *f = sl_wh_schema_find(b->schema, name);
             if (f == NULL)
                 sl_pipeline_problems_add(b->problems,
-                                         "$.batch.dedup_groups.%s[%u]: unknown feature '%s'",
-                                         grp->name, k, name);
+                                         "$.batch.dedup_groups.%s[%u]: unknown feature '%s'%s",
+                                         grp->name, k, name, NAME_HINT(b->schema, name, false));
             else if (f->kind == SL_WH_DENSE)
                 sl_pipeline_problems_add(
                     b->problems,
@@ -387,8 +406,9 @@ static sl_err_t plan_bind(const sl_pipeline_job_t *job, const sl_wh_schema_t *sc
     if (job->num_features > 0) {
         for (uint32_t i = 0; i < job->num_features; i++) {
             if (sl_wh_schema_find(schema, job->features[i]) == NULL) {
-                sl_pipeline_problems_add(b.problems, "$.source.features[%u]: unknown feature '%s'",
-                                         i, job->features[i]);
+                sl_pipeline_problems_add(
+                    b.problems, "$.source.features[%u]: unknown feature '%s'%s", i,
+                    job->features[i], NAME_HINT(schema, job->features[i], false));
                 continue;
             }
             add_read(&b, job->features[i]);
