@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
+#include "rpc/port_hint.h"
 
 static const ProtobufCMessageDescriptor *const descriptors[SL_RPC_TYPE_MAX + 1] = {
     [SL_RPC_HELLO] = &sluice__dpp__hello__descriptor,
@@ -139,6 +140,12 @@ sl_err_t sl_rpc_header_decode(const uint8_t in[SL_RPC_HEADER_BYTES], const sl_rp
                               sl_rpc_header_t *out, sl_error_t *err)
 {
     sl_rpc_limits_t lim = limits ? *limits : sl_rpc_limits_default();
+    if (memcmp(in, "HTTP/", 5) == 0)
+        return sl_error_set(err, SL_ERR_PROTOCOL,
+                            "the peer answered HTTP: that is an admin endpoint (HTTP), not a "
+                            "sluice control or trainer port");
+    if (sl_rpc_looks_like_http_request(in, SL_RPC_HEADER_BYTES))
+        return sl_error_set(err, SL_ERR_PROTOCOL, "%s", SL_RPC_HTTP_REQUEST_MSG);
     if (memcmp(in, SL_RPC_MAGIC, 4) != 0)
         return sl_error_set(err, SL_ERR_PROTOCOL, "frame header: bad magic (not a sluice peer?)");
     uint32_t version = (uint32_t)get_le(in + 4, 2);

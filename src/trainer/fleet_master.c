@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "rpc/port_hint.h"
 #include "trainer/fleet_internal.h"
 
 static sl_err_t send_attach(sl_trainer_t *t, int fd, sl_error_t *err)
@@ -186,6 +187,10 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, bool *refused, sl_error
             rc = sl_error_set(err, SL_ERR_PROTOCOL, "master %s: expected attached, got %s%s",
                               f->master, sl_rpc_type_name(fr.type), sl_rpc_auth_hint(fr.type));
         }
+    } else if (rc == SL_ERR_TIMEOUT && sl_rpc_address_speaks_http(f->master, SL_RPC_PROBE_MS)) {
+        rc =
+            sl_error_set(err, SL_ERR_INVALID, "master %s: %s", f->master, SL_RPC_ADMIN_NOT_CONTROL);
+        *refused = true;
     } else if (strstr(err->msg, "master ") != err->msg) {
         sl_error_prefix(err, "master %s: attaching to job %s: ", f->master, f->job_id);
     }

@@ -579,3 +579,32 @@ Test(cli_jobs, more_resume_tokens_than_the_master_takes_is_a_usage_error)
                           "(65536, one per trainer rank); the first extra one: u\n"
                           "(see `sluice submit --help`)\n");
 }
+
+/* The master's two ports mixed up: an HTTP client at the control port gets
+ * an HTTP answer saying which port it reached; a worker or a trainer at
+ * the admin port stops with a message naming the admin endpoint instead of
+ * timing out again and again. */
+Test(cli_jobs, the_control_and_admin_ports_mixed_up_are_named)
+{
+    fu_master_t m = {0};
+    char *job = fu_job_up(&m, "ports", ROWS, 1, 1, "dynamic", 1);
+    char expect[512];
+
+    cr_assert_eq(SLUICE("jobs", "list", "--admin", m.ctl), 1, "%s", out);
+    snprintf(expect, sizeof expect,
+             "sluice jobs list: GET http://%s/jobs: HTTP 400: this is a sluice master's control "
+             "port (the binary protocol of workers and trainer clients), not its admin endpoint",
+             m.ctl);
+    cr_assert(strncmp(out, expect, strlen(expect)) == 0, "%s", out);
+
+    cr_assert_neq(SLUICE("read", "--master", m.admin, "--job", job), 0, "%s", out);
+    snprintf(expect, sizeof expect,
+             "master %s: it answers HTTP: that is an admin endpoint, not the master's control "
+             "port (use the address given to sluice master --listen)",
+             m.admin);
+    cr_assert(strstr(out, expect) != NULL, "%s", out);
+
+    cr_assert_neq(SLUICE("worker", "--master", m.admin, "--listen", "127.0.0.1:0"), 0, "%s", out);
+    cr_assert(strstr(out, expect) != NULL, "%s", out);
+    free(job);
+}

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "rpc/frame.h"
+#include "rpc/port_hint.h"
 #include "testutil.h"
 
 static void pair(int sv[2])
@@ -280,9 +281,17 @@ Test(rpc_frame, garbage_message_and_bad_header_over_the_socket)
     sl_rpc_limits_t lim = {.max_message_bytes = 64, .max_payload_bytes = 4096};
     cr_assert_eq(recv_raw(buf, SL_RPC_HEADER_BYTES, &lim, &err), SL_ERR_TOO_LARGE);
 
+    /* an HTTP server answered, or an HTTP client asked: each named */
     memcpy(buf, "HTTP/1.1 200 OK\r\n\r\n12345", SL_RPC_HEADER_BYTES);
     cr_assert_eq(recv_raw(buf, SL_RPC_HEADER_BYTES, NULL, &err), SL_ERR_PROTOCOL);
-    cr_assert(strstr(err.msg, "bad magic") != NULL);
+    cr_assert(strstr(err.msg, "the peer answered HTTP: that is an admin endpoint") != NULL, "%s",
+              err.msg);
+    memcpy(buf, "GET /jobs HTTP/1.1\r\nHost: x", SL_RPC_HEADER_BYTES);
+    cr_assert_eq(recv_raw(buf, SL_RPC_HEADER_BYTES, NULL, &err), SL_ERR_PROTOCOL);
+    cr_assert_str_eq(err.msg, SL_RPC_HTTP_REQUEST_MSG);
+    memcpy(buf, "XXXX/1.1 200 OK\r\n\r\n12345", SL_RPC_HEADER_BYTES);
+    cr_assert_eq(recv_raw(buf, SL_RPC_HEADER_BYTES, NULL, &err), SL_ERR_PROTOCOL);
+    cr_assert(strstr(err.msg, "bad magic") != NULL, "%s", err.msg);
 }
 
 Test(rpc_frame, receive_timeout)

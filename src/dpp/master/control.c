@@ -18,6 +18,7 @@
 
 #include "common/log.h"
 #include "dpp/master/master_internal.h"
+#include "rpc/port_hint.h"
 
 #define MAX_FRAME (1u << 20)
 #define SEND_TIMEOUT_MS 2000
@@ -191,6 +192,17 @@ static void on_readable(sl_master_t *m, uint32_t i)
         sl_rpc_header_t h;
         sl_error_t err = {0};
         if (sl_rpc_header_decode(c->buf + at, &lim, &h, &err) != SL_OK) {
+            if (at == 0 && c->kind == MP_NEW && strcmp(err.msg, SL_RPC_HTTP_REQUEST_MSG) == 0) {
+                /* `sluice submit` or curl at the wrong port: say so in HTTP */
+                m->protocol_errors++;
+                sl_rpc_send_http_refusal(
+                    c->fd, "this is a sluice master's control port (the binary protocol of "
+                           "workers and trainer clients), not its admin endpoint: HTTP clients "
+                           "(sluice submit, jobs, curl, Prometheus) use the address given to "
+                           "sluice master --admin");
+                mp_conn_close(m, i);
+                break;
+            }
             mp_send_error(m, i, err.code, err.msg);
             break;
         }

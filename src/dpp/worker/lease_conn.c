@@ -9,6 +9,7 @@
 
 #include "dpp/worker/lease_client_internal.h"
 #include "rpc/auth.h"
+#include "rpc/port_hint.h"
 
 #define MAX_MESSAGE_BYTES (16u << 20) /* a lease carries the job spec */
 
@@ -98,6 +99,20 @@ static sl_err_t recv_reply(sl_worker_lease_client_t *ms, const char *what, sl_rp
     return SL_OK;
 }
 
+/* A handshake that timed out on an address that answers HTTP is a user
+ * who gave the master's admin port: a refusal that will not change. */
+static sl_err_t wrong_port(sl_worker_lease_client_t *ms, sl_err_t rc, sl_error_t *err)
+{
+    if (rc != SL_ERR_TIMEOUT || !sl_rpc_address_speaks_http(ms->master, SL_RPC_PROBE_MS)) return rc;
+    rc = sl_error_set(err, SL_ERR_INVALID, "master %s: %s", ms->master, SL_RPC_ADMIN_NOT_CONTROL);
+    sl_mutex_lock(&ms->mu);
+    ms->fatal = rc;
+    snprintf(ms->fatal_msg, sizeof ms->fatal_msg, "%s", err->msg);
+    pthread_cond_broadcast(&ms->cv);
+    sl_mutex_unlock(&ms->mu);
+    return rc;
+}
+
 sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
 {
     sl_error_t local = {0};
@@ -117,7 +132,8 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
         (rc = sl_rpc_auth_client(ms->fd, ms->secret,
                                  sl_clock_ms() + (uint64_t)ms->o.connect_timeout_ms, err))) {
         dpp_lease_disconnect(ms);
-        return sl_error_prefix(err, "master %s: ", ms->master);
+        sl_error_prefix(err, "master %s: ", ms->master);
+        return wrong_port(ms, rc, err);
     }
     Sluice__Control__Register r = SLUICE__CONTROL__REGISTER__INIT;
     r.protocol_version = SL_RPC_VERSION;
@@ -144,6 +160,7 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
     dpp_lease_held_free(ms, &h);
     if (rc || (rc = recv_reply(ms, "register", SL_RPC_REGISTERED, &f, err))) {
         if (rc == SL_ERR_CLOSED) sl_error_prefix(err, "register: ");
+        rc = wrong_port(ms, rc, err);
         if (rc == SL_ERR_INVALID || rc == SL_ERR_VERSION) {
             sl_mutex_lock(&ms->mu);
             ms->fatal = rc;

@@ -12,6 +12,7 @@
 
 #include "dpp/worker/server_internal.h"
 #include "rpc/auth.h"
+#include "rpc/port_hint.h"
 
 static sl_err_t send_locked(client_t *c, sl_rpc_type_t type, const ProtobufCMessage *msg,
                             const void *payload, size_t len, sl_error_t *err)
@@ -262,6 +263,13 @@ void *dpp_server_client_main(void *arg)
             sl_mutex_lock(&s->mu);
             s->st.handshake_timeouts++;
             sl_mutex_unlock(&s->mu);
+        } else if (strcmp(err.msg, SL_RPC_HTTP_REQUEST_MSG) == 0) {
+            /* curl or a browser at the trainer port: answer in HTTP */
+            sl_rpc_send_http_refusal(
+                c->fd, "this is a sluice worker's trainer port (the binary protocol of trainer "
+                       "clients), not its admin endpoint: HTTP clients use the address given "
+                       "to sluice worker --admin");
+            bad = true;
         } else if (rc != SL_ERR_CLOSED) {
             send_error(c, rc, err.msg);
             bad = true;
