@@ -140,3 +140,39 @@ Test(fleet_jobs, two_jobs_at_once_each_exactly_once)
     free(seen_b);
     free(a);
 }
+
+/* A job shorter than one heartbeat period: the worker's last figures reach
+ * the master before it leaves, so GET /jobs/{id} after the job shows what
+ * the worker's own summary says (it showed bytes_encoded 0 before). */
+Test(fleet_jobs, the_masters_figures_after_a_job_are_the_workers_last)
+{
+    fu_master_t m = {0};
+    char *job = fu_job_up(&m, "short", ROWS, 1, 1, "dynamic", 1);
+    char wlog[400], rlog[400];
+    snprintf(wlog, sizeof wlog, "%s/worker.log", fu_dir);
+    snprintf(rlog, sizeof rlog, "%s/read.log", fu_dir);
+    pid_t w = fu_worker_spawn(m.ctl, job, "short-w", wlog);
+    atomic_uint *seen = calloc(ROWS, sizeof *seen);
+    fu_reader_t r;
+    fu_reader_start(&r, &m, job, ROWS, 1, seen, rlog);
+    cr_assert_eq(fu_reader_join(&r, tu_timeout(60)), 0, "see %s", rlog);
+    fu_assert_once_per_epoch(seen, ROWS, 1);
+    int ws = fu_wait_exit(w, tu_timeout(30));
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "worker status %d; see %s", ws, wlog);
+
+    char *text = tu_read_file(wlog);
+    const char *at = strstr(text, "bytes encoded ");
+    cr_assert_not_null(at, "%s", text);
+    unsigned long long encoded = strtoull(at + strlen("bytes encoded "), NULL, 10);
+    cr_assert_gt(encoded, 0, "%s", text);
+    char path[128];
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    json_t *j = fu_get_json(m.admin, path);
+    cr_assert_eq(json_integer_value(json_object_get(j, "bytes_encoded")), (json_int_t)encoded,
+                 "the master has %lld bytes encoded, the worker's summary %llu",
+                 (long long)json_integer_value(json_object_get(j, "bytes_encoded")), encoded);
+    json_decref(j);
+    free(text);
+    free(seen);
+    free(job);
+}

@@ -325,7 +325,18 @@ static bool src_other_work(void *ctx)
 static void src_cancel(void *ctx)
 {
     sl_worker_lease_client_t *ms = ctx;
+    /* From sl_worker_stop, which holds none of the worker's locks: its
+     * figures now are what the master must get last. */
     sl_mutex_lock(&ms->mu);
+    sl_worker_t *w = ms->cancel ? NULL : ms->worker;
+    sl_mutex_unlock(&ms->mu);
+    sl_worker_stats_t st;
+    if (w) sl_worker_stats(w, &st);
+    sl_mutex_lock(&ms->mu);
+    if (w) {
+        ms->final_st = st;
+        ms->have_final = true;
+    }
     ms->cancel = true;
     ms->worker = NULL;
     pthread_cond_broadcast(&ms->cv);

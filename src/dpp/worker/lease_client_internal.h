@@ -98,6 +98,10 @@ struct sl_worker_lease_client {
     sl_err_t fatal;
     char fatal_msg[SL_ERROR_MSG_MAX];
     sl_worker_t *worker;
+    /* The worker's figures when it was stopped (src_cancel): the control
+     * thread's last heartbeat sends them after worker went NULL. */
+    sl_worker_stats_t final_st;
+    bool have_final;
     uint64_t lease_timeout_ms, heartbeat_ms;
     /* shared passes: a job whose copies here hold this many bytes (a
      * quarter of the worker's memory limit; 0: no limit) is detached too */

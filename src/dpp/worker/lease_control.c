@@ -182,12 +182,17 @@ static bool report_ready(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
     }
 }
 
-static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
+/* last: the worker is leaving; its final figures must reach the master
+ * (`jobs show` after a job), and a master that is gone is no warning. */
+static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->mu)
 {
     held_t h;
     sl_mutex_lock(&ms->mu);
     bool ok = dpp_lease_held_collect(ms, &h);
     sl_worker_t *w = ms->worker;
+    bool figures = w != NULL || (last && ms->have_final);
+    sl_worker_stats_t st = {0};
+    if (w == NULL && figures) st = ms->final_st;
     sl_mutex_unlock(&ms->mu);
     if (!ok) { /* the next heartbeat tries again, before the leases expire */
         dpp_lease_held_free(ms, &h);
@@ -200,11 +205,10 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
     hb.n_leases = h.n;
     hb.leases = h.ptrs;
     uint64_t now = sl_clock_ns();
-    if (w) {
+    if (figures) {
         /* busy: the busier of the reader (read, filter, batch) and the
          * transform threads (dedup, transform, encode, per thread) */
-        sl_worker_stats_t st;
-        sl_worker_stats(w, &st);
+        if (w) sl_worker_stats(w, &st);
         uint64_t rd = st.read_ns + st.filter_ns;
         uint64_t xf = st.dedup_ns + st.transform_ns + st.encode_ns;
         if (ms->hb_at_ns && now > ms->hb_at_ns) {
@@ -240,7 +244,8 @@ static void heartbeat(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
                                  SL_RPC_HEARTBEAT_REPLY, &f, &err);
     dpp_lease_held_free(ms, &h);
     if (rc) {
-        sl_log_kv(SL_LOG_WARN, "heartbeat_failed", (SL_KV_STR("error", err.msg)), "%s", err.msg);
+        sl_log_kv(last ? SL_LOG_DEBUG : SL_LOG_WARN, "heartbeat_failed",
+                  (SL_KV_STR("error", err.msg)), "%s", err.msg);
         return;
     }
     const Sluice__Control__HeartbeatReply *r = (const Sluice__Control__HeartbeatReply *)f.msg;
@@ -316,7 +321,7 @@ void *dpp_lease_control_main(void *arg)
         if (now >= next_hb) {
             uint64_t period = ms->heartbeat_ms ? ms->heartbeat_ms : 1000;
             sl_mutex_unlock(&ms->mu);
-            heartbeat(ms);
+            heartbeat(ms, false);
             sl_mutex_lock(&ms->mu);
             next_hb = sl_clock_ns() + period * 1000000ull;
             continue;
@@ -327,8 +332,14 @@ void *dpp_lease_control_main(void *arg)
         sl_clock_cond_wait_ms(&ms->cv, &ms->mu, (until - now) / 1000000ull + 1);
     }
     sl_mutex_unlock(&ms->mu);
-    /* last words: failures, and leases whose batches are all acknowledged */
+    /* last words: failures, leases whose batches are all acknowledged, and
+     * the figures since the last heartbeat (a job shorter than one period
+     * would otherwise show none of its work on the master) */
     report_failures(ms);
     report_ready(ms);
+    sl_mutex_lock(&ms->mu);
+    bool refused = ms->fatal != SL_OK;
+    sl_mutex_unlock(&ms->mu);
+    if (!refused) heartbeat(ms, true);
     return NULL;
 }
