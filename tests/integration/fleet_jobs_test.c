@@ -176,3 +176,39 @@ Test(fleet_jobs, the_masters_figures_after_a_job_are_the_workers_last)
     free(seen);
     free(job);
 }
+
+/* The master tells its clients what changed as it happens (ATTACHED
+ * unasked): a client whose own refresh never comes (an hour) learns of the
+ * worker that joined after it attached, goes through both epochs and ends
+ * when the job finishes. Before, it waited for its next refresh at the
+ * start and at the end of the job. */
+Test(fleet_jobs, clients_learn_of_workers_and_the_end_without_a_refresh)
+{
+    fu_master_t m = {0};
+    char *job = fu_job_up(&m, "pushed", ROWS, 2, 1, "dynamic", 1);
+    atomic_uint *seen = calloc(2 * ROWS, sizeof *seen);
+    fu_client_t c = {.master = m.ctl,
+                     .job = job,
+                     .rows = ROWS,
+                     .epochs = 2,
+                     .seen = seen,
+                     .refresh_ms = 3600 * 1000};
+    pthread_t th;
+    pthread_create(&th, NULL, fu_client_run, &c);
+    usleep(300 * 1000); /* attached, with no worker to read from yet */
+    char wlog[400];
+    snprintf(wlog, sizeof wlog, "%s/worker.log", fu_dir);
+    pid_t w = fu_worker_spawn(m.ctl, job, "pushed-w", wlog);
+    double until = fu_now() + tu_timeout(30);
+    while (!atomic_load(&c.finished)) {
+        cr_assert(fu_now() < until, "the client did not finish; it saw %llu samples",
+                  (unsigned long long)c.samples);
+        usleep(20 * 1000);
+    }
+    pthread_join(th, NULL);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
+    fu_assert_once_per_epoch(seen, ROWS, 2);
+    cr_assert_neq(fu_wait_exit(w, tu_timeout(30)), -1, "see %s", wlog);
+    free(seen);
+    free(job);
+}

@@ -512,6 +512,7 @@ typedef struct fu_client {
     size_t token_len;
     int64_t *order;        /* NULL, or [rows]: sample ids in delivery order */
     uint64_t *batch_sizes; /* NULL, or [rows]: samples per delivered batch */
+    int refresh_ms;        /* the client's refresh_ms; 0: 200 */
     sl_trainer_stats_t stats;
     atomic_bool finished; /* the thread is done: the fields above may be read */
     sl_err_t end;
@@ -528,7 +529,7 @@ FU_FN void *fu_client_run(void *arg)
     o.world_size = c->world_size ? c->world_size : 1;
     o.prefetch = 4;
     o.reconnect_ms = (int)tu_timeout(30) * 1000;
-    o.refresh_ms = 200;
+    o.refresh_ms = c->refresh_ms ? c->refresh_ms : 200;
     o.cluster_secret_file = c->secret_file;
     sl_trainer_t *t;
     sl_error_t err = {0};

@@ -41,6 +41,7 @@ void mp_conn_close(sl_master_t *m, uint32_t i)
             w->leases, w->leases == 1 ? "" : "s");
         if (w->conn == (int)i) w->conn = -1;
         m->nworkers_connected--;
+        m->workers_version++;
     } else if (c->kind == MP_CLIENT) {
         m->nclients_connected--;
     }
@@ -332,6 +333,7 @@ static void *loop(void *arg)
         sl_mutex_lock(&m->mu);
         uint64_t now = sl_clock_ms();
         mp_tick(m, now);
+        mp_push_attached(m);
         mp_guard_sweep(m, now);
         sl_mutex_unlock(&m->mu);
     }

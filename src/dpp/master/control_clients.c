@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <xxhash.h>
+
+#include "common/mem.h"
 #include "dpp/master/master_internal.h"
 
 /* A client's rank must be below its world size, and its world size the
@@ -29,6 +32,124 @@ static bool attach_ranks_ok(sl_master_t *m, uint32_t i, const Sluice__Control__A
     mp_send_error(m, i, SL_ERR_INVALID, msg);
     mp_conn_close(m, i);
     return false;
+}
+
+/* The ATTACHED a client of a job gets now: the workers that serve the job
+ * (and those of the jobs it shares passes with, which serve its batches
+ * too: docs/DESIGN.md, "Shared passes"), its epoch, whether it finished or
+ * failed (a failed job ends its clients with the reason: they would
+ * otherwise wait for batches that never come). */
+typedef struct attached {
+    Sluice__Control__Attached rep;
+    Sluice__Control__WorkerInfo *infos, **ptrs;
+    size_t cap;
+    char failure[1100];
+} attached_t;
+
+static void attached_release(sl_master_t *m, struct attached *at);
+
+static bool attached_build(sl_master_t *m, const char *job_id,
+                           const sl_master_state_job_status_t *st, attached_t *at)
+    SL_REQUIRES(m->mu)
+{
+    at->cap = (size_t)m->nworkers + 1;
+    at->infos = sl_calloc(m->a, at->cap, sizeof *at->infos);
+    at->ptrs = sl_calloc(m->a, at->cap, sizeof *at->ptrs);
+    if (at->infos == NULL || at->ptrs == NULL) {
+        attached_release(m, at);
+        return false;
+    }
+    size_t n = 0;
+    uint32_t np = mp_fp_peers_locked(m, job_id);
+    for (uint32_t w = 0; w < m->nworkers; w++) {
+        const mp_worker *wk = &m->workers[w];
+        bool mine = strcmp(wk->job, job_id) == 0;
+        for (uint32_t k = 0; !mine && wk->shares && k < np; k++)
+            mine = strcmp(wk->job, m->fp_peers[k]) == 0;
+        if (wk->conn < 0 || !mine || wk->serve[0] == '\0') continue;
+        sluice__control__worker_info__init(&at->infos[n]);
+        at->infos[n].worker_id = (char *)wk->id;
+        at->infos[n].serve_address = (char *)wk->serve;
+        at->ptrs[n] = &at->infos[n];
+        n++;
+    }
+    Sluice__Control__Attached *rep = &at->rep;
+    sluice__control__attached__init(rep);
+    rep->n_workers = n;
+    rep->workers = at->ptrs;
+    rep->finished = st->finished;
+    rep->epoch = st->epoch;
+    rep->sharding = st->static_sharding ? "static" : "dynamic";
+    if (st->failed) {
+        if (st->failure_stripe >= 0)
+            snprintf(at->failure, sizeof at->failure,
+                     "split %u (file %.300s stripe %d) failed: %.700s", st->failure_split,
+                     st->failure_file, st->failure_stripe, st->failure_message);
+        else
+            snprintf(at->failure, sizeof at->failure, "split %u (file %.300s) failed: %.700s",
+                     st->failure_split, st->failure_file, st->failure_message);
+        rep->failed = true;
+        rep->failure = at->failure;
+        rep->failure_code = st->failure_code;
+    }
+    return true;
+}
+
+static void attached_release(sl_master_t *m, attached_t *at)
+{
+    sl_free(m->a, at->infos, at->cap * sizeof *at->infos);
+    sl_free(m->a, at->ptrs, at->cap * sizeof *at->ptrs);
+    at->infos = NULL;
+    at->ptrs = NULL;
+}
+
+/* What tells two ATTACHED apart: XXH3 of the packed message (0 when it
+ * cannot be packed, which then differs from any sent). */
+static uint64_t attached_sig(const Sluice__Control__Attached *rep)
+{
+    size_t len = protobuf_c_message_get_packed_size(&rep->base);
+    uint8_t small[512];
+    uint8_t *buf = len <= sizeof small ? small : sl_alloc(NULL, len);
+    if (buf == NULL) return 0;
+    protobuf_c_message_pack(&rep->base, buf);
+    uint64_t h = XXH3_64bits(buf, len) | 1;
+    if (buf != small) sl_free(NULL, buf, len);
+    return h;
+}
+
+void mp_push_attached(sl_master_t *m)
+{
+    /* Cheap first: the jobs' phases and the fleet's changes since the last
+     * look; only a change costs a pass over the clients. */
+    uint64_t key = XXH3_64bits(&m->workers_version, sizeof m->workers_version);
+    for (uint32_t k = 0; k < m->opts.max_jobs; k++) {
+        const mp_job *j = &m->jobs[k];
+        sl_master_state_job_phase_t ph;
+        if (!j->used || !sl_master_state_job_phase(m->st, j->id, &ph)) continue;
+        uint64_t v[4] = {XXH3_64bits(j->id, strlen(j->id)), ph.epoch, ph.finished, ph.failed};
+        key = XXH3_64bits_withSeed(v, sizeof v, key);
+    }
+    if (key == m->attached_key) return;
+    m->attached_key = key;
+    for (uint32_t k = 0; k < m->opts.max_jobs; k++) {
+        const mp_job *j = &m->jobs[k];
+        sl_master_state_job_status_t st;
+        sl_error_t err = {0};
+        attached_t at;
+        if (!j->used || sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK ||
+            !attached_build(m, j->id, &st, &at))
+            continue;
+        uint64_t sig = attached_sig(&at.rep);
+        for (uint32_t i = 0; i < m->opts.max_connections; i++) {
+            mp_conn *c = &m->conns[i];
+            if (c->fd < 0 || c->kind != MP_CLIENT || c->attached_sig == sig ||
+                strcmp(c->job, j->id) != 0)
+                continue;
+            c->attached_sig = sig;
+            mp_send(m, i, SL_RPC_ATTACHED, &at.rep.base);
+        }
+        attached_release(m, &at);
+    }
 }
 
 void mp_on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a)
@@ -56,54 +177,14 @@ void mp_on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a)
     snprintf(c->client, sizeof c->client, "%s", a->client_id);
     snprintf(c->job, sizeof c->job, "%s", a->job_id);
     c->rank = a->rank;
-    size_t cap = (size_t)m->nworkers + 1;
-    Sluice__Control__WorkerInfo *infos = sl_calloc(m->a, cap, sizeof *infos);
-    Sluice__Control__WorkerInfo **ptrs = sl_calloc(m->a, cap, sizeof *ptrs);
-    if (infos == NULL || ptrs == NULL) {
-        sl_free(m->a, infos, cap * sizeof *infos);
-        sl_free(m->a, ptrs, cap * sizeof *ptrs);
+    attached_t at;
+    if (!attached_build(m, a->job_id, &st, &at)) {
         mp_send_error(m, i, SL_ERR_NOMEM, "attach: worker list");
         return;
     }
-    size_t n = 0;
-    /* and the workers of the jobs it shares passes with, which serve its
-     * batches too (docs/DESIGN.md, "Shared passes") */
-    uint32_t np = mp_fp_peers_locked(m, a->job_id);
-    for (uint32_t w = 0; w < m->nworkers; w++) {
-        const mp_worker *wk = &m->workers[w];
-        bool mine = strcmp(wk->job, a->job_id) == 0;
-        for (uint32_t k = 0; !mine && wk->shares && k < np; k++)
-            mine = strcmp(wk->job, m->fp_peers[k]) == 0;
-        if (wk->conn < 0 || !mine || wk->serve[0] == '\0') continue;
-        sluice__control__worker_info__init(&infos[n]);
-        infos[n].worker_id = (char *)wk->id;
-        infos[n].serve_address = (char *)wk->serve;
-        ptrs[n] = &infos[n];
-        n++;
-    }
-    Sluice__Control__Attached rep = SLUICE__CONTROL__ATTACHED__INIT;
-    rep.n_workers = n;
-    rep.workers = ptrs;
-    rep.finished = st.finished;
-    rep.epoch = st.epoch;
-    rep.sharding = st.static_sharding ? "static" : "dynamic";
-    /* A failed job ends its clients with the reason (they would otherwise
-     * wait for batches that never come). */
-    char failure[1100];
-    if (st.failed) {
-        if (st.failure_stripe >= 0)
-            snprintf(failure, sizeof failure, "split %u (file %.300s stripe %d) failed: %.700s",
-                     st.failure_split, st.failure_file, st.failure_stripe, st.failure_message);
-        else
-            snprintf(failure, sizeof failure, "split %u (file %.300s) failed: %.700s",
-                     st.failure_split, st.failure_file, st.failure_message);
-        rep.failed = true;
-        rep.failure = failure;
-        rep.failure_code = st.failure_code;
-    }
-    mp_send(m, i, SL_RPC_ATTACHED, &rep.base);
-    sl_free(m->a, infos, cap * sizeof *infos);
-    sl_free(m->a, ptrs, cap * sizeof *ptrs);
+    c->attached_sig = attached_sig(&at.rep);
+    mp_send(m, i, SL_RPC_ATTACHED, &at.rep.base);
+    attached_release(m, &at);
 }
 
 void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)

@@ -165,6 +165,7 @@ void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register 
     if (r->job_id[0] != '\0') snprintf(w->job, sizeof w->job, "%s", r->job_id);
     w->conn = (int)i;
     w->last_seen_ms = now;
+    m->workers_version++;
     c->kind = MP_WORKER;
     c->worker = wi;
     m->nworkers_connected++;
@@ -319,7 +320,10 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
         mp_send_error(m, i, rc, err.msg);
         return;
     }
-    if (w->job[0] == '\0') snprintf(w->job, sizeof w->job, "%s", job);
+    if (w->job[0] == '\0') {
+        snprintf(w->job, sizeof w->job, "%s", job);
+        m->workers_version++;
+    }
     sl_master_state_job_status_t st;
     sl_master_state_job_status(m->st, job, &st, &err);
     Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;

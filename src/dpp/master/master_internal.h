@@ -86,7 +86,8 @@ typedef struct mp_conn {
     uint32_t worker; /* MP_WORKER: index in m->workers */
     char client[MP_ID_MAX], job[MP_ID_MAX]; /* MP_CLIENT */
     uint32_t rank; /* MP_CLIENT: its ATTACH rank (static sharding checks commits against it) */
-    uint8_t *buf;  /* bytes received, not yet a whole frame */
+    uint64_t attached_sig; /* MP_CLIENT: the last ATTACHED sent (mp_push_attached) */
+    uint8_t *buf;          /* bytes received, not yet a whole frame */
     size_t len, cap;
     /* admission (guard.c) */
     uint64_t opened_ms;  /* accepted at */
@@ -158,6 +159,9 @@ struct sl_master {
     uint64_t auth_failures, handshake_timeouts, idle_closed, evicted, refused;
     uint64_t last_sweep_ms;
     uint32_t nclients_connected, nworkers_connected;
+    /* Bumped when a worker connects, leaves or takes a job: with the jobs'
+     * phases, what mp_push_attached watches (attached_key: its last look). */
+    uint64_t workers_version, attached_key;
     /* the Kafka watcher (kafka_watch.c): its thread, the high watermarks
      * it saw (under mu), its counters */
     pthread_t kafka_thread;
@@ -175,6 +179,13 @@ struct sl_master {
 /* Every function below but mp_server_start, mp_server_stop and mp_id_ok
  * is called with m->mu held, and says so (SL_REQUIRES, common/lock.h). */
 mp_job *mp_job_find(sl_master_t *m, const char *id) SL_REQUIRES(m->mu);
+
+/* Send ATTACHED, unasked, to every client whose job's view (its workers,
+ * epoch, end) changed since the last ATTACHED it got: a client learns of a
+ * new worker, an epoch or the end at once instead of at its next refresh
+ * (refresh_ms). Cheap when nothing changed. Control thread, after the
+ * round's sync. */
+void mp_push_attached(sl_master_t *m) SL_REQUIRES(m->mu);
 mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_w, uint32_t initial)
     SL_REQUIRES(m->mu);
 /* The other jobs that share passes with job_id (docs/DESIGN.md, "Shared

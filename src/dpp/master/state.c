@@ -322,6 +322,17 @@ sl_err_t sl_master_state_job_remove(sl_master_state_t *m, const char *job_id, sl
     return SL_OK;
 }
 
+bool sl_master_state_job_phase(const sl_master_state_t *m, const char *job_id,
+                               sl_master_state_job_phase_t *out)
+{
+    const job *jb = m_find_job(m, job_id, NULL);
+    if (jb == NULL) return false;
+    *out = (sl_master_state_job_phase_t){.epoch = jb->epoch < jb->epochs ? jb->epoch : jb->epochs,
+                                         .finished = jb->epoch >= jb->epochs,
+                                         .failed = jb->failed};
+    return true;
+}
+
 sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,
                                     sl_master_state_job_status_t *out, sl_error_t *err)
 {

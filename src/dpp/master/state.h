@@ -250,6 +250,17 @@ typedef struct sl_master_state_job_status {
 sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,
                                     sl_master_state_job_status_t *out, sl_error_t *err);
 
+/* The part of a job's status that changes at its phases only (epochs, its
+ * end), in O(1): what a caller polls often looks at. @return false for no
+ * such job. */
+typedef struct sl_master_state_job_phase {
+    uint32_t epoch; /* as in sl_master_state_job_status_t */
+    bool finished, failed;
+} sl_master_state_job_phase_t;
+
+bool sl_master_state_job_phase(const sl_master_state_t *m, const char *job_id,
+                               sl_master_state_job_phase_t *out);
+
 /* The ids of the jobs (borrowed until the job is removed), up to cap, in
  * slot order. @return how many jobs there are. */
 uint32_t sl_master_state_job_ids(const sl_master_state_t *m, const char **ids, uint32_t cap);
