@@ -128,19 +128,36 @@ static const char *jstr(const json_t *o, const char *key)
     return v != NULL ? v : "";
 }
 
-#define ROW_FMT "%-24s %-9s %-7s %-13s %-25s %-9s %-7s %s\n"
+#define ROW_FMT "%-24s %-9s %-7s %-13s %-25s %-11s %-8s %-9s %-7s %s\n"
 
 static void list_header(void)
 {
-    printf(ROW_FMT, "ID", "STATE", "EPOCH", "SPLITS DONE", "ROWS COMMITTED", "WORKERS", "CLIENTS",
-           "RANKS");
+    printf(ROW_FMT, "ID", "STATE", "EPOCH", "SPLITS DONE", "ROWS COMMITTED", "SAMPLES/S", "ETA",
+           "WORKERS", "CLIENTS", "RANKS");
+}
+
+/* Seconds left as a person reads them ("45s", "3m20s", "2h05m"); "-" when
+ * the master cannot tell (null). */
+static void eta_text(const json_t *v, char *out, size_t cap)
+{
+    if (!json_is_number(v) || json_number_value(v) < 0) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    long long s = (long long)(json_number_value(v) + 0.5);
+    if (s < 60)
+        snprintf(out, cap, "%llds", s);
+    else if (s < 3600)
+        snprintf(out, cap, "%lldm%02llds", s / 60, s % 60);
+    else
+        snprintf(out, cap, "%lldh%02lldm", s / 3600, (s % 3600) / 60);
 }
 
 /* One job as a row. The epoch is 1-based for people ("1/2"); a finished
  * job shows its epoch count. */
 static void list_row(const json_t *j)
 {
-    char epoch[32], splits[48], rows[64], workers[32], clients[16], ranks[48];
+    char epoch[32], splits[48], rows[64], workers[32], clients[16], ranks[48], rate[32], eta[32];
     json_int_t e = jint(j, "epoch"), es = jint(j, "epochs");
     snprintf(epoch, sizeof epoch, "%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT,
              e < es ? e + 1 : es, es);
@@ -153,7 +170,10 @@ static void list_row(const json_t *j)
     snprintf(clients, sizeof clients, "%" JSON_INTEGER_FORMAT, jint(j, "clients"));
     snprintf(ranks, sizeof ranks, "%" JSON_INTEGER_FORMAT " %s", jint(j, "ranks"),
              jstr(j, "sharding"));
-    printf(ROW_FMT, jstr(j, "id"), jstr(j, "state"), epoch, splits, rows, workers, clients, ranks);
+    snprintf(rate, sizeof rate, "%.0f", json_number_value(json_object_get(j, "samples_per_s")));
+    eta_text(json_object_get(j, "eta_s"), eta, sizeof eta);
+    printf(ROW_FMT, jstr(j, "id"), jstr(j, "state"), epoch, splits, rows, rate, eta, workers,
+           clients, ranks);
 }
 
 /* One job, a field a line, in the master's order; nested objects (a
@@ -165,7 +185,12 @@ static void show_job(const json_t *j)
     json_object_foreach((json_t *)j, key, v)
     {
         printf("%-17s ", key);
-        if (json_is_string(v)) {
+        if (strcmp(key, "history") == 0) { /* up to an hour of points: --json has them */
+            printf("%zu points every %.0f s, %zu autoscaler decisions (--json for them)\n",
+                   json_array_size(json_object_get(v, "points")),
+                   json_number_value(json_object_get(v, "interval_s")),
+                   json_array_size(json_object_get(v, "decisions")));
+        } else if (json_is_string(v)) {
             printf("%s\n", json_string_value(v));
         } else {
             char *s = sl_admin_json_text(NULL, v,

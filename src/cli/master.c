@@ -29,7 +29,7 @@ typedef struct master_args {
     const char *listen, *admin, *state, *token_file, *executor, *log_dir, *secret_file;
     const char *k8s_ns, *k8s_deployment, *k8s_api, *k8s_sa, *cache_dir;
     uint64_t lease_ms, split_failures, client_idle_ms, fleet, compact, max_conns, handshake_ms,
-        conn_idle_ms, kafka_ahead, kafka_watch_ms, cache_size;
+        conn_idle_ms, kafka_ahead, kafka_watch_ms, cache_size, history_ms;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
 } master_args_t;
@@ -99,6 +99,10 @@ static const sl_cli_opt_t mopts[] = {
     {"kafka-watch-ms", SL_CLI_UINT, "N", "2000", NULL, 100, 3600000, 0, M(kafka_watch_ms),
      "how often the master asks the brokers about its Kafka streams: partitions added, high "
      "watermarks (lag), the consumer-group mirror (docs/KAFKA.md, \"Streams under a master\")"},
+    {"history-every-ms", SL_CLI_UINT, "N", "10000", NULL, 100, 3600000, 0, M(history_ms),
+     "a point of each job's history (samples/s, trainer wait, worker busy, dedup factor, workers) "
+     "this often; the last 360 points are kept (an hour at the default) and served in GET "
+     "/jobs/{id} and on the status page (docs/ADMIN.md, \"History\")"},
     {"cache-dir", SL_CLI_PATH, "DIR", NULL, NULL, 0, 0, 0, M(cache_dir),
      "the autocache's directory (created; the workers must see it at the same path: one machine "
      "or a shared file system): jobs whose first epoch shows that reading a cached output is "
@@ -247,6 +251,7 @@ int sl_cli_master(int argc, char **argv)
                           .compact_bytes = args.compact,
                           .kafka_chunks_ahead = (uint32_t)args.kafka_ahead,
                           .kafka_watch_ms = args.kafka_watch_ms,
+                          .history_every_ms = args.history_ms,
                           .cache_dir = args.cache_dir,
                           .cache_max_bytes = args.cache_size};
     sl_master_t *m = NULL;

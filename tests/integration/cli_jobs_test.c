@@ -47,9 +47,9 @@ Test(cli_jobs, list_show_scale_delete)
     cr_assert_eq(SLUICE("jobs", "list", "--admin", m.admin), 0, "%s", out);
     snprintf(expect, sizeof expect,
              "ID                       STATE     EPOCH   SPLITS DONE   ROWS COMMITTED         "
-             "   WORKERS   CLIENTS RANKS\n"
-             "j-1                      running   1/2     0/20          0/20000                 "
-             "  0/1       0       1 dynamic\n");
+             "   SAMPLES/S   ETA      WORKERS   CLIENTS RANKS\nj-1                      runnin"
+             "g   1/2     0/20          0/20000                   0           -        0/1    "
+             "   0       1 dynamic\n");
     cr_assert_str_eq(out, expect);
 
     /* --json: the master's answer as it came */
@@ -104,8 +104,9 @@ Test(cli_jobs, list_show_scale_delete)
     cr_assert_eq(SLUICE("jobs", "delete", job, "--admin", m.admin), 0, "%s", out);
     cr_assert_str_eq(out, "removed job j-1\n");
     cr_assert_eq(SLUICE("jobs", "list", "--admin", m.admin), 0, "%s", out);
-    cr_assert_str_eq(out, "ID                       STATE     EPOCH   SPLITS DONE   ROWS "
-                          "COMMITTED            WORKERS   CLIENTS RANKS\n");
+    cr_assert_str_eq(
+        out, "ID                       STATE     EPOCH   SPLITS DONE   ROWS COMMITTED         "
+             "   SAMPLES/S   ETA      WORKERS   CLIENTS RANKS\n");
     cr_assert_eq(SLUICE("jobs", "delete", job, "--admin", m.admin), 1);
     snprintf(expect, sizeof expect,
              "sluice jobs delete: DELETE http://%s/jobs/j-1: HTTP 404: no job 'j-1'\n", m.admin);
@@ -233,10 +234,11 @@ Test(cli_jobs, chunked_reply_and_a_proxy)
     getsockname(s.lfd, (struct sockaddr *)&sa, &sl);
     snprintf(s.addr, sizeof s.addr, "127.0.0.1:%u", ntohs(sa.sin_port));
     pthread_create(&s.th, NULL, chunked_main, &s);
-    const char *table = "ID                       STATE     EPOCH   SPLITS DONE   ROWS COMMITTED  "
-                        "          WORKERS   CLIENTS RANKS\n"
-                        "c                        finished  2/2     5/5           10/10          "
-                        "           0/0       0       2 static\n";
+    const char *table =
+        "ID                       STATE     EPOCH   SPLITS DONE   ROWS COMMITTED         "
+        "   SAMPLES/S   ETA      WORKERS   CLIENTS RANKS\nc                        finish"
+        "ed  2/2     5/5           10/10                     0           -        0/0    "
+        "   0       2 static\n";
     /* as the endpoint itself, on loopback: no proxy even with one set */
     char proxy[100];
     snprintf(proxy, sizeof proxy, "http://%s", s.addr);

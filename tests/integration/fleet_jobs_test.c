@@ -212,3 +212,53 @@ Test(fleet_jobs, clients_learn_of_workers_and_the_end_without_a_refresh)
     free(seen);
     free(job);
 }
+
+/* The master keeps each job's recent past (history.h): after a job that
+ * ran a few seconds, GET /jobs/{id} has points with the job's rate and the
+ * submission's decision, and GET /jobs says samples/s and no ETA for a
+ * finished job. */
+Test(fleet_jobs, history_of_a_job_and_its_rate)
+{
+    fu_master_t m = {.extra = {"--history-every-ms", "100", NULL}};
+    char *job = fu_job_up(&m, "hist", ROWS, 1, 1, "dynamic", 1);
+    char wlog[400];
+    snprintf(wlog, sizeof wlog, "%s/worker.log", fu_dir);
+    pid_t w = fu_worker_spawn(m.ctl, job, "hist-w", wlog);
+    atomic_uint *seen = calloc(ROWS, sizeof *seen);
+    /* 48 batches, 60 ms each: about 3 s, so the master looks a few times */
+    fu_client_t c = {.master = m.ctl, .job = job, .rows = ROWS, .seen = seen, .delay_us = 60000};
+    fu_client_run(&c);
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
+    fu_assert_once_per_epoch(seen, ROWS, 1);
+    cr_assert_neq(fu_wait_exit(w, tu_timeout(30)), -1, "see %s", wlog);
+
+    char path[128];
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    json_t *j = fu_get_json(m.admin, path);
+    json_t *h = json_object_get(j, "history");
+    json_t *points = json_object_get(h, "points");
+    cr_assert_float_eq(json_number_value(json_object_get(h, "interval_s")), 0.1, 1e-9);
+    cr_assert_geq(json_array_size(points), 2, "%zu points", json_array_size(points));
+    double best = 0, t_prev = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(points, i, p)
+    {
+        double rate = json_number_value(json_object_get(p, "samples_per_s"));
+        double t = json_number_value(json_object_get(p, "t"));
+        cr_assert_gt(t, t_prev, "points in time order");
+        t_prev = t;
+        cr_assert_leq(json_integer_value(json_object_get(p, "workers")), 1);
+        if (rate > best) best = rate;
+    }
+    /* 48 batches of 250 over about 3 s: a rate between 1 and 1000 x that */
+    cr_assert(best > 100 && best < 4e6, "best rate %.0f samples/s", best);
+    json_t *d = json_array_get(json_object_get(h, "decisions"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(d, "by")), "submit");
+    cr_assert_eq(json_integer_value(json_object_get(d, "to")), 1);
+    cr_assert(json_is_null(json_object_get(j, "eta_s")), "a finished job has no ETA");
+    cr_assert(json_is_number(json_object_get(j, "samples_per_s")));
+    json_decref(j);
+    free(seen);
+    free(job);
+}

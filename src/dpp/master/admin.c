@@ -347,6 +347,10 @@ static json_t *job_json(const sl_master_job_view_t *v)
                                           ? (double)v->bytes_expanded / (double)v->bytes_encoded
                                           : 1.0));
         json_object_set_new(o, "bytes_encoded", json_integer((json_int_t)v->bytes_encoded));
+        /* since the master's last look (about a second); the time left at
+         * the last minute's rate of rows, null when it cannot be told */
+        json_object_set_new(o, "samples_per_s", json_real(v->samples_per_s));
+        json_object_set_new(o, "eta_s", v->eta_s >= 0 ? json_real(v->eta_s) : json_null());
         if (v->num_kafka > 0) json_object_set_new(o, "kafka", kafka_json(v));
         add_share_json(o, v);
         json_object_set_new(o, "autocache", autocache_json(v));
@@ -358,9 +362,38 @@ static json_t *job_json(const sl_master_job_view_t *v)
     return o;
 }
 
+/* The job's last hour (history.h): {interval_s, points: [...], decisions:
+ * [...]}, oldest first; times are Unix seconds. */
+static json_t *history_json(const sl_master_history_t *h)
+{
+    json_t *points = json_array(), *decisions = json_array();
+    for (uint32_t i = 0; points != NULL && i < h->count; i++) {
+        const sl_master_history_point_t *p = sl_master_history_point(h, i);
+        json_array_append_new(
+            points,
+            json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "t", p->wall_ms / 1000.0,
+                      "samples_per_s", (double)p->samples_per_s, "rows_per_s",
+                      (double)p->rows_per_s, "trainer_wait", (double)p->trainer_wait, "worker_busy",
+                      (double)p->worker_busy, "dedup_factor", (double)p->dedup_factor, "workers",
+                      (json_int_t)p->workers, "desired_workers", (json_int_t)p->desired));
+    }
+    for (uint32_t i = 0; decisions != NULL && i < h->dcount; i++) {
+        const sl_master_history_decision_t *d = sl_master_history_decision(h, i);
+        json_array_append_new(decisions,
+                              json_pack("{s:f, s:i, s:i, s:s, s:s}", "t", d->wall_ms / 1000.0,
+                                        "from", (json_int_t)d->from, "to", (json_int_t)d->to, "by",
+                                        d->by, "reason", d->reason));
+    }
+    return json_pack("{s:f, s:o*, s:o*}", "interval_s", h->interval_ms / 1000.0, "points", points,
+                     "decisions", decisions);
+}
+
 static void job_into(void *ctx, const sl_master_job_view_t *v)
 {
-    *(json_t **)ctx = job_json(v);
+    json_t *o = job_json(v);
+    if (o != NULL && v->history != NULL)
+        json_object_set_new(o, "history", history_json(v->history));
+    *(json_t **)ctx = o;
 }
 
 sl_err_t sl_master_admin_job_json(sl_master_t *m, const char *job_id, json_t **out, sl_error_t *err)

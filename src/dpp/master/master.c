@@ -72,6 +72,7 @@ mp_job *mp_job_add(sl_master_t *m, const char *id, uint32_t min_w, uint32_t max_
         o.min_workers = min_w > 0 ? min_w : 1;
         o.max_workers = max_w >= o.min_workers ? max_w : o.min_workers;
         sl_master_autoscale_init(&j->as, &o, initial);
+        sl_master_history_init(&j->hist, m->opts.history_every_ms);
         return j;
     }
     return NULL;
@@ -165,10 +166,60 @@ static void log_progress(sl_master_t *m, mp_job *j) SL_REQUIRES(m->mu)
     }
 }
 
+/* The wall clock, for what a person reads (history points' times). */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The job's figures bytes: what its workers encoded and would have without
+ * dedup (heartbeats), for the dedup factor. */
+static double dedup_factor(const sl_master_t *m, const char *job) SL_REQUIRES(m->mu)
+{
+    uint64_t enc = 0, exp = 0;
+    for (uint32_t w = 0; w < m->nworkers; w++)
+        if (strcmp(m->workers[w].job, job) == 0) {
+            enc += m->workers[w].bytes_encoded;
+            exp += m->workers[w].bytes_expanded;
+        }
+    return enc > 0 ? (double)exp / (double)enc : 1.0;
+}
+
+/* Rows done so far over every epoch, and in all (0: no end, a stream). */
+static void rows_progress(const sl_master_state_job_status_t *st, uint64_t *done, uint64_t *total)
+{
+    *total = st->total_rows * st->epochs;
+    *done = st->finished ? *total : (uint64_t)st->epoch * st->total_rows + st->committed_rows;
+}
+
+/* One look at the job for its history (history.h). */
+static void history_tick(sl_master_t *m, mp_job *j, uint64_t now, uint32_t live) SL_REQUIRES(m->mu)
+{
+    sl_master_state_job_status_t st;
+    sl_error_t err = {0};
+    if (sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK) return;
+    uint64_t done, total;
+    rows_progress(&st, &done, &total);
+    sl_master_history_input_t in = {.mono_ms = now,
+                                    .wall_ms = wall_ms(),
+                                    .samples = st.samples,
+                                    .rows = done,
+                                    .trainer_wait = (float)j->last_wait,
+                                    .worker_busy = (float)j->last_busy,
+                                    .dedup_factor = (float)dedup_factor(m, j->id),
+                                    .workers = (uint16_t)(live > UINT16_MAX ? UINT16_MAX : live),
+                                    .desired = (uint16_t)j->as.desired};
+    sl_master_history_tick(&j->hist, &in);
+}
+
 /* An autoscaler decision that changed the job's desired count. */
 static void log_decision(mp_job *j, const char *by)
 {
     if (j->as.desired == j->logged_desired) return;
+    sl_master_history_decide(&j->hist, wall_ms(), j->logged_desired, j->as.desired, by,
+                             j->as.reason);
     sl_log_kv(SL_LOG_INFO, "autoscale",
               (SL_KV_STR("job", j->id), SL_KV_U64("from", j->logged_desired),
                SL_KV_U64("to", j->as.desired), SL_KV_STR("by", by),
@@ -214,6 +265,7 @@ void mp_tick(sl_master_t *m, uint64_t now)
         sl_master_autoscale_observe(&j->as, &obs);
         log_decision(j, "autoscaler");
         log_progress(m, j);
+        history_tick(m, j, now, live);
     }
 }
 
@@ -270,6 +322,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     if (o->heartbeat_ms == 0)
         o->heartbeat_ms = o->lease_timeout_ms / 4 ? o->lease_timeout_ms / 4 : 1;
     if (o->autoscale_every_ms == 0) o->autoscale_every_ms = 1000;
+    if (o->history_every_ms == 0) o->history_every_ms = 10000;
     if (o->max_connections == 0) o->max_connections = 1024;
     if (o->max_jobs == 0) o->max_jobs = 64;
     if (o->max_workers == 0) o->max_workers = 65536;
@@ -638,6 +691,13 @@ static bool job_view_locked(sl_master_t *m, const mp_job *j, sl_master_job_view_
     v->trainer_wait = j->last_wait;
     v->worker_busy = j->last_busy;
     v->autoscale_reason = j->as.reason;
+    v->history = &j->hist;
+    v->samples_per_s = j->hist.samples_per_s;
+    uint64_t done, total;
+    rows_progress(&v->status, &done, &total);
+    v->eta_s = v->status.finished || v->status.failed
+                   ? -1
+                   : sl_master_history_eta_s(&j->hist, done, total);
     v->num_kafka = mp_kafka_view(m, j->id, &v->kafka);
     v->num_shares_with = mp_fp_peers_locked(m, j->id);
     v->shares_with = m->fp_peers;

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "dpp/master/autocache.h"
+#include "dpp/master/history.h"
 #include "dpp/master/autoscale.h"
 #include "dpp/master/executor.h"
 #include "dpp/master/state.h"
@@ -50,6 +51,7 @@ typedef struct sl_master_opts {
     uint64_t lease_timeout_ms;   /* 0: 10000 */
     uint64_t heartbeat_ms;       /* told to workers; 0: lease_timeout_ms / 4 */
     uint64_t autoscale_every_ms; /* one autoscaler observation per job this often; 0: 1000 */
+    uint64_t history_every_ms;   /* a point of each job's history this often; 0: 10000 */
     uint32_t max_connections;    /* control connections at once; 0: 1024 */
     uint32_t max_jobs;           /* 0: 64 */
     uint32_t max_workers;        /* distinct worker ids; 0: 65536 */
@@ -224,6 +226,11 @@ typedef struct sl_master_job_view {
     uint64_t computed_samples, compute_ns;
     const char *cache_dir;
     sl_master_autocache_stats_t cache_dir_stats;
+    /* The last hour (history.h; borrowed for the callback): points and the
+     * autoscaler's decisions; the current rates and the time left at
+     * them (eta_s < 0: cannot be told, e.g. a stream or no rate yet). */
+    const sl_master_history_t *history;
+    double samples_per_s, eta_s;
 } sl_master_job_view_t;
 
 /* One worker id the master has seen. */

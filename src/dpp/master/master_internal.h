@@ -59,6 +59,8 @@ typedef struct mp_job {
     /* figures of the job's worker processes that ended (a worker id taken
      * over by a new process starts its counters again) */
     mp_cache_figures ac_gone;
+    /* the last hour's figures and decisions (history.h; fixed size) */
+    sl_master_history_t hist;
 } mp_job;
 
 typedef struct mp_worker {
