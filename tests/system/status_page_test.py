@@ -218,7 +218,8 @@ def main():
     fleet, chrome = None, None
     try:
         fleet = Fleet(work)
-        fleet.master()
+        # a history point every 0.3 s (each autoscaler look, about a second)
+        fleet.master("--history-every-ms", "300")
         admin, token = fleet.admin, fleet.token
         fleet.submit(JOB)
         _, wadmin = fleet.worker(JOB, "page-w1")
@@ -235,9 +236,19 @@ def main():
             if "default-src 'none'" not in csp or "connect-src 'self'" not in csp:
                 fail(f"GET {path}: Content-Security-Policy is '{csp}'")
 
+        # the master keeps the job's past whether or not a page is open: once it
+        # has two points, a page opened now draws them at once
+        def history_points():
+            j = json.loads(http("GET", f"http://{admin}/jobs/{JOB}")[2])
+            return len(j["history"]["points"]) >= 2 and j
+        before = wait_for("two points of the job's history on the master", history_points, 30)
         chrome = Chromium(exe, os.path.join(work, "chromium"))
         page = Page(chrome)
         page.goto(f"http://{admin}/?interval=0.3")
+        drawn = wait_for("the page's first drawing of the job", lambda: page.eval(JOB_STATE_JS), 30)
+        if drawn["points"] < len(before["history"]["points"]) + 1:
+            fail(f"the page's first drawing has {drawn['points']} points of samples/s; the "
+                 f"master had {len(before['history']['points'])} before it was opened")
 
         def running_with_rows():
             s = page.eval(JOB_STATE_JS)
@@ -273,6 +284,17 @@ def main():
         wait_for("the worker's samples/s chart to have two points", lambda: page.eval(
             "(() => { const l = document.querySelector('[data-chart=\"rate\"] polyline');"
             " return l && l.getAttribute('points').split(' ').length >= 2; })()"), 20)
+        # the Pipeline card stands clear of the header, its title inside it
+        box = page.eval("""(() => {
+          const r = (e) => e.getBoundingClientRect();
+          const head = r(document.querySelector('header'));
+          const card = document.querySelector('#worker > section.job');
+          const title = r(card.querySelector('h2'));
+          return {gap: r(card).top - head.bottom, inside: title.top >= r(card).top &&
+                  title.bottom <= r(card).bottom};
+        })()""")
+        if box["gap"] < 8 or not box["inside"]:
+            fail(f"the worker's Pipeline card is not laid out below the header: {box}")
         page.screenshot(os.path.join(art, "status_page_worker.png"))
         if page.problems:
             fail("the worker's page logged:\n  " + "\n  ".join(page.problems))

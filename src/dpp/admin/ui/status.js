@@ -1,8 +1,10 @@
 /* The status page of the master and the workers (status.html; docs/ADMIN.md
  * "The status page"). Plain JavaScript, no
- * library and no build step: it polls the endpoint's JSON routes, keeps a
- * short history of each figure in the page, and draws the charts as SVG
- * polylines. It loads nothing from elsewhere (the endpoint's
+ * library and no build step: it polls the endpoint's JSON routes and draws
+ * the charts as SVG polylines: a master's from each job's history, which
+ * the master keeps whether or not the page is open (GET /jobs/{id}
+ * "history", the last hour), a worker's from what the page saw since it
+ * was opened. It loads nothing from elsewhere (the endpoint's
  * Content-Security-Policy forbids it).
  *
  * Authentication: the read routes it polls need no token today; should an
@@ -126,10 +128,12 @@
   }
 
   /* A small line chart: the series as an SVG polyline over a fixed time
-   * axis (HISTORY points), scaled to its maximum (or fixedMax). */
+   * axis (opts.cap points, HISTORY by default), scaled to its maximum (or
+   * opts.max). */
   function chart(title, series, opts) {
     const w = 180, h = 44, pad = 2;
-    const vals = series.v;
+    const cap = opts.cap || HISTORY;
+    const vals = series.v.slice(-cap);
     const max = opts.max != null ? opts.max : Math.max(1e-9, ...vals);
     const svg = document.createElementNS(SVG, 'svg');
     svg.setAttribute('width', w);
@@ -138,7 +142,7 @@
     svg.setAttribute('role', 'img');
     svg.setAttribute('aria-label', title);
     const line = document.createElementNS(SVG, 'polyline');
-    const step = (w - 2 * pad) / (HISTORY - 1);
+    const step = (w - 2 * pad) / (cap - 1);
     const x0 = w - pad - (vals.length - 1) * step;
     line.setAttribute('points', vals.map((v, i) => {
       const y = h - pad - (Math.min(v, max) / max) * (h - 2 * pad);
@@ -162,23 +166,46 @@
 
   /* ---- the master's page ----------------------------------------------------------- */
 
-  const jobHistory = new Map(); /* job id -> {rate: Rate, wait: Series} */
-  const lastDecision = new Map(); /* job id -> "desired/granted/reason" */
-  const decisions = []; /* newest last; at most 200 */
+  /* job id -> its history as the master keeps it (GET /jobs/{id}:
+   * {interval_s, points, decisions}) and when it was fetched: again once
+   * a new point is due */
+  const jobHistory = new Map();
+  const HISTORY_POINTS = 360; /* the master's ring: an hour at its default 10 s */
 
-  function jobHistoryOf(id) {
-    if (!jobHistory.has(id)) jobHistory.set(id, { rate: new Rate(), wait: new Series() });
-    return jobHistory.get(id);
+  async function refreshHistories(jobs, now) {
+    const due = jobs.filter((job) => {
+      const h = jobHistory.get(job.id);
+      return !h || now - h.fetched >= h.history.interval_s * 1000;
+    });
+    const got = await Promise.all(due.map((job) =>
+      getJSON('/jobs/' + encodeURIComponent(job.id)).catch(() => null)));
+    got.forEach((j, i) => {
+      if (j && j.history) jobHistory.set(due[i].id, { history: j.history, fetched: now });
+    });
+    const ids = new Set(jobs.map((job) => job.id));
+    for (const id of jobHistory.keys()) if (!ids.has(id)) jobHistory.delete(id);
   }
 
-  function noteDecision(job, now) {
-    /* a change of count is a decision; the reason's figures move every poll */
-    const key = `${job.desired_workers}/${job.granted_workers}`;
-    if (lastDecision.get(job.id) === key) return;
-    lastDecision.set(job.id, key);
-    decisions.push({ t: now, job: job.id, desired: job.desired_workers,
-                     granted: job.granted_workers, reason: job.autoscale_reason || '' });
-    if (decisions.length > 200) decisions.shift();
+  /* The time axis of a history chart: the points there are, at least 30
+   * (so a young job's few points are not a dot at the edge), at most the
+   * master's ring and the live end. */
+  function historyCap(series) { return Math.min(HISTORY_POINTS + 1, Math.max(30, series.v.length)); }
+
+  /* A figure of the job's history points, then its value now (the live end). */
+  function historySeries(job, key, now) {
+    const h = jobHistory.get(job.id);
+    const s = new Series();
+    s.v = (h ? h.history.points.map((p) => p[key]) : []).concat([now]);
+    return s;
+  }
+
+  function decisionsOf(jobs) {
+    const all = [];
+    for (const job of jobs) {
+      const h = jobHistory.get(job.id);
+      for (const d of h ? h.history.decisions : []) all.push(Object.assign({ job: job.id }, d));
+    }
+    return all.sort((a, b) => b.t - a.t).slice(0, 200);
   }
 
   function failureText(f) {
@@ -188,7 +215,8 @@
   }
 
   function jobCard(job) {
-    const h = jobHistoryOf(job.id);
+    const rate = historySeries(job, 'samples_per_s', job.samples_per_s);
+    const wait = historySeries(job, 'trainer_wait', job.trainer_wait);
     const total = job.total_rows || 0;
     const done = Math.min(job.committed_rows || 0, total);
     const epochShown = job.finished ? job.epochs : job.epoch + 1;
@@ -203,9 +231,12 @@
                         `rows (${fmtPct(total ? done / total : 0)}) · splits ${job.done}/${job.num_splits}` }),
       bar,
       el('div', { class: 'charts' },
-        chart('samples/s', h.rate.series, { name: 'rate', fmt: fmtNum }),
-        chart('trainer wait', h.wait, { name: 'wait', cls: 'wait', max: 1, fmt: fmtPct })),
+        chart('samples/s', rate, { name: 'rate', fmt: fmtNum, cap: historyCap(rate) }),
+        chart('trainer wait', wait,
+              { name: 'wait', cls: 'wait', max: 1, fmt: fmtPct, cap: historyCap(wait) })),
       figures([
+        ['samples/s', fmtNum(job.samples_per_s)],
+        ['time left', job.eta_s == null ? '–' : fmtDuration(job.eta_s)],
         ['samples', fmtNum(job.samples)],
         ['batches', fmtNum(job.batches)],
         ['dedup factor', dedup],
@@ -225,7 +256,7 @@
     return card;
   }
 
-  function renderMaster(status, jobs, workers, now) {
+  function renderMaster(status, jobs, workers) {
     $('name').textContent = status.address || '';
     const s = $('summary');
     s.replaceChildren(
@@ -239,15 +270,6 @@
                          `${status.splits.done} done` }));
     banner(status.failure ? 'The master\'s journal failed: ' + status.failure : '');
 
-    const seen = new Set();
-    for (const job of jobs) {
-      seen.add(job.id);
-      const h = jobHistoryOf(job.id);
-      h.rate.update(job.samples, now);
-      h.wait.push(job.trainer_wait);
-      noteDecision(job, now);
-    }
-    for (const id of jobHistory.keys()) if (!seen.has(id)) jobHistory.delete(id);
     const box = $('jobs');
     box.replaceChildren(...(jobs.length ? jobs.map(jobCard)
                                         : [el('p', { class: 'empty', text: 'no job yet' })]));
@@ -262,15 +284,17 @@
       el('td', { class: 'num', text: fmtNum(w.samples_sent) }),
       el('td', { class: 'num', text: (w.last_heartbeat_ms_ago / 1000).toFixed(1) + ' s ago' }))));
 
-    $('decisions').tBodies[0].replaceChildren(...decisions.slice().reverse().map((d) =>
-      el('tr', {}, el('td', { text: new Date(d.t).toLocaleTimeString() }), el('td', { text: d.job }),
-        el('td', { class: 'num', text: String(d.desired) }),
-        el('td', { class: 'num', text: String(d.granted) }), el('td', { text: d.reason }))));
+    $('decisions').tBodies[0].replaceChildren(...decisionsOf(jobs).map((d) =>
+      el('tr', {}, el('td', { text: new Date(d.t * 1000).toLocaleTimeString() }),
+        el('td', { text: d.job }),
+        el('td', { class: 'num', text: `${d.from} → ${d.to}` }),
+        el('td', { text: d.by }), el('td', { text: d.reason }))));
   }
 
   async function pollMaster(status) {
     const [jobs, workers] = await Promise.all([getJSON('/jobs'), getJSON('/workers')]);
-    renderMaster(status, jobs.jobs || [], workers.workers || [], Date.now());
+    await refreshHistories(jobs.jobs || [], Date.now());
+    renderMaster(status, jobs.jobs || [], workers.workers || []);
   }
 
   /* ---- a worker's page ------------------------------------------------------------- */
