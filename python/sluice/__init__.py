@@ -6,6 +6,14 @@
             with batch:
                 ...   # batch.sparse / batch.groups / batch.dense: numpy views
 
+sluice.Dataset (imports torch when first used): a job spec and a table as a
+torch IterableDataset, one epoch per iteration, exact checkpoints:
+
+    ds = sluice.Dataset("/data/sessions", {"batch": {"size": 512, "epochs": 2}})
+    for epoch in range(2):
+        for batch in ds:            # dicts of tensors, batch["epoch"] == epoch
+            ...
+
 PyTorch helpers (IterableDataset, TorchRec KJT keyword arguments, IKJT
 expansion) are in sluice.torch, imported on demand so that numpy-only users
 do not load torch; TorchRec's Batch, one KJT per batch and a rank-aware
@@ -15,12 +23,24 @@ Installed with `pip install .` from a checkout (distribution sluice-trainer:
 `sluice` on PyPI is another project); python/README.md.
 """
 
-from .client import IKJT, KJT, Batch, Client, SluiceError, SluiceTimeout, library_path
+from .client import IKJT, KJT, Batch, Client, Jagged, SluiceError, SluiceTimeout, library_path
+
+
+def __getattr__(name):
+    # sluice.Dataset imports torch: only when asked for
+    if name == "Dataset":
+        from .dataset import Dataset
+
+        return Dataset
+    raise AttributeError("module 'sluice' has no attribute %r" % name)
+
 
 __all__ = [
     "Batch",
     "Client",
+    "Dataset",
     "IKJT",
+    "Jagged",
     "KJT",
     "SluiceError",
     "SluiceTimeout",

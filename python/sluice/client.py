@@ -122,9 +122,39 @@ def _strings(pp, n):
     return [pp[i].decode("utf-8", "replace") for i in range(n)]
 
 
+class Jagged:
+    """One feature of a KJT, as TorchRec's JaggedTensor: values (int64),
+    lengths (int32 [stride]), weights (float32 or None) - views into the
+    batch's buffers, nothing copied. offsets() makes the [stride + 1]
+    prefix sum; to_list() the ids row by row (a copy, for looking)."""
+
+    __slots__ = ("key", "values", "lengths", "weights")
+
+    def __init__(self, key: str, values: np.ndarray, lengths: np.ndarray,
+                 weights: Optional[np.ndarray]) -> None:
+        self.key = key
+        self.values = values
+        self.lengths = lengths
+        self.weights = weights
+
+    def offsets(self) -> np.ndarray:
+        out = np.zeros(self.lengths.size + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=out[1:])
+        return out
+
+    def to_list(self) -> List[List[int]]:
+        o = self.offsets()
+        return [self.values[o[i]:o[i + 1]].tolist() for i in range(self.lengths.size)]
+
+    def __repr__(self) -> str:
+        return "Jagged(%r, rows=%d, values=%d)" % (self.key, self.lengths.size, self.values.size)
+
+
 class KJT:
     """A KeyedJaggedTensor of a batch, TorchRec layout: keys [F], lengths
-    int32 [F*stride] key-major, values int64, weights float32 or None."""
+    int32 [F*stride] key-major, values int64, weights float32 or None.
+    kjt["item_id"] is that feature as a Jagged (views, no copy), as
+    TorchRec's kjt["item_id"]; to_dict() every feature so."""
 
     __slots__ = ("keys", "stride", "lengths", "values", "weights")
 
@@ -158,6 +188,27 @@ class KJT:
         """lengths as [F, stride] (a view)."""
         return self.lengths.reshape(len(self.keys), self.stride)
 
+    def __getitem__(self, key: str) -> Jagged:
+        try:
+            f = self.keys.index(key)
+        except ValueError:
+            raise KeyError("%r: the batch's features here are %s" % (key, self.keys)) from None
+        lo, hi = f * self.stride, (f + 1) * self.stride
+        start = int(self.lengths[:lo].sum(dtype=np.int64))
+        end = start + int(self.lengths[lo:hi].sum(dtype=np.int64))
+        w = self.weights[start:end] if self.weights is not None else None
+        return Jagged(key, self.values[start:end], self.lengths[lo:hi], w)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def to_dict(self) -> Dict[str, Jagged]:
+        """Every feature by name (TorchRec's KeyedJaggedTensor.to_dict)."""
+        return {k: self[k] for k in self.keys}
+
     def __repr__(self) -> str:
         return "KJT(keys=%r, stride=%d, values=%d)" % (self.keys, self.stride, self.values.size)
 
@@ -182,6 +233,11 @@ class IKJT:
     @property
     def keys(self) -> List[str]:
         return self.unique.keys
+
+    def __getitem__(self, key: str) -> Jagged:
+        """The feature over the group's unique rows (stride U); row i of the
+        batch is unique row inverse[i]."""
+        return self.unique[key]
 
     def __repr__(self) -> str:
         return "IKJT(%r, keys=%r, unique=%d of %d)" % (
@@ -292,6 +348,22 @@ class Batch:
     def dense(self) -> np.ndarray:
         d = self._c().dense
         return self._array(d.data, (int(d.rows), int(d.cols)), "<f4")
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The batch by name, views nothing copied: "sparse" {feature:
+        Jagged}, "groups" {group: {"inverse": int32 [B], "features":
+        {feature: Jagged over the unique rows}}}, "dense" {name: float32
+        [B]}, "labels" {name: float32 [B]} (label_names says the columns:
+        a negative_downsample filter adds its weight column), "sample_ids"."""
+        dense, labels = self.dense, self.labels
+        return {
+            "sparse": self.sparse.to_dict(),
+            "groups": {g.name: {"inverse": g.inverse, "features": g.unique.to_dict()}
+                       for g in self.groups},
+            "dense": {n: dense[:, i] for i, n in enumerate(self.dense_names)},
+            "labels": {n: labels[:, i] for i, n in enumerate(self.label_names)},
+            "sample_ids": self.sample_ids,
+        }
 
     @property
     def labels(self) -> np.ndarray:

@@ -162,3 +162,36 @@ def test_version_is_the_cmake_project_version():
     with open(os.path.join(root, "CMakeLists.txt")) as f:
         m = re.search(r"project\(sluice VERSION ([0-9.]+)", f.read())
     assert m and sluice.__version__ == m.group(1)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_features_by_name_are_views_like_torchrecs_jagged_tensors(seed):
+    batch, h, truth = make_batch(seed, weighted=True)
+    lengths, values, weights = truth["sparse"]
+    B, keys = batch.batch_size, ["i1", "i2", "i3"]
+    kjt = batch.sparse
+    assert "i2" in kjt and "nope" not in kjt and len(kjt) == 3
+    start = 0
+    for f, key in enumerate(keys):
+        j = kjt[key]
+        n = int(lengths[f * B:(f + 1) * B].sum())
+        np.testing.assert_array_equal(j.lengths, lengths[f * B:(f + 1) * B])
+        np.testing.assert_array_equal(j.values, values[start:start + n])
+        np.testing.assert_array_equal(j.weights, weights[start:start + n])
+        assert j.values.__array_interface__["data"][0] == values[start:].ctypes.data  # no copy
+        o = j.offsets()
+        assert o[0] == 0 and o[-1] == n and o.size == B + 1
+        assert j.to_list()[0] == values[start:start + lengths[f * B]].tolist()
+        start += n
+    with pytest.raises(KeyError, match="'nope': the batch's features here are"):
+        kjt["nope"]
+    d = batch.to_dict()
+    assert list(d["sparse"]) == keys
+    g = d["groups"]["user"]
+    np.testing.assert_array_equal(g["inverse"], truth["groups"][0][3])
+    glen, gval, _, _ = truth["groups"][0]
+    np.testing.assert_array_equal(g["features"]["u1"].lengths, glen[:5])
+    np.testing.assert_array_equal(batch.group("user")["u2"].values, gval[int(glen[:5].sum()):])
+    np.testing.assert_array_equal(d["dense"]["d2"], batch.dense[:, 2])
+    assert list(d["labels"]) == ["click"]
+    np.testing.assert_array_equal(d["sample_ids"], truth["ids"])
