@@ -484,9 +484,24 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     pthread_create(&th, NULL, collect, &c);
 
     int fd = raw_connect(addr);
-    const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    const char garbage[] = "XYZW some bytes that are no frame\r\n";
     cr_assert_eq(write(fd, garbage, sizeof garbage - 1), (ssize_t)(sizeof garbage - 1));
     expect_error(fd, SL_ERR_PROTOCOL, "magic");
+    close(fd);
+
+    /* an HTTP client at the trainer port gets an HTTP answer naming the port */
+    fd = raw_connect(addr);
+    sl_error_t terr = {0};
+    cr_assert_eq(sl_rpc_set_recv_timeout(fd, 10000, &terr), SL_OK, "%s", terr.msg);
+    const char get[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    cr_assert_eq(write(fd, get, sizeof get - 1), (ssize_t)(sizeof get - 1));
+    char answer[1024] = {0};
+    size_t got = 0;
+    for (ssize_t r;
+         got < sizeof answer - 1 && (r = read(fd, answer + got, sizeof answer - 1 - got)) > 0;)
+        got += (size_t)r; /* until the worker closes (the read timeout bounds it) */
+    cr_assert(strncmp(answer, "HTTP/1.0 400 Bad Request\r\n", 26) == 0, "%s", answer);
+    cr_assert(strstr(answer, "this is a sluice worker's trainer port") != NULL, "%s", answer);
     close(fd);
 
     uint8_t h[SL_RPC_HEADER_BYTES];
@@ -548,7 +563,7 @@ Test(worker_faults, bad_frames_get_an_error_and_others_keep_going)
     expect_every_sample_once(&c);
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
-    cr_assert_eq(st.server.bad_frames, 8);
+    cr_assert_eq(st.server.bad_frames, 9); /* the HTTP request counts too */
     cr_assert_geq(st.server.redeliveries, 2);
     /* after the end, a new client gets WELCOME then END */
     sl_error_t err = {0};
