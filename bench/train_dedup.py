@@ -28,9 +28,10 @@ The variants (--paths picks the families):
 
 A round runs --steps steps of every variant of one session length, in an
 order rotated per round; before the first round each variant runs --warmup
-steps (not counted). Throughput is samples over wall time of the round's
-steps; the ratio to the KJT variant of the same path is taken per round and
-its median printed. The phases (ms per step, means over the timed steps):
+steps (not counted). Throughput is samples over the wall time of all of a
+variant's timed steps, and over the main thread's CPU time of them (the
+trainer's own work: on a loaded machine less disturbed by the other
+processes than wall time; the client's receive threads are not in it). The phases (ms per step, means over the timed steps):
 
   data     waiting for the next batch and converting it (the client's
            next() and to_batch), in the pipeline's enqueue of batch i+2
@@ -73,7 +74,6 @@ import importlib.util
 import json
 import logging
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -331,7 +331,7 @@ def make_runners(a, table, tmp, paths, variants, procs):
         spec = dlrm.job_spec(table, a.batch, dedup)
         p, addr = start_worker(a.sluice, spec, os.path.join(tmp, "%s.json" % v))
         procs.append(p)
-        client = sluice.Client(addr, prefetch=4)
+        client = sluice.Client(addr, prefetch=a.prefetch)
         if path == "plain":
             runners.append(PlainRunner(v, client, form == "unique", a.seed, a.lr))
         else:
@@ -341,7 +341,7 @@ def make_runners(a, table, tmp, paths, variants, procs):
 
 
 def run_rounds(a, runners):
-    """{variant: [per round: (samples/s, phases ms/step)]}."""
+    """{variant: [per turn: (samples, wall s, main thread CPU s, phases)]}."""
     for r in runners:
         for _ in range(a.warmup):
             r.step()
@@ -351,36 +351,44 @@ def run_rounds(a, runners):
         for r in runners[k:] + runners[:k]:
             r.timer.reset()
             s0 = r.samples
+            c0 = time.thread_time()
             t0 = time.perf_counter()
             for _ in range(a.steps):
                 r.step()
             wall = time.perf_counter() - t0
-            res[r.name].append(((r.samples - s0) / wall, r.timer.per_step(wall)))
+            res[r.name].append((r.samples - s0, wall, time.thread_time() - c0,
+                                r.timer.per_step(wall)))
     return res
 
 
-def ratio(res, num, den):
-    """Median over rounds of the per-round ratio of samples/s."""
+def rate(rows, cpu=False):
+    """Samples per second over all turns: of wall time, or of the main
+    thread's CPU time."""
+    return sum(x[0] for x in rows) / sum(x[2 if cpu else 1] for x in rows)
+
+
+def ratio(res, num, den, cpu=False):
     if num not in res or den not in res:
         return None
-    return statistics.median(x[0] / y[0] for x, y in zip(res[num], res[den]))
+    return rate(res[num], cpu) / rate(res[den], cpu)
 
 
 def report(res, runners):
-    print("  %-16s %9s %6s" % ("variant", "samples/s", "B/U") +
+    print("  %-16s %9s %9s %6s" % ("variant", "samples/s", "/CPU-s", "B/U") +
           "".join(" %7s" % p for p in PHASES) + "   (ms/step)")
     for r in runners:
         rows = res[r.name]
-        sps = statistics.median(x[0] for x in rows)
-        ph = {p: statistics.mean(x[1][p] for x in rows) for p in PHASES}
+        n = sum(1 for _ in rows)
+        ph = {p: sum(x[3][p] for x in rows) / n for p in PHASES}
         dd = "%.1f" % np.mean(r.dedup) if r.dedup else "-"
-        print("  %-16s %9.0f %6s" % (r.name, sps, dd) + "".join(" %7.2f" % ph[p] for p in PHASES))
-        print("  %-16s %s" % ("", "per round: " + " ".join("%.0f" % x[0] for x in rows)))
+        print("  %-16s %9.0f %9.0f %6s" % (r.name, rate(rows), rate(rows, True), dd)
+              + "".join(" %7.2f" % ph[p] for p in PHASES))
     for num, den in (("torchrec-unique", "torchrec-kjt"), ("torchrec-vbe", "torchrec-kjt"),
                      ("plain-unique", "plain-kjt")):
         q = ratio(res, num, den)
         if q is not None:
-            print("  %s / %s: %.2fx (median of per-round ratios)" % (num, den, q))
+            print("  %s / %s: %.2fx samples/s, %.2fx samples per CPU-second" % (
+                num, den, q, ratio(res, num, den, True)))
 
 
 def profile(a, runners):
@@ -411,15 +419,21 @@ def main():
                     help="rows of each generated table (each variant reads it once)")
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--warmup", type=int, default=10, help="steps per variant before timing")
-    ap.add_argument("--steps", type=int, default=25, help="timed steps per variant and round")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5,
+                    help="timed steps per variant and round: short turns, so that the "
+                         "machine's other load falls on every variant alike")
+    ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--session-length", type=int, default=16,
                     help="the headline table's (the sessions preset's default, 16)")
     ap.add_argument("--sweep", default="1,2,4,8,16,32",
                     help="session lengths of the sweep ('' for none)")
-    ap.add_argument("--sweep-steps", type=int, default=15, help="timed steps per round in the sweep")
+    ap.add_argument("--sweep-rounds", type=int, default=6, help="rounds of the sweep")
     ap.add_argument("--paths", default="torchrec,plain", help="torchrec, plain or both")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--prefetch", type=int, default=32,
+                    help="batches each client holds ahead: a round's batches are received "
+                         "while the other variants train, so that a worker's one thread "
+                         "does not set the pace")
     ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--profile", type=int, default=0, metavar="N",
@@ -433,7 +447,7 @@ def main():
     if "torchrec" in paths:
         init_torchrec()
     sweep = [int(x) for x in a.sweep.split(",") if x]
-    need = (a.warmup + a.rounds * max(a.steps, a.sweep_steps if sweep else 0) + 3) * a.batch
+    need = (a.warmup + max(a.rounds, a.sweep_rounds if sweep else 0) * a.steps + 3) * a.batch
     if need > a.rows:
         ap.error("--rows %d is fewer than the %d the steps read per variant" % (a.rows, need))
     print("torch %s, %d torch thread(s), batch %d, %d rows per table, %d cores online, "
@@ -470,12 +484,14 @@ def main():
             profile(a, runners)
         close(runners)
         if sweep:
-            print("\nsweep: unique / KJT samples/s per session length (%d rounds of %d steps):"
-                  % (a.rounds, a.sweep_steps))
+            print("\nsweep: unique / KJT per session length (%d rounds of %d steps):"
+                  % (a.sweep_rounds, a.steps))
             print("  %6s %8s %14s %14s %14s %14s" % (
                 "L", "B/U", "torchrec-kjt", "unique/kjt", "plain-kjt", "unique/kjt"))
-            steps = a.steps
-            a.steps = a.sweep_steps
+            print("  %6s %8s %14s %14s %14s %14s" % (
+                "", "", "samples/s", "wall    CPU", "samples/s", "wall    CPU"))
+            rounds = a.rounds
+            a.rounds = a.sweep_rounds
             sweep_v = ["torchrec-kjt", "torchrec-unique", "plain-kjt", "plain-unique"]
             for L in sweep:
                 runners = make_runners(a, table_for(L), tmp.name, paths, sweep_v, procs)
@@ -485,14 +501,15 @@ def main():
                 for path in ("torchrec", "plain"):
                     k = path + "-kjt"
                     if k in res:
-                        cells.append("%14.0f" % statistics.median(x[0] for x in res[k]))
-                        cells.append("%13.2fx" % ratio(res, path + "-unique", k))
+                        cells.append("%14.0f" % rate(res[k]))
+                        cells.append("%6.2fx %5.2fx" % (ratio(res, path + "-unique", k),
+                                                        ratio(res, path + "-unique", k, True)))
                     else:
                         cells += ["%14s" % "-"] * 2
                 print("  %6d %8.1f %s" % (L, dd[0] if dd else float("nan"), " ".join(cells)),
                       flush=True)
                 close(runners)
-            a.steps = steps
+            a.rounds = rounds
         print("\nload average at the end %.1f (other processes share these cores)"
               % os.getloadavg()[0])
     finally:
