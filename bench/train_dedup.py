@@ -429,6 +429,8 @@ def main():
                     help="session lengths of the sweep ('' for none)")
     ap.add_argument("--sweep-rounds", type=int, default=6, help="rounds of the sweep")
     ap.add_argument("--paths", default="torchrec,plain", help="torchrec, plain or both")
+    ap.add_argument("--variants", default="",
+                    help="only these variants of the headline table (comma-separated names)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--prefetch", type=int, default=32,
                     help="batches each client holds ahead: a round's batches are received "
@@ -477,6 +479,8 @@ def main():
         all_v = ["torchrec-kjt", "torchrec-vbe", "torchrec-unique", "plain-kjt", "plain-unique"]
         print("\nsession length %d (the sessions preset's shape), %d rounds of %d steps, "
               "%d warm-up steps:" % (a.session_length, a.rounds, a.steps, a.warmup))
+        if a.variants:
+            all_v = [v for v in all_v if v in a.variants.split(",")]
         runners = make_runners(a, table_for(a.session_length), tmp.name, paths, all_v, procs)
         res = run_rounds(a, runners)
         report(res, runners)
