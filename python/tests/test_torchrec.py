@@ -2,9 +2,12 @@
 ops/torchrec-venv; ctest python_torchrec runs this module there): the Batch
 in TorchRec's train pipelines for a few hundred steps, the merged
 variable-batch KJT against the expanded batch (to_dict, inverse_indices,
-EmbeddingBagCollection forward and backward), and MasterDataset with two
-ranks in master mode: every sample exactly once across the ranks, and
-exactly once again after a resume from the ranks' saved state.
+EmbeddingBagCollection forward and backward), DedupEmbeddingBagCollection
+on the "unique" form against an EmbeddingBagCollection on the expanded
+batch (unsharded, and under DistributedModelParallel on 2 gloo ranks,
+table-wise and row-wise, with TrainPipelineSparseDist), and MasterDataset
+with two ranks in master mode: every sample exactly once across the ranks,
+and exactly once again after a resume from the ranks' saved state.
 Skipped where torchrec cannot be imported (Debian's python3)."""
 
 import json
