@@ -411,7 +411,12 @@ def main():
     ap.add_argument("--lr", type=float, default=0.003,
                     help="Adam's for the dense layers; the embeddings' Adagrad takes 30x")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (0: torch's default, one per core). 1 by default: the "
+                         "runs' ratio is what this example measures, and on a machine whose "
+                         "cores are shared torch's threads wait for each other (one run of "
+                         "300 steps took 64 s instead of 8 with 2 threads on a loaded 2-core "
+                         "machine)")
     ap.add_argument("--torchrec", choices=["auto", "yes", "no"], default="auto",
                     help="embeddings in a torchrec EmbeddingBagCollection (auto: when importable)")
     a = ap.parse_args()
