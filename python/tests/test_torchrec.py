@@ -245,6 +245,15 @@ def test_rank_and_world_size_from_the_environment(monkeypatch):
     assert rank_and_world_size() == (0, 1)
 
 
+def test_master_dataset_form_is_checked():
+    with pytest.raises(ValueError, match="MasterDataset: form 'ikjt' is not one of "
+                                         "variable_batch, unique"):
+        MasterDataset(master="127.0.0.1:1", job="j", rank=0, world_size=1, form="ikjt")
+    d = MasterDataset(master="127.0.0.1:1", job="j", rank=0, world_size=1, form="unique",
+                      unique_rows=512)
+    assert (d.form, d.unique_rows) == ("unique", 512)
+
+
 def test_resume_tokens_need_every_rank():
     s = {"job": "j", "world_size": 2, "rank": 0, "token": b"a"}
     with pytest.raises(ValueError, match=r"no state for rank\(s\) \[1\]"):
