@@ -45,6 +45,18 @@ from . import client as _client
 from .torch import kjt_kwargs, merged_kjt_kwargs
 
 
+class _ByGroup(dict):
+    """Batch.unique_features / inverse_indices: a dict whose missing group
+    says what to do (TorchRec's pipeline looks groups up by name)."""
+
+    def __missing__(self, key: Any) -> Any:
+        raise KeyError(
+            "sluice.torchrec.Batch has no dedup group %r in its unique form (groups: %s): "
+            "the job must declare it (batch.dedup_groups) and the batches be made with "
+            "to_batch(..., form='unique')" % (key, ", ".join(sorted(self)) or "none")
+        )
+
+
 @dataclass
 class Batch(Pipelineable):
     """A training batch as torchrec.datasets.utils.Batch has it, so that
@@ -72,8 +84,12 @@ class Batch(Pipelineable):
     sparse_features: KeyedJaggedTensor
     labels: torch.Tensor
     sample_ids: Optional[torch.Tensor] = None
-    unique_features: Dict[str, KeyedJaggedTensor] = field(default_factory=dict)
-    inverse_indices: Dict[str, torch.Tensor] = field(default_factory=dict)
+    unique_features: Dict[str, KeyedJaggedTensor] = field(default_factory=_ByGroup)
+    inverse_indices: Dict[str, torch.Tensor] = field(default_factory=_ByGroup)
+
+    def __post_init__(self) -> None:
+        self.unique_features = _ByGroup(self.unique_features)
+        self.inverse_indices = _ByGroup(self.inverse_indices)
 
     @property
     def batch_size(self) -> int:

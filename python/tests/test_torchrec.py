@@ -463,6 +463,11 @@ def test_dedup_ebc_matches_ebc_on_expanded_batch(workers):
             to_batch(raw, form="unique", unique_rows=3)
         with pytest.raises(ValueError, match="form 'unique_rows' is not one of"):
             to_batch(raw, form="unique_rows")
+        with pytest.raises(KeyError, match="no dedup group 'item' in its unique form "
+                                           r"\(groups: user\)"):
+            to_batch(raw, form="unique").unique_features["item"]
+        with pytest.raises(KeyError, match=r"no dedup group 'user' .*\(groups: none\)"):
+            to_batch(raw).inverse_indices["user"]
     with pytest.raises(ValueError, match="table 'mixed' has features in different dedup groups"):
         DedupEmbeddingBagCollection(
             [EmbeddingBagConfig(name="mixed", embedding_dim=2, num_embeddings=4,
