@@ -3,25 +3,31 @@
 IKJTs (the user features of a session deduplicated: embedding lookups and
 pooling on the unique rows only, expanded to the batch with the inverse
 indices, as RecD does) and once on plain, expanded KJTs from the same table.
-Prints samples/s of both runs, the loss at intervals, and the final loss
-against the base rate.
+The two runs take turns of --chunk steps, the order swapped every turn.
+Prints samples/s of both runs, the loss at intervals, the final loss
+against the base rate, and the ratio of the runs' steady-state throughput
+(the steps after --warmup).
 
     # generate a sessions table and start the two workers itself:
     /usr/bin/python3 examples/train_dlrm.py --sluice build/sluice
     # with TorchRec (EmbeddingBagCollection, TrainPipelineSparseDist):
     "$(ops/torchrec-venv)/bin/python" examples/train_dlrm.py --sluice build/sluice
     # or train from workers already running (the second one optional: without
-    # it the IKJT run's batches are expanded on the client for the KJT run):
+    # it the two runs split the first one's batches, the KJT run expanding
+    # its own on the client):
     /usr/bin/python3 examples/train_dlrm.py --worker 127.0.0.1:7077 --worker-plain 127.0.0.1:7078
 
 With TorchRec importable (--torchrec auto, the default) the embeddings are
 one torchrec EmbeddingBagCollection, sharded by DistributedModelParallel on
 one CPU rank with a fused row-wise Adagrad and fed sluice.torchrec.Batch by
-TrainPipelineSparseDist: the IKJT run gives it one variable-batch
-KeyedJaggedTensor per batch (the plain features and the dedup group merged;
-the embedding kernel pools each unique row once and expands with the
-inverse indices). Without TorchRec the same model uses torch.nn.EmbeddingBag
-per feature with Adagrad (Debian's python3-torch).
+TrainPipelineSparseDist. The IKJT run's embeddings are a
+sluice.torchrec.DedupEmbeddingBagCollection of the same tables, fed the
+batches' "unique" form: the user tables look up and pool the session
+group's unique rows (a KJT of stride U), and the pooled rows are expanded to
+the batch by the inverse indices (docs/TRAINER.md, "Dedup groups in
+TorchRec"). Without TorchRec the same model uses torch.nn.EmbeddingBag per
+feature with Adagrad (Debian's python3-torch), pooling the user features
+on the unique rows and expanding them with index_select.
 
 Needs the sluice package (pip install ., or python/ of this checkout) and
 libsluice_trainer.so.
@@ -197,79 +203,125 @@ def plain_batches(client, expand):
             del t, s, groups
 
 
-def train_plain(name, client, expand, steps, log_every, seed, lr):
-    torch.manual_seed(seed)
-    model = PlainDLRM()
-    emb = model.embedding_parameters()
-    opt_sparse = torch.optim.Adagrad(emb, lr=lr * 30)
-    opt_dense = torch.optim.Adam(model.dense_arch.parameters(), lr=lr)
-    lossf = nn.BCEWithLogitsLoss()
-    log = Log(name, log_every)
-    for step, (dense, label, kjt, groups) in enumerate(plain_batches(client, expand)):
-        if step >= steps:
-            break
-        loss = lossf(model(dense, kjt, groups), label)
-        opt_sparse.zero_grad()
-        opt_dense.zero_grad()
+class PlainTrainer:
+    """PlainDLRM with sparse Adagrad on the embeddings, Adam on the rest;
+    step() trains one batch of the client and returns (loss, labels)."""
+
+    def __init__(self, name, client, expand, dedup, seed, lr):
+        self.name = name
+        torch.manual_seed(seed)
+        self.model = PlainDLRM()
+        self.opt_sparse = torch.optim.Adagrad(self.model.embedding_parameters(), lr=lr * 30)
+        self.opt_dense = torch.optim.Adam(self.model.dense_arch.parameters(), lr=lr)
+        self.lossf = nn.BCEWithLogitsLoss()
+        self.it = plain_batches(client, expand)
+
+    def step(self):
+        dense, label, kjt, groups = next(self.it)
+        loss = self.lossf(self.model(dense, kjt, groups), label)
+        self.opt_sparse.zero_grad()
+        self.opt_dense.zero_grad()
         loss.backward()
-        opt_sparse.step()
-        opt_dense.step()
-        log.step(loss.item(), label)
-    return log.result()
+        self.opt_sparse.step()
+        self.opt_dense.step()
+        return loss.item(), label
 
 
-def train_torchrec(name, client, expand, steps, log_every, seed, lr):
-    """The same model with a torchrec EmbeddingBagCollection, sharded by
+class TorchrecTrainer:
+    """The same model with TorchRec embeddings, sharded by
     DistributedModelParallel (one CPU rank, gloo) with a fused row-wise
-    Adagrad, trained by TrainPipelineSparseDist on sluice.torchrec.Batch."""
-    import torch.distributed as dist
-    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-    from torchrec.optim.keyed import KeyedOptimizerWrapper
-    from torchrec.optim.optimizers import in_backward_optimizer_filter
-    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+    Adagrad, trained by TrainPipelineSparseDist on sluice.torchrec.Batch.
+    On deduplicated batches (the IKJT run) the embeddings are a
+    sluice.torchrec.DedupEmbeddingBagCollection fed the batches' "unique"
+    form: the user tables look up and pool the U unique rows of the
+    session group, then the pooled rows are expanded to the B batch rows
+    by the inverse indices (RecD's IKJTs). On the plain batches (the KJT
+    run) an EmbeddingBagCollection of the same tables."""
 
-    from sluice.torchrec import batches as torchrec_batches
+    def __init__(self, name, client, expand, dedup, seed, lr):
+        import torch.distributed as dist
+        from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
+        from torchrec.distributed import DistributedModelParallel
+        from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+        from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+        from torchrec.optim.keyed import KeyedOptimizerWrapper
+        from torchrec.optim.optimizers import in_backward_optimizer_filter
+        from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-    torch.manual_seed(seed)
+        from sluice.torchrec import DedupEmbeddingBagCollection
+        from sluice.torchrec import batches as torchrec_batches
 
-    class TorchrecDLRM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ebc = EmbeddingBagCollection(tables=[
-                EmbeddingBagConfig(name="t_" + k, embedding_dim=DIM, num_embeddings=n,
-                                   feature_names=[k], pooling=PoolingType.MEAN)
-                for k, n in TABLES.items()
-            ])
-            self.dense_arch = Interaction(TABLES)
-            self.lossf = nn.BCEWithLogitsLoss()
+        self.name = name
+        torch.manual_seed(seed)
+        tables = [EmbeddingBagConfig(name="t_" + k, embedding_dim=DIM, num_embeddings=n,
+                                     feature_names=[k], pooling=PoolingType.MEAN)
+                  for k, n in TABLES.items()]
 
-        def forward(self, batch):
-            pooled = self.ebc(batch.sparse_features).to_dict()
-            loss = self.lossf(self.dense_arch(batch.dense_features, pooled), batch.labels)
-            return loss, (loss.detach(), batch.labels)
+        class TorchrecDLRM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                if dedup:
+                    self.ebc = DedupEmbeddingBagCollection(tables, groups={"user": USER})
+                else:
+                    self.ebc = EmbeddingBagCollection(tables=tables)
+                self.dense_arch = Interaction(TABLES)
+                self.lossf = nn.BCEWithLogitsLoss()
 
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    model = TorchrecDLRM()
-    # Row-wise Adagrad fused into the embedding kernels' backward (fbgemm),
-    # as TorchRec trains embeddings; Adam for the dense layers.
-    apply_optimizer_in_backward(RowWiseAdagrad, model.ebc.parameters(), {"lr": lr * 30})
-    dmp = DistributedModelParallel(model, device=torch.device("cpu"))
-    opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(dmp.named_parameters())),
-                                lambda params: torch.optim.Adam(params, lr=lr))
-    pipeline = TrainPipelineSparseDist(dmp, opt, torch.device("cpu"))
-    log = Log(name, log_every)
-    it = iter(expanded_torchrec_batches(client) if expand else torchrec_batches(client))
-    for _ in range(steps):
-        try:
-            loss, labels = pipeline.progress(it)
-        except StopIteration:
-            break
-        log.step(loss.item(), labels)
-    return log.result()
+            def forward(self, batch):
+                if dedup:
+                    pooled = self.ebc(batch.sparse_features, batch.unique_features,
+                                      batch.inverse_indices)
+                else:
+                    pooled = self.ebc(batch.sparse_features)
+                pooled = pooled.to_dict()
+                loss = self.lossf(self.dense_arch(batch.dense_features, pooled), batch.labels)
+                return loss, (loss.detach(), batch.labels)
+
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        model = TorchrecDLRM()
+        # Row-wise Adagrad fused into the embedding kernels' backward (fbgemm),
+        # as TorchRec trains embeddings; Adam for the dense layers.
+        apply_optimizer_in_backward(RowWiseAdagrad, model.ebc.parameters(), {"lr": lr * 30})
+        dmp = DistributedModelParallel(model, device=torch.device("cpu"))
+        opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(dmp.named_parameters())),
+                                    lambda params: torch.optim.Adam(params, lr=lr))
+        self.pipeline = TrainPipelineSparseDist(dmp, opt, torch.device("cpu"))
+        if expand:
+            self.it = iter(expanded_torchrec_batches(client))
+        else:
+            self.it = iter(torchrec_batches(client, form="unique" if dedup else "variable_batch"))
+
+    def step(self):
+        loss, labels = self.pipeline.progress(self.it)
+        return loss.item(), labels
+
+
+def train(trainers, steps, chunk, warmup, log_every):
+    """Train the runs in turns of `chunk` steps, the order of the runs
+    swapped every turn (so neither always runs first, on a warmer cache or
+    a quieter machine); each run's time is its own steps' only. Steps from
+    `warmup` on count for the steady state. Returns {name: Log.result()}."""
+    logs = {t.name: Log(t.name, log_every) for t in trainers}
+    active = list(trainers)
+    turn = 0
+    while active:
+        for t in (active if turn % 2 == 0 else active[::-1]):
+            log = logs[t.name]
+            t0 = time.perf_counter()
+            try:
+                for _ in range(chunk):
+                    if len(log.losses) >= steps:
+                        break
+                    loss, labels = t.step()
+                    log.step(loss, labels, time.perf_counter() - t0, warmup)
+                    t0 = time.perf_counter()
+            except StopIteration:
+                log.done = True
+            if log.done or len(log.losses) >= steps:
+                active.remove(t)
+        turn += 1
+    return {n: log.result() for n, log in logs.items()}
 
 
 def expanded_torchrec_batches(client):
@@ -287,26 +339,35 @@ def expanded_torchrec_batches(client):
 
 
 class Log:
-    """Losses, click rates and samples/s of one run."""
+    """Losses, click rates and samples/s of one run: its time is the sum of
+    its own steps' (the runs take turns), and from step `warmup` on also
+    counted for the steady state."""
 
     def __init__(self, name, every):
         self.name, self.every = name, every
         self.losses, self.rates, self.samples = [], [], 0
-        self.t0 = time.perf_counter()
+        self.secs = 0.0
+        self.steady_samples, self.steady_secs = 0, 0.0
+        self.done = False
 
-    def step(self, loss, labels):
+    def step(self, loss, labels, secs, warmup):
+        n = len(self.losses)
         self.losses.append(loss)
         self.rates.append(float(labels.float().mean()))
         self.samples += int(labels.shape[0])
-        n = len(self.losses)
-        if n % self.every == 0:
+        self.secs += secs
+        if n >= warmup:
+            self.steady_samples += int(labels.shape[0])
+            self.steady_secs += secs
+        if (n + 1) % self.every == 0:
             print("  %-5s step %4d  loss %.4f (avg of last %d)  %.0f samples/s" % (
-                self.name, n, np.mean(self.losses[-self.every:]), self.every,
-                self.samples / (time.perf_counter() - self.t0)), flush=True)
+                self.name, n + 1, np.mean(self.losses[-self.every:]), self.every,
+                self.samples / self.secs), flush=True)
 
     def result(self):
-        return {"steps": len(self.losses), "samples": self.samples,
-                "secs": time.perf_counter() - self.t0, "losses": self.losses, "rates": self.rates}
+        return {"steps": len(self.losses), "samples": self.samples, "secs": self.secs,
+                "steady": self.steady_samples / self.steady_secs if self.steady_secs else 0.0,
+                "losses": self.losses, "rates": self.rates}
 
 
 def entropy(p):
@@ -343,10 +404,19 @@ def main():
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--chunk", type=int, default=25,
+                    help="steps of one run before the other takes its turn")
+    ap.add_argument("--warmup", type=int, default=25,
+                    help="first steps of each run left out of the steady-state throughput")
     ap.add_argument("--lr", type=float, default=0.003,
                     help="Adam's for the dense layers; the embeddings' Adagrad takes 30x")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (0: torch's default, one per core). 1 by default: the "
+                         "runs' ratio is what this example measures, and on a machine whose "
+                         "cores are shared torch's threads wait for each other (one run of "
+                         "300 steps took 64 s instead of 8 with 2 threads on a loaded 2-core "
+                         "machine)")
     ap.add_argument("--torchrec", choices=["auto", "yes", "no"], default="auto",
                     help="embeddings in a torchrec EmbeddingBagCollection (auto: when importable)")
     a = ap.parse_args()
@@ -355,11 +425,12 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
     use_torchrec = a.torchrec == "yes" or (a.torchrec == "auto" and have_torchrec())
-    train = train_torchrec if use_torchrec else train_plain
+    Trainer = TorchrecTrainer if use_torchrec else PlainTrainer
     if use_torchrec:
         quiet_torchrec()
     print("embeddings: %s" % (
-        "torchrec EmbeddingBagCollection (DistributedModelParallel on CPU, TrainPipelineSparseDist)"
+        "torchrec EmbeddingBagCollection (DistributedModelParallel on CPU, TrainPipelineSparseDist; "
+        "the IKJT run's a sluice.torchrec.DedupEmbeddingBagCollection)"
         if use_torchrec else "torch.nn.EmbeddingBag per feature (no torchrec)"))
 
     procs = []
@@ -385,16 +456,19 @@ def main():
                 addrs[dedup] = addr
             a.worker, a.worker_plain = addrs[True], addrs[False]
 
-        print("IKJT run: user features pooled on unique rows, expanded by inverse indices")
-        with sluice.Client(a.worker, prefetch=8) as c:
-            r_ikjt = train("ikjt", c, False, a.steps, a.log_every, a.seed, a.lr)
+        print("two runs, in turns of %d steps, the order swapped every turn:" % a.chunk)
+        print("  ikjt: user features pooled on unique rows, expanded by inverse indices")
+        print("  kjt:  every row's features looked up and pooled")
+        # Without a plain worker both runs read the one worker, which
+        # splits its batches between them; the KJT run expands its
+        # batches on the client.
+        with sluice.Client(a.worker, prefetch=8) as c, \
+                sluice.Client(a.worker_plain or a.worker, prefetch=8) as c2:
+            trainers = [Trainer("ikjt", c, False, True, a.seed, a.lr),
+                        Trainer("kjt", c2, not a.worker_plain, False, a.seed, a.lr)]
+            res = train(trainers, a.steps, a.chunk, a.warmup, a.log_every)
             st = c.stats()
-        print("KJT run: every row's features looked up and pooled")
-        with sluice.Client(a.worker_plain or a.worker, prefetch=8) as c2:
-            # Without a plain worker the same worker's job is used up: a
-            # second epoch would be needed; expanding on the client still
-            # shows the lookup cost.
-            r_kjt = train("kjt", c2, not a.worker_plain, a.steps, a.log_every, a.seed, a.lr)
+        r_ikjt, r_kjt = res["ikjt"], res["kjt"]
 
         print()
         for name, r in (("ikjt", r_ikjt), ("kjt", r_kjt)):
@@ -407,8 +481,12 @@ def main():
                       name, r["steps"], r["samples"], r["secs"], r["samples"] / r["secs"],
                       n, np.mean(r["losses"][:n]), n, final, base,
                       "learned (%.4f below)" % (base - final) if final < base else "NOT below"))
-        print("ikjt / kjt throughput: %.2fx" % (
-            (r_ikjt["samples"] / r_ikjt["secs"]) / (r_kjt["samples"] / r_kjt["secs"])))
+        if r_ikjt["steady"] and r_kjt["steady"]:
+            print("ikjt / kjt throughput, steady state (steps after the first %d): %.2fx "
+                  "(%.0f / %.0f samples/s; all steps: %.2fx)" % (
+                      a.warmup, r_ikjt["steady"] / r_kjt["steady"], r_ikjt["steady"],
+                      r_kjt["steady"], (r_ikjt["samples"] / r_ikjt["secs"])
+                      / (r_kjt["samples"] / r_kjt["secs"])))
         print("received by the IKJT client: %d batches, %.1f MiB, waited %.2f s for data" % (
             st["batches"], st["bytes"] / 2**20, st["wait_ns"] / 1e9))
         print("base rate: the loss of predicting the click rate of the last batches "

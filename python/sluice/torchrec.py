@@ -12,19 +12,28 @@ KeyedJaggedTensor per batch, and a rank-aware dataset for DDP in master mode.
         if step % 1000 == 999:                 # TrainPipelineBase holds 1 batch ahead
             torch.save({"model": model.state_dict(), "data": data.state_dict(pending=1)}, path)
 
+Dedup groups train fastest in RecD's form: `MasterDataset(..., form="unique")`
+(or `to_batch(b, form="unique")`) hands each group's unique rows as their
+own KJT plus the inverse indices, and DedupEmbeddingBagCollection in the
+model looks up and pools the unique rows only, then expands the pooled
+rows to the batch (docs/TRAINER.md, "Dedup groups in TorchRec").
+
 Importing this module imports torchrec (`import sluice` does not): Batch is
 a torchrec Pipelineable. TorchRec and torch versions tested:
 ops/torchrec-requirements.txt (ops/torchrec-venv makes that environment).
 """
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 try:
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
     from torchrec.streamable import Pipelineable
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -33,115 +42,324 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from . import client as _client
-from .torch import merged_kjt_kwargs
+from .torch import kjt_kwargs, merged_kjt_kwargs
+
+
+class _ByGroup(dict):
+    """Batch.unique_features / inverse_indices: a dict whose missing group
+    says what to do (TorchRec's pipeline looks groups up by name)."""
+
+    def __missing__(self, key: Any) -> Any:
+        raise KeyError(
+            "sluice.torchrec.Batch has no dedup group %r in its unique form (groups: %s): "
+            "the job must declare it (batch.dedup_groups) and the batches be made with "
+            "to_batch(..., form='unique')" % (key, ", ".join(sorted(self)) or "none")
+        )
 
 
 @dataclass
 class Batch(Pipelineable):
     """A training batch as torchrec.datasets.utils.Batch has it, so that
     TorchRec's train pipelines (TrainPipelineBase, TrainPipelineSparseDist)
-    take it: dense_features float32 [B, D], sparse_features one
-    KeyedJaggedTensor (variable-batch when the job has dedup groups, see
-    sluice.torch.merged_kjt_kwargs), labels float32 [B] (or [B, T] for T
-    label columns), plus sample_ids int64 [B] (or None).
+    take it: dense_features float32 [B, D], sparse_features a
+    KeyedJaggedTensor, labels float32 [B] (or [B, T] for T label columns),
+    plus sample_ids int64 [B] (or None).
+
+    With dedup groups, to_batch() gives one of two forms:
+    - "variable_batch" (the default): sparse_features is ONE variable-batch
+      KJT of every feature, plain and deduplicated (merged_kjt_kwargs), for
+      a plain EmbeddingBagCollection; unique_features and inverse_indices
+      are empty.
+    - "unique" (RecD's form, for DedupEmbeddingBagCollection):
+      sparse_features holds the plain features only (stride B), and per
+      group unique_features[name] its features over the U unique rows
+      (a KJT of stride U) and inverse_indices[name] int64 [B] (batch row ->
+      unique row).
 
     dense_features, labels and sample_ids share the received buffers (the C
-    batch goes back when they are all gone); the KJT's tensors are copies
-    when the job has dedup groups."""
+    batch goes back when they are all gone), and so do the KJTs of the
+    "unique" form; the merged KJT of the "variable_batch" form is a copy."""
 
     dense_features: torch.Tensor
     sparse_features: KeyedJaggedTensor
     labels: torch.Tensor
     sample_ids: Optional[torch.Tensor] = None
+    unique_features: Dict[str, KeyedJaggedTensor] = field(default_factory=_ByGroup)
+    inverse_indices: Dict[str, torch.Tensor] = field(default_factory=_ByGroup)
+
+    def __post_init__(self) -> None:
+        self.unique_features = _ByGroup(self.unique_features)
+        self.inverse_indices = _ByGroup(self.inverse_indices)
 
     @property
     def batch_size(self) -> int:
         return int(self.dense_features.shape[0])
 
-    def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
+    def _map(self, fn: Any) -> "Batch":
         return Batch(
-            dense_features=self.dense_features.to(device=device, non_blocking=non_blocking),
-            sparse_features=self.sparse_features.to(device=device, non_blocking=non_blocking),
-            labels=self.labels.to(device=device, non_blocking=non_blocking),
-            sample_ids=None
-            if self.sample_ids is None
-            else self.sample_ids.to(device=device, non_blocking=non_blocking),
+            dense_features=fn(self.dense_features),
+            sparse_features=fn(self.sparse_features),
+            labels=fn(self.labels),
+            sample_ids=None if self.sample_ids is None else fn(self.sample_ids),
+            unique_features={g: fn(k) for g, k in self.unique_features.items()},
+            inverse_indices={g: fn(i) for g, i in self.inverse_indices.items()},
         )
 
+    def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
+        return self._map(lambda t: t.to(device=device, non_blocking=non_blocking))
+
     def record_stream(self, stream: Any) -> None:
-        self.dense_features.record_stream(stream)
-        self.sparse_features.record_stream(stream)
-        self.labels.record_stream(stream)
-        if self.sample_ids is not None:
-            self.sample_ids.record_stream(stream)
+        for t in [self.dense_features, self.sparse_features, self.labels, self.sample_ids]:
+            if t is not None:
+                t.record_stream(stream)
+        for k in self.unique_features.values():
+            k.record_stream(stream)
+        for i in self.inverse_indices.values():
+            i.record_stream(stream)
 
     def pin_memory(self) -> "Batch":
         """Page-locked copies for fast host-to-device copies. Without an
         accelerator there is nothing to pin for: the batch itself."""
         if not torch.cuda.is_available():
             return self
-        return Batch(
-            dense_features=self.dense_features.pin_memory(),
-            sparse_features=self.sparse_features.pin_memory(),
-            labels=self.labels.pin_memory(),
-            sample_ids=None if self.sample_ids is None else self.sample_ids.pin_memory(),
-        )
+        return self._map(lambda t: t.pin_memory())
 
     def state(self) -> Dict[str, Any]:
         """The batch as plain tensors and lists (copies), for torch.save."""
-        kjt = self.sparse_features
         out: Dict[str, Any] = {
             "dense_features": self.dense_features.clone(),
             "labels": self.labels.clone(),
             "sample_ids": None if self.sample_ids is None else self.sample_ids.clone(),
-            "keys": list(kjt.keys()),
-            "values": kjt.values().clone(),
-            "lengths": kjt.lengths().clone(),
-            "weights": None if kjt.weights_or_none() is None else kjt.weights().clone(),
-            "stride": kjt.stride(),
-            "stride_per_key_per_rank": None,
-            "inverse_indices": None,
         }
-        if kjt.variable_stride_per_key():
-            out["stride_per_key_per_rank"] = [list(s) for s in kjt.stride_per_key_per_rank()]
-            keys, inv = kjt.inverse_indices()
-            out["inverse_indices"] = (list(keys), inv.clone())
+        out.update(_kjt_state(self.sparse_features))
+        out["unique_features"] = {g: _kjt_state(k) for g, k in self.unique_features.items()}
+        out["unique_inverse_indices"] = {g: i.clone() for g, i in self.inverse_indices.items()}
         return out
 
     @staticmethod
     def from_state(state: Dict[str, Any]) -> "Batch":
         """The inverse of state()."""
-        kw = {k: state[k] for k in ("keys", "values", "lengths", "weights", "stride")}
-        if state.get("stride_per_key_per_rank") is not None:
-            kw["stride_per_key_per_rank"] = state["stride_per_key_per_rank"]
-            kw["inverse_indices"] = state["inverse_indices"]
         return Batch(
             dense_features=state["dense_features"],
-            sparse_features=KeyedJaggedTensor(**kw),
+            sparse_features=_kjt_from_state(state),
             labels=state["labels"],
             sample_ids=state.get("sample_ids"),
+            unique_features={
+                g: _kjt_from_state(s) for g, s in state.get("unique_features", {}).items()
+            },
+            inverse_indices=dict(state.get("unique_inverse_indices", {})),
         )
 
 
-def to_batch(batch: "_client.Batch") -> Batch:
-    """A received sluice batch as a sluice.torchrec.Batch (one KJT: the
-    plain features and every dedup group merged, see merged_kjt_kwargs)."""
+def _kjt_state(kjt: KeyedJaggedTensor) -> Dict[str, Any]:
+    out: Dict[str, Any] = {
+        "keys": list(kjt.keys()),
+        "values": kjt.values().clone(),
+        "lengths": kjt.lengths().clone(),
+        "weights": None if kjt.weights_or_none() is None else kjt.weights().clone(),
+        "stride": kjt.stride(),
+        "stride_per_key_per_rank": None,
+        "inverse_indices": None,
+    }
+    if kjt.variable_stride_per_key():
+        out["stride_per_key_per_rank"] = [list(s) for s in kjt.stride_per_key_per_rank()]
+        keys, inv = kjt.inverse_indices()
+        out["inverse_indices"] = (list(keys), inv.clone())
+    return out
+
+
+def _kjt_from_state(state: Dict[str, Any]) -> KeyedJaggedTensor:
+    kw = {k: state[k] for k in ("keys", "values", "lengths", "weights", "stride")}
+    if state.get("stride_per_key_per_rank") is not None:
+        kw["stride_per_key_per_rank"] = state["stride_per_key_per_rank"]
+        kw["inverse_indices"] = state["inverse_indices"]
+    return KeyedJaggedTensor(**kw)
+
+
+FORMS = ("variable_batch", "unique")
+
+
+def _unique_kjt(group: "_client.IKJT", rows: Optional[int]) -> KeyedJaggedTensor:
+    """A group's unique rows as a KJT of stride U, or of stride `rows` with
+    empty bags after the U unique rows (no inverse index points at them)."""
+    kw = kjt_kwargs(group.unique)
+    u = group.unique.stride
+    if rows is not None and rows != u:
+        if rows < u:
+            raise ValueError(
+                "to_batch: unique_rows=%d, but group %r of this batch has %d unique rows"
+                % (rows, group.name, u)
+            )
+        f = len(group.unique.keys)
+        lengths = np.zeros((f, rows), dtype=np.int32)
+        lengths[:, :u] = group.unique.lengths.reshape(f, u)
+        kw["lengths"] = torch.from_numpy(lengths.reshape(-1))
+        kw["stride"] = rows
+    return KeyedJaggedTensor(**kw)
+
+
+def to_batch(
+    batch: "_client.Batch", form: str = "variable_batch", unique_rows: Optional[int] = None
+) -> Batch:
+    """A received sluice batch as a sluice.torchrec.Batch, its dedup groups
+    in `form` (see Batch): "variable_batch", one KJT with the plain features
+    and every group merged (merged_kjt_kwargs), or "unique", the plain
+    features' KJT plus each group's unique rows and inverse indices, for
+    DedupEmbeddingBagCollection. Without dedup groups both are the same.
+
+    unique_rows (form "unique"): pad every group's KJT with empty bags to
+    this many rows (at least its unique rows; the batch size always
+    fits). Needed for row-wise (or any reduce-scatter) sharding over gloo:
+    TorchRec's backward of the reduce-scatter is an all_gather that gloo
+    only does with the same row count on every rank. NCCL, and table-wise
+    sharding, do without."""
+    if form not in FORMS:
+        raise ValueError("to_batch: form %r is not one of %s" % (form, ", ".join(FORMS)))
+    if unique_rows is not None and form != "unique":
+        raise ValueError("to_batch: unique_rows is for form 'unique', not %r" % form)
     labels = torch.from_numpy(batch.labels)
     if labels.dim() == 2 and labels.shape[1] == 1:
         labels = labels[:, 0]
     ids = batch.sample_ids
+    unique: Dict[str, KeyedJaggedTensor] = {}
+    inverse: Dict[str, torch.Tensor] = {}
+    if form == "unique":
+        sparse = KeyedJaggedTensor(**kjt_kwargs(batch.sparse))
+        for g in batch.groups:
+            unique[g.name] = _unique_kjt(g, unique_rows)
+            inverse[g.name] = torch.from_numpy(g.inverse.astype(np.int64))
+    else:
+        sparse = KeyedJaggedTensor(**merged_kjt_kwargs(batch))
     return Batch(
         dense_features=torch.from_numpy(batch.dense),
-        sparse_features=KeyedJaggedTensor(**merged_kjt_kwargs(batch)),
+        sparse_features=sparse,
         labels=labels,
         sample_ids=None if ids is None else torch.from_numpy(ids),
+        unique_features=unique,
+        inverse_indices=inverse,
     )
 
 
-def batches(client: "_client.Client") -> Iterator[Batch]:
-    """Every batch of a sluice.Client as a sluice.torchrec.Batch."""
+@torch.fx.wrap
+def _expand_pooled(
+    keys: List[str],
+    dims: List[int],
+    pooled: List[KeyedTensor],
+    inverses: List[Optional[torch.Tensor]],
+) -> KeyedTensor:
+    """The KeyedTensor (keys, dims) [B, sum(dims)] of the inner collections'
+    outputs: pooled[i] as it is (inverses[i] None: the plain features, B
+    rows) or expanded from its U unique rows to B rows (index_select by
+    inverses[i] [B]), its keys' columns put in `keys` order. A sharded
+    collection orders its output's keys by shard, not by table: the columns
+    are found by the output's own keys. fx-wrapped: TorchRec's pipelines
+    trace the model symbolically and must see this as one call on the
+    embedding modules' outputs."""
+    cols: Dict[str, torch.Tensor] = {}
+    for kt, inv in zip(pooled, inverses):
+        values = kt.values() if inv is None else kt.values().index_select(0, inv)
+        offsets = kt.offset_per_key()
+        for i, k in enumerate(kt.keys()):
+            cols[k] = values[:, offsets[i] : offsets[i + 1]]
+    values = torch.cat([cols[k] for k in keys], dim=1)
+    return KeyedTensor(keys=keys, length_per_key=dims, values=values)
+
+
+class DedupEmbeddingBagCollection(torch.nn.Module):
+    """An EmbeddingBagCollection for deduplicated batches, as RecD trains
+    on IKJTs: the tables of each dedup group's features look up and pool
+    the group's U unique rows only (their own EmbeddingBagCollection, fed a
+    KJT of stride U), and the pooled [U, D] rows are expanded to the batch's
+    B rows with the inverse indices (index_select; its backward sums each
+    unique row's gradient over the rows that use it). The other tables are
+    one EmbeddingBagCollection on the plain features (stride B).
+
+        ebc = DedupEmbeddingBagCollection(tables, groups={"user": ["user_id", "user_hist"]})
+        pooled = ebc(batch.sparse_features, batch.unique_features, batch.inverse_indices)
+
+    with batch = to_batch(received, form="unique") (MasterDataset(...,
+    form="unique")). The output is the KeyedTensor [B, sum of dims] that
+    EmbeddingBagCollection(tables) gives for the expanded batch, keys in
+    the same order (the tables' features, table by table).
+
+    The inner collections are ordinary EmbeddingBagCollections (attributes
+    `plain` and `unique[group]`), so DistributedModelParallel shards them
+    (any sharding type; a plan names them by these paths) and
+    TrainPipelineSparseDist pipelines their input distribution. Every
+    feature of a table must be in the same group, or in none."""
+
+    def __init__(
+        self,
+        tables: Sequence[EmbeddingBagConfig],
+        groups: Dict[str, Sequence[str]],
+        is_weighted: bool = False,
+        device: Optional[torch.device] = None,
+    ) -> None:
+        super().__init__()
+        group_of: Dict[str, str] = {}
+        for g, feats in groups.items():
+            for f in feats:
+                if f in group_of:
+                    raise ValueError(
+                        "DedupEmbeddingBagCollection: feature %r is in groups %r and %r"
+                        % (f, group_of[f], g)
+                    )
+                group_of[f] = g
+        plain: List[EmbeddingBagConfig] = []
+        by_group: Dict[str, List[EmbeddingBagConfig]] = {g: [] for g in groups}
+        for t in tables:
+            gs = {group_of.get(f) for f in t.feature_names}
+            if len(gs) != 1:
+                raise ValueError(
+                    "DedupEmbeddingBagCollection: table %r has features in different dedup "
+                    "groups (%s); a table's features must all be in one group or in none"
+                    % (t.name, ", ".join(sorted(str(g) for g in gs)))
+                )
+            g = gs.pop()
+            (plain if g is None else by_group[g]).append(t)
+        self.plain = (
+            EmbeddingBagCollection(plain, is_weighted=is_weighted, device=device) if plain else None
+        )
+        self.unique = torch.nn.ModuleDict(
+            {
+                g: EmbeddingBagCollection(ts, is_weighted=is_weighted, device=device)
+                for g, ts in by_group.items()
+                if ts
+            }
+        )
+        # The output's keys: the tables' features, table by table.
+        self._keys: List[str] = [f for t in tables for f in t.feature_names]
+        dim = {f: t.embedding_dim for t in tables for f in t.feature_names}
+        self._dims: List[int] = [dim[f] for f in self._keys]
+        self._groups = list(self.unique.keys())
+
+    def forward(
+        self,
+        features: KeyedJaggedTensor,
+        unique_features: Dict[str, KeyedJaggedTensor],
+        inverse_indices: Dict[str, torch.Tensor],
+    ) -> KeyedTensor:
+        """features: the plain features (stride B); unique_features[group]:
+        the group's features over its U unique rows (stride U);
+        inverse_indices[group]: int64 [B], each batch row's unique row."""
+        pooled: List[KeyedTensor] = []
+        inverses: List[Optional[torch.Tensor]] = []
+        if self.plain is not None:
+            pooled.append(self.plain(features))
+            inverses.append(None)
+        for g in self._groups:
+            pooled.append(self.unique[g](unique_features[g]))
+            inverses.append(inverse_indices[g])
+        return _expand_pooled(self._keys, self._dims, pooled, inverses)
+
+
+def batches(
+    client: "_client.Client", form: str = "variable_batch", unique_rows: Optional[int] = None
+) -> Iterator[Batch]:
+    """Every batch of a sluice.Client as a sluice.torchrec.Batch (to_batch's
+    form and unique_rows)."""
     for b in client:
-        yield to_batch(b)
+        yield to_batch(b, form, unique_rows)
 
 
 def rank_and_world_size() -> Tuple[int, int]:
@@ -185,7 +403,10 @@ class MasterDataset(torch.utils.data.IterableDataset):
     metrics_address: the rank's client serves its own Prometheus metrics
     there (sluice.Client; labelled with the job, the rank and the client
     id). With several ranks on one host, give each its own port (for
-    example 9400 + LOCAL_RANK), or port 0."""
+    example 9400 + LOCAL_RANK), or port 0.
+
+    form, unique_rows: how the batches hold their dedup groups (to_batch):
+    "unique" for a model with DedupEmbeddingBagCollection."""
 
     def __init__(
         self,
@@ -197,8 +418,12 @@ class MasterDataset(torch.utils.data.IterableDataset):
         timeout_ms: int = 60000,
         client_id: Optional[str] = None,
         metrics_address: Optional[str] = None,
+        form: str = "variable_batch",
+        unique_rows: Optional[int] = None,
     ) -> None:
         super().__init__()
+        if form not in FORMS:
+            raise ValueError("MasterDataset: form %r is not one of %s" % (form, ", ".join(FORMS)))
         if (rank is None) != (world_size is None):
             raise ValueError("MasterDataset: give both rank and world_size, or neither")
         if rank is None or world_size is None:
@@ -213,6 +438,8 @@ class MasterDataset(torch.utils.data.IterableDataset):
         self.timeout_ms = timeout_ms
         self.client_id = client_id
         self.metrics_address = metrics_address
+        self.form = form
+        self.unique_rows = unique_rows
         self._client: Optional[_client.Client] = None
         self._replay: List[Dict[str, Any]] = []
         self._recent: List[Batch] = []  # the last batches handed out, for state_dict(pending)
@@ -253,7 +480,7 @@ class MasterDataset(torch.utils.data.IterableDataset):
                 raw = c.next()
                 if raw is None:
                     return
-                b = to_batch(raw)
+                b = to_batch(raw, self.form, self.unique_rows)
                 del raw
             self.handed_out += 1
             self._recent.append(b)

@@ -2,9 +2,12 @@
 ops/torchrec-venv; ctest python_torchrec runs this module there): the Batch
 in TorchRec's train pipelines for a few hundred steps, the merged
 variable-batch KJT against the expanded batch (to_dict, inverse_indices,
-EmbeddingBagCollection forward and backward), and MasterDataset with two
-ranks in master mode: every sample exactly once across the ranks, and
-exactly once again after a resume from the ranks' saved state.
+EmbeddingBagCollection forward and backward), DedupEmbeddingBagCollection
+on the "unique" form against an EmbeddingBagCollection on the expanded
+batch (unsharded, and under DistributedModelParallel on 2 gloo ranks,
+table-wise and row-wise, with TrainPipelineSparseDist), and MasterDataset
+with two ranks in master mode: every sample exactly once across the ranks,
+and exactly once again after a resume from the ranks' saved state.
 Skipped where torchrec cannot be imported (Debian's python3)."""
 
 import json
@@ -242,6 +245,15 @@ def test_rank_and_world_size_from_the_environment(monkeypatch):
     assert rank_and_world_size() == (0, 1)
 
 
+def test_master_dataset_form_is_checked():
+    with pytest.raises(ValueError, match="MasterDataset: form 'ikjt' is not one of "
+                                         "variable_batch, unique"):
+        MasterDataset(master="127.0.0.1:1", job="j", rank=0, world_size=1, form="ikjt")
+    d = MasterDataset(master="127.0.0.1:1", job="j", rank=0, world_size=1, form="unique",
+                      unique_rows=512)
+    assert (d.form, d.unique_rows) == ("unique", 512)
+
+
 def test_resume_tokens_need_every_rank():
     s = {"job": "j", "world_size": 2, "rank": 0, "token": b"a"}
     with pytest.raises(ValueError, match=r"no state for rank\(s\) \[1\]"):
@@ -325,3 +337,138 @@ def test_master_dataset_two_ranks_exactly_once_and_resume(tmp_path, table):
             "%d ids, %d distinct, %d expected" % (ids.size, np.unique(ids).size, ROWS))
     finally:
         master.stop()
+
+
+DEDUP_RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                 "torchrec_dedup_rank.py")
+
+
+@pytest.mark.parametrize("sharding", ["table_wise", "row_wise"])
+def test_dedup_ebc_two_ranks_equals_expanded(workers, tmp_path, sharding):
+    """DedupEmbeddingBagCollection under DistributedModelParallel (2 CPU
+    ranks, gloo, table-wise or row-wise) and TrainPipelineSparseDist, on the
+    "unique" form, trains like an EmbeddingBagCollection on the expanded
+    batches: every step's logits (forward) and, after the steps, every
+    table's shards and the dense weights (backward and update) are equal."""
+    saved = {"features": SPARSE, "groups": {"user": USER}, "table_size": TABLE_SIZE,
+             "dense_dim": len(DENSE), "unique": [], "expanded": []}
+    with client(workers(dedup=True, batch=128)) as c:
+        for raw in c:
+            # Row-wise over gloo needs the same rows on every rank (to_batch).
+            b = to_batch(raw, form="unique",
+                         unique_rows=raw.batch_size if sharding == "row_wise" else None)
+            if sharding == "table_wise":
+                assert b.unique_features["user"].stride() < raw.batch_size
+            saved["unique"].append(b.state())
+            exp = KeyedJaggedTensor(**_kw(expand_batch(raw, as_torch=True)))
+            saved["expanded"].append(Batch(b.dense_features, exp, b.labels, b.sample_ids).state())
+            if len(saved["unique"]) == 8:
+                break
+    path = str(tmp_path / "batches.pt")
+    torch.save(saved, path)
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2",
+                   SLUICE_TEST_STORE=str(tmp_path / "store"))
+        procs.append(subprocess.Popen(
+            [sys.executable, DEDUP_RANK_SCRIPT, "--batches", path, "--sharding", sharding,
+             "--out", str(tmp_path / ("rank%d.pt" % rank))],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for rank, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=180 * SCALE)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        assert p.returncode == 0, "rank %d: %s" % (rank, out)
+    results = [torch.load(str(tmp_path / ("rank%d.pt" % r)), weights_only=False)
+               for r in range(2)]
+    # Table-wise: the ranks' batches have different numbers of unique rows.
+    if sharding == "table_wise":
+        assert results[0]["unique_rows"] != results[1]["unique_rows"]
+    for r, res in enumerate(results):
+        got, want = res["unique"], res["expanded"]
+        assert len(got["logits"]) == len(want["logits"]) == 4
+        for step, (g, w) in enumerate(zip(got["logits"], want["logits"])):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5,
+                                       msg=lambda m: "rank %d step %d: %s" % (r, step, m))
+        assert sorted(got["state"]) == sorted(want["state"])
+        shards = 0
+        for name in want["state"]:
+            for (go, gt), (wo, wt) in zip(got["state"][name], want["state"][name]):
+                assert go == wo, name
+                torch.testing.assert_close(gt, wt, rtol=1e-4, atol=1e-5,
+                                           msg=lambda m: "rank %d %s: %s" % (r, name, m))
+                shards += 1
+        assert shards > 0
+
+
+def test_dedup_ebc_matches_ebc_on_expanded_batch(workers):
+    """Unsharded: DedupEmbeddingBagCollection on the "unique" form (with and
+    without padding) gives the expanded batch's EmbeddingBagCollection
+    output, key by key, and the same table gradients."""
+    from sluice.torchrec import DedupEmbeddingBagCollection
+
+    # Tables out of group order, one of them shared by two plain features,
+    # so that the output's key order is the tables' and not the inner
+    # collections'.
+    tables = [
+        EmbeddingBagConfig(name="t_user_cat", embedding_dim=3, num_embeddings=TABLE_SIZE,
+                           feature_names=["user_cat"]),
+        EmbeddingBagConfig(name="t_items", embedding_dim=4, num_embeddings=TABLE_SIZE,
+                           feature_names=["item_id", "item_cat"]),
+        EmbeddingBagConfig(name="t_user", embedding_dim=2, num_embeddings=TABLE_SIZE,
+                           feature_names=["user_id", "user_hist"]),
+        EmbeddingBagConfig(name="t_item_tags", embedding_dim=4, num_embeddings=TABLE_SIZE,
+                           feature_names=["item_tags"]),
+    ]
+    keys = ["user_cat", "item_id", "item_cat", "user_id", "user_hist", "item_tags"]
+    with client(workers(dedup=True)) as c:
+        raw = c.next()
+        B = raw.batch_size
+        for rows in (None, B):
+            b = to_batch(raw, form="unique", unique_rows=rows)
+            U = raw.group("user").unique.stride
+            assert U < B
+            assert b.sparse_features.keys() == raw.sparse.keys
+            assert b.unique_features["user"].stride() == (rows or U)
+            assert b.inverse_indices["user"].tolist() == raw.group("user").inverse.tolist()
+            torch.manual_seed(3)
+            ref = EmbeddingBagCollection(tables=tables)
+            dd = DedupEmbeddingBagCollection(tables, {"user": USER})
+            assert dd.plain is not None and list(dd.unique) == ["user"]
+            w = {n.split(".")[-2]: p for n, p in ref.named_parameters()}
+            with torch.no_grad():
+                for n, p in dd.named_parameters():
+                    p.copy_(w[n.split(".")[-2]])
+            exp = KeyedJaggedTensor(**_kw(expand_batch(raw, as_torch=True)))
+            got, want = dd(b.sparse_features, b.unique_features, b.inverse_indices), ref(exp)
+            assert got.keys() == want.keys() == keys
+            assert got.values().shape == (B, 3 + 4 + 4 + 2 + 2 + 4)
+            torch.testing.assert_close(got.values(), want.values())
+            g = torch.randn(got.values().shape, generator=torch.Generator().manual_seed(2))
+            (got.values() * g).sum().backward()
+            (want.values() * g).sum().backward()
+            gw = {n.split(".")[-2]: p.grad for n, p in dd.named_parameters()}
+            for name, p in w.items():
+                torch.testing.assert_close(gw[name], p.grad, rtol=1e-4, atol=1e-5)
+            back = Batch.from_state(b.state())
+            assert back.unique_features["user"].stride() == (rows or U)
+            assert torch.equal(back.inverse_indices["user"], b.inverse_indices["user"])
+            assert torch.equal(back.unique_features["user"].lengths(),
+                               b.unique_features["user"].lengths())
+        with pytest.raises(ValueError, match="unique_rows=3, but group 'user' of this batch "
+                                             "has %d unique rows" % U):
+            to_batch(raw, form="unique", unique_rows=3)
+        with pytest.raises(ValueError, match="form 'unique_rows' is not one of"):
+            to_batch(raw, form="unique_rows")
+        with pytest.raises(KeyError, match="no dedup group 'item' in its unique form "
+                                           r"\(groups: user\)"):
+            to_batch(raw, form="unique").unique_features["item"]
+        with pytest.raises(KeyError, match=r"no dedup group 'user' .*\(groups: none\)"):
+            to_batch(raw).inverse_indices["user"]
+    with pytest.raises(ValueError, match="table 'mixed' has features in different dedup groups"):
+        DedupEmbeddingBagCollection(
+            [EmbeddingBagConfig(name="mixed", embedding_dim=2, num_embeddings=4,
+                                feature_names=["user_id", "item_id"])], {"user": USER})

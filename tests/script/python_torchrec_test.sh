@@ -3,7 +3,9 @@
 # python of ops/torchrec-venv - torch 2.14, torchrec, fbgemm-gpu-cpu, numpy
 # 2 - so test_torchrec.py runs against real TorchRec: the Batch in
 # TrainPipelineBase and TrainPipelineSparseDist, the merged KJT against the
-# expanded batch, MasterDataset with two ranks and a resume.
+# expanded batch, DedupEmbeddingBagCollection against the expanded batch
+# (2 gloo ranks, table-wise and row-wise), MasterDataset with two ranks and
+# a resume.
 # The test never builds the environment (ops/test does, before ctest): when
 # it is not ready it is SKIPPED (exit 77), or fails with
 # SLUICE_REQUIRE_TORCHREC=1 (what ops/test sets, so CI cannot skip it).
