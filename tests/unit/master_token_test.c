@@ -583,3 +583,191 @@ Test(master_token, a_set_that_cannot_be_honoured_is_refused_naming_why)
     sl_master_state_destroy(m2);
     tu_alloc_assert_clean(&g_ta);
 }
+
+/* Commit [from, to) of split as client c under the split's live lease
+ * (leased to worker "w" when it has none). */
+static void commit_as(sl_master_state_t *m, uint32_t epoch, uint32_t split, const char *c,
+                      uint64_t from, uint64_t to, uint64_t nonce)
+{
+    /* the generations handed out, per master (a test has a few) */
+    static struct {
+        const sl_master_state_t *m;
+        uint64_t gen[8];
+    } tab[8];
+    int k = 0;
+    while (k < 7 && tab[k].m != NULL && tab[k].m != m)
+        k++;
+    if (tab[k].m != m) memset(&tab[k], 0, sizeof tab[k]);
+    tab[k].m = m;
+    uint64_t *gen = tab[k].gen;
+    sl_error_t err = {0};
+    if (!sl_master_state_lease_live(m, "j", epoch, split, gen[split], NULL)) {
+        sl_master_lease_t l;
+        cr_assert_eq(sl_master_state_lease_split(m, "j", split, "w", 0, &l, &err), SL_OK, "%s",
+                     err.msg);
+        gen[split] = l.generation;
+    }
+    sl_master_commit_result_t res;
+    cr_assert_eq(
+        sl_master_state_commit(m, "j", epoch, split, gen[split], from, to, c, nonce, &res, &err),
+        SL_OK, "%s", err.msg);
+    cr_assert_eq(res, SL_MASTER_COMMITTED, "%s", err.msg);
+}
+
+static void *take(sl_master_state_t *m, const char *c, uint32_t rank, uint32_t world,
+                  const sl_master_token_exclude_t *und, uint32_t n, size_t *len, sl_err_t want,
+                  sl_error_t *err)
+{
+    sl_master_token_req_t req = {.job_id = "j",
+                                 .client_id = c,
+                                 .rank = rank,
+                                 .world_size = world,
+                                 .undelivered = und,
+                                 .num_undelivered = n};
+    void *t = NULL;
+    cr_assert_eq(sl_master_state_token_take(m, &req, &t, len, err), want, "%s", err->msg);
+    return t;
+}
+
+/* Tokens more than one epoch apart cannot be combined (the later one says
+ * nothing of what its rank handed out two epochs back), and a client that
+ * holds a batch of an epoch two back cannot take one; tokens one epoch
+ * apart combine: the earlier epoch's rows a rank still held come again, in
+ * the epoch they belong to, and the next epoch's handed rows are
+ * committed when it begins. */
+Test(master_token, epochs_apart)
+{
+    for (int i = 0; i < 2; i++)
+        g_splits[i] = (sl_wh_split_t){.path = g_path,
+                                      .partition = "p",
+                                      .stripe_begin = (uint32_t)i,
+                                      .stripe_end = (uint32_t)i + 1,
+                                      .first_row = 10u * i,
+                                      .num_rows = 10};
+    sl_master_state_opts_t o = {.allocator = ALLOC};
+    sl_master_state_t *m;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK);
+    sl_master_state_job_spec_t spec = {
+        .job_id = "j", .splits = g_splits, .num_splits = 2, .epochs = 4, .ranks = 2};
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    /* epoch 0: a commits split 0 [0,10) and holds [5,10); b commits split 1 */
+    commit_as(m, 0, 0, "a", 0, 5, 1);
+    commit_as(m, 0, 0, "a", 5, 10, 2);
+    size_t la, lb, lx;
+    sl_master_token_exclude_t held = {0, 0, 5, 10, 0};
+    void *ta = take(m, "a", 0, 2, &held, 1, &la, SL_OK, &err);
+    commit_as(m, 0, 1, "b", 0, 10, 3); /* epoch 0 done: epoch 1 */
+    commit_as(m, 1, 0, "b", 0, 4, 4);  /* b hands out [0,4) of split 0 in epoch 1 */
+    void *tb = take(m, "b", 1, 2, NULL, 0, &lb, SL_OK, &err);
+    /* a's token (epoch 0) and b's (epoch 1): epoch 0 starts again with
+     * everything but a's held [5,10) of split 0; epoch 1 keeps b's [0,4) */
+    sl_master_state_t *q;
+    cr_assert_eq(sl_master_state_open(&o, 0, &q, NULL, &err), SL_OK);
+    const void *ts[2] = {tb, ta};
+    size_t ls[2] = {lb, la};
+    sl_master_state_job_spec_t spec3 = spec;
+    spec3.ranks = 3;
+    cr_assert_eq(sl_master_state_job_resume_ranks(q, &spec3, ts, ls, 2, &err), SL_OK, "%s",
+                 err.msg);
+    sl_master_state_job_status_t st;
+    cr_assert_eq(sl_master_state_job_status(q, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.epoch, 0);
+    const sl_dpp_row_range_t *r;
+    uint32_t n;
+    cr_assert_eq(sl_master_state_committed(q, "j", 0, &r, &n, &err), SL_OK);
+    cr_assert_eq(n, 1);
+    cr_assert(r[0].from_row == 0 && r[0].to_row == 5);
+    cr_assert_eq(sl_master_state_committed(q, "j", 1, &r, &n, &err), SL_OK);
+    cr_assert(n == 1 && r[0].from_row == 0 && r[0].to_row == 10);
+    /* the held rows come again in epoch 0; epoch 1 then begins with [0,4) */
+    commit_as(q, 0, 0, "c", 5, 10, 1);
+    cr_assert_eq(sl_master_state_job_status(q, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.epoch, 1);
+    cr_assert_eq(sl_master_state_committed(q, "j", 0, &r, &n, &err), SL_OK);
+    cr_assert(n == 1 && r[0].from_row == 0 && r[0].to_row == 4, "%u ranges", n);
+    cr_assert_eq(sl_master_state_committed(q, "j", 1, &r, &n, &err), SL_OK);
+    cr_assert_eq(n, 0);
+    sl_master_state_destroy(q);
+
+    /* two epochs further: b's token at epoch 2 and a's at 0 are refused */
+    commit_as(m, 1, 0, "b", 4, 10, 5);
+    commit_as(m, 1, 1, "b", 0, 10, 6); /* epoch 2 */
+    sl_free(ALLOC, tb, lb);
+    tb = take(m, "b", 1, 2, NULL, 0, &lb, SL_OK, &err);
+    ts[0] = tb;
+    ls[0] = lb;
+    cr_assert_eq(sl_master_state_open(&o, 0, &q, NULL, &err), SL_OK);
+    cr_assert_eq(sl_master_state_job_resume_ranks(q, &spec, ts, ls, 2, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "tokens taken in epochs 0 and 2") != NULL, "%s", err.msg);
+    sl_master_state_destroy(q);
+    /* a still holds [5,10) of epoch 0: no token in epoch 2 */
+    void *tx = take(m, "a", 0, 2, &held, 1, &lx, SL_ERR_INVALID, &err);
+    cr_assert_null(tx);
+    cr_assert(strstr(err.msg, "holds a batch of epoch 0 not handed out while the job is in "
+                              "epoch 2") != NULL,
+              "%s", err.msg);
+    sl_free(ALLOC, ta, la);
+    sl_free(ALLOC, tb, lb);
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+/* Static sharding resumed with other ranks: the rows left are shared
+ * evenly, and the next epoch is assigned over whole splits again. */
+Test(master_token, static_resume_shares_the_rows_left)
+{
+    uint64_t rows[6] = {100, 100, 100, 100, 100, 100};
+    for (int i = 0; i < 6; i++)
+        g_splits[i] = (sl_wh_split_t){.path = g_path,
+                                      .partition = "p",
+                                      .stripe_begin = (uint32_t)i,
+                                      .stripe_end = (uint32_t)i + 1,
+                                      .first_row = 100u * i,
+                                      .num_rows = rows[i]};
+    sl_master_state_opts_t o = {.allocator = ALLOC};
+    sl_master_state_t *m;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK);
+    sl_master_state_job_spec_t spec = {
+        .job_id = "j", .splits = g_splits, .num_splits = 6, .epochs = 2, .ranks = 1};
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    /* the one rank read splits 0..2 whole and 90 rows of split 3 */
+    for (uint32_t s = 0; s < 3; s++)
+        commit_as(m, 0, s, "a", 0, 100, s + 1);
+    commit_as(m, 0, 3, "a", 0, 90, 9);
+    size_t len;
+    void *t = take(m, "a", 0, 1, NULL, 0, &len, SL_OK, &err);
+    sl_master_state_t *q;
+    cr_assert_eq(sl_master_state_open(&o, 0, &q, NULL, &err), SL_OK);
+    sl_master_state_job_spec_t s2 = spec;
+    s2.ranks = 2;
+    s2.static_sharding = true;
+    const void *ts[1] = {t};
+    cr_assert_eq(sl_master_state_job_resume_ranks(q, &s2, ts, &len, 1, &err), SL_OK, "%s", err.msg);
+    /* left: split 3 (10 rows), 4 and 5 (100 each): 100 + 110 */
+    uint64_t left[2] = {0, 0};
+    uint64_t rest[6] = {0, 0, 0, 10, 100, 100};
+    for (uint32_t s = 0; s < 6; s++) {
+        uint32_t r = sl_master_state_split_rank(q, "j", s);
+        cr_assert(r == 1 || r == 2);
+        left[r - 1] += rest[s];
+    }
+    cr_assert((left[0] == 100 && left[1] == 110) || (left[0] == 110 && left[1] == 100),
+              "%llu + %llu rows", (unsigned long long)left[0], (unsigned long long)left[1]);
+    /* the epoch read: epoch 1 is assigned over whole splits, 3 and 3 */
+    commit_as(q, 0, 3, "b", 90, 100, 1);
+    commit_as(q, 0, 4, "b", 0, 100, 2);
+    commit_as(q, 0, 5, "b", 0, 100, 3);
+    sl_master_state_job_status_t st;
+    cr_assert_eq(sl_master_state_job_status(q, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.epoch, 1);
+    uint32_t per[2] = {0, 0};
+    for (uint32_t s = 0; s < 6; s++)
+        per[sl_master_state_split_rank(q, "j", s) - 1]++;
+    cr_assert(per[0] == 3 && per[1] == 3, "%u + %u splits", per[0], per[1]);
+    sl_free(ALLOC, t, len);
+    sl_master_state_destroy(q);
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}

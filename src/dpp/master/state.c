@@ -297,7 +297,11 @@ sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err)
     sl_err_t rc = m_journal(m, &rec, err);
     if (rc != SL_OK) return rc;
     m_do_advance(m, jb);
-    /* A resumed job's later ranges may complete the new epoch at once. */
+    /* A resumed job's later ranges (and its static assignment over whole
+     * splits) come with the epoch; they may complete it at once. They
+     * allocate after the record went out: out of memory here fails the
+     * master (the control loop's answer to SL_ERR_NOMEM), and replay,
+     * which applies the same transition, makes the state whole again. */
     if (jb->later == NULL && !jb->restatic) return SL_OK;
     uint32_t slot;
     m_find_job(m, jb->id, &slot);

@@ -411,6 +411,12 @@ sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__Sna
         if (err != NULL) err->code = SL_ERR_CORRUPT;
         return SL_ERR_CORRUPT;
     }
+    if (sj->n_rank_of_split == 0 && jb->rank_of_split != NULL) {
+        /* a snapshot of an older master: its assignment was over whole
+         * splits (the build balanced the rows left) */
+        sl_err_t arc = m_static_assign(m, jb, jb->ranks, jb->rank_of_split, NULL, false, err);
+        if (arc != SL_OK) return arc;
+    }
     if (sj->n_rank_of_split > 0) {
         if (jb->rank_of_split == NULL || sj->n_rank_of_split != jb->n)
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': rank of %zu splits",
