@@ -8,10 +8,11 @@
  * the lists. Also a resumed job's later epochs' start ranges, applied when
  * their epoch begins. Callers hold the master's lock.
  *
- * Bound: one entry (24 bytes) per piece a commit added, i.e. at most one
- * per committed batch plus one per empty range, for two epochs; a list is
- * compacted (sorted, same-owner neighbours merged) before it grows, so a
- * client's consecutive batches of a split cost one entry. */
+ * Bound: one entry (24 bytes) per piece a commit added, at most one per
+ * committed batch plus one per empty range, for two epochs; a client's
+ * batches that follow each other in a split (the next batch of the split
+ * it committed last) grow one entry, so a split read by one client costs
+ * one. Entries are in no order; tokens and the dump sort what they take. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,35 +38,58 @@ uint64_t m_new_run_id(sl_master_state_t *m, const char *job_id)
     return id != 0 ? id : 1;
 }
 
+/* The slot of name in jb's owner hash: its owner's, or the empty one to
+ * put it in. */
+static uint32_t owner_slot(const job *jb, const uint32_t *h, uint32_t cap, const char *name)
+{
+    uint32_t mask = cap - 1, i = (uint32_t)XXH3_64bits(name, strlen(name)) & mask;
+    while (h[i] != 0 && strcmp(jb->owners[h[i] - 1], name) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static void owner_rehash(job *jb)
+{
+    memset(jb->ohash, 0, (size_t)jb->ohash_cap * sizeof *jb->ohash);
+    for (uint32_t k = 0; k < jb->nowners; k++)
+        jb->ohash[owner_slot(jb, jb->ohash, jb->ohash_cap, jb->owners[k])] = k + 1;
+}
+
 sl_err_t m_attr_owner(sl_master_state_t *m, job *jb, const char *name, uint32_t *owner,
                       sl_error_t *err)
 {
-    if (jb->last_owner > 0 && jb->last_owner <= jb->nowners &&
-        strcmp(jb->owners[jb->last_owner - 1], name) == 0) {
-        *owner = jb->last_owner;
-        return SL_OK;
-    }
-    /* Linear: a job's committing clients in two epochs are its ranks
-     * (and their reconnections), tens to hundreds. */
-    for (uint32_t k = 0; k < jb->nowners; k++)
-        if (strcmp(jb->owners[k], name) == 0) {
-            *owner = jb->last_owner = k + 1;
+    /* Hashed: a job's committing clients in two epochs are its ranks and
+     * their reconnections, up to thousands, looked up at every commit. */
+    if (jb->ohash_cap > 0) {
+        uint32_t i = owner_slot(jb, jb->ohash, jb->ohash_cap, name);
+        if (jb->ohash[i] != 0) {
+            *owner = jb->ohash[i];
             return SL_OK;
         }
+    }
     if (jb->nowners == jb->cap_owners) {
-        uint32_t cap = jb->cap_owners ? jb->cap_owners * 2 : 8;
+        uint32_t cap = jb->cap_owners ? jb->cap_owners * 2 : 8, hcap = 2 * cap;
         char **p = sl_alloc(m->a, (size_t)cap * sizeof *p);
-        if (p == NULL)
+        uint32_t *h = sl_calloc(m->a, hcap, sizeof *h);
+        if (p == NULL || h == NULL) {
+            sl_free(m->a, p, (size_t)cap * sizeof *p);
+            sl_free(m->a, h, (size_t)hcap * sizeof *h);
             return sl_error_set(err, SL_ERR_NOMEM, "job '%s': client '%s'", jb->id, name);
+        }
         if (jb->nowners > 0) memcpy(p, jb->owners, (size_t)jb->nowners * sizeof *p);
         sl_free(m->a, jb->owners, (size_t)jb->cap_owners * sizeof *p);
+        sl_free(m->a, jb->ohash, (size_t)jb->ohash_cap * sizeof *h);
         jb->owners = p;
         jb->cap_owners = cap;
+        jb->ohash = h;
+        jb->ohash_cap = hcap;
+        owner_rehash(jb);
     }
     char *c = sl_strdup(m->a, name);
     if (c == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job '%s': client '%s'", jb->id, name);
     jb->owners[jb->nowners++] = c;
-    *owner = jb->last_owner = jb->nowners;
+    jb->ohash[owner_slot(jb, jb->ohash, jb->ohash_cap, c)] = jb->nowners;
+    *owner = jb->nowners;
     return SL_OK;
 }
 
@@ -97,13 +121,15 @@ static void compact(m_attr_list *l)
 sl_err_t m_attr_reserve(sl_master_state_t *m, job *jb, uint32_t more, sl_error_t *err)
 {
     m_attr_list *l = &jb->attr[1];
-    if (jb->chunk != 0 || (uint64_t)l->n + more <= l->cap) return SL_OK;
-    compact(l);
-    /* Grow unless compaction left the list at most half full, so that
-     * compactions cost O(1) amortized per entry. */
-    if ((uint64_t)l->n + more <= l->cap && l->n <= l->cap / 2) return SL_OK;
+    if (jb->chunk != 0) return SL_OK;
+    if (jb->attr_last == NULL) {
+        jb->attr_last = sl_calloc(m->a, (size_t)jb->n + 1, sizeof *jb->attr_last);
+        if (jb->attr_last == NULL)
+            return sl_error_set(err, SL_ERR_NOMEM, "job '%s': who committed what", jb->id);
+    }
+    if ((uint64_t)l->n + more <= l->cap) return SL_OK;
     uint64_t cap = l->cap ? l->cap : 16;
-    while (cap < (uint64_t)l->n + more || cap < 2ull * l->n)
+    while (cap < (uint64_t)l->n + more)
         cap *= 2;
     if (cap > UINT32_MAX)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': committed ranges of an epoch",
@@ -147,11 +173,16 @@ static uint32_t each_gap(const job *jb, uint32_t split, uint64_t from, uint64_t 
         }
         uint64_t end = i < s->nr && s->r[i].from_row < to ? s->r[i].from_row : to;
         if (out != NULL) {
-            m_attr *last = out->n > 0 ? &out->v[out->n - 1] : NULL;
-            if (last != NULL && last->owner == owner && last->split == split && last->to == at)
-                last->to = end; /* the common case: a client's next batch */
-            else
+            /* The common case: the same client's next batch of the split
+             * (a worker reads a split in order): one entry grows. */
+            uint32_t li = jb->attr_last[split];
+            m_attr *last = li > 0 ? &out->v[li - 1] : NULL;
+            if (last != NULL && last->owner == owner && last->to == at) {
+                last->to = end;
+            } else {
                 out->v[out->n++] = (m_attr){owner, split, at, end};
+                jb->attr_last[split] = out->n;
+            }
         }
         n++;
         at = end;
@@ -180,26 +211,28 @@ void m_attr_rotate(sl_master_state_t *m, job *jb)
     sl_free(m->a, p->v, (size_t)p->cap * sizeof *p->v);
     *p = jb->attr[1];
     jb->attr[1] = (m_attr_list){0};
-    compact(p);
-    /* Forget the owners the kept epoch does not name (a client that came
-     * and went): renumber in place, no allocation. O(owners * entries)
-     * once per epoch, only when some owner is unused. */
+    if (jb->attr_last != NULL) memset(jb->attr_last, 0, (size_t)jb->n * sizeof *jb->attr_last);
+    /* Forget the owners the kept epoch does not name (clients that came
+     * and went): O(entries + owners) once per epoch. No memory for the
+     * map: they stay (harmless, forgotten at a later epoch). */
+    uint32_t *map = jb->nowners > 0 ? sl_calloc(m->a, jb->nowners, sizeof *map) : NULL;
+    if (map == NULL) return;
+    for (uint32_t q = 0; q < p->n; q++)
+        if (p->v[q].owner != M_OWNER_MASTER) map[p->v[q].owner - 1] = 1;
     uint32_t keep = 0;
     for (uint32_t k = 0; k < jb->nowners; k++) {
-        bool used = false;
-        for (uint32_t q = 0; q < p->n && !used; q++)
-            used = p->v[q].owner == k + 1;
-        if (!used) {
+        if (map[k] == 0) {
             sl_strfree(m->a, jb->owners[k]);
             continue;
         }
-        for (uint32_t q = 0; q < p->n; q++)
-            if (p->v[q].owner == k + 1) p->v[q].owner = keep + 1;
-        jb->owners[keep++] = jb->owners[k];
+        jb->owners[keep] = jb->owners[k];
+        map[k] = ++keep;
     }
+    for (uint32_t q = 0; q < p->n; q++)
+        if (p->v[q].owner != M_OWNER_MASTER) p->v[q].owner = map[p->v[q].owner - 1];
+    sl_free(m->a, map, (size_t)jb->nowners * sizeof *map);
     jb->nowners = keep;
-    jb->last_owner = 0;
-    if (p->n > 1) qsort(p->v, p->n, sizeof *p->v, by_owner_split_from);
+    if (jb->ohash_cap > 0) owner_rehash(jb);
 }
 
 void m_cols_free(const sl_allocator_t *a, m_rset_cols *c)
@@ -219,6 +252,8 @@ void m_attr_free(const sl_allocator_t *a, job *jb)
     for (uint32_t k = 0; k < jb->nowners; k++)
         sl_strfree(a, jb->owners[k]);
     sl_free(a, jb->owners, (size_t)jb->cap_owners * sizeof *jb->owners);
+    sl_free(a, jb->ohash, (size_t)jb->ohash_cap * sizeof *jb->ohash);
+    sl_free(a, jb->attr_last, ((size_t)jb->n + 1) * sizeof *jb->attr_last);
     m_cols_free(a, jb->later);
     jb->later = NULL;
 }
@@ -401,6 +436,9 @@ sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__Sna
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': client '%s' twice", jb->id,
                                 name);
     }
+    /* the build's entries (its start ranges) are replaced: none is the
+     * latest of its split any more */
+    if (jb->attr_last != NULL) memset(jb->attr_last, 0, (size_t)jb->n * sizeof *jb->attr_last);
     sl_err_t rc = list_restore(m, jb, sj->attr_prev, &jb->attr[0], err);
     if (rc == SL_OK) rc = list_restore(m, jb, sj->attr_cur, &jb->attr[1], err);
     if (rc != SL_OK) return rc;

@@ -133,8 +133,10 @@ typedef struct job {
     uint64_t run_id; /* JobAdded.run_id */
     char **owners;   /* clients that committed in attr[], [nowners] of [cap_owners] */
     uint32_t nowners, cap_owners;
-    uint32_t last_owner; /* the owner found last (a lookup's first guess) */
+    uint32_t *ohash;     /* open addressing over owners: owner number, 0 empty */
+    uint32_t ohash_cap;  /* 2 * cap_owners (a power of two), or 0 */
     m_attr_list attr[2]; /* [0]: epoch - 1, [1]: this epoch */
+    uint32_t *attr_last; /* [n]: per split, 1 + its latest entry in attr[1] (0: none) */
     m_rset_cols *later;  /* a resumed job's start ranges of later epochs; NULL: none */
     bool restatic;       /* static sharding over the resumed epoch's rows: redo at next epoch */
 } job;
