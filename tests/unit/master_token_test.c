@@ -663,13 +663,25 @@ Test(master_token, epochs_apart)
     /* a's token (epoch 0) and b's (epoch 1): epoch 0 starts again with
      * everything but a's held [5,10) of split 0; epoch 1 keeps b's [0,4) */
     sl_master_state_t *q;
-    cr_assert_eq(sl_master_state_open(&o, 0, &q, NULL, &err), SL_OK);
+    char *dir = tu_mkdtemp("master-token-later");
+    sl_master_state_opts_t qo = {.state_dir = dir, .allocator = ALLOC};
+    cr_assert_eq(sl_master_state_open(&qo, 0, &q, NULL, &err), SL_OK);
     const void *ts[2] = {tb, ta};
     size_t ls[2] = {lb, la};
     sl_master_state_job_spec_t spec3 = spec;
     spec3.ranks = 3;
     cr_assert_eq(sl_master_state_job_resume_ranks(q, &spec3, ts, ls, 2, &err), SL_OK, "%s",
                  err.msg);
+    /* the later epoch's ranges wait in the state: a snapshot keeps them */
+    char *before = dump_of(q);
+    cr_assert(strstr(before, " later 1:0[0,4)\n") != NULL, "%s", before);
+    cr_assert_eq(sl_master_state_compact(q, &err), SL_OK, "%s", err.msg);
+    sl_master_state_destroy(q);
+    cr_assert_eq(sl_master_state_open(&qo, 0, &q, NULL, &err), SL_OK, "%s", err.msg);
+    char *after = dump_of(q);
+    cr_assert_str_eq(after, before);
+    free(before);
+    free(after);
     sl_master_state_job_status_t st;
     cr_assert_eq(sl_master_state_job_status(q, "j", &st, &err), SL_OK);
     cr_assert_eq(st.epoch, 0);
@@ -688,7 +700,19 @@ Test(master_token, epochs_apart)
     cr_assert(n == 1 && r[0].from_row == 0 && r[0].to_row == 4, "%u ranges", n);
     cr_assert_eq(sl_master_state_committed(q, "j", 1, &r, &n, &err), SL_OK);
     cr_assert_eq(n, 0);
+    /* replay applies them at the same point */
+    cr_assert_eq(sl_master_state_sync(q, &err), SL_OK, "%s", err.msg);
+    before = dump_of(q);
+    cr_assert(strstr(before, " later ") == NULL, "%s", before);
     sl_master_state_destroy(q);
+    cr_assert_eq(sl_master_state_open(&qo, 0, &q, NULL, &err), SL_OK, "%s", err.msg);
+    after = dump_of(q);
+    cr_assert_str_eq(after, before);
+    free(before);
+    free(after);
+    sl_master_state_destroy(q);
+    tu_rm_tree(dir);
+    free(dir);
 
     /* two epochs further: b's token at epoch 2 and a's at 0 are refused */
     commit_as(m, 1, 0, "b", 4, 10, 5);
