@@ -374,3 +374,36 @@ def test_master_dataset_resume_with_another_world_size(tmp_path, table):
             "%d ids, %d distinct, %d expected" % (ids.size, np.unique(ids).size, ROWS))
     finally:
         master.stop()
+
+
+def test_load_state_dict_redistributes_pending_batches_to_another_world_size():
+    """A state holding every rank's pending batches (state_dict with
+    torch.distributed) restores on any world size: old rank r's batches go
+    to new rank r % world_size, each once; a state of one rank restores
+    only that rank of the same world size."""
+    whole = {"version": 2, "master": "m:1", "job": "j", "rank": 0, "world_size": 3,
+             "step": 7, "token": b"t0", "pending": [{"b": 0}],
+             "tokens": [b"t0", b"t1", b"t2"],
+             "pending_by_rank": [[{"b": 0}], [{"b": 1}], [{"b": 2}, {"b": 3}]]}
+    got = []
+    for rank in range(2):
+        d = MasterDataset("m:1", "j", rank=rank, world_size=2)
+        d.load_state_dict(whole)
+        got.append(d._replay)
+    assert got == [[{"b": 0}, {"b": 2}, {"b": 3}], [{"b": 1}]]
+    one = MasterDataset("m:1", "j", rank=0, world_size=1)
+    one.load_state_dict(whole)
+    assert one._replay == [{"b": 0}, {"b": 1}, {"b": 2}, {"b": 3}]
+    same = MasterDataset("m:1", "j", rank=2, world_size=3)
+    same.load_state_dict(dict(whole, rank=2, pending=[{"b": 2}, {"b": 3}]))
+    assert same._replay == [{"b": 2}, {"b": 3}]
+    # version 1 (one rank's own state): same world size and rank only
+    v1 = {"version": 1, "master": "m:1", "job": "j", "rank": 0, "world_size": 2,
+          "token": b"t", "pending": [{"b": 9}]}
+    d = MasterDataset("m:1", "j", rank=0, world_size=2)
+    d.load_state_dict(v1)
+    assert d._replay == [{"b": 9}]
+    with pytest.raises(ValueError, match="must hold every rank's"):
+        MasterDataset("m:1", "j", rank=0, world_size=3).load_state_dict(v1)
+    with pytest.raises(ValueError, match="state of job 'j', this is job 'k'"):
+        MasterDataset("m:1", "k", rank=0, world_size=2).load_state_dict(v1)
