@@ -171,6 +171,11 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
     printf("             state %.1f MB = %.1f bytes/split (%.1f MB per 1M splits; peak during "
            "add %.1f MB)\n",
            state / 1e6, (double)state / n, (double)state / n, peak_add / 1e6);
+    /* the epoch's committed ranges and who committed them (resume
+     * tokens, state_attr.c), at their largest */
+    printf("             peak during the epoch %.1f MB = %.1f bytes/split; at its end %.1f "
+           "bytes/split\n",
+           (cnt.peak - base) / 1e6, (double)(cnt.peak - base) / n, (double)(cnt.now - base) / n);
     if (dir != NULL)
         printf("             journal: sync every %u ops (N), %llu syncs, %llu records, "
                "%llu compactions\n",

@@ -163,18 +163,28 @@ void sl_trainer_stats(const sl_trainer_t *t, sl_trainer_stats_t *out);
  * asked), or 0 when the client serves no metrics. */
 uint16_t sl_trainer_metrics_port(const sl_trainer_t *t);
 
-/* Master mode: a resume token for a checkpoint at this batch boundary (the
- * batches handed out so far are delivered, nothing else is): the master's
- * committed ranges of the current epoch minus those this client committed
- * but has not handed out yet. Opaque bytes for `sluice submit
- * --resume-token`; a job started with them delivers exactly the samples not
- * delivered before (one token per rank for several ranks, docs/PROTOCOL.md).
- * Call it from the thread that calls sl_trainer_next. On SL_OK the caller
- * owns *token (*len bytes): free with sl_trainer_token_free. @return
- * SL_ERR_UNSUPPORTED in direct mode, SL_ERR_TIMEOUT when the master did not
- * answer within timeout_ms (< 0: wait), the master's ERROR otherwise. */
+/* Master mode: this rank's resume token for a checkpoint at this batch
+ * boundary: what this client handed out (its commits minus those it has
+ * not handed out yet) in the job's current and previous epoch, plus the
+ * rows the master committed itself (version 4 for a table job). Opaque
+ * bytes for `sluice submit --resume-token` / `sluice jobs resubmit
+ * --token`: a checkpoint is one token of every rank 0..W-1 (W the world
+ * size given at ATTACH), each taken when its rank hands out nothing more,
+ * at any moment (no barrier); a job started with them, with any number of
+ * ranks, delivers exactly the samples no rank handed out before
+ * (docs/DESIGN.md "Resume tokens"). Call it from the thread that calls
+ * sl_trainer_next. On SL_OK the caller owns *token (*len bytes): free with
+ * sl_trainer_token_free. @return SL_ERR_UNSUPPORTED in direct mode,
+ * SL_ERR_TIMEOUT when the master did not answer within timeout_ms (< 0:
+ * wait), the master's ERROR otherwise. */
 sl_err_t sl_trainer_resume_token(sl_trainer_t *t, int timeout_ms, uint8_t **token, size_t *len,
                                  sl_error_t *err);
+
+/* As sl_trainer_resume_token, the token labelled with the trainer's
+ * checkpoint step (>= 0): a resume refuses a set of tokens whose steps
+ * differ (when every token carries one). */
+sl_err_t sl_trainer_resume_token_at(sl_trainer_t *t, int64_t step, int timeout_ms, uint8_t **token,
+                                    size_t *len, sl_error_t *err);
 
 /* Free a token from sl_trainer_resume_token; token may be NULL. */
 void sl_trainer_token_free(sl_trainer_t *t, uint8_t *token, size_t len);

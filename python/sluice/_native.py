@@ -225,6 +225,15 @@ def _declare(lib):
         p(sl_error_t),
     ]
     lib.sl_trainer_resume_token.restype = ctypes.c_int
+    lib.sl_trainer_resume_token_at.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int,
+        p(p(ctypes.c_uint8)),
+        p(ctypes.c_size_t),
+        p(sl_error_t),
+    ]
+    lib.sl_trainer_resume_token_at.restype = ctypes.c_int
     lib.sl_trainer_token_free.argtypes = [ctypes.c_void_p, p(ctypes.c_uint8), ctypes.c_size_t]
     lib.sl_trainer_token_free.restype = None
     lib.sl_batch_destroy.argtypes = [p(sl_batch_t)]

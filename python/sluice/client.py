@@ -550,12 +550,19 @@ class Client:
             raise StopIteration
         return b
 
-    def resume_token(self, timeout_ms: int = 30000) -> bytes:
-        """Master mode: an opaque resume token (bytes) for a checkpoint at
-        this batch boundary: the batches handed out so far count as
-        delivered, nothing else. Give it to `sluice submit --resume-token`
-        to deliver exactly the rest. Call it from the thread that iterates.
-        Raises SluiceError (SL_ERR_UNSUPPORTED for a direct worker client)."""
+    def resume_token(self, timeout_ms: int = 30000, step: Optional[int] = None) -> bytes:
+        """Master mode: this rank's opaque resume token (bytes) for a
+        checkpoint at this batch boundary: the batches this client handed
+        out so far count as delivered, nothing else. A checkpoint is the
+        tokens of every rank (each taken once its rank hands out nothing
+        more, at any moment); give them all to `sluice submit
+        --resume-token` (once per token) to deliver exactly the rest, with
+        any number of ranks. step (>= 0): the trainer's checkpoint step,
+        carried in the token (a resume refuses tokens whose steps differ).
+        Call it from the thread that iterates. Raises SluiceError
+        (SL_ERR_UNSUPPORTED for a direct worker client)."""
+        if step is not None and step < 0:
+            raise ValueError("resume_token: step %d (>= 0)" % step)
         h = self._handle
         if h is None or h.ptr is None:
             raise SluiceError(-11, "client for %s is closed" % self.address)
@@ -563,9 +570,14 @@ class Client:
         tok = ctypes.POINTER(ctypes.c_uint8)()
         n = ctypes.c_size_t(0)
         with h.lock:
-            rc = self._lib.sl_trainer_resume_token(
-                h.ptr, timeout_ms, ctypes.byref(tok), ctypes.byref(n), ctypes.byref(err)
-            )
+            if step is None:
+                rc = self._lib.sl_trainer_resume_token(
+                    h.ptr, timeout_ms, ctypes.byref(tok), ctypes.byref(n), ctypes.byref(err)
+                )
+            else:
+                rc = self._lib.sl_trainer_resume_token_at(
+                    h.ptr, step, timeout_ms, ctypes.byref(tok), ctypes.byref(n), ctypes.byref(err)
+                )
             if rc != _native.SL_OK:
                 _raise(rc, err, "resume token from %s" % self.address)
             try:

@@ -25,7 +25,7 @@ ops/torchrec-requirements.txt (ops/torchrec-venv makes that environment).
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -395,10 +395,14 @@ class MasterDataset(torch.utils.data.IterableDataset):
     Checkpoints: state_dict(pending) holds this rank's resume token and the
     batches handed out but not yet trained on (`pending`: TorchRec's train
     pipelines fetch ahead - 1 for TrainPipelineBase, 2 for
-    TrainPipelineSparseDist); save it with the model. To resume, resubmit the job with every rank's token
-    (resume_tokens(); `sluice submit --resume-token` once per rank) and call
-    load_state_dict() on the new dataset before iterating: it first hands
-    out the saved pending batches, then what the job delivers.
+    TrainPipelineSparseDist); with torch.distributed initialised it also
+    holds every rank's token and pending batches (all_gather_object), so
+    any one rank's state is the whole checkpoint. Save it with the model.
+    To resume, resubmit the job with every rank's token (resume_tokens();
+    `sluice submit --resume-token` once per rank), with the same or another
+    number of ranks, and call load_state_dict() on the new dataset before
+    iterating: it first hands out the saved pending batches (of the old
+    ranks r with r % new_world_size == rank), then what the job delivers.
 
     metrics_address: the rank's client serves its own Prometheus metrics
     there (sluice.Client; labelled with the job, the rank and the client
@@ -487,57 +491,105 @@ class MasterDataset(torch.utils.data.IterableDataset):
             del self._recent[: max(0, len(self._recent) - self._keep)]
             yield b
 
-    def state_dict(self, pending: int = 0, timeout_ms: int = 30000) -> Dict[str, Any]:
-        """This rank's checkpoint of the data: the resume token (every batch
-        handed out so far counts as delivered) and copies of the last
+    def state_dict(
+        self, pending: int = 0, timeout_ms: int = 30000, step: Optional[int] = None
+    ) -> Dict[str, Any]:
+        """This rank's checkpoint of the data: its resume token (every batch
+        it handed out so far counts as delivered) and copies of the last
         `pending` batches handed out, which the trainer has not trained on
         yet and load_state_dict() hands out again first. Take it on every
-        rank at the same step (with torch.distributed initialised it waits
-        at a barrier for every rank first). Call it from the thread that
-        iterates."""
+        rank at the same step (step: that step, carried in the tokens and
+        checked at the resume). With torch.distributed initialised the
+        ranks exchange their tokens and pending batches (all_gather_object,
+        a collective: every rank must call it), so the state holds the
+        whole checkpoint: "tokens" (every rank's, in rank order) and
+        "pending_by_rank". A table job's token says what its own rank handed
+        out, so it may be taken at any moment after the step and the tokens
+        combine by union (docs/DESIGN.md "Resume tokens"); the barrier
+        state_dict still waits at first is for a Kafka job's tokens. Call it
+        from the thread that iterates."""
         if pending < 0 or pending > len(self._recent) or pending > self.handed_out:
             raise ValueError(
                 "MasterDataset.state_dict: pending=%d, but only %d recent batches are kept "
                 "(call keep_pending(%d) before iterating)" % (pending, len(self._recent), pending)
             )
-        # A token counts what the whole job has committed, and a job resumes
-        # from the intersection of its ranks' tokens: a batch another rank
-        # committed after this token was taken but trained before its own
-        # would be delivered again. After a barrier every batch any rank
-        # trained before the checkpoint is committed (a batch is handed out
-        # only once committed), so every token counts it.
+        # A table job's token (version 4) says what this rank handed out and
+        # needs no barrier. A Kafka job's (version 3) still counts what the
+        # whole job committed and is combined by intersection: after a
+        # barrier every batch any rank trained is committed, so every token
+        # counts it (docs/DESIGN.md "Resume tokens"). Harmless for tables.
         dist = torch.distributed
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        gathered = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        if gathered:
             dist.barrier()
-        token = self._connect().resume_token(timeout_ms)
+        token = self._connect().resume_token(timeout_ms, step=step)
         saved = self._recent[len(self._recent) - pending :] if pending else []
-        return {
-            "version": 1,
+        mine = [b.state() for b in saved]
+        state: Dict[str, Any] = {
+            "version": 2,
             "master": self.master,
             "job": self.job,
             "rank": self.rank,
             "world_size": self.world_size,
+            "step": step,
             "token": token,
-            "pending": [b.state() for b in saved],
+            "pending": mine,
+            "tokens": None,
+            "pending_by_rank": None,
         }
+        if self.world_size == 1:
+            state["tokens"] = [token]
+            state["pending_by_rank"] = [mine]
+        elif gathered:
+            if dist.get_world_size() != self.world_size:
+                raise ValueError(
+                    "MasterDataset.state_dict: torch.distributed has %d ranks, the dataset %d"
+                    % (dist.get_world_size(), self.world_size)
+                )
+            every: List[Any] = [None] * self.world_size
+            dist.all_gather_object(every, {"rank": self.rank, "token": token, "pending": mine})
+            by_rank = {e["rank"]: e for e in every}
+            if sorted(by_rank) != list(range(self.world_size)):
+                raise ValueError(
+                    "MasterDataset.state_dict: ranks %s gathered, want 0..%d"
+                    % (sorted(by_rank), self.world_size - 1)
+                )
+            state["tokens"] = [by_rank[r]["token"] for r in range(self.world_size)]
+            state["pending_by_rank"] = [by_rank[r]["pending"] for r in range(self.world_size)]
+        return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restore from state_dict(): the pending batches are handed out
-        first. The job must have been resubmitted with every rank's token
-        (resume_tokens()); the token itself is not needed here."""
-        if state.get("version") != 1:
-            raise ValueError("MasterDataset: unknown state version %r" % state.get("version"))
-        if state["job"] != self.job or state["rank"] != self.rank:
+        """Restore from state_dict(), of the same world size or (a state
+        holding every rank's, version 2 with torch.distributed) of another:
+        the pending batches are handed out first (with another world size,
+        those of the old ranks r with r % world_size == this rank, so each
+        is trained once). The job must have been resubmitted with every
+        rank's token (resume_tokens(state)); the token itself is not needed
+        here."""
+        version = state.get("version")
+        if version not in (1, 2):
+            raise ValueError("MasterDataset: unknown state version %r" % version)
+        if state["job"] != self.job:
             raise ValueError(
-                "MasterDataset: state of job %r rank %d, this is job %r rank %d"
-                % (state["job"], state["rank"], self.job, self.rank)
+                "MasterDataset: state of job %r, this is job %r" % (state["job"], self.job)
             )
-        if state["world_size"] != self.world_size:
+        old_world = state["world_size"]
+        if old_world == self.world_size and state["rank"] == self.rank:
+            self._replay = list(state["pending"])
+            return
+        by_rank = state.get("pending_by_rank") if version == 2 else None
+        if by_rank is None:
             raise ValueError(
-                "MasterDataset: state of world size %d, this is %d"
-                % (state["world_size"], self.world_size)
+                "MasterDataset: state of rank %d of %d, this is rank %d of %d: a state for "
+                "another rank or world size must hold every rank's (state_dict with "
+                "torch.distributed initialised)"
+                % (state["rank"], old_world, self.rank, self.world_size)
             )
-        self._replay = list(state["pending"])
+        replay: List[Dict[str, Any]] = []
+        for r in range(old_world):
+            if r % self.world_size == self.rank:
+                replay.extend(by_rank[r])
+        self._replay = replay
 
     def stats(self) -> Dict[str, int]:
         """The client's counters (sluice.Client.stats) plus handed_out."""
@@ -557,13 +609,27 @@ class MasterDataset(torch.utils.data.IterableDataset):
             pass
 
 
-def resume_tokens(states: Sequence[Dict[str, Any]]) -> List[bytes]:
-    """The resume tokens of every rank's MasterDataset.state_dict(), in rank
-    order, for resubmitting the job (`sluice submit --resume-token FILE`
-    once per rank, or the admin endpoint's "resume_tokens"). Checks that
-    the states are of one job and cover each rank once."""
+def resume_tokens(
+    states: Union[Dict[str, Any], Sequence[Dict[str, Any]]]
+) -> List[bytes]:
+    """The resume tokens of a checkpoint, in rank order, for resubmitting
+    the job (`sluice submit --resume-token FILE` once per token, or the
+    admin endpoint's "resume_tokens"): from one state that holds every
+    rank's (state_dict() with torch.distributed), or from every rank's
+    state. Checks that they are of one job and cover each rank once (the
+    master checks again, and that they are of one run and step)."""
+    if isinstance(states, dict):
+        if states.get("tokens") is None:
+            raise ValueError(
+                "resume_tokens: this state holds rank %d's token only; give every rank's state"
+                % states["rank"]
+            )
+        return list(states["tokens"])
     if not states:
         raise ValueError("resume_tokens: no states")
+    for s in states:
+        if s.get("tokens") is not None and s["job"] == states[0]["job"]:
+            return list(s["tokens"])
     job, world = states[0]["job"], states[0]["world_size"]
     by_rank: Dict[int, bytes] = {}
     for s in states:

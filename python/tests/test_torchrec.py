@@ -259,25 +259,32 @@ def test_resume_tokens_need_every_rank():
     with pytest.raises(ValueError, match=r"no state for rank\(s\) \[1\]"):
         resume_tokens([s])
     assert resume_tokens([dict(s, rank=1, token=b"b"), s]) == [b"a", b"b"]
+    # a state that holds every rank's (state_dict with torch.distributed)
+    whole = dict(s, tokens=[b"a", b"b"], pending_by_rank=[[], []])
+    assert resume_tokens(whole) == [b"a", b"b"]
+    with pytest.raises(ValueError, match="holds rank 0's token only"):
+        resume_tokens(s)
 
 
 RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrec_rank.py")
 
 
-def run_ranks(master, job, out_dir, phase, steps=-1, extra_steps=0, state=None, lag=0.0):
-    """Two trainer processes (torch.distributed, gloo) each reading its rank's
-    share of `job` through MasterDataset and TrainPipelineBase, rank 1 `lag`
-    seconds behind; returns their result dicts."""
+def run_ranks(master, job, out_dir, phase, steps=-1, extra_steps=0, state=None, lag=0.0,
+              world=2):
+    """`world` trainer processes (torch.distributed, gloo) each reading its
+    rank's share of `job` through MasterDataset and TrainPipelineBase, rank
+    1 `lag` seconds behind; state: the file to resume from ("%d": each
+    rank's own); returns their result dicts."""
     procs = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2",
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world),
                    SLUICE_TEST_STORE=os.path.join(out_dir, "%s.store" % phase))
         args = [sys.executable, RANK_SCRIPT, "--master", master, "--job", job,
                 "--out", os.path.join(out_dir, "%s.rank%d.pt" % (phase, rank)),
                 "--steps", str(steps), "--extra-steps", str(extra_steps),
                 "--lag", str(lag if rank == 1 else 0.0)]
         if state:
-            args += ["--state", state % rank]
+            args += ["--state", state % rank if "%d" in state else state]
         procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     results = []
@@ -305,9 +312,9 @@ def test_master_dataset_two_ranks_exactly_once_and_resume(tmp_path, table):
         # Phase 1: 10 steps, a checkpoint (state_dict(pending=1): the
         # pipeline holds one batch ahead), 3 more steps, then the trainers
         # stop as if they crashed. Rank 1 runs 2 s behind: its batches are
-        # committed after rank 0 reaches its checkpoint, so the ranks'
-        # tokens must be taken together (state_dict's barrier) for the
-        # resume not to deliver them again.
+        # committed after rank 0 took its token, which must not count
+        # them (a token says what its own rank handed out) for the resume
+        # not to deliver them again.
         first = run_ranks(master.address, job, str(tmp_path), "first", steps=10, extra_steps=3,
                           lag=2.0)
         before = [r["trained_at_checkpoint"] for r in first]
@@ -472,3 +479,78 @@ def test_dedup_ebc_matches_ebc_on_expanded_batch(workers):
         DedupEmbeddingBagCollection(
             [EmbeddingBagConfig(name="mixed", embedding_dim=2, num_embeddings=4,
                                 feature_names=["user_id", "item_id"])], {"user": USER})
+
+
+def test_master_dataset_resume_with_another_world_size(tmp_path, table):
+    """Two DDP ranks (dynamic sharding, rank 1 2 s behind, no barrier) take
+    a checkpoint at step 10 and run 3 steps more; the job is resumed from
+    rank 0's state alone (it holds every rank's token and pending batch)
+    with three ranks: the old ranks' pending batches are trained first by
+    new ranks 0 and 1, and the samples trained before the checkpoint plus
+    those trained after are the table, each once."""
+    master = Master(tmp_path)
+    try:
+        spec = {"id": "resize", "source": {"table": table}, "transforms": TRANSFORMS,
+                "batch": {"size": 256, "dedup_groups": {"user": USER}}}
+        job = master.submit(spec, ranks=2, sharding="dynamic")
+        for _ in range(2):
+            master.start_worker(job)
+        first = run_ranks(master.address, job, str(tmp_path), "first", steps=10, extra_steps=3,
+                          lag=2.0)
+        state = first[0]["state"]
+        assert state["version"] == 2 and state["step"] == 10
+        assert len(state["tokens"]) == 2 and len(state["pending_by_rank"]) == 2
+        assert state["tokens"][1] == first[1]["state"]["token"]
+        before = [r["trained_at_checkpoint"] for r in first]
+        master.stop_workers()
+        master.delete(job)
+        job = master.submit(spec, ranks=3, sharding="dynamic", tokens=resume_tokens(state))
+        for _ in range(2):
+            master.start_worker(job)
+        state_file = os.path.join(str(tmp_path), "first.rank0.pt")
+        second = run_ranks(master.address, job, str(tmp_path), "second", state=state_file,
+                           world=3)
+        for r, res in enumerate(second):
+            pending = state["pending_by_rank"][r] if r < 2 else []
+            for k, p in enumerate(pending):
+                assert res["trained"][k].tolist() == p["sample_ids"].tolist()
+        after = [np.concatenate(r["trained"]) for r in second if r["trained"]]
+        ids = np.concatenate([np.concatenate(b) for b in before] + after)
+        lo = ids.min()
+        assert np.array_equal(np.sort(ids), np.arange(lo, lo + ROWS)), (
+            "%d ids, %d distinct, %d expected" % (ids.size, np.unique(ids).size, ROWS))
+    finally:
+        master.stop()
+
+
+def test_load_state_dict_redistributes_pending_batches_to_another_world_size():
+    """A state holding every rank's pending batches (state_dict with
+    torch.distributed) restores on any world size: old rank r's batches go
+    to new rank r % world_size, each once; a state of one rank restores
+    only that rank of the same world size."""
+    whole = {"version": 2, "master": "m:1", "job": "j", "rank": 0, "world_size": 3,
+             "step": 7, "token": b"t0", "pending": [{"b": 0}],
+             "tokens": [b"t0", b"t1", b"t2"],
+             "pending_by_rank": [[{"b": 0}], [{"b": 1}], [{"b": 2}, {"b": 3}]]}
+    got = []
+    for rank in range(2):
+        d = MasterDataset("m:1", "j", rank=rank, world_size=2)
+        d.load_state_dict(whole)
+        got.append(d._replay)
+    assert got == [[{"b": 0}, {"b": 2}, {"b": 3}], [{"b": 1}]]
+    one = MasterDataset("m:1", "j", rank=0, world_size=1)
+    one.load_state_dict(whole)
+    assert one._replay == [{"b": 0}, {"b": 1}, {"b": 2}, {"b": 3}]
+    same = MasterDataset("m:1", "j", rank=2, world_size=3)
+    same.load_state_dict(dict(whole, rank=2, pending=[{"b": 2}, {"b": 3}]))
+    assert same._replay == [{"b": 2}, {"b": 3}]
+    # version 1 (one rank's own state): same world size and rank only
+    v1 = {"version": 1, "master": "m:1", "job": "j", "rank": 0, "world_size": 2,
+          "token": b"t", "pending": [{"b": 9}]}
+    d = MasterDataset("m:1", "j", rank=0, world_size=2)
+    d.load_state_dict(v1)
+    assert d._replay == [{"b": 9}]
+    with pytest.raises(ValueError, match="must hold every rank's"):
+        MasterDataset("m:1", "j", rank=0, world_size=3).load_state_dict(v1)
+    with pytest.raises(ValueError, match="state of job 'j', this is job 'k'"):
+        MasterDataset("m:1", "k", rank=0, world_size=2).load_state_dict(v1)

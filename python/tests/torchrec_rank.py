@@ -56,7 +56,7 @@ def main():
             break
         step += 1
         if step == a.steps:
-            out["state"] = data.state_dict(pending=1)
+            out["state"] = data.state_dict(pending=1, step=step)
             out["trained_at_checkpoint"] = [s.numpy() for s in model.seen]
     out["trained"] = [s.numpy() for s in model.seen]
     torch.save(out, a.out)

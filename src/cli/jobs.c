@@ -45,8 +45,8 @@ static const sl_cli_opt_t scale_opts[] = {
 };
 static const sl_cli_opt_t resubmit_opts[] = {
     {"token", SL_CLI_FILE, "FILE", NULL, NULL, 0, 0, SL_CLI_REQUIRED | SL_CLI_REPEAT, J(tokens),
-     "a resume token (sluice read --token-out, sl_trainer_resume_token); one per trainer rank "
-     "for a job of several ranks, taken at the same checkpoint"},
+     "a resume token (sluice read --token-out, sl_trainer_resume_token); one of every rank of "
+     "the checkpoint for a job of several ranks"},
     {"json", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, J(json),
      "print the master's JSON answer instead of a table"},
 };

@@ -27,7 +27,7 @@
 
 typedef struct read_args {
     const char *worker, *master, *job, *token_out, *secret_file, *metrics;
-    uint64_t rank, world_size, prefetch, limit, timeout, reconnect_ms;
+    uint64_t rank, world_size, prefetch, limit, timeout, reconnect_ms, token_step;
     bool ids, json, quiet, progress;
 } read_args_t;
 
@@ -48,6 +48,9 @@ static const sl_cli_opt_t ropts[] = {
     {"token-out", SL_CLI_PATH, "FILE", NULL, NULL, 0, 0, 0, R(token_out),
      "at the end (job end, --limit, SIGINT or SIGTERM), write a resume token for this batch "
      "boundary to FILE (with --master; `sluice jobs resubmit` starts the job again from it)"},
+    {"token-step", SL_CLI_UINT, "N", NULL, "none", 0, 1ull << 62, 0, R(token_step),
+     "label the --token-out token with the trainer's checkpoint step N; a resume refuses "
+     "tokens whose steps differ"},
     {"ids", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, R(ids),
      "print each batch's sample ids as one line on stdout"},
     {"prefetch", SL_CLI_UINT, "N", "4", NULL, 1, 1u << 16, 0, R(prefetch),
@@ -205,12 +208,15 @@ static void print_ids(const sl_batch_t *b)
 
 /* The resume token for this batch boundary, written whole or not at all
  * (a temporary file renamed into place). @return 0 or 1 (message printed). */
-static int write_token(sl_trainer_t *t, const char *path)
+static int write_token(sl_trainer_t *t, const char *path, uint64_t step)
 {
     uint8_t *tok = NULL;
     size_t len = 0;
     sl_error_t err = {0};
-    if (sl_trainer_resume_token(t, 30000, &tok, &len, &err) != SL_OK) {
+    sl_err_t rc0 = step == UINT64_MAX
+                       ? sl_trainer_resume_token(t, 30000, &tok, &len, &err)
+                       : sl_trainer_resume_token_at(t, (int64_t)step, 30000, &tok, &len, &err);
+    if (rc0 != SL_OK) {
         fprintf(stderr, "sluice read: resume token: %s\n", err.msg);
         return 1;
     }
@@ -302,7 +308,7 @@ static void progress_finish(progress_t *p)
 
 int sl_cli_read(int argc, char **argv)
 {
-    read_args_t args = {0};
+    read_args_t args = {.token_step = UINT64_MAX}; /* UINT64_MAX: no --token-step */
     sl_cli_parsed_t parsed;
     if (!sl_cli_parse(&sl_cli_read_cmd, argc, argv, &args, &parsed)) return parsed.code;
     sl_trainer_opts_t o = sl_trainer_opts_default();
@@ -325,6 +331,8 @@ int sl_cli_read(int argc, char **argv)
     if (o.master && !o.job_id) return usage_error("%s", "--master needs --job ID");
     if (!o.master && (o.job_id || token_out))
         return usage_error("%s", "--job and --token-out need --master");
+    if (args.token_step != UINT64_MAX && !token_out)
+        return usage_error("%s", "--token-step labels the --token-out token: give both");
     if (o.rank >= o.world_size) return usage_error("%s", "--rank must be below --world-size");
 
     sl_trainer_t *t = NULL;
@@ -386,7 +394,7 @@ int sl_cli_read(int argc, char **argv)
         fprintf(stderr, "sluice read: stopped by %s after %" PRIu64 " batches%s\n",
                 sig == SIGINT ? "SIGINT" : "SIGTERM", n,
                 token_out != NULL && rc == 0 ? "; writing the resume token" : "");
-    if (token_out && rc == 0 && write_token(t, token_out) != 0) rc = 1;
+    if (token_out && rc == 0 && write_token(t, token_out, args.token_step) != 0) rc = 1;
     double secs = sl_clock_s() - start;
     sl_trainer_stats_t s;
     sl_trainer_stats(t, &s);

@@ -45,8 +45,9 @@ static const sl_cli_opt_t sopts[] = {
     {"max-workers", SL_CLI_UINT, "N", NULL, "--min-workers", 1, UINT32_MAX, 0, S(max_workers),
      "autoscaler upper bound"},
     {"resume-token", SL_CLI_FILE, "FILE", NULL, NULL, 0, 0, SL_CLI_REPEAT, S(resume),
-     "start where this token (sluice read --token-out) left off; with one token per trainer "
-     "rank (at most 65536), start with what every rank delivered"},
+     "start where this token (sluice read --token-out) left off; give one token of every rank "
+     "of the checkpoint (at most 65536): the job, of any number of --ranks, starts with what no "
+     "rank handed out"},
     {"wait", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, S(wait),
      "follow the job until every epoch is committed"},
     {"timeout", SL_CLI_UINT, "S", NULL, "never", 1, UINT32_MAX, 0, S(timeout),

@@ -152,7 +152,8 @@ static void add_undelivered(const tr_fleet_t *f, const tr_item_t *it,
  * this connection is in the lists (commits join `pending` before they are
  * sent): the master, which reads frames in order, cannot have committed a
  * range for us that the request does not name. */
-static sl_err_t send_token_request(sl_trainer_t *t, uint64_t *gen, sl_error_t *err)
+static sl_err_t send_token_request(sl_trainer_t *t, const int64_t *step, uint64_t *gen,
+                                   sl_error_t *err)
 {
     tr_fleet_t *f = t->fleet;
     pthread_mutex_lock(&f->msend_mu);
@@ -193,6 +194,8 @@ static sl_err_t send_token_request(sl_trainer_t *t, uint64_t *gen, sl_error_t *e
     req.undelivered_refs = rp;
     req.n_undelivered_rows = n;
     req.undelivered_rows = qp;
+    req.has_step = step != NULL;
+    req.step = step != NULL ? (uint64_t)*step : 0;
     sl_err_t rc = sl_rpc_send(f->mfd, SL_RPC_TOKEN_REQUEST, &req.base, NULL, 0, err);
     if (rc != SL_OK) shutdown(f->mfd, SHUT_RDWR); /* the master thread reconnects */
     pthread_mutex_unlock(&f->msend_mu);
@@ -200,8 +203,28 @@ static sl_err_t send_token_request(sl_trainer_t *t, uint64_t *gen, sl_error_t *e
     return rc == SL_OK ? SL_OK : SL_ERR_AGAIN;
 }
 
+static sl_err_t resume_token(sl_trainer_t *t, const int64_t *step, int timeout_ms, uint8_t **token,
+                             size_t *len, sl_error_t *err);
+
 sl_err_t sl_trainer_resume_token(sl_trainer_t *t, int timeout_ms, uint8_t **token, size_t *len,
                                  sl_error_t *err)
+{
+    return resume_token(t, NULL, timeout_ms, token, len, err);
+}
+
+sl_err_t sl_trainer_resume_token_at(sl_trainer_t *t, int64_t step, int timeout_ms, uint8_t **token,
+                                    size_t *len, sl_error_t *err)
+{
+    if (step < 0) {
+        if (token) *token = NULL;
+        if (len) *len = 0;
+        return sl_error_set(err, SL_ERR_INVALID, "resume token: step %lld (>= 0)", (long long)step);
+    }
+    return resume_token(t, &step, timeout_ms, token, len, err);
+}
+
+static sl_err_t resume_token(sl_trainer_t *t, const int64_t *step, int timeout_ms, uint8_t **token,
+                             size_t *len, sl_error_t *err)
 {
     if (token) *token = NULL;
     if (len) *len = 0;
@@ -218,7 +241,7 @@ sl_err_t sl_trainer_resume_token(sl_trainer_t *t, int timeout_ms, uint8_t **toke
     uint64_t gen = 0;
     for (;;) {
         if (rc == SL_ERR_AGAIN) {
-            rc = send_token_request(t, &gen, err);
+            rc = send_token_request(t, step, &gen, err);
             if (rc != SL_OK && rc != SL_ERR_AGAIN) return rc;
         }
         pthread_mutex_lock(&t->mu);

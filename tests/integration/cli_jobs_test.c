@@ -396,10 +396,19 @@ Test(cli_jobs, read_sigterm_and_a_refused_token_leaves_the_job)
     cr_assert(strstr(b, "give \\\"resume_token\\\" (base64) or") != NULL, "%s", b);
     free(b);
     cr_assert_eq(job_int(&m, job, "committed_rows"), committed);
-    /* two tokens of one rank: both good, the job starts with their intersection */
-    cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", token, "--token", token, "--json",
-                        "--admin", m.admin),
-                 0, "%s", out);
+    /* the token of one rank twice: not a checkpoint (one token per rank),
+     * refused naming why; the job stays */
+    cr_assert_eq(
+        SLUICE("jobs", "resubmit", job, "--token", token, "--token", token, "--admin", m.admin), 1);
+    snprintf(expect, sizeof expect,
+             "sluice jobs resubmit: POST http://%s/jobs/term/resubmit: HTTP 400: token 2 of 2: "
+             "rank 0 of 1 appears twice\n",
+             m.admin);
+    cr_assert_str_eq(out, expect);
+    cr_assert_eq(job_int(&m, job, "committed_rows"), committed);
+    /* the token alone: the job starts with what the reader handed out */
+    cr_assert_eq(SLUICE("jobs", "resubmit", job, "--token", token, "--json", "--admin", m.admin), 0,
+                 "%s", out);
     json_t *j = json_loads(out, 0, NULL);
     cr_assert_eq(json_integer_value(json_object_get(j, "committed_rows")),
                  (json_int_t)atomic_load(&t.r.samples));

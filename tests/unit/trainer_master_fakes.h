@@ -258,7 +258,7 @@ static int fk_commit(fk_master_t *m, const Sluice__Control__Commit *c)
 }
 
 /* "split:from-to," for every committed range not listed undelivered, by
- * split then from. */
+ * split then from; "@step" after them when the request has a step. */
 static void fk_token(fk_master_t *m, const Sluice__Control__TokenRequest *r, char *out, size_t cap)
 {
     size_t len = 0;
@@ -285,6 +285,8 @@ static void fk_token(fk_master_t *m, const Sluice__Control__TokenRequest *r, cha
             len += (size_t)snprintf(out + len, cap - len, "%u:%llu-%llu,", s,
                                     (unsigned long long)v[i].from, (unsigned long long)v[i].to);
     }
+    /* the checkpoint step the trainer gave (sl_trainer_resume_token_at) */
+    if (r->has_step) snprintf(out + len, cap - len, "@%llu", (unsigned long long)r->step);
 }
 
 static void fk_attached(fk_master_t *m, int fd)

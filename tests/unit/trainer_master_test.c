@@ -291,6 +291,15 @@ Test(trainer_master, resume_token_covers_what_was_handed_out)
     cr_assert_str_eq((const char *)tok, "0:0-10,0:10-20,0:20-30,0:30-40,0:40-50,0:50-60,0:60-70,"
                                         "0:70-80,0:80-90,0:90-100,");
     sl_trainer_token_free(t, tok, len);
+    /* labelled with the checkpoint step: TOKEN_REQUEST carries it */
+    cr_assert_eq(sl_trainer_resume_token_at(t, 42, wait_ms(), &tok, &len, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_str_eq((const char *)tok, "0:0-10,0:10-20,0:20-30,0:30-40,0:40-50,0:50-60,0:60-70,"
+                                        "0:70-80,0:80-90,0:90-100,@42");
+    sl_trainer_token_free(t, tok, len);
+    cr_assert_eq(sl_trainer_resume_token_at(t, -1, wait_ms(), &tok, &len, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "resume token: step -1 (>= 0)");
+    cr_assert_null(tok);
     sl_trainer_close(t);
     fk_worker_stop(&w);
     fk_master_stop(&m);

@@ -177,6 +177,7 @@ void mp_on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a)
     snprintf(c->client, sizeof c->client, "%s", a->client_id);
     snprintf(c->job, sizeof c->job, "%s", a->job_id);
     c->rank = a->rank;
+    c->world = a->world_size ? a->world_size : 1;
     attached_t at;
     if (!attached_build(m, a->job_id, &st, &at)) {
         mp_send_error(m, i, SL_ERR_NOMEM, "attach: worker list");
@@ -258,8 +259,19 @@ void mp_on_token_request(sl_master_t *m, uint32_t i, const Sluice__Control__Toke
     }
     mp_deferred d = {.type = SL_RPC_TOKEN};
     sl_error_t err = {0};
-    sl_err_t rc = sl_master_state_token_encode(m->st, t->job_id, ex, (uint32_t)k, &d.token,
-                                               &d.token_len, &err);
+    /* The taker's rank and world size are its ATTACH's (a client that did
+     * not attach has none: rank 0 of 1, its commits its own). */
+    const mp_conn *c = &m->conns[i];
+    bool attached = c->kind == MP_CLIENT;
+    sl_master_token_req_t req = {.job_id = t->job_id,
+                                 .client_id = t->client_id,
+                                 .rank = attached ? c->rank : 0,
+                                 .world_size = attached ? c->world : 1,
+                                 .has_step = t->has_step,
+                                 .step = t->step,
+                                 .undelivered = ex,
+                                 .num_undelivered = (uint32_t)k};
+    sl_err_t rc = sl_master_state_token_take(m->st, &req, &d.token, &d.token_len, &err);
     sl_free(m->a, ex, (n + 1) * sizeof *ex);
     if (rc != SL_OK) {
         mp_send_error(m, i, rc, err.msg);

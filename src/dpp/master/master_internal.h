@@ -87,7 +87,8 @@ typedef struct mp_conn {
     uint64_t serial; /* distinguishes a reused slot from the connection a deferred answer was for */
     uint32_t worker; /* MP_WORKER: index in m->workers */
     char client[MP_ID_MAX], job[MP_ID_MAX]; /* MP_CLIENT */
-    uint32_t rank; /* MP_CLIENT: its ATTACH rank (static sharding checks commits against it) */
+    uint32_t rank;  /* MP_CLIENT: its ATTACH rank (static sharding checks commits against it) */
+    uint32_t world; /* MP_CLIENT: its ATTACH world size (resume tokens carry it) */
     uint64_t attached_sig; /* MP_CLIENT: the last ATTACHED sent (mp_push_attached) */
     uint8_t *buf;          /* bytes received, not yet a whole frame */
     size_t len, cap;

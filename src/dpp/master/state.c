@@ -59,6 +59,7 @@ static void job_free(const sl_allocator_t *a, job *jb)
     sl_strfree(a, jb->spec_json);
     m_free_failure(a, jb);
     m_kafka_free(a, jb);
+    m_attr_free(a, jb);
     if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
     for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
         m_free_ranges(a, &jb->st[i]);
@@ -185,16 +186,25 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     jb->count[SL_MASTER_SPLIT_PENDING] = n;
     sl_err_t rc = SL_OK;
     if (spec->kafka_chunk > 0) rc = m_kafka_build(m, jb, rec, err); /* may add chunks: jb->n */
+    jb->run_id = rec->run_id;
+    /* A finished job keeps nothing per split; a resumed one starts with the
+     * token's ranges (the caller checked them against the splits), which
+     * the master itself committed (state_attr.c). */
+    for (size_t k = 0; rc == SL_OK && !finished && k < rec->n_start_split; k++)
+        rc = m_add_range(m, jb, rec->start_split[k], rec->start_from[k], rec->start_to[k],
+                         M_OWNER_MASTER, err);
+    if (rc == SL_OK && !finished && spec->kafka_chunk == 0)
+        rc = m_cols_from_pb(m, jb, rec->later, &jb->later, err);
+    /* Static sharding balances the rows left to read: a resumed job's
+     * ranks share what remains of its first epoch equally, and the
+     * assignment is redone over whole splits when the next one begins. */
     if (rc == SL_OK && jb->static_sharding) {
         jb->rank_of_split = sl_alloc(a, sl_mul_size(n, sizeof(uint32_t)));
         rc = jb->rank_of_split == NULL
                  ? sl_error_set(err, SL_ERR_NOMEM, "job '%s' of %u splits", spec->job_id, n)
-                 : m_static_assign(m, jb, jb->ranks, jb->rank_of_split, NULL, err);
+                 : m_static_assign(m, jb, jb->ranks, jb->rank_of_split, NULL, true, err);
+        jb->restatic = jb->committed_rows > 0 && !finished;
     }
-    /* A finished job keeps nothing per split; a resumed one starts with the
-     * token's ranges (the caller checked them against the splits). */
-    for (size_t k = 0; rc == SL_OK && !finished && k < rec->n_start_split; k++)
-        rc = m_add_range(m, jb, rec->start_split[k], rec->start_from[k], rec->start_to[k], err);
     if (rc != SL_OK) {
         job_free(a, jb);
         return rc;
@@ -222,6 +232,7 @@ void m_job_link(sl_master_state_t *m, job *jb)
         slot++;
     m->jobs[slot] = jb;
     m->c.jobs++;
+    m->runs++;
 }
 
 void m_job_remove(sl_master_state_t *m, uint32_t slot)
@@ -241,6 +252,7 @@ void m_do_advance(sl_master_state_t *m, job *jb)
 {
     jb->epoch++;
     m->c.epochs_advanced++;
+    if (jb->chunk == 0) m_attr_rotate(m, jb);
     if (jb->epoch >= jb->epochs) {
         /* finished: every split stays DONE, no ranges kept (as a finished
          * job restored from a snapshot) */
@@ -285,7 +297,16 @@ sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err)
     sl_err_t rc = m_journal(m, &rec, err);
     if (rc != SL_OK) return rc;
     m_do_advance(m, jb);
-    return SL_OK;
+    /* A resumed job's later ranges (and its static assignment over whole
+     * splits) come with the epoch; they may complete it at once. They
+     * allocate after the record went out: out of memory here fails the
+     * master (the control loop's answer to SL_ERR_NOMEM), and replay,
+     * which applies the same transition, makes the state whole again. */
+    if (jb->later == NULL && !jb->restatic) return SL_OK;
+    uint32_t slot;
+    m_find_job(m, jb->id, &slot);
+    rc = m_attr_epoch_began(m, slot, err);
+    return rc == SL_OK ? m_maybe_advance(m, jb, err) : rc;
 }
 
 /* Every job whose epoch is complete moves on (after replay: a crash may
@@ -408,11 +429,12 @@ sl_err_t sl_master_state_assign_static(const sl_master_state_t *m, const char *j
 {
     const job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return m_no_job(job_id, err);
-    return m_static_assign(m, jb, ranks, rank_of_split, rows_per_rank, err);
+    return m_static_assign(m, jb, ranks, rank_of_split, rows_per_rank, false, err);
 }
 
 sl_err_t m_static_assign(const sl_master_state_t *m, const job *jb, uint32_t ranks,
-                         uint32_t *rank_of_split, uint64_t *rows_per_rank, sl_error_t *err)
+                         uint32_t *rank_of_split, uint64_t *rows_per_rank, bool remaining,
+                         sl_error_t *err)
 {
     const char *job_id = jb->id;
     if (ranks == 0 || ranks > 65536)
@@ -426,7 +448,7 @@ sl_err_t m_static_assign(const sl_master_state_t *m, const job *jb, uint32_t ran
         goto out;
     }
     for (uint32_t i = 0; i < jb->n; i++)
-        idx[i] = (by_rows){jb->defs[i].num_rows, i};
+        idx[i] = (by_rows){jb->defs[i].num_rows - (remaining ? jb->st[i].committed : 0), i};
     if (jb->n > 1) qsort(idx, jb->n, sizeof *idx, by_rows_desc);
     make_order(rank_order, ranks, true, jb->seed ^ 0x5a4d0u, 0);
     for (uint32_t i = 0; i < jb->n; i++) {

@@ -89,6 +89,10 @@
 /* A Kafka job's tokens: per partition, the delivered prefix and the ranges
  * above it (proto/master.proto KafkaResumeToken). Same header. */
 #define SL_MASTER_KAFKA_TOKEN_VERSION 3
+/* A table job's token of one trainer rank: what that rank handed out in
+ * the job's current and previous epoch (proto/master.proto ResumeTokenV4);
+ * the tokens of a checkpoint's ranks combine by union. Same header. */
+#define SL_MASTER_RANK_TOKEN_VERSION 4
 
 typedef enum sl_master_split_state {
     SL_MASTER_SPLIT_PENDING = 0,
@@ -192,14 +196,22 @@ sl_err_t sl_master_state_job_add(sl_master_state_t *m, const sl_master_state_job
 sl_err_t sl_master_state_job_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
                                     const void *token, size_t len, sl_error_t *err);
 
-/* Multi-rank resume: one token per trainer rank (count of them, at most
- * SL_MASTER_MAX_RESUME_TOKENS of dpp/master/admin_limits.h, each
- * checked as above; with several, the error names "token K of N"). Each
- * rank's token is the committed ranges minus what that rank had not handed
- * out; the job starts in the earliest token's epoch with the INTERSECTION
- * of those tokens' ranges, i.e. exactly the rows every rank delivered. A
- * token of a later epoch says its rank delivered all of the earlier one and
- * does not narrow the intersection. count = 1 is sl_master_state_job_resume. */
+/* Resume from a checkpoint: tokens (count of them, at most
+ * SL_MASTER_MAX_RESUME_TOKENS of dpp/master/admin_limits.h, each checked as
+ * above; with several, the error names "token K of N").
+ *
+ * Version 4 (sl_master_state_token_take): one token per rank of the
+ * checkpoint's world, each saying what its rank handed out. The set must
+ * be of one run of the job, one world size, every rank 0..W-1 exactly once
+ * ("token 2 of 3: rank 1 of 3 appears twice; rank 2 missing"), the same
+ * step where every token carries one, and epochs at most one apart; else
+ * SL_ERR_INVALID naming the token and why. The job (spec->ranks: any number
+ * of ranks) starts in the earliest epoch whose rows were not all handed
+ * out, with the union of what the ranks handed out committed, and the
+ * union for the following epoch committed when that one begins.
+ *
+ * Version 2 (sl_master_state_token_encode): one token only (exact for one
+ * rank); several are refused, as they cannot be combined exactly. */
 sl_err_t sl_master_state_job_resume_ranks(sl_master_state_t *m,
                                           const sl_master_state_job_spec_t *spec,
                                           const void *const *tokens, const size_t *lens,
@@ -530,14 +542,37 @@ typedef struct sl_master_token_exclude {
     uint64_t generation;
 } sl_master_token_exclude_t;
 
-/* The committed ranges of the job's current epoch minus `undelivered`
- * (ranges of other epochs are ignored), as an opaque token (magic,
- * version, XXH3, protobuf ResumeToken). Caller owns *buf, free with
+/* A version-2 token: the committed ranges of the job's current epoch minus
+ * `undelivered` (ranges of other epochs are ignored), as an opaque token
+ * (magic, version, XXH3, protobuf ResumeToken). Exact for a job of one
+ * rank only; a Kafka job's is version 3. Caller owns *buf, free with
  * sl_free(allocator, *buf, *len) (allocator as in opts). */
 sl_err_t sl_master_state_token_encode(const sl_master_state_t *m, const char *job_id,
                                       const sl_master_token_exclude_t *undelivered,
                                       uint32_t num_undelivered, void **buf, size_t *len,
                                       sl_error_t *err);
+
+/* Who asks for a version-4 token: the client, its rank and world size
+ * (from its ATTACH), the trainer's checkpoint step when it gave one, and
+ * the ranges the client committed but has not handed out. */
+typedef struct sl_master_token_req {
+    const char *job_id, *client_id;
+    uint32_t rank, world_size; /* world_size 0: 1 */
+    bool has_step;
+    uint64_t step;
+    const sl_master_token_exclude_t *undelivered;
+    uint32_t num_undelivered;
+} sl_master_token_req_t;
+
+/* A version-4 token of a table job (a Kafka job's: version 3, as
+ * sl_master_state_token_encode): the job's epoch, and for it and the
+ * previous one the rows this client handed out (its commits minus its
+ * undelivered ranges) plus the rows the master committed itself; for the
+ * previous epoch also its undelivered ranges. SL_ERR_INVALID when the
+ * client holds an undelivered batch of an older epoch. Caller owns *buf as
+ * above. */
+sl_err_t sl_master_state_token_take(const sl_master_state_t *m, const sl_master_token_req_t *req,
+                                    void **buf, size_t *len, sl_error_t *err);
 
 /* Static sharding: assign every split of the job to one of ranks trainer
  * ranks, balancing rows: splits by rows descending (ties: lower split id

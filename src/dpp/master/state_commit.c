@@ -60,7 +60,7 @@ sl_err_t m_reserve_ranges(sl_master_state_t *m, job *jb, uint32_t split, uint32_
 }
 
 sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
-                     sl_error_t *err)
+                     uint32_t owner, sl_error_t *err)
 {
     split_st *s = &jb->st[split];
     if (from >= to) return SL_OK;
@@ -84,6 +84,11 @@ sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t fro
                                 split, s->nr);
         sl_err_t rc = m_reserve_ranges(m, jb, split, 1, err);
         if (rc != SL_OK) return rc;
+    }
+    /* Who added which rows, while the ranges still say what was there. */
+    sl_err_t arc = m_attr_gaps(m, jb, split, from, to, owner, err);
+    if (arc != SL_OK) return arc;
+    if (k == i) {
         memmove(&s->r[i + 1], &s->r[i], (size_t)(s->nr - i) * sizeof *s->r);
         s->nr++;
     } else if (k > i + 1) {
@@ -367,6 +372,10 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
                             jb->st[split].nr);
     /* Room first: once the record is out, applying it must not fail. */
     if ((rc = m_reserve_ranges(m, jb, split, 1, err)) != SL_OK) return rc;
+    uint32_t owner = M_OWNER_MASTER;
+    if (jb->chunk == 0 && ((rc = m_attr_owner(m, jb, client_id, &owner, err)) != SL_OK ||
+                           (rc = m_attr_reserve(m, jb, 1, err)) != SL_OK))
+        return rc;
     if (!known && (rc = m_client_get(m, client_id, &ci, err)) != SL_OK) return rc;
     Sluice__Master__Committed co = SLUICE__MASTER__COMMITTED__INIT;
     co.job_id = jb->id;
@@ -383,7 +392,7 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
     rc = m_journal(m, &rec, err);
     if (rc != SL_OK) return rc;
     /* Cannot fail: max_ranges was checked and the room reserved above. */
-    (void)m_add_range(m, jb, split, from_row, to_row, err);
+    (void)m_add_range(m, jb, split, from_row, to_row, owner, err);
     m_client_remember(m, ci, nonce);
     m->clients[ci].last_ms = m->now_ms;
     m->c.commits++;
@@ -443,6 +452,9 @@ sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, ui
     }
     /* Room first: once the record is out, applying it must not fail. */
     if ((rc = m_reserve_ranges(m, jb, split, num_empty, err)) != SL_OK) goto out;
+    /* each empty range adds at most one piece per gap between what is
+     * committed, and what the earlier ones added */
+    if ((rc = m_attr_reserve(m, jb, 2 * num_empty + s->nr + 1, err)) != SL_OK) goto out;
     for (uint32_t i = 0; i < num_empty; i++) {
         sr.empty_from[i] = empty[i].from_row;
         sr.empty_to[i] = empty[i].to_row;
@@ -465,7 +477,8 @@ sl_err_t m_apply_split_read(sl_master_state_t *m, uint32_t slot, uint32_t split,
 {
     job *jb = m->jobs[slot];
     for (uint32_t i = 0; i < num_empty; i++) {
-        sl_err_t rc = m_add_range(m, jb, split, empty[i].from_row, empty[i].to_row, err);
+        sl_err_t rc =
+            m_add_range(m, jb, split, empty[i].from_row, empty[i].to_row, M_OWNER_MASTER, err);
         if (rc != SL_OK) return rc;
     }
     if (jb->st[split].committed == jb->defs[split].num_rows) {

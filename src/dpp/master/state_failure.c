@@ -81,6 +81,7 @@ sl_err_t m_apply_split_skipped(sl_master_state_t *m, uint32_t slot, uint32_t spl
     /* The gaps between the committed ranges are committed as empty: the
      * split is one range [0, n) (room for it: m_reserve_ranges). */
     sl_err_t rc = m_reserve_ranges(m, jb, split, s->nr == 0 ? 1 : 0, err);
+    if (rc == SL_OK) rc = m_attr_gaps(m, jb, split, 0, n, M_OWNER_MASTER, err);
     if (rc != SL_OK) return rc;
     uint64_t skipped = n - s->committed;
     if (n > 0) {
@@ -125,6 +126,7 @@ static sl_err_t skip_split(sl_master_state_t *m, uint32_t slot, uint32_t split, 
     rec.split_skipped = &sk;
     /* Room first: once the record is out, applying it must not fail. */
     sl_err_t rc = m_reserve_ranges(m, jb, split, 1, err);
+    if (rc == SL_OK) rc = m_attr_reserve(m, jb, s->nr + 1, err);
     if (rc == SL_OK) rc = m_journal(m, &rec, err);
     if (rc == SL_OK) rc = m_apply_split_skipped(m, slot, split, NULL, err);
     if (rc == SL_OK) rc = m_maybe_advance(m, jb, err);

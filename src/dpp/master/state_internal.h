@@ -65,6 +65,27 @@ typedef struct kfolded {
 } kfolded;
 #define M_KAFKA_FOLDED_RING 256
 
+/* Who committed a range of an epoch (state_attr.c): owner 0 is the master
+ * itself, k >= 1 the client job->owners[k - 1]. Entries of one epoch are
+ * disjoint (each is a piece the commit added); sorted and merged only
+ * when the list is compacted. */
+typedef struct m_attr {
+    uint32_t owner, split;
+    uint64_t from, to;
+} m_attr;
+typedef struct m_attr_list {
+    m_attr *v;
+    uint32_t n, cap;
+} m_attr_list;
+#define M_OWNER_MASTER 0u
+/* Row ranges of epochs, column-wise and sorted by (epoch, split, from)
+ * (EpochRanges of proto/master.proto). */
+typedef struct m_rset_cols {
+    uint32_t *epoch, *split;
+    uint64_t *from, *to;
+    size_t n;
+} m_rset_cols;
+
 typedef struct job {
     char *id;
     uint32_t n, epochs;
@@ -108,6 +129,16 @@ typedef struct job {
     int32_t fail_stripe, fail_code;
     char *fail_file, *fail_message; /* when failed */
     uint64_t skipped_splits, skipped_rows;
+    /* Resume tokens (state_attr.c, state_token.c), table jobs only. */
+    uint64_t run_id; /* JobAdded.run_id */
+    char **owners;   /* clients that committed in attr[], [nowners] of [cap_owners] */
+    uint32_t nowners, cap_owners;
+    uint32_t *ohash;     /* open addressing over owners: owner number, 0 empty */
+    uint32_t ohash_cap;  /* 2 * cap_owners (a power of two), or 0 */
+    m_attr_list attr[2]; /* [0]: epoch - 1, [1]: this epoch */
+    uint32_t *attr_last; /* [n]: per split, 1 + its latest entry in attr[1] (0: none) */
+    m_rset_cols *later;  /* a resumed job's start ranges of later epochs; NULL: none */
+    bool restatic;       /* static sharding over the resumed epoch's rows: redo at next epoch */
 } job;
 
 typedef struct lease_ref {
@@ -148,6 +179,7 @@ struct sl_master_state {
     uint32_t todo_cap;
     uint64_t next_generation;
     uint64_t now_ms; /* the latest time a caller gave (new clients start idle from it) */
+    uint64_t runs;   /* jobs added by this process (run ids) */
     sl_master_journal_t *journal;
     bool replaying;   /* applying records: no journaling, no auto-advance */
     uint8_t *scratch; /* record packing */
@@ -166,8 +198,11 @@ sl_err_t m_no_job(const char *id, sl_error_t *err);
 sl_err_t m_advance_all(sl_master_state_t *m, sl_error_t *err);
 /* Journal and apply an epoch advance when every split of jb is DONE. */
 sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err);
+/* remaining: balance the rows not committed yet (a resumed job), else
+ * whole splits. */
 sl_err_t m_static_assign(const sl_master_state_t *m, const job *jb, uint32_t ranks,
-                         uint32_t *rank_of_split, uint64_t *rows_per_rank, sl_error_t *err);
+                         uint32_t *rank_of_split, uint64_t *rows_per_rank, bool remaining,
+                         sl_error_t *err);
 /* A job is built from a JobAdded that m_check_job accepted (everything
  * allocated: SL_ERR_NOMEM leaves nothing behind), then linked into a free
  * slot, which cannot fail: so the live call builds, journals, then links,
@@ -191,7 +226,7 @@ sl_err_t m_reserve_ranges(sl_master_state_t *m, job *jb, uint32_t split, uint32_
  * counted); SL_ERR_NOMEM / SL_ERR_TOO_LARGE leave them unchanged, and
  * neither happens with room reserved. */
 sl_err_t m_add_range(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
-                     sl_error_t *err);
+                     uint32_t owner, sl_error_t *err);
 /* Does [from, to) overlap a committed range of the split? */
 bool m_overlaps(const job *jb, uint32_t split, uint64_t from, uint64_t to);
 /* A split whose rows are all committed and is not DONE becomes DONE. */
@@ -261,6 +296,54 @@ void m_kafka_spec(const job *jb, Sluice__Master__JobSpec *spec,
 sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
                               const sl_master_token_exclude_t *undelivered,
                               uint32_t num_undelivered, void **buf, size_t *len, sl_error_t *err);
+
+/* state_attr.c: who committed what (version-4 resume tokens) */
+/* The owner of client `name` in jb (added when new). */
+sl_err_t m_attr_owner(sl_master_state_t *m, job *jb, const char *name, uint32_t *owner,
+                      sl_error_t *err);
+/* Room for `more` entries in this epoch's list (a live transition takes it
+ * before its record goes out, so that applying the record cannot fail). */
+sl_err_t m_attr_reserve(sl_master_state_t *m, job *jb, uint32_t more, sl_error_t *err);
+/* Record the rows of [from, to) not committed in the split yet as owner's
+ * (called by m_add_range before it adds them). Room: m_attr_reserve or
+ * allocated here (replay). */
+sl_err_t m_attr_gaps(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
+                     uint32_t owner, sl_error_t *err);
+/* The pieces of [from, to) not committed in the split. */
+uint32_t m_attr_count_gaps(const job *jb, uint32_t split, uint64_t from, uint64_t to);
+/* The epoch moved on: this epoch's list becomes the previous one. */
+void m_attr_rotate(sl_master_state_t *m, job *jb);
+void m_attr_free(const sl_allocator_t *a, job *jb);
+/* After an epoch began: commit its `later` ranges (the master's), redo a
+ * resumed job's static assignment over whole splits. */
+sl_err_t m_attr_epoch_began(sl_master_state_t *m, uint32_t slot, sl_error_t *err);
+void m_cols_free(const sl_allocator_t *a, m_rset_cols *c);
+/* A copy of EpochRanges (NULL or empty: *out NULL); checked against jb. */
+sl_err_t m_cols_from_pb(sl_master_state_t *m, const job *jb, const Sluice__Master__EpochRanges *e,
+                        m_rset_cols **out, sl_error_t *err);
+/* Snapshot fields of jb's attribution (borrowed from jb, arrays allocated:
+ * free with m_attr_pb_free). */
+typedef struct m_attr_pb {
+    Sluice__Master__AttributedRanges prev, cur;
+    Sluice__Master__EpochRanges later;
+    uint32_t *rank_of_split;
+} m_attr_pb;
+sl_err_t m_attr_pb_build(const sl_master_state_t *m, const job *jb, Sluice__Master__SnapshotJob *sj,
+                         m_attr_pb *p, sl_error_t *err);
+void m_attr_pb_free(const sl_allocator_t *a, m_attr_pb *p);
+/* Restore jb's attribution from its snapshot record. */
+sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__SnapshotJob *sj,
+                        sl_error_t *err);
+/* Lines of the dump. */
+typedef void (*m_printf_fn)(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void m_attr_dump(const sl_allocator_t *a, const job *jb, m_printf_fn pf, void *ctx);
+/* A run id for a job added now. */
+uint64_t m_new_run_id(sl_master_state_t *m, const char *job_id);
+/* Resume from version-4 tokens (state_token.c): the set checked, the job
+ * built and journaled (count >= 1, every token of version 4). */
+sl_err_t m_token_resume_v4(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
+                           const void *const *tokens, const size_t *lens, uint32_t count,
+                           bool replace, sl_error_t *err);
 
 /* state_persist.c, state_replay.c */
 #define M_TOKEN_HEADER_BYTES 16 /* magic | u32 version | u64 XXH3(payload) */

@@ -412,7 +412,7 @@ sl_err_t m_kafka_build(sl_master_state_t *m, job *jb, const Sluice__Master__JobA
             uint32_t s = jb->kp[p].chunks[k - jb->kp[p].folded]; /* a new job: none folded */
             uint64_t a = jb->defs[s].first_row, b = a + jb->defs[s].num_rows;
             uint64_t lo = (uint64_t)f > a ? (uint64_t)f : a, hi = (uint64_t)t < b ? (uint64_t)t : b;
-            if (lo < hi) rc = m_add_range(m, jb, s, lo - a, hi - a, err);
+            if (lo < hi) rc = m_add_range(m, jb, s, lo - a, hi - a, M_OWNER_MASTER, err);
         }
         if (rc != SL_OK) return rc;
     }

@@ -265,14 +265,15 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *to
     uint32_t version;
     sl_err_t rc = m_token_check(token, len, &version, err);
     if (rc != SL_OK) return rc;
-    if (version == SL_MASTER_RESUME_TOKEN_VERSION)
+    if (version == SL_MASTER_RESUME_TOKEN_VERSION || version == SL_MASTER_RANK_TOKEN_VERSION)
         return sl_error_set(err, SL_ERR_INVALID,
                             "resume token of a table job (version %u); job '%s' reads Kafka",
                             version, spec->job_id);
     if (version != SL_MASTER_KAFKA_TOKEN_VERSION)
         return sl_error_set(err, SL_ERR_VERSION,
-                            "resume token version %u (this build reads %d, %d)", version,
-                            SL_MASTER_RESUME_TOKEN_VERSION, SL_MASTER_KAFKA_TOKEN_VERSION);
+                            "resume token version %u (this build reads %d, %d, %d)", version,
+                            SL_MASTER_RESUME_TOKEN_VERSION, SL_MASTER_KAFKA_TOKEN_VERSION,
+                            SL_MASTER_RANK_TOKEN_VERSION);
     sl_unsized_t u = {.a = m->a};
     ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
     Sluice__Master__KafkaResumeToken *t = sluice__master__kafka_resume_token__unpack(

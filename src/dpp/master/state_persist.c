@@ -282,6 +282,7 @@ sl_err_t sl_master_state_job_add(sl_master_state_t *m, const sl_master_state_job
     if (rc == SL_OK) {
         Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
         ja.spec = &p.spec;
+        ja.run_id = m_new_run_id(m, spec->job_id);
         rc = m_journal_and_add(m, &ja, false, err);
     }
     m_spec_pb_free(&p);
@@ -597,6 +598,30 @@ static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spe
         return sl_error_set(err, SL_ERR_INVALID, "resume: %u tokens (1..%d)", count,
                             SL_MASTER_MAX_RESUME_TOKENS);
     if (spec->kafka_chunk > 0) return m_kafka_resume(m, spec, tokens, lens, count, replace, err);
+    /* Version 4 (one per rank, combined by union) or one version-2 token. */
+    uint32_t v4 = 0;
+    for (uint32_t k = 0; k < count; k++) {
+        uint32_t version;
+        sl_err_t hrc = m_token_check(tokens[k], lens[k], &version, err);
+        if (hrc != SL_OK) {
+            if (count > 1) sl_error_prefix(err, "token %u of %u: ", k + 1, count);
+            return hrc;
+        }
+        v4 += version == SL_MASTER_RANK_TOKEN_VERSION;
+    }
+    if (v4 == count) return m_token_resume_v4(m, spec, tokens, lens, count, replace, err);
+    if (v4 > 0)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "resume: %u of %u tokens are of version %d, the others older: take "
+                            "every rank's token again",
+                            v4, count, SL_MASTER_RANK_TOKEN_VERSION);
+    if (count > 1)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "resume: %u version-2 tokens: tokens of that version cannot be "
+                            "combined exactly across ranks (one rank's batches may be trained "
+                            "twice); take new tokens (version %d, one per rank) or resume from "
+                            "one",
+                            count, SL_MASTER_RANK_TOKEN_VERSION);
     const sl_allocator_t *a = m->a;
     sl_unsized_t u = {.a = m->a};
     ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
@@ -650,6 +675,7 @@ static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spe
         ja.start_split = acc.split;
         ja.start_from = acc.from;
         ja.start_to = acc.to;
+        ja.run_id = m_new_run_id(m, spec->job_id);
         rc = m_journal_and_add(m, &ja, replace, err);
     }
     if (have) m_rset_free(a, &acc);

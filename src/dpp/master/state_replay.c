@@ -101,7 +101,9 @@ static sl_err_t apply(sl_master_state_t *m, const Sluice__Master__Record *r, uin
         rc = m_client_get(m, c->client_id != NULL ? c->client_id : "", &ci, err);
         if (rc == SL_OK && m_client_has(m, ci, c->nonce))
             return bad(err, off, what, c->job_id, c->split, "nonce committed twice");
-        if (rc == SL_OK) rc = m_add_range(m, jb, c->split, c->from_row, c->to_row, err);
+        uint32_t owner = M_OWNER_MASTER;
+        if (rc == SL_OK && jb->chunk == 0) rc = m_attr_owner(m, jb, c->client_id, &owner, err);
+        if (rc == SL_OK) rc = m_add_range(m, jb, c->split, c->from_row, c->to_row, owner, err);
         if (rc != SL_OK)
             return sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
         m_client_remember(m, ci, c->nonce);
@@ -152,7 +154,10 @@ static sl_err_t apply(sl_master_state_t *m, const Sluice__Master__Record *r, uin
             jb->count[SL_MASTER_SPLIT_DONE] != jb->n || (jb->chunk != 0 && !m_kafka_exhausted(jb)))
             return bad(err, off, what, ea->job_id, ea->epoch, "epoch not complete or not next");
         m_do_advance(m, jb);
-        return SL_OK;
+        rc = m_attr_epoch_began(m, slot, err);
+        return rc == SL_OK
+                   ? SL_OK
+                   : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
     }
     case SLUICE__MASTER__RECORD__KIND_SPLIT_FAILED: {
         const Sluice__Master__SplitFailed *sf = r->split_failed;
@@ -253,10 +258,15 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
     ja.start_split = sj->range_split;
     ja.start_from = sj->range_from;
     ja.start_to = sj->range_to;
+    ja.run_id = sj->run_id;
     sl_err_t rc = m_add_job(m, &ja, err);
     if (rc != SL_OK) return rc;
     uint32_t slot;
     job *jb = m_find_job(m, sj->spec->job_id, &slot);
+    /* the committed ranges came in as start ranges: their owners and the
+     * rest of the attribution are the snapshot's */
+    rc = m_attr_restore(m, jb, sj, err);
+    if (rc != SL_OK) return rc;
     jb->batches = sj->batches;
     jb->samples = sj->samples;
     jb->skipped_splits = sj->skipped_splits;
@@ -393,10 +403,11 @@ static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_
     Sluice__Master__KafkaPartition **kpp = sl_calloc(a, nj + 1, sizeof *kpp);
     Sluice__Master__KafkaPartition ***kptr = sl_calloc(a, nj + 1, sizeof *kptr);
     uint32_t *nkp = sl_calloc(a, nj + 1, sizeof *nkp);
+    m_attr_pb *ap = sl_calloc(a, nj + 1, sizeof *ap);
     s.jobs = sl_calloc(a, nj + 1, sizeof *s.jobs);
     sl_err_t rc = SL_OK;
     if (s.workers == NULL || sj == NULL || spec == NULL || sl == NULL || jf == NULL ||
-        kpp == NULL || kptr == NULL || nkp == NULL || s.jobs == NULL) {
+        kpp == NULL || kptr == NULL || nkp == NULL || ap == NULL || s.jobs == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "snapshot");
         goto out;
     }
@@ -440,6 +451,7 @@ static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_
         spec[k].prefix_fingerprint = jb->prefix_fp;
         sj[k].skipped_splits = jb->skipped_splits;
         sj[k].skipped_rows = jb->skipped_rows;
+        if ((rc = m_attr_pb_build(m, jb, &sj[k], &ap[k], err)) != SL_OK) goto out;
         if (jb->chunk != 0) {
             kpp[k] = sl_calloc(a, jb->nkp + 1, sizeof *kpp[k]);
             kptr[k] = sl_calloc(a, jb->nkp + 1, sizeof *kptr[k]);
@@ -574,6 +586,9 @@ out:
         sl_free(a, sj[k].range_from, nr * 8 + 1);
         sl_free(a, sj[k].range_to, nr * 8 + 1);
     }
+    for (size_t k = 0; ap != NULL && k < s.n_jobs; k++)
+        m_attr_pb_free(a, &ap[k]);
+    sl_free(a, ap, (nj + 1) * sizeof *ap);
     sl_free(a, s.workers, (size_t)m->num_workers * sizeof(char *) + 1);
     sl_free(a, s.clients, ((size_t)m->num_clients + 1) * sizeof *s.clients);
     sl_free(a, sc, ((size_t)m->num_clients + 1) * sizeof *sc);
@@ -627,15 +642,11 @@ typedef struct sbuf {
     bool failed;
 } sbuf;
 
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...)
+static void sb_vprintf(sbuf *b, const char *fmt, va_list ap)
 {
     if (b->failed) return;
     char line[768];
-    va_list ap;
-    va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
     if (n < 0) n = 0;
     if ((size_t)n >= sizeof line) n = sizeof line - 1;
     if (b->len + (size_t)n + 1 > b->cap) {
@@ -655,6 +666,24 @@ static void sb_printf(sbuf *b, const char *fmt, ...)
     memcpy(b->p + b->len, line, (size_t)n);
     b->len += (size_t)n;
     b->p[b->len] = '\0';
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+static void sb_pf(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_pf(void *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(ctx, fmt, ap);
+    va_end(ap);
 }
 
 static int client_by_name(const void *x, const void *y)
@@ -707,6 +736,7 @@ sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *le
                 sb_printf(&b, " %u", jb->free[i]);
             sb_printf(&b, "\n");
         }
+        m_attr_dump(m->a, jb, sb_pf, &b);
         if (jb->failed)
             sb_printf(&b, " failed split %u epoch %u file %s stripe %d code %d: %s\n",
                       jb->fail_split, jb->fail_epoch, jb->fail_file, jb->fail_stripe, jb->fail_code,
