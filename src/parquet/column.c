@@ -477,8 +477,8 @@ static sl_err_t reserve_rows(sl_pq_reader_t *r, size_t n, sl_error_t *err)
 static void scatter(sl_pq_reader_t *r, uint32_t at, uint32_t n)
 {
     sl_pq_batch_t *b = &r->b;
-    uint32_t slots = b->slots - at;
-    if (n == slots && b->kind != SL_PQ_KIND_BYTES) return;
+    /* no nulls: the dense values (and byte offsets) are already in place */
+    if (n == b->slots - at) return;
     int64_t j = (int64_t)n - 1;
     for (int64_t s = (int64_t)b->slots - 1; s >= (int64_t)at; s--) {
         bool v = b->valid[s];
@@ -533,7 +533,10 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
     if (max_rows == 0) return sl_error_set(err, SL_ERR_INVALID, "a batch of 0 rows");
     TRY(reserve_slots(r, c->is_list ? 1024 : max_rows, err));
     TRY(reserve_rows(r, max_rows, err));
-    if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[0] = 0;
+    if (c->kind == SL_PQ_KIND_BYTES) {
+        b->bytes_off[0] = 0;
+        TRY(sl_pq_bytes_reserve(r, 1, err)); /* b->bytes is never NULL */
+    }
     if (c->is_list) b->list_off[0] = 0;
     bool full = false;
     while (!full) {
@@ -547,31 +550,57 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
         if (r->lv_pos == r->lv_len && refill_levels(r, err) != SL_OK) return where(r, err);
         TRY(reserve_slots(r, (size_t)b->slots + (r->lv_len - r->lv_pos), err));
         uint32_t at = b->slots, nvals = 0, i;
+        if (c->max_rep == 0) {
+            /* a scalar column: one level, one row, one slot */
+            uint32_t n = r->lv_len - r->lv_pos;
+            if (n > max_rows - b->rows) n = max_rows - b->rows;
+            const uint32_t *d = r->lv_def + r->lv_pos, md = (uint32_t)c->max_def;
+            uint8_t *valid = b->valid + at;
+            for (uint32_t j = 0; j < n; j++) {
+                uint8_t v = d[j] == md;
+                valid[j] = v;
+                nvals += v;
+            }
+            b->slots += n;
+            b->rows += n;
+            r->lv_pos += n;
+            full = b->rows == max_rows;
+            if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[at] = r->bytes_len;
+            if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);
+            scatter(r, at, nvals);
+            continue;
+        }
+        /* a list column: a level with repetition 0 starts a row; one at or
+         * above elem_def is an element, valid at max_def */
+        const uint32_t *D = r->lv_def, *R = r->lv_rep;
+        const uint32_t ed = (uint32_t)c->elem_def, md = (uint32_t)c->max_def;
+        uint32_t rows = b->rows, slots = b->slots;
+        uint32_t *loff = b->list_off;
+        uint8_t *lvalid = b->list_valid, *valid = b->valid;
+        if (rows == 0 && r->rows_read == 0 && r->lv_pos < r->lv_len && R[r->lv_pos] != 0) {
+            sl_error_set(err, SL_ERR_CORRUPT,
+                         "the chunk starts inside a list (repetition level %u)", R[r->lv_pos]);
+            return where(r, err);
+        }
         for (i = r->lv_pos; i < r->lv_len; i++) {
-            uint32_t def = r->lv_def[i];
-            if (c->max_rep == 0 || r->lv_rep[i] == 0) {
-                if (b->rows == max_rows) {
+            uint32_t d = D[i];
+            if (R[i] == 0) {
+                if (rows == max_rows) {
                     full = true;
                     break;
                 }
-                if (c->is_list) {
-                    b->list_off[b->rows] = b->slots;
-                    b->list_valid[b->rows] = def + 1 >= (uint32_t)c->elem_def;
-                }
-                b->rows++;
-            } else if (b->rows == 0 && r->rows_read == 0) {
-                sl_error_set(err, SL_ERR_CORRUPT,
-                             "the chunk starts inside a list (repetition "
-                             "level %u)",
-                             r->lv_rep[i]);
-                return where(r, err);
+                loff[rows] = slots;
+                lvalid[rows] = d + 1 >= ed;
+                rows++;
             }
-            if (!c->is_list || def >= (uint32_t)c->elem_def) {
-                uint8_t v = def == (uint32_t)c->max_def;
-                b->valid[b->slots++] = v;
-                nvals += v;
-            }
+            /* written for every level (room is reserved), kept when an element */
+            uint8_t v = d == md;
+            valid[slots] = v;
+            nvals += v;
+            slots += d >= ed;
         }
+        b->rows = rows;
+        b->slots = slots;
         r->lv_pos = i;
         if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[at] = r->bytes_len;
         if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);

@@ -8,7 +8,7 @@
 #include "parquet_internal.h"
 
 /* Levels decoded at a time (the reader's level scratch). */
-#define SL_PQ_LEVEL_CHUNK 1024u
+#define SL_PQ_LEVEL_CHUNK 4096u
 
 /* A buffer of the reader's allocator that only grows. */
 typedef struct sl_pq_buf {

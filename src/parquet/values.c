@@ -326,11 +326,13 @@ static sl_err_t get_dict(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t 
     while (n > 0) {
         uint32_t k = n < SL_PQ_LEVEL_CHUNK ? n : SL_PQ_LEVEL_CHUNK;
         TRY(sl_pq_rle_get(&r->vrle, r->idx, k, err));
+        uint32_t top = 0;
         for (uint32_t i = 0; i < k; i++)
-            if (r->idx[i] >= r->dict_n)
-                return sl_error_set(err, SL_ERR_CORRUPT,
-                                    "dictionary index %u out of range (dictionary of %u)",
-                                    r->idx[i], r->dict_n);
+            top = r->idx[i] > top ? r->idx[i] : top;
+        if (top >= r->dict_n)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "dictionary index %u out of range (dictionary of %u)", top,
+                                r->dict_n);
         if (c->kind == SL_PQ_KIND_BYTES) {
             const uint64_t *off = r->dict_off.p;
             const uint8_t *vals = r->dict_vals.p;
