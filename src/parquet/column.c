@@ -121,7 +121,7 @@ void sl_pq_reader_destroy(sl_pq_reader_t *r)
     sl_free(a, r->b.bytes, r->bytes_cap);
     sl_free(a, r->b.valid, r->slots_cap);
     sl_free(a, r->b.list_off, r->rows_cap ? (r->rows_cap + 1) * 4 : 0);
-    sl_free(a, r->b.list_valid, r->rows_cap);
+    sl_free(a, r->b.list_valid, r->rows_cap ? r->rows_cap + 1 : 0);
     sl_free(a, r, sizeof *r);
 }
 
@@ -465,7 +465,7 @@ static sl_err_t reserve_rows(sl_pq_reader_t *r, size_t n, sl_error_t *err)
         sl_realloc(r->a, r->b.list_off, r->rows_cap ? (r->rows_cap + 1) * 4 : 0, (n + 1) * 4);
     if (off == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
     r->b.list_off = off;
-    uint8_t *lv = sl_realloc(r->a, r->b.list_valid, r->rows_cap, n);
+    uint8_t *lv = sl_realloc(r->a, r->b.list_valid, r->rows_cap ? r->rows_cap + 1 : 0, n + 1);
     if (lv == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
     r->b.list_valid = lv;
     r->rows_cap = n;
@@ -582,18 +582,25 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
                          "the chunk starts inside a list (repetition level %u)", R[r->lv_pos]);
             return where(r, err);
         }
-        for (i = r->lv_pos; i < r->lv_len; i++) {
+        /* where this batch must stop: before the row that would make it
+         * over max_rows (found only when the levels hold that many rows) */
+        uint32_t stop = r->lv_len, starts = 0;
+        for (i = r->lv_pos; i < r->lv_len; i++)
+            starts += R[i] == 0;
+        if (starts > max_rows - rows) {
+            uint32_t room = max_rows - rows;
+            for (i = r->lv_pos; i < r->lv_len; i++)
+                if (R[i] == 0 && room-- == 0) break;
+            stop = i;
+            full = true;
+        }
+        /* branch-free: the row slots are written for every level (the next
+         * row's entries are overwritten when it starts; room is reserved) */
+        for (i = r->lv_pos; i < stop; i++) {
             uint32_t d = D[i];
-            if (R[i] == 0) {
-                if (rows == max_rows) {
-                    full = true;
-                    break;
-                }
-                loff[rows] = slots;
-                lvalid[rows] = d + 1 >= ed;
-                rows++;
-            }
-            /* written for every level (room is reserved), kept when an element */
+            loff[rows] = slots;
+            lvalid[rows] = d + 1 >= ed;
+            rows += R[i] == 0;
             uint8_t v = d == md;
             valid[slots] = v;
             nvals += v;

@@ -92,25 +92,27 @@ sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *er
         }
         uint32_t k = r->left < n ? r->left : n;
         if (!r->packed) {
+            const uint32_t value = r->value; /* a local: out may alias r for the compiler */
             for (uint32_t i = 0; i < k; i++)
-                out[i] = r->value;
+                out[i] = value;
         } else {
             uint64_t need_bits = (r->run_pos + k) * r->width;
             if (need_bits > (uint64_t)r->run_len * 8)
                 return sl_error_set(err, SL_ERR_TRUNCATED,
                                     "bit-packed run runs past the end of its data");
-            uint64_t bit = r->run_pos * r->width;
-            const uint64_t mask = (UINT64_C(1) << r->width) - 1;
+            const unsigned w = r->width;
+            const uint8_t *run = r->run;
+            uint64_t bit = r->run_pos * w;
+            const uint64_t mask = (UINT64_C(1) << w) - 1;
             uint32_t i = 0;
             /* one unaligned 8-byte load per value while it stays inside the
              * decoder's buffer (width <= 32 plus a shift <= 7 fits in 64
              * bits; bytes past the run are masked off) */
-            const size_t room = (size_t)(r->end - r->run);
-            if (r->width <= 8 && (r->run_pos & 7) == 0) {
+            const size_t room = (size_t)(r->end - run);
+            if (w <= 8 && (r->run_pos & 7) == 0) {
                 /* whole groups of 8 values in at most 8 bytes: one load each */
-                const unsigned w = r->width;
                 while (i + 8 <= k && (bit >> 3) + 8 <= room) {
-                    uint64_t x = sl_le_get_u64(r->run + (bit >> 3));
+                    uint64_t x = sl_le_get_u64(run + (bit >> 3));
                     for (unsigned j = 0; j < 8; j++)
                         out[i + j] = (uint32_t)((x >> (j * w)) & mask);
                     i += 8;
@@ -118,11 +120,11 @@ sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *er
                 }
             }
             while (i < k && (bit >> 3) + 8 <= room) {
-                out[i++] = (uint32_t)((sl_le_get_u64(r->run + (bit >> 3)) >> (bit & 7)) & mask);
-                bit += r->width;
+                out[i++] = (uint32_t)((sl_le_get_u64(run + (bit >> 3)) >> (bit & 7)) & mask);
+                bit += w;
             }
-            for (; i < k; i++, bit += r->width)
-                out[i] = (uint32_t)sl_pq_bits(r->run, r->run_len, bit, r->width);
+            for (; i < k; i++, bit += w)
+                out[i] = (uint32_t)sl_pq_bits(run, r->run_len, bit, w);
             r->run_pos += k;
         }
         r->left -= k;

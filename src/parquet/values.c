@@ -341,16 +341,22 @@ static sl_err_t get_dict(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t 
                               (size_t)(off[r->idx[i] + 1] - off[r->idx[i]]), err));
         } else if (c->kind == SL_PQ_KIND_F32) {
             const float *d = r->dict_vals.p;
+            float *o = r->b.f32 + at;
+            const uint32_t *idx = r->idx;
             for (uint32_t i = 0; i < k; i++)
-                r->b.f32[at + i] = d[r->idx[i]];
+                o[i] = d[idx[i]];
         } else if (c->kind == SL_PQ_KIND_F64) {
             const double *d = r->dict_vals.p;
+            double *o = r->b.f64 + at;
+            const uint32_t *idx = r->idx;
             for (uint32_t i = 0; i < k; i++)
-                r->b.f64[at + i] = d[r->idx[i]];
+                o[i] = d[idx[i]];
         } else {
             const int64_t *d = r->dict_vals.p;
+            int64_t *o = r->b.i64 + at;
+            const uint32_t *idx = r->idx;
             for (uint32_t i = 0; i < k; i++)
-                r->b.i64[at + i] = d[r->idx[i]];
+                o[i] = d[idx[i]];
         }
         at += k;
         n -= k;
