@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/clock.h"
+#include "warehouse/column_map.h"
 #include "warehouse/import.h"
 
 #define CRITEO_DENSE 13
@@ -80,6 +81,18 @@ typedef bool (*imp_chunk_fn)(void *ctx, uint64_t new_bytes);
  * that grows to the longest line, at most IMP_LINE_LIMIT + 1 bytes. */
 sl_err_t imp_read_lines(imp_source_t *src, const sl_allocator_t *a, imp_line_fn on_line,
                         imp_chunk_fn on_chunk, void *ctx, sl_error_t *err);
+
+/* ---- column mapping rows (column_map_row.c) ---- */
+
+/* Every label 0, every dense value missing (NaN), every list empty. */
+void imp_row_reset(sl_wh_row_buf_t *b);
+
+/* Fill slot s of a row from the JSON value v (NULL or null: missing) and,
+ * for a weighted slot of two lists, w (the weights; else ignored).
+ * @return SL_ERR_CORRUPT naming the column, SL_ERR_NOMEM. */
+sl_err_t imp_colmap_fill(sl_wh_row_buf_t *b, const sl_wh_colmap_resolved_t *r,
+                         const sl_wh_colmap_slot_t *s, const json_t *v, const json_t *w,
+                         sl_wh_row_t *row, sl_error_t *err);
 
 /* mkdir -p of dir/partition (partition may be ""). */
 sl_err_t imp_make_dirs(const char *dir, const char *partition, sl_error_t *err);
