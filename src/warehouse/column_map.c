@@ -428,6 +428,13 @@ bool sl_wh_colmap_infers(const sl_wh_colmap_t *m)
     return m->infer;
 }
 
+bool sl_wh_colmap_hashes(const sl_wh_colmap_t *m, const char *column)
+{
+    for (uint32_t i = 0; i < m->num_entries; i++)
+        if (m->entries[i].hash && strcmp(m->entries[i].column, column) == 0) return true;
+    return false;
+}
+
 uint32_t sl_wh_colmap_num_named(const sl_wh_colmap_t *m)
 {
     return m->num_named;

@@ -86,6 +86,10 @@ sl_err_t sl_wh_colmap_load(const char *file, const sl_allocator_t *a,
                            sl_wh_colmap_problem_fn problem, void *ctx, sl_wh_colmap_t **out,
                            sl_error_t *err);
 
+/* Whether the mapping declares a hash on column (a CSV reader then reads
+ * the column as text, digits or not). */
+bool sl_wh_colmap_hashes(const sl_wh_colmap_t *m, const char *column);
+
 /* The empty mapping {} (infer everything). Caller owns; NULL when out of memory. */
 sl_wh_colmap_t *sl_wh_colmap_new_default(const sl_allocator_t *a);
 
