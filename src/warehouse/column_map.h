@@ -174,6 +174,13 @@ sl_err_t sl_wh_colmap_resolve(const sl_wh_colmap_t *m, const sl_wh_input_column_
                               sl_wh_colmap_problem_fn problem, void *ctx,
                               sl_wh_colmap_resolved_t **out, sl_error_t *err);
 
+/* Resolve m against the columns it names, each of type ANY: for inputs
+ * whose columns are known only from their values (JSON records); nothing
+ * is inferred. As sl_wh_colmap_resolve otherwise. */
+sl_err_t sl_wh_colmap_resolve_named(const sl_wh_colmap_t *m, const sl_allocator_t *a,
+                                    sl_wh_colmap_problem_fn problem, void *ctx,
+                                    sl_wh_colmap_resolved_t **out, sl_error_t *err);
+
 /* r may be NULL. */
 void sl_wh_colmap_resolved_destroy(sl_wh_colmap_resolved_t *r);
 
