@@ -85,7 +85,8 @@ static sl_err_t split(sl_wh_row_buf_t *b, const char *rec, size_t len, char deli
     uint32_t n = 0;
     for (;;) {
         if (n >= MAX_FIELDS) return bad(err, "more than %u fields", MAX_FIELDS);
-        if (!grow_fields(b, n + 1)) return sl_error_set(err, SL_ERR_NOMEM, "no memory for fields");
+        if (n + 1 > b->fcap && !grow_fields(b, n + 1))
+            return sl_error_set(err, SL_ERR_NOMEM, "no memory for fields");
         b->foff[n] = (uint32_t)o;
         if (i < len && rec[i] == '"') {
             i++;

@@ -32,39 +32,41 @@ enum { S_START, S_UNQ, S_Q, S_QQ };
 static size_t scan(const char *p, size_t from, size_t end, char delim, int *st, uint32_t *newlines)
 {
     int s = *st;
-    for (size_t i = from; i < end; i++) {
-        char c = p[i];
-        switch (s) {
-        case S_START:
-        case S_UNQ:
-            if (c == '\n') {
+    size_t i = from;
+    while (i < end) {
+        if (s == S_START || s == S_UNQ) {
+            /* Outside quotes only a '"' can change where the record ends:
+             * without one before the next '\n', that '\n' ends it. */
+            const char *nl = memchr(p + i, '\n', end - i);
+            size_t stop = nl != NULL ? (size_t)(nl - p) : end;
+            const char *q = memchr(p + i, '"', stop - i);
+            size_t upto = q != NULL ? (size_t)(q - p) : stop;
+            if (upto > i) s = p[upto - 1] == delim ? S_START : S_UNQ;
+            if (q == NULL) {
+                if (nl == NULL) break;
                 *st = S_START;
-                return i;
+                return stop;
             }
-            if (c == delim)
-                s = S_START;
-            else if (s == S_START && c == '"')
-                s = S_Q;
-            else
-                s = S_UNQ;
-            break;
-        case S_Q: {
+            s = s == S_START ? S_Q : S_UNQ; /* a quote opens only at a field's start */
+            i = upto + 1;
+        } else if (s == S_Q) {
             /* The common case inside quotes is a long run without '"'. */
             const char *q = memchr(p + i, '"', end - i);
             size_t stop = q != NULL ? (size_t)(q - p) : end;
             for (const char *n = p + i; (n = memchr(n, '\n', (size_t)(p + stop - n))) != NULL; n++)
                 (*newlines)++;
             i = stop;
-            if (q != NULL) s = S_QQ;
-            break;
-        }
-        case S_QQ:
+            if (q == NULL) break;
+            s = S_QQ;
+            i++;
+        } else { /* S_QQ */
+            char c = p[i];
             if (c == '\n') {
                 *st = S_START;
                 return i;
             }
             s = c == '"' ? S_Q : c == delim ? S_START : S_UNQ;
-            break;
+            i++;
         }
     }
     *st = s;
