@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "progress.h"
 #include "table_cli.h"
+#include "warehouse/column_map.h"
 #include "warehouse/import.h"
 
 #define MAX_GROUPS 32
@@ -160,18 +161,18 @@ static void print_summary(const char *what, uint64_t read, uint64_t written, uin
 /* ---- import ---- */
 
 typedef struct import_args {
-    const char *format, *table, *partition, *schema;
+    const char *format, *table, *partition, *schema, *mapping, *delimiter, *max_skipped;
     sl_cli_list_t input, files; /* --input values, then the free arguments */
     uint64_t infer_lines, threads;
-    bool strict;
+    bool strict, print_mapping;
     writer_args_t w;
 } import_args_t;
 
 #define IA(field) offsetof(import_args_t, field)
 
 static const sl_cli_opt_t import_opts[] = {
-    {"format", SL_CLI_ENUM, "criteo|jsonl", NULL, NULL, 0, 0, SL_CLI_REQUIRED, IA(format),
-     "criteo (Criteo click-log TSV) or jsonl"},
+    {"format", SL_CLI_ENUM, "criteo|jsonl|csv", NULL, NULL, 0, 0, SL_CLI_REQUIRED, IA(format),
+     "criteo (Criteo click-log TSV), jsonl, or csv (a header row, RFC 4180 quoting)"},
     {"input", SL_CLI_PATH, "FILE", NULL, NULL, 0, 0, SL_CLI_REPEAT, IA(input),
      "an input file, plain or gzip/zstd-compressed text (told by its first bytes; further free "
      "arguments are inputs too); '-' is standard input"},
@@ -182,23 +183,38 @@ static const sl_cli_opt_t import_opts[] = {
     {"schema", SL_CLI_FILE, "FILE", NULL, "the existing table's, else inferred from the input", 0,
      0, 0, IA(schema), "jsonl only: the schema (its JSON form: `table create`)"},
     {"infer-lines", SL_CLI_UINT, "N", "1000", NULL, 1, 1u << 30, 0, IA(infer_lines),
-     "jsonl only: lines read to infer a schema"},
+     "jsonl: lines read to infer a schema; csv: records read to infer the column types"},
+    {"mapping", SL_CLI_FILE, "FILE", NULL, "every column inferred by type", 0, 0, 0, IA(mapping),
+     "csv only: the column mapping (docs/TABLES.md, \"The column mapping\")"},
+    {"delimiter", SL_CLI_STRING, "C", ",", NULL, 0, 0, 0, IA(delimiter),
+     "csv only: the field delimiter, one character ('tab' or '\\t' for a tab)"},
+    {"print-mapping", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, IA(print_mapping),
+     "csv only: print the mapping in use (inferred or given, every column named) as JSON on "
+     "stdout, the column types and the ignored columns on stderr, and import nothing; edit it "
+     "and give it back with --mapping"},
+    {"max-skipped-fraction", SL_CLI_STRING, "F", "0.01", NULL, 0, 0, 0, IA(max_skipped),
+     "refuse the import (it adds nothing and exits 1) when more than this fraction of the rows "
+     "read are bad; an import that writes no row is always refused"},
     {"strict", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, IA(strict),
      "stop at the first bad row; the import then fails and adds nothing"},
     {"threads", SL_CLI_UINT, "N", NULL, "one per input, at most the online cores", 1, 1024, 0,
-     IA(threads), "worker threads (one reads one input file at a time)"},
+     IA(threads),
+     "worker threads (one reads one input file at a time; csv: a plain file is cut into byte "
+     "ranges read in parallel when threads outnumber inputs)"},
 };
 
 static const sl_cli_group_t import_group = SL_CLI_OWN_GROUP(import_opts);
 
 const sl_cli_cmd_t sl_cli_table_import_cmd = {
     .name = "table import",
-    .summary = "import Criteo TSV or jsonl files into a partition",
-    .synopsis = "sluice table import --format criteo|jsonl --input FILE [FILE...] --table DIR "
+    .summary = "import Criteo TSV, jsonl or CSV files into a partition",
+    .synopsis = "sluice table import --format criteo|jsonl|csv --input FILE [FILE...] --table DIR "
                 "[options]",
-    .about = "Reads the input files in parallel (one thread per file) into one data file each, "
-             "added to the table only if the whole import succeeds. Gzip and zstd input is "
-             "decompressed on the fly; input that is not text is refused.",
+    .about = "Reads the input files in parallel (one thread per file, or per byte range of a "
+             "plain CSV file) into one data file each, added to the table only if the whole "
+             "import succeeds. Gzip and zstd input is decompressed on the fly; input that is not "
+             "text is refused; an import that writes no row, or skips more than "
+             "--max-skipped-fraction of its rows, is refused.",
     .args = "FILE",
     .args_doc = "input files",
     .max_args = UINT32_MAX,
@@ -241,6 +257,12 @@ static int cmd_import(int argc, char **argv)
     } else if (strcmp(a.format, "criteo") == 0 && a.schema != NULL) {
         rc = sl_cli_usage_error(cmd->name, "%s",
                                 "--schema is for --format jsonl (criteo's is fixed)");
+    } else if (strcmp(a.format, "csv") == 0 && a.schema != NULL) {
+        rc = sl_cli_usage_error(cmd->name, "%s",
+                                "--schema is for --format jsonl (csv takes --mapping)");
+    } else if (strcmp(a.format, "csv") != 0 && (a.mapping != NULL || a.print_mapping)) {
+        rc = sl_cli_usage_error(cmd->name, "%s",
+                                "--mapping and --print-mapping are for --format csv");
     } else if ((rc = writer_from_args(&a.w, cmd->name, &wo)) == 0) {
         inputs = sl_calloc(NULL, (size_t)a.input.count + a.files.count, sizeof *inputs);
         if (inputs == NULL) {
@@ -261,11 +283,78 @@ static int cmd_import(int argc, char **argv)
 }
 
 /* The import, once its options parsed. @return the exit code. */
+/* --delimiter: one byte, or "tab" / "\t". @return 0 when it is none of these. */
+static char parse_delimiter(const char *s)
+{
+    if (strcmp(s, "tab") == 0 || strcmp(s, "\\t") == 0 || strcmp(s, "\t") == 0) return '\t';
+    if (strlen(s) != 1 || s[0] == '"' || s[0] == '\n' || s[0] == '\r') return 0;
+    return s[0];
+}
+
+static void print_problem(void *ctx, const char *problem)
+{
+    (void)ctx;
+    fprintf(stderr, "sluice table import: %s\n", problem);
+}
+
+/* --print-mapping: the mapping the import would use, and nothing imported. */
+static int print_mapping(const char *input, char delim, uint32_t infer_lines,
+                         const sl_wh_colmap_t *m)
+{
+    sl_wh_csv_t *csv = NULL;
+    sl_error_t err = {0};
+    if (sl_wh_csv_open(input, delim, infer_lines, m, NULL, print_problem, NULL, &csv, &err) !=
+        SL_OK) {
+        fprintf(stderr, "sluice table import: %s\n", err.msg);
+        return 1;
+    }
+    const sl_wh_colmap_resolved_t *r = sl_wh_csv_mapping(csv);
+    for (uint32_t c = 0; c < r->num_columns; c++)
+        fprintf(stderr, "column %u %s: %s%s\n", c + 1, r->columns[c].name,
+                sl_wh_coltype_name(r->columns[c].type), r->column_uses[c] ? "" : " (ignored)");
+    for (uint32_t i = 0; i < r->num_ignored; i++)
+        fprintf(stderr, "ignored: %s\n", r->ignored[i]);
+    json_t *j = sl_wh_colmap_resolved_to_json(r);
+    int rc = j != NULL && json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
+    printf("\n");
+    json_decref(j);
+    sl_wh_csv_destroy(csv);
+    return rc;
+}
+
 static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo)
 {
     int rc = 0;
     bool quiet = a->w.quiet;
+    char delim = parse_delimiter(a->delimiter);
+    if (delim == 0)
+        return sl_cli_usage_error(sl_cli_table_import_cmd.name,
+                                  "--delimiter '%s': one character (not a quote or a newline), "
+                                  "or 'tab'",
+                                  a->delimiter);
+    char *end;
+    double frac = strtod(a->max_skipped, &end);
+    if (*end != '\0' || end == a->max_skipped || !(frac >= 0 && frac <= 1))
+        return sl_cli_usage_error(sl_cli_table_import_cmd.name,
+                                  "--max-skipped-fraction '%s': a number in [0, 1]",
+                                  a->max_skipped);
+    sl_wh_colmap_t *mapping = NULL;
+    if (a->mapping != NULL) {
+        sl_error_t merr = {0};
+        if (sl_wh_colmap_load(a->mapping, NULL, print_problem, NULL, &mapping, &merr) != SL_OK) {
+            fprintf(stderr, "sluice table import: %s\n", merr.msg);
+            return 1;
+        }
+    }
+    if (a->print_mapping) {
+        rc = print_mapping(inputs[0], delim, (uint32_t)a->infer_lines, mapping);
+        sl_wh_colmap_destroy(mapping);
+        return rc;
+    }
     sl_wh_import_opts_t o = sl_wh_import_opts_default();
+    o.delimiter = delim;
+    o.mapping = mapping;
+    o.max_skipped_fraction = frac;
     o.format = sl_wh_import_format_parse(a->format);
     o.table_dir = a->table;
     o.partition = a->partition;
@@ -289,9 +378,13 @@ static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo
     sl_cli_progress_finish(progress);
     if (st != SL_OK) {
         fprintf(stderr, "sluice table import: %s\n", err.msg);
-        if (sum.rows_skipped > 0 && !o.strict)
-            fprintf(stderr, "sluice table import: %" PRIu64 " bad rows before the failure\n",
-                    sum.rows_skipped);
+        if (sum.rows_skipped > 0 && !o.strict) {
+            fprintf(stderr,
+                    "sluice table import: %" PRIu64 " bad rows of %" PRIu64 " read; the first:\n",
+                    sum.rows_skipped, sum.rows_read);
+            for (uint32_t i = 0; i < sum.num_first_bad; i++)
+                fprintf(stderr, "  %s\n", sum.first_bad[i]);
+        }
         fprintf(stderr, "sluice table import: nothing was added to %s\n", o.table_dir);
         rc = 1;
     } else {
@@ -305,6 +398,7 @@ static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo
     }
     sl_wh_import_summary_free(&sum);
     sl_cli_progress_destroy(progress);
+    sl_wh_colmap_destroy(mapping);
     return rc;
 }
 
