@@ -171,8 +171,10 @@ typedef struct import_args {
 #define IA(field) offsetof(import_args_t, field)
 
 static const sl_cli_opt_t import_opts[] = {
-    {"format", SL_CLI_ENUM, "criteo|jsonl|csv", NULL, NULL, 0, 0, SL_CLI_REQUIRED, IA(format),
-     "criteo (Criteo click-log TSV), jsonl, or csv (a header row, RFC 4180 quoting)"},
+    {"format", SL_CLI_ENUM, "criteo|jsonl|csv|parquet", NULL, NULL, 0, 0, SL_CLI_REQUIRED,
+     IA(format),
+     "criteo (Criteo click-log TSV), jsonl, csv (a header row, RFC 4180 quoting), or parquet "
+     "(files read with sluice's own reader, docs/PARQUET.md)"},
     {"input", SL_CLI_PATH, "FILE", NULL, NULL, 0, 0, SL_CLI_REPEAT, IA(input),
      "an input file, plain or gzip/zstd-compressed text (told by its first bytes; further free "
      "arguments are inputs too); '-' is standard input"},
@@ -185,7 +187,7 @@ static const sl_cli_opt_t import_opts[] = {
     {"infer-lines", SL_CLI_UINT, "N", "1000", NULL, 1, 1u << 30, 0, IA(infer_lines),
      "jsonl: lines read to infer a schema; csv: records read to infer the column types"},
     {"mapping", SL_CLI_FILE, "FILE", NULL, "every column inferred by type", 0, 0, 0, IA(mapping),
-     "csv only: the column mapping (docs/TABLES.md, \"The column mapping\")"},
+     "csv and parquet: the column mapping (docs/TABLES.md, \"The column mapping\")"},
     {"delimiter", SL_CLI_STRING, "C", ",", NULL, 0, 0, 0, IA(delimiter),
      "csv only: the field delimiter, one character ('tab' or '\\t' for a tab)"},
     {"print-mapping", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, IA(print_mapping),
@@ -207,11 +209,13 @@ static const sl_cli_group_t import_group = SL_CLI_OWN_GROUP(import_opts);
 
 const sl_cli_cmd_t sl_cli_table_import_cmd = {
     .name = "table import",
-    .summary = "import Criteo TSV, jsonl or CSV files into a partition",
-    .synopsis = "sluice table import --format criteo|jsonl|csv --input FILE [FILE...] --table DIR "
-                "[options]",
+    .summary = "import Criteo TSV, jsonl, CSV or Parquet files into a partition",
+    .synopsis =
+        "sluice table import --format criteo|jsonl|csv|parquet --input FILE [FILE...] --table DIR "
+        "[options]",
     .about = "Reads the input files in parallel (one thread per file, or per byte range of a "
-             "plain CSV file) into one data file each, added to the table only if the whole "
+             "plain CSV file, or per range of row groups of a Parquet file) into one data file "
+             "each, added to the table only if the whole "
              "import succeeds. Gzip and zstd input is decompressed on the fly; input that is not "
              "text is refused; an import that writes no row, or skips more than "
              "--max-skipped-fraction of its rows, is refused.",
@@ -260,9 +264,14 @@ static int cmd_import(int argc, char **argv)
     } else if (strcmp(a.format, "csv") == 0 && a.schema != NULL) {
         rc = sl_cli_usage_error(cmd->name, "%s",
                                 "--schema is for --format jsonl (csv takes --mapping)");
-    } else if (strcmp(a.format, "csv") != 0 && (a.mapping != NULL || a.print_mapping)) {
+    } else if (strcmp(a.format, "parquet") == 0 && a.schema != NULL) {
         rc = sl_cli_usage_error(cmd->name, "%s",
-                                "--mapping and --print-mapping are for --format csv");
+                                "--schema is for --format jsonl (parquet takes --mapping)");
+    } else if (strcmp(a.format, "csv") != 0 && a.print_mapping) {
+        rc = sl_cli_usage_error(cmd->name, "%s", "--print-mapping is for --format csv");
+    } else if (strcmp(a.format, "csv") != 0 && strcmp(a.format, "parquet") != 0 &&
+               a.mapping != NULL) {
+        rc = sl_cli_usage_error(cmd->name, "%s", "--mapping is for --format csv and parquet");
     } else if ((rc = writer_from_args(&a.w, cmd->name, &wo)) == 0) {
         inputs = sl_calloc(NULL, (size_t)a.input.count + a.files.count, sizeof *inputs);
         if (inputs == NULL) {

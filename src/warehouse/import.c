@@ -38,6 +38,7 @@ sl_wh_import_format_t sl_wh_import_format_parse(const char *name)
     if (strcmp(name, "criteo") == 0) return SL_WH_IMPORT_CRITEO;
     if (strcmp(name, "jsonl") == 0) return SL_WH_IMPORT_JSONL;
     if (strcmp(name, "csv") == 0) return SL_WH_IMPORT_CSV;
+    if (strcmp(name, "parquet") == 0) return SL_WH_IMPORT_PARQUET;
     return 0;
 }
 
@@ -88,10 +89,19 @@ static uint32_t next_part_number(const char *dir)
 /* The schema of the import: criteo's, the given one, the table's, or one
  * inferred from the inputs. Caller owns *out. */
 static sl_err_t resolve_schema(const sl_wh_import_opts_t *o, sl_wh_schema_t **out,
-                               sl_wh_csv_t **csv, sl_error_t *err)
+                               sl_wh_csv_t **csv, imp_pq_t **pq, sl_error_t *err)
 {
     const sl_allocator_t *a = o->allocator;
     *out = NULL;
+    if (o->format == SL_WH_IMPORT_PARQUET) {
+        if (o->schema != NULL || o->schema_path != NULL)
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "parquet takes a column mapping (--mapping), not a schema");
+        sl_err_t rc = imp_pq_open(o->inputs[0], o->mapping, a, pq, err);
+        if (rc != SL_OK) return rc;
+        *out = sl_wh_schema_clone(imp_pq_mapping(*pq)->schema, a);
+        return *out ? SL_OK : sl_error_set(err, SL_ERR_NOMEM, "no memory for the schema");
+    }
     if (o->format == SL_WH_IMPORT_CSV) {
         if (o->schema != NULL || o->schema_path != NULL)
             return sl_error_set(err, SL_ERR_INVALID,
@@ -306,7 +316,8 @@ static sl_err_t plan_jobs(const sl_wh_import_opts_t *o, uint32_t threads, uint32
                           imp_job_t **jobs, uint32_t *njobs, sl_error_t *err)
 {
     const sl_allocator_t *a = o->allocator;
-    uint32_t per = o->format == SL_WH_IMPORT_CSV && threads > o->num_inputs
+    bool pq = o->format == SL_WH_IMPORT_PARQUET;
+    uint32_t per = (o->format == SL_WH_IMPORT_CSV || pq) && threads > o->num_inputs
                        ? (threads + o->num_inputs - 1) / o->num_inputs
                        : 1;
     imp_range_t *ranges = per > 1 ? sl_calloc(a, IMP_MAX_RANGES, sizeof *ranges) : NULL;
@@ -318,6 +329,15 @@ static sl_err_t plan_jobs(const sl_wh_import_opts_t *o, uint32_t threads, uint32
     /* First pass: how many jobs each input makes. */
     for (uint32_t i = 0; rc == SL_OK && i < o->num_inputs; i++) {
         counts[i] = 1;
+        if (pq && per > 1) {
+            /* a job per range of row groups */
+            uint32_t groups = 0;
+            uint64_t *before = NULL;
+            rc = imp_pq_row_groups(o->inputs[i], a, &groups, &before, err);
+            if (before != NULL) sl_free(a, before, ((size_t)groups + 1) * sizeof *before);
+            counts[i] = groups < 2 ? 1 : groups < per ? groups : per;
+            continue;
+        }
         struct stat st;
         if (per < 2 || strcmp(o->inputs[i], "-") == 0 || stat(o->inputs[i], &st) != 0 ||
             !S_ISREG(st.st_mode))
@@ -334,6 +354,20 @@ static sl_err_t plan_jobs(const sl_wh_import_opts_t *o, uint32_t threads, uint32
     uint32_t n = 0;
     for (uint32_t i = 0; rc == SL_OK && i < o->num_inputs; i++) {
         uint32_t got = 0;
+        if (pq && counts[i] > 1) {
+            uint32_t groups = 0, c = counts[i];
+            uint64_t *before = NULL;
+            rc = imp_pq_row_groups(o->inputs[i], a, &groups, &before, err);
+            for (uint32_t k = 0; rc == SL_OK && k < c; k++, n++) {
+                js[n].input = i;
+                js[n].ranged = true;
+                js[n].begin = (uint64_t)k * groups / c;
+                js[n].end = (uint64_t)(k + 1) * groups / c;
+                js[n].first_line = before[js[n].begin];
+            }
+            if (before != NULL) sl_free(a, before, ((size_t)groups + 1) * sizeof *before);
+            continue;
+        }
         if (counts[i] > 1) {
             char delim = o->delimiter ? o->delimiter : ',';
             rc = imp_csv_plan_ranges(o->inputs[i], delim, counts[i], a, ranges, &got, err);
@@ -442,10 +476,11 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
 
     sl_wh_schema_t *schema = NULL;
     sl_wh_csv_t *csv = NULL;
+    imp_pq_t *pq = NULL;
     created_t made = {0};
     imp_shared_t *sh = NULL;
     sl_wh_import_file_t *files = NULL;
-    if ((rc = resolve_schema(o, &schema, &csv, err)) != SL_OK) goto out;
+    if ((rc = resolve_schema(o, &schema, &csv, &pq, err)) != SL_OK) goto out;
     if ((rc = sl_wh_partition_check(schema, partition, err)) != SL_OK) goto out;
     if ((rc = before_create(o->table_dir, partition, &made, err)) != SL_OK) goto out;
     if ((rc = sl_wh_table_create(o->table_dir, schema, err)) != SL_OK) {
@@ -463,6 +498,7 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
     sh->o = o;
     sh->schema = schema;
     sh->csv = csv;
+    sh->pq = pq;
     if (csv != NULL) sh->stdin_src = imp_csv_take_stdin(csv);
     int n = snprintf(sh->part_dir, sizeof sh->part_dir, "%s%s%s", o->table_dir,
                      *partition ? "/" : "", partition);
@@ -518,6 +554,7 @@ out:
     }
     sl_free(o->allocator, sh, sizeof *sh);
     sl_wh_csv_destroy(csv);
+    imp_pq_destroy(pq);
     sl_wh_schema_destroy(schema);
     return rc;
 }

@@ -38,10 +38,11 @@ typedef void (*sl_wh_colmap_problem_fn)(void *ctx, const char *problem);
 typedef enum sl_wh_import_format {
     SL_WH_IMPORT_CRITEO = 1, /* label, I1..I13, C1..C26, tab separated */
     SL_WH_IMPORT_JSONL = 2,  /* one JSON object per line (sl_wh_row_to_json's form) */
-    SL_WH_IMPORT_CSV = 3     /* RFC 4180 CSV with a header row, through a column mapping */
+    SL_WH_IMPORT_CSV = 3,    /* RFC 4180 CSV with a header row, through a column mapping */
+    SL_WH_IMPORT_PARQUET = 4 /* Parquet files, through a column mapping (import_parquet.c) */
 } sl_wh_import_format_t;
 
-/* @return the format named "criteo", "jsonl" or "csv", or 0. */
+/* @return the format named "criteo", "jsonl", "csv" or "parquet", or 0. */
 sl_wh_import_format_t sl_wh_import_format_parse(const char *name);
 
 /* Counters handed to the progress callback (a consistent-enough snapshot:

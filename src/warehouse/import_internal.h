@@ -149,6 +149,39 @@ typedef struct imp_range {
 sl_err_t imp_csv_plan_ranges(const char *path, char delim, uint32_t want, const sl_allocator_t *a,
                              imp_range_t *ranges, uint32_t *count, sl_error_t *err);
 
+/* ---- Parquet (import_parquet.c) ---- */
+
+/* The first input's columns and the mapping resolved against them. */
+typedef struct imp_pq imp_pq_t;
+
+/* Open input's footer, list its columns (name and type: scalars, lists, a
+ * list of struct{id, weight} as one column) and resolve mapping (NULL: the
+ * default) against them. Caller owns *out, free with imp_pq_destroy. */
+sl_err_t imp_pq_open(const char *input, const sl_wh_colmap_t *mapping, const sl_allocator_t *a,
+                     imp_pq_t **out, sl_error_t *err);
+void imp_pq_destroy(imp_pq_t *p);
+/* Borrowed from p; its schema is the table's. */
+const sl_wh_colmap_resolved_t *imp_pq_mapping(const imp_pq_t *p);
+
+/* The row groups of input and the rows before each (*rows_before:
+ * groups + 1 entries, caller frees with sl_free(a, .., (groups + 1) * 8)). */
+sl_err_t imp_pq_row_groups(const char *input, const sl_allocator_t *a, uint32_t *groups,
+                           uint64_t **rows_before, sl_error_t *err);
+
+/* One row of imp_pq_read: line counts rows of the file from 1; rc is
+ * SL_ERR_CORRUPT (perr says why) for a row the mapping cannot take. The
+ * callback's return stops the read when not SL_OK. */
+typedef sl_err_t (*imp_pq_row_fn)(void *ctx, uint64_t line, sl_err_t rc, const sl_error_t *perr,
+                                  sl_wh_row_t *row, bool has_sid);
+
+/* Read row groups [begin, end) of input (whose rows before begin are
+ * first_row) through p's mapping, each row to on_row; b is a row buffer of
+ * the mapping's schema. Errors name the file (and row group, column and
+ * page, from the reader). */
+sl_err_t imp_pq_read(const imp_pq_t *p, const char *input, uint32_t begin, uint32_t end,
+                     uint64_t first_row, sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx,
+                     sl_error_t *err);
+
 /* ---- the import driver's jobs (import.c plans them, import_run.c runs them) ---- */
 
 /* One unit of an import: an input file whole, or a byte range of one;
@@ -175,6 +208,7 @@ typedef struct imp_shared {
     const sl_wh_import_opts_t *o;
     const sl_wh_schema_t *schema;
     sl_wh_csv_t *csv;        /* csv: the header and mapping */
+    imp_pq_t *pq;            /* parquet: the first input's columns and the mapping */
     imp_source_t *stdin_src; /* csv: standard input, already opened for inference */
     char part_dir[4096];
     imp_job_t *jobs;

@@ -161,6 +161,19 @@ static sl_err_t on_record(void *ctx, const char *rec, size_t len, uint32_t inner
     return take_row(r, rc, &perr, &row, has[0]);
 }
 
+/* One Parquet row (import_parquet.c). */
+static sl_err_t on_pq_row(void *ctx, uint64_t line, sl_err_t rc, const sl_error_t *perr,
+                          sl_wh_row_t *row, bool has_sid)
+{
+    reading_t *r = ctx;
+    r->line = line;
+    r->job->res.rows_read++;
+    r->pend_read++;
+    sl_err_t trc = take_row(r, rc, perr, row, has_sid);
+    if (trc == SL_OK && atomic_load(&r->sh->stop)) return SL_ERR_CLOSED;
+    return trc;
+}
+
 static bool on_chunk(void *ctx, uint64_t new_bytes)
 {
     reading_t *r = ctx;
@@ -189,7 +202,7 @@ void imp_run_job(imp_shared_t *sh, imp_job_t *job)
     reading_t r = {.sh = sh, .job = job};
     const char *input = job->res.input;
     imp_source_t *src = NULL;
-    sl_err_t rc = open_source(sh, job, &src);
+    sl_err_t rc = sh->o->format == SL_WH_IMPORT_PARQUET ? SL_OK : open_source(sh, job, &src);
     if (rc != SL_OK) {
         fatal(&r, rc);
         return;
@@ -200,7 +213,12 @@ void imp_run_job(imp_shared_t *sh, imp_job_t *job)
         fatal(&r, SL_ERR_NOMEM);
     } else {
         sl_error_t rerr = {0};
-        if (sh->o->format == SL_WH_IMPORT_CSV) {
+        if (sh->o->format == SL_WH_IMPORT_PARQUET) {
+            rc = imp_pq_read(sh->pq, input, job->ranged ? (uint32_t)job->begin : 0,
+                             job->ranged ? (uint32_t)job->end : UINT32_MAX,
+                             job->ranged ? job->first_line : 0, r.buf, on_pq_row, &r, &rerr);
+            if (rc == SL_ERR_CLOSED && atomic_load(&sh->stop)) rc = SL_OK; /* another job failed */
+        } else if (sh->o->format == SL_WH_IMPORT_CSV) {
             /* A range after the first starts on a record: no header, no BOM. */
             bool head = !job->ranged || job->begin == 0;
             r.header_seen = !head;
