@@ -6,7 +6,10 @@ The file is a seeded recommendation-shaped table written by pyarrow with
 zstd: an int64 id, an int64 label, 13 float32 dense features and 26
 list<int64> sparse features of 0-5 ids each (dictionary-encoded where
 pyarrow chooses to). Prints each round and the median rows/s per core of
-each reader and their ratio; figures only, never pass or fail.
+each reader and their ratio; figures only, never pass or fail. With
+--import, the sluice rounds are `sluice table import --format parquet
+--threads 1` of the file into a table instead (the import rate of issue 22:
+Parquet -> sluice table, rows/s per core, against pyarrow's read).
 
 Run in the venv of ops/parquet-venv, from the source tree:
 
@@ -14,6 +17,8 @@ Run in the venv of ops/parquet-venv, from the source tree:
         --rounds 5 --bench build/bench_parquet_read"""
 import argparse
 import os
+import resource
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -59,6 +64,9 @@ def main():
     ap.add_argument("--columns", default="all",
                     help="comma-separated columns, or 'all' (the default)")
     ap.add_argument("--file", help="read this file instead of generating one")
+    ap.add_argument("--import", dest="import_", action="store_true",
+                    help="time `sluice table import --format parquet` instead of the reader")
+    ap.add_argument("--sluice", default="build/sluice", help="the sluice program (--import)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         path = args.file or os.path.join(d, "bench.parquet")
@@ -70,10 +78,26 @@ def main():
         columns = None if args.columns == "all" else args.columns.split(",")
         sl, py = [], []
         for k in range(args.rounds):
-            out = subprocess.run([args.bench, path, args.columns, "1"], check=True,
-                                 capture_output=True, text=True).stdout.strip()
-            print(out.replace("round 0", f"round {k}"))
-            sl.append(float(out.split(", ")[-1].split()[0]))
+            if args.import_:
+                table = os.path.join(d, "table")
+                shutil.rmtree(table, ignore_errors=True)
+                c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.perf_counter()
+                subprocess.run([args.sluice, "table", "import", "--format", "parquet", "--input",
+                                path, "--table", table, "--threads", "1", "--quiet",
+                                "--no-sync"], check=True, capture_output=True)
+                wall = time.perf_counter() - t0
+                c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+                rows = pq.ParquetFile(path).metadata.num_rows
+                sl.append(rows / cpu)
+                print(f"sluice import round {k}: {rows} rows, {wall:.3f} s wall, {cpu:.3f} s cpu, "
+                      f"{rows / cpu:.0f} rows/s per core")
+            else:
+                out = subprocess.run([args.bench, path, args.columns, "1"], check=True,
+                                     capture_output=True, text=True).stdout.strip()
+                print(out.replace("round 0", f"round {k}"))
+                sl.append(float(out.split(", ")[-1].split()[0]))
             rows, wall, cpu = pyarrow_round(path, columns)
             py.append(rows / cpu)
             print(f"pyarrow round {k}: {rows} rows, {wall:.3f} s wall, {cpu:.3f} s cpu, "
