@@ -43,7 +43,7 @@ struct sl_pq_reader {
     uint64_t bit;             /* PLAIN BOOLEAN: next bit of vp */
     sl_pq_rle_t vrle;         /* dictionary indices, RLE booleans */
     sl_pq_delta_t delta;
-    sl_pq_buf_t lens, prefix; /* int32 per value: DELTA_LENGTH / DELTA_BYTE_ARRAY */
+    sl_pq_buf_t lens, prefix; /* int64 per value: DELTA_LENGTH / DELTA_BYTE_ARRAY */
     uint32_t lens_n, lens_pos;
     const uint8_t *data; /* their bytes */
     sl_pq_buf_t prev;    /* DELTA_BYTE_ARRAY: the previous value */

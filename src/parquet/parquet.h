@@ -11,7 +11,7 @@
  *
  * A column chunk is streamed page by page: a reader holds at most one
  * page's compressed and decompressed bytes, the chunk's decoded dictionary,
- * 4 bytes per value of the current page for the DELTA_LENGTH_BYTE_ARRAY and
+ * 8 bytes per value of the current page for the DELTA_LENGTH_BYTE_ARRAY and
  * DELTA_BYTE_ARRAY lengths, and one batch of output (docs/PARQUET.md, "Memory").
  * Every size from the file is checked before it is used to allocate or to
  * index; a malformed file is an error naming file, row group, column and
@@ -264,7 +264,7 @@ typedef struct sl_pq_reader sl_pq_reader_t;
 /* Pages larger than this (compressed or not) are refused. */
 #define SL_PQ_MAX_PAGE (1u << 30)
 /* Values in one data page beyond this are refused (bounds the lengths
- * arrays of the delta byte-array encodings: 4 bytes each). */
+ * arrays of the delta byte-array encodings: 8 bytes each). */
 #define SL_PQ_MAX_PAGE_VALUES (1u << 26)
 
 /* A reader of column col of row group rg. The file must outlive it.
