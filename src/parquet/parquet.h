@@ -239,6 +239,21 @@ sl_err_t sl_pq_meta_decode(const uint8_t *buf, size_t len, const sl_allocator_t 
                            sl_pq_meta_mem_t **mem, const sl_pq_meta_t **meta, sl_error_t *err);
 void sl_pq_meta_free(sl_pq_meta_mem_t *mem);
 
+/* ---- statistics (stats.c) ---- */
+
+/* The range [*min, *max] of a column chunk's min/max statistics, as
+ * doubles widened outward by one step (so no integer beyond 2^53 rounds
+ * inward). @return false when there is no usable range: statistics absent,
+ * not numeric (byte arrays, INT96), NaN, or the legacy signed order of an
+ * unsigned column. */
+bool sl_pq_stats_range(const sl_pq_column_t *c, const sl_pq_chunk_t *ch, double *min, double *max);
+
+/* Do the chunk's statistics prove that none of its values lies in [lo, hi]
+ * (a row group a job's range filter on this column can skip without
+ * reading it)? True when the range misses [min, max] or every value is
+ * null; false whenever unsure (no statistics, a list column). */
+bool sl_pq_chunk_excludes(const sl_pq_column_t *c, const sl_pq_chunk_t *ch, double lo, double hi);
+
 /* ---- reading a column chunk ---- */
 
 /* One batch of a column: `rows` rows. For a scalar column there is one

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "parquet/encoding.h"
@@ -466,4 +467,61 @@ Test(parquet_levels, errors_name_file_row_group_column_and_page)
         sl_pq_source_memory(&mem, buf, k, &src);
         cr_assert_neq(sl_pq_file_open(&src, "x.parquet", NULL, &f, &err), SL_OK, "%zu", k);
     }
+}
+
+/* ---- statistics: which row groups a range filter may skip ---- */
+
+static sl_pq_file_t *fixture(const char *name, sl_pq_source_t *src)
+{
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/data/parquet/%s", root ? root : "..", name);
+    sl_error_t err = {0};
+    sl_pq_file_t *f = NULL;
+    cr_assert_eq(sl_pq_source_file(path, src, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pq_file_open(src, path, NULL, &f, &err), SL_OK, "%s", err.msg);
+    return f;
+}
+
+static bool excludes(const sl_pq_meta_t *m, uint32_t g, const char *col, double lo, double hi)
+{
+    int64_t c = sl_pq_find_column(m, col);
+    cr_assert_geq(c, 0, "%s", col);
+    return sl_pq_chunk_excludes(&m->columns[c], &m->row_groups[g].chunks[c], lo, hi);
+}
+
+Test(parquet_stats, row_groups_a_range_cannot_match)
+{
+    /* pyarrow-snappy-v1.parquet (tests/parquet/make_fixtures.py): row group 0 has id in
+     * [0, 118785], small in [0, 7], f64 in [-1744.36, 2126.88], u64 (unsigned) in
+     * [262960739054766719, 17910496931279845811]; row group 1 id in [126704, 245489],
+     * small in [0, 9] */
+    sl_pq_source_t src;
+    sl_pq_file_t *f = fixture("pyarrow-snappy-v1.parquet", &src);
+    const sl_pq_meta_t *m = sl_pq_file_meta(f);
+    cr_assert(excludes(m, 0, "id", 200000, 300000));
+    cr_assert(!excludes(m, 0, "id", 100000, 130000));
+    cr_assert(!excludes(m, 0, "id", 118785, 118785));
+    cr_assert(excludes(m, 1, "id", 0, 100000));
+    cr_assert(excludes(m, 0, "small", 8, 100));
+    cr_assert(!excludes(m, 1, "small", 8, 100));
+    cr_assert(excludes(m, 0, "f64", 3000, 4000));
+    cr_assert(!excludes(m, 0, "f64", -2000, -1744));
+    cr_assert(excludes(m, 0, "u64", 0, 1e17));
+    cr_assert(excludes(m, 0, "u64", 1.8e19, 1.9e19));
+    /* a list column is never skipped by its elements' statistics */
+    cr_assert(!excludes(m, 0, "item_ids", -10, -1));
+    double lo, hi;
+    int64_t c = sl_pq_find_column(m, "id");
+    cr_assert(sl_pq_stats_range(&m->columns[c], &m->row_groups[0].chunks[c], &lo, &hi));
+    cr_assert(lo < 0 && lo > -1e-300 && hi > 118785 && hi < 118785.0001);
+    sl_pq_file_destroy(f);
+    sl_pq_source_file_close(&src);
+
+    /* written without statistics: nothing is excluded */
+    f = fixture("pyarrow-noncompliant-gzip-crc.parquet", &src);
+    m = sl_pq_file_meta(f);
+    cr_assert(!excludes(m, 0, "id", 1e12, 1e13));
+    sl_pq_file_destroy(f);
+    sl_pq_source_file_close(&src);
 }
