@@ -191,7 +191,7 @@ static const sl_cli_opt_t import_opts[] = {
     {"delimiter", SL_CLI_STRING, "C", ",", NULL, 0, 0, 0, IA(delimiter),
      "csv only: the field delimiter, one character ('tab' or '\\t' for a tab)"},
     {"print-mapping", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, IA(print_mapping),
-     "csv only: print the mapping in use (inferred or given, every column named) as JSON on "
+     "csv and parquet: print the mapping in use (inferred or given, every column named) as JSON on "
      "stdout, the column types and the ignored columns on stderr, and import nothing; edit it "
      "and give it back with --mapping"},
     {"max-skipped-fraction", SL_CLI_STRING, "F", "0.01", NULL, 0, 0, 0, IA(max_skipped),
@@ -267,11 +267,10 @@ static int cmd_import(int argc, char **argv)
     } else if (strcmp(a.format, "parquet") == 0 && a.schema != NULL) {
         rc = sl_cli_usage_error(cmd->name, "%s",
                                 "--schema is for --format jsonl (parquet takes --mapping)");
-    } else if (strcmp(a.format, "csv") != 0 && a.print_mapping) {
-        rc = sl_cli_usage_error(cmd->name, "%s", "--print-mapping is for --format csv");
     } else if (strcmp(a.format, "csv") != 0 && strcmp(a.format, "parquet") != 0 &&
-               a.mapping != NULL) {
-        rc = sl_cli_usage_error(cmd->name, "%s", "--mapping is for --format csv and parquet");
+               (a.mapping != NULL || a.print_mapping)) {
+        rc = sl_cli_usage_error(cmd->name, "%s",
+                                "--mapping and --print-mapping are for --format csv and parquet");
     } else if ((rc = writer_from_args(&a.w, cmd->name, &wo)) == 0) {
         inputs = sl_calloc(NULL, (size_t)a.input.count + a.files.count, sizeof *inputs);
         if (inputs == NULL) {
@@ -307,17 +306,19 @@ static void print_problem(void *ctx, const char *problem)
 }
 
 /* --print-mapping: the mapping the import would use, and nothing imported. */
-static int print_mapping(const char *input, char delim, uint32_t infer_lines,
+static int print_mapping(const char *input, bool parquet, char delim, uint32_t infer_lines,
                          const sl_wh_colmap_t *m)
 {
     sl_wh_csv_t *csv = NULL;
+    sl_wh_colmap_resolved_t *pr = NULL;
     sl_error_t err = {0};
-    if (sl_wh_csv_open(input, delim, infer_lines, m, NULL, print_problem, NULL, &csv, &err) !=
-        SL_OK) {
+    if ((parquet ? sl_wh_parquet_mapping(input, m, NULL, print_problem, NULL, &pr, &err)
+                 : sl_wh_csv_open(input, delim, infer_lines, m, NULL, print_problem, NULL, &csv,
+                                  &err)) != SL_OK) {
         fprintf(stderr, "sluice table import: %s\n", err.msg);
         return 1;
     }
-    const sl_wh_colmap_resolved_t *r = sl_wh_csv_mapping(csv);
+    const sl_wh_colmap_resolved_t *r = parquet ? pr : sl_wh_csv_mapping(csv);
     for (uint32_t c = 0; c < r->num_columns; c++)
         fprintf(stderr, "column %u %s: %s%s\n", c + 1, r->columns[c].name,
                 sl_wh_coltype_name(r->columns[c].type), r->column_uses[c] ? "" : " (ignored)");
@@ -328,6 +329,7 @@ static int print_mapping(const char *input, char delim, uint32_t infer_lines,
     printf("\n");
     json_decref(j);
     sl_wh_csv_destroy(csv);
+    sl_wh_colmap_resolved_destroy(pr);
     return rc;
 }
 
@@ -356,7 +358,8 @@ static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo
         }
     }
     if (a->print_mapping) {
-        rc = print_mapping(inputs[0], delim, (uint32_t)a->infer_lines, mapping);
+        rc = print_mapping(inputs[0], strcmp(a->format, "parquet") == 0, delim,
+                           (uint32_t)a->infer_lines, mapping);
         sl_wh_colmap_destroy(mapping);
         return rc;
     }

@@ -189,6 +189,17 @@ uint32_t sl_wh_csv_num_columns(const sl_wh_csv_t *c);
 sl_err_t sl_wh_csv_parse_record(const sl_wh_csv_t *c, sl_wh_row_buf_t *b, const char *rec,
                                 size_t len, sl_wh_row_t *row, bool has[3], sl_error_t *err);
 
+/* ---- Parquet (import_parquet.c) ---- */
+
+/* The column mapping a Parquet import of input would use: its columns
+ * (scalars, lists, a list of struct{id, weight} as one column) and mapping
+ * (NULL: the default, all inferred) resolved against them; problems go to
+ * problem (may be NULL). For `--print-mapping`. Caller owns *out, free
+ * with sl_wh_colmap_resolved_destroy. */
+sl_err_t sl_wh_parquet_mapping(const char *input, const sl_wh_colmap_t *mapping,
+                               const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                               sl_wh_colmap_resolved_t **out, sl_error_t *err);
+
 /* ---- line parsers (the import's inner loops; exposed for tests and fuzzing) ---- */
 
 /* Parsed-row scratch sized for a schema: pass the same one to every call. */

@@ -38,6 +38,10 @@ struct imp_pq {
     sl_wh_colmap_resolved_t *map;
 };
 
+static sl_err_t imp_pq_open_with(const char *input, const sl_wh_colmap_t *mapping,
+                                 const sl_allocator_t *a, sl_wh_colmap_problem_fn problem,
+                                 void *ctx, imp_pq_t **out, sl_error_t *err);
+
 static sl_wh_coltype_t scalar_type(const sl_pq_column_t *c)
 {
     if (c->type == SL_PQ_BOOLEAN) return SL_WH_COLTYPE_BOOL;
@@ -108,6 +112,27 @@ static sl_err_t input_columns(imp_pq_t *p, const sl_pq_meta_t *m, sl_arena_t *ar
 sl_err_t imp_pq_open(const char *input, const sl_wh_colmap_t *mapping, const sl_allocator_t *a,
                      imp_pq_t **out, sl_error_t *err)
 {
+    return imp_pq_open_with(input, mapping, a, NULL, NULL, out, err);
+}
+
+sl_err_t sl_wh_parquet_mapping(const char *input, const sl_wh_colmap_t *mapping,
+                               const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                               sl_wh_colmap_resolved_t **out, sl_error_t *err)
+{
+    imp_pq_t *p;
+    *out = NULL;
+    sl_err_t rc = imp_pq_open_with(input, mapping, a, problem, ctx, &p, err);
+    if (rc != SL_OK) return rc;
+    *out = p->map; /* it copied the columns: it outlives p */
+    p->map = NULL;
+    imp_pq_destroy(p);
+    return SL_OK;
+}
+
+static sl_err_t imp_pq_open_with(const char *input, const sl_wh_colmap_t *mapping,
+                                 const sl_allocator_t *a, sl_wh_colmap_problem_fn problem,
+                                 void *ctx, imp_pq_t **out, sl_error_t *err)
+{
     *out = NULL;
     if (strcmp(input, "-") == 0)
         return sl_error_set(err, SL_ERR_INVALID,
@@ -128,7 +153,7 @@ sl_err_t imp_pq_open(const char *input, const sl_wh_colmap_t *mapping, const sl_
     if (rc == SL_OK && mapping == NULL && (own = sl_wh_colmap_new_default(a)) == NULL)
         rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for the mapping");
     if (rc == SL_OK)
-        rc = sl_wh_colmap_resolve(mapping ? mapping : own, p->input, p->num_cols, a, NULL, NULL,
+        rc = sl_wh_colmap_resolve(mapping ? mapping : own, p->input, p->num_cols, a, problem, ctx,
                                   &p->map, err);
     sl_wh_colmap_destroy(own);
     if (rc != SL_OK) {

@@ -132,3 +132,22 @@ def test_import_refusals(tmp_path):
     p = sluice("table", "import", "--format", "parquet", "--input", str(tmp_path / "x.parquet"),
                "--table", str(tmp_path / "t3"), "--quiet", check=False)
     assert p.returncode == 1 and "not Parquet" in p.stderr, p.stderr
+
+
+def test_print_mapping(tmp_path):
+    path = tmp_path / "in.parquet"
+    pq.write_table(sample_table(10), path)
+    p = sluice("table", "import", "--format", "parquet", "--input", str(path), "--table",
+               str(tmp_path / "t"), "--print-mapping")
+    m = json.loads(p.stdout)
+    assert m["infer"] is False
+    assert m["weighted"] == [{"column": "tags", "name": "tags"}]
+    assert m["sparse"] == ["item_ids"]
+    assert "column 6 country: string (ignored)" in p.stderr, p.stderr
+    assert "column 8 tags: list<struct{id,weight}>" in p.stderr, p.stderr
+    assert not (tmp_path / "t").exists()
+    # given back, it imports
+    (tmp_path / "m.json").write_text(p.stdout)
+    sluice("table", "import", "--format", "parquet", "--input", str(path), "--table",
+           str(tmp_path / "t"), "--mapping", str(tmp_path / "m.json"), "--quiet")
+    assert len(table_rows(tmp_path / "t")) == 10
