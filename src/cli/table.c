@@ -5,10 +5,13 @@
  * warehouse.h). The read-side commands (inspect, verify, cat) live in
  * table_show.c. Exit codes: 0 done, 1 failed (or verify found problems),
  * 2 usage error. */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
@@ -244,7 +247,80 @@ static void on_bad_row_cli(void *ctx, const char *input, uint64_t line, const ch
         sl_cli_progress_message(b->progress, "sluice table import: %s: %s\n", input, message);
 }
 
-static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo);
+static int import_table(const import_args_t *a, const char **inputs, uint32_t ninputs, wopts_t *wo);
+
+/* Parquet inputs: a directory stands for the .parquet files under it, at
+ * any depth (Hive partition folders), in name order; names starting with
+ * '.' or '_' (_SUCCESS, _metadata, staging files) are skipped. */
+typedef struct pq_inputs {
+    char **paths;
+    uint32_t n, cap;
+} pq_inputs_t;
+
+static int pq_add(pq_inputs_t *l, const char *path)
+{
+    if (l->n == l->cap) {
+        uint32_t cap = l->cap ? l->cap * 2 : 16;
+        char **p = sl_realloc(NULL, l->paths, (size_t)l->cap * sizeof *p, (size_t)cap * sizeof *p);
+        if (p == NULL) return -1;
+        l->paths = p;
+        l->cap = cap;
+    }
+    if ((l->paths[l->n] = sl_strdup(NULL, path)) == NULL) return -1;
+    l->n++;
+    return 0;
+}
+
+static int name_cmp(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* @return 0, or -1 with the reason printed. depth bounds symlink loops. */
+static int pq_walk(pq_inputs_t *l, const char *path, int depth)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return pq_add(l, path);
+    if (depth > 32) {
+        fprintf(stderr, "sluice table import: %s: directories nested over 32 deep\n", path);
+        return -1;
+    }
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        fprintf(stderr, "sluice table import: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    pq_inputs_t names = {0};
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.' || e->d_name[0] == '_') continue;
+        char *full = sl_strfmt(NULL, "%s/%s", path, e->d_name);
+        struct stat es;
+        if (full == NULL)
+            rc = -1;
+        else if (stat(full, &es) == 0 &&
+                 (S_ISDIR(es.st_mode) ||
+                  (strlen(e->d_name) > 8 &&
+                   strcmp(e->d_name + strlen(e->d_name) - 8, ".parquet") == 0)))
+            rc = pq_add(&names, full);
+        sl_strfree(NULL, full);
+    }
+    closedir(d);
+    if (names.n > 1) qsort(names.paths, names.n, sizeof *names.paths, name_cmp);
+    for (uint32_t i = 0; rc == 0 && i < names.n; i++)
+        rc = pq_walk(l, names.paths[i], depth + 1);
+    for (uint32_t i = 0; i < names.n; i++)
+        sl_strfree(NULL, names.paths[i]);
+    sl_free(NULL, names.paths, (size_t)names.cap * sizeof *names.paths);
+    return rc;
+}
+
+static void pq_inputs_free(pq_inputs_t *l)
+{
+    for (uint32_t i = 0; i < l->n; i++)
+        sl_strfree(NULL, l->paths[i]);
+    sl_free(NULL, l->paths, (size_t)l->cap * sizeof *l->paths);
+}
 
 static int cmd_import(int argc, char **argv)
 {
@@ -280,7 +356,21 @@ static int cmd_import(int argc, char **argv)
                 inputs[i] = a.input.items[i];
             for (uint32_t i = 0; i < a.files.count; i++)
                 inputs[a.input.count + i] = a.files.items[i];
-            rc = import_table(&a, inputs, &wo);
+            uint32_t n = a.input.count + a.files.count;
+            if (strcmp(a.format, "parquet") != 0) {
+                rc = import_table(&a, inputs, n, &wo);
+            } else {
+                pq_inputs_t l = {0};
+                rc = 0;
+                for (uint32_t i = 0; rc == 0 && i < n; i++)
+                    if (pq_walk(&l, inputs[i], 0) != 0) rc = 1;
+                if (rc == 0 && l.n == 0) {
+                    fprintf(stderr, "sluice table import: no .parquet file in the inputs\n");
+                    rc = 1;
+                }
+                if (rc == 0) rc = import_table(&a, (const char **)l.paths, l.n, &wo);
+                pq_inputs_free(&l);
+            }
         }
     }
     if (inputs != NULL)
@@ -333,7 +423,7 @@ static int print_mapping(const char *input, bool parquet, char delim, uint32_t i
     return rc;
 }
 
-static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo)
+static int import_table(const import_args_t *a, const char **inputs, uint32_t ninputs, wopts_t *wo)
 {
     int rc = 0;
     bool quiet = a->w.quiet;
@@ -374,7 +464,6 @@ static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo
     o.strict = a->strict;
     o.infer_lines = (uint32_t)a->infer_lines;
     o.threads = (uint32_t)a->threads;
-    uint32_t ninputs = a->input.count + a->files.count;
     sl_cli_progress_t *progress = sl_cli_progress_new(stderr, "importing", !quiet);
     bad_ctx_t bctx = {progress, o.strict};
     o.inputs = inputs;

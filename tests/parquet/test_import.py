@@ -151,3 +151,26 @@ def test_print_mapping(tmp_path):
     sluice("table", "import", "--format", "parquet", "--input", str(path), "--table",
            str(tmp_path / "t"), "--mapping", str(tmp_path / "m.json"), "--quiet")
     assert len(table_rows(tmp_path / "t")) == 10
+
+
+def test_directory_input(tmp_path):
+    d = tmp_path / "dataset"
+    (d / "ds=2026-11-01").mkdir(parents=True)
+    (d / "ds=2026-11-02").mkdir()
+    t = sample_table(30)
+    pq.write_table(t.slice(0, 10), d / "ds=2026-11-01" / "part-0.parquet")
+    pq.write_table(t.slice(10, 20), d / "ds=2026-11-02" / "part-0.parquet")
+    (d / "_SUCCESS").write_text("")
+    (d / "ds=2026-11-01" / "README.txt").write_text("not parquet")
+    (d / "ds=2026-11-02" / ".part-1.parquet.crc").write_text("hidden")
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps(MAPPING))
+    p = sluice("table", "import", "--format", "parquet", "--input", str(d), "--table",
+               str(tmp_path / "t"), "--mapping", str(mapping), "--quiet")
+    assert "30 rows read, 30 written" in p.stdout + p.stderr
+    check_rows(table_rows(tmp_path / "t"), t)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = sluice("table", "import", "--format", "parquet", "--input", str(empty), "--table",
+               str(tmp_path / "t2"), "--quiet", check=False)
+    assert p.returncode == 1 and "no .parquet file" in p.stderr
