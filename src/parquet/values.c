@@ -437,19 +437,18 @@ sl_err_t sl_pq_values_get(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t
             return sl_error_set(err, SL_ERR_TRUNCATED,
                                 "BYTE_STREAM_SPLIT of %llu values asked for %u more",
                                 (unsigned long long)(r->bss_count - r->bss_pos), n);
-        uint8_t tmp[256];
-        for (uint32_t i = 0; i < n; i++) {
-            sl_pq_bss_get(r->vp, r->bss_count, w > sizeof tmp ? 0 : w, r->bss_pos++, 1, tmp);
-            if (w > sizeof tmp) {
-                /* wide FIXED_LEN_BYTE_ARRAY values: byte by byte into the output */
-                TRY(sl_pq_bytes_reserve(r, w, err));
-                for (unsigned k = 0; k < w; k++)
-                    r->b.bytes[r->bytes_len + k] = r->vp[k * r->bss_count + r->bss_pos - 1];
+        if (c->kind == SL_PQ_KIND_BYTES) {
+            /* n * w <= the page's values section: bss_count * w bytes */
+            TRY(sl_pq_bytes_reserve(r, (size_t)n * w, err));
+            for (uint32_t i = 0; i < n; i++) {
+                sl_pq_bss_get(r->vp, r->bss_count, w, r->bss_pos++, 1, r->b.bytes + r->bytes_len);
                 r->bytes_len += w;
                 r->b.bytes_off[at + i + 1] = r->bytes_len;
-            } else if (c->kind == SL_PQ_KIND_BYTES) {
-                TRY(put_bytes(r, at + i, tmp, w, err));
-            } else {
+            }
+        } else {
+            uint8_t tmp[12] = {0}; /* w <= 8 for numbers (INT96 never comes here) */
+            for (uint32_t i = 0; i < n; i++) {
+                sl_pq_bss_get(r->vp, r->bss_count, w, r->bss_pos++, 1, tmp);
                 put_fixed(r, at + i, tmp);
             }
         }
