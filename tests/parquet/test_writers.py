@@ -257,6 +257,16 @@ def test_fixtures():
         compare(path, pq.read_table(path))
 
 
+def test_batch_boundaries_anywhere():
+    # rows cut into batches of 1, 7 and 4096 rows (lists never split across
+    # batches) give the same output
+    for name in sorted(f for f in os.listdir(FIXTURES) if f.endswith(".parquet")):
+        path = os.path.join(FIXTURES, name)
+        whole = sluice("parquet", "cat", path).stdout
+        for n in ("1", "7"):
+            assert sluice("parquet", "cat", path, "--batch-rows", n).stdout == whole, (name, n)
+
+
 def test_legacy_two_level_lists_fixture():
     rows = sluice_rows(os.path.join(FIXTURES, "legacy-two-level.parquet"))
     assert rows[0] == {"id": 1, "nums": [1, 2, 3], "tags": [10, 20],
