@@ -32,7 +32,8 @@ static const section_t sections[] = {
     {&sl_cli_jobs_list_cmd, NULL},     {&sl_cli_jobs_show_cmd, NULL},
     {&sl_cli_jobs_delete_cmd, NULL},   {&sl_cli_jobs_scale_cmd, NULL},
     {&sl_cli_jobs_resubmit_cmd, NULL}, {NULL, &sl_cli_log_group},
-    {&sl_cli_produce_cmd, NULL},
+    {&sl_cli_produce_cmd, NULL},       {&sl_cli_parquet_inspect_cmd, NULL},
+    {&sl_cli_parquet_cat_cmd, NULL},
 };
 #define NUM_SECTIONS (sizeof sections / sizeof sections[0])
 
@@ -94,6 +95,10 @@ int sl_cli_help(int argc, char **argv)
     if (strcmp(name, "table") == 0) {
         char *table_help[] = {"table", "--help", NULL};
         return sl_cli_table(2, table_help);
+    }
+    if (strcmp(name, "parquet") == 0) {
+        char *parquet_help[] = {"parquet", "--help", NULL};
+        return sl_cli_parquet(2, parquet_help);
     }
     if (strcmp(name, "jobs") == 0) {
         char *jobs_help[] = {"jobs", "--help", NULL};

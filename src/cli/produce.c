@@ -14,12 +14,13 @@
 #include "cli.h"
 #include "common/clock.h"
 #include "kafka/producer.h"
+#include "kafka/record_json.h"
 #include "produce_input.h"
 #include "progress.h"
 
 typedef struct produce_args {
-    const char *brokers, *topic, *table, *jsonl, *schema;
-    bool sessions, strict, quiet;
+    const char *brokers, *topic, *table, *jsonl, *schema, *format;
+    bool sessions, strict, quiet, print_columns;
     uint64_t rows, seed, partitions, replication, rate, timeout_s;
     sl_cli_list_t properties;
 } produce_args_t;
@@ -40,6 +41,12 @@ static const sl_cli_opt_t produce_opts[] = {
      "input: the seeded sessions stream of `table gen --preset sessions` (--rows, --seed)"},
     {"schema", SL_CLI_FILE, "FILE", NULL, "inferred from the first 1000 lines", 0, 0, 0, PA(schema),
      "--jsonl only: the schema (its JSON form: `table create`)"},
+    {"format", SL_CLI_ENUM, "protobuf|json", "protobuf", NULL, 0, 0, 0, PA(format),
+     "the records' values: sluice.Sample protobuf with the sluice-format header, or JSON "
+     "objects (no header) that a job reads with source.kafka.format \"json\" (docs/KAFKA.md)"},
+    {"print-columns", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, PA(print_columns),
+     "--format json: print the column mapping that reads the records back (for "
+     "source.kafka.columns) on stdout before producing"},
     {"rows", SL_CLI_UINT, "N", "100000", NULL, 1, UINT64_MAX / 2, 0, PA(rows),
      "--sessions only: samples to generate"},
     {"seed", SL_CLI_UINT, "S", "1", NULL, 0, UINT64_MAX, 0, PA(seed),
@@ -70,7 +77,8 @@ const sl_cli_cmd_t sl_cli_produce_cmd = {
     .synopsis = "sluice produce --brokers HOST:PORT --topic NAME (--table DIR | --jsonl FILE | "
                 "--sessions --rows N) [options]",
     .about = "Writes one record per sample (value: a sluice.Sample, key: the session id, header "
-             "sluice-format: 1; docs/KAFKA.md) with an idempotent, zstd-compressing producer "
+             "sluice-format: 1; or with --format json a JSON object and no header; "
+             "docs/KAFKA.md) with an idempotent, zstd-compressing producer "
              "whose partitioner places keys as Java's does. Prints progress on stderr and a "
              "summary on stdout.",
     .groups = {{&produce_group, 0}},
@@ -162,13 +170,26 @@ static int produce(const produce_args_t *a)
                                  .sessions = a->sessions,
                                  .schema = a->schema,
                                  .rows = a->rows,
-                                 .seed = a->seed};
+                                 .seed = a->seed,
+                                 .json = strcmp(a->format, "json") == 0};
     if (produce_input_open(&spec, &r.in, &err) != SL_OK) {
         fprintf(stderr, "sluice produce: %s\n", err.msg);
         return 1;
     }
+    if (a->print_columns) {
+        json_t *cols = sl_kafka_json_columns(produce_input_schema(r.in));
+        if (cols == NULL || json_dumpf(cols, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER) != 0) {
+            json_decref(cols);
+            produce_input_close(r.in);
+            return 1;
+        }
+        printf("\n");
+        fflush(stdout);
+        json_decref(cols);
+    }
     r.progress = sl_cli_progress_new(stderr, "producing", !a->quiet);
     sl_kafka_producer_opts_t o = {
+        .no_format_header = spec.json,
         .brokers = a->brokers,
         .topic = a->topic,
         .properties = a->properties.items,
@@ -239,6 +260,8 @@ int sl_cli_produce(int argc, char **argv)
         rc = sl_cli_usage_error(cmd->name, "%s",
                                 inputs == 0 ? "no input: give --table, --jsonl or --sessions"
                                             : "give one input of --table, --jsonl and --sessions");
+    } else if (a.print_columns && strcmp(a.format, "json") != 0) {
+        rc = sl_cli_usage_error(cmd->name, "%s", "--print-columns is for --format json");
     } else if (a.schema != NULL && a.jsonl == NULL) {
         rc = sl_cli_usage_error(cmd->name, "%s", "--schema is for --jsonl");
     } else if (!a.sessions &&

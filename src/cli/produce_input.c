@@ -13,6 +13,7 @@
 
 #include "common/mem.h"
 #include "kafka/record.h"
+#include "kafka/record_json.h"
 #include "warehouse/import.h"
 
 /* A longer JSONL line is a bad row, not an allocation (as the importer). */
@@ -21,6 +22,9 @@
 struct produce_input {
     sl_wh_schema_t *schema;
     sl_kafka_encoder_t *enc;
+    bool json;      /* values as JSON objects */
+    char *json_buf; /* [json_cap] the last JSON value */
+    size_t json_cap;
     /* table */
     sl_wh_table_t *table;
     sl_wh_splits_t *splits;
@@ -43,6 +47,7 @@ void produce_input_close(produce_input_t *in)
 {
     if (in == NULL) return;
     sl_kafka_encoder_destroy(in->enc);
+    sl_free(NULL, in->json_buf, in->json_cap);
     sl_wh_reader_close(in->reader);
     sl_wh_splits_destroy(in->splits);
     sl_wh_table_close(in->table);
@@ -112,6 +117,7 @@ sl_err_t produce_input_open(const produce_input_spec_t *s, produce_input_t **out
     *out = NULL;
     produce_input_t *in = sl_calloc(NULL, 1, sizeof *in);
     if (in == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    in->json = s->json;
     sl_err_t rc = s->table != NULL   ? open_table(in, s->table, err)
                   : s->jsonl != NULL ? open_jsonl(in, s, err)
                                      : open_sessions(in, s, err);
@@ -233,7 +239,18 @@ sl_err_t produce_input_next(produce_input_t *in, produce_record_t *rec, bool *do
     if (rc != SL_OK || *done) return rc;
     rec->sample_id = (uint64_t)row.sample_id;
     rec->session_id = (uint64_t)row.session_id;
+    if (in->json) {
+        rc = sl_kafka_json_encode(in->schema, &row, NULL, &in->json_buf, &in->json_cap, &rec->len,
+                                  err);
+        rec->value = (const uint8_t *)in->json_buf;
+        return rc;
+    }
     return sl_kafka_encode_row(in->enc, &row, &rec->value, &rec->len, err);
+}
+
+const sl_wh_schema_t *produce_input_schema(const produce_input_t *in)
+{
+    return in->schema;
 }
 
 void produce_input_bytes(const produce_input_t *in, uint64_t *read, uint64_t *total)

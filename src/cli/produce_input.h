@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "sluice/err.h"
+#include "warehouse/warehouse.h"
 
 typedef struct produce_input produce_input_t;
 
@@ -18,6 +19,7 @@ typedef struct produce_input_spec {
     bool sessions;      /* the generator's sessions preset: rows, seed */
     const char *schema; /* jsonl: a JSON schema file; NULL: inferred from the first lines */
     uint64_t rows, seed;
+    bool json; /* records as JSON objects (kafka/record_json.h), not Samples */
 } produce_input_spec_t;
 
 /* One record to send: borrowed until the next call. */
@@ -37,6 +39,9 @@ sl_err_t produce_input_open(const produce_input_spec_t *spec, produce_input_t **
  * with the following line; another error ends the input. */
 sl_err_t produce_input_next(produce_input_t *in, produce_record_t *rec, bool *done,
                             sl_error_t *err);
+
+/* The input's schema (borrowed from in). */
+const sl_wh_schema_t *produce_input_schema(const produce_input_t *in);
 
 /* Input bytes read so far and in all (0: unknown), for the progress line. */
 void produce_input_bytes(const produce_input_t *in, uint64_t *read, uint64_t *total);

@@ -5,16 +5,20 @@
  * warehouse.h). The read-side commands (inspect, verify, cat) live in
  * table_show.c. Exit codes: 0 done, 1 failed (or verify found problems),
  * 2 usage error. */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
 #include "common/suggest.h"
 #include "progress.h"
 #include "table_cli.h"
+#include "warehouse/column_map.h"
 #include "warehouse/import.h"
 
 #define MAX_GROUPS 32
@@ -161,18 +165,20 @@ static void print_summary(const char *what, uint64_t read, uint64_t written, uin
 /* ---- import ---- */
 
 typedef struct import_args {
-    const char *format, *table, *partition, *schema;
+    const char *format, *table, *partition, *schema, *mapping, *delimiter, *max_skipped;
     sl_cli_list_t input, files; /* --input values, then the free arguments */
     uint64_t infer_lines, threads;
-    bool strict;
+    bool strict, print_mapping;
     writer_args_t w;
 } import_args_t;
 
 #define IA(field) offsetof(import_args_t, field)
 
 static const sl_cli_opt_t import_opts[] = {
-    {"format", SL_CLI_ENUM, "criteo|jsonl", NULL, NULL, 0, 0, SL_CLI_REQUIRED, IA(format),
-     "criteo (Criteo click-log TSV) or jsonl"},
+    {"format", SL_CLI_ENUM, "criteo|jsonl|csv|parquet", NULL, NULL, 0, 0, SL_CLI_REQUIRED,
+     IA(format),
+     "criteo (Criteo click-log TSV), jsonl, csv (a header row, RFC 4180 quoting), or parquet "
+     "(files read with sluice's own reader, docs/PARQUET.md)"},
     {"input", SL_CLI_PATH, "FILE", NULL, NULL, 0, 0, SL_CLI_REPEAT, IA(input),
      "an input file, plain or gzip/zstd-compressed text (told by its first bytes; further free "
      "arguments are inputs too); '-' is standard input"},
@@ -183,23 +189,40 @@ static const sl_cli_opt_t import_opts[] = {
     {"schema", SL_CLI_FILE, "FILE", NULL, "the existing table's, else inferred from the input", 0,
      0, 0, IA(schema), "jsonl only: the schema (its JSON form: `table create`)"},
     {"infer-lines", SL_CLI_UINT, "N", "1000", NULL, 1, 1u << 30, 0, IA(infer_lines),
-     "jsonl only: lines read to infer a schema"},
+     "jsonl: lines read to infer a schema; csv: records read to infer the column types"},
+    {"mapping", SL_CLI_FILE, "FILE", NULL, "every column inferred by type", 0, 0, 0, IA(mapping),
+     "csv and parquet: the column mapping (docs/TABLES.md, \"The column mapping\")"},
+    {"delimiter", SL_CLI_STRING, "C", ",", NULL, 0, 0, 0, IA(delimiter),
+     "csv only: the field delimiter, one character ('tab' or '\\t' for a tab)"},
+    {"print-mapping", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, IA(print_mapping),
+     "csv and parquet: print the mapping in use (inferred or given, every column named) as JSON on "
+     "stdout, the column types and the ignored columns on stderr, and import nothing; edit it "
+     "and give it back with --mapping"},
+    {"max-skipped-fraction", SL_CLI_STRING, "F", "0.01", NULL, 0, 0, 0, IA(max_skipped),
+     "refuse the import (it adds nothing and exits 1) when more than this fraction of the rows "
+     "read are bad; an import that writes no row is always refused"},
     {"strict", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, IA(strict),
      "stop at the first bad row; the import then fails and adds nothing"},
     {"threads", SL_CLI_UINT, "N", NULL, "one per input, at most the online cores", 1, 1024, 0,
-     IA(threads), "worker threads (one reads one input file at a time)"},
+     IA(threads),
+     "worker threads (one reads one input file at a time; csv: a plain file is cut into byte "
+     "ranges read in parallel when threads outnumber inputs)"},
 };
 
 static const sl_cli_group_t import_group = SL_CLI_OWN_GROUP(import_opts);
 
 const sl_cli_cmd_t sl_cli_table_import_cmd = {
     .name = "table import",
-    .summary = "import Criteo TSV or jsonl files into a partition",
-    .synopsis = "sluice table import --format criteo|jsonl --input FILE [FILE...] --table DIR "
-                "[options]",
-    .about = "Reads the input files in parallel (one thread per file) into one data file each, "
-             "added to the table only if the whole import succeeds. Gzip and zstd input is "
-             "decompressed on the fly; input that is not text is refused.",
+    .summary = "import Criteo TSV, jsonl, CSV or Parquet files into a partition",
+    .synopsis =
+        "sluice table import --format criteo|jsonl|csv|parquet --input FILE [FILE...] --table DIR "
+        "[options]",
+    .about = "Reads the input files in parallel (one thread per file, or per byte range of a "
+             "plain CSV file, or per range of row groups of a Parquet file) into one data file "
+             "each, added to the table only if the whole "
+             "import succeeds. Gzip and zstd input is decompressed on the fly; input that is not "
+             "text is refused; an import that writes no row, or skips more than "
+             "--max-skipped-fraction of its rows, is refused.",
     .args = "FILE",
     .args_doc = "input files",
     .max_args = UINT32_MAX,
@@ -225,7 +248,80 @@ static void on_bad_row_cli(void *ctx, const char *input, uint64_t line, const ch
         sl_cli_progress_message(b->progress, "sluice table import: %s: %s\n", input, message);
 }
 
-static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo);
+static int import_table(const import_args_t *a, const char **inputs, uint32_t ninputs, wopts_t *wo);
+
+/* Parquet inputs: a directory stands for the .parquet files under it, at
+ * any depth (Hive partition folders), in name order; names starting with
+ * '.' or '_' (_SUCCESS, _metadata, staging files) are skipped. */
+typedef struct pq_inputs {
+    char **paths;
+    uint32_t n, cap;
+} pq_inputs_t;
+
+static int pq_add(pq_inputs_t *l, const char *path)
+{
+    if (l->n == l->cap) {
+        uint32_t cap = l->cap ? l->cap * 2 : 16;
+        char **p = sl_realloc(NULL, l->paths, (size_t)l->cap * sizeof *p, (size_t)cap * sizeof *p);
+        if (p == NULL) return -1;
+        l->paths = p;
+        l->cap = cap;
+    }
+    if ((l->paths[l->n] = sl_strdup(NULL, path)) == NULL) return -1;
+    l->n++;
+    return 0;
+}
+
+static int name_cmp(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* @return 0, or -1 with the reason printed. depth bounds symlink loops. */
+static int pq_walk(pq_inputs_t *l, const char *path, int depth)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return pq_add(l, path);
+    if (depth > 32) {
+        fprintf(stderr, "sluice table import: %s: directories nested over 32 deep\n", path);
+        return -1;
+    }
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        fprintf(stderr, "sluice table import: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    pq_inputs_t names = {0};
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.' || e->d_name[0] == '_') continue;
+        char *full = sl_strfmt(NULL, "%s/%s", path, e->d_name);
+        struct stat es;
+        if (full == NULL)
+            rc = -1;
+        else if (stat(full, &es) == 0 &&
+                 (S_ISDIR(es.st_mode) ||
+                  (strlen(e->d_name) > 8 &&
+                   strcmp(e->d_name + strlen(e->d_name) - 8, ".parquet") == 0)))
+            rc = pq_add(&names, full);
+        sl_strfree(NULL, full);
+    }
+    closedir(d);
+    if (names.n > 1) qsort(names.paths, names.n, sizeof *names.paths, name_cmp);
+    for (uint32_t i = 0; rc == 0 && i < names.n; i++)
+        rc = pq_walk(l, names.paths[i], depth + 1);
+    for (uint32_t i = 0; i < names.n; i++)
+        sl_strfree(NULL, names.paths[i]);
+    sl_free(NULL, names.paths, (size_t)names.cap * sizeof *names.paths);
+    return rc;
+}
+
+static void pq_inputs_free(pq_inputs_t *l)
+{
+    for (uint32_t i = 0; i < l->n; i++)
+        sl_strfree(NULL, l->paths[i]);
+    sl_free(NULL, l->paths, (size_t)l->cap * sizeof *l->paths);
+}
 
 static int cmd_import(int argc, char **argv)
 {
@@ -242,6 +338,16 @@ static int cmd_import(int argc, char **argv)
     } else if (strcmp(a.format, "criteo") == 0 && a.schema != NULL) {
         rc = sl_cli_usage_error(cmd->name, "%s",
                                 "--schema is for --format jsonl (criteo's is fixed)");
+    } else if (strcmp(a.format, "csv") == 0 && a.schema != NULL) {
+        rc = sl_cli_usage_error(cmd->name, "%s",
+                                "--schema is for --format jsonl (csv takes --mapping)");
+    } else if (strcmp(a.format, "parquet") == 0 && a.schema != NULL) {
+        rc = sl_cli_usage_error(cmd->name, "%s",
+                                "--schema is for --format jsonl (parquet takes --mapping)");
+    } else if (strcmp(a.format, "csv") != 0 && strcmp(a.format, "parquet") != 0 &&
+               (a.mapping != NULL || a.print_mapping)) {
+        rc = sl_cli_usage_error(cmd->name, "%s",
+                                "--mapping and --print-mapping are for --format csv and parquet");
     } else if ((rc = writer_from_args(&a.w, cmd->name, &wo)) == 0) {
         inputs = sl_calloc(NULL, (size_t)a.input.count + a.files.count, sizeof *inputs);
         if (inputs == NULL) {
@@ -251,7 +357,21 @@ static int cmd_import(int argc, char **argv)
                 inputs[i] = a.input.items[i];
             for (uint32_t i = 0; i < a.files.count; i++)
                 inputs[a.input.count + i] = a.files.items[i];
-            rc = import_table(&a, inputs, &wo);
+            uint32_t n = a.input.count + a.files.count;
+            if (strcmp(a.format, "parquet") != 0) {
+                rc = import_table(&a, inputs, n, &wo);
+            } else {
+                pq_inputs_t l = {0};
+                rc = 0;
+                for (uint32_t i = 0; rc == 0 && i < n; i++)
+                    if (pq_walk(&l, inputs[i], 0) != 0) rc = 1;
+                if (rc == 0 && l.n == 0) {
+                    fprintf(stderr, "sluice table import: no .parquet file in the inputs\n");
+                    rc = 1;
+                }
+                if (rc == 0) rc = import_table(&a, (const char **)l.paths, l.n, &wo);
+                pq_inputs_free(&l);
+            }
         }
     }
     if (inputs != NULL)
@@ -262,11 +382,82 @@ static int cmd_import(int argc, char **argv)
 }
 
 /* The import, once its options parsed. @return the exit code. */
-static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo)
+/* --delimiter: one byte, or "tab" / "\t". @return 0 when it is none of these. */
+static char parse_delimiter(const char *s)
+{
+    if (strcmp(s, "tab") == 0 || strcmp(s, "\\t") == 0 || strcmp(s, "\t") == 0) return '\t';
+    if (strlen(s) != 1 || s[0] == '"' || s[0] == '\n' || s[0] == '\r') return 0;
+    return s[0];
+}
+
+static void print_problem(void *ctx, const char *problem)
+{
+    (void)ctx;
+    fprintf(stderr, "sluice table import: %s\n", problem);
+}
+
+/* --print-mapping: the mapping the import would use, and nothing imported. */
+static int print_mapping(const char *input, bool parquet, char delim, uint32_t infer_lines,
+                         const sl_wh_colmap_t *m)
+{
+    sl_wh_csv_t *csv = NULL;
+    sl_wh_colmap_resolved_t *pr = NULL;
+    sl_error_t err = {0};
+    if ((parquet ? sl_wh_parquet_mapping(input, m, NULL, print_problem, NULL, &pr, &err)
+                 : sl_wh_csv_open(input, delim, infer_lines, m, NULL, print_problem, NULL, &csv,
+                                  &err)) != SL_OK) {
+        fprintf(stderr, "sluice table import: %s\n", err.msg);
+        return 1;
+    }
+    const sl_wh_colmap_resolved_t *r = parquet ? pr : sl_wh_csv_mapping(csv);
+    for (uint32_t c = 0; c < r->num_columns; c++)
+        fprintf(stderr, "column %u %s: %s%s\n", c + 1, r->columns[c].name,
+                sl_wh_coltype_name(r->columns[c].type), r->column_uses[c] ? "" : " (ignored)");
+    for (uint32_t i = 0; i < r->num_ignored; i++)
+        fprintf(stderr, "ignored: %s\n", r->ignored[i]);
+    json_t *j = sl_wh_colmap_resolved_to_json(r);
+    int rc = j != NULL && json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
+    printf("\n");
+    json_decref(j);
+    sl_wh_csv_destroy(csv);
+    sl_wh_colmap_resolved_destroy(pr);
+    return rc;
+}
+
+static int import_table(const import_args_t *a, const char **inputs, uint32_t ninputs, wopts_t *wo)
 {
     int rc = 0;
     bool quiet = a->w.quiet;
+    char delim = parse_delimiter(a->delimiter);
+    if (delim == 0)
+        return sl_cli_usage_error(sl_cli_table_import_cmd.name,
+                                  "--delimiter '%s': one character (not a quote or a newline), "
+                                  "or 'tab'",
+                                  a->delimiter);
+    char *end;
+    double frac = strtod(a->max_skipped, &end);
+    if (*end != '\0' || end == a->max_skipped || !(frac >= 0 && frac <= 1))
+        return sl_cli_usage_error(sl_cli_table_import_cmd.name,
+                                  "--max-skipped-fraction '%s': a number in [0, 1]",
+                                  a->max_skipped);
+    sl_wh_colmap_t *mapping = NULL;
+    if (a->mapping != NULL) {
+        sl_error_t merr = {0};
+        if (sl_wh_colmap_load(a->mapping, NULL, print_problem, NULL, &mapping, &merr) != SL_OK) {
+            fprintf(stderr, "sluice table import: %s\n", merr.msg);
+            return 1;
+        }
+    }
+    if (a->print_mapping) {
+        rc = print_mapping(inputs[0], strcmp(a->format, "parquet") == 0, delim,
+                           (uint32_t)a->infer_lines, mapping);
+        sl_wh_colmap_destroy(mapping);
+        return rc;
+    }
     sl_wh_import_opts_t o = sl_wh_import_opts_default();
+    o.delimiter = delim;
+    o.mapping = mapping;
+    o.max_skipped_fraction = frac;
     o.format = sl_wh_import_format_parse(a->format);
     o.table_dir = a->table;
     o.partition = a->partition;
@@ -274,7 +465,6 @@ static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo
     o.strict = a->strict;
     o.infer_lines = (uint32_t)a->infer_lines;
     o.threads = (uint32_t)a->threads;
-    uint32_t ninputs = a->input.count + a->files.count;
     sl_cli_progress_t *progress = sl_cli_progress_new(stderr, "importing", !quiet);
     bad_ctx_t bctx = {progress, o.strict};
     o.inputs = inputs;
@@ -290,9 +480,13 @@ static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo
     sl_cli_progress_finish(progress);
     if (st != SL_OK) {
         fprintf(stderr, "sluice table import: %s\n", err.msg);
-        if (sum.rows_skipped > 0 && !o.strict)
-            fprintf(stderr, "sluice table import: %" PRIu64 " bad rows before the failure\n",
-                    sum.rows_skipped);
+        if (sum.rows_skipped > 0 && !o.strict) {
+            fprintf(stderr,
+                    "sluice table import: %" PRIu64 " bad rows of %" PRIu64 " read; the first:\n",
+                    sum.rows_skipped, sum.rows_read);
+            for (uint32_t i = 0; i < sum.num_first_bad; i++)
+                fprintf(stderr, "  %s\n", sum.first_bad[i]);
+        }
         fprintf(stderr, "sluice table import: nothing was added to %s\n", o.table_dir);
         rc = 1;
     } else {
@@ -306,6 +500,7 @@ static int import_table(const import_args_t *a, const char **inputs, wopts_t *wo
     }
     sl_wh_import_summary_free(&sum);
     sl_cli_progress_destroy(progress);
+    sl_wh_colmap_destroy(mapping);
     return rc;
 }
 

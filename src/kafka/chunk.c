@@ -479,7 +479,8 @@ static sl_err_t take_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *p
     record_of(m, &rec);
     uint32_t before = sl_kafka_rows_count(o->rows);
     sl_error_t why = {0};
-    sl_err_t d = sl_kafka_rows_add(o->rows, &rec, &why);
+    sl_err_t d = o->json ? sl_kafka_rows_add_json(o->rows, o->json, &rec, &why)
+                         : sl_kafka_rows_add(o->rows, &rec, &why);
     sl_err_t rc = SL_OK;
     if (d == SL_ERR_CORRUPT) {
         rr->st->bad++;

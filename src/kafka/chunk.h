@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "kafka/record_decode.h"
+#include "kafka/record_json.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
 
@@ -157,6 +158,9 @@ typedef struct sl_kafka_read_opts {
     uint32_t batch_rows;   /* a stripe holds at most this many rows (> 0) */
     uint32_t linger_ms;    /* ... and is cut this long after its first record */
     sl_kafka_rows_t *rows; /* the decoder (its schema is the job's) */
+    /* JSON records: each value is decoded by it (record_json.h) into rows;
+     * NULL: the values are Samples (record_decode.h). */
+    sl_kafka_json_t *json;
     sl_kafka_stripe_fn stripe;
     void *ctx;
     /* Checked between polls: set, the read returns SL_ERR_CLOSED (may be NULL). */

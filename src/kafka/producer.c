@@ -21,6 +21,7 @@ struct sl_kafka_producer {
     void *log_ctx;
     sl_kafka_producer_stats_t stats;
     bool keep_going; /* failed deliveries are counted and logged, not kept */
+    bool no_format_header;
     /* The first failed delivery or fatal error, reported by every later
      * send and flush (set on the calling thread: librdkafka calls the
      * delivery and error callbacks from inside poll and flush). */
@@ -252,6 +253,7 @@ sl_err_t sl_kafka_producer_new(const sl_kafka_producer_opts_t *o, sl_kafka_produ
     p->on_log = o->on_log;
     p->log_ctx = o->log_ctx;
     p->keep_going = o->keep_going;
+    p->no_format_header = o->no_format_header;
     rd_kafka_conf_t *conf = make_conf(p, o, err);
     if (conf == NULL) {
         sl_free(p->a, p, sizeof *p);
@@ -293,12 +295,19 @@ sl_err_t sl_kafka_producer_send(sl_kafka_producer_t *p, uint64_t session_id, con
     sl_kafka_key_put(key, session_id);
     double deadline = 0;
     for (;;) {
-        rd_kafka_resp_err_t e = rd_kafka_producev(
-            p->rk, RD_KAFKA_V_TOPIC(p->topic), RD_KAFKA_V_KEY(key, sizeof key),
-            RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-            RD_KAFKA_V_HEADER(SL_KAFKA_FORMAT_HEADER, SL_KAFKA_FORMAT_VERSION_TEXT,
-                              (ssize_t)strlen(SL_KAFKA_FORMAT_VERSION_TEXT)),
-            RD_KAFKA_V_END);
+        rd_kafka_resp_err_t e =
+            p->no_format_header
+                ? rd_kafka_producev(p->rk, RD_KAFKA_V_TOPIC(p->topic),
+                                    RD_KAFKA_V_KEY(key, sizeof key),
+                                    RD_KAFKA_V_VALUE((void *)value, len),
+                                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END)
+                : rd_kafka_producev(
+                      p->rk, RD_KAFKA_V_TOPIC(p->topic), RD_KAFKA_V_KEY(key, sizeof key),
+                      RD_KAFKA_V_VALUE((void *)value, len),
+                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                      RD_KAFKA_V_HEADER(SL_KAFKA_FORMAT_HEADER, SL_KAFKA_FORMAT_VERSION_TEXT,
+                                        (ssize_t)strlen(SL_KAFKA_FORMAT_VERSION_TEXT)),
+                      RD_KAFKA_V_END);
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR) break;
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
             return sl_error_set(err, SL_ERR_IO, "topic %s on %s: record of session %llu: %s",

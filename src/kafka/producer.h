@@ -69,6 +69,9 @@ typedef struct sl_kafka_producer_opts {
      * (a dead-letter topic, which must never stop the job). A fatal error
      * of the idempotent producer is still kept. */
     bool keep_going;
+    /* Records without the sluice-format header (JSON records, whose
+     * readers need none): sl_kafka_producer_send sends key and value only. */
+    bool no_format_header;
 } sl_kafka_producer_opts_t;
 
 typedef struct sl_kafka_producer_stats {

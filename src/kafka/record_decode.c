@@ -651,6 +651,45 @@ sl_err_t sl_kafka_rows_add(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_
     return SL_OK;
 }
 
+sl_err_t sl_kafka_rows_add_row(sl_kafka_rows_t *r, const sl_wh_row_t *row, int64_t offset,
+                               int64_t create_ms, sl_error_t *err)
+{
+    if (!reserve_rows(r)) return sl_error_set(err, SL_ERR_NOMEM, "kafka records: out of memory");
+    uint32_t n = r->n;
+    uint64_t more = 0;
+    for (uint32_t s = 0; row->sparse != NULL && s < r->SS; s++)
+        if (r->sparse_at[s] >= 0) more += row->sparse[s].len;
+    if (!reserve_ids(r, more))
+        return sl_error_set(err, SL_ERR_NOMEM, "kafka records: out of memory");
+    for (uint32_t t = 0; t < r->T; t++)
+        r->labels[(size_t)n * r->T + t] = row->labels ? row->labels[t] : 0.0f;
+    for (uint32_t d = 0; d < r->SD; d++)
+        if (r->dense_at[d] >= 0)
+            r->dense[(size_t)n * r->D + (uint32_t)r->dense_at[d]] =
+                row->dense ? row->dense[d] : NAN;
+    for (uint32_t s = 0; s < r->SS; s++) {
+        if (r->sparse_at[s] < 0) continue;
+        size_t at = (size_t)n * r->S + (uint32_t)r->sparse_at[s];
+        const sl_wh_idlist_t *l = row->sparse ? &row->sparse[s] : NULL;
+        uint32_t len = l ? l->len : 0;
+        r->starts[at] = r->nids;
+        r->lens[at] = len;
+        if (len) memcpy(r->ids + r->nids, l->ids, (size_t)len * sizeof *r->ids);
+        bool weighted = sl_wh_schema_sparse(r->schema, s)->kind == SL_WH_WEIGHTED;
+        if (r->any_weighted)
+            for (uint32_t i = 0; i < len; i++)
+                r->weights[r->nids + i] = weighted && l->weights ? l->weights[i] : 1.0f;
+        r->nids += len;
+    }
+    r->sample_ids[n] = row->sample_id;
+    r->session_ids[n] = row->session_id;
+    r->timestamps[n] = row->timestamp;
+    r->offsets[n] = offset;
+    r->create_ms[n] = create_ms;
+    r->n++;
+    return SL_OK;
+}
+
 /* Rows by session, stably: a bottom-up merge sort over o[n] with the
  * scratch tmp[n] (glibc's qsort allocated its own for every stripe).
  * Runs already in order, a session's rows as they came, cost one compare

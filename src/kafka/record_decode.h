@@ -63,6 +63,12 @@ sl_err_t sl_kafka_rows_new(const sl_wh_schema_t *schema, const char *const *feat
  * (err: why, naming the offset; nothing appended) or SL_ERR_NOMEM. */
 sl_err_t sl_kafka_rows_add(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_error_t *err);
 
+/* Append row, already decoded (a JSON record: record_json.h), whose
+ * arrays are indexed by the builder's schema (sl_wh_row_t's rules); only
+ * the projected features are kept. @return SL_ERR_NOMEM. */
+sl_err_t sl_kafka_rows_add_row(sl_kafka_rows_t *r, const sl_wh_row_t *row, int64_t offset,
+                               int64_t create_ms, sl_error_t *err);
+
 /* Rows collected since the last take. */
 uint32_t sl_kafka_rows_count(const sl_kafka_rows_t *r);
 

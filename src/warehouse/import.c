@@ -30,14 +30,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SAMPLE_ID_STRIDE 10000000000ll /* sample id = part number * 1e10 + line */
-#define COUNTER_FLUSH_ROWS 4096
+#define SAMPLE_ID_STRIDE 10000000000ll /* sample id = (first part + input) * 1e10 + line */
 
 sl_wh_import_format_t sl_wh_import_format_parse(const char *name)
 {
     if (name == NULL) return 0;
     if (strcmp(name, "criteo") == 0) return SL_WH_IMPORT_CRITEO;
     if (strcmp(name, "jsonl") == 0) return SL_WH_IMPORT_JSONL;
+    if (strcmp(name, "csv") == 0) return SL_WH_IMPORT_CSV;
+    if (strcmp(name, "parquet") == 0) return SL_WH_IMPORT_PARQUET;
     return 0;
 }
 
@@ -47,201 +48,17 @@ sl_wh_import_opts_t sl_wh_import_opts_default(void)
     memset(&o, 0, sizeof o);
     o.format = SL_WH_IMPORT_CRITEO;
     o.writer = sl_wh_writer_opts_default();
+    o.max_skipped_fraction = 0.01;
     return o;
-}
-
-typedef struct job {
-    uint32_t index;
-    uint32_t part; /* part number of the output */
-    char stage[96];
-    sl_wh_import_file_t *res;
-    bool written; /* a staged file exists */
-    sl_err_t rc;
-    sl_error_t err;
-} job_t;
-
-typedef struct shared {
-    const sl_wh_import_opts_t *o;
-    const sl_wh_schema_t *schema;
-    char part_dir[4096];
-    job_t *jobs;
-    uint32_t njobs;
-    atomic_uint next;
-    atomic_bool stop;
-    atomic_uint_fast64_t rows_read, rows_written, rows_skipped, bytes_in, bytes_out;
-    atomic_uint files_done;
-    atomic_uint running;
-    pthread_mutex_t lock; /* bad-row callback; the done condition */
-    pthread_cond_t done;
-    bool linked; /* commit put a file under its final name: undo_create must not run */
-} shared_t;
-
-/* State of one input being read. */
-typedef struct reading {
-    shared_t *sh;
-    job_t *job;
-    sl_wh_row_buf_t *buf;
-    sl_wh_writer_t *w;
-    uint64_t line;
-    uint32_t messages;
-    uint64_t pend_read, pend_written, pend_skipped; /* not yet added to the shared counters */
-} reading_t;
-
-static void flush_counters(reading_t *r)
-{
-    atomic_fetch_add(&r->sh->rows_read, r->pend_read);
-    atomic_fetch_add(&r->sh->rows_written, r->pend_written);
-    atomic_fetch_add(&r->sh->rows_skipped, r->pend_skipped);
-    r->pend_read = r->pend_written = r->pend_skipped = 0;
-}
-
-static sl_err_t fatal(reading_t *r, sl_err_t code)
-{
-    r->job->rc = code;
-    atomic_store(&r->sh->stop, true);
-    return code;
-}
-
-static void bad_row(reading_t *r, const char *message)
-{
-    const sl_wh_import_opts_t *o = r->sh->o;
-    sl_wh_import_file_t *res = r->job->res;
-    res->rows_skipped++;
-    r->pend_skipped++;
-    if (res->first_error_line == 0) {
-        res->first_error_line = r->line;
-        snprintf(res->first_error, sizeof res->first_error, "%s:%llu: %s", res->input,
-                 (unsigned long long)r->line, message);
-    }
-    if (o->on_bad_row == NULL) return;
-    uint32_t max = o->max_bad_row_messages ? o->max_bad_row_messages : 100;
-    if (r->messages > max) return;
-    pthread_mutex_lock(&r->sh->lock);
-    if (r->messages++ < max)
-        o->on_bad_row(o->bad_row_ctx, res->input, r->line, message);
-    else
-        o->on_bad_row(o->bad_row_ctx, res->input, 0,
-                      "more bad rows in this file are counted but not shown");
-    pthread_mutex_unlock(&r->sh->lock);
-}
-
-static sl_err_t open_writer(reading_t *r)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", r->sh->part_dir, r->job->stage);
-    sl_wh_writer_opts_t wo = r->sh->o->writer;
-    wo.overwrite = true; /* a stale staging file of a crashed import with our pid */
-    if (wo.allocator == NULL) wo.allocator = r->sh->o->allocator;
-    sl_err_t rc = sl_wh_writer_open(path, r->sh->schema, &wo, &r->w, &r->job->err);
-    return rc == SL_OK ? SL_OK : fatal(r, rc);
-}
-
-/* One line (without '\n'). */
-static sl_err_t do_line(reading_t *r, const char *line, size_t len)
-{
-    r->line++;
-    size_t n = len;
-    while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' '))
-        n--;
-    if (n == 0) return SL_OK; /* blank lines are not rows */
-    r->job->res->rows_read++;
-    r->pend_read++;
-    if (len > IMP_LINE_LIMIT) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "line of %zu bytes is longer than the limit of %zu", len,
-                 IMP_LINE_LIMIT);
-        bad_row(r, msg);
-        return SL_OK;
-    }
-    sl_wh_row_t row;
-    sl_error_t perr = {0};
-    bool has_sid = false;
-    sl_err_t rc = r->sh->o->format == SL_WH_IMPORT_CRITEO
-                      ? sl_wh_criteo_parse_line(r->buf, line, len, &row, &perr)
-                      : sl_wh_jsonl_parse_line(r->buf, line, len, &row, &has_sid, &perr);
-    if (rc == SL_ERR_CORRUPT) {
-        bad_row(r, perr.msg);
-        if (!r->sh->o->strict) return SL_OK;
-        sl_error_set(&r->job->err, SL_ERR_CORRUPT, "%s", r->job->res->first_error);
-        return fatal(r, SL_ERR_CORRUPT);
-    }
-    if (rc != SL_OK) {
-        sl_error_set(&r->job->err, rc, "%s:%llu: %s", r->job->res->input,
-                     (unsigned long long)r->line, perr.msg);
-        return fatal(r, rc);
-    }
-    if (!has_sid) row.sample_id = (int64_t)r->job->part * SAMPLE_ID_STRIDE + (int64_t)r->line;
-    if (r->w == NULL && (rc = open_writer(r)) != SL_OK) return rc;
-    rc = sl_wh_writer_append_row(r->w, &row, &r->job->err);
-    if (rc != SL_OK) return fatal(r, rc);
-    r->job->res->rows_written++;
-    if (++r->pend_written >= COUNTER_FLUSH_ROWS) flush_counters(r);
-    return SL_OK;
-}
-
-static sl_err_t on_line(void *ctx, const char *line, size_t len)
-{
-    reading_t *r = ctx;
-    return do_line(r, line, len);
-}
-
-static bool on_chunk(void *ctx, uint64_t new_bytes)
-{
-    reading_t *r = ctx;
-    atomic_fetch_add(&r->sh->bytes_in, new_bytes);
-    r->job->res->bytes_in += new_bytes;
-    return !atomic_load(&r->sh->stop);
-}
-
-static void run_job(shared_t *sh, job_t *job)
-{
-    reading_t r = {.sh = sh, .job = job};
-    const char *input = job->res->input;
-    imp_source_t *src = NULL;
-    sl_err_t rc = imp_source_open(input, sh->o->allocator, &src, &job->err);
-    if (rc != SL_OK) {
-        fatal(&r, rc);
-        return;
-    }
-    r.buf = sl_wh_row_buf_new(sh->schema, sh->o->allocator);
-    if (r.buf == NULL) {
-        sl_error_set(&job->err, SL_ERR_NOMEM, "%s: no memory for a row", input);
-        fatal(&r, SL_ERR_NOMEM);
-    } else {
-        sl_error_t rerr = {0};
-        rc = imp_read_lines(src, sh->o->allocator, on_line, on_chunk, &r, &rerr);
-        /* A line's error is already the job's; a read error is not yet. */
-        if (rc != SL_OK && job->rc == SL_OK) {
-            job->err = rerr;
-            fatal(&r, rc);
-        }
-    }
-    flush_counters(&r);
-    imp_source_close(src);
-    sl_wh_row_buf_destroy(r.buf);
-    if (r.w == NULL) return;
-    if (job->rc != SL_OK || atomic_load(&sh->stop)) {
-        sl_wh_writer_abort(r.w);
-        return;
-    }
-    sl_wh_write_stats_t st;
-    rc = sl_wh_writer_close(r.w, &st, &job->err);
-    if (rc != SL_OK) {
-        fatal(&r, rc);
-        return;
-    }
-    job->written = true;
-    job->res->bytes_out = st.file_bytes;
-    atomic_fetch_add(&sh->bytes_out, st.file_bytes);
 }
 
 static void *worker(void *arg)
 {
-    shared_t *sh = arg;
+    imp_shared_t *sh = arg;
     for (;;) {
         uint32_t j = atomic_fetch_add(&sh->next, 1);
         if (j >= sh->njobs || atomic_load(&sh->stop)) break;
-        run_job(sh, &sh->jobs[j]);
+        imp_run_job(sh, &sh->jobs[j]);
         atomic_fetch_add(&sh->files_done, 1);
     }
     pthread_mutex_lock(&sh->lock);
@@ -271,10 +88,30 @@ static uint32_t next_part_number(const char *dir)
 
 /* The schema of the import: criteo's, the given one, the table's, or one
  * inferred from the inputs. Caller owns *out. */
-static sl_err_t resolve_schema(const sl_wh_import_opts_t *o, sl_wh_schema_t **out, sl_error_t *err)
+static sl_err_t resolve_schema(const sl_wh_import_opts_t *o, sl_wh_schema_t **out,
+                               sl_wh_csv_t **csv, imp_pq_t **pq, sl_error_t *err)
 {
     const sl_allocator_t *a = o->allocator;
     *out = NULL;
+    if (o->format == SL_WH_IMPORT_PARQUET) {
+        if (o->schema != NULL || o->schema_path != NULL)
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "parquet takes a column mapping (--mapping), not a schema");
+        sl_err_t rc = imp_pq_open(o->inputs[0], o->mapping, a, pq, err);
+        if (rc != SL_OK) return rc;
+        *out = sl_wh_schema_clone(imp_pq_mapping(*pq)->schema, a);
+        return *out ? SL_OK : sl_error_set(err, SL_ERR_NOMEM, "no memory for the schema");
+    }
+    if (o->format == SL_WH_IMPORT_CSV) {
+        if (o->schema != NULL || o->schema_path != NULL)
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "csv takes a column mapping (--mapping), not a schema");
+        sl_err_t rc = sl_wh_csv_open(o->inputs[0], o->delimiter ? o->delimiter : ',',
+                                     o->infer_lines, o->mapping, a, NULL, NULL, csv, err);
+        if (rc != SL_OK) return rc;
+        *out = sl_wh_schema_clone(sl_wh_csv_mapping(*csv)->schema, a);
+        return *out ? SL_OK : sl_error_set(err, SL_ERR_NOMEM, "no memory for the schema");
+    }
     if (o->format == SL_WH_IMPORT_CRITEO) {
         if (o->schema != NULL || o->schema_path != NULL)
             return sl_error_set(err, SL_ERR_INVALID,
@@ -321,7 +158,7 @@ static sl_err_t check_opts(const sl_wh_import_opts_t *o, sl_error_t *err)
     return SL_OK;
 }
 
-static void report(shared_t *sh, uint64_t total, double t0)
+static void report(imp_shared_t *sh, uint64_t total, double t0)
 {
     const sl_wh_import_opts_t *o = sh->o;
     if (o->on_progress == NULL) return;
@@ -340,7 +177,7 @@ static void report(shared_t *sh, uint64_t total, double t0)
 }
 
 /* Run the workers; the calling thread reports progress until they end. */
-static sl_err_t run_workers(shared_t *sh, uint32_t threads, uint64_t total, double t0,
+static sl_err_t run_workers(imp_shared_t *sh, uint32_t threads, uint64_t total, double t0,
                             sl_error_t *err)
 {
     const sl_allocator_t *a = sh->o->allocator;
@@ -386,11 +223,11 @@ static sl_err_t run_workers(shared_t *sh, uint32_t threads, uint64_t total, doub
 }
 
 /* Link every staged file under its final name, or remove them all. */
-static sl_err_t commit(shared_t *sh, bool keep, sl_error_t *err)
+static sl_err_t commit(imp_shared_t *sh, bool keep, sl_error_t *err)
 {
     sl_err_t rc = SL_OK;
     for (uint32_t i = 0; i < sh->njobs; i++) {
-        job_t *j = &sh->jobs[i];
+        imp_job_t *j = &sh->jobs[i];
         if (!j->written) continue;
         char stage[4200], final[4200];
         snprintf(stage, sizeof stage, "%s/%s", sh->part_dir, j->stage);
@@ -407,7 +244,7 @@ static sl_err_t commit(shared_t *sh, bool keep, sl_error_t *err)
             else {
                 sh->linked = true;
                 const char *p = sh->o->partition;
-                snprintf(j->res->output, sizeof j->res->output, "%s%s%s", p ? p : "",
+                snprintf(j->res.output, sizeof j->res.output, "%s%s%s", p ? p : "",
                          p && *p ? "/" : "", name);
             }
         }
@@ -473,6 +310,160 @@ static void undo_create(created_t *c)
     }
 }
 
+/* The jobs: one per input, or, for a plain CSV file when there are more
+ * threads than inputs, one per byte range of it. Caller owns *jobs. */
+static sl_err_t plan_jobs(const sl_wh_import_opts_t *o, uint32_t threads, uint32_t first_part,
+                          imp_job_t **jobs, uint32_t *njobs, sl_error_t *err)
+{
+    const sl_allocator_t *a = o->allocator;
+    bool pq = o->format == SL_WH_IMPORT_PARQUET;
+    uint32_t per = (o->format == SL_WH_IMPORT_CSV || pq) && threads > o->num_inputs
+                       ? (threads + o->num_inputs - 1) / o->num_inputs
+                       : 1;
+    imp_range_t *ranges = per > 1 ? sl_calloc(a, IMP_MAX_RANGES, sizeof *ranges) : NULL;
+    uint32_t *counts = sl_calloc(a, o->num_inputs, sizeof *counts);
+    sl_err_t rc = SL_OK;
+    if ((per > 1 && ranges == NULL) || counts == NULL)
+        rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for the import's plan");
+    uint64_t total = 0;
+    /* First pass: how many jobs each input makes. */
+    for (uint32_t i = 0; rc == SL_OK && i < o->num_inputs; i++) {
+        counts[i] = 1;
+        if (pq && per > 1) {
+            /* a job per range of row groups */
+            uint32_t groups = 0;
+            uint64_t *before = NULL;
+            rc = imp_pq_row_groups(o->inputs[i], a, &groups, &before, err);
+            if (before != NULL) sl_free(a, before, ((size_t)groups + 1) * sizeof *before);
+            counts[i] = groups < 2 ? 1 : groups < per ? groups : per;
+            continue;
+        }
+        struct stat st;
+        if (per < 2 || strcmp(o->inputs[i], "-") == 0 || stat(o->inputs[i], &st) != 0 ||
+            !S_ISREG(st.st_mode))
+            continue;
+        uint64_t min = o->range_min_bytes ? o->range_min_bytes : (uint64_t)4 << 20;
+        uint64_t want = (uint64_t)st.st_size / min;
+        counts[i] = want < 2 ? 1 : want < per ? (uint32_t)want : per;
+    }
+    for (uint32_t i = 0; i < o->num_inputs; i++)
+        total += counts != NULL ? counts[i] : 0;
+    imp_job_t *js = rc == SL_OK ? sl_calloc(a, total, sizeof *js) : NULL;
+    if (rc == SL_OK && js == NULL)
+        rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for %llu jobs", (unsigned long long)total);
+    uint32_t n = 0;
+    for (uint32_t i = 0; rc == SL_OK && i < o->num_inputs; i++) {
+        uint32_t got = 0;
+        if (pq && counts[i] > 1) {
+            uint32_t groups = 0, c = counts[i];
+            uint64_t *before = NULL;
+            rc = imp_pq_row_groups(o->inputs[i], a, &groups, &before, err);
+            for (uint32_t k = 0; rc == SL_OK && k < c; k++, n++) {
+                js[n].input = i;
+                js[n].ranged = true;
+                js[n].begin = (uint64_t)k * groups / c;
+                js[n].end = (uint64_t)(k + 1) * groups / c;
+                js[n].first_line = before[js[n].begin];
+            }
+            if (before != NULL) sl_free(a, before, ((size_t)groups + 1) * sizeof *before);
+            continue;
+        }
+        if (counts[i] > 1) {
+            char delim = o->delimiter ? o->delimiter : ',';
+            rc = imp_csv_plan_ranges(o->inputs[i], delim, counts[i], a, ranges, &got, err);
+            if (rc != SL_OK) break;
+        }
+        if (got <= 1) {
+            js[n].input = i;
+            n++;
+            continue;
+        }
+        for (uint32_t k = 0; k < got; k++, n++) {
+            js[n].input = i;
+            js[n].ranged = true;
+            js[n].begin = ranges[k].begin;
+            js[n].end = ranges[k].end;
+            js[n].first_line = ranges[k].first_line;
+        }
+    }
+    for (uint32_t j = 0; rc == SL_OK && j < n; j++) {
+        js[j].part = first_part + j;
+        js[j].id_base = ((int64_t)first_part + js[j].input) * SAMPLE_ID_STRIDE;
+        js[j].res.input = o->inputs[js[j].input];
+        snprintf(js[j].stage, sizeof js[j].stage, ".import-%ld-%05u%s", (long)getpid(), js[j].part,
+                 SL_WH_FILE_EXT);
+    }
+    sl_free(a, ranges, per > 1 ? IMP_MAX_RANGES * sizeof *ranges : 0);
+    sl_free(a, counts, (size_t)o->num_inputs * sizeof *counts);
+    if (rc != SL_OK) {
+        if (js != NULL) sl_free(a, js, (size_t)total * sizeof *js);
+        return rc;
+    }
+    *jobs = js;
+    *njobs = (uint32_t)total;
+    return SL_OK;
+}
+
+/* The refusal of an import that read without a fatal error: no row
+ * written, or too many skipped. */
+static sl_err_t refuse(const sl_wh_import_opts_t *o, const imp_shared_t *sh, sl_error_t *err)
+{
+    uint64_t read = 0, written = 0, skipped = 0;
+    for (uint32_t j = 0; j < sh->njobs; j++) {
+        read += sh->jobs[j].res.rows_read;
+        written += sh->jobs[j].res.rows_written;
+        skipped += sh->jobs[j].res.rows_skipped;
+    }
+    if (written == 0 && read == 0)
+        return sl_error_set(err, SL_ERR_INVALID, "refused: the input holds no row");
+    if (written == 0)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "refused: no row was written (%llu read, all skipped as bad)%s",
+                            (unsigned long long)read,
+                            o->format == SL_WH_IMPORT_CRITEO ? "; is the input Criteo TSV?" : "");
+    if ((double)skipped > o->max_skipped_fraction * (double)read)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "refused: %llu of %llu rows (%.2f %%) were skipped as bad, more than "
+                            "the allowed fraction %g (--max-skipped-fraction)",
+                            (unsigned long long)skipped, (unsigned long long)read,
+                            100.0 * (double)skipped / (double)read, o->max_skipped_fraction);
+    return SL_OK;
+}
+
+/* Sum the jobs' counts per input into summary. */
+static void summarize(const imp_shared_t *sh, sl_err_t rc, sl_wh_import_file_t *files,
+                      sl_wh_import_summary_t *summary)
+{
+    for (uint32_t j = 0; j < sh->njobs; j++) {
+        const imp_job_t *job = &sh->jobs[j];
+        sl_wh_import_file_t *f = &files[job->input];
+        f->rows_read += job->res.rows_read;
+        f->rows_written += job->res.rows_written;
+        f->rows_skipped += job->res.rows_skipped;
+        f->bytes_in += job->res.bytes_in;
+        f->bytes_out += job->res.bytes_out;
+        if (f->output[0] == '\0') memcpy(f->output, job->res.output, sizeof f->output);
+        if (f->first_error_line == 0 && job->res.first_error_line != 0) {
+            f->first_error_line = job->res.first_error_line;
+            memcpy(f->first_error, job->res.first_error, sizeof f->first_error);
+        }
+        for (uint32_t k = 0; k < job->num_first_bad; k++)
+            if (summary->num_first_bad < SL_WH_IMPORT_FIRST_BAD)
+                memcpy(summary->first_bad[summary->num_first_bad++], job->first_bad[k],
+                       sizeof summary->first_bad[0]);
+        if (rc == SL_OK && job->res.output[0] != '\0') summary->files_written++;
+    }
+    for (uint32_t i = 0; i < summary->num_files; i++) {
+        const sl_wh_import_file_t *f = &files[i];
+        summary->rows_read += f->rows_read;
+        summary->rows_written += f->rows_written;
+        summary->rows_skipped += f->rows_skipped;
+        summary->bytes_in += f->bytes_in;
+        if (rc == SL_OK) summary->bytes_out += f->bytes_out;
+    }
+    if (rc != SL_OK && !sh->linked) summary->rows_written = 0; /* nothing was committed */
+}
+
 sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summary,
                       sl_error_t *err)
 {
@@ -484,10 +475,12 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
     const char *partition = o->partition != NULL ? o->partition : "";
 
     sl_wh_schema_t *schema = NULL;
+    sl_wh_csv_t *csv = NULL;
+    imp_pq_t *pq = NULL;
     created_t made = {0};
-    shared_t *sh = NULL;
+    imp_shared_t *sh = NULL;
     sl_wh_import_file_t *files = NULL;
-    if ((rc = resolve_schema(o, &schema, err)) != SL_OK) goto out;
+    if ((rc = resolve_schema(o, &schema, &csv, &pq, err)) != SL_OK) goto out;
     if ((rc = sl_wh_partition_check(schema, partition, err)) != SL_OK) goto out;
     if ((rc = before_create(o->table_dir, partition, &made, err)) != SL_OK) goto out;
     if ((rc = sl_wh_table_create(o->table_dir, schema, err)) != SL_OK) {
@@ -498,30 +491,28 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
 
     sh = sl_calloc(o->allocator, 1, sizeof *sh);
     files = sl_calloc(o->allocator, o->num_inputs, sizeof *files);
-    if (sh == NULL || files == NULL ||
-        (sh->jobs = sl_calloc(o->allocator, o->num_inputs, sizeof *sh->jobs)) == NULL) {
+    if (sh == NULL || files == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for %u inputs", o->num_inputs);
         goto out;
     }
     sh->o = o;
     sh->schema = schema;
-    sh->njobs = o->num_inputs;
+    sh->csv = csv;
+    sh->pq = pq;
+    if (csv != NULL) sh->stdin_src = imp_csv_take_stdin(csv);
     int n = snprintf(sh->part_dir, sizeof sh->part_dir, "%s%s%s", o->table_dir,
                      *partition ? "/" : "", partition);
     if (n < 0 || (size_t)n >= sizeof sh->part_dir) {
         rc = sl_error_set(err, SL_ERR_INVALID, "path too long: %s/%s", o->table_dir, partition);
         goto out;
     }
-    uint32_t first_part = next_part_number(sh->part_dir);
+    uint32_t threads = o->threads ? o->threads : imp_cores();
+    if ((rc = plan_jobs(o, threads, next_part_number(sh->part_dir), &sh->jobs, &sh->njobs, err)) !=
+        SL_OK)
+        goto out;
     uint64_t total = 0;
     for (uint32_t i = 0; i < o->num_inputs; i++) {
-        job_t *j = &sh->jobs[i];
-        j->index = i;
-        j->part = first_part + i;
-        j->res = &files[i];
         files[i].input = o->inputs[i];
-        snprintf(j->stage, sizeof j->stage, ".import-%ld-%05u%s", (long)getpid(), j->part,
-                 SL_WH_FILE_EXT);
         struct stat st;
         if (total != UINT64_MAX && strcmp(o->inputs[i], "-") != 0 && stat(o->inputs[i], &st) == 0 &&
             S_ISREG(st.st_mode))
@@ -531,16 +522,16 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
     }
     if (total == UINT64_MAX) total = 0;
 
-    uint32_t threads = o->threads ? o->threads : imp_cores();
-    if (threads > o->num_inputs) threads = o->num_inputs;
+    if (threads > sh->njobs) threads = sh->njobs;
     if ((rc = run_workers(sh, threads, total, t0, err)) != SL_OK) goto out;
 
-    /* The error of the first input (in input order) that failed. */
+    /* The error of the first job (in input order) that failed. */
     for (uint32_t i = 0; i < sh->njobs && rc == SL_OK; i++)
         if (sh->jobs[i].rc != SL_OK) {
             rc = sh->jobs[i].rc;
             if (err != NULL) *err = sh->jobs[i].err;
         }
+    if (rc == SL_OK) rc = refuse(o, sh, err);
     sl_err_t crc = commit(sh, rc == SL_OK, err);
     if (rc == SL_OK) rc = crc;
 
@@ -548,28 +539,22 @@ out:
     /* Once a file is in the table (a later link or the directory sync
      * failed), the directories hold data: they and the schema stay. */
     if (rc != SL_OK && !(sh != NULL && sh->linked)) undo_create(&made);
-    if (summary != NULL && sh != NULL && files != NULL) {
+    if (summary != NULL && sh != NULL && files != NULL && sh->jobs != NULL) {
         summary->allocator = o->allocator;
         summary->num_files = o->num_inputs;
         summary->files = files;
         files = NULL;
-        for (uint32_t i = 0; i < summary->num_files; i++) {
-            const sl_wh_import_file_t *f = &summary->files[i];
-            summary->rows_read += f->rows_read;
-            summary->rows_written += f->rows_written;
-            summary->rows_skipped += f->rows_skipped;
-            summary->bytes_in += f->bytes_in;
-            if (rc == SL_OK && f->output[0] != '\0') {
-                summary->bytes_out += f->bytes_out;
-                summary->files_written++;
-            }
-        }
-        if (rc != SL_OK && !sh->linked) summary->rows_written = 0; /* nothing was committed */
+        summarize(sh, rc, summary->files, summary);
     }
     if (summary != NULL) summary->seconds = sl_clock_s() - t0;
     if (files != NULL) sl_free(o->allocator, files, (size_t)o->num_inputs * sizeof *files);
-    if (sh != NULL) sl_free(o->allocator, sh->jobs, (size_t)o->num_inputs * sizeof *sh->jobs);
+    if (sh != NULL) {
+        imp_source_close(sh->stdin_src);
+        if (sh->jobs != NULL) sl_free(o->allocator, sh->jobs, (size_t)sh->njobs * sizeof *sh->jobs);
+    }
     sl_free(o->allocator, sh, sizeof *sh);
+    sl_wh_csv_destroy(csv);
+    imp_pq_destroy(pq);
     sl_wh_schema_destroy(schema);
     return rc;
 }

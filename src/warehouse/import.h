@@ -28,14 +28,21 @@
 
 #include "warehouse/warehouse.h"
 
+typedef struct sl_wh_colmap sl_wh_colmap_t;
+typedef struct sl_wh_colmap_resolved sl_wh_colmap_resolved_t;
+typedef struct sl_wh_row_buf sl_wh_row_buf_t;
+typedef void (*sl_wh_colmap_problem_fn)(void *ctx, const char *problem);
+
 /* ==== import ====================================================================== */
 
 typedef enum sl_wh_import_format {
     SL_WH_IMPORT_CRITEO = 1, /* label, I1..I13, C1..C26, tab separated */
-    SL_WH_IMPORT_JSONL = 2   /* one JSON object per line (sl_wh_row_to_json's form) */
+    SL_WH_IMPORT_JSONL = 2,  /* one JSON object per line (sl_wh_row_to_json's form) */
+    SL_WH_IMPORT_CSV = 3,    /* RFC 4180 CSV with a header row, through a column mapping */
+    SL_WH_IMPORT_PARQUET = 4 /* Parquet files, through a column mapping (import_parquet.c) */
 } sl_wh_import_format_t;
 
-/* @return the format named "criteo" or "jsonl", or 0. */
+/* @return the format named "criteo", "jsonl", "csv" or "parquet", or 0. */
 sl_wh_import_format_t sl_wh_import_format_parse(const char *name);
 
 /* Counters handed to the progress callback (a consistent-enough snapshot:
@@ -71,9 +78,21 @@ typedef struct sl_wh_import_opts {
      * fixed schema (sl_wh_criteo_schema). */
     const char *schema_path;
     const sl_wh_schema_t *schema; /* borrowed for the call */
-    uint32_t infer_lines;         /* 0: 1000 */
-    bool strict;                  /* stop at the first bad row (the import then fails) */
-    uint32_t threads;             /* 0: min(inputs, online cores) */
+    uint32_t infer_lines;         /* 0: 1000 (csv: records read to infer column types) */
+    /* csv: the field delimiter (0: ','), and the column mapping (NULL: the
+     * default, every column inferred; borrowed for the call). */
+    char delimiter;
+    const sl_wh_colmap_t *mapping;
+    /* csv: a plain (uncompressed) input file is cut into byte ranges of at
+     * least this many bytes, parsed by threads in parallel, when there are
+     * more threads than inputs (0: 4 MiB). */
+    uint64_t range_min_bytes;
+    /* The import is refused (and adds nothing) when it would write no row,
+     * or when more than this fraction of the rows read are skipped as bad
+     * (0: 0.01; 1 or more: any fraction but all). */
+    double max_skipped_fraction;
+    bool strict;      /* stop at the first bad row (the import then fails) */
+    uint32_t threads; /* 0: min(inputs, online cores) */
     /* Clustering, storage dedup groups, stripe rows, zstd level, no_sync: as
      * given (overwrite is ignored: an import never replaces a file). */
     sl_wh_writer_opts_t writer;
@@ -90,6 +109,9 @@ typedef struct sl_wh_import_opts {
 
 /* Defaults: criteo, writer defaults, everything else zero. */
 sl_wh_import_opts_t sl_wh_import_opts_default(void);
+
+/* The first bad rows of an import, kept for a refusal's message. */
+#define SL_WH_IMPORT_FIRST_BAD 5
 
 typedef struct sl_wh_import_file {
     const char *input; /* borrowed from opts.inputs */
@@ -108,14 +130,20 @@ typedef struct sl_wh_import_summary {
     uint32_t num_files;
     sl_wh_import_file_t *files; /* [num_files], one per input, in input order */
     const sl_allocator_t *allocator;
+    /* The first bad rows, in input order: "input:line: why" */
+    uint32_t num_first_bad;
+    char first_bad[SL_WH_IMPORT_FIRST_BAD][SL_ERROR_MSG_MAX];
 } sl_wh_import_summary_t;
 
 /* Import opts->inputs into opts->table_dir/opts->partition. summary (may be
  * NULL) is filled even on failure, as far as the import got; free it with
  * sl_wh_import_summary_free. @return SL_OK (bad rows skipped are not an
  * error), SL_ERR_CORRUPT for the first bad row in strict mode (message
- * "input:line: ..."), or the error of a file, the schema or the table. On
- * error no data file of this import appears in the table. */
+ * "input:line: ..."), SL_ERR_INVALID when the import is refused (no row
+ * written, or more than opts.max_skipped_fraction skipped: the message
+ * gives the counts and the first bad rows, "input:line: reason"), or the
+ * error of a file, the schema or the table. On error no data file of this
+ * import appears in the table, and what it created is removed. */
 sl_err_t sl_wh_import(const sl_wh_import_opts_t *opts, sl_wh_import_summary_t *summary,
                       sl_error_t *err);
 
@@ -133,6 +161,44 @@ sl_wh_schema_t *sl_wh_criteo_schema(const sl_allocator_t *a);
 sl_err_t sl_wh_jsonl_infer_schema(const char *const *inputs, uint32_t num_inputs,
                                   uint32_t max_lines, const sl_allocator_t *a, sl_wh_schema_t **out,
                                   sl_error_t *err);
+
+/* ---- CSV (import_csv.c) ---- */
+
+/* The header, column types and mapping of a CSV import. */
+typedef struct sl_wh_csv sl_wh_csv_t;
+
+/* Read the header of input ("-": standard input, whose first 64 KiB are
+ * then kept for the import) and infer its columns' types from the next
+ * infer_lines records (0: 1000); resolve mapping (NULL: the default, all
+ * inferred) against them. Mapping problems go to problem (may be NULL).
+ * Caller owns *out, free with sl_wh_csv_destroy. */
+sl_err_t sl_wh_csv_open(const char *input, char delim, uint32_t infer_lines,
+                        const sl_wh_colmap_t *mapping, const sl_allocator_t *a,
+                        sl_wh_colmap_problem_fn problem, void *ctx, sl_wh_csv_t **out,
+                        sl_error_t *err);
+void sl_wh_csv_destroy(sl_wh_csv_t *c);
+/* The resolved mapping (its schema is the table's), borrowed from c. */
+const sl_wh_colmap_resolved_t *sl_wh_csv_mapping(const sl_wh_csv_t *c);
+uint32_t sl_wh_csv_num_columns(const sl_wh_csv_t *c);
+
+/* Parse one record (without its '\n'; a trailing '\r' is ignored) into
+ * *row (arrays borrowed from b, a buffer of the mapping's schema). has[i]:
+ * whether the record gave the sample id, session id, timestamp. @return
+ * SL_ERR_CORRUPT naming the field ("field 3 (price): expected a number,
+ * got 'x'", "5 fields, the header has 7"). */
+sl_err_t sl_wh_csv_parse_record(const sl_wh_csv_t *c, sl_wh_row_buf_t *b, const char *rec,
+                                size_t len, sl_wh_row_t *row, bool has[3], sl_error_t *err);
+
+/* ---- Parquet (import_parquet.c) ---- */
+
+/* The column mapping a Parquet import of input would use: its columns
+ * (scalars, lists, a list of struct{id, weight} as one column) and mapping
+ * (NULL: the default, all inferred) resolved against them; problems go to
+ * problem (may be NULL). For `--print-mapping`. Caller owns *out, free
+ * with sl_wh_colmap_resolved_destroy. */
+sl_err_t sl_wh_parquet_mapping(const char *input, const sl_wh_colmap_t *mapping,
+                               const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                               sl_wh_colmap_resolved_t **out, sl_error_t *err);
 
 /* ---- line parsers (the import's inner loops; exposed for tests and fuzzing) ---- */
 

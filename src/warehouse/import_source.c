@@ -45,6 +45,9 @@ struct imp_source {
     size_t zret; /* ZSTD_decompressStream's last hint; 0: a frame ended */
     char *peek;  /* [PEEK_BYTES] the first decoded bytes */
     size_t peek_pos, peek_len;
+    bool peek_only;     /* reads end with the peek (imp_source_set_peek_only) */
+    bool ranged;        /* a byte range of a plain file (imp_source_open_range) */
+    uint64_t remaining; /* ranged: bytes of the range not yet read */
 };
 
 /* Formats that are not text and that we do not decode, by magic. */
@@ -63,21 +66,29 @@ static const struct {
     {"LZIP", 4, "lzip-compressed data (decompress it first: lzip -dk)"},
     {"PK\x03\x04", 4, "a zip archive (extract it first: unzip)"},
     {"7z\xbc\xaf\x27\x1c", 6, "a 7z archive (extract it first: 7z x)"},
-    {"PAR1", 4, "a Parquet file"},
+    {"PAR1", 4, "a Parquet file (import it with --format parquet)"},
     {SL_WH_FILE_MAGIC, 4, "a sluice table data file (read it with sluice table cat)"},
     {SL_WH_SCHEMA_MAGIC, 4, "a sluice table schema file"},
 };
 
 static sl_err_t fill(imp_source_t *s, sl_error_t *err)
 {
+    size_t want = IN_BYTES;
+    if (s->ranged && s->remaining < want) want = (size_t)s->remaining;
+    if (want == 0) {
+        s->in_pos = s->in_len = 0;
+        s->in_eof = true;
+        return SL_OK;
+    }
     for (;;) {
-        ssize_t n = read(s->fd, s->in, IN_BYTES);
+        ssize_t n = read(s->fd, s->in, want);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return sl_error_set(err, SL_ERR_IO, "read %s: %s", s->name, strerror(errno));
         s->in_pos = 0;
         s->in_len = (size_t)n;
         s->in_eof = n == 0;
         s->consumed += (uint64_t)n;
+        if (s->ranged) s->remaining -= (uint64_t)n;
         return SL_OK;
     }
 }
@@ -187,15 +198,15 @@ static sl_err_t check_text(const imp_source_t *s, bool more, sl_error_t *err)
         if (*q == 0)
             return sl_error_set(err, SL_ERR_INVALID,
                                 "%s: not text: a NUL byte at byte %zu of its content%s; "
-                                "sluice table import reads text (Criteo TSV or jsonl), plain, "
-                                "gzip or zstd",
+                                "sluice table import reads text (Criteo TSV, jsonl or CSV), "
+                                "plain, gzip or zstd",
                                 s->name, (size_t)(q - p), how);
         size_t len = utf8_len(q, end, more);
         if (len == 0)
             return sl_error_set(err, SL_ERR_INVALID,
                                 "%s: not text: invalid UTF-8 (byte 0x%02x) at byte %zu of its "
-                                "content%s; sluice table import reads text (Criteo TSV or "
-                                "jsonl), plain, gzip or zstd",
+                                "content%s; sluice table import reads text (Criteo TSV, "
+                                "jsonl or CSV), plain, gzip or zstd",
                                 s->name, *q, (size_t)(q - p), how);
         q += len;
     }
@@ -235,7 +246,7 @@ static sl_err_t detect(imp_source_t *s, sl_error_t *err)
         if (len >= others[i].len && memcmp(m, others[i].magic, others[i].len) == 0)
             return sl_error_set(err, SL_ERR_INVALID,
                                 "%s: not text: it looks like %s; sluice table import reads text "
-                                "(Criteo TSV or jsonl), plain, gzip or zstd",
+                                "(Criteo TSV, jsonl or CSV), plain, gzip or zstd",
                                 s->name, others[i].what);
     s->kind = K_PLAIN;
     return SL_OK;
@@ -277,6 +288,47 @@ fail:
     return rc;
 }
 
+sl_err_t imp_source_open_range(const char *path, uint64_t begin, uint64_t end,
+                               const sl_allocator_t *a, imp_source_t **out, sl_error_t *err)
+{
+    *out = NULL;
+    imp_source_t *s = sl_calloc(a, 1, sizeof *s);
+    if (s == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: no memory for a reader", path);
+    s->a = a;
+    s->name = path;
+    s->kind = K_PLAIN;
+    s->ranged = true;
+    s->remaining = end > begin ? end - begin : 0;
+    s->in = sl_alloc(a, IN_BYTES);
+    s->peek = sl_alloc(a, PEEK_BYTES);
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    sl_err_t rc = SL_OK;
+    if (s->in == NULL || s->peek == NULL)
+        rc = sl_error_set(err, SL_ERR_NOMEM, "%s: no memory for a read buffer", path);
+    else if (s->fd < 0)
+        rc = sl_error_set(err, SL_ERR_IO, "open %s: %s", path, strerror(errno));
+    else if (lseek(s->fd, (off_t)begin, SEEK_SET) != (off_t)begin)
+        rc = sl_error_set(err, SL_ERR_IO, "seek %s to byte %llu: %s", path,
+                          (unsigned long long)begin, strerror(errno));
+    if (rc != SL_OK) {
+        imp_source_close(s);
+        return rc;
+    }
+    *out = s;
+    return SL_OK;
+}
+
+bool imp_source_plain(const imp_source_t *s)
+{
+    return s->kind == K_PLAIN;
+}
+
+void imp_source_set_peek_only(imp_source_t *s, bool peek_only)
+{
+    s->peek_only = peek_only;
+    s->peek_pos = 0;
+}
+
 sl_err_t imp_source_read(imp_source_t *s, char *buf, size_t cap, size_t *n, sl_error_t *err)
 {
     if (s->peek_pos < s->peek_len) {
@@ -285,6 +337,10 @@ sl_err_t imp_source_read(imp_source_t *s, char *buf, size_t cap, size_t *n, sl_e
         memcpy(buf, s->peek + s->peek_pos, k);
         s->peek_pos += k;
         *n = k;
+        return SL_OK;
+    }
+    if (s->peek_only) {
+        *n = 0;
         return SL_OK;
     }
     return decode(s, buf, cap, n, err);

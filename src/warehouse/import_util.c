@@ -61,6 +61,9 @@ void sl_wh_row_buf_destroy(sl_wh_row_buf_t *b)
     sl_free(a, b->weights, (size_t)(b->S + 1) * sizeof *b->weights);
     sl_free(a, b->cap, (size_t)(b->S + 1) * sizeof *b->cap);
     sl_free(a, b->weighted, (size_t)(b->S + 1) * sizeof *b->weighted);
+    sl_free(a, b->text, b->text_cap);
+    sl_free(a, b->foff, (size_t)b->fcap * sizeof *b->foff);
+    sl_free(a, b->flen, (size_t)b->fcap * sizeof *b->flen);
     sl_wh_schema_destroy(b->schema);
     sl_free(a, b, sizeof *b);
 }

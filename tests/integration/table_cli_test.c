@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +52,22 @@ static int run(const char *fmt, ...)
     va_end(ap);
     snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > out.txt 2> err.txt < /dev/null", tmpdir,
              binary(), args);
+    int st = system(cmd);
+    cr_assert(st != -1 && WIFEXITED(st), "%s did not exit", cmd);
+    return WEXITSTATUS(st);
+}
+
+/* The same with standard input from the file in (in tmpdir). */
+static int run_stdin(const char *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int run_stdin(const char *in, const char *fmt, ...)
+{
+    char args[4096], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > out.txt 2> err.txt < '%s'", tmpdir, binary(),
+             args, in);
     int st = system(cmd);
     cr_assert(st != -1 && WIFEXITED(st), "%s did not exit", cmd);
     return WEXITSTATUS(st);
@@ -217,7 +234,8 @@ Test(table_cli, import_jsonl_round_trip)
     strcat(text, "{\"sparse\":{\"item\":\"oops\"}}"); /* line 4: bad, no final newline */
     write_file("in.jsonl", text);
     cr_assert_eq(run("table import --format jsonl --input in.jsonl --table t "
-                     "--partition ds=2026-05-01 --infer-lines 3 --no-sync"),
+                     "--partition ds=2026-05-01 --infer-lines 3 --no-sync "
+                     "--max-skipped-fraction 0.25"),
                  0);
     EXPECT_OUT("imported: 4 rows read, 3 written, 1 skipped");
     EXPECT_ERR("in.jsonl:4: sparse 'item': expected an array of ids, got a string");
@@ -254,7 +272,8 @@ Test(table_cli, import_criteo_and_usage_errors)
                         "0");
     write_file("b.tsv", "1\t1\t2\n");
     cr_assert_eq(run("table import --format criteo --input a.tsv b.tsv --table t "
-                     "--partition ds=2026-01-01 --threads 2 --no-sync"),
+                     "--partition ds=2026-01-01 --threads 2 --no-sync "
+                     "--max-skipped-fraction 0.25"),
                  0);
     EXPECT_OUT("imported: 4 rows read, 3 written, 1 skipped");
     EXPECT_OUT("a.tsv: 1 bad row, first: a.tsv:2: field 2 (I1): unparsable number 'nope'");
@@ -274,8 +293,8 @@ Test(table_cli, import_criteo_and_usage_errors)
     EXPECT_OUT("ok: 2 files");
 
     cr_assert_eq(run("table import --input a.tsv --table t"), 2);
-    EXPECT_ERR("--format criteo|jsonl is required");
-    cr_assert_eq(run("table import --format csv --input a.tsv --table t"), 2);
+    EXPECT_ERR("--format criteo|jsonl|csv is required");
+    cr_assert_eq(run("table import --format xml --input a.tsv --table t"), 2);
     cr_assert_eq(run("table import --format criteo --table t"), 2);
     cr_assert_eq(run("table import --format criteo --input a.tsv"), 2);
     cr_assert_eq(run("table import --format criteo --input a.tsv --table t --schema s.json"), 2);
@@ -379,10 +398,62 @@ Test(table_cli, import_gzip_and_refuse_bzip2)
     char *err = slurp("err.txt", NULL);
     cr_assert_str_eq(err, "sluice table import: x.bz2: not text: it looks like bzip2-compressed "
                           "data (decompress it first: bunzip2 -k); sluice table import reads "
-                          "text (Criteo TSV or jsonl), plain, gzip or zstd\n"
+                          "text (Criteo TSV, jsonl or CSV), plain, gzip or zstd\n"
                           "sluice table import: nothing was added to bz\n");
     free(err);
     char bz[600];
     snprintf(bz, sizeof bz, "%s/bz", tmpdir);
     cr_assert_neq(access(bz, F_OK), 0, "the table directory bz was left behind");
+}
+
+Test(table_cli, import_csv_print_mapping_stdin_and_refusals)
+{
+    write_file("in.csv", "id,label,price,country,ids\n"
+                         "1,1,2.5,DE,\"[4,5]\"\n"
+                         "2,0,,FR,[]\n"
+                         "3,1,7,DE,6\n");
+    /* --print-mapping: the mapping as JSON, the columns on stderr, no table. */
+    cr_assert_eq(run("table import --format csv --input in.csv --table x --print-mapping"), 0);
+    char *out = slurp("out.txt", NULL);
+    cr_assert_str_eq(out, "{\n  \"labels\": [\n    \"label\"\n  ],\n  \"dense\": [\n    \"id\",\n"
+                          "    \"price\"\n  ],\n  \"sparse\": [\n    \"ids\"\n  ],\n"
+                          "  \"weighted\": [],\n  \"infer\": false\n}\n");
+    free(out);
+    EXPECT_ERR("column 4 country: string (ignored)\n");
+    EXPECT_ERR("ignored: country (string: no hash declared)\n");
+    struct stat st;
+    char path[512];
+    snprintf(path, sizeof path, "%s/x", tmpdir);
+    cr_assert_neq(stat(path, &st), 0, "--print-mapping made a table");
+
+    /* An edited mapping, and the CSV from standard input. */
+    write_file("m.json",
+               "{\"sample_id\": \"id\", \"labels\": [\"label\"], \"dense\": [\"price\"],"
+               " \"sparse\": [\"ids\", {\"column\": \"country\", \"hash\": {\"seed\": 3}}],"
+               " \"infer\": false}");
+    cr_assert_eq(run_stdin("in.csv",
+                           "table import --format csv --mapping m.json --input - --table s "
+                           "--no-sync"),
+                 0);
+    EXPECT_OUT("imported: 3 rows read, 3 written, 0 skipped");
+    cr_assert_eq(run("table cat s --features ids --limit 1"), 0);
+    EXPECT_OUT("{\"sample_id\":1,\"session_id\":0,\"ts\":0,\"labels\":{\"label\":1.0},"
+               "\"sparse\":{\"ids\":[4,5]}}\n");
+
+    /* A mapping's problems, every one with its path. */
+    write_file("bad.json", "{\"dense\": [\"country\"], \"sparse\": [{\"column\": \"ids\", "
+                           "\"hash\": {}}]}");
+    cr_assert_eq(run("table import --format csv --mapping bad.json --input in.csv --table b"), 1);
+    EXPECT_ERR("sluice table import: $.sparse[0].hash.seed: missing (the seed of the string hash, "
+               "an integer >= 0)\n");
+
+    /* The CSV given as Criteo: every row bad, refused, exit 1, no table. */
+    cr_assert_eq(run("table import --format criteo --input in.csv --table c --no-sync"), 1);
+    EXPECT_ERR("sluice table import: refused: no row was written (4 read, all skipped as bad); "
+               "is the input Criteo TSV?\n"
+               "sluice table import: 4 bad rows of 4 read; the first:\n"
+               "  in.csv:1: field 1 (label): unparsable number 'id,label,price,country,ids'\n");
+    EXPECT_ERR("sluice table import: nothing was added to c\n");
+    snprintf(path, sizeof path, "%s/c", tmpdir);
+    cr_assert_neq(stat(path, &st), 0, "the refused import left its table");
 }

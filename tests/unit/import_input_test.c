@@ -257,7 +257,7 @@ static void expect_refused(const char *dir, sl_wh_import_format_t fmt, const cha
     free(table);
 }
 
-#define TAIL "; sluice table import reads text (Criteo TSV or jsonl), plain, gzip or zstd"
+#define TAIL "; sluice table import reads text (Criteo TSV, jsonl or CSV), plain, gzip or zstd"
 
 Test(import_input, not_text_refused_with_one_error)
 {
@@ -289,9 +289,13 @@ Test(import_input, not_text_refused_with_one_error)
     char *table = tu_path(dir, "t");
     bad_count_t bad = {0};
     sl_error_t err = {0};
-    cr_assert_eq(import1(SL_WH_IMPORT_CRITEO, table, p, false, &bad, NULL, &err), SL_OK, "%s",
-                 err.msg);
-    cr_assert_eq(bad.n, 1); /* C1 'été' is no hex id: a bad row, not a refused file */
+    /* C1 'été' is no hex id: a bad row, not a refused file; the import
+     * then writes no row, which is refused too, naming what it read. */
+    cr_assert_eq(import1(SL_WH_IMPORT_CRITEO, table, p, false, &bad, NULL, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "refused: no row was written (1 read, all skipped as bad); is the "
+                              "input Criteo TSV?");
+    cr_assert_eq(bad.n, 1);
+    cr_assert(!exists(table), "the refused import left its table directory");
     tu_rm_tree(table);
 
     /* Binary content inside gzip. */

@@ -310,6 +310,7 @@ Test(import_jsonl, bad_rows_named_by_line)
     sl_wh_import_opts_t o = jsonl_opts(table, inputs);
     sl_wh_schema_t *schema = test_schema();
     o.schema = schema;
+    o.max_skipped_fraction = 1; /* the bad rows are the point here */
     bad_log_t log = {0};
     o.on_bad_row = log_bad;
     o.bad_row_ctx = &log;

@@ -314,6 +314,7 @@ Test(import, criteo_bad_rows_skipped_with_file_and_line)
     tu_write_file(in, bad_text, sizeof bad_text - 1);
     const char *inputs[] = {in};
     sl_wh_import_opts_t o = opts_for(SL_WH_IMPORT_CRITEO, table, inputs, 1);
+    o.max_skipped_fraction = 1; /* the bad rows are the point here */
     bad_log_t log = {0};
     o.on_bad_row = log_bad;
     o.bad_row_ctx = &log;

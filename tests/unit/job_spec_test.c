@@ -717,6 +717,58 @@ Test(job_kafka_spec, table_or_kafka)
                                "$.source.kafka.schema: missing (required)"});
 }
 
+Test(job_kafka_spec, json_records_take_their_schema_from_columns)
+{
+    sl_pipeline_job_t *job =
+        parse_ok("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], 'format': 'json', "
+                 "'columns': {'sample_id': 'id', 'labels': ['click'], 'dense': ['price'], "
+                 "'sparse': ['items', {'column': 'country', 'name': 'cc', 'hash': {'seed': 7}}], "
+                 "'weighted': [{'column': 'tags'}]}}}}");
+    const sl_pipeline_kafka_t *k = &job->kafka;
+    cr_assert_eq(k->format, SL_PIPELINE_KAFKA_JSON);
+    cr_assert_not_null(k->columns);
+    cr_assert_not_null(k->schema);
+    cr_assert_str_eq(sl_wh_schema_column(k->schema, SL_WH_COL_SAMPLE_ID), "id");
+    cr_assert_eq(sl_wh_schema_num_labels(k->schema), 1);
+    cr_assert_eq(sl_wh_schema_num_features(k->schema), 4);
+    cr_assert_eq(sl_wh_schema_find(k->schema, "cc")->kind, SL_WH_SPARSE);
+    cr_assert_eq(sl_wh_schema_find(k->schema, "tags")->kind, SL_WH_WEIGHTED);
+    cr_assert(k->columns->slots[4].hash); /* id, click, price, items, then cc */
+    sl_pipeline_job_destroy(job);
+    /* protobuf stays the default */
+    job = parse_ok("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA "}}}");
+    cr_assert_eq(job->kafka.format, SL_PIPELINE_KAFKA_PROTOBUF);
+    cr_assert_null(job->kafka.columns);
+    sl_pipeline_job_destroy(job);
+
+    parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], 'format': 'json', " SCHEMA
+              "}}}",
+              2,
+              (const char *[]){"$.source.kafka.schema: JSON records take their schema from "
+                               "$.source.kafka.columns; give no schema",
+                               "$.source.kafka.columns: missing (required with \"format\": "
+                               "\"json\")"});
+    parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
+              ", 'columns': {'dense': ['a']}}}}",
+              1,
+              (const char *[]){"$.source.kafka.columns: only for JSON records (\"format\": "
+                               "\"json\")"});
+    parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], 'format': 'xml', " SCHEMA
+              "}}}",
+              1, (const char *[]){"$.source.kafka.format: *"});
+    /* the mapping's problems, each by its path under columns */
+    parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], 'format': 'json', "
+              "'columns': {'dense': [1], 'sparse': [{'column': 'c', 'hash': {'seed': -2}}], "
+              "'labelz': []}}}}",
+              3,
+              (const char *[]){"$.source.kafka.columns.labelz: unknown key (keys: sample_id, "
+                               "session_id, timestamp, labels, dense, sparse, weighted, infer)",
+                               "$.source.kafka.columns.dense[0]: must be a column name (a "
+                               "non-empty string), got a number",
+                               "$.source.kafka.columns.sparse[0].hash.seed: must be a "
+                               "non-negative integer"});
+}
+
 Test(job_kafka_spec, every_problem_by_path)
 {
     parse_bad("{'source': {'kafka': {'brokers': 'h:0,:9092,ok:1,x:12ab,nocolon', "

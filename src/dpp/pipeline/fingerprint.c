@@ -199,6 +199,19 @@ static sl_err_t put_source(XXH3_state_t *h, const sl_pipeline_job_t *job,
         if (rc != SL_OK) return rc;
         put_u64(h, XXH3_64bits(buf, len));
         sl_free(NULL, buf, len);
+        if (k->format == SL_PIPELINE_KAFKA_JSON && k->columns != NULL) {
+            /* Only JSON jobs hash these: protobuf jobs' fingerprints (and
+             * their resume tokens) stay what they were. */
+            section(h, "json");
+            json_t *m = sl_wh_colmap_resolved_to_json(k->columns);
+            size_t n = m ? json_dumpb(m, NULL, 0, JSON_COMPACT | JSON_SORT_KEYS) : 0;
+            char *text = n ? sl_alloc(NULL, n) : NULL;
+            if (text != NULL) json_dumpb(m, text, n, JSON_COMPACT | JSON_SORT_KEYS);
+            json_decref(m);
+            if (text == NULL) return sl_error_set(err, SL_ERR_NOMEM, "fingerprint: out of memory");
+            put_u64(h, XXH3_64bits(text, n));
+            sl_free(NULL, text, n);
+        }
         put_u64(h, k->start);
         put_u64(h, k->stop);
         put_u64(h, (uint64_t)k->start_ms);

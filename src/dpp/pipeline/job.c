@@ -47,6 +47,7 @@ void sl_pipeline_job_destroy(sl_pipeline_job_t *job)
     sl_strfree(NULL, job->kafka.brokers);
     free_strs(job->kafka.topics, job->kafka.num_topics);
     sl_wh_schema_destroy(job->kafka.schema);
+    sl_wh_colmap_resolved_destroy(job->kafka.columns);
     free_strs(job->kafka.props, 2 * job->kafka.num_props);
     sl_strfree(NULL, job->kafka.dead_letter_topic);
     sl_strfree(NULL, job->partitions);
@@ -315,6 +316,24 @@ static void parse_schema(dpp_parse_t *p, const json_t *v, const char *path, sl_p
         sl_pipeline_problems_add(p->problems, "%s: %s", path, e.msg);
 }
 
+static void add_problem(void *ctx, const char *problem)
+{
+    sl_pipeline_problems_add(ctx, "%s", problem);
+}
+
+/* The column mapping of JSON records, resolved against the keys it names
+ * (its problems carry their JSON paths under $.source.kafka.columns). */
+static void parse_columns(dpp_parse_t *p, const json_t *v, const char *path, sl_pipeline_job_t *job)
+{
+    sl_wh_colmap_t *m = NULL;
+    sl_error_t e = {0};
+    sl_err_t rc = sl_wh_colmap_parse(v, path, NULL, add_problem, p->problems, &m, &e);
+    if (rc == SL_OK)
+        rc = sl_wh_colmap_resolve_named(m, NULL, add_problem, p->problems, &job->kafka.columns, &e);
+    if (rc == SL_ERR_NOMEM) p->nomem = true;
+    sl_wh_colmap_destroy(m);
+}
+
 /* start / stop: a word, or {"timestamp_ms": N}. */
 static void parse_at(dpp_parse_t *p, const json_t *v, const char *path, bool start, uint8_t *at,
                      int64_t *ms)
@@ -439,6 +458,8 @@ static void parse_props(dpp_parse_t *p, const json_t *v, const char *path, sl_pi
     }
 #define COUNT(fields) (uint32_t)(sizeof fields / sizeof fields[0])
 
+static const char *const kafka_formats[] = {"protobuf", "json", NULL};
+
 static const dpp_field_t kafka_fields[] = {
     {.name = "brokers",
      .type = FIELD_STRING,
@@ -453,13 +474,30 @@ static const dpp_field_t kafka_fields[] = {
      .parse = parse_topics,
      .type_doc = "non-empty array of distinct topic names",
      .doc = "topics read, every partition of each"},
+    {.name = "format",
+     .type = FIELD_ENUM,
+     .choices = kafka_formats,
+     .def.u = SL_PIPELINE_KAFKA_PROTOBUF,
+     AT(kafka.format),
+     .doc = "what a record's value is: a `sluice.Sample` with the `sluice-format` header "
+            "(`sluice produce`), or a JSON object whose keys `columns` maps (no header needed, "
+            "the key ignored)"},
     {.name = "schema",
      .type = FIELD_CUSTOM,
-     .required = true,
      .parse = parse_schema,
      .type_doc = "object, a table schema (`sluice table create --schema`)",
+     .def_doc = "**required** for protobuf records; none for JSON",
      .doc = "the features and labels of the records; a record that does not fit is bad "
-            "(counted, skipped)"},
+            "(counted, skipped). JSON records take theirs from `columns` (then `schema` is "
+            "refused)"},
+    {.name = "columns",
+     .type = FIELD_CUSTOM,
+     .parse = parse_columns,
+     .type_doc = "object, a column mapping (docs/TABLES.md, \"The column mapping\")",
+     .def_doc = "**required** for JSON records",
+     .doc = "JSON records: which keys are the sample id, session id, timestamp, labels, "
+            "dense, sparse and weighted features (strings only through a declared hash); the "
+            "job's schema is the mapping's; keys it does not name are ignored"},
     CUSTOM_KEY("start", parse_start, "`\"earliest\"`, `\"latest\"` or `{\"timestamp_ms\": N}`",
                "`\"earliest\"`",
                "where each partition is read from: its first offset, its high-water mark at "
@@ -725,6 +763,27 @@ static void check_source(dpp_parse_t *p, const json_t *src, sl_pipeline_job_t *j
                                      "none",
                                      table_only[i]);
     sl_pipeline_kafka_t *k = &job->kafka;
+    const json_t *kj = json_object_get(src, "kafka");
+    bool has_schema = json_is_object(kj) && json_object_get(kj, "schema") != NULL;
+    bool has_columns = json_is_object(kj) && json_object_get(kj, "columns") != NULL;
+    if (k->format == SL_PIPELINE_KAFKA_JSON) {
+        if (has_schema)
+            sl_pipeline_problems_add(p->problems,
+                                     "$.source.kafka.schema: JSON records take their schema "
+                                     "from $.source.kafka.columns; give no schema");
+        if (!has_columns)
+            sl_pipeline_problems_add(p->problems, "$.source.kafka.columns: missing (required "
+                                                  "with \"format\": \"json\")");
+        if (k->columns != NULL && k->schema == NULL &&
+            (k->schema = sl_wh_schema_clone(k->columns->schema, NULL)) == NULL)
+            p->nomem = true;
+    } else {
+        if (!has_schema)
+            sl_pipeline_problems_add(p->problems, "$.source.kafka.schema: missing (required)");
+        if (has_columns)
+            sl_pipeline_problems_add(p->problems, "$.source.kafka.columns: only for JSON "
+                                                  "records (\"format\": \"json\")");
+    }
     if (k->start == SL_PIPELINE_KAFKA_NONE) k->start = SL_PIPELINE_KAFKA_EARLIEST;
     if (job->drop_last)
         sl_pipeline_problems_add(p->problems,

@@ -15,6 +15,7 @@
 #include "dpp/pipeline/problems.h"
 #include "sluice/err.h"
 #include "sluice/tensor.h"
+#include "warehouse/column_map.h"
 #include "warehouse/warehouse.h"
 
 typedef struct sl_pipeline_dedup_group {
@@ -36,6 +37,12 @@ typedef enum sl_pipeline_kafka_at {
     SL_PIPELINE_KAFKA_TIMESTAMP = 3 /* the first offset whose CreateTime is >= at_ms */
 } sl_pipeline_kafka_at_t;
 
+/* What a Kafka record's value is (source.kafka.format). */
+typedef enum sl_pipeline_kafka_format {
+    SL_PIPELINE_KAFKA_PROTOBUF = 0, /* a sluice.Sample with the sluice-format header */
+    SL_PIPELINE_KAFKA_JSON = 1      /* a JSON object, mapped by source.kafka.columns */
+} sl_pipeline_kafka_format_t;
+
 /* source.kafka (docs/KAFKA.md): the topics read instead of a table. */
 typedef struct sl_pipeline_kafka {
     char *brokers; /* bootstrap servers, "host:port[,host:port...]" */
@@ -49,6 +56,10 @@ typedef struct sl_pipeline_kafka {
     char **props;              /* [2 * num_props] librdkafka property name, value, ... */
     uint32_t num_props;
     char *dead_letter_topic; /* bad records are produced to it as they came; NULL: none */
+    uint8_t format;          /* sl_pipeline_kafka_format_t */
+    /* JSON records: the column mapping resolved against the keys it names;
+     * schema is then its schema (a copy). NULL for protobuf records. */
+    sl_wh_colmap_resolved_t *columns;
 } sl_pipeline_kafka_t;
 
 /* The job spec as parsed (syntax, types and ranges checked, defaults

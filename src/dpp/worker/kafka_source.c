@@ -25,6 +25,7 @@
 #include "dpp/worker/queue.h"
 #include "dpp/worker/source.h"
 #include "kafka/chunk.h"
+#include "kafka/record_json.h"
 
 #define META_TIMEOUT_MS 30000
 
@@ -40,6 +41,7 @@ typedef struct kafka_source {
     const sl_allocator_t *a;
     sl_kafka_consumer_t *c;
     sl_kafka_rows_t *rows;
+    sl_kafka_json_t *json; /* JSON records' decoder; NULL: protobuf records */
     kpart_t *parts;
     uint32_t num_parts;
     bool planned;
@@ -289,6 +291,7 @@ static sl_err_t kafka_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_
                                   .batch_rows = s->job->batch_size,
                                   .linger_ms = s->job->kafka.linger_ms,
                                   .rows = s->rows,
+                                  .json = s->json,
                                   .stripe = pass_stripe,
                                   .ctx = &p,
                                   .cancel = &s->cancel,
@@ -376,6 +379,7 @@ static void kafka_destroy(void *ctx)
     if (s->inner.destroy) s->inner.destroy(s->inner.ctx);
     dpp_dead_letter_destroy(s->dead, 5.0); /* what is queued gets 5 s to go out */
     sl_kafka_rows_destroy(s->rows);
+    sl_kafka_json_destroy(s->json);
     sl_kafka_consumer_destroy(s->c);
     if (s->parts) sl_free(s->a, s->parts, (size_t)s->num_parts * sizeof *s->parts);
     sl_free(s->a, s, sizeof *s);
@@ -461,6 +465,10 @@ static sl_err_t kafka_new(const sl_pipeline_job_t *job, const char *const *featu
     sl_err_t rc = sl_kafka_consumer_new(&co, &s->c, err);
     sl_free(a, props, (2 * (size_t)job->kafka.num_props + 6) * sizeof(char *));
     if (rc == SL_OK) rc = sl_kafka_rows_new(job->kafka.schema, features, nf, a, &s->rows, err);
+    if (rc == SL_OK && job->kafka.format == SL_PIPELINE_KAFKA_JSON)
+        rc = job->kafka.columns != NULL
+                 ? sl_kafka_json_new(job->kafka.columns, a, &s->json, err)
+                 : sl_error_set(err, SL_ERR_INVALID, "kafka source: JSON records need columns");
     if (rc) {
         kafka_destroy(s);
         return rc;

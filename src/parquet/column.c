@@ -1,0 +1,624 @@
+/* The column chunk reader (parquet.h): page headers, decompression, CRC,
+ * definition and repetition levels into validity and list offsets, in
+ * batches of at most N rows. A chunk is read page by page from the source:
+ * the reader holds one page's compressed and decompressed bytes at a time. */
+#include <lz4.h>
+#include <snappy-c.h>
+#include <string.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "column_internal.h"
+#include "common/mem.h"
+#include "thrift.h"
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        sl_err_t rc_ = (x);                                                                        \
+        if (rc_ != SL_OK) return rc_;                                                              \
+    } while (0)
+
+/* Page headers are read in a window that grows to this (their statistics
+ * may hold long min/max values). */
+#define MAX_PAGE_HEADER (16u << 20)
+
+enum { DATA_PAGE = 0, INDEX_PAGE = 1, DICTIONARY_PAGE = 2, DATA_PAGE_V2 = 3 };
+
+typedef struct page_header {
+    int32_t type, usize, csize, crc;
+    bool has_crc;
+    int32_t num_values, encoding, def_enc, rep_enc; /* data page v1, dictionary page */
+    int32_t def_len, rep_len;                       /* v2 */
+    bool compressed;                                /* v2 is_compressed, default true */
+    bool has_body;
+} page_header_t;
+
+static sl_err_t where(sl_pq_reader_t *r, sl_error_t *err)
+{
+    return sl_error_prefix(
+        err, "file %s row group %u column %s page %llu (offset %llu): ", r->f->name, r->rg,
+        r->c->path, (unsigned long long)r->pages, (unsigned long long)r->page_offset);
+}
+
+static bool codec_supported(int codec)
+{
+    return codec == SL_PQ_UNCOMPRESSED || codec == SL_PQ_SNAPPY || codec == SL_PQ_GZIP ||
+           codec == SL_PQ_ZSTD || codec == SL_PQ_LZ4_RAW;
+}
+
+sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_reader_t **out,
+                          sl_error_t *err)
+{
+    *out = NULL;
+    const sl_pq_meta_t *m = f->meta;
+    if (rg >= m->num_row_groups || col >= m->num_columns)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "file %s: no row group %u column %u (%u row groups, %u columns)",
+                            f->name, rg, col, m->num_row_groups, m->num_columns);
+    const sl_pq_column_t *c = &m->columns[col];
+    const sl_pq_chunk_t *ch = &m->row_groups[rg].chunks[col];
+    if (c->unsupported)
+        return sl_error_set(err, SL_ERR_UNSUPPORTED, "file %s column %s: %s are not supported",
+                            f->name, c->path, c->unsupported);
+    if (!codec_supported(ch->codec))
+        return sl_error_set(err, SL_ERR_UNSUPPORTED,
+                            "file %s row group %u column %s: codec %s (%d) is not supported "
+                            "(UNCOMPRESSED, SNAPPY, GZIP, ZSTD and LZ4_RAW are)",
+                            f->name, rg, c->path, sl_pq_codec_name(ch->codec), ch->codec);
+    int64_t start = ch->data_page_offset;
+    /* a dictionary page comes first; some writers store 0 for "none" */
+    if (ch->dictionary_page_offset > 0 && ch->dictionary_page_offset < start)
+        start = ch->dictionary_page_offset;
+    uint64_t data_end = f->size - 8 - f->meta->footer_len;
+    if (start < 4 || ch->total_compressed < 0 || (uint64_t)start > data_end ||
+        (uint64_t)ch->total_compressed > data_end - (uint64_t)start)
+        return sl_error_set(err, SL_ERR_CORRUPT,
+                            "file %s row group %u column %s: chunk of %lld bytes at %lld lies "
+                            "outside the file's data (4..%llu)",
+                            f->name, rg, c->path, (long long)ch->total_compressed, (long long)start,
+                            (unsigned long long)data_end);
+    if (ch->num_values < 0)
+        return sl_error_set(err, SL_ERR_CORRUPT, "file %s row group %u column %s: %lld values",
+                            f->name, rg, c->path, (long long)ch->num_values);
+    sl_pq_reader_t *r = sl_calloc(f->a, 1, sizeof *r);
+    if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    r->f = f;
+    r->a = f->a;
+    r->rg = rg;
+    r->col = col;
+    r->c = c;
+    r->ch = ch;
+    r->pos = (uint64_t)start;
+    r->end = (uint64_t)start + (uint64_t)ch->total_compressed;
+    r->chunk_values = ch->num_values;
+    r->b.kind = c->kind;
+    *out = r;
+    return SL_OK;
+}
+
+static void buf_free(const sl_allocator_t *a, sl_pq_buf_t *b)
+{
+    sl_free(a, b->p, b->cap);
+    b->p = NULL;
+    b->cap = 0;
+}
+
+void sl_pq_reader_destroy(sl_pq_reader_t *r)
+{
+    if (r == NULL) return;
+    const sl_allocator_t *a = r->a;
+    sl_pq_buf_t *bufs[] = {&r->hdr,      &r->cbuf, &r->ubuf,   &r->dict_vals,
+                           &r->dict_off, &r->lens, &r->prefix, &r->prev};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        buf_free(a, bufs[i]);
+    size_t vw = r->c->kind == SL_PQ_KIND_F32 ? 4 : 8;
+    sl_free(a,
+            r->c->kind == SL_PQ_KIND_F32   ? (void *)r->b.f32
+            : r->c->kind == SL_PQ_KIND_F64 ? (void *)r->b.f64
+                                           : (void *)r->b.i64,
+            r->c->kind == SL_PQ_KIND_BYTES ? 0 : r->slots_cap * vw);
+    sl_free(a, r->b.bytes_off, r->c->kind == SL_PQ_KIND_BYTES ? (r->slots_cap + 1) * 8 : 0);
+    sl_free(a, r->b.bytes, r->bytes_cap);
+    sl_free(a, r->b.valid, r->slots_cap);
+    sl_free(a, r->b.list_off, r->rows_cap ? (r->rows_cap + 1) * 4 : 0);
+    sl_free(a, r->b.list_valid, r->rows_cap ? r->rows_cap + 1 : 0);
+    sl_free(a, r, sizeof *r);
+}
+
+uint64_t sl_pq_reader_pages(const sl_pq_reader_t *r)
+{
+    return r->pages;
+}
+
+/* ---- page headers ---- */
+
+static sl_err_t dec_page_header(sl_pq_thrift_t *t, page_header_t *h)
+{
+    memset(h, 0, sizeof *h);
+    h->type = -1;
+    h->compressed = true;
+    TRY(sl_pq_thrift_struct_begin(t, SL_PQ_T_STRUCT, "PageHeader"));
+    int16_t last = 0, id;
+    uint8_t ft;
+    for (;;) {
+        TRY(sl_pq_thrift_field(t, &last, &id, &ft));
+        if (ft == SL_PQ_T_STOP) break;
+        if (id == 1) {
+            TRY(sl_pq_thrift_i32(t, ft, id, &h->type));
+        } else if (id == 2) {
+            TRY(sl_pq_thrift_i32(t, ft, id, &h->usize));
+        } else if (id == 3) {
+            TRY(sl_pq_thrift_i32(t, ft, id, &h->csize));
+        } else if (id == 4) {
+            TRY(sl_pq_thrift_i32(t, ft, id, &h->crc));
+            h->has_crc = true;
+        } else if (id == 5 || id == 7 || id == 8) {
+            /* DataPageHeader, DictionaryPageHeader, DataPageHeaderV2 */
+            const char *name = id == 5   ? "DataPageHeader"
+                               : id == 7 ? "DictionaryPageHeader"
+                                         : "DataPageHeaderV2";
+            TRY(sl_pq_thrift_struct_begin(t, ft, name));
+            h->has_body = true;
+            int16_t l2 = 0, id2;
+            uint8_t t2;
+            for (;;) {
+                TRY(sl_pq_thrift_field(t, &l2, &id2, &t2));
+                if (t2 == SL_PQ_T_STOP) break;
+                int32_t *dst = NULL;
+                if (id2 == 1) dst = &h->num_values;
+                if (id == 5 && id2 == 2) dst = &h->encoding;
+                if (id == 5 && id2 == 3) dst = &h->def_enc;
+                if (id == 5 && id2 == 4) dst = &h->rep_enc;
+                if (id == 7 && id2 == 2) dst = &h->encoding;
+                if (id == 8 && id2 == 4) dst = &h->encoding;
+                if (id == 8 && id2 == 5) dst = &h->def_len;
+                if (id == 8 && id2 == 6) dst = &h->rep_len;
+                if (dst != NULL)
+                    TRY(sl_pq_thrift_i32(t, t2, id2, dst));
+                else if (id == 8 && id2 == 7)
+                    TRY(sl_pq_thrift_bool(t, t2, id2, &h->compressed));
+                else
+                    TRY(sl_pq_thrift_skip(t, t2));
+            }
+            sl_pq_thrift_struct_end(t, "PageHeader");
+        } else {
+            TRY(sl_pq_thrift_skip(t, ft));
+        }
+    }
+    sl_pq_thrift_struct_end(t, "PageHeader");
+    return SL_OK;
+}
+
+/* Read and decode the header at r->pos; *hlen its size in bytes. */
+static sl_err_t read_page_header(sl_pq_reader_t *r, page_header_t *h, size_t *hlen, sl_error_t *err)
+{
+    uint64_t avail = r->end - r->pos;
+    size_t win = avail < 256 ? (size_t)avail : 256;
+    for (;;) {
+        if (!sl_pq_buf_reserve(r->a, &r->hdr, win))
+            return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+        TRY(r->f->src.read_at(r->f->src.ctx, r->pos, win, r->hdr.p, err));
+        sl_pq_thrift_t t;
+        sl_error_t e = {0};
+        sl_pq_thrift_init(&t, r->hdr.p, win, &e);
+        sl_err_t rc = dec_page_header(&t, h);
+        if (rc == SL_OK) {
+            *hlen = (size_t)(t.p - (const uint8_t *)r->hdr.p);
+            return SL_OK;
+        }
+        if (rc == SL_ERR_TRUNCATED && win < avail && win < MAX_PAGE_HEADER) {
+            win = avail < (uint64_t)win * 8 ? (size_t)avail : win * 8;
+            continue;
+        }
+        if (err != NULL) *err = e;
+        return rc;
+    }
+}
+
+static sl_err_t decompress(sl_pq_reader_t *r, const uint8_t *src, size_t slen, size_t ulen,
+                           const uint8_t **out, sl_error_t *err)
+{
+    int codec = r->ch->codec;
+    if (codec == SL_PQ_UNCOMPRESSED) {
+        if (slen != ulen)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "uncompressed page of %zu bytes says it holds %zu", slen, ulen);
+        *out = src;
+        return SL_OK;
+    }
+    if (!sl_pq_buf_reserve(r->a, &r->ubuf, ulen ? ulen : 1))
+        return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a page of %zu bytes", ulen);
+    uint8_t *dst = r->ubuf.p;
+    *out = dst;
+    const char *name = sl_pq_codec_name(codec);
+    switch (codec) {
+    case SL_PQ_SNAPPY: {
+        size_t n;
+        if (snappy_uncompressed_length((const char *)src, slen, &n) != SNAPPY_OK || n != ulen)
+            return sl_error_set(err, SL_ERR_CORRUPT, "SNAPPY page does not hold %zu bytes", ulen);
+        n = ulen;
+        if (snappy_uncompress((const char *)src, slen, (char *)dst, &n) != SNAPPY_OK || n != ulen)
+            return sl_error_set(err, SL_ERR_CORRUPT, "SNAPPY page does not decompress");
+        return SL_OK;
+    }
+    case SL_PQ_GZIP: {
+        z_stream z;
+        memset(&z, 0, sizeof z);
+        if (inflateInit2(&z, 15 + 32) != Z_OK)
+            return sl_error_set(err, SL_ERR_NOMEM, "zlib inflateInit2 failed");
+        z.next_in = (Bytef *)src;
+        z.avail_in = (uInt)slen;
+        z.next_out = dst;
+        z.avail_out = (uInt)ulen;
+        int zr = inflate(&z, Z_FINISH);
+        size_t got = z.total_out;
+        inflateEnd(&z);
+        if (zr != Z_STREAM_END || got != ulen)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "GZIP page does not decompress to %zu bytes (zlib %d, %zu bytes)",
+                                ulen, zr, got);
+        return SL_OK;
+    }
+    case SL_PQ_ZSTD: {
+        size_t n = ZSTD_decompress(dst, ulen, src, slen);
+        if (ZSTD_isError(n) || n != ulen)
+            return sl_error_set(
+                err, SL_ERR_CORRUPT, "ZSTD page does not decompress to %zu bytes%s%s", ulen,
+                ZSTD_isError(n) ? ": " : "", ZSTD_isError(n) ? ZSTD_getErrorName(n) : "");
+        return SL_OK;
+    }
+    case SL_PQ_LZ4_RAW: {
+        if (slen > INT32_MAX || ulen > INT32_MAX)
+            return sl_error_set(err, SL_ERR_TOO_LARGE, "LZ4_RAW page too large");
+        int n = LZ4_decompress_safe((const char *)src, (char *)dst, (int)slen, (int)ulen);
+        if (n < 0 || (size_t)n != ulen)
+            return sl_error_set(err, SL_ERR_CORRUPT,
+                                "LZ4_RAW page does not decompress to %zu "
+                                "bytes",
+                                ulen);
+        return SL_OK;
+    }
+    default:
+        return sl_error_set(err, SL_ERR_UNSUPPORTED, "codec %s is not supported", name);
+    }
+}
+
+/* Levels of width w: v1's 4-byte length then RLE; *p advances past them. */
+static sl_err_t levels_v1(sl_pq_rle_t *rle, int enc, unsigned w, const uint8_t **p,
+                          const uint8_t *end, const char *what, sl_error_t *err)
+{
+    if (enc != SL_PQ_ENC_RLE)
+        return sl_error_set(err, SL_ERR_UNSUPPORTED, "%s levels in encoding %s are not supported",
+                            what, sl_pq_encoding_name(enc));
+    if (end - *p < 4)
+        return sl_error_set(err, SL_ERR_TRUNCATED, "%s levels' length runs past the page", what);
+    uint32_t len = (uint32_t)(*p)[0] | (uint32_t)(*p)[1] << 8 | (uint32_t)(*p)[2] << 16 |
+                   (uint32_t)(*p)[3] << 24;
+    if (len > (size_t)(end - *p - 4))
+        return sl_error_set(err, SL_ERR_TRUNCATED, "%s levels of %u bytes run past the page", what,
+                            len);
+    sl_pq_rle_init(rle, *p + 4, len, w);
+    *p += 4 + (size_t)len;
+    return SL_OK;
+}
+
+static unsigned bit_width(unsigned v)
+{
+    unsigned w = 0;
+    while (v >> w)
+        w++;
+    return w;
+}
+
+/* Read pages until a data page is set up (dictionary pages loaded on the
+ * way). *done: the chunk has no more pages. */
+static sl_err_t load_page(sl_pq_reader_t *r, bool *done, sl_error_t *err)
+{
+    *done = false;
+    for (;;) {
+        if (r->pos >= r->end) {
+            if (r->chunk_values > 0)
+                return sl_error_set(err, SL_ERR_TRUNCATED,
+                                    "file %s row group %u column %s: the chunk ends with %lld of "
+                                    "its values missing",
+                                    r->f->name, r->rg, r->c->path, (long long)r->chunk_values);
+            *done = true;
+            return SL_OK;
+        }
+        r->page_offset = r->pos;
+        page_header_t h;
+        size_t hlen = 0;
+        if (read_page_header(r, &h, &hlen, err) != SL_OK) return where(r, err);
+        r->pos += hlen;
+        uint64_t left = r->end - r->pos;
+        if (h.csize < 0 || h.usize < 0 || (uint32_t)h.csize > SL_PQ_MAX_PAGE ||
+            (uint32_t)h.usize > SL_PQ_MAX_PAGE) {
+            sl_error_set(err, SL_ERR_CORRUPT, "page sizes %d compressed, %d uncompressed", h.csize,
+                         h.usize);
+            return where(r, err);
+        }
+        if ((uint64_t)h.csize > left) {
+            sl_error_set(err, SL_ERR_CORRUPT,
+                         "page of %d bytes is larger than what is left of its chunk (%llu bytes)",
+                         h.csize, (unsigned long long)left);
+            return where(r, err);
+        }
+        if (!sl_pq_buf_reserve(r->a, &r->cbuf, h.csize ? (size_t)h.csize : 1)) {
+            sl_error_set(err, SL_ERR_NOMEM, "out of memory for a page of %d bytes", h.csize);
+            return where(r, err);
+        }
+        if (r->f->src.read_at(r->f->src.ctx, r->pos, (size_t)h.csize, r->cbuf.p, err) != SL_OK)
+            return where(r, err);
+        r->pos += (uint64_t)h.csize;
+        r->pages++;
+        const uint8_t *page = r->cbuf.p;
+        if (h.has_crc && (uint32_t)h.crc != (uint32_t)crc32(0, page, (uInt)h.csize)) {
+            sl_error_set(err, SL_ERR_CORRUPT, "page CRC %08x, the bytes have %08x", (uint32_t)h.crc,
+                         (uint32_t)crc32(0, page, (uInt)h.csize));
+            return where(r, err);
+        }
+        if (h.type != DATA_PAGE && h.type != DATA_PAGE_V2 && h.type != DICTIONARY_PAGE)
+            continue; /* index pages and unknown kinds carry no values */
+        if (!h.has_body || h.num_values < 0 || (uint32_t)h.num_values > SL_PQ_MAX_PAGE_VALUES) {
+            sl_error_set(err, SL_ERR_CORRUPT, "%s without its header or with %d values",
+                         h.type == DICTIONARY_PAGE ? "dictionary page" : "data page", h.num_values);
+            return where(r, err);
+        }
+        const uint8_t *data;
+        if (h.type == DICTIONARY_PAGE) {
+            if (r->has_dict) {
+                sl_error_set(err, SL_ERR_CORRUPT, "a second dictionary page in one chunk");
+                return where(r, err);
+            }
+            if (h.encoding != SL_PQ_ENC_PLAIN && h.encoding != SL_PQ_ENC_PLAIN_DICTIONARY) {
+                sl_error_set(err, SL_ERR_UNSUPPORTED, "dictionary page in encoding %s",
+                             sl_pq_encoding_name(h.encoding));
+                return where(r, err);
+            }
+            if (decompress(r, page, (size_t)h.csize, (size_t)h.usize, &data, err) != SL_OK ||
+                sl_pq_dict_load(r, data, (size_t)h.usize, (uint32_t)h.num_values, err) != SL_OK)
+                return where(r, err);
+            continue;
+        }
+        unsigned dw = bit_width((unsigned)r->c->max_def), rw = bit_width((unsigned)r->c->max_rep);
+        const uint8_t *p, *end;
+        if (h.type == DATA_PAGE) {
+            if (decompress(r, page, (size_t)h.csize, (size_t)h.usize, &data, err) != SL_OK)
+                return where(r, err);
+            p = data;
+            end = data + h.usize;
+            if ((r->c->max_rep > 0 &&
+                 levels_v1(&r->rep, h.rep_enc, rw, &p, end, "repetition", err) != SL_OK) ||
+                (r->c->max_def > 0 &&
+                 levels_v1(&r->def, h.def_enc, dw, &p, end, "definition", err) != SL_OK))
+                return where(r, err);
+        } else {
+            if (h.def_len < 0 || h.rep_len < 0 ||
+                (int64_t)h.def_len + h.rep_len > (int64_t)h.csize ||
+                (int64_t)h.def_len + h.rep_len > (int64_t)h.usize) {
+                sl_error_set(err, SL_ERR_CORRUPT,
+                             "levels of %d + %d bytes in a page of %d bytes (%d uncompressed)",
+                             h.rep_len, h.def_len, h.csize, h.usize);
+                return where(r, err);
+            }
+            size_t lv = (size_t)h.def_len + (size_t)h.rep_len;
+            sl_pq_rle_init(&r->rep, page, (size_t)h.rep_len, rw);
+            sl_pq_rle_init(&r->def, page + h.rep_len, (size_t)h.def_len, dw);
+            size_t ulen = (size_t)h.usize - lv;
+            if (h.compressed) {
+                if (decompress(r, page + lv, (size_t)h.csize - lv, ulen, &data, err) != SL_OK)
+                    return where(r, err);
+            } else {
+                if ((size_t)h.csize - lv != ulen) {
+                    sl_error_set(err, SL_ERR_CORRUPT,
+                                 "uncompressed v2 page of %d bytes says it holds %d", h.csize,
+                                 h.usize);
+                    return where(r, err);
+                }
+                data = page + lv;
+            }
+            p = data;
+            end = data + ulen;
+        }
+        r->encoding = h.encoding;
+        if (sl_pq_values_begin(r, p, (size_t)(end - p), (uint32_t)h.num_values, err) != SL_OK)
+            return where(r, err);
+        r->page_left = (uint32_t)h.num_values;
+        r->chunk_values -= h.num_values;
+        r->in_page = true;
+        r->lv_len = r->lv_pos = 0;
+        return SL_OK;
+    }
+}
+
+/* ---- batches ---- */
+
+static sl_err_t reserve_slots(sl_pq_reader_t *r, size_t n, sl_error_t *err)
+{
+    if (n <= r->slots_cap) return SL_OK;
+    size_t cap = r->slots_cap ? r->slots_cap : 1024;
+    while (cap < n)
+        cap *= 2;
+    if (cap > UINT32_MAX) return sl_error_set(err, SL_ERR_TOO_LARGE, "over 2^32 values in a batch");
+    const sl_allocator_t *a = r->a;
+    uint8_t *valid = sl_realloc(a, r->b.valid, r->slots_cap, cap);
+    if (valid == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    r->b.valid = valid;
+    void **vals = r->c->kind == SL_PQ_KIND_F32   ? (void **)&r->b.f32
+                  : r->c->kind == SL_PQ_KIND_F64 ? (void **)&r->b.f64
+                  : r->c->kind == SL_PQ_KIND_I64 ? (void **)&r->b.i64
+                                                 : (void **)&r->b.bytes_off;
+    size_t w = r->c->kind == SL_PQ_KIND_F32 ? 4 : 8;
+    size_t extra = r->c->kind == SL_PQ_KIND_BYTES ? 1 : 0; /* offsets: one more */
+    void *v =
+        sl_realloc(a, *vals, r->slots_cap ? (r->slots_cap + extra) * w : 0, (cap + extra) * w);
+    if (v == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    *vals = v;
+    r->slots_cap = cap;
+    return SL_OK;
+}
+
+static sl_err_t reserve_rows(sl_pq_reader_t *r, size_t n, sl_error_t *err)
+{
+    if (!r->c->is_list || n <= r->rows_cap) return SL_OK;
+    uint32_t *off =
+        sl_realloc(r->a, r->b.list_off, r->rows_cap ? (r->rows_cap + 1) * 4 : 0, (n + 1) * 4);
+    if (off == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    r->b.list_off = off;
+    uint8_t *lv = sl_realloc(r->a, r->b.list_valid, r->rows_cap ? r->rows_cap + 1 : 0, n + 1);
+    if (lv == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    r->b.list_valid = lv;
+    r->rows_cap = n;
+    return SL_OK;
+}
+
+/* Spread the n values decoded densely from slot at over the slots
+ * [at, r->b.slots) whose valid byte is set; null slots get 0 or "". */
+static void scatter(sl_pq_reader_t *r, uint32_t at, uint32_t n)
+{
+    sl_pq_batch_t *b = &r->b;
+    /* no nulls: the dense values (and byte offsets) are already in place */
+    if (n == b->slots - at) return;
+    int64_t j = (int64_t)n - 1;
+    for (int64_t s = (int64_t)b->slots - 1; s >= (int64_t)at; s--) {
+        bool v = b->valid[s];
+        switch (b->kind) {
+        case SL_PQ_KIND_I64:
+            b->i64[s] = v ? b->i64[at + j] : 0;
+            break;
+        case SL_PQ_KIND_F32:
+            b->f32[s] = v ? b->f32[at + j] : 0;
+            break;
+        case SL_PQ_KIND_F64:
+            b->f64[s] = v ? b->f64[at + j] : 0;
+            break;
+        case SL_PQ_KIND_BYTES:
+            /* a slot ends where the last value at or before it ends */
+            b->bytes_off[s + 1] = j >= 0 ? b->bytes_off[at + 1 + j] : b->bytes_off[at];
+            break;
+        }
+        if (v) j--;
+    }
+}
+
+/* Decode the next SL_PQ_LEVEL_CHUNK levels of the page. */
+static sl_err_t refill_levels(sl_pq_reader_t *r, sl_error_t *err)
+{
+    uint32_t n = r->page_left < SL_PQ_LEVEL_CHUNK ? r->page_left : SL_PQ_LEVEL_CHUNK;
+    if (r->c->max_def > 0)
+        TRY(sl_pq_rle_get(&r->def, r->lv_def, n, err));
+    else
+        memset(r->lv_def, 0, n * sizeof r->lv_def[0]);
+    if (r->c->max_rep > 0) TRY(sl_pq_rle_get(&r->rep, r->lv_rep, n, err));
+    for (uint32_t i = 0; i < n; i++)
+        if (r->lv_def[i] > (uint32_t)r->c->max_def ||
+            (r->c->max_rep > 0 && r->lv_rep[i] > (uint32_t)r->c->max_rep))
+            return sl_error_set(
+                err, SL_ERR_CORRUPT, "level %u of %u (definition) or %u of %u (repetition)",
+                r->lv_def[i], r->c->max_def, r->c->max_rep ? r->lv_rep[i] : 0, r->c->max_rep);
+    r->page_left -= n;
+    r->lv_len = n;
+    r->lv_pos = 0;
+    return SL_OK;
+}
+
+sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_batch_t **out,
+                           sl_error_t *err)
+{
+    sl_pq_batch_t *b = &r->b;
+    const sl_pq_column_t *c = r->c;
+    *out = b;
+    b->rows = b->slots = 0;
+    r->bytes_len = 0;
+    if (max_rows == 0) return sl_error_set(err, SL_ERR_INVALID, "a batch of 0 rows");
+    TRY(reserve_slots(r, c->is_list ? 1024 : max_rows, err));
+    TRY(reserve_rows(r, max_rows, err));
+    if (c->kind == SL_PQ_KIND_BYTES) {
+        b->bytes_off[0] = 0;
+        TRY(sl_pq_bytes_reserve(r, 1, err)); /* b->bytes is never NULL */
+    }
+    if (c->is_list) b->list_off[0] = 0;
+    bool full = false;
+    while (!full) {
+        if (!r->in_page || (r->lv_pos == r->lv_len && r->page_left == 0)) {
+            r->in_page = false;
+            bool done;
+            TRY(load_page(r, &done, err));
+            if (done) break;
+            continue;
+        }
+        if (r->lv_pos == r->lv_len && refill_levels(r, err) != SL_OK) return where(r, err);
+        TRY(reserve_slots(r, (size_t)b->slots + (r->lv_len - r->lv_pos), err));
+        uint32_t at = b->slots, nvals = 0, i;
+        if (c->max_rep == 0) {
+            /* a scalar column: one level, one row, one slot */
+            uint32_t n = r->lv_len - r->lv_pos;
+            if (n > max_rows - b->rows) n = max_rows - b->rows;
+            const uint32_t *d = r->lv_def + r->lv_pos, md = (uint32_t)c->max_def;
+            uint8_t *valid = b->valid + at;
+            for (uint32_t j = 0; j < n; j++) {
+                uint8_t v = d[j] == md;
+                valid[j] = v;
+                nvals += v;
+            }
+            b->slots += n;
+            b->rows += n;
+            r->lv_pos += n;
+            full = b->rows == max_rows;
+            if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[at] = r->bytes_len;
+            if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);
+            scatter(r, at, nvals);
+            continue;
+        }
+        /* a list column: a level with repetition 0 starts a row; one at or
+         * above elem_def is an element, valid at max_def */
+        const uint32_t *D = r->lv_def, *R = r->lv_rep;
+        const uint32_t ed = (uint32_t)c->elem_def, md = (uint32_t)c->max_def;
+        uint32_t rows = b->rows, slots = b->slots;
+        uint32_t *loff = b->list_off;
+        uint8_t *lvalid = b->list_valid, *valid = b->valid;
+        if (rows == 0 && r->rows_read == 0 && r->lv_pos < r->lv_len && R[r->lv_pos] != 0) {
+            sl_error_set(err, SL_ERR_CORRUPT,
+                         "the chunk starts inside a list (repetition level %u)", R[r->lv_pos]);
+            return where(r, err);
+        }
+        /* where this batch must stop: before the row that would make it
+         * over max_rows (found only when the levels hold that many rows) */
+        uint32_t stop = r->lv_len, starts = 0;
+        for (i = r->lv_pos; i < r->lv_len; i++)
+            starts += R[i] == 0;
+        if (starts > max_rows - rows) {
+            uint32_t room = max_rows - rows;
+            for (i = r->lv_pos; i < r->lv_len; i++)
+                if (R[i] == 0 && room-- == 0) break;
+            stop = i;
+            full = true;
+        }
+        /* branch-free: the row slots are written for every level (the next
+         * row's entries are overwritten when it starts; room is reserved) */
+        for (i = r->lv_pos; i < stop; i++) {
+            uint32_t d = D[i];
+            loff[rows] = slots;
+            lvalid[rows] = d + 1 >= ed;
+            rows += R[i] == 0;
+            uint8_t v = d == md;
+            valid[slots] = v;
+            nvals += v;
+            slots += d >= ed;
+        }
+        b->rows = rows;
+        b->slots = slots;
+        r->lv_pos = i;
+        if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[at] = r->bytes_len;
+        if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);
+        scatter(r, at, nvals);
+    }
+    if (c->is_list) b->list_off[b->rows] = b->slots;
+    r->rows_read += b->rows;
+    if (b->rows == 0 && r->rows_read != r->f->meta->row_groups[r->rg].num_rows)
+        return sl_error_set(err, SL_ERR_CORRUPT,
+                            "file %s row group %u column %s: %lld rows, the row group has %lld",
+                            r->f->name, r->rg, c->path, (long long)r->rows_read,
+                            (long long)r->f->meta->row_groups[r->rg].num_rows);
+    return SL_OK;
+}

@@ -1,0 +1,79 @@
+/* The column chunk reader's state, shared by column.c (pages, levels,
+ * batches) and values.c (the value decoders). */
+#ifndef SLUICE_PARQUET_COLUMN_INTERNAL_H
+#define SLUICE_PARQUET_COLUMN_INTERNAL_H
+
+#include "encoding.h"
+#include "parquet.h"
+#include "parquet_internal.h"
+
+/* Levels decoded at a time (the reader's level scratch). */
+#define SL_PQ_LEVEL_CHUNK 4096u
+
+/* A buffer of the reader's allocator that only grows. */
+typedef struct sl_pq_buf {
+    void *p;
+    size_t cap; /* bytes */
+} sl_pq_buf_t;
+
+struct sl_pq_reader {
+    sl_pq_file_t *f;
+    const sl_allocator_t *a;
+    uint32_t rg, col;
+    const sl_pq_column_t *c;
+    const sl_pq_chunk_t *ch;
+    uint64_t pos, end;    /* the chunk's bytes not yet read */
+    int64_t chunk_values; /* num_values not yet seen in a page header */
+    int64_t rows_read;
+    uint64_t pages, page_offset;
+    sl_pq_buf_t hdr, cbuf, ubuf;
+
+    /* the dictionary, decoded */
+    bool has_dict;
+    uint32_t dict_n;
+    sl_pq_buf_t dict_vals; /* int64 / float / double per entry, or the bytes */
+    sl_pq_buf_t dict_off;  /* BYTES: dict_n + 1 offsets */
+
+    /* the current data page */
+    bool in_page;
+    uint32_t page_left; /* levels not yet decoded */
+    int encoding;
+    sl_pq_rle_t def, rep;
+    const uint8_t *vp, *vend; /* its values section */
+    uint64_t bit;             /* PLAIN BOOLEAN: next bit of vp */
+    sl_pq_rle_t vrle;         /* dictionary indices, RLE booleans */
+    sl_pq_delta_t delta;
+    sl_pq_buf_t lens, prefix; /* int64 per value: DELTA_LENGTH / DELTA_BYTE_ARRAY */
+    uint32_t lens_n, lens_pos;
+    const uint8_t *data; /* their bytes */
+    sl_pq_buf_t prev;    /* DELTA_BYTE_ARRAY: the previous value */
+    size_t prev_len;
+    uint64_t bss_count, bss_pos;
+
+    /* level scratch */
+    uint32_t lv_def[SL_PQ_LEVEL_CHUNK], lv_rep[SL_PQ_LEVEL_CHUNK], idx[SL_PQ_LEVEL_CHUNK];
+    uint32_t lv_len, lv_pos;
+
+    /* output */
+    sl_pq_batch_t b;
+    size_t slots_cap, rows_cap, bytes_cap, bytes_len;
+};
+
+/* Grow buf to at least n bytes (contents kept). @return false when out of
+ * memory. */
+bool sl_pq_buf_reserve(const sl_allocator_t *a, sl_pq_buf_t *buf, size_t n);
+
+/* values.c: set up the value decoder of the page whose values section is
+ * [p, p + len) and whose header said num_values levels. */
+sl_err_t sl_pq_values_begin(sl_pq_reader_t *r, const uint8_t *p, size_t len, uint32_t num_values,
+                            sl_error_t *err);
+/* Decode n values densely into output slots [at, at + n) (BYTES: appended
+ * to the bytes, b.bytes_off[at + 1 ..] set). */
+sl_err_t sl_pq_values_get(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t *err);
+/* Decode a PLAIN dictionary page of n entries from [p, p + len). */
+sl_err_t sl_pq_dict_load(sl_pq_reader_t *r, const uint8_t *p, size_t len, uint32_t n,
+                         sl_error_t *err);
+/* Room for n more bytes of output. */
+sl_err_t sl_pq_bytes_reserve(sl_pq_reader_t *r, size_t n, sl_error_t *err);
+
+#endif

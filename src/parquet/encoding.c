@@ -1,0 +1,246 @@
+/* The RLE/bit-packed hybrid, DELTA_BINARY_PACKED and BYTE_STREAM_SPLIT
+ * decoders (encoding.h). */
+#include "encoding.h"
+
+#include <string.h>
+
+#include "common/fileio.h"
+#include "thrift.h"
+
+uint64_t sl_pq_bits(const uint8_t *buf, size_t len, uint64_t bitpos, unsigned w)
+{
+    if (w == 0) return 0;
+    size_t byte = (size_t)(bitpos >> 3);
+    unsigned shift = (unsigned)(bitpos & 7);
+    if (w <= 56 && byte + 8 <= len) {
+        uint64_t v = sl_le_get_u64(buf + byte) >> shift;
+        return w == 64 ? v : v & ((UINT64_C(1) << w) - 1);
+    }
+    /* near the end of the buffer, or wider than one load covers */
+    uint64_t v = 0;
+    unsigned got = 0;
+    while (got < w) {
+        uint64_t b = byte < len ? buf[byte] : 0;
+        b >>= shift;
+        v |= b << got;
+        got += 8 - shift;
+        shift = 0;
+        byte++;
+    }
+    return w == 64 ? v : v & ((UINT64_C(1) << w) - 1);
+}
+
+void sl_pq_rle_init(sl_pq_rle_t *r, const uint8_t *p, size_t len, unsigned width)
+{
+    memset(r, 0, sizeof *r);
+    r->p = p;
+    r->end = p + len;
+    r->width = width;
+}
+
+/* Start the next run. */
+static sl_err_t rle_next_run(sl_pq_rle_t *r, sl_error_t *err)
+{
+    uint64_t h;
+    if (r->p >= r->end)
+        return sl_error_set(err, SL_ERR_TRUNCATED, "RLE/bit-packed data ends before its values");
+    if (!sl_pq_uvarint(&r->p, r->end, &h))
+        return sl_error_set(err, SL_ERR_TRUNCATED, "RLE/bit-packed run header runs past the end");
+    if (h & 1) {
+        uint64_t groups = h >> 1;
+        if (groups == 0 || groups > (UINT32_MAX / 8))
+            return sl_error_set(err, SL_ERR_CORRUPT, "bit-packed run of %llu groups",
+                                (unsigned long long)groups);
+        size_t left = (size_t)(r->end - r->p);
+        uint64_t bytes = groups * r->width;
+        /* a last run may stop short of its padding: only the values asked
+         * for must be there (rle_get checks each one) */
+        r->run = r->p;
+        r->run_len = bytes < left ? (size_t)bytes : left;
+        r->p += r->run_len;
+        r->packed = true;
+        r->run_pos = 0;
+        r->left = (uint32_t)(groups * 8);
+    } else {
+        uint64_t count = h >> 1;
+        if (count == 0 || count > UINT32_MAX)
+            return sl_error_set(err, SL_ERR_CORRUPT, "RLE run of %llu values",
+                                (unsigned long long)count);
+        unsigned nb = (r->width + 7) / 8;
+        if ((size_t)(r->end - r->p) < nb)
+            return sl_error_set(err, SL_ERR_TRUNCATED, "RLE run value runs past the end");
+        uint32_t v = 0;
+        for (unsigned k = 0; k < nb; k++)
+            v |= (uint32_t)r->p[k] << (8 * k);
+        r->p += nb;
+        if (r->width < 32 && (v >> r->width) != 0)
+            return sl_error_set(err, SL_ERR_CORRUPT, "RLE run value %u wider than %u bits", v,
+                                r->width);
+        r->packed = false;
+        r->value = v;
+        r->left = (uint32_t)count;
+    }
+    return SL_OK;
+}
+
+sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *err)
+{
+    while (n > 0) {
+        if (r->left == 0) {
+            sl_err_t rc = rle_next_run(r, err);
+            if (rc != SL_OK) return rc;
+        }
+        uint32_t k = r->left < n ? r->left : n;
+        if (!r->packed) {
+            const uint32_t value = r->value; /* a local: out may alias r for the compiler */
+            for (uint32_t i = 0; i < k; i++)
+                out[i] = value;
+        } else {
+            uint64_t need_bits = (r->run_pos + k) * r->width;
+            if (need_bits > (uint64_t)r->run_len * 8)
+                return sl_error_set(err, SL_ERR_TRUNCATED,
+                                    "bit-packed run runs past the end of its data");
+            const unsigned w = r->width;
+            const uint8_t *run = r->run;
+            uint64_t bit = r->run_pos * w;
+            const uint64_t mask = (UINT64_C(1) << w) - 1;
+            uint32_t i = 0;
+            /* one unaligned 8-byte load per value while it stays inside the
+             * decoder's buffer (width <= 32 plus a shift <= 7 fits in 64
+             * bits; bytes past the run are masked off) */
+            const size_t room = (size_t)(r->end - run);
+            if (w <= 8 && (r->run_pos & 7) == 0) {
+                /* whole groups of 8 values in at most 8 bytes: one load each */
+                while (i + 8 <= k && (bit >> 3) + 8 <= room) {
+                    uint64_t x = sl_le_get_u64(run + (bit >> 3));
+                    for (unsigned j = 0; j < 8; j++)
+                        out[i + j] = (uint32_t)((x >> (j * w)) & mask);
+                    i += 8;
+                    bit += 8 * w;
+                }
+            }
+            while (i < k && (bit >> 3) + 8 <= room) {
+                out[i++] = (uint32_t)((sl_le_get_u64(run + (bit >> 3)) >> (bit & 7)) & mask);
+                bit += w;
+            }
+            for (; i < k; i++, bit += w)
+                out[i] = (uint32_t)sl_pq_bits(run, r->run_len, bit, w);
+            r->run_pos += k;
+        }
+        r->left -= k;
+        out += k;
+        n -= k;
+    }
+    return SL_OK;
+}
+
+sl_err_t sl_pq_delta_init(sl_pq_delta_t *d, const uint8_t *p, size_t len, sl_error_t *err)
+{
+    memset(d, 0, sizeof *d);
+    d->p = p;
+    d->end = p + len;
+    uint64_t first;
+    if (!sl_pq_uvarint(&d->p, d->end, &d->block_size) ||
+        !sl_pq_uvarint(&d->p, d->end, &d->miniblocks) || !sl_pq_uvarint(&d->p, d->end, &d->total) ||
+        !sl_pq_uvarint(&d->p, d->end, &first))
+        return sl_error_set(err, SL_ERR_TRUNCATED, "DELTA_BINARY_PACKED header runs past the end");
+    if (d->block_size == 0 || d->block_size % 128 != 0 || d->block_size > (1u << 20) ||
+        d->miniblocks == 0 || d->block_size % d->miniblocks != 0 ||
+        (d->block_size / d->miniblocks) % 32 != 0)
+        return sl_error_set(err, SL_ERR_CORRUPT,
+                            "DELTA_BINARY_PACKED block of %llu values in %llu miniblocks",
+                            (unsigned long long)d->block_size, (unsigned long long)d->miniblocks);
+    d->mb_values = d->block_size / d->miniblocks;
+    d->left = d->total;
+    d->last = (uint64_t)sl_pq_unzigzag(first);
+    return SL_OK;
+}
+
+static sl_err_t delta_next_block(sl_pq_delta_t *d, sl_error_t *err)
+{
+    uint64_t md;
+    if (!sl_pq_uvarint(&d->p, d->end, &md))
+        return sl_error_set(err, SL_ERR_TRUNCATED,
+                            "DELTA_BINARY_PACKED block header runs past "
+                            "the end");
+    d->min_delta = (uint64_t)sl_pq_unzigzag(md);
+    if ((uint64_t)(d->end - d->p) < d->miniblocks)
+        return sl_error_set(err, SL_ERR_TRUNCATED,
+                            "DELTA_BINARY_PACKED bit widths run past the "
+                            "end");
+    d->widths = d->p;
+    d->p += d->miniblocks;
+    d->mb_index = 0;
+    d->mb_left = 0;
+    d->block_left = d->block_size;
+    return SL_OK;
+}
+
+static sl_err_t delta_next_miniblock(sl_pq_delta_t *d, sl_error_t *err)
+{
+    if (d->block_left == 0 || d->mb_index >= d->miniblocks) {
+        sl_err_t rc = delta_next_block(d, err);
+        if (rc != SL_OK) return rc;
+    }
+    unsigned w = d->widths[d->mb_index];
+    if (w > 64)
+        return sl_error_set(err, SL_ERR_CORRUPT, "DELTA_BINARY_PACKED miniblock of %u bits", w);
+    uint64_t bytes = d->mb_values * w / 8;
+    if ((uint64_t)(d->end - d->p) < bytes)
+        return sl_error_set(err, SL_ERR_TRUNCATED,
+                            "DELTA_BINARY_PACKED miniblock of %llu bytes, %zu left",
+                            (unsigned long long)bytes, (size_t)(d->end - d->p));
+    d->mb = d->p;
+    d->mb_bytes = (size_t)bytes;
+    d->p += bytes;
+    d->mb_width = w;
+    d->mb_pos = 0;
+    d->mb_left = d->mb_values;
+    d->mb_index++;
+    d->block_left -= d->mb_values;
+    return SL_OK;
+}
+
+sl_err_t sl_pq_delta_get(sl_pq_delta_t *d, int64_t *out, uint64_t n, sl_error_t *err)
+{
+    if (n > d->left)
+        return sl_error_set(err, SL_ERR_CORRUPT,
+                            "DELTA_BINARY_PACKED stream of %llu values asked for %llu more",
+                            (unsigned long long)d->left, (unsigned long long)n);
+    uint64_t i = 0;
+    if (n > 0 && !d->first_out) {
+        out[i++] = (int64_t)d->last;
+        d->first_out = true;
+        d->left--;
+    }
+    while (i < n) {
+        if (d->mb_left == 0) {
+            sl_err_t rc = delta_next_miniblock(d, err);
+            if (rc != SL_OK) return rc;
+        }
+        uint64_t k = n - i < d->mb_left ? n - i : d->mb_left;
+        uint64_t bit = d->mb_pos * d->mb_width;
+        for (uint64_t j = 0; j < k; j++, bit += d->mb_width) {
+            d->last += d->min_delta + sl_pq_bits(d->mb, d->mb_bytes, bit, d->mb_width);
+            out[i + j] = (int64_t)d->last;
+        }
+        d->mb_pos += k;
+        d->mb_left -= k;
+        d->left -= k;
+        i += k;
+    }
+    return SL_OK;
+}
+
+const uint8_t *sl_pq_delta_end(const sl_pq_delta_t *d)
+{
+    return d->p;
+}
+
+void sl_pq_bss_get(const uint8_t *data, uint64_t count, unsigned width, uint64_t first, uint64_t n,
+                   uint8_t *out)
+{
+    for (uint64_t i = 0; i < n; i++)
+        for (unsigned k = 0; k < width; k++)
+            out[i * width + k] = data[k * count + first + i];
+}

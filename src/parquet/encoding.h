@@ -1,0 +1,78 @@
+/* Parquet's value and level encodings that need state (docs/PARQUET.md):
+ * the RLE/bit-packed hybrid (levels, booleans, dictionary indices),
+ * DELTA_BINARY_PACKED (integers; the lengths of the delta byte-array
+ * encodings) and BYTE_STREAM_SPLIT. Each decoder is a cursor over one
+ * page's bytes that hands out values on demand, so a page is never
+ * expanded whole; none reads past its buffer: a run or block that would is
+ * an error saying so. column.c puts file, row group, column and page in
+ * front of their messages. */
+#ifndef SLUICE_PARQUET_ENCODING_H
+#define SLUICE_PARQUET_ENCODING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/err.h"
+
+/* The bits [bitpos, bitpos + w) of buf (little-endian bit order, as
+ * Parquet packs), w in [0, 64]; the caller has checked they are inside
+ * len bytes. */
+uint64_t sl_pq_bits(const uint8_t *buf, size_t len, uint64_t bitpos, unsigned w);
+
+/* ---- RLE / bit-packed hybrid ---- */
+
+typedef struct sl_pq_rle {
+    const uint8_t *p, *end;
+    unsigned width;     /* bits per value, 0..32 */
+    uint32_t left;      /* values left in the current run */
+    bool packed;        /* the current run is bit-packed (else repeated) */
+    uint32_t value;     /* a repeated run's value */
+    const uint8_t *run; /* a bit-packed run's bytes */
+    size_t run_len;
+    uint64_t run_pos; /* next value's index in the bit-packed run */
+} sl_pq_rle_t;
+
+/* A decoder over len bytes (no length prefix: the caller strips the
+ * 4-byte one of v1 levels and RLE booleans). */
+void sl_pq_rle_init(sl_pq_rle_t *r, const uint8_t *p, size_t len, unsigned width);
+/* Decode exactly n values into out. @return SL_OK, or SL_ERR_TRUNCATED /
+ * SL_ERR_CORRUPT when the runs end first or are malformed. */
+sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *err);
+
+/* ---- DELTA_BINARY_PACKED ---- */
+
+typedef struct sl_pq_delta {
+    const uint8_t *p, *end;
+    uint64_t block_size, miniblocks, mb_values;
+    uint64_t total, left; /* values in the stream; not yet handed out */
+    uint64_t last;        /* previous value (wrapping arithmetic) */
+    bool first_out;       /* the header's first value has been handed out */
+    uint64_t min_delta;
+    const uint8_t *widths; /* the current block's miniblock bit widths */
+    uint64_t mb_index;     /* the current miniblock in its block */
+    uint64_t mb_left;      /* values left in the current miniblock */
+    const uint8_t *mb;     /* its bytes */
+    size_t mb_bytes;
+    unsigned mb_width;
+    uint64_t mb_pos;
+    uint64_t block_left; /* values left in the current block */
+} sl_pq_delta_t;
+
+/* Read the stream header (block size, miniblocks, count, first value). */
+sl_err_t sl_pq_delta_init(sl_pq_delta_t *d, const uint8_t *p, size_t len, sl_error_t *err);
+/* Decode exactly n values (n <= d->left) into out. */
+sl_err_t sl_pq_delta_get(sl_pq_delta_t *d, int64_t *out, uint64_t n, sl_error_t *err);
+/* Where the stream ends, once every value has been handed out (the bytes
+ * that follow: DELTA_LENGTH_BYTE_ARRAY's data). */
+const uint8_t *sl_pq_delta_end(const sl_pq_delta_t *d);
+
+/* ---- BYTE_STREAM_SPLIT ---- */
+
+/* Values [first, first + n) of a stream of count values of width bytes
+ * (data is count * width bytes): byte k of value i is data[k * count + i].
+ * out gets n * width bytes, each value's bytes in order. */
+void sl_pq_bss_get(const uint8_t *data, uint64_t count, unsigned width, uint64_t first, uint64_t n,
+                   uint8_t *out);
+
+#endif

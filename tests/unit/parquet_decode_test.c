@@ -1,0 +1,527 @@
+/* The Parquet reader's decoders (src/parquet) with exact values: the
+ * Thrift compact protocol (fields, deltas and long ids, every type, lists,
+ * maps, skipping unknown fields, depth, lengths past the buffer), the
+ * RLE/bit-packed hybrid, DELTA_BINARY_PACKED, BYTE_STREAM_SPLIT, and
+ * levels turned into validity and list offsets through a whole file built
+ * here byte by byte; each with malformed inputs. */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parquet/encoding.h"
+#include "parquet/parquet.h"
+#include "parquet/thrift.h"
+
+/* ---- thrift compact ---- */
+
+Test(parquet_thrift, fields_and_values)
+{
+    /* struct { 1: i32 -3; 2: binary "ab"; 4: true; 20 (long id): i64 300; 21: list<i32>
+     * [1,-1]; 22: double; stop } */
+    const uint8_t buf[] = {0x15, 0x05, 0x18, 2, 'a', 'b', 0x21, 0x06, 0x28, 0xd8, 0x04, 0x19, 0x25,
+                           0x02, 0x01, 0x17, 0, 0,   0,   0,    0,    0,    0xf0, 0x3f, 0x00};
+    sl_error_t err = {0};
+    sl_pq_thrift_t t;
+    sl_pq_thrift_init(&t, buf, sizeof buf, &err);
+    cr_assert_eq(sl_pq_thrift_struct_begin(&t, SL_PQ_T_STRUCT, "T"), SL_OK);
+    int16_t last = 0, id;
+    uint8_t ft;
+    int32_t i32;
+    int64_t i64;
+    const uint8_t *p;
+    uint32_t len, n;
+    bool b;
+    uint8_t elem;
+    cr_assert_eq(sl_pq_thrift_field(&t, &last, &id, &ft), SL_OK);
+    cr_assert(id == 1 && ft == SL_PQ_T_I32);
+    cr_assert_eq(sl_pq_thrift_i32(&t, ft, id, &i32), SL_OK);
+    cr_assert_eq(i32, -3);
+    cr_assert_eq(sl_pq_thrift_field(&t, &last, &id, &ft), SL_OK);
+    cr_assert(id == 2 && ft == SL_PQ_T_BINARY);
+    cr_assert_eq(sl_pq_thrift_binary(&t, ft, id, &p, &len), SL_OK);
+    cr_assert(len == 2 && memcmp(p, "ab", 2) == 0);
+    cr_assert_eq(sl_pq_thrift_field(&t, &last, &id, &ft), SL_OK);
+    cr_assert(id == 4 && ft == SL_PQ_T_TRUE);
+    cr_assert_eq(sl_pq_thrift_bool(&t, ft, id, &b), SL_OK);
+    cr_assert(b);
+    cr_assert_eq(sl_pq_thrift_field(&t, &last, &id, &ft), SL_OK);
+    cr_assert(id == 20 && ft == SL_PQ_T_I64, "id %d type %d", id, ft);
+    cr_assert_eq(sl_pq_thrift_i64(&t, ft, id, &i64), SL_OK);
+    cr_assert_eq(i64, 300);
+    cr_assert_eq(sl_pq_thrift_field(&t, &last, &id, &ft), SL_OK);
+    cr_assert(id == 21 && ft == SL_PQ_T_LIST);
+    cr_assert_eq(sl_pq_thrift_list(&t, ft, id, &elem, &n), SL_OK);
+    cr_assert(elem == SL_PQ_T_I32 && n == 2);
+    cr_assert_eq(sl_pq_thrift_i32(&t, elem, id, &i32), SL_OK);
+    cr_assert_eq(i32, 1);
+    cr_assert_eq(sl_pq_thrift_i32(&t, elem, id, &i32), SL_OK);
+    cr_assert_eq(i32, -1);
+    /* an unknown field is skipped */
+    cr_assert_eq(sl_pq_thrift_field(&t, &last, &id, &ft), SL_OK);
+    cr_assert(id == 22 && ft == SL_PQ_T_DOUBLE);
+    cr_assert_eq(sl_pq_thrift_skip(&t, ft), SL_OK);
+    cr_assert_eq(sl_pq_thrift_field(&t, &last, &id, &ft), SL_OK);
+    cr_assert_eq(ft, SL_PQ_T_STOP);
+    cr_assert_eq(t.p, t.end);
+}
+
+Test(parquet_thrift, skip_nested_struct_map_and_list)
+{
+    /* struct { 1: struct { 1: map<i32,binary>{1:"x"}; 2: list<bool>[t,f] }; stop } */
+    const uint8_t buf[] = {0x1c, 0x1b, 0x01, 0x58, 0x02, 0x01, 'x', 0x19, 0x21, 1, 2, 0x00, 0x00};
+    sl_error_t err = {0};
+    sl_pq_thrift_t t;
+    sl_pq_thrift_init(&t, buf, sizeof buf, &err);
+    cr_assert_eq(sl_pq_thrift_skip(&t, SL_PQ_T_STRUCT), SL_OK, "%s", err.msg);
+    cr_assert_eq(t.p, t.end);
+    cr_assert_eq(t.depth, 0);
+}
+
+Test(parquet_thrift, malformed)
+{
+    sl_error_t err = {0};
+    sl_pq_thrift_t t;
+    const uint8_t *p;
+    uint32_t len, n;
+    uint8_t elem;
+    /* a binary longer than the buffer */
+    const uint8_t b1[] = {0x05, 'a', 'b'};
+    sl_pq_thrift_init(&t, b1, sizeof b1, &err);
+    cr_assert_eq(sl_pq_thrift_binary(&t, SL_PQ_T_BINARY, 4, &p, &len), SL_ERR_TRUNCATED);
+    cr_assert_str_eq(err.msg, "thrift struct field 4: binary of 5 bytes, 2 left");
+    /* a list claiming more elements than bytes */
+    const uint8_t b2[] = {0xf5, 0x80, 0x80, 0x04, 1};
+    sl_pq_thrift_init(&t, b2, sizeof b2, &err);
+    cr_assert_eq(sl_pq_thrift_list(&t, SL_PQ_T_LIST, 2, &elem, &n), SL_ERR_TRUNCATED);
+    cr_assert_str_eq(err.msg, "thrift struct field 2: list of 65536 elements, 1 bytes left");
+    /* the wrong type for a field */
+    int32_t v;
+    sl_pq_thrift_init(&t, b1, sizeof b1, &err);
+    cr_assert_eq(sl_pq_thrift_i32(&t, SL_PQ_T_BINARY, 3, &v), SL_ERR_CORRUPT);
+    cr_assert_str_eq(err.msg, "thrift struct field 3: expected an integer, found binary");
+    /* an i64 that does not fit an i32 */
+    const uint8_t b3[] = {0x80, 0x80, 0x80, 0x80, 0x10};
+    sl_pq_thrift_init(&t, b3, sizeof b3, &err);
+    cr_assert_eq(sl_pq_thrift_i32(&t, SL_PQ_T_I64, 9, &v), SL_ERR_CORRUPT);
+    cr_assert_str_eq(err.msg, "thrift struct field 9: 2147483648 is not an i32");
+    /* a varint of more than 10 bytes */
+    const uint8_t b4[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    int64_t x;
+    sl_pq_thrift_init(&t, b4, sizeof b4, &err);
+    cr_assert_eq(sl_pq_thrift_i64(&t, SL_PQ_T_I64, 1, &x), SL_ERR_CORRUPT);
+    /* field type 13 does not exist */
+    const uint8_t b5[] = {0x1d};
+    int16_t last = 0, id;
+    uint8_t ft;
+    sl_pq_thrift_init(&t, b5, sizeof b5, &err);
+    cr_assert_eq(sl_pq_thrift_field(&t, &last, &id, &ft), SL_ERR_CORRUPT);
+    /* a struct ending without its stop byte */
+    const uint8_t b6[] = {0x15, 0x02};
+    sl_pq_thrift_init(&t, b6, sizeof b6, &err);
+    cr_assert_eq(sl_pq_thrift_skip(&t, SL_PQ_T_STRUCT), SL_ERR_TRUNCATED);
+    /* structs nested deeper than the bound: refused, not a stack overflow */
+    uint8_t deep[4096];
+    memset(deep, 0x1c, sizeof deep); /* field 1: struct, again and again */
+    sl_pq_thrift_init(&t, deep, sizeof deep, &err);
+    cr_assert_eq(sl_pq_thrift_skip(&t, SL_PQ_T_STRUCT), SL_ERR_CORRUPT);
+    cr_assert(strstr(err.msg, "nested over 32 deep") != NULL, "%s", err.msg);
+}
+
+/* ---- RLE / bit-packed hybrid ---- */
+
+Test(parquet_rle, runs_and_bit_packed)
+{
+    /* RLE run of 5 x 3 (width 2), then a bit-packed run of 8 values 0,1,2,3,0,1,2,3 */
+    const uint8_t buf[] = {0x0a, 0x03, 0x03, 0xe4, 0xe4};
+    sl_pq_rle_t r;
+    sl_error_t err = {0};
+    uint32_t out[13];
+    sl_pq_rle_init(&r, buf, sizeof buf, 2);
+    cr_assert_eq(sl_pq_rle_get(&r, out, 3, &err), SL_OK);
+    cr_assert_eq(sl_pq_rle_get(&r, out + 3, 10, &err), SL_OK, "%s", err.msg);
+    const uint32_t want[13] = {3, 3, 3, 3, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+    cr_assert_arr_eq(out, want, sizeof want);
+    /* nothing left */
+    cr_assert_eq(sl_pq_rle_get(&r, out, 1, &err), SL_ERR_TRUNCATED);
+}
+
+Test(parquet_rle, wide_values_and_malformed)
+{
+    /* width 20: an RLE run of 2 x 0xABCDE (3 value bytes) */
+    const uint8_t buf[] = {0x04, 0xde, 0xbc, 0x0a};
+    sl_pq_rle_t r;
+    sl_error_t err = {0};
+    uint32_t out[8];
+    sl_pq_rle_init(&r, buf, sizeof buf, 20);
+    cr_assert_eq(sl_pq_rle_get(&r, out, 2, &err), SL_OK);
+    cr_assert(out[0] == 0xabcde && out[1] == 0xabcde);
+    /* a bit-packed run whose bytes end early: only values inside are served */
+    const uint8_t short_run[] = {0x03, 0xff}; /* 8 values of 3 bits need 3 bytes */
+    sl_pq_rle_init(&r, short_run, sizeof short_run, 3);
+    cr_assert_eq(sl_pq_rle_get(&r, out, 2, &err), SL_OK);
+    cr_assert(out[0] == 7 && out[1] == 7);
+    cr_assert_eq(sl_pq_rle_get(&r, out, 1, &err), SL_ERR_TRUNCATED);
+    cr_assert_str_eq(err.msg, "bit-packed run runs past the end of its data");
+    /* an RLE value wider than the bit width */
+    const uint8_t wide[] = {0x02, 0x05};
+    sl_pq_rle_init(&r, wide, sizeof wide, 2);
+    cr_assert_eq(sl_pq_rle_get(&r, out, 1, &err), SL_ERR_CORRUPT);
+    /* a run of 0 values */
+    const uint8_t zero[] = {0x00, 0x01};
+    sl_pq_rle_init(&r, zero, sizeof zero, 1);
+    cr_assert_eq(sl_pq_rle_get(&r, out, 1, &err), SL_ERR_CORRUPT);
+    /* a run value cut short */
+    const uint8_t cut[] = {0x02, 0x01};
+    sl_pq_rle_init(&r, cut, sizeof cut, 16);
+    cr_assert_eq(sl_pq_rle_get(&r, out, 1, &err), SL_ERR_TRUNCATED);
+}
+
+Test(parquet_bits, unaligned_and_wide)
+{
+    const uint8_t buf[] = {0xff, 0x00, 0xff, 0x00, 0xff, 0x00, 0xff, 0x00, 0xff, 0x01};
+    cr_assert_eq(sl_pq_bits(buf, sizeof buf, 4, 8), 0x0f);
+    cr_assert_eq(sl_pq_bits(buf, sizeof buf, 0, 64), UINT64_C(0x00ff00ff00ff00ff));
+    cr_assert_eq(sl_pq_bits(buf, sizeof buf, 8, 64), UINT64_C(0xff00ff00ff00ff00));
+    cr_assert_eq(sl_pq_bits(buf, sizeof buf, 72, 1), 1);
+    cr_assert_eq(sl_pq_bits(buf, sizeof buf, 72, 9), 1); /* past the end reads as 0 */
+    cr_assert_eq(sl_pq_bits(buf, sizeof buf, 5, 0), 0);
+}
+
+/* ---- DELTA_BINARY_PACKED ---- */
+
+Test(parquet_delta, example_from_the_spec)
+{
+    /* 1, 2, 3, 4, 5: block 128, 4 miniblocks, 5 values, first 1; min delta 1 and widths 0 */
+    const uint8_t buf[] = {0x80, 0x01, 0x04, 0x05, 0x02, 0x02, 0, 0, 0, 0};
+    sl_pq_delta_t d;
+    sl_error_t err = {0};
+    int64_t out[5];
+    cr_assert_eq(sl_pq_delta_init(&d, buf, sizeof buf, &err), SL_OK);
+    cr_assert_eq(d.total, 5);
+    cr_assert_eq(sl_pq_delta_get(&d, out, 2, &err), SL_OK);
+    cr_assert_eq(sl_pq_delta_get(&d, out + 2, 3, &err), SL_OK, "%s", err.msg);
+    const int64_t want[5] = {1, 2, 3, 4, 5};
+    cr_assert_arr_eq(out, want, sizeof want);
+    cr_assert_eq(sl_pq_delta_end(&d), buf + sizeof buf);
+    cr_assert_eq(sl_pq_delta_get(&d, out, 1, &err), SL_ERR_CORRUPT);
+}
+
+Test(parquet_delta, packed_deltas_and_negative)
+{
+    /* 7, 5, 3, 2: deltas -2,-2,-1; min delta -2; packed deltas 0,0,1 at 1 bit in a
+     * miniblock of 32 values (4 bytes); block 128 of 4 miniblocks */
+    const uint8_t buf[] = {0x80, 0x01, 0x04, 0x04, 0x0e, 0x03, 1, 0, 0, 0, 0x04, 0, 0, 0};
+    sl_pq_delta_t d;
+    sl_error_t err = {0};
+    int64_t out[4];
+    cr_assert_eq(sl_pq_delta_init(&d, buf, sizeof buf, &err), SL_OK);
+    cr_assert_eq(sl_pq_delta_get(&d, out, 4, &err), SL_OK, "%s", err.msg);
+    const int64_t want[4] = {7, 5, 3, 2};
+    cr_assert_arr_eq(out, want, sizeof want);
+    cr_assert_eq(sl_pq_delta_end(&d), buf + sizeof buf);
+}
+
+Test(parquet_delta, malformed)
+{
+    sl_pq_delta_t d;
+    sl_error_t err = {0};
+    int64_t out[4];
+    /* block size not a multiple of 128 */
+    const uint8_t b1[] = {0x40, 0x04, 0x01, 0x00};
+    cr_assert_eq(sl_pq_delta_init(&d, b1, sizeof b1, &err), SL_ERR_CORRUPT);
+    cr_assert_str_eq(err.msg, "DELTA_BINARY_PACKED block of 64 values in 4 miniblocks");
+    /* miniblocks of 16 values */
+    const uint8_t b2[] = {0x80, 0x01, 0x08, 0x01, 0x00};
+    cr_assert_eq(sl_pq_delta_init(&d, b2, sizeof b2, &err), SL_ERR_CORRUPT);
+    /* a miniblock of 8 bits per value with 2 of its 32 bytes present */
+    const uint8_t b3[] = {0x80, 0x01, 0x04, 0x03, 0x00, 0x00, 8, 0, 0, 0, 1, 2};
+    cr_assert_eq(sl_pq_delta_init(&d, b3, sizeof b3, &err), SL_OK);
+    cr_assert_eq(sl_pq_delta_get(&d, out, 2, &err), SL_ERR_TRUNCATED);
+    cr_assert_str_eq(err.msg, "DELTA_BINARY_PACKED miniblock of 32 bytes, 2 left");
+    /* a width over 64 */
+    const uint8_t b4[] = {0x80, 0x01, 0x04, 0x03, 0x00, 0x00, 65, 0, 0, 0};
+    cr_assert_eq(sl_pq_delta_init(&d, b4, sizeof b4, &err), SL_OK);
+    cr_assert_eq(sl_pq_delta_get(&d, out, 2, &err), SL_ERR_CORRUPT);
+    /* the header cut short */
+    cr_assert_eq(sl_pq_delta_init(&d, b4, 2, &err), SL_ERR_TRUNCATED);
+}
+
+/* ---- BYTE_STREAM_SPLIT ---- */
+
+Test(parquet_bss, float_streams)
+{
+    float v[3] = {1.5f, -2.25f, 1e10f};
+    uint8_t raw[12], split[12], out[12];
+    memcpy(raw, v, sizeof raw);
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++)
+            split[k * 3 + i] = raw[i * 4 + k];
+    sl_pq_bss_get(split, 3, 4, 0, 3, out);
+    cr_assert_arr_eq(out, raw, sizeof raw);
+    sl_pq_bss_get(split, 3, 4, 1, 2, out);
+    cr_assert_arr_eq(out, raw + 4, 8);
+}
+
+/* ---- a whole file: levels into validity and list offsets ---- */
+
+/* Thrift compact helpers for building a file by hand. */
+typedef struct w {
+    uint8_t b[4096];
+    size_t n;
+} w_t;
+
+static void put(w_t *w, const void *p, size_t n)
+{
+    memcpy(w->b + w->n, p, n);
+    w->n += n;
+}
+static void byte(w_t *w, uint8_t x)
+{
+    w->b[w->n++] = x;
+}
+static void varint(w_t *w, uint64_t v)
+{
+    while (v >= 0x80) {
+        byte(w, (uint8_t)(v | 0x80));
+        v >>= 7;
+    }
+    byte(w, (uint8_t)v);
+}
+static void fint(w_t *w, int delta, int type, int64_t v)
+{
+    byte(w, (uint8_t)(delta << 4 | type));
+    varint(w, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+static void fbin(w_t *w, int delta, const char *s)
+{
+    byte(w, (uint8_t)(delta << 4 | SL_PQ_T_BINARY));
+    varint(w, strlen(s));
+    put(w, s, strlen(s));
+}
+
+/* One optional list<optional int64> column "l" (3-level) in one row group,
+ * one uncompressed v1 page: rows [1, null], [], null, [5]. */
+static size_t list_file(uint8_t *out, bool bad_index_page)
+{
+    w_t page = {0};
+    /* repetition levels (width 1): 0 1 0 0 0, each an RLE run of one */
+    const uint8_t rep[] = {2, 0, 2, 1, 2, 0, 2, 0, 2, 0};
+    /* definition levels (width 2): 3 2 1 0 3 */
+    const uint8_t def[] = {2, 3, 2, 2, 2, 1, 2, 0, 2, 3};
+    uint32_t l = sizeof rep;
+    put(&page, &l, 4);
+    put(&page, rep, sizeof rep);
+    l = sizeof def;
+    put(&page, &l, 4);
+    put(&page, def, sizeof def);
+    int64_t vals[2] = {1, 5};
+    put(&page, vals, sizeof vals);
+    w_t h = {0};
+    fint(&h, 1, SL_PQ_T_I32, 0);
+    fint(&h, 1, SL_PQ_T_I32, (int64_t)page.n);
+    fint(&h, 1, SL_PQ_T_I32, (int64_t)page.n);
+    byte(&h, 2 << 4 | SL_PQ_T_STRUCT); /* field 5: DataPageHeader */
+    fint(&h, 1, SL_PQ_T_I32, 5);
+    fint(&h, 1, SL_PQ_T_I32, bad_index_page ? SL_PQ_ENC_RLE_DICTIONARY : SL_PQ_ENC_PLAIN);
+    fint(&h, 1, SL_PQ_T_I32, 3);
+    fint(&h, 1, SL_PQ_T_I32, 3);
+    byte(&h, 0);
+    byte(&h, 0);
+    w_t f = {0};
+    put(&f, "PAR1", 4);
+    put(&f, h.b, h.n);
+    put(&f, page.b, page.n);
+    size_t chunk = h.n + page.n;
+    w_t m = {0};
+    fint(&m, 1, SL_PQ_T_I32, 1);
+    byte(&m, 1 << 4 | SL_PQ_T_LIST); /* schema: 4 elements */
+    byte(&m, 4 << 4 | SL_PQ_T_STRUCT);
+    fbin(&m, 4, "schema");
+    fint(&m, 1, SL_PQ_T_I32, 1);
+    byte(&m, 0);
+    fint(&m, 3, SL_PQ_T_I32, 1); /* l: optional group, LIST */
+    fbin(&m, 1, "l");
+    fint(&m, 1, SL_PQ_T_I32, 1);
+    fint(&m, 1, SL_PQ_T_I32, 3);
+    byte(&m, 0);
+    fint(&m, 3, SL_PQ_T_I32, 2); /* list: repeated group */
+    fbin(&m, 1, "list");
+    fint(&m, 1, SL_PQ_T_I32, 1);
+    byte(&m, 0);
+    fint(&m, 1, SL_PQ_T_I32, SL_PQ_INT64); /* element: optional int64 */
+    fint(&m, 2, SL_PQ_T_I32, 1);
+    fbin(&m, 1, "element");
+    byte(&m, 0);
+    fint(&m, 1, SL_PQ_T_I64, 4); /* num_rows */
+    byte(&m, 1 << 4 | SL_PQ_T_LIST);
+    byte(&m, 1 << 4 | SL_PQ_T_STRUCT); /* one row group */
+    byte(&m, 1 << 4 | SL_PQ_T_LIST);
+    byte(&m, 1 << 4 | SL_PQ_T_STRUCT); /* one column chunk */
+    byte(&m, 3 << 4 | SL_PQ_T_STRUCT); /* field 3: ColumnMetaData */
+    fint(&m, 1, SL_PQ_T_I32, SL_PQ_INT64);
+    byte(&m, 1 << 4 | SL_PQ_T_LIST);
+    byte(&m, 1 << 4 | SL_PQ_T_I32);
+    varint(&m, 0);
+    byte(&m, 1 << 4 | SL_PQ_T_LIST);
+    byte(&m, 3 << 4 | SL_PQ_T_BINARY);
+    const char *parts[] = {"l", "list", "element"};
+    for (int i = 0; i < 3; i++) {
+        varint(&m, strlen(parts[i]));
+        put(&m, parts[i], strlen(parts[i]));
+    }
+    fint(&m, 1, SL_PQ_T_I32, 0);
+    fint(&m, 1, SL_PQ_T_I64, 5);
+    fint(&m, 1, SL_PQ_T_I64, (int64_t)chunk);
+    fint(&m, 1, SL_PQ_T_I64, (int64_t)chunk);
+    fint(&m, 2, SL_PQ_T_I64, 4); /* data_page_offset */
+    byte(&m, 0);
+    byte(&m, 0);
+    fint(&m, 1, SL_PQ_T_I64, (int64_t)chunk); /* total_byte_size */
+    fint(&m, 1, SL_PQ_T_I64, 4);              /* num_rows */
+    byte(&m, 0);
+    byte(&m, 0);
+    put(&f, m.b, m.n);
+    uint32_t ml = (uint32_t)m.n;
+    put(&f, &ml, 4);
+    put(&f, "PAR1", 4);
+    memcpy(out, f.b, f.n);
+    return f.n;
+}
+
+Test(parquet_levels, list_offsets_and_validity)
+{
+    uint8_t buf[4096];
+    size_t n = list_file(buf, false);
+    sl_pq_memory_t mem;
+    sl_pq_source_t src;
+    sl_pq_source_memory(&mem, buf, n, &src);
+    sl_error_t err = {0};
+    sl_pq_file_t *f;
+    cr_assert_eq(sl_pq_file_open(&src, "mem", NULL, &f, &err), SL_OK, "%s", err.msg);
+    const sl_pq_meta_t *m = sl_pq_file_meta(f);
+    cr_assert_eq(m->num_columns, 1);
+    cr_assert_str_eq(m->columns[0].name, "l");
+    cr_assert_str_eq(m->columns[0].path, "l.list.element");
+    cr_assert(m->columns[0].is_list && m->columns[0].max_def == 3 && m->columns[0].max_rep == 1 &&
+              m->columns[0].elem_def == 2);
+    sl_pq_reader_t *r;
+    cr_assert_eq(sl_pq_reader_new(f, 0, 0, &r, &err), SL_OK, "%s", err.msg);
+    const sl_pq_batch_t *b;
+    /* batches of 3 rows then 1: the boundary falls between rows, never inside a list */
+    cr_assert_eq(sl_pq_reader_next(r, 3, &b, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(b->rows, 3);
+    cr_assert_eq(b->slots, 2);
+    const uint32_t off[4] = {0, 2, 2, 2};
+    cr_assert_arr_eq(b->list_off, off, sizeof off);
+    const uint8_t lv[3] = {1, 1, 0}, valid[2] = {1, 0};
+    cr_assert_arr_eq(b->list_valid, lv, sizeof lv);
+    cr_assert_arr_eq(b->valid, valid, sizeof valid);
+    cr_assert(b->i64[0] == 1 && b->i64[1] == 0);
+    cr_assert_eq(sl_pq_reader_next(r, 3, &b, &err), SL_OK, "%s", err.msg);
+    cr_assert(b->rows == 1 && b->slots == 1 && b->i64[0] == 5 && b->list_valid[0] == 1);
+    cr_assert(b->list_off[0] == 0 && b->list_off[1] == 1);
+    cr_assert_eq(sl_pq_reader_next(r, 3, &b, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(b->rows, 0);
+    cr_assert_eq(sl_pq_reader_pages(r), 1);
+    sl_pq_reader_destroy(r);
+    sl_pq_file_destroy(f);
+}
+
+Test(parquet_levels, errors_name_file_row_group_column_and_page)
+{
+    uint8_t buf[4096];
+    size_t n = list_file(buf, true);
+    sl_pq_memory_t mem;
+    sl_pq_source_t src;
+    sl_pq_source_memory(&mem, buf, n, &src);
+    sl_error_t err = {0};
+    sl_pq_file_t *f;
+    cr_assert_eq(sl_pq_file_open(&src, "x.parquet", NULL, &f, &err), SL_OK, "%s", err.msg);
+    sl_pq_reader_t *r;
+    cr_assert_eq(sl_pq_reader_new(f, 0, 0, &r, &err), SL_OK);
+    const sl_pq_batch_t *b;
+    cr_assert_eq(sl_pq_reader_next(r, 10, &b, &err), SL_ERR_CORRUPT);
+    cr_assert_str_eq(err.msg, "file x.parquet row group 0 column l.list.element page 1 (offset "
+                              "4): a dictionary-encoded page without a dictionary page");
+    sl_pq_reader_destroy(r);
+    cr_assert_eq(sl_pq_reader_new(f, 1, 0, &r, &err), SL_ERR_INVALID);
+    sl_pq_file_destroy(f);
+
+    /* the footer length points before the start */
+    uint8_t bad[4096];
+    memcpy(bad, buf, n);
+    uint32_t huge = (uint32_t)n;
+    memcpy(bad + n - 8, &huge, 4);
+    sl_pq_source_memory(&mem, bad, n, &src);
+    cr_assert_eq(sl_pq_file_open(&src, "x.parquet", NULL, &f, &err), SL_ERR_CORRUPT);
+    cr_assert(strstr(err.msg, "file x.parquet: footer length") != NULL, "%s", err.msg);
+    /* wrong magic */
+    memcpy(bad, buf, n);
+    memcpy(bad, "PAR2", 4);
+    cr_assert_eq(sl_pq_file_open(&src, "x.parquet", NULL, &f, &err), SL_ERR_CORRUPT);
+    cr_assert(strstr(err.msg, "wrong magic") != NULL, "%s", err.msg);
+    /* every truncation of the file is an error, never a crash */
+    for (size_t k = 0; k < n; k++) {
+        sl_pq_source_memory(&mem, buf, k, &src);
+        cr_assert_neq(sl_pq_file_open(&src, "x.parquet", NULL, &f, &err), SL_OK, "%zu", k);
+    }
+}
+
+/* ---- statistics: which row groups a range filter may skip ---- */
+
+static sl_pq_file_t *fixture(const char *name, sl_pq_source_t *src)
+{
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/data/parquet/%s", root ? root : "..", name);
+    sl_error_t err = {0};
+    sl_pq_file_t *f = NULL;
+    cr_assert_eq(sl_pq_source_file(path, src, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_pq_file_open(src, path, NULL, &f, &err), SL_OK, "%s", err.msg);
+    return f;
+}
+
+static bool excludes(const sl_pq_meta_t *m, uint32_t g, const char *col, double lo, double hi)
+{
+    int64_t c = sl_pq_find_column(m, col);
+    cr_assert_geq(c, 0, "%s", col);
+    return sl_pq_chunk_excludes(&m->columns[c], &m->row_groups[g].chunks[c], lo, hi);
+}
+
+Test(parquet_stats, row_groups_a_range_cannot_match)
+{
+    /* pyarrow-snappy-v1.parquet (tests/parquet/make_fixtures.py): row group 0 has id in
+     * [0, 118785], small in [0, 7], f64 in [-1744.36, 2126.88], u64 (unsigned) in
+     * [262960739054766719, 17910496931279845811]; row group 1 id in [126704, 245489],
+     * small in [0, 9] */
+    sl_pq_source_t src;
+    sl_pq_file_t *f = fixture("pyarrow-snappy-v1.parquet", &src);
+    const sl_pq_meta_t *m = sl_pq_file_meta(f);
+    cr_assert(excludes(m, 0, "id", 200000, 300000));
+    cr_assert(!excludes(m, 0, "id", 100000, 130000));
+    cr_assert(!excludes(m, 0, "id", 118785, 118785));
+    cr_assert(excludes(m, 1, "id", 0, 100000));
+    cr_assert(excludes(m, 0, "small", 8, 100));
+    cr_assert(!excludes(m, 1, "small", 8, 100));
+    cr_assert(excludes(m, 0, "f64", 3000, 4000));
+    cr_assert(!excludes(m, 0, "f64", -2000, -1744));
+    cr_assert(excludes(m, 0, "u64", 0, 1e17));
+    cr_assert(excludes(m, 0, "u64", 1.8e19, 1.9e19));
+    /* a list column is never skipped by its elements' statistics */
+    cr_assert(!excludes(m, 0, "item_ids", -10, -1));
+    double lo, hi;
+    int64_t c = sl_pq_find_column(m, "id");
+    cr_assert(sl_pq_stats_range(&m->columns[c], &m->row_groups[0].chunks[c], &lo, &hi));
+    cr_assert(lo < 0 && lo > -1e-300 && hi > 118785 && hi < 118785.0001);
+    sl_pq_file_destroy(f);
+    sl_pq_source_file_close(&src);
+
+    /* written without statistics: nothing is excluded */
+    f = fixture("pyarrow-noncompliant-gzip-crc.parquet", &src);
+    m = sl_pq_file_meta(f);
+    cr_assert(!excludes(m, 0, "id", 1e12, 1e13));
+    sl_pq_file_destroy(f);
+    sl_pq_source_file_close(&src);
+}
