@@ -96,8 +96,9 @@ static sl_err_t resolve_schema(const sl_wh_import_opts_t *o, sl_wh_schema_t **ou
         if (o->schema != NULL || o->schema_path != NULL)
             return sl_error_set(err, SL_ERR_INVALID,
                                 "csv takes a column mapping (--mapping), not a schema");
-        sl_err_t rc = sl_wh_csv_open(o->inputs[0], o->delimiter ? o->delimiter : ',',
-                                     o->infer_lines, o->mapping, a, NULL, NULL, csv, err);
+        sl_err_t rc =
+            sl_wh_csv_open(o->inputs[0], o->delimiter ? o->delimiter : ',', o->infer_lines,
+                           o->mapping, a, o->on_mapping_problem, o->mapping_problem_ctx, csv, err);
         if (rc != SL_OK) return rc;
         *out = sl_wh_schema_clone(sl_wh_csv_mapping(*csv)->schema, a);
         return *out ? SL_OK : sl_error_set(err, SL_ERR_NOMEM, "no memory for the schema");
