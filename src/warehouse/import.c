@@ -366,8 +366,21 @@ static sl_err_t plan_jobs(const sl_wh_import_opts_t *o, uint32_t threads, uint32
         if (js != NULL) sl_free(a, js, (size_t)total * sizeof *js);
         return rc;
     }
+    if (n < total) {
+        /* An input planned for ranges was read whole (compressed, or too
+         * few records): the array shrinks to the jobs made, so that its
+         * size is njobs. */
+        imp_job_t *fit = sl_calloc(a, n, sizeof *fit);
+        if (fit == NULL) {
+            sl_free(a, js, (size_t)total * sizeof *js);
+            return sl_error_set(err, SL_ERR_NOMEM, "no memory for %u jobs", n);
+        }
+        memcpy(fit, js, (size_t)n * sizeof *fit);
+        sl_free(a, js, (size_t)total * sizeof *js);
+        js = fit;
+    }
     *jobs = js;
-    *njobs = (uint32_t)total;
+    *njobs = n;
     return SL_OK;
 }
 
