@@ -165,6 +165,11 @@ static sl_err_t fill_pair(sl_wh_row_buf_t *b, const sl_wh_colmap_slot_t *s, cons
                           const char *wcol, const json_t *v, const json_t *w, sl_error_t *err)
 {
     uint32_t k = s->index;
+    /* One of the two missing (the caller took both missing as an empty list). */
+    if (v == NULL || json_is_null(v))
+        return bad(err, "column '%s' is missing while '%s' is given", col, wcol);
+    if (w == NULL || json_is_null(w))
+        return bad(err, "column '%s' is missing while '%s' is given", wcol, col);
     if (!json_is_array(v))
         return bad(err, "column '%s': expected a list of ids, got %s", col, jtype(v));
     if (!json_is_array(w))
