@@ -64,6 +64,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sl_err_t rc = sl_wh_csv_open(path, ',', 100, NULL, NULL, NULL, NULL, &w->csv, &err);
     if (rc != SL_OK && err.msg[0] == '\0') abort();
     if (rc == SL_OK) w->b = sl_wh_row_buf_new(sl_wh_csv_mapping(w->csv)->schema, NULL);
+    /* A second mapping on the first three columns: two parallel lists as
+     * one weighted feature, and a hashed string column. */
+    if (rc == SL_OK && sl_wh_csv_mapping(w->csv)->num_columns >= 3) {
+        const sl_wh_input_column_t *c = sl_wh_csv_mapping(w->csv)->columns;
+        json_t *mj = json_pack("{s:[{s:s, s:s, s:s}], s:[{s:s, s:{s:i}}], s:b}", "weighted", "name",
+                               "wf", "ids", c[0].name, "weights", c[1].name, "sparse", "column",
+                               c[2].name, "hash", "seed", 1, "infer", 0);
+        sl_wh_colmap_t *m = NULL;
+        sl_wh_csv_t *c2 = NULL;
+        if (mj != NULL && sl_wh_colmap_parse(mj, NULL, NULL, NULL, NULL, &m, &err) == SL_OK &&
+            sl_wh_csv_open(path, ',', 100, m, NULL, NULL, NULL, &c2, &err) == SL_OK) {
+            sl_wh_csv_destroy(w->csv);
+            sl_wh_row_buf_destroy(w->b);
+            w->csv = c2;
+            w->b = sl_wh_row_buf_new(sl_wh_csv_mapping(c2)->schema, NULL);
+        }
+        json_decref(mj);
+        sl_wh_colmap_destroy(m);
+    }
     imp_source_t *src = NULL;
     if (imp_source_open(path, NULL, &src, &err) == SL_OK) {
         bool bom = size >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0;
