@@ -435,3 +435,38 @@ Test(import_csv, zstd_input_is_read_whole_with_the_same_rows)
     sl_wh_colmap_destroy(m);
     tu_rm_tree(dir);
 }
+
+/* More fields than the parser's first field buffer (64) in the header and
+ * the rows: every name and value kept. */
+Test(import_csv, wide_records_keep_every_field)
+{
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "wide.csv")), *table = keep(tu_path(dir, "t"));
+    FILE *f = fopen(in, "w");
+    for (int c = 1; c <= 150; c++)
+        fprintf(f, "%sc%d", c > 1 ? "," : "", c);
+    fputc('\n', f);
+    for (int r = 0; r < 3; r++) {
+        for (int c = 1; c <= 150; c++)
+            fprintf(f, "%s%d", c > 1 ? "," : "", r * 1000 + c);
+        fputc('\n', f);
+    }
+    fclose(f);
+    const char *inputs[] = {in};
+    sl_wh_import_opts_t o = csv_opts(table, inputs, 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_import(&o, NULL, &err), SL_OK, "%s", err.msg);
+    sl_wh_table_t *t = NULL;
+    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
+    const sl_wh_schema_t *s = sl_wh_table_schema(t);
+    cr_assert_eq(sl_wh_schema_num_dense(s), 150);
+    cr_assert_str_eq(sl_wh_schema_dense(s, 0)->name, "c1");
+    cr_assert_str_eq(sl_wh_schema_dense(s, 64)->name, "c65");
+    cr_assert_str_eq(sl_wh_schema_dense(s, 149)->name, "c150");
+    sl_wh_table_close(t);
+    char *got = cat(table);
+    cr_assert_not_null(strstr(got, "\"c65\":2065.0,"), "%.300s", got);
+    cr_assert_not_null(strstr(got, "\"c150\":2150.0}"), "%.300s", got);
+    free(got);
+    tu_rm_tree(dir);
+}
