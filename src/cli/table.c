@@ -390,10 +390,21 @@ static char parse_delimiter(const char *s)
     return s[0];
 }
 
+/* A column mapping's problems, each on its line; ctx counts them. */
 static void print_problem(void *ctx, const char *problem)
 {
-    (void)ctx;
+    (*(uint32_t *)ctx)++;
     fprintf(stderr, "sluice table import: %s\n", problem);
+}
+
+/* After a failure: the problems printed one by one already say it all. */
+static void print_failure(uint32_t problems, const char *msg)
+{
+    if (problems > 0)
+        fprintf(stderr, "sluice table import: the column mapping has %u problem%s (above)\n",
+                problems, problems == 1 ? "" : "s");
+    else
+        fprintf(stderr, "sluice table import: %s\n", msg);
 }
 
 /* --print-mapping: the mapping the import would use, and nothing imported. */
@@ -403,10 +414,11 @@ static int print_mapping(const char *input, bool parquet, char delim, uint32_t i
     sl_wh_csv_t *csv = NULL;
     sl_wh_colmap_resolved_t *pr = NULL;
     sl_error_t err = {0};
-    if ((parquet ? sl_wh_parquet_mapping(input, m, NULL, print_problem, NULL, &pr, &err)
-                 : sl_wh_csv_open(input, delim, infer_lines, m, NULL, print_problem, NULL, &csv,
-                                  &err)) != SL_OK) {
-        fprintf(stderr, "sluice table import: %s\n", err.msg);
+    uint32_t problems = 0;
+    if ((parquet ? sl_wh_parquet_mapping(input, m, NULL, print_problem, &problems, &pr, &err)
+                 : sl_wh_csv_open(input, delim, infer_lines, m, NULL, print_problem, &problems,
+                                  &csv, &err)) != SL_OK) {
+        print_failure(problems, err.msg);
         return 1;
     }
     const sl_wh_colmap_resolved_t *r = parquet ? pr : sl_wh_csv_mapping(csv);
@@ -443,8 +455,10 @@ static int import_table(const import_args_t *a, const char **inputs, uint32_t ni
     sl_wh_colmap_t *mapping = NULL;
     if (a->mapping != NULL) {
         sl_error_t merr = {0};
-        if (sl_wh_colmap_load(a->mapping, NULL, print_problem, NULL, &mapping, &merr) != SL_OK) {
-            fprintf(stderr, "sluice table import: %s\n", merr.msg);
+        uint32_t problems = 0;
+        if (sl_wh_colmap_load(a->mapping, NULL, print_problem, &problems, &mapping, &merr) !=
+            SL_OK) {
+            print_failure(problems, merr.msg);
             return 1;
         }
     }
@@ -454,7 +468,10 @@ static int import_table(const import_args_t *a, const char **inputs, uint32_t ni
         sl_wh_colmap_destroy(mapping);
         return rc;
     }
+    uint32_t problems = 0;
     sl_wh_import_opts_t o = sl_wh_import_opts_default();
+    o.on_mapping_problem = print_problem;
+    o.mapping_problem_ctx = &problems;
     o.delimiter = delim;
     o.mapping = mapping;
     o.max_skipped_fraction = frac;
@@ -479,7 +496,7 @@ static int import_table(const import_args_t *a, const char **inputs, uint32_t ni
     sl_err_t st = sl_wh_import(&o, &sum, &err);
     sl_cli_progress_finish(progress);
     if (st != SL_OK) {
-        fprintf(stderr, "sluice table import: %s\n", err.msg);
+        print_failure(problems, err.msg);
         if (sum.rows_skipped > 0 && !o.strict) {
             fprintf(stderr,
                     "sluice table import: %" PRIu64 " bad rows of %" PRIu64 " read; the first:\n",

@@ -797,17 +797,3 @@ sl_err_t sl_wh_colmap_resolve(const sl_wh_colmap_t *m, const sl_wh_input_column_
     *out = r;
     return SL_OK;
 }
-
-sl_err_t sl_wh_colmap_resolve_named(const sl_wh_colmap_t *m, const sl_allocator_t *a,
-                                    sl_wh_colmap_problem_fn fn, void *ctx,
-                                    sl_wh_colmap_resolved_t **out, sl_error_t *err)
-{
-    uint32_t n = m->num_named;
-    sl_wh_input_column_t *cols = sl_calloc(a, n + 1, sizeof *cols);
-    if (cols == NULL) return sl_error_set(err, SL_ERR_NOMEM, "column mapping: out of memory");
-    for (uint32_t i = 0; i < n; i++)
-        cols[i] = (sl_wh_input_column_t){m->named[i], SL_WH_COLTYPE_ANY};
-    sl_err_t rc = sl_wh_colmap_resolve(m, cols, n, a, fn, ctx, out, err);
-    sl_free(a, cols, (size_t)(n + 1) * sizeof *cols);
-    return rc;
-}

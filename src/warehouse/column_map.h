@@ -74,9 +74,9 @@ typedef struct sl_wh_colmap sl_wh_colmap_t;
 /* Parse json (an object) as a mapping. path: the JSON path of json in
  * messages ("$" for a mapping file, "$.source.kafka.columns" in a job
  * spec; NULL: "$"). Every problem goes to problem (may be NULL); the
- * return is SL_ERR_INVALID with err "column mapping: <first problem>"
- * (and " (and N more problems)"), or SL_ERR_NOMEM. Caller owns *out, free
- * with sl_wh_colmap_destroy. */
+ * return is SL_ERR_INVALID with err "column mapping: <problem>; <problem>"
+ * (as many as fit, then " (and N more problems)"), or SL_ERR_NOMEM. Caller
+ * owns *out, free with sl_wh_colmap_destroy. */
 sl_err_t sl_wh_colmap_parse(const json_t *json, const char *path, const sl_allocator_t *a,
                             sl_wh_colmap_problem_fn problem, void *ctx, sl_wh_colmap_t **out,
                             sl_error_t *err);

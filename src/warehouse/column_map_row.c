@@ -1,6 +1,7 @@
 /* The column mapping, row side: the string hash, filling a row's slots
  * from JSON values (Kafka JSON records, CSV cells holding JSON lists), and
- * printing a resolved mapping back as an explicit mapping object. */
+ * printing a resolved mapping back as an explicit mapping object, and
+ * resolving against the named columns alone (JSON records). */
 #include "warehouse/column_map.h"
 
 #include <math.h>
@@ -165,6 +166,11 @@ static sl_err_t fill_pair(sl_wh_row_buf_t *b, const sl_wh_colmap_slot_t *s, cons
                           const char *wcol, const json_t *v, const json_t *w, sl_error_t *err)
 {
     uint32_t k = s->index;
+    /* One of the two missing (the caller took both missing as an empty list). */
+    if (v == NULL || json_is_null(v))
+        return bad(err, "column '%s' is missing while '%s' is given", col, wcol);
+    if (w == NULL || json_is_null(w))
+        return bad(err, "column '%s' is missing while '%s' is given", wcol, col);
     if (!json_is_array(v))
         return bad(err, "column '%s': expected a list of ids, got %s", col, jtype(v));
     if (!json_is_array(w))
@@ -315,4 +321,18 @@ json_t *sl_wh_colmap_resolved_to_json(const sl_wh_colmap_resolved_t *r)
         return NULL;
     }
     return o;
+}
+
+sl_err_t sl_wh_colmap_resolve_named(const sl_wh_colmap_t *m, const sl_allocator_t *a,
+                                    sl_wh_colmap_problem_fn fn, void *ctx,
+                                    sl_wh_colmap_resolved_t **out, sl_error_t *err)
+{
+    uint32_t n = sl_wh_colmap_num_named(m);
+    sl_wh_input_column_t *cols = sl_calloc(a, n + 1, sizeof *cols);
+    if (cols == NULL) return sl_error_set(err, SL_ERR_NOMEM, "column mapping: out of memory");
+    for (uint32_t i = 0; i < n; i++)
+        cols[i] = (sl_wh_input_column_t){sl_wh_colmap_named(m, i), SL_WH_COLTYPE_ANY};
+    sl_err_t rc = sl_wh_colmap_resolve(m, cols, n, a, fn, ctx, out, err);
+    sl_free(a, cols, (size_t)(n + 1) * sizeof *cols);
+    return rc;
 }

@@ -106,8 +106,9 @@ static sl_err_t resolve_schema(const sl_wh_import_opts_t *o, sl_wh_schema_t **ou
         if (o->schema != NULL || o->schema_path != NULL)
             return sl_error_set(err, SL_ERR_INVALID,
                                 "csv takes a column mapping (--mapping), not a schema");
-        sl_err_t rc = sl_wh_csv_open(o->inputs[0], o->delimiter ? o->delimiter : ',',
-                                     o->infer_lines, o->mapping, a, NULL, NULL, csv, err);
+        sl_err_t rc =
+            sl_wh_csv_open(o->inputs[0], o->delimiter ? o->delimiter : ',', o->infer_lines,
+                           o->mapping, a, o->on_mapping_problem, o->mapping_problem_ctx, csv, err);
         if (rc != SL_OK) return rc;
         *out = sl_wh_schema_clone(sl_wh_csv_mapping(*csv)->schema, a);
         return *out ? SL_OK : sl_error_set(err, SL_ERR_NOMEM, "no memory for the schema");
@@ -399,8 +400,21 @@ static sl_err_t plan_jobs(const sl_wh_import_opts_t *o, uint32_t threads, uint32
         if (js != NULL) sl_free(a, js, (size_t)total * sizeof *js);
         return rc;
     }
+    if (n < total) {
+        /* An input planned for ranges was read whole (compressed, or too
+         * few records): the array shrinks to the jobs made, so that its
+         * size is njobs. */
+        imp_job_t *fit = sl_calloc(a, n, sizeof *fit);
+        if (fit == NULL) {
+            sl_free(a, js, (size_t)total * sizeof *js);
+            return sl_error_set(err, SL_ERR_NOMEM, "no memory for %u jobs", n);
+        }
+        memcpy(fit, js, (size_t)n * sizeof *fit);
+        sl_free(a, js, (size_t)total * sizeof *js);
+        js = fit;
+    }
     *jobs = js;
-    *njobs = (uint32_t)total;
+    *njobs = n;
     return SL_OK;
 }
 

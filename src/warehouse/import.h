@@ -83,6 +83,10 @@ typedef struct sl_wh_import_opts {
      * default, every column inferred; borrowed for the call). */
     char delimiter;
     const sl_wh_colmap_t *mapping;
+    /* csv: each problem of the mapping against the input's columns, as
+     * found (may be NULL; the error then lists as many as fit). */
+    sl_wh_colmap_problem_fn on_mapping_problem;
+    void *mapping_problem_ctx;
     /* csv: a plain (uncompressed) input file is cut into byte ranges of at
      * least this many bytes, parsed by threads in parallel, when there are
      * more threads than inputs (0: 4 MiB). */

@@ -57,6 +57,11 @@ static bool grow_fields(sl_wh_row_buf_t *b, uint32_t need)
         sl_free(b->a, len, cap * sizeof *len);
         return false;
     }
+    /* The fields split so far stay: growing happens in the middle of a record. */
+    if (b->fcap > 0) {
+        memcpy(off, b->foff, b->fcap * sizeof *off);
+        memcpy(len, b->flen, b->fcap * sizeof *len);
+    }
     sl_free(b->a, b->foff, b->fcap * sizeof *b->foff);
     sl_free(b->a, b->flen, b->fcap * sizeof *b->flen);
     b->foff = off;

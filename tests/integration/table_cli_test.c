@@ -440,6 +440,25 @@ Test(table_cli, import_csv_print_mapping_stdin_and_refusals)
     EXPECT_OUT("{\"sample_id\":1,\"session_id\":0,\"ts\":0,\"labels\":{\"label\":1.0},"
                "\"sparse\":{\"ids\":[4,5]}}\n");
 
+    /* Standard input past the 64 KiB its types are inferred from. */
+    char big[512];
+    snprintf(big, sizeof big, "%s/big.csv", tmpdir);
+    FILE *f = fopen(big, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "id,label,price,note\n");
+    for (int i = 0; i < 5000; i++)
+        fprintf(f, "%d,%d,%d.25,\"row %d, with a comma and\na newline\"\n", i, i % 2, i, i);
+    fclose(f);
+    cr_assert_eq(run_stdin("big.csv", "table import --format csv --input - --table big --no-sync"),
+                 0);
+    EXPECT_OUT("imported: 5000 rows read, 5000 written, 0 skipped");
+    cr_assert_eq(run("table cat big --limit 5000"), 0);
+    out = slurp("out.txt", NULL);
+    cr_assert_eq(count_lines(out), 5000);
+    cr_assert_not_null(strstr(out, "\"dense\":{\"id\":4999.0,\"price\":4999.25}}\n"), "%s",
+                       out + strlen(out) - 200);
+    free(out);
+
     /* A mapping's problems, every one with its path. */
     write_file("bad.json", "{\"dense\": [\"country\"], \"sparse\": [{\"column\": \"ids\", "
                            "\"hash\": {}}]}");

@@ -342,6 +342,9 @@ Test(column_map, rows_from_json_objects)
         {"{\"ci\": [1], \"cw\": [1, 2]}", "columns 'ci' and 'cw': 1 ids but 2 weights"},
         {"{\"tags\": [{\"id\": 1}]}", "column 'tags' item 0: needs \"id\" and \"weight\""},
         {"{\"id\": 1.5}", "column 'id': expected an integer, got a number"},
+        {"{\"ci\": [1]}", "column 'cw' is missing while 'ci' is given"},
+        {"{\"cw\": [1], \"ci\": null}", "column 'ci' is missing while 'cw' is given"},
+        {"{\"ci\": 3, \"cw\": [1]}", "column 'ci': expected a list of ids, got an integer"},
         {"[1]", "expected a JSON object, got an array"},
     };
     for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zstd.h>
 
 #include "testutil.h"
 #include "warehouse/column_map.h"
@@ -24,7 +25,24 @@ static void init_alloc(void)
     tu_alloc_init(&g_ta);
 }
 
-TestSuite(import_csv, .init = init_alloc);
+/* The paths a test makes (tu_mkdtemp, tu_path), freed when it ends. */
+static char *g_paths[64];
+static int g_npaths;
+
+static char *keep(char *p)
+{
+    cr_assert_lt(g_npaths, 64);
+    g_paths[g_npaths++] = p;
+    return p;
+}
+
+static void free_paths(void)
+{
+    while (g_npaths > 0)
+        free(g_paths[--g_npaths]);
+}
+
+TestSuite(import_csv, .init = init_alloc, .fini = free_paths);
 
 static bool exists(const char *path)
 {
@@ -72,8 +90,8 @@ static char *cat(const char *table)
 
 Test(import_csv, quoting_newlines_bom_crlf_hashing_lists)
 {
-    char *dir = tu_mkdtemp("import_csv");
-    char *in = tu_path(dir, "a.csv"), *table = tu_path(dir, "t");
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "a.csv")), *table = keep(tu_path(dir, "t"));
     const char text[] = "\xef\xbb\xbf"
                         "id,click,price,country,items,note\r\n"
                         "7,1,2.5,DE,\"[1,2]\",\"hello, world\"\r\n"
@@ -114,8 +132,8 @@ Test(import_csv, quoting_newlines_bom_crlf_hashing_lists)
 
 Test(import_csv, ragged_rows_are_bad_rows_with_a_reason)
 {
-    char *dir = tu_mkdtemp("import_csv");
-    char *in = tu_path(dir, "r.csv"), *table = tu_path(dir, "t");
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "r.csv")), *table = keep(tu_path(dir, "t"));
     const char text[] = "a;b;c\n1;2;3\n1;2\n1;2;3;4\n4;5;6\n1;\"x\"y;3\n1;a\"b;3\n1;\"open;3\n";
     tu_write_file(in, text, sizeof text - 1);
     const char *inputs[] = {in};
@@ -146,8 +164,8 @@ Test(import_csv, ragged_rows_are_bad_rows_with_a_reason)
 
 Test(import_csv, bad_values_name_field_and_column)
 {
-    char *dir = tu_mkdtemp("import_csv");
-    char *in = tu_path(dir, "v.csv"), *table = tu_path(dir, "t");
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "v.csv")), *table = keep(tu_path(dir, "t"));
     const char text[] = "sample_id,x,ids\n1,2,3\nq,2,3\n2,abc,3\n3,1,-4\n4,1,[1,\n";
     tu_write_file(in, text, sizeof text - 1);
     const char *inputs[] = {in};
@@ -179,8 +197,8 @@ Test(import_csv, bad_values_name_field_and_column)
 
 Test(import_csv, mapping_errors_refuse_before_anything_is_made)
 {
-    char *dir = tu_mkdtemp("import_csv");
-    char *in = tu_path(dir, "m.csv"), *table = tu_path(dir, "t");
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "m.csv")), *table = keep(tu_path(dir, "t"));
     const char text[] = "id,name,x\n1,ann,2\n";
     tu_write_file(in, text, sizeof text - 1);
     const char *inputs[] = {in};
@@ -203,8 +221,8 @@ Test(import_csv, mapping_errors_refuse_before_anything_is_made)
 
 Test(import_csv, zero_rows_and_too_many_skipped_are_refused)
 {
-    char *dir = tu_mkdtemp("import_csv");
-    char *in = tu_path(dir, "z.csv"), *table = tu_path(dir, "t");
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "z.csv")), *table = keep(tu_path(dir, "t"));
     const char *inputs[] = {in};
     sl_error_t err = {0};
     sl_wh_import_summary_t sum;
@@ -243,8 +261,8 @@ Test(import_csv, zero_rows_and_too_many_skipped_are_refused)
  * and exited 0 leaving an empty table. */
 Test(import_csv, criteo_format_on_a_csv_is_refused)
 {
-    char *dir = tu_mkdtemp("import_csv");
-    char *in = tu_path(dir, "clicks.csv"), *table = tu_path(dir, "t");
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "clicks.csv")), *table = keep(tu_path(dir, "t"));
     FILE *f = fopen(in, "w");
     fprintf(f, "label,i1,c1\n");
     for (int i = 0; i < 500; i++)
@@ -276,8 +294,8 @@ Test(import_csv, criteo_format_on_a_csv_is_refused)
 
 Test(import_csv, parquet_given_to_a_text_importer_names_format_parquet)
 {
-    char *dir = tu_mkdtemp("import_csv");
-    char *in = tu_path(dir, "data.parquet"), *table = tu_path(dir, "t");
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "data.parquet")), *table = keep(tu_path(dir, "t"));
     tu_write_file(in, "PAR1\x15\x04\x15\x10\x00\x00PAR1", 14);
     const char *inputs[] = {in};
     sl_wh_import_format_t fmts[] = {SL_WH_IMPORT_CSV, SL_WH_IMPORT_CRITEO, SL_WH_IMPORT_JSONL};
@@ -329,8 +347,9 @@ static void write_tricky(const char *path, uint32_t n, uint64_t seed)
 Test(import_csv, threads_split_one_file_into_ranges_with_the_same_rows)
 {
     uint64_t seed = tu_seed("import_csv::threads");
-    char *dir = tu_mkdtemp("import_csv");
-    char *in = tu_path(dir, "big.csv"), *t1 = tu_path(dir, "t1"), *t4 = tu_path(dir, "t4");
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "big.csv")), *t1 = keep(tu_path(dir, "t1")),
+         *t4 = keep(tu_path(dir, "t4"));
     write_tricky(in, 20000, seed);
     const char *inputs[] = {in};
     sl_wh_colmap_t *m = mapping("{\"sparse\": [{\"column\": \"tag\", \"hash\": {\"seed\": 1}}]}");
@@ -360,7 +379,7 @@ Test(import_csv, threads_split_one_file_into_ranges_with_the_same_rows)
     sl_wh_colmap_destroy(m);
     m = mapping("{\"labels\": [\"label\"], \"dense\": [\"x\"], \"sparse\": [\"ids\"], \"infer\": "
                 "false}");
-    char *u1 = tu_path(dir, "u1"), *u4 = tu_path(dir, "u4");
+    char *u1 = keep(tu_path(dir, "u1")), *u4 = keep(tu_path(dir, "u4"));
     o.mapping = m;
     o.table_dir = u1;
     o.threads = 1;
@@ -374,5 +393,80 @@ Test(import_csv, threads_split_one_file_into_ranges_with_the_same_rows)
     free(a);
     free(b);
     sl_wh_colmap_destroy(m);
+    tu_rm_tree(dir);
+}
+
+Test(import_csv, zstd_input_is_read_whole_with_the_same_rows)
+{
+    uint64_t seed = tu_seed("import_csv::zstd");
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "p.csv")), *zin = keep(tu_path(dir, "p.csv.anything"));
+    char *t1 = keep(tu_path(dir, "t1")), *t2 = keep(tu_path(dir, "t2"));
+    write_tricky(in, 3000, seed);
+    size_t len;
+    char *text = tu_read_file(in);
+    len = strlen(text);
+    size_t cap = ZSTD_compressBound(len);
+    char *z = malloc(cap);
+    size_t n = ZSTD_compress(z, cap, text, len, 3);
+    cr_assert(!ZSTD_isError(n));
+    tu_write_file(zin, z, n);
+    free(z);
+    free(text);
+    sl_wh_colmap_t *m = mapping("{\"sparse\": [{\"column\": \"tag\", \"hash\": {\"seed\": 1}}]}");
+    const char *plain[] = {in}, *packed[] = {zin};
+    sl_wh_import_opts_t o = csv_opts(t1, plain, 1);
+    o.mapping = m;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_import(&o, NULL, &err), SL_OK, "%s", err.msg);
+    o = csv_opts(t2, packed, 1);
+    o.mapping = m;
+    o.threads = 4; /* a compressed file cannot be cut: one reader, one file */
+    o.range_min_bytes = 1024;
+    sl_wh_import_summary_t sum;
+    cr_assert_eq(sl_wh_import(&o, &sum, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sum.files_written, 1);
+    cr_assert_eq(sum.rows_written, 3000);
+    sl_wh_import_summary_free(&sum);
+    char *a = cat(t1), *b = cat(t2);
+    cr_assert_str_eq(a, b, "seed %llu", (unsigned long long)seed);
+    free(a);
+    free(b);
+    sl_wh_colmap_destroy(m);
+    tu_rm_tree(dir);
+}
+
+/* More fields than the parser's first field buffer (64) in the header and
+ * the rows: every name and value kept. */
+Test(import_csv, wide_records_keep_every_field)
+{
+    char *dir = keep(tu_mkdtemp("import_csv"));
+    char *in = keep(tu_path(dir, "wide.csv")), *table = keep(tu_path(dir, "t"));
+    FILE *f = fopen(in, "w");
+    for (int c = 1; c <= 150; c++)
+        fprintf(f, "%sc%d", c > 1 ? "," : "", c);
+    fputc('\n', f);
+    for (int r = 0; r < 3; r++) {
+        for (int c = 1; c <= 150; c++)
+            fprintf(f, "%s%d", c > 1 ? "," : "", r * 1000 + c);
+        fputc('\n', f);
+    }
+    fclose(f);
+    const char *inputs[] = {in};
+    sl_wh_import_opts_t o = csv_opts(table, inputs, 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_import(&o, NULL, &err), SL_OK, "%s", err.msg);
+    sl_wh_table_t *t = NULL;
+    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
+    const sl_wh_schema_t *s = sl_wh_table_schema(t);
+    cr_assert_eq(sl_wh_schema_num_dense(s), 150);
+    cr_assert_str_eq(sl_wh_schema_dense(s, 0)->name, "c1");
+    cr_assert_str_eq(sl_wh_schema_dense(s, 64)->name, "c65");
+    cr_assert_str_eq(sl_wh_schema_dense(s, 149)->name, "c150");
+    sl_wh_table_close(t);
+    char *got = cat(table);
+    cr_assert_not_null(strstr(got, "\"c65\":2065.0,"), "%.300s", got);
+    cr_assert_not_null(strstr(got, "\"c150\":2150.0}"), "%.300s", got);
+    free(got);
     tu_rm_tree(dir);
 }
