@@ -8,7 +8,7 @@
 # In the Python package's build (scikit-build-core sets SKBUILD) the library
 # is installed inside the package next to _native.py, under the name the
 # ctypes loader looks for first (a wheel holds no symlinks), and the program
-# as sluice/bin/sluice, which the console script `sluice` (sluice/_program.py)
+# as sluice/bin/sluice, which the console script `sluice` (python/sluice_cli)
 # executes: inside the package, not in the wheel's scripts, so that its
 # place relative to the libraries auditwheel vendors (ops/build-wheel) is
 # the same in the wheel and once installed.

@@ -1,11 +1,15 @@
 """The `sluice` program of a pip install: the console script `sluice`
 (pyproject.toml, [project.scripts]) runs main(), which replaces the Python
-process with the program bundled in the package (sluice/bin/sluice, put
-there by `pip install`; its libraries are in sluice_trainer.libs/ beside the
-package in a wheel from ops/build-wheel), with the same arguments. The
-program stays inside the package rather than in the wheel's scripts
-directory because auditwheel points it at its libraries by a path relative
-to its own place, which pip keeps for package files and changes for scripts.
+process with the program bundled in the sluice package (sluice/bin/sluice,
+put there by `pip install`; its libraries are in sluice_trainer.libs/ beside
+the package in a wheel from ops/build-wheel), with the same arguments.
+
+A package of its own, beside `sluice`, so that starting the program imports
+neither numpy nor the trainer client (`import sluice` does, which costs a
+few hundred ms). The program stays inside the sluice package rather than in
+the wheel's scripts directory because auditwheel points it at its libraries
+by a path relative to its own place, which pip keeps for package files and
+changes for scripts (docs/PACKAGING.md).
 
 program_path() says which program that is, for code that starts one (a
 local worker): the bundled one; else env SLUICE_BINARY; else build/sluice
@@ -18,12 +22,12 @@ from typing import List, NoReturn, Optional
 
 
 def _candidates() -> List[str]:
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = [os.path.join(here, "bin", "sluice")]
+    here = os.path.dirname(os.path.abspath(__file__))  # .../python/sluice_cli
+    out = [os.path.join(os.path.dirname(here), "sluice", "bin", "sluice")]
     env = os.environ.get("SLUICE_BINARY")
     if env:
         out.append(env)
-    # python/sluice/_program.py of a checkout: the repository root is two up.
+    # python/sluice_cli/__init__.py of a checkout: the repository root is two up.
     root = os.path.dirname(os.path.dirname(here))
     if os.path.basename(os.path.dirname(here)) == "python" and os.path.exists(
         os.path.join(root, "CMakeLists.txt")
