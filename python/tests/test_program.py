@@ -18,19 +18,25 @@ def _run(args, env_extra, cwd=None):
     )
 
 
+def _direct(binary, *args):
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=60)
+
+
 def test_runs_the_program_with_its_arguments(sluice_binary):
-    direct = subprocess.run([sluice_binary, "help", "table"], capture_output=True, text=True, timeout=60)
+    direct = _direct(sluice_binary, "help", "table")
     r = _run(["-c", MAIN, "help", "table"], {"SLUICE_BINARY": sluice_binary})
     assert r.returncode == direct.returncode == 0, r.stderr
     assert r.stdout == direct.stdout
-    # its exit status too: an unknown command
+    # its exit status and message too: an unknown command
     bad = _run(["-c", MAIN, "no-such-command"], {"SLUICE_BINARY": sluice_binary})
-    assert bad.returncode == subprocess.run([sluice_binary, "no-such-command"], capture_output=True).returncode
-    assert bad.returncode != 0
+    bad_direct = _direct(sluice_binary, "no-such-command")
+    assert bad.returncode == bad_direct.returncode != 0
+    assert bad.stderr == bad_direct.stderr
 
 
 def test_imports_no_numpy():
-    r = _run(["-c", "import sys, sluice_cli; print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'sluice')))"], {})
+    code = "import sys, sluice_cli; print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'sluice')))"
+    r = _run(["-c", code], {})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
 
@@ -39,10 +45,12 @@ def test_no_program_is_an_error_naming_where_it_looked(tmp_path):
     # a copy outside any checkout, with no bundled program beside it
     shutil.copytree(os.path.join(PYTHON_DIR, "sluice_cli"), tmp_path / "sluice_cli")
     missing = str(tmp_path / "nowhere" / "sluice")
-    r = _run(["-c", MAIN, "help"], {"PYTHONPATH": str(tmp_path), "SLUICE_BINARY": missing}, cwd=str(tmp_path))
+    env = {"PYTHONPATH": str(tmp_path), "SLUICE_BINARY": missing}
+    r = _run(["-c", MAIN, "help"], env, cwd=str(tmp_path))
     assert r.returncode == 127
     assert r.stdout == ""
+    bundled = tmp_path / "sluice" / "bin" / "sluice"
     assert r.stderr == (
         "sluice: no sluice program in this installation (looked for %s, %s); install a wheel "
-        "made by ops/build-wheel, or set SLUICE_BINARY\n" % (tmp_path / "sluice" / "bin" / "sluice", missing)
+        "made by ops/build-wheel, or set SLUICE_BINARY\n" % (bundled, missing)
     )
