@@ -62,6 +62,9 @@ echo "wheel: $(find "$libs" -type f | wc -l) libraries in the wheel; removed fro
 # 4. the program on the venv's PATH
 export PATH=$venv/bin:$PATH
 [ "$(command -v sluice)" = "$venv/bin/sluice" ] || fail "sluice on PATH is '$(command -v sluice)', not the venv's"
+help=$(sluice help | head -n 1)
+[ -n "$help" ] && [ "$("$venv/bin/python" -m sluice help | head -n 1)" = "$help" ] ||
+  fail "sluice help printed nothing, or python -m sluice help differs from it"
 work=$(mktemp -d)
 timeout $((120 * scale)) sluice demo --rows 20000 >"$work/demo.log" 2>&1 ||
   fail "sluice demo failed: $(tail -n 20 "$work/demo.log")"
