@@ -5,8 +5,8 @@ put there by `pip install`; its libraries are in sluice_trainer.libs/ beside
 the package in a wheel from ops/build-wheel), with the same arguments.
 
 A package of its own, beside `sluice`, so that starting the program imports
-neither numpy nor the trainer client (`import sluice` does, which costs a
-few hundred ms). The program stays inside the sluice package rather than in
+neither numpy nor the trainer client (`import sluice` does: about 0.25 s;
+docs/PACKAGING.md). The program stays inside the sluice package rather than in
 the wheel's scripts directory because auditwheel points it at its libraries
 by a path relative to its own place, which pip keeps for package files and
 changes for scripts (docs/PACKAGING.md).
