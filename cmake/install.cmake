@@ -5,13 +5,20 @@
 # sluice::trainer) in lib/cmake/sluice/. The .pc file and the CMake package
 # locate the prefix from their own path, so an installed tree can be moved.
 #
-# In the Python package's build (scikit-build-core sets SKBUILD) only the
-# library is installed, inside the package next to _native.py, under the
-# name the ctypes loader looks for first (a wheel holds no symlinks).
+# In the Python package's build (scikit-build-core sets SKBUILD) the library
+# is installed inside the package next to _native.py, under the name the
+# ctypes loader looks for first (a wheel holds no symlinks), and the program
+# as sluice/bin/sluice, which the console script `sluice` (python/sluice_cli)
+# executes: inside the package, not in the wheel's scripts, so that its
+# place relative to the libraries auditwheel vendors (ops/build-wheel) is
+# the same in the wheel and once installed.
 
 if(SKBUILD)
   install(FILES $<TARGET_FILE:sluice_trainer_shared> DESTINATION sluice
           RENAME libsluice_trainer.so)
+  if(TARGET sluice)
+    install(PROGRAMS $<TARGET_FILE:sluice> DESTINATION sluice/bin)
+  endif()
   return()
 endif()
 
