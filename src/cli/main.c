@@ -20,6 +20,7 @@ static const struct {
     {"master", sl_cli_master, &sl_cli_master_cmd, NULL},
     {"produce", sl_cli_produce, &sl_cli_produce_cmd, NULL},
     {"jobs", sl_cli_jobs, NULL, "list, show, delete, scale and resubmit a master's jobs"},
+    {"store", sl_cli_store, NULL, "list, stat, read and write objects of S3 or a directory"},
 };
 
 static void usage(FILE *out)

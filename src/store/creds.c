@@ -33,7 +33,8 @@ void sl_creds_wipe(sl_creds_value_t *v)
 {
     /* volatile: the wipe must not be optimised away as a dead store. */
     volatile char *p = (volatile char *)v;
-    for (size_t i = 0; i < sizeof *v; i++) p[i] = 0;
+    for (size_t i = 0; i < sizeof *v; i++)
+        p[i] = 0;
 }
 
 int64_t sl_creds_parse_time(const char *s)
@@ -75,32 +76,40 @@ static const char *profile(void)
 
 /* key's value in section of the INI text into buf. In the config file a
  * profile's section is "[profile NAME]" ("[default]" for default). */
-static bool ini_get(const char *text, const char *section, bool config, const char *key,
-                    char *buf, size_t cap)
+static bool ini_get(const char *text, const char *section, bool config, const char *key, char *buf,
+                    size_t cap)
 {
     char want[300];
-    if (config && strcmp(section, "default") != 0) snprintf(want, sizeof want, "profile %s", section);
-    else snprintf(want, sizeof want, "%s", section);
+    if (config && strcmp(section, "default") != 0)
+        snprintf(want, sizeof want, "profile %s", section);
+    else
+        snprintf(want, sizeof want, "%s", section);
     bool in = false;
     for (const char *l = text; l && *l;) {
         const char *e = strchr(l, '\n');
         size_t n = e ? (size_t)(e - l) : strlen(l);
-        while (n > 0 && (l[0] == ' ' || l[0] == '\t')) l++, n--;
-        while (n > 0 && (l[n - 1] == '\r' || l[n - 1] == ' ' || l[n - 1] == '\t')) n--;
+        while (n > 0 && (l[0] == ' ' || l[0] == '\t'))
+            l++, n--;
+        while (n > 0 && (l[n - 1] == '\r' || l[n - 1] == ' ' || l[n - 1] == '\t'))
+            n--;
         if (n >= 2 && l[0] == '[' && l[n - 1] == ']') {
             const char *s = l + 1;
             size_t sn = n - 2;
-            while (sn > 0 && *s == ' ') s++, sn--;
-            while (sn > 0 && s[sn - 1] == ' ') sn--;
+            while (sn > 0 && *s == ' ')
+                s++, sn--;
+            while (sn > 0 && s[sn - 1] == ' ')
+                sn--;
             in = sn == strlen(want) && strncmp(s, want, sn) == 0;
         } else if (in && n > 0 && l[0] != '#' && l[0] != ';') {
             const char *eq = memchr(l, '=', n);
             if (eq) {
                 size_t kn = (size_t)(eq - l);
-                while (kn > 0 && (l[kn - 1] == ' ' || l[kn - 1] == '\t')) kn--;
+                while (kn > 0 && (l[kn - 1] == ' ' || l[kn - 1] == '\t'))
+                    kn--;
                 if (kn == strlen(key) && strncasecmp(l, key, kn) == 0) {
                     const char *v = eq + 1;
-                    while (v < l + n && (*v == ' ' || *v == '\t')) v++;
+                    while (v < l + n && (*v == ' ' || *v == '\t'))
+                        v++;
                     size_t vn = (size_t)(l + n - v);
                     if (vn >= cap) return false;
                     memcpy(buf, v, vn);
@@ -176,7 +185,8 @@ static outcome_t from_files(sl_creds_t *c, sl_creds_value_t *v, char *why, size_
                             sl_error_t *err)
 {
     char pb1[512], pb2[512];
-    const char *cred_path = home_file(pb1, sizeof pb1, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
+    const char *cred_path =
+        home_file(pb1, sizeof pb1, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
     const char *conf_path = home_file(pb2, sizeof pb2, "AWS_CONFIG_FILE", "config");
     const char *paths[2] = {cred_path, conf_path};
     outcome_t out = NONE;
@@ -185,7 +195,8 @@ static outcome_t from_files(sl_creds_t *c, sl_creds_value_t *v, char *why, size_
         char *t = read_shared(c->a, paths[i], &len);
         if (t == NULL) continue;
         bool id = ini_get(t, profile(), i == 1, "aws_access_key_id", v->key_id, sizeof v->key_id);
-        bool sk = ini_get(t, profile(), i == 1, "aws_secret_access_key", v->secret, sizeof v->secret);
+        bool sk =
+            ini_get(t, profile(), i == 1, "aws_secret_access_key", v->secret, sizeof v->secret);
         if (!ini_get(t, profile(), i == 1, "aws_session_token", v->token, sizeof v->token))
             v->token[0] = '\0';
         if (id && sk && v->key_id[0] && v->secret[0]) {
@@ -200,12 +211,13 @@ static outcome_t from_files(sl_creds_t *c, sl_creds_value_t *v, char *why, size_
             out = FAILED;
         }
         volatile char *p = t;
-        for (size_t k = 0; k < len; k++) p[k] = 0;
+        for (size_t k = 0; k < len; k++)
+            p[k] = 0;
         sl_free(c->a, t, len + 1);
     }
     if (out == NONE)
-        snprintf(why, cap, "shared files: no keys for profile %s in %s or %s", profile(),
-                 cred_path, conf_path);
+        snprintf(why, cap, "shared files: no keys for profile %s in %s or %s", profile(), cred_path,
+                 conf_path);
     if (out != FOUND) sl_creds_wipe(v);
     return out;
 }
@@ -228,7 +240,8 @@ static outcome_t from_web_identity(sl_creds_t *c, sl_creds_value_t *v, char *why
     if (tf == NULL || !*tf) {
         /* Or the profile's web_identity_token_file and role_arn. */
         size_t len;
-        char *t = read_shared(c->a, home_file(conf_buf, sizeof conf_buf, "AWS_CONFIG_FILE", "config"), &len);
+        char *t = read_shared(
+            c->a, home_file(conf_buf, sizeof conf_buf, "AWS_CONFIG_FILE", "config"), &len);
         if (t && ini_get(t, profile(), true, "web_identity_token_file", tf_buf, sizeof tf_buf) &&
             ini_get(t, profile(), true, "role_arn", arn_buf, sizeof arn_buf)) {
             tf = tf_buf;
@@ -241,8 +254,9 @@ static outcome_t from_web_identity(sl_creds_t *c, sl_creds_value_t *v, char *why
         return NONE;
     }
     if (arn == NULL || !*arn) {
-        sl_error_set(err, SL_ERR_INVALID,
-                     "web identity: AWS_WEB_IDENTITY_TOKEN_FILE is set (%s) but AWS_ROLE_ARN is not", tf);
+        sl_error_set(
+            err, SL_ERR_INVALID,
+            "web identity: AWS_WEB_IDENTITY_TOKEN_FILE is set (%s) but AWS_ROLE_ARN is not", tf);
         return FAILED;
     }
     char *token = NULL;
@@ -251,7 +265,8 @@ static outcome_t from_web_identity(sl_creds_t *c, sl_creds_value_t *v, char *why
         sl_error_prefix(err, "web identity: ");
         return FAILED;
     }
-    while (tlen > 0 && (token[tlen - 1] == '\n' || token[tlen - 1] == '\r' || token[tlen - 1] == ' '))
+    while (tlen > 0 &&
+           (token[tlen - 1] == '\n' || token[tlen - 1] == '\r' || token[tlen - 1] == ' '))
         token[--tlen] = '\0';
     const char *session = getenv("AWS_ROLE_SESSION_NAME");
     char sess[64];
@@ -260,9 +275,11 @@ static outcome_t from_web_identity(sl_creds_t *c, sl_creds_value_t *v, char *why
         session = sess;
     }
     const char *ep = getenv("AWS_ENDPOINT_URL_STS");
-    char *url = ep && *ep ? sl_strdup(c->a, ep) : sl_strfmt(c->a, "https://sts.%s.amazonaws.com/", c->region);
+    char *url = ep && *ep ? sl_strdup(c->a, ep)
+                          : sl_strfmt(c->a, "https://sts.%s.amazonaws.com/", c->region);
     sl_store_buf_t body = {0};
-    bool ok = url && sl_store_buf_add(c->a, &body, "Action=AssumeRoleWithWebIdentity&RoleArn=", 41) &&
+    bool ok = url &&
+              sl_store_buf_add(c->a, &body, "Action=AssumeRoleWithWebIdentity&RoleArn=", 41) &&
               sl_store_buf_enc(c->a, &body, arn, false) &&
               sl_store_buf_add(c->a, &body, "&RoleSessionName=", 17) &&
               sl_store_buf_enc(c->a, &body, session, false) &&
@@ -277,7 +294,10 @@ static outcome_t from_web_identity(sl_creds_t *c, sl_creds_value_t *v, char *why
     } else if (transport(c, 5000, 3, &h, err) == SL_OK) {
         char what[600];
         snprintf(what, sizeof what, "STS AssumeRoleWithWebIdentity %s (role %s)", url, arn);
-        sl_store_req_t r = {.method = "POST", .url = url, .what = what, .body = body.data,
+        sl_store_req_t r = {.method = "POST",
+                            .url = url,
+                            .what = what,
+                            .body = body.data,
                             .body_len = body.len,
                             .headers = {"Content-Type: application/x-www-form-urlencoded"}};
         sl_store_req_t *rs[1] = {&r};
@@ -311,7 +331,8 @@ static outcome_t from_imds(sl_creds_t *c, sl_creds_value_t *v, char *why, size_t
     const char *ep = getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
     if (ep == NULL || !*ep) ep = "http://169.254.169.254";
     size_t epn = strlen(ep);
-    while (epn > 0 && ep[epn - 1] == '/') epn--;
+    while (epn > 0 && ep[epn - 1] == '/')
+        epn--;
     sl_store_http_t *h = NULL;
     /* Off EC2 nothing answers: a short connect timeout, two tries (as the
      * AWS SDKs do), so a machine without IMDS learns it in seconds. */
@@ -320,7 +341,11 @@ static outcome_t from_imds(sl_creds_t *c, sl_creds_value_t *v, char *why, size_t
     char url[600], hdr[200], role[256], what[700];
     snprintf(url, sizeof url, "%.*s/latest/api/token", (int)epn, ep);
     snprintf(what, sizeof what, "instance metadata %.*s", (int)epn, ep);
-    sl_store_req_t t = {.method = "PUT", .url = url, .what = what, .body = "", .body_len = 0,
+    sl_store_req_t t = {.method = "PUT",
+                        .url = url,
+                        .what = what,
+                        .body = "",
+                        .body_len = 0,
                         .max_resp = 4096,
                         .headers = {"X-aws-ec2-metadata-token-ttl-seconds: 21600"}};
     sl_store_req_t *rs[1] = {&t};
@@ -329,11 +354,11 @@ static outcome_t from_imds(sl_creds_t *c, sl_creds_value_t *v, char *why, size_t
         snprintf(why, cap, "instance metadata: %s", t.err.msg);
         goto done;
     }
-    snprintf(hdr, sizeof hdr, "X-aws-ec2-metadata-token: %.*s", (int)(t.resp.len < 150 ? t.resp.len : 150),
-             t.resp.data ? t.resp.data : "");
+    snprintf(hdr, sizeof hdr, "X-aws-ec2-metadata-token: %.*s",
+             (int)(t.resp.len < 150 ? t.resp.len : 150), t.resp.data ? t.resp.data : "");
     snprintf(url, sizeof url, "%.*s/latest/meta-data/iam/security-credentials/", (int)epn, ep);
-    r1 = (sl_store_req_t){.method = "GET", .url = url, .what = what, .max_resp = 4096,
-                          .headers = {hdr}};
+    r1 = (sl_store_req_t){
+        .method = "GET", .url = url, .what = what, .max_resp = 4096, .headers = {hdr}};
     rs[0] = &r1;
     out = FAILED;
     if (sl_store_http_run(h, NULL, rs, 1, 1, UINT64_MAX) != SL_OK) {
@@ -351,9 +376,10 @@ static outcome_t from_imds(sl_creds_t *c, sl_creds_value_t *v, char *why, size_t
     }
     memcpy(role, r1.resp.data, rn);
     role[rn] = '\0';
-    snprintf(url, sizeof url, "%.*s/latest/meta-data/iam/security-credentials/%s", (int)epn, ep, role);
-    r2 = (sl_store_req_t){.method = "GET", .url = url, .what = what, .max_resp = 16384,
-                          .headers = {hdr}};
+    snprintf(url, sizeof url, "%.*s/latest/meta-data/iam/security-credentials/%s", (int)epn, ep,
+             role);
+    r2 = (sl_store_req_t){
+        .method = "GET", .url = url, .what = what, .max_resp = 16384, .headers = {hdr}};
     rs[0] = &r2;
     if (sl_store_http_run(h, NULL, rs, 1, 1, UINT64_MAX) != SL_OK) {
         if (err) *err = r2.err;
@@ -408,8 +434,8 @@ static sl_err_t resolve(sl_creds_t *c, sl_creds_value_t *v, sl_error_t *err)
     if (o == FOUND) return SL_OK;
     sl_creds_wipe(v);
     if (o == FAILED) return err ? err->code : SL_ERR_INVALID;
-    return sl_error_set(err, SL_ERR_NOT_FOUND, "no AWS credentials found: %s; %s; %s; %s",
-                        why[0], why[1], why[2], why[3]);
+    return sl_error_set(err, SL_ERR_NOT_FOUND, "no AWS credentials found: %s; %s; %s; %s", why[0],
+                        why[1], why[2], why[3]);
 }
 
 sl_err_t sl_creds_new(const sl_store_opts_t *opts, const char *region, sl_creds_t **out,
@@ -455,8 +481,9 @@ sl_err_t sl_creds_get(sl_creds_t *c, sl_creds_value_t *out, sl_error_t *err)
             c->have = true;
             int64_t life = v.expires_s ? v.expires_s - now : 0;
             /* Five minutes early, or half the life of short credentials. */
-            c->refresh_at = v.expires_s ? v.expires_s - (life / 2 < 300 ? (life > 0 ? life / 2 : 0) : 300) : 0;
-            sl_log_kv(SL_LOG_INFO, "store_credentials",
+            c->refresh_at =
+                v.expires_s ? v.expires_s - (life / 2 < 300 ? (life > 0 ? life / 2 : 0) : 300) : 0;
+            sl_log_kv(SL_LOG_DEBUG, "store_credentials",
                       (SL_KV_STR("source", v.source), SL_KV_I64("expires_s", v.expires_s)),
                       "AWS credentials from %s", v.source);
         } else if (c->have && now < c->cur.expires_s) {

@@ -28,8 +28,8 @@ typedef struct sl_creds sl_creds_t;
 typedef struct sl_creds_value {
     char key_id[128];
     char secret[128];
-    char token[4096]; /* "" when none */
-    int64_t expires_s; /* seconds since the epoch; 0: never */
+    char token[4096];   /* "" when none */
+    int64_t expires_s;  /* seconds since the epoch; 0: never */
     const char *source; /* "environment", "shared files", "web identity", "instance metadata" */
 } sl_creds_value_t;
 

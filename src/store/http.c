@@ -61,7 +61,8 @@ sl_err_t sl_store_http_new(const sl_store_opts_t *opts, const char *region, sl_c
     }
     snprintf(h->region, sizeof h->region, "%s", region);
     snprintf(h->sigv4, sizeof h->sigv4, "aws:amz:%s:s3", region);
-    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_init(&h->locks[i], NULL);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&h->locks[i], NULL);
     h->seed = sl_clock_ns() ^ (uint64_t)getpid() << 32;
     h->share = curl_share_init();
     if (h->share == NULL) {
@@ -81,7 +82,8 @@ void sl_store_http_destroy(sl_store_http_t *h)
 {
     if (h == NULL) return;
     if (h->share) curl_share_cleanup(h->share);
-    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_destroy(&h->locks[i]);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&h->locks[i]);
     sl_strfree(h->a, h->ca);
     sl_free(h->a, h, sizeof *h);
 }
@@ -90,7 +92,8 @@ bool sl_store_buf_add(const sl_allocator_t *a, sl_store_buf_t *b, const char *s,
 {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
+        while (cap < b->len + n + 1)
+            cap *= 2;
         char *d = sl_realloc(a, b->data, b->cap, cap);
         if (d == NULL) return false;
         b->data = d;
@@ -153,8 +156,10 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ctx)
         k = strlen(keep[i].name);
         if (n > k && strncasecmp(p, keep[i].name, k) == 0) {
             const char *v = p + k, *e = p + n;
-            while (v < e && (*v == ' ' || *v == '\t')) v++;
-            while (e > v && (e[-1] == '\r' || e[-1] == '\n' || e[-1] == ' ')) e--;
+            while (v < e && (*v == ' ' || *v == '\t'))
+                v++;
+            while (e > v && (e[-1] == '\r' || e[-1] == '\n' || e[-1] == ' '))
+                e--;
             size_t len = (size_t)(e - v) < 127 ? (size_t)(e - v) : 127;
             memcpy(keep[i].dst, v, len);
             keep[i].dst[len] = '\0';
@@ -229,7 +234,8 @@ static sl_err_t start(run_t *run, sl_store_req_t *r)
     r->resp.len = 0;
     struct curl_slist *hl = NULL;
     char line[256];
-    for (int i = 0; i < 4 && r->headers[i]; i++) hl = curl_slist_append(hl, r->headers[i]);
+    for (int i = 0; i < 4 && r->headers[i]; i++)
+        hl = curl_slist_append(hl, r->headers[i]);
     if (r->ranged) {
         snprintf(line, sizeof line, "Range: bytes=%llu-%llu", (unsigned long long)r->offset,
                  (unsigned long long)(r->offset + r->len - 1));
@@ -251,8 +257,9 @@ static sl_err_t start(run_t *run, sl_store_req_t *r)
         }
         /* The payload's hash: what S3 checks (s3proxy answers 500 without it). */
         snprintf(line, sizeof line, "x-amz-content-sha256: %s",
-                 r->body_sha256[0] ? r->body_sha256
-                                   : "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+                 r->body_sha256[0]
+                     ? r->body_sha256
+                     : "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
         hl = curl_slist_append(hl, line);
         if (cv.token[0]) {
             char *t = sl_strfmt(h->a, "x-amz-security-token: %s", cv.token);
@@ -335,17 +342,18 @@ static bool judge(sl_store_req_t *r, CURLcode cc)
     range_words(r, rw, sizeof rw);
     if (cc != CURLE_OK) {
         bool retry = cc == CURLE_COULDNT_CONNECT || cc == CURLE_OPERATION_TIMEDOUT ||
-                     cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR ||
-                     cc == CURLE_GOT_NOTHING || cc == CURLE_PARTIAL_FILE ||
-                     cc == CURLE_COULDNT_RESOLVE_HOST || cc == CURLE_HTTP2_STREAM;
+                     cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR || cc == CURLE_GOT_NOTHING ||
+                     cc == CURLE_PARTIAL_FILE || cc == CURLE_COULDNT_RESOLVE_HOST ||
+                     cc == CURLE_HTTP2_STREAM;
         if (cc == CURLE_WRITE_ERROR && r->ranged && r->status / 100 == 2) {
             r->result = sl_error_set(&r->err, SL_ERR_PROTOCOL,
                                      "%s: %s%s: the server sent more bytes than asked", r->what,
                                      r->method, rw);
             return false;
         }
-        r->result = sl_error_set(&r->err, cc == CURLE_OPERATION_TIMEDOUT ? SL_ERR_TIMEOUT : SL_ERR_IO,
-                                 "%s: %s%s: %s", r->what, r->method, rw, curl_easy_strerror(cc));
+        r->result =
+            sl_error_set(&r->err, cc == CURLE_OPERATION_TIMEDOUT ? SL_ERR_TIMEOUT : SL_ERR_IO,
+                         "%s: %s%s: %s", r->what, r->method, rw, curl_easy_strerror(cc));
         return retry;
     }
     if (r->status / 100 == 2) {
@@ -362,7 +370,9 @@ static bool judge(sl_store_req_t *r, CURLcode cc)
     if (code[0] == '\0') {
         /* HEAD answers carry no body: name the status as S3 would. */
         snprintf(code, sizeof code, "%s",
-                 r->status == 404 ? "NotFound" : r->status == 403 ? "Forbidden" : "NoBody");
+                 r->status == 404   ? "NotFound"
+                 : r->status == 403 ? "Forbidden"
+                                    : "NoBody");
     }
     sl_err_t rc = r->status == 404   ? SL_ERR_NOT_FOUND
                   : r->status == 412 ? SL_ERR_VERSION
@@ -376,15 +386,16 @@ static bool judge(sl_store_req_t *r, CURLcode cc)
                                  "HTTP 412 %s",
                                  r->what, r->method, rw, r->if_match ? r->if_match : "?", code);
     else
-        r->result = sl_error_set(&r->err, rc, "%s: %s%s: HTTP %ld %s%s%s", r->what, r->method,
-                                 rw, r->status, code, msg[0] ? ": " : "", msg);
+        r->result = sl_error_set(&r->err, rc, "%s: %s%s: HTTP %ld %s%s%s", r->what, r->method, rw,
+                                 r->status, code, msg[0] ? ": " : "", msg);
     return retry;
 }
 
 static uint64_t backoff_ms(sl_store_http_t *h, uint32_t attempts)
 {
     uint64_t cap = h->opts.backoff_base_ms;
-    for (uint32_t i = 1; i < attempts && cap < h->opts.backoff_max_ms; i++) cap *= 2;
+    for (uint32_t i = 1; i < attempts && cap < h->opts.backoff_max_ms; i++)
+        cap *= 2;
     if (cap > h->opts.backoff_max_ms) cap = h->opts.backoff_max_ms;
     /* Full jitter (a random wait in [0, cap]): clients that failed
      * together do not retry together. */
@@ -401,8 +412,8 @@ sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **
     run_t run = {h, st, curl_multi_init()};
     if (run.multi == NULL) {
         for (size_t i = 0; i < n; i++)
-            reqs[i]->result = sl_error_set(&reqs[i]->err, SL_ERR_NOMEM, "%s: curl_multi_init failed",
-                                           reqs[i]->what);
+            reqs[i]->result = sl_error_set(&reqs[i]->err, SL_ERR_NOMEM,
+                                           "%s: curl_multi_init failed", reqs[i]->what);
         return SL_ERR_NOMEM;
     }
     if (max_conns == 0) max_conns = 1;
@@ -413,7 +424,8 @@ sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **
         reqs[i]->active = reqs[i]->done = false;
         reqs[i]->result = SL_ERR_AGAIN;
     }
-    size_t done = 0, next = 0; /* requests before next that are neither active nor waiting are done */
+    size_t done = 0,
+           next = 0; /* requests before next that are neither active nor waiting are done */
     uint32_t active = 0;
     uint64_t bytes = 0;
     while (done < n) {

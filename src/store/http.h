@@ -27,10 +27,10 @@ typedef struct sl_store_req {
     /* in */
     const char *method; /* "GET", "HEAD", "PUT", "POST", "DELETE" */
     const char *url;
-    const char *what;   /* "s3://bucket/key", for messages */
+    const char *what;       /* "s3://bucket/key", for messages */
     const char *headers[4]; /* extra "Name: value" lines, NULL-ended */
-    bool sign;          /* SigV4 with the engine's credentials */
-    bool ranged;        /* a ranged GET of [offset, offset + len) into dst */
+    bool sign;              /* SigV4 with the engine's credentials */
+    bool ranged;            /* a ranged GET of [offset, offset + len) into dst */
     uint64_t offset;
     size_t len;
     void *dst;
@@ -46,7 +46,7 @@ typedef struct sl_store_req {
     char etag[128], version[128], upload_etag[128];
     uint64_t content_length;
     int64_t mtime_s;
-    size_t got;      /* bytes received into dst */
+    size_t got; /* bytes received into dst */
     uint32_t attempts;
     sl_err_t result;
     sl_error_t err;

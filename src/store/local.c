@@ -57,8 +57,8 @@ static sl_err_t walk(sl_store_t *st, const char *rel, const char *prefix, keys_t
                      sl_error_t *err)
 {
     if (depth > 64)
-        return sl_error_set(err, SL_ERR_INVALID, "%s/%s: directories nested over 64 deep",
-                            st->root, rel);
+        return sl_error_set(err, SL_ERR_INVALID, "%s/%s: directories nested over 64 deep", st->root,
+                            rel);
     char *dir = sl_strfmt(st->a, "%s/%s", st->root, rel);
     if (dir == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", st->root);
     DIR *d = opendir(dir);
@@ -122,13 +122,13 @@ static sl_err_t local_list(sl_store_t *st, const char *prefix, sl_store_list_fn 
         }
         rc = fn(ctx, k.v[i], &info);
     }
-    for (size_t i = 0; i < k.n; i++) sl_strfree(st->a, k.v[i]);
+    for (size_t i = 0; i < k.n; i++)
+        sl_strfree(st->a, k.v[i]);
     sl_free(st->a, k.v, k.cap * sizeof *k.v);
     return rc;
 }
 
-static sl_err_t local_stat(sl_store_t *st, const char *key, sl_store_info_t *info,
-                           sl_error_t *err)
+static sl_err_t local_stat(sl_store_t *st, const char *key, sl_store_info_t *info, sl_error_t *err)
 {
     char *path = path_of(st, key);
     if (path == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", st->root);
@@ -182,8 +182,7 @@ static sl_err_t read_one(sl_store_t *st, sl_store_range_t *r, sl_error_t *err)
         if (got == 0) {
             rc = sl_error_set(err, SL_ERR_TRUNCATED,
                               "%s: ends at %llu, inside the range [%llu, %llu)", path,
-                              (unsigned long long)(r->offset + done),
-                              (unsigned long long)r->offset,
+                              (unsigned long long)(r->offset + done), (unsigned long long)r->offset,
                               (unsigned long long)(r->offset + r->len));
             goto out;
         }
@@ -198,8 +197,7 @@ out:
 
 /* Local reads are page-cache copies: one after another is as fast as the
  * disk allows, and keeps the interface's bound on memory trivially. */
-static sl_err_t local_read_many(sl_store_t *st, sl_store_range_t *ranges, size_t n,
-                                sl_error_t *err)
+static sl_err_t local_read_many(sl_store_t *st, sl_store_range_t *ranges, size_t n, sl_error_t *err)
 {
     sl_err_t first = SL_OK;
     for (size_t i = 0; i < n; i++) {
@@ -230,7 +228,8 @@ static sl_err_t mkdirs(sl_store_t *st, char *path, sl_error_t *err)
 static sl_err_t local_put(sl_store_t *st, const char *key, const void *data, size_t len,
                           const char *src, sl_error_t *err)
 {
-    char *path = path_of(st, key), *tmp = path ? sl_strfmt(st->a, "%s.tmp.%d", path, getpid()) : NULL;
+    char *path = path_of(st, key),
+         *tmp = path ? sl_strfmt(st->a, "%s.tmp.%d", path, getpid()) : NULL;
     char *body = NULL;
     size_t body_len = 0;
     sl_err_t rc;
@@ -273,7 +272,8 @@ sl_err_t sl_store_local_open(const char *dir, const sl_store_opts_t *opts, sl_st
     const sl_allocator_t *a = opts && opts->alloc ? opts->alloc : sl_allocator_default();
     sl_store_t *st = sl_calloc(a, 1, sizeof *st);
     size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--; /* "dir/" and "dir" are one root */
+    while (n > 1 && dir[n - 1] == '/')
+        n--; /* "dir/" and "dir" are one root */
     if (st == NULL || (st->root = sl_strndup(a, dir, n)) == NULL) {
         sl_free(a, st, sizeof *st);
         return sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", dir);

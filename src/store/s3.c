@@ -83,8 +83,8 @@ static sl_err_t s3_list(sl_store_t *st, const char *prefix, sl_store_list_fn fn,
             rc = sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", what);
             break;
         }
-        sl_store_req_t r = {.method = "GET", .url = q.data, .what = what, .sign = true,
-                            .max_resp = 16u << 20};
+        sl_store_req_t r = {
+            .method = "GET", .url = q.data, .what = what, .sign = true, .max_resp = 16u << 20};
         rc = run1(s, &r, err);
         sl_store_buf_free(a, &q);
         sl_strfree(a, token);
@@ -118,6 +118,20 @@ static sl_err_t s3_stat(sl_store_t *st, const char *key, sl_store_info_t *info, 
     } else {
         sl_store_req_t r = {.method = "HEAD", .url = url, .what = what, .sign = true};
         rc = run1(s, &r, err);
+        if (rc != SL_OK && r.status >= 400 && r.status < 500) {
+            /* A HEAD answer has no body, so no S3 error code (NoSuchKey or
+             * NoSuchBucket? SignatureDoesNotMatch or AccessDenied?): ask for
+             * one byte to hear it. */
+            sl_store_req_t g = {.method = "GET",
+                                .url = url,
+                                .what = what,
+                                .sign = true,
+                                .headers = {"Range: bytes=0-0"},
+                                .max_resp = 64u << 10};
+            sl_error_t ge = {0};
+            if (run1(s, &g, &ge) != SL_OK && g.status == r.status && err) *err = ge;
+            sl_store_req_free(s->http, &g);
+        }
         if (rc == SL_OK) {
             info->size = r.content_length;
             info->mtime_s = r.mtime_s;
@@ -211,15 +225,22 @@ static sl_err_t sha256_hex(const void *data, size_t len, int fd, uint64_t off, c
     }
     unsigned char d[32];
     gnutls_hash_deinit(hd, d);
-    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
     return SL_OK;
 }
 
 static sl_err_t put_part(s3_t *s, const char *url, const char *what, const void *data, int fd,
                          uint64_t off, uint64_t len, char *etag, sl_error_t *err)
 {
-    sl_store_req_t r = {.method = "PUT", .url = url, .what = what, .sign = true, .body = data,
-                        .body_fd = fd, .body_off = off, .body_len = len};
+    sl_store_req_t r = {.method = "PUT",
+                        .url = url,
+                        .what = what,
+                        .sign = true,
+                        .body = data,
+                        .body_fd = fd,
+                        .body_off = off,
+                        .body_len = len};
     sl_err_t rc = sha256_hex(data, (size_t)len, fd, off, r.body_sha256, what, err);
     if (rc == SL_OK) rc = run1(s, &r, err);
     if (rc == SL_OK) {
@@ -232,26 +253,28 @@ static sl_err_t put_part(s3_t *s, const char *url, const char *what, const void 
 
 /* A multipart upload: initiate, parts of part_size, complete; aborted on
  * failure so no parts are left billed. */
-static sl_err_t put_multipart(s3_t *s, const char *key, const char *what, const void *data,
-                              int fd, uint64_t len, sl_error_t *err)
+static sl_err_t put_multipart(s3_t *s, const char *key, const char *what, const void *data, int fd,
+                              uint64_t len, sl_error_t *err)
 {
     const sl_allocator_t *a = s->base.a;
     uint64_t ps = s->base.opts.part_size, nparts = (len + ps - 1) / ps;
     if (nparts > 10000)
-        return sl_error_set(err, SL_ERR_TOO_LARGE,
-                            "%s: %llu bytes need %llu parts of %llu (S3 allows 10000)", what,
-                            (unsigned long long)len, (unsigned long long)nparts,
-                            (unsigned long long)ps);
+        return sl_error_set(
+            err, SL_ERR_TOO_LARGE, "%s: %llu bytes need %llu parts of %llu (S3 allows 10000)", what,
+            (unsigned long long)len, (unsigned long long)nparts, (unsigned long long)ps);
     char *url = key_url(s, key, "?uploads="), upload[1024];
     sl_store_req_t r = {.method = "POST", .url = url, .what = what, .sign = true};
-    sl_err_t rc = url ? run1(s, &r, err) : sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", what);
-    if (rc == SL_OK && !sl_store_xml_text(r.resp.data, r.resp.len, "UploadId", upload, sizeof upload))
+    sl_err_t rc =
+        url ? run1(s, &r, err) : sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", what);
+    if (rc == SL_OK &&
+        !sl_store_xml_text(r.resp.data, r.resp.len, "UploadId", upload, sizeof upload))
         rc = sl_error_set(err, SL_ERR_PROTOCOL, "%s: CreateMultipartUpload gave no UploadId", what);
     sl_store_req_free(s->http, &r);
     sl_strfree(a, url);
     if (rc != SL_OK) return rc;
     sl_store_buf_t enc = {0}, done = {0};
-    if (!sl_store_buf_enc(a, &enc, upload, false)) rc = sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    if (!sl_store_buf_enc(a, &enc, upload, false))
+        rc = sl_error_set(err, SL_ERR_NOMEM, "out of memory");
     sl_store_buf_add(a, &done, "<CompleteMultipartUpload>", 25);
     for (uint64_t p = 0; rc == SL_OK && p < nparts; p++) {
         uint64_t off = p * ps, n = len - off < ps ? len - off : ps;
@@ -264,9 +287,10 @@ static sl_err_t put_multipart(s3_t *s, const char *key, const char *what, const 
                   : sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", what);
         sl_strfree(a, qs);
         sl_strfree(a, purl);
-        char *part = rc == SL_OK ? sl_strfmt(a, "<Part><PartNumber>%llu</PartNumber><ETag>%s</ETag></Part>",
-                                             (unsigned long long)p + 1, etag)
-                                 : NULL;
+        char *part = rc == SL_OK
+                         ? sl_strfmt(a, "<Part><PartNumber>%llu</PartNumber><ETag>%s</ETag></Part>",
+                                     (unsigned long long)p + 1, etag)
+                         : NULL;
         if (rc == SL_OK && (part == NULL || !sl_store_buf_add(a, &done, part, strlen(part))))
             rc = sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", what);
         sl_strfree(a, part);
@@ -274,8 +298,12 @@ static sl_err_t put_multipart(s3_t *s, const char *key, const char *what, const 
     char *qs = sl_strfmt(a, "?uploadId=%s", enc.data ? enc.data : "");
     char *curl_ = qs ? key_url(s, key, qs) : NULL;
     if (rc == SL_OK && curl_ && sl_store_buf_add(a, &done, "</CompleteMultipartUpload>", 26)) {
-        sl_store_req_t c = {.method = "POST", .url = curl_, .what = what, .sign = true,
-                            .body = done.data, .body_len = done.len};
+        sl_store_req_t c = {.method = "POST",
+                            .url = curl_,
+                            .what = what,
+                            .sign = true,
+                            .body = done.data,
+                            .body_len = done.len};
         rc = sha256_hex(done.data, done.len, -1, 0, c.body_sha256, what, err);
         if (rc == SL_OK) rc = run1(s, &c, err);
         /* CompleteMultipartUpload may fail with 200 and an <Error> body. */
@@ -283,8 +311,8 @@ static sl_err_t put_multipart(s3_t *s, const char *key, const char *what, const 
         if (rc == SL_OK) {
             sl_store_xml_error(c.resp.data, c.resp.len, code, sizeof code, msg, sizeof msg);
             if (code[0])
-                rc = sl_error_set(err, SL_ERR_IO, "%s: CompleteMultipartUpload: %s: %s", what,
-                                  code, msg);
+                rc = sl_error_set(err, SL_ERR_IO, "%s: CompleteMultipartUpload: %s: %s", what, code,
+                                  msg);
         }
         sl_store_req_free(s->http, &c);
     } else if (curl_) {
@@ -293,7 +321,8 @@ static sl_err_t put_multipart(s3_t *s, const char *key, const char *what, const 
         run1(s, &c, &ignored);
         sl_store_req_free(s->http, &c);
     }
-    if (rc == SL_OK && curl_ == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", what);
+    if (rc == SL_OK && curl_ == NULL)
+        rc = sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", what);
     sl_strfree(a, qs);
     sl_strfree(a, curl_);
     sl_store_buf_free(a, &enc);
@@ -357,8 +386,10 @@ sl_err_t sl_store_s3_open(const char *bucket, const sl_store_opts_t *opts, sl_st
     s->base.opts.alloc = a;
     sl_store_opts_t *o = &s->base.opts;
     char region[64];
-    if (o->region) snprintf(region, sizeof region, "%s", o->region);
-    else sl_creds_region(region, sizeof region);
+    if (o->region)
+        snprintf(region, sizeof region, "%s", o->region);
+    else
+        sl_creds_region(region, sizeof region);
     if (o->ca_bundle == NULL) o->ca_bundle = getenv("AWS_CA_BUNDLE");
     const char *ep = o->endpoint;
     if (ep == NULL) ep = getenv("AWS_ENDPOINT_URL_S3");
@@ -374,7 +405,8 @@ sl_err_t sl_store_s3_open(const char *bucket, const sl_store_opts_t *opts, sl_st
             goto fail;
         }
         size_t n = strlen(ep);
-        while (n > 0 && ep[n - 1] == '/') n--;
+        while (n > 0 && ep[n - 1] == '/')
+            n--;
         const char *host = strstr(ep, "://") + 3;
         bool path_style = o->path_style != 0; /* a custom endpoint: path-style unless told */
         s->base_url = path_style ? sl_strfmt(a, "%.*s/%s", (int)n, ep, bucket)

@@ -39,8 +39,8 @@ sl_err_t sl_store_check_key(const char *root, const char *key, bool allow_empty,
         const char *e = strchr(s, '/');
         size_t n = e ? (size_t)(e - s) : strlen(s);
         if ((n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
-            return sl_error_set(err, SL_ERR_INVALID, "%s: key '%s' has a '.' or '..' segment",
-                                root, key);
+            return sl_error_set(err, SL_ERR_INVALID, "%s: key '%s' has a '.' or '..' segment", root,
+                                key);
         s += n + (e != NULL);
     }
     return SL_OK;
@@ -71,8 +71,7 @@ sl_err_t sl_store_open_url(const char *url, const sl_store_opts_t *opts, sl_stor
                                 url, blen);
         for (size_t i = 0; i < blen; i++)
             if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_", b[i]))
-                return sl_error_set(err, SL_ERR_INVALID, "%s: '%c' in the bucket name", url,
-                                    b[i]);
+                return sl_error_set(err, SL_ERR_INVALID, "%s: '%c' in the bucket name", url, b[i]);
         root = sl_strndup(a, b, blen);
         if (root == NULL) return sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", url);
         k = slash ? slash + 1 : "";
@@ -92,7 +91,8 @@ sl_err_t sl_store_open_url(const char *url, const sl_store_opts_t *opts, sl_stor
                 root = sl_strdup(a, ".");
                 k = path;
             } else {
-                root = slash == path ? sl_strdup(a, "/") : sl_strndup(a, path, (size_t)(slash - path));
+                root =
+                    slash == path ? sl_strdup(a, "/") : sl_strndup(a, path, (size_t)(slash - path));
                 k = slash + 1;
             }
         }

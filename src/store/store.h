@@ -35,12 +35,12 @@ typedef struct sl_store sl_store_t;
  * (docs/STORAGE.md). */
 typedef struct sl_store_opts {
     const sl_allocator_t *alloc; /* [default allocator] */
-    const char *endpoint;  /* "http://127.0.0.1:9000" [AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS] */
-    const char *region;    /* [AWS_REGION, AWS_DEFAULT_REGION, the profile's region, us-east-1] */
-    const char *ca_bundle; /* a PEM file of CAs to trust [AWS_CA_BUNDLE, the system's] */
-    int path_style;        /* 1 path-style, 0 virtual-hosted, -1 [auto: path-style with a custom
-                              endpoint, virtual-hosted on AWS] */
-    uint32_t max_attempts; /* tries of one request, retryable failures only [5] */
+    const char *endpoint; /* "http://127.0.0.1:9000" [AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS] */
+    const char *region;   /* [AWS_REGION, AWS_DEFAULT_REGION, the profile's region, us-east-1] */
+    const char *ca_bundle;    /* a PEM file of CAs to trust [AWS_CA_BUNDLE, the system's] */
+    int path_style;           /* 1 path-style, 0 virtual-hosted, -1 [auto: path-style with a custom
+                                 endpoint, virtual-hosted on AWS] */
+    uint32_t max_attempts;    /* tries of one request, retryable failures only [5] */
     uint32_t backoff_base_ms; /* first retry's backoff cap; doubles each retry [100] */
     uint32_t backoff_max_ms;  /* the cap of any one backoff [5000] */
     uint32_t connect_timeout_ms; /* [5000] */
@@ -72,10 +72,10 @@ typedef struct sl_store_range {
 
 /* Counters of one store since it opened (requests by result, retries). */
 typedef struct sl_store_stats {
-    uint64_t requests;     /* HTTP requests sent (local: reads and writes) */
-    uint64_t retries;      /* requests that were tries after a retryable failure */
-    uint64_t failures;     /* operations that failed */
-    uint64_t bytes_read;   /* payload bytes received into callers' buffers */
+    uint64_t requests;   /* HTTP requests sent (local: reads and writes) */
+    uint64_t retries;    /* requests that were tries after a retryable failure */
+    uint64_t failures;   /* operations that failed */
+    uint64_t bytes_read; /* payload bytes received into callers' buffers */
     uint64_t bytes_written;
     uint64_t list_pages;
 } sl_store_stats_t;

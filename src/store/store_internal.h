@@ -13,8 +13,8 @@ typedef struct sl_store_ops {
                      sl_error_t *err);
     sl_err_t (*stat)(sl_store_t *st, const char *key, sl_store_info_t *info, sl_error_t *err);
     sl_err_t (*read_many)(sl_store_t *st, sl_store_range_t *ranges, size_t n, sl_error_t *err);
-    sl_err_t (*put)(sl_store_t *st, const char *key, const void *data, size_t len,
-                    const char *path, sl_error_t *err); /* from data, or the file path */
+    sl_err_t (*put)(sl_store_t *st, const char *key, const void *data, size_t len, const char *path,
+                    sl_error_t *err); /* from data, or the file path */
     void (*destroy)(sl_store_t *st);
 } sl_store_ops_t;
 

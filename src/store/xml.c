@@ -85,9 +85,9 @@ void sl_store_xml_error(const char *body, size_t len, char *code, size_t code_ca
     xmlFreeDoc(d);
 }
 
-sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what,
-                           const sl_allocator_t *a, sl_store_list_fn fn, void *ctx,
-                           bool *truncated, char **next, size_t *keys, sl_error_t *err)
+sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what, const sl_allocator_t *a,
+                           sl_store_list_fn fn, void *ctx, bool *truncated, char **next,
+                           size_t *keys, sl_error_t *err)
 {
     *truncated = false;
     *next = NULL;
@@ -97,8 +97,8 @@ sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what,
     if (root == NULL || strcmp((const char *)root->name, "ListBucketResult") != 0) {
         if (d) xmlFreeDoc(d);
         return sl_error_set(err, SL_ERR_PROTOCOL,
-                            "%s: ListObjectsV2 answered with no ListBucketResult (%zu bytes)",
-                            what, len);
+                            "%s: ListObjectsV2 answered with no ListBucketResult (%zu bytes)", what,
+                            len);
     }
     sl_err_t rc = SL_OK;
     char buf[64];
@@ -107,7 +107,8 @@ sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what,
         if (n->type != XML_ELEMENT_NODE) continue;
         const char *name = (const char *)n->name;
         if (strcmp(name, "IsTruncated") == 0) {
-            *truncated = child_text(root, "IsTruncated", buf, sizeof buf) && strcmp(buf, "true") == 0;
+            *truncated =
+                child_text(root, "IsTruncated", buf, sizeof buf) && strcmp(buf, "true") == 0;
         } else if (strcmp(name, "NextContinuationToken") == 0) {
             xmlChar *t = xmlNodeGetContent(n);
             if (t) {
@@ -134,7 +135,10 @@ sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what,
             if (child_text(n, "LastModified", buf, sizeof buf))
                 info.mtime_s = sl_creds_parse_time(buf);
             (*keys)++;
-            rc = fn(ctx, key, &info);
+            /* Keys ending in '/' are folder markers (the S3 console's, or a
+             * file system backend's directories): never data. */
+            size_t kl = strlen(key);
+            if (kl > 0 && key[kl - 1] != '/') rc = fn(ctx, key, &info);
         }
     }
     if (rc == SL_OK && *truncated && *next == NULL)

@@ -12,9 +12,9 @@
 /* One ListObjectsV2 page: fn for each <Contents>, then *truncated and the
  * <NextContinuationToken> into *next (caller frees with sl_strfree(a, ..);
  * NULL when none). what names the listing in messages. */
-sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what,
-                           const sl_allocator_t *a, sl_store_list_fn fn, void *ctx,
-                           bool *truncated, char **next, size_t *keys, sl_error_t *err);
+sl_err_t sl_store_xml_list(const char *body, size_t len, const char *what, const sl_allocator_t *a,
+                           sl_store_list_fn fn, void *ctx, bool *truncated, char **next,
+                           size_t *keys, sl_error_t *err);
 
 /* The <Credentials> of an AssumeRoleWithWebIdentityResponse into out. */
 sl_err_t sl_store_xml_sts(const char *body, size_t len, sl_creds_value_t *out, sl_error_t *err);
