@@ -338,8 +338,8 @@ static const char *range_words(const sl_store_req_t *r, char *buf, size_t cap)
  * again; otherwise r->result and r->err are final. */
 static bool judge(sl_store_req_t *r, CURLcode cc)
 {
-    char rw[64], code[64], msg[256];
-    range_words(r, rw, sizeof rw);
+    char rwb[64], code[64], msg[256];
+    const char *rw = range_words(r, rwb, sizeof rwb);
     if (cc != CURLE_OK) {
         bool retry = cc == CURLE_COULDNT_CONNECT || cc == CURLE_OPERATION_TIMEDOUT ||
                      cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR || cc == CURLE_GOT_NOTHING ||

@@ -71,8 +71,9 @@ void sl_store_xml_error(const char *body, size_t len, char *code, size_t code_ca
     code[0] = msg[0] = '\0';
     xmlDocPtr d = parse(body, len);
     if (d == NULL) return;
-    xmlNodePtr root = xmlDocGetRootElement(d);
-    if (root && strcmp((const char *)root->name, "Error") == 0) {
+    /* S3 answers <Error>; STS wraps it in <ErrorResponse>. */
+    xmlNodePtr root = find(xmlDocGetRootElement(d), "Error");
+    if (root) {
         if (!child_text(root, "Code", code, code_cap)) code[0] = '\0';
         if (!child_text(root, "Message", msg, msg_cap)) {
             /* A long message is cut, not dropped. */
