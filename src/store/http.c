@@ -1,6 +1,7 @@
 /* The HTTP engine (http.h): curl multi over a shared connection cache,
  * bounded parallelism and in-flight bytes, retries with capped
- * exponential backoff and full jitter. */
+ * exponential backoff and full jitter. Connections live in a pool of
+ * multi handles (one per concurrent run), the DNS cache in a share handle. */
 #include "http.h"
 
 #include <curl/curl.h>
@@ -14,6 +15,8 @@
 #include "common/clock.h"
 #include "common/mem.h"
 
+#define POOL_MAX 32
+
 struct sl_store_http {
     const sl_allocator_t *a;
     sl_store_opts_t opts;
@@ -21,8 +24,15 @@ struct sl_store_http {
     char sigv4[96]; /* "aws:amz:REGION:s3" */
     char *ca;       /* the CA bundle's path (a copy), or NULL */
     sl_creds_t *creds;
-    CURLSH *share;
+    CURLSH *share; /* the DNS cache, shared by every thread */
     pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
+    /* Idle multi handles, each with its own connection cache: a run takes
+     * one and gives it back, so connections are reused across calls and
+     * threads but never by two threads at once (libcurl does not support
+     * sharing a connection cache between concurrent threads). */
+    pthread_mutex_t pool_mu;
+    CURLM *pool[POOL_MAX];
+    int npool;
     _Atomic uint64_t seed;
 };
 
@@ -72,7 +82,6 @@ sl_err_t sl_store_http_new(const sl_store_opts_t *opts, const char *region, sl_c
     curl_share_setopt(h->share, CURLSHOPT_LOCKFUNC, share_lock);
     curl_share_setopt(h->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
     curl_share_setopt(h->share, CURLSHOPT_USERDATA, h);
-    curl_share_setopt(h->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
     curl_share_setopt(h->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
     *out = h;
     return SL_OK;
@@ -81,6 +90,9 @@ sl_err_t sl_store_http_new(const sl_store_opts_t *opts, const char *region, sl_c
 void sl_store_http_destroy(sl_store_http_t *h)
 {
     if (h == NULL) return;
+    for (int i = 0; i < h->npool; i++)
+        curl_multi_cleanup(h->pool[i]);
+    pthread_mutex_destroy(&h->pool_mu);
     if (h->share) curl_share_cleanup(h->share);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&h->locks[i]);
@@ -208,6 +220,9 @@ static size_t on_resp(char *p, size_t size, size_t nmemb, void *ctx)
     size_t n = size * nmemb;
     long status = 0;
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+    /* A 200 to a ranged GET is the whole object from byte 0: right only
+     * when the range starts there (more than asked then fails the write). */
+    if (r->ranged && status == 200 && r->offset != 0) return 0;
     if (r->ranged && status / 100 == 2) return on_body(p, n, r);
     size_t max = r->max_resp ? r->max_resp : (1u << 20);
     if (r->resp.len + n > max) return 0;
@@ -347,6 +362,12 @@ static bool judge(sl_store_req_t *r, CURLcode cc)
                      cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR || cc == CURLE_GOT_NOTHING ||
                      cc == CURLE_PARTIAL_FILE || cc == CURLE_COULDNT_RESOLVE_HOST ||
                      cc == CURLE_HTTP2_STREAM;
+        if (cc == CURLE_WRITE_ERROR && r->ranged && r->status == 200 && r->offset != 0) {
+            r->result = sl_error_set(&r->err, SL_ERR_PROTOCOL,
+                                     "%s: %s%s: the server ignored the Range (HTTP 200)", r->what,
+                                     r->method, rw);
+            return false;
+        }
         if (cc == CURLE_WRITE_ERROR && r->ranged && r->status / 100 == 2) {
             r->result = sl_error_set(&r->err, SL_ERR_PROTOCOL,
                                      "%s: %s%s: the server sent more bytes than asked", r->what,
@@ -408,10 +429,31 @@ static uint64_t backoff_ms(sl_store_http_t *h, uint32_t attempts)
     return z % (cap + 1);
 }
 
+static CURLM *multi_take(sl_store_http_t *h)
+{
+    pthread_mutex_lock(&h->pool_mu);
+    CURLM *m = h->npool > 0 ? h->pool[--h->npool] : NULL;
+    pthread_mutex_unlock(&h->pool_mu);
+    if (m == NULL && (m = curl_multi_init()) != NULL) /* Idle connections kept for the next run. */
+        curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)h->opts.max_connections);
+    return m;
+}
+
+static void multi_give(sl_store_http_t *h, CURLM *m)
+{
+    pthread_mutex_lock(&h->pool_mu);
+    if (h->npool < POOL_MAX) {
+        h->pool[h->npool++] = m;
+        m = NULL;
+    }
+    pthread_mutex_unlock(&h->pool_mu);
+    if (m) curl_multi_cleanup(m);
+}
+
 sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **reqs, size_t n,
                            uint32_t max_conns, uint64_t max_bytes)
 {
-    run_t run = {h, st, curl_multi_init()};
+    run_t run = {h, st, multi_take(h)};
     if (run.multi == NULL) {
         for (size_t i = 0; i < n; i++)
             reqs[i]->result = sl_error_set(&reqs[i]->err, SL_ERR_NOMEM,
@@ -491,7 +533,7 @@ sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **
             curl_multi_poll(run.multi, NULL, 0, (int)(ms > 100 ? 100 : ms), NULL);
         }
     }
-    curl_multi_cleanup(run.multi);
+    multi_give(h, run.multi);
     for (size_t i = 0; i < n; i++)
         if (reqs[i]->result != SL_OK) return reqs[i]->result;
     return SL_OK;

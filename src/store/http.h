@@ -1,6 +1,7 @@
 /* The HTTP engine of the S3 store and of the credentials chain: requests
  * run on a curl multi handle, many at once, with connections reused across
- * calls and threads (a curl share handle under locks), each request tried
+ * calls and threads (a pool of multi handles, each used by one thread at a
+ * time; the DNS cache in a curl share handle under locks), each request tried
  * again after a retryable failure (5xx, 429, SlowDown, a reset, a timeout)
  * with capped exponential backoff and full jitter, up to max_attempts;
  * others fail at once. Signed requests use libcurl's SigV4

@@ -102,6 +102,55 @@ Test(s3, put_stat_ranges_and_parallel_reads)
     free(data);
 }
 
+typedef struct reader {
+    sl_store_t *st;
+    const uint8_t *data;
+    uint64_t seed;
+    int bad;
+} reader_t;
+
+static void *reader_main(void *arg)
+{
+    reader_t *r = arg;
+    uint8_t buf[8192];
+    for (int i = 0; i < 40; i++) {
+        uint64_t off = tu_below(&r->seed, (1u << 20) - sizeof buf);
+        sl_error_t e = {0};
+        if (sl_store_read(r->st, "obj", off, sizeof buf, buf, &e) != SL_OK ||
+            memcmp(buf, r->data + off, sizeof buf) != 0)
+            r->bad++;
+    }
+    return NULL;
+}
+
+Test(s3, one_store_from_many_threads)
+{
+    su_env();
+    char b[64];
+    su_bucket("threads", b, sizeof b);
+    uint64_t seed = tu_seed("s3_threads");
+    uint8_t *data = random_bytes(1 << 20, seed);
+    sl_store_t *st = open_store(b, NULL);
+    sl_error_t e = {0};
+    cr_assert_eq(sl_store_put(st, "obj", data, 1 << 20, &e), SL_OK, "%s", e.msg);
+    pthread_t th[6];
+    reader_t rd[6];
+    for (int i = 0; i < 6; i++) {
+        rd[i] = (reader_t){st, data, seed + (uint64_t)i + 1, 0};
+        pthread_create(&th[i], NULL, reader_main, &rd[i]);
+    }
+    for (int i = 0; i < 6; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(rd[i].bad, 0, "thread %d", i);
+    }
+    sl_store_stats_t s;
+    sl_store_stats(st, &s);
+    cr_assert_eq(s.requests, 1 + 6 * 40);
+    cr_assert_eq(s.bytes_read, 6 * 40 * 8192);
+    sl_store_destroy(st);
+    free(data);
+}
+
 typedef struct seen {
     int n;
     char last[256];
