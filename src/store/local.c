@@ -112,7 +112,7 @@ static sl_err_t local_list(sl_store_t *st, const char *prefix, sl_store_list_fn 
 {
     keys_t k = {.a = st->a};
     sl_err_t rc = walk(st, "", prefix, &k, 0, err);
-    if (rc == SL_OK) qsort(k.v, k.n, sizeof *k.v, cmp_keys);
+    if (rc == SL_OK && k.n > 1) qsort(k.v, k.n, sizeof *k.v, cmp_keys);
     atomic_fetch_add(&st->list_pages, 1);
     for (size_t i = 0; rc == SL_OK && i < k.n; i++) {
         sl_store_info_t info;
