@@ -166,6 +166,24 @@ static void fake_start(fake_t *f, int life_s)
     f->port = MHD_get_daemon_info(f->d, MHD_DAEMON_INFO_BIND_PORT)->port;
 }
 
+/* The same fake over TLS with a self-signed certificate for 127.0.0.1;
+ * cert_path gets the certificate (the CA bundle that trusts it). */
+static void fake_start_tls(fake_t *f, int life_s, const char *cert_path, const char *key_path)
+{
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->mu, NULL);
+    f->life_s = life_s;
+    tu_make_cert(cert_path, key_path, "sluice-test-sts");
+    char *cert = tu_read_file(cert_path), *key = tu_read_file(key_path);
+    f->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_TLS, 0, NULL, NULL, handle, f,
+                            MHD_OPTION_HTTPS_MEM_CERT, cert, MHD_OPTION_HTTPS_MEM_KEY, key,
+                            MHD_OPTION_NOTIFY_COMPLETED, done, NULL, MHD_OPTION_END);
+    cr_assert_not_null(f->d);
+    f->port = MHD_get_daemon_info(f->d, MHD_DAEMON_INFO_BIND_PORT)->port;
+    free(cert);
+    free(key);
+}
+
 static void fake_stop(fake_t *f)
 {
     MHD_stop_daemon(f->d);
@@ -380,6 +398,40 @@ Test(creds, sts_refusal_is_named_without_the_token)
     cr_assert(strstr(e.msg, "AWS_ROLE_ARN is not"), "%s", e.msg);
     sl_creds_destroy(c);
     fake_stop(&f);
+}
+
+Test(creds, sts_over_tls_with_a_ca_bundle)
+{
+    clean_env();
+    char *cert = tu_path(tmp_dir, "ca.pem"), *key = tu_path(tmp_dir, "key.pem");
+    fake_t f;
+    fake_start_tls(&f, 3600, cert, key);
+    web_identity_env(&f);
+    char ep[64];
+    snprintf(ep, sizeof ep, "https://127.0.0.1:%u/", f.port);
+    setenv("AWS_ENDPOINT_URL_STS", ep, 1);
+    /* Not trusted by the system's CAs: refused, and not retried. */
+    sl_creds_t *c = chain();
+    sl_creds_value_t v;
+    sl_error_t e = {0};
+    cr_assert_eq(sl_creds_get(c, &v, &e), SL_ERR_IO);
+    cr_assert(strstr(e.msg, "STS AssumeRoleWithWebIdentity https://127.0.0.1:") &&
+                  strstr(e.msg, "POST: "),
+              "%s", e.msg);
+    cr_assert(strstr(e.msg, "certificate"), "%s", e.msg);
+    cr_assert_null(strstr(e.msg, "after"), "a certificate failure is not retried: %s", e.msg);
+    sl_creds_destroy(c);
+    /* With the CA bundle that holds its certificate: trusted. */
+    sl_store_opts_t o;
+    sl_store_opts_fill(NULL, &o);
+    o.ca_bundle = cert;
+    cr_assert_eq(sl_creds_new(&o, "us-east-1", &c, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(sl_creds_get(c, &v, &e), SL_OK, "%s", e.msg);
+    cr_assert_str_eq(v.key_id, "ASIASTS1");
+    sl_creds_destroy(c);
+    fake_stop(&f);
+    free(cert);
+    free(key);
 }
 
 typedef struct hammer {
