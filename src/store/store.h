@@ -127,6 +127,28 @@ sl_err_t sl_store_put(sl_store_t *st, const char *key, const void *data, size_t 
                       sl_error_t *err);
 sl_err_t sl_store_put_file(sl_store_t *st, const char *key, const char *path, sl_error_t *err);
 
+/* One object pinned at its ETag: what a format reader holds while it reads
+ * a file. Its size and read_at have the shape of a byte-range source's
+ * callbacks (the Parquet reader's sl_pq_source_t: ctx, size, read_at), so
+ *   sl_pq_source_t src = {obj, sl_store_object_size, sl_store_object_read_at};
+ * feeds it from any store. Every read is pinned (If-Match): an object
+ * replaced after sl_store_object_open fails with SL_ERR_VERSION naming it,
+ * never mixing two versions. Reads may come from any thread. */
+typedef struct sl_store_object sl_store_object_t;
+
+/* Stat key and pin what was found. st must outlive the object. Caller
+ * owns *out, free with sl_store_object_destroy. */
+sl_err_t sl_store_object_open(sl_store_t *st, const char *key, sl_store_object_t **out,
+                              sl_error_t *err);
+void sl_store_object_destroy(sl_store_object_t *obj);
+/* Borrowed until destroy. */
+const sl_store_info_t *sl_store_object_info(const sl_store_object_t *obj);
+/* ctx is the sl_store_object_t. */
+sl_err_t sl_store_object_size(void *ctx, uint64_t *size, sl_error_t *err);
+/* Exactly len bytes at offset into buf; past the end is SL_ERR_TRUNCATED. */
+sl_err_t sl_store_object_read_at(void *ctx, uint64_t offset, size_t len, void *buf,
+                                 sl_error_t *err);
+
 /* A snapshot of the counters (thread-safe). */
 void sl_store_stats(sl_store_t *st, sl_store_stats_t *out);
 

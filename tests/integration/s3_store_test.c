@@ -339,6 +339,17 @@ Test(s3, replaced_object_fails_a_pinned_read)
     cr_assert_eq(sl_store_read_many(st, &r, 1, &e), SL_ERR_VERSION);
     cr_assert(strstr(e.msg, "replaced since it was planned") && strstr(e.msg, v1.etag), "%s",
               e.msg);
+    /* The same through a pinned object, the readers' byte source. */
+    sl_store_object_t *o = NULL;
+    cr_assert_eq(sl_store_object_open(st, "obj", &o, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(sl_store_object_read_at(o, 8, 1, buf, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(buf[0], '2');
+    cr_assert_eq(sl_store_put(st, "obj", "version-3", 9, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(sl_store_object_read_at(o, 0, 9, buf, &e), SL_ERR_VERSION);
+    char want[200];
+    snprintf(want, sizeof want, "s3://%s/obj: GET bytes=0-8: replaced since it was planned", b);
+    cr_assert(strstr(e.msg, want), "%s", e.msg);
+    sl_store_object_destroy(o);
     sl_store_destroy(st);
 }
 

@@ -176,3 +176,30 @@ Test(store_local, put_file_replaces_whole)
     sl_store_destroy(st);
     free(src);
 }
+
+Test(store_local, a_pinned_object_as_a_byte_source)
+{
+    sl_store_t *st = open_root();
+    sl_error_t e = {0};
+    cr_assert_eq(sl_store_put(st, "f.bin", "abcdefgh", 8, &e), SL_OK, "%s", e.msg);
+    sl_store_object_t *o = NULL;
+    cr_assert_eq(sl_store_object_open(st, "f.bin", &o, &e), SL_OK, "%s", e.msg);
+    uint64_t size = 0;
+    cr_assert_eq(sl_store_object_size(o, &size, &e), SL_OK);
+    cr_assert_eq(size, 8);
+    char b[4];
+    cr_assert_eq(sl_store_object_read_at(o, 4, 4, b, &e), SL_OK, "%s", e.msg);
+    cr_assert_arr_eq(b, "efgh", 4);
+    cr_assert_eq(sl_store_object_read_at(o, 6, 4, b, &e), SL_ERR_TRUNCATED);
+    char want[600];
+    snprintf(want, sizeof want, "%s/f.bin: bytes [6, 10) past its end at 8", root);
+    cr_assert_str_eq(e.msg, want);
+    /* Replaced (another size, so another ETag): the pinned reads fail. */
+    cr_assert_eq(sl_store_put(st, "f.bin", "ABCDEFGHIJ", 10, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(sl_store_object_read_at(o, 0, 4, b, &e), SL_ERR_VERSION);
+    cr_assert(strstr(e.msg, "f.bin: replaced"), "%s", e.msg);
+    sl_store_object_destroy(o);
+    cr_assert_eq(sl_store_object_open(st, "none", &o, &e), SL_ERR_NOT_FOUND);
+    cr_assert_null(o);
+    sl_store_destroy(st);
+}
