@@ -20,7 +20,8 @@
 
 struct sl_creds {
     const sl_allocator_t *a;
-    sl_store_opts_t opts; /* STS and IMDS transport */
+    sl_store_opts_t opts; /* STS and IMDS transport; ca_bundle points at ca */
+    char *ca;
     char region[64];
     pthread_mutex_t mu;
     sl_creds_value_t cur; /* guarded by mu */
@@ -447,6 +448,12 @@ sl_err_t sl_creds_new(const sl_store_opts_t *opts, const char *region, sl_creds_
     c->a = a;
     c->opts = *opts;
     c->opts.alloc = a;
+    c->opts.endpoint = c->opts.region = NULL; /* the caller's, not kept */
+    c->opts.ca_bundle = NULL;
+    if (opts->ca_bundle && (c->opts.ca_bundle = c->ca = sl_strdup(a, opts->ca_bundle)) == NULL) {
+        sl_free(a, c, sizeof *c);
+        return sl_error_set(err, SL_ERR_NOMEM, "credentials: out of memory");
+    }
     snprintf(c->region, sizeof c->region, "%s", region);
     pthread_mutex_init(&c->mu, NULL);
     *out = c;
@@ -457,6 +464,7 @@ void sl_creds_destroy(sl_creds_t *c)
 {
     if (c == NULL) return;
     sl_creds_wipe(&c->cur);
+    sl_strfree(c->a, c->ca);
     pthread_mutex_destroy(&c->mu);
     sl_free(c->a, c, sizeof *c);
 }

@@ -425,6 +425,8 @@ sl_err_t sl_store_s3_open(const char *bucket, const sl_store_opts_t *opts, sl_st
     }
     if ((rc = sl_creds_new(o, region, &s->creds, err)) != SL_OK) goto fail;
     if ((rc = sl_store_http_new(o, region, s->creds, &s->http, err)) != SL_OK) goto fail;
+    /* The caller's strings (and the environment's) were copied where kept. */
+    o->endpoint = o->region = o->ca_bundle = NULL;
     *out = &s->base;
     return SL_OK;
 fail:
