@@ -433,6 +433,34 @@ Test(s3, credentials_from_the_shared_files)
     free(dir);
 }
 
+Test(s3, endpoint_from_the_environment)
+{
+    su_env();
+    char b[64];
+    su_bucket("endpoint", b, sizeof b);
+    /* AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL (here a dead port). */
+    setenv("AWS_ENDPOINT_URL_S3", su.endpoint, 1);
+    setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1", 1);
+    sl_store_t *st = open_store(b, NULL);
+    sl_error_t e = {0};
+    cr_assert_eq(sl_store_put(st, "k", "s3-specific", 11, &e), SL_OK, "%s", e.msg);
+    sl_store_destroy(st);
+    /* An explicit endpoint wins over both. */
+    setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1", 1);
+    sl_store_opts_t o = {.endpoint = su.endpoint, .path_style = -1};
+    st = open_store(b, &o);
+    char buf[11];
+    cr_assert_eq(sl_store_read(st, "k", 0, 11, buf, &e), SL_OK, "%s", e.msg);
+    cr_assert_arr_eq(buf, "s3-specific", 11);
+    sl_store_destroy(st);
+    /* Not a URL: refused at open, naming it. */
+    setenv("AWS_ENDPOINT_URL_S3", "minio:9000", 1);
+    char url[100];
+    snprintf(url, sizeof url, "s3://%s/k", b);
+    cr_assert_eq(sl_store_open_url(url, NULL, &st, NULL, &e), SL_ERR_INVALID);
+    cr_assert_str_eq(e.msg, "S3 endpoint 'minio:9000' is not an http:// or https:// URL");
+}
+
 /* ---- through the fault proxy ---- */
 
 static sl_store_t *via_proxy(su_proxy_t *p, const char *bucket, uint32_t attempts)
