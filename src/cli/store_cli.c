@@ -152,7 +152,9 @@ static int cat(sl_store_t *st, const char *key, const store_args_t *a)
     /* Rounds of up to 16 chunks of 8 MiB, each pinned to the ETag seen by
      * the stat: an object replaced meanwhile fails instead of mixing. */
     enum { CHUNK = 8 << 20, PER_ROUND = 16 };
-    char *buf = sl_alloc(NULL, (size_t)CHUNK * PER_ROUND);
+    if (len == 0) return 0;
+    size_t cap = len < (uint64_t)CHUNK * PER_ROUND ? (size_t)len : (size_t)CHUNK * PER_ROUND;
+    char *buf = sl_alloc(NULL, cap);
     if (buf == NULL) {
         fprintf(stderr, "sluice store cat: out of memory\n");
         return 1;
@@ -184,7 +186,7 @@ static int cat(sl_store_t *st, const char *key, const store_args_t *a)
         off += round;
         len -= round;
     }
-    sl_free(NULL, buf, (size_t)CHUNK * PER_ROUND);
+    sl_free(NULL, buf, cap);
     return rc;
 }
 

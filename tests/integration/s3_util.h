@@ -28,6 +28,8 @@
 #include "testutil.h"
 
 #define SU_SKIP 77
+/* Every helper: a test file uses only some. */
+#define SU_FN static __attribute__((unused))
 
 typedef struct su_server {
     char dir[512];
@@ -40,7 +42,7 @@ static su_server_t su;
 
 /* 0: the server is there (su filled in); SU_SKIP: it cannot run here; 1:
  * it should be there and is not. Says why on stderr. */
-static int su_locate(void)
+SU_FN int su_locate(void)
 {
     const char *dir = getenv("SLUICE_S3_DIR");
     if (dir == NULL) {
@@ -89,7 +91,7 @@ static int su_locate(void)
 /* The environment of a test that talks to the server with the env
  * credentials and nothing else of the chain (each Criterion test runs in
  * a process of its own, so this stays in the test). */
-static void su_env(void)
+SU_FN void su_env(void)
 {
     /* Criterion runs each test in a fresh process: find the server again. */
     cr_assert_eq(su_locate(), 0, "no S3 server (see above)");
@@ -109,7 +111,7 @@ static void su_env(void)
 
 /* A fresh bucket for one test ("t-TAG-PID"): a folder of the filesystem
  * backend. Writes its name into name. */
-static void su_bucket(const char *tag, char *name, size_t cap)
+SU_FN void su_bucket(const char *tag, char *name, size_t cap)
 {
     snprintf(name, cap, "t-%s-%d", tag, (int)getpid());
     char path[800];
@@ -119,7 +121,7 @@ static void su_bucket(const char *tag, char *name, size_t cap)
 
 /* main() of an S3 test: exit 77 (SKIPPED) when the server cannot run here,
  * fail when it should and is not there. */
-static int su_main(int argc, char *argv[])
+SU_FN int su_main(int argc, char *argv[])
 {
     int rc = su_locate();
     if (rc != 0) return rc;
@@ -157,7 +159,7 @@ typedef struct su_conn {
     int fd;
 } su_conn_t;
 
-static bool su_write_all(int fd, const char *b, size_t n)
+SU_FN bool su_write_all(int fd, const char *b, size_t n)
 {
     while (n > 0) {
         ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
@@ -168,7 +170,7 @@ static bool su_write_all(int fd, const char *b, size_t n)
     return true;
 }
 
-static void *su_conn_main(void *arg)
+SU_FN void *su_conn_main(void *arg)
 {
     su_conn_t *c = arg;
     su_proxy_t *p = c->p;
@@ -249,7 +251,7 @@ out:
     return NULL;
 }
 
-static void *su_proxy_main(void *arg)
+SU_FN void *su_proxy_main(void *arg)
 {
     su_proxy_t *p = arg;
     while (!atomic_load(&p->stop)) {
@@ -267,7 +269,7 @@ static void *su_proxy_main(void *arg)
     return NULL;
 }
 
-static void su_proxy_start(su_proxy_t *p, uint16_t upstream)
+SU_FN void su_proxy_start(su_proxy_t *p, uint16_t upstream)
 {
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->mu, NULL);
@@ -283,14 +285,14 @@ static void su_proxy_start(su_proxy_t *p, uint16_t upstream)
     pthread_create(&p->th, NULL, su_proxy_main, p);
 }
 
-static void su_proxy_stop(su_proxy_t *p)
+SU_FN void su_proxy_stop(su_proxy_t *p)
 {
     atomic_store(&p->stop, true);
     pthread_join(p->th, NULL);
     close(p->lfd);
 }
 
-static int su_proxy_count(su_proxy_t *p, int *faults)
+SU_FN int su_proxy_count(su_proxy_t *p, int *faults)
 {
     pthread_mutex_lock(&p->mu);
     int n = p->requests;
