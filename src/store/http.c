@@ -324,6 +324,7 @@ static sl_err_t start(run_t *run, sl_store_req_t *r)
         atomic_fetch_add(&run->st->requests, 1);
         if (r->attempts > 1) atomic_fetch_add(&run->st->retries, 1);
     }
+    r->t0_ns = sl_clock_ns();
     curl_multi_add_handle(run->multi, e);
     r->active = true;
     return SL_OK;
@@ -492,6 +493,7 @@ sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **
             } else {
                 active++;
                 bytes += need;
+                if (st) atomic_fetch_add(&st->inflight_bytes, need);
             }
             if (r->attempts <= 1 && i == next) next++;
         }
@@ -518,6 +520,14 @@ sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **
             finish_easy(&run, r);
             active--;
             bytes -= r->ranged ? r->len : 0;
+            if (st) {
+                if (r->ranged) atomic_fetch_sub(&st->inflight_bytes, r->len);
+                int res = cc != CURLE_OK                         ? SL_STORE_NETWORK_ERROR
+                          : r->status / 100 == 2                 ? SL_STORE_OK
+                          : r->status >= 500 || r->status == 429 ? SL_STORE_SERVER_ERROR
+                                                                 : SL_STORE_CLIENT_ERROR;
+                sl_store_observe(st, res, (double)(sl_clock_ns() - r->t0_ns) / 1e9);
+            }
             bool again = judge(r, cc);
             if (again && r->attempts < h->opts.max_attempts) {
                 r->not_before_ms = sl_clock_ms() + backoff_ms(h, r->attempts);

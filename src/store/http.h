@@ -54,7 +54,7 @@ typedef struct sl_store_req {
     /* the engine's */
     void *easy;
     void *slist;
-    uint64_t not_before_ms, sent;
+    uint64_t not_before_ms, sent, t0_ns;
     bool active, done;
 } sl_store_req_t;
 

@@ -3,11 +3,26 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "common/mem.h"
+#include "common/prom.h"
 #include "store_internal.h"
+
+const double sl_store_latency_bounds_s[SL_STORE_LATENCY_BUCKETS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+
+void sl_store_observe(sl_store_t *st, int result, double seconds)
+{
+    atomic_fetch_add(&st->by_result[result], 1);
+    int b = 0;
+    while (b < SL_STORE_LATENCY_BUCKETS && seconds > sl_store_latency_bounds_s[b])
+        b++;
+    atomic_fetch_add(&st->latency[b], 1);
+    atomic_fetch_add(&st->latency_sum_us, (uint64_t)(seconds * 1e6));
+}
 
 void sl_store_opts_fill(const sl_store_opts_t *in, sl_store_opts_t *out)
 {
@@ -190,4 +205,52 @@ void sl_store_stats(sl_store_t *st, sl_store_stats_t *out)
     out->bytes_read = atomic_load(&st->bytes_read);
     out->bytes_written = atomic_load(&st->bytes_written);
     out->list_pages = atomic_load(&st->list_pages);
+    for (int i = 0; i < SL_STORE_RESULTS; i++)
+        out->by_result[i] = atomic_load(&st->by_result[i]);
+    for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
+        out->latency[i] = atomic_load(&st->latency[i]);
+    out->latency_sum_s = (double)atomic_load(&st->latency_sum_us) / 1e6;
+    out->inflight_bytes = atomic_load(&st->inflight_bytes);
+}
+
+void sl_store_prom(sl_store_t *st, struct sl_prom *p, const char *labels)
+{
+    sl_store_stats_t s;
+    sl_store_stats(st, &s);
+    const char *l = labels ? labels : "";
+    char lab[512];
+    static const char *const names[SL_STORE_RESULTS] = {"ok", "client_error", "server_error",
+                                                        "network_error"};
+    sl_prom_family(p, "sluice_store_requests_total", "counter",
+                   "HTTP requests to the object store (each attempt) by how they ended");
+    for (int i = 0; i < SL_STORE_RESULTS; i++) {
+        char r[64];
+        snprintf(lab, sizeof lab, "%s%s%s", l, *l ? "," : "",
+                 sl_prom_label(r, sizeof r, "result", names[i]));
+        sl_prom_sample(p, "sluice_store_requests_total", lab, (double)s.by_result[i]);
+    }
+    struct {
+        const char *name, *help;
+        uint64_t v;
+    } c[] = {
+        {"sluice_store_retries_total", "requests that were tries after a retryable failure",
+         s.retries},
+        {"sluice_store_failures_total", "store operations that failed", s.failures},
+        {"sluice_store_bytes_read_total", "payload bytes read", s.bytes_read},
+        {"sluice_store_bytes_written_total", "payload bytes written", s.bytes_written},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        sl_prom_family(p, c[i].name, "counter", c[i].help);
+        sl_prom_sample(p, c[i].name, l, (double)c[i].v);
+    }
+    uint64_t count = 0;
+    for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
+        count += s.latency[i];
+    sl_prom_family(p, "sluice_store_request_seconds", "histogram",
+                   "latency of object store requests (each attempt)");
+    sl_prom_histogram(p, "sluice_store_request_seconds", l, sl_store_latency_bounds_s, s.latency,
+                      SL_STORE_LATENCY_BUCKETS, s.latency_sum_s, count);
+    sl_prom_family(p, "sluice_store_inflight_bytes", "gauge",
+                   "bytes of ranges being fetched from the object store now");
+    sl_prom_sample(p, "sluice_store_inflight_bytes", l, (double)s.inflight_bytes);
 }

@@ -70,6 +70,19 @@ typedef struct sl_store_range {
     sl_err_t result;      /* set by sl_store_read_many */
 } sl_store_range_t;
 
+/* Upper bounds (seconds) of the request latency histogram's buckets. */
+#define SL_STORE_LATENCY_BUCKETS 12
+extern const double sl_store_latency_bounds_s[SL_STORE_LATENCY_BUCKETS];
+
+/* How an HTTP request (one attempt) ended. */
+enum {
+    SL_STORE_OK,
+    SL_STORE_CLIENT_ERROR,
+    SL_STORE_SERVER_ERROR,
+    SL_STORE_NETWORK_ERROR,
+    SL_STORE_RESULTS
+};
+
 /* Counters of one store since it opened (requests by result, retries). */
 typedef struct sl_store_stats {
     uint64_t requests;   /* HTTP requests sent (local: reads and writes) */
@@ -78,6 +91,12 @@ typedef struct sl_store_stats {
     uint64_t bytes_read; /* payload bytes received into callers' buffers */
     uint64_t bytes_written;
     uint64_t list_pages;
+    /* S3 only: attempts by result (2xx; 4xx; 5xx and 429; no answer: a
+     * reset, a timeout, a refused connection), and their latency */
+    uint64_t by_result[SL_STORE_RESULTS];
+    uint64_t latency[SL_STORE_LATENCY_BUCKETS + 1]; /* per bucket, not cumulative; last: above */
+    double latency_sum_s;
+    uint64_t inflight_bytes; /* of ranges being fetched now */
 } sl_store_stats_t;
 
 /* Open the store that holds url and give back its key in *key (caller owns,
@@ -151,5 +170,13 @@ sl_err_t sl_store_object_read_at(void *ctx, uint64_t offset, size_t len, void *b
 
 /* A snapshot of the counters (thread-safe). */
 void sl_store_stats(sl_store_t *st, sl_store_stats_t *out);
+
+/* The counters as Prometheus text (common/prom.h) into p: families
+ * sluice_store_requests_total{result}, _retries_total, _failures_total,
+ * _bytes_read_total, _bytes_written_total, _request_seconds (histogram),
+ * _inflight_bytes, each sample with labels (pairs from sl_prom_label,
+ * e.g. store="s3://bucket"; NULL: none). Never a credential. */
+struct sl_prom;
+void sl_store_prom(sl_store_t *st, struct sl_prom *p, const char *labels);
 
 #endif

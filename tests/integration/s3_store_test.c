@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/mem.h"
+#include "common/prom.h"
 #include "s3_util.h"
 #include "store/store.h"
 
@@ -504,6 +505,9 @@ Test(s3, slowdown_storm_and_resets_are_retried)
     sl_store_stats(st, &s);
     cr_assert_eq(s.requests, 5);
     cr_assert_eq(s.retries, 4);
+    cr_assert_eq(s.by_result[SL_STORE_SERVER_ERROR], 4);
+    cr_assert_eq(s.by_result[SL_STORE_OK], 1);
+    cr_assert_eq(s.inflight_bytes, 0);
     cr_assert_eq(su_proxy_count(&p, NULL), 5);
 
     /* Resets, then a stat and 16 parallel ranges through a storm of 10
@@ -531,6 +535,11 @@ Test(s3, slowdown_storm_and_resets_are_retried)
     sl_store_stats(st, &s);
     cr_assert_eq(s.retries - before, 13, "every fault retried once: %llu",
                  (unsigned long long)(s.retries - before));
+    /* 2 + 3 resets, 4 + 10 SlowDowns, 1 + 1 + 16 answers. */
+    cr_assert_eq(s.by_result[SL_STORE_NETWORK_ERROR], 5);
+    cr_assert_eq(s.by_result[SL_STORE_SERVER_ERROR], 14);
+    cr_assert_eq(s.by_result[SL_STORE_OK], 18);
+    cr_assert_eq(s.by_result[SL_STORE_CLIENT_ERROR], 0);
     sl_store_destroy(st);
     su_proxy_stop(&p);
     free(out);
@@ -539,6 +548,7 @@ Test(s3, slowdown_storm_and_resets_are_retried)
 
 Test(s3, permanent_slowdown_fails_after_the_cap)
 {
+    char url[100];
     su_env();
     char b[64];
     su_bucket("cap", b, sizeof b);
@@ -561,6 +571,23 @@ Test(s3, permanent_slowdown_fails_after_the_cap)
     cr_assert_eq(s.requests, 4);
     cr_assert_eq(s.retries, 3);
     cr_assert_eq(s.failures, 1);
+    /* The same as Prometheus text. */
+    sl_prom_t pt;
+    sl_prom_init(&pt, NULL);
+    char lab[128];
+    snprintf(url, sizeof url, "s3://%s", b);
+    sl_store_prom(st, &pt, sl_prom_label(lab, sizeof lab, "store", url));
+    char *text = sl_prom_finish(&pt);
+    char line[300];
+    snprintf(line, sizeof line,
+             "sluice_store_requests_total{store=\"s3://%s\",result=\"server_error\"} 4\n", b);
+    cr_assert(strstr(text, line), "%s", text);
+    snprintf(line, sizeof line, "sluice_store_retries_total{store=\"s3://%s\"} 3\n", b);
+    cr_assert(strstr(text, line), "%s", text);
+    snprintf(line, sizeof line, "sluice_store_request_seconds_count{store=\"s3://%s\"} 4\n", b);
+    cr_assert(strstr(text, line), "%s", text);
+    cr_assert_null(strstr(text, su.secret));
+    sl_strfree(NULL, text);
     sl_store_destroy(st);
     su_proxy_stop(&p);
 }
