@@ -20,6 +20,7 @@ int sl_cli_master(int argc, char **argv);
 int sl_cli_produce(int argc, char **argv);
 int sl_cli_jobs(int argc, char **argv);
 int sl_cli_parquet(int argc, char **argv);
+int sl_cli_store(int argc, char **argv);
 /* `sluice demo --online` (demo_online.c): its options, as `sluice demo`
  * parsed them. */
 typedef struct sl_cli_demo_online {
@@ -35,10 +36,13 @@ extern const sl_cli_cmd_t sl_cli_demo_cmd, sl_cli_worker_cmd, sl_cli_read_cmd, s
     sl_cli_master_cmd, sl_cli_produce_cmd;
 extern const sl_cli_cmd_t sl_cli_table_create_cmd, sl_cli_table_import_cmd, sl_cli_table_gen_cmd,
     sl_cli_table_inspect_cmd, sl_cli_table_verify_cmd, sl_cli_table_cat_cmd;
+extern const sl_cli_cmd_t sl_cli_store_ls_cmd, sl_cli_store_stat_cmd, sl_cli_store_cat_cmd,
+    sl_cli_store_put_cmd;
 extern const sl_cli_cmd_t sl_cli_jobs_list_cmd, sl_cli_jobs_show_cmd, sl_cli_jobs_delete_cmd,
     sl_cli_jobs_scale_cmd, sl_cli_jobs_resubmit_cmd;
 extern const sl_cli_cmd_t sl_cli_parquet_inspect_cmd, sl_cli_parquet_cat_cmd;
 /* Groups of options more than one command takes. */
+extern const sl_cli_group_t sl_cli_store_group;
 extern const sl_cli_group_t sl_cli_admin_group, sl_cli_writer_group, sl_cli_admin_client_group;
 
 /* The values of sl_cli_admin_group: the admin endpoint's limits and TLS

@@ -33,7 +33,9 @@ static const section_t sections[] = {
     {&sl_cli_jobs_delete_cmd, NULL},   {&sl_cli_jobs_scale_cmd, NULL},
     {&sl_cli_jobs_resubmit_cmd, NULL}, {NULL, &sl_cli_log_group},
     {&sl_cli_produce_cmd, NULL},       {&sl_cli_parquet_inspect_cmd, NULL},
-    {&sl_cli_parquet_cat_cmd, NULL},
+    {&sl_cli_parquet_cat_cmd, NULL},   {&sl_cli_store_ls_cmd, NULL},
+    {&sl_cli_store_stat_cmd, NULL},    {&sl_cli_store_cat_cmd, NULL},
+    {&sl_cli_store_put_cmd, NULL},     {NULL, &sl_cli_store_group},
 };
 #define NUM_SECTIONS (sizeof sections / sizeof sections[0])
 

@@ -21,6 +21,7 @@ static const struct {
     {"produce", sl_cli_produce, &sl_cli_produce_cmd, NULL},
     {"jobs", sl_cli_jobs, NULL, "list, show, delete, scale and resubmit a master's jobs"},
     {"parquet", sl_cli_parquet, NULL, "inspect and read Parquet files with sluice's own reader"},
+    {"store", sl_cli_store, NULL, "list, stat, read and write objects of S3 or a directory"},
 };
 
 static void usage(FILE *out)
