@@ -293,7 +293,7 @@ Test(table_cli, import_criteo_and_usage_errors)
     EXPECT_OUT("ok: 2 files");
 
     cr_assert_eq(run("table import --input a.tsv --table t"), 2);
-    EXPECT_ERR("--format criteo|jsonl|csv is required");
+    EXPECT_ERR("--format criteo|jsonl|csv|parquet is required");
     cr_assert_eq(run("table import --format xml --input a.tsv --table t"), 2);
     cr_assert_eq(run("table import --format criteo --table t"), 2);
     cr_assert_eq(run("table import --format criteo --input a.tsv"), 2);
