@@ -210,7 +210,7 @@ Test(cli_options, usage_errors_name_the_option)
     USAGE("table inspect", "unexpected argument 'b'", "table", "inspect", "a", "b");
     USAGE("table gen", "--preset criteo|sessions is required", "table", "gen", "--rows", "5",
           "--table", "t");
-    USAGE("table import", "--format 'xml': expected criteo, jsonl or csv", "table", "import",
+    USAGE("table import", "--format 'xml': expected criteo, jsonl, csv or parquet", "table", "import",
           "--format", "xml");
     USAGE("table import", "--delimiter ';;': one character (not a quote or a newline), or 'tab'",
           "table", "import", "--format", "csv", "--input", "a.csv", "--table", "t", "--delimiter",
