@@ -210,15 +210,15 @@ Test(cli_options, usage_errors_name_the_option)
     USAGE("table inspect", "unexpected argument 'b'", "table", "inspect", "a", "b");
     USAGE("table gen", "--preset criteo|sessions is required", "table", "gen", "--rows", "5",
           "--table", "t");
-    USAGE("table import", "--format 'xml': expected criteo, jsonl, csv or parquet", "table", "import",
-          "--format", "xml");
+    USAGE("table import", "--format 'xml': expected criteo, jsonl, csv or parquet", "table",
+          "import", "--format", "xml");
     USAGE("table import", "--delimiter ';;': one character (not a quote or a newline), or 'tab'",
           "table", "import", "--format", "csv", "--input", "a.csv", "--table", "t", "--delimiter",
           ";;");
     USAGE("table import", "--max-skipped-fraction '2': a number in [0, 1]", "table", "import",
           "--format", "csv", "--input", "a.csv", "--table", "t", "--max-skipped-fraction", "2");
-    USAGE("table import", "--mapping and --print-mapping are for --format csv", "table", "import",
-          "--format", "jsonl", "--input", "a.jsonl", "--table", "t", "--print-mapping");
+    USAGE("table import", "--mapping and --print-mapping are for --format csv and parquet", "table",
+          "import", "--format", "jsonl", "--input", "a.jsonl", "--table", "t", "--print-mapping");
 }
 
 /* "--name=value", unique prefixes, "--" and "-" as a name, and repeated
