@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dpp/pipeline/lenient.h"
 #include "dpp/pipeline/ops.h"
 #include "dpp/pipeline/plan.h"
 
@@ -556,6 +557,71 @@ Test(job_plan, example_specs_parse)
  * sparse file of 4 GiB costs nothing), by sl_pipeline_plan_new and by the
  * master's sl_pipeline_plan_check alike, and no problem ever quotes a line of
  * the file. */
+/* Every problem in one pass (dpp/pipeline/lenient.h): a spec that does not
+ * parse is bound anyway without its bad parts; the binding problems come
+ * with the parse problems, under the original paths, and none that a
+ * left-out transform would explain. */
+static void one_pass(const char *text, uint32_t n, const char *const *expected)
+{
+    text = dq(text);
+    sl_pipeline_job_t *job = NULL;
+    sl_pipeline_problems_t pr = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err), SL_ERR_INVALID);
+    sl_pipeline_lenient_t *l = sl_pipeline_lenient_new(text, strlen(text), &pr);
+    cr_assert_not_null(l);
+    sl_wh_schema_t *s = schema();
+    sl_pipeline_lenient_bind(l, s, &pr);
+    for (uint32_t i = 0; i < pr.count; i++)
+        fprintf(stderr, "  %s\n", pr.items[i]);
+    cr_assert_eq(pr.count, n, "expected %u problems, got %u", n, pr.count);
+    for (uint32_t i = 0; i < n; i++)
+        cr_assert_str_eq(pr.items[i], expected[i]);
+    sl_pipeline_lenient_destroy(l);
+    sl_pipeline_problems_free(&pr);
+    sl_wh_schema_destroy(s);
+}
+
+Test(job_plan, every_problem_in_one_pass)
+{
+    one_pass("{'source': {'table': 't', 'features': ['I1', 'I9', 'C1', 'C1'], 'tabel': 1},"
+             " 'filters': [{'op': 'label_range', 'label': 'clik', 'min': 0},"
+             "  {'op': 'sample', 'rate': 7}, {'op': 'has_feature', 'feature': 'nope'}],"
+             " 'transforms': [{'op': 'sigrid_hsh', 'feature': 'C1', 'table_size': 10},"
+             "  {'op': 'cross', 'features': ['C1', 'C2'], 'table_size': 0, 'output': 'cx'},"
+             "  {'op': 'sigrid_hash', 'feature': 'C99', 'table_size': 10},"
+             "  {'op': 'first_x', 'feature': 'cx', 'x': 3}],"
+             " 'batch': {'size': 0, 'dedup_groups': {'user': ['user_id', 'usr_hist']}}}",
+             11,
+             (const char *[]){
+                 /* the parse's, as before */
+                 "$.source.tabel: unknown key (did you mean 'table'?)",
+                 "$.source.features[3]: 'C1' is listed twice",
+                 "$.filters[1].rate: must be a number in (0, 1]",
+                 "$.transforms[0].op: unknown transform 'sigrid_hsh' (did you mean "
+                 "'sigrid_hash'?)",
+                 "$.transforms[1].table_size: must be a positive integer",
+                 "$.batch.size: must be an integer in [1, 1048576]",
+                 /* then the binding's, at the spec's own indices; none for 'cx',
+                  * which the left-out transforms[1] would have made */
+                 "$.source.features[1]: unknown feature 'I9' (did you mean 'I1'?)",
+                 "$.filters[0].label: unknown label 'clik' (did you mean 'click'?)",
+                 "$.filters[2].feature: unknown feature 'nope'",
+                 "$.transforms[2].feature: unknown feature 'C99'",
+                 "$.batch.dedup_groups.user[1]: unknown feature 'usr_hist' (did you mean "
+                 "'user_hist'?)",
+             });
+    /* a spec without its source cannot be bound: its parse problems alone */
+    const char *text = dq("{'source': {'tabel': 't'}, 'filters': [{'op': 'x'}]}");
+    sl_pipeline_job_t *job = NULL;
+    sl_pipeline_problems_t pr = {0};
+    sl_error_t err = {0};
+    cr_assert_eq(sl_pipeline_job_parse(text, strlen(text), &job, &pr, &err), SL_ERR_INVALID);
+    cr_assert_null(sl_pipeline_lenient_new(text, strlen(text), &pr));
+    sl_pipeline_problems_free(&pr);
+    cr_assert_null(sl_pipeline_lenient_new("[1]", 3, &pr));
+}
+
 static void vocab_problem(const char *file, bool check_only, const char *want)
 {
     char text[512];

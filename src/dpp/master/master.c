@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "dpp/master/master_internal.h"
+#include "dpp/pipeline/lenient.h"
 #include "dpp/pipeline/plan.h"
 #include "warehouse/warehouse.h"
 
@@ -448,6 +449,8 @@ static sl_err_t check_spec(const char *text, bool resumed, sl_pipeline_job_t **j
 {
     sl_pipeline_problems_t pr = {0};
     sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), job, &pr, err);
+    if (rc == SL_ERR_INVALID && pr.count > 0)
+        sl_pipeline_bind_anyway(text, strlen(text), NULL, &pr);
     if (rc == SL_OK && (*job)->is_kafka) {
         /* a bounded replay: its chunks are the splits; a stream: its
          * partitions, the state makes the chunks (kafka_splits.c) */

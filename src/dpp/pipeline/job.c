@@ -4,6 +4,7 @@
  * the parser walks; each filter and transform object is compiled through
  * the op table (ops.c). Names are not bound to a schema here (plan.c does
  * that). */
+#include "dpp/pipeline/lenient.h"
 #include "dpp/pipeline/ops.h"
 #include "dpp/pipeline/spec.h"
 
@@ -885,6 +886,15 @@ sl_err_t sl_pipeline_job_load(const char *path, sl_pipeline_job_t **out,
                           SPEC_BYTES_MAX);
     } else {
         rc = sl_pipeline_job_parse(buf, len, out, problems, err);
+        if (rc == SL_ERR_INVALID && problems != NULL && problems->count > 0) {
+            /* the binding problems too, in the same report (lenient.h) */
+            char dir[4096] = "";
+            const char *slash = strrchr(path, '/');
+            if (slash != NULL && (size_t)(slash - path) + 1 < sizeof dir)
+                memcpy(dir, path, (size_t)(slash - path) + 1);
+            sl_pipeline_bind_anyway(buf, len, dir[0] ? dir : NULL, problems);
+            sl_pipeline_problems_error(problems, 0, "job spec", err);
+        }
         if (rc != SL_OK) sl_error_prefix(err, "%s: ", path);
     }
     sl_free(NULL, buf, SPEC_BYTES_MAX + 1);
