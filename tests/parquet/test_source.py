@@ -1,0 +1,156 @@
+"""A Parquet dataset as a job's source, read in place (docs/PARQUET.md, "As
+a job source"): `sluice worker --job` over files written by pyarrow gives
+exactly the batches (ids and values) of the same rows imported with
+`sluice table import --format parquet` and read from the table; Hive
+partition folders filtered by `source.partitions`; the projection; row
+groups ruled out by their statistics counted and never read; bad files
+named in the worker's error."""
+import json
+import os
+import re
+import subprocess
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pqcompare import SLUICE, sluice
+from test_import import MAPPING, sample_table
+
+SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1"))
+
+
+def run_job(tmp_path, name, source, batch=None, filters=None, expect_fail=False):
+    """Run `sluice worker --job` with spec source/batch/filters and read
+    every batch with `sluice read --json`. @return (batches without their
+    origin, the worker's log)."""
+    spec = {"id": name, "source": source, "batch": batch or {"size": 100}}
+    if filters:
+        spec["filters"] = filters
+    job = tmp_path / f"{name}.json"
+    job.write_text(json.dumps(spec))
+    log = tmp_path / f"{name}.log"
+    with open(log, "w") as lf:
+        w = subprocess.Popen([SLUICE, "worker", "--job", str(job), "--listen", "127.0.0.1:0",
+                              "--exit-when-done", "--threads", "1"], stdout=lf,
+                             stderr=subprocess.STDOUT)
+    try:
+        addr = None
+        deadline = time.time() + 30 * SCALE
+        while addr is None and time.time() < deadline and w.poll() is None:
+            m = re.search(r"^listening on (\S+)", log.read_text(), re.M)
+            addr = m.group(1) if m else None
+            time.sleep(0.02)
+        if expect_fail:
+            w.wait(timeout=30 * SCALE)
+            return None, log.read_text()
+        assert addr, log.read_text()
+        r = subprocess.run([SLUICE, "read", "--worker", addr, "--json", "--quiet",
+                            "--timeout", str(int(30000 * SCALE))],
+                           capture_output=True, text=True, timeout=60 * SCALE)
+        assert r.returncode == 0, r.stderr + log.read_text()
+        w.wait(timeout=30 * SCALE)
+    finally:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+    batches = []
+    for line in r.stdout.splitlines():
+        b = json.loads(line)
+        del b["origin"], b["batch"]
+        batches.append(b)
+    return batches, log.read_text()
+
+
+def write_mapping(tmp_path):
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps(MAPPING))
+    return mapping
+
+
+def test_parquet_source_equals_import(tmp_path):
+    # row groups of 700 rows, splits of two row groups (1400 rows), batches of
+    # 100: every split ends on a batch boundary, so the batches of the two
+    # paths are the same batches, not only the same rows
+    t = sample_table(7000)
+    path = tmp_path / "in.parquet"
+    pq.write_table(t, path, row_group_size=700, compression="zstd")
+    mapping = write_mapping(tmp_path)
+    table = tmp_path / "t"
+    sluice("table", "import", "--format", "parquet", "--input", str(path), "--table", str(table),
+           "--mapping", str(mapping), "--quiet")
+    want, _ = run_job(tmp_path, "table", {"table": str(table)})
+    got, log = run_job(tmp_path, "pq", {"parquet": str(path), "columns": MAPPING,
+                                        "split_rows": 1400})
+    assert len(want) == 70 and sum(b["batch_size"] for b in want) == 7000
+    assert got == want
+    assert "parquet row groups 10, skipped by statistics 0" in log, log
+    assert "splits 5," in log, log
+    # the projection: only the features named, the same as the table's
+    feats = ["price", "tags"]
+    want, _ = run_job(tmp_path, "table_p", {"table": str(table), "features": feats})
+    got, _ = run_job(tmp_path, "pq_p", {"parquet": str(path), "columns": MAPPING,
+                                        "split_rows": 1400, "features": feats})
+    assert got == want
+    assert got[0]["dense"]["names"] == ["price"] and got[0]["sparse"]["keys"] == ["tags"]
+
+
+def test_hive_partitions_and_inferred_mapping(tmp_path):
+    n = 600
+    t = pa.table({"sample_id": pa.array(range(n), pa.int64()),
+                  "label": pa.array([i % 2 for i in range(n)], pa.int8()),
+                  "x": pa.array([i * 0.5 for i in range(n)], pa.float32()),
+                  "ids": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.int64()))})
+    root = tmp_path / "ds"
+    for d in range(3):
+        part = root / f"ds=2026-11-0{d + 1}"
+        part.mkdir(parents=True)
+        pq.write_table(t.slice(d * 200, 200), part / "part-0.parquet", row_group_size=50)
+    (root / "_SUCCESS").write_text("")
+    batches, log = run_job(tmp_path, "hive", {"parquet": str(root),
+                                              "partitions": "ds>=2026-11-02"},
+                           batch={"size": 50})
+    ids = [i for b in batches for i in b["sample_ids"]]
+    assert ids == list(range(200, 600))  # files in path order, rows in file order
+    b = batches[0]
+    assert b["labels"]["names"] == ["label"] and b["dense"]["names"] == ["x"]
+    assert b["sparse"]["keys"] == ["ids"] and b["sparse"]["values"][:4] == [200, 201, 201, 202]
+    assert "parquet row groups 8, skipped by statistics 0" in log, log
+
+
+def test_statistics_skip_row_groups(tmp_path):
+    t = sample_table(2000)  # ts = 1_700_000_000 + i, ascending: each row group a range
+    path = tmp_path / "in.parquet"
+    pq.write_table(t, path, row_group_size=250, compression="snappy")
+    lo, hi = 1_700_000_000 + 600, 1_700_000_000 + 1099
+    batches, log = run_job(tmp_path, "stats", {"parquet": str(path), "columns": MAPPING},
+                           filters=[{"op": "timestamp_range", "min": lo, "max": hi}])
+    ids = sorted(i for b in batches for i in b["sample_ids"])
+    assert ids == list(range(600, 1100))
+    # row groups [500, 750), [750, 1000), [1000, 1250) hold rows in range; 5 of 8 never read
+    assert "parquet row groups 8, skipped by statistics 5 (1250 rows never read)" in log, log
+    # a label range no row group's statistics allow: every row group skipped
+    batches, log = run_job(tmp_path, "stats2", {"parquet": str(path), "columns": MAPPING},
+                           filters=[{"op": "label_range", "label": "click", "min": 2, "max": 3}])
+    assert batches == []
+    assert "skipped by statistics 8 (2000 rows never read)" in log, log
+
+
+def test_bad_files_named(tmp_path):
+    t = sample_table(300)
+    root = tmp_path / "ds"
+    root.mkdir()
+    pq.write_table(t, root / "a.parquet", row_group_size=100)
+    data = (root / "a.parquet").read_bytes()
+    (root / "b.parquet").write_bytes(data[: len(data) // 2])  # truncated: no footer
+    _, log = run_job(tmp_path, "trunc", {"parquet": str(root), "columns": MAPPING},
+                     expect_fail=True)
+    assert "b.parquet" in log and "a.parquet" not in log.replace("b.parquet", ""), log
+    (root / "b.parquet").write_bytes(b"PAR2" + data[4:])  # wrong magic at the start
+    _, log = run_job(tmp_path, "magic", {"parquet": str(root), "columns": MAPPING},
+                     expect_fail=True)
+    assert "b.parquet" in log and "magic" in log, log
+    # a mapping problem names its JSON path in the spec
+    _, log = run_job(tmp_path, "map", {"parquet": str(root / "a.parquet"),
+                                       "columns": {"dense": ["nosuch"]}}, expect_fail=True)
+    assert "$.source.columns.dense[0]" in log and "nosuch" in log, log
