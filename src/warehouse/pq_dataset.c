@@ -316,11 +316,41 @@ static sl_err_t plan_file(sl_wh_pqds_t *ds, uint32_t fi, const sl_pq_meta_t *m, 
     return rc;
 }
 
+/* The splits planned, copied into one arena with their strings: they
+ * outlive ds (the master keeps them in its state). */
+static sl_err_t take_splits(sl_wh_pqds_t *ds, sl_wh_splits_t **out, sl_error_t *err)
+{
+    sl_arena_t *ar = sl_arena_new(ds->a, 0);
+    sl_wh_splits_t *sp = ar ? sl_arena_calloc(ar, 1, sizeof *sp) : NULL;
+    sl_wh_split_t *items = sp ? sl_arena_calloc(ar, ds->splits.count + 1, sizeof *items) : NULL;
+    if (items == NULL) {
+        sl_arena_destroy(ar);
+        return sl_error_set(err, SL_ERR_NOMEM, "no memory for the splits");
+    }
+    sp->arena = ar;
+    sp->items = items;
+    sp->count = ds->splits.count;
+    sp->files = ds->num_files;
+    for (uint32_t i = 0; i < sp->count; i++) {
+        items[i] = ds->splits.items[i];
+        items[i].path = sl_arena_strdup(ar, items[i].path);
+        items[i].partition = sl_arena_strdup(ar, items[i].partition);
+        if (items[i].path == NULL || items[i].partition == NULL) {
+            sl_arena_destroy(ar);
+            return sl_error_set(err, SL_ERR_NOMEM, "no memory for the splits");
+        }
+        sp->rows += items[i].num_rows;
+    }
+    *out = sp;
+    return SL_OK;
+}
+
 sl_err_t sl_wh_pqds_plan(sl_wh_pqds_t *ds, uint64_t split_rows, const sl_wh_pqds_range_t *ranges,
-                         uint32_t num_ranges, const sl_wh_splits_t **out,
-                         sl_wh_pqds_plan_stats_t *stats, sl_error_t *err)
+                         uint32_t num_ranges, sl_wh_splits_t **out, sl_wh_pqds_plan_stats_t *stats,
+                         sl_error_t *err)
 {
     sl_wh_pqds_plan_stats_t st = {0};
+    *out = NULL;
     ds->splits.count = 0;
     if (split_rows == 0) split_rows = 1;
     const char *paths[16];
@@ -344,7 +374,7 @@ sl_err_t sl_wh_pqds_plan(sl_wh_pqds_t *ds, uint64_t split_rows, const sl_wh_pqds
         sl_pq_source_file_close(&src); /* zeroed when it failed to open */
     }
     if (stats) *stats = st;
-    *out = &ds->splits;
+    if (rc == SL_OK) rc = take_splits(ds, out, err);
     return rc;
 }
 

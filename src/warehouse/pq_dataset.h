@@ -68,13 +68,14 @@ typedef struct sl_wh_pqds_plan_stats {
 } sl_wh_pqds_plan_stats_t;
 
 /* Cut the dataset into splits (split_rows >= 1), every file's footer read,
- * ranges[num_ranges] applied to the row groups' statistics. *out is
- * borrowed from ds until destroy (one plan per dataset: a second call
- * replaces it). @return SL_ERR_CORRUPT for a bad file (naming it), or a
+ * ranges[num_ranges] applied to the row groups' statistics (at most 16;
+ * more filter rows but skip nothing). Caller owns *out, free with
+ * sl_wh_splits_destroy; its paths are relative to the dataset, files is
+ * the dataset's file count. @return SL_ERR_CORRUPT for a bad file (naming it), or a
  * file whose columns differ from the first's (SL_ERR_INVALID). */
 sl_err_t sl_wh_pqds_plan(sl_wh_pqds_t *ds, uint64_t split_rows, const sl_wh_pqds_range_t *ranges,
-                         uint32_t num_ranges, const sl_wh_splits_t **out,
-                         sl_wh_pqds_plan_stats_t *stats, sl_error_t *err);
+                         uint32_t num_ranges, sl_wh_splits_t **out, sl_wh_pqds_plan_stats_t *stats,
+                         sl_error_t *err);
 
 /* A row of a split: its number in the split and its values (schema order,
  * sl_wh_row_t's rules; features not projected are empty or missing),

@@ -154,3 +154,88 @@ def test_bad_files_named(tmp_path):
     _, log = run_job(tmp_path, "map", {"parquet": str(root / "a.parquet"),
                                        "columns": {"dense": ["nosuch"]}}, expect_fail=True)
     assert "$.source.columns.dense[0]" in log and "nosuch" in log, log
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, seconds, what):
+    deadline = time.time() + seconds * SCALE
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_master_two_workers_kill9_exactly_once(tmp_path):
+    """A DPP master cuts the dataset into splits from its footers and leases
+    them to 2 workers; one is killed with SIGKILL mid-epoch and a third takes
+    its place: every sample is delivered exactly once in each of 2 epochs."""
+    rows, groups = 12000, 500
+    n = rows
+    t = pa.table({"sample_id": pa.array(range(n), pa.int64()),
+                  "label": pa.array([i % 2 for i in range(n)], pa.int8()),
+                  "x": pa.array([i * 0.5 for i in range(n)], pa.float32()),
+                  "ids": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.int64()))})
+    root = tmp_path / "ds"
+    for d in range(2):
+        (root / f"ds={d}").mkdir(parents=True)
+        pq.write_table(t.slice(d * n // 2, n // 2), root / f"ds={d}" / "p.parquet",
+                       row_group_size=groups, compression="zstd")
+    ctl, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    token = tmp_path / "admin.token"
+    token.write_text("tok\n")
+    procs = []
+
+    def spawn(args, log):
+        f = open(tmp_path / log, "w")
+        p = subprocess.Popen([SLUICE, *args], stdout=f, stderr=subprocess.STDOUT)
+        procs.append(p)
+        return p
+
+    try:
+        spawn(["master", "--listen", ctl, "--admin", admin, "--state", str(tmp_path / "state"),
+               "--token-file", str(token), "--lease-timeout-ms", "1500"], "master.log")
+        spec = tmp_path / "job.json"
+        spec.write_text(json.dumps({"id": "pq", "source": {"parquet": str(root),
+                                                           "split_rows": groups},
+                                    "batch": {"size": 100, "epochs": 2}}))
+        wait_for(lambda: sluice("submit", "--admin", admin, "--token-file", str(token),
+                                "--job", str(spec), check=False).returncode == 0, 15,
+                 "the master to take the job")
+        workers = [spawn(["worker", "--master", ctl, "--job-id", "pq", "--worker-id", f"w{i}",
+                          "--listen", "127.0.0.1:0", "--threads", "1"], f"w{i}.log")
+                   for i in range(2)]
+        reader = subprocess.Popen([SLUICE, "read", "--master", ctl, "--job", "pq", "--json",
+                                   "--quiet", "--prefetch", "2"], stdout=subprocess.PIPE,
+                                  stderr=open(tmp_path / "read.log", "w"), text=True)
+        procs.append(reader)
+        seen = {}
+        killed = False
+        for line in reader.stdout:
+            b = json.loads(line)
+            e = b["origin"]["epoch"]
+            for i in b["sample_ids"]:
+                seen[(e, i)] = seen.get((e, i), 0) + 1
+            if not killed and len(seen) > rows // 3:
+                workers[0].kill()  # SIGKILL: its leases expire and move
+                workers[0].wait()
+                spawn(["worker", "--master", ctl, "--job-id", "pq", "--worker-id", "w2",
+                       "--listen", "127.0.0.1:0", "--threads", "1"], "w2.log")
+                killed = True
+        assert reader.wait(timeout=60 * SCALE) == 0, (tmp_path / "read.log").read_text()
+        assert killed
+        want = {(e, i): 1 for e in range(2) for i in range(rows)}
+        missing = [k for k in want if k not in seen][:5]
+        dup = [k for k, v in seen.items() if v != 1][:5]
+        assert not missing and not dup and len(seen) == 2 * rows, (missing, dup)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

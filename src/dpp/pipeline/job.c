@@ -52,6 +52,7 @@ void sl_pipeline_job_destroy(sl_pipeline_job_t *job)
     sl_strfree(NULL, job->kafka.dead_letter_topic);
     sl_strfree(NULL, job->parquet);
     sl_wh_colmap_destroy(job->parquet_columns);
+    sl_strfree(NULL, job->parquet_columns_json);
     sl_strfree(NULL, job->partitions);
     free_strs(job->features, job->num_features);
     free_ops(job->filters, job->num_filters);
@@ -345,6 +346,12 @@ static void parse_pq_columns(dpp_parse_t *p, const json_t *v, const char *path,
     sl_error_t e = {0};
     sl_err_t rc =
         sl_wh_colmap_parse(v, path, NULL, add_problem, p->problems, &job->parquet_columns, &e);
+    size_t n = rc == SL_OK ? json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_SORT_KEYS) : 0;
+    if (n > 0 && (job->parquet_columns_json = sl_alloc(NULL, n + 1)) == NULL) rc = SL_ERR_NOMEM;
+    if (job->parquet_columns_json != NULL) {
+        json_dumpb(v, job->parquet_columns_json, n, JSON_COMPACT | JSON_SORT_KEYS);
+        job->parquet_columns_json[n] = '\0';
+    }
     if (rc == SL_ERR_NOMEM) p->nomem = true;
 }
 

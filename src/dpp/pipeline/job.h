@@ -77,6 +77,7 @@ typedef struct sl_pipeline_job {
      * consecutive row groups of a file merge into one split. */
     char *parquet;
     sl_wh_colmap_t *parquet_columns;
+    char *parquet_columns_json; /* its JSON, compact with sorted keys (the fingerprint's) */
     uint32_t split_rows;
     char *partitions; /* partition filter (sl_wh_filter_parse syntax) or NULL: a table's
                          partitions, or a Parquet dataset's Hive keys */

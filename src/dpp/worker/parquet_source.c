@@ -20,6 +20,7 @@
 typedef struct pq_source {
     sl_worker_source_t inner; /* the units and their hooks */
     sl_wh_pqds_t *ds;         /* owned */
+    sl_wh_splits_t *splits;   /* owned (the inner table source's); NULL under a master */
     sl_wh_pqds_reader_t *rd;
     sl_kafka_rows_t *rows; /* the stripe being built */
     uint32_t batch_rows;
@@ -116,6 +117,7 @@ static void pq_destroy(void *ctx)
     sl_kafka_rows_destroy(s->rows);
     sl_wh_pqds_reader_destroy(s->rd);
     sl_wh_pqds_destroy(s->ds);
+    sl_wh_splits_destroy(s->splits);
     sl_free(s->a, s, sizeof *s);
 }
 
@@ -158,7 +160,7 @@ static bool fw_other(void *ctx)
     return s->inner.other_work(s->inner.ctx);
 }
 
-sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, uint32_t batch_rows,
+sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, sl_wh_splits_t *splits, uint32_t batch_rows,
                                       const char *const *features, uint32_t nf,
                                       const sl_allocator_t *a, sl_worker_source_t *src,
                                       sl_error_t *err)
@@ -170,6 +172,7 @@ sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, uint32_t batch_rows,
     } else {
         s->inner = *src;
         s->ds = ds;
+        s->splits = splits;
         s->a = a;
         s->batch_rows = batch_rows ? batch_rows : 1;
         atomic_init(&s->cancel, false);
@@ -183,6 +186,7 @@ sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, uint32_t batch_rows,
         } else {
             if (src->destroy) src->destroy(src->ctx);
             sl_wh_pqds_destroy(ds);
+            sl_wh_splits_destroy(splits);
         }
         *src = (sl_worker_source_t){0};
         return rc;

@@ -362,43 +362,45 @@ static void add_problem(void *ctx, const char *problem)
 }
 
 /* A Parquet dataset read in place (source.parquet): its mapping gives the
- * schema the plan binds to; the footers give the splits, row groups the
- * job's range filters rule out by their statistics left out. Standalone
- * the table source hands the splits out; under a master (w->source set)
- * the master's leases name them, cut from the same footers. */
+ * schema the plan binds to. Standalone the footers give the splits (row
+ * groups the job's range filters rule out by their statistics left out)
+ * and the table source hands them out; under a master (w->source set) the
+ * leases name the splits the master cut from the same footers. */
 static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job,
                              sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     const sl_allocator_t *a = w->a;
     sl_wh_pqds_t *ds = NULL;
+    sl_wh_splits_t *splits = NULL;
     sl_err_t rc = sl_wh_pqds_open(job->parquet, job->parquet_columns, job->partitions, a,
                                   add_problem, problems, &ds, err);
     if (rc == SL_OK)
         rc = sl_pipeline_plan_new(job, sl_wh_pqds_mapping(ds)->schema, &w->plan, problems, err);
-    sl_pipeline_range_t jr[16];
-    sl_wh_pqds_range_t ranges[16];
-    uint32_t nr = sl_pipeline_job_ranges(job, jr, 16);
-    if (nr > 16) nr = 16;
-    for (uint32_t i = 0; i < nr; i++)
-        ranges[i] = (sl_wh_pqds_range_t){jr[i].label, jr[i].lo, jr[i].hi};
-    const sl_wh_splits_t *splits = NULL;
-    sl_wh_pqds_plan_stats_t ps = {0};
-    if (rc == SL_OK) rc = sl_wh_pqds_plan(ds, job->split_rows, ranges, nr, &splits, &ps, err);
-    if (rc == SL_OK) {
+    if (rc == SL_OK && !w->source.next) {
+        sl_pipeline_range_t jr[16];
+        sl_wh_pqds_range_t ranges[16];
+        uint32_t nr = sl_pipeline_job_ranges(job, jr, 16);
+        nr = nr > 16 ? 16 : nr;
+        for (uint32_t i = 0; i < nr; i++)
+            ranges[i] = (sl_wh_pqds_range_t){jr[i].label, jr[i].lo, jr[i].hi};
+        sl_wh_pqds_plan_stats_t ps = {0};
+        rc = sl_wh_pqds_plan(ds, job->split_rows, ranges, nr, &splits, &ps, err);
         w->st.pq_row_groups = ps.row_groups;
         w->st.pq_row_groups_skipped = ps.row_groups_skipped;
         w->st.pq_rows_skipped = ps.rows_skipped;
-        if (!w->source.next)
+        if (rc == SL_OK)
             rc = sl_worker_source_table_new(splits, job->epochs, job->shuffle_splits, job->seed, a,
                                             &w->source, err);
     }
     if (rc != SL_OK) {
+        sl_wh_splits_destroy(splits);
         sl_wh_pqds_destroy(ds);
         return rc;
     }
     uint32_t nf = 0;
     const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
-    return sl_worker_source_parquet_new(ds, job->batch_size, features, nf, a, &w->source, err);
+    return sl_worker_source_parquet_new(ds, splits, job->batch_size, features, nf, a, &w->source,
+                                        err);
 }
 
 static uint64_t fnv1a(const char *s)
