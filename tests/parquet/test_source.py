@@ -230,6 +230,11 @@ def test_master_two_workers_kill9_exactly_once(tmp_path):
                 killed = True
         assert reader.wait(timeout=60 * SCALE) == 0, (tmp_path / "read.log").read_text()
         assert killed
+        import urllib.request
+        with urllib.request.urlopen(f"http://{admin}/jobs/pq", timeout=10 * SCALE) as r:
+            job = json.loads(r.read())
+        assert job["parquet"] == str(root) and job["table"] == "" and job["num_splits"] == 24
+        assert job["committed_rows"] == rows and job["epochs"] == 2, job  # per epoch
         want = {(e, i): 1 for e in range(2) for i in range(rows)}
         missing = [k for k in want if k not in seen][:5]
         dup = [k for k, v in seen.items() if v != 1][:5]
