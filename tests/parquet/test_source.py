@@ -49,7 +49,7 @@ def run_job(tmp_path, name, source, batch=None, filters=None, expect_fail=False)
                             "--timeout", str(int(30000 * SCALE))],
                            capture_output=True, text=True, timeout=60 * SCALE)
         assert r.returncode == 0, r.stderr + log.read_text()
-        w.wait(timeout=30 * SCALE)
+        assert w.wait(timeout=30 * SCALE) == 0, log.read_text()  # sanitizer builds: no leak
     finally:
         if w.poll() is None:
             w.kill()
