@@ -20,10 +20,12 @@ from test_import import MAPPING, sample_table
 SCALE = float(os.environ.get("SLUICE_TIMEOUT_SCALE", "1"))
 
 
-def run_job(tmp_path, name, source, batch=None, filters=None, expect_fail=False):
+def run_job(tmp_path, name, source, batch=None, filters=None, expect_fail=False,
+            expect_empty=False):
     """Run `sluice worker --job` with spec source/batch/filters and read
     every batch with `sluice read --json`. @return (batches without their
-    origin, the worker's log)."""
+    origin, the worker's log). expect_empty: a job of no rows, whose worker
+    finishes without waiting for a reader."""
     spec = {"id": name, "source": source, "batch": batch or {"size": 100}}
     if filters:
         spec["filters"] = filters
@@ -44,6 +46,9 @@ def run_job(tmp_path, name, source, batch=None, filters=None, expect_fail=False)
         if expect_fail:
             w.wait(timeout=30 * SCALE)
             return None, log.read_text()
+        if expect_empty:
+            assert w.wait(timeout=30 * SCALE) == 0, log.read_text()
+            return [], log.read_text()
         assert addr, log.read_text()
         r = subprocess.run([SLUICE, "read", "--worker", addr, "--json", "--quiet",
                             "--timeout", str(int(30000 * SCALE))],
@@ -131,7 +136,8 @@ def test_statistics_skip_row_groups(tmp_path):
     assert "parquet row groups 8, skipped by statistics 5 (1250 rows never read)" in log, log
     # a label range no row group's statistics allow: every row group skipped
     batches, log = run_job(tmp_path, "stats2", {"parquet": str(path), "columns": MAPPING},
-                           filters=[{"op": "label_range", "label": "click", "min": 2, "max": 3}])
+                           filters=[{"op": "label_range", "label": "click", "min": 2, "max": 3}],
+                           expect_empty=True)
     assert batches == []
     assert "skipped by statistics 8 (2000 rows never read)" in log, log
 
@@ -281,3 +287,61 @@ def test_criteo_rows_parquet_zstd_equal_tsv_import(tmp_path):
                        batch={"size": 500})
     assert len(want) == 12 and sum(b["batch_size"] for b in want) == n
     assert got == want
+
+
+def test_master_bad_page_split_skipped(tmp_path):
+    """A row group whose pages do not decode (the footer intact, so the
+    master cuts the job) fails its lease on the worker, naming the file;
+    with "on_bad_split": "skip" the split is skipped and counted, and every
+    other row arrives exactly once."""
+    n, groups = 3000, 500
+    t = pa.table({"sample_id": pa.array(range(n), pa.int64()),
+                  "x": pa.array([i * 0.5 for i in range(n)], pa.float32())})
+    root = tmp_path / "ds"
+    root.mkdir()
+    pq.write_table(t, root / "a.parquet", row_group_size=groups, compression="zstd")
+    meta = pq.ParquetFile(root / "a.parquet").metadata
+    bad = meta.row_group(2)  # rows 1000..1499
+    cols = [bad.column(c) for c in range(bad.num_columns)]
+    start = min(c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
+                for c in cols)
+    size = sum(c.total_compressed_size for c in cols)  # the row group's chunks, back to back
+    with open(root / "a.parquet", "r+b") as f:
+        f.seek(start)
+        f.write(b"\xff" * size)
+    ctl, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    token = tmp_path / "admin.token"
+    token.write_text("tok\n")
+    procs = []
+    try:
+        def spawn(args, log):
+            procs.append(subprocess.Popen([SLUICE, *args], stdout=open(tmp_path / log, "w"),
+                                          stderr=subprocess.STDOUT))
+
+        spawn(["master", "--listen", ctl, "--admin", admin, "--state", str(tmp_path / "state"),
+               "--token-file", str(token)], "master.log")
+        spec = tmp_path / "job.json"
+        spec.write_text(json.dumps({"id": "pq", "on_bad_split": "skip",
+                                    "source": {"parquet": str(root), "split_rows": groups},
+                                    "batch": {"size": 100}}))
+        wait_for(lambda: sluice("submit", "--admin", admin, "--token-file", str(token),
+                                "--job", str(spec), check=False).returncode == 0, 15,
+                 "the master to take the job")
+        spawn(["worker", "--master", ctl, "--job-id", "pq", "--worker-id", "w0", "--listen",
+               "127.0.0.1:0", "--threads", "1"], "w0.log")
+        r = subprocess.run([SLUICE, "read", "--master", ctl, "--job", "pq", "--json", "--quiet"],
+                           capture_output=True, text=True, timeout=60 * SCALE)
+        assert r.returncode == 0, r.stderr
+        ids = sorted(i for line in r.stdout.splitlines() for i in json.loads(line)["sample_ids"])
+        assert ids == [i for i in range(n) if not 1000 <= i < 1500]
+        import urllib.request
+        with urllib.request.urlopen(f"http://{admin}/jobs/pq", timeout=10 * SCALE) as resp:
+            job = json.loads(resp.read())
+        assert job["skipped_splits"] == 1 and job["skipped_rows"] == 500, job
+        log = (tmp_path / "master.log").read_text() + (tmp_path / "w0.log").read_text()
+        assert "a.parquet" in log and "row group 2" in log, log
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
