@@ -190,10 +190,12 @@ sl_err_t imp_pq_read(const imp_pq_t *p, const char *input, uint32_t begin, uint3
                      uint64_t first_row, sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx,
                      sl_error_t *err);
 /* The same filling only the slots s with slot_read[s] (NULL: every slot):
- * the Parquet leaves no such slot reads are never opened (projection). */
+ * the Parquet leaves no such slot reads are never opened (projection).
+ * Row groups whose rows all come before file row skip_to (0-based) are
+ * not read at all (a todo range that starts mid-split). */
 sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const char *input,
-                           uint32_t begin, uint32_t end, uint64_t first_row, sl_wh_row_buf_t *b,
-                           imp_pq_row_fn on_row, void *ctx, sl_error_t *err);
+                           uint32_t begin, uint32_t end, uint64_t first_row, uint64_t skip_to,
+                           sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx, sl_error_t *err);
 
 /* ---- the import driver's jobs (import.c plans them, import_run.c runs them) ---- */
 

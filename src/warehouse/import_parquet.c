@@ -371,12 +371,12 @@ sl_err_t imp_pq_read(const imp_pq_t *p, const char *input, uint32_t begin, uint3
                      uint64_t first_row, sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx,
                      sl_error_t *err)
 {
-    return imp_pq_read_slots(p, NULL, input, begin, end, first_row, b, on_row, ctx, err);
+    return imp_pq_read_slots(p, NULL, input, begin, end, first_row, 0, b, on_row, ctx, err);
 }
 
 sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const char *input,
-                           uint32_t begin, uint32_t end, uint64_t first_row, sl_wh_row_buf_t *b,
-                           imp_pq_row_fn on_row, void *ctx, sl_error_t *err)
+                           uint32_t begin, uint32_t end, uint64_t first_row, uint64_t skip_to,
+                           sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx, sl_error_t *err)
 {
     const sl_allocator_t *a = p->a;
     sl_pq_source_t src;
@@ -398,6 +398,9 @@ sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const ch
     if (g.leaf_of == NULL || g.rd == NULL || g.bat == NULL || g.col == NULL)
         rc = sl_error_set(err, SL_ERR_NOMEM, "no memory");
     uint64_t line = first_row;
+    /* row groups that end at or before file row skip_to are not read */
+    while (begin < end && line + (uint64_t)m->row_groups[begin].num_rows <= skip_to)
+        line += (uint64_t)m->row_groups[begin++].num_rows;
     for (uint32_t gi = begin; rc == SL_OK && gi < end; gi++) {
         rc = open_group(p, slot_read, f, gi, &g, err);
         while (rc == SL_OK) {

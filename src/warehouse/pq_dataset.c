@@ -469,7 +469,7 @@ sl_err_t sl_wh_pqds_read(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64
                     .ctx = ctx,
                     .err = err};
     sl_err_t rc = imp_pq_read_slots(ds->pq, r->slot_read, f->full, sp->stripe_begin, sp->stripe_end,
-                                    sp->first_row, r->buf, on_row, &c, err);
+                                    sp->first_row, sp->first_row + from, r->buf, on_row, &c, err);
     if (rc == SL_ERR_CLOSED && c.past) rc = SL_OK;
     return rc;
 }
