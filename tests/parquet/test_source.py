@@ -345,3 +345,58 @@ def test_master_bad_page_split_skipped(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_master_resume_token_mid_split(tmp_path):
+    """A trainer stops after 7 batches of 128 rows (splits of 1000 rows: the
+    last split it read is committed part-way) and writes a resume token;
+    `sluice jobs resubmit` starts the job again from it, and a second
+    trainer reads the rest: the two together deliver every row exactly
+    once (the resumed todo ranges start mid-split)."""
+    n, groups = 6000, 1000
+    t = pa.table({"sample_id": pa.array(range(n), pa.int64()),
+                  "x": pa.array([i * 0.5 for i in range(n)], pa.float32())})
+    path = tmp_path / "a.parquet"
+    pq.write_table(t, path, row_group_size=groups, compression="snappy")
+    ctl, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    token = tmp_path / "admin.token"
+    token.write_text("tok\n")
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            [SLUICE, "master", "--listen", ctl, "--admin", admin, "--state",
+             str(tmp_path / "state"), "--token-file", str(token)],
+            stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT))
+        spec = tmp_path / "job.json"
+        spec.write_text(json.dumps({"id": "pq", "source": {"parquet": str(path),
+                                                           "split_rows": groups},
+                                    "batch": {"size": 128}}))
+        wait_for(lambda: sluice("submit", "--admin", admin, "--token-file", str(token),
+                                "--job", str(spec), check=False).returncode == 0, 15,
+                 "the master to take the job")
+        procs.append(subprocess.Popen(
+            [SLUICE, "worker", "--master", ctl, "--job-id", "pq", "--worker-id", "w0",
+             "--listen", "127.0.0.1:0", "--threads", "1"],
+            stdout=open(tmp_path / "w0.log", "w"), stderr=subprocess.STDOUT))
+        ckpt = tmp_path / "ckpt.token"
+        first = subprocess.run([SLUICE, "read", "--master", ctl, "--job", "pq", "--json",
+                                "--quiet", "--limit", "7", "--token-out", str(ckpt)],
+                               capture_output=True, text=True, timeout=60 * SCALE)
+        assert first.returncode == 0, first.stderr
+        ids1 = [i for line in first.stdout.splitlines() for i in json.loads(line)["sample_ids"]]
+        assert len(ids1) == 7 * 128
+        per_split = [sum(1 for i in ids1 if k * groups <= i < (k + 1) * groups)
+                     for k in range(n // groups)]
+        assert any(0 < c < groups for c in per_split), per_split  # a split read part-way
+        sluice("jobs", "resubmit", "pq", "--token", str(ckpt), "--admin", admin,
+               "--token-file", str(token))
+        rest = subprocess.run([SLUICE, "read", "--master", ctl, "--job", "pq", "--json",
+                               "--quiet"], capture_output=True, text=True, timeout=60 * SCALE)
+        assert rest.returncode == 0, rest.stderr
+        ids2 = [i for line in rest.stdout.splitlines() for i in json.loads(line)["sample_ids"]]
+        assert sorted(ids1 + ids2) == list(range(n))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
