@@ -427,7 +427,8 @@ typedef struct read_ctx {
     const ds_file_t *file;
     int64_t id_base;
     uint64_t first_row, from, to;
-    bool past; /* the rows after `to` began: the read stopped on purpose */
+    bool past;     /* the rows after `to` began: the read stopped on purpose */
+    uint64_t seen; /* rows of the split the file gave so far */
     sl_wh_pqds_row_fn fn;
     void *ctx;
     sl_error_t *err;
@@ -438,6 +439,7 @@ static sl_err_t on_row(void *ctx, uint64_t line, sl_err_t rc, const sl_error_t *
 {
     read_ctx_t *c = ctx;
     uint64_t r = line - 1 - c->first_row; /* line counts the file's rows from 1 */
+    c->seen = r + 1;
     if (r < c->from) return SL_OK;
     if (r >= c->to) {
         c->past = true;
@@ -471,5 +473,11 @@ sl_err_t sl_wh_pqds_read(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64
     sl_err_t rc = imp_pq_read_slots(ds->pq, r->slot_read, f->full, sp->stripe_begin, sp->stripe_end,
                                     sp->first_row, sp->first_row + from, r->buf, on_row, &c, err);
     if (rc == SL_ERR_CLOSED && c.past) rc = SL_OK;
+    if (rc == SL_OK && !c.past && c.seen < to) /* the file ended before the split did */
+        rc = sl_error_set(err, SL_ERR_CORRUPT,
+                          "%s row groups [%u, %u): rows end at %llu of the split, before its row "
+                          "%llu (the file changed since the splits were cut?)",
+                          f->rel, sp->stripe_begin, sp->stripe_end, (unsigned long long)c.seen,
+                          (unsigned long long)to);
     return rc;
 }

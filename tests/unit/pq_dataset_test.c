@@ -119,6 +119,15 @@ Test(pq_dataset, splits_partitions_and_ranges)
         cr_assert_eq(part.row[i], 20 + i);
         cr_assert_eq(part.id[i], all.id[20 + i]);
     }
+    /* a split longer than its row groups (a file changed since the cut) */
+    sl_wh_split_t longer = sp->items[1];
+    longer.num_rows = 50;
+    ids_t some = {0};
+    cr_assert_eq(sl_wh_pqds_read(r, &longer, 0, 50, collect, &some, &err), SL_ERR_CORRUPT);
+    cr_assert(strstr(err.msg, "part-0.parquet row groups [2, 3): rows end at 8 of the split, "
+                              "before its row 50") != NULL,
+              "%s", err.msg);
+    cr_assert_eq(some.n, 8);
     sl_wh_pqds_reader_destroy(r);
     sl_wh_splits_destroy(sp);
     sl_wh_pqds_destroy(ds);
