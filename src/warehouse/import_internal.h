@@ -159,9 +159,17 @@ typedef struct imp_pq imp_pq_t;
  * default) against them. Caller owns *out, free with imp_pq_destroy. */
 sl_err_t imp_pq_open(const char *input, const sl_wh_colmap_t *mapping, const sl_allocator_t *a,
                      imp_pq_t **out, sl_error_t *err);
+/* The same, mapping problems each to problem (may be NULL). */
+sl_err_t imp_pq_open_mapped(const char *input, const sl_wh_colmap_t *mapping,
+                            const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                            imp_pq_t **out, sl_error_t *err);
 void imp_pq_destroy(imp_pq_t *p);
 /* Borrowed from p; its schema is the table's. */
 const sl_wh_colmap_resolved_t *imp_pq_mapping(const imp_pq_t *p);
+
+/* The Parquet path of the leaf input column `column` (of the mapping's
+ * columns) is read from; NULL for a list of struct{id, weight} (two leaves). */
+const char *imp_pq_leaf_path(const imp_pq_t *p, uint32_t column);
 
 /* The row groups of input and the rows before each (*rows_before:
  * groups + 1 entries, caller frees with sl_free(a, .., (groups + 1) * 8)). */
@@ -181,6 +189,13 @@ typedef sl_err_t (*imp_pq_row_fn)(void *ctx, uint64_t line, sl_err_t rc, const s
 sl_err_t imp_pq_read(const imp_pq_t *p, const char *input, uint32_t begin, uint32_t end,
                      uint64_t first_row, sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx,
                      sl_error_t *err);
+/* The same filling only the slots s with slot_read[s] (NULL: every slot):
+ * the Parquet leaves no such slot reads are never opened (projection).
+ * Row groups whose rows all come before file row skip_to (0-based) are
+ * not read at all (a todo range that starts mid-split). */
+sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const char *input,
+                           uint32_t begin, uint32_t end, uint64_t first_row, uint64_t skip_to,
+                           sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx, sl_error_t *err);
 
 /* ---- the import driver's jobs (import.c plans them, import_run.c runs them) ---- */
 

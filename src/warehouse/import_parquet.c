@@ -38,10 +38,6 @@ struct imp_pq {
     sl_wh_colmap_resolved_t *map;
 };
 
-static sl_err_t imp_pq_open_with(const char *input, const sl_wh_colmap_t *mapping,
-                                 const sl_allocator_t *a, sl_wh_colmap_problem_fn problem,
-                                 void *ctx, imp_pq_t **out, sl_error_t *err);
-
 static sl_wh_coltype_t scalar_type(const sl_pq_column_t *c)
 {
     if (c->type == SL_PQ_BOOLEAN) return SL_WH_COLTYPE_BOOL;
@@ -112,7 +108,7 @@ static sl_err_t input_columns(imp_pq_t *p, const sl_pq_meta_t *m, sl_arena_t *ar
 sl_err_t imp_pq_open(const char *input, const sl_wh_colmap_t *mapping, const sl_allocator_t *a,
                      imp_pq_t **out, sl_error_t *err)
 {
-    return imp_pq_open_with(input, mapping, a, NULL, NULL, out, err);
+    return imp_pq_open_mapped(input, mapping, a, NULL, NULL, out, err);
 }
 
 sl_err_t sl_wh_parquet_mapping(const char *input, const sl_wh_colmap_t *mapping,
@@ -121,7 +117,7 @@ sl_err_t sl_wh_parquet_mapping(const char *input, const sl_wh_colmap_t *mapping,
 {
     imp_pq_t *p;
     *out = NULL;
-    sl_err_t rc = imp_pq_open_with(input, mapping, a, problem, ctx, &p, err);
+    sl_err_t rc = imp_pq_open_mapped(input, mapping, a, problem, ctx, &p, err);
     if (rc != SL_OK) return rc;
     *out = p->map; /* it copied the columns: it outlives p */
     p->map = NULL;
@@ -129,9 +125,9 @@ sl_err_t sl_wh_parquet_mapping(const char *input, const sl_wh_colmap_t *mapping,
     return SL_OK;
 }
 
-static sl_err_t imp_pq_open_with(const char *input, const sl_wh_colmap_t *mapping,
-                                 const sl_allocator_t *a, sl_wh_colmap_problem_fn problem,
-                                 void *ctx, imp_pq_t **out, sl_error_t *err)
+sl_err_t imp_pq_open_mapped(const char *input, const sl_wh_colmap_t *mapping,
+                            const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                            imp_pq_t **out, sl_error_t *err)
 {
     *out = NULL;
     if (strcmp(input, "-") == 0)
@@ -178,6 +174,12 @@ void imp_pq_destroy(imp_pq_t *p)
 const sl_wh_colmap_resolved_t *imp_pq_mapping(const imp_pq_t *p)
 {
     return p->map;
+}
+
+const char *imp_pq_leaf_path(const imp_pq_t *p, uint32_t column)
+{
+    if (column >= p->num_cols || p->cols[column].weight_physical >= 0) return NULL;
+    return sl_pq_file_meta(p->first)->columns[p->cols[column].physical].path;
 }
 
 sl_err_t imp_pq_row_groups(const char *input, const sl_allocator_t *a, uint32_t *groups,
@@ -326,13 +328,18 @@ static sl_err_t fill(const imp_pq_t *p, const group_read_t *g, sl_wh_row_buf_t *
 
 /* Open the readers of row group gi for the columns the mapping reads,
  * checking that this file has them with the first input's types. */
-static sl_err_t open_group(const imp_pq_t *p, sl_pq_file_t *f, uint32_t gi, group_read_t *g,
-                           sl_error_t *err)
+static sl_err_t open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_file_t *f,
+                           uint32_t gi, group_read_t *g, sl_error_t *err)
 {
     const sl_pq_meta_t *m = sl_pq_file_meta(f), *m0 = sl_pq_file_meta(p->first);
     for (uint32_t c = 0; c < p->num_cols; c++) {
         g->leaf_of[2 * c] = g->leaf_of[2 * c + 1] = -1;
         if (p->map->column_uses[c] == 0) continue;
+        bool wanted = slot_read == NULL;
+        for (uint32_t sl = 0; !wanted && sl < p->map->num_slots; sl++)
+            wanted = slot_read[sl] &&
+                     (p->map->slots[sl].column == c || p->map->slots[sl].weights_column == c);
+        if (!wanted) continue; /* projected out: its chunks are never read */
         for (int h = 0; h < 2; h++) {
             int32_t phys = h == 0 ? p->cols[c].physical : p->cols[c].weight_physical;
             if (phys < 0) continue;
@@ -364,6 +371,13 @@ sl_err_t imp_pq_read(const imp_pq_t *p, const char *input, uint32_t begin, uint3
                      uint64_t first_row, sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx,
                      sl_error_t *err)
 {
+    return imp_pq_read_slots(p, NULL, input, begin, end, first_row, 0, b, on_row, ctx, err);
+}
+
+sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const char *input,
+                           uint32_t begin, uint32_t end, uint64_t first_row, uint64_t skip_to,
+                           sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx, sl_error_t *err)
+{
     const sl_allocator_t *a = p->a;
     sl_pq_source_t src;
     sl_pq_file_t *f = NULL;
@@ -384,8 +398,11 @@ sl_err_t imp_pq_read(const imp_pq_t *p, const char *input, uint32_t begin, uint3
     if (g.leaf_of == NULL || g.rd == NULL || g.bat == NULL || g.col == NULL)
         rc = sl_error_set(err, SL_ERR_NOMEM, "no memory");
     uint64_t line = first_row;
+    /* row groups that end at or before file row skip_to are not read */
+    while (begin < end && line + (uint64_t)m->row_groups[begin].num_rows <= skip_to)
+        line += (uint64_t)m->row_groups[begin++].num_rows;
     for (uint32_t gi = begin; rc == SL_OK && gi < end; gi++) {
-        rc = open_group(p, f, gi, &g, err);
+        rc = open_group(p, slot_read, f, gi, &g, err);
         while (rc == SL_OK) {
             uint32_t rows = 0;
             for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) {
@@ -404,7 +421,8 @@ sl_err_t imp_pq_read(const imp_pq_t *p, const char *input, uint32_t begin, uint3
                 imp_row_reset(b);
                 sl_err_t fr = SL_OK;
                 for (uint32_t s = 0; fr == SL_OK && s < p->map->num_slots; s++)
-                    fr = fill(p, &g, b, &p->map->slots[s], r, &row, has, &rerr);
+                    if (slot_read == NULL || slot_read[s])
+                        fr = fill(p, &g, b, &p->map->slots[s], r, &row, has, &rerr);
                 row.labels = b->labels;
                 row.dense = b->dense;
                 row.sparse = b->lists;

@@ -402,3 +402,64 @@ Test(fingerprint, the_reasons_a_job_is_not_cacheable)
     WHY("autocache", "{\"id\":\"a\",\"source\":{\"table\":\"%s\"},\"autocache\":false}", table);
 #undef WHY
 }
+
+/* The fingerprint of a Parquet job (source.parquet) over splits (the
+ * master's cut: the row groups' ranges and each file's footer checksum). */
+static uint64_t pq_fp(const char *text, const sl_wh_splits_t *sp, bool prefix)
+{
+    sl_pipeline_job_t *job = job_of(text);
+    sl_error_t err = {0};
+    uint64_t out = 0;
+    sl_err_t rc = prefix ? sl_pipeline_prefix_fingerprint(job, NULL, sp, &out, &err)
+                         : sl_pipeline_fingerprint(job, NULL, sp, &out, &err);
+    cr_assert_eq(rc, SL_OK, "%s", err.msg);
+    sl_pipeline_job_destroy(job);
+    return out;
+}
+
+Test(fingerprint, parquet_source)
+{
+    sl_wh_split_t items[2] = {{.path = "ds=1/a.parquet",
+                               .partition = "ds=1",
+                               .stripe_begin = 0,
+                               .stripe_end = 2,
+                               .num_rows = 1000,
+                               .footer_checksum = 11},
+                              {.path = "ds=1/a.parquet",
+                               .partition = "ds=1",
+                               .stripe_begin = 2,
+                               .stripe_end = 3,
+                               .first_row = 1000,
+                               .num_rows = 400,
+                               .footer_checksum = 11}};
+    sl_wh_splits_t sp = {.count = 2, .items = items, .rows = 1400, .files = 1};
+    /* the dataset's path is resolved: the table's directory stands in for it */
+    char a[1024], b[1024];
+    snprintf(a, sizeof a,
+             "{\"source\":{\"parquet\":\"%s\",\"columns\":{\"dense\":[\"x\"],\"labels\":[\"y\"]}}}",
+             table);
+    snprintf(b, sizeof b,
+             "{\"id\":\"other\",\"source\":{\"columns\":{\"labels\":[\"y\"],\"dense\":[\"x\"]},"
+             "\"split_rows\":65536,\"parquet\":\"%s/.\"}}",
+             table);
+    uint64_t fa = pq_fp(a, &sp, false);
+    cr_assert_neq(fa, 0);
+    cr_assert_eq(pq_fp(b, &sp, false), fa, "key order, defaults, the path's spelling");
+    /* another mapping, another split size, another file content */
+    snprintf(b, sizeof b,
+             "{\"source\":{\"parquet\":\"%s\",\"columns\":{\"dense\":[\"x\"],\"labels\":[\"z\"]}}}",
+             table);
+    cr_assert_neq(pq_fp(b, &sp, false), fa);
+    snprintf(b, sizeof b,
+             "{\"source\":{\"parquet\":\"%s\",\"split_rows\":7,"
+             "\"columns\":{\"dense\":[\"x\"],\"labels\":[\"y\"]}}}",
+             table);
+    cr_assert_neq(pq_fp(b, &sp, false), fa);
+    items[1].footer_checksum = 12;
+    cr_assert_neq(pq_fp(a, &sp, false), fa);
+    /* not cacheable: the autocache keeps table splits' batches */
+    cr_assert_eq(pq_fp(a, &sp, true), 0);
+    sl_pipeline_job_t *job = job_of(a);
+    cr_assert_not_null(sl_pipeline_uncacheable(job));
+    sl_pipeline_job_destroy(job);
+}

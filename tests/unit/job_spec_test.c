@@ -767,9 +767,10 @@ Test(job_kafka_spec, defaults)
 
 Test(job_kafka_spec, table_or_kafka)
 {
-    parse_bad("{'source': {'table': '/t', 'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
-              "}}}",
-              1, (const char *[]){"$.source: give \"table\" or \"kafka\", not both"});
+    parse_bad(
+        "{'source': {'table': '/t', 'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA "}}}", 1,
+        (const char *[]){"$.source: give one of \"table\", \"kafka\" and \"parquet\", not "
+                         "more"});
     parse_bad("{'source': {'partitions': 'ds=1', 'stripes_per_split': 2, 'kafka': {'brokers': "
               "'h:1', 'topics': ['t'], " SCHEMA "}}}",
               2,
@@ -908,4 +909,46 @@ Test(job_kafka_spec, every_problem_by_path)
                                "{\"timestamp_ms\": N}",
                                "$.source.kafka.properties: must be an object {\"name\": "
                                "\"value\"}"});
+}
+
+/* source.parquet (docs/PARQUET.md, "As a job source"): a path, the column
+ * mapping checked alone at parse by its JSON path, split_rows, and the
+ * keys of other sources refused. */
+Test(job_spec, parquet_source)
+{
+    sl_pipeline_job_t *job =
+        parse_ok("{'source': {'parquet': '/data/clicks', 'partitions': 'ds>=2026-11-01', "
+                 "'columns': {'labels': ['click'], 'dense': ['price']}, 'split_rows': 5000}, "
+                 "'filters': [{'op': 'timestamp_range', 'min': 10, 'max': 20}, "
+                 "{'op': 'label_range', 'label': 'click', 'min': 0.5}]}");
+    cr_assert_str_eq(job->parquet, "/data/clicks");
+    cr_assert_null(job->table);
+    cr_assert_not(job->is_kafka);
+    cr_assert_not_null(job->parquet_columns);
+    cr_assert_str_eq(job->partitions, "ds>=2026-11-01");
+    cr_assert_eq(job->split_rows, 5000);
+    sl_pipeline_range_t r[4];
+    cr_assert_eq(sl_pipeline_job_ranges(job, r, 4), 2);
+    cr_assert_null(r[0].label);
+    cr_assert_eq(r[0].lo, 10.0);
+    cr_assert_eq(r[0].hi, 20.0);
+    cr_assert_str_eq(r[1].label, "click");
+    cr_assert_eq(r[1].lo, 0.5);
+    cr_assert_eq(r[1].hi, INFINITY);
+    sl_pipeline_job_destroy(job);
+    job = parse_ok("{'source': {'parquet': 'one.parquet'}}");
+    cr_assert_null(job->parquet_columns);
+    cr_assert_eq(job->split_rows, 65536);
+    sl_pipeline_job_destroy(job);
+    parse_bad("{'source': {'parquet': 'x', 'stripes_per_split': 2, "
+              "'columns': {'dense': [3], 'nosuch': 1}}}",
+              3,
+              (const char *[]){"$.source.stripes_per_split: a table's key; a Parquet source cuts "
+                               "splits by $.source.split_rows",
+                               "$.source.columns.dense[0]: *", "$.source.columns.nosuch: *"});
+    parse_bad("{'source': {'table': 't', 'columns': {}, 'split_rows': 3}}", 2,
+              (const char *[]){"$.source.columns: a Parquet source's key (\"parquet\")",
+                               "$.source.split_rows: a Parquet source's key (\"parquet\")"});
+    parse_bad("{'source': {'table': 't', 'parquet': 'p'}}", 1,
+              (const char *[]){"$.source: give one of *"});
 }

@@ -14,6 +14,7 @@
 #include "dpp/master/master_internal.h"
 #include "dpp/pipeline/lenient.h"
 #include "dpp/pipeline/plan.h"
+#include "warehouse/pq_dataset.h"
 #include "warehouse/warehouse.h"
 
 mp_job *mp_job_find(sl_master_t *m, const char *id)
@@ -442,16 +443,61 @@ bool sl_master_ready(sl_master_t *m)
  * splits. A Kafka job (source.kafka) binds to its inline schema and is cut
  * into partition chunks with the brokers' help (kafka_splits.c). Every
  * problem goes to *problems by its path in the spec. */
+static void add_problem(void *ctx, const char *problem)
+{
+    sl_pipeline_problems_add(ctx, "%s", problem);
+}
+
+/* A Parquet dataset (source.parquet): its mapping resolved against the
+ * first file (the schema the plan binds to), then every footer read and
+ * cut into splits of row groups, those the job's timestamp and label
+ * ranges rule out by their statistics left out (pq_dataset.h). */
+static sl_err_t parquet_splits(sl_pipeline_job_t *job, sl_wh_pqds_t **ds, sl_wh_splits_t **splits,
+                               sl_pipeline_problems_t *pr, sl_error_t *err)
+{
+    uint32_t before = pr->count;
+    sl_err_t rc = sl_wh_pqds_open(job->parquet, job->parquet_columns, job->partitions, NULL,
+                                  add_problem, pr, ds, err);
+    if (rc == SL_OK) rc = sl_pipeline_plan_check(job, sl_wh_pqds_mapping(*ds)->schema, pr, err);
+    sl_pipeline_range_t jr[16];
+    sl_wh_pqds_range_t ranges[16];
+    uint32_t nr = sl_pipeline_job_ranges(job, jr, 16);
+    nr = nr > 16 ? 16 : nr;
+    for (uint32_t i = 0; i < nr; i++)
+        ranges[i] = (sl_wh_pqds_range_t){jr[i].label, jr[i].lo, jr[i].hi};
+    sl_wh_pqds_plan_stats_t ps = {0};
+    if (rc == SL_OK) rc = sl_wh_pqds_plan(*ds, job->split_rows, ranges, nr, splits, &ps, err);
+    if (rc == SL_OK && (*splits)->count == 0)
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "no data (no splits: %" PRIu64 " row groups, %" PRIu64
+                          " ruled out by their statistics)",
+                          ps.row_groups, ps.row_groups_skipped);
+    if (rc == SL_OK)
+        sl_log_kv(SL_LOG_INFO, "parquet_planned",
+                  (SL_KV_STR("job", job->id), SL_KV_U64("splits", (*splits)->count),
+                   SL_KV_U64("row_groups", ps.row_groups),
+                   SL_KV_U64("row_groups_skipped", ps.row_groups_skipped)),
+                  "job %s: Parquet dataset %s cut into %u splits; %" PRIu64 " of %" PRIu64
+                  " row groups ruled out by their statistics",
+                  job->id, job->parquet, (*splits)->count, ps.row_groups_skipped, ps.row_groups);
+    if (rc != SL_OK && rc != SL_ERR_NOMEM && pr->count == before &&
+        !sl_pipeline_problems_add(pr, "$.source.parquet: '%s': %s", job->parquet, err->msg))
+        rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
+    return rc;
+}
+
 static sl_err_t check_spec(const char *text, bool resumed, sl_pipeline_job_t **job,
-                           sl_wh_table_t **table, sl_wh_filter_t **filter, sl_wh_splits_t **splits,
-                           mp_kafka_stream_t *stream, sl_pipeline_problems_t *problems,
-                           sl_error_t *err)
+                           sl_wh_table_t **table, sl_wh_filter_t **filter, sl_wh_pqds_t **ds,
+                           sl_wh_splits_t **splits, mp_kafka_stream_t *stream,
+                           sl_pipeline_problems_t *problems, sl_error_t *err)
 {
     sl_pipeline_problems_t pr = {0};
     sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), job, &pr, err);
     if (rc == SL_ERR_INVALID && pr.count > 0)
         sl_pipeline_bind_anyway(text, strlen(text), NULL, &pr);
-    if (rc == SL_OK && (*job)->is_kafka) {
+    if (rc == SL_OK && (*job)->parquet) {
+        rc = parquet_splits(*job, ds, splits, &pr, err);
+    } else if (rc == SL_OK && (*job)->is_kafka) {
         /* a bounded replay: its chunks are the splits; a stream: its
          * partitions, the state makes the chunks (kafka_splits.c) */
         rc = sl_pipeline_plan_check(*job, (*job)->kafka.schema, &pr, err);
@@ -541,14 +587,17 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     sl_wh_filter_t *filter = NULL;
     sl_wh_splits_t *splits = NULL;
     mp_kafka_stream_t stream = {0};
-    sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &job, &table, &filter, &splits,
-                             &stream, problems, err);
+    sl_wh_pqds_t *ds = NULL;
+    sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &job, &table, &filter, &ds,
+                             &splits, &stream, problems, err);
     uint64_t fp = 0;     /* a Kafka job has no fingerprint: its records are not a fixed input */
     uint64_t prefix = 0; /* the autocache's key; 0: not cacheable */
+    const sl_wh_schema_t *schema = table ? sl_wh_table_schema(table)
+                                   : ds  ? sl_wh_pqds_mapping(ds)->schema
+                                         : NULL;
+    if (rc == SL_OK && !job->is_kafka) rc = sl_pipeline_fingerprint(job, schema, splits, &fp, err);
     if (rc == SL_OK && !job->is_kafka)
-        rc = sl_pipeline_fingerprint(job, sl_wh_table_schema(table), splits, &fp, err);
-    if (rc == SL_OK && !job->is_kafka)
-        rc = sl_pipeline_prefix_fingerprint(job, sl_wh_table_schema(table), splits, &prefix, err);
+        rc = sl_pipeline_prefix_fingerprint(job, schema, splits, &prefix, err);
     if (rc != SL_OK) goto out;
     sl_master_state_job_spec_t spec = {.job_id = job->id,
                                        .splits = splits != NULL ? splits->items : NULL,
@@ -622,6 +671,7 @@ out:
     sl_wh_splits_destroy(splits);
     sl_wh_filter_destroy(filter);
     sl_wh_table_close(table);
+    sl_wh_pqds_destroy(ds);
     sl_pipeline_job_destroy(job);
     return rc;
 }

@@ -223,12 +223,24 @@ static sl_err_t put_source(XXH3_state_t *h, const sl_pipeline_job_t *job,
             put_str(h, k->props[i]);
         return SL_OK;
     }
-    section(h, "table");
     char real[PATH_MAX];
-    if (realpath(job->table, real) == NULL)
-        return sl_error_set(err, SL_ERR_NOT_FOUND, "$.source.table: '%s': cannot resolve it",
-                            job->table);
-    put_str(h, real);
+    if (job->parquet != NULL) {
+        /* the dataset's real path, its mapping as given, then its splits
+         * (each file's footer summed into footer_checksum) */
+        section(h, "parquet");
+        if (realpath(job->parquet, real) == NULL)
+            return sl_error_set(err, SL_ERR_NOT_FOUND, "$.source.parquet: '%s': cannot resolve it",
+                                job->parquet);
+        put_str(h, real);
+        put_str(h, job->parquet_columns_json ? job->parquet_columns_json : "{}");
+        put_u64(h, job->split_rows);
+    } else {
+        section(h, "table");
+        if (realpath(job->table, real) == NULL)
+            return sl_error_set(err, SL_ERR_NOT_FOUND, "$.source.table: '%s': cannot resolve it",
+                                job->table);
+        put_str(h, real);
+    }
     put_u64(h, splits->count);
     for (uint32_t i = 0; i < splits->count; i++) {
         const sl_wh_split_t *s = &splits->items[i];
@@ -250,7 +262,7 @@ static sl_err_t fingerprint(const sl_pipeline_job_t *job, const sl_wh_schema_t *
                             sl_error_t *err)
 {
     *out = 0;
-    if (!job->is_kafka && (splits == NULL || job->table == NULL))
+    if (!job->is_kafka && (splits == NULL || (job->table == NULL && job->parquet == NULL)))
         return sl_error_set(err, SL_ERR_INVALID, "fingerprint: a table job needs its splits");
     XXH3_state_t h;
     XXH3_64bits_reset(&h);
@@ -311,6 +323,9 @@ sl_err_t sl_pipeline_fingerprint(const sl_pipeline_job_t *job, const sl_wh_schem
 const char *sl_pipeline_uncacheable(const sl_pipeline_job_t *job)
 {
     if (job->is_kafka) return "a Kafka job's records are not a fixed input";
+    if (job->parquet)
+        return "a Parquet source reads its own rows (the autocache keeps batches of table "
+               "splits)";
     if (!job->autocache) return "the job spec turns the autocache off (\"autocache\": false)";
     if (job->shuffle_window > 0)
         return "the row shuffle (shuffle_window) is random per epoch and comes before the "

@@ -51,6 +51,9 @@ void sl_pipeline_job_destroy(sl_pipeline_job_t *job)
     sl_wh_colmap_resolved_destroy(job->kafka.columns);
     free_strs(job->kafka.props, 2 * job->kafka.num_props);
     sl_strfree(NULL, job->kafka.dead_letter_topic);
+    sl_strfree(NULL, job->parquet);
+    sl_wh_colmap_destroy(job->parquet_columns);
+    sl_strfree(NULL, job->parquet_columns_json);
     sl_strfree(NULL, job->partitions);
     free_strs(job->features, job->num_features);
     free_ops(job->filters, job->num_filters);
@@ -335,6 +338,24 @@ static void parse_columns(dpp_parse_t *p, const json_t *v, const char *path, sl_
     sl_wh_colmap_destroy(m);
 }
 
+/* A Parquet source's column mapping: checked alone here (problems under
+ * $.source.columns); resolved against the files' columns by the worker
+ * and the master, which read the footers. */
+static void parse_pq_columns(dpp_parse_t *p, const json_t *v, const char *path,
+                             sl_pipeline_job_t *job)
+{
+    sl_error_t e = {0};
+    sl_err_t rc =
+        sl_wh_colmap_parse(v, path, NULL, add_problem, p->problems, &job->parquet_columns, &e);
+    size_t n = rc == SL_OK ? json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_SORT_KEYS) : 0;
+    if (n > 0 && (job->parquet_columns_json = sl_alloc(NULL, n + 1)) == NULL) rc = SL_ERR_NOMEM;
+    if (job->parquet_columns_json != NULL) {
+        json_dumpb(v, job->parquet_columns_json, n, JSON_COMPACT | JSON_SORT_KEYS);
+        job->parquet_columns_json[n] = '\0';
+    }
+    if (rc == SL_ERR_NOMEM) p->nomem = true;
+}
+
 /* start / stop: a word, or {"timestamp_ms": N}. */
 static void parse_at(dpp_parse_t *p, const json_t *v, const char *path, bool start, uint8_t *at,
                      int64_t *ms)
@@ -529,17 +550,38 @@ static const dpp_field_t source_fields[] = {
     {.name = "table",
      .type = FIELD_STRING,
      AT(table),
-     .def_doc = "**required** unless `kafka`",
+     .def_doc = "**required** unless `kafka` or `parquet`",
      .doc = "table directory"},
     OBJECT_KEY("kafka", kafka, false, "none",
-               "read Kafka topics instead of a table (docs/KAFKA.md): give `table` or `kafka`"),
+               "read Kafka topics instead of a table (docs/KAFKA.md): give one of `table`, "
+               "`kafka`, `parquet`"),
+    {.name = "parquet",
+     .type = FIELD_STRING,
+     AT(parquet),
+     .type_doc = "path",
+     .def_doc = "none",
+     .doc = "read a Parquet dataset in place instead of a table (docs/PARQUET.md, \"As a job "
+            "source\"): one `.parquet` file, or a directory of them, Hive partition folders "
+            "`key=value/` included; a split is a row group"},
+    {.name = "columns",
+     .type = FIELD_CUSTOM,
+     .parse = parse_pq_columns,
+     .type_doc = "object, a column mapping (docs/TABLES.md, \"The column mapping\")",
+     .def_doc = "every column inferred",
+     .doc = "Parquet: which columns are the sample id, session id, timestamp, labels, dense, "
+            "sparse and weighted features; the job's schema is the mapping resolved against "
+            "the files"},
+    UINT_KEY("split_rows", split_rows, 1, 1u << 30, 65536,
+             "Parquet: consecutive row groups of a file merge into one split while it holds at "
+             "most this many rows (a larger row group is a split alone)"),
     {.name = "partitions",
      .type = FIELD_STRING,
      AT(partitions),
      .parse = check_partitions,
      .type_doc = "string",
      .def_doc = "all",
-     .doc = "partition filter, e.g. `\"ds>=2026-01-01,region=eu\"` (checked at parse)"},
+     .doc = "partition filter, e.g. `\"ds>=2026-01-01,region=eu\"` (checked at parse); of a "
+            "Parquet dataset, on its Hive keys"},
     CUSTOM_KEY("features", parse_features, "non-empty array of distinct names", "every feature",
                "the projection: the input features the batches carry"),
     UINT_KEY("stripes_per_split", stripes_per_split, 1, 1u << 20, 1,
@@ -748,12 +790,25 @@ static void check_source(dpp_parse_t *p, const json_t *src, sl_pipeline_job_t *j
     if (!json_is_object(src)) return; /* reported by the walk */
     bool table = json_object_get(src, "table") != NULL;
     bool kafka = json_object_get(src, "kafka") != NULL;
+    bool parquet = json_object_get(src, "parquet") != NULL;
     job->is_kafka = kafka;
-    if (table == kafka) {
-        sl_pipeline_problems_add(p->problems, table ? "$.source: give \"table\" or \"kafka\", "
-                                                      "not both"
-                                                    : "$.source.table: missing (required)");
+    if ((int)table + (int)kafka + (int)parquet != 1) {
+        sl_pipeline_problems_add(p->problems, table || kafka || parquet
+                                                  ? "$.source: give one of \"table\", \"kafka\" "
+                                                    "and \"parquet\", not more"
+                                                  : "$.source.table: missing (required)");
         return;
+    }
+    if (!parquet) {
+        static const char *const pq_only[] = {"columns", "split_rows"};
+        for (size_t i = 0; i < sizeof pq_only / sizeof pq_only[0]; i++)
+            if (json_object_get(src, pq_only[i]) != NULL)
+                sl_pipeline_problems_add(
+                    p->problems, "$.source.%s: a Parquet source's key (\"parquet\")", pq_only[i]);
+    } else if (json_object_get(src, "stripes_per_split") != NULL) {
+        sl_pipeline_problems_add(p->problems, "$.source.stripes_per_split: a table's key; a "
+                                              "Parquet source cuts splits by "
+                                              "$.source.split_rows");
     }
     if (!kafka) return;
     static const char *const table_only[] = {"partitions", "stripes_per_split"};
@@ -915,4 +970,23 @@ sl_err_t sl_pipeline_job_load(const char *path, sl_pipeline_job_t **out,
         }
     }
     return rc;
+}
+
+uint32_t sl_pipeline_job_ranges(const sl_pipeline_job_t *job, sl_pipeline_range_t *out,
+                                uint32_t cap)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < job->num_filters; i++) {
+        const sl_pipeline_op_t *f = &job->filters[i];
+        sl_pipeline_range_t r;
+        if (f->op == OP_TIMESTAMP_RANGE)
+            r = (sl_pipeline_range_t){NULL, (double)f->ts_min, (double)f->ts_max};
+        else if (f->op == OP_LABEL_RANGE)
+            r = (sl_pipeline_range_t){f->label, f->min, f->max};
+        else
+            continue;
+        if (n < cap) out[n] = r;
+        n++;
+    }
+    return n;
 }

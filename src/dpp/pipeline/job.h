@@ -67,10 +67,20 @@ typedef struct sl_pipeline_kafka {
 typedef struct sl_pipeline_job {
     char *id; /* "job" unless set */
     /* source */
-    char *table;   /* table directory; NULL for a Kafka job */
+    char *table;   /* table directory; NULL for a Kafka or Parquet job */
     bool is_kafka; /* source.kafka given (then kafka is filled, table NULL) */
     sl_pipeline_kafka_t kafka;
-    char *partitions; /* partition filter (sl_wh_filter_parse syntax) or NULL */
+    /* source.parquet (docs/PARQUET.md, "As a job source"): a Parquet file or
+     * a directory of them (Hive partition folders); NULL otherwise. Its
+     * column mapping (source.columns), parsed but resolved only against
+     * the files (NULL: every column inferred), and the rows up to which
+     * consecutive row groups of a file merge into one split. */
+    char *parquet;
+    sl_wh_colmap_t *parquet_columns;
+    char *parquet_columns_json; /* its JSON, compact with sorted keys (the fingerprint's) */
+    uint32_t split_rows;
+    char *partitions; /* partition filter (sl_wh_filter_parse syntax) or NULL: a table's
+                         partitions, or a Parquet dataset's Hive keys */
     char **features;  /* projection; NULL: every feature */
     uint32_t num_features;
     uint32_t stripes_per_split; /* default 1 */
@@ -126,6 +136,19 @@ void sl_pipeline_job_destroy(sl_pipeline_job_t *job);
  * transforms"; sl_pipeline_spec_sections lists them (NULL-terminated).
  * @return false (nothing printed) for an unknown section. */
 bool sl_pipeline_spec_markdown(FILE *out, const char *section);
+
+/* A range filter of the job that row statistics can rule out: the rows
+ * kept have lo <= value <= hi, value the timestamp (label NULL) or the
+ * label named label (borrowed from job). */
+typedef struct sl_pipeline_range {
+    const char *label;
+    double lo, hi;
+} sl_pipeline_range_t;
+
+/* The job's timestamp_range and label_range filters (every one must pass:
+ * they are ANDed), at most cap into out. @return how many there are. */
+uint32_t sl_pipeline_job_ranges(const sl_pipeline_job_t *job, sl_pipeline_range_t *out,
+                                uint32_t cap);
 const char *const *sl_pipeline_spec_sections(void);
 
 #endif

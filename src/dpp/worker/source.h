@@ -10,6 +10,10 @@
  *                    on this worker alone, or the chunks a master leases
  *                    (wrapping the lease client's source); it reads its
  *                    own rows (read)
+ *   parquet_source.c a Parquet dataset read in place (a job with
+ *                    source.parquet): wraps the table source over the
+ *                    dataset's splits, or the lease client's source, and
+ *                    reads its own rows (read; parquet_source.h)
  *
  * The contract between a source and the reader's one stripe loop
  * (reader.c), which is all a new source (the Kafka stream) has to keep:

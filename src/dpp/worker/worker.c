@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "dpp/worker/parquet_source.h"
 #include "dpp/worker/worker_internal.h"
 #include "sluice/wire.h"
 
@@ -355,6 +356,53 @@ static sl_err_t open_table(sl_worker_t *w, const sl_pipeline_job_t *job,
     return rc;
 }
 
+static void add_problem(void *ctx, const char *problem)
+{
+    if (ctx) sl_pipeline_problems_add(ctx, "%s", problem);
+}
+
+/* A Parquet dataset read in place (source.parquet): its mapping gives the
+ * schema the plan binds to. Standalone the footers give the splits (row
+ * groups the job's range filters rule out by their statistics left out)
+ * and the table source hands them out; under a master (w->source set) the
+ * leases name the splits the master cut from the same footers. */
+static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job,
+                             sl_pipeline_problems_t *problems, sl_error_t *err)
+{
+    const sl_allocator_t *a = w->a;
+    sl_wh_pqds_t *ds = NULL;
+    sl_wh_splits_t *splits = NULL;
+    sl_err_t rc = sl_wh_pqds_open(job->parquet, job->parquet_columns, job->partitions, a,
+                                  add_problem, problems, &ds, err);
+    if (rc == SL_OK)
+        rc = sl_pipeline_plan_new(job, sl_wh_pqds_mapping(ds)->schema, &w->plan, problems, err);
+    if (rc == SL_OK && !w->source.next) {
+        sl_pipeline_range_t jr[16];
+        sl_wh_pqds_range_t ranges[16];
+        uint32_t nr = sl_pipeline_job_ranges(job, jr, 16);
+        nr = nr > 16 ? 16 : nr;
+        for (uint32_t i = 0; i < nr; i++)
+            ranges[i] = (sl_wh_pqds_range_t){jr[i].label, jr[i].lo, jr[i].hi};
+        sl_wh_pqds_plan_stats_t ps = {0};
+        rc = sl_wh_pqds_plan(ds, job->split_rows, ranges, nr, &splits, &ps, err);
+        w->st.pq_row_groups = ps.row_groups;
+        w->st.pq_row_groups_skipped = ps.row_groups_skipped;
+        w->st.pq_rows_skipped = ps.rows_skipped;
+        if (rc == SL_OK)
+            rc = sl_worker_source_table_new(splits, job->epochs, job->shuffle_splits, job->seed, a,
+                                            &w->source, err);
+    }
+    if (rc != SL_OK) {
+        sl_wh_splits_destroy(splits);
+        sl_wh_pqds_destroy(ds);
+        return rc;
+    }
+    uint32_t nf = 0;
+    const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
+    return sl_worker_source_parquet_new(ds, splits, job->batch_size, features, nf, a, &w->source,
+                                        err);
+}
+
 static uint64_t fnv1a(const char *s)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -456,6 +504,8 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
                       : sl_worker_source_kafka_new(job, features, nf, w->kafka_prefetch, w->budget,
                                                    a, &w->source, err)))
             goto fail;
+    } else if (job->parquet) {
+        if ((rc = open_parquet(w, job, problems, err))) goto fail;
     } else if ((rc = open_table(w, job, problems, err))) {
         goto fail;
     }
@@ -706,6 +756,11 @@ void sl_worker_print_stats(const sl_worker_stats_t *st, double seconds, FILE *ou
                 " (skipped, their offsets read); partition paused %" PRIu64
                 " times (memory limit reached)\n",
                 st->records_read, st->records_bad, st->kafka_pauses);
+    if (st->pq_row_groups)
+        fprintf(out,
+                "  parquet row groups %" PRIu64 ", skipped by statistics %" PRIu64 " (%" PRIu64
+                " rows never read)\n",
+                st->pq_row_groups, st->pq_row_groups_skipped, st->pq_rows_skipped);
     fprintf(out, "  memory limit %" PRIu64 " bytes, peak accounted %" PRIu64 "\n", st->memory_limit,
             st->memory_peak);
 }

@@ -158,6 +158,10 @@ typedef struct sl_worker_stats {
     uint64_t cache_fallbacks;
     uint64_t cache_files_written, cache_bytes_written, cache_write_ns;
     uint64_t source_bytes; /* decoded bytes of the stripes read from the source */
+    /* A Parquet job (source.parquet): the row groups of the dataset's
+     * files, and those (and their rows) its statistics ruled out for the
+     * job's timestamp_range and label_range filters: never read. */
+    uint64_t pq_row_groups, pq_row_groups_skipped, pq_rows_skipped;
     uint64_t memory_limit, memory_used, memory_peak;
     /* the frame heap (all 0 without one): its size, bytes in use, and
      * frames made on the ordinary heap because it was full */

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""A Parquet dataset read in place by a sluice worker (`source.parquet`)
+against the same rows imported into a sluice table and read by a worker,
+and against pyarrow.parquet reading the same columns of the same file, one
+thread each, in the same run, rounds interleaved (docs/BENCHMARKS.md,
+"Parquet as a job source"). The file is bench/parquet_read.py's seeded
+recommendation-shaped table (an id, a label, 13 float32 dense and 26
+list<int64> sparse features, zstd). Each worker round is `sluice worker
+--job SPEC --threads 1` serving `sluice read --json`-free (the reader only
+counts), batches of 4096; its figure is the samples/s `sluice read`
+prints. Prints each round and the medians; figures only, never pass or
+fail.
+
+Run in the venv of ops/parquet-venv, from the source tree:
+
+    "$(ops/parquet-venv)/bin/python" bench/parquet_source.py --rows 1000000 --rounds 3"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from parquet_read import make_file  # noqa: E402  the same seeded file
+
+
+def worker_round(sluice, spec, tmp):
+    """samples/s of one worker (1 transform thread) serving one reader."""
+    log = os.path.join(tmp, "w.log")
+    with open(log, "w") as lf:
+        w = subprocess.Popen([sluice, "worker", "--job", spec, "--listen", "127.0.0.1:0",
+                              "--exit-when-done", "--threads", "1"], stdout=lf,
+                             stderr=subprocess.STDOUT)
+    try:
+        addr = None
+        deadline = time.time() + 60
+        while addr is None and time.time() < deadline:
+            m = re.search(r"^listening on (\S+)", open(log).read(), re.M)
+            addr = m.group(1) if m else None
+            time.sleep(0.01)
+        r = subprocess.run([sluice, "read", "--worker", addr], capture_output=True, text=True,
+                           timeout=600)
+        w.wait(timeout=60)
+    finally:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+    m = re.search(r"([0-9.]+) samples/s", r.stdout + r.stderr)
+    if m is None:
+        raise SystemExit(f"no rate in: {r.stdout}{r.stderr}{open(log).read()}")
+    return float(m.group(1)), open(log).read()
+
+
+def pyarrow_round(path, columns):
+    pa.set_cpu_count(1)
+    t0 = time.perf_counter()
+    f = pq.ParquetFile(path)
+    rows = 0
+    for i in range(f.num_row_groups):
+        rows += f.read_row_group(i, columns=columns, use_threads=False).num_rows
+    return rows / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1000000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--sluice", default="build/sluice")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="sluice-pqsource-")
+    try:
+        path = os.path.join(tmp, "data.parquet")
+        make_file(path, args.rows, args.seed)
+        columns = [c for c in pq.ParquetFile(path).schema_arrow.names]
+        mapping = {"sample_id": "id", "labels": ["label"],
+                   "dense": [f"dense{i}" for i in range(13)],
+                   "sparse": [f"sparse{i}" for i in range(26)], "infer": False}
+        mfile = os.path.join(tmp, "map.json")
+        json.dump(mapping, open(mfile, "w"))
+        table = os.path.join(tmp, "table")
+        subprocess.run([args.sluice, "table", "import", "--format", "parquet", "--input", path,
+                        "--table", table, "--mapping", mfile, "--threads", "1", "--quiet"],
+                       check=True, capture_output=True)
+        specs = {}
+        for name, source in (("parquet", {"parquet": path, "columns": mapping}),
+                             ("table", {"table": table})):
+            specs[name] = os.path.join(tmp, f"{name}.json")
+            json.dump({"id": name, "source": source, "batch": {"size": 4096}},
+                      open(specs[name], "w"))
+        print(f"rows {args.rows}, file {os.path.getsize(path) / 1e6:.1f} MB (zstd), "
+              f"{pq.ParquetFile(path).num_row_groups} row groups; 1 thread each")
+        got = {"parquet": [], "table": [], "pyarrow": []}
+        for r in range(args.rounds):
+            for name in ("parquet", "table"):
+                rate, _ = worker_round(args.sluice, specs[name], tmp)
+                got[name].append(rate)
+            got["pyarrow"].append(pyarrow_round(path, columns))
+            print(f"round {r}: worker on parquet {got['parquet'][-1]:,.0f} samples/s, "
+                  f"worker on the table {got['table'][-1]:,.0f} samples/s, "
+                  f"pyarrow read {got['pyarrow'][-1]:,.0f} rows/s")
+        med = {k: statistics.median(v) for k, v in got.items()}
+        print(f"median: worker on parquet {med['parquet']:,.0f} samples/s, on the table "
+              f"{med['table']:,.0f} samples/s ({med['table'] / med['parquet']:.2f}x), "
+              f"pyarrow read (columns only, no batches) {med['pyarrow']:,.0f} rows/s "
+              f"(parquet worker / pyarrow {med['parquet'] / med['pyarrow']:.2f}x)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
