@@ -9,6 +9,7 @@
 
 #include "common/mem.h"
 #include "dpp/pipeline/plan.h"
+#include "warehouse/pq_dataset.h"
 
 /* An array of the spec whose elements may go: the pruned array's element i
  * was the original's orig[i]. */
@@ -312,6 +313,13 @@ void sl_pipeline_bind_anyway(const char *text, size_t len, const char *base_dir,
     }
     if (l->job->is_kafka) {
         sl_pipeline_lenient_bind(l, l->job->kafka.schema, problems);
+    } else if (l->job->parquet != NULL) {
+        sl_wh_pqds_t *ds = NULL;
+        sl_error_t err = {0};
+        if (sl_wh_pqds_open(l->job->parquet, l->job->parquet_columns, l->job->partitions, NULL,
+                            NULL, NULL, &ds, &err) == SL_OK)
+            sl_pipeline_lenient_bind(l, sl_wh_pqds_mapping(ds)->schema, problems);
+        sl_wh_pqds_destroy(ds);
     } else {
         sl_wh_table_t *t = NULL;
         sl_error_t err = {0};

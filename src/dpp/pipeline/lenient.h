@@ -37,7 +37,8 @@ void sl_pipeline_lenient_bind(const sl_pipeline_lenient_t *l, const sl_wh_schema
 void sl_pipeline_lenient_destroy(sl_pipeline_lenient_t *l);
 
 /* All of the above for a spec whose parse found problems: prune, open the
- * source's table (or take the Kafka block's schema) and add the binding
+ * source's table (or the Parquet dataset's mapping, or the Kafka block's
+ * schema) and add the binding
  * problems to problems. Relative vocabulary paths resolve against base_dir
  * (NULL: the working directory). Nothing is added when nothing can be
  * bound (lenient_new's NULL, a table that does not open: its problem is
