@@ -26,7 +26,7 @@
  * state directory taken while the master ran (what a kill -9 leaves: the
  * journal as synced) and after a clean stop.
  *
- * Usage: bench_fleet_scale [--workers N] [--trainers N] [--splits N]
+ * Usage: bench_fleet_scale [--workers N] [--trainers N] [--splits N] [--compact-mb MB]
  *        [--commits N] [--epochs N] [--threads N] [--kill-every N]
  *        [--lease-ms MS] [--seconds S] */
 #include <errno.h>
@@ -57,11 +57,11 @@
 
 typedef struct opts {
     uint32_t workers, trainers, splits, epochs, threads, kill_every;
-    uint64_t commits, lease_ms;
+    uint64_t commits, lease_ms, compact_mb;
     double seconds;
 } opts;
 
-static opts g_o = {256, 1024, 1000000, 3, 2, 2000, 300000, 3000, 300};
+static opts g_o = {256, 1024, 1000000, 3, 2, 2000, 300000, 3000, 1 << 20, 300};
 static uint16_t g_port;
 static _Atomic uint64_t g_commits, g_stop, g_finished;
 
@@ -393,6 +393,20 @@ static void *sim_run(void *arg)
     return NULL;
 }
 
+static void on_status(void *ctx, const sl_master_status_view_t *v)
+{
+    *(sl_master_state_counters_t *)ctx = v->counters;
+}
+
+static sl_master_state_counters_t counters(sl_master_t *m)
+{
+    sl_master_state_counters_t c = {0};
+    sl_master_visitor_t v = {.status = on_status, .ctx = &c};
+    sl_error_t err = {0};
+    sl_master_visit(m, NULL, &v, &err);
+    return c;
+}
+
 static double rss_mb(void)
 {
     FILE *f = fopen("/proc/self/status", "r");
@@ -435,7 +449,7 @@ static sl_master_t *start(const char *state, double *secs)
                           .max_connections = g_o.workers + g_o.trainers + 64,
                           .max_clients = g_o.trainers + 64,
                           .max_workers = 4 * g_o.workers + 1024,
-                          .compact_bytes = (uint64_t)1 << 40,
+                          .compact_bytes = g_o.compact_mb << 20,
                           .cluster_secret = SECRET};
     sl_master_t *m = NULL;
     sl_error_t err = {0};
@@ -503,7 +517,7 @@ static int parse(int argc, char **argv)
             return -1;
     }
     if (argc % 2 == 0 || g_o.workers == 0 || g_o.trainers == 0 || g_o.splits == 0 ||
-        g_o.threads == 0 || g_o.epochs == 0 || g_o.lease_ms < 100)
+        g_o.threads == 0 || g_o.epochs == 0 || g_o.lease_ms < 100 || g_o.compact_mb == 0)
         return -1;
     return 0;
 }
@@ -573,6 +587,7 @@ int main(int argc, char **argv)
         s->p[s->np++] = (peer){.worker = w, .id = w ? i : i - g_o.workers, .fd = -1};
     }
     struct rusage ru0, ru1;
+    sl_master_state_counters_t c0 = counters(m);
     getrusage(RUSAGE_SELF, &ru0);
     t0 = bench_now();
     pthread_t *th = calloc(g_o.threads, sizeof *th);
@@ -628,6 +643,14 @@ int main(int argc, char **argv)
     double master_cpu = cpu - sim_cpu;
     printf("  master CPU %.2f s (process %.2f - simulators %.2f) = %.1f us per committed batch\n",
            master_cpu, cpu, sim_cpu, commits ? master_cpu / commits * 1e6 : 0);
+    sl_master_state_counters_t c1 = counters(m);
+    uint64_t syncs = c1.journal_syncs - c0.journal_syncs;
+    double sync_s = c1.journal_sync.sum_s - c0.journal_sync.sum_s;
+    printf("  journal: %llu syncs (%.1f commits each, %.2f ms each on average, %.0f%% of the "
+           "run), %llu compactions\n",
+           (unsigned long long)syncs, syncs ? (double)commits / syncs : 0,
+           syncs ? sync_s / syncs * 1e3 : 0, sync_s / secs * 100,
+           (unsigned long long)(c1.compactions - c0.compactions));
     printf("  master RSS +%.0f MB over the process before start (%.0f MB in all)\n",
            rss_mb() - rss0, rss_mb());
     /* a kill -9's image: the state directory as synced now */
@@ -642,11 +665,14 @@ int main(int argc, char **argv)
     double t_crash = 0, t_clean = 0;
     m = start(crash, &t_crash);
     sl_master_stop(m);
+    uint64_t jstop = file_bytes(state, "journal"), sstop = file_bytes(state, "snapshot");
     m = start(state, &t_clean);
     sl_master_stop(m);
-    printf("  restart at %u splits: %.2f s from the running master's state (journal %.1f MB: "
-           "a kill -9), %.2f s after a clean stop (target <= 5 s); first start %.2f s\n",
-           g_o.splits, t_crash, jbytes / 1e6, t_clean, t_start);
+    printf("  restart at %u splits: %.2f s from the running master's state (journal %.1f MB + "
+           "snapshot %.1f MB: a kill -9), %.2f s after a clean stop (journal %.1f MB + snapshot "
+           "%.1f MB) (target <= 5 s); first start %.2f s\n",
+           g_o.splits, t_crash, jbytes / 1e6, sbytes / 1e6, t_clean, jstop / 1e6, sstop / 1e6,
+           t_start);
     tu_rm_tree(dir);
     free(dir);
     return failed;
