@@ -321,7 +321,8 @@ static void *loop(void *arg)
                 idx[n] = i;
                 pf[n++] = (struct pollfd){.fd = m->conns[i].fd, .events = POLLIN};
             }
-        int r = poll(pf, n, 50);
+        /* push_pending: written by this thread only (mp_push_attached) */
+        int r = poll(pf, n, m->push_pending ? 0 : 50);
         if (r < 0 && errno != EINTR) break;
         if (r > 0) {
             if (pf[1].revents & POLLIN) on_accept(m);

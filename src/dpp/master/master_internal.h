@@ -165,6 +165,8 @@ struct sl_master {
     /* Bumped when a worker connects, leaves or takes a job: with the jobs'
      * phases, what mp_push_attached watches (attached_key: its last look). */
     uint64_t workers_version, attached_key;
+#define MP_PUSH_PER_ROUND 64 /* ATTACHED pushes a poll round, at most (control_clients.c) */
+    bool push_pending;       /* clients still to push to: the next round does not wait */
     /* the Kafka watcher (kafka_watch.c): its thread, the high watermarks
      * it saw (under mu), its counters */
     pthread_t kafka_thread;
