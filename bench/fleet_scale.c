@@ -28,7 +28,9 @@
  *
  * Usage: bench_fleet_scale [--workers N] [--trainers N] [--splits N] [--compact-mb MB]
  *        [--commits N] [--epochs N] [--threads N] [--kill-every N]
- *        [--lease-ms MS] [--seconds S] */
+ *        [--lease-ms MS] [--seconds S] [--rate COMMITS_PER_S]
+ * --rate offers that many commits a second (all trainers together) instead
+ * of as many as the master takes: the latency at a load below saturation. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -47,6 +49,7 @@
 #include "bench_util.h"
 #include "testutil.h"
 #include "common/clock.h"
+#include "dpp/master/journal.h"
 #include "dpp/master/master.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
@@ -59,9 +62,10 @@ typedef struct opts {
     uint32_t workers, trainers, splits, epochs, threads, kill_every;
     uint64_t commits, lease_ms, compact_mb;
     double seconds;
+    double rate; /* commits a second offered, all trainers together; 0: as fast as it goes */
 } opts;
 
-static opts g_o = {256, 1024, 1000000, 3, 2, 2000, 300000, 3000, 1 << 20, 300};
+static opts g_o = {256, 1024, 1000000, 3, 2, 2000, 300000, 3000, 1 << 20, 300, 0};
 static uint16_t g_port;
 static _Atomic uint64_t g_commits, g_stop, g_finished;
 
@@ -118,6 +122,8 @@ typedef struct sim {
     uint64_t leases, commits, kills, no_work, stale, lost;
     uint64_t pushes, push_bytes; /* ATTACHED frames the master pushed to trainers */
     uint64_t rounds;
+    uint64_t started; /* commits sent */
+    double t0;        /* when its peers were connected */
     double cpu;
     char msg[SL_ERROR_MSG_MAX + 64];
 } sim;
@@ -257,6 +263,8 @@ static int step(sim *s, peer *x, double now)
             return -1;
         }
     }
+    /* an offered load: this thread's share of --rate since its start */
+    if (g_o.rate > 0 && (double)s->started >= (now - s->t0) * g_o.rate / g_o.threads) return 0;
     for (;;) {
         if (s->qn == 0) return 0;
         x->cur = s->q[s->qh];
@@ -278,6 +286,7 @@ static int step(sim *s, peer *x, double now)
     c.rows = &rows;
     c.num_samples = (uint32_t)x->cur.rows;
     x->st = WAIT_COMMIT;
+    s->started++;
     return send_or_note(s, x, SL_RPC_COMMIT, &c.base);
 }
 
@@ -363,6 +372,7 @@ static void *sim_run(void *arg)
     int rc = 0;
     for (uint32_t i = 0; i < s->np && rc == 0; i++)
         rc = peer_open(s, &s->p[i]);
+    s->t0 = bench_now();
     while (rc == 0 && !atomic_load(&g_stop)) {
         double now = bench_now();
         /* from a rotating start: the trainers first in line would take
@@ -532,11 +542,14 @@ static int parse(int argc, char **argv)
             g_o.seconds = v;
         else if (!strcmp(k, "--compact-mb"))
             g_o.compact_mb = (uint64_t)v;
+        else if (!strcmp(k, "--rate"))
+            g_o.rate = v;
         else
             return -1;
     }
     if (argc % 2 == 0 || g_o.workers == 0 || g_o.trainers == 0 || g_o.splits == 0 ||
-        g_o.threads == 0 || g_o.epochs == 0 || g_o.lease_ms < 100 || g_o.compact_mb == 0)
+        g_o.threads == 0 || g_o.epochs == 0 || g_o.lease_ms < 100 || g_o.compact_mb == 0 ||
+        g_o.rate < 0)
         return -1;
     return 0;
 }
@@ -547,7 +560,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: %s [--workers N] [--trainers N] [--splits N] [--commits N] "
                 "[--epochs N] [--threads N] [--kill-every N] [--lease-ms MS] "
-                "[--seconds S] [--compact-mb MB]\n",
+                "[--seconds S] [--compact-mb MB] [--rate COMMITS_PER_S]\n",
                 argv[0]);
         return 2;
     }
@@ -562,9 +575,10 @@ int main(int argc, char **argv)
     snprintf(state, sizeof state, "%s/state", dir);
     snprintf(crash, sizeof crash, "%s/crash", dir);
     printf("fleet_scale: %u workers, %u trainers, %u splits (one-row stripes), %u epochs, "
-           "%u simulator threads, a worker killed every %u commits, lease %llu ms\n",
+           "%u simulator threads, a worker killed every %u commits, lease %llu ms, "
+           "offered %s%.0f commits/s\n",
            g_o.workers, g_o.trainers, g_o.splits, g_o.epochs, g_o.threads, g_o.kill_every,
-           (unsigned long long)g_o.lease_ms);
+           (unsigned long long)g_o.lease_ms, g_o.rate > 0 ? "" : "unlimited ", g_o.rate);
     double t0 = bench_now();
     if (gen_table(table) != 0) return 1;
     printf("  table generated in %.1f s\n", bench_now() - t0);
@@ -671,6 +685,16 @@ int main(int argc, char **argv)
            (unsigned long long)syncs, syncs ? (double)commits / syncs : 0,
            syncs ? sync_s / syncs * 1e3 : 0, sync_s / secs * 100,
            (unsigned long long)(c1.compactions - c0.compactions));
+    /* the sync's tail: a commit's answer waits for one */
+    uint64_t over10 = 0, over50 = 0;
+    for (int b = 0; b <= SL_MASTER_JOURNAL_SYNC_BUCKETS; b++) {
+        uint64_t n = c1.journal_sync.count[b] - c0.journal_sync.count[b];
+        double lo = b > 0 ? SL_MASTER_JOURNAL_SYNC_BOUNDS[b - 1] : 0;
+        if (lo >= 0.01) over10 += n;
+        if (lo >= 0.05) over50 += n;
+    }
+    printf("  syncs over 10 ms: %llu (%.2f%%), over 50 ms: %llu\n", (unsigned long long)over10,
+           syncs ? 100.0 * over10 / syncs : 0, (unsigned long long)over50);
     printf("  master RSS +%.0f MB over the process before start (%.0f MB in all)\n",
            rss_mb() - rss0, rss_mb());
     /* a kill -9's image: the state directory as synced now */
