@@ -49,6 +49,16 @@ static char *dump(const sl_master_state_t *m)
     return copy;
 }
 
+/* Job "j"'s failure count (kept as a running sum: it must come back the
+ * same from the journal and from a snapshot). */
+static uint32_t failures_of_j(const sl_master_state_t *m)
+{
+    sl_master_state_job_status_t st;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK, "%s", err.msg);
+    return st.split_failures;
+}
+
 /* Restart from the state directory, by the journal and then by a snapshot:
  * the same state as m had. @return the restarted master (m is freed). */
 static sl_master_state_t *restart_same(sl_master_state_t *m, const char *dir)
@@ -56,6 +66,7 @@ static sl_master_state_t *restart_same(sl_master_state_t *m, const char *dir)
     sl_error_t err = {0};
     cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
     char *want = dump(m);
+    uint32_t want_failures = failures_of_j(m);
     sl_master_state_destroy(m);
     sl_master_state_t *r = NULL;
     for (int round = 0; round < 2; round++) {
@@ -64,6 +75,8 @@ static sl_master_state_t *restart_same(sl_master_state_t *m, const char *dir)
         cr_assert_str_eq(got, want, "%s restart:\n%s\nwant\n%s", round ? "snapshot" : "journal",
                          got, want);
         free(got);
+        cr_assert_eq(failures_of_j(r), want_failures, "%s restart: split failures",
+                     round ? "snapshot" : "journal");
         if (round == 0) {
             cr_assert_eq(sl_master_state_compact(r, &err), SL_OK, "%s", err.msg);
             sl_master_state_destroy(r);
@@ -203,6 +216,7 @@ Test(master_failure, skip_bad_splits_skips_and_counts)
         cr_assert_eq(st.done, 1);
         cr_assert_eq(st.skipped_splits, epoch + 1);
         cr_assert_eq(st.skipped_rows, 70 * (epoch + 1));
+        cr_assert_eq(st.split_failures, 2, "both failures of split 0 this epoch");
         m = restart_same(m, dir);
         /* the other splits are read as usual; the epoch ends */
         for (uint32_t s = 1; s < N; s++) {

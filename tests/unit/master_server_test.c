@@ -1157,6 +1157,48 @@ Test(master_server, an_error_closes_and_a_client_attaches_once_the_job_exists)
     env_fini(&e);
 }
 
+/* A change of the job's view is pushed (ATTACHED) to every client, a
+ * bounded number a poll round (MP_PUSH_PER_ROUND, 64): with more clients
+ * than that, the later ones get it in the next rounds, also when no other
+ * frame arrives to wake the master. */
+Test(master_server, pushes_reach_every_client_past_the_round_budget)
+{
+    env e;
+    env_init(&e, 5000);
+    sl_error_t err = {0};
+    cr_assert_eq(submit(&e, "", &err), SL_OK, "%s", err.msg);
+    enum { NC = 150 };
+    int fds[NC];
+    char id[32];
+    for (int k = 0; k < NC; k++) {
+        snprintf(id, sizeof id, "c%d", k);
+        uint32_t nw = 99;
+        fds[k] = client(&e, id, &nw);
+        cr_assert_eq(nw, 0, "no worker yet");
+    }
+    int w = worker(&e, "w1");
+    for (int k = 0; k < NC; k++) {
+        /* at most a few views on the way (each within the 5 s receive
+         * timeout): the last lists w1 */
+        size_t nw = 0;
+        for (int tries = 0; tries < 4 && nw == 0; tries++) {
+            sl_rpc_frame_t f;
+            cr_assert_eq(sl_rpc_recv(fds[k], NULL, NULL, &f, &err), SL_OK, "client %d: %s", k,
+                         err.msg);
+            cr_assert_eq(f.type, SL_RPC_ATTACHED, "client %d got %s", k, sl_rpc_type_name(f.type));
+            const Sluice__Control__Attached *at = (const void *)f.msg;
+            nw = at->n_workers;
+            if (nw == 1) cr_assert_str_eq(at->workers[0]->worker_id, "w1");
+            sl_rpc_frame_free(&f);
+        }
+        cr_assert_eq(nw, 1, "client %d never heard of w1", k);
+    }
+    for (int k = 0; k < NC; k++)
+        close(fds[k]);
+    close(w);
+    env_fini(&e);
+}
+
 static sl_err_t prove(int fd, const char *secret, sl_error_t *err)
 {
     return sl_rpc_auth_client(fd, secret, sl_clock_ms() + 5000, err);

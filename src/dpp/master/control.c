@@ -1,5 +1,5 @@
-/* The master's control connections (proto/control.proto): one thread polls
- * the listening socket and every worker and client connection, assembles
+/* The master's control connections (proto/control.proto): one thread waits
+ * (epoll) on the listening socket and every worker and client connection, assembles
  * frames from what arrives (a slow peer never blocks the others), applies
  * them to the state under the master's lock, and answers. Answers that
  * exactly-once rests on (COMMIT_REPLY, SPLIT_READ_REPLY, TOKEN) are held
@@ -10,9 +10,9 @@
  * client's); who may connect in guard.c. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -259,6 +259,17 @@ static void on_accept(sl_master_t *m)
     struct timeval tv = {SEND_TIMEOUT_MS / 1000, (SEND_TIMEOUT_MS % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     m->conns[i] = (mp_conn){.fd = fd, .kind = MP_NEW, .serial = ++m->next_serial};
+    /* slot and serial: an event of a closed connection is known when its
+     * slot holds a newer one (closing the fd also takes it out of the set) */
+    struct epoll_event ev = {.events = EPOLLIN,
+                             .data.u64 = (uint64_t)(uint32_t)m->conns[i].serial << 32 | i};
+    if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        m->refused++;
+        close(fd);
+        m->conns[i].fd = -1;
+        sl_mutex_unlock(&m->mu);
+        return;
+    }
     m->connections_total++;
     mp_guard_accepted(m, i, sl_clock_ms());
     sl_mutex_unlock(&m->mu);
@@ -307,27 +318,30 @@ static void flush_deferred(sl_master_t *m)
     sl_mutex_unlock(&m->mu);
 }
 
+#define EV_WAKE UINT64_MAX
+#define EV_LISTEN (UINT64_MAX - 1)
+
 static void *loop(void *arg)
 {
     sl_master_t *m = arg;
-    struct pollfd *pf = m->pollfds;
-    uint32_t *idx = m->pollidx;
+    struct epoll_event *ev = m->events;
+    int cap = (int)m->opts.max_connections + 2;
     while (!atomic_load(&m->stop)) {
-        uint32_t n = 0;
-        pf[n++] = (struct pollfd){.fd = m->wake[0], .events = POLLIN};
-        pf[n++] = (struct pollfd){.fd = m->listen_fd, .events = POLLIN};
-        for (uint32_t i = 0; i < m->opts.max_connections; i++)
-            if (m->conns[i].fd >= 0) {
-                idx[n] = i;
-                pf[n++] = (struct pollfd){.fd = m->conns[i].fd, .events = POLLIN};
-            }
-        int r = poll(pf, n, 50);
+        /* push_pending: written by this thread only (mp_push_attached) */
+        int r = epoll_wait(m->epfd, ev, cap, m->push_pending ? 0 : 50);
         if (r < 0 && errno != EINTR) break;
-        if (r > 0) {
-            if (pf[1].revents & POLLIN) on_accept(m);
-            for (uint32_t k = 2; k < n; k++)
-                if (pf[k].revents & (POLLIN | POLLHUP | POLLERR) && m->conns[idx[k]].fd == pf[k].fd)
-                    on_readable(m, idx[k]);
+        for (int k = 0; k < r; k++) {
+            uint64_t d = ev[k].data.u64;
+            if (d == EV_WAKE) continue;
+            if (d == EV_LISTEN) {
+                on_accept(m);
+                continue;
+            }
+            uint32_t i = (uint32_t)d;
+            const mp_conn *c = &m->conns[i];
+            if (c->fd >= 0 && (uint32_t)c->serial == (uint32_t)(d >> 32) &&
+                (ev[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+                on_readable(m, i);
         }
         flush_deferred(m);
         sl_mutex_lock(&m->mu);
@@ -344,11 +358,10 @@ sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err)
 {
     /* Everything the control thread needs, before it starts: it has no
      * one to report a failure to. */
-    size_t npoll = (size_t)m->opts.max_connections + 2;
+    size_t nev = (size_t)m->opts.max_connections + 2;
     m->conns = sl_calloc(m->a, m->opts.max_connections, sizeof *m->conns);
-    m->pollfds = sl_calloc(m->a, npoll, sizeof *m->pollfds);
-    m->pollidx = sl_calloc(m->a, npoll, sizeof *m->pollidx);
-    if (m->conns == NULL || m->pollfds == NULL || m->pollidx == NULL)
+    m->events = sl_calloc(m->a, nev, sizeof *m->events);
+    if (m->conns == NULL || m->events == NULL)
         return sl_error_set(err, SL_ERR_NOMEM, "master connections");
     for (uint32_t i = 0; i < m->opts.max_connections; i++)
         m->conns[i].fd = -1;
@@ -366,6 +379,13 @@ sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err)
     snprintf(m->address, sizeof m->address, "%.200s:%u", host, m->port);
     m->opts.listen = NULL;
     if (pipe2(m->wake, O_CLOEXEC) != 0) return sl_error_set(err, SL_ERR_IO, "master: pipe: %m");
+    m->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (m->epfd < 0) return sl_error_set(err, SL_ERR_IO, "master: epoll: %m");
+    struct epoll_event wake = {.events = EPOLLIN, .data.u64 = EV_WAKE};
+    struct epoll_event lis = {.events = EPOLLIN, .data.u64 = EV_LISTEN};
+    if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->wake[0], &wake) != 0 ||
+        epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->listen_fd, &lis) != 0)
+        return sl_error_set(err, SL_ERR_IO, "master: epoll: %m");
     if (pthread_create(&m->thread, NULL, loop, m) != 0)
         return sl_error_set(err, SL_ERR_IO, "master: cannot start the control thread");
     m->thread_started = true;
@@ -388,16 +408,14 @@ void mp_server_stop(sl_master_t *m)
     sl_mutex_unlock(&m->mu);
     sl_free(m->a, m->conns, (size_t)m->opts.max_connections * sizeof *m->conns);
     m->conns = NULL;
-    size_t npoll = (size_t)m->opts.max_connections + 2;
-    sl_free(m->a, m->pollfds, npoll * sizeof *m->pollfds);
-    sl_free(m->a, m->pollidx, npoll * sizeof *m->pollidx);
-    m->pollfds = NULL;
-    m->pollidx = NULL;
+    sl_free(m->a, m->events, ((size_t)m->opts.max_connections + 2) * sizeof *m->events);
+    m->events = NULL;
     sl_free(m->a, m->deferred, (size_t)m->cap_deferred * sizeof *m->deferred);
     m->deferred = NULL;
     m->cap_deferred = m->ndeferred = 0;
     if (m->listen_fd >= 0) close(m->listen_fd);
     if (m->wake[0] >= 0) close(m->wake[0]);
     if (m->wake[1] >= 0) close(m->wake[1]);
-    m->listen_fd = m->wake[0] = m->wake[1] = -1;
+    if (m->epfd >= 0) close(m->epfd);
+    m->listen_fd = m->wake[0] = m->wake[1] = m->epfd = -1;
 }

@@ -130,7 +130,14 @@ void mp_push_attached(sl_master_t *m)
         key = XXH3_64bits_withSeed(v, sizeof v, key);
     }
     if (key == m->attached_key) return;
-    m->attached_key = key;
+    /* Paced: at most MP_PUSH_PER_ROUND pushes a round. A change of a
+     * fleet of W workers costs a message of W entries to each of C
+     * clients; sent all in one round (256 workers, 1,024 clients: 6 MB)
+     * they held every commit answer of the next round back by tens of ms
+     * (docs/BENCHMARKS.md, "Fleet scale"). The key is kept only when every
+     * client has the latest; until then each round sends to the next
+     * clients (those whose last ATTACHED differs). */
+    uint32_t budget = MP_PUSH_PER_ROUND;
     for (uint32_t k = 0; k < m->opts.max_jobs; k++) {
         const mp_job *j = &m->jobs[k];
         sl_master_state_job_status_t st;
@@ -145,11 +152,15 @@ void mp_push_attached(sl_master_t *m)
             if (c->fd < 0 || c->kind != MP_CLIENT || c->attached_sig == sig ||
                 strcmp(c->job, j->id) != 0)
                 continue;
+            if (budget == 0) break;
+            budget--;
             c->attached_sig = sig;
             mp_send(m, i, SL_RPC_ATTACHED, &at.rep.base);
         }
         attached_release(m, &at);
     }
+    if (budget > 0) m->attached_key = key;
+    m->push_pending = budget == 0;
 }
 
 void mp_on_attach(sl_master_t *m, uint32_t i, const Sluice__Control__Attach *a)

@@ -339,7 +339,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     m->tuning = o->autoscale != NULL ? *o->autoscale : sl_master_autoscale_opts_default(1, 1);
     o->autoscale = NULL;
     m->a = a;
-    m->listen_fd = m->wake[0] = m->wake[1] = -1;
+    m->listen_fd = m->wake[0] = m->wake[1] = m->epfd = -1;
     sl_mutex_init(&m->mu);
     m->jobs = sl_calloc(a, o->max_jobs, sizeof *m->jobs);
     m->share = sl_calloc(a, o->max_jobs, sizeof *m->share);

@@ -10,7 +10,7 @@
  *                                                                  |
  *   executor <--sl_master_desired (desired workers per job)--------+
  *
- * One control thread (poll loop) owns every control connection; the state
+ * One control thread (an epoll loop) owns every control connection; the state
  * is guarded by one mutex that the admin calls take too. Group commit:
  * answers that exactly-once rests on (COMMITTED, SPLIT_READ_REPLY, a
  * submitted job, TOKEN) are sent only after the state has been synced to

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/epoll.h>
 
 #include "common/clock.h"
 #include "common/lock.h"
@@ -140,9 +141,14 @@ struct sl_master {
     int listen_fd, wake[2];
     char address[MP_ADDR_MAX];
     uint16_t port;
-    mp_conn *conns;         /* [opts.max_connections] */
-    struct pollfd *pollfds; /* [opts.max_connections + 2], the control thread's */
-    uint32_t *pollidx;      /* [opts.max_connections + 2]: conns index of pollfds[k] */
+    mp_conn *conns; /* [opts.max_connections] */
+    /* epoll over the listener, the wake pipe and every connection (a
+     * connection is added when accepted and leaves the set when closed):
+     * a round costs what is ready, not a pass over every connection (poll
+     * over 1,280 sockets was half the master's CPU at 1,000 commits/s,
+     * docs/BENCHMARKS.md "Fleet scale"). -1 until started. */
+    int epfd;
+    struct epoll_event *events; /* [opts.max_connections + 2], the control thread's */
     uint64_t next_serial;
     mp_deferred *deferred;
     uint32_t ndeferred, cap_deferred;
@@ -165,6 +171,8 @@ struct sl_master {
     /* Bumped when a worker connects, leaves or takes a job: with the jobs'
      * phases, what mp_push_attached watches (attached_key: its last look). */
     uint64_t workers_version, attached_key;
+#define MP_PUSH_PER_ROUND 64 /* ATTACHED pushes a poll round, at most (control_clients.c) */
+    bool push_pending;       /* clients still to push to: the next round does not wait */
     /* the Kafka watcher (kafka_watch.c): its thread, the high watermarks
      * it saw (under mu), its counters */
     pthread_t kafka_thread;

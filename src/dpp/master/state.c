@@ -260,6 +260,7 @@ void m_do_advance(sl_master_state_t *m, job *jb)
             m_free_ranges(m->a, &jb->st[i]);
             jb->st[i].failures = 0;
         }
+        jb->split_failures = 0;
         jb->committed_rows = 0;
         if (jb->chunk != 0) m_kafka_recount(jb);
         return;
@@ -268,6 +269,7 @@ void m_do_advance(sl_master_state_t *m, job *jb)
         m_free_ranges(m->a, &jb->st[i]);
         jb->st[i] = (split_st){.generation = jb->st[i].generation, .worker = NO_WORKER};
     }
+    jb->split_failures = 0;
     jb->count[SL_MASTER_SPLIT_PENDING] = jb->n;
     jb->count[SL_MASTER_SPLIT_DONE] = 0;
     jb->count[SL_MASTER_SPLIT_LEASED] = 0;
@@ -390,9 +392,8 @@ sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_
         .failure_message = jb->fail_message != NULL ? jb->fail_message : "",
         .skipped_splits = jb->skipped_splits,
         .skipped_rows = jb->skipped_rows,
+        .split_failures = (uint32_t)jb->split_failures,
     };
-    for (uint32_t i = 0; i < jb->n; i++)
-        out->split_failures += jb->st[i].failures;
     return SL_OK;
 }
 

@@ -25,7 +25,10 @@ void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split)
 {
     job *jb = m->jobs[slot];
     split_st *s = &jb->st[split];
-    if (s->failures < UINT16_MAX) s->failures++;
+    if (s->failures < UINT16_MAX) {
+        s->failures++;
+        jb->split_failures++;
+    }
     m_do_release(m, slot, split, SL_MASTER_SPLIT_PENDING);
     m->c.split_failures++;
 }

@@ -129,6 +129,10 @@ typedef struct job {
     int32_t fail_stripe, fail_code;
     char *fail_file, *fail_message; /* when failed */
     uint64_t skipped_splits, skipped_rows;
+    /* The sum of st[i].failures over every split, kept as they change
+     * (job_status is called per ATTACH and per round: a sum over 1M
+     * splits there was a hot spot); replay and snapshots rebuild it. */
+    uint64_t split_failures;
     /* Resume tokens (state_attr.c, state_token.c), table jobs only. */
     uint64_t run_id; /* JobAdded.run_id */
     char **owners;   /* clients that committed in attr[], [nowners] of [cap_owners] */

@@ -223,6 +223,7 @@ static void add_chunk(sl_master_state_t *m, job *jb, uint32_t p)
         /* the job's rows count the chunks its splits hold (as a snapshot's) */
         jb->committed_rows -= jb->st[i].committed;
         jb->total_rows -= jb->defs[i].num_rows;
+        jb->split_failures -= jb->st[i].failures;
         m_free_ranges(m->a, &jb->st[i]);
         jb->defs[i] = d;
         jb->st[i] =

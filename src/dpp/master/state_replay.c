@@ -316,9 +316,12 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s' split %u: bad state",
                                 jb->id, i);
         jb->st[i].generation = sj->generation[i];
-        if (sj->n_failures == n)
+        if (sj->n_failures == n) {
+            jb->split_failures -= jb->st[i].failures;
             jb->st[i].failures =
                 sj->failures[i] > UINT16_MAX ? UINT16_MAX : (uint16_t)sj->failures[i];
+            jb->split_failures += jb->st[i].failures;
+        }
         if (st == SL_MASTER_SPLIT_LEASED && jb->failed)
             return sl_error_set(err, SL_ERR_CORRUPT,
                                 "snapshot job '%s' split %u: leased, job failed", jb->id, i);
