@@ -319,6 +319,7 @@ Test(kafka_json, sluice_produce_format_json_reads_back_through_the_printed_colum
     free(errs);
     sl_pipeline_job_destroy(job);
     tu_rm_tree(dir);
+    free(dir);
 }
 
 KU_TEST_MAIN
