@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .client import IKJT, KJT, Batch, Client
+from .client import IKJT, KJT, Batch, Client, SluiceError
 
 try:  # TorchRec is optional: without it we hand out the keyword arguments.
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as _TorchrecKJT
@@ -280,6 +280,7 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
                    metrics_address=self.metrics_address)
             for a in self._my_addresses()
         ]
+        n = 0
         try:
             # Round-robin over the clients until every one is exhausted.
             while clients:
@@ -289,8 +290,17 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
                         c.close()
                         clients.remove(c)
                         continue
+                    n += 1
                     yield batch_to_torch(b, expand=self.expand, as_kjt=self.as_kjt)
                     del b  # the tensors keep the C batch alive as long as needed
         finally:
             for c in clients:
                 c.close()
+        if n == 0 and torch.utils.data.get_worker_info() is None:
+            # A second `for` over the loader finds the job done: epochs live
+            # in the job spec, not in the loop. Say so instead of an empty
+            # epoch. (A DataLoader worker may see none when others took all.)
+            raise SluiceError(-11, "SluiceIterableDataset: no batch from %s: the job has no "
+                              "more data (its epochs are the spec's batch.epochs; each "
+                              "iteration here reads on from where the last stopped). For one "
+                              "epoch per iteration use sluice.Dataset" % ", ".join(self.addresses))

@@ -251,3 +251,14 @@ def test_cluster_secret(worker, tmp_path):
                 ids.append(b.sample_ids.copy())
     ids = np.concatenate(ids)
     assert np.array_equal(np.sort(ids), np.arange(ROWS))
+
+
+def test_a_second_epoch_of_a_finished_job_is_an_error_not_empty(worker):
+    """`for epoch in range(2): for b in loader:` over a job of one epoch: the
+    second iteration raises, saying why, instead of yielding nothing."""
+    ds = SluiceIterableDataset(worker(), timeout_ms=int(30000 * SCALE))
+    loader = torch.utils.data.DataLoader(ds, batch_size=None)
+    assert sum(int(b["sample_ids"].numel()) for b in loader) == ROWS
+    with pytest.raises(sluice.SluiceError, match="the job has no more data"):
+        for _ in loader:
+            pass
