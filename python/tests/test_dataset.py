@@ -99,3 +99,33 @@ def test_arguments():
         sluice.Dataset()
     with pytest.raises(ValueError, match="needs both master"):
         sluice.Dataset("/t", master="127.0.0.1:1")
+
+
+def test_the_weight_label_column_is_named_before_the_first_batch(table, tmp_path):
+    """negative_downsample adds a label column: the worker says so when it
+    starts the job, before any batch, and each batch names its columns."""
+    spec = {"id": "nd", "source": {"table": table}, "batch": {"size": 500},
+            "filters": [{"op": "negative_downsample", "label": "click", "rate": 0.5}]}
+    path = tmp_path / "nd.json"
+    path.write_text(__import__("json").dumps(spec))
+    w = subprocess.Popen([os.environ["SLUICE_BINARY"], "worker", "--job", str(path), "--listen",
+                          "127.0.0.1:0", "--exit-when-done"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        before = []
+        for line in w.stdout:
+            if line.startswith("listening on "):
+                addr = line.split()[-1]
+                break
+            before.append(line)
+        assert any("negative_downsample adds the label column 'weight'" in l for l in before), before
+        with sluice.Client(addr, timeout_ms=30000) as c:
+            b = c.next()
+            assert b.label_names == ["click", "weight"]
+            assert list(b.to_dict()["labels"]) == ["click", "weight"]
+            del b
+            for _ in c:
+                pass
+    finally:
+        w.kill()
+        w.wait()

@@ -509,6 +509,13 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     } else if ((rc = open_table(w, job, problems, err))) {
         goto fail;
     }
+    const char *weight = sl_pipeline_plan_weight_label(w->plan);
+    if (weight != NULL) /* said before the first batch: one more label column */
+        sl_log_kv(SL_LOG_INFO, "weight_label",
+                  (SL_KV_STR("job", job->id), SL_KV_STR("label", weight)),
+                  "job %s: negative_downsample adds the label column '%s' (each sample's weight) "
+                  "after the table's labels: batches carry one label column more than the table",
+                  job->id, weight);
     w->dedup_form = w->table && files_store_job_groups(w);
     w->st.dedup_form = w->dedup_form;
     w->num_groups = job->num_dedup_groups;
