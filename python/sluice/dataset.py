@@ -66,6 +66,9 @@ class Dataset(torch.utils.data.IterableDataset):
     world_size: from torch.distributed when it is initialized. as_torch:
     yield dicts of tensors (sluice.torch.batch_to_torch, plus "epoch");
     False: sluice.Batch objects (DataLoader num_workers=0 only).
+    torchrec: a form of sluice.torchrec.to_batch ("unique" for
+    DedupEmbeddingBagCollection, "variable_batch"): yield TorchRec
+    Pipelineable batches, for TrainPipelineSparseDist(iter(ds)).
 
     Use it with DataLoader(ds, batch_size=None, num_workers=N): with N > 0,
     call ds.set_epoch(e) before each epoch (as with DistributedSampler) or
@@ -88,6 +91,7 @@ class Dataset(torch.utils.data.IterableDataset):
         timeout_ms: int = 120000,
         as_torch: bool = True,
         expand: bool = False,
+        torchrec: Optional[str] = None,
         binary: Optional[str] = None,
     ) -> None:
         super().__init__()
@@ -107,6 +111,13 @@ class Dataset(torch.utils.data.IterableDataset):
         self.timeout_ms = timeout_ms
         self.as_torch = as_torch
         self.expand = expand
+        if torchrec is not None:
+            from .torchrec import FORMS
+
+            if torchrec not in FORMS:
+                raise ValueError("sluice.Dataset: torchrec=%r is not one of %s"
+                                 % (torchrec, ", ".join(FORMS)))
+        self.torchrec = torchrec
         self._local: Optional[LocalMaster] = None
         if master is None:
             # one master for every rank: rank 0 starts it, the others learn it
@@ -243,6 +254,12 @@ class Dataset(torch.utils.data.IterableDataset):
             return True
 
     def _item(self, b: Batch, epoch: int) -> Any:
+        if self.torchrec is not None:
+            from .torchrec import to_batch
+
+            tb = to_batch(b, form=self.torchrec)
+            tb.epoch = epoch  # type: ignore[attr-defined]
+            return tb
         if not self.as_torch:
             b.epoch = epoch  # type: ignore[attr-defined]
             return b

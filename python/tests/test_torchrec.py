@@ -245,6 +245,31 @@ def test_rank_and_world_size_from_the_environment(monkeypatch):
     assert rank_and_world_size() == (0, 1)
 
 
+def test_sluice_dataset_feeds_a_train_pipeline_an_epoch_per_iteration(table):
+    """sluice.Dataset(torchrec=...) yields TorchRec batches: TrainPipelineBase
+    runs over each epoch's iteration, every sample once per epoch."""
+    batch = 256
+    spec = {"id": "pipe", "transforms": TRANSFORMS,
+            "batch": {"size": batch, "epochs": 2, "dedup_groups": {"user": USER}}}
+    model = TinyDLRM()
+    opt = torch.optim.Adagrad(model.parameters(), lr=0.05)
+    with sluice.Dataset(table, spec, torchrec="variable_batch") as ds:
+        for epoch in range(2):
+            # a pipeline stops for good at its iterator's end: one an epoch
+            pipeline = TrainPipelineBase(model, opt, torch.device("cpu"))
+            model.seen = []
+            it = iter(ds)
+            while True:
+                try:
+                    pipeline.progress(it)
+                except StopIteration:
+                    break
+            ids = torch.cat(model.seen).numpy()
+            assert np.array_equal(np.sort(ids), np.arange(ids.min(), ids.min() + ROWS)), epoch
+    with pytest.raises(ValueError, match="torchrec='x' is not one of"):
+        sluice.Dataset(table, spec, torchrec="x")
+
+
 def test_master_dataset_form_is_checked():
     with pytest.raises(ValueError, match="MasterDataset: form 'ikjt' is not one of "
                                          "variable_batch, unique"):
