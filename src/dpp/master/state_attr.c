@@ -213,10 +213,13 @@ void m_attr_rotate(sl_master_state_t *m, job *jb)
     jb->attr[1] = (m_attr_list){0};
     if (jb->attr_last != NULL) memset(jb->attr_last, 0, (size_t)jb->n * sizeof *jb->attr_last);
     /* Forget the owners the kept epoch does not name (clients that came
-     * and went): O(entries + owners) once per epoch. No memory for the
-     * map: they stay (harmless, forgotten at a later epoch). */
-    uint32_t *map = jb->nowners > 0 ? sl_calloc(m->a, jb->nowners, sizeof *map) : NULL;
-    if (map == NULL) return;
+     * and went): O(entries + owners) once per epoch. The owners' hash
+     * table (at least 2 x nowners slots, rebuilt below) is the scratch
+     * map, so that an epoch's advance allocates nothing: it cannot fail
+     * live or in replay, and both prune alike. */
+    if (jb->nowners == 0 || jb->ohash_cap < jb->nowners) return;
+    uint32_t *map = jb->ohash;
+    memset(map, 0, (size_t)jb->nowners * sizeof *map);
     for (uint32_t q = 0; q < p->n; q++)
         if (p->v[q].owner != M_OWNER_MASTER) map[p->v[q].owner - 1] = 1;
     uint32_t keep = 0;
@@ -230,9 +233,8 @@ void m_attr_rotate(sl_master_state_t *m, job *jb)
     }
     for (uint32_t q = 0; q < p->n; q++)
         if (p->v[q].owner != M_OWNER_MASTER) p->v[q].owner = map[p->v[q].owner - 1];
-    sl_free(m->a, map, (size_t)jb->nowners * sizeof *map);
     jb->nowners = keep;
-    if (jb->ohash_cap > 0) owner_rehash(jb);
+    owner_rehash(jb);
 }
 
 void m_cols_free(const sl_allocator_t *a, m_rset_cols *c)
