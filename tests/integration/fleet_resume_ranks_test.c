@@ -41,6 +41,8 @@ static void start_clients(fu_client_t *c, pthread_t *th, uint32_t n, const fu_ma
                           const char *job, atomic_uint *seen, const uint64_t *stop_after,
                           uint32_t delay_us)
 {
+    static atomic_uint checkpointed;
+    atomic_store(&checkpointed, 0);
     for (uint32_t i = 0; i < n; i++) {
         c[i] = (fu_client_t){.master = m->ctl,
                              .job = job,
@@ -49,7 +51,9 @@ static void start_clients(fu_client_t *c, pthread_t *th, uint32_t n, const fu_ma
                              .rows = ROWS,
                              .epochs = EPOCHS,
                              .seen = seen,
-                             .stop_after = stop_after ? stop_after[i] : 0};
+                             .stop_after = stop_after ? stop_after[i] : 0,
+                             .checkpointed = stop_after ? &checkpointed : NULL,
+                             .checkpoint_of = n};
         atomic_init(&c[i].delay_us, delay_us);
         atomic_init(&c[i].stop, false);
         atomic_init(&c[i].finished, false);
