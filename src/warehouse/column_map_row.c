@@ -18,39 +18,6 @@ int64_t sl_wh_colmap_hash(const void *bytes, size_t len, uint64_t seed)
     return (int64_t)(XXH3_64bits_withSeed(bytes, len, seed) & (uint64_t)INT64_MAX);
 }
 
-static sl_err_t bad(sl_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static sl_err_t bad(sl_error_t *err, const char *fmt, ...)
-{
-    char msg[SL_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return sl_error_set(err, SL_ERR_CORRUPT, "%s", msg);
-}
-
-static const char *jtype(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "?";
-}
-
 void imp_row_reset(sl_wh_row_buf_t *b)
 {
     for (uint32_t t = 0; t < b->T; t++)
@@ -87,18 +54,20 @@ static sl_err_t one_id(const sl_wh_colmap_slot_t *s, const char *col, const json
 {
     if (s->hash) {
         if (!json_is_string(v))
-            return bad(err, "column '%s' id %zu: expected a string to hash, got %s", col, i,
-                       jtype(v));
+            return imp_bad(err, "column '%s' id %zu: expected a string to hash, got %s", col, i,
+                           imp_json_type(v));
         *out = sl_wh_colmap_hash(json_string_value(v), json_string_length(v), s->seed);
         return SL_OK;
     }
     if (json_is_string(v))
-        return bad(err, "column '%s' id %zu: a string; strings become ids only by a declared hash",
-                   col, i);
+        return imp_bad(err,
+                       "column '%s' id %zu: a string; strings become ids only by a declared hash",
+                       col, i);
     if (!json_is_integer(v))
-        return bad(err, "column '%s' id %zu: expected an integer, got %s", col, i, jtype(v));
+        return imp_bad(err, "column '%s' id %zu: expected an integer, got %s", col, i,
+                       imp_json_type(v));
     json_int_t id = json_integer_value(v);
-    if (id < 0) return bad(err, "column '%s' id %zu: %lld is negative", col, i, (long long)id);
+    if (id < 0) return imp_bad(err, "column '%s' id %zu: %lld is negative", col, i, (long long)id);
     *out = (int64_t)id;
     return SL_OK;
 }
@@ -129,8 +98,8 @@ static sl_err_t fill_structs(sl_wh_row_buf_t *b, const sl_wh_colmap_slot_t *s, c
 {
     uint32_t k = s->index;
     if (!json_is_array(v))
-        return bad(err, "column '%s': expected a list of {\"id\", \"weight\"}, got %s", col,
-                   jtype(v));
+        return imp_bad(err, "column '%s': expected a list of {\"id\", \"weight\"}, got %s", col,
+                       imp_json_type(v));
     size_t n = json_array_size(v);
     if (n > INT32_MAX || !imp_reserve(b, k, n))
         return sl_error_set(err, SL_ERR_NOMEM, "column '%s': no memory for %zu ids", col, n);
@@ -143,17 +112,17 @@ static sl_err_t fill_structs(sl_wh_row_buf_t *b, const sl_wh_colmap_slot_t *s, c
             id = json_array_get(e, 0);
             w = json_array_get(e, 1);
         } else
-            return bad(err, "column '%s' item %zu: expected {\"id\", \"weight\"}, got %s", col, i,
-                       jtype(e));
+            return imp_bad(err, "column '%s' item %zu: expected {\"id\", \"weight\"}, got %s", col,
+                           i, imp_json_type(e));
         if (id == NULL || w == NULL)
-            return bad(err, "column '%s' item %zu: needs \"id\" and \"weight\"", col, i);
+            return imp_bad(err, "column '%s' item %zu: needs \"id\" and \"weight\"", col, i);
         sl_wh_colmap_slot_t plain = *s;
         plain.hash = false;
         sl_err_t rc = one_id(&plain, col, id, i, &b->ids[k][i], err);
         if (rc != SL_OK) return rc;
         if (!json_float(w, &b->weights[k][i]))
-            return bad(err, "column '%s' item %zu: weight: expected a number, got %s", col, i,
-                       jtype(w));
+            return imp_bad(err, "column '%s' item %zu: weight: expected a number, got %s", col, i,
+                           imp_json_type(w));
     }
     b->lists[k].len = (uint32_t)n;
     b->lists[k].ids = b->ids[k];
@@ -168,23 +137,24 @@ static sl_err_t fill_pair(sl_wh_row_buf_t *b, const sl_wh_colmap_slot_t *s, cons
     uint32_t k = s->index;
     /* One of the two missing (the caller took both missing as an empty list). */
     if (v == NULL || json_is_null(v))
-        return bad(err, "column '%s' is missing while '%s' is given", col, wcol);
+        return imp_bad(err, "column '%s' is missing while '%s' is given", col, wcol);
     if (w == NULL || json_is_null(w))
-        return bad(err, "column '%s' is missing while '%s' is given", wcol, col);
+        return imp_bad(err, "column '%s' is missing while '%s' is given", wcol, col);
     if (!json_is_array(v))
-        return bad(err, "column '%s': expected a list of ids, got %s", col, jtype(v));
+        return imp_bad(err, "column '%s': expected a list of ids, got %s", col, imp_json_type(v));
     if (!json_is_array(w))
-        return bad(err, "column '%s': expected a list of weights, got %s", wcol, jtype(w));
+        return imp_bad(err, "column '%s': expected a list of weights, got %s", wcol,
+                       imp_json_type(w));
     size_t n = json_array_size(v);
     if (json_array_size(w) != n)
-        return bad(err, "columns '%s' and '%s': %zu ids but %zu weights", col, wcol, n,
-                   json_array_size(w));
+        return imp_bad(err, "columns '%s' and '%s': %zu ids but %zu weights", col, wcol, n,
+                       json_array_size(w));
     sl_err_t rc = fill_sparse(b, s, col, v, err);
     if (rc != SL_OK) return rc;
     for (size_t i = 0; i < n; i++)
         if (!json_float(json_array_get(w, i), &b->weights[k][i]))
-            return bad(err, "column '%s' weight %zu: expected a number, got %s", wcol, i,
-                       jtype(json_array_get(w, i)));
+            return imp_bad(err, "column '%s' weight %zu: expected a number, got %s", wcol, i,
+                           imp_json_type(json_array_get(w, i)));
     b->lists[k].weights = b->weights[k];
     return SL_OK;
 }
@@ -202,7 +172,7 @@ sl_err_t imp_colmap_fill(sl_wh_row_buf_t *b, const sl_wh_colmap_resolved_t *r,
     case SL_WH_MAP_TIMESTAMP:
         if (missing) return SL_OK;
         if (!json_is_integer(v))
-            return bad(err, "column '%s': expected an integer, got %s", col, jtype(v));
+            return imp_bad(err, "column '%s': expected an integer, got %s", col, imp_json_type(v));
         if (s->target == SL_WH_MAP_SAMPLE_ID)
             row->sample_id = json_integer_value(v);
         else if (s->target == SL_WH_MAP_SESSION_ID)
@@ -214,7 +184,7 @@ sl_err_t imp_colmap_fill(sl_wh_row_buf_t *b, const sl_wh_colmap_resolved_t *r,
     case SL_WH_MAP_DENSE:
         if (missing) return SL_OK; /* reset left 0 (label) or NaN (dense) */
         if (!json_float(v, &f))
-            return bad(err, "column '%s': expected a number, got %s", col, jtype(v));
+            return imp_bad(err, "column '%s': expected a number, got %s", col, imp_json_type(v));
         if (s->target == SL_WH_MAP_LABEL)
             b->labels[s->index] = f;
         else
@@ -228,7 +198,7 @@ sl_err_t imp_colmap_fill(sl_wh_row_buf_t *b, const sl_wh_colmap_resolved_t *r,
         if (missing && (w == NULL || json_is_null(w))) return SL_OK;
         return fill_pair(b, s, col, r->columns[s->weights_column].name, v, w, err);
     }
-    return bad(err, "column '%s': unknown slot target %d", col, (int)s->target);
+    return imp_bad(err, "column '%s': unknown slot target %d", col, (int)s->target);
 }
 
 sl_err_t sl_wh_colmap_row_from_json(const sl_wh_colmap_resolved_t *r, sl_wh_row_buf_t *b,
@@ -238,7 +208,8 @@ sl_err_t sl_wh_colmap_row_from_json(const sl_wh_colmap_resolved_t *r, sl_wh_row_
     imp_row_reset(b);
     *row = (sl_wh_row_t){0};
     has[0] = has[1] = has[2] = false;
-    if (!json_is_object(obj)) return bad(err, "expected a JSON object, got %s", jtype(obj));
+    if (!json_is_object(obj))
+        return imp_bad(err, "expected a JSON object, got %s", imp_json_type(obj));
     for (uint32_t i = 0; i < r->num_slots; i++) {
         const sl_wh_colmap_slot_t *s = &r->slots[i];
         const json_t *v = json_object_get(obj, r->columns[s->column].name);

@@ -32,17 +32,6 @@ struct sl_wh_csv {
     imp_source_t *stdin_src; /* standard input, read for inference: the import reads on */
 };
 
-static sl_err_t bad(sl_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static sl_err_t bad(sl_error_t *err, const char *fmt, ...)
-{
-    char msg[SL_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return sl_error_set(err, SL_ERR_CORRUPT, "%s", msg);
-}
-
 /* ---- fields ---- */
 
 static bool grow_fields(sl_wh_row_buf_t *b, uint32_t need)
@@ -89,7 +78,7 @@ static sl_err_t split(sl_wh_row_buf_t *b, const char *rec, size_t len, char deli
     size_t o = 0, i = 0;
     uint32_t n = 0;
     for (;;) {
-        if (n >= MAX_FIELDS) return bad(err, "more than %u fields", MAX_FIELDS);
+        if (n >= MAX_FIELDS) return imp_bad(err, "more than %u fields", MAX_FIELDS);
         if (n + 1 > b->fcap && !grow_fields(b, n + 1))
             return sl_error_set(err, SL_ERR_NOMEM, "no memory for fields");
         b->foff[n] = (uint32_t)o;
@@ -97,7 +86,7 @@ static sl_err_t split(sl_wh_row_buf_t *b, const char *rec, size_t len, char deli
             i++;
             for (;;) {
                 const char *q = memchr(rec + i, '"', len - i);
-                if (q == NULL) return bad(err, "field %u: a quote is not closed", n + 1);
+                if (q == NULL) return imp_bad(err, "field %u: a quote is not closed", n + 1);
                 size_t k = (size_t)(q - (rec + i));
                 memcpy(out + o, rec + i, k);
                 o += k;
@@ -110,16 +99,16 @@ static sl_err_t split(sl_wh_row_buf_t *b, const char *rec, size_t len, char deli
                 break;
             }
             if (i < len && rec[i] != delim)
-                return bad(err, "field %u: text after the closing quote", n + 1);
+                return imp_bad(err, "field %u: text after the closing quote", n + 1);
         } else {
             size_t start = i;
             while (i < len && rec[i] != delim)
                 i++;
             if (memchr(rec + start, '"', i - start) != NULL)
-                return bad(err,
-                           "field %u: a quote inside an unquoted field (quote the field and "
-                           "double the quote)",
-                           n + 1);
+                return imp_bad(err,
+                               "field %u: a quote inside an unquoted field (quote the field and "
+                               "double the quote)",
+                               n + 1);
             memcpy(out + o, rec + start, i - start);
             o += i - start;
         }
@@ -259,7 +248,7 @@ static sl_err_t infer_record(void *ctx, const char *rec, size_t len, uint32_t in
     (void)inner;
     inferring_t *in = ctx;
     sl_wh_csv_t *c = in->c;
-    if (len > IMP_LINE_LIMIT) return in->header_done ? SL_OK : bad(in->err, "header too long");
+    if (len > IMP_LINE_LIMIT) return in->header_done ? SL_OK : imp_bad(in->err, "header too long");
     if (!ended && in->peek_only) return SL_ERR_CLOSED; /* may be cut by the end of the peek */
     uint32_t nf;
     sl_error_t perr = {0};
@@ -431,7 +420,7 @@ static sl_err_t cell_json(const char *s, size_t len, const char *col, json_t **o
 {
     json_error_t jerr;
     *out = json_loadb(s, len, 0, &jerr);
-    if (*out == NULL) return bad(err, "column '%s': bad JSON list: %s", col, jerr.text);
+    if (*out == NULL) return imp_bad(err, "column '%s': bad JSON list: %s", col, jerr.text);
     return SL_OK;
 }
 
@@ -453,8 +442,8 @@ static sl_err_t fill_slot(const sl_wh_csv_t *c, sl_wh_row_buf_t *b, const sl_wh_
     case SL_WH_MAP_SESSION_ID:
     case SL_WH_MAP_TIMESTAMP:
         if (!imp_parse_i64(txt, len, &v))
-            return bad(err, "field %u (%s): expected an integer, got '%s'", s->column + 1, col,
-                       imp_excerpt(txt, len, ex, sizeof ex));
+            return imp_bad(err, "field %u (%s): expected an integer, got '%s'", s->column + 1, col,
+                           imp_excerpt(txt, len, ex, sizeof ex));
         if (s->target == SL_WH_MAP_SAMPLE_ID)
             row->sample_id = v;
         else if (s->target == SL_WH_MAP_SESSION_ID)
@@ -466,8 +455,8 @@ static sl_err_t fill_slot(const sl_wh_csv_t *c, sl_wh_row_buf_t *b, const sl_wh_
     case SL_WH_MAP_LABEL:
     case SL_WH_MAP_DENSE:
         if (!parse_number(txt, len, &f))
-            return bad(err, "field %u (%s): expected a number, got '%s'", s->column + 1, col,
-                       imp_excerpt(txt, len, ex, sizeof ex));
+            return imp_bad(err, "field %u (%s): expected a number, got '%s'", s->column + 1, col,
+                           imp_excerpt(txt, len, ex, sizeof ex));
         if (s->target == SL_WH_MAP_LABEL)
             b->labels[s->index] = f;
         else
@@ -478,9 +467,9 @@ static sl_err_t fill_slot(const sl_wh_csv_t *c, sl_wh_row_buf_t *b, const sl_wh_
             if (s->hash)
                 v = sl_wh_colmap_hash(txt, len, s->seed);
             else if (!imp_parse_i64(txt, len, &v) || v < 0)
-                return bad(err,
-                           "field %u (%s): expected an id (an integer >= 0) or a list, got '%s'",
-                           s->column + 1, col, imp_excerpt(txt, len, ex, sizeof ex));
+                return imp_bad(
+                    err, "field %u (%s): expected an id (an integer >= 0) or a list, got '%s'",
+                    s->column + 1, col, imp_excerpt(txt, len, ex, sizeof ex));
             if (!imp_reserve(b, s->index, 1))
                 return sl_error_set(err, SL_ERR_NOMEM, "no memory for an id");
             b->ids[s->index][0] = v;
@@ -515,7 +504,7 @@ sl_err_t sl_wh_csv_parse_record(const sl_wh_csv_t *c, sl_wh_row_buf_t *b, const 
     sl_err_t rc = split(b, rec, len, c->delim, &nf, err);
     if (rc != SL_OK) return rc;
     if (nf != c->num_fields)
-        return bad(err, "%u field%s, the header has %u", nf, nf == 1 ? "" : "s", c->num_fields);
+        return imp_bad(err, "%u field%s, the header has %u", nf, nf == 1 ? "" : "s", c->num_fields);
     for (uint32_t i = 0; i < c->map->num_slots; i++)
         if ((rc = fill_slot(c, b, &c->map->slots[i], row, has, err)) != SL_OK) return rc;
     row->labels = b->labels;

@@ -3,6 +3,7 @@
 #ifndef SLUICE_WH_IMPORT_INTERNAL_H
 #define SLUICE_WH_IMPORT_INTERNAL_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -39,6 +40,13 @@ struct sl_wh_row_buf {
 
 /* Make room for n ids (and weights when the slot is weighted) in slot s.
  * @return false when out of memory or n is absurd. */
+/* A bad input row or record: SL_ERR_CORRUPT with the message (printf
+ * style), the one form every importer's line and record parsers use. */
+sl_err_t imp_bad(sl_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* What a JSON value is, for messages ("an array", "null"). */
+const char *imp_json_type(const json_t *v);
+
 bool imp_reserve(sl_wh_row_buf_t *b, uint32_t s, uint64_t n);
 
 /* Longer input lines are bad rows, not allocations. */

@@ -22,39 +22,6 @@
 
 #define LINE_MAX_BYTES ((size_t)1 << 26)
 
-static sl_err_t bad(sl_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static sl_err_t bad(sl_error_t *err, const char *fmt, ...)
-{
-    char msg[SL_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return sl_error_set(err, SL_ERR_CORRUPT, "%s", msg);
-}
-
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "?";
-}
-
 /* A float32 from a JSON number; null gives NaN when null_ok. */
 static bool to_float(const json_t *v, bool null_ok, float *out)
 {
@@ -78,28 +45,29 @@ static bool to_float(const json_t *v, bool null_ok, float *out)
 static sl_err_t bad_float(sl_error_t *err, const char *what, const char *name, const json_t *v)
 {
     if (json_is_number(v))
-        return bad(err, "%s '%s': %g is out of the float32 range", what, name,
-                   json_number_value(v));
-    return bad(err, "%s '%s': expected a number, got %s", what, name, type_name(v));
+        return imp_bad(err, "%s '%s': %g is out of the float32 range", what, name,
+                       json_number_value(v));
+    return imp_bad(err, "%s '%s': expected a number, got %s", what, name, imp_json_type(v));
 }
 
 static sl_err_t parse_ids(sl_wh_row_buf_t *b, uint32_t s, const char *section, const char *name,
                           const json_t *arr, sl_error_t *err)
 {
     if (!json_is_array(arr))
-        return bad(err, "%s '%s': expected an array of ids, got %s", section, name, type_name(arr));
+        return imp_bad(err, "%s '%s': expected an array of ids, got %s", section, name,
+                       imp_json_type(arr));
     size_t n = json_array_size(arr);
     if (n > INT32_MAX || !imp_reserve(b, s, n))
         return sl_error_set(err, SL_ERR_NOMEM, "%s '%s': no memory for %zu ids", section, name, n);
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(arr, i);
         if (!json_is_integer(v))
-            return bad(err, "%s '%s' id %zu: expected an integer, got %s", section, name, i,
-                       type_name(v));
+            return imp_bad(err, "%s '%s' id %zu: expected an integer, got %s", section, name, i,
+                           imp_json_type(v));
         json_int_t id = json_integer_value(v);
         if (id < 0)
-            return bad(err, "%s '%s' id %zu: id out of range (%lld < 0)", section, name, i,
-                       (long long)id);
+            return imp_bad(err, "%s '%s' id %zu: id out of range (%lld < 0)", section, name, i,
+                           (long long)id);
         b->ids[s][i] = (int64_t)id;
     }
     b->lists[s].len = (uint32_t)n;
@@ -111,16 +79,17 @@ static sl_err_t parse_weighted(sl_wh_row_buf_t *b, uint32_t s, const char *name,
                                sl_error_t *err)
 {
     if (!json_is_object(v))
-        return bad(err, "weighted '%s': expected {\"ids\":[...],\"weights\":[...]}, got %s", name,
-                   type_name(v));
+        return imp_bad(err, "weighted '%s': expected {\"ids\":[...],\"weights\":[...]}, got %s",
+                       name, imp_json_type(v));
     const json_t *ids = json_object_get(v, "ids"), *ws = json_object_get(v, "weights");
     if (ids == NULL || ws == NULL || json_object_size(v) != 2)
-        return bad(err, "weighted '%s': expected exactly the keys \"ids\" and \"weights\"", name);
+        return imp_bad(err, "weighted '%s': expected exactly the keys \"ids\" and \"weights\"",
+                       name);
     sl_err_t rc = parse_ids(b, s, "weighted", name, ids, err);
     if (rc != SL_OK) return rc;
     if (!json_is_array(ws) || json_array_size(ws) != b->lists[s].len)
-        return bad(err, "weighted '%s': \"weights\" must be an array of %u numbers", name,
-                   b->lists[s].len);
+        return imp_bad(err, "weighted '%s': \"weights\" must be an array of %u numbers", name,
+                       b->lists[s].len);
     for (uint32_t i = 0; i < b->lists[s].len; i++)
         if (!to_float(json_array_get(ws, i), true, &b->weights[s][i]))
             return bad_float(err, "weighted weight of", name, json_array_get(ws, i));
@@ -133,16 +102,16 @@ static sl_err_t parse_section(sl_wh_row_buf_t *b, const char *section, sl_wh_kin
 {
     if (json_is_null(obj)) return SL_OK;
     if (!json_is_object(obj))
-        return bad(err, "\"%s\": expected an object, got %s", section, type_name(obj));
+        return imp_bad(err, "\"%s\": expected an object, got %s", section, imp_json_type(obj));
     const char *name;
     const json_t *v;
     json_object_foreach((json_t *)obj, name, v)
     {
         const sl_wh_feature_t *f = sl_wh_schema_find(b->schema, name);
-        if (f == NULL) return bad(err, "%s '%s': no such feature in the schema", section, name);
+        if (f == NULL) return imp_bad(err, "%s '%s': no such feature in the schema", section, name);
         if (f->kind != kind)
-            return bad(err, "%s '%s': the schema says this feature is %s", section, name,
-                       sl_wh_kind_name(f->kind));
+            return imp_bad(err, "%s '%s': the schema says this feature is %s", section, name,
+                           sl_wh_kind_name(f->kind));
         sl_err_t rc = SL_OK;
         if (kind == SL_WH_DENSE) {
             if (!to_float(v, true, &b->dense[f->slot])) return bad_float(err, "dense", name, v);
@@ -159,7 +128,7 @@ static sl_err_t parse_column(const json_t *v, const char *key, int64_t *out, sl_
 {
     if (json_is_null(v)) return SL_OK;
     if (!json_is_integer(v))
-        return bad(err, "\"%s\": expected an integer, got %s", key, type_name(v));
+        return imp_bad(err, "\"%s\": expected an integer, got %s", key, imp_json_type(v));
     *out = (int64_t)json_integer_value(v);
     return SL_OK;
 }
@@ -193,18 +162,18 @@ static sl_err_t parse_object(sl_wh_row_buf_t *b, const json_t *root, sl_wh_row_t
         else if (strcmp(key, "labels") == 0) {
             if (json_is_null(v)) continue;
             if (!json_is_object(v))
-                return bad(err, "\"labels\": expected an object, got %s", type_name(v));
+                return imp_bad(err, "\"labels\": expected an object, got %s", imp_json_type(v));
             const char *name;
             const json_t *l;
             json_object_foreach((json_t *)v, name, l)
             {
                 int t = sl_wh_schema_find_label(b->schema, name);
-                if (t < 0) return bad(err, "label '%s': no such label in the schema", name);
+                if (t < 0) return imp_bad(err, "label '%s': no such label in the schema", name);
                 if (!to_float(l, true, &b->labels[t])) return bad_float(err, "label", name, l);
             }
         } else {
             char ex[48];
-            return bad(err, "unknown key \"%s\"", imp_excerpt(key, strlen(key), ex, sizeof ex));
+            return imp_bad(err, "unknown key \"%s\"", imp_excerpt(key, strlen(key), ex, sizeof ex));
         }
         if (rc != SL_OK) return rc;
     }
@@ -225,14 +194,14 @@ sl_err_t sl_wh_jsonl_parse_line(sl_wh_row_buf_t *b, const char *line, size_t len
     }
     *row = (sl_wh_row_t){0};
     *has_sample_id = false;
-    if (len > LINE_MAX_BYTES) return bad(err, "line longer than %zu bytes", LINE_MAX_BYTES);
+    if (len > LINE_MAX_BYTES) return imp_bad(err, "line longer than %zu bytes", LINE_MAX_BYTES);
 
     json_error_t jerr;
     json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) return bad(err, "bad JSON at column %d: %s", jerr.column, jerr.text);
+    if (root == NULL) return imp_bad(err, "bad JSON at column %d: %s", jerr.column, jerr.text);
     sl_err_t rc;
     if (!json_is_object(root))
-        rc = bad(err, "expected a JSON object, got %s", type_name(root));
+        rc = imp_bad(err, "expected a JSON object, got %s", imp_json_type(root));
     else
         rc = parse_object(b, root, row, has_sample_id, err);
     json_decref(root);

@@ -213,17 +213,6 @@ typedef struct group_read {
     const sl_pq_column_t **col;
 } group_read_t;
 
-static sl_err_t bad(sl_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static sl_err_t bad(sl_error_t *err, const char *fmt, ...)
-{
-    char msg[SL_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return sl_error_set(err, SL_ERR_CORRUPT, "%s", msg);
-}
-
 static double num_at(const sl_pq_batch_t *b, uint32_t s)
 {
     return b->kind == SL_PQ_KIND_I64   ? (double)b->i64[s]
@@ -241,7 +230,8 @@ static sl_err_t id_at(const sl_wh_colmap_slot_t *sl, const char *col, const sl_p
         return SL_OK;
     }
     if (b->kind != SL_PQ_KIND_I64 || b->i64[s] < 0)
-        return bad(err, "column '%s': an id must be an integer >= 0, got %.17g", col, num_at(b, s));
+        return imp_bad(err, "column '%s': an id must be an integer >= 0, got %.17g", col,
+                       num_at(b, s));
     *id = b->i64[s];
     return SL_OK;
 }
@@ -305,7 +295,8 @@ static sl_err_t fill(const imp_pq_t *p, const group_read_t *g, sl_wh_row_buf_t *
             wn = w->list_off[r + 1] - wfrom;
         }
         if (wn != to - from)
-            return bad(err, "column '%s': %u ids but %u weights in '%s'", col, to - from, wn, wcol);
+            return imp_bad(err, "column '%s': %u ids but %u weights in '%s'", col, to - from, wn,
+                           wcol);
     }
     if (!imp_reserve(b, k, to - from))
         return sl_error_set(err, SL_ERR_NOMEM, "column '%s': no memory for %u ids", col, to - from);

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -174,4 +175,36 @@ sl_err_t imp_make_dirs(const char *dir, const char *partition, sl_error_t *err)
         if (*p == '/') p++;
     }
     return SL_OK;
+}
+
+sl_err_t imp_bad(sl_error_t *err, const char *fmt, ...)
+{
+    char msg[SL_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sl_error_set(err, SL_ERR_CORRUPT, "%s", msg);
+}
+
+const char *imp_json_type(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NULL:
+        return "null";
+    }
+    return "?";
 }
