@@ -338,9 +338,18 @@ static json_t *job_json(const sl_master_job_view_t *v)
         "workers", (json_int_t)v->workers, "clients", (json_int_t)v->clients, "trainer_wait",
         v->trainer_wait, "worker_busy", v->worker_busy, "autoscale_reason", v->autoscale_reason,
         "batches", (json_int_t)st->batches, "samples", (json_int_t)st->samples);
-    /* a Parquet job's dataset (its "table" is then "") */
+    /* a Parquet job's dataset (its "table" is then "") and its row groups:
+     * in all, and those (and their rows) ruled out by their statistics */
     json_t *pq = spec != NULL ? json_object_get(json_object_get(spec, "source"), "parquet") : NULL;
-    if (o != NULL && json_is_string(pq)) json_object_set(o, "parquet", pq);
+    if (o != NULL && json_is_string(pq)) {
+        json_object_set(o, "parquet", pq);
+        json_object_set_new(o, "parquet_row_groups",
+                            json_integer((json_int_t)st->parquet_row_groups));
+        json_object_set_new(o, "parquet_row_groups_skipped",
+                            json_integer((json_int_t)st->parquet_row_groups_skipped));
+        json_object_set_new(o, "parquet_rows_skipped",
+                            json_integer((json_int_t)st->parquet_rows_skipped));
+    }
     json_decref(spec);
     if (o != NULL) {
         add_failure_json(o, st);

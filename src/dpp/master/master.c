@@ -453,7 +453,8 @@ static void add_problem(void *ctx, const char *problem)
  * cut into splits of row groups, those the job's timestamp and label
  * ranges rule out by their statistics left out (pq_dataset.h). */
 static sl_err_t parquet_splits(sl_pipeline_job_t *job, sl_wh_pqds_t **ds, sl_wh_splits_t **splits,
-                               sl_pipeline_problems_t *pr, sl_error_t *err)
+                               sl_wh_pqds_plan_stats_t *ps, sl_pipeline_problems_t *pr,
+                               sl_error_t *err)
 {
     uint32_t before = pr->count;
     sl_err_t rc = sl_wh_pqds_open(job->parquet, job->parquet_columns, job->partitions, NULL,
@@ -465,21 +466,21 @@ static sl_err_t parquet_splits(sl_pipeline_job_t *job, sl_wh_pqds_t **ds, sl_wh_
     nr = nr > 16 ? 16 : nr;
     for (uint32_t i = 0; i < nr; i++)
         ranges[i] = (sl_wh_pqds_range_t){jr[i].label, jr[i].lo, jr[i].hi};
-    sl_wh_pqds_plan_stats_t ps = {0};
-    if (rc == SL_OK) rc = sl_wh_pqds_plan(*ds, job->split_rows, ranges, nr, splits, &ps, err);
+    if (rc == SL_OK) rc = sl_wh_pqds_plan(*ds, job->split_rows, ranges, nr, splits, ps, err);
     if (rc == SL_OK && (*splits)->count == 0)
         rc = sl_error_set(err, SL_ERR_INVALID,
                           "no data (no splits: %" PRIu64 " row groups, %" PRIu64
                           " ruled out by their statistics)",
-                          ps.row_groups, ps.row_groups_skipped);
+                          ps->row_groups, ps->row_groups_skipped);
     if (rc == SL_OK)
         sl_log_kv(SL_LOG_INFO, "parquet_planned",
                   (SL_KV_STR("job", job->id), SL_KV_U64("splits", (*splits)->count),
-                   SL_KV_U64("row_groups", ps.row_groups),
-                   SL_KV_U64("row_groups_skipped", ps.row_groups_skipped)),
+                   SL_KV_U64("row_groups", ps->row_groups),
+                   SL_KV_U64("row_groups_skipped", ps->row_groups_skipped),
+                   SL_KV_U64("rows_skipped", ps->rows_skipped)),
                   "job %s: Parquet dataset %s cut into %u splits; %" PRIu64 " of %" PRIu64
                   " row groups ruled out by their statistics",
-                  job->id, job->parquet, (*splits)->count, ps.row_groups_skipped, ps.row_groups);
+                  job->id, job->parquet, (*splits)->count, ps->row_groups_skipped, ps->row_groups);
     if (rc != SL_OK && rc != SL_ERR_NOMEM && pr->count == before &&
         !sl_pipeline_problems_add(pr, "$.source.parquet: '%s': %s", job->parquet, err->msg))
         rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
@@ -488,15 +489,16 @@ static sl_err_t parquet_splits(sl_pipeline_job_t *job, sl_wh_pqds_t **ds, sl_wh_
 
 static sl_err_t check_spec(const char *text, bool resumed, sl_pipeline_job_t **job,
                            sl_wh_table_t **table, sl_wh_filter_t **filter, sl_wh_pqds_t **ds,
-                           sl_wh_splits_t **splits, mp_kafka_stream_t *stream,
-                           sl_pipeline_problems_t *problems, sl_error_t *err)
+                           sl_wh_splits_t **splits, sl_wh_pqds_plan_stats_t *ps,
+                           mp_kafka_stream_t *stream, sl_pipeline_problems_t *problems,
+                           sl_error_t *err)
 {
     sl_pipeline_problems_t pr = {0};
     sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), job, &pr, err);
     if (rc == SL_ERR_INVALID && pr.count > 0)
         sl_pipeline_bind_anyway(text, strlen(text), NULL, &pr);
     if (rc == SL_OK && (*job)->parquet) {
-        rc = parquet_splits(*job, ds, splits, &pr, err);
+        rc = parquet_splits(*job, ds, splits, ps, &pr, err);
     } else if (rc == SL_OK && (*job)->is_kafka) {
         /* a bounded replay: its chunks are the splits; a stream: its
          * partitions, the state makes the chunks (kafka_splits.c) */
@@ -588,8 +590,9 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     sl_wh_splits_t *splits = NULL;
     mp_kafka_stream_t stream = {0};
     sl_wh_pqds_t *ds = NULL;
+    sl_wh_pqds_plan_stats_t ps = {0}; /* a Parquet job's row groups and statistics skipping */
     sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &job, &table, &filter, &ds,
-                             &splits, &stream, problems, err);
+                             &splits, &ps, &stream, problems, err);
     uint64_t fp = 0;     /* a Kafka job has no fingerprint: its records are not a fixed input */
     uint64_t prefix = 0; /* the autocache's key; 0: not cacheable */
     const sl_wh_schema_t *schema = table ? sl_wh_table_schema(table)
@@ -616,7 +619,10 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                                        .skip_bad_splits = job->skip_bad_splits,
                                        .plan_fingerprint = fp,
                                        .share = job->share,
-                                       .prefix_fingerprint = prefix};
+                                       .prefix_fingerprint = prefix,
+                                       .parquet_row_groups = ps.row_groups,
+                                       .parquet_row_groups_skipped = ps.row_groups_skipped,
+                                       .parquet_rows_skipped = ps.rows_skipped};
     sl_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);

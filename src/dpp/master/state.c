@@ -173,6 +173,9 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     jb->plan_fp = spec->plan_fingerprint;
     jb->share = spec->share;
     jb->prefix_fp = spec->prefix_fingerprint;
+    jb->pq_row_groups = spec->parquet_row_groups;
+    jb->pq_groups_skipped = spec->parquet_row_groups_skipped;
+    jb->pq_rows_skipped = spec->parquet_rows_skipped;
     jb->fingerprint = spec->kafka_chunk > 0 ? 0 : m_fingerprint(l);
     jb->epoch = rec->start_epoch;
     bool finished = jb->epoch >= jb->epochs;
@@ -383,6 +386,9 @@ sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_
         .plan_fingerprint = jb->plan_fp,
         .share = jb->share,
         .prefix_fingerprint = jb->prefix_fp,
+        .parquet_row_groups = jb->pq_row_groups,
+        .parquet_row_groups_skipped = jb->pq_groups_skipped,
+        .parquet_rows_skipped = jb->pq_rows_skipped,
         .failed = jb->failed,
         .failure_split = jb->fail_split,
         .failure_epoch = jb->fail_epoch,

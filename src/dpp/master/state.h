@@ -180,6 +180,9 @@ typedef struct sl_master_state_job_spec {
     /* The autocache (docs/DESIGN.md "Autocache"): the key of the job's
      * cache files (sl_pipeline_prefix_fingerprint; 0: not cacheable). */
     uint64_t prefix_fingerprint;
+    /* A Parquet job: its dataset's row groups, and those (and their rows)
+     * ruled out by their statistics when it was cut (never read). */
+    uint64_t parquet_row_groups, parquet_row_groups_skipped, parquet_rows_skipped;
 } sl_master_state_job_spec_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
@@ -257,6 +260,8 @@ typedef struct sl_master_state_job_status {
     uint64_t plan_fingerprint;                  /* as in the spec */
     bool share;
     uint64_t prefix_fingerprint; /* as in the spec */
+    /* as in the spec (0 but for a Parquet job) */
+    uint64_t parquet_row_groups, parquet_row_groups_skipped, parquet_rows_skipped;
 } sl_master_state_job_status_t;
 
 sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,

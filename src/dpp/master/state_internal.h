@@ -124,7 +124,8 @@ typedef struct job {
     uint64_t plan_fp;          /* the plan's fingerprint (shared passes); 0: none */
     bool share;                /* the spec's "share" */
     uint64_t prefix_fp;        /* the autocache's key; 0: not cacheable */
-    bool failed;               /* JobFailed: terminal, see state_failure.c */
+    uint64_t pq_row_groups, pq_groups_skipped, pq_rows_skipped; /* a Parquet job's plan */
+    bool failed; /* JobFailed: terminal, see state_failure.c */
     uint32_t fail_split, fail_epoch;
     int32_t fail_stripe, fail_code;
     char *fail_file, *fail_message; /* when failed */

@@ -195,6 +195,9 @@ sl_err_t m_spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_s
     p->spec.plan_fingerprint = in->plan_fingerprint;
     p->spec.share = in->share;
     p->spec.prefix_fingerprint = in->prefix_fingerprint;
+    p->spec.parquet_row_groups = in->parquet_row_groups;
+    p->spec.parquet_row_groups_skipped = in->parquet_row_groups_skipped;
+    p->spec.parquet_rows_skipped = in->parquet_rows_skipped;
     if (in->job_id == NULL || (in->splits == NULL && in->num_splits > 0))
         return sl_error_set(err, SL_ERR_INVALID, "job spec without id or splits");
     if (in->num_splits > m->opts.max_splits)

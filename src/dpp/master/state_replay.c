@@ -452,6 +452,9 @@ static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_
         spec[k].plan_fingerprint = jb->plan_fp;
         spec[k].share = jb->share;
         spec[k].prefix_fingerprint = jb->prefix_fp;
+        spec[k].parquet_row_groups = jb->pq_row_groups;
+        spec[k].parquet_row_groups_skipped = jb->pq_groups_skipped;
+        spec[k].parquet_rows_skipped = jb->pq_rows_skipped;
         sj[k].skipped_splits = jb->skipped_splits;
         sj[k].skipped_rows = jb->skipped_rows;
         if ((rc = m_attr_pb_build(m, jb, &sj[k], &ap[k], err)) != SL_OK) goto out;
