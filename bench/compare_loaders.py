@@ -28,8 +28,14 @@ so that one peer's threads, caches and daemons never run during another's):
   sluice-alt   added by --alt-sluice / --alt-worker-args: the sluice peer
                with another program or worker arguments, for before/after
                pairs in one run (its ratio is to the sluice peer)
+  sluice-parquet  the sluice peer's worker reading the Parquet + zstd
+               files the ray peer reads, in place (source.parquet, the
+               columns mapped label, I1..I13 dense, C1..C26 sparse);
+               not in the default --peers (bench/ray_parquet.py runs it
+               against ray, --reference sluice-parquet)
 
-tf-* need tensorflow, ray needs ray and pyarrow: a peer whose package is
+tf-* need tensorflow, ray needs ray and pyarrow, sluice-parquet pyarrow (to
+write the files): a peer whose package is
 missing is skipped with a message. ops/bench-venv builds an environment with
 all of them:  "$(ops/bench-venv)/bin/python" bench/compare_loaders.py ...
 
@@ -122,7 +128,11 @@ PEERS = [
     ("ray", "Ray Data on Parquet + zstd, map_batches", ["ray", "pyarrow"]),
     ("numpy", "in-memory numpy arrays, 1 core", []),
     ("sluice-alt", "sluice worker (%d threads), --alt-sluice / --alt-worker-args", []),
+    ("sluice-parquet", "sluice worker (%d threads) on Parquet + zstd in place + Python client",
+     ["pyarrow"]),
 ]
+# sluice-parquet's column mapping (docs/PARQUET.md): the files write_shard writes
+PARQUET_COLUMNS = {"labels": ["label"], "dense": DENSE, "sparse": SPARSE, "infer": False}
 
 # ---- sigrid_hash: XXH3_64bits_withSeed of an 8-byte id ----------------------------------
 # XXH3_len_4to8_64b of the frozen XXH3 spec, as sluice's transform_sparse.c
@@ -406,7 +416,9 @@ FORMATS = ["parquet", "tfrecord", "tsv"]
 
 
 def shard_paths(data, fmt, workers):
-    return [os.path.join(data, "part-%d.%s" % (w, fmt)) for w in range(workers)]
+    # The Parquet files in a folder of their own: sluice-parquet's dataset.
+    d = os.path.join(data, "parquet") if fmt == "parquet" else data
+    return [os.path.join(d, "part-%d.%s" % (w, fmt)) for w in range(workers)]
 
 
 def shard_rows(data, shard, workers):
@@ -441,6 +453,7 @@ def write_shard(fmt, data, shard, workers):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         cols = {"label": pa.array(labels)}
         for j, k in enumerate(DENSE):
             cols[k] = pa.array(dense[:, j], mask=np.isnan(dense[:, j]))
@@ -613,8 +626,11 @@ def peer_sluice(a):
                            "salt": SALT})
     if a.shape == "movielens":
         transforms = ml_transforms()
-    spec = {"id": a.shape + "-bench", "source": {"table": os.path.join(a.data, "table")},
-            "transforms": transforms, "batch": {"size": a.batch}}
+    source = {"table": os.path.join(a.data, "table")}
+    if a.peer == "sluice-parquet":
+        source = {"parquet": os.path.join(a.data, "parquet"), "columns": PARQUET_COLUMNS}
+    spec = {"id": a.shape + "-bench", "source": source, "transforms": transforms,
+            "batch": {"size": a.batch}}
     tmp = tempfile.mkdtemp(prefix="job-", dir=a.data)
 
     alt = a.peer == "sluice-alt"
@@ -773,7 +789,8 @@ def peer_ray(a):
     return epoch, ray.shutdown
 
 
-PEER_SETUP = {"sluice": peer_sluice, "sluice-alt": peer_sluice, "dataloader": peer_dataloader,
+PEER_SETUP = {"sluice": peer_sluice, "sluice-alt": peer_sluice, "sluice-parquet": peer_sluice,
+              "dataloader": peer_dataloader,
               "numpy": peer_numpy,
               "tf-tsv": lambda a: peer_tf(a, "tsv"), "tf-tfrecord": lambda a: peer_tf(a, "tfrecord"),
               "ray": peer_ray}
@@ -869,7 +886,8 @@ def prepare(a, peers):
     for name, arr in (("dense", dense), ("labels", labels), ("sparse", sparse)):
         np.save(os.path.join(a.data, name + ".npy"), arr)
     sizes = {"sluice table": du(table), "in-memory arrays": dense.nbytes + labels.nbytes + sparse.nbytes}
-    need = {"dataloader": "tsv", "tf-tsv": "tsv", "tf-tfrecord": "tfrecord", "ray": "parquet"}
+    need = {"dataloader": "tsv", "tf-tsv": "tsv", "tf-tfrecord": "tfrecord", "ray": "parquet",
+            "sluice-parquet": "parquet"}
     fmts = sorted({need[p] for p in peers if p in need})
     failures = []
 
@@ -935,8 +953,12 @@ def main():
     ap.add_argument("--copies", type=int, default=10, help="movielens: copies of the real rows")
     ap.add_argument("--ratings", default=ML_RATINGS, help="movielens: the ratings.csv")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--peers", default=",".join(p[0] for p in PEERS if p[0] != "sluice-alt"),
+    ap.add_argument("--peers", default=",".join(p[0] for p in PEERS
+                                                if p[0] not in ("sluice-alt", "sluice-parquet")),
                     help="comma-separated, from: " + ", ".join(p[0] for p in PEERS))
+    ap.add_argument("--reference", default="sluice", choices=["sluice", "sluice-parquet"],
+                    help="the peer whose digest the others must match and to which the ratios "
+                         "are (sluice-parquet: sluice on the Parquet files, bench/ray_parquet.py)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for one child process")
     # Internal: what a child process does.
     ap.add_argument("--data", help=argparse.SUPPRESS)
@@ -956,12 +978,15 @@ def main():
     if (a.alt_sluice or a.alt_worker_args) and "sluice-alt" not in wanted:
         wanted.insert(1, "sluice-alt")
     bad = [p for p in wanted if p not in names]
-    if bad or "sluice" not in wanted:
-        raise SystemExit("--peers: %s (from %s; sluice is the reference and must be in it)"
-                         % ("unknown " + ", ".join(bad) if bad else "no sluice", ", ".join(names)))
+    if bad or a.reference not in wanted:
+        raise SystemExit("--peers: %s (from %s; %s is the reference and must be in it)"
+                         % ("unknown " + ", ".join(bad) if bad else "no " + a.reference,
+                            ", ".join(names), a.reference))
     if torch is None:
         raise SystemExit("compare_loaders needs torch: %s cannot import it" % sys.executable)
     if a.shape == "movielens":
+        if a.reference != "sluice":
+            raise SystemExit("--shape movielens: the reference is the sluice peer")
         if a.copies < 1 or not os.path.exists(a.ratings):
             raise SystemExit("--shape movielens needs --copies >= 1 and the ratings file %s"
                              % a.ratings)
@@ -1003,8 +1028,8 @@ def main():
             got = {}
             for name in order:
                 got[name] = run_round(a, name)
-            ref = ref or got["sluice"]["digest"]
-            s = got["sluice"]
+            ref = ref or got[a.reference]["digest"]
+            s = got[a.reference]
             for name in order:
                 r = got[name]
                 bad = digest_mismatch(ref, r["digest"])
@@ -1020,8 +1045,9 @@ def main():
                                                                      r["us_own"])
                          if name.startswith("sluice") else "")
                 print("  %-12s %10.0f samples/s %7.3f CPU-us/sample%s (%.2f cores; others %.2f)"
-                      "   sluice x%.2f by samples/s, x%.2f by CPU; %.0f page faults; digest %s" % (
+                      "   %s x%.2f by samples/s, x%.2f by CPU; %.0f page faults; digest %s" % (
                           name, r["sps"], r["us"], split, r["cpu"] / r["secs"], r["others"],
+                          a.reference,
                           r["x_sps"], r["x_cpu"], r["minflt"], r["digest"]["row_hash"]))
         print("verified: %d peers handed the trainer identical tensors in every round (digest %s)"
               % (len(peers), ref["row_hash"]))
@@ -1034,8 +1060,8 @@ def main():
                  min(others), max(others)))
         print("%d rows, batch %d; median (min–max) of %d interleaved rounds:\n" % (
             a.rows, a.batch, a.rounds))
-        print("| loader | samples/s | CPU-µs per sample | sluice's ratio, samples/s | "
-              "sluice's ratio, CPU per sample |")
+        print("| loader | samples/s | CPU-µs per sample | %s's ratio, samples/s | "
+              "%s's ratio, CPU per sample |" % (a.reference, a.reference))
         print("| --- | --- | --- | --- | --- |")
         for name in peers:
             rs = res[name]
@@ -1044,21 +1070,28 @@ def main():
             print("| %s | %s | %s | %s | %s |" % (
                 desc[name], x("sps", lambda v: "{:,.0f}".format(v)),
                 x("us", lambda v: "%.3f" % v),
-                "1" if name == "sluice" else x("x_sps", ratio),
-                "1" if name == "sluice" else x("x_cpu", ratio)))
+                "1" if name == a.reference else x("x_sps", ratio),
+                "1" if name == a.reference else x("x_cpu", ratio)))
         limit = memcpy_limit_ns(a.rows, a.tensor_bytes)
-        su = statistics.median(r["us"] for r in res["sluice"])
-        sw = statistics.median(r["us"] - r["us_own"] for r in res["sluice"])
+        su = statistics.median(r["us"] for r in res[a.reference])
+        sw = statistics.median(r["us"] - r["us_own"] for r in res[a.reference])
         print("\nlimit: a memcpy of the %.0f bytes of one sample's tensors takes %.1f ns here; "
-              "sluice %.0f ns per sample (%.1fx the limit; its worker process %.0f ns, %.1fx)"
-              % (a.tensor_bytes, limit, su * 1e3, su * 1e3 / limit, sw * 1e3, sw * 1e3 / limit))
-        if "numpy" in res:
+              "%s %.0f ns per sample (%.1fx the limit; its worker process %.0f ns, %.1fx)"
+              % (a.tensor_bytes, limit, a.reference, su * 1e3, su * 1e3 / limit, sw * 1e3,
+                 sw * 1e3 / limit))
+        if "numpy" in res and a.reference == "sluice":
             xs = sorted(r["x_cpu"] for r in res["numpy"])
             med = statistics.median(xs)
             print("target (issue 15): sluice >= 1.5x the in-memory numpy path by CPU per sample: "
                   "%s (median %.2fx, rounds %.2fx-%.2fx)"
                   % ("met" if med >= 1.5 else "not met", med, xs[0], xs[-1]))
-        for name in [n for n in ("sluice", "sluice-alt") if n in res]:
+        if "ray" in res and a.reference == "sluice-parquet":
+            xs = sorted(r["x_sps"] for r in res["ray"])
+            med = statistics.median(xs)
+            print("target (issue 22): sluice on the Parquet files >= 15x Ray Data on the same "
+                  "files by samples/s: %s (median %.2fx, rounds %.2fx-%.2fx)"
+                  % ("met" if med >= 15 else "not met", med, xs[0], xs[-1]))
+        for name in [n for n in ("sluice", "sluice-alt", "sluice-parquet") if n in res]:
             rs = res[name]
             line = "%s: %s CPU-us per sample (worker %s), %s minor page faults per epoch" % (
                 name, fmt_range([r["us"] for r in rs], lambda v: "%.3f" % v),
