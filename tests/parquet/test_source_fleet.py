@@ -1,12 +1,14 @@
 """A Parquet job under a DPP master (docs/PARQUET.md, "As a job source"):
 the row groups ruled out by statistics counted in the job's JSON (`GET
 /jobs/{id}`, `sluice jobs show`) and in the master's metrics, and kept
-through a master restart; exactly once per epoch through kill -9 of the
-master (restarted on its state) and of a worker, over two epochs."""
+through a master restart (and, standalone, in the worker's own `/metrics`
+and `/status`); exactly once per epoch through kill -9 of the master
+(restarted on its state) and of a worker, over two epochs."""
 import json
-import os
+import re
 import signal
 import subprocess
+import time
 import urllib.request
 
 import pyarrow as pa
@@ -119,6 +121,54 @@ def test_statistics_skipped_row_groups_in_job_json_and_metrics(tmp_path):
         assert ids == list(range(600, 1100))
     finally:
         f.close()
+
+
+def test_standalone_worker_admin_counts_statistics_skipping(tmp_path):
+    """The same file and range read by a standalone worker (`sluice worker
+    --job --admin`): its /metrics and /status say 5 of 8 row groups and
+    1250 rows skipped, and the rows in range arrive."""
+    t = sample_table(2000)
+    path = tmp_path / "in.parquet"
+    pq.write_table(t, path, row_group_size=250, compression="zstd")
+    lo, hi = 1_700_000_000 + 600, 1_700_000_000 + 1099
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps({"id": "pq", "source": {"parquet": str(path), "columns": MAPPING},
+                                "filters": [{"op": "timestamp_range", "min": lo, "max": hi}],
+                                "batch": {"size": 100}}))
+    log = tmp_path / "w.log"
+    w = subprocess.Popen([SLUICE, "worker", "--job", str(spec), "--listen", "127.0.0.1:0",
+                          "--admin", "127.0.0.1:0", "--exit-when-done", "--threads", "1"],
+                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        addrs = {}
+        deadline = time.time() + 30 * SCALE
+        while len(addrs) < 2 and time.time() < deadline and w.poll() is None:
+            text = log.read_text()
+            for key, pat in (("data", r"^listening on (\S+)"), ("admin", r"^admin on (\S+)")):
+                m = re.search(pat, text, re.M)
+                if m:
+                    addrs[key] = m.group(1)
+            time.sleep(0.02)
+        assert len(addrs) == 2, log.read_text()
+        with urllib.request.urlopen(f"http://{addrs['admin']}/metrics", timeout=10 * SCALE) as r:
+            metrics = r.read().decode()
+        assert 'sluice_worker_parquet_row_groups_skipped{job="pq"} 5\n' in metrics, metrics
+        assert 'sluice_worker_parquet_rows_skipped{job="pq"} 1250\n' in metrics, metrics
+        with urllib.request.urlopen(f"http://{addrs['admin']}/status", timeout=10 * SCALE) as r:
+            status = json.loads(r.read())
+        assert status["parquet"] == {"row_groups": 8, "row_groups_skipped": 5,
+                                     "rows_skipped": 1250}, status
+        r = subprocess.run([SLUICE, "read", "--worker", addrs["data"], "--json", "--quiet",
+                            "--timeout", str(int(30000 * SCALE))],
+                           capture_output=True, text=True, timeout=60 * SCALE)
+        assert r.returncode == 0, r.stderr
+        ids = sorted(i for line in r.stdout.splitlines() for i in json.loads(line)["sample_ids"])
+        assert ids == list(range(600, 1100))
+        assert w.wait(timeout=30 * SCALE) == 0, log.read_text()
+    finally:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
 
 
 def test_master_and_worker_kill9_exactly_once_per_epoch(tmp_path):

@@ -74,6 +74,14 @@ static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t
             "Bad Kafka records the dead-letter topic did not take: not produced (a full local "
             "queue, a fatal producer error) or not delivered.",
             (double)st.records_dead_letter_failed);
+    /* a standalone worker's Parquet job: the row groups its plan left out
+     * (under a master, the master's sluice_master_parquet_* say it) */
+    gauge(pp, jl, "sluice_worker_parquet_row_groups_skipped",
+          "Row groups of a standalone worker's Parquet job ruled out by their min/max "
+          "statistics (never read).",
+          (double)st.pq_row_groups_skipped);
+    gauge(pp, jl, "sluice_worker_parquet_rows_skipped", "The rows of those row groups.",
+          (double)st.pq_rows_skipped);
     /* a Prometheus histogram: cumulative buckets, sum and count */
     sl_prom_family(pp, "sluice_worker_kafka_record_age_seconds", "histogram",
                    "Age of each Kafka record (now minus its CreateTime) when the worker "
@@ -256,6 +264,11 @@ char *sl_worker_admin_status_json(sl_worker_t *w, sl_worker_lease_client_t *ms)
             json_pack("{s:I, s:I, s:I, s:I}", "records", (json_int_t)st.records_read, "bad_records",
                       (json_int_t)st.records_bad, "pauses", (json_int_t)st.kafka_pauses,
                       "handed_back", (json_int_t)st.kafka_handed_back));
+    if (o && st.pq_row_groups)
+        json_object_set_new(o, "parquet",
+                            json_pack("{s:I, s:I, s:I}", "row_groups", (json_int_t)st.pq_row_groups,
+                                      "row_groups_skipped", (json_int_t)st.pq_row_groups_skipped,
+                                      "rows_skipped", (json_int_t)st.pq_rows_skipped));
     if (o && ms) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(ms, &m);
