@@ -182,8 +182,8 @@ char *sl_master_metrics_text(sl_master_t *m)
         FINISHED,
         SKIPPED,
         SKIPPED_ROWS,
-        PQ_GROUPS_SKIPPED,
-        PQ_ROWS_SKIPPED,
+        PQ_SKIPPED,
+        PQ_ROWS,
         SHARES_WITH,
         SHARED_BATCHES,
         SHARED_BYTES,
@@ -237,29 +237,11 @@ char *sl_master_metrics_text(sl_master_t *m)
          "cache file)."},
         {"sluice_master_autocache_files_written", "gauge", "Cache files the job's workers wrote."},
     };
-    static const int fam_first[] = {SPLITS_PENDING,
-                                    COMMITTED_ROWS,
-                                    SAMPLES,
-                                    WAIT,
-                                    BUSY,
-                                    QUEUED,
-                                    WORKER_MEMORY,
-                                    DESIRED,
-                                    GRANTED,
-                                    FAILED,
-                                    FINISHED,
-                                    SKIPPED,
-                                    SKIPPED_ROWS,
-                                    PQ_GROUPS_SKIPPED,
-                                    PQ_ROWS_SKIPPED,
-                                    SHARES_WITH,
-                                    SHARED_BATCHES,
-                                    SHARED_BYTES,
-                                    SHARED_CPU,
-                                    AC_STATE,
-                                    AC_SAMPLES,
-                                    AC_FALLBACKS,
-                                    AC_WRITTEN};
+    static const int fam_first[] = {
+        SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,    WAIT,         BUSY,           QUEUED,
+        WORKER_MEMORY,  DESIRED,        GRANTED,    FAILED,       FINISHED,       SKIPPED,
+        SKIPPED_ROWS,   PQ_SKIPPED,     PQ_ROWS,    SHARES_WITH,  SHARED_BATCHES, SHARED_BYTES,
+        SHARED_CPU,     AC_STATE,       AC_SAMPLES, AC_FALLBACKS, AC_WRITTEN};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);
@@ -286,8 +268,8 @@ char *sl_master_metrics_text(sl_master_t *m)
         f[FINISHED] = st.finished ? 1 : 0;
         f[SKIPPED] = (double)st.skipped_splits;
         f[SKIPPED_ROWS] = (double)st.skipped_rows;
-        f[PQ_GROUPS_SKIPPED] = (double)st.parquet_row_groups_skipped;
-        f[PQ_ROWS_SKIPPED] = (double)st.parquet_rows_skipped;
+        f[PQ_SKIPPED] = (double)st.parquet_row_groups_skipped;
+        f[PQ_ROWS] = (double)st.parquet_rows_skipped;
         f[SHARES_WITH] = mp_fp_peers_locked(m, j->id);
         for (uint32_t w = 0; w < m->nworkers; w++)
             if (m->workers[w].conn >= 0 && strcmp(m->workers[w].job, j->id) == 0) {

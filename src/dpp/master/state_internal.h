@@ -124,12 +124,13 @@ typedef struct job {
     uint64_t plan_fp;          /* the plan's fingerprint (shared passes); 0: none */
     bool share;                /* the spec's "share" */
     uint64_t prefix_fp;        /* the autocache's key; 0: not cacheable */
-    uint64_t pq_row_groups, pq_groups_skipped, pq_rows_skipped; /* a Parquet job's plan */
-    bool failed; /* JobFailed: terminal, see state_failure.c */
+    bool failed;               /* JobFailed: terminal, see state_failure.c */
     uint32_t fail_split, fail_epoch;
     int32_t fail_stripe, fail_code;
     char *fail_file, *fail_message; /* when failed */
     uint64_t skipped_splits, skipped_rows;
+    /* a Parquet job: its row groups, and those (and their rows) statistics ruled out */
+    uint64_t pq_row_groups, pq_groups_skipped, pq_rows_skipped;
     /* The sum of st[i].failures over every split, kept as they change
      * (job_status is called per ATTACH and per round: a sum over 1M
      * splits there was a hot spot); replay and snapshots rebuild it. */
