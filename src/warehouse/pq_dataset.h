@@ -99,4 +99,18 @@ void sl_wh_pqds_reader_destroy(sl_wh_pqds_reader_t *r);
 sl_err_t sl_wh_pqds_read(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64_t from,
                          uint64_t to, sl_wh_pqds_row_fn fn, void *ctx, sl_error_t *err);
 
+/* Stripes of rows [from, to) of split sp in column form: rows [first,
+ * end) of the split (stripe_rows each, the last one shorter), projected
+ * as the reader's features in their order (dense ones in batch.dense,
+ * the others in batch.sparse), sorted stably by session id within the
+ * stripe, sample, session and timestamp columns set, record times -1.
+ * The same values as sl_wh_pqds_read's rows, converted a column at a
+ * time (docs/PARQUET.md, "Columnar conversion"). rows is borrowed for the
+ * call; a non-OK return stops the read with it. */
+typedef sl_err_t (*sl_wh_pqds_stripe_fn)(void *ctx, const sl_wh_rows_t *rows, uint64_t first,
+                                         uint64_t end, sl_error_t *err);
+sl_err_t sl_wh_pqds_read_stripes(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64_t from,
+                                 uint64_t to, uint32_t stripe_rows, sl_wh_pqds_stripe_fn fn,
+                                 void *ctx, sl_error_t *err);
+
 #endif

@@ -1,0 +1,319 @@
+/* The columnar conversion of Parquet rows (warehouse/pq_internal.h,
+ * docs/PARQUET.md "Columnar conversion") held to the row path it
+ * replaced, value by value and bit for bit, over the fixture
+ * pyarrow-mapped-zstd.parquet (300 rows in row groups of 128, 128, 44;
+ * every conversion of the mapping, nulls, sessions out of order, a row
+ * whose weights do not match its ids at index 77, a negative id at 130):
+ *  - the worker's stripes (sl_wh_pqds_read_stripes) against the rows of
+ *    sl_wh_pqds_read gathered by the Kafka row builder, as the Parquet
+ *    source did before, for todo ranges across row groups, stripe sizes
+ *    and projections; a refused row fails both with the same message;
+ *  - `table import --format parquet` (sl_wh_import) against the rows of
+ *    the row path (imp_pq_read_slots): the same rows written, the same
+ *    bad row skipped with the same message. */
+#include <criterion/criterion.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kafka/record_decode.h"
+#include "testutil.h"
+#include "warehouse/import.h"
+#include "warehouse/import_internal.h"
+#include "warehouse/pq_dataset.h"
+
+static char fixture[4096];
+static char *dir;
+
+static void setup(void)
+{
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    snprintf(fixture, sizeof fixture, "%s/tests/data/parquet/pyarrow-mapped-zstd.parquet",
+             root ? root : "..");
+    dir = tu_mkdtemp("pq_columns");
+}
+
+static void teardown(void)
+{
+    tu_rm_tree(dir);
+    free(dir);
+}
+
+TestSuite(pq_columns, .init = setup, .fini = teardown);
+
+/* Every conversion: ids, two labels, dense of each numeric type, sparse
+ * from a list, a scalar, hashed strings and lists of strings, weighted
+ * from a list of structs and from two parallel lists. */
+static const char *FULL =
+    "{\"sample_id\": \"sample_id\", \"session_id\": \"session_id\", \"timestamp\": \"ts\","
+    " \"labels\": [\"label\", \"like\"], \"dense\": [\"f32\", \"f64\", \"i64\", \"flag\"],"
+    " \"sparse\": [\"item_ids\", \"one_id\","
+    "   {\"column\": \"country\", \"name\": \"country_h\", \"hash\": {\"seed\": 7}},"
+    "   {\"column\": \"words\", \"name\": \"words_h\", \"hash\": {\"seed\": 3}}],"
+    " \"weighted\": [{\"column\": \"tags\"},"
+    "   {\"name\": \"cats\", \"ids\": \"cat_ids\", \"weights\": \"cat_w\"}],"
+    " \"infer\": false}";
+/* No sample or session id (numbered rows, file order), a negative id. */
+static const char *NEG = "{\"labels\": [\"label\"], \"dense\": [\"f64\"],"
+                         " \"sparse\": [\"neg_ids\"], \"infer\": false}";
+
+static sl_wh_colmap_t *mapping(const char *text)
+{
+    json_error_t jerr;
+    json_t *j = json_loads(text, 0, &jerr);
+    cr_assert_not_null(j, "%s", jerr.text);
+    sl_wh_colmap_t *m = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_colmap_parse(j, NULL, NULL, NULL, NULL, &m, &err), SL_OK, "%s", err.msg);
+    json_decref(j);
+    return m;
+}
+
+/* ---- a stripe, copied ---- */
+
+typedef struct stripe {
+    uint64_t first, end;
+    uint32_t n, D, T, K;
+    int64_t *sid, *ses, *ts, *cms;
+    float *dense, *labels;
+    char **dnames, **lnames, **keys;
+    int32_t *lens;
+    uint64_t nv;
+    int64_t *values;
+    float *weights; /* NULL: unweighted */
+} stripe_t;
+
+typedef struct stripes {
+    stripe_t s[512];
+    uint32_t n;
+    uint32_t at; /* the next one to compare */
+} stripes_t;
+
+static void *dup_mem(const void *p, size_t len)
+{
+    void *d = malloc(len + 1);
+    cr_assert_not_null(d);
+    if (len) memcpy(d, p, len);
+    return d;
+}
+
+static char **dup_names(const char *const *names, uint32_t n)
+{
+    char **d = calloc(n + 1, sizeof *d);
+    for (uint32_t i = 0; names != NULL && i < n; i++)
+        d[i] = strdup(names[i]);
+    return d;
+}
+
+static void copy_stripe(stripe_t *s, const sl_wh_rows_t *r, uint64_t first, uint64_t end)
+{
+    const sl_batch_t *b = &r->batch;
+    uint32_t n = b->batch_size;
+    s->first = first;
+    s->end = end;
+    s->n = n;
+    s->D = b->dense.cols;
+    s->T = b->labels.cols;
+    s->K = b->sparse.num_keys;
+    s->sid = dup_mem(b->sample_ids, (size_t)n * 8);
+    s->ses = dup_mem(r->session_ids, (size_t)n * 8);
+    s->ts = dup_mem(r->timestamps, (size_t)n * 8);
+    s->cms = dup_mem(b->record_ms, (size_t)n * 8);
+    s->dense = dup_mem(b->dense.data, (size_t)n * s->D * 4);
+    s->labels = dup_mem(b->labels.data, (size_t)n * s->T * 4);
+    s->dnames = dup_names(b->dense.names, s->D);
+    s->lnames = dup_names(b->labels.names, s->T);
+    s->keys = dup_names(b->sparse.keys, s->K);
+    s->lens = dup_mem(b->sparse.lengths, (size_t)n * s->K * 4);
+    s->nv = b->sparse.num_values;
+    s->values = dup_mem(b->sparse.values, (size_t)s->nv * 8);
+    s->weights = b->sparse.weights ? dup_mem(b->sparse.weights, (size_t)s->nv * 4) : NULL;
+}
+
+static void free_names(char **names, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static void free_stripes(stripes_t *st)
+{
+    for (uint32_t i = 0; i < st->n; i++) {
+        stripe_t *s = &st->s[i];
+        free(s->sid);
+        free(s->ses);
+        free(s->ts);
+        free(s->cms);
+        free(s->dense);
+        free(s->labels);
+        free_names(s->dnames, s->D);
+        free_names(s->lnames, s->T);
+        free_names(s->keys, s->K);
+        free(s->lens);
+        free(s->values);
+        free(s->weights);
+    }
+    st->n = st->at = 0;
+}
+
+/* Bit for bit: a NaN is the same NaN, -0 is not 0. */
+static void same_bits(const void *a, const void *b, size_t len, const char *what, uint32_t stripe)
+{
+    cr_assert(len == 0 || memcmp(a, b, len) == 0, "stripe %u: %s differ", stripe, what);
+}
+
+static void compare(const stripe_t *w, const stripe_t *g, uint32_t i)
+{
+    cr_assert_eq(g->first, w->first, "stripe %u first", i);
+    cr_assert_eq(g->end, w->end, "stripe %u end", i);
+    cr_assert_eq(g->n, w->n, "stripe %u rows", i);
+    cr_assert_eq(g->D, w->D);
+    cr_assert_eq(g->T, w->T);
+    cr_assert_eq(g->K, w->K);
+    for (uint32_t d = 0; d < w->D; d++)
+        cr_assert_str_eq(g->dnames[d], w->dnames[d]);
+    for (uint32_t t = 0; t < w->T; t++)
+        cr_assert_str_eq(g->lnames[t], w->lnames[t]);
+    for (uint32_t k = 0; k < w->K; k++)
+        cr_assert_str_eq(g->keys[k], w->keys[k]);
+    for (uint32_t r = 0; r < w->n; r++) {
+        cr_assert_eq(g->sid[r], w->sid[r], "stripe %u row %u sample id", i, r);
+        cr_assert_eq(g->ses[r], w->ses[r], "stripe %u row %u session", i, r);
+        cr_assert_eq(g->ts[r], w->ts[r], "stripe %u row %u timestamp", i, r);
+        cr_assert_eq(g->cms[r], w->cms[r], "stripe %u row %u record time", i, r);
+    }
+    same_bits(g->dense, w->dense, (size_t)w->n * w->D * 4, "dense values", i);
+    same_bits(g->labels, w->labels, (size_t)w->n * w->T * 4, "labels", i);
+    same_bits(g->lens, w->lens, (size_t)w->n * w->K * 4, "lengths", i);
+    cr_assert_eq(g->nv, w->nv, "stripe %u values", i);
+    same_bits(g->values, w->values, (size_t)w->nv * 8, "ids", i);
+    cr_assert_eq(g->weights == NULL, w->weights == NULL, "stripe %u weights", i);
+    if (w->weights) same_bits(g->weights, w->weights, (size_t)w->nv * 4, "weights", i);
+}
+
+/* ---- the row path, gathered as the Parquet source did before ---- */
+
+typedef struct old_pass {
+    sl_kafka_rows_t *rows;
+    stripes_t *out;
+    uint32_t batch;
+    uint64_t first;
+} old_pass_t;
+
+static sl_err_t old_flush(old_pass_t *p, uint64_t end, sl_error_t *err)
+{
+    sl_kafka_stripe_t st;
+    sl_err_t rc = sl_kafka_rows_take(p->rows, &st, err);
+    if (rc != SL_OK) return rc;
+    cr_assert_lt(p->out->n, 512);
+    copy_stripe(&p->out->s[p->out->n++], &st.rows, p->first, end);
+    p->first = end;
+    return SL_OK;
+}
+
+static sl_err_t old_row(void *ctx, uint64_t row, const sl_wh_row_t *r, sl_error_t *err)
+{
+    old_pass_t *p = ctx;
+    sl_err_t rc = sl_kafka_rows_add_row(p->rows, r, (int64_t)row, -1, err);
+    if (rc == SL_OK && sl_kafka_rows_count(p->rows) >= p->batch) rc = old_flush(p, row + 1, err);
+    return rc;
+}
+
+static sl_err_t new_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, uint64_t end,
+                           sl_error_t *err)
+{
+    (void)err;
+    stripes_t *st = ctx;
+    cr_assert_lt(st->n, 512);
+    copy_stripe(&st->s[st->n++], rows, first, end);
+    return SL_OK;
+}
+
+/* One todo range [from, to) of the whole-file split with stripes of
+ * batch rows, both ways: the same stripes, or the same error. */
+static void both_ways(sl_wh_pqds_t *ds, const sl_wh_split_t *sp, const char *const *features,
+                      uint32_t nf, uint64_t from, uint64_t to, uint32_t batch)
+{
+    sl_wh_pqds_reader_t *r = NULL;
+    sl_error_t err = {0}, err2 = {0};
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, features, nf, &r, &err), SL_OK, "%s", err.msg);
+    static stripes_t want, got;
+    old_pass_t p = {.out = &want, .batch = batch, .first = from};
+    cr_assert_eq(
+        sl_kafka_rows_new(sl_wh_pqds_mapping(ds)->schema, features, nf, NULL, &p.rows, &err), SL_OK,
+        "%s", err.msg);
+    sl_err_t rc1 = sl_wh_pqds_read(r, sp, from, to, old_row, &p, &err);
+    if (rc1 == SL_OK && p.first < to) rc1 = old_flush(&p, to, &err);
+    sl_err_t rc2 = sl_wh_pqds_read_stripes(r, sp, from, to, batch, new_stripe, &got, &err2);
+    cr_assert_eq(rc2, rc1, "[%llu, %llu) by %u: %s / %s", (unsigned long long)from,
+                 (unsigned long long)to, batch, err.msg, err2.msg);
+    if (rc1 != SL_OK) {
+        cr_assert_str_eq(err2.msg, err.msg);
+    } else {
+        cr_assert_eq(got.n, want.n, "[%llu, %llu) by %u: stripes", (unsigned long long)from,
+                     (unsigned long long)to, batch);
+        for (uint32_t i = 0; i < want.n; i++)
+            compare(&want.s[i], &got.s[i], i);
+    }
+    free_stripes(&want);
+    free_stripes(&got);
+    sl_kafka_rows_destroy(p.rows);
+    sl_wh_pqds_reader_destroy(r);
+}
+
+static sl_wh_pqds_t *open_mapped(const char *text, sl_wh_splits_t **sp)
+{
+    sl_wh_colmap_t *m = mapping(text);
+    sl_wh_pqds_t *ds = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_pqds_open(fixture, m, NULL, NULL, NULL, NULL, &ds, &err), SL_OK, "%s",
+                 err.msg);
+    sl_wh_colmap_destroy(m);
+    cr_assert_eq(sl_wh_pqds_plan(ds, 1000, NULL, 0, sp, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq((*sp)->count, 1);
+    cr_assert_eq((*sp)->items[0].num_rows, 300);
+    return ds;
+}
+
+Test(pq_columns, worker_stripes_equal_row_path)
+{
+    sl_wh_splits_t *sp = NULL;
+    sl_wh_pqds_t *ds = open_mapped(FULL, &sp);
+    const sl_wh_split_t *s = &sp->items[0];
+    static const uint64_t ranges[][2] = {{0, 77},    {78, 300},  {5, 20},  {100, 200},
+                                         {127, 129}, {256, 300}, {0, 300}, {77, 78}};
+    static const uint32_t batches[] = {1, 7, 64, 128, 4096};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
+            both_ways(ds, s, NULL, 0, ranges[i][0], ranges[i][1], batches[b]);
+    /* a projection in another order than the schema's */
+    const char *const feats[] = {"cats", "f64", "item_ids", "country_h"};
+    both_ways(ds, s, feats, 4, 78, 300, 50);
+    both_ways(ds, s, feats, 4, 0, 300, 4096); /* row 77 refused: the same message */
+    /* the message itself */
+    sl_wh_pqds_reader_t *r = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, NULL, 0, &r, &err), SL_OK, "%s", err.msg);
+    stripes_t *got = calloc(1, sizeof *got);
+    cr_assert_eq(sl_wh_pqds_read_stripes(r, s, 0, 300, 64, new_stripe, got, &err), SL_ERR_CORRUPT);
+    cr_assert_str_eq(err.msg, "pyarrow-mapped-zstd.parquet row 78: column 'cat_ids': 2 ids but 3 "
+                              "weights in 'cat_w'");
+    cr_assert_eq(got->n, 1, "the stripe of rows [0, 64) went out before row 78");
+    free_stripes(got);
+    free(got);
+    sl_wh_pqds_reader_destroy(r);
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    /* numbered rows in file order, a negative id */
+    ds = open_mapped(NEG, &sp);
+    s = &sp->items[0];
+    both_ways(ds, s, NULL, 0, 0, 130, 33);
+    both_ways(ds, s, NULL, 0, 131, 300, 4096);
+    both_ways(ds, s, NULL, 0, 100, 300, 10);
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+}
