@@ -349,6 +349,25 @@ static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap
     float *wts = k->weighted ? k->w + k->nids : NULL;
     uint64_t n = 0;
     bool ints = v->kind == SL_PQ_KIND_I64;
+    if (ints && w == NULL && is_list && u->bad == UINT32_MAX &&
+        memchr(v->valid + lo_s, 0, hi_s - lo_s) == NULL) {
+        /* The common case, a list<int> without null elements: the run's
+         * ids are one slice of the batch and its lengths the differences
+         * of the offsets (a null or empty list holds no slot). */
+        const int64_t *src = v->i64 + lo_s;
+        int64_t neg = 0;
+        for (uint32_t i = 0; i < hi_s - lo_s; i++)
+            neg |= src[i];
+        if (neg >= 0) {
+            memcpy(ids, src, (size_t)(hi_s - lo_s) * 8);
+            const uint32_t *off = v->list_off;
+            for (uint32_t r = u->r0; r < u->r1; r++)
+                len[r - u->r0] = (int32_t)(off[r + 1] - off[r]);
+            k->pending = hi_s - lo_s;
+            return SL_OK;
+        }
+        /* a negative id: the row by row loop below finds and names it */
+    }
     uint32_t stop = u->bad < u->r1 ? u->bad + 1 : u->r1; /* rows past a refused one are dropped */
     for (uint32_t r = u->r0; r < stop; r++) {
         uint32_t from, to;
