@@ -184,7 +184,7 @@ const char *imp_pq_leaf_path(const imp_pq_t *p, uint32_t column);
 sl_err_t imp_pq_row_groups(const char *input, const sl_allocator_t *a, uint32_t *groups,
                            uint64_t **rows_before, sl_error_t *err);
 
-/* One row of imp_pq_read: line counts rows of the file from 1; rc is
+/* One row of imp_pq_read_slots: line counts rows of the file from 1; rc is
  * SL_ERR_CORRUPT (perr says why) for a row the mapping cannot take. The
  * callback's return stops the read when not SL_OK. */
 typedef sl_err_t (*imp_pq_row_fn)(void *ctx, uint64_t line, sl_err_t rc, const sl_error_t *perr,

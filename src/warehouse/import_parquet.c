@@ -3,10 +3,13 @@
  * (column_map.h). The first input's footer gives the input columns (name
  * and type: a scalar, a list, or a list of struct{id, weight} whose two
  * leaves are one column); the mapping resolves against them into the
- * table's schema. Each job reads a file's row groups [begin, end), every
- * column the mapping uses streamed page by page in batches, and hands each
- * row to the import driver (import_run.c). Sample ids the file does not
- * give count rows from 1 per file, whatever row groups a job reads. */
+ * table's schema. The import driver (import_run.c) reads a job's row
+ * groups [begin, end) with the columnar conversion (import_parquet_cols.c);
+ * this file keeps the row-by-row conversion (imp_pq_read_slots: every
+ * column the mapping uses streamed page by page in batches, each row
+ * filled slot by slot), which sl_wh_pqds_read serves and the columnar
+ * path is tested against. Sample ids the file does not give count rows
+ * from 1 per file, whatever row groups a job reads. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -12,8 +12,10 @@
  *                        statistics prove that no row passes the job's
  *                        timestamp or label ranges are left out, counted
  *   sl_wh_pqds_reader_*  read rows [from, to) of a split: only the
- *                        projected columns' chunks, page by page, each row
- *                        converted through the mapping
+ *                        projected columns' chunks, page by page, as
+ *                        stripes converted a column at a time
+ *                        (sl_wh_pqds_read_stripes, the worker's) or as
+ *                        rows converted one at a time (sl_wh_pqds_read)
  *
  * A split (sl_wh_split_t) names its file relative to the dataset (path),
  * its Hive partition, the row groups [stripe_begin, stripe_end) and the
