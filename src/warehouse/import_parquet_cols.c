@@ -224,7 +224,7 @@ static bool reserve_rows(imp_pqc_t *c, uint32_t more)
 
 static bool reserve_ids(imp_pqc_t *c, outkey_t *k, uint64_t more)
 {
-    uint64_t need = k->nids + more;
+    uint64_t need = k->nids + more + 1; /* never NULL, even for a run without ids */
     return vec_reserve(c->a, (void **)&k->ids, &k->ids_cap, 8, need) &&
            (!k->weighted || vec_reserve(c->a, (void **)&k->w, &k->w_cap, 4, need));
 }

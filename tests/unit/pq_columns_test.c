@@ -265,14 +265,14 @@ static void both_ways(sl_wh_pqds_t *ds, const sl_wh_split_t *sp, const char *con
     sl_wh_pqds_reader_destroy(r);
 }
 
-static sl_wh_pqds_t *open_mapped(const char *text, sl_wh_splits_t **sp)
+/* The dataset borrows names from the mapping: *m lives as long as it. */
+static sl_wh_pqds_t *open_mapped(const char *text, sl_wh_colmap_t **m, sl_wh_splits_t **sp)
 {
-    sl_wh_colmap_t *m = mapping(text);
+    *m = mapping(text);
     sl_wh_pqds_t *ds = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_wh_pqds_open(fixture, m, NULL, NULL, NULL, NULL, &ds, &err), SL_OK, "%s",
+    cr_assert_eq(sl_wh_pqds_open(fixture, *m, NULL, NULL, NULL, NULL, &ds, &err), SL_OK, "%s",
                  err.msg);
-    sl_wh_colmap_destroy(m);
     cr_assert_eq(sl_wh_pqds_plan(ds, 1000, NULL, 0, sp, NULL, &err), SL_OK, "%s", err.msg);
     cr_assert_eq((*sp)->count, 1);
     cr_assert_eq((*sp)->items[0].num_rows, 300);
@@ -282,7 +282,8 @@ static sl_wh_pqds_t *open_mapped(const char *text, sl_wh_splits_t **sp)
 Test(pq_columns, worker_stripes_equal_row_path)
 {
     sl_wh_splits_t *sp = NULL;
-    sl_wh_pqds_t *ds = open_mapped(FULL, &sp);
+    sl_wh_colmap_t *m = NULL;
+    sl_wh_pqds_t *ds = open_mapped(FULL, &m, &sp);
     const sl_wh_split_t *s = &sp->items[0];
     static const uint64_t ranges[][2] = {{0, 77},    {78, 300},  {5, 20},  {100, 200},
                                          {127, 129}, {256, 300}, {0, 300}, {77, 78}};
@@ -308,14 +309,16 @@ Test(pq_columns, worker_stripes_equal_row_path)
     sl_wh_pqds_reader_destroy(r);
     sl_wh_splits_destroy(sp);
     sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
     /* numbered rows in file order, a negative id */
-    ds = open_mapped(NEG, &sp);
+    ds = open_mapped(NEG, &m, &sp);
     s = &sp->items[0];
     both_ways(ds, s, NULL, 0, 0, 130, 33);
     both_ways(ds, s, NULL, 0, 131, 300, 4096);
     both_ways(ds, s, NULL, 0, 100, 300, 10);
     sl_wh_splits_destroy(sp);
     sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
 }
 
 /* ---- the import ---- */
