@@ -433,6 +433,27 @@ static sl_err_t load_page(sl_pq_reader_t *r, bool *done, sl_error_t *err)
 
 /* ---- batches ---- */
 
+/* Two arrays of the batch grown together to new sizes n0 and n1 bytes
+ * (old sizes o0 and o1, contents kept): both new blocks are allocated
+ * before either old one is freed, so that a failure leaves both with the
+ * sizes the reader's capacities say (which destroy frees them with). */
+static bool grow_pair(const sl_allocator_t *a, void **p0, size_t o0, size_t n0, void **p1,
+                      size_t o1, size_t n1)
+{
+    void *b0 = sl_alloc(a, n0), *b1 = b0 ? sl_alloc(a, n1) : NULL;
+    if (b1 == NULL) {
+        sl_free(a, b0, n0);
+        return false;
+    }
+    if (o0) memcpy(b0, *p0, o0);
+    if (o1) memcpy(b1, *p1, o1);
+    sl_free(a, *p0, o0);
+    sl_free(a, *p1, o1);
+    *p0 = b0;
+    *p1 = b1;
+    return true;
+}
+
 static sl_err_t reserve_slots(sl_pq_reader_t *r, size_t n, sl_error_t *err)
 {
     if (n <= r->slots_cap) return SL_OK;
@@ -440,20 +461,15 @@ static sl_err_t reserve_slots(sl_pq_reader_t *r, size_t n, sl_error_t *err)
     while (cap < n)
         cap *= 2;
     if (cap > UINT32_MAX) return sl_error_set(err, SL_ERR_TOO_LARGE, "over 2^32 values in a batch");
-    const sl_allocator_t *a = r->a;
-    uint8_t *valid = sl_realloc(a, r->b.valid, r->slots_cap, cap);
-    if (valid == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
-    r->b.valid = valid;
     void **vals = r->c->kind == SL_PQ_KIND_F32   ? (void **)&r->b.f32
                   : r->c->kind == SL_PQ_KIND_F64 ? (void **)&r->b.f64
                   : r->c->kind == SL_PQ_KIND_I64 ? (void **)&r->b.i64
                                                  : (void **)&r->b.bytes_off;
     size_t w = r->c->kind == SL_PQ_KIND_F32 ? 4 : 8;
     size_t extra = r->c->kind == SL_PQ_KIND_BYTES ? 1 : 0; /* offsets: one more */
-    void *v =
-        sl_realloc(a, *vals, r->slots_cap ? (r->slots_cap + extra) * w : 0, (cap + extra) * w);
-    if (v == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
-    *vals = v;
+    if (!grow_pair(r->a, (void **)&r->b.valid, r->slots_cap, cap, vals,
+                   r->slots_cap ? (r->slots_cap + extra) * w : 0, (cap + extra) * w))
+        return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
     r->slots_cap = cap;
     return SL_OK;
 }
@@ -461,13 +477,10 @@ static sl_err_t reserve_slots(sl_pq_reader_t *r, size_t n, sl_error_t *err)
 static sl_err_t reserve_rows(sl_pq_reader_t *r, size_t n, sl_error_t *err)
 {
     if (!r->c->is_list || n <= r->rows_cap) return SL_OK;
-    uint32_t *off =
-        sl_realloc(r->a, r->b.list_off, r->rows_cap ? (r->rows_cap + 1) * 4 : 0, (n + 1) * 4);
-    if (off == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
-    r->b.list_off = off;
-    uint8_t *lv = sl_realloc(r->a, r->b.list_valid, r->rows_cap ? r->rows_cap + 1 : 0, n + 1);
-    if (lv == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
-    r->b.list_valid = lv;
+    if (!grow_pair(r->a, (void **)&r->b.list_off, r->rows_cap ? (r->rows_cap + 1) * 4 : 0,
+                   (n + 1) * 4, (void **)&r->b.list_valid, r->rows_cap ? r->rows_cap + 1 : 0,
+                   n + 1))
+        return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
     r->rows_cap = n;
     return SL_OK;
 }

@@ -10,7 +10,9 @@
  *    and projections; a refused row fails both with the same message;
  *  - `table import --format parquet` (sl_wh_import) against the rows of
  *    the row path (imp_pq_read_slots): the same rows written, the same
- *    bad row skipped with the same message. */
+ *    bad row skipped with the same message;
+ *  - every allocation of the worker's read failing in turn: an error, no
+ *    leak, or (no allocation failed) every row. */
 #include <criterion/criterion.h>
 
 #include <jansson.h>
@@ -478,5 +480,59 @@ Test(pq_columns, import_equals_row_path)
     free(want.r);
     sl_wh_row_buf_destroy(buf);
     imp_pq_destroy(p);
+    sl_wh_colmap_destroy(m);
+}
+
+/* ---- every allocation failing ---- */
+
+static sl_err_t count_rows(void *ctx, const sl_wh_rows_t *rows, uint64_t first, uint64_t end,
+                           sl_error_t *err)
+{
+    (void)err;
+    uint64_t *n = ctx;
+    cr_assert_eq(end - first, rows->batch.batch_size);
+    *n += rows->batch.batch_size;
+    return SL_OK;
+}
+
+Test(pq_columns, every_allocation_failure)
+{
+    sl_wh_colmap_t *m = mapping(FULL);
+    tu_alloc_t ta;
+    tu_alloc_init(&ta);
+    uint64_t k = 1;
+    for (;; k++) {
+        tu_alloc_fail_at(&ta, k, false);
+        sl_wh_pqds_t *ds = NULL;
+        sl_wh_splits_t *sp = NULL;
+        sl_wh_pqds_reader_t *r = NULL;
+        sl_error_t err = {0};
+        uint64_t rows = 0;
+        sl_err_t rc = sl_wh_pqds_open(fixture, m, NULL, &ta.base, NULL, NULL, &ds, &err);
+        if (rc == SL_OK) rc = sl_wh_pqds_plan(ds, 1000, NULL, 0, &sp, NULL, &err);
+        const char *const feats[] = {"cats", "f64", "item_ids", "country_h", "tags"};
+        if (rc == SL_OK) rc = sl_wh_pqds_reader_new(ds, feats, 5, &r, &err);
+        /* sessions out of order: the sort's scratch too */
+        if (rc == SL_OK)
+            rc = sl_wh_pqds_read_stripes(r, &sp->items[0], 78, 300, 64, count_rows, &rows, &err);
+        bool failed = tu_alloc_failures(&ta) > 0;
+        sl_wh_pqds_reader_destroy(r);
+        sl_wh_splits_destroy(sp);
+        sl_wh_pqds_destroy(ds);
+        if (!failed) {
+            cr_assert_eq(rc, SL_OK, "%s", err.msg);
+            cr_assert_eq(rows, 222);
+            break;
+        }
+        cr_assert(rc != SL_OK || rows == 222, "allocation %llu failed: rc %d with %llu rows",
+                  (unsigned long long)k, rc, (unsigned long long)rows);
+        cr_assert(rc == SL_OK || err.msg[0] != '\0', "allocation %llu: an error without a message",
+                  (unsigned long long)k);
+        char why[256];
+        cr_assert(tu_alloc_clean(&ta, why, sizeof why), "allocation %llu failed: %s",
+                  (unsigned long long)k, why);
+    }
+    cr_assert_gt(k, 20, "the walk covered %llu allocations", (unsigned long long)k);
+    tu_alloc_assert_clean(&ta);
     sl_wh_colmap_destroy(m);
 }
