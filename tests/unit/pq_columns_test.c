@@ -11,8 +11,8 @@
  *  - `table import --format parquet` (sl_wh_import) against the rows of
  *    the row path (imp_pq_read_slots): the same rows written, the same
  *    bad row skipped with the same message;
- *  - every allocation of the worker's read failing in turn: an error, no
- *    leak, or (no allocation failed) every row. */
+ *  - every allocation of the worker's read, and of the import, failing in
+ *    turn: an error, no leak, or (no allocation failed) every row. */
 #include <criterion/criterion.h>
 
 #include <jansson.h>
@@ -534,5 +534,48 @@ Test(pq_columns, every_allocation_failure)
     }
     cr_assert_gt(k, 20, "the walk covered %llu allocations", (unsigned long long)k);
     tu_alloc_assert_clean(&ta);
+    sl_wh_colmap_destroy(m);
+}
+
+Test(pq_columns, import_every_allocation_failure)
+{
+    sl_wh_colmap_t *m = mapping(FULL);
+    tu_alloc_t ta;
+    tu_alloc_init(&ta);
+    uint64_t k = 1;
+    for (;; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "t%llu", (unsigned long long)k);
+        char *table = tu_path(dir, name);
+        sl_wh_import_opts_t o = sl_wh_import_opts_default();
+        const char *inputs[] = {fixture};
+        o.format = SL_WH_IMPORT_PARQUET;
+        o.inputs = inputs;
+        o.num_inputs = 1;
+        o.table_dir = table;
+        o.mapping = m;
+        o.threads = 1;
+        o.allocator = &ta.base;
+        o.writer.no_sync = true;
+        sl_wh_import_summary_t sum = {0};
+        sl_error_t err = {0};
+        tu_alloc_fail_at(&ta, k, false);
+        sl_err_t rc = sl_wh_import(&o, &sum, &err);
+        bool failed = tu_alloc_failures(&ta) > 0;
+        uint64_t written = sum.rows_written;
+        sl_wh_import_summary_free(&sum);
+        free(table);
+        if (!failed) {
+            cr_assert_eq(rc, SL_OK, "%s", err.msg);
+            cr_assert_eq(written, 299);
+            break;
+        }
+        cr_assert(rc != SL_OK || written == 299, "allocation %llu failed: rc %d, %llu rows",
+                  (unsigned long long)k, rc, (unsigned long long)written);
+        char why[256];
+        cr_assert(tu_alloc_clean(&ta, why, sizeof why), "allocation %llu failed: %s",
+                  (unsigned long long)k, why);
+    }
+    cr_assert_gt(k, 20);
     sl_wh_colmap_destroy(m);
 }
