@@ -595,30 +595,40 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
                          "the chunk starts inside a list (repetition level %u)", R[r->lv_pos]);
             return where(r, err);
         }
-        /* where this batch must stop: before the row that would make it
-         * over max_rows (found only when the levels hold that many rows) */
-        uint32_t stop = r->lv_len, starts = 0;
-        for (i = r->lv_pos; i < r->lv_len; i++)
-            starts += R[i] == 0;
-        if (starts > max_rows - rows) {
-            uint32_t room = max_rows - rows;
-            for (i = r->lv_pos; i < r->lv_len; i++)
-                if (R[i] == 0 && room-- == 0) break;
-            stop = i;
-            full = true;
+        /* Branch-free: the row slots are written for every level (the next
+         * row's entries are overwritten when it starts; room is reserved).
+         * The batch stops before the row that would make it over max_rows:
+         * a block of levels no longer than the rows still allowed cannot
+         * pass it (a level starts at most one row), so only the last
+         * blocks of a batch look at each level's start. */
+#define SL_PQ_LIST_LEVEL(i)                                                                        \
+    do {                                                                                           \
+        uint32_t d = D[i];                                                                         \
+        loff[rows] = slots;                                                                        \
+        lvalid[rows] = d + 1 >= ed;                                                                \
+        rows += R[i] == 0;                                                                         \
+        uint8_t v = d == md;                                                                       \
+        valid[slots] = v;                                                                          \
+        nvals += v;                                                                                \
+        slots += d >= ed;                                                                          \
+    } while (0)
+        i = r->lv_pos;
+        while (i < r->lv_len && !full) {
+            uint32_t blk = r->lv_len - i < 64 ? r->lv_len - i : 64;
+            if (blk <= max_rows - rows) {
+                for (uint32_t e = i + blk; i < e; i++)
+                    SL_PQ_LIST_LEVEL(i);
+                continue;
+            }
+            for (uint32_t e = i + blk; i < e; i++) {
+                if (R[i] == 0 && rows == max_rows) {
+                    full = true;
+                    break;
+                }
+                SL_PQ_LIST_LEVEL(i);
+            }
         }
-        /* branch-free: the row slots are written for every level (the next
-         * row's entries are overwritten when it starts; room is reserved) */
-        for (i = r->lv_pos; i < stop; i++) {
-            uint32_t d = D[i];
-            loff[rows] = slots;
-            lvalid[rows] = d + 1 >= ed;
-            rows += R[i] == 0;
-            uint8_t v = d == md;
-            valid[slots] = v;
-            nvals += v;
-            slots += d >= ed;
-        }
+#undef SL_PQ_LIST_LEVEL
         b->rows = rows;
         b->slots = slots;
         r->lv_pos = i;
