@@ -55,6 +55,22 @@ def pyarrow_round(path, columns):
     return t.num_rows, wall, cpu
 
 
+def import_round(sluice, path, d):
+    """`sluice table import --format parquet --threads 1` of path into a new
+    table: rows, wall seconds, CPU seconds of the import process."""
+    table = os.path.join(d, "table")
+    shutil.rmtree(table, ignore_errors=True)
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([sluice, "table", "import", "--format", "parquet", "--input", path,
+                    "--table", table, "--threads", "1", "--quiet", "--no-sync"], check=True,
+                   capture_output=True)
+    wall = time.perf_counter() - t0
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+    return pq.ParquetFile(path).metadata.num_rows, wall, cpu
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -67,6 +83,9 @@ def main():
     ap.add_argument("--import", dest="import_", action="store_true",
                     help="time `sluice table import --format parquet` instead of the reader")
     ap.add_argument("--sluice", default="build/sluice", help="the sluice program (--import)")
+    ap.add_argument("--baseline-sluice",
+                    help="--import: another build's sluice, one more import a round (before / "
+                         "after a change, same run)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         path = args.file or os.path.join(d, "bench.parquet")
@@ -76,23 +95,17 @@ def main():
             print(f"wrote {path}: {args.rows} rows, seed {args.seed}, "
                   f"{os.path.getsize(path) / 1e6:.1f} MB, {time.perf_counter() - t0:.1f} s")
         columns = None if args.columns == "all" else args.columns.split(",")
-        sl, py = [], []
+        sl, py, base = [], [], []
         for k in range(args.rounds):
             if args.import_:
-                table = os.path.join(d, "table")
-                shutil.rmtree(table, ignore_errors=True)
-                c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                t0 = time.perf_counter()
-                subprocess.run([args.sluice, "table", "import", "--format", "parquet", "--input",
-                                path, "--table", table, "--threads", "1", "--quiet",
-                                "--no-sync"], check=True, capture_output=True)
-                wall = time.perf_counter() - t0
-                c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
-                rows = pq.ParquetFile(path).metadata.num_rows
-                sl.append(rows / cpu)
-                print(f"sluice import round {k}: {rows} rows, {wall:.3f} s wall, {cpu:.3f} s cpu, "
-                      f"{rows / cpu:.0f} rows/s per core")
+                runs = [("sluice", args.sluice, sl)]
+                if args.baseline_sluice:
+                    runs.append(("baseline", args.baseline_sluice, base))
+                for name, prog, into in runs:
+                    rows, wall, cpu = import_round(prog, path, d)
+                    into.append(rows / cpu)
+                    print(f"{name} import round {k}: {rows} rows, {wall:.3f} s wall, "
+                          f"{cpu:.3f} s cpu, {rows / cpu:.0f} rows/s per core")
             else:
                 out = subprocess.run([args.bench, path, args.columns, "1"], check=True,
                                      capture_output=True, text=True).stdout.strip()
@@ -105,6 +118,10 @@ def main():
         s, p = statistics.median(sl), statistics.median(py)
         print(f"median rows/s per core: sluice {s:.0f}, pyarrow {p:.0f}, "
               f"sluice/pyarrow {s / p:.2f}x (pyarrow {pa.__version__})")
+        if base:
+            b = statistics.median(base)
+            print(f"baseline import: median {b:.0f} rows/s per core, baseline/pyarrow "
+                  f"{b / p:.2f}x, this build / baseline {s / b:.2f}x")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,12 @@ recommendation-shaped table (an id, a label, 13 float32 dense and 26
 list<int64> sparse features, zstd). Each worker round is `sluice worker
 --job SPEC --threads 1` serving `sluice read --json`-free (the reader only
 counts), batches of 4096; its figure is the samples/s `sluice read`
-prints. Prints each round and the medians; figures only, never pass or
-fail.
+prints. Per core: rows over the CPU seconds of the worker process (all
+its threads: the split reader, the transform thread, the server) and of
+pyarrow's read (`time.process_time`), the figures to compare on a machine
+whose cores are shared. `--baseline-sluice` adds a round of another
+build's worker on the same file (before / after a change, same run).
+Prints each round and the medians; figures only, never pass or fail.
 
 Run in the venv of ops/parquet-venv, from the source tree:
 
@@ -33,7 +37,8 @@ from parquet_read import make_file  # noqa: E402  the same seeded file
 
 
 def worker_round(sluice, spec, tmp):
-    """samples/s of one worker (1 transform thread) serving one reader."""
+    """samples/s of one worker (1 transform thread) serving one reader, and
+    the worker process's CPU seconds."""
     log = os.path.join(tmp, "w.log")
     with open(log, "w") as lf:
         w = subprocess.Popen([sluice, "worker", "--job", spec, "--listen", "127.0.0.1:0",
@@ -48,25 +53,35 @@ def worker_round(sluice, spec, tmp):
             time.sleep(0.01)
         r = subprocess.run([sluice, "read", "--worker", addr], capture_output=True, text=True,
                            timeout=600)
-        w.wait(timeout=60)
+        cpu = None
+        deadline = time.time() + 60
+        while cpu is None and time.time() < deadline:
+            pid, status, ru = os.wait4(w.pid, os.WNOHANG)
+            if pid == w.pid:
+                w.returncode = os.waitstatus_to_exitcode(status)
+                cpu = ru.ru_utime + ru.ru_stime
+            else:
+                time.sleep(0.01)
     finally:
         if w.poll() is None:
             w.kill()
             w.wait()
     m = re.search(r"([0-9.]+) samples/s", r.stdout + r.stderr)
-    if m is None:
+    if m is None or cpu is None:
         raise SystemExit(f"no rate in: {r.stdout}{r.stderr}{open(log).read()}")
-    return float(m.group(1)), open(log).read()
+    return float(m.group(1)), cpu
 
 
 def pyarrow_round(path, columns):
+    """rows/s (wall) and rows/s per core (process CPU) of pyarrow's read."""
     pa.set_cpu_count(1)
-    t0 = time.perf_counter()
+    pa.set_io_thread_count(1)
+    t0, c0 = time.perf_counter(), time.process_time()
     f = pq.ParquetFile(path)
     rows = 0
     for i in range(f.num_row_groups):
         rows += f.read_row_group(i, columns=columns, use_threads=False).num_rows
-    return rows / (time.perf_counter() - t0)
+    return rows / (time.perf_counter() - t0), rows / (time.process_time() - c0)
 
 
 def main():
@@ -76,11 +91,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--sluice", default="build/sluice")
+    ap.add_argument("--baseline-sluice", help="another build's sluice, one more worker round")
+    ap.add_argument("--file", help="read this file (written by parquet_read.py) instead")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="sluice-pqsource-")
     try:
-        path = os.path.join(tmp, "data.parquet")
-        make_file(path, args.rows, args.seed)
+        path = args.file or os.path.join(tmp, "data.parquet")
+        if not args.file:
+            make_file(path, args.rows, args.seed)
         columns = [c for c in pq.ParquetFile(path).schema_arrow.names]
         mapping = {"sample_id": "id", "labels": ["label"],
                    "dense": [f"dense{i}" for i in range(13)],
@@ -97,22 +115,40 @@ def main():
             specs[name] = os.path.join(tmp, f"{name}.json")
             json.dump({"id": name, "source": source, "batch": {"size": 4096}},
                       open(specs[name], "w"))
-        print(f"rows {args.rows}, file {os.path.getsize(path) / 1e6:.1f} MB (zstd), "
+        nrows = pq.ParquetFile(path).metadata.num_rows
+        print(f"rows {nrows}, file {os.path.getsize(path) / 1e6:.1f} MB (zstd), "
               f"{pq.ParquetFile(path).num_row_groups} row groups; 1 thread each")
-        got = {"parquet": [], "table": [], "pyarrow": []}
+        runs = [("parquet", args.sluice, "parquet"), ("table", args.sluice, "table")]
+        if args.baseline_sluice:
+            runs.append(("baseline", args.baseline_sluice, "parquet"))
+        got = {name: [] for name, _, _ in runs}
+        core = {name: [] for name, _, _ in runs}
+        got["pyarrow"], core["pyarrow"] = [], []
         for r in range(args.rounds):
-            for name in ("parquet", "table"):
-                rate, _ = worker_round(args.sluice, specs[name], tmp)
+            line = []
+            for name, sluice, spec in runs:
+                rate, cpu = worker_round(sluice, specs[spec], tmp)
                 got[name].append(rate)
-            got["pyarrow"].append(pyarrow_round(path, columns))
-            print(f"round {r}: worker on parquet {got['parquet'][-1]:,.0f} samples/s, "
-                  f"worker on the table {got['table'][-1]:,.0f} samples/s, "
-                  f"pyarrow read {got['pyarrow'][-1]:,.0f} rows/s")
+                core[name].append(nrows / cpu)
+                line.append(f"worker on {name} {rate:,.0f} samples/s ({nrows / cpu:,.0f}/core)")
+            wall, per_core = pyarrow_round(path, columns)
+            got["pyarrow"].append(wall)
+            core["pyarrow"].append(per_core)
+            line.append(f"pyarrow read {wall:,.0f} rows/s ({per_core:,.0f}/core)")
+            print(f"round {r}: " + ", ".join(line))
         med = {k: statistics.median(v) for k, v in got.items()}
+        mc = {k: statistics.median(v) for k, v in core.items()}
         print(f"median: worker on parquet {med['parquet']:,.0f} samples/s, on the table "
               f"{med['table']:,.0f} samples/s ({med['table'] / med['parquet']:.2f}x), "
               f"pyarrow read (columns only, no batches) {med['pyarrow']:,.0f} rows/s "
               f"(parquet worker / pyarrow {med['parquet'] / med['pyarrow']:.2f}x)")
+        print(f"median per core: worker on parquet {mc['parquet']:,.0f}, on the table "
+              f"{mc['table']:,.0f}, pyarrow read {mc['pyarrow']:,.0f} rows/s "
+              f"(parquet worker / pyarrow {mc['parquet'] / mc['pyarrow']:.2f}x)")
+        if args.baseline_sluice:
+            print(f"baseline build on parquet: median {med['baseline']:,.0f} samples/s, "
+                  f"{mc['baseline']:,.0f}/core (this build / baseline "
+                  f"{mc['parquet'] / mc['baseline']:.2f}x per core)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

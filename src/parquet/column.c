@@ -433,6 +433,27 @@ static sl_err_t load_page(sl_pq_reader_t *r, bool *done, sl_error_t *err)
 
 /* ---- batches ---- */
 
+/* Two arrays of the batch grown together to new sizes n0 and n1 bytes
+ * (old sizes o0 and o1, contents kept): both new blocks are allocated
+ * before either old one is freed, so that a failure leaves both with the
+ * sizes the reader's capacities say (which destroy frees them with). */
+static bool grow_pair(const sl_allocator_t *a, void **p0, size_t o0, size_t n0, void **p1,
+                      size_t o1, size_t n1)
+{
+    void *b0 = sl_alloc(a, n0), *b1 = b0 ? sl_alloc(a, n1) : NULL;
+    if (b1 == NULL) {
+        sl_free(a, b0, n0);
+        return false;
+    }
+    if (o0) memcpy(b0, *p0, o0);
+    if (o1) memcpy(b1, *p1, o1);
+    sl_free(a, *p0, o0);
+    sl_free(a, *p1, o1);
+    *p0 = b0;
+    *p1 = b1;
+    return true;
+}
+
 static sl_err_t reserve_slots(sl_pq_reader_t *r, size_t n, sl_error_t *err)
 {
     if (n <= r->slots_cap) return SL_OK;
@@ -440,20 +461,15 @@ static sl_err_t reserve_slots(sl_pq_reader_t *r, size_t n, sl_error_t *err)
     while (cap < n)
         cap *= 2;
     if (cap > UINT32_MAX) return sl_error_set(err, SL_ERR_TOO_LARGE, "over 2^32 values in a batch");
-    const sl_allocator_t *a = r->a;
-    uint8_t *valid = sl_realloc(a, r->b.valid, r->slots_cap, cap);
-    if (valid == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
-    r->b.valid = valid;
     void **vals = r->c->kind == SL_PQ_KIND_F32   ? (void **)&r->b.f32
                   : r->c->kind == SL_PQ_KIND_F64 ? (void **)&r->b.f64
                   : r->c->kind == SL_PQ_KIND_I64 ? (void **)&r->b.i64
                                                  : (void **)&r->b.bytes_off;
     size_t w = r->c->kind == SL_PQ_KIND_F32 ? 4 : 8;
     size_t extra = r->c->kind == SL_PQ_KIND_BYTES ? 1 : 0; /* offsets: one more */
-    void *v =
-        sl_realloc(a, *vals, r->slots_cap ? (r->slots_cap + extra) * w : 0, (cap + extra) * w);
-    if (v == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
-    *vals = v;
+    if (!grow_pair(r->a, (void **)&r->b.valid, r->slots_cap, cap, vals,
+                   r->slots_cap ? (r->slots_cap + extra) * w : 0, (cap + extra) * w))
+        return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
     r->slots_cap = cap;
     return SL_OK;
 }
@@ -461,13 +477,10 @@ static sl_err_t reserve_slots(sl_pq_reader_t *r, size_t n, sl_error_t *err)
 static sl_err_t reserve_rows(sl_pq_reader_t *r, size_t n, sl_error_t *err)
 {
     if (!r->c->is_list || n <= r->rows_cap) return SL_OK;
-    uint32_t *off =
-        sl_realloc(r->a, r->b.list_off, r->rows_cap ? (r->rows_cap + 1) * 4 : 0, (n + 1) * 4);
-    if (off == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
-    r->b.list_off = off;
-    uint8_t *lv = sl_realloc(r->a, r->b.list_valid, r->rows_cap ? r->rows_cap + 1 : 0, n + 1);
-    if (lv == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
-    r->b.list_valid = lv;
+    if (!grow_pair(r->a, (void **)&r->b.list_off, r->rows_cap ? (r->rows_cap + 1) * 4 : 0,
+                   (n + 1) * 4, (void **)&r->b.list_valid, r->rows_cap ? r->rows_cap + 1 : 0,
+                   n + 1))
+        return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
     r->rows_cap = n;
     return SL_OK;
 }
@@ -582,30 +595,40 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
                          "the chunk starts inside a list (repetition level %u)", R[r->lv_pos]);
             return where(r, err);
         }
-        /* where this batch must stop: before the row that would make it
-         * over max_rows (found only when the levels hold that many rows) */
-        uint32_t stop = r->lv_len, starts = 0;
-        for (i = r->lv_pos; i < r->lv_len; i++)
-            starts += R[i] == 0;
-        if (starts > max_rows - rows) {
-            uint32_t room = max_rows - rows;
-            for (i = r->lv_pos; i < r->lv_len; i++)
-                if (R[i] == 0 && room-- == 0) break;
-            stop = i;
-            full = true;
+        /* Branch-free: the row slots are written for every level (the next
+         * row's entries are overwritten when it starts; room is reserved).
+         * The batch stops before the row that would make it over max_rows:
+         * a block of levels no longer than the rows still allowed cannot
+         * pass it (a level starts at most one row), so only the last
+         * blocks of a batch look at each level's start. */
+#define SL_PQ_LIST_LEVEL(i)                                                                        \
+    do {                                                                                           \
+        uint32_t d = D[i];                                                                         \
+        loff[rows] = slots;                                                                        \
+        lvalid[rows] = d + 1 >= ed;                                                                \
+        rows += R[i] == 0;                                                                         \
+        uint8_t v = d == md;                                                                       \
+        valid[slots] = v;                                                                          \
+        nvals += v;                                                                                \
+        slots += d >= ed;                                                                          \
+    } while (0)
+        i = r->lv_pos;
+        while (i < r->lv_len && !full) {
+            uint32_t blk = r->lv_len - i < 64 ? r->lv_len - i : 64;
+            if (blk <= max_rows - rows) {
+                for (uint32_t e = i + blk; i < e; i++)
+                    SL_PQ_LIST_LEVEL(i);
+                continue;
+            }
+            for (uint32_t e = i + blk; i < e; i++) {
+                if (R[i] == 0 && rows == max_rows) {
+                    full = true;
+                    break;
+                }
+                SL_PQ_LIST_LEVEL(i);
+            }
         }
-        /* branch-free: the row slots are written for every level (the next
-         * row's entries are overwritten when it starts; room is reserved) */
-        for (i = r->lv_pos; i < stop; i++) {
-            uint32_t d = D[i];
-            loff[rows] = slots;
-            lvalid[rows] = d + 1 >= ed;
-            rows += R[i] == 0;
-            uint8_t v = d == md;
-            valid[slots] = v;
-            nvals += v;
-            slots += d >= ed;
-        }
+#undef SL_PQ_LIST_LEVEL
         b->rows = rows;
         b->slots = slots;
         r->lv_pos = i;

@@ -184,23 +184,21 @@ const char *imp_pq_leaf_path(const imp_pq_t *p, uint32_t column);
 sl_err_t imp_pq_row_groups(const char *input, const sl_allocator_t *a, uint32_t *groups,
                            uint64_t **rows_before, sl_error_t *err);
 
-/* One row of imp_pq_read: line counts rows of the file from 1; rc is
+/* One row of imp_pq_read_slots: line counts rows of the file from 1; rc is
  * SL_ERR_CORRUPT (perr says why) for a row the mapping cannot take. The
  * callback's return stops the read when not SL_OK. */
 typedef sl_err_t (*imp_pq_row_fn)(void *ctx, uint64_t line, sl_err_t rc, const sl_error_t *perr,
                                   sl_wh_row_t *row, bool has_sid);
 
 /* Read row groups [begin, end) of input (whose rows before begin are
- * first_row) through p's mapping, each row to on_row; b is a row buffer of
- * the mapping's schema. Errors name the file (and row group, column and
- * page, from the reader). */
-sl_err_t imp_pq_read(const imp_pq_t *p, const char *input, uint32_t begin, uint32_t end,
-                     uint64_t first_row, sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx,
-                     sl_error_t *err);
-/* The same filling only the slots s with slot_read[s] (NULL: every slot):
- * the Parquet leaves no such slot reads are never opened (projection).
- * Row groups whose rows all come before file row skip_to (0-based) are
- * not read at all (a todo range that starts mid-split). */
+ * first_row) through p's mapping a row at a time, each row to on_row; b
+ * is a row buffer of the mapping's schema. Filling only the slots s with
+ * slot_read[s] (NULL: every slot): the Parquet leaves no such slot reads
+ * are never opened (projection). Row groups whose rows all come before
+ * file row skip_to (0-based) are not read at all (a todo range that
+ * starts mid-split). Errors name the file (and row group, column and
+ * page, from the reader). The row path: sl_wh_pqds_read and the tests
+ * that hold the columnar path (pq_internal.h) to it. */
 sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const char *input,
                            uint32_t begin, uint32_t end, uint64_t first_row, uint64_t skip_to,
                            sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx, sl_error_t *err);

@@ -3,10 +3,13 @@
  * (column_map.h). The first input's footer gives the input columns (name
  * and type: a scalar, a list, or a list of struct{id, weight} whose two
  * leaves are one column); the mapping resolves against them into the
- * table's schema. Each job reads a file's row groups [begin, end), every
- * column the mapping uses streamed page by page in batches, and hands each
- * row to the import driver (import_run.c). Sample ids the file does not
- * give count rows from 1 per file, whatever row groups a job reads. */
+ * table's schema. The import driver (import_run.c) reads a job's row
+ * groups [begin, end) with the columnar conversion (import_parquet_cols.c);
+ * this file keeps the row-by-row conversion (imp_pq_read_slots: every
+ * column the mapping uses streamed page by page in batches, each row
+ * filled slot by slot), which sl_wh_pqds_read serves and the columnar
+ * path is tested against. Sample ids the file does not give count rows
+ * from 1 per file, whatever row groups a job reads. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,27 +19,7 @@
 #include "common/mem.h"
 #include "import_internal.h"
 #include "parquet/parquet.h"
-
-/* Rows decoded per batch of each column. */
-#define PQ_BATCH_ROWS 4096u
-
-/* An input column: one Parquet leaf, or two (a list of struct{id, weight}). */
-typedef struct pq_col {
-    const char *name; /* borrowed from the first input's metadata */
-    sl_wh_coltype_t type;
-    int32_t physical, weight_physical;
-} pq_col_t;
-
-struct imp_pq {
-    const sl_allocator_t *a;
-    sl_arena_t *arena; /* the column lists */
-    sl_pq_source_t src;
-    sl_pq_file_t *first;
-    uint32_t num_cols;
-    pq_col_t *cols;
-    sl_wh_input_column_t *input; /* [num_cols] for the mapping */
-    sl_wh_colmap_resolved_t *map;
-};
+#include "pq_internal.h"
 
 static sl_wh_coltype_t scalar_type(const sl_pq_column_t *c)
 {
@@ -204,24 +187,7 @@ sl_err_t imp_pq_row_groups(const char *input, const sl_allocator_t *a, uint32_t 
 
 /* ---- reading rows ---- */
 
-/* The readers of one row group: one per Parquet leaf the mapping uses. */
-typedef struct group_read {
-    uint32_t n;
-    int32_t *leaf_of;          /* [num input cols x 2]: index into rd, or -1 */
-    sl_pq_reader_t **rd;       /* [n] */
-    const sl_pq_batch_t **bat; /* [n] */
-    const sl_pq_column_t **col;
-} group_read_t;
-
-static double num_at(const sl_pq_batch_t *b, uint32_t s)
-{
-    return b->kind == SL_PQ_KIND_I64   ? (double)b->i64[s]
-           : b->kind == SL_PQ_KIND_F32 ? (double)b->f32[s]
-                                       : b->f64[s];
-}
-
-/* An id from slot s of b: an integer >= 0, or a string hashed. */
-static sl_err_t id_at(const sl_wh_colmap_slot_t *sl, const char *col, const sl_pq_batch_t *b,
+sl_err_t imp_pq_id_at(const sl_wh_colmap_slot_t *sl, const char *col, const sl_pq_batch_t *b,
                       uint32_t s, int64_t *id, sl_error_t *err)
 {
     if (b->kind == SL_PQ_KIND_BYTES) {
@@ -231,7 +197,7 @@ static sl_err_t id_at(const sl_wh_colmap_slot_t *sl, const char *col, const sl_p
     }
     if (b->kind != SL_PQ_KIND_I64 || b->i64[s] < 0)
         return imp_bad(err, "column '%s': an id must be an integer >= 0, got %.17g", col,
-                       num_at(b, s));
+                       imp_pq_num_at(b, s));
     *id = b->i64[s];
     return SL_OK;
 }
@@ -262,9 +228,9 @@ static sl_err_t fill(const imp_pq_t *p, const group_read_t *g, sl_wh_row_buf_t *
     case SL_WH_MAP_DENSE:
         if (!v->valid[r]) return SL_OK; /* reset left 0 (label) or NaN (dense) */
         if (sl->target == SL_WH_MAP_LABEL)
-            b->labels[sl->index] = (float)num_at(v, r);
+            b->labels[sl->index] = (float)imp_pq_num_at(v, r);
         else
-            b->dense[sl->index] = (float)num_at(v, r);
+            b->dense[sl->index] = (float)imp_pq_num_at(v, r);
         return SL_OK;
     case SL_WH_MAP_SPARSE:
     case SL_WH_MAP_WEIGHTED:
@@ -303,11 +269,11 @@ static sl_err_t fill(const imp_pq_t *p, const group_read_t *g, sl_wh_row_buf_t *
     uint32_t n = 0;
     for (uint32_t s = from; s < to; s++) {
         if (!v->valid[s]) continue; /* a null element adds no id */
-        sl_err_t rc = id_at(sl, col, v, s, &b->ids[k][n], err);
+        sl_err_t rc = imp_pq_id_at(sl, col, v, s, &b->ids[k][n], err);
         if (rc != SL_OK) return rc;
         if (w != NULL) {
             uint32_t ws = wfrom + (s - from);
-            b->weights[k][n] = w->valid[ws] ? (float)num_at(w, ws) : NAN;
+            b->weights[k][n] = w->valid[ws] ? (float)imp_pq_num_at(w, ws) : NAN;
         }
         n++;
     }
@@ -317,9 +283,7 @@ static sl_err_t fill(const imp_pq_t *p, const group_read_t *g, sl_wh_row_buf_t *
     return SL_OK;
 }
 
-/* Open the readers of row group gi for the columns the mapping reads,
- * checking that this file has them with the first input's types. */
-static sl_err_t open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_file_t *f,
+sl_err_t imp_pq_open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_file_t *f,
                            uint32_t gi, group_read_t *g, sl_error_t *err)
 {
     const sl_pq_meta_t *m = sl_pq_file_meta(f), *m0 = sl_pq_file_meta(p->first);
@@ -351,18 +315,11 @@ static sl_err_t open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_fi
     return SL_OK;
 }
 
-static void close_group(group_read_t *g)
+void imp_pq_close_group(group_read_t *g)
 {
     for (uint32_t i = 0; i < g->n; i++)
         sl_pq_reader_destroy(g->rd[i]);
     g->n = 0;
-}
-
-sl_err_t imp_pq_read(const imp_pq_t *p, const char *input, uint32_t begin, uint32_t end,
-                     uint64_t first_row, sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx,
-                     sl_error_t *err)
-{
-    return imp_pq_read_slots(p, NULL, input, begin, end, first_row, 0, b, on_row, ctx, err);
 }
 
 sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const char *input,
@@ -393,7 +350,7 @@ sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const ch
     while (begin < end && line + (uint64_t)m->row_groups[begin].num_rows <= skip_to)
         line += (uint64_t)m->row_groups[begin++].num_rows;
     for (uint32_t gi = begin; rc == SL_OK && gi < end; gi++) {
-        rc = open_group(p, slot_read, f, gi, &g, err);
+        rc = imp_pq_open_group(p, slot_read, f, gi, &g, err);
         while (rc == SL_OK) {
             uint32_t rows = 0;
             for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) {
@@ -420,7 +377,7 @@ sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const ch
                 rc = on_row(ctx, ++line, fr, &rerr, &row, has[0]);
             }
         }
-        close_group(&g);
+        imp_pq_close_group(&g);
     }
     sl_free(a, g.leaf_of, cap * sizeof *g.leaf_of);
     sl_free(a, g.rd, cap * sizeof *g.rd);

@@ -5,6 +5,7 @@
  * refusal) and skipped; anything else stops the whole import (import.c
  * plans the jobs and commits or removes their files). */
 #include "import_internal.h"
+#include "pq_internal.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,7 @@ typedef struct reading {
     uint64_t line;      /* the current row's (first) line */
     uint64_t next_line; /* csv: the line the next record starts on */
     bool header_seen;   /* csv */
+    imp_pqc_t *pqc;     /* parquet: rows in column form */
     uint32_t messages;
     uint64_t pend_read, pend_written, pend_skipped; /* not yet added to the shared counters */
 } reading_t;
@@ -161,17 +163,66 @@ static sl_err_t on_record(void *ctx, const char *rec, size_t len, uint32_t inner
     return take_row(r, rc, &perr, &row, has[0]);
 }
 
-/* One Parquet row (import_parquet.c). */
-static sl_err_t on_pq_row(void *ctx, uint64_t line, sl_err_t rc, const sl_error_t *perr,
-                          sl_wh_row_t *row, bool has_sid)
+/* Parquet rows in column form (import_parquet_cols.c): the rows built,
+ * appended to the writer as columns; next is the file row after them. */
+static sl_err_t on_pq_full(void *ctx, uint64_t next, sl_error_t *err)
 {
     reading_t *r = ctx;
+    (void)err; /* the job's own error is set, as for a row */
+    sl_wh_rows_t rows;
+    sl_err_t rc = imp_pqc_take(r->pqc, false, &rows, &r->job->err);
+    if (rc != SL_OK) return fatal(r, rc);
+    uint32_t n = rows.batch.batch_size;
+    r->line = next;
+    r->job->res.rows_read += n;
+    r->pend_read += n;
+    if (n > 0) {
+        if (r->w == NULL && (rc = open_writer(r)) != SL_OK) return rc;
+        rc = sl_wh_writer_append(r->w, &rows, &r->job->err);
+        if (rc != SL_OK) return fatal(r, rc);
+        r->job->res.rows_written += n;
+        r->pend_written += n;
+    }
+    if (r->pend_written >= COUNTER_FLUSH_ROWS) flush_counters(r);
+    return atomic_load(&r->sh->stop) ? SL_ERR_CLOSED : SL_OK;
+}
+
+/* A Parquet row the mapping cannot take (line: its row of the file from 1). */
+static sl_err_t on_pq_bad(void *ctx, uint64_t line, const sl_error_t *why, sl_error_t *err)
+{
+    reading_t *r = ctx;
+    (void)err;
     r->line = line;
     r->job->res.rows_read++;
     r->pend_read++;
-    sl_err_t trc = take_row(r, rc, perr, row, has_sid);
-    if (trc == SL_OK && atomic_load(&r->sh->stop)) return SL_ERR_CLOSED;
-    return trc;
+    sl_err_t rc = take_row(r, why->code ? why->code : SL_ERR_CORRUPT, why, NULL, false);
+    if (rc == SL_OK && atomic_load(&r->sh->stop)) return SL_ERR_CLOSED;
+    return rc;
+}
+
+/* A Parquet job: its row groups converted a column at a time. */
+static sl_err_t read_parquet(reading_t *r, sl_error_t *err)
+{
+    imp_shared_t *sh = r->sh;
+    imp_job_t *job = r->job;
+    sl_err_t rc = imp_pqc_new(sh->pq, NULL, NULL, 0, &r->pqc, err);
+    if (rc != SL_OK) return rc;
+    imp_pqc_read_t rd = {.input = job->res.input,
+                         .begin = job->ranged ? (uint32_t)job->begin : 0,
+                         .end = job->ranged ? (uint32_t)job->end : UINT32_MAX,
+                         .first_row = job->ranged ? job->first_line : 0,
+                         .lo = 0,
+                         .hi = UINT64_MAX,
+                         .id_base = job->id_base,
+                         .flush_rows = COUNTER_FLUSH_ROWS,
+                         .on_full = on_pq_full,
+                         .on_bad = on_pq_bad,
+                         .ctx = r};
+    rc = imp_pqc_read(sh->pq, r->pqc, &rd, err);
+    if (rc == SL_OK && imp_pqc_count(r->pqc) > 0) rc = on_pq_full(r, rd.reached, err);
+    imp_pqc_destroy(r->pqc);
+    r->pqc = NULL;
+    return rc;
 }
 
 static bool on_chunk(void *ctx, uint64_t new_bytes)
@@ -214,9 +265,7 @@ void imp_run_job(imp_shared_t *sh, imp_job_t *job)
     } else {
         sl_error_t rerr = {0};
         if (sh->o->format == SL_WH_IMPORT_PARQUET) {
-            rc = imp_pq_read(sh->pq, input, job->ranged ? (uint32_t)job->begin : 0,
-                             job->ranged ? (uint32_t)job->end : UINT32_MAX,
-                             job->ranged ? job->first_line : 0, r.buf, on_pq_row, &r, &rerr);
+            rc = read_parquet(&r, &rerr);
             if (rc == SL_ERR_CLOSED && atomic_load(&sh->stop)) rc = SL_OK; /* another job failed */
         } else if (sh->o->format == SL_WH_IMPORT_CSV) {
             /* A range after the first starts on a record: no header, no BOM. */

@@ -17,6 +17,7 @@
 #include "common/mem.h"
 #include "import_internal.h"
 #include "parquet/parquet.h"
+#include "pq_internal.h"
 
 /* Sample ids a file does not give: file index x this + row number (from
  * 1), as import.c numbers a table's first import (SAMPLE_ID_STRIDE). */
@@ -385,6 +386,7 @@ struct sl_wh_pqds_reader {
     uint8_t *slot_read; /* [num_slots] */
     uint32_t num_slots;
     sl_wh_row_buf_t *buf;
+    imp_pqc_t *cols; /* the columnar path (sl_wh_pqds_read_stripes) */
 };
 
 sl_err_t sl_wh_pqds_reader_new(const sl_wh_pqds_t *ds, const char *const *features, uint32_t nf,
@@ -411,6 +413,11 @@ sl_err_t sl_wh_pqds_reader_new(const sl_wh_pqds_t *ds, const char *const *featur
             want = strcmp(features[i], sl->name) == 0;
         r->slot_read[s] = want;
     }
+    sl_err_t rc = imp_pqc_new(ds->pq, r->slot_read, features, nf, &r->cols, err);
+    if (rc != SL_OK) {
+        sl_wh_pqds_reader_destroy(r);
+        return rc;
+    }
     *out = r;
     return SL_OK;
 }
@@ -418,6 +425,7 @@ sl_err_t sl_wh_pqds_reader_new(const sl_wh_pqds_t *ds, const char *const *featur
 void sl_wh_pqds_reader_destroy(sl_wh_pqds_reader_t *r)
 {
     if (r == NULL) return;
+    imp_pqc_destroy(r->cols);
     sl_wh_row_buf_destroy(r->buf);
     sl_free(r->ds->a, r->slot_read, r->num_slots + 1);
     sl_free(r->ds->a, r, sizeof *r);
@@ -479,5 +487,75 @@ sl_err_t sl_wh_pqds_read(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64
                           "%llu (the file changed since the splits were cut?)",
                           f->rel, sp->stripe_begin, sp->stripe_end, (unsigned long long)c.seen,
                           (unsigned long long)to);
+    return rc;
+}
+
+/* ---- reading in column form ---- */
+
+typedef struct stripe_ctx {
+    sl_wh_pqds_reader_t *r;
+    const ds_file_t *file;
+    uint64_t first_row; /* the split's first file row */
+    uint64_t first;     /* split row of the stripe being built */
+    sl_wh_pqds_stripe_fn fn;
+    void *ctx;
+} stripe_ctx_t;
+
+static sl_err_t stripe_full(void *ctx, uint64_t next, sl_error_t *err)
+{
+    stripe_ctx_t *c = ctx;
+    sl_wh_rows_t rows;
+    sl_err_t rc = imp_pqc_take(c->r->cols, true, &rows, err);
+    if (rc != SL_OK) return rc;
+    uint64_t end = next - c->first_row;
+    rc = c->fn(c->ctx, &rows, c->first, end, err);
+    c->first = end;
+    return rc;
+}
+
+static sl_err_t stripe_bad(void *ctx, uint64_t line, const sl_error_t *why, sl_error_t *err)
+{
+    stripe_ctx_t *c = ctx;
+    return sl_error_set(err, why->code ? why->code : SL_ERR_CORRUPT, "%s row %llu: %s",
+                        c->file->rel, (unsigned long long)line, why->msg);
+}
+
+sl_err_t sl_wh_pqds_read_stripes(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64_t from,
+                                 uint64_t to, uint32_t stripe_rows, sl_wh_pqds_stripe_fn fn,
+                                 void *ctx, sl_error_t *err)
+{
+    const sl_wh_pqds_t *ds = r->ds;
+    ds_file_t key = {.rel = (char *)sp->path};
+    const ds_file_t *f = bsearch(&key, ds->files, ds->num_files, sizeof *f, by_rel);
+    if (f == NULL)
+        return sl_error_set(err, SL_ERR_NOT_FOUND, "split of %s: no such file in the dataset",
+                            sp->path);
+    if (from >= to) return SL_OK;
+    stripe_ctx_t c = {
+        .r = r, .file = f, .first_row = sp->first_row, .first = from, .fn = fn, .ctx = ctx};
+    imp_pqc_read_t rd = {.input = f->full,
+                         .begin = sp->stripe_begin,
+                         .end = sp->stripe_end,
+                         .first_row = sp->first_row,
+                         .lo = sp->first_row + from,
+                         .hi = sp->first_row + to,
+                         .id_base = (int64_t)(f - ds->files) * FILE_ID_STRIDE,
+                         .flush_rows = stripe_rows ? stripe_rows : 1,
+                         .on_full = stripe_full,
+                         .on_bad = stripe_bad,
+                         .ctx = &c};
+    sl_err_t rc = imp_pqc_read(ds->pq, r->cols, &rd, err);
+    if (rc == SL_OK && rd.reached < rd.hi) /* the file ended before the split did */
+        rc = sl_error_set(err, SL_ERR_CORRUPT,
+                          "%s row groups [%u, %u): rows end at %llu of the split, before its row "
+                          "%llu (the file changed since the splits were cut?)",
+                          f->rel, sp->stripe_begin, sp->stripe_end,
+                          (unsigned long long)(rd.reached - sp->first_row), (unsigned long long)to);
+    if (rc == SL_OK && imp_pqc_count(r->cols) > 0) rc = stripe_full(&c, rd.hi, err);
+    if (rc != SL_OK && imp_pqc_count(r->cols) > 0) { /* a failed read leaves no rows behind */
+        sl_wh_rows_t drop;
+        sl_error_t e2 = {0};
+        imp_pqc_take(r->cols, false, &drop, &e2);
+    }
     return rc;
 }

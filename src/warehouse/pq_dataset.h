@@ -12,8 +12,10 @@
  *                        statistics prove that no row passes the job's
  *                        timestamp or label ranges are left out, counted
  *   sl_wh_pqds_reader_*  read rows [from, to) of a split: only the
- *                        projected columns' chunks, page by page, each row
- *                        converted through the mapping
+ *                        projected columns' chunks, page by page, as
+ *                        stripes converted a column at a time
+ *                        (sl_wh_pqds_read_stripes, the worker's) or as
+ *                        rows converted one at a time (sl_wh_pqds_read)
  *
  * A split (sl_wh_split_t) names its file relative to the dataset (path),
  * its Hive partition, the row groups [stripe_begin, stripe_end) and the
@@ -98,5 +100,19 @@ void sl_wh_pqds_reader_destroy(sl_wh_pqds_reader_t *r);
  * Errors name the file, row group, column and page. */
 sl_err_t sl_wh_pqds_read(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64_t from,
                          uint64_t to, sl_wh_pqds_row_fn fn, void *ctx, sl_error_t *err);
+
+/* Stripes of rows [from, to) of split sp in column form: rows [first,
+ * end) of the split (stripe_rows each, the last one shorter), projected
+ * as the reader's features in their order (dense ones in batch.dense,
+ * the others in batch.sparse), sorted stably by session id within the
+ * stripe, sample, session and timestamp columns set, record times -1.
+ * The same values as sl_wh_pqds_read's rows, converted a column at a
+ * time (docs/PARQUET.md, "Columnar conversion"). rows is borrowed for the
+ * call; a non-OK return stops the read with it. */
+typedef sl_err_t (*sl_wh_pqds_stripe_fn)(void *ctx, const sl_wh_rows_t *rows, uint64_t first,
+                                         uint64_t end, sl_error_t *err);
+sl_err_t sl_wh_pqds_read_stripes(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64_t from,
+                                 uint64_t to, uint32_t stripe_rows, sl_wh_pqds_stripe_fn fn,
+                                 void *ctx, sl_error_t *err);
 
 #endif

@@ -123,6 +123,60 @@ def legacy_two_level(path):
         f.write(bytes(body) + footer + struct.pack("<I", len(footer)) + b"PAR1")
 
 
+def mapped_rows(path, rows=300, seed=11):
+    """Every conversion of the column mapping in one file (the columnar
+    conversion's test, tests/unit/pq_columns_test.c): ids, sessions out of
+    order, labels and dense values of each numeric type with nulls, lists
+    with null, empty lists and null elements, a list of struct{id, weight}
+    with null weights, parallel id and weight lists (one row's lengths
+    differ), strings and lists of strings to hash, and a list with a
+    negative id in one row; row groups of 128, 128, 44."""
+    import random
+    rnd = random.Random(seed)
+
+    def maybe(v, p=0.1):
+        return None if rnd.random() < p else v
+
+    def ids_list(p_null=0.1, p_elem=0.05):
+        if rnd.random() < p_null:
+            return None
+        return [maybe(rnd.randrange(0, 1 << 40), p_elem) for _ in range(rnd.randrange(0, 6))]
+
+    cat_ids, cat_w = [], []
+    for i in range(rows):
+        n = rnd.randrange(0, 4)
+        cat_ids.append(None if i % 17 == 5 else [rnd.randrange(0, 1000) for _ in range(n)])
+        cat_w.append(None if i % 17 == 5 else [rnd.random() for _ in range(n + (i == 77))])
+    t = pa.table({
+        "sample_id": pa.array([maybe(1000 + i) for i in range(rows)], pa.int64()),
+        "session_id": pa.array([maybe(rnd.randrange(0, 20)) for _ in range(rows)], pa.int64()),
+        "ts": pa.array([maybe(1_700_000_000 + rnd.randrange(0, 10**6)) for _ in range(rows)],
+                       pa.int64()),
+        "label": pa.array([maybe(float(rnd.random() < 0.3)) for _ in range(rows)], pa.float32()),
+        "like": pa.array([maybe(rnd.randrange(0, 2)) for _ in range(rows)], pa.int32()),
+        "f32": pa.array([maybe(rnd.uniform(-5, 5)) for _ in range(rows)], pa.float32()),
+        "f64": pa.array([maybe(rnd.uniform(-1e6, 1e6)) for _ in range(rows)], pa.float64()),
+        "i64": pa.array([maybe(rnd.randrange(-(1 << 62), 1 << 62)) for _ in range(rows)],
+                        pa.int64()),
+        "flag": pa.array([maybe(rnd.random() < 0.5) for _ in range(rows)], pa.bool_()),
+        "item_ids": pa.array([ids_list() for _ in range(rows)], pa.list_(pa.int64())),
+        "one_id": pa.array([maybe(rnd.randrange(0, 1 << 20)) for _ in range(rows)], pa.int64()),
+        "tags": pa.array([None if rnd.random() < 0.1 else
+                          [{"id": rnd.randrange(0, 1 << 30), "weight": maybe(rnd.random())}
+                           for _ in range(rnd.randrange(0, 4))] for _ in range(rows)],
+                         pa.list_(pa.struct([("id", pa.int64()), ("weight", pa.float32())]))),
+        "cat_ids": pa.array(cat_ids, pa.list_(pa.int64())),
+        "cat_w": pa.array(cat_w, pa.list_(pa.float32())),
+        "country": pa.array([maybe(rnd.choice(["fr", "de", "us", "jp"])) for _ in range(rows)]),
+        "words": pa.array([None if rnd.random() < 0.1 else
+                           [maybe(rnd.choice(["a", "bb", "ccc"])) for _ in range(rnd.randrange(4))]
+                           for _ in range(rows)], pa.list_(pa.string())),
+        "neg_ids": pa.array([[1, -5, 2] if i == 130 else [i] for i in range(rows)],
+                            pa.list_(pa.int64())),
+    })
+    pq.write_table(t, path, compression="zstd", row_group_size=128)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     p = lambda name: os.path.join(OUT, name)  # noqa: E731
@@ -149,6 +203,7 @@ def main():
                   "name": [None if i % 4 == 0 else f"p{i}" for i in range(30)]}).write_parquet(
         p("polars-lz4.parquet"), compression="lz4")
     legacy_two_level(p("legacy-two-level.parquet"))
+    mapped_rows(p("pyarrow-mapped-zstd.parquet"))
     os.makedirs(CORPUS, exist_ok=True)
     for name in sorted(os.listdir(OUT)):
         shutil.copy(p(name), os.path.join(CORPUS, name))

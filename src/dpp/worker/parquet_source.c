@@ -3,26 +3,25 @@
  * "As a job source"). The units come from an inner source (the table
  * source over the dataset's splits, each a row group or a run of them);
  * this source reads each unit's todo rows itself (the read hook): only
- * the projected columns' chunks, page by page, converted through the
- * column mapping into rows in column form of at most batch size rows,
- * each handed to the stripe loop as one stripe.
+ * the projected columns' chunks, page by page, converted a column at a
+ * time through the column mapping into stripes in column form of at most
+ * batch size rows (sl_wh_pqds_read_stripes), each handed to the stripe
+ * loop.
  *
  * Memory: per projected leaf column one page (compressed and
  * decompressed), its dictionary and 4096 rows of decoded values, plus the
- * stripe being built (batch size rows in column form, the loop accounts
- * it in the budget of --memory-limit). */
+ * stripe being built and the one handed out (batch size rows in column
+ * form each, the loop accounts it in the budget of --memory-limit). */
 #include <inttypes.h>
 #include <stdatomic.h>
 
 #include "dpp/worker/parquet_source.h"
-#include "kafka/record_decode.h"
 
 typedef struct pq_source {
     sl_worker_source_t inner; /* the units and their hooks */
     sl_wh_pqds_t *ds;         /* owned */
     sl_wh_splits_t *splits;   /* owned (the inner table source's); NULL under a master */
-    sl_wh_pqds_reader_t *rd;
-    sl_kafka_rows_t *rows; /* the stripe being built */
+    sl_wh_pqds_reader_t *rd;  /* builds the stripes, in column form */
     uint32_t batch_rows;
     const sl_allocator_t *a;
     atomic_bool cancel;
@@ -33,31 +32,18 @@ typedef struct pass {
     const sl_worker_work_t *w;
     sl_worker_rows_fn fn;
     void *fn_ctx;
-    uint64_t first; /* split row of the stripe's first row */
 } pass_t;
 
-/* Hand the rows built so far as the stripe [p->first, end). */
-static sl_err_t flush(pass_t *p, uint64_t end, sl_error_t *err)
-{
-    sl_kafka_stripe_t st;
-    sl_err_t rc = sl_kafka_rows_take(p->s->rows, &st, err);
-    if (rc != SL_OK) return rc;
-    sl_wh_rows_t rows = st.rows;
-    rows.file = p->w->split->path;
-    rows.first_row = p->w->split->first_row + p->first;
-    rc = p->fn(p->fn_ctx, &rows, p->first, end, err);
-    p->first = end;
-    return rc;
-}
-
-static sl_err_t on_row(void *ctx, uint64_t row, const sl_wh_row_t *r, sl_error_t *err)
+/* A stripe of split rows [first, end), in column form. */
+static sl_err_t on_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, uint64_t end,
+                          sl_error_t *err)
 {
     pass_t *p = ctx;
     if (atomic_load(&p->s->cancel)) return SL_ERR_CLOSED;
-    sl_err_t rc = sl_kafka_rows_add_row(p->s->rows, r, (int64_t)row, -1, err);
-    if (rc == SL_OK && sl_kafka_rows_count(p->s->rows) >= p->s->batch_rows)
-        rc = flush(p, row + 1, err);
-    return rc;
+    sl_wh_rows_t r = *rows;
+    r.file = p->w->split->path;
+    r.first_row = p->w->split->first_row + first;
+    return p->fn(p->fn_ctx, &r, first, end, err);
 }
 
 static sl_err_t pq_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn, void *fn_ctx,
@@ -75,16 +61,9 @@ static sl_err_t pq_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn 
                                 sp->num_rows);
     pass_t p = {.s = s, .w = w, .fn = fn, .fn_ctx = fn_ctx};
     sl_err_t rc = SL_OK;
-    for (uint32_t i = 0; i < w->num_todo && rc == SL_OK; i++) {
-        p.first = w->todo[i].from_row;
-        rc = sl_wh_pqds_read(s->rd, sp, w->todo[i].from_row, w->todo[i].to_row, on_row, &p, err);
-        if (rc == SL_OK && p.first < w->todo[i].to_row) rc = flush(&p, w->todo[i].to_row, err);
-    }
-    if (rc != SL_OK) {
-        sl_kafka_stripe_t drop; /* a failed read leaves no rows for the next unit */
-        sl_error_t e2 = {0};
-        sl_kafka_rows_take(s->rows, &drop, &e2);
-    }
+    for (uint32_t i = 0; i < w->num_todo && rc == SL_OK; i++)
+        rc = sl_wh_pqds_read_stripes(s->rd, sp, w->todo[i].from_row, w->todo[i].to_row,
+                                     s->batch_rows, on_stripe, &p, err);
     return rc;
 }
 
@@ -114,7 +93,6 @@ static void pq_destroy(void *ctx)
     pq_source_t *s = ctx;
     if (s == NULL) return;
     if (s->inner.destroy) s->inner.destroy(s->inner.ctx);
-    sl_kafka_rows_destroy(s->rows);
     sl_wh_pqds_reader_destroy(s->rd);
     sl_wh_pqds_destroy(s->ds);
     sl_wh_splits_destroy(s->splits);
@@ -177,8 +155,6 @@ sl_err_t sl_worker_source_parquet_new(sl_wh_pqds_t *ds, sl_wh_splits_t *splits, 
         s->batch_rows = batch_rows ? batch_rows : 1;
         atomic_init(&s->cancel, false);
         rc = sl_wh_pqds_reader_new(ds, features, nf, &s->rd, err);
-        if (rc == SL_OK)
-            rc = sl_kafka_rows_new(sl_wh_pqds_mapping(ds)->schema, features, nf, a, &s->rows, err);
     }
     if (rc != SL_OK) {
         if (s != NULL) {

@@ -1,0 +1,750 @@
+/* Parquet rows in column form (pq_internal.h, docs/PARQUET.md "Columnar
+ * conversion"): the batches of a row group's projected leaves converted a
+ * run of rows and one mapping slot at a time into the vectors of a stripe
+ * (dense values and labels as runs, id lists as offset slices of their
+ * batch), for the worker's Parquet source and `sluice table import
+ * --format parquet`. The values are exactly those of the row path
+ * (import_parquet.c, imp_pq_read_slots), which stays as the reference:
+ * the same rounding (through a double), the same missing values, the same
+ * message for a row the mapping cannot take, from the first slot (in
+ * mapping order) that refuses it. */
+#include <math.h>
+#include <string.h>
+
+#include "common/mem.h"
+#include "pq_internal.h"
+
+typedef struct key {
+    int32_t *len; /* [len_cap], a length per row */
+    int64_t *ids; /* [ids_cap] */
+    float *w;     /* [w_cap] weighted keys only */
+    uint64_t nids, len_cap, ids_cap, w_cap;
+    uint64_t pending; /* ids of the run being converted */
+    bool weighted;
+} outkey_t;
+
+struct imp_pqc {
+    const sl_allocator_t *a;
+    const imp_pq_t *p;
+    const sl_wh_schema_t *schema;
+    uint32_t num_slots;
+    uint8_t *slot_read; /* [num_slots] */
+    int32_t *slot_out;  /* [num_slots]: output label, dense column or key; -1: none */
+    uint32_t T, D, S;
+    const char **label_names, **dense_names, **key_names;
+    bool any_weighted;
+    bool covered;            /* every label, dense column and key has a slot: nothing to preset */
+    uint32_t n, cap;         /* rows built; rows every array below has room for */
+    int64_t *sid, *ses, *ts; /* [*_cap] */
+    float *labels;           /* [labels_cap * T] row-major */
+    float *dense;            /* [dense_cap * D] row-major */
+    uint64_t sid_cap, ses_cap, ts_cap, labels_cap, dense_cap;
+    outkey_t *keys;    /* [S] */
+    uint8_t *has_slot; /* [T + D + S] */
+    /* the taken stripe */
+    sl_arena_t *out;
+    size_t out_chunk, out_want;
+    uint32_t *order; /* [2 * order_cap] */
+    uint32_t order_cap;
+};
+
+/* ---- the builder ---- */
+
+sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *const *features,
+                     uint32_t nf, imp_pqc_t **out, sl_error_t *err)
+{
+    *out = NULL;
+    const sl_allocator_t *a = p->a;
+    const sl_wh_colmap_resolved_t *m = p->map;
+    const sl_wh_schema_t *sch = m->schema;
+    imp_pqc_t *c = sl_calloc(a, 1, sizeof *c);
+    if (c == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory for a Parquet reader");
+    c->a = a;
+    c->p = p;
+    c->schema = sch;
+    c->num_slots = m->num_slots;
+    c->T = sl_wh_schema_num_labels(sch);
+    uint32_t SD = sl_wh_schema_num_dense(sch), SS = sl_wh_schema_num_sparse(sch);
+    c->out_chunk = 64 * 1024;
+    c->out = sl_arena_new(a, c->out_chunk);
+    c->slot_read = sl_calloc(a, c->num_slots + 1, 1);
+    c->slot_out = sl_calloc(a, c->num_slots + 1, sizeof *c->slot_out);
+    c->label_names = sl_calloc(a, c->T + 1, sizeof *c->label_names);
+    c->dense_names = sl_calloc(a, SD + 1, sizeof *c->dense_names);
+    c->key_names = sl_calloc(a, SS + 1, sizeof *c->key_names);
+    c->keys = sl_calloc(a, SS + 1, sizeof *c->keys);
+    int32_t *dense_at = sl_calloc(a, SD + 1, sizeof *dense_at);
+    int32_t *sparse_at = sl_calloc(a, SS + 1, sizeof *sparse_at);
+    c->has_slot = sl_calloc(a, (size_t)c->T + SD + SS + 1, 1);
+    sl_err_t rc = SL_OK;
+    if (c->out == NULL || c->slot_read == NULL || c->slot_out == NULL || c->label_names == NULL ||
+        c->dense_names == NULL || c->key_names == NULL || c->keys == NULL || dense_at == NULL ||
+        sparse_at == NULL || c->has_slot == NULL) {
+        rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for a Parquet reader");
+        goto done;
+    }
+    for (uint32_t i = 0; i < c->T; i++)
+        c->label_names[i] = sl_wh_schema_label(sch, i);
+    for (uint32_t i = 0; i < SD; i++)
+        dense_at[i] = -1;
+    for (uint32_t i = 0; i < SS; i++)
+        sparse_at[i] = -1;
+    /* the projection, in output order (sl_kafka_rows_new's rules) */
+    uint32_t n = features ? nf : sl_wh_schema_num_features(sch);
+    for (uint32_t i = 0; i < n; i++) {
+        const sl_wh_feature_t *f =
+            features ? sl_wh_schema_find(sch, features[i]) : sl_wh_schema_feature(sch, i);
+        if (f == NULL) {
+            rc = sl_error_set(err, SL_ERR_NOT_FOUND, "Parquet source: feature '%s' is not mapped",
+                              features[i] ? features[i] : "(null)");
+            goto done;
+        }
+        int32_t *at = f->kind == SL_WH_DENSE ? &dense_at[f->slot] : &sparse_at[f->slot];
+        if (*at >= 0) {
+            rc = sl_error_set(err, SL_ERR_INVALID, "Parquet source: feature '%s' requested twice",
+                              f->name);
+            goto done;
+        }
+        if (f->kind == SL_WH_DENSE) {
+            *at = (int32_t)c->D;
+            c->dense_names[c->D++] = f->name;
+        } else {
+            *at = (int32_t)c->S;
+            c->keys[c->S].weighted = f->kind == SL_WH_WEIGHTED;
+            c->any_weighted |= f->kind == SL_WH_WEIGHTED;
+            c->key_names[c->S++] = f->name;
+        }
+    }
+    for (uint32_t s = 0; s < c->num_slots; s++) {
+        const sl_wh_colmap_slot_t *sl = &m->slots[s];
+        int32_t o = -1;
+        if (sl->target == SL_WH_MAP_LABEL)
+            o = (int32_t)sl->index;
+        else if (sl->target == SL_WH_MAP_DENSE && sl->index < SD)
+            o = dense_at[sl->index];
+        else if ((sl->target == SL_WH_MAP_SPARSE || sl->target == SL_WH_MAP_WEIGHTED) &&
+                 sl->index < SS)
+            o = sparse_at[sl->index];
+        bool id = sl->target <= SL_WH_MAP_TIMESTAMP;
+        c->slot_out[s] = o;
+        c->slot_read[s] = (slot_read == NULL || slot_read[s]) && (id || o >= 0);
+        if (!c->slot_read[s] || id) continue;
+        uint32_t at = sl->target == SL_WH_MAP_LABEL   ? (uint32_t)o
+                      : sl->target == SL_WH_MAP_DENSE ? c->T + (uint32_t)o
+                                                      : c->T + c->D + (uint32_t)o;
+        c->has_slot[at] = 1;
+    }
+    c->covered = true;
+    for (uint32_t i = 0; i < c->T + c->D + c->S; i++)
+        c->covered &= c->has_slot[i] != 0;
+done:
+    sl_free(a, dense_at, (SD + 1) * sizeof *dense_at);
+    sl_free(a, sparse_at, (SS + 1) * sizeof *sparse_at);
+    if (rc != SL_OK) {
+        /* destroy reads the counts: the arrays were sized by the schema */
+        c->S = SS;
+        c->D = SD;
+        imp_pqc_destroy(c);
+        return rc;
+    }
+    *out = c;
+    return SL_OK;
+}
+
+void imp_pqc_destroy(imp_pqc_t *c)
+{
+    if (c == NULL) return;
+    const sl_allocator_t *a = c->a;
+    uint32_t SD = sl_wh_schema_num_dense(c->schema), SS = sl_wh_schema_num_sparse(c->schema);
+    for (uint32_t k = 0; c->keys != NULL && k < SS; k++) {
+        sl_free(a, c->keys[k].len, c->keys[k].len_cap * sizeof(int32_t));
+        sl_free(a, c->keys[k].ids, c->keys[k].ids_cap * sizeof(int64_t));
+        sl_free(a, c->keys[k].w, c->keys[k].w_cap * sizeof(float));
+    }
+    sl_free(a, c->sid, c->sid_cap * 8);
+    sl_free(a, c->ses, c->ses_cap * 8);
+    sl_free(a, c->ts, c->ts_cap * 8);
+    sl_free(a, c->labels, c->labels_cap * c->T * sizeof(float));
+    sl_free(a, c->dense, c->dense_cap * c->D * sizeof(float));
+    sl_free(a, c->order, 2 * (size_t)c->order_cap * sizeof *c->order);
+    sl_free(a, c->slot_read, c->num_slots + 1);
+    sl_free(a, c->slot_out, (c->num_slots + 1) * sizeof *c->slot_out);
+    sl_free(a, c->label_names, (c->T + 1) * sizeof *c->label_names);
+    sl_free(a, c->dense_names, (SD + 1) * sizeof *c->dense_names);
+    sl_free(a, c->key_names, (SS + 1) * sizeof *c->key_names);
+    sl_free(a, c->keys, (SS + 1) * sizeof *c->keys);
+    sl_free(a, c->has_slot, (size_t)c->T + SD + SS + 1);
+    sl_arena_destroy(c->out);
+    sl_free(a, c, sizeof *c);
+}
+
+uint32_t imp_pqc_count(const imp_pqc_t *c)
+{
+    return c->n;
+}
+
+/* *p, room for *cap elements of size bytes, grown to hold need (doubling):
+ * on failure nothing changes. */
+static bool vec_reserve(const sl_allocator_t *a, void **p, uint64_t *cap, size_t size,
+                        uint64_t need)
+{
+    if (need <= *cap) return true;
+    if (size == 0) { /* no labels, no dense columns: nothing to hold */
+        *cap = need;
+        return true;
+    }
+    uint64_t c = *cap ? 2 * *cap : 1024;
+    while (c < need)
+        c *= 2;
+    void *n = sl_realloc(a, *p, (size_t)*cap * size, sl_mul_size((size_t)c, size));
+    if (n == NULL) return false;
+    *p = n;
+    *cap = c;
+    return true;
+}
+
+/* Room for `more` rows more. */
+static bool reserve_rows(imp_pqc_t *c, uint32_t more)
+{
+    uint64_t need = (uint64_t)c->n + more;
+    if (need <= c->cap) return true;
+    if (need > UINT32_MAX) return false;
+    const sl_allocator_t *a = c->a;
+    bool ok = vec_reserve(a, (void **)&c->sid, &c->sid_cap, 8, need) &&
+              vec_reserve(a, (void **)&c->ses, &c->ses_cap, 8, need) &&
+              vec_reserve(a, (void **)&c->ts, &c->ts_cap, 8, need) &&
+              vec_reserve(a, (void **)&c->labels, &c->labels_cap, sizeof(float) * c->T, need) &&
+              vec_reserve(a, (void **)&c->dense, &c->dense_cap, sizeof(float) * c->D, need);
+    for (uint32_t k = 0; ok && k < c->S; k++)
+        ok = vec_reserve(a, (void **)&c->keys[k].len, &c->keys[k].len_cap, 4, need);
+    if (!ok) return false;
+    c->cap = (uint32_t)need; /* every array holds at least this many */
+    return true;
+}
+
+static bool reserve_ids(imp_pqc_t *c, outkey_t *k, uint64_t more)
+{
+    uint64_t need = k->nids + more + 1; /* never NULL, even for a run without ids */
+    return vec_reserve(c->a, (void **)&k->ids, &k->ids_cap, 8, need) &&
+           (!k->weighted || vec_reserve(c->a, (void **)&k->w, &k->w_cap, 4, need));
+}
+
+/* ---- converting a run of rows ---- */
+
+/* Where a run of a batch goes: rows [r0, r1) of the batches become rows
+ * n0.. of the builder; row r0 is file row line0 (from 1). */
+typedef struct run {
+    uint32_t r0, r1, n0;
+    uint64_t line0;
+    int64_t id_base;
+    uint32_t bad; /* the first row (batch index) refused so far, UINT32_MAX: none */
+    sl_error_t *why;
+} run_t;
+
+/* Row r refused by a slot: kept when it is the first row refused, or the
+ * same row refused by an earlier slot (slots run in mapping order, so the
+ * message is the one the row path gives). */
+static void refuse(run_t *u, uint32_t r, const sl_error_t *e)
+{
+    if (r < u->bad) {
+        u->bad = r;
+        *u->why = *e;
+    }
+}
+
+static void conv_id(imp_pqc_t *c, const sl_wh_colmap_slot_t *sl, const sl_pq_batch_t *v,
+                    const run_t *u)
+{
+    int64_t *dst = (sl->target == SL_WH_MAP_SAMPLE_ID    ? c->sid
+                    : sl->target == SL_WH_MAP_SESSION_ID ? c->ses
+                                                         : c->ts) +
+                   u->n0;
+    const int64_t *src = v->i64;
+    const uint8_t *valid = v->valid;
+    if (sl->target == SL_WH_MAP_SAMPLE_ID) {
+        int64_t base = u->id_base + (int64_t)u->line0 - (int64_t)u->r0;
+        for (uint32_t r = u->r0; r < u->r1; r++)
+            dst[r - u->r0] = valid[r] ? src[r] : base + (int64_t)r;
+    } else {
+        for (uint32_t r = u->r0; r < u->r1; r++)
+            dst[r - u->r0] = valid[r] ? src[r] : 0;
+    }
+}
+
+/* A label or a dense value: stride floats apart, rounded through a double
+ * as the row path does; a null is missing (0 for a label, NaN dense). */
+static void conv_num(float *dst, uint32_t stride, const sl_pq_batch_t *v, const run_t *u,
+                     float missing)
+{
+    const uint8_t *valid = v->valid;
+    uint32_t r0 = u->r0, r1 = u->r1;
+    switch (v->kind) {
+    case SL_PQ_KIND_I64:
+        for (uint32_t r = r0; r < r1; r++, dst += stride)
+            *dst = valid[r] ? (float)(double)v->i64[r] : missing;
+        break;
+    case SL_PQ_KIND_F32:
+        for (uint32_t r = r0; r < r1; r++, dst += stride)
+            *dst = valid[r] ? v->f32[r] : missing;
+        break;
+    default:
+        for (uint32_t r = r0; r < r1; r++, dst += stride)
+            *dst = valid[r] ? (float)imp_pq_num_at(v, r) : missing;
+        break;
+    }
+}
+
+/* The elements [*from, *to) of row r of a list or scalar column v; false:
+ * none (a null list or value). */
+static inline bool elems(const sl_pq_batch_t *v, bool is_list, uint32_t r, uint32_t *from,
+                         uint32_t *to)
+{
+    if (is_list) {
+        if (!v->list_valid[r]) return false;
+        *from = v->list_off[r];
+        *to = v->list_off[r + 1];
+    } else {
+        if (!v->valid[r]) return false;
+        *from = r;
+        *to = r + 1;
+    }
+    return true;
+}
+
+/* A sparse or weighted slot: per row its length and its ids (a null
+ * element adds none), weights from the struct's or the parallel list. */
+static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap_slot_t *sl,
+                         outkey_t *k, run_t *u, sl_error_t *err)
+{
+    const imp_pq_t *p = c->p;
+    const pq_col_t *pc = &p->cols[sl->column];
+    int32_t li = g->leaf_of[sl->column * 2];
+    const sl_pq_batch_t *v = g->bat[li];
+    bool is_list = g->col[li]->is_list;
+    const sl_pq_batch_t *w = NULL;
+    bool w_list = false;
+    const char *wcol = NULL;
+    if (sl->target == SL_WH_MAP_WEIGHTED) {
+        int32_t wi = pc->type == SL_WH_COLTYPE_LIST_WEIGHTED ? g->leaf_of[sl->column * 2 + 1]
+                                                             : g->leaf_of[sl->weights_column * 2];
+        w = g->bat[wi];
+        w_list = g->col[wi]->is_list;
+        wcol =
+            pc->type == SL_WH_COLTYPE_LIST_WEIGHTED ? pc->name : p->cols[sl->weights_column].name;
+    }
+    /* the ids of the whole run at most: the slots of its rows */
+    uint32_t lo_s, hi_s;
+    if (is_list) {
+        lo_s = v->list_off[u->r0];
+        hi_s = v->list_off[u->r1];
+    } else {
+        lo_s = u->r0;
+        hi_s = u->r1;
+    }
+    if (hi_s < lo_s || !reserve_ids(c, k, hi_s - lo_s))
+        return sl_error_set(err, SL_ERR_NOMEM, "column '%s': no memory for %u ids", pc->name,
+                            hi_s - lo_s);
+    int32_t *len = k->len + u->n0;
+    int64_t *ids = k->ids + k->nids;
+    float *wts = k->weighted ? k->w + k->nids : NULL;
+    uint64_t n = 0;
+    bool ints = v->kind == SL_PQ_KIND_I64;
+    if (ints && w == NULL && is_list && u->bad == UINT32_MAX &&
+        memchr(v->valid + lo_s, 0, hi_s - lo_s) == NULL) {
+        /* The common case, a list<int> without null elements: the run's
+         * ids are one slice of the batch and its lengths the differences
+         * of the offsets (a null or empty list holds no slot). */
+        const int64_t *src = v->i64 + lo_s;
+        int64_t neg = 0;
+        for (uint32_t i = 0; i < hi_s - lo_s; i++)
+            neg |= src[i];
+        if (neg >= 0) {
+            memcpy(ids, src, (size_t)(hi_s - lo_s) * 8);
+            const uint32_t *off = v->list_off;
+            for (uint32_t r = u->r0; r < u->r1; r++)
+                len[r - u->r0] = (int32_t)(off[r + 1] - off[r]);
+            k->pending = hi_s - lo_s;
+            return SL_OK;
+        }
+        /* a negative id: the row by row loop below finds and names it */
+    }
+    uint32_t stop = u->bad < u->r1 ? u->bad + 1 : u->r1; /* rows past a refused one are dropped */
+    for (uint32_t r = u->r0; r < stop; r++) {
+        uint32_t from, to;
+        if (!elems(v, is_list, r, &from, &to)) {
+            len[r - u->r0] = 0;
+            continue;
+        }
+        uint32_t wfrom = 0;
+        if (w != NULL) {
+            uint32_t wn = 0;
+            if (w_list && w->list_valid[r]) {
+                wfrom = w->list_off[r];
+                wn = w->list_off[r + 1] - wfrom;
+            }
+            if (wn != to - from) {
+                sl_error_t e = {0};
+                imp_bad(&e, "column '%s': %u ids but %u weights in '%s'", pc->name, to - from, wn,
+                        wcol);
+                refuse(u, r, &e);
+                break;
+            }
+        }
+        uint64_t start = n;
+        if (ints && w == NULL) {
+            /* the common case: a list<int64> copied as a run, nulls left out */
+            int64_t neg = 0;
+            for (uint32_t s = from; s < to; s++) {
+                int64_t x = v->i64[s];
+                ids[n] = x;
+                neg |= x;
+                n += v->valid[s];
+            }
+            if (neg < 0) { /* some value was negative: was it a valid one? */
+                n = start;
+                bool refused = false;
+                for (uint32_t s = from; s < to && !refused; s++)
+                    if (v->valid[s] && v->i64[s] < 0) {
+                        sl_error_t e = {0};
+                        imp_pq_id_at(sl, pc->name, v, s, &ids[n], &e);
+                        refuse(u, r, &e);
+                        refused = true;
+                    } else
+                        n += v->valid[s];
+                if (refused) break;
+                n = start;
+                for (uint32_t s = from; s < to; s++) {
+                    ids[n] = v->i64[s];
+                    n += v->valid[s];
+                }
+            }
+        } else {
+            bool refused = false;
+            for (uint32_t s = from; s < to; s++) {
+                if (!v->valid[s]) continue;
+                sl_error_t e = {0};
+                if (imp_pq_id_at(sl, pc->name, v, s, &ids[n], &e) != SL_OK) {
+                    refuse(u, r, &e);
+                    refused = true;
+                    break;
+                }
+                if (w != NULL) {
+                    uint32_t ws = wfrom + (s - from);
+                    float x = w->valid[ws] ? (float)imp_pq_num_at(w, ws) : NAN;
+                    if (wts != NULL) wts[n] = x;
+                }
+                n++;
+            }
+            if (refused) break;
+        }
+        len[r - u->r0] = (int32_t)(n - start);
+    }
+    k->pending = n; /* counted in when the run is kept (commit) */
+    return SL_OK;
+}
+
+/* Convert rows [u->r0, u->r1) of g's batches into c at row u->n0 (room
+ * reserved). Rows up to u->bad (if one is refused) hold partial values:
+ * the caller rolls the builder back. @return SL_ERR_NOMEM only. */
+static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_t *err)
+{
+    const imp_pq_t *p = c->p;
+    const sl_wh_colmap_resolved_t *m = p->map;
+    uint32_t rows = u->r1 - u->r0;
+    if (m->id_column[SL_WH_MAP_SAMPLE_ID - 1] == SL_WH_COLMAP_NONE)
+        for (uint32_t i = 0; i < rows; i++)
+            c->sid[u->n0 + i] = u->id_base + (int64_t)(u->line0 + i);
+    if (m->id_column[SL_WH_MAP_SESSION_ID - 1] == SL_WH_COLMAP_NONE)
+        memset(c->ses + u->n0, 0, (size_t)rows * 8);
+    if (m->id_column[SL_WH_MAP_TIMESTAMP - 1] == SL_WH_COLMAP_NONE)
+        memset(c->ts + u->n0, 0, (size_t)rows * 8);
+    if (!c->covered) { /* outputs no slot fills: missing */
+        for (uint32_t i = 0; i < rows; i++) {
+            for (uint32_t t = 0; t < c->T; t++)
+                if (!c->has_slot[t]) c->labels[(size_t)(u->n0 + i) * c->T + t] = 0.0f;
+            for (uint32_t d = 0; d < c->D; d++)
+                if (!c->has_slot[c->T + d]) c->dense[(size_t)(u->n0 + i) * c->D + d] = NAN;
+        }
+        for (uint32_t k = 0; k < c->S; k++)
+            if (!c->has_slot[c->T + c->D + k]) memset(c->keys[k].len + u->n0, 0, (size_t)rows * 4);
+    }
+    for (uint32_t s = 0; s < m->num_slots; s++) {
+        if (!c->slot_read[s]) continue;
+        const sl_wh_colmap_slot_t *sl = &m->slots[s];
+        const sl_pq_batch_t *v = g->bat[g->leaf_of[sl->column * 2]];
+        int32_t o = c->slot_out[s];
+        switch (sl->target) {
+        case SL_WH_MAP_SAMPLE_ID:
+        case SL_WH_MAP_SESSION_ID:
+        case SL_WH_MAP_TIMESTAMP:
+            conv_id(c, sl, v, u);
+            break;
+        case SL_WH_MAP_LABEL:
+            conv_num(c->labels + (size_t)u->n0 * c->T + (uint32_t)o, c->T, v, u, 0.0f);
+            break;
+        case SL_WH_MAP_DENSE:
+            conv_num(c->dense + (size_t)u->n0 * c->D + (uint32_t)o, c->D, v, u, NAN);
+            break;
+        case SL_WH_MAP_SPARSE:
+        case SL_WH_MAP_WEIGHTED: {
+            sl_err_t rc = conv_ids(c, g, sl, &c->keys[o], u, err);
+            if (rc != SL_OK) return rc;
+            break;
+        }
+        }
+    }
+    return SL_OK;
+}
+
+/* Convert rows [r0, r1) of g's batches (row r0 is file row line0 from 1)
+ * into c, handing each row the mapping refuses to rd->on_bad: a run with
+ * one is converted again without it (rows before it, then after). */
+static sl_err_t convert_run(imp_pqc_t *c, const group_read_t *g, uint32_t r0, uint32_t r1,
+                            uint64_t line0, imp_pqc_read_t *rd, sl_error_t *err)
+{
+    while (r0 < r1) {
+        if (!reserve_rows(c, r1 - r0))
+            return sl_error_set(err, SL_ERR_NOMEM, "%s: no memory for %u rows", rd->input, r1 - r0);
+        sl_error_t why = {0};
+        run_t u = {.r0 = r0,
+                   .r1 = r1,
+                   .n0 = c->n,
+                   .line0 = line0,
+                   .id_base = rd->id_base,
+                   .bad = UINT32_MAX,
+                   .why = &why};
+        sl_err_t rc = convert(c, g, &u, err);
+        uint32_t bad = u.bad;
+        if (rc == SL_OK && bad != UINT32_MAX && bad > r0) { /* the rows before it again */
+            u.r1 = bad;
+            u.bad = UINT32_MAX;
+            rc = convert(c, g, &u, err);
+        }
+        if (rc != SL_OK) {
+            for (uint32_t k = 0; k < c->S; k++)
+                c->keys[k].pending = 0;
+            return rc;
+        }
+        uint32_t kept = (bad == UINT32_MAX ? r1 : bad) - r0;
+        for (uint32_t k = 0; k < c->S; k++) { /* commit */
+            c->keys[k].nids += kept ? c->keys[k].pending : 0;
+            c->keys[k].pending = 0;
+        }
+        c->n += kept;
+        if (bad == UINT32_MAX) return SL_OK;
+        rc = rd->on_bad(rd->ctx, line0 + (bad - r0), &why, err);
+        if (rc != SL_OK) return rc;
+        line0 += bad + 1 - r0;
+        r0 = bad + 1;
+    }
+    return SL_OK;
+}
+
+sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_error_t *err)
+{
+    const sl_allocator_t *a = p->a;
+    const char *input = rd->input;
+    sl_pq_source_t src;
+    sl_pq_file_t *f = NULL;
+    rd->reached = rd->first_row;
+    sl_err_t rc = sl_pq_source_file(input, &src, err);
+    if (rc == SL_OK) rc = sl_pq_file_open(&src, input, a, &f, err);
+    if (rc != SL_OK) {
+        sl_pq_source_file_close(&src);
+        return rc;
+    }
+    const sl_pq_meta_t *m = sl_pq_file_meta(f);
+    uint32_t begin = rd->begin, end = rd->end < m->num_row_groups ? rd->end : m->num_row_groups;
+    uint32_t cap = 2 * p->num_cols + 2;
+    group_read_t g = {0};
+    g.leaf_of = sl_calloc(a, cap, sizeof *g.leaf_of);
+    g.rd = sl_calloc(a, cap, sizeof *g.rd);
+    g.bat = sl_calloc(a, cap, sizeof *g.bat);
+    g.col = sl_calloc(a, cap, sizeof *g.col);
+    if (g.leaf_of == NULL || g.rd == NULL || g.bat == NULL || g.col == NULL)
+        rc = sl_error_set(err, SL_ERR_NOMEM, "no memory");
+    uint64_t row = rd->first_row; /* the file row (0-based) of the next batch's first row */
+    /* row groups that end at or before file row lo are not read */
+    while (begin < end && row + (uint64_t)m->row_groups[begin].num_rows <= rd->lo)
+        row += (uint64_t)m->row_groups[begin++].num_rows;
+    uint32_t flush = rd->flush_rows ? rd->flush_rows : 1;
+    bool past = false;
+    for (uint32_t gi = begin; rc == SL_OK && !past && gi < end; gi++) {
+        rc = imp_pq_open_group(p, c->slot_read, f, gi, &g, err);
+        while (rc == SL_OK && !past) {
+            uint32_t rows = 0;
+            for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) {
+                rc = sl_pq_reader_next(g.rd[i], PQ_BATCH_ROWS, &g.bat[i], err);
+                if (rc == SL_OK && i > 0 && g.bat[i]->rows != rows)
+                    rc = sl_error_set(err, SL_ERR_CORRUPT,
+                                      "%s row group %u: columns of %u and %u rows", input, gi, rows,
+                                      g.bat[i]->rows);
+                if (rc == SL_OK) rows = g.bat[i]->rows;
+            }
+            if (rc != SL_OK || rows == 0) break;
+            /* the batch's rows in [lo, hi) */
+            uint32_t r = rd->lo > row ? (uint32_t)(rd->lo - row < rows ? rd->lo - row : rows) : 0;
+            uint32_t r_end =
+                rd->hi < row + rows ? (rd->hi > row ? (uint32_t)(rd->hi - row) : 0) : rows;
+            while (rc == SL_OK && r < r_end) {
+                uint32_t room = c->n < flush ? flush - c->n : 1;
+                uint32_t take = r_end - r < room ? r_end - r : room;
+                rc = convert_run(c, &g, r, r + take, row + r + 1, rd, err);
+                r += take;
+                if (rc == SL_OK && c->n >= flush) rc = rd->on_full(rd->ctx, row + r, err);
+            }
+            row += rows;
+            rd->reached = row;
+            past = row >= rd->hi;
+        }
+        imp_pq_close_group(&g);
+    }
+    sl_free(a, g.leaf_of, cap * sizeof *g.leaf_of);
+    sl_free(a, g.rd, cap * sizeof *g.rd);
+    sl_free(a, g.bat, cap * sizeof *g.bat);
+    sl_free(a, g.col, cap * sizeof *g.col);
+    sl_pq_file_destroy(f);
+    sl_pq_source_file_close(&src);
+    return rc;
+}
+
+/* ---- taking a stripe ---- */
+
+/* Rows by session, stably: a bottom-up merge sort of the row numbers o[n]
+ * by ses[] with the scratch tmp[n]. @return where the order is, o or tmp. */
+static uint32_t *sort_by_session(const int64_t *ses, uint32_t *o, uint32_t *tmp, uint32_t n)
+{
+    for (uint32_t w = 1; w < n; w *= 2) {
+        for (uint32_t lo = 0; lo < n; lo += 2 * w) {
+            uint32_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            uint32_t i = lo, j = mid, k = lo;
+            if (mid == hi || ses[o[mid - 1]] <= ses[o[mid]]) {
+                memcpy(tmp + lo, o + lo, (size_t)(hi - lo) * sizeof *o);
+                continue;
+            }
+            while (i < mid && j < hi)
+                tmp[k++] = ses[o[j]] < ses[o[i]] ? o[j++] : o[i++]; /* ties: left first */
+            while (i < mid)
+                tmp[k++] = o[i++];
+            while (j < hi)
+                tmp[k++] = o[j++];
+        }
+        uint32_t *t = o;
+        o = tmp;
+        tmp = t;
+    }
+    return o;
+}
+
+sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error_t *err)
+{
+    memset(out, 0, sizeof *out);
+    uint32_t n = c->n;
+    if (c->out_want > c->out_chunk) {
+        /* a chunk that holds a whole stripe, kept by reset (a fresh large
+         * chunk each stripe costs a page fault every 4 KiB) */
+        sl_arena_t *bigger = sl_arena_new(c->a, c->out_want);
+        if (bigger == NULL) goto nomem;
+        sl_arena_destroy(c->out);
+        c->out = bigger;
+        c->out_chunk = c->out_want;
+    }
+    sl_arena_reset(c->out);
+    /* the order: file order unless sessions are out of order */
+    const uint32_t *order = NULL;
+    if (by_session)
+        for (uint32_t i = 1; i < n && order == NULL; i++)
+            if (c->ses[i] < c->ses[i - 1]) {
+                if (n > c->order_cap) {
+                    sl_free(c->a, c->order, 2 * (size_t)c->order_cap * sizeof *c->order);
+                    c->order_cap = 0;
+                    if ((c->order = sl_alloc(c->a, 2 * (size_t)n * sizeof *c->order)) == NULL)
+                        goto nomem;
+                    c->order_cap = n;
+                }
+                for (uint32_t j = 0; j < n; j++)
+                    c->order[j] = j;
+                order = sort_by_session(c->ses, c->order, c->order + n, n);
+            }
+    sl_arena_t *ar = c->out;
+    sl_batch_t *b = &out->batch;
+    b->batch_size = n;
+    int64_t *sid = sl_arena_alloc(ar, (size_t)n * 8 + 8),
+            *ses = sl_arena_alloc(ar, (size_t)n * 8 + 8),
+            *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8),
+            *cms = sl_arena_alloc(ar, (size_t)n * 8 + 8);
+    if (sid == NULL || ses == NULL || ts == NULL || cms == NULL) goto nomem;
+    if (sl_dense_init(&b->dense, ar, n, c->D, c->dense_names) != SL_OK ||
+        sl_dense_init(&b->labels, ar, n, c->T, c->label_names) != SL_OK)
+        goto nomem;
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < c->S; k++)
+        total += c->keys[k].nids;
+    if (c->S && sl_kjt_init(&b->sparse, ar, c->S, c->key_names, n, total, c->any_weighted) != SL_OK)
+        goto nomem;
+    for (uint32_t j = 0; j < n; j++)
+        cms[j] = -1;     /* no record time: a file's rows */
+    if (order == NULL) { /* runs */
+        memcpy(sid, c->sid, (size_t)n * 8);
+        memcpy(ses, c->ses, (size_t)n * 8);
+        memcpy(ts, c->ts, (size_t)n * 8);
+        if (c->D) memcpy(b->dense.data, c->dense, (size_t)n * c->D * 4);
+        if (c->T) memcpy(b->labels.data, c->labels, (size_t)n * c->T * 4);
+        uint64_t v = 0;
+        for (uint32_t k = 0; k < c->S; k++) {
+            const outkey_t *kk = &c->keys[k];
+            memcpy(b->sparse.lengths + (size_t)k * n, kk->len, (size_t)n * 4);
+            if (kk->nids) memcpy(b->sparse.values + v, kk->ids, (size_t)kk->nids * 8);
+            if (c->any_weighted)
+                for (uint64_t i = 0; i < kk->nids; i++)
+                    b->sparse.weights[v + i] = kk->weighted ? kk->w[i] : 1.0f;
+            v += kk->nids;
+        }
+    } else { /* gathered by the order */
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t i = order[j];
+            sid[j] = c->sid[i];
+            ses[j] = c->ses[i];
+            ts[j] = c->ts[i];
+            if (c->D)
+                memcpy(b->dense.data + (size_t)j * c->D, c->dense + (size_t)i * c->D, c->D * 4);
+            if (c->T)
+                memcpy(b->labels.data + (size_t)j * c->T, c->labels + (size_t)i * c->T, c->T * 4);
+        }
+        uint64_t *start = sl_arena_alloc(ar, (size_t)n * 8 + 8);
+        if (start == NULL) goto nomem;
+        uint64_t v = 0;
+        for (uint32_t k = 0; k < c->S; k++) {
+            const outkey_t *kk = &c->keys[k];
+            uint64_t at = 0;
+            for (uint32_t i = 0; i < n; i++) { /* where row i's ids start */
+                start[i] = at;
+                at += (uint64_t)kk->len[i];
+            }
+            for (uint32_t j = 0; j < n; j++) {
+                uint32_t i = order[j];
+                int32_t len = kk->len[i];
+                b->sparse.lengths[(size_t)k * n + j] = len;
+                if (len) memcpy(b->sparse.values + v, kk->ids + start[i], (size_t)len * 8);
+                for (int32_t e = 0; c->any_weighted && e < len; e++)
+                    b->sparse.weights[v + (uint64_t)e] =
+                        kk->weighted ? kk->w[start[i] + (uint64_t)e] : 1.0f;
+                v += (uint64_t)len;
+            }
+        }
+    }
+    b->sample_ids = sid;
+    b->record_ms = cms;
+    out->schema = c->schema;
+    out->session_ids = ses;
+    out->timestamps = ts;
+    c->n = 0;
+    for (uint32_t k = 0; k < c->S; k++)
+        c->keys[k].nids = 0;
+    size_t fp = sl_arena_footprint(ar);
+    if (fp > c->out_chunk + 4096) c->out_want = fp + fp / 4; /* chunk headers, a larger stripe */
+    return SL_OK;
+nomem:
+    memset(out, 0, sizeof *out);
+    return sl_error_set(err, SL_ERR_NOMEM, "Parquet rows: out of memory taking %u rows", n);
+}

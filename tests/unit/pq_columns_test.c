@@ -1,0 +1,581 @@
+/* The columnar conversion of Parquet rows (warehouse/pq_internal.h,
+ * docs/PARQUET.md "Columnar conversion") held to the row path it
+ * replaced, value by value and bit for bit, over the fixture
+ * pyarrow-mapped-zstd.parquet (300 rows in row groups of 128, 128, 44;
+ * every conversion of the mapping, nulls, sessions out of order, a row
+ * whose weights do not match its ids at index 77, a negative id at 130):
+ *  - the worker's stripes (sl_wh_pqds_read_stripes) against the rows of
+ *    sl_wh_pqds_read gathered by the Kafka row builder, as the Parquet
+ *    source did before, for todo ranges across row groups, stripe sizes
+ *    and projections; a refused row fails both with the same message;
+ *  - `table import --format parquet` (sl_wh_import) against the rows of
+ *    the row path (imp_pq_read_slots): the same rows written, the same
+ *    bad row skipped with the same message;
+ *  - every allocation of the worker's read, and of the import, failing in
+ *    turn: an error, no leak, or (no allocation failed) every row. */
+#include <criterion/criterion.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kafka/record_decode.h"
+#include "testutil.h"
+#include "warehouse/import.h"
+#include "warehouse/import_internal.h"
+#include "warehouse/pq_dataset.h"
+
+static char fixture[4096];
+static char *dir;
+
+static void setup(void)
+{
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    snprintf(fixture, sizeof fixture, "%s/tests/data/parquet/pyarrow-mapped-zstd.parquet",
+             root ? root : "..");
+    dir = tu_mkdtemp("pq_columns");
+}
+
+static void teardown(void)
+{
+    tu_rm_tree(dir);
+    free(dir);
+}
+
+TestSuite(pq_columns, .init = setup, .fini = teardown);
+
+/* Every conversion: ids, two labels, dense of each numeric type, sparse
+ * from a list, a scalar, hashed strings and lists of strings, weighted
+ * from a list of structs and from two parallel lists. */
+static const char *FULL =
+    "{\"sample_id\": \"sample_id\", \"session_id\": \"session_id\", \"timestamp\": \"ts\","
+    " \"labels\": [\"label\", \"like\"], \"dense\": [\"f32\", \"f64\", \"i64\", \"flag\"],"
+    " \"sparse\": [\"item_ids\", \"one_id\","
+    "   {\"column\": \"country\", \"name\": \"country_h\", \"hash\": {\"seed\": 7}},"
+    "   {\"column\": \"words\", \"name\": \"words_h\", \"hash\": {\"seed\": 3}}],"
+    " \"weighted\": [{\"column\": \"tags\"},"
+    "   {\"name\": \"cats\", \"ids\": \"cat_ids\", \"weights\": \"cat_w\"}],"
+    " \"infer\": false}";
+/* No sample or session id (numbered rows, file order), a negative id. */
+static const char *NEG = "{\"labels\": [\"label\"], \"dense\": [\"f64\"],"
+                         " \"sparse\": [\"neg_ids\"], \"infer\": false}";
+
+static sl_wh_colmap_t *mapping(const char *text)
+{
+    json_error_t jerr;
+    json_t *j = json_loads(text, 0, &jerr);
+    cr_assert_not_null(j, "%s", jerr.text);
+    sl_wh_colmap_t *m = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_colmap_parse(j, NULL, NULL, NULL, NULL, &m, &err), SL_OK, "%s", err.msg);
+    json_decref(j);
+    return m;
+}
+
+/* ---- a stripe, copied ---- */
+
+typedef struct stripe {
+    uint64_t first, end;
+    uint32_t n, D, T, K;
+    int64_t *sid, *ses, *ts, *cms;
+    float *dense, *labels;
+    char **dnames, **lnames, **keys;
+    int32_t *lens;
+    uint64_t nv;
+    int64_t *values;
+    float *weights; /* NULL: unweighted */
+} stripe_t;
+
+typedef struct stripes {
+    stripe_t s[512];
+    uint32_t n;
+    uint32_t at; /* the next one to compare */
+} stripes_t;
+
+static void *dup_mem(const void *p, size_t len)
+{
+    void *d = malloc(len + 1);
+    cr_assert_not_null(d);
+    if (len) memcpy(d, p, len);
+    return d;
+}
+
+static char **dup_names(const char *const *names, uint32_t n)
+{
+    char **d = calloc(n + 1, sizeof *d);
+    for (uint32_t i = 0; names != NULL && i < n; i++)
+        d[i] = strdup(names[i]);
+    return d;
+}
+
+static void copy_stripe(stripe_t *s, const sl_wh_rows_t *r, uint64_t first, uint64_t end)
+{
+    const sl_batch_t *b = &r->batch;
+    uint32_t n = b->batch_size;
+    s->first = first;
+    s->end = end;
+    s->n = n;
+    s->D = b->dense.cols;
+    s->T = b->labels.cols;
+    s->K = b->sparse.num_keys;
+    s->sid = dup_mem(b->sample_ids, (size_t)n * 8);
+    s->ses = dup_mem(r->session_ids, (size_t)n * 8);
+    s->ts = dup_mem(r->timestamps, (size_t)n * 8);
+    s->cms = dup_mem(b->record_ms, (size_t)n * 8);
+    s->dense = dup_mem(b->dense.data, (size_t)n * s->D * 4);
+    s->labels = dup_mem(b->labels.data, (size_t)n * s->T * 4);
+    s->dnames = dup_names(b->dense.names, s->D);
+    s->lnames = dup_names(b->labels.names, s->T);
+    s->keys = dup_names(b->sparse.keys, s->K);
+    s->lens = dup_mem(b->sparse.lengths, (size_t)n * s->K * 4);
+    s->nv = b->sparse.num_values;
+    s->values = dup_mem(b->sparse.values, (size_t)s->nv * 8);
+    s->weights = b->sparse.weights ? dup_mem(b->sparse.weights, (size_t)s->nv * 4) : NULL;
+}
+
+static void free_names(char **names, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static void free_stripes(stripes_t *st)
+{
+    for (uint32_t i = 0; i < st->n; i++) {
+        stripe_t *s = &st->s[i];
+        free(s->sid);
+        free(s->ses);
+        free(s->ts);
+        free(s->cms);
+        free(s->dense);
+        free(s->labels);
+        free_names(s->dnames, s->D);
+        free_names(s->lnames, s->T);
+        free_names(s->keys, s->K);
+        free(s->lens);
+        free(s->values);
+        free(s->weights);
+    }
+    st->n = st->at = 0;
+}
+
+/* Bit for bit: a NaN is the same NaN, -0 is not 0. */
+static void same_bits(const void *a, const void *b, size_t len, const char *what, uint32_t stripe)
+{
+    cr_assert(len == 0 || memcmp(a, b, len) == 0, "stripe %u: %s differ", stripe, what);
+}
+
+static void compare(const stripe_t *w, const stripe_t *g, uint32_t i)
+{
+    cr_assert_eq(g->first, w->first, "stripe %u first", i);
+    cr_assert_eq(g->end, w->end, "stripe %u end", i);
+    cr_assert_eq(g->n, w->n, "stripe %u rows", i);
+    cr_assert_eq(g->D, w->D);
+    cr_assert_eq(g->T, w->T);
+    cr_assert_eq(g->K, w->K);
+    for (uint32_t d = 0; d < w->D; d++)
+        cr_assert_str_eq(g->dnames[d], w->dnames[d]);
+    for (uint32_t t = 0; t < w->T; t++)
+        cr_assert_str_eq(g->lnames[t], w->lnames[t]);
+    for (uint32_t k = 0; k < w->K; k++)
+        cr_assert_str_eq(g->keys[k], w->keys[k]);
+    for (uint32_t r = 0; r < w->n; r++) {
+        cr_assert_eq(g->sid[r], w->sid[r], "stripe %u row %u sample id", i, r);
+        cr_assert_eq(g->ses[r], w->ses[r], "stripe %u row %u session", i, r);
+        cr_assert_eq(g->ts[r], w->ts[r], "stripe %u row %u timestamp", i, r);
+        cr_assert_eq(g->cms[r], w->cms[r], "stripe %u row %u record time", i, r);
+    }
+    same_bits(g->dense, w->dense, (size_t)w->n * w->D * 4, "dense values", i);
+    same_bits(g->labels, w->labels, (size_t)w->n * w->T * 4, "labels", i);
+    same_bits(g->lens, w->lens, (size_t)w->n * w->K * 4, "lengths", i);
+    cr_assert_eq(g->nv, w->nv, "stripe %u values", i);
+    same_bits(g->values, w->values, (size_t)w->nv * 8, "ids", i);
+    cr_assert_eq(g->weights == NULL, w->weights == NULL, "stripe %u weights", i);
+    if (w->weights) same_bits(g->weights, w->weights, (size_t)w->nv * 4, "weights", i);
+}
+
+/* ---- the row path, gathered as the Parquet source did before ---- */
+
+typedef struct old_pass {
+    sl_kafka_rows_t *rows;
+    stripes_t *out;
+    uint32_t batch;
+    uint64_t first;
+} old_pass_t;
+
+static sl_err_t old_flush(old_pass_t *p, uint64_t end, sl_error_t *err)
+{
+    sl_kafka_stripe_t st;
+    sl_err_t rc = sl_kafka_rows_take(p->rows, &st, err);
+    if (rc != SL_OK) return rc;
+    cr_assert_lt(p->out->n, 512);
+    copy_stripe(&p->out->s[p->out->n++], &st.rows, p->first, end);
+    p->first = end;
+    return SL_OK;
+}
+
+static sl_err_t old_row(void *ctx, uint64_t row, const sl_wh_row_t *r, sl_error_t *err)
+{
+    old_pass_t *p = ctx;
+    sl_err_t rc = sl_kafka_rows_add_row(p->rows, r, (int64_t)row, -1, err);
+    if (rc == SL_OK && sl_kafka_rows_count(p->rows) >= p->batch) rc = old_flush(p, row + 1, err);
+    return rc;
+}
+
+static sl_err_t new_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, uint64_t end,
+                           sl_error_t *err)
+{
+    (void)err;
+    stripes_t *st = ctx;
+    cr_assert_lt(st->n, 512);
+    copy_stripe(&st->s[st->n++], rows, first, end);
+    return SL_OK;
+}
+
+/* One todo range [from, to) of the whole-file split with stripes of
+ * batch rows, both ways: the same stripes, or the same error. */
+static void both_ways(sl_wh_pqds_t *ds, const sl_wh_split_t *sp, const char *const *features,
+                      uint32_t nf, uint64_t from, uint64_t to, uint32_t batch)
+{
+    sl_wh_pqds_reader_t *r = NULL;
+    sl_error_t err = {0}, err2 = {0};
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, features, nf, &r, &err), SL_OK, "%s", err.msg);
+    static stripes_t want, got;
+    old_pass_t p = {.out = &want, .batch = batch, .first = from};
+    cr_assert_eq(
+        sl_kafka_rows_new(sl_wh_pqds_mapping(ds)->schema, features, nf, NULL, &p.rows, &err), SL_OK,
+        "%s", err.msg);
+    sl_err_t rc1 = sl_wh_pqds_read(r, sp, from, to, old_row, &p, &err);
+    if (rc1 == SL_OK && p.first < to) rc1 = old_flush(&p, to, &err);
+    sl_err_t rc2 = sl_wh_pqds_read_stripes(r, sp, from, to, batch, new_stripe, &got, &err2);
+    cr_assert_eq(rc2, rc1, "[%llu, %llu) by %u: %s / %s", (unsigned long long)from,
+                 (unsigned long long)to, batch, err.msg, err2.msg);
+    if (rc1 != SL_OK) {
+        cr_assert_str_eq(err2.msg, err.msg);
+    } else {
+        cr_assert_eq(got.n, want.n, "[%llu, %llu) by %u: stripes", (unsigned long long)from,
+                     (unsigned long long)to, batch);
+        for (uint32_t i = 0; i < want.n; i++)
+            compare(&want.s[i], &got.s[i], i);
+    }
+    free_stripes(&want);
+    free_stripes(&got);
+    sl_kafka_rows_destroy(p.rows);
+    sl_wh_pqds_reader_destroy(r);
+}
+
+/* The dataset borrows names from the mapping: *m lives as long as it. */
+static sl_wh_pqds_t *open_mapped(const char *text, sl_wh_colmap_t **m, sl_wh_splits_t **sp)
+{
+    *m = mapping(text);
+    sl_wh_pqds_t *ds = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_pqds_open(fixture, *m, NULL, NULL, NULL, NULL, &ds, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(sl_wh_pqds_plan(ds, 1000, NULL, 0, sp, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq((*sp)->count, 1);
+    cr_assert_eq((*sp)->items[0].num_rows, 300);
+    return ds;
+}
+
+Test(pq_columns, worker_stripes_equal_row_path)
+{
+    sl_wh_splits_t *sp = NULL;
+    sl_wh_colmap_t *m = NULL;
+    sl_wh_pqds_t *ds = open_mapped(FULL, &m, &sp);
+    const sl_wh_split_t *s = &sp->items[0];
+    static const uint64_t ranges[][2] = {{0, 77},    {78, 300},  {5, 20},  {100, 200},
+                                         {127, 129}, {256, 300}, {0, 300}, {77, 78}};
+    static const uint32_t batches[] = {1, 7, 64, 128, 4096};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
+            both_ways(ds, s, NULL, 0, ranges[i][0], ranges[i][1], batches[b]);
+    /* a projection in another order than the schema's */
+    const char *const feats[] = {"cats", "f64", "item_ids", "country_h"};
+    both_ways(ds, s, feats, 4, 78, 300, 50);
+    both_ways(ds, s, feats, 4, 0, 300, 4096); /* row 77 refused: the same message */
+    /* the message itself */
+    sl_wh_pqds_reader_t *r = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, NULL, 0, &r, &err), SL_OK, "%s", err.msg);
+    stripes_t *got = calloc(1, sizeof *got);
+    cr_assert_eq(sl_wh_pqds_read_stripes(r, s, 0, 300, 64, new_stripe, got, &err), SL_ERR_CORRUPT);
+    cr_assert_str_eq(err.msg, "pyarrow-mapped-zstd.parquet row 78: column 'cat_ids': 2 ids but 3 "
+                              "weights in 'cat_w'");
+    cr_assert_eq(got->n, 1, "the stripe of rows [0, 64) went out before row 78");
+    free_stripes(got);
+    free(got);
+    sl_wh_pqds_reader_destroy(r);
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
+    /* numbered rows in file order, a negative id */
+    ds = open_mapped(NEG, &m, &sp);
+    s = &sp->items[0];
+    both_ways(ds, s, NULL, 0, 0, 130, 33);
+    both_ways(ds, s, NULL, 0, 131, 300, 4096);
+    both_ways(ds, s, NULL, 0, 100, 300, 10);
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    sl_wh_colmap_destroy(m);
+}
+
+/* ---- the import ---- */
+
+/* One row of the row path, copied (schema order). */
+typedef struct prow {
+    int64_t sid, ses, ts;
+    float labels[2], dense[4];
+    uint32_t len[6];
+    int64_t ids[6][64];
+    float w[6][64];
+    bool weighted[6];
+} prow_t;
+
+typedef struct prows {
+    prow_t *r;
+    uint32_t n;
+    uint64_t bad_line;
+    char bad[SL_ERROR_MSG_MAX];
+} prows_t;
+
+static sl_err_t row_path_row(void *ctx, uint64_t line, sl_err_t rc, const sl_error_t *perr,
+                             sl_wh_row_t *row, bool has_sid)
+{
+    prows_t *c = ctx;
+    if (rc != SL_OK) {
+        cr_assert_eq(c->bad_line, 0, "one bad row only, another at %llu", (unsigned long long)line);
+        c->bad_line = line;
+        snprintf(c->bad, sizeof c->bad, "%s", perr->msg);
+        return SL_OK;
+    }
+    cr_assert_lt(c->n, 300);
+    prow_t *p = &c->r[c->n++];
+    p->sid = has_sid ? row->sample_id : (int64_t)line; /* a first import: id base 0 */
+    p->ses = row->session_id;
+    p->ts = row->timestamp;
+    memcpy(p->labels, row->labels, sizeof p->labels);
+    memcpy(p->dense, row->dense, sizeof p->dense);
+    for (int s = 0; s < 6; s++) {
+        cr_assert_leq(row->sparse[s].len, 64);
+        p->len[s] = row->sparse[s].len;
+        memcpy(p->ids[s], row->sparse[s].ids, p->len[s] * 8);
+        p->weighted[s] = row->sparse[s].weights != NULL;
+        if (p->weighted[s]) memcpy(p->w[s], row->sparse[s].weights, p->len[s] * 4);
+    }
+    return SL_OK;
+}
+
+static bool same_float(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0;
+}
+
+Test(pq_columns, import_equals_row_path)
+{
+    sl_wh_colmap_t *m = mapping(FULL);
+    sl_error_t err = {0};
+    /* the row path */
+    imp_pq_t *p = NULL;
+    cr_assert_eq(imp_pq_open(fixture, m, NULL, &p, &err), SL_OK, "%s", err.msg);
+    const sl_wh_schema_t *schema = imp_pq_mapping(p)->schema;
+    cr_assert_eq(sl_wh_schema_num_labels(schema), 2);
+    cr_assert_eq(sl_wh_schema_num_dense(schema), 4);
+    cr_assert_eq(sl_wh_schema_num_sparse(schema), 6);
+    sl_wh_row_buf_t *buf = sl_wh_row_buf_new(schema, NULL);
+    prows_t want = {.r = calloc(300, sizeof(prow_t))};
+    cr_assert_eq(
+        imp_pq_read_slots(p, NULL, fixture, 0, UINT32_MAX, 0, 0, buf, row_path_row, &want, &err),
+        SL_OK, "%s", err.msg);
+    cr_assert_eq(want.n, 299);
+    cr_assert_eq(want.bad_line, 78);
+    /* the import, columnar */
+    char *table = tu_path(dir, "t");
+    sl_wh_import_opts_t o = sl_wh_import_opts_default();
+    const char *inputs[] = {fixture};
+    o.format = SL_WH_IMPORT_PARQUET;
+    o.inputs = inputs;
+    o.num_inputs = 1;
+    o.table_dir = table;
+    o.mapping = m;
+    o.threads = 1;
+    o.writer.stripe_rows = 100; /* stripes across the columnar path's runs */
+    sl_wh_import_summary_t sum = {0};
+    cr_assert_eq(sl_wh_import(&o, &sum, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sum.rows_read, 300);
+    cr_assert_eq(sum.rows_written, 299);
+    cr_assert_eq(sum.rows_skipped, 1);
+    cr_assert_eq(sum.num_first_bad, 1);
+    size_t fl = strlen(fixture);
+    cr_assert(strncmp(sum.first_bad[0], fixture, fl) == 0, "%s", sum.first_bad[0]);
+    cr_assert_str_eq(sum.first_bad[0] + fl,
+                     ":78: column 'cat_ids': 2 ids but 3 weights in 'cat_w'");
+    cr_assert_str_eq(want.bad, "column 'cat_ids': 2 ids but 3 weights in 'cat_w'");
+    sl_wh_import_summary_free(&sum);
+    /* the table's rows, in order, against the row path's */
+    sl_wh_table_t *t = NULL;
+    cr_assert_eq(sl_wh_table_open(table, NULL, &t, &err), SL_OK, "%s", err.msg);
+    uint32_t at = 0;
+    for (uint32_t pi = 0; pi < sl_wh_table_num_partitions(t); pi++) {
+        const sl_wh_partition_t *part = sl_wh_table_partition(t, pi);
+        for (uint32_t f = 0; f < part->num_files; f++) {
+            char *path = tu_path(table, part->files[f]);
+            sl_wh_reader_t *r = NULL;
+            cr_assert_eq(sl_wh_reader_open(path, NULL, NULL, &r, &err), SL_OK, "%s", err.msg);
+            const sl_wh_rows_t *rows;
+            for (;;) {
+                cr_assert_eq(sl_wh_reader_next(r, &rows, &err), SL_OK, "%s", err.msg);
+                if (rows == NULL) break;
+                const sl_batch_t *b = &rows->batch;
+                uint32_t K = b->sparse.num_keys;
+                cr_assert_eq(K, 6);
+                uint64_t koff[7];
+                sl_kjt_key_offsets(&b->sparse, koff);
+                for (uint32_t i = 0; i < b->batch_size; i++, at++) {
+                    cr_assert_lt(at, want.n);
+                    const prow_t *w = &want.r[at];
+                    cr_assert_eq(b->sample_ids[i], w->sid, "row %u sample id", at);
+                    cr_assert_eq(rows->session_ids[i], w->ses, "row %u session", at);
+                    cr_assert_eq(rows->timestamps[i], w->ts, "row %u timestamp", at);
+                    for (uint32_t l = 0; l < b->labels.cols; l++) {
+                        int li = sl_wh_schema_find_label(schema, b->labels.names[l]);
+                        cr_assert(same_float(b->labels.data[(size_t)i * b->labels.cols + l],
+                                             w->labels[li]),
+                                  "row %u label %s", at, b->labels.names[l]);
+                    }
+                    for (uint32_t d = 0; d < b->dense.cols; d++) {
+                        const sl_wh_feature_t *fe = sl_wh_schema_find(schema, b->dense.names[d]);
+                        cr_assert(same_float(b->dense.data[(size_t)i * b->dense.cols + d],
+                                             w->dense[fe->slot]),
+                                  "row %u dense %s", at, b->dense.names[d]);
+                    }
+                    for (uint32_t k = 0; k < K; k++) {
+                        const sl_wh_feature_t *fe = sl_wh_schema_find(schema, b->sparse.keys[k]);
+                        uint32_t s = fe->slot;
+                        int32_t len = b->sparse.lengths[(size_t)k * b->sparse.stride + i];
+                        cr_assert_eq((uint32_t)len, w->len[s], "row %u %s length", at,
+                                     b->sparse.keys[k]);
+                        for (int32_t e = 0; e < len; e++) {
+                            cr_assert_eq(b->sparse.values[koff[k] + (uint64_t)e], w->ids[s][e],
+                                         "row %u %s id %d", at, b->sparse.keys[k], e);
+                            if (w->weighted[s])
+                                cr_assert(same_float(b->sparse.weights[koff[k] + (uint64_t)e],
+                                                     w->w[s][e]),
+                                          "row %u %s weight %d", at, b->sparse.keys[k], e);
+                        }
+                        koff[k] += (uint64_t)len;
+                    }
+                }
+            }
+            sl_wh_reader_close(r);
+            free(path);
+        }
+    }
+    cr_assert_eq(at, 299);
+    sl_wh_table_close(t);
+    free(table);
+    free(want.r);
+    sl_wh_row_buf_destroy(buf);
+    imp_pq_destroy(p);
+    sl_wh_colmap_destroy(m);
+}
+
+/* ---- every allocation failing ---- */
+
+static sl_err_t count_rows(void *ctx, const sl_wh_rows_t *rows, uint64_t first, uint64_t end,
+                           sl_error_t *err)
+{
+    (void)err;
+    uint64_t *n = ctx;
+    cr_assert_eq(end - first, rows->batch.batch_size);
+    *n += rows->batch.batch_size;
+    return SL_OK;
+}
+
+Test(pq_columns, every_allocation_failure)
+{
+    sl_wh_colmap_t *m = mapping(FULL);
+    tu_alloc_t ta;
+    tu_alloc_init(&ta);
+    uint64_t k = 1;
+    for (;; k++) {
+        tu_alloc_fail_at(&ta, k, false);
+        sl_wh_pqds_t *ds = NULL;
+        sl_wh_splits_t *sp = NULL;
+        sl_wh_pqds_reader_t *r = NULL;
+        sl_error_t err = {0};
+        uint64_t rows = 0;
+        sl_err_t rc = sl_wh_pqds_open(fixture, m, NULL, &ta.base, NULL, NULL, &ds, &err);
+        if (rc == SL_OK) rc = sl_wh_pqds_plan(ds, 1000, NULL, 0, &sp, NULL, &err);
+        const char *const feats[] = {"cats", "f64", "item_ids", "country_h", "tags"};
+        if (rc == SL_OK) rc = sl_wh_pqds_reader_new(ds, feats, 5, &r, &err);
+        /* sessions out of order: the sort's scratch too */
+        if (rc == SL_OK)
+            rc = sl_wh_pqds_read_stripes(r, &sp->items[0], 78, 300, 64, count_rows, &rows, &err);
+        bool failed = tu_alloc_failures(&ta) > 0;
+        sl_wh_pqds_reader_destroy(r);
+        sl_wh_splits_destroy(sp);
+        sl_wh_pqds_destroy(ds);
+        if (!failed) {
+            cr_assert_eq(rc, SL_OK, "%s", err.msg);
+            cr_assert_eq(rows, 222);
+            break;
+        }
+        cr_assert(rc != SL_OK || rows == 222, "allocation %llu failed: rc %d with %llu rows",
+                  (unsigned long long)k, rc, (unsigned long long)rows);
+        cr_assert(rc == SL_OK || err.msg[0] != '\0', "allocation %llu: an error without a message",
+                  (unsigned long long)k);
+        char why[256];
+        cr_assert(tu_alloc_clean(&ta, why, sizeof why), "allocation %llu failed: %s",
+                  (unsigned long long)k, why);
+    }
+    cr_assert_gt(k, 20, "the walk covered %llu allocations", (unsigned long long)k);
+    tu_alloc_assert_clean(&ta);
+    sl_wh_colmap_destroy(m);
+}
+
+Test(pq_columns, import_every_allocation_failure)
+{
+    sl_wh_colmap_t *m = mapping(FULL);
+    tu_alloc_t ta;
+    tu_alloc_init(&ta);
+    uint64_t k = 1;
+    for (;; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "t%llu", (unsigned long long)k);
+        char *table = tu_path(dir, name);
+        sl_wh_import_opts_t o = sl_wh_import_opts_default();
+        const char *inputs[] = {fixture};
+        o.format = SL_WH_IMPORT_PARQUET;
+        o.inputs = inputs;
+        o.num_inputs = 1;
+        o.table_dir = table;
+        o.mapping = m;
+        o.threads = 1;
+        o.allocator = &ta.base;
+        o.writer.no_sync = true;
+        sl_wh_import_summary_t sum = {0};
+        sl_error_t err = {0};
+        tu_alloc_fail_at(&ta, k, false);
+        sl_err_t rc = sl_wh_import(&o, &sum, &err);
+        bool failed = tu_alloc_failures(&ta) > 0;
+        uint64_t written = sum.rows_written;
+        sl_wh_import_summary_free(&sum);
+        free(table);
+        if (!failed) {
+            cr_assert_eq(rc, SL_OK, "%s", err.msg);
+            cr_assert_eq(written, 299);
+            break;
+        }
+        cr_assert(rc != SL_OK || written == 299, "allocation %llu failed: rc %d, %llu rows",
+                  (unsigned long long)k, rc, (unsigned long long)written);
+        char why[256];
+        cr_assert(tu_alloc_clean(&ta, why, sizeof why), "allocation %llu failed: %s",
+                  (unsigned long long)k, why);
+    }
+    cr_assert_gt(k, 20);
+    sl_wh_colmap_destroy(m);
+}
