@@ -12,7 +12,15 @@
  * committed batch plus one per empty range, for two epochs; a client's
  * batches that follow each other in a split (the next batch of the split
  * it committed last) grow one entry, so a split read by one client costs
- * one. Entries are in no order; tokens and the dump sort what they take. */
+ * one. Entries are in no order; tokens and the dump sort what they take.
+ *
+ * A Kafka stream job's chunks come and go (a folded chunk's split holds
+ * another chunk later), so its entries name the partition (split = the
+ * partition index, job->kp) and absolute offsets, and are kept above the
+ * partition's floor only (m_kafka_attr_floor: the last M_KAFKA_ATTR_CHUNKS
+ * folded chunks and the open ones); below it every token counts every
+ * offset as delivered, and a client that still holds a batch there is
+ * refused a token (state_kafka_token.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,8 +129,7 @@ static void compact(m_attr_list *l)
 sl_err_t m_attr_reserve(sl_master_state_t *m, job *jb, uint32_t more, sl_error_t *err)
 {
     m_attr_list *l = &jb->attr[1];
-    if (jb->chunk != 0) return SL_OK;
-    if (jb->attr_last == NULL) {
+    if (jb->chunk == 0 && jb->attr_last == NULL) {
         jb->attr_last = sl_calloc(m->a, (size_t)jb->n + 1, sizeof *jb->attr_last);
         if (jb->attr_last == NULL)
             return sl_error_set(err, SL_ERR_NOMEM, "job '%s': who committed what", jb->id);
@@ -172,7 +179,17 @@ static uint32_t each_gap(const job *jb, uint32_t split, uint64_t from, uint64_t 
             continue;
         }
         uint64_t end = i < s->nr && s->r[i].from_row < to ? s->r[i].from_row : to;
-        if (out != NULL) {
+        if (out != NULL && jb->chunk != 0) {
+            /* a Kafka chunk: the partition's absolute offsets; the same
+             * client's next batch of the partition grows the last entry */
+            uint64_t base = jb->defs[split].first_row;
+            uint32_t p = jb->defs[split].path;
+            m_attr *last = out->n > 0 ? &out->v[out->n - 1] : NULL;
+            if (last != NULL && last->owner == owner && last->split == p && last->to == base + at)
+                last->to = base + end;
+            else
+                out->v[out->n++] = (m_attr){owner, p, base + at, base + end};
+        } else if (out != NULL) {
             /* The common case: the same client's next batch of the split
              * (a worker reads a split in order): one entry grows. */
             uint32_t li = jb->attr_last[split];
@@ -198,11 +215,34 @@ uint32_t m_attr_count_gaps(const job *jb, uint32_t split, uint64_t from, uint64_
 sl_err_t m_attr_gaps(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
                      uint32_t owner, sl_error_t *err)
 {
-    if (jb->chunk != 0 || from >= to) return SL_OK;
+    if (from >= to) return SL_OK;
     uint32_t n = m_attr_count_gaps(jb, split, from, to);
     sl_err_t rc = m_attr_reserve(m, jb, n, err);
     if (rc == SL_OK) each_gap(jb, split, from, to, &jb->attr[1], owner);
     return rc;
+}
+
+uint64_t m_kafka_attr_floor(const job *jb, uint32_t p)
+{
+    const kpart *k = &jb->kp[p];
+    uint64_t fc = k->folded > M_KAFKA_ATTR_CHUNKS ? k->folded - M_KAFKA_ATTR_CHUNKS : 0;
+    return (uint64_t)k->start + fc * jb->chunk;
+}
+
+void m_attr_kafka_prune(job *jb, uint32_t p)
+{
+    /* In place (a fold runs live and in replay and must not fail): O(entries)
+     * once per fold, and the entries are those of a few chunks per partition. */
+    uint64_t floor = m_kafka_attr_floor(jb, p);
+    m_attr_list *l = &jb->attr[1];
+    uint32_t w = 0;
+    for (uint32_t q = 0; q < l->n; q++) {
+        m_attr e = l->v[q];
+        if (e.split == p && e.to <= floor) continue;
+        if (e.split == p && e.from < floor) e.from = floor;
+        l->v[w++] = e;
+    }
+    l->n = w;
 }
 
 void m_attr_rotate(sl_master_state_t *m, job *jb)
@@ -365,7 +405,6 @@ sl_err_t m_attr_pb_build(const sl_master_state_t *m, const job *jb, Sluice__Mast
     sluice__master__attributed_ranges__init(&p->prev);
     sluice__master__attributed_ranges__init(&p->cur);
     sluice__master__epoch_ranges__init(&p->later);
-    if (jb->chunk != 0) return SL_OK;
     sj->run_id = jb->run_id;
     sj->n_attr_owners = jb->nowners;
     sj->attr_owners = jb->owners;
@@ -411,8 +450,12 @@ static sl_err_t list_restore(sl_master_state_t *m, job *jb,
     if (l->v == NULL) return sl_error_set(err, SL_ERR_NOMEM, "snapshot job '%s'", jb->id);
     l->cap = (uint32_t)n;
     for (size_t i = 0; i < n; i++) {
-        if (p->owner[i] > jb->nowners || p->split[i] >= jb->n || p->from[i] >= p->to[i] ||
-            p->to[i] > jb->defs[p->split[i]].num_rows)
+        /* a Kafka job's: a partition's offsets at or above its floor */
+        bool outside = jb->chunk != 0 ? p->split[i] >= jb->nkp || p->from[i] >= p->to[i] ||
+                                            p->from[i] < m_kafka_attr_floor(jb, p->split[i])
+                                      : p->split[i] >= jb->n || p->from[i] >= p->to[i] ||
+                                            p->to[i] > jb->defs[p->split[i]].num_rows;
+        if (p->owner[i] > jb->nowners || outside)
             return sl_error_set(err, SL_ERR_CORRUPT,
                                 "snapshot job '%s': attributed range %zu outside the job", jb->id,
                                 i);
@@ -424,7 +467,6 @@ static sl_err_t list_restore(sl_master_state_t *m, job *jb,
 sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__SnapshotJob *sj,
                         sl_error_t *err)
 {
-    if (jb->chunk != 0) return SL_OK;
     jb->run_id = sj->run_id;
     for (size_t k = 0; k < sj->n_attr_owners; k++) {
         uint32_t o;
@@ -474,7 +516,6 @@ sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__Sna
 
 void m_attr_dump(const sl_allocator_t *a, const job *jb, m_printf_fn pf, void *ctx)
 {
-    if (jb->chunk != 0) return;
     /* the run id is drawn at random: a dump says only that there is one */
     pf(ctx, " run %s%s\n", jb->run_id != 0 ? "set" : "none", jb->restatic ? " restatic" : "");
     for (int e = 0; e < 2; e++) {

@@ -1,9 +1,13 @@
-/* Resume tokens of Kafka jobs (version 3; docs/PROTOCOL.md "Resume
+/* Resume tokens of Kafka jobs (versions 3 and 5; docs/PROTOCOL.md "Resume
  * tokens"): per (topic, partition), the delivered prefix and the delivered
- * ranges above it, in offsets. A job resumed from them starts each
- * partition they name at the prefix and has the ranges above it committed
- * from the start; several ranks' tokens intersect as table tokens do.
- * Callers hold the master's lock. */
+ * ranges above it, in offsets. Version 5 says what ONE trainer rank handed
+ * out (who committed what, state_attr.c) and the tokens of a checkpoint's
+ * ranks combine by union, as version 4 does for tables; version 3 (the job's
+ * commits minus one client's undelivered) is still written by
+ * sl_master_state_token_encode and read alone. A job resumed from them
+ * starts each partition at the prefix of what they say is delivered and
+ * has the ranges above it committed from the start. Callers hold the
+ * master's lock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,17 +81,64 @@ static size_t delivered(const job *jb, uint32_t p, const sl_master_token_exclude
     return m_ranges_minus(pc, n, ex, ne, out);
 }
 
+/* Version 5: partition p's offsets the token's rank handed out: [0, floor)
+ * (every token's), and above it the master's and owner's ranges, minus the
+ * undelivered ones, into out (room for the attribution entries + 1 +
+ * num_und pieces; pc has the same room). @return the pieces. */
+static size_t handed(const job *jb, uint32_t p, uint32_t owner,
+                     const sl_master_token_exclude_t *und, uint32_t num_und, sl_dpp_row_range_t *pc,
+                     sl_dpp_row_range_t *ex, sl_dpp_row_range_t *out)
+{
+    size_t n = 0;
+    uint64_t floor = m_kafka_attr_floor(jb, p);
+    if (floor > 0) pc[n++] = (sl_dpp_row_range_t){0, floor};
+    const m_attr_list *l = &jb->attr[1];
+    for (uint32_t q = 0; q < l->n; q++)
+        if (l->v[q].split == p && (l->v[q].owner == M_OWNER_MASTER ||
+                                   (owner != M_OWNER_MASTER && l->v[q].owner == owner)))
+            pc[n++] = (sl_dpp_row_range_t){l->v[q].from, l->v[q].to};
+    if (n > 1) qsort(pc, n, sizeof *pc, m_by_from);
+    size_t w = 0; /* merged: the pieces are disjoint, some touch */
+    for (size_t i = 1; i < n; i++) {
+        if (pc[i].from_row <= pc[w].to_row) {
+            if (pc[i].to_row > pc[w].to_row) pc[w].to_row = pc[i].to_row;
+        } else {
+            pc[++w] = pc[i];
+        }
+    }
+    if (n > 0) n = w + 1;
+    size_t ne = 0;
+    for (uint32_t i = 0; i < num_und; i++) {
+        const sl_master_token_exclude_t *u = &und[i];
+        uint32_t path;
+        uint64_t first;
+        if (u->epoch != jb->epoch || u->split >= jb->n || u->from_row >= u->to_row ||
+            !ref_chunk(jb, u, &path, &first) || path != p)
+            continue;
+        ex[ne++] = (sl_dpp_row_range_t){first + u->from_row, first + u->to_row};
+    }
+    if (ne > 1) qsort(ex, ne, sizeof *ex, m_by_from);
+    return m_ranges_minus(pc, n, ex, ne, out);
+}
+
 sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
+                              const sl_master_token_req_t *req,
                               const sl_master_token_exclude_t *undelivered,
                               uint32_t num_undelivered, void **buf, size_t *len, sl_error_t *err)
 {
     const sl_allocator_t *a = m->a;
+    uint32_t version =
+        req != NULL ? SL_MASTER_KAFKA_RANK_TOKEN_VERSION : SL_MASTER_KAFKA_TOKEN_VERSION;
+    uint32_t world = req != NULL && req->world_size ? req->world_size : 1;
+    if (req != NULL && (req->rank >= world || world > 65536))
+        return sl_error_set(err, SL_ERR_INVALID, "resume token: rank %u of world size %u",
+                            req->rank, world);
     /* A ref of a chunk folded and no longer in the ring cannot be placed:
      * counting its offsets as delivered would lose them on resume. */
     for (uint32_t i = 0; i < num_undelivered; i++) {
         const sl_master_token_exclude_t *u = &undelivered[i];
-        uint32_t path;
-        uint64_t first;
+        uint32_t path = 0;
+        uint64_t first = 0;
         if (u->epoch == jb->epoch && u->split < jb->n && u->from_row < u->to_row &&
             !ref_chunk(jb, u, &path, &first))
             return sl_error_set(err, SL_ERR_AGAIN,
@@ -96,22 +147,47 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
                                 "more; take the token again once that batch was handed out",
                                 jb->id, u->split, (unsigned long long)u->generation,
                                 M_KAFKA_FOLDED_RING);
+        /* Version 5: every token counts the offsets below the floor as
+         * delivered, so a batch there that this rank has not handed out
+         * would be lost by the union. */
+        if (req != NULL && u->epoch == jb->epoch && u->split < jb->n && u->from_row < u->to_row &&
+            first + u->from_row < m_kafka_attr_floor(jb, path))
+            return sl_error_set(err, SL_ERR_AGAIN,
+                                "resume token of job '%s': an undelivered batch (%s, offsets "
+                                "[%llu, %llu)) is of a chunk done more than %d chunks ago; take "
+                                "the token again once that batch was handed out",
+                                jb->id, jb->paths[path], (unsigned long long)(first + u->from_row),
+                                (unsigned long long)(first + u->to_row), M_KAFKA_ATTR_CHUNKS);
     }
+    uint32_t owner = M_OWNER_MASTER;
+    for (uint32_t k = 0; req != NULL && req->client_id != NULL && k < jb->nowners; k++)
+        if (strcmp(jb->owners[k], req->client_id) == 0) owner = k + 1;
     /* Room: per partition its open chunks' ranges, the prefix piece, and
      * one more piece per undelivered range. */
     size_t total = 0, most = 0;
     for (uint32_t p = 0; p < jb->nkp; p++) {
         size_t r = 1;
-        for (uint32_t c = jb->kp[p].low; c < jb->kp[p].nchunks; c++)
-            r += jb->st[jb->kp[p].chunks[c - jb->kp[p].folded]].nr;
+        if (req != NULL) {
+            r += jb->attr[1].n; /* at most: the partition's entries */
+        } else {
+            for (uint32_t c = jb->kp[p].low; c < jb->kp[p].nchunks; c++)
+                r += jb->st[jb->kp[p].chunks[c - jb->kp[p].folded]].nr;
+        }
         total += r + num_undelivered;
         if (r > most) most = r;
     }
     most += num_undelivered;
     Sluice__Master__KafkaResumeToken t = SLUICE__MASTER__KAFKA_RESUME_TOKEN__INIT;
-    t.version = SL_MASTER_KAFKA_TOKEN_VERSION;
+    t.version = version;
     t.job_id = jb->id;
     t.n_partitions = jb->nkp;
+    if (req != NULL) {
+        t.run_id = jb->run_id;
+        t.rank = req->rank;
+        t.world_size = world;
+        t.has_step = req->has_step;
+        t.step = req->has_step ? req->step : 0;
+    }
     Sluice__Master__KafkaTokenPartition *parts = sl_calloc(a, jb->nkp + 1, sizeof *parts);
     t.partitions = sl_calloc(a, jb->nkp + 1, sizeof *t.partitions);
     int64_t *from = sl_alloc(a, (total + 1) * sizeof *from);
@@ -128,7 +204,8 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
     }
     size_t used = 0;
     for (uint32_t p = 0; p < jb->nkp; p++) {
-        size_t got = delivered(jb, p, undelivered, num_undelivered, pc, ex, out);
+        size_t got = req != NULL ? handed(jb, p, owner, undelivered, num_undelivered, pc, ex, out)
+                                 : delivered(jb, p, undelivered, num_undelivered, pc, ex, out);
         Sluice__Master__KafkaTokenPartition *tp = &parts[p];
         sluice__master__kafka_token_partition__init(tp);
         t.partitions[p] = tp;
@@ -152,7 +229,7 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
         goto done;
     }
     sluice__master__kafka_resume_token__pack(&t, tok + M_TOKEN_HEADER_BYTES);
-    m_token_seal(tok, SL_MASTER_KAFKA_TOKEN_VERSION, pn);
+    m_token_seal(tok, version, pn);
     *buf = tok;
     *len = M_TOKEN_HEADER_BYTES + pn;
 done:
@@ -173,16 +250,45 @@ done:
  * above those starts (index in the spec's partitions). */
 typedef struct kplan {
     m_spec_pb sp;
-    m_rset acc; /* intersection over the tokens, split = partition index */
+    m_rset acc; /* union over the tokens (one if version 3), split = partition index */
     bool have;
+    m_token_who *who; /* [count]: version 5 tokens' takers */
+    uint32_t nwho;
     uint32_t *rpart;
     int64_t *rfrom, *rto;
     size_t nr;
 } kplan;
 
+/* out = x union y. */
+static bool rset_union(const sl_allocator_t *a, const m_rset *x, const m_rset *y, m_rset *out)
+{
+    size_t n = x->n + y->n;
+    uint32_t *sp = sl_alloc(a, (n + 1) * sizeof *sp);
+    uint64_t *f = sl_alloc(a, (n + 1) * sizeof *f), *t = sl_alloc(a, (n + 1) * sizeof *t);
+    bool ok = sp != NULL && f != NULL && t != NULL;
+    if (ok) {
+        if (x->n > 0) {
+            memcpy(sp, x->split, x->n * sizeof *sp);
+            memcpy(f, x->from, x->n * sizeof *f);
+            memcpy(t, x->to, x->n * sizeof *t);
+        }
+        if (y->n > 0) {
+            memcpy(sp + x->n, y->split, y->n * sizeof *sp);
+            memcpy(f + x->n, y->from, y->n * sizeof *f);
+            memcpy(t + x->n, y->to, y->n * sizeof *t);
+        }
+        ok = m_rset_of(a, sp, f, t, n, out);
+    }
+    sl_free(a, sp, (n + 1) * sizeof *sp);
+    sl_free(a, f, (n + 1) * sizeof *f);
+    sl_free(a, t, (n + 1) * sizeof *t);
+    return ok;
+}
+
 static void plan_free(const sl_allocator_t *a, kplan *pl)
 {
     size_t cap = pl->acc.n + 1; /* as plan_build sized them */
+    sl_free(a, pl->who, (size_t)pl->nwho * sizeof *pl->who);
     m_spec_pb_free(&pl->sp);
     if (pl->have) m_rset_free(a, &pl->acc);
     sl_free(a, pl->rpart, cap * sizeof *pl->rpart);
@@ -257,9 +363,9 @@ static sl_err_t token_set(const sl_allocator_t *a, const Sluice__Master__KafkaRe
     return rc;
 }
 
-/* Open token k (checked against spec) and meet it into pl->acc. */
-static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *token, size_t len,
-                           const uint32_t *h, size_t hcap, sl_error_t *err)
+/* Open token k (checked against spec) and add it to pl->acc. */
+static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, uint32_t k, const void *token,
+                           size_t len, const uint32_t *h, size_t hcap, sl_error_t *err)
 {
     const Sluice__Master__JobSpec *spec = &pl->sp.spec;
     uint32_t version;
@@ -269,11 +375,11 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *to
         return sl_error_set(err, SL_ERR_INVALID,
                             "resume token of a table job (version %u); job '%s' reads Kafka",
                             version, spec->job_id);
-    if (version != SL_MASTER_KAFKA_TOKEN_VERSION)
+    if (version != SL_MASTER_KAFKA_TOKEN_VERSION && version != SL_MASTER_KAFKA_RANK_TOKEN_VERSION)
         return sl_error_set(err, SL_ERR_VERSION,
-                            "resume token version %u (this build reads %d, %d, %d)", version,
+                            "resume token version %u (this build reads %d, %d, %d, %d)", version,
                             SL_MASTER_RESUME_TOKEN_VERSION, SL_MASTER_KAFKA_TOKEN_VERSION,
-                            SL_MASTER_RANK_TOKEN_VERSION);
+                            SL_MASTER_RANK_TOKEN_VERSION, SL_MASTER_KAFKA_RANK_TOKEN_VERSION);
     sl_unsized_t u = {.a = m->a};
     ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
     Sluice__Master__KafkaResumeToken *t = sluice__master__kafka_resume_token__unpack(
@@ -281,11 +387,17 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *to
     if (t == NULL)
         return u.failed ? sl_error_set(err, SL_ERR_NOMEM, "resume token: out of memory")
                         : sl_error_set(err, SL_ERR_CORRUPT, "resume token: malformed protobuf");
-    if (t->version != SL_MASTER_KAFKA_TOKEN_VERSION)
+    if (t->version != version)
         rc = sl_error_set(err, SL_ERR_VERSION, "resume token version %u", t->version);
     else if (t->job_id == NULL || strcmp(t->job_id, spec->job_id) != 0)
         rc = sl_error_set(err, SL_ERR_INVALID, "resume token of job '%s', not of job '%s'",
                           t->job_id ? t->job_id : "", spec->job_id);
+    else if (version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION &&
+             (t->world_size == 0 || t->world_size > 65536 || t->rank >= t->world_size))
+        rc = sl_error_set(err, SL_ERR_CORRUPT, "resume token: rank %u of world size %u", t->rank,
+                          t->world_size);
+    if (rc == SL_OK && version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION && k < pl->nwho)
+        pl->who[k] = (m_token_who){t->run_id, t->world_size, t->rank, t->has_step, t->step};
     m_rset one = {0}, both;
     if (rc == SL_OK) rc = token_set(m->a, t, spec, h, hcap, &one, err);
     sluice__master__kafka_resume_token__free_unpacked(t, &pa);
@@ -295,7 +407,9 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *to
         pl->have = true;
         return SL_OK;
     }
-    bool ok = m_rset_intersect(m->a, &pl->acc, &one, &both);
+    /* Version 5: each token is what its rank handed out (plus the master's
+     * offsets), so what the checkpoint delivered is their union. */
+    bool ok = rset_union(m->a, &pl->acc, &one, &both);
     m_rset_free(m->a, &one);
     if (!ok) return sl_error_set(err, SL_ERR_NOMEM, "resume tokens");
     m_rset_free(m->a, &pl->acc);
@@ -329,10 +443,37 @@ static sl_err_t plan_build(sl_master_state_t *m, const sl_master_state_job_spec_
             i = (i + 1) & (hcap - 1);
         h[i] = (uint32_t)q + 1;
     }
+    /* Version 5 (one per rank, combined by union) or one version-3 token:
+     * several version-3 tokens were intersected, exact only when every
+     * offset a rank trained was committed before every other rank's token. */
+    uint32_t v5 = 0;
     for (uint32_t k = 0; rc == SL_OK && k < count; k++) {
-        rc = plan_token(m, pl, tokens[k], lens[k], h, hcap, err);
+        uint32_t version;
+        rc = m_token_check(tokens[k], lens[k], &version, err);
+        if (rc != SL_OK && count > 1) sl_error_prefix(err, "token %u of %u: ", k + 1, count);
+        v5 += version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION;
+    }
+    if (rc == SL_OK && v5 > 0 && v5 < count)
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "resume: %u of %u tokens are of version %d, the others older: take "
+                          "every rank's token again",
+                          v5, count, SL_MASTER_KAFKA_RANK_TOKEN_VERSION);
+    else if (rc == SL_OK && v5 == 0 && count > 1)
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "resume: %u version-3 tokens: tokens of that version cannot be "
+                          "combined exactly across ranks (one rank's records may be trained "
+                          "twice); take new tokens (version %d, one per rank) or resume from one",
+                          count, SL_MASTER_KAFKA_RANK_TOKEN_VERSION);
+    if (rc == SL_OK && v5 > 0) {
+        pl->who = sl_calloc(m->a, count, sizeof *pl->who);
+        if (pl->who == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "resume: %u tokens", count);
+        pl->nwho = pl->who != NULL ? count : 0;
+    }
+    for (uint32_t k = 0; rc == SL_OK && k < count; k++) {
+        rc = plan_token(m, pl, k, tokens[k], lens[k], h, hcap, err);
         if (rc != SL_OK && count > 1) sl_error_prefix(err, "token %u of %u: ", k + 1, count);
     }
+    if (rc == SL_OK && v5 > 0) rc = m_token_who_check(m->a, pl->who, count, s->job_id, err);
     sl_free(m->a, h, hcap * sizeof *h);
     if (rc != SL_OK) return rc;
     size_t cap = pl->acc.n + 1;
@@ -341,8 +482,9 @@ static sl_err_t plan_build(sl_master_state_t *m, const sl_master_state_job_spec_
     pl->rto = sl_alloc(m->a, cap * sizeof *pl->rto);
     if (pl->rpart == NULL || pl->rfrom == NULL || pl->rto == NULL)
         return sl_error_set(err, SL_ERR_NOMEM, "resume: ranges");
-    /* A partition starts at the tokens' common prefix; one they do not all
-     * name (prefix 0) where the spec says. Ranges above the start only. */
+    /* A partition starts at the end of the delivered offsets' first range
+     * (from 0); one the tokens do not name where the spec says. Ranges
+     * above the start only. */
     const m_rset *r = &pl->acc;
     size_t i = 0;
     for (uint32_t q = 0; q < s->n_kafka_partitions; q++) {
@@ -390,6 +532,7 @@ sl_err_t m_kafka_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *
     if (rc == SL_OK) {
         Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
         ja.spec = &pl.sp.spec;
+        ja.run_id = m_new_run_id(m, spec->job_id);
         ja.n_kafka_range_partition = ja.n_kafka_range_from = ja.n_kafka_range_to = pl.nr;
         ja.kafka_range_partition = pl.rpart;
         ja.kafka_range_from = pl.rfrom;

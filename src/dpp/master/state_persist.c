@@ -352,7 +352,7 @@ sl_err_t sl_master_state_token_encode(const sl_master_state_t *m, const char *jo
     const job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
     if (jb->chunk != 0)
-        return m_kafka_token_encode(m, jb, undelivered, num_undelivered, buf, len, err);
+        return m_kafka_token_encode(m, jb, NULL, undelivered, num_undelivered, buf, len, err);
     Sluice__Master__ResumeToken t = SLUICE__MASTER__RESUME_TOKEN__INIT;
     t.version = SL_MASTER_RESUME_TOKEN_VERSION;
     t.job_id = jb->id;
