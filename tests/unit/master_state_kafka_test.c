@@ -512,6 +512,15 @@ Test(master_state_kafka, rank_tokens_union_what_each_rank_handed_out)
                  SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "1 of 2 tokens are of version 5") != NULL, "%s", err.msg);
     sl_free(ALLOC, t3, l3);
+    /* for a table job: refused naming the kind */
+    sl_wh_split_t split = {.path = "f.slc", .stripe_end = 1, .num_rows = 10};
+    sl_master_state_job_spec_t table = {
+        .job_id = "j", .splits = &split, .num_splits = 1, .epochs = 1};
+    cr_assert_eq(sl_master_state_job_replace(m, &table, toks, lens, 2, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "token 1 of 2: resume token of a Kafka job (version 5)") != NULL,
+              "%s", err.msg);
+    cr_assert_eq(sl_master_state_job_replace(m, &table, toks, lens, 1, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "resume token of a Kafka job (version 5)") != NULL, "%s", err.msg);
     /* the union: t/0 from 110 with [112, 116) delivered (rank 1's, after
      * rank 0's token), t/1 from 3 ([5, 8) was not handed out) */
     cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec, toks, lens, 2, need, &err), SL_OK,

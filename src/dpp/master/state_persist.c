@@ -427,7 +427,7 @@ static sl_err_t token_open(const sl_master_state_job_spec_t *spec, const m_spec_
     uint32_t version;
     sl_err_t hrc = m_token_check(token, len, &version, err);
     if (hrc != SL_OK) return hrc;
-    if (version == SL_MASTER_KAFKA_TOKEN_VERSION)
+    if (version == SL_MASTER_KAFKA_TOKEN_VERSION || version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION)
         return sl_error_set(err, SL_ERR_INVALID,
                             "resume token of a Kafka job (version %u); job '%s' reads a table",
                             version, spec->job_id);
@@ -608,6 +608,14 @@ static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spe
             return hrc;
         }
         v4 += version == SL_MASTER_RANK_TOKEN_VERSION;
+        if (version == SL_MASTER_KAFKA_TOKEN_VERSION ||
+            version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION) {
+            sl_error_set(err, SL_ERR_INVALID,
+                         "resume token of a Kafka job (version %u); job '%s' reads a table",
+                         version, spec->job_id);
+            if (count > 1) sl_error_prefix(err, "token %u of %u: ", k + 1, count);
+            return SL_ERR_INVALID;
+        }
     }
     if (v4 == count) return m_token_resume_v4(m, spec, tokens, lens, count, replace, err);
     if (v4 > 0)
