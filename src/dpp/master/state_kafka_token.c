@@ -81,23 +81,26 @@ static size_t delivered(const job *jb, uint32_t p, const sl_master_token_exclude
     return m_ranges_minus(pc, n, ex, ne, out);
 }
 
+static int by_split_from(const void *x, const void *y)
+{
+    const m_attr *a = x, *b = y;
+    if (a->split != b->split) return a->split < b->split ? -1 : 1;
+    return a->from < b->from ? -1 : a->from > b->from;
+}
+
 /* Version 5: partition p's offsets the token's rank handed out: [0, floor)
- * (every token's), and above it the master's and owner's ranges, minus the
- * undelivered ones, into out (room for the attribution entries + 1 +
- * num_und pieces; pc has the same room). @return the pieces. */
-static size_t handed(const job *jb, uint32_t p, uint32_t owner,
+ * (every token's), and above it its entries (the master's and the owner's,
+ * sorted by from: [nsel]), minus the undelivered ones, into out (room for
+ * nsel + 1 + num_und pieces; pc has the same room). @return the pieces. */
+static size_t handed(const job *jb, uint32_t p, const m_attr *sel, size_t nsel,
                      const sl_master_token_exclude_t *und, uint32_t num_und, sl_dpp_row_range_t *pc,
                      sl_dpp_row_range_t *ex, sl_dpp_row_range_t *out)
 {
     size_t n = 0;
     uint64_t floor = m_kafka_attr_floor(jb, p);
     if (floor > 0) pc[n++] = (sl_dpp_row_range_t){0, floor};
-    const m_attr_list *l = &jb->attr[1];
-    for (uint32_t q = 0; q < l->n; q++)
-        if (l->v[q].split == p && (l->v[q].owner == M_OWNER_MASTER ||
-                                   (owner != M_OWNER_MASTER && l->v[q].owner == owner)))
-            pc[n++] = (sl_dpp_row_range_t){l->v[q].from, l->v[q].to};
-    if (n > 1) qsort(pc, n, sizeof *pc, m_by_from);
+    for (size_t q = 0; q < nsel; q++)
+        pc[n++] = (sl_dpp_row_range_t){sel[q].from, sel[q].to};
     size_t w = 0; /* merged: the pieces are disjoint, some touch */
     for (size_t i = 1; i < n; i++) {
         if (pc[i].from_row <= pc[w].to_row) {
@@ -162,13 +165,26 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
     uint32_t owner = M_OWNER_MASTER;
     for (uint32_t k = 0; req != NULL && req->client_id != NULL && k < jb->nowners; k++)
         if (strcmp(jb->owners[k], req->client_id) == 0) owner = k + 1;
+    /* Version 5: the master's and the taker's entries, by partition and
+     * offset (one sort, not a pass over every entry per partition). */
+    const m_attr_list *l = &jb->attr[1];
+    size_t nsel = 0, cap_sel = req != NULL ? (size_t)l->n + 1 : 1;
+    m_attr *sel = sl_alloc(a, cap_sel * sizeof *sel);
+    if (sel == NULL) return sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", jb->id);
+    for (uint32_t q = 0; req != NULL && q < l->n; q++)
+        if (l->v[q].owner == M_OWNER_MASTER || (owner != M_OWNER_MASTER && l->v[q].owner == owner))
+            sel[nsel++] = l->v[q];
+    if (nsel > 1) qsort(sel, nsel, sizeof *sel, by_split_from);
     /* Room: per partition its open chunks' ranges, the prefix piece, and
      * one more piece per undelivered range. */
-    size_t total = 0, most = 0;
+    size_t total = 0, most = 0, at = 0;
     for (uint32_t p = 0; p < jb->nkp; p++) {
         size_t r = 1;
         if (req != NULL) {
-            r += jb->attr[1].n; /* at most: the partition's entries */
+            while (at < nsel && sel[at].split == p) {
+                at++;
+                r++;
+            }
         } else {
             for (uint32_t c = jb->kp[p].low; c < jb->kp[p].nchunks; c++)
                 r += jb->st[jb->kp[p].chunks[c - jb->kp[p].folded]].nr;
@@ -202,9 +218,13 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
         rc = sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", jb->id);
         goto done;
     }
-    size_t used = 0;
+    size_t used = 0, next = 0;
     for (uint32_t p = 0; p < jb->nkp; p++) {
-        size_t got = req != NULL ? handed(jb, p, owner, undelivered, num_undelivered, pc, ex, out)
+        size_t first = next;
+        while (next < nsel && sel[next].split == p)
+            next++;
+        size_t got = req != NULL ? handed(jb, p, sel + first, next - first, undelivered,
+                                          num_undelivered, pc, ex, out)
                                  : delivered(jb, p, undelivered, num_undelivered, pc, ex, out);
         Sluice__Master__KafkaTokenPartition *tp = &parts[p];
         sluice__master__kafka_token_partition__init(tp);
@@ -240,6 +260,7 @@ done:
     sl_free(a, pc, (most + 1) * sizeof *pc);
     sl_free(a, out, (most + 1) * sizeof *out);
     sl_free(a, ex, ((size_t)num_undelivered + 1) * sizeof *ex);
+    sl_free(a, sel, cap_sel * sizeof *sel);
     return rc;
 }
 
