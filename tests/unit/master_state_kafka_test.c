@@ -641,6 +641,35 @@ Test(master_state_kafka, a_folded_chunks_owners_stay_for_the_tokens)
     tu_alloc_assert_clean(&g_ta);
 }
 
+/* A stream has one epoch, so its owners are forgotten as the folds leave
+ * them no entry (at a new client's first commit), not at an epoch's end:
+ * 100 more clients, one chunk each, evicted as they go, leave the master
+ * no larger. */
+Test(master_state_kafka, a_streams_forgotten_owners_cost_nothing)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 1); /* t/0 from 100 */
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    uint64_t live_at_40 = 0, off = 100;
+    for (uint32_t i = 0; i < 140; i++, off += 10) {
+        char name[32];
+        snprintf(name, sizeof name, "client-%u", i);
+        sl_master_lease_t l = lease(m, "t/0", off, 10);
+        commit_as(m, &l, 0, 10, name, 1);
+        uint32_t evicted = 0;
+        cr_assert_eq(
+            sl_master_state_evict_clients(m, 1000 * (uint64_t)(i + 1), 500, &evicted, &err), SL_OK,
+            "%s", err.msg);
+        if (i == 39) live_at_40 = g_ta.live;
+    }
+    cr_assert_eq(g_ta.live, live_at_40, "%llu allocations live after 140 clients, %llu after 40",
+                 (unsigned long long)g_ta.live, (unsigned long long)live_at_40);
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
 /* ---- folding a stream's done prefix ---------------------------------------------- */
 
 /* Lease t/0's next chunk, at first (rows 10), and commit all of it. */

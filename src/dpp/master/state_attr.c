@@ -63,8 +63,12 @@ static void owner_rehash(job *jb)
         jb->ohash[owner_slot(jb, jb->ohash, jb->ohash_cap, jb->owners[k])] = k + 1;
 }
 
-sl_err_t m_attr_owner(sl_master_state_t *m, job *jb, const char *name, uint32_t *owner,
-                      sl_error_t *err)
+static void forget_owners(sl_master_state_t *m, job *jb, m_attr_list *l);
+
+/* prune: a stream's owners without entries go first (not while a
+ * snapshot's owners are restored: their entries come after them). */
+static sl_err_t owner_of(sl_master_state_t *m, job *jb, const char *name, bool prune,
+                         uint32_t *owner, sl_error_t *err)
 {
     /* Hashed: a job's committing clients in two epochs are its ranks and
      * their reconnections, up to thousands, looked up at every commit. */
@@ -75,6 +79,11 @@ sl_err_t m_attr_owner(sl_master_state_t *m, job *jb, const char *name, uint32_t 
             return SL_OK;
         }
     }
+    /* A stream has one epoch: its owners are forgotten when a new one
+     * comes and the folds left them no entry (once per new client; the
+     * others keep their order, so live and replay number them alike where
+     * it shows: in the order of entries sorted by owner). */
+    if (prune && jb->chunk != 0) forget_owners(m, jb, &jb->attr[1]);
     if (jb->nowners == jb->cap_owners) {
         uint32_t cap = jb->cap_owners ? jb->cap_owners * 2 : 8, hcap = 2 * cap;
         char **p = sl_alloc(m->a, (size_t)cap * sizeof *p);
@@ -99,6 +108,12 @@ sl_err_t m_attr_owner(sl_master_state_t *m, job *jb, const char *name, uint32_t 
     jb->ohash[owner_slot(jb, jb->ohash, jb->ohash_cap, c)] = jb->nowners;
     *owner = jb->nowners;
     return SL_OK;
+}
+
+sl_err_t m_attr_owner(sl_master_state_t *m, job *jb, const char *name, uint32_t *owner,
+                      sl_error_t *err)
+{
+    return owner_of(m, jb, name, true, owner, err);
 }
 
 static int by_owner_split_from(const void *x, const void *y)
@@ -245,23 +260,18 @@ void m_attr_kafka_prune(job *jb, uint32_t p)
     l->n = w;
 }
 
-void m_attr_rotate(sl_master_state_t *m, job *jb)
+/* Forget the owners that no entry of l names (clients that came and went),
+ * keeping the others' order, so that a list sorted by owner stays sorted:
+ * O(entries + owners). The owners' hash table (at least 2 x nowners
+ * slots, rebuilt below) is the scratch map, so this allocates nothing and
+ * cannot fail, live or in replay. */
+static void forget_owners(sl_master_state_t *m, job *jb, m_attr_list *l)
 {
-    m_attr_list *p = &jb->attr[0];
-    sl_free(m->a, p->v, (size_t)p->cap * sizeof *p->v);
-    *p = jb->attr[1];
-    jb->attr[1] = (m_attr_list){0};
-    if (jb->attr_last != NULL) memset(jb->attr_last, 0, (size_t)jb->n * sizeof *jb->attr_last);
-    /* Forget the owners the kept epoch does not name (clients that came
-     * and went): O(entries + owners) once per epoch. The owners' hash
-     * table (at least 2 x nowners slots, rebuilt below) is the scratch
-     * map, so that an epoch's advance allocates nothing: it cannot fail
-     * live or in replay, and both prune alike. */
     if (jb->nowners == 0 || jb->ohash_cap < jb->nowners) return;
     uint32_t *map = jb->ohash;
     memset(map, 0, (size_t)jb->nowners * sizeof *map);
-    for (uint32_t q = 0; q < p->n; q++)
-        if (p->v[q].owner != M_OWNER_MASTER) map[p->v[q].owner - 1] = 1;
+    for (uint32_t q = 0; q < l->n; q++)
+        if (l->v[q].owner != M_OWNER_MASTER) map[l->v[q].owner - 1] = 1;
     uint32_t keep = 0;
     for (uint32_t k = 0; k < jb->nowners; k++) {
         if (map[k] == 0) {
@@ -271,10 +281,21 @@ void m_attr_rotate(sl_master_state_t *m, job *jb)
         jb->owners[keep] = jb->owners[k];
         map[k] = ++keep;
     }
-    for (uint32_t q = 0; q < p->n; q++)
-        if (p->v[q].owner != M_OWNER_MASTER) p->v[q].owner = map[p->v[q].owner - 1];
+    for (uint32_t q = 0; q < l->n; q++)
+        if (l->v[q].owner != M_OWNER_MASTER) l->v[q].owner = map[l->v[q].owner - 1];
     jb->nowners = keep;
     owner_rehash(jb);
+}
+
+void m_attr_rotate(sl_master_state_t *m, job *jb)
+{
+    m_attr_list *p = &jb->attr[0];
+    sl_free(m->a, p->v, (size_t)p->cap * sizeof *p->v);
+    *p = jb->attr[1];
+    jb->attr[1] = (m_attr_list){0};
+    if (jb->attr_last != NULL) memset(jb->attr_last, 0, (size_t)jb->n * sizeof *jb->attr_last);
+    /* once per epoch: the kept epoch's owners only */
+    forget_owners(m, jb, p);
 }
 
 void m_cols_free(const sl_allocator_t *a, m_rset_cols *c)
@@ -474,7 +495,7 @@ sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__Sna
         if (name == NULL || !m_name_ok(m, name))
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': bad client %zu", jb->id,
                                 k);
-        sl_err_t rc = m_attr_owner(m, jb, name, &o, err);
+        sl_err_t rc = owner_of(m, jb, name, false, &o, err);
         if (rc != SL_OK) return rc;
         if (o != k + 1)
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': client '%s' twice", jb->id,
