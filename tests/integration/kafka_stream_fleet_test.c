@@ -486,8 +486,10 @@ static void ranks_start(fu_client_t *c, pthread_t *th, uint32_t n, const fu_clie
  * and hand out batches) and a job resumed from their tokens with w2 ranks
  * and new workers. Version 3 intersected whole-job tokens: the batches
  * the later ranks committed after rank 0's token were trained twice. Each
- * id below M: before + after = 1. */
-static void run_ranks(uint32_t w1, uint32_t w2, const char *name)
+ * id below M: before + after = 1. faults: during the resumed run, a
+ * worker killed with kill -9 (and started again) and the master killed
+ * with kill -9 and restarted on its --state. */
+static void run_ranks(uint32_t w1, uint32_t w2, const char *name, bool faults)
 {
     char topic[96];
     snprintf(topic, sizeof topic, "sfleet-%s-%d", name, (int)getpid());
@@ -558,6 +560,20 @@ static void run_ranks(uint32_t w1, uint32_t w2, const char *name)
     flow_t flow = {.topic = topic, .next = M}; /* the tail: ids above the checked ones */
     atomic_init(&flow.stop, false);
     pthread_create(&flow.th, NULL, flow_run, &flow);
+    if (faults) {
+        uint64_t at = seen_below(before, M);
+        double until = fu_now() + tu_timeout(60);
+        while (seen_below(after, M) < (M - at) / 3) {
+            cr_assert_lt(fu_now(), until, "only %llu ids after the resume before the faults",
+                         (unsigned long long)seen_below(after, M));
+            usleep(10 * 1000);
+        }
+        fu_kill9(w[0]);
+        w[0] = worker(&m, job, "faults-w0-again");
+        fu_master_stop(&m, SIGKILL);
+        usleep(300 * 1000);
+        fu_master_start(&m);
+    }
     double deadline = fu_now() + tu_timeout(90);
     for (;;) {
         uint64_t both = 0;
@@ -593,12 +609,17 @@ static void run_ranks(uint32_t w1, uint32_t w2, const char *name)
 
 Test(kafka_stream_fleet, rank_tokens_taken_apart_resume_2_to_3_ranks)
 {
-    run_ranks(2, 3, "ranks23");
+    run_ranks(2, 3, "ranks23", false);
 }
 
 Test(kafka_stream_fleet, rank_tokens_taken_apart_resume_3_to_2_ranks)
 {
-    run_ranks(3, 2, "ranks32");
+    run_ranks(3, 2, "ranks32", false);
+}
+
+Test(kafka_stream_fleet, rank_tokens_resume_1_to_4_ranks_through_kill9s)
+{
+    run_ranks(1, 4, "ranks14k", true);
 }
 
 KU_TEST_MAIN
