@@ -641,6 +641,81 @@ Test(master_state_kafka, a_folded_chunks_owners_stay_for_the_tokens)
     tu_alloc_assert_clean(&g_ta);
 }
 
+/* Ranks take their tokens at different moments and the partition folds
+ * between them: rank 1 holds [104, 108) when it takes its token; rank 0's,
+ * 12 chunks later, counts everything below 150 as delivered, but lists
+ * its own offsets from 100 on, so the union still leaves [104, 108) to
+ * read (a prefix that swallowed it would lose it). 30 chunks later rank
+ * 0's list starts above rank 1's prefix: the set is refused, naming both. */
+Test(master_state_kafka, a_later_tokens_prefix_does_not_swallow_an_earlier_ranks_batch)
+{
+    sl_master_state_t *m = open_master(NULL);
+    sl_error_t err = {0};
+    sl_master_state_job_spec_t spec = kspec("j", g_parts, 1); /* t/0 from 100 */
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    uint64_t nonce = 0, off = 100;
+    sl_master_lease_t x = lease(m, "t/0", off, 10);
+    commit_as(m, &x, 0, 4, "c0", ++nonce);
+    commit_as(m, &x, 4, 8, "c1", ++nonce);
+    commit_as(m, &x, 8, 10, "c0", ++nonce);
+    sl_master_token_exclude_t und = {0, x.split, 4, 8, x.generation};
+    void *t0, *t1;
+    size_t l0, l1;
+    cr_assert_eq(rank_token(m, "c1", 1, 2, &und, 1, &t1, &l1, &err), SL_OK, "%s", err.msg);
+    for (off += 10; off < 230; off += 10) {
+        sl_master_lease_t l = lease(m, "t/0", off, 10);
+        commit_as(m, &l, 0, 10, "c0", ++nonce);
+    }
+    assert_positions(m, "t/0:230/13 ");
+    cr_assert_eq(rank_token(m, "c0", 0, 2, NULL, 0, &t0, &l0, &err), SL_OK, "%s", err.msg);
+    const void *toks[2] = {t0, t1};
+    size_t lens[2] = {l0, l1};
+    int64_t need = -1;
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec, toks, lens, 2, &need, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(need, 104);
+    cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 2, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    sl_master_lease_t r = lease(m, "t/0", 104, 10);
+    cr_assert_eq(r.num_todo, 1);
+    cr_assert_eq(r.todo[0].from_row, 0);
+    cr_assert_eq(r.todo[0].to_row, 4);
+    sl_free(ALLOC, t0, l0);
+    sl_free(ALLOC, t1, l1);
+    /* the same with rank 0's token 30 chunks on: refused */
+    sl_master_state_destroy(m);
+    m = open_master(NULL);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    backlog(m, "j");
+    off = 100;
+    x = lease(m, "t/0", off, 10);
+    commit_as(m, &x, 0, 4, "c0", ++nonce);
+    commit_as(m, &x, 4, 8, "c1", ++nonce);
+    commit_as(m, &x, 8, 10, "c0", ++nonce);
+    und.split = x.split;
+    und.generation = x.generation;
+    cr_assert_eq(rank_token(m, "c1", 1, 2, &und, 1, &t1, &l1, &err), SL_OK, "%s", err.msg);
+    for (off += 10; off < 400; off += 10) {
+        sl_master_lease_t l = lease(m, "t/0", off, 10);
+        commit_as(m, &l, 0, 10, "c0", ++nonce);
+    }
+    cr_assert_eq(rank_token(m, "c0", 0, 2, NULL, 0, &t0, &l0, &err), SL_OK, "%s", err.msg);
+    toks[0] = t0;
+    lens[0] = l0;
+    toks[1] = t1;
+    lens[1] = l1;
+    cr_assert_eq(sl_master_state_kafka_token_needs(m, &spec, toks, lens, 2, &need, &err),
+                 SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "token 1 of 2 lists t/0 from offset 240, above token 2's prefix "
+                              "100: the partition moved more than 8 chunks") != NULL,
+              "%s", err.msg);
+    sl_free(ALLOC, t0, l0);
+    sl_free(ALLOC, t1, l1);
+    sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
 /* A stream has one epoch, so its owners are forgotten as the folds leave
  * them no entry (at a new client's first commit), not at an epoch's end:
  * 100 more clients, one chunk each, evicted as they go, leave the master

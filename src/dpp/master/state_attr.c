@@ -17,10 +17,11 @@
  * A Kafka stream job's chunks come and go (a folded chunk's split holds
  * another chunk later), so its entries name the partition (split = the
  * partition index, job->kp) and absolute offsets, and are kept above the
- * partition's floor only (m_kafka_attr_floor: the last M_KAFKA_ATTR_CHUNKS
- * folded chunks and the open ones); below it every token counts every
- * offset as delivered, and a client that still holds a batch there is
- * refused a token (state_kafka_token.c). */
+ * partition's list floor only (m_kafka_attr_floor: the last
+ * 2 x M_KAFKA_ATTR_CHUNKS folded chunks and the open ones); a token counts
+ * every offset below the claim floor (M_KAFKA_ATTR_CHUNKS chunks down) as
+ * delivered, refuses a client that still holds a batch there, and lists
+ * its rank's offsets from the list floor (state_kafka_token.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,11 +238,21 @@ sl_err_t m_attr_gaps(sl_master_state_t *m, job *jb, uint32_t split, uint64_t fro
     return rc;
 }
 
-uint64_t m_kafka_attr_floor(const job *jb, uint32_t p)
+static uint64_t folded_less(const job *jb, uint32_t p, uint32_t chunks)
 {
     const kpart *k = &jb->kp[p];
-    uint64_t fc = k->folded > M_KAFKA_ATTR_CHUNKS ? k->folded - M_KAFKA_ATTR_CHUNKS : 0;
+    uint64_t fc = k->folded > chunks ? k->folded - chunks : 0;
     return (uint64_t)k->start + fc * jb->chunk;
+}
+
+uint64_t m_kafka_attr_floor(const job *jb, uint32_t p)
+{
+    return folded_less(jb, p, 2 * M_KAFKA_ATTR_CHUNKS);
+}
+
+uint64_t m_kafka_claim_floor(const job *jb, uint32_t p)
+{
+    return folded_less(jb, p, M_KAFKA_ATTR_CHUNKS);
 }
 
 void m_attr_kafka_prune(job *jb, uint32_t p)

@@ -64,10 +64,16 @@ typedef struct kfolded {
     uint64_t made_gen, first_row;
 } kfolded;
 #define M_KAFKA_FOLDED_RING 256
-/* A Kafka stream partition's folded chunks whose committed offsets keep
- * their owners (state_attr.c): a trainer may hold a committed batch of one
- * of them not handed out yet and still take a token (version 5); one
- * older than that is refused a token until it hands the batch out. */
+/* A Kafka stream partition's folded chunks below which a version-5 token
+ * counts every offset as delivered (its prefix, the claim floor): a
+ * trainer may hold a committed batch of one of the last M_KAFKA_ATTR_CHUNKS
+ * not handed out yet and still take a token; one older than that is
+ * refused a token until it hands the batch out. The owners are kept
+ * M_KAFKA_ATTR_CHUNKS further down (the list floor), and a token lists its
+ * rank's offsets from there: the tokens of one checkpoint combine exactly
+ * while the partition folds at most M_KAFKA_ATTR_CHUNKS chunks between the
+ * first and the last of them (state_kafka_token.c refuses the set
+ * otherwise). */
 #define M_KAFKA_ATTR_CHUNKS 8
 
 /* Who committed a range of an epoch (state_attr.c): owner 0 is the master
@@ -336,9 +342,12 @@ sl_err_t m_attr_gaps(sl_master_state_t *m, job *jb, uint32_t split, uint64_t fro
 uint32_t m_attr_count_gaps(const job *jb, uint32_t split, uint64_t from, uint64_t to);
 /* The epoch moved on: this epoch's list becomes the previous one. */
 void m_attr_rotate(sl_master_state_t *m, job *jb);
-/* A Kafka job's partition p: every offset below it counts as delivered in
- * every token; owners are kept at and above it. */
+/* A Kafka job's partition p: its owners are kept at and above the list
+ * floor (2 x M_KAFKA_ATTR_CHUNKS folded chunks down), and a version-5
+ * token counts every offset below the claim floor (M_KAFKA_ATTR_CHUNKS
+ * down) as delivered. */
 uint64_t m_kafka_attr_floor(const job *jb, uint32_t p);
+uint64_t m_kafka_claim_floor(const job *jb, uint32_t p);
 /* Forget the owners of partition p's offsets below its floor (a fold
  * raised it); cannot fail. */
 void m_attr_kafka_prune(job *jb, uint32_t p);

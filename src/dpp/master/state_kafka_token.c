@@ -88,17 +88,15 @@ static int by_split_from(const void *x, const void *y)
     return a->from < b->from ? -1 : a->from > b->from;
 }
 
-/* Version 5: partition p's offsets the token's rank handed out: [0, floor)
- * (every token's), and above it its entries (the master's and the owner's,
- * sorted by from: [nsel]), minus the undelivered ones, into out (room for
- * nsel + 1 + num_und pieces; pc has the same room). @return the pieces. */
+/* Version 5: partition p's offsets the token's rank handed out from the
+ * list floor up: its entries (the master's and the owner's, sorted by
+ * from: [nsel]) minus the undelivered ones, into out (room for nsel + 1 +
+ * num_und pieces; pc has the same room). @return the pieces. */
 static size_t handed(const job *jb, uint32_t p, const m_attr *sel, size_t nsel,
                      const sl_master_token_exclude_t *und, uint32_t num_und, sl_dpp_row_range_t *pc,
                      sl_dpp_row_range_t *ex, sl_dpp_row_range_t *out)
 {
     size_t n = 0;
-    uint64_t floor = m_kafka_attr_floor(jb, p);
-    if (floor > 0) pc[n++] = (sl_dpp_row_range_t){0, floor};
     for (size_t q = 0; q < nsel; q++)
         pc[n++] = (sl_dpp_row_range_t){sel[q].from, sel[q].to};
     size_t w = 0; /* merged: the pieces are disjoint, some touch */
@@ -154,7 +152,7 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
          * delivered, so a batch there that this rank has not handed out
          * would be lost by the union. */
         if (req != NULL && u->epoch == jb->epoch && u->split < jb->n && u->from_row < u->to_row &&
-            first + u->from_row < m_kafka_attr_floor(jb, path))
+            first + u->from_row < m_kafka_claim_floor(jb, path))
             return sl_error_set(err, SL_ERR_AGAIN,
                                 "resume token of job '%s': an undelivered batch (%s, offsets "
                                 "[%llu, %llu)) is of a chunk done more than %d chunks ago; take "
@@ -232,7 +230,13 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
         tp->topic = jb->kp[p].topic;
         tp->partition = jb->kp[p].partition;
         size_t q = 0;
-        if (got > 0 && out[0].from_row == 0) tp->prefix = (int64_t)out[q++].to_row;
+        if (req != NULL) {
+            /* the claim, and the rank's offsets listed from further down */
+            tp->prefix = (int64_t)m_kafka_claim_floor(jb, p);
+            tp->listed_from = (int64_t)m_kafka_attr_floor(jb, p);
+        } else if (got > 0 && out[0].from_row == 0) {
+            tp->prefix = (int64_t)out[q++].to_row;
+        }
         tp->range_from = from + used;
         tp->range_to = to + used;
         for (; q < got; q++) {
@@ -275,6 +279,12 @@ typedef struct kplan {
     bool have;
     m_token_who *who; /* [count]: version 5 tokens' takers */
     uint32_t nwho;
+    /* version 5, per spec partition [nk]: the lowest prefix (claim) and the
+     * highest list floor of the tokens that name it, which tokens, and how
+     * many name it */
+    int64_t *claim, *listed;
+    uint32_t *claim_k, *listed_k, *named;
+    size_t nk;
     uint32_t *rpart;
     int64_t *rfrom, *rto;
     size_t nr;
@@ -310,6 +320,11 @@ static void plan_free(const sl_allocator_t *a, kplan *pl)
 {
     size_t cap = pl->acc.n + 1; /* as plan_build sized them */
     sl_free(a, pl->who, (size_t)pl->nwho * sizeof *pl->who);
+    sl_free(a, pl->claim, (pl->nk + 1) * sizeof *pl->claim);
+    sl_free(a, pl->listed, (pl->nk + 1) * sizeof *pl->listed);
+    sl_free(a, pl->claim_k, (pl->nk + 1) * sizeof *pl->claim_k);
+    sl_free(a, pl->listed_k, (pl->nk + 1) * sizeof *pl->listed_k);
+    sl_free(a, pl->named, (pl->nk + 1) * sizeof *pl->named);
     m_spec_pb_free(&pl->sp);
     if (pl->have) m_rset_free(a, &pl->acc);
     sl_free(a, pl->rpart, cap * sizeof *pl->rpart);
@@ -334,15 +349,19 @@ static int64_t part_find(const Sluice__Master__JobSpec *spec, const uint32_t *h,
     return -1;
 }
 
-/* One token's delivered offsets as an rset (split = spec partition). */
+/* One token's delivered offsets as an rset (split = spec partition):
+ * version 3, its prefix and ranges; version 5 (pl->claim set), its ranges
+ * only, its prefix and list floor noted in pl for plan_build (token k). */
 static sl_err_t token_set(const sl_allocator_t *a, const Sluice__Master__KafkaResumeToken *t,
                           const Sluice__Master__JobSpec *spec, const uint32_t *h, size_t hcap,
-                          m_rset *one, sl_error_t *err)
+                          kplan *pl, uint32_t tk, m_rset *one, sl_error_t *err)
 {
     size_t n = 0;
+    bool v5 = pl->claim != NULL;
     for (size_t i = 0; i < t->n_partitions; i++) {
         const Sluice__Master__KafkaTokenPartition *tp = t->partitions[i];
-        if (tp->topic == NULL || tp->prefix < 0 || tp->n_range_from != tp->n_range_to)
+        if (tp->topic == NULL || tp->prefix < 0 || tp->n_range_from != tp->n_range_to ||
+            (v5 && (tp->listed_from < 0 || tp->listed_from > tp->prefix)))
             return sl_error_set(err, SL_ERR_CORRUPT, "resume token: partition %zu malformed", i);
         n += 1 + tp->n_range_from;
     }
@@ -360,7 +379,17 @@ static sl_err_t token_set(const sl_allocator_t *a, const Sluice__Master__KafkaRe
                               tp->topic, tp->partition, spec->job_id);
             break;
         }
-        if (tp->prefix > 0) {
+        if (v5) {
+            pl->named[q]++;
+            if (tp->prefix < pl->claim[q]) {
+                pl->claim[q] = tp->prefix;
+                pl->claim_k[q] = tk;
+            }
+            if (tp->listed_from > pl->listed[q]) {
+                pl->listed[q] = tp->listed_from;
+                pl->listed_k[q] = tk;
+            }
+        } else if (tp->prefix > 0) {
             sp[k] = (uint32_t)q;
             f[k] = 0;
             to[k++] = (uint64_t)tp->prefix;
@@ -420,7 +449,7 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, uint32_t k, co
     if (rc == SL_OK && version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION && k < pl->nwho)
         pl->who[k] = (m_token_who){t->run_id, t->world_size, t->rank, t->has_step, t->step};
     m_rset one = {0}, both;
-    if (rc == SL_OK) rc = token_set(m->a, t, spec, h, hcap, &one, err);
+    if (rc == SL_OK) rc = token_set(m->a, t, spec, h, hcap, pl, k, &one, err);
     sluice__master__kafka_resume_token__free_unpacked(t, &pa);
     if (rc != SL_OK) return rc;
     if (!pl->have) {
@@ -436,6 +465,71 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, uint32_t k, co
     m_rset_free(m->a, &pl->acc);
     pl->acc = both;
     return SL_OK;
+}
+
+/* Version 5: per partition, every offset below the lowest prefix of the
+ * tokens counts as delivered (each rank's own batches there were handed
+ * out, or its token was refused), and above it what some token lists
+ * (its rank's and the master's). That is exact only if every token lists
+ * its offsets from that prefix down: a token whose list floor is above
+ * another's prefix (the partition folded more than M_KAFKA_ATTR_CHUNKS
+ * chunks between the two) is refused. A token that does not name a
+ * partition (added after it was taken) claims nothing of it. */
+static sl_err_t claims(const sl_allocator_t *a, kplan *pl, uint32_t count, sl_error_t *err)
+{
+    const Sluice__Master__JobSpec *s = &pl->sp.spec;
+    uint32_t *sp = sl_alloc(a, (pl->nk + 1) * sizeof *sp);
+    uint64_t *f = sl_alloc(a, (pl->nk + 1) * sizeof *f), *t = sl_alloc(a, (pl->nk + 1) * sizeof *t);
+    sl_err_t rc = SL_OK;
+    if (sp == NULL || f == NULL || t == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "resume tokens");
+    size_t n = 0;
+    for (size_t q = 0; rc == SL_OK && q < pl->nk; q++) {
+        const Sluice__Master__KafkaPartition *kp = s->kafka_partitions[q];
+        if (pl->named[q] == 0) continue;
+        bool all = pl->named[q] == count;
+        int64_t claim = pl->claim[q];
+        if (!all && kp->start < claim) claim = kp->start;
+        if (pl->listed[q] > claim) {
+            char who[64];
+            if (all || pl->claim[q] <= kp->start)
+                snprintf(who, sizeof who, "token %u's prefix %lld", pl->claim_k[q] + 1,
+                         (long long)claim);
+            else
+                snprintf(who, sizeof who, "the start %lld of a token that does not name it",
+                         (long long)claim);
+            rc = sl_error_set(err, SL_ERR_INVALID,
+                              "token %u of %u lists %s/%d from offset %lld, above %s: the "
+                              "partition moved more than %d chunks between the checkpoint's "
+                              "tokens; take them closer together",
+                              pl->listed_k[q] + 1, count, kp->topic, kp->partition,
+                              (long long)pl->listed[q], who, M_KAFKA_ATTR_CHUNKS);
+            break;
+        }
+        if (claim > 0) {
+            sp[n] = (uint32_t)q;
+            f[n] = 0;
+            t[n++] = (uint64_t)claim;
+        }
+    }
+    m_rset below = {0}, both;
+    if (rc == SL_OK && !m_rset_of(a, sp, f, t, n, &below))
+        rc = sl_error_set(err, SL_ERR_NOMEM, "resume tokens");
+    if (rc == SL_OK && pl->have) {
+        if (!rset_union(a, &pl->acc, &below, &both)) {
+            rc = sl_error_set(err, SL_ERR_NOMEM, "resume tokens");
+        } else {
+            m_rset_free(a, &pl->acc);
+            pl->acc = both;
+        }
+        m_rset_free(a, &below);
+    } else if (rc == SL_OK) {
+        pl->acc = below;
+        pl->have = true;
+    }
+    sl_free(a, sp, (pl->nk + 1) * sizeof *sp);
+    sl_free(a, f, (pl->nk + 1) * sizeof *f);
+    sl_free(a, t, (pl->nk + 1) * sizeof *t);
+    return rc;
 }
 
 /* Build the plan: every token checked and met, each partition's start and
@@ -487,14 +581,25 @@ static sl_err_t plan_build(sl_master_state_t *m, const sl_master_state_job_spec_
                           count, SL_MASTER_KAFKA_RANK_TOKEN_VERSION);
     if (rc == SL_OK && v5 > 0) {
         pl->who = sl_calloc(m->a, count, sizeof *pl->who);
-        if (pl->who == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "resume: %u tokens", count);
         pl->nwho = pl->who != NULL ? count : 0;
+        pl->nk = s->n_kafka_partitions;
+        pl->claim = sl_alloc(m->a, (pl->nk + 1) * sizeof *pl->claim);
+        pl->listed = sl_calloc(m->a, pl->nk + 1, sizeof *pl->listed);
+        pl->claim_k = sl_calloc(m->a, pl->nk + 1, sizeof *pl->claim_k);
+        pl->listed_k = sl_calloc(m->a, pl->nk + 1, sizeof *pl->listed_k);
+        pl->named = sl_calloc(m->a, pl->nk + 1, sizeof *pl->named);
+        if (pl->who == NULL || pl->claim == NULL || pl->listed == NULL || pl->claim_k == NULL ||
+            pl->listed_k == NULL || pl->named == NULL)
+            rc = sl_error_set(err, SL_ERR_NOMEM, "resume: %u tokens", count);
+        for (size_t q = 0; rc == SL_OK && q < pl->nk; q++)
+            pl->claim[q] = INT64_MAX;
     }
     for (uint32_t k = 0; rc == SL_OK && k < count; k++) {
         rc = plan_token(m, pl, k, tokens[k], lens[k], h, hcap, err);
         if (rc != SL_OK && count > 1) sl_error_prefix(err, "token %u of %u: ", k + 1, count);
     }
     if (rc == SL_OK && v5 > 0) rc = m_token_who_check(m->a, pl->who, count, s->job_id, err);
+    if (rc == SL_OK && v5 > 0) rc = claims(m->a, pl, count, err);
     sl_free(m->a, h, hcap * sizeof *h);
     if (rc != SL_OK) return rc;
     size_t cap = pl->acc.n + 1;
