@@ -148,7 +148,7 @@ int main(int argc, char **argv)
         return 2;
     }
     printf("kafka stream tokens: %d partitions, chunks of %d offsets, batches of %d, owners kept "
-           "for the last 8 folded chunks of a partition\n",
+           "for the last 16 folded chunks of a partition\n",
            PARTS, CHUNK, BATCH);
     if (run(chunks, 1) != 0 || run(chunks, 4) != 0) return 1;
     return 0;

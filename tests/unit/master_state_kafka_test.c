@@ -557,10 +557,11 @@ Test(master_state_kafka, rank_tokens_union_what_each_rank_handed_out)
     tu_alloc_assert_clean(&g_ta);
 }
 
-/* A stream's owners are kept for the last M_KAFKA_ATTR_CHUNKS (8) folded
- * chunks: rank 1 holding a batch of a chunk folded 5 chunks ago still
- * takes its token and rank 0's does not count that batch; 20 chunks ago
- * it is refused until handed out. Replay and snapshots keep the owners. */
+/* A stream's owners are kept for the last 2 x M_KAFKA_ATTR_CHUNKS (16)
+ * folded chunks and a token counts all below the last 8 as delivered:
+ * rank 1 holding a batch of a chunk folded 5 chunks ago still takes its
+ * token and rank 0's does not count that batch; 20 chunks ago it is
+ * refused until handed out. Replay and snapshots keep the owners. */
 Test(master_state_kafka, a_folded_chunks_owners_stay_for_the_tokens)
 {
     char *dir = tu_mkdtemp("master-kafka-owners");
