@@ -503,25 +503,18 @@ class MasterDataset(torch.utils.data.IterableDataset):
         ranks exchange their tokens and pending batches (all_gather_object,
         a collective: every rank must call it), so the state holds the
         whole checkpoint: "tokens" (every rank's, in rank order) and
-        "pending_by_rank". A table job's token says what its own rank handed
-        out, so it may be taken at any moment after the step and the tokens
-        combine by union (docs/DESIGN.md "Resume tokens"); the barrier
-        state_dict still waits at first is for a Kafka job's tokens. Call it
-        from the thread that iterates."""
+        "pending_by_rank". A token says what its own rank handed out (a
+        table job's version 4, a Kafka stream's version 5), so it may be
+        taken at any moment after the step and the tokens combine by union
+        (docs/DESIGN.md "Resume tokens"). Call it from the thread that
+        iterates."""
         if pending < 0 or pending > len(self._recent) or pending > self.handed_out:
             raise ValueError(
                 "MasterDataset.state_dict: pending=%d, but only %d recent batches are kept "
                 "(call keep_pending(%d) before iterating)" % (pending, len(self._recent), pending)
             )
-        # A table job's token (version 4) says what this rank handed out and
-        # needs no barrier. A Kafka job's (version 3) still counts what the
-        # whole job committed and is combined by intersection: after a
-        # barrier every batch any rank trained is committed, so every token
-        # counts it (docs/DESIGN.md "Resume tokens"). Harmless for tables.
         dist = torch.distributed
         gathered = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-        if gathered:
-            dist.barrier()
         token = self._connect().resume_token(timeout_ms, step=step)
         saved = self._recent[len(self._recent) - pending :] if pending else []
         mine = [b.state() for b in saved]

@@ -4,13 +4,14 @@
  * produced while the job runs is delivered exactly once, through the
  * master's kill -9 and restart on its --state; a trainer's resume token
  * resumes exactly after what it delivered (before + after = produced, no
- * overlap). A stream never finishes and keeps flowing: tail records (ids
- * above the checked ones, each delivered at most once) are produced while
- * the checked ids are awaited, and wake the clients to stop. Every wait
- * is bounded. */
+ * overlap), and so do the tokens of ranks that stopped far apart, resumed
+ * with another number of ranks (version 5, combined by union). A stream never finishes and keeps
+ * flowing: tail records (ids above the checked ones, each delivered at most once) are produced
+ * while the checked ids are awaited, and wake the clients to stop. Every wait is bounded. */
 #include "kafka_util.h"
 
 #include "../kafka_records.h"
+#include "dpp/master/state.h"
 #include "fleet_util.h"
 
 #define PARTS 2
@@ -457,6 +458,168 @@ Test(kafka_stream_fleet, resume_from_a_token_delivers_exactly_the_rest)
     free(before);
     free(after);
     free(job);
+}
+
+/* ---- one token per rank (version 5) ---- */
+
+#define M 6000 /* ids produced before the job in the ranks' tests */
+
+/* Clients of ranks 0..n-1 of a world of n from proto; rank i takes its
+ * token after stop_after[i] batches (0: reads on). */
+static void ranks_start(fu_client_t *c, pthread_t *th, uint32_t n, const fu_client_t *proto,
+                        const uint64_t *stop_after)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        c[i] = *proto;
+        c[i].rank = i;
+        c[i].world_size = n;
+        c[i].stop_after = stop_after != NULL ? stop_after[i] : 0;
+        atomic_init(&c[i].delay_us, atomic_load(&proto->delay_us));
+        atomic_init(&c[i].stop, false);
+        atomic_init(&c[i].finished, false);
+        pthread_create(&th[i], NULL, fu_client_run, &c[i]);
+    }
+}
+
+/* Issue 28 for Kafka streams: w1 ranks that stop far apart (rank i after
+ * 6 + 12 i batches: rank 0's token is taken while the others still commit
+ * and hand out batches) and a job resumed from their tokens with w2 ranks
+ * and new workers. Version 3 intersected whole-job tokens: the batches
+ * the later ranks committed after rank 0's token were trained twice. Each
+ * id below M: before + after = 1. faults: during the resumed run, a
+ * worker killed with kill -9 (and started again) and the master killed
+ * with kill -9 and restarted on its --state. */
+static void run_ranks(uint32_t w1, uint32_t w2, const char *name, bool faults)
+{
+    char topic[96];
+    snprintf(topic, sizeof topic, "sfleet-%s-%d", name, (int)getpid());
+    new_topic(topic, PARTS);
+    producer_t all = {.topic = topic, .first = 0, .n = M};
+    produce_run(&all);
+    fu_master_t m = {.lease_timeout_ms = 2000};
+    fu_master_start(&m);
+    char spec[2048];
+    spec_of(spec, sizeof spec, name, topic);
+    char *job = fu_submit(&m, spec, w1, "dynamic", 2, 2, NULL);
+    pid_t w[2];
+    for (int i = 0; i < 2; i++) {
+        char id[64];
+        snprintf(id, sizeof id, "%s-a%d", name, i);
+        w[i] = worker(&m, job, id);
+    }
+    atomic_uint *before = calloc(ROWS, sizeof *before), *after = calloc(ROWS, sizeof *after);
+    fu_client_t proto = {.master = m.ctl, .job = job, .rows = ROWS, .seen = before};
+    atomic_init(&proto.delay_us, 1000);
+    fu_client_t c[4];
+    pthread_t th[4];
+    uint64_t stop_after[4];
+    for (uint32_t i = 0; i < w1; i++)
+        stop_after[i] = 6 + 12 * i;
+    ranks_start(c, th, w1, &proto, stop_after);
+    fu_clients_join(c, th, (int)w1);
+    uint64_t got = seen_below(before, M);
+    cr_assert_gt(got, 0);
+    cr_assert_lt(got, M, "the tokens came after everything");
+    /* the job goes with its workers; submitted again with every rank's
+     * token and w2 ranks */
+    char path[300], *b;
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    int st = fu_http(m.admin, "DELETE", path, FU_TOKEN, NULL, &b);
+    cr_assert(st == 200 || st == 204, "DELETE %s: %d %s", path, st, b);
+    free(b);
+    for (int i = 0; i < 2; i++)
+        fu_kill9(w[i]);
+    json_t *body =
+        json_pack("{s:o, s:i, s:s, s:i, s:i}", "spec", json_loads(spec, 0, NULL), "ranks",
+                  (json_int_t)w2, "sharding", "dynamic", "min_workers", 2, "max_workers", 2);
+    json_t *toks = json_array();
+    for (uint32_t i = 0; i < w1; i++) {
+        cr_assert_not_null(c[i].token, "rank %u took no token: %s", i, c[i].msg);
+        cr_assert_eq(c[i].token[4], SL_MASTER_KAFKA_RANK_TOKEN_VERSION);
+        char *b64 = fu_base64(c[i].token, c[i].token_len);
+        json_array_append_new(toks, json_string(b64));
+        free(b64);
+    }
+    json_object_set_new(body, "resume_tokens", toks);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    st = fu_http(m.admin, "POST", "/jobs", FU_TOKEN, text, &b);
+    cr_assert(st == 200 || st == 201, "POST /jobs with %u tokens: %d %s", w1, st, b);
+    free(text);
+    free(b);
+    for (int i = 0; i < 2; i++) {
+        char id[64];
+        snprintf(id, sizeof id, "%s-b%d", name, i);
+        w[i] = worker(&m, job, id);
+    }
+    uint8_t *tokens[4];
+    for (uint32_t i = 0; i < w1; i++)
+        tokens[i] = c[i].token;
+    proto = (fu_client_t){.master = m.ctl, .job = job, .rows = ROWS, .seen = after};
+    ranks_start(c, th, w2, &proto, NULL);
+    flow_t flow = {.topic = topic, .next = M}; /* the tail: ids above the checked ones */
+    atomic_init(&flow.stop, false);
+    pthread_create(&flow.th, NULL, flow_run, &flow);
+    if (faults) {
+        uint64_t at = seen_below(before, M);
+        double until = fu_now() + tu_timeout(60);
+        while (seen_below(after, M) < (M - at) / 3) {
+            cr_assert_lt(fu_now(), until, "only %llu ids after the resume before the faults",
+                         (unsigned long long)seen_below(after, M));
+            usleep(10 * 1000);
+        }
+        fu_kill9(w[0]);
+        w[0] = worker(&m, job, "faults-w0-again");
+        fu_master_stop(&m, SIGKILL);
+        usleep(300 * 1000);
+        fu_master_start(&m);
+    }
+    double deadline = fu_now() + tu_timeout(90);
+    for (;;) {
+        uint64_t both = 0;
+        for (uint32_t id = 0; id < M; id++)
+            both += atomic_load(&before[id]) + atomic_load(&after[id]) > 0;
+        if (both == M) break;
+        cr_assert_lt(fu_now(), deadline, "only %llu of %d ids before + after",
+                     (unsigned long long)both, M);
+        usleep(20 * 1000);
+    }
+    uint64_t tail = flow_stop(&flow);
+    stop_clients(c, th, (int)w2, topic, &tail);
+    uint32_t twice = 0, first = UINT32_MAX;
+    for (uint32_t id = 0; id < M; id++)
+        if (atomic_load(&before[id]) + atomic_load(&after[id]) != 1) {
+            twice++;
+            if (first == UINT32_MAX) first = id;
+        }
+    cr_assert_eq(twice, 0, "%u ids not delivered exactly once (first %u: %u before, %u after)",
+                 twice, first, first < M ? atomic_load(&before[first]) : 0,
+                 first < M ? atomic_load(&after[first]) : 0);
+    for (uint64_t id = M; id < tail; id++)
+        cr_assert_leq(atomic_load(&after[id]), 1, "tail id %llu twice", (unsigned long long)id);
+    cr_log_info("%s: %u -> %u ranks, %llu ids before the tokens, %llu after", name, w1, w2,
+                (unsigned long long)got, (unsigned long long)seen_below(after, M));
+    job_down(&m, w);
+    for (uint32_t i = 0; i < w1; i++)
+        free(tokens[i]);
+    free(before);
+    free(after);
+    free(job);
+}
+
+Test(kafka_stream_fleet, rank_tokens_taken_apart_resume_2_to_3_ranks)
+{
+    run_ranks(2, 3, "ranks23", false);
+}
+
+Test(kafka_stream_fleet, rank_tokens_taken_apart_resume_3_to_2_ranks)
+{
+    run_ranks(3, 2, "ranks32", false);
+}
+
+Test(kafka_stream_fleet, rank_tokens_resume_1_to_4_ranks_through_kill9s)
+{
+    run_ranks(1, 4, "ranks14k", true);
 }
 
 KU_TEST_MAIN

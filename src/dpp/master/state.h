@@ -93,6 +93,10 @@
  * the job's current and previous epoch (proto/master.proto ResumeTokenV4);
  * the tokens of a checkpoint's ranks combine by union. Same header. */
 #define SL_MASTER_RANK_TOKEN_VERSION 4
+/* A Kafka job's token of one trainer rank: per partition what that rank
+ * handed out above a prefix every rank counts as delivered (the same
+ * KafkaResumeToken record); combined by union as version 4. Same header. */
+#define SL_MASTER_KAFKA_RANK_TOKEN_VERSION 5
 
 typedef enum sl_master_split_state {
     SL_MASTER_SPLIT_PENDING = 0,
@@ -569,8 +573,9 @@ typedef struct sl_master_token_req {
     uint32_t num_undelivered;
 } sl_master_token_req_t;
 
-/* A version-4 token of a table job (a Kafka job's: version 3, as
- * sl_master_state_token_encode): the job's epoch, and for it and the
+/* A version-4 token of a table job (a Kafka job's: version 5, the same
+ * per partition in offsets, SL_ERR_AGAIN while the client holds a batch
+ * below the partition's kept owners, state_attr.c): the job's epoch, and for it and the
  * previous one the rows this client handed out (its commits minus its
  * undelivered ranges) plus the rows the master committed itself; for the
  * previous epoch also its undelivered ranges. SL_ERR_INVALID when the

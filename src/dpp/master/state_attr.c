@@ -12,7 +12,16 @@
  * committed batch plus one per empty range, for two epochs; a client's
  * batches that follow each other in a split (the next batch of the split
  * it committed last) grow one entry, so a split read by one client costs
- * one. Entries are in no order; tokens and the dump sort what they take. */
+ * one. Entries are in no order; tokens and the dump sort what they take.
+ *
+ * A Kafka stream job's chunks come and go (a folded chunk's split holds
+ * another chunk later), so its entries name the partition (split = the
+ * partition index, job->kp) and absolute offsets, and are kept above the
+ * partition's list floor only (m_kafka_attr_floor: the last
+ * 2 x M_KAFKA_ATTR_CHUNKS folded chunks and the open ones); a token counts
+ * every offset below the claim floor (M_KAFKA_ATTR_CHUNKS chunks down) as
+ * delivered, refuses a client that still holds a batch there, and lists
+ * its rank's offsets from the list floor (state_kafka_token.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,8 +64,12 @@ static void owner_rehash(job *jb)
         jb->ohash[owner_slot(jb, jb->ohash, jb->ohash_cap, jb->owners[k])] = k + 1;
 }
 
-sl_err_t m_attr_owner(sl_master_state_t *m, job *jb, const char *name, uint32_t *owner,
-                      sl_error_t *err)
+static void forget_owners(sl_master_state_t *m, job *jb, m_attr_list *l);
+
+/* prune: a stream's owners without entries go first (not while a
+ * snapshot's owners are restored: their entries come after them). */
+static sl_err_t owner_of(sl_master_state_t *m, job *jb, const char *name, bool prune,
+                         uint32_t *owner, sl_error_t *err)
 {
     /* Hashed: a job's committing clients in two epochs are its ranks and
      * their reconnections, up to thousands, looked up at every commit. */
@@ -67,6 +80,11 @@ sl_err_t m_attr_owner(sl_master_state_t *m, job *jb, const char *name, uint32_t 
             return SL_OK;
         }
     }
+    /* A stream has one epoch: its owners are forgotten when a new one
+     * comes and the folds left them no entry (once per new client; the
+     * others keep their order, so live and replay number them alike where
+     * it shows: in the order of entries sorted by owner). */
+    if (prune && jb->chunk != 0) forget_owners(m, jb, &jb->attr[1]);
     if (jb->nowners == jb->cap_owners) {
         uint32_t cap = jb->cap_owners ? jb->cap_owners * 2 : 8, hcap = 2 * cap;
         char **p = sl_alloc(m->a, (size_t)cap * sizeof *p);
@@ -91,6 +109,12 @@ sl_err_t m_attr_owner(sl_master_state_t *m, job *jb, const char *name, uint32_t 
     jb->ohash[owner_slot(jb, jb->ohash, jb->ohash_cap, c)] = jb->nowners;
     *owner = jb->nowners;
     return SL_OK;
+}
+
+sl_err_t m_attr_owner(sl_master_state_t *m, job *jb, const char *name, uint32_t *owner,
+                      sl_error_t *err)
+{
+    return owner_of(m, jb, name, true, owner, err);
 }
 
 static int by_owner_split_from(const void *x, const void *y)
@@ -121,8 +145,7 @@ static void compact(m_attr_list *l)
 sl_err_t m_attr_reserve(sl_master_state_t *m, job *jb, uint32_t more, sl_error_t *err)
 {
     m_attr_list *l = &jb->attr[1];
-    if (jb->chunk != 0) return SL_OK;
-    if (jb->attr_last == NULL) {
+    if (jb->chunk == 0 && jb->attr_last == NULL) {
         jb->attr_last = sl_calloc(m->a, (size_t)jb->n + 1, sizeof *jb->attr_last);
         if (jb->attr_last == NULL)
             return sl_error_set(err, SL_ERR_NOMEM, "job '%s': who committed what", jb->id);
@@ -172,7 +195,17 @@ static uint32_t each_gap(const job *jb, uint32_t split, uint64_t from, uint64_t 
             continue;
         }
         uint64_t end = i < s->nr && s->r[i].from_row < to ? s->r[i].from_row : to;
-        if (out != NULL) {
+        if (out != NULL && jb->chunk != 0) {
+            /* a Kafka chunk: the partition's absolute offsets; the same
+             * client's next batch of the partition grows the last entry */
+            uint64_t base = jb->defs[split].first_row;
+            uint32_t p = jb->defs[split].path;
+            m_attr *last = out->n > 0 ? &out->v[out->n - 1] : NULL;
+            if (last != NULL && last->owner == owner && last->split == p && last->to == base + at)
+                last->to = base + end;
+            else
+                out->v[out->n++] = (m_attr){owner, p, base + at, base + end};
+        } else if (out != NULL) {
             /* The common case: the same client's next batch of the split
              * (a worker reads a split in order): one entry grows. */
             uint32_t li = jb->attr_last[split];
@@ -198,30 +231,58 @@ uint32_t m_attr_count_gaps(const job *jb, uint32_t split, uint64_t from, uint64_
 sl_err_t m_attr_gaps(sl_master_state_t *m, job *jb, uint32_t split, uint64_t from, uint64_t to,
                      uint32_t owner, sl_error_t *err)
 {
-    if (jb->chunk != 0 || from >= to) return SL_OK;
+    if (from >= to) return SL_OK;
     uint32_t n = m_attr_count_gaps(jb, split, from, to);
     sl_err_t rc = m_attr_reserve(m, jb, n, err);
     if (rc == SL_OK) each_gap(jb, split, from, to, &jb->attr[1], owner);
     return rc;
 }
 
-void m_attr_rotate(sl_master_state_t *m, job *jb)
+static uint64_t folded_less(const job *jb, uint32_t p, uint32_t chunks)
 {
-    m_attr_list *p = &jb->attr[0];
-    sl_free(m->a, p->v, (size_t)p->cap * sizeof *p->v);
-    *p = jb->attr[1];
-    jb->attr[1] = (m_attr_list){0};
-    if (jb->attr_last != NULL) memset(jb->attr_last, 0, (size_t)jb->n * sizeof *jb->attr_last);
-    /* Forget the owners the kept epoch does not name (clients that came
-     * and went): O(entries + owners) once per epoch. The owners' hash
-     * table (at least 2 x nowners slots, rebuilt below) is the scratch
-     * map, so that an epoch's advance allocates nothing: it cannot fail
-     * live or in replay, and both prune alike. */
+    const kpart *k = &jb->kp[p];
+    uint64_t fc = k->folded > chunks ? k->folded - chunks : 0;
+    return (uint64_t)k->start + fc * jb->chunk;
+}
+
+uint64_t m_kafka_attr_floor(const job *jb, uint32_t p)
+{
+    return folded_less(jb, p, 2 * M_KAFKA_ATTR_CHUNKS);
+}
+
+uint64_t m_kafka_claim_floor(const job *jb, uint32_t p)
+{
+    return folded_less(jb, p, M_KAFKA_ATTR_CHUNKS);
+}
+
+void m_attr_kafka_prune(job *jb, uint32_t p)
+{
+    /* In place (a fold runs live and in replay and must not fail): O(entries)
+     * once per fold, and the entries are those of a few chunks per partition. */
+    uint64_t floor = m_kafka_attr_floor(jb, p);
+    m_attr_list *l = &jb->attr[1];
+    uint32_t w = 0;
+    for (uint32_t q = 0; q < l->n; q++) {
+        m_attr e = l->v[q];
+        if (e.split == p && e.to <= floor) continue;
+        if (e.split == p && e.from < floor) e.from = floor;
+        l->v[w++] = e;
+    }
+    l->n = w;
+}
+
+/* Forget the owners that no entry of l names (clients that came and went),
+ * keeping the others' order, so that a list sorted by owner stays sorted:
+ * O(entries + owners). The owners' hash table (at least 2 x nowners
+ * slots, rebuilt below) is the scratch map, so this allocates nothing and
+ * cannot fail, live or in replay. */
+static void forget_owners(sl_master_state_t *m, job *jb, m_attr_list *l)
+{
     if (jb->nowners == 0 || jb->ohash_cap < jb->nowners) return;
     uint32_t *map = jb->ohash;
     memset(map, 0, (size_t)jb->nowners * sizeof *map);
-    for (uint32_t q = 0; q < p->n; q++)
-        if (p->v[q].owner != M_OWNER_MASTER) map[p->v[q].owner - 1] = 1;
+    for (uint32_t q = 0; q < l->n; q++)
+        if (l->v[q].owner != M_OWNER_MASTER) map[l->v[q].owner - 1] = 1;
     uint32_t keep = 0;
     for (uint32_t k = 0; k < jb->nowners; k++) {
         if (map[k] == 0) {
@@ -231,10 +292,21 @@ void m_attr_rotate(sl_master_state_t *m, job *jb)
         jb->owners[keep] = jb->owners[k];
         map[k] = ++keep;
     }
-    for (uint32_t q = 0; q < p->n; q++)
-        if (p->v[q].owner != M_OWNER_MASTER) p->v[q].owner = map[p->v[q].owner - 1];
+    for (uint32_t q = 0; q < l->n; q++)
+        if (l->v[q].owner != M_OWNER_MASTER) l->v[q].owner = map[l->v[q].owner - 1];
     jb->nowners = keep;
     owner_rehash(jb);
+}
+
+void m_attr_rotate(sl_master_state_t *m, job *jb)
+{
+    m_attr_list *p = &jb->attr[0];
+    sl_free(m->a, p->v, (size_t)p->cap * sizeof *p->v);
+    *p = jb->attr[1];
+    jb->attr[1] = (m_attr_list){0};
+    if (jb->attr_last != NULL) memset(jb->attr_last, 0, (size_t)jb->n * sizeof *jb->attr_last);
+    /* once per epoch: the kept epoch's owners only */
+    forget_owners(m, jb, p);
 }
 
 void m_cols_free(const sl_allocator_t *a, m_rset_cols *c)
@@ -365,7 +437,6 @@ sl_err_t m_attr_pb_build(const sl_master_state_t *m, const job *jb, Sluice__Mast
     sluice__master__attributed_ranges__init(&p->prev);
     sluice__master__attributed_ranges__init(&p->cur);
     sluice__master__epoch_ranges__init(&p->later);
-    if (jb->chunk != 0) return SL_OK;
     sj->run_id = jb->run_id;
     sj->n_attr_owners = jb->nowners;
     sj->attr_owners = jb->owners;
@@ -411,8 +482,12 @@ static sl_err_t list_restore(sl_master_state_t *m, job *jb,
     if (l->v == NULL) return sl_error_set(err, SL_ERR_NOMEM, "snapshot job '%s'", jb->id);
     l->cap = (uint32_t)n;
     for (size_t i = 0; i < n; i++) {
-        if (p->owner[i] > jb->nowners || p->split[i] >= jb->n || p->from[i] >= p->to[i] ||
-            p->to[i] > jb->defs[p->split[i]].num_rows)
+        /* a Kafka job's: a partition's offsets at or above its floor */
+        bool outside = jb->chunk != 0 ? p->split[i] >= jb->nkp || p->from[i] >= p->to[i] ||
+                                            p->from[i] < m_kafka_attr_floor(jb, p->split[i])
+                                      : p->split[i] >= jb->n || p->from[i] >= p->to[i] ||
+                                            p->to[i] > jb->defs[p->split[i]].num_rows;
+        if (p->owner[i] > jb->nowners || outside)
             return sl_error_set(err, SL_ERR_CORRUPT,
                                 "snapshot job '%s': attributed range %zu outside the job", jb->id,
                                 i);
@@ -424,7 +499,6 @@ static sl_err_t list_restore(sl_master_state_t *m, job *jb,
 sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__SnapshotJob *sj,
                         sl_error_t *err)
 {
-    if (jb->chunk != 0) return SL_OK;
     jb->run_id = sj->run_id;
     for (size_t k = 0; k < sj->n_attr_owners; k++) {
         uint32_t o;
@@ -432,7 +506,7 @@ sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__Sna
         if (name == NULL || !m_name_ok(m, name))
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': bad client %zu", jb->id,
                                 k);
-        sl_err_t rc = m_attr_owner(m, jb, name, &o, err);
+        sl_err_t rc = owner_of(m, jb, name, false, &o, err);
         if (rc != SL_OK) return rc;
         if (o != k + 1)
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s': client '%s' twice", jb->id,
@@ -474,7 +548,6 @@ sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__Sna
 
 void m_attr_dump(const sl_allocator_t *a, const job *jb, m_printf_fn pf, void *ctx)
 {
-    if (jb->chunk != 0) return;
     /* the run id is drawn at random: a dump says only that there is one */
     pf(ctx, " run %s%s\n", jb->run_id != 0 ? "set" : "none", jb->restatic ? " restatic" : "");
     for (int e = 0; e < 2; e++) {

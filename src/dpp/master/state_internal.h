@@ -64,6 +64,17 @@ typedef struct kfolded {
     uint64_t made_gen, first_row;
 } kfolded;
 #define M_KAFKA_FOLDED_RING 256
+/* A Kafka stream partition's folded chunks below which a version-5 token
+ * counts every offset as delivered (its prefix, the claim floor): a
+ * trainer may hold a committed batch of one of the last M_KAFKA_ATTR_CHUNKS
+ * not handed out yet and still take a token; one older than that is
+ * refused a token until it hands the batch out. The owners are kept
+ * M_KAFKA_ATTR_CHUNKS further down (the list floor), and a token lists its
+ * rank's offsets from there: the tokens of one checkpoint combine exactly
+ * while the partition folds at most M_KAFKA_ATTR_CHUNKS chunks between the
+ * first and the last of them (state_kafka_token.c refuses the set
+ * otherwise). */
+#define M_KAFKA_ATTR_CHUNKS 8
 
 /* Who committed a range of an epoch (state_attr.c): owner 0 is the master
  * itself, k >= 1 the client job->owners[k - 1]. Entries of one epoch are
@@ -135,7 +146,7 @@ typedef struct job {
      * (job_status is called per ATTACH and per round: a sum over 1M
      * splits there was a hot spot); replay and snapshots rebuild it. */
     uint64_t split_failures;
-    /* Resume tokens (state_attr.c, state_token.c), table jobs only. */
+    /* Resume tokens (state_attr.c, state_token.c, state_kafka_token.c). */
     uint64_t run_id; /* JobAdded.run_id */
     char **owners;   /* clients that committed in attr[], [nowners] of [cap_owners] */
     uint32_t nowners, cap_owners;
@@ -299,7 +310,21 @@ sl_err_t m_kafka_apply_partition(sl_master_state_t *m, const Sluice__Master__Kaf
 /* Fill spec's kafka fields from jb (borrowed); parts has room for nkp. */
 void m_kafka_spec(const job *jb, Sluice__Master__JobSpec *spec,
                   Sluice__Master__KafkaPartition *parts, Sluice__Master__KafkaPartition **ptrs);
+/* Who took a token (versions 4 and 5), and the check of a checkpoint's
+ * set (state_token.c): one run, one world size, one step where all carry
+ * one, every rank exactly once; the message names the token and why. */
+typedef struct m_token_who {
+    uint64_t run_id;
+    uint32_t world_size, rank;
+    bool has_step;
+    uint64_t step;
+} m_token_who;
+sl_err_t m_token_who_check(const sl_allocator_t *a, const m_token_who *t, uint32_t count,
+                           const char *job_id, sl_error_t *err);
+/* req NULL: version 3 (the job's commits minus undelivered), else version
+ * 5 (what req's client handed out, req's rank and step). */
 sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
+                              const sl_master_token_req_t *req,
                               const sl_master_token_exclude_t *undelivered,
                               uint32_t num_undelivered, void **buf, size_t *len, sl_error_t *err);
 
@@ -319,6 +344,15 @@ sl_err_t m_attr_gaps(sl_master_state_t *m, job *jb, uint32_t split, uint64_t fro
 uint32_t m_attr_count_gaps(const job *jb, uint32_t split, uint64_t from, uint64_t to);
 /* The epoch moved on: this epoch's list becomes the previous one. */
 void m_attr_rotate(sl_master_state_t *m, job *jb);
+/* A Kafka job's partition p: its owners are kept at and above the list
+ * floor (2 x M_KAFKA_ATTR_CHUNKS folded chunks down), and a version-5
+ * token counts every offset below the claim floor (M_KAFKA_ATTR_CHUNKS
+ * down) as delivered. */
+uint64_t m_kafka_attr_floor(const job *jb, uint32_t p);
+uint64_t m_kafka_claim_floor(const job *jb, uint32_t p);
+/* Forget the owners of partition p's offsets below its floor (a fold
+ * raised it); cannot fail. */
+void m_attr_kafka_prune(job *jb, uint32_t p);
 void m_attr_free(const sl_allocator_t *a, job *jb);
 /* After an epoch began: commit its `later` ranges (the master's), redo a
  * resumed job's static assignment over whole splits. */

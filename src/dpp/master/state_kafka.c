@@ -267,6 +267,7 @@ void m_kafka_fold(job *jb, uint32_t p)
     }
     memmove(k->chunks, k->chunks + n, (size_t)(k->nchunks - k->low) * sizeof *k->chunks);
     k->folded = k->low;
+    m_attr_kafka_prune(jb, p);
 }
 
 /* Partition (topic, partition) joins jb: copies made first, so that only

@@ -1,9 +1,13 @@
-/* Resume tokens of Kafka jobs (version 3; docs/PROTOCOL.md "Resume
+/* Resume tokens of Kafka jobs (versions 3 and 5; docs/PROTOCOL.md "Resume
  * tokens"): per (topic, partition), the delivered prefix and the delivered
- * ranges above it, in offsets. A job resumed from them starts each
- * partition they name at the prefix and has the ranges above it committed
- * from the start; several ranks' tokens intersect as table tokens do.
- * Callers hold the master's lock. */
+ * ranges above it, in offsets. Version 5 says what ONE trainer rank handed
+ * out (who committed what, state_attr.c) and the tokens of a checkpoint's
+ * ranks combine by union, as version 4 does for tables; version 3 (the job's
+ * commits minus one client's undelivered) is still written by
+ * sl_master_state_token_encode and read alone. A job resumed from them
+ * starts each partition at the prefix of what they say is delivered and
+ * has the ranges above it committed from the start. Callers hold the
+ * master's lock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,17 +81,65 @@ static size_t delivered(const job *jb, uint32_t p, const sl_master_token_exclude
     return m_ranges_minus(pc, n, ex, ne, out);
 }
 
+static int by_split_from(const void *x, const void *y)
+{
+    const m_attr *a = x, *b = y;
+    if (a->split != b->split) return a->split < b->split ? -1 : 1;
+    return a->from < b->from ? -1 : a->from > b->from;
+}
+
+/* Version 5: partition p's offsets the token's rank handed out from the
+ * list floor up: its entries (the master's and the owner's, sorted by
+ * from: [nsel]) minus the undelivered ones, into out (room for nsel + 1 +
+ * num_und pieces; pc has the same room). @return the pieces. */
+static size_t handed(const job *jb, uint32_t p, const m_attr *sel, size_t nsel,
+                     const sl_master_token_exclude_t *und, uint32_t num_und, sl_dpp_row_range_t *pc,
+                     sl_dpp_row_range_t *ex, sl_dpp_row_range_t *out)
+{
+    size_t n = 0;
+    for (size_t q = 0; q < nsel; q++)
+        pc[n++] = (sl_dpp_row_range_t){sel[q].from, sel[q].to};
+    size_t w = 0; /* merged: the pieces are disjoint, some touch */
+    for (size_t i = 1; i < n; i++) {
+        if (pc[i].from_row <= pc[w].to_row) {
+            if (pc[i].to_row > pc[w].to_row) pc[w].to_row = pc[i].to_row;
+        } else {
+            pc[++w] = pc[i];
+        }
+    }
+    if (n > 0) n = w + 1;
+    size_t ne = 0;
+    for (uint32_t i = 0; i < num_und; i++) {
+        const sl_master_token_exclude_t *u = &und[i];
+        uint32_t path;
+        uint64_t first;
+        if (u->epoch != jb->epoch || u->split >= jb->n || u->from_row >= u->to_row ||
+            !ref_chunk(jb, u, &path, &first) || path != p)
+            continue;
+        ex[ne++] = (sl_dpp_row_range_t){first + u->from_row, first + u->to_row};
+    }
+    if (ne > 1) qsort(ex, ne, sizeof *ex, m_by_from);
+    return m_ranges_minus(pc, n, ex, ne, out);
+}
+
 sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
+                              const sl_master_token_req_t *req,
                               const sl_master_token_exclude_t *undelivered,
                               uint32_t num_undelivered, void **buf, size_t *len, sl_error_t *err)
 {
     const sl_allocator_t *a = m->a;
+    uint32_t version =
+        req != NULL ? SL_MASTER_KAFKA_RANK_TOKEN_VERSION : SL_MASTER_KAFKA_TOKEN_VERSION;
+    uint32_t world = req != NULL && req->world_size ? req->world_size : 1;
+    if (req != NULL && (req->rank >= world || world > 65536))
+        return sl_error_set(err, SL_ERR_INVALID, "resume token: rank %u of world size %u",
+                            req->rank, world);
     /* A ref of a chunk folded and no longer in the ring cannot be placed:
      * counting its offsets as delivered would lose them on resume. */
     for (uint32_t i = 0; i < num_undelivered; i++) {
         const sl_master_token_exclude_t *u = &undelivered[i];
-        uint32_t path;
-        uint64_t first;
+        uint32_t path = 0;
+        uint64_t first = 0;
         if (u->epoch == jb->epoch && u->split < jb->n && u->from_row < u->to_row &&
             !ref_chunk(jb, u, &path, &first))
             return sl_error_set(err, SL_ERR_AGAIN,
@@ -96,22 +148,60 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
                                 "more; take the token again once that batch was handed out",
                                 jb->id, u->split, (unsigned long long)u->generation,
                                 M_KAFKA_FOLDED_RING);
+        /* Version 5: every token counts the offsets below the floor as
+         * delivered, so a batch there that this rank has not handed out
+         * would be lost by the union. */
+        if (req != NULL && u->epoch == jb->epoch && u->split < jb->n && u->from_row < u->to_row &&
+            first + u->from_row < m_kafka_claim_floor(jb, path))
+            return sl_error_set(err, SL_ERR_AGAIN,
+                                "resume token of job '%s': an undelivered batch (%s, offsets "
+                                "[%llu, %llu)) is of a chunk done more than %d chunks ago; take "
+                                "the token again once that batch was handed out",
+                                jb->id, jb->paths[path], (unsigned long long)(first + u->from_row),
+                                (unsigned long long)(first + u->to_row), M_KAFKA_ATTR_CHUNKS);
     }
+    uint32_t owner = M_OWNER_MASTER;
+    for (uint32_t k = 0; req != NULL && req->client_id != NULL && k < jb->nowners; k++)
+        if (strcmp(jb->owners[k], req->client_id) == 0) owner = k + 1;
+    /* Version 5: the master's and the taker's entries, by partition and
+     * offset (one sort, not a pass over every entry per partition). */
+    const m_attr_list *l = &jb->attr[1];
+    size_t nsel = 0, cap_sel = req != NULL ? (size_t)l->n + 1 : 1;
+    m_attr *sel = sl_alloc(a, cap_sel * sizeof *sel);
+    if (sel == NULL) return sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", jb->id);
+    for (uint32_t q = 0; req != NULL && q < l->n; q++)
+        if (l->v[q].owner == M_OWNER_MASTER || (owner != M_OWNER_MASTER && l->v[q].owner == owner))
+            sel[nsel++] = l->v[q];
+    if (nsel > 1) qsort(sel, nsel, sizeof *sel, by_split_from);
     /* Room: per partition its open chunks' ranges, the prefix piece, and
      * one more piece per undelivered range. */
-    size_t total = 0, most = 0;
+    size_t total = 0, most = 0, at = 0;
     for (uint32_t p = 0; p < jb->nkp; p++) {
         size_t r = 1;
-        for (uint32_t c = jb->kp[p].low; c < jb->kp[p].nchunks; c++)
-            r += jb->st[jb->kp[p].chunks[c - jb->kp[p].folded]].nr;
+        if (req != NULL) {
+            while (at < nsel && sel[at].split == p) {
+                at++;
+                r++;
+            }
+        } else {
+            for (uint32_t c = jb->kp[p].low; c < jb->kp[p].nchunks; c++)
+                r += jb->st[jb->kp[p].chunks[c - jb->kp[p].folded]].nr;
+        }
         total += r + num_undelivered;
         if (r > most) most = r;
     }
     most += num_undelivered;
     Sluice__Master__KafkaResumeToken t = SLUICE__MASTER__KAFKA_RESUME_TOKEN__INIT;
-    t.version = SL_MASTER_KAFKA_TOKEN_VERSION;
+    t.version = version;
     t.job_id = jb->id;
     t.n_partitions = jb->nkp;
+    if (req != NULL) {
+        t.run_id = jb->run_id;
+        t.rank = req->rank;
+        t.world_size = world;
+        t.has_step = req->has_step;
+        t.step = req->has_step ? req->step : 0;
+    }
     Sluice__Master__KafkaTokenPartition *parts = sl_calloc(a, jb->nkp + 1, sizeof *parts);
     t.partitions = sl_calloc(a, jb->nkp + 1, sizeof *t.partitions);
     int64_t *from = sl_alloc(a, (total + 1) * sizeof *from);
@@ -126,16 +216,27 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
         rc = sl_error_set(err, SL_ERR_NOMEM, "resume token of job '%s'", jb->id);
         goto done;
     }
-    size_t used = 0;
+    size_t used = 0, next = 0;
     for (uint32_t p = 0; p < jb->nkp; p++) {
-        size_t got = delivered(jb, p, undelivered, num_undelivered, pc, ex, out);
+        size_t first = next;
+        while (next < nsel && sel[next].split == p)
+            next++;
+        size_t got = req != NULL ? handed(jb, p, sel + first, next - first, undelivered,
+                                          num_undelivered, pc, ex, out)
+                                 : delivered(jb, p, undelivered, num_undelivered, pc, ex, out);
         Sluice__Master__KafkaTokenPartition *tp = &parts[p];
         sluice__master__kafka_token_partition__init(tp);
         t.partitions[p] = tp;
         tp->topic = jb->kp[p].topic;
         tp->partition = jb->kp[p].partition;
         size_t q = 0;
-        if (got > 0 && out[0].from_row == 0) tp->prefix = (int64_t)out[q++].to_row;
+        if (req != NULL) {
+            /* the claim, and the rank's offsets listed from further down */
+            tp->prefix = (int64_t)m_kafka_claim_floor(jb, p);
+            tp->listed_from = (int64_t)m_kafka_attr_floor(jb, p);
+        } else if (got > 0 && out[0].from_row == 0) {
+            tp->prefix = (int64_t)out[q++].to_row;
+        }
         tp->range_from = from + used;
         tp->range_to = to + used;
         for (; q < got; q++) {
@@ -152,7 +253,7 @@ sl_err_t m_kafka_token_encode(const sl_master_state_t *m, const job *jb,
         goto done;
     }
     sluice__master__kafka_resume_token__pack(&t, tok + M_TOKEN_HEADER_BYTES);
-    m_token_seal(tok, SL_MASTER_KAFKA_TOKEN_VERSION, pn);
+    m_token_seal(tok, version, pn);
     *buf = tok;
     *len = M_TOKEN_HEADER_BYTES + pn;
 done:
@@ -163,6 +264,7 @@ done:
     sl_free(a, pc, (most + 1) * sizeof *pc);
     sl_free(a, out, (most + 1) * sizeof *out);
     sl_free(a, ex, ((size_t)num_undelivered + 1) * sizeof *ex);
+    sl_free(a, sel, cap_sel * sizeof *sel);
     return rc;
 }
 
@@ -173,16 +275,56 @@ done:
  * above those starts (index in the spec's partitions). */
 typedef struct kplan {
     m_spec_pb sp;
-    m_rset acc; /* intersection over the tokens, split = partition index */
+    m_rset acc; /* union over the tokens (one if version 3), split = partition index */
     bool have;
+    m_token_who *who; /* [count]: version 5 tokens' takers */
+    uint32_t nwho;
+    /* version 5, per spec partition [nk]: the lowest prefix (claim) and the
+     * highest list floor of the tokens that name it, which tokens, and how
+     * many name it */
+    int64_t *claim, *listed;
+    uint32_t *claim_k, *listed_k, *named;
+    size_t nk;
     uint32_t *rpart;
     int64_t *rfrom, *rto;
     size_t nr;
 } kplan;
 
+/* out = x union y. */
+static bool rset_union(const sl_allocator_t *a, const m_rset *x, const m_rset *y, m_rset *out)
+{
+    size_t n = x->n + y->n;
+    uint32_t *sp = sl_alloc(a, (n + 1) * sizeof *sp);
+    uint64_t *f = sl_alloc(a, (n + 1) * sizeof *f), *t = sl_alloc(a, (n + 1) * sizeof *t);
+    bool ok = sp != NULL && f != NULL && t != NULL;
+    if (ok) {
+        if (x->n > 0) {
+            memcpy(sp, x->split, x->n * sizeof *sp);
+            memcpy(f, x->from, x->n * sizeof *f);
+            memcpy(t, x->to, x->n * sizeof *t);
+        }
+        if (y->n > 0) {
+            memcpy(sp + x->n, y->split, y->n * sizeof *sp);
+            memcpy(f + x->n, y->from, y->n * sizeof *f);
+            memcpy(t + x->n, y->to, y->n * sizeof *t);
+        }
+        ok = m_rset_of(a, sp, f, t, n, out);
+    }
+    sl_free(a, sp, (n + 1) * sizeof *sp);
+    sl_free(a, f, (n + 1) * sizeof *f);
+    sl_free(a, t, (n + 1) * sizeof *t);
+    return ok;
+}
+
 static void plan_free(const sl_allocator_t *a, kplan *pl)
 {
     size_t cap = pl->acc.n + 1; /* as plan_build sized them */
+    sl_free(a, pl->who, (size_t)pl->nwho * sizeof *pl->who);
+    sl_free(a, pl->claim, (pl->nk + 1) * sizeof *pl->claim);
+    sl_free(a, pl->listed, (pl->nk + 1) * sizeof *pl->listed);
+    sl_free(a, pl->claim_k, (pl->nk + 1) * sizeof *pl->claim_k);
+    sl_free(a, pl->listed_k, (pl->nk + 1) * sizeof *pl->listed_k);
+    sl_free(a, pl->named, (pl->nk + 1) * sizeof *pl->named);
     m_spec_pb_free(&pl->sp);
     if (pl->have) m_rset_free(a, &pl->acc);
     sl_free(a, pl->rpart, cap * sizeof *pl->rpart);
@@ -207,15 +349,19 @@ static int64_t part_find(const Sluice__Master__JobSpec *spec, const uint32_t *h,
     return -1;
 }
 
-/* One token's delivered offsets as an rset (split = spec partition). */
+/* One token's delivered offsets as an rset (split = spec partition):
+ * version 3, its prefix and ranges; version 5 (pl->claim set), its ranges
+ * only, its prefix and list floor noted in pl for plan_build (token k). */
 static sl_err_t token_set(const sl_allocator_t *a, const Sluice__Master__KafkaResumeToken *t,
                           const Sluice__Master__JobSpec *spec, const uint32_t *h, size_t hcap,
-                          m_rset *one, sl_error_t *err)
+                          kplan *pl, uint32_t tk, m_rset *one, sl_error_t *err)
 {
     size_t n = 0;
+    bool v5 = pl->claim != NULL;
     for (size_t i = 0; i < t->n_partitions; i++) {
         const Sluice__Master__KafkaTokenPartition *tp = t->partitions[i];
-        if (tp->topic == NULL || tp->prefix < 0 || tp->n_range_from != tp->n_range_to)
+        if (tp->topic == NULL || tp->prefix < 0 || tp->n_range_from != tp->n_range_to ||
+            (v5 && (tp->listed_from < 0 || tp->listed_from > tp->prefix)))
             return sl_error_set(err, SL_ERR_CORRUPT, "resume token: partition %zu malformed", i);
         n += 1 + tp->n_range_from;
     }
@@ -233,7 +379,17 @@ static sl_err_t token_set(const sl_allocator_t *a, const Sluice__Master__KafkaRe
                               tp->topic, tp->partition, spec->job_id);
             break;
         }
-        if (tp->prefix > 0) {
+        if (v5) {
+            pl->named[q]++;
+            if (tp->prefix < pl->claim[q]) {
+                pl->claim[q] = tp->prefix;
+                pl->claim_k[q] = tk;
+            }
+            if (tp->listed_from > pl->listed[q]) {
+                pl->listed[q] = tp->listed_from;
+                pl->listed_k[q] = tk;
+            }
+        } else if (tp->prefix > 0) {
             sp[k] = (uint32_t)q;
             f[k] = 0;
             to[k++] = (uint64_t)tp->prefix;
@@ -257,9 +413,9 @@ static sl_err_t token_set(const sl_allocator_t *a, const Sluice__Master__KafkaRe
     return rc;
 }
 
-/* Open token k (checked against spec) and meet it into pl->acc. */
-static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *token, size_t len,
-                           const uint32_t *h, size_t hcap, sl_error_t *err)
+/* Open token k (checked against spec) and add it to pl->acc. */
+static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, uint32_t k, const void *token,
+                           size_t len, const uint32_t *h, size_t hcap, sl_error_t *err)
 {
     const Sluice__Master__JobSpec *spec = &pl->sp.spec;
     uint32_t version;
@@ -269,11 +425,11 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *to
         return sl_error_set(err, SL_ERR_INVALID,
                             "resume token of a table job (version %u); job '%s' reads Kafka",
                             version, spec->job_id);
-    if (version != SL_MASTER_KAFKA_TOKEN_VERSION)
+    if (version != SL_MASTER_KAFKA_TOKEN_VERSION && version != SL_MASTER_KAFKA_RANK_TOKEN_VERSION)
         return sl_error_set(err, SL_ERR_VERSION,
-                            "resume token version %u (this build reads %d, %d, %d)", version,
+                            "resume token version %u (this build reads %d, %d, %d, %d)", version,
                             SL_MASTER_RESUME_TOKEN_VERSION, SL_MASTER_KAFKA_TOKEN_VERSION,
-                            SL_MASTER_RANK_TOKEN_VERSION);
+                            SL_MASTER_RANK_TOKEN_VERSION, SL_MASTER_KAFKA_RANK_TOKEN_VERSION);
     sl_unsized_t u = {.a = m->a};
     ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
     Sluice__Master__KafkaResumeToken *t = sluice__master__kafka_resume_token__unpack(
@@ -281,13 +437,19 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *to
     if (t == NULL)
         return u.failed ? sl_error_set(err, SL_ERR_NOMEM, "resume token: out of memory")
                         : sl_error_set(err, SL_ERR_CORRUPT, "resume token: malformed protobuf");
-    if (t->version != SL_MASTER_KAFKA_TOKEN_VERSION)
+    if (t->version != version)
         rc = sl_error_set(err, SL_ERR_VERSION, "resume token version %u", t->version);
     else if (t->job_id == NULL || strcmp(t->job_id, spec->job_id) != 0)
         rc = sl_error_set(err, SL_ERR_INVALID, "resume token of job '%s', not of job '%s'",
                           t->job_id ? t->job_id : "", spec->job_id);
+    else if (version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION &&
+             (t->world_size == 0 || t->world_size > 65536 || t->rank >= t->world_size))
+        rc = sl_error_set(err, SL_ERR_CORRUPT, "resume token: rank %u of world size %u", t->rank,
+                          t->world_size);
+    if (rc == SL_OK && version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION && k < pl->nwho)
+        pl->who[k] = (m_token_who){t->run_id, t->world_size, t->rank, t->has_step, t->step};
     m_rset one = {0}, both;
-    if (rc == SL_OK) rc = token_set(m->a, t, spec, h, hcap, &one, err);
+    if (rc == SL_OK) rc = token_set(m->a, t, spec, h, hcap, pl, k, &one, err);
     sluice__master__kafka_resume_token__free_unpacked(t, &pa);
     if (rc != SL_OK) return rc;
     if (!pl->have) {
@@ -295,12 +457,79 @@ static sl_err_t plan_token(const sl_master_state_t *m, kplan *pl, const void *to
         pl->have = true;
         return SL_OK;
     }
-    bool ok = m_rset_intersect(m->a, &pl->acc, &one, &both);
+    /* Version 5: each token is what its rank handed out (plus the master's
+     * offsets), so what the checkpoint delivered is their union. */
+    bool ok = rset_union(m->a, &pl->acc, &one, &both);
     m_rset_free(m->a, &one);
     if (!ok) return sl_error_set(err, SL_ERR_NOMEM, "resume tokens");
     m_rset_free(m->a, &pl->acc);
     pl->acc = both;
     return SL_OK;
+}
+
+/* Version 5: per partition, every offset below the lowest prefix of the
+ * tokens counts as delivered (each rank's own batches there were handed
+ * out, or its token was refused), and above it what some token lists
+ * (its rank's and the master's). That is exact only if every token lists
+ * its offsets from that prefix down: a token whose list floor is above
+ * another's prefix (the partition folded more than M_KAFKA_ATTR_CHUNKS
+ * chunks between the two) is refused. A token that does not name a
+ * partition (added after it was taken) claims nothing of it. */
+static sl_err_t claims(const sl_allocator_t *a, kplan *pl, uint32_t count, sl_error_t *err)
+{
+    const Sluice__Master__JobSpec *s = &pl->sp.spec;
+    uint32_t *sp = sl_alloc(a, (pl->nk + 1) * sizeof *sp);
+    uint64_t *f = sl_alloc(a, (pl->nk + 1) * sizeof *f), *t = sl_alloc(a, (pl->nk + 1) * sizeof *t);
+    sl_err_t rc = SL_OK;
+    if (sp == NULL || f == NULL || t == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "resume tokens");
+    size_t n = 0;
+    for (size_t q = 0; rc == SL_OK && q < pl->nk; q++) {
+        const Sluice__Master__KafkaPartition *kp = s->kafka_partitions[q];
+        if (pl->named[q] == 0) continue;
+        bool all = pl->named[q] == count;
+        int64_t claim = pl->claim[q];
+        if (!all && kp->start < claim) claim = kp->start;
+        if (pl->listed[q] > claim) {
+            char who[64];
+            if (all || pl->claim[q] <= kp->start)
+                snprintf(who, sizeof who, "token %u's prefix %lld", pl->claim_k[q] + 1,
+                         (long long)claim);
+            else
+                snprintf(who, sizeof who, "the start %lld of a token that does not name it",
+                         (long long)claim);
+            rc = sl_error_set(err, SL_ERR_INVALID,
+                              "token %u of %u lists %s/%d from offset %lld, above %s: the "
+                              "partition moved more than %d chunks between the checkpoint's "
+                              "tokens; take them closer together",
+                              pl->listed_k[q] + 1, count, kp->topic, kp->partition,
+                              (long long)pl->listed[q], who, M_KAFKA_ATTR_CHUNKS);
+            break;
+        }
+        if (claim > 0) {
+            sp[n] = (uint32_t)q;
+            f[n] = 0;
+            t[n++] = (uint64_t)claim;
+        }
+    }
+    m_rset below = {0}, both;
+    if (rc == SL_OK && !m_rset_of(a, sp, f, t, n, &below))
+        rc = sl_error_set(err, SL_ERR_NOMEM, "resume tokens");
+    if (rc == SL_OK && pl->have) {
+        if (!rset_union(a, &pl->acc, &below, &both)) {
+            rc = sl_error_set(err, SL_ERR_NOMEM, "resume tokens");
+        } else {
+            m_rset_free(a, &pl->acc);
+            pl->acc = both;
+        }
+        m_rset_free(a, &below);
+    } else if (rc == SL_OK) {
+        pl->acc = below;
+        pl->have = true;
+    }
+    sl_free(a, sp, (pl->nk + 1) * sizeof *sp);
+    sl_free(a, f, (pl->nk + 1) * sizeof *f);
+    sl_free(a, t, (pl->nk + 1) * sizeof *t);
+    return rc;
 }
 
 /* Build the plan: every token checked and met, each partition's start and
@@ -329,10 +558,48 @@ static sl_err_t plan_build(sl_master_state_t *m, const sl_master_state_job_spec_
             i = (i + 1) & (hcap - 1);
         h[i] = (uint32_t)q + 1;
     }
+    /* Version 5 (one per rank, combined by union) or one version-3 token:
+     * several version-3 tokens were intersected, exact only when every
+     * offset a rank trained was committed before every other rank's token. */
+    uint32_t v5 = 0;
     for (uint32_t k = 0; rc == SL_OK && k < count; k++) {
-        rc = plan_token(m, pl, tokens[k], lens[k], h, hcap, err);
+        uint32_t version;
+        rc = m_token_check(tokens[k], lens[k], &version, err);
+        if (rc != SL_OK && count > 1) sl_error_prefix(err, "token %u of %u: ", k + 1, count);
+        v5 += version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION;
+    }
+    if (rc == SL_OK && v5 > 0 && v5 < count)
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "resume: %u of %u tokens are of version %d, the others older: take "
+                          "every rank's token again",
+                          v5, count, SL_MASTER_KAFKA_RANK_TOKEN_VERSION);
+    else if (rc == SL_OK && v5 == 0 && count > 1)
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "resume: %u version-3 tokens: tokens of that version cannot be "
+                          "combined exactly across ranks (one rank's records may be trained "
+                          "twice); take new tokens (version %d, one per rank) or resume from one",
+                          count, SL_MASTER_KAFKA_RANK_TOKEN_VERSION);
+    if (rc == SL_OK && v5 > 0) {
+        pl->who = sl_calloc(m->a, count, sizeof *pl->who);
+        pl->nwho = pl->who != NULL ? count : 0;
+        pl->nk = s->n_kafka_partitions;
+        pl->claim = sl_alloc(m->a, (pl->nk + 1) * sizeof *pl->claim);
+        pl->listed = sl_calloc(m->a, pl->nk + 1, sizeof *pl->listed);
+        pl->claim_k = sl_calloc(m->a, pl->nk + 1, sizeof *pl->claim_k);
+        pl->listed_k = sl_calloc(m->a, pl->nk + 1, sizeof *pl->listed_k);
+        pl->named = sl_calloc(m->a, pl->nk + 1, sizeof *pl->named);
+        if (pl->who == NULL || pl->claim == NULL || pl->listed == NULL || pl->claim_k == NULL ||
+            pl->listed_k == NULL || pl->named == NULL)
+            rc = sl_error_set(err, SL_ERR_NOMEM, "resume: %u tokens", count);
+        for (size_t q = 0; rc == SL_OK && q < pl->nk; q++)
+            pl->claim[q] = INT64_MAX;
+    }
+    for (uint32_t k = 0; rc == SL_OK && k < count; k++) {
+        rc = plan_token(m, pl, k, tokens[k], lens[k], h, hcap, err);
         if (rc != SL_OK && count > 1) sl_error_prefix(err, "token %u of %u: ", k + 1, count);
     }
+    if (rc == SL_OK && v5 > 0) rc = m_token_who_check(m->a, pl->who, count, s->job_id, err);
+    if (rc == SL_OK && v5 > 0) rc = claims(m->a, pl, count, err);
     sl_free(m->a, h, hcap * sizeof *h);
     if (rc != SL_OK) return rc;
     size_t cap = pl->acc.n + 1;
@@ -341,8 +608,9 @@ static sl_err_t plan_build(sl_master_state_t *m, const sl_master_state_job_spec_
     pl->rto = sl_alloc(m->a, cap * sizeof *pl->rto);
     if (pl->rpart == NULL || pl->rfrom == NULL || pl->rto == NULL)
         return sl_error_set(err, SL_ERR_NOMEM, "resume: ranges");
-    /* A partition starts at the tokens' common prefix; one they do not all
-     * name (prefix 0) where the spec says. Ranges above the start only. */
+    /* A partition starts at the end of the delivered offsets' first range
+     * (from 0); one the tokens do not name where the spec says. Ranges
+     * above the start only. */
     const m_rset *r = &pl->acc;
     size_t i = 0;
     for (uint32_t q = 0; q < s->n_kafka_partitions; q++) {
@@ -390,6 +658,7 @@ sl_err_t m_kafka_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *
     if (rc == SL_OK) {
         Sluice__Master__JobAdded ja = SLUICE__MASTER__JOB_ADDED__INIT;
         ja.spec = &pl.sp.spec;
+        ja.run_id = m_new_run_id(m, spec->job_id);
         ja.n_kafka_range_partition = ja.n_kafka_range_from = ja.n_kafka_range_to = pl.nr;
         ja.kafka_range_partition = pl.rpart;
         ja.kafka_range_from = pl.rfrom;

@@ -355,7 +355,7 @@ sl_err_t sl_master_state_token_encode(const sl_master_state_t *m, const char *jo
     const job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
     if (jb->chunk != 0)
-        return m_kafka_token_encode(m, jb, undelivered, num_undelivered, buf, len, err);
+        return m_kafka_token_encode(m, jb, NULL, undelivered, num_undelivered, buf, len, err);
     Sluice__Master__ResumeToken t = SLUICE__MASTER__RESUME_TOKEN__INIT;
     t.version = SL_MASTER_RESUME_TOKEN_VERSION;
     t.job_id = jb->id;
@@ -430,7 +430,7 @@ static sl_err_t token_open(const sl_master_state_job_spec_t *spec, const m_spec_
     uint32_t version;
     sl_err_t hrc = m_token_check(token, len, &version, err);
     if (hrc != SL_OK) return hrc;
-    if (version == SL_MASTER_KAFKA_TOKEN_VERSION)
+    if (version == SL_MASTER_KAFKA_TOKEN_VERSION || version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION)
         return sl_error_set(err, SL_ERR_INVALID,
                             "resume token of a Kafka job (version %u); job '%s' reads a table",
                             version, spec->job_id);
@@ -611,6 +611,14 @@ static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spe
             return hrc;
         }
         v4 += version == SL_MASTER_RANK_TOKEN_VERSION;
+        if (version == SL_MASTER_KAFKA_TOKEN_VERSION ||
+            version == SL_MASTER_KAFKA_RANK_TOKEN_VERSION) {
+            sl_error_set(err, SL_ERR_INVALID,
+                         "resume token of a Kafka job (version %u); job '%s' reads a table",
+                         version, spec->job_id);
+            if (count > 1) sl_error_prefix(err, "token %u of %u: ", k + 1, count);
+            return SL_ERR_INVALID;
+        }
     }
     if (v4 == count) return m_token_resume_v4(m, spec, tokens, lens, count, replace, err);
     if (v4 > 0)

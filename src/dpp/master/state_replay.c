@@ -102,7 +102,7 @@ static sl_err_t apply(sl_master_state_t *m, const Sluice__Master__Record *r, uin
         if (rc == SL_OK && m_client_has(m, ci, c->nonce))
             return bad(err, off, what, c->job_id, c->split, "nonce committed twice");
         uint32_t owner = M_OWNER_MASTER;
-        if (rc == SL_OK && jb->chunk == 0) rc = m_attr_owner(m, jb, c->client_id, &owner, err);
+        if (rc == SL_OK) rc = m_attr_owner(m, jb, c->client_id, &owner, err);
         if (rc == SL_OK) rc = m_add_range(m, jb, c->split, c->from_row, c->to_row, owner, err);
         if (rc != SL_OK)
             return sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);

@@ -149,7 +149,8 @@ sl_err_t sl_master_state_token_take(const sl_master_state_t *m, const sl_master_
     const job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return sl_error_set(err, SL_ERR_NOT_FOUND, "no job '%s'", job_id);
     if (jb->chunk != 0)
-        return m_kafka_token_encode(m, jb, req->undelivered, req->num_undelivered, buf, len, err);
+        return m_kafka_token_encode(m, jb, req, req->undelivered, req->num_undelivered, buf, len,
+                                    err);
     uint32_t world = req->world_size ? req->world_size : 1;
     if (req->rank >= world || world > 65536)
         return sl_error_set(err, SL_ERR_INVALID, "resume token: rank %u of world size %u",
@@ -310,46 +311,41 @@ static bool push_cols(const sl_allocator_t *a, rlist *l, const Sluice__Master__E
     return true;
 }
 
-/* The set's consistency: one run, one world size, one step where all
- * carry one, every rank exactly once, epochs at most one apart. */
-static sl_err_t check_set(const sl_allocator_t *a, Sluice__Master__ResumeTokenV4 *const *t,
-                          uint32_t count, sl_error_t *err)
+sl_err_t m_token_who_check(const sl_allocator_t *a, const m_token_who *t, uint32_t count,
+                           const char *job_id, sl_error_t *err)
 {
-    uint32_t world = t[0]->world_size;
+    uint32_t world = t[0].world_size;
     bool all_steps = true;
     for (uint32_t k = 0; k < count; k++)
-        all_steps = all_steps && t[k]->has_step;
-    uint32_t emin = t[0]->epoch, emax = t[0]->epoch;
+        all_steps = all_steps && t[k].has_step;
     for (uint32_t k = 1; k < count; k++) {
-        if (t[k]->run_id != t[0]->run_id)
+        if (t[k].run_id != t[0].run_id)
             return sl_error_set(err, SL_ERR_INVALID,
                                 "token %u of %u: taken in another run of job '%s' (run %016llx, "
                                 "token 1's %016llx): a checkpoint's tokens come from one run",
-                                k + 1, count, t[0]->job_id, (unsigned long long)t[k]->run_id,
-                                (unsigned long long)t[0]->run_id);
-        if (t[k]->world_size != world)
+                                k + 1, count, job_id, (unsigned long long)t[k].run_id,
+                                (unsigned long long)t[0].run_id);
+        if (t[k].world_size != world)
             return sl_error_set(err, SL_ERR_INVALID,
                                 "token %u of %u: world size %u, token 1's %u: a checkpoint's "
                                 "tokens come from one world",
-                                k + 1, count, t[k]->world_size, world);
-        if (all_steps && t[k]->step != t[0]->step)
+                                k + 1, count, t[k].world_size, world);
+        if (all_steps && t[k].step != t[0].step)
             return sl_error_set(err, SL_ERR_INVALID,
                                 "token %u of %u: step %llu, token 1's step %llu: tokens of "
                                 "different checkpoints",
-                                k + 1, count, (unsigned long long)t[k]->step,
-                                (unsigned long long)t[0]->step);
-        if (t[k]->epoch < emin) emin = t[k]->epoch;
-        if (t[k]->epoch > emax) emax = t[k]->epoch;
+                                k + 1, count, (unsigned long long)t[k].step,
+                                (unsigned long long)t[0].step);
     }
     uint32_t *seen = sl_calloc(a, world, sizeof *seen); /* token index + 1 */
     if (seen == NULL) return sl_error_set(err, SL_ERR_NOMEM, "resume: %u ranks", world);
     uint32_t dup_k = 0, dup_rank = 0;
     for (uint32_t k = 0; k < count; k++) {
-        if (seen[t[k]->rank] != 0 && dup_k == 0) {
+        if (seen[t[k].rank] != 0 && dup_k == 0) {
             dup_k = k + 1;
-            dup_rank = t[k]->rank;
+            dup_rank = t[k].rank;
         }
-        if (seen[t[k]->rank] == 0) seen[t[k]->rank] = k + 1;
+        if (seen[t[k].rank] == 0) seen[t[k].rank] = k + 1;
     }
     char missing[160] = "";
     size_t mlen = 0;
@@ -374,6 +370,26 @@ static sl_err_t check_set(const sl_allocator_t *a, Sluice__Master__ResumeTokenV4
                             "per rank of the checkpoint)",
                             count, count == 1 ? "" : "s", world, nmissing > 1 ? "s" : "", missing,
                             more);
+    return SL_OK;
+}
+
+/* The set's consistency: one run, one world size, one step where all
+ * carry one, every rank exactly once, epochs at most one apart. */
+static sl_err_t check_set(const sl_allocator_t *a, Sluice__Master__ResumeTokenV4 *const *t,
+                          uint32_t count, sl_error_t *err)
+{
+    m_token_who *w = sl_calloc(a, count, sizeof *w);
+    if (w == NULL) return sl_error_set(err, SL_ERR_NOMEM, "resume: %u tokens", count);
+    uint32_t emin = t[0]->epoch, emax = t[0]->epoch;
+    for (uint32_t k = 0; k < count; k++) {
+        w[k] =
+            (m_token_who){t[k]->run_id, t[k]->world_size, t[k]->rank, t[k]->has_step, t[k]->step};
+        if (t[k]->epoch < emin) emin = t[k]->epoch;
+        if (t[k]->epoch > emax) emax = t[k]->epoch;
+    }
+    sl_err_t rc = m_token_who_check(a, w, count, t[0]->job_id, err);
+    sl_free(a, w, (size_t)count * sizeof *w);
+    if (rc != SL_OK) return rc;
     if (emax > emin + 1)
         return sl_error_set(err, SL_ERR_INVALID,
                             "tokens taken in epochs %u and %u: a token covers its epoch and the "
