@@ -168,6 +168,16 @@ sl_err_t sl_store_object_size(void *ctx, uint64_t *size, sl_error_t *err);
 sl_err_t sl_store_object_read_at(void *ctx, uint64_t offset, size_t len, void *buf,
                                  sl_error_t *err);
 
+/* Many ranges of the pinned object at once, as sl_store_read_many (at most
+ * max_connections requests and max_inflight_bytes in flight): each range's
+ * key and if_match are set here from the object (the caller fills offset,
+ * len and buf). A range past the size pinned at open is refused without a
+ * request (SL_ERR_TRUNCATED). */
+sl_err_t sl_store_object_read_many(sl_store_object_t *obj, sl_store_range_t *ranges, size_t n,
+                                   sl_error_t *err);
+/* The object's key inside its store; borrowed until destroy. */
+const char *sl_store_object_key(const sl_store_object_t *obj);
+
 /* A snapshot of the counters (thread-safe). */
 void sl_store_stats(sl_store_t *st, sl_store_stats_t *out);
 

@@ -113,6 +113,10 @@ void wh_file_close(wh_file_t *f)
     const sl_allocator_t *a = f->a;
     wh_source_unmap(&f->src);
     if (f->src.fd >= 0) close(f->src.fd);
+    sl_store_object_destroy(f->src.obj);
+    sl_store_destroy(f->src.store);
+    sl_free(a, f->src.head, f->src.head_len);
+    sl_free(a, f->src.tail, f->src.tail_len);
     sl_strfree(a, f->src.name);
     if (f->footer != NULL) {
         sl_unsized_t u = {.a = a};
@@ -597,23 +601,112 @@ static sl_err_t check_stripes(wh_file_t *f, sl_error_t *err)
     return SL_OK;
 }
 
+/* Bytes an object's open fetches of its end: the trailer and, for all but
+ * the largest footers, the footer (a file of 100 stripes of 40 streams has
+ * a footer of about 60 KiB). */
+#define TAIL_PREFETCH (256u * 1024)
+
+/* Fetch an object's header and tail in one parallel request (see
+ * wh_source_t), so that read_frame's reads are served from memory. */
+static sl_err_t prefetch_ends(wh_file_t *f, sl_error_t *err)
+{
+    wh_source_t *src = &f->src;
+    uint64_t size = src->size;
+    src->tail_len = (size_t)(size < TAIL_PREFETCH ? size : TAIL_PREFETCH);
+    src->tail_off = size - src->tail_len;
+    src->head_len = src->tail_off == 0 ? 0 : WH_HEADER_BYTES;
+    if (src->head_len > src->tail_off) src->head_len = (size_t)src->tail_off;
+    if (src->tail_len == 0) return SL_OK;
+    src->tail = sl_alloc(f->a, src->tail_len);
+    src->head = src->head_len ? sl_alloc(f->a, src->head_len) : NULL;
+    if (src->tail == NULL || (src->head_len && src->head == NULL))
+        return sl_error_set(err, SL_ERR_NOMEM, "%s: open", src->name);
+    sl_store_range_t r[2] = {{.offset = src->tail_off, .len = src->tail_len, .buf = src->tail},
+                             {.offset = 0, .len = src->head_len, .buf = src->head}};
+    sl_err_t rc = sl_store_object_read_many(src->obj, r, src->head_len ? 2 : 1, err);
+    if (rc != SL_OK) {
+        /* Nothing prefetched: wh_source_read must not serve from it. */
+        sl_free(f->a, src->head, src->head_len);
+        sl_free(f->a, src->tail, src->tail_len);
+        src->head = src->tail = NULL;
+        src->head_len = src->tail_len = 0;
+        src->tail_off = size;
+    }
+    return rc;
+}
+
+static sl_err_t file_finish(wh_file_t *f, sl_error_t *err);
+
+static wh_file_t *file_new(const char *name, const sl_wh_limits_t *limits, const sl_allocator_t *a)
+{
+    wh_file_t *f = sl_calloc(a, 1, sizeof *f);
+    if (f == NULL) return NULL;
+    f->a = a;
+    f->src.fd = -1;
+    f->limits = wh_limits_resolve(limits);
+    f->src.name = sl_strdup(a, name);
+    if (f->src.name == NULL) {
+        sl_free(a, f, sizeof *f);
+        return NULL;
+    }
+    return f;
+}
+
+/* Open key of st into a new file; when owned, the file takes st (also on
+ * failure). */
+static sl_err_t open_object(sl_store_t *st, bool owned, const char *key, const char *name,
+                            const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
+                            sl_error_t *err)
+{
+    wh_file_t *f = file_new(name, limits, a);
+    if (f == NULL) {
+        if (owned) sl_store_destroy(st);
+        return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
+    }
+    if (owned) f->src.store = st;
+    sl_err_t rc = sl_store_object_open(st, key, &f->src.obj, err);
+    if (rc == SL_OK) {
+        f->src.size = sl_store_object_info(f->src.obj)->size;
+        f->src.tail_off = f->src.size;
+        rc = prefetch_ends(f, err);
+    }
+    if (rc == SL_OK) rc = file_finish(f, err);
+    if (rc != SL_OK) {
+        wh_file_close(f);
+        return rc;
+    }
+    *out = f;
+    return SL_OK;
+}
+
+sl_err_t wh_file_open_store(sl_store_t *st, const char *key, const char *display_name,
+                            const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
+                            sl_error_t *err)
+{
+    *out = NULL;
+    if (a == NULL) a = sl_allocator_default();
+    return open_object(st, false, key, display_name ? display_name : key, limits, a, out, err);
+}
+
 sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char *display_name,
                       const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
                       sl_error_t *err)
 {
     *out = NULL;
     if (a == NULL) a = sl_allocator_default();
-    wh_file_t *f = sl_calloc(a, 1, sizeof *f);
-    if (f == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open %s", path ? path : "(memory)");
-    f->a = a;
-    f->src.fd = -1;
-    f->limits = wh_limits_resolve(limits);
     const char *name = display_name ? display_name : path ? path : "(memory)";
-    f->src.name = sl_strdup(a, name);
-    if (f->src.name == NULL) {
-        wh_file_close(f);
-        return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
+    if (path != NULL && sl_store_is_remote(path)) {
+        sl_store_opts_t so = {.alloc = a};
+        sl_store_t *st;
+        char *key;
+        sl_err_t rc = sl_store_open_url(path, &so, &st, &key, err);
+        if (rc != SL_OK) return rc;
+        rc = open_object(st, true, key, name, limits, a, out, err);
+        sl_strfree(a, key);
+        return rc;
     }
+    wh_file_t *f = file_new(name, limits, a);
+    if (f == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
     sl_err_t rc;
     if (path != NULL) {
         f->src.fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -634,11 +727,22 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
         f->src.mem = mem;
         f->src.size = len;
     }
-    uint8_t *raw = NULL;
-    if ((rc = read_frame(f, &raw, err)) != SL_OK) {
+    if ((rc = file_finish(f, err)) != SL_OK) {
         wh_file_close(f);
         return rc;
     }
+    *out = f;
+    return SL_OK;
+}
+
+/* Header, trailer, footer and every check of an opened source. */
+static sl_err_t file_finish(wh_file_t *f, sl_error_t *err)
+{
+    const char *name = f->src.name;
+    const sl_allocator_t *a = f->a;
+    sl_err_t rc;
+    uint8_t *raw = NULL;
+    if ((rc = read_frame(f, &raw, err)) != SL_OK) return rc;
     sl_unsized_t u = {.a = a};
     ProtobufCAllocator pa;
     wh_pb_allocator(&u, &pa);
@@ -647,27 +751,22 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
     if (f->footer == NULL) {
         rc = u.failed ? sl_error_set(err, SL_ERR_NOMEM, "%s: footer: out of memory", name)
                       : sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: malformed protobuf", name);
-        goto fail;
+        return rc;
     }
     if (f->footer->format_version != f->version) {
         rc = sl_error_set(err, SL_ERR_VERSION, "%s: footer: format version %u, the header says %u",
                           name, f->footer->format_version, f->version);
-        goto fail;
+        return rc;
     }
     if (f->footer->schema == NULL) {
         rc = sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: no schema", name);
-        goto fail;
+        return rc;
     }
     if ((rc = wh_schema_from_pb(f->footer->schema, a, &f->schema, err)) != SL_OK) {
         sl_error_prefix(err, "%s: footer: schema: ", name);
-        goto fail;
+        return rc;
     }
     f->session_clustered = f->footer->session_clustered;
-    if ((rc = check_groups(f, err)) != SL_OK) goto fail;
-    if ((rc = check_stripes(f, err)) != SL_OK) goto fail;
-    *out = f;
-    return SL_OK;
-fail:
-    wh_file_close(f);
-    return rc;
+    if ((rc = check_groups(f, err)) != SL_OK) return rc;
+    return check_stripes(f, err);
 }

@@ -42,6 +42,16 @@ struct sl_wh_row_buf {
  * @return false when out of memory or n is absurd. */
 /* A bad input row or record: SL_ERR_CORRUPT with the message (printf
  * style), the one form every importer's line and record parsers use. */
+/* sl_wh_import into a directory, numbering new files from first_part at
+ * least (past those of the partition in a store the import uploads to). */
+sl_err_t wh_import_into(const sl_wh_import_opts_t *o, uint32_t first_part,
+                        sl_wh_import_summary_t *summary, sl_error_t *err);
+/* sl_wh_import into a table in an object store (import_store.c): import
+ * into a local staging directory, then upload the new files and, for a
+ * new table, its _schema last. */
+sl_err_t wh_import_store(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summary,
+                         sl_error_t *err);
+
 sl_err_t imp_bad(sl_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* What a JSON value is, for messages ("an array", "null"). */

@@ -47,8 +47,9 @@ struct sl_wh_reader {
     /* buffers, reused across stripes */
     wh_buf_t rbuf, ustart;
     wh_buf_t sid, sess, ts, labels, dense, klen, kvals, kw, ksum, koff;
-    wh_dec_t dec;  /* decoder state: scratch, zstd context, stream pointers */
-    wh_buf_t sptr; /* const uint8_t *[streams of the stripe] + need flags */
+    wh_dec_t dec;    /* decoder state: scratch, zstd context, stream pointers */
+    wh_buf_t sptr;   /* const uint8_t *[streams of the stripe] + need flags */
+    wh_buf_t ranges; /* sl_store_range_t[streams of the stripe]: an object's reads */
     uint64_t stripe_bytes;
     sl_wh_rows_t rows;
     sl_ikjt_t *ikjts;
@@ -134,7 +135,16 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
     if (!wh_buf_reserve(&r->rbuf, r->a, (size_t)total + 8))
         return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u: read buffer of %llu bytes",
                             f->src.name, s, (unsigned long long)total);
-    /* Pass 2: read each range, point at each stream. */
+    /* Pass 2: read each range, point at each stream. An object's ranges
+     * are gathered and fetched together, in parallel, after the loop. */
+    wh_source_t *src = &r->f->src;
+    sl_store_range_t *rng = NULL;
+    size_t nrng = 0;
+    if (src->obj != NULL) {
+        if (!wh_buf_reserve(&r->ranges, r->a, (size_t)ns * sizeof *rng))
+            return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u", f->src.name, s);
+        rng = (sl_store_range_t *)r->ranges.data;
+    }
     uint64_t at = 0;
     uint32_t j = 0;
     while (j < ns) {
@@ -161,6 +171,11 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
             range = f->src.mem + rstart;
             r->f->src.read_calls++;
             r->f->src.bytes_read += rend - rstart;
+        } else if (rng != NULL) {
+            rng[nrng++] = (sl_store_range_t){
+                .offset = rstart, .len = (size_t)(rend - rstart), .buf = r->rbuf.data + at};
+            range = r->rbuf.data + at;
+            at += rend - rstart;
         } else {
             sl_err_t rc =
                 wh_source_read(&r->f->src, r->rbuf.data + at, (size_t)(rend - rstart), rstart, err);
@@ -171,6 +186,15 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
         r->data_bytes += rend - rstart;
         for (uint32_t k = first; k < j; k++)
             if (need[k]) ptr[k] = range + (st[k].offset - rstart);
+    }
+    if (nrng > 0) {
+        sl_err_t rc = sl_store_object_read_many(src->obj, rng, nrng, err);
+        if (rc != SL_OK) {
+            sl_error_prefix(err, "stripe %u: ", s);
+            return rc;
+        }
+        src->read_calls += nrng;
+        src->bytes_read += at;
     }
     if (r->verify)
         for (uint32_t k = 0; k < ns; k++)
@@ -506,6 +530,7 @@ void sl_wh_reader_close(sl_wh_reader_t *r)
         wh_buf_free(bufs[i], a);
     wh_buf_free(&r->ksum, a);
     wh_buf_free(&r->koff, a);
+    wh_buf_free(&r->ranges, a);
     for (uint32_t o = 0; r->og != NULL && o < r->ng; o++) {
         wh_buf_free(&r->og[o].len, a);
         wh_buf_free(&r->og[o].vals, a);
@@ -646,8 +671,9 @@ static sl_err_t setup_projection(sl_wh_reader_t *r, const sl_wh_read_opts_t *o, 
     return SL_OK;
 }
 
-static sl_err_t reader_open(const char *path, const void *mem, size_t len, const char *display,
-                            const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
+static sl_err_t reader_open(sl_store_t *store, const char *path, const void *mem, size_t len,
+                            const char *display, const sl_wh_read_opts_t *opts,
+                            sl_wh_reader_t **out, sl_error_t *err)
 {
     *out = NULL;
     sl_wh_read_opts_t o;
@@ -665,7 +691,8 @@ static sl_err_t reader_open(const char *path, const void *mem, size_t len, const
     r->gap = o.coalesce_gap == 0                ? DEFAULT_GAP
              : o.coalesce_gap == SL_WH_GAP_NONE ? 0
                                                 : o.coalesce_gap;
-    sl_err_t rc = wh_file_open(path, mem, len, display, &o.limits, a, &r->f, err);
+    sl_err_t rc = store ? wh_file_open_store(store, path, display, &o.limits, a, &r->f, err)
+                        : wh_file_open(path, mem, len, display, &o.limits, a, &r->f, err);
     if (rc == SL_OK) rc = setup_projection(r, &o, err);
     r->dec.f = r->f;
     r->dec.a = a;
@@ -686,14 +713,20 @@ sl_err_t sl_wh_reader_open(const char *path, const char *display_name,
                            const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     if (path == NULL) return sl_error_set(err, SL_ERR_INVALID, "reader: no path");
-    return reader_open(path, NULL, 0, display_name, opts, out, err);
+    return reader_open(NULL, path, NULL, 0, display_name, opts, out, err);
 }
 
 sl_err_t sl_wh_reader_open_mem(const void *data, size_t len, const char *display_name,
                                const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     if (data == NULL && len > 0) return sl_error_set(err, SL_ERR_INVALID, "reader: no data");
-    return reader_open(NULL, data ? data : "", len, display_name, opts, out, err);
+    return reader_open(NULL, NULL, data ? data : "", len, display_name, opts, out, err);
+}
+
+sl_err_t wh_reader_open_store(sl_store_t *st, const char *key, const char *display_name,
+                              const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
+{
+    return reader_open(st, key, NULL, 0, display_name, opts, out, err);
 }
 
 const sl_wh_schema_t *sl_wh_reader_schema(const sl_wh_reader_t *r)

@@ -1,0 +1,336 @@
+/* Tables in an object store against the s3proxy of the ctest fixture s3
+ * (s3_util.h): a table at s3://bucket/prefix reads as the same table on
+ * local disk does, fetching only the projected streams; a worker runs a
+ * job on it exactly once per epoch; `sluice table import --table s3://`
+ * writes one; an object replaced under a job is refused; a missing table
+ * and wrong credentials are named. */
+#define _XOPEN_SOURCE 700
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "s3_util.h"
+#include "store/store.h"
+#include "worker_util.h"
+
+static const char *up_root;
+static sl_store_t *up_store;
+static const char *up_prefix;
+
+static int up_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag != FTW_F) return 0;
+    char key[1024];
+    snprintf(key, sizeof key, "%s/%s", up_prefix, path + strlen(up_root) + 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_put_file(up_store, key, path, &err), SL_OK, "%s", err.msg);
+    return 0;
+}
+
+/* Copy the table directory dir to s3://bucket/prefix, file by file. */
+static void upload_tree(const char *dir, const char *bucket, const char *prefix)
+{
+    char url[300];
+    snprintf(url, sizeof url, "s3://%s", bucket);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &up_store, NULL, &err), SL_OK, "%s", err.msg);
+    up_root = dir;
+    up_prefix = prefix;
+    cr_assert_eq(nftw(dir, up_one, 16, FTW_PHYS), 0);
+    sl_store_destroy(up_store);
+}
+
+/* A criteo table of rows rows (stripes of stripe_rows) generated locally
+ * and uploaded to s3://bucket/tbl; the local directory into local. */
+static void criteo_both(const char *tag, uint64_t rows, uint32_t stripe_rows, char *bucket,
+                        size_t bcap, char *local, size_t lcap)
+{
+    su_env();
+    su_bucket(tag, bucket, bcap);
+    char *dir = tu_mkdtemp(tag);
+    snprintf(local, lcap, "%s/criteo", dir);
+    wu_gen_criteo(local, rows, stripe_rows, 7);
+    upload_tree(local, bucket, "tbl");
+    free(dir);
+}
+
+static sl_wh_table_t *open_table(const char *dir)
+{
+    sl_wh_table_t *t = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_open(dir, NULL, &t, &err), SL_OK, "%s", err.msg);
+    return t;
+}
+
+/* Read every split of t with the projection feats; a digest of sample ids
+ * and the dense values of I1, and the readers' stripe bytes. */
+static uint64_t digest(const sl_wh_table_t *t, uint64_t *data_bytes, uint64_t *rows)
+{
+    sl_wh_splits_t *sp = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK, "%s", err.msg);
+    const char *feats[] = {"I1"};
+    sl_wh_read_opts_t ro = {.features = feats, .num_features = 1};
+    uint64_t h = 1469598103934665603ull;
+    *data_bytes = *rows = 0;
+    for (uint32_t i = 0; i < sp->count; i++) {
+        sl_wh_reader_t *r = NULL;
+        cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[i], &ro, &r, &err), SL_OK, "%s",
+                     err.msg);
+        const sl_wh_rows_t *rw;
+        while (sl_wh_reader_next(r, &rw, &err) == SL_OK && rw != NULL) {
+            for (uint32_t j = 0; j < rw->batch.batch_size; j++) {
+                h = (h ^ (uint64_t)rw->batch.sample_ids[j]) * 1099511628211ull;
+                uint32_t v;
+                memcpy(&v, &rw->batch.dense.data[j], 4);
+                h = (h ^ v) * 1099511628211ull;
+            }
+            *rows += rw->batch.batch_size;
+        }
+        cr_assert_eq(err.code, SL_OK, "%s", err.msg);
+        sl_wh_read_stats_t st;
+        sl_wh_reader_stats(r, &st);
+        *data_bytes += st.data_bytes_read;
+        sl_wh_reader_close(r);
+    }
+    sl_wh_splits_destroy(sp);
+    return h;
+}
+
+Test(s3_table, reads_as_the_local_table_fetching_only_the_projected_streams)
+{
+    char b[64], local[400], url[200];
+    criteo_both("tread", 6000, 1000, b, sizeof b, local, sizeof local);
+    snprintf(url, sizeof url, "s3://%s/tbl", b);
+    sl_wh_table_t *lt = open_table(local), *st = open_table(url);
+    cr_assert_eq(sl_wh_table_num_partitions(st), sl_wh_table_num_partitions(lt));
+    const sl_wh_partition_t *lp = sl_wh_table_partition(lt, 0), *sp = sl_wh_table_partition(st, 0);
+    cr_assert_str_eq(sp->name, lp->name);
+    cr_assert_eq(sp->num_files, lp->num_files);
+    for (uint32_t i = 0; i < lp->num_files; i++)
+        cr_assert_str_eq(sp->files[i], lp->files[i]);
+    uint64_t lb, lr, sb, sr;
+    uint64_t want = digest(lt, &lb, &lr);
+    sl_store_stats_t before, after;
+    sl_store_stats(sl_wh_table_store(st), &before);
+    uint64_t got = digest(st, &sb, &sr);
+    sl_store_stats(sl_wh_table_store(st), &after);
+    cr_assert_eq(got, want);
+    cr_assert_eq(sr, 6000);
+    cr_assert_eq(sr, lr);
+    cr_assert_eq(sb, lb, "the same streams are read");
+    /* Bytes from the server: each file's open (planning the splits, then
+     * each split's reader) fetches its 8-byte header and its last 256 KiB
+     * (all of a smaller file), then each stripe only its projected
+     * streams: I1 alone of 40 columns. */
+    uint64_t sizes = 0, total = 0;
+    for (uint32_t i = 0; i < sp->num_files; i++) {
+        char key[300];
+        snprintf(key, sizeof key, "tbl/%s", sp->files[i]);
+        sl_store_info_t info;
+        sl_error_t err = {0};
+        cr_assert_eq(sl_store_stat(sl_wh_table_store(st), key, &info, &err), SL_OK, "%s", err.msg);
+        uint64_t tail = info.size < 256 * 1024 ? info.size : 256 * 1024 + 8;
+        /* one open to plan, one per stripe (splits of one stripe) */
+        sl_wh_reader_t *r;
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", local, sp->files[i]);
+        cr_assert_eq(sl_wh_reader_open(path, NULL, NULL, &r, &err), SL_OK, "%s", err.msg);
+        uint32_t stripes = sl_wh_reader_num_stripes(r);
+        sl_wh_reader_close(r);
+        sizes += (1 + stripes) * tail;
+        total += info.size;
+    }
+    cr_assert_eq(after.bytes_read - before.bytes_read, sizes + sb, "%llu bytes, want %llu",
+                 (unsigned long long)(after.bytes_read - before.bytes_read),
+                 (unsigned long long)(sizes + sb));
+    cr_assert_lt(sb * 10, total, "projection: %llu of %llu bytes", (unsigned long long)sb,
+                 (unsigned long long)total);
+    cr_assert_eq(after.retries, 0);
+    cr_assert_eq(after.failures, 0);
+    sl_wh_table_close(lt);
+    sl_wh_table_close(st);
+}
+
+Test(s3_table, a_worker_runs_a_job_on_an_s3_table_exactly_once_over_two_epochs)
+{
+    char b[64], local[400], spec[1024], addr[64];
+    const uint64_t rows = 12000;
+    criteo_both("tjob", rows, 1500, b, sizeof b, local, sizeof local);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"s3job\",\"source\":{\"table\":\"s3://%s/tbl\"},"
+             "\"batch\":{\"size\":1000,\"epochs\":2}}",
+             b);
+    sl_pipeline_job_t *job = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 2;
+    sl_worker_t *w = wu_start(job, &o, addr, sizeof addr);
+    sl_trainer_opts_t to = sl_trainer_opts_default();
+    to.address = addr;
+    sl_trainer_t *t = NULL;
+    cr_assert_eq(sl_trainer_connect(&to, &t, &err), SL_OK, "%s", err.msg);
+    uint8_t *seen = calloc(2 * rows, 1);
+    cr_assert_not_null(seen);
+    wu_read_all(t, rows, 2, 0, seen);
+    for (uint64_t i = 0; i < 2 * rows; i++)
+        cr_assert_eq(seen[i], 1, "epoch %llu sample %llu seen %u times",
+                     (unsigned long long)(i / rows), (unsigned long long)(i % rows), seen[i]);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    cr_assert_eq(st.server.samples_acked, 2 * rows);
+    cr_assert_eq(st.rows_read, 2 * rows);
+    free(seen);
+    sl_trainer_close(t);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+Test(s3_table, an_object_replaced_after_planning_or_while_read_is_refused)
+{
+    char b[64], local[400], url[200];
+    criteo_both("trepl", 4000, 1000, b, sizeof b, local, sizeof local);
+    snprintf(url, sizeof url, "s3://%s/tbl", b);
+    sl_wh_table_t *t = open_table(url);
+    sl_wh_splits_t *sp = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK, "%s", err.msg);
+    /* A reader open on split 0, then the file replaced by another table's
+     * (another seed: other bytes, another footer). */
+    sl_wh_reader_t *r = NULL;
+    cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[0], NULL, &r, &err), SL_OK, "%s", err.msg);
+    char *dir = tu_mkdtemp("trepl2"), other[400], key[300];
+    snprintf(other, sizeof other, "%s/criteo", dir);
+    wu_gen_criteo(other, 4000, 500, 8);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", other, sp->items[0].path);
+    snprintf(key, sizeof key, "tbl/%s", sp->items[0].path);
+    cr_assert_eq(sl_store_put_file(sl_wh_table_store(t), key, path, &err), SL_OK, "%s", err.msg);
+    const sl_wh_rows_t *rows;
+    cr_assert_eq(sl_wh_reader_next(r, &rows, &err), SL_ERR_VERSION, "%s", err.msg);
+    char want[400];
+    snprintf(want, sizeof want, "s3://%s/tbl/%s", b, sp->items[0].path);
+    cr_assert(strstr(err.msg, want) != NULL && strstr(err.msg, "stripe 0") != NULL, "%s", err.msg);
+    sl_wh_reader_close(r);
+    /* A split planned before the replacement: refused at open. */
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[1], NULL, &r, &err), SL_ERR_VERSION, "%s",
+                 err.msg);
+    snprintf(want, sizeof want,
+             "s3://%s/tbl/%s: the file was replaced after the job planned its splits", b,
+             sp->items[1].path);
+    cr_assert(strncmp(err.msg, want, strlen(want)) == 0, "%s", err.msg);
+    sl_wh_splits_destroy(sp);
+    sl_wh_table_close(t);
+    free(dir);
+}
+
+Test(s3_table, a_missing_table_a_missing_bucket_and_a_wrong_secret_are_named)
+{
+    su_env();
+    char b[64], url[200];
+    su_bucket("tmiss", b, sizeof b);
+    snprintf(url, sizeof url, "s3://%s/nothing", b);
+    sl_wh_table_t *t = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_open(url, NULL, &t, &err), SL_ERR_NOT_FOUND, "%s", err.msg);
+    char want[400];
+    snprintf(want, sizeof want, "table s3://%s/nothing: s3://%s/nothing/_schema", b, b);
+    cr_assert(strncmp(err.msg, want, strlen(want)) == 0 && strstr(err.msg, "NoSuchKey"), "%s",
+              err.msg);
+    cr_assert_eq(sl_wh_table_open("s3://no-such-bucket-here/t", NULL, &t, &err), SL_ERR_NOT_FOUND,
+                 "%s", err.msg);
+    cr_assert(strstr(err.msg, "NoSuchBucket"), "%s", err.msg);
+    setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-wrong-secret", 1);
+    cr_assert_neq(sl_wh_table_open(url, NULL, &t, &err), SL_OK);
+    cr_assert(strstr(err.msg, "403 SignatureDoesNotMatch"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "wrong-secret"), "%s", err.msg);
+}
+
+static int sluice(char **out, char **err, char *const args[])
+{
+    const char *bin = getenv("SLUICE_BINARY");
+    cr_assert_not_null(bin, "SLUICE_BINARY is not set (run through ctest)");
+    char *argv[16] = {(char *)bin};
+    for (int i = 0; args[i] && i < 14; i++)
+        argv[i + 1] = args[i];
+    return tu_run(".", argv, tu_timeout(60), out, err);
+}
+
+Test(s3_table, import_to_s3_then_read_it_back_as_the_local_import)
+{
+    su_env();
+    char b[64], url[200], prefix[200];
+    su_bucket("timp", b, sizeof b);
+    char *dir = tu_mkdtemp("timp"), *tsv = tu_path(dir, "in.tsv"), *loc = tu_path(dir, "local");
+    /* 300 criteo rows: label, 13 counts, 26 hashed categories */
+    FILE *f = fopen(tsv, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 300; i++) {
+        fprintf(f, "%d", i % 3 == 0);
+        for (int c = 0; c < 13; c++)
+            fprintf(f, "\t%d", (i * 7 + c) % 50);
+        for (int c = 0; c < 26; c++)
+            fprintf(f, "\t%08x", (unsigned)(i * 2654435761u + (unsigned)c));
+        fprintf(f, "\n");
+    }
+    fclose(f);
+    snprintf(url, sizeof url, "s3://%s/imp", b);
+    snprintf(prefix, sizeof prefix, "s3://%s/imp/", b);
+    char *out, *err;
+    for (int k = 0; k < 2; k++) {
+        char *imp[] = {"table",   "import", "--format",    "criteo",        "--input", tsv,
+                       "--table", url,      "--partition", "ds=2026-11-29", NULL};
+        cr_assert_eq(sluice(&out, &err, imp), 0, "%s", err);
+        free(out);
+        free(err);
+        char *impl[] = {"table",   "import", "--format",    "criteo",        "--input", tsv,
+                        "--table", loc,      "--partition", "ds=2026-11-29", NULL};
+        cr_assert_eq(sluice(&out, &err, impl), 0, "%s", err);
+        free(out);
+        free(err);
+    }
+    /* The second import numbers its file past the first one's. */
+    char *ls[] = {"store", "ls", prefix, NULL};
+    cr_assert_eq(sluice(&out, &err, ls), 0, "%s", err);
+    cr_assert(strstr(out, "imp/_schema\n") && strstr(out, "imp/ds=2026-11-29/part-00000.slc\n") &&
+                  strstr(out, "imp/ds=2026-11-29/part-00001.slc\n"),
+              "%s", out);
+    int lines = 0;
+    for (char *p = out; *p; p++)
+        lines += *p == '\n';
+    cr_assert_eq(lines, 3, "%s", out);
+    free(out);
+    free(err);
+    char *cat_s3[] = {"table", "cat", url, NULL}, *cat_loc[] = {"table", "cat", loc, NULL};
+    char *o2, *e2;
+    cr_assert_eq(sluice(&out, &err, cat_s3), 0, "%s", err);
+    cr_assert_eq(sluice(&o2, &e2, cat_loc), 0, "%s", e2);
+    cr_assert_str_eq(out, o2);
+    int rows = 0;
+    for (char *p = out; *p; p++)
+        rows += *p == '\n';
+    cr_assert_eq(rows, 600);
+    free(out);
+    free(err);
+    free(o2);
+    free(e2);
+    char *verify[] = {"table", "verify", url, NULL};
+    cr_assert_eq(sluice(&out, &err, verify), 0, "%s%s", out, err);
+    free(out);
+    free(err);
+    free(tsv);
+    free(loc);
+    free(dir);
+}
+
+int main(int argc, char *argv[])
+{
+    return su_main(argc, argv);
+}
