@@ -188,5 +188,12 @@ void sl_store_stats(sl_store_t *st, sl_store_stats_t *out);
  * e.g. store="s3://bucket"; NULL: none). Never a credential. */
 struct sl_prom;
 void sl_store_prom(sl_store_t *st, struct sl_prom *p, const char *labels);
+/* The same of a snapshot (or a sum of snapshots: sl_store_stats_add), for
+ * a process whose stores come and go (the master opens one per job it
+ * plans). */
+void sl_store_prom_stats(const sl_store_stats_t *s, struct sl_prom *p, const char *labels);
+/* Add the counters of s into sum (inflight_bytes too: a sum of stores
+ * still open). */
+void sl_store_stats_add(sl_store_stats_t *sum, const sl_store_stats_t *s);
 
 #endif

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/mem.h"
+#include "common/prom.h"
 #include "s3_util.h"
 #include "store/store.h"
 #include "worker_util.h"
@@ -186,6 +188,26 @@ Test(s3_table, a_worker_runs_a_job_on_an_s3_table_exactly_once_over_two_epochs)
     sl_worker_stats(w, &st);
     cr_assert_eq(st.server.samples_acked, 2 * rows);
     cr_assert_eq(st.rows_read, 2 * rows);
+    /* The store's counters, as /metrics serves them: every request
+     * answered, none retried. */
+    sl_store_t *store = sl_worker_store(w);
+    cr_assert_not_null(store);
+    sl_store_stats_t ss;
+    sl_store_stats(store, &ss);
+    cr_assert_gt(ss.requests, 0);
+    cr_assert_eq(ss.by_result[SL_STORE_OK], ss.requests);
+    cr_assert_eq(ss.retries, 0);
+    cr_assert_eq(ss.failures, 0);
+    sl_prom_t p;
+    sl_prom_init(&p, NULL);
+    sl_store_prom(store, &p, "job=\"s3job\"");
+    char want[200];
+    snprintf(want, sizeof want, "sluice_store_requests_total{job=\"s3job\",result=\"ok\"} %llu\n",
+             (unsigned long long)ss.requests);
+    char *text = sl_prom_finish(&p);
+    cr_assert_not_null(text);
+    cr_assert(strstr(text, want), "%s", text);
+    sl_strfree(NULL, text);
     free(seen);
     sl_trainer_close(t);
     sl_worker_destroy(w);

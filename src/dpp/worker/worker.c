@@ -796,6 +796,11 @@ const char *sl_worker_job_id(const sl_worker_t *w)
     return w->o.job_id ? w->o.job_id : w->job->id ? w->job->id : "job";
 }
 
+struct sl_store *sl_worker_store(const sl_worker_t *w)
+{
+    return w->table ? sl_wh_table_store(w->table) : NULL;
+}
+
 void sl_worker_destroy(sl_worker_t *w)
 {
     if (!w) return;
