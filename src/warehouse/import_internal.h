@@ -211,9 +211,14 @@ sl_err_t imp_pq_read(const imp_pq_t *p, const char *input, uint32_t begin, uint3
  * the Parquet leaves no such slot reads are never opened (projection).
  * Row groups whose rows all come before file row skip_to (0-based) are
  * not read at all (a todo range that starts mid-split). */
+/* input may be an s3:// URL of the bucket p's first input is in; its
+ * projected column chunks are then fetched a row group at a time, in
+ * parallel. if_etag: the ETag the object must have (a dataset's listing
+ * found), else SL_ERR_VERSION naming it; NULL or "": any. */
 sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const char *input,
-                           uint32_t begin, uint32_t end, uint64_t first_row, uint64_t skip_to,
-                           sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx, sl_error_t *err);
+                           const char *if_etag, uint32_t begin, uint32_t end, uint64_t first_row,
+                           uint64_t skip_to, sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx,
+                           sl_error_t *err);
 
 /* ---- the import driver's jobs (import.c plans them, import_run.c runs them) ---- */
 
