@@ -276,6 +276,52 @@ Test(s3_table, a_missing_table_a_missing_bucket_and_a_wrong_secret_are_named)
     cr_assert_null(strstr(err.msg, "wrong-secret"), "%s", err.msg);
 }
 
+Test(s3_table, slowdowns_and_resets_are_retried_and_a_storm_that_lasts_is_named)
+{
+    char b[64], local[400], url[200], ep[64];
+    criteo_both("tfault", 3000, 1000, b, sizeof b, local, sizeof local);
+    sl_wh_table_t *lt = open_table(local);
+    uint64_t lb, lr;
+    uint64_t want = digest(lt, &lb, &lr);
+    sl_wh_table_close(lt);
+    su_proxy_t p;
+    su_proxy_start(&p, su.port);
+    snprintf(ep, sizeof ep, "http://localhost:%u", p.port);
+    setenv("AWS_ENDPOINT_URL", ep, 1);
+    pthread_mutex_lock(&p.mu);
+    p.slowdowns = 2;
+    p.resets = 2;
+    pthread_mutex_unlock(&p.mu);
+    snprintf(url, sizeof url, "s3://%s/tbl", b);
+    sl_wh_table_t *t = open_table(url);
+    uint64_t sb, sr;
+    cr_assert_eq(digest(t, &sb, &sr), want);
+    cr_assert_eq(sr, 3000);
+    sl_store_stats_t st;
+    sl_store_stats(sl_wh_table_store(t), &st);
+    /* the schema's HEAD met 2 resets and 2 SlowDowns, and its fifth (and
+     * last) attempt went through */
+    cr_assert_eq(st.retries, 4);
+    cr_assert_eq(st.by_result[SL_STORE_SERVER_ERROR], 2);
+    cr_assert_eq(st.by_result[SL_STORE_NETWORK_ERROR], 2);
+    cr_assert_eq(st.by_result[SL_STORE_OK], st.requests - 4);
+    cr_assert_eq(st.failures, 0);
+    sl_wh_table_close(t);
+    /* SlowDown without end: the open fails after the attempts, naming
+     * the key (a HEAD's answer has no body to give S3's code). */
+    pthread_mutex_lock(&p.mu);
+    p.slowdown_all = true;
+    pthread_mutex_unlock(&p.mu);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_open(url, NULL, &t, &err), SL_ERR_IO, "%s", err.msg);
+    char want_msg[400];
+    snprintf(want_msg, sizeof want_msg, "table %s: after 5 attempts: s3://%s/tbl/_schema", url, b);
+    cr_assert(strncmp(err.msg, want_msg, strlen(want_msg)) == 0 &&
+                  strstr(err.msg, ": HEAD: HTTP 503"),
+              "%s", err.msg);
+    su_proxy_stop(&p);
+}
+
 /* ---- Parquet datasets ---- */
 
 typedef struct pq_digest {
