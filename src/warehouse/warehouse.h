@@ -503,6 +503,7 @@ typedef struct sl_wh_read_stats {
     uint64_t streams;        /* streams decoded */
     uint64_t decoded_bytes;  /* bytes of the output tensors filled */
     uint64_t mapping_faults; /* SIGBUS caught reading the mapped file (then read with pread) */
+    uint64_t read_ahead;     /* stripes of an object fetched ahead, while the one before was read */
 } sl_wh_read_stats_t;
 
 typedef struct sl_wh_stripe_info {

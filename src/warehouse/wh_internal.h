@@ -178,6 +178,27 @@ sl_err_t wh_file_open_store(sl_store_t *st, const char *key, const char *display
                             sl_error_t *err);
 void wh_file_close(wh_file_t *f);
 
+/* ---- read-ahead of an object's stripes (reader_ahead.c) ---- */
+
+/* A helper thread that fetches the next stripe's ranges while the reader
+ * decodes the current one. Memory: one more stripe's projected bytes. */
+typedef struct wh_ahead wh_ahead_t;
+/* NULL when out of memory or threads. */
+wh_ahead_t *wh_ahead_new(const sl_allocator_t *a);
+/* Waits for a fetch in flight; h may be NULL. */
+void wh_ahead_destroy(wh_ahead_t *h);
+/* Queue the fetch of stripe's ranges rng[n] of obj, bytes in all; each
+ * range's buf is its offset in the stripe's read buffer (the layout the
+ * reader's fetch gives it). Waits for a fetch in flight first.
+ * @return false when out of memory (nothing queued). */
+bool wh_ahead_start(wh_ahead_t *h, sl_store_object_t *obj, uint32_t stripe,
+                    const sl_store_range_t *rng, size_t n, uint64_t bytes);
+/* When the last fetch was stripe's and succeeded: swap its buffer with
+ * *rbuf, its bytes and ranges into *bytes and *reads, @return 1. Else
+ * (none, another stripe, a failure: dropped) @return 0. Waits for a
+ * fetch in flight; h may be NULL. */
+int wh_ahead_take(wh_ahead_t *h, uint32_t stripe, wh_buf_t *rbuf, uint64_t *bytes, size_t *reads);
+
 /* ---- tables (table.c; their objects in a store: table_store.c) ---- */
 
 #define WH_TABLE_MAX_DEPTH 64

@@ -69,13 +69,17 @@ static sl_wh_table_t *open_table(const char *dir)
     return t;
 }
 
-/* Read every split of t with the projection feats; a digest of sample ids
- * and the dense values of I1, and the readers' stripe bytes. */
-static uint64_t digest(const sl_wh_table_t *t, uint64_t *data_bytes, uint64_t *rows)
+static uint64_t read_ahead; /* stripes the readers of digest_by read ahead */
+
+/* Read every split of t (stripes_per_split stripes each) with the
+ * projection I1; a digest of sample ids and the values of I1, and the
+ * readers' stripe bytes. */
+static uint64_t digest_by(const sl_wh_table_t *t, uint32_t stripes_per_split, uint64_t *data_bytes,
+                          uint64_t *rows)
 {
     sl_wh_splits_t *sp = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_table_splits(t, NULL, stripes_per_split, &sp, &err), SL_OK, "%s", err.msg);
     const char *feats[] = {"I1"};
     sl_wh_read_opts_t ro = {.features = feats, .num_features = 1};
     uint64_t h = 1469598103934665603ull;
@@ -98,10 +102,16 @@ static uint64_t digest(const sl_wh_table_t *t, uint64_t *data_bytes, uint64_t *r
         sl_wh_read_stats_t st;
         sl_wh_reader_stats(r, &st);
         *data_bytes += st.data_bytes_read;
+        read_ahead += st.read_ahead;
         sl_wh_reader_close(r);
     }
     sl_wh_splits_destroy(sp);
     return h;
+}
+
+static uint64_t digest(const sl_wh_table_t *t, uint64_t *data_bytes, uint64_t *rows)
+{
+    return digest_by(t, 1, data_bytes, rows);
 }
 
 Test(s3_table, reads_as_the_local_table_fetching_only_the_projected_streams)
@@ -155,6 +165,40 @@ Test(s3_table, reads_as_the_local_table_fetching_only_the_projected_streams)
                  (unsigned long long)total);
     cr_assert_eq(after.retries, 0);
     cr_assert_eq(after.failures, 0);
+    /* One split per file: the reader goes through each file in order and
+     * reads ahead (stripe s + 1 fetched while s is decoded): the same rows,
+     * and still each stripe's streams fetched once, no more. */
+    uint64_t ab, ar;
+    cr_assert_eq(read_ahead, 0, "splits of one stripe: nothing to read ahead");
+    sl_store_stats(sl_wh_table_store(st), &before);
+    cr_assert_eq(digest_by(st, 1000, &ab, &ar), want);
+    sl_store_stats(sl_wh_table_store(st), &after);
+    cr_assert_eq(ar, 6000);
+    cr_assert_eq(ab, sb);
+    uint64_t opens = 0, ahead_want = 0;
+    for (uint32_t i = 0; i < sp->num_files; i++) {
+        char key[300];
+        snprintf(key, sizeof key, "tbl/%s", sp->files[i]);
+        sl_store_info_t info;
+        sl_error_t err = {0};
+        cr_assert_eq(sl_store_stat(sl_wh_table_store(st), key, &info, &err), SL_OK, "%s", err.msg);
+        opens += 2 * (info.size < 256 * 1024 ? info.size : 256 * 1024 + 8); /* plan, read */
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", local, sp->files[i]);
+        sl_wh_reader_t *r;
+        cr_assert_eq(sl_wh_reader_open(path, NULL, NULL, &r, &err), SL_OK, "%s", err.msg);
+        /* stripe 0 is read, stripe 1 follows it (the first in order) and
+         * starts the read-ahead: stripes 2.. come from it */
+        uint32_t n = sl_wh_reader_num_stripes(r);
+        ahead_want += n > 2 ? n - 2 : 0;
+        sl_wh_reader_close(r);
+    }
+    cr_assert_gt(ahead_want, 0);
+    cr_assert_eq(read_ahead, ahead_want);
+    /* the stat just above counts no bytes */
+    cr_assert_eq(after.bytes_read - before.bytes_read, opens + sb, "%llu bytes, want %llu",
+                 (unsigned long long)(after.bytes_read - before.bytes_read),
+                 (unsigned long long)(opens + sb));
     sl_wh_table_close(lt);
     sl_wh_table_close(st);
 }
