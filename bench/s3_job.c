@@ -63,6 +63,30 @@ static void load_env(const char *dir)
     setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
 }
 
+/* CPU seconds (user + system) of the process in DIR/s3proxy.pid so far;
+ * -1 when it cannot be read. */
+static double proxy_cpu(const char *dir)
+{
+    char path[700], buf[1024];
+    snprintf(path, sizeof path, "%s/s3proxy.pid", dir);
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f == NULL) return -1;
+    if (fscanf(f, "%d", &pid) != 1) pid = 0;
+    fclose(f);
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    if (pid <= 0 || (f = fopen(path, "r")) == NULL) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+    unsigned long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 typedef struct run {
     double first, total; /* seconds from the worker's start */
     uint64_t samples, splits;
@@ -195,10 +219,14 @@ int main(int argc, char **argv)
     for (uint32_t k = 0; k < reps; k++)
         for (int s3 = 0; s3 < 2; s3++) {
             run_t r;
+            double c0 = bench_cpu_seconds(), p0 = proxy_cpu(dir);
             if (run_job(s3 ? "s3://bench-s3job/criteo" : local, features, threads, &r)) return 1;
+            double cpu = bench_cpu_seconds() - c0, pcpu = proxy_cpu(dir) - p0;
             double rate = (double)r.samples / r.total;
-            printf("  rep %u %-5s %10.0f samples/s  first batch %6.1f ms  %llu samples\n", k + 1,
-                   s3 ? "s3" : "local", rate, r.first * 1e3, (unsigned long long)r.samples);
+            printf("  rep %u %-5s %10.0f samples/s  first batch %6.1f ms  %llu samples  CPU: "
+                   "sluice %.2f s, s3proxy %.2f s in %.2f s\n",
+                   k + 1, s3 ? "s3" : "local", rate, r.first * 1e3, (unsigned long long)r.samples,
+                   cpu, p0 < 0 ? 0.0 : pcpu, r.total);
             if (rate > best[s3]) best[s3] = rate;
             if (r.first < first[s3]) first[s3] = r.first;
             if (s3) last_s3 = r;
