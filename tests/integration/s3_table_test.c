@@ -13,6 +13,7 @@
 
 #include "common/mem.h"
 #include "common/prom.h"
+#include "dpp/master/master.h"
 #include "s3_util.h"
 #include "store/store.h"
 #include "warehouse/pq_dataset.h"
@@ -364,6 +365,36 @@ Test(s3_table, slowdowns_and_resets_are_retried_and_a_storm_that_lasts_is_named)
                   strstr(err.msg, ": HEAD: HTTP 503"),
               "%s", err.msg);
     su_proxy_stop(&p);
+}
+
+Test(s3_table, the_master_plans_an_s3_job_and_serves_its_store_counters)
+{
+    char b[64], local[400], spec[512];
+    criteo_both("tmaster", 4000, 1000, b, sizeof b, local, sizeof local);
+    sl_master_opts_t mo = {0};
+    sl_master_t *m = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_start(&mo, &m, &err), SL_OK, "%s", err.msg);
+    char *text = sl_master_metrics_text(m);
+    cr_assert_not_null(text);
+    cr_assert_null(strstr(text, "sluice_store_"), "no store before a job reads one");
+    sl_strfree(sl_master_allocator(m), text);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"s3plan\",\"source\":{\"table\":\"s3://%s/tbl\"},\"batch\":{\"size\":100}}",
+             b);
+    sl_master_submit_t req = {
+        .spec_json = spec, .ranks = 1, .min_workers = 1, .max_workers = 1, .workers = 1};
+    cr_assert_eq(sl_master_job_submit(m, &req, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    text = sl_master_metrics_text(m);
+    cr_assert_not_null(text);
+    /* the schema (HEAD, GET), the listing, and per file a HEAD and one
+     * parallel GET of its header and tail: every request answered */
+    cr_assert(strstr(text, "sluice_store_failures_total 0\n"), "%s", text);
+    cr_assert(strstr(text, "sluice_store_retries_total 0\n"), "%s", text);
+    cr_assert(strstr(text, "sluice_store_requests_total{result=\"client_error\"} 0\n"), "%s", text);
+    cr_assert(strstr(text, "sluice_store_requests_total{result=\"ok\"} "), "%s", text);
+    sl_strfree(sl_master_allocator(m), text);
+    sl_master_stop(m);
 }
 
 /* ---- Parquet datasets ---- */
