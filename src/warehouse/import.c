@@ -482,6 +482,7 @@ static void summarize(const imp_shared_t *sh, sl_err_t rc, sl_wh_import_file_t *
 sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summary,
                       sl_error_t *err)
 {
+    if (summary != NULL) memset(summary, 0, sizeof *summary); /* also when it fails early */
     if (o != NULL && o->table_dir != NULL && sl_store_is_remote(o->table_dir))
         return wh_import_store(o, summary, err);
     return wh_import_into(o, 0, summary, err);

@@ -6,6 +6,7 @@
  * and wrong credentials are named. */
 #define _XOPEN_SOURCE 700
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -600,6 +601,31 @@ Test(s3_table, import_to_s3_then_read_it_back_as_the_local_import)
     cr_assert_eq(sluice(&out, &err, verify), 0, "%s%s", out, err);
     free(out);
     free(err);
+    /* A wrong secret: refused before anything is written, named, no
+     * secret in the message; the staging directory (under TMPDIR) gone. */
+    char *tmp = tu_path(dir, "tmp");
+    cr_assert_eq(mkdir(tmp, 0755), 0);
+    setenv("TMPDIR", tmp, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-wrong-secret", 1);
+    char bad[200];
+    snprintf(bad, sizeof bad, "s3://%s/imp2", b);
+    char *impb[] = {"table",   "import", "--format",    "criteo",        "--input", tsv,
+                    "--table", bad,      "--partition", "ds=2026-11-29", NULL};
+    cr_assert_eq(sluice(&out, &err, impb), 1, "%s", err);
+    cr_assert(strstr(err, "403 SignatureDoesNotMatch") && strstr(err, "nothing was added"), "%s",
+              err);
+    cr_assert_null(strstr(err, "wrong-secret"), "%s", err);
+    free(out);
+    free(err);
+    DIR *d = opendir(tmp);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    int left = 0;
+    while ((e = readdir(d)) != NULL)
+        left += e->d_name[0] != '.';
+    closedir(d);
+    cr_assert_eq(left, 0, "the staging directory is left in %s", tmp);
+    free(tmp);
     free(tsv);
     free(loc);
     free(dir);
