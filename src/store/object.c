@@ -32,6 +32,21 @@ sl_err_t sl_store_object_open(sl_store_t *st, const char *key, sl_store_object_t
     return SL_OK;
 }
 
+sl_err_t sl_store_object_pin(sl_store_t *st, const char *key, const sl_store_info_t *info,
+                             sl_store_object_t **out, sl_error_t *err)
+{
+    *out = NULL;
+    sl_store_object_t *o = sl_calloc(st->a, 1, sizeof *o);
+    if (o == NULL || (o->key = sl_strdup(st->a, key)) == NULL) {
+        sl_free(st->a, o, sizeof *o);
+        return sl_error_set(err, SL_ERR_NOMEM, "%s/%s: out of memory", st->root, key);
+    }
+    o->st = st;
+    o->info = *info;
+    *out = o;
+    return SL_OK;
+}
+
 void sl_store_object_destroy(sl_store_object_t *obj)
 {
     if (obj == NULL) return;

@@ -159,6 +159,11 @@ typedef struct sl_store_object sl_store_object_t;
  * owns *out, free with sl_store_object_destroy. */
 sl_err_t sl_store_object_open(sl_store_t *st, const char *key, sl_store_object_t **out,
                               sl_error_t *err);
+/* The same without a request, pinned at info (size and ETag as a listing
+ * gave them): a planner that listed a prefix opens its objects without a
+ * HEAD each. */
+sl_err_t sl_store_object_pin(sl_store_t *st, const char *key, const sl_store_info_t *info,
+                             sl_store_object_t **out, sl_error_t *err);
 void sl_store_object_destroy(sl_store_object_t *obj);
 /* Borrowed until destroy. */
 const sl_store_info_t *sl_store_object_info(const sl_store_object_t *obj);

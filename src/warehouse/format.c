@@ -606,9 +606,10 @@ static sl_err_t check_stripes(wh_file_t *f, sl_error_t *err)
  * a footer of about 60 KiB). */
 #define TAIL_PREFETCH (256u * 1024)
 
-/* Fetch an object's header and tail in one parallel request (see
- * wh_source_t), so that read_frame's reads are served from memory. */
-static sl_err_t prefetch_ends(wh_file_t *f, sl_error_t *err)
+/* Where an object's header and tail go (see wh_source_t): buffers made,
+ * ranges into r[2] (key and pin set); @return how many (0: an empty
+ * object), or -1 when out of memory. */
+static int ends_plan(wh_file_t *f, sl_store_range_t *r)
 {
     wh_source_t *src = &f->src;
     uint64_t size = src->size;
@@ -616,23 +617,20 @@ static sl_err_t prefetch_ends(wh_file_t *f, sl_error_t *err)
     src->tail_off = size - src->tail_len;
     src->head_len = src->tail_off == 0 ? 0 : WH_HEADER_BYTES;
     if (src->head_len > src->tail_off) src->head_len = (size_t)src->tail_off;
-    if (src->tail_len == 0) return SL_OK;
+    if (src->tail_len == 0) return 0;
     src->tail = sl_alloc(f->a, src->tail_len);
     src->head = src->head_len ? sl_alloc(f->a, src->head_len) : NULL;
-    if (src->tail == NULL || (src->head_len && src->head == NULL))
-        return sl_error_set(err, SL_ERR_NOMEM, "%s: open", src->name);
-    sl_store_range_t r[2] = {{.offset = src->tail_off, .len = src->tail_len, .buf = src->tail},
-                             {.offset = 0, .len = src->head_len, .buf = src->head}};
-    sl_err_t rc = sl_store_object_read_many(src->obj, r, src->head_len ? 2 : 1, err);
-    if (rc != SL_OK) {
-        /* Nothing prefetched: wh_source_read must not serve from it. */
-        sl_free(f->a, src->head, src->head_len);
-        sl_free(f->a, src->tail, src->tail_len);
-        src->head = src->tail = NULL;
-        src->head_len = src->tail_len = 0;
-        src->tail_off = size;
-    }
-    return rc;
+    if (src->tail == NULL || (src->head_len && src->head == NULL)) return -1;
+    const sl_store_info_t *info = sl_store_object_info(src->obj);
+    const char *key = sl_store_object_key(src->obj), *pin = info->etag[0] ? info->etag : NULL;
+    r[0] = (sl_store_range_t){.key = key,
+                              .offset = src->tail_off,
+                              .len = src->tail_len,
+                              .buf = src->tail,
+                              .if_match = pin};
+    r[1] = (sl_store_range_t){
+        .key = key, .offset = 0, .len = src->head_len, .buf = src->head, .if_match = pin};
+    return src->head_len ? 2 : 1;
 }
 
 static sl_err_t file_finish(wh_file_t *f, sl_error_t *err);
@@ -652,40 +650,62 @@ static wh_file_t *file_new(const char *name, const sl_wh_limits_t *limits, const
     return f;
 }
 
-/* Open key of st into a new file; when owned, the file takes st (also on
- * failure). */
-static sl_err_t open_object(sl_store_t *st, bool owned, const char *key, const char *name,
-                            const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
-                            sl_error_t *err)
+/* A new file on key of st, pinned at known (NULL: as a HEAD finds it),
+ * nothing read yet. */
+static sl_err_t object_new(sl_store_t *st, const char *key, const char *name,
+                           const sl_store_info_t *known, const sl_wh_limits_t *limits,
+                           const sl_allocator_t *a, wh_file_t **out, sl_error_t *err)
 {
-    wh_file_t *f = file_new(name, limits, a);
-    if (f == NULL) {
-        if (owned) sl_store_destroy(st);
-        return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
-    }
-    if (owned) f->src.store = st;
-    sl_err_t rc = sl_store_object_open(st, key, &f->src.obj, err);
+    *out = file_new(name, limits, a);
+    if (*out == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
+    wh_file_t *f = *out;
+    sl_err_t rc = known ? sl_store_object_pin(st, key, known, &f->src.obj, err)
+                        : sl_store_object_open(st, key, &f->src.obj, err);
     if (rc == SL_OK) {
         f->src.size = sl_store_object_info(f->src.obj)->size;
         f->src.tail_off = f->src.size;
-        rc = prefetch_ends(f, err);
     }
-    if (rc == SL_OK) rc = file_finish(f, err);
-    if (rc != SL_OK) {
-        wh_file_close(f);
-        return rc;
+    return rc;
+}
+
+sl_err_t wh_files_open_store(sl_store_t *st, uint32_t n, const char *const *keys,
+                             const char *const *names, const sl_store_info_t *const *known,
+                             const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
+                             sl_error_t *err)
+{
+    if (a == NULL) a = sl_allocator_default();
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = NULL;
+    sl_store_range_t *r = sl_calloc(a, 2 * (size_t)n + 1, sizeof *r);
+    if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open %u files", n);
+    size_t nr = 0;
+    sl_err_t rc = SL_OK;
+    for (uint32_t i = 0; i < n && rc == SL_OK; i++) {
+        rc = object_new(st, keys[i], names ? names[i] : keys[i], known ? known[i] : NULL, limits, a,
+                        &out[i], err);
+        int k = rc == SL_OK ? ends_plan(out[i], r + nr) : 0;
+        if (k < 0) rc = sl_error_set(err, SL_ERR_NOMEM, "open %s", keys[i]);
+        if (k > 0) nr += (size_t)k;
     }
-    *out = f;
-    return SL_OK;
+    if (rc == SL_OK && nr > 0) rc = sl_store_read_many(st, r, nr, err);
+    for (uint32_t i = 0; i < n && rc == SL_OK; i++)
+        rc = file_finish(out[i], err);
+    sl_free(a, r, (2 * (size_t)n + 1) * sizeof *r);
+    if (rc != SL_OK)
+        for (uint32_t i = 0; i < n; i++) {
+            wh_file_close(out[i]);
+            out[i] = NULL;
+        }
+    return rc;
 }
 
 sl_err_t wh_file_open_store(sl_store_t *st, const char *key, const char *display_name,
-                            const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
-                            sl_error_t *err)
+                            const sl_store_info_t *known, const sl_wh_limits_t *limits,
+                            const sl_allocator_t *a, wh_file_t **out, sl_error_t *err)
 {
     *out = NULL;
-    if (a == NULL) a = sl_allocator_default();
-    return open_object(st, false, key, display_name ? display_name : key, limits, a, out, err);
+    const char *name = display_name ? display_name : key;
+    return wh_files_open_store(st, 1, &key, &name, known ? &known : NULL, limits, a, out, err);
 }
 
 sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char *display_name,
@@ -701,8 +721,12 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
         char *key;
         sl_err_t rc = sl_store_open_url(path, &so, &st, &key, err);
         if (rc != SL_OK) return rc;
-        rc = open_object(st, true, key, name, limits, a, out, err);
+        rc = wh_file_open_store(st, key, name, NULL, limits, a, out, err);
         sl_strfree(a, key);
+        if (rc == SL_OK)
+            (*out)->src.store = st; /* the file owns the store it opened */
+        else
+            sl_store_destroy(st);
         return rc;
     }
     wh_file_t *f = file_new(name, limits, a);

@@ -617,9 +617,9 @@ static sl_err_t setup_projection(sl_wh_reader_t *r, const sl_wh_read_opts_t *o, 
     return SL_OK;
 }
 
-static sl_err_t reader_open(sl_store_t *store, const char *path, const void *mem, size_t len,
-                            const char *display, const sl_wh_read_opts_t *opts,
-                            sl_wh_reader_t **out, sl_error_t *err)
+static sl_err_t reader_open(sl_store_t *store, const sl_store_info_t *known, const char *path,
+                            const void *mem, size_t len, const char *display,
+                            const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     *out = NULL;
     sl_wh_read_opts_t o;
@@ -638,7 +638,7 @@ static sl_err_t reader_open(sl_store_t *store, const char *path, const void *mem
     r->gap = o.coalesce_gap == 0                ? DEFAULT_GAP
              : o.coalesce_gap == SL_WH_GAP_NONE ? 0
                                                 : o.coalesce_gap;
-    sl_err_t rc = store ? wh_file_open_store(store, path, display, &o.limits, a, &r->f, err)
+    sl_err_t rc = store ? wh_file_open_store(store, path, display, known, &o.limits, a, &r->f, err)
                         : wh_file_open(path, mem, len, display, &o.limits, a, &r->f, err);
     if (rc == SL_OK) rc = setup_projection(r, &o, err);
     r->dec.f = r->f;
@@ -660,20 +660,21 @@ sl_err_t sl_wh_reader_open(const char *path, const char *display_name,
                            const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     if (path == NULL) return sl_error_set(err, SL_ERR_INVALID, "reader: no path");
-    return reader_open(NULL, path, NULL, 0, display_name, opts, out, err);
+    return reader_open(NULL, NULL, path, NULL, 0, display_name, opts, out, err);
 }
 
 sl_err_t sl_wh_reader_open_mem(const void *data, size_t len, const char *display_name,
                                const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     if (data == NULL && len > 0) return sl_error_set(err, SL_ERR_INVALID, "reader: no data");
-    return reader_open(NULL, NULL, data ? data : "", len, display_name, opts, out, err);
+    return reader_open(NULL, NULL, NULL, data ? data : "", len, display_name, opts, out, err);
 }
 
 sl_err_t wh_reader_open_store(sl_store_t *st, const char *key, const char *display_name,
-                              const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
+                              const sl_store_info_t *known, const sl_wh_read_opts_t *opts,
+                              sl_wh_reader_t **out, sl_error_t *err)
 {
-    return reader_open(st, key, NULL, 0, display_name, opts, out, err);
+    return reader_open(st, known, key, NULL, 0, display_name, opts, out, err);
 }
 
 const sl_wh_schema_t *sl_wh_reader_schema(const sl_wh_reader_t *r)

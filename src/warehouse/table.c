@@ -336,6 +336,7 @@ void sl_wh_table_close(sl_wh_table_t *t)
     sl_free(t->a, t->parts, (size_t)t->cap_parts * sizeof *t->parts);
     sl_store_destroy(t->store);
     sl_strfree(t->a, t->prefix);
+    sl_free(t->a, t->objs, (size_t)t->cap_objs * sizeof *t->objs);
     sl_strfree(t->a, t->dir);
     sl_free(t->a, t, sizeof *t);
 }
@@ -589,16 +590,34 @@ sl_err_t sl_wh_table_splits(const sl_wh_table_t *t, const sl_wh_filter_t *filter
     res->arena = arena;
     uint32_t cap = 0;
     sl_err_t rc = SL_OK;
+    /* A table in a store opens its files BATCH at a time, their footers
+     * fetched in parallel (one round trip per batch, not per file). */
+    enum { BATCH = 64 };
+    wh_file_t *batch[BATCH] = {0};
+    uint32_t bbase = 0, bn = 0;
     for (uint32_t pi = 0; rc == SL_OK && pi < t->nparts; pi++) {
         const sl_wh_partition_t *p = &t->parts[pi].p;
         if (!sl_wh_filter_match(filter, p)) continue;
+        bbase = bn = 0;
         for (uint32_t fi = 0; rc == SL_OK && fi < p->num_files; fi++) {
-            char *path = t->store ? wh_table_key(t, p->files[fi]) : join(a, t->dir, p->files[fi]);
             wh_file_t *f = NULL;
-            rc = path == NULL ? sl_error_set(err, SL_ERR_NOMEM, "splits")
-                 : t->store   ? wh_file_open_store(t->store, path, p->files[fi], NULL, a, &f, err)
-                              : wh_file_open(path, NULL, 0, p->files[fi], NULL, a, &f, err);
-            join_free(t->a, path);
+            if (t->store != NULL) {
+                if (fi >= bbase + bn) {
+                    bbase = fi;
+                    bn = p->num_files - fi < BATCH ? p->num_files - fi : BATCH;
+                    if ((rc = wh_table_open_files(t, bn, p->files + fi, batch, err)) != SL_OK) {
+                        bn = 0;
+                        break;
+                    }
+                }
+                f = batch[fi - bbase];
+                batch[fi - bbase] = NULL;
+            } else {
+                char *path = join(a, t->dir, p->files[fi]);
+                rc = path ? wh_file_open(path, NULL, 0, p->files[fi], NULL, a, &f, err)
+                          : sl_error_set(err, SL_ERR_NOMEM, "splits");
+                join_free(a, path);
+            }
             if (rc != SL_OK) break;
             res->files++;
             /* the strings must outlive the table: copies in the splits' arena */
@@ -641,6 +660,8 @@ sl_err_t sl_wh_table_splits(const sl_wh_table_t *t, const sl_wh_filter_t *filter
             wh_file_close(f);
         }
     }
+    for (uint32_t i = 0; i < BATCH; i++) /* left by a failure */
+        wh_file_close(batch[i]);
     if (rc != SL_OK) {
         sl_arena_destroy(arena);
         return rc;
@@ -663,7 +684,8 @@ sl_err_t sl_wh_reader_open_split(const sl_wh_table_t *t, const sl_wh_split_t *sp
     char *path = t->store ? wh_table_key(t, split->path) : join(a, t->dir, split->path);
     if (path == NULL) return sl_error_set(err, SL_ERR_NOMEM, "split");
     sl_wh_reader_t *r;
-    sl_err_t rc = t->store ? wh_reader_open_store(t->store, path, split->path, opts, &r, err)
+    sl_err_t rc = t->store ? wh_reader_open_store(t->store, path, split->path,
+                                                  wh_table_object(t, split->path), opts, &r, err)
                            : sl_wh_reader_open(path, split->path, opts, &r, err);
     join_free(t->store ? t->a : a, path);
     if (rc != SL_OK) return rc;

@@ -67,24 +67,32 @@ typedef struct listing {
     const sl_allocator_t *a;
     size_t skip; /* the prefix's length */
     char **keys; /* relative to the table */
+    sl_store_info_t *infos;
     size_t n, cap;
 } listing_t;
 
 static sl_err_t on_key(void *ctx, const char *key, const sl_store_info_t *info)
 {
-    (void)info;
     listing_t *l = ctx;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;
         char **k = sl_alloc(l->a, cap * sizeof *k);
-        if (k == NULL) return SL_ERR_NOMEM;
+        sl_store_info_t *in = sl_alloc(l->a, cap * sizeof *in);
+        if (k == NULL || in == NULL) {
+            sl_free(l->a, k, cap * sizeof *k);
+            sl_free(l->a, in, cap * sizeof *in);
+            return SL_ERR_NOMEM;
+        }
         if (l->n) memcpy(k, l->keys, l->n * sizeof *k);
+        if (l->n) memcpy(in, l->infos, l->n * sizeof *in);
         sl_free(l->a, l->keys, l->cap * sizeof *k);
+        sl_free(l->a, l->infos, l->cap * sizeof *in);
         l->keys = k;
+        l->infos = in;
         l->cap = cap;
     }
     if ((l->keys[l->n] = sl_strdup(l->a, key + l->skip)) == NULL) return SL_ERR_NOMEM;
-    l->n++;
+    l->infos[l->n++] = *info;
     return SL_OK;
 }
 
@@ -93,6 +101,7 @@ static void listing_free(listing_t *l)
     for (size_t i = 0; i < l->n; i++)
         sl_strfree(l->a, l->keys[i]);
     sl_free(l->a, l->keys, l->cap * sizeof *l->keys);
+    sl_free(l->a, l->infos, l->cap * sizeof *l->infos);
 }
 
 /* Whether some '/'-separated component of rel starts with '.' or '_' (what
@@ -165,6 +174,36 @@ static sl_err_t add_key(sl_wh_table_t *t, const char *rel, int64_t *last, sl_err
     return wh_table_add_file(t, p, rel, err);
 }
 
+/* Keep what the listing said of the data file rel (in key order, so the
+ * array stays sorted by rel). */
+static sl_err_t keep_object(sl_wh_table_t *t, const char *rel, const sl_store_info_t *info,
+                            sl_error_t *err)
+{
+    if (t->nobjs == t->cap_objs) {
+        uint32_t cap = t->cap_objs ? 2 * t->cap_objs : 64;
+        wh_table_obj_t *o =
+            sl_realloc(t->a, t->objs, (size_t)t->cap_objs * sizeof *o, (size_t)cap * sizeof *o);
+        if (o == NULL) return sl_error_set(err, SL_ERR_NOMEM, "table %s", t->dir);
+        t->objs = o;
+        t->cap_objs = cap;
+    }
+    const char *copy = sl_arena_strdup(t->arena, rel);
+    if (copy == NULL) return sl_error_set(err, SL_ERR_NOMEM, "table %s", t->dir);
+    t->objs[t->nobjs++] = (wh_table_obj_t){.rel = copy, .info = *info};
+    return SL_OK;
+}
+
+static int by_rel(const void *k, const void *o)
+{
+    return strcmp((const char *)k, ((const wh_table_obj_t *)o)->rel);
+}
+
+const sl_store_info_t *wh_table_object(const sl_wh_table_t *t, const char *rel)
+{
+    const wh_table_obj_t *o = t->nobjs ? bsearch(rel, t->objs, t->nobjs, sizeof *o, by_rel) : NULL;
+    return o ? &o->info : NULL;
+}
+
 sl_err_t wh_table_open_store(sl_wh_table_t *t, sl_error_t *err)
 {
     sl_store_opts_t so = {.alloc = t->a};
@@ -193,6 +232,7 @@ sl_err_t wh_table_open_store(sl_wh_table_t *t, sl_error_t *err)
         /* other objects (not *.slc) are not the table's business */
         if (hidden(rel) || !wh_table_has_ext(base)) continue;
         rc = add_key(t, rel, &last, err);
+        if (rc == SL_OK) rc = keep_object(t, rel, &l.infos[i], err);
     }
     listing_free(&l);
     return rc;
@@ -235,5 +275,26 @@ sl_err_t wh_table_create_store(const char *url, const sl_wh_schema_t *schema, sl
     sl_strfree(a, t.prefix);
     sl_strfree(a, key);
     sl_store_destroy(st);
+    return rc;
+}
+
+sl_err_t wh_table_open_files(const sl_wh_table_t *t, uint32_t n, const char *const *rels,
+                             wh_file_t **out, sl_error_t *err)
+{
+    char **keys = sl_calloc(t->a, (size_t)n + 1, sizeof *keys);
+    const sl_store_info_t **known = sl_calloc(t->a, (size_t)n + 1, sizeof *known);
+    sl_err_t rc = keys && known ? SL_OK : sl_error_set(err, SL_ERR_NOMEM, "table %s", t->dir);
+    for (uint32_t i = 0; i < n && rc == SL_OK; i++) {
+        keys[i] = wh_table_key(t, rels[i]);
+        known[i] = wh_table_object(t, rels[i]);
+        if (keys[i] == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "table %s", t->dir);
+    }
+    if (rc == SL_OK)
+        rc = wh_files_open_store(t->store, n, (const char *const *)keys, rels,
+                                 (const sl_store_info_t *const *)known, NULL, t->a, out, err);
+    for (uint32_t i = 0; keys != NULL && i < n; i++)
+        sl_strfree(t->a, keys[i]);
+    sl_free(t->a, keys, ((size_t)n + 1) * sizeof *keys);
+    sl_free(t->a, known, ((size_t)n + 1) * sizeof *known);
     return rc;
 }

@@ -171,11 +171,21 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
                       const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
                       sl_error_t *err);
 /* The same for the object key of st (borrowed: st must outlive the file),
- * pinned at the ETag it has now: a later read of an object replaced since
- * fails with SL_ERR_VERSION naming it. */
+ * pinned at known (its size and ETag from a listing) or, NULL, at what a
+ * HEAD finds now: a later read of an object replaced since fails with
+ * SL_ERR_VERSION naming it. Its header and last 256 KiB come in one
+ * parallel request. */
 sl_err_t wh_file_open_store(sl_store_t *st, const char *key, const char *display_name,
-                            const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
-                            sl_error_t *err);
+                            const sl_store_info_t *known, const sl_wh_limits_t *limits,
+                            const sl_allocator_t *a, wh_file_t **out, sl_error_t *err);
+/* n of them at once (names, known: NULL or [n]): every header and tail in
+ * one sl_store_read_many, so planning a table of many files costs about
+ * one round trip, not one per file. All or none: on failure every out[i]
+ * is NULL. */
+sl_err_t wh_files_open_store(sl_store_t *st, uint32_t n, const char *const *keys,
+                             const char *const *names, const sl_store_info_t *const *known,
+                             const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
+                             sl_error_t *err);
 void wh_file_close(wh_file_t *f);
 
 /* ---- read-ahead of an object's stripes (reader_ahead.c) ---- */
@@ -208,6 +218,11 @@ typedef struct wh_part {
     uint32_t cap_files;
 } wh_part_t;
 
+typedef struct wh_table_obj {
+    const char *rel; /* in the table's arena */
+    sl_store_info_t info;
+} wh_table_obj_t;
+
 struct sl_wh_table {
     const sl_allocator_t *a;
     char *dir; /* as given: a directory or "s3://bucket/prefix" */
@@ -219,6 +234,8 @@ struct sl_wh_table {
      * keys ("" or "dir/sub/", ending in '/'); NULL for a directory. */
     sl_store_t *store;
     char *prefix;
+    wh_table_obj_t *objs; /* the data files' objects as listed, by rel (sorted) */
+    uint32_t nobjs, cap_objs;
 };
 
 /* Split "k=v" (n bytes) into key/value; false when malformed. */
@@ -239,11 +256,18 @@ sl_err_t wh_table_open_store(sl_wh_table_t *t, sl_error_t *err);
 sl_err_t wh_table_create_store(const char *url, const sl_wh_schema_t *schema, sl_error_t *err);
 /* The key of the table's file rel (caller owns, sl_strfree with t->a). */
 char *wh_table_key(const sl_wh_table_t *t, const char *rel);
+/* The size and ETag the listing found for the data file rel, or NULL. */
+const sl_store_info_t *wh_table_object(const sl_wh_table_t *t, const char *rel);
+/* Open the data files rels[n] of a table in a store at once, pinned at
+ * what the listing found (wh_files_open_store). */
+sl_err_t wh_table_open_files(const sl_wh_table_t *t, uint32_t n, const char *const *rels,
+                             wh_file_t **out, sl_error_t *err);
 
 /* sl_wh_reader_open of the object key of st (borrowed: st must outlive the
  * reader), pinned at its ETag as wh_file_open_store. */
 sl_err_t wh_reader_open_store(sl_store_t *st, const char *key, const char *display_name,
-                              const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err);
+                              const sl_store_info_t *known, const sl_wh_read_opts_t *opts,
+                              sl_wh_reader_t **out, sl_error_t *err);
 
 /* ---- bit packing (version 2 encodings, docs/FORMAT.md section 3) ---- */
 
