@@ -296,6 +296,11 @@ uint32_t sl_wh_pqds_num_files(const sl_wh_pqds_t *ds)
     return ds->num_files;
 }
 
+sl_store_t *sl_wh_pqds_store(const sl_wh_pqds_t *ds)
+{
+    return ds->store;
+}
+
 /* ---- the plan ---- */
 
 /* The Parquet leaf path of a range's column (the timestamp, or the label

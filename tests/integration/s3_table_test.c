@@ -407,7 +407,33 @@ Test(s3_table, the_master_plans_an_s3_job_and_serves_its_store_counters)
     cr_assert(strstr(text, "sluice_store_failures_total 0\n"), "%s", text);
     cr_assert(strstr(text, "sluice_store_retries_total 0\n"), "%s", text);
     cr_assert(strstr(text, "sluice_store_requests_total{result=\"client_error\"} 0\n"), "%s", text);
-    cr_assert(strstr(text, "sluice_store_requests_total{result=\"ok\"} "), "%s", text);
+    const char *ok = strstr(text, "sluice_store_requests_total{result=\"ok\"} ");
+    cr_assert_not_null(ok, "%s", text);
+    unsigned long long after_table =
+        strtoull(ok + strlen("sluice_store_requests_total{result=\"ok\"} "), NULL, 10);
+    cr_assert_gt(after_table, 0);
+    sl_strfree(sl_master_allocator(m), text);
+    /* A Parquet dataset in the store: its listing and footer add to them. */
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    cr_assert_not_null(root);
+    char src[600], url[200];
+    snprintf(src, sizeof src, "%s/tests/data/parquet/duckdb-zstd.parquet", root);
+    snprintf(url, sizeof url, "s3://%s", b);
+    sl_store_t *st;
+    cr_assert_eq(sl_store_open_url(url, NULL, &st, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put_file(st, "pq/part-0.parquet", src, &err), SL_OK, "%s", err.msg);
+    sl_store_destroy(st);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"s3pq\",\"source\":{\"parquet\":\"s3://%s/pq\"},\"batch\":{\"size\":10}}",
+             b);
+    req.spec_json = spec;
+    cr_assert_eq(sl_master_job_submit(m, &req, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    text = sl_master_metrics_text(m);
+    ok = strstr(text, "sluice_store_requests_total{result=\"ok\"} ");
+    cr_assert_not_null(ok, "%s", text);
+    cr_assert_gt(strtoull(ok + strlen("sluice_store_requests_total{result=\"ok\"} "), NULL, 10),
+                 after_table, "%s", text);
+    cr_assert(strstr(text, "sluice_store_failures_total 0\n"), "%s", text);
     sl_strfree(sl_master_allocator(m), text);
     sl_master_stop(m);
 }
