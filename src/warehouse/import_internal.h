@@ -181,6 +181,12 @@ sl_err_t imp_pq_open(const char *input, const sl_wh_colmap_t *mapping, const sl_
 sl_err_t imp_pq_open_mapped(const char *input, const sl_wh_colmap_t *mapping,
                             const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
                             imp_pq_t **out, sl_error_t *err);
+/* The same reading input (an s3:// URL) through st (borrowed: it must
+ * outlive p; NULL: a store of its own for a URL, as imp_pq_open_mapped). */
+struct sl_store;
+sl_err_t imp_pq_open_store(struct sl_store *st, const char *input, const sl_wh_colmap_t *mapping,
+                           const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                           imp_pq_t **out, sl_error_t *err);
 void imp_pq_destroy(imp_pq_t *p);
 /* Borrowed from p; its schema is the table's. */
 const sl_wh_colmap_resolved_t *imp_pq_mapping(const imp_pq_t *p);

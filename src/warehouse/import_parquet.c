@@ -32,7 +32,8 @@ struct imp_pq {
     const sl_allocator_t *a;
     sl_arena_t *arena; /* the column lists */
     sl_pq_source_t src;
-    sl_store_t *store; /* the bucket of an s3:// input (owned), else NULL */
+    sl_store_t *store; /* the bucket of an s3:// input, else NULL */
+    bool own_store;    /* store was opened here (else a dataset's, borrowed) */
     sl_pq_file_t *first;
     uint32_t num_cols;
     pq_col_t *cols;
@@ -131,6 +132,13 @@ sl_err_t imp_pq_open_mapped(const char *input, const sl_wh_colmap_t *mapping,
                             const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
                             imp_pq_t **out, sl_error_t *err)
 {
+    return imp_pq_open_store(NULL, input, mapping, a, problem, ctx, out, err);
+}
+
+sl_err_t imp_pq_open_store(sl_store_t *st, const char *input, const sl_wh_colmap_t *mapping,
+                           const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                           imp_pq_t **out, sl_error_t *err)
+{
     *out = NULL;
     if (strcmp(input, "-") == 0)
         return sl_error_set(err, SL_ERR_INVALID,
@@ -145,9 +153,11 @@ sl_err_t imp_pq_open_mapped(const char *input, const sl_wh_colmap_t *mapping,
     p->a = a;
     p->arena = ar;
     sl_err_t rc = SL_OK;
-    if (sl_store_is_remote(input)) {
+    p->store = st;
+    if (st == NULL && sl_store_is_remote(input)) {
         sl_store_opts_t so = {.alloc = a};
         rc = sl_store_open_url(input, &so, &p->store, NULL, err);
+        p->own_store = rc == SL_OK;
     }
     if (rc == SL_OK) rc = wh_pq_source_open(p->store, input, a, &p->src, err);
     if (rc == SL_OK) rc = sl_pq_file_open(&p->src, input, a, &p->first, err);
@@ -174,7 +184,7 @@ void imp_pq_destroy(imp_pq_t *p)
     sl_wh_colmap_resolved_destroy(p->map);
     sl_pq_file_destroy(p->first);
     wh_pq_source_close(&p->src);
-    sl_store_destroy(p->store);
+    if (p->own_store) sl_store_destroy(p->store);
     sl_arena_destroy(p->arena);
     sl_free(p->a, p, sizeof *p);
 }

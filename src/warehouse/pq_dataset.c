@@ -266,7 +266,8 @@ sl_err_t sl_wh_pqds_open(const char *path, const sl_wh_colmap_t *mapping, const 
         rc = sl_error_set(err, SL_ERR_NOT_FOUND, "Parquet dataset %s: no .parquet file%s", path,
                           partitions && *partitions ? " passes the partition filter" : "");
     if (rc == SL_OK)
-        rc = imp_pq_open_mapped(ds->files[0].full, mapping, a, problem, ctx, &ds->pq, err);
+        rc =
+            imp_pq_open_store(ds->store, ds->files[0].full, mapping, a, problem, ctx, &ds->pq, err);
     if (rc != SL_OK) {
         sl_wh_pqds_destroy(ds);
         return rc;

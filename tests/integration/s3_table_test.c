@@ -569,6 +569,58 @@ Test(s3_table, a_parquet_dataset_in_s3_reads_as_on_disk_and_a_replaced_object_is
     free(dir);
 }
 
+Test(s3_table, a_worker_runs_a_parquet_job_from_s3_and_counts_its_requests)
+{
+    su_env();
+    char b[64], url[200], spec[512], addr[64];
+    su_bucket("tpqw", b, sizeof b);
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    cr_assert_not_null(root);
+    char src[600];
+    snprintf(src, sizeof src, "%s/tests/data/parquet/duckdb-zstd.parquet", root);
+    snprintf(url, sizeof url, "s3://%s", b);
+    sl_store_t *st;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &st, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put_file(st, "pq/ds=1/part-0.parquet", src, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put_file(st, "pq/ds=2/part-0.parquet", src, &err), SL_OK, "%s", err.msg);
+    sl_store_destroy(st);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"s3pqw\",\"source\":{\"parquet\":\"s3://%s/pq\"},"
+             "\"batch\":{\"size\":16,\"epochs\":2}}",
+             b);
+    sl_pipeline_job_t *job = NULL;
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 1;
+    sl_worker_t *w = wu_start(job, &o, addr, sizeof addr);
+    sl_trainer_opts_t to = sl_trainer_opts_default();
+    to.address = addr;
+    sl_trainer_t *t = NULL;
+    cr_assert_eq(sl_trainer_connect(&to, &t, &err), SL_OK, "%s", err.msg);
+    uint64_t samples = 0;
+    sl_batch_t *bt;
+    sl_err_t rc;
+    while ((rc = sl_trainer_next(t, (int)(tu_timeout(30) * 1000), &bt, &err)) == SL_OK) {
+        samples += bt->batch_size;
+        sl_trainer_release(t, bt);
+    }
+    cr_assert_eq(rc, SL_ERR_CLOSED, "%s", err.msg);
+    cr_assert_eq(samples, 2 * 2 * 50, "2 files of 50 rows, 2 epochs");
+    sl_store_t *ws = sl_worker_store(w);
+    cr_assert_not_null(ws, "the dataset's store");
+    sl_store_stats_t ss;
+    sl_store_stats(ws, &ss);
+    /* the listing, each footer (planning), each row group's chunks */
+    cr_assert_gt(ss.requests, 3);
+    cr_assert_eq(ss.by_result[SL_STORE_OK], ss.requests);
+    cr_assert_eq(ss.failures, 0);
+    sl_trainer_close(t);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
 static int sluice(char **out, char **err, char *const args[])
 {
     const char *bin = getenv("SLUICE_BINARY");
