@@ -183,7 +183,8 @@ static const sl_cli_opt_t import_opts[] = {
      "an input file, plain or gzip/zstd-compressed text (told by its first bytes; further free "
      "arguments are inputs too); '-' is standard input"},
     {"table", SL_CLI_PATH, "DIR", NULL, NULL, 0, 0, SL_CLI_REQUIRED, IA(table),
-     "the table; created (with the schema) when absent"},
+     "the table, a directory or s3://BUCKET/PREFIX (written under TMPDIR, then uploaded, its "
+     "_schema last: docs/STORAGE.md); created (with the schema) when absent"},
     {"partition", SL_CLI_STRING, "P", NULL, "the table root", 0, 0, 0, IA(partition),
      "the Hive partition to add to, e.g. ds=2026-01-01"},
     {"schema", SL_CLI_FILE, "FILE", NULL, "the existing table's, else inferred from the input", 0,

@@ -32,6 +32,21 @@ sl_err_t sl_store_object_open(sl_store_t *st, const char *key, sl_store_object_t
     return SL_OK;
 }
 
+sl_err_t sl_store_object_pin(sl_store_t *st, const char *key, const sl_store_info_t *info,
+                             sl_store_object_t **out, sl_error_t *err)
+{
+    *out = NULL;
+    sl_store_object_t *o = sl_calloc(st->a, 1, sizeof *o);
+    if (o == NULL || (o->key = sl_strdup(st->a, key)) == NULL) {
+        sl_free(st->a, o, sizeof *o);
+        return sl_error_set(err, SL_ERR_NOMEM, "%s/%s: out of memory", st->root, key);
+    }
+    o->st = st;
+    o->info = *info;
+    *out = o;
+    return SL_OK;
+}
+
 void sl_store_object_destroy(sl_store_object_t *obj)
 {
     if (obj == NULL) return;
@@ -65,4 +80,25 @@ sl_err_t sl_store_object_read_at(void *ctx, uint64_t offset, size_t len, void *b
                           .buf = buf,
                           .if_match = o->info.etag[0] ? o->info.etag : NULL};
     return sl_store_read_many(o->st, &r, 1, err);
+}
+
+sl_err_t sl_store_object_read_many(sl_store_object_t *obj, sl_store_range_t *ranges, size_t n,
+                                   sl_error_t *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        sl_store_range_t *r = &ranges[i];
+        if (r->offset > obj->info.size || r->len > obj->info.size - r->offset)
+            return sl_error_set(
+                err, SL_ERR_TRUNCATED, "%s/%s: bytes [%llu, %llu) past its end at %llu",
+                obj->st->root, obj->key, (unsigned long long)r->offset,
+                (unsigned long long)(r->offset + r->len), (unsigned long long)obj->info.size);
+        r->key = obj->key;
+        r->if_match = obj->info.etag[0] ? obj->info.etag : NULL;
+    }
+    return sl_store_read_many(obj->st, ranges, n, err);
+}
+
+const char *sl_store_object_key(const sl_store_object_t *obj)
+{
+    return obj->key;
 }

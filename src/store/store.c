@@ -213,10 +213,32 @@ void sl_store_stats(sl_store_t *st, sl_store_stats_t *out)
     out->inflight_bytes = atomic_load(&st->inflight_bytes);
 }
 
+void sl_store_stats_add(sl_store_stats_t *sum, const sl_store_stats_t *s)
+{
+    sum->requests += s->requests;
+    sum->retries += s->retries;
+    sum->failures += s->failures;
+    sum->bytes_read += s->bytes_read;
+    sum->bytes_written += s->bytes_written;
+    sum->list_pages += s->list_pages;
+    for (int i = 0; i < SL_STORE_RESULTS; i++)
+        sum->by_result[i] += s->by_result[i];
+    for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
+        sum->latency[i] += s->latency[i];
+    sum->latency_sum_s += s->latency_sum_s;
+    sum->inflight_bytes += s->inflight_bytes;
+}
+
 void sl_store_prom(sl_store_t *st, struct sl_prom *p, const char *labels)
 {
     sl_store_stats_t s;
     sl_store_stats(st, &s);
+    sl_store_prom_stats(&s, p, labels);
+}
+
+void sl_store_prom_stats(const sl_store_stats_t *sp, struct sl_prom *p, const char *labels)
+{
+    sl_store_stats_t s = *sp;
     const char *l = labels ? labels : "";
     char lab[512];
     static const char *const names[SL_STORE_RESULTS] = {"ok", "client_error", "server_error",

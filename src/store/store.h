@@ -159,6 +159,11 @@ typedef struct sl_store_object sl_store_object_t;
  * owns *out, free with sl_store_object_destroy. */
 sl_err_t sl_store_object_open(sl_store_t *st, const char *key, sl_store_object_t **out,
                               sl_error_t *err);
+/* The same without a request, pinned at info (size and ETag as a listing
+ * gave them): a planner that listed a prefix opens its objects without a
+ * HEAD each. */
+sl_err_t sl_store_object_pin(sl_store_t *st, const char *key, const sl_store_info_t *info,
+                             sl_store_object_t **out, sl_error_t *err);
 void sl_store_object_destroy(sl_store_object_t *obj);
 /* Borrowed until destroy. */
 const sl_store_info_t *sl_store_object_info(const sl_store_object_t *obj);
@@ -167,6 +172,16 @@ sl_err_t sl_store_object_size(void *ctx, uint64_t *size, sl_error_t *err);
 /* Exactly len bytes at offset into buf; past the end is SL_ERR_TRUNCATED. */
 sl_err_t sl_store_object_read_at(void *ctx, uint64_t offset, size_t len, void *buf,
                                  sl_error_t *err);
+
+/* Many ranges of the pinned object at once, as sl_store_read_many (at most
+ * max_connections requests and max_inflight_bytes in flight): each range's
+ * key and if_match are set here from the object (the caller fills offset,
+ * len and buf). A range past the size pinned at open is refused without a
+ * request (SL_ERR_TRUNCATED). */
+sl_err_t sl_store_object_read_many(sl_store_object_t *obj, sl_store_range_t *ranges, size_t n,
+                                   sl_error_t *err);
+/* The object's key inside its store; borrowed until destroy. */
+const char *sl_store_object_key(const sl_store_object_t *obj);
 
 /* A snapshot of the counters (thread-safe). */
 void sl_store_stats(sl_store_t *st, sl_store_stats_t *out);
@@ -178,5 +193,12 @@ void sl_store_stats(sl_store_t *st, sl_store_stats_t *out);
  * e.g. store="s3://bucket"; NULL: none). Never a credential. */
 struct sl_prom;
 void sl_store_prom(sl_store_t *st, struct sl_prom *p, const char *labels);
+/* The same of a snapshot (or a sum of snapshots: sl_store_stats_add), for
+ * a process whose stores come and go (the master opens one per job it
+ * plans). */
+void sl_store_prom_stats(const sl_store_stats_t *s, struct sl_prom *p, const char *labels);
+/* Add the counters of s into sum (inflight_bytes too: a sum of stores
+ * still open). */
+void sl_store_stats_add(sl_store_stats_t *sum, const sl_store_stats_t *s);
 
 #endif

@@ -113,6 +113,10 @@ void wh_file_close(wh_file_t *f)
     const sl_allocator_t *a = f->a;
     wh_source_unmap(&f->src);
     if (f->src.fd >= 0) close(f->src.fd);
+    sl_store_object_destroy(f->src.obj);
+    sl_store_destroy(f->src.store);
+    sl_free(a, f->src.head, f->src.head_len);
+    sl_free(a, f->src.tail, f->src.tail_len);
     sl_strfree(a, f->src.name);
     if (f->footer != NULL) {
         sl_unsized_t u = {.a = a};
@@ -597,23 +601,136 @@ static sl_err_t check_stripes(wh_file_t *f, sl_error_t *err)
     return SL_OK;
 }
 
+/* Bytes an object's open fetches of its end: the trailer and, for all but
+ * the largest footers, the footer (a file of 100 stripes of 40 streams has
+ * a footer of about 60 KiB). */
+#define TAIL_PREFETCH (256u * 1024)
+
+/* Where an object's header and tail go (see wh_source_t): buffers made,
+ * ranges into r[2] (key and pin set); @return how many (0: an empty
+ * object), or -1 when out of memory. */
+static int ends_plan(wh_file_t *f, sl_store_range_t *r)
+{
+    wh_source_t *src = &f->src;
+    uint64_t size = src->size;
+    src->tail_len = (size_t)(size < TAIL_PREFETCH ? size : TAIL_PREFETCH);
+    src->tail_off = size - src->tail_len;
+    src->head_len = src->tail_off == 0 ? 0 : WH_HEADER_BYTES;
+    if (src->head_len > src->tail_off) src->head_len = (size_t)src->tail_off;
+    if (src->tail_len == 0) return 0;
+    src->tail = sl_alloc(f->a, src->tail_len);
+    src->head = src->head_len ? sl_alloc(f->a, src->head_len) : NULL;
+    if (src->tail == NULL || (src->head_len && src->head == NULL)) return -1;
+    const sl_store_info_t *info = sl_store_object_info(src->obj);
+    const char *key = sl_store_object_key(src->obj), *pin = info->etag[0] ? info->etag : NULL;
+    r[0] = (sl_store_range_t){.key = key,
+                              .offset = src->tail_off,
+                              .len = src->tail_len,
+                              .buf = src->tail,
+                              .if_match = pin};
+    r[1] = (sl_store_range_t){
+        .key = key, .offset = 0, .len = src->head_len, .buf = src->head, .if_match = pin};
+    return src->head_len ? 2 : 1;
+}
+
+static sl_err_t file_finish(wh_file_t *f, sl_error_t *err);
+
+static wh_file_t *file_new(const char *name, const sl_wh_limits_t *limits, const sl_allocator_t *a)
+{
+    wh_file_t *f = sl_calloc(a, 1, sizeof *f);
+    if (f == NULL) return NULL;
+    f->a = a;
+    f->src.fd = -1;
+    f->limits = wh_limits_resolve(limits);
+    f->src.name = sl_strdup(a, name);
+    if (f->src.name == NULL) {
+        sl_free(a, f, sizeof *f);
+        return NULL;
+    }
+    return f;
+}
+
+/* A new file on key of st, pinned at known (NULL: as a HEAD finds it),
+ * nothing read yet. */
+static sl_err_t object_new(sl_store_t *st, const char *key, const char *name,
+                           const sl_store_info_t *known, const sl_wh_limits_t *limits,
+                           const sl_allocator_t *a, wh_file_t **out, sl_error_t *err)
+{
+    *out = file_new(name, limits, a);
+    if (*out == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
+    wh_file_t *f = *out;
+    sl_err_t rc = known ? sl_store_object_pin(st, key, known, &f->src.obj, err)
+                        : sl_store_object_open(st, key, &f->src.obj, err);
+    if (rc == SL_OK) {
+        f->src.size = sl_store_object_info(f->src.obj)->size;
+        f->src.tail_off = f->src.size;
+    }
+    return rc;
+}
+
+sl_err_t wh_files_open_store(sl_store_t *st, uint32_t n, const char *const *keys,
+                             const char *const *names, const sl_store_info_t *const *known,
+                             const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
+                             sl_error_t *err)
+{
+    if (a == NULL) a = sl_allocator_default();
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = NULL;
+    sl_store_range_t *r = sl_calloc(a, 2 * (size_t)n + 1, sizeof *r);
+    if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open %u files", n);
+    size_t nr = 0;
+    sl_err_t rc = SL_OK;
+    for (uint32_t i = 0; i < n && rc == SL_OK; i++) {
+        rc = object_new(st, keys[i], names ? names[i] : keys[i], known ? known[i] : NULL, limits, a,
+                        &out[i], err);
+        int k = rc == SL_OK ? ends_plan(out[i], r + nr) : 0;
+        if (k < 0) rc = sl_error_set(err, SL_ERR_NOMEM, "open %s", keys[i]);
+        if (k > 0) nr += (size_t)k;
+    }
+    if (rc == SL_OK && nr > 0) rc = sl_store_read_many(st, r, nr, err);
+    for (uint32_t i = 0; i < n && rc == SL_OK; i++)
+        rc = file_finish(out[i], err);
+    sl_free(a, r, (2 * (size_t)n + 1) * sizeof *r);
+    if (rc != SL_OK)
+        for (uint32_t i = 0; i < n; i++) {
+            wh_file_close(out[i]);
+            out[i] = NULL;
+        }
+    return rc;
+}
+
+sl_err_t wh_file_open_store(sl_store_t *st, const char *key, const char *display_name,
+                            const sl_store_info_t *known, const sl_wh_limits_t *limits,
+                            const sl_allocator_t *a, wh_file_t **out, sl_error_t *err)
+{
+    *out = NULL;
+    const char *name = display_name ? display_name : key;
+    return wh_files_open_store(st, 1, &key, &name, known ? &known : NULL, limits, a, out, err);
+}
+
 sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char *display_name,
                       const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
                       sl_error_t *err)
 {
     *out = NULL;
     if (a == NULL) a = sl_allocator_default();
-    wh_file_t *f = sl_calloc(a, 1, sizeof *f);
-    if (f == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open %s", path ? path : "(memory)");
-    f->a = a;
-    f->src.fd = -1;
-    f->limits = wh_limits_resolve(limits);
     const char *name = display_name ? display_name : path ? path : "(memory)";
-    f->src.name = sl_strdup(a, name);
-    if (f->src.name == NULL) {
-        wh_file_close(f);
-        return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
+    if (path != NULL && sl_store_is_remote(path)) {
+        sl_store_opts_t so = {.alloc = a};
+        sl_store_t *st;
+        char *key;
+        sl_err_t rc = sl_store_open_url(path, &so, &st, &key, err);
+        if (rc != SL_OK) return rc;
+        rc = wh_file_open_store(st, key, name, NULL, limits, a, out, err);
+        sl_strfree(a, key);
+        if (rc == SL_OK)
+            (*out)->src.store = st; /* the file owns the store it opened */
+        else
+            sl_store_destroy(st);
+        return rc;
     }
+    wh_file_t *f = file_new(name, limits, a);
+    if (f == NULL) return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
     sl_err_t rc;
     if (path != NULL) {
         f->src.fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -634,11 +751,22 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
         f->src.mem = mem;
         f->src.size = len;
     }
-    uint8_t *raw = NULL;
-    if ((rc = read_frame(f, &raw, err)) != SL_OK) {
+    if ((rc = file_finish(f, err)) != SL_OK) {
         wh_file_close(f);
         return rc;
     }
+    *out = f;
+    return SL_OK;
+}
+
+/* Header, trailer, footer and every check of an opened source. */
+static sl_err_t file_finish(wh_file_t *f, sl_error_t *err)
+{
+    const char *name = f->src.name;
+    const sl_allocator_t *a = f->a;
+    sl_err_t rc;
+    uint8_t *raw = NULL;
+    if ((rc = read_frame(f, &raw, err)) != SL_OK) return rc;
     sl_unsized_t u = {.a = a};
     ProtobufCAllocator pa;
     wh_pb_allocator(&u, &pa);
@@ -647,27 +775,22 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
     if (f->footer == NULL) {
         rc = u.failed ? sl_error_set(err, SL_ERR_NOMEM, "%s: footer: out of memory", name)
                       : sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: malformed protobuf", name);
-        goto fail;
+        return rc;
     }
     if (f->footer->format_version != f->version) {
         rc = sl_error_set(err, SL_ERR_VERSION, "%s: footer: format version %u, the header says %u",
                           name, f->footer->format_version, f->version);
-        goto fail;
+        return rc;
     }
     if (f->footer->schema == NULL) {
         rc = sl_error_set(err, SL_ERR_CORRUPT, "%s: footer: no schema", name);
-        goto fail;
+        return rc;
     }
     if ((rc = wh_schema_from_pb(f->footer->schema, a, &f->schema, err)) != SL_OK) {
         sl_error_prefix(err, "%s: footer: schema: ", name);
-        goto fail;
+        return rc;
     }
     f->session_clustered = f->footer->session_clustered;
-    if ((rc = check_groups(f, err)) != SL_OK) goto fail;
-    if ((rc = check_stripes(f, err)) != SL_OK) goto fail;
-    *out = f;
-    return SL_OK;
-fail:
-    wh_file_close(f);
-    return rc;
+    if ((rc = check_groups(f, err)) != SL_OK) return rc;
+    return check_stripes(f, err);
 }

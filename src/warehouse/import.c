@@ -17,6 +17,7 @@
  * part number already in the partition. */
 #include "common/fileio.h"
 #include "import_internal.h"
+#include "store/store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -481,6 +482,15 @@ static void summarize(const imp_shared_t *sh, sl_err_t rc, sl_wh_import_file_t *
 sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summary,
                       sl_error_t *err)
 {
+    if (summary != NULL) memset(summary, 0, sizeof *summary); /* also when it fails early */
+    if (o != NULL && o->table_dir != NULL && sl_store_is_remote(o->table_dir))
+        return wh_import_store(o, summary, err);
+    return wh_import_into(o, 0, summary, err);
+}
+
+sl_err_t wh_import_into(const sl_wh_import_opts_t *o, uint32_t first_part,
+                        sl_wh_import_summary_t *summary, sl_error_t *err)
+{
     double t0 = sl_clock_s();
     if (summary != NULL) memset(summary, 0, sizeof *summary);
     if (o == NULL) return sl_error_set(err, SL_ERR_INVALID, "no import options");
@@ -521,9 +531,9 @@ sl_err_t sl_wh_import(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summ
         goto out;
     }
     uint32_t threads = o->threads ? o->threads : imp_cores();
-    if ((rc = plan_jobs(o, threads, next_part_number(sh->part_dir), &sh->jobs, &sh->njobs, err)) !=
-        SL_OK)
-        goto out;
+    uint32_t first = next_part_number(sh->part_dir);
+    if (first < first_part) first = first_part;
+    if ((rc = plan_jobs(o, threads, first, &sh->jobs, &sh->njobs, err)) != SL_OK) goto out;
     uint64_t total = 0;
     for (uint32_t i = 0; i < o->num_inputs; i++) {
         files[i].input = o->inputs[i];

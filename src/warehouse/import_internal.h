@@ -42,6 +42,16 @@ struct sl_wh_row_buf {
  * @return false when out of memory or n is absurd. */
 /* A bad input row or record: SL_ERR_CORRUPT with the message (printf
  * style), the one form every importer's line and record parsers use. */
+/* sl_wh_import into a directory, numbering new files from first_part at
+ * least (past those of the partition in a store the import uploads to). */
+sl_err_t wh_import_into(const sl_wh_import_opts_t *o, uint32_t first_part,
+                        sl_wh_import_summary_t *summary, sl_error_t *err);
+/* sl_wh_import into a table in an object store (import_store.c): import
+ * into a local staging directory, then upload the new files and, for a
+ * new table, its _schema last. */
+sl_err_t wh_import_store(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *summary,
+                         sl_error_t *err);
+
 sl_err_t imp_bad(sl_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* What a JSON value is, for messages ("an array", "null"). */
@@ -171,6 +181,12 @@ sl_err_t imp_pq_open(const char *input, const sl_wh_colmap_t *mapping, const sl_
 sl_err_t imp_pq_open_mapped(const char *input, const sl_wh_colmap_t *mapping,
                             const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
                             imp_pq_t **out, sl_error_t *err);
+/* The same reading input (an s3:// URL) through st (borrowed: it must
+ * outlive p; NULL: a store of its own for a URL, as imp_pq_open_mapped). */
+struct sl_store;
+sl_err_t imp_pq_open_store(struct sl_store *st, const char *input, const sl_wh_colmap_t *mapping,
+                           const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                           imp_pq_t **out, sl_error_t *err);
 void imp_pq_destroy(imp_pq_t *p);
 /* Borrowed from p; its schema is the table's. */
 const sl_wh_colmap_resolved_t *imp_pq_mapping(const imp_pq_t *p);
@@ -198,10 +214,15 @@ typedef sl_err_t (*imp_pq_row_fn)(void *ctx, uint64_t line, sl_err_t rc, const s
  * file row skip_to (0-based) are not read at all (a todo range that
  * starts mid-split). Errors name the file (and row group, column and
  * page, from the reader). The row path: sl_wh_pqds_read and the tests
- * that hold the columnar path (pq_internal.h) to it. */
+ * that hold the columnar path (pq_internal.h) to it.
+ * input may be an s3:// URL of the bucket p's first input is in; its
+ * projected column chunks are then fetched a row group at a time, in
+ * parallel. if_etag: the ETag the object must have (a dataset's listing
+ * found), else SL_ERR_VERSION naming it; NULL or "": any. */
 sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const char *input,
-                           uint32_t begin, uint32_t end, uint64_t first_row, uint64_t skip_to,
-                           sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx, sl_error_t *err);
+                           const char *if_etag, uint32_t begin, uint32_t end, uint64_t first_row,
+                           uint64_t skip_to, sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx,
+                           sl_error_t *err);
 
 /* ---- the import driver's jobs (import.c plans them, import_run.c runs them) ---- */
 

@@ -20,6 +20,7 @@
 #include "import_internal.h"
 #include "parquet/parquet.h"
 #include "pq_internal.h"
+#include "pq_store.h"
 
 static sl_wh_coltype_t scalar_type(const sl_pq_column_t *c)
 {
@@ -112,6 +113,13 @@ sl_err_t imp_pq_open_mapped(const char *input, const sl_wh_colmap_t *mapping,
                             const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
                             imp_pq_t **out, sl_error_t *err)
 {
+    return imp_pq_open_store(NULL, input, mapping, a, problem, ctx, out, err);
+}
+
+sl_err_t imp_pq_open_store(sl_store_t *st, const char *input, const sl_wh_colmap_t *mapping,
+                           const sl_allocator_t *a, sl_wh_colmap_problem_fn problem, void *ctx,
+                           imp_pq_t **out, sl_error_t *err)
+{
     *out = NULL;
     if (strcmp(input, "-") == 0)
         return sl_error_set(err, SL_ERR_INVALID,
@@ -125,7 +133,14 @@ sl_err_t imp_pq_open_mapped(const char *input, const sl_wh_colmap_t *mapping,
     }
     p->a = a;
     p->arena = ar;
-    sl_err_t rc = sl_pq_source_file(input, &p->src, err);
+    sl_err_t rc = SL_OK;
+    p->store = st;
+    if (st == NULL && sl_store_is_remote(input)) {
+        sl_store_opts_t so = {.alloc = a};
+        rc = sl_store_open_url(input, &so, &p->store, NULL, err);
+        p->own_store = rc == SL_OK;
+    }
+    if (rc == SL_OK) rc = wh_pq_source_open(p->store, input, a, &p->src, err);
     if (rc == SL_OK) rc = sl_pq_file_open(&p->src, input, a, &p->first, err);
     if (rc == SL_OK) rc = input_columns(p, sl_pq_file_meta(p->first), ar, err);
     sl_wh_colmap_t *own = NULL;
@@ -149,7 +164,8 @@ void imp_pq_destroy(imp_pq_t *p)
     if (p == NULL) return;
     sl_wh_colmap_resolved_destroy(p->map);
     sl_pq_file_destroy(p->first);
-    sl_pq_source_file_close(&p->src);
+    wh_pq_source_close(&p->src);
+    if (p->own_store) sl_store_destroy(p->store);
     sl_arena_destroy(p->arena);
     sl_free(p->a, p, sizeof *p);
 }
@@ -170,7 +186,13 @@ sl_err_t imp_pq_row_groups(const char *input, const sl_allocator_t *a, uint32_t 
 {
     sl_pq_source_t src;
     sl_pq_file_t *f = NULL;
-    sl_err_t rc = sl_pq_source_file(input, &src, err);
+    sl_store_t *st = NULL;
+    sl_err_t rc = SL_OK;
+    if (sl_store_is_remote(input)) {
+        sl_store_opts_t so = {.alloc = a};
+        rc = sl_store_open_url(input, &so, &st, NULL, err);
+    }
+    if (rc == SL_OK) rc = wh_pq_source_open(st, input, a, &src, err);
     if (rc == SL_OK) rc = sl_pq_file_open(&src, input, a, &f, err);
     if (rc == SL_OK) {
         const sl_pq_meta_t *m = sl_pq_file_meta(f);
@@ -181,7 +203,8 @@ sl_err_t imp_pq_row_groups(const char *input, const sl_allocator_t *a, uint32_t 
             (*rows_before)[g + 1] = (*rows_before)[g] + (uint64_t)m->row_groups[g].num_rows;
     }
     sl_pq_file_destroy(f);
-    sl_pq_source_file_close(&src);
+    wh_pq_source_close(&src);
+    sl_store_destroy(st);
     return rc;
 }
 
@@ -322,17 +345,52 @@ void imp_pq_close_group(group_read_t *g)
     g->n = 0;
 }
 
+/* Fetch the column chunks group g's readers will read (an object's
+ * source; nothing for a file). */
+sl_err_t imp_pq_prefetch_group(sl_pq_source_t *src, const sl_pq_meta_t *m, uint32_t gi,
+                               const group_read_t *g, const sl_allocator_t *a, sl_error_t *err)
+{
+    if (g->n == 0) return SL_OK;
+    uint64_t *off = sl_calloc(a, 2 * (size_t)g->n, sizeof *off);
+    if (off == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory");
+    uint64_t *len = off + g->n;
+    for (uint32_t i = 0; i < g->n; i++) {
+        const sl_pq_chunk_t *ch = &m->row_groups[gi].chunks[g->col[i] - m->columns];
+        int64_t start = ch->data_page_offset;
+        if (ch->dictionary_page_offset >= 0 && ch->dictionary_page_offset < start)
+            start = ch->dictionary_page_offset;
+        off[i] = start > 0 ? (uint64_t)start : 0;
+        len[i] = ch->total_compressed > 0 ? (uint64_t)ch->total_compressed : 0;
+    }
+    sl_err_t rc = wh_pq_source_prefetch(src, off, len, g->n, err);
+    sl_free(a, off, 2 * (size_t)g->n * sizeof *off);
+    return rc;
+}
+
+sl_err_t imp_pq_source_open(const imp_pq_t *p, const char *input, const char *if_etag,
+                            sl_pq_source_t *src, sl_error_t *err)
+{
+    sl_err_t rc = wh_pq_source_open(p->store, input, p->a, src, err);
+    if (rc == SL_OK && if_etag != NULL && *if_etag && strcmp(wh_pq_source_etag(src), if_etag) != 0)
+        rc = sl_error_set(err, SL_ERR_VERSION,
+                          "%s: the object was replaced after the dataset was listed (ETag %s, "
+                          "listed %s): refused, not mixed",
+                          input, wh_pq_source_etag(src), if_etag);
+    return rc;
+}
+
 sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const char *input,
-                           uint32_t begin, uint32_t end, uint64_t first_row, uint64_t skip_to,
-                           sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx, sl_error_t *err)
+                           const char *if_etag, uint32_t begin, uint32_t end, uint64_t first_row,
+                           uint64_t skip_to, sl_wh_row_buf_t *b, imp_pq_row_fn on_row, void *ctx,
+                           sl_error_t *err)
 {
     const sl_allocator_t *a = p->a;
     sl_pq_source_t src;
     sl_pq_file_t *f = NULL;
-    sl_err_t rc = sl_pq_source_file(input, &src, err);
+    sl_err_t rc = imp_pq_source_open(p, input, if_etag, &src, err);
     if (rc == SL_OK) rc = sl_pq_file_open(&src, input, a, &f, err);
     if (rc != SL_OK) {
-        sl_pq_source_file_close(&src);
+        wh_pq_source_close(&src);
         return rc;
     }
     const sl_pq_meta_t *m = sl_pq_file_meta(f);
@@ -351,6 +409,7 @@ sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const ch
         line += (uint64_t)m->row_groups[begin++].num_rows;
     for (uint32_t gi = begin; rc == SL_OK && gi < end; gi++) {
         rc = imp_pq_open_group(p, slot_read, f, gi, &g, err);
+        if (rc == SL_OK) rc = imp_pq_prefetch_group(&src, m, gi, &g, a, err);
         while (rc == SL_OK) {
             uint32_t rows = 0;
             for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) {
@@ -384,6 +443,6 @@ sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const ch
     sl_free(a, g.bat, cap * sizeof *g.bat);
     sl_free(a, g.col, cap * sizeof *g.col);
     sl_pq_file_destroy(f);
-    sl_pq_source_file_close(&src);
+    wh_pq_source_close(&src);
     return rc;
 }

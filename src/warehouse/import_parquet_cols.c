@@ -13,6 +13,7 @@
 
 #include "common/mem.h"
 #include "pq_internal.h"
+#include "pq_store.h"
 
 typedef struct key {
     int32_t *len; /* [len_cap], a length per row */
@@ -547,10 +548,10 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
     sl_pq_source_t src;
     sl_pq_file_t *f = NULL;
     rd->reached = rd->first_row;
-    sl_err_t rc = sl_pq_source_file(input, &src, err);
+    sl_err_t rc = imp_pq_source_open(p, input, rd->if_etag, &src, err);
     if (rc == SL_OK) rc = sl_pq_file_open(&src, input, a, &f, err);
     if (rc != SL_OK) {
-        sl_pq_source_file_close(&src);
+        wh_pq_source_close(&src);
         return rc;
     }
     const sl_pq_meta_t *m = sl_pq_file_meta(f);
@@ -571,6 +572,7 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
     bool past = false;
     for (uint32_t gi = begin; rc == SL_OK && !past && gi < end; gi++) {
         rc = imp_pq_open_group(p, c->slot_read, f, gi, &g, err);
+        if (rc == SL_OK) rc = imp_pq_prefetch_group(&src, m, gi, &g, a, err);
         while (rc == SL_OK && !past) {
             uint32_t rows = 0;
             for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) {
@@ -604,7 +606,7 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
     sl_free(a, g.bat, cap * sizeof *g.bat);
     sl_free(a, g.col, cap * sizeof *g.col);
     sl_pq_file_destroy(f);
-    sl_pq_source_file_close(&src);
+    wh_pq_source_close(&src);
     return rc;
 }
 

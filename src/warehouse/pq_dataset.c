@@ -18,6 +18,7 @@
 #include "import_internal.h"
 #include "parquet/parquet.h"
 #include "pq_internal.h"
+#include "pq_store.h"
 
 /* Sample ids a file does not give: file index x this + row number (from
  * 1), as import.c numbers a table's first import (SAMPLE_ID_STRIDE). */
@@ -32,6 +33,7 @@ typedef struct ds_file {
     char *partition; /* "k=v/k2=v2" of its folders, "" when none */
     uint32_t num_keys;
     const char **keys, **values;
+    const char *etag; /* an object's, as the listing found it ("" for a file) */
 } ds_file_t;
 
 struct sl_wh_pqds {
@@ -42,6 +44,7 @@ struct sl_wh_pqds {
     imp_pq_t *pq;     /* the first file's columns and the mapping */
     sl_wh_splits_t splits;
     size_t splits_cap;
+    sl_store_t *store; /* the bucket of a dataset at an s3:// URL (owned), else NULL */
 };
 
 static sl_err_t add_file(sl_wh_pqds_t *ds, const char *rel, const char *full, const char *part,
@@ -56,6 +59,7 @@ static sl_err_t add_file(sl_wh_pqds_t *ds, const char *rel, const char *full, co
     }
     ds_file_t *f = &ds->files[ds->num_files];
     memset(f, 0, sizeof *f);
+    f->etag = "";
     f->rel = sl_arena_strdup(ds->arena, rel);
     f->full = sl_arena_strdup(ds->arena, full);
     f->partition = sl_arena_strdup(ds->arena, part);
@@ -134,6 +138,84 @@ static sl_err_t walk(sl_wh_pqds_t *ds, const char *dir, const char *rel, const c
     return rc;
 }
 
+typedef struct listing {
+    sl_wh_pqds_t *ds;
+    const char *url; /* the dataset's */
+    size_t skip;     /* the prefix's length */
+    sl_error_t *err;
+} listing_t;
+
+/* One object of a dataset's listing: a `.parquet` key whose folders are
+ * not hidden, its partition the folders that are "k=v" (as walk's). */
+static sl_err_t on_object(void *ctx, const char *key, const sl_store_info_t *info)
+{
+    listing_t *l = ctx;
+    const char *rel = key + l->skip;
+    if (!ends_with(rel, ".parquet")) return SL_OK;
+    char part[4096] = "";
+    size_t np = 0;
+    for (const char *c = rel;;) {
+        if (*c == '.' || *c == '_') return SL_OK;
+        const char *slash = strchr(c, '/');
+        if (slash == NULL) break;
+        size_t n = (size_t)(slash - c);
+        if (memchr(c, '=', n) != NULL) {
+            if (np + n + 2 >= sizeof part)
+                return sl_error_set(l->err, SL_ERR_INVALID, "%s/%s: path too long", l->url, rel);
+            if (np > 0) part[np++] = '/';
+            memcpy(part + np, c, n);
+            part[np += n] = '\0';
+        }
+        c = slash + 1;
+    }
+    char full[4200];
+    if ((size_t)snprintf(full, sizeof full, "%s/%s", sl_store_root(l->ds->store), key) >=
+        sizeof full)
+        return sl_error_set(l->err, SL_ERR_INVALID, "%s/%s: path too long", l->url, rel);
+    sl_err_t rc = add_file(l->ds, rel, full, part, l->err);
+    if (rc == SL_OK) {
+        const char *etag = sl_arena_strdup(l->ds->arena, info->etag);
+        if (etag == NULL) return sl_error_set(l->err, SL_ERR_NOMEM, "no memory for the file list");
+        l->ds->files[l->ds->num_files - 1].etag = etag;
+    }
+    return rc;
+}
+
+/* The objects of a dataset at an s3:// URL: one object ending in
+ * .parquet, or every .parquet object under the prefix (one paged
+ * listing, in key order), Hive folders as for a directory. */
+static sl_err_t list_store(sl_wh_pqds_t *ds, const char *url, sl_error_t *err)
+{
+    sl_store_opts_t so = {.alloc = ds->a};
+    char *key = NULL;
+    sl_err_t rc = sl_store_open_url(url, &so, &ds->store, &key, err);
+    if (rc != SL_OK) return rc;
+    if (ends_with(key, ".parquet")) {
+        sl_store_info_t info;
+        rc = sl_store_stat(ds->store, key, &info, err);
+        const char *base = strrchr(key, '/');
+        listing_t l = {ds, url, (size_t)(base ? base + 1 - key : 0), err};
+        if (rc == SL_OK) rc = on_object(&l, key, &info);
+    } else {
+        char prefix[4096];
+        size_t n = strlen(key);
+        while (n > 0 && key[n - 1] == '/')
+            n--;
+        if (n + 2 > sizeof prefix) {
+            rc = sl_error_set(err, SL_ERR_INVALID, "%s: path too long", url);
+        } else {
+            memcpy(prefix, key, n);
+            if (n > 0) prefix[n++] = '/';
+            prefix[n] = '\0';
+            listing_t l = {ds, url, n, err};
+            rc = sl_store_list(ds->store, prefix, on_object, &l, err);
+        }
+    }
+    sl_strfree(ds->a, key);
+    if (rc != SL_OK) sl_error_prefix(err, "Parquet dataset %s: ", url);
+    return rc;
+}
+
 static int by_rel(const void *x, const void *y)
 {
     return strcmp(((const ds_file_t *)x)->rel, ((const ds_file_t *)y)->rel);
@@ -153,7 +235,9 @@ sl_err_t sl_wh_pqds_open(const char *path, const sl_wh_colmap_t *mapping, const 
     sl_wh_filter_t *filter = NULL;
     sl_err_t rc = SL_OK;
     struct stat st;
-    if (stat(path, &st) != 0) {
+    if (sl_store_is_remote(path)) {
+        rc = list_store(ds, path, err);
+    } else if (stat(path, &st) != 0) {
         rc = sl_error_set(err, errno == ENOENT ? SL_ERR_NOT_FOUND : SL_ERR_IO,
                           "Parquet dataset %s: %s", path, strerror(errno));
     } else if (S_ISDIR(st.st_mode)) {
@@ -183,7 +267,8 @@ sl_err_t sl_wh_pqds_open(const char *path, const sl_wh_colmap_t *mapping, const 
         rc = sl_error_set(err, SL_ERR_NOT_FOUND, "Parquet dataset %s: no .parquet file%s", path,
                           partitions && *partitions ? " passes the partition filter" : "");
     if (rc == SL_OK)
-        rc = imp_pq_open_mapped(ds->files[0].full, mapping, a, problem, ctx, &ds->pq, err);
+        rc =
+            imp_pq_open_store(ds->store, ds->files[0].full, mapping, a, problem, ctx, &ds->pq, err);
     if (rc != SL_OK) {
         sl_wh_pqds_destroy(ds);
         return rc;
@@ -196,6 +281,7 @@ void sl_wh_pqds_destroy(sl_wh_pqds_t *ds)
 {
     if (ds == NULL) return;
     imp_pq_destroy(ds->pq);
+    sl_store_destroy(ds->store);
     sl_free(ds->a, ds->files, ds->cap_files * sizeof *ds->files);
     sl_free(ds->a, ds->splits.items, ds->splits_cap * sizeof *ds->splits.items);
     sl_arena_destroy(ds->arena);
@@ -210,6 +296,11 @@ const sl_wh_colmap_resolved_t *sl_wh_pqds_mapping(const sl_wh_pqds_t *ds)
 uint32_t sl_wh_pqds_num_files(const sl_wh_pqds_t *ds)
 {
     return ds->num_files;
+}
+
+sl_store_t *sl_wh_pqds_store(const sl_wh_pqds_t *ds)
+{
+    return ds->store;
 }
 
 /* ---- the plan ---- */
@@ -278,6 +369,8 @@ static sl_err_t plan_file(sl_wh_pqds_t *ds, uint32_t fi, const sl_pq_meta_t *m, 
     XXH3_64bits_update(h, &m->num_rows, sizeof m->num_rows);
     XXH3_64bits_update(h, &m->footer_len, sizeof m->footer_len);
     XXH3_64bits_update(h, &m->num_row_groups, sizeof m->num_row_groups);
+    /* an object's version too: a replaced object plans (and pins) anew */
+    if (*f->etag) XXH3_64bits_update(h, f->etag, strlen(f->etag));
     uint64_t footer = XXH3_64bits_digest(h);
     XXH3_freeState(h);
     sl_wh_split_t cur = {0};
@@ -362,7 +455,12 @@ sl_err_t sl_wh_pqds_plan(sl_wh_pqds_t *ds, uint64_t split_rows, const sl_wh_pqds
     for (uint32_t i = 0; rc == SL_OK && i < ds->num_files; i++) {
         sl_pq_source_t src;
         sl_pq_file_t *f = NULL;
-        rc = sl_pq_source_file(ds->files[i].full, &src, err);
+        rc = wh_pq_source_open(ds->store, ds->files[i].full, ds->a, &src, err);
+        if (rc == SL_OK && *ds->files[i].etag && strcmp(wh_pq_source_etag(&src), ds->files[i].etag))
+            rc = sl_error_set(err, SL_ERR_VERSION,
+                              "%s: the object was replaced while the dataset was planned (ETag "
+                              "%s, listed %s)",
+                              ds->files[i].full, wh_pq_source_etag(&src), ds->files[i].etag);
         if (rc == SL_OK) rc = sl_pq_file_open(&src, ds->files[i].full, ds->a, &f, err);
         if (rc == SL_OK) {
             const sl_pq_meta_t *m = sl_pq_file_meta(f);
@@ -372,7 +470,7 @@ sl_err_t sl_wh_pqds_plan(sl_wh_pqds_t *ds, uint64_t split_rows, const sl_wh_pqds
             rc = plan_file(ds, i, m, split_rows, leaf, ranges, num_ranges, &st, err);
         }
         sl_pq_file_destroy(f);
-        sl_pq_source_file_close(&src); /* zeroed when it failed to open */
+        wh_pq_source_close(&src); /* zeroed when it failed to open */
     }
     if (stats) *stats = st;
     if (rc == SL_OK) rc = take_splits(ds, out, err);
@@ -478,8 +576,9 @@ sl_err_t sl_wh_pqds_read(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64
                     .fn = fn,
                     .ctx = ctx,
                     .err = err};
-    sl_err_t rc = imp_pq_read_slots(ds->pq, r->slot_read, f->full, sp->stripe_begin, sp->stripe_end,
-                                    sp->first_row, sp->first_row + from, r->buf, on_row, &c, err);
+    sl_err_t rc =
+        imp_pq_read_slots(ds->pq, r->slot_read, f->full, f->etag, sp->stripe_begin, sp->stripe_end,
+                          sp->first_row, sp->first_row + from, r->buf, on_row, &c, err);
     if (rc == SL_ERR_CLOSED && c.past) rc = SL_OK;
     if (rc == SL_OK && !c.past && c.seen < to) /* the file ended before the split did */
         rc = sl_error_set(err, SL_ERR_CORRUPT,
@@ -534,6 +633,7 @@ sl_err_t sl_wh_pqds_read_stripes(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp
     stripe_ctx_t c = {
         .r = r, .file = f, .first_row = sp->first_row, .first = from, .fn = fn, .ctx = ctx};
     imp_pqc_read_t rd = {.input = f->full,
+                         .if_etag = f->etag,
                          .begin = sp->stripe_begin,
                          .end = sp->stripe_end,
                          .first_row = sp->first_row,

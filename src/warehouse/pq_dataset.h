@@ -55,6 +55,10 @@ void sl_wh_pqds_destroy(sl_wh_pqds_t *ds);
 const sl_wh_colmap_resolved_t *sl_wh_pqds_mapping(const sl_wh_pqds_t *ds);
 /* Files that passed the partition filter. */
 uint32_t sl_wh_pqds_num_files(const sl_wh_pqds_t *ds);
+/* The store a dataset at an s3:// URL was listed and planned through (its
+ * counters), NULL for a path; borrowed until destroy. */
+struct sl_store;
+struct sl_store *sl_wh_pqds_store(const sl_wh_pqds_t *ds);
 
 /* A range filter statistics can rule out: rows kept have lo <= value <= hi
  * with value the timestamp (label NULL) or the named label. */

@@ -10,6 +10,7 @@
 
 #include "import_internal.h"
 #include "parquet/parquet.h"
+#include "store/store.h"
 
 /* Rows decoded per batch of each column. */
 #define PQ_BATCH_ROWS 4096u
@@ -25,6 +26,8 @@ struct imp_pq {
     const sl_allocator_t *a;
     sl_arena_t *arena; /* the column lists */
     sl_pq_source_t src;
+    sl_store_t *store; /* the bucket of an s3:// input, else NULL */
+    bool own_store;    /* store was opened here (else a dataset's, borrowed) */
     sl_pq_file_t *first;
     uint32_t num_cols;
     pq_col_t *cols;
@@ -47,6 +50,16 @@ typedef struct group_read {
 sl_err_t imp_pq_open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_file_t *f,
                            uint32_t gi, group_read_t *g, sl_error_t *err);
 void imp_pq_close_group(group_read_t *g);
+/* Open input's byte source (pq_store.h: a file, or an object of p's
+ * store), refusing an object whose ETag is not if_etag (NULL or "": any)
+ * with SL_ERR_VERSION naming it. Close with wh_pq_source_close, also after
+ * a failure. */
+sl_err_t imp_pq_source_open(const imp_pq_t *p, const char *input, const char *if_etag,
+                            sl_pq_source_t *src, sl_error_t *err);
+/* Fetch the column chunks group g's readers will read, in parallel (an
+ * object's source, pq_store.h; nothing for a file). */
+sl_err_t imp_pq_prefetch_group(sl_pq_source_t *src, const sl_pq_meta_t *m, uint32_t gi,
+                               const group_read_t *g, const sl_allocator_t *a, sl_error_t *err);
 
 /* Slot s of b as a double (what a label, a dense value or a weight is
  * rounded from, so that every path rounds the same way). */
@@ -96,6 +109,7 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
  * read with it. */
 typedef struct imp_pqc_read {
     const char *input;
+    const char *if_etag; /* the ETag an object must have (NULL or "": any) */
     uint32_t begin, end;
     uint64_t first_row, lo, hi;
     int64_t id_base;

@@ -6,7 +6,7 @@
  * Every count read from the file has been checked by format.c against the
  * stripe, and what only decoding reveals (lengths vs. id counts, inverse
  * indices, bitmaps) is checked here before it is used. */
-#include "wh_internal.h"
+#include "reader_internal.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -17,45 +17,6 @@
 #include <zstd.h>
 
 #define DEFAULT_GAP (64u * 1024)
-
-typedef struct ogroup {
-    uint32_t g;        /* file group index */
-    uint32_t nk;       /* projected features of the group */
-    uint32_t *feat;    /* [nk] schema feature indices */
-    const char **keys; /* [nk] */
-    bool weighted;
-    wh_buf_t len, vals, w, inv;
-    sl_ikjt_t ikjt;
-} ogroup_t;
-
-struct sl_wh_reader {
-    const sl_allocator_t *a;
-    wh_file_t *f;
-    uint32_t skip;
-    bool verify, dedup_form;
-    uint64_t gap;
-    /* projection */
-    uint32_t nd, nk, ng, T;
-    uint32_t *dense_feat;
-    const char **dense_names;
-    uint32_t *key_feat;
-    const char **keys;
-    int32_t *key_og, *key_kk; /* plain key -> (group, its key) when expanded */
-    bool kweighted;
-    ogroup_t *og;
-    const char **label_names;
-    /* buffers, reused across stripes */
-    wh_buf_t rbuf, ustart;
-    wh_buf_t sid, sess, ts, labels, dense, klen, kvals, kw, ksum, koff;
-    wh_dec_t dec;  /* decoder state: scratch, zstd context, stream pointers */
-    wh_buf_t sptr; /* const uint8_t *[streams of the stripe] + need flags */
-    uint64_t stripe_bytes;
-    sl_wh_rows_t rows;
-    sl_ikjt_t *ikjts;
-    uint32_t begin, end, next;
-    sl_wh_read_stats_t stats;
-    uint64_t data_bytes;
-};
 
 /* ---- helpers ---- */
 
@@ -76,12 +37,6 @@ static sl_err_t out_reserve(sl_wh_reader_t *r, uint32_t s, wh_buf_t *b, uint64_t
 
 /* ---- stripe ---- */
 
-static void want(sl_wh_reader_t *r, uint32_t s, uint32_t slot, uint8_t *need)
-{
-    int32_t i = r->f->slots[(size_t)s * r->f->num_slots + slot];
-    if (i >= 0) need[(uint32_t)i - r->f->stripes[s].first_stream] = 1;
-}
-
 /* Read the projected streams of stripe s into rbuf (coalesced preads) and
  * point sptr at each; verify checksums. */
 static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
@@ -95,25 +50,7 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
     uint8_t *need = r->sptr.data + (size_t)ns * sizeof(void *);
     r->dec.ptr = ptr;
     r->dec.stripe = s;
-    memset(need, 0, ns);
-    if (!(r->skip & SL_WH_COL_SAMPLE_ID)) want(r, s, 0, need);
-    if (!(r->skip & SL_WH_COL_SESSION_ID)) want(r, s, 1, need);
-    if (!(r->skip & SL_WH_COL_TIMESTAMP)) want(r, s, 2, need);
-    for (uint32_t t = 0; t < r->T; t++)
-        want(r, s, wh_slot_label(f, t), need);
-    for (uint32_t c = 0; c < r->nd; c++)
-        for (uint32_t role = 0; role < 2; role++)
-            want(r, s, wh_slot_feature(f, r->dense_feat[c], role), need);
-    for (uint32_t k = 0; k < r->nk; k++)
-        if (r->key_og[k] < 0)
-            for (uint32_t role = 0; role < 3; role++)
-                want(r, s, wh_slot_feature(f, r->key_feat[k], role), need);
-    for (uint32_t o = 0; o < r->ng; o++) {
-        want(r, s, wh_slot_inverse(f, r->og[o].g), need);
-        for (uint32_t kk = 0; kk < r->og[o].nk; kk++)
-            for (uint32_t role = 0; role < 3; role++)
-                want(r, s, wh_slot_feature(f, r->og[o].feat[kk], role), need);
-    }
+    wh_reader_stripe_need(r, s, need);
     /* Pass 1: the size of the coalesced ranges. Streams of a stripe are
      * contiguous and in file order (checked at open). */
     const wh_stream_t *st = f->streams + sp->first_stream;
@@ -134,7 +71,22 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
     if (!wh_buf_reserve(&r->rbuf, r->a, (size_t)total + 8))
         return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u: read buffer of %llu bytes",
                             f->src.name, s, (unsigned long long)total);
-    /* Pass 2: read each range, point at each stream. */
+    /* Pass 2: read each range, point at each stream. An object's ranges
+     * are gathered and fetched together, in parallel, after the loop,
+     * unless the read-ahead fetched them already (then rbuf is its buffer,
+     * laid out as this pass lays it out). */
+    wh_source_t *src = &r->f->src;
+    sl_store_range_t *rng = NULL;
+    size_t nrng = 0, ahead_reads = 0;
+    uint64_t ahead_bytes = 0;
+    bool taken = false;
+    if (src->obj != NULL) {
+        if (!wh_buf_reserve(&r->ranges, r->a, (size_t)ns * sizeof *rng))
+            return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u", f->src.name, s);
+        rng = (sl_store_range_t *)r->ranges.data;
+        taken = wh_ahead_take(r->ahead, s, &r->rbuf, &ahead_bytes, &ahead_reads) == 1;
+        r->stats.read_ahead += taken;
+    }
     uint64_t at = 0;
     uint32_t j = 0;
     while (j < ns) {
@@ -161,6 +113,11 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
             range = f->src.mem + rstart;
             r->f->src.read_calls++;
             r->f->src.bytes_read += rend - rstart;
+        } else if (rng != NULL) {
+            rng[nrng++] = (sl_store_range_t){
+                .offset = rstart, .len = (size_t)(rend - rstart), .buf = r->rbuf.data + at};
+            range = r->rbuf.data + at;
+            at += rend - rstart;
         } else {
             sl_err_t rc =
                 wh_source_read(&r->f->src, r->rbuf.data + at, (size_t)(rend - rstart), rstart, err);
@@ -171,6 +128,18 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
         r->data_bytes += rend - rstart;
         for (uint32_t k = first; k < j; k++)
             if (need[k]) ptr[k] = range + (st[k].offset - rstart);
+    }
+    if (nrng > 0 && !taken) {
+        sl_err_t rc = sl_store_object_read_many(src->obj, rng, nrng, err);
+        if (rc != SL_OK) {
+            sl_error_prefix(err, "stripe %u: ", s);
+            return rc;
+        }
+    }
+    if (nrng > 0) {
+        src->read_calls += nrng;
+        src->bytes_read += at;
+        wh_reader_read_ahead(r, s);
     }
     if (r->verify)
         for (uint32_t k = 0; k < ns; k++)
@@ -506,6 +475,8 @@ void sl_wh_reader_close(sl_wh_reader_t *r)
         wh_buf_free(bufs[i], a);
     wh_buf_free(&r->ksum, a);
     wh_buf_free(&r->koff, a);
+    wh_ahead_destroy(r->ahead); /* before the file: its fetch reads the object */
+    wh_buf_free(&r->ranges, a);
     for (uint32_t o = 0; r->og != NULL && o < r->ng; o++) {
         wh_buf_free(&r->og[o].len, a);
         wh_buf_free(&r->og[o].vals, a);
@@ -646,7 +617,8 @@ static sl_err_t setup_projection(sl_wh_reader_t *r, const sl_wh_read_opts_t *o, 
     return SL_OK;
 }
 
-static sl_err_t reader_open(const char *path, const void *mem, size_t len, const char *display,
+static sl_err_t reader_open(sl_store_t *store, const sl_store_info_t *known, const char *path,
+                            const void *mem, size_t len, const char *display,
                             const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     *out = NULL;
@@ -659,13 +631,15 @@ static sl_err_t reader_open(const char *path, const void *mem, size_t len, const
     sl_wh_reader_t *r = sl_calloc(a, 1, sizeof *r);
     if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "reader");
     r->a = a;
+    r->last_stripe = UINT32_MAX;
     r->skip = o.skip_columns;
     r->verify = !o.skip_checksums;
     r->dedup_form = o.dedup_form;
     r->gap = o.coalesce_gap == 0                ? DEFAULT_GAP
              : o.coalesce_gap == SL_WH_GAP_NONE ? 0
                                                 : o.coalesce_gap;
-    sl_err_t rc = wh_file_open(path, mem, len, display, &o.limits, a, &r->f, err);
+    sl_err_t rc = store ? wh_file_open_store(store, path, display, known, &o.limits, a, &r->f, err)
+                        : wh_file_open(path, mem, len, display, &o.limits, a, &r->f, err);
     if (rc == SL_OK) rc = setup_projection(r, &o, err);
     r->dec.f = r->f;
     r->dec.a = a;
@@ -686,14 +660,21 @@ sl_err_t sl_wh_reader_open(const char *path, const char *display_name,
                            const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     if (path == NULL) return sl_error_set(err, SL_ERR_INVALID, "reader: no path");
-    return reader_open(path, NULL, 0, display_name, opts, out, err);
+    return reader_open(NULL, NULL, path, NULL, 0, display_name, opts, out, err);
 }
 
 sl_err_t sl_wh_reader_open_mem(const void *data, size_t len, const char *display_name,
                                const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     if (data == NULL && len > 0) return sl_error_set(err, SL_ERR_INVALID, "reader: no data");
-    return reader_open(NULL, data ? data : "", len, display_name, opts, out, err);
+    return reader_open(NULL, NULL, NULL, data ? data : "", len, display_name, opts, out, err);
+}
+
+sl_err_t wh_reader_open_store(sl_store_t *st, const char *key, const char *display_name,
+                              const sl_store_info_t *known, const sl_wh_read_opts_t *opts,
+                              sl_wh_reader_t **out, sl_error_t *err)
+{
+    return reader_open(st, known, key, NULL, 0, display_name, opts, out, err);
 }
 
 const sl_wh_schema_t *sl_wh_reader_schema(const sl_wh_reader_t *r)

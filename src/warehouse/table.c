@@ -9,22 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define MAX_DEPTH 64
-
-typedef struct part {
-    sl_wh_partition_t p;
-    uint32_t cap_files;
-} part_t;
-
-struct sl_wh_table {
-    const sl_allocator_t *a;
-    char *dir;
-    sl_wh_schema_t *schema;
-    sl_arena_t *arena; /* names, key/value arrays */
-    part_t *parts;
-    uint32_t nparts, cap_parts;
-    const char **fscratch; /* file list being built */
-};
+#define MAX_DEPTH WH_TABLE_MAX_DEPTH
 
 /* ---- partition names ---- */
 
@@ -39,8 +24,8 @@ static bool value_ok(const char *v, size_t n)
 }
 
 /* Split "k=v" (n bytes) into key/value; false when malformed. */
-static bool split_kv(const char *s, size_t n, char *key, size_t keycap, const char **val,
-                     size_t *vlen)
+bool wh_table_split_kv(const char *s, size_t n, char *key, size_t keycap, const char **val,
+                       size_t *vlen)
 {
     const char *eq = memchr(s, '=', n);
     if (eq == NULL || (size_t)(eq - s) >= keycap) return false;
@@ -62,7 +47,7 @@ sl_err_t sl_wh_partition_check(const sl_wh_schema_t *s, const char *partition, s
         char key[80];
         const char *val;
         size_t vlen;
-        if (!split_kv(p, n, key, sizeof key, &val, &vlen))
+        if (!wh_table_split_kv(p, n, key, sizeof key, &val, &vlen))
             return sl_error_set(
                 err, SL_ERR_INVALID,
                 "partition '%s': '%.*s' is not KEY=VALUE (KEY [A-Za-z_][A-Za-z0-9_]*, "
@@ -110,6 +95,7 @@ static void join_free(const sl_allocator_t *a, char *p)
 
 sl_err_t sl_wh_table_create(const char *dir, const sl_wh_schema_t *schema, sl_error_t *err)
 {
+    if (sl_store_is_remote(dir)) return wh_table_create_store(dir, schema, err);
     const sl_allocator_t *a = sl_allocator_default();
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return sl_error_set(err, SL_ERR_IO, "create table %s: %s", dir, strerror(errno));
@@ -140,19 +126,19 @@ static int cmp_str(const void *x, const void *y)
     return strcmp(*(const char *const *)x, *(const char *const *)y);
 }
 
-static sl_err_t add_part(sl_wh_table_t *t, const char *rel, uint32_t depth, char **keys,
-                         char **vals, part_t **out, sl_error_t *err)
+sl_err_t wh_table_add_part(sl_wh_table_t *t, const char *rel, uint32_t depth, char **keys,
+                           char **vals, wh_part_t **out, sl_error_t *err)
 {
     if (t->nparts == t->cap_parts) {
         uint32_t cap = t->cap_parts ? t->cap_parts * 2 : 16;
-        part_t *p = sl_alloc(t->a, sl_mul_size(cap, sizeof *p));
+        wh_part_t *p = sl_alloc(t->a, sl_mul_size(cap, sizeof *p));
         if (p == NULL) return sl_error_set(err, SL_ERR_NOMEM, "table %s", t->dir);
         if (t->nparts) memcpy(p, t->parts, (size_t)t->nparts * sizeof *p);
         sl_free(t->a, t->parts, (size_t)t->cap_parts * sizeof *p);
         t->parts = p;
         t->cap_parts = cap;
     }
-    part_t *p = &t->parts[t->nparts];
+    wh_part_t *p = &t->parts[t->nparts];
     memset(p, 0, sizeof *p);
     p->p.name = sl_arena_strdup(t->arena, rel);
     p->p.num_keys = depth;
@@ -173,7 +159,24 @@ static sl_err_t add_part(sl_wh_table_t *t, const char *rel, uint32_t depth, char
     return SL_OK;
 }
 
-static bool has_ext(const char *name)
+sl_err_t wh_table_add_file(sl_wh_table_t *t, wh_part_t *here, const char *sub, sl_error_t *err)
+{
+    const char *copy = sl_arena_strdup(t->arena, sub);
+    if (copy == NULL || (here->p.num_files == here->cap_files && here->cap_files >= (1u << 30)))
+        return sl_error_set(err, SL_ERR_NOMEM, "table %s", t->dir);
+    if (here->p.num_files == here->cap_files) {
+        uint32_t c = here->cap_files ? here->cap_files * 2 : 8;
+        const char **f = sl_arena_alloc(t->arena, (size_t)c * sizeof(char *));
+        if (f == NULL) return sl_error_set(err, SL_ERR_NOMEM, "table %s", t->dir);
+        if (here->p.num_files) memcpy(f, here->p.files, here->p.num_files * sizeof(char *));
+        here->p.files = f;
+        here->cap_files = c;
+    }
+    ((const char **)here->p.files)[here->p.num_files++] = copy;
+    return SL_OK;
+}
+
+bool wh_table_has_ext(const char *name)
 {
     size_t n = strlen(name), e = strlen(SL_WH_FILE_EXT);
     return n > e && strcmp(name + n - e, SL_WH_FILE_EXT) == 0;
@@ -219,7 +222,7 @@ static sl_err_t scan(sl_wh_table_t *t, const char *rel, uint32_t depth, char **k
     closedir(d);
     if (rc == SL_OK) qsort(names, n, sizeof(char *), cmp_str);
     uint32_t nk = sl_wh_schema_num_partition_keys(t->schema);
-    part_t *here = NULL;
+    wh_part_t *here = NULL;
     uint32_t here_index = 0;
     for (uint32_t i = 0; rc == SL_OK && i < n; i++) {
         char *full = join(a, path, names[i]);
@@ -234,7 +237,7 @@ static sl_err_t scan(sl_wh_table_t *t, const char *rel, uint32_t depth, char **k
             char key[80];
             const char *val;
             size_t vlen;
-            if (!split_kv(names[i], strlen(names[i]), key, sizeof key, &val, &vlen))
+            if (!wh_table_split_kv(names[i], strlen(names[i]), key, sizeof key, &val, &vlen))
                 rc = sl_error_set(err, SL_ERR_INVALID,
                                   "table %s: directory '%s' is not a KEY=VALUE partition", t->dir,
                                   sub);
@@ -252,7 +255,7 @@ static sl_err_t scan(sl_wh_table_t *t, const char *rel, uint32_t depth, char **k
                 vals[depth] = (char *)val;
                 rc = scan(t, sub, depth + 1, keys, vals, err);
             }
-        } else if (S_ISREG(st.st_mode) && has_ext(names[i])) {
+        } else if (S_ISREG(st.st_mode) && wh_table_has_ext(names[i])) {
             if (nk > 0 && depth != nk) {
                 rc = sl_error_set(err, SL_ERR_INVALID,
                                   "table %s: data file '%s' is outside a partition of keys '%s'%s",
@@ -260,31 +263,11 @@ static sl_err_t scan(sl_wh_table_t *t, const char *rel, uint32_t depth, char **k
                                   nk > 1 ? ", ..." : "");
             } else {
                 if (here == NULL) {
-                    rc = add_part(t, rel, depth, keys, vals, &here, err);
+                    rc = wh_table_add_part(t, rel, depth, keys, vals, &here, err);
                     here_index = t->nparts - 1;
                 }
                 here = rc == SL_OK ? &t->parts[here_index] : NULL;
-                if (here != NULL) {
-                    const char *copy = sl_arena_strdup(t->arena, sub);
-                    if (copy == NULL ||
-                        (here->p.num_files == here->cap_files && here->cap_files >= (1u << 30))) {
-                        rc = sl_error_set(err, SL_ERR_NOMEM, "table %s", t->dir);
-                    } else {
-                        if (here->p.num_files == here->cap_files) {
-                            uint32_t c = here->cap_files ? here->cap_files * 2 : 8;
-                            const char **f = sl_arena_alloc(t->arena, (size_t)c * sizeof(char *));
-                            if (f == NULL) {
-                                rc = sl_error_set(err, SL_ERR_NOMEM, "table %s", t->dir);
-                            } else {
-                                if (here->p.num_files)
-                                    memcpy(f, here->p.files, here->p.num_files * sizeof(char *));
-                                here->p.files = f;
-                                here->cap_files = c;
-                            }
-                        }
-                        if (rc == SL_OK) ((const char **)here->p.files)[here->p.num_files++] = copy;
-                    }
-                }
+                if (here != NULL) rc = wh_table_add_file(t, here, sub, err);
             }
         }
         /* other files (not *.slc) are not the table's business */
@@ -300,7 +283,7 @@ static sl_err_t scan(sl_wh_table_t *t, const char *rel, uint32_t depth, char **k
 
 static int cmp_part(const void *x, const void *y)
 {
-    return strcmp(((const part_t *)x)->p.name, ((const part_t *)y)->p.name);
+    return strcmp(((const wh_part_t *)x)->p.name, ((const wh_part_t *)y)->p.name);
 }
 
 sl_err_t sl_wh_table_open(const char *dir, const sl_allocator_t *a, sl_wh_table_t **out,
@@ -317,6 +300,12 @@ sl_err_t sl_wh_table_open(const char *dir, const sl_allocator_t *a, sl_wh_table_
     if (t->dir == NULL || t->arena == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "table %s", dir);
         goto fail;
+    }
+    if (sl_store_is_remote(dir)) {
+        if ((rc = wh_table_open_store(t, err)) != SL_OK) goto fail;
+        if (t->nparts > 1) qsort(t->parts, t->nparts, sizeof *t->parts, cmp_part);
+        *out = t;
+        return SL_OK;
     }
     char *path = join(a, dir, SL_WH_SCHEMA_FILE);
     if (path == NULL) {
@@ -345,6 +334,9 @@ void sl_wh_table_close(sl_wh_table_t *t)
     sl_wh_schema_destroy(t->schema);
     sl_arena_destroy(t->arena);
     sl_free(t->a, t->parts, (size_t)t->cap_parts * sizeof *t->parts);
+    sl_store_destroy(t->store);
+    sl_strfree(t->a, t->prefix);
+    sl_free(t->a, t->objs, (size_t)t->cap_objs * sizeof *t->objs);
     sl_strfree(t->a, t->dir);
     sl_free(t->a, t, sizeof *t);
 }
@@ -352,6 +344,10 @@ void sl_wh_table_close(sl_wh_table_t *t)
 const char *sl_wh_table_dir(const sl_wh_table_t *t)
 {
     return t->dir;
+}
+sl_store_t *sl_wh_table_store(const sl_wh_table_t *t)
+{
+    return t->store;
 }
 const sl_wh_schema_t *sl_wh_table_schema(const sl_wh_table_t *t)
 {
@@ -375,11 +371,16 @@ sl_err_t sl_wh_table_writer_open(const sl_wh_table_t *t, const char *partition,
     sl_err_t rc = sl_wh_partition_check(t->schema, partition, err);
     if (rc != SL_OK) return rc;
     if (file_name == NULL || strchr(file_name, '/') != NULL || file_name[0] == '.' ||
-        file_name[0] == '_' || !has_ext(file_name))
+        file_name[0] == '_' || !wh_table_has_ext(file_name))
         return sl_error_set(err, SL_ERR_INVALID,
                             "data file name '%s' must end in " SL_WH_FILE_EXT
                             " and hold no '/' nor start with '.' or '_'",
                             file_name ? file_name : "(null)");
+    if (t->store != NULL)
+        return sl_error_set(err, SL_ERR_UNSUPPORTED,
+                            "table %s: files are written to a table in an object store by "
+                            "`sluice table import`, not in place",
+                            t->dir);
     const sl_allocator_t *a = t->a;
     char *dir = join(a, t->dir, partition);
     if (dir == NULL) return sl_error_set(err, SL_ERR_NOMEM, "writer");
@@ -589,15 +590,34 @@ sl_err_t sl_wh_table_splits(const sl_wh_table_t *t, const sl_wh_filter_t *filter
     res->arena = arena;
     uint32_t cap = 0;
     sl_err_t rc = SL_OK;
+    /* A table in a store opens its files BATCH at a time, their footers
+     * fetched in parallel (one round trip per batch, not per file). */
+    enum { BATCH = 64 };
+    wh_file_t *batch[BATCH] = {0};
+    uint32_t bbase = 0, bn = 0;
     for (uint32_t pi = 0; rc == SL_OK && pi < t->nparts; pi++) {
         const sl_wh_partition_t *p = &t->parts[pi].p;
         if (!sl_wh_filter_match(filter, p)) continue;
+        bbase = bn = 0;
         for (uint32_t fi = 0; rc == SL_OK && fi < p->num_files; fi++) {
-            char *path = join(a, t->dir, p->files[fi]);
             wh_file_t *f = NULL;
-            rc = path ? wh_file_open(path, NULL, 0, p->files[fi], NULL, a, &f, err)
-                      : sl_error_set(err, SL_ERR_NOMEM, "splits");
-            join_free(a, path);
+            if (t->store != NULL) {
+                if (fi >= bbase + bn) {
+                    bbase = fi;
+                    bn = p->num_files - fi < BATCH ? p->num_files - fi : BATCH;
+                    if ((rc = wh_table_open_files(t, bn, p->files + fi, batch, err)) != SL_OK) {
+                        bn = 0;
+                        break;
+                    }
+                }
+                f = batch[fi - bbase];
+                batch[fi - bbase] = NULL;
+            } else {
+                char *path = join(a, t->dir, p->files[fi]);
+                rc = path ? wh_file_open(path, NULL, 0, p->files[fi], NULL, a, &f, err)
+                          : sl_error_set(err, SL_ERR_NOMEM, "splits");
+                join_free(a, path);
+            }
             if (rc != SL_OK) break;
             res->files++;
             /* the strings must outlive the table: copies in the splits' arena */
@@ -640,6 +660,8 @@ sl_err_t sl_wh_table_splits(const sl_wh_table_t *t, const sl_wh_filter_t *filter
             wh_file_close(f);
         }
     }
+    for (uint32_t i = 0; i < BATCH; i++) /* left by a failure */
+        wh_file_close(batch[i]);
     if (rc != SL_OK) {
         sl_arena_destroy(arena);
         return rc;
@@ -659,12 +681,25 @@ sl_err_t sl_wh_reader_open_split(const sl_wh_table_t *t, const sl_wh_split_t *sp
 {
     *out = NULL;
     const sl_allocator_t *a = opts && opts->allocator ? opts->allocator : t->a;
-    char *path = join(a, t->dir, split->path);
+    char *path = t->store ? wh_table_key(t, split->path) : join(a, t->dir, split->path);
     if (path == NULL) return sl_error_set(err, SL_ERR_NOMEM, "split");
     sl_wh_reader_t *r;
-    sl_err_t rc = sl_wh_reader_open(path, split->path, opts, &r, err);
-    join_free(a, path);
+    sl_err_t rc = t->store ? wh_reader_open_store(t->store, path, split->path,
+                                                  wh_table_object(t, split->path), opts, &r, err)
+                           : sl_wh_reader_open(path, split->path, opts, &r, err);
+    join_free(t->store ? t->a : a, path);
     if (rc != SL_OK) return rc;
+    /* A file replaced since the split was planned (an object rewritten in
+     * a store, a file rewritten in place) is refused, never mixed. */
+    if (split->footer_checksum != 0 &&
+        split->footer_checksum != wh_reader_file(r)->footer_checksum) {
+        sl_wh_reader_close(r);
+        return sl_error_set(err, SL_ERR_VERSION,
+                            "%s%s%s: the file was replaced after the job planned its splits (its "
+                            "footer checksum is not the planned %016llx)",
+                            t->store ? t->dir : "", t->store ? "/" : "", split->path,
+                            (unsigned long long)split->footer_checksum);
+    }
     sl_wh_stripe_info_t info;
     if (split->stripe_end > sl_wh_reader_num_stripes(r) ||
         split->stripe_begin >= split->stripe_end ||

@@ -74,6 +74,18 @@ sl_err_t wh_source_read(wh_source_t *src, void *buf, size_t len, uint64_t off, s
                             "%s: read of %zu bytes at %llu past the end (%llu bytes)", src->name,
                             len, (unsigned long long)off, (unsigned long long)src->size);
     src->read_calls++;
+    if (src->obj != NULL) {
+        if (off >= src->tail_off && src->tail != NULL) {
+            if (len > 0) memcpy(buf, src->tail + (off - src->tail_off), len);
+        } else if (src->head != NULL && off + len <= src->head_len) {
+            if (len > 0) memcpy(buf, src->head + off, len);
+        } else {
+            sl_err_t rc = sl_store_object_read_at(src->obj, off, len, buf, err);
+            if (rc != SL_OK) return rc;
+        }
+        src->bytes_read += len;
+        return SL_OK;
+    }
     if (src->fd < 0) {
         if (len > 0) memcpy(buf, src->mem + off, len);
         src->bytes_read += len;

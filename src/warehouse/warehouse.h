@@ -407,6 +407,11 @@ sl_err_t sl_wh_table_open(const char *dir, const sl_allocator_t *a, sl_wh_table_
 void sl_wh_table_close(sl_wh_table_t *t);
 
 const char *sl_wh_table_dir(const sl_wh_table_t *t);
+/* The object store a table at an s3:// URL is read through (its counters:
+ * sl_store_stats, sl_store_prom), NULL for a table directory; borrowed
+ * until sl_wh_table_close. */
+struct sl_store;
+struct sl_store *sl_wh_table_store(const sl_wh_table_t *t);
 const sl_wh_schema_t *sl_wh_table_schema(const sl_wh_table_t *t);
 /* Partitions in name order (borrowed from t). */
 uint32_t sl_wh_table_num_partitions(const sl_wh_table_t *t);
@@ -498,6 +503,7 @@ typedef struct sl_wh_read_stats {
     uint64_t streams;        /* streams decoded */
     uint64_t decoded_bytes;  /* bytes of the output tensors filled */
     uint64_t mapping_faults; /* SIGBUS caught reading the mapped file (then read with pread) */
+    uint64_t read_ahead;     /* stripes of an object fetched ahead, while the one before was read */
 } sl_wh_read_stats_t;
 
 typedef struct sl_wh_stripe_info {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/mem.h"
+#include "store/store.h"
 #include "warehouse.h"
 #include "warehouse.pb-c.h"
 
@@ -38,11 +39,22 @@ void wh_buf_free(wh_buf_t *b, const sl_allocator_t *a);
 /* ---- byte source ---- */
 
 typedef struct wh_source {
-    int fd;             /* -1 for memory */
+    int fd;             /* -1 for memory or an object */
     const uint8_t *mem; /* memory source, or the file mapped (map_len > 0) */
     size_t map_len;     /* bytes mapped (owned), 0 when not mapped */
     uint64_t size;
-    char *name;          /* display name (owned) */
+    char *name; /* display name (owned) */
+    /* An object of a store (owned), pinned at its ETag, or NULL; store is
+     * the store it is of when this source opened it from a URL (owned),
+     * NULL when it is borrowed (a table's). */
+    sl_store_object_t *obj;
+    sl_store_t *store;
+    /* What the open fetched of obj in one parallel request: the header
+     * and the last bytes (trailer and, mostly, footer), so opening a file
+     * costs one round trip, not three. */
+    uint8_t *head, *tail; /* owned */
+    size_t head_len, tail_len;
+    uint64_t tail_off;
     uint64_t read_calls; /* statistics */
     uint64_t bytes_read;
 } wh_source_t;
@@ -68,7 +80,8 @@ sl_err_t wh_mapguard_run(const void *lo, size_t len, wh_guarded_fn fn, void *arg
                          sl_error_t *err);
 
 /* Read len bytes at off. SL_ERR_TRUNCATED when the source ends first,
- * SL_ERR_IO on a failed pread (message names the file). */
+ * SL_ERR_IO on a failed pread (message names the file); an object's errors
+ * are the store's (SL_ERR_VERSION: replaced since it was opened). */
 sl_err_t wh_source_read(wh_source_t *src, void *buf, size_t len, uint64_t off, sl_error_t *err);
 
 /* ---- the opened data file ---- */
@@ -150,13 +163,111 @@ static inline const wh_stream_t *wh_slot_stream(const wh_file_t *f, uint32_t s, 
     return i < 0 ? NULL : &f->streams[i];
 }
 
-/* Open path (fd >= 0) or memory (mem != NULL), check header, trailer and
- * footer, index the streams. display_name names the file in messages.
- * Caller owns *out, free with wh_file_close. */
+/* Open path (fd >= 0; an s3:// URL opens a store of its own) or memory
+ * (mem != NULL), check header, trailer and footer, index the streams.
+ * display_name names the file in messages. Caller owns *out, free with
+ * wh_file_close. */
 sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char *display_name,
                       const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
                       sl_error_t *err);
+/* The same for the object key of st (borrowed: st must outlive the file),
+ * pinned at known (its size and ETag from a listing) or, NULL, at what a
+ * HEAD finds now: a later read of an object replaced since fails with
+ * SL_ERR_VERSION naming it. Its header and last 256 KiB come in one
+ * parallel request. */
+sl_err_t wh_file_open_store(sl_store_t *st, const char *key, const char *display_name,
+                            const sl_store_info_t *known, const sl_wh_limits_t *limits,
+                            const sl_allocator_t *a, wh_file_t **out, sl_error_t *err);
+/* n of them at once (names, known: NULL or [n]): every header and tail in
+ * one sl_store_read_many, so planning a table of many files costs about
+ * one round trip, not one per file. All or none: on failure every out[i]
+ * is NULL. */
+sl_err_t wh_files_open_store(sl_store_t *st, uint32_t n, const char *const *keys,
+                             const char *const *names, const sl_store_info_t *const *known,
+                             const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
+                             sl_error_t *err);
 void wh_file_close(wh_file_t *f);
+
+/* ---- read-ahead of an object's stripes (reader_ahead.c) ---- */
+
+/* A helper thread that fetches the next stripe's ranges while the reader
+ * decodes the current one. Memory: one more stripe's projected bytes. */
+typedef struct wh_ahead wh_ahead_t;
+/* NULL when out of memory or threads. */
+wh_ahead_t *wh_ahead_new(const sl_allocator_t *a);
+/* Waits for a fetch in flight; h may be NULL. */
+void wh_ahead_destroy(wh_ahead_t *h);
+/* Queue the fetch of stripe's ranges rng[n] of obj, bytes in all; each
+ * range's buf is its offset in the stripe's read buffer (the layout the
+ * reader's fetch gives it). Waits for a fetch in flight first.
+ * @return false when out of memory (nothing queued). */
+bool wh_ahead_start(wh_ahead_t *h, sl_store_object_t *obj, uint32_t stripe,
+                    const sl_store_range_t *rng, size_t n, uint64_t bytes);
+/* When the last fetch was stripe's and succeeded: swap its buffer with
+ * *rbuf, its bytes and ranges into *bytes and *reads, @return 1. Else
+ * (none, another stripe, a failure: dropped) @return 0. Waits for a
+ * fetch in flight; h may be NULL. */
+int wh_ahead_take(wh_ahead_t *h, uint32_t stripe, wh_buf_t *rbuf, uint64_t *bytes, size_t *reads);
+
+/* ---- tables (table.c; their objects in a store: table_store.c) ---- */
+
+#define WH_TABLE_MAX_DEPTH 64
+
+typedef struct wh_part {
+    sl_wh_partition_t p;
+    uint32_t cap_files;
+} wh_part_t;
+
+typedef struct wh_table_obj {
+    const char *rel; /* in the table's arena */
+    sl_store_info_t info;
+} wh_table_obj_t;
+
+struct sl_wh_table {
+    const sl_allocator_t *a;
+    char *dir; /* as given: a directory or "s3://bucket/prefix" */
+    sl_wh_schema_t *schema;
+    sl_arena_t *arena; /* names, key/value arrays */
+    wh_part_t *parts;
+    uint32_t nparts, cap_parts;
+    /* A table in an object store: the store (owned) and the prefix of its
+     * keys ("" or "dir/sub/", ending in '/'); NULL for a directory. */
+    sl_store_t *store;
+    char *prefix;
+    wh_table_obj_t *objs; /* the data files' objects as listed, by rel (sorted) */
+    uint32_t nobjs, cap_objs;
+};
+
+/* Split "k=v" (n bytes) into key/value; false when malformed. */
+bool wh_table_split_kv(const char *s, size_t n, char *key, size_t keycap, const char **val,
+                       size_t *vlen);
+/* Whether name ends in the data file extension. */
+bool wh_table_has_ext(const char *name);
+/* Append a partition (rel: its path, keys/vals: depth pairs) to t. */
+sl_err_t wh_table_add_part(sl_wh_table_t *t, const char *rel, uint32_t depth, char **keys,
+                           char **vals, wh_part_t **out, sl_error_t *err);
+/* Append the data file sub (relative to the table) to a partition. */
+sl_err_t wh_table_add_file(sl_wh_table_t *t, wh_part_t *here, const char *sub, sl_error_t *err);
+/* Open t->store at the URL t->dir, load the schema and list the objects
+ * into partitions (table_store.c). */
+sl_err_t wh_table_open_store(sl_wh_table_t *t, sl_error_t *err);
+/* Create a table in an object store: its _schema, unless one equal to
+ * schema is there already (another is SL_ERR_INVALID). */
+sl_err_t wh_table_create_store(const char *url, const sl_wh_schema_t *schema, sl_error_t *err);
+/* The key of the table's file rel (caller owns, sl_strfree with t->a). */
+char *wh_table_key(const sl_wh_table_t *t, const char *rel);
+/* The size and ETag the listing found for the data file rel, or NULL. */
+const sl_store_info_t *wh_table_object(const sl_wh_table_t *t, const char *rel);
+/* Open the data files rels[n] of a table in a store at once, pinned at
+ * what the listing found (wh_files_open_store). */
+sl_err_t wh_table_open_files(const sl_wh_table_t *t, uint32_t n, const char *const *rels,
+                             wh_file_t **out, sl_error_t *err);
+
+/* sl_wh_reader_open of the object key of st (borrowed: st must outlive the
+ * reader), pinned at its ETag as wh_file_open_store. */
+sl_err_t wh_reader_open_store(sl_store_t *st, const char *key, const char *display_name,
+                              const sl_store_info_t *known, const sl_wh_read_opts_t *opts,
+                              sl_wh_reader_t **out, sl_error_t *err);
 
 /* ---- bit packing (version 2 encodings, docs/FORMAT.md section 3) ---- */
 

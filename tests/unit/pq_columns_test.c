@@ -387,9 +387,9 @@ Test(pq_columns, import_equals_row_path)
     cr_assert_eq(sl_wh_schema_num_sparse(schema), 6);
     sl_wh_row_buf_t *buf = sl_wh_row_buf_new(schema, NULL);
     prows_t want = {.r = calloc(300, sizeof(prow_t))};
-    cr_assert_eq(
-        imp_pq_read_slots(p, NULL, fixture, 0, UINT32_MAX, 0, 0, buf, row_path_row, &want, &err),
-        SL_OK, "%s", err.msg);
+    cr_assert_eq(imp_pq_read_slots(p, NULL, fixture, NULL, 0, UINT32_MAX, 0, 0, buf, row_path_row,
+                                   &want, &err),
+                 SL_OK, "%s", err.msg);
     cr_assert_eq(want.n, 299);
     cr_assert_eq(want.bad_line, 78);
     /* the import, columnar */

@@ -672,7 +672,19 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
         *job_id = sl_strdup(m->a, job->id);
         if (*job_id == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "job id");
     }
-out:
+out:;
+    sl_store_t *planned = table != NULL ? sl_wh_table_store(table)
+                          : ds != NULL  ? sl_wh_pqds_store(ds)
+                                        : NULL;
+    if (planned != NULL) {
+        sl_store_stats_t ss;
+        sl_store_stats(planned, &ss);
+        ss.inflight_bytes = 0; /* the store closes here */
+        sl_mutex_lock(&m->mu);
+        sl_store_stats_add(&m->store, &ss);
+        m->has_store = true;
+        sl_mutex_unlock(&m->mu);
+    }
     mp_kafka_stream_free(&stream);
     sl_wh_splits_destroy(splits);
     sl_wh_filter_destroy(filter);

@@ -19,6 +19,7 @@
 #include "dpp/master/state.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
+#include "store/store.h"
 
 #define MP_ID_MAX 256
 /* Jobs a shared pass leases along with the one asked for (Lease.shared). */
@@ -163,6 +164,10 @@ struct sl_master {
     uint64_t ids_in_use;   /* registrations refused: the worker id has another live process */
     sl_master_executor_stats_t exec; /* the local executor's last report */
     bool has_exec;
+    /* requests to object stores, summed over the stores of the jobs the
+     * master planned (a store lives as long as one planning) */
+    sl_store_stats_t store;
+    bool has_store;
     /* admission (guard.c) */
     char *secret; /* the cluster secret (owned), NULL: no handshake */
     uint64_t auth_failures, handshake_timeouts, idle_closed, evicted, refused;

@@ -164,6 +164,7 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_prom_family(&p, "sluice_master_memory_bytes", "gauge", "Resident memory of the master.");
     sl_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
     executor_metrics(m, &p);
+    if (m->has_store) sl_store_prom_stats(&m->store, &p, NULL);
     /* Per-job families: Prometheus wants each family's samples right after
      * its TYPE line, so gather the jobs' figures first, then emit by family. */
     enum {

@@ -40,6 +40,7 @@
 #include "common/mem.h"
 #include "dpp/pipeline/ops.h"
 #include "dpp/pipeline/plan.h"
+#include "store/store.h"
 
 /* Field tags: one per kind of value, so that a string can never be read as
  * the number that would follow it. */
@@ -183,6 +184,22 @@ static sl_err_t put_op(XXH3_state_t *h, const sl_pipeline_job_t *job, const sl_p
     return SL_OK;
 }
 
+/* The name of a table or dataset in a fingerprint: a path's real path
+ * (one directory, however it is spelled), or an s3:// URL as given without
+ * trailing '/' (a store has no links; its objects' versions are in the
+ * splits' footer checksums). NULL when a path cannot be resolved. */
+static const char *source_name(const char *src, char *out)
+{
+    if (!sl_store_is_remote(src)) return realpath(src, out);
+    size_t n = strlen(src);
+    while (n > 5 && src[n - 1] == '/')
+        n--;
+    if (n >= PATH_MAX) return NULL;
+    memcpy(out, src, n);
+    out[n] = '\0';
+    return out;
+}
+
 static sl_err_t put_source(XXH3_state_t *h, const sl_pipeline_job_t *job,
                            const sl_wh_splits_t *splits, sl_error_t *err)
 {
@@ -228,7 +245,7 @@ static sl_err_t put_source(XXH3_state_t *h, const sl_pipeline_job_t *job,
         /* the dataset's real path, its mapping as given, then its splits
          * (each file's footer summed into footer_checksum) */
         section(h, "parquet");
-        if (realpath(job->parquet, real) == NULL)
+        if (source_name(job->parquet, real) == NULL)
             return sl_error_set(err, SL_ERR_NOT_FOUND, "$.source.parquet: '%s': cannot resolve it",
                                 job->parquet);
         put_str(h, real);
@@ -236,7 +253,7 @@ static sl_err_t put_source(XXH3_state_t *h, const sl_pipeline_job_t *job,
         put_u64(h, job->split_rows);
     } else {
         section(h, "table");
-        if (realpath(job->table, real) == NULL)
+        if (source_name(job->table, real) == NULL)
             return sl_error_set(err, SL_ERR_NOT_FOUND, "$.source.table: '%s': cannot resolve it",
                                 job->table);
         put_str(h, real);

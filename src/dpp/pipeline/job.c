@@ -551,7 +551,8 @@ static const dpp_field_t source_fields[] = {
      .type = FIELD_STRING,
      AT(table),
      .def_doc = "**required** unless `kafka` or `parquet`",
-     .doc = "table directory"},
+     .doc = "table directory, or `s3://BUCKET/PREFIX` for a table in an S3-compatible store "
+            "(docs/STORAGE.md)"},
     OBJECT_KEY("kafka", kafka, false, "none",
                "read Kafka topics instead of a table (docs/KAFKA.md): give one of `table`, "
                "`kafka`, `parquet`"),
@@ -562,7 +563,8 @@ static const dpp_field_t source_fields[] = {
      .def_doc = "none",
      .doc = "read a Parquet dataset in place instead of a table (docs/PARQUET.md, \"As a job "
             "source\"): one `.parquet` file, or a directory of them, Hive partition folders "
-            "`key=value/` included; a split is a row group"},
+            "`key=value/` included, or the same at `s3://BUCKET/PREFIX` (docs/STORAGE.md); a "
+            "split is a row group"},
     {.name = "columns",
      .type = FIELD_CUSTOM,
      .parse = parse_pq_columns,

@@ -12,6 +12,7 @@
 #include "common/mem.h"
 #include "common/prom.h"
 #include "dpp/admin/ui.h"
+#include "store/store.h"
 
 typedef struct wadmin {
     sl_mutex_t mu;  /* held while a handler reads through w: set waits for it */
@@ -51,6 +52,7 @@ static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t
     sl_prom_label(jl, sizeof jl, "job", sl_worker_job_id(w));
     counter(pp, jl, "sluice_worker_rows_read_total", "Rows read from the table.",
             (double)st.rows_read);
+    if (sl_worker_store(w) != NULL) sl_store_prom(sl_worker_store(w), pp, jl);
     counter(pp, jl, "sluice_worker_rows_kept_total", "Rows the filters kept.",
             (double)st.rows_kept);
     counter(pp, jl, "sluice_worker_kafka_records_total", "Kafka records consumed (a Kafka job).",

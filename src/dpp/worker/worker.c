@@ -374,8 +374,10 @@ static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job,
     sl_wh_splits_t *splits = NULL;
     sl_err_t rc = sl_wh_pqds_open(job->parquet, job->parquet_columns, job->partitions, a,
                                   add_problem, problems, &ds, err);
-    if (rc == SL_OK)
+    if (rc == SL_OK) {
+        w->pq_store = sl_wh_pqds_store(ds);
         rc = sl_pipeline_plan_new(job, sl_wh_pqds_mapping(ds)->schema, &w->plan, problems, err);
+    }
     if (rc == SL_OK && !w->source.next) {
         sl_pipeline_range_t jr[16];
         sl_wh_pqds_range_t ranges[16];
@@ -393,14 +395,17 @@ static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job,
                                             &w->source, err);
     }
     if (rc != SL_OK) {
+        w->pq_store = NULL;
         sl_wh_splits_destroy(splits);
         sl_wh_pqds_destroy(ds);
         return rc;
     }
     uint32_t nf = 0;
     const char *const *features = sl_pipeline_plan_read_features(w->plan, &nf);
-    return sl_worker_source_parquet_new(ds, splits, job->batch_size, features, nf, a, &w->source,
-                                        err);
+    rc =
+        sl_worker_source_parquet_new(ds, splits, job->batch_size, features, nf, a, &w->source, err);
+    if (rc != SL_OK) w->pq_store = NULL; /* ds went with the source */
+    return rc;
 }
 
 static uint64_t fnv1a(const char *s)
@@ -794,6 +799,11 @@ const char *sl_worker_id(const sl_worker_t *w)
 const char *sl_worker_job_id(const sl_worker_t *w)
 {
     return w->o.job_id ? w->o.job_id : w->job->id ? w->job->id : "job";
+}
+
+struct sl_store *sl_worker_store(const sl_worker_t *w)
+{
+    return w->table ? sl_wh_table_store(w->table) : w->pq_store;
 }
 
 void sl_worker_destroy(sl_worker_t *w)

@@ -211,6 +211,11 @@ void sl_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg);
 const char *sl_worker_id(const sl_worker_t *w);
 const char *sl_worker_job_id(const sl_worker_t *w);
 
+/* The object store the worker's table or Parquet dataset is read through
+ * (its counters for /metrics), NULL for a path or a Kafka job.
+ * Borrowed until destroy; its counters may be read from any thread. */
+struct sl_store *sl_worker_store(const sl_worker_t *w);
+
 /* Stops (if needed) and frees; w may be NULL. */
 void sl_worker_destroy(sl_worker_t *w);
 

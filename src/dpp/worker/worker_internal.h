@@ -38,6 +38,7 @@ struct sl_worker {
     sl_worker_opts_t o;
     char worker_id[64];
     sl_wh_table_t *table;
+    struct sl_store *pq_store; /* a Parquet dataset's in a store (its source owns it), or NULL */
     sl_wh_filter_t *filter;
     sl_wh_splits_t *splits;
     sl_pipeline_plan_t *plan;

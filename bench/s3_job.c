@@ -1,0 +1,248 @@
+/* A worker running the same job on the same criteo table from an S3
+ * server and from local disk, in the same run, alternating: samples/s of a
+ * trainer that only counts, time from the worker's start (the job planned:
+ * the listing, every footer) to the first batch, and the store's requests
+ * per split and bytes fetched per byte of the table. The server is the
+ * s3proxy of `ops/s3proxy start --dir DIR`; the table is generated here
+ * (seeded) and uploaded into bucket bench-s3job. Figures only.
+ *
+ * usage: bench_s3_job --dir DIR [--rows N (1000000)] [--files F (4)]
+ *                     [--stripe-rows R (16384)] [--threads T (2)] [--reps K (3)]
+ *                     [--features LIST (all; e.g. I1,C1: a projection)] */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "dpp/pipeline/job.h"
+#include "dpp/worker/worker.h"
+#include "sluice/trainer.h"
+#include "store/store.h"
+
+static const char *root;
+static sl_store_t *up;
+
+static int upload_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag != FTW_F) return 0;
+    char key[1024];
+    snprintf(key, sizeof key, "criteo/%s", path + strlen(root) + 1);
+    sl_error_t e = {0};
+    if (sl_store_put_file(up, key, path, &e) != SL_OK) {
+        fprintf(stderr, "bench_s3_job: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static void load_env(const char *dir)
+{
+    char path[600], line[512];
+    snprintf(path, sizeof path, "%s/env", dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "bench_s3_job: %s: %s (start it: ops/s3proxy start --dir %s)\n", path,
+                strerror(errno), dir);
+        exit(1);
+    }
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char *eq = strchr(line, '=');
+        if (eq == NULL) continue;
+        *eq = '\0';
+        setenv(line, eq + 1, 1);
+    }
+    fclose(f);
+    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+}
+
+/* CPU seconds (user + system) of the process in DIR/s3proxy.pid so far;
+ * -1 when it cannot be read. */
+static double proxy_cpu(const char *dir)
+{
+    char path[700], buf[1024];
+    snprintf(path, sizeof path, "%s/s3proxy.pid", dir);
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f == NULL) return -1;
+    if (fscanf(f, "%d", &pid) != 1) pid = 0;
+    fclose(f);
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    if (pid <= 0 || (f = fopen(path, "r")) == NULL) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+    unsigned long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+typedef struct run {
+    double first, total; /* seconds from the worker's start */
+    uint64_t samples, splits;
+    sl_store_stats_t store;
+    bool has_store;
+} run_t;
+
+static int run_job(const char *table, const char *features, uint32_t threads, run_t *r)
+{
+    char spec[2048];
+    char feat[1200] = "";
+    if (features != NULL && *features) {
+        char list[1100] = "";
+        size_t n = 0;
+        for (const char *c = features; *c && n + 8 < sizeof list;) {
+            const char *e = strchr(c, ',');
+            size_t len = e ? (size_t)(e - c) : strlen(c);
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%.*s\"", n ? "," : "", (int)len,
+                                  c);
+            c = e ? e + 1 : c + len;
+        }
+        snprintf(feat, sizeof feat, ",\"features\":[%s]", list);
+    }
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"bench-s3\",\"source\":{\"table\":\"%s\"%s},\"batch\":{\"size\":4096}}",
+             table, feat);
+    sl_pipeline_job_t *job = NULL;
+    sl_pipeline_problems_t p = {0};
+    sl_error_t err = {0};
+    sl_worker_t *w = NULL;
+    sl_trainer_t *t = NULL;
+    int status = 1;
+    memset(r, 0, sizeof *r);
+    double t0 = bench_now();
+    if (sl_pipeline_job_parse(spec, strlen(spec), &job, &p, &err) != SL_OK) goto done;
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = threads;
+    if (sl_worker_start(job, &o, &w, &p, &err) != SL_OK) goto done;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
+    sl_trainer_opts_t to = sl_trainer_opts_default();
+    to.address = addr;
+    if (sl_trainer_connect(&to, &t, &err) != SL_OK) goto done;
+    sl_batch_t *b;
+    sl_err_t rc;
+    while ((rc = sl_trainer_next(t, 600 * 1000, &b, &err)) == SL_OK) {
+        if (r->samples == 0) r->first = bench_now() - t0;
+        r->samples += b->batch_size;
+        sl_trainer_release(t, b);
+    }
+    if (rc != SL_ERR_CLOSED) goto done;
+    r->total = bench_now() - t0;
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    r->splits = st.splits;
+    if (sl_worker_store(w) != NULL) {
+        sl_store_stats(sl_worker_store(w), &r->store);
+        r->has_store = true;
+    }
+    status = 0;
+done:
+    if (status) fprintf(stderr, "bench_s3_job: %s: %s\n", table, err.msg);
+    sl_trainer_close(t);
+    sl_worker_destroy(w);
+    sl_pipeline_problems_free(&p);
+    sl_pipeline_job_destroy(job);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL, *features = NULL;
+    uint64_t rows = 1000000;
+    uint32_t files = 4, stripe_rows = 16384, threads = 2, reps = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(argv[i], "--dir") == 0 && v)
+            dir = argv[++i];
+        else if (strcmp(argv[i], "--rows") == 0 && v)
+            rows = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--files") == 0 && v)
+            files = (uint32_t)atoi(argv[++i]);
+        else if (strcmp(argv[i], "--stripe-rows") == 0 && v)
+            stripe_rows = (uint32_t)atoi(argv[++i]);
+        else if (strcmp(argv[i], "--threads") == 0 && v)
+            threads = (uint32_t)atoi(argv[++i]);
+        else if (strcmp(argv[i], "--reps") == 0 && v)
+            reps = (uint32_t)atoi(argv[++i]);
+        else if (strcmp(argv[i], "--features") == 0 && v)
+            features = argv[++i];
+        else {
+            fprintf(stderr,
+                    "usage: bench_s3_job --dir DIR [--rows N] [--files F] [--stripe-rows R] "
+                    "[--threads T] [--reps K] [--features LIST]\n");
+            return 2;
+        }
+    }
+    if (dir == NULL || rows == 0 || files == 0 || stripe_rows == 0 || threads == 0 || reps == 0) {
+        fprintf(stderr, "bench_s3_job: --dir DIR is required (ops/s3proxy start --dir DIR)\n");
+        return 2;
+    }
+    load_env(dir);
+    char local[700], bucket[700];
+    snprintf(local, sizeof local, "%s/bench-s3job-local", dir);
+    snprintf(bucket, sizeof bucket, "%s/data/bench-s3job", dir);
+    mkdir(bucket, 0755);
+    struct stat sb;
+    char schema[800];
+    snprintf(schema, sizeof schema, "%s/_schema", local);
+    if (stat(schema, &sb) != 0 && bench_gen_criteo(local, rows, files, stripe_rows, "bench_s3_job"))
+        return 1;
+    sl_error_t e = {0};
+    if (sl_store_open_url("s3://bench-s3job", NULL, &up, NULL, &e) != SL_OK) {
+        fprintf(stderr, "bench_s3_job: %s\n", e.msg);
+        return 1;
+    }
+    root = local;
+    double u0 = bench_now();
+    if (nftw(local, upload_one, 16, FTW_PHYS) != 0) return 1;
+    double upload_s = bench_now() - u0;
+    sl_store_stats_t ust;
+    sl_store_stats(up, &ust);
+    sl_store_destroy(up);
+    printf("bench_s3_job: criteo, %llu rows in %u files, stripes of %u rows, %.1f MiB; worker "
+           "threads %u; features %s; uploaded in %.2f s\n",
+           (unsigned long long)rows, files, stripe_rows, (double)ust.bytes_written / 1048576.0,
+           threads, features ? features : "all", upload_s);
+    double best[2] = {0, 0}, first[2] = {1e9, 1e9};
+    run_t last_s3 = {0};
+    for (uint32_t k = 0; k < reps; k++)
+        for (int s3 = 0; s3 < 2; s3++) {
+            run_t r;
+            double c0 = bench_cpu_seconds(), p0 = proxy_cpu(dir);
+            if (run_job(s3 ? "s3://bench-s3job/criteo" : local, features, threads, &r)) return 1;
+            double cpu = bench_cpu_seconds() - c0, pcpu = proxy_cpu(dir) - p0;
+            double rate = (double)r.samples / r.total;
+            printf("  rep %u %-5s %10.0f samples/s  first batch %6.1f ms  %llu samples  CPU: "
+                   "sluice %.2f s, s3proxy %.2f s in %.2f s\n",
+                   k + 1, s3 ? "s3" : "local", rate, r.first * 1e3, (unsigned long long)r.samples,
+                   cpu, p0 < 0 ? 0.0 : pcpu, r.total);
+            if (rate > best[s3]) best[s3] = rate;
+            if (r.first < first[s3]) first[s3] = r.first;
+            if (s3) last_s3 = r;
+        }
+    printf("best of %u: local %.0f samples/s, s3 %.0f samples/s, s3 / local %.2f\n", reps, best[0],
+           best[1], best[1] / best[0]);
+    printf("time to first batch (best): local %.1f ms, s3 %.1f ms\n", first[0] * 1e3,
+           first[1] * 1e3);
+    if (last_s3.has_store)
+        printf("s3 store: %llu requests for %llu splits (%.2f per split, the listing and the "
+               "footers included), %.1f MiB fetched for %.1f MiB of table (%.3f bytes per byte), "
+               "%llu retries\n",
+               (unsigned long long)last_s3.store.requests, (unsigned long long)last_s3.splits,
+               (double)last_s3.store.requests / (double)(last_s3.splits ? last_s3.splits : 1),
+               (double)last_s3.store.bytes_read / 1048576.0, (double)ust.bytes_written / 1048576.0,
+               (double)last_s3.store.bytes_read / (double)ust.bytes_written,
+               (unsigned long long)last_s3.store.retries);
+    return 0;
+}

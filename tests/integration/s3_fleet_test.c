@@ -1,0 +1,165 @@
+/* A fleet whose table is only in an S3 store (the s3proxy of the ctest
+ * fixture s3, s3_util.h): a `sluice master`, `sluice worker --master`
+ * processes of the local executor and two trainer clients in master mode
+ * (fleet_util.h), the master and the workers reading s3://BUCKET/tbl with
+ * the credentials of their environment. Exactly once per epoch over two
+ * epochs while random workers are killed with SIGKILL, and while the
+ * master is killed with SIGKILL and restarted on its state. Randomised by
+ * the test seed (SLUICE_TEST_SEED replays a run). */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+
+#include "fleet_util.h"
+#include "s3_util.h"
+#include "store/store.h"
+
+#define ROWS 40000u
+#define EPOCHS 2u
+
+static const char *up_root;
+static sl_store_t *up_store;
+
+static int up_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag != FTW_F) return 0;
+    char key[1024];
+    snprintf(key, sizeof key, "tbl/%s", path + strlen(up_root) + 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_put_file(up_store, key, path, &err), SL_OK, "%s", err.msg);
+    return 0;
+}
+
+typedef struct fleet {
+    fu_master_t m;
+    sl_master_executor_t *ex;
+    char *job;
+    atomic_uint *seen;
+    fu_client_t c[2];
+    pthread_t th[2];
+} fleet_t;
+
+/* A table of ROWS rows (40 splits of 1000) generated here, uploaded to a
+ * fresh bucket, and a job on s3://BUCKET/tbl run by `workers` workers. */
+static void fleet_up(fleet_t *f, const char *id, uint32_t workers, uint32_t delay_us)
+{
+    su_env();
+    char b[64], table[300], url[200], spec[1024];
+    su_bucket(id, b, sizeof b);
+    fu_gen(ROWS, 1000, 2, table, sizeof table);
+    snprintf(url, sizeof url, "s3://%s", b);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &up_store, NULL, &err), SL_OK, "%s", err.msg);
+    up_root = table;
+    cr_assert_eq(nftw(table, up_one, 16, FTW_PHYS), 0);
+    sl_store_destroy(up_store);
+    /* nothing of the table on disk: the fleet can only read the store */
+    cr_assert_eq(nftw(table, fu_rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+    f->m = (fu_master_t){.lease_timeout_ms = 1000};
+    fu_master_start(&f->m);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"%s\",\"source\":{\"table\":\"s3://%s/tbl\"},"
+             "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":11}}}",
+             id, b, EPOCHS);
+    f->job = fu_submit(&f->m, spec, 2, "dynamic", workers, workers, NULL);
+    f->ex = fu_executor(&f->m, 1);
+    cr_assert_eq(sl_master_executor_scale(f->ex, f->job, workers, NULL, NULL, &err), SL_OK, "%s",
+                 err.msg);
+    f->seen = calloc(EPOCHS * ROWS, sizeof *f->seen);
+    fu_client_t proto = {.master = f->m.ctl,
+                         .job = f->job,
+                         .world_size = 2,
+                         .rows = ROWS,
+                         .epochs = EPOCHS,
+                         .seen = f->seen,
+                         .delay_us = delay_us};
+    fu_clients_start(f->c, f->th, 2, &proto);
+}
+
+static void fleet_join(fleet_t *f)
+{
+    fu_clients_join(f->c, f->th, 2);
+    cr_assert_eq(f->c[0].samples + f->c[1].samples, EPOCHS * ROWS, "delivered %llu + %llu samples",
+                 (unsigned long long)f->c[0].samples, (unsigned long long)f->c[1].samples);
+    fu_assert_once_per_epoch(f->seen, ROWS, EPOCHS);
+    cr_assert(fu_job_finished(&f->m, f->job));
+}
+
+static void fleet_down(fleet_t *f)
+{
+    fu_executor_destroy(f->ex);
+    fu_master_stop(&f->m, SIGTERM);
+    free(f->seen);
+    free(f->job);
+}
+
+static bool clients_done(const fleet_t *f)
+{
+    return atomic_load(&f->c[0].finished) || atomic_load(&f->c[1].finished);
+}
+
+static void rescale(fleet_t *f, uint32_t workers)
+{
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_executor_scale(f->ex, f->job, workers, NULL, NULL, &err), SL_OK, "%s",
+                 err.msg);
+}
+
+TestSuite(s3_fleet, .init = fu_setup, .fini = fu_teardown);
+
+Test(s3_fleet, kill_9_workers_of_an_s3_job_exactly_once_over_two_epochs)
+{
+    uint64_t rng = tu_seed("s3_fleet.kill_9_workers");
+    fleet_t f;
+    fleet_up(&f, "s3kill", 3, 25000);
+    uint32_t kills = 0;
+    double deadline = fu_now() + tu_timeout(90);
+    while (!fu_job_finished(&f.m, f.job) && !clients_done(&f)) {
+        cr_assert(fu_now() < deadline, "the job did not finish in time; see %s", fu_dir);
+        usleep((useconds_t)(500000 + tu_below(&rng, 700000)));
+        if (kills < 3 && !fu_job_finished(&f.m, f.job)) {
+            sl_master_executor_worker_t w[8];
+            uint32_t n = sl_master_executor_list(f.ex, f.job, w, 8);
+            if (n > 0) {
+                cr_assert_eq(kill(w[tu_below(&rng, n < 8 ? n : 8)].pid, SIGKILL), 0);
+                kills++;
+                usleep(50 * 1000);
+            }
+        }
+        rescale(&f, 3);
+    }
+    fleet_join(&f);
+    cr_assert_geq(kills, 2, "only %u workers were killed mid-job: the job was too short", kills);
+    fleet_down(&f);
+}
+
+Test(s3_fleet, kill_9_the_master_of_an_s3_job_and_restart_it)
+{
+    uint64_t rng = tu_seed("s3_fleet.kill_9_the_master");
+    fleet_t f;
+    fleet_up(&f, "s3master", 2, 20000);
+    uint64_t want = ROWS / 8 + tu_below(&rng, ROWS / 4);
+    double deadline = fu_now() + tu_timeout(30);
+    while (fu_seen_total(f.seen, ROWS) < want) {
+        cr_assert(fu_now() < deadline, "no progress: %llu of %llu samples of epoch 0",
+                  (unsigned long long)fu_seen_total(f.seen, ROWS), (unsigned long long)want);
+        cr_assert(!clients_done(&f), "a client ended early: %s %s", f.c[0].msg, f.c[1].msg);
+        usleep(10 * 1000);
+    }
+    fu_master_stop(&f.m, SIGKILL);
+    usleep((useconds_t)(200000 + tu_below(&rng, 600000)));
+    fu_master_start(&f.m); /* replans nothing: its splits are in its journal */
+    deadline = fu_now() + tu_timeout(90);
+    while (!fu_job_finished(&f.m, f.job) && !clients_done(&f)) {
+        cr_assert(fu_now() < deadline, "the job did not finish in time; see %s", fu_dir);
+        usleep(100 * 1000);
+    }
+    fleet_join(&f);
+    fleet_down(&f);
+}
+
+int main(int argc, char *argv[])
+{
+    return su_main(argc, argv);
+}

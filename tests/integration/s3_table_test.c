@@ -1,0 +1,729 @@
+/* Tables in an object store against the s3proxy of the ctest fixture s3
+ * (s3_util.h): a table at s3://bucket/prefix reads as the same table on
+ * local disk does, fetching only the projected streams; a worker runs a
+ * job on it exactly once per epoch; `sluice table import --table s3://`
+ * writes one; an object replaced under a job is refused; a missing table
+ * and wrong credentials are named. */
+#define _XOPEN_SOURCE 700
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/mem.h"
+#include "common/prom.h"
+#include "dpp/master/master.h"
+#include "s3_util.h"
+#include "store/store.h"
+#include "warehouse/pq_dataset.h"
+#include "worker_util.h"
+
+static const char *up_root;
+static sl_store_t *up_store;
+static const char *up_prefix;
+
+static int up_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag != FTW_F) return 0;
+    char key[1024];
+    snprintf(key, sizeof key, "%s/%s", up_prefix, path + strlen(up_root) + 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_put_file(up_store, key, path, &err), SL_OK, "%s", err.msg);
+    return 0;
+}
+
+/* Copy the table directory dir to s3://bucket/prefix, file by file. */
+static void upload_tree(const char *dir, const char *bucket, const char *prefix)
+{
+    char url[300];
+    snprintf(url, sizeof url, "s3://%s", bucket);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &up_store, NULL, &err), SL_OK, "%s", err.msg);
+    up_root = dir;
+    up_prefix = prefix;
+    cr_assert_eq(nftw(dir, up_one, 16, FTW_PHYS), 0);
+    sl_store_destroy(up_store);
+}
+
+/* A criteo table of rows rows (stripes of stripe_rows) generated locally
+ * and uploaded to s3://bucket/tbl; the local directory into local. */
+static void criteo_both(const char *tag, uint64_t rows, uint32_t stripe_rows, char *bucket,
+                        size_t bcap, char *local, size_t lcap)
+{
+    su_env();
+    su_bucket(tag, bucket, bcap);
+    char *dir = tu_mkdtemp(tag);
+    snprintf(local, lcap, "%s/criteo", dir);
+    wu_gen_criteo(local, rows, stripe_rows, 7);
+    upload_tree(local, bucket, "tbl");
+    free(dir);
+}
+
+static sl_wh_table_t *open_table(const char *dir)
+{
+    sl_wh_table_t *t = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_open(dir, NULL, &t, &err), SL_OK, "%s", err.msg);
+    return t;
+}
+
+static uint64_t read_ahead; /* stripes the readers of digest_by read ahead */
+
+/* Read every split of t (stripes_per_split stripes each) with the
+ * projection I1; a digest of sample ids and the values of I1, and the
+ * readers' stripe bytes. */
+static uint64_t digest_by(const sl_wh_table_t *t, uint32_t stripes_per_split, uint64_t *data_bytes,
+                          uint64_t *rows)
+{
+    sl_wh_splits_t *sp = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_splits(t, NULL, stripes_per_split, &sp, &err), SL_OK, "%s", err.msg);
+    const char *feats[] = {"I1"};
+    sl_wh_read_opts_t ro = {.features = feats, .num_features = 1};
+    uint64_t h = 1469598103934665603ull;
+    *data_bytes = *rows = 0;
+    for (uint32_t i = 0; i < sp->count; i++) {
+        sl_wh_reader_t *r = NULL;
+        cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[i], &ro, &r, &err), SL_OK, "%s",
+                     err.msg);
+        const sl_wh_rows_t *rw;
+        while (sl_wh_reader_next(r, &rw, &err) == SL_OK && rw != NULL) {
+            for (uint32_t j = 0; j < rw->batch.batch_size; j++) {
+                h = (h ^ (uint64_t)rw->batch.sample_ids[j]) * 1099511628211ull;
+                uint32_t v;
+                memcpy(&v, &rw->batch.dense.data[j], 4);
+                h = (h ^ v) * 1099511628211ull;
+            }
+            *rows += rw->batch.batch_size;
+        }
+        cr_assert_eq(err.code, SL_OK, "%s", err.msg);
+        sl_wh_read_stats_t st;
+        sl_wh_reader_stats(r, &st);
+        *data_bytes += st.data_bytes_read;
+        read_ahead += st.read_ahead;
+        sl_wh_reader_close(r);
+    }
+    sl_wh_splits_destroy(sp);
+    return h;
+}
+
+static uint64_t digest(const sl_wh_table_t *t, uint64_t *data_bytes, uint64_t *rows)
+{
+    return digest_by(t, 1, data_bytes, rows);
+}
+
+Test(s3_table, reads_as_the_local_table_fetching_only_the_projected_streams)
+{
+    char b[64], local[400], url[200];
+    criteo_both("tread", 6000, 1000, b, sizeof b, local, sizeof local);
+    snprintf(url, sizeof url, "s3://%s/tbl", b);
+    sl_wh_table_t *lt = open_table(local), *st = open_table(url);
+    cr_assert_eq(sl_wh_table_num_partitions(st), sl_wh_table_num_partitions(lt));
+    const sl_wh_partition_t *lp = sl_wh_table_partition(lt, 0), *sp = sl_wh_table_partition(st, 0);
+    cr_assert_str_eq(sp->name, lp->name);
+    cr_assert_eq(sp->num_files, lp->num_files);
+    for (uint32_t i = 0; i < lp->num_files; i++)
+        cr_assert_str_eq(sp->files[i], lp->files[i]);
+    uint64_t lb, lr, sb, sr;
+    uint64_t want = digest(lt, &lb, &lr);
+    sl_store_stats_t before, after;
+    sl_store_stats(sl_wh_table_store(st), &before);
+    uint64_t got = digest(st, &sb, &sr);
+    sl_store_stats(sl_wh_table_store(st), &after);
+    cr_assert_eq(got, want);
+    cr_assert_eq(sr, 6000);
+    cr_assert_eq(sr, lr);
+    cr_assert_eq(sb, lb, "the same streams are read");
+    /* Bytes from the server: each file's open (planning the splits, then
+     * each split's reader) fetches its 8-byte header and its last 256 KiB
+     * (all of a smaller file), then each stripe only its projected
+     * streams: I1 alone of 40 columns. */
+    uint64_t sizes = 0, total = 0;
+    for (uint32_t i = 0; i < sp->num_files; i++) {
+        char key[300];
+        snprintf(key, sizeof key, "tbl/%s", sp->files[i]);
+        sl_store_info_t info;
+        sl_error_t err = {0};
+        cr_assert_eq(sl_store_stat(sl_wh_table_store(st), key, &info, &err), SL_OK, "%s", err.msg);
+        uint64_t tail = info.size < 256 * 1024 ? info.size : 256 * 1024 + 8;
+        /* one open to plan, one per stripe (splits of one stripe) */
+        sl_wh_reader_t *r;
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", local, sp->files[i]);
+        cr_assert_eq(sl_wh_reader_open(path, NULL, NULL, &r, &err), SL_OK, "%s", err.msg);
+        uint32_t stripes = sl_wh_reader_num_stripes(r);
+        sl_wh_reader_close(r);
+        sizes += (1 + stripes) * tail;
+        total += info.size;
+    }
+    cr_assert_eq(after.bytes_read - before.bytes_read, sizes + sb, "%llu bytes, want %llu",
+                 (unsigned long long)(after.bytes_read - before.bytes_read),
+                 (unsigned long long)(sizes + sb));
+    cr_assert_lt(sb * 10, total, "projection: %llu of %llu bytes", (unsigned long long)sb,
+                 (unsigned long long)total);
+    cr_assert_eq(after.retries, 0);
+    cr_assert_eq(after.failures, 0);
+    /* One split per file: the reader goes through each file in order and
+     * reads ahead (stripe s + 1 fetched while s is decoded): the same rows,
+     * and still each stripe's streams fetched once, no more. */
+    uint64_t ab, ar;
+    cr_assert_eq(read_ahead, 0, "splits of one stripe: nothing to read ahead");
+    sl_store_stats(sl_wh_table_store(st), &before);
+    cr_assert_eq(digest_by(st, 1000, &ab, &ar), want);
+    sl_store_stats(sl_wh_table_store(st), &after);
+    cr_assert_eq(ar, 6000);
+    cr_assert_eq(ab, sb);
+    uint64_t opens = 0, ahead_want = 0;
+    for (uint32_t i = 0; i < sp->num_files; i++) {
+        char key[300];
+        snprintf(key, sizeof key, "tbl/%s", sp->files[i]);
+        sl_store_info_t info;
+        sl_error_t err = {0};
+        cr_assert_eq(sl_store_stat(sl_wh_table_store(st), key, &info, &err), SL_OK, "%s", err.msg);
+        opens += 2 * (info.size < 256 * 1024 ? info.size : 256 * 1024 + 8); /* plan, read */
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", local, sp->files[i]);
+        sl_wh_reader_t *r;
+        cr_assert_eq(sl_wh_reader_open(path, NULL, NULL, &r, &err), SL_OK, "%s", err.msg);
+        /* stripe 0 is read, stripe 1 follows it (the first in order) and
+         * starts the read-ahead: stripes 2.. come from it */
+        uint32_t n = sl_wh_reader_num_stripes(r);
+        ahead_want += n > 2 ? n - 2 : 0;
+        sl_wh_reader_close(r);
+    }
+    cr_assert_gt(ahead_want, 0);
+    cr_assert_eq(read_ahead, ahead_want);
+    /* the stat just above counts no bytes */
+    cr_assert_eq(after.bytes_read - before.bytes_read, opens + sb, "%llu bytes, want %llu",
+                 (unsigned long long)(after.bytes_read - before.bytes_read),
+                 (unsigned long long)(opens + sb));
+    sl_wh_table_close(lt);
+    sl_wh_table_close(st);
+}
+
+Test(s3_table, a_worker_runs_a_job_on_an_s3_table_exactly_once_over_two_epochs)
+{
+    char b[64], local[400], spec[1024], addr[64];
+    const uint64_t rows = 12000;
+    criteo_both("tjob", rows, 1500, b, sizeof b, local, sizeof local);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"s3job\",\"source\":{\"table\":\"s3://%s/tbl\"},"
+             "\"batch\":{\"size\":1000,\"epochs\":2}}",
+             b);
+    sl_pipeline_job_t *job = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 2;
+    sl_worker_t *w = wu_start(job, &o, addr, sizeof addr);
+    sl_trainer_opts_t to = sl_trainer_opts_default();
+    to.address = addr;
+    sl_trainer_t *t = NULL;
+    cr_assert_eq(sl_trainer_connect(&to, &t, &err), SL_OK, "%s", err.msg);
+    uint8_t *seen = calloc(2 * rows, 1);
+    cr_assert_not_null(seen);
+    wu_read_all(t, rows, 2, 0, seen);
+    for (uint64_t i = 0; i < 2 * rows; i++)
+        cr_assert_eq(seen[i], 1, "epoch %llu sample %llu seen %u times",
+                     (unsigned long long)(i / rows), (unsigned long long)(i % rows), seen[i]);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    cr_assert_eq(st.server.samples_acked, 2 * rows);
+    cr_assert_eq(st.rows_read, 2 * rows);
+    /* The store's counters, as /metrics serves them: every request
+     * answered, none retried. */
+    sl_store_t *store = sl_worker_store(w);
+    cr_assert_not_null(store);
+    sl_store_stats_t ss;
+    sl_store_stats(store, &ss);
+    cr_assert_gt(ss.requests, 0);
+    cr_assert_eq(ss.by_result[SL_STORE_OK], ss.requests);
+    cr_assert_eq(ss.retries, 0);
+    cr_assert_eq(ss.failures, 0);
+    sl_prom_t p;
+    sl_prom_init(&p, NULL);
+    sl_store_prom(store, &p, "job=\"s3job\"");
+    char want[200];
+    snprintf(want, sizeof want, "sluice_store_requests_total{job=\"s3job\",result=\"ok\"} %llu\n",
+             (unsigned long long)ss.requests);
+    char *text = sl_prom_finish(&p);
+    cr_assert_not_null(text);
+    cr_assert(strstr(text, want), "%s", text);
+    sl_strfree(NULL, text);
+    free(seen);
+    sl_trainer_close(t);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+Test(s3_table, an_object_replaced_after_planning_or_while_read_is_refused)
+{
+    char b[64], local[400], url[200];
+    criteo_both("trepl", 4000, 1000, b, sizeof b, local, sizeof local);
+    snprintf(url, sizeof url, "s3://%s/tbl", b);
+    sl_wh_table_t *t = open_table(url);
+    sl_wh_splits_t *sp = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK, "%s", err.msg);
+    /* A reader open on split 0, then the file replaced by another table's
+     * (another seed: other bytes, another footer). */
+    sl_wh_reader_t *r = NULL;
+    cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[0], NULL, &r, &err), SL_OK, "%s", err.msg);
+    char *dir = tu_mkdtemp("trepl2"), other[400], key[300];
+    snprintf(other, sizeof other, "%s/criteo", dir);
+    wu_gen_criteo(other, 4000, 500, 8);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", other, sp->items[0].path);
+    snprintf(key, sizeof key, "tbl/%s", sp->items[0].path);
+    cr_assert_eq(sl_store_put_file(sl_wh_table_store(t), key, path, &err), SL_OK, "%s", err.msg);
+    const sl_wh_rows_t *rows;
+    cr_assert_eq(sl_wh_reader_next(r, &rows, &err), SL_ERR_VERSION, "%s", err.msg);
+    char want[400];
+    snprintf(want, sizeof want, "s3://%s/tbl/%s", b, sp->items[0].path);
+    cr_assert(strstr(err.msg, want) != NULL && strstr(err.msg, "stripe 0") != NULL, "%s", err.msg);
+    sl_wh_reader_close(r);
+    /* A split planned before the replacement: refused at open (pinned at
+     * the ETag the table's listing found: its footer's GET fails). */
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(sl_wh_reader_open_split(t, &sp->items[1], NULL, &r, &err), SL_ERR_VERSION, "%s",
+                 err.msg);
+    snprintf(want, sizeof want, "s3://%s/tbl/%s: GET bytes=", b, sp->items[1].path);
+    cr_assert(strncmp(err.msg, want, strlen(want)) == 0 &&
+                  strstr(err.msg, ": replaced since it was planned (ETag no longer \"") &&
+                  strstr(err.msg, "HTTP 412 PreconditionFailed"),
+              "%s", err.msg);
+    /* The same split through a table opened after the replacement (as a
+     * worker that started later lists it): its footer is not the one
+     * planned, refused by the footer checksum. */
+    sl_wh_table_t *t2 = open_table(url);
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(sl_wh_reader_open_split(t2, &sp->items[1], NULL, &r, &err), SL_ERR_VERSION, "%s",
+                 err.msg);
+    snprintf(want, sizeof want,
+             "s3://%s/tbl/%s: the file was replaced after the job planned its splits", b,
+             sp->items[1].path);
+    cr_assert(strncmp(err.msg, want, strlen(want)) == 0, "%s", err.msg);
+    sl_wh_table_close(t2);
+    sl_wh_splits_destroy(sp);
+    sl_wh_table_close(t);
+    free(dir);
+}
+
+Test(s3_table, a_missing_table_a_missing_bucket_and_a_wrong_secret_are_named)
+{
+    su_env();
+    char b[64], url[200];
+    su_bucket("tmiss", b, sizeof b);
+    snprintf(url, sizeof url, "s3://%s/nothing", b);
+    sl_wh_table_t *t = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_open(url, NULL, &t, &err), SL_ERR_NOT_FOUND, "%s", err.msg);
+    char want[400];
+    snprintf(want, sizeof want, "table s3://%s/nothing: s3://%s/nothing/_schema", b, b);
+    cr_assert(strncmp(err.msg, want, strlen(want)) == 0 && strstr(err.msg, "NoSuchKey"), "%s",
+              err.msg);
+    cr_assert_eq(sl_wh_table_open("s3://no-such-bucket-here/t", NULL, &t, &err), SL_ERR_NOT_FOUND,
+                 "%s", err.msg);
+    cr_assert(strstr(err.msg, "NoSuchBucket"), "%s", err.msg);
+    setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-wrong-secret", 1);
+    cr_assert_neq(sl_wh_table_open(url, NULL, &t, &err), SL_OK);
+    cr_assert(strstr(err.msg, "403 SignatureDoesNotMatch"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "wrong-secret"), "%s", err.msg);
+}
+
+Test(s3_table, slowdowns_and_resets_are_retried_and_a_storm_that_lasts_is_named)
+{
+    char b[64], local[400], url[200], ep[64];
+    criteo_both("tfault", 3000, 1000, b, sizeof b, local, sizeof local);
+    sl_wh_table_t *lt = open_table(local);
+    uint64_t lb, lr;
+    uint64_t want = digest(lt, &lb, &lr);
+    sl_wh_table_close(lt);
+    su_proxy_t p;
+    su_proxy_start(&p, su.port);
+    snprintf(ep, sizeof ep, "http://localhost:%u", p.port);
+    setenv("AWS_ENDPOINT_URL", ep, 1);
+    pthread_mutex_lock(&p.mu);
+    p.slowdowns = 2;
+    p.resets = 2;
+    pthread_mutex_unlock(&p.mu);
+    snprintf(url, sizeof url, "s3://%s/tbl", b);
+    sl_wh_table_t *t = open_table(url);
+    uint64_t sb, sr;
+    cr_assert_eq(digest(t, &sb, &sr), want);
+    cr_assert_eq(sr, 3000);
+    sl_store_stats_t st;
+    sl_store_stats(sl_wh_table_store(t), &st);
+    /* the schema's HEAD met 2 resets and 2 SlowDowns, and its fifth (and
+     * last) attempt went through */
+    cr_assert_eq(st.retries, 4);
+    cr_assert_eq(st.by_result[SL_STORE_SERVER_ERROR], 2);
+    cr_assert_eq(st.by_result[SL_STORE_NETWORK_ERROR], 2);
+    cr_assert_eq(st.by_result[SL_STORE_OK], st.requests - 4);
+    cr_assert_eq(st.failures, 0);
+    sl_wh_table_close(t);
+    /* SlowDown without end: the open fails after the attempts, naming
+     * the key (a HEAD's answer has no body to give S3's code). */
+    pthread_mutex_lock(&p.mu);
+    p.slowdown_all = true;
+    pthread_mutex_unlock(&p.mu);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_table_open(url, NULL, &t, &err), SL_ERR_IO, "%s", err.msg);
+    char want_msg[400];
+    snprintf(want_msg, sizeof want_msg, "table %s: after 5 attempts: s3://%s/tbl/_schema", url, b);
+    cr_assert(strncmp(err.msg, want_msg, strlen(want_msg)) == 0 &&
+                  strstr(err.msg, ": HEAD: HTTP 503"),
+              "%s", err.msg);
+    su_proxy_stop(&p);
+}
+
+Test(s3_table, the_master_plans_an_s3_job_and_serves_its_store_counters)
+{
+    char b[64], local[400], spec[512];
+    criteo_both("tmaster", 4000, 1000, b, sizeof b, local, sizeof local);
+    sl_master_opts_t mo = {0};
+    sl_master_t *m = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_start(&mo, &m, &err), SL_OK, "%s", err.msg);
+    char *text = sl_master_metrics_text(m);
+    cr_assert_not_null(text);
+    cr_assert_null(strstr(text, "sluice_store_"), "no store before a job reads one");
+    sl_strfree(sl_master_allocator(m), text);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"s3plan\",\"source\":{\"table\":\"s3://%s/tbl\"},\"batch\":{\"size\":100}}",
+             b);
+    sl_master_submit_t req = {
+        .spec_json = spec, .ranks = 1, .min_workers = 1, .max_workers = 1, .workers = 1};
+    cr_assert_eq(sl_master_job_submit(m, &req, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    text = sl_master_metrics_text(m);
+    cr_assert_not_null(text);
+    /* the schema (HEAD, GET), the listing, and per file a HEAD and one
+     * parallel GET of its header and tail: every request answered */
+    cr_assert(strstr(text, "sluice_store_failures_total 0\n"), "%s", text);
+    cr_assert(strstr(text, "sluice_store_retries_total 0\n"), "%s", text);
+    cr_assert(strstr(text, "sluice_store_requests_total{result=\"client_error\"} 0\n"), "%s", text);
+    const char *ok = strstr(text, "sluice_store_requests_total{result=\"ok\"} ");
+    cr_assert_not_null(ok, "%s", text);
+    unsigned long long after_table =
+        strtoull(ok + strlen("sluice_store_requests_total{result=\"ok\"} "), NULL, 10);
+    cr_assert_gt(after_table, 0);
+    sl_strfree(sl_master_allocator(m), text);
+    /* A Parquet dataset in the store: its listing and footer add to them. */
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    cr_assert_not_null(root);
+    char src[600], url[200];
+    snprintf(src, sizeof src, "%s/tests/data/parquet/duckdb-zstd.parquet", root);
+    snprintf(url, sizeof url, "s3://%s", b);
+    sl_store_t *st;
+    cr_assert_eq(sl_store_open_url(url, NULL, &st, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put_file(st, "pq/part-0.parquet", src, &err), SL_OK, "%s", err.msg);
+    sl_store_destroy(st);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"s3pq\",\"source\":{\"parquet\":\"s3://%s/pq\"},\"batch\":{\"size\":10}}",
+             b);
+    req.spec_json = spec;
+    cr_assert_eq(sl_master_job_submit(m, &req, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    text = sl_master_metrics_text(m);
+    ok = strstr(text, "sluice_store_requests_total{result=\"ok\"} ");
+    cr_assert_not_null(ok, "%s", text);
+    cr_assert_gt(strtoull(ok + strlen("sluice_store_requests_total{result=\"ok\"} "), NULL, 10),
+                 after_table, "%s", text);
+    cr_assert(strstr(text, "sluice_store_failures_total 0\n"), "%s", text);
+    sl_strfree(sl_master_allocator(m), text);
+    sl_master_stop(m);
+}
+
+/* ---- Parquet datasets ---- */
+
+typedef struct pq_digest {
+    uint64_t h, rows;
+    uint32_t nd, ns;
+} pq_digest_t;
+
+static sl_err_t pq_row(void *ctx, uint64_t row, const sl_wh_row_t *r, sl_error_t *err)
+{
+    (void)row;
+    (void)err;
+    pq_digest_t *d = ctx;
+    d->h = (d->h ^ (uint64_t)r->sample_id) * 1099511628211ull;
+    for (uint32_t i = 0; i < d->nd; i++) {
+        uint32_t v;
+        memcpy(&v, &r->dense[i], 4);
+        d->h = (d->h ^ v) * 1099511628211ull;
+    }
+    for (uint32_t i = 0; i < d->ns; i++)
+        for (uint32_t k = 0; k < r->sparse[i].len; k++)
+            d->h = (d->h ^ (uint64_t)r->sparse[i].ids[k]) * 1099511628211ull;
+    d->rows++;
+    return SL_OK;
+}
+
+/* Every row of every split of the dataset at path: a digest. */
+static pq_digest_t pq_read_all(const char *path, sl_wh_pqds_t **keep, sl_wh_splits_t **keep_sp)
+{
+    sl_wh_pqds_t *ds = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_pqds_open(path, NULL, "ds>=2026-11-02", NULL, NULL, NULL, &ds, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(sl_wh_pqds_num_files(ds), 2);
+    sl_wh_splits_t *sp = NULL;
+    cr_assert_eq(sl_wh_pqds_plan(ds, 1, NULL, 0, &sp, NULL, &err), SL_OK, "%s", err.msg);
+    const sl_wh_schema_t *sc = sl_wh_pqds_mapping(ds)->schema;
+    pq_digest_t d = {.h = 1469598103934665603ull,
+                     .nd = sl_wh_schema_num_dense(sc),
+                     .ns = sl_wh_schema_num_sparse(sc)};
+    sl_wh_pqds_reader_t *r = NULL;
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, NULL, 0, &r, &err), SL_OK, "%s", err.msg);
+    for (uint32_t i = 0; i < sp->count; i++)
+        cr_assert_eq(sl_wh_pqds_read(r, &sp->items[i], 0, sp->items[i].num_rows, pq_row, &d, &err),
+                     SL_OK, "%s", err.msg);
+    sl_wh_pqds_reader_destroy(r);
+    if (keep != NULL) {
+        *keep = ds;
+        *keep_sp = sp;
+    } else {
+        sl_wh_splits_destroy(sp);
+        sl_wh_pqds_destroy(ds);
+    }
+    return d;
+}
+
+Test(s3_table, a_parquet_dataset_in_s3_reads_as_on_disk_and_a_replaced_object_is_refused)
+{
+    su_env();
+    char b[64], url[200], key[200];
+    su_bucket("tpq", b, sizeof b);
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    cr_assert_not_null(root, "SLUICE_SOURCE_DIR is not set (run through ctest)");
+    char src[600];
+    snprintf(src, sizeof src, "%s/tests/data/parquet/duckdb-zstd.parquet", root);
+    char *dir = tu_mkdtemp("tpq"), local[400];
+    snprintf(local, sizeof local, "%s/pq", dir);
+    sl_store_t *st;
+    sl_error_t err = {0};
+    snprintf(url, sizeof url, "s3://%s", b);
+    cr_assert_eq(sl_store_open_url(url, NULL, &st, NULL, &err), SL_OK, "%s", err.msg);
+    /* three Hive partitions, one filtered out; a _SUCCESS marker and a
+     * file that is not Parquet, both ignored */
+    const char *parts[] = {"ds=2026-11-01", "ds=2026-11-02", "ds=2026-11-03"};
+    struct stat sb;
+    cr_assert_eq(stat(src, &sb), 0);
+    char *data = malloc((size_t)sb.st_size);
+    FILE *in = fopen(src, "rb");
+    cr_assert(in != NULL && data != NULL);
+    cr_assert_eq(fread(data, 1, (size_t)sb.st_size, in), (size_t)sb.st_size);
+    fclose(in);
+    cr_assert_eq(mkdir(local, 0755), 0);
+    for (int i = 0; i < 3; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", local, parts[i]);
+        cr_assert_eq(mkdir(path, 0755), 0);
+        snprintf(path, sizeof path, "%s/%s/part-0.parquet", local, parts[i]);
+        tu_write_file(path, data, (size_t)sb.st_size);
+        snprintf(key, sizeof key, "pq/%s/part-0.parquet", parts[i]);
+        cr_assert_eq(sl_store_put(st, key, data, (size_t)sb.st_size, &err), SL_OK, "%s", err.msg);
+    }
+    cr_assert_eq(sl_store_put(st, "pq/_SUCCESS", "", 0, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put(st, "pq/ds=2026-11-02/notes.txt", "x", 1, &err), SL_OK, "%s",
+                 err.msg);
+    pq_digest_t want = pq_read_all(local, NULL, NULL);
+    snprintf(url, sizeof url, "s3://%s/pq", b);
+    sl_wh_pqds_t *ds;
+    sl_wh_splits_t *sp;
+    pq_digest_t got = pq_read_all(url, &ds, &sp);
+    cr_assert_eq(want.rows, 100, "two partitions of 50 rows");
+    cr_assert_eq(got.rows, want.rows);
+    cr_assert_eq(got.h, want.h);
+    /* The object of the first split replaced by other bytes: its reads
+     * are refused, naming it, never mixed with the planned version. */
+    cr_assert_eq(
+        sl_store_put(st, "pq/ds=2026-11-02/part-0.parquet", data, (size_t)sb.st_size - 1, &err),
+        SL_OK, "%s", err.msg);
+    sl_wh_pqds_reader_t *r = NULL;
+    cr_assert_eq(sl_wh_pqds_reader_new(ds, NULL, 0, &r, &err), SL_OK, "%s", err.msg);
+    pq_digest_t d = {0};
+    cr_assert_eq(sl_wh_pqds_read(r, &sp->items[0], 0, sp->items[0].num_rows, pq_row, &d, &err),
+                 SL_ERR_VERSION, "%s", err.msg);
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "s3://%s/pq/ds=2026-11-02/part-0.parquet: the object was replaced after the dataset "
+             "was listed",
+             b);
+    cr_assert(strncmp(err.msg, msg, strlen(msg)) == 0, "%s", err.msg);
+    cr_assert_eq(d.rows, 0);
+    sl_wh_pqds_reader_destroy(r);
+    sl_wh_splits_destroy(sp);
+    sl_wh_pqds_destroy(ds);
+    /* A prefix with nothing: named. */
+    snprintf(url, sizeof url, "s3://%s/nothing", b);
+    cr_assert_eq(sl_wh_pqds_open(url, NULL, NULL, NULL, NULL, NULL, &ds, &err), SL_ERR_NOT_FOUND);
+    snprintf(msg, sizeof msg, "Parquet dataset s3://%s/nothing: no .parquet file", b);
+    cr_assert_str_eq(err.msg, msg);
+    free(data);
+    sl_store_destroy(st);
+    free(dir);
+}
+
+Test(s3_table, a_worker_runs_a_parquet_job_from_s3_and_counts_its_requests)
+{
+    su_env();
+    char b[64], url[200], spec[512], addr[64];
+    su_bucket("tpqw", b, sizeof b);
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    cr_assert_not_null(root);
+    char src[600];
+    snprintf(src, sizeof src, "%s/tests/data/parquet/duckdb-zstd.parquet", root);
+    snprintf(url, sizeof url, "s3://%s", b);
+    sl_store_t *st;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &st, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put_file(st, "pq/ds=1/part-0.parquet", src, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put_file(st, "pq/ds=2/part-0.parquet", src, &err), SL_OK, "%s", err.msg);
+    sl_store_destroy(st);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"s3pqw\",\"source\":{\"parquet\":\"s3://%s/pq\"},"
+             "\"batch\":{\"size\":16,\"epochs\":2}}",
+             b);
+    sl_pipeline_job_t *job = NULL;
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 1;
+    sl_worker_t *w = wu_start(job, &o, addr, sizeof addr);
+    sl_trainer_opts_t to = sl_trainer_opts_default();
+    to.address = addr;
+    sl_trainer_t *t = NULL;
+    cr_assert_eq(sl_trainer_connect(&to, &t, &err), SL_OK, "%s", err.msg);
+    uint64_t samples = 0;
+    sl_batch_t *bt;
+    sl_err_t rc;
+    while ((rc = sl_trainer_next(t, (int)(tu_timeout(30) * 1000), &bt, &err)) == SL_OK) {
+        samples += bt->batch_size;
+        sl_trainer_release(t, bt);
+    }
+    cr_assert_eq(rc, SL_ERR_CLOSED, "%s", err.msg);
+    cr_assert_eq(samples, 2 * 2 * 50, "2 files of 50 rows, 2 epochs");
+    sl_store_t *ws = sl_worker_store(w);
+    cr_assert_not_null(ws, "the dataset's store");
+    sl_store_stats_t ss;
+    sl_store_stats(ws, &ss);
+    /* the listing, each footer (planning), each row group's chunks */
+    cr_assert_gt(ss.requests, 3);
+    cr_assert_eq(ss.by_result[SL_STORE_OK], ss.requests);
+    cr_assert_eq(ss.failures, 0);
+    sl_trainer_close(t);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+}
+
+static int sluice(char **out, char **err, char *const args[])
+{
+    const char *bin = getenv("SLUICE_BINARY");
+    cr_assert_not_null(bin, "SLUICE_BINARY is not set (run through ctest)");
+    char *argv[16] = {(char *)bin};
+    for (int i = 0; args[i] && i < 14; i++)
+        argv[i + 1] = args[i];
+    return tu_run(".", argv, tu_timeout(60), out, err);
+}
+
+Test(s3_table, import_to_s3_then_read_it_back_as_the_local_import)
+{
+    su_env();
+    char b[64], url[200], prefix[200];
+    su_bucket("timp", b, sizeof b);
+    char *dir = tu_mkdtemp("timp"), *tsv = tu_path(dir, "in.tsv"), *loc = tu_path(dir, "local");
+    /* 300 criteo rows: label, 13 counts, 26 hashed categories */
+    FILE *f = fopen(tsv, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 300; i++) {
+        fprintf(f, "%d", i % 3 == 0);
+        for (int c = 0; c < 13; c++)
+            fprintf(f, "\t%d", (i * 7 + c) % 50);
+        for (int c = 0; c < 26; c++)
+            fprintf(f, "\t%08x", (unsigned)(i * 2654435761u + (unsigned)c));
+        fprintf(f, "\n");
+    }
+    fclose(f);
+    snprintf(url, sizeof url, "s3://%s/imp", b);
+    snprintf(prefix, sizeof prefix, "s3://%s/imp/", b);
+    char *out, *err;
+    for (int k = 0; k < 2; k++) {
+        char *imp[] = {"table",   "import", "--format",    "criteo",        "--input", tsv,
+                       "--table", url,      "--partition", "ds=2026-11-29", NULL};
+        cr_assert_eq(sluice(&out, &err, imp), 0, "%s", err);
+        free(out);
+        free(err);
+        char *impl[] = {"table",   "import", "--format",    "criteo",        "--input", tsv,
+                        "--table", loc,      "--partition", "ds=2026-11-29", NULL};
+        cr_assert_eq(sluice(&out, &err, impl), 0, "%s", err);
+        free(out);
+        free(err);
+    }
+    /* The second import numbers its file past the first one's. */
+    char *ls[] = {"store", "ls", prefix, NULL};
+    cr_assert_eq(sluice(&out, &err, ls), 0, "%s", err);
+    cr_assert(strstr(out, "imp/_schema\n") && strstr(out, "imp/ds=2026-11-29/part-00000.slc\n") &&
+                  strstr(out, "imp/ds=2026-11-29/part-00001.slc\n"),
+              "%s", out);
+    int lines = 0;
+    for (char *p = out; *p; p++)
+        lines += *p == '\n';
+    cr_assert_eq(lines, 3, "%s", out);
+    free(out);
+    free(err);
+    char *cat_s3[] = {"table", "cat", url, NULL}, *cat_loc[] = {"table", "cat", loc, NULL};
+    char *o2, *e2;
+    cr_assert_eq(sluice(&out, &err, cat_s3), 0, "%s", err);
+    cr_assert_eq(sluice(&o2, &e2, cat_loc), 0, "%s", e2);
+    cr_assert_str_eq(out, o2);
+    int rows = 0;
+    for (char *p = out; *p; p++)
+        rows += *p == '\n';
+    cr_assert_eq(rows, 600);
+    free(out);
+    free(err);
+    free(o2);
+    free(e2);
+    char *verify[] = {"table", "verify", url, NULL};
+    cr_assert_eq(sluice(&out, &err, verify), 0, "%s%s", out, err);
+    free(out);
+    free(err);
+    /* A wrong secret: refused before anything is written, named, no
+     * secret in the message; the staging directory (under TMPDIR) gone. */
+    char *tmp = tu_path(dir, "tmp");
+    cr_assert_eq(mkdir(tmp, 0755), 0);
+    setenv("TMPDIR", tmp, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-wrong-secret", 1);
+    char bad[200];
+    snprintf(bad, sizeof bad, "s3://%s/imp2", b);
+    char *impb[] = {"table",   "import", "--format",    "criteo",        "--input", tsv,
+                    "--table", bad,      "--partition", "ds=2026-11-29", NULL};
+    cr_assert_eq(sluice(&out, &err, impb), 1, "%s", err);
+    cr_assert(strstr(err, "403 SignatureDoesNotMatch") && strstr(err, "nothing was added"), "%s",
+              err);
+    cr_assert_null(strstr(err, "wrong-secret"), "%s", err);
+    free(out);
+    free(err);
+    DIR *d = opendir(tmp);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    int left = 0;
+    while ((e = readdir(d)) != NULL)
+        left += e->d_name[0] != '.';
+    closedir(d);
+    cr_assert_eq(left, 0, "the staging directory is left in %s", tmp);
+    free(tmp);
+    free(tsv);
+    free(loc);
+    free(dir);
+}
+
+int main(int argc, char *argv[])
+{
+    return su_main(argc, argv);
+}
