@@ -104,8 +104,11 @@ static int cmp_i64(const void *a, const void *b)
 
 static void print_rdstats(rdstats_t *st)
 {
-    if (!st->n) return;
     printf("  producer      ");
+    if (!st->n) {
+        printf("(no statistics window of librdkafka's with records in it)\n");
+        return;
+    }
     for (int k = 0; k < 3; k++) {
         qsort(st->p50[k], st->n, sizeof st->p50[k][0], cmp_i64);
         printf("%s%s p50 %.1f ms, p99 <= %.1f ms", k ? "; " : "", STAGES[k],
