@@ -55,6 +55,68 @@ static uint64_t fresh_quantile(const fresh_t *f, double q)
     return FRESH_MAX_MS + 1;
 }
 
+/* A delivery report of the producer (on the feeder's thread): the
+ * record's age when the broker's acknowledgement was served. */
+static void on_acked(void *ctx, int64_t ts_ms, bool append_time)
+{
+    if (!append_time) fresh_add(ctx, &ts_ms, 1, sl_age_now_ms());
+}
+
+/* librdkafka's producer-side latencies, from its statistics once a
+ * second (STATISTICS.md: per broker, each a window since the last report,
+ * in microseconds): int_latency, a record's time in the producer's queue
+ * before its request is built (batching, zstd, waiting for an in-flight
+ * slot); outbuf_latency, a request's wait to be written to the socket;
+ * rtt, the broker's answer (its append). Per stage: the p50 of the
+ * windows' p50s and the largest window p99. */
+#define STAT_WINDOWS 256
+static const char *const STAGES[3] = {"int_latency", "outbuf_latency", "rtt"};
+typedef struct rdstats {
+    uint32_t n;
+    int64_t p50[3][STAT_WINDOWS], p99max[3];
+} rdstats_t;
+
+static void on_rdstats(void *ctx, const char *json)
+{
+    rdstats_t *st = ctx;
+    json_t *root = json_loads(json, 0, NULL), *brokers = json_object_get(root, "brokers"), *b;
+    const char *name;
+    json_object_foreach(brokers, name, b)
+    {
+        json_t *il = json_object_get(b, "int_latency");
+        if (st->n >= STAT_WINDOWS || json_integer_value(json_object_get(il, "cnt")) <= 0) continue;
+        for (int k = 0; k < 3; k++) {
+            json_t *w = json_object_get(b, STAGES[k]);
+            int64_t p99 = json_integer_value(json_object_get(w, "p99"));
+            st->p50[k][st->n] = json_integer_value(json_object_get(w, "p50"));
+            if (p99 > st->p99max[k]) st->p99max[k] = p99;
+        }
+        st->n++;
+    }
+    json_decref(root);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void print_rdstats(rdstats_t *st)
+{
+    printf("  producer      ");
+    if (!st->n) {
+        printf("(no statistics window of librdkafka's with records in it)\n");
+        return;
+    }
+    for (int k = 0; k < 3; k++) {
+        qsort(st->p50[k], st->n, sizeof st->p50[k][0], cmp_i64);
+        printf("%s%s p50 %.1f ms, p99 <= %.1f ms", k ? "; " : "", STAGES[k],
+               (double)st->p50[k][st->n / 2] / 1e3, (double)st->p99max[k] / 1e3);
+    }
+    printf(" (librdkafka's statistics, %u windows of 1 s)\n", st->n);
+}
+
 static void print_ms(const char *name, uint64_t ms)
 {
     if (ms > FRESH_MAX_MS)
@@ -162,7 +224,9 @@ int sl_cli_demo_online(const sl_cli_demo_online_t *o)
     sl_worker_t *w = NULL;
     sl_trainer_t *t = NULL;
     uint8_t *seen = NULL;
-    fresh_t fr = {0};
+    rdstats_t rds = {0};
+    static const char *const props[] = {"statistics.interval.ms=1000"};
+    fresh_t fr = {0}, acked = {0}; /* ages at hand-over; at the producer's acknowledgement */
     feeder_t f = {.o = o, .rows = rows};
     atomic_init(&f.stop, false);
     pthread_t th;
@@ -176,7 +240,15 @@ int sl_cli_demo_online(const sl_cli_demo_online_t *o)
                                    .topic = o->topic,
                                    .create_partitions = (uint32_t)o->partitions,
                                    .timeout_s = 30,
-                                   .on_log = ignore_kafka_log};
+                                   .on_log = ignore_kafka_log,
+                                   .on_delivered = on_acked,
+                                   .delivered_ctx = &acked,
+                                   .properties = props,
+                                   .num_properties = 1,
+                                   .on_stats = on_rdstats,
+                                   .stats_ctx = &rds};
+    acked.counts = sl_calloc(NULL, FRESH_MAX_MS + 2, sizeof *acked.counts);
+    if (!acked.counts) rc = sl_error_set(&err, SL_ERR_NOMEM, "out of memory");
     if (rc == SL_OK) rc = sl_kafka_producer_new(&po, &f.p, &err); /* the topic exists from here */
     if (rc == SL_OK && !(job = online_job(o, schema, chunk, sl_age_now_ms(), &problems, &err)))
         rc = err.code ? err.code : SL_ERR_INVALID;
@@ -282,10 +354,18 @@ int sl_cli_demo_online(const sl_cli_demo_online_t *o)
     print_ms(", p99.9", fresh_quantile(&fr, 0.999));
     print_ms(", max", fresh_quantile(&fr, 1.0));
     printf(" (record CreateTime to hand-over to the trainer, %" PRIu64 " samples)\n", fr.n);
-    /* Where the time goes: the same ages when the worker read the records
-     * (its histogram's bucket bounds), i.e. producer, broker and consumer;
-     * the rest is the worker's batching and sending and the trainer's
-     * taking. */
+    /* Where the time goes, stage by stage: the ages when the producer
+     * served the broker's acknowledgement (producer batching and zstd,
+     * the broker's append; exact),
+     * when the worker read the records (its histogram's bucket bounds):
+     * that and the fetch; the rest is the worker's batching and sending
+     * and the trainer's taking. */
+    printf("  acknowledged  ");
+    print_ms("p50", fresh_quantile(&acked, 0.5));
+    print_ms(", p99", fresh_quantile(&acked, 0.99));
+    print_ms(", max", fresh_quantile(&acked, 1.0));
+    printf(" (CreateTime to the producer's delivery report, %" PRIu64 " records)\n", acked.n);
+    print_rdstats(&rds);
     printf("  at the worker p50 <= %" PRIu64 " ms, p99 <= %" PRIu64
            " ms (CreateTime to the worker's read, its histogram's bucket bounds)\n",
            age_bound(&ws, 0.5), age_bound(&ws, 0.99));
@@ -313,5 +393,6 @@ done:
     sl_wh_schema_destroy(schema);
     if (seen) sl_free(NULL, seen, rows);
     if (fr.counts) sl_free(NULL, fr.counts, (FRESH_MAX_MS + 2) * sizeof *fr.counts);
+    if (acked.counts) sl_free(NULL, acked.counts, (FRESH_MAX_MS + 2) * sizeof *acked.counts);
     return code;
 }

@@ -19,6 +19,10 @@ struct sl_kafka_producer {
     double timeout_s;
     void (*on_log)(void *ctx, int level, const char *facility, const char *message);
     void *log_ctx;
+    void (*on_delivered)(void *ctx, int64_t ts_ms, bool append_time);
+    void *delivered_ctx;
+    void (*on_stats)(void *ctx, const char *json);
+    void *stats_ctx;
     sl_kafka_producer_stats_t stats;
     bool keep_going; /* failed deliveries are counted and logged, not kept */
     bool no_format_header;
@@ -45,6 +49,12 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     sl_kafka_producer_t *p = opaque;
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         p->stats.delivered++;
+        if (p->on_delivered) {
+            rd_kafka_timestamp_type_t type;
+            int64_t ts = rd_kafka_message_timestamp(m, &type);
+            p->on_delivered(p->delivered_ctx, type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? -1 : ts,
+                            type == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME);
+        }
         return;
     }
     p->stats.failed++;
@@ -65,6 +75,15 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     sl_error_set(&p->failure, SL_ERR_IO,
                  "topic %s partition %d on %s: record of session %llu not delivered: %s", p->topic,
                  (int)m->partition, p->brokers, session, rd_kafka_err2str(m->err));
+}
+
+static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk;
+    (void)len;
+    sl_kafka_producer_t *p = opaque;
+    p->on_stats(p->stats_ctx, json);
+    return 0; /* librdkafka frees json */
 }
 
 static void on_error(rd_kafka_t *rk, int code, const char *reason, void *opaque)
@@ -138,6 +157,7 @@ static rd_kafka_conf_t *make_conf(sl_kafka_producer_t *p, const sl_kafka_produce
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_log_cb(conf, on_log);
+    if (o->on_stats) rd_kafka_conf_set_stats_cb(conf, on_stats);
     return conf;
 fail:
     rd_kafka_conf_destroy(conf);
@@ -252,6 +272,10 @@ sl_err_t sl_kafka_producer_new(const sl_kafka_producer_opts_t *o, sl_kafka_produ
     p->timeout_s = o->timeout_s > 0 ? o->timeout_s : 30.0;
     p->on_log = o->on_log;
     p->log_ctx = o->log_ctx;
+    p->on_delivered = o->on_delivered;
+    p->delivered_ctx = o->delivered_ctx;
+    p->on_stats = o->on_stats;
+    p->stats_ctx = o->stats_ctx;
     p->keep_going = o->keep_going;
     p->no_format_header = o->no_format_header;
     rd_kafka_conf_t *conf = make_conf(p, o, err);

@@ -63,6 +63,19 @@ typedef struct sl_kafka_producer_opts {
      * thread. */
     void (*on_log)(void *ctx, int level, const char *facility, const char *message);
     void *log_ctx;
+    /* Called for each record the broker acknowledged, with its timestamp
+     * (ms since the epoch, as common/age.h): its CreateTime, or the
+     * broker's LogAppendTime (append_time true) where the topic keeps
+     * that; -1: none. On the thread of the producer call that served the
+     * report (send, pace, poll, flush); NULL: none. What `sluice demo
+     * --online` measures the producer-to-log stage by. */
+    void (*on_delivered)(void *ctx, int64_t ts_ms, bool append_time);
+    void *delivered_ctx;
+    /* librdkafka's statistics (its STATISTICS.md JSON, borrowed for the
+     * call) every statistics.interval.ms, a property the caller sets; on
+     * the thread of a producer call, as on_delivered. NULL: none. */
+    void (*on_stats)(void *ctx, const char *json);
+    void *stats_ctx;
     const sl_allocator_t *allocator;
     /* A failed delivery is counted and logged (the 1st, 2nd, 4th, 8th ...
      * as a "kafka_delivery_failed" record), never kept: later sends go on

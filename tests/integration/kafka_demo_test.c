@@ -46,7 +46,11 @@ Test(kafka_demo, online_every_sample_once_with_its_figures)
                            "  freshness     p50 ",
                            " ms, p99 ",
                            " ms, p99.9 ",
-                           "(record CreateTime to hand-over to the trainer, 4000 samples)\n"};
+                           "(record CreateTime to hand-over to the trainer, 4000 samples)\n",
+                           "  acknowledged  p50 ",
+                           "(CreateTime to the producer's delivery report, 4000 records)\n",
+                           "  producer      ",
+                           "  at the worker p50 <= "};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         cr_assert(strstr(out, lines[i]) != NULL, "no '%s' in\n%s\nstderr:\n%s", lines[i], out, err);
     free(out);

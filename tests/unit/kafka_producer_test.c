@@ -444,6 +444,62 @@ Test(kafka_producer, sessions_stream_consumed_back_exactly)
     mock_destroy(&m);
 }
 
+/* What `sluice demo --online` times the producer's stage by: a delivery
+ * callback per acknowledged record with its timestamp, and librdkafka's
+ * statistics when statistics.interval.ms is set. */
+typedef struct acks {
+    uint64_t n, stats, outside; /* reports; CreateTimes outside [t0, t1] */
+    int64_t t0;
+    bool has_brokers;
+} acks_t;
+
+static void count_ack(void *ctx, int64_t ts_ms, bool append_time)
+{
+    acks_t *a = ctx;
+    a->n++;
+    /* The mock cluster answers with a LogAppendTime of its own (not a
+     * clock's), a topic of a real broker keeps CreateTime. */
+    if (!append_time && (ts_ms < a->t0 || ts_ms > wall_ms())) a->outside++;
+}
+
+static void count_stats(void *ctx, const char *json)
+{
+    acks_t *a = ctx;
+    a->stats++;
+    a->has_brokers |= strstr(json, "\"brokers\"") != NULL;
+}
+
+Test(kafka_producer, delivery_and_statistics_callbacks)
+{
+    mock_t m = mock_new(1);
+    cr_assert_eq(rd_kafka_mock_topic_create(m.mc, "acked", 1, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+    static const char *const props[] = {"log_level=0", "statistics.interval.ms=100"};
+    acks_t a = {0};
+    sl_kafka_producer_opts_t o = opts_for(&m, "acked");
+    o.properties = props;
+    o.num_properties = 2;
+    o.on_delivered = count_ack;
+    o.delivered_ctx = &a;
+    o.on_stats = count_stats;
+    o.stats_ctx = &a;
+    sl_kafka_producer_t *p = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_kafka_producer_new(&o, &p, &err), SL_OK, "%s", err.msg);
+    a.t0 = wall_ms();
+    for (uint64_t i = 0; i < 100; i++)
+        cr_assert_eq(sl_kafka_producer_send(p, i, "v", 1, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_kafka_producer_flush(p, tu_timeout(10), &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(a.n, 100);
+    cr_assert_eq(a.outside, 0);
+    double deadline = now_s() + tu_timeout(5);
+    while (a.stats == 0 && now_s() < deadline)
+        sl_kafka_producer_poll(p, 50);
+    cr_assert_gt(a.stats, 0, "no statistics within %.0f s", tu_timeout(5));
+    cr_assert(a.has_brokers);
+    sl_kafka_producer_destroy(p);
+    mock_destroy(&m);
+}
+
 Test(kafka_producer, missing_topic_and_bad_properties)
 {
     mock_t m = mock_new(1);
