@@ -29,6 +29,7 @@ void mp_conn_close(sl_master_t *m, uint32_t i)
 {
     mp_conn *c = &m->conns[i];
     if (c->fd < 0) return;
+    mp_guard_closing(m, i);
     close(c->fd);
     c->fd = -1;
     if (c->kind == MP_WORKER) {
@@ -73,6 +74,7 @@ void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
 void mp_send_error(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
 {
     m->protocol_errors++;
+    if (m->conns[i].auth_pending) m->conns[i].auth_reason = MP_AUTH_REFUSED;
     mp_conn_drop(m, i, code, msg);
 }
 

@@ -141,8 +141,13 @@ char *sl_master_metrics_text(sl_master_t *m)
                    "Registrations refused: the worker id has another live process.");
     sl_prom_sample(&p, "sluice_master_worker_ids_in_use_total", NULL, (double)m->ids_in_use);
     sl_prom_family(&p, "sluice_master_auth_failures_total", "counter",
-                   "Control connections refused: no proof of the cluster secret.");
-    sl_prom_sample(&p, "sluice_master_auth_failures_total", NULL, (double)m->auth_failures);
+                   "Control connections challenged for the cluster secret that never proved "
+                   "it, by reason: refused (a wrong proof or another frame), timeout, evicted "
+                   "(to make room), closed (by the peer before it answered).");
+    for (int i = 0; i < MP_AUTH_NREASONS; i++)
+        sl_prom_sample(&p, "sluice_master_auth_failures_total",
+                       sl_prom_label(lab, sizeof lab, "reason", mp_auth_reason_names[i]),
+                       (double)m->auth_failures[i]);
     sl_prom_family(&p, "sluice_master_connections_closed_total", "counter",
                    "Control connections the master closed to keep its limits, by reason.");
     static const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
