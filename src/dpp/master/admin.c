@@ -13,6 +13,7 @@
  *   POST   /jobs/{id}/scale    (token)  {"workers": N}
  *   POST   /jobs/{id}/resubmit (token)  {"resume_token(s)": ...}: start it again */
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <gnutls/gnutls.h>
@@ -581,20 +582,12 @@ static void reply_built(sl_admin_response_t *resp, json_t *j)
     sl_admin_reply_json(resp, 200, j);
 }
 
-static void h_healthz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+/* /readyz (the endpoint's built-in): the state is open. */
+static bool master_ready(void *ctx, char *why, size_t cap)
 {
-    (void)ctx;
-    (void)req;
-    sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ok"));
-}
-
-static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
-{
-    (void)req;
-    if (sl_master_ready(ctx))
-        sl_admin_reply_json(resp, 200, json_pack("{s:b}", "ready", 1));
-    else
-        sl_admin_reply_error(resp, 503, "not ready: the master's state failed (see its log)");
+    if (sl_master_ready(ctx)) return true;
+    snprintf(why, cap, "not ready: the master's state failed (see its log)");
+    return false;
 }
 
 static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
@@ -778,8 +771,6 @@ static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t
 static const sl_admin_route_t routes[] = {
     {"GET", "/", false, h_page},
     {"GET", "/ui/{}", false, sl_admin_ui_handler},
-    {"GET", "/healthz", false, h_healthz},
-    {"GET", "/readyz", false, h_readyz},
     {"GET", "/metrics", false, h_metrics},
     {"GET", "/status", false, h_status},
     {"GET", "/workers", false, h_workers},
@@ -800,6 +791,7 @@ sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, 
     o.routes = routes;
     o.num_routes = sizeof routes / sizeof routes[0];
     o.ctx = m;
+    o.ready = master_ready;
     o.allocator = sl_master_allocator(m);
     return sl_admin_start(&o, out, err);
 }

@@ -281,31 +281,26 @@ static void h_waiting(sl_admin_response_t *resp, int status)
                                   "waiting for the master's first lease"));
 }
 
-static void h_healthz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+/* /readyz (the endpoint's built-in): serving (not failed), and under a
+ * master not retired. */
+static bool worker_ready(void *ctx, char *why, size_t cap)
 {
-    (void)ctx;
-    (void)req;
-    sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ok"));
-}
-
-/* Ready: serving (not failed), and under a master not retired. */
-static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
-{
-    (void)req;
     wadmin_t *a = ctx;
     sl_error_t err = {0};
     sl_mutex_lock(&a->mu);
     sl_worker_lease_client_stats_t m = {0};
     if (a->ms) sl_worker_lease_client_stats(a->ms, &m);
+    bool ready = false;
     if (!a->w)
-        h_waiting(resp, 503);
+        snprintf(why, cap, "waiting for the master's first lease");
     else if (sl_worker_failed(a->w, &err))
-        sl_admin_reply_error(resp, 503, "failed: %s", err.msg);
+        snprintf(why, cap, "failed: %s", err.msg);
     else if (m.stop)
-        sl_admin_reply_error(resp, 503, "retired by the master: finishing");
+        snprintf(why, cap, "retired by the master: finishing");
     else
-        sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ready"));
+        ready = true;
     sl_mutex_unlock(&a->mu);
+    return ready;
 }
 
 static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
@@ -365,9 +360,10 @@ static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t
 }
 
 static const sl_admin_route_t routes[] = {
-    {"GET", "/", false, h_page},           {"GET", "/ui/{}", false, sl_admin_ui_handler},
-    {"GET", "/healthz", false, h_healthz}, {"GET", "/readyz", false, h_readyz},
-    {"GET", "/metrics", false, h_metrics}, {"GET", "/status", false, h_status},
+    {"GET", "/", false, h_page},
+    {"GET", "/ui/{}", false, sl_admin_ui_handler},
+    {"GET", "/metrics", false, h_metrics},
+    {"GET", "/status", false, h_status},
 };
 
 sl_err_t sl_worker_admin_start(sl_worker_t *w, sl_worker_lease_client_t *ms, const char *address,
@@ -397,6 +393,7 @@ sl_err_t sl_worker_admin_serve(sl_worker_t *w, sl_worker_lease_client_t *ms,
     o.routes = routes;
     o.num_routes = sizeof routes / sizeof routes[0];
     o.ctx = &a->ctx;
+    o.ready = worker_ready;
     sl_err_t rc = sl_admin_start(&o, &a->admin, err);
     if (rc) {
         sl_mutex_destroy(&a->ctx.mu);
