@@ -46,8 +46,8 @@ static const sl_cli_opt_t admin_opts[] = {
      "... and its PEM private key (not encrypted)"},
     {"admin-max-connections", SL_CLI_UINT, "N", "512", NULL, 1, UINT32_MAX, 0,
      ADMIN(max_connections),
-     "admin connections at once; beyond it, new connections wait in the listen backlog until "
-     "one closes"},
+     "admin connections at once; a new one beyond it closes the connection idle longest (none "
+     "idle: the new one is refused), so probes are never kept out"},
     {"admin-timeout-s", SL_CLI_UINT, "S", "10", NULL, 1, UINT32_MAX, 0, ADMIN(timeout_s),
      "an admin connection that sends nothing for S seconds is closed"},
 };
