@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "common/err.h"
 #include "common/mem.h"
 #include "common/parse.h"
 
@@ -192,8 +193,7 @@ sl_err_t sl_httpd_start(const sl_httpd_opts_t *opts, sl_httpd_t **out, sl_error_
     const char *what = opts->what ? opts->what : "HTTP server";
     const char *address = opts->address ? opts->address : "127.0.0.1:0";
     struct sockaddr_in sa;
-    sl_err_t rc = parse_address(what, address, &sa, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(parse_address(what, address, &sa, err));
     bool tls = opts->tls_cert_pem != NULL;
     if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
         return sl_error_set(err, SL_ERR_UNSUPPORTED, "%s: this libmicrohttpd was built without TLS",

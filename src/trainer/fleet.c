@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "trainer/fleet_internal.h"
 
 /* A client id that no other client process shares: the master keeps commit
@@ -58,8 +59,8 @@ sl_err_t tr_fleet_connect(sl_trainer_t *t, const sl_trainer_opts_t *opts, sl_err
     t->fleet = f;
 
     bool refused;
-    sl_err_t rc = fl_master_open(t, t->connect_timeout_ms, &refused, err);
-    if (rc != SL_OK) return rc; /* the caller's destroy frees f */
+    SL_FORWARD_IF_ERROR(
+        fl_master_open(t, t->connect_timeout_ms, &refused, err)); /* the caller's destroy frees f */
     int prc = pthread_create(&f->mthread, NULL, fl_master_main, t);
     if (prc != 0)
         return sl_error_set(err, SL_ERR_IO, "trainer: cannot start the master thread: %s",

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "rpc/port_hint.h"
 #include "trainer/fleet_internal.h"
 
@@ -123,8 +124,7 @@ static sl_err_t resend_pending_locked(sl_trainer_t *t, int fd, sl_error_t *err)
         c.ref = &ref;
         c.rows = &rows;
         c.num_samples = it->num_samples;
-        sl_err_t rc = sl_rpc_send(fd, SL_RPC_COMMIT, &c.base, NULL, 0, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(sl_rpc_send(fd, SL_RPC_COMMIT, &c.base, NULL, 0, err));
     }
     return SL_OK;
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/err.h"
 #include "common/mem.h"
 #include "common/prom.h"
 #include "httpd/server.h"
@@ -178,8 +179,7 @@ sl_err_t tr_metrics_start(sl_trainer_t *t, const char *address, sl_error_t *err)
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     t->start_time_s = (double)now.tv_sec + (double)(now.tv_nsec / 1000000) / 1e3;
-    sl_err_t rc = make_labels(t, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(make_labels(t, err));
     sl_httpd_opts_t o = {.address = address,
                          .what = "trainer metrics endpoint",
                          .max_connections = METRICS_MAX_CONNECTIONS,

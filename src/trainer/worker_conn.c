@@ -17,6 +17,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/log.h"
 #include "trainer/fleet_internal.h"
 
@@ -159,10 +160,9 @@ static sl_err_t hello(tr_conn_t *c, int fd, uint64_t deadline_ms, uint32_t *wind
     h.shm = t->shm;
     c->shm_socket[0] = 0;
     c->shm_nonce_len = 0;
-    sl_err_t rc = sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, err));
     sl_rpc_frame_t f;
-    rc = sl_rpc_recv_until(fd, deadline_ms, &t->rpc_limits, t->a, &f, err);
+    sl_err_t rc = sl_rpc_recv_until(fd, deadline_ms, &t->rpc_limits, t->a, &f, err);
     if (rc != SL_OK) {
         if (rc == SL_ERR_TIMEOUT) sl_error_prefix(err, "waiting for welcome: ");
         return rc;

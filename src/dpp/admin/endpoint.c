@@ -14,6 +14,7 @@
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
 
+#include "common/err.h"
 #include "common/fileio.h"
 #include "common/mem.h"
 #include "common/parse.h"
@@ -544,8 +545,7 @@ sl_err_t sl_admin_token_load(const char *file, const char *env_var, char **out, 
     *out = NULL;
     char buf[1024];
     if (file) {
-        sl_err_t rc = sl_io_read_token(file, "admin token", buf, sizeof buf, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(sl_io_read_token(file, "admin token", buf, sizeof buf, err));
     } else {
         const char *v = env_var ? getenv(env_var) : NULL;
         if (!v) return SL_OK;

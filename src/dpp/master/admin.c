@@ -18,6 +18,7 @@
 
 #include <gnutls/gnutls.h>
 
+#include "common/err.h"
 #include "common/mem.h"
 #include "common/prom.h"
 #include "dpp/admin/ui.h"
@@ -175,7 +176,7 @@ sl_err_t sl_master_admin_job_submit_problems(sl_master_t *m, const json_t *body,
      * (the job starts with what every rank delivered). */
     const sl_allocator_t *a = sl_master_allocator(m);
     tokens_t tk;
-    if ((rc = tokens_decode(a, body, false, &tk, err)) != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(tokens_decode(a, body, false, &tk, err));
     char *text = NULL;
     sl_pipeline_problems_t pr = {0};
     /* The spec as workers get it in their leases: compact, keys sorted. */

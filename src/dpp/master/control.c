@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/log.h"
 #include "dpp/master/master_internal.h"
 #include "rpc/port_hint.h"
@@ -368,9 +369,8 @@ sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err)
     for (uint32_t i = 0; i < m->opts.max_connections; i++)
         m->conns[i].fd = -1;
     const char *addr = m->opts.listen != NULL ? m->opts.listen : "127.0.0.1:0";
-    sl_err_t rc = sl_rpc_check_exposure("master --listen", addr, m->secret != NULL, err);
-    if (rc != SL_OK) return rc;
-    rc = sl_rpc_listen(addr, 128, &m->listen_fd, &m->port, err);
+    SL_FORWARD_IF_ERROR(sl_rpc_check_exposure("master --listen", addr, m->secret != NULL, err));
+    sl_err_t rc = sl_rpc_listen(addr, 128, &m->listen_fd, &m->port, err);
     if (rc != SL_OK) return sl_error_prefix(err, "master --listen %s: ", addr);
     /* The address peers use: the host as given (empty or 0.0.0.0: loopback). */
     char host[MP_ADDR_MAX];
