@@ -54,3 +54,12 @@ static const sl_cli_opt_t admin_opts[] = {
 
 const sl_cli_group_t sl_cli_admin_group = {"admin endpoint", "admin endpoint options", admin_opts,
                                            sizeof admin_opts / sizeof admin_opts[0]};
+
+sl_admin_opts_t sl_cli_admin_opts(const sl_cli_admin_args_t *adm, const char *address)
+{
+    return (sl_admin_opts_t){.address = address,
+                             .tls_cert_file = adm->tls_cert,
+                             .tls_key_file = adm->tls_key,
+                             .max_connections = (uint32_t)adm->max_connections,
+                             .timeout_s = (uint32_t)adm->timeout_s};
+}
