@@ -143,12 +143,8 @@ static sl_err_t read_line(produce_input_t *in, size_t *len, bool *eof, bool *too
             if (in->line_cap >= LINE_LIMIT) {
                 *too_long = true;
                 have = 0; /* keep reading to the line's end, keeping nothing */
-            } else {
-                size_t ncap = in->line_cap ? in->line_cap * 2 : 4096;
-                char *nb = sl_realloc(NULL, in->line, in->line_cap, ncap);
-                if (nb == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a line");
-                in->line = nb;
-                in->line_cap = ncap;
+            } else if (!SL_GROW(NULL, in->line, in->line_cap, in->line_cap + 1, 4096)) {
+                return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a line");
             }
         }
         if (fgets(in->line + have, (int)(in->line_cap - have), in->file) == NULL) {

@@ -40,16 +40,10 @@ static void append(sl_prom_t *p, const char *fmt, ...)
             p->len += (size_t)n;
             return;
         }
-        size_t cap = p->cap ? p->cap * 2 : 4096;
-        while (cap - p->len <= (size_t)n)
-            cap *= 2;
-        char *b = sl_realloc(p->a, p->buf, p->cap, cap);
-        if (!b) {
+        if (!SL_GROW(p->a, p->buf, p->cap, p->len + (size_t)n + 1, 4096)) {
             p->failed = true;
             return;
         }
-        p->buf = b;
-        p->cap = cap;
     }
 }
 

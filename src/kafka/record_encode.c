@@ -2,6 +2,7 @@
  * (record.h, docs/KAFKA.md), written straight from the row's arrays
  * ("the writer" below). */
 #include "kafka/record.h"
+#include "common/mem.h"
 
 #include <math.h>
 #include <string.h>
@@ -39,9 +40,7 @@ struct sl_kafka_encoder {
 static bool grow(const sl_allocator_t *a, void **buf, size_t *cap, size_t n, size_t elem)
 {
     if (n <= *cap) return true;
-    size_t want = *cap ? *cap : 64;
-    while (want < n)
-        want *= 2;
+    size_t want = sl_grow_cap(*cap, n, 64, SIZE_MAX);
     void *nb = sl_alloc(a, sl_mul_size(want, elem));
     if (nb == NULL) return false;
     sl_free(a, *buf, *cap * elem);

@@ -395,15 +395,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             st->too_large = true; /* a chunked body that grew past the limit */
             return MHD_YES;
         }
-        if (st->len + n + 1 > st->cap) {
-            size_t cap = st->cap ? st->cap : 1024;
-            while (cap < st->len + n + 1)
-                cap *= 2;
-            char *p = sl_realloc(admin->a, st->body, st->cap, cap);
-            if (!p) return MHD_NO;
-            st->body = p;
-            st->cap = cap;
-        }
+        if (st->len + n + 1 > st->cap &&
+            !SL_GROW(admin->a, st->body, st->cap, st->len + n + 1, 1024))
+            return MHD_NO;
         memcpy(st->body + st->len, upload_data, n);
         st->len += n;
         st->body[st->len] = '\0';

@@ -369,15 +369,7 @@ void sl_master_autocache_evict(sl_master_autocache_t *c, uint64_t now_ms, uint64
                 (size_t)snprintf(path, sizeof path, "%s/%s", sub, f->d_name) >= sizeof path ||
                 stat(path, &st) != 0)
                 continue;
-            if (n == cap) {
-                size_t nc = cap ? 2 * cap : 64;
-                cfile_t *g = sl_alloc(c->a, nc * sizeof *g);
-                if (g == NULL) break;
-                if (n) memcpy(g, files, n * sizeof *g);
-                if (files) sl_free(c->a, files, cap * sizeof *files);
-                files = g;
-                cap = nc;
-            }
+            if (n == cap && !SL_GROW(c->a, files, cap, n + 1, 64)) break;
             char *p = sl_strdup(c->a, path);
             if (p == NULL) break;
             files[n++] = (cfile_t){p, (uint64_t)st.st_size,

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "dpp/master/master_internal.h"
 #include "rpc/port_hint.h"
+#include "common/mem.h"
 
 #define MAX_FRAME (1u << 20)
 #define SEND_TIMEOUT_MS 2000
@@ -81,14 +82,9 @@ void mp_send_error(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
 
 bool mp_defer(sl_master_t *m, uint32_t i, mp_deferred d)
 {
-    if (m->ndeferred == m->cap_deferred) {
-        uint32_t cap = m->cap_deferred ? m->cap_deferred * 2 : 64;
-        mp_deferred *p = sl_realloc(m->a, m->deferred, (size_t)m->cap_deferred * sizeof *p,
-                                    (size_t)cap * sizeof *p);
-        if (p == NULL) return false;
-        m->deferred = p;
-        m->cap_deferred = cap;
-    }
+    if (m->ndeferred == m->cap_deferred &&
+        !SL_GROW(m->a, m->deferred, m->cap_deferred, m->ndeferred + 1, 64))
+        return false;
     d.conn = i;
     d.serial = m->conns[i].serial;
     m->deferred[m->ndeferred++] = d;
@@ -164,10 +160,11 @@ static void on_readable(sl_master_t *m, uint32_t i)
 {
     mp_conn *c = &m->conns[i];
     if (c->cap - c->len < 4096) {
-        size_t cap = c->cap ? c->cap * 2 : 8192;
-        if (cap > MAX_FRAME + SL_RPC_HEADER_BYTES + 8192)
-            cap = MAX_FRAME + SL_RPC_HEADER_BYTES + 8192;
-        uint8_t *p = cap > c->cap ? sl_realloc(m->a, c->buf, c->cap, cap) : c->buf;
+        /* bounded: a whole frame of the largest size and a read's room */
+        const size_t most = MAX_FRAME + SL_RPC_HEADER_BYTES + 8192;
+        size_t cap = c->cap;
+        uint8_t *p =
+            sl_grow(m->a, c->buf, &cap, c->len + 4096 < most ? c->len + 4096 : most, 1, 8192, most);
         if (p == NULL) {
             sl_mutex_lock(&m->mu);
             mp_conn_close(m, i);

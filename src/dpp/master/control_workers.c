@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "dpp/master/master_internal.h"
+#include "common/mem.h"
 
 /* The record of worker id, added when new. @return NULL with *why set
  * (SL_ERR_TOO_LARGE past max_workers, SL_ERR_NOMEM). */
@@ -23,15 +24,10 @@ static mp_worker *worker_get(sl_master_t *m, const char *id, uint32_t *idx, sl_e
         }
     *why = SL_ERR_TOO_LARGE;
     if (m->nworkers >= m->opts.max_workers) return NULL;
-    if (m->nworkers == m->cap_workers) {
-        uint32_t cap = m->cap_workers ? m->cap_workers * 2 : 16;
-        mp_worker *p = sl_realloc(m->a, m->workers, (size_t)m->cap_workers * sizeof *p,
-                                  (size_t)cap * sizeof *p);
-        *why = SL_ERR_NOMEM;
-        if (p == NULL) return NULL;
-        m->workers = p;
-        m->cap_workers = cap;
-    }
+    *why = SL_ERR_NOMEM;
+    if (m->nworkers == m->cap_workers &&
+        !SL_GROW(m->a, m->workers, m->cap_workers, m->nworkers + 1, 16))
+        return NULL;
     mp_worker *w = &m->workers[m->nworkers];
     memset(w, 0, sizeof *w);
     snprintf(w->id, sizeof w->id, "%s", id);

@@ -443,16 +443,7 @@ static void k8s_destroy(sl_master_executor_t *base)
 /* Room for want job targets. Needs ex->base.mu. @return false: out of memory. */
 static bool reserve_jobs(k8s_t *ex, uint32_t want) SL_REQUIRES(ex->base.mu)
 {
-    if (want <= ex->cap_jobs) return true;
-    uint32_t cap = ex->cap_jobs ? 2 * ex->cap_jobs : 16;
-    if (cap < want) cap = want;
-    job_target_t *p = sl_alloc(ex->alloc, (size_t)cap * sizeof *p);
-    if (p == NULL) return false;
-    if (ex->njobs) memcpy(p, ex->jobs, ex->njobs * sizeof *p);
-    if (ex->jobs) sl_free(ex->alloc, ex->jobs, ex->cap_jobs * sizeof *p);
-    ex->jobs = p;
-    ex->cap_jobs = cap;
-    return true;
+    return want <= ex->cap_jobs || SL_GROW(ex->alloc, ex->jobs, ex->cap_jobs, want, 16);
 }
 
 /* Set job_id's target (0: drop it). Needs ex->base.mu. */

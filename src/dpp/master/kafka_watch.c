@@ -20,6 +20,7 @@
 #include "dpp/master/master_internal.h"
 #include "dpp/pipeline/job.h"
 #include "kafka/chunk.h"
+#include "common/mem.h"
 
 #define WATCH_TIMEOUT_MS 2000
 
@@ -152,14 +153,8 @@ static void ask(sl_master_t *m, sl_kafka_consumer_t *c, const sl_pipeline_job_t 
                 atomic_fetch_add(&m->kafka_watch_errors, 1);
                 continue;
             }
-            if (*nadd == *plan_len) { /* grows by doubling: partitions come a few at a time */
-                uint32_t cap = *plan_len ? 2 * *plan_len : 4;
-                sl_kafka_partition_plan_t *grown =
-                    sl_realloc(m->a, *add, (size_t)*plan_len * sizeof **add, cap * sizeof **add);
-                if (grown == NULL) continue; /* out of memory: a later round adds it */
-                *add = grown;
-                *plan_len = cap;
-            }
+            /* partitions come a few at a time; out of memory: a later round adds it */
+            if (*nadd == *plan_len && !SL_GROW(m->a, *add, *plan_len, *nadd + 1, 4)) continue;
             (*add)[(*nadd)++] = (sl_kafka_partition_plan_t){kf->topics[t], p, low, -1};
         }
     }

@@ -6,15 +6,14 @@
 #include <string.h>
 
 #include "dpp/worker/batcher_internal.h"
+#include "common/mem.h"
 
 bool dpp_vec_reserve(const sl_allocator_t *a, vec_t *v, size_t more)
 {
     if (v->len + more <= v->cap) return true;
-    size_t cap = v->cap ? v->cap : 4096;
-    while (cap < v->len + more) {
-        if (cap > SIZE_MAX / 2) return false;
-        cap *= 2;
-    }
+    if (more > SIZE_MAX - v->len) return false;
+    /* aligned (SL_ALIGN): the capacity from sl_grow_cap, the copy here */
+    size_t cap = sl_grow_cap(v->cap, v->len + more, 4096, SIZE_MAX);
     uint8_t *p = sl_alloc_aligned(a, cap, SL_ALIGN);
     if (!p) return false;
     if (v->len) memcpy(p, v->p, v->len);

@@ -397,15 +397,7 @@ static bool rest_add(sl_worker_t *w, dpp_cache_rest_t *rest, uint64_t from, uint
         rest->r[rest->n - 1].to_row = to;
         return true;
     }
-    if (rest->n == rest->cap) {
-        uint32_t cap = rest->cap ? 2 * rest->cap : 8;
-        sl_dpp_row_range_t *r = sl_alloc(w->a, (size_t)cap * sizeof *r);
-        if (r == NULL) return false;
-        if (rest->n) memcpy(r, rest->r, rest->n * sizeof *r);
-        if (rest->r) sl_free(w->a, rest->r, (size_t)rest->cap * sizeof *r);
-        rest->r = r;
-        rest->cap = cap;
-    }
+    if (rest->n == rest->cap && !SL_GROW(w->a, rest->r, rest->cap, rest->n + 1, 8)) return false;
     rest->r[rest->n++] = (sl_dpp_row_range_t){from, to};
     return true;
 }

@@ -12,6 +12,7 @@
 
 #include "dpp/worker/worker_internal.h"
 #include "sluice/wire.h"
+#include "common/mem.h"
 
 /* The reader thread's state, reused from split to split (reader thread
  * only). */
@@ -162,16 +163,9 @@ static sl_err_t add_empty(reader_t *rd, sl_dpp_row_range_t e, sl_error_t *err)
         rd->empty[rd->num_empty - 1].to_row = e.to_row;
         return SL_OK;
     }
-    if (rd->num_empty == rd->empty_cap) {
-        const sl_allocator_t *a = rd->w->a;
-        uint32_t cap = rd->empty_cap ? 2 * rd->empty_cap : 8;
-        sl_dpp_row_range_t *n = sl_alloc(a, (size_t)cap * sizeof *n);
-        if (!n) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
-        if (rd->num_empty) memcpy(n, rd->empty, rd->num_empty * sizeof *n);
-        if (rd->empty) sl_free(a, rd->empty, (size_t)rd->empty_cap * sizeof *rd->empty);
-        rd->empty = n;
-        rd->empty_cap = cap;
-    }
+    if (rd->num_empty == rd->empty_cap &&
+        !SL_GROW(rd->w->a, rd->empty, rd->empty_cap, rd->num_empty + 1, 8))
+        return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     rd->empty[rd->num_empty++] = e;
     return SL_OK;
 }
