@@ -627,7 +627,7 @@ def peer_sluice(a):
             with sluice.Client(addr, prefetch=8) as c:
                 for b in c:
                     with b:
-                        yield b.torch()
+                        yield sluice.torch.batch_to_torch(b)
         finally:
             p.terminate()
             p.wait()
