@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/log_events.h"
 #include "kafka/record.h"
 
 struct sl_kafka_producer {
@@ -51,7 +52,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     if (p->keep_going) {
         uint64_t n = p->stats.failed;
         if ((n & (n - 1)) == 0) /* 1, 2, 4, 8 ...: a dead broker does not flood the log */
-            sl_log_kv(SL_LOG_WARN, "kafka_delivery_failed",
+            sl_log_kv(SL_LOG_WARN, SL_EV(KAFKA_DELIVERY_FAILED),
                       (SL_KV_STR("topic", p->topic), SL_KV_I64("partition", m->partition),
                        SL_KV_U64("failed", n)),
                       "topic %s partition %d on %s: a record was not delivered (%llu so far): %s",
@@ -96,7 +97,7 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
                        : level == 4 ? SL_LOG_WARN
                        : level <= 6 ? SL_LOG_INFO
                                     : SL_LOG_DEBUG;
-    sl_log_kv(l, "kafka_log",
+    sl_log_kv(l, SL_EV(KAFKA_LOG),
               (SL_KV_STR("facility", fac), SL_KV_STR("topic", p != NULL ? p->topic : "")),
               "kafka %s: %s", fac, buf);
 }

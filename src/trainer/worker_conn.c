@@ -19,6 +19,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/log_events.h"
 #include "trainer/fleet_internal.h"
 
 tr_conn_t *tr_conn_new(sl_trainer_t *t, const char *worker_id, const char *address)
@@ -209,7 +210,8 @@ static bool attach_shm(tr_conn_t *c, uint64_t deadline_ms)
                           &e) == SL_OK)
         return true;
     if (!c->shm_logged)
-        sl_log(SL_LOG_DEBUG, "trainer_shm_off", "%s: batches over the socket: %s", c->label, e.msg);
+        sl_log(SL_LOG_DEBUG, SL_EV(TRAINER_SHM_OFF), "%s: batches over the socket: %s", c->label,
+               e.msg);
     c->shm_logged = true;
     return false;
 }

@@ -18,9 +18,10 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/log_events.h"
+#include "common/mem.h"
 #include "dpp/master/master_internal.h"
 #include "rpc/port_hint.h"
-#include "common/mem.h"
 
 #define MAX_FRAME (1u << 20)
 #define SEND_TIMEOUT_MS 2000
@@ -38,7 +39,7 @@ void mp_conn_close(sl_master_t *m, uint32_t i)
         mp_worker *w = &m->workers[c->worker];
         /* its leases stay its own until they expire or it registers again */
         sl_log_kv(
-            SL_LOG_INFO, "worker_left",
+            SL_LOG_INFO, SL_EV(WORKER_LEFT),
             (SL_KV_STR("worker", w->id), SL_KV_STR("job", w->job), SL_KV_U64("leases", w->leases)),
             "worker %s left (connection closed; %u lease%s kept until they expire)", w->id,
             w->leases, w->leases == 1 ? "" : "s");

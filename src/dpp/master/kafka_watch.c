@@ -16,11 +16,12 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/log_events.h"
+#include "common/mem.h"
 #include "common/prom.h"
 #include "dpp/master/master_internal.h"
 #include "dpp/pipeline/job.h"
 #include "kafka/chunk.h"
-#include "common/mem.h"
 
 #define WATCH_TIMEOUT_MS 2000
 
@@ -113,7 +114,7 @@ static sl_kafka_consumer_t *consumer_of(sl_master_t *m, wcache *cache, uint32_t 
     sl_error_t err = {0};
     sl_kafka_consumer_t *c = NULL;
     if (sl_kafka_consumer_new(&co, &c, &err) != SL_OK) {
-        sl_log_kv(SL_LOG_WARN, "kafka_watch_failed", (SL_KV_STR("job", j->id)),
+        sl_log_kv(SL_LOG_WARN, SL_EV(KAFKA_WATCH_FAILED), (SL_KV_STR("job", j->id)),
                   "job %s: Kafka watcher: %s", j->id, err.msg);
         return NULL;
     }
@@ -173,7 +174,7 @@ static void ask(sl_master_t *m, sl_kafka_consumer_t *c, const sl_pipeline_job_t 
     }
     if (offs != NULL && sl_kafka_commit_offsets(c, offs, no, WATCH_TIMEOUT_MS, &err) != SL_OK) {
         atomic_fetch_add(&m->kafka_watch_errors, 1);
-        sl_log_kv(SL_LOG_DEBUG, "kafka_group_commit", (SL_KV_STR("job", j->id)),
+        sl_log_kv(SL_LOG_DEBUG, SL_EV(KAFKA_GROUP_COMMIT), (SL_KV_STR("job", j->id)),
                   "job %s: mirroring its committed offsets into group sluice-%s: %s", j->id, j->id,
                   err.msg);
     } else if (offs != NULL) {
@@ -196,7 +197,7 @@ static void apply(sl_master_t *m, wjob *jobs, uint32_t nj, sl_kafka_partition_pl
             sl_err_t rc = sl_master_state_kafka_partition_add(m->st, jobs[i].id, &kp, &err);
             if (rc == SL_OK) {
                 added = true;
-                sl_log_kv(SL_LOG_INFO, "kafka_partition_added",
+                sl_log_kv(SL_LOG_INFO, SL_EV(KAFKA_PARTITION_ADDED),
                           (SL_KV_STR("job", jobs[i].id), SL_KV_STR("topic", p->topic),
                            SL_KV_U64("partition", (uint64_t)p->partition),
                            SL_KV_U64("start", (uint64_t)p->start)),

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/log_events.h"
 #include "common/mem.h"
 #include "dpp/worker/worker_internal.h"
 
@@ -221,7 +222,7 @@ void dpp_cache_writer_unref(dpp_cache_writer_t *cw)
     /* a writer that never opened its file failed too (its directory, its
      * first batch): said, not only counted as a file not written */
     if (!written && (cw->wr != NULL || cw->failed))
-        sl_log_kv(SL_LOG_WARN, "cache_write_failed",
+        sl_log_kv(SL_LOG_WARN, SL_EV(CACHE_WRITE_FAILED),
                   (SL_KV_STR("file", cw->path), SL_KV_STR("error", cw->why)),
                   "cache file %s not written: %s", cw->path, cw->why);
     sl_mutex_lock(&w->mu);
@@ -486,7 +487,7 @@ sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_e
     /* a damaged file goes, so that the next lease of the split writes it anew */
     if (fallback && rc != SL_ERR_NOT_FOUND) unlink(wk->cache_file);
     if (fallback)
-        sl_log_kv(SL_LOG_WARN, "cache_fallback",
+        sl_log_kv(SL_LOG_WARN, SL_EV(CACHE_FALLBACK),
                   (SL_KV_STR("file", wk->cache_file), SL_KV_U64("split", wk->split_id),
                    SL_KV_STR("error", cerr.msg)),
                   "cache file %s of split %" PRIu64 " cannot be read (%s): computing its rows",
