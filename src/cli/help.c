@@ -1,7 +1,8 @@
 /* `sluice help`: the commands; `sluice help COMMAND...`: a command's help;
  * `sluice help --markdown [SECTION]`: every command's option table, the
  * shared option groups, the job spec reference (keys, filters,
- * transforms) and the log events (common/log_events.h) as Markdown,
+ * transforms), the log events (common/log_events.h) and the metrics of
+ * each process (common/metrics.h) as Markdown,
  * printed from the tables that define them. Each
  * section comes between the markers the docs embed it with:
  *
@@ -15,6 +16,7 @@
 
 #include "cli.h"
 #include "common/log_events.h"
+#include "common/metrics.h"
 #include "dpp/pipeline/job.h"
 
 typedef struct section {
@@ -57,8 +59,24 @@ static void log_events_markdown(FILE *out)
     }
 }
 
+/* The metrics of one process ("master", "worker", "trainer", "store":
+ * their names' prefix), from the table of common/metrics.h. */
+static void metrics_markdown(FILE *out, const char *process)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "sluice_%s_", process);
+    fprintf(out, "| metric | type | labels | help |\n| --- | --- | --- | --- |\n");
+    for (int i = 0; i < SL_M_COUNT; i++) {
+        const sl_metric_def_t *m = &sl_metric_defs[i];
+        if (strncmp(m->name, prefix, strlen(prefix)) != 0) continue;
+        fprintf(out, "| `%s` | %s | %s | %s |\n", m->name, m->type,
+                m->labels[0] ? m->labels : "(none)", m->help);
+    }
+}
+
 /* The sections printed from tables outside src/cli's option tables. */
-static const char *const table_sections[] = {"log events", NULL};
+static const char *const table_sections[] = {"log events",      "metrics master", "metrics worker",
+                                             "metrics trainer", "metrics store",  NULL};
 
 /* One section's Markdown. @return false for an unknown name. */
 static bool markdown(FILE *out, const char *name)
@@ -67,6 +85,12 @@ static bool markdown(FILE *out, const char *name)
         log_events_markdown(out);
         return true;
     }
+    if (strncmp(name, "metrics ", 8) == 0)
+        for (const char *const *s = table_sections + 1; *s != NULL; s++)
+            if (strcmp(*s, name) == 0) {
+                metrics_markdown(out, name + 8);
+                return true;
+            }
     for (size_t i = 0; i < NUM_SECTIONS; i++)
         if (strcmp(section_name(&sections[i]), name) == 0) {
             sl_cli_print_markdown(out, sections[i].cmd, sections[i].group);

@@ -137,3 +137,28 @@ char *sl_prom_finish(sl_prom_t *p)
     sl_prom_init(p, p->a);
     return text;
 }
+
+void sl_prom_family_def(sl_prom_t *p, const sl_metric_def_t *m)
+{
+    sl_prom_family(p, m->name, m->type, m->help);
+}
+
+void sl_prom_sample_def(sl_prom_t *p, const sl_metric_def_t *m, const char *labels, double value)
+{
+    sl_prom_sample(p, m->name, labels, value);
+}
+
+void sl_prom_sample_part(sl_prom_t *p, const sl_metric_def_t *m, const char *suffix,
+                         const char *labels, double value)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", m->name, suffix);
+    sl_prom_sample(p, name, labels, value);
+}
+
+void sl_prom_histogram_def(sl_prom_t *p, const sl_metric_def_t *m, const char *labels,
+                           const double *bounds, const uint64_t *counts, size_t n, double sum,
+                           uint64_t count)
+{
+    sl_prom_histogram(p, m->name, labels, bounds, counts, n, sum, count);
+}

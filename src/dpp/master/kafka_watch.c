@@ -378,9 +378,7 @@ uint32_t mp_kafka_view(sl_master_t *m, const char *job, const sl_master_kafka_vi
 
 void mp_kafka_metrics(sl_master_t *m, sl_prom_t *p)
 {
-    sl_prom_family(p, "sluice_master_kafka_lag_records", "gauge",
-                   "Per partition of a stream job: the high watermark minus the committed "
-                   "prefix (records not delivered yet).");
+    sl_prom_family_def(p, SL_M(MASTER_KAFKA_LAG_RECORDS));
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
         const mp_job *j = &m->jobs[i];
         const sl_master_kafka_position_t *pos;
@@ -394,19 +392,16 @@ void mp_kafka_metrics(sl_master_t *m, sl_prom_t *p)
                      sl_prom_label(l2, sizeof l2, "topic", pos[k].topic),
                      sl_prom_label(l3, sizeof l3, "partition", num));
             double lag = high > pos[k].committed ? (double)(high - pos[k].committed) : 0.0;
-            sl_prom_sample(p, "sluice_master_kafka_lag_records", lab, lag);
+            sl_prom_sample_def(p, SL_M(MASTER_KAFKA_LAG_RECORDS), lab, lag);
         }
     }
-    sl_prom_family(p, "sluice_master_kafka_watch_rounds_total", "counter",
-                   "Rounds of the Kafka watcher (partitions, watermarks, group mirror).");
-    sl_prom_sample(p, "sluice_master_kafka_watch_rounds_total", NULL,
-                   (double)atomic_load(&m->kafka_watch_rounds));
-    sl_prom_family(p, "sluice_master_kafka_watch_errors_total", "counter",
-                   "Broker requests of the Kafka watcher that failed (retried next round).");
-    sl_prom_sample(p, "sluice_master_kafka_watch_errors_total", NULL,
-                   (double)atomic_load(&m->kafka_watch_errors));
-    sl_prom_family(p, "sluice_master_kafka_group_commits_total", "counter",
-                   "Committed prefixes mirrored into the jobs' consumer groups.");
-    sl_prom_sample(p, "sluice_master_kafka_group_commits_total", NULL,
-                   (double)atomic_load(&m->kafka_group_commits));
+    sl_prom_family_def(p, SL_M(MASTER_KAFKA_WATCH_ROUNDS_TOTAL));
+    sl_prom_sample_def(p, SL_M(MASTER_KAFKA_WATCH_ROUNDS_TOTAL), NULL,
+                       (double)atomic_load(&m->kafka_watch_rounds));
+    sl_prom_family_def(p, SL_M(MASTER_KAFKA_WATCH_ERRORS_TOTAL));
+    sl_prom_sample_def(p, SL_M(MASTER_KAFKA_WATCH_ERRORS_TOTAL), NULL,
+                       (double)atomic_load(&m->kafka_watch_errors));
+    sl_prom_family_def(p, SL_M(MASTER_KAFKA_GROUP_COMMITS_TOTAL));
+    sl_prom_sample_def(p, SL_M(MASTER_KAFKA_GROUP_COMMITS_TOTAL), NULL,
+                       (double)atomic_load(&m->kafka_group_commits));
 }
