@@ -275,6 +275,18 @@ Test(admin_load, the_connection_limit_and_timeout_hold)
         cr_assert_eq(poll(&q, 1, 0), 0, "busy connection %d was closed", i);
         close(fds[i]);
     }
+    /* once the server has seen them go (a turn of its thread: bounded
+     * wait), probes are answered again */
+    const char probe[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    int st = 0;
+    for (double until = now_s() + tu_timeout(5); st != 200 && now_s() < until;) {
+        int fd = dial(port);
+        cr_assert_eq(send(fd, probe, sizeof probe - 1, MSG_NOSIGNAL), (ssize_t)(sizeof probe - 1));
+        st = read_status(fd, (int)(tu_timeout(1) * 1000));
+        close(fd);
+        if (st != 200) usleep(20 * 1000);
+    }
+    cr_assert_eq(st, 200, "no probe answered after the busy connections closed");
     cr_assert_lt(healthz(port), tu_timeout(1));
     sl_worker_admin_stop(wa);
 }
