@@ -602,7 +602,7 @@ class MlDigest:
 
 def peer_sluice(a):
     import sluice
-    import sluice.torch  # noqa: F401 (imports torch now, not in the epoch)
+    import sluice.torch  # imports torch now, not in the epoch
 
     transforms = []
     for f in DENSE:
