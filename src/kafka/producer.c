@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/err.h"
 #include "common/log.h"
 #include "common/log_events.h"
 #include "kafka/record.h"
@@ -222,8 +223,7 @@ static sl_err_t create_topic(sl_kafka_producer_t *p, uint32_t partitions, uint32
     double deadline = sl_clock_s() + p->timeout_s;
     for (;;) {
         uint32_t have = 0;
-        rc = topic_partitions(p, p->timeout_s, &have, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(topic_partitions(p, p->timeout_s, &have, err));
         if (have > 0) {
             p->stats.partitions = have;
             return SL_OK;

@@ -5,8 +5,9 @@
  * finished batch, which keeps stored groups that are the job's. */
 #include <string.h>
 
-#include "dpp/worker/batcher_internal.h"
+#include "common/err.h"
 #include "common/mem.h"
+#include "dpp/worker/batcher_internal.h"
 
 bool dpp_vec_reserve(const sl_allocator_t *a, vec_t *v, size_t more)
 {
@@ -218,8 +219,7 @@ sl_err_t sl_worker_batcher_dedup(sl_dedup_t *d, sl_batch_t *batch,
             return SL_OK;
         }
         sl_kjt_t all;
-        sl_err_t rc = sl_batch_expand(batch, batch->arena, &all, err);
-        if (rc) return rc;
+        SL_FORWARD_IF_ERROR(sl_batch_expand(batch, batch->arena, &all, err));
         batch->sparse = all;
         batch->num_groups = 0;
         batch->groups = NULL;

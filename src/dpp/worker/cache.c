@@ -31,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/log.h"
 #include "common/log_events.h"
 #include "common/mem.h"
@@ -343,8 +344,7 @@ static sl_err_t groups_of(const sl_batch_t *in, sl_batch_t *b)
         o->inverse = sl_arena_alloc(b->arena, (size_t)ik->batch_size * sizeof *o->inverse + 1);
         if (o->name == NULL || o->inverse == NULL) return SL_ERR_NOMEM;
         memcpy(o->inverse, ik->inverse, (size_t)ik->batch_size * sizeof *o->inverse);
-        sl_err_t rc = kjt_copy(&ik->unique, b->arena, &o->unique);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(kjt_copy(&ik->unique, b->arena, &o->unique));
     }
     b->num_groups = in->num_groups;
     return SL_OK;

@@ -10,6 +10,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/log_events.h"
 #include "dpp/worker/lease_client_internal.h"
 #include "rpc/auth.h"
@@ -79,8 +80,7 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
 {
     sl_worker_lease_client_t *ms = ctx;
     lease_t *l = NULL;
-    sl_err_t rc = dpp_lease_get(ms, 0, true, &l, err);
-    if (rc) return rc;
+    SL_FORWARD_IF_ERROR(dpp_lease_get(ms, 0, true, &l, err));
     *out = (sl_worker_work_t){.split = &l->sp,
                               .epoch = l->epoch,
                               .split_id = l->split,
@@ -434,8 +434,7 @@ sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeo
     bool have = ms->spec_json != NULL;
     sl_mutex_unlock(&ms->mu);
     if (!have) {
-        sl_err_t rc = dpp_lease_get(ms, deadline, false, &l, err);
-        if (rc) return rc;
+        SL_FORWARD_IF_ERROR(dpp_lease_get(ms, deadline, false, &l, err));
     }
     *job_id = ms->job_id;
     *spec_json = ms->spec_json;

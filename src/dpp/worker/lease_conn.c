@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/log_events.h"
 #include "dpp/worker/lease_client_internal.h"
 #include "rpc/auth.h"
@@ -118,9 +119,8 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
 {
     sl_error_t local = {0};
     if (!err) err = &local;
-    sl_err_t rc = fatal_of(ms, err);
-    if (rc) return rc;
-    rc = sl_rpc_connect(ms->master, ms->o.connect_timeout_ms, &ms->fd, err);
+    SL_FORWARD_IF_ERROR(fatal_of(ms, err));
+    sl_err_t rc = sl_rpc_connect(ms->master, ms->o.connect_timeout_ms, &ms->fd, err);
     if (rc) {
         ms->fd = -1;
         return sl_error_prefix(err, "master %s: ", ms->master);

@@ -10,9 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/err.h"
+#include "common/mem.h"
 #include "dpp/worker/worker_internal.h"
 #include "sluice/wire.h"
-#include "common/mem.h"
 
 /* The reader thread's state, reused from split to split (reader thread
  * only). */
@@ -66,8 +67,7 @@ static sl_err_t stripe_acct(reader_t *rd, uint64_t sb, const char *file, uint32_
     if (sb > rd->est) {
         char what[320];
         snprintf(what, sizeof what, "%.250s stripe %u decoded", file, stripe);
-        sl_err_t rc = reader_take(rd, sb - rd->est, what, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(reader_take(rd, sb - rd->est, what, err));
     } else {
         sl_worker_budget_release(rd->w->budget, rd->est - sb);
     }
@@ -80,8 +80,7 @@ static sl_err_t batcher_acct(reader_t *rd, sl_error_t *err)
 {
     uint64_t fp = sl_worker_batcher_footprint(rd->b);
     if (fp > rd->batcher_held) {
-        sl_err_t rc = reader_take(rd, fp - rd->batcher_held, "the batch being built", err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(reader_take(rd, fp - rd->batcher_held, "the batch being built", err));
     } else {
         sl_worker_budget_release(rd->w->budget, rd->batcher_held - fp);
     }
@@ -460,11 +459,11 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     if (n == 0) /* gaps and bad records only: nothing to batch */
         return wk->lease ? add_empty(rd, (sl_dpp_row_range_t){first, end}, err) : SL_OK;
     uint64_t sb = rows_bytes(rows), tw = now_ns(CLOCK_MONOTONIC);
-    sl_err_t rc = reader_take(rd, sb, "the records being batched", err);
-    if (rc) return rc;
+    SL_FORWARD_IF_ERROR(reader_take(rd, sb, "the records being batched", err));
     rd->stripe_held = sb;
     uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw, t1 = now_ns(CLOCK_MONOTONIC),
              h0 = rd->handoff_ns, f0 = rd->fused_ns;
+    sl_err_t rc;
     if (!scratch_rows(rd, n))
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     else
