@@ -615,7 +615,7 @@ class MlDigest:
 
 def peer_sluice(a):
     import sluice
-    import sluice.torch  # noqa: F401 (imports torch now, not in the epoch)
+    import sluice.torch  # imports torch now, not in the epoch
 
     transforms = []
     for f in DENSE:
@@ -643,7 +643,7 @@ def peer_sluice(a):
             with sluice.Client(addr, prefetch=8) as c:
                 for b in c:
                     with b:
-                        yield b.torch()
+                        yield sluice.torch.batch_to_torch(b)
         finally:
             p.terminate()
             p.wait()

@@ -67,6 +67,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import sluice  # noqa: E402
+from sluice.torch import batch_to_torch  # noqa: E402
 
 DENSE = ["user_age", "user_clicks", "item_clicks", "position"]
 # Embedding table rows per sparse feature (ids hashed into them by the job):
@@ -192,7 +193,7 @@ def plain_batches(client, expand):
     """(dense, labels, kjt, groups, B) per batch for PlainDLRM."""
     for b in client:
         with b:
-            t = b.torch(expand=expand)
+            t = batch_to_torch(b, expand=expand)
             s = t["sparse"]
             groups = []
             for g in ([] if expand else b.groups):
@@ -333,7 +334,7 @@ def expanded_torchrec_batches(client):
 
     for b in client:
         with b:
-            t = b.torch()
+            t = batch_to_torch(b)
             yield Batch(t["dense"], KeyedJaggedTensor(**kjt_kwargs(expand_batch(b, as_torch=True))),
                         t["labels"][:, 0], t["sample_ids"])
 

@@ -23,10 +23,12 @@ Installed with `pip install .` from a checkout (distribution sluice-trainer:
 `sluice` on PyPI is another project); python/README.md.
 """
 
+from typing import Any
+
 from .client import IKJT, KJT, Batch, Client, Jagged, SluiceError, SluiceTimeout, library_path
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # sluice.Dataset imports torch: only when asked for
     if name == "Dataset":
         from .dataset import Dataset

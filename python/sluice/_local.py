@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, Dict, Optional, Sequence
 
@@ -89,19 +90,20 @@ class Admin:
                                 "max_workers": workers}
         if tokens:
             body["resume_tokens"] = [base64.b64encode(t).decode() for t in tokens]
-        return self.call("POST", "/jobs", body)["id"]
+        return str(self.call("POST", "/jobs", body)["id"])
 
     def resubmit(self, job_id: str, tokens: Sequence[bytes]) -> None:
         """Start the job of that id again from a checkpoint's tokens, in
         place (POST /jobs/{id}/resubmit)."""
-        self.call("POST", "/jobs/%s/resubmit" % urllib.request.quote(job_id, safe=""),
+        self.call("POST", "/jobs/%s/resubmit" % urllib.parse.quote(job_id, safe=""),
                   {"resume_tokens": [base64.b64encode(t).decode() for t in tokens]})
 
     def job(self, job_id: str) -> Dict[str, Any]:
-        return self.call("GET", "/jobs/" + urllib.request.quote(job_id, safe=""))
+        job: Dict[str, Any] = self.call("GET", "/jobs/" + urllib.parse.quote(job_id, safe=""))
+        return job
 
     def remove(self, job_id: str) -> None:
-        self.call("DELETE", "/jobs/" + urllib.request.quote(job_id, safe=""))
+        self.call("DELETE", "/jobs/" + urllib.parse.quote(job_id, safe=""))
 
 
 class LocalMaster:
@@ -111,7 +113,7 @@ class LocalMaster:
     def __init__(self, binary: Optional[str] = None, start_timeout_s: float = 30) -> None:
         self.binary = find_binary(binary)
         self.dir = tempfile.mkdtemp(prefix="sluice-local-")
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional["subprocess.Popen[bytes]"] = None
         token = secrets.token_hex(16)
         token_file = os.path.join(self.dir, "admin.token")
         with open(token_file, "w") as f:

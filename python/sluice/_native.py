@@ -16,7 +16,7 @@ system loader (libsluice_trainer.so.2 on the library path, as `cmake
 
 import ctypes
 import os
-from typing import List, Optional
+from typing import Any, List, Optional
 
 c_char_pp = ctypes.POINTER(ctypes.c_char_p)
 
@@ -157,7 +157,7 @@ class sl_trainer_stats_t(ctypes.Structure):
     ]
 
 
-def freshness_bounds_ms(lib) -> List[int]:
+def freshness_bounds_ms(lib: Any) -> List[int]:
     """The freshness buckets' upper bounds in ms, from the library
     (sl_trainer_freshness_bounds_ms): one fewer than the buckets."""
     arr = (ctypes.c_uint64 * (SL_TRAINER_FRESHNESS_BUCKETS - 1)).in_dll(
@@ -199,7 +199,7 @@ def _candidates() -> List[str]:
     return out + [LIB_NAME + ".2", LIB_NAME]
 
 
-def _declare(lib):
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     p = ctypes.POINTER
     lib.sl_err_str.argtypes = [ctypes.c_int]
     lib.sl_err_str.restype = ctypes.c_char_p

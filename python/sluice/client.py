@@ -5,7 +5,7 @@ share the C buffers (no element-by-element copy).
         for batch in client:
             with batch:                      # released at the end of the block
                 ids = batch.sparse.values    # numpy int64 view on the C buffer
-                t = batch.torch()            # torch tensors sharing that memory
+                t = sluice.torch.batch_to_torch(batch)  # torch tensors, same memory
 
 Lifetime: every array a Batch hands out holds a reference to the Batch (its
 `.base` is a small view object whose `.owner` is the Batch), so the C batch
@@ -19,7 +19,7 @@ the Batch object itself can no longer be read.
 import ctypes
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, NoReturn, Optional, Tuple, Union
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class SluiceTimeout(SluiceError, TimeoutError):
     """No batch arrived within the timeout (the connection is still fine)."""
 
 
-def _raise(code, err, what):
+def _raise(code: int, err: Any, what: str) -> NoReturn:
     msg = err.msg.decode("utf-8", "replace") if err.msg else ""
     if not msg:
         msg = _native.load().sl_err_str(code).decode()
@@ -54,7 +54,7 @@ class _View:
 
     __slots__ = ("owner", "__array_interface__")
 
-    def __init__(self, owner, addr, shape, typestr):
+    def __init__(self, owner: "Batch", addr: int, shape: Tuple[int, ...], typestr: str) -> None:
         self.owner = owner
         self.__array_interface__ = {
             "version": 3,
@@ -64,7 +64,7 @@ class _View:
         }
         owner._live += 1
 
-    def __del__(self):
+    def __del__(self) -> None:
         # The array this view backs is gone: a batch released while arrays
         # were alive goes back with its last one.
         o = self.owner
@@ -79,15 +79,15 @@ class _Handle:
     until they are gone; a batch released after close() is freed with
     sl_batch_destroy, as trainer.h allows."""
 
-    def __init__(self, lib, ptr):
+    def __init__(self, lib: Any, ptr: Any) -> None:
         self.lib = lib
         self.ptr = ptr
         self.lock = threading.Lock()
         # Batches whose owner died while the lock was held elsewhere (a
         # finalizer must never block): freed by the next call that holds it.
-        self.pending = []
+        self.pending: List[Any] = []
 
-    def free_batch(self, bptr):
+    def free_batch(self, bptr: Any) -> None:
         if not self.lock.acquire(blocking=False):
             self.pending.append(bptr)
             return
@@ -97,18 +97,18 @@ class _Handle:
         finally:
             self.lock.release()
 
-    def _free(self, bptr):
+    def _free(self, bptr: Any) -> None:
         if self.ptr is not None:
             self.lib.sl_trainer_release(self.ptr, bptr)
         else:
             self.lib.sl_batch_destroy(bptr)
 
-    def _drain(self):
+    def _drain(self) -> None:
         # Caller holds self.lock.
         while self.pending:
             self._free(self.pending.pop())
 
-    def close(self):
+    def close(self) -> None:
         with self.lock:
             self._drain()
             if self.ptr is not None:
@@ -116,7 +116,7 @@ class _Handle:
                 self.ptr = None
 
 
-def _strings(pp, n):
+def _strings(pp: Any, n: int) -> List[str]:
     if n == 0 or not pp:
         return []
     return [pp[i].decode("utf-8", "replace") for i in range(n)]
@@ -255,7 +255,8 @@ class Batch:
     sample_ids (int64 [B] or None), record_ms (int64 [B]: Kafka batches,
     each sample's record CreateTime in ms since the epoch; None for table
     batches); plain data: batch_size, dense_names,
-    label_names, origin (dict). torch() gives the same as torch tensors.
+    label_names, origin (dict). sluice.torch.batch_to_torch gives the same as torch
+    tensors.
 
     The Batch holds no array itself (each array holds the Batch), so there is
     no reference cycle: the C batch goes back as soon as the last reference
@@ -293,12 +294,12 @@ class Batch:
             "sequence": int(o.sequence),
         }
 
-    def _c(self):
+    def _c(self) -> Any:
         if self._released or self._ptr is None:
             raise SluiceError(-2, "batch was released")
         return self._ptr.contents
 
-    def _array(self, ptr, shape, typestr):
+    def _array(self, ptr: Any, shape: Tuple[int, ...], typestr: str) -> np.ndarray:
         n = 1
         for s in shape:
             n *= s
@@ -310,7 +311,7 @@ class Batch:
             raise SluiceError(-2, "batch buffer of %d elements is NULL" % n)
         return np.asarray(_View(self, addr, shape, typestr))
 
-    def _kjt(self, k, keys):
+    def _kjt(self, k: Any, keys: List[str]) -> KJT:
         nk, stride, nv = int(k.num_keys), int(k.stride), int(k.num_values)
         return KJT(
             keys,
@@ -384,15 +385,6 @@ class Batch:
     def released(self) -> bool:
         return self._released
 
-    def torch(self, expand: bool = False) -> Dict[str, Any]:
-        """The batch as torch tensors sharing the C buffers:
-        {"dense", "labels", "sample_ids", "sparse": kjt_kwargs,
-        "groups": {name: kjt_kwargs with inverse_indices}} (see sluice.torch);
-        expand=True folds the groups into sparse, expanded to B rows."""
-        from .torch import batch_to_torch
-
-        return batch_to_torch(self, expand=expand)
-
     def release(self) -> None:
         """Give the C batch back: now when no array made from it is alive,
         otherwise as soon as the last one goes. The Batch can no longer be
@@ -403,12 +395,12 @@ class Batch:
         if self._live == 0:
             self._free()
 
-    def _free(self):
+    def _free(self) -> None:
         ptr, self._ptr = self._ptr, None
         if ptr is not None:
             self._handle.free_batch(ptr)
 
-    def __del__(self):
+    def __del__(self) -> None:
         # Runs once neither the caller nor any array refers to the batch.
         try:
             self._free()
@@ -598,7 +590,8 @@ class Client:
         if h is not None and h.ptr is not None:
             self._lib.sl_trainer_stats(h.ptr, ctypes.byref(s))
         out: Dict[str, Any] = {}
-        for name, _ in s._fields_:
+        for field in s._fields_:
+            name = field[0]
             v = getattr(s, name)
             out[name] = [int(x) for x in v] if isinstance(v, ctypes.Array) else int(v)
         out["freshness_bounds_ms"] = _native.freshness_bounds_ms(self._lib)
@@ -625,7 +618,7 @@ class Client:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:

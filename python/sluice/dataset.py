@@ -18,7 +18,7 @@ import base64
 import copy
 import json
 import os
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 import torch.utils.data
@@ -30,11 +30,11 @@ _CLOSED = -11  # SL_ERR_CLOSED
 _STATE_VERSION = 1
 
 
-def _dist():
+def _dist() -> Tuple[int, int]:
     """(rank, world_size) from torch.distributed when it is initialized."""
     d = torch.distributed
     if d.is_available() and d.is_initialized():
-        return d.get_rank(), d.get_world_size()
+        return int(d.get_rank()), int(d.get_world_size())
     return 0, 1
 
 
@@ -121,7 +121,7 @@ class Dataset(torch.utils.data.IterableDataset):
         self._local: Optional[LocalMaster] = None
         if master is None:
             # one master for every rank: rank 0 starts it, the others learn it
-            addr = None
+            addr: Optional[List[Optional[str]]] = None
             if self.rank == 0:
                 self._local = LocalMaster(binary)
                 addr = [self._local.control, self._local.admin.base, self._local.admin.token]
@@ -129,7 +129,11 @@ class Dataset(torch.utils.data.IterableDataset):
                 box = [addr]
                 torch.distributed.broadcast_object_list(box, src=0)
                 addr = box[0]
+            if addr is None:
+                raise SluiceError(-2, "sluice.Dataset: rank 0 did not say where its master is")
             master, admin, admin_token = addr[0], addr[1], addr[2]
+        if admin is None:
+            raise ValueError("sluice.Dataset: no admin address")
         self.master = master
         self._admin = Admin(admin, admin_token)
         self._epoch = 0  # the epoch the next iteration reads
@@ -167,7 +171,7 @@ class Dataset(torch.utils.data.IterableDataset):
     def _start_epoch(self) -> str:
         """Submit this epoch's job (rank 0; every rank waits for it)."""
         spec = self._epoch_spec(self._epoch)
-        job_id = spec["id"]
+        job_id: str = spec["id"]
         in_worker = torch.utils.data.get_worker_info() is not None
         if self.rank == 0:
             self._forget(self._epoch - 2)
@@ -258,7 +262,7 @@ class Dataset(torch.utils.data.IterableDataset):
             from .torchrec import to_batch
 
             tb = to_batch(b, form=self.torchrec)
-            tb.epoch = epoch  # type: ignore[attr-defined]
+            tb.epoch = epoch
             return tb
         if not self.as_torch:
             b.epoch = epoch  # type: ignore[attr-defined]

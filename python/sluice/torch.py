@@ -63,7 +63,10 @@ def kjt_kwargs(part: Union[KJT, IKJT, Dict[str, Any]]) -> Dict[str, Any]:
             "stride": part.stride,
         }
     if isinstance(part, dict):  # expand_ikjt / expand_batch output (numpy)
-        conv = lambda a: a if a is None or isinstance(a, torch.Tensor) else torch.from_numpy(a)
+
+        def conv(a: Any) -> Any:
+            return a if a is None or isinstance(a, torch.Tensor) else torch.from_numpy(a)
+
         return {
             "keys": list(part["keys"]),
             "values": conv(part["values"]),

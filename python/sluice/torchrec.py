@@ -25,7 +25,7 @@ ops/torchrec-requirements.txt (ops/torchrec-venv makes that environment).
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ from . import client as _client
 from .torch import kjt_kwargs, merged_kjt_kwargs
 
 
-class _ByGroup(dict):
+class _ByGroup(Dict[str, Any]):
     """Batch.unique_features / inverse_indices: a dict whose missing group
     says what to do (TorchRec's pipeline looks groups up by name)."""
 
@@ -240,7 +240,7 @@ def to_batch(
     )
 
 
-@torch.fx.wrap
+@torch.fx.wrap  # type: ignore[untyped-decorator]
 def _expand_pooled(
     keys: List[str],
     dims: List[int],
@@ -308,15 +308,15 @@ class DedupEmbeddingBagCollection(torch.nn.Module):
         plain: List[EmbeddingBagConfig] = []
         by_group: Dict[str, List[EmbeddingBagConfig]] = {g: [] for g in groups}
         for t in tables:
-            gs = {group_of.get(f) for f in t.feature_names}
+            gs: Set[Optional[str]] = {group_of.get(f) for f in t.feature_names}
             if len(gs) != 1:
                 raise ValueError(
                     "DedupEmbeddingBagCollection: table %r has features in different dedup "
                     "groups (%s); a table's features must all be in one group or in none"
                     % (t.name, ", ".join(sorted(str(g) for g in gs)))
                 )
-            g = gs.pop()
-            (plain if g is None else by_group[g]).append(t)
+            tg = gs.pop()
+            (plain if tg is None else by_group[tg]).append(t)
         self.plain = (
             EmbeddingBagCollection(plain, is_weighted=is_weighted, device=device) if plain else None
         )

@@ -13,7 +13,7 @@ import torch
 
 import sluice
 from procs import USER, gen_table, needs_worker, workers
-from sluice.torch import SluiceIterableDataset, expand_batch, expand_ikjt, kjt_kwargs
+from sluice.torch import SluiceIterableDataset, batch_to_torch, expand_batch, expand_ikjt, kjt_kwargs
 
 ROWS = 20000
 BATCH = 512
@@ -124,7 +124,7 @@ def test_explicit_release(worker):
 def test_torch_shares_memory(worker):
     with client(worker()) as c:
         b = c.next()
-        t = b.torch()
+        t = batch_to_torch(b)
         assert t["sparse"]["values"].data_ptr() == b.sparse.values.__array_interface__["data"][0]
         assert t["dense"].data_ptr() == b.dense.__array_interface__["data"][0]
         g = t["groups"]["user"]

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "dpp/admin/endpoint.h"
 #include "options.h"
 
 int sl_cli_demo(int argc, char **argv);
@@ -51,6 +52,11 @@ typedef struct sl_cli_admin_args {
     const char *tls_cert, *tls_key;
     uint64_t max_connections, timeout_s;
 } sl_cli_admin_args_t;
+
+/* The endpoint options those values give, with address (borrowed; NULL:
+ * the endpoint's default). The routes, token and context are the
+ * process's to add. */
+sl_admin_opts_t sl_cli_admin_opts(const sl_cli_admin_args_t *adm, const char *address);
 
 /* The resume token files paths (sluice read --token-out) into body, the
  * JSON of POST /jobs or /jobs/{id}/resubmit: one as "resume_token" (base64),

@@ -46,11 +46,20 @@ static const sl_cli_opt_t admin_opts[] = {
      "... and its PEM private key (not encrypted)"},
     {"admin-max-connections", SL_CLI_UINT, "N", "512", NULL, 1, UINT32_MAX, 0,
      ADMIN(max_connections),
-     "admin connections at once; beyond it, new connections wait in the listen backlog until "
-     "one closes"},
+     "admin connections at once; a new one beyond it closes the connection idle longest (none "
+     "idle: the new one is refused), so probes are never kept out"},
     {"admin-timeout-s", SL_CLI_UINT, "S", "10", NULL, 1, UINT32_MAX, 0, ADMIN(timeout_s),
      "an admin connection that sends nothing for S seconds is closed"},
 };
 
 const sl_cli_group_t sl_cli_admin_group = {"admin endpoint", "admin endpoint options", admin_opts,
                                            sizeof admin_opts / sizeof admin_opts[0]};
+
+sl_admin_opts_t sl_cli_admin_opts(const sl_cli_admin_args_t *adm, const char *address)
+{
+    return (sl_admin_opts_t){.address = address,
+                             .tls_cert_file = adm->tls_cert,
+                             .tls_key_file = adm->tls_key,
+                             .max_connections = (uint32_t)adm->max_connections,
+                             .timeout_s = (uint32_t)adm->timeout_s};
+}

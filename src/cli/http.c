@@ -47,15 +47,7 @@ struct sl_cli_http {
 
 static bool reply_grow(sl_cli_http_reply_t *r, size_t need)
 {
-    if (need <= r->cap) return true;
-    size_t cap = r->cap ? r->cap : 4096;
-    while (cap < need)
-        cap *= 2;
-    char *nb = sl_realloc(NULL, r->body, r->cap, cap);
-    if (nb == NULL) return false;
-    r->body = nb;
-    r->cap = cap;
-    return true;
+    return need <= r->cap || SL_GROW(NULL, r->body, r->cap, need, 4096);
 }
 
 static size_t on_data(char *p, size_t size, size_t n, void *ctx)

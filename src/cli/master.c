@@ -203,10 +203,7 @@ int sl_cli_master(int argc, char **argv)
     const char *listen = args.listen, *admin = args.admin, *state = args.state;
     const char *token_file = args.token_file, *log_dir = args.log_dir;
     const char *executor = args.executor, *secret_file = args.secret_file;
-    sl_admin_opts_t ao = {.tls_cert_file = args.adm.tls_cert,
-                          .tls_key_file = args.adm.tls_key,
-                          .max_connections = (uint32_t)args.adm.max_connections,
-                          .timeout_s = (uint32_t)args.adm.timeout_s};
+    sl_admin_opts_t ao = sl_cli_admin_opts(&args.adm, admin);
     bool local = strcmp(executor, "local") == 0, k8s = strcmp(executor, "kubernetes") == 0;
     sl_error_t err = {0};
     if (!k8s && (args.k8s_ns || args.k8s_deployment || args.k8s_api || args.k8s_sa))
@@ -264,7 +261,6 @@ int sl_cli_master(int argc, char **argv)
     bool has_secret = secret != NULL;
     sl_rpc_secret_free(secret); /* the master keeps its own copy */
     sl_admin_t *ad = NULL;
-    ao.address = admin;
     ao.token = token;
     if (sl_master_admin_serve(m, &ao, &ad, &err) != SL_OK) {
         fprintf(stderr, "sluice master: --admin %s: %s\n", admin, err.msg);

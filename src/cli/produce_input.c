@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/err.h"
 #include "common/mem.h"
 #include "kafka/record.h"
 #include "kafka/record_json.h"
@@ -61,8 +62,7 @@ void produce_input_close(produce_input_t *in)
 
 static sl_err_t open_table(produce_input_t *in, const char *dir, sl_error_t *err)
 {
-    sl_err_t rc = sl_wh_table_open(dir, NULL, &in->table, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_wh_table_open(dir, NULL, &in->table, err));
     in->schema = sl_wh_schema_clone(sl_wh_table_schema(in->table), NULL);
     if (in->schema == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
     /* One split per file: the reader then walks the file's stripes. */
@@ -88,8 +88,7 @@ static sl_err_t open_jsonl(produce_input_t *in, const produce_input_spec_t *s, s
                             "the input twice)");
     } else {
         /* Its messages name the file. */
-        rc = sl_wh_jsonl_infer_schema(&s->jsonl, 1, 1000, NULL, &in->schema, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(sl_wh_jsonl_infer_schema(&s->jsonl, 1, 1000, NULL, &in->schema, err));
     }
     in->path = s->jsonl;
     in->file = is_stdin ? stdin : fopen(s->jsonl, "r");
@@ -143,12 +142,8 @@ static sl_err_t read_line(produce_input_t *in, size_t *len, bool *eof, bool *too
             if (in->line_cap >= LINE_LIMIT) {
                 *too_long = true;
                 have = 0; /* keep reading to the line's end, keeping nothing */
-            } else {
-                size_t ncap = in->line_cap ? in->line_cap * 2 : 4096;
-                char *nb = sl_realloc(NULL, in->line, in->line_cap, ncap);
-                if (nb == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a line");
-                in->line = nb;
-                in->line_cap = ncap;
+            } else if (!SL_GROW(NULL, in->line, in->line_cap, in->line_cap + 1, 4096)) {
+                return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a line");
             }
         }
         if (fgets(in->line + have, (int)(in->line_cap - have), in->file) == NULL) {
@@ -175,8 +170,7 @@ static sl_err_t next_jsonl(produce_input_t *in, sl_wh_row_t *row, bool *done, sl
     for (;;) {
         size_t len = 0;
         bool eof, too_long;
-        sl_err_t rc = read_line(in, &len, &eof, &too_long, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(read_line(in, &len, &eof, &too_long, err));
         if (eof) {
             *done = true;
             return SL_OK;
@@ -191,7 +185,8 @@ static sl_err_t next_jsonl(produce_input_t *in, sl_wh_row_t *row, bool *done, sl
         if (n == 0) continue; /* blank lines are not rows */
         bool has_sample_id = false;
         sl_error_t perr = {0};
-        rc = sl_wh_jsonl_parse_line(in->row_buf, in->line, len, row, &has_sample_id, &perr);
+        sl_err_t rc =
+            sl_wh_jsonl_parse_line(in->row_buf, in->line, len, row, &has_sample_id, &perr);
         if (rc != SL_OK)
             return sl_error_set(err, rc, "%s:%llu: %s", in->path, (unsigned long long)in->line_no,
                                 perr.msg);
@@ -204,10 +199,8 @@ static sl_err_t next_jsonl(produce_input_t *in, sl_wh_row_t *row, bool *done, sl
 static sl_err_t next_table(produce_input_t *in, sl_wh_row_t *row, bool *done, sl_error_t *err)
 {
     while (in->rows == NULL || in->row >= in->rows->batch.batch_size) {
-        sl_err_t rc;
         if (in->reader != NULL) {
-            rc = sl_wh_reader_next(in->reader, &in->rows, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(sl_wh_reader_next(in->reader, &in->rows, err));
             in->row = 0;
             if (in->rows != NULL) continue;
             sl_wh_reader_close(in->reader);
@@ -218,9 +211,8 @@ static sl_err_t next_table(produce_input_t *in, sl_wh_row_t *row, bool *done, sl
             return SL_OK;
         }
         sl_wh_read_opts_t ro = {0};
-        rc = sl_wh_reader_open_split(in->table, &in->splits->items[in->split++], &ro, &in->reader,
-                                     err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(sl_wh_reader_open_split(in->table, &in->splits->items[in->split++], &ro,
+                                                    &in->reader, err));
     }
     return sl_kafka_encoder_row_at(in->enc, in->rows, in->row++, row, err);
 }

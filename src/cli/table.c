@@ -20,6 +20,7 @@
 #include "table_cli.h"
 #include "warehouse/column_map.h"
 #include "warehouse/import.h"
+#include "common/mem.h"
 
 #define MAX_GROUPS 32
 
@@ -261,13 +262,7 @@ typedef struct pq_inputs {
 
 static int pq_add(pq_inputs_t *l, const char *path)
 {
-    if (l->n == l->cap) {
-        uint32_t cap = l->cap ? l->cap * 2 : 16;
-        char **p = sl_realloc(NULL, l->paths, (size_t)l->cap * sizeof *p, (size_t)cap * sizeof *p);
-        if (p == NULL) return -1;
-        l->paths = p;
-        l->cap = cap;
-    }
+    if (l->n == l->cap && !SL_GROW(NULL, l->paths, l->cap, l->n + 1, 16)) return -1;
     if ((l->paths[l->n] = sl_strdup(NULL, path)) == NULL) return -1;
     l->n++;
     return 0;

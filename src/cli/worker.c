@@ -129,10 +129,7 @@ int sl_cli_worker(int argc, char **argv)
     sl_cli_log_apply("worker", &args.log);
     const char *job_path = args.job, *master = args.master, *job_id = args.job_id;
     const char *admin_addr = args.admin, *secret_file = args.secret_file;
-    sl_admin_opts_t ao = {.tls_cert_file = args.adm.tls_cert,
-                          .tls_key_file = args.adm.tls_key,
-                          .max_connections = (uint32_t)args.adm.max_connections,
-                          .timeout_s = (uint32_t)args.adm.timeout_s};
+    sl_admin_opts_t ao = sl_cli_admin_opts(&args.adm, admin_addr);
     sl_worker_opts_t o = sl_worker_opts_default();
     o.listen = args.listen;
     o.threads = (uint32_t)args.threads;
@@ -188,7 +185,6 @@ int sl_cli_worker(int argc, char **argv)
     sl_err_t rc;
     const char *what = master ? master : job_path;
     if (admin_addr) {
-        ao.address = admin_addr;
         if ((rc = sl_worker_admin_serve(NULL, NULL, &ao, &admin, &err))) {
             fprintf(stderr, "sluice worker: --admin %s: %s\n", admin_addr, err.msg);
             sl_rpc_secret_free(secret);

@@ -1,6 +1,7 @@
 /* Whole-file reads and maps, whole writes, atomic replacement and
  * directory fsync (fileio.h). */
 #include "common/fileio.h"
+#include "common/mem.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -43,17 +44,13 @@ sl_err_t sl_io_read_file(const char *path, const char *what, size_t max, const s
                 rc = sl_error_set(err, SL_ERR_TOO_LARGE, "%s %s: over %zu bytes", what, path, max);
                 break;
             }
-            size_t ncap = cap <= (max - cap) + 1 ? cap * 2 : max + 1;
-            if (ncap <= cap) ncap = cap + 1;
-            char *nb = sl_alloc(a, ncap);
+            /* at most one byte past max: enough to tell the file is over it */
+            char *nb = sl_grow(a, buf, &cap, n + 1, 1, 4096, max < SIZE_MAX ? max + 1 : max);
             if (nb == NULL) {
                 rc = sl_error_set(err, SL_ERR_NOMEM, "%s %s: out of memory", what, path);
                 break;
             }
-            memcpy(nb, buf, n);
-            sl_free(a, buf, cap);
             buf = nb;
-            cap = ncap;
         }
         ssize_t got = read(fd, buf + n, cap - n);
         if (got < 0 && errno == EINTR) continue;
@@ -97,16 +94,8 @@ sl_err_t sl_io_read_line(FILE *f, const char *name, size_t max, const sl_allocat
             over = true; /* consume the rest of the line */
             continue;
         }
-        if (n + 1 >= *cap) {
-            size_t ncap = *cap ? *cap * 2 : 256;
-            char *nb = ncap > *cap ? sl_alloc(a, ncap) : NULL;
-            if (nb == NULL)
-                return sl_error_set(err, SL_ERR_NOMEM, "%s: a line: out of memory", name);
-            if (n > 0) memcpy(nb, *line, n);
-            sl_free(a, *line, *cap);
-            *line = nb;
-            *cap = ncap;
-        }
+        if (n + 1 >= *cap && !SL_GROW(a, *line, *cap, n + 2, 256))
+            return sl_error_set(err, SL_ERR_NOMEM, "%s: a line: out of memory", name);
         (*line)[n++] = (char)c;
     }
     if (ferror(f)) return sl_error_set(err, SL_ERR_IO, "read %s: %s", name, strerror(errno));

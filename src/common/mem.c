@@ -20,6 +20,27 @@ char *sl_strndup(const sl_allocator_t *a, const char *s, size_t n)
     return d;
 }
 
+size_t sl_grow_cap(size_t cap, size_t need, size_t first, size_t max)
+{
+    if (need > max) return 0;
+    size_t c = cap ? cap : first ? first : 1;
+    while (c < need)
+        c = c > max / 2 ? max : c * 2;
+    return c < max ? c : max;
+}
+
+void *sl_grow(const sl_allocator_t *a, void *p, size_t *cap, size_t need, size_t elem, size_t first,
+              size_t max)
+{
+    if (need <= *cap && p != NULL) return p;
+    size_t c = sl_grow_cap(*cap, need, first, max);
+    if (c == 0) return NULL;
+    void *np = sl_realloc(a, p, sl_mul_size(*cap, elem), sl_mul_size(c, elem));
+    if (np == NULL) return NULL;
+    *cap = c;
+    return np;
+}
+
 char *sl_strdup(const sl_allocator_t *a, const char *s)
 {
     return s != NULL ? sl_strndup(a, s, strlen(s)) : NULL;

@@ -40,6 +40,44 @@ void sl_strfree(const sl_allocator_t *a, char *s);
  * owned by the caller. */
 void *sl_realloc(const sl_allocator_t *a, void *p, size_t old_size, size_t new_size);
 
+/* Growing by doubling, written once (an array of elements or a byte
+ * buffer that is appended to):
+ *
+ *   if (v->n == v->cap && !SL_GROW(a, v->items, v->cap, v->n + 1, 16))
+ *       return sl_error_set(err, SL_ERR_NOMEM, "...");
+ *
+ * The capacity doubles, from first when it is 0, until need fits; past max
+ * it stops at max (so a buffer can be bounded), and a need over max fails.
+ * Doubling keeps appends amortised O(1) in copies. */
+
+/* The capacity to grow cap to so that it holds need (as above). @return
+ * it (cap itself when need fits), or 0 when need > max. */
+size_t sl_grow_cap(size_t cap, size_t need, size_t first, size_t max);
+
+/* Grow the array p of *cap elements of elem bytes to sl_grow_cap(*cap,
+ * need, first, max) elements, keeping its first *cap (sl_realloc). p may
+ * be NULL with *cap 0. @return the array (p itself when need already fits)
+ * with *cap updated, or NULL when out of memory or need > max, with p
+ * untouched and still the caller's and *cap unchanged. */
+void *sl_grow(const sl_allocator_t *a, void *p, size_t *cap, size_t need, size_t elem, size_t first,
+              size_t max);
+
+/* sl_grow for an lvalue array ptr (any element type) and its capacity
+ * capvar (any unsigned integer type, whose largest value is the max):
+ * both updated on success. ptr and capvar are evaluated more than once.
+ * @return true when ptr holds need elements. */
+#define SL_GROW(a, ptr, capvar, need, first)                                                       \
+    __extension__({                                                                                \
+        size_t sl_grow_cap_ = (capvar);                                                            \
+        void *sl_grow_p_ = sl_grow((a), (ptr), &sl_grow_cap_, (need), sizeof *(ptr), (first),      \
+                                   (size_t)(__typeof__(capvar))-1);                                \
+        if (sl_grow_p_ != NULL) {                                                                  \
+            (ptr) = sl_grow_p_;                                                                    \
+            (capvar) = (__typeof__(capvar))sl_grow_cap_;                                           \
+        }                                                                                          \
+        sl_grow_p_ != NULL;                                                                        \
+    })
+
 /* For libraries whose free takes no size, protobuf-c's ProtobufCAllocator:
  *
  *   sl_unsized_t u = {.a = allocator};     (NULL: the default allocator)

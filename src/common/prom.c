@@ -40,16 +40,10 @@ static void append(sl_prom_t *p, const char *fmt, ...)
             p->len += (size_t)n;
             return;
         }
-        size_t cap = p->cap ? p->cap * 2 : 4096;
-        while (cap - p->len <= (size_t)n)
-            cap *= 2;
-        char *b = sl_realloc(p->a, p->buf, p->cap, cap);
-        if (!b) {
+        if (!SL_GROW(p->a, p->buf, p->cap, p->len + (size_t)n + 1, 4096)) {
             p->failed = true;
             return;
         }
-        p->buf = b;
-        p->cap = cap;
     }
 }
 
@@ -142,4 +136,29 @@ char *sl_prom_finish(sl_prom_t *p)
     sl_free(p->a, p->buf, p->cap);
     sl_prom_init(p, p->a);
     return text;
+}
+
+void sl_prom_family_def(sl_prom_t *p, const sl_metric_def_t *m)
+{
+    sl_prom_family(p, m->name, m->type, m->help);
+}
+
+void sl_prom_sample_def(sl_prom_t *p, const sl_metric_def_t *m, const char *labels, double value)
+{
+    sl_prom_sample(p, m->name, labels, value);
+}
+
+void sl_prom_sample_part(sl_prom_t *p, const sl_metric_def_t *m, const char *suffix,
+                         const char *labels, double value)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", m->name, suffix);
+    sl_prom_sample(p, name, labels, value);
+}
+
+void sl_prom_histogram_def(sl_prom_t *p, const sl_metric_def_t *m, const char *labels,
+                           const double *bounds, const uint64_t *counts, size_t n, double sum,
+                           uint64_t count)
+{
+    sl_prom_histogram(p, m->name, labels, bounds, counts, n, sum, count);
 }

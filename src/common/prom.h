@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/metrics.h"
 #include "sluice/alloc.h"
 
 typedef struct sl_prom {
@@ -45,6 +46,18 @@ void sl_prom_histogram(sl_prom_t *p, const char *name, const char *labels, const
 
 /* Format key="value" with value escaped (\\, \", \n) into out (cap bytes,
  * truncated safely). @return out. */
+/* The same from a metric's entry (common/metrics.h), as every family of
+ * sluice is written: the family's # HELP and # TYPE lines; a sample; a
+ * histogram's part (suffix "_bucket", "_sum" or "_count"); a whole
+ * histogram (as sl_prom_histogram). */
+void sl_prom_family_def(sl_prom_t *p, const sl_metric_def_t *m);
+void sl_prom_sample_def(sl_prom_t *p, const sl_metric_def_t *m, const char *labels, double value);
+void sl_prom_sample_part(sl_prom_t *p, const sl_metric_def_t *m, const char *suffix,
+                         const char *labels, double value);
+void sl_prom_histogram_def(sl_prom_t *p, const sl_metric_def_t *m, const char *labels,
+                           const double *bounds, const uint64_t *counts, size_t n, double sum,
+                           uint64_t count);
+
 char *sl_prom_label(char *out, size_t cap, const char *key, const char *value);
 
 /* The text, an owned string of the allocator given to init (caller owns,

@@ -8,6 +8,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "common/err.h"
+
 #define NO_GROUP UINT32_MAX
 
 static size_t name_slot(const char *name, size_t mask)
@@ -56,8 +58,7 @@ static sl_err_t resolve_groups(sl_dedup_t *d, const sl_kjt_t *all,
                                sl_error_t *err)
 {
     size_t mask = 0;
-    sl_err_t rc = index_names(d, all, &mask, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(index_names(d, all, &mask, err));
     size_t total = 0;
     for (uint32_t g = 0; g < num_groups; g++) {
         const sl_dedup_group_spec_t *gs = &groups[g];
@@ -99,9 +100,8 @@ static sl_err_t resolve_groups(sl_dedup_t *d, const sl_kjt_t *all,
             owner[k] = g;
             keys[at++] = (uint32_t)k;
         }
-        rc = dedup_check_group_keys(all, keys + at - gs->num_features, gs->num_features, gs->name,
-                                    err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(dedup_check_group_keys(all, keys + at - gs->num_features,
+                                                   gs->num_features, gs->name, err));
     }
     return SL_OK;
 }
@@ -158,7 +158,7 @@ sl_err_t sl_dedup_batch(sl_dedup_t *d, const sl_kjt_t *all, const sl_dedup_group
         sl_error_prefix(err, "dedup batch: ");
         return rc;
     }
-    if ((rc = resolve_groups(d, all, groups, num_groups, err)) != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(resolve_groups(d, all, groups, num_groups, err));
 
     sl_arena_t *arena = out->arena;
     sl_ikjt_t *ikjts = NULL;
@@ -168,14 +168,14 @@ sl_err_t sl_dedup_batch(sl_dedup_t *d, const sl_kjt_t *all, const sl_dedup_group
             return sl_error_set(err, SL_ERR_NOMEM, "dedup batch: %u groups", num_groups);
     }
     sl_kjt_t sparse;
-    if ((rc = copy_plain(d, all, arena, &sparse, err)) != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(copy_plain(d, all, arena, &sparse, err));
     size_t at = 0;
     for (uint32_t g = 0; g < num_groups; g++) {
         /* group_keys survives: dedup_group_checked does not touch it. */
         const uint32_t *keys = (const uint32_t *)d->group_keys.p + at;
-        rc = dedup_group_checked(d, all, keys, groups[g].num_features, groups[g].name, arena,
-                                 &ikjts[g], stats != NULL ? &stats[g] : NULL, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(dedup_group_checked(d, all, keys, groups[g].num_features,
+                                                groups[g].name, arena, &ikjts[g],
+                                                stats != NULL ? &stats[g] : NULL, err));
         at += groups[g].num_features;
     }
     out->batch_size = all->stride;

@@ -25,6 +25,8 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "common/err.h"
+
 /* ---- the reusable object ---- */
 
 sl_dedup_t *sl_dedup_new(const sl_allocator_t *a, sl_dedup_hash_fn hash)
@@ -417,8 +419,7 @@ sl_err_t dedup_group_checked(sl_dedup_t *d, const sl_kjt_t *all, const uint32_t 
                                 " values in one batch, over 2^32 - 1",
                                 gname, all->keys[k], key_start[k + 1] - key_start[k]);
     }
-    sl_err_t rc = reserve_group(d, n, B, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(reserve_group(d, n, B, err));
 
     keyw_t *kw = d->keyw.p;
     const char **names = d->names.p;
@@ -478,7 +479,7 @@ sl_err_t dedup_group_checked(sl_dedup_t *d, const sl_kjt_t *all, const uint32_t 
     if (ip.state != 0) store_fence(); /* the non-temporal stores, before use */
     if (ip.state != 1 || redone || U != B) {
         uint32_t R = find_runs(g.rep, U, runs);
-        rc = sl_kjt_init(&out->unique, arena, n, names, U, uvals, all->weights != NULL);
+        sl_err_t rc = sl_kjt_init(&out->unique, arena, n, names, U, uvals, all->weights != NULL);
         if (rc != SL_OK)
             return sl_error_set(err, rc,
                                 "dedup group '%s': unique KJT of %u rows, %" PRIu64 " values: %s",
@@ -508,7 +509,6 @@ sl_err_t sl_dedup_group(sl_dedup_t *d, const sl_kjt_t *all, const uint32_t *key_
         sl_error_prefix(err, "dedup group '%s': ", name != NULL ? name : "?");
         return rc;
     }
-    rc = dedup_check_group_keys(all, key_indices, n, name, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(dedup_check_group_keys(all, key_indices, n, name, err));
     return dedup_group_checked(d, all, key_indices, n, name, arena, out, stats, err);
 }

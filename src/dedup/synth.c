@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/err.h"
+
 #define GOLDEN 0x9e3779b97f4a7c15ull
 
 /* splitmix64's finaliser: a bijection that mixes every bit into every bit. */
@@ -97,8 +99,7 @@ sl_err_t sl_dedup_synth(const sl_dedup_synth_spec_t *spec, sl_arena_t *arena, sl
             lengths[k * B + r] = len;
             total += (uint64_t)len;
         }
-    sl_err_t rc = sl_kjt_init(out, arena, (uint32_t)K, names, B, total, spec->weighted);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_kjt_init(out, arena, (uint32_t)K, names, B, total, spec->weighted));
     if (K * B > 0) memcpy(out->lengths, lengths, (size_t)(K * B) * sizeof *lengths);
     uint64_t at = 0;
     for (uint64_t k = 0; k < K; k++)

@@ -255,44 +255,6 @@ static inline void assign(const gctx_t *g, uint32_t H, uint32_t i, uint32_t u, i
         inverse[q] = (int32_t)u;
 }
 
-/* Optimistic probe of heads [i0, i1): a hash match is taken at once and
- * recorded in g->pairs (from index 0) for verify. Sets *P to the number of
- * pairs. @return U after the block (U before it is u0). */
-static uint32_t probe_fast(const gctx_t *g, uint32_t H, uint32_t i0, uint32_t i1, uint32_t u0,
-                           int32_t *inverse, uint32_t *P)
-{
-    const uint64_t *h = g->hash;
-    slot_t *table = g->table;
-    const size_t mask = g->mask;
-    const uint32_t gen = g->gen;
-    uint32_t U = u0, npairs = 0;
-    for (uint32_t i = i0; i < i1; i++) {
-        if (i + PREFETCH_AHEAD < i1) __builtin_prefetch(&table[h[i + PREFETCH_AHEAD] & mask], 1);
-        uint32_t u;
-        size_t at = (size_t)h[i] & mask;
-        for (;;) {
-            slot_t *s = &table[at];
-            if (s->gen != gen) {
-                s->hash = h[i];
-                s->unique = u = U++;
-                s->gen = gen;
-                g->rep[u] = g->heads[i];
-                break;
-            }
-            if (s->hash == h[i]) {
-                u = s->unique;
-                g->pairs[npairs++] = (pair_t){g->heads[i], g->rep[u]};
-                break;
-            }
-            /* Load <= 1/2, so an empty slot is always ahead. */
-            at = (at + 1) & mask;
-        }
-        assign(g, H, i, u, inverse);
-    }
-    *P = npairs;
-    return U;
-}
-
 /* Representatives' lists are fetched this many pairs ahead of their compare,
  * and their lengths and offsets twice as far ahead (the list's address
  * depends on them). */
@@ -347,17 +309,25 @@ static bool rows_equal(const gctx_t *g, uint32_t r, uint32_t p)
     return true;
 }
 
-/* Exact probe of every head: a hash match is confirmed before it is taken,
- * and on a mismatch the probe goes on. @return U. */
-static uint32_t probe_exact(const gctx_t *g, uint32_t H, int32_t *inverse)
+/* Probe heads [i0, i1) into the table, U counting up from u0; @return U
+ * after them. One loop for both passes, specialised by the constant
+ * `exact` (always inlined):
+ *   - optimistic (!exact): a hash match is taken at once and recorded in
+ *     g->pairs (from index 0) for verify; *P gets the number of pairs;
+ *   - exact: a hash match is confirmed (rows_equal) before it is taken,
+ *     and on a mismatch the probe goes on. */
+static inline __attribute__((always_inline)) uint32_t probe(const gctx_t *g, uint32_t H,
+                                                            uint32_t i0, uint32_t i1, uint32_t u0,
+                                                            int32_t *inverse, uint32_t *P,
+                                                            bool exact)
 {
     const uint64_t *h = g->hash;
     slot_t *table = g->table;
     const size_t mask = g->mask;
     const uint32_t gen = g->gen;
-    uint32_t U = 0;
-    for (uint32_t i = 0; i < H; i++) {
-        if (i + PREFETCH_AHEAD < H) __builtin_prefetch(&table[h[i + PREFETCH_AHEAD] & mask], 1);
+    uint32_t U = u0, npairs = 0;
+    for (uint32_t i = i0; i < i1; i++) {
+        if (i + PREFETCH_AHEAD < i1) __builtin_prefetch(&table[h[i + PREFETCH_AHEAD] & mask], 1);
         uint32_t u;
         size_t at = (size_t)h[i] & mask;
         for (;;) {
@@ -369,15 +339,35 @@ static uint32_t probe_exact(const gctx_t *g, uint32_t H, int32_t *inverse)
                 g->rep[u] = g->heads[i];
                 break;
             }
-            if (s->hash == h[i] && rows_equal(g, g->heads[i], g->rep[s->unique])) {
-                u = s->unique;
-                break;
+            if (s->hash == h[i]) {
+                if (!exact) {
+                    u = s->unique;
+                    g->pairs[npairs++] = (pair_t){g->heads[i], g->rep[u]};
+                    break;
+                }
+                if (rows_equal(g, g->heads[i], g->rep[s->unique])) {
+                    u = s->unique;
+                    break;
+                }
             }
+            /* Load <= 1/2, so an empty slot is always ahead. */
             at = (at + 1) & mask;
         }
         assign(g, H, i, u, inverse);
     }
+    if (P) *P = npairs;
     return U;
+}
+
+static uint32_t probe_fast(const gctx_t *g, uint32_t H, uint32_t i0, uint32_t i1, uint32_t u0,
+                           int32_t *inverse, uint32_t *P)
+{
+    return probe(g, H, i0, i1, u0, inverse, P, false);
+}
+
+static uint32_t probe_exact(const gctx_t *g, uint32_t H, int32_t *inverse)
+{
+    return probe(g, H, 0, H, 0, inverse, NULL, true);
 }
 
 /* Bytes of lists a block of heads should hold: well inside L2, with room

@@ -5,9 +5,18 @@
  * ask of it, written once: the "host:port" address (port 0: the kernel
  * picks, the bound port is reported), one internal polling thread on epoll
  * (idle and slow connections cost a descriptor each, never a thread or a
- * turn), a cap on open connections (libmicrohttpd refuses more), a timeout
- * that closes a connection idle or trickling for that long, optional TLS
- * from PEM text, and the headers every answer carries.
+ * turn), a cap on open connections, a timeout that closes a connection
+ * idle or trickling for that long, optional TLS from PEM text, and the
+ * headers every answer carries.
+ *
+ * The cap never keeps a new connection out while an idle one holds a
+ * slot: when a connection arrives at the cap, the one idle longest (no
+ * request in progress: it never sent one, is still trickling its headers,
+ * or is kept alive after its answer) is closed to make room, and the new
+ * one is refused only when every other is in the middle of a request. So
+ * a health probe is answered at once under any number of idle or slow
+ * connections (a flood of new ones can still push it out before it sends
+ * its request: cap newer connections must arrive in between).
  *
  * Paths reach the request callback undecoded (percent escapes kept): the
  * caller decodes what it needs (libmicrohttpd's own decoding would cut a
@@ -26,7 +35,7 @@
 typedef struct sl_httpd_opts {
     const char *address; /* "host:port" (port 0: any free one); NULL: "127.0.0.1:0" */
     const char *what;    /* names the server in messages ("admin endpoint"); NULL: "HTTP server" */
-    uint32_t max_connections; /* open at once; 0: 512 */
+    uint32_t max_connections; /* open at once (the idle longest makes room); 0: 512 */
     uint32_t timeout_s;       /* close a connection without traffic this long; 0: 10 */
     const char
         *tls_cert_pem;       /* PEM text, borrowed for the server's life: serve HTTPS; NULL: HTTP */
@@ -51,6 +60,10 @@ sl_err_t sl_httpd_start(const sl_httpd_opts_t *opts, sl_httpd_t **out, sl_error_
 
 /* The bound port (the real one when port 0 was asked). */
 uint16_t sl_httpd_port(const sl_httpd_t *h);
+
+/* Connections closed so far to make room for a new one (read from any
+ * thread). */
+uint64_t sl_httpd_evicted(const sl_httpd_t *h);
 
 /* Stop serving (closing every connection) and free; h may be NULL. */
 void sl_httpd_stop(sl_httpd_t *h);

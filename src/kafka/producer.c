@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/err.h"
 #include "common/log.h"
+#include "common/log_events.h"
 #include "kafka/record.h"
 
 struct sl_kafka_producer {
@@ -61,7 +63,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     if (p->keep_going) {
         uint64_t n = p->stats.failed;
         if ((n & (n - 1)) == 0) /* 1, 2, 4, 8 ...: a dead broker does not flood the log */
-            sl_log_kv(SL_LOG_WARN, "kafka_delivery_failed",
+            sl_log_kv(SL_LOG_WARN, SL_EV(KAFKA_DELIVERY_FAILED),
                       (SL_KV_STR("topic", p->topic), SL_KV_I64("partition", m->partition),
                        SL_KV_U64("failed", n)),
                       "topic %s partition %d on %s: a record was not delivered (%llu so far): %s",
@@ -115,7 +117,7 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
                        : level == 4 ? SL_LOG_WARN
                        : level <= 6 ? SL_LOG_INFO
                                     : SL_LOG_DEBUG;
-    sl_log_kv(l, "kafka_log",
+    sl_log_kv(l, SL_EV(KAFKA_LOG),
               (SL_KV_STR("facility", fac), SL_KV_STR("topic", p != NULL ? p->topic : "")),
               "kafka %s: %s", fac, buf);
 }
@@ -241,8 +243,7 @@ static sl_err_t create_topic(sl_kafka_producer_t *p, uint32_t partitions, uint32
     double deadline = sl_clock_s() + p->timeout_s;
     for (;;) {
         uint32_t have = 0;
-        rc = topic_partitions(p, p->timeout_s, &have, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(topic_partitions(p, p->timeout_s, &have, err));
         if (have > 0) {
             p->stats.partitions = have;
             return SL_OK;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kafka/varint.h"
+#include "common/mem.h"
 
 struct sl_kafka_rows {
     const sl_allocator_t *a;
@@ -76,8 +77,8 @@ static bool grow_all(const sl_allocator_t *a, void **const *fields, const size_t
 static bool reserve_rows(sl_kafka_rows_t *r)
 {
     if (r->n < r->cap) return true;
-    uint64_t c = r->cap ? 2 * (uint64_t)r->cap : 256;
-    if (c > UINT32_MAX) return false;
+    uint64_t c = sl_grow_cap(r->cap, (size_t)r->n + 1, 256, UINT32_MAX);
+    if (c == 0) return false;
     void **const fields[] = {
         (void **)&r->sample_ids, (void **)&r->session_ids, (void **)&r->timestamps,
         (void **)&r->offsets,    (void **)&r->create_ms,   (void **)&r->labels,
@@ -99,9 +100,8 @@ static bool reserve_rows(sl_kafka_rows_t *r)
 static bool reserve_ids(sl_kafka_rows_t *r, uint64_t more)
 {
     if (r->nids + more <= r->ids_cap) return true;
-    uint64_t c = r->ids_cap ? 2 * r->ids_cap : 4096;
-    while (c < r->nids + more)
-        c *= 2;
+    uint64_t c = sl_grow_cap(r->ids_cap, r->nids + more, 4096, SIZE_MAX);
+    if (c == 0) return false;
     void **const fields[] = {(void **)&r->ids, (void **)&r->weights};
     const size_t sizes[] = {8, 4};
     /* the old arrays hold ids_cap elements; only nids matter, but the

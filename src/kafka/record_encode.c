@@ -1,6 +1,8 @@
 /* Warehouse rows into sluice.Sample bytes, the value of a version 1 record
  * (record.h, docs/KAFKA.md), written straight from the row's arrays
  * ("the writer" below). */
+#include "common/err.h"
+#include "common/mem.h"
 #include "kafka/record.h"
 
 #include <math.h>
@@ -39,9 +41,7 @@ struct sl_kafka_encoder {
 static bool grow(const sl_allocator_t *a, void **buf, size_t *cap, size_t n, size_t elem)
 {
     if (n <= *cap) return true;
-    size_t want = *cap ? *cap : 64;
-    while (want < n)
-        want *= 2;
+    size_t want = sl_grow_cap(*cap, n, 64, SIZE_MAX);
     void *nb = sl_alloc(a, sl_mul_size(want, elem));
     if (nb == NULL) return false;
     sl_free(a, *buf, *cap * elem);
@@ -337,8 +337,7 @@ sl_err_t sl_kafka_encoder_row_at(sl_kafka_encoder_t *e, const sl_wh_rows_t *rows
     if (i == 0 || rows != e->cur_rows || b->sparse.values != e->cur_values ||
         rows->file != e->cur_file || rows->stripe != e->cur_stripe ||
         rows->first_row != e->cur_first_row || i < e->next_row) {
-        sl_err_t rc = map_rows(e, rows, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(map_rows(e, rows, err));
     }
     /* Skip forward to row i (each key's values are row after row). */
     for (; e->next_row < i; e->next_row++)

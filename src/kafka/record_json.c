@@ -103,9 +103,7 @@ sl_err_t sl_kafka_json_encode(const sl_wh_schema_t *schema, const sl_wh_row_t *r
     }
     size_t n = ok ? json_dumpb(o, NULL, 0, JSON_COMPACT) : 0;
     if (ok && n > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < n)
-            c *= 2;
+        size_t c = sl_grow_cap(*cap, n, 256, SIZE_MAX);
         char *nb = sl_alloc(a, c);
         if (nb == NULL)
             ok = false;

@@ -9,6 +9,7 @@
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 
+#include "common/err.h"
 #include "common/fileio.h"
 #include "common/mem.h"
 
@@ -81,8 +82,7 @@ static sl_err_t nonce_new(uint8_t nonce[SL_RPC_AUTH_NONCE_BYTES], sl_error_t *er
 
 sl_err_t sl_rpc_auth_challenge(int fd, uint8_t nonce[SL_RPC_AUTH_NONCE_BYTES], sl_error_t *err)
 {
-    sl_err_t rc = nonce_new(nonce, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(nonce_new(nonce, err));
     Sluice__Dpp__AuthChallenge c = SLUICE__DPP__AUTH_CHALLENGE__INIT;
     c.version = SL_RPC_AUTH_VERSION;
     c.server_nonce.data = nonce;
@@ -110,16 +110,14 @@ sl_err_t sl_rpc_auth_answer(int fd, const char *secret,
                             "(%d each expected)",
                             r->client_nonce.len, r->proof.len, SL_RPC_AUTH_NONCE_BYTES);
     uint8_t want[SL_RPC_AUTH_PROOF_BYTES], mine[SL_RPC_AUTH_PROOF_BYTES];
-    sl_err_t rc = proof(secret, "client", nonce, r->client_nonce.data, want, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(proof(secret, "client", nonce, r->client_nonce.data, want, err));
     bool ok = gnutls_memcmp(want, r->proof.data, SL_RPC_AUTH_PROOF_BYTES) == 0;
     explicit_bzero(want, sizeof want);
     if (!ok)
         return sl_error_set(err, SL_ERR_PROTOCOL,
                             "authentication failed: wrong proof (the peer does not hold this "
                             "cluster's secret)");
-    rc = proof(secret, "server", nonce, r->client_nonce.data, mine, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(proof(secret, "server", nonce, r->client_nonce.data, mine, err));
     Sluice__Dpp__AuthOk ok_msg = SLUICE__DPP__AUTH_OK__INIT;
     ok_msg.proof.data = mine;
     ok_msg.proof.len = sizeof mine;
@@ -130,10 +128,10 @@ sl_err_t sl_rpc_auth_server(int fd, const char *secret, uint64_t deadline_ms,
                             const sl_rpc_limits_t *limits, sl_error_t *err)
 {
     uint8_t nonce[SL_RPC_AUTH_NONCE_BYTES];
-    sl_err_t rc = sl_rpc_auth_challenge(fd, nonce, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_rpc_auth_challenge(fd, nonce, err));
     sl_rpc_frame_t f;
-    rc = sl_rpc_recv_until(fd, deadline_ms, limits ? limits : &handshake_limits, NULL, &f, err);
+    sl_err_t rc =
+        sl_rpc_recv_until(fd, deadline_ms, limits ? limits : &handshake_limits, NULL, &f, err);
     if (rc == SL_ERR_TIMEOUT)
         return sl_error_set(err, rc, "authentication failed: no answer to the challenge in time");
     if (rc != SL_OK) return sl_error_prefix(err, "authentication: ");
@@ -170,11 +168,12 @@ static sl_err_t recv_step(int fd, uint64_t deadline_ms, const char *waiting_for,
 sl_err_t sl_rpc_auth_client(int fd, const char *secret, uint64_t deadline_ms, sl_error_t *err)
 {
     sl_rpc_frame_t f;
-    sl_err_t rc = recv_step(fd, deadline_ms, "an auth challenge", SL_RPC_AUTH_CHALLENGE, &f, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(
+        recv_step(fd, deadline_ms, "an auth challenge", SL_RPC_AUTH_CHALLENGE, &f, err));
     const Sluice__Dpp__AuthChallenge *c = (const Sluice__Dpp__AuthChallenge *)f.msg;
     uint8_t server_nonce[SL_RPC_AUTH_NONCE_BYTES], client_nonce[SL_RPC_AUTH_NONCE_BYTES];
     uint8_t mine[SL_RPC_AUTH_PROOF_BYTES], want[SL_RPC_AUTH_PROOF_BYTES];
+    sl_err_t rc = SL_OK;
     if (c->version != SL_RPC_AUTH_VERSION || c->server_nonce.len != SL_RPC_AUTH_NONCE_BYTES)
         rc = sl_error_set(err, SL_ERR_PROTOCOL,
                           "authentication failed: a challenge of version %u with a %zu-byte "

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/err.h"
 #include "common/mem.h"
 #include "rpc/port_hint.h"
 
@@ -313,8 +314,7 @@ sl_err_t sl_rpc_recv_from(sl_rpc_read_fn rd, void *ctx, const sl_rpc_limits_t *l
                             SL_RPC_HEADER_BYTES);
     if (rc != SL_OK) return rc;
     sl_rpc_header_t h;
-    rc = sl_rpc_header_decode(hdr, limits, &h, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_rpc_header_decode(hdr, limits, &h, err));
     const char *name = sl_rpc_type_name(h.type);
     uint8_t *msg_buf = NULL;
     if (h.message_len > 0) {
@@ -438,8 +438,7 @@ static sl_err_t split_address(const char *address, char *host, size_t host_cap, 
 static sl_err_t resolve(const char *address, bool passive, struct addrinfo **res, sl_error_t *err)
 {
     char host[256], port[32];
-    sl_err_t rc = split_address(address, host, sizeof host, port, sizeof port, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(split_address(address, host, sizeof host, port, sizeof port, err));
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
     int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, res);
@@ -455,8 +454,7 @@ static sl_err_t resolve(const char *address, bool passive, struct addrinfo **res
 sl_err_t sl_rpc_connect(const char *address, int timeout_ms, int *fd_out, sl_error_t *err)
 {
     struct addrinfo *res;
-    sl_err_t rc = resolve(address, false, &res, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(resolve(address, false, &res, err));
     int last_errno = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         int fd =
@@ -507,8 +505,7 @@ sl_err_t sl_rpc_listen(const char *address, int backlog, int *fd_out, uint16_t *
                        sl_error_t *err)
 {
     struct addrinfo *res;
-    sl_err_t rc = resolve(address, true, &res, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(resolve(address, true, &res, err));
     int last_errno = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);

@@ -14,6 +14,7 @@
 
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/log_events.h"
 #include "common/mem.h"
 #include "http.h"
 #include "xml.h"
@@ -491,12 +492,12 @@ sl_err_t sl_creds_get(sl_creds_t *c, sl_creds_value_t *out, sl_error_t *err)
             /* Five minutes early, or half the life of short credentials. */
             c->refresh_at =
                 v.expires_s ? v.expires_s - (life / 2 < 300 ? (life > 0 ? life / 2 : 0) : 300) : 0;
-            sl_log_kv(SL_LOG_DEBUG, "store_credentials",
+            sl_log_kv(SL_LOG_DEBUG, SL_EV(STORE_CREDENTIALS),
                       (SL_KV_STR("source", v.source), SL_KV_I64("expires_s", v.expires_s)),
                       "AWS credentials from %s", v.source);
         } else if (c->have && now < c->cur.expires_s) {
             /* The old ones still work: use them, and try again next time. */
-            sl_log_kv(SL_LOG_WARN, "store_credentials_refresh_failed",
+            sl_log_kv(SL_LOG_WARN, SL_EV(STORE_CREDENTIALS_REFRESH_FAILED),
                       (SL_KV_STR("source", c->cur.source), SL_KV_STR("error", e.msg)),
                       "refreshing AWS credentials failed (%s); the current ones are still valid",
                       e.msg);

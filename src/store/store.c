@@ -243,36 +243,32 @@ void sl_store_prom_stats(const sl_store_stats_t *sp, struct sl_prom *p, const ch
     char lab[512];
     static const char *const names[SL_STORE_RESULTS] = {"ok", "client_error", "server_error",
                                                         "network_error"};
-    sl_prom_family(p, "sluice_store_requests_total", "counter",
-                   "HTTP requests to the object store (each attempt) by how they ended");
+    sl_prom_family_def(p, SL_M(STORE_REQUESTS_TOTAL));
     for (int i = 0; i < SL_STORE_RESULTS; i++) {
         char r[64];
         snprintf(lab, sizeof lab, "%s%s%s", l, *l ? "," : "",
                  sl_prom_label(r, sizeof r, "result", names[i]));
-        sl_prom_sample(p, "sluice_store_requests_total", lab, (double)s.by_result[i]);
+        sl_prom_sample_def(p, SL_M(STORE_REQUESTS_TOTAL), lab, (double)s.by_result[i]);
     }
     struct {
-        const char *name, *help;
+        const sl_metric_def_t *def;
         uint64_t v;
     } c[] = {
-        {"sluice_store_retries_total", "requests that were tries after a retryable failure",
-         s.retries},
-        {"sluice_store_failures_total", "store operations that failed", s.failures},
-        {"sluice_store_bytes_read_total", "payload bytes read", s.bytes_read},
-        {"sluice_store_bytes_written_total", "payload bytes written", s.bytes_written},
+        {SL_M(STORE_RETRIES_TOTAL), s.retries},
+        {SL_M(STORE_FAILURES_TOTAL), s.failures},
+        {SL_M(STORE_BYTES_READ_TOTAL), s.bytes_read},
+        {SL_M(STORE_BYTES_WRITTEN_TOTAL), s.bytes_written},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        sl_prom_family(p, c[i].name, "counter", c[i].help);
-        sl_prom_sample(p, c[i].name, l, (double)c[i].v);
+        sl_prom_family_def(p, c[i].def);
+        sl_prom_sample_def(p, c[i].def, l, (double)c[i].v);
     }
     uint64_t count = 0;
     for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
         count += s.latency[i];
-    sl_prom_family(p, "sluice_store_request_seconds", "histogram",
-                   "latency of object store requests (each attempt)");
-    sl_prom_histogram(p, "sluice_store_request_seconds", l, sl_store_latency_bounds_s, s.latency,
-                      SL_STORE_LATENCY_BUCKETS, s.latency_sum_s, count);
-    sl_prom_family(p, "sluice_store_inflight_bytes", "gauge",
-                   "bytes of ranges being fetched from the object store now");
-    sl_prom_sample(p, "sluice_store_inflight_bytes", l, (double)s.inflight_bytes);
+    sl_prom_family_def(p, SL_M(STORE_REQUEST_SECONDS));
+    sl_prom_histogram_def(p, SL_M(STORE_REQUEST_SECONDS), l, sl_store_latency_bounds_s, s.latency,
+                          SL_STORE_LATENCY_BUCKETS, s.latency_sum_s, count);
+    sl_prom_family_def(p, SL_M(STORE_INFLIGHT_BYTES));
+    sl_prom_sample_def(p, SL_M(STORE_INFLIGHT_BYTES), l, (double)s.inflight_bytes);
 }

@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "common/err.h"
+
 sl_err_t sl_dense_init(sl_dense_t *d, sl_arena_t *arena, uint32_t rows, uint32_t cols,
                        const char *const *names)
 {
@@ -95,13 +97,12 @@ static sl_err_t batch_validate(const sl_batch_t *batch, bool scan_lengths, sl_er
         if (batch->groups[g].batch_size != B)
             return sl_error_set(err, SL_ERR_INVALID, "group %u has %u rows, batch has %u", g,
                                 batch->groups[g].batch_size, B);
-        rc = scan_lengths ? sl_ikjt_validate(&batch->groups[g], err)
-                          : sl_ikjt_validate_shape(&batch->groups[g], err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(scan_lengths ? sl_ikjt_validate(&batch->groups[g], err)
+                                         : sl_ikjt_validate_shape(&batch->groups[g], err));
     }
-    if ((rc = check_keys_disjoint(batch, err)) != SL_OK) return rc;
-    if ((rc = check_dense(&batch->dense, B, "dense", err)) != SL_OK) return rc;
-    if ((rc = check_dense(&batch->labels, B, "labels", err)) != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(check_keys_disjoint(batch, err));
+    SL_FORWARD_IF_ERROR(check_dense(&batch->dense, B, "dense", err));
+    SL_FORWARD_IF_ERROR(check_dense(&batch->labels, B, "labels", err));
     return SL_OK;
 }
 
@@ -140,8 +141,7 @@ static void append_kjt(sl_kjt_t *dst, uint32_t *key_at, uint64_t *value_at, cons
 
 sl_err_t sl_batch_expand(const sl_batch_t *batch, sl_arena_t *arena, sl_kjt_t *out, sl_error_t *err)
 {
-    sl_err_t rc = sl_batch_validate(batch, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_batch_validate(batch, err));
     sl_kjt_t *expanded = NULL;
     if (batch->num_groups > 0) {
         expanded = sl_arena_alloc(arena, batch->num_groups * sizeof(sl_kjt_t));
@@ -151,7 +151,7 @@ sl_err_t sl_batch_expand(const sl_batch_t *batch, sl_arena_t *arena, sl_kjt_t *o
     uint64_t values = batch->sparse.num_values;
     bool weighted = batch->sparse.weights != NULL;
     for (uint32_t g = 0; g < batch->num_groups; g++) {
-        if ((rc = sl_ikjt_expand(&batch->groups[g], arena, &expanded[g], err)) != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(sl_ikjt_expand(&batch->groups[g], arena, &expanded[g], err));
         keys += expanded[g].num_keys;
         values += expanded[g].num_values;
         weighted |= expanded[g].weights != NULL;

@@ -6,6 +6,8 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "common/err.h"
+
 /* Whether any of n indices is outside [0, u): the unsigned compare catches
  * negative ones too. A branch-free scan in fixed blocks of 64, so that gcc's
  * -O2 vectoriser (which wants a known trip count) takes it; decoding a
@@ -65,8 +67,7 @@ sl_err_t sl_ikjt_validate_shape(const sl_ikjt_t *ikjt, sl_error_t *err)
 
 sl_err_t sl_ikjt_expand(const sl_ikjt_t *ikjt, sl_arena_t *arena, sl_kjt_t *out, sl_error_t *err)
 {
-    sl_err_t rc = sl_ikjt_validate(ikjt, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_ikjt_validate(ikjt, err));
     const sl_kjt_t *uq = &ikjt->unique;
     uint32_t B = ikjt->batch_size, U = uq->stride, F = uq->num_keys;
 
@@ -74,7 +75,7 @@ sl_err_t sl_ikjt_expand(const sl_ikjt_t *ikjt, sl_arena_t *arena, sl_kjt_t *out,
     for (uint32_t k = 0; k < F; k++)
         for (uint32_t b = 0; b < B; b++)
             total += (uint64_t)uq->lengths[(size_t)k * U + (size_t)ikjt->inverse[b]];
-    rc = sl_kjt_init(out, arena, F, uq->keys, B, total, uq->weights != NULL);
+    sl_err_t rc = sl_kjt_init(out, arena, F, uq->keys, B, total, uq->weights != NULL);
     if (rc != SL_OK)
         return sl_error_set(err, rc, "group '%s': expand to %u rows: %s",
                             ikjt->name ? ikjt->name : "?", B, sl_err_str(rc));

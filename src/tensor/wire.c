@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "sluice.pb-c.h"
 #include "tensor/tensor_internal.h"
 #include "tensor/wire_format.h"
@@ -339,8 +340,7 @@ sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, siz
      * lengths is checked here; the lengths while they are copied. */
     plan_t p;
     uint64_t pos;
-    sl_err_t rc = frame_begin(batch, batch, buf, cap, "encode", &p, &pos, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(frame_begin(batch, batch, buf, cap, "encode", &p, &pos, err));
     uint8_t *frame = buf;
     bool lengths_ok = true;
     pos = put_kjt(frame, pos, &p.sparse, &batch->sparse, &lengths_ok);
@@ -355,7 +355,7 @@ sl_err_t sl_wire_encode_into(const sl_batch_t *batch, void *buf, size_t cap, siz
     plan_release(&p);
     if (!lengths_ok) {
         /* Rare: let the full validation find and name the bad length. */
-        rc = sl_batch_validate(batch, err);
+        sl_err_t rc = sl_batch_validate(batch, err);
         if (rc == SL_OK) rc = sl_error_set(err, SL_ERR_INVALID, "lengths changed while encoding");
         sl_error_prefix(err, "encode: ");
         return rc;
@@ -399,8 +399,7 @@ sl_err_t sl_wire_encode_layout(const sl_batch_t *shape, void *buf, size_t cap, s
     check.labels.data = buf;
     plan_t p;
     uint64_t pos;
-    sl_err_t rc = frame_begin(&check, shape, buf, cap, "encode layout", &p, &pos, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(frame_begin(&check, shape, buf, cap, "encode layout", &p, &pos, err));
     plan_release(&p); /* no groups: nothing was allocated */
     uint8_t *frame = buf;
     /* Zero every byte that is no buffer (the gaps before the 64-byte aligned

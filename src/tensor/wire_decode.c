@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "sluice.pb-c.h"
 #include "tensor/wire_format.h"
 
@@ -187,18 +188,14 @@ static sl_err_t decode_kjt(const dctx_t *c, const Sluice__KjtDesc *d, sl_kjt_t *
     kjt->num_values = d->num_values;
     kjt->keys = (const char **)d->keys;
     void *p;
-    sl_err_t rc;
-    rc = map_buffer(c, d->lengths, (uint64_t)d->n_keys * d->stride, sizeof(int32_t),
-                    "num_keys*stride*4", where, "lengths", 0, &p);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(map_buffer(c, d->lengths, (uint64_t)d->n_keys * d->stride, sizeof(int32_t),
+                                   "num_keys*stride*4", where, "lengths", 0, &p));
     kjt->lengths = p;
-    rc = map_buffer(c, d->values, d->num_values, sizeof(int64_t), "num_values*8", where, "values",
-                    0, &p);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(map_buffer(c, d->values, d->num_values, sizeof(int64_t), "num_values*8",
+                                   where, "values", 0, &p));
     kjt->values = p;
-    rc = map_buffer(c, d->weights, d->num_values, sizeof(float), "num_values*4", where, "weights",
-                    1, &p);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(map_buffer(c, d->weights, d->num_values, sizeof(float), "num_values*4",
+                                   where, "weights", 1, &p));
     kjt->weights = p;
     return SL_OK;
 }
@@ -233,8 +230,7 @@ static sl_err_t decode_header(const dctx_t *c, const Sluice__BatchHeader *h, sl_
         return sl_error_set(c->err, SL_ERR_TOO_LARGE,
                             "frame: batch_size %u exceeds the limit of %u", B, lim->max_batch_size);
     b->batch_size = B;
-    sl_err_t rc = decode_kjt(c, h->sparse, &b->sparse, "sparse", 1, B);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(decode_kjt(c, h->sparse, &b->sparse, "sparse", 1, B));
 
     if (h->n_groups > lim->max_groups)
         return sl_error_set(c->err, SL_ERR_TOO_LARGE,
@@ -253,21 +249,19 @@ static sl_err_t decode_header(const dctx_t *c, const Sluice__BatchHeader *h, sl_
         ik->name = gd->name != NULL ? gd->name : "";
         ik->batch_size = B;
         snprintf(where, sizeof where, "group %u '%.40s' unique", g, ik->name);
-        if ((rc = decode_kjt(c, gd->unique, &ik->unique, where, 0, 0)) != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(decode_kjt(c, gd->unique, &ik->unique, where, 0, 0));
         snprintf(where, sizeof where, "group %u '%.40s'", g, ik->name);
         void *p;
-        rc = map_buffer(c, gd->inverse_indices, B, sizeof(int32_t), "batch_size*4", where,
-                        "inverse_indices", 0, &p);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(map_buffer(c, gd->inverse_indices, B, sizeof(int32_t), "batch_size*4",
+                                       where, "inverse_indices", 0, &p));
         ik->inverse = p;
     }
 
-    if ((rc = decode_dense(c, h->dense, &b->dense, "dense")) != SL_OK) return rc;
-    if ((rc = decode_dense(c, h->labels, &b->labels, "labels")) != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(decode_dense(c, h->dense, &b->dense, "dense"));
+    SL_FORWARD_IF_ERROR(decode_dense(c, h->labels, &b->labels, "labels"));
     void *p;
-    rc = map_buffer(c, h->sample_ids, B, sizeof(int64_t), "batch_size*8", "batch", "sample_ids", 1,
-                    &p);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(map_buffer(c, h->sample_ids, B, sizeof(int64_t), "batch_size*8", "batch",
+                                   "sample_ids", 1, &p));
     b->sample_ids = p;
 
     if (h->origin != NULL) {
@@ -292,8 +286,7 @@ sl_err_t sl_wire_decode(const void *frame, size_t len, const sl_wire_limits_t *l
         return sl_error_set(err, SL_ERR_INVALID, "decode: frame %p is not %d-byte aligned", frame,
                             SL_ALIGN);
     uint64_t frame_len;
-    sl_err_t rc = sl_wire_peek_length(frame, len, lim, &frame_len, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_wire_peek_length(frame, len, lim, &frame_len, err));
     if (frame_len > len)
         return sl_error_set(err, SL_ERR_TRUNCATED,
                             "frame: frame_len %" PRIu64 " but only %zu bytes received", frame_len,
@@ -311,6 +304,7 @@ sl_err_t sl_wire_decode(const void *frame, size_t len, const sl_wire_limits_t *l
     ProtobufCAllocator pballoc = {pb_alloc, pb_free, &pa};
     Sluice__BatchHeader *h =
         sluice__batch_header__unpack(&pballoc, header_len, f + SL_WIRE_PREFIX_BYTES);
+    sl_err_t rc;
     if (h == NULL) {
         rc = pa.failed ? sl_error_set(err, SL_ERR_NOMEM, "frame: header of %u bytes: out of memory",
                                       header_len)

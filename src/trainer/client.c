@@ -40,12 +40,12 @@ static void destroy(sl_trainer_t *t)
     const sl_allocator_t *a = t->a;
     /* First: a scrape reads the fleet's state, which goes below. */
     tr_metrics_stop(t);
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     t->closing = true;
     for (tr_conn_t *c = t->conns; c; c = c->next)
-        tr_conn_stop_locked(c, "client closed");
+        tr_conn_stop_locked(t, c, "client closed");
     pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     tr_fleet_stop(t); /* master mode: no connection is started after this */
     /* Every thread that touches the lists ends here; then nothing
      * references a connection any more. */
@@ -64,7 +64,7 @@ static void destroy(sl_trainer_t *t)
     sl_strfree(a, t->client_name);
     sl_rpc_secret_free(t->secret);
     pthread_cond_destroy(&t->cv);
-    pthread_mutex_destroy(&t->mu);
+    sl_mutex_destroy(&t->mu);
     sl_free(a, t, sizeof *t);
 }
 
@@ -85,9 +85,9 @@ static sl_err_t connect_direct(sl_trainer_t *t, sl_error_t *err)
     if (strlen(t->address) >= TR_ADDR_MAX)
         return sl_error_set(err, SL_ERR_INVALID,
                             "trainer: worker address too long (limit %d bytes)", TR_ADDR_MAX - 1);
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     tr_conn_t *c = tr_conn_new(t, NULL, t->address);
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     if (!c) return sl_error_set(err, SL_ERR_NOMEM, "trainer: out of memory");
     bool refused;
     sl_err_t rc = tr_conn_open(c, t->connect_timeout_ms, &refused, err);
@@ -109,7 +109,7 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
     sl_trainer_t *t = sl_calloc(a, 1, sizeof *t);
     if (!t) return sl_error_set(err, SL_ERR_NOMEM, "trainer: out of memory");
     t->a = a;
-    pthread_mutex_init(&t->mu, NULL);
+    sl_mutex_init(&t->mu);
     sl_clock_cond_init(&t->cv);
 
     t->prefetch = opts->prefetch ? opts->prefetch : 4;
@@ -151,7 +151,7 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
 }
 
 /* Has the job ended for this client? Then err says so. Caller holds mu. */
-static bool ended_locked(const sl_trainer_t *t, sl_error_t *err)
+static bool ended_locked(const sl_trainer_t *t, sl_error_t *err) SL_REQUIRES(t->mu)
 {
     if (t->fleet) return tr_fleet_ended_locked(t, err);
     if (t->state != TR_ENDED) return false;
@@ -164,6 +164,7 @@ static bool ended_locked(const sl_trainer_t *t, sl_error_t *err)
 /* No batch within waited_ms: the error says where the client stands
  * (caller holds mu). */
 static sl_err_t timeout_locked(const sl_trainer_t *t, int waited_ms, sl_error_t *err)
+    SL_REQUIRES(t->mu)
 {
     return t->fleet ? tr_fleet_timeout_locked(t, waited_ms, err)
                     : sl_error_set(err, SL_ERR_TIMEOUT, "worker %s: no batch within %d ms",
@@ -172,9 +173,9 @@ static sl_err_t timeout_locked(const sl_trainer_t *t, int waited_ms, sl_error_t 
 
 sl_err_t sl_trainer_timeout_error(sl_trainer_t *t, int waited_ms, sl_error_t *err)
 {
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     sl_err_t rc = timeout_locked(t, waited_ms, err);
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     return rc;
 }
 
@@ -191,7 +192,7 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
     struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                           .tv_nsec = (long)(until % 1000000000ull)};
     sl_err_t rc = SL_OK;
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     while (!t->ready.head) {
         if (t->state == TR_FAILED) {
             rc = t->failure.code;
@@ -211,9 +212,9 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
             break;
         }
         if (timeout_ms < 0)
-            pthread_cond_wait(&t->cv, &t->mu);
+            sl_cond_wait(&t->cv, &t->mu);
         else
-            pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+            sl_cond_timedwait(&t->cv, &t->mu, &ts);
     }
     if (rc == SL_OK) {
         tr_item_t *it = t->ready.head;
@@ -225,11 +226,11 @@ sl_err_t sl_trainer_next(sl_trainer_t *t, int timeout_ms, sl_batch_t **out, sl_e
          * mode did when the master answered its commit); the credit goes
          * with it, at once: both frames are tiny and the worker's next
          * batch waits for the credit. */
-        if (!it->acked) tr_conn_ack_locked(it->conn, it->delivery_id);
+        if (!it->acked) tr_conn_ack_locked(t, it->conn, it->delivery_id);
         *out = it->batch;
         tr_item_leave_locked(t, it, false);
     }
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     /* freshness: at the hand-over, outside the lock */
     if (rc == SL_OK && (*out)->record_ms)
         sl_age_hist_add(&t->freshness, (*out)->record_ms, (*out)->batch_size, sl_age_now_ms());

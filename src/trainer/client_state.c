@@ -61,7 +61,7 @@ void tr_item_leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch)
     c->held--;
     /* One credit back keeps held + in flight <= window on the current
      * connection; a connection that opens later grants window - held. */
-    pthread_mutex_lock(&c->send_mu);
+    sl_mutex_lock(&c->send_mu);
     if (c->fd >= 0 && c->send_ready && !c->stop) {
         Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
         req.credits = 1;
@@ -71,7 +71,7 @@ void tr_item_leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch)
         if (sl_rpc_send(c->fd, SL_RPC_REQUEST, &req.base, NULL, 0, NULL) != SL_OK)
             shutdown(c->fd, SHUT_RDWR);
     }
-    pthread_mutex_unlock(&c->send_mu);
+    sl_mutex_unlock(&c->send_mu);
 }
 
 void tr_drop_unacked_locked(sl_trainer_t *t, const tr_conn_t *c)
@@ -99,7 +99,7 @@ void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e)
          * handed out: unacknowledged batches belong to their workers again
          * (stopped first, so that no credit goes out for the dropped). */
         for (tr_conn_t *c = t->conns; c; c = c->next)
-            tr_conn_stop_locked(c, "the client failed");
+            tr_conn_stop_locked(t, c, "the client failed");
         while (t->ready.head) {
             tr_item_t *it = t->ready.head;
             tr_list_remove(&t->ready, it);
@@ -113,9 +113,9 @@ void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e)
 
 void tr_fail(sl_trainer_t *t, const sl_error_t *e)
 {
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     tr_fail_locked(t, e);
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
 }
 
 bool tr_pause(sl_trainer_t *t, const bool *stop, int ms)
@@ -123,15 +123,15 @@ bool tr_pause(sl_trainer_t *t, const bool *stop, int ms)
     uint64_t until = sl_clock_ns() + (uint64_t)(ms > 0 ? ms : 0) * 1000000ull;
     struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                           .tv_nsec = (long)(until % 1000000000ull)};
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     while (!t->closing && !(stop && *stop) && (ms < 0 || sl_clock_ns() < until)) {
         if (ms < 0)
-            pthread_cond_wait(&t->cv, &t->mu);
+            sl_cond_wait(&t->cv, &t->mu);
         else
-            pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+            sl_cond_timedwait(&t->cv, &t->mu, &ts);
     }
     bool stopped = t->closing || (stop && *stop);
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     return stopped;
 }
 
@@ -143,9 +143,9 @@ bool tr_stream_broken(sl_err_t rc)
 
 static bool stopped(sl_trainer_t *t, const bool *stop)
 {
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     bool s = t->closing || (stop && *stop);
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     return s;
 }
 

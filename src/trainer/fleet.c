@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "trainer/fleet_internal.h"
 
 /* A client id that no other client process shares: the master keeps commit
@@ -54,12 +55,12 @@ sl_err_t tr_fleet_connect(sl_trainer_t *t, const sl_trainer_opts_t *opts, sl_err
     f->mfd = -1;
     f->next_nonce = 1;
     f->rep_at_ns = sl_clock_ns();
-    pthread_mutex_init(&f->msend_mu, NULL);
+    sl_mutex_init(&f->msend_mu);
     t->fleet = f;
 
     bool refused;
-    sl_err_t rc = fl_master_open(t, t->connect_timeout_ms, &refused, err);
-    if (rc != SL_OK) return rc; /* the caller's destroy frees f */
+    SL_FORWARD_IF_ERROR(
+        fl_master_open(t, t->connect_timeout_ms, &refused, err)); /* the caller's destroy frees f */
     int prc = pthread_create(&f->mthread, NULL, fl_master_main, t);
     if (prc != 0)
         return sl_error_set(err, SL_ERR_IO, "trainer: cannot start the master thread: %s",
@@ -89,15 +90,15 @@ void tr_fleet_receive(sl_trainer_t *t, tr_item_t *it, uint32_t rank_plus_one)
 {
     tr_fleet_t *fl = t->fleet;
     bool ours = rank_plus_one == 0 || rank_plus_one == t->rank + 1;
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     it->conn->held++;
     if (!ours) {
         /* Static sharding: another rank's batch (a worker bug). Not
          * committed, so its rows stay todo and are leased again. */
-        tr_conn_ack_locked(it->conn, it->delivery_id);
+        tr_conn_ack_locked(t, it->conn, it->delivery_id);
         atomic_fetch_add(&t->dropped, 1);
         tr_item_leave_locked(t, it, true);
-        pthread_mutex_unlock(&t->mu);
+        sl_mutex_unlock(&t->mu);
         return;
     }
     it->nonce = fl->next_nonce++;
@@ -105,7 +106,7 @@ void tr_fleet_receive(sl_trainer_t *t, tr_item_t *it, uint32_t rank_plus_one)
     /* A copy: once mu is released the answer may come (if a reconnect
      * resent it) and the item leave. */
     tr_item_t copy = *it;
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     fl_master_send_commit(t, &copy);
 }
 
@@ -156,19 +157,19 @@ static sl_err_t send_token_request(sl_trainer_t *t, const int64_t *step, uint64_
                                    sl_error_t *err)
 {
     tr_fleet_t *f = t->fleet;
-    pthread_mutex_lock(&f->msend_mu);
+    sl_mutex_lock(&f->msend_mu);
     if (f->mfd < 0) {
-        pthread_mutex_unlock(&f->msend_mu);
+        sl_mutex_unlock(&f->msend_mu);
         return SL_ERR_AGAIN;
     }
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     size_t n = (size_t)f->pending.count + t->ready.count;
     size_t bytes = n * (sizeof(Sluice__Control__SplitRef) + sizeof(Sluice__Control__RowRange) +
                         sizeof(void *) * 2);
     uint8_t *mem = n ? sl_alloc(t->a, bytes) : NULL;
     if (n && !mem) {
-        pthread_mutex_unlock(&t->mu);
-        pthread_mutex_unlock(&f->msend_mu);
+        sl_mutex_unlock(&t->mu);
+        sl_mutex_unlock(&f->msend_mu);
         return sl_error_set(err, SL_ERR_NOMEM, "resume token: out of memory");
     }
     /* One block: n refs, n ranges, then the two pointer arrays (NULL when
@@ -186,7 +187,7 @@ static sl_err_t send_token_request(sl_trainer_t *t, const int64_t *step, uint64_
     f->token_ready = false;
     f->token_gen = f->mgen;
     *gen = f->mgen;
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     Sluice__Control__TokenRequest req = SLUICE__CONTROL__TOKEN_REQUEST__INIT;
     req.job_id = f->job_id;
     req.client_id = f->client_id;
@@ -198,7 +199,7 @@ static sl_err_t send_token_request(sl_trainer_t *t, const int64_t *step, uint64_
     req.step = step != NULL ? (uint64_t)*step : 0;
     sl_err_t rc = sl_rpc_send(f->mfd, SL_RPC_TOKEN_REQUEST, &req.base, NULL, 0, err);
     if (rc != SL_OK) shutdown(f->mfd, SHUT_RDWR); /* the master thread reconnects */
-    pthread_mutex_unlock(&f->msend_mu);
+    sl_mutex_unlock(&f->msend_mu);
     if (mem) sl_free(t->a, mem, bytes);
     return rc == SL_OK ? SL_OK : SL_ERR_AGAIN;
 }
@@ -244,7 +245,7 @@ static sl_err_t resume_token(sl_trainer_t *t, const int64_t *step, int timeout_m
             rc = send_token_request(t, step, &gen, err);
             if (rc != SL_OK && rc != SL_ERR_AGAIN) return rc;
         }
-        pthread_mutex_lock(&t->mu);
+        sl_mutex_lock(&t->mu);
         /* Wait for the answer, or for a new master connection to ask again
          * on (the old one's answer is lost with it). */
         while (!f->token_ready && t->state != TR_FAILED && !t->closing &&
@@ -253,13 +254,13 @@ static sl_err_t resume_token(sl_trainer_t *t, const int64_t *step, int timeout_m
             if (timeout_ms >= 0 && wake > until) wake = until;
             struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000ull),
                                   .tv_nsec = (long)(wake % 1000000000ull)};
-            pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+            sl_cond_timedwait(&t->cv, &t->mu, &ts);
             /* A send that failed waits for the master thread's reconnect. */
             if (rc != SL_OK && f->mfd >= 0) break;
         }
         if (f->token_ready && !f->token) {
             f->token_ready = f->token_wanted = false;
-            pthread_mutex_unlock(&t->mu);
+            sl_mutex_unlock(&t->mu);
             return sl_error_set(err, SL_ERR_PROTOCOL,
                                 "resume token: master %s sent an empty token (or out of memory)",
                                 f->master);
@@ -270,7 +271,7 @@ static sl_err_t resume_token(sl_trainer_t *t, const int64_t *step, int timeout_m
             f->token = NULL;
             f->token_len = 0;
             f->token_ready = f->token_wanted = false;
-            pthread_mutex_unlock(&t->mu);
+            sl_mutex_unlock(&t->mu);
             return SL_OK;
         }
         sl_err_t out = SL_OK;
@@ -286,7 +287,7 @@ static sl_err_t resume_token(sl_trainer_t *t, const int64_t *step, int timeout_m
         }
         if (out != SL_OK) f->token_wanted = false;
         bool again = rc != SL_OK || f->mgen != gen;
-        pthread_mutex_unlock(&t->mu);
+        sl_mutex_unlock(&t->mu);
         if (out != SL_OK) return out;
         if (again) rc = SL_ERR_AGAIN;
     }
@@ -301,12 +302,12 @@ void tr_fleet_stop(sl_trainer_t *t)
 {
     tr_fleet_t *f = t->fleet;
     if (!f) return;
-    pthread_mutex_lock(&f->msend_mu);
+    sl_mutex_lock(&f->msend_mu);
     if (f->mfd >= 0) {
         sl_rpc_send_goodbye(f->mfd, "client closed");
         shutdown(f->mfd, SHUT_RDWR);
     }
-    pthread_mutex_unlock(&f->msend_mu);
+    sl_mutex_unlock(&f->msend_mu);
     if (f->mthread_started) pthread_join(f->mthread, NULL);
     f->mthread_started = false;
     if (f->mfd >= 0) close(f->mfd);
@@ -319,7 +320,7 @@ void tr_fleet_free(sl_trainer_t *t)
     if (!f) return;
     tr_list_free(t, &f->pending);
     if (f->token) sl_free(t->a, f->token, f->token_len);
-    pthread_mutex_destroy(&f->msend_mu);
+    sl_mutex_destroy(&f->msend_mu);
     sl_free(t->a, f, sizeof *f);
     t->fleet = NULL;
 }

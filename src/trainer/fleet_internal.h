@@ -29,7 +29,7 @@ typedef struct tr_fleet {
     int refresh_ms;
 
     /* the master connection */
-    pthread_mutex_t msend_mu;
+    sl_mutex_t msend_mu;
     int mfd;       /* -1 while disconnected */
     uint64_t mgen; /* master connections made; under msend_mu and mu */
     pthread_t mthread;
@@ -73,11 +73,12 @@ void tr_fleet_receive(sl_trainer_t *t, tr_item_t *it, uint32_t rank_plus_one);
 
 /* Has the job ended for this client (every epoch committed, no answer
  * owed)? Then err says so. Caller holds mu. */
-bool tr_fleet_ended_locked(const sl_trainer_t *t, sl_error_t *err);
+bool tr_fleet_ended_locked(const sl_trainer_t *t, sl_error_t *err) SL_REQUIRES(t->mu);
 
 /* sl_trainer_next's timeout, with what the client is waiting for. Caller
  * holds mu. @return SL_ERR_TIMEOUT. */
-sl_err_t tr_fleet_timeout_locked(const sl_trainer_t *t, int timeout_ms, sl_error_t *err);
+sl_err_t tr_fleet_timeout_locked(const sl_trainer_t *t, int timeout_ms, sl_error_t *err)
+    SL_REQUIRES(t->mu);
 
 /* Say GOODBYE to the master and join the master thread (the client is
  * closing: no worker connection is started after this). */
@@ -95,6 +96,7 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, bool *refused, sl_error
 void *fl_master_main(void *arg);
 /* Send COMMIT for it if the master is connected (else the master thread
  * resends it after reconnecting). Takes msend_mu; caller holds no lock. */
-void fl_master_send_commit(sl_trainer_t *t, const tr_item_t *it);
+void fl_master_send_commit(sl_trainer_t *t, const tr_item_t *it)
+    SL_EXCLUDES(t->mu, t->fleet->msend_mu);
 
 #endif

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "rpc/port_hint.h"
 #include "trainer/fleet_internal.h"
 
@@ -33,7 +34,7 @@ static sl_err_t send_attach(sl_trainer_t *t, int fd, sl_error_t *err)
  * next ATTACHED that names its worker. Caller holds mu; *reap gets the
  * unlinked connections. */
 static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attached *m,
-                                  tr_conn_t **reap)
+                                  tr_conn_t **reap) SL_REQUIRES(t->mu)
 {
     tr_fleet_t *f = t->fleet;
     if (m->failed) {
@@ -80,7 +81,7 @@ static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attach
     tr_conn_t **pp = &t->conns;
     while (*pp) {
         tr_conn_t *c = *pp;
-        if (!c->listed) tr_conn_stop_locked(c, "the master no longer names this worker");
+        if (!c->listed) tr_conn_stop_locked(t, c, "the master no longer names this worker");
         bool dead = c->finished && c->held == 0 && (!c->listed || !c->got_end);
         if (dead) {
             *pp = c->next;
@@ -107,6 +108,7 @@ static void free_reaped(tr_conn_t *reap)
  * master) died is not refused as an overlap with itself. Caller holds
  * msend_mu and mu. */
 static sl_err_t resend_pending_locked(sl_trainer_t *t, int fd, sl_error_t *err)
+    SL_REQUIRES(t->mu, t->fleet->msend_mu)
 {
     for (const tr_item_t *it = t->fleet->pending.head; it; it = it->next) {
         Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
@@ -123,8 +125,7 @@ static sl_err_t resend_pending_locked(sl_trainer_t *t, int fd, sl_error_t *err)
         c.ref = &ref;
         c.rows = &rows;
         c.num_samples = it->num_samples;
-        sl_err_t rc = sl_rpc_send(fd, SL_RPC_COMMIT, &c.base, NULL, 0, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(sl_rpc_send(fd, SL_RPC_COMMIT, &c.base, NULL, 0, err));
     }
     return SL_OK;
 }
@@ -146,11 +147,11 @@ void fl_master_send_commit(sl_trainer_t *t, const tr_item_t *it)
     c.ref = &ref;
     c.rows = &rows;
     c.num_samples = it->num_samples;
-    pthread_mutex_lock(&f->msend_mu);
+    sl_mutex_lock(&f->msend_mu);
     /* Disconnected: the master thread sends it after reconnecting. */
     if (f->mfd >= 0 && sl_rpc_send(f->mfd, SL_RPC_COMMIT, &c.base, NULL, 0, NULL) != SL_OK)
         shutdown(f->mfd, SHUT_RDWR);
-    pthread_mutex_unlock(&f->msend_mu);
+    sl_mutex_unlock(&f->msend_mu);
 }
 
 static sl_err_t master_error(const sl_trainer_t *t, const Sluice__Dpp__Error *e, sl_error_t *err)
@@ -200,8 +201,8 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, bool *refused, sl_error
         return rc;
     }
     tr_conn_t *reap = NULL;
-    pthread_mutex_lock(&f->msend_mu);
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->fleet->msend_mu); /* t->fleet, not f: as the lock rules name it */
+    sl_mutex_lock(&t->mu);
     if (t->closing) {
         rc = sl_error_set(err, SL_ERR_CLOSED, "client is closing");
     } else {
@@ -213,8 +214,8 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, bool *refused, sl_error
         f->mgen++;
         pthread_cond_broadcast(&t->cv); /* a token request is asked again */
     }
-    pthread_mutex_unlock(&t->mu);
-    pthread_mutex_unlock(&f->msend_mu);
+    sl_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->fleet->msend_mu);
     sl_rpc_frame_free(&fr);
     free_reaped(reap);
     if (rc != SL_OK) close(fd);
@@ -225,17 +226,17 @@ sl_err_t fl_master_open(sl_trainer_t *t, int timeout_ms, bool *refused, sl_error
 static void master_uninstall(sl_trainer_t *t)
 {
     tr_fleet_t *f = t->fleet;
-    pthread_mutex_lock(&f->msend_mu);
+    sl_mutex_lock(&f->msend_mu);
     int fd = f->mfd;
     f->mfd = -1;
-    pthread_mutex_unlock(&f->msend_mu);
+    sl_mutex_unlock(&f->msend_mu);
     if (fd >= 0) close(fd);
 }
 
 static void on_commit_reply(sl_trainer_t *t, const Sluice__Control__CommitReply *r)
 {
     tr_fleet_t *f = t->fleet;
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     tr_item_t *it = f->pending.head;
     while (it && it->nonce != r->nonce)
         it = it->next;
@@ -244,7 +245,7 @@ static void on_commit_reply(sl_trainer_t *t, const Sluice__Control__CommitReply 
     if (it) {
         tr_list_remove(&f->pending, it);
         /* Answered either way: the worker may let the batch go. */
-        tr_conn_ack_locked(it->conn, it->delivery_id);
+        tr_conn_ack_locked(t, it->conn, it->delivery_id);
         it->acked = true;
         if (r->result == SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED &&
             t->state != TR_FAILED) {
@@ -258,13 +259,13 @@ static void on_commit_reply(sl_trainer_t *t, const Sluice__Control__CommitReply 
         }
         pthread_cond_broadcast(&t->cv);
     }
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
 }
 
 static void on_token(sl_trainer_t *t, const Sluice__Control__Token *m, uint64_t gen)
 {
     tr_fleet_t *f = t->fleet;
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     if (f->token_wanted && !f->token_ready && f->token_gen == gen) {
         size_t n = m->token.len;
         uint8_t *p = n ? sl_alloc(t->a, n) : NULL;
@@ -276,7 +277,7 @@ static void on_token(sl_trainer_t *t, const Sluice__Control__Token *m, uint64_t 
         f->token_ready = true;
         pthread_cond_broadcast(&t->cv);
     }
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
 }
 
 /* Report the trainer's wait time to the autoscaler. Master thread. */
@@ -293,11 +294,11 @@ static void send_stats(sl_trainer_t *t, int fd)
     cs.elapsed_ns = now - f->rep_at_ns;
     cs.batches = b - f->rep_batches;
     cs.samples = s - f->rep_samples;
-    pthread_mutex_lock(&f->msend_mu);
+    sl_mutex_lock(&f->msend_mu);
     sl_err_t rc = sl_rpc_send(fd, SL_RPC_CLIENT_STATS, &cs.base, NULL, 0, NULL);
     if (rc == SL_OK) rc = send_attach(t, fd, NULL);
     if (rc != SL_OK) shutdown(fd, SHUT_RDWR);
-    pthread_mutex_unlock(&f->msend_mu);
+    sl_mutex_unlock(&f->msend_mu);
     f->rep_wait_ns = wait;
     f->rep_batches = b;
     f->rep_samples = s;
@@ -334,10 +335,10 @@ static sl_err_t on_master_frame(sl_trainer_t *t, sl_rpc_frame_t *fr, uint64_t ge
         return SL_OK;
     case SL_RPC_ATTACHED: {
         tr_conn_t *reap = NULL;
-        pthread_mutex_lock(&t->mu);
+        sl_mutex_lock(&t->mu);
         apply_attached_locked(t, (const Sluice__Control__Attached *)fr->msg, &reap);
         pthread_cond_broadcast(&t->cv);
-        pthread_mutex_unlock(&t->mu);
+        sl_mutex_unlock(&t->mu);
         free_reaped(reap);
         return SL_OK;
     }
@@ -363,10 +364,10 @@ void *fl_master_main(void *arg)
     tr_fleet_t *f = t->fleet;
     uint64_t next_tick = sl_clock_ns() + (uint64_t)f->refresh_ms * 1000000ull;
     while (!t->closing) {
-        pthread_mutex_lock(&f->msend_mu);
+        sl_mutex_lock(&f->msend_mu);
         int fd = f->mfd;
         uint64_t gen = f->mgen;
-        pthread_mutex_unlock(&f->msend_mu);
+        sl_mutex_unlock(&f->msend_mu);
         sl_error_t e = {0};
         if (fd < 0) {
             sl_error_set(&e, SL_ERR_CLOSED, "not connected");
@@ -396,10 +397,10 @@ void *fl_master_main(void *arg)
         bool fatal = rc == SL_ERR_PROTOCOL || rc == SL_ERR_VERSION || rc == SL_ERR_TOO_LARGE ||
                      (!sl_rpc_error_retriable(rc) && rc != SL_ERR_TRUNCATED);
         if (fatal) {
-            pthread_mutex_lock(&f->msend_mu);
+            sl_mutex_lock(&f->msend_mu);
             if (f->mfd >= 0 && rc != SL_ERR_NOMEM && e.msg[0] && strstr(e.msg, "master ") != e.msg)
                 sl_rpc_send_error(f->mfd, rc, e.msg);
-            pthread_mutex_unlock(&f->msend_mu);
+            sl_mutex_unlock(&f->msend_mu);
             if (strstr(e.msg, "master ") != e.msg) sl_error_prefix(&e, "master %s: ", f->master);
             tr_fail(t, &e);
             master_uninstall(t);
@@ -409,9 +410,9 @@ void *fl_master_main(void *arg)
         next_tick = sl_clock_ns() + (uint64_t)f->refresh_ms * 1000000ull;
     }
     /* The client failed or closes: workers are no use any more. */
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     for (tr_conn_t *c = t->conns; c; c = c->next)
-        tr_conn_stop_locked(c, "client closed");
-    pthread_mutex_unlock(&t->mu);
+        tr_conn_stop_locked(t, c, "client closed");
+    sl_mutex_unlock(&t->mu);
     return NULL;
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/err.h"
 #include "common/mem.h"
 #include "common/prom.h"
 #include "httpd/server.h"
@@ -29,7 +30,7 @@ typedef enum field_kind { U64, U32, NS_AS_SECONDS } field_kind_t;
 /* One series per field of sl_trainer_stats_t: the table is the renderer,
  * so a new field is one more line here. */
 typedef struct metric {
-    const char *name, *type, *help;
+    const sl_metric_def_t *def; /* name, type, help: common/metrics.h */
     size_t offset;
     field_kind_t kind;
 } metric_t;
@@ -37,35 +38,17 @@ typedef struct metric {
 #define FIELD(f) offsetof(sl_trainer_stats_t, f)
 
 static const metric_t metrics[] = {
-    {"sluice_trainer_batches_total", "counter", "Batches handed to the trainer (sl_trainer_next).",
-     FIELD(batches), U64},
-    {"sluice_trainer_samples_total", "counter", "Samples in the batches handed to the trainer.",
-     FIELD(samples), U64},
-    {"sluice_trainer_bytes_total", "counter",
-     "Frame bytes received from workers (payloads and headers).", FIELD(bytes), U64},
-    {"sluice_trainer_wait_seconds_total", "counter",
-     "Time sl_trainer_next spent waiting for a batch (a data stall when it grows as fast as the "
-     "clock).",
-     FIELD(wait_ns), NS_AS_SECONDS},
-    {"sluice_trainer_reconnects_total", "counter",
-     "Connections re-established to workers and (master mode) to the master.", FIELD(reconnects),
-     U64},
-    {"sluice_trainer_queued_batches", "gauge", "Decoded batches ready to hand out now.",
-     FIELD(queued), U32},
-    {"sluice_trainer_workers", "gauge",
-     "Worker connections open now (master mode; 0 in direct mode).", FIELD(workers), U32},
-    {"sluice_trainer_committed_batches_total", "counter",
-     "Batches the master committed for this client (master mode).", FIELD(committed), U64},
-    {"sluice_trainer_dropped_batches_total", "counter",
-     "Batches received but not delivered: the master refused their commit, another rank's, or "
-     "left behind by a lost connection (the worker sends them again).",
-     FIELD(dropped), U64},
-    {"sluice_trainer_shm_batches_total", "counter",
-     "Batches received through shared memory: copied out of the frame heap of a worker on this "
-     "host.",
-     FIELD(batches_shm), U64},
-    {"sluice_trainer_socket_batches_total", "counter",
-     "Batches received over the socket (their bytes in the frame).", FIELD(batches_socket), U64},
+    {SL_M(TRAINER_BATCHES_TOTAL), FIELD(batches), U64},
+    {SL_M(TRAINER_SAMPLES_TOTAL), FIELD(samples), U64},
+    {SL_M(TRAINER_BYTES_TOTAL), FIELD(bytes), U64},
+    {SL_M(TRAINER_WAIT_SECONDS_TOTAL), FIELD(wait_ns), NS_AS_SECONDS},
+    {SL_M(TRAINER_RECONNECTS_TOTAL), FIELD(reconnects), U64},
+    {SL_M(TRAINER_QUEUED_BATCHES), FIELD(queued), U32},
+    {SL_M(TRAINER_WORKERS), FIELD(workers), U32},
+    {SL_M(TRAINER_COMMITTED_BATCHES_TOTAL), FIELD(committed), U64},
+    {SL_M(TRAINER_DROPPED_BATCHES_TOTAL), FIELD(dropped), U64},
+    {SL_M(TRAINER_SHM_BATCHES_TOTAL), FIELD(batches_shm), U64},
+    {SL_M(TRAINER_SOCKET_BATCHES_TOTAL), FIELD(batches_socket), U64},
 };
 
 static double field_value(const sl_trainer_stats_t *s, const metric_t *m)
@@ -91,23 +74,20 @@ static char *render(const sl_trainer_t *t)
     sl_prom_t p;
     sl_prom_init(&p, t->a);
     for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++) {
-        sl_prom_family(&p, metrics[i].name, metrics[i].type, metrics[i].help);
-        sl_prom_sample(&p, metrics[i].name, t->metrics_labels, field_value(&s, &metrics[i]));
+        sl_prom_family_def(&p, metrics[i].def);
+        sl_prom_sample_def(&p, metrics[i].def, t->metrics_labels, field_value(&s, &metrics[i]));
     }
     /* Freshness (Kafka jobs): each sample's age at hand-over, record
      * CreateTime to sl_trainer_next. */
     double bounds_s[SL_TRAINER_FRESHNESS_BUCKETS - 1];
     for (size_t i = 0; i < SL_TRAINER_FRESHNESS_BUCKETS - 1; i++)
         bounds_s[i] = (double)sl_trainer_freshness_bounds_ms[i] / 1e3;
-    sl_prom_family(&p, "sluice_trainer_freshness_seconds", "histogram",
-                   "Age of each sample of a Kafka job when handed to the trainer: now minus its "
-                   "record's CreateTime.");
-    sl_prom_histogram(&p, "sluice_trainer_freshness_seconds", t->metrics_labels, bounds_s,
-                      s.freshness_buckets, SL_TRAINER_FRESHNESS_BUCKETS - 1,
-                      (double)s.freshness_sum_ms / 1e3, s.freshness_count);
-    sl_prom_family(&p, "sluice_trainer_start_time_seconds", "gauge",
-                   "When the client connected, in seconds since the Unix epoch.");
-    sl_prom_sample(&p, "sluice_trainer_start_time_seconds", t->metrics_labels, t->start_time_s);
+    sl_prom_family_def(&p, SL_M(TRAINER_FRESHNESS_SECONDS));
+    sl_prom_histogram_def(&p, SL_M(TRAINER_FRESHNESS_SECONDS), t->metrics_labels, bounds_s,
+                          s.freshness_buckets, SL_TRAINER_FRESHNESS_BUCKETS - 1,
+                          (double)s.freshness_sum_ms / 1e3, s.freshness_count);
+    sl_prom_family_def(&p, SL_M(TRAINER_START_TIME_SECONDS));
+    sl_prom_sample_def(&p, SL_M(TRAINER_START_TIME_SECONDS), t->metrics_labels, t->start_time_s);
     return sl_prom_finish(&p);
 }
 
@@ -178,8 +158,7 @@ sl_err_t tr_metrics_start(sl_trainer_t *t, const char *address, sl_error_t *err)
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     t->start_time_s = (double)now.tv_sec + (double)(now.tv_nsec / 1000000) / 1e3;
-    sl_err_t rc = make_labels(t, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(make_labels(t, err));
     sl_httpd_opts_t o = {.address = address,
                          .what = "trainer metrics endpoint",
                          .max_connections = METRICS_MAX_CONNECTIONS,

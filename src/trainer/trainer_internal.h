@@ -29,6 +29,9 @@
  *                   t->cv signals all changes
  *   conn.send_mu    one worker socket slot (fd, send_ready, window, pending
  *                   acks); also makes a whole frame one write
+ * They are sl_mutex_t (common/lock.h), and the functions that need one
+ * say so in their declarations (SL_REQUIRES / SL_EXCLUDES), which clang's
+ * -Wthread-safety checks in every clang build.
  * A socket is closed only by its connection's thread (or by close after
  * that thread ended), after clearing the slot under send_mu, so a
  * shutdown() from another thread never hits a reused descriptor.
@@ -46,6 +49,7 @@
 
 #include "common/age.h"
 #include "common/clock.h"
+#include "common/lock.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "rpc/shm.h"
@@ -100,7 +104,7 @@ struct tr_conn {
     bool got_end;   /* the worker said END: not read again while it is named */
     bool connected; /* a connection is up (handshake done) */
     /* under send_mu */
-    pthread_mutex_t send_mu;
+    sl_mutex_t send_mu;
     int fd;                   /* -1 while disconnected; installed before the handshake */
     bool send_ready;          /* handshake done: acks and credits may go out */
     uint32_t window;          /* min(prefetch, WELCOME max_credits) */
@@ -137,7 +141,7 @@ struct sl_trainer {
     char *secret; /* the cluster secret (rpc/auth.h), NULL: none */
     bool shm;     /* offer the shared-memory hand-over (opts.no_shm, $SLUICE_TRAINER_SHM) */
 
-    pthread_mutex_t mu;
+    sl_mutex_t mu;
     pthread_cond_t cv; /* queue grew, state changed, a connection stopped, closing */
     tr_list_t ready;   /* what sl_trainer_next hands out, in arrival order */
     tr_conn_t *conns;
@@ -166,27 +170,27 @@ void tr_list_free(sl_trainer_t *t, tr_list_t *l);
 
 /* it may be handed out: append it to the ready queue and wake next. Caller
  * holds mu. */
-void tr_ready_push_locked(sl_trainer_t *t, tr_item_t *it);
+void tr_ready_push_locked(sl_trainer_t *t, tr_item_t *it) SL_REQUIRES(t->mu);
 
 /* An item leaves the client: free it (and its batch unless handed out) and
  * give its connection the credit back. Caller holds mu (takes send_mu). */
-void tr_item_leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch);
+void tr_item_leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch) SL_REQUIRES(t->mu);
 
 /* c's connection broke: drop the ready items it delivered that are not
  * acknowledged (they belong to the worker again). Counted in dropped.
  * Caller holds mu. */
-void tr_drop_unacked_locked(sl_trainer_t *t, const tr_conn_t *c);
+void tr_drop_unacked_locked(sl_trainer_t *t, const tr_conn_t *c) SL_REQUIRES(t->mu);
 
 /* Mark the client failed with e (unless it already ended or failed),
  * discard the ready queue and stop every worker connection. Takes mu / the
  * caller holds it. */
-void tr_fail(sl_trainer_t *t, const sl_error_t *e);
-void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e);
+void tr_fail(sl_trainer_t *t, const sl_error_t *e) SL_EXCLUDES(t->mu);
+void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e) SL_REQUIRES(t->mu);
 
 /* Sleep up to ms (< 0: without limit) unless the client closes or *stop
  * (stop may be NULL; read under mu) becomes true. Takes mu. @return true
  * when closing or stopped. */
-bool tr_pause(sl_trainer_t *t, const bool *stop, int ms);
+bool tr_pause(sl_trainer_t *t, const bool *stop, int ms) SL_EXCLUDES(t->mu);
 
 /* One attempt to open a connection within timeout_ms; *refused when the
  * peer answered and will not change its mind (an ERROR that is not "not
@@ -205,7 +209,7 @@ typedef sl_err_t (*tr_attempt_fn)(void *ctx, int timeout_ms, bool *refused, sl_e
  * closes or *stop; otherwise the code of the connection given up, with
  * err saying why. */
 sl_err_t tr_reconnect(sl_trainer_t *t, const bool *stop, const char *label, const sl_error_t *lost,
-                      tr_attempt_fn attempt, void *ctx, sl_error_t *err);
+                      tr_attempt_fn attempt, void *ctx, sl_error_t *err) SL_EXCLUDES(t->mu);
 
 /* A receive that failed with rc broke the stream in a way that is the
  * peer's fault or ours to report (a malformed frame, another version, too
@@ -229,22 +233,25 @@ void tr_metrics_stop(sl_trainer_t *t);
 /* A connection to the worker at address (worker_id: as the master names
  * it, NULL in direct mode), linked into t->conns, not connected, no
  * thread. Caller holds mu. @return NULL when out of memory. */
-tr_conn_t *tr_conn_new(sl_trainer_t *t, const char *worker_id, const char *address);
+tr_conn_t *tr_conn_new(sl_trainer_t *t, const char *worker_id, const char *address)
+    SL_REQUIRES(t->mu);
 
 /* Connect within timeout_ms: the cluster-secret handshake when the client
  * has a secret, HELLO / WELCOME, the pending acks, then window - held
  * credits. Runs on the connection's thread, and on the application thread
  * for direct mode's first connection. Takes mu and send_mu. @return as
  * tr_attempt_fn; messages start with the connection's label. */
-sl_err_t tr_conn_open(tr_conn_t *c, int timeout_ms, bool *refused, sl_error_t *err);
+sl_err_t tr_conn_open(tr_conn_t *c, int timeout_ms, bool *refused, sl_error_t *err)
+    SL_EXCLUDES(c->t->mu, c->send_mu);
 
 /* Start c's thread: it receives if c is connected, else connects first.
  * @return SL_ERR_IO when the thread cannot start. */
 sl_err_t tr_conn_start(tr_conn_t *c, sl_error_t *err);
 
 /* Ask c's thread to end: GOODBYE(reason) when the connection is up, then a
- * shutdown that unblocks its receive. Idempotent. Caller holds mu. */
-void tr_conn_stop_locked(tr_conn_t *c, const char *reason);
+ * shutdown that unblocks its receive. Idempotent. Caller holds t->mu (t is
+ * c->t, passed so that the lock rule can be checked). */
+void tr_conn_stop_locked(sl_trainer_t *t, tr_conn_t *c, const char *reason) SL_REQUIRES(t->mu);
 
 /* Join c's thread and free c (already unlinked; its items are gone or will
  * not touch it). Caller holds no lock, unless c's thread never started;
@@ -253,7 +260,7 @@ void tr_conn_free(tr_conn_t *c);
 
 /* ACK delivery_id on c's current connection, or keep it for the next one
  * (bounded: beyond pending_cap the ack is lost and the worker delivers that
- * batch once more). Caller holds mu. */
-void tr_conn_ack_locked(tr_conn_t *c, uint64_t delivery_id);
+ * batch once more). Caller holds t->mu (t is c->t). */
+void tr_conn_ack_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id) SL_REQUIRES(t->mu);
 
 #endif

@@ -17,7 +17,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/log.h"
+#include "common/log_events.h"
 #include "trainer/fleet_internal.h"
 
 tr_conn_t *tr_conn_new(sl_trainer_t *t, const char *worker_id, const char *address)
@@ -41,7 +43,7 @@ tr_conn_t *tr_conn_new(sl_trainer_t *t, const char *worker_id, const char *addre
         snprintf(c->label, sizeof c->label, "worker %s (%s)", c->worker_id, c->address);
     else
         snprintf(c->label, sizeof c->label, "worker %s", c->address);
-    pthread_mutex_init(&c->send_mu, NULL);
+    sl_mutex_init(&c->send_mu);
     c->next = t->conns;
     t->conns = c;
     return c;
@@ -54,27 +56,28 @@ void tr_conn_free(tr_conn_t *c)
     if (c->thread_started) pthread_join(c->thread, NULL);
     if (c->fd >= 0) close(c->fd);
     sl_rpc_shm_detach(&c->shm);
-    pthread_mutex_destroy(&c->send_mu);
+    sl_mutex_destroy(&c->send_mu);
     sl_free(a, c->pending, (size_t)c->pending_cap * sizeof *c->pending);
     sl_free(a, c, sizeof *c);
 }
 
-void tr_conn_stop_locked(tr_conn_t *c, const char *reason)
+void tr_conn_stop_locked(sl_trainer_t *t, tr_conn_t *c, const char *reason)
 {
     if (c->stop) return;
     c->stop = true;
-    pthread_mutex_lock(&c->send_mu);
+    sl_mutex_lock(&c->send_mu);
     if (c->fd >= 0) {
         if (c->send_ready) sl_rpc_send_goodbye(c->fd, reason);
         shutdown(c->fd, SHUT_RDWR); /* unblocks its receive or handshake */
     }
-    pthread_mutex_unlock(&c->send_mu);
-    pthread_cond_broadcast(&c->t->cv);
+    sl_mutex_unlock(&c->send_mu);
+    pthread_cond_broadcast(&t->cv);
 }
 
-void tr_conn_ack_locked(tr_conn_t *c, uint64_t delivery_id)
+void tr_conn_ack_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id)
 {
-    pthread_mutex_lock(&c->send_mu);
+    (void)t; /* the lock the caller holds (c->t's) */
+    sl_mutex_lock(&c->send_mu);
     sl_err_t rc = SL_ERR_CLOSED;
     if (c->fd >= 0 && c->send_ready) {
         /* Delivery ids are unique per worker, so an ack on a newer
@@ -88,15 +91,15 @@ void tr_conn_ack_locked(tr_conn_t *c, uint64_t delivery_id)
         if (rc != SL_OK) shutdown(c->fd, SHUT_RDWR); /* its thread reconnects */
     }
     if (rc != SL_OK && c->npending < c->pending_cap) c->pending[c->npending++] = delivery_id;
-    pthread_mutex_unlock(&c->send_mu);
+    sl_mutex_unlock(&c->send_mu);
 }
 
 static bool stopping(tr_conn_t *c)
 {
     sl_trainer_t *t = c->t;
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     bool s = c->stop || t->closing;
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     return s;
 }
 
@@ -104,11 +107,11 @@ static bool stopping(tr_conn_t *c)
 static int detach_locked(tr_conn_t *c)
 {
     c->connected = false;
-    pthread_mutex_lock(&c->send_mu);
+    sl_mutex_lock(&c->send_mu);
     int fd = c->fd;
     c->fd = -1;
     c->send_ready = false;
-    pthread_mutex_unlock(&c->send_mu);
+    sl_mutex_unlock(&c->send_mu);
     /* the mapping is the connection's (its thread's): a reconnect may find
      * another process behind the address */
     sl_rpc_shm_detach(&c->shm);
@@ -118,9 +121,9 @@ static int detach_locked(tr_conn_t *c)
 /* Close the installed socket (c's thread, or connect before it starts). */
 static void uninstall(tr_conn_t *c)
 {
-    pthread_mutex_lock(&c->t->mu);
+    sl_mutex_lock(&c->t->mu);
     int fd = detach_locked(c);
-    pthread_mutex_unlock(&c->t->mu);
+    sl_mutex_unlock(&c->t->mu);
     if (fd >= 0) close(fd);
 }
 
@@ -129,15 +132,15 @@ static void uninstall(tr_conn_t *c)
 static sl_err_t install(tr_conn_t *c, int fd, sl_error_t *err)
 {
     sl_trainer_t *t = c->t;
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     bool stop = c->stop || t->closing;
     if (!stop) {
-        pthread_mutex_lock(&c->send_mu);
+        sl_mutex_lock(&c->send_mu);
         c->fd = fd;
         c->send_ready = false;
-        pthread_mutex_unlock(&c->send_mu);
+        sl_mutex_unlock(&c->send_mu);
     }
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     if (!stop) return SL_OK;
     close(fd);
     return sl_error_set(err, SL_ERR_CLOSED, "stopped");
@@ -159,10 +162,9 @@ static sl_err_t hello(tr_conn_t *c, int fd, uint64_t deadline_ms, uint32_t *wind
     h.shm = t->shm;
     c->shm_socket[0] = 0;
     c->shm_nonce_len = 0;
-    sl_err_t rc = sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, err));
     sl_rpc_frame_t f;
-    rc = sl_rpc_recv_until(fd, deadline_ms, &t->rpc_limits, t->a, &f, err);
+    sl_err_t rc = sl_rpc_recv_until(fd, deadline_ms, &t->rpc_limits, t->a, &f, err);
     if (rc != SL_OK) {
         if (rc == SL_ERR_TIMEOUT) sl_error_prefix(err, "waiting for welcome: ");
         return rc;
@@ -208,7 +210,8 @@ static bool attach_shm(tr_conn_t *c, uint64_t deadline_ms)
                           &e) == SL_OK)
         return true;
     if (!c->shm_logged)
-        sl_log(SL_LOG_DEBUG, "trainer_shm_off", "%s: batches over the socket: %s", c->label, e.msg);
+        sl_log(SL_LOG_DEBUG, SL_EV(TRAINER_SHM_OFF), "%s: batches over the socket: %s", c->label,
+               e.msg);
     c->shm_logged = true;
     return false;
 }
@@ -218,8 +221,8 @@ static bool attach_shm(tr_conn_t *c, uint64_t deadline_ms)
 static sl_err_t go_live(tr_conn_t *c, int fd, uint32_t window, bool shm, sl_error_t *err)
 {
     sl_trainer_t *t = c->t;
-    pthread_mutex_lock(&t->mu);
-    pthread_mutex_lock(&c->send_mu);
+    sl_mutex_lock(&t->mu);
+    sl_mutex_lock(&c->send_mu);
     sl_err_t rc = SL_OK;
     if (c->npending > 0) {
         Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
@@ -243,8 +246,8 @@ static sl_err_t go_live(tr_conn_t *c, int fd, uint32_t window, bool shm, sl_erro
         c->send_ready = true;
         c->connected = true;
     }
-    pthread_mutex_unlock(&c->send_mu);
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&c->send_mu);
+    sl_mutex_unlock(&t->mu);
     return rc;
 }
 
@@ -428,10 +431,10 @@ static sl_err_t on_batch(tr_conn_t *c, sl_rpc_frame_t *f, uint64_t *received, sl
         tr_fleet_receive(t, it, bi->rank_plus_one); /* the committer: COMMIT first */
         return SL_OK;
     }
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     c->held++;
     tr_ready_push_locked(t, it); /* no committer: ready on receipt */
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     return SL_OK;
 }
 
@@ -446,9 +449,9 @@ typedef enum conn_end {
  * unacknowledged batches go to someone else). */
 static conn_end_t violation(tr_conn_t *c, int fd, const sl_error_t *e)
 {
-    pthread_mutex_lock(&c->send_mu);
+    sl_mutex_lock(&c->send_mu);
     if (c->fd == fd) sl_rpc_send_error(fd, e->code, e->msg);
-    pthread_mutex_unlock(&c->send_mu);
+    sl_mutex_unlock(&c->send_mu);
     return CONN_REFUSED;
 }
 
@@ -456,9 +459,9 @@ static conn_end_t violation(tr_conn_t *c, int fd, const sl_error_t *e)
 static conn_end_t receive(tr_conn_t *c, sl_error_t *e)
 {
     sl_trainer_t *t = c->t;
-    pthread_mutex_lock(&c->send_mu);
+    sl_mutex_lock(&c->send_mu);
     int fd = c->fd;
-    pthread_mutex_unlock(&c->send_mu);
+    sl_mutex_unlock(&c->send_mu);
     uint64_t received = 0;
     for (;;) {
         sl_rpc_frame_t f;
@@ -474,7 +477,7 @@ static conn_end_t receive(tr_conn_t *c, sl_error_t *e)
             break;
         case SL_RPC_END: {
             const Sluice__Dpp__End *m = (const Sluice__Dpp__End *)f.msg;
-            pthread_mutex_lock(&t->mu);
+            sl_mutex_lock(&t->mu);
             c->got_end = true;
             /* Direct mode: the job is over for this client too. */
             if (!t->fleet && t->state == TR_RUNNING) {
@@ -482,7 +485,7 @@ static conn_end_t receive(tr_conn_t *c, sl_error_t *e)
                 t->end_batches = m->batches;
             }
             pthread_cond_broadcast(&t->cv);
-            pthread_mutex_unlock(&t->mu);
+            sl_mutex_unlock(&t->mu);
             end = CONN_END;
             break;
         }
@@ -520,9 +523,9 @@ static void give_up(tr_conn_t *c, const sl_error_t *e)
         tr_fail(t, e);
         return;
     }
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     snprintf(t->last_problem, sizeof t->last_problem, "%.500s", e->msg);
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
 }
 
 /* tr_attempt_fn for tr_reconnect. In master mode a failed attempt is
@@ -539,9 +542,9 @@ static void *conn_main(void *arg)
 {
     tr_conn_t *c = arg;
     sl_trainer_t *t = c->t;
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     bool up = c->connected; /* direct mode: connected by sl_trainer_connect */
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     bool first = !up;
     sl_error_t why = {0};
     for (;;) {
@@ -562,10 +565,10 @@ static void *conn_main(void *arg)
         if (end == CONN_LOST) {
             /* Exactly once: what the dead connection delivered and nobody
              * acknowledged belongs to the worker again (it re-sends it). */
-            pthread_mutex_lock(&t->mu);
+            sl_mutex_lock(&t->mu);
             int fd = detach_locked(c);
             tr_drop_unacked_locked(t, c);
-            pthread_mutex_unlock(&t->mu);
+            sl_mutex_unlock(&t->mu);
             if (fd >= 0) close(fd);
             up = false;
             continue;
@@ -581,10 +584,10 @@ static void *conn_main(void *arg)
         break;
     }
     uninstall(c);
-    pthread_mutex_lock(&t->mu);
+    sl_mutex_lock(&t->mu);
     c->finished = true;
     pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
+    sl_mutex_unlock(&t->mu);
     return NULL;
 }
 

@@ -117,7 +117,7 @@ Test(fleet_admin, read_only_routes)
     cr_assert_str_eq(json_string_value(json_object_get(j, "status")), "ok");
     json_decref(j);
     j = fu_get_json(e.addr, "/readyz");
-    cr_assert(json_is_true(json_object_get(j, "ready")));
+    cr_assert_str_eq(json_string_value(json_object_get(j, "status")), "ready");
     json_decref(j);
     j = fu_get_json(e.addr, "/status");
     cr_assert(json_is_true(json_object_get(j, "ready")));

@@ -166,7 +166,7 @@ Test(fleet_peers, a_rogue_commit_without_the_secret_is_refused)
     cr_assert(!fu_job_finished(&m, job));
     char *b;
     cr_assert_eq(fu_http(m.admin, "GET", "/metrics", NULL, NULL, &b), 200);
-    cr_assert(strstr(b, "sluice_master_auth_failures_total 4\n"), "%s", b);
+    cr_assert(strstr(b, "sluice_master_auth_failures_total{reason=\"refused\"} 4\n"), "%s", b);
     free(b);
 
     /* The real fleet, with the secret: every sample in each epoch. */

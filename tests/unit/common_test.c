@@ -79,6 +79,46 @@ Test(mem, realloc_keeps_the_prefix_and_the_block_on_failure)
     tu_alloc_assert_clean(&ta);
 }
 
+Test(mem, growing_by_doubling_with_a_bound)
+{
+    /* the capacity: doubled from first until need fits, clamped at max */
+    cr_assert_eq(sl_grow_cap(0, 1, 16, SIZE_MAX), 16);
+    cr_assert_eq(sl_grow_cap(16, 17, 16, SIZE_MAX), 32);
+    cr_assert_eq(sl_grow_cap(16, 100, 16, SIZE_MAX), 128);
+    cr_assert_eq(sl_grow_cap(16, 16, 16, SIZE_MAX), 16);
+    cr_assert_eq(sl_grow_cap(0, 3, 0, SIZE_MAX), 4); /* first 0: from 1 */
+    cr_assert_eq(sl_grow_cap(64, 65, 16, 100), 100);
+    cr_assert_eq(sl_grow_cap(64, 101, 16, 100), 0);
+    cr_assert_eq(sl_grow_cap(SIZE_MAX / 2 + 1, SIZE_MAX, 1, SIZE_MAX), SIZE_MAX);
+
+    tu_alloc_t ta;
+    tu_alloc_init(&ta);
+    const sl_allocator_t *a = &ta.base;
+    /* an array of uint16_t whose capacity is a uint8_t: its largest value
+     * (255) bounds it */
+    uint16_t *v = NULL;
+    uint8_t cap = 0;
+    for (uint32_t i = 0; i < 255; i++) {
+        if (i == cap) cr_assert(SL_GROW(a, v, cap, i + 1, 4), "at %u", i);
+        v[i] = (uint16_t)(i * 3);
+    }
+    cr_assert_eq(cap, 255); /* 4, 8, ..., 128, then clamped */
+    for (uint32_t i = 0; i < 255; i++)
+        cr_assert_eq(v[i], i * 3, "element %u kept", i);
+    cr_assert_not(SL_GROW(a, v, cap, 256, 4), "past the type's largest value");
+    cr_assert_eq(cap, 255);
+    /* out of memory: false, the array and its capacity untouched */
+    size_t big = 255;
+    tu_alloc_fail_at(&ta, 1, false);
+    cr_assert_null(sl_grow(a, v, &big, 300, sizeof *v, 4, SIZE_MAX));
+    tu_alloc_fail_at(&ta, 0, false);
+    cr_assert_eq(big, 255);
+    cr_assert_eq(v[254], 254 * 3);
+    cr_assert_eq(sl_grow(a, v, &big, 200, sizeof *v, 4, SIZE_MAX), v, "fits: the same array");
+    sl_free(a, v, (size_t)cap * sizeof *v);
+    tu_alloc_assert_clean(&ta);
+}
+
 Test(mem, unsized_blocks_and_the_failed_flag)
 {
     tu_alloc_t ta;

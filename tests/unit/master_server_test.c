@@ -1272,8 +1272,27 @@ Test(master_server, cluster_secret_and_connection_limits)
     expect_closed(c, true, "client silent for more than 400 ms");
     close(c);
     close(w);
-    char *m = sl_master_metrics_text(e.m);
-    cr_assert(strstr(m, "sluice_master_auth_failures_total 2\n"), "%s", m);
+    /* 3 that hang up on their challenge: each counts as closed */
+    for (int i = 0; i < 3; i++) {
+        int h = dial(&e);
+        cr_assert_eq(sl_rpc_recv(h, NULL, NULL, &f, &err), SL_OK, "%d: %s", i, err.msg);
+        cr_assert_eq(f.type, SL_RPC_AUTH_CHALLENGE);
+        sl_rpc_frame_free(&f);
+        close(h);
+    }
+    /* every challenged connection that never proved the secret is counted
+     * once, by reason: 2 refused, 26 evicted, 14 timed out, 3 closed */
+    char *m = NULL;
+    uint64_t until = sl_clock_ms() + (uint64_t)(tu_timeout(5) * 1000);
+    for (; sl_clock_ms() < until; usleep(20 * 1000)) {
+        if (m) sl_strfree(sl_master_allocator(e.m), m);
+        m = sl_master_metrics_text(e.m);
+        if (strstr(m, "sluice_master_auth_failures_total{reason=\"closed\"} 3\n")) break;
+    }
+    cr_assert(strstr(m, "sluice_master_auth_failures_total{reason=\"closed\"} 3\n"), "%s", m);
+    cr_assert(strstr(m, "sluice_master_auth_failures_total{reason=\"refused\"} 2\n"), "%s", m);
+    cr_assert(strstr(m, "sluice_master_auth_failures_total{reason=\"evicted\"} 26\n"), "%s", m);
+    cr_assert(strstr(m, "sluice_master_auth_failures_total{reason=\"timeout\"} 14\n"), "%s", m);
     cr_assert(strstr(m, "sluice_master_connections_closed_total{reason=\"evicted\"} 26\n"), "%s",
               m);
     cr_assert(strstr(m, "sluice_master_connections_closed_total{reason=\"idle\"} 1\n"), "%s", m);

@@ -14,6 +14,7 @@
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
 
+#include "common/err.h"
 #include "common/fileio.h"
 #include "common/mem.h"
 #include "common/parse.h"
@@ -253,6 +254,36 @@ static const char *id_problem(const char *s, size_t n, char *why, size_t cap)
     return NULL;
 }
 
+static void h_healthz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)ctx;
+    (void)req;
+    sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+{
+    (void)req;
+    sl_admin_t *admin = ctx;
+    char why[256] = "not ready";
+    if (!admin->opts.ready || admin->opts.ready(admin->opts.ctx, why, sizeof why))
+        sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ready"));
+    else
+        sl_admin_reply_error(resp, 503, "%s", why);
+}
+
+/* The probes every endpoint answers (endpoint.h), matched before the
+ * caller's routes; their handlers take the endpoint as ctx. */
+static const sl_admin_route_t builtins[] = {
+    {"GET", "/healthz", false, h_healthz},
+    {"GET", "/readyz", false, h_readyz},
+};
+
+static bool is_builtin(const sl_admin_route_t *rt)
+{
+    return rt >= builtins && rt < builtins + sizeof builtins / sizeof builtins[0];
+}
+
 /* Judge a request from its request line and headers: the route, the id
  * segment, the token. @return 0 to go on (st->route set), or the status
  * of the refusal written to r. */
@@ -265,8 +296,9 @@ static int admit(sl_admin_t *admin, struct MHD_Connection *conn, const char *url
     bool path_known = false;
     int param = -1;
     if (split_path(url, &p)) {
-        for (uint32_t i = 0; i < admin->opts.num_routes; i++) {
-            const sl_admin_route_t *rt = &admin->opts.routes[i];
+        uint32_t nb = sizeof builtins / sizeof builtins[0];
+        for (uint32_t i = 0; i < nb + admin->opts.num_routes; i++) {
+            const sl_admin_route_t *rt = i < nb ? &builtins[i] : &admin->opts.routes[i - nb];
             int at;
             if (!route_match(rt->pattern, &p, &at)) continue;
             path_known = true;
@@ -331,7 +363,7 @@ static enum MHD_Result dispatch(sl_admin_t *admin, struct MHD_Connection *conn, 
                               .body = st->body ? st->body : "",
                               .body_len = st->len};
     sl_admin_response_t resp = {.status = 200, .a = admin->a};
-    st->route->handler(admin->opts.ctx, &req, &resp);
+    st->route->handler(is_builtin(st->route) ? (void *)admin : admin->opts.ctx, &req, &resp);
     return send_reply(conn, &resp, false);
 }
 
@@ -363,15 +395,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             st->too_large = true; /* a chunked body that grew past the limit */
             return MHD_YES;
         }
-        if (st->len + n + 1 > st->cap) {
-            size_t cap = st->cap ? st->cap : 1024;
-            while (cap < st->len + n + 1)
-                cap *= 2;
-            char *p = sl_realloc(admin->a, st->body, st->cap, cap);
-            if (!p) return MHD_NO;
-            st->body = p;
-            st->cap = cap;
-        }
+        if (st->len + n + 1 > st->cap &&
+            !SL_GROW(admin->a, st->body, st->cap, st->len + n + 1, 1024))
+            return MHD_NO;
         memcpy(st->body + st->len, upload_data, n);
         st->len += n;
         st->body[st->len] = '\0';
@@ -496,6 +522,11 @@ uint16_t sl_admin_port(const sl_admin_t *admin)
     return sl_httpd_port(admin->httpd);
 }
 
+uint64_t sl_admin_evicted(const sl_admin_t *admin)
+{
+    return sl_httpd_evicted(admin->httpd);
+}
+
 void sl_admin_stop(sl_admin_t *admin)
 {
     if (!admin) return;
@@ -508,8 +539,7 @@ sl_err_t sl_admin_token_load(const char *file, const char *env_var, char **out, 
     *out = NULL;
     char buf[1024];
     if (file) {
-        sl_err_t rc = sl_io_read_token(file, "admin token", buf, sizeof buf, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(sl_io_read_token(file, "admin token", buf, sizeof buf, err));
     } else {
         const char *v = env_var ? getenv(env_var) : NULL;
         if (!v) return SL_OK;

@@ -12,6 +12,13 @@
  * answered at once and the body is never buffered, so unauthenticated
  * bodies cost no memory. HEAD is answered wherever GET is (headers only).
  *
+ * Built in, before the caller's routes: GET (and HEAD) /healthz, 200
+ * {"status":"ok"} while the server runs (liveness), and /readyz, 200
+ * {"status":"ready"} or 503 {"error": why} as opts.ready says
+ * (readiness). Both are answered within a turn of the server's thread
+ * under any number of idle or slow connections (httpd/server.h evicts the
+ * idle longest at the cap).
+ *
  * Refusals, all with a JSON body {"error": "..."} (valid UTF-8: bytes of
  * the request that are not are written as \xNN):
  *   400 a "{}" path segment that is not a job id (letters, digits, '.', '_',
@@ -23,11 +30,11 @@
  *   413 a body over max_body_bytes
  *
  * Limits (the server of httpd/server.h): at most max_connections
- * connections at once (libmicrohttpd refuses more), each closed after
- * timeout_s without traffic; with epoll one thread serves them all, so idle
- * and slow (slowloris) connections under the cap do not keep /healthz from
- * answering. TLS (GnuTLS through libmicrohttpd) with tls_cert_file and
- * tls_key_file, read and checked here. */
+ * connections at once (at the cap the one idle longest is closed to make
+ * room), each closed after timeout_s without traffic; with epoll one
+ * thread serves them all, so idle and slow (slowloris) connections do not
+ * keep /healthz or /readyz from answering. TLS (GnuTLS through libmicrohttpd) with tls_cert_file
+ * and tls_key_file, read and checked here. */
 #ifndef SLUICE_DPP_ADMIN_ENDPOINT_H
 #define SLUICE_DPP_ADMIN_ENDPOINT_H
 
@@ -78,7 +85,12 @@ typedef struct sl_admin_opts {
     uint32_t timeout_s;             /* close a connection idle this long; 0: 10 */
     const sl_admin_route_t *routes; /* borrowed for the endpoint's life */
     uint32_t num_routes;
-    void *ctx;                       /* passed to every handler */
+    void *ctx; /* passed to every handler */
+    /* /readyz: whether the process is ready, called with ctx on the
+     * server's thread; when not, it writes why (a sentence, NUL-terminated,
+     * at most cap bytes) and returns false: 503 {"error": why}. NULL:
+     * always ready. */
+    bool (*ready)(void *ctx, char *why, size_t cap);
     const sl_allocator_t *allocator; /* request state and bodies; NULL: default */
 } sl_admin_opts_t;
 
@@ -94,6 +106,10 @@ sl_err_t sl_admin_start(const sl_admin_opts_t *opts, sl_admin_t **out, sl_error_
 
 /* The bound port (the real one when port 0 was asked). */
 uint16_t sl_admin_port(const sl_admin_t *admin);
+
+/* Connections closed so far to make room for new ones at the cap (the
+ * idle longest; httpd/server.h). Any thread. */
+uint64_t sl_admin_evicted(const sl_admin_t *admin);
 
 /* Stop serving and free; admin may be NULL. */
 void sl_admin_stop(sl_admin_t *admin);

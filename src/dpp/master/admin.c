@@ -13,10 +13,12 @@
  *   POST   /jobs/{id}/scale    (token)  {"workers": N}
  *   POST   /jobs/{id}/resubmit (token)  {"resume_token(s)": ...}: start it again */
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <gnutls/gnutls.h>
 
+#include "common/err.h"
 #include "common/mem.h"
 #include "common/prom.h"
 #include "dpp/admin/ui.h"
@@ -174,7 +176,7 @@ sl_err_t sl_master_admin_job_submit_problems(sl_master_t *m, const json_t *body,
      * (the job starts with what every rank delivered). */
     const sl_allocator_t *a = sl_master_allocator(m);
     tokens_t tk;
-    if ((rc = tokens_decode(a, body, false, &tk, err)) != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(tokens_decode(a, body, false, &tk, err));
     char *text = NULL;
     sl_pipeline_problems_t pr = {0};
     /* The spec as workers get it in their leases: compact, keys sorted. */
@@ -590,20 +592,12 @@ static void reply_built(sl_admin_response_t *resp, json_t *j)
     sl_admin_reply_json(resp, 200, j);
 }
 
-static void h_healthz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+/* /readyz (the endpoint's built-in): the state is open. */
+static bool master_ready(void *ctx, char *why, size_t cap)
 {
-    (void)ctx;
-    (void)req;
-    sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ok"));
-}
-
-static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
-{
-    (void)req;
-    if (sl_master_ready(ctx))
-        sl_admin_reply_json(resp, 200, json_pack("{s:b}", "ready", 1));
-    else
-        sl_admin_reply_error(resp, 503, "not ready: the master's state failed (see its log)");
+    if (sl_master_ready(ctx)) return true;
+    snprintf(why, cap, "not ready: the master's state failed (see its log)");
+    return false;
 }
 
 static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
@@ -787,8 +781,6 @@ static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t
 static const sl_admin_route_t routes[] = {
     {"GET", "/", false, h_page},
     {"GET", "/ui/{}", false, sl_admin_ui_handler},
-    {"GET", "/healthz", false, h_healthz},
-    {"GET", "/readyz", false, h_readyz},
     {"GET", "/metrics", false, h_metrics},
     {"GET", "/status", false, h_status},
     {"GET", "/workers", false, h_workers},
@@ -809,6 +801,7 @@ sl_err_t sl_master_admin_serve(sl_master_t *m, const sl_admin_opts_t *endpoint, 
     o.routes = routes;
     o.num_routes = sizeof routes / sizeof routes[0];
     o.ctx = m;
+    o.ready = master_ready;
     o.allocator = sl_master_allocator(m);
     return sl_admin_start(&o, out, err);
 }

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/log_events.h"
 #include "common/mem.h"
 #include "warehouse/warehouse.h"
 
@@ -189,7 +190,7 @@ sl_err_t sl_master_autocache_open(const char *dir, uint64_t max_bytes, uint64_t 
         sl_master_autocache_destroy(c);
         return sl_error_prefix(err, "--cache-dir %s: measuring its read throughput: ", dir);
     }
-    sl_log_kv(SL_LOG_INFO, "autocache_dir",
+    sl_log_kv(SL_LOG_INFO, SL_EV(AUTOCACHE_DIR),
               (SL_KV_STR("dir", dir), SL_KV_U64("read_mb_per_s", (uint64_t)(c->read_bps / 1e6)),
                SL_KV_U64("max_bytes", c->max_bytes)),
               "cache directory %s: reads %.0f MB/s decoded, holds at most %" PRIu64 " bytes", dir,
@@ -327,7 +328,7 @@ void sl_master_autocache_drop(sl_master_autocache_t *c, uint64_t fp)
             unlink(path) == 0)
             n++;
     closedir(d);
-    sl_log_kv(SL_LOG_INFO, "cache_dropped", (SL_KV_STR("dir", sub), SL_KV_U64("files", n)),
+    sl_log_kv(SL_LOG_INFO, SL_EV(CACHE_DROPPED), (SL_KV_STR("dir", sub), SL_KV_U64("files", n)),
               "%s: %" PRIu64 " cache files removed (declined)", sub, n);
 }
 
@@ -369,15 +370,7 @@ void sl_master_autocache_evict(sl_master_autocache_t *c, uint64_t now_ms, uint64
                 (size_t)snprintf(path, sizeof path, "%s/%s", sub, f->d_name) >= sizeof path ||
                 stat(path, &st) != 0)
                 continue;
-            if (n == cap) {
-                size_t nc = cap ? 2 * cap : 64;
-                cfile_t *g = sl_alloc(c->a, nc * sizeof *g);
-                if (g == NULL) break;
-                if (n) memcpy(g, files, n * sizeof *g);
-                if (files) sl_free(c->a, files, cap * sizeof *files);
-                files = g;
-                cap = nc;
-            }
+            if (n == cap && !SL_GROW(c->a, files, cap, n + 1, 64)) break;
             char *p = sl_strdup(c->a, path);
             if (p == NULL) break;
             files[n++] = (cfile_t){p, (uint64_t)st.st_size,
@@ -395,7 +388,7 @@ void sl_master_autocache_evict(sl_master_autocache_t *c, uint64_t now_ms, uint64
         left--;
         c->evicted_files++;
         c->evicted_bytes += files[i].bytes;
-        sl_log_kv(SL_LOG_INFO, "cache_evicted",
+        sl_log_kv(SL_LOG_INFO, SL_EV(CACHE_EVICTED),
                   (SL_KV_STR("file", files[i].path), SL_KV_U64("bytes", files[i].bytes)),
                   "cache file %s evicted (least recently used)", files[i].path);
     }

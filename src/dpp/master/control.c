@@ -16,7 +16,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/log.h"
+#include "common/log_events.h"
+#include "common/mem.h"
 #include "dpp/master/master_internal.h"
 #include "rpc/port_hint.h"
 
@@ -29,13 +32,14 @@ void mp_conn_close(sl_master_t *m, uint32_t i)
 {
     mp_conn *c = &m->conns[i];
     if (c->fd < 0) return;
+    mp_guard_closing(m, i);
     close(c->fd);
     c->fd = -1;
     if (c->kind == MP_WORKER) {
         mp_worker *w = &m->workers[c->worker];
         /* its leases stay its own until they expire or it registers again */
         sl_log_kv(
-            SL_LOG_INFO, "worker_left",
+            SL_LOG_INFO, SL_EV(WORKER_LEFT),
             (SL_KV_STR("worker", w->id), SL_KV_STR("job", w->job), SL_KV_U64("leases", w->leases)),
             "worker %s left (connection closed; %u lease%s kept until they expire)", w->id,
             w->leases, w->leases == 1 ? "" : "s");
@@ -73,19 +77,15 @@ void mp_conn_drop(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
 void mp_send_error(sl_master_t *m, uint32_t i, sl_err_t code, const char *msg)
 {
     m->protocol_errors++;
+    if (m->conns[i].auth_pending) m->conns[i].auth_reason = MP_AUTH_REFUSED;
     mp_conn_drop(m, i, code, msg);
 }
 
 bool mp_defer(sl_master_t *m, uint32_t i, mp_deferred d)
 {
-    if (m->ndeferred == m->cap_deferred) {
-        uint32_t cap = m->cap_deferred ? m->cap_deferred * 2 : 64;
-        mp_deferred *p = sl_realloc(m->a, m->deferred, (size_t)m->cap_deferred * sizeof *p,
-                                    (size_t)cap * sizeof *p);
-        if (p == NULL) return false;
-        m->deferred = p;
-        m->cap_deferred = cap;
-    }
+    if (m->ndeferred == m->cap_deferred &&
+        !SL_GROW(m->a, m->deferred, m->cap_deferred, m->ndeferred + 1, 64))
+        return false;
     d.conn = i;
     d.serial = m->conns[i].serial;
     m->deferred[m->ndeferred++] = d;
@@ -161,10 +161,11 @@ static void on_readable(sl_master_t *m, uint32_t i)
 {
     mp_conn *c = &m->conns[i];
     if (c->cap - c->len < 4096) {
-        size_t cap = c->cap ? c->cap * 2 : 8192;
-        if (cap > MAX_FRAME + SL_RPC_HEADER_BYTES + 8192)
-            cap = MAX_FRAME + SL_RPC_HEADER_BYTES + 8192;
-        uint8_t *p = cap > c->cap ? sl_realloc(m->a, c->buf, c->cap, cap) : c->buf;
+        /* bounded: a whole frame of the largest size and a read's room */
+        const size_t most = MAX_FRAME + SL_RPC_HEADER_BYTES + 8192;
+        size_t cap = c->cap;
+        uint8_t *p =
+            sl_grow(m->a, c->buf, &cap, c->len + 4096 < most ? c->len + 4096 : most, 1, 8192, most);
         if (p == NULL) {
             sl_mutex_lock(&m->mu);
             mp_conn_close(m, i);
@@ -366,9 +367,8 @@ sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err)
     for (uint32_t i = 0; i < m->opts.max_connections; i++)
         m->conns[i].fd = -1;
     const char *addr = m->opts.listen != NULL ? m->opts.listen : "127.0.0.1:0";
-    sl_err_t rc = sl_rpc_check_exposure("master --listen", addr, m->secret != NULL, err);
-    if (rc != SL_OK) return rc;
-    rc = sl_rpc_listen(addr, 128, &m->listen_fd, &m->port, err);
+    SL_FORWARD_IF_ERROR(sl_rpc_check_exposure("master --listen", addr, m->secret != NULL, err));
+    sl_err_t rc = sl_rpc_listen(addr, 128, &m->listen_fd, &m->port, err);
     if (rc != SL_OK) return sl_error_prefix(err, "master --listen %s: ", addr);
     /* The address peers use: the host as given (empty or 0.0.0.0: loopback). */
     char host[MP_ADDR_MAX];

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/log_events.h"
 #include "dpp/master/master_internal.h"
 
 /* A stored decision is looked for at most this often while measuring:
@@ -87,9 +88,9 @@ static void decide(sl_master_t *m, mp_job *j, const sl_master_state_job_status_t
         sl_master_autocache_drop(m->cache, st->prefix_fingerprint);
     sl_error_t err = {0};
     if (sl_master_autocache_store(m->cache, st->prefix_fingerprint, &d, &err) != SL_OK)
-        sl_log_kv(SL_LOG_WARN, "autocache_store_failed", (SL_KV_STR("error", err.msg)),
+        sl_log_kv(SL_LOG_WARN, SL_EV(AUTOCACHE_STORE_FAILED), (SL_KV_STR("error", err.msg)),
                   "autocache decision not stored (a restart measures again): %s", err.msg);
-    sl_log_kv(SL_LOG_INFO, "autocache_decided",
+    sl_log_kv(SL_LOG_INFO, SL_EV(AUTOCACHE_DECIDED),
               (SL_KV_STR("job", j->id),
                SL_KV_STR("decision", sl_master_autocache_state_name(d.state)),
                SL_KV_U64("samples", d.samples)),

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 
 #include "common/log.h"
+#include "common/log_events.h"
+#include "common/mem.h"
 #include "dpp/master/master_internal.h"
 
 /* The record of worker id, added when new. @return NULL with *why set
@@ -23,15 +25,10 @@ static mp_worker *worker_get(sl_master_t *m, const char *id, uint32_t *idx, sl_e
         }
     *why = SL_ERR_TOO_LARGE;
     if (m->nworkers >= m->opts.max_workers) return NULL;
-    if (m->nworkers == m->cap_workers) {
-        uint32_t cap = m->cap_workers ? m->cap_workers * 2 : 16;
-        mp_worker *p = sl_realloc(m->a, m->workers, (size_t)m->cap_workers * sizeof *p,
-                                  (size_t)cap * sizeof *p);
-        *why = SL_ERR_NOMEM;
-        if (p == NULL) return NULL;
-        m->workers = p;
-        m->cap_workers = cap;
-    }
+    *why = SL_ERR_NOMEM;
+    if (m->nworkers == m->cap_workers &&
+        !SL_GROW(m->a, m->workers, m->cap_workers, m->nworkers + 1, 16))
+        return NULL;
     mp_worker *w = &m->workers[m->nworkers];
     memset(w, 0, sizeof *w);
     snprintf(w->id, sizeof w->id, "%s", id);
@@ -151,7 +148,7 @@ void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register 
     sl_free(m->a, held, r->n_leases * sizeof *held);
     char inc[17]; /* a random 64-bit number: as hex, not as a (signed) JSON integer */
     snprintf(inc, sizeof inc, "%016" PRIx64, r->incarnation);
-    sl_log_kv(SL_LOG_INFO, "worker_joined",
+    sl_log_kv(SL_LOG_INFO, SL_EV(WORKER_JOINED),
               (SL_KV_STR("worker", w->id), SL_KV_STR("job", r->job_id),
                SL_KV_STR("address", r->serve_address), SL_KV_STR("admin", r->admin_address),
                SL_KV_STR("incarnation", inc), SL_KV_U64("leases_held", nheld)),
@@ -235,7 +232,7 @@ static uint32_t share_pass(sl_master_t *m, mp_worker *w, const char *job,
         refs[n].generation = pl.generation;
         ptrs[n] = &refs[n];
         n++;
-        sl_log_kv(SL_LOG_INFO, "lease_shared",
+        sl_log_kv(SL_LOG_INFO, SL_EV(LEASE_SHARED),
                   (SL_KV_STR("job", peer), SL_KV_U64("split", pl.split),
                    SL_KV_U64("epoch", pl.epoch), SL_KV_U64("generation", pl.generation),
                    SL_KV_STR("worker", w->id), SL_KV_STR("with", job)),
@@ -380,7 +377,7 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
         le.kafka_partition = partition;
     }
     /* one a split and epoch (and again after an expiry): never per batch */
-    sl_log_kv(SL_LOG_INFO, "lease_granted",
+    sl_log_kv(SL_LOG_INFO, SL_EV(LEASE_GRANTED),
               (SL_KV_STR("job", job), SL_KV_U64("split", l.split), SL_KV_U64("epoch", l.epoch),
                SL_KV_U64("generation", l.generation), SL_KV_STR("worker", w->id),
                SL_KV_U64("rows", l.num_rows)),
@@ -470,7 +467,7 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
     mp_job *dj = r->detached && r->ref->job_id ? mp_job_find(m, r->ref->job_id) : NULL;
     if (rc == SL_OK && dj != NULL && !dj->solo) {
         dj->solo = true;
-        sl_log_kv(SL_LOG_INFO, "share_detached",
+        sl_log_kv(SL_LOG_INFO, SL_EV(SHARE_DETACHED),
                   (SL_KV_STR("job", dj->id), SL_KV_U64("split", r->ref->split),
                    SL_KV_STR("worker", m->workers[m->conns[i].worker].id)),
                   "job %s fell behind its shared pass on worker %s: leased on its own from now",
@@ -532,7 +529,7 @@ void mp_on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__Split
         const char *outcome = res == SL_MASTER_FAIL_JOB_FAILED ? "job_failed"
                               : res == SL_MASTER_FAIL_SKIPPED  ? "skipped"
                                                                : "retry";
-        sl_log_kv(SL_LOG_WARN, "split_failed",
+        sl_log_kv(SL_LOG_WARN, SL_EV(SPLIT_FAILED),
                   (SL_KV_STR("job", f.job_id), SL_KV_U64("epoch", f.epoch),
                    SL_KV_U64("split", f.split), SL_KV_STR("file", f.file),
                    SL_KV_I64("stripe", f.stripe), SL_KV_STR("worker", w->id),

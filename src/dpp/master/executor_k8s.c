@@ -19,6 +19,7 @@
 #include "common/fileio.h"
 #include "common/lock.h"
 #include "common/log.h"
+#include "common/log_events.h"
 #include "common/mem.h"
 
 /* The largest answer read from the API server: a Scale or a Status is a
@@ -245,18 +246,18 @@ static void record(k8s_t *ex, const outcome_t *o) SL_REQUIRES(ex->base.mu)
     uint64_t now = sl_clock_ms();
     if (o->ok) {
         if (s->failures > 0)
-            sl_log_kv(SL_LOG_INFO, "executor_recovered",
+            sl_log_kv(SL_LOG_INFO, SL_EV(EXECUTOR_RECOVERED),
                       (SL_KV_STR("deployment", s->target), SL_KV_U64("failures", s->failures)),
                       "deployment %s: the API server answers again after %u failures", s->target,
                       s->failures);
         if (s->applied < 0)
-            sl_log_kv(SL_LOG_INFO, "executor_scaled",
+            sl_log_kv(SL_LOG_INFO, SL_EV(EXECUTOR_SCALED),
                       (SL_KV_STR("deployment", s->target), SL_KV_I64("to", o->replicas),
                        SL_KV_U64("desired", s->desired)),
                       "deployment %s: %lld replicas at the first read (the jobs are granted %u)",
                       s->target, (long long)o->replicas, s->desired);
         else if (o->replicas != s->applied)
-            sl_log_kv(SL_LOG_INFO, "executor_scaled",
+            sl_log_kv(SL_LOG_INFO, SL_EV(EXECUTOR_SCALED),
                       (SL_KV_STR("deployment", s->target), SL_KV_I64("from", s->applied),
                        SL_KV_I64("to", o->replicas), SL_KV_U64("desired", s->desired)),
                       "deployment %s: %lld replicas (was %lld; the jobs are granted %u)", s->target,
@@ -281,7 +282,7 @@ static void record(k8s_t *ex, const outcome_t *o) SL_REQUIRES(ex->base.mu)
     uint64_t delay = (uint64_t)ex->backoff_ms << shift;
     if (delay > ex->max_backoff_ms) delay = ex->max_backoff_ms;
     ex->not_before = now + delay;
-    sl_log_kv(SL_LOG_WARN, "executor_request_failed",
+    sl_log_kv(SL_LOG_WARN, SL_EV(EXECUTOR_REQUEST_FAILED),
               (SL_KV_STR("deployment", s->target), SL_KV_I64("http_status", o->http),
                SL_KV_STR("error", o->msg), SL_KV_U64("failures", s->failures),
                SL_KV_U64("retry_ms", delay)),
@@ -443,16 +444,7 @@ static void k8s_destroy(sl_master_executor_t *base)
 /* Room for want job targets. Needs ex->base.mu. @return false: out of memory. */
 static bool reserve_jobs(k8s_t *ex, uint32_t want) SL_REQUIRES(ex->base.mu)
 {
-    if (want <= ex->cap_jobs) return true;
-    uint32_t cap = ex->cap_jobs ? 2 * ex->cap_jobs : 16;
-    if (cap < want) cap = want;
-    job_target_t *p = sl_alloc(ex->alloc, (size_t)cap * sizeof *p);
-    if (p == NULL) return false;
-    if (ex->njobs) memcpy(p, ex->jobs, ex->njobs * sizeof *p);
-    if (ex->jobs) sl_free(ex->alloc, ex->jobs, ex->cap_jobs * sizeof *p);
-    ex->jobs = p;
-    ex->cap_jobs = cap;
-    return true;
+    return want <= ex->cap_jobs || SL_GROW(ex->alloc, ex->jobs, ex->cap_jobs, want, 16);
 }
 
 /* Set job_id's target (0: drop it). Needs ex->base.mu. */

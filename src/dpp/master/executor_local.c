@@ -91,15 +91,8 @@ static void backoff_failed(local_t *ex, const char *job_id) SL_REQUIRES(ex->base
 {
     backoff_t *b = backoff_find(ex, job_id);
     if (b == NULL) {
-        if (ex->nbo == ex->cap_bo) {
-            uint32_t cap = ex->cap_bo ? 2 * ex->cap_bo : 8;
-            backoff_t *p = sl_alloc(ex->alloc, cap * sizeof *p);
-            if (p == NULL) return;
-            if (ex->nbo) memcpy(p, ex->bo, ex->nbo * sizeof *p);
-            if (ex->bo) sl_free(ex->alloc, ex->bo, ex->cap_bo * sizeof *p);
-            ex->bo = p;
-            ex->cap_bo = cap;
-        }
+        if (ex->nbo == ex->cap_bo && !SL_GROW(ex->alloc, ex->bo, ex->cap_bo, ex->nbo + 1, 8))
+            return;
         b = &ex->bo[ex->nbo++];
         memset(b, 0, sizeof *b);
         snprintf(b->job_id, sizeof b->job_id, "%s", job_id);

@@ -23,12 +23,14 @@ void mp_guard_accepted(sl_master_t *m, uint32_t i, uint64_t now_ms)
     c->opened_ms = c->last_rx_ms = now_ms;
     c->auth_pending = false;
     if (m->secret == NULL) return;
+    /* pending from here: a challenge that cannot be sent counts as closed */
+    c->auth_pending = true;
+    c->auth_reason = MP_AUTH_CLOSED;
     sl_error_t err = {0};
     if (sl_rpc_auth_challenge(c->fd, c->nonce, &err) != SL_OK) {
         mp_conn_drop(m, i, err.code, err.msg);
         return;
     }
-    c->auth_pending = true;
 }
 
 bool mp_guard_frame(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f, uint64_t now_ms)
@@ -38,7 +40,7 @@ bool mp_guard_frame(sl_master_t *m, uint32_t i, const sl_rpc_frame_t *f, uint64_
     if (!c->auth_pending) return false;
     sl_error_t err = {0};
     if (sl_rpc_auth_answer(c->fd, m->secret, c->nonce, f, &err) != SL_OK) {
-        m->auth_failures++;
+        c->auth_reason = MP_AUTH_REFUSED;
         mp_conn_drop(m, i, err.code, err.msg);
         return true;
     }
@@ -60,6 +62,7 @@ void mp_guard_sweep(sl_master_t *m, uint64_t now_ms)
                      c->auth_pending ? "authentication" : "REGISTER or ATTACH",
                      m->opts.handshake_timeout_ms);
             m->handshake_timeouts++;
+            c->auth_reason = MP_AUTH_TIMEOUT;
             mp_conn_drop(m, i, SL_ERR_TIMEOUT, msg);
             continue;
         }
@@ -87,8 +90,24 @@ int mp_guard_evict(sl_master_t *m)
     }
     if (oldest < 0) return -1;
     m->evicted++;
+    m->conns[oldest].auth_reason = MP_AUTH_EVICTED;
     mp_conn_drop(m, (uint32_t)oldest, SL_ERR_AGAIN,
                  "master: every connection slot is taken; the oldest one still in its "
                  "handshake is closed to make room");
     return oldest;
+}
+
+const char *const mp_auth_reason_names[MP_AUTH_NREASONS] = {
+    [MP_AUTH_CLOSED] = "closed",
+    [MP_AUTH_REFUSED] = "refused",
+    [MP_AUTH_TIMEOUT] = "timeout",
+    [MP_AUTH_EVICTED] = "evicted",
+};
+
+void mp_guard_closing(sl_master_t *m, uint32_t i)
+{
+    mp_conn *c = &m->conns[i];
+    if (!c->auth_pending) return;
+    m->auth_failures[c->auth_reason < MP_AUTH_NREASONS ? c->auth_reason : MP_AUTH_CLOSED]++;
+    c->auth_pending = false;
 }

@@ -16,6 +16,8 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/log_events.h"
+#include "common/mem.h"
 #include "common/prom.h"
 #include "dpp/master/master_internal.h"
 #include "dpp/pipeline/job.h"
@@ -112,7 +114,7 @@ static sl_kafka_consumer_t *consumer_of(sl_master_t *m, wcache *cache, uint32_t 
     sl_error_t err = {0};
     sl_kafka_consumer_t *c = NULL;
     if (sl_kafka_consumer_new(&co, &c, &err) != SL_OK) {
-        sl_log_kv(SL_LOG_WARN, "kafka_watch_failed", (SL_KV_STR("job", j->id)),
+        sl_log_kv(SL_LOG_WARN, SL_EV(KAFKA_WATCH_FAILED), (SL_KV_STR("job", j->id)),
                   "job %s: Kafka watcher: %s", j->id, err.msg);
         return NULL;
     }
@@ -152,14 +154,8 @@ static void ask(sl_master_t *m, sl_kafka_consumer_t *c, const sl_pipeline_job_t 
                 atomic_fetch_add(&m->kafka_watch_errors, 1);
                 continue;
             }
-            if (*nadd == *plan_len) { /* grows by doubling: partitions come a few at a time */
-                uint32_t cap = *plan_len ? 2 * *plan_len : 4;
-                sl_kafka_partition_plan_t *grown =
-                    sl_realloc(m->a, *add, (size_t)*plan_len * sizeof **add, cap * sizeof **add);
-                if (grown == NULL) continue; /* out of memory: a later round adds it */
-                *add = grown;
-                *plan_len = cap;
-            }
+            /* partitions come a few at a time; out of memory: a later round adds it */
+            if (*nadd == *plan_len && !SL_GROW(m->a, *add, *plan_len, *nadd + 1, 4)) continue;
             (*add)[(*nadd)++] = (sl_kafka_partition_plan_t){kf->topics[t], p, low, -1};
         }
     }
@@ -178,7 +174,7 @@ static void ask(sl_master_t *m, sl_kafka_consumer_t *c, const sl_pipeline_job_t 
     }
     if (offs != NULL && sl_kafka_commit_offsets(c, offs, no, WATCH_TIMEOUT_MS, &err) != SL_OK) {
         atomic_fetch_add(&m->kafka_watch_errors, 1);
-        sl_log_kv(SL_LOG_DEBUG, "kafka_group_commit", (SL_KV_STR("job", j->id)),
+        sl_log_kv(SL_LOG_DEBUG, SL_EV(KAFKA_GROUP_COMMIT), (SL_KV_STR("job", j->id)),
                   "job %s: mirroring its committed offsets into group sluice-%s: %s", j->id, j->id,
                   err.msg);
     } else if (offs != NULL) {
@@ -201,7 +197,7 @@ static void apply(sl_master_t *m, wjob *jobs, uint32_t nj, sl_kafka_partition_pl
             sl_err_t rc = sl_master_state_kafka_partition_add(m->st, jobs[i].id, &kp, &err);
             if (rc == SL_OK) {
                 added = true;
-                sl_log_kv(SL_LOG_INFO, "kafka_partition_added",
+                sl_log_kv(SL_LOG_INFO, SL_EV(KAFKA_PARTITION_ADDED),
                           (SL_KV_STR("job", jobs[i].id), SL_KV_STR("topic", p->topic),
                            SL_KV_U64("partition", (uint64_t)p->partition),
                            SL_KV_U64("start", (uint64_t)p->start)),
@@ -382,9 +378,7 @@ uint32_t mp_kafka_view(sl_master_t *m, const char *job, const sl_master_kafka_vi
 
 void mp_kafka_metrics(sl_master_t *m, sl_prom_t *p)
 {
-    sl_prom_family(p, "sluice_master_kafka_lag_records", "gauge",
-                   "Per partition of a stream job: the high watermark minus the committed "
-                   "prefix (records not delivered yet).");
+    sl_prom_family_def(p, SL_M(MASTER_KAFKA_LAG_RECORDS));
     for (uint32_t i = 0; i < m->opts.max_jobs; i++) {
         const mp_job *j = &m->jobs[i];
         const sl_master_kafka_position_t *pos;
@@ -398,19 +392,16 @@ void mp_kafka_metrics(sl_master_t *m, sl_prom_t *p)
                      sl_prom_label(l2, sizeof l2, "topic", pos[k].topic),
                      sl_prom_label(l3, sizeof l3, "partition", num));
             double lag = high > pos[k].committed ? (double)(high - pos[k].committed) : 0.0;
-            sl_prom_sample(p, "sluice_master_kafka_lag_records", lab, lag);
+            sl_prom_sample_def(p, SL_M(MASTER_KAFKA_LAG_RECORDS), lab, lag);
         }
     }
-    sl_prom_family(p, "sluice_master_kafka_watch_rounds_total", "counter",
-                   "Rounds of the Kafka watcher (partitions, watermarks, group mirror).");
-    sl_prom_sample(p, "sluice_master_kafka_watch_rounds_total", NULL,
-                   (double)atomic_load(&m->kafka_watch_rounds));
-    sl_prom_family(p, "sluice_master_kafka_watch_errors_total", "counter",
-                   "Broker requests of the Kafka watcher that failed (retried next round).");
-    sl_prom_sample(p, "sluice_master_kafka_watch_errors_total", NULL,
-                   (double)atomic_load(&m->kafka_watch_errors));
-    sl_prom_family(p, "sluice_master_kafka_group_commits_total", "counter",
-                   "Committed prefixes mirrored into the jobs' consumer groups.");
-    sl_prom_sample(p, "sluice_master_kafka_group_commits_total", NULL,
-                   (double)atomic_load(&m->kafka_group_commits));
+    sl_prom_family_def(p, SL_M(MASTER_KAFKA_WATCH_ROUNDS_TOTAL));
+    sl_prom_sample_def(p, SL_M(MASTER_KAFKA_WATCH_ROUNDS_TOTAL), NULL,
+                       (double)atomic_load(&m->kafka_watch_rounds));
+    sl_prom_family_def(p, SL_M(MASTER_KAFKA_WATCH_ERRORS_TOTAL));
+    sl_prom_sample_def(p, SL_M(MASTER_KAFKA_WATCH_ERRORS_TOTAL), NULL,
+                       (double)atomic_load(&m->kafka_watch_errors));
+    sl_prom_family_def(p, SL_M(MASTER_KAFKA_GROUP_COMMITS_TOTAL));
+    sl_prom_sample_def(p, SL_M(MASTER_KAFKA_GROUP_COMMITS_TOTAL), NULL,
+                       (double)atomic_load(&m->kafka_group_commits));
 }

@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/log_events.h"
 #include "common/mem.h"
 #include "dpp/master/master_internal.h"
 #include "dpp/pipeline/lenient.h"
@@ -87,14 +88,14 @@ void mp_fail(sl_master_t *m, const sl_error_t *err)
          * runs out of memory leaves the state and its journal as they were
          * (tests/unit/master_state_test.c walks every allocation failure),
          * and its peer retries. */
-        sl_log_kv(SL_LOG_WARN, "out_of_memory", (SL_KV_STR("error", err->msg)),
+        sl_log_kv(SL_LOG_WARN, SL_EV(OUT_OF_MEMORY), (SL_KV_STR("error", err->msg)),
                   "out of memory, request refused: %s", err->msg);
         return;
     }
     if (m->failed) return;
     m->failed = true;
     snprintf(m->failure, sizeof m->failure, "%.200s", err != NULL ? err->msg : "journal failure");
-    sl_log_kv(SL_LOG_ERROR, "state_failed", (SL_KV_STR("reason", m->failure)),
+    sl_log_kv(SL_LOG_ERROR, SL_EV(STATE_FAILED), (SL_KV_STR("reason", m->failure)),
               "state failure, refusing changes: %s", m->failure);
 }
 
@@ -143,21 +144,21 @@ static void log_progress(sl_master_t *m, mp_job *j) SL_REQUIRES(m->mu)
     sl_error_t err = {0};
     if (j->logged_end || sl_master_state_job_status(m->st, j->id, &st, &err) != SL_OK) return;
     for (; j->logged_epoch < st.epoch; j->logged_epoch++)
-        sl_log_kv(SL_LOG_INFO, "epoch_done",
+        sl_log_kv(SL_LOG_INFO, SL_EV(EPOCH_DONE),
                   (SL_KV_STR("job", j->id), SL_KV_U64("epoch", j->logged_epoch),
                    SL_KV_U64("epochs", st.epochs), SL_KV_U64("rows", st.total_rows)),
                   "job %s: epoch %u of %u done (%" PRIu64 " rows)", j->id, j->logged_epoch + 1,
                   st.epochs, st.total_rows);
     if (st.finished) {
         j->logged_end = true;
-        sl_log_kv(SL_LOG_INFO, "job_finished",
+        sl_log_kv(SL_LOG_INFO, SL_EV(JOB_FINISHED),
                   (SL_KV_STR("job", j->id), SL_KV_U64("epochs", st.epochs),
                    SL_KV_U64("batches", st.batches), SL_KV_U64("samples", st.samples)),
                   "job %s finished: %u epoch%s, %" PRIu64 " samples", j->id, st.epochs,
                   st.epochs == 1 ? "" : "s", st.samples);
     } else if (st.failed) {
         j->logged_end = true;
-        sl_log_kv(SL_LOG_ERROR, "job_failed",
+        sl_log_kv(SL_LOG_ERROR, SL_EV(JOB_FAILED),
                   (SL_KV_STR("job", j->id), SL_KV_U64("split", st.failure_split),
                    SL_KV_U64("epoch", st.failure_epoch), SL_KV_STR("file", st.failure_file),
                    SL_KV_I64("stripe", st.failure_stripe),
@@ -222,7 +223,7 @@ static void log_decision(mp_job *j, const char *by)
     if (j->as.desired == j->logged_desired) return;
     sl_master_history_decide(&j->hist, wall_ms(), j->logged_desired, j->as.desired, by,
                              j->as.reason);
-    sl_log_kv(SL_LOG_INFO, "autoscale",
+    sl_log_kv(SL_LOG_INFO, SL_EV(AUTOSCALE),
               (SL_KV_STR("job", j->id), SL_KV_U64("from", j->logged_desired),
                SL_KV_U64("to", j->as.desired), SL_KV_STR("by", by),
                SL_KV_F64("trainer_wait", j->last_wait), SL_KV_F64("worker_busy", j->last_busy),
@@ -371,7 +372,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     }
     if (info.warning[0] != '\0')
         sl_log_kv(
-            SL_LOG_WARN, "journal_tail_cut",
+            SL_LOG_WARN, SL_EV(JOURNAL_TAIL_CUT),
             (SL_KV_U64("offset", info.truncated_at), SL_KV_U64("bytes", info.truncated_bytes)),
             "%s", info.warning);
     o->state_dir = NULL; /* borrowed for the call only */
@@ -404,7 +405,7 @@ void sl_master_stop(sl_master_t *m)
     sl_error_t err = {0};
     sl_mutex_lock(&m->mu);
     if (!m->failed && sl_master_state_sync(m->st, &err) != SL_OK)
-        sl_log_kv(SL_LOG_ERROR, "final_sync_failed", (SL_KV_STR("reason", err.msg)),
+        sl_log_kv(SL_LOG_ERROR, SL_EV(FINAL_SYNC_FAILED), (SL_KV_STR("reason", err.msg)),
                   "final sync: %s", err.msg);
     sl_mutex_unlock(&m->mu);
     destroy(m);
@@ -473,7 +474,7 @@ static sl_err_t parquet_splits(sl_pipeline_job_t *job, sl_wh_pqds_t **ds, sl_wh_
                           " ruled out by their statistics)",
                           ps->row_groups, ps->row_groups_skipped);
     if (rc == SL_OK)
-        sl_log_kv(SL_LOG_INFO, "parquet_planned",
+        sl_log_kv(SL_LOG_INFO, SL_EV(PARQUET_PLANNED),
                   (SL_KV_STR("job", job->id), SL_KV_U64("splits", (*splits)->count),
                    SL_KV_U64("row_groups", ps->row_groups),
                    SL_KV_U64("row_groups_skipped", ps->row_groups_skipped),
@@ -654,7 +655,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
         if (rc == SL_OK && j == NULL)
             rc = sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': no room", job->id);
         if (j != NULL) {
-            sl_log_kv(SL_LOG_INFO, "job_submitted",
+            sl_log_kv(SL_LOG_INFO, SL_EV(JOB_SUBMITTED),
                       (SL_KV_STR("job", job->id), SL_KV_U64("splits", spec.num_splits),
                        SL_KV_U64("epochs", job->epochs), SL_KV_U64("ranks", req->ranks),
                        SL_KV_STR("sharding", req->static_sharding ? "static" : "dynamic"),
@@ -706,7 +707,7 @@ sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *er
         mp_job *j = mp_job_find(m, job_id);
         if (rc == SL_OK && j != NULL) j->used = false;
         if (rc == SL_OK)
-            sl_log_kv(SL_LOG_INFO, "job_removed", (SL_KV_STR("job", job_id)),
+            sl_log_kv(SL_LOG_INFO, SL_EV(JOB_REMOVED), (SL_KV_STR("job", job_id)),
                       "job %s removed: its leases are gone, its workers stop", job_id);
     }
     sl_mutex_unlock(&m->mu);

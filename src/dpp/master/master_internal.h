@@ -98,8 +98,21 @@ typedef struct mp_conn {
     uint64_t opened_ms;  /* accepted at */
     uint64_t last_rx_ms; /* last whole frame received */
     bool auth_pending;   /* challenged: only AUTH_RESPONSE is read */
+    uint8_t auth_reason; /* mp_auth_reason counted if it closes while auth_pending */
     uint8_t nonce[SL_RPC_AUTH_NONCE_BYTES];
 } mp_conn;
+
+/* Why a challenged connection never proved it holds the cluster secret:
+ * the reason label of sluice_master_auth_failures_total (guard.c). Every
+ * challenged connection that closes before its proof is accepted counts
+ * once, under the reason set last. */
+typedef enum mp_auth_reason {
+    MP_AUTH_CLOSED,  /* the peer closed, or a send to it failed, before it answered */
+    MP_AUTH_REFUSED, /* it answered with a wrong proof, another frame, or bytes not a frame */
+    MP_AUTH_TIMEOUT, /* no answer within handshake_timeout_ms */
+    MP_AUTH_EVICTED, /* closed to make room for a new connection while waiting */
+    MP_AUTH_NREASONS
+} mp_auth_reason;
 
 /* A partition's high watermark as the Kafka watcher last saw it. */
 typedef struct mp_khigh {
@@ -170,7 +183,7 @@ struct sl_master {
     bool has_store;
     /* admission (guard.c) */
     char *secret; /* the cluster secret (owned), NULL: no handshake */
-    uint64_t auth_failures, handshake_timeouts, idle_closed, evicted, refused;
+    uint64_t auth_failures[MP_AUTH_NREASONS], handshake_timeouts, idle_closed, evicted, refused;
     uint64_t last_sweep_ms;
     uint32_t nclients_connected, nworkers_connected;
     /* Bumped when a worker connects, leaves or takes a job: with the jobs'
@@ -282,6 +295,11 @@ void mp_guard_sweep(sl_master_t *m, uint64_t now_ms) SL_REQUIRES(m->mu);
  * to make room. @return its slot, or -1 when every connection is a
  * registered worker or an attached client. */
 int mp_guard_evict(sl_master_t *m) SL_REQUIRES(m->mu);
+/* Connection i is closing: a challenge it never answered counts as an
+ * authentication failure, by its reason (called by mp_conn_close). */
+void mp_guard_closing(sl_master_t *m, uint32_t i) SL_REQUIRES(m->mu);
+/* The reason labels of mp_auth_reason, in its order. */
+extern const char *const mp_auth_reason_names[MP_AUTH_NREASONS];
 
 /* Make the state's changes durable (under mu): a failure fails the master. */
 sl_err_t mp_sync(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu);

@@ -26,44 +26,35 @@ static void executor_metrics(sl_master_t *m, sl_prom_t *p) SL_REQUIRES(m->mu)
     char lab[64];
     const sl_master_executor_stats_t *x = &m->exec;
     if (x->kind != NULL && strcmp(x->kind, "kubernetes") == 0) {
-        sl_prom_family(p, "sluice_master_executor_requests_total", "counter",
-                       "Requests to the Kubernetes API server, by result.");
+        sl_prom_family_def(p, SL_M(MASTER_EXECUTOR_REQUESTS_TOTAL));
         static const char *res[] = {"ok", "client_error", "server_error", "transport_error"};
         uint64_t v[] = {x->requests_ok, x->requests_client_error, x->requests_server_error,
                         x->requests_transport_error};
         for (int i = 0; i < 4; i++)
-            sl_prom_sample(p, "sluice_master_executor_requests_total",
-                           sl_prom_label(lab, sizeof lab, "result", res[i]), (double)v[i]);
-        sl_prom_family(p, "sluice_master_executor_replicas", "gauge",
-                       "Replicas of the workers' Deployment: desired (the jobs' granted "
-                       "workers), applied (as last set or read; -1: not known yet).");
-        sl_prom_sample(p, "sluice_master_executor_replicas",
-                       sl_prom_label(lab, sizeof lab, "state", "desired"), x->desired);
-        sl_prom_sample(p, "sluice_master_executor_replicas",
-                       sl_prom_label(lab, sizeof lab, "state", "applied"), (double)x->applied);
-        sl_prom_family(p, "sluice_master_executor_failures", "gauge",
-                       "Requests to the API server failed in a row (0: the last succeeded).");
-        sl_prom_sample(p, "sluice_master_executor_failures", NULL, x->failures);
+            sl_prom_sample_def(p, SL_M(MASTER_EXECUTOR_REQUESTS_TOTAL),
+                               sl_prom_label(lab, sizeof lab, "result", res[i]), (double)v[i]);
+        sl_prom_family_def(p, SL_M(MASTER_EXECUTOR_REPLICAS));
+        sl_prom_sample_def(p, SL_M(MASTER_EXECUTOR_REPLICAS),
+                           sl_prom_label(lab, sizeof lab, "state", "desired"), x->desired);
+        sl_prom_sample_def(p, SL_M(MASTER_EXECUTOR_REPLICAS),
+                           sl_prom_label(lab, sizeof lab, "state", "applied"), (double)x->applied);
+        sl_prom_family_def(p, SL_M(MASTER_EXECUTOR_FAILURES));
+        sl_prom_sample_def(p, SL_M(MASTER_EXECUTOR_FAILURES), NULL, x->failures);
         return;
     }
-    sl_prom_family(p, "sluice_master_executor_spawns_total", "counter",
-                   "Worker processes started by the local executor.");
-    sl_prom_sample(p, "sluice_master_executor_spawns_total", NULL, (double)x->started);
-    sl_prom_family(p, "sluice_master_executor_spawn_errors_total", "counter",
-                   "Worker processes the local executor failed to start.");
-    sl_prom_sample(p, "sluice_master_executor_spawn_errors_total", NULL, (double)x->spawn_errors);
-    sl_prom_family(p, "sluice_master_executor_exits_total", "counter",
-                   "Worker processes reaped, by result (stopped: asked to; failed: any other).");
-    sl_prom_sample(p, "sluice_master_executor_exits_total",
-                   sl_prom_label(lab, sizeof lab, "result", "stopped"), (double)x->exited);
-    sl_prom_sample(p, "sluice_master_executor_exits_total",
-                   sl_prom_label(lab, sizeof lab, "result", "failed"), (double)x->failed);
-    sl_prom_family(p, "sluice_master_executor_restarts_delayed_total", "counter",
-                   "Worker restarts postponed because the job's workers keep exiting.");
-    sl_prom_sample(p, "sluice_master_executor_restarts_delayed_total", NULL, (double)x->delayed);
-    sl_prom_family(p, "sluice_master_executor_backoff_seconds", "gauge",
-                   "Longest restart delay of a job now (0: none backs off).");
-    sl_prom_sample(p, "sluice_master_executor_backoff_seconds", NULL, x->backoff_ms / 1000.0);
+    sl_prom_family_def(p, SL_M(MASTER_EXECUTOR_SPAWNS_TOTAL));
+    sl_prom_sample_def(p, SL_M(MASTER_EXECUTOR_SPAWNS_TOTAL), NULL, (double)x->started);
+    sl_prom_family_def(p, SL_M(MASTER_EXECUTOR_SPAWN_ERRORS_TOTAL));
+    sl_prom_sample_def(p, SL_M(MASTER_EXECUTOR_SPAWN_ERRORS_TOTAL), NULL, (double)x->spawn_errors);
+    sl_prom_family_def(p, SL_M(MASTER_EXECUTOR_EXITS_TOTAL));
+    sl_prom_sample_def(p, SL_M(MASTER_EXECUTOR_EXITS_TOTAL),
+                       sl_prom_label(lab, sizeof lab, "result", "stopped"), (double)x->exited);
+    sl_prom_sample_def(p, SL_M(MASTER_EXECUTOR_EXITS_TOTAL),
+                       sl_prom_label(lab, sizeof lab, "result", "failed"), (double)x->failed);
+    sl_prom_family_def(p, SL_M(MASTER_EXECUTOR_RESTARTS_DELAYED_TOTAL));
+    sl_prom_sample_def(p, SL_M(MASTER_EXECUTOR_RESTARTS_DELAYED_TOTAL), NULL, (double)x->delayed);
+    sl_prom_family_def(p, SL_M(MASTER_EXECUTOR_BACKOFF_SECONDS));
+    sl_prom_sample_def(p, SL_M(MASTER_EXECUTOR_BACKOFF_SECONDS), NULL, x->backoff_ms / 1000.0);
 }
 
 /* sluice_master_journal_sync_seconds: a histogram (cumulative buckets, le
@@ -71,8 +62,7 @@ static void executor_metrics(sl_master_t *m, sl_prom_t *p) SL_REQUIRES(m->mu)
  * trainer commit waits for. */
 static void journal_sync_metrics(sl_prom_t *p, const sl_master_journal_sync_hist_t *h)
 {
-    sl_prom_family(p, "sluice_master_journal_sync_seconds", "histogram",
-                   "Time of the journal's group-commit syncs (write-out and fdatasync).");
+    sl_prom_family_def(p, SL_M(MASTER_JOURNAL_SYNC_SECONDS));
     char lab[64], le[32];
     uint64_t cum = 0;
     for (int b = 0; b <= SL_MASTER_JOURNAL_SYNC_BUCKETS; b++) {
@@ -81,11 +71,11 @@ static void journal_sync_metrics(sl_prom_t *p, const sl_master_journal_sync_hist
             snprintf(le, sizeof le, "%g", SL_MASTER_JOURNAL_SYNC_BOUNDS[b]);
         else
             snprintf(le, sizeof le, "+Inf");
-        sl_prom_sample(p, "sluice_master_journal_sync_seconds_bucket",
-                       sl_prom_label(lab, sizeof lab, "le", le), (double)cum);
+        sl_prom_sample_part(p, SL_M(MASTER_JOURNAL_SYNC_SECONDS), "_bucket",
+                            sl_prom_label(lab, sizeof lab, "le", le), (double)cum);
     }
-    sl_prom_sample(p, "sluice_master_journal_sync_seconds_sum", NULL, h->sum_s);
-    sl_prom_sample(p, "sluice_master_journal_sync_seconds_count", NULL, (double)cum);
+    sl_prom_sample_part(p, SL_M(MASTER_JOURNAL_SYNC_SECONDS), "_sum", NULL, h->sum_s);
+    sl_prom_sample_part(p, SL_M(MASTER_JOURNAL_SYNC_SECONDS), "_count", NULL, (double)cum);
 }
 
 /* Resident set size from /proc (0 when unavailable). */
@@ -107,62 +97,57 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_mutex_lock(&m->mu);
     sl_master_state_counters_t c;
     sl_master_state_counters(m->st, &c);
-    sl_prom_family(&p, "sluice_master_jobs", "gauge", "Jobs in the master.");
-    sl_prom_sample(&p, "sluice_master_jobs", NULL, c.jobs);
-    sl_prom_family(&p, "sluice_master_workers", "gauge", "Workers connected.");
-    sl_prom_sample(&p, "sluice_master_workers", NULL, m->nworkers_connected);
-    sl_prom_family(&p, "sluice_master_clients", "gauge", "Trainer clients connected.");
-    sl_prom_sample(&p, "sluice_master_clients", NULL, m->nclients_connected);
-    sl_prom_family(&p, "sluice_master_client_records", "gauge",
-                   "Client records remembered (commit nonces), at most max_clients.");
-    sl_prom_sample(&p, "sluice_master_client_records", NULL, c.clients);
-    sl_prom_family(&p, "sluice_master_clients_evicted_total", "counter",
-                   "Client records forgotten after the idle period (--client-idle-ms).");
-    sl_prom_sample(&p, "sluice_master_clients_evicted_total", NULL, (double)c.clients_evicted);
-    sl_prom_family(&p, "sluice_master_leases_granted_total", "counter", "Split leases granted.");
-    sl_prom_sample(&p, "sluice_master_leases_granted_total", NULL, (double)c.leases_granted);
-    sl_prom_family(&p, "sluice_master_lease_expiries_total", "counter", "Leases expired.");
-    sl_prom_sample(&p, "sluice_master_lease_expiries_total", NULL, (double)c.expiries);
-    sl_prom_family(&p, "sluice_master_commits_total", "counter", "Commit answers by result.");
+    sl_prom_family_def(&p, SL_M(MASTER_JOBS));
+    sl_prom_sample_def(&p, SL_M(MASTER_JOBS), NULL, c.jobs);
+    sl_prom_family_def(&p, SL_M(MASTER_WORKERS));
+    sl_prom_sample_def(&p, SL_M(MASTER_WORKERS), NULL, m->nworkers_connected);
+    sl_prom_family_def(&p, SL_M(MASTER_CLIENTS));
+    sl_prom_sample_def(&p, SL_M(MASTER_CLIENTS), NULL, m->nclients_connected);
+    sl_prom_family_def(&p, SL_M(MASTER_CLIENT_RECORDS));
+    sl_prom_sample_def(&p, SL_M(MASTER_CLIENT_RECORDS), NULL, c.clients);
+    sl_prom_family_def(&p, SL_M(MASTER_CLIENTS_EVICTED_TOTAL));
+    sl_prom_sample_def(&p, SL_M(MASTER_CLIENTS_EVICTED_TOTAL), NULL, (double)c.clients_evicted);
+    sl_prom_family_def(&p, SL_M(MASTER_LEASES_GRANTED_TOTAL));
+    sl_prom_sample_def(&p, SL_M(MASTER_LEASES_GRANTED_TOTAL), NULL, (double)c.leases_granted);
+    sl_prom_family_def(&p, SL_M(MASTER_LEASE_EXPIRIES_TOTAL));
+    sl_prom_sample_def(&p, SL_M(MASTER_LEASE_EXPIRIES_TOTAL), NULL, (double)c.expiries);
+    sl_prom_family_def(&p, SL_M(MASTER_COMMITS_TOTAL));
     static const char *res[] = {"committed", "overlap",    "stale",     "unknown",
                                 "repeated",  "wrong_rank", "not_leased"};
     uint64_t rv[] = {c.commits,          c.overlaps,      c.stale_commits,   c.unknown_commits,
                      c.repeated_commits, m->rank_refused, c.unleased_commits};
     for (int i = 0; i < 7; i++)
-        sl_prom_sample(&p, "sluice_master_commits_total",
-                       sl_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
-    sl_prom_family(&p, "sluice_master_split_failures_total", "counter",
-                   "SPLIT_FAILED reports counted (a worker could not read a split).");
-    sl_prom_sample(&p, "sluice_master_split_failures_total", NULL, (double)c.split_failures);
-    sl_prom_family(&p, "sluice_master_lease_revocations_total", "counter",
-                   "Leases revoked because their worker id registered without them.");
-    sl_prom_sample(&p, "sluice_master_lease_revocations_total", NULL, (double)c.revocations);
-    sl_prom_family(&p, "sluice_master_worker_ids_in_use_total", "counter",
-                   "Registrations refused: the worker id has another live process.");
-    sl_prom_sample(&p, "sluice_master_worker_ids_in_use_total", NULL, (double)m->ids_in_use);
-    sl_prom_family(&p, "sluice_master_auth_failures_total", "counter",
-                   "Control connections refused: no proof of the cluster secret.");
-    sl_prom_sample(&p, "sluice_master_auth_failures_total", NULL, (double)m->auth_failures);
-    sl_prom_family(&p, "sluice_master_connections_closed_total", "counter",
-                   "Control connections the master closed to keep its limits, by reason.");
+        sl_prom_sample_def(&p, SL_M(MASTER_COMMITS_TOTAL),
+                           sl_prom_label(lab, sizeof lab, "result", res[i]), (double)rv[i]);
+    sl_prom_family_def(&p, SL_M(MASTER_SPLIT_FAILURES_TOTAL));
+    sl_prom_sample_def(&p, SL_M(MASTER_SPLIT_FAILURES_TOTAL), NULL, (double)c.split_failures);
+    sl_prom_family_def(&p, SL_M(MASTER_LEASE_REVOCATIONS_TOTAL));
+    sl_prom_sample_def(&p, SL_M(MASTER_LEASE_REVOCATIONS_TOTAL), NULL, (double)c.revocations);
+    sl_prom_family_def(&p, SL_M(MASTER_WORKER_IDS_IN_USE_TOTAL));
+    sl_prom_sample_def(&p, SL_M(MASTER_WORKER_IDS_IN_USE_TOTAL), NULL, (double)m->ids_in_use);
+    sl_prom_family_def(&p, SL_M(MASTER_AUTH_FAILURES_TOTAL));
+    for (int i = 0; i < MP_AUTH_NREASONS; i++)
+        sl_prom_sample_def(&p, SL_M(MASTER_AUTH_FAILURES_TOTAL),
+                           sl_prom_label(lab, sizeof lab, "reason", mp_auth_reason_names[i]),
+                           (double)m->auth_failures[i]);
+    sl_prom_family_def(&p, SL_M(MASTER_CONNECTIONS_CLOSED_TOTAL));
     static const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
     uint64_t wv[] = {m->handshake_timeouts, m->idle_closed, m->evicted, m->refused};
     for (int i = 0; i < 4; i++)
-        sl_prom_sample(&p, "sluice_master_connections_closed_total",
-                       sl_prom_label(lab, sizeof lab, "reason", why[i]), (double)wv[i]);
-    sl_prom_family(&p, "sluice_master_connections", "gauge", "Control connections open.");
+        sl_prom_sample_def(&p, SL_M(MASTER_CONNECTIONS_CLOSED_TOTAL),
+                           sl_prom_label(lab, sizeof lab, "reason", why[i]), (double)wv[i]);
+    sl_prom_family_def(&p, SL_M(MASTER_CONNECTIONS));
     uint32_t open = 0;
     for (uint32_t i = 0; m->conns != NULL && i < m->opts.max_connections; i++)
         open += m->conns[i].fd >= 0;
-    sl_prom_sample(&p, "sluice_master_connections", NULL, open);
-    sl_prom_family(&p, "sluice_master_journal_syncs_total", "counter", "Journal fdatasyncs.");
-    sl_prom_sample(&p, "sluice_master_journal_syncs_total", NULL, (double)c.journal_syncs);
+    sl_prom_sample_def(&p, SL_M(MASTER_CONNECTIONS), NULL, open);
+    sl_prom_family_def(&p, SL_M(MASTER_JOURNAL_SYNCS_TOTAL));
+    sl_prom_sample_def(&p, SL_M(MASTER_JOURNAL_SYNCS_TOTAL), NULL, (double)c.journal_syncs);
     journal_sync_metrics(&p, &c.journal_sync);
-    sl_prom_family(&p, "sluice_master_journal_compactions_total", "counter",
-                   "Journal compactions (snapshot written, journal emptied) in this run.");
-    sl_prom_sample(&p, "sluice_master_journal_compactions_total", NULL, (double)c.compactions);
-    sl_prom_family(&p, "sluice_master_memory_bytes", "gauge", "Resident memory of the master.");
-    sl_prom_sample(&p, "sluice_master_memory_bytes", NULL, (double)resident_bytes());
+    sl_prom_family_def(&p, SL_M(MASTER_JOURNAL_COMPACTIONS_TOTAL));
+    sl_prom_sample_def(&p, SL_M(MASTER_JOURNAL_COMPACTIONS_TOTAL), NULL, (double)c.compactions);
+    sl_prom_family_def(&p, SL_M(MASTER_MEMORY_BYTES));
+    sl_prom_sample_def(&p, SL_M(MASTER_MEMORY_BYTES), NULL, (double)resident_bytes());
     executor_metrics(m, &p);
     if (m->has_store) sl_store_prom_stats(&m->store, &p, NULL);
     /* Per-job families: Prometheus wants each family's samples right after
@@ -195,48 +180,30 @@ char *sl_master_metrics_text(sl_master_t *m)
         AC_WRITTEN,
         NFIG
     };
-    static const struct {
-        const char *name, *type, *help;
-    } fam[] = {
-        {"sluice_master_splits", "gauge", "Splits of the current epochs by state."},
-        {"sluice_master_committed_rows", "gauge", "Rows committed this epoch."},
-        {"sluice_master_samples_committed_total", "counter",
-         "Samples reported delivered by clients."},
-        {"sluice_master_trainer_wait_ratio", "gauge", "Fraction of time trainers waited for data."},
-        {"sluice_master_worker_busy_ratio", "gauge", "Mean worker busy fraction."},
-        {"sluice_master_worker_queue_batches", "gauge", "Batches queued in workers."},
-        {"sluice_master_worker_memory_bytes", "gauge",
-         "Memory in use reported by the job's workers."},
-        {"sluice_master_desired_workers", "gauge", "Autoscaler's worker count."},
-        {"sluice_master_granted_workers", "gauge", "Workers granted after the fleet's fair share."},
-        {"sluice_master_job_failed", "gauge",
-         "1 when the job failed (a split failed --max-split-failures times), else 0."},
-        {"sluice_master_job_finished", "gauge",
-         "1 once every epoch of the job is committed, else 0."},
-        {"sluice_master_skipped_splits_total", "counter",
-         "Splits skipped without their rows (on_bad_split skip), every epoch."},
-        {"sluice_master_skipped_rows_total", "counter", "Rows of skipped splits not delivered."},
-        {"sluice_master_parquet_row_groups_skipped", "gauge",
-         "Row groups of a Parquet job's dataset ruled out by their min/max statistics when "
-         "the job was cut (never read; 0 for other jobs)."},
-        {"sluice_master_parquet_rows_skipped", "gauge", "The rows of those row groups."},
-        {"sluice_master_job_shares_with", "gauge",
-         "Other jobs of the same plan fingerprint this job shares passes with."},
-        {"sluice_master_shared_batches", "gauge",
-         "Batches the job's workers served to other jobs of a shared pass without computing "
-         "them (their heartbeats)."},
-        {"sluice_master_shared_bytes_saved", "gauge", "Encoded bytes of those batches."},
-        {"sluice_master_shared_cpu_seconds_saved", "gauge",
-         "Pipeline CPU seconds those batches would have cost."},
-        {"sluice_master_autocache_state", "gauge",
-         "The autocache's decision for the job's prefix fingerprint: 0 off, 1 measuring, 2 "
-         "chosen (later epochs read the cache), 3 declined."},
-        {"sluice_master_autocache_samples", "gauge",
-         "Samples the job's workers served from cache files (their heartbeats)."},
-        {"sluice_master_autocache_fallbacks", "gauge",
-         "Cache reads of the job's workers that fell back to computing (a missing or corrupt "
-         "cache file)."},
-        {"sluice_master_autocache_files_written", "gauge", "Cache files the job's workers wrote."},
+    static const sl_metric_t fam[] = {
+        SL_M_MASTER_SPLITS,
+        SL_M_MASTER_COMMITTED_ROWS,
+        SL_M_MASTER_SAMPLES_COMMITTED_TOTAL,
+        SL_M_MASTER_TRAINER_WAIT_RATIO,
+        SL_M_MASTER_WORKER_BUSY_RATIO,
+        SL_M_MASTER_WORKER_QUEUE_BATCHES,
+        SL_M_MASTER_WORKER_MEMORY_BYTES,
+        SL_M_MASTER_DESIRED_WORKERS,
+        SL_M_MASTER_GRANTED_WORKERS,
+        SL_M_MASTER_JOB_FAILED,
+        SL_M_MASTER_JOB_FINISHED,
+        SL_M_MASTER_SKIPPED_SPLITS_TOTAL,
+        SL_M_MASTER_SKIPPED_ROWS_TOTAL,
+        SL_M_MASTER_PARQUET_ROW_GROUPS_SKIPPED,
+        SL_M_MASTER_PARQUET_ROWS_SKIPPED,
+        SL_M_MASTER_JOB_SHARES_WITH,
+        SL_M_MASTER_SHARED_BATCHES,
+        SL_M_MASTER_SHARED_BYTES_SAVED,
+        SL_M_MASTER_SHARED_CPU_SECONDS_SAVED,
+        SL_M_MASTER_AUTOCACHE_STATE,
+        SL_M_MASTER_AUTOCACHE_SAMPLES,
+        SL_M_MASTER_AUTOCACHE_FALLBACKS,
+        SL_M_MASTER_AUTOCACHE_FILES_WRITTEN,
     };
     static const int fam_first[] = {
         SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,    WAIT,         BUSY,           QUEUED,
@@ -289,25 +256,25 @@ char *sl_master_metrics_text(sl_master_t *m)
         f[AC_STATE] = j->ac.state;
     }
     for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
-        sl_prom_family(&p, fam[k].name, fam[k].type, fam[k].help);
+        const sl_metric_def_t *def = &sl_metric_defs[fam[k]];
+        sl_prom_family_def(&p, def);
         for (uint32_t i = 0; i < njobs; i++) {
             const double *f = fig + (size_t)i * NFIG;
             sl_prom_label(l2, sizeof l2, "job", ids[i]);
             if (fam_first[k] != SPLITS_PENDING) {
-                sl_prom_sample(&p, fam[k].name, l2, f[fam_first[k]]);
+                sl_prom_sample_def(&p, def, l2, f[fam_first[k]]);
                 continue;
             }
             for (int st = 0; st < 3; st++) {
                 char sl[64];
                 snprintf(lab, sizeof lab, "%s,%s", l2,
                          sl_prom_label(sl, sizeof sl, "state", states[st]));
-                sl_prom_sample(&p, fam[k].name, lab, f[SPLITS_PENDING + st]);
+                sl_prom_sample_def(&p, def, lab, f[SPLITS_PENDING + st]);
             }
         }
     }
     /* the plan's fingerprint as a label, to group jobs by it in a query */
-    sl_prom_family(&p, "sluice_master_job_plan_info", "gauge",
-                   "1 per job, labelled with its plan fingerprint and whether it shares.");
+    sl_prom_family_def(&p, SL_M(MASTER_JOB_PLAN_INFO));
     for (uint32_t i = 0; i < njobs; i++) {
         sl_master_state_job_status_t st;
         sl_error_t err = {0};
@@ -317,7 +284,7 @@ char *sl_master_metrics_text(sl_master_t *m)
         snprintf(lab, sizeof lab, "%s,%s,%s", sl_prom_label(l2, sizeof l2, "job", ids[i]),
                  sl_prom_label(l3, sizeof l3, "fingerprint", fp),
                  sl_prom_label(l4, sizeof l4, "share", st.share ? "true" : "false"));
-        sl_prom_sample(&p, "sluice_master_job_plan_info", lab, 1);
+        sl_prom_sample_def(&p, SL_M(MASTER_JOB_PLAN_INFO), lab, 1);
     }
     sl_free(m->a, fig, sl_mul_size(nfig, sizeof *fig));
     sl_free(m->a, ids, sl_mul_size(m->opts.max_jobs, sizeof *ids));

@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "common/log.h"
+#include "common/log_events.h"
 #include "dpp/master/state_internal.h"
 
 /* ---- workers ------------------------------------------------------------------ */
@@ -429,7 +430,7 @@ sl_err_t sl_master_state_expire(sl_master_state_t *m, uint64_t now_ms, uint32_t 
                 continue;
             }
             const job *jb = m->jobs[l.job];
-            sl_log_kv(SL_LOG_WARN, "lease_expired",
+            sl_log_kv(SL_LOG_WARN, SL_EV(LEASE_EXPIRED),
                       (SL_KV_STR("job", jb->id), SL_KV_U64("split", l.split),
                        SL_KV_U64("epoch", jb->epoch), SL_KV_U64("generation", s->generation),
                        SL_KV_STR("worker", wk->name)),

@@ -35,16 +35,9 @@ static const char *name_hint(const sl_wh_schema_t *schema, const char *name, boo
 
 static const char *own(sl_pipeline_plan_t *plan, const char *s)
 {
-    if (plan->num_strings == plan->cap_strings) {
-        uint32_t cap = plan->cap_strings == 0 ? 16 : plan->cap_strings * 2;
-        char **v = sl_alloc(plan->a, (size_t)cap * sizeof(char *));
-        if (v == NULL) return NULL;
-        if (plan->num_strings > 0) memcpy(v, plan->strings, plan->num_strings * sizeof(char *));
-        if (plan->strings != NULL)
-            sl_free(plan->a, plan->strings, plan->cap_strings * sizeof(char *));
-        plan->strings = v;
-        plan->cap_strings = cap;
-    }
+    if (plan->num_strings == plan->cap_strings &&
+        !SL_GROW(plan->a, plan->strings, plan->cap_strings, plan->num_strings + 1, 16))
+        return NULL;
     char *d = sl_strdup(plan->a, s);
     if (d == NULL) return NULL;
     plan->strings[plan->num_strings++] = d;

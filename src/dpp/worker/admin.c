@@ -27,16 +27,17 @@ struct sl_worker_admin {
 };
 
 /* One family of one sample; labels as for sl_prom_sample. */
-static void counter(sl_prom_t *p, const char *labels, const char *name, const char *help, double v)
+static void counter(sl_prom_t *p, const char *labels, const sl_metric_def_t *m, double v)
 {
-    sl_prom_family(p, name, "counter", help);
-    sl_prom_sample(p, name, labels, v);
+    sl_prom_family_def(p, m);
+    sl_prom_sample_def(p, m, labels, v);
 }
 
-static void gauge(sl_prom_t *p, const char *labels, const char *name, const char *help, double v)
+/* The same for a gauge: the type is the entry's (common/metrics.c). */
+static void gauge(sl_prom_t *p, const char *labels, const sl_metric_def_t *m, double v)
 {
-    sl_prom_family(p, name, "gauge", help);
-    sl_prom_sample(p, name, labels, v);
+    sl_prom_family_def(p, m);
+    sl_prom_sample_def(p, m, labels, v);
 }
 
 /* The worker's families, appended to p. */
@@ -50,44 +51,22 @@ static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t
      * master's series (ops/prometheus/scrape.yml). */
     char jl[300];
     sl_prom_label(jl, sizeof jl, "job", sl_worker_job_id(w));
-    counter(pp, jl, "sluice_worker_rows_read_total", "Rows read from the table.",
-            (double)st.rows_read);
+    counter(pp, jl, SL_M(WORKER_ROWS_READ_TOTAL), (double)st.rows_read);
     if (sl_worker_store(w) != NULL) sl_store_prom(sl_worker_store(w), pp, jl);
-    counter(pp, jl, "sluice_worker_rows_kept_total", "Rows the filters kept.",
-            (double)st.rows_kept);
-    counter(pp, jl, "sluice_worker_kafka_records_total", "Kafka records consumed (a Kafka job).",
-            (double)st.records_read);
-    counter(pp, jl, "sluice_worker_kafka_bad_records_total",
-            "Kafka records skipped as bad: no or another format header, an undecodable value, "
-            "features that do not fit the schema.",
-            (double)st.records_bad);
-    counter(pp, jl, "sluice_worker_kafka_pauses_total",
-            "Times the Kafka partition being read was paused because the memory budget was full "
-            "(7/8 of --memory-limit; resumed below 3/4).",
-            (double)st.kafka_pauses);
-    counter(pp, jl, "sluice_worker_kafka_chunks_handed_back_total",
-            "Stream chunks whose read ended at their partition's end, the rest handed back to the "
-            "master, because another lease waited for this worker.",
-            (double)st.kafka_handed_back);
-    counter(pp, jl, "sluice_worker_kafka_dead_letter_records_total",
-            "Bad Kafka records the dead-letter topic acknowledged.",
-            (double)st.records_dead_letter);
-    counter(pp, jl, "sluice_worker_kafka_dead_letter_failures_total",
-            "Bad Kafka records the dead-letter topic did not take: not produced (a full local "
-            "queue, a fatal producer error) or not delivered.",
+    counter(pp, jl, SL_M(WORKER_ROWS_KEPT_TOTAL), (double)st.rows_kept);
+    counter(pp, jl, SL_M(WORKER_KAFKA_RECORDS_TOTAL), (double)st.records_read);
+    counter(pp, jl, SL_M(WORKER_KAFKA_BAD_RECORDS_TOTAL), (double)st.records_bad);
+    counter(pp, jl, SL_M(WORKER_KAFKA_PAUSES_TOTAL), (double)st.kafka_pauses);
+    counter(pp, jl, SL_M(WORKER_KAFKA_CHUNKS_HANDED_BACK_TOTAL), (double)st.kafka_handed_back);
+    counter(pp, jl, SL_M(WORKER_KAFKA_DEAD_LETTER_RECORDS_TOTAL), (double)st.records_dead_letter);
+    counter(pp, jl, SL_M(WORKER_KAFKA_DEAD_LETTER_FAILURES_TOTAL),
             (double)st.records_dead_letter_failed);
     /* a standalone worker's Parquet job: the row groups its plan left out
      * (under a master, the master's sluice_master_parquet_* say it) */
-    gauge(pp, jl, "sluice_worker_parquet_row_groups_skipped",
-          "Row groups of a standalone worker's Parquet job ruled out by their min/max "
-          "statistics (never read).",
-          (double)st.pq_row_groups_skipped);
-    gauge(pp, jl, "sluice_worker_parquet_rows_skipped", "The rows of those row groups.",
-          (double)st.pq_rows_skipped);
+    gauge(pp, jl, SL_M(WORKER_PARQUET_ROW_GROUPS_SKIPPED), (double)st.pq_row_groups_skipped);
+    gauge(pp, jl, SL_M(WORKER_PARQUET_ROWS_SKIPPED), (double)st.pq_rows_skipped);
     /* a Prometheus histogram: cumulative buckets, sum and count */
-    sl_prom_family(pp, "sluice_worker_kafka_record_age_seconds", "histogram",
-                   "Age of each Kafka record (now minus its CreateTime) when the worker "
-                   "read it.");
+    sl_prom_family_def(pp, SL_M(WORKER_KAFKA_RECORD_AGE_SECONDS));
     uint64_t cum = 0;
     for (uint32_t b = 0; b < SL_WORKER_AGE_BUCKETS; b++) {
         char le[32], le1[64], lab[400];
@@ -97,119 +76,73 @@ static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t
         else
             snprintf(le, sizeof le, "+Inf");
         snprintf(lab, sizeof lab, "%s,%s", jl, sl_prom_label(le1, sizeof le1, "le", le));
-        sl_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_bucket", lab, (double)cum);
+        sl_prom_sample_part(pp, SL_M(WORKER_KAFKA_RECORD_AGE_SECONDS), "_bucket", lab, (double)cum);
     }
-    sl_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_sum", jl,
-                   (double)st.age_sum_ms / 1000.0);
-    sl_prom_sample(pp, "sluice_worker_kafka_record_age_seconds_count", jl, (double)st.age_count);
-    counter(pp, jl, "sluice_worker_splits_total", "Splits (or leases) read.", (double)st.splits);
-    counter(pp, jl, "sluice_worker_splits_failed_total",
-            "Leases whose split could not be read (reported to the master).",
-            (double)st.splits_failed);
-    counter(pp, jl, "sluice_worker_batches_total", "Batches encoded.", (double)st.batches);
-    counter(pp, jl, "sluice_worker_samples_total", "Samples in encoded batches.",
-            (double)st.samples);
-    counter(pp, jl, "sluice_worker_bytes_encoded_total", "Bytes of encoded batches.",
-            (double)st.bytes_encoded);
-    counter(pp, jl, "sluice_worker_bytes_expanded_total",
-            "Bytes the encoded batches would take without dedup.", (double)st.bytes_expanded);
-    sl_prom_family(pp, "sluice_worker_dedup_factor", "gauge",
-                   "Rows per unique row of each dedup group.");
+    sl_prom_sample_part(pp, SL_M(WORKER_KAFKA_RECORD_AGE_SECONDS), "_sum", jl,
+                        (double)st.age_sum_ms / 1000.0);
+    sl_prom_sample_part(pp, SL_M(WORKER_KAFKA_RECORD_AGE_SECONDS), "_count", jl,
+                        (double)st.age_count);
+    counter(pp, jl, SL_M(WORKER_SPLITS_TOTAL), (double)st.splits);
+    counter(pp, jl, SL_M(WORKER_SPLITS_FAILED_TOTAL), (double)st.splits_failed);
+    counter(pp, jl, SL_M(WORKER_BATCHES_TOTAL), (double)st.batches);
+    counter(pp, jl, SL_M(WORKER_SAMPLES_TOTAL), (double)st.samples);
+    counter(pp, jl, SL_M(WORKER_BYTES_ENCODED_TOTAL), (double)st.bytes_encoded);
+    counter(pp, jl, SL_M(WORKER_BYTES_EXPANDED_TOTAL), (double)st.bytes_expanded);
+    sl_prom_family_def(pp, SL_M(WORKER_DEDUP_FACTOR));
     for (uint32_t g = 0; g < st.num_groups; g++) {
         char g1[128], lab[450];
         snprintf(lab, sizeof lab, "%s,%s", jl,
                  sl_prom_label(g1, sizeof g1, "group", st.groups[g].name));
-        sl_prom_sample(pp, "sluice_worker_dedup_factor", lab, st.groups[g].factor);
+        sl_prom_sample_def(pp, SL_M(WORKER_DEDUP_FACTOR), lab, st.groups[g].factor);
     }
-    sl_prom_family(pp, "sluice_worker_busy_seconds_total", "counter",
-                   "Busy time per pipeline stage, summed over threads.");
+    sl_prom_family_def(pp, SL_M(WORKER_BUSY_SECONDS_TOTAL));
     const char *stages[] = {"read", "filter", "dedup", "transform", "encode", "send"};
     uint64_t ns[] = {st.read_ns,      st.filter_ns, st.dedup_ns,
                      st.transform_ns, st.encode_ns, s->send_ns};
     for (int i = 0; i < 6; i++) {
         char s1[64], lab[400];
         snprintf(lab, sizeof lab, "%s,%s", jl, sl_prom_label(s1, sizeof s1, "stage", stages[i]));
-        sl_prom_sample(pp, "sluice_worker_busy_seconds_total", lab, (double)ns[i] / 1e9);
+        sl_prom_sample_def(pp, SL_M(WORKER_BUSY_SECONDS_TOTAL), lab, (double)ns[i] / 1e9);
     }
-    counter(pp, jl, "sluice_worker_backpressure_seconds_total",
-            "Time stages waited for memory or a full queue.", (double)st.backpressure_ns / 1e9);
-    counter(pp, jl, "sluice_worker_batches_sent_total",
-            "BATCH frames sent (redeliveries included).", (double)s->batches_sent);
-    counter(pp, jl, "sluice_worker_batches_acked_total", "Batches acknowledged by clients.",
-            (double)s->batches_acked);
-    counter(pp, jl, "sluice_worker_samples_acked_total", "Samples acknowledged by clients.",
-            (double)s->samples_acked);
-    counter(pp, jl, "sluice_worker_bytes_sent_total",
-            "Frame bytes of BATCH frames sent (as payload, or as a shared-memory descriptor).",
-            (double)s->bytes_sent);
-    counter(pp, jl, "sluice_worker_shm_batches_total",
-            "Of the BATCH frames sent, those handed over through shared memory (a descriptor "
-            "into the frame heap, no payload).",
-            (double)s->shm_batches);
-    counter(pp, jl, "sluice_worker_shm_bytes_total",
-            "Frame bytes of the batches handed over through shared memory.", (double)s->shm_bytes);
-    counter(pp, jl, "sluice_worker_shm_fallbacks_total",
-            "Frames made on the ordinary heap because the shared-memory frame heap was full "
-            "(they go over the socket).",
-            (double)st.shm_fallbacks);
-    counter(pp, jl, "sluice_worker_shm_attached_total",
-            "Trainer connections that mapped the shared-memory frame heap.",
-            (double)s->shm_attached);
-    counter(pp, jl, "sluice_worker_shm_refused_total",
-            "Requests for the frame heap's descriptor refused: another uid, an unknown nonce, "
-            "malformed or too slow.",
-            (double)s->shm_refused);
-    gauge(pp, jl, "sluice_worker_shm_capacity_bytes",
-          "Size of the shared-memory frame heap (0: none, --no-shm).", (double)st.shm_capacity);
-    gauge(pp, jl, "sluice_worker_shm_used_bytes",
-          "Bytes of the shared-memory frame heap in frames now (whole pages).",
-          (double)st.shm_used);
-    counter(pp, jl, "sluice_worker_redeliveries_total", "Batches put back after a client left.",
-            (double)s->redeliveries);
-    counter(pp, jl, "sluice_worker_batches_dropped_total",
-            "Batches of revoked leases dropped unsent.", (double)s->dropped);
-    counter(pp, jl, "sluice_worker_bad_frames_total", "Connections closed for a bad frame.",
-            (double)s->bad_frames);
-    counter(pp, jl, "sluice_worker_auth_failures_total",
-            "Trainer connections refused: no proof of the cluster secret.",
-            (double)s->auth_failures);
-    sl_prom_family(pp, "sluice_worker_connections_closed_total", "counter",
-                   "Trainer connections the worker closed to keep its limits, by reason.");
+    counter(pp, jl, SL_M(WORKER_BACKPRESSURE_SECONDS_TOTAL), (double)st.backpressure_ns / 1e9);
+    counter(pp, jl, SL_M(WORKER_BATCHES_SENT_TOTAL), (double)s->batches_sent);
+    counter(pp, jl, SL_M(WORKER_BATCHES_ACKED_TOTAL), (double)s->batches_acked);
+    counter(pp, jl, SL_M(WORKER_SAMPLES_ACKED_TOTAL), (double)s->samples_acked);
+    counter(pp, jl, SL_M(WORKER_BYTES_SENT_TOTAL), (double)s->bytes_sent);
+    counter(pp, jl, SL_M(WORKER_SHM_BATCHES_TOTAL), (double)s->shm_batches);
+    counter(pp, jl, SL_M(WORKER_SHM_BYTES_TOTAL), (double)s->shm_bytes);
+    counter(pp, jl, SL_M(WORKER_SHM_FALLBACKS_TOTAL), (double)st.shm_fallbacks);
+    counter(pp, jl, SL_M(WORKER_SHM_ATTACHED_TOTAL), (double)s->shm_attached);
+    counter(pp, jl, SL_M(WORKER_SHM_REFUSED_TOTAL), (double)s->shm_refused);
+    gauge(pp, jl, SL_M(WORKER_SHM_CAPACITY_BYTES), (double)st.shm_capacity);
+    gauge(pp, jl, SL_M(WORKER_SHM_USED_BYTES), (double)st.shm_used);
+    counter(pp, jl, SL_M(WORKER_REDELIVERIES_TOTAL), (double)s->redeliveries);
+    counter(pp, jl, SL_M(WORKER_BATCHES_DROPPED_TOTAL), (double)s->dropped);
+    counter(pp, jl, SL_M(WORKER_BAD_FRAMES_TOTAL), (double)s->bad_frames);
+    counter(pp, jl, SL_M(WORKER_AUTH_FAILURES_TOTAL), (double)s->auth_failures);
+    sl_prom_family_def(pp, SL_M(WORKER_CONNECTIONS_CLOSED_TOTAL));
     const char *why[] = {"handshake_timeout", "idle", "evicted", "refused"};
     uint64_t wv[] = {s->handshake_timeouts, s->idle_closed, s->evicted, s->refused};
     for (int i = 0; i < 4; i++) {
         char r1[64], lab[400];
         snprintf(lab, sizeof lab, "%s,%s", jl, sl_prom_label(r1, sizeof r1, "reason", why[i]));
-        sl_prom_sample(pp, "sluice_worker_connections_closed_total", lab, (double)wv[i]);
+        sl_prom_sample_def(pp, SL_M(WORKER_CONNECTIONS_CLOSED_TOTAL), lab, (double)wv[i]);
     }
-    gauge(pp, jl, "sluice_worker_clients", "Trainer clients connected now.",
-          (double)s->clients_now);
-    gauge(pp, jl, "sluice_worker_queue_ready_batches", "Encoded batches waiting for a client.",
-          (double)s->ready);
-    gauge(pp, jl, "sluice_worker_memory_used_bytes", "Bytes accounted by the memory budget now.",
-          (double)st.memory_used);
-    gauge(pp, jl, "sluice_worker_memory_peak_bytes",
-          "Highest bytes accounted (the budget's high-water mark, never above the limit).",
-          (double)st.memory_peak);
-    gauge(pp, jl, "sluice_worker_memory_limit_bytes", "The memory budget.",
-          (double)st.memory_limit);
-    gauge(pp, jl, "sluice_worker_finished", "1 once every batch is produced and acknowledged.",
-          st.finished ? 1 : 0);
+    gauge(pp, jl, SL_M(WORKER_CLIENTS), (double)s->clients_now);
+    gauge(pp, jl, SL_M(WORKER_QUEUE_READY_BATCHES), (double)s->ready);
+    gauge(pp, jl, SL_M(WORKER_MEMORY_USED_BYTES), (double)st.memory_used);
+    gauge(pp, jl, SL_M(WORKER_MEMORY_PEAK_BYTES), (double)st.memory_peak);
+    gauge(pp, jl, SL_M(WORKER_MEMORY_LIMIT_BYTES), (double)st.memory_limit);
+    gauge(pp, jl, SL_M(WORKER_FINISHED), st.finished ? 1 : 0);
     if (ms) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(ms, &m);
-        counter(pp, jl, "sluice_worker_leases_total", "Leases granted by the master.",
-                (double)m.leases);
-        gauge(pp, jl, "sluice_worker_leases_held",
-              "Leases being read or waiting for acknowledgements.", (double)m.leases_held);
-        counter(pp, jl, "sluice_worker_split_reads_total", "SPLIT_READ reports answered.",
-                (double)m.split_reads);
-        counter(pp, jl, "sluice_worker_leases_revoked_total", "Leases the master revoked.",
-                (double)m.revoked);
-        counter(pp, jl, "sluice_worker_heartbeats_total", "Heartbeats answered.",
-                (double)m.heartbeats);
-        counter(pp, jl, "sluice_worker_master_reconnects_total",
-                "Master connections re-established.", (double)m.reconnects);
+        counter(pp, jl, SL_M(WORKER_LEASES_TOTAL), (double)m.leases);
+        gauge(pp, jl, SL_M(WORKER_LEASES_HELD), (double)m.leases_held);
+        counter(pp, jl, SL_M(WORKER_SPLIT_READS_TOTAL), (double)m.split_reads);
+        counter(pp, jl, SL_M(WORKER_LEASES_REVOKED_TOTAL), (double)m.revoked);
+        counter(pp, jl, SL_M(WORKER_HEARTBEATS_TOTAL), (double)m.heartbeats);
+        counter(pp, jl, SL_M(WORKER_MASTER_RECONNECTS_TOTAL), (double)m.reconnects);
     }
 }
 
@@ -296,31 +229,26 @@ static void h_waiting(sl_admin_response_t *resp, int status)
                                   "waiting for the master's first lease"));
 }
 
-static void h_healthz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
+/* /readyz (the endpoint's built-in): serving (not failed), and under a
+ * master not retired. */
+static bool worker_ready(void *ctx, char *why, size_t cap)
 {
-    (void)ctx;
-    (void)req;
-    sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ok"));
-}
-
-/* Ready: serving (not failed), and under a master not retired. */
-static void h_readyz(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
-{
-    (void)req;
     wadmin_t *a = ctx;
     sl_error_t err = {0};
     sl_mutex_lock(&a->mu);
     sl_worker_lease_client_stats_t m = {0};
     if (a->ms) sl_worker_lease_client_stats(a->ms, &m);
+    bool ready = false;
     if (!a->w)
-        h_waiting(resp, 503);
+        snprintf(why, cap, "waiting for the master's first lease");
     else if (sl_worker_failed(a->w, &err))
-        sl_admin_reply_error(resp, 503, "failed: %s", err.msg);
+        snprintf(why, cap, "failed: %s", err.msg);
     else if (m.stop)
-        sl_admin_reply_error(resp, 503, "retired by the master: finishing");
+        snprintf(why, cap, "retired by the master: finishing");
     else
-        sl_admin_reply_json(resp, 200, json_pack("{s:s}", "status", "ready"));
+        ready = true;
     sl_mutex_unlock(&a->mu);
+    return ready;
 }
 
 static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_response_t *resp)
@@ -334,14 +262,11 @@ static void h_metrics(void *ctx, const sl_admin_request_t *req, sl_admin_respons
     char jl[300] = "";
     sl_mutex_lock(&a->mu);
     if (a->w) sl_prom_label(jl, sizeof jl, "job", sl_worker_job_id(a->w));
-    gauge(&p, jl, "sluice_worker_start_time_seconds",
-          "Start time of the worker process (its admin endpoint), seconds since the Unix epoch.",
-          a->started_unix_s);
+    gauge(&p, jl, SL_M(WORKER_START_TIME_SECONDS), a->started_unix_s);
     if (a->w)
         metrics_into(&p, a->w, a->ms);
     else /* nothing counted yet, no job yet */
-        gauge(&p, NULL, "sluice_worker_waiting", "1 while waiting for the master's first lease.",
-              1);
+        gauge(&p, NULL, SL_M(WORKER_WAITING), 1);
     sl_mutex_unlock(&a->mu);
     char *text = sl_prom_finish(&p);
     if (!text) {
@@ -380,9 +305,10 @@ static void h_page(void *ctx, const sl_admin_request_t *req, sl_admin_response_t
 }
 
 static const sl_admin_route_t routes[] = {
-    {"GET", "/", false, h_page},           {"GET", "/ui/{}", false, sl_admin_ui_handler},
-    {"GET", "/healthz", false, h_healthz}, {"GET", "/readyz", false, h_readyz},
-    {"GET", "/metrics", false, h_metrics}, {"GET", "/status", false, h_status},
+    {"GET", "/", false, h_page},
+    {"GET", "/ui/{}", false, sl_admin_ui_handler},
+    {"GET", "/metrics", false, h_metrics},
+    {"GET", "/status", false, h_status},
 };
 
 sl_err_t sl_worker_admin_start(sl_worker_t *w, sl_worker_lease_client_t *ms, const char *address,
@@ -412,6 +338,7 @@ sl_err_t sl_worker_admin_serve(sl_worker_t *w, sl_worker_lease_client_t *ms,
     o.routes = routes;
     o.num_routes = sizeof routes / sizeof routes[0];
     o.ctx = &a->ctx;
+    o.ready = worker_ready;
     sl_err_t rc = sl_admin_start(&o, &a->admin, err);
     if (rc) {
         sl_mutex_destroy(&a->ctx.mu);

@@ -5,16 +5,16 @@
  * finished batch, which keeps stored groups that are the job's. */
 #include <string.h>
 
+#include "common/err.h"
+#include "common/mem.h"
 #include "dpp/worker/batcher_internal.h"
 
 bool dpp_vec_reserve(const sl_allocator_t *a, vec_t *v, size_t more)
 {
     if (v->len + more <= v->cap) return true;
-    size_t cap = v->cap ? v->cap : 4096;
-    while (cap < v->len + more) {
-        if (cap > SIZE_MAX / 2) return false;
-        cap *= 2;
-    }
+    if (more > SIZE_MAX - v->len) return false;
+    /* aligned (SL_ALIGN): the capacity from sl_grow_cap, the copy here */
+    size_t cap = sl_grow_cap(v->cap, v->len + more, 4096, SIZE_MAX);
     uint8_t *p = sl_alloc_aligned(a, cap, SL_ALIGN);
     if (!p) return false;
     if (v->len) memcpy(p, v->p, v->len);
@@ -219,8 +219,7 @@ sl_err_t sl_worker_batcher_dedup(sl_dedup_t *d, sl_batch_t *batch,
             return SL_OK;
         }
         sl_kjt_t all;
-        sl_err_t rc = sl_batch_expand(batch, batch->arena, &all, err);
-        if (rc) return rc;
+        SL_FORWARD_IF_ERROR(sl_batch_expand(batch, batch->arena, &all, err));
         batch->sparse = all;
         batch->num_groups = 0;
         batch->groups = NULL;

@@ -31,7 +31,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/log.h"
+#include "common/log_events.h"
 #include "common/mem.h"
 #include "dpp/worker/worker_internal.h"
 
@@ -221,7 +223,7 @@ void dpp_cache_writer_unref(dpp_cache_writer_t *cw)
     /* a writer that never opened its file failed too (its directory, its
      * first batch): said, not only counted as a file not written */
     if (!written && (cw->wr != NULL || cw->failed))
-        sl_log_kv(SL_LOG_WARN, "cache_write_failed",
+        sl_log_kv(SL_LOG_WARN, SL_EV(CACHE_WRITE_FAILED),
                   (SL_KV_STR("file", cw->path), SL_KV_STR("error", cw->why)),
                   "cache file %s not written: %s", cw->path, cw->why);
     sl_mutex_lock(&w->mu);
@@ -342,8 +344,7 @@ static sl_err_t groups_of(const sl_batch_t *in, sl_batch_t *b)
         o->inverse = sl_arena_alloc(b->arena, (size_t)ik->batch_size * sizeof *o->inverse + 1);
         if (o->name == NULL || o->inverse == NULL) return SL_ERR_NOMEM;
         memcpy(o->inverse, ik->inverse, (size_t)ik->batch_size * sizeof *o->inverse);
-        sl_err_t rc = kjt_copy(&ik->unique, b->arena, &o->unique);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(kjt_copy(&ik->unique, b->arena, &o->unique));
     }
     b->num_groups = in->num_groups;
     return SL_OK;
@@ -397,15 +398,7 @@ static bool rest_add(sl_worker_t *w, dpp_cache_rest_t *rest, uint64_t from, uint
         rest->r[rest->n - 1].to_row = to;
         return true;
     }
-    if (rest->n == rest->cap) {
-        uint32_t cap = rest->cap ? 2 * rest->cap : 8;
-        sl_dpp_row_range_t *r = sl_alloc(w->a, (size_t)cap * sizeof *r);
-        if (r == NULL) return false;
-        if (rest->n) memcpy(r, rest->r, rest->n * sizeof *r);
-        if (rest->r) sl_free(w->a, rest->r, (size_t)rest->cap * sizeof *r);
-        rest->r = r;
-        rest->cap = cap;
-    }
+    if (rest->n == rest->cap && !SL_GROW(w->a, rest->r, rest->cap, rest->n + 1, 8)) return false;
     rest->r[rest->n++] = (sl_dpp_row_range_t){from, to};
     return true;
 }
@@ -494,7 +487,7 @@ sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_e
     /* a damaged file goes, so that the next lease of the split writes it anew */
     if (fallback && rc != SL_ERR_NOT_FOUND) unlink(wk->cache_file);
     if (fallback)
-        sl_log_kv(SL_LOG_WARN, "cache_fallback",
+        sl_log_kv(SL_LOG_WARN, SL_EV(CACHE_FALLBACK),
                   (SL_KV_STR("file", wk->cache_file), SL_KV_U64("split", wk->split_id),
                    SL_KV_STR("error", cerr.msg)),
                   "cache file %s of split %" PRIu64 " cannot be read (%s): computing its rows",

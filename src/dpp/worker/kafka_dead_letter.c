@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/log_events.h"
 #include "common/mem.h"
 #include "dpp/pipeline/job.h"
 #include "kafka/producer.h"
@@ -86,7 +87,7 @@ void dpp_dead_letter_send(dpp_dead_letter_t *d, const sl_kafka_bad_record_t *r)
                                     extra, 4, &err) != SL_OK) {
         uint64_t n = ++d->send_failed;
         if ((n & (n - 1)) == 0) /* 1, 2, 4, 8 ...: a dead broker does not flood the log */
-            sl_log_kv(SL_LOG_WARN, "kafka_dead_letter_failed",
+            sl_log_kv(SL_LOG_WARN, SL_EV(KAFKA_DEAD_LETTER_FAILED),
                       (SL_KV_STR("topic", r->topic), SL_KV_I64("partition", r->partition),
                        SL_KV_I64("offset", r->offset), SL_KV_U64("failed", n)),
                       "bad record %s/%d offset %" PRId64
@@ -113,7 +114,7 @@ void dpp_dead_letter_flush(dpp_dead_letter_t *d, double timeout_s)
 {
     sl_error_t err = {0};
     if (sl_kafka_producer_flush(d->p, timeout_s, &err) != SL_OK)
-        sl_log_kv(SL_LOG_WARN, "kafka_dead_letter_failed",
+        sl_log_kv(SL_LOG_WARN, SL_EV(KAFKA_DEAD_LETTER_FAILED),
                   (SL_KV_U64("outstanding", sl_kafka_producer_outstanding(d->p))),
                   "dead-letter topic: %s", err.msg);
     publish(d);

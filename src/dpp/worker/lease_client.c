@@ -10,6 +10,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "common/err.h"
+#include "common/log_events.h"
 #include "dpp/worker/lease_client_internal.h"
 #include "rpc/auth.h"
 
@@ -78,8 +80,7 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
 {
     sl_worker_lease_client_t *ms = ctx;
     lease_t *l = NULL;
-    sl_err_t rc = dpp_lease_get(ms, 0, true, &l, err);
-    if (rc) return rc;
+    SL_FORWARD_IF_ERROR(dpp_lease_get(ms, 0, true, &l, err));
     *out = (sl_worker_work_t){.split = &l->sp,
                               .epoch = l->epoch,
                               .split_id = l->split,
@@ -241,7 +242,7 @@ static uint32_t src_members(void *ctx, void *lease, uint64_t bytes, sl_worker_le
         if (behind >= window || (ms->share_bytes_max && held + bytes > ms->share_bytes_max)) {
             e->detached = true;
             ms->st.shares_detached++;
-            sl_log_kv(SL_LOG_INFO, "share_detached",
+            sl_log_kv(SL_LOG_INFO, SL_EV(SHARE_DETACHED),
                       (SL_KV_STR("job", e->job), SL_KV_U64("split", e->split),
                        SL_KV_U64("epoch", e->epoch), SL_KV_U64("batches", behind),
                        SL_KV_U64("bytes", held), SL_KV_U64("window", window)),
@@ -276,7 +277,7 @@ bool dpp_lease_release_stalled(sl_worker_lease_client_t *ms, uint64_t now_ns)
             if (e->detached || e->released || e->revoked) continue;
             e->released = true;
             ms->st.shares_released++;
-            sl_log_kv(SL_LOG_INFO, "share_released",
+            sl_log_kv(SL_LOG_INFO, SL_EV(SHARE_RELEASED),
                       (SL_KV_STR("job", e->job), SL_KV_U64("split", e->split),
                        SL_KV_U64("epoch", e->epoch), SL_KV_STR("with", ms->job_id),
                        SL_KV_U64("stalled_ms", (now_ns - l->progress_ns) / 1000000u)),
@@ -433,8 +434,7 @@ sl_err_t sl_worker_lease_client_wait_job(sl_worker_lease_client_t *ms, int timeo
     bool have = ms->spec_json != NULL;
     sl_mutex_unlock(&ms->mu);
     if (!have) {
-        sl_err_t rc = dpp_lease_get(ms, deadline, false, &l, err);
-        if (rc) return rc;
+        SL_FORWARD_IF_ERROR(dpp_lease_get(ms, deadline, false, &l, err));
     }
     *job_id = ms->job_id;
     *spec_json = ms->spec_json;

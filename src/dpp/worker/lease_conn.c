@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/err.h"
+#include "common/log_events.h"
 #include "dpp/worker/lease_client_internal.h"
 #include "rpc/auth.h"
 #include "rpc/port_hint.h"
@@ -117,9 +119,8 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
 {
     sl_error_t local = {0};
     if (!err) err = &local;
-    sl_err_t rc = fatal_of(ms, err);
-    if (rc) return rc;
-    rc = sl_rpc_connect(ms->master, ms->o.connect_timeout_ms, &ms->fd, err);
+    SL_FORWARD_IF_ERROR(fatal_of(ms, err));
+    sl_err_t rc = sl_rpc_connect(ms->master, ms->o.connect_timeout_ms, &ms->fd, err);
     if (rc) {
         ms->fd = -1;
         return sl_error_prefix(err, "master %s: ", ms->master);
@@ -177,7 +178,7 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
     ms->heartbeat_ms = g->heartbeat_ms ? g->heartbeat_ms : 1000;
     if (ms->heartbeat_ms > 60000) ms->heartbeat_ms = 60000;
     if (ms->ever_connected) ms->st.reconnects++;
-    sl_log_kv(SL_LOG_INFO, "registered",
+    sl_log_kv(SL_LOG_INFO, SL_EV(REGISTERED),
               (SL_KV_STR("worker", ms->worker_id), SL_KV_STR("master", ms->master),
                SL_KV_STR("job", ms->job_id), SL_KV_U64("reconnect", ms->ever_connected),
                SL_KV_U64("lease_timeout_ms", ms->lease_timeout_ms)),
@@ -304,7 +305,7 @@ static void link_members(sl_worker_lease_client_t *ms, lease_t *l, const Sluice_
         ms->st.leases++;
         ms->st.leases_held++;
         ms->st.shared_leases++;
-        sl_log_kv(SL_LOG_DEBUG, "lease_shared",
+        sl_log_kv(SL_LOG_DEBUG, SL_EV(LEASE_SHARED),
                   (SL_KV_STR("job", e->job), SL_KV_U64("split", e->split),
                    SL_KV_U64("epoch", e->epoch), SL_KV_U64("generation", e->generation),
                    SL_KV_STR("with", ms->job_id)),
@@ -411,7 +412,7 @@ static ask_t ask_lease(sl_worker_lease_client_t *ms, lease_t **out, uint64_t *re
         snprintf(ms->st.job_id, sizeof ms->st.job_id, "%s", ms->job_id);
     }
     if (!rc) {
-        sl_log_kv(SL_LOG_DEBUG, "lease_received",
+        sl_log_kv(SL_LOG_DEBUG, SL_EV(LEASE_RECEIVED),
                   (SL_KV_STR("job", ms->job_id), SL_KV_U64("split", l->split),
                    SL_KV_U64("epoch", l->epoch), SL_KV_U64("generation", l->generation),
                    SL_KV_U64("rows", l->sp.num_rows)),
@@ -478,7 +479,7 @@ sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool 
         if (k == ASK_RETRY) { /* back off and try again */
             wait_ms = backoff;
             backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
-            sl_log_kv(SL_LOG_WARN, "master_retry",
+            sl_log_kv(SL_LOG_WARN, SL_EV(MASTER_RETRY),
                       (SL_KV_STR("master", ms->master), SL_KV_U64("retry_ms", wait_ms),
                        SL_KV_STR("error", err->msg)),
                       "%s (retrying in %" PRIu64 " ms)", err->msg, wait_ms);

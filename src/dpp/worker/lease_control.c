@@ -5,6 +5,7 @@
  * acknowledged (or dropped), after which the lease is forgotten. */
 #include <stdio.h>
 
+#include "common/log_events.h"
 #include "dpp/worker/lease_client_internal.h"
 
 /* ---- the control thread ---- */
@@ -80,7 +81,7 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
     if (rr) sl_free(ms->a, rr, (size_t)ne * sizeof *rr);
     if (rp) sl_free(ms->a, rp, (size_t)ne * sizeof *rp);
     if (rc) {
-        sl_log_kv(SL_LOG_WARN, "split_read_report_failed",
+        sl_log_kv(SL_LOG_WARN, SL_EV(SPLIT_READ_REPORT_FAILED),
                   (SL_KV_U64("split", l->split), SL_KV_STR("error", err.msg)), "%s", err.msg);
         return false;
     }
@@ -114,7 +115,7 @@ static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES
     sf.code = l->fail_code;
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
-    sl_log_kv(SL_LOG_WARN, "split_failed",
+    sl_log_kv(SL_LOG_WARN, SL_EV(SPLIT_FAILED),
               (SL_KV_STR("job", job), SL_KV_U64("split", l->split), SL_KV_STR("file", l->path),
                SL_KV_I64("stripe", l->fail_stripe), SL_KV_STR("error", sf.message)),
               "split %u of %s cannot be read, reported to the master: %s", l->split, l->path,
@@ -122,7 +123,7 @@ static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES
     sl_err_t rc = dpp_lease_call(ms, SL_RPC_SPLIT_FAILED, &sf.base, "split failed",
                                  SL_RPC_SPLIT_FAILED_REPLY, &f, &err);
     if (rc) {
-        sl_log_kv(SL_LOG_WARN, "split_failed_report_failed",
+        sl_log_kv(SL_LOG_WARN, SL_EV(SPLIT_FAILED_REPORT_FAILED),
                   (SL_KV_U64("split", l->split), SL_KV_STR("error", err.msg)), "%s", err.msg);
         return false;
     }
@@ -196,7 +197,7 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
     sl_mutex_unlock(&ms->mu);
     if (!ok) { /* the next heartbeat tries again, before the leases expire */
         dpp_lease_held_free(ms, &h);
-        sl_log(SL_LOG_WARN, "heartbeat_failed", "heartbeat: out of memory");
+        sl_log(SL_LOG_WARN, SL_EV(HEARTBEAT_FAILED), "heartbeat: out of memory");
         return;
     }
     Sluice__Control__Heartbeat hb = SLUICE__CONTROL__HEARTBEAT__INIT;
@@ -244,7 +245,7 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
                                  SL_RPC_HEARTBEAT_REPLY, &f, &err);
     dpp_lease_held_free(ms, &h);
     if (rc) {
-        sl_log_kv(last ? SL_LOG_DEBUG : SL_LOG_WARN, "heartbeat_failed",
+        sl_log_kv(last ? SL_LOG_DEBUG : SL_LOG_WARN, SL_EV(HEARTBEAT_FAILED),
                   (SL_KV_STR("error", err.msg)), "%s", err.msg);
         return;
     }
@@ -260,7 +261,7 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
                 l->generation == v->generation) {
                 l->revoked = true;
                 ms->st.revoked++;
-                sl_log_kv(SL_LOG_INFO, "lease_revoked",
+                sl_log_kv(SL_LOG_INFO, SL_EV(LEASE_REVOKED),
                           (SL_KV_STR("job", ms->job_id), SL_KV_U64("split", l->split),
                            SL_KV_U64("epoch", l->epoch), SL_KV_U64("generation", l->generation)),
                           "job %s split %u epoch %u: the master took the lease back; its "
@@ -273,7 +274,7 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
         }
     }
     if (r->stop && !ms->stop)
-        sl_log_kv(SL_LOG_INFO, "retired", (SL_KV_STR("job", ms->job_id)),
+        sl_log_kv(SL_LOG_INFO, SL_EV(RETIRED), (SL_KV_STR("job", ms->job_id)),
                   "the master retired this worker of job %s: it finishes what it holds and "
                   "exits",
                   ms->job_id);

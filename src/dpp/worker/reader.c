@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/err.h"
+#include "common/mem.h"
 #include "dpp/worker/worker_internal.h"
 #include "sluice/wire.h"
 
@@ -65,8 +67,7 @@ static sl_err_t stripe_acct(reader_t *rd, uint64_t sb, const char *file, uint32_
     if (sb > rd->est) {
         char what[320];
         snprintf(what, sizeof what, "%.250s stripe %u decoded", file, stripe);
-        sl_err_t rc = reader_take(rd, sb - rd->est, what, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(reader_take(rd, sb - rd->est, what, err));
     } else {
         sl_worker_budget_release(rd->w->budget, rd->est - sb);
     }
@@ -79,8 +80,7 @@ static sl_err_t batcher_acct(reader_t *rd, sl_error_t *err)
 {
     uint64_t fp = sl_worker_batcher_footprint(rd->b);
     if (fp > rd->batcher_held) {
-        sl_err_t rc = reader_take(rd, fp - rd->batcher_held, "the batch being built", err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(reader_take(rd, fp - rd->batcher_held, "the batch being built", err));
     } else {
         sl_worker_budget_release(rd->w->budget, rd->batcher_held - fp);
     }
@@ -162,16 +162,9 @@ static sl_err_t add_empty(reader_t *rd, sl_dpp_row_range_t e, sl_error_t *err)
         rd->empty[rd->num_empty - 1].to_row = e.to_row;
         return SL_OK;
     }
-    if (rd->num_empty == rd->empty_cap) {
-        const sl_allocator_t *a = rd->w->a;
-        uint32_t cap = rd->empty_cap ? 2 * rd->empty_cap : 8;
-        sl_dpp_row_range_t *n = sl_alloc(a, (size_t)cap * sizeof *n);
-        if (!n) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
-        if (rd->num_empty) memcpy(n, rd->empty, rd->num_empty * sizeof *n);
-        if (rd->empty) sl_free(a, rd->empty, (size_t)rd->empty_cap * sizeof *rd->empty);
-        rd->empty = n;
-        rd->empty_cap = cap;
-    }
+    if (rd->num_empty == rd->empty_cap &&
+        !SL_GROW(rd->w->a, rd->empty, rd->empty_cap, rd->num_empty + 1, 8))
+        return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     rd->empty[rd->num_empty++] = e;
     return SL_OK;
 }
@@ -466,11 +459,11 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     if (n == 0) /* gaps and bad records only: nothing to batch */
         return wk->lease ? add_empty(rd, (sl_dpp_row_range_t){first, end}, err) : SL_OK;
     uint64_t sb = rows_bytes(rows), tw = now_ns(CLOCK_MONOTONIC);
-    sl_err_t rc = reader_take(rd, sb, "the records being batched", err);
-    if (rc) return rc;
+    SL_FORWARD_IF_ERROR(reader_take(rd, sb, "the records being batched", err));
     rd->stripe_held = sb;
     uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw, t1 = now_ns(CLOCK_MONOTONIC),
              h0 = rd->handoff_ns, f0 = rd->fused_ns;
+    sl_err_t rc;
     if (!scratch_rows(rd, n))
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
     else

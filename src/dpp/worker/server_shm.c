@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/log_events.h"
 #include "dpp/worker/server_internal.h"
 
 /* How long one side-channel request may take: a local peer answers at
@@ -53,7 +54,7 @@ void *dpp_server_shm_main(void *arg)
             sl_mutex_lock(&s->mu);
             s->st.shm_refused++;
             sl_mutex_unlock(&s->mu);
-            sl_log(SL_LOG_WARN, "worker_shm_refused", "worker %s: shared memory @%s: %s",
+            sl_log(SL_LOG_WARN, SL_EV(WORKER_SHM_REFUSED), "worker %s: shared memory @%s: %s",
                    s->worker_id, s->shm_name, err.msg);
         }
     }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/log_events.h"
 #include "dpp/worker/parquet_source.h"
 #include "dpp/worker/worker_internal.h"
 #include "sluice/wire.h"
@@ -516,7 +517,7 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     }
     const char *weight = sl_pipeline_plan_weight_label(w->plan);
     if (weight != NULL) /* said before the first batch: one more label column */
-        sl_log_kv(SL_LOG_INFO, "weight_label",
+        sl_log_kv(SL_LOG_INFO, SL_EV(WEIGHT_LABEL),
                   (SL_KV_STR("job", job->id), SL_KV_STR("label", weight)),
                   "job %s: negative_downsample adds the label column '%s' (each sample's weight) "
                   "after the table's labels: batches carry one label column more than the table",
@@ -565,7 +566,7 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
             w->st.shm_capacity = sl_shm_heap_size(w->shm);
         } else {
             /* not fatal: every frame goes over the socket, as with --no-shm */
-            sl_log(SL_LOG_WARN, "worker_shm_off", "worker %s: no shared-memory frame heap: %s",
+            sl_log(SL_LOG_WARN, SL_EV(WORKER_SHM_OFF), "worker %s: no shared-memory frame heap: %s",
                    w->worker_id, e.msg);
         }
     }
