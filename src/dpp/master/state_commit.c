@@ -389,17 +389,10 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_COMMITTED;
     rec.committed = &co;
-    rc = m_journal(m, &rec, err);
-    if (rc != SL_OK) return rc;
-    /* Cannot fail: max_ranges was checked and the room reserved above. */
-    (void)m_add_range(m, jb, split, from_row, to_row, owner, err);
-    m_client_remember(m, ci, nonce);
-    m->clients[ci].last_ms = m->now_ms;
-    m->c.commits++;
-    jb->batches++;
-    jb->samples += c->num_samples;
+    /* The record applied cannot fail: max_ranges was checked and the room
+     * reserved above. */
+    if ((rc = m_record(m, &rec, NULL, err)) != SL_OK) return rc;
     *result = SL_MASTER_COMMITTED;
-    m_maybe_done(m, slot, split);
     return m_maybe_advance(m, jb, err);
 }
 
@@ -462,8 +455,7 @@ sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, ui
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_SPLIT_READ;
     rec.split_read = &sr;
-    rc = m_journal(m, &rec, err);
-    if (rc == SL_OK) rc = m_apply_split_read(m, slot, split, empty, num_empty, err);
+    rc = m_record(m, &rec, NULL, err);
     if (rc == SL_OK && state != NULL) *state = jb->st[split].state;
     if (rc == SL_OK) rc = m_maybe_advance(m, jb, err);
 out:
@@ -473,12 +465,12 @@ out:
 }
 
 sl_err_t m_apply_split_read(sl_master_state_t *m, uint32_t slot, uint32_t split,
-                            const sl_dpp_row_range_t *empty, uint32_t num_empty, sl_error_t *err)
+                            const uint64_t *from, const uint64_t *to, uint32_t num_empty,
+                            sl_error_t *err)
 {
     job *jb = m->jobs[slot];
     for (uint32_t i = 0; i < num_empty; i++) {
-        sl_err_t rc =
-            m_add_range(m, jb, split, empty[i].from_row, empty[i].to_row, M_OWNER_MASTER, err);
+        sl_err_t rc = m_add_range(m, jb, split, from[i], to[i], M_OWNER_MASTER, err);
         if (rc != SL_OK) return rc;
     }
     if (jb->st[split].committed == jb->defs[split].num_rows) {
