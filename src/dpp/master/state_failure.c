@@ -160,23 +160,24 @@ static sl_err_t fail_job(sl_master_state_t *m, uint32_t slot, const sl_master_sp
     return rc;
 }
 
-sl_err_t sl_master_state_split_failed(sl_master_state_t *m, const sl_master_split_failure_t *f,
-                                      uint32_t max_failures, sl_master_split_fail_result_t *result,
-                                      sl_error_t *err)
+/* *result gets the outcome; a non-OK return is a failure of the master. */
+static sl_err_t split_failed(sl_master_state_t *m, const sl_master_split_failure_t *f,
+                             uint32_t max_failures, sl_master_split_fail_result_t *result,
+                             sl_error_t *err)
 {
     uint32_t slot;
+    *result = SL_MASTER_FAIL_STALE;
     job *jb = f->job_id != NULL ? m_find_job(m, f->job_id, &slot) : NULL;
     if (jb == NULL)
-        return sl_error_set(err, SL_ERR_NOT_FOUND, "split failed: no job '%s'",
-                            f->job_id ? f->job_id : "");
+        return sl_error_set(err, SL_OK, "split failed: no job '%s'", f->job_id ? f->job_id : "");
     if (f->split >= jb->n)
-        return sl_error_set(err, SL_ERR_NOT_FOUND, "split failed: job '%s' has no split %u",
-                            f->job_id, f->split);
+        return sl_error_set(err, SL_OK, "split failed: job '%s' has no split %u", f->job_id,
+                            f->split);
     const split_st *s = &jb->st[f->split];
     if (jb->failed || f->epoch != jb->epoch || s->state != SL_MASTER_SPLIT_LEASED ||
         s->generation != f->generation) {
         m->c.stale_refused++;
-        return sl_error_set(err, SL_MASTER_STALE,
+        return sl_error_set(err, SL_OK,
                             "split failed: job '%s' epoch %u split %u: generation %llu is not the "
                             "live lease",
                             f->job_id, f->epoch, f->split, (unsigned long long)f->generation);
@@ -191,4 +192,13 @@ sl_err_t sl_master_state_split_failed(sl_master_state_t *m, const sl_master_spli
     }
     *result = SL_MASTER_FAIL_JOB_FAILED;
     return fail_job(m, slot, f, err);
+}
+
+sl_master_split_fail_result_t sl_master_state_split_failed(sl_master_state_t *m,
+                                                           const sl_master_split_failure_t *f,
+                                                           uint32_t max_failures, sl_error_t *err)
+{
+    sl_master_split_fail_result_t result;
+    sl_err_t rc = split_failed(m, f, max_failures, &result, err);
+    return rc == SL_OK ? result : SL_MASTER_FAIL_ERROR;
 }
