@@ -103,6 +103,8 @@ static void random_ops(sl_master_state_t *m, uint64_t *s, int steps, uint64_t *n
     static const char *workers[4] = {"w0", "w1", "w2", "w3"};
     sl_error_t err = {0};
     for (int i = 0; i < steps; i++) {
+        /* the invariants hold between any two calls (state_check.c) */
+        cr_assert_eq(sl_master_state_check(m, &err), SL_OK, "step %d: %s", i, err.msg);
         *now += tu_below(s, 8);
         const char *j = jobs[tu_below(s, 3)];
         const char *w = workers[tu_below(s, 4)];
@@ -255,6 +257,7 @@ Test(journal, replay_equals_memory_state)
         /* reopened from the directory */
         sl_master_state_t *r = open_dir(dir, 1ull << 40, now, NULL);
         assert_same(m, r);
+        cr_assert_eq(sl_master_state_check(r, &err), SL_OK, "%s", err.msg);
         sl_master_state_destroy(r);
         /* replayed from the journal's bytes into memory */
         char jp[256];

@@ -627,6 +627,11 @@ typedef struct sl_master_state_counters {
 
 void sl_master_state_counters(const sl_master_state_t *m, sl_master_state_counters_t *out);
 
+/* Check the state machine's invariants (state_check.c lists them): O(the
+ * whole state). @return SL_ERR_CORRUPT naming the first one broken. Builds
+ * with asserts (common/assert.h) check them as the state changes. */
+sl_err_t sl_master_state_check(const sl_master_state_t *m, sl_error_t *err);
+
 /* A canonical text dump of the durable state (jobs, epochs, per split:
  * state, holder, generation, committed ranges; clients and their
  * remembered nonces; not expiries, not counters), equal

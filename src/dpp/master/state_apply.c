@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/assert.h"
 #include "dpp/master/state_internal.h"
 
 /* "record at offset N" or, for a live record, "live record". */
@@ -279,13 +280,67 @@ sl_err_t m_apply(sl_master_state_t *m, const Sluice__Master__Record *r, m_live *
     }
 }
 
+/* The split a record is about, if one (for the checks after it). */
+static bool record_split(const Sluice__Master__Record *r, const char **job_id, uint32_t *split)
+{
+    switch (r->kind_case) {
+    case SLUICE__MASTER__RECORD__KIND_LEASE_GRANTED:
+        *job_id = r->lease_granted->job_id, *split = r->lease_granted->split;
+        return true;
+    case SLUICE__MASTER__RECORD__KIND_COMMITTED:
+        *job_id = r->committed->job_id, *split = r->committed->split;
+        return true;
+    case SLUICE__MASTER__RECORD__KIND_SPLIT_READ:
+        *job_id = r->split_read->job_id, *split = r->split_read->split;
+        return true;
+    case SLUICE__MASTER__RECORD__KIND_EXPIRED:
+        *job_id = r->expired->job_id, *split = r->expired->split;
+        return true;
+    case SLUICE__MASTER__RECORD__KIND_SPLIT_FAILED:
+        *job_id = r->split_failed->job_id, *split = r->split_failed->split;
+        return true;
+    case SLUICE__MASTER__RECORD__KIND_SPLIT_SKIPPED:
+        *job_id = r->split_skipped->job_id, *split = r->split_skipped->split;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Builds with asserts: the split a record touched keeps its invariants
+ * (O(its ranges)), and a record that changes a whole job (or several)
+ * leaves the whole state consistent (O(the state), as the record's own
+ * work is). */
+static void assert_invariants(const sl_master_state_t *m, const Sluice__Master__Record *r)
+{
+    sl_error_t e = {0};
+    const char *id;
+    uint32_t split;
+    if (record_split(r, &id, &split)) {
+        const job *jb = id != NULL ? m_find_job(m, id, NULL) : NULL;
+        SL_ASSERT(jb == NULL || split >= jb->n || m_check_split(m, jb, split, &e) == SL_OK,
+                  "after a record of kind %d: %s", (int)r->kind_case, e.msg);
+    } else if (r->kind_case != SLUICE__MASTER__RECORD__KIND_OPENED) {
+        SL_ASSERT(sl_master_state_check(m, &e) == SL_OK, "after a record of kind %d: %s",
+                  (int)r->kind_case, e.msg);
+    }
+}
+
 sl_err_t m_record(sl_master_state_t *m, const Sluice__Master__Record *rec, m_live *live,
                   sl_error_t *err)
 {
     sl_err_t rc = m_journal(m, rec, err);
     if (rc != SL_OK) return rc;
     m_live none = {.now_ms = m->now_ms};
-    return m_apply(m, rec, live != NULL ? live : &none, M_LIVE, err);
+    rc = m_apply(m, rec, live != NULL ? live : &none, M_LIVE, err);
+    /* The transition checked and reserved everything: only the later
+     * ranges of an epoch that began may fail, for memory (m_apply). */
+    SL_ASSERT(rc == SL_OK || (rc == SL_ERR_NOMEM &&
+                              rec->kind_case == SLUICE__MASTER__RECORD__KIND_EPOCH_ADVANCED),
+              "a live record of kind %d not applied: %s", (int)rec->kind_case,
+              err != NULL ? err->msg : "");
+    if (SL_ASSERTS_ON && rc == SL_OK) assert_invariants(m, rec);
+    return rc;
 }
 
 sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
@@ -300,6 +355,7 @@ sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t 
                             "record at offset %llu: %s", (unsigned long long)offset,
                             u.failed ? "out of memory" : "malformed protobuf");
     sl_err_t rc = m_apply(m, r, NULL, offset, err);
+    if (SL_ASSERTS_ON && rc == SL_OK) assert_invariants(m, r);
     sluice__master__record__free_unpacked(r, &pa);
     return rc;
 }

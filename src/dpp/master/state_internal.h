@@ -229,6 +229,9 @@ sl_err_t m_apply(sl_master_state_t *m, const Sluice__Master__Record *r, m_live *
 sl_err_t m_record(sl_master_state_t *m, const Sluice__Master__Record *rec, m_live *live,
                   sl_error_t *err);
 
+/* The invariants of one split (state_check.c). */
+sl_err_t m_check_split(const sl_master_state_t *m, const job *jb, uint32_t i, sl_error_t *err);
+
 /* state.c and state_leases.c */
 job *m_find_job(const sl_master_state_t *m, const char *id, uint32_t *slot);
 sl_err_t m_worker_get(sl_master_state_t *m, const char *name, uint32_t *out, sl_error_t *err);
