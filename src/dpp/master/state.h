@@ -526,6 +526,14 @@ sl_err_t sl_master_state_expire(sl_master_state_t *m, uint64_t now_ms, uint32_t 
  * No-op in memory. */
 sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err);
 
+/* The same in two steps, so that the disk is waited for outside the
+ * caller's lock: sync_begin (under it: compacts when due, seals what was
+ * appended, *ticket names it), then sync_wait (without it; m's journal is
+ * fixed at open, and nothing else of m is touched): durable when it
+ * returns. No-op in memory. */
+sl_err_t sl_master_state_sync_begin(sl_master_state_t *m, uint64_t *ticket, sl_error_t *err);
+sl_err_t sl_master_state_sync_wait(sl_master_state_t *m, uint64_t ticket, sl_error_t *err);
+
 /* Write a snapshot and start an empty journal now. */
 sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err);
 

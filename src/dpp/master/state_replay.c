@@ -404,16 +404,30 @@ sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err)
     return rc;
 }
 
-sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err)
+sl_err_t sl_master_state_sync_begin(sl_master_state_t *m, uint64_t *ticket, sl_error_t *err)
 {
+    *ticket = 0;
     if (m->journal == NULL) return SL_OK;
     if (sl_master_journal_size(m->journal) > m->opts.compact_bytes) {
         sl_err_t rc = sl_master_state_compact(m, err);
         /* No memory for the snapshot: the journal still holds everything,
          * so sync it as it is; the next sync compacts. */
-        if (rc != SL_ERR_NOMEM) return rc;
+        if (rc != SL_ERR_NOMEM && rc != SL_OK) return rc;
     }
-    return sl_master_journal_sync(m->journal, err);
+    return sl_master_journal_sync_begin(m->journal, ticket, err);
+}
+
+sl_err_t sl_master_state_sync_wait(sl_master_state_t *m, uint64_t ticket, sl_error_t *err)
+{
+    /* m->journal is set at open and never changes: read without the lock */
+    return m->journal == NULL ? SL_OK : sl_master_journal_sync_wait(m->journal, ticket, err);
+}
+
+sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err)
+{
+    uint64_t ticket;
+    sl_err_t rc = sl_master_state_sync_begin(m, &ticket, err);
+    return rc == SL_OK ? sl_master_state_sync_wait(m, ticket, err) : rc;
 }
 
 /* ---- dump --------------------------------------------------------------------------- */
