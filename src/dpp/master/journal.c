@@ -9,6 +9,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fiu-local.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,10 +189,24 @@ sl_err_t sl_master_journal_snapshot_parse(const void *buf, size_t len, const cha
 
 /* ---- files ---------------------------------------------------------------------- */
 
+/* A storage fault injected at point name (libfiu, enabled by tests with
+ * fiu_enable; the failinfo is the errno to fail with, EIO when NULL): the
+ * points are sluice/journal/write, sluice/journal/fdatasync and
+ * sluice/journal/rename (a snapshot or a fresh journal put in place). */
+static bool injected(const char *name)
+{
+    if (!fiu_fail(name)) return false;
+    void *info = fiu_failinfo();
+    errno = info != NULL ? (int)(intptr_t)info : EIO;
+    return true;
+}
+
 /* Write header + payload to path.tmp, fsync, rename over path, fsync dir. */
 static sl_err_t write_atomic(const sl_master_journal_t *j, const char *path, const uint8_t *head,
                              size_t head_len, const void *payload, size_t len, sl_error_t *err)
 {
+    if (injected("sluice/journal/rename"))
+        return sl_error_set(err, SL_ERR_IO, "rename %s: %s", path, strerror(errno));
     char *tmp = sl_strfmt(j->a, "%s/tmp", j->dir);
     if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "write %s", path);
     sl_err_t rc = sl_io_replace_file(path, tmp, head, head_len, payload, len, true, err);
@@ -481,7 +497,9 @@ static sl_err_t write_sealed(sl_master_journal_t *j, uint64_t *end, sl_error_t *
         memmove(j->sealed, j->sealed + 1, (j->nsealed - 1) * sizeof *j->sealed);
         j->nsealed--;
         sl_mutex_unlock(&j->q_mu);
-        sl_err_t rc = sl_io_write_all(j->fd, c.p, c.len, j->path, err);
+        sl_err_t rc = injected("sluice/journal/write")
+                          ? sl_error_set(err, SL_ERR_IO, "write %s: %s", j->path, strerror(errno))
+                          : sl_io_write_all(j->fd, c.p, c.len, j->path, err);
         sl_mutex_lock(&j->q_mu);
         if (rc == SL_OK) {
             j->file_bytes += c.len;
@@ -515,7 +533,7 @@ sl_err_t sl_master_journal_sync_wait(sl_master_journal_t *j, uint64_t ticket, sl
     uint64_t end = 0;
     sl_err_t rc = write_sealed(j, &end, err);
     if (rc == SL_OK && j->sync_delay_us > 0) wait_us(j->sync_delay_us);
-    if (rc == SL_OK && fdatasync(j->fd) != 0) {
+    if (rc == SL_OK && (injected("sluice/journal/fdatasync") || fdatasync(j->fd) != 0)) {
         rc = sl_error_set(err, SL_ERR_IO, "fdatasync %s: %s", j->path, strerror(errno));
         sl_mutex_lock(&j->q_mu);
         j->broken = true;
