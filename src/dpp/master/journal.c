@@ -5,11 +5,12 @@
 #include "common/fileio.h"
 #include "common/lock.h"
 #include "common/mem.h"
-#include "dpp/master/journal.h"
+#include "dpp/master/journal_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <fiu-local.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,46 +20,6 @@
 #include <unistd.h>
 
 #include <xxhash.h>
-
-struct sl_master_journal {
-    const sl_allocator_t *a;
-    char *dir;
-    char *path;      /* DIR/journal */
-    char *snap_path; /* DIR/snapshot */
-    int fd;          /* journal, O_APPEND */
-    uint64_t generation;
-    size_t max_record;
-    /* Appends (under the owner's lock) go to buf, [buffered] of [cap],
-     * which grows: an append never writes. A sync seals it (moves it to
-     * sealed, in order) under the owner's lock, and writes and fdatasyncs
-     * the sealed chunks under io_mu only, so the owner's lock is not held
-     * across the disk (sl_master_journal_sync_begin / _wait). */
-    uint8_t *buf;
-    size_t buffered, cap;
-    /* q_mu guards the fields below it; io_mu the file (fd, its writes,
-     * fdatasync, compaction). Order: the owner's lock, io_mu, q_mu. */
-    sl_mutex_t io_mu, q_mu;
-    struct chunk {
-        uint8_t *p;
-        size_t len, cap;
-    } * sealed; /* [nsealed] of [sealed_cap], oldest first */
-    size_t nsealed, sealed_cap;
-    uint8_t *spare; /* a written chunk's buffer, for the next buf */
-    size_t spare_cap;
-    uint64_t file_bytes;   /* written to the file */
-    uint64_t sealed_bytes; /* in sealed, not written yet */
-    uint64_t appended;     /* bytes ever appended (every generation): tickets */
-    uint64_t sealed_end;   /* appended bytes sealed (the rest are in buf) */
-    uint64_t durable;      /* appended bytes made durable */
-    bool broken;           /* a write or fdatasync failed: nothing more is durable */
-    char broken_msg[SL_ERROR_MSG_MAX];
-    uint64_t syncs;
-    sl_master_journal_sync_hist_t sync_hist; /* latency of the syncs counted in syncs */
-    /* A disk made slow on purpose (benchmarks, fault tests): every
-     * fdatasync waits this long first. From SLUICE_JOURNAL_SYNC_DELAY_US
-     * at open; 0: none. */
-    uint64_t sync_delay_us;
-};
 
 /* From a fast local SSD (well under 1 ms) to a disk in trouble (seconds):
  * group commit makes every trainer commit wait for one of these. */
@@ -191,9 +152,11 @@ sl_err_t sl_master_journal_snapshot_parse(const void *buf, size_t len, const cha
 
 /* A storage fault injected at point name (libfiu, enabled by tests with
  * fiu_enable; the failinfo is the errno to fail with, EIO when NULL): the
- * points are sluice/journal/write, sluice/journal/fdatasync and
- * sluice/journal/rename (a snapshot or a fresh journal put in place). */
-static bool injected(const char *name)
+ * points are sluice/journal/write, sluice/journal/fdatasync,
+ * sluice/journal/rename (a snapshot or a fresh journal put in place) and
+ * sluice/journal/rename_next (a background compaction's journal.next put
+ * in place, after its snapshot). */
+bool mj_injected(const char *name)
 {
     if (!fiu_fail(name)) return false;
     void *info = fiu_failinfo();
@@ -202,10 +165,10 @@ static bool injected(const char *name)
 }
 
 /* Write header + payload to path.tmp, fsync, rename over path, fsync dir. */
-static sl_err_t write_atomic(const sl_master_journal_t *j, const char *path, const uint8_t *head,
-                             size_t head_len, const void *payload, size_t len, sl_error_t *err)
+sl_err_t mj_write_atomic(const sl_master_journal_t *j, const char *path, const uint8_t *head,
+                         size_t head_len, const void *payload, size_t len, sl_error_t *err)
 {
-    if (injected("sluice/journal/rename"))
+    if (mj_injected("sluice/journal/rename"))
         return sl_error_set(err, SL_ERR_IO, "rename %s: %s", path, strerror(errno));
     char *tmp = sl_strfmt(j->a, "%s/tmp", j->dir);
     if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "write %s", path);
@@ -222,7 +185,7 @@ static sl_err_t journal_create(sl_master_journal_t *j, uint64_t gen, sl_error_t 
     memcpy(head, SL_MASTER_JOURNAL_MAGIC, 4);
     sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
     sl_le_put_u64(head + 8, gen);
-    sl_err_t rc = write_atomic(j, j->path, head, sizeof head, NULL, 0, err);
+    sl_err_t rc = mj_write_atomic(j, j->path, head, sizeof head, NULL, 0, err);
     if (rc != SL_OK) return rc;
     int fd = open(j->path, O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0) return sl_error_set(err, SL_ERR_IO, "open %s: %s", j->path, strerror(errno));
@@ -236,6 +199,9 @@ static sl_err_t journal_create(sl_master_journal_t *j, uint64_t gen, sl_error_t 
 void sl_master_journal_close(sl_master_journal_t *j)
 {
     if (j == NULL) return;
+    sl_master_journal_compact_wait(j);
+    mj_free_kept(j);
+    sl_free(j->a, j->kept, j->kept_cap * sizeof *j->kept);
     if (j->fd >= 0) close(j->fd);
     sl_strfree(j->a, j->dir);
     sl_strfree(j->a, j->path);
@@ -309,6 +275,8 @@ sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t
         goto fail;
     }
 
+    rc = mj_adopt_next(j, info->had_snapshot, snap_gen, err);
+    if (rc != SL_OK) goto fail;
     rc = sl_io_map_file(j->path, "journal", &map, err);
     if (rc == SL_ERR_NOT_FOUND) {
         if (info->had_snapshot) {
@@ -436,7 +404,7 @@ sl_err_t sl_master_journal_append(sl_master_journal_t *j, const void *payload, s
 }
 
 /* Move buf to the sealed chunks (under the owner's lock). */
-static sl_err_t seal(sl_master_journal_t *j, sl_error_t *err)
+sl_err_t mj_seal(sl_master_journal_t *j, sl_error_t *err)
 {
     if (j->buffered == 0) return SL_OK;
     sl_mutex_lock(&j->q_mu);
@@ -452,7 +420,7 @@ static sl_err_t seal(sl_master_journal_t *j, sl_error_t *err)
         j->sealed = c;
         j->sealed_cap = cap;
     }
-    j->sealed[j->nsealed++] = (struct chunk){j->buf, j->buffered, j->cap};
+    j->sealed[j->nsealed++] = (struct chunk){j->buf, j->buffered, j->cap, j->sealed_end};
     j->sealed_bytes += j->buffered;
     j->sealed_end += j->buffered;
     sl_mutex_unlock(&j->q_mu);
@@ -463,7 +431,7 @@ static sl_err_t seal(sl_master_journal_t *j, sl_error_t *err)
 
 sl_err_t sl_master_journal_sync_begin(sl_master_journal_t *j, uint64_t *ticket, sl_error_t *err)
 {
-    sl_err_t rc = seal(j, err);
+    sl_err_t rc = mj_seal(j, err);
     sl_mutex_lock(&j->q_mu);
     *ticket = j->sealed_end;
     sl_mutex_unlock(&j->q_mu);
@@ -479,7 +447,7 @@ static void wait_us(uint64_t us)
 
 /* Write every sealed chunk to the file, in order (io_mu held). A failure
  * breaks the journal: what the chunks held may be half written. */
-static sl_err_t write_sealed(sl_master_journal_t *j, uint64_t *end, sl_error_t *err)
+sl_err_t mj_write_sealed(sl_master_journal_t *j, uint64_t *end, sl_error_t *err)
     SL_REQUIRES(j->io_mu)
 {
     for (;;) {
@@ -497,13 +465,14 @@ static sl_err_t write_sealed(sl_master_journal_t *j, uint64_t *end, sl_error_t *
         memmove(j->sealed, j->sealed + 1, (j->nsealed - 1) * sizeof *j->sealed);
         j->nsealed--;
         sl_mutex_unlock(&j->q_mu);
-        sl_err_t rc = injected("sluice/journal/write")
+        sl_err_t rc = mj_injected("sluice/journal/write")
                           ? sl_error_set(err, SL_ERR_IO, "write %s: %s", j->path, strerror(errno))
                           : sl_io_write_all(j->fd, c.p, c.len, j->path, err);
         sl_mutex_lock(&j->q_mu);
         if (rc == SL_OK) {
             j->file_bytes += c.len;
             j->sealed_bytes -= c.len;
+            if (j->compacting && c.start >= j->boundary && mj_keep(j, &c)) c.p = NULL;
         } else {
             j->broken = true;
             snprintf(j->broken_msg, sizeof j->broken_msg, "%s", err != NULL ? err->msg : "write");
@@ -531,9 +500,9 @@ sl_err_t sl_master_journal_sync_wait(sl_master_journal_t *j, uint64_t ticket, sl
     }
     double t0 = sl_clock_s();
     uint64_t end = 0;
-    sl_err_t rc = write_sealed(j, &end, err);
+    sl_err_t rc = mj_write_sealed(j, &end, err);
     if (rc == SL_OK && j->sync_delay_us > 0) wait_us(j->sync_delay_us);
-    if (rc == SL_OK && (injected("sluice/journal/fdatasync") || fdatasync(j->fd) != 0)) {
+    if (rc == SL_OK && (mj_injected("sluice/journal/fdatasync") || fdatasync(j->fd) != 0)) {
         rc = sl_error_set(err, SL_ERR_IO, "fdatasync %s: %s", j->path, strerror(errno));
         sl_mutex_lock(&j->q_mu);
         j->broken = true;
@@ -593,13 +562,14 @@ void sl_master_journal_sync_hist(sl_master_journal_t *j, sl_master_journal_sync_
 sl_err_t sl_master_journal_compact(sl_master_journal_t *j, const void *payload, size_t len,
                                    sl_error_t *err)
 {
+    sl_master_journal_compact_wait(j); /* one compaction at a time */
     /* Everything appended goes to the old journal first: should the
      * snapshot fail, the journal alone still holds everything. */
-    sl_err_t rc = seal(j, err);
+    sl_err_t rc = mj_seal(j, err);
     if (rc != SL_OK) return rc;
     sl_mutex_lock(&j->io_mu);
     uint64_t end = 0;
-    rc = write_sealed(j, &end, err);
+    rc = mj_write_sealed(j, &end, err);
     uint64_t gen = j->generation + 1;
     uint8_t head[SL_MASTER_SNAPSHOT_HEADER_BYTES];
     memcpy(head, SL_MASTER_SNAPSHOT_MAGIC, 4);
@@ -607,7 +577,7 @@ sl_err_t sl_master_journal_compact(sl_master_journal_t *j, const void *payload, 
     sl_le_put_u64(head + 8, gen);
     sl_le_put_u64(head + 16, len);
     sl_le_put_u64(head + 24, XXH3_64bits(payload, len));
-    if (rc == SL_OK) rc = write_atomic(j, j->snap_path, head, sizeof head, payload, len, err);
+    if (rc == SL_OK) rc = mj_write_atomic(j, j->snap_path, head, sizeof head, payload, len, err);
     if (rc == SL_OK) rc = journal_create(j, gen, err);
     if (rc == SL_OK) {
         /* the snapshot holds every record appended: all of it is durable */

@@ -168,4 +168,30 @@ void sl_master_journal_sync_hist(sl_master_journal_t *j, sl_master_journal_sync_
 sl_err_t sl_master_journal_compact(sl_master_journal_t *j, const void *payload, size_t len,
                                    sl_error_t *err);
 
+/* Compact in the background (as redis rewrites its AOF): payload is the
+ * snapshot of everything appended so far (taken under the owner's lock:
+ * this call seals what was appended, so the snapshot's records end at a
+ * seal), owned by the journal from now on. A thread writes it as
+ * snapshot.tmp (fsync) with no lock held; then, under the journal's io
+ * lock, the records appended since are written to journal.next of the
+ * next generation, and snapshot.tmp and journal.next are renamed over
+ * snapshot and journal. Syncs go on meanwhile (into the old journal, their
+ * records kept for the new one); a failure before the snapshot's rename
+ * changes nothing (the old journal holds everything, counted as failed);
+ * one between the renames breaks the journal (open puts journal.next in
+ * place). Nothing when one is running already. */
+sl_err_t sl_master_journal_compact_start(sl_master_journal_t *j, void *payload, size_t len,
+                                         sl_error_t *err);
+
+/* Is a background compaction running? */
+bool sl_master_journal_compacting(sl_master_journal_t *j);
+
+/* Wait for the background compaction to end (owner's thread only). */
+void sl_master_journal_compact_wait(sl_master_journal_t *j);
+
+/* Background compactions finished and failed so far; the last failure's
+ * message into msg (may be NULL). */
+void sl_master_journal_compact_counts(sl_master_journal_t *j, uint64_t *done, uint64_t *failed,
+                                      char *msg, size_t cap);
+
 #endif

@@ -360,6 +360,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
                                  .max_clients = o->max_clients,
                                  .max_answers = o->max_answers,
                                  .compact_bytes = o->compact_bytes,
+                                 .compact_in_background = true,
                                  .kafka_chunks_ahead = o->kafka_chunks_ahead,
                                  .allocator = m->a};
     sl_master_journal_open_info_t info;

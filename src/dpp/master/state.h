@@ -104,13 +104,16 @@ typedef struct sl_master_state_opts {
     const char *state_dir;     /* NULL: in memory only, nothing journaled */
     uint64_t lease_timeout_ms; /* 0: 10000 */
     uint64_t compact_bytes;    /* journal size that triggers compaction; 0: 64 MiB */
-    uint32_t max_jobs;         /* 0: 64 */
-    uint32_t max_workers;      /* distinct worker ids ever seen; 0: 65536 */
-    uint32_t max_splits;       /* per job; 0: 16M */
-    uint32_t max_name;         /* bytes of a job, worker or client id; 0: 255 */
-    uint32_t max_clients;      /* distinct client ids remembered; 0: 4096 */
-    uint32_t max_answers;      /* accepted nonces remembered per client; 0: 1024 */
-    uint32_t max_ranges;       /* committed ranges per split at once; 0: 65536 */
+    /* Compaction by a thread of the journal's (sl_master_journal_compact_start):
+     * the sync that finds the journal too big only encodes the snapshot. */
+    bool compact_in_background;
+    uint32_t max_jobs;    /* 0: 64 */
+    uint32_t max_workers; /* distinct worker ids ever seen; 0: 65536 */
+    uint32_t max_splits;  /* per job; 0: 16M */
+    uint32_t max_name;    /* bytes of a job, worker or client id; 0: 255 */
+    uint32_t max_clients; /* distinct client ids remembered; 0: 4096 */
+    uint32_t max_answers; /* accepted nonces remembered per client; 0: 1024 */
+    uint32_t max_ranges;  /* committed ranges per split at once; 0: 65536 */
     /* Kafka jobs: a partition gets a new chunk when it has no PENDING chunk
      * and fewer than this many chunks not DONE; 0: 4 (docs/KAFKA.md) */
     uint32_t kafka_chunks_ahead;

@@ -409,7 +409,18 @@ sl_err_t sl_master_state_sync_begin(sl_master_state_t *m, uint64_t *ticket, sl_e
     *ticket = 0;
     if (m->journal == NULL) return SL_OK;
     if (sl_master_journal_size(m->journal) > m->opts.compact_bytes) {
-        sl_err_t rc = sl_master_state_compact(m, err);
+        sl_err_t rc = SL_OK;
+        if (!m->opts.compact_in_background) {
+            rc = sl_master_state_compact(m, err);
+        } else if (!sl_master_journal_compacting(m->journal)) {
+            /* The snapshot is encoded here, under the caller's lock (a
+             * copy of the state); a thread writes it and puts it in place. */
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            rc = snapshot_encode(m, &buf, &len, err);
+            if (rc == SL_OK) rc = sl_master_journal_compact_start(m->journal, buf, len, err);
+            if (rc == SL_OK) m->c.compactions++;
+        }
         /* No memory for the snapshot: the journal still holds everything,
          * so sync it as it is; the next sync compacts. */
         if (rc != SL_ERR_NOMEM && rc != SL_OK) return rc;
