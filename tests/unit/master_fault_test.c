@@ -193,3 +193,29 @@ Test(master_fault, a_commit_that_cannot_reach_the_disk_is_never_answered)
     sl_master_stop(e.m);
     tu_rm_tree(e.root);
 }
+
+/* An admin change (a job removed) whose record cannot be made durable:
+ * the call fails with the disk's error (the wait is outside the master's
+ * lock, the answer after it), the master is not ready; a new run has
+ * what reached the file (the removal's record was written before its
+ * fdatasync failed: the job is gone). */
+Test(master_fault, an_admin_change_that_cannot_reach_the_disk_fails)
+{
+    cr_assert_eq(fiu_init(0), 0);
+    env e;
+    env_init(&e);
+    sl_error_t err = {0};
+    cr_assert_eq(fiu_enable("sluice/journal/fdatasync", 1, (void *)(intptr_t)EIO, 0), 0);
+    cr_assert_eq(sl_master_job_remove(e.m, "j", &err), SL_ERR_IO);
+    cr_assert(strstr(err.msg, "fdatasync") != NULL, "%s", err.msg);
+    cr_assert(!sl_master_ready(e.m));
+    cr_assert_eq(fiu_disable("sluice/journal/fdatasync"), 0);
+    cr_assert_eq(sl_master_job_remove(e.m, "j", &err), SL_ERR_IO);
+    cr_assert(strstr(err.msg, "master state failed") != NULL, "%s", err.msg);
+    sl_master_stop(e.m);
+    env_start(&e);
+    cr_assert(sl_master_ready(e.m));
+    cr_assert_eq(sl_master_job_remove(e.m, "j", &err), SL_ERR_NOT_FOUND, "%s", err.msg);
+    sl_master_stop(e.m);
+    tu_rm_tree(e.root);
+}
