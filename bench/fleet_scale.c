@@ -30,7 +30,13 @@
  *        [--commits N] [--epochs N] [--threads N] [--kill-every N]
  *        [--lease-ms MS] [--seconds S] [--rate COMMITS_PER_S]
  * --rate offers that many commits a second (all trainers together) instead
- * of as many as the master takes: the latency at a load below saturation. */
+ * of as many as the master takes: the latency at a load below saturation.
+ * --sync-delay-ms makes every journal fdatasync wait that long first (a
+ * slow disk, SLUICE_JOURNAL_SYNC_DELAY_US). Throughout the run a probe
+ * thread renders /metrics (sl_master_metrics_text, which takes the
+ * master's lock as the admin endpoint does) every 25 ms: its latency
+ * shows what an admin request or a scrape waits for while the control
+ * thread syncs or compacts. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -49,6 +55,7 @@
 #include "bench_util.h"
 #include "testutil.h"
 #include "common/clock.h"
+#include "common/mem.h"
 #include "dpp/master/journal.h"
 #include "dpp/master/master.h"
 #include "rpc/auth.h"
@@ -63,9 +70,10 @@ typedef struct opts {
     uint64_t commits, lease_ms, compact_mb;
     double seconds;
     double rate; /* commits a second offered, all trainers together; 0: as fast as it goes */
+    double sync_delay_ms;
 } opts;
 
-static opts g_o = {256, 1024, 1000000, 3, 2, 2000, 300000, 3000, 1 << 20, 300, 0};
+static opts g_o = {256, 1024, 1000000, 3, 2, 2000, 300000, 3000, 1 << 20, 300, 0, 0};
 static uint16_t g_port;
 static _Atomic uint64_t g_commits, g_stop, g_finished;
 
@@ -88,6 +96,26 @@ static int cmp_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
+}
+
+/* The /metrics probe: renders the master's metrics every 25 ms until
+ * g_stop, recording how long each took. */
+typedef struct probe {
+    sl_master_t *m;
+    lat took;
+} probe;
+
+static void *probe_run(void *arg)
+{
+    probe *p = arg;
+    while (atomic_load(&g_stop) == 0) {
+        double t = bench_now();
+        char *text = sl_master_metrics_text(p->m);
+        lat_add(&p->took, (bench_now() - t) * 1e6);
+        sl_strfree(sl_master_allocator(p->m), text);
+        usleep(25000);
+    }
+    return NULL;
 }
 
 /* A split leased by a worker, waiting for a trainer's commit. */
@@ -544,12 +572,14 @@ static int parse(int argc, char **argv)
             g_o.compact_mb = (uint64_t)v;
         else if (!strcmp(k, "--rate"))
             g_o.rate = v;
+        else if (!strcmp(k, "--sync-delay-ms"))
+            g_o.sync_delay_ms = v;
         else
             return -1;
     }
     if (argc % 2 == 0 || g_o.workers == 0 || g_o.trainers == 0 || g_o.splits == 0 ||
         g_o.threads == 0 || g_o.epochs == 0 || g_o.lease_ms < 100 || g_o.compact_mb == 0 ||
-        g_o.rate < 0)
+        g_o.rate < 0 || g_o.sync_delay_ms < 0)
         return -1;
     return 0;
 }
@@ -560,7 +590,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: %s [--workers N] [--trainers N] [--splits N] [--commits N] "
                 "[--epochs N] [--threads N] [--kill-every N] [--lease-ms MS] "
-                "[--seconds S] [--compact-mb MB] [--rate COMMITS_PER_S]\n",
+                "[--seconds S] [--compact-mb MB] [--rate COMMITS_PER_S] [--sync-delay-ms MS]\n",
                 argv[0]);
         return 2;
     }
@@ -583,6 +613,12 @@ int main(int argc, char **argv)
     if (gen_table(table) != 0) return 1;
     printf("  table generated in %.1f s\n", bench_now() - t0);
     fflush(stdout);
+    if (g_o.sync_delay_ms > 0) {
+        char us[32];
+        snprintf(us, sizeof us, "%.0f", g_o.sync_delay_ms * 1000);
+        setenv("SLUICE_JOURNAL_SYNC_DELAY_US", us, 1);
+        printf("  every journal fdatasync delayed %.1f ms\n", g_o.sync_delay_ms);
+    }
     double rss0 = rss_mb(), t_start;
     sl_master_t *m = start(state, &t_start);
     if (m == NULL) return 1;
@@ -627,6 +663,9 @@ int main(int argc, char **argv)
     pthread_t *th = calloc(g_o.threads, sizeof *th);
     for (uint32_t t = 0; t < g_o.threads; t++)
         pthread_create(&th[t], NULL, sim_run, &sims[t]);
+    probe pr = {.m = m};
+    pthread_t pth;
+    pthread_create(&pth, NULL, probe_run, &pr);
     while (atomic_load(&g_commits) < g_o.commits && atomic_load(&g_stop) == 0 &&
            atomic_load(&g_finished) == 0 && bench_now() - t0 < g_o.seconds)
         usleep(20000);
@@ -634,6 +673,7 @@ int main(int argc, char **argv)
     if (atomic_load(&g_stop) == 0) atomic_store(&g_stop, 1);
     for (uint32_t t = 0; t < g_o.threads; t++)
         pthread_join(th[t], NULL);
+    pthread_join(pth, NULL);
     getrusage(RUSAGE_SELF, &ru1);
     double cpu = (ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
                  (ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec) / 1e6 +
@@ -674,6 +714,7 @@ int main(int argc, char **argv)
            atomic_load(&g_finished) ? "; the job finished" : "");
     pct("leases", &lease, secs, leases);
     pct("commits", &commit, secs, commits);
+    pct("/metrics", &pr.took, secs, pr.took.n);
     double master_cpu = cpu - sim_cpu;
     printf("  master CPU %.2f s (process %.2f - simulators %.2f) = %.1f us per committed batch\n",
            master_cpu, cpu, sim_cpu, commits ? master_cpu / commits * 1e6 : 0);

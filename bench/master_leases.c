@@ -99,7 +99,7 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
     for (;;) {
         sim *x = &w[step % WORKERS];
         if (step % WORKERS == 0) now++;
-        sl_err_t rc;
+        sl_err_t rc = SL_OK;
         if (!x->has) {
             rc = sl_master_state_lease_next(m, "bench", x->name, now, &x->l, &err);
             if (rc == SL_ERR_AGAIN) {
@@ -113,21 +113,20 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
                 x->reported = false;
             }
         } else if (!x->reported) {
-            sl_master_commit_result_t res;
-            rc = sl_master_state_commit(m, "bench", x->l.epoch, x->l.split, x->l.generation, 0,
-                                        x->l.num_rows / 2, x->name, ++x->nonce, &res, &err);
-            if (rc == SL_OK && res != SL_MASTER_COMMITTED) {
+            sl_master_commit_result_t res =
+                sl_master_state_commit(m, "bench", x->l.epoch, x->l.split, x->l.generation, 0,
+                                       x->l.num_rows / 2, x->name, ++x->nonce, &err);
+            if (res != SL_MASTER_COMMITTED) {
                 fprintf(stderr, "commit refused: %s\n", err.msg);
                 return 1;
             }
             x->reported = true;
         } else {
             sl_dpp_row_range_t empty = {x->l.num_rows / 2, x->l.num_rows};
-            sl_master_split_state_t state;
-            rc = sl_master_state_split_read(m, "bench", x->l.epoch, x->l.split, x->l.generation,
-                                            &empty, 1, &state, &err);
-            if (rc == SL_OK && state != SL_MASTER_SPLIT_DONE) {
-                fprintf(stderr, "split read left the split pending\n");
+            sl_master_read_result_t res = sl_master_state_split_read(
+                m, "bench", x->l.epoch, x->l.split, x->l.generation, &empty, 1, &err);
+            if (res != SL_MASTER_READ_DONE) {
+                fprintf(stderr, "split read: not done (%d): %s\n", (int)res, err.msg);
                 return 1;
             }
             x->has = false;

@@ -33,6 +33,7 @@
     X(STATE_FAILED)                                                                                \
     X(FINAL_SYNC_FAILED)                                                                           \
     X(OUT_OF_MEMORY)                                                                               \
+    X(ASSERTION_FAILED)                                                                            \
     X(KAFKA_PARTITION_ADDED)                                                                       \
     X(KAFKA_GROUP_COMMIT)                                                                          \
     X(KAFKA_WATCH_FAILED)                                                                          \

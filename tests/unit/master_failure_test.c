@@ -112,8 +112,8 @@ static sl_master_lease_t lease(sl_master_state_t *m, const char *worker, uint32_
     return l;
 }
 
-static sl_err_t fail(sl_master_state_t *m, const sl_master_lease_t *l, uint32_t max,
-                     sl_master_split_fail_result_t *res, sl_error_t *err)
+static sl_master_split_fail_result_t fail(sl_master_state_t *m, const sl_master_lease_t *l,
+                                          uint32_t max, sl_error_t *err)
 {
     sl_master_split_failure_t f = {.job_id = "j",
                                    .epoch = l->epoch,
@@ -124,7 +124,7 @@ static sl_err_t fail(sl_master_state_t *m, const sl_master_lease_t *l, uint32_t 
                                    .message =
                                        "ds=1/part-0.slc stripe 1 stream ids: checksum mismatch",
                                    .code = SL_ERR_CORRUPT};
-    return sl_master_state_split_failed(m, &f, max, res, err);
+    return sl_master_state_split_failed(m, &f, max, err);
 }
 
 Test(master_failure, the_max_th_failure_fails_the_job)
@@ -132,18 +132,14 @@ Test(master_failure, the_max_th_failure_fails_the_job)
     char *dir;
     sl_master_state_t *m = with_job(&dir, false);
     sl_error_t err = {0};
-    sl_master_split_fail_result_t res = 99;
     sl_master_lease_t l0 = lease(m, "w1", 0);
     sl_master_lease_t l1 = lease(m, "w1", 1);
     /* failures of splits 0 and 1 on two workers: counted per split */
-    cr_assert_eq(fail(m, &l1, 3, &res, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(res, SL_MASTER_FAIL_RETRY);
-    cr_assert_eq(fail(m, &l1, 3, &res, &err), SL_MASTER_STALE,
-                 "the lease ended: not counted again");
-    cr_assert_eq(fail(m, &l0, 3, &res, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(fail(m, &l1, 3, &err), SL_MASTER_FAIL_RETRY, "%s", err.msg);
+    cr_assert_eq(fail(m, &l1, 3, &err), SL_MASTER_FAIL_STALE, "the lease ended: not counted again");
+    cr_assert_eq(fail(m, &l0, 3, &err), SL_MASTER_FAIL_RETRY, "%s", err.msg);
     sl_master_lease_t a = lease(m, "w2", 0); /* pending again, in epoch order */
-    cr_assert_eq(fail(m, &a, 3, &res, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(res, SL_MASTER_FAIL_RETRY);
+    cr_assert_eq(fail(m, &a, 3, &err), SL_MASTER_FAIL_RETRY, "%s", err.msg);
     sl_master_state_job_status_t st;
     cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert(!st.failed);
@@ -152,8 +148,7 @@ Test(master_failure, the_max_th_failure_fails_the_job)
     m = restart_same(m, dir);
     /* the third failure of split 0 (on a third worker) fails the job */
     a = lease(m, "w3", 0);
-    cr_assert_eq(fail(m, &a, 3, &res, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(res, SL_MASTER_FAIL_JOB_FAILED);
+    cr_assert_eq(fail(m, &a, 3, &err), SL_MASTER_FAIL_JOB_FAILED, "%s", err.msg);
     cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert(st.failed);
     cr_assert(!st.finished);
@@ -168,9 +163,8 @@ Test(master_failure, the_max_th_failure_fails_the_job)
     sl_master_lease_t l;
     cr_assert_eq(sl_master_state_lease_next(m, "j", "w1", 2, &l, &err), SL_ERR_AGAIN);
     cr_assert(strstr(err.msg, "failed") != NULL, "%s", err.msg);
-    sl_master_commit_result_t cres;
-    cr_assert_eq(sl_master_state_commit(m, "j", 0, 2, 0, 0, 10, "c", 1, &cres, &err), SL_OK);
-    cr_assert_eq(cres, SL_MASTER_STALE_EPOCH);
+    cr_assert_eq(sl_master_state_commit(m, "j", 0, 2, 0, 0, 10, "c", 1, &err),
+                 SL_MASTER_STALE_EPOCH, "%s", err.msg);
     cr_assert(strstr(err.msg, "checksum mismatch") != NULL, "%s", err.msg);
     m = restart_same(m, dir);
     sl_master_state_destroy(m);
@@ -188,27 +182,21 @@ Test(master_failure, skip_bad_splits_skips_and_counts)
     char *dir;
     sl_master_state_t *m = with_job(&dir, true);
     sl_error_t err = {0};
-    sl_master_split_fail_result_t res = 99;
-    sl_master_commit_result_t cres;
     for (uint32_t epoch = 0; epoch < 2; epoch++) {
         /* split 0: 30 rows committed before it keeps failing (max 2) */
         sl_master_lease_t a = lease(m, "w1", 0);
         cr_assert_eq(sl_master_state_commit(m, "j", epoch, 0, a.generation, 0, 30, "c",
-                                            10 * epoch + 1, &cres, &err),
-                     SL_OK);
-        cr_assert_eq(cres, SL_MASTER_COMMITTED);
-        cr_assert_eq(fail(m, &a, 2, &res, &err), SL_OK, "%s", err.msg);
-        cr_assert_eq(res, SL_MASTER_FAIL_RETRY);
+                                            10 * epoch + 1, &err),
+                     SL_MASTER_COMMITTED, "%s", err.msg);
+        cr_assert_eq(fail(m, &a, 2, &err), SL_MASTER_FAIL_RETRY, "%s", err.msg);
         a = lease(m, "w2", 0);
         cr_assert_eq(a.num_todo, 1);
         cr_assert_eq(a.todo[0].from_row, 30);
-        cr_assert_eq(fail(m, &a, 2, &res, &err), SL_OK, "%s", err.msg);
-        cr_assert_eq(res, SL_MASTER_FAIL_SKIPPED);
+        cr_assert_eq(fail(m, &a, 2, &err), SL_MASTER_FAIL_SKIPPED, "%s", err.msg);
         /* the skipped rows can never be delivered */
         cr_assert_eq(sl_master_state_commit(m, "j", epoch, 0, a.generation, 40, 50, "c",
-                                            10 * epoch + 2, &cres, &err),
-                     SL_OK);
-        cr_assert_eq(cres, SL_MASTER_OVERLAP);
+                                            10 * epoch + 2, &err),
+                     SL_MASTER_OVERLAP, "%s", err.msg);
         sl_master_state_job_status_t st;
         cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
         cr_assert(!st.failed);
@@ -222,9 +210,8 @@ Test(master_failure, skip_bad_splits_skips_and_counts)
         for (uint32_t s = 1; s < N; s++) {
             sl_master_lease_t b = lease(m, "w1", s);
             cr_assert_eq(sl_master_state_commit(m, "j", epoch, s, b.generation, 0, 100, "c",
-                                                10 * epoch + 2 + s, &cres, &err),
-                         SL_OK);
-            cr_assert_eq(cres, SL_MASTER_COMMITTED, "%s", err.msg);
+                                                10 * epoch + 2 + s, &err),
+                         SL_MASTER_COMMITTED, "%s", err.msg);
         }
         cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
         cr_assert_eq(st.epoch, epoch + 1, "the epoch moved on");

@@ -93,12 +93,10 @@ static void no_lease(sl_master_state_t *m)
 static void commit(sl_master_state_t *m, const sl_master_lease_t *l, uint64_t from, uint64_t to,
                    uint64_t nonce)
 {
-    sl_master_commit_result_t res = 99;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_commit(m, "j", 0, l->split, l->generation, from, to, "c", nonce,
-                                        &res, &err),
-                 SL_OK, "%s", err.msg);
-    cr_assert_eq(res, SL_MASTER_COMMITTED, "%s", err.msg);
+    cr_assert_eq(
+        sl_master_state_commit(m, "j", 0, l->split, l->generation, from, to, "c", nonce, &err),
+        SL_MASTER_COMMITTED, "%s", err.msg);
 }
 
 /* "topic/partition:committed/chunks " for every partition of job j. */
@@ -140,11 +138,9 @@ Test(master_state_kafka, chunks_are_made_as_leases_need_them)
     /* t/0's first chunk done: its prefix moves and a chunk is made again */
     commit(m, &a, 0, 4, 1);
     assert_positions(m, "t/0:104/2 t/1:0/2 ");
-    sl_master_split_state_t st;
     sl_dpp_row_range_t empty = {4, 10};
-    cr_assert_eq(sl_master_state_split_read(m, "j", 0, a.split, a.generation, &empty, 1, &st, &err),
-                 SL_OK, "%s", err.msg);
-    cr_assert_eq(st, SL_MASTER_SPLIT_DONE);
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, a.split, a.generation, &empty, 1, &err),
+                 SL_MASTER_READ_DONE, "%s", err.msg);
     assert_positions(m, "t/0:110/2 t/1:0/2 ");
     sl_master_lease_t e = lease(m, "t/0", 120, 10);
     cr_assert_eq(e.split, 0); /* t/0's first chunk was folded: its split is reused */
@@ -444,12 +440,10 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
 static void commit_as(sl_master_state_t *m, const sl_master_lease_t *l, uint64_t from, uint64_t to,
                       const char *client, uint64_t nonce)
 {
-    sl_master_commit_result_t res = 99;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_commit(m, "j", 0, l->split, l->generation, from, to, client, nonce,
-                                        &res, &err),
-                 SL_OK, "%s", err.msg);
-    cr_assert_eq(res, SL_MASTER_COMMITTED, "%s", err.msg);
+    cr_assert_eq(
+        sl_master_state_commit(m, "j", 0, l->split, l->generation, from, to, client, nonce, &err),
+        SL_MASTER_COMMITTED, "%s", err.msg);
 }
 
 static sl_err_t rank_token(sl_master_state_t *m, const char *client, uint32_t rank, uint32_t world,
@@ -878,13 +872,17 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
     case 3:
         return sl_master_state_lease_next(x->b.m, "j", "w", 0, &x->l[step - 2], err);
     case 4:
-        rc = sl_master_state_commit(x->b.m, "j", 0, x->l[0].split, x->l[0].generation, 0, 10, "c",
-                                    1, &res, err);
-        return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
+        res = sl_master_state_commit(x->b.m, "j", 0, x->l[0].split, x->l[0].generation, 0, 10, "c",
+                                     1, err);
+        return res == SL_MASTER_COMMIT_ERROR ? err->code
+               : res != SL_MASTER_COMMITTED  ? SL_ERR_INVALID
+                                             : SL_OK;
     case 5:
-        rc = sl_master_state_commit(x->b.m, "j", 0, x->l[1].split, x->l[1].generation, 2, 5, "c", 2,
-                                    &res, err);
-        return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
+        res = sl_master_state_commit(x->b.m, "j", 0, x->l[1].split, x->l[1].generation, 2, 5, "c",
+                                     2, err);
+        return res == SL_MASTER_COMMIT_ERROR ? err->code
+               : res != SL_MASTER_COMMITTED  ? SL_ERR_INVALID
+                                             : SL_OK;
     case 6: {
         sl_master_kafka_partition_t p = {"u", 4, 9, -1};
         rc = sl_master_state_kafka_partition_add(x->b.m, "j", &p, err);

@@ -90,11 +90,10 @@ static sl_master_commit_result_t commit_why(sl_master_state_t *m, uint32_t epoch
                                             uint64_t gen, uint64_t from, uint64_t to,
                                             const char *client, uint64_t nonce, char *why)
 {
-    sl_master_commit_result_t res = 99;
     sl_error_t err = {0};
-    cr_assert_eq(
-        sl_master_state_commit(m, "j", epoch, split, gen, from, to, client, nonce, &res, &err),
-        SL_OK, "%s", err.msg);
+    sl_master_commit_result_t res =
+        sl_master_state_commit(m, "j", epoch, split, gen, from, to, client, nonce, &err);
+    cr_assert_neq(res, SL_MASTER_COMMIT_ERROR, "%s", err.msg);
     if (why != NULL) snprintf(why, SL_ERROR_MSG_MAX, "%s", err.msg);
     return res;
 }
@@ -150,12 +149,12 @@ Test(master_state, commits_ranges_overlap_and_split_read)
     cr_assert_eq(commit(m, 0, 9, g, 60, 70, "a", 5), SL_MASTER_UNKNOWN);
     cr_assert_eq(commit(m, 0, 0, g, 60, 170, "a", 6), SL_MASTER_UNKNOWN);
     cr_assert_eq(commit(m, 0, 0, g, 60, 60, "a", 7), SL_MASTER_UNKNOWN);
-    sl_master_commit_result_t res;
-    cr_assert_eq(sl_master_state_commit(m, "nope", 0, 0, g, 0, 1, "a", 8, &res, &err), SL_OK);
-    cr_assert_eq(res, SL_MASTER_UNKNOWN);
+    cr_assert_eq(sl_master_state_commit(m, "nope", 0, 0, g, 0, 1, "a", 8, &err), SL_MASTER_UNKNOWN);
+    cr_assert_eq(err.code, SL_OK); /* a refusal, not an error */
     cr_assert(strstr(err.msg, "no job 'nope'") != NULL, "%s", err.msg);
-    cr_assert_eq(sl_master_state_commit(m, "j", 0, 0, g, 0, 1, "bad id", 9, &res, &err),
-                 SL_ERR_INVALID);
+    cr_assert_eq(sl_master_state_commit(m, "j", 0, 0, g, 0, 1, "bad id", 9, &err),
+                 SL_MASTER_COMMIT_ERROR);
+    cr_assert_eq(err.code, SL_ERR_INVALID);
     /* only rows of a live lease commit: split 1 is not leased, and split 0
      * is not leased under another generation; nothing is recorded */
     char why[SL_ERROR_MSG_MAX];
@@ -168,18 +167,17 @@ Test(master_state, commits_ranges_overlap_and_split_read)
     assert_ranges(m, "j", 1, "");
     /* split read: [30,50) produced nothing, the rest is not committed: PENDING */
     sl_dpp_row_range_t empty[1] = {{30, 50}};
-    sl_master_split_state_t state;
-    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation + 1, empty, 1, &state, &err),
-                 SL_MASTER_STALE);
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation + 1, empty, 1, &err),
+                 SL_MASTER_READ_STALE);
     sl_dpp_row_range_t outside[1] = {{30, 500}};
-    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation, outside, 1, &state, &err),
-                 SL_ERR_INVALID);
-    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation, empty, 1, &state, &err),
-                 SL_OK, "%s", err.msg);
-    cr_assert_eq(state, SL_MASTER_SPLIT_PENDING);
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation, outside, 1, &err),
+                 SL_MASTER_READ_ERROR);
+    cr_assert_eq(err.code, SL_ERR_INVALID);
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation, empty, 1, &err),
+                 SL_MASTER_READ_PENDING, "%s", err.msg);
     assert_ranges(m, "j", 0, "[0,60)");
-    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation, empty, 1, &state, &err),
-                 SL_MASTER_STALE);
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l.generation, empty, 1, &err),
+                 SL_MASTER_READ_STALE);
     /* the reported lease has ended: a late copy of its batch is refused */
     cr_assert_eq(commit_why(m, 0, 0, g, 60, 70, "b", 13, why), SL_MASTER_STALE_EPOCH);
     cr_assert(strstr(why, "that lease has ended") != NULL, "%s", why);
@@ -202,16 +200,15 @@ Test(master_state, commits_ranges_overlap_and_split_read)
     cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert_eq(st.done, 1);
     cr_assert_eq(st.committed_rows, 100);
-    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l2.generation, NULL, 0, &state, &err),
-                 SL_MASTER_STALE);
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, l2.generation, NULL, 0, &err),
+                 SL_MASTER_READ_STALE);
     /* split 1 entirely filtered out: the split read commits it; epoch 1 begins */
     sl_master_lease_t l3;
     cr_assert_eq(sl_master_state_lease_next(m, "j", "w1", 0, &l3, &err), SL_OK);
     cr_assert_eq(l3.split, 1);
     sl_dpp_row_range_t all[1] = {{0, 50}};
-    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 1, l3.generation, all, 1, &state, &err),
-                 SL_OK, "%s", err.msg);
-    cr_assert_eq(state, SL_MASTER_SPLIT_DONE);
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 1, l3.generation, all, 1, &err),
+                 SL_MASTER_READ_DONE, "%s", err.msg);
     cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert_eq(st.epoch, 1);
     cr_assert_eq(st.pending, 2);
@@ -268,9 +265,8 @@ Test(master_state, expiry_returns_uncommitted_rows)
     cr_assert_eq(commit(m, 0, 0, a.generation, 0, 10, "c", 2), SL_MASTER_STALE_EPOCH);
     cr_assert_eq(commit(m, 0, 0, b.generation, 0, 10, "d", 1), SL_MASTER_COMMITTED);
     cr_assert_eq(commit(m, 0, 0, b.generation, 0, 10, "c", 3), SL_MASTER_OVERLAP);
-    sl_master_split_state_t state;
-    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, a.generation, NULL, 0, &state, &err),
-                 SL_MASTER_STALE);
+    cr_assert_eq(sl_master_state_split_read(m, "j", 0, 0, a.generation, NULL, 0, &err),
+                 SL_MASTER_READ_STALE);
     sl_master_state_counters_t k;
     sl_master_state_counters(m, &k);
     cr_assert_eq(k.expiries, 1);
@@ -423,11 +419,9 @@ static void run_epoch(sl_master_state_t *m, const char *job, uint32_t n, uint32_
         sl_master_lease_t l;
         cr_assert_eq(sl_master_state_lease_next(m, job, "w", 0, &l, &err), SL_OK, "%s", err.msg);
         order[i] = l.split;
-        sl_master_commit_result_t res;
         cr_assert_eq(sl_master_state_commit(m, job, l.epoch, l.split, l.generation, 0, l.num_rows,
-                                            "c", g_nonce++, &res, &err),
-                     SL_OK, "%s", err.msg);
-        cr_assert_eq(res, SL_MASTER_COMMITTED, "%s", err.msg);
+                                            "c", g_nonce++, &err),
+                     SL_MASTER_COMMITTED, "%s", err.msg);
     }
 }
 
@@ -835,10 +829,9 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
             }
             char cid[16];
             snprintf(cid, sizeof cid, "c%d", b->client);
-            sl_master_commit_result_t res;
-            cr_assert_eq(sl_master_state_commit(m, "p", b->epoch, b->split, b->gen, b->from, b->to,
-                                                cid, b->nonce, &res, &err),
-                         SL_OK, "%s", err.msg);
+            sl_master_commit_result_t res = sl_master_state_commit(
+                m, "p", b->epoch, b->split, b->gen, b->from, b->to, cid, b->nonce, &err);
+            cr_assert_neq(res, SL_MASTER_COMMIT_ERROR, "%s", err.msg);
             if (tu_below(&s, 4) == 0) continue; /* answer lost (connection, crash): retry */
             cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
             if (res == SL_MASTER_COMMITTED)
@@ -898,11 +891,10 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
         for (uint32_t k = 0; k < nq && !unanswered; k++)
             unanswered = q[k].gen == x->l.generation;
         if (unanswered) continue;
-        sl_master_split_state_t state;
-        sl_err_t rc = sl_master_state_split_read(m, "p", x->l.epoch, x->l.split, x->l.generation,
-                                                 x->empty, x->num_empty, &state, &err);
-        cr_assert(rc == SL_OK || rc == SL_MASTER_STALE, "%d %s", rc, err.msg);
-        if (rc == SL_OK) {
+        sl_master_read_result_t rr = sl_master_state_split_read(
+            m, "p", x->l.epoch, x->l.split, x->l.generation, x->empty, x->num_empty, &err);
+        cr_assert(rr != SL_MASTER_READ_ERROR, "%d %s", rr, err.msg);
+        if (rr != SL_MASTER_READ_STALE) {
             cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
             for (uint32_t k = 0; k < x->num_empty; k++)
                 for (uint64_t r = x->empty[k].from_row; r < x->empty[k].to_row; r++)
@@ -917,10 +909,9 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
         if (b->client < 0) b->client = 0, b->nonce = next_nonce[0]++;
         char cid[16];
         snprintf(cid, sizeof cid, "c%d", b->client);
-        sl_master_commit_result_t res;
-        cr_assert_eq(sl_master_state_commit(m, "p", b->epoch, b->split, b->gen, b->from, b->to, cid,
-                                            b->nonce, &res, &err),
-                     SL_OK, "%s", err.msg);
+        sl_master_commit_result_t res = sl_master_state_commit(m, "p", b->epoch, b->split, b->gen,
+                                                               b->from, b->to, cid, b->nonce, &err);
+        cr_assert_neq(res, SL_MASTER_COMMIT_ERROR, "%s", err.msg);
         if (res == SL_MASTER_COMMITTED)
             for (uint64_t r = b->from; r < b->to; r++)
                 delivered[b->epoch][b->split][r]++;
@@ -994,13 +985,18 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
     case 7: {
         int w = step - 6;
         sl_master_commit_t c = {"j", 0, x->split[w], x->gen[w], 0, 10, w ? "c2" : "c1", 1, 10};
-        rc = sl_master_state_commit_batch(x->b.m, &c, &res, err);
-        return rc == SL_OK && res != SL_MASTER_COMMITTED ? SL_ERR_INVALID : rc;
+        res = sl_master_state_commit_batch(x->b.m, &c, err);
+        return res == SL_MASTER_COMMIT_ERROR ? err->code
+               : res != SL_MASTER_COMMITTED  ? SL_ERR_INVALID
+                                             : SL_OK;
     }
     case 8: {
         sl_dpp_row_range_t empty = {10, x->rows[0]};
-        return sl_master_state_split_read(x->b.m, "j", 0, x->split[0], x->gen[0], &empty, 1, NULL,
-                                          err);
+        sl_master_read_result_t rr =
+            sl_master_state_split_read(x->b.m, "j", 0, x->split[0], x->gen[0], &empty, 1, err);
+        return rr == SL_MASTER_READ_ERROR   ? err->code
+               : rr == SL_MASTER_READ_STALE ? SL_ERR_INVALID
+                                            : SL_OK;
     }
     case 9: {
         sl_master_split_failure_t f = {"j",
@@ -1011,8 +1007,10 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
                                        3,
                                        "stripe 3: checksum mismatch",
                                        SL_ERR_CORRUPT};
-        sl_master_split_fail_result_t fr;
-        return sl_master_state_split_failed(x->b.m, &f, 3, &fr, err);
+        sl_master_split_fail_result_t fr = sl_master_state_split_failed(x->b.m, &f, 3, err);
+        return fr == SL_MASTER_FAIL_ERROR   ? err->code
+               : fr == SL_MASTER_FAIL_STALE ? SL_ERR_INVALID
+                                            : SL_OK;
     }
     case 10: {
         void *tok;

@@ -276,13 +276,21 @@ static void on_accept(sl_master_t *m)
     sl_mutex_unlock(&m->mu);
 }
 
-/* Group commit: one sync for every answer of the round, then send them. */
+/* Group commit: one sync for every answer of the round, then send them.
+ * The disk is waited for outside m->mu (docs/DESIGN.md, "Disk work
+ * outside the lock"): the records of every deferred answer were appended
+ * before the ticket, and only this thread makes and sends deferred
+ * answers, so none leaves before its records are durable. */
 static void flush_deferred(sl_master_t *m)
 {
     if (m->ndeferred == 0) return;
     sl_error_t err = {0};
+    uint64_t ticket = 0;
     sl_mutex_lock(&m->mu);
-    bool ok = !m->failed && sl_master_state_sync(m->st, &err) == SL_OK;
+    bool ok = !m->failed && sl_master_state_sync_begin(m->st, &ticket, &err) == SL_OK;
+    sl_mutex_unlock(&m->mu);
+    if (ok) ok = sl_master_state_sync_wait(m->st, ticket, &err) == SL_OK;
+    sl_mutex_lock(&m->mu);
     if (!ok) mp_fail(m, &err);
     for (uint32_t k = 0; k < m->ndeferred; k++) {
         mp_deferred *d = &m->deferred[k];

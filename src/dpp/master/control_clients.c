@@ -221,12 +221,13 @@ void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
         return;
     }
     sl_error_t err = {0};
-    sl_master_commit_result_t res = SL_MASTER_UNKNOWN;
     sl_master_commit_t co = {cm->ref->job_id,     cm->ref->epoch,     cm->ref->split,
                              cm->ref->generation, cm->rows->from_row, cm->rows->to_row,
                              cm->client_id,       cm->nonce,          cm->num_samples};
-    sl_err_t rc = m->failed ? SL_ERR_IO : sl_master_state_commit_batch(m->st, &co, &res, &err);
-    if (rc != SL_OK) {
+    sl_master_commit_result_t res =
+        m->failed ? SL_MASTER_COMMIT_ERROR : sl_master_state_commit_batch(m->st, &co, &err);
+    if (res == SL_MASTER_COMMIT_ERROR) {
+        sl_err_t rc = m->failed ? SL_ERR_IO : err.code;
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
         mp_send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
         return;

@@ -13,6 +13,16 @@
 #include "common/mem.h"
 #include "dpp/master/master_internal.h"
 
+/* The state's outcomes are the replies' values (sent as they are). */
+_Static_assert((int)SL_MASTER_READ_PENDING == SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__PENDING &&
+                   (int)SL_MASTER_READ_DONE == SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE &&
+                   (int)SL_MASTER_READ_STALE == SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__STALE,
+               "SplitReadReply.State");
+_Static_assert((int)SL_MASTER_FAIL_STALE == SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE &&
+                   (int)SL_MASTER_FAIL_JOB_FAILED ==
+                       SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__JOB_FAILED,
+               "SplitFailedReply.State");
+
 /* The record of worker id, added when new. @return NULL with *why set
  * (SL_ERR_TOO_LARGE past max_workers, SL_ERR_NOMEM). */
 static mp_worker *worker_get(sl_master_t *m, const char *id, uint32_t *idx, sl_err_t *why)
@@ -458,14 +468,14 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
         e[k] = (sl_dpp_row_range_t){r->empty[k] ? r->empty[k]->from_row : 0,
                                     r->empty[k] ? r->empty[k]->to_row : 0};
     sl_error_t err = {0};
-    sl_master_split_state_t state = SL_MASTER_SPLIT_PENDING;
-    sl_err_t rc = m->failed ? SL_ERR_IO
-                            : sl_master_state_split_read(m->st, r->ref->job_id, r->ref->epoch,
-                                                         r->ref->split, r->ref->generation, e,
-                                                         (uint32_t)r->n_empty, &state, &err);
+    sl_master_read_result_t res =
+        m->failed ? SL_MASTER_READ_ERROR
+                  : sl_master_state_split_read(m->st, r->ref->job_id, r->ref->epoch, r->ref->split,
+                                               r->ref->generation, e, (uint32_t)r->n_empty, &err);
+    bool ok = res == SL_MASTER_READ_DONE || res == SL_MASTER_READ_PENDING;
     if (e != one) sl_free(m->a, e, r->n_empty * sizeof *e);
     mp_job *dj = r->detached && r->ref->job_id ? mp_job_find(m, r->ref->job_id) : NULL;
-    if (rc == SL_OK && dj != NULL && !dj->solo) {
+    if (ok && dj != NULL && !dj->solo) {
         dj->solo = true;
         sl_log_kv(SL_LOG_INFO, SL_EV(SHARE_DETACHED),
                   (SL_KV_STR("job", dj->id), SL_KV_U64("split", r->ref->split),
@@ -473,17 +483,13 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
                   "job %s fell behind its shared pass on worker %s: leased on its own from now",
                   dj->id, m->workers[m->conns[i].worker].id);
     }
-    if (rc == SL_OK) {
-        d.result = state == SL_MASTER_SPLIT_DONE
-                       ? SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE
-                       : SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__PENDING;
-    } else if (rc == SL_MASTER_STALE || rc == SL_ERR_NOT_FOUND) {
-        d.result = SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__STALE;
-    } else {
+    if (res == SL_MASTER_READ_ERROR) {
+        sl_err_t rc = m->failed ? SL_ERR_IO : err.code;
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
         mp_send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
         return;
     }
+    d.result = (int)res; /* the values of SplitReadReply.State */
     if (!mp_defer(m, i, d)) mp_send_error(m, i, SL_ERR_NOMEM, "split read answer");
 }
 
@@ -517,15 +523,20 @@ void mp_on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__Split
         if (strlen(f.file) > 1024) f.file = "(file name too long)";
     }
     sl_error_t err = {0};
-    sl_master_split_fail_result_t res = SL_MASTER_FAIL_RETRY;
     /* only the live lease's holder may fail it */
     bool holder =
         sl_master_state_lease_live(m->st, f.job_id, f.epoch, f.split, f.generation, w->id);
-    sl_err_t rc =
-        m->failed ? SL_ERR_IO
-        : !holder ? sl_error_set(&err, SL_MASTER_STALE, "split failed: not the holder")
-                  : sl_master_state_split_failed(m->st, &f, m->opts.max_split_failures, &res, &err);
-    if (rc == SL_OK) {
+    sl_master_split_fail_result_t res =
+        m->failed ? SL_MASTER_FAIL_ERROR
+        : !holder ? SL_MASTER_FAIL_STALE
+                  : sl_master_state_split_failed(m->st, &f, m->opts.max_split_failures, &err);
+    if (res == SL_MASTER_FAIL_ERROR) {
+        sl_err_t rc = m->failed ? SL_ERR_IO : err.code;
+        if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
+        mp_send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
+        return;
+    }
+    if (res != SL_MASTER_FAIL_STALE) {
         const char *outcome = res == SL_MASTER_FAIL_JOB_FAILED ? "job_failed"
                               : res == SL_MASTER_FAIL_SKIPPED  ? "skipped"
                                                                : "retry";
@@ -539,13 +550,7 @@ void mp_on_split_failed(sl_master_t *m, uint32_t i, const Sluice__Control__Split
                   res == SL_MASTER_FAIL_JOB_FAILED ? " -- the job has failed"
                   : res == SL_MASTER_FAIL_SKIPPED  ? " -- the split is skipped"
                                                    : "");
-        d.result = (int)res;
-    } else if (rc == SL_MASTER_STALE || rc == SL_ERR_NOT_FOUND) {
-        d.result = SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__STALE;
-    } else {
-        if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
-        mp_send_error(m, i, rc, m->failed ? "master state failed" : err.msg);
-        return;
     }
+    d.result = (int)res; /* the values of SplitFailedReply.State */
     if (!mp_defer(m, i, d)) mp_send_error(m, i, SL_ERR_NOMEM, "split failed answer");
 }

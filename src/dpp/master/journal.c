@@ -3,33 +3,23 @@
  * replacement. See journal.h for the format and the recovery rules. */
 #include "common/clock.h"
 #include "common/fileio.h"
+#include "common/lock.h"
 #include "common/mem.h"
-#include "dpp/master/journal.h"
+#include "dpp/master/journal_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fiu-local.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
-
-struct sl_master_journal {
-    const sl_allocator_t *a;
-    char *dir;
-    char *path;      /* DIR/journal */
-    char *snap_path; /* DIR/snapshot */
-    int fd;          /* journal, O_APPEND */
-    uint64_t generation;
-    uint64_t file_bytes; /* written to the file */
-    size_t max_record;
-    uint8_t *buf; /* [SL_MASTER_JOURNAL_BUFFER] appends not yet written */
-    size_t buffered;
-    bool dirty; /* written or buffered since the last fdatasync */
-    uint64_t syncs;
-    sl_master_journal_sync_hist_t sync_hist; /* latency of the syncs counted in syncs */
-};
 
 /* From a fast local SSD (well under 1 ms) to a disk in trouble (seconds):
  * group commit makes every trainer commit wait for one of these. */
@@ -160,10 +150,26 @@ sl_err_t sl_master_journal_snapshot_parse(const void *buf, size_t len, const cha
 
 /* ---- files ---------------------------------------------------------------------- */
 
-/* Write header + payload to path.tmp, fsync, rename over path, fsync dir. */
-static sl_err_t write_atomic(const sl_master_journal_t *j, const char *path, const uint8_t *head,
-                             size_t head_len, const void *payload, size_t len, sl_error_t *err)
+/* A storage fault injected at point name (libfiu, enabled by tests with
+ * fiu_enable; the failinfo is the errno to fail with, EIO when NULL): the
+ * points are sluice/journal/write, sluice/journal/fdatasync,
+ * sluice/journal/rename (a snapshot or a fresh journal put in place) and
+ * sluice/journal/rename_next (a background compaction's journal.next put
+ * in place, after its snapshot). */
+bool mj_injected(const char *name)
 {
+    if (!fiu_fail(name)) return false;
+    void *info = fiu_failinfo();
+    errno = info != NULL ? (int)(intptr_t)info : EIO;
+    return true;
+}
+
+/* Write header + payload to path.tmp, fsync, rename over path, fsync dir. */
+sl_err_t mj_write_atomic(const sl_master_journal_t *j, const char *path, const uint8_t *head,
+                         size_t head_len, const void *payload, size_t len, sl_error_t *err)
+{
+    if (mj_injected("sluice/journal/rename"))
+        return sl_error_set(err, SL_ERR_IO, "rename %s: %s", path, strerror(errno));
     char *tmp = sl_strfmt(j->a, "%s/tmp", j->dir);
     if (tmp == NULL) return sl_error_set(err, SL_ERR_NOMEM, "write %s", path);
     sl_err_t rc = sl_io_replace_file(path, tmp, head, head_len, payload, len, true, err);
@@ -179,7 +185,7 @@ static sl_err_t journal_create(sl_master_journal_t *j, uint64_t gen, sl_error_t 
     memcpy(head, SL_MASTER_JOURNAL_MAGIC, 4);
     sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
     sl_le_put_u64(head + 8, gen);
-    sl_err_t rc = write_atomic(j, j->path, head, sizeof head, NULL, 0, err);
+    sl_err_t rc = mj_write_atomic(j, j->path, head, sizeof head, NULL, 0, err);
     if (rc != SL_OK) return rc;
     int fd = open(j->path, O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0) return sl_error_set(err, SL_ERR_IO, "open %s: %s", j->path, strerror(errno));
@@ -187,19 +193,26 @@ static sl_err_t journal_create(sl_master_journal_t *j, uint64_t gen, sl_error_t 
     j->fd = fd;
     j->generation = gen;
     j->file_bytes = SL_MASTER_JOURNAL_HEADER_BYTES;
-    j->buffered = 0;
-    j->dirty = false;
     return SL_OK;
 }
 
 void sl_master_journal_close(sl_master_journal_t *j)
 {
     if (j == NULL) return;
+    sl_master_journal_compact_wait(j);
+    mj_free_kept(j);
+    sl_free(j->a, j->kept, j->kept_cap * sizeof *j->kept);
     if (j->fd >= 0) close(j->fd);
     sl_strfree(j->a, j->dir);
     sl_strfree(j->a, j->path);
     sl_strfree(j->a, j->snap_path);
-    sl_free(j->a, j->buf, SL_MASTER_JOURNAL_BUFFER);
+    sl_free(j->a, j->buf, j->cap);
+    sl_free(j->a, j->spare, j->spare_cap);
+    for (size_t k = 0; k < j->nsealed; k++)
+        sl_free(j->a, j->sealed[k].p, j->sealed[k].cap);
+    sl_free(j->a, j->sealed, j->sealed_cap * sizeof *j->sealed);
+    sl_mutex_destroy(&j->io_mu);
+    sl_mutex_destroy(&j->q_mu);
     sl_free(j->a, j, sizeof *j);
 }
 
@@ -223,11 +236,21 @@ sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t
     j->a = a;
     j->fd = -1;
     j->max_record = max_record;
+    sl_mutex_init(&j->io_mu);
+    sl_mutex_init(&j->q_mu);
+    const char *delay = getenv("SLUICE_JOURNAL_SYNC_DELAY_US");
+    if (delay != NULL) j->sync_delay_us = strtoull(delay, NULL, 10);
     j->dir = sl_strdup(a, dir);
     j->path = sl_strfmt(a, "%s/%s", dir, SL_MASTER_JOURNAL_FILE);
     j->snap_path = sl_strfmt(a, "%s/%s", dir, SL_MASTER_SNAPSHOT_FILE);
+    /* The first buffer and room for sealed ones now: the first records
+     * and sync after open (the state's Opened record) allocate nothing. */
     j->buf = sl_alloc(a, SL_MASTER_JOURNAL_BUFFER);
-    if (j->dir == NULL || j->path == NULL || j->snap_path == NULL || j->buf == NULL) {
+    j->cap = j->buf != NULL ? SL_MASTER_JOURNAL_BUFFER : 0;
+    j->sealed = sl_alloc(a, 8 * sizeof *j->sealed);
+    j->sealed_cap = j->sealed != NULL ? 8 : 0;
+    if (j->dir == NULL || j->path == NULL || j->snap_path == NULL || j->buf == NULL ||
+        j->sealed == NULL) {
         sl_master_journal_close(j);
         return sl_error_set(err, SL_ERR_NOMEM, "open journal in %s", dir);
     }
@@ -252,6 +275,8 @@ sl_err_t sl_master_journal_open(const char *dir, const sl_allocator_t *a, size_t
         goto fail;
     }
 
+    rc = mj_adopt_next(j, info->had_snapshot, snap_gen, err);
+    if (rc != SL_OK) goto fail;
     rc = sl_io_map_file(j->path, "journal", &map, err);
     if (rc == SL_ERR_NOT_FOUND) {
         if (info->had_snapshot) {
@@ -332,14 +357,29 @@ fail:
     return rc;
 }
 
-static sl_err_t flush(sl_master_journal_t *j, sl_error_t *err)
+/* Room for more bytes in buf (the spare first, then a bigger one). */
+static bool reserve(sl_master_journal_t *j, size_t more)
 {
-    if (j->buffered == 0) return SL_OK;
-    sl_err_t rc = sl_io_write_all(j->fd, j->buf, j->buffered, j->path, err);
-    if (rc != SL_OK) return rc;
-    j->file_bytes += j->buffered;
-    j->buffered = 0;
-    return SL_OK;
+    if (j->buffered + more <= j->cap) return true;
+    size_t cap = j->cap ? j->cap : SL_MASTER_JOURNAL_BUFFER;
+    while (cap < j->buffered + more)
+        cap *= 2;
+    uint8_t *p = NULL;
+    if (j->buffered == 0) {
+        sl_mutex_lock(&j->q_mu);
+        if (j->spare != NULL && j->spare_cap >= cap) {
+            p = j->spare, cap = j->spare_cap;
+            j->spare = NULL, j->spare_cap = 0;
+        }
+        sl_mutex_unlock(&j->q_mu);
+    }
+    if (p == NULL) p = sl_alloc(j->a, cap);
+    if (p == NULL) return false;
+    if (j->buffered > 0) memcpy(p, j->buf, j->buffered);
+    sl_free(j->a, j->buf, j->cap);
+    j->buf = p;
+    j->cap = cap;
+    return true;
 }
 
 sl_err_t sl_master_journal_append(sl_master_journal_t *j, const void *payload, size_t len,
@@ -348,74 +388,188 @@ sl_err_t sl_master_journal_append(sl_master_journal_t *j, const void *payload, s
     if (len > j->max_record)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "%s: record of %zu bytes exceeds %zu", j->path,
                             len, j->max_record);
-    uint8_t head[SL_MASTER_JOURNAL_RECORD_HEADER_BYTES];
+    size_t total = SL_MASTER_JOURNAL_RECORD_HEADER_BYTES + len;
+    if (!reserve(j, total))
+        return sl_error_set(err, SL_ERR_NOMEM, "%s: record of %zu bytes", j->path, len);
+    uint8_t *head = j->buf + j->buffered;
     sl_le_put_u32(head, (uint32_t)len);
     sl_le_put_u32(head + 4, ~(uint32_t)len);
     sl_le_put_u64(head + 8, record_sum(payload, (uint32_t)len));
-    size_t total = sizeof head + len;
-    j->dirty = true;
-    if (j->buffered + total > SL_MASTER_JOURNAL_BUFFER) {
-        sl_err_t rc = flush(j, err);
+    if (len > 0) memcpy(head + SL_MASTER_JOURNAL_RECORD_HEADER_BYTES, payload, len);
+    j->buffered += total;
+    sl_mutex_lock(&j->q_mu);
+    j->appended += total;
+    sl_mutex_unlock(&j->q_mu);
+    return SL_OK;
+}
+
+/* Move buf to the sealed chunks (under the owner's lock). */
+sl_err_t mj_seal(sl_master_journal_t *j, sl_error_t *err)
+{
+    if (j->buffered == 0) return SL_OK;
+    sl_mutex_lock(&j->q_mu);
+    if (j->nsealed == j->sealed_cap) {
+        size_t cap = j->sealed_cap ? 2 * j->sealed_cap : 8;
+        struct chunk *c = sl_alloc(j->a, cap * sizeof *c);
+        if (c == NULL) {
+            sl_mutex_unlock(&j->q_mu);
+            return sl_error_set(err, SL_ERR_NOMEM, "%s: sync", j->path);
+        }
+        if (j->nsealed > 0) memcpy(c, j->sealed, j->nsealed * sizeof *c);
+        sl_free(j->a, j->sealed, j->sealed_cap * sizeof *c);
+        j->sealed = c;
+        j->sealed_cap = cap;
+    }
+    j->sealed[j->nsealed++] = (struct chunk){j->buf, j->buffered, j->cap, j->sealed_end};
+    j->sealed_bytes += j->buffered;
+    j->sealed_end += j->buffered;
+    sl_mutex_unlock(&j->q_mu);
+    j->buf = NULL;
+    j->buffered = j->cap = 0;
+    return SL_OK;
+}
+
+sl_err_t sl_master_journal_sync_begin(sl_master_journal_t *j, uint64_t *ticket, sl_error_t *err)
+{
+    sl_err_t rc = mj_seal(j, err);
+    sl_mutex_lock(&j->q_mu);
+    *ticket = j->sealed_end;
+    sl_mutex_unlock(&j->q_mu);
+    return rc;
+}
+
+static void wait_us(uint64_t us)
+{
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Write every sealed chunk to the file, in order (io_mu held). A failure
+ * breaks the journal: what the chunks held may be half written. */
+sl_err_t mj_write_sealed(sl_master_journal_t *j, uint64_t *end, sl_error_t *err)
+    SL_REQUIRES(j->io_mu)
+{
+    for (;;) {
+        sl_mutex_lock(&j->q_mu);
+        if (j->broken) {
+            sl_mutex_unlock(&j->q_mu);
+            return sl_error_set(err, SL_ERR_IO, "%s", j->broken_msg);
+        }
+        if (j->nsealed == 0) {
+            *end = j->sealed_end;
+            sl_mutex_unlock(&j->q_mu);
+            return SL_OK;
+        }
+        struct chunk c = j->sealed[0];
+        memmove(j->sealed, j->sealed + 1, (j->nsealed - 1) * sizeof *j->sealed);
+        j->nsealed--;
+        sl_mutex_unlock(&j->q_mu);
+        sl_err_t rc = mj_injected("sluice/journal/write")
+                          ? sl_error_set(err, SL_ERR_IO, "write %s: %s", j->path, strerror(errno))
+                          : sl_io_write_all(j->fd, c.p, c.len, j->path, err);
+        sl_mutex_lock(&j->q_mu);
+        if (rc == SL_OK) {
+            j->file_bytes += c.len;
+            j->sealed_bytes -= c.len;
+            if (j->compacting && c.start >= j->boundary && mj_keep(j, &c)) c.p = NULL;
+        } else {
+            j->broken = true;
+            snprintf(j->broken_msg, sizeof j->broken_msg, "%s", err != NULL ? err->msg : "write");
+        }
+        /* keep one buffer of the usual size for the next appends */
+        if (rc == SL_OK && j->spare == NULL && c.cap <= 4 * SL_MASTER_JOURNAL_BUFFER) {
+            j->spare = c.p, j->spare_cap = c.cap;
+            c.p = NULL;
+        }
+        sl_mutex_unlock(&j->q_mu);
+        if (c.p != NULL) sl_free(j->a, c.p, c.cap);
         if (rc != SL_OK) return rc;
     }
-    if (total > SL_MASTER_JOURNAL_BUFFER) {
-        /* A big record (a job's split list) goes straight to the file. */
-        sl_err_t rc = sl_io_write_all(j->fd, head, sizeof head, j->path, err);
-        if (rc == SL_OK) rc = sl_io_write_all(j->fd, payload, len, j->path, err);
-        if (rc != SL_OK) return rc;
-        j->file_bytes += total;
+}
+
+sl_err_t sl_master_journal_sync_wait(sl_master_journal_t *j, uint64_t ticket, sl_error_t *err)
+{
+    sl_mutex_lock(&j->io_mu);
+    sl_mutex_lock(&j->q_mu);
+    bool done = j->durable >= ticket && !j->broken;
+    sl_mutex_unlock(&j->q_mu);
+    if (done) { /* another sync made it durable meanwhile */
+        sl_mutex_unlock(&j->io_mu);
         return SL_OK;
     }
-    memcpy(j->buf + j->buffered, head, sizeof head);
-    if (len > 0) memcpy(j->buf + j->buffered + sizeof head, payload, len);
-    j->buffered += total;
-    return SL_OK;
+    double t0 = sl_clock_s();
+    uint64_t end = 0;
+    sl_err_t rc = mj_write_sealed(j, &end, err);
+    if (rc == SL_OK && j->sync_delay_us > 0) wait_us(j->sync_delay_us);
+    if (rc == SL_OK && (mj_injected("sluice/journal/fdatasync") || fdatasync(j->fd) != 0)) {
+        rc = sl_error_set(err, SL_ERR_IO, "fdatasync %s: %s", j->path, strerror(errno));
+        sl_mutex_lock(&j->q_mu);
+        j->broken = true;
+        snprintf(j->broken_msg, sizeof j->broken_msg, "%s", err != NULL ? err->msg : "fdatasync");
+        sl_mutex_unlock(&j->q_mu);
+    }
+    if (rc == SL_OK) {
+        double took = sl_clock_s() - t0;
+        int b = 0;
+        while (b < SL_MASTER_JOURNAL_SYNC_BUCKETS && took > SL_MASTER_JOURNAL_SYNC_BOUNDS[b])
+            b++;
+        sl_mutex_lock(&j->q_mu);
+        if (end > j->durable) j->durable = end;
+        j->syncs++;
+        j->sync_hist.count[b]++;
+        j->sync_hist.sum_s += took;
+        sl_mutex_unlock(&j->q_mu);
+    }
+    sl_mutex_unlock(&j->io_mu);
+    return rc;
 }
 
 sl_err_t sl_master_journal_sync(sl_master_journal_t *j, sl_error_t *err)
 {
-    if (!j->dirty) return SL_OK;
-    double t0 = sl_clock_s();
-    sl_err_t rc = flush(j, err);
-    if (rc != SL_OK) return rc;
-    if (fdatasync(j->fd) != 0)
-        return sl_error_set(err, SL_ERR_IO, "fdatasync %s: %s", j->path, strerror(errno));
-    j->dirty = false;
-    j->syncs++;
-    double took = sl_clock_s() - t0;
-    int b = 0;
-    while (b < SL_MASTER_JOURNAL_SYNC_BUCKETS && took > SL_MASTER_JOURNAL_SYNC_BOUNDS[b])
-        b++;
-    j->sync_hist.count[b]++;
-    j->sync_hist.sum_s += took;
-    return SL_OK;
+    uint64_t ticket;
+    sl_err_t rc = sl_master_journal_sync_begin(j, &ticket, err);
+    return rc == SL_OK ? sl_master_journal_sync_wait(j, ticket, err) : rc;
 }
 
-uint64_t sl_master_journal_size(const sl_master_journal_t *j)
+uint64_t sl_master_journal_size(sl_master_journal_t *j)
 {
-    return j->file_bytes + j->buffered;
+    sl_mutex_lock(&j->q_mu);
+    uint64_t n = j->file_bytes + j->sealed_bytes;
+    sl_mutex_unlock(&j->q_mu);
+    return n + j->buffered;
 }
 
-uint64_t sl_master_journal_syncs(const sl_master_journal_t *j)
+uint64_t sl_master_journal_syncs(sl_master_journal_t *j)
 {
-    return j->syncs;
+    sl_mutex_lock(&j->q_mu);
+    uint64_t n = j->syncs;
+    sl_mutex_unlock(&j->q_mu);
+    return n;
 }
 
-void sl_master_journal_sync_hist(const sl_master_journal_t *j, sl_master_journal_sync_hist_t *out)
+void sl_master_journal_sync_hist(sl_master_journal_t *j, sl_master_journal_sync_hist_t *out)
 {
-    if (j == NULL)
+    if (j == NULL) {
         memset(out, 0, sizeof *out);
-    else
-        *out = j->sync_hist;
+        return;
+    }
+    sl_mutex_lock(&j->q_mu);
+    *out = j->sync_hist;
+    sl_mutex_unlock(&j->q_mu);
 }
 
 sl_err_t sl_master_journal_compact(sl_master_journal_t *j, const void *payload, size_t len,
                                    sl_error_t *err)
 {
-    /* The buffered tail goes to the old journal first: should the snapshot
-     * fail, the journal alone still holds everything. */
-    sl_err_t rc = flush(j, err);
+    sl_master_journal_compact_wait(j); /* one compaction at a time */
+    /* Everything appended goes to the old journal first: should the
+     * snapshot fail, the journal alone still holds everything. */
+    sl_err_t rc = mj_seal(j, err);
     if (rc != SL_OK) return rc;
+    sl_mutex_lock(&j->io_mu);
+    uint64_t end = 0;
+    rc = mj_write_sealed(j, &end, err);
     uint64_t gen = j->generation + 1;
     uint8_t head[SL_MASTER_SNAPSHOT_HEADER_BYTES];
     memcpy(head, SL_MASTER_SNAPSHOT_MAGIC, 4);
@@ -423,9 +577,15 @@ sl_err_t sl_master_journal_compact(sl_master_journal_t *j, const void *payload, 
     sl_le_put_u64(head + 8, gen);
     sl_le_put_u64(head + 16, len);
     sl_le_put_u64(head + 24, XXH3_64bits(payload, len));
-    rc = write_atomic(j, j->snap_path, head, sizeof head, payload, len, err);
-    if (rc != SL_OK) return rc;
-    rc = journal_create(j, gen, err);
-    if (rc == SL_OK) j->syncs++;
+    if (rc == SL_OK) rc = mj_write_atomic(j, j->snap_path, head, sizeof head, payload, len, err);
+    if (rc == SL_OK) rc = journal_create(j, gen, err);
+    if (rc == SL_OK) {
+        /* the snapshot holds every record appended: all of it is durable */
+        sl_mutex_lock(&j->q_mu);
+        j->durable = end;
+        j->syncs++;
+        sl_mutex_unlock(&j->q_mu);
+    }
+    sl_mutex_unlock(&j->io_mu);
     return rc;
 }

@@ -28,11 +28,19 @@
  * in the middle: the open fails naming file and offset, because dropping it
  * would silently forget state that later records depend on.
  *
- * Writes: appends go to a buffer of at most SL_MASTER_JOURNAL_BUFFER bytes,
- * written out when full and by sl_master_journal_sync, which also fdatasyncs.
- * Nothing appended is durable before the next sync returns.
+ * Writes: appends go to a memory buffer (it grows; an append never
+ * writes). A sync is two steps: sl_master_journal_sync_begin, under the
+ * owner's lock, seals what was appended so far and returns a ticket;
+ * sl_master_journal_sync_wait(ticket), without it, writes every sealed
+ * buffer in order and fdatasyncs, so the owner's lock is never held across
+ * the disk. Nothing appended is durable before a wait for a ticket taken
+ * after it returns. A failed write or fdatasync breaks the journal: every
+ * later wait fails (the file's tail is unknown; reopening replays what
+ * reached it).
  *
- * Threads: none of its own; a journal is used under its owner's lock. */
+ * Threads: none of its own. Appends, sync_begin and compact are called
+ * under the owner's lock; sync_wait from any thread, with or without it
+ * (its own mutexes order the writes); size, syncs and sync_hist any time. */
 #ifndef SLUICE_DPP_MASTER_JOURNAL_H
 #define SLUICE_DPP_MASTER_JOURNAL_H
 
@@ -120,15 +128,24 @@ void sl_master_journal_close(sl_master_journal_t *j);
 sl_err_t sl_master_journal_append(sl_master_journal_t *j, const void *payload, size_t len,
                                   sl_error_t *err);
 
-/* Write the buffer out and fdatasync when anything was appended since the
- * last sync. */
+/* Seal what was appended so far (under the owner's lock): *ticket names
+ * it for sl_master_journal_sync_wait. SL_ERR_NOMEM: nothing sealed. */
+sl_err_t sl_master_journal_sync_begin(sl_master_journal_t *j, uint64_t *ticket, sl_error_t *err);
+
+/* Make everything up to ticket durable: write the sealed buffers and
+ * fdatasync (nothing when another wait did it already). Without the
+ * owner's lock is the point; with it works too. SL_ERR_IO breaks the
+ * journal. */
+sl_err_t sl_master_journal_sync_wait(sl_master_journal_t *j, uint64_t ticket, sl_error_t *err);
+
+/* sync_begin then sync_wait: everything appended so far durable. */
 sl_err_t sl_master_journal_sync(sl_master_journal_t *j, sl_error_t *err);
 
-/* Bytes of the journal file including buffered appends. */
-uint64_t sl_master_journal_size(const sl_master_journal_t *j);
+/* Bytes of the journal file including appends not written yet. */
+uint64_t sl_master_journal_size(sl_master_journal_t *j);
 
 /* Number of fdatasync calls made so far (for benchmarks and metrics). */
-uint64_t sl_master_journal_syncs(const sl_master_journal_t *j);
+uint64_t sl_master_journal_syncs(sl_master_journal_t *j);
 
 /* How long sl_master_journal_sync took (write-out plus fdatasync), as a
  * Prometheus histogram: count[i] syncs took at most
@@ -143,12 +160,38 @@ typedef struct sl_master_journal_sync_hist {
 } sl_master_journal_sync_hist_t;
 
 /* The histogram so far; zeroes for j NULL. */
-void sl_master_journal_sync_hist(const sl_master_journal_t *j, sl_master_journal_sync_hist_t *out);
+void sl_master_journal_sync_hist(sl_master_journal_t *j, sl_master_journal_sync_hist_t *out);
 
 /* Replace journal and snapshot by a snapshot with payload (the whole state,
  * which must include everything appended so far) and an empty journal, both
  * of the next generation; durable when it returns. */
 sl_err_t sl_master_journal_compact(sl_master_journal_t *j, const void *payload, size_t len,
                                    sl_error_t *err);
+
+/* Compact in the background (as redis rewrites its AOF): payload is the
+ * snapshot of everything appended so far (taken under the owner's lock:
+ * this call seals what was appended, so the snapshot's records end at a
+ * seal), owned by the journal from now on. A thread writes it as
+ * snapshot.tmp (fsync) with no lock held; then, under the journal's io
+ * lock, the records appended since are written to journal.next of the
+ * next generation, and snapshot.tmp and journal.next are renamed over
+ * snapshot and journal. Syncs go on meanwhile (into the old journal, their
+ * records kept for the new one); a failure before the snapshot's rename
+ * changes nothing (the old journal holds everything, counted as failed);
+ * one between the renames breaks the journal (open puts journal.next in
+ * place). Nothing when one is running already. */
+sl_err_t sl_master_journal_compact_start(sl_master_journal_t *j, void *payload, size_t len,
+                                         sl_error_t *err);
+
+/* Is a background compaction running? */
+bool sl_master_journal_compacting(sl_master_journal_t *j);
+
+/* Wait for the background compaction to end (owner's thread only). */
+void sl_master_journal_compact_wait(sl_master_journal_t *j);
+
+/* Background compactions finished and failed so far; the last failure's
+ * message into msg (may be NULL). */
+void sl_master_journal_compact_counts(sl_master_journal_t *j, uint64_t *done, uint64_t *failed,
+                                      char *msg, size_t cap);
 
 #endif

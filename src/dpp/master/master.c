@@ -113,6 +113,28 @@ sl_err_t mp_sync(sl_master_t *m, sl_error_t *err)
     return sync_locked(m, err);
 }
 
+/* The first half of a sync whose wait is done outside m->mu
+ * (wait_unlocked): what was appended so far is sealed, *ticket names it. */
+static sl_err_t begin_locked(sl_master_t *m, uint64_t *ticket, sl_error_t *err) SL_REQUIRES(m->mu)
+{
+    sl_err_t rc = sl_master_state_sync_begin(m->st, ticket, err);
+    if (rc != SL_OK) mp_fail(m, err);
+    return rc;
+}
+
+/* The second half, without m->mu: the caller answers only once it
+ * returned SL_OK (a failure fails the master, as sync_locked's does). */
+static sl_err_t wait_unlocked(sl_master_t *m, uint64_t ticket, sl_error_t *err) SL_EXCLUDES(m->mu)
+{
+    sl_err_t rc = sl_master_state_sync_wait(m->st, ticket, err);
+    if (rc != SL_OK) {
+        sl_mutex_lock(&m->mu);
+        mp_fail(m, err);
+        sl_mutex_unlock(&m->mu);
+    }
+    return rc;
+}
+
 /* Idle clients are looked for ten times per idle period (at most once a
  * second): a record lives at most 1.1 idle periods past its last use. */
 static uint64_t evict_every(const sl_master_t *m)
@@ -361,6 +383,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
                                  .max_clients = o->max_clients,
                                  .max_answers = o->max_answers,
                                  .compact_bytes = o->compact_bytes,
+                                 .compact_in_background = true,
                                  .kafka_chunks_ahead = o->kafka_chunks_ahead,
                                  .allocator = m->a};
     sl_master_journal_open_info_t info;
@@ -624,6 +647,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                                        .parquet_row_groups = ps.row_groups,
                                        .parquet_row_groups_skipped = ps.row_groups_skipped,
                                        .parquet_rows_skipped = ps.rows_skipped};
+    uint64_t ticket = 0;
     sl_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
@@ -637,7 +661,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
          * leases; the old job's leases and uncommitted rows are gone */
         rc = sl_master_state_job_replace(m->st, &spec, (const void *const *)req->tokens,
                                          req->token_lens, req->num_tokens, err);
-        if (rc == SL_OK) rc = sync_locked(m, err);
+        if (rc == SL_OK) rc = begin_locked(m, &ticket, err);
         mp_job *old = mp_job_find(m, job->id);
         if (rc == SL_OK && old != NULL) old->used = false;
         if (rc == SL_OK &&
@@ -648,7 +672,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                  ? sl_master_state_job_resume_ranks(m->st, &spec, (const void *const *)req->tokens,
                                                     req->token_lens, req->num_tokens, err)
                  : sl_master_state_job_add(m->st, &spec, err);
-        if (rc == SL_OK) rc = sync_locked(m, err);
+        if (rc == SL_OK) rc = begin_locked(m, &ticket, err);
         mp_job *j = rc == SL_OK
                         ? mp_job_add(m, job->id, req->min_workers, req->max_workers, req->workers)
                         : NULL;
@@ -669,6 +693,10 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
         }
     }
     sl_mutex_unlock(&m->mu);
+    /* The disk outside the lock; the answer after it. Peers may see the
+     * job meanwhile: an answer that rests on it (a COMMIT) is sent after
+     * a sync of its own, which covers the job's record too. */
+    if (rc == SL_OK) rc = wait_unlocked(m, ticket, err);
     if (rc == SL_OK && job_id != NULL) {
         *job_id = sl_strdup(m->a, job->id);
         if (*job_id == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "job id");
@@ -697,13 +725,14 @@ out:;
 
 sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *err)
 {
+    uint64_t ticket = 0;
     sl_mutex_lock(&m->mu);
     sl_err_t rc;
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
     } else {
         rc = sl_master_state_job_remove(m->st, job_id, err);
-        if (rc == SL_OK) rc = sync_locked(m, err);
+        if (rc == SL_OK) rc = begin_locked(m, &ticket, err);
         mp_job *j = mp_job_find(m, job_id);
         if (rc == SL_OK && j != NULL) j->used = false;
         if (rc == SL_OK)
@@ -711,7 +740,7 @@ sl_err_t sl_master_job_remove(sl_master_t *m, const char *job_id, sl_error_t *er
                       "job %s removed: its leases are gone, its workers stop", job_id);
     }
     sl_mutex_unlock(&m->mu);
-    return rc;
+    return rc == SL_OK ? wait_unlocked(m, ticket, err) : rc;
 }
 
 sl_err_t sl_master_job_scale(sl_master_t *m, const char *job_id, uint32_t workers, uint32_t *set,

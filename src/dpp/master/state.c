@@ -299,19 +299,11 @@ sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err)
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_EPOCH_ADVANCED;
     rec.epoch_advanced = &ea;
-    sl_err_t rc = m_journal(m, &rec, err);
-    if (rc != SL_OK) return rc;
-    m_do_advance(m, jb);
-    /* A resumed job's later ranges (and its static assignment over whole
-     * splits) come with the epoch; they may complete it at once. They
-     * allocate after the record went out: out of memory here fails the
-     * master (the control loop's answer to SL_ERR_NOMEM), and replay,
-     * which applies the same transition, makes the state whole again. */
-    if (jb->later == NULL && !jb->restatic) return SL_OK;
-    uint32_t slot;
-    m_find_job(m, jb->id, &slot);
-    rc = m_attr_epoch_began(m, slot, err);
-    return rc == SL_OK ? m_maybe_advance(m, jb, err) : rc;
+    /* A resumed job's later ranges come with the epoch (m_apply) and may
+     * complete it at once. */
+    bool later = jb->later != NULL || jb->restatic;
+    sl_err_t rc = m_record(m, &rec, NULL, err);
+    return rc == SL_OK && later ? m_maybe_advance(m, jb, err) : rc;
 }
 
 /* Every job whose epoch is complete moves on (after replay: a crash may
@@ -342,10 +334,7 @@ sl_err_t sl_master_state_job_remove(sl_master_state_t *m, const char *job_id, sl
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_JOB_REMOVED;
     rec.job_removed = &jr;
-    sl_err_t rc = m_journal(m, &rec, err);
-    if (rc != SL_OK) return rc;
-    m_job_remove(m, slot);
-    return SL_OK;
+    return m_record(m, &rec, NULL, err);
 }
 
 bool sl_master_state_job_phase(const sl_master_state_t *m, const char *job_id,

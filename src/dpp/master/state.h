@@ -33,8 +33,8 @@
  *
  * Every lease gets a generation, unique in the master's whole history
  * (across restarts, see proto/master.proto Opened). SPLIT_READ under a
- * generation that is not the split's live lease is refused with
- * SL_MASTER_STALE: a worker that comes back after its lease expired cannot end
+ * generation that is not the split's live lease is refused (outcome
+ * SL_MASTER_READ_STALE): a worker that comes back after its lease expired cannot end
  * someone else's lease.
  *
  * Liveness: a lease lives lease_timeout_ms from its grant, and longer only
@@ -78,11 +78,11 @@
 #include "sluice/err.h"
 #include "warehouse/warehouse.h"
 
-/* A split_read under a generation that is not the split's live lease: the
- * lease expired, was re-granted, or the epoch moved on. The worker must
- * drop the split. (sl_err_t has no dedicated value; CLOSED says "your lease
- * has ended" and no other master call returns it.) */
-#define SL_MASTER_STALE SL_ERR_CLOSED
+/* Outcomes are not errors: COMMIT, SPLIT_READ and SPLIT_FAILED return
+ * their outcome as an enum of their own (the values of their replies in
+ * proto/control.proto), with *_ERROR (-1) when the master itself could not
+ * decide (journal, memory, a bound): err->code and err->msg say why. For a
+ * refusal err->msg says why and err->code is SL_OK. */
 
 #define SL_MASTER_RESUME_TOKEN_MAGIC "SLRT"
 #define SL_MASTER_RESUME_TOKEN_VERSION 2
@@ -108,13 +108,16 @@ typedef struct sl_master_state_opts {
     const char *state_dir;     /* NULL: in memory only, nothing journaled */
     uint64_t lease_timeout_ms; /* 0: 10000 */
     uint64_t compact_bytes;    /* journal size that triggers compaction; 0: 64 MiB */
-    uint32_t max_jobs;         /* 0: 64 */
-    uint32_t max_workers;      /* distinct worker ids ever seen; 0: 65536 */
-    uint32_t max_splits;       /* per job; 0: 16M */
-    uint32_t max_name;         /* bytes of a job, worker or client id; 0: 255 */
-    uint32_t max_clients;      /* distinct client ids remembered; 0: 4096 */
-    uint32_t max_answers;      /* accepted nonces remembered per client; 0: 1024 */
-    uint32_t max_ranges;       /* committed ranges per split at once; 0: 65536 */
+    /* Compaction by a thread of the journal's (sl_master_journal_compact_start):
+     * the sync that finds the journal too big only encodes the snapshot. */
+    bool compact_in_background;
+    uint32_t max_jobs;    /* 0: 64 */
+    uint32_t max_workers; /* distinct worker ids ever seen; 0: 65536 */
+    uint32_t max_splits;  /* per job; 0: 16M */
+    uint32_t max_name;    /* bytes of a job, worker or client id; 0: 255 */
+    uint32_t max_clients; /* distinct client ids remembered; 0: 4096 */
+    uint32_t max_answers; /* accepted nonces remembered per client; 0: 1024 */
+    uint32_t max_ranges;  /* committed ranges per split at once; 0: 65536 */
     /* Kafka jobs: a partition gets a new chunk when it has no PENDING chunk
      * and fewer than this many chunks not DONE; 0: 4 (docs/KAFKA.md) */
     uint32_t kafka_chunks_ahead;
@@ -403,8 +406,9 @@ sl_err_t sl_master_state_register(sl_master_state_t *m, const char *worker,
 
 /* The answer to a commit (values as proto/control.proto CommitReply). */
 typedef enum sl_master_commit_result {
-    SL_MASTER_COMMITTED = 0, /* deliver the batch */
-    SL_MASTER_OVERLAP = 1,   /* a range overlapping it was committed: drop */
+    SL_MASTER_COMMIT_ERROR = -1, /* no answer: err says what failed */
+    SL_MASTER_COMMITTED = 0,     /* deliver the batch */
+    SL_MASTER_OVERLAP = 1,       /* a range overlapping it was committed: drop */
     /* not the job's current epoch (or finished), or the batch's lease
      * (split, generation) is not live any more: drop */
     SL_MASTER_STALE_EPOCH = 2,
@@ -419,18 +423,19 @@ typedef enum sl_master_commit_result {
  * OVERLAP; rows whose split is not leased under generation right now
  * (the lease expired, was revoked or re-granted, the split is done) are
  * STALE_EPOCH too: only a live lease's batches commit, so a lease that
- * ended can no longer add rows behind the back of its successor. Every
- * protocol outcome is SL_OK with *result set (and why in err->msg for the
- * refusals); a non-OK return is a failure of the master itself (journal,
- * memory) or SL_ERR_INVALID for a bad client id, SL_ERR_TOO_LARGE past
- * max_clients or max_ranges. A commit that covers the split's last rows
+ * ended can no longer add rows behind the back of its successor. Why a
+ * commit was refused is in err->msg. SL_MASTER_COMMIT_ERROR is a failure
+ * of the master itself (journal, memory) or, in err->code, SL_ERR_INVALID
+ * for a bad client id, SL_ERR_TOO_LARGE past max_clients or max_ranges. A
+ * commit that covers the split's last rows
  * makes it DONE and may start the next epoch. Journal replay applies a
  * Committed record whatever the lease state: the check is here only. Sync
  * before answering. */
-sl_err_t sl_master_state_commit(sl_master_state_t *m, const char *job_id, uint32_t epoch,
-                                uint32_t split, uint64_t generation, uint64_t from_row,
-                                uint64_t to_row, const char *client_id, uint64_t nonce,
-                                sl_master_commit_result_t *result, sl_error_t *err);
+sl_master_commit_result_t sl_master_state_commit(sl_master_state_t *m, const char *job_id,
+                                                 uint32_t epoch, uint32_t split,
+                                                 uint64_t generation, uint64_t from_row,
+                                                 uint64_t to_row, const char *client_id,
+                                                 uint64_t nonce, sl_error_t *err);
 
 /* A commit, with what the job's counters need. */
 typedef struct sl_master_commit {
@@ -445,20 +450,30 @@ typedef struct sl_master_commit {
 
 /* sl_master_state_commit of c, counting an accepted one as a batch of
  * c->num_samples samples in the job's status. */
-sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_commit_t *c,
-                                      sl_master_commit_result_t *result, sl_error_t *err);
+sl_master_commit_result_t
+sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_commit_t *c, sl_error_t *err);
+
+/* The answer to a split read (values as proto/control.proto SplitReadReply). */
+typedef enum sl_master_read_result {
+    SL_MASTER_READ_ERROR = -1,  /* no answer: err says what failed */
+    SL_MASTER_READ_PENDING = 0, /* rows are left: the split is leased again */
+    SL_MASTER_READ_DONE = 1,    /* every row of the split is committed */
+    /* (epoch, split, generation) is not the live lease (expired, re-leased,
+     * epoch over), or no such job or split: the worker drops the split */
+    SL_MASTER_READ_STALE = 2
+} sl_master_read_result_t;
 
 /* The live lease's holder has read every todo row; empty are the ranges
  * that produced no sample (committed here, minus what is committed
  * already). The split becomes DONE if its rows are all committed, else
- * PENDING; *state (may be NULL) says which. @return SL_MASTER_STALE when
- * (epoch, split, generation) is not the live lease, SL_ERR_NOT_FOUND for
- * an unknown job or split, SL_ERR_INVALID for a range outside the split.
- * May start the next epoch. Sync before answering. */
-sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, uint32_t epoch,
-                                    uint32_t split, uint64_t generation,
-                                    const sl_dpp_row_range_t *empty, uint32_t num_empty,
-                                    sl_master_split_state_t *state, sl_error_t *err);
+ * PENDING; the outcome says which. SL_MASTER_READ_ERROR: SL_ERR_INVALID
+ * for a range outside the split, a bound, the journal, memory. May start
+ * the next epoch. Sync before answering. */
+sl_master_read_result_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id,
+                                                   uint32_t epoch, uint32_t split,
+                                                   uint64_t generation,
+                                                   const sl_dpp_row_range_t *empty,
+                                                   uint32_t num_empty, sl_error_t *err);
 
 /* A worker could not read the live lease (epoch, split, generation) of
  * job: a corrupt or truncated stripe, an I/O error, a transform failing on
@@ -470,12 +485,15 @@ sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, ui
  * holds for every other row), else the job fails: no more leases, commits
  * refused (STALE), status failed with the failure. Each step is one
  * journal record (SplitFailed, SplitSkipped, JobFailed). Sync before
- * answering. @return SL_MASTER_STALE when it is not the live lease (not
- * counted), SL_ERR_NOT_FOUND for an unknown job or split. */
+ * answering. SL_MASTER_FAIL_STALE when it is not the live lease (not
+ * counted) or no such job or split; SL_MASTER_FAIL_ERROR: the journal,
+ * memory (err says). */
 typedef enum sl_master_split_fail_result {
-    SL_MASTER_FAIL_RETRY = 0, /* values as proto/control.proto SplitFailedReply */
+    SL_MASTER_FAIL_ERROR = -1, /* no answer: err says what failed */
+    SL_MASTER_FAIL_RETRY = 0,  /* values as proto/control.proto SplitFailedReply */
     SL_MASTER_FAIL_SKIPPED = 1,
-    SL_MASTER_FAIL_JOB_FAILED = 2
+    SL_MASTER_FAIL_JOB_FAILED = 2,
+    SL_MASTER_FAIL_STALE = 3
 } sl_master_split_fail_result_t;
 
 typedef struct sl_master_split_failure {
@@ -488,9 +506,9 @@ typedef struct sl_master_split_failure {
     sl_err_t code;
 } sl_master_split_failure_t;
 
-sl_err_t sl_master_state_split_failed(sl_master_state_t *m, const sl_master_split_failure_t *f,
-                                      uint32_t max_failures, sl_master_split_fail_result_t *result,
-                                      sl_error_t *err);
+sl_master_split_fail_result_t sl_master_state_split_failed(sl_master_state_t *m,
+                                                           const sl_master_split_failure_t *f,
+                                                           uint32_t max_failures, sl_error_t *err);
 
 /* Static sharding: 1 + the trainer rank split is assigned to (only that
  * rank may commit its rows), 0 when any rank may (dynamic sharding, or an
@@ -519,6 +537,14 @@ sl_err_t sl_master_state_expire(sl_master_state_t *m, uint64_t now_ms, uint32_t 
  * snapshot the journal is synced as it is, and the next sync compacts).
  * No-op in memory. */
 sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err);
+
+/* The same in two steps, so that the disk is waited for outside the
+ * caller's lock: sync_begin (under it: compacts when due, seals what was
+ * appended, *ticket names it), then sync_wait (without it; m's journal is
+ * fixed at open, and nothing else of m is touched): durable when it
+ * returns. No-op in memory. */
+sl_err_t sl_master_state_sync_begin(sl_master_state_t *m, uint64_t *ticket, sl_error_t *err);
+sl_err_t sl_master_state_sync_wait(sl_master_state_t *m, uint64_t ticket, sl_error_t *err);
 
 /* Write a snapshot and start an empty journal now. */
 sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err);
@@ -621,6 +647,11 @@ typedef struct sl_master_state_counters {
 } sl_master_state_counters_t;
 
 void sl_master_state_counters(const sl_master_state_t *m, sl_master_state_counters_t *out);
+
+/* Check the state machine's invariants (state_check.c lists them): O(the
+ * whole state). @return SL_ERR_CORRUPT naming the first one broken. Builds
+ * with asserts (common/assert.h) check them as the state changes. */
+sl_err_t sl_master_state_check(const sl_master_state_t *m, sl_error_t *err);
 
 /* A canonical text dump of the durable state (jobs, epochs, per split:
  * state, holder, generation, committed ranges; clients and their

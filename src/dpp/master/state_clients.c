@@ -2,7 +2,7 @@
  * records"): touching the connected ones, and forgetting those idle for
  * the master's idle period, so that max_clients bounds the clients active
  * at once rather than every client ever seen. An eviction is one journal
- * record (ClientEvicted), applied by m_client_remove live and in replay.
+ * record (ClientEvicted), applied by m_apply live and in replay.
  * Callers hold the master's lock. */
 #include <string.h>
 
@@ -32,9 +32,8 @@ sl_err_t sl_master_state_evict_clients(sl_master_state_t *m, uint64_t now_ms, ui
         Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
         rec.kind_case = SLUICE__MASTER__RECORD__KIND_CLIENT_EVICTED;
         rec.client_evicted = &ce;
-        if ((rc = m_journal(m, &rec, err)) != SL_OK) break;
-        m_client_remove(m, ci); /* the last client moves into ci: look at ci again */
-        m->c.clients_evicted++;
+        /* m_apply removes it: the last client moves into ci, look at ci again */
+        if ((rc = m_record(m, &rec, NULL, err)) != SL_OK) break;
         n++;
     }
     if (evicted != NULL) *evicted = n;

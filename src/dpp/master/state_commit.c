@@ -282,18 +282,20 @@ static const char *lease_gone(const split_st *s, uint64_t generation)
                                        : "no such lease";
 }
 
-sl_err_t sl_master_state_commit(sl_master_state_t *m, const char *job_id, uint32_t epoch,
-                                uint32_t split, uint64_t generation, uint64_t from_row,
-                                uint64_t to_row, const char *client_id, uint64_t nonce,
-                                sl_master_commit_result_t *result, sl_error_t *err)
+sl_master_commit_result_t sl_master_state_commit(sl_master_state_t *m, const char *job_id,
+                                                 uint32_t epoch, uint32_t split,
+                                                 uint64_t generation, uint64_t from_row,
+                                                 uint64_t to_row, const char *client_id,
+                                                 uint64_t nonce, sl_error_t *err)
 {
     sl_master_commit_t c = {job_id, epoch,     split, generation, from_row,
                             to_row, client_id, nonce, 0};
-    return sl_master_state_commit_batch(m, &c, result, err);
+    return sl_master_state_commit_batch(m, &c, err);
 }
 
-sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_commit_t *c,
-                                      sl_master_commit_result_t *result, sl_error_t *err)
+/* *result gets the outcome; a non-OK return is a failure of the master. */
+static sl_err_t commit_one(sl_master_state_t *m, const sl_master_commit_t *c,
+                           sl_master_commit_result_t *result, sl_error_t *err)
 {
     const char *job_id = c->job_id, *client_id = c->client_id;
     uint32_t epoch = c->epoch, split = c->split;
@@ -319,12 +321,12 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
         m->c.unknown_commits++;
         *result = SL_MASTER_UNKNOWN;
         if (jb == NULL)
-            sl_error_set(err, SL_ERR_NOT_FOUND, "commit: no job '%s'", job_id ? job_id : "");
+            sl_error_set(err, SL_OK, "commit: no job '%s'", job_id ? job_id : "");
         else if (split >= jb->n)
-            sl_error_set(err, SL_ERR_NOT_FOUND, "commit: job '%s' has no split %u (%u splits)",
-                         job_id, split, jb->n);
+            sl_error_set(err, SL_OK, "commit: job '%s' has no split %u (%u splits)", job_id, split,
+                         jb->n);
         else
-            sl_error_set(err, SL_ERR_INVALID,
+            sl_error_set(err, SL_OK,
                          "commit: job '%s' split %u: rows [%llu, %llu) outside [0, %llu)", job_id,
                          split, (unsigned long long)from_row, (unsigned long long)to_row,
                          (unsigned long long)jb->defs[split].num_rows);
@@ -333,20 +335,20 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
     if (jb->failed) {
         m->c.stale_commits++;
         *result = SL_MASTER_STALE_EPOCH;
-        sl_error_set(err, SL_MASTER_STALE, "commit: job '%s' failed: %s", job_id, jb->fail_message);
+        sl_error_set(err, SL_OK, "commit: job '%s' failed: %s", job_id, jb->fail_message);
         return SL_OK;
     }
     if (epoch != jb->epoch || jb->epoch >= jb->epochs) {
         m->c.stale_commits++;
         *result = SL_MASTER_STALE_EPOCH;
-        sl_error_set(err, SL_MASTER_STALE, "commit: job '%s' is in epoch %u, not %u%s", job_id,
-                     jb->epoch, epoch, jb->epoch >= jb->epochs ? " (finished)" : "");
+        sl_error_set(err, SL_OK, "commit: job '%s' is in epoch %u, not %u%s", job_id, jb->epoch,
+                     epoch, jb->epoch >= jb->epochs ? " (finished)" : "");
         return SL_OK;
     }
     if (m_overlaps(jb, split, from_row, to_row)) {
         m->c.overlaps++;
         *result = SL_MASTER_OVERLAP;
-        sl_error_set(err, SL_ERR_AGAIN,
+        sl_error_set(err, SL_OK,
                      "commit: job '%s' epoch %u split %u: rows [%llu, %llu) overlap committed "
                      "rows",
                      job_id, epoch, split, (unsigned long long)from_row,
@@ -360,7 +362,7 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
     if (gone != NULL) {
         m->c.unleased_commits++;
         *result = SL_MASTER_STALE_EPOCH;
-        sl_error_set(err, SL_MASTER_STALE,
+        sl_error_set(err, SL_OK,
                      "commit: job '%s' epoch %u split %u: generation %llu is not the live lease "
                      "(%s)",
                      job_id, epoch, split, (unsigned long long)generation, gone);
@@ -389,36 +391,36 @@ sl_err_t sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_comm
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_COMMITTED;
     rec.committed = &co;
-    rc = m_journal(m, &rec, err);
-    if (rc != SL_OK) return rc;
-    /* Cannot fail: max_ranges was checked and the room reserved above. */
-    (void)m_add_range(m, jb, split, from_row, to_row, owner, err);
-    m_client_remember(m, ci, nonce);
-    m->clients[ci].last_ms = m->now_ms;
-    m->c.commits++;
-    jb->batches++;
-    jb->samples += c->num_samples;
+    /* The record applied cannot fail: max_ranges was checked and the room
+     * reserved above. */
+    if ((rc = m_record(m, &rec, NULL, err)) != SL_OK) return rc;
     *result = SL_MASTER_COMMITTED;
-    m_maybe_done(m, slot, split);
     return m_maybe_advance(m, jb, err);
 }
 
-sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, uint32_t epoch,
-                                    uint32_t split, uint64_t generation,
-                                    const sl_dpp_row_range_t *empty, uint32_t num_empty,
-                                    sl_master_split_state_t *state, sl_error_t *err)
+sl_master_commit_result_t sl_master_state_commit_batch(sl_master_state_t *m,
+                                                       const sl_master_commit_t *c, sl_error_t *err)
+{
+    sl_master_commit_result_t result = SL_MASTER_UNKNOWN;
+    return commit_one(m, c, &result, err) == SL_OK ? result : SL_MASTER_COMMIT_ERROR;
+}
+
+/* *out gets the outcome; a non-OK return is a failure of the master. */
+static sl_err_t split_read(sl_master_state_t *m, const char *job_id, uint32_t epoch, uint32_t split,
+                           uint64_t generation, const sl_dpp_row_range_t *empty, uint32_t num_empty,
+                           sl_master_read_result_t *out, sl_error_t *err)
 {
     uint32_t slot;
+    *out = SL_MASTER_READ_STALE;
     job *jb = job_id != NULL ? m_find_job(m, job_id, &slot) : NULL;
     if (jb == NULL)
-        return sl_error_set(err, SL_ERR_NOT_FOUND, "split read: no job '%s'", job_id ? job_id : "");
+        return sl_error_set(err, SL_OK, "split read: no job '%s'", job_id ? job_id : "");
     if (split >= jb->n)
-        return sl_error_set(err, SL_ERR_NOT_FOUND, "split read: job '%s' has no split %u", job_id,
-                            split);
+        return sl_error_set(err, SL_OK, "split read: job '%s' has no split %u", job_id, split);
     const split_st *s = &jb->st[split];
     if (epoch != jb->epoch || s->state != SL_MASTER_SPLIT_LEASED || s->generation != generation) {
         m->c.stale_refused++;
-        return sl_error_set(err, SL_MASTER_STALE,
+        return sl_error_set(err, SL_OK,
                             "split read: job '%s' epoch %u split %u: generation %llu is not the "
                             "live lease (%s)",
                             job_id, epoch, split, (unsigned long long)generation,
@@ -462,9 +464,10 @@ sl_err_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id, ui
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_SPLIT_READ;
     rec.split_read = &sr;
-    rc = m_journal(m, &rec, err);
-    if (rc == SL_OK) rc = m_apply_split_read(m, slot, split, empty, num_empty, err);
-    if (rc == SL_OK && state != NULL) *state = jb->st[split].state;
+    rc = m_record(m, &rec, NULL, err);
+    if (rc == SL_OK)
+        *out = jb->st[split].state == SL_MASTER_SPLIT_DONE ? SL_MASTER_READ_DONE
+                                                           : SL_MASTER_READ_PENDING;
     if (rc == SL_OK) rc = m_maybe_advance(m, jb, err);
 out:
     if (sr.empty_from != NULL) sl_free(m->a, sr.empty_from, (size_t)num_empty * 8);
@@ -472,13 +475,24 @@ out:
     return rc;
 }
 
+sl_master_read_result_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id,
+                                                   uint32_t epoch, uint32_t split,
+                                                   uint64_t generation,
+                                                   const sl_dpp_row_range_t *empty,
+                                                   uint32_t num_empty, sl_error_t *err)
+{
+    sl_master_read_result_t out;
+    sl_err_t rc = split_read(m, job_id, epoch, split, generation, empty, num_empty, &out, err);
+    return rc == SL_OK ? out : SL_MASTER_READ_ERROR;
+}
+
 sl_err_t m_apply_split_read(sl_master_state_t *m, uint32_t slot, uint32_t split,
-                            const sl_dpp_row_range_t *empty, uint32_t num_empty, sl_error_t *err)
+                            const uint64_t *from, const uint64_t *to, uint32_t num_empty,
+                            sl_error_t *err)
 {
     job *jb = m->jobs[slot];
     for (uint32_t i = 0; i < num_empty; i++) {
-        sl_err_t rc =
-            m_add_range(m, jb, split, empty[i].from_row, empty[i].to_row, M_OWNER_MASTER, err);
+        sl_err_t rc = m_add_range(m, jb, split, from[i], to[i], M_OWNER_MASTER, err);
         if (rc != SL_OK) return rc;
     }
     if (jb->st[split].committed == jb->defs[split].num_rows) {

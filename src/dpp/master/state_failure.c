@@ -46,9 +46,8 @@ static sl_err_t failure_strings(sl_master_state_t *m, const job *jb,
     return sl_error_set(err, SL_ERR_NOMEM, "job '%s': failure", jb->id);
 }
 
-/* The job fails with f, keeping file and msg (owned from now on). */
-static void set_job_failed(sl_master_state_t *m, uint32_t slot, const Sluice__Master__JobFailure *f,
-                           char *file, char *msg)
+void m_set_job_failed(sl_master_state_t *m, uint32_t slot, const Sluice__Master__JobFailure *f,
+                      char *file, char *msg)
 {
     job *jb = m->jobs[slot];
     m_free_failure(m->a, jb);
@@ -71,7 +70,7 @@ sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
 {
     char *file, *msg;
     sl_err_t rc = failure_strings(m, m->jobs[slot], f, &file, &msg, err);
-    if (rc == SL_OK) set_job_failed(m, slot, f, file, msg);
+    if (rc == SL_OK) m_set_job_failed(m, slot, f, file, msg);
     return rc;
 }
 
@@ -112,7 +111,7 @@ static sl_err_t journal_split_failed(sl_master_state_t *m, const job *jb, uint32
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_SPLIT_FAILED;
     rec.split_failed = &sf;
-    return m_journal(m, &rec, err);
+    return m_record(m, &rec, NULL, err);
 }
 
 /* Skip the split (journaled with the rows it skips, as a check). */
@@ -130,8 +129,7 @@ static sl_err_t skip_split(sl_master_state_t *m, uint32_t slot, uint32_t split, 
     /* Room first: once the record is out, applying it must not fail. */
     sl_err_t rc = m_reserve_ranges(m, jb, split, 1, err);
     if (rc == SL_OK) rc = m_attr_reserve(m, jb, s->nr + 1, err);
-    if (rc == SL_OK) rc = m_journal(m, &rec, err);
-    if (rc == SL_OK) rc = m_apply_split_skipped(m, slot, split, NULL, err);
+    if (rc == SL_OK) rc = m_record(m, &rec, NULL, err);
     if (rc == SL_OK) rc = m_maybe_advance(m, jb, err);
     return rc;
 }
@@ -153,40 +151,39 @@ static sl_err_t fail_job(sl_master_state_t *m, uint32_t slot, const sl_master_sp
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_JOB_FAILED;
     rec.job_failed = &jd;
-    char *file, *msg;
-    sl_err_t rc = failure_strings(m, jb, &jf, &file, &msg, err);
-    if (rc == SL_OK && (rc = m_journal(m, &rec, err)) != SL_OK) {
-        sl_strfree(m->a, file);
-        sl_strfree(m->a, msg);
-    }
-    if (rc == SL_OK) set_job_failed(m, slot, &jf, file, msg);
+    m_live live = {.now_ms = m->now_ms};
+    sl_err_t rc = failure_strings(m, jb, &jf, &live.fail_file, &live.fail_message, err);
+    if (rc == SL_OK) rc = m_record(m, &rec, &live, err);
+    /* not applied (the journal failed): the copies are still ours */
+    sl_strfree(m->a, live.fail_file);
+    sl_strfree(m->a, live.fail_message);
     return rc;
 }
 
-sl_err_t sl_master_state_split_failed(sl_master_state_t *m, const sl_master_split_failure_t *f,
-                                      uint32_t max_failures, sl_master_split_fail_result_t *result,
-                                      sl_error_t *err)
+/* *result gets the outcome; a non-OK return is a failure of the master. */
+static sl_err_t split_failed(sl_master_state_t *m, const sl_master_split_failure_t *f,
+                             uint32_t max_failures, sl_master_split_fail_result_t *result,
+                             sl_error_t *err)
 {
     uint32_t slot;
+    *result = SL_MASTER_FAIL_STALE;
     job *jb = f->job_id != NULL ? m_find_job(m, f->job_id, &slot) : NULL;
     if (jb == NULL)
-        return sl_error_set(err, SL_ERR_NOT_FOUND, "split failed: no job '%s'",
-                            f->job_id ? f->job_id : "");
+        return sl_error_set(err, SL_OK, "split failed: no job '%s'", f->job_id ? f->job_id : "");
     if (f->split >= jb->n)
-        return sl_error_set(err, SL_ERR_NOT_FOUND, "split failed: job '%s' has no split %u",
-                            f->job_id, f->split);
+        return sl_error_set(err, SL_OK, "split failed: job '%s' has no split %u", f->job_id,
+                            f->split);
     const split_st *s = &jb->st[f->split];
     if (jb->failed || f->epoch != jb->epoch || s->state != SL_MASTER_SPLIT_LEASED ||
         s->generation != f->generation) {
         m->c.stale_refused++;
-        return sl_error_set(err, SL_MASTER_STALE,
+        return sl_error_set(err, SL_OK,
                             "split failed: job '%s' epoch %u split %u: generation %llu is not the "
                             "live lease",
                             f->job_id, f->epoch, f->split, (unsigned long long)f->generation);
     }
     sl_err_t rc = journal_split_failed(m, jb, f->split, f->generation, err);
     if (rc != SL_OK) return rc;
-    m_apply_split_failed(m, slot, f->split);
     *result = SL_MASTER_FAIL_RETRY;
     if (jb->st[f->split].failures < (max_failures ? max_failures : 1)) return SL_OK;
     if (jb->skip_bad) {
@@ -195,4 +192,13 @@ sl_err_t sl_master_state_split_failed(sl_master_state_t *m, const sl_master_spli
     }
     *result = SL_MASTER_FAIL_JOB_FAILED;
     return fail_job(m, slot, f, err);
+}
+
+sl_master_split_fail_result_t sl_master_state_split_failed(sl_master_state_t *m,
+                                                           const sl_master_split_failure_t *f,
+                                                           uint32_t max_failures, sl_error_t *err)
+{
+    sl_master_split_fail_result_t result;
+    sl_err_t rc = split_failed(m, f, max_failures, &result, err);
+    return rc == SL_OK ? result : SL_MASTER_FAIL_ERROR;
 }

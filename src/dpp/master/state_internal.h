@@ -1,8 +1,17 @@
 /* Internals of the master's state machine (state.h), shared by its files:
- * state.c (jobs, epochs, the views), state_leases.c (workers, the pending
- * queue, leases), state_commit.c, state_clients.c, state_failure.c,
- * state_persist.c (journal records, tokens) and state_replay.c (replay,
- * snapshots, dump). Not an API. */
+ * state_apply.c (m_apply: the one function that changes the journaled
+ * state from a record, live and in replay), state.c (jobs, epochs, the
+ * views), state_leases.c (workers, the pending queue, leases),
+ * state_commit.c, state_clients.c, state_failure.c, state_persist.c
+ * (journal records, tokens) and state_replay.c (snapshots, dump, open).
+ * Not an API.
+ *
+ * A transition (a live call of state.h) checks its request, reserves
+ * what applying will need (room for ranges, an owner or client entry, a
+ * worker's lease slot: capacity, visible in no view), builds its record
+ * and hands it to m_record; the m_do_* and m_apply_* helpers below are
+ * m_apply's parts, called from nowhere else (and from the snapshot
+ * loader, which restores a whole state). */
 #ifndef SLUICE_DPP_MASTER_STATE_INTERNAL_H
 #define SLUICE_DPP_MASTER_STATE_INTERNAL_H
 
@@ -198,11 +207,43 @@ struct sl_master_state {
     uint64_t now_ms; /* the latest time a caller gave (new clients start idle from it) */
     uint64_t runs;   /* jobs added by this process (run ids) */
     sl_master_journal_t *journal;
-    bool replaying;   /* applying records: no journaling, no auto-advance */
     uint8_t *scratch; /* record packing */
     size_t scratch_cap;
     sl_master_state_counters_t c;
 };
+
+/* ---- the one Apply (state_apply.c) ---- */
+
+/* What a live transition hands to m_apply beside its record: what the
+ * record does not carry (the time of the call) and what the transition
+ * made before the record went out, so that applying it cannot fail
+ * (m_apply takes ownership of what it uses and clears the field). Replay
+ * passes none. */
+typedef struct m_live {
+    uint64_t now_ms;                /* LeaseGranted: expires at now_ms + lease timeout */
+    job *built;                     /* JobAdded: the job, checked and built */
+    char *fail_file, *fail_message; /* JobFailed: the job's copies of the failure */
+    char *kp_topic, *kp_path;       /* KafkaPartitionAdded: the partition's strings */
+} m_live;
+#define M_LIVE UINT64_MAX /* the offset m_apply is given for a live record */
+
+/* The only function that changes the journaled state: applies one record,
+ * live (after m_record appended it; live may be NULL) or in replay (live
+ * NULL, off its offset in the file). Checks the record against the state
+ * first: one a live master could not have written is SL_ERR_CORRUPT naming
+ * off. A live transition reserved room for everything it needs, so the
+ * only failure live is SL_ERR_NOMEM of EpochAdvanced's later ranges
+ * (state.c, m_maybe_advance). */
+sl_err_t m_apply(sl_master_state_t *m, const Sluice__Master__Record *r, m_live *live, uint64_t off,
+                 sl_error_t *err);
+/* The live side of every transition: journal rec, then m_apply it. A
+ * journal failure changes nothing. live NULL: nothing prepared, now_ms
+ * the latest time a caller gave. */
+sl_err_t m_record(sl_master_state_t *m, const Sluice__Master__Record *rec, m_live *live,
+                  sl_error_t *err);
+
+/* The invariants of one split (state_check.c). */
+sl_err_t m_check_split(const sl_master_state_t *m, const job *jb, uint32_t i, sl_error_t *err);
 
 /* state.c and state_leases.c */
 job *m_find_job(const sl_master_state_t *m, const char *id, uint32_t *slot);
@@ -256,10 +297,16 @@ void m_client_remove(sl_master_state_t *m, uint32_t c);
 bool m_client_has(const sl_master_state_t *m, uint32_t c, uint64_t nonce);
 void m_client_remember(sl_master_state_t *m, uint32_t c, uint64_t nonce);
 void m_free_ranges(const sl_allocator_t *a, split_st *s);
-/* Commit the empty ranges of a split read, then DONE or PENDING. */
+/* Commit the empty ranges [from[i], to[i]) of a split read, then DONE or
+ * PENDING. */
 sl_err_t m_apply_split_read(sl_master_state_t *m, uint32_t slot, uint32_t split,
-                            const sl_dpp_row_range_t *empty, uint32_t num_empty, sl_error_t *err);
+                            const uint64_t *from, const uint64_t *to, uint32_t num_empty,
+                            sl_error_t *err);
 void m_do_release(sl_master_state_t *m, uint32_t slot, uint32_t split, uint8_t new_state);
+/* A split being leased leaves the pending queue when it is the next one
+ * there (one leased out of order, for a shared pass, stays: peek_pending
+ * drops it once it is not PENDING). */
+void m_take_pending(job *jb, uint32_t split);
 void m_do_advance(sl_master_state_t *m, job *jb);
 void m_reset_queue(job *jb);
 /* XXH3 of a split list (resume tokens name the splits they were taken over). */
@@ -274,6 +321,9 @@ sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
 sl_err_t m_apply_split_skipped(sl_master_state_t *m, uint32_t slot, uint32_t split, uint64_t *rows,
                                sl_error_t *err);
 void m_free_failure(const sl_allocator_t *a, job *jb);
+/* The job fails with f, keeping file and msg (owned from now on). */
+void m_set_job_failed(sl_master_state_t *m, uint32_t slot, const Sluice__Master__JobFailure *f,
+                      char *file, char *msg);
 
 /* Set a split's state, keeping the counts (the job's, a Kafka partition's). */
 void m_split_state(job *jb, uint32_t split, uint8_t state);
@@ -306,7 +356,7 @@ sl_err_t m_kafka_grow(sl_master_state_t *m, uint32_t slot, sl_error_t *err);
 sl_err_t m_kafka_apply_chunks(sl_master_state_t *m, const Sluice__Master__KafkaChunksAdded *r,
                               uint64_t off, sl_error_t *err);
 sl_err_t m_kafka_apply_partition(sl_master_state_t *m, const Sluice__Master__KafkaPartitionAdded *r,
-                                 uint64_t off, sl_error_t *err);
+                                 m_live *live, uint64_t off, sl_error_t *err);
 /* Fill spec's kafka fields from jb (borrowed); parts has room for nkp. */
 void m_kafka_spec(const job *jb, Sluice__Master__JobSpec *spec,
                   Sluice__Master__KafkaPartition *parts, Sluice__Master__KafkaPartition **ptrs);
@@ -429,7 +479,9 @@ sl_err_t m_journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, b
 sl_err_t m_kafka_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
                         const void *const *tokens, const size_t *lens, uint32_t count, bool replace,
                         sl_error_t *err);
+/* Append rec to the journal (when there is one); changes no state. */
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err);
+/* The journal's bytes of one record: unpacked and applied (m_apply). */
 sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
                         sl_error_t *err);
 sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_error_t *err);

@@ -272,13 +272,15 @@ void m_kafka_fold(job *jb, uint32_t p)
 
 /* Partition (topic, partition) joins jb: copies made first, so that only
  * SL_ERR_NOMEM with nothing changed or success. */
+/* Add partition (topic, partition) to jb. t and path: its copies made
+ * beforehand (owned from now on), or NULL to make them here. */
 static sl_err_t link_partition(sl_master_state_t *m, job *jb, const char *topic, int32_t partition,
-                               int64_t start, int64_t stop, sl_error_t *err)
+                               int64_t start, int64_t stop, char *t, char *path, sl_error_t *err)
 {
     sl_err_t rc = reserve_parts(m, jb, 1, err);
     if (rc != SL_OK) return rc;
-    char *t = sl_strdup(m->a, topic);
-    char *path = sl_strfmt(m->a, "%s/%d", topic, partition);
+    if (t == NULL) t = sl_strdup(m->a, topic);
+    if (path == NULL) path = sl_strfmt(m->a, "%s/%d", topic, partition);
     if (t == NULL || path == NULL) {
         sl_strfree(m->a, t);
         sl_strfree(m->a, path);
@@ -326,7 +328,7 @@ sl_err_t m_kafka_build(sl_master_state_t *m, job *jb, const Sluice__Master__JobA
     sl_err_t rc = reserve_parts(m, jb, (uint32_t)spec->n_kafka_partitions, err);
     for (size_t i = 0; rc == SL_OK && i < spec->n_kafka_partitions; i++) {
         const Sluice__Master__KafkaPartition *p = spec->kafka_partitions[i];
-        rc = link_partition(m, jb, p->topic, p->partition, p->start, p->stop, err);
+        rc = link_partition(m, jb, p->topic, p->partition, p->start, p->stop, NULL, NULL, err);
     }
     if (rc == SL_OK) rc = unique_partitions(m, jb, err);
     if (rc == SL_OK && (jb->ring = sl_calloc(m->a, M_KAFKA_FOLDED_RING, sizeof *jb->ring)) == NULL)
@@ -523,10 +525,8 @@ sl_err_t m_kafka_grow(sl_master_state_t *m, uint32_t slot, sl_error_t *err)
         Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
         rec.kind_case = SLUICE__MASTER__RECORD__KIND_KAFKA_CHUNKS_ADDED;
         rec.kafka_chunks_added = &ca;
-        rc = m_journal(m, &rec, err);
+        rc = m_record(m, &rec, NULL, err); /* m_kafka_apply_chunks: room reserved above */
     }
-    for (uint32_t i = 0; rc == SL_OK && i < k; i++)
-        add_chunk(m, jb, parts[i]);
     sl_free(m->a, parts, (size_t)want * sizeof *parts);
     return rc;
 }
@@ -559,8 +559,9 @@ sl_err_t m_kafka_apply_chunks(sl_master_state_t *m, const Sluice__Master__KafkaC
 
 /* ---- partitions added ------------------------------------------------------------------ */
 
-static sl_err_t partition_add(sl_master_state_t *m, job *jb, const char *topic, int32_t partition,
-                              int64_t start, int64_t stop, sl_error_t *err)
+/* Can partition (topic, partition) join jb? */
+static sl_err_t partition_check_join(const job *jb, const char *topic, int32_t partition,
+                                     int64_t start, int64_t stop, sl_error_t *err)
 {
     if (jb->chunk == 0)
         return sl_error_set(err, SL_ERR_INVALID, "job '%s' reads a table, not Kafka", jb->id);
@@ -576,30 +577,7 @@ static sl_err_t partition_add(sl_master_state_t *m, job *jb, const char *topic, 
     if (jb->nkp >= SL_MASTER_MAX_KAFKA_PARTITIONS)
         return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': %u partitions already (at most %d)",
                             jb->id, jb->nkp, SL_MASTER_MAX_KAFKA_PARTITIONS);
-    Sluice__Master__KafkaPartition kp = SLUICE__MASTER__KAFKA_PARTITION__INIT;
-    kp.topic = (char *)topic;
-    kp.partition = partition;
-    kp.start = start;
-    kp.stop = stop;
-    Sluice__Master__KafkaPartitionAdded pa = SLUICE__MASTER__KAFKA_PARTITION_ADDED__INIT;
-    pa.job_id = jb->id;
-    pa.partition = &kp;
-    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
-    rec.kind_case = SLUICE__MASTER__RECORD__KIND_KAFKA_PARTITION_ADDED;
-    rec.kafka_partition_added = &pa;
-    /* Room for the partition and its copies first (link_partition cannot
-     * fail after reserve_parts but for its two strings: made before the
-     * record, undone on a journal failure). */
-    uint32_t before = jb->nkp;
-    rc = link_partition(m, jb, topic, partition, start, stop, err);
-    if (rc == SL_OK && (rc = m_journal(m, &rec, err)) != SL_OK) {
-        jb->nkp = jb->num_paths = before;
-        sl_strfree(m->a, jb->kp[before].topic);
-        sl_strfree(m->a, jb->paths[before]);
-        jb->kp[before] = (kpart){0};
-        jb->paths[before] = NULL;
-    }
-    return rc;
+    return SL_OK;
 }
 
 sl_err_t sl_master_state_kafka_partition_add(sl_master_state_t *m, const char *job_id,
@@ -607,17 +585,47 @@ sl_err_t sl_master_state_kafka_partition_add(sl_master_state_t *m, const char *j
 {
     job *jb = m_find_job(m, job_id, NULL);
     if (jb == NULL) return m_no_job(job_id, err);
-    return partition_add(m, jb, p->topic, p->partition, p->start, p->stop, err);
+    sl_err_t rc = partition_check_join(jb, p->topic, p->partition, p->start, p->stop, err);
+    if (rc != SL_OK) return rc;
+    Sluice__Master__KafkaPartition kp = SLUICE__MASTER__KAFKA_PARTITION__INIT;
+    kp.topic = (char *)p->topic;
+    kp.partition = p->partition;
+    kp.start = p->start;
+    kp.stop = p->stop;
+    Sluice__Master__KafkaPartitionAdded pa = SLUICE__MASTER__KAFKA_PARTITION_ADDED__INIT;
+    pa.job_id = jb->id;
+    pa.partition = &kp;
+    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
+    rec.kind_case = SLUICE__MASTER__RECORD__KIND_KAFKA_PARTITION_ADDED;
+    rec.kafka_partition_added = &pa;
+    /* Room for the partition and its strings first: applying the record
+     * cannot fail then. */
+    m_live live = {.now_ms = m->now_ms};
+    live.kp_topic = sl_strdup(m->a, p->topic);
+    live.kp_path = sl_strfmt(m->a, "%s/%d", p->topic, p->partition);
+    rc = live.kp_topic == NULL || live.kp_path == NULL
+             ? sl_error_set(err, SL_ERR_NOMEM, "job '%s': partition %s/%d", jb->id, p->topic,
+                            p->partition)
+             : reserve_parts(m, jb, 1, err);
+    if (rc == SL_OK) rc = m_record(m, &rec, &live, err);
+    sl_strfree(m->a, live.kp_topic); /* not applied: still ours */
+    sl_strfree(m->a, live.kp_path);
+    return rc;
 }
 
 sl_err_t m_kafka_apply_partition(sl_master_state_t *m, const Sluice__Master__KafkaPartitionAdded *r,
-                                 uint64_t off, sl_error_t *err)
+                                 m_live *live, uint64_t off, sl_error_t *err)
 {
     job *jb = r->job_id != NULL ? m_find_job(m, r->job_id, NULL) : NULL;
-    sl_err_t rc = jb == NULL || r->partition == NULL
+    const Sluice__Master__KafkaPartition *p = r->partition;
+    sl_err_t rc = jb == NULL || p == NULL
                       ? sl_error_set(err, SL_ERR_INVALID, "no such job or no partition")
-                      : partition_add(m, jb, r->partition->topic, r->partition->partition,
-                                      r->partition->start, r->partition->stop, err);
+                      : partition_check_join(jb, p->topic, p->partition, p->start, p->stop, err);
+    if (rc == SL_OK) {
+        char *t = live != NULL ? live->kp_topic : NULL, *path = live != NULL ? live->kp_path : NULL;
+        rc = link_partition(m, jb, p->topic, p->partition, p->start, p->stop, t, path, err);
+        if (live != NULL) live->kp_topic = live->kp_path = NULL; /* link_partition's either way */
+    }
     if (rc == SL_OK || rc == SL_ERR_NOMEM) return rc;
     sl_error_prefix(err,
                     "record at offset %llu: partition added to job '%s': ", (unsigned long long)off,

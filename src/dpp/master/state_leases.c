@@ -169,6 +169,11 @@ static void take_pending(job *jb, uint32_t split)
     }
 }
 
+void m_take_pending(job *jb, uint32_t split)
+{
+    if (peek_pending(jb) == split) take_pending(jb, split);
+}
+
 /* Room for n ranges in lease_next's todo list. */
 static sl_err_t reserve_todo(sl_master_state_t *m, uint32_t n, sl_error_t *err)
 {
@@ -211,9 +216,8 @@ void m_do_release(sl_master_state_t *m, uint32_t slot, uint32_t split, uint8_t n
 }
 
 /* Lease split (PENDING) of job jb in slot to worker_id. */
-static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t slot, uint32_t split,
-                         const char *worker_id, uint64_t now_ms, sl_master_lease_t *out,
-                         sl_error_t *err);
+static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t split, const char *worker_id,
+                         uint64_t now_ms, sl_master_lease_t *out, sl_error_t *err);
 
 sl_err_t sl_master_state_lease_next(sl_master_state_t *m, const char *job_id, const char *worker_id,
                                     uint64_t now_ms, sl_master_lease_t *out, sl_error_t *err)
@@ -256,12 +260,11 @@ sl_err_t sl_master_state_lease_split(sl_master_state_t *m, const char *job_id, u
     } else if (jb->st[split].state != SL_MASTER_SPLIT_PENDING) {
         return sl_error_set(err, SL_ERR_AGAIN, "job '%s' split %u is not pending", job_id, split);
     }
-    return lease_at(m, jb, slot, split, worker_id, now_ms, out, err);
+    return lease_at(m, jb, split, worker_id, now_ms, out, err);
 }
 
-static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t slot, uint32_t split,
-                         const char *worker_id, uint64_t now_ms, sl_master_lease_t *out,
-                         sl_error_t *err)
+static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t split, const char *worker_id,
+                         uint64_t now_ms, sl_master_lease_t *out, sl_error_t *err)
 {
     uint32_t w;
     sl_err_t rc = m_worker_get(m, worker_id, &w, err);
@@ -290,14 +293,13 @@ static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t slot, uint32_t 
     }
     if (at < jb->defs[split].num_rows)
         m->todo[nt++] = (sl_dpp_row_range_t){at, jb->defs[split].num_rows};
-    rc = m_journal(m, &rec, err);
-    if (rc != SL_OK) return rc;
     /* A split leased out of epoch order (a shared pass: state.h) stays where
      * the pending queue has it; peek_pending drops it there once it is not
      * PENDING, and finds it again if it becomes PENDING first. */
-    if (peek_pending(jb) == split) take_pending(jb, split);
-    uint64_t expiry = now_ms + m->opts.lease_timeout_ms;
-    m_do_lease(m, slot, split, w, gen, expiry);
+    m_live live = {.now_ms = now_ms};
+    rc = m_record(m, &rec, &live, err);
+    if (rc != SL_OK) return rc;
+    uint64_t expiry = jb->st[split].expiry;
     const split_def *d = &jb->defs[split];
     *out = (sl_master_lease_t){.split = split,
                                .epoch = jb->epoch,
@@ -375,9 +377,7 @@ static sl_err_t end_lease(sl_master_state_t *m, const lease_ref *l, sl_error_t *
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_EXPIRED;
     rec.expired = &ex;
-    sl_err_t rc = m_journal(m, &rec, err);
-    if (rc == SL_OK) m_do_release(m, l->job, l->split, SL_MASTER_SPLIT_PENDING);
-    return rc;
+    return m_record(m, &rec, NULL, err);
 }
 
 sl_err_t sl_master_state_register(sl_master_state_t *m, const char *worker_id,

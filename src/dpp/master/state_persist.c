@@ -1,6 +1,6 @@
 /* The DPP master's writing side: journal records (m_journal encodes and
- * appends every change), the check of a job's spec record (live and on
- * replay), adding a job, and resume tokens (encode, and resume from one or
+ * appends every change's record; m_record in state_apply.c then applies it), the check of a job's
+ * spec record (live and on replay), adding a job, and resume tokens (encode, and resume from one or
  * one per rank). Reading the journal back (records, snapshots), the dump
  * and open / sync / compact are in state_replay.c; the transitions
  * themselves in state.c, state_leases.c and their neighbours. Callers
@@ -15,7 +15,7 @@
 
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err)
 {
-    if (m->journal == NULL || m->replaying) return SL_OK;
+    if (m->journal == NULL) return SL_OK;
     size_t n = sluice__master__record__get_packed_size(rec);
     if (n > m->scratch_cap) {
         size_t cap = n < 4096 ? 4096 : n;
@@ -132,7 +132,7 @@ sl_err_t m_add_job(sl_master_state_t *m, const Sluice__Master__JobAdded *ja, sl_
     if (rc == SL_OK) rc = m_job_build(m, ja, &jb, err);
     if (rc != SL_OK) return rc;
     m_job_link(m, jb);
-    return m->replaying ? SL_OK : m_advance_all(m, err);
+    return SL_OK;
 }
 
 void m_spec_pb_free(m_spec_pb *p)
@@ -268,12 +268,10 @@ sl_err_t m_journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, b
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_JOB_ADDED;
     rec.job_added = ja;
-    rc = m_journal(m, &rec, err);
-    if (rc != SL_OK) {
-        m_job_free(m, jb);
-        return rc;
-    }
-    m_job_link(m, jb);
+    m_live live = {.now_ms = m->now_ms, .built = jb};
+    rc = m_record(m, &rec, &live, err);
+    if (live.built != NULL) m_job_free(m, live.built); /* not applied: the journal failed */
+    if (rc != SL_OK) return rc;
     return m_advance_all(m, err);
 }
 

@@ -1,8 +1,7 @@
-/* The DPP master's recovery side: applying journal records and snapshots
- * (bytes from disk: every field is checked against the state it applies to,
- * and anything a live master could not have written is corruption), writing
- * snapshots, the canonical dump, and open / sync / compact / replay.
- * Callers hold the master's lock. */
+/* The DPP master's recovery side: snapshots (restored, written), the
+ * canonical dump, and open / sync / compact / replay. Journal records are
+ * applied by m_apply (state_apply.c), live and in replay alike. Callers
+ * hold the master's lock. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,225 +13,6 @@
  * lie below the last journaled one + this gap (no run grants 2^32 leases
  * between two syncs). */
 #define GENERATION_GAP (1ull << 32)
-
-static sl_err_t bad(sl_error_t *err, uint64_t offset, const char *fmt, const char *job,
-                    uint32_t split, const char *why)
-{
-    char what[256];
-    snprintf(what, sizeof what, fmt, job, split);
-    return sl_error_set(err, SL_ERR_CORRUPT, "record at offset %llu: %s: %s",
-                        (unsigned long long)offset, what, why);
-}
-
-/* The live lease a record names, or a corruption error. */
-static sl_err_t find_lease(sl_master_state_t *m, const char *job_id, uint32_t split, uint64_t gen,
-                           uint64_t offset, const char *what, uint32_t *slot, sl_error_t *err)
-{
-    job *jb = job_id != NULL ? m_find_job(m, job_id, slot) : NULL;
-    if (jb == NULL) return bad(err, offset, what, job_id ? job_id : "", split, "unknown job");
-    if (split >= jb->n) return bad(err, offset, what, job_id, split, "no such split");
-    const split_st *s = &jb->st[split];
-    if (s->state != SL_MASTER_SPLIT_LEASED || s->generation != gen)
-        return bad(err, offset, what, job_id, split, "not leased under that generation");
-    return SL_OK;
-}
-
-static sl_err_t apply(sl_master_state_t *m, const Sluice__Master__Record *r, uint64_t off,
-                      sl_error_t *err)
-{
-    uint32_t slot, w;
-    sl_err_t rc;
-    switch (r->kind_case) {
-    case SLUICE__MASTER__RECORD__KIND_JOB_ADDED:
-        rc = m_add_job(m, r->job_added, err);
-        if (rc == SL_ERR_NOMEM) return rc;
-        if (rc != SL_OK) {
-            /* A record a live master could not have written. */
-            sl_error_prefix(err, "record at offset %llu: job added: ", (unsigned long long)off);
-            if (err != NULL) err->code = SL_ERR_CORRUPT;
-            return SL_ERR_CORRUPT;
-        }
-        return SL_OK;
-    case SLUICE__MASTER__RECORD__KIND_JOB_REMOVED: {
-        const char *id = r->job_removed->job_id;
-        if (id == NULL || m_find_job(m, id, &slot) == NULL)
-            return sl_error_set(err, SL_ERR_CORRUPT,
-                                "record at offset %llu: removal of unknown job '%s'",
-                                (unsigned long long)off, id ? id : "");
-        m_job_remove(m, slot);
-        return SL_OK;
-    }
-    case SLUICE__MASTER__RECORD__KIND_OPENED:
-        if (r->opened->generation_base > m->next_generation)
-            m->next_generation = r->opened->generation_base;
-        return SL_OK;
-    case SLUICE__MASTER__RECORD__KIND_LEASE_GRANTED: {
-        const Sluice__Master__LeaseGranted *lg = r->lease_granted;
-        const char *what = "lease of job '%s' split %u";
-        job *jb = lg->job_id != NULL ? m_find_job(m, lg->job_id, &slot) : NULL;
-        if (jb == NULL)
-            return bad(err, off, what, lg->job_id ? lg->job_id : "", lg->split, "unknown job");
-        if (lg->split >= jb->n || jb->epoch >= jb->epochs ||
-            jb->st[lg->split].state != SL_MASTER_SPLIT_PENDING)
-            return bad(err, off, what, lg->job_id, lg->split, "split not pending");
-        if (lg->generation < m->next_generation)
-            return bad(err, off, what, lg->job_id, lg->split, "generation not increasing");
-        if (!m_name_ok(m, lg->worker))
-            return bad(err, off, what, lg->job_id, lg->split, "bad worker id");
-        rc = m_worker_get(m, lg->worker, &w, err);
-        if (rc == SL_OK && !m_worker_reserve(m, w)) rc = sl_error_set(err, SL_ERR_NOMEM, "lease");
-        if (rc != SL_OK)
-            return sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
-        m_do_lease(m, slot, lg->split, w, lg->generation, 0);
-        return SL_OK;
-    }
-    case SLUICE__MASTER__RECORD__KIND_COMMITTED: {
-        const Sluice__Master__Committed *c = r->committed;
-        const char *what = "commit of job '%s' split %u";
-        job *jb = c->job_id != NULL ? m_find_job(m, c->job_id, &slot) : NULL;
-        if (jb == NULL)
-            return bad(err, off, what, c->job_id ? c->job_id : "", c->split, "unknown job");
-        if (c->split >= jb->n || c->epoch != jb->epoch || jb->epoch >= jb->epochs ||
-            c->from_row >= c->to_row || c->to_row > jb->defs[c->split].num_rows ||
-            m_overlaps(jb, c->split, c->from_row, c->to_row))
-            return bad(err, off, what, c->job_id, c->split,
-                       "not the current epoch, outside the split or overlapping");
-        uint32_t ci;
-        rc = m_client_get(m, c->client_id != NULL ? c->client_id : "", &ci, err);
-        if (rc == SL_OK && m_client_has(m, ci, c->nonce))
-            return bad(err, off, what, c->job_id, c->split, "nonce committed twice");
-        uint32_t owner = M_OWNER_MASTER;
-        if (rc == SL_OK) rc = m_attr_owner(m, jb, c->client_id, &owner, err);
-        if (rc == SL_OK) rc = m_add_range(m, jb, c->split, c->from_row, c->to_row, owner, err);
-        if (rc != SL_OK)
-            return sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
-        m_client_remember(m, ci, c->nonce);
-        jb->batches++;
-        jb->samples += c->num_samples;
-        m_maybe_done(m, slot, c->split);
-        return SL_OK;
-    }
-    case SLUICE__MASTER__RECORD__KIND_SPLIT_READ: {
-        const Sluice__Master__SplitRead *sr = r->split_read;
-        const char *what = "split read of job '%s' split %u";
-        rc = find_lease(m, sr->job_id, sr->split, sr->generation, off, what, &slot, err);
-        if (rc != SL_OK) return rc;
-        job *jb = m->jobs[slot];
-        if (sr->n_empty_from != sr->n_empty_to || sr->n_empty_from > m->opts.max_ranges)
-            return bad(err, off, what, sr->job_id, sr->split, "bad empty range columns");
-        sl_dpp_row_range_t one[1];
-        sl_dpp_row_range_t *e =
-            sr->n_empty_from > 1 ? sl_alloc(m->a, sr->n_empty_from * sizeof *e) : one;
-        if (e == NULL) return sl_error_set(err, SL_ERR_NOMEM, "split read record");
-        bool ok = true;
-        for (size_t i = 0; i < sr->n_empty_from; i++) {
-            e[i] = (sl_dpp_row_range_t){sr->empty_from[i], sr->empty_to[i]};
-            ok = ok && e[i].from_row <= e[i].to_row && e[i].to_row <= jb->defs[sr->split].num_rows;
-        }
-        rc = ok ? m_apply_split_read(m, slot, sr->split, e, (uint32_t)sr->n_empty_from, err)
-                : bad(err, off, what, sr->job_id, sr->split, "empty range outside the split");
-        if (e != one) sl_free(m->a, e, sr->n_empty_from * sizeof *e);
-        if (rc != SL_OK && rc != SL_ERR_CORRUPT)
-            return sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
-        return rc;
-    }
-    case SLUICE__MASTER__RECORD__KIND_EXPIRED: {
-        const Sluice__Master__Expired *e = r->expired;
-        rc = find_lease(m, e->job_id, e->split, e->generation, off, "expiry of job '%s' split %u",
-                        &slot, err);
-        if (rc != SL_OK) return rc;
-        m_do_release(m, slot, e->split, SL_MASTER_SPLIT_PENDING);
-        return SL_OK;
-    }
-    case SLUICE__MASTER__RECORD__KIND_EPOCH_ADVANCED: {
-        const Sluice__Master__EpochAdvanced *ea = r->epoch_advanced;
-        const char *what = "job '%s' advancing to epoch %u";
-        job *jb = ea->job_id != NULL ? m_find_job(m, ea->job_id, &slot) : NULL;
-        if (jb == NULL)
-            return bad(err, off, what, ea->job_id ? ea->job_id : "", ea->epoch, "unknown job");
-        if (jb->epoch >= jb->epochs || ea->epoch != jb->epoch + 1 ||
-            jb->count[SL_MASTER_SPLIT_DONE] != jb->n || (jb->chunk != 0 && !m_kafka_exhausted(jb)))
-            return bad(err, off, what, ea->job_id, ea->epoch, "epoch not complete or not next");
-        m_do_advance(m, jb);
-        rc = m_attr_epoch_began(m, slot, err);
-        return rc == SL_OK
-                   ? SL_OK
-                   : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
-    }
-    case SLUICE__MASTER__RECORD__KIND_SPLIT_FAILED: {
-        const Sluice__Master__SplitFailed *sf = r->split_failed;
-        rc = find_lease(m, sf->job_id, sf->split, sf->generation, off,
-                        "failure of job '%s' split %u", &slot, err);
-        if (rc != SL_OK) return rc;
-        if (m->jobs[slot]->failed)
-            return bad(err, off, "failure of job '%s' split %u", sf->job_id, sf->split,
-                       "the job failed before");
-        m_apply_split_failed(m, slot, sf->split);
-        return SL_OK;
-    }
-    case SLUICE__MASTER__RECORD__KIND_JOB_FAILED: {
-        const Sluice__Master__JobFailed *jf = r->job_failed;
-        const char *what = "failure of job '%s' (split %u)";
-        job *jb = jf->job_id != NULL ? m_find_job(m, jf->job_id, &slot) : NULL;
-        uint32_t split = jf->failure != NULL ? jf->failure->split : 0;
-        if (jb == NULL)
-            return bad(err, off, what, jf->job_id ? jf->job_id : "", split, "unknown job");
-        if (jf->failure == NULL || jb->failed || jb->epoch >= jb->epochs || split >= jb->n)
-            return bad(err, off, what, jf->job_id, split, "no failure, or the job ended before");
-        rc = m_apply_job_failed(m, slot, jf->failure, err);
-        return rc == SL_OK
-                   ? SL_OK
-                   : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
-    }
-    case SLUICE__MASTER__RECORD__KIND_SPLIT_SKIPPED: {
-        const Sluice__Master__SplitSkipped *sk = r->split_skipped;
-        const char *what = "skip of job '%s' split %u";
-        job *jb = sk->job_id != NULL ? m_find_job(m, sk->job_id, &slot) : NULL;
-        if (jb == NULL)
-            return bad(err, off, what, sk->job_id ? sk->job_id : "", sk->split, "unknown job");
-        if (sk->split >= jb->n || jb->failed || jb->epoch >= jb->epochs ||
-            jb->st[sk->split].state != SL_MASTER_SPLIT_PENDING ||
-            jb->defs[sk->split].num_rows - jb->st[sk->split].committed != sk->rows)
-            return bad(err, off, what, sk->job_id, sk->split,
-                       "split not pending or other rows left to skip");
-        rc = m_apply_split_skipped(m, slot, sk->split, NULL, err);
-        return rc == SL_OK
-                   ? SL_OK
-                   : sl_error_prefix(err, "record at offset %llu: ", (unsigned long long)off);
-    }
-    case SLUICE__MASTER__RECORD__KIND_KAFKA_PARTITION_ADDED:
-        return m_kafka_apply_partition(m, r->kafka_partition_added, off, err);
-    case SLUICE__MASTER__RECORD__KIND_KAFKA_CHUNKS_ADDED:
-        return m_kafka_apply_chunks(m, r->kafka_chunks_added, off, err);
-    case SLUICE__MASTER__RECORD__KIND_CLIENT_EVICTED: {
-        uint32_t ci;
-        const char *id = r->client_evicted->client_id;
-        /* A client this run did not journal (one whose only commit was
-         * lost with a failed write) leaves nothing to forget. */
-        if (id != NULL && m_client_find(m, id, &ci)) m_client_remove(m, ci);
-        return SL_OK;
-    }
-    default:
-        return sl_error_set(err, SL_ERR_CORRUPT, "record at offset %llu: unknown record kind %d",
-                            (unsigned long long)off, (int)r->kind_case);
-    }
-}
-
-sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
-                        sl_error_t *err)
-{
-    sl_master_state_t *m = ctx;
-    sl_unsized_t u = {.a = m->a};
-    ProtobufCAllocator pa = {sl_unsized_alloc, sl_unsized_free, &u};
-    Sluice__Master__Record *r = sluice__master__record__unpack(&pa, len, payload);
-    if (r == NULL)
-        return sl_error_set(err, u.failed ? SL_ERR_NOMEM : SL_ERR_CORRUPT,
-                            "record at offset %llu: %s", (unsigned long long)offset,
-                            u.failed ? "out of memory" : "malformed protobuf");
-    sl_err_t rc = apply(m, r, offset, err);
-    sluice__master__record__free_unpacked(r, &pa);
-    return rc;
-}
 
 /* ---- snapshots ---------------------------------------------------------------------- */
 
@@ -627,16 +407,41 @@ sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err)
     return rc;
 }
 
-sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err)
+sl_err_t sl_master_state_sync_begin(sl_master_state_t *m, uint64_t *ticket, sl_error_t *err)
 {
+    *ticket = 0;
     if (m->journal == NULL) return SL_OK;
     if (sl_master_journal_size(m->journal) > m->opts.compact_bytes) {
-        sl_err_t rc = sl_master_state_compact(m, err);
+        sl_err_t rc = SL_OK;
+        if (!m->opts.compact_in_background) {
+            rc = sl_master_state_compact(m, err);
+        } else if (!sl_master_journal_compacting(m->journal)) {
+            /* The snapshot is encoded here, under the caller's lock (a
+             * copy of the state); a thread writes it and puts it in place. */
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            rc = snapshot_encode(m, &buf, &len, err);
+            if (rc == SL_OK) rc = sl_master_journal_compact_start(m->journal, buf, len, err);
+            if (rc == SL_OK) m->c.compactions++;
+        }
         /* No memory for the snapshot: the journal still holds everything,
          * so sync it as it is; the next sync compacts. */
-        if (rc != SL_ERR_NOMEM) return rc;
+        if (rc != SL_ERR_NOMEM && rc != SL_OK) return rc;
     }
-    return sl_master_journal_sync(m->journal, err);
+    return sl_master_journal_sync_begin(m->journal, ticket, err);
+}
+
+sl_err_t sl_master_state_sync_wait(sl_master_state_t *m, uint64_t ticket, sl_error_t *err)
+{
+    /* m->journal is set at open and never changes: read without the lock */
+    return m->journal == NULL ? SL_OK : sl_master_journal_sync_wait(m->journal, ticket, err);
+}
+
+sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err)
+{
+    uint64_t ticket;
+    sl_err_t rc = sl_master_state_sync_begin(m, &ticket, err);
+    return rc == SL_OK ? sl_master_state_sync_wait(m, ticket, err) : rc;
 }
 
 /* ---- dump --------------------------------------------------------------------------- */
@@ -865,10 +670,8 @@ sl_err_t sl_master_state_open(const sl_master_state_opts_t *opts, uint64_t now_m
         return sl_error_set(err, SL_ERR_NOMEM, "master: journal record buffer");
     }
     m->scratch_cap = 4096;
-    m->replaying = true;
     sl_err_t rc = sl_master_journal_open(o.state_dir, m->a, 0, m_apply_snapshot, m_apply_record, m,
                                          &m->journal, info, err);
-    m->replaying = false;
     if (rc != SL_OK) {
         sl_master_state_destroy(m);
         return rc;
@@ -881,11 +684,8 @@ sl_err_t sl_master_state_open(const sl_master_state_opts_t *opts, uint64_t now_m
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_OPENED;
     rec.opened = &op;
-    rc = m_journal(m, &rec, err);
-    if (rc == SL_OK) {
-        m->next_generation = op.generation_base;
-        rc = m_advance_all(m, err);
-    }
+    rc = m_record(m, &rec, NULL, err);
+    if (rc == SL_OK) rc = m_advance_all(m, err);
     if (rc == SL_OK) rc = sl_master_state_sync(m, err);
     if (rc != SL_OK) {
         sl_master_state_destroy(m);
@@ -901,9 +701,7 @@ sl_err_t sl_master_state_replay(sl_master_state_t *m, const void *journal, size_
     if (m->journal != NULL)
         return sl_error_set(err, SL_ERR_INVALID, "replay into a master with a state directory");
     sl_master_journal_scan_t scan;
-    m->replaying = true;
     sl_err_t rc = sl_master_journal_scan(journal, len, "journal", 0, m_apply_record, m, &scan, err);
-    m->replaying = false;
     if (torn != NULL) *torn = scan.torn;
     after_replay(m, 0);
     if (rc == SL_OK) rc = m_advance_all(m, err);

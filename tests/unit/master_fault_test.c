@@ -1,0 +1,221 @@
+/* The master process (master.h) over real sockets when its journal's disk
+ * fails (libfiu point sluice/journal/fdatasync, journal.c): a COMMIT whose
+ * record cannot be made durable is never answered COMMITTED (the client
+ * gets an ERROR and its connection closes), the master refuses every
+ * change from then on and is not ready (/readyz), and a restarted master,
+ * with the disk well again, replays what reached the file: the client's
+ * retry of its unanswered commit is COMMITTED once, and rows it never got
+ * an answer for are not lost nor doubled. */
+#define FIU_ENABLE 1 /* libfiu's real calls, not fiu.h's no-op stand-ins */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fiu-control.h>
+#include <fiu.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/mem.h"
+#include "dpp/master/admin.h"
+#include "rpc/frame.h"
+#include "testutil.h"
+#include "warehouse/import.h"
+
+typedef struct env {
+    char root[64], table[128], state[128];
+    sl_master_t *m;
+    sl_master_opts_t o;
+} env;
+
+static void env_start(env *e)
+{
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_start(&e->o, &e->m, &err), SL_OK, "%s", err.msg);
+}
+
+static void env_init(env *e)
+{
+    snprintf(e->root, sizeof e->root, "/tmp/sluice-mfault-XXXXXX");
+    cr_assert_not_null(mkdtemp(e->root));
+    snprintf(e->table, sizeof e->table, "%s/table", e->root);
+    snprintf(e->state, sizeof e->state, "%s/state", e->root);
+    cr_assert_eq(mkdir(e->state, 0755), 0);
+    sl_wh_gen_spec_t spec;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_gen_preset("criteo", 1000, 7, &spec, &err), SL_OK, "%s", err.msg);
+    spec.files = 1;
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.no_sync = true;
+    go.writer.stripe_rows = 500;
+    cr_assert_eq(sl_wh_gen_table(e->table, &spec, &go, NULL, &err), SL_OK, "%s", err.msg);
+    e->o = (sl_master_opts_t){.state_dir = e->state, .lease_timeout_ms = 60000};
+    env_start(e);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"spec\": {\"id\": \"j\", \"source\": {\"table\": \"%s\"}, \"batch\": "
+             "{\"size\": 100}}}",
+             e->table);
+    json_error_t je;
+    json_t *body = json_loads(text, 0, &je);
+    cr_assert_not_null(body, "%s", je.text);
+    char *id = NULL;
+    cr_assert_eq(sl_master_admin_job_submit(e->m, body, &id, &err), SL_OK, "%s", err.msg);
+    sl_strfree(sl_master_allocator(e->m), id);
+    json_decref(body);
+}
+
+static int dial(env *e)
+{
+    int fd;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_connect(sl_master_address(e->m), 2000, &fd, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_rpc_set_recv_timeout(fd, 5000, &err), SL_OK);
+    return fd;
+}
+
+/* Send one frame; the answer (ATTACHED pushes skipped) in *f. */
+static void call(int fd, sl_rpc_type_t type, const ProtobufCMessage *msg, sl_rpc_frame_t *f)
+{
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_send(fd, type, msg, NULL, 0, &err), SL_OK, "%s", err.msg);
+    for (;;) {
+        cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, f, &err), SL_OK, "%s", err.msg);
+        if (f->type != SL_RPC_ATTACHED || type == SL_RPC_ATTACH) return;
+        sl_rpc_frame_free(f);
+    }
+}
+
+static int worker(env *e, Sluice__Control__SplitRef *ref)
+{
+    int fd = dial(e);
+    Sluice__Control__Register r = SLUICE__CONTROL__REGISTER__INIT;
+    r.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    r.worker_id = "w1";
+    r.serve_address = "127.0.0.1:1";
+    r.job_id = "j";
+    sl_rpc_frame_t f;
+    call(fd, SL_RPC_REGISTER, &r.base, &f);
+    cr_assert_eq(f.type, SL_RPC_REGISTERED);
+    sl_rpc_frame_free(&f);
+    Sluice__Control__LeaseRequest q = SLUICE__CONTROL__LEASE_REQUEST__INIT;
+    q.worker_id = "w1";
+    q.job_id = "j";
+    call(fd, SL_RPC_LEASE_REQUEST, &q.base, &f);
+    cr_assert_eq(f.type, SL_RPC_LEASE);
+    const Sluice__Control__Lease *l = (const void *)f.msg;
+    *ref = *l->ref;
+    ref->job_id = "j";
+    sl_rpc_frame_free(&f);
+    return fd;
+}
+
+static int client(env *e)
+{
+    int fd = dial(e);
+    Sluice__Control__Attach a = SLUICE__CONTROL__ATTACH__INIT;
+    a.protocol_version = SL_MASTER_PROTOCOL_VERSION;
+    a.job_id = "j";
+    a.client_id = "c1";
+    a.world_size = 1;
+    sl_rpc_frame_t f;
+    call(fd, SL_RPC_ATTACH, &a.base, &f);
+    cr_assert_eq(f.type, SL_RPC_ATTACHED);
+    sl_rpc_frame_free(&f);
+    return fd;
+}
+
+/* COMMIT rows [from, to): the reply's result, or -1 for an ERROR (its
+ * message in why). */
+static int commit(int fd, uint64_t nonce, const Sluice__Control__SplitRef *ref, uint64_t from,
+                  uint64_t to, char *why, size_t cap)
+{
+    Sluice__Control__RowRange rows = SLUICE__CONTROL__ROW_RANGE__INIT;
+    rows.from_row = from;
+    rows.to_row = to;
+    Sluice__Control__Commit c = SLUICE__CONTROL__COMMIT__INIT;
+    c.client_id = "c1";
+    c.nonce = nonce;
+    c.ref = (Sluice__Control__SplitRef *)ref;
+    c.rows = &rows;
+    c.num_samples = (uint32_t)(to - from);
+    sl_rpc_frame_t f;
+    call(fd, SL_RPC_COMMIT, &c.base, &f);
+    int res = -1;
+    if (f.type == SL_RPC_COMMIT_REPLY)
+        res = ((const Sluice__Control__CommitReply *)f.msg)->result;
+    else if (f.type == SL_RPC_ERROR)
+        snprintf(why, cap, "%s", ((const Sluice__Dpp__Error *)f.msg)->message);
+    else
+        cr_assert_fail("COMMIT answered %s", sl_rpc_type_name(f.type));
+    sl_rpc_frame_free(&f);
+    return res;
+}
+
+Test(master_fault, a_commit_that_cannot_reach_the_disk_is_never_answered)
+{
+    cr_assert_eq(fiu_init(0), 0);
+    env e;
+    env_init(&e);
+    Sluice__Control__SplitRef ref;
+    int w = worker(&e, &ref);
+    int c = client(&e);
+    char why[512] = "";
+    cr_assert_eq(commit(c, 1, &ref, 0, 100, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    cr_assert(sl_master_ready(e.m));
+    /* the disk fails under the next commit's sync */
+    cr_assert_eq(fiu_enable("sluice/journal/fdatasync", 1, (void *)(intptr_t)EIO, 0), 0);
+    cr_assert_eq(commit(c, 2, &ref, 100, 200, why, sizeof why), -1, "answered without a sync");
+    cr_assert(strstr(why, "master state failed") != NULL, "%s", why);
+    cr_assert(!sl_master_ready(e.m), "/readyz stays ready with a failed journal");
+    cr_assert_eq(fiu_disable("sluice/journal/fdatasync"), 0);
+    /* the disk is well again; this run still promises nothing */
+    c = client(&e);
+    cr_assert_eq(commit(c, 3, &ref, 200, 300, why, sizeof why), -1);
+    cr_assert(!sl_master_ready(e.m));
+    /* a new run replays the journal: the commit whose answer was lost was
+     * written before its fdatasync failed, so the client's retry (same
+     * nonce) is COMMITTED and its rows are not committed twice */
+    sl_master_stop(e.m);
+    env_start(&e);
+    cr_assert(sl_master_ready(e.m));
+    c = client(&e);
+    cr_assert_eq(commit(c, 2, &ref, 100, 200, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "%s", why);
+    cr_assert_eq(commit(c, 4, &ref, 150, 250, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP, "%s", why);
+    /* the commit refused by the failed run was never made: now it is */
+    cr_assert_eq(commit(c, 3, &ref, 200, 300, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "%s", why);
+    (void)w;
+    sl_master_stop(e.m);
+    tu_rm_tree(e.root);
+}
+
+/* An admin change (a job removed) whose record cannot be made durable:
+ * the call fails with the disk's error (the wait is outside the master's
+ * lock, the answer after it), the master is not ready; a new run has
+ * what reached the file (the removal's record was written before its
+ * fdatasync failed: the job is gone). */
+Test(master_fault, an_admin_change_that_cannot_reach_the_disk_fails)
+{
+    cr_assert_eq(fiu_init(0), 0);
+    env e;
+    env_init(&e);
+    sl_error_t err = {0};
+    cr_assert_eq(fiu_enable("sluice/journal/fdatasync", 1, (void *)(intptr_t)EIO, 0), 0);
+    cr_assert_eq(sl_master_job_remove(e.m, "j", &err), SL_ERR_IO);
+    cr_assert(strstr(err.msg, "fdatasync") != NULL, "%s", err.msg);
+    cr_assert(!sl_master_ready(e.m));
+    cr_assert_eq(fiu_disable("sluice/journal/fdatasync"), 0);
+    cr_assert_eq(sl_master_job_remove(e.m, "j", &err), SL_ERR_IO);
+    cr_assert(strstr(err.msg, "master state failed") != NULL, "%s", err.msg);
+    sl_master_stop(e.m);
+    env_start(&e);
+    cr_assert(sl_master_ready(e.m));
+    cr_assert_eq(sl_master_job_remove(e.m, "j", &err), SL_ERR_NOT_FOUND, "%s", err.msg);
+    sl_master_stop(e.m);
+    tu_rm_tree(e.root);
+}
