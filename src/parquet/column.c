@@ -523,7 +523,12 @@ static sl_err_t refill_levels(sl_pq_reader_t *r, sl_error_t *err)
     else
         memset(r->lv_def, 0, n * sizeof r->lv_def[0]);
     if (r->c->max_rep > 0) TRY(sl_pq_rle_get(&r->rep, r->lv_rep, n, err));
-    for (uint32_t i = 0; i < n; i++)
+    /* levels whose bit width holds no value above their maximum (the usual
+     * case: maxima 1 and 3) need no check */
+    unsigned dw = bit_width((unsigned)r->c->max_def), rw = bit_width((unsigned)r->c->max_rep);
+    bool checked =
+        ((1u << dw) - 1 == (unsigned)r->c->max_def) && ((1u << rw) - 1 == (unsigned)r->c->max_rep);
+    for (uint32_t i = 0; i < n && !checked; i++)
         if (r->lv_def[i] > (uint32_t)r->c->max_def ||
             (r->c->max_rep > 0 && r->lv_rep[i] > (uint32_t)r->c->max_rep))
             return sl_error_set(
@@ -560,29 +565,32 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
             if (done) break;
             continue;
         }
-        if (r->lv_pos == r->lv_len && refill_levels(r, err) != SL_OK) return where(r, err);
-        TRY(reserve_slots(r, (size_t)b->slots + (r->lv_len - r->lv_pos), err));
         uint32_t at = b->slots, nvals = 0, i;
         if (c->max_rep == 0) {
-            /* a scalar column: one level, one row, one slot */
-            uint32_t n = r->lv_len - r->lv_pos;
+            /* a scalar column: one level, one row, one slot. The levels go
+             * straight into validity bytes (a run of one level is one
+             * memset); without a definition level every slot is valid. */
+            uint32_t n = r->page_left < SL_PQ_LEVEL_CHUNK ? r->page_left : SL_PQ_LEVEL_CHUNK;
             if (n > max_rows - b->rows) n = max_rows - b->rows;
-            const uint32_t *d = r->lv_def + r->lv_pos, md = (uint32_t)c->max_def;
-            uint8_t *valid = b->valid + at;
-            for (uint32_t j = 0; j < n; j++) {
-                uint8_t v = d[j] == md;
-                valid[j] = v;
-                nvals += v;
+            TRY(reserve_slots(r, (size_t)at + n, err));
+            if (c->max_def == 0) {
+                memset(b->valid + at, 1, n);
+                nvals = n;
+            } else if (sl_pq_rle_valid(&r->def, (uint32_t)c->max_def, b->valid + at, n, &nvals,
+                                       err) != SL_OK) {
+                return where(r, err);
             }
             b->slots += n;
             b->rows += n;
-            r->lv_pos += n;
+            r->page_left -= n;
             full = b->rows == max_rows;
             if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[at] = r->bytes_len;
             if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);
             scatter(r, at, nvals);
             continue;
         }
+        if (r->lv_pos == r->lv_len && refill_levels(r, err) != SL_OK) return where(r, err);
+        TRY(reserve_slots(r, (size_t)b->slots + (r->lv_len - r->lv_pos), err));
         /* a list column: a level with repetition 0 starts a row; one at or
          * above elem_def is an element, valid at max_def */
         const uint32_t *D = r->lv_def, *R = r->lv_rep;
