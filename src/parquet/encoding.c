@@ -83,6 +83,71 @@ static sl_err_t rle_next_run(sl_pq_rle_t *r, sl_error_t *err)
     return SL_OK;
 }
 
+/* 8 values of w bits from in: w is a constant in every call of
+ * unpack_groups' switch, so that each width gets its own shifts and masks.
+ * Every load is inside [in, in + w + 8). */
+static inline __attribute__((always_inline)) void unpack8(const uint8_t *in, uint32_t *out,
+                                                          unsigned w)
+{
+    const uint64_t mask = (UINT64_C(1) << w) - 1;
+    for (unsigned j = 0; j < 8; j++) {
+        unsigned b = j * w;
+        out[j] = (uint32_t)((sl_le_get_u64(in + (b >> 3)) >> (b & 7)) & mask);
+    }
+}
+
+/* Whole groups of 8 values from bit (a multiple of 8 values) while their
+ * loads stay inside room bytes; @return how many values were unpacked. */
+static uint32_t unpack_groups(const uint8_t *run, size_t room, uint64_t bit, uint32_t *out,
+                              uint32_t k, unsigned w)
+{
+    uint32_t i = 0;
+    size_t at = (size_t)(bit >> 3); /* a group starts on a byte */
+#define SL_PQ_UNPACK_W(W)                                                                          \
+    case W:                                                                                        \
+        for (; i + 8 <= k && at + W + 8 <= room; i += 8, at += W)                                  \
+            unpack8(run + at, out + i, W);                                                         \
+        break;
+    switch (w) {
+        SL_PQ_UNPACK_W(1)
+        SL_PQ_UNPACK_W(2)
+        SL_PQ_UNPACK_W(3)
+        SL_PQ_UNPACK_W(4)
+        SL_PQ_UNPACK_W(5)
+        SL_PQ_UNPACK_W(6)
+        SL_PQ_UNPACK_W(7)
+        SL_PQ_UNPACK_W(8)
+        SL_PQ_UNPACK_W(9)
+        SL_PQ_UNPACK_W(10)
+        SL_PQ_UNPACK_W(11)
+        SL_PQ_UNPACK_W(12)
+        SL_PQ_UNPACK_W(13)
+        SL_PQ_UNPACK_W(14)
+        SL_PQ_UNPACK_W(15)
+        SL_PQ_UNPACK_W(16)
+        SL_PQ_UNPACK_W(17)
+        SL_PQ_UNPACK_W(18)
+        SL_PQ_UNPACK_W(19)
+        SL_PQ_UNPACK_W(20)
+        SL_PQ_UNPACK_W(21)
+        SL_PQ_UNPACK_W(22)
+        SL_PQ_UNPACK_W(23)
+        SL_PQ_UNPACK_W(24)
+        SL_PQ_UNPACK_W(25)
+        SL_PQ_UNPACK_W(26)
+        SL_PQ_UNPACK_W(27)
+        SL_PQ_UNPACK_W(28)
+        SL_PQ_UNPACK_W(29)
+        SL_PQ_UNPACK_W(30)
+        SL_PQ_UNPACK_W(31)
+        SL_PQ_UNPACK_W(32)
+    default:
+        break;
+    }
+#undef SL_PQ_UNPACK_W
+    return i;
+}
+
 /* k values of the current bit-packed run into out; the caller has checked
  * that k is within the run. */
 static sl_err_t rle_unpack(sl_pq_rle_t *r, uint32_t *out, uint32_t k, sl_error_t *err)
@@ -99,15 +164,15 @@ static sl_err_t rle_unpack(sl_pq_rle_t *r, uint32_t *out, uint32_t k, sl_error_t
      * decoder's buffer (width <= 32 plus a shift <= 7 fits in 64 bits;
      * bytes past the run are masked off) */
     const size_t room = (size_t)(r->end - run);
-    if (w <= 8 && (r->run_pos & 7) == 0) {
-        /* whole groups of 8 values in at most 8 bytes: one load each */
-        while (i + 8 <= k && (bit >> 3) + 8 <= room) {
-            uint64_t x = sl_le_get_u64(run + (bit >> 3));
-            for (unsigned j = 0; j < 8; j++)
-                out[i + j] = (uint32_t)((x >> (j * w)) & mask);
-            i += 8;
-            bit += 8 * w;
-        }
+    /* up to the next group of 8 one by one, then whole groups */
+    while (i < k && ((r->run_pos + i) & 7) != 0 && (bit >> 3) + 8 <= room) {
+        out[i++] = (uint32_t)((sl_le_get_u64(run + (bit >> 3)) >> (bit & 7)) & mask);
+        bit += w;
+    }
+    if (((r->run_pos + i) & 7) == 0 && k - i >= 8 && w > 0) {
+        uint32_t g = unpack_groups(run, room, bit, out + i, k - i, w);
+        i += g;
+        bit += (uint64_t)g * w;
     }
     while (i < k && (bit >> 3) + 8 <= room) {
         out[i++] = (uint32_t)((sl_le_get_u64(run + (bit >> 3)) >> (bit & 7)) & mask);
