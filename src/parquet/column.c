@@ -46,10 +46,11 @@ static bool codec_supported(int codec)
            codec == SL_PQ_ZSTD || codec == SL_PQ_LZ4_RAW;
 }
 
-sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_reader_t **out,
-                          sl_error_t *err)
+/* Check that column col of row group rg can be read; *start: where its
+ * chunk's first page is. */
+static sl_err_t check_chunk(sl_pq_file_t *f, uint32_t rg, uint32_t col, int64_t *start,
+                            sl_error_t *err)
 {
-    *out = NULL;
     const sl_pq_meta_t *m = f->meta;
     if (rg >= m->num_row_groups || col >= m->num_columns)
         return sl_error_set(err, SL_ERR_INVALID,
@@ -65,23 +66,32 @@ sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_read
                             "file %s row group %u column %s: codec %s (%d) is not supported "
                             "(UNCOMPRESSED, SNAPPY, GZIP, ZSTD and LZ4_RAW are)",
                             f->name, rg, c->path, sl_pq_codec_name(ch->codec), ch->codec);
-    int64_t start = ch->data_page_offset;
+    *start = ch->data_page_offset;
     /* a dictionary page comes first; some writers store 0 for "none" */
-    if (ch->dictionary_page_offset > 0 && ch->dictionary_page_offset < start)
-        start = ch->dictionary_page_offset;
+    if (ch->dictionary_page_offset > 0 && ch->dictionary_page_offset < *start)
+        *start = ch->dictionary_page_offset;
     uint64_t data_end = f->size - 8 - f->meta->footer_len;
-    if (start < 4 || ch->total_compressed < 0 || (uint64_t)start > data_end ||
-        (uint64_t)ch->total_compressed > data_end - (uint64_t)start)
+    if (*start < 4 || ch->total_compressed < 0 || (uint64_t)*start > data_end ||
+        (uint64_t)ch->total_compressed > data_end - (uint64_t)*start)
         return sl_error_set(err, SL_ERR_CORRUPT,
                             "file %s row group %u column %s: chunk of %lld bytes at %lld lies "
                             "outside the file's data (4..%llu)",
-                            f->name, rg, c->path, (long long)ch->total_compressed, (long long)start,
-                            (unsigned long long)data_end);
+                            f->name, rg, c->path, (long long)ch->total_compressed,
+                            (long long)*start, (unsigned long long)data_end);
     if (ch->num_values < 0)
         return sl_error_set(err, SL_ERR_CORRUPT, "file %s row group %u column %s: %lld values",
                             f->name, rg, c->path, (long long)ch->num_values);
-    sl_pq_reader_t *r = sl_calloc(f->a, 1, sizeof *r);
-    if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    return SL_OK;
+}
+
+/* Point r (its buffers kept, everything else cleared) at a checked chunk. */
+static void reader_init(sl_pq_reader_t *r, sl_pq_file_t *f, uint32_t rg, uint32_t col,
+                        int64_t start)
+{
+    const sl_pq_column_t *c = &f->meta->columns[col];
+    const sl_pq_chunk_t *ch = &f->meta->row_groups[rg].chunks[col];
+    /* the fields below the level scratch are cleared by hand: the scratch
+     * itself (48 KiB) needs no clearing, its lengths say what is in it */
     r->f = f;
     r->a = f->a;
     r->rg = rg;
@@ -91,8 +101,57 @@ sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_read
     r->pos = (uint64_t)start;
     r->end = (uint64_t)start + (uint64_t)ch->total_compressed;
     r->chunk_values = ch->num_values;
+    r->rows_read = 0;
+    r->pages = r->page_offset = 0;
+    r->has_dict = false;
+    r->dict_n = 0;
+    r->in_page = false;
+    r->page_left = 0;
+    r->encoding = 0;
+    memset(&r->def, 0, sizeof r->def);
+    memset(&r->rep, 0, sizeof r->rep);
+    memset(&r->vrle, 0, sizeof r->vrle);
+    memset(&r->delta, 0, sizeof r->delta);
+    r->vp = r->vend = r->data = NULL;
+    r->bit = 0;
+    r->lens_n = r->lens_pos = 0;
+    r->prev_len = 0;
+    r->bss_count = r->bss_pos = 0;
+    r->lv_len = r->lv_pos = 0;
     r->b.kind = c->kind;
+    r->b.rows = r->b.slots = 0;
+    r->bytes_len = 0;
+}
+
+sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_reader_t **out,
+                          sl_error_t *err)
+{
+    *out = NULL;
+    int64_t start;
+    TRY(check_chunk(f, rg, col, &start, err));
+    sl_pq_reader_t *r = sl_calloc(f->a, 1, sizeof *r);
+    if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    r->is_list = f->meta->columns[col].is_list;
+    reader_init(r, f, rg, col, start);
     *out = r;
+    return SL_OK;
+}
+
+sl_err_t sl_pq_reader_renew(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_reader_t **r,
+                            sl_error_t *err)
+{
+    sl_pq_reader_t *old = *r;
+    const sl_pq_column_t *c = col < f->meta->num_columns ? &f->meta->columns[col] : NULL;
+    if (old == NULL || c == NULL || old->a != f->a || old->b.kind != c->kind ||
+        old->is_list != c->is_list) {
+        /* buffers of another shape: a fresh reader */
+        sl_pq_reader_destroy(old);
+        *r = NULL;
+        return sl_pq_reader_new(f, rg, col, r, err);
+    }
+    int64_t start;
+    TRY(check_chunk(f, rg, col, &start, err));
+    reader_init(old, f, rg, col, start);
     return SL_OK;
 }
 
@@ -111,13 +170,15 @@ void sl_pq_reader_destroy(sl_pq_reader_t *r)
                            &r->dict_off, &r->lens, &r->prefix, &r->prev};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         buf_free(a, bufs[i]);
-    size_t vw = r->c->kind == SL_PQ_KIND_F32 ? 4 : 8;
+    /* the batch's kind, not r->c's: the file may be gone (renew) */
+    int kind = r->b.kind;
+    size_t vw = kind == SL_PQ_KIND_F32 ? 4 : 8;
     sl_free(a,
-            r->c->kind == SL_PQ_KIND_F32   ? (void *)r->b.f32
-            : r->c->kind == SL_PQ_KIND_F64 ? (void *)r->b.f64
-                                           : (void *)r->b.i64,
-            r->c->kind == SL_PQ_KIND_BYTES ? 0 : r->slots_cap * vw);
-    sl_free(a, r->b.bytes_off, r->c->kind == SL_PQ_KIND_BYTES ? (r->slots_cap + 1) * 8 : 0);
+            kind == SL_PQ_KIND_F32   ? (void *)r->b.f32
+            : kind == SL_PQ_KIND_F64 ? (void *)r->b.f64
+                                     : (void *)r->b.i64,
+            kind == SL_PQ_KIND_BYTES ? 0 : r->slots_cap * vw);
+    sl_free(a, r->b.bytes_off, kind == SL_PQ_KIND_BYTES ? (r->slots_cap + 1) * 8 : 0);
     sl_free(a, r->b.bytes, r->bytes_cap);
     sl_free(a, r->b.valid, r->slots_cap);
     sl_free(a, r->b.list_off, r->rows_cap ? (r->rows_cap + 1) * 4 : 0);
