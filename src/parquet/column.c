@@ -637,9 +637,14 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
             if (c->max_def == 0) {
                 memset(b->valid + at, 1, n);
                 nvals = n;
-            } else if (sl_pq_rle_valid(&r->def, (uint32_t)c->max_def, b->valid + at, n, &nvals,
-                                       err) != SL_OK) {
-                return where(r, err);
+            } else {
+                /* its own variable: nvals, whose address is never taken,
+                 * stays in a register in the list loop below */
+                uint32_t nv = 0;
+                if (sl_pq_rle_valid(&r->def, (uint32_t)c->max_def, b->valid + at, n, &nv, err) !=
+                    SL_OK)
+                    return where(r, err);
+                nvals = nv;
             }
             b->slots += n;
             b->rows += n;

@@ -90,6 +90,7 @@ static inline __attribute__((always_inline)) void unpack8(const uint8_t *in, uin
                                                           unsigned w)
 {
     const uint64_t mask = (UINT64_C(1) << w) - 1;
+#pragma GCC unroll 8
     for (unsigned j = 0; j < 8; j++) {
         unsigned b = j * w;
         out[j] = (uint32_t)((sl_le_get_u64(in + (b >> 3)) >> (b & 7)) & mask);
