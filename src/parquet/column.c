@@ -170,6 +170,7 @@ void sl_pq_reader_destroy(sl_pq_reader_t *r)
                            &r->dict_off, &r->lens, &r->prefix, &r->prev};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         buf_free(a, bufs[i]);
+    ZSTD_freeDCtx(r->zd);
     /* the batch's kind, not r->c's: the file may be gone (renew) */
     int kind = r->b.kind;
     size_t vw = kind == SL_PQ_KIND_F32 ? 4 : 8;
@@ -321,7 +322,11 @@ static sl_err_t decompress(sl_pq_reader_t *r, const uint8_t *src, size_t slen, s
         return SL_OK;
     }
     case SL_PQ_ZSTD: {
-        size_t n = ZSTD_decompress(dst, ulen, src, slen);
+        /* one context per reader, kept across pages and chunks (a fresh
+         * one per page is an allocation of its tables every time) */
+        if (r->zd == NULL && (r->zd = ZSTD_createDCtx()) == NULL)
+            return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a ZSTD context");
+        size_t n = ZSTD_decompressDCtx(r->zd, dst, ulen, src, slen);
         if (ZSTD_isError(n) || n != ulen)
             return sl_error_set(
                 err, SL_ERR_CORRUPT, "ZSTD page does not decompress to %zu bytes%s%s", ulen,

@@ -28,6 +28,7 @@ struct sl_pq_reader {
     int64_t rows_read;
     uint64_t pages, page_offset;
     sl_pq_buf_t hdr, cbuf, ubuf;
+    struct ZSTD_DCtx_s *zd; /* ZSTD pages' context, made on the first one */
 
     /* the dictionary, decoded */
     bool has_dict;
