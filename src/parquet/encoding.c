@@ -247,6 +247,24 @@ sl_err_t sl_pq_rle_valid(sl_pq_rle_t *r, uint32_t max, uint8_t *valid, uint32_t 
     return SL_OK;
 }
 
+/* Are all k indices below n? Without a branch or a running maximum per
+ * index: the sign of n - 1 - x in 64 bits, ORed (vectorised with SSE2). */
+static bool indices_below(const uint32_t *idx, uint32_t k, uint32_t n)
+{
+    uint64_t bad = 0;
+    for (uint32_t i = 0; i < k; i++)
+        bad |= (uint64_t)n - 1 - idx[i];
+    return (bad >> 63) == 0;
+}
+
+/* The first of k indices at or above n (one is: indices_below said so). */
+static uint32_t first_at_or_above(const uint32_t *idx, uint32_t k, uint32_t n)
+{
+    for (uint32_t i = 0; i < k; i++)
+        if (idx[i] >= n) return idx[i];
+    return n;
+}
+
 /* sl_pq_rle_gather_*: a repeated run is one fill of
  * its entry, a bit-packed run is unpacked 64 indices at a time into a
  * scratch on the stack and gathered from there, while it is in cache. */
@@ -273,13 +291,10 @@ sl_err_t sl_pq_rle_valid(sl_pq_rle_t *r, uint32_t max, uint8_t *valid, uint32_t 
                 k = k < 64 ? k : 64;                                                               \
                 sl_err_t rc = rle_unpack(r, idx, k, err);                                          \
                 if (rc != SL_OK) return rc;                                                        \
-                uint32_t top = 0;                                                                  \
-                for (uint32_t i = 0; i < k; i++)                                                   \
-                    top = idx[i] > top ? idx[i] : top;                                             \
-                if (top >= dict_n)                                                                 \
+                if (!indices_below(idx, k, dict_n))                                                \
                     return sl_error_set(err, SL_ERR_CORRUPT,                                       \
                                         "dictionary index %u out of range (dictionary of %u)",     \
-                                        top, dict_n);                                              \
+                                        first_at_or_above(idx, k, dict_n), dict_n);                \
                 for (uint32_t i = 0; i < k; i++)                                                   \
                     out[i] = dict[idx[i]];                                                         \
             }                                                                                      \
