@@ -558,26 +558,40 @@ static void scatter(sl_pq_reader_t *r, uint32_t at, uint32_t n)
     sl_pq_batch_t *b = &r->b;
     /* no nulls: the dense values (and byte offsets) are already in place */
     if (n == b->slots - at) return;
-    int64_t j = (int64_t)n - 1;
-    for (int64_t s = (int64_t)b->slots - 1; s >= (int64_t)at; s--) {
-        bool v = b->valid[s];
-        switch (b->kind) {
-        case SL_PQ_KIND_I64:
-            b->i64[s] = v ? b->i64[at + j] : 0;
-            break;
-        case SL_PQ_KIND_F32:
-            b->f32[s] = v ? b->f32[at + j] : 0;
-            break;
-        case SL_PQ_KIND_F64:
-            b->f64[s] = v ? b->f64[at + j] : 0;
-            break;
-        case SL_PQ_KIND_BYTES:
-            /* a slot ends where the last value at or before it ends */
+    const uint8_t *valid = b->valid;
+    const int64_t last = (int64_t)b->slots - 1, first = (int64_t)at;
+    /* one loop per kind (no switch per slot), from the last slot down so
+     * that no dense value is overwritten before it is moved */
+#define SL_PQ_SCATTER(arr)                                                                         \
+    do {                                                                                           \
+        int64_t j = (int64_t)n - 1;                                                                \
+        for (int64_t s = last; s >= first; s--) {                                                  \
+            bool v = valid[s];                                                                     \
+            (arr)[s] = v ? (arr)[at + j] : 0;                                                      \
+            j -= v;                                                                                \
+        }                                                                                          \
+    } while (0)
+    switch (b->kind) {
+    case SL_PQ_KIND_I64:
+        SL_PQ_SCATTER(b->i64);
+        break;
+    case SL_PQ_KIND_F32:
+        SL_PQ_SCATTER(b->f32);
+        break;
+    case SL_PQ_KIND_F64:
+        SL_PQ_SCATTER(b->f64);
+        break;
+    case SL_PQ_KIND_BYTES: {
+        /* a slot ends where the last value at or before it ends */
+        int64_t j = (int64_t)n - 1;
+        for (int64_t s = last; s >= first; s--) {
             b->bytes_off[s + 1] = j >= 0 ? b->bytes_off[at + 1 + j] : b->bytes_off[at];
-            break;
+            j -= valid[s];
         }
-        if (v) j--;
+        break;
     }
+    }
+#undef SL_PQ_SCATTER
 }
 
 /* Decode the next SL_PQ_LEVEL_CHUNK levels of the page. */
