@@ -362,10 +362,14 @@ static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap
          * of the offsets (a null or empty list holds no slot). */
         const int64_t *src = v->i64 + lo_s;
         int64_t neg = 0;
-        for (uint32_t i = 0; i < hi_s - lo_s; i++)
-            neg |= src[i];
+        /* copied and checked in one pass (a negative id's copy is
+         * overwritten by the row loop below) */
+        for (uint32_t i = 0; i < hi_s - lo_s; i++) {
+            int64_t x = src[i];
+            ids[i] = x;
+            neg |= x;
+        }
         if (neg >= 0) {
-            memcpy(ids, src, (size_t)(hi_s - lo_s) * 8);
             const uint32_t *off = v->list_off;
             for (uint32_t r = u->r0; r < u->r1; r++)
                 len[r - u->r0] = (int32_t)(off[r + 1] - off[r]);
