@@ -620,6 +620,49 @@ static sl_err_t refill_levels(sl_pq_reader_t *r, sl_error_t *err)
     return SL_OK;
 }
 
+/* A list column's levels straight from their runs, without the level
+ * scratch: while the repetition levels are a repeated run of 0 (a row per
+ * level: lists of at most one element, Criteo's single ids) and the
+ * definition levels a repeated run of one level, *k rows (0: not such
+ * runs) of one element each (valid or null) or of none (empty or null
+ * lists) go into the batch at once; *nvals: the valid elements. */
+static sl_err_t whole_rows(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *k, uint32_t *nvals,
+                           sl_error_t *err)
+{
+    sl_pq_batch_t *b = &r->b;
+    const uint32_t ed = (uint32_t)r->c->elem_def, md = (uint32_t)r->c->max_def;
+    uint32_t rn, rv, dn, dv;
+    *k = *nvals = 0;
+    if (r->page_left == 0) return SL_OK;
+    TRY(sl_pq_rle_repeated(&r->rep, &rn, &rv, err));
+    if (rn == 0 || rv != 0) return SL_OK;
+    TRY(sl_pq_rle_repeated(&r->def, &dn, &dv, err));
+    if (dn == 0 || dv > md) return SL_OK; /* a level above the maximum: refill names it */
+    uint32_t n = rn < dn ? rn : dn;
+    n = n < r->page_left ? n : r->page_left;
+    n = n < max_rows - b->rows ? n : max_rows - b->rows;
+    if (n == 0) return SL_OK;
+    uint32_t rows = b->rows, slots = b->slots;
+    memset(b->list_valid + rows, dv + 1 >= ed, n);
+    if (dv >= ed) { /* one element a row */
+        TRY(reserve_slots(r, (size_t)slots + n, err));
+        for (uint32_t i = 0; i < n; i++)
+            b->list_off[rows + i] = slots + i;
+        memset(b->valid + slots, dv == md, n);
+        *nvals = dv == md ? n : 0;
+        b->slots = slots + n;
+    } else { /* empty or null lists */
+        for (uint32_t i = 0; i < n; i++)
+            b->list_off[rows + i] = slots;
+    }
+    b->rows = rows + n;
+    sl_pq_rle_skip(&r->rep, n);
+    sl_pq_rle_skip(&r->def, n);
+    r->page_left -= n;
+    *k = n;
+    return SL_OK;
+}
+
 sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_batch_t **out,
                            sl_error_t *err)
 {
@@ -673,6 +716,16 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
             if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);
             scatter(r, at, nvals);
             continue;
+        }
+        if (r->lv_pos == r->lv_len) {
+            uint32_t k = 0;
+            if (whole_rows(r, max_rows, &k, &nvals, err) != SL_OK) return where(r, err);
+            if (k > 0) {
+                if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[at] = r->bytes_len;
+                if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);
+                scatter(r, at, nvals);
+                continue;
+            }
         }
         if (r->lv_pos == r->lv_len && refill_levels(r, err) != SL_OK) return where(r, err);
         TRY(reserve_slots(r, (size_t)b->slots + (r->lv_len - r->lv_pos), err));

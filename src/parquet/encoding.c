@@ -208,6 +208,17 @@ sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *er
     return SL_OK;
 }
 
+sl_err_t sl_pq_rle_repeated(sl_pq_rle_t *r, uint32_t *count, uint32_t *value, sl_error_t *err)
+{
+    if (r->left == 0) {
+        sl_err_t rc = rle_next_run(r, err);
+        if (rc != SL_OK) return rc;
+    }
+    *count = r->packed ? 0 : r->left;
+    *value = r->value;
+    return SL_OK;
+}
+
 sl_err_t sl_pq_rle_valid(sl_pq_rle_t *r, uint32_t max, uint8_t *valid, uint32_t n, uint32_t *nvalid,
                          sl_error_t *err)
 {

@@ -400,27 +400,32 @@ static void fbin(w_t *w, int delta, const char *s)
 
 /* One optional list<optional int64> column "l" (3-level) in one row group,
  * one uncompressed v1 page: rows [1, null], [], null, [5]. */
-static size_t list_file(uint8_t *out, bool bad_index_page)
+/* The levels and PLAIN values of list_file's one page. */
+typedef struct levels {
+    const uint8_t *rep, *def; /* RLE runs, without the length */
+    uint32_t rep_len, def_len;
+    const int64_t *vals;
+    uint32_t nvals, levels, rows;
+} levels_t;
+
+/* A file of one list<int64> column "l" (optional list, optional
+ * elements: max_def 3) in one v1 page of the given levels. */
+static size_t list_file_of(uint8_t *out, bool bad_index_page, const levels_t *lv)
 {
     w_t page = {0};
-    /* repetition levels (width 1): 0 1 0 0 0, each an RLE run of one */
-    const uint8_t rep[] = {2, 0, 2, 1, 2, 0, 2, 0, 2, 0};
-    /* definition levels (width 2): 3 2 1 0 3 */
-    const uint8_t def[] = {2, 3, 2, 2, 2, 1, 2, 0, 2, 3};
-    uint32_t l = sizeof rep;
+    uint32_t l = lv->rep_len;
     put(&page, &l, 4);
-    put(&page, rep, sizeof rep);
-    l = sizeof def;
+    put(&page, lv->rep, lv->rep_len);
+    l = lv->def_len;
     put(&page, &l, 4);
-    put(&page, def, sizeof def);
-    int64_t vals[2] = {1, 5};
-    put(&page, vals, sizeof vals);
+    put(&page, lv->def, lv->def_len);
+    put(&page, lv->vals, lv->nvals * sizeof *lv->vals);
     w_t h = {0};
     fint(&h, 1, SL_PQ_T_I32, 0);
     fint(&h, 1, SL_PQ_T_I32, (int64_t)page.n);
     fint(&h, 1, SL_PQ_T_I32, (int64_t)page.n);
     byte(&h, 2 << 4 | SL_PQ_T_STRUCT); /* field 5: DataPageHeader */
-    fint(&h, 1, SL_PQ_T_I32, 5);
+    fint(&h, 1, SL_PQ_T_I32, lv->levels);
     fint(&h, 1, SL_PQ_T_I32, bad_index_page ? SL_PQ_ENC_RLE_DICTIONARY : SL_PQ_ENC_PLAIN);
     fint(&h, 1, SL_PQ_T_I32, 3);
     fint(&h, 1, SL_PQ_T_I32, 3);
@@ -451,7 +456,7 @@ static size_t list_file(uint8_t *out, bool bad_index_page)
     fint(&m, 2, SL_PQ_T_I32, 1);
     fbin(&m, 1, "element");
     byte(&m, 0);
-    fint(&m, 1, SL_PQ_T_I64, 4); /* num_rows */
+    fint(&m, 1, SL_PQ_T_I64, lv->rows); /* num_rows */
     byte(&m, 1 << 4 | SL_PQ_T_LIST);
     byte(&m, 1 << 4 | SL_PQ_T_STRUCT); /* one row group */
     byte(&m, 1 << 4 | SL_PQ_T_LIST);
@@ -469,14 +474,14 @@ static size_t list_file(uint8_t *out, bool bad_index_page)
         put(&m, parts[i], strlen(parts[i]));
     }
     fint(&m, 1, SL_PQ_T_I32, 0);
-    fint(&m, 1, SL_PQ_T_I64, 5);
+    fint(&m, 1, SL_PQ_T_I64, lv->levels);
     fint(&m, 1, SL_PQ_T_I64, (int64_t)chunk);
     fint(&m, 1, SL_PQ_T_I64, (int64_t)chunk);
     fint(&m, 2, SL_PQ_T_I64, 4); /* data_page_offset */
     byte(&m, 0);
     byte(&m, 0);
     fint(&m, 1, SL_PQ_T_I64, (int64_t)chunk); /* total_byte_size */
-    fint(&m, 1, SL_PQ_T_I64, 4);              /* num_rows */
+    fint(&m, 1, SL_PQ_T_I64, lv->rows);       /* num_rows */
     byte(&m, 0);
     byte(&m, 0);
     put(&f, m.b, m.n);
@@ -485,6 +490,61 @@ static size_t list_file(uint8_t *out, bool bad_index_page)
     put(&f, "PAR1", 4);
     memcpy(out, f.b, f.n);
     return f.n;
+}
+
+/* Rows [1, 5], [], [] (an empty list, a null one)... as levels in RLE
+ * runs of one: repetition (width 1) 0 1 0 0 0, definition (width 2)
+ * 3 2 1 0 3. */
+static size_t list_file(uint8_t *out, bool bad_index_page)
+{
+    static const uint8_t rep[] = {2, 0, 2, 1, 2, 0, 2, 0, 2, 0};
+    static const uint8_t def[] = {2, 3, 2, 2, 2, 1, 2, 0, 2, 3};
+    static const int64_t vals[2] = {1, 5};
+    const levels_t lv = {rep, def, sizeof rep, sizeof def, vals, 2, 5, 4};
+    return list_file_of(out, bad_index_page, &lv);
+}
+
+Test(parquet_levels, rows_of_one_element_straight_from_runs)
+{
+    /* repetition: one RLE run of 6 x 0 (a row per level); definition: runs
+     * 2 x 3 (valid), 1 x 2 (a null element), 1 x 1 (an empty list), 1 x 0
+     * (a null list), 1 x 3: rows [7] [8] [null] [] null [9] */
+    static const uint8_t rep[] = {12, 0};
+    static const uint8_t def[] = {4, 3, 2, 2, 2, 1, 2, 0, 2, 3};
+    static const int64_t vals[3] = {7, 8, 9};
+    const levels_t lv = {rep, def, sizeof rep, sizeof def, vals, 3, 6, 6};
+    uint8_t buf[4096];
+    size_t n = list_file_of(buf, false, &lv);
+    sl_pq_memory_t mem;
+    sl_pq_source_t src;
+    sl_pq_source_memory(&mem, buf, n, &src);
+    sl_error_t err = {0};
+    sl_pq_file_t *f;
+    cr_assert_eq(sl_pq_file_open(&src, "mem", NULL, &f, &err), SL_OK, "%s", err.msg);
+    sl_pq_reader_t *r;
+    cr_assert_eq(sl_pq_reader_new(f, 0, 0, &r, &err), SL_OK, "%s", err.msg);
+    const sl_pq_batch_t *b;
+    /* every run ends inside the batches of 5 and 1 rows: no level goes
+     * through the level scratch */
+    cr_assert_eq(sl_pq_reader_next(r, 5, &b, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(b->rows, 5);
+    cr_assert_eq(b->slots, 3);
+    const uint32_t off1[6] = {0, 1, 2, 3, 3, 3};
+    const uint8_t lv1[5] = {1, 1, 1, 1, 0}, valid1[3] = {1, 1, 0};
+    const int64_t v1[3] = {7, 8, 0};
+    cr_assert_arr_eq(b->list_off, off1, sizeof off1);
+    cr_assert_arr_eq(b->list_valid, lv1, sizeof lv1);
+    cr_assert_arr_eq(b->valid, valid1, sizeof valid1);
+    cr_assert_arr_eq(b->i64, v1, sizeof v1);
+    cr_assert_eq(sl_pq_reader_next(r, 5, &b, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(b->rows, 1);
+    cr_assert_eq(b->slots, 1);
+    cr_assert(b->list_off[0] == 0 && b->list_off[1] == 1 && b->list_valid[0] == 1);
+    cr_assert(b->valid[0] == 1 && b->i64[0] == 9);
+    cr_assert_eq(sl_pq_reader_next(r, 5, &b, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(b->rows, 0);
+    sl_pq_reader_destroy(r);
+    sl_pq_file_destroy(f);
 }
 
 Test(parquet_levels, list_offsets_and_validity)
