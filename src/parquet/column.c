@@ -46,10 +46,11 @@ static bool codec_supported(int codec)
            codec == SL_PQ_ZSTD || codec == SL_PQ_LZ4_RAW;
 }
 
-sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_reader_t **out,
-                          sl_error_t *err)
+/* Check that column col of row group rg can be read; *start: where its
+ * chunk's first page is. */
+static sl_err_t check_chunk(sl_pq_file_t *f, uint32_t rg, uint32_t col, int64_t *start,
+                            sl_error_t *err)
 {
-    *out = NULL;
     const sl_pq_meta_t *m = f->meta;
     if (rg >= m->num_row_groups || col >= m->num_columns)
         return sl_error_set(err, SL_ERR_INVALID,
@@ -65,23 +66,32 @@ sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_read
                             "file %s row group %u column %s: codec %s (%d) is not supported "
                             "(UNCOMPRESSED, SNAPPY, GZIP, ZSTD and LZ4_RAW are)",
                             f->name, rg, c->path, sl_pq_codec_name(ch->codec), ch->codec);
-    int64_t start = ch->data_page_offset;
+    *start = ch->data_page_offset;
     /* a dictionary page comes first; some writers store 0 for "none" */
-    if (ch->dictionary_page_offset > 0 && ch->dictionary_page_offset < start)
-        start = ch->dictionary_page_offset;
+    if (ch->dictionary_page_offset > 0 && ch->dictionary_page_offset < *start)
+        *start = ch->dictionary_page_offset;
     uint64_t data_end = f->size - 8 - f->meta->footer_len;
-    if (start < 4 || ch->total_compressed < 0 || (uint64_t)start > data_end ||
-        (uint64_t)ch->total_compressed > data_end - (uint64_t)start)
+    if (*start < 4 || ch->total_compressed < 0 || (uint64_t)*start > data_end ||
+        (uint64_t)ch->total_compressed > data_end - (uint64_t)*start)
         return sl_error_set(err, SL_ERR_CORRUPT,
                             "file %s row group %u column %s: chunk of %lld bytes at %lld lies "
                             "outside the file's data (4..%llu)",
-                            f->name, rg, c->path, (long long)ch->total_compressed, (long long)start,
-                            (unsigned long long)data_end);
+                            f->name, rg, c->path, (long long)ch->total_compressed,
+                            (long long)*start, (unsigned long long)data_end);
     if (ch->num_values < 0)
         return sl_error_set(err, SL_ERR_CORRUPT, "file %s row group %u column %s: %lld values",
                             f->name, rg, c->path, (long long)ch->num_values);
-    sl_pq_reader_t *r = sl_calloc(f->a, 1, sizeof *r);
-    if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    return SL_OK;
+}
+
+/* Point r (its buffers kept, everything else cleared) at a checked chunk. */
+static void reader_init(sl_pq_reader_t *r, sl_pq_file_t *f, uint32_t rg, uint32_t col,
+                        int64_t start)
+{
+    const sl_pq_column_t *c = &f->meta->columns[col];
+    const sl_pq_chunk_t *ch = &f->meta->row_groups[rg].chunks[col];
+    /* the fields below the level scratch are cleared by hand: the scratch
+     * itself (48 KiB) needs no clearing, its lengths say what is in it */
     r->f = f;
     r->a = f->a;
     r->rg = rg;
@@ -91,8 +101,57 @@ sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_read
     r->pos = (uint64_t)start;
     r->end = (uint64_t)start + (uint64_t)ch->total_compressed;
     r->chunk_values = ch->num_values;
+    r->rows_read = 0;
+    r->pages = r->page_offset = 0;
+    r->has_dict = false;
+    r->dict_n = 0;
+    r->in_page = false;
+    r->page_left = 0;
+    r->encoding = 0;
+    memset(&r->def, 0, sizeof r->def);
+    memset(&r->rep, 0, sizeof r->rep);
+    memset(&r->vrle, 0, sizeof r->vrle);
+    memset(&r->delta, 0, sizeof r->delta);
+    r->vp = r->vend = r->data = NULL;
+    r->bit = 0;
+    r->lens_n = r->lens_pos = 0;
+    r->prev_len = 0;
+    r->bss_count = r->bss_pos = 0;
+    r->lv_len = r->lv_pos = 0;
     r->b.kind = c->kind;
+    r->b.rows = r->b.slots = 0;
+    r->bytes_len = 0;
+}
+
+sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_reader_t **out,
+                          sl_error_t *err)
+{
+    *out = NULL;
+    int64_t start;
+    TRY(check_chunk(f, rg, col, &start, err));
+    sl_pq_reader_t *r = sl_calloc(f->a, 1, sizeof *r);
+    if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "out of memory");
+    r->is_list = f->meta->columns[col].is_list;
+    reader_init(r, f, rg, col, start);
     *out = r;
+    return SL_OK;
+}
+
+sl_err_t sl_pq_reader_renew(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_reader_t **r,
+                            sl_error_t *err)
+{
+    sl_pq_reader_t *old = *r;
+    const sl_pq_column_t *c = col < f->meta->num_columns ? &f->meta->columns[col] : NULL;
+    if (old == NULL || c == NULL || old->a != f->a || old->b.kind != c->kind ||
+        old->is_list != c->is_list) {
+        /* buffers of another shape: a fresh reader */
+        sl_pq_reader_destroy(old);
+        *r = NULL;
+        return sl_pq_reader_new(f, rg, col, r, err);
+    }
+    int64_t start;
+    TRY(check_chunk(f, rg, col, &start, err));
+    reader_init(old, f, rg, col, start);
     return SL_OK;
 }
 
@@ -111,13 +170,16 @@ void sl_pq_reader_destroy(sl_pq_reader_t *r)
                            &r->dict_off, &r->lens, &r->prefix, &r->prev};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         buf_free(a, bufs[i]);
-    size_t vw = r->c->kind == SL_PQ_KIND_F32 ? 4 : 8;
+    ZSTD_freeDCtx(r->zd);
+    /* the batch's kind, not r->c's: the file may be gone (renew) */
+    int kind = r->b.kind;
+    size_t vw = kind == SL_PQ_KIND_F32 ? 4 : 8;
     sl_free(a,
-            r->c->kind == SL_PQ_KIND_F32   ? (void *)r->b.f32
-            : r->c->kind == SL_PQ_KIND_F64 ? (void *)r->b.f64
-                                           : (void *)r->b.i64,
-            r->c->kind == SL_PQ_KIND_BYTES ? 0 : r->slots_cap * vw);
-    sl_free(a, r->b.bytes_off, r->c->kind == SL_PQ_KIND_BYTES ? (r->slots_cap + 1) * 8 : 0);
+            kind == SL_PQ_KIND_F32   ? (void *)r->b.f32
+            : kind == SL_PQ_KIND_F64 ? (void *)r->b.f64
+                                     : (void *)r->b.i64,
+            kind == SL_PQ_KIND_BYTES ? 0 : r->slots_cap * vw);
+    sl_free(a, r->b.bytes_off, kind == SL_PQ_KIND_BYTES ? (r->slots_cap + 1) * 8 : 0);
     sl_free(a, r->b.bytes, r->bytes_cap);
     sl_free(a, r->b.valid, r->slots_cap);
     sl_free(a, r->b.list_off, r->rows_cap ? (r->rows_cap + 1) * 4 : 0);
@@ -260,7 +322,11 @@ static sl_err_t decompress(sl_pq_reader_t *r, const uint8_t *src, size_t slen, s
         return SL_OK;
     }
     case SL_PQ_ZSTD: {
-        size_t n = ZSTD_decompress(dst, ulen, src, slen);
+        /* one context per reader, kept across pages and chunks (a fresh
+         * one per page is an allocation of its tables every time) */
+        if (r->zd == NULL && (r->zd = ZSTD_createDCtx()) == NULL)
+            return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a ZSTD context");
+        size_t n = ZSTD_decompressDCtx(r->zd, dst, ulen, src, slen);
         if (ZSTD_isError(n) || n != ulen)
             return sl_error_set(
                 err, SL_ERR_CORRUPT, "ZSTD page does not decompress to %zu bytes%s%s", ulen,
@@ -492,26 +558,40 @@ static void scatter(sl_pq_reader_t *r, uint32_t at, uint32_t n)
     sl_pq_batch_t *b = &r->b;
     /* no nulls: the dense values (and byte offsets) are already in place */
     if (n == b->slots - at) return;
-    int64_t j = (int64_t)n - 1;
-    for (int64_t s = (int64_t)b->slots - 1; s >= (int64_t)at; s--) {
-        bool v = b->valid[s];
-        switch (b->kind) {
-        case SL_PQ_KIND_I64:
-            b->i64[s] = v ? b->i64[at + j] : 0;
-            break;
-        case SL_PQ_KIND_F32:
-            b->f32[s] = v ? b->f32[at + j] : 0;
-            break;
-        case SL_PQ_KIND_F64:
-            b->f64[s] = v ? b->f64[at + j] : 0;
-            break;
-        case SL_PQ_KIND_BYTES:
-            /* a slot ends where the last value at or before it ends */
+    const uint8_t *valid = b->valid;
+    const int64_t last = (int64_t)b->slots - 1, first = (int64_t)at;
+    /* one loop per kind (no switch per slot), from the last slot down so
+     * that no dense value is overwritten before it is moved */
+#define SL_PQ_SCATTER(arr)                                                                         \
+    do {                                                                                           \
+        int64_t j = (int64_t)n - 1;                                                                \
+        for (int64_t s = last; s >= first; s--) {                                                  \
+            bool v = valid[s];                                                                     \
+            (arr)[s] = v ? (arr)[at + j] : 0;                                                      \
+            j -= v;                                                                                \
+        }                                                                                          \
+    } while (0)
+    switch (b->kind) {
+    case SL_PQ_KIND_I64:
+        SL_PQ_SCATTER(b->i64);
+        break;
+    case SL_PQ_KIND_F32:
+        SL_PQ_SCATTER(b->f32);
+        break;
+    case SL_PQ_KIND_F64:
+        SL_PQ_SCATTER(b->f64);
+        break;
+    case SL_PQ_KIND_BYTES: {
+        /* a slot ends where the last value at or before it ends */
+        int64_t j = (int64_t)n - 1;
+        for (int64_t s = last; s >= first; s--) {
             b->bytes_off[s + 1] = j >= 0 ? b->bytes_off[at + 1 + j] : b->bytes_off[at];
-            break;
+            j -= valid[s];
         }
-        if (v) j--;
+        break;
     }
+    }
+#undef SL_PQ_SCATTER
 }
 
 /* Decode the next SL_PQ_LEVEL_CHUNK levels of the page. */
@@ -523,7 +603,12 @@ static sl_err_t refill_levels(sl_pq_reader_t *r, sl_error_t *err)
     else
         memset(r->lv_def, 0, n * sizeof r->lv_def[0]);
     if (r->c->max_rep > 0) TRY(sl_pq_rle_get(&r->rep, r->lv_rep, n, err));
-    for (uint32_t i = 0; i < n; i++)
+    /* levels whose bit width holds no value above their maximum (the usual
+     * case: maxima 1 and 3) need no check */
+    unsigned dw = bit_width((unsigned)r->c->max_def), rw = bit_width((unsigned)r->c->max_rep);
+    bool checked =
+        ((1u << dw) - 1 == (unsigned)r->c->max_def) && ((1u << rw) - 1 == (unsigned)r->c->max_rep);
+    for (uint32_t i = 0; i < n && !checked; i++)
         if (r->lv_def[i] > (uint32_t)r->c->max_def ||
             (r->c->max_rep > 0 && r->lv_rep[i] > (uint32_t)r->c->max_rep))
             return sl_error_set(
@@ -532,6 +617,49 @@ static sl_err_t refill_levels(sl_pq_reader_t *r, sl_error_t *err)
     r->page_left -= n;
     r->lv_len = n;
     r->lv_pos = 0;
+    return SL_OK;
+}
+
+/* A list column's levels straight from their runs, without the level
+ * scratch: while the repetition levels are a repeated run of 0 (a row per
+ * level: lists of at most one element, Criteo's single ids) and the
+ * definition levels a repeated run of one level, *k rows (0: not such
+ * runs) of one element each (valid or null) or of none (empty or null
+ * lists) go into the batch at once; *nvals: the valid elements. */
+static sl_err_t whole_rows(sl_pq_reader_t *r, uint32_t max_rows, uint32_t *k, uint32_t *nvals,
+                           sl_error_t *err)
+{
+    sl_pq_batch_t *b = &r->b;
+    const uint32_t ed = (uint32_t)r->c->elem_def, md = (uint32_t)r->c->max_def;
+    uint32_t rn, rv, dn, dv;
+    *k = *nvals = 0;
+    if (r->page_left == 0) return SL_OK;
+    TRY(sl_pq_rle_repeated(&r->rep, &rn, &rv, err));
+    if (rn == 0 || rv != 0) return SL_OK;
+    TRY(sl_pq_rle_repeated(&r->def, &dn, &dv, err));
+    if (dn == 0 || dv > md) return SL_OK; /* a level above the maximum: refill names it */
+    uint32_t n = rn < dn ? rn : dn;
+    n = n < r->page_left ? n : r->page_left;
+    n = n < max_rows - b->rows ? n : max_rows - b->rows;
+    if (n == 0) return SL_OK;
+    uint32_t rows = b->rows, slots = b->slots;
+    memset(b->list_valid + rows, dv + 1 >= ed, n);
+    if (dv >= ed) { /* one element a row */
+        TRY(reserve_slots(r, (size_t)slots + n, err));
+        for (uint32_t i = 0; i < n; i++)
+            b->list_off[rows + i] = slots + i;
+        memset(b->valid + slots, dv == md, n);
+        *nvals = dv == md ? n : 0;
+        b->slots = slots + n;
+    } else { /* empty or null lists */
+        for (uint32_t i = 0; i < n; i++)
+            b->list_off[rows + i] = slots;
+    }
+    b->rows = rows + n;
+    sl_pq_rle_skip(&r->rep, n);
+    sl_pq_rle_skip(&r->def, n);
+    r->page_left -= n;
+    *k = n;
     return SL_OK;
 }
 
@@ -560,29 +688,47 @@ sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_bat
             if (done) break;
             continue;
         }
-        if (r->lv_pos == r->lv_len && refill_levels(r, err) != SL_OK) return where(r, err);
-        TRY(reserve_slots(r, (size_t)b->slots + (r->lv_len - r->lv_pos), err));
         uint32_t at = b->slots, nvals = 0, i;
         if (c->max_rep == 0) {
-            /* a scalar column: one level, one row, one slot */
-            uint32_t n = r->lv_len - r->lv_pos;
+            /* a scalar column: one level, one row, one slot. The levels go
+             * straight into validity bytes (a run of one level is one
+             * memset); without a definition level every slot is valid. */
+            uint32_t n = r->page_left < SL_PQ_LEVEL_CHUNK ? r->page_left : SL_PQ_LEVEL_CHUNK;
             if (n > max_rows - b->rows) n = max_rows - b->rows;
-            const uint32_t *d = r->lv_def + r->lv_pos, md = (uint32_t)c->max_def;
-            uint8_t *valid = b->valid + at;
-            for (uint32_t j = 0; j < n; j++) {
-                uint8_t v = d[j] == md;
-                valid[j] = v;
-                nvals += v;
+            TRY(reserve_slots(r, (size_t)at + n, err));
+            if (c->max_def == 0) {
+                memset(b->valid + at, 1, n);
+                nvals = n;
+            } else {
+                /* its own variable: nvals, whose address is never taken,
+                 * stays in a register in the list loop below */
+                uint32_t nv = 0;
+                if (sl_pq_rle_valid(&r->def, (uint32_t)c->max_def, b->valid + at, n, &nv, err) !=
+                    SL_OK)
+                    return where(r, err);
+                nvals = nv;
             }
             b->slots += n;
             b->rows += n;
-            r->lv_pos += n;
+            r->page_left -= n;
             full = b->rows == max_rows;
             if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[at] = r->bytes_len;
             if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);
             scatter(r, at, nvals);
             continue;
         }
+        if (r->lv_pos == r->lv_len) {
+            uint32_t k = 0;
+            if (whole_rows(r, max_rows, &k, &nvals, err) != SL_OK) return where(r, err);
+            if (k > 0) {
+                if (c->kind == SL_PQ_KIND_BYTES) b->bytes_off[at] = r->bytes_len;
+                if (sl_pq_values_get(r, at, nvals, err) != SL_OK) return where(r, err);
+                scatter(r, at, nvals);
+                continue;
+            }
+        }
+        if (r->lv_pos == r->lv_len && refill_levels(r, err) != SL_OK) return where(r, err);
+        TRY(reserve_slots(r, (size_t)b->slots + (r->lv_len - r->lv_pos), err));
         /* a list column: a level with repetition 0 starts a row; one at or
          * above elem_def is an element, valid at max_def */
         const uint32_t *D = r->lv_def, *R = r->lv_rep;

@@ -22,11 +22,13 @@ struct sl_pq_reader {
     uint32_t rg, col;
     const sl_pq_column_t *c;
     const sl_pq_chunk_t *ch;
+    bool is_list;         /* the shape of the output buffers (with b.kind), for renew */
     uint64_t pos, end;    /* the chunk's bytes not yet read */
     int64_t chunk_values; /* num_values not yet seen in a page header */
     int64_t rows_read;
     uint64_t pages, page_offset;
     sl_pq_buf_t hdr, cbuf, ubuf;
+    struct ZSTD_DCtx_s *zd; /* ZSTD pages' context, made on the first one */
 
     /* the dictionary, decoded */
     bool has_dict;

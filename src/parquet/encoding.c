@@ -83,6 +83,108 @@ static sl_err_t rle_next_run(sl_pq_rle_t *r, sl_error_t *err)
     return SL_OK;
 }
 
+/* 8 values of w bits from in: w is a constant in every call of
+ * unpack_groups' switch, so that each width gets its own shifts and masks.
+ * Every load is inside [in, in + w + 8). */
+static inline __attribute__((always_inline)) void unpack8(const uint8_t *in, uint32_t *out,
+                                                          unsigned w)
+{
+    const uint64_t mask = (UINT64_C(1) << w) - 1;
+#pragma GCC unroll 8
+    for (unsigned j = 0; j < 8; j++) {
+        unsigned b = j * w;
+        out[j] = (uint32_t)((sl_le_get_u64(in + (b >> 3)) >> (b & 7)) & mask);
+    }
+}
+
+/* Whole groups of 8 values from bit (a multiple of 8 values) while their
+ * loads stay inside room bytes; @return how many values were unpacked. */
+static uint32_t unpack_groups(const uint8_t *run, size_t room, uint64_t bit, uint32_t *out,
+                              uint32_t k, unsigned w)
+{
+    uint32_t i = 0;
+    size_t at = (size_t)(bit >> 3); /* a group starts on a byte */
+#define SL_PQ_UNPACK_W(W)                                                                          \
+    case W:                                                                                        \
+        for (; i + 8 <= k && at + W + 8 <= room; i += 8, at += W)                                  \
+            unpack8(run + at, out + i, W);                                                         \
+        break;
+    switch (w) {
+        SL_PQ_UNPACK_W(1)
+        SL_PQ_UNPACK_W(2)
+        SL_PQ_UNPACK_W(3)
+        SL_PQ_UNPACK_W(4)
+        SL_PQ_UNPACK_W(5)
+        SL_PQ_UNPACK_W(6)
+        SL_PQ_UNPACK_W(7)
+        SL_PQ_UNPACK_W(8)
+        SL_PQ_UNPACK_W(9)
+        SL_PQ_UNPACK_W(10)
+        SL_PQ_UNPACK_W(11)
+        SL_PQ_UNPACK_W(12)
+        SL_PQ_UNPACK_W(13)
+        SL_PQ_UNPACK_W(14)
+        SL_PQ_UNPACK_W(15)
+        SL_PQ_UNPACK_W(16)
+        SL_PQ_UNPACK_W(17)
+        SL_PQ_UNPACK_W(18)
+        SL_PQ_UNPACK_W(19)
+        SL_PQ_UNPACK_W(20)
+        SL_PQ_UNPACK_W(21)
+        SL_PQ_UNPACK_W(22)
+        SL_PQ_UNPACK_W(23)
+        SL_PQ_UNPACK_W(24)
+        SL_PQ_UNPACK_W(25)
+        SL_PQ_UNPACK_W(26)
+        SL_PQ_UNPACK_W(27)
+        SL_PQ_UNPACK_W(28)
+        SL_PQ_UNPACK_W(29)
+        SL_PQ_UNPACK_W(30)
+        SL_PQ_UNPACK_W(31)
+        SL_PQ_UNPACK_W(32)
+    default:
+        break;
+    }
+#undef SL_PQ_UNPACK_W
+    return i;
+}
+
+/* k values of the current bit-packed run into out; the caller has checked
+ * that k is within the run. */
+static sl_err_t rle_unpack(sl_pq_rle_t *r, uint32_t *out, uint32_t k, sl_error_t *err)
+{
+    uint64_t need_bits = (r->run_pos + k) * r->width;
+    if (need_bits > (uint64_t)r->run_len * 8)
+        return sl_error_set(err, SL_ERR_TRUNCATED, "bit-packed run runs past the end of its data");
+    const unsigned w = r->width;
+    const uint8_t *run = r->run;
+    uint64_t bit = r->run_pos * w;
+    const uint64_t mask = (UINT64_C(1) << w) - 1;
+    uint32_t i = 0;
+    /* one unaligned 8-byte load per value while it stays inside the
+     * decoder's buffer (width <= 32 plus a shift <= 7 fits in 64 bits;
+     * bytes past the run are masked off) */
+    const size_t room = (size_t)(r->end - run);
+    /* up to the next group of 8 one by one, then whole groups */
+    while (i < k && ((r->run_pos + i) & 7) != 0 && (bit >> 3) + 8 <= room) {
+        out[i++] = (uint32_t)((sl_le_get_u64(run + (bit >> 3)) >> (bit & 7)) & mask);
+        bit += w;
+    }
+    if (((r->run_pos + i) & 7) == 0 && k - i >= 8 && w > 0) {
+        uint32_t g = unpack_groups(run, room, bit, out + i, k - i, w);
+        i += g;
+        bit += (uint64_t)g * w;
+    }
+    while (i < k && (bit >> 3) + 8 <= room) {
+        out[i++] = (uint32_t)((sl_le_get_u64(run + (bit >> 3)) >> (bit & 7)) & mask);
+        bit += w;
+    }
+    for (; i < k; i++, bit += w)
+        out[i] = (uint32_t)sl_pq_bits(run, r->run_len, bit, w);
+    r->run_pos += k;
+    return SL_OK;
+}
+
 sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *err)
 {
     while (n > 0) {
@@ -96,36 +198,8 @@ sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *er
             for (uint32_t i = 0; i < k; i++)
                 out[i] = value;
         } else {
-            uint64_t need_bits = (r->run_pos + k) * r->width;
-            if (need_bits > (uint64_t)r->run_len * 8)
-                return sl_error_set(err, SL_ERR_TRUNCATED,
-                                    "bit-packed run runs past the end of its data");
-            const unsigned w = r->width;
-            const uint8_t *run = r->run;
-            uint64_t bit = r->run_pos * w;
-            const uint64_t mask = (UINT64_C(1) << w) - 1;
-            uint32_t i = 0;
-            /* one unaligned 8-byte load per value while it stays inside the
-             * decoder's buffer (width <= 32 plus a shift <= 7 fits in 64
-             * bits; bytes past the run are masked off) */
-            const size_t room = (size_t)(r->end - run);
-            if (w <= 8 && (r->run_pos & 7) == 0) {
-                /* whole groups of 8 values in at most 8 bytes: one load each */
-                while (i + 8 <= k && (bit >> 3) + 8 <= room) {
-                    uint64_t x = sl_le_get_u64(run + (bit >> 3));
-                    for (unsigned j = 0; j < 8; j++)
-                        out[i + j] = (uint32_t)((x >> (j * w)) & mask);
-                    i += 8;
-                    bit += 8 * w;
-                }
-            }
-            while (i < k && (bit >> 3) + 8 <= room) {
-                out[i++] = (uint32_t)((sl_le_get_u64(run + (bit >> 3)) >> (bit & 7)) & mask);
-                bit += w;
-            }
-            for (; i < k; i++, bit += w)
-                out[i] = (uint32_t)sl_pq_bits(run, r->run_len, bit, w);
-            r->run_pos += k;
+            sl_err_t rc = rle_unpack(r, out, k, err);
+            if (rc != SL_OK) return rc;
         }
         r->left -= k;
         out += k;
@@ -133,6 +207,119 @@ sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *er
     }
     return SL_OK;
 }
+
+sl_err_t sl_pq_rle_repeated(sl_pq_rle_t *r, uint32_t *count, uint32_t *value, sl_error_t *err)
+{
+    if (r->left == 0) {
+        sl_err_t rc = rle_next_run(r, err);
+        if (rc != SL_OK) return rc;
+    }
+    *count = r->packed ? 0 : r->left;
+    *value = r->value;
+    return SL_OK;
+}
+
+sl_err_t sl_pq_rle_valid(sl_pq_rle_t *r, uint32_t max, uint8_t *valid, uint32_t n, uint32_t *nvalid,
+                         sl_error_t *err)
+{
+    uint32_t idx[64], count = 0;
+    while (n > 0) {
+        if (r->left == 0) {
+            sl_err_t rc = rle_next_run(r, err);
+            if (rc != SL_OK) return rc;
+        }
+        uint32_t k = r->left < n ? r->left : n;
+        if (!r->packed) {
+            if (r->value > max)
+                return sl_error_set(err, SL_ERR_CORRUPT, "definition level %u of %u", r->value,
+                                    max);
+            /* a run of one level: one memset, no look at each */
+            memset(valid, r->value == max, k);
+            count += r->value == max ? k : 0;
+        } else {
+            k = k < 64 ? k : 64;
+            sl_err_t rc = rle_unpack(r, idx, k, err);
+            if (rc != SL_OK) return rc;
+            uint32_t top = 0;
+            for (uint32_t i = 0; i < k; i++) {
+                uint8_t v = idx[i] == max;
+                valid[i] = v;
+                count += v;
+                top = idx[i] > top ? idx[i] : top;
+            }
+            if (top > max)
+                return sl_error_set(err, SL_ERR_CORRUPT, "definition level %u of %u", top, max);
+        }
+        r->left -= k;
+        valid += k;
+        n -= k;
+    }
+    *nvalid = count;
+    return SL_OK;
+}
+
+/* Are all k indices below n? Without a branch or a running maximum per
+ * index: the sign of n - 1 - x in 64 bits, ORed (vectorised with SSE2). */
+static bool indices_below(const uint32_t *idx, uint32_t k, uint32_t n)
+{
+    uint64_t bad = 0;
+    for (uint32_t i = 0; i < k; i++)
+        bad |= (uint64_t)n - 1 - idx[i];
+    return (bad >> 63) == 0;
+}
+
+/* The first of k indices at or above n (one is: indices_below said so). */
+static uint32_t first_at_or_above(const uint32_t *idx, uint32_t k, uint32_t n)
+{
+    for (uint32_t i = 0; i < k; i++)
+        if (idx[i] >= n) return idx[i];
+    return n;
+}
+
+/* sl_pq_rle_gather_*: a repeated run is one fill of
+ * its entry, a bit-packed run is unpacked 64 indices at a time into a
+ * scratch on the stack and gathered from there, while it is in cache. */
+#define SL_PQ_RLE_GATHER(name, T)                                                                  \
+    sl_err_t name(sl_pq_rle_t *r, const T *dict, uint32_t dict_n, T *out, uint32_t n,              \
+                  sl_error_t *err)                                                                 \
+    {                                                                                              \
+        uint32_t idx[64];                                                                          \
+        while (n > 0) {                                                                            \
+            if (r->left == 0) {                                                                    \
+                sl_err_t rc = rle_next_run(r, err);                                                \
+                if (rc != SL_OK) return rc;                                                        \
+            }                                                                                      \
+            uint32_t k = r->left < n ? r->left : n;                                                \
+            if (!r->packed) {                                                                      \
+                if (r->value >= dict_n)                                                            \
+                    return sl_error_set(err, SL_ERR_CORRUPT,                                       \
+                                        "dictionary index %u out of range (dictionary of %u)",     \
+                                        r->value, dict_n);                                         \
+                const T v = dict[r->value];                                                        \
+                for (uint32_t i = 0; i < k; i++)                                                   \
+                    out[i] = v;                                                                    \
+            } else {                                                                               \
+                k = k < 64 ? k : 64;                                                               \
+                sl_err_t rc = rle_unpack(r, idx, k, err);                                          \
+                if (rc != SL_OK) return rc;                                                        \
+                if (!indices_below(idx, k, dict_n))                                                \
+                    return sl_error_set(err, SL_ERR_CORRUPT,                                       \
+                                        "dictionary index %u out of range (dictionary of %u)",     \
+                                        first_at_or_above(idx, k, dict_n), dict_n);                \
+                for (uint32_t i = 0; i < k; i++)                                                   \
+                    out[i] = dict[idx[i]];                                                         \
+            }                                                                                      \
+            r->left -= k;                                                                          \
+            out += k;                                                                              \
+            n -= k;                                                                                \
+        }                                                                                          \
+        return SL_OK;                                                                              \
+    }
+
+SL_PQ_RLE_GATHER(sl_pq_rle_gather_f32, float)
+SL_PQ_RLE_GATHER(sl_pq_rle_gather_f64, double)
+SL_PQ_RLE_GATHER(sl_pq_rle_gather_i64, int64_t)
+#undef SL_PQ_RLE_GATHER
 
 sl_err_t sl_pq_delta_init(sl_pq_delta_t *d, const uint8_t *p, size_t len, sl_error_t *err)
 {

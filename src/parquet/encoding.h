@@ -39,6 +39,30 @@ void sl_pq_rle_init(sl_pq_rle_t *r, const uint8_t *p, size_t len, unsigned width
 /* Decode exactly n values into out. @return SL_OK, or SL_ERR_TRUNCATED /
  * SL_ERR_CORRUPT when the runs end first or are malformed. */
 sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *err);
+/* *count: the values left in the current run when it is a repeated one
+ * (the next run is started when the current one is used up), *value its
+ * value; *count 0 when the run is bit-packed. @return SL_OK, or the next
+ * run's error (as sl_pq_rle_get would give it). */
+sl_err_t sl_pq_rle_repeated(sl_pq_rle_t *r, uint32_t *count, uint32_t *value, sl_error_t *err);
+/* Pass over n values of the current repeated run (n <= its count). */
+static inline void sl_pq_rle_skip(sl_pq_rle_t *r, uint32_t n)
+{
+    r->left -= n;
+}
+/* Decode n definition levels (each at most max) straight into validity
+ * bytes (level == max); *nvalid counts the valid ones. A repeated run is
+ * one memset. SL_ERR_CORRUPT names a level above max. */
+sl_err_t sl_pq_rle_valid(sl_pq_rle_t *r, uint32_t max, uint8_t *valid, uint32_t n, uint32_t *nvalid,
+                         sl_error_t *err);
+/* Decode n dictionary indices and store dict[index] into out, in one
+ * pass (one function per entry type). SL_ERR_CORRUPT names an index >=
+ * dict_n. */
+sl_err_t sl_pq_rle_gather_f32(sl_pq_rle_t *r, const float *dict, uint32_t dict_n, float *out,
+                              uint32_t n, sl_error_t *err);
+sl_err_t sl_pq_rle_gather_f64(sl_pq_rle_t *r, const double *dict, uint32_t dict_n, double *out,
+                              uint32_t n, sl_error_t *err);
+sl_err_t sl_pq_rle_gather_i64(sl_pq_rle_t *r, const int64_t *dict, uint32_t dict_n, int64_t *out,
+                              uint32_t n, sl_error_t *err);
 
 /* ---- DELTA_BINARY_PACKED ---- */
 

@@ -287,6 +287,14 @@ typedef struct sl_pq_reader sl_pq_reader_t;
  * owns *out, free with sl_pq_reader_destroy. */
 sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_reader_t **out,
                           sl_error_t *err);
+/* Point *r at column col of row group rg of f (any file of the same
+ * allocator), keeping the buffers it grew (pages, dictionary, batch): a
+ * reader reused from row group to row group touches no fresh memory. A
+ * reader whose output differs in kind or list shape, or *r NULL, is
+ * replaced by a new one. The file *r read before may be gone. On failure
+ * *r is still a reader to destroy (or NULL). */
+sl_err_t sl_pq_reader_renew(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_reader_t **r,
+                            sl_error_t *err);
 /* The next batch of at most max_rows rows (max_rows > 0); b->rows == 0 at
  * the end of the chunk. Errors name file, row group, column and page. */
 sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_batch_t **b,

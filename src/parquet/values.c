@@ -323,6 +323,13 @@ static sl_err_t get_plain(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t
 static sl_err_t get_dict(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t *err)
 {
     const sl_pq_column_t *c = r->c;
+    /* numbers: indices unpacked and gathered in one pass */
+    if (c->kind == SL_PQ_KIND_F32)
+        return sl_pq_rle_gather_f32(&r->vrle, r->dict_vals.p, r->dict_n, r->b.f32 + at, n, err);
+    if (c->kind == SL_PQ_KIND_F64)
+        return sl_pq_rle_gather_f64(&r->vrle, r->dict_vals.p, r->dict_n, r->b.f64 + at, n, err);
+    if (c->kind != SL_PQ_KIND_BYTES)
+        return sl_pq_rle_gather_i64(&r->vrle, r->dict_vals.p, r->dict_n, r->b.i64 + at, n, err);
     while (n > 0) {
         uint32_t k = n < SL_PQ_LEVEL_CHUNK ? n : SL_PQ_LEVEL_CHUNK;
         TRY(sl_pq_rle_get(&r->vrle, r->idx, k, err));
@@ -333,31 +340,11 @@ static sl_err_t get_dict(sl_pq_reader_t *r, uint32_t at, uint32_t n, sl_error_t 
             return sl_error_set(err, SL_ERR_CORRUPT,
                                 "dictionary index %u out of range (dictionary of %u)", top,
                                 r->dict_n);
-        if (c->kind == SL_PQ_KIND_BYTES) {
-            const uint64_t *off = r->dict_off.p;
-            const uint8_t *vals = r->dict_vals.p;
-            for (uint32_t i = 0; i < k; i++)
-                TRY(put_bytes(r, at + i, vals + off[r->idx[i]],
-                              (size_t)(off[r->idx[i] + 1] - off[r->idx[i]]), err));
-        } else if (c->kind == SL_PQ_KIND_F32) {
-            const float *d = r->dict_vals.p;
-            float *o = r->b.f32 + at;
-            const uint32_t *idx = r->idx;
-            for (uint32_t i = 0; i < k; i++)
-                o[i] = d[idx[i]];
-        } else if (c->kind == SL_PQ_KIND_F64) {
-            const double *d = r->dict_vals.p;
-            double *o = r->b.f64 + at;
-            const uint32_t *idx = r->idx;
-            for (uint32_t i = 0; i < k; i++)
-                o[i] = d[idx[i]];
-        } else {
-            const int64_t *d = r->dict_vals.p;
-            int64_t *o = r->b.i64 + at;
-            const uint32_t *idx = r->idx;
-            for (uint32_t i = 0; i < k; i++)
-                o[i] = d[idx[i]];
-        }
+        const uint64_t *off = r->dict_off.p;
+        const uint8_t *vals = r->dict_vals.p;
+        for (uint32_t i = 0; i < k; i++)
+            TRY(put_bytes(r, at + i, vals + off[r->idx[i]],
+                          (size_t)(off[r->idx[i] + 1] - off[r->idx[i]]), err));
         at += k;
         n -= k;
     }

@@ -329,7 +329,8 @@ sl_err_t imp_pq_open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_fi
                                     "%s has no column %s of type %s%s like the first input",
                                     sl_pq_file_name(f), want->path, sl_pq_type_name(want->type),
                                     want->is_list ? " in a list" : "");
-            sl_err_t rc = sl_pq_reader_new(f, gi, (uint32_t)have, &g->rd[g->n], err);
+            sl_err_t rc = g->keep ? sl_pq_reader_renew(f, gi, (uint32_t)have, &g->rd[g->n], err)
+                                  : sl_pq_reader_new(f, gi, (uint32_t)have, &g->rd[g->n], err);
             if (rc != SL_OK) return rc;
             g->col[g->n] = &m->columns[have];
             g->leaf_of[2 * c + h] = (int32_t)g->n++;
@@ -340,8 +341,10 @@ sl_err_t imp_pq_open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_fi
 
 void imp_pq_close_group(group_read_t *g)
 {
-    for (uint32_t i = 0; i < g->n; i++)
+    for (uint32_t i = 0; i < g->n && !g->keep; i++) {
         sl_pq_reader_destroy(g->rd[i]);
+        g->rd[i] = NULL;
+    }
     g->n = 0;
 }
 
@@ -377,6 +380,14 @@ sl_err_t imp_pq_source_open(const imp_pq_t *p, const char *input, const char *if
                           "listed %s): refused, not mixed",
                           input, wh_pq_source_etag(src), if_etag);
     return rc;
+}
+
+void imp_pq_free_readers(sl_pq_reader_t **rd, uint32_t n)
+{
+    for (uint32_t i = 0; rd != NULL && i < n; i++) {
+        sl_pq_reader_destroy(rd[i]);
+        rd[i] = NULL;
+    }
 }
 
 sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const char *input,

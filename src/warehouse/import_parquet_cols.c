@@ -47,6 +47,10 @@ struct imp_pqc {
     size_t out_chunk, out_want;
     uint32_t *order; /* [2 * order_cap] */
     uint32_t order_cap;
+    /* the column readers, kept from row group to row group and from read
+     * to read (their page and batch buffers reused, never touched fresh) */
+    sl_pq_reader_t **pool; /* [pool_cap] */
+    uint32_t pool_cap;
 };
 
 /* ---- the builder ---- */
@@ -176,6 +180,8 @@ void imp_pqc_destroy(imp_pqc_t *c)
     sl_free(a, c->keys, (SS + 1) * sizeof *c->keys);
     sl_free(a, c->has_slot, (size_t)c->T + SD + SS + 1);
     sl_arena_destroy(c->out);
+    imp_pq_free_readers(c->pool, c->pool_cap);
+    sl_free(a, c->pool, (size_t)c->pool_cap * sizeof *c->pool);
     sl_free(a, c, sizeof *c);
 }
 
@@ -357,10 +363,14 @@ static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap
          * of the offsets (a null or empty list holds no slot). */
         const int64_t *src = v->i64 + lo_s;
         int64_t neg = 0;
-        for (uint32_t i = 0; i < hi_s - lo_s; i++)
-            neg |= src[i];
+        /* copied and checked in one pass (a negative id's copy is
+         * overwritten by the row loop below) */
+        for (uint32_t i = 0; i < hi_s - lo_s; i++) {
+            int64_t x = src[i];
+            ids[i] = x;
+            neg |= x;
+        }
         if (neg >= 0) {
-            memcpy(ids, src, (size_t)(hi_s - lo_s) * 8);
             const uint32_t *off = v->list_off;
             for (uint32_t r = u->r0; r < u->r1; r++)
                 len[r - u->r0] = (int32_t)(off[r + 1] - off[r]);
@@ -557,9 +567,11 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
     const sl_pq_meta_t *m = sl_pq_file_meta(f);
     uint32_t begin = rd->begin, end = rd->end < m->num_row_groups ? rd->end : m->num_row_groups;
     uint32_t cap = 2 * p->num_cols + 2;
-    group_read_t g = {0};
+    group_read_t g = {.keep = true};
+    if (c->pool == NULL && (c->pool = sl_calloc(a, cap, sizeof *c->pool)) != NULL)
+        c->pool_cap = cap;
     g.leaf_of = sl_calloc(a, cap, sizeof *g.leaf_of);
-    g.rd = sl_calloc(a, cap, sizeof *g.rd);
+    g.rd = c->pool;
     g.bat = sl_calloc(a, cap, sizeof *g.bat);
     g.col = sl_calloc(a, cap, sizeof *g.col);
     if (g.leaf_of == NULL || g.rd == NULL || g.bat == NULL || g.col == NULL)
@@ -602,10 +614,9 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
         imp_pq_close_group(&g);
     }
     sl_free(a, g.leaf_of, cap * sizeof *g.leaf_of);
-    sl_free(a, g.rd, cap * sizeof *g.rd);
     sl_free(a, g.bat, cap * sizeof *g.bat);
     sl_free(a, g.col, cap * sizeof *g.col);
-    sl_pq_file_destroy(f);
+    sl_pq_file_destroy(f); /* the pool's readers keep no use of it */
     wh_pq_source_close(&src);
     return rc;
 }

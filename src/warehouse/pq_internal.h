@@ -42,11 +42,16 @@ typedef struct group_read {
     sl_pq_reader_t **rd;       /* [n] */
     const sl_pq_batch_t **bat; /* [n] */
     const sl_pq_column_t **col;
+    /* close keeps the readers (rd[n..] past a close are readers to renew,
+     * or NULL), so that the next group's reuse their buffers; the owner
+     * of rd destroys them with imp_pq_free_readers */
+    bool keep;
 } group_read_t;
 
 /* Open the readers of row group gi of f for the columns the slots with
  * slot_read[s] (NULL: every slot) read, checking that f has them with the
- * first input's types. g's arrays hold 2 x p->num_cols + 2 entries. */
+ * first input's types. g's arrays hold 2 x p->num_cols + 2 entries (rd's
+ * zeroed before the first open). */
 sl_err_t imp_pq_open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_file_t *f,
                            uint32_t gi, group_read_t *g, sl_error_t *err);
 void imp_pq_close_group(group_read_t *g);
@@ -60,6 +65,9 @@ sl_err_t imp_pq_source_open(const imp_pq_t *p, const char *input, const char *if
  * object's source, pq_store.h; nothing for a file). */
 sl_err_t imp_pq_prefetch_group(sl_pq_source_t *src, const sl_pq_meta_t *m, uint32_t gi,
                                const group_read_t *g, const sl_allocator_t *a, sl_error_t *err);
+/* Destroy the n readers of rd kept by closes with keep (NULL entries
+ * skipped). */
+void imp_pq_free_readers(sl_pq_reader_t **rd, uint32_t n);
 
 /* Slot s of b as a double (what a label, a dense value or a weight is
  * rounded from, so that every path rounds the same way). */
