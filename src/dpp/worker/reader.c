@@ -44,6 +44,13 @@ typedef struct reader {
      * shape; NULL: every batch goes through the transform threads. */
     sl_pipeline_fused_t *fused;
     bool fused_decided;
+    /* --threads N > 1: the stripe lanes (lanes.c) read and filter the
+     * stripes and make their fused batches; lane is the one whose stripe
+     * is being batched (NULL: the stripe is this thread's own). */
+    dpp_lanes_t *lanes;
+    dpp_lane_t *lane;
+    bool have_epoch; /* a unit was begun: epoch is the batcher's epoch */
+    uint32_t epoch;
 } reader_t;
 
 /* ---- memory accounting ---- */
@@ -230,9 +237,16 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease
 static sl_err_t to_server(void *ctx, const sl_worker_direct_t *d, sl_error_t *err)
 {
     reader_t *rd = ctx;
+    if (rd->lane) { /* made by the lane once the stripe is batched: counted as made now */
+        sl_worker_t *w = rd->w;
+        if (d->lease && w->source.lease_made) w->source.lease_made(w->source.ctx, d->lease->handle);
+        sl_err_t rc = dpp_lane_add_direct(rd->lane, d, err);
+        if (rc != SL_OK) dpp_worker_retire(w, d->lease ? d->lease->handle : NULL);
+        return rc;
+    }
     uint64_t waited = 0, t0 = now_ns(CLOCK_MONOTONIC);
     sl_err_t rc = dpp_worker_fused_batch(rd->w, rd->fused, d, rd->stripe_held + rd->batcher_held,
-                                         &waited, err);
+                                         false, &waited, err);
     rd->handoff_ns += waited; /* room at the server, memory: back-pressure */
     rd->fused_ns += now_ns(CLOCK_MONOTONIC) - t0 - waited; /* counted as encode */
     return rc;
@@ -308,44 +322,135 @@ static sl_err_t open_split(reader_t *rd, const sl_wh_split_t *sp, sl_error_t *er
     return rc;
 }
 
-/* Read the todo rows of wk from rd->r (open on its split): only the
- * stripes that hold todo rows, and of those only the kept rows inside the
- * ranges, handed to the batcher. Under a lease each todo range is a range
- * of the batcher, so that every batch covers one contiguous row range
- * (see worker.h), and the rows that made no batch gather in rd->empty; the
- * loop stops early, without error, when the lease stops being live. t0:
- * when work on the split began (opening it counts as reading its first
- * stripe). */
-static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, sl_error_t *err)
+/* Are wk's todo ranges ascending, disjoint, non-empty and inside its
+ * split (source.h)? */
+static sl_err_t check_todo(const sl_worker_work_t *wk, sl_error_t *err)
 {
-    sl_worker_t *w = rd->w;
     const sl_wh_split_t *sp = wk->split;
     const sl_dpp_row_range_t *todo = wk->todo;
-    const char *what = wk->lease ? "lease of split" : "split";
-    sl_err_t rc = SL_OK;
-    rd->num_empty = 0;
     for (uint32_t i = 0; i < wk->num_todo; i++)
         if (todo[i].from_row >= todo[i].to_row || todo[i].to_row > sp->num_rows ||
             (i && todo[i].from_row < todo[i - 1].to_row))
             return sl_error_set(err, SL_ERR_PROTOCOL,
                                 "%s %" PRIu64 ": todo range %u [%" PRIu64 ", %" PRIu64
                                 ") is empty, out of order or past the split's %" PRIu64 " rows",
-                                what, wk->split_id, i, todo[i].from_row, todo[i].to_row,
-                                sp->num_rows);
-    sl_worker_lease_origin_t lease = lease_origin(wk);
-    bool in_range = false; /* a range of the batcher is open (under a lease) */
-    uint32_t ti = 0;       /* the todo range being read */
-    uint64_t row = 0;      /* split row of the stripe's row 0 */
-    for (uint32_t st = sp->stripe_begin; st < sp->stripe_end && ti < wk->num_todo; st++) {
+                                wk->lease ? "lease of split" : "split", wk->split_id, i,
+                                todo[i].from_row, todo[i].to_row, sp->num_rows);
+    return SL_OK;
+}
+
+/* Where the batching of a unit's todo stands between its stripes. */
+typedef struct unit_pos {
+    const sl_worker_work_t *wk;
+    sl_worker_lease_origin_t lease;
+    bool in_range; /* a range of the batcher is open (under a lease) */
+    uint32_t ti;   /* the todo range being read */
+} unit_pos_t;
+
+static unit_pos_t unit_pos(const sl_worker_work_t *wk)
+{
+    return (unit_pos_t){.wk = wk, .lease = lease_origin(wk)};
+}
+
+/* Hand the kept todo rows of one stripe (split rows [row, end); kept of
+ * its n rows, selected[kept] with weights) to the batcher. Under a lease
+ * each todo range is a range of the batcher, so that every batch covers
+ * one contiguous row range (see worker.h), and the rows that made no batch
+ * gather in rd->empty. */
+static sl_err_t batch_stripe(reader_t *rd, unit_pos_t *u, const sl_wh_rows_t *rows,
+                             const uint32_t *selected, const float *weights, uint32_t kept,
+                             uint64_t row, uint64_t end, sl_error_t *err)
+{
+    const sl_worker_work_t *wk = u->wk;
+    const sl_dpp_row_range_t *todo = wk->todo;
+    uint32_t n = rows->batch.batch_size;
+    sl_err_t rc = decide_fused(rd, &rows->batch, err);
+    sl_worker_rows_origin_t origin = {
+        .epoch = wk->epoch, .split_id = wk->split_id, .row = row, .key_offsets = rows->key_offsets};
+    uint32_t i = 0; /* into selected */
+    while (rc == SL_OK && u->ti < wk->num_todo && todo[u->ti].from_row < end) {
+        const sl_dpp_row_range_t *t = &todo[u->ti];
+        uint64_t hi = t->to_row < end ? t->to_row : end;
+        if (wk->lease && !u->in_range) {
+            u->lease.from_row = t->from_row;
+            if ((rc = sl_worker_batcher_begin_range(rd->b, &u->lease, wk->epoch, err))) break;
+            u->in_range = true;
+        }
+        while (i < kept && row + selected[i] < t->from_row)
+            i++;
+        uint32_t j = i;
+        if (hi == end) /* the range runs to the stripe's end: every kept row from i */
+            j = kept;
+        while (j < kept && row + selected[j] < hi)
+            j++;
+        if (j > i) {
+            /* every row of the stripe kept: the identity selection gathers in whole runs */
+            const uint32_t *sel = i == 0 && j == n ? NULL : selected + i;
+            rc = sl_worker_batcher_add(rd->b, &rows->batch, sel, rd->weigh ? weights + i : NULL,
+                                       j - i, &origin, err);
+        }
+        i = j;
+        if (rc || t->to_row > end) break; /* the range goes on in the next stripe */
+        if (u->in_range) {
+            sl_dpp_row_range_t e;
+            u->in_range = false;
+            if ((rc = sl_worker_batcher_end_range(rd->b, t->to_row, &e, err)) ||
+                (rc = add_empty(rd, e, err)))
+                break;
+        }
+        u->ti++;
+    }
+    if (rc == SL_OK) rc = batcher_acct(rd, err);
+    return rc;
+}
+
+/* The unit's stripes are through (up to split row row): every todo range
+ * must have been reached unless the lease stopped being live, and a range
+ * cut short by a revocation goes out (its batches are dropped unsent). */
+static sl_err_t unit_end(reader_t *rd, unit_pos_t *u, uint64_t row, sl_error_t *err)
+{
+    const sl_worker_work_t *wk = u->wk;
+    sl_err_t rc = SL_OK;
+    if (u->ti < wk->num_todo && work_live(rd->w, wk))
+        return sl_error_set(err, SL_ERR_PROTOCOL,
+                            "%s %" PRIu64 ": todo rows up to %" PRIu64
+                            " but the split's stripes hold %" PRIu64 " rows",
+                            wk->lease ? "lease of split" : "split", wk->split_id,
+                            wk->todo[wk->num_todo - 1].to_row, row);
+    if (u->in_range) {
+        sl_dpp_row_range_t e;
+        u->in_range = false;
+        rc = sl_worker_batcher_end_range(rd->b, row, &e, err);
+    }
+    if (rc == SL_OK) rc = batcher_acct(rd, err);
+    return rc;
+}
+
+/* Read the todo rows of wk from rd->r (open on its split) on this thread:
+ * only the stripes that hold todo rows, and of those only the kept rows
+ * inside the ranges, handed to the batcher (batch_stripe); the loop stops
+ * early, without error, when the lease stops being live. t0: when work on
+ * the split began (opening it counts as reading its first stripe). */
+static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    const sl_wh_split_t *sp = wk->split;
+    const sl_dpp_row_range_t *todo = wk->todo;
+    rd->num_empty = 0;
+    sl_err_t rc = check_todo(wk, err);
+    if (rc) return rc;
+    unit_pos_t u = unit_pos(wk);
+    uint64_t row = 0; /* split row of the stripe's row 0 */
+    for (uint32_t st = sp->stripe_begin; st < sp->stripe_end && u.ti < wk->num_todo; st++) {
         if (atomic_load(&w->stopping)) return SL_ERR_CLOSED;
         if (!work_live(w, wk)) break;
         rd->stripe = (int32_t)st;
         sl_wh_stripe_info_t info;
         if ((rc = sl_wh_reader_stripe_info(rd->r, st, &info)))
-            return sl_error_set(err, rc, "%s: %s %" PRIu64 ": no stripe %u", sp->path, what,
-                                wk->split_id, st);
+            return sl_error_set(err, rc, "%s: %s %" PRIu64 ": no stripe %u", sp->path,
+                                wk->lease ? "lease of split" : "split", wk->split_id, st);
         uint64_t end = row + info.rows;
-        if (todo[ti].from_row >= end) { /* no todo row here: not even read */
+        if (todo[u.ti].from_row >= end) { /* no todo row here: not even read */
             row = end;
             continue;
         }
@@ -374,45 +479,8 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
             rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         else
             rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
-        if (rc == SL_OK) rc = decide_fused(rd, &rows->batch, err);
-        sl_worker_rows_origin_t origin = {.epoch = wk->epoch,
-                                          .split_id = wk->split_id,
-                                          .row = row,
-                                          .key_offsets = rows->key_offsets};
-        uint32_t i = 0; /* into selected */
-        while (rc == SL_OK && ti < wk->num_todo && todo[ti].from_row < end) {
-            const sl_dpp_row_range_t *t = &todo[ti];
-            uint64_t hi = t->to_row < end ? t->to_row : end;
-            if (wk->lease && !in_range) {
-                lease.from_row = t->from_row;
-                if ((rc = sl_worker_batcher_begin_range(rd->b, &lease, wk->epoch, err))) break;
-                in_range = true;
-            }
-            while (i < kept && row + rd->selected[i] < t->from_row)
-                i++;
-            uint32_t j = i;
-            if (hi == end) /* the range runs to the stripe's end: every kept row from i */
-                j = kept;
-            while (j < kept && row + rd->selected[j] < hi)
-                j++;
-            if (j > i) {
-                /* every row of the stripe kept: the identity selection gathers in whole runs */
-                const uint32_t *sel = i == 0 && j == n ? NULL : rd->selected + i;
-                rc = sl_worker_batcher_add(rd->b, &rows->batch, sel,
-                                           rd->weigh ? rd->weights + i : NULL, j - i, &origin, err);
-            }
-            i = j;
-            if (rc || t->to_row > end) break; /* the range goes on in the next stripe */
-            if (in_range) {
-                sl_dpp_row_range_t e;
-                in_range = false;
-                if ((rc = sl_worker_batcher_end_range(rd->b, t->to_row, &e, err)) ||
-                    (rc = add_empty(rd, e, err)))
-                    break;
-            }
-            ti++;
-        }
-        if (rc == SL_OK) rc = batcher_acct(rd, err);
+        if (rc == SL_OK)
+            rc = batch_stripe(rd, &u, rows, rd->selected, rd->weights, kept, row, end, err);
         rd->stripe_held = 0;
         sl_worker_budget_release(w->budget, sb);
         account_stripe(rd, n, kept, sb, t0, t1, waited, h0, f0);
@@ -420,17 +488,7 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
         row = end;
         t0 = now_ns(CLOCK_MONOTONIC);
     }
-    if (ti < wk->num_todo && work_live(w, wk))
-        return sl_error_set(err, SL_ERR_PROTOCOL,
-                            "%s %" PRIu64 ": todo rows up to %" PRIu64
-                            " but the split's stripes hold %" PRIu64 " rows",
-                            what, wk->split_id, todo[wk->num_todo - 1].to_row, row);
-    if (in_range) { /* revoked mid-way: what the batcher holds goes out and is dropped unsent */
-        sl_dpp_row_range_t e;
-        rc = sl_worker_batcher_end_range(rd->b, row, &e, err);
-    }
-    if (rc == SL_OK) rc = batcher_acct(rd, err);
-    return rc;
+    return unit_end(rd, &u, row, err);
 }
 
 /* ---- rows a source reads itself (source.h, read) ---- */
@@ -599,6 +657,340 @@ static bool lease_failed(reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc, 
     return true;
 }
 
+/* A unit begins: the epoch before it ends first when it is another. */
+static sl_err_t begin_unit(reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err)
+{
+    sl_err_t rc;
+    if (rd->have_epoch && wk->epoch != rd->epoch &&
+        ((rc = sl_worker_batcher_end_epoch(rd->b, err)) || (rc = batcher_acct(rd, err))))
+        return rc;
+    rd->have_epoch = true;
+    rd->epoch = wk->epoch;
+    return SL_OK;
+}
+
+/* The split's reader is in an unknown state after a failure: reopen. */
+static void reader_reset(reader_t *rd)
+{
+    sl_wh_reader_close(rd->r);
+    rd->r = NULL;
+    rd->path[0] = '\0';
+}
+
+/* The unit is through: done, counted. */
+static void unit_done(reader_t *rd, const sl_worker_work_t *wk)
+{
+    sl_worker_t *w = rd->w;
+    if (w->source.done) w->source.done(w->source.ctx, wk, rd->empty, rd->num_empty);
+    sl_mutex_lock(&w->mu);
+    w->st.splits++;
+    sl_mutex_unlock(&w->mu);
+}
+
+/* One unit on this thread alone, from its start to done. */
+static sl_err_t serial_unit(reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    sl_err_t rc = begin_unit(rd, wk, err);
+    if (rc) return rc;
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    rd->stripe = -1;
+    rc = w->source.read ? read_own(rd, wk, t0, err) : read_table_unit(rd, wk, t0, err);
+    if (rc != SL_OK && lease_failed(rd, wk, rc, err)) {
+        reader_reset(rd);
+        return SL_OK;
+    }
+    if (rc) return rc;
+    unit_done(rd, wk);
+    return SL_OK;
+}
+
+/* ---- the stripe lanes (--threads > 1; lanes.c) ----
+ *
+ * This thread takes the units from the source and hands their stripes out
+ * to the lanes in order, as many as there are lanes (and memory for); it
+ * batches each stripe, in the same order, once its lane has read it, and
+ * the lane then makes the stripe's fused batches while this thread goes
+ * on. The batches are the ones this thread alone would make. */
+
+/* A unit in flight. */
+typedef struct unit {
+    sl_worker_work_t wk;
+    sl_dpp_row_range_t *todo; /* wk.todo, copied: a source may reuse its own at its next */
+    unit_pos_t pos;
+    uint32_t st, dti; /* the next stripe to hand out; the todo range it reaches */
+    uint64_t row;     /* split row of stripe st's row 0 */
+    bool begun, dead; /* dead: its lease stopped being live */
+    sl_err_t rc;      /* its failure, reported at its end */
+    sl_error_t err;
+    int32_t stripe;
+} unit_t;
+
+/* A stripe of a unit on a lane (rows [row, end), rows by the footer), or
+ * the unit's end (lane NULL). */
+typedef struct slot {
+    unit_t *unit;
+    dpp_lane_t *lane;
+    uint32_t st, rows;
+    uint64_t row, end;
+} slot_t;
+
+typedef struct lanes_run {
+    reader_t *rd;
+    slot_t *q; /* a ring: [head, head + len) */
+    uint32_t cap, head, len, on_lanes;
+    unit_t *disp; /* the unit whose stripes are being handed out */
+    bool exhausted;
+    bool has_serial; /* a unit for this thread alone waits for the ring to drain */
+    sl_worker_work_t serial;
+} lanes_run_t;
+
+static void unit_free(sl_worker_t *w, unit_t *u)
+{
+    if (u->todo) sl_free(w->a, u->todo, (size_t)u->wk.num_todo * sizeof *u->todo);
+    sl_free(w->a, u, sizeof *u);
+}
+
+static sl_err_t unit_new(lanes_run_t *lr, const sl_worker_work_t *wk, sl_error_t *err)
+{
+    reader_t *rd = lr->rd;
+    sl_worker_t *w = rd->w;
+    unit_t *u = sl_calloc(w->a, 1, sizeof *u);
+    if (u && wk->num_todo && !(u->todo = sl_alloc(w->a, (size_t)wk->num_todo * sizeof *u->todo))) {
+        sl_free(w->a, u, sizeof *u);
+        u = NULL;
+    }
+    if (!u) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+    u->wk = *wk;
+    if (wk->num_todo) {
+        memcpy(u->todo, wk->todo, (size_t)wk->num_todo * sizeof *u->todo);
+        u->wk.todo = u->todo;
+    }
+    u->pos = unit_pos(&u->wk);
+    u->st = wk->split->stripe_begin;
+    u->stripe = -1;
+    u->rc = check_todo(&u->wk, &u->err);
+    if (u->rc == SL_OK && wk->num_todo && (u->rc = open_split(rd, wk->split, &u->err)))
+        reader_reset(rd);
+    lr->disp = u;
+    return SL_OK;
+}
+
+static void push(lanes_run_t *lr, slot_t s)
+{
+    lr->q[(lr->head + lr->len++) % lr->cap] = s;
+    if (s.lane) lr->on_lanes++;
+}
+
+/* Hand the next stripe of lr->disp that holds todo rows to a free lane,
+ * or queue the unit's end. A lane reads ahead of the one being batched
+ * only while the budget has room for two more stripes, so that stripes
+ * waiting for their turn leave the batcher and the transform threads
+ * memory to finish the one before them. @return false when nothing
+ * could be handed out now. */
+static bool hand_out(lanes_run_t *lr)
+{
+    reader_t *rd = lr->rd;
+    sl_worker_t *w = rd->w;
+    unit_t *u = lr->disp;
+    const sl_wh_split_t *sp = u->wk.split;
+    const sl_dpp_row_range_t *todo = u->wk.todo;
+    while (!u->rc && u->st < sp->stripe_end && u->dti < u->wk.num_todo && work_live(w, &u->wk)) {
+        sl_wh_stripe_info_t info;
+        sl_err_t rc = sl_wh_reader_stripe_info(rd->r, u->st, &info);
+        if (rc) {
+            u->stripe = (int32_t)u->st;
+            u->rc = sl_error_set(&u->err, rc, "%s: %s %" PRIu64 ": no stripe %u", sp->path,
+                                 u->wk.lease ? "lease of split" : "split", u->wk.split_id, u->st);
+            break;
+        }
+        uint64_t end = u->row + info.rows;
+        if (todo[u->dti].from_row >= end) { /* no todo row here: not even read */
+            u->row = end;
+            u->st++;
+            continue;
+        }
+        if (lr->on_lanes) {
+            uint64_t lim = sl_worker_budget_limit(w->budget), est = dpp_lanes_est(rd->lanes);
+            if (lim && sl_worker_budget_used(w->budget) + 2 * est > lim) return false;
+        }
+        dpp_lane_t *l = dpp_lanes_get(rd->lanes, lr->on_lanes == 0);
+        if (!l) return false;
+        dpp_lane_read(l, sp, u->st);
+        push(lr,
+             (slot_t){
+                 .unit = u, .lane = l, .st = u->st, .rows = info.rows, .row = u->row, .end = end});
+        while (u->dti < u->wk.num_todo && todo[u->dti].to_row <= end)
+            u->dti++;
+        u->row = end;
+        u->st++;
+        return true;
+    }
+    push(lr, (slot_t){.unit = u, .row = u->row});
+    lr->disp = NULL;
+    return true;
+}
+
+static void unit_fail(unit_t *u, sl_err_t rc, const sl_error_t *e, uint32_t st)
+{
+    if (u->rc) return;
+    u->rc = rc;
+    u->err = *e;
+    u->stripe = (int32_t)st;
+}
+
+/* Batch the stripe of slot s once its lane has read it; the lane then
+ * makes its fused batches. A failure is the unit's, reported at its end
+ * (after every lane let its stripes go: the split is borrowed until
+ * done). */
+static void lane_turn(lanes_run_t *lr, const slot_t *s)
+{
+    reader_t *rd = lr->rd;
+    sl_worker_t *w = rd->w;
+    unit_t *u = s->unit;
+    dpp_lane_stripe_t ls = {0};
+    sl_error_t e = {0};
+    sl_worker_budget_idle(w->budget, true); /* waiting for the lane */
+    sl_err_t rc = dpp_lane_wait(s->lane, &ls, &e);
+    sl_worker_budget_idle(w->budget, false);
+    if (!u->rc && !u->dead && !work_live(w, &u->wk)) u->dead = true;
+    if (rc == SL_OK && ls.rows->batch.batch_size != s->rows)
+        rc = sl_error_set(&e, SL_ERR_CORRUPT, "%s stripe %u: %u rows, the footer says %u",
+                          ls.rows->file, ls.rows->stripe, ls.rows->batch.batch_size, s->rows);
+    if (rc != SL_OK) unit_fail(u, rc, &e, s->st);
+    if (u->rc || u->dead) {
+        dpp_lane_finish(s->lane, NULL, true);
+        return;
+    }
+    rd->lane = s->lane;
+    rd->stripe_held = dpp_lane_held(s->lane);
+    rd->stripe = (int32_t)s->st;
+    uint64_t t1 = now_ns(CLOCK_MONOTONIC), h0 = rd->handoff_ns;
+    rc = batch_stripe(rd, &u->pos, ls.rows, ls.selected, ls.weights, ls.kept, s->row, s->end, &e);
+    rd->lane = NULL;
+    rd->stripe_held = 0;
+    if (rc != SL_OK) unit_fail(u, rc, &e, s->st);
+    dpp_lane_finish(s->lane, rd->fused, rc != SL_OK);
+    uint64_t handoff = rd->handoff_ns - h0, t2 = now_ns(CLOCK_MONOTONIC);
+    sl_mutex_lock(&w->mu);
+    w->st.stripes++;
+    w->st.rows_read += s->rows;
+    w->st.rows_kept += ls.kept;
+    w->st.source_bytes += ls.bytes;
+    w->st.read_ns += ls.read_ns;
+    w->st.filter_ns += ls.filter_ns + (t2 - t1 - handoff);
+    w->st.backpressure_ns += ls.waited_ns + handoff;
+    sl_mutex_unlock(&w->mu);
+}
+
+/* The unit's end: its failure goes to its source (or fails the worker),
+ * else done. */
+static sl_err_t end_turn(lanes_run_t *lr, const slot_t *s, sl_error_t *err)
+{
+    reader_t *rd = lr->rd;
+    unit_t *u = s->unit;
+    sl_err_t rc = u->rc;
+    if (rc) {
+        *err = u->err;
+    } else {
+        rc = unit_end(rd, &u->pos, s->row, err);
+        u->stripe = rd->stripe;
+    }
+    if (rc == SL_OK) {
+        unit_done(rd, &u->wk);
+    } else {
+        rd->stripe = u->stripe;
+        if (lease_failed(rd, &u->wk, rc, err)) {
+            reader_reset(rd);
+            rc = SL_OK;
+        }
+    }
+    unit_free(rd->w, u);
+    return rc;
+}
+
+static sl_err_t next_turn(lanes_run_t *lr, sl_error_t *err)
+{
+    reader_t *rd = lr->rd;
+    slot_t s = lr->q[lr->head];
+    lr->head = (lr->head + 1) % lr->cap;
+    lr->len--;
+    if (s.lane) lr->on_lanes--;
+    unit_t *u = s.unit;
+    if (!u->begun) {
+        u->begun = true;
+        rd->num_empty = 0;
+        sl_err_t rc = begin_unit(rd, &u->wk, err);
+        if (rc) {
+            if (s.lane) dpp_lane_finish(s.lane, NULL, true);
+            if (!s.lane) unit_free(rd->w, u);
+            return rc;
+        }
+    }
+    if (s.lane) {
+        lane_turn(lr, &s);
+        return SL_OK;
+    }
+    return end_turn(lr, &s, err);
+}
+
+/* The reader's loop with lanes. Units a source reads itself, and those
+ * of the autocache, are read on this thread alone once the lanes' ring
+ * is empty. The source is asked for the next unit before the last one's
+ * done only when it has no leases (a lease source may wait for the
+ * master: the units in the ring would wait with it). */
+static sl_err_t run_lanes(reader_t *rd, sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    lanes_run_t lr = {.rd = rd, .cap = 2 * w->threads + 4};
+    lr.q = sl_alloc(w->a, (size_t)lr.cap * sizeof *lr.q);
+    if (!lr.q) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+    bool ahead = !w->source.lease_live;
+    sl_err_t rc = SL_OK;
+    while (rc == SL_OK && !atomic_load(&w->stopping)) {
+        while (lr.len < lr.cap && !atomic_load(&w->stopping)) {
+            if (!lr.disp) {
+                if (lr.exhausted || lr.has_serial || (lr.len && !ahead)) break;
+                sl_worker_work_t wk;
+                sl_worker_budget_idle(w->budget, true); /* waiting for a split (a lease) */
+                rc = w->source.next(w->source.ctx, &wk, err);
+                sl_worker_budget_idle(w->budget, false);
+                if (rc == SL_ERR_CLOSED) {
+                    rc = SL_OK;
+                    lr.exhausted = true;
+                    break;
+                }
+                if (rc) goto out;
+                if (w->source.read || wk.cache_file) {
+                    lr.serial = wk;
+                    lr.has_serial = true;
+                    break;
+                }
+                if ((rc = unit_new(&lr, &wk, err))) goto out;
+            }
+            if (!hand_out(&lr)) break;
+        }
+        if (lr.len) {
+            rc = next_turn(&lr, err);
+        } else if (lr.has_serial) {
+            lr.has_serial = false;
+            rc = serial_unit(rd, &lr.serial, err);
+        } else if (lr.exhausted && !lr.disp) {
+            break;
+        }
+    }
+out:
+    /* what is left (stopping, a failure): the lanes let their stripes go
+     * when they are destroyed; the units go here */
+    for (uint32_t i = 0; i < lr.len; i++) {
+        slot_t *s = &lr.q[(lr.head + i) % lr.cap];
+        if (!s->lane) unit_free(w, s->unit);
+    }
+    if (lr.disp) unit_free(w, lr.disp);
+    sl_free(w->a, lr.q, (size_t)lr.cap * sizeof *lr.q);
+    return rc;
+}
+
 void *dpp_worker_reader_main(void *arg)
 {
     sl_worker_t *w = arg;
@@ -630,9 +1022,14 @@ void *dpp_worker_reader_main(void *arg)
                                    .job_id = w->job_hash,
                                    .allocator = w->a};
     if ((rc = sl_worker_batcher_new(&bo, to_transform, &rd, &rd.b, &err))) goto out;
-    bool have_epoch = false;
-    uint32_t epoch = 0;
-    while (!atomic_load(&w->stopping)) {
+    if (w->threads > 1 && !w->source.read &&
+        (rc = dpp_lanes_new(w, w->threads, &rd.ro, &rd.lanes, &err)))
+        goto out;
+    if (rd.lanes) {
+        rc = run_lanes(&rd, &err);
+        if (rc) goto out;
+    }
+    while (!rd.lanes && !atomic_load(&w->stopping)) {
         sl_worker_work_t wk;
         sl_worker_budget_idle(w->budget, true); /* waiting for a split (a lease) */
         rc = w->source.next(w->source.ctx, &wk, &err);
@@ -641,36 +1038,13 @@ void *dpp_worker_reader_main(void *arg)
             rc = SL_OK;
             break;
         }
-        if (rc) goto out;
-        if (have_epoch && wk.epoch != epoch &&
-            ((rc = sl_worker_batcher_end_epoch(rd.b, &err)) || (rc = batcher_acct(&rd, &err))))
-            goto out;
-        have_epoch = true;
-        epoch = wk.epoch;
-        uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-        rd.stripe = -1;
-        if (w->source.read) {
-            rc = read_own(&rd, &wk, t0, &err);
-        } else {
-            rc = read_table_unit(&rd, &wk, t0, &err);
-        }
-        if (rc != SL_OK && lease_failed(&rd, &wk, rc, &err)) {
-            /* the reader's state after a failure is unknown: reopen */
-            sl_wh_reader_close(rd.r);
-            rd.r = NULL;
-            rd.path[0] = '\0';
-            rc = SL_OK;
-            continue;
-        }
-        if (rc) goto out;
-        if (w->source.done) w->source.done(w->source.ctx, &wk, rd.empty, rd.num_empty);
-        sl_mutex_lock(&w->mu);
-        w->st.splits++;
-        sl_mutex_unlock(&w->mu);
+        if (rc || (rc = serial_unit(&rd, &wk, &err))) goto out;
     }
-    if (rc == SL_OK && have_epoch && !atomic_load(&w->stopping))
+    if (rc == SL_OK && rd.have_epoch && !atomic_load(&w->stopping))
         rc = sl_worker_batcher_end_epoch(rd.b, &err);
 out:
+    /* the lanes first: a lane still making batches finishes them */
+    dpp_lanes_destroy(rd.lanes);
     /* what the batcher held goes with it (the batcher is destroyed below) */
     sl_worker_budget_release(w->budget, rd.batcher_held);
     rd.batcher_held = 0;
