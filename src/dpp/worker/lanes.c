@@ -331,6 +331,30 @@ void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe)
     sl_mutex_unlock(&p->mu);
 }
 
+bool dpp_lanes_wait(dpp_lanes_t *p, dpp_lane_t *l, bool or_free)
+{
+    sl_worker_t *w = p->w;
+    bool done = false;
+    sl_mutex_lock(&p->mu);
+    for (;;) {
+        done = l->state != LANE_READ || atomic_load(&w->stopping);
+        bool any = false;
+        for (uint32_t i = 0; or_free && i < p->n && !any; i++)
+            any = p->lanes[i].state == LANE_FREE;
+        if (done || any) break;
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 50 * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        sl_cond_timedwait(&p->cv, &p->mu, &dl);
+    }
+    sl_mutex_unlock(&p->mu);
+    return done;
+}
+
 sl_err_t dpp_lane_wait(dpp_lane_t *l, dpp_lane_stripe_t *out, sl_error_t *err)
 {
     dpp_lanes_t *p = l->p;

@@ -787,8 +787,8 @@ static void push(lanes_run_t *lr, slot_t s)
  * only while the budget has room for two more stripes, so that stripes
  * waiting for their turn leave the batcher and the transform threads
  * memory to finish the one before them. @return false when nothing
- * could be handed out now. */
-static bool hand_out(lanes_run_t *lr)
+ * could be handed out now (*no_lane: for want of a free lane). */
+static bool hand_out(lanes_run_t *lr, bool *no_lane)
 {
     reader_t *rd = lr->rd;
     sl_worker_t *w = rd->w;
@@ -815,7 +815,10 @@ static bool hand_out(lanes_run_t *lr)
             if (lim && sl_worker_budget_used(w->budget) + 2 * est > lim) return false;
         }
         dpp_lane_t *l = dpp_lanes_get(rd->lanes, lr->on_lanes == 0);
-        if (!l) return false;
+        if (!l) {
+            *no_lane = true;
+            return false;
+        }
         dpp_lane_read(l, sp, u->st);
         push(lr,
              (slot_t){
@@ -948,6 +951,7 @@ static sl_err_t run_lanes(reader_t *rd, sl_error_t *err)
     bool ahead = !w->source.lease_live;
     sl_err_t rc = SL_OK;
     while (rc == SL_OK && !atomic_load(&w->stopping)) {
+        bool no_lane = false;
         while (lr.len < lr.cap && !atomic_load(&w->stopping)) {
             if (!lr.disp) {
                 if (lr.exhausted || lr.has_serial || (lr.len && !ahead)) break;
@@ -968,9 +972,18 @@ static sl_err_t run_lanes(reader_t *rd, sl_error_t *err)
                 }
                 if ((rc = unit_new(&lr, &wk, err))) goto out;
             }
-            if (!hand_out(&lr)) break;
+            if (!hand_out(&lr, &no_lane)) break;
         }
         if (lr.len) {
+            /* a lane that frees up while the next stripe is still being
+             * read gets the stripe after first: reads overlap */
+            dpp_lane_t *head = lr.q[lr.head].lane;
+            if (head && no_lane) {
+                sl_worker_budget_idle(w->budget, true);
+                bool ready = dpp_lanes_wait(rd->lanes, head, true);
+                sl_worker_budget_idle(w->budget, false);
+                if (!ready) continue;
+            }
             rc = next_turn(&lr, err);
         } else if (lr.has_serial) {
             lr.has_serial = false;

@@ -585,7 +585,8 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
                                   .cluster_secret = o.cluster_secret,
                                   .max_clients = o.max_clients,
                                   .idle_timeout_ms = o.client_conn_idle_ms,
-                                  .max_queued = o.max_queued};
+                                  .max_queued = o.max_queued,
+                                  .discard = o.discard};
     w->listen_fd_owned = false; /* the server owns it now, also when it fails */
     if ((rc = sl_worker_server_start(&so, &w->server, err))) goto fail;
     atomic_store(&w->running, o.threads);

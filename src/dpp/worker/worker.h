@@ -96,6 +96,10 @@ typedef struct sl_worker_opts {
      * socket). */
     uint64_t shm_bytes;
     bool no_shm;
+    /* Acknowledge every batch as soon as it is made and send it to no
+     * client: the worker's pipeline alone, with no trainer competing for
+     * the cores (bench/threads.c). The job ends when its batches are made. */
+    bool discard;
 } sl_worker_opts_t;
 
 #define SL_WORKER_DEFAULT_SHM_MAX (1ull << 30)

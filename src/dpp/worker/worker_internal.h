@@ -201,6 +201,10 @@ uint64_t dpp_lanes_est(dpp_lanes_t *p);
 /* Lane l (free) reads and filters stripe of split sp (borrowed until
  * dpp_lane_finish). */
 void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe);
+/* Wait until l has read its stripe or, with or_free, until a lane is free
+ * (to be given the next stripe first). @return true when l has read it
+ * (or the worker is stopping). */
+bool dpp_lanes_wait(dpp_lanes_t *p, dpp_lane_t *l, bool or_free);
 /* Wait for l's stripe. @return SL_OK (*out), the read's error, or
  * SL_ERR_CLOSED (stopping). */
 sl_err_t dpp_lane_wait(dpp_lane_t *l, dpp_lane_stripe_t *out, sl_error_t *err);
