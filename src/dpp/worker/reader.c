@@ -940,8 +940,9 @@ static sl_err_t next_turn(lanes_run_t *lr, sl_error_t *err)
 /* The reader's loop with lanes. Units a source reads itself, and those
  * of the autocache, are read on this thread alone once the lanes' ring
  * is empty. The source is asked for the next unit before the last one's
- * done only when it has no leases (a lease source may wait for the
- * master: the units in the ring would wait with it). */
+ * done when it has no leases, or when it says another lease is there to
+ * be had at once (other_work): a lease source's next may wait for the
+ * master, and the units in the ring would wait with it. */
 static sl_err_t run_lanes(reader_t *rd, sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
@@ -954,7 +955,10 @@ static sl_err_t run_lanes(reader_t *rd, sl_error_t *err)
         bool no_lane = false;
         while (lr.len < lr.cap && !atomic_load(&w->stopping)) {
             if (!lr.disp) {
-                if (lr.exhausted || lr.has_serial || (lr.len && !ahead)) break;
+                if (lr.exhausted || lr.has_serial) break;
+                if (lr.len && !ahead &&
+                    !(w->source.other_work && w->source.other_work(w->source.ctx)))
+                    break;
                 sl_worker_work_t wk;
                 sl_worker_budget_idle(w->budget, true); /* waiting for a split (a lease) */
                 rc = w->source.next(w->source.ctx, &wk, err);
