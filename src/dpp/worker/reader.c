@@ -1060,7 +1060,10 @@ void *dpp_worker_reader_main(void *arg)
     if (rc == SL_OK && rd.have_epoch && !atomic_load(&w->stopping))
         rc = sl_worker_batcher_end_epoch(rd.b, &err);
 out:
-    /* the lanes first: a lane still making batches finishes them */
+    /* a failure first: it ends the waits (for room, for memory) of the
+     * lanes still making batches, which are joined next */
+    if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping))
+        dpp_worker_fail(w, rc, err.msg);
     dpp_lanes_destroy(rd.lanes);
     /* what the batcher held goes with it (the batcher is destroyed below) */
     sl_worker_budget_release(w->budget, rd.batcher_held);
@@ -1077,8 +1080,6 @@ out:
     sl_worker_batcher_destroy(rd.b);
     sl_pipeline_fused_destroy(rd.fused);
     scratch_free(&rd);
-    if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping))
-        dpp_worker_fail(w, rc, err.msg);
     sl_worker_queue_close(w->work);
     sl_mutex_lock(&w->mu);
     w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);
