@@ -1043,6 +1043,9 @@ void *dpp_worker_reader_main(void *arg)
         (rc = dpp_lanes_new(w, w->threads, &rd.ro, &rd.lanes, &err)))
         goto out;
     if (rd.lanes) {
+        sl_mutex_lock(&w->mu);
+        w->st.lanes = w->threads;
+        sl_mutex_unlock(&w->mu);
         rc = run_lanes(&rd, &err);
         if (rc) goto out;
     }

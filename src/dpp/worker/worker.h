@@ -128,6 +128,7 @@ typedef struct sl_worker_group_stats {
 
 typedef struct sl_worker_stats {
     uint32_t threads;
+    uint32_t lanes;  /* stripe lanes reading (docs/WORKER.md "Threads"); 0: the reader reads */
     bool dedup_form; /* the table stores the job's dedup groups: read and sent as stored */
     uint64_t splits, stripes, rows_read, rows_kept, rows_dropped;
     uint64_t splits_failed; /* leases whose split could not be read (reported, not fatal) */
