@@ -720,6 +720,7 @@ typedef struct unit {
     unit_pos_t pos;
     uint32_t st, dti; /* the next stripe to hand out; the todo range it reaches */
     uint64_t row;     /* split row of stripe st's row 0 */
+    uint64_t batched; /* split row where the stripes batched so far end */
     bool begun, dead; /* dead: its lease stopped being live */
     sl_err_t rc;      /* its failure, reported at its end */
     sl_error_t err;
@@ -873,6 +874,7 @@ static void lane_turn(lanes_run_t *lr, const slot_t *s)
     rd->lane = NULL;
     rd->stripe_held = 0;
     if (rc != SL_OK) unit_fail(u, rc, &e, s->st);
+    u->batched = s->end;
     dpp_lane_finish(s->lane, rd->fused, rc != SL_OK);
     uint64_t handoff = rd->handoff_ns - h0, t2 = now_ns(CLOCK_MONOTONIC);
     sl_mutex_lock(&w->mu);
@@ -896,7 +898,9 @@ static sl_err_t end_turn(lanes_run_t *lr, const slot_t *s, sl_error_t *err)
     if (rc) {
         *err = u->err;
     } else {
-        rc = unit_end(rd, &u->pos, s->row, err);
+        /* revoked mid-way: the range the batcher holds ends where the
+         * stripes it was given end, as on one thread */
+        rc = unit_end(rd, &u->pos, u->dead ? u->batched : s->row, err);
         u->stripe = rd->stripe;
     }
     if (rc == SL_OK) {
