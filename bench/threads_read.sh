@@ -25,7 +25,8 @@ trap 'rm -rf "$dir"' EXIT
 echo "threads_read: criteo, $rows rows (4 files), log1p x13, sigrid_hash x26, batches of 4096," \
   "$epochs epochs; sluice worker --threads T -> sluice read, $rounds interleaved rounds"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) online cores)"
-"$sluice" table gen --preset criteo --rows "$rows" --table "$dir/t" --files 4 > /dev/null
+"$sluice" table gen --preset criteo --rows "$rows" --table "$dir/t" --files 4 > /dev/null 2> "$dir/gen.err" ||
+  { cat "$dir/gen.err" >&2; exit 1; }
 {
   printf '{"id":"threads-read","source":{"table":"%s"},"transforms":[' "$dir/t"
   for i in $(seq 1 13); do printf '{"op":"log1p","feature":"I%d"},' "$i"; done
