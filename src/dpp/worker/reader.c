@@ -5,59 +5,21 @@
  * threads. Rows of a lease are batched by row range: the lease rides with
  * each batch (the lease part of its origin) from the batcher to the
  * server. The reader also keeps its share of the memory budget: the
- * stripe being read and the batcher's buffers. */
+ * stripe being read and the batcher's buffers. With --threads > 1 the
+ * stripes are read by the stripe lanes instead (reader_lanes.c, lanes.c)
+ * and batched here in the same order. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "dpp/worker/worker_internal.h"
+#include "dpp/worker/reader_internal.h"
 #include "sluice/wire.h"
-
-/* The reader thread's state, reused from split to split (reader thread
- * only). */
-typedef struct reader {
-    sl_worker_t *w;
-    sl_worker_batcher_t *b;
-    sl_wh_reader_t *r; /* open on path */
-    char path[1024];   /* "": reopen for the next split (a lease's split is freed after done) */
-    sl_wh_read_opts_t ro;
-    bool weigh;         /* a filter weighs rows: its weights go to the batcher */
-    uint32_t *selected; /* [cap] the kept rows of the stripe */
-    float *weights;     /* [cap] their weights */
-    uint32_t cap;
-    sl_dpp_row_range_t *empty; /* [num_empty] rows of the lease that went into no batch */
-    uint32_t num_empty, empty_cap;
-    int32_t stripe; /* being read (-1: none yet), for a failure report */
-    /* Budget bytes held: the decoded stripe being batched, and the batcher
-     * (the batch being filled, its reusable value vectors, a shuffle
-     * window). est: what the next stripe is expected to take, the last
-     * one's size. */
-    uint64_t est, stripe_held, batcher_held;
-    uint64_t handoff_ns; /* time spent waiting to hand batches over */
-    /* The autocache (cache.c): the batches handed on now come from a cache
-     * file, or go to cw once transformed (NULL: none). */
-    bool cached;
-    dpp_cache_writer_t *cw;
-    uint64_t fused_ns; /* time spent making fused batches (their encode time) */
-    /* The fused path (fused.c): the plan's transforms fused into the copy
-     * from the stripe into the frame, decided once from the first stripe's
-     * shape; NULL: every batch goes through the transform threads. */
-    sl_pipeline_fused_t *fused;
-    bool fused_decided;
-    /* --threads N > 1: the stripe lanes (lanes.c) read and filter the
-     * stripes and make their fused batches; lane is the one whose stripe
-     * is being batched (NULL: the stripe is this thread's own). */
-    dpp_lanes_t *lanes;
-    dpp_lane_t *lane;
-    bool have_epoch; /* a unit was begun: epoch is the batcher's epoch */
-    uint32_t epoch;
-} reader_t;
 
 /* ---- memory accounting ---- */
 
 /* Every acquire is strict (the budget never passes the limit); a refusal
  * fails the worker with a message naming what did not fit. */
-static sl_err_t reader_take(reader_t *rd, uint64_t bytes, const char *what, sl_error_t *err)
+static sl_err_t reader_take(dpp_reader_t *rd, uint64_t bytes, const char *what, sl_error_t *err)
 {
     return dpp_worker_budget_take(rd->w, bytes, rd->stripe_held + rd->batcher_held, what, err);
 }
@@ -65,7 +27,7 @@ static sl_err_t reader_take(reader_t *rd, uint64_t bytes, const char *what, sl_e
 /* The stripe read is sb bytes, rd->est of which were taken before reading
  * it: a larger stripe is accounted before any of its rows moves on
  * (waiting for room like anything else). */
-static sl_err_t stripe_acct(reader_t *rd, uint64_t sb, const char *file, uint32_t stripe,
+static sl_err_t stripe_acct(dpp_reader_t *rd, uint64_t sb, const char *file, uint32_t stripe,
                             sl_error_t *err)
 {
     rd->stripe_held = rd->est;
@@ -82,7 +44,7 @@ static sl_err_t stripe_acct(reader_t *rd, uint64_t sb, const char *file, uint32_
 }
 
 /* Bring batcher_held to the batcher's footprint now. */
-static sl_err_t batcher_acct(reader_t *rd, sl_error_t *err)
+static sl_err_t batcher_acct(dpp_reader_t *rd, sl_error_t *err)
 {
     uint64_t fp = sl_worker_batcher_footprint(rd->b);
     if (fp > rd->batcher_held) {
@@ -112,8 +74,8 @@ static uint64_t rows_bytes(const sl_wh_rows_t *rows)
 /* Add one stripe's rows and stage times to the statistics: read from t0
  * to t1 (less waited, for memory), filter and batch from t1 to now (less
  * the time spent handing batches on since handoff_before). */
-static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t bytes, uint64_t t0,
-                           uint64_t t1, uint64_t waited, uint64_t handoff_before,
+static void account_stripe(dpp_reader_t *rd, uint64_t rows, uint64_t kept, uint64_t bytes,
+                           uint64_t t0, uint64_t t1, uint64_t waited, uint64_t handoff_before,
                            uint64_t fused_before)
 {
     sl_worker_t *w = rd->w;
@@ -136,7 +98,7 @@ static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t 
 
 /* ---- scratch ---- */
 
-static void scratch_free(reader_t *rd)
+static void scratch_free(dpp_reader_t *rd)
 {
     const sl_allocator_t *a = rd->w->a;
     if (rd->selected) sl_free(a, rd->selected, (size_t)rd->cap * sizeof *rd->selected);
@@ -149,7 +111,7 @@ static void scratch_free(reader_t *rd)
 }
 
 /* Room for the selection of a stripe of n rows. */
-static bool scratch_rows(reader_t *rd, uint32_t n)
+static bool scratch_rows(dpp_reader_t *rd, uint32_t n)
 {
     const sl_allocator_t *a = rd->w->a;
     if (n <= rd->cap) return true;
@@ -162,7 +124,7 @@ static bool scratch_rows(reader_t *rd, uint32_t n)
 }
 
 /* Rows e produced no batch: remember them for done (SPLIT_READ). */
-static sl_err_t add_empty(reader_t *rd, sl_dpp_row_range_t e, sl_error_t *err)
+static sl_err_t add_empty(dpp_reader_t *rd, sl_dpp_row_range_t e, sl_error_t *err)
 {
     if (e.from_row >= e.to_row) return SL_OK;
     if (rd->num_empty && rd->empty[rd->num_empty - 1].to_row == e.from_row) {
@@ -193,7 +155,7 @@ static sl_err_t add_empty(reader_t *rd, sl_dpp_row_range_t e, sl_error_t *err)
 static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease_origin_t *lease,
                              sl_error_t *err)
 {
-    reader_t *rd = ctx;
+    dpp_reader_t *rd = ctx;
     sl_worker_t *w = rd->w;
     dpp_worker_batch_t *wb = sl_alloc(w->a, sizeof *wb);
     if (!wb) {
@@ -236,7 +198,7 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease
  * made by the fused path and handed straight to the server. */
 static sl_err_t to_server(void *ctx, const sl_worker_direct_t *d, sl_error_t *err)
 {
-    reader_t *rd = ctx;
+    dpp_reader_t *rd = ctx;
     if (rd->lane) { /* made by the lane once the stripe is batched: counted as made now */
         sl_worker_t *w = rd->w;
         if (d->lease && w->source.lease_made) w->source.lease_made(w->source.ctx, d->lease->handle);
@@ -263,7 +225,7 @@ static bool all_named(const char *const *names, uint32_t n)
 /* Fused batches go straight to the server, past the autocache's writer:
  * while a unit's batches are written to a cache file (rd->cw), every
  * batch is built and transformed on the transform threads. */
-static void fused_direct(reader_t *rd)
+static void fused_direct(dpp_reader_t *rd)
 {
     bool on = rd->fused && !rd->cw;
     sl_worker_batcher_set_direct(rd->b, on ? to_server : NULL, on ? rd : NULL);
@@ -273,7 +235,7 @@ static void fused_direct(reader_t *rd)
  * the job (the batcher keeps every later stripe to its shape): only when
  * the worker deduplicates no groups itself, every column is named, and
  * the plan's transforms fuse (sl_pipeline_fused_new). */
-static sl_err_t decide_fused(reader_t *rd, const sl_batch_t *rows, sl_error_t *err)
+static sl_err_t decide_fused(dpp_reader_t *rd, const sl_batch_t *rows, sl_error_t *err)
 {
     if (rd->fused_decided) return SL_OK;
     rd->fused_decided = true;
@@ -290,7 +252,7 @@ static sl_err_t decide_fused(reader_t *rd, const sl_batch_t *rows, sl_error_t *e
 /* ---- the stripe loop ---- */
 
 /* May the rows of wk still be read (a lease not revoked, or no lease)? */
-static bool work_live(const sl_worker_t *w, const sl_worker_work_t *wk)
+bool dpp_reader_work_live(const sl_worker_t *w, const sl_worker_work_t *wk)
 {
     return !wk->lease || !w->source.lease_live || w->source.lease_live(w->source.ctx, wk->lease);
 }
@@ -308,7 +270,7 @@ static sl_worker_lease_origin_t lease_origin(const sl_worker_work_t *wk)
 /* Open the file of split sp on rd->r. Consecutive splits of one file
  * share the open reader: no footer parsing again, and its decode buffers
  * stay warm. */
-static sl_err_t open_split(reader_t *rd, const sl_wh_split_t *sp, sl_error_t *err)
+sl_err_t dpp_reader_open_split(dpp_reader_t *rd, const sl_wh_split_t *sp, sl_error_t *err)
 {
     if (rd->r && strcmp(rd->path, sp->path) == 0)
         return sl_wh_reader_set_range(rd->r, sp->stripe_begin, sp->stripe_end, err);
@@ -324,7 +286,7 @@ static sl_err_t open_split(reader_t *rd, const sl_wh_split_t *sp, sl_error_t *er
 
 /* Are wk's todo ranges ascending, disjoint, non-empty and inside its
  * split (source.h)? */
-static sl_err_t check_todo(const sl_worker_work_t *wk, sl_error_t *err)
+sl_err_t dpp_reader_check_todo(const sl_worker_work_t *wk, sl_error_t *err)
 {
     const sl_wh_split_t *sp = wk->split;
     const sl_dpp_row_range_t *todo = wk->todo;
@@ -339,17 +301,9 @@ static sl_err_t check_todo(const sl_worker_work_t *wk, sl_error_t *err)
     return SL_OK;
 }
 
-/* Where the batching of a unit's todo stands between its stripes. */
-typedef struct unit_pos {
-    const sl_worker_work_t *wk;
-    sl_worker_lease_origin_t lease;
-    bool in_range; /* a range of the batcher is open (under a lease) */
-    uint32_t ti;   /* the todo range being read */
-} unit_pos_t;
-
-static unit_pos_t unit_pos(const sl_worker_work_t *wk)
+dpp_unit_pos_t dpp_reader_unit_pos(const sl_worker_work_t *wk)
 {
-    return (unit_pos_t){.wk = wk, .lease = lease_origin(wk)};
+    return (dpp_unit_pos_t){.wk = wk, .lease = lease_origin(wk)};
 }
 
 /* Hand the kept todo rows of one stripe (split rows [row, end); kept of
@@ -357,9 +311,9 @@ static unit_pos_t unit_pos(const sl_worker_work_t *wk)
  * each todo range is a range of the batcher, so that every batch covers
  * one contiguous row range (see worker.h), and the rows that made no batch
  * gather in rd->empty. */
-static sl_err_t batch_stripe(reader_t *rd, unit_pos_t *u, const sl_wh_rows_t *rows,
-                             const uint32_t *selected, const float *weights, uint32_t kept,
-                             uint64_t row, uint64_t end, sl_error_t *err)
+sl_err_t dpp_reader_batch_stripe(dpp_reader_t *rd, dpp_unit_pos_t *u, const sl_wh_rows_t *rows,
+                                 const uint32_t *selected, const float *weights, uint32_t kept,
+                                 uint64_t row, uint64_t end, sl_error_t *err)
 {
     const sl_worker_work_t *wk = u->wk;
     const sl_dpp_row_range_t *todo = wk->todo;
@@ -407,11 +361,11 @@ static sl_err_t batch_stripe(reader_t *rd, unit_pos_t *u, const sl_wh_rows_t *ro
 /* The unit's stripes are through (up to split row row): every todo range
  * must have been reached unless the lease stopped being live, and a range
  * cut short by a revocation goes out (its batches are dropped unsent). */
-static sl_err_t unit_end(reader_t *rd, unit_pos_t *u, uint64_t row, sl_error_t *err)
+sl_err_t dpp_reader_unit_end(dpp_reader_t *rd, dpp_unit_pos_t *u, uint64_t row, sl_error_t *err)
 {
     const sl_worker_work_t *wk = u->wk;
     sl_err_t rc = SL_OK;
-    if (u->ti < wk->num_todo && work_live(rd->w, wk))
+    if (u->ti < wk->num_todo && dpp_reader_work_live(rd->w, wk))
         return sl_error_set(err, SL_ERR_PROTOCOL,
                             "%s %" PRIu64 ": todo rows up to %" PRIu64
                             " but the split's stripes hold %" PRIu64 " rows",
@@ -431,19 +385,20 @@ static sl_err_t unit_end(reader_t *rd, unit_pos_t *u, uint64_t row, sl_error_t *
  * inside the ranges, handed to the batcher (batch_stripe); the loop stops
  * early, without error, when the lease stops being live. t0: when work on
  * the split began (opening it counts as reading its first stripe). */
-static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, sl_error_t *err)
+static sl_err_t read_split(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_t t0,
+                           sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
     const sl_wh_split_t *sp = wk->split;
     const sl_dpp_row_range_t *todo = wk->todo;
     rd->num_empty = 0;
-    sl_err_t rc = check_todo(wk, err);
+    sl_err_t rc = dpp_reader_check_todo(wk, err);
     if (rc) return rc;
-    unit_pos_t u = unit_pos(wk);
+    dpp_unit_pos_t u = dpp_reader_unit_pos(wk);
     uint64_t row = 0; /* split row of the stripe's row 0 */
     for (uint32_t st = sp->stripe_begin; st < sp->stripe_end && u.ti < wk->num_todo; st++) {
         if (atomic_load(&w->stopping)) return SL_ERR_CLOSED;
-        if (!work_live(w, wk)) break;
+        if (!dpp_reader_work_live(w, wk)) break;
         rd->stripe = (int32_t)st;
         sl_wh_stripe_info_t info;
         if ((rc = sl_wh_reader_stripe_info(rd->r, st, &info)))
@@ -480,7 +435,8 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
         else
             rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
         if (rc == SL_OK)
-            rc = batch_stripe(rd, &u, rows, rd->selected, rd->weights, kept, row, end, err);
+            rc = dpp_reader_batch_stripe(rd, &u, rows, rd->selected, rd->weights, kept, row, end,
+                                         err);
         rd->stripe_held = 0;
         sl_worker_budget_release(w->budget, sb);
         account_stripe(rd, n, kept, sb, t0, t1, waited, h0, f0);
@@ -488,13 +444,13 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
         row = end;
         t0 = now_ns(CLOCK_MONOTONIC);
     }
-    return unit_end(rd, &u, row, err);
+    return dpp_reader_unit_end(rd, &u, row, err);
 }
 
 /* ---- rows a source reads itself (source.h, read) ---- */
 
 typedef struct own_rows {
-    reader_t *rd;
+    dpp_reader_t *rd;
     const sl_worker_work_t *wk;
     uint64_t t0; /* when work on this stripe began */
     bool dead;   /* the lease stopped being live: the read was cut short */
@@ -512,12 +468,12 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
                            sl_error_t *err)
 {
     own_rows_t *o = ctx;
-    reader_t *rd = o->rd;
+    dpp_reader_t *rd = o->rd;
     sl_worker_t *w = rd->w;
     const sl_worker_work_t *wk = o->wk;
     uint32_t n = rows->batch.batch_size, kept = 0;
     if (atomic_load(&w->stopping)) return SL_ERR_CLOSED;
-    if (wk->lease && !work_live(w, wk)) {
+    if (wk->lease && !dpp_reader_work_live(w, wk)) {
         o->dead = true;
         return SL_ERR_CLOSED;
     }
@@ -559,7 +515,7 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     return rc;
 }
 
-static sl_err_t read_own(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, sl_error_t *err)
+static sl_err_t read_own(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
     rd->num_empty = 0;
@@ -584,16 +540,16 @@ static bool whole_split(const sl_worker_work_t *wk)
 /* Compute wk's todo from its table split; when cache_file is set, its
  * batches also go to that file once transformed (committed only when the
  * whole todo was read with the lease live). */
-static sl_err_t compute_split(reader_t *rd, const sl_worker_work_t *wk, const char *cache_file,
+static sl_err_t compute_split(dpp_reader_t *rd, const sl_worker_work_t *wk, const char *cache_file,
                               uint64_t t0, sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
     rd->cw = cache_file ? dpp_cache_writer_new(w, cache_file) : NULL;
     fused_direct(rd);
-    sl_err_t rc = open_split(rd, wk->split, err);
+    sl_err_t rc = dpp_reader_open_split(rd, wk->split, err);
     if (rc == SL_OK) rc = read_split(rd, wk, t0, err);
     if (rd->cw) {
-        if (rc != SL_OK || !work_live(w, wk))
+        if (rc != SL_OK || !dpp_reader_work_live(w, wk))
             dpp_cache_writer_fail(rd->cw, "the read was cut short");
         dpp_cache_writer_unref(rd->cw);
         rd->cw = NULL;
@@ -606,7 +562,7 @@ static sl_err_t compute_split(reader_t *rd, const sl_worker_work_t *wk, const ch
  * file holds of the todo and computes the rest (the whole todo when the
  * file is missing or corrupt, and then writes the file again when the todo
  * is the whole split); WRITE computes and writes; NONE computes. */
-static sl_err_t read_table_unit(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0,
+static sl_err_t read_table_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_t t0,
                                 sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
@@ -624,7 +580,7 @@ static sl_err_t read_table_unit(reader_t *rd, const sl_worker_work_t *wk, uint64
     w->st.backpressure_ns += handoff;
     sl_mutex_unlock(&w->mu);
     rd->num_empty = 0;
-    if (rc == SL_OK && rest.n > 0 && work_live(w, wk)) {
+    if (rc == SL_OK && rest.n > 0 && dpp_reader_work_live(w, wk)) {
         sl_worker_work_t sub = *wk;
         sub.todo = rest.r;
         sub.num_todo = rest.n;
@@ -640,7 +596,8 @@ static sl_err_t read_table_unit(reader_t *rd, const sl_worker_work_t *wk, uint64
  * through the source instead of failing the worker: what the batcher
  * gathered of it is discarded, the lease is done, the reader goes on with
  * the next one. @return true when handled so. */
-static bool lease_failed(reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc, sl_error_t *err)
+bool dpp_reader_lease_failed(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc,
+                             sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
     if (!wk->lease || !w->source.lease_failed || !dpp_worker_split_error(rc) ||
@@ -658,7 +615,7 @@ static bool lease_failed(reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc, 
 }
 
 /* A unit begins: the epoch before it ends first when it is another. */
-static sl_err_t begin_unit(reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err)
+sl_err_t dpp_reader_begin_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err)
 {
     sl_err_t rc;
     if (rd->have_epoch && wk->epoch != rd->epoch &&
@@ -670,7 +627,7 @@ static sl_err_t begin_unit(reader_t *rd, const sl_worker_work_t *wk, sl_error_t 
 }
 
 /* The split's reader is in an unknown state after a failure: reopen. */
-static void reader_reset(reader_t *rd)
+void dpp_reader_reset(dpp_reader_t *rd)
 {
     sl_wh_reader_close(rd->r);
     rd->r = NULL;
@@ -678,7 +635,7 @@ static void reader_reset(reader_t *rd)
 }
 
 /* The unit is through: done, counted. */
-static void unit_done(reader_t *rd, const sl_worker_work_t *wk)
+void dpp_reader_unit_done(dpp_reader_t *rd, const sl_worker_work_t *wk)
 {
     sl_worker_t *w = rd->w;
     if (w->source.done) w->source.done(w->source.ctx, wk, rd->empty, rd->num_empty);
@@ -688,328 +645,21 @@ static void unit_done(reader_t *rd, const sl_worker_work_t *wk)
 }
 
 /* One unit on this thread alone, from its start to done. */
-static sl_err_t serial_unit(reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err)
+sl_err_t dpp_reader_serial_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
-    sl_err_t rc = begin_unit(rd, wk, err);
+    sl_err_t rc = dpp_reader_begin_unit(rd, wk, err);
     if (rc) return rc;
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     rd->stripe = -1;
     rc = w->source.read ? read_own(rd, wk, t0, err) : read_table_unit(rd, wk, t0, err);
-    if (rc != SL_OK && lease_failed(rd, wk, rc, err)) {
-        reader_reset(rd);
+    if (rc != SL_OK && dpp_reader_lease_failed(rd, wk, rc, err)) {
+        dpp_reader_reset(rd);
         return SL_OK;
     }
     if (rc) return rc;
-    unit_done(rd, wk);
+    dpp_reader_unit_done(rd, wk);
     return SL_OK;
-}
-
-/* ---- the stripe lanes (--threads > 1; lanes.c) ----
- *
- * This thread takes the units from the source and hands their stripes out
- * to the lanes in order, as many as there are lanes (and memory for); it
- * batches each stripe, in the same order, once its lane has read it, and
- * the lane then makes the stripe's fused batches while this thread goes
- * on. The batches are the ones this thread alone would make. */
-
-/* A unit in flight. */
-typedef struct unit {
-    sl_worker_work_t wk;
-    sl_dpp_row_range_t *todo; /* wk.todo, copied: a source may reuse its own at its next */
-    unit_pos_t pos;
-    uint32_t st, dti; /* the next stripe to hand out; the todo range it reaches */
-    uint64_t row;     /* split row of stripe st's row 0 */
-    uint64_t batched; /* split row where the stripes batched so far end */
-    bool begun, dead; /* dead: its lease stopped being live */
-    sl_err_t rc;      /* its failure, reported at its end */
-    sl_error_t err;
-    int32_t stripe;
-} unit_t;
-
-/* A stripe of a unit on a lane (rows [row, end), rows by the footer), or
- * the unit's end (lane NULL). */
-typedef struct slot {
-    unit_t *unit;
-    dpp_lane_t *lane;
-    uint32_t st, rows;
-    uint64_t row, end;
-} slot_t;
-
-typedef struct lanes_run {
-    reader_t *rd;
-    slot_t *q; /* a ring: [head, head + len) */
-    uint32_t cap, head, len, on_lanes;
-    unit_t *disp; /* the unit whose stripes are being handed out */
-    bool exhausted;
-    bool has_serial; /* a unit for this thread alone waits for the ring to drain */
-    sl_worker_work_t serial;
-} lanes_run_t;
-
-static void unit_free(sl_worker_t *w, unit_t *u)
-{
-    if (u->todo) sl_free(w->a, u->todo, (size_t)u->wk.num_todo * sizeof *u->todo);
-    sl_free(w->a, u, sizeof *u);
-}
-
-static sl_err_t unit_new(lanes_run_t *lr, const sl_worker_work_t *wk, sl_error_t *err)
-{
-    reader_t *rd = lr->rd;
-    sl_worker_t *w = rd->w;
-    unit_t *u = sl_calloc(w->a, 1, sizeof *u);
-    if (u && wk->num_todo && !(u->todo = sl_alloc(w->a, (size_t)wk->num_todo * sizeof *u->todo))) {
-        sl_free(w->a, u, sizeof *u);
-        u = NULL;
-    }
-    if (!u) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
-    u->wk = *wk;
-    if (wk->num_todo) {
-        memcpy(u->todo, wk->todo, (size_t)wk->num_todo * sizeof *u->todo);
-        u->wk.todo = u->todo;
-    }
-    u->pos = unit_pos(&u->wk);
-    u->st = wk->split->stripe_begin;
-    u->stripe = -1;
-    u->rc = check_todo(&u->wk, &u->err);
-    if (u->rc == SL_OK && wk->num_todo && (u->rc = open_split(rd, wk->split, &u->err)))
-        reader_reset(rd);
-    lr->disp = u;
-    return SL_OK;
-}
-
-static void push(lanes_run_t *lr, slot_t s)
-{
-    lr->q[(lr->head + lr->len++) % lr->cap] = s;
-    if (s.lane) lr->on_lanes++;
-}
-
-/* Hand the next stripe of lr->disp that holds todo rows to a free lane,
- * or queue the unit's end. A lane reads ahead of the one being batched
- * only while the budget has room for two more stripes, so that stripes
- * waiting for their turn leave the batcher and the transform threads
- * memory to finish the one before them. @return false when nothing
- * could be handed out now (*no_lane: for want of a free lane). */
-static bool hand_out(lanes_run_t *lr, bool *no_lane)
-{
-    reader_t *rd = lr->rd;
-    sl_worker_t *w = rd->w;
-    unit_t *u = lr->disp;
-    const sl_wh_split_t *sp = u->wk.split;
-    const sl_dpp_row_range_t *todo = u->wk.todo;
-    while (!u->rc && u->st < sp->stripe_end && u->dti < u->wk.num_todo && work_live(w, &u->wk)) {
-        sl_wh_stripe_info_t info;
-        sl_err_t rc = sl_wh_reader_stripe_info(rd->r, u->st, &info);
-        if (rc) {
-            u->stripe = (int32_t)u->st;
-            u->rc = sl_error_set(&u->err, rc, "%s: %s %" PRIu64 ": no stripe %u", sp->path,
-                                 u->wk.lease ? "lease of split" : "split", u->wk.split_id, u->st);
-            break;
-        }
-        uint64_t end = u->row + info.rows;
-        if (todo[u->dti].from_row >= end) { /* no todo row here: not even read */
-            u->row = end;
-            u->st++;
-            continue;
-        }
-        if (lr->on_lanes) {
-            uint64_t lim = sl_worker_budget_limit(w->budget), est = dpp_lanes_est(rd->lanes);
-            if (lim && sl_worker_budget_used(w->budget) + 2 * est > lim) return false;
-        }
-        dpp_lane_t *l = dpp_lanes_get(rd->lanes, lr->on_lanes == 0);
-        if (!l) {
-            *no_lane = true;
-            return false;
-        }
-        dpp_lane_read(l, sp, u->st);
-        push(lr,
-             (slot_t){
-                 .unit = u, .lane = l, .st = u->st, .rows = info.rows, .row = u->row, .end = end});
-        while (u->dti < u->wk.num_todo && todo[u->dti].to_row <= end)
-            u->dti++;
-        u->row = end;
-        u->st++;
-        return true;
-    }
-    push(lr, (slot_t){.unit = u, .row = u->row});
-    lr->disp = NULL;
-    return true;
-}
-
-static void unit_fail(unit_t *u, sl_err_t rc, const sl_error_t *e, uint32_t st)
-{
-    if (u->rc) return;
-    u->rc = rc;
-    u->err = *e;
-    u->stripe = (int32_t)st;
-}
-
-/* Batch the stripe of slot s once its lane has read it; the lane then
- * makes its fused batches. A failure is the unit's, reported at its end
- * (after every lane let its stripes go: the split is borrowed until
- * done). */
-static void lane_turn(lanes_run_t *lr, const slot_t *s)
-{
-    reader_t *rd = lr->rd;
-    sl_worker_t *w = rd->w;
-    unit_t *u = s->unit;
-    dpp_lane_stripe_t ls = {0};
-    sl_error_t e = {0};
-    sl_worker_budget_idle(w->budget, true); /* waiting for the lane */
-    sl_err_t rc = dpp_lane_wait(s->lane, &ls, &e);
-    sl_worker_budget_idle(w->budget, false);
-    if (!u->rc && !u->dead && !work_live(w, &u->wk)) u->dead = true;
-    if (rc == SL_OK && ls.rows->batch.batch_size != s->rows)
-        rc = sl_error_set(&e, SL_ERR_CORRUPT, "%s stripe %u: %u rows, the footer says %u",
-                          ls.rows->file, ls.rows->stripe, ls.rows->batch.batch_size, s->rows);
-    if (rc != SL_OK) unit_fail(u, rc, &e, s->st);
-    if (u->rc || u->dead) {
-        dpp_lane_finish(s->lane, NULL, true);
-        return;
-    }
-    rd->lane = s->lane;
-    rd->stripe_held = dpp_lane_held(s->lane);
-    rd->stripe = (int32_t)s->st;
-    uint64_t t1 = now_ns(CLOCK_MONOTONIC), h0 = rd->handoff_ns;
-    rc = batch_stripe(rd, &u->pos, ls.rows, ls.selected, ls.weights, ls.kept, s->row, s->end, &e);
-    rd->lane = NULL;
-    rd->stripe_held = 0;
-    if (rc != SL_OK) unit_fail(u, rc, &e, s->st);
-    u->batched = s->end;
-    dpp_lane_finish(s->lane, rd->fused, rc != SL_OK);
-    uint64_t handoff = rd->handoff_ns - h0, t2 = now_ns(CLOCK_MONOTONIC);
-    sl_mutex_lock(&w->mu);
-    w->st.stripes++;
-    w->st.rows_read += s->rows;
-    w->st.rows_kept += ls.kept;
-    w->st.source_bytes += ls.bytes;
-    w->st.read_ns += ls.read_ns;
-    w->st.filter_ns += ls.filter_ns + (t2 - t1 - handoff);
-    w->st.backpressure_ns += ls.waited_ns + handoff;
-    sl_mutex_unlock(&w->mu);
-}
-
-/* The unit's end: its failure goes to its source (or fails the worker),
- * else done. */
-static sl_err_t end_turn(lanes_run_t *lr, const slot_t *s, sl_error_t *err)
-{
-    reader_t *rd = lr->rd;
-    unit_t *u = s->unit;
-    sl_err_t rc = u->rc;
-    if (rc) {
-        *err = u->err;
-    } else {
-        /* revoked mid-way: the range the batcher holds ends where the
-         * stripes it was given end, as on one thread */
-        rc = unit_end(rd, &u->pos, u->dead ? u->batched : s->row, err);
-        u->stripe = rd->stripe;
-    }
-    if (rc == SL_OK) {
-        unit_done(rd, &u->wk);
-    } else {
-        rd->stripe = u->stripe;
-        if (lease_failed(rd, &u->wk, rc, err)) {
-            reader_reset(rd);
-            rc = SL_OK;
-        }
-    }
-    unit_free(rd->w, u);
-    return rc;
-}
-
-static sl_err_t next_turn(lanes_run_t *lr, sl_error_t *err)
-{
-    reader_t *rd = lr->rd;
-    slot_t s = lr->q[lr->head];
-    lr->head = (lr->head + 1) % lr->cap;
-    lr->len--;
-    if (s.lane) lr->on_lanes--;
-    unit_t *u = s.unit;
-    if (!u->begun) {
-        u->begun = true;
-        rd->num_empty = 0;
-        sl_err_t rc = begin_unit(rd, &u->wk, err);
-        if (rc) {
-            if (s.lane) dpp_lane_finish(s.lane, NULL, true);
-            if (!s.lane) unit_free(rd->w, u);
-            return rc;
-        }
-    }
-    if (s.lane) {
-        lane_turn(lr, &s);
-        return SL_OK;
-    }
-    return end_turn(lr, &s, err);
-}
-
-/* The reader's loop with lanes. Units a source reads itself, and those
- * of the autocache, are read on this thread alone once the lanes' ring
- * is empty. The source is asked for the next unit before the last one's
- * done when it has no leases, or when it says another lease is there to
- * be had at once (other_work): a lease source's next may wait for the
- * master, and the units in the ring would wait with it. */
-static sl_err_t run_lanes(reader_t *rd, sl_error_t *err)
-{
-    sl_worker_t *w = rd->w;
-    lanes_run_t lr = {.rd = rd, .cap = 2 * w->threads + 4};
-    lr.q = sl_alloc(w->a, (size_t)lr.cap * sizeof *lr.q);
-    if (!lr.q) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
-    bool ahead = !w->source.lease_live;
-    sl_err_t rc = SL_OK;
-    while (rc == SL_OK && !atomic_load(&w->stopping)) {
-        bool no_lane = false;
-        while (lr.len < lr.cap && !atomic_load(&w->stopping)) {
-            if (!lr.disp) {
-                if (lr.exhausted || lr.has_serial) break;
-                if (lr.len && !ahead &&
-                    !(w->source.other_work && w->source.other_work(w->source.ctx)))
-                    break;
-                sl_worker_work_t wk;
-                sl_worker_budget_idle(w->budget, true); /* waiting for a split (a lease) */
-                rc = w->source.next(w->source.ctx, &wk, err);
-                sl_worker_budget_idle(w->budget, false);
-                if (rc == SL_ERR_CLOSED) {
-                    rc = SL_OK;
-                    lr.exhausted = true;
-                    break;
-                }
-                if (rc) goto out;
-                if (w->source.read || wk.cache_file) {
-                    lr.serial = wk;
-                    lr.has_serial = true;
-                    break;
-                }
-                if ((rc = unit_new(&lr, &wk, err))) goto out;
-            }
-            if (!hand_out(&lr, &no_lane)) break;
-        }
-        if (lr.len) {
-            /* a lane that frees up while the next stripe is still being
-             * read gets the stripe after first: reads overlap */
-            dpp_lane_t *head = lr.q[lr.head].lane;
-            if (head && no_lane) {
-                sl_worker_budget_idle(w->budget, true);
-                bool ready = dpp_lanes_wait(rd->lanes, head, true);
-                sl_worker_budget_idle(w->budget, false);
-                if (!ready) continue;
-            }
-            rc = next_turn(&lr, err);
-        } else if (lr.has_serial) {
-            lr.has_serial = false;
-            rc = serial_unit(rd, &lr.serial, err);
-        } else if (lr.exhausted && !lr.disp) {
-            break;
-        }
-    }
-out:
-    /* what is left (stopping, a failure): the lanes let their stripes go
-     * when they are destroyed; the units go here */
-    for (uint32_t i = 0; i < lr.len; i++) {
-        slot_t *s = &lr.q[(lr.head + i) % lr.cap];
-        if (!s->lane) unit_free(w, s->unit);
-    }
-    if (lr.disp) unit_free(w, lr.disp);
-    sl_free(w->a, lr.q, (size_t)lr.cap * sizeof *lr.q);
-    return rc;
 }
 
 void *dpp_worker_reader_main(void *arg)
@@ -1019,7 +669,7 @@ void *dpp_worker_reader_main(void *arg)
     const sl_pipeline_job_t *job = w->job;
     sl_error_t err = {0};
     sl_err_t rc = SL_OK;
-    reader_t rd = {.w = w, .stripe = -1};
+    dpp_reader_t rd = {.w = w, .stripe = -1};
     const char *weight_label = sl_pipeline_plan_weight_label(w->plan);
     rd.weigh = weight_label != NULL;
     uint32_t nf = 0;
@@ -1050,7 +700,7 @@ void *dpp_worker_reader_main(void *arg)
         sl_mutex_lock(&w->mu);
         w->st.lanes = w->threads;
         sl_mutex_unlock(&w->mu);
-        rc = run_lanes(&rd, &err);
+        rc = dpp_reader_run_lanes(&rd, &err);
         if (rc) goto out;
     }
     while (!rd.lanes && !atomic_load(&w->stopping)) {
@@ -1062,7 +712,7 @@ void *dpp_worker_reader_main(void *arg)
             rc = SL_OK;
             break;
         }
-        if (rc || (rc = serial_unit(&rd, &wk, &err))) goto out;
+        if (rc || (rc = dpp_reader_serial_unit(&rd, &wk, &err))) goto out;
     }
     if (rc == SL_OK && rd.have_epoch && !atomic_load(&w->stopping))
         rc = sl_worker_batcher_end_epoch(rd.b, &err);
