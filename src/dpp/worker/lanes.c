@@ -44,6 +44,7 @@ struct dpp_lane {
     float *weights;
     uint32_t cap;
     uint64_t est, held; /* bytes expected of the next stripe; bytes held now */
+    uint64_t last;      /* est as of the last read done (under p->mu, for dpp_lanes_est) */
     /* the result of the read */
     dpp_lane_stripe_t out;
     sl_err_t rc;
@@ -216,6 +217,7 @@ static void *lane_main(void *arg)
         }
         sl_worker_budget_idle(w->budget, true);
         sl_mutex_lock(&p->mu);
+        if (task == LANE_READ) l->last = l->est;
         l->state = task == LANE_READ ? LANE_READY : LANE_FREE;
         pthread_cond_broadcast(&p->cv);
     }
@@ -314,7 +316,7 @@ uint64_t dpp_lanes_est(dpp_lanes_t *p)
     uint64_t m = 0;
     sl_mutex_lock(&p->mu);
     for (uint32_t i = 0; i < p->n; i++)
-        if (p->lanes[i].est > m) m = p->lanes[i].est;
+        if (p->lanes[i].last > m) m = p->lanes[i].last;
     sl_mutex_unlock(&p->mu);
     return m;
 }
