@@ -69,6 +69,8 @@ static uint64_t batch_hash(const sl_batch_t *b)
     return v;
 }
 
+static uint64_t mem_limit = 64u << 20; /* the workers' --memory-limit */
+
 /* Run job with threads threads to its end with one client: *n digests,
  * sorted by origin (caller frees); every sample id in [0, rows) at most
  * once per epoch, all of them when all is true (no filter). */
@@ -81,7 +83,7 @@ static digest_t *run(const char *spec, uint32_t threads, uint64_t rows, uint32_t
     cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, &p, &err), SL_OK, "%s", err.msg);
     sl_worker_opts_t o = sl_worker_opts_default();
     o.threads = threads;
-    o.memory_limit = 64u << 20;
+    o.memory_limit = mem_limit;
     sl_worker_t *w = NULL;
     cr_assert_eq(sl_worker_start(job, &o, &w, &p, &err), SL_OK, "%s", err.msg);
     sl_pipeline_problems_free(&p);
@@ -127,6 +129,8 @@ static digest_t *run(const char *spec, uint32_t threads, uint64_t rows, uint32_t
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
     cr_assert_eq(st.batches, *n);
+    cr_assert_leq(st.memory_peak, mem_limit, "threads %u: peak %lu over the limit", threads,
+                  (unsigned long)st.memory_peak);
     *fused = st.batches_fused;
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
@@ -218,5 +222,26 @@ Test(worker_lanes, filtered_batches_are_those_of_one_thread)
              "\"batch\":{\"size\":333,\"epochs\":2,\"drop_last\":true}}",
              table);
     cr_assert_eq(same_batches(spec, rows, 2, false), 0);
+    free(table);
+}
+
+/* A --memory-limit that holds one stripe (about 3.6 MB decoded) but not
+ * two: the lanes read one stripe at a time, as one thread does, also
+ * across each file's short last stripe (4,000 rows) and the full one
+ * after it, instead of failing with "cannot hold" (a lane that read
+ * ahead on the short stripe's size held the memory the next stripe
+ * needed). The same batches, the peak within the limit. */
+Test(worker_lanes, a_limit_of_one_stripe_reads_one_at_a_time)
+{
+    const uint64_t rows = 3 * 24000;
+    char *table = gen("m", rows, 10000, 3);
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"lanes-m\",\"source\":{\"table\":\"%s\"},"
+             "\"transforms\":[{\"op\":\"sigrid_hash\",\"feature\":\"C4\",\"table_size\":5}],"
+             "\"batch\":{\"size\":1000}}",
+             table);
+    mem_limit = 6u << 20;
+    cr_assert_gt(same_batches(spec, rows, 1, true), 0);
     free(table);
 }

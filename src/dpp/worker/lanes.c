@@ -44,7 +44,6 @@ struct dpp_lane {
     float *weights;
     uint32_t cap;
     uint64_t est, held; /* bytes expected of the next stripe; bytes held now */
-    uint64_t last;      /* est as of the last read done (under p->mu, for dpp_lanes_est) */
     /* the result of the read */
     dpp_lane_stripe_t out;
     sl_err_t rc;
@@ -60,6 +59,7 @@ struct dpp_lanes {
     sl_mutex_t mu;
     pthread_cond_t cv; /* any lane's state changed, or quit */
     bool quit;
+    uint64_t est_max; /* the largest stripe any lane has read (under mu) */
     uint32_t n;
     dpp_lane_t *lanes;
 };
@@ -217,7 +217,7 @@ static void *lane_main(void *arg)
         }
         sl_worker_budget_idle(w->budget, true);
         sl_mutex_lock(&p->mu);
-        if (task == LANE_READ) l->last = l->est;
+        if (task == LANE_READ && l->est > p->est_max) p->est_max = l->est;
         l->state = task == LANE_READ ? LANE_READY : LANE_FREE;
         pthread_cond_broadcast(&p->cv);
     }
@@ -311,12 +311,41 @@ dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait)
     return got;
 }
 
-uint64_t dpp_lanes_est(dpp_lanes_t *p)
+uint32_t dpp_lanes_busy(dpp_lanes_t *p)
 {
-    uint64_t m = 0;
+    uint32_t n = 0;
     sl_mutex_lock(&p->mu);
     for (uint32_t i = 0; i < p->n; i++)
-        if (p->lanes[i].last > m) m = p->lanes[i].last;
+        n += p->lanes[i].state != LANE_FREE;
+    sl_mutex_unlock(&p->mu);
+    return n;
+}
+
+void dpp_lanes_wait_fewer(dpp_lanes_t *p, uint32_t busy)
+{
+    sl_worker_t *w = p->w;
+    sl_mutex_lock(&p->mu);
+    for (;;) {
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < p->n; i++)
+            n += p->lanes[i].state != LANE_FREE;
+        if (n < busy || atomic_load(&w->stopping)) break;
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 50 * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        sl_cond_timedwait(&p->cv, &p->mu, &dl);
+    }
+    sl_mutex_unlock(&p->mu);
+}
+
+uint64_t dpp_lanes_est(dpp_lanes_t *p)
+{
+    sl_mutex_lock(&p->mu);
+    uint64_t m = p->est_max;
     sl_mutex_unlock(&p->mu);
     return m;
 }
@@ -325,6 +354,11 @@ void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe)
 {
     dpp_lanes_t *p = l->p;
     sl_mutex_lock(&p->mu);
+    /* a lane takes the largest stripe any lane has read before reading:
+     * a stripe larger than the last one (a file's short last stripe, then
+     * a full one) is not a surprise that others' read-ahead left no room
+     * for */
+    if (p->est_max > l->est) l->est = p->est_max;
     l->sp = sp;
     l->stripe = stripe;
     l->drop = false;

@@ -82,7 +82,7 @@ static void push(lanes_run_t *lr, slot_t s)
 }
 
 /* Hand the next stripe of lr->disp that holds todo rows to a free lane,
- * or queue the unit's end. A lane reads ahead of the one being batched
+ * or queue the unit's end. A lane reads while another holds a stripe
  * only while the budget has room for two more stripes, so that stripes
  * waiting for their turn leave the batcher and the transform threads
  * memory to finish the one before them. @return false when nothing
@@ -110,9 +110,19 @@ static bool hand_out(lanes_run_t *lr, bool *no_lane)
             u->st++;
             continue;
         }
-        if (lr->on_lanes) {
+        /* Another stripe while a lane still holds one (read, or making its
+         * batches) only with room for it and one more, and none before a
+         * stripe's size is known: else one stripe at a time, as one
+         * thread reads them. */
+        uint32_t busy = dpp_lanes_busy(rd->lanes);
+        if (lr->on_lanes || busy) {
             uint64_t lim = sl_worker_budget_limit(w->budget), est = dpp_lanes_est(rd->lanes);
-            if (lim && sl_worker_budget_used(w->budget) + 2 * est > lim) return false;
+            if (est == 0 || (lim && sl_worker_budget_used(w->budget) + 2 * est > lim)) {
+                if (lr->on_lanes) return false;        /* the ring's head is batched first */
+                dpp_lanes_wait_fewer(rd->lanes, busy); /* a lane's batches are made */
+                if (atomic_load(&w->stopping)) return false;
+                continue;
+            }
         }
         dpp_lane_t *l = dpp_lanes_get(rd->lanes, lr->on_lanes == 0);
         if (!l) {

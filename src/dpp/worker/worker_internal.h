@@ -196,7 +196,11 @@ sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, 
 void dpp_lanes_destroy(dpp_lanes_t *p);
 /* A free lane; with wait, waits for one (NULL: stopping). */
 dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait);
-/* The largest stripe a lane read last (what the next one may take). */
+/* Lanes not free: reading, holding a stripe read, or making its batches. */
+uint32_t dpp_lanes_busy(dpp_lanes_t *p);
+/* Wait until fewer than busy lanes are busy (or the worker stops). */
+void dpp_lanes_wait_fewer(dpp_lanes_t *p, uint32_t busy);
+/* The largest stripe a lane has read (what the next one may take). */
 uint64_t dpp_lanes_est(dpp_lanes_t *p);
 /* Lane l (free) reads and filters stripe of split sp (borrowed until
  * dpp_lane_finish). */
