@@ -48,7 +48,7 @@ static const sl_cli_opt_t dopts[] = {
     {"batch-size", SL_CLI_UINT, "B", "4096", NULL, 1, 1u << 20, 0, D(batch_size),
      "samples per batch"},
     {"threads", SL_CLI_UINT, "T", "0", NULL, 0, 256, 0, D(threads),
-     "the worker's transform threads (0: the online cores)"},
+     "the worker's --threads: cores to use (0: the online cores)"},
     {"seed", SL_CLI_UINT, "X", "1", NULL, 0, UINT64_MAX, 0, D(seed), "seed of the generator"},
     {"online", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, D(online),
      "the online demo instead: produce the sessions stream to a Kafka topic at --rate while a "

@@ -47,7 +47,9 @@ static const sl_cli_opt_t wopts[] = {
      "as `admin on HOST:PORT`)"},
     {"listen", SL_CLI_ADDR, "HOST:PORT", "127.0.0.1:7077", NULL, 0, 0, 0, W(listen),
      "address for trainer clients; port 0 picks a free one"},
-    {"threads", SL_CLI_UINT, "N", NULL, "online cores", 1, 256, 0, W(threads), "transform threads"},
+    {"threads", SL_CLI_UINT, "N", NULL, "online cores", 1, 256, 0, W(threads),
+     "cores to use: with N > 1, N stripe lanes read, transform and encode N stripes at once "
+     "(docs/WORKER.md \"Threads\")"},
     {"memory-limit", SL_CLI_SIZE, "BYTES", "256M", NULL, 1, UINT64_MAX, 0, W(memory_limit),
      "bytes of stripes and batches in flight"},
     {"max-credits", SL_CLI_UINT, "N", "16", NULL, 1, UINT32_MAX, 0, W(max_credits),

@@ -83,6 +83,7 @@ typedef struct fake {
     fm_lease_t q[MAX_LEASES];
     uint32_t nq, next;
     bool hold;            /* no leases for now (NO_WORK) */
+    uint32_t lease_limit; /* > 0: no lease past the first lease_limit for now (NO_WORK) */
     bool finish;          /* NO_WORK "finished" once the queue is empty */
     int drop_after_reads; /* close the connection once after this many SPLIT_READs (0: never) */
     bool dropped;
@@ -215,7 +216,7 @@ static void fm_serve(fake_t *f, int fd)
             f->lease_requests++;
             if (f->next > 0) /* bound after the first lease */
                 TCHECK(strcmp(q->job_id, "jobx") == 0, "lease request for job '%s'", q->job_id);
-            if (!f->hold && f->next < f->nq) {
+            if (!f->hold && f->next < f->nq && (!f->lease_limit || f->next < f->lease_limit)) {
                 fm_send_lease(f, fd, &f->q[f->next++]);
             } else {
                 Sluice__Control__NoWork nw = SLUICE__CONTROL__NO_WORK__INIT;

@@ -163,8 +163,8 @@ sl_err_t dpp_worker_fused_fill(const sl_pipeline_fused_t *f, const sl_worker_dir
 }
 
 sl_err_t dpp_worker_fused_batch(sl_worker_t *w, const sl_pipeline_fused_t *f,
-                                const sl_worker_direct_t *d, uint64_t held, uint64_t *waited,
-                                sl_error_t *err)
+                                const sl_worker_direct_t *d, uint64_t held, bool made,
+                                uint64_t *waited, sl_error_t *err)
 {
     const sl_worker_lease_origin_t *lease = d->lease;
     const uint32_t F = d->rows->sparse.num_keys;
@@ -217,7 +217,7 @@ sl_err_t dpp_worker_fused_batch(sl_worker_t *w, const sl_pipeline_fused_t *f,
                                   .accounted = len};
     if (lease) {
         it.lease = *lease;
-        if (w->source.lease_made) w->source.lease_made(w->source.ctx, lease->handle);
+        if (!made && w->source.lease_made) w->source.lease_made(w->source.ctx, lease->handle);
     }
     dpp_worker_times_t tm = {.encode_ns = t1 - t0 - tw, .backpressure_ns = *waited, .fused = true};
     return dpp_worker_send(w, &it, size, &tm, NULL, err);

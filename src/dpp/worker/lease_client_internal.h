@@ -170,7 +170,9 @@ sl_err_t dpp_lease_call(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
 sl_err_t dpp_lease_get(sl_worker_lease_client_t *ms, uint64_t deadline_ns, bool hand, lease_t **out,
                        sl_error_t *err) SL_EXCLUDES(ms->mu, ms->conn_mu);
 /* A lease not handed to the reader yet, or one the master grants when
- * asked once now (no waiting, no retry): is there one? (takes both locks) */
+ * asked once now (no waiting, no retry): is there one? (takes both locks)
+ * An answer get would fail with (a lease that breaks the rules) becomes
+ * the client's fatal error: the worker fails with it. */
 bool dpp_lease_more(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu, ms->conn_mu);
 
 /* lease_control.c: the control thread (arg: the lease client). */

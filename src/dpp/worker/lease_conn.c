@@ -516,5 +516,18 @@ bool dpp_lease_more(sl_worker_lease_client_t *ms)
     lease_t *l = NULL;
     uint64_t retry_ms = 0;
     sl_error_t err = {0};
-    return ask_lease(ms, &l, &retry_ms, &err) == ASK_LEASE; /* linked: the next get hands it */
+    ask_t k = ask_lease(ms, &l, &retry_ms, &err);
+    if (k == ASK_FATAL) {
+        /* what the next get would have failed with (a lease that breaks
+         * the rules): the lease is gone from the master's side, so the
+         * error must not be: the worker fails with it, as from get */
+        sl_mutex_lock(&ms->mu);
+        if (!ms->fatal) {
+            ms->fatal = err.code ? err.code : SL_ERR_PROTOCOL;
+            snprintf(ms->fatal_msg, sizeof ms->fatal_msg, "%s", err.msg);
+        }
+        pthread_cond_broadcast(&ms->cv);
+        sl_mutex_unlock(&ms->mu);
+    }
+    return k == ASK_LEASE; /* linked: the next get hands it */
 }

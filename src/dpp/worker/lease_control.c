@@ -207,14 +207,15 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
     hb.leases = h.ptrs;
     uint64_t now = sl_clock_ns();
     if (figures) {
-        /* busy: the busier of the reader (read, filter, batch) and the
-         * transform threads (dedup, transform, encode, per thread) */
+        /* busy: the busier of the reader (read, filter, batch; per lane
+         * when stripe lanes read) and the transform threads (dedup,
+         * transform, encode, per thread) */
         if (w) sl_worker_stats(w, &st);
         uint64_t rd = st.read_ns + st.filter_ns;
         uint64_t xf = st.dedup_ns + st.transform_ns + st.encode_ns;
         if (ms->hb_at_ns && now > ms->hb_at_ns) {
             double dt = (double)(now - ms->hb_at_ns);
-            double br = (double)(rd - ms->hb_reader_ns) / dt;
+            double br = (double)(rd - ms->hb_reader_ns) / (dt * (st.lanes ? st.lanes : 1));
             double bx = (double)(xf - ms->hb_xform_ns) / (dt * (st.threads ? st.threads : 1));
             double b = br > bx ? br : bx;
             hb.busy_fraction = b < 0 ? 0 : b > 1 ? 1 : b;

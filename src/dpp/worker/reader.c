@@ -5,54 +5,23 @@
  * threads. Rows of a lease are batched by row range: the lease rides with
  * each batch (the lease part of its origin) from the batcher to the
  * server. The reader also keeps its share of the memory budget: the
- * stripe being read and the batcher's buffers. */
+ * stripe being read and the batcher's buffers. With --threads > 1 the
+ * stripes are read by the stripe lanes instead (reader_lanes.c, lanes.c)
+ * and batched here in the same order. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/err.h"
 #include "common/mem.h"
-#include "dpp/worker/worker_internal.h"
+#include "dpp/worker/reader_internal.h"
 #include "sluice/wire.h"
-
-/* The reader thread's state, reused from split to split (reader thread
- * only). */
-typedef struct reader {
-    sl_worker_t *w;
-    sl_worker_batcher_t *b;
-    sl_wh_reader_t *r; /* open on path */
-    char path[1024];   /* "": reopen for the next split (a lease's split is freed after done) */
-    sl_wh_read_opts_t ro;
-    bool weigh;         /* a filter weighs rows: its weights go to the batcher */
-    uint32_t *selected; /* [cap] the kept rows of the stripe */
-    float *weights;     /* [cap] their weights */
-    uint32_t cap;
-    sl_dpp_row_range_t *empty; /* [num_empty] rows of the lease that went into no batch */
-    uint32_t num_empty, empty_cap;
-    int32_t stripe; /* being read (-1: none yet), for a failure report */
-    /* Budget bytes held: the decoded stripe being batched, and the batcher
-     * (the batch being filled, its reusable value vectors, a shuffle
-     * window). est: what the next stripe is expected to take, the last
-     * one's size. */
-    uint64_t est, stripe_held, batcher_held;
-    uint64_t handoff_ns; /* time spent waiting to hand batches over */
-    /* The autocache (cache.c): the batches handed on now come from a cache
-     * file, or go to cw once transformed (NULL: none). */
-    bool cached;
-    dpp_cache_writer_t *cw;
-    uint64_t fused_ns; /* time spent making fused batches (their encode time) */
-    /* The fused path (fused.c): the plan's transforms fused into the copy
-     * from the stripe into the frame, decided once from the first stripe's
-     * shape; NULL: every batch goes through the transform threads. */
-    sl_pipeline_fused_t *fused;
-    bool fused_decided;
-} reader_t;
 
 /* ---- memory accounting ---- */
 
 /* Every acquire is strict (the budget never passes the limit); a refusal
  * fails the worker with a message naming what did not fit. */
-static sl_err_t reader_take(reader_t *rd, uint64_t bytes, const char *what, sl_error_t *err)
+static sl_err_t reader_take(dpp_reader_t *rd, uint64_t bytes, const char *what, sl_error_t *err)
 {
     return dpp_worker_budget_take(rd->w, bytes, rd->stripe_held + rd->batcher_held, what, err);
 }
@@ -60,7 +29,7 @@ static sl_err_t reader_take(reader_t *rd, uint64_t bytes, const char *what, sl_e
 /* The stripe read is sb bytes, rd->est of which were taken before reading
  * it: a larger stripe is accounted before any of its rows moves on
  * (waiting for room like anything else). */
-static sl_err_t stripe_acct(reader_t *rd, uint64_t sb, const char *file, uint32_t stripe,
+static sl_err_t stripe_acct(dpp_reader_t *rd, uint64_t sb, const char *file, uint32_t stripe,
                             sl_error_t *err)
 {
     rd->stripe_held = rd->est;
@@ -76,7 +45,7 @@ static sl_err_t stripe_acct(reader_t *rd, uint64_t sb, const char *file, uint32_
 }
 
 /* Bring batcher_held to the batcher's footprint now. */
-static sl_err_t batcher_acct(reader_t *rd, sl_error_t *err)
+static sl_err_t batcher_acct(dpp_reader_t *rd, sl_error_t *err)
 {
     uint64_t fp = sl_worker_batcher_footprint(rd->b);
     if (fp > rd->batcher_held) {
@@ -105,8 +74,8 @@ static uint64_t rows_bytes(const sl_wh_rows_t *rows)
 /* Add one stripe's rows and stage times to the statistics: read from t0
  * to t1 (less waited, for memory), filter and batch from t1 to now (less
  * the time spent handing batches on since handoff_before). */
-static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t bytes, uint64_t t0,
-                           uint64_t t1, uint64_t waited, uint64_t handoff_before,
+static void account_stripe(dpp_reader_t *rd, uint64_t rows, uint64_t kept, uint64_t bytes,
+                           uint64_t t0, uint64_t t1, uint64_t waited, uint64_t handoff_before,
                            uint64_t fused_before)
 {
     sl_worker_t *w = rd->w;
@@ -129,7 +98,7 @@ static void account_stripe(reader_t *rd, uint64_t rows, uint64_t kept, uint64_t 
 
 /* ---- scratch ---- */
 
-static void scratch_free(reader_t *rd)
+static void scratch_free(dpp_reader_t *rd)
 {
     const sl_allocator_t *a = rd->w->a;
     if (rd->selected) sl_free(a, rd->selected, (size_t)rd->cap * sizeof *rd->selected);
@@ -142,7 +111,7 @@ static void scratch_free(reader_t *rd)
 }
 
 /* Room for the selection of a stripe of n rows. */
-static bool scratch_rows(reader_t *rd, uint32_t n)
+static bool scratch_rows(dpp_reader_t *rd, uint32_t n)
 {
     const sl_allocator_t *a = rd->w->a;
     if (n <= rd->cap) return true;
@@ -155,7 +124,7 @@ static bool scratch_rows(reader_t *rd, uint32_t n)
 }
 
 /* Rows e produced no batch: remember them for done (SPLIT_READ). */
-static sl_err_t add_empty(reader_t *rd, sl_dpp_row_range_t e, sl_error_t *err)
+static sl_err_t add_empty(dpp_reader_t *rd, sl_dpp_row_range_t e, sl_error_t *err)
 {
     if (e.from_row >= e.to_row) return SL_OK;
     if (rd->num_empty && rd->empty[rd->num_empty - 1].to_row == e.from_row) {
@@ -179,7 +148,7 @@ static sl_err_t add_empty(reader_t *rd, sl_dpp_row_range_t e, sl_error_t *err)
 static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease_origin_t *lease,
                              sl_error_t *err)
 {
-    reader_t *rd = ctx;
+    dpp_reader_t *rd = ctx;
     sl_worker_t *w = rd->w;
     dpp_worker_batch_t *wb = sl_alloc(w->a, sizeof *wb);
     if (!wb) {
@@ -222,10 +191,17 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease
  * made by the fused path and handed straight to the server. */
 static sl_err_t to_server(void *ctx, const sl_worker_direct_t *d, sl_error_t *err)
 {
-    reader_t *rd = ctx;
+    dpp_reader_t *rd = ctx;
+    if (rd->lane) { /* made by the lane once the stripe is batched: counted as made now */
+        sl_worker_t *w = rd->w;
+        if (d->lease && w->source.lease_made) w->source.lease_made(w->source.ctx, d->lease->handle);
+        sl_err_t rc = dpp_lane_add_direct(rd->lane, d, err);
+        if (rc != SL_OK) dpp_worker_retire(w, d->lease ? d->lease->handle : NULL);
+        return rc;
+    }
     uint64_t waited = 0, t0 = now_ns(CLOCK_MONOTONIC);
     sl_err_t rc = dpp_worker_fused_batch(rd->w, rd->fused, d, rd->stripe_held + rd->batcher_held,
-                                         &waited, err);
+                                         false, &waited, err);
     rd->handoff_ns += waited; /* room at the server, memory: back-pressure */
     rd->fused_ns += now_ns(CLOCK_MONOTONIC) - t0 - waited; /* counted as encode */
     return rc;
@@ -242,7 +218,7 @@ static bool all_named(const char *const *names, uint32_t n)
 /* Fused batches go straight to the server, past the autocache's writer:
  * while a unit's batches are written to a cache file (rd->cw), every
  * batch is built and transformed on the transform threads. */
-static void fused_direct(reader_t *rd)
+static void fused_direct(dpp_reader_t *rd)
 {
     bool on = rd->fused && !rd->cw;
     sl_worker_batcher_set_direct(rd->b, on ? to_server : NULL, on ? rd : NULL);
@@ -252,7 +228,7 @@ static void fused_direct(reader_t *rd)
  * the job (the batcher keeps every later stripe to its shape): only when
  * the worker deduplicates no groups itself, every column is named, and
  * the plan's transforms fuse (sl_pipeline_fused_new). */
-static sl_err_t decide_fused(reader_t *rd, const sl_batch_t *rows, sl_error_t *err)
+static sl_err_t decide_fused(dpp_reader_t *rd, const sl_batch_t *rows, sl_error_t *err)
 {
     if (rd->fused_decided) return SL_OK;
     rd->fused_decided = true;
@@ -269,7 +245,7 @@ static sl_err_t decide_fused(reader_t *rd, const sl_batch_t *rows, sl_error_t *e
 /* ---- the stripe loop ---- */
 
 /* May the rows of wk still be read (a lease not revoked, or no lease)? */
-static bool work_live(const sl_worker_t *w, const sl_worker_work_t *wk)
+bool dpp_reader_work_live(const sl_worker_t *w, const sl_worker_work_t *wk)
 {
     return !wk->lease || !w->source.lease_live || w->source.lease_live(w->source.ctx, wk->lease);
 }
@@ -287,7 +263,7 @@ static sl_worker_lease_origin_t lease_origin(const sl_worker_work_t *wk)
 /* Open the file of split sp on rd->r. Consecutive splits of one file
  * share the open reader: no footer parsing again, and its decode buffers
  * stay warm. */
-static sl_err_t open_split(reader_t *rd, const sl_wh_split_t *sp, sl_error_t *err)
+sl_err_t dpp_reader_open_split(dpp_reader_t *rd, const sl_wh_split_t *sp, sl_error_t *err)
 {
     if (rd->r && strcmp(rd->path, sp->path) == 0)
         return sl_wh_reader_set_range(rd->r, sp->stripe_begin, sp->stripe_end, err);
@@ -301,44 +277,128 @@ static sl_err_t open_split(reader_t *rd, const sl_wh_split_t *sp, sl_error_t *er
     return rc;
 }
 
-/* Read the todo rows of wk from rd->r (open on its split): only the
- * stripes that hold todo rows, and of those only the kept rows inside the
- * ranges, handed to the batcher. Under a lease each todo range is a range
- * of the batcher, so that every batch covers one contiguous row range
- * (see worker.h), and the rows that made no batch gather in rd->empty; the
- * loop stops early, without error, when the lease stops being live. t0:
- * when work on the split began (opening it counts as reading its first
- * stripe). */
-static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, sl_error_t *err)
+/* Are wk's todo ranges ascending, disjoint, non-empty and inside its
+ * split (source.h)? */
+sl_err_t dpp_reader_check_todo(const sl_worker_work_t *wk, sl_error_t *err)
 {
-    sl_worker_t *w = rd->w;
     const sl_wh_split_t *sp = wk->split;
     const sl_dpp_row_range_t *todo = wk->todo;
-    const char *what = wk->lease ? "lease of split" : "split";
-    sl_err_t rc = SL_OK;
-    rd->num_empty = 0;
     for (uint32_t i = 0; i < wk->num_todo; i++)
         if (todo[i].from_row >= todo[i].to_row || todo[i].to_row > sp->num_rows ||
             (i && todo[i].from_row < todo[i - 1].to_row))
             return sl_error_set(err, SL_ERR_PROTOCOL,
                                 "%s %" PRIu64 ": todo range %u [%" PRIu64 ", %" PRIu64
                                 ") is empty, out of order or past the split's %" PRIu64 " rows",
-                                what, wk->split_id, i, todo[i].from_row, todo[i].to_row,
-                                sp->num_rows);
-    sl_worker_lease_origin_t lease = lease_origin(wk);
-    bool in_range = false; /* a range of the batcher is open (under a lease) */
-    uint32_t ti = 0;       /* the todo range being read */
-    uint64_t row = 0;      /* split row of the stripe's row 0 */
-    for (uint32_t st = sp->stripe_begin; st < sp->stripe_end && ti < wk->num_todo; st++) {
+                                wk->lease ? "lease of split" : "split", wk->split_id, i,
+                                todo[i].from_row, todo[i].to_row, sp->num_rows);
+    return SL_OK;
+}
+
+dpp_unit_pos_t dpp_reader_unit_pos(const sl_worker_work_t *wk)
+{
+    return (dpp_unit_pos_t){.wk = wk, .lease = lease_origin(wk)};
+}
+
+/* Hand the kept todo rows of one stripe (split rows [row, end); kept of
+ * its n rows, selected[kept] with weights) to the batcher. Under a lease
+ * each todo range is a range of the batcher, so that every batch covers
+ * one contiguous row range (see worker.h), and the rows that made no batch
+ * gather in rd->empty. */
+sl_err_t dpp_reader_batch_stripe(dpp_reader_t *rd, dpp_unit_pos_t *u, const sl_wh_rows_t *rows,
+                                 const uint32_t *selected, const float *weights, uint32_t kept,
+                                 uint64_t row, uint64_t end, sl_error_t *err)
+{
+    const sl_worker_work_t *wk = u->wk;
+    const sl_dpp_row_range_t *todo = wk->todo;
+    uint32_t n = rows->batch.batch_size;
+    sl_err_t rc = decide_fused(rd, &rows->batch, err);
+    sl_worker_rows_origin_t origin = {
+        .epoch = wk->epoch, .split_id = wk->split_id, .row = row, .key_offsets = rows->key_offsets};
+    uint32_t i = 0; /* into selected */
+    while (rc == SL_OK && u->ti < wk->num_todo && todo[u->ti].from_row < end) {
+        const sl_dpp_row_range_t *t = &todo[u->ti];
+        uint64_t hi = t->to_row < end ? t->to_row : end;
+        if (wk->lease && !u->in_range) {
+            u->lease.from_row = t->from_row;
+            if ((rc = sl_worker_batcher_begin_range(rd->b, &u->lease, wk->epoch, err))) break;
+            u->in_range = true;
+        }
+        while (i < kept && row + selected[i] < t->from_row)
+            i++;
+        uint32_t j = i;
+        if (hi == end) /* the range runs to the stripe's end: every kept row from i */
+            j = kept;
+        while (j < kept && row + selected[j] < hi)
+            j++;
+        if (j > i) {
+            /* every row of the stripe kept: the identity selection gathers in whole runs */
+            const uint32_t *sel = i == 0 && j == n ? NULL : selected + i;
+            rc = sl_worker_batcher_add(rd->b, &rows->batch, sel, rd->weigh ? weights + i : NULL,
+                                       j - i, &origin, err);
+        }
+        i = j;
+        if (rc || t->to_row > end) break; /* the range goes on in the next stripe */
+        if (u->in_range) {
+            sl_dpp_row_range_t e;
+            u->in_range = false;
+            if ((rc = sl_worker_batcher_end_range(rd->b, t->to_row, &e, err)) ||
+                (rc = add_empty(rd, e, err)))
+                break;
+        }
+        u->ti++;
+    }
+    if (rc == SL_OK) rc = batcher_acct(rd, err);
+    return rc;
+}
+
+/* The unit's stripes are through (up to split row row): every todo range
+ * must have been reached unless the lease stopped being live, and a range
+ * cut short by a revocation goes out (its batches are dropped unsent). */
+sl_err_t dpp_reader_unit_end(dpp_reader_t *rd, dpp_unit_pos_t *u, uint64_t row, sl_error_t *err)
+{
+    const sl_worker_work_t *wk = u->wk;
+    sl_err_t rc = SL_OK;
+    if (u->ti < wk->num_todo && dpp_reader_work_live(rd->w, wk))
+        return sl_error_set(err, SL_ERR_PROTOCOL,
+                            "%s %" PRIu64 ": todo rows up to %" PRIu64
+                            " but the split's stripes hold %" PRIu64 " rows",
+                            wk->lease ? "lease of split" : "split", wk->split_id,
+                            wk->todo[wk->num_todo - 1].to_row, row);
+    if (u->in_range) {
+        sl_dpp_row_range_t e;
+        u->in_range = false;
+        rc = sl_worker_batcher_end_range(rd->b, row, &e, err);
+    }
+    if (rc == SL_OK) rc = batcher_acct(rd, err);
+    return rc;
+}
+
+/* Read the todo rows of wk from rd->r (open on its split) on this thread:
+ * only the stripes that hold todo rows, and of those only the kept rows
+ * inside the ranges, handed to the batcher (batch_stripe); the loop stops
+ * early, without error, when the lease stops being live. t0: when work on
+ * the split began (opening it counts as reading its first stripe). */
+static sl_err_t read_split(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_t t0,
+                           sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    const sl_wh_split_t *sp = wk->split;
+    const sl_dpp_row_range_t *todo = wk->todo;
+    rd->num_empty = 0;
+    sl_err_t rc = dpp_reader_check_todo(wk, err);
+    if (rc) return rc;
+    dpp_unit_pos_t u = dpp_reader_unit_pos(wk);
+    uint64_t row = 0; /* split row of the stripe's row 0 */
+    for (uint32_t st = sp->stripe_begin; st < sp->stripe_end && u.ti < wk->num_todo; st++) {
         if (atomic_load(&w->stopping)) return SL_ERR_CLOSED;
-        if (!work_live(w, wk)) break;
+        if (!dpp_reader_work_live(w, wk)) break;
         rd->stripe = (int32_t)st;
         sl_wh_stripe_info_t info;
         if ((rc = sl_wh_reader_stripe_info(rd->r, st, &info)))
-            return sl_error_set(err, rc, "%s: %s %" PRIu64 ": no stripe %u", sp->path, what,
-                                wk->split_id, st);
+            return sl_error_set(err, rc, "%s: %s %" PRIu64 ": no stripe %u", sp->path,
+                                wk->lease ? "lease of split" : "split", wk->split_id, st);
         uint64_t end = row + info.rows;
-        if (todo[ti].from_row >= end) { /* no todo row here: not even read */
+        if (todo[u.ti].from_row >= end) { /* no todo row here: not even read */
             row = end;
             continue;
         }
@@ -367,45 +427,9 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
             rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         else
             rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
-        if (rc == SL_OK) rc = decide_fused(rd, &rows->batch, err);
-        sl_worker_rows_origin_t origin = {.epoch = wk->epoch,
-                                          .split_id = wk->split_id,
-                                          .row = row,
-                                          .key_offsets = rows->key_offsets};
-        uint32_t i = 0; /* into selected */
-        while (rc == SL_OK && ti < wk->num_todo && todo[ti].from_row < end) {
-            const sl_dpp_row_range_t *t = &todo[ti];
-            uint64_t hi = t->to_row < end ? t->to_row : end;
-            if (wk->lease && !in_range) {
-                lease.from_row = t->from_row;
-                if ((rc = sl_worker_batcher_begin_range(rd->b, &lease, wk->epoch, err))) break;
-                in_range = true;
-            }
-            while (i < kept && row + rd->selected[i] < t->from_row)
-                i++;
-            uint32_t j = i;
-            if (hi == end) /* the range runs to the stripe's end: every kept row from i */
-                j = kept;
-            while (j < kept && row + rd->selected[j] < hi)
-                j++;
-            if (j > i) {
-                /* every row of the stripe kept: the identity selection gathers in whole runs */
-                const uint32_t *sel = i == 0 && j == n ? NULL : rd->selected + i;
-                rc = sl_worker_batcher_add(rd->b, &rows->batch, sel,
-                                           rd->weigh ? rd->weights + i : NULL, j - i, &origin, err);
-            }
-            i = j;
-            if (rc || t->to_row > end) break; /* the range goes on in the next stripe */
-            if (in_range) {
-                sl_dpp_row_range_t e;
-                in_range = false;
-                if ((rc = sl_worker_batcher_end_range(rd->b, t->to_row, &e, err)) ||
-                    (rc = add_empty(rd, e, err)))
-                    break;
-            }
-            ti++;
-        }
-        if (rc == SL_OK) rc = batcher_acct(rd, err);
+        if (rc == SL_OK)
+            rc = dpp_reader_batch_stripe(rd, &u, rows, rd->selected, rd->weights, kept, row, end,
+                                         err);
         rd->stripe_held = 0;
         sl_worker_budget_release(w->budget, sb);
         account_stripe(rd, n, kept, sb, t0, t1, waited, h0, f0);
@@ -413,23 +437,13 @@ static sl_err_t read_split(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0
         row = end;
         t0 = now_ns(CLOCK_MONOTONIC);
     }
-    if (ti < wk->num_todo && work_live(w, wk))
-        return sl_error_set(err, SL_ERR_PROTOCOL,
-                            "%s %" PRIu64 ": todo rows up to %" PRIu64
-                            " but the split's stripes hold %" PRIu64 " rows",
-                            what, wk->split_id, todo[wk->num_todo - 1].to_row, row);
-    if (in_range) { /* revoked mid-way: what the batcher holds goes out and is dropped unsent */
-        sl_dpp_row_range_t e;
-        rc = sl_worker_batcher_end_range(rd->b, row, &e, err);
-    }
-    if (rc == SL_OK) rc = batcher_acct(rd, err);
-    return rc;
+    return dpp_reader_unit_end(rd, &u, row, err);
 }
 
 /* ---- rows a source reads itself (source.h, read) ---- */
 
 typedef struct own_rows {
-    reader_t *rd;
+    dpp_reader_t *rd;
     const sl_worker_work_t *wk;
     uint64_t t0; /* when work on this stripe began */
     bool dead;   /* the lease stopped being live: the read was cut short */
@@ -447,12 +461,12 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
                            sl_error_t *err)
 {
     own_rows_t *o = ctx;
-    reader_t *rd = o->rd;
+    dpp_reader_t *rd = o->rd;
     sl_worker_t *w = rd->w;
     const sl_worker_work_t *wk = o->wk;
     uint32_t n = rows->batch.batch_size, kept = 0;
     if (atomic_load(&w->stopping)) return SL_ERR_CLOSED;
-    if (wk->lease && !work_live(w, wk)) {
+    if (wk->lease && !dpp_reader_work_live(w, wk)) {
         o->dead = true;
         return SL_ERR_CLOSED;
     }
@@ -494,7 +508,7 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     return rc;
 }
 
-static sl_err_t read_own(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, sl_error_t *err)
+static sl_err_t read_own(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_t t0, sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
     rd->num_empty = 0;
@@ -519,16 +533,16 @@ static bool whole_split(const sl_worker_work_t *wk)
 /* Compute wk's todo from its table split; when cache_file is set, its
  * batches also go to that file once transformed (committed only when the
  * whole todo was read with the lease live). */
-static sl_err_t compute_split(reader_t *rd, const sl_worker_work_t *wk, const char *cache_file,
+static sl_err_t compute_split(dpp_reader_t *rd, const sl_worker_work_t *wk, const char *cache_file,
                               uint64_t t0, sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
     rd->cw = cache_file ? dpp_cache_writer_new(w, cache_file) : NULL;
     fused_direct(rd);
-    sl_err_t rc = open_split(rd, wk->split, err);
+    sl_err_t rc = dpp_reader_open_split(rd, wk->split, err);
     if (rc == SL_OK) rc = read_split(rd, wk, t0, err);
     if (rd->cw) {
-        if (rc != SL_OK || !work_live(w, wk))
+        if (rc != SL_OK || !dpp_reader_work_live(w, wk))
             dpp_cache_writer_fail(rd->cw, "the read was cut short");
         dpp_cache_writer_unref(rd->cw);
         rd->cw = NULL;
@@ -541,7 +555,7 @@ static sl_err_t compute_split(reader_t *rd, const sl_worker_work_t *wk, const ch
  * file holds of the todo and computes the rest (the whole todo when the
  * file is missing or corrupt, and then writes the file again when the todo
  * is the whole split); WRITE computes and writes; NONE computes. */
-static sl_err_t read_table_unit(reader_t *rd, const sl_worker_work_t *wk, uint64_t t0,
+static sl_err_t read_table_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_t t0,
                                 sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
@@ -559,7 +573,7 @@ static sl_err_t read_table_unit(reader_t *rd, const sl_worker_work_t *wk, uint64
     w->st.backpressure_ns += handoff;
     sl_mutex_unlock(&w->mu);
     rd->num_empty = 0;
-    if (rc == SL_OK && rest.n > 0 && work_live(w, wk)) {
+    if (rc == SL_OK && rest.n > 0 && dpp_reader_work_live(w, wk)) {
         sl_worker_work_t sub = *wk;
         sub.todo = rest.r;
         sub.num_todo = rest.n;
@@ -575,7 +589,8 @@ static sl_err_t read_table_unit(reader_t *rd, const sl_worker_work_t *wk, uint64
  * through the source instead of failing the worker: what the batcher
  * gathered of it is discarded, the lease is done, the reader goes on with
  * the next one. @return true when handled so. */
-static bool lease_failed(reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc, sl_error_t *err)
+bool dpp_reader_lease_failed(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc,
+                             sl_error_t *err)
 {
     sl_worker_t *w = rd->w;
     if (!wk->lease || !w->source.lease_failed || !dpp_worker_split_error(rc) ||
@@ -592,6 +607,54 @@ static bool lease_failed(reader_t *rd, const sl_worker_work_t *wk, sl_err_t rc, 
     return true;
 }
 
+/* A unit begins: the epoch before it ends first when it is another. */
+sl_err_t dpp_reader_begin_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err)
+{
+    sl_err_t rc;
+    if (rd->have_epoch && wk->epoch != rd->epoch &&
+        ((rc = sl_worker_batcher_end_epoch(rd->b, err)) || (rc = batcher_acct(rd, err))))
+        return rc;
+    rd->have_epoch = true;
+    rd->epoch = wk->epoch;
+    return SL_OK;
+}
+
+/* The split's reader is in an unknown state after a failure: reopen. */
+void dpp_reader_reset(dpp_reader_t *rd)
+{
+    sl_wh_reader_close(rd->r);
+    rd->r = NULL;
+    rd->path[0] = '\0';
+}
+
+/* The unit is through: done, counted. */
+void dpp_reader_unit_done(dpp_reader_t *rd, const sl_worker_work_t *wk)
+{
+    sl_worker_t *w = rd->w;
+    if (w->source.done) w->source.done(w->source.ctx, wk, rd->empty, rd->num_empty);
+    sl_mutex_lock(&w->mu);
+    w->st.splits++;
+    sl_mutex_unlock(&w->mu);
+}
+
+/* One unit on this thread alone, from its start to done. */
+sl_err_t dpp_reader_serial_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    sl_err_t rc = dpp_reader_begin_unit(rd, wk, err);
+    if (rc) return rc;
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    rd->stripe = -1;
+    rc = w->source.read ? read_own(rd, wk, t0, err) : read_table_unit(rd, wk, t0, err);
+    if (rc != SL_OK && dpp_reader_lease_failed(rd, wk, rc, err)) {
+        dpp_reader_reset(rd);
+        return SL_OK;
+    }
+    if (rc) return rc;
+    dpp_reader_unit_done(rd, wk);
+    return SL_OK;
+}
+
 void *dpp_worker_reader_main(void *arg)
 {
     sl_worker_t *w = arg;
@@ -599,7 +662,7 @@ void *dpp_worker_reader_main(void *arg)
     const sl_pipeline_job_t *job = w->job;
     sl_error_t err = {0};
     sl_err_t rc = SL_OK;
-    reader_t rd = {.w = w, .stripe = -1};
+    dpp_reader_t rd = {.w = w, .stripe = -1};
     const char *weight_label = sl_pipeline_plan_weight_label(w->plan);
     rd.weigh = weight_label != NULL;
     uint32_t nf = 0;
@@ -623,9 +686,17 @@ void *dpp_worker_reader_main(void *arg)
                                    .job_id = w->job_hash,
                                    .allocator = w->a};
     if ((rc = sl_worker_batcher_new(&bo, to_transform, &rd, &rd.b, &err))) goto out;
-    bool have_epoch = false;
-    uint32_t epoch = 0;
-    while (!atomic_load(&w->stopping)) {
+    if (w->threads > 1 && !w->source.read &&
+        (rc = dpp_lanes_new(w, w->threads, &rd.ro, &rd.lanes, &err)))
+        goto out;
+    if (rd.lanes) {
+        sl_mutex_lock(&w->mu);
+        w->st.lanes = w->threads;
+        sl_mutex_unlock(&w->mu);
+        rc = dpp_reader_run_lanes(&rd, &err);
+        if (rc) goto out;
+    }
+    while (!rd.lanes && !atomic_load(&w->stopping)) {
         sl_worker_work_t wk;
         sl_worker_budget_idle(w->budget, true); /* waiting for a split (a lease) */
         rc = w->source.next(w->source.ctx, &wk, &err);
@@ -634,36 +705,16 @@ void *dpp_worker_reader_main(void *arg)
             rc = SL_OK;
             break;
         }
-        if (rc) goto out;
-        if (have_epoch && wk.epoch != epoch &&
-            ((rc = sl_worker_batcher_end_epoch(rd.b, &err)) || (rc = batcher_acct(&rd, &err))))
-            goto out;
-        have_epoch = true;
-        epoch = wk.epoch;
-        uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-        rd.stripe = -1;
-        if (w->source.read) {
-            rc = read_own(&rd, &wk, t0, &err);
-        } else {
-            rc = read_table_unit(&rd, &wk, t0, &err);
-        }
-        if (rc != SL_OK && lease_failed(&rd, &wk, rc, &err)) {
-            /* the reader's state after a failure is unknown: reopen */
-            sl_wh_reader_close(rd.r);
-            rd.r = NULL;
-            rd.path[0] = '\0';
-            rc = SL_OK;
-            continue;
-        }
-        if (rc) goto out;
-        if (w->source.done) w->source.done(w->source.ctx, &wk, rd.empty, rd.num_empty);
-        sl_mutex_lock(&w->mu);
-        w->st.splits++;
-        sl_mutex_unlock(&w->mu);
+        if (rc || (rc = dpp_reader_serial_unit(&rd, &wk, &err))) goto out;
     }
-    if (rc == SL_OK && have_epoch && !atomic_load(&w->stopping))
+    if (rc == SL_OK && rd.have_epoch && !atomic_load(&w->stopping))
         rc = sl_worker_batcher_end_epoch(rd.b, &err);
 out:
+    /* a failure first: it ends the waits (for room, for memory) of the
+     * lanes still making batches, which are joined next */
+    if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping))
+        dpp_worker_fail(w, rc, err.msg);
+    dpp_lanes_destroy(rd.lanes);
     /* what the batcher held goes with it (the batcher is destroyed below) */
     sl_worker_budget_release(w->budget, rd.batcher_held);
     rd.batcher_held = 0;
@@ -679,8 +730,6 @@ out:
     sl_worker_batcher_destroy(rd.b);
     sl_pipeline_fused_destroy(rd.fused);
     scratch_free(&rd);
-    if (rc != SL_OK && rc != SL_ERR_CLOSED && !atomic_load(&w->stopping))
-        dpp_worker_fail(w, rc, err.msg);
     sl_worker_queue_close(w->work);
     sl_mutex_lock(&w->mu);
     w->st.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID);

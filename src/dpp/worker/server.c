@@ -389,6 +389,21 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     *it = *item;
     it->share_slot = 0;
     it->in_shm = sl_shm_heap_offset(s->o.shm, it->frame, &it->shm_offset);
+    if (s->o.discard) { /* sent and acknowledged at once, as if by a client */
+        sl_mutex_lock(&s->mu);
+        s->st.batches_sent++;
+        s->st.bytes_sent += it->len;
+        s->st.batches_acked++;
+        s->st.samples_acked += it->num_samples;
+        s->st.bytes_acked += it->len;
+        s->st.bytes_acked_expanded += it->expanded_bytes;
+        if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
+        dpp_server_retire(s, it, true);
+        dpp_server_item_free(s, it);
+        pthread_cond_broadcast(&s->cv);
+        sl_mutex_unlock(&s->mu);
+        return SL_OK;
+    }
     sl_mutex_lock(&s->mu);
     sl_worker_queue_t *q = dpp_server_rank_queue(s, it->lease.rank_plus_one, true);
     s->outstanding++;

@@ -90,6 +90,9 @@ typedef struct sl_worker_server_opts {
      * "Shared-memory hand-over") as descriptors instead of payloads; the
      * server listens on an abstract Unix socket to hand its memfd over. */
     sl_shm_heap_t *shm;
+    /* Acknowledge every batch as it is pushed and send it to nobody (the
+     * worker's pipeline alone: sl_worker_opts_t.discard). */
+    bool discard;
 } sl_worker_server_opts_t;
 
 /* One encoded batch (the server owns it once pushed). */

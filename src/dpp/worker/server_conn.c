@@ -67,12 +67,41 @@ static void send_end_locked(struct sl_worker_server *s, client_t *c, sl_error_t 
     sl_mutex_lock(&s->mu);
 }
 
+/* Is c asking for a batch for any rank: past its handshake, open, not
+ * writing one now, with a credit and room in its window, and of this
+ * worker's own job? */
+static bool asking(const struct sl_worker_server *s, const client_t *c) SL_REQUIRES(s->mu)
+{
+    return c->hello_done && c->welcomed && !c->closed && !c->sender_done && !c->share_job[0] &&
+           !c->sending && c->credits > 0 && c->n_unacked < s->o.max_credits;
+}
+
+/* Fair shares (docs/WORKER.md "Fair shares"): a batch for any rank goes
+ * to the client served least among those asking, so that the clients of
+ * every rank get an even share of what this worker makes (they no longer
+ * race for each batch: the one whose sender thread woke first won, and
+ * under dynamic sharding one rank got ten times another's batches). May c
+ * take the next one? */
+static bool my_turn(const struct sl_worker_server *s, const client_t *c) SL_REQUIRES(s->mu)
+{
+    for (const client_t *d = s->clients; d; d = d->next)
+        if (d != c && d->served < c->served && asking(s, d)) return false;
+    return true;
+}
+
 static void *sender_main(void *arg)
 {
     client_t *c = arg;
     struct sl_worker_server *s = c->s;
     sl_error_t err = {0};
     sl_mutex_lock(&s->mu);
+    /* a newcomer starts level with the least served, not below everyone */
+    bool first = true;
+    for (const client_t *d = s->clients; d; d = d->next)
+        if (d != c && !d->closed && !d->share_job[0] && (first || d->served < c->served)) {
+            c->served = d->served;
+            first = false;
+        }
     while (!c->closed && !s->stopping) {
         if (s->fail_code) {
             char msg[SL_ERROR_MSG_MAX];
@@ -97,11 +126,18 @@ static void *sender_main(void *arg)
                                                       : NULL;
             sl_mutex_unlock(&s->mu);
             sl_err_t rc = q ? sl_worker_queue_pop(q, &m, 0) : SL_ERR_TIMEOUT;
-            if (rc != SL_OK && !c->share_slot) {
+            sl_mutex_lock(&s->mu);
+            bool any = rc != SL_OK && !c->share_slot && my_turn(s, c);
+            sl_mutex_unlock(&s->mu);
+            if (any) {
                 q = s->ready[0];
                 rc = sl_worker_queue_pop(q, &m, 0);
             }
             sl_mutex_lock(&s->mu);
+            if (rc == SL_OK && any) {
+                c->served++;
+                pthread_cond_broadcast(&s->cv); /* the next least served may take one */
+            }
             if (rc == SL_OK) {
                 sl_worker_server_item_t *it = m.ptr;
                 if (c->closed || s->stopping) {
@@ -118,6 +154,7 @@ static void *sender_main(void *arg)
                 ((sitem_t *)it)->senders++;
                 c->unacked[c->n_unacked++] = (unacked_t){it, id};
                 c->credits--;
+                c->sending = true;
                 /* one batch fewer waits to be sent: a producer may go on */
                 if (s->o.max_queued) pthread_cond_broadcast(&s->cv);
                 sl_mutex_unlock(&s->mu);
@@ -151,6 +188,7 @@ static void *sender_main(void *arg)
                                  by_shm ? 0 : it->len, &err);
                 uint64_t dt = sl_clock_ns() - t0;
                 sl_mutex_lock(&s->mu);
+                c->sending = false;
                 s->st.send_ns += dt;
                 sitem_t *si = (sitem_t *)it;
                 si->senders--;

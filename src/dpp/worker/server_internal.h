@@ -67,6 +67,12 @@ typedef struct client {
     bool shm_asked, shm_granted, shm_on;
     uint8_t shm_nonce[SL_RPC_SHM_NONCE_BYTES];
     bool evicting; /* shut down to make room: its threads are ending */
+    /* Fair shares (docs/WORKER.md "Fair shares"): batches for any rank
+     * this client took; a client starts at the least of the others'.
+     * sending: its sender thread is writing a batch (a client whose socket
+     * is full must not hold the others back) */
+    uint64_t served;
+    bool sending;
     uint64_t opened_ms, last_rx_ms;
     struct client *next;
 } client_t;

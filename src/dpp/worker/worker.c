@@ -546,7 +546,10 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         goto fail;
     }
-    sl_worker_budget_stages(w->budget, o.threads + 1); /* the reader and the transform threads */
+    /* the reader, the transform threads and, with more than one thread,
+     * the stripe lanes (reader.c: not for a source that reads its own rows) */
+    sl_worker_budget_stages(w->budget,
+                            o.threads + 1 + (o.threads > 1 && !w->source.read ? o.threads : 0));
     if (w->kafka_prefetch && sl_worker_budget_acquire(w->budget, w->kafka_prefetch, 0) != SL_OK) {
         rc = sl_error_set(err, SL_ERR_INVALID,
                           "worker: memory limit %" PRIu64 " bytes leaves no room for the Kafka "
@@ -588,7 +591,8 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
                                   .cluster_secret = o.cluster_secret,
                                   .max_clients = o.max_clients,
                                   .idle_timeout_ms = o.client_conn_idle_ms,
-                                  .max_queued = o.max_queued};
+                                  .max_queued = o.max_queued,
+                                  .discard = o.discard};
     w->listen_fd_owned = false; /* the server owns it now, also when it fails */
     if ((rc = sl_worker_server_start(&so, &w->server, err))) goto fail;
     atomic_store(&w->running, o.threads);

@@ -13,11 +13,16 @@
  * and hashed again (filters read a group's features through its inverse
  * indices).
  *
- * Batching happens on the one reader thread, so the batches of a job (their
- * rows, order of rows and origins) do not depend on the number of transform
- * threads or on timing; transform threads only change the order in which
- * finished batches become ready. Batches cross stripe and split boundaries,
- * never epochs.
+ * With threads N > 1 the reader thread hands each stripe to one of N
+ * stripe lanes (lanes.c), which reads and filters it and, once the reader
+ * has batched it, makes its fused batches: N stripes are decoded,
+ * transformed and encoded at once (docs/WORKER.md "Threads").
+ *
+ * Batching happens on the one reader thread, in stripe order, so the
+ * batches of a job (their rows, order of rows and origins) do not depend
+ * on the number of threads or on timing; lanes and transform threads only
+ * change the order in which finished batches become ready. Batches cross
+ * stripe and split boundaries, never epochs.
  *
  * Memory: a budget of memory_limit bytes covers the stripe being read, every
  * batch between the batcher and the encoder (its arena) and every encoded
@@ -56,8 +61,12 @@
 #include "warehouse/warehouse.h"
 
 typedef struct sl_worker_opts {
-    const char *listen;    /* "host:port"; NULL: "127.0.0.1:0" */
-    uint32_t threads;      /* transform threads; 0: online cores */
+    const char *listen; /* "host:port"; NULL: "127.0.0.1:0" */
+    /* Cores to use; 0: the online cores. N > 1: N stripe lanes read,
+     * filter and make the fused batches of N stripes at once (reader.c,
+     * lanes.c), and N transform threads take the batches the fused path
+     * does not make; 1: one reader thread and one transform thread. */
+    uint32_t threads;
     uint64_t memory_limit; /* bytes; 0: 256 MiB */
     uint32_t max_credits;  /* unacknowledged batches per client; 0: 16 */
     const char *worker_id; /* NULL: "worker-<pid>" */
@@ -96,6 +105,10 @@ typedef struct sl_worker_opts {
      * socket). */
     uint64_t shm_bytes;
     bool no_shm;
+    /* Acknowledge every batch as soon as it is made and send it to no
+     * client: the worker's pipeline alone, with no trainer competing for
+     * the cores (bench/threads.c). The job ends when its batches are made. */
+    bool discard;
 } sl_worker_opts_t;
 
 #define SL_WORKER_DEFAULT_SHM_MAX (1ull << 30)
@@ -115,6 +128,7 @@ typedef struct sl_worker_group_stats {
 
 typedef struct sl_worker_stats {
     uint32_t threads;
+    uint32_t lanes;  /* stripe lanes reading (docs/WORKER.md "Threads"); 0: the reader reads */
     bool dedup_form; /* the table stores the job's dedup groups: read and sent as stored */
     uint64_t splits, stripes, rows_read, rows_kept, rows_dropped;
     uint64_t splits_failed; /* leases whose split could not be read (reported, not fatal) */

@@ -152,15 +152,17 @@ sl_err_t dpp_worker_send(sl_worker_t *w, const sl_worker_server_item_t *it, uint
                          const dpp_worker_times_t *tm, const sl_dedup_stats_t *ds, sl_error_t *err);
 
 /* fused.c: the fused path (docs/WORKER.md, "The fused path"), on the
- * reader thread. dpp_worker_fused_batch: make the frame of direct batch d
- * (sl_worker_batcher_set_direct) straight from the stripe's rows with the
- * plan's fused transforms f, and hand it to the server (lease_made, then
- * dpp_worker_send). held: the budget bytes the reader holds (for a refused
+ * reader thread or a stripe lane. dpp_worker_fused_batch: make the frame
+ * of direct batch d (sl_worker_batcher_set_direct) straight from the
+ * stripe's rows with the plan's fused transforms f, and hand it to the
+ * server (lease_made unless made says the caller called it already, then
+ * dpp_worker_send). held: the budget bytes the caller holds (for a refused
  * acquire); *waited: time spent waiting for room or memory (the lengths
- * were checked against the values by the batcher: sl_worker_direct_t). */
+ * were checked against the values by the batcher: sl_worker_direct_t). On
+ * an error before the send the batch is not retired (the caller's). */
 sl_err_t dpp_worker_fused_batch(sl_worker_t *w, const sl_pipeline_fused_t *f,
-                                const sl_worker_direct_t *d, uint64_t held, uint64_t *waited,
-                                sl_error_t *err);
+                                const sl_worker_direct_t *d, uint64_t held, bool made,
+                                uint64_t *waited, sl_error_t *err);
 /* Its two steps: size d's frame (totals [F]: each
  * key's values; shape: the batch's sizes and names, borrowed from d), then
  * write the frame into buf (cap >= *size bytes, SL_ALIGN-aligned) with the
@@ -170,6 +172,56 @@ sl_err_t dpp_worker_fused_plan(const sl_pipeline_fused_t *f, const sl_worker_dir
 sl_err_t dpp_worker_fused_fill(const sl_pipeline_fused_t *f, const sl_worker_direct_t *d,
                                const uint64_t *totals, const sl_batch_t *shape, void *buf,
                                size_t cap, size_t *len, sl_error_t *err);
+
+/* lanes.c: the stripe lanes (docs/WORKER.md, "Threads"): n threads, each
+ * reading and filtering one stripe at a time in its own table reader
+ * (options ro), and making that stripe's fused batches once the reader
+ * thread has batched it. All of it is driven from the reader thread. */
+typedef struct dpp_lanes dpp_lanes_t;
+typedef struct dpp_lane dpp_lane_t;
+/* What a lane read: the stripe's rows (in the lane's decode buffers,
+ * valid until dpp_lane_finish), the rows the filter kept (selected,
+ * weights [kept]), its decoded bytes (held in the budget by the lane),
+ * and the times spent reading, filtering and waiting for memory. */
+typedef struct dpp_lane_stripe {
+    const sl_wh_rows_t *rows;
+    const uint32_t *selected;
+    const float *weights;
+    uint32_t kept;
+    uint64_t bytes, read_ns, filter_ns, waited_ns;
+} dpp_lane_stripe_t;
+sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, dpp_lanes_t **out,
+                       sl_error_t *err);
+/* Waits for the lanes at work, then joins them; stripes the reader never
+ * finished are let go and their direct batches retired. p may be NULL. */
+void dpp_lanes_destroy(dpp_lanes_t *p);
+/* A free lane; with wait, waits for one (NULL: stopping). */
+dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait);
+/* Lanes not free: reading, holding a stripe read, or making its batches. */
+uint32_t dpp_lanes_busy(dpp_lanes_t *p);
+/* Wait until fewer than busy lanes are busy (or the worker stops). */
+void dpp_lanes_wait_fewer(dpp_lanes_t *p, uint32_t busy);
+/* The largest stripe a lane has read (what the next one may take). */
+uint64_t dpp_lanes_est(dpp_lanes_t *p);
+/* Lane l (free) reads and filters stripe of split sp (borrowed until
+ * dpp_lane_finish). */
+void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe);
+/* Wait until l has read its stripe or, with or_free, until a lane is free
+ * (to be given the next stripe first). @return true when l has read it
+ * (or the worker is stopping). */
+bool dpp_lanes_wait(dpp_lanes_t *p, dpp_lane_t *l, bool or_free);
+/* Wait for l's stripe. @return SL_OK (*out), the read's error, or
+ * SL_ERR_CLOSED (stopping). */
+sl_err_t dpp_lane_wait(dpp_lane_t *l, dpp_lane_stripe_t *out, sl_error_t *err);
+/* Budget bytes l holds (its stripe). */
+uint64_t dpp_lane_held(const dpp_lane_t *l);
+/* A direct batch of l's stripe (lease_made already called for it), made
+ * by the lane after dpp_lane_finish. */
+sl_err_t dpp_lane_add_direct(dpp_lane_t *l, const sl_worker_direct_t *d, sl_error_t *err);
+/* The reader is through with l's stripe: the lane makes its direct
+ * batches with f (drop: retires them instead), lets the stripe go and is
+ * free again. */
+void dpp_lane_finish(dpp_lane_t *l, const sl_pipeline_fused_t *f, bool drop);
 
 /* reader.c: the reader thread (arg: the worker). */
 void *dpp_worker_reader_main(void *arg);
