@@ -944,15 +944,16 @@ Test(batcher, a_gap_after_a_killed_lease_cuts_the_original_batches_again)
     static const uint32_t original[3] = {0, 2, 4};
     cr_assert_eq(sl_worker_batcher_new(&o, collect_ranged, &again, &bt, &err), SL_OK);
     for (uint32_t k = 0; k < 3; k++) {
-        uint64_t g = 0;
-        cr_assert_eq(sl_master_order_gap_base(10, 0, committed, 2, gap_from[k], &g, &err), SL_OK,
-                     "%s", err.msg);
+        uint64_t g = 0, limit = 0;
+        cr_assert_eq(sl_master_order_gap_base(10, 0, committed, 2, gap_from[k], &g, &limit, &err),
+                     SL_OK, "%s", err.msg);
         cr_assert_eq(g, 10 + original[k], "gap %u", k);
         lo.from_row = gap_from[k];
         cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_OK, "%s", err.msg);
         add_kept(bt, st, 4, gap_from[k], gap_to[k]);
         cr_assert_eq(sl_worker_batcher_end_range(bt, gap_to[k], &e, &err), SL_OK, "%s", err.msg);
         cr_assert_eq(again.batches, k + 1, "gap %u is one original batch", k);
+        cr_assert_eq(limit, k < 2 ? g + 1 : UINT64_MAX, "gap %u: the next committed g", k);
         uint32_t b = original[k];
         cr_assert_eq(again.lease[k].from_row, whole.lease[b].from_row, "gap %u", k);
         cr_assert_eq(again.lease[k].to_row, whole.lease[b].to_row, "gap %u", k);

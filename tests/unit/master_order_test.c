@@ -147,30 +147,40 @@ Test(master_order, a_gap_after_a_killed_lease_keeps_its_gs)
     const sl_master_order_batch_t c[] = {{110, 125, 41}, {140, 160, 43}};
     sl_error_t err = {0};
     uint64_t b = 0;
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 100, &b, &err), SL_OK, "%s", err.msg);
+    uint64_t lim = 0;
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 100, &b, &lim, &err), SL_OK, "%s",
+                 err.msg);
     cr_assert_eq(b, 40);
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 125, &b, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(lim, 41, "one batch, [100, 110)");
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 125, &b, &lim, &err), SL_OK, "%s",
+                 err.msg);
     cr_assert_eq(b, 42);
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 160, &b, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(lim, 43);
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 160, &b, &lim, &err), SL_OK, "%s",
+                 err.msg);
     cr_assert_eq(b, 44);
-    cr_assert_eq(sl_master_order_gap_base(40, 100, NULL, 0, 100, &b, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(lim, UINT64_MAX, "the tail: its count fixes the split's");
+    cr_assert_eq(sl_master_order_gap_base(40, 100, NULL, 0, 100, &b, NULL, &err), SL_OK, "%s",
+                 err.msg);
     cr_assert_eq(b, 40);
 
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 130, &b, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 130, &b, NULL, &err), SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "deterministic order: row 130 is neither the split's first row "
                               "(100) nor a committed batch's end: batching from it would cut "
                               "new batches");
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 150, &b, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 150, &b, NULL, &err), SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "deterministic order: row 150 lies inside the committed batch of "
                               "rows [140, 160)");
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 140, &b, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 140, &b, NULL, &err), SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "deterministic order: row 140 starts a committed batch, not a gap");
     const sl_master_order_batch_t overlap[] = {{110, 125, 41}, {120, 160, 43}};
-    cr_assert_eq(sl_master_order_gap_base(40, 100, overlap, 2, 160, &b, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_order_gap_base(40, 100, overlap, 2, 160, &b, NULL, &err),
+                 SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "deterministic order: committed batch 1 of rows [120, 160) "
                               "overlaps the one before or lies before the split's row 125");
     const sl_master_order_batch_t falling[] = {{110, 125, 41}, {140, 160, 41}};
-    cr_assert_eq(sl_master_order_gap_base(40, 100, falling, 2, 160, &b, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_order_gap_base(40, 100, falling, 2, 160, &b, NULL, &err),
+                 SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "deterministic order: committed batch 1 of rows [140, 160) has g "
                               "41, below 42");
 }

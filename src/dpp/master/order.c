@@ -139,8 +139,10 @@ bool sl_master_order_locate(const sl_master_order_t *o, uint64_t g, uint32_t *p,
 
 sl_err_t sl_master_order_gap_base(uint64_t split_base, uint64_t split_from_row,
                                   const sl_master_order_batch_t *committed, size_t n,
-                                  uint64_t gap_from, uint64_t *base, sl_error_t *err)
+                                  uint64_t gap_from, uint64_t *base, uint64_t *limit,
+                                  sl_error_t *err)
 {
+    uint64_t lim = UINT64_MAX;
     uint64_t row = split_from_row, next_g = split_base;
     bool found = gap_from == split_from_row;
     *base = split_base;
@@ -172,6 +174,7 @@ sl_err_t sl_master_order_gap_base(uint64_t split_base, uint64_t split_from_row,
             found = true;
             *base = c->g + 1;
         }
+        if (lim == UINT64_MAX && c->from_row > gap_from) lim = c->g;
         row = c->to_row;
         next_g = c->g + 1;
     }
@@ -182,5 +185,6 @@ sl_err_t sl_master_order_gap_base(uint64_t split_base, uint64_t split_from_row,
                             ") nor a committed batch's end: batching from it would cut new "
                             "batches",
                             gap_from, split_from_row);
+    if (limit != NULL) *limit = lim;
     return SL_OK;
 }

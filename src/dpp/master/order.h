@@ -79,13 +79,17 @@ typedef struct sl_master_order_batch {
  * from_row): the split's base when the gap starts at its first row
  * (split_from_row), else the g after the committed batch ending at
  * gap_from. Batching the gap from gap_from then cuts the original batches
- * again, numbered as before. @return SL_ERR_INVALID (naming the rows) when
+ * again, numbered as before. *limit (may be NULL) gets the g of the first
+ * committed batch after the gap, UINT64_MAX when none (the split's tail):
+ * the gap must yield exactly *limit - *base batches, else its batches
+ * were cut differently and must not be handed out. @return SL_ERR_INVALID (naming the rows) when
  * the committed batches overlap or are out of order, when their g's do not
  * rise from split_base with their rows, or when gap_from is neither the
  * split's first row nor a committed batch's end: the gap would cut new
  * batches. */
 sl_err_t sl_master_order_gap_base(uint64_t split_base, uint64_t split_from_row,
                                   const sl_master_order_batch_t *committed, size_t n,
-                                  uint64_t gap_from, uint64_t *base, sl_error_t *err);
+                                  uint64_t gap_from, uint64_t *base, uint64_t *limit,
+                                  sl_error_t *err);
 
 #endif
