@@ -945,8 +945,9 @@ Test(batcher, a_gap_after_a_killed_lease_cuts_the_original_batches_again)
     cr_assert_eq(sl_worker_batcher_new(&o, collect_ranged, &again, &bt, &err), SL_OK);
     for (uint32_t k = 0; k < 3; k++) {
         uint64_t g = 0, limit = 0;
-        cr_assert_eq(sl_master_order_gap_base(10, 0, committed, 2, gap_from[k], &g, &limit, &err),
-                     SL_OK, "%s", err.msg);
+        cr_assert_eq(
+            sl_master_order_gap_base(10, 0, committed, 2, NULL, 0, gap_from[k], &g, &limit, &err),
+            SL_OK, "%s", err.msg);
         cr_assert_eq(g, 10 + original[k], "gap %u", k);
         lo.from_row = gap_from[k];
         cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_OK, "%s", err.msg);

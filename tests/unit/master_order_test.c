@@ -148,39 +148,82 @@ Test(master_order, a_gap_after_a_killed_lease_keeps_its_gs)
     sl_error_t err = {0};
     uint64_t b = 0;
     uint64_t lim = 0;
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 100, &b, &lim, &err), SL_OK, "%s",
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, NULL, 0, 100, &b, &lim, &err), SL_OK, "%s",
                  err.msg);
     cr_assert_eq(b, 40);
     cr_assert_eq(lim, 41, "one batch, [100, 110)");
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 125, &b, &lim, &err), SL_OK, "%s",
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, NULL, 0, 125, &b, &lim, &err), SL_OK, "%s",
                  err.msg);
     cr_assert_eq(b, 42);
     cr_assert_eq(lim, 43);
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 160, &b, &lim, &err), SL_OK, "%s",
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, NULL, 0, 160, &b, &lim, &err), SL_OK, "%s",
                  err.msg);
     cr_assert_eq(b, 44);
     cr_assert_eq(lim, UINT64_MAX, "the tail: its count fixes the split's");
-    cr_assert_eq(sl_master_order_gap_base(40, 100, NULL, 0, 100, &b, NULL, &err), SL_OK, "%s",
-                 err.msg);
+    cr_assert_eq(sl_master_order_gap_base(40, 100, NULL, 0, NULL, 0, 100, &b, NULL, &err), SL_OK,
+                 "%s", err.msg);
     cr_assert_eq(b, 40);
 
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 130, &b, NULL, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, NULL, 0, 130, &b, NULL, &err),
+                 SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "deterministic order: row 130 is neither the split's first row "
                               "(100) nor a committed batch's end: batching from it would cut "
                               "new batches");
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 150, &b, NULL, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, NULL, 0, 150, &b, NULL, &err),
+                 SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "deterministic order: row 150 lies inside the committed batch of "
                               "rows [140, 160)");
-    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, 140, &b, NULL, &err), SL_ERR_INVALID);
+    cr_assert_eq(sl_master_order_gap_base(40, 100, c, 2, NULL, 0, 140, &b, NULL, &err),
+                 SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "deterministic order: row 140 starts a committed batch, not a gap");
     const sl_master_order_batch_t overlap[] = {{110, 125, 41}, {120, 160, 43}};
-    cr_assert_eq(sl_master_order_gap_base(40, 100, overlap, 2, 160, &b, NULL, &err),
+    cr_assert_eq(sl_master_order_gap_base(40, 100, overlap, 2, NULL, 0, 160, &b, NULL, &err),
                  SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "deterministic order: committed batch 1 of rows [120, 160) "
                               "overlaps the one before or lies before the split's row 125");
     const sl_master_order_batch_t falling[] = {{110, 125, 41}, {140, 160, 41}};
-    cr_assert_eq(sl_master_order_gap_base(40, 100, falling, 2, 160, &b, NULL, &err),
+    cr_assert_eq(sl_master_order_gap_base(40, 100, falling, 2, NULL, 0, 160, &b, NULL, &err),
                  SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "deterministic order: committed batch 1 of rows [140, 160) has g "
                               "41, below 42");
+}
+
+/* A resumed job's split: rows handed out before the resume belong to no
+ * batch of it (skip). A gap right after them is judged from where they
+ * start: after a committed batch, the g after it; after another gap of the
+ * lease, it continues that gap's numbering (UINT64_MAX). Split [0, 100) at
+ * base 10, rows [20, 30) and [30, 35) handed out before the resume. */
+Test(master_order, a_gap_after_rows_of_no_batch)
+{
+    const sl_dpp_row_range_t skip[] = {{20, 30}, {30, 35}};
+    const sl_master_order_batch_t c[] = {{10, 20, 11}, {50, 60, 14}};
+    sl_error_t err = {0};
+    uint64_t b = 0, lim = 0;
+    cr_assert_eq(sl_master_order_gap_base(10, 0, c, 2, skip, 2, 35, &b, &lim, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(b, 12, "after the batch ending at row 20");
+    cr_assert_eq(lim, 14);
+    cr_assert_eq(sl_master_order_gap_base(10, 0, c, 2, skip, 2, 0, &b, &lim, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(b, 10);
+    cr_assert_eq(lim, 11);
+    /* nothing committed before the skipped rows: row 19 is in a gap read
+     * before, whose numbering this one continues */
+    const sl_master_order_batch_t later[] = {{50, 60, 14}};
+    cr_assert_eq(sl_master_order_gap_base(10, 0, later, 1, skip, 2, 35, &b, &lim, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(b, UINT64_MAX);
+    cr_assert_eq(lim, 14);
+    /* skipped rows from the split's first row: its base */
+    const sl_dpp_row_range_t head[] = {{0, 5}};
+    cr_assert_eq(sl_master_order_gap_base(10, 0, later, 1, head, 1, 5, &b, &lim, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(b, 10);
+    /* no skip to pass: mid-gap rows are still refused */
+    cr_assert_eq(sl_master_order_gap_base(10, 0, later, 1, skip, 2, 40, &b, &lim, &err),
+                 SL_ERR_INVALID);
+    const sl_dpp_row_range_t bad[] = {{20, 30}, {25, 35}};
+    cr_assert_eq(sl_master_order_gap_base(10, 0, c, 2, bad, 2, 35, &b, &lim, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "deterministic order: rows of no batch 1, [25, 35), empty, out of "
+                              "order or overlapping");
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/assert.h"
+#include "dpp/split.h"
 
 struct sl_master_order {
     const sl_allocator_t *a;
@@ -139,12 +140,26 @@ bool sl_master_order_locate(const sl_master_order_t *o, uint64_t g, uint32_t *p,
 
 sl_err_t sl_master_order_gap_base(uint64_t split_base, uint64_t split_from_row,
                                   const sl_master_order_batch_t *committed, size_t n,
-                                  uint64_t gap_from, uint64_t *base, uint64_t *limit,
-                                  sl_error_t *err)
+                                  const sl_dpp_row_range_t *skip, size_t n_skip, uint64_t gap_from,
+                                  uint64_t *base, uint64_t *limit, sl_error_t *err)
 {
+    /* where the gap starts once the rows of no batch before it are passed */
+    uint64_t eff = gap_from;
+    bool skipped = false;
+    for (size_t i = 0; i < n_skip; i++)
+        if (skip[i].to_row <= skip[i].from_row || (i > 0 && skip[i].from_row < skip[i - 1].to_row))
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "deterministic order: rows of no batch %zu, [%" PRIu64 ", %" PRIu64
+                                "), empty, out of order or overlapping",
+                                i, skip[i].from_row, skip[i].to_row);
+    for (size_t i = n_skip; i-- > 0;)
+        if (skip[i].to_row == eff) {
+            eff = skip[i].from_row;
+            skipped = true;
+        }
     uint64_t lim = UINT64_MAX;
     uint64_t row = split_from_row, next_g = split_base;
-    bool found = gap_from == split_from_row;
+    bool found = eff == split_from_row;
     *base = split_base;
     for (size_t i = 0; i < n; i++) {
         const sl_master_order_batch_t *c = &committed[i];
@@ -159,24 +174,29 @@ sl_err_t sl_master_order_gap_base(uint64_t split_base, uint64_t split_from_row,
                                 "deterministic order: committed batch %zu of rows [%" PRIu64
                                 ", %" PRIu64 ") has g %" PRIu64 ", below %" PRIu64,
                                 i, c->from_row, c->to_row, c->g, next_g);
-        if (gap_from > c->from_row && gap_from < c->to_row)
+        if (eff > c->from_row && eff < c->to_row)
             return sl_error_set(err, SL_ERR_INVALID,
                                 "deterministic order: row %" PRIu64
                                 " lies inside the committed batch of rows [%" PRIu64 ", %" PRIu64
                                 ")",
-                                gap_from, c->from_row, c->to_row);
-        if (gap_from == c->from_row)
-            return sl_error_set(err, SL_ERR_INVALID,
-                                "deterministic order: row %" PRIu64
-                                " starts a committed batch, not a gap",
-                                gap_from);
-        if (c->to_row == gap_from) {
+                                eff, c->from_row, c->to_row);
+        if (eff == c->from_row)
+            return sl_error_set(
+                err, SL_ERR_INVALID,
+                "deterministic order: row %" PRIu64 " starts a committed batch, not a gap", eff);
+        if (c->to_row == eff) {
             found = true;
             *base = c->g + 1;
         }
         if (lim == UINT64_MAX && c->from_row > gap_from) lim = c->g;
         row = c->to_row;
         next_g = c->g + 1;
+    }
+    if (!found && skipped) {
+        /* the row before the rows of no batch lies in another gap of the
+         * same lease, whose numbering this one continues */
+        *base = UINT64_MAX;
+        found = true;
     }
     if (!found)
         return sl_error_set(err, SL_ERR_INVALID,

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dpp/split.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
 
@@ -79,17 +80,28 @@ typedef struct sl_master_order_batch {
  * from_row): the split's base when the gap starts at its first row
  * (split_from_row), else the g after the committed batch ending at
  * gap_from. Batching the gap from gap_from then cuts the original batches
- * again, numbered as before. *limit (may be NULL) gets the g of the first
- * committed batch after the gap, UINT64_MAX when none (the split's tail):
- * the gap must yield exactly *limit - *base batches, else its batches
- * were cut differently and must not be handed out. @return SL_ERR_INVALID (naming the rows) when
- * the committed batches overlap or are out of order, when their g's do not
- * rise from split_base with their rows, or when gap_from is neither the
- * split's first row nor a committed batch's end: the gap would cut new
- * batches. */
+ * again, numbered as before.
+ *
+ * skip[0..n_skip) (sorted, disjoint; NULL when n_skip is 0): rows of no
+ * batch of this job, those a resumed job starts with as delivered. A gap
+ * right after such rows is judged from where they start; when the row
+ * before them lies in no committed batch (another gap of the lease, read
+ * before this one), *base gets UINT64_MAX: this gap continues that gap's
+ * numbering.
+ *
+ * *limit (may be NULL) gets the g of the first committed batch after the
+ * gap, UINT64_MAX when none (the split's tail, whose end is the next
+ * split's base): the gap, with the gaps that continue it, must yield
+ * exactly *limit - *base batches, else its batches were cut differently
+ * and must not be handed out. @return
+ * SL_ERR_INVALID (naming the rows) when the committed batches overlap or
+ * are out of order, when their g's do not rise from split_base with their
+ * rows, when skip is not sorted and disjoint, or when gap_from is neither
+ * the split's first row nor a committed batch's end, skipped rows aside:
+ * the gap would cut new batches. */
 sl_err_t sl_master_order_gap_base(uint64_t split_base, uint64_t split_from_row,
                                   const sl_master_order_batch_t *committed, size_t n,
-                                  uint64_t gap_from, uint64_t *base, uint64_t *limit,
-                                  sl_error_t *err);
+                                  const sl_dpp_row_range_t *skip, size_t n_skip, uint64_t gap_from,
+                                  uint64_t *base, uint64_t *limit, sl_error_t *err);
 
 #endif
