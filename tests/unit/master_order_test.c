@@ -18,7 +18,9 @@ static sl_master_order_t *make(uint32_t n, uint32_t window)
 static void count_ok(sl_master_order_t *o, uint32_t p, uint64_t batches)
 {
     sl_error_t err = {0};
+    char why[256] = "";
     cr_assert_eq(sl_master_order_count(o, p, batches, &err), SL_OK, "%s", err.msg);
+    cr_assert(sl_master_order_valid(o, why, sizeof why), "%s", why);
 }
 
 Test(master_order, counts_out_of_order_make_the_prefix_and_bases)

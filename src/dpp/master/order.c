@@ -3,6 +3,7 @@
 #include "dpp/master/order.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/assert.h"
@@ -12,6 +13,7 @@ struct sl_master_order {
     const sl_allocator_t *a;
     uint32_t n, window;
     uint32_t prefix; /* P: splits 0..P-1 counted */
+    uint64_t sum;    /* batches of every split counted, wherever it lies */
     uint64_t *count; /* [n] batches of the split at each position */
     uint64_t *base;  /* [n + 1]: base[p] valid for p <= prefix */
     bool *counted;   /* [n] */
@@ -57,6 +59,7 @@ void sl_master_order_destroy(sl_master_order_t *o)
 void sl_master_order_reset(sl_master_order_t *o)
 {
     o->prefix = 0;
+    o->sum = 0;
     memset(o->count, 0, (size_t)o->n * sizeof *o->count);
     memset(o->base, 0, ((size_t)o->n + 1) * sizeof *o->base);
     memset(o->counted, 0, (size_t)o->n * sizeof *o->counted);
@@ -78,20 +81,14 @@ sl_err_t sl_master_order_count(sl_master_order_t *o, uint32_t p, uint64_t batche
         return sl_error_set(err, SL_ERR_INVALID,
                             "deterministic order: split at position %u: %" PRIu64 " batches", p,
                             batches);
-    /* The epoch's sum must stay within the bound: checked against the
-     * counts already known, whatever their positions. */
-    uint64_t sum = batches;
-    for (uint32_t i = 0; i < o->n; i++) {
-        if (!o->counted[i]) continue;
-        if (o->count[i] > ORDER_MAX_BATCHES - sum)
-            return sl_error_set(err, SL_ERR_INVALID,
-                                "deterministic order: split at position %u: %" PRIu64
-                                " batches pass 2^63 in the epoch",
-                                p, batches);
-        sum += o->count[i];
-    }
+    if (batches > ORDER_MAX_BATCHES - o->sum)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "deterministic order: split at position %u: %" PRIu64
+                            " batches pass 2^63 in the epoch",
+                            p, batches);
     o->counted[p] = true;
     o->count[p] = batches;
+    o->sum += batches;
     while (o->prefix < o->n && o->counted[o->prefix]) {
         o->base[o->prefix + 1] = o->base[o->prefix] + o->count[o->prefix];
         o->prefix++;
@@ -207,4 +204,40 @@ sl_err_t sl_master_order_gap_base(uint64_t split_base, uint64_t split_from_row,
                             gap_from, split_from_row);
     if (limit != NULL) *limit = lim;
     return SL_OK;
+}
+
+bool sl_master_order_valid(const sl_master_order_t *o, char *why, size_t cap)
+{
+    uint64_t sum = 0;
+    if (o->prefix > o->n) {
+        snprintf(why, cap, "prefix %u past %u splits", o->prefix, o->n);
+        return false;
+    }
+    if (o->base[0] != 0) {
+        snprintf(why, cap, "base[0] is %" PRIu64, o->base[0]);
+        return false;
+    }
+    for (uint32_t p = 0; p < o->n; p++) {
+        if (p < o->prefix && !o->counted[p]) {
+            snprintf(why, cap, "split at position %u below the prefix %u is not counted", p,
+                     o->prefix);
+            return false;
+        }
+        if (p < o->prefix && o->base[p + 1] != o->base[p] + o->count[p]) {
+            snprintf(why, cap,
+                     "base[%u] %" PRIu64 " is not base[%u] %" PRIu64 " + %" PRIu64 " batches",
+                     p + 1, o->base[p + 1], p, o->base[p], o->count[p]);
+            return false;
+        }
+        if (o->counted[p]) sum += o->count[p];
+    }
+    if (o->prefix < o->n && o->counted[o->prefix]) {
+        snprintf(why, cap, "split at position %u is counted but the prefix stops there", o->prefix);
+        return false;
+    }
+    if (sum != o->sum) {
+        snprintf(why, cap, "%" PRIu64 " batches counted, the sum says %" PRIu64, sum, o->sum);
+        return false;
+    }
+    return true;
 }

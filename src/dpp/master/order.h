@@ -62,6 +62,13 @@ bool sl_master_order_may_lease(const sl_master_order_t *o, uint32_t p);
  * @return false otherwise. O(log P). */
 bool sl_master_order_locate(const sl_master_order_t *o, uint64_t g, uint32_t *p, uint64_t *k);
 
+/* The invariants (for sl_master_state_check once the order is wired, and
+ * the tests): splits below the prefix counted, the prefix stopping at the
+ * first uncounted one, base[p + 1] = base[p] + count[p] below it, the sum
+ * of the counts kept. O(splits). @return false with why filled (a
+ * message of at most cap bytes) when one is broken. */
+bool sl_master_order_valid(const sl_master_order_t *o, char *why, size_t cap);
+
 /* The rank that takes batch g of a job of ranks ranks (> 0). */
 static inline uint32_t sl_master_order_rank(uint64_t g, uint32_t ranks)
 {
