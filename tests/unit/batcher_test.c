@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "dpp/master/order.h"
 #include "dpp/worker/batcher.h"
 #include "sluice/wire.h"
 #include "testutil.h"
@@ -902,4 +903,66 @@ Test(batcher, record_times_travel_with_their_rows)
     sl_batch_destroy(s);
     sl_worker_batcher_destroy(bt);
     free(sk);
+}
+
+/* The deterministic order's premise (docs/DESIGN.md, "A deterministic
+ * order", Failures): a lease killed after committing some batches of a
+ * split leaves gaps that start at the split's first row or at a committed
+ * batch's end; batching each gap from its start cuts the original batches
+ * again, rows and in-batch shuffle alike, and sl_master_order_gap_base
+ * gives them their original global indices. Split 4 at base 10, batches
+ * of 5 of the rows not multiples of 5: [0, 7) [7, 13) [13, 19) [19, 25)
+ * [25, 30); the lease died with g 11 and 13 committed. */
+Test(batcher, a_gap_after_a_killed_lease_cuts_the_original_batches_again)
+{
+    sl_batch_t *st[2];
+    for (int k = 0; k < 2; k++) {
+        st[k] = sl_batch_new(NULL);
+        make_stripe(st[k], k * 15, 15, false);
+    }
+    sl_worker_batcher_opts_t o = {
+        .batch_size = 5, .sample_ids = true, .shuffle_window = 5, .seed = 28};
+    sl_error_t err = {0};
+    sl_dpp_row_range_t e;
+    rsink_t whole = {0}, again = {0};
+    sl_worker_batcher_t *bt;
+    cr_assert_eq(sl_worker_batcher_new(&o, collect_ranged, &whole, &bt, &err), SL_OK);
+    sl_worker_lease_origin_t lo = {.handle = &whole, .split = 4, .from_row = 0};
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_OK, "%s", err.msg);
+    add_kept(bt, st, 4, 0, 30);
+    cr_assert_eq(sl_worker_batcher_end_range(bt, 30, &e, &err), SL_OK, "%s", err.msg);
+    sl_worker_batcher_destroy(bt);
+    static const uint64_t from[5] = {0, 7, 13, 19, 25}, to[5] = {7, 13, 19, 25, 30};
+    cr_assert_eq(whole.batches, 5);
+    for (uint32_t b = 0; b < 5; b++) {
+        cr_assert_eq(whole.lease[b].from_row, from[b], "batch %u", b);
+        cr_assert_eq(whole.lease[b].to_row, to[b], "batch %u", b);
+    }
+
+    const sl_master_order_batch_t committed[] = {{7, 13, 11}, {19, 25, 13}};
+    static const uint64_t gap_from[3] = {0, 13, 25}, gap_to[3] = {7, 19, 30};
+    static const uint32_t original[3] = {0, 2, 4};
+    cr_assert_eq(sl_worker_batcher_new(&o, collect_ranged, &again, &bt, &err), SL_OK);
+    for (uint32_t k = 0; k < 3; k++) {
+        uint64_t g = 0, limit = 0;
+        cr_assert_eq(
+            sl_master_order_gap_base(10, 0, committed, 2, NULL, 0, gap_from[k], &g, &limit, &err),
+            SL_OK, "%s", err.msg);
+        cr_assert_eq(g, 10 + original[k], "gap %u", k);
+        lo.from_row = gap_from[k];
+        cr_assert_eq(sl_worker_batcher_begin_range(bt, &lo, 1, &err), SL_OK, "%s", err.msg);
+        add_kept(bt, st, 4, gap_from[k], gap_to[k]);
+        cr_assert_eq(sl_worker_batcher_end_range(bt, gap_to[k], &e, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(again.batches, k + 1, "gap %u is one original batch", k);
+        cr_assert_eq(limit, k < 2 ? g + 1 : UINT64_MAX, "gap %u: the next committed g", k);
+        uint32_t b = original[k];
+        cr_assert_eq(again.lease[k].from_row, whole.lease[b].from_row, "gap %u", k);
+        cr_assert_eq(again.lease[k].to_row, whole.lease[b].to_row, "gap %u", k);
+        cr_assert_eq(again.n[k], whole.n[b], "gap %u", k);
+        cr_assert_eq(memcmp(again.ids[k], whole.ids[b], whole.n[b] * sizeof(int64_t)), 0,
+                     "gap %u: the rows or their shuffled order differ from batch %u", k, b);
+    }
+    sl_worker_batcher_destroy(bt);
+    for (int k = 0; k < 2; k++)
+        sl_batch_destroy(st[k]);
 }
