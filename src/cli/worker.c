@@ -252,17 +252,6 @@ int sl_cli_worker(int argc, char **argv)
         exit_when_done = true; /* the master says when there is no more work */
     } else {
         rc = sl_pipeline_job_load(job_path, &job, &problems, &err);
-        /* one worker alone has no global sequence to keep: refused, not
-         * run in its reading order */
-        if (rc == SL_OK && job->order == SL_PIPELINE_ORDER_DETERMINISTIC) {
-            rc = sl_pipeline_problems_add(&problems,
-                                          "$.order: \"deterministic\" needs a master (sluice "
-                                          "worker --master)")
-                     ? SL_ERR_INVALID
-                     : sl_error_set(&err, SL_ERR_NOMEM, "spec problems");
-            sl_pipeline_job_destroy(job);
-            job = NULL;
-        }
         if (rc == SL_OK) {
             rc = sl_worker_start(job, &o, &w, &problems, &err);
             if (rc != SL_OK) {

@@ -619,33 +619,3 @@ Test(cli_jobs, the_control_and_admin_ports_mixed_up_are_named)
     cr_assert(strstr(out, expect) != NULL, "%s", out);
     free(job);
 }
-
-/* "order": "deterministic" parses but is not built: the master refuses the
- * job by name (never runs it in the dynamic order), and so does a worker
- * started on its own with such a spec. */
-Test(cli_jobs, a_deterministic_order_is_refused_until_built)
-{
-    fu_master_t m = {0};
-    fu_master_start(&m);
-    char spec[300], expect[1024];
-    snprintf(spec, sizeof spec, "%s/det.json", fu_dir);
-    fu_write(spec, "{\"id\": \"det\", \"source\": {\"table\": \"/nonexistent/t\"}, "
-                   "\"order\": \"deterministic\"}");
-    cr_assert_eq(SLUICE("submit", "--job", spec, "--admin", m.admin), 1, "%s", out);
-    snprintf(expect, sizeof expect,
-             "sluice submit: POST http://%s/jobs: HTTP 400: spec: $.spec.order: "
-             "\"deterministic\" is not built yet (issue 28 item 3, docs/DESIGN.md \"A "
-             "deterministic order\"); submit with \"dynamic\"\n",
-             m.admin);
-    cr_assert(strncmp(out, expect, strlen(expect)) == 0, "%s", out);
-    cr_assert_eq(SLUICE("jobs", "list", "--admin", m.admin), 0, "%s", out);
-    cr_assert(strstr(out, "det") == NULL, "%s", out);
-    fu_master_stop(&m, SIGTERM);
-
-    cr_assert_eq(SLUICE("worker", "--job", spec, "--listen", "127.0.0.1:0"), 2, "%s", out);
-    snprintf(expect, sizeof expect,
-             "sluice worker: %s: 1 problem\n  $.order: \"deterministic\" needs a master "
-             "(sluice worker --master)\n",
-             spec);
-    cr_assert_str_eq(out, expect);
-}

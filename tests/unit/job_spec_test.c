@@ -952,34 +952,3 @@ Test(job_spec, parquet_source)
     parse_bad("{'source': {'table': 't', 'parquet': 'p'}}", 1,
               (const char *[]){"$.source: give one of *"});
 }
-
-/* "order": dynamic by default; deterministic parses for a table source
- * with no shuffle window or one of the batch size, and is refused with a
- * Kafka source or a window that runs across batches. */
-Test(job_spec, order)
-{
-    sl_pipeline_job_t *job = parse_ok("{'source': {'table': 't'}}");
-    cr_assert_eq(job->order, SL_PIPELINE_ORDER_DYNAMIC);
-    sl_pipeline_job_destroy(job);
-    job = parse_ok("{'source': {'table': 't'}, 'order': 'deterministic',"
-                   " 'batch': {'size': 64, 'shuffle': {'window': 64}}}");
-    cr_assert_eq(job->order, SL_PIPELINE_ORDER_DETERMINISTIC);
-    cr_assert_eq(job->shuffle_window, 64);
-    sl_pipeline_job_destroy(job);
-    job = parse_ok("{'source': {'table': 't'}, 'order': 'dynamic'}");
-    cr_assert_eq(job->order, SL_PIPELINE_ORDER_DYNAMIC);
-    sl_pipeline_job_destroy(job);
-    parse_bad("{'source': {'table': 't'}, 'order': 'random'}", 1, (const char *[]){"$.order: *"});
-    parse_bad("{'source': {'table': 't'}, 'order': 'deterministic',"
-              " 'batch': {'size': 64, 'shuffle': {'window': 100}}}",
-              1,
-              (const char *[]){"$.batch.shuffle.window: 100 rows with \"order\": "
-                               "\"deterministic\": give 0 or the batch size (64), a batch "
-                               "shuffling its own rows only"});
-    parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
-              "}}, 'order': 'deterministic'}",
-              1,
-              (const char *[]){"$.order: \"deterministic\" is refused for a Kafka source: its "
-                               "splits are made as the partitions grow, there is no fixed "
-                               "sequence of batches to number"});
-}

@@ -521,15 +521,6 @@ static sl_err_t check_spec(const char *text, bool resumed, sl_pipeline_job_t **j
     sl_err_t rc = sl_pipeline_job_parse(text, strlen(text), job, &pr, err);
     if (rc == SL_ERR_INVALID && pr.count > 0)
         sl_pipeline_bind_anyway(text, strlen(text), NULL, &pr);
-    /* Refused rather than run in the dynamic order: the sequencing (counted
-     * bases, per-rank routing, the client's reorder buffer) is not built. */
-    if (rc == SL_OK && (*job)->order == SL_PIPELINE_ORDER_DETERMINISTIC &&
-        !sl_pipeline_problems_add(&pr, "$.order: \"deterministic\" is not built yet (issue 28 "
-                                       "item 3, docs/DESIGN.md \"A deterministic order\"); "
-                                       "submit with \"dynamic\""))
-        rc = sl_error_set(err, SL_ERR_NOMEM, "spec problems");
-    else if (rc == SL_OK && (*job)->order == SL_PIPELINE_ORDER_DETERMINISTIC)
-        rc = SL_ERR_INVALID;
     if (rc == SL_OK && (*job)->parquet) {
         rc = parquet_splits(*job, ds, splits, ps, &pr, err);
     } else if (rc == SL_OK && (*job)->is_kafka) {

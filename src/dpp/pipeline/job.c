@@ -613,7 +613,6 @@ static const dpp_field_t batch_fields[] = {
 static const dpp_object_t batch = {"$.batch", batch_fields, COUNT(batch_fields)};
 
 static const char *const on_bad_split[] = {"fail", "skip", NULL};
-static const char *const orders[] = {"dynamic", "deterministic", NULL};
 
 static const dpp_field_t root_fields[] = {
     {.name = "id",
@@ -644,15 +643,6 @@ static const dpp_field_t root_fields[] = {
              "under a master, read and transform each split once for every job of the same plan "
              "fingerprint that shares (docs/JOBS.md, \"Shared passes\"); `false`: this job is "
              "always read on its own"),
-    {.name = "order",
-     .type = FIELD_ENUM,
-     .choices = orders,
-     .def.u = SL_PIPELINE_ORDER_DYNAMIC,
-     AT(order),
-     .doc = "under a master, `\"dynamic\"`: batches go out as workers read them; "
-            "`\"deterministic\"`: the global sequence of batches is a function of the seed and "
-            "the epoch only (docs/DESIGN.md, \"A deterministic order\"). Not built yet: a "
-            "master refuses such a job, and a Kafka source refuses it always"},
     BOOL_KEY("autocache", autocache, true,
              "under a master with `--cache-dir`, let the autocache measure this job's first "
              "epoch and, when reading a cached output wins, serve later epochs (and later jobs "
@@ -879,26 +869,6 @@ static void check_source(dpp_parse_t *p, const json_t *src, sl_pipeline_job_t *j
                                  k->stop_ms, k->start_ms);
 }
 
-/* What a deterministic order cannot be combined with, whatever else
- * refuses it: a stream's chunks are made as its partitions grow (no split
- * list to number batches by), and a shuffle window that runs across
- * batches would make a batch's rows depend on the batches before it. */
-static void check_order(dpp_parse_t *p, const sl_pipeline_job_t *job)
-{
-    if (job->order != SL_PIPELINE_ORDER_DETERMINISTIC) return;
-    if (job->is_kafka)
-        sl_pipeline_problems_add(p->problems,
-                                 "$.order: \"deterministic\" is refused for a Kafka source: its "
-                                 "splits are made as the partitions grow, there is no fixed "
-                                 "sequence of batches to number");
-    if (job->shuffle_window != 0 && job->shuffle_window != job->batch_size)
-        sl_pipeline_problems_add(p->problems,
-                                 "$.batch.shuffle.window: %u rows with \"order\": "
-                                 "\"deterministic\": give 0 or the batch size (%u), a batch "
-                                 "shuffling its own rows only",
-                                 job->shuffle_window, job->batch_size);
-}
-
 sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
                                    sl_pipeline_problems_t *problems, sl_error_t *err)
 {
@@ -914,7 +884,6 @@ sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
     else
         parse_object(&p, spec, &dpp_spec_root, job);
     check_source(&p, json_object_get(spec, "source"), job);
-    check_order(&p, job);
     sl_err_t rc = SL_OK;
     if (p.nomem || p.problems->nomem) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");

@@ -43,13 +43,6 @@ typedef enum sl_pipeline_kafka_format {
     SL_PIPELINE_KAFKA_JSON = 1      /* a JSON object, mapped by source.kafka.columns */
 } sl_pipeline_kafka_format_t;
 
-/* The order batches are handed out in ("order", docs/JOBS.md). */
-typedef enum sl_pipeline_order {
-    SL_PIPELINE_ORDER_DYNAMIC = 0,      /* as workers read them (the default) */
-    SL_PIPELINE_ORDER_DETERMINISTIC = 1 /* a function of (seed, epoch) only: docs/DESIGN.md,
-                                           "A deterministic order" */
-} sl_pipeline_order_t;
-
 /* source.kafka (docs/KAFKA.md): the topics read instead of a table. */
 typedef struct sl_pipeline_kafka {
     char *brokers; /* bootstrap servers, "host:port[,host:port...]" */
@@ -109,7 +102,6 @@ typedef struct sl_pipeline_job {
     bool skip_bad_splits;    /* "on_bad_split": "skip" (default "fail"; under a master) */
     bool share;              /* "share": may share passes with jobs of the same plan
                                 fingerprint (default true; under a master) */
-    uint8_t order;           /* sl_pipeline_order_t; default dynamic */
     bool autocache;          /* "autocache": may read and write a master's cache
                                 directory (default true; docs/JOBS.md "Autocache") */
     /* Directory that relative map_vocab files resolve against: the spec
