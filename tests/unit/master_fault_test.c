@@ -2,10 +2,12 @@
  * fails (libfiu point sluice/journal/fdatasync, journal.c): a COMMIT whose
  * record cannot be made durable is never answered COMMITTED (the client
  * gets an ERROR and its connection closes), the master refuses every
- * change from then on and is not ready (/readyz), and a restarted master,
- * with the disk well again, replays what reached the file: the client's
- * retry of its unanswered commit is COMMITTED once, and rows it never got
- * an answer for are not lost nor doubled. */
+ * change from then on and is not ready (/readyz) while the disk fails;
+ * with the disk well again the running master recovers (recover.c: the
+ * state directory replayed again, with backoff) as a restarted one does,
+ * replaying what reached the file: the client's retry of its unanswered
+ * commit is COMMITTED once, and rows it never got an answer for are not
+ * lost nor doubled. */
 #define FIU_ENABLE 1 /* libfiu's real calls, not fiu.h's no-op stand-ins */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -16,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "dpp/master/admin.h"
 #include "rpc/frame.h"
@@ -170,11 +174,11 @@ Test(master_fault, a_commit_that_cannot_reach_the_disk_is_never_answered)
     cr_assert_eq(commit(c, 2, &ref, 100, 200, why, sizeof why), -1, "answered without a sync");
     cr_assert(strstr(why, "master state failed") != NULL, "%s", why);
     cr_assert(!sl_master_ready(e.m), "/readyz stays ready with a failed journal");
-    cr_assert_eq(fiu_disable("sluice/journal/fdatasync"), 0);
-    /* the disk is well again; this run still promises nothing */
+    /* while the disk fails, this run promises nothing */
     c = client(&e);
     cr_assert_eq(commit(c, 3, &ref, 200, 300, why, sizeof why), -1);
     cr_assert(!sl_master_ready(e.m));
+    cr_assert_eq(fiu_disable("sluice/journal/fdatasync"), 0);
     /* a new run replays the journal: the commit whose answer was lost was
      * written before its fdatasync failed, so the client's retry (same
      * nonce) is COMMITTED and its rows are not committed twice */
@@ -209,13 +213,87 @@ Test(master_fault, an_admin_change_that_cannot_reach_the_disk_fails)
     cr_assert_eq(sl_master_job_remove(e.m, "j", &err), SL_ERR_IO);
     cr_assert(strstr(err.msg, "fdatasync") != NULL, "%s", err.msg);
     cr_assert(!sl_master_ready(e.m));
-    cr_assert_eq(fiu_disable("sluice/journal/fdatasync"), 0);
     cr_assert_eq(sl_master_job_remove(e.m, "j", &err), SL_ERR_IO);
     cr_assert(strstr(err.msg, "master state failed") != NULL, "%s", err.msg);
+    cr_assert_eq(fiu_disable("sluice/journal/fdatasync"), 0);
     sl_master_stop(e.m);
     env_start(&e);
     cr_assert(sl_master_ready(e.m));
     cr_assert_eq(sl_master_job_remove(e.m, "j", &err), SL_ERR_NOT_FOUND, "%s", err.msg);
+    sl_master_stop(e.m);
+    tu_rm_tree(e.root);
+}
+
+/* Wait (at most 10 s, scaled) for the master to be ready again. */
+static bool ready_within(sl_master_t *m)
+{
+    uint64_t deadline = sl_clock_ms() + (uint64_t)(tu_timeout(10) * 1000);
+    while (!sl_master_ready(m)) {
+        if (sl_clock_ms() > deadline) return false;
+        usleep(10 * 1000);
+    }
+    return true;
+}
+
+/* The value of the metric line that starts with prefix, -1 without one. */
+static double metric(sl_master_t *m, const char *prefix)
+{
+    char *text = sl_master_metrics_text(m);
+    cr_assert_not_null(text);
+    double v = -1;
+    for (const char *p = text; p != NULL && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, prefix, strlen(prefix)) == 0) v = strtod(p + strlen(prefix), NULL);
+    sl_strfree(sl_master_allocator(m), text);
+    return v;
+}
+
+/* The running master recovers when the disk does: while fdatasync fails
+ * it stays failed (its tries to open the directory again fail too, with
+ * backoff, counted); once the fault is off it is ready within the bound,
+ * and its state is exactly the durable one: the unanswered commit (its
+ * record written before the failed fdatasync) answers its retry
+ * COMMITTED, an overlapping one is refused, the one refused while failed
+ * is committed now; and every row of both epochs is committed once. */
+Test(master_fault, the_running_master_recovers_when_the_disk_does)
+{
+    cr_assert_eq(fiu_init(0), 0);
+    env e;
+    env_init(&e);
+    Sluice__Control__SplitRef ref;
+    int w = worker(&e, &ref);
+    int c = client(&e);
+    char why[512] = "";
+    cr_assert_eq(commit(c, 1, &ref, 0, 100, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    cr_assert_eq(fiu_enable("sluice/journal/fdatasync", 1, (void *)(intptr_t)EIO, 0), 0);
+    cr_assert_eq(commit(c, 2, &ref, 100, 200, why, sizeof why), -1, "answered without a sync");
+    c = client(&e);
+    cr_assert_eq(commit(c, 3, &ref, 200, 300, why, sizeof why), -1);
+    /* tries while the disk fails: at 100, 300, 700 ms after the failure */
+    uint64_t deadline = sl_clock_ms() + (uint64_t)(tu_timeout(10) * 1000);
+    while (metric(e.m, "sluice_master_state_recoveries_total{result=\"failed\"} ") < 2) {
+        cr_assert(sl_clock_ms() < deadline, "no try to recover within the bound");
+        usleep(20 * 1000);
+    }
+    cr_assert(!sl_master_ready(e.m), "ready while the disk fails");
+    cr_assert_eq(metric(e.m, "sluice_master_state_recoveries_total{result=\"ok\"} "), 0);
+    cr_assert_eq(fiu_disable("sluice/journal/fdatasync"), 0);
+    cr_assert(ready_within(e.m), "not ready again once the disk is well");
+    cr_assert_eq(metric(e.m, "sluice_master_state_recoveries_total{result=\"ok\"} "), 1);
+    /* the connections of the failed run were closed: dial again */
+    c = client(&e);
+    cr_assert_eq(commit(c, 2, &ref, 100, 200, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "%s", why);
+    cr_assert_eq(commit(c, 4, &ref, 150, 250, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP, "%s", why);
+    cr_assert_eq(commit(c, 3, &ref, 200, 300, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "%s", why);
+    json_t *job = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_admin_job_json(e.m, "j", &job, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(json_integer_value(json_object_get(job, "committed_rows")), 300);
+    json_decref(job);
+    (void)w;
     sl_master_stop(e.m);
     tu_rm_tree(e.root);
 }
