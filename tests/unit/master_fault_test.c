@@ -17,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#define _GNU_SOURCE 1 /* unshare */
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,13 +42,27 @@ static void env_start(env *e)
     cr_assert_eq(sl_master_start(&e->o, &e->m, &err), SL_OK, "%s", err.msg);
 }
 
-static void env_init(env *e)
+/* A tmpfs of size bytes on dir, in a mount namespace of this test's
+ * process only (its mounts private, so nothing reaches the machine's):
+ * skips the test where the process may not make one. */
+static void tmpfs_on(const char *dir, size_t size)
+{
+    if (unshare(CLONE_NEWNS) != 0) cr_skip_test("no mount namespace: %s", strerror(errno));
+    cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0, "%s", strerror(errno));
+    char opts[64];
+    snprintf(opts, sizeof opts, "size=%zu", size);
+    if (mount("tmpfs", dir, "tmpfs", 0, opts) != 0)
+        cr_skip_test("cannot mount a tmpfs: %s", strerror(errno));
+}
+
+static void env_init_on(env *e, size_t tmpfs_bytes)
 {
     snprintf(e->root, sizeof e->root, "/tmp/sluice-mfault-XXXXXX");
     cr_assert_not_null(mkdtemp(e->root));
     snprintf(e->table, sizeof e->table, "%s/table", e->root);
     snprintf(e->state, sizeof e->state, "%s/state", e->root);
     cr_assert_eq(mkdir(e->state, 0755), 0);
+    if (tmpfs_bytes > 0) tmpfs_on(e->state, tmpfs_bytes);
     sl_wh_gen_spec_t spec;
     sl_error_t err = {0};
     cr_assert_eq(sl_wh_gen_preset("criteo", 1000, 7, &spec, &err), SL_OK, "%s", err.msg);
@@ -68,6 +85,11 @@ static void env_init(env *e)
     cr_assert_eq(sl_master_admin_job_submit(e->m, body, &id, &err), SL_OK, "%s", err.msg);
     sl_strfree(sl_master_allocator(e->m), id);
     json_decref(body);
+}
+
+static void env_init(env *e)
+{
+    env_init_on(e, 0);
 }
 
 static int dial(env *e)
@@ -295,5 +317,72 @@ Test(master_fault, the_running_master_recovers_when_the_disk_does)
     json_decref(job);
     (void)w;
     sl_master_stop(e.m);
+    tu_rm_tree(e.root);
+}
+
+/* The journal's file system full for real (a 1 MiB tmpfs, filled by a
+ * file beside the journal): the first commit whose record cannot be
+ * written (ENOSPC) is not answered, the master is not ready and its tries
+ * to recover fail while the disk is full; once the file is removed it
+ * recovers, the unanswered commit's retry is COMMITTED, and rows [0, 300)
+ * are committed exactly once (an overlap refused, 300 rows in all). */
+Test(master_fault, a_full_file_system_then_space_again)
+{
+    env e;
+    env_init_on(&e, 1u << 20);
+    Sluice__Control__SplitRef ref;
+    int w = worker(&e, &ref);
+    int c = client(&e);
+    char why[512] = "";
+    cr_assert_eq(commit(c, 1, &ref, 0, 100, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED);
+    char filler[200];
+    snprintf(filler, sizeof filler, "%s/filler", e.state);
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert_geq(fd, 0);
+    static char block[4096];
+    int k = 0;
+    for (; k < 1024 && write(fd, block, sizeof block) == (ssize_t)sizeof block; k++) {
+    }
+    cr_assert_lt(k, 1024, "the tmpfs did not fill up");
+    cr_assert_eq(errno, ENOSPC, "%s", strerror(errno));
+    close(fd);
+    /* commits of one row each until one's record finds no room (the
+     * journal's last page had some) */
+    uint64_t row = 100, nonce = 10;
+    int res;
+    while ((res = commit(c, nonce, &ref, row, row + 1, why, sizeof why)) ==
+           SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED) {
+        row++;
+        nonce++;
+        cr_assert_lt(row, 400, "commits go on on a full disk");
+    }
+    cr_assert_eq(res, -1);
+    cr_assert(strstr(why, "master state failed") != NULL, "%s", why);
+    cr_assert(!sl_master_ready(e.m));
+    uint64_t deadline = sl_clock_ms() + (uint64_t)(tu_timeout(10) * 1000);
+    while (metric(e.m, "sluice_master_state_recoveries_total{result=\"failed\"} ") < 1) {
+        cr_assert(sl_clock_ms() < deadline, "no try to recover within the bound");
+        usleep(20 * 1000);
+    }
+    cr_assert(!sl_master_ready(e.m), "ready on a full disk");
+    cr_assert_eq(unlink(filler), 0);
+    cr_assert(ready_within(e.m), "not ready again once there is space");
+    /* the unanswered commit's retry, then the rest of rows [0, 300) */
+    c = client(&e);
+    cr_assert_eq(commit(c, nonce, &ref, row, row + 1, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "%s", why);
+    cr_assert_eq(commit(c, nonce + 1, &ref, row + 1, 300, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED, "%s", why);
+    cr_assert_eq(commit(c, nonce + 2, &ref, 0, 300, why, sizeof why),
+                 SLUICE__CONTROL__COMMIT_REPLY__RESULT__OVERLAP, "%s", why);
+    json_t *job = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_admin_job_json(e.m, "j", &job, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(json_integer_value(json_object_get(job, "committed_rows")), 300);
+    json_decref(job);
+    (void)w;
+    sl_master_stop(e.m);
+    umount(e.state);
     tu_rm_tree(e.root);
 }
