@@ -322,8 +322,9 @@ static void destroy(sl_master_t *m)
 }
 
 /* Jobs found in the state directory get their process-side records back
- * (under m->mu, though no other thread runs yet: the rule has no
- * exceptions). */
+ * (under m->mu: at start, though no other thread runs yet, the rule has
+ * no exceptions; and after a recovery, recover.c, where jobs known
+ * already keep theirs). */
 sl_err_t mp_adopt_jobs(sl_master_t *m, sl_error_t *err)
 {
     const char *ids[1024];
