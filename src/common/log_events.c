@@ -55,6 +55,13 @@ const sl_log_event_def_t sl_log_event_defs[SL_EV_COUNT] = {
     [SL_EV_STATE_FAILED] =
         {"state_failed", "error", "master", "reason",
          "a change could not be made durable: the master refuses changes (`/readyz` 503)"},
+    [SL_EV_STATE_RECOVERED] = {"state_recovered", "info", "master", "reason, records",
+                               "the disk came back: the state directory was replayed again and "
+                               "the master accepts changes (`/readyz` 200)"},
+    [SL_EV_STATE_RECOVERY_FAILED] =
+        {"state_recovery_failed", "warn", "master", "error, retry_ms",
+         "a try to open the state directory again after a failure failed; tried again with "
+         "backoff"},
     [SL_EV_FINAL_SYNC_FAILED] = {"final_sync_failed", "error", "master", "reason",
                                  "the last journal sync at shutdown failed"},
     [SL_EV_OUT_OF_MEMORY] = {"out_of_memory", "warn", "master", "error",

@@ -31,6 +31,8 @@
     X(JOB_FAILED)                                                                                  \
     X(JOURNAL_TAIL_CUT)                                                                            \
     X(STATE_FAILED)                                                                                \
+    X(STATE_RECOVERED)                                                                             \
+    X(STATE_RECOVERY_FAILED)                                                                       \
     X(FINAL_SYNC_FAILED)                                                                           \
     X(OUT_OF_MEMORY)                                                                               \
     X(ASSERTION_FAILED)                                                                            \

@@ -68,6 +68,10 @@ const sl_metric_def_t sl_metric_defs[SL_M_COUNT] = {
     [SL_M_MASTER_JOURNAL_COMPACTIONS_TOTAL] =
         {"sluice_master_journal_compactions_total", "counter", "",
          "Journal compactions (snapshot written, journal emptied) in this run."},
+    [SL_M_MASTER_STATE_RECOVERIES_TOTAL] =
+        {"sluice_master_state_recoveries_total", "counter", "result",
+         "Tries to open the state directory again after a journal failure, by result (ok, "
+         "failed)."},
     [SL_M_MASTER_MEMORY_BYTES] = {"sluice_master_memory_bytes", "gauge", "",
                                   "Resident memory of the master."},
     [SL_M_MASTER_JOB_PLAN_INFO] =

@@ -38,6 +38,7 @@
     X(MASTER_CONNECTIONS)                                                                          \
     X(MASTER_JOURNAL_SYNCS_TOTAL)                                                                  \
     X(MASTER_JOURNAL_COMPACTIONS_TOTAL)                                                            \
+    X(MASTER_STATE_RECOVERIES_TOTAL)                                                               \
     X(MASTER_MEMORY_BYTES)                                                                         \
     X(MASTER_JOB_PLAN_INFO)                                                                        \
     X(MASTER_SPLITS)                                                                               \

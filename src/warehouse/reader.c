@@ -8,6 +8,8 @@
  * indices, bitmaps) is checked here before it is used. */
 #include "reader_internal.h"
 
+#include <errno.h>
+#include <fiu-local.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -37,11 +39,25 @@ static sl_err_t out_reserve(sl_wh_reader_t *r, uint32_t s, wh_buf_t *b, uint64_t
 
 /* ---- stripe ---- */
 
+/* A storage fault injected on a stripe's read (libfiu point
+ * sluice/warehouse/read, enabled by tests, in a worker process through
+ * fiu-run's preload: tests/integration/fleet_failures_test.c): its
+ * failinfo is the stripe to fail plus one, 0 every stripe. */
+static bool read_injected(uint32_t s)
+{
+    if (!fiu_fail("sluice/warehouse/read")) return false;
+    uintptr_t only = (uintptr_t)fiu_failinfo();
+    return only == 0 || only == (uintptr_t)s + 1;
+}
+
 /* Read the projected streams of stripe s into rbuf (coalesced preads) and
  * point sptr at each; verify checksums. */
 static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
 {
     const wh_file_t *f = r->f;
+    if (read_injected(s))
+        return sl_error_set(err, SL_ERR_IO, "%s stripe %u: read: %s (injected fault)", f->src.name,
+                            s, strerror(EIO));
     const wh_stripe_t *sp = &f->stripes[s];
     uint32_t ns = sp->num_streams;
     if (!wh_buf_reserve(&r->sptr, r->a, (size_t)ns * (sizeof(void *) + 1)))

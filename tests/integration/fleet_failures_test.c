@@ -7,6 +7,8 @@
  * 30 s timeout) and `sluice read` exits non-zero printing it. With
  * "on_bad_split": "skip" the split is skipped and counted instead, and every
  * sample of the other splits arrives exactly once in each of two epochs.
+ * The same with the stripe whole but its reads failing with EIO in the
+ * worker processes (libfiu, a storage fault).
  * And the executor: a --worker-log-dir that does not exist is refused at
  * start; spawns are in the metrics. */
 #include "fleet_util.h"
@@ -16,11 +18,13 @@ TestSuite(fleet_failures, .init = fu_setup, .fini = fu_teardown, .timeout = 180)
 #define ROWS 4000
 #define STRIPE_ROWS 500 /* 8 stripes, one split each */
 #define BAD_STRIPE 3
+#define FIU_PRELOAD "/usr/lib/fiu/fiu_run_preload.so" /* fiu-utils: what fiu-run preloads */
 
-/* Flip bytes all over stripe `stripe` of the table's one data file, so that
- * every stream of it fails its checksum; its sample ids go to bad[]
- * (STRIPE_ROWS of them). rel gets the file, relative to the table. */
-static void corrupt_stripe(const char *table, uint32_t stripe, char *rel, size_t cap, uint8_t *bad)
+/* The sample ids of stripe `stripe` of the table's one data file go to
+ * bad[] (STRIPE_ROWS of them); rel gets the file, relative to the table;
+ * @return where the stripe lies in the file. */
+static sl_wh_stripe_info_t stripe_ids(const char *table, uint32_t stripe, char *rel, size_t cap,
+                                      uint8_t *bad)
 {
     sl_error_t err = {0};
     sl_wh_table_t *t = NULL;
@@ -49,6 +53,16 @@ static void corrupt_stripe(const char *table, uint32_t stripe, char *rel, size_t
         bad[id] = 1;
     }
     sl_wh_reader_close(r);
+    return info;
+}
+
+/* Flip bytes all over stripe `stripe` of the table's one data file, so that
+ * every stream of it fails its checksum; as stripe_ids otherwise. */
+static void corrupt_stripe(const char *table, uint32_t stripe, char *rel, size_t cap, uint8_t *bad)
+{
+    sl_wh_stripe_info_t info = stripe_ids(table, stripe, rel, cap, bad);
+    char full[700];
+    snprintf(full, sizeof full, "%s/%s", table, rel);
     int fd = open(full, O_RDWR);
     cr_assert_geq(fd, 0);
     for (uint64_t off = info.offset + 7; off < info.offset + info.bytes; off += 97) {
@@ -137,8 +151,9 @@ static void start_master(fu_master_t *m)
     fu_master_start(m);
 }
 
-/* The failure as GET /jobs/{id} shows it. */
-static void assert_failed(json_t *j, const char *file)
+/* The failure as GET /jobs/{id} shows it: a checksum failure (SL_ERR_CORRUPT)
+ * or an injected EIO (SL_ERR_IO). */
+static void assert_failed_with(json_t *j, const char *file, sl_err_t code, const char *what)
 {
     cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
     cr_assert(json_is_false(json_object_get(j, "finished")));
@@ -148,21 +163,46 @@ static void assert_failed(json_t *j, const char *file)
     cr_assert_eq(json_integer_value(json_object_get(f, "stripe")), BAD_STRIPE);
     cr_assert_eq(json_integer_value(json_object_get(f, "split")), BAD_STRIPE);
     const char *msg = json_string_value(json_object_get(f, "message"));
-    cr_assert(msg && strstr(msg, "checksum") != NULL, "message: %s", msg ? msg : "(none)");
-    cr_assert_str_eq(json_string_value(json_object_get(f, "error")), sl_err_str(SL_ERR_CORRUPT));
+    cr_assert(msg && strstr(msg, what) != NULL, "message: %s", msg ? msg : "(none)");
+    cr_assert_str_eq(json_string_value(json_object_get(f, "error")), sl_err_str(code));
 }
 
-/* The table with its corrupted stripe (sample ids in bad[], file in file),
- * the master, the job (2 epochs, on_bad_split as given), and a trainer
- * reading it to its end (c, its seen[] allocated here). @return the job id
- * (malloc'd); *t0 when the trainer started. */
-static char *run_corrupt_job(fu_master_t *m, const char *id, const char *on_bad_split, char *table,
-                             char *file, uint8_t *bad, reader_t *c, double *t0)
+static void assert_failed(json_t *j, const char *file)
+{
+    assert_failed_with(j, file, SL_ERR_CORRUPT, "checksum");
+}
+
+/* The table with its bad stripe (sample ids in bad[], file in file):
+ * corrupted, or (eio) whole but every read of it failing with EIO in the
+ * worker processes (libfiu point sluice/warehouse/read, armed by fiu-run's
+ * preload library and FIU_ENABLE in the master's environment, which its
+ * local executor's workers inherit); the master, the job (2 epochs,
+ * on_bad_split as given), and a trainer reading it to its end (c, its
+ * seen[] allocated here). @return the job id (malloc'd); *t0 when the
+ * trainer started. */
+static char *run_bad_job(fu_master_t *m, const char *id, const char *on_bad_split, bool eio,
+                         char *table, char *file, uint8_t *bad, reader_t *c, double *t0)
 {
     char spec[800];
     fu_gen(ROWS, STRIPE_ROWS, 1, table, 300);
-    corrupt_stripe(table, BAD_STRIPE, file, 400, bad);
+    if (eio) {
+        stripe_ids(table, BAD_STRIPE, file, 400, bad);
+        char enable[128];
+        snprintf(enable, sizeof enable, "enable name=sluice/warehouse/read,failinfo=%u",
+                 BAD_STRIPE + 1);
+        cr_assert_eq(access(FIU_PRELOAD, R_OK), 0, "%s: install fiu-utils (ops/install-deps)",
+                     FIU_PRELOAD);
+        setenv("FIU_ENABLE", enable, 1);
+        setenv("LD_PRELOAD", FIU_PRELOAD, 1);
+        /* a sanitizer build's runtime need not come first for this */
+        setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
+    } else {
+        corrupt_stripe(table, BAD_STRIPE, file, 400, bad);
+    }
     start_master(m);
+    unsetenv("FIU_ENABLE");
+    unsetenv("LD_PRELOAD");
+    unsetenv("ASAN_OPTIONS");
     snprintf(spec, sizeof spec,
              "{\"id\":\"%s\",\"source\":{\"table\":\"%s\"},\"on_bad_split\":\"%s\","
              "\"batch\":{\"size\":100,\"epochs\":2}}",
@@ -183,7 +223,7 @@ Test(fleet_failures, a_corrupt_stripe_fails_the_job_loudly)
     fu_master_t m = {0};
     reader_t c;
     double t0;
-    char *job = run_corrupt_job(&m, "corrupt", "fail", table, file, bad, &c, &t0);
+    char *job = run_bad_job(&m, "corrupt", "fail", false, table, file, bad, &c, &t0);
     uint8_t *seen = c.seen;
     /* the trainer ends with the job's failure, promptly */
     cr_assert(c.end != SL_OK && c.end != SL_ERR_CLOSED && c.end != SL_ERR_TIMEOUT, "%s: %s",
@@ -265,7 +305,7 @@ Test(fleet_failures, skip_bad_splits_delivers_the_rest_exactly_once)
     fu_master_t m = {0};
     reader_t c;
     double t0;
-    char *job = run_corrupt_job(&m, "skipping", "skip", table, file, bad, &c, &t0);
+    char *job = run_bad_job(&m, "skipping", "skip", false, table, file, bad, &c, &t0);
     uint8_t *seen = c.seen;
     cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
     for (uint32_t e = 0; e < 2; e++)
@@ -287,6 +327,59 @@ Test(fleet_failures, skip_bad_splits_delivers_the_rest_exactly_once)
     cr_assert(strstr(metrics, "sluice_master_skipped_rows_total{job=\"skipping\"} 1000") != NULL,
               "%s", metrics);
     free(metrics);
+    fu_master_stop(&m, SIGTERM);
+    free(seen);
+    free(job);
+}
+
+/* A storage fault on table reads (EIO on every read of one stripe, in the
+ * worker processes) is a bad split like a corrupt one: with "skip" every
+ * sample of the other stripes arrives exactly once in each of two epochs
+ * and the stripe is skipped once per epoch; with "fail" (after
+ * --max-split-failures reads) the job fails naming file, stripe and the
+ * read error, and nothing of the stripe was delivered. */
+Test(fleet_failures, eio_on_table_reads_skips_the_split_exactly_once)
+{
+    char table[300], file[400];
+    uint8_t bad[ROWS] = {0};
+    fu_master_t m = {0};
+    reader_t c;
+    double t0;
+    char *job = run_bad_job(&m, "eio-skip", "skip", true, table, file, bad, &c, &t0);
+    uint8_t *seen = c.seen;
+    cr_assert_eq(c.end, SL_ERR_CLOSED, "%s: %s", sl_err_str(c.end), c.msg);
+    for (uint32_t e = 0; e < 2; e++)
+        for (uint32_t id = 0; id < ROWS; id++)
+            cr_assert_eq(seen[e * ROWS + id], bad[id] ? 0 : 1, "epoch %u sample %u: %u times", e,
+                         id, seen[e * ROWS + id]);
+    json_t *j = job_json(&m, job);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "finished");
+    cr_assert_eq(json_integer_value(json_object_get(j, "skipped_splits")), 2, "one per epoch");
+    cr_assert_eq(json_integer_value(json_object_get(j, "skipped_rows")), 2 * STRIPE_ROWS);
+    cr_assert_eq(json_integer_value(json_object_get(j, "samples")), 2 * (ROWS - STRIPE_ROWS));
+    json_decref(j);
+    fu_master_stop(&m, SIGTERM);
+    free(seen);
+    free(job);
+}
+
+Test(fleet_failures, eio_on_table_reads_fails_the_job_naming_the_read)
+{
+    char table[300], file[400];
+    uint8_t bad[ROWS] = {0};
+    fu_master_t m = {0};
+    reader_t c;
+    double t0;
+    char *job = run_bad_job(&m, "eio-fail", "fail", true, table, file, bad, &c, &t0);
+    uint8_t *seen = c.seen;
+    cr_assert_eq(c.end, SL_ERR_IO, "%s: %s", sl_err_str(c.end), c.msg);
+    cr_assert(strstr(c.msg, "Input/output error") != NULL, "%s", c.msg);
+    for (uint32_t id = 0; id < ROWS; id++)
+        if (bad[id]) cr_assert_eq(seen[id] + seen[ROWS + id], 0, "sample %u of the bad stripe", id);
+    json_t *j = job_json(&m, job);
+    assert_failed_with(j, file, SL_ERR_IO, "Input/output error");
+    cr_assert_eq(json_integer_value(json_object_get(j, "split_failures")), 2);
+    json_decref(j);
     fu_master_stop(&m, SIGTERM);
     free(seen);
     free(job);

@@ -3,13 +3,19 @@
  * same batches come out of it (the same keys, lengths, ids, weights, dense
  * values, labels with a filter's weight label, sample ids, origins and row
  * ranges) without the transforms; a corrupt or missing file falls back to
- * computing, counted, with the same batches again.
+ * computing, counted, with the same batches again; a cache file whose
+ * writes fail (libfiu point sluice/worker/cache_write, EIO) is not
+ * written and costs no batch.
  *
  * A test source hands out every split of a table under a stand-in lease,
  * epoch after epoch, each epoch with its cache mode; a trainer reads every
  * batch and keeps a digest of each, keyed by (epoch, split, first row). */
+#define FIU_ENABLE 1 /* libfiu's real calls, not fiu.h's no-op stand-ins */
 #include <criterion/criterion.h>
+#include <fiu-control.h>
+#include <fiu.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -341,6 +347,40 @@ Test(worker_cache, cached_batches_equal_computed_ones_and_a_corrupt_file_falls_b
     /* and once more: every file read whole, or written */
     run(spec, 2, r, &s, &st);
     same_epochs(&s, 0, 1, false);
+}
+
+/* Every write of the cache files fails (EIO): no file is written (nor a
+ * part left behind), every batch of both epochs is delivered as computing
+ * makes it (the same batches in each); with the disk well again the files
+ * are written and serve the same batches. */
+Test(worker_cache, a_cache_file_whose_writes_fail_costs_no_batch)
+{
+    cr_assert_eq(fiu_init(0), 0);
+    char spec[2048];
+    snprintf(spec, sizeof spec, SPEC, table, BATCH);
+    seen_t s;
+    sl_worker_stats_t st;
+    cr_assert_eq(fiu_enable("sluice/worker/cache_write", 1, NULL, 0), 0);
+    uint32_t w[] = {SL_WORKER_CACHE_WRITE, SL_WORKER_CACHE_WRITE};
+    run(spec, 2, w, &s, &st);
+    cr_assert_eq(fiu_disable("sluice/worker/cache_write"), 0);
+    same_epochs(&s, 0, 1, true);
+    cr_assert_gt(s.samples[0], 0);
+    cr_assert_eq(st.cache_files_written, 0);
+    cr_assert_eq(st.cache_batches, 0);
+    DIR *d = opendir(cache);
+    cr_assert_not_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        cr_assert(de->d_name[0] == '.', "%s left in the cache directory", de->d_name);
+    closedir(d);
+    seen_t first = s;
+    write_files(spec, &s, &st);
+    for (uint32_t i = 0; i < first.n; i++)
+        if (first.epoch[i] == 0)
+            cr_assert_eq(find(&s, 0, first.split[i], first.row[i]), first.hash[i]);
+    seen_t written = s;
+    read_files(spec, &written, &s, &st);
 }
 
 /* Transforms the fused path makes on the reader thread (no filter: a

@@ -384,6 +384,37 @@ Test(journal_fault, a_background_compaction_that_fails_changes_nothing)
     free(dir);
 }
 
+/* The process that encodes the snapshot (a fork, state_snapshot_fork.c)
+ * fails every time: each compaction fails and changes nothing (no
+ * snapshot in place), commits go on, and a new run replays them all. */
+Test(journal_fault, a_snapshot_process_that_fails_changes_nothing)
+{
+    fiu_ready();
+    char *dir = tu_mkdtemp("journalfault");
+    sl_master_state_t *m = open_bg(dir);
+    cr_assert_eq(fiu_enable("sluice/journal/snapshot_process", 1, NULL, 0), 0);
+    uint64_t nonce = 0;
+    run_bg(m, &nonce);
+    assert_exactly_once();
+    sl_master_state_counters_t c;
+    sl_master_state_counters(m, &c);
+    cr_assert_gt(c.compactions, 2, "%llu compactions", (unsigned long long)c.compactions);
+    char *live = dump(m);
+    sl_master_state_destroy(m);
+    fiu_disable("sluice/journal/snapshot_process");
+    char path[512];
+    snprintf(path, sizeof path, "%s/snapshot", dir);
+    cr_assert_eq(access(path, F_OK), -1, "a failed snapshot process put a snapshot in place");
+    m = open_dir(dir);
+    char *back = dump(m);
+    cr_assert_str_eq(back, live);
+    free(live);
+    free(back);
+    sl_master_state_destroy(m);
+    tu_rm_tree(dir);
+    free(dir);
+}
+
 /* A crash between the snapshot's rename and the new journal's (here a
  * failed rename, which breaks the journal): a new run finds the snapshot
  * beside journal.next and replays both; nothing durable is lost. */

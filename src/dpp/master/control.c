@@ -353,6 +353,7 @@ static void *loop(void *arg)
                 on_readable(m, i);
         }
         flush_deferred(m);
+        mp_recover(m); /* nothing unless the journal failed */
         sl_mutex_lock(&m->mu);
         uint64_t now = sl_clock_ms();
         mp_tick(m, now);

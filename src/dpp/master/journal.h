@@ -168,19 +168,31 @@ void sl_master_journal_sync_hist(sl_master_journal_t *j, sl_master_journal_sync_
 sl_err_t sl_master_journal_compact(sl_master_journal_t *j, const void *payload, size_t len,
                                    sl_error_t *err);
 
-/* Compact in the background (as redis rewrites its AOF): payload is the
- * snapshot of everything appended so far (taken under the owner's lock:
- * this call seals what was appended, so the snapshot's records end at a
- * seal), owned by the journal from now on. A thread writes it as
- * snapshot.tmp (fsync) with no lock held; then, under the journal's io
- * lock, the records appended since are written to journal.next of the
- * next generation, and snapshot.tmp and journal.next are renamed over
- * snapshot and journal. Syncs go on meanwhile (into the old journal, their
- * records kept for the new one); a failure before the snapshot's rename
- * changes nothing (the old journal holds everything, counted as failed);
- * one between the renames breaks the journal (open puts journal.next in
- * place). Nothing when one is running already. */
-sl_err_t sl_master_journal_compact_start(sl_master_journal_t *j, void *payload, size_t len,
+/* Where a background compaction's snapshot comes from: encode(ctx) gives
+ * the snapshot's bytes (*buf of *len, from the journal's allocator, freed
+ * by the journal), called on the compaction thread with no lock held;
+ * release(ctx) is called once, always, when the journal is done with ctx
+ * (after encode, or instead of it when the compaction does not start). */
+typedef struct sl_master_journal_snapshot_src {
+    sl_err_t (*encode)(void *ctx, uint8_t **buf, size_t *len, sl_error_t *err);
+    void (*release)(void *ctx);
+    void *ctx;
+} sl_master_journal_snapshot_src_t;
+
+/* Compact in the background (as redis rewrites its AOF): src gives the
+ * snapshot of everything appended so far (a copy taken under the owner's
+ * lock: this call seals what was appended, so the snapshot's records end
+ * at a seal), owned by the journal from now on. A thread encodes it and
+ * writes it as snapshot.tmp (fsync) with no lock held; then, under the
+ * journal's io lock, the records appended since are written to
+ * journal.next of the next generation, and snapshot.tmp and journal.next
+ * are renamed over snapshot and journal. Syncs go on meanwhile (into the
+ * old journal, their records kept for the new one); a failure before the
+ * snapshot's rename changes nothing (the old journal holds everything,
+ * counted as failed); one between the renames breaks the journal (open
+ * puts journal.next in place). Nothing when one is running already. */
+sl_err_t sl_master_journal_compact_start(sl_master_journal_t *j,
+                                         const sl_master_journal_snapshot_src_t *src,
                                          sl_error_t *err);
 
 /* Is a background compaction running? */

@@ -133,11 +133,14 @@ static void *compactor(void *arg)
     sl_error_t err = {0};
     sl_mutex_lock(&j->q_mu);
     uint64_t gen = j->generation + 1;
-    const uint8_t *payload = j->snap;
-    size_t len = j->snap_len;
+    sl_master_journal_snapshot_src_t src = j->src;
     sl_mutex_unlock(&j->q_mu);
-    /* The snapshot of generation gen, written and fsynced beside the
-     * files in use (the long part: no lock held). */
+    /* The snapshot of generation gen, encoded, written and fsynced beside
+     * the files in use (the long part: no lock held). */
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    sl_err_t rc = src.encode(src.ctx, &payload, &len, &err);
+    src.release(src.ctx);
     uint8_t head[SL_MASTER_SNAPSHOT_HEADER_BYTES];
     memcpy(head, SL_MASTER_SNAPSHOT_MAGIC, 4);
     sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
@@ -145,20 +148,19 @@ static void *compactor(void *arg)
     sl_le_put_u64(head + 16, len);
     sl_le_put_u64(head + 24, XXH3_64bits(payload, len));
     char *snap_tmp = dir_file(j, SNAP_TMP_FILE), *part = dir_file(j, SNAP_TMP_FILE ".part");
-    sl_err_t rc =
-        snap_tmp == NULL || part == NULL
-            ? sl_error_set(&err, SL_ERR_NOMEM, "%s: compaction", j->path)
-            : sl_io_replace_file(snap_tmp, part, head, sizeof head, payload, len, true, &err);
+    if (rc == SL_OK)
+        rc = snap_tmp == NULL || part == NULL
+                 ? sl_error_set(&err, SL_ERR_NOMEM, "%s: compaction", j->path)
+                 : sl_io_replace_file(snap_tmp, part, head, sizeof head, payload, len, true, &err);
     sl_strfree(j->a, snap_tmp);
     sl_strfree(j->a, part);
+    sl_free(j->a, payload, len);
     sl_mutex_lock(&j->io_mu);
     if (rc == SL_OK) rc = compaction_switch(j, gen, &err);
     mj_free_kept(j);
     sl_mutex_lock(&j->q_mu);
     j->compacting = false;
-    sl_free(j->a, j->snap, j->snap_len);
-    j->snap = NULL;
-    j->snap_len = 0;
+    j->src = (sl_master_journal_snapshot_src_t){0};
     if (rc == SL_OK) {
         j->compactions_done++;
         j->syncs++;
@@ -185,32 +187,31 @@ bool sl_master_journal_compacting(sl_master_journal_t *j)
     return c;
 }
 
-sl_err_t sl_master_journal_compact_start(sl_master_journal_t *j, void *payload, size_t len,
+sl_err_t sl_master_journal_compact_start(sl_master_journal_t *j,
+                                         const sl_master_journal_snapshot_src_t *src,
                                          sl_error_t *err)
 {
     if (sl_master_journal_compacting(j)) {
-        sl_free(j->a, payload, len);
+        src->release(src->ctx);
         return SL_OK;
     }
     sl_master_journal_compact_wait(j); /* the last one has ended: reap it */
     sl_err_t rc = mj_seal(j, err);
     if (rc != SL_OK) {
-        sl_free(j->a, payload, len);
+        src->release(src->ctx);
         return rc;
     }
     sl_mutex_lock(&j->q_mu);
     j->boundary = j->sealed_end;
     j->compacting = true;
-    j->snap = payload;
-    j->snap_len = len;
+    j->src = *src;
     sl_mutex_unlock(&j->q_mu);
     if (pthread_create(&j->compactor, NULL, compactor, j) != 0) {
         sl_mutex_lock(&j->q_mu);
         j->compacting = false;
-        j->snap = NULL;
-        j->snap_len = 0;
+        j->src = (sl_master_journal_snapshot_src_t){0};
         sl_mutex_unlock(&j->q_mu);
-        sl_free(j->a, payload, len);
+        src->release(src->ctx);
         return sl_error_set(err, SL_ERR_IO, "%s: cannot start the compaction thread", j->path);
     }
     j->compactor_started = true;

@@ -54,13 +54,12 @@ struct sl_master_journal {
      * the snapshot of everything appended below `boundary`, written by
      * the compactor thread; the chunks at or past it that syncs write to
      * this journal meanwhile are kept (kept, [nkept] of [kept_cap]) for
-     * the next one. compacting, boundary, snap and the counts under q_mu;
+     * the next one. compacting, boundary, src and the counts under q_mu;
      * kept under io_mu. */
     bool compacting, compactor_started;
     pthread_t compactor;
     uint64_t boundary;
-    uint8_t *snap;
-    size_t snap_len;
+    sl_master_journal_snapshot_src_t src; /* the snapshot's source while compacting */
     struct chunk *kept;
     size_t nkept, kept_cap;
     bool kept_lost; /* a chunk could not be kept: the compaction is abandoned */

@@ -95,6 +95,9 @@ void mp_fail(sl_master_t *m, const sl_error_t *err)
     if (m->failed) return;
     m->failed = true;
     snprintf(m->failure, sizeof m->failure, "%.200s", err != NULL ? err->msg : "journal failure");
+    /* recover.c tries the disk again from now on, with backoff */
+    m->recover_delay_ms = MP_RECOVER_FIRST_MS;
+    m->recover_at_ms = sl_clock_ms() + m->recover_delay_ms;
     sl_log_kv(SL_LOG_ERROR, SL_EV(STATE_FAILED), (SL_KV_STR("reason", m->failure)),
               "state failure, refusing changes: %s", m->failure);
 }
@@ -119,19 +122,22 @@ static sl_err_t begin_locked(sl_master_t *m, uint64_t *ticket, sl_error_t *err) 
 {
     sl_err_t rc = sl_master_state_sync_begin(m->st, ticket, err);
     if (rc != SL_OK) mp_fail(m, err);
+    /* m->st is used without the lock until wait_unlocked: recover.c does
+     * not replace it meanwhile */
+    if (rc == SL_OK) m->st_pins++;
     return rc;
 }
 
-/* The second half, without m->mu: the caller answers only once it
- * returned SL_OK (a failure fails the master, as sync_locked's does). */
+/* The second half, without m->mu, after every begin_locked that returned
+ * SL_OK: the caller answers only once it returned SL_OK (a failure fails
+ * the master, as sync_locked's does). */
 static sl_err_t wait_unlocked(sl_master_t *m, uint64_t ticket, sl_error_t *err) SL_EXCLUDES(m->mu)
 {
     sl_err_t rc = sl_master_state_sync_wait(m->st, ticket, err);
-    if (rc != SL_OK) {
-        sl_mutex_lock(&m->mu);
-        mp_fail(m, err);
-        sl_mutex_unlock(&m->mu);
-    }
+    sl_mutex_lock(&m->mu);
+    m->st_pins--;
+    if (rc != SL_OK) mp_fail(m, err);
+    sl_mutex_unlock(&m->mu);
     return rc;
 }
 
@@ -302,6 +308,7 @@ static void destroy(sl_master_t *m)
     mp_kafka_watch_stop(m); /* idempotent */
     mp_server_stop(m);      /* idempotent, and frees what a failed start got */
     sl_master_state_destroy(m->st);
+    sl_strfree(m->a, m->state_dir);
     sl_master_autocache_destroy(m->cache);
     sl_free(m->a, m->kpos, (size_t)m->cap_kpos * sizeof *m->kpos);
     sl_free(m->a, m->kview, (size_t)m->cap_kview * sizeof *m->kview);
@@ -315,13 +322,15 @@ static void destroy(sl_master_t *m)
 }
 
 /* Jobs found in the state directory get their process-side records back
- * (under m->mu, though no other thread runs yet: the rule has no
- * exceptions). */
-static sl_err_t adopt_jobs(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu)
+ * (under m->mu: at start, though no other thread runs yet, the rule has
+ * no exceptions; and after a recovery, recover.c, where jobs known
+ * already keep theirs). */
+sl_err_t mp_adopt_jobs(sl_master_t *m, sl_error_t *err)
 {
     const char *ids[1024];
     uint32_t n = sl_master_state_job_ids(m->st, ids, 1024);
     for (uint32_t i = 0; i < n && i < 1024; i++) {
+        if (mp_job_find(m, ids[i]) != NULL) continue; /* a recovered state's, known already */
         sl_master_state_job_status_t st;
         if (sl_master_state_job_status(m->st, ids[i], &st, err) != SL_OK) return err->code;
         mp_job *j = mp_job_add(m, ids[i], st.min_workers, st.max_workers, st.min_workers);
@@ -386,6 +395,14 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
                                  .compact_in_background = true,
                                  .kafka_chunks_ahead = o->kafka_chunks_ahead,
                                  .allocator = m->a};
+    /* kept for recover.c, which opens the directory again */
+    m->state_opts = so;
+    m->state_opts.state_dir = NULL;
+    m->state_dir = o->state_dir != NULL ? sl_strdup(m->a, o->state_dir) : NULL;
+    if (o->state_dir != NULL && m->state_dir == NULL) {
+        destroy(m);
+        return sl_error_set(err, SL_ERR_NOMEM, "master");
+    }
     sl_master_journal_open_info_t info;
     sl_err_t rc = sl_master_state_open(&so, m->started_ms, &m->st, &info, err);
     if (rc != SL_OK) {
@@ -407,7 +424,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     }
     o->cache_dir = NULL; /* borrowed for the call only: sl_master_autocache_dir has it */
     sl_mutex_lock(&m->mu);
-    rc = adopt_jobs(m, err);
+    rc = mp_adopt_jobs(m, err);
     sl_mutex_unlock(&m->mu);
     if (rc == SL_OK) rc = mp_server_start(m, err);
     if (rc == SL_OK) rc = mp_kafka_watch_start(m, err);
@@ -648,6 +665,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                                        .parquet_row_groups_skipped = ps.row_groups_skipped,
                                        .parquet_rows_skipped = ps.rows_skipped};
     uint64_t ticket = 0;
+    bool began = false;
     sl_mutex_lock(&m->mu);
     if (m->failed) {
         rc = sl_error_set(err, SL_ERR_IO, "master state failed: %s", m->failure);
@@ -661,7 +679,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
          * leases; the old job's leases and uncommitted rows are gone */
         rc = sl_master_state_job_replace(m->st, &spec, (const void *const *)req->tokens,
                                          req->token_lens, req->num_tokens, err);
-        if (rc == SL_OK) rc = begin_locked(m, &ticket, err);
+        if (rc == SL_OK) began = (rc = begin_locked(m, &ticket, err)) == SL_OK;
         mp_job *old = mp_job_find(m, job->id);
         if (rc == SL_OK && old != NULL) old->used = false;
         if (rc == SL_OK &&
@@ -672,7 +690,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                  ? sl_master_state_job_resume_ranks(m->st, &spec, (const void *const *)req->tokens,
                                                     req->token_lens, req->num_tokens, err)
                  : sl_master_state_job_add(m->st, &spec, err);
-        if (rc == SL_OK) rc = begin_locked(m, &ticket, err);
+        if (rc == SL_OK) began = (rc = begin_locked(m, &ticket, err)) == SL_OK;
         mp_job *j = rc == SL_OK
                         ? mp_job_add(m, job->id, req->min_workers, req->max_workers, req->workers)
                         : NULL;
@@ -696,7 +714,10 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     /* The disk outside the lock; the answer after it. Peers may see the
      * job meanwhile: an answer that rests on it (a COMMIT) is sent after
      * a sync of its own, which covers the job's record too. */
-    if (rc == SL_OK) rc = wait_unlocked(m, ticket, err);
+    if (began) {
+        sl_err_t wrc = wait_unlocked(m, ticket, rc == SL_OK ? err : NULL);
+        if (rc == SL_OK) rc = wrc;
+    }
     if (rc == SL_OK && job_id != NULL) {
         *job_id = sl_strdup(m->a, job->id);
         if (*job_id == NULL) rc = sl_error_set(err, SL_ERR_NOMEM, "job id");

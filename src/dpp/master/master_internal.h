@@ -144,6 +144,15 @@ struct sl_master {
     sl_master_state_t *st;
     bool failed; /* a journal write or sync failed: not ready, mutations refused */
     char failure[256];
+    /* Recovery in the running process (recover.c): the state directory
+     * and options the state was opened with (state_dir owned; NULL: in
+     * memory), when to try again and the backoff, begin_locked's not yet
+     * waited for (m->st is not replaced while any is), the counts. */
+    char *state_dir;
+    sl_master_state_opts_t state_opts;
+    uint64_t recover_at_ms, recover_delay_ms;
+    uint32_t st_pins;
+    uint64_t recoveries, recovery_failures;
     uint64_t started_ms;
     /* jobs and workers */
     mp_job *jobs;                       /* [opts.max_jobs] */
@@ -230,6 +239,19 @@ void mp_share_locked(sl_master_t *m) SL_REQUIRES(m->mu);
  * further mutations; running out of memory only refuses the request (the
  * state is unchanged) and is logged. */
 void mp_fail(sl_master_t *m, const sl_error_t *err) SL_REQUIRES(m->mu);
+/* Recovery from a failed journal (recover.c): the first try this long
+ * after the failure, then twice as long after each failed one, at most
+ * MP_RECOVER_MAX_MS. */
+#define MP_RECOVER_FIRST_MS 100
+#define MP_RECOVER_MAX_MS 5000
+/* When the master has failed and a try is due: open the state directory
+ * again (replay what is durable, sync an Opened record) and, if that
+ * works, put the new state in place of the old and accept changes again.
+ * The control thread, between rounds. */
+void mp_recover(sl_master_t *m) SL_EXCLUDES(m->mu);
+/* Process-side records of the state's jobs not known yet (at start, and
+ * after a recovery). */
+sl_err_t mp_adopt_jobs(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu);
 /* Autoscaler observations and lease expiry; called by the control loop. */
 void mp_tick(sl_master_t *m, uint64_t now_ms) SL_REQUIRES(m->mu);
 

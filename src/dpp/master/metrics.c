@@ -146,6 +146,12 @@ char *sl_master_metrics_text(sl_master_t *m)
     journal_sync_metrics(&p, &c.journal_sync);
     sl_prom_family_def(&p, SL_M(MASTER_JOURNAL_COMPACTIONS_TOTAL));
     sl_prom_sample_def(&p, SL_M(MASTER_JOURNAL_COMPACTIONS_TOTAL), NULL, (double)c.compactions);
+    sl_prom_family_def(&p, SL_M(MASTER_STATE_RECOVERIES_TOTAL));
+    sl_prom_sample_def(&p, SL_M(MASTER_STATE_RECOVERIES_TOTAL),
+                       sl_prom_label(lab, sizeof lab, "result", "ok"), (double)m->recoveries);
+    sl_prom_sample_def(&p, SL_M(MASTER_STATE_RECOVERIES_TOTAL),
+                       sl_prom_label(lab, sizeof lab, "result", "failed"),
+                       (double)m->recovery_failures);
     sl_prom_family_def(&p, SL_M(MASTER_MEMORY_BYTES));
     sl_prom_sample_def(&p, SL_M(MASTER_MEMORY_BYTES), NULL, (double)resident_bytes());
     executor_metrics(m, &p);

@@ -546,6 +546,11 @@ sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err);
 sl_err_t sl_master_state_sync_begin(sl_master_state_t *m, uint64_t *ticket, sl_error_t *err);
 sl_err_t sl_master_state_sync_wait(sl_master_state_t *m, uint64_t ticket, sl_error_t *err);
 
+/* Wait for a background compaction of the journal to end (nothing
+ * without one), under the caller's lock: before the state directory is
+ * opened again (the master's recovery from a failed journal). */
+void sl_master_state_compact_wait(sl_master_state_t *m);
+
 /* Write a snapshot and start an empty journal now. */
 sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err);
 

@@ -485,6 +485,12 @@ sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_e
 sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
                         sl_error_t *err);
 sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_error_t *err);
+/* The whole state as a packed Snapshot (state_replay.c). Caller frees
+ * *buf (*len bytes). */
+sl_err_t m_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *len, sl_error_t *err);
+/* Start a background compaction of the journal from a copy of the state
+ * taken now (state_snapshot_fork.c). */
+sl_err_t m_compact_in_background(sl_master_state_t *m, sl_error_t *err);
 bool m_name_ok(const sl_master_state_t *m, const char *s);
 /* Check a JobAdded (from the API or from disk) and insert the job. */
 sl_err_t m_add_job(sl_master_state_t *m, const Sluice__Master__JobAdded *ja, sl_error_t *err);

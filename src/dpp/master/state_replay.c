@@ -166,8 +166,7 @@ sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_erro
 }
 
 /* The whole state as a packed Snapshot. Caller frees *buf (*len bytes). */
-static sl_err_t snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *len,
-                                sl_error_t *err)
+sl_err_t m_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *len, sl_error_t *err)
 {
     const sl_allocator_t *a = m->a;
     uint32_t nj = 0;
@@ -399,7 +398,7 @@ sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err)
     if (m->journal == NULL) return SL_OK;
     uint8_t *buf = NULL;
     size_t len = 0;
-    sl_err_t rc = snapshot_encode(m, &buf, &len, err);
+    sl_err_t rc = m_snapshot_encode(m, &buf, &len, err);
     if (rc != SL_OK) return rc;
     rc = sl_master_journal_compact(m->journal, buf, len, err);
     sl_free(m->a, buf, len);
@@ -416,12 +415,10 @@ sl_err_t sl_master_state_sync_begin(sl_master_state_t *m, uint64_t *ticket, sl_e
         if (!m->opts.compact_in_background) {
             rc = sl_master_state_compact(m, err);
         } else if (!sl_master_journal_compacting(m->journal)) {
-            /* The snapshot is encoded here, under the caller's lock (a
-             * copy of the state); a thread writes it and puts it in place. */
-            uint8_t *buf = NULL;
-            size_t len = 0;
-            rc = snapshot_encode(m, &buf, &len, err);
-            if (rc == SL_OK) rc = sl_master_journal_compact_start(m->journal, buf, len, err);
+            /* A copy of the state taken here, under the caller's lock
+             * (a forked process's: state_snapshot_fork.c); encoded and
+             * written, and put in place, without it. */
+            rc = m_compact_in_background(m, err);
             if (rc == SL_OK) m->c.compactions++;
         }
         /* No memory for the snapshot: the journal still holds everything,
@@ -435,6 +432,11 @@ sl_err_t sl_master_state_sync_wait(sl_master_state_t *m, uint64_t ticket, sl_err
 {
     /* m->journal is set at open and never changes: read without the lock */
     return m->journal == NULL ? SL_OK : sl_master_journal_sync_wait(m->journal, ticket, err);
+}
+
+void sl_master_state_compact_wait(sl_master_state_t *m)
+{
+    if (m->journal != NULL) sl_master_journal_compact_wait(m->journal);
 }
 
 sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err)

@@ -25,6 +25,8 @@
  * written is discarded (the split is read from its source next time), one
  * that cannot be read is a fallback (the rows it should have held are
  * computed), counted in the worker's statistics either way. */
+#include <errno.h>
+#include <fiu-local.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +169,14 @@ void dpp_cache_writer_add(dpp_cache_writer_t *cw, const sl_batch_t *b, uint64_t 
             fail_locked(cw, err.msg);
             goto out;
         }
+    }
+    /* a storage fault injected on the cache file's writes (libfiu point
+     * sluice/worker/cache_write, tests/integration/worker_cache_test.c) */
+    if (fiu_fail("sluice/worker/cache_write")) {
+        char why[512];
+        snprintf(why, sizeof why, "write %s: %s (injected fault)", cw->part, strerror(EIO));
+        fail_locked(cw, why);
+        goto out;
     }
     size_t n = (size_t)b->batch_size * sizeof(int64_t);
     int64_t *from = sl_alloc(a, n), *to = sl_alloc(a, n);
