@@ -689,6 +689,10 @@ uint64_t sl_wh_reader_num_rows(const sl_wh_reader_t *r)
 {
     return r->f->rows;
 }
+uint64_t sl_wh_reader_footer_checksum(const sl_wh_reader_t *r)
+{
+    return r->f->footer_checksum;
+}
 bool sl_wh_reader_session_clustered(const sl_wh_reader_t *r)
 {
     return r->f->session_clustered;

@@ -538,6 +538,9 @@ void sl_wh_reader_close(sl_wh_reader_t *r);
 const sl_wh_schema_t *sl_wh_reader_schema(const sl_wh_reader_t *r);
 uint32_t sl_wh_reader_num_stripes(const sl_wh_reader_t *r);
 uint64_t sl_wh_reader_num_rows(const sl_wh_reader_t *r);
+/* XXH3-64 of the file's footer, as its trailer gives it (checked at open):
+ * what a split's footer_checksum pins. */
+uint64_t sl_wh_reader_footer_checksum(const sl_wh_reader_t *r);
 bool sl_wh_reader_session_clustered(const sl_wh_reader_t *r);
 /* @return SL_ERR_INVALID when stripe is out of range. */
 sl_err_t sl_wh_reader_stripe_info(const sl_wh_reader_t *r, uint32_t stripe,

@@ -286,10 +286,12 @@ static sl_worker_lease_origin_t lease_origin(const sl_worker_work_t *wk)
 
 /* Open the file of split sp on rd->r. Consecutive splits of one file
  * share the open reader: no footer parsing again, and its decode buffers
- * stay warm. */
+ * stay warm, unless the split was planned on another footer (the file was
+ * replaced): then opening it again refuses it (sl_wh_reader_open_split). */
 static sl_err_t open_split(reader_t *rd, const sl_wh_split_t *sp, sl_error_t *err)
 {
-    if (rd->r && strcmp(rd->path, sp->path) == 0)
+    if (rd->r && strcmp(rd->path, sp->path) == 0 &&
+        (sp->footer_checksum == 0 || sp->footer_checksum == sl_wh_reader_footer_checksum(rd->r)))
         return sl_wh_reader_set_range(rd->r, sp->stripe_begin, sp->stripe_end, err);
     sl_wh_reader_close(rd->r);
     rd->r = NULL;
