@@ -298,6 +298,11 @@ uint32_t sl_wh_pqds_num_files(const sl_wh_pqds_t *ds)
     return ds->num_files;
 }
 
+void sl_wh_pqds_set_mem(sl_wh_pqds_t *ds, const sl_wh_mem_t *mem)
+{
+    ds->pq->mem = mem;
+}
+
 sl_store_t *sl_wh_pqds_store(const sl_wh_pqds_t *ds)
 {
     return ds->store;
@@ -523,8 +528,10 @@ static sl_err_t check_pinned(sl_wh_pqds_reader_t *r, const ds_file_t *f, const s
     if (sp->footer_checksum == 0) return SL_OK;
     if (r->summed_file != fi) {
         sl_pq_source_t src;
-        sl_pq_file_t *pf;
-        sl_err_t rc = open_footer(ds, f, &src, &pf, err);
+        sl_pq_file_t *pf = NULL;
+        /* pinned at the listing's ETag as the read itself is */
+        sl_err_t rc = imp_pq_source_open(ds->pq, f->full, f->etag, &src, err);
+        if (rc == SL_OK) rc = sl_pq_file_open(&src, f->full, ds->a, &pf, err);
         if (rc == SL_OK) rc = footer_sum(f, sl_pq_file_meta(pf), &r->summed, err);
         sl_pq_file_destroy(pf);
         wh_pq_source_close(&src);

@@ -50,6 +50,8 @@ struct sl_worker {
     /* a Kafka job: bytes librdkafka may prefetch, held in the budget */
     uint64_t kafka_prefetch;
     sl_worker_budget_t *budget;
+    sl_wh_mem_t wh_mem; /* the budget as the readers' memory hook (read-ahead, column chunks) */
+    uint64_t io_held;   /* reader thread only: what the hook holds now (the reader's own bytes) */
     sl_worker_queue_t *work; /* reader -> transform threads: dpp_worker_batch_t * */
     sl_worker_server_t *server;
     pthread_t reader;
