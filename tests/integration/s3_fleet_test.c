@@ -249,6 +249,98 @@ Test(s3_fleet, an_object_replaced_after_the_plan_is_refused_by_the_workers)
     free(job);
 }
 
+/* A trainer of a job that counts its samples until the job ends (or
+ * fails). */
+typedef struct count {
+    const char *master, *job;
+    uint64_t samples;
+    sl_err_t end;
+} count_t;
+
+static void *count_samples(void *arg)
+{
+    count_t *c = arg;
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.master = c->master;
+    o.job_id = c->job;
+    o.refresh_ms = 200;
+    o.reconnect_ms = (int)(tu_timeout(30) * 1000);
+    sl_trainer_t *t;
+    sl_error_t err = {0};
+    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) return NULL;
+    sl_batch_t *b;
+    while ((c->end = sl_trainer_next(t, (int)(tu_timeout(30) * 1000), &b, &err)) == SL_OK) {
+        c->samples += b->batch_size;
+        sl_trainer_release(t, b);
+    }
+    sl_trainer_close(t);
+    return NULL;
+}
+
+/* A Parquet dataset's object replaced after the master planned the job:
+ * the lease carries the planned footer sum (the object's ETag in it), and
+ * the worker refuses the new object with SL_ERR_VERSION before reading a
+ * row of it; only the other object's rows (at most its 50) are served. */
+Test(s3_fleet, a_parquet_object_replaced_after_the_plan_is_refused_by_the_workers)
+{
+    su_env();
+    char b[64], url[200], spec[1024], src[600], other[600];
+    su_bucket("s3pqpin", b, sizeof b);
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    cr_assert_not_null(root, "SLUICE_SOURCE_DIR is not set (run through ctest)");
+    snprintf(src, sizeof src, "%s/tests/data/parquet/duckdb-zstd.parquet", root);
+    snprintf(other, sizeof other, "%s/tests/data/parquet/polars-lz4.parquet", root);
+    snprintf(url, sizeof url, "s3://%s", b);
+    sl_store_t *st;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &st, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put_file(st, "pq/ds=1/part-0.parquet", src, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put_file(st, "pq/ds=2/part-0.parquet", src, &err), SL_OK, "%s", err.msg);
+    fu_master_t m = {.lease_timeout_ms = 1000};
+    m.extra[0] = "--max-split-failures";
+    m.extra[1] = "2";
+    fu_master_start(&m);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"pqpin\",\"source\":{\"parquet\":\"s3://%s/pq\"},"
+             "\"batch\":{\"size\":10,\"epochs\":1}}",
+             b);
+    char *job = fu_submit(&m, spec, 1, "dynamic", 1, 1, NULL);
+    /* the replacement, before any worker runs: another valid Parquet file */
+    cr_assert_eq(sl_store_put_file(st, "pq/ds=2/part-0.parquet", other, &err), SL_OK, "%s",
+                 err.msg);
+    sl_store_destroy(st);
+    sl_master_executor_t *ex = fu_executor(&m, 1);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    count_t c = {.master = m.ctl, .job = job};
+    pthread_t th;
+    pthread_create(&th, NULL, count_samples, &c);
+    json_t *j;
+    double deadline = fu_now() + tu_timeout(60);
+    while ((j = job_failure(&m, job)) == NULL) {
+        cr_assert(!fu_job_finished(&m, job), "the job read the replaced object to its end");
+        cr_assert(fu_now() < deadline, "the job did not fail in time; see %s", fu_dir);
+        usleep(100 * 1000);
+    }
+    json_t *fl = json_object_get(j, "failure");
+    const char *msg = json_string_value(json_object_get(fl, "message"));
+    cr_assert_str_eq(json_string_value(json_object_get(fl, "file")), "ds=2/part-0.parquet");
+    cr_assert_str_eq(json_string_value(json_object_get(fl, "error")), sl_err_str(SL_ERR_VERSION));
+    char want[300];
+    snprintf(want, sizeof want,
+             "s3://%s/pq/ds=2/part-0.parquet: the object was replaced after the job planned its "
+             "splits",
+             b);
+    cr_assert(msg && strstr(msg, want), "message: %s", msg ? msg : "(none)");
+    json_decref(j);
+    pthread_join(th, NULL);
+    cr_assert_neq(c.end, SL_OK);
+    cr_assert_leq(c.samples, 50, "%llu samples: more than the unchanged object holds",
+                  (unsigned long long)c.samples);
+    fu_executor_destroy(ex);
+    fu_master_stop(&m, SIGTERM);
+    free(job);
+}
+
 int main(int argc, char *argv[])
 {
     return su_main(argc, argv);
