@@ -34,6 +34,7 @@ typedef struct ds_file {
     uint32_t num_keys;
     const char **keys, **values;
     const char *etag; /* an object's, as the listing found it ("" for a file) */
+    uint64_t sum;     /* its footer sum (footer_sum) when this dataset planned it, else 0 */
 } ds_file_t;
 
 struct sl_wh_pqds {
@@ -400,10 +401,11 @@ static sl_err_t plan_file(sl_wh_pqds_t *ds, uint32_t fi, const sl_pq_meta_t *m, 
                           const int64_t *leaf, const sl_wh_pqds_range_t *ranges,
                           uint32_t num_ranges, sl_wh_pqds_plan_stats_t *st, sl_error_t *err)
 {
-    const ds_file_t *f = &ds->files[fi];
+    ds_file_t *f = &ds->files[fi];
     uint64_t footer;
     sl_err_t frc = footer_sum(f, m, &footer, err);
     if (frc != SL_OK) return frc;
+    f->sum = footer; /* a reader of this dataset checks its splits without reading it again */
     sl_wh_split_t cur = {0};
     bool open = false;
     uint64_t row = 0;
@@ -526,6 +528,13 @@ static sl_err_t check_pinned(sl_wh_pqds_reader_t *r, const ds_file_t *f, const s
     const sl_wh_pqds_t *ds = r->ds;
     uint32_t fi = (uint32_t)(f - ds->files) + 1;
     if (sp->footer_checksum == 0) return SL_OK;
+    /* An object this dataset planned: its reads are pinned at the ETag its
+     * sum holds, so the sum stands without reading the footer again (a
+     * local file is read again: nothing pins it). */
+    if (r->summed_file != fi && f->sum != 0 && *f->etag) {
+        r->summed = f->sum;
+        r->summed_file = fi;
+    }
     if (r->summed_file != fi) {
         sl_pq_source_t src;
         sl_pq_file_t *pf = NULL;
