@@ -90,6 +90,7 @@ static double proxy_cpu(const char *dir)
 typedef struct run {
     double first, total; /* seconds from the worker's start */
     uint64_t samples, splits;
+    uint64_t read_ahead, read_ahead_skipped, memory_peak;
     sl_store_stats_t store;
     bool has_store;
 } run_t;
@@ -142,6 +143,9 @@ static int run_job(const char *table, const char *features, uint32_t threads, ru
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
     r->splits = st.splits;
+    r->read_ahead = st.read_ahead;
+    r->read_ahead_skipped = st.read_ahead_skipped;
+    r->memory_peak = st.memory_peak;
     if (sl_worker_store(w) != NULL) {
         sl_store_stats(sl_worker_store(w), &r->store);
         r->has_store = true;
@@ -244,5 +248,9 @@ int main(int argc, char **argv)
                (double)last_s3.store.bytes_read / 1048576.0, (double)ust.bytes_written / 1048576.0,
                (double)last_s3.store.bytes_read / (double)ust.bytes_written,
                (unsigned long long)last_s3.store.retries);
+    printf("s3 worker: %llu stripes read ahead, %llu not (no room in --memory-limit), memory peak "
+           "%.1f MiB\n",
+           (unsigned long long)last_s3.read_ahead, (unsigned long long)last_s3.read_ahead_skipped,
+           (double)last_s3.memory_peak / 1048576.0);
     return 0;
 }

@@ -140,6 +140,20 @@ class Check:
             for var in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", a):
                 if var not in env:
                     self.err(obj, f"{where}: {a!r} names $({var}), which is not in its env")
+        # The object store's settings (ops/k8s/base/s3.yaml): a ConfigMap
+        # named in envFrom must be here (else the pod never starts); a
+        # Secret there must be optional (none is in git: IRSA needs none).
+        for ef in c.get("envFrom", []):
+            if "configMapRef" in ef:
+                cm = ef["configMapRef"]["name"]
+                if not ef["configMapRef"].get("optional") and not self.find("ConfigMap", cm):
+                    self.err(obj, f"{where}: envFrom names ConfigMap {cm!r}, which is not here")
+            if "secretRef" in ef and ef["secretRef"].get("optional") is not True:
+                self.err(obj, f"{where}: envFrom names Secret {ef['secretRef']['name']!r} without "
+                              "optional: true (credentials may come from IRSA instead)")
+        sa = tmpl["spec"].get("serviceAccountName")
+        if sa and not self.find("ServiceAccount", sa):
+            self.err(obj, f"serviceAccountName {sa!r}: no such ServiceAccount here")
         mounts = {}
         for m in c.get("volumeMounts", []):
             if m["name"] not in volumes and m["name"] not in claim_templates:

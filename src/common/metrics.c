@@ -316,8 +316,9 @@ const sl_metric_def_t sl_metric_defs[SL_M_COUNT] = {
         {"sluice_store_requests_total", "counter", "result (and the caller's)",
          "HTTP requests to the object store (each attempt) by how they ended"},
     [SL_M_STORE_REQUEST_SECONDS] = {"sluice_store_request_seconds", "histogram",
-                                    "le (and the caller's)",
-                                    "latency of object store requests (each attempt)"},
+                                    "op, le (and the caller's)",
+                                    "latency of object store requests (each attempt) by "
+                                    "operation: get, head, list, put"},
     [SL_M_STORE_INFLIGHT_BYTES] = {"sluice_store_inflight_bytes", "gauge", "(the caller's)",
                                    "bytes of ranges being fetched from the object store now"},
     [SL_M_STORE_RETRIES_TOTAL] = {"sluice_store_retries_total", "counter", "(the caller's)",

@@ -526,7 +526,11 @@ sl_err_t sl_store_http_run(sl_store_http_t *h, sl_store_t *st, sl_store_req_t **
                           : r->status / 100 == 2                 ? SL_STORE_OK
                           : r->status >= 500 || r->status == 429 ? SL_STORE_SERVER_ERROR
                                                                  : SL_STORE_CLIENT_ERROR;
-                sl_store_observe(st, res, (double)(sl_clock_ns() - r->t0_ns) / 1e9);
+                int op = r->method[0] == 'H' ? SL_STORE_OP_HEAD
+                         : strcmp(r->method, "GET") == 0
+                             ? (r->list ? SL_STORE_OP_LIST : SL_STORE_OP_GET)
+                             : SL_STORE_OP_PUT;
+                sl_store_observe(st, op, res, (double)(sl_clock_ns() - r->t0_ns) / 1e9);
             }
             bool again = judge(r, cc);
             if (again && r->attempts < h->opts.max_attempts) {

@@ -32,6 +32,7 @@ typedef struct sl_store_req {
     const char *headers[4]; /* extra "Name: value" lines, NULL-ended */
     bool sign;              /* SigV4 with the engine's credentials */
     bool ranged;            /* a ranged GET of [offset, offset + len) into dst */
+    bool list;              /* a GET of a listing page (its latency is op "list") */
     uint64_t offset;
     size_t len;
     void *dst;

@@ -83,8 +83,12 @@ static sl_err_t s3_list(sl_store_t *st, const char *prefix, sl_store_list_fn fn,
             rc = sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", what);
             break;
         }
-        sl_store_req_t r = {
-            .method = "GET", .url = q.data, .what = what, .sign = true, .max_resp = 16u << 20};
+        sl_store_req_t r = {.method = "GET",
+                            .url = q.data,
+                            .what = what,
+                            .sign = true,
+                            .list = true,
+                            .max_resp = 16u << 20};
         rc = run1(s, &r, err);
         sl_store_buf_free(a, &q);
         sl_strfree(a, token);

@@ -14,14 +14,20 @@
 const double sl_store_latency_bounds_s[SL_STORE_LATENCY_BUCKETS] = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
 
-void sl_store_observe(sl_store_t *st, int result, double seconds)
+const char *sl_store_op_name(int op)
+{
+    static const char *const names[SL_STORE_OPS] = {"get", "head", "list", "put"};
+    return op >= 0 && op < SL_STORE_OPS ? names[op] : "?";
+}
+
+void sl_store_observe(sl_store_t *st, int op, int result, double seconds)
 {
     atomic_fetch_add(&st->by_result[result], 1);
     int b = 0;
     while (b < SL_STORE_LATENCY_BUCKETS && seconds > sl_store_latency_bounds_s[b])
         b++;
-    atomic_fetch_add(&st->latency[b], 1);
-    atomic_fetch_add(&st->latency_sum_us, (uint64_t)(seconds * 1e6));
+    atomic_fetch_add(&st->latency[op][b], 1);
+    atomic_fetch_add(&st->latency_sum_us[op], (uint64_t)(seconds * 1e6));
 }
 
 void sl_store_opts_fill(const sl_store_opts_t *in, sl_store_opts_t *out)
@@ -207,9 +213,11 @@ void sl_store_stats(sl_store_t *st, sl_store_stats_t *out)
     out->list_pages = atomic_load(&st->list_pages);
     for (int i = 0; i < SL_STORE_RESULTS; i++)
         out->by_result[i] = atomic_load(&st->by_result[i]);
-    for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
-        out->latency[i] = atomic_load(&st->latency[i]);
-    out->latency_sum_s = (double)atomic_load(&st->latency_sum_us) / 1e6;
+    for (int o = 0; o < SL_STORE_OPS; o++) {
+        for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
+            out->latency[o][i] = atomic_load(&st->latency[o][i]);
+        out->latency_sum_s[o] = (double)atomic_load(&st->latency_sum_us[o]) / 1e6;
+    }
     out->inflight_bytes = atomic_load(&st->inflight_bytes);
 }
 
@@ -223,9 +231,11 @@ void sl_store_stats_add(sl_store_stats_t *sum, const sl_store_stats_t *s)
     sum->list_pages += s->list_pages;
     for (int i = 0; i < SL_STORE_RESULTS; i++)
         sum->by_result[i] += s->by_result[i];
-    for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
-        sum->latency[i] += s->latency[i];
-    sum->latency_sum_s += s->latency_sum_s;
+    for (int o = 0; o < SL_STORE_OPS; o++) {
+        for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
+            sum->latency[o][i] += s->latency[o][i];
+        sum->latency_sum_s[o] += s->latency_sum_s[o];
+    }
     sum->inflight_bytes += s->inflight_bytes;
 }
 
@@ -263,12 +273,17 @@ void sl_store_prom_stats(const sl_store_stats_t *sp, struct sl_prom *p, const ch
         sl_prom_family_def(p, c[i].def);
         sl_prom_sample_def(p, c[i].def, l, (double)c[i].v);
     }
-    uint64_t count = 0;
-    for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
-        count += s.latency[i];
     sl_prom_family_def(p, SL_M(STORE_REQUEST_SECONDS));
-    sl_prom_histogram_def(p, SL_M(STORE_REQUEST_SECONDS), l, sl_store_latency_bounds_s, s.latency,
-                          SL_STORE_LATENCY_BUCKETS, s.latency_sum_s, count);
+    for (int o = 0; o < SL_STORE_OPS; o++) {
+        uint64_t count = 0;
+        for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
+            count += s.latency[o][i];
+        char r[64];
+        snprintf(lab, sizeof lab, "%s%s%s", l, *l ? "," : "",
+                 sl_prom_label(r, sizeof r, "op", sl_store_op_name(o)));
+        sl_prom_histogram_def(p, SL_M(STORE_REQUEST_SECONDS), lab, sl_store_latency_bounds_s,
+                              s.latency[o], SL_STORE_LATENCY_BUCKETS, s.latency_sum_s[o], count);
+    }
     sl_prom_family_def(p, SL_M(STORE_INFLIGHT_BYTES));
     sl_prom_sample_def(p, SL_M(STORE_INFLIGHT_BYTES), l, (double)s.inflight_bytes);
 }

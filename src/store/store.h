@@ -83,6 +83,15 @@ enum {
     SL_STORE_RESULTS
 };
 
+/* What a request did, for its latency (sluice_store_request_seconds{op}):
+ * a ranged or whole GET of an object, a HEAD, a page of a listing, and
+ * everything that writes (a PUT, a multipart upload's POSTs and its
+ * abort). */
+enum { SL_STORE_OP_GET, SL_STORE_OP_HEAD, SL_STORE_OP_LIST, SL_STORE_OP_PUT, SL_STORE_OPS };
+
+/* "get", "head", "list", "put". */
+const char *sl_store_op_name(int op);
+
 /* Counters of one store since it opened (requests by result, retries). */
 typedef struct sl_store_stats {
     uint64_t requests;   /* HTTP requests sent (local: reads and writes) */
@@ -92,10 +101,12 @@ typedef struct sl_store_stats {
     uint64_t bytes_written;
     uint64_t list_pages;
     /* S3 only: attempts by result (2xx; 4xx; 5xx and 429; no answer: a
-     * reset, a timeout, a refused connection), and their latency */
+     * reset, a timeout, a refused connection), and their latency by op
+     * (SL_STORE_OP_*) */
     uint64_t by_result[SL_STORE_RESULTS];
-    uint64_t latency[SL_STORE_LATENCY_BUCKETS + 1]; /* per bucket, not cumulative; last: above */
-    double latency_sum_s;
+    /* per bucket, not cumulative; last: above */
+    uint64_t latency[SL_STORE_OPS][SL_STORE_LATENCY_BUCKETS + 1];
+    double latency_sum_s[SL_STORE_OPS];
     uint64_t inflight_bytes; /* of ranges being fetched now */
 } sl_store_stats_t;
 

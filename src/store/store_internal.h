@@ -25,12 +25,14 @@ struct sl_store {
     char *root;           /* "s3://bucket" or the directory */
     _Atomic uint64_t requests, retries, failures, bytes_read, bytes_written, list_pages;
     _Atomic uint64_t by_result[SL_STORE_RESULTS];
-    _Atomic uint64_t latency[SL_STORE_LATENCY_BUCKETS + 1];
-    _Atomic uint64_t latency_sum_us, inflight_bytes;
+    _Atomic uint64_t latency[SL_STORE_OPS][SL_STORE_LATENCY_BUCKETS + 1];
+    _Atomic uint64_t latency_sum_us[SL_STORE_OPS];
+    _Atomic uint64_t inflight_bytes;
 };
 
-/* Count one attempt that ended with result after seconds. */
-void sl_store_observe(sl_store_t *st, int result, double seconds);
+/* Count one attempt of op (SL_STORE_OP_*) that ended with result after
+ * seconds. */
+void sl_store_observe(sl_store_t *st, int op, int result, double seconds);
 
 /* The options with every zero field given its default. */
 void sl_store_opts_fill(const sl_store_opts_t *in, sl_store_opts_t *out);

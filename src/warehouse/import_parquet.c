@@ -350,9 +350,11 @@ void imp_pq_close_group(group_read_t *g)
 
 /* Fetch the column chunks group g's readers will read (an object's
  * source; nothing for a file). */
-sl_err_t imp_pq_prefetch_group(sl_pq_source_t *src, const sl_pq_meta_t *m, uint32_t gi,
-                               const group_read_t *g, const sl_allocator_t *a, sl_error_t *err)
+sl_err_t imp_pq_prefetch_group(const imp_pq_t *p, sl_pq_source_t *src, const sl_pq_file_t *f,
+                               uint32_t gi, const group_read_t *g, sl_error_t *err)
 {
+    const sl_allocator_t *a = p->a;
+    const sl_pq_meta_t *m = sl_pq_file_meta(f);
     if (g->n == 0) return SL_OK;
     uint64_t *off = sl_calloc(a, 2 * (size_t)g->n, sizeof *off);
     if (off == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory");
@@ -365,7 +367,9 @@ sl_err_t imp_pq_prefetch_group(sl_pq_source_t *src, const sl_pq_meta_t *m, uint3
         off[i] = start > 0 ? (uint64_t)start : 0;
         len[i] = ch->total_compressed > 0 ? (uint64_t)ch->total_compressed : 0;
     }
-    sl_err_t rc = wh_pq_source_prefetch(src, off, len, g->n, err);
+    char what[300];
+    snprintf(what, sizeof what, "the column chunks of %.200s row group %u", sl_pq_file_name(f), gi);
+    sl_err_t rc = wh_pq_source_prefetch(src, off, len, g->n, p->mem, what, err);
     sl_free(a, off, 2 * (size_t)g->n * sizeof *off);
     return rc;
 }
@@ -420,7 +424,7 @@ sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const ch
         line += (uint64_t)m->row_groups[begin++].num_rows;
     for (uint32_t gi = begin; rc == SL_OK && gi < end; gi++) {
         rc = imp_pq_open_group(p, slot_read, f, gi, &g, err);
-        if (rc == SL_OK) rc = imp_pq_prefetch_group(&src, m, gi, &g, a, err);
+        if (rc == SL_OK) rc = imp_pq_prefetch_group(p, &src, f, gi, &g, err);
         while (rc == SL_OK) {
             uint32_t rows = 0;
             for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) {

@@ -584,7 +584,7 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
     bool past = false;
     for (uint32_t gi = begin; rc == SL_OK && !past && gi < end; gi++) {
         rc = imp_pq_open_group(p, c->slot_read, f, gi, &g, err);
-        if (rc == SL_OK) rc = imp_pq_prefetch_group(&src, m, gi, &g, a, err);
+        if (rc == SL_OK) rc = imp_pq_prefetch_group(p, &src, f, gi, &g, err);
         while (rc == SL_OK && !past) {
             uint32_t rows = 0;
             for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) {

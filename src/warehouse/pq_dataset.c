@@ -34,6 +34,7 @@ typedef struct ds_file {
     uint32_t num_keys;
     const char **keys, **values;
     const char *etag; /* an object's, as the listing found it ("" for a file) */
+    uint64_t sum;     /* its footer sum (footer_sum) when this dataset planned it, else 0 */
 } ds_file_t;
 
 struct sl_wh_pqds {
@@ -298,6 +299,11 @@ uint32_t sl_wh_pqds_num_files(const sl_wh_pqds_t *ds)
     return ds->num_files;
 }
 
+void sl_wh_pqds_set_mem(sl_wh_pqds_t *ds, const sl_wh_mem_t *mem)
+{
+    ds->pq->mem = mem;
+}
+
 sl_store_t *sl_wh_pqds_store(const sl_wh_pqds_t *ds)
 {
     return ds->store;
@@ -355,13 +361,12 @@ static sl_err_t push_split(sl_wh_pqds_t *ds, const sl_wh_split_t *sp, sl_error_t
     return SL_OK;
 }
 
-/* Cut file fi's row groups into splits. */
-static sl_err_t plan_file(sl_wh_pqds_t *ds, uint32_t fi, const sl_pq_meta_t *m, uint64_t split_rows,
-                          const int64_t *leaf, const sl_wh_pqds_range_t *ranges,
-                          uint32_t num_ranges, sl_wh_pqds_plan_stats_t *st, sl_error_t *err)
+/* What names file f's content in its splits' footer_checksum (a plan's
+ * fingerprint, a lease's pin): its path and footer, and an object's ETag,
+ * so that a replaced object plans (and pins) anew. */
+static sl_err_t footer_sum(const ds_file_t *f, const sl_pq_meta_t *m, uint64_t *out,
+                           sl_error_t *err)
 {
-    const ds_file_t *f = &ds->files[fi];
-    /* names the file's content for a plan's fingerprint: its path and footer */
     XXH3_state_t *h = XXH3_createState();
     if (h == NULL) return sl_error_set(err, SL_ERR_NOMEM, "no memory");
     XXH3_64bits_reset(h);
@@ -369,10 +374,38 @@ static sl_err_t plan_file(sl_wh_pqds_t *ds, uint32_t fi, const sl_pq_meta_t *m, 
     XXH3_64bits_update(h, &m->num_rows, sizeof m->num_rows);
     XXH3_64bits_update(h, &m->footer_len, sizeof m->footer_len);
     XXH3_64bits_update(h, &m->num_row_groups, sizeof m->num_row_groups);
-    /* an object's version too: a replaced object plans (and pins) anew */
     if (*f->etag) XXH3_64bits_update(h, f->etag, strlen(f->etag));
-    uint64_t footer = XXH3_64bits_digest(h);
+    *out = XXH3_64bits_digest(h);
     XXH3_freeState(h);
+    return SL_OK;
+}
+
+/* Open file f's footer, its object pinned at the ETag of the listing.
+ * Caller closes *src (also after a failure) and destroys *pf. */
+static sl_err_t open_footer(const sl_wh_pqds_t *ds, const ds_file_t *f, sl_pq_source_t *src,
+                            sl_pq_file_t **pf, sl_error_t *err)
+{
+    *pf = NULL;
+    sl_err_t rc = wh_pq_source_open(ds->store, f->full, ds->a, src, err);
+    if (rc == SL_OK && *f->etag && strcmp(wh_pq_source_etag(src), f->etag))
+        rc = sl_error_set(err, SL_ERR_VERSION,
+                          "%s: the object was replaced while the dataset was planned (ETag "
+                          "%s, listed %s)",
+                          f->full, wh_pq_source_etag(src), f->etag);
+    if (rc == SL_OK) rc = sl_pq_file_open(src, f->full, ds->a, pf, err);
+    return rc;
+}
+
+/* Cut file fi's row groups into splits. */
+static sl_err_t plan_file(sl_wh_pqds_t *ds, uint32_t fi, const sl_pq_meta_t *m, uint64_t split_rows,
+                          const int64_t *leaf, const sl_wh_pqds_range_t *ranges,
+                          uint32_t num_ranges, sl_wh_pqds_plan_stats_t *st, sl_error_t *err)
+{
+    ds_file_t *f = &ds->files[fi];
+    uint64_t footer;
+    sl_err_t frc = footer_sum(f, m, &footer, err);
+    if (frc != SL_OK) return frc;
+    f->sum = footer; /* a reader of this dataset checks its splits without reading it again */
     sl_wh_split_t cur = {0};
     bool open = false;
     uint64_t row = 0;
@@ -455,13 +488,7 @@ sl_err_t sl_wh_pqds_plan(sl_wh_pqds_t *ds, uint64_t split_rows, const sl_wh_pqds
     for (uint32_t i = 0; rc == SL_OK && i < ds->num_files; i++) {
         sl_pq_source_t src;
         sl_pq_file_t *f = NULL;
-        rc = wh_pq_source_open(ds->store, ds->files[i].full, ds->a, &src, err);
-        if (rc == SL_OK && *ds->files[i].etag && strcmp(wh_pq_source_etag(&src), ds->files[i].etag))
-            rc = sl_error_set(err, SL_ERR_VERSION,
-                              "%s: the object was replaced while the dataset was planned (ETag "
-                              "%s, listed %s)",
-                              ds->files[i].full, wh_pq_source_etag(&src), ds->files[i].etag);
-        if (rc == SL_OK) rc = sl_pq_file_open(&src, ds->files[i].full, ds->a, &f, err);
+        rc = open_footer(ds, &ds->files[i], &src, &f, err);
         if (rc == SL_OK) {
             const sl_pq_meta_t *m = sl_pq_file_meta(f);
             int64_t leaf[16];
@@ -485,7 +512,48 @@ struct sl_wh_pqds_reader {
     uint32_t num_slots;
     sl_wh_row_buf_t *buf;
     imp_pqc_t *cols; /* the columnar path (sl_wh_pqds_read_stripes) */
+    /* The last file whose footer a split's footer_checksum was checked
+     * against (1 + its index; 0: none), and its sum: consecutive splits of
+     * a file read its footer once for the check. */
+    uint32_t summed_file;
+    uint64_t summed;
 };
+
+/* Refuse split sp of file f when its footer_checksum (the plan's, a
+ * lease's) is not the file's as this reader finds it: the object was
+ * replaced after the job was planned, and its new version is never read. */
+static sl_err_t check_pinned(sl_wh_pqds_reader_t *r, const ds_file_t *f, const sl_wh_split_t *sp,
+                             sl_error_t *err)
+{
+    const sl_wh_pqds_t *ds = r->ds;
+    uint32_t fi = (uint32_t)(f - ds->files) + 1;
+    if (sp->footer_checksum == 0) return SL_OK;
+    /* An object this dataset planned: its reads are pinned at the ETag its
+     * sum holds, so the sum stands without reading the footer again (a
+     * local file is read again: nothing pins it). */
+    if (r->summed_file != fi && f->sum != 0 && *f->etag) {
+        r->summed = f->sum;
+        r->summed_file = fi;
+    }
+    if (r->summed_file != fi) {
+        sl_pq_source_t src;
+        sl_pq_file_t *pf = NULL;
+        /* pinned at the listing's ETag as the read itself is */
+        sl_err_t rc = imp_pq_source_open(ds->pq, f->full, f->etag, &src, err);
+        if (rc == SL_OK) rc = sl_pq_file_open(&src, f->full, ds->a, &pf, err);
+        if (rc == SL_OK) rc = footer_sum(f, sl_pq_file_meta(pf), &r->summed, err);
+        sl_pq_file_destroy(pf);
+        wh_pq_source_close(&src);
+        if (rc != SL_OK) return rc;
+        r->summed_file = fi;
+    }
+    if (r->summed != sp->footer_checksum)
+        return sl_error_set(err, SL_ERR_VERSION,
+                            "%s: the object was replaced after the job planned its splits (its "
+                            "footer checksum is not the planned %016llx)",
+                            f->full, (unsigned long long)sp->footer_checksum);
+    return SL_OK;
+}
 
 sl_err_t sl_wh_pqds_reader_new(const sl_wh_pqds_t *ds, const char *const *features, uint32_t nf,
                                sl_wh_pqds_reader_t **out, sl_error_t *err)
@@ -568,6 +636,8 @@ sl_err_t sl_wh_pqds_read(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64
         return sl_error_set(err, SL_ERR_NOT_FOUND, "split of %s: no such file in the dataset",
                             sp->path);
     if (from >= to) return SL_OK;
+    sl_err_t prc = check_pinned(r, f, sp, err);
+    if (prc != SL_OK) return prc;
     read_ctx_t c = {.file = f,
                     .id_base = (int64_t)(f - ds->files) * FILE_ID_STRIDE,
                     .first_row = sp->first_row,
@@ -630,6 +700,8 @@ sl_err_t sl_wh_pqds_read_stripes(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp
         return sl_error_set(err, SL_ERR_NOT_FOUND, "split of %s: no such file in the dataset",
                             sp->path);
     if (from >= to) return SL_OK;
+    sl_err_t prc = check_pinned(r, f, sp, err);
+    if (prc != SL_OK) return prc;
     stripe_ctx_t c = {
         .r = r, .file = f, .first_row = sp->first_row, .first = from, .fn = fn, .ctx = ctx};
     imp_pqc_read_t rd = {.input = f->full,

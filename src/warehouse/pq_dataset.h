@@ -55,6 +55,10 @@ void sl_wh_pqds_destroy(sl_wh_pqds_t *ds);
 const sl_wh_colmap_resolved_t *sl_wh_pqds_mapping(const sl_wh_pqds_t *ds);
 /* Files that passed the partition filter. */
 uint32_t sl_wh_pqds_num_files(const sl_wh_pqds_t *ds);
+/* Count the column chunks its readers fetch from a store in mem (NULL:
+ * not counted; borrowed: must outlive ds). Call before any read. */
+void sl_wh_pqds_set_mem(sl_wh_pqds_t *ds, const sl_wh_mem_t *mem);
+
 /* The store a dataset at an s3:// URL was listed and planned through (its
  * counters), NULL for a path; borrowed until destroy. */
 struct sl_store;

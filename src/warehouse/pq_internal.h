@@ -26,8 +26,9 @@ struct imp_pq {
     const sl_allocator_t *a;
     sl_arena_t *arena; /* the column lists */
     sl_pq_source_t src;
-    sl_store_t *store; /* the bucket of an s3:// input, else NULL */
-    bool own_store;    /* store was opened here (else a dataset's, borrowed) */
+    sl_store_t *store;      /* the bucket of an s3:// input, else NULL */
+    const sl_wh_mem_t *mem; /* counts an object's column chunks fetched (NULL: not counted) */
+    bool own_store;         /* store was opened here (else a dataset's, borrowed) */
     sl_pq_file_t *first;
     uint32_t num_cols;
     pq_col_t *cols;
@@ -63,8 +64,8 @@ sl_err_t imp_pq_source_open(const imp_pq_t *p, const char *input, const char *if
                             sl_pq_source_t *src, sl_error_t *err);
 /* Fetch the column chunks group g's readers will read, in parallel (an
  * object's source, pq_store.h; nothing for a file). */
-sl_err_t imp_pq_prefetch_group(sl_pq_source_t *src, const sl_pq_meta_t *m, uint32_t gi,
-                               const group_read_t *g, const sl_allocator_t *a, sl_error_t *err);
+sl_err_t imp_pq_prefetch_group(const imp_pq_t *p, sl_pq_source_t *src, const sl_pq_file_t *f,
+                               uint32_t gi, const group_read_t *g, sl_error_t *err);
 /* Destroy the n readers of rd kept by closes with keep (NULL entries
  * skipped). */
 void imp_pq_free_readers(sl_pq_reader_t **rd, uint32_t n);

@@ -25,6 +25,8 @@ typedef struct obj_src {
     window_t head, tail;
     window_t *win; /* the last prefetch's ranges */
     uint32_t n, cap;
+    const sl_wh_mem_t *mem; /* what the windows' bytes were taken from */
+    uint64_t held;          /* taken from mem for the windows */
 } obj_src_t;
 
 static sl_err_t obj_size(void *ctx, uint64_t *size, sl_error_t *err)
@@ -54,6 +56,8 @@ static void drop_windows(obj_src_t *s)
     for (uint32_t i = 0; i < s->n; i++)
         sl_free(s->a, s->win[i].buf, s->win[i].len + 1);
     s->n = 0;
+    if (s->held > 0) s->mem->give(s->mem->ctx, s->held);
+    s->held = 0;
 }
 
 static bool is_object(const sl_pq_source_t *src)
@@ -122,12 +126,25 @@ const char *wh_pq_source_etag(const sl_pq_source_t *src)
 }
 
 sl_err_t wh_pq_source_prefetch(sl_pq_source_t *src, const uint64_t *off, const uint64_t *len,
-                               uint32_t n, sl_error_t *err)
+                               uint32_t n, const sl_wh_mem_t *mem, const char *what,
+                               sl_error_t *err)
 {
     if (!is_object(src)) return SL_OK;
     obj_src_t *s = src->ctx;
     drop_windows(s);
     if (n == 0) return SL_OK;
+    /* The bytes are counted before any is allocated (back-pressure: the
+     * caller's limit holds them, or the read waits), by the same clipping
+     * as the windows below. */
+    uint64_t size = sl_store_object_info(s->obj)->size, total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (off[i] < size && len[i] > 0) total += len[i] < size - off[i] ? len[i] : size - off[i];
+    if (mem != NULL && total > 0) {
+        sl_err_t mrc = mem->take(mem->ctx, total, what ? what : "column chunks", err);
+        if (mrc != SL_OK) return mrc;
+        s->mem = mem;
+        s->held = total;
+    }
     if (n > s->cap) {
         window_t *w = sl_alloc(s->a, (size_t)n * sizeof *w);
         if (w == NULL) return sl_error_set(err, SL_ERR_NOMEM, "prefetch of %u ranges", n);
@@ -139,7 +156,6 @@ sl_err_t wh_pq_source_prefetch(sl_pq_source_t *src, const uint64_t *off, const u
     if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "prefetch of %u ranges", n);
     /* Ranges are the file's claims: those outside the object are not
      * fetched (the reader then names what is wrong as for a local file). */
-    uint64_t size = sl_store_object_info(s->obj)->size;
     sl_err_t rc = SL_OK;
     for (uint32_t i = 0; i < n && rc == SL_OK; i++) {
         if (off[i] >= size || len[i] == 0) continue;

@@ -6,6 +6,7 @@
 
 #include "parquet/parquet.h"
 #include "store/store.h"
+#include "warehouse/warehouse.h"
 
 /* Open path: a local file, or an s3:// URL of an object of st (borrowed:
  * st must outlive the source; the URL must be under sl_store_root(st)).
@@ -22,7 +23,11 @@ const char *wh_pq_source_etag(const sl_pq_source_t *src);
  * parallel (one sl_store_read_many) and serve later reads inside them from
  * memory, in place of what the last call fetched. A local file: nothing
  * to do. Ranges past the object's end are not fetched. */
+/* mem (NULL: not counted; borrowed until close): the fetched bytes are
+ * taken from it first, waiting for room (what names them in its error),
+ * and given back when the next prefetch or close drops them. */
 sl_err_t wh_pq_source_prefetch(sl_pq_source_t *src, const uint64_t *off, const uint64_t *len,
-                               uint32_t n, sl_error_t *err);
+                               uint32_t n, const sl_wh_mem_t *mem, const char *what,
+                               sl_error_t *err);
 
 #endif

@@ -650,6 +650,7 @@ static sl_err_t reader_open(sl_store_t *store, const sl_store_info_t *known, con
     r->last_stripe = UINT32_MAX;
     r->skip = o.skip_columns;
     r->verify = !o.skip_checksums;
+    r->mem = o.mem;
     r->dedup_form = o.dedup_form;
     r->gap = o.coalesce_gap == 0                ? DEFAULT_GAP
              : o.coalesce_gap == SL_WH_GAP_NONE ? 0
@@ -704,6 +705,10 @@ uint32_t sl_wh_reader_num_stripes(const sl_wh_reader_t *r)
 uint64_t sl_wh_reader_num_rows(const sl_wh_reader_t *r)
 {
     return r->f->rows;
+}
+uint64_t sl_wh_reader_footer_checksum(const sl_wh_reader_t *r)
+{
+    return r->f->footer_checksum;
 }
 bool sl_wh_reader_session_clustered(const sl_wh_reader_t *r)
 {

@@ -5,7 +5,14 @@
  * adding to it. One fetch at a time: the helper thread and the reader
  * share one slot under a lock (a queue of one), and the reader takes the
  * buffer by swapping it with its own read buffer. Also what the reader
- * plans with it: the streams a stripe needs, and the next stripe's ranges. */
+ * plans with it: the streams a stripe needs, and the next stripe's ranges.
+ *
+ * Memory: a fetch's bytes are taken from the reader's memory hook (a
+ * worker's --memory-limit) when it is queued, without waiting: a fetch
+ * that does not fit now is not made (the stripe is fetched when it is
+ * read), so read-ahead never makes a worker pass its limit nor wait for
+ * room. They are given back when the reader takes the stripe (its decoded
+ * rows are then the worker's to count) or drops it. */
 #include <pthread.h>
 
 #include "reader_internal.h"
@@ -14,6 +21,8 @@ enum { IDLE, QUEUED, RUNNING, DONE };
 
 struct wh_ahead {
     const sl_allocator_t *a;
+    const sl_wh_mem_t *mem;
+    uint64_t held; /* bytes taken from mem for the fetch queued, running or done */
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -30,6 +39,13 @@ struct wh_ahead {
     sl_err_t rc;
     sl_error_t err;
 };
+
+/* Give back (settled) what the last fetch took. */
+static void give_back(wh_ahead_t *h)
+{
+    if (h->held > 0 && h->mem != NULL) h->mem->give(h->mem->ctx, h->held);
+    h->held = 0;
+}
 
 static void *ahead_main(void *arg)
 {
@@ -53,11 +69,12 @@ static void *ahead_main(void *arg)
     return NULL;
 }
 
-wh_ahead_t *wh_ahead_new(const sl_allocator_t *a)
+wh_ahead_t *wh_ahead_new(const sl_allocator_t *a, const sl_wh_mem_t *mem)
 {
     wh_ahead_t *h = sl_calloc(a, 1, sizeof *h);
     if (h == NULL) return NULL;
     h->a = a;
+    h->mem = mem;
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
     if (pthread_create(&h->th, NULL, ahead_main, h) != 0) {
@@ -77,6 +94,7 @@ void wh_ahead_destroy(wh_ahead_t *h)
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
     pthread_join(h->th, NULL);
+    give_back(h);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     wh_buf_free(&h->buf, h->a);
@@ -89,6 +107,21 @@ static void settle(wh_ahead_t *h)
 {
     while (h->state == QUEUED || h->state == RUNNING)
         pthread_cond_wait(&h->cv, &h->mu);
+}
+
+void wh_ahead_drop(wh_ahead_t *h)
+{
+    if (h == NULL) return;
+    pthread_mutex_lock(&h->mu);
+    settle(h);
+    h->state = IDLE;
+    give_back(h);
+    pthread_mutex_unlock(&h->mu);
+}
+
+void sl_wh_reader_drop_ahead(sl_wh_reader_t *r)
+{
+    wh_ahead_drop(r->ahead);
 }
 
 int wh_ahead_take(wh_ahead_t *h, uint32_t stripe, wh_buf_t *rbuf, uint64_t *bytes, size_t *reads)
@@ -106,6 +139,7 @@ int wh_ahead_take(wh_ahead_t *h, uint32_t stripe, wh_buf_t *rbuf, uint64_t *byte
     }
     /* a failed fetch is dropped: the reader's own read reports it */
     h->state = IDLE;
+    give_back(h);
     pthread_mutex_unlock(&h->mu);
     return got;
 }
@@ -117,7 +151,15 @@ bool wh_ahead_start(wh_ahead_t *h, sl_store_object_t *obj, uint32_t stripe,
     pthread_mutex_lock(&h->mu);
     settle(h);
     h->state = IDLE;
+    give_back(h); /* a fetch never taken: dropped */
     bool ok = true;
+    if (h->mem != NULL) {
+        if (!h->mem->try_take(h->mem->ctx, bytes)) {
+            pthread_mutex_unlock(&h->mu);
+            return false;
+        }
+        h->held = bytes;
+    }
     if (n > h->cap) {
         sl_store_range_t *r = sl_alloc(h->a, n * sizeof *r);
         if (r == NULL) {
@@ -141,6 +183,8 @@ bool wh_ahead_start(wh_ahead_t *h, sl_store_object_t *obj, uint32_t stripe,
         h->bytes = bytes;
         h->state = QUEUED;
         pthread_cond_broadcast(&h->cv);
+    } else {
+        give_back(h);
     }
     pthread_mutex_unlock(&h->mu);
     return ok;
@@ -184,7 +228,8 @@ void wh_reader_read_ahead(sl_wh_reader_t *r, uint32_t s)
     r->last_stripe = s;
     const wh_file_t *f = r->f;
     if (!seq || s + 1 >= f->num_stripes) return;
-    if (r->ahead == NULL && (r->ahead = wh_ahead_new(r->a)) == NULL) return; /* no read-ahead */
+    if (r->ahead == NULL && (r->ahead = wh_ahead_new(r->a, r->mem)) == NULL)
+        return; /* no read-ahead */
     sl_store_range_t *rng;
     uint32_t t = s + 1, ns = f->stripes[t].num_streams;
     /* the ranges, then the need flags, in the scratch of fetch's ranges */
@@ -210,5 +255,5 @@ void wh_reader_read_ahead(sl_wh_reader_t *r, uint32_t s)
             .offset = rstart, .len = (size_t)(rend - rstart), .buf = (void *)(uintptr_t)at};
         at += rend - rstart;
     }
-    wh_ahead_start(r->ahead, f->src.obj, t, rng, k, at);
+    if (!wh_ahead_start(r->ahead, f->src.obj, t, rng, k, at)) r->stats.read_ahead_skipped++;
 }

@@ -34,11 +34,12 @@ struct sl_wh_reader {
     /* buffers, reused across stripes */
     wh_buf_t rbuf, ustart;
     wh_buf_t sid, sess, ts, labels, dense, klen, kvals, kw, ksum, koff;
-    wh_dec_t dec;         /* decoder state: scratch, zstd context, stream pointers */
-    wh_buf_t sptr;        /* const uint8_t *[streams of the stripe] + need flags */
-    wh_buf_t ranges;      /* sl_store_range_t[streams of the stripe]: an object's reads */
-    wh_ahead_t *ahead;    /* an object's read-ahead, made at the first sequential stripe */
-    uint32_t last_stripe; /* fetched last (UINT32_MAX: none) */
+    wh_dec_t dec;           /* decoder state: scratch, zstd context, stream pointers */
+    wh_buf_t sptr;          /* const uint8_t *[streams of the stripe] + need flags */
+    wh_buf_t ranges;        /* sl_store_range_t[streams of the stripe]: an object's reads */
+    wh_ahead_t *ahead;      /* an object's read-ahead, made at the first sequential stripe */
+    const sl_wh_mem_t *mem; /* counts the read-ahead's bytes (NULL: not counted) */
+    uint32_t last_stripe;   /* fetched last (UINT32_MAX: none) */
     uint64_t stripe_bytes;
     sl_wh_rows_t rows;
     sl_ikjt_t *ikjts;

@@ -441,6 +441,23 @@ void sl_wh_filter_destroy(sl_wh_filter_t *f);
 /* @return whether p passes f; a NULL filter passes everything. */
 bool sl_wh_filter_match(const sl_wh_filter_t *f, const sl_wh_partition_t *p);
 
+/* Memory a reader of an object holds beyond the rows it hands out, counted
+ * by its caller (a worker's --memory-limit, docs/STORAGE.md "Memory"): a
+ * table reader's read-ahead of the next stripe, a Parquet reader's column
+ * chunks of the row group it reads. Called on the reader's threads
+ * (the read-ahead's give from its helper's owner, the reader).
+ *  - try_take: take bytes if they fit now, never waiting; false: the
+ *    read-ahead is skipped (the stripe is fetched when it is read).
+ *  - take: take bytes, waiting for room (back-pressure); an error (set in
+ *    err, naming what) fails the read.
+ *  - give: give back bytes taken. */
+typedef struct sl_wh_mem {
+    void *ctx;
+    bool (*try_take)(void *ctx, uint64_t bytes);
+    sl_err_t (*take)(void *ctx, uint64_t bytes, const char *what, sl_error_t *err);
+    void (*give)(void *ctx, uint64_t bytes);
+} sl_wh_mem_t;
+
 /* A split: the unit of work a worker leases. */
 typedef struct sl_wh_split {
     const char *path;      /* data file, relative to the table dir */
@@ -490,6 +507,9 @@ typedef struct sl_wh_read_opts {
     uint32_t coalesce_gap;
     sl_wh_limits_t limits; /* zero fields: defaults */
     const sl_allocator_t *allocator;
+    /* Counts the read-ahead of an object's next stripe (NULL: not
+     * counted): borrowed, must outlive the reader. */
+    const struct sl_wh_mem *mem;
 } sl_wh_read_opts_t;
 
 #define SL_WH_GAP_NONE UINT32_MAX
@@ -504,6 +524,8 @@ typedef struct sl_wh_read_stats {
     uint64_t decoded_bytes;  /* bytes of the output tensors filled */
     uint64_t mapping_faults; /* SIGBUS caught reading the mapped file (then read with pread) */
     uint64_t read_ahead;     /* stripes of an object fetched ahead, while the one before was read */
+    uint64_t read_ahead_skipped; /* not fetched ahead: no room under the memory hook (or no
+                                    memory) */
 } sl_wh_read_stats_t;
 
 typedef struct sl_wh_stripe_info {
@@ -538,6 +560,13 @@ void sl_wh_reader_close(sl_wh_reader_t *r);
 const sl_wh_schema_t *sl_wh_reader_schema(const sl_wh_reader_t *r);
 uint32_t sl_wh_reader_num_stripes(const sl_wh_reader_t *r);
 uint64_t sl_wh_reader_num_rows(const sl_wh_reader_t *r);
+/* Drop a read-ahead of the next stripe (waiting for a fetch in flight to
+ * end), giving its bytes back to the memory hook: for a caller that needs
+ * the room, so that read-ahead never makes it fail. */
+void sl_wh_reader_drop_ahead(sl_wh_reader_t *r);
+/* XXH3-64 of the file's footer, as its trailer gives it (checked at open):
+ * what a split's footer_checksum pins. */
+uint64_t sl_wh_reader_footer_checksum(const sl_wh_reader_t *r);
 bool sl_wh_reader_session_clustered(const sl_wh_reader_t *r);
 /* @return SL_ERR_INVALID when stripe is out of range. */
 sl_err_t sl_wh_reader_stripe_info(const sl_wh_reader_t *r, uint32_t stripe,

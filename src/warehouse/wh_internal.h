@@ -194,7 +194,9 @@ void wh_file_close(wh_file_t *f);
  * decodes the current one. Memory: one more stripe's projected bytes. */
 typedef struct wh_ahead wh_ahead_t;
 /* NULL when out of memory or threads. */
-wh_ahead_t *wh_ahead_new(const sl_allocator_t *a);
+wh_ahead_t *wh_ahead_new(const sl_allocator_t *a, const sl_wh_mem_t *mem);
+/* Drop the fetch queued, running (waited for) or done; its bytes given back. */
+void wh_ahead_drop(wh_ahead_t *h);
 /* Waits for a fetch in flight; h may be NULL. */
 void wh_ahead_destroy(wh_ahead_t *h);
 /* Queue the fetch of stripe's ranges rng[n] of obj, bytes in all; each

@@ -31,6 +31,20 @@ static int up_one(const char *path, const struct stat *sb, int flag, struct FTW 
     return 0;
 }
 
+/* Upload the table at dir (fu_gen's) to s3://bucket/tbl, over what is
+ * there, and delete it from disk: the fleet can only read the store. */
+static void upload_table(const char *bucket, const char *dir)
+{
+    char url[200];
+    snprintf(url, sizeof url, "s3://%s", bucket);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &up_store, NULL, &err), SL_OK, "%s", err.msg);
+    up_root = dir;
+    cr_assert_eq(nftw(dir, up_one, 16, FTW_PHYS), 0);
+    sl_store_destroy(up_store);
+    cr_assert_eq(nftw(dir, fu_rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
 typedef struct fleet {
     fu_master_t m;
     sl_master_executor_t *ex;
@@ -45,17 +59,11 @@ typedef struct fleet {
 static void fleet_up(fleet_t *f, const char *id, uint32_t workers, uint32_t delay_us)
 {
     su_env();
-    char b[64], table[300], url[200], spec[1024];
+    char b[64], table[300], spec[1024];
     su_bucket(id, b, sizeof b);
     fu_gen(ROWS, 1000, 2, table, sizeof table);
-    snprintf(url, sizeof url, "s3://%s", b);
+    upload_table(b, table);
     sl_error_t err = {0};
-    cr_assert_eq(sl_store_open_url(url, NULL, &up_store, NULL, &err), SL_OK, "%s", err.msg);
-    up_root = table;
-    cr_assert_eq(nftw(table, up_one, 16, FTW_PHYS), 0);
-    sl_store_destroy(up_store);
-    /* nothing of the table on disk: the fleet can only read the store */
-    cr_assert_eq(nftw(table, fu_rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
     f->m = (fu_master_t){.lease_timeout_ms = 1000};
     fu_master_start(&f->m);
     snprintf(spec, sizeof spec,
@@ -157,6 +165,180 @@ Test(s3_fleet, kill_9_the_master_of_an_s3_job_and_restart_it)
     }
     fleet_join(&f);
     fleet_down(&f);
+}
+
+/* The job's failure as GET /jobs/{id} shows it, once it failed (NULL
+ * while it has not). Caller decrefs. */
+static json_t *job_failure(const fu_master_t *m, const char *job)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", job);
+    json_t *j = fu_get_json(m->admin, path);
+    const char *state = json_string_value(json_object_get(j, "state"));
+    if (state == NULL || strcmp(state, "failed") != 0) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* An object replaced after the master planned the job (its splits and
+ * their files' footer checksums in its journal) and before any worker
+ * read it: the same rows, stripes and file names, other values (another
+ * generator seed), so only the footer tells them apart. The leases carry
+ * the planned checksums: the workers refuse the new version with
+ * SL_ERR_VERSION naming the file, the job fails after
+ * --max-split-failures, and no sample of either version is delivered. */
+Test(s3_fleet, an_object_replaced_after_the_plan_is_refused_by_the_workers)
+{
+    su_env();
+    char b[64], table[300], spec[1024];
+    su_bucket("s3pin", b, sizeof b);
+    fu_gen(ROWS, 1000, 2, table, sizeof table);
+    upload_table(b, table);
+    fu_master_t m = {.lease_timeout_ms = 1000};
+    m.extra[0] = "--max-split-failures";
+    m.extra[1] = "2";
+    fu_master_start(&m);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"pin\",\"source\":{\"table\":\"s3://%s/tbl\"},"
+             "\"batch\":{\"size\":250,\"epochs\":1}}",
+             b);
+    char *job = fu_submit(&m, spec, 1, "dynamic", 1, 1, NULL);
+    /* the replacement, before any worker runs */
+    sl_wh_gen_spec_t gs;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_wh_gen_preset("criteo", ROWS, 18, &gs, &err), SL_OK, "%s", err.msg);
+    gs.files = 2;
+    sl_wh_gen_opts_t go = sl_wh_gen_opts_default();
+    go.writer.stripe_rows = 1000;
+    go.writer.no_sync = true;
+    go.writer.overwrite = true;
+    go.threads = 1;
+    cr_assert_eq(sl_wh_gen_table(table, &gs, &go, NULL, &err), SL_OK, "%s", err.msg);
+    upload_table(b, table);
+    sl_master_executor_t *ex = fu_executor(&m, 1);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    atomic_uint *seen = calloc(ROWS, sizeof *seen);
+    fu_client_t c;
+    pthread_t th;
+    fu_client_t proto = {.master = m.ctl, .job = job, .world_size = 1, .rows = ROWS, .seen = seen};
+    fu_clients_start(&c, &th, 1, &proto);
+    json_t *j;
+    double deadline = fu_now() + tu_timeout(60);
+    while ((j = job_failure(&m, job)) == NULL) {
+        cr_assert(!fu_job_finished(&m, job), "the job read the replaced object to its end");
+        cr_assert(fu_now() < deadline, "the job did not fail in time; see %s", fu_dir);
+        usleep(100 * 1000);
+    }
+    json_t *fl = json_object_get(j, "failure");
+    const char *msg = json_string_value(json_object_get(fl, "message"));
+    const char *file = json_string_value(json_object_get(fl, "file"));
+    cr_assert(msg && strstr(msg, "the file was replaced after the job planned its splits"),
+              "message: %s", msg ? msg : "(none)");
+    cr_assert(file && strstr(file, "part-") && strstr(msg, file), "file %s, message %s",
+              file ? file : "(none)", msg);
+    cr_assert_str_eq(json_string_value(json_object_get(fl, "error")), sl_err_str(SL_ERR_VERSION));
+    json_decref(j);
+    pthread_join(th, NULL);
+    cr_assert_neq(c.end, SL_OK);
+    cr_assert_eq(c.samples, 0, "%llu samples delivered", (unsigned long long)c.samples);
+    fu_executor_destroy(ex);
+    fu_master_stop(&m, SIGTERM);
+    free(seen);
+    free(job);
+}
+
+/* A trainer of a job that counts its samples until the job ends (or
+ * fails). */
+typedef struct count {
+    const char *master, *job;
+    uint64_t samples;
+    sl_err_t end;
+} count_t;
+
+static void *count_samples(void *arg)
+{
+    count_t *c = arg;
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.master = c->master;
+    o.job_id = c->job;
+    o.refresh_ms = 200;
+    o.reconnect_ms = (int)(tu_timeout(30) * 1000);
+    sl_trainer_t *t;
+    sl_error_t err = {0};
+    if ((c->end = sl_trainer_connect(&o, &t, &err)) != SL_OK) return NULL;
+    sl_batch_t *b;
+    while ((c->end = sl_trainer_next(t, (int)(tu_timeout(30) * 1000), &b, &err)) == SL_OK) {
+        c->samples += b->batch_size;
+        sl_trainer_release(t, b);
+    }
+    sl_trainer_close(t);
+    return NULL;
+}
+
+/* A Parquet dataset's object replaced after the master planned the job:
+ * the lease carries the planned footer sum (the object's ETag in it), and
+ * the worker refuses the new object with SL_ERR_VERSION before reading a
+ * row of it; only the other object's rows (at most its 50) are served. */
+Test(s3_fleet, a_parquet_object_replaced_after_the_plan_is_refused_by_the_workers)
+{
+    su_env();
+    char b[64], url[200], spec[1024], src[600], other[600];
+    su_bucket("s3pqpin", b, sizeof b);
+    const char *root = getenv("SLUICE_SOURCE_DIR");
+    cr_assert_not_null(root, "SLUICE_SOURCE_DIR is not set (run through ctest)");
+    snprintf(src, sizeof src, "%s/tests/data/parquet/duckdb-zstd.parquet", root);
+    snprintf(other, sizeof other, "%s/tests/data/parquet/polars-lz4.parquet", root);
+    snprintf(url, sizeof url, "s3://%s", b);
+    sl_store_t *st;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &st, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put_file(st, "pq/ds=1/part-0.parquet", src, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_store_put_file(st, "pq/ds=2/part-0.parquet", src, &err), SL_OK, "%s", err.msg);
+    fu_master_t m = {.lease_timeout_ms = 1000};
+    m.extra[0] = "--max-split-failures";
+    m.extra[1] = "2";
+    fu_master_start(&m);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"pqpin\",\"source\":{\"parquet\":\"s3://%s/pq\"},"
+             "\"batch\":{\"size\":10,\"epochs\":1}}",
+             b);
+    char *job = fu_submit(&m, spec, 1, "dynamic", 1, 1, NULL);
+    /* the replacement, before any worker runs: another valid Parquet file */
+    cr_assert_eq(sl_store_put_file(st, "pq/ds=2/part-0.parquet", other, &err), SL_OK, "%s",
+                 err.msg);
+    sl_store_destroy(st);
+    sl_master_executor_t *ex = fu_executor(&m, 1);
+    cr_assert_eq(sl_master_executor_scale(ex, job, 1, NULL, NULL, &err), SL_OK, "%s", err.msg);
+    count_t c = {.master = m.ctl, .job = job};
+    pthread_t th;
+    pthread_create(&th, NULL, count_samples, &c);
+    json_t *j;
+    double deadline = fu_now() + tu_timeout(60);
+    while ((j = job_failure(&m, job)) == NULL) {
+        cr_assert(!fu_job_finished(&m, job), "the job read the replaced object to its end");
+        cr_assert(fu_now() < deadline, "the job did not fail in time; see %s", fu_dir);
+        usleep(100 * 1000);
+    }
+    json_t *fl = json_object_get(j, "failure");
+    const char *msg = json_string_value(json_object_get(fl, "message"));
+    cr_assert_str_eq(json_string_value(json_object_get(fl, "file")), "ds=2/part-0.parquet");
+    cr_assert_str_eq(json_string_value(json_object_get(fl, "error")), sl_err_str(SL_ERR_VERSION));
+    char want[300];
+    snprintf(want, sizeof want,
+             "s3://%s/pq/ds=2/part-0.parquet: the object was replaced after the job planned its "
+             "splits",
+             b);
+    cr_assert(msg && strstr(msg, want), "message: %s", msg ? msg : "(none)");
+    json_decref(j);
+    pthread_join(th, NULL);
+    cr_assert_neq(c.end, SL_OK);
+    cr_assert_leq(c.samples, 50, "%llu samples: more than the unchanged object holds",
+                  (unsigned long long)c.samples);
+    fu_executor_destroy(ex);
+    fu_master_stop(&m, SIGTERM);
+    free(job);
 }
 
 int main(int argc, char *argv[])

@@ -169,6 +169,55 @@ static sl_err_t count_key(void *ctx, const char *key, const sl_store_info_t *inf
     return SL_OK;
 }
 
+/* Latency is counted per operation: one PUT, one HEAD, a listing of one
+ * page, two GETs; each in its op's histogram, as the Prometheus text. */
+Test(s3, request_latency_by_operation)
+{
+    su_env();
+    char b[64];
+    su_bucket("ops", b, sizeof b);
+    sl_store_t *st = open_store(b, NULL);
+    sl_error_t e = {0};
+    cr_assert_eq(sl_store_put(st, "o/a", "0123456789", 10, &e), SL_OK, "%s", e.msg);
+    sl_store_info_t info;
+    cr_assert_eq(sl_store_stat(st, "o/a", &info, &e), SL_OK, "%s", e.msg);
+    seen_t s = {.ordered = true};
+    cr_assert_eq(sl_store_list(st, "o/", count_key, &s, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(s.n, 1);
+    char buf[4];
+    cr_assert_eq(sl_store_read(st, "o/a", 2, 4, buf, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(sl_store_read(st, "o/a", 6, 4, buf, &e), SL_OK, "%s", e.msg);
+    sl_store_stats_t ss;
+    sl_store_stats(st, &ss);
+    const uint64_t want[SL_STORE_OPS] = {[SL_STORE_OP_GET] = 2,
+                                         [SL_STORE_OP_HEAD] = 1,
+                                         [SL_STORE_OP_LIST] = 1,
+                                         [SL_STORE_OP_PUT] = 1};
+    for (int o = 0; o < SL_STORE_OPS; o++) {
+        uint64_t n = 0;
+        for (int i = 0; i <= SL_STORE_LATENCY_BUCKETS; i++)
+            n += ss.latency[o][i];
+        cr_assert_eq(n, want[o], "op %s: %llu requests", sl_store_op_name(o),
+                     (unsigned long long)n);
+        cr_assert_eq(ss.latency_sum_s[o] > 0, want[o] > 0);
+    }
+    cr_assert_eq(ss.requests, 5);
+    sl_prom_t pt;
+    sl_prom_init(&pt, NULL);
+    sl_store_prom(st, &pt, NULL);
+    char *text = sl_prom_finish(&pt);
+    for (int o = 0; o < SL_STORE_OPS; o++) {
+        char line[200];
+        snprintf(line, sizeof line, "sluice_store_request_seconds_count{op=\"%s\"} %llu\n",
+                 sl_store_op_name(o), (unsigned long long)want[o]);
+        cr_assert(strstr(text, line), "no %s in %s", line, text);
+    }
+    cr_assert(strstr(text, "sluice_store_request_seconds_bucket{op=\"list\",le=\"+Inf\"} 1\n"),
+              "%s", text);
+    sl_strfree(NULL, text);
+    sl_store_destroy(st);
+}
+
 Test(s3, virtual_hosted_addressing)
 {
     su_env();
@@ -584,7 +633,8 @@ Test(s3, permanent_slowdown_fails_after_the_cap)
     cr_assert(strstr(text, line), "%s", text);
     snprintf(line, sizeof line, "sluice_store_retries_total{store=\"s3://%s\"} 3\n", b);
     cr_assert(strstr(text, line), "%s", text);
-    snprintf(line, sizeof line, "sluice_store_request_seconds_count{store=\"s3://%s\"} 4\n", b);
+    snprintf(line, sizeof line,
+             "sluice_store_request_seconds_count{store=\"s3://%s\",op=\"get\"} 4\n", b);
     cr_assert(strstr(text, line), "%s", text);
     cr_assert_null(strstr(text, su.secret));
     sl_strfree(NULL, text);

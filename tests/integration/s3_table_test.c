@@ -71,7 +71,53 @@ static sl_wh_table_t *open_table(const char *dir)
     return t;
 }
 
-static uint64_t read_ahead; /* stripes the readers of digest_by read ahead */
+static uint64_t read_ahead;           /* stripes the readers of digest_by read ahead */
+static uint64_t read_ahead_skipped;   /* ... and did not, for want of room */
+static const sl_wh_mem_t *digest_mem; /* the memory hook of digest_by's readers */
+
+/* A memory hook that counts: what is held now, its peak, the largest
+ * single take, and the sum of every take; try_take and take succeed
+ * while held stays within room. */
+typedef struct count_mem {
+    uint64_t room, held, peak, largest, taken;
+    uint32_t takes, refused;
+} count_mem_t;
+
+static bool cm_try_take(void *ctx, uint64_t bytes)
+{
+    count_mem_t *c = ctx;
+    if (c->held + bytes > c->room) {
+        c->refused++;
+        return false;
+    }
+    c->held += bytes;
+    c->taken += bytes;
+    c->takes++;
+    if (c->held > c->peak) c->peak = c->held;
+    if (bytes > c->largest) c->largest = bytes;
+    return true;
+}
+
+static sl_err_t cm_take(void *ctx, uint64_t bytes, const char *what, sl_error_t *err)
+{
+    if (!cm_try_take(ctx, bytes))
+        return sl_error_set(err, SL_ERR_NOMEM, "test limit: no room for %s (%llu bytes)", what,
+                            (unsigned long long)bytes);
+    return SL_OK;
+}
+
+static void cm_give(void *ctx, uint64_t bytes)
+{
+    count_mem_t *c = ctx;
+    cr_assert_leq(bytes, c->held, "gave back %llu bytes of %llu held", (unsigned long long)bytes,
+                  (unsigned long long)c->held);
+    c->held -= bytes;
+}
+
+static sl_wh_mem_t count_mem(count_mem_t *c)
+{
+    return (sl_wh_mem_t){.ctx = c, .try_take = cm_try_take, .take = cm_take, .give = cm_give};
+}
 
 /* Read every split of t (stripes_per_split stripes each) with the
  * projection I1; a digest of sample ids and the values of I1, and the
@@ -83,7 +129,7 @@ static uint64_t digest_by(const sl_wh_table_t *t, uint32_t stripes_per_split, ui
     sl_error_t err = {0};
     cr_assert_eq(sl_wh_table_splits(t, NULL, stripes_per_split, &sp, &err), SL_OK, "%s", err.msg);
     const char *feats[] = {"I1"};
-    sl_wh_read_opts_t ro = {.features = feats, .num_features = 1};
+    sl_wh_read_opts_t ro = {.features = feats, .num_features = 1, .mem = digest_mem};
     uint64_t h = 1469598103934665603ull;
     *data_bytes = *rows = 0;
     for (uint32_t i = 0; i < sp->count; i++) {
@@ -105,6 +151,7 @@ static uint64_t digest_by(const sl_wh_table_t *t, uint32_t stripes_per_split, ui
         sl_wh_reader_stats(r, &st);
         *data_bytes += st.data_bytes_read;
         read_ahead += st.read_ahead;
+        read_ahead_skipped += st.read_ahead_skipped;
         sl_wh_reader_close(r);
     }
     sl_wh_splits_destroy(sp);
@@ -197,10 +244,49 @@ Test(s3_table, reads_as_the_local_table_fetching_only_the_projected_streams)
     }
     cr_assert_gt(ahead_want, 0);
     cr_assert_eq(read_ahead, ahead_want);
+    cr_assert_eq(read_ahead_skipped, 0);
     /* the stat just above counts no bytes */
     cr_assert_eq(after.bytes_read - before.bytes_read, opens + sb, "%llu bytes, want %llu",
                  (unsigned long long)(after.bytes_read - before.bytes_read),
                  (unsigned long long)(opens + sb));
+    /* With a memory hook (a worker's --memory-limit): each fetch ahead
+     * takes its bytes first and gives them back once its stripe is read,
+     * one fetch at a time (the peak is the largest single fetch); all of
+     * them are projected stripe bytes the reader uses. */
+    count_mem_t cm = {.room = UINT64_MAX};
+    sl_wh_mem_t hook = count_mem(&cm);
+    digest_mem = &hook;
+    read_ahead = read_ahead_skipped = 0;
+    cr_assert_eq(digest_by(st, 1000, &ab, &ar), want);
+    cr_assert_eq(read_ahead, ahead_want);
+    cr_assert_eq(cm.takes, ahead_want);
+    cr_assert_eq(cm.held, 0, "%llu bytes still held after the readers closed",
+                 (unsigned long long)cm.held);
+    cr_assert_gt(cm.largest, 0);
+    cr_assert_eq(cm.peak, cm.largest);
+    cr_assert_lt(cm.taken, sb);
+    /* No room: nothing is read ahead (each fetch that would have been is
+     * counted as skipped), the same rows and bytes. */
+    cm = (count_mem_t){.room = cm.largest - 1};
+    read_ahead = read_ahead_skipped = 0;
+    sl_store_stats(sl_wh_table_store(st), &before);
+    cr_assert_eq(digest_by(st, 1000, &ab, &ar), want);
+    sl_store_stats(sl_wh_table_store(st), &after);
+    cr_assert_eq(ar, 6000);
+    cr_assert_eq(ab, sb);
+    cr_assert_eq(read_ahead + read_ahead_skipped, ahead_want);
+    cr_assert_gt(read_ahead_skipped, 0);
+    cr_assert_eq(cm.refused, read_ahead_skipped);
+    cr_assert_leq(cm.peak, cm.room);
+    cr_assert_eq(cm.held, 0);
+    cr_assert_eq(after.bytes_read - before.bytes_read, opens + sb);
+    cm = (count_mem_t){.room = 0};
+    read_ahead = read_ahead_skipped = 0;
+    cr_assert_eq(digest_by(st, 1000, &ab, &ar), want);
+    cr_assert_eq(read_ahead, 0);
+    cr_assert_eq(read_ahead_skipped, ahead_want);
+    cr_assert_eq(cm.takes, 0);
+    digest_mem = NULL;
     sl_wh_table_close(lt);
     sl_wh_table_close(st);
 }
@@ -259,6 +345,76 @@ Test(s3_table, a_worker_runs_a_job_on_an_s3_table_exactly_once_over_two_epochs)
     sl_trainer_close(t);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
+}
+
+/* A worker of the job on the S3 table with memory_limit bytes and a
+ * trainer taking each batch after delay_us: every sample once; its stats. */
+static sl_worker_stats_t run_limited(const char *bucket, uint64_t rows, uint32_t batch,
+                                     uint64_t memory_limit)
+{
+    char spec[1024], addr[64];
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"s3lim\",\"source\":{\"table\":\"s3://%s/tbl\"},"
+             "\"batch\":{\"size\":%u,\"epochs\":1}}",
+             bucket, batch);
+    sl_pipeline_job_t *job = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 1;
+    o.memory_limit = memory_limit;
+    sl_worker_t *w = wu_start(job, &o, addr, sizeof addr);
+    sl_trainer_opts_t to = sl_trainer_opts_default();
+    to.address = addr;
+    sl_trainer_t *t = NULL;
+    cr_assert_eq(sl_trainer_connect(&to, &t, &err), SL_OK, "%s", err.msg);
+    uint8_t *seen = calloc(rows, 1);
+    cr_assert_not_null(seen);
+    wu_read_all(t, rows, 1, 0, seen);
+    for (uint64_t i = 0; i < rows; i++)
+        cr_assert_eq(seen[i], 1, "sample %llu seen %u times", (unsigned long long)i, seen[i]);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
+    sl_worker_stats_t st;
+    sl_worker_stats(w, &st);
+    free(seen);
+    sl_trainer_close(t);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    return st;
+}
+
+/* The read-ahead of an S3 table counts in --memory-limit. With room, each
+ * file's stripes after its second are fetched ahead. With batches of 50
+ * rows, a limit of 600,000 bytes holds a decoded stripe of this table
+ * (1500 rows: about 534 KB, accounted while the reader is on it) and the
+ * batches being made, but never that and a stripe's fetch ahead (about
+ * 107 KB of stored bytes) too: every read-ahead is skipped, none waited
+ * for, the budget never past the limit, every sample delivered once. */
+Test(s3_table, the_memory_limit_bounds_the_read_ahead_of_an_s3_table)
+{
+    char b[64], local[400];
+    const uint64_t rows = 12000;
+    criteo_both("tlim", rows, 1500, b, sizeof b, local, sizeof local);
+    sl_worker_stats_t roomy = run_limited(b, rows, 50, 256u << 20);
+    cr_assert_eq(roomy.rows_read, rows);
+    cr_assert_eq(roomy.stripes, 8, "%llu stripes", (unsigned long long)roomy.stripes);
+    /* one file of 8 stripes: stripes 2 to 7 come from read-ahead */
+    cr_assert_eq(roomy.read_ahead, 6);
+    cr_assert_eq(roomy.read_ahead_skipped, 0);
+    const uint64_t stripe = roomy.source_bytes / roomy.stripes;
+    cr_assert(stripe > 500000 && stripe < 560000, "decoded stripe of %llu bytes",
+              (unsigned long long)stripe);
+    sl_worker_stats_t tight = run_limited(b, rows, 50, 600000);
+    fprintf(stderr,
+            "memory peak with 256 MiB: %llu bytes, %llu stripes read ahead; with 600000 "
+            "bytes: %llu bytes, %llu read ahead, %llu skipped\n",
+            (unsigned long long)roomy.memory_peak, (unsigned long long)roomy.read_ahead,
+            (unsigned long long)tight.memory_peak, (unsigned long long)tight.read_ahead,
+            (unsigned long long)tight.read_ahead_skipped);
+    cr_assert_eq(tight.rows_read, rows);
+    cr_assert_eq(tight.read_ahead, 0);
+    cr_assert_eq(tight.read_ahead_skipped, 6);
+    cr_assert_leq(tight.memory_peak, 600000);
 }
 
 Test(s3_table, an_object_replaced_after_planning_or_while_read_is_refused)
@@ -463,6 +619,8 @@ static sl_err_t pq_row(void *ctx, uint64_t row, const sl_wh_row_t *r, sl_error_t
     return SL_OK;
 }
 
+static const sl_wh_mem_t *pq_mem; /* the memory hook of pq_read_all's dataset */
+
 /* Every row of every split of the dataset at path: a digest. */
 static pq_digest_t pq_read_all(const char *path, sl_wh_pqds_t **keep, sl_wh_splits_t **keep_sp)
 {
@@ -470,6 +628,7 @@ static pq_digest_t pq_read_all(const char *path, sl_wh_pqds_t **keep, sl_wh_spli
     sl_error_t err = {0};
     cr_assert_eq(sl_wh_pqds_open(path, NULL, "ds>=2026-11-02", NULL, NULL, NULL, &ds, &err), SL_OK,
                  "%s", err.msg);
+    sl_wh_pqds_set_mem(ds, pq_mem);
     cr_assert_eq(sl_wh_pqds_num_files(ds), 2);
     sl_wh_splits_t *sp = NULL;
     cr_assert_eq(sl_wh_pqds_plan(ds, 1, NULL, 0, &sp, NULL, &err), SL_OK, "%s", err.msg);
@@ -539,6 +698,46 @@ Test(s3_table, a_parquet_dataset_in_s3_reads_as_on_disk_and_a_replaced_object_is
     cr_assert_eq(want.rows, 100, "two partitions of 50 rows");
     cr_assert_eq(got.rows, want.rows);
     cr_assert_eq(got.h, want.h);
+    /* With a memory hook (a worker's --memory-limit): each row group's
+     * column chunks are taken before they are fetched and given back
+     * before the next group's, so at most one group's are held; the same
+     * rows. A hook without room for them fails the read, naming them. */
+    count_mem_t cm = {.room = UINT64_MAX};
+    sl_wh_mem_t hook = count_mem(&cm);
+    pq_mem = &hook;
+    pq_digest_t counted = pq_read_all(url, NULL, NULL);
+    cr_assert_eq(counted.rows, want.rows);
+    cr_assert_eq(counted.h, want.h);
+    cr_assert_gt(cm.takes, 0);
+    cr_assert_eq(cm.held, 0);
+    cr_assert_eq(cm.peak, cm.largest);
+    cr_assert_lt(cm.largest, (uint64_t)sb.st_size);
+    cm = (count_mem_t){.room = cm.largest - 1};
+    {
+        sl_wh_pqds_t *mds = NULL;
+        sl_wh_splits_t *msp = NULL;
+        cr_assert_eq(sl_wh_pqds_open(url, NULL, NULL, NULL, NULL, NULL, &mds, &err), SL_OK, "%s",
+                     err.msg);
+        sl_wh_pqds_set_mem(mds, &hook);
+        cr_assert_eq(sl_wh_pqds_plan(mds, 1000000, NULL, 0, &msp, NULL, &err), SL_OK, "%s",
+                     err.msg);
+        sl_wh_pqds_reader_t *mr = NULL;
+        cr_assert_eq(sl_wh_pqds_reader_new(mds, NULL, 0, &mr, &err), SL_OK, "%s", err.msg);
+        pq_digest_t none = {0};
+        sl_err_t mrc = SL_OK;
+        for (uint32_t i = 0; i < msp->count && mrc == SL_OK; i++)
+            mrc =
+                sl_wh_pqds_read(mr, &msp->items[i], 0, msp->items[i].num_rows, pq_row, &none, &err);
+        cr_assert_eq(mrc, SL_ERR_NOMEM, "%s", err.msg);
+        cr_assert(strstr(err.msg, "test limit: no room for the column chunks of ") &&
+                      strstr(err.msg, "part-0.parquet row group "),
+                  "%s", err.msg);
+        cr_assert_eq(cm.held, 0);
+        sl_wh_pqds_reader_destroy(mr);
+        sl_wh_splits_destroy(msp);
+        sl_wh_pqds_destroy(mds);
+    }
+    pq_mem = NULL;
     /* The object of the first split replaced by other bytes: its reads
      * are refused, naming it, never mixed with the planned version. */
     cr_assert_eq(

@@ -408,6 +408,65 @@ Test(master_state, static_sharding_ranks_on_leases)
     tu_alloc_assert_clean(&g_ta);
 }
 
+/* Lease every split of job j to worker w; each lease must carry the
+ * footer checksum its file was planned with: 0xf00 + the file's number
+ * (make_splits' part-N.slc), or 0 when want_pinned is false. */
+static void lease_all_pinned(sl_master_state_t *m, const char *j, uint32_t n, uint64_t now,
+                             bool want_pinned)
+{
+    sl_error_t err = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        sl_master_lease_t l;
+        cr_assert_eq(sl_master_state_lease_next(m, j, "w", now, &l, &err), SL_OK, "%s", err.msg);
+        uint64_t want = want_pinned ? 0xf00u + (uint64_t)(l.split % 4) : 0;
+        cr_assert_eq(l.footer_checksum, want, "split %u (%s): footer %llx, want %llx", l.split,
+                     l.path, (unsigned long long)l.footer_checksum, (unsigned long long)want);
+    }
+}
+
+/* The footer checksums of a job's files as the master planned them are in
+ * its journal and its snapshot, and every lease carries its file's: the
+ * pin that lets a worker refuse a file replaced since the plan. */
+Test(master_state, leases_carry_the_planned_footer_checksums_across_restarts)
+{
+    make_splits(8, NULL);
+    for (uint32_t i = 0; i < 8; i++)
+        g_splits[i].footer_checksum = 0xf00u + i % 4;
+    char *dir = tmp_state_dir();
+    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 100, .allocator = ALLOC};
+    sl_master_state_t *m = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    sl_master_state_job_spec_t spec = spec_of("pinned", 8, 1, true, 5);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    for (uint32_t i = 0; i < 8; i++)
+        g_splits[i].footer_checksum = 0; /* a plan without pins (none known) */
+    spec = spec_of("unpinned", 8, 1, false, 0);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    lease_all_pinned(m, "pinned", 8, 0, true);
+    lease_all_pinned(m, "unpinned", 8, 0, false);
+    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    sl_master_state_destroy(m);
+    /* from the journal: the leases found expire, and lease again pinned */
+    uint32_t expired = 0;
+    cr_assert_eq(sl_master_state_open(&o, 1000, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_expire(m, 1100, &expired, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(expired, 16);
+    lease_all_pinned(m, "pinned", 8, 1100, true);
+    lease_all_pinned(m, "unpinned", 8, 1100, false);
+    /* from a snapshot */
+    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
+    sl_master_state_destroy(m);
+    cr_assert_eq(sl_master_state_open(&o, 2000, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_expire(m, 2100, &expired, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(expired, 16);
+    lease_all_pinned(m, "pinned", 8, 2100, true);
+    lease_all_pinned(m, "unpinned", 8, 2100, false);
+    sl_master_state_destroy(m);
+    rm_state_dir(dir);
+    tu_alloc_assert_clean(&g_ta);
+}
+
 static uint64_t g_nonce = 1;
 
 /* Run every split of the current epoch to completion in lease order;

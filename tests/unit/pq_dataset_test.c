@@ -128,6 +128,28 @@ Test(pq_dataset, splits_partitions_and_ranges)
                               "before its row 50") != NULL,
               "%s", err.msg);
     cr_assert_eq(some.n, 8);
+    /* a split planned on another footer (its file replaced since the
+     * plan: a lease's pin) is refused before any row, in both read paths;
+     * the file's other splits still read */
+    sl_wh_split_t moved = sp->items[3];
+    moved.footer_checksum ^= 1;
+    ids_t none = {0};
+    cr_assert_eq(sl_wh_pqds_read(r, &moved, 0, moved.num_rows, collect, &none, &err),
+                 SL_ERR_VERSION);
+    char want[128];
+    snprintf(want, sizeof want,
+             "the object was replaced after the job planned its splits (its "
+             "footer checksum is not the planned %016llx)",
+             (unsigned long long)moved.footer_checksum);
+    cr_assert(strstr(err.msg, "ds=2026-11-02/part-0.parquet: ") && strstr(err.msg, want), "%s",
+              err.msg);
+    cr_assert_eq(none.n, 0);
+    cr_assert_eq(sl_wh_pqds_read_stripes(r, &moved, 0, moved.num_rows, 16, NULL, NULL, &err),
+                 SL_ERR_VERSION);
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    cr_assert_eq(sl_wh_pqds_read(r, &sp->items[3], 0, 8, collect, &none, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(none.n, 8);
     sl_wh_pqds_reader_destroy(r);
     sl_wh_splits_destroy(sp);
     sl_wh_pqds_destroy(ds);

@@ -203,6 +203,30 @@ Test(budget, never_passes_the_limit)
     sl_worker_budget_destroy(b);
 }
 
+/* try_acquire takes only what fits now, never waiting (an object's
+ * read-ahead): refused when it would pass the limit and once closed;
+ * unlimited with limit 0. */
+Test(budget, try_acquire_takes_only_what_fits_now)
+{
+    sl_worker_budget_t *b = sl_worker_budget_new(NULL, 1000);
+    cr_assert(sl_worker_budget_try_acquire(b, 600));
+    cr_assert(!sl_worker_budget_try_acquire(b, 401));
+    cr_assert_eq(sl_worker_budget_used(b), 600);
+    cr_assert(sl_worker_budget_try_acquire(b, 400));
+    cr_assert_eq(sl_worker_budget_used(b), 1000);
+    cr_assert_eq(sl_worker_budget_peak(b), 1000);
+    cr_assert(!sl_worker_budget_try_acquire(b, 1));
+    sl_worker_budget_release(b, 1000);
+    sl_worker_budget_close(b);
+    cr_assert(!sl_worker_budget_try_acquire(b, 1));
+    cr_assert_eq(sl_worker_budget_used(b), 0);
+    sl_worker_budget_destroy(b);
+    b = sl_worker_budget_new(NULL, 0);
+    cr_assert(sl_worker_budget_try_acquire(b, UINT64_MAX / 2));
+    sl_worker_budget_release(b, UINT64_MAX / 2);
+    sl_worker_budget_destroy(b);
+}
+
 /* With stages declared, a wait is hopeless when nothing is pinned and
  * every other stage waits or idles: refused after a standstill of
  * SL_WORKER_BUDGET_STUCK_MS, not a hang. Pinned bytes (a client's ACK will

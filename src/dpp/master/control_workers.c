@@ -372,6 +372,7 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
     le.stripe_end = l.stripe_end;
     le.first_row = l.first_row;
     le.num_rows = l.num_rows;
+    le.footer_checksum = l.footer_checksum;
     le.n_todo = l.num_todo;
     le.todo = todo;
     le.rank_plus_one = l.rank_plus_one;

@@ -65,6 +65,8 @@ static void job_free(const sl_allocator_t *a, job *jb)
         m_free_ranges(a, &jb->st[i]);
     for (uint32_t i = 0; jb->paths != NULL && i < jb->num_paths; i++)
         sl_strfree(a, jb->paths[i]);
+    if (jb->path_footer != NULL)
+        sl_free(a, jb->path_footer, (size_t)jb->num_paths * sizeof *jb->path_footer);
     /* A Kafka job's paths have room for its partitions (kp_cap). */
     sl_free(a, jb->paths, (size_t)(jb->chunk ? jb->kp_cap : jb->num_paths) * sizeof *jb->paths);
     sl_free(a, jb->defs, (size_t)jb->cap * sizeof *jb->defs);
@@ -158,6 +160,12 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
               jb->st && jb->order && jb->pos && jb->heap;
     for (uint32_t i = 0; ok && i < jb->num_paths; i++)
         ok = (jb->paths[i] = sl_strdup(a, l->paths[i])) != NULL;
+    if (ok && spec->kafka_chunk == 0 && jb->num_paths > 0 && l->n_path_footer == jb->num_paths) {
+        jb->path_footer = sl_alloc(a, (size_t)jb->num_paths * sizeof *jb->path_footer);
+        if ((ok = jb->path_footer != NULL))
+            memcpy(jb->path_footer, l->path_footer,
+                   (size_t)jb->num_paths * sizeof *jb->path_footer);
+    }
     if (!ok) {
         job_free(a, jb);
         return sl_error_set(err, SL_ERR_NOMEM, "job '%s' of %u splits", spec->job_id, n);

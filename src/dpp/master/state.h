@@ -353,6 +353,7 @@ typedef struct sl_master_lease {
     const char *path;
     uint32_t stripe_begin, stripe_end;
     uint64_t first_row, num_rows;
+    uint64_t footer_checksum; /* of the file as planned (0: not pinned) */
 } sl_master_lease_t;
 
 /* Lease the next PENDING split of the job, in epoch order, to worker.

@@ -129,11 +129,13 @@ typedef struct job {
     uint64_t fingerprint;    /* XXH3 of the split list (resume tokens) */
     char **paths;
     uint32_t num_paths;
-    split_def *defs; /* [n] */
-    split_st *st;    /* [n] */
-    uint32_t *order; /* [n] position -> split, this epoch */
-    uint32_t *pos;   /* [n] split -> position */
-    uint32_t *heap;  /* [n] min-heap of positions of PENDING splits behind cursor */
+    uint64_t *path_footer; /* [num_paths]: footer checksums as planned (leases pin them); NULL:
+                              none (a Kafka job, an older journal) */
+    split_def *defs;       /* [n] */
+    split_st *st;          /* [n] */
+    uint32_t *order;       /* [n] position -> split, this epoch */
+    uint32_t *pos;         /* [n] split -> position */
+    uint32_t *heap;        /* [n] min-heap of positions of PENDING splits behind cursor */
     uint32_t heap_len;
     uint32_t cursor; /* positions before it were handed out once this epoch */
     uint32_t epoch;

@@ -301,19 +301,20 @@ static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t split, const ch
     if (rc != SL_OK) return rc;
     uint64_t expiry = jb->st[split].expiry;
     const split_def *d = &jb->defs[split];
-    *out = (sl_master_lease_t){.split = split,
-                               .epoch = jb->epoch,
-                               .generation = gen,
-                               .expiry_ms = expiry,
-                               .rank_plus_one =
-                                   jb->rank_of_split != NULL ? jb->rank_of_split[split] + 1 : 0,
-                               .todo = m->todo,
-                               .num_todo = nt,
-                               .path = jb->paths[d->path],
-                               .stripe_begin = d->stripe_begin,
-                               .stripe_end = d->stripe_end,
-                               .first_row = d->first_row,
-                               .num_rows = d->num_rows};
+    *out = (sl_master_lease_t){
+        .split = split,
+        .epoch = jb->epoch,
+        .generation = gen,
+        .expiry_ms = expiry,
+        .rank_plus_one = jb->rank_of_split != NULL ? jb->rank_of_split[split] + 1 : 0,
+        .todo = m->todo,
+        .num_todo = nt,
+        .path = jb->paths[d->path],
+        .stripe_begin = d->stripe_begin,
+        .stripe_end = d->stripe_end,
+        .first_row = d->first_row,
+        .num_rows = d->num_rows,
+        .footer_checksum = jb->path_footer != NULL ? jb->path_footer[d->path] : 0};
     return SL_OK;
 }
 

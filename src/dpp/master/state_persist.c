@@ -67,7 +67,8 @@ sl_err_t m_check_spec(const sl_master_state_t *m, const Sluice__Master__JobSpec 
         return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s': %zu splits (max_splits %u)",
                             spec->job_id, n, m->opts.max_splits);
     if (l->n_stripe_begin != n || l->n_stripe_end != n || l->n_first_row != n ||
-        l->n_num_rows != n || l->n_paths > n)
+        l->n_num_rows != n || l->n_paths > n ||
+        (l->n_path_footer && l->n_path_footer != l->n_paths))
         return sl_error_set(err, SL_ERR_INVALID, "job '%s': split columns of unequal length",
                             spec->job_id);
     if (spec->epochs == 0)
@@ -141,6 +142,7 @@ void m_spec_pb_free(m_spec_pb *p)
     sl_free(a, p->kparts, (p->nk + 1) * sizeof *p->kparts);
     sl_free(a, p->kptrs, (p->nk + 1) * sizeof *p->kptrs);
     sl_free(a, p->list.paths, p->cap_paths * sizeof(char *));
+    sl_free(a, p->list.path_footer, p->cap_paths * sizeof(uint64_t));
     sl_free(a, p->list.path_index, p->n * sizeof(uint32_t));
     sl_free(a, p->list.stripe_begin, p->n * sizeof(uint32_t));
     sl_free(a, p->list.stripe_end, p->n * sizeof(uint32_t));
@@ -217,9 +219,10 @@ sl_err_t m_spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_s
     uint32_t *hash = sl_calloc(a, hcap, sizeof *hash); /* path index + 1 */
     p->cap_paths = n;
     l->paths = sl_alloc(a, n * sizeof(char *));
+    l->path_footer = sl_alloc(a, n * sizeof(uint64_t));
     sl_err_t rc = SL_OK;
     if (n > 0 && (!l->path_index || !l->stripe_begin || !l->stripe_end || !l->first_row ||
-                  !l->num_rows || !hash || !l->paths)) {
+                  !l->num_rows || !hash || !l->paths || !l->path_footer)) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job '%s' of %zu splits", in->job_id, n);
         goto out;
     }
@@ -234,6 +237,7 @@ sl_err_t m_spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_s
         while (hash[h] != 0 && strcmp(l->paths[hash[h] - 1], s->path) != 0)
             h = (h + 1) & (hcap - 1);
         if (hash[h] == 0) {
+            l->path_footer[l->n_paths] = s->footer_checksum; /* the same for every split */
             l->paths[l->n_paths++] = (char *)s->path;
             hash[h] = (uint32_t)l->n_paths;
         }
@@ -244,6 +248,7 @@ sl_err_t m_spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_s
         l->num_rows[i] = s->num_rows;
     }
     l->n_path_index = l->n_stripe_begin = l->n_stripe_end = l->n_first_row = l->n_num_rows = n;
+    l->n_path_footer = l->n_paths;
 out:
     sl_free(a, hash, hcap * sizeof *hash);
     return rc;

@@ -212,6 +212,8 @@ sl_err_t m_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *le
         spec[k].shuffle = jb->shuffle;
         sl[k].n_paths = jb->num_paths;
         sl[k].paths = jb->paths;
+        sl[k].n_path_footer = jb->path_footer != NULL ? jb->num_paths : 0;
+        sl[k].path_footer = jb->path_footer;
         sl[k].n_path_index = sl[k].n_stripe_begin = sl[k].n_stripe_end = n;
         sl[k].n_first_row = sl[k].n_num_rows = n;
         sj[k].epoch = jb->epoch;

@@ -78,9 +78,10 @@ static void direct_free(const sl_allocator_t *a, lane_direct_t *e)
 static sl_err_t lane_open(dpp_lane_t *l, sl_error_t *err)
 {
     const sl_wh_split_t *sp = l->sp;
-    if (l->r && strcmp(l->path, sp->path) == 0)
+    if (l->r && strcmp(l->path, sp->path) == 0 &&
+        (sp->footer_checksum == 0 || sp->footer_checksum == sl_wh_reader_footer_checksum(l->r)))
         return sl_wh_reader_set_range(l->r, sp->stripe_begin, sp->stripe_end, err);
-    sl_wh_reader_close(l->r);
+    dpp_worker_close_table_reader(l->p->w, l->r);
     l->r = NULL;
     sl_err_t rc = sl_wh_reader_open_split(l->p->w->table, sp, &l->p->ro, &l->r, err);
     if (rc == SL_OK && strlen(sp->path) < sizeof l->path)
@@ -208,7 +209,7 @@ static void *lane_main(void *arg)
             l->err = (sl_error_t){0};
             l->rc = lane_read(l, &l->err);
             if (l->rc != SL_OK) { /* the reader reports it in its turn; the reader may be bad */
-                sl_wh_reader_close(l->r);
+                dpp_worker_close_table_reader(w, l->r);
                 l->r = NULL;
                 l->path[0] = '\0';
             }
@@ -279,7 +280,7 @@ void dpp_lanes_destroy(dpp_lanes_t *p)
         }
         if (l->direct) sl_free(w->a, l->direct, (size_t)l->direct_cap * sizeof *l->direct);
         sl_worker_budget_release(w->budget, l->held);
-        sl_wh_reader_close(l->r);
+        dpp_worker_close_table_reader(w, l->r);
         if (l->selected) sl_free(w->a, l->selected, (size_t)l->cap * sizeof *l->selected);
         if (l->weights) sl_free(w->a, l->weights, (size_t)l->cap * sizeof *l->weights);
     }

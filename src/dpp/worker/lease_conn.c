@@ -261,7 +261,8 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
                             .stripe_begin = m->stripe_begin,
                             .stripe_end = m->stripe_end,
                             .first_row = m->first_row,
-                            .num_rows = m->num_rows};
+                            .num_rows = m->num_rows,
+                            .footer_checksum = m->footer_checksum};
     *out = l;
     return SL_OK;
 }

@@ -244,6 +244,15 @@ sl_err_t sl_worker_budget_acquire(sl_worker_budget_t *b, uint64_t bytes, uint64_
     return rc;
 }
 
+bool sl_worker_budget_try_acquire(sl_worker_budget_t *b, uint64_t bytes)
+{
+    sl_mutex_lock(&b->mu);
+    bool ok = !b->closed && (!b->limit || b->used + bytes <= b->limit);
+    if (ok) take(b, bytes);
+    sl_mutex_unlock(&b->mu);
+    return ok;
+}
+
 void sl_worker_budget_stages(sl_worker_budget_t *b, uint32_t stages)
 {
     sl_mutex_lock(&b->mu);

@@ -84,6 +84,11 @@ void sl_worker_budget_destroy(sl_worker_budget_t *b);
 #define SL_WORKER_BUDGET_STUCK_MS 200
 sl_err_t sl_worker_budget_acquire(sl_worker_budget_t *b, uint64_t bytes, uint64_t held);
 
+/* Account bytes more only if they fit under the limit now, never waiting
+ * (optional work: an object's read-ahead). @return whether they were
+ * taken (false once closed). */
+bool sl_worker_budget_try_acquire(sl_worker_budget_t *b, uint64_t bytes);
+
 /* The threads that acquire (the worker's reader and transform threads): a
  * wait is hopeless only when all the others wait or idle too. 0 (the
  * default): only the used <= held rule. */

@@ -20,10 +20,21 @@
 /* ---- memory accounting ---- */
 
 /* Every acquire is strict (the budget never passes the limit); a refusal
- * fails the worker with a message naming what did not fit. */
+ * fails the worker with a message naming what did not fit. The reader's
+ * own bytes include what its file's read-ahead holds (w->io_held); when
+ * they are all that fills the budget, the read-ahead is dropped and the
+ * acquire tried again: read-ahead never makes a worker fail. */
 static sl_err_t reader_take(dpp_reader_t *rd, uint64_t bytes, const char *what, sl_error_t *err)
 {
-    return dpp_worker_budget_take(rd->w, bytes, rd->stripe_held + rd->batcher_held, what, err);
+    sl_worker_t *w = rd->w;
+    sl_err_t rc = dpp_worker_budget_take(
+        w, bytes, rd->stripe_held + rd->batcher_held + atomic_load(&w->io_held), what, err);
+    if (rc == SL_ERR_NOMEM && rd->r != NULL && atomic_load(&w->io_held) > 0) {
+        sl_wh_reader_drop_ahead(rd->r);
+        rc = dpp_worker_budget_take(
+            w, bytes, rd->stripe_held + rd->batcher_held + atomic_load(&w->io_held), what, err);
+    }
+    return rc;
 }
 
 /* The stripe read is sb bytes, rd->est of which were taken before reading
@@ -260,15 +271,23 @@ static sl_worker_lease_origin_t lease_origin(const sl_worker_work_t *wk)
                                       .rank_plus_one = wk->rank_plus_one};
 }
 
+/* Close rd->r (if open), its read-ahead counted in the worker's stats. */
+static void close_reader(dpp_reader_t *rd)
+{
+    dpp_worker_close_table_reader(rd->w, rd->r);
+    rd->r = NULL;
+}
+
 /* Open the file of split sp on rd->r. Consecutive splits of one file
  * share the open reader: no footer parsing again, and its decode buffers
- * stay warm. */
+ * stay warm, unless the split was planned on another footer (the file was
+ * replaced): then opening it again refuses it (sl_wh_reader_open_split). */
 sl_err_t dpp_reader_open_split(dpp_reader_t *rd, const sl_wh_split_t *sp, sl_error_t *err)
 {
-    if (rd->r && strcmp(rd->path, sp->path) == 0)
+    if (rd->r && strcmp(rd->path, sp->path) == 0 &&
+        (sp->footer_checksum == 0 || sp->footer_checksum == sl_wh_reader_footer_checksum(rd->r)))
         return sl_wh_reader_set_range(rd->r, sp->stripe_begin, sp->stripe_end, err);
-    sl_wh_reader_close(rd->r);
-    rd->r = NULL;
+    close_reader(rd);
     sl_err_t rc = sl_wh_reader_open_split(rd->w->table, sp, &rd->ro, &rd->r, err);
     if (rc == SL_OK && strlen(sp->path) < sizeof rd->path)
         snprintf(rd->path, sizeof rd->path, "%s", sp->path);
@@ -622,8 +641,7 @@ sl_err_t dpp_reader_begin_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_
 /* The split's reader is in an unknown state after a failure: reopen. */
 void dpp_reader_reset(dpp_reader_t *rd)
 {
-    sl_wh_reader_close(rd->r);
-    rd->r = NULL;
+    close_reader(rd);
     rd->path[0] = '\0';
 }
 
@@ -673,7 +691,8 @@ void *dpp_worker_reader_main(void *arg)
                                                  (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID)) &
                                                 ~sl_pipeline_plan_filter_columns(w->plan),
                                 .dedup_form = w->dedup_form,
-                                .allocator = w->a};
+                                .allocator = w->a,
+                                .mem = &w->wh_mem};
     sl_worker_batcher_opts_t bo = {.batch_size = job->batch_size,
                                    .drop_last = job->drop_last,
                                    /* under a master a batch is one row range: shuffle within it */
@@ -719,7 +738,7 @@ out:
     sl_worker_budget_release(w->budget, rd.batcher_held);
     rd.batcher_held = 0;
     sl_worker_budget_idle(w->budget, true); /* the reader has ended */
-    sl_wh_reader_close(rd.r);
+    close_reader(&rd);
     if (rd.b) {
         sl_worker_batcher_stats_t bs;
         sl_worker_batcher_stats(rd.b, &bs);

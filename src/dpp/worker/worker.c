@@ -62,6 +62,51 @@ sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, c
     return SL_OK;
 }
 
+/* The budget as the warehouse readers' memory hook (sl_wh_mem_t): an
+ * object's read-ahead takes only what fits now (else it is skipped), a
+ * Parquet row group's column chunks wait for room like a stripe does.
+ * Calls come from the reader thread and the stripe lanes (the read-ahead's
+ * helper thread never takes or gives); io_held is their bytes together,
+ * counted as the caller's own when it waits (reader.c): with lanes that
+ * over-counts a caller's share, so under a tight limit a wait may fail
+ * where one reader would have waited, never the reverse. The chunks' wait counts only those as the
+ * reader's; its rows and batch are not known here, so when only they fill
+ * the budget the refusal comes from the standstill rule (queue.h). */
+static bool mem_try_take(void *ctx, uint64_t bytes)
+{
+    sl_worker_t *w = ctx;
+    if (!sl_worker_budget_try_acquire(w->budget, bytes)) return false;
+    atomic_fetch_add(&w->io_held, bytes);
+    return true;
+}
+
+static sl_err_t mem_take(void *ctx, uint64_t bytes, const char *what, sl_error_t *err)
+{
+    sl_worker_t *w = ctx;
+    sl_err_t rc = dpp_worker_budget_take(w, bytes, atomic_load(&w->io_held), what, err);
+    if (rc == SL_OK) atomic_fetch_add(&w->io_held, bytes);
+    return rc;
+}
+
+static void mem_give(void *ctx, uint64_t bytes)
+{
+    sl_worker_t *w = ctx;
+    atomic_fetch_sub(&w->io_held, bytes);
+    sl_worker_budget_release(w->budget, bytes);
+}
+
+void dpp_worker_close_table_reader(sl_worker_t *w, sl_wh_reader_t *r)
+{
+    if (r == NULL) return;
+    sl_wh_read_stats_t rs;
+    sl_wh_reader_stats(r, &rs);
+    sl_mutex_lock(&w->mu);
+    w->st.read_ahead += rs.read_ahead;
+    w->st.read_ahead_skipped += rs.read_ahead_skipped;
+    sl_mutex_unlock(&w->mu);
+    sl_wh_reader_close(r);
+}
+
 /* A batch dropped before the server had it. */
 void dpp_worker_retire(sl_worker_t *w, void *lease)
 {
@@ -376,6 +421,7 @@ static sl_err_t open_parquet(sl_worker_t *w, const sl_pipeline_job_t *job,
     sl_err_t rc = sl_wh_pqds_open(job->parquet, job->parquet_columns, job->partitions, a,
                                   add_problem, problems, &ds, err);
     if (rc == SL_OK) {
+        sl_wh_pqds_set_mem(ds, &w->wh_mem);
         w->pq_store = sl_wh_pqds_store(ds);
         rc = sl_pipeline_plan_new(job, sl_wh_pqds_mapping(ds)->schema, &w->plan, problems, err);
     }
@@ -489,6 +535,8 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
     w->st.memory_limit = o.memory_limit;
     /* before the source: a Kafka source pauses its partition when it is full */
     w->budget = sl_worker_budget_new(a, o.memory_limit);
+    w->wh_mem =
+        (sl_wh_mem_t){.ctx = w, .try_take = mem_try_take, .take = mem_take, .give = mem_give};
     if (!w->budget) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
         goto fail;

@@ -172,6 +172,10 @@ typedef struct sl_worker_stats {
     uint64_t cache_fallbacks;
     uint64_t cache_files_written, cache_bytes_written, cache_write_ns;
     uint64_t source_bytes; /* decoded bytes of the stripes read from the source */
+    /* A table in a store: stripes fetched ahead while the one before was
+     * decoded, and those not, as --memory-limit had no room for them then
+     * (docs/STORAGE.md, "Memory"); counted when a file's reader closes. */
+    uint64_t read_ahead, read_ahead_skipped;
     /* A Parquet job (source.parquet): the row groups of the dataset's
      * files, and those (and their rows) its statistics ruled out for the
      * job's timestamp_range and label_range filters: never read. */

@@ -50,6 +50,10 @@ struct sl_worker {
     /* a Kafka job: bytes librdkafka may prefetch, held in the budget */
     uint64_t kafka_prefetch;
     sl_worker_budget_t *budget;
+    sl_wh_mem_t wh_mem; /* the budget as the readers' memory hook (read-ahead, column chunks) */
+    /* what the hook holds now, the table readers' own bytes: the reader
+     * thread's and the stripe lanes' (lanes.c) together */
+    _Atomic uint64_t io_held;
     sl_worker_queue_t *work; /* reader -> transform threads: dpp_worker_batch_t * */
     sl_worker_server_t *server;
     pthread_t reader;
@@ -143,6 +147,9 @@ void dpp_cache_group_stats(const sl_worker_t *w, const sl_batch_t *batch, sl_ded
 /* A batch of lease (a handle; NULL: none) dropped before the server had
  * it: the lease's source forgets it. */
 void dpp_worker_retire(sl_worker_t *w, void *lease);
+/* Close a table reader (NULL: nothing), its read-ahead figures added to
+ * the worker's stats; any reader thread or lane. */
+void dpp_worker_close_table_reader(sl_worker_t *w, sl_wh_reader_t *r);
 /* Hand an encoded batch (it: frame, origin, lease...) to the server: of
  * the held budget bytes the caller accounted for it, it->accounted are
  * pinned until the batch is acknowledged and the rest released; the
