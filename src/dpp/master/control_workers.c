@@ -129,7 +129,7 @@ void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register 
         return;
     }
     uint32_t wi;
-    sl_err_t why;
+    sl_err_t why = SL_ERR_TOO_LARGE; /* worker_get sets it when it returns NULL */
     mp_worker *w = worker_get(m, r->worker_id, &wi, &why);
     if (w == NULL) {
         mp_send_error(m, i, why,
