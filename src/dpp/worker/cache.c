@@ -314,18 +314,6 @@ static sl_err_t index_stripes(sl_worker_t *w, sl_wh_reader_t *r, const sl_worker
     return SL_OK;
 }
 
-/* Bytes of a decoded cache stripe's tensors (its groups deduplicated). */
-static uint64_t stripe_bytes(const sl_batch_t *b)
-{
-    uint64_t groups = 0;
-    for (uint32_t g = 0; g < b->num_groups; g++)
-        groups += sl_ikjt_bytes(&b->groups[g]);
-    return sl_kjt_bytes(&b->sparse) + groups +
-           ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
-               sizeof(float) +
-           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
-}
-
 /* Copy k into *out (stride k->stride), buffers from arena. */
 static sl_err_t kjt_copy(const sl_kjt_t *k, sl_arena_t *arena, sl_kjt_t *out)
 {
@@ -469,7 +457,7 @@ sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_e
         if ((rc = sl_wh_reader_read_stripe(r, cs[i].stripe, &rows, &cerr)) != SL_OK) break;
         /* the decoded stripe is in the budget while its batch is made (the
          * batch itself is accounted when it is handed on) */
-        uint64_t sb = stripe_bytes(&rows->batch);
+        uint64_t sb = dpp_batch_bytes(&rows->batch);
         if ((out = dpp_worker_budget_take(w, sb, 0, "a cache file's stripe", err)) != SL_OK) break;
         sl_batch_t *b = NULL;
         rc = batch_of(w, rows, &b, &cerr);

@@ -232,7 +232,7 @@ static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t firs
     pass_t *p = ctx;
     count_ages(p->s, st);
     const sl_batch_t *b = &st->rows.batch;
-    if (b->batch_size) /* as the reader accounts a stripe (reader.c, rows_bytes) */
+    if (b->batch_size) /* as the reader accounts a stripe (dpp_batch_bytes) */
         p->s->row_bytes = (sl_kjt_bytes(&b->sparse) + ((uint64_t)b->dense.rows * b->dense.cols +
                                                        (uint64_t)b->labels.rows * b->labels.cols) *
                                                           sizeof(float)) /

@@ -91,20 +91,6 @@ static sl_err_t lane_open(dpp_lane_t *l, sl_error_t *err)
     return rc;
 }
 
-/* Bytes of a stripe's decoded rows (reader.c's measure). */
-static uint64_t stripe_bytes(const sl_wh_rows_t *rows)
-{
-    const sl_batch_t *b = &rows->batch;
-    uint64_t groups = 0;
-    for (uint32_t g = 0; g < b->num_groups; g++)
-        groups += sl_ikjt_bytes(&b->groups[g]);
-    return groups + sl_kjt_bytes(&b->sparse) +
-           ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
-               sizeof(float) +
-           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0) +
-           (b->record_ms ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
-}
-
 /* Read and filter the lane's stripe; the budget holds its decoded bytes
  * (l->held) until the lane is finished with it. */
 static sl_err_t lane_read(dpp_lane_t *l, sl_error_t *err)
@@ -120,7 +106,7 @@ static sl_err_t lane_read(dpp_lane_t *l, sl_error_t *err)
     l->out.waited_ns = tr - t0;
     const sl_wh_rows_t *rows = NULL;
     if ((rc = sl_wh_reader_read_stripe(l->r, l->stripe, &rows, err))) return rc;
-    uint64_t sb = stripe_bytes(rows);
+    uint64_t sb = dpp_batch_bytes(&rows->batch);
     if (sb > l->held) {
         char what[320];
         snprintf(what, sizeof what, "%.250s stripe %u decoded", rows->file, rows->stripe);

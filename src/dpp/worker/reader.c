@@ -68,20 +68,6 @@ static sl_err_t batcher_acct(dpp_reader_t *rd, sl_error_t *err)
     return SL_OK;
 }
 
-/* Bytes of a stripe's decoded rows. */
-static uint64_t rows_bytes(const sl_wh_rows_t *rows)
-{
-    const sl_batch_t *b = &rows->batch;
-    uint64_t groups = 0;
-    for (uint32_t g = 0; g < b->num_groups; g++)
-        groups += sl_ikjt_bytes(&b->groups[g]);
-    return groups + sl_kjt_bytes(&b->sparse) +
-           ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
-               sizeof(float) +
-           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0) +
-           (b->record_ms ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
-}
-
 /* Add one stripe's rows and stage times to the statistics: read from t0
  * to t1 (less waited, for memory), filter and batch from t1 to now (less
  * the time spent handing batches on since handoff_before). */
@@ -429,7 +415,7 @@ static sl_err_t read_split(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_
             sl_worker_budget_release(w->budget, rd->est);
             return rc;
         }
-        uint64_t sb = rows_bytes(rows);
+        uint64_t sb = dpp_batch_bytes(&rows->batch);
         if ((rc = stripe_acct(rd, sb, rows->file, rows->stripe, err))) {
             sl_worker_budget_release(w->budget, rd->stripe_held);
             rd->stripe_held = 0;
@@ -491,7 +477,7 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     }
     if (n == 0) /* gaps and bad records only: nothing to batch */
         return wk->lease ? add_empty(rd, (sl_dpp_row_range_t){first, end}, err) : SL_OK;
-    uint64_t sb = rows_bytes(rows), tw = now_ns(CLOCK_MONOTONIC);
+    uint64_t sb = dpp_batch_bytes(&rows->batch), tw = now_ns(CLOCK_MONOTONIC);
     SL_FORWARD_IF_ERROR(reader_take(rd, sb, "the records being batched", err));
     rd->stripe_held = sb;
     uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw, t1 = now_ns(CLOCK_MONOTONIC),

@@ -95,6 +95,18 @@ static void mem_give(void *ctx, uint64_t bytes)
     sl_worker_budget_release(w->budget, bytes);
 }
 
+uint64_t dpp_batch_bytes(const sl_batch_t *b)
+{
+    uint64_t groups = 0;
+    for (uint32_t g = 0; g < b->num_groups; g++)
+        groups += sl_ikjt_bytes(&b->groups[g]);
+    return groups + sl_kjt_bytes(&b->sparse) +
+           ((uint64_t)b->dense.rows * b->dense.cols + (uint64_t)b->labels.rows * b->labels.cols) *
+               sizeof(float) +
+           (b->sample_ids ? (uint64_t)b->batch_size * sizeof(int64_t) : 0) +
+           (b->record_ms ? (uint64_t)b->batch_size * sizeof(int64_t) : 0);
+}
+
 void dpp_worker_close_table_reader(sl_worker_t *w, sl_wh_reader_t *r)
 {
     if (r == NULL) return;

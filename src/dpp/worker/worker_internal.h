@@ -147,6 +147,10 @@ void dpp_cache_group_stats(const sl_worker_t *w, const sl_batch_t *batch, sl_ded
 /* A batch of lease (a handle; NULL: none) dropped before the server had
  * it: the lease's source forgets it. */
 void dpp_worker_retire(sl_worker_t *w, void *lease);
+/* Bytes of a decoded stripe's (or batch's) tensors, what the budget
+ * holds for it: the reader thread, the stripe lanes and cache reads
+ * measure alike. */
+uint64_t dpp_batch_bytes(const sl_batch_t *b);
 /* Close a table reader (NULL: nothing), its read-ahead figures added to
  * the worker's stats; any reader thread or lane. */
 void dpp_worker_close_table_reader(sl_worker_t *w, sl_wh_reader_t *r);
