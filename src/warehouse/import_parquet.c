@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "column_map.h"
+#include "common/err.h"
 #include "common/mem.h"
 #include "import_internal.h"
 #include "parquet/parquet.h"
@@ -374,6 +375,20 @@ sl_err_t imp_pq_prefetch_group(const imp_pq_t *p, sl_pq_source_t *src, const sl_
     return rc;
 }
 
+sl_err_t imp_pq_group_next(group_read_t *g, const char *input, uint32_t gi, uint32_t *rows,
+                           sl_error_t *err)
+{
+    *rows = 0;
+    for (uint32_t i = 0; i < g->n; i++) {
+        SL_FORWARD_IF_ERROR(sl_pq_reader_next(g->rd[i], PQ_BATCH_ROWS, &g->bat[i], err));
+        if (i > 0 && g->bat[i]->rows != *rows)
+            return sl_error_set(err, SL_ERR_CORRUPT, "%s row group %u: columns of %u and %u rows",
+                                input, gi, *rows, g->bat[i]->rows);
+        *rows = g->bat[i]->rows;
+    }
+    return SL_OK;
+}
+
 sl_err_t imp_pq_source_open(const imp_pq_t *p, const char *input, const char *if_etag,
                             sl_pq_source_t *src, sl_error_t *err)
 {
@@ -427,14 +442,7 @@ sl_err_t imp_pq_read_slots(const imp_pq_t *p, const uint8_t *slot_read, const ch
         if (rc == SL_OK) rc = imp_pq_prefetch_group(p, &src, f, gi, &g, err);
         while (rc == SL_OK) {
             uint32_t rows = 0;
-            for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) {
-                rc = sl_pq_reader_next(g.rd[i], PQ_BATCH_ROWS, &g.bat[i], err);
-                if (rc == SL_OK && i > 0 && g.bat[i]->rows != rows)
-                    rc = sl_error_set(err, SL_ERR_CORRUPT,
-                                      "%s row group %u: columns of %u and %u rows", input, gi, rows,
-                                      g.bat[i]->rows);
-                if (rc == SL_OK) rows = g.bat[i]->rows;
-            }
+            rc = imp_pq_group_next(&g, input, gi, &rows, err);
             if (rc != SL_OK || rows == 0) break;
             for (uint32_t r = 0; r < rows && rc == SL_OK; r++) {
                 sl_wh_row_t row = {0};

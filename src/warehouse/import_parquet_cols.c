@@ -587,14 +587,7 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
         if (rc == SL_OK) rc = imp_pq_prefetch_group(p, &src, f, gi, &g, err);
         while (rc == SL_OK && !past) {
             uint32_t rows = 0;
-            for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) {
-                rc = sl_pq_reader_next(g.rd[i], PQ_BATCH_ROWS, &g.bat[i], err);
-                if (rc == SL_OK && i > 0 && g.bat[i]->rows != rows)
-                    rc = sl_error_set(err, SL_ERR_CORRUPT,
-                                      "%s row group %u: columns of %u and %u rows", input, gi, rows,
-                                      g.bat[i]->rows);
-                if (rc == SL_OK) rows = g.bat[i]->rows;
-            }
+            rc = imp_pq_group_next(&g, input, gi, &rows, err);
             if (rc != SL_OK || rows == 0) break;
             /* the batch's rows in [lo, hi) */
             uint32_t r = rd->lo > row ? (uint32_t)(rd->lo - row < rows ? rd->lo - row : rows) : 0;

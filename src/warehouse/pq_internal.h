@@ -56,6 +56,11 @@ typedef struct group_read {
 sl_err_t imp_pq_open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_file_t *f,
                            uint32_t gi, group_read_t *g, sl_error_t *err);
 void imp_pq_close_group(group_read_t *g);
+/* The next batch (at most PQ_BATCH_ROWS rows) of every reader of g, in
+ * step: *rows is their count (0 at the row group's end); columns that
+ * disagree are SL_ERR_CORRUPT naming input and row group gi. */
+sl_err_t imp_pq_group_next(group_read_t *g, const char *input, uint32_t gi, uint32_t *rows,
+                           sl_error_t *err);
 /* Open input's byte source (pq_store.h: a file, or an object of p's
  * store), refusing an object whose ETag is not if_etag (NULL or "": any)
  * with SL_ERR_VERSION naming it. Close with wh_pq_source_close, also after
