@@ -80,6 +80,9 @@ static sl_err_t compaction_switch(sl_master_journal_t *j, uint64_t gen, sl_error
     int nfd = -1;
     uint64_t bytes = sizeof head;
     if (rc == SL_OK) rc = mj_write_atomic(j, next, head, sizeof head, NULL, 0, err);
+    /* only a journal.next made here may be removed here: one left by an
+     * earlier compaction that broke between its renames is the journal */
+    bool made_next = rc == SL_OK;
     if (rc == SL_OK && (nfd = open(next, O_WRONLY | O_APPEND | O_CLOEXEC)) < 0)
         rc = sl_error_set(err, SL_ERR_IO, "open %s: %s", next, strerror(errno));
     for (size_t k = 0; rc == SL_OK && k < j->nkept; k++) {
@@ -118,7 +121,7 @@ static sl_err_t compaction_switch(sl_master_journal_t *j, uint64_t gen, sl_error
         sl_mutex_unlock(&j->q_mu);
     } else {
         /* nothing changed: the old journal holds everything */
-        if (next != NULL) unlink(next);
+        if (made_next) unlink(next);
         if (snap_tmp != NULL) unlink(snap_tmp);
     }
     if (nfd >= 0) close(nfd);
@@ -196,6 +199,16 @@ sl_err_t sl_master_journal_compact_start(sl_master_journal_t *j,
         return SL_OK;
     }
     sl_master_journal_compact_wait(j); /* the last one has ended: reap it */
+    sl_mutex_lock(&j->q_mu);
+    bool broken = j->broken;
+    if (broken) sl_error_set(err, SL_ERR_IO, "%s", j->broken_msg);
+    sl_mutex_unlock(&j->q_mu);
+    if (broken) {
+        /* a broken journal may have a journal.next that is the journal: no
+         * compaction may touch the files any more */
+        src->release(src->ctx);
+        return SL_ERR_IO;
+    }
     sl_err_t rc = mj_seal(j, err);
     if (rc != SL_OK) {
         src->release(src->ctx);
