@@ -41,8 +41,6 @@ static void start_clients(fu_client_t *c, pthread_t *th, uint32_t n, const fu_ma
                           const char *job, atomic_uint *seen, const uint64_t *stop_after,
                           uint32_t delay_us)
 {
-    static atomic_uint checkpointed;
-    atomic_store(&checkpointed, 0);
     for (uint32_t i = 0; i < n; i++) {
         c[i] = (fu_client_t){.master = m->ctl,
                              .job = job,
@@ -51,9 +49,7 @@ static void start_clients(fu_client_t *c, pthread_t *th, uint32_t n, const fu_ma
                              .rows = ROWS,
                              .epochs = EPOCHS,
                              .seen = seen,
-                             .stop_after = stop_after ? stop_after[i] : 0,
-                             .checkpointed = stop_after ? &checkpointed : NULL,
-                             .checkpoint_of = n};
+                             .stop_after = stop_after ? stop_after[i] : 0};
         atomic_init(&c[i].delay_us, delay_us);
         atomic_init(&c[i].stop, false);
         atomic_init(&c[i].finished, false);
@@ -61,8 +57,10 @@ static void start_clients(fu_client_t *c, pthread_t *th, uint32_t n, const fu_ma
     }
 }
 
-static void resume_case(uint32_t R, uint32_t R2, const char *sharding, uint32_t apart,
-                        uint64_t *rng)
+/* stops: each rank's batches before its token, NULL: drawn (the ranks
+ * up to `apart` batches apart). */
+static void resume_case_at(uint32_t R, uint32_t R2, const char *sharding, uint32_t apart,
+                           const uint64_t *stops, uint64_t *rng)
 {
     char table[300], spec[1024], log[400];
     fu_gen(ROWS, 1000, 2, table, sizeof table);
@@ -85,7 +83,7 @@ static void resume_case(uint32_t R, uint32_t R2, const char *sharding, uint32_t 
     atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
     uint64_t k = 5 + tu_below(rng, 60 / R), stop[MAXR];
     for (uint32_t r = 0; r < R; r++)
-        stop[r] = k + (apart ? tu_below(rng, apart + 1) : 0);
+        stop[r] = stops != NULL ? stops[r] : k + (apart ? tu_below(rng, apart + 1) : 0);
     fu_client_t c[MAXR];
     pthread_t th[MAXR];
     start_clients(c, th, R, &m, job, seen, stop, 0);
@@ -154,6 +152,12 @@ static void resume_case(uint32_t R, uint32_t R2, const char *sharding, uint32_t 
     fu_setup();
 }
 
+static void resume_case(uint32_t R, uint32_t R2, const char *sharding, uint32_t apart,
+                        uint64_t *rng)
+{
+    resume_case_at(R, R2, sharding, apart, NULL, rng);
+}
+
 Test(fleet_resume_ranks, two_ranks_to_three_dynamic, .timeout = 240)
 {
     uint64_t rng = tu_seed("fleet_resume_ranks.two_ranks_to_three_dynamic");
@@ -171,4 +175,23 @@ Test(fleet_resume_ranks, one_rank_to_four_and_two_to_one, .timeout = 240)
     uint64_t rng = tu_seed("fleet_resume_ranks.one_rank_to_four_and_two_to_one");
     resume_case(1, 4, "dynamic", 0, &rng);
     resume_case(2, 1, "static", 0, &rng);
+}
+
+/* Static sharding, two ranks an epoch apart: rank 0 stops after 5 batches
+ * (its share of epoch 0 left unread: nobody takes its batches), rank 1
+ * reads its whole share of epoch 0 (40 batches: 10 splits of 1,000 rows)
+ * and 5 batches of epoch 1, which it begins on its own (state_rank.c);
+ * the tokens are of epochs 0 and 1. Then 3 ranks read the rest. */
+Test(fleet_resume_ranks, two_ranks_an_epoch_apart_to_three_static, .timeout = 240)
+{
+    uint64_t rng = tu_seed("fleet_resume_ranks.two_ranks_an_epoch_apart_to_three_static");
+    const uint64_t stops[2] = {5, 45};
+    resume_case_at(2, 3, "static", 0, stops, &rng);
+}
+
+Test(fleet_resume_ranks, four_ranks_to_three_and_one_to_four_static, .timeout = 240)
+{
+    uint64_t rng = tu_seed("fleet_resume_ranks.four_ranks_to_three_and_one_to_four_static");
+    resume_case(4, 3, "static", 1, &rng);
+    resume_case(1, 4, "static", 0, &rng);
 }

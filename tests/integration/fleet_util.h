@@ -509,13 +509,6 @@ typedef struct fu_client {
     atomic_bool stop;     /* set: the client closes after its current batch */
     uint64_t stop_after;  /* > 0: take a resume token after this many batches and stop */
     uint8_t *token;       /* the token taken (malloc'd) */
-    /* With stop_after: a checkpoint of checkpoint_of ranks. Each client
-     * counts its token into *checkpointed, then takes and drops batches
-     * (a trainer that went on past its checkpoint before it died) until
-     * every rank has its token, so that no rank's leftover batches hold a
-     * worker while another rank still reads toward its checkpoint. */
-    atomic_uint *checkpointed;
-    uint32_t checkpoint_of;
     size_t token_len;
     int64_t *order;        /* NULL, or [rows]: sample ids in delivery order */
     uint64_t *batch_sizes; /* NULL, or [rows]: samples per delivered batch */
@@ -579,17 +572,6 @@ FU_FN void *fu_client_run(void *arg)
                 sl_trainer_token_free(t, c->token, c->token_len);
                 c->token = copy;
                 c->end = SL_ERR_CLOSED; /* a checkpoint, then the trainer "crashes" */
-                if (c->checkpointed) {
-                    atomic_fetch_add(c->checkpointed, 1);
-                    double until = fu_now() + tu_timeout(60);
-                    while (atomic_load(c->checkpointed) < c->checkpoint_of && fu_now() < until) {
-                        sl_err_t rc = sl_trainer_next(t, 100, &b, &err);
-                        if (rc == SL_OK)
-                            sl_trainer_release(t, b); /* past the checkpoint: not counted */
-                        else if (rc != SL_ERR_TIMEOUT)
-                            break;
-                    }
-                }
             }
             break;
         }

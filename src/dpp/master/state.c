@@ -60,6 +60,7 @@ static void job_free(const sl_allocator_t *a, job *jb)
     m_free_failure(a, jb);
     m_kafka_free(a, jb);
     m_attr_free(a, jb);
+    m_rank_free(a, jb);
     if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
     for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
         m_free_ranges(a, &jb->st[i]);
@@ -86,6 +87,9 @@ void m_split_state(job *jb, uint32_t split, uint8_t state)
         p->open += (s->state == SL_MASTER_SPLIT_DONE) - (state == SL_MASTER_SPLIT_DONE);
     }
     jb->count[s->state]--;
+    if (jb->rank_left != NULL)
+        jb->rank_left[jb->rank_of_split[split]] +=
+            (s->state == SL_MASTER_SPLIT_DONE) - (state == SL_MASTER_SPLIT_DONE);
     s->state = state;
     jb->count[state]++;
     if (jb->chunk != 0 && state == SL_MASTER_SPLIT_DONE) {
@@ -97,7 +101,7 @@ void m_split_state(job *jb, uint32_t split, uint8_t state)
     }
 }
 
-static void set_order(job *jb)
+void m_set_order(job *jb)
 {
     make_order(jb->order, jb->n, jb->shuffle, jb->seed, jb->epoch);
     for (uint32_t i = 0; i < jb->n; i++)
@@ -216,6 +220,7 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
                  : m_static_assign(m, jb, jb->ranks, jb->rank_of_split, NULL, true, err);
         jb->restatic = jb->committed_rows > 0 && !finished;
     }
+    if (rc == SL_OK) rc = m_rank_init(m, jb, err);
     if (rc != SL_OK) {
         job_free(a, jb);
         return rc;
@@ -230,7 +235,8 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
         }
     }
     if (jb->chunk != 0) m_kafka_recount(jb);
-    set_order(jb);
+    m_rank_recount(jb);
+    m_set_order(jb);
     m_reset_queue(jb);
     *out = jb;
     return SL_OK;
@@ -263,6 +269,9 @@ void m_do_advance(sl_master_state_t *m, job *jb)
 {
     jb->epoch++;
     m->c.epochs_advanced++;
+    /* the whole job: every rank with it (state_rank.c) */
+    for (uint32_t r = 0; jb->rank_epoch != NULL && r < jb->ranks; r++)
+        jb->rank_epoch[r] = jb->epoch;
     if (jb->chunk == 0) m_attr_rotate(m, jb);
     if (jb->epoch >= jb->epochs) {
         /* finished: every split stays DONE, no ranges kept (as a finished
@@ -274,6 +283,7 @@ void m_do_advance(sl_master_state_t *m, job *jb)
         jb->split_failures = 0;
         jb->committed_rows = 0;
         if (jb->chunk != 0) m_kafka_recount(jb);
+        m_rank_recount(jb);
         return;
     }
     for (uint32_t i = 0; i < jb->n; i++) {
@@ -292,13 +302,15 @@ void m_do_advance(sl_master_state_t *m, job *jb)
             jb->count[SL_MASTER_SPLIT_PENDING]--;
             jb->count[SL_MASTER_SPLIT_DONE]++;
         }
-    set_order(jb);
+    m_rank_recount(jb);
+    m_set_order(jb);
     m_reset_queue(jb);
 }
 
 /* Journal and apply an epoch advance when every split is DONE. */
 sl_err_t m_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err)
 {
+    if (m_rank_mode(jb)) return m_rank_maybe_advance(m, jb, err);
     if (jb->epoch >= jb->epochs || jb->count[SL_MASTER_SPLIT_DONE] != jb->n) return SL_OK;
     if (jb->chunk != 0 && !m_kafka_exhausted(jb)) return SL_OK; /* more chunks to come */
     Sluice__Master__EpochAdvanced ea = SLUICE__MASTER__EPOCH_ADVANCED__INIT;

@@ -80,7 +80,7 @@ static sl_err_t apply_lease(sl_master_state_t *m, const Sluice__Master__LeaseGra
     job *jb = lg->job_id != NULL ? m_find_job(m, lg->job_id, &slot) : NULL;
     if (jb == NULL)
         return bad(err, off, what, lg->job_id ? lg->job_id : "", lg->split, "unknown job");
-    if (lg->split >= jb->n || jb->epoch >= jb->epochs ||
+    if (lg->split >= jb->n || m_split_epoch(jb, lg->split) >= jb->epochs ||
         jb->st[lg->split].state != SL_MASTER_SPLIT_PENDING)
         return bad(err, off, what, lg->job_id, lg->split, "split not pending");
     if (lg->generation < m->next_generation)
@@ -106,7 +106,7 @@ static sl_err_t apply_commit(sl_master_state_t *m, const Sluice__Master__Committ
     const char *what = "commit of job '%s' split %u";
     job *jb = c->job_id != NULL ? m_find_job(m, c->job_id, &slot) : NULL;
     if (jb == NULL) return bad(err, off, what, c->job_id ? c->job_id : "", c->split, "unknown job");
-    if (c->split >= jb->n || c->epoch != jb->epoch || jb->epoch >= jb->epochs ||
+    if (c->split >= jb->n || c->epoch != m_split_epoch(jb, c->split) || c->epoch >= jb->epochs ||
         c->from_row >= c->to_row || c->to_row > jb->defs[c->split].num_rows ||
         m_overlaps(jb, c->split, c->from_row, c->to_row))
         return bad(err, off, what, c->job_id, c->split,
@@ -156,7 +156,12 @@ static sl_err_t apply_advance(sl_master_state_t *m, const Sluice__Master__EpochA
     job *jb = ea->job_id != NULL ? m_find_job(m, ea->job_id, &slot) : NULL;
     if (jb == NULL)
         return bad(err, off, what, ea->job_id ? ea->job_id : "", ea->epoch, "unknown job");
-    if (jb->epoch >= jb->epochs || ea->epoch != jb->epoch + 1 ||
+    if (ea->rank_plus_one != 0) {
+        /* one rank of a static-sharding job (state_rank.c) */
+        sl_err_t rc = m_rank_apply_advance(m, slot, ea->rank_plus_one - 1, ea->epoch, err);
+        return rc == SL_OK ? SL_OK : at_prefix(err, off);
+    }
+    if (jb->epoch >= jb->epochs || ea->epoch != jb->epoch + 1 || !m_rank_level(jb) ||
         jb->count[SL_MASTER_SPLIT_DONE] != jb->n || (jb->chunk != 0 && !m_kafka_exhausted(jb)))
         return bad(err, off, what, ea->job_id, ea->epoch, "epoch not complete or not next");
     m_do_advance(m, jb);

@@ -381,6 +381,7 @@ sl_err_t m_attr_epoch_began(sl_master_state_t *m, uint32_t slot, sl_error_t *err
         rc = m_static_assign(m, jb, jb->ranks, jb->rank_of_split, NULL, false, err);
         if (rc != SL_OK) return rc;
         jb->restatic = false;
+        m_rank_recount(jb);
     }
     m_rset_cols *c = jb->later;
     if (c == NULL) return SL_OK;
@@ -459,6 +460,10 @@ sl_err_t m_attr_pb_build(const sl_master_state_t *m, const job *jb, Sluice__Mast
         sj->rank_of_split = jb->rank_of_split;
     }
     sj->restatic = jb->restatic;
+    if (jb->rank_epoch != NULL) {
+        sj->n_rank_epoch = jb->ranks;
+        sj->rank_epoch = jb->rank_epoch;
+    }
     return SL_OK;
 }
 
@@ -543,7 +548,8 @@ sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__Sna
         }
     }
     jb->restatic = sj->restatic && jb->rank_of_split != NULL;
-    return SL_OK;
+    m_rank_recount(jb);
+    return m_rank_restore(m, jb, sj->rank_epoch, sj->n_rank_epoch, err);
 }
 
 void m_attr_dump(const sl_allocator_t *a, const job *jb, m_printf_fn pf, void *ctx)

@@ -48,7 +48,7 @@ sl_err_t m_check_split(const sl_master_state_t *m, const job *jb, uint32_t i, sl
     } else if (s->worker != NO_WORKER) {
         FAIL("job %s split %u: not leased, yet names worker %u", jb->id, i, s->worker);
     }
-    bool running = jb->epoch < jb->epochs && jb->chunk == 0;
+    bool running = m_split_epoch(jb, i) < jb->epochs && jb->chunk == 0;
     bool full = s->committed == jb->defs[i].num_rows;
     if (running && full != (s->state == SL_MASTER_SPLIT_DONE))
         FAIL("job %s split %u: %llu of %llu rows committed, state %u", jb->id, i,
@@ -82,6 +82,8 @@ static sl_err_t check_job(const sl_master_state_t *m, uint32_t slot, const job *
     if (jb->chunk == 0 && rows != jb->committed_rows)
         FAIL("job %s: %llu rows committed, counted %llu", jb->id, (unsigned long long)rows,
              (unsigned long long)jb->committed_rows);
+    sl_err_t rc = m_rank_check(m->a, jb, err);
+    if (rc != SL_OK) return rc;
     if (failures != jb->split_failures)
         FAIL("job %s: %llu split failures, counted %llu", jb->id, (unsigned long long)failures,
              (unsigned long long)jb->split_failures);

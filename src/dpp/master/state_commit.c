@@ -338,11 +338,13 @@ static sl_err_t commit_one(sl_master_state_t *m, const sl_master_commit_t *c,
         sl_error_set(err, SL_OK, "commit: job '%s' failed: %s", job_id, jb->fail_message);
         return SL_OK;
     }
-    if (epoch != jb->epoch || jb->epoch >= jb->epochs) {
+    /* a split is in its rank's epoch under static sharding (state_rank.c) */
+    uint32_t se = m_split_epoch(jb, split);
+    if (epoch != se || se >= jb->epochs) {
         m->c.stale_commits++;
         *result = SL_MASTER_STALE_EPOCH;
-        sl_error_set(err, SL_OK, "commit: job '%s' is in epoch %u, not %u%s", job_id, jb->epoch,
-                     epoch, jb->epoch >= jb->epochs ? " (finished)" : "");
+        sl_error_set(err, SL_OK, "commit: job '%s' split %u is in epoch %u, not %u%s", job_id,
+                     split, se, epoch, se >= jb->epochs ? " (finished)" : "");
         return SL_OK;
     }
     if (m_overlaps(jb, split, from_row, to_row)) {
@@ -418,13 +420,14 @@ static sl_err_t split_read(sl_master_state_t *m, const char *job_id, uint32_t ep
     if (split >= jb->n)
         return sl_error_set(err, SL_OK, "split read: job '%s' has no split %u", job_id, split);
     const split_st *s = &jb->st[split];
-    if (epoch != jb->epoch || s->state != SL_MASTER_SPLIT_LEASED || s->generation != generation) {
+    if (epoch != m_split_epoch(jb, split) || s->state != SL_MASTER_SPLIT_LEASED ||
+        s->generation != generation) {
         m->c.stale_refused++;
         return sl_error_set(err, SL_OK,
                             "split read: job '%s' epoch %u split %u: generation %llu is not the "
                             "live lease (%s)",
                             job_id, epoch, split, (unsigned long long)generation,
-                            epoch != jb->epoch                   ? "another epoch"
+                            epoch != m_split_epoch(jb, split)    ? "another epoch"
                             : s->state == SL_MASTER_SPLIT_LEASED ? "leased again since"
                             : s->state == SL_MASTER_SPLIT_DONE   ? "split done"
                                                                  : "lease expired");
@@ -515,7 +518,7 @@ bool sl_master_state_lease_live(const sl_master_state_t *m, const char *job_id, 
                                 uint32_t split, uint64_t generation, const char *worker)
 {
     const job *jb = job_id != NULL ? m_find_job(m, job_id, NULL) : NULL;
-    if (jb == NULL || split >= jb->n || epoch != jb->epoch) return false;
+    if (jb == NULL || split >= jb->n || epoch != m_split_epoch(jb, split)) return false;
     const split_st *s = &jb->st[split];
     return s->state == SL_MASTER_SPLIT_LEASED && s->generation == generation &&
            (worker == NULL || strcmp(m->workers[s->worker].name, worker) == 0);

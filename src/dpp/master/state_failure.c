@@ -174,8 +174,8 @@ static sl_err_t split_failed(sl_master_state_t *m, const sl_master_split_failure
         return sl_error_set(err, SL_OK, "split failed: job '%s' has no split %u", f->job_id,
                             f->split);
     const split_st *s = &jb->st[f->split];
-    if (jb->failed || f->epoch != jb->epoch || s->state != SL_MASTER_SPLIT_LEASED ||
-        s->generation != f->generation) {
+    if (jb->failed || f->epoch != m_split_epoch(jb, f->split) ||
+        s->state != SL_MASTER_SPLIT_LEASED || s->generation != f->generation) {
         m->c.stale_refused++;
         return sl_error_set(err, SL_OK,
                             "split failed: job '%s' epoch %u split %u: generation %llu is not the "

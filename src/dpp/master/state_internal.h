@@ -167,6 +167,9 @@ typedef struct job {
     uint32_t *attr_last; /* [n]: per split, 1 + its latest entry in attr[1] (0: none) */
     m_rset_cols *later;  /* a resumed job's start ranges of later epochs; NULL: none */
     bool restatic;       /* static sharding over the resumed epoch's rows: redo at next epoch */
+    /* Static sharding (state_rank.c): per rank, its epoch ([ranks]; the
+     * job's epoch is the lowest) and its splits not DONE; NULL otherwise. */
+    uint32_t *rank_epoch, *rank_left;
 } job;
 
 typedef struct lease_ref {
@@ -314,6 +317,38 @@ void m_reset_queue(job *jb);
 /* XXH3 of a split list (resume tokens name the splits they were taken over). */
 uint64_t m_fingerprint(const Sluice__Master__SplitList *l);
 
+/* state_rank.c: per-rank epochs of a static-sharding job */
+/* The epoch a split's state is of: its rank's under static sharding. */
+uint32_t m_split_epoch(const job *jb, uint32_t split);
+/* A built static job's rank epochs (all the job's) and counts. */
+sl_err_t m_rank_init(sl_master_state_t *m, job *jb, sl_error_t *err);
+void m_rank_free(const sl_allocator_t *a, job *jb);
+/* Recount each rank's splits not DONE (after a bulk change of states or
+ * of the assignment). */
+void m_rank_recount(job *jb);
+/* Do jb's ranks advance on their own now (static, nothing held back for
+ * the next epoch)? */
+bool m_rank_mode(const job *jb);
+/* Is every rank in the job's epoch (a whole-job advance may follow, as a
+ * master before per-rank epochs journaled)? */
+bool m_rank_level(const job *jb);
+/* A rank whose share of its epoch is done and that may begin its next
+ * one (not ahead of the job), or UINT32_MAX. */
+uint32_t m_rank_ready(const job *jb);
+/* Journal and apply the advance of every rank that is ready. */
+sl_err_t m_rank_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err);
+/* The transition of EpochAdvanced{rank_plus_one = r + 1} (m_apply):
+ * SL_ERR_CORRUPT (no prefix) for a record that does not fit the state,
+ * SL_ERR_NOMEM leaving it unchanged. */
+sl_err_t m_rank_apply_advance(sl_master_state_t *m, uint32_t slot, uint32_t r, uint32_t epoch,
+                              sl_error_t *err);
+/* SnapshotJob.rank_epoch (n 0: every rank in the job's epoch). */
+sl_err_t m_rank_restore(sl_master_state_t *m, job *jb, const uint32_t *epochs, size_t n,
+                        sl_error_t *err);
+sl_err_t m_rank_check(const sl_allocator_t *a, const job *jb, sl_error_t *err);
+/* m_set_order: the job's split order of its epoch (state.c). */
+void m_set_order(job *jb);
+
 /* state_failure.c: the transitions of a split failure (live and replay) */
 void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split);
 sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
@@ -429,6 +464,7 @@ sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__Sna
 /* Lines of the dump. */
 typedef void (*m_printf_fn)(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void m_attr_dump(const sl_allocator_t *a, const job *jb, m_printf_fn pf, void *ctx);
+void m_rank_dump(const job *jb, m_printf_fn pf, void *ctx);
 /* A run id for a job added now. */
 uint64_t m_new_run_id(sl_master_state_t *m, const char *job_id);
 /* Resume from version-4 tokens (state_token.c): the set checked, the job

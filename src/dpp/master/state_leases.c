@@ -303,7 +303,7 @@ static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t split, const ch
     const split_def *d = &jb->defs[split];
     *out = (sl_master_lease_t){
         .split = split,
-        .epoch = jb->epoch,
+        .epoch = m_split_epoch(jb, split),
         .generation = gen,
         .expiry_ms = expiry,
         .rank_plus_one = jb->rank_of_split != NULL ? jb->rank_of_split[split] + 1 : 0,
@@ -322,7 +322,8 @@ static sl_err_t lease_at(sl_master_state_t *m, job *jb, uint32_t split, const ch
 static split_st *named_lease(sl_master_state_t *m, uint32_t w, const sl_master_lease_ref_t *ref)
 {
     job *jb = ref->job_id != NULL ? m_find_job(m, ref->job_id, NULL) : NULL;
-    if (jb == NULL || ref->split >= jb->n || ref->epoch != jb->epoch) return NULL;
+    if (jb == NULL || ref->split >= jb->n || ref->epoch != m_split_epoch(jb, ref->split))
+        return NULL;
     split_st *s = &jb->st[ref->split];
     bool live =
         s->state == SL_MASTER_SPLIT_LEASED && s->generation == ref->generation && s->worker == w;
@@ -433,8 +434,8 @@ sl_err_t sl_master_state_expire(sl_master_state_t *m, uint64_t now_ms, uint32_t 
             const job *jb = m->jobs[l.job];
             sl_log_kv(SL_LOG_WARN, SL_EV(LEASE_EXPIRED),
                       (SL_KV_STR("job", jb->id), SL_KV_U64("split", l.split),
-                       SL_KV_U64("epoch", jb->epoch), SL_KV_U64("generation", s->generation),
-                       SL_KV_STR("worker", wk->name)),
+                       SL_KV_U64("epoch", m_split_epoch(jb, l.split)),
+                       SL_KV_U64("generation", s->generation), SL_KV_STR("worker", wk->name)),
                       "job %s split %u: the lease of worker %s expired (no heartbeat naming it "
                       "for the lease timeout); the split is pending again",
                       jb->id, l.split, wk->name);

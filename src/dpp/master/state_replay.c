@@ -89,9 +89,11 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
     }
     for (uint32_t i = 0; i < jb->n; i++) {
         uint32_t st = sj->state[i];
-        bool full = jb->st[i].committed == jb->defs[i].num_rows || finished;
+        /* a finished rank's splits (state_rank.c) hold nothing, DONE */
+        bool sfin = finished || m_split_epoch(jb, i) >= jb->epochs;
+        bool full = jb->st[i].committed == jb->defs[i].num_rows || sfin;
         if (st > SL_MASTER_SPLIT_DONE || (st == SL_MASTER_SPLIT_DONE && !full) ||
-            (finished && st != SL_MASTER_SPLIT_DONE) ||
+            (sfin && st != SL_MASTER_SPLIT_DONE) ||
             (st == SL_MASTER_SPLIT_LEASED && sj->worker[i] >= m->num_workers))
             return sl_error_set(err, SL_ERR_CORRUPT, "snapshot job '%s' split %u: bad state",
                                 jb->id, i);
@@ -110,6 +112,7 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
                 return sl_error_set(err, SL_ERR_CORRUPT,
                                     "snapshot job '%s' split %u: all rows committed, not done",
                                     jb->id, i);
+            if (jb->st[i].state != SL_MASTER_SPLIT_DONE) set_state(jb, i, SL_MASTER_SPLIT_DONE);
             continue;
         }
         set_state(jb, i, SL_MASTER_SPLIT_PENDING);
@@ -552,6 +555,7 @@ sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *le
             sb_printf(&b, "\n");
         }
         m_attr_dump(m->a, jb, sb_pf, &b);
+        m_rank_dump(jb, sb_pf, &b);
         if (jb->failed)
             sb_printf(&b, " failed split %u epoch %u file %s stripe %d code %d: %s\n",
                       jb->fail_split, jb->fail_epoch, jb->fail_file, jb->fail_stripe, jb->fail_code,

@@ -110,13 +110,17 @@ static bool rl_rset(const sl_allocator_t *a, const rlist *l, m_rset *out)
 
 /* The ranges of one attribution list that are the master's or owner's
  * (owner 0: the master's only), minus ex. */
-static bool handed_of(const sl_allocator_t *a, const m_attr_list *l, uint32_t owner,
-                      bool with_master, const m_rset *ex, m_rset *out)
+static bool handed_of(const sl_allocator_t *a, const job *jb, const m_attr_list *l, uint32_t owner,
+                      bool with_master, uint32_t rank, const m_rset *ex, m_rset *out)
 {
     rlist v = {0};
     bool ok = true;
+    /* Per-rank epochs (state_rank.c): a split's entries are of its rank's
+     * epoch, so a rank's token takes the master's rows of its own splits
+     * only (rank UINT32_MAX: of every split). */
     for (uint32_t q = 0; ok && q < l->n; q++)
-        if ((with_master && l->v[q].owner == M_OWNER_MASTER) ||
+        if ((with_master && l->v[q].owner == M_OWNER_MASTER &&
+             (rank == UINT32_MAX || jb->rank_of_split[l->v[q].split] == rank)) ||
             (owner != M_OWNER_MASTER && l->v[q].owner == owner))
             ok = rl_push(a, &v, l->v[q].split, l->v[q].from, l->v[q].to);
     m_rset all = {0};
@@ -155,7 +159,16 @@ sl_err_t sl_master_state_token_take(const sl_master_state_t *m, const sl_master_
     if (req->rank >= world || world > 65536)
         return sl_error_set(err, SL_ERR_INVALID, "resume token: rank %u of world size %u",
                             req->rank, world);
-    uint32_t e = jb->epoch;
+    /* Static sharding: the rank's own epoch (state_rank.c), which its
+     * client's commits are of. */
+    bool per_rank = jb->rank_epoch != NULL && world == jb->ranks;
+    if (jb->rank_epoch != NULL && !per_rank && !m_rank_level(jb))
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "resume token of job '%s': a world of %u ranks reading a job "
+                            "statically sharded over %u, whose ranks are in different epochs",
+                            job_id, world, jb->ranks);
+    uint32_t e = per_rank ? jb->rank_epoch[req->rank] : jb->epoch;
+    uint32_t rank = per_rank ? req->rank : UINT32_MAX;
     const sl_allocator_t *a = m->a;
     /* The client's undelivered ranges of this epoch and the previous one;
      * an older one means the token could not say what the rank handed out
@@ -186,9 +199,9 @@ sl_err_t sl_master_state_token_take(const sl_master_state_t *m, const sl_master_
     m_rset ec = {0}, ep = {0}, hc = {0}, hp = {0}, own = {0}, up = {0};
     static const m_rset none;
     ok = ok && rl_rset(a, &ucur, &ec) && rl_rset(a, &uprev, &ep) &&
-         handed_of(a, &jb->attr[1], owner, true, &ec, &hc) &&
-         handed_of(a, &jb->attr[0], owner, true, &ep, &hp) &&
-         handed_of(a, &jb->attr[0], owner, false, &none, &own) &&
+         handed_of(a, jb, &jb->attr[1], owner, true, rank, &ec, &hc) &&
+         handed_of(a, jb, &jb->attr[0], owner, true, rank, &ep, &hp) &&
+         handed_of(a, jb, &jb->attr[0], owner, false, rank, &none, &own) &&
          m_rset_intersect(a, &own, &ep, &up);
     rl_free(a, &ucur);
     rl_free(a, &uprev);
