@@ -79,13 +79,13 @@ c = collections.Counter(int(x) for line in sys.stdin for x in line.split())
 n = sum(c.values()); print("%d %d %d" % (n, len(c), sum(v - 1 for v in c.values() if v > 1)))'
 }
 
-echo "| first run | tokens | resumed with | how | delivered | distinct | delivered twice |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| first run | sharding | tokens | resumed with | how | delivered | distinct | delivered twice |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 case_no=0
-run_case() { # W N W2
-  local w=$1 n=$2 w2=$3 how
+run_case() { # W N W2 [SHARDING]
+  local w=$1 n=$2 w2=$3 sharding=${4:-dynamic} how
   case_no=$((case_no + 1))
-  "$sluice" submit --job "$work/job.json" --ranks "$w" --sharding dynamic --min-workers 2 \
+  "$sluice" submit --job "$work/job.json" --ranks "$w" --sharding "$sharding" --min-workers 2 \
     "${auth[@]}" >/dev/null
   start_workers "$case_no-a"
   read_ranks "c$case_no-a" "$w" "$n"
@@ -98,15 +98,15 @@ run_case() { # W N W2
   else
     how="delete + submit"
     "$sluice" jobs delete "$job" "${auth[@]}" >/dev/null
-    "$sluice" submit --job "$work/job.json" --ranks "$w2" --sharding dynamic --min-workers 2 \
+    "$sluice" submit --job "$work/job.json" --ranks "$w2" --sharding "$sharding" --min-workers 2 \
       $(printf -- '--resume-token %s ' "${toks[@]}") "${auth[@]}" >/dev/null
   fi
   start_workers "$case_no-b"
   read_ranks "c$case_no-b" "$w2" 0
   stop_workers
   read -r delivered distinct twice <<<"$(count "c$case_no-a" "c$case_no-b")"
-  printf '| %s rank%s, %s batches%s | %s | %s rank%s | %s | %s | %s | %s |\n' "$w" \
-    "$([ "$w" = 1 ] || echo s)" "$n" "$([ "$w" = 1 ] || echo " each")" "$w" "$w2" \
+  printf '| %s rank%s, %s batches%s | %s | %s | %s rank%s | %s | %s | %s | %s |\n' "$w" \
+    "$([ "$w" = 1 ] || echo s)" "$n" "$([ "$w" = 1 ] || echo " each")" "$sharding" "$w" "$w2" \
     "$([ "$w2" = 1 ] || echo s)" "$how" "$delivered" "$distinct" "$twice"
   "$sluice" jobs delete "$job" "${auth[@]}" >/dev/null
 }
@@ -120,3 +120,10 @@ run_case 3 12 2
 run_case 2 20 1
 run_case 4 8 3
 run_case 1 20 4
+# static sharding: the resumed job re-partitions the rows left between its ranks
+run_case 2 20 2 static
+run_case 2 20 3 static
+run_case 3 12 2 static
+run_case 4 8 3 static
+run_case 1 20 4 static
+run_case 2 20 1 static

@@ -792,10 +792,12 @@ typedef struct sim_worker {
 
 #define QCAP 4096
 
-Test(master_state, property_exactly_once_across_failures_and_restarts)
+/* static_sharding: over 3 ranks, each reading its share of an epoch on
+ * its own (state_rank.c), its splits' batches of its own epoch. */
+static void property_exactly_once(bool static_sharding, const char *seed_name)
 {
     enum { N = 16, W = 4, C = 2, EPOCHS = 2 };
-    uint64_t s = tu_seed("master_state::property_exactly_once");
+    uint64_t s = tu_seed(seed_name);
     uint64_t rows[N];
     for (uint32_t i = 0; i < N; i++)
         rows[i] = tu_below(&s, 60); /* empty splits too */
@@ -810,6 +812,8 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
     uint64_t now = 0;
     cr_assert_eq(sl_master_state_open(&o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
     sl_master_state_job_spec_t spec = spec_of("p", N, EPOCHS, true, s);
+    spec.ranks = static_sharding ? 3 : 1;
+    spec.static_sharding = static_sharding;
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
     /* delivered[e][split][row]: how often the row reached a trainer (a
@@ -994,6 +998,16 @@ Test(master_state, property_exactly_once_across_failures_and_restarts)
     sl_master_state_destroy(m);
     rm_state_dir(dir);
     tu_alloc_assert_clean(&g_ta);
+}
+
+Test(master_state, property_exactly_once_across_failures_and_restarts)
+{
+    property_exactly_once(false, "master_state::property_exactly_once");
+}
+
+Test(master_state, property_exactly_once_static_sharding_per_rank_epochs)
+{
+    property_exactly_once(true, "master_state::property_exactly_once_static");
 }
 
 /* ---- every allocation failure: a clean error, state unchanged ------------------------ */

@@ -339,7 +339,8 @@ uint32_t m_rank_ready(const job *jb);
 sl_err_t m_rank_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err);
 /* The transition of EpochAdvanced{rank_plus_one = r + 1} (m_apply):
  * SL_ERR_CORRUPT (no prefix) for a record that does not fit the state,
- * SL_ERR_NOMEM leaving it unchanged. */
+ * SL_ERR_NOMEM leaving it unchanged (replay only: a live advance took
+ * the room before its record went out). */
 sl_err_t m_rank_apply_advance(sl_master_state_t *m, uint32_t slot, uint32_t r, uint32_t epoch,
                               sl_error_t *err);
 /* SnapshotJob.rank_epoch (n 0: every rank in the job's epoch). */

@@ -80,36 +80,41 @@ uint32_t m_rank_ready(const job *jb)
     return UINT32_MAX;
 }
 
-/* Rank r's entries of the current list become its previous ones (its
- * older previous ones go): the per-split half of m_attr_rotate. Allocates
- * before it changes anything; SL_ERR_NOMEM leaves the lists as they were. */
-static sl_err_t rotate_rank(sl_master_state_t *m, job *jb, uint32_t r, sl_error_t *err)
+/* Room in the previous list for rank r's advance: its entries kept there
+ * (the other ranks') plus its current ones. A live advance takes it
+ * before its record goes out, so that applying the record cannot fail;
+ * replay takes it when applying. SL_ERR_NOMEM leaves the lists as they
+ * were. */
+static sl_err_t reserve_rotate(sl_master_state_t *m, job *jb, uint32_t r, sl_error_t *err)
 {
     m_attr_list *prev = &jb->attr[0], *cur = &jb->attr[1];
-    uint32_t keep = 0, moved = 0;
+    uint64_t need = 0;
     for (uint32_t q = 0; q < prev->n; q++)
-        keep += jb->rank_of_split[prev->v[q].split] != r;
+        need += jb->rank_of_split[prev->v[q].split] != r;
     for (uint32_t q = 0; q < cur->n; q++)
-        moved += jb->rank_of_split[cur->v[q].split] == r;
-    uint32_t need = keep + moved;
-    if (need > prev->cap) {
-        m_attr *v = sl_alloc(m->a, (size_t)need * sizeof *v);
-        if (v == NULL)
-            return sl_error_set(err, SL_ERR_NOMEM, "job '%s': who committed what", jb->id);
-        uint32_t w = 0;
-        for (uint32_t q = 0; q < prev->n; q++)
-            if (jb->rank_of_split[prev->v[q].split] != r) v[w++] = prev->v[q];
-        sl_free(m->a, prev->v, (size_t)prev->cap * sizeof *v);
-        prev->v = v;
-        prev->cap = need;
-        prev->n = w;
-    } else {
-        uint32_t w = 0;
-        for (uint32_t q = 0; q < prev->n; q++)
-            if (jb->rank_of_split[prev->v[q].split] != r) prev->v[w++] = prev->v[q];
-        prev->n = w;
-    }
+        need += jb->rank_of_split[cur->v[q].split] == r;
+    if (need <= prev->cap) return SL_OK;
+    /* prev->n + cur->n entries at most: below UINT32_MAX, as each list is */
+    m_attr *v = sl_alloc(m->a, (size_t)need * sizeof *v);
+    if (v == NULL) return sl_error_set(err, SL_ERR_NOMEM, "job '%s': who committed what", jb->id);
+    if (prev->n > 0) memcpy(v, prev->v, (size_t)prev->n * sizeof *v);
+    sl_free(m->a, prev->v, (size_t)prev->cap * sizeof *v);
+    prev->v = v;
+    prev->cap = (uint32_t)need;
+    return SL_OK;
+}
+
+/* Rank r's entries of the current list become its previous ones (its
+ * older previous ones go): the per-split half of m_attr_rotate. Room:
+ * reserve_rotate. */
+static void rotate_rank(job *jb, uint32_t r)
+{
+    m_attr_list *prev = &jb->attr[0], *cur = &jb->attr[1];
     uint32_t w = 0;
+    for (uint32_t q = 0; q < prev->n; q++)
+        if (jb->rank_of_split[prev->v[q].split] != r) prev->v[w++] = prev->v[q];
+    prev->n = w;
+    w = 0;
     for (uint32_t q = 0; q < cur->n; q++) {
         if (jb->rank_of_split[cur->v[q].split] == r)
             prev->v[prev->n++] = cur->v[q];
@@ -123,7 +128,6 @@ static sl_err_t rotate_rank(sl_master_state_t *m, job *jb, uint32_t r, sl_error_
         for (uint32_t q = 0; q < cur->n; q++)
             jb->attr_last[cur->v[q].split] = q + 1;
     }
-    return SL_OK;
 }
 
 sl_err_t m_rank_apply_advance(sl_master_state_t *m, uint32_t slot, uint32_t r, uint32_t epoch,
@@ -136,8 +140,9 @@ sl_err_t m_rank_apply_advance(sl_master_state_t *m, uint32_t slot, uint32_t r, u
                             "job '%s' rank %u advancing to epoch %u: its share of its epoch is "
                             "not done, or it is ahead of the job",
                             jb->id, r, epoch);
-    sl_err_t rc = rotate_rank(m, jb, r, err);
+    sl_err_t rc = reserve_rotate(m, jb, r, err);
     if (rc != SL_OK) return rc;
+    rotate_rank(jb, r);
     jb->rank_epoch[r] = epoch;
     bool finished = epoch >= jb->epochs;
     for (uint32_t i = 0; i < jb->n; i++) {
@@ -182,7 +187,8 @@ sl_err_t m_rank_maybe_advance(sl_master_state_t *m, job *jb, sl_error_t *err)
         Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
         rec.kind_case = SLUICE__MASTER__RECORD__KIND_EPOCH_ADVANCED;
         rec.epoch_advanced = &ea;
-        sl_err_t rc = m_record(m, &rec, NULL, err);
+        sl_err_t rc = reserve_rotate(m, jb, r, err);
+        if (rc == SL_OK) rc = m_record(m, &rec, NULL, err);
         if (rc != SL_OK) return rc;
     }
     return SL_OK;
