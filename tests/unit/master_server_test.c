@@ -290,6 +290,20 @@ Test(master_server, submit_refusals)
                   "batch", "size", -5);
     cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
     json_decref(b);
+    /* the deterministic order: never with static sharding; refused, not run
+     * in another order, while its sequencing is not wired */
+    b = json_pack("{s:{s:s, s:{s:s}, s:s}, s:s}", "spec", "id", "j", "source", "table", e.table,
+                  "order", "deterministic", "sharding", "static");
+    cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "job 'j': \"order\": \"deterministic\" deals batch g to rank g "
+                              "mod ranks; static sharding gives each rank its own splits instead: "
+                              "submit with --sharding dynamic");
+    json_decref(b);
+    b = json_pack("{s:{s:s, s:{s:s}, s:s}}", "spec", "id", "j", "source", "table", e.table, "order",
+                  "deterministic");
+    cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "is not wired in this master yet") != NULL, "%s", err.msg);
+    json_decref(b);
     json_t *jobs = sl_master_admin_jobs_json(e.m);
     cr_assert_eq(json_array_size(json_object_get(jobs, "jobs")), 0);
     json_decref(jobs);

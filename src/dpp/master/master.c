@@ -572,6 +572,30 @@ static sl_err_t check_spec(const char *text, bool resumed, sl_pipeline_job_t **j
     return rc;
 }
 
+/* What this master runs of "order" (docs/DESIGN.md, "A deterministic
+ * order"): the deterministic order numbers every batch of an epoch and
+ * deals batch g to rank g mod R, which static sharding (a rank's own
+ * splits) contradicts. Its sequencing (counted splits, bases, the
+ * workers' per-rank queues, the clients' reorder buffers) is not wired
+ * through the master, workers and clients yet, so such a job is refused
+ * rather than run in the dynamic order under the deterministic name. */
+static sl_err_t check_order(const sl_pipeline_job_t *job, const sl_master_submit_t *req,
+                            sl_error_t *err)
+{
+    if (job->order != SL_PIPELINE_ORDER_DETERMINISTIC) return SL_OK;
+    if (req->static_sharding)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "job '%s': \"order\": \"deterministic\" deals batch g to rank g "
+                            "mod ranks; static sharding gives each rank its own splits instead: "
+                            "submit with --sharding dynamic",
+                            job->id);
+    return sl_error_set(err, SL_ERR_UNSUPPORTED,
+                        "job '%s': \"order\": \"deterministic\" is not wired in this master "
+                        "yet (docs/DESIGN.md, \"A deterministic order\"); it is refused rather "
+                        "than run in the dynamic order",
+                        job->id);
+}
+
 /* Submit req; replace: in place of the job of that id (resubmit). */
 static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool replace, char **job_id,
                        sl_pipeline_problems_t *problems, sl_error_t *err);
@@ -634,6 +658,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     sl_wh_pqds_plan_stats_t ps = {0}; /* a Parquet job's row groups and statistics skipping */
     sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &job, &table, &filter, &ds,
                              &splits, &ps, &stream, problems, err);
+    if (rc == SL_OK) rc = check_order(job, req, err);
     uint64_t fp = 0;     /* a Kafka job has no fingerprint: its records are not a fixed input */
     uint64_t prefix = 0; /* the autocache's key; 0: not cacheable */
     const sl_wh_schema_t *schema = table ? sl_wh_table_schema(table)
