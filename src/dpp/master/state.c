@@ -60,6 +60,7 @@ static void job_free(const sl_allocator_t *a, job *jb)
     m_free_failure(a, jb);
     m_kafka_free(a, jb);
     m_attr_free(a, jb);
+    m_order_free(jb);
     if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
     for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
         m_free_ranges(a, &jb->st[i]);
@@ -232,6 +233,10 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     if (jb->chunk != 0) m_kafka_recount(jb);
     set_order(jb);
     m_reset_queue(jb);
+    if ((rc = m_order_build(m, jb, spec, err)) != SL_OK) {
+        job_free(a, jb);
+        return rc;
+    }
     *out = jb;
     return SL_OK;
 }
@@ -294,6 +299,7 @@ void m_do_advance(sl_master_state_t *m, job *jb)
         }
     set_order(jb);
     m_reset_queue(jb);
+    m_order_advance(jb);
 }
 
 /* Journal and apply an epoch advance when every split is DONE. */

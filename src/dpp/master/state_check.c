@@ -10,6 +10,9 @@
  *   - a LEASED split names a worker whose lease list holds it, a split in
  *     another state names none, every lease in a worker's list is a LEASED
  *     split of that worker, and no generation reaches next_generation;
+ *   - a deterministic job's order keeps order.h's invariants, its
+ *     splits of no rows are counted and its LEASED splits lie below the
+ *     counted prefix + the window (state_order.c);
  *   - a client remembers at most max_answers nonces, each found by its
  *     index.
  * Callers hold the master's lock. */
@@ -85,7 +88,7 @@ static sl_err_t check_job(const sl_master_state_t *m, uint32_t slot, const job *
     if (failures != jb->split_failures)
         FAIL("job %s: %llu split failures, counted %llu", jb->id, (unsigned long long)failures,
              (unsigned long long)jb->split_failures);
-    return SL_OK;
+    return m_order_check(jb, err);
 }
 
 sl_err_t sl_master_state_check(const sl_master_state_t *m, sl_error_t *err)

@@ -200,6 +200,8 @@ sl_err_t m_spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_s
     p->spec.parquet_row_groups = in->parquet_row_groups;
     p->spec.parquet_row_groups_skipped = in->parquet_row_groups_skipped;
     p->spec.parquet_rows_skipped = in->parquet_rows_skipped;
+    p->spec.order = in->deterministic ? 1 : 0;
+    p->spec.order_window = in->deterministic ? in->order_window : 0;
     if (in->job_id == NULL || (in->splits == NULL && in->num_splits > 0))
         return sl_error_set(err, SL_ERR_INVALID, "job spec without id or splits");
     if (in->num_splits > m->opts.max_splits)
