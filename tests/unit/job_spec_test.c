@@ -995,6 +995,10 @@ Test(job_order_spec, what_the_deterministic_order_refuses)
               1,
               (const char *[]){"$.order: \"deterministic\" numbers a fixed list of splits; a "
                                "Kafka source has none"});
+    parse_bad("{'source': {'table': 't'}, 'order': 'deterministic', 'on_bad_split': 'skip'}", 1,
+              (const char *[]){"$.on_bad_split: \"skip\" with \"order\": \"deterministic\"; a "
+                               "skipped split's batches would leave holes in the numbered "
+                               "sequence"});
     /* the same window under the dynamic order is fine */
     sl_pipeline_job_t *job = parse_ok("{'source': {'table': 't'},"
                                       " 'batch': {'size': 64, 'shuffle': {'window': 100}}}");

@@ -450,6 +450,10 @@ sl_err_t m_order_build(sl_master_state_t *m, job *jb, const Sluice__Master__JobS
 void m_order_free(job *jb);
 /* The epoch moved on (set_order ran): nothing counted but empty splits. */
 void m_order_advance(job *jb);
+/* Whether split is counted this epoch (always, in the dynamic order): a
+ * deterministic job's split is DONE only once every row is committed and
+ * it is counted. */
+bool m_order_split_counted(const job *jb, uint32_t split);
 /* Whether split may be leased now (always, in the dynamic order). */
 bool m_order_may_lease(const job *jb, uint32_t split);
 sl_err_t m_order_apply_counted(sl_master_state_t *m, const Sluice__Master__BatchesCounted *r,

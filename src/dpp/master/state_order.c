@@ -52,6 +52,11 @@ sl_err_t m_order_build(sl_master_state_t *m, job *jb, const Sluice__Master__JobS
         return sl_error_set(err, SL_ERR_INVALID,
                             "job '%s': the deterministic order is never shared (share false)",
                             jb->id);
+    if (jb->skip_bad)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "job '%s': the deterministic order numbers every batch of a split; "
+                            "a skipped split (on_bad_split \"skip\") has none to number",
+                            jb->id);
     jb->order_window = spec->order_window;
     sl_err_t rc = sl_master_order_new(jb->n, spec->order_window, m->a, &jb->ord, err);
     if (rc != SL_OK) {
@@ -75,6 +80,12 @@ void m_order_advance(job *jb)
     count_empty(jb);
 }
 
+bool m_order_split_counted(const job *jb, uint32_t split)
+{
+    uint64_t c;
+    return jb->ord == NULL || sl_master_order_counted(jb->ord, jb->pos[split], &c);
+}
+
 bool m_order_may_lease(const job *jb, uint32_t split)
 {
     return jb->ord == NULL || sl_master_order_may_lease(jb->ord, jb->pos[split]);
@@ -88,7 +99,8 @@ sl_err_t m_order_apply_counted(sl_master_state_t *m, const Sluice__Master__Batch
         snprintf(at, sizeof at, "live record");
     else
         snprintf(at, sizeof at, "record at offset %" PRIu64, off);
-    job *jb = r->job_id != NULL ? m_find_job(m, r->job_id, NULL) : NULL;
+    uint32_t slot = 0;
+    job *jb = r->job_id != NULL ? m_find_job(m, r->job_id, &slot) : NULL;
     if (jb == NULL || jb->ord == NULL || r->split >= jb->n || r->epoch != jb->epoch)
         return sl_error_set(err, SL_ERR_CORRUPT,
                             "%s: batches counted of job '%s' epoch %u split %u: no such "
@@ -98,6 +110,8 @@ sl_err_t m_order_apply_counted(sl_master_state_t *m, const Sluice__Master__Batch
     if (sl_master_order_count(jb->ord, jb->pos[r->split], r->batches, &e) != SL_OK)
         return sl_error_set(err, SL_ERR_CORRUPT, "%s: job '%s' split %u: %s", at, jb->id, r->split,
                             e.msg);
+    /* its rows may all be committed already (the count came last) */
+    m_maybe_done(m, slot, r->split);
     return SL_OK;
 }
 
@@ -138,7 +152,9 @@ sl_err_t sl_master_state_batches_counted(sl_master_state_t *m, const char *job_i
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_BATCHES_COUNTED;
     rec.batches_counted = &bc;
-    return m_record(m, &rec, NULL, err);
+    rc = m_record(m, &rec, NULL, err);
+    if (rc == SL_OK) rc = m_maybe_advance(m, jb, err);
+    return rc;
 }
 
 bool sl_master_state_order_base(const sl_master_state_t *m, const char *job_id, uint32_t epoch,

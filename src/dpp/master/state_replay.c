@@ -90,7 +90,8 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
     }
     for (uint32_t i = 0; i < jb->n; i++) {
         uint32_t st = sj->state[i];
-        bool full = jb->st[i].committed == jb->defs[i].num_rows || finished;
+        bool full = (jb->st[i].committed == jb->defs[i].num_rows && m_order_split_counted(jb, i)) ||
+                    finished;
         if (st > SL_MASTER_SPLIT_DONE || (st == SL_MASTER_SPLIT_DONE && !full) ||
             (finished && st != SL_MASTER_SPLIT_DONE) ||
             (st == SL_MASTER_SPLIT_LEASED && sj->worker[i] >= m->num_workers))

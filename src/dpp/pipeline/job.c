@@ -659,7 +659,8 @@ static const dpp_field_t root_fields[] = {
             "epoch only, rank r of R taking every R-th batch of it, the same after a resume "
             "with another world size (docs/JOBS.md, \"Deterministic order\"). Deterministic "
             "needs a table or Parquet source, `batch.shuffle.window` 0 or `batch.size`, and "
-            "is never shared (`share` true is refused, absent means false)"},
+            "is never shared (`share` true is refused, absent means false); `on_bad_split` must be "
+            "`\"fail\"`"},
 };
 const dpp_object_t dpp_spec_root = {"$", root_fields, COUNT(root_fields)};
 
@@ -899,6 +900,11 @@ static void check_order(dpp_parse_t *p, const json_t *spec, sl_pipeline_job_t *j
                                  "\"deterministic\"; only 0 or batch.size (%u) cut a split's "
                                  "batches the same way however it is leased",
                                  job->shuffle_window, job->batch_size);
+    if (job->skip_bad_splits)
+        sl_pipeline_problems_add(p->problems,
+                                 "$.on_bad_split: \"skip\" with \"order\": \"deterministic\"; "
+                                 "a skipped split's batches would leave holes in the numbered "
+                                 "sequence");
     if (json_is_true(json_object_get(spec, "share")))
         sl_pipeline_problems_add(p->problems,
                                  "$.share: true with \"order\": \"deterministic\"; a shared "
