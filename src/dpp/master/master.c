@@ -596,6 +596,15 @@ static sl_err_t check_order(const sl_pipeline_job_t *job, const sl_master_submit
                         job->id);
 }
 
+/* The deterministic order's lease window (docs/DESIGN.md): two splits per
+ * worker the job may have, so that each worker has one split to read
+ * while another waits for its base. */
+static uint32_t order_window(const sl_master_submit_t *req)
+{
+    uint32_t w = req->max_workers;
+    return w > UINT32_MAX / 2 ? UINT32_MAX : w < 1 ? 2 : 2 * w;
+}
+
 /* Submit req; replace: in place of the job of that id (resubmit). */
 static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool replace, char **job_id,
                        sl_pipeline_problems_t *problems, sl_error_t *err);
@@ -688,7 +697,10 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                                        .prefix_fingerprint = prefix,
                                        .parquet_row_groups = ps.row_groups,
                                        .parquet_row_groups_skipped = ps.row_groups_skipped,
-                                       .parquet_rows_skipped = ps.rows_skipped};
+                                       .parquet_rows_skipped = ps.rows_skipped,
+                                       .deterministic =
+                                           job->order == SL_PIPELINE_ORDER_DETERMINISTIC,
+                                       .order_window = order_window(req)};
     uint64_t ticket = 0;
     bool began = false;
     sl_mutex_lock(&m->mu);

@@ -275,6 +275,10 @@ typedef struct sl_master_state_job_status {
     uint64_t prefix_fingerprint; /* as in the spec */
     /* as in the spec (0 but for a Parquet job) */
     uint64_t parquet_row_groups, parquet_row_groups_skipped, parquet_rows_skipped;
+    /* The deterministic order: its window, and the counted prefix of the
+     * current epoch (splits before it numbered); false / 0 otherwise. */
+    bool deterministic;
+    uint32_t order_window, order_prefix;
 } sl_master_state_job_status_t;
 
 sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,
