@@ -285,6 +285,12 @@ Test(master_state_order, what_the_state_refuses)
     spec.share = true;
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "job 'j': the deterministic order is never shared (share false)");
+    /* resuming such a job is not built: refused, whatever the tokens */
+    spec = det_spec("j", 1, 2);
+    const void *tok = "SLRT";
+    size_t tok_len = 4;
+    cr_assert_eq(sl_master_state_job_resume(m, &spec, tok, tok_len, &err), SL_ERR_UNSUPPORTED);
+    cr_assert_str_eq(err.msg, "resume of job 'j' in the deterministic order: not wired yet");
     /* a dynamic job counts nothing and leases without a window */
     spec = det_spec("j", 1, 0);
     spec.deterministic = false;
