@@ -4,8 +4,9 @@
  * same count again, another count refused, a lease of another epoch
  * refused); the counts survive a reopen from the journal and from a
  * snapshot, the epoch's advance starts them again, and the spec checks
- * refuse what the order cannot run. Every test runs on the counting
- * allocator (no leak, every free with its size). */
+ * refuse what the order cannot run; every allocation failure of a
+ * deterministic job's life is a clean error. Every test runs on the
+ * counting allocator (no leak, every free with its size). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "dpp/master/state.h"
+#include "master_life.h"
 #include "testutil.h"
 
 static tu_alloc_t g_ta;
@@ -52,18 +54,6 @@ static sl_master_state_job_spec_t det_spec(const char *id, uint32_t epochs, uint
                                         .ranks = 2,
                                         .deterministic = true,
                                         .order_window = window};
-}
-
-/* The dump of m, allocated off the counted path. */
-static char *ml_dump(const sl_master_state_t *m, const sl_allocator_t *a)
-{
-    char *d;
-    size_t len;
-    sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_dump(m, &d, &len, &err), SL_OK, "%s", err.msg);
-    char *copy = strdup(d);
-    sl_free(a, d, len + 1);
-    return copy;
 }
 
 static char *tmp_state_dir(void)
@@ -306,5 +296,100 @@ Test(master_state_order, what_the_state_refuses)
     free(d);
     check(m);
     sl_master_state_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+/* A deterministic job's life for the allocation failure walk
+ * (master_life.h): leases in the window, counts, a split whose rows are
+ * all committed before its count (leased again, counted, done), a
+ * compaction, a lease the moved window allows. */
+typedef struct life {
+    ml_life_t b;
+    uint64_t gen[6];
+} life_t;
+
+enum { LIFE_STEPS = 16 };
+
+static sl_err_t life_lease(life_t *x, const char *w, uint32_t want, sl_error_t *err)
+{
+    sl_master_lease_t l;
+    sl_err_t rc = sl_master_state_lease_next(x->b.m, "j", w, 0, &l, err);
+    if (rc != SL_OK) return rc;
+    cr_assert_eq(l.split, want);
+    x->gen[want] = l.generation;
+    return SL_OK;
+}
+
+static sl_err_t life_commit(life_t *x, uint32_t split, uint64_t nonce, sl_error_t *err)
+{
+    sl_master_commit_t c = {"j", 0, split, x->gen[split], 0, g_rows[split], "c", nonce, 10};
+    sl_master_commit_result_t res = sl_master_state_commit_batch(x->b.m, &c, err);
+    return res == SL_MASTER_COMMIT_ERROR ? err->code
+           : res != SL_MASTER_COMMITTED  ? SL_ERR_INVALID
+                                         : SL_OK;
+}
+
+static sl_err_t life_step(void *life, int step, sl_error_t *err)
+{
+    life_t *x = life;
+    switch (step) {
+    case 0:
+        return sl_master_state_open(&x->b.o, 0, &x->b.m, NULL, err);
+    case 1: {
+        sl_master_state_job_spec_t spec = det_spec("j", 2, 2);
+        spec.spec_json = "{\"id\":\"j\"}";
+        return sl_master_state_job_add(x->b.m, &spec, err);
+    }
+    case 2:
+        return life_lease(x, "w1", 0, err);
+    case 3:
+        return sl_master_state_batches_counted(x->b.m, "j", 0, 0, x->gen[0], 3, err);
+    case 4:
+        return life_lease(x, "w2", 2, err);
+    case 5:
+        return life_commit(x, 0, 1, err);
+    case 6:
+        return life_lease(x, "w1", 3, err);
+    case 7:
+        return life_commit(x, 3, 2, err);
+    case 8: {
+        sl_master_read_result_t rr =
+            sl_master_state_split_read(x->b.m, "j", 0, 3, x->gen[3], NULL, 0, err);
+        return rr == SL_MASTER_READ_ERROR     ? err->code
+               : rr != SL_MASTER_READ_PENDING ? SL_ERR_INVALID
+                                              : SL_OK;
+    }
+    case 9:
+        return sl_master_state_batches_counted(x->b.m, "j", 0, 2, x->gen[2], 2, err);
+    case 10:
+        return life_lease(x, "w3", 3, err);
+    case 11:
+        return sl_master_state_batches_counted(x->b.m, "j", 0, 3, x->gen[3], 4, err);
+    case 12:
+        return sl_master_state_sync(x->b.m, err);
+    case 13:
+        return sl_master_state_compact(x->b.m, err);
+    case 14:
+        return life_lease(x, "w2", 4, err);
+    case 15:
+        return sl_master_state_sync(x->b.m, err);
+    }
+    return SL_ERR_INVALID;
+}
+
+Test(master_state_order, every_allocation_failure_is_a_clean_error)
+{
+    make_splits();
+    ml_ops_t ops = {.steps = LIFE_STEPS,
+                    .size = sizeof(life_t),
+                    .opts = {.lease_timeout_ms = 100000},
+                    .step = life_step};
+    char *end = NULL;
+    uint64_t walked = ml_walk(&ops, &g_ta, &end);
+    cr_assert_gt(walked, LIFE_STEPS);
+    /* the life did what it says: 0, 1 (empty) and 3 done, 2 and 4 leased */
+    cr_assert(strstr(end, " order window 2 prefix 4 counts 0:3 1:0 2:2 3:4\n") != NULL, "%s", end);
+    cr_assert(strstr(end, "pending 1 leased 2 done 3") != NULL, "%s", end);
+    free(end);
     tu_alloc_assert_clean(&g_ta);
 }
