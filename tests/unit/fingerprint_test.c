@@ -141,7 +141,8 @@ Test(fingerprint, same_plan_whatever_the_text)
              "\"transforms\":[{\"op\":\"sigrid_hash\",\"feature\":\"C1\",\"table_size\":100,"
              "\"salt\":0},{\"op\":\"log1p\",\"feature\":\"I1\"}],"
              "\"batch\":{\"size\":256,\"epochs\":2,\"drop_last\":false,\"sample_ids\":true,"
-             "\"shuffle\":{\"splits\":false,\"window\":0,\"seed\":99}},\"share\":true}",
+             "\"shuffle\":{\"splits\":false,\"window\":0,\"seed\":99}},\"share\":true,"
+             "\"order\":\"dynamic\"}",
              table, features),
         a);
 }
@@ -210,6 +211,7 @@ Test(fingerprint, every_change_of_the_samples_changes_it)
         {"projection order", ",\"features\":[\"C1\",\"I1\",\"C2\"]", NULL, NULL, NULL, ""},
         {"stripes per split", ",\"stripes_per_split\":2", NULL, NULL, NULL, ""},
         {"on_bad_split", "", NULL, NULL, NULL, ",\"on_bad_split\":\"skip\""},
+        {"deterministic order", "", NULL, NULL, NULL, ",\"order\":\"deterministic\""},
     };
     size_t n = sizeof v / sizeof v[0];
     uint64_t got[64];

@@ -952,3 +952,55 @@ Test(job_spec, parquet_source)
     parse_bad("{'source': {'table': 't', 'parquet': 'p'}}", 1,
               (const char *[]){"$.source: give one of *"});
 }
+
+/* "order" (docs/JOBS.md, "Deterministic order"): dynamic by default; the
+ * deterministic order refuses, by path, what would cut a split's batches
+ * differently from one lease to the next, or number no fixed split list. */
+Test(job_order_spec, default_and_values)
+{
+    sl_pipeline_job_t *job = parse_ok("{'source': {'table': 't'}}");
+    cr_assert_eq(job->order, SL_PIPELINE_ORDER_DYNAMIC);
+    cr_assert(job->share);
+    sl_pipeline_job_destroy(job);
+    job = parse_ok("{'source': {'table': 't'}, 'order': 'deterministic',"
+                   " 'batch': {'size': 64, 'shuffle': {'splits': true, 'window': 64}}}");
+    cr_assert_eq(job->order, SL_PIPELINE_ORDER_DETERMINISTIC);
+    cr_assert_not(job->share, "a deterministic job is never shared");
+    cr_assert_eq(job->shuffle_window, 64);
+    sl_pipeline_job_destroy(job);
+    job = parse_ok("{'source': {'table': 't'}, 'order': 'deterministic', 'share': false}");
+    cr_assert_eq(job->order, SL_PIPELINE_ORDER_DETERMINISTIC);
+    cr_assert_eq(job->shuffle_window, 0);
+    sl_pipeline_job_destroy(job);
+    job = parse_ok("{'source': {'table': 't'}, 'order': 'dynamic'}");
+    cr_assert_eq(job->order, SL_PIPELINE_ORDER_DYNAMIC);
+    sl_pipeline_job_destroy(job);
+}
+
+Test(job_order_spec, what_the_deterministic_order_refuses)
+{
+    parse_bad("{'source': {'table': 't'}, 'order': 'fixed'}", 1,
+              (const char *[]){"$.order: \"dynamic\" or \"deterministic\", not \"fixed\""});
+    parse_bad("{'source': {'table': 't'}, 'order': 'deterministic',"
+              " 'batch': {'size': 64, 'shuffle': {'window': 100}}}",
+              1,
+              (const char *[]){"$.batch.shuffle.window: 100 rows with \"order\": "
+                               "\"deterministic\"; only 0 or batch.size (64) cut a split's "
+                               "batches the same way however it is leased"});
+    parse_bad("{'source': {'table': 't'}, 'order': 'deterministic', 'share': true}", 1,
+              (const char *[]){"$.share: true with \"order\": \"deterministic\"; a shared pass "
+                               "follows the fastest of its jobs, not one job's order"});
+    parse_bad("{'source': {'kafka': {'brokers': 'h:1', 'topics': ['t'], " SCHEMA
+              ", 'stop': 'end'}}, 'order': 'deterministic'}",
+              1,
+              (const char *[]){"$.order: \"deterministic\" numbers a fixed list of splits; a "
+                               "Kafka source has none"});
+    parse_bad("{'source': {'table': 't'}, 'order': 'deterministic', 'on_bad_split': 'skip'}", 1,
+              (const char *[]){"$.on_bad_split: \"skip\" with \"order\": \"deterministic\"; a "
+                               "skipped split's batches would leave holes in the numbered "
+                               "sequence"});
+    /* the same window under the dynamic order is fine */
+    sl_pipeline_job_t *job = parse_ok("{'source': {'table': 't'},"
+                                      " 'batch': {'size': 64, 'shuffle': {'window': 100}}}");
+    sl_pipeline_job_destroy(job);
+}

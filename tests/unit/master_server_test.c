@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/mem.h"
 #include "dpp/master/admin.h"
+#include "dpp/master/master_internal.h" /* the state of a deterministic job (see its test) */
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "testutil.h"
@@ -289,6 +290,20 @@ Test(master_server, submit_refusals)
     b = json_pack("{s:{s:s, s:{s:s}, s:{s:i}}}", "spec", "id", "j", "source", "table", e.table,
                   "batch", "size", -5);
     cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
+    json_decref(b);
+    /* the deterministic order: never with static sharding; refused, not run
+     * in another order, while its sequencing is not wired */
+    b = json_pack("{s:{s:s, s:{s:s}, s:s}, s:s}", "spec", "id", "j", "source", "table", e.table,
+                  "order", "deterministic", "sharding", "static");
+    cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "job 'j': \"order\": \"deterministic\" deals batch g to rank g "
+                              "mod ranks; static sharding gives each rank its own splits instead: "
+                              "submit with --sharding dynamic");
+    json_decref(b);
+    b = json_pack("{s:{s:s, s:{s:s}, s:s}}", "spec", "id", "j", "source", "table", e.table, "order",
+                  "deterministic");
+    cr_assert_eq(sl_master_admin_job_submit(e.m, b, NULL, &err), SL_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "is not wired in this master yet") != NULL, "%s", err.msg);
     json_decref(b);
     json_t *jobs = sl_master_admin_jobs_json(e.m);
     cr_assert_eq(json_array_size(json_object_get(jobs, "jobs")), 0);
@@ -1605,5 +1620,115 @@ Test(master_server, every_allocation_failure_in_a_session_is_refused_cleanly)
     }
     cr_log_info("allocation failures walked: %llu", (unsigned long long)walked);
     cr_assert_gt(walked, SESSION_STEPS);
+    env_fini(&e);
+}
+
+/* The deterministic order on the worker wire (docs/DESIGN.md, "A
+ * deterministic order"): a lease says the job's ranks and, when known,
+ * the split's base; leases stay within the window; a heartbeat answers
+ * the bases of the live leases it names once known; SPLIT_READ carries
+ * the count, journaled before the split read; another count is an error
+ * naming it. Submission refuses such jobs while the workers and clients
+ * are not wired (submit_refusals), so this test adds the job to the
+ * master's state itself, as a submission would. */
+Test(master_server, deterministic_order_on_the_worker_wire)
+{
+    env e;
+    env_init(&e, 100000);
+    sl_error_t err = {0};
+    sl_wh_table_t *t = NULL;
+    sl_wh_splits_t *sp = NULL;
+    cr_assert_eq(sl_wh_table_open(e.table, NULL, &t, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sp->count, 8);
+    sl_master_state_job_spec_t spec = {.job_id = "j",
+                                       .splits = sp->items,
+                                       .num_splits = sp->count,
+                                       .epochs = 1,
+                                       .spec_json = "{}",
+                                       .ranks = 2,
+                                       .min_workers = 1,
+                                       .max_workers = 1,
+                                       .deterministic = true,
+                                       .order_window = 2};
+    sl_mutex_lock(&e.m->mu);
+    sl_err_t rc = sl_master_state_job_add(e.m->st, &spec, &err);
+    sl_mutex_unlock(&e.m->mu);
+    cr_assert_eq(rc, SL_OK, "%s", err.msg);
+    sl_wh_splits_destroy(sp);
+    sl_wh_table_close(t);
+    int w = worker(&e, "w1");
+    /* positions 0 and 1 of the window, in the epoch's order */
+    Sluice__Control__Lease *l0 = lease(w, "w1"), *l1 = lease(w, "w1");
+    cr_assert_eq(l0->ref->split, 0);
+    cr_assert_eq(l0->order_ranks, 2);
+    cr_assert_eq(l0->order_base_plus_one, 1, "split 0's base, 0, is known at once");
+    cr_assert_eq(l1->ref->split, 1);
+    cr_assert_eq(l1->order_ranks, 2);
+    cr_assert_eq(l1->order_base_plus_one, 0, "not known before split 0 is counted");
+    Sluice__Control__LeaseRequest q = SLUICE__CONTROL__LEASE_REQUEST__INIT;
+    q.worker_id = "w1";
+    q.job_id = "j";
+    Sluice__Control__NoWork *nw = (void *)call(w, SL_RPC_LEASE_REQUEST, &q.base, SL_RPC_NO_WORK);
+    cr_assert_str_eq(nw->reason, "no pending split");
+    done(&nw->base);
+    Sluice__Control__SplitRef *refs[2] = {l0->ref, l1->ref};
+    Sluice__Control__HeartbeatReply *hr = heartbeat(w, "w1", refs, 2);
+    cr_assert_eq(hr->n_revoked, 0);
+    cr_assert_eq(hr->n_bases, 1);
+    cr_assert_eq(hr->bases[0]->ref->split, 0);
+    cr_assert_eq(hr->bases[0]->first_g, 0);
+    done(&hr->base);
+    /* split 0 read whole, 5 batches; every row empty here (no client),
+     * which the master commits: done */
+    Sluice__Control__RowRange er = SLUICE__CONTROL__ROW_RANGE__INIT, *erp = &er;
+    er.from_row = 0;
+    er.to_row = 500;
+    Sluice__Control__SplitRead sr = SLUICE__CONTROL__SPLIT_READ__INIT;
+    sr.ref = l0->ref;
+    sr.n_empty = 1;
+    sr.empty = &erp;
+    sr.counted = true;
+    sr.batches = 5;
+    Sluice__Control__SplitReadReply *srr =
+        (void *)call(w, SL_RPC_SPLIT_READ, &sr.base, SL_RPC_SPLIT_READ_REPLY);
+    cr_assert_eq(srr->state, SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE);
+    done(&srr->base);
+    /* split 1's base is known now */
+    hr = heartbeat(w, "w1", &refs[1], 1);
+    cr_assert_eq(hr->n_bases, 1);
+    cr_assert_eq(hr->bases[0]->ref->split, 1);
+    cr_assert_eq(hr->bases[0]->first_g, 5);
+    done(&hr->base);
+    sr.ref = l1->ref;
+    sr.batches = 3;
+    srr = (void *)call(w, SL_RPC_SPLIT_READ, &sr.base, SL_RPC_SPLIT_READ_REPLY);
+    cr_assert_eq(srr->state, SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE);
+    done(&srr->base);
+    /* the window moved: split 2 leased with its base, 8 */
+    Sluice__Control__Lease *l2 = lease(w, "w1");
+    cr_assert_eq(l2->ref->split, 2);
+    cr_assert_eq(l2->order_base_plus_one, 9);
+    sl_master_state_job_status_t st;
+    sl_mutex_lock(&e.m->mu);
+    rc = sl_master_state_job_status(e.m->st, "j", &st, &err);
+    sl_mutex_unlock(&e.m->mu);
+    cr_assert_eq(rc, SL_OK, "%s", err.msg);
+    cr_assert_eq(st.done, 2);
+    cr_assert(st.deterministic);
+    cr_assert_eq(st.order_window, 2);
+    cr_assert_eq(st.order_prefix, 2);
+    /* split 0 again with another count: an error naming it, nothing changed */
+    sr.ref = l0->ref;
+    sr.batches = 6;
+    Sluice__Dpp__Error *er2 = (void *)call(w, SL_RPC_SPLIT_READ, &sr.base, SL_RPC_ERROR);
+    cr_assert_str_eq(er2->message, "batches counted: job 'j' split 0: deterministic order: split "
+                                   "at position 0 counted 5 batches, now 6: its batches were cut "
+                                   "differently");
+    done(&er2->base);
+    done(&l0->base);
+    done(&l1->base);
+    done(&l2->base);
+    close(w);
     env_fini(&e);
 }

@@ -377,6 +377,12 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
     le.todo = todo;
     le.rank_plus_one = l.rank_plus_one;
     le.expiry_ms = m->opts.lease_timeout_ms;
+    if (st.deterministic) {
+        uint64_t base;
+        le.order_ranks = st.ranks;
+        if (sl_master_state_order_base(m->st, job, l.epoch, l.split, &base))
+            le.order_base_plus_one = base + 1;
+    }
     if (cache_mode != SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE) {
         le.cache_file = cache_file;
         le.cache_mode = (Sluice__Control__Lease__CacheMode)cache_mode;
@@ -429,18 +435,35 @@ void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbea
     /* out of memory: nothing revoked this time (the next heartbeat tells) */
     Sluice__Control__SplitRef **rev =
         h->n_leases ? sl_alloc(m->a, h->n_leases * sizeof *rev) : NULL;
-    size_t nrev = 0;
+    /* the deterministic order's bases known now, of the live leases named
+     * (as many as the leases at most; out of memory: the next heartbeat) */
+    Sluice__Control__SplitBase *bs = h->n_leases ? sl_alloc(m->a, h->n_leases * sizeof *bs) : NULL;
+    Sluice__Control__SplitBase **bp = h->n_leases ? sl_alloc(m->a, h->n_leases * sizeof *bp) : NULL;
+    size_t nrev = 0, nbase = 0;
     for (size_t k = 0; k < h->n_leases; k++) {
         const Sluice__Control__SplitRef *r = h->leases[k];
         if (r == NULL) continue;
-        if (sl_master_state_lease_live(m->st, r->job_id, r->epoch, r->split, r->generation, w->id))
+        uint64_t base;
+        if (sl_master_state_lease_live(m->st, r->job_id, r->epoch, r->split, r->generation,
+                                       w->id)) {
             w->leases++;
-        else if (rev != NULL)
+            if (bs != NULL && bp != NULL &&
+                sl_master_state_order_base(m->st, r->job_id, r->epoch, r->split, &base)) {
+                sluice__control__split_base__init(&bs[nbase]);
+                bs[nbase].ref = (Sluice__Control__SplitRef *)r;
+                bs[nbase].first_g = base;
+                bp[nbase] = &bs[nbase];
+                nbase++;
+            }
+        } else if (rev != NULL) {
             rev[nrev++] = (Sluice__Control__SplitRef *)r;
+        }
     }
     Sluice__Control__HeartbeatReply rep = SLUICE__CONTROL__HEARTBEAT_REPLY__INIT;
     rep.n_revoked = nrev;
     rep.revoked = rev;
+    rep.n_bases = nbase;
+    rep.bases = bp;
     /* A worker of a removed, finished or failed job is retired. */
     if (w->job[0] != '\0') {
         sl_master_state_job_status_t st;
@@ -449,6 +472,8 @@ void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbea
     }
     mp_send(m, i, SL_RPC_HEARTBEAT_REPLY, &rep.base);
     sl_free(m->a, rev, h->n_leases * sizeof *rev);
+    sl_free(m->a, bs, h->n_leases * sizeof *bs);
+    sl_free(m->a, bp, h->n_leases * sizeof *bp);
 }
 
 void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRead *r)
@@ -469,6 +494,21 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
         e[k] = (sl_dpp_row_range_t){r->empty[k] ? r->empty[k]->from_row : 0,
                                     r->empty[k] ? r->empty[k]->to_row : 0};
     sl_error_t err = {0};
+    /* the deterministic order's count first (journaled in the same round,
+     * synced before the answer): the split read may end the split, which
+     * a deterministic job's does only once counted. A lease no longer
+     * live is the split read's STALE below. */
+    if (r->counted && !m->failed) {
+        sl_err_t crc =
+            sl_master_state_batches_counted(m->st, r->ref->job_id, r->ref->epoch, r->ref->split,
+                                            r->ref->generation, r->batches, &err);
+        if (crc != SL_OK && crc != SL_ERR_AGAIN) {
+            if (e != one) sl_free(m->a, e, r->n_empty * sizeof *e);
+            if (crc == SL_ERR_IO || crc == SL_ERR_NOMEM) mp_fail(m, &err);
+            mp_send_error(m, i, crc, err.msg);
+            return;
+        }
+    }
     sl_master_read_result_t res =
         m->failed ? SL_MASTER_READ_ERROR
                   : sl_master_state_split_read(m->st, r->ref->job_id, r->ref->epoch, r->ref->split,

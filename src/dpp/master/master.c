@@ -572,6 +572,39 @@ static sl_err_t check_spec(const char *text, bool resumed, sl_pipeline_job_t **j
     return rc;
 }
 
+/* What this master runs of "order" (docs/DESIGN.md, "A deterministic
+ * order"): the deterministic order numbers every batch of an epoch and
+ * deals batch g to rank g mod R, which static sharding (a rank's own
+ * splits) contradicts. Its sequencing (counted splits, bases, the
+ * workers' per-rank queues, the clients' reorder buffers) is not wired
+ * through the master, workers and clients yet, so such a job is refused
+ * rather than run in the dynamic order under the deterministic name. */
+static sl_err_t check_order(const sl_pipeline_job_t *job, const sl_master_submit_t *req,
+                            sl_error_t *err)
+{
+    if (job->order != SL_PIPELINE_ORDER_DETERMINISTIC) return SL_OK;
+    if (req->static_sharding)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "job '%s': \"order\": \"deterministic\" deals batch g to rank g "
+                            "mod ranks; static sharding gives each rank its own splits instead: "
+                            "submit with --sharding dynamic",
+                            job->id);
+    return sl_error_set(err, SL_ERR_UNSUPPORTED,
+                        "job '%s': \"order\": \"deterministic\" is not wired in this master "
+                        "yet (docs/DESIGN.md, \"A deterministic order\"); it is refused rather "
+                        "than run in the dynamic order",
+                        job->id);
+}
+
+/* The deterministic order's lease window (docs/DESIGN.md): two splits per
+ * worker the job may have, so that each worker has one split to read
+ * while another waits for its base. */
+static uint32_t order_window(const sl_master_submit_t *req)
+{
+    uint32_t w = req->max_workers;
+    return w > UINT32_MAX / 2 ? UINT32_MAX : w < 1 ? 2 : 2 * w;
+}
+
 /* Submit req; replace: in place of the job of that id (resubmit). */
 static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool replace, char **job_id,
                        sl_pipeline_problems_t *problems, sl_error_t *err);
@@ -634,6 +667,7 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     sl_wh_pqds_plan_stats_t ps = {0}; /* a Parquet job's row groups and statistics skipping */
     sl_err_t rc = check_spec(req->spec_json, req->num_tokens > 0, &job, &table, &filter, &ds,
                              &splits, &ps, &stream, problems, err);
+    if (rc == SL_OK) rc = check_order(job, req, err);
     uint64_t fp = 0;     /* a Kafka job has no fingerprint: its records are not a fixed input */
     uint64_t prefix = 0; /* the autocache's key; 0: not cacheable */
     const sl_wh_schema_t *schema = table ? sl_wh_table_schema(table)
@@ -663,7 +697,10 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                                        .prefix_fingerprint = prefix,
                                        .parquet_row_groups = ps.row_groups,
                                        .parquet_row_groups_skipped = ps.row_groups_skipped,
-                                       .parquet_rows_skipped = ps.rows_skipped};
+                                       .parquet_rows_skipped = ps.rows_skipped,
+                                       .deterministic =
+                                           job->order == SL_PIPELINE_ORDER_DETERMINISTIC,
+                                       .order_window = order_window(req)};
     uint64_t ticket = 0;
     bool began = false;
     sl_mutex_lock(&m->mu);

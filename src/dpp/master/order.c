@@ -65,13 +65,18 @@ void sl_master_order_reset(sl_master_order_t *o)
     memset(o->counted, 0, (size_t)o->n * sizeof *o->counted);
 }
 
-sl_err_t sl_master_order_count(sl_master_order_t *o, uint32_t p, uint64_t batches, sl_error_t *err)
+sl_err_t sl_master_order_count_check(const sl_master_order_t *o, uint32_t p, uint64_t batches,
+                                     bool *again, sl_error_t *err)
 {
+    if (again != NULL) *again = false;
     if (p >= o->n)
         return sl_error_set(err, SL_ERR_INVALID,
                             "deterministic order: split at position %u of %u splits", p, o->n);
     if (o->counted[p]) {
-        if (o->count[p] == batches) return SL_OK;
+        if (o->count[p] == batches) {
+            if (again != NULL) *again = true;
+            return SL_OK;
+        }
         return sl_error_set(err, SL_ERR_INVALID,
                             "deterministic order: split at position %u counted %" PRIu64
                             " batches, now %" PRIu64 ": its batches were cut differently",
@@ -86,6 +91,14 @@ sl_err_t sl_master_order_count(sl_master_order_t *o, uint32_t p, uint64_t batche
                             "deterministic order: split at position %u: %" PRIu64
                             " batches pass 2^63 in the epoch",
                             p, batches);
+    return SL_OK;
+}
+
+sl_err_t sl_master_order_count(sl_master_order_t *o, uint32_t p, uint64_t batches, sl_error_t *err)
+{
+    bool again;
+    sl_err_t rc = sl_master_order_count_check(o, p, batches, &again, err);
+    if (rc != SL_OK || again) return rc;
     o->counted[p] = true;
     o->count[p] = batches;
     o->sum += batches;
@@ -95,6 +108,13 @@ sl_err_t sl_master_order_count(sl_master_order_t *o, uint32_t p, uint64_t batche
     }
     SL_ASSERT(o->prefix <= o->n, "prefix %u of %u splits", o->prefix, o->n);
     return SL_OK;
+}
+
+bool sl_master_order_counted(const sl_master_order_t *o, uint32_t p, uint64_t *batches)
+{
+    if (p >= o->n || !o->counted[p]) return false;
+    *batches = o->count[p];
+    return true;
 }
 
 uint32_t sl_master_order_prefix(const sl_master_order_t *o)

@@ -47,6 +47,16 @@ void sl_master_order_reset(sl_master_order_t *o);
  * or when the epoch's batches would pass 2^63. */
 sl_err_t sl_master_order_count(sl_master_order_t *o, uint32_t p, uint64_t batches, sl_error_t *err);
 
+/* Whether sl_master_order_count(o, p, batches) would succeed, changing
+ * nothing; *again (may be NULL) tells a count already held (a no-op).
+ * @return as sl_master_order_count. */
+sl_err_t sl_master_order_count_check(const sl_master_order_t *o, uint32_t p, uint64_t batches,
+                                     bool *again, sl_error_t *err);
+
+/* The count of split p when it is counted. @return false otherwise (or p
+ * past the splits). */
+bool sl_master_order_counted(const sl_master_order_t *o, uint32_t p, uint64_t *batches);
+
 /* P: every split before it is counted (num_splits: the whole epoch). */
 uint32_t sl_master_order_prefix(const sl_master_order_t *o);
 

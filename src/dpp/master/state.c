@@ -61,6 +61,7 @@ static void job_free(const sl_allocator_t *a, job *jb)
     m_kafka_free(a, jb);
     m_attr_free(a, jb);
     m_rank_free(a, jb);
+    m_order_free(jb);
     if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
     for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
         m_free_ranges(a, &jb->st[i]);
@@ -238,6 +239,10 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     m_rank_recount(jb);
     m_set_order(jb);
     m_reset_queue(jb);
+    if ((rc = m_order_build(m, jb, spec, err)) != SL_OK) {
+        job_free(a, jb);
+        return rc;
+    }
     *out = jb;
     return SL_OK;
 }
@@ -305,6 +310,7 @@ void m_do_advance(sl_master_state_t *m, job *jb)
     m_rank_recount(jb);
     m_set_order(jb);
     m_reset_queue(jb);
+    m_order_advance(jb);
 }
 
 /* Journal and apply an epoch advance when every split is DONE. */
@@ -398,6 +404,9 @@ sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_
         .parquet_row_groups = jb->pq_row_groups,
         .parquet_row_groups_skipped = jb->pq_groups_skipped,
         .parquet_rows_skipped = jb->pq_rows_skipped,
+        .deterministic = jb->ord != NULL,
+        .order_window = jb->ord != NULL ? jb->order_window : 0,
+        .order_prefix = jb->ord != NULL ? sl_master_order_prefix(jb->ord) : 0,
         .failed = jb->failed,
         .failure_split = jb->fail_split,
         .failure_epoch = jb->fail_epoch,

@@ -190,6 +190,12 @@ typedef struct sl_master_state_job_spec {
     /* A Parquet job: its dataset's row groups, and those (and their rows)
      * ruled out by their statistics when it was cut (never read). */
     uint64_t parquet_row_groups, parquet_row_groups_skipped, parquet_rows_skipped;
+    /* The deterministic order (docs/DESIGN.md, "A deterministic order";
+     * state_order.c): every batch of an epoch numbered, splits leased only
+     * at positions below the counted prefix + order_window (> 0). Not with
+     * Kafka partitions, static sharding, shared passes or resume tokens. */
+    bool deterministic;
+    uint32_t order_window;
 } sl_master_state_job_spec_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
@@ -269,6 +275,10 @@ typedef struct sl_master_state_job_status {
     uint64_t prefix_fingerprint; /* as in the spec */
     /* as in the spec (0 but for a Parquet job) */
     uint64_t parquet_row_groups, parquet_row_groups_skipped, parquet_rows_skipped;
+    /* The deterministic order: its window, and the counted prefix of the
+     * current epoch (splits before it numbered); false / 0 otherwise. */
+    bool deterministic;
+    uint32_t order_window, order_prefix;
 } sl_master_state_job_status_t;
 
 sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_id,
@@ -470,6 +480,24 @@ typedef enum sl_master_read_result {
  * PENDING; the outcome says which. SL_MASTER_READ_ERROR: SL_ERR_INVALID
  * for a range outside the split, a bound, the journal, memory. May start
  * the next epoch. Sync before answering. */
+/* A deterministic job's live lease (epoch, split, generation) read its
+ * split from the first row and cut `batches` batches: journaled as a
+ * BatchesCounted record (the same count again is a no-op), before the
+ * SPLIT_READ of that lease. SL_ERR_INVALID: not a deterministic job, no
+ * such split, another count for the split (its batches were cut
+ * differently); SL_ERR_AGAIN: not the live lease (the worker drops it);
+ * the journal, memory. */
+sl_err_t sl_master_state_batches_counted(sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                         uint32_t split, uint64_t generation, uint64_t batches,
+                                         sl_error_t *err);
+
+/* A deterministic job's global index of the first batch of split in
+ * epoch (base), known once every split before it in the epoch's order is
+ * counted. @return false when not known yet, not a deterministic job, or
+ * no such job, split or epoch. */
+bool sl_master_state_order_base(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                uint32_t split, uint64_t *base);
+
 sl_master_read_result_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id,
                                                    uint32_t epoch, uint32_t split,
                                                    uint64_t generation,

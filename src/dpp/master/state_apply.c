@@ -266,6 +266,8 @@ sl_err_t m_apply(sl_master_state_t *m, const Sluice__Master__Record *r, m_live *
         return m_kafka_apply_partition(m, r->kafka_partition_added, live, off, err);
     case SLUICE__MASTER__RECORD__KIND_KAFKA_CHUNKS_ADDED:
         return m_kafka_apply_chunks(m, r->kafka_chunks_added, off, err);
+    case SLUICE__MASTER__RECORD__KIND_BATCHES_COUNTED:
+        return m_order_apply_counted(m, r->batches_counted, off, err);
     case SLUICE__MASTER__RECORD__KIND_CLIENT_EVICTED: {
         uint32_t ci;
         const char *id = r->client_evicted->client_id;
@@ -306,6 +308,9 @@ static bool record_split(const Sluice__Master__Record *r, const char **job_id, u
         return true;
     case SLUICE__MASTER__RECORD__KIND_SPLIT_SKIPPED:
         *job_id = r->split_skipped->job_id, *split = r->split_skipped->split;
+        return true;
+    case SLUICE__MASTER__RECORD__KIND_BATCHES_COUNTED:
+        *job_id = r->batches_counted->job_id, *split = r->batches_counted->split;
         return true;
     default:
         return false;

@@ -6,10 +6,13 @@
  *   - a job's count[] is the number of its splits in each state, its
  *     committed_rows and split_failures the sums over its splits;
  *   - of a running table job, a split is DONE iff its rows are all
- *     committed;
+ *     committed (and, in the deterministic order, it is counted);
  *   - a LEASED split names a worker whose lease list holds it, a split in
  *     another state names none, every lease in a worker's list is a LEASED
  *     split of that worker, and no generation reaches next_generation;
+ *   - a deterministic job's order keeps order.h's invariants, its
+ *     splits of no rows are counted and its LEASED splits lie below the
+ *     counted prefix + the window (state_order.c);
  *   - a client remembers at most max_answers nonces, each found by its
  *     index.
  * Callers hold the master's lock. */
@@ -50,7 +53,7 @@ sl_err_t m_check_split(const sl_master_state_t *m, const job *jb, uint32_t i, sl
     }
     bool running = m_split_epoch(jb, i) < jb->epochs && jb->chunk == 0;
     bool full = s->committed == jb->defs[i].num_rows;
-    if (running && full != (s->state == SL_MASTER_SPLIT_DONE))
+    if (running && (full && m_order_split_counted(jb, i)) != (s->state == SL_MASTER_SPLIT_DONE))
         FAIL("job %s split %u: %llu of %llu rows committed, state %u", jb->id, i,
              (unsigned long long)s->committed, (unsigned long long)jb->defs[i].num_rows, s->state);
     return SL_OK;
@@ -87,7 +90,7 @@ static sl_err_t check_job(const sl_master_state_t *m, uint32_t slot, const job *
     if (failures != jb->split_failures)
         FAIL("job %s: %llu split failures, counted %llu", jb->id, (unsigned long long)failures,
              (unsigned long long)jb->split_failures);
-    return SL_OK;
+    return m_order_check(jb, err);
 }
 
 sl_err_t sl_master_state_check(const sl_master_state_t *m, sl_error_t *err)

@@ -108,6 +108,9 @@ void m_maybe_done(sl_master_state_t *m, uint32_t slot, uint32_t split)
     job *jb = m->jobs[slot];
     split_st *s = &jb->st[split];
     if (s->state == SL_MASTER_SPLIT_DONE || s->committed != jb->defs[split].num_rows) return;
+    /* a deterministic job's split is done once counted too: until then it
+     * is leased again (with nothing to do) to be counted (state_order.c) */
+    if (!m_order_split_counted(jb, split)) return;
     if (s->state == SL_MASTER_SPLIT_LEASED) {
         m_do_release(m, slot, split, SL_MASTER_SPLIT_DONE);
     } else {
@@ -498,9 +501,9 @@ sl_err_t m_apply_split_read(sl_master_state_t *m, uint32_t slot, uint32_t split,
         sl_err_t rc = m_add_range(m, jb, split, from[i], to[i], M_OWNER_MASTER, err);
         if (rc != SL_OK) return rc;
     }
-    if (jb->st[split].committed == jb->defs[split].num_rows) {
-        m_maybe_done(m, slot, split);
-    } else {
+    if (jb->st[split].committed == jb->defs[split].num_rows) m_maybe_done(m, slot, split);
+    /* rows left, or (a deterministic job) every row committed, not counted */
+    if (jb->st[split].state == SL_MASTER_SPLIT_LEASED) {
         m_do_release(m, slot, split, SL_MASTER_SPLIT_PENDING);
         m->c.releases++;
     }

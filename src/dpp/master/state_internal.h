@@ -18,6 +18,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "common/mem.h"
+#include "dpp/master/order.h"
 #include "dpp/master/state.h"
 #include "master.pb-c.h"
 
@@ -170,6 +171,10 @@ typedef struct job {
     /* Static sharding (state_rank.c): per rank, its epoch ([ranks]; the
      * job's epoch is the lowest) and its splits not DONE; NULL otherwise. */
     uint32_t *rank_epoch, *rank_left;
+    /* The deterministic order: this epoch's counts, prefix and bases by
+     * position (order.h, state_order.c); NULL: the dynamic order. */
+    sl_master_order_t *ord;
+    uint32_t order_window; /* positions past the counted prefix a lease may take */
 } job;
 
 typedef struct lease_ref {
@@ -473,6 +478,33 @@ uint64_t m_new_run_id(sl_master_state_t *m, const char *job_id);
 sl_err_t m_token_resume_v4(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
                            const void *const *tokens, const size_t *lens, uint32_t count,
                            bool replace, sl_error_t *err);
+
+/* state_order.c: the deterministic order (order.h) in a job */
+/* The order of a job being built from spec (NULL for the dynamic order);
+ * splits of no rows counted at once (0 batches). */
+sl_err_t m_order_build(sl_master_state_t *m, job *jb, const Sluice__Master__JobSpec *spec,
+                       sl_error_t *err);
+void m_order_free(job *jb);
+/* The epoch moved on (set_order ran): nothing counted but empty splits. */
+void m_order_advance(job *jb);
+/* Whether split is counted this epoch (always, in the dynamic order): a
+ * deterministic job's split is DONE only once every row is committed and
+ * it is counted. */
+bool m_order_split_counted(const job *jb, uint32_t split);
+/* Whether split may be leased now (always, in the dynamic order). */
+bool m_order_may_lease(const job *jb, uint32_t split);
+sl_err_t m_order_apply_counted(sl_master_state_t *m, const Sluice__Master__BatchesCounted *r,
+                               uint64_t off, sl_error_t *err);
+/* The invariants: order.h's, every LEASED split inside the window. */
+sl_err_t m_order_check(const job *jb, sl_error_t *err);
+/* Lines of the dump: the window, the prefix and every count. */
+void m_order_dump(const job *jb, m_printf_fn pf, void *ctx);
+/* Snapshot: per split 1 + its count, 0 uncounted ([n], allocated: free
+ * with m_order_pb_free); restore from it. */
+sl_err_t m_order_pb_build(const sl_master_state_t *m, const job *jb,
+                          Sluice__Master__SnapshotJob *sj, sl_error_t *err);
+void m_order_pb_free(const sl_allocator_t *a, Sluice__Master__SnapshotJob *sj);
+sl_err_t m_order_restore(job *jb, const Sluice__Master__SnapshotJob *sj, sl_error_t *err);
 
 /* state_persist.c, state_replay.c */
 #define M_TOKEN_HEADER_BYTES 16 /* magic | u32 version | u64 XXH3(payload) */

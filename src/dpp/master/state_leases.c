@@ -255,11 +255,24 @@ sl_err_t sl_master_state_lease_split(sl_master_state_t *m, const char *job_id, u
         }
         if (split == UINT32_MAX)
             return sl_error_set(err, SL_ERR_AGAIN, "job '%s': no pending split", job_id);
+    } else if (split < jb->n && !m_order_may_lease(jb, split)) {
+        return sl_error_set(err, SL_ERR_AGAIN,
+                            "job '%s' split %u: past the deterministic order's window", job_id,
+                            split);
     } else if (split >= jb->n) {
         return sl_error_set(err, SL_ERR_NOT_FOUND, "job '%s' has no split %u", job_id, split);
     } else if (jb->st[split].state != SL_MASTER_SPLIT_PENDING) {
         return sl_error_set(err, SL_ERR_AGAIN, "job '%s' split %u is not pending", job_id, split);
     }
+    /* The deterministic order: the earliest pending split is the only
+     * candidate (leases go in epoch order), and it waits while it lies
+     * past the counted prefix + the window (back-pressure). */
+    if (!m_order_may_lease(jb, split))
+        return sl_error_set(err, SL_ERR_AGAIN,
+                            "job '%s': split %u waits for the deterministic order's counts "
+                            "(position %u, prefix %u, window %u)",
+                            job_id, split, jb->pos[split], sl_master_order_prefix(jb->ord),
+                            jb->order_window);
     return lease_at(m, jb, split, worker_id, now_ms, out, err);
 }
 

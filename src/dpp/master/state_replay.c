@@ -46,6 +46,7 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
     /* the committed ranges came in as start ranges: their owners and the
      * rest of the attribution are the snapshot's */
     rc = m_attr_restore(m, jb, sj, err);
+    if (rc == SL_OK) rc = m_order_restore(jb, sj, err);
     if (rc != SL_OK) return rc;
     jb->batches = sj->batches;
     jb->samples = sj->samples;
@@ -91,7 +92,8 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
         uint32_t st = sj->state[i];
         /* a finished rank's splits (state_rank.c) hold nothing, DONE */
         bool sfin = finished || m_split_epoch(jb, i) >= jb->epochs;
-        bool full = jb->st[i].committed == jb->defs[i].num_rows || sfin;
+        bool full =
+            (jb->st[i].committed == jb->defs[i].num_rows && m_order_split_counted(jb, i)) || sfin;
         if (st > SL_MASTER_SPLIT_DONE || (st == SL_MASTER_SPLIT_DONE && !full) ||
             (sfin && st != SL_MASTER_SPLIT_DONE) ||
             (st == SL_MASTER_SPLIT_LEASED && sj->worker[i] >= m->num_workers))
@@ -239,6 +241,9 @@ sl_err_t m_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *le
         spec[k].parquet_row_groups = jb->pq_row_groups;
         spec[k].parquet_row_groups_skipped = jb->pq_groups_skipped;
         spec[k].parquet_rows_skipped = jb->pq_rows_skipped;
+        spec[k].order = jb->ord != NULL ? 1 : 0;
+        spec[k].order_window = jb->ord != NULL ? jb->order_window : 0;
+        if ((rc = m_order_pb_build(m, jb, &sj[k], err)) != SL_OK) goto out;
         sj[k].skipped_splits = jb->skipped_splits;
         sj[k].skipped_rows = jb->skipped_rows;
         if ((rc = m_attr_pb_build(m, jb, &sj[k], &ap[k], err)) != SL_OK) goto out;
@@ -375,6 +380,7 @@ out:
         sl_free(a, sj[k].range_split, nr * 4 + 1);
         sl_free(a, sj[k].range_from, nr * 8 + 1);
         sl_free(a, sj[k].range_to, nr * 8 + 1);
+        m_order_pb_free(a, &sj[k]);
     }
     for (size_t k = 0; ap != NULL && k < s.n_jobs; k++)
         m_attr_pb_free(a, &ap[k]);
@@ -556,6 +562,7 @@ sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *le
         }
         m_attr_dump(m->a, jb, sb_pf, &b);
         m_rank_dump(jb, sb_pf, &b);
+        m_order_dump(jb, sb_pf, &b);
         if (jb->failed)
             sb_printf(&b, " failed split %u epoch %u file %s stripe %d code %d: %s\n",
                       jb->fail_split, jb->fail_epoch, jb->fail_file, jb->fail_stripe, jb->fail_code,

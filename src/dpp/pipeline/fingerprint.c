@@ -21,7 +21,8 @@
  *   - the batching: size, drop_last, epochs, the dedup groups in order (the
  *     order of a batch's IKJTs), sample_ids, on_bad_split, the split
  *     shuffle and the row window; the seed only when one of the two
- *     shuffles is on (without them it changes nothing).
+ *     shuffles is on (without them it changes nothing); the order when
+ *     "deterministic", nothing for the default.
  * Left out: the job id, and "share" (whether to share is not what is
  * shared).
  *
@@ -326,6 +327,12 @@ static sl_err_t fingerprint(const sl_pipeline_job_t *job, const sl_wh_schema_t *
         put_u64(&h, job->shuffle_window);
         bool seeded = job->shuffle_splits || job->shuffle_window > 0;
         put_u64(&h, seeded ? job->seed : 0);
+        /* only when deterministic, so that the fingerprints of every job
+         * before the option stay what they were */
+        if (job->order == SL_PIPELINE_ORDER_DETERMINISTIC) {
+            section(&h, "order");
+            put_u64(&h, job->order);
+        }
     }
     *out = XXH3_64bits_digest(&h);
     return SL_OK;

@@ -613,6 +613,7 @@ static const dpp_field_t batch_fields[] = {
 static const dpp_object_t batch = {"$.batch", batch_fields, COUNT(batch_fields)};
 
 static const char *const on_bad_split[] = {"fail", "skip", NULL};
+static const char *const orders[] = {"dynamic", "deterministic", NULL};
 
 static const dpp_field_t root_fields[] = {
     {.name = "id",
@@ -648,6 +649,18 @@ static const dpp_field_t root_fields[] = {
              "epoch and, when reading a cached output wins, serve later epochs (and later jobs "
              "of the same prefix fingerprint) from the cache (docs/JOBS.md, \"Autocache\"); "
              "`false`: always computed"),
+    {.name = "order",
+     .type = FIELD_ENUM,
+     .choices = orders,
+     .def.u = SL_PIPELINE_ORDER_DYNAMIC,
+     AT(order),
+     .doc = "under a master, the global order of the batches: `\"dynamic\"`, whichever worker "
+            "and rank meet first (fastest); `\"deterministic\"`, a function of `seed` and the "
+            "epoch only, rank r of R taking every R-th batch of it, the same after a resume "
+            "with another world size (docs/JOBS.md, \"Deterministic order\"). Deterministic "
+            "needs a table or Parquet source, `batch.shuffle.window` 0 or `batch.size`, and "
+            "is never shared (`share` true is refused, absent means false); `on_bad_split` must be "
+            "`\"fail\"`"},
 };
 const dpp_object_t dpp_spec_root = {"$", root_fields, COUNT(root_fields)};
 
@@ -869,6 +882,36 @@ static void check_source(dpp_parse_t *p, const json_t *src, sl_pipeline_job_t *j
                                  k->stop_ms, k->start_ms);
 }
 
+/* What the deterministic order needs of the rest of the spec (docs/DESIGN.md,
+ * "A deterministic order"): numbered splits (no Kafka), batches cut the same
+ * way however a split is leased (a row shuffle only within a batch, seeded
+ * by its first row), and a job read on its own (a shared pass is cut for
+ * the fastest of its jobs). */
+static void check_order(dpp_parse_t *p, const json_t *spec, sl_pipeline_job_t *job)
+{
+    if (job->order != SL_PIPELINE_ORDER_DETERMINISTIC) return;
+    if (job->is_kafka)
+        sl_pipeline_problems_add(p->problems,
+                                 "$.order: \"deterministic\" numbers a fixed list of splits; a "
+                                 "Kafka source has none");
+    if (job->shuffle_window != 0 && job->shuffle_window != job->batch_size)
+        sl_pipeline_problems_add(p->problems,
+                                 "$.batch.shuffle.window: %u rows with \"order\": "
+                                 "\"deterministic\"; only 0 or batch.size (%u) cut a split's "
+                                 "batches the same way however it is leased",
+                                 job->shuffle_window, job->batch_size);
+    if (job->skip_bad_splits)
+        sl_pipeline_problems_add(p->problems,
+                                 "$.on_bad_split: \"skip\" with \"order\": \"deterministic\"; "
+                                 "a skipped split's batches would leave holes in the numbered "
+                                 "sequence");
+    if (json_is_true(json_object_get(spec, "share")))
+        sl_pipeline_problems_add(p->problems,
+                                 "$.share: true with \"order\": \"deterministic\"; a shared "
+                                 "pass follows the fastest of its jobs, not one job's order");
+    job->share = false;
+}
+
 sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
                                    sl_pipeline_problems_t *problems, sl_error_t *err)
 {
@@ -884,6 +927,7 @@ sl_err_t sl_pipeline_job_from_json(const json_t *spec, sl_pipeline_job_t **out,
     else
         parse_object(&p, spec, &dpp_spec_root, job);
     check_source(&p, json_object_get(spec, "source"), job);
+    if (json_is_object(spec)) check_order(&p, spec, job);
     sl_err_t rc = SL_OK;
     if (p.nomem || p.problems->nomem) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "job spec: out of memory");

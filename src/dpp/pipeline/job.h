@@ -43,6 +43,13 @@ typedef enum sl_pipeline_kafka_format {
     SL_PIPELINE_KAFKA_JSON = 1      /* a JSON object, mapped by source.kafka.columns */
 } sl_pipeline_kafka_format_t;
 
+/* The order of a job's batches ("order"; docs/JOBS.md, docs/DESIGN.md "A
+ * deterministic order"). */
+typedef enum sl_pipeline_order {
+    SL_PIPELINE_ORDER_DYNAMIC = 0,      /* whatever worker and client meet first (default) */
+    SL_PIPELINE_ORDER_DETERMINISTIC = 1 /* a function of (seed, epoch) only */
+} sl_pipeline_order_t;
+
 /* source.kafka (docs/KAFKA.md): the topics read instead of a table. */
 typedef struct sl_pipeline_kafka {
     char *brokers; /* bootstrap servers, "host:port[,host:port...]" */
@@ -104,6 +111,7 @@ typedef struct sl_pipeline_job {
                                 fingerprint (default true; under a master) */
     bool autocache;          /* "autocache": may read and write a master's cache
                                 directory (default true; docs/JOBS.md "Autocache") */
+    uint8_t order;           /* sl_pipeline_order_t; default dynamic */
     /* Directory that relative map_vocab files resolve against: the spec
      * file's directory (sl_pipeline_job_load), else NULL (the current one). */
     char *base_dir;
