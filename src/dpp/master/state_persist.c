@@ -10,6 +10,7 @@
 
 #include <xxhash.h>
 
+#include "common/err.h"
 #include "dpp/master/state_internal.h"
 
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err)
@@ -88,8 +89,7 @@ sl_err_t m_check_spec(const sl_master_state_t *m, const Sluice__Master__JobSpec 
 sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded *ja, bool replacing,
                      sl_error_t *err)
 {
-    sl_err_t rc = m_check_spec(m, ja->spec, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(m_check_spec(m, ja->spec, err));
     const Sluice__Master__SplitList *l = ja->spec->splits;
     if (!replacing && m_find_job(m, ja->spec->job_id, NULL) != NULL)
         return sl_error_set(err, SL_ERR_INVALID, "job '%s' exists already", ja->spec->job_id);

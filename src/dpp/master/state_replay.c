@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "dpp/master/state_internal.h"
 
 /* Generations an earlier run may have handed out without a durable record
@@ -40,14 +41,12 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
     ja.start_from = sj->range_from;
     ja.start_to = sj->range_to;
     ja.run_id = sj->run_id;
-    sl_err_t rc = m_add_job(m, &ja, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(m_add_job(m, &ja, err));
     uint32_t slot;
     job *jb = m_find_job(m, sj->spec->job_id, &slot);
     /* the committed ranges came in as start ranges: their owners and the
      * rest of the attribution are the snapshot's */
-    rc = m_attr_restore(m, jb, sj, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(m_attr_restore(m, jb, sj, err));
     jb->batches = sj->batches;
     jb->samples = sj->samples;
     jb->skipped_splits = sj->skipped_splits;
@@ -654,8 +653,7 @@ sl_err_t sl_master_state_replayed(sl_master_state_t *m, uint64_t now_ms, sl_erro
         Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
         rec.kind_case = SLUICE__MASTER__RECORD__KIND_OPENED;
         rec.opened = &op;
-        sl_err_t rc = m_record(m, &rec, NULL, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(m_record(m, &rec, NULL, err));
     }
     return m_advance_all(m, err);
 }
