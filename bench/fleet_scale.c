@@ -450,12 +450,13 @@ static void *sim_run(void *arg)
 
 static void on_status(void *ctx, const sl_master_status_view_t *v)
 {
-    *(sl_master_state_counters_t *)ctx = v->counters;
+    *(sl_master_store_counters_t *)ctx = v->store;
 }
 
-static sl_master_state_counters_t counters(sl_master_t *m)
+/* The journal's counts (the master's state store). */
+static sl_master_store_counters_t counters(sl_master_t *m)
 {
-    sl_master_state_counters_t c = {0};
+    sl_master_store_counters_t c = {0};
     sl_master_visitor_t v = {.status = on_status, .ctx = &c};
     sl_error_t err = {0};
     sl_master_visit(m, NULL, &v, &err);
@@ -657,7 +658,7 @@ int main(int argc, char **argv)
     }
     uint64_t jbytes0 = file_bytes(state, "journal"); /* the job's split list, mostly */
     struct rusage ru0, ru1;
-    sl_master_state_counters_t c0 = counters(m);
+    sl_master_store_counters_t c0 = counters(m);
     getrusage(RUSAGE_SELF, &ru0);
     t0 = bench_now();
     pthread_t *th = calloc(g_o.threads, sizeof *th);
@@ -718,7 +719,7 @@ int main(int argc, char **argv)
     double master_cpu = cpu - sim_cpu;
     printf("  master CPU %.2f s (process %.2f - simulators %.2f) = %.1f us per committed batch\n",
            master_cpu, cpu, sim_cpu, commits ? master_cpu / commits * 1e6 : 0);
-    sl_master_state_counters_t c1 = counters(m);
+    sl_master_store_counters_t c1 = counters(m);
     uint64_t syncs = c1.journal_syncs - c0.journal_syncs;
     double sync_s = c1.journal_sync.sum_s - c0.journal_sync.sum_s;
     printf("  journal: %llu syncs (%.1f commits each, %.2f ms each on average, %.0f%% of the "

@@ -53,7 +53,7 @@ static int run(uint32_t chunks, uint32_t clients)
         .allocator = &a, .lease_timeout_ms = 10000, .kafka_chunks_ahead = 2};
     sl_master_state_t *m;
     sl_error_t err = {0};
-    if (sl_master_state_open(&o, 0, &m, NULL, &err) != SL_OK) {
+    if (sl_master_state_new(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "open: %s\n", err.msg);
         return 1;
     }

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "dpp/master/state.h"
+#include "dpp/master/state_store.h"
 
 #define WORKERS 200
 
@@ -70,10 +70,15 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
 {
     counting cnt = {0};
     sl_allocator_t a = {count_alloc, count_free, &cnt};
-    sl_master_state_opts_t o = {.state_dir = dir, .allocator = &a, .lease_timeout_ms = 10000};
-    sl_master_state_t *m;
+    sl_master_state_opts_t o = {.allocator = &a, .lease_timeout_ms = 10000};
+    sl_master_store_opts_t so = {.dir = dir};
+    sl_master_store_t *store = NULL; /* NULL: journal off, the state in memory */
+    sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    if (sl_master_state_open(&o, 0, &m, NULL, &err) != SL_OK) {
+    sl_err_t orc = dir != NULL ? sl_master_store_open(&so, &o, 0, &store, NULL, &err)
+                               : sl_master_state_new(&o, &m, &err);
+    if (orc == SL_OK && store != NULL) m = sl_master_store_state(store);
+    if (orc != SL_OK) {
         fprintf(stderr, "open: %s\n", err.msg);
         return 1;
     }
@@ -82,7 +87,7 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
         .job_id = "bench", .splits = splits, .num_splits = n, .epochs = 1, .shuffle = true};
     double t0 = bench_now();
     if (sl_master_state_job_add(m, &spec, &err) != SL_OK ||
-        sl_master_state_sync(m, &err) != SL_OK) {
+        sl_master_store_sync(store, &err) != SL_OK) {
         fprintf(stderr, "add: %s\n", err.msg);
         return 1;
     }
@@ -147,7 +152,7 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
             swept_at = ops;
         }
         if (dir != NULL && ops - synced_at >= sync_every) {
-            if (sl_master_state_sync(m, &err) != SL_OK) {
+            if (sl_master_store_sync(store, &err) != SL_OK) {
                 fprintf(stderr, "sync: %s\n", err.msg);
                 return 1;
             }
@@ -155,13 +160,15 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
         }
         step++;
     }
-    if (sl_master_state_sync(m, &err) != SL_OK) {
+    if (sl_master_store_sync(store, &err) != SL_OK) {
         fprintf(stderr, "sync: %s\n", err.msg);
         return 1;
     }
     double t = bench_now() - t0;
     sl_master_state_counters_t c;
     sl_master_state_counters(m, &c);
+    sl_master_store_counters_t sc;
+    sl_master_store_counters(store, &sc);
     double ops_s = (double)ops / t;
     printf("journal %-3s  %8u splits  add %.2f s  %10.0f lease ops/s (target >= 50000: %s)  "
            "%9.0f cycles/s  %.2f s\n",
@@ -178,13 +185,16 @@ static int run(uint32_t n, const sl_wh_split_t *splits, const char *dir, uint32_
     if (dir != NULL)
         printf("             journal: sync every %u ops (N), %llu syncs, %llu records, "
                "%llu compactions\n",
-               sync_every, (unsigned long long)c.journal_syncs,
-               (unsigned long long)c.journal_records, (unsigned long long)c.compactions);
+               sync_every, (unsigned long long)sc.journal_syncs,
+               (unsigned long long)c.journal_records, (unsigned long long)sc.compactions);
     if (cycles != n) {
         fprintf(stderr, "%llu cycles for %u splits\n", (unsigned long long)cycles, n);
         return 1;
     }
-    sl_master_state_destroy(m);
+    if (store != NULL)
+        sl_master_store_destroy(store); /* and m */
+    else
+        sl_master_state_destroy(m);
     fflush(stdout);
     if (cnt.now != 0) {
         fprintf(stderr, "leak: %zu bytes\n", cnt.now);

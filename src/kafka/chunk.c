@@ -333,18 +333,6 @@ sl_err_t sl_kafka_plan_partitions(sl_kafka_consumer_t *c, const char *const *top
     return SL_OK;
 }
 
-bool sl_kafka_chunk_bounds(int64_t start, uint32_t size, uint64_t index, int64_t stop,
-                           int64_t *from, int64_t *to)
-{
-    if (size == 0 || start < 0 || index > (uint64_t)(INT64_MAX - start) / size - 1) return false;
-    int64_t f = start + (int64_t)(index * size), t = f + (int64_t)size;
-    if (stop >= 0 && t > stop) t = stop;
-    if (t <= f) return false;
-    *from = f;
-    *to = t;
-    return true;
-}
-
 /* ---- reading a range ---- */
 
 typedef struct range_read {

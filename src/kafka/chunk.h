@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kafka/chunk_bounds.h"
 #include "kafka/record_decode.h"
 #include "kafka/record_json.h"
 #include "sluice/alloc.h"
@@ -109,13 +110,8 @@ sl_err_t sl_kafka_plan_partitions(sl_kafka_consumer_t *c, const char *const *top
                                   const sl_allocator_t *a, sl_kafka_partition_plan_t **out,
                                   uint32_t *count, uint32_t *failed_topic, sl_error_t *err);
 
-/* Chunk index of a partition read from start in chunks of size offsets:
- * [start + index * size, start + (index + 1) * size), cut at stop (< 0:
- * none). A function of (start, size) alone, so that a restarted master or
- * a resumed job finds the same chunks. @return false when the chunk lies
- * wholly at or past stop (no such chunk). */
-bool sl_kafka_chunk_bounds(int64_t start, uint32_t size, uint64_t index, int64_t stop,
-                           int64_t *from, int64_t *to);
+/* sl_kafka_chunk_bounds: kafka/chunk_bounds.h (a pure header the master's
+ * state includes without the consumer). */
 
 /* ---- reading a range ---- */
 

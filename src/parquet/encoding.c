@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "common/err.h"
 #include "common/fileio.h"
 #include "thrift.h"
 
@@ -189,8 +190,7 @@ sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *er
 {
     while (n > 0) {
         if (r->left == 0) {
-            sl_err_t rc = rle_next_run(r, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(rle_next_run(r, err));
         }
         uint32_t k = r->left < n ? r->left : n;
         if (!r->packed) {
@@ -198,8 +198,7 @@ sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *er
             for (uint32_t i = 0; i < k; i++)
                 out[i] = value;
         } else {
-            sl_err_t rc = rle_unpack(r, out, k, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(rle_unpack(r, out, k, err));
         }
         r->left -= k;
         out += k;
@@ -211,8 +210,7 @@ sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *er
 sl_err_t sl_pq_rle_repeated(sl_pq_rle_t *r, uint32_t *count, uint32_t *value, sl_error_t *err)
 {
     if (r->left == 0) {
-        sl_err_t rc = rle_next_run(r, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(rle_next_run(r, err));
     }
     *count = r->packed ? 0 : r->left;
     *value = r->value;
@@ -225,8 +223,7 @@ sl_err_t sl_pq_rle_valid(sl_pq_rle_t *r, uint32_t max, uint8_t *valid, uint32_t 
     uint32_t idx[64], count = 0;
     while (n > 0) {
         if (r->left == 0) {
-            sl_err_t rc = rle_next_run(r, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(rle_next_run(r, err));
         }
         uint32_t k = r->left < n ? r->left : n;
         if (!r->packed) {
@@ -238,8 +235,7 @@ sl_err_t sl_pq_rle_valid(sl_pq_rle_t *r, uint32_t max, uint8_t *valid, uint32_t 
             count += r->value == max ? k : 0;
         } else {
             k = k < 64 ? k : 64;
-            sl_err_t rc = rle_unpack(r, idx, k, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(rle_unpack(r, idx, k, err));
             uint32_t top = 0;
             for (uint32_t i = 0; i < k; i++) {
                 uint8_t v = idx[i] == max;
@@ -366,8 +362,7 @@ static sl_err_t delta_next_block(sl_pq_delta_t *d, sl_error_t *err)
 static sl_err_t delta_next_miniblock(sl_pq_delta_t *d, sl_error_t *err)
 {
     if (d->block_left == 0 || d->mb_index >= d->miniblocks) {
-        sl_err_t rc = delta_next_block(d, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(delta_next_block(d, err));
     }
     unsigned w = d->widths[d->mb_index];
     if (w > 64)
@@ -402,8 +397,7 @@ sl_err_t sl_pq_delta_get(sl_pq_delta_t *d, int64_t *out, uint64_t n, sl_error_t 
     }
     while (i < n) {
         if (d->mb_left == 0) {
-            sl_err_t rc = delta_next_miniblock(d, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(delta_next_miniblock(d, err));
         }
         uint64_t k = n - i < d->mb_left ? n - i : d->mb_left;
         uint64_t bit = d->mb_pos * d->mb_width;

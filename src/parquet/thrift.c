@@ -1,5 +1,6 @@
 /* The Thrift compact protocol reader (thrift.h). */
 #include "thrift.h"
+#include "common/err.h"
 
 #include <string.h>
 
@@ -89,8 +90,7 @@ sl_err_t sl_pq_thrift_field(sl_pq_thrift_t *t, int16_t *last, int16_t *id, uint8
         *id = (int16_t)(*last + delta);
     } else {
         uint64_t v;
-        sl_err_t rc = varint(t, &v, "a field id");
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(varint(t, &v, "a field id"));
         int64_t s = sl_pq_unzigzag(v);
         if (s < INT16_MIN || s > INT16_MAX)
             return sl_error_set(t->err, SL_ERR_CORRUPT, "thrift %s: field id %lld out of range",
@@ -117,8 +117,7 @@ sl_err_t sl_pq_thrift_i64(sl_pq_thrift_t *t, uint8_t type, int16_t id, int64_t *
     if (type != SL_PQ_T_I16 && type != SL_PQ_T_I32 && type != SL_PQ_T_I64)
         return wrong_type(t, type, id, "an integer");
     uint64_t u;
-    sl_err_t rc = varint(t, &u, "an integer");
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(varint(t, &u, "an integer"));
     *v = sl_pq_unzigzag(u);
     return SL_OK;
 }
@@ -126,8 +125,7 @@ sl_err_t sl_pq_thrift_i64(sl_pq_thrift_t *t, uint8_t type, int16_t id, int64_t *
 sl_err_t sl_pq_thrift_i32(sl_pq_thrift_t *t, uint8_t type, int16_t id, int32_t *v)
 {
     int64_t x;
-    sl_err_t rc = sl_pq_thrift_i64(t, type, id, &x);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_pq_thrift_i64(t, type, id, &x));
     if (x < INT32_MIN || x > INT32_MAX)
         return sl_error_set(t->err, SL_ERR_CORRUPT, "thrift %s field %d: %lld is not an i32",
                             t->where, id, (long long)x);
@@ -147,8 +145,7 @@ sl_err_t sl_pq_thrift_binary(sl_pq_thrift_t *t, uint8_t type, int16_t id, const 
 {
     if (type != SL_PQ_T_BINARY) return wrong_type(t, type, id, "binary");
     uint64_t n;
-    sl_err_t rc = varint(t, &n, "a binary's length");
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(varint(t, &n, "a binary's length"));
     if (n > (uint64_t)(t->end - t->p))
         return sl_error_set(t->err, SL_ERR_TRUNCATED,
                             "thrift %s field %d: binary of %llu bytes, %zu left", t->where, id,
@@ -167,8 +164,7 @@ sl_err_t sl_pq_thrift_list(sl_pq_thrift_t *t, uint8_t type, int16_t id, uint8_t 
     uint64_t count = b >> 4;
     *elem = b & 0x0f;
     if (count == 15) {
-        sl_err_t rc = varint(t, &count, "a list's size");
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(varint(t, &count, "a list's size"));
     }
     if (*elem > SL_PQ_T_STRUCT || (*elem == SL_PQ_T_STOP && count > 0))
         return sl_error_set(t->err, SL_ERR_CORRUPT, "thrift %s field %d: list of type %u", t->where,

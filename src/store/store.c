@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/err.h"
 #include "common/mem.h"
 #include "common/prom.h"
 #include "store_internal.h"
@@ -161,8 +162,7 @@ sl_err_t sl_store_list(sl_store_t *st, const char *prefix, sl_store_list_fn fn, 
 
 sl_err_t sl_store_stat(sl_store_t *st, const char *key, sl_store_info_t *info, sl_error_t *err)
 {
-    sl_err_t rc = sl_store_check_key(st->root, key, false, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_store_check_key(st->root, key, false, err));
     memset(info, 0, sizeof *info);
     return failed(st, st->ops->stat(st, key, info, err));
 }
@@ -177,8 +177,7 @@ sl_err_t sl_store_read(sl_store_t *st, const char *key, uint64_t offset, size_t 
 sl_err_t sl_store_read_many(sl_store_t *st, sl_store_range_t *ranges, size_t n, sl_error_t *err)
 {
     for (size_t i = 0; i < n; i++) {
-        sl_err_t rc = sl_store_check_key(st->root, ranges[i].key, false, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(sl_store_check_key(st->root, ranges[i].key, false, err));
         if (ranges[i].offset > UINT64_MAX - ranges[i].len)
             return sl_error_set(err, SL_ERR_INVALID, "%s/%s: range at %llu overflows", st->root,
                                 ranges[i].key, (unsigned long long)ranges[i].offset);
@@ -191,15 +190,13 @@ sl_err_t sl_store_read_many(sl_store_t *st, sl_store_range_t *ranges, size_t n, 
 sl_err_t sl_store_put(sl_store_t *st, const char *key, const void *data, size_t len,
                       sl_error_t *err)
 {
-    sl_err_t rc = sl_store_check_key(st->root, key, false, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_store_check_key(st->root, key, false, err));
     return failed(st, st->ops->put(st, key, data, len, NULL, err));
 }
 
 sl_err_t sl_store_put_file(sl_store_t *st, const char *key, const char *path, sl_error_t *err)
 {
-    sl_err_t rc = sl_store_check_key(st->root, key, false, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(sl_store_check_key(st->root, key, false, err));
     return failed(st, st->ops->put(st, key, NULL, 0, path, err));
 }
 

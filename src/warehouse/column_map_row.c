@@ -10,6 +10,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/err.h"
 #include "import_internal.h"
 
 int64_t sl_wh_colmap_hash(const void *bytes, size_t len, uint64_t seed)
@@ -80,12 +81,10 @@ static sl_err_t fill_sparse(sl_wh_row_buf_t *b, const sl_wh_colmap_slot_t *s, co
     if (n > INT32_MAX || !imp_reserve(b, k, n))
         return sl_error_set(err, SL_ERR_NOMEM, "column '%s': no memory for %zu ids", col, n);
     if (!json_is_array(v)) {
-        sl_err_t rc = one_id(s, col, v, 0, &b->ids[k][0], err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(one_id(s, col, v, 0, &b->ids[k][0], err));
     } else
         for (size_t i = 0; i < n; i++) {
-            sl_err_t rc = one_id(s, col, json_array_get(v, i), i, &b->ids[k][i], err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(one_id(s, col, json_array_get(v, i), i, &b->ids[k][i], err));
         }
     b->lists[k].len = (uint32_t)n;
     b->lists[k].ids = b->ids[k];
@@ -118,8 +117,7 @@ static sl_err_t fill_structs(sl_wh_row_buf_t *b, const sl_wh_colmap_slot_t *s, c
             return imp_bad(err, "column '%s' item %zu: needs \"id\" and \"weight\"", col, i);
         sl_wh_colmap_slot_t plain = *s;
         plain.hash = false;
-        sl_err_t rc = one_id(&plain, col, id, i, &b->ids[k][i], err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(one_id(&plain, col, id, i, &b->ids[k][i], err));
         if (!json_float(w, &b->weights[k][i]))
             return imp_bad(err, "column '%s' item %zu: weight: expected a number, got %s", col, i,
                            imp_json_type(w));
@@ -149,8 +147,7 @@ static sl_err_t fill_pair(sl_wh_row_buf_t *b, const sl_wh_colmap_slot_t *s, cons
     if (json_array_size(w) != n)
         return imp_bad(err, "columns '%s' and '%s': %zu ids but %zu weights", col, wcol, n,
                        json_array_size(w));
-    sl_err_t rc = fill_sparse(b, s, col, v, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(fill_sparse(b, s, col, v, err));
     for (size_t i = 0; i < n; i++)
         if (!json_float(json_array_get(w, i), &b->weights[k][i]))
             return imp_bad(err, "column '%s' weight %zu: expected a number, got %s", wcol, i,
@@ -216,8 +213,7 @@ sl_err_t sl_wh_colmap_row_from_json(const sl_wh_colmap_resolved_t *r, sl_wh_row_
         const json_t *w = s->weights_column != SL_WH_COLMAP_NONE
                               ? json_object_get(obj, r->columns[s->weights_column].name)
                               : NULL;
-        sl_err_t rc = imp_colmap_fill(b, r, s, v, w, row, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(imp_colmap_fill(b, r, s, v, w, row, err));
         if (s->target <= SL_WH_MAP_TIMESTAMP && v != NULL && !json_is_null(v))
             has[s->target - SL_WH_MAP_SAMPLE_ID] = true;
     }

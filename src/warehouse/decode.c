@@ -4,6 +4,7 @@
  * branch-free scatter for dense columns with a present bitmap. What only
  * the decoded values reveal (lengths, inverse indices, bitmaps) is checked
  * here before anyone uses it. */
+#include "common/err.h"
 #include "wh_internal.h"
 
 #include <math.h>
@@ -207,8 +208,7 @@ sl_err_t wh_decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst, sl_erro
         return SL_OK;
     }
     const uint8_t *p;
-    sl_err_t rc = wh_raw_of(d, st, &d->z0, &p, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(wh_raw_of(d, st, &d->z0, &p, err));
     if (st->encoding != SLUICE__ENCODING__ENCODING_FOR) return wh_unpack_i64(d, st, p, dst, err);
     uint64_t base = (uint64_t)st->for_base;
     uint64_t done = st->for_width > 0 ? widen_i64(dst, p, n, st->for_width, base) : 0;
@@ -246,11 +246,10 @@ sl_err_t wh_decode_i32(wh_dec_t *d, const wh_stream_t *st, int32_t *dst, int64_t
 {
     uint64_t n = st->value_count;
     const uint8_t *p;
-    sl_err_t rc;
     int64_t lo_seen = 0, hi_seen = 0, total = 0;
     if (st->encoding == SLUICE__ENCODING__ENCODING_PLAIN) {
         if (st->codec == SLUICE__CODEC__CODEC_ZSTD) {
-            if ((rc = unzstd(d, st, dst, err)) != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(unzstd(d, st, dst, err));
         } else if (n) {
             memcpy(dst, stored_of(d, st), (size_t)n * 4);
         }
@@ -264,7 +263,7 @@ sl_err_t wh_decode_i32(wh_dec_t *d, const wh_stream_t *st, int32_t *dst, int64_t
         lo_seen = mn;
         hi_seen = mx;
     } else {
-        if ((rc = wh_raw_of(d, st, &d->z0, &p, err)) != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(wh_raw_of(d, st, &d->z0, &p, err));
         if (st->encoding != SLUICE__ENCODING__ENCODING_FOR)
             return wh_unpack_i32(d, st, p, dst, hi, sum, err);
         int64_t base = st->for_base;

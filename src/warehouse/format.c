@@ -4,6 +4,7 @@
  * consistent with row counts, sizes within the limits). The result, wh_file_t,
  * indexes each stripe's streams by slot so that the reader finds a column's
  * streams in O(1). */
+#include "common/err.h"
 #include "wh_internal.h"
 
 #include <errno.h>
@@ -522,8 +523,7 @@ static sl_err_t check_stripes(wh_file_t *f, sl_error_t *err)
             st->value_count = in->value_count;
             st->checksum = in->checksum;
             st->name = in->name;
-            sl_err_t rc = check_stream_sizes(f, s, st, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(check_stream_sizes(f, s, st, err));
             if (st->offset != sat || st->stored_size > end - sat) {
                 char lb[SL_WH_NAME_MAX + 40];
                 return sl_error_set(err, SL_ERR_CORRUPT,
@@ -536,7 +536,7 @@ static sl_err_t check_stripes(wh_file_t *f, sl_error_t *err)
             }
             sat += st->stored_size;
             uint32_t slot = 0;
-            if ((rc = stream_slot(f, s, sp, st, &slot, err)) != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(stream_slot(f, s, sp, st, &slot, err));
             if (slots[slot] >= 0) {
                 char lb[SL_WH_NAME_MAX + 40];
                 return sl_error_set(err, SL_ERR_CORRUPT, "%s stripe %u %s: appears twice", name, s,

@@ -12,6 +12,7 @@
  * seeded from those, so files are generated in parallel and the table is
  * the same for any thread count. Ids follow a log-uniform (Zipf-like) law,
  * scrambled by a hash so that frequent ids are not the small numbers. */
+#include "common/err.h"
 #include "import_internal.h"
 
 #include <math.h>
@@ -277,8 +278,7 @@ sl_err_t sl_wh_gen_iter_new(const sl_wh_gen_spec_t *spec, uint32_t partition, ui
                             const sl_allocator_t *a, sl_wh_gen_iter_t **out, sl_error_t *err)
 {
     *out = NULL;
-    sl_err_t rc = check_spec(spec, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(check_spec(spec, err));
     uint32_t P = spec->partitions ? spec->partitions : 1, F = spec->files ? spec->files : 1;
     if (partition >= P || file >= F)
         return sl_error_set(err, SL_ERR_INVALID, "gen: file %u of partition %u out of range", file,

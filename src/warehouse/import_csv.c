@@ -9,6 +9,7 @@
  * A record with another field count than the header, a quote inside an
  * unquoted field, text after a closing quote, or a value its slot cannot
  * take is a bad row, with a message naming the field and column. */
+#include "common/err.h"
 #include "common/mem.h"
 #include "import_internal.h"
 
@@ -501,12 +502,11 @@ sl_err_t sl_wh_csv_parse_record(const sl_wh_csv_t *c, sl_wh_row_buf_t *b, const 
     *row = (sl_wh_row_t){0};
     has[0] = has[1] = has[2] = false;
     uint32_t nf;
-    sl_err_t rc = split(b, rec, len, c->delim, &nf, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(split(b, rec, len, c->delim, &nf, err));
     if (nf != c->num_fields)
         return imp_bad(err, "%u field%s, the header has %u", nf, nf == 1 ? "" : "s", c->num_fields);
     for (uint32_t i = 0; i < c->map->num_slots; i++)
-        if ((rc = fill_slot(c, b, &c->map->slots[i], row, has, err)) != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(fill_slot(c, b, &c->map->slots[i], row, has, err));
     row->labels = b->labels;
     row->dense = b->dense;
     row->sparse = b->lists;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "common/fileio.h"
 
 #define LINE_MAX_BYTES ((size_t)1 << 26)
@@ -85,8 +86,7 @@ static sl_err_t parse_weighted(sl_wh_row_buf_t *b, uint32_t s, const char *name,
     if (ids == NULL || ws == NULL || json_object_size(v) != 2)
         return imp_bad(err, "weighted '%s': expected exactly the keys \"ids\" and \"weights\"",
                        name);
-    sl_err_t rc = parse_ids(b, s, "weighted", name, ids, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(parse_ids(b, s, "weighted", name, ids, err));
     if (!json_is_array(ws) || json_array_size(ws) != b->lists[s].len)
         return imp_bad(err, "weighted '%s': \"weights\" must be an array of %u numbers", name,
                        b->lists[s].len);

@@ -102,8 +102,7 @@ sl_err_t sl_wh_parquet_mapping(const char *input, const sl_wh_colmap_t *mapping,
 {
     imp_pq_t *p;
     *out = NULL;
-    sl_err_t rc = imp_pq_open_mapped(input, mapping, a, problem, ctx, &p, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(imp_pq_open_mapped(input, mapping, a, problem, ctx, &p, err));
     *out = p->map; /* it copied the columns: it outlives p */
     p->map = NULL;
     imp_pq_destroy(p);
@@ -293,8 +292,7 @@ static sl_err_t fill(const imp_pq_t *p, const group_read_t *g, sl_wh_row_buf_t *
     uint32_t n = 0;
     for (uint32_t s = from; s < to; s++) {
         if (!v->valid[s]) continue; /* a null element adds no id */
-        sl_err_t rc = imp_pq_id_at(sl, col, v, s, &b->ids[k][n], err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(imp_pq_id_at(sl, col, v, s, &b->ids[k][n], err));
         if (w != NULL) {
             uint32_t ws = wfrom + (s - from);
             b->weights[k][n] = w->valid[ws] ? (float)imp_pq_num_at(w, ws) : NAN;
@@ -330,9 +328,9 @@ sl_err_t imp_pq_open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_fi
                                     "%s has no column %s of type %s%s like the first input",
                                     sl_pq_file_name(f), want->path, sl_pq_type_name(want->type),
                                     want->is_list ? " in a list" : "");
-            sl_err_t rc = g->keep ? sl_pq_reader_renew(f, gi, (uint32_t)have, &g->rd[g->n], err)
-                                  : sl_pq_reader_new(f, gi, (uint32_t)have, &g->rd[g->n], err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(g->keep
+                                    ? sl_pq_reader_renew(f, gi, (uint32_t)have, &g->rd[g->n], err)
+                                    : sl_pq_reader_new(f, gi, (uint32_t)have, &g->rd[g->n], err));
             g->col[g->n] = &m->columns[have];
             g->leaf_of[2 * c + h] = (int32_t)g->n++;
         }

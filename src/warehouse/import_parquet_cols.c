@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "common/mem.h"
 #include "pq_internal.h"
 #include "pq_store.h"
@@ -498,8 +499,7 @@ static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_
             break;
         case SL_WH_MAP_SPARSE:
         case SL_WH_MAP_WEIGHTED: {
-            sl_err_t rc = conv_ids(c, g, sl, &c->keys[o], u, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(conv_ids(c, g, sl, &c->keys[o], u, err));
             break;
         }
         }

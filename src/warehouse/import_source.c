@@ -13,6 +13,7 @@
  * compressed format we do not read) parsed as lines yields nothing but
  * bad rows; one error naming the file and what it looks like is what the
  * user needs instead. */
+#include "common/err.h"
 #include "common/mem.h"
 #include "import_internal.h"
 
@@ -99,8 +100,7 @@ static sl_err_t decode(imp_source_t *s, char *buf, size_t cap, size_t *n, sl_err
     *n = 0;
     for (;;) {
         if (s->in_pos == s->in_len && !s->in_eof) {
-            sl_err_t rc = fill(s, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(fill(s, err));
         }
         bool at_end = s->in_pos == s->in_len && s->in_eof;
         size_t avail = s->in_len - s->in_pos, got = 0;

@@ -6,6 +6,7 @@
  * Every count read from the file has been checked by format.c against the
  * stripe, and what only decoding reveals (lengths vs. id counts, inverse
  * indices, bitmaps) is checked here before it is used. */
+#include "common/err.h"
 #include "reader_internal.h"
 
 #include <errno.h>
@@ -174,8 +175,7 @@ static sl_err_t decode_lengths(sl_wh_reader_t *r, uint32_t s, uint32_t fi, int32
     const wh_stream_t *ls = wh_slot_stream(r->f, s, wh_slot_feature(r->f, fi, WH_ROLE_LENGTHS));
     const wh_stream_t *is = wh_slot_stream(r->f, s, wh_slot_feature(r->f, fi, WH_ROLE_IDS));
     uint64_t sum;
-    sl_err_t rc = wh_decode_i32(&r->dec, ls, len, INT32_MAX, &sum, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(wh_decode_i32(&r->dec, ls, len, INT32_MAX, &sum, err));
     if (sum != is->value_count)
         return wh_dec_err(&r->dec, is, err, SL_ERR_CORRUPT, "%llu ids, the lengths sum to %llu",
                           (unsigned long long)is->value_count, (unsigned long long)sum);

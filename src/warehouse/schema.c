@@ -1,6 +1,7 @@
 /* The table schema: features, labels, id columns, partition keys; its
  * validation, its protobuf form (the _schema file, the copy in every data
  * file's footer) and its JSON form (--schema files, inspect). */
+#include "common/err.h"
 #include "common/fileio.h"
 #include "wh_internal.h"
 
@@ -161,8 +162,7 @@ int sl_wh_schema_find_label(const sl_wh_schema_t *s, const char *name)
 sl_err_t sl_wh_schema_add_feature(sl_wh_schema_t *s, const char *name, sl_wh_kind_t kind,
                                   sl_error_t *err)
 {
-    sl_err_t rc = wh_check_name("feature", name, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(wh_check_name("feature", name, err));
     if (kind != SL_WH_DENSE && kind != SL_WH_SPARSE && kind != SL_WH_WEIGHTED)
         return sl_error_set(err, SL_ERR_INVALID, "feature '%s': unknown kind %d", name, (int)kind);
     if (sl_wh_schema_index(s, name) >= 0)
@@ -220,8 +220,7 @@ sl_err_t sl_wh_schema_add_feature(sl_wh_schema_t *s, const char *name, sl_wh_kin
 
 sl_err_t sl_wh_schema_add_label(sl_wh_schema_t *s, const char *name, sl_error_t *err)
 {
-    sl_err_t rc = wh_check_name("label", name, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(wh_check_name("label", name, err));
     if (sl_wh_schema_find_label(s, name) >= 0)
         return sl_error_set(err, SL_ERR_INVALID, "label '%s' appears twice", name);
     if (sl_wh_schema_index(s, name) >= 0)
@@ -245,8 +244,7 @@ sl_err_t sl_wh_schema_set_columns(sl_wh_schema_t *s, const char *sample_id, cons
     const char *next[3];
     for (int i = 0; i < 3; i++) {
         next[i] = in[i] != NULL ? in[i] : s->cols[i];
-        sl_err_t rc = wh_check_name("column", next[i], err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(wh_check_name("column", next[i], err));
     }
     if (strcmp(next[0], next[1]) == 0 || strcmp(next[0], next[2]) == 0 ||
         strcmp(next[1], next[2]) == 0)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "wh_internal.h"
 
 /* A schema is a few KiB; anything this large is not one. */
@@ -168,8 +169,7 @@ static sl_err_t add_key(sl_wh_table_t *t, const char *rel, int64_t *last, sl_err
             err, SL_ERR_INVALID, "table %s: data file '%s' is outside a partition of keys '%s'%s",
             t->dir, rel, sl_wh_schema_partition_key(t->schema, 0), nk > 1 ? ", ..." : "");
     wh_part_t *p;
-    sl_err_t rc = wh_table_add_part(t, dir, depth, keys, vals, &p, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(wh_table_add_part(t, dir, depth, keys, vals, &p, err));
     *last = (int64_t)t->nparts - 1;
     return wh_table_add_file(t, p, rel, err);
 }

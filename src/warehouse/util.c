@@ -1,6 +1,7 @@
 /* Warehouse plumbing: reusable buffers, the byte source (pread or memory),
  * atomic small-file writes, directory fsync, and the protobuf-c allocator
  * bridge. */
+#include "common/err.h"
 #include "common/fileio.h"
 #include "wh_internal.h"
 
@@ -80,8 +81,7 @@ sl_err_t wh_source_read(wh_source_t *src, void *buf, size_t len, uint64_t off, s
         } else if (src->head != NULL && off + len <= src->head_len) {
             if (len > 0) memcpy(buf, src->head + off, len);
         } else {
-            sl_err_t rc = sl_store_object_read_at(src->obj, off, len, buf, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(sl_store_object_read_at(src->obj, off, len, buf, err));
         }
         src->bytes_read += len;
         return SL_OK;

@@ -4,6 +4,7 @@
  * encoded (frame of reference for integers), compressed (zstd, or stored
  * when that does not pay), checksummed and appended to ".NAME.tmp". Close
  * writes the footer and trailer, fsyncs and renames (docs/FORMAT.md). */
+#include "common/err.h"
 #include "writer_internal.h"
 
 #include <errno.h>
@@ -70,8 +71,7 @@ sl_err_t wh_writer_put(sl_wh_writer_t *w, const void *data, size_t len, sl_error
     const uint8_t *p = data;
     while (len > 0) {
         if (w->wlen == w->wbuf.cap) {
-            sl_err_t rc = flush_wbuf(w, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(flush_wbuf(w, err));
         }
         size_t k = w->wbuf.cap - w->wlen;
         if (k > len) k = len;
@@ -140,8 +140,7 @@ static sl_err_t setup_groups(sl_wh_writer_t *w, const sl_wh_writer_opts_t *o, sl
     if (w->groups == NULL || w->dedup == NULL) return sl_error_set(err, SL_ERR_NOMEM, "writer");
     for (uint32_t g = 0; g < w->G; g++) {
         const sl_dedup_group_spec_t *spec = &o->dedup_groups[g];
-        sl_err_t rc = wh_check_name("dedup group", spec->name, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(wh_check_name("dedup group", spec->name, err));
         for (uint32_t h = 0; h < g; h++)
             if (strcmp(w->groups[h].name, spec->name) == 0)
                 return sl_error_set(err, SL_ERR_INVALID, "dedup group '%s' given twice",
@@ -319,8 +318,7 @@ sl_err_t sl_wh_writer_append_row(sl_wh_writer_t *w, const sl_wh_row_t *row, sl_e
         uint32_t len = l ? l->len : 0;
         w->cols[s].len[n] = (int32_t)len;
         if (len > 0) {
-            sl_err_t rc = push_ids(w, s, len, l->ids, l->weights, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(push_ids(w, s, len, l->ids, l->weights, err));
         }
     }
     if (++w->n == w->cap) return wh_writer_flush_stripe(w, err);

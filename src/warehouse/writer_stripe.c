@@ -3,6 +3,7 @@
  * every column is encoded (writer_encode.c: the encoding chosen by size,
  * zstd kept where it pays), checksummed and appended; the stream's footer
  * entry is recorded for close. */
+#include "common/err.h"
 #include "writer_internal.h"
 
 #include <math.h>
@@ -28,8 +29,7 @@ static sl_err_t emit_dense(sl_wh_writer_t *w, const char *name, const float *col
             bits[r >> 3] |= (uint8_t)(1u << (r & 7));
             vals[j++] = col[r];
         }
-    sl_err_t rc = wh_writer_emit_bytes(w, SL_WH_STREAM_PRESENT, name, bits, bitmap, n, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(wh_writer_emit_bytes(w, SL_WH_STREAM_PRESENT, name, bits, bitmap, n, err));
     return wh_writer_emit_floats(w, SL_WH_STREAM_DENSE_VALUES, name, vals, present, err);
 }
 

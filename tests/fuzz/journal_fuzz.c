@@ -14,7 +14,7 @@
 
 #include <xxhash.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state_store.h"
 
 static int replay_checked(const uint8_t *data, size_t size);
 
@@ -30,7 +30,7 @@ static sl_master_state_t *fresh(void)
         .lease_timeout_ms = 100, .max_jobs = 4, .max_workers = 64, .max_splits = 4096};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    if (sl_master_state_open(&o, 0, &m, NULL, &err) != SL_OK) fail("open", err.msg);
+    if (sl_master_state_new(&o, &m, &err) != SL_OK) fail("open", err.msg);
     return m;
 }
 
@@ -78,14 +78,14 @@ static int replay_checked(const uint8_t *data, size_t size)
     sl_error_t err = {0};
     sl_master_state_t *a = fresh();
     bool torn;
-    sl_err_t rc = sl_master_state_replay(a, data, size, &torn, &err);
+    sl_err_t rc = sl_master_store_replay(a, data, size, &torn, &err);
     if (rc != SL_OK) {
         if (err.msg[0] == '\0') fail("error without a message", sl_err_str(rc));
         sl_master_state_destroy(a);
         return 0;
     }
     sl_master_state_t *b = fresh();
-    if (sl_master_state_replay(b, data, size, &torn, &err) != SL_OK) fail("second replay", err.msg);
+    if (sl_master_store_replay(b, data, size, &torn, &err) != SL_OK) fail("second replay", err.msg);
     char *da, *db;
     size_t la, lb;
     if (sl_master_state_dump(a, &da, &la, &err) != SL_OK) fail("dump", err.msg);

@@ -41,7 +41,7 @@ static uint8_t *token_at(const char *job, const char *topic, int64_t prefix, siz
     sl_master_state_t *st = NULL;
     sl_error_t err = {0};
     sl_master_state_opts_t o = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &st, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_new(&o, &st, &err), SL_OK, "%s", err.msg);
     sl_master_kafka_partition_t p = {topic, 0, 0, -1};
     sl_master_state_job_spec_t spec = {.job_id = job,
                                        .epochs = 1,

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "dpp/master/state.h"
+#include "master_store_tu.h"
 #include "testutil.h"
 
 #define N 4
@@ -48,10 +49,10 @@ static void fiu_ready(void)
 
 static sl_master_state_t *open_dir(const char *dir)
 {
-    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 60000};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 60000};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     return m;
 }
 
@@ -108,7 +109,7 @@ static sl_master_state_t *with_job(char **dir)
         .job_id = "j", .splits = g_splits, .num_splits = N, .epochs = 2};
     sl_error_t err = {0};
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     memset(g_delivered, 0, sizeof g_delivered);
     return m;
 }
@@ -134,7 +135,7 @@ static void finish(sl_master_state_t *m, uint64_t *nonce)
         for (uint32_t s = 0; s < N; s++)
             for (uint64_t from = 0; from < ROWS; from += 25) {
                 sl_master_commit_result_t res = commit(m, e, s, from, from + 25, ++*nonce, false);
-                cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+                cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
                 if (res == SL_MASTER_COMMITTED)
                     for (uint64_t r = from; r < from + 25; r++)
                         g_delivered[e][s][r]++;
@@ -157,20 +158,20 @@ static void fault_then_recover(const char *point, int code, const char *says, bo
     sl_error_t err = {0};
     uint64_t nonce = 100;
     cr_assert_eq(commit(m, 0, 0, 0, 25, ++nonce, false), SL_MASTER_COMMITTED);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     for (int r = 0; r < 25; r++)
         g_delivered[0][0][r]++;
     /* the faulty sync */
     uint64_t lost = ++nonce;
     cr_assert_eq(commit(m, 0, 0, 25, 50, lost, false), SL_MASTER_COMMITTED);
     cr_assert_eq(fiu_enable(point, 1, (void *)(intptr_t)code, 0), 0);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_ERR_IO);
+    cr_assert_eq(ms_sync(m, &err), SL_ERR_IO);
     cr_assert(strstr(err.msg, "/journal") != NULL && strstr(err.msg, says) != NULL, "%s", err.msg);
     cr_assert_eq(fiu_disable(point), 0);
     /* nothing more is promised, even with the disk well again */
     commit(m, 0, 1, 0, 25, ++nonce, false);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_ERR_IO);
-    sl_master_state_destroy(m);
+    cr_assert_eq(ms_sync(m, &err), SL_ERR_IO);
+    ms_destroy(m);
     /* a new run replays the file */
     m = open_dir(dir);
     char *back = dump(m);
@@ -185,10 +186,10 @@ static void fault_then_recover(const char *point, int code, const char *says, bo
      * once, whether the record reached the file or not */
     sl_master_commit_result_t res = commit(m, 0, 0, 25, 50, lost, true);
     cr_assert_eq(res, SL_MASTER_COMMITTED);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     finish(m, &nonce);
     assert_exactly_once();
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_rm_tree(dir);
     free(dir);
 }
@@ -207,10 +208,11 @@ Test(journal_fault, a_failed_compaction_rename_leaves_the_journal_whole)
 {
     fiu_ready();
     char *dir = tu_mkdtemp("journalfault");
-    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 60000, .compact_bytes = 1};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 60000};
+    sl_master_store_opts_t so = {.compact_bytes = 1};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open_with(dir, &so, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     sl_master_state_job_spec_t spec = {
         .job_id = "j", .splits = g_splits, .num_splits = N, .epochs = 2};
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
@@ -220,18 +222,17 @@ Test(journal_fault, a_failed_compaction_rename_leaves_the_journal_whole)
     /* the journal is past compact_bytes: the sync compacts, and the
      * snapshot cannot be put in place */
     cr_assert_eq(fiu_enable("sluice/journal/rename", 1, (void *)(intptr_t)EIO, 0), 0);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_ERR_IO);
+    cr_assert_eq(ms_sync(m, &err), SL_ERR_IO);
     cr_assert(strstr(err.msg, "rename") != NULL, "%s", err.msg);
     cr_assert_eq(fiu_disable("sluice/journal/rename"), 0);
-    sl_master_state_destroy(m);
-    o.compact_bytes = 0;
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     char *got = dump(m);
     /* the journal alone holds every record written before the snapshot */
     cr_assert(strstr(got, "[0,30)") != NULL, "%s", got);
     free(want);
     free(got);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_rm_tree(dir);
     free(dir);
 }
@@ -255,11 +256,11 @@ Test(journal_fault, a_torn_last_record_at_every_byte_keeps_every_earlier_record)
     sl_master_state_t *m = with_job(&dir);
     sl_error_t err = {0};
     cr_assert_eq(commit(m, 0, 1, 0, 40, 1, false), SL_MASTER_COMMITTED);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     char *before = dump(m);
     cr_assert_eq(commit(m, 0, 1, 40, 60, 2, false), SL_MASTER_COMMITTED);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(m);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
     char jp[600];
     snprintf(jp, sizeof jp, "%s/journal", dir);
     FILE *f = fopen(jp, "rb");
@@ -276,9 +277,9 @@ Test(journal_fault, a_torn_last_record_at_every_byte_keeps_every_earlier_record)
         f = fopen(jp, "wb");
         cr_assert_eq(fwrite(buf, 1, k, f), k);
         fclose(f);
-        sl_master_state_opts_t so = {.state_dir = dir, .lease_timeout_ms = 60000};
+        sl_master_state_opts_t so = {.lease_timeout_ms = 60000};
         sl_master_journal_open_info_t info;
-        cr_assert_eq(sl_master_state_open(&so, 0, &m, &info, &err), SL_OK, "byte %llu: %s",
+        cr_assert_eq(ms_open(dir, &so, 0, &m, &info, &err), SL_OK, "byte %llu: %s",
                      (unsigned long long)k, err.msg);
         cr_assert_eq(info.truncated, k > o.last, "byte %llu", (unsigned long long)k);
         char *got = dump(m);
@@ -289,7 +290,7 @@ Test(journal_fault, a_torn_last_record_at_every_byte_keeps_every_earlier_record)
         cr_assert(strstr(before, "committed 40") != NULL);
         cr_assert(strstr(got, "committed 40") != NULL, "byte %llu: %s", (unsigned long long)k, got);
         free(got);
-        sl_master_state_destroy(m);
+        ms_destroy(m);
     }
     free(before);
     free(buf);
@@ -304,13 +305,11 @@ Test(journal_fault, a_torn_last_record_at_every_byte_keeps_every_earlier_record)
  * is written. */
 static sl_master_state_t *open_bg(const char *dir)
 {
-    sl_master_state_opts_t o = {.state_dir = dir,
-                                .lease_timeout_ms = 60000,
-                                .compact_bytes = 512,
-                                .compact_in_background = true};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 60000};
+    sl_master_store_opts_t so = {.compact_bytes = 512, .compact_in_background = true};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open_with(dir, &so, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     return m;
 }
 
@@ -328,7 +327,7 @@ static void run_bg(sl_master_state_t *m, uint64_t *nonce)
             for (uint64_t from = 0; from < ROWS; from += 10) {
                 sl_master_commit_result_t res = commit(m, e, s, from, from + 10, ++*nonce, false);
                 cr_assert_eq(res, SL_MASTER_COMMITTED);
-                cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+                cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
                 for (uint64_t r = from; r < from + 10; r++)
                     g_delivered[e][s][r]++;
             }
@@ -341,11 +340,11 @@ Test(journal_fault, background_compaction_replays_the_same_state)
     uint64_t nonce = 0;
     run_bg(m, &nonce);
     assert_exactly_once();
-    sl_master_state_counters_t c;
-    sl_master_state_counters(m, &c);
+    sl_master_store_counters_t c;
+    sl_master_store_counters(ms_store(m), &c);
     cr_assert_gt(c.compactions, 2, "%llu compactions", (unsigned long long)c.compactions);
     char *live = dump(m);
-    sl_master_state_destroy(m); /* waits for a compaction still running */
+    ms_destroy(m); /* waits for a compaction still running */
     m = open_dir(dir);
     char *back = dump(m);
     cr_assert_str_eq(back, live);
@@ -355,7 +354,7 @@ Test(journal_fault, background_compaction_replays_the_same_state)
                  SL_MASTER_COMMITTED, "%s", err.msg);
     free(live);
     free(back);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_rm_tree(dir);
     free(dir);
 }
@@ -373,18 +372,18 @@ Test(journal_fault, a_background_compaction_that_fails_changes_nothing)
     assert_exactly_once();
     fiu_disable("sluice/journal/rename");
     char *live = dump(m);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     m = open_dir(dir);
     char *back = dump(m);
     cr_assert_str_eq(back, live);
     free(live);
     free(back);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_rm_tree(dir);
     free(dir);
 }
 
-/* The process that encodes the snapshot (a fork, state_snapshot_fork.c)
+/* The process that encodes the snapshot (a fork, state_store_fork.c)
  * fails every time: each compaction fails and changes nothing (no
  * snapshot in place), commits go on, and a new run replays them all. */
 Test(journal_fault, a_snapshot_process_that_fails_changes_nothing)
@@ -396,11 +395,11 @@ Test(journal_fault, a_snapshot_process_that_fails_changes_nothing)
     uint64_t nonce = 0;
     run_bg(m, &nonce);
     assert_exactly_once();
-    sl_master_state_counters_t c;
-    sl_master_state_counters(m, &c);
+    sl_master_store_counters_t c;
+    sl_master_store_counters(ms_store(m), &c);
     cr_assert_gt(c.compactions, 2, "%llu compactions", (unsigned long long)c.compactions);
     char *live = dump(m);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     fiu_disable("sluice/journal/snapshot_process");
     char path[512];
     snprintf(path, sizeof path, "%s/snapshot", dir);
@@ -410,7 +409,7 @@ Test(journal_fault, a_snapshot_process_that_fails_changes_nothing)
     cr_assert_str_eq(back, live);
     free(live);
     free(back);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_rm_tree(dir);
     free(dir);
 }
@@ -436,7 +435,7 @@ Test(journal_fault, between_the_two_renames_the_next_journal_is_adopted)
     for (uint32_t s = 0; s < N && !broke; s++)
         for (uint64_t from = 0; from < ROWS && !broke; from += 10) {
             cr_assert_eq(commit(m, 0, s, from, from + 10, ++nonce, false), SL_MASTER_COMMITTED);
-            if (sl_master_state_sync(m, &err) != SL_OK) {
+            if (ms_sync(m, &err) != SL_OK) {
                 broke = true;
                 cr_assert(strstr(err.msg, "journal.next") != NULL, "%s", err.msg);
             } else {
@@ -447,7 +446,7 @@ Test(journal_fault, between_the_two_renames_the_next_journal_is_adopted)
     /* the compaction thread may still be on its way (a loaded machine):
      * wait for its failure, at most 10 s */
     for (int k = 0; k < 1000 && !broke; k++) {
-        if (sl_master_state_sync(m, &err) != SL_OK) {
+        if (ms_sync(m, &err) != SL_OK) {
             broke = true;
             cr_assert(strstr(err.msg, "journal.next") != NULL, "%s", err.msg);
         }
@@ -457,17 +456,17 @@ Test(journal_fault, between_the_two_renames_the_next_journal_is_adopted)
     /* syncs after the break fail, and start no compaction that could take
      * journal.next away (it is the journal now) */
     for (int k = 0; k < 5; k++) {
-        cr_assert_neq(sl_master_state_sync(m, &err), SL_OK);
-        sl_master_state_compact_wait(m);
+        cr_assert_neq(ms_sync(m, &err), SL_OK);
+        sl_master_store_compact_wait(ms_store(m));
     }
     fiu_disable("sluice/journal/rename_next");
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     char next[600];
     snprintf(next, sizeof next, "%s/journal.next", dir);
     cr_assert_eq(access(next, F_OK), 0, "journal.next is not there");
     sl_master_journal_open_info_t info;
-    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 60000};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, &info, &err), SL_OK, "%s", err.msg);
+    sl_master_state_opts_t o = {.lease_timeout_ms = 60000};
+    cr_assert_eq(ms_open(dir, &o, 0, &m, &info, &err), SL_OK, "%s", err.msg);
     cr_assert(info.had_snapshot);
     cr_assert_neq(access(next, F_OK), 0, "journal.next was not put in place");
     /* every row answered before the failure is committed */
@@ -484,7 +483,7 @@ Test(journal_fault, between_the_two_renames_the_next_journal_is_adopted)
         cr_assert_geq(rows, answered, "split %u: %llu rows committed, %llu answered", s,
                       (unsigned long long)rows, (unsigned long long)answered);
     }
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_rm_tree(dir);
     free(dir);
 }

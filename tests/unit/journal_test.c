@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dpp/master/state.h"
+#include "master_store_tu.h"
 #include "testutil.h"
 
 #define N_SPLITS 16
@@ -71,11 +72,11 @@ static void rm_dir(char *d)
 static sl_master_state_t *open_dir(const char *dir, uint64_t compact, uint64_t now,
                                    sl_master_journal_open_info_t *info)
 {
-    sl_master_state_opts_t o = {
-        .state_dir = dir, .lease_timeout_ms = 40, .compact_bytes = compact, .allocator = ALLOC};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 40, .allocator = ALLOC};
+    sl_master_store_opts_t so = {.compact_bytes = compact};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, now, &m, info, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open_with(dir, &so, &o, now, &m, info, &err), SL_OK, "%s", err.msg);
     return m;
 }
 
@@ -254,12 +255,12 @@ Test(journal, replay_equals_memory_state)
         sl_master_state_t *m = open_dir(dir, 1ull << 40, now, NULL);
         random_ops(m, &s, 300 + (int)tu_below(&s, 300), &now);
         sl_error_t err = {0};
-        cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
         /* reopened from the directory */
         sl_master_state_t *r = open_dir(dir, 1ull << 40, now, NULL);
         assert_same(m, r);
         cr_assert_eq(sl_master_state_check(r, &err), SL_OK, "%s", err.msg);
-        sl_master_state_destroy(r);
+        ms_destroy(r);
         /* replayed from the journal's bytes into memory */
         char jp[256];
         path_of(jp, sizeof jp, dir, "journal");
@@ -268,14 +269,14 @@ Test(journal, replay_equals_memory_state)
         read_file(jp, &buf, &len);
         sl_master_state_opts_t o = {.lease_timeout_ms = 40, .allocator = ALLOC};
         sl_master_state_t *q = NULL;
-        cr_assert_eq(sl_master_state_open(&o, 0, &q, NULL, &err), SL_OK);
+        cr_assert_eq(sl_master_state_new(&o, &q, &err), SL_OK);
         bool torn = true;
-        cr_assert_eq(sl_master_state_replay(q, buf, len, &torn, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_master_store_replay(q, buf, len, &torn, &err), SL_OK, "%s", err.msg);
         cr_assert(!torn);
         assert_same(m, q);
         free(buf);
-        sl_master_state_destroy(q);
-        sl_master_state_destroy(m);
+        ms_destroy(q);
+        ms_destroy(m);
         rm_dir(dir);
     }
     tu_alloc_assert_clean(&g_ta);
@@ -295,7 +296,7 @@ Test(journal, torn_tail_is_cut_with_a_warning)
         .job_id = "t", .splits = g_splits, .num_splits = N_SPLITS, .epochs = 1};
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK);
     random_ops(m, &s, 200, &now);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
+    cr_assert_eq(ms_sync(m, &err), SL_OK);
     size_t before_len;
     char *before = dump(m, &before_len);
     off_t s1 = file_size(jp);
@@ -305,10 +306,10 @@ Test(journal, torn_tail_is_cut_with_a_warning)
     while (rc == SL_OK)
         rc = sl_master_state_lease_next(m, "t", "late", now, &l, &err);
     sl_master_state_job_remove(m, "t", &err);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
+    cr_assert_eq(ms_sync(m, &err), SL_OK);
     off_t s2 = file_size(jp);
     cr_assert_gt(s2, s1);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     /* cut inside the last record (the job removal) */
     off_t cut = s2 - 3;
     cr_assert_eq(truncate(jp, cut), 0);
@@ -323,7 +324,7 @@ Test(journal, torn_tail_is_cut_with_a_warning)
     cr_assert(strstr(info.warning, at) != NULL, "%s", info.warning);
     sl_master_state_job_status_t st;
     cr_assert_eq(sl_master_state_job_status(m, "t", &st, &err), SL_OK, "removal must be cut");
-    sl_master_state_destroy(m);
+    ms_destroy(m);
 
     /* a zero-filled tail (file extended, never written) is torn too */
     int fd = open(jp, O_WRONLY | O_APPEND);
@@ -337,7 +338,7 @@ Test(journal, torn_tail_is_cut_with_a_warning)
     /* cut back to before the zeros, plus this open's own (small) record */
     cr_assert_gt(file_size(jp), s3 - (off_t)sizeof zeros);
     cr_assert_lt(file_size(jp), s3 - (off_t)sizeof zeros + 64);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
 
     /* replaying to exactly the synced prefix gives the state at that point */
     cr_assert_eq(truncate(jp, s1), 0);
@@ -348,7 +349,7 @@ Test(journal, torn_tail_is_cut_with_a_warning)
     cr_assert_str_eq(after, before);
     sl_free(ALLOC, after, after_len + 1);
     sl_free(ALLOC, before, before_len + 1);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     rm_dir(dir);
     tu_alloc_assert_clean(&g_ta);
 }
@@ -379,8 +380,8 @@ Test(journal, corruption_in_the_middle_is_refused_with_offset)
     sl_error_t err = {0};
     sl_master_state_t *m = open_dir(dir, 1ull << 40, now, NULL);
     random_ops(m, &s, 400, &now);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
-    sl_master_state_destroy(m);
+    cr_assert_eq(ms_sync(m, &err), SL_OK);
+    ms_destroy(m);
     uint8_t *buf;
     size_t len;
     read_file(jp, &buf, &len);
@@ -401,9 +402,9 @@ Test(journal, corruption_in_the_middle_is_refused_with_offset)
         FILE *f = fopen(jp, "wb");
         cr_assert_eq(fwrite(bad, 1, len, f), len);
         fclose(f);
-        sl_master_state_opts_t opts = {.state_dir = dir, .allocator = ALLOC};
+        sl_master_state_opts_t opts = {.allocator = ALLOC};
         sl_master_state_t *x = NULL;
-        cr_assert_eq(sl_master_state_open(&opts, now, &x, NULL, &err), SL_ERR_CORRUPT);
+        cr_assert_eq(ms_open(dir, &opts, now, &x, NULL, &err), SL_ERR_CORRUPT);
         char want[320];
         snprintf(want, sizeof want, "%s: record at offset %llu", jp, (unsigned long long)off);
         cr_assert(strstr(err.msg, want) != NULL, "want '%s' in '%s'", want, err.msg);
@@ -441,31 +442,31 @@ Test(journal, snapshot_and_compaction)
     sl_master_state_t *m = open_dir(dir, 4096, now, NULL);
     for (int i = 0; i < 20; i++) {
         random_ops(m, &s, 50, &now);
-        cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     }
-    sl_master_state_counters_t c;
-    sl_master_state_counters(m, &c);
+    sl_master_store_counters_t c;
+    sl_master_store_counters(ms_store(m), &c);
     cr_assert_gt(c.compactions, 0);
     cr_assert_leq(file_size(jp), 4096 + 64 * 1024);
     cr_assert_gt(file_size(sp), 32);
     sl_master_state_t *r = open_dir(dir, 4096, now, NULL);
     assert_same(m, r);
-    sl_master_state_destroy(r);
+    ms_destroy(r);
 
     /* crash between the snapshot's rename and the new journal's: an older
      * journal beside a newer snapshot is discarded, not replayed twice */
     random_ops(m, &s, 100, &now);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
+    cr_assert_eq(ms_sync(m, &err), SL_OK);
     cr_assert_eq(link(jp, old), 0);
-    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_compact(m, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(rename(old, jp), 0);
     sl_master_journal_open_info_t info;
     r = open_dir(dir, 4096, now, &info);
     cr_assert(info.had_snapshot);
     cr_assert(info.discarded_old);
     assert_same(m, r);
-    sl_master_state_destroy(r);
-    sl_master_state_destroy(m);
+    ms_destroy(r);
+    ms_destroy(m);
 
     /* a damaged snapshot refuses to start */
     uint8_t *buf;
@@ -476,12 +477,12 @@ Test(journal, snapshot_and_compaction)
     cr_assert_eq(fwrite(buf, 1, len, f), len);
     fclose(f);
     free(buf);
-    sl_master_state_opts_t o = {.state_dir = dir, .allocator = ALLOC};
-    cr_assert_eq(sl_master_state_open(&o, now, &m, NULL, &err), SL_ERR_CORRUPT);
+    sl_master_state_opts_t o = {.allocator = ALLOC};
+    cr_assert_eq(ms_open(dir, &o, now, &m, NULL, &err), SL_ERR_CORRUPT);
     cr_assert(strstr(err.msg, "snapshot: checksum mismatch") != NULL, "%s", err.msg);
     /* a journal that continues a missing snapshot refuses to start */
     unlink(sp);
-    cr_assert_eq(sl_master_state_open(&o, now, &m, NULL, &err), SL_ERR_CORRUPT);
+    cr_assert_eq(ms_open(dir, &o, now, &m, NULL, &err), SL_ERR_CORRUPT);
     cr_assert(strstr(err.msg, "snapshot it continues is missing") != NULL, "%s", err.msg);
     rm_dir(dir);
     tu_alloc_assert_clean(&g_ta);
@@ -505,17 +506,17 @@ Test(journal, open_under_every_allocation_failure)
     sl_master_state_t *m = open_dir(dir, 4096, now, NULL);
     for (int i = 0; i < 8; i++) {
         random_ops(m, &s, 50, &now);
-        cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     }
-    sl_master_state_counters_t c;
-    sl_master_state_counters(m, &c);
+    sl_master_store_counters_t c;
+    sl_master_store_counters(ms_store(m), &c);
     cr_assert_gt(c.compactions, 0);
     random_ops(m, &s, 40, &now);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     size_t want_len;
     char *d = dump(m, &want_len), *want = strdup(d); /* off the counted path */
     sl_free(ALLOC, d, want_len + 1);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     /* a record cut short: its header says 100 bytes, 5 follow */
     uint8_t torn[16 + 5] = {100, 0, 0, 0, 0x9b, 0xff, 0xff, 0xff};
     FILE *f = fopen(jp, "ab");
@@ -525,13 +526,13 @@ Test(journal, open_under_every_allocation_failure)
     size_t jlen, slen;
     read_file(jp, &jbuf, &jlen);
     read_file(sp, &sbuf, &slen);
-    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 40, .allocator = ALLOC};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 40, .allocator = ALLOC};
     uint64_t k = 1;
     for (;; k++) {
         tu_alloc_fail_at(&g_ta, k, false);
         sl_master_state_t *r = NULL;
         sl_master_journal_open_info_t info;
-        sl_err_t rc = sl_master_state_open(&o, now, &r, &info, &err);
+        sl_err_t rc = ms_open(dir, &o, now, &r, &info, &err);
         bool failed = tu_alloc_failures(&g_ta) > 0;
         tu_alloc_fail_at(&g_ta, 0, false);
         if (!failed) {
@@ -541,7 +542,7 @@ Test(journal, open_under_every_allocation_failure)
             char *got = dump(r, &got_len);
             cr_assert_str_eq(got, want);
             sl_free(ALLOC, got, got_len + 1);
-            sl_master_state_destroy(r);
+            ms_destroy(r);
             break;
         }
         cr_assert_eq(rc, SL_ERR_NOMEM, "allocation %llu: %s: %s", (unsigned long long)k,
@@ -720,11 +721,11 @@ Test(journal, restart_treats_leases_as_renewed_and_never_reuses_generations)
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK);
     sl_master_lease_t synced, lost;
     cr_assert_eq(sl_master_state_lease_next(m, "g", "w0", 0, &synced, &err), SL_OK);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
+    cr_assert_eq(ms_sync(m, &err), SL_OK);
     /* a grant that never reaches the disk (crash before the next sync) */
     cr_assert_eq(sl_master_state_lease_next(m, "g", "w1", 0, &lost, &err), SL_OK);
     /* destroy without sync drops the buffered record, like kill -9 */
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     m = open_dir(dir, 1ull << 40, 1000, NULL);
     sl_master_state_job_status_t st;
     cr_assert_eq(sl_master_state_job_status(m, "g", &st, &err), SL_OK);
@@ -749,7 +750,7 @@ Test(journal, restart_treats_leases_as_renewed_and_never_reuses_generations)
     /* both live leases (w0's from before the restart, w2's) end at 1040 */
     cr_assert_eq(sl_master_state_expire(m, 1040, &n, &err), SL_OK);
     cr_assert_eq(n, 2);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     rm_dir(dir);
     tu_alloc_assert_clean(&g_ta);
 }
@@ -780,8 +781,8 @@ Test(corpus, write)
         sl_error_t err = {0};
         sl_master_state_t *m = open_dir(dir, 1ull << 40, now, NULL);
         random_ops(m, &s, 20 + 30 * i, &now);
-        cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
-        sl_master_state_destroy(m);
+        cr_assert_eq(ms_sync(m, &err), SL_OK);
+        ms_destroy(m);
         char jp[256], name[32];
         path_of(jp, sizeof jp, dir, "journal");
         uint8_t *buf;

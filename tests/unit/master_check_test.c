@@ -26,7 +26,7 @@ static sl_master_state_t *made(void)
     sl_master_state_opts_t o = {.lease_timeout_ms = 1000};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_new(&o, &m, &err), SL_OK, "%s", err.msg);
     sl_master_state_job_spec_t spec = {
         .job_id = "j", .splits = g_splits, .num_splits = N, .epochs = 2};
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);

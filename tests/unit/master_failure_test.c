@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dpp/master/state.h"
+#include "master_store_tu.h"
 #include "testutil.h"
 
 #define N 4
@@ -31,10 +32,10 @@ static void make_splits(void)
 
 static sl_master_state_t *open_dir(const char *dir)
 {
-    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 60000};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 60000};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     return m;
 }
 
@@ -64,10 +65,10 @@ static uint32_t failures_of_j(const sl_master_state_t *m)
 static sl_master_state_t *restart_same(sl_master_state_t *m, const char *dir)
 {
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     char *want = dump(m);
     uint32_t want_failures = failures_of_j(m);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     sl_master_state_t *r = NULL;
     for (int round = 0; round < 2; round++) {
         r = open_dir(dir);
@@ -78,8 +79,8 @@ static sl_master_state_t *restart_same(sl_master_state_t *m, const char *dir)
         cr_assert_eq(failures_of_j(r), want_failures, "%s restart: split failures",
                      round ? "snapshot" : "journal");
         if (round == 0) {
-            cr_assert_eq(sl_master_state_compact(r, &err), SL_OK, "%s", err.msg);
-            sl_master_state_destroy(r);
+            cr_assert_eq(ms_compact(r, &err), SL_OK, "%s", err.msg);
+            ms_destroy(r);
         }
     }
     free(want);
@@ -167,12 +168,12 @@ Test(master_failure, the_max_th_failure_fails_the_job)
                  SL_MASTER_STALE_EPOCH, "%s", err.msg);
     cr_assert(strstr(err.msg, "checksum mismatch") != NULL, "%s", err.msg);
     m = restart_same(m, dir);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     m = open_dir(dir);
     cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert(st.failed, "a restarted master knows the job failed");
     cr_assert_str_eq(st.failure_file, "ds=1/part-0.slc");
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_rm_tree(dir);
     free(dir);
 }
@@ -223,7 +224,7 @@ Test(master_failure, skip_bad_splits_skips_and_counts)
     cr_assert_eq(st.skipped_splits, 2);
     cr_assert_eq(st.skipped_rows, 140);
     m = restart_same(m, dir);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_rm_tree(dir);
     free(dir);
 }

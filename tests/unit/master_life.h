@@ -15,18 +15,20 @@
 #include <string.h>
 
 #include "dpp/master/state.h"
+#include "master_store_tu.h"
 #include "testutil.h"
 
 /* The start of a test's life struct. */
 typedef struct ml_life {
-    sl_master_state_opts_t o; /* o.state_dir and o.allocator set by ml_walk */
-    sl_master_state_t *m;     /* step 0 opens it */
+    sl_master_state_opts_t o; /* o.allocator set by ml_walk */
+    const char *dir;          /* the state directory (ml_walk's) */
+    sl_master_state_t *m;     /* step 0 opens it: ms_open(dir, &o, ...) */
 } ml_life_t;
 
 typedef struct ml_ops {
     int steps;
     size_t size;                 /* of the test's life struct (starting with ml_life_t) */
-    sl_master_state_opts_t opts; /* state_dir and allocator filled in */
+    sl_master_state_opts_t opts; /* allocator filled in */
     sl_err_t (*step)(void *life, int step, sl_error_t *err);
 } ml_ops_t;
 
@@ -46,7 +48,7 @@ static ml_life_t *ml_new(const ml_ops_t *ops, tu_alloc_t *ta, const char *dir)
 {
     ml_life_t *x = calloc(1, ops->size);
     x->o = ops->opts;
-    x->o.state_dir = dir;
+    x->dir = dir;
     x->o.allocator = &ta->base;
     return x;
 }
@@ -57,7 +59,7 @@ static void ml_finish(const ml_ops_t *ops, ml_life_t *x, int from)
     sl_error_t err = {0};
     for (int s = from; s < ops->steps; s++)
         cr_assert_eq(ops->step(x, s, &err), SL_OK, "step %d: %s", s, err.msg);
-    cr_assert_eq(sl_master_state_sync(x->m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(x->m, &err), SL_OK, "%s", err.msg);
 }
 
 /* The state at the end of the life, and after reopening its directory. */
@@ -65,11 +67,10 @@ static void ml_end(ml_life_t *x, const char *what, char **end, char **reopened)
 {
     sl_error_t err = {0};
     *end = ml_dump(x->m, x->o.allocator);
-    sl_master_state_destroy(x->m);
-    cr_assert_eq(sl_master_state_open(&x->o, 400000, &x->m, NULL, &err), SL_OK, "%s: %s", what,
-                 err.msg);
+    ms_destroy(x->m);
+    cr_assert_eq(ms_open(x->dir, &x->o, 400000, &x->m, NULL, &err), SL_OK, "%s: %s", what, err.msg);
     *reopened = ml_dump(x->m, x->o.allocator);
-    sl_master_state_destroy(x->m);
+    ms_destroy(x->m);
     x->m = NULL;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "dpp/master/state.h"
+#include "master_store_tu.h"
 #include "testutil.h"
 
 #define N 3
@@ -32,11 +33,10 @@ TestSuite(master_parquet, .init = init);
 
 static sl_master_state_t *open_state(const char *dir)
 {
-    sl_master_state_opts_t o = {
-        .lease_timeout_ms = 1000, .allocator = &g_ta.base, .state_dir = dir};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 1000, .allocator = &g_ta.base};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     return m;
 }
 
@@ -77,19 +77,19 @@ Test(master_parquet, plan_figures_survive_journal_and_snapshot)
     add(m, "table", 0, 0, 0);
     expect(m, "pq", 8, 5, 1250, "as submitted");
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(m);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
 
     m = open_state(dir); /* the journal's JobAdded replayed */
     expect(m, "pq", 8, 5, 1250, "from the journal");
     expect(m, "table", 0, 0, 0, "from the journal");
-    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(m);
+    cr_assert_eq(ms_compact(m, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
 
     m = open_state(dir); /* the snapshot's job */
     expect(m, "pq", 8, 5, 1250, "from the snapshot");
     expect(m, "table", 0, 0, 0, "from the snapshot");
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
     tu_rm_tree(dir);
     free(dir);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dpp/master/state.h"
+#include "master_store_tu.h"
 #include "testutil.h"
 
 #define N 8
@@ -37,11 +38,10 @@ TestSuite(master_share, .init = init);
 
 static sl_master_state_t *open_master(const char *dir)
 {
-    sl_master_state_opts_t o = {
-        .lease_timeout_ms = 1000, .allocator = &g_ta.base, .state_dir = dir};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 1000, .allocator = &g_ta.base};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     return m;
 }
 
@@ -117,7 +117,7 @@ Test(master_share, a_split_leased_out_of_order_keeps_the_queue_right)
     cr_assert_eq(sl_master_state_job_status(m, "b", &st, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(st.plan_fingerprint, 42);
     cr_assert(st.share);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -131,11 +131,11 @@ Test(master_share, out_of_order_grants_survive_a_reopen)
     sl_master_lease_t x;
     cr_assert_eq(sl_master_state_lease_split(m, "b", 6, "w", 10, &x, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_master_state_lease_split(m, "a", 6, "w", 10, &x, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     char *before = NULL, *after = NULL;
     size_t lb = 0, la = 0;
     cr_assert_eq(sl_master_state_dump(m, &before, &lb, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     m = open_master(dir);
     cr_assert_eq(sl_master_state_dump(m, &after, &la, &err), SL_OK, "%s", err.msg);
     cr_assert_str_eq(after, before);
@@ -153,7 +153,7 @@ Test(master_share, out_of_order_grants_survive_a_reopen)
     cr_assert_eq(n, N - 1);
     sl_free(&g_ta.base, before, lb + 1);
     sl_free(&g_ta.base, after, la + 1);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
     tu_rm_tree(dir);
     free(dir);

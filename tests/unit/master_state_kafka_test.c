@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dpp/master/state.h"
+#include "master_store_tu.h"
 #include "master_life.h"
 #include "testutil.h"
 
@@ -38,18 +39,18 @@ static sl_master_state_job_spec_t kspec(const char *id, const sl_master_kafka_pa
                                         .kafka_chunk = 10};
 }
 
-static sl_master_state_opts_t opts(const char *dir)
+static sl_master_state_opts_t opts(void)
 {
     return (sl_master_state_opts_t){
-        .state_dir = dir, .lease_timeout_ms = 1000, .kafka_chunks_ahead = 2, .allocator = ALLOC};
+        .lease_timeout_ms = 1000, .kafka_chunks_ahead = 2, .allocator = ALLOC};
 }
 
 static sl_master_state_t *open_master(const char *dir)
 {
-    sl_master_state_opts_t o = opts(dir);
+    sl_master_state_opts_t o = opts();
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     return m;
 }
 
@@ -165,7 +166,7 @@ Test(master_state_kafka, chunks_are_made_as_leases_need_them)
     cr_assert_eq(js.finished, false);
     cr_assert_eq(js.num_splits, 4);
     cr_assert_eq(js.done, 0);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -196,7 +197,7 @@ Test(master_state_kafka, a_stream_at_its_head_keeps_one_chunk_there)
     sl_master_state_kafka_high(m, "j", "t", 5, 1000, 0);
     sl_master_state_kafka_high(m, "nope", "t", 0, 1000, 0);
     assert_positions(m, "t/0:110/3 ");
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -223,7 +224,7 @@ Test(master_state_kafka, a_bounded_job_finishes_at_its_stops)
     cr_assert_eq(sl_master_state_job_status(m, "j", &js, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(js.finished, true);
     assert_positions(m, "b/3:30/3 ");
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -260,7 +261,7 @@ Test(master_state_kafka, refusals_name_the_reason)
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "start 10, stop 5") != NULL, "%s", err.msg);
     cr_assert_eq(sl_master_state_job_ids(m, NULL, 0), 0);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -286,10 +287,10 @@ Test(master_state_kafka, partitions_added_get_chunks_and_survive_restarts)
     commit(m, &c, 0, 3, 1);
     commit(m, &a, 0, 10, 2);
     assert_positions(m, "t/0:110/2 u/2:10/1 ");
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     char *mem = dump_of(m);
     cr_assert(strstr(mem, " kafka u/2 start 7 stop -1 chunks 1 folded 0\n") != NULL, "%s", mem);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     /* replay of the journal */
     m = open_master(dir);
     backlog(m, "j"); /* not journaled: told again after a restart */
@@ -297,24 +298,24 @@ Test(master_state_kafka, partitions_added_get_chunks_and_survive_restarts)
     cr_assert_str_eq(replayed, mem);
     assert_positions(m, "t/0:110/2 u/2:10/1 ");
     /* a snapshot, then more records after it */
-    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_compact(m, &err), SL_OK, "%s", err.msg);
     sl_master_lease_t d = lease(m, "t/0", 120, 10);
     lease(m, "u/2", 17, 10);
     commit(m, &d, 0, 10, 3);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     char *mem2 = dump_of(m);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     m = open_master(dir);
     backlog(m, "j"); /* not journaled: told again after a restart */
     char *replayed2 = dump_of(m);
     cr_assert_str_eq(replayed2, mem2);
-    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(m);
+    cr_assert_eq(ms_compact(m, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
     m = open_master(dir);
     char *snap = dump_of(m);
     cr_assert_str_eq(snap, mem2);
     /* a table job has no partitions to add */
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     free(mem);
     free(replayed);
     free(mem2);
@@ -431,7 +432,7 @@ Test(master_state_kafka, tokens_resume_each_partition_at_its_prefix)
     cr_assert_eq(sl_master_state_job_resume(m, &ktab, tt, tl, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "resume token of a table job (version 2)") != NULL, "%s", err.msg);
     sl_free(ALLOC, tt, tl);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -547,7 +548,7 @@ Test(master_state_kafka, rank_tokens_union_what_each_rank_handed_out)
     sl_free(ALLOC, n0, nl0);
     sl_free(ALLOC, t0, l0);
     sl_free(ALLOC, t1, l1);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -580,17 +581,17 @@ Test(master_state_kafka, a_folded_chunks_owners_stay_for_the_tokens)
     cr_assert_eq(rank_token(m, "c0", 0, 2, NULL, 0, &t0, &l0, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(rank_token(m, "c1", 1, 2, &und, 1, &t1, &l1, &err), SL_OK, "%s", err.msg);
     /* the same after a replay and from a snapshot */
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     char *mem = dump_of(m);
     cr_assert(strstr(mem, " attr cur c0:0[104,100)") == NULL, "%s", mem);
     cr_assert(strstr(mem, "c1:0[104,108)") != NULL, "%s", mem);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     m = open_master(dir);
     backlog(m, "j");
     char *replayed = dump_of(m);
     cr_assert_str_eq(replayed, mem);
-    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(m);
+    cr_assert_eq(ms_compact(m, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
     m = open_master(dir);
     backlog(m, "j");
     char *snap = dump_of(m);
@@ -630,7 +631,7 @@ Test(master_state_kafka, a_folded_chunks_owners_stay_for_the_tokens)
     free(mem);
     free(replayed);
     free(snap);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_rm_tree(dir);
     free(dir);
     tu_alloc_assert_clean(&g_ta);
@@ -679,7 +680,7 @@ Test(master_state_kafka, a_later_tokens_prefix_does_not_swallow_an_earlier_ranks
     sl_free(ALLOC, t0, l0);
     sl_free(ALLOC, t1, l1);
     /* the same with rank 0's token 30 chunks on: refused */
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     m = open_master(NULL);
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     backlog(m, "j");
@@ -707,7 +708,7 @@ Test(master_state_kafka, a_later_tokens_prefix_does_not_swallow_an_earlier_ranks
               "%s", err.msg);
     sl_free(ALLOC, t0, l0);
     sl_free(ALLOC, t1, l1);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -736,7 +737,7 @@ Test(master_state_kafka, a_streams_forgotten_owners_cost_nothing)
     }
     cr_assert_eq(g_ta.live, live_at_40, "%llu allocations live after 140 clients, %llu after 40",
                  (unsigned long long)g_ta.live, (unsigned long long)live_at_40);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -800,16 +801,16 @@ Test(master_state_kafka, a_streams_done_prefix_is_folded)
                  "%s", err.msg);
     cr_assert_eq(need, 603);
     /* the same state after a replay of the journal, and from a snapshot */
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     char *mem = dump_of(m);
     cr_assert(strstr(mem, " folded 71\n") != NULL, "%s", mem);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     m = open_master(dir);
     backlog(m, "j");
     char *replayed = dump_of(m);
     cr_assert_str_eq(replayed, mem);
-    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(m);
+    cr_assert_eq(ms_compact(m, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
     m = open_master(dir);
     backlog(m, "j");
     char *snap = dump_of(m);
@@ -840,7 +841,7 @@ Test(master_state_kafka, a_streams_done_prefix_is_folded)
     free(mem);
     free(replayed);
     free(snap);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_rm_tree(dir);
     free(dir);
     tu_alloc_assert_clean(&g_ta);
@@ -863,7 +864,7 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
     sl_err_t rc = SL_OK;
     switch (step) {
     case 0:
-        return sl_master_state_open(&x->b.o, 0, &x->b.m, NULL, err);
+        return ms_open(x->b.dir, &x->b.o, 0, &x->b.m, NULL, err);
     case 1:
         rc = sl_master_state_job_add(x->b.m, &spec, err);
         if (rc == SL_OK) backlog(x->b.m, "j");
@@ -919,16 +920,16 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
         return sl_master_state_lease_next(x->b.m, "j", "w3", 0, &l, err);
     }
     case 10:
-        return sl_master_state_compact(x->b.m, err);
+        return ms_compact(x->b.m, err);
     case 11:
-        return sl_master_state_sync(x->b.m, err);
+        return ms_sync(x->b.m, err);
     }
     return sl_error_set(err, SL_ERR_INVALID, "no step %d", step);
 }
 
 Test(master_state_kafka, every_allocation_failure_is_a_clean_error)
 {
-    sl_master_state_opts_t o = opts(NULL);
+    sl_master_state_opts_t o = opts();
     o.allocator = NULL;
     ml_ops_t ops = {.steps = LIFE_STEPS, .size = sizeof(life_t), .opts = o, .step = life_step};
     char *want_end = NULL;

@@ -141,10 +141,10 @@ Test(master_state_order, window_counts_reopen_snapshot_and_next_epoch)
 {
     make_splits();
     char *dir = tmp_state_dir();
-    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 100000, .allocator = ALLOC};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 100000, .allocator = ALLOC};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     sl_master_state_job_spec_t spec = det_spec("j", 2, 2);
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     /* the split of no rows is counted at once; nothing else is */
@@ -191,19 +191,19 @@ Test(master_state_order, window_counts_reopen_snapshot_and_next_epoch)
     assert_order_line(m, " order window 2 prefix 4 counts 0:3 1:0 2:2 3:4");
 
     /* reopened from the journal, then from a snapshot: the same */
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     char *before = ml_dump(m, ALLOC);
-    sl_master_state_destroy(m);
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     char *after = ml_dump(m, ALLOC);
     cr_assert_str_eq(after, before);
     free(after);
     check(m);
-    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_compact_wait(m);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(m);
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_compact(m, &err), SL_OK, "%s", err.msg);
+    sl_master_store_compact_wait(ms_store(m));
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     after = ml_dump(m, ALLOC);
     cr_assert_str_eq(after, before);
     free(after);
@@ -250,7 +250,7 @@ Test(master_state_order, window_counts_reopen_snapshot_and_next_epoch)
     no_lease(m, "job 'j': split 2 waits for the deterministic order's counts (position 2, "
                 "prefix 0, window 2)");
     check(m);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     rm_state_dir(dir);
     tu_alloc_assert_clean(&g_ta);
 }
@@ -261,7 +261,7 @@ Test(master_state_order, what_the_state_refuses)
     sl_master_state_opts_t o = {.lease_timeout_ms = 1000, .allocator = ALLOC};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_new(&o, &m, &err), SL_OK, "%s", err.msg);
     sl_master_state_job_spec_t spec = det_spec("j", 1, 0);
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "job 'j': deterministic order: 6 splits, window of 0 (both must "
@@ -295,7 +295,7 @@ Test(master_state_order, what_the_state_refuses)
     cr_assert_null(strstr(d, " order "), "%s", d);
     free(d);
     check(m);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -334,7 +334,7 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
     life_t *x = life;
     switch (step) {
     case 0:
-        return sl_master_state_open(&x->b.o, 0, &x->b.m, NULL, err);
+        return ms_open(x->b.dir, &x->b.o, 0, &x->b.m, NULL, err);
     case 1: {
         sl_master_state_job_spec_t spec = det_spec("j", 2, 2);
         spec.spec_json = "{\"id\":\"j\"}";
@@ -366,13 +366,13 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
     case 11:
         return sl_master_state_batches_counted(x->b.m, "j", 0, 3, x->gen[3], 4, err);
     case 12:
-        return sl_master_state_sync(x->b.m, err);
+        return ms_sync(x->b.m, err);
     case 13:
-        return sl_master_state_compact(x->b.m, err);
+        return ms_compact(x->b.m, err);
     case 14:
         return life_lease(x, "w2", 4, err);
     case 15:
-        return sl_master_state_sync(x->b.m, err);
+        return ms_sync(x->b.m, err);
     }
     return SL_ERR_INVALID;
 }

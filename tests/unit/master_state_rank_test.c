@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dpp/master/state.h"
+#include "master_store_tu.h"
 #include "master.pb-c.h"
 #include "testutil.h"
 
@@ -58,6 +59,7 @@ static char *dump_of(const sl_master_state_t *m)
 }
 
 typedef struct life {
+    const char *dir;
     sl_master_state_opts_t o;
     sl_master_state_t *m;
     uint32_t rank[N]; /* of each split */
@@ -72,11 +74,11 @@ typedef struct life {
 static void reopen(life *x, bool compact)
 {
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_sync(x->m, &err), SL_OK, "%s", err.msg);
-    if (compact) cr_assert_eq(sl_master_state_compact(x->m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(x->m, &err), SL_OK, "%s", err.msg);
+    if (compact) cr_assert_eq(ms_compact(x->m, &err), SL_OK, "%s", err.msg);
     char *live = dump_of(x->m);
-    sl_master_state_destroy(x->m);
-    cr_assert_eq(sl_master_state_open(&x->o, 0, &x->m, NULL, &err), SL_OK, "%s", err.msg);
+    ms_destroy(x->m);
+    cr_assert_eq(ms_open(x->dir, &x->o, 0, &x->m, NULL, &err), SL_OK, "%s", err.msg);
     char *replayed = dump_of(x->m);
     cr_assert_str_eq(replayed, live, "%s differs from the live state",
                      compact ? "the snapshot" : "replay");
@@ -157,9 +159,9 @@ Test(master_state_rank, a_rank_that_read_its_share_goes_on_and_replay_agrees)
 {
     make_splits();
     char *dir = tu_mkdtemp("master-rank");
-    life x = {.o = {.state_dir = dir, .lease_timeout_ms = 60000, .allocator = ALLOC}};
+    life x = {.dir = dir, .o = {.lease_timeout_ms = 60000, .allocator = ALLOC}};
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&x.o, 0, &x.m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(x.dir, &x.o, 0, &x.m, NULL, &err), SL_OK, "%s", err.msg);
     sl_master_state_job_spec_t spec = {.job_id = "j",
                                        .splits = g_splits,
                                        .num_splits = N,
@@ -233,7 +235,7 @@ Test(master_state_rank, a_rank_that_read_its_share_goes_on_and_replay_agrees)
     cr_assert_eq(job_epoch(&x), EPOCHS, "finished");
     reopen(&x, false);
     cr_assert_eq(sl_master_state_check(x.m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(x.m);
+    ms_destroy(x.m);
     tu_rm_tree(dir);
     free(dir);
     tu_alloc_assert_clean(&g_ta);

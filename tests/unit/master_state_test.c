@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dpp/master/state.h"
+#include "master_store_tu.h"
 #include "master_life.h"
 #include "testutil.h"
 
@@ -67,7 +68,7 @@ static sl_master_state_t *mem_master(uint64_t timeout)
     sl_master_state_opts_t o = {.lease_timeout_ms = timeout, .allocator = ALLOC};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_master_state_new(&o, &m, &err), SL_OK, "%s", err.msg);
     return m;
 }
 
@@ -228,7 +229,7 @@ Test(master_state, commits_ranges_overlap_and_split_read)
     cr_assert_eq(k.stale_commits, 2);
     cr_assert_eq(k.unleased_commits, 4);
     cr_assert_eq(k.clients, 2);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -271,7 +272,7 @@ Test(master_state, expiry_returns_uncommitted_rows)
     sl_master_state_counters(m, &k);
     cr_assert_eq(k.expiries, 1);
     cr_assert_eq(k.stale_refused, 1);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -292,10 +293,10 @@ Test(master_state, only_named_leases_live_and_register_revokes_the_rest)
 {
     make_splits(4, NULL);
     char *dir = tmp_state_dir();
-    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 100, .allocator = ALLOC};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 100, .allocator = ALLOC};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     sl_master_state_job_spec_t spec = spec_of("j", 4, 1, false, 0);
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     sl_master_lease_t a, b, c, d;
@@ -357,13 +358,13 @@ Test(master_state, only_named_leases_live_and_register_revokes_the_rest)
     cr_assert_eq(sl_master_state_lease_next(m, "j", "w3", 120, &e, &err), SL_OK);
     cr_assert_eq(e.num_todo, 1);
     cr_assert_eq(e.todo[0].to_row, e.num_rows);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     char *before = dump_of(m);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
 
     /* reopened at t = 1000: the same state (revocations were journaled);
      * a lease found lives until 1100 unless its worker names it */
-    cr_assert_eq(sl_master_state_open(&o, 1000, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 1000, &m, NULL, &err), SL_OK, "%s", err.msg);
     char *after = dump_of(m);
     cr_assert_str_eq(after, before);
     free(before);
@@ -378,7 +379,7 @@ Test(master_state, only_named_leases_live_and_register_revokes_the_rest)
     cr_assert_eq(expired, 1);
     cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert_eq(st.leased, 0);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     rm_state_dir(dir);
     tu_alloc_assert_clean(&g_ta);
 }
@@ -404,7 +405,7 @@ Test(master_state, static_sharding_ranks_on_leases)
     cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
     cr_assert_eq(st.ranks, 2);
     cr_assert(st.static_sharding);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -433,10 +434,10 @@ Test(master_state, leases_carry_the_planned_footer_checksums_across_restarts)
     for (uint32_t i = 0; i < 8; i++)
         g_splits[i].footer_checksum = 0xf00u + i % 4;
     char *dir = tmp_state_dir();
-    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 100, .allocator = ALLOC};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 100, .allocator = ALLOC};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     sl_master_state_job_spec_t spec = spec_of("pinned", 8, 1, true, 5);
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     for (uint32_t i = 0; i < 8; i++)
@@ -445,24 +446,24 @@ Test(master_state, leases_carry_the_planned_footer_checksums_across_restarts)
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     lease_all_pinned(m, "pinned", 8, 0, true);
     lease_all_pinned(m, "unpinned", 8, 0, false);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(m);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
     /* from the journal: the leases found expire, and lease again pinned */
     uint32_t expired = 0;
-    cr_assert_eq(sl_master_state_open(&o, 1000, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 1000, &m, NULL, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_master_state_expire(m, 1100, &expired, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(expired, 16);
     lease_all_pinned(m, "pinned", 8, 1100, true);
     lease_all_pinned(m, "unpinned", 8, 1100, false);
     /* from a snapshot */
-    cr_assert_eq(sl_master_state_compact(m, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(m);
-    cr_assert_eq(sl_master_state_open(&o, 2000, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_compact(m, &err), SL_OK, "%s", err.msg);
+    ms_destroy(m);
+    cr_assert_eq(ms_open(dir, &o, 2000, &m, NULL, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_master_state_expire(m, 2100, &expired, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(expired, 16);
     lease_all_pinned(m, "pinned", 8, 2100, true);
     lease_all_pinned(m, "unpinned", 8, 2100, false);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     rm_state_dir(dir);
     tu_alloc_assert_clean(&g_ta);
 }
@@ -533,8 +534,8 @@ Test(master_state, epochs_and_seeded_order)
     uint32_t again[N];
     run_epoch(m2, "shuf", N, again);
     cr_assert_arr_eq(again, got[0], sizeof again);
-    sl_master_state_destroy(m2);
-    sl_master_state_destroy(m);
+    ms_destroy(m2);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -591,7 +592,7 @@ Test(master_state, static_assignment_balanced_and_reproducible)
     cr_assert_eq(re[1], re[3]);
     cr_assert_neq(re[0], re[1]);
     cr_assert_eq(sl_master_state_assign_static(m, "eq", 0, re, le, &err), SL_ERR_INVALID);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -659,9 +660,9 @@ Test(master_state, resume_token_round_trip_and_refusals)
     cr_assert_eq(sl_master_state_job_status(q, "j", &st, &err), SL_ERR_NOT_FOUND);
     free(bad);
     sl_free(ALLOC, tok, len);
-    sl_master_state_destroy(q);
-    sl_master_state_destroy(r);
-    sl_master_state_destroy(m);
+    ms_destroy(q);
+    ms_destroy(r);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -673,10 +674,10 @@ Test(master_state, replace_in_place_only_with_a_good_token)
     enum { N = 4 };
     make_splits(N, NULL);
     char *dir = tmp_state_dir();
-    sl_master_state_opts_t o = {.state_dir = dir, .lease_timeout_ms = 1000};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 1000};
     sl_master_state_t *m = NULL;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     sl_master_state_job_spec_t spec = spec_of("j", N, 2, false, 3);
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK);
     uint64_t gen[N];
@@ -715,7 +716,7 @@ Test(master_state, replace_in_place_only_with_a_good_token)
 
     /* a good one replaces it: exactly the token's rows, no lease */
     cr_assert_eq(sl_master_state_job_replace(m, &spec, toks, lens, 1, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
     for (int pass = 0; pass < 2; pass++) {
         cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
         cr_assert_eq(st.committed_rows, 100 + 30, "pass %d", pass);
@@ -728,13 +729,13 @@ Test(master_state, replace_in_place_only_with_a_good_token)
         /* the other job is untouched */
         cr_assert_eq(sl_master_state_job_status(m, "k", &st, &err), SL_OK);
         /* a restart replays JobRemoved then JobAdded */
-        sl_master_state_destroy(m);
+        ms_destroy(m);
         m = NULL;
-        cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
     }
     free(bad);
     sl_free(NULL, tok, len);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     rm_state_dir(dir);
 }
 
@@ -803,19 +804,17 @@ static void property_exactly_once(bool static_sharding, const char *seed_name)
         rows[i] = tu_below(&s, 60); /* empty splits too */
     make_splits(N, rows);
     char *dir = tmp_state_dir();
-    sl_master_state_opts_t o = {.state_dir = dir,
-                                .lease_timeout_ms = 50,
-                                .compact_bytes = 2048 + tu_below(&s, 4096),
-                                .allocator = ALLOC};
+    sl_master_state_opts_t o = {.lease_timeout_ms = 50, .allocator = ALLOC};
+    sl_master_store_opts_t so = {.compact_bytes = 2048 + tu_below(&s, 4096)};
     sl_error_t err = {0};
     sl_master_state_t *m = NULL;
     uint64_t now = 0;
-    cr_assert_eq(sl_master_state_open(&o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open_with(dir, &so, &o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
     sl_master_state_job_spec_t spec = spec_of("p", N, EPOCHS, true, s);
     spec.ranks = static_sharding ? 3 : 1;
     spec.static_sharding = static_sharding;
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
+    cr_assert_eq(ms_sync(m, &err), SL_OK);
     /* delivered[e][split][row]: how often the row reached a trainer (a
      * COMMITTED answer, after a sync) or was committed as empty. */
     static uint8_t delivered[EPOCHS][N][64];
@@ -844,11 +843,11 @@ static void property_exactly_once(bool static_sharding, const char *seed_name)
              * what included, state_attr.c). */
             char *live = NULL;
             if (tu_below(&s, 2) == 0) {
-                cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+                cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
                 live = dump_of(m);
             }
-            sl_master_state_destroy(m);
-            cr_assert_eq(sl_master_state_open(&o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
+            ms_destroy(m);
+            cr_assert_eq(ms_open_with(dir, &so, &o, now, &m, NULL, &err), SL_OK, "%s", err.msg);
             if (live != NULL) {
                 char *replayed = dump_of(m);
                 cr_assert_str_eq(replayed, live, "replay differs from the live state");
@@ -896,7 +895,7 @@ static void property_exactly_once(bool static_sharding, const char *seed_name)
                 m, "p", b->epoch, b->split, b->gen, b->from, b->to, cid, b->nonce, &err);
             cr_assert_neq(res, SL_MASTER_COMMIT_ERROR, "%s", err.msg);
             if (tu_below(&s, 4) == 0) continue; /* answer lost (connection, crash): retry */
-            cr_assert_eq(sl_master_state_sync(m, &err), SL_OK, "%s", err.msg);
+            cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
             if (res == SL_MASTER_COMMITTED)
                 for (uint64_t r = b->from; r < b->to; r++)
                     delivered[b->epoch][b->split][r]++;
@@ -958,7 +957,7 @@ static void property_exactly_once(bool static_sharding, const char *seed_name)
             m, "p", x->l.epoch, x->l.split, x->l.generation, x->empty, x->num_empty, &err);
         cr_assert(rr != SL_MASTER_READ_ERROR, "%d %s", rr, err.msg);
         if (rr != SL_MASTER_READ_STALE) {
-            cr_assert_eq(sl_master_state_sync(m, &err), SL_OK);
+            cr_assert_eq(ms_sync(m, &err), SL_OK);
             for (uint32_t k = 0; k < x->num_empty; k++)
                 for (uint64_t r = x->empty[k].from_row; r < x->empty[k].to_row; r++)
                     empty_seen[x->l.epoch][x->l.split][r] = 1;
@@ -995,7 +994,7 @@ static void property_exactly_once(bool static_sharding, const char *seed_name)
             }
     cr_assert_gt(total, 0);
     cr_assert_gt(restarts, 0);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     rm_state_dir(dir);
     tu_alloc_assert_clean(&g_ta);
 }
@@ -1031,7 +1030,7 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
     sl_err_t rc = SL_OK;
     switch (step) {
     case 0:
-        return sl_master_state_open(&x->b.o, 0, &x->b.m, NULL, err);
+        return ms_open(x->b.dir, &x->b.o, 0, &x->b.m, NULL, err);
     case 1: {
         sl_master_state_job_spec_t spec = spec_of("j", 4, 2, true, 7);
         spec.spec_json = "{\"id\":\"j\"}";
@@ -1101,9 +1100,9 @@ static sl_err_t life_step(void *life, int step, sl_error_t *err)
         return rc != SL_OK ? rc : sl_master_state_expire(x->b.m, 300000, NULL, err);
     }
     case 13:
-        return sl_master_state_sync(x->b.m, err);
+        return ms_sync(x->b.m, err);
     case 14:
-        return sl_master_state_compact(x->b.m, err);
+        return ms_compact(x->b.m, err);
     case 15: {
         sl_master_state_job_spec_t spec = spec_of("k", 2, 1, false, 0);
         rc = sl_master_state_job_add(x->b.m, &spec, err);

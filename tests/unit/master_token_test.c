@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dpp/master/state.h"
+#include "master_store_tu.h"
 #include "testutil.h"
 
 #define NSPLIT 12
@@ -119,7 +120,7 @@ typedef struct sim {
 static void open_master(sim *s)
 {
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&s->o, s->now, &s->m, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_open(s->dir, &s->o, s->now, &s->m, NULL, &err), SL_OK, "%s", err.msg);
 }
 
 static char *dump_of(const sl_master_state_t *m)
@@ -138,10 +139,10 @@ static char *dump_of(const sl_master_state_t *m)
 static void restart_master(sim *s, bool compact)
 {
     sl_error_t err = {0};
-    if (compact) cr_assert_eq(sl_master_state_compact(s->m, &err), SL_OK, "%s", err.msg);
-    cr_assert_eq(sl_master_state_sync(s->m, &err), SL_OK, "%s", err.msg);
+    if (compact) cr_assert_eq(ms_compact(s->m, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(s->m, &err), SL_OK, "%s", err.msg);
     char *before = dump_of(s->m);
-    sl_master_state_destroy(s->m);
+    ms_destroy(s->m);
     open_master(s);
     char *after = dump_of(s->m);
     cr_assert_str_eq(after, before, "replay differs from the live state");
@@ -157,8 +158,7 @@ static void sim_init(sim *s, uint32_t ranks, bool static_sh, int run, uint64_t s
     s->static_sh = static_sh;
     s->seed = seed;
     s->dir = tu_mkdtemp("master-token");
-    s->o = (sl_master_state_opts_t){
-        .state_dir = s->dir, .lease_timeout_ms = 1u << 30, .allocator = ALLOC};
+    s->o = (sl_master_state_opts_t){.lease_timeout_ms = 1u << 30, .allocator = ALLOC};
     for (int i = 0; i < MAXW; i++)
         snprintf(s->w[i].name, sizeof s->w[i].name, "w%d", i);
     for (uint32_t r = 0; r < ranks; r++)
@@ -170,7 +170,7 @@ static void sim_free(sim *s)
 {
     for (uint32_t r = 0; r < MAXR; r++)
         if (s->c[r].tok != NULL) sl_free(ALLOC, s->c[r].tok, s->c[r].tlen);
-    sl_master_state_destroy(s->m);
+    ms_destroy(s->m);
     tu_rm_tree(s->dir);
     free(s->dir);
 }
@@ -466,7 +466,7 @@ static sl_err_t try_resume(void *const *t, const size_t *len, uint32_t n, const 
 {
     sl_master_state_opts_t o = {.allocator = ALLOC};
     sl_master_state_t *q;
-    cr_assert_eq(sl_master_state_open(&o, 0, &q, NULL, err), SL_OK);
+    cr_assert_eq(sl_master_state_new(&o, &q, err), SL_OK);
     sl_master_state_job_spec_t spec = spec_of(2, false);
     spec.job_id = job;
     sl_err_t rc = sl_master_state_job_resume_ranks(q, &spec, (const void *const *)t, len, n, err);
@@ -474,7 +474,7 @@ static sl_err_t try_resume(void *const *t, const size_t *len, uint32_t n, const 
     sl_error_t e2 = {0};
     /* a refused set starts nothing */
     if (rc != SL_OK) cr_assert_eq(sl_master_state_job_status(q, job, &st, &e2), SL_ERR_NOT_FOUND);
-    sl_master_state_destroy(q);
+    ms_destroy(q);
     return rc;
 }
 
@@ -485,8 +485,8 @@ Test(master_token, a_set_that_cannot_be_honoured_is_refused_naming_why)
     sl_master_state_opts_t o = {.allocator = ALLOC};
     sl_master_state_t *m, *m2;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK);
-    cr_assert_eq(sl_master_state_open(&o, 0, &m2, NULL, &err), SL_OK);
+    cr_assert_eq(sl_master_state_new(&o, &m, &err), SL_OK);
+    cr_assert_eq(sl_master_state_new(&o, &m2, &err), SL_OK);
     sl_master_state_job_spec_t spec = spec_of(3, false);
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_master_state_job_add(m2, &spec, &err), SL_OK, "%s", err.msg); /* another run */
@@ -577,8 +577,8 @@ Test(master_token, a_set_that_cannot_be_honoured_is_refused_naming_why)
     void *x;
     size_t xl;
     cr_assert_eq(sl_master_state_token_take(m, &req, &x, &xl, &err), SL_ERR_INVALID);
-    sl_master_state_destroy(m);
-    sl_master_state_destroy(m2);
+    ms_destroy(m);
+    ms_destroy(m2);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -642,7 +642,7 @@ Test(master_token, epochs_apart)
     sl_master_state_opts_t o = {.allocator = ALLOC};
     sl_master_state_t *m;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK);
+    cr_assert_eq(sl_master_state_new(&o, &m, &err), SL_OK);
     sl_master_state_job_spec_t spec = {
         .job_id = "j", .splits = g_splits, .num_splits = 2, .epochs = 4, .ranks = 2};
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
@@ -659,8 +659,8 @@ Test(master_token, epochs_apart)
      * everything but a's held [5,10) of split 0; epoch 1 keeps b's [0,4) */
     sl_master_state_t *q;
     char *dir = tu_mkdtemp("master-token-later");
-    sl_master_state_opts_t qo = {.state_dir = dir, .allocator = ALLOC};
-    cr_assert_eq(sl_master_state_open(&qo, 0, &q, NULL, &err), SL_OK);
+    sl_master_state_opts_t qo = {.allocator = ALLOC};
+    cr_assert_eq(ms_open(dir, &qo, 0, &q, NULL, &err), SL_OK);
     const void *ts[2] = {tb, ta};
     size_t ls[2] = {lb, la};
     sl_master_state_job_spec_t spec3 = spec;
@@ -670,9 +670,9 @@ Test(master_token, epochs_apart)
     /* the later epoch's ranges wait in the state: a snapshot keeps them */
     char *before = dump_of(q);
     cr_assert(strstr(before, " later 1:0[0,4)\n") != NULL, "%s", before);
-    cr_assert_eq(sl_master_state_compact(q, &err), SL_OK, "%s", err.msg);
-    sl_master_state_destroy(q);
-    cr_assert_eq(sl_master_state_open(&qo, 0, &q, NULL, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_compact(q, &err), SL_OK, "%s", err.msg);
+    ms_destroy(q);
+    cr_assert_eq(ms_open(dir, &qo, 0, &q, NULL, &err), SL_OK, "%s", err.msg);
     char *after = dump_of(q);
     cr_assert_str_eq(after, before);
     free(before);
@@ -696,16 +696,16 @@ Test(master_token, epochs_apart)
     cr_assert_eq(sl_master_state_committed(q, "j", 1, &r, &n, &err), SL_OK);
     cr_assert_eq(n, 0);
     /* replay applies them at the same point */
-    cr_assert_eq(sl_master_state_sync(q, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(ms_sync(q, &err), SL_OK, "%s", err.msg);
     before = dump_of(q);
     cr_assert(strstr(before, " later ") == NULL, "%s", before);
-    sl_master_state_destroy(q);
-    cr_assert_eq(sl_master_state_open(&qo, 0, &q, NULL, &err), SL_OK, "%s", err.msg);
+    ms_destroy(q);
+    cr_assert_eq(ms_open(dir, &qo, 0, &q, NULL, &err), SL_OK, "%s", err.msg);
     after = dump_of(q);
     cr_assert_str_eq(after, before);
     free(before);
     free(after);
-    sl_master_state_destroy(q);
+    ms_destroy(q);
     tu_rm_tree(dir);
     free(dir);
 
@@ -716,10 +716,10 @@ Test(master_token, epochs_apart)
     tb = take(m, "b", 1, 2, NULL, 0, &lb, SL_OK, &err);
     ts[0] = tb;
     ls[0] = lb;
-    cr_assert_eq(sl_master_state_open(&o, 0, &q, NULL, &err), SL_OK);
+    cr_assert_eq(sl_master_state_new(&o, &q, &err), SL_OK);
     cr_assert_eq(sl_master_state_job_resume_ranks(q, &spec, ts, ls, 2, &err), SL_ERR_INVALID);
     cr_assert(strstr(err.msg, "tokens taken in epochs 0 and 2") != NULL, "%s", err.msg);
-    sl_master_state_destroy(q);
+    ms_destroy(q);
     /* a still holds [5,10) of epoch 0: no token in epoch 2 */
     void *tx = take(m, "a", 0, 2, &held, 1, &lx, SL_ERR_INVALID, &err);
     cr_assert_null(tx);
@@ -728,7 +728,7 @@ Test(master_token, epochs_apart)
               "%s", err.msg);
     sl_free(ALLOC, ta, la);
     sl_free(ALLOC, tb, lb);
-    sl_master_state_destroy(m);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }
 
@@ -747,7 +747,7 @@ Test(master_token, static_resume_shares_the_rows_left)
     sl_master_state_opts_t o = {.allocator = ALLOC};
     sl_master_state_t *m;
     sl_error_t err = {0};
-    cr_assert_eq(sl_master_state_open(&o, 0, &m, NULL, &err), SL_OK);
+    cr_assert_eq(sl_master_state_new(&o, &m, &err), SL_OK);
     sl_master_state_job_spec_t spec = {
         .job_id = "j", .splits = g_splits, .num_splits = 6, .epochs = 2, .ranks = 1};
     cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
@@ -758,7 +758,7 @@ Test(master_token, static_resume_shares_the_rows_left)
     size_t len;
     void *t = take(m, "a", 0, 1, NULL, 0, &len, SL_OK, &err);
     sl_master_state_t *q;
-    cr_assert_eq(sl_master_state_open(&o, 0, &q, NULL, &err), SL_OK);
+    cr_assert_eq(sl_master_state_new(&o, &q, &err), SL_OK);
     sl_master_state_job_spec_t s2 = spec;
     s2.ranks = 2;
     s2.static_sharding = true;
@@ -786,7 +786,7 @@ Test(master_token, static_resume_shares_the_rows_left)
         per[sl_master_state_split_rank(q, "j", s) - 1]++;
     cr_assert(per[0] == 3 && per[1] == 3, "%u + %u splits", per[0], per[1]);
     sl_free(ALLOC, t, len);
-    sl_master_state_destroy(q);
-    sl_master_state_destroy(m);
+    ms_destroy(q);
+    ms_destroy(m);
     tu_alloc_assert_clean(&g_ta);
 }

@@ -477,8 +477,8 @@ static void status_into(void *ctx, const sl_master_status_view_t *v)
         "lease_revocations", (json_int_t)c->revocations, "commits", (json_int_t)c->commits,
         "overlaps", (json_int_t)c->overlaps, "stale",
         (json_int_t)(c->stale_commits + c->stale_refused + c->unleased_commits), "journal_syncs",
-        (json_int_t)c->journal_syncs, "compactions", (json_int_t)c->compactions, "splits",
-        "pending", (json_int_t)c->pending, "leased", (json_int_t)c->leased, "done",
+        (json_int_t)v->store.journal_syncs, "compactions", (json_int_t)v->store.compactions,
+        "splits", "pending", (json_int_t)c->pending, "leased", (json_int_t)c->leased, "done",
         (json_int_t)c->done, "failure", v->failure);
     s->failed = json_array();
     s->has_executor = v->has_executor;

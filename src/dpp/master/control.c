@@ -287,9 +287,9 @@ static void flush_deferred(sl_master_t *m)
     sl_error_t err = {0};
     uint64_t ticket = 0;
     sl_mutex_lock(&m->mu);
-    bool ok = !m->failed && sl_master_state_sync_begin(m->st, &ticket, &err) == SL_OK;
+    bool ok = !m->failed && sl_master_store_sync_begin(m->state_store, &ticket, &err) == SL_OK;
     sl_mutex_unlock(&m->mu);
-    if (ok) ok = sl_master_state_sync_wait(m->st, ticket, &err) == SL_OK;
+    if (ok) ok = sl_master_store_sync_wait(m->state_store, ticket, &err) == SL_OK;
     sl_mutex_lock(&m->mu);
     if (!ok) mp_fail(m, &err);
     for (uint32_t k = 0; k < m->ndeferred; k++) {

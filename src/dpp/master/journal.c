@@ -2,6 +2,7 @@
  * buffered appends with group-commit fdatasync, and compaction by atomic
  * replacement. See journal.h for the format and the recovery rules. */
 #include "common/clock.h"
+#include "common/err.h"
 #include "common/fileio.h"
 #include "common/lock.h"
 #include "common/mem.h"
@@ -83,8 +84,7 @@ sl_err_t sl_master_journal_scan(const void *buf, size_t len, const char *name, s
             goto bad;
         }
         if (fn != NULL) {
-            sl_err_t rc = fn(ctx, payload, rlen, off, err);
-            if (rc != SL_OK) return rc;
+            SL_FORWARD_IF_ERROR(fn(ctx, payload, rlen, off, err));
         }
         out->records++;
         off += SL_MASTER_JOURNAL_RECORD_HEADER_BYTES + (size_t)rlen;
@@ -185,8 +185,7 @@ static sl_err_t journal_create(sl_master_journal_t *j, uint64_t gen, sl_error_t 
     memcpy(head, SL_MASTER_JOURNAL_MAGIC, 4);
     sl_le_put_u32(head + 4, SL_MASTER_JOURNAL_VERSION);
     sl_le_put_u64(head + 8, gen);
-    sl_err_t rc = mj_write_atomic(j, j->path, head, sizeof head, NULL, 0, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(mj_write_atomic(j, j->path, head, sizeof head, NULL, 0, err));
     int fd = open(j->path, O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0) return sl_error_set(err, SL_ERR_IO, "open %s: %s", j->path, strerror(errno));
     if (j->fd >= 0) close(j->fd);

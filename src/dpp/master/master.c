@@ -106,7 +106,7 @@ void mp_fail(sl_master_t *m, const sl_error_t *err)
  * leaves the master unable to promise anything. */
 static sl_err_t sync_locked(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu)
 {
-    sl_err_t rc = sl_master_state_sync(m->st, err);
+    sl_err_t rc = sl_master_store_sync(m->state_store, err);
     if (rc != SL_OK) mp_fail(m, err);
     return rc;
 }
@@ -120,10 +120,10 @@ sl_err_t mp_sync(sl_master_t *m, sl_error_t *err)
  * (wait_unlocked): what was appended so far is sealed, *ticket names it. */
 static sl_err_t begin_locked(sl_master_t *m, uint64_t *ticket, sl_error_t *err) SL_REQUIRES(m->mu)
 {
-    sl_err_t rc = sl_master_state_sync_begin(m->st, ticket, err);
+    sl_err_t rc = sl_master_store_sync_begin(m->state_store, ticket, err);
     if (rc != SL_OK) mp_fail(m, err);
-    /* m->st is used without the lock until wait_unlocked: recover.c does
-     * not replace it meanwhile */
+    /* m->state_store is used without the lock until wait_unlocked: recover.c
+     * does not replace it meanwhile */
     if (rc == SL_OK) m->st_pins++;
     return rc;
 }
@@ -133,7 +133,7 @@ static sl_err_t begin_locked(sl_master_t *m, uint64_t *ticket, sl_error_t *err) 
  * the master, as sync_locked's does). */
 static sl_err_t wait_unlocked(sl_master_t *m, uint64_t ticket, sl_error_t *err) SL_EXCLUDES(m->mu)
 {
-    sl_err_t rc = sl_master_state_sync_wait(m->st, ticket, err);
+    sl_err_t rc = sl_master_store_sync_wait(m->state_store, ticket, err);
     sl_mutex_lock(&m->mu);
     m->st_pins--;
     if (rc != SL_OK) mp_fail(m, err);
@@ -307,7 +307,10 @@ static void destroy(sl_master_t *m)
     if (m == NULL) return;
     mp_kafka_watch_stop(m); /* idempotent */
     mp_server_stop(m);      /* idempotent, and frees what a failed start got */
-    sl_master_state_destroy(m->st);
+    if (m->state_store != NULL)
+        sl_master_store_destroy(m->state_store); /* and m->st, which it owns */
+    else
+        sl_master_state_destroy(m->st);
     sl_strfree(m->a, m->state_dir);
     sl_master_autocache_destroy(m->cache);
     sl_free(m->a, m->kpos, (size_t)m->cap_kpos * sizeof *m->kpos);
@@ -385,26 +388,32 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
     m->started_ms = sl_clock_ms();
-    sl_master_state_opts_t so = {.state_dir = o->state_dir,
-                                 .lease_timeout_ms = o->lease_timeout_ms,
+    sl_master_state_opts_t so = {.lease_timeout_ms = o->lease_timeout_ms,
                                  .max_jobs = o->max_jobs,
                                  .max_workers = o->max_workers,
                                  .max_clients = o->max_clients,
                                  .max_answers = o->max_answers,
-                                 .compact_bytes = o->compact_bytes,
-                                 .compact_in_background = true,
                                  .kafka_chunks_ahead = o->kafka_chunks_ahead,
                                  .allocator = m->a};
     /* kept for recover.c, which opens the directory again */
     m->state_opts = so;
-    m->state_opts.state_dir = NULL;
+    m->store_opts =
+        (sl_master_store_opts_t){.compact_bytes = o->compact_bytes, .compact_in_background = true};
     m->state_dir = o->state_dir != NULL ? sl_strdup(m->a, o->state_dir) : NULL;
     if (o->state_dir != NULL && m->state_dir == NULL) {
         destroy(m);
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
-    sl_master_journal_open_info_t info;
-    sl_err_t rc = sl_master_state_open(&so, m->started_ms, &m->st, &info, err);
+    sl_master_journal_open_info_t info = {0};
+    sl_err_t rc;
+    if (m->state_dir != NULL) {
+        sl_master_store_opts_t sto = m->store_opts;
+        sto.dir = m->state_dir;
+        rc = sl_master_store_open(&sto, &so, m->started_ms, &m->state_store, &info, err);
+        if (rc == SL_OK) m->st = sl_master_store_state(m->state_store);
+    } else {
+        rc = sl_master_state_new(&so, &m->st, err);
+    }
     if (rc != SL_OK) {
         sl_error_prefix(err, "state %s: ", o->state_dir ? o->state_dir : "(memory)");
         destroy(m);
@@ -444,7 +453,7 @@ void sl_master_stop(sl_master_t *m)
     mp_server_stop(m); /* idempotent, and frees what a failed start got */
     sl_error_t err = {0};
     sl_mutex_lock(&m->mu);
-    if (!m->failed && sl_master_state_sync(m->st, &err) != SL_OK)
+    if (!m->failed && sl_master_store_sync(m->state_store, &err) != SL_OK)
         sl_log_kv(SL_LOG_ERROR, SL_EV(FINAL_SYNC_FAILED), (SL_KV_STR("reason", err.msg)),
                   "final sync: %s", err.msg);
     sl_mutex_unlock(&m->mu);
@@ -883,6 +892,7 @@ sl_err_t sl_master_visit(sl_master_t *m, const char *job_id, const sl_master_vis
                                       .has_executor = m->has_exec,
                                       .executor = m->exec};
         sl_master_state_counters(m->st, &st.counters);
+        sl_master_store_counters(m->state_store, &st.store);
         v->status(v->ctx, &st);
     }
     if (v->job != NULL) {

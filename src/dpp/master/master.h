@@ -39,6 +39,7 @@
 #include "dpp/master/autoscale.h"
 #include "dpp/master/executor.h"
 #include "dpp/master/state.h"
+#include "dpp/master/state_store.h"
 #include "dpp/pipeline/problems.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
@@ -251,8 +252,9 @@ typedef struct sl_master_status_view {
     uint64_t uptime_s;
     uint32_t workers, clients; /* connected now */
     sl_master_state_counters_t counters;
-    const char *failure; /* why the state failed; "" when it did not */
-    bool has_executor;   /* executor: the last sl_master_report_executor */
+    sl_master_store_counters_t store; /* the journal's syncs and compactions */
+    const char *failure;              /* why the state failed; "" when it did not */
+    bool has_executor;                /* executor: the last sl_master_report_executor */
     sl_master_executor_stats_t executor;
 } sl_master_status_view_t;
 

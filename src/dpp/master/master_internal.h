@@ -142,14 +142,17 @@ struct sl_master {
     const sl_allocator_t *a;
     sl_mutex_t mu;
     sl_master_state_t *st;
+    sl_master_store_t *state_store; /* st's journal (owns st); NULL: st in memory */
     bool failed; /* a journal write or sync failed: not ready, mutations refused */
     char failure[256];
     /* Recovery in the running process (recover.c): the state directory
      * and options the state was opened with (state_dir owned; NULL: in
      * memory), when to try again and the backoff, begin_locked's not yet
-     * waited for (m->st is not replaced while any is), the counts. */
+     * waited for (m->st and m->state_store are not replaced while any is), the
+     * counts. */
     char *state_dir;
     sl_master_state_opts_t state_opts;
+    sl_master_store_opts_t store_opts; /* dir NULL: it is state_dir */
     uint64_t recover_at_ms, recover_delay_ms;
     uint32_t st_pins;
     uint64_t recoveries, recovery_failures;

@@ -97,6 +97,8 @@ char *sl_master_metrics_text(sl_master_t *m)
     sl_mutex_lock(&m->mu);
     sl_master_state_counters_t c;
     sl_master_state_counters(m->st, &c);
+    sl_master_store_counters_t sc;
+    sl_master_store_counters(m->state_store, &sc);
     sl_prom_family_def(&p, SL_M(MASTER_JOBS));
     sl_prom_sample_def(&p, SL_M(MASTER_JOBS), NULL, c.jobs);
     sl_prom_family_def(&p, SL_M(MASTER_WORKERS));
@@ -142,10 +144,10 @@ char *sl_master_metrics_text(sl_master_t *m)
         open += m->conns[i].fd >= 0;
     sl_prom_sample_def(&p, SL_M(MASTER_CONNECTIONS), NULL, open);
     sl_prom_family_def(&p, SL_M(MASTER_JOURNAL_SYNCS_TOTAL));
-    sl_prom_sample_def(&p, SL_M(MASTER_JOURNAL_SYNCS_TOTAL), NULL, (double)c.journal_syncs);
-    journal_sync_metrics(&p, &c.journal_sync);
+    sl_prom_sample_def(&p, SL_M(MASTER_JOURNAL_SYNCS_TOTAL), NULL, (double)sc.journal_syncs);
+    journal_sync_metrics(&p, &sc.journal_sync);
     sl_prom_family_def(&p, SL_M(MASTER_JOURNAL_COMPACTIONS_TOTAL));
-    sl_prom_sample_def(&p, SL_M(MASTER_JOURNAL_COMPACTIONS_TOTAL), NULL, (double)c.compactions);
+    sl_prom_sample_def(&p, SL_M(MASTER_JOURNAL_COMPACTIONS_TOTAL), NULL, (double)sc.compactions);
     sl_prom_family_def(&p, SL_M(MASTER_STATE_RECOVERIES_TOTAL));
     sl_prom_sample_def(&p, SL_M(MASTER_STATE_RECOVERIES_TOTAL),
                        sl_prom_label(lab, sizeof lab, "result", "ok"), (double)m->recoveries);

@@ -40,17 +40,17 @@ void mp_recover(sl_master_t *m)
     bool due = m->failed && m->state_dir != NULL && m->st_pins == 0 && now >= m->recover_at_ms;
     /* The failed journal's compaction, if one runs, ends before its
      * directory is opened again (no one starts another: m->failed). */
-    if (due) sl_master_state_compact_wait(m->st);
+    if (due) sl_master_store_compact_wait(m->state_store);
     sl_mutex_unlock(&m->mu);
     if (!due) return;
     /* Replay outside the lock: admin requests and scrapes go on (every
      * change is refused meanwhile). */
-    sl_master_state_opts_t so = m->state_opts;
-    so.state_dir = m->state_dir;
-    sl_master_state_t *st = NULL;
+    sl_master_store_opts_t sto = m->store_opts;
+    sto.dir = m->state_dir;
+    sl_master_store_t *store = NULL;
     sl_master_journal_open_info_t info;
     sl_error_t err = {0};
-    sl_err_t rc = sl_master_state_open(&so, now, &st, &info, &err);
+    sl_err_t rc = sl_master_store_open(&sto, &m->state_opts, now, &store, &info, &err);
     sl_mutex_lock(&m->mu);
     if (rc != SL_OK) {
         m->recovery_failures++;
@@ -64,8 +64,9 @@ void mp_recover(sl_master_t *m)
         sl_mutex_unlock(&m->mu);
         return;
     }
-    sl_master_state_t *old = m->st;
-    m->st = st;
+    sl_master_store_t *old = m->state_store;
+    m->state_store = store;
+    m->st = sl_master_store_state(store);
     m->failed = false;
     m->recoveries++;
     char was[sizeof m->failure];
@@ -86,5 +87,5 @@ void mp_recover(sl_master_t *m)
     sl_mutex_unlock(&m->mu);
     /* Nothing uses the old state now (no pins, the control thread is
      * here); what it appended after the failure was never durable. */
-    sl_master_state_destroy(old);
+    sl_master_store_destroy(old);
 }

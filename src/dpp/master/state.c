@@ -513,14 +513,11 @@ void sl_master_state_counters(const sl_master_state_t *m, sl_master_state_counte
         out->leased += jb->count[SL_MASTER_SPLIT_LEASED];
         out->done += jb->count[SL_MASTER_SPLIT_DONE];
     }
-    if (m->journal != NULL) out->journal_syncs = sl_master_journal_syncs(m->journal);
-    sl_master_journal_sync_hist(m->journal, &out->journal_sync);
 }
 
 void sl_master_state_destroy(sl_master_state_t *m)
 {
     if (m == NULL) return;
-    sl_master_journal_close(m->journal);
     for (uint32_t i = 0; m->jobs != NULL && i < m->opts.max_jobs; i++)
         job_free(m->a, m->jobs[i]);
     sl_free(m->a, m->jobs, (size_t)m->opts.max_jobs * sizeof *m->jobs);

@@ -1,9 +1,12 @@
 /* The DPP master's state machine: jobs, their splits, leases to workers,
  * epochs, committed row ranges, per-client commit answers, resume tokens,
- * static sharding, and the journal that makes it all survive a crash
- * (journal.h). No sockets, no threads: the master process (master.h) wraps
- * it and calls every function under one lock of its own (a master handle
- * is not thread-safe).
+ * static sharding. No sockets, no threads, no files: every change is one
+ * record handed to a record sink (below); the process's store (state_store.h)
+ * owns the journal that makes it all survive a crash (journal.h): it
+ * opens it, replays it into a state, syncs and compacts it. The master
+ * process (master.h) wraps both and calls every function under one lock
+ * of its own (a master handle is not thread-safe). A state made by
+ * sl_master_state_new lives in memory only: tests need no directory.
  *
  * A split, per epoch:  PENDING --lease_next--> LEASED(worker, expiry, gen)
  *                        ^                        |        |
@@ -44,9 +47,10 @@
  * reached the worker, or the leases of a process replaced under the same
  * worker id, never outlive one lease timeout.
  *
- * Durability (opts.state_dir set): every change is one journal record.
- * Records are buffered; sl_master_state_sync writes and fdatasyncs them (group
- * commit; the master calls it once per loop iteration). A peer must not be
+ * Durability (in a store): every change is one journal record, handed
+ * to the sink, which buffers it; sl_master_store_sync (state_store.h) writes
+ * and fdatasyncs them (group commit; the master calls it once per loop
+ * iteration). A peer must not be
  * told the answer to a commit (any answer: an OVERLAP may rest on another
  * client's unsynced commit), a split_read, a job add/resume/remove, or get
  * a resume token, before a sync has returned after the call: those are what
@@ -71,7 +75,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dpp/master/journal.h"
 #include "dpp/master/admin_limits.h"
 #include "dpp/split.h"
 #include "sluice/alloc.h"
@@ -105,19 +108,14 @@ typedef enum sl_master_split_state {
 } sl_master_split_state_t;
 
 typedef struct sl_master_state_opts {
-    const char *state_dir;     /* NULL: in memory only, nothing journaled */
     uint64_t lease_timeout_ms; /* 0: 10000 */
-    uint64_t compact_bytes;    /* journal size that triggers compaction; 0: 64 MiB */
-    /* Compaction by a thread of the journal's (sl_master_journal_compact_start):
-     * the sync that finds the journal too big only encodes the snapshot. */
-    bool compact_in_background;
-    uint32_t max_jobs;    /* 0: 64 */
-    uint32_t max_workers; /* distinct worker ids ever seen; 0: 65536 */
-    uint32_t max_splits;  /* per job; 0: 16M */
-    uint32_t max_name;    /* bytes of a job, worker or client id; 0: 255 */
-    uint32_t max_clients; /* distinct client ids remembered; 0: 4096 */
-    uint32_t max_answers; /* accepted nonces remembered per client; 0: 1024 */
-    uint32_t max_ranges;  /* committed ranges per split at once; 0: 65536 */
+    uint32_t max_jobs;         /* 0: 64 */
+    uint32_t max_workers;      /* distinct worker ids ever seen; 0: 65536 */
+    uint32_t max_splits;       /* per job; 0: 16M */
+    uint32_t max_name;         /* bytes of a job, worker or client id; 0: 255 */
+    uint32_t max_clients;      /* distinct client ids remembered; 0: 4096 */
+    uint32_t max_answers;      /* accepted nonces remembered per client; 0: 1024 */
+    uint32_t max_ranges;       /* committed ranges per split at once; 0: 65536 */
     /* Kafka jobs: a partition gets a new chunk when it has no PENDING chunk
      * and fewer than this many chunks not DONE; 0: 4 (docs/KAFKA.md) */
     uint32_t kafka_chunks_ahead;
@@ -126,18 +124,57 @@ typedef struct sl_master_state_opts {
 
 typedef struct sl_master_state sl_master_state_t;
 
-/* Open a master: with a state directory, replay its snapshot and journal
- * (a torn last record is cut away and reported in info->warning; damage in
- * the middle is an error naming file and offset), then treat every lease
- * found as expiring at now_ms + lease timeout (its worker may still be
- * alive and renew it). info may be NULL. Caller owns *out, free with
- * sl_master_state_destroy. */
-sl_err_t sl_master_state_open(const sl_master_state_opts_t *opts, uint64_t now_ms,
-                              sl_master_state_t **out, sl_master_journal_open_info_t *info,
-                              sl_error_t *err);
+/* An empty state in memory (no sink: nothing journaled). opts may be
+ * NULL (every default). Caller owns *out, free with
+ * sl_master_state_destroy. A state with a journal behind it comes from
+ * sl_master_store_open (state_store.h), which owns it. */
+sl_err_t sl_master_state_new(const sl_master_state_opts_t *opts, sl_master_state_t **out,
+                             sl_error_t *err);
 
-/* Does not sync: call sl_master_state_sync first. m may be NULL. */
+/* m may be NULL. A state of a store is destroyed by the store. */
 void sl_master_state_destroy(sl_master_state_t *m);
+
+/* ---- the record sink and replay (the store's side, state_store.c) ------------------- */
+
+/* Where the state's records go: append takes one packed Record
+ * (proto/master.proto) of len bytes, buffered (durable after the
+ * owner's next sync); a failure (SL_ERR_IO of a broken journal,
+ * SL_ERR_TOO_LARGE, SL_ERR_NOMEM) fails the transition, which then
+ * changed nothing. Called under the caller's lock, from the transition. */
+typedef struct sl_master_record_sink {
+    sl_err_t (*append)(void *ctx, const void *record, size_t len, sl_error_t *err);
+    void *ctx;
+} sl_master_record_sink_t;
+
+/* Send every later record to sink (copied; NULL: none, nothing journaled).
+ * Takes the room of the record buffer now, so that the first record
+ * after a replay (Opened) cannot fail for memory: SL_ERR_NOMEM sets
+ * nothing. */
+sl_err_t sl_master_state_set_sink(sl_master_state_t *m, const sl_master_record_sink_t *sink,
+                                  sl_error_t *err);
+
+/* Replay, by the one Apply that live transitions use: one packed Record
+ * read back at offset (for messages), or a whole packed Snapshot (once,
+ * into an empty state, before any record). A record a live master could
+ * not have written is SL_ERR_CORRUPT naming offset. */
+sl_err_t sl_master_state_apply_record(sl_master_state_t *m, const uint8_t *record, size_t len,
+                                      uint64_t offset, sl_error_t *err);
+sl_err_t sl_master_state_load_snapshot(sl_master_state_t *m, const uint8_t *snapshot, size_t len,
+                                       sl_error_t *err);
+
+/* The whole state as a packed Snapshot (what compaction writes; callable
+ * in a forked copy of the process). Caller owns *buf, free with
+ * sl_free(allocator, *buf, *len). */
+sl_err_t sl_master_state_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *len,
+                                         sl_error_t *err);
+
+/* After a replay: the pending queues rebuilt, every lease found expiring
+ * at now_ms + lease timeout (its worker may still be alive and renew it),
+ * clients idle from now_ms, counters of this run only; with a sink (a
+ * restart, not a test's replay) an Opened record moves generations past
+ * any the last run may have handed out unsynced; then every job whose
+ * splits are all DONE advances. Sync before granting a lease. */
+sl_err_t sl_master_state_replayed(sl_master_state_t *m, uint64_t now_ms, sl_error_t *err);
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
@@ -561,28 +598,6 @@ sl_err_t sl_master_state_committed(const sl_master_state_t *m, const char *job_i
 sl_err_t sl_master_state_expire(sl_master_state_t *m, uint64_t now_ms, uint32_t *expired,
                                 sl_error_t *err);
 
-/* Make every change so far durable (group commit), compacting the journal
- * first when it has outgrown opts.compact_bytes (with no memory for the
- * snapshot the journal is synced as it is, and the next sync compacts).
- * No-op in memory. */
-sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err);
-
-/* The same in two steps, so that the disk is waited for outside the
- * caller's lock: sync_begin (under it: compacts when due, seals what was
- * appended, *ticket names it), then sync_wait (without it; m's journal is
- * fixed at open, and nothing else of m is touched): durable when it
- * returns. No-op in memory. */
-sl_err_t sl_master_state_sync_begin(sl_master_state_t *m, uint64_t *ticket, sl_error_t *err);
-sl_err_t sl_master_state_sync_wait(sl_master_state_t *m, uint64_t ticket, sl_error_t *err);
-
-/* Wait for a background compaction of the journal to end (nothing
- * without one), under the caller's lock: before the state directory is
- * opened again (the master's recovery from a failed journal). */
-void sl_master_state_compact_wait(sl_master_state_t *m);
-
-/* Write a snapshot and start an empty journal now. */
-sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err);
-
 /* ---- client records ------------------------------------------------------------- */
 
 /* A client's record (its remembered commit nonces, bounded by max_clients)
@@ -670,10 +685,7 @@ typedef struct sl_master_state_counters {
     uint64_t committed_rows;   /* rows accepted by commits and split_read, every job */
     uint64_t stale_refused;    /* split_read under a dead generation */
     uint64_t epochs_advanced;
-    uint64_t journal_records;
-    uint64_t journal_syncs;
-    sl_master_journal_sync_hist_t journal_sync; /* latency of the journal's syncs */
-    uint64_t compactions;
+    uint64_t journal_records; /* handed to the sink (syncs, compactions: the store's) */
     uint64_t clients_evicted;
     uint64_t split_failures, splits_skipped, jobs_failed;
     uint32_t jobs, workers, clients; /* clients: records remembered now */
@@ -693,11 +705,5 @@ sl_err_t sl_master_state_check(const sl_master_state_t *m, sl_error_t *err);
  * for two masters in the same state however they got there. Caller owns
  * *out, free with sl_free(allocator, *out, *len + 1). */
 sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *len, sl_error_t *err);
-
-/* Apply journal bytes (a whole journal file's contents) to m, as open does:
- * for tests and the fuzz target. *torn (may be NULL) says a torn tail was
- * ignored. Only for a master without a state directory. */
-sl_err_t sl_master_state_replay(sl_master_state_t *m, const void *journal, size_t len, bool *torn,
-                                sl_error_t *err);
 
 #endif

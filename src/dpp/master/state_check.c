@@ -18,6 +18,7 @@
  * Callers hold the master's lock. */
 #include <stdio.h>
 
+#include "common/err.h"
 #include "dpp/master/state_internal.h"
 
 #define FAIL(...) return sl_error_set(err, SL_ERR_CORRUPT, __VA_ARGS__)
@@ -65,8 +66,7 @@ static sl_err_t check_job(const sl_master_state_t *m, uint32_t slot, const job *
     uint32_t count[3] = {0, 0, 0};
     uint64_t rows = 0, failures = 0;
     for (uint32_t i = 0; i < jb->n; i++) {
-        sl_err_t rc = m_check_split(m, jb, i, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(m_check_split(m, jb, i, err));
         const split_st *s = &jb->st[i];
         count[s->state]++;
         rows += s->committed;
@@ -98,8 +98,7 @@ sl_err_t sl_master_state_check(const sl_master_state_t *m, sl_error_t *err)
     uint32_t leased = 0, listed = 0;
     for (uint32_t slot = 0; slot < m->opts.max_jobs; slot++) {
         if (m->jobs[slot] == NULL) continue;
-        sl_err_t rc = check_job(m, slot, m->jobs[slot], &leased, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(check_job(m, slot, m->jobs[slot], &leased, err));
     }
     for (uint32_t w = 0; w < m->num_workers; w++) {
         const worker *wk = &m->workers[w];

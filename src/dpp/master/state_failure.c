@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "dpp/master/state_internal.h"
 
 void m_free_failure(const sl_allocator_t *a, job *jb)
@@ -182,8 +183,7 @@ static sl_err_t split_failed(sl_master_state_t *m, const sl_master_split_failure
                             "live lease",
                             f->job_id, f->epoch, f->split, (unsigned long long)f->generation);
     }
-    sl_err_t rc = journal_split_failed(m, jb, f->split, f->generation, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(journal_split_failed(m, jb, f->split, f->generation, err));
     *result = SL_MASTER_FAIL_RETRY;
     if (jb->st[f->split].failures < (max_failures ? max_failures : 1)) return SL_OK;
     if (jb->skip_bad) {

@@ -3,7 +3,8 @@
  * state from a record, live and in replay), state.c (jobs, epochs, the
  * views), state_leases.c (workers, the pending queue, leases),
  * state_commit.c, state_clients.c, state_failure.c, state_persist.c
- * (journal records, tokens) and state_replay.c (snapshots, dump, open).
+ * (journal records, tokens) and state_replay.c (snapshots, dump, the
+ * replay entry points of state.h that the store, state_store.c, calls).
  * Not an API.
  *
  * A transition (a live call of state.h) checks its request, reserves
@@ -216,8 +217,8 @@ struct sl_master_state {
     uint64_t next_generation;
     uint64_t now_ms; /* the latest time a caller gave (new clients start idle from it) */
     uint64_t runs;   /* jobs added by this process (run ids) */
-    sl_master_journal_t *journal;
-    uint8_t *scratch; /* record packing */
+    sl_master_record_sink_t sink; /* append NULL: none (in memory) */
+    uint8_t *scratch;             /* record packing */
     size_t scratch_cap;
     sl_master_state_counters_t c;
 };
@@ -550,7 +551,7 @@ sl_err_t m_journal_and_add(sl_master_state_t *m, Sluice__Master__JobAdded *ja, b
 sl_err_t m_kafka_resume(sl_master_state_t *m, const sl_master_state_job_spec_t *spec,
                         const void *const *tokens, const size_t *lens, uint32_t count, bool replace,
                         sl_error_t *err);
-/* Append rec to the journal (when there is one); changes no state. */
+/* Hand rec to the sink (when there is one); changes no state. */
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err);
 /* The journal's bytes of one record: unpacked and applied (m_apply). */
 sl_err_t m_apply_record(void *ctx, const uint8_t *payload, size_t len, uint64_t offset,
@@ -559,9 +560,6 @@ sl_err_t m_apply_snapshot(void *ctx, const uint8_t *payload, size_t len, sl_erro
 /* The whole state as a packed Snapshot (state_replay.c). Caller frees
  * *buf (*len bytes). */
 sl_err_t m_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *len, sl_error_t *err);
-/* Start a background compaction of the journal from a copy of the state
- * taken now (state_snapshot_fork.c). */
-sl_err_t m_compact_in_background(sl_master_state_t *m, sl_error_t *err);
 bool m_name_ok(const sl_master_state_t *m, const char *s);
 /* Check a JobAdded (from the API or from disk) and insert the job. */
 sl_err_t m_add_job(sl_master_state_t *m, const Sluice__Master__JobAdded *ja, sl_error_t *err);

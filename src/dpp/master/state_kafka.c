@@ -13,8 +13,9 @@
 
 #include <xxhash.h>
 
+#include "common/err.h"
 #include "dpp/master/state_internal.h"
-#include "kafka/chunk.h"
+#include "kafka/chunk_bounds.h"
 
 #define CHUNK_MAX (1u << 31)
 
@@ -85,8 +86,7 @@ sl_err_t m_kafka_check_spec(const sl_master_state_t *m, const Sluice__Master__Jo
                             "job '%s': chunk columns of unequal length, or paths", id);
     for (size_t i = 0; i < np; i++) {
         const Sluice__Master__KafkaPartition *p = spec->kafka_partitions[i];
-        sl_err_t rc = partition_check(id, p->topic, p->partition, p->start, p->stop, err);
-        if (rc != SL_OK) return rc;
+        SL_FORWARD_IF_ERROR(partition_check(id, p->topic, p->partition, p->start, p->stop, err));
     }
     for (size_t i = 0; i < n; i++)
         if (l->path_index[i] >= np)
@@ -277,8 +277,7 @@ void m_kafka_fold(job *jb, uint32_t p)
 static sl_err_t link_partition(sl_master_state_t *m, job *jb, const char *topic, int32_t partition,
                                int64_t start, int64_t stop, char *t, char *path, sl_error_t *err)
 {
-    sl_err_t rc = reserve_parts(m, jb, 1, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(reserve_parts(m, jb, 1, err));
     if (t == NULL) t = sl_strdup(m->a, topic);
     if (path == NULL) path = sl_strfmt(m->a, "%s/%d", topic, partition);
     if (t == NULL || path == NULL) {
@@ -568,8 +567,7 @@ static sl_err_t partition_check_join(const job *jb, const char *topic, int32_t p
     if (jb->epoch >= jb->epochs || jb->failed)
         return sl_error_set(err, SL_ERR_INVALID, "job '%s' has ended: no partition joins it",
                             jb->id);
-    sl_err_t rc = partition_check(jb->id, topic, partition, start, stop, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(partition_check(jb->id, topic, partition, start, stop, err));
     for (uint32_t p = 0; p < jb->nkp; p++)
         if (jb->kp[p].partition == partition && strcmp(jb->kp[p].topic, topic) == 0)
             return sl_error_set(err, SL_ERR_INVALID, "job '%s' reads %s/%d already", jb->id, topic,

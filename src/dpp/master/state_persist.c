@@ -1,21 +1,21 @@
-/* The DPP master's writing side: journal records (m_journal encodes and
- * appends every change's record; m_record in state_apply.c then applies it), the check of a job's
- * spec record (live and on replay), adding a job, and resume tokens (encode, and resume from one or
- * one per rank). Reading the journal back (records, snapshots), the dump
- * and open / sync / compact are in state_replay.c; the transitions
- * themselves in state.c, state_leases.c and their neighbours. Callers
- * hold the master's lock. */
+/* The DPP master's writing side: journal records (m_journal encodes every
+ * change's record and hands it to the sink; m_record in state_apply.c then applies it), the check
+ * of a job's spec record (live and on replay), adding a job, and resume tokens (encode, and resume
+ * from one or one per rank). Reading the journal back (records, snapshots), the dump and the replay
+ * entry points are in state_replay.c; the transitions themselves in state.c, state_leases.c and
+ * their neighbours. Callers hold the master's lock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
 
+#include "common/err.h"
 #include "dpp/master/state_internal.h"
 
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err)
 {
-    if (m->journal == NULL) return SL_OK;
+    if (m->sink.append == NULL) return SL_OK;
     size_t n = sluice__master__record__get_packed_size(rec);
     if (n > m->scratch_cap) {
         size_t cap = n < 4096 ? 4096 : n;
@@ -26,7 +26,7 @@ sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_e
         m->scratch_cap = cap;
     }
     sluice__master__record__pack(rec, m->scratch);
-    sl_err_t rc = sl_master_journal_append(m->journal, m->scratch, n, err);
+    sl_err_t rc = m->sink.append(m->sink.ctx, m->scratch, n, err);
     if (n > (1u << 20)) { /* a job's split list: do not keep that much around */
         sl_free(m->a, m->scratch, m->scratch_cap);
         m->scratch = NULL;
@@ -89,8 +89,7 @@ sl_err_t m_check_spec(const sl_master_state_t *m, const Sluice__Master__JobSpec 
 sl_err_t m_check_job(const sl_master_state_t *m, const Sluice__Master__JobAdded *ja, bool replacing,
                      sl_error_t *err)
 {
-    sl_err_t rc = m_check_spec(m, ja->spec, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(m_check_spec(m, ja->spec, err));
     const Sluice__Master__SplitList *l = ja->spec->splits;
     if (!replacing && m_find_job(m, ja->spec->job_id, NULL) != NULL)
         return sl_error_set(err, SL_ERR_INVALID, "job '%s' exists already", ja->spec->job_id);

@@ -1,12 +1,14 @@
-/* The DPP master's recovery side: snapshots (restored, written), the
- * canonical dump, and open / sync / compact / replay. Journal records are
- * applied by m_apply (state_apply.c), live and in replay alike. Callers
- * hold the master's lock. */
+/* The DPP master's recovery side: snapshots (restored, encoded), the
+ * canonical dump, a new state and the entry points the store (state_store.c)
+ * replays a journal through; the state itself opens, syncs and compacts
+ * no file. Journal records are applied by m_apply (state_apply.c), live
+ * and in replay alike. Callers hold the master's lock. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "dpp/master/state_internal.h"
 
 /* Generations an earlier run may have handed out without a durable record
@@ -39,15 +41,13 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
     ja.start_from = sj->range_from;
     ja.start_to = sj->range_to;
     ja.run_id = sj->run_id;
-    sl_err_t rc = m_add_job(m, &ja, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(m_add_job(m, &ja, err));
     uint32_t slot;
     job *jb = m_find_job(m, sj->spec->job_id, &slot);
     /* the committed ranges came in as start ranges: their owners and the
      * rest of the attribution are the snapshot's */
-    rc = m_attr_restore(m, jb, sj, err);
-    if (rc == SL_OK) rc = m_order_restore(jb, sj, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(m_attr_restore(m, jb, sj, err));
+    SL_FORWARD_IF_ERROR(m_order_restore(jb, sj, err));
     jb->batches = sj->batches;
     jb->samples = sj->samples;
     jb->skipped_splits = sj->skipped_splits;
@@ -404,57 +404,22 @@ out:
     return rc;
 }
 
-sl_err_t sl_master_state_compact(sl_master_state_t *m, sl_error_t *err)
+sl_err_t sl_master_state_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *len,
+                                         sl_error_t *err)
 {
-    if (m->journal == NULL) return SL_OK;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    sl_err_t rc = m_snapshot_encode(m, &buf, &len, err);
-    if (rc != SL_OK) return rc;
-    rc = sl_master_journal_compact(m->journal, buf, len, err);
-    sl_free(m->a, buf, len);
-    if (rc == SL_OK) m->c.compactions++;
-    return rc;
+    return m_snapshot_encode(m, buf, len, err);
 }
 
-sl_err_t sl_master_state_sync_begin(sl_master_state_t *m, uint64_t *ticket, sl_error_t *err)
+sl_err_t sl_master_state_load_snapshot(sl_master_state_t *m, const uint8_t *snapshot, size_t len,
+                                       sl_error_t *err)
 {
-    *ticket = 0;
-    if (m->journal == NULL) return SL_OK;
-    if (sl_master_journal_size(m->journal) > m->opts.compact_bytes) {
-        sl_err_t rc = SL_OK;
-        if (!m->opts.compact_in_background) {
-            rc = sl_master_state_compact(m, err);
-        } else if (!sl_master_journal_compacting(m->journal)) {
-            /* A copy of the state taken here, under the caller's lock
-             * (a forked process's: state_snapshot_fork.c); encoded and
-             * written, and put in place, without it. */
-            rc = m_compact_in_background(m, err);
-            if (rc == SL_OK) m->c.compactions++;
-        }
-        /* No memory for the snapshot: the journal still holds everything,
-         * so sync it as it is; the next sync compacts. */
-        if (rc != SL_ERR_NOMEM && rc != SL_OK) return rc;
-    }
-    return sl_master_journal_sync_begin(m->journal, ticket, err);
+    return m_apply_snapshot(m, snapshot, len, err);
 }
 
-sl_err_t sl_master_state_sync_wait(sl_master_state_t *m, uint64_t ticket, sl_error_t *err)
+sl_err_t sl_master_state_apply_record(sl_master_state_t *m, const uint8_t *record, size_t len,
+                                      uint64_t offset, sl_error_t *err)
 {
-    /* m->journal is set at open and never changes: read without the lock */
-    return m->journal == NULL ? SL_OK : sl_master_journal_sync_wait(m->journal, ticket, err);
-}
-
-void sl_master_state_compact_wait(sl_master_state_t *m)
-{
-    if (m->journal != NULL) sl_master_journal_compact_wait(m->journal);
-}
-
-sl_err_t sl_master_state_sync(sl_master_state_t *m, sl_error_t *err)
-{
-    uint64_t ticket;
-    sl_err_t rc = sl_master_state_sync_begin(m, &ticket, err);
-    return rc == SL_OK ? sl_master_state_sync_wait(m, ticket, err) : rc;
+    return m_apply_record(m, record, len, offset, err);
 }
 
 /* ---- dump --------------------------------------------------------------------------- */
@@ -618,7 +583,7 @@ sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *le
     return SL_OK;
 }
 
-/* ---- open and replay ---------------------------------------------------------------- */
+/* ---- a new state, and after a replay ------------------------------------------- */
 
 /* After replay: queues from scratch, every lease expiring at now + timeout,
  * counters of this run only. */
@@ -645,16 +610,13 @@ static void after_replay(sl_master_state_t *m, uint64_t now_ms)
         m->c.jobs += m->jobs[i] != NULL;
 }
 
-sl_err_t sl_master_state_open(const sl_master_state_opts_t *opts, uint64_t now_ms,
-                              sl_master_state_t **out, sl_master_journal_open_info_t *info,
-                              sl_error_t *err)
+sl_err_t sl_master_state_new(const sl_master_state_opts_t *opts, sl_master_state_t **out,
+                             sl_error_t *err)
 {
     *out = NULL;
-    if (info != NULL) memset(info, 0, sizeof *info);
     sl_master_state_opts_t o = opts != NULL ? *opts : (sl_master_state_opts_t){0};
     if (o.allocator == NULL) o.allocator = sl_allocator_default();
     if (o.lease_timeout_ms == 0) o.lease_timeout_ms = 10000;
-    if (o.compact_bytes == 0) o.compact_bytes = 64u << 20;
     if (o.max_jobs == 0) o.max_jobs = 64;
     if (o.max_workers == 0) o.max_workers = 65536;
     if (o.max_splits == 0) o.max_splits = 16u << 20;
@@ -672,53 +634,37 @@ sl_err_t sl_master_state_open(const sl_master_state_opts_t *opts, uint64_t now_m
         sl_master_state_destroy(m);
         return sl_error_set(err, SL_ERR_NOMEM, "master");
     }
-    if (o.state_dir == NULL) {
-        *out = m;
-        return SL_OK;
-    }
-    m->opts.state_dir = NULL; /* borrowed for the call only */
-    /* The record buffer first: once the journal is open (and a torn tail
-     * cut), writing the Opened record must not fail for memory. */
-    m->scratch = sl_alloc(m->a, 4096);
-    if (m->scratch == NULL) {
-        sl_master_state_destroy(m);
-        return sl_error_set(err, SL_ERR_NOMEM, "master: journal record buffer");
-    }
-    m->scratch_cap = 4096;
-    sl_err_t rc = sl_master_journal_open(o.state_dir, m->a, 0, m_apply_snapshot, m_apply_record, m,
-                                         &m->journal, info, err);
-    if (rc != SL_OK) {
-        sl_master_state_destroy(m);
-        return rc;
-    }
-    after_replay(m, now_ms);
-    /* Generations handed out by the last run but lost with an unsynced tail
-     * must never come back: jump past them, durably, before granting any. */
-    Sluice__Master__Opened op = SLUICE__MASTER__OPENED__INIT;
-    op.generation_base = m->next_generation + GENERATION_GAP;
-    Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
-    rec.kind_case = SLUICE__MASTER__RECORD__KIND_OPENED;
-    rec.opened = &op;
-    rc = m_record(m, &rec, NULL, err);
-    if (rc == SL_OK) rc = m_advance_all(m, err);
-    if (rc == SL_OK) rc = sl_master_state_sync(m, err);
-    if (rc != SL_OK) {
-        sl_master_state_destroy(m);
-        return rc;
-    }
     *out = m;
     return SL_OK;
 }
 
-sl_err_t sl_master_state_replay(sl_master_state_t *m, const void *journal, size_t len, bool *torn,
-                                sl_error_t *err)
+sl_err_t sl_master_state_set_sink(sl_master_state_t *m, const sl_master_record_sink_t *sink,
+                                  sl_error_t *err)
 {
-    if (m->journal != NULL)
-        return sl_error_set(err, SL_ERR_INVALID, "replay into a master with a state directory");
-    sl_master_journal_scan_t scan;
-    sl_err_t rc = sl_master_journal_scan(journal, len, "journal", 0, m_apply_record, m, &scan, err);
-    if (torn != NULL) *torn = scan.torn;
-    after_replay(m, 0);
-    if (rc == SL_OK) rc = m_advance_all(m, err);
-    return rc;
+    if (sink != NULL && sink->append != NULL && m->scratch_cap < 4096) {
+        uint8_t *p = sl_alloc(m->a, 4096);
+        if (p == NULL) return sl_error_set(err, SL_ERR_NOMEM, "master: journal record buffer");
+        sl_free(m->a, m->scratch, m->scratch_cap);
+        m->scratch = p;
+        m->scratch_cap = 4096;
+    }
+    m->sink = sink != NULL ? *sink : (sl_master_record_sink_t){0};
+    return SL_OK;
+}
+
+sl_err_t sl_master_state_replayed(sl_master_state_t *m, uint64_t now_ms, sl_error_t *err)
+{
+    after_replay(m, now_ms);
+    if (m->sink.append != NULL) {
+        /* Generations handed out by the last run but lost with an unsynced
+         * tail must never come back: jump past them, durably (the caller
+         * syncs), before granting any. */
+        Sluice__Master__Opened op = SLUICE__MASTER__OPENED__INIT;
+        op.generation_base = m->next_generation + GENERATION_GAP;
+        Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
+        rec.kind_case = SLUICE__MASTER__RECORD__KIND_OPENED;
+        rec.opened = &op;
+        SL_FORWARD_IF_ERROR(m_record(m, &rec, NULL, err));
+    }
+    return m_advance_all(m, err);
 }

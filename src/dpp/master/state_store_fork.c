@@ -25,7 +25,7 @@
 #include "common/err.h"
 #include "common/fileio.h"
 #include "common/mem.h"
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state_store.h"
 
 typedef struct forked {
     const sl_allocator_t *a;
@@ -54,7 +54,7 @@ static void child(const sl_master_state_t *m, int fd)
     sl_error_t err = {0};
     sl_err_t rc = fiu_fail("sluice/journal/snapshot_process")
                       ? sl_error_set(&err, SL_ERR_NOMEM, "injected failure (libfiu)")
-                      : m_snapshot_encode(m, &buf, &len, &err);
+                      : sl_master_state_snapshot_encode(m, &buf, &len, &err);
     if (rc != SL_OK) {
         sl_le_put_u64(head, UINT64_MAX);
         if (sl_io_write_all(fd, head, sizeof head, PIPE_NAME, NULL) == SL_OK)
@@ -148,13 +148,14 @@ static void forked_release(void *ctx)
     sl_free(f->a, f, sizeof *f);
 }
 
-sl_err_t m_compact_in_background(sl_master_state_t *m, sl_error_t *err)
+sl_err_t sl_master_store_fork_compact(const sl_master_state_t *m, sl_master_journal_t *j,
+                                      const sl_allocator_t *a, sl_error_t *err)
 {
-    forked *f = sl_calloc(m->a, 1, sizeof *f);
+    forked *f = sl_calloc(a, 1, sizeof *f);
     if (f == NULL) return sl_error_set(err, SL_ERR_NOMEM, "snapshot process");
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
-        sl_free(m->a, f, sizeof *f);
+        sl_free(a, f, sizeof *f);
         /* as out of memory: the journal still holds everything, the next
          * sync tries again */
         return sl_error_set(err, SL_ERR_NOMEM, "snapshot process: pipe: %s", strerror(errno));
@@ -165,10 +166,10 @@ sl_err_t m_compact_in_background(sl_master_state_t *m, sl_error_t *err)
     close(p[1]);
     if (pid < 0) {
         close(p[0]);
-        sl_free(m->a, f, sizeof *f);
+        sl_free(a, f, sizeof *f);
         return sl_error_set(err, SL_ERR_NOMEM, "snapshot process: fork: %s", strerror(e));
     }
-    *f = (forked){.a = m->a, .pid = pid, .fd = p[0]};
+    *f = (forked){.a = a, .pid = pid, .fd = p[0]};
     sl_master_journal_snapshot_src_t src = {forked_encode, forked_release, f};
-    return sl_master_journal_compact_start(m->journal, &src, err);
+    return sl_master_journal_compact_start(j, &src, err);
 }
