@@ -69,7 +69,9 @@ bool sl_varint_count_packed(const uint8_t *p, const uint8_t *end, uint64_t *coun
         /* the bytes before the word's first end belong to the varint
          * running into the word; those after its last end, to the next */
         if (run + (unsigned)__builtin_ctzll(stop) / 8 >= 10) return false;
-        c += (uint64_t)__builtin_popcountll(stop);
+        /* the ends (one bit a byte) summed by a multiply: without -mpopcnt
+         * __builtin_popcountll is a call into libgcc */
+        c += ((stop >> 7) * 0x0101010101010101ull) >> 56;
         run = (unsigned)__builtin_clzll(stop) / 8;
     }
 #endif
