@@ -123,9 +123,7 @@ static double decode_all(const stream_t *s, const values_t *v, double *cpu)
                                  .format_len = sizeof SL_KAFKA_FORMAT_VERSION_TEXT - 1,
                                  .format_headers = 1,
                                  .offset = (int64_t)i,
-                                 .create_ms = -1,
-                                 .kept =
-                                     true}; /* as the worker's reader: lists decoded at the take */
+                                 .create_ms = -1};
         if (sl_kafka_rows_add(r, &rec, &err) != SL_OK) die("decode", &err);
         sl_kafka_stripe_t st;
         if ((i + 1) % 1024 == 0 || i + 1 == v->rows) {

@@ -37,20 +37,7 @@ struct sl_kafka_consumer {
     int64_t next;
     rd_kafka_message_t *stash[READ_BATCH];
     uint32_t stash_at, stash_n;
-    /* The messages whose records the decoder holds as rows (added kept,
-     * record_decode.h): their values are read again by the take, so they
-     * live until it. At most a stripe's rows, batch_rows. */
-    rd_kafka_message_t **held;
-    uint32_t held_n, held_cap;
 };
-
-/* The held messages, once the take has read them. */
-static void release_held(sl_kafka_consumer_t *c)
-{
-    for (uint32_t i = 0; i < c->held_n; i++)
-        rd_kafka_message_destroy(c->held[i]);
-    c->held_n = 0;
-}
 
 /* Forget the partition left assigned and the messages taken past it. */
 static void drop_assignment(sl_kafka_consumer_t *c)
@@ -142,8 +129,6 @@ void sl_kafka_consumer_destroy(sl_kafka_consumer_t *c)
 {
     if (!c) return;
     drop_assignment(c);
-    release_held(c);
-    if (c->held) sl_free(c->a, c->held, (size_t)c->held_cap * sizeof *c->held);
     rd_kafka_consumer_close(c->rk); /* never subscribed: leaves no group, commits nothing */
     rd_kafka_destroy(c->rk);
     sl_free(c->a, c, sizeof *c);
@@ -367,9 +352,8 @@ typedef struct range_read {
     bool paused; /* the partition, by hold */
     const sl_kafka_read_opts_t *o;
     sl_kafka_read_stats_t *st;
-    const rd_kafka_topic_t *rkt; /* the topic's handle, once a message of it came */
-    int64_t first;               /* the first offset not handed on yet */
-    uint64_t first_ms;           /* when the oldest row held was added */
+    int64_t first;     /* the first offset not handed on yet */
+    uint64_t first_ms; /* when the oldest row held was added */
     /* The broker reported the partition's end at the position, and no
      * record came since: only then may yield end the read there (never on
      * a guess that nothing more is there: the offsets below were consumed). */
@@ -402,7 +386,6 @@ static sl_err_t flush(range_read_t *rr, int64_t end, sl_error_t *err)
     hold_check(rr, false); /* the callback may wait for memory: paused meanwhile */
     sl_kafka_stripe_t s;
     sl_err_t rc = sl_kafka_rows_take(o->rows, &s, err);
-    release_held(rr->c); /* read by the take, or (failed) never to be */
     if (rc) return rc;
     if (s.rows.batch.batch_size)
         rr->st->stripes++;
@@ -454,22 +437,17 @@ static void bad_record(const sl_kafka_read_opts_t *o, const rd_kafka_message_t *
 
 /* One message of the range's partition into the read (*pos: the
  * consumer's position, every offset below was read or a gap). */
-static bool ours(range_read_t *rr, const rd_kafka_message_t *m)
+static bool ours(const sl_kafka_read_opts_t *o, const rd_kafka_message_t *m)
 {
-    if (!m->rkt || m->partition != rr->o->partition) return false;
-    if (m->rkt == rr->rkt) return true; /* a name compared once a read, not once a message */
-    if (strcmp(rd_kafka_topic_name(m->rkt), rr->o->topic) != 0) return false;
-    rr->rkt = m->rkt;
-    return true;
+    return m->rkt && m->partition == o->partition &&
+           strcmp(rd_kafka_topic_name(m->rkt), o->topic) == 0;
 }
 
-/* What one message is to the read; *keep: it holds a record added kept
- * (the caller holds it until the take). */
-static sl_err_t read_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *pos, uint64_t now_ms,
-                             bool *keep, sl_error_t *err)
+static sl_err_t take_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *pos, uint64_t now_ms,
+                             sl_error_t *err)
 {
     const sl_kafka_read_opts_t *o = rr->o;
-    bool mine = ours(rr, m);
+    bool mine = ours(o, m);
     if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
         /* the log ends at m->offset: offsets from pos up to it that came
          * as no record were gaps (markers, aborted records) */
@@ -499,7 +477,6 @@ static sl_err_t read_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *p
     rr->st->records++;
     sl_kafka_record_t rec;
     record_of(m, &rec);
-    rec.kept = !o->json; /* a JSON record's row is its copy */
     uint32_t before = sl_kafka_rows_count(o->rows);
     sl_error_t why = {0};
     sl_err_t d = o->json ? sl_kafka_rows_add_json(o->rows, o->json, &rec, &why)
@@ -513,23 +490,8 @@ static sl_err_t read_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *p
         rc = sl_error_set(err, d, "%s", why.msg);
     }
     if (d == SL_OK && before == 0) rr->first_ms = now_ms;
-    *keep = d == SL_OK && rec.kept;
     *pos = m->offset + 1;
-    return rc;
-}
-
-/* Message m into the read (the read owns it from here). */
-static sl_err_t take_message(range_read_t *rr, rd_kafka_message_t *m, int64_t *pos, uint64_t now_ms,
-                             sl_error_t *err)
-{
-    bool keep = false;
-    sl_err_t rc = read_message(rr, m, pos, now_ms, &keep, err);
-    if (keep) /* room for a stripe's rows: made when the read started */
-        rr->c->held[rr->c->held_n++] = m;
-    else
-        rd_kafka_message_destroy(m);
-    if (rc == SL_OK && sl_kafka_rows_count(rr->o->rows) >= rr->o->batch_rows)
-        rc = flush(rr, *pos, err);
+    if (rc == SL_OK && sl_kafka_rows_count(o->rows) >= o->batch_rows) rc = flush(rr, *pos, err);
     return rc;
 }
 
@@ -542,13 +504,6 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         return sl_error_set(err, SL_ERR_INVALID,
                             "kafka topic '%s' partition %d: range [%" PRId64 ", %" PRId64 ")",
                             o->topic, (int)o->partition, o->from, o->to);
-    if (c->held_cap < o->batch_rows) { /* held messages: none between reads */
-        rd_kafka_message_t **h = sl_alloc(c->a, (size_t)o->batch_rows * sizeof *h);
-        if (!h) return sl_error_set(err, SL_ERR_NOMEM, "kafka: out of memory");
-        if (c->held) sl_free(c->a, c->held, (size_t)c->held_cap * sizeof *c->held);
-        c->held = h;
-        c->held_cap = o->batch_rows;
-    }
     rd_kafka_queue_t *q = rd_kafka_queue_get_consumer(c->rk);
     if (!q) return sl_error_set(err, SL_ERR_INVALID, "kafka: the consumer has no queue");
     bool goes_on = c->assigned && !c->at_end && c->partition == o->partition &&
@@ -609,7 +564,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         for (; i < got && rc == SL_OK && pos < o->to; i++) {
             const rd_kafka_message_t *m = ms[i];
             if ((!m->err || m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) && m->offset >= o->to &&
-                ours(&rr, m)) {
+                ours(o, m)) {
                 /* A record past the range, or the log's end past it: every
                  * offset of the range is behind us. The message is the
                  * next read's too (a read that goes on needs the record,
@@ -618,6 +573,7 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
                 break;
             }
             rc = take_message(&rr, ms[i], &pos, now, err);
+            rd_kafka_message_destroy(ms[i]);
             hold_check(&rr, false); /* as often as before batches: a message each */
         }
         for (; i < got; i++) /* past the range: the next read's; after a failure: none's */
@@ -634,7 +590,6 @@ sl_err_t sl_kafka_read_range(sl_kafka_consumer_t *c, const sl_kafka_read_opts_t 
         sl_kafka_stripe_t s;
         sl_error_t ignore = {0};
         sl_kafka_rows_take(o->rows, &s, &ignore);
-        release_held(c);
     }
     hold_check(&rr, true); /* a pause would outlive the read */
     if (rc == SL_OK) {     /* left assigned at end, for a read that goes on from there */

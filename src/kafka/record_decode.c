@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "kafka/varint.h"
-#include "common/assert.h"
 #include "common/mem.h"
 
 struct sl_kafka_rows {
@@ -27,16 +26,8 @@ struct sl_kafka_rows {
     float *dense;                                                         /* [cap * D] */
     uint64_t *starts; /* [cap * S] where a row's list starts in ids */
     uint32_t *lens;   /* [cap * S] */
-    /* A kept record's list (sl_kafka_record_t.kept) that came as one
-     * packed run of ids and at most one of weights stays in the record,
-     * checked and counted, and is decoded by the take straight into the
-     * stripe; the others are decoded into ids at add. */
-    const uint8_t **src;      /* [cap * S] its packed ids; NULL: the list is in ids at starts */
-    uint32_t *src_len;        /* [cap * S] their bytes */
-    const uint8_t **wsrc;     /* [cap * S] its packed weights (lens[] of them); NULL: none */
-    const uint8_t **readable; /* [cap] each row's value end: a packed read may load up to it */
-    int64_t *ids;             /* [ids_cap] every list, appended */
-    float *weights;           /* [ids_cap] their weights (1.0 for unweighted features) */
+    int64_t *ids;     /* [ids_cap] every list, appended */
+    float *weights;   /* [ids_cap] their weights (1.0 for unweighted features) */
     uint64_t nids, ids_cap;
     uint8_t *seen; /* [T + D + S] named in the record being decoded */
     /* Name lookups (the walker's): the k-th label, dense value and id
@@ -91,9 +82,7 @@ static bool reserve_rows(sl_kafka_rows_t *r)
     void **const fields[] = {
         (void **)&r->sample_ids, (void **)&r->session_ids, (void **)&r->timestamps,
         (void **)&r->offsets,    (void **)&r->create_ms,   (void **)&r->labels,
-        (void **)&r->dense,      (void **)&r->starts,      (void **)&r->lens,
-        (void **)&r->src,        (void **)&r->src_len,     (void **)&r->wsrc,
-        (void **)&r->readable};
+        (void **)&r->dense,      (void **)&r->starts,      (void **)&r->lens};
     const size_t sizes[] = {8,
                             8,
                             8,
@@ -102,12 +91,8 @@ static bool reserve_rows(sl_kafka_rows_t *r)
                             sizeof(float) * (r->T ? r->T : 1),
                             sizeof(float) * (r->D ? r->D : 1),
                             8 * (size_t)(r->S ? r->S : 1),
-                            4 * (size_t)(r->S ? r->S : 1),
-                            sizeof(void *) * (r->S ? r->S : 1),
-                            4 * (size_t)(r->S ? r->S : 1),
-                            sizeof(void *) * (r->S ? r->S : 1),
-                            sizeof(void *)};
-    if (!grow_all(r->a, fields, sizes, 13, r->cap, c)) return false;
+                            4 * (size_t)(r->S ? r->S : 1)};
+    if (!grow_all(r->a, fields, sizes, 9, r->cap, c)) return false;
     r->cap = (uint32_t)c;
     return true;
 }
@@ -216,10 +201,6 @@ void sl_kafka_rows_destroy(sl_kafka_rows_t *r)
     sl_free(a, r->dense, c * sizeof(float) * (r->D ? r->D : 1));
     sl_free(a, r->starts, c * 8 * (r->S ? r->S : 1));
     sl_free(a, r->lens, c * 4 * (r->S ? r->S : 1));
-    sl_free(a, r->src, c * sizeof(void *) * (r->S ? r->S : 1));
-    sl_free(a, r->src_len, c * 4 * (r->S ? r->S : 1));
-    sl_free(a, r->wsrc, c * sizeof(void *) * (r->S ? r->S : 1));
-    sl_free(a, r->readable, c * sizeof(void *));
     sl_free(a, r->ids, (size_t)r->ids_cap * 8);
     sl_free(a, r->weights, (size_t)r->ids_cap * 4);
     sl_free(a, r->order, 2 * (size_t)r->order_cap * sizeof *r->order);
@@ -437,7 +418,6 @@ typedef struct wstate {
     uint32_t n; /* the row */
     int64_t off;
     const uint8_t *value_end; /* the record's: packed runs may load up to it */
-    bool kept;                /* the record stays readable until the take */
     int bad;                  /* the kind of the problem kept; 3: none */
     uint32_t count[3];        /* entries of each kind so far */
     char why[SL_ERROR_MSG_MAX];
@@ -501,25 +481,6 @@ static bool walk_named(wstate_t *st, walk_t w, int c)
     return true;
 }
 
-/* A list left in the record so far (the packed ids rids, ni of them, and
- * weights rws, nw of them; either may be absent) decoded to the end of the
- * ids collected, as a record that is not kept has it. @return false when
- * room could not be had (*nomem). */
-static bool materialize(wstate_t *st, walk_t rids, walk_t rws, const uint64_t *ni,
-                        const uint64_t *nw, bool *nomem)
-{
-    sl_kafka_rows_t *r = st->r;
-    uint64_t have = *ni > *nw ? *ni : *nw;
-    if (!reserve_ids(r, have + SL_VARINT_SCRATCH)) return !(*nomem = true);
-    uint64_t got = 0;
-    if (rids.p && !sl_varint_read_packed(rids.p, rids.end, st->value_end, r->ids + r->nids, &got))
-        return false; /* counted already: cannot happen */
-    SL_ASSERT(got == *ni, "offset %" PRId64 ": %" PRIu64 " ids decoded, %" PRIu64 " counted",
-              st->off, got, *ni);
-    if (rws.p && *nw) memcpy(&r->weights[r->nids], rws.p, (size_t)*nw * 4);
-    return true;
-}
-
 /* An IdList into the row: its ids and weights are read to the end of the
  * ids collected (weights at the same places), and kept when the list
  * fits the schema and is projected. @return false for bytes that do not
@@ -529,12 +490,6 @@ static bool walk_ids(wstate_t *st, walk_t w, bool *nomem)
     sl_kafka_rows_t *r = st->r;
     wname_t name = {"", 0};
     uint64_t ni = 0, nw = 0; /* ids and weights read */
-    /* A kept record's list stays in the record while it is one packed run
-     * of ids (rids) and at most one of weights (rws), as producers write
-     * it; anything else decodes what was left there (materialize) and goes
-     * on as a record that is not kept. */
-    bool in_record = st->kept, have_ids = false, have_ws = false;
-    walk_t rids = {NULL, NULL}, rws = {NULL, NULL};
     while (w.p < w.end) {
         uint32_t field, type;
         if (!w_tag(&w, &field, &type)) return false;
@@ -545,14 +500,6 @@ static bool walk_ids(wstate_t *st, walk_t w, bool *nomem)
         } else if (field == 2 && (type == 0 || type == 2)) {
             walk_t ids = w;
             if (type == 2 && !w_bytes(&w, &ids)) return false;
-            if (in_record && type == 2 && !have_ids) {
-                if (!sl_varint_count_packed(ids.p, ids.end, &ni)) return false;
-                rids = ids;
-                have_ids = true;
-                continue;
-            }
-            if (in_record && !materialize(st, rids, rws, &ni, &nw, nomem)) return false;
-            in_record = false;
             /* at most one id a byte (a varint's last byte) */
             uint64_t most = type == 2 ? (uint64_t)(ids.end - ids.p) : 1;
             uint64_t have = ni > nw ? ni : nw;
@@ -568,14 +515,6 @@ static bool walk_ids(wstate_t *st, walk_t w, bool *nomem)
             walk_t ws = w;
             if (type == 2 && (!w_bytes(&w, &ws) || (ws.end - ws.p) % 4 != 0)) return false;
             uint64_t m = type == 2 ? (uint64_t)(ws.end - ws.p) / 4 : 1;
-            if (in_record && type == 2 && !have_ws) {
-                rws = ws;
-                nw = m;
-                have_ws = true;
-                continue;
-            }
-            if (in_record && !materialize(st, rids, rws, &ni, &nw, nomem)) return false;
-            in_record = false;
             uint64_t have = ni > nw ? ni : nw;
             if (!reserve_ids(r, have + m)) return !(*nomem = true);
             if (type == 5 && !w_fixed32(&w, &r->weights[r->nids + nw])) return false;
@@ -621,12 +560,6 @@ static bool walk_ids(wstate_t *st, walk_t w, bool *nomem)
     size_t at = (size_t)st->n * r->S + (uint32_t)r->sparse_at[f->slot];
     r->starts[at] = r->nids;
     r->lens[at] = (uint32_t)ni;
-    if (in_record) { /* decoded by the take */
-        r->src[at] = ni ? rids.p : NULL;
-        r->src_len[at] = (uint32_t)(rids.end - rids.p);
-        r->wsrc[at] = ni && have_ws ? rws.p : NULL;
-        return true;
-    }
     if (!weighted && r->any_weighted) /* weights go out only with a weighted feature */
         for (uint64_t i = 0; i < ni; i++)
             r->weights[r->nids + i] = 1.0f;
@@ -639,7 +572,7 @@ static bool walk_ids(wstate_t *st, walk_t w, bool *nomem)
  * SL_ERR_NOMEM, err saying which. */
 static sl_err_t walk_sample(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_error_t *err)
 {
-    wstate_t st = {.r = r, .n = r->n, .off = rec->offset, .bad = 3, .kept = rec->kept};
+    wstate_t st = {.r = r, .n = r->n, .off = rec->offset, .bad = 3};
     walk_t w = {rec->value, rec->value};
     if (rec->value) w.end += rec->value_len; /* no value: an empty Sample */
     st.value_end = w.end;
@@ -706,9 +639,7 @@ sl_err_t sl_kafka_rows_add(sl_kafka_rows_t *r, const sl_kafka_record_t *rec, sl_
     for (uint32_t k = 0; k < r->S; k++) {
         r->starts[(size_t)n * r->S + k] = nids;
         r->lens[(size_t)n * r->S + k] = 0;
-        r->src[(size_t)n * r->S + k] = NULL;
     }
-    r->readable[n] = rec->value ? (const uint8_t *)rec->value + rec->value_len : NULL;
     sl_err_t rc = walk_sample(r, rec, err);
     if (rc) {
         r->nids = nids; /* the row's lists go with it */
@@ -743,7 +674,6 @@ sl_err_t sl_kafka_rows_add_row(sl_kafka_rows_t *r, const sl_wh_row_t *row, int64
         uint32_t len = l ? l->len : 0;
         r->starts[at] = r->nids;
         r->lens[at] = len;
-        r->src[at] = NULL;
         if (len) memcpy(r->ids + r->nids, l->ids, (size_t)len * sizeof *r->ids);
         bool weighted = sl_wh_schema_sparse(r->schema, s)->kind == SL_WH_WEIGHTED;
         if (r->any_weighted)
@@ -788,37 +718,6 @@ static struct order *sort_by_session(struct order *o, struct order *tmp, uint32_
     return o;
 }
 
-/* List k of the j-th row of the stripe, left in its record (at: its slot),
- * into its place: ids to, weights (NULL: none go out) tw. Lists are taken
- * in the stripe's order, so the packed read's scratch past a list is
- * overwritten by the next one (the last has room of its own). A session's
- * rows are side by side in the stripe, and its user features are the same
- * bytes in each: a list equal to the row before's is copied from there,
- * already decoded, instead of being decoded again. */
-static void take_packed(const sl_kafka_rows_t *r, const struct order *order, uint32_t j, uint32_t k,
-                        size_t at, const int64_t *ses, int64_t *to, float *tw)
-{
-    const uint8_t *s = r->src[at];
-    uint32_t len = r->lens[at], bytes = r->src_len[at];
-    size_t before = j ? (size_t)order[j - 1].row * r->S + k : 0;
-    if (j && ses[j] == ses[j - 1] && r->src[before] && r->src_len[before] == bytes &&
-        r->lens[before] == len && memcmp(r->src[before], s, bytes) == 0) {
-        memcpy(to, to - len, (size_t)len * 8);
-    } else {
-        uint64_t got = 0;
-        bool ok = sl_varint_read_packed(s, s + bytes, r->readable[order[j].row], to, &got);
-        SL_ASSERT(ok && got == len, "a list of %u ids counted when added read %" PRIu64 " (%s)",
-                  len, got, ok ? "read" : "refused");
-        (void)ok;
-    }
-    if (!tw) return;
-    if (r->wsrc[at])
-        memcpy(tw, r->wsrc[at], (size_t)len * 4);
-    else
-        for (uint32_t i = 0; i < len; i++)
-            tw[i] = 1.0f;
-}
-
 sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error_t *err)
 {
     memset(out, 0, sizeof *out);
@@ -860,11 +759,9 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t k = 0; k < r->S; k++)
             total += r->lens[(size_t)i * r->S + k];
-    /* room for a packed read's scratch past the last list (varint.h) */
-    if (r->S && sl_kjt_init(&b->sparse, ar, r->S, r->sparse_names, n, total + SL_VARINT_SCRATCH,
-                            r->any_weighted) != SL_OK)
+    if (r->S &&
+        sl_kjt_init(&b->sparse, ar, r->S, r->sparse_names, n, total, r->any_weighted) != SL_OK)
         goto nomem;
-    b->sparse.num_values = total;
     for (uint32_t j = 0; j < n; j++) {
         uint32_t i = order[j].row;
         sid[j] = r->sample_ids[i];
@@ -881,10 +778,7 @@ sl_err_t sl_kafka_rows_take(sl_kafka_rows_t *r, sl_kafka_stripe_t *out, sl_error
             size_t at = (size_t)order[j].row * r->S + k;
             uint32_t len = r->lens[at];
             b->sparse.lengths[(size_t)k * n + j] = (int32_t)len;
-            if (len && r->src[at])
-                take_packed(r, order, j, k, at, ses, b->sparse.values + v,
-                            r->any_weighted ? b->sparse.weights + v : NULL);
-            else if (len) {
+            if (len) {
                 memcpy(b->sparse.values + v, r->ids + r->starts[at], (size_t)len * 8);
                 if (r->any_weighted)
                     memcpy(b->sparse.weights + v, r->weights + r->starts[at], (size_t)len * 4);

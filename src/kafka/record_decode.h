@@ -17,7 +17,6 @@
 #ifndef SLUICE_KAFKA_RECORD_DECODE_H
 #define SLUICE_KAFKA_RECORD_DECODE_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,12 +34,6 @@ typedef struct sl_kafka_record {
     uint32_t format_headers; /* how many sluice-format headers the record has */
     int64_t offset;
     int64_t create_ms; /* the record's CreateTime (ms since the epoch); -1: unknown */
-    /* The value stays readable, unchanged, until the builder's next take
-     * (or its destruction): its packed id lists are then only checked and
-     * counted when added, and decoded at the take straight into their
-     * places in the stripe's lists (no copy of the ids). false: the value
-     * is borrowed for the call alone. */
-    bool kept;
 } sl_kafka_record_t;
 
 /* A taken stripe: rows in column form plus, per row (in the rows' order),

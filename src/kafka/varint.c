@@ -51,42 +51,6 @@ bool sl_varint_read_packed_portable(const uint8_t *p, const uint8_t *end, int64_
     return true;
 }
 
-bool sl_varint_count_packed(const uint8_t *p, const uint8_t *end, uint64_t *count)
-{
-    const uint8_t *q = p;
-    uint64_t c = 0;
-    unsigned run = 0; /* continuation bytes since the last varint's end: 9 at most */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    while (end - q >= 8) {
-        uint64_t x;
-        memcpy(&x, q, 8);
-        q += 8;
-        uint64_t stop = ~x & 0x8080808080808080ull;
-        if (!stop) {
-            if ((run += 8) >= 10) return false;
-            continue;
-        }
-        /* the bytes before the word's first end belong to the varint
-         * running into the word; those after its last end, to the next */
-        if (run + (unsigned)__builtin_ctzll(stop) / 8 >= 10) return false;
-        /* the ends (one bit a byte) summed by a multiply: without -mpopcnt
-         * __builtin_popcountll is a call into libgcc */
-        c += ((stop >> 7) * 0x0101010101010101ull) >> 56;
-        run = (unsigned)__builtin_clzll(stop) / 8;
-    }
-#endif
-    for (; q < end; q++) {
-        if (*q < 0x80) {
-            c++;
-            run = 0;
-        } else if (++run >= 10) {
-            return false;
-        }
-    }
-    *count = c;
-    return run == 0;
-}
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 

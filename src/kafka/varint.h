@@ -80,13 +80,6 @@ static inline bool sl_varint_read(const uint8_t **p, const uint8_t *end, uint64_
 bool sl_varint_read_packed(const uint8_t *p, const uint8_t *end, const uint8_t *readable,
                            int64_t *to, uint64_t *n);
 
-/* How many varints [p, end) holds, into *count, without decoding them
- * (a varint ends at each byte without the continuation bit: those of 8
- * bytes are counted at a time). @return whether the bytes are a run of whole
- * varints of at most 10 bytes each: exactly when sl_varint_read_packed
- * accepts them, which then reads *count values from them. */
-bool sl_varint_count_packed(const uint8_t *p, const uint8_t *end, uint64_t *count);
-
 /* The same without SIMD (what sl_varint_read_packed does elsewhere), one
  * varint at a time; reads nothing past end. For tests to compare. */
 bool sl_varint_read_packed_portable(const uint8_t *p, const uint8_t *end, int64_t *to, uint64_t *n);

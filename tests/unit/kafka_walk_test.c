@@ -169,70 +169,51 @@ static bool same_float(float a, float b)
 }
 
 /* Decode v with r (of schema sc, projection p) and check it against the
- * reference, three times in one stripe: borrowed for the call, then kept
- * twice (sl_kafka_record_t.kept: the lists decoded by the take, the
- * second copied from the first, the same session's same bytes). @return
- * whether it was accepted. */
+ * reference. @return whether it was accepted. */
 static bool check(sl_kafka_rows_t *r, const sl_wh_schema_t *sc, const proj_t *p, const uint8_t *v,
                   size_t len, int64_t off, const char *what)
 {
     static row_t want;
     char msg[SL_ERROR_MSG_MAX];
     const char *why = reference(sc, p, v, len, off, &want, msg, sizeof msg);
-    static const char *const how[3] = {"borrowed", "kept", "kept again"};
-    for (int i = 0; i < 3; i++) {
-        sl_kafka_record_t rec = {.value = len ? v : NULL,
-                                 .value_len = len,
-                                 .format = "1",
-                                 .format_len = 1,
-                                 .format_headers = 1,
-                                 .offset = off,
-                                 .create_ms = 1,
-                                 .kept = i > 0};
-        sl_error_t err = {0};
-        sl_err_t rc = sl_kafka_rows_add(r, &rec, &err);
-        if (why) {
-            cr_assert_eq(rc, SL_ERR_CORRUPT, "%s, %s: accepted, protobuf-c says: %s", what, how[i],
-                         why);
-            cr_assert_str_eq(err.msg, why, "%s, %s", what, how[i]);
-            cr_assert_eq(sl_kafka_rows_count(r), 0);
-            continue;
-        }
-        cr_assert_eq(rc, SL_OK, "%s, %s: refused (%s), protobuf-c accepts it", what, how[i],
-                     err.msg);
-    }
-    if (why) return false;
-    sl_kafka_stripe_t st;
+    sl_kafka_record_t rec = {.value = len ? v : NULL,
+                             .value_len = len,
+                             .format = "1",
+                             .format_len = 1,
+                             .format_headers = 1,
+                             .offset = off,
+                             .create_ms = 1};
     sl_error_t err = {0};
+    sl_err_t rc = sl_kafka_rows_add(r, &rec, &err);
+    if (why) {
+        cr_assert_eq(rc, SL_ERR_CORRUPT, "%s: accepted, protobuf-c says: %s", what, why);
+        cr_assert_str_eq(err.msg, why, "%s", what);
+        cr_assert_eq(sl_kafka_rows_count(r), 0);
+        return false;
+    }
+    cr_assert_eq(rc, SL_OK, "%s: refused (%s), protobuf-c accepts it", what, err.msg);
+    sl_kafka_stripe_t st;
     cr_assert_eq(sl_kafka_rows_take(r, &st, &err), SL_OK);
     const sl_batch_t *b = &st.rows.batch;
-    cr_assert_eq(b->batch_size, 3);
-    for (uint32_t j = 0; j < 3; j++) {
-        cr_assert_eq(b->sample_ids[j], want.sample, "%s, %s", what, how[j]);
-        cr_assert_eq(st.rows.session_ids[j], want.session, "%s, %s", what, how[j]);
-        cr_assert_eq(st.rows.timestamps[j], want.ts, "%s, %s", what, how[j]);
-        for (uint32_t t = 0; t < b->labels.cols; t++)
-            cr_assert(same_float(b->labels.data[j * b->labels.cols + t], want.labels[t]),
-                      "%s, %s: label %u", what, how[j], t);
-        for (uint32_t d = 0; d < b->dense.cols; d++) {
-            float got = b->dense.data[j * b->dense.cols + d];
-            cr_assert(same_float(got, want.dense[d]), "%s, %s: dense %u: %g, want %g", what, how[j],
-                      d, got, want.dense[d]);
+    cr_assert_eq(b->batch_size, 1);
+    cr_assert_eq(b->sample_ids[0], want.sample, "%s", what);
+    cr_assert_eq(st.rows.session_ids[0], want.session, "%s", what);
+    cr_assert_eq(st.rows.timestamps[0], want.ts, "%s", what);
+    for (uint32_t t = 0; t < b->labels.cols; t++)
+        cr_assert(same_float(b->labels.data[t], want.labels[t]), "%s: label %u", what, t);
+    for (uint32_t d = 0; d < b->dense.cols; d++)
+        cr_assert(same_float(b->dense.data[d], want.dense[d]), "%s: dense %u: %g, want %g", what, d,
+                  b->dense.data[d], want.dense[d]);
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < b->sparse.num_keys; k++) {
+        cr_assert_eq((uint32_t)b->sparse.lengths[k], want.len[k], "%s: key %u", what, k);
+        for (uint32_t j = 0; j < want.len[k]; j++, at++) {
+            cr_assert_eq(b->sparse.values[at], want.ids[k][j], "%s: key %u id %u", what, k, j);
+            if (b->sparse.weights)
+                cr_assert(same_float(b->sparse.weights[at], want.w[k][j]), "%s: key %u weight %u",
+                          what, k, j);
         }
     }
-    uint64_t at = 0; /* key-major: the three rows of key 0, then of key 1 ... */
-    for (uint32_t k = 0; k < b->sparse.num_keys; k++)
-        for (uint32_t row = 0; row < 3; row++) {
-            cr_assert_eq((uint32_t)b->sparse.lengths[k * 3 + row], want.len[k], "%s, %s: key %u",
-                         what, how[row], k);
-            for (uint32_t j = 0; j < want.len[k]; j++, at++) {
-                cr_assert_eq(b->sparse.values[at], want.ids[k][j], "%s, %s: key %u id %u", what,
-                             how[row], k, j);
-                if (b->sparse.weights)
-                    cr_assert(same_float(b->sparse.weights[at], want.w[k][j]),
-                              "%s, %s: key %u weight %u", what, how[row], k, j);
-            }
-        }
     cr_assert_eq(b->sparse.num_values, at);
     return true;
 }
