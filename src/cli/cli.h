@@ -27,6 +27,8 @@ int sl_cli_store(int argc, char **argv);
 typedef struct sl_cli_demo_online {
     const char *brokers, *topic;
     uint64_t partitions, rate, seconds, linger_ms, chunk, batch_size, threads, seed;
+    const char *const *properties; /* [num_properties] NAME=VALUE, the producer's */
+    uint32_t num_properties;
 } sl_cli_demo_online_t;
 int sl_cli_demo_online(const sl_cli_demo_online_t *o);
 /* `sluice help [COMMAND... | --markdown [SECTION]]` */

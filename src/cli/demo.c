@@ -28,6 +28,7 @@ typedef struct demo_options {
     bool online;
     const char *brokers, *topic;
     uint64_t partitions, rate, seconds, linger_ms, chunk;
+    sl_cli_list_t properties;
 } demo_options_t;
 
 typedef struct demo_run {
@@ -70,6 +71,10 @@ static const sl_cli_opt_t dopts[] = {
     {"chunk", SL_CLI_UINT, "N", NULL,
      "65536 with one partition; with more, 50 ms of one at --rate (at least 64)", 1, 1u << 30, 0,
      D(chunk), "--online: the job's source.kafka.chunk"},
+    {"property", SL_CLI_STRING, "NAME=VALUE", NULL, NULL, 0, 0, SL_CLI_REPEAT, D(properties),
+     "--online: a librdkafka producer property, applied after the demo's: `sluice produce`'s "
+     "with compression.type=none (producer, broker and worker share this host: no network to "
+     "save, and zstd was the producer's tail; docs/KAFKA.md, \"The online demo\")"},
 };
 
 static const sl_cli_group_t demo_group = SL_CLI_OWN_GROUP(dopts);
@@ -197,8 +202,17 @@ int sl_cli_demo(int argc, char **argv)
                                    .chunk = o.chunk,
                                    .batch_size = o.batch_size,
                                    .threads = o.threads,
-                                   .seed = o.seed};
-        return sl_cli_demo_online(&on);
+                                   .seed = o.seed,
+                                   .properties = o.properties.items,
+                                   .num_properties = o.properties.count};
+        int code = sl_cli_demo_online(&on);
+        sl_cli_free(&sl_cli_demo_cmd, &o);
+        return code;
+    }
+    if (o.properties.count) {
+        fprintf(stderr, "sluice demo: --property is for the producer of --online\n");
+        sl_cli_free(&sl_cli_demo_cmd, &o);
+        return 2;
     }
     char dir[] = "/tmp/sluice-demo-XXXXXX";
     if (!mkdtemp(dir)) {

@@ -225,7 +225,14 @@ int sl_cli_demo_online(const sl_cli_demo_online_t *o)
     sl_trainer_t *t = NULL;
     uint8_t *seen = NULL;
     rdstats_t rds = {0};
-    static const char *const props[] = {"statistics.interval.ms=1000"};
+    /* The demo's producer settings, then the caller's --property: no
+     * compression, as producer, broker and worker share this host (no
+     * network to save, and zstd over 100k records/s was most of the
+     * records' wait in the producer's queue on two shared cores;
+     * docs/BENCHMARKS.md, "Kafka, 2026-11-29 (issue 27b)"). */
+    static const char *const ours[] = {"statistics.interval.ms=1000", "compression.type=none"};
+    const uint32_t nours = sizeof ours / sizeof ours[0], nprops = nours + o->num_properties;
+    const char **props = sl_calloc(NULL, nprops, sizeof *props);
     fresh_t fr = {0}, acked = {0}; /* ages at hand-over; at the producer's acknowledgement */
     feeder_t f = {.o = o, .rows = rows};
     atomic_init(&f.stop, false);
@@ -244,11 +251,13 @@ int sl_cli_demo_online(const sl_cli_demo_online_t *o)
                                    .on_delivered = on_acked,
                                    .delivered_ctx = &acked,
                                    .properties = props,
-                                   .num_properties = 1,
+                                   .num_properties = nprops,
                                    .on_stats = on_rdstats,
                                    .stats_ctx = &rds};
     acked.counts = sl_calloc(NULL, FRESH_MAX_MS + 2, sizeof *acked.counts);
-    if (!acked.counts) rc = sl_error_set(&err, SL_ERR_NOMEM, "out of memory");
+    if (!acked.counts || !props) rc = sl_error_set(&err, SL_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; props && i < nprops; i++)
+        props[i] = i < nours ? ours[i] : o->properties[i - nours];
     if (rc == SL_OK) rc = sl_kafka_producer_new(&po, &f.p, &err); /* the topic exists from here */
     if (rc == SL_OK && !(job = online_job(o, schema, chunk, sl_age_now_ms(), &problems, &err)))
         rc = err.code ? err.code : SL_ERR_INVALID;
@@ -280,6 +289,10 @@ int sl_cli_demo_online(const sl_cli_demo_online_t *o)
     printf("  one worker (a stream from now on, linger %" PRIu64 " ms, chunks of %" PRIu64
            " offsets, user features deduplicated), one trainer client\n",
            o->linger_ms, chunk);
+    printf("  producer settings: sluice produce's, then");
+    for (uint32_t i = 1; i < nprops; i++) /* the first is the statistics' interval */
+        printf(" %s", props[i]);
+    printf("\n");
     pthread_create(&th, NULL, feed, &f);
     started = true;
     uint64_t got = 0, batches = 0;
@@ -394,5 +407,6 @@ done:
     if (seen) sl_free(NULL, seen, rows);
     if (fr.counts) sl_free(NULL, fr.counts, (FRESH_MAX_MS + 2) * sizeof *fr.counts);
     if (acked.counts) sl_free(NULL, acked.counts, (FRESH_MAX_MS + 2) * sizeof *acked.counts);
+    if (props) sl_free(NULL, props, nprops * sizeof *props);
     return code;
 }
