@@ -616,6 +616,16 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
 
 /* ---- taking a stripe ---- */
 
+sl_arena_t *imp_pqc_arena(const imp_pqc_t *c)
+{
+    return c->out;
+}
+
+void imp_pqc_disown(imp_pqc_t *c)
+{
+    c->out = NULL;
+}
+
 /* Rows by session, stably: a bottom-up merge sort of the row numbers o[n]
  * by ses[] with the scratch tmp[n]. @return where the order is, o or tmp. */
 static uint32_t *sort_by_session(const int64_t *ses, uint32_t *o, uint32_t *tmp, uint32_t n)
@@ -646,14 +656,16 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
 {
     memset(out, 0, sizeof *out);
     uint32_t n = c->n;
-    if (c->out_want > c->out_chunk) {
+    if (c->out == NULL || c->out_want > c->out_chunk) {
         /* a chunk that holds a whole stripe, kept by reset (a fresh large
-         * chunk each stripe costs a page fault every 4 KiB) */
-        sl_arena_t *bigger = sl_arena_new(c->a, c->out_want);
+         * chunk each stripe costs a page fault every 4 KiB); after a
+         * disown, a new arena of that size */
+        size_t want = c->out_want > c->out_chunk ? c->out_want : c->out_chunk;
+        sl_arena_t *bigger = sl_arena_new(c->a, want);
         if (bigger == NULL) goto nomem;
         sl_arena_destroy(c->out);
         c->out = bigger;
-        c->out_chunk = c->out_want;
+        c->out_chunk = want;
     }
     sl_arena_reset(c->out);
     /* the order: file order unless sessions are out of order */
