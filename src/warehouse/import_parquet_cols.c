@@ -51,6 +51,7 @@ struct imp_pqc {
      * to read (their page and batch buffers reused, never touched fresh) */
     sl_pq_reader_t **pool; /* [pool_cap] */
     uint32_t pool_cap;
+    sl_pq_scratch_t *scratch; /* the pool's readers' shared page and ZSTD context */
 };
 
 /* ---- the builder ---- */
@@ -72,6 +73,7 @@ sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *co
     uint32_t SD = sl_wh_schema_num_dense(sch), SS = sl_wh_schema_num_sparse(sch);
     c->out_chunk = 64 * 1024;
     c->out = sl_arena_new(a, c->out_chunk);
+    c->scratch = sl_pq_scratch_new(a);
     c->slot_read = sl_calloc(a, c->num_slots + 1, 1);
     c->slot_out = sl_calloc(a, c->num_slots + 1, sizeof *c->slot_out);
     c->label_names = sl_calloc(a, c->T + 1, sizeof *c->label_names);
@@ -82,9 +84,9 @@ sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *co
     int32_t *sparse_at = sl_calloc(a, SS + 1, sizeof *sparse_at);
     c->has_slot = sl_calloc(a, (size_t)c->T + SD + SS + 1, 1);
     sl_err_t rc = SL_OK;
-    if (c->out == NULL || c->slot_read == NULL || c->slot_out == NULL || c->label_names == NULL ||
-        c->dense_names == NULL || c->key_names == NULL || c->keys == NULL || dense_at == NULL ||
-        sparse_at == NULL || c->has_slot == NULL) {
+    if (c->out == NULL || c->scratch == NULL || c->slot_read == NULL || c->slot_out == NULL ||
+        c->label_names == NULL || c->dense_names == NULL || c->key_names == NULL ||
+        c->keys == NULL || dense_at == NULL || sparse_at == NULL || c->has_slot == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for a Parquet reader");
         goto done;
     }
@@ -182,6 +184,7 @@ void imp_pqc_destroy(imp_pqc_t *c)
     sl_arena_destroy(c->out);
     imp_pq_free_readers(c->pool, c->pool_cap);
     sl_free(a, c->pool, (size_t)c->pool_cap * sizeof *c->pool);
+    sl_pq_scratch_destroy(c->scratch); /* after the readers that used it */
     sl_free(a, c, sizeof *c);
 }
 
@@ -567,7 +570,7 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
     const sl_pq_meta_t *m = sl_pq_file_meta(f);
     uint32_t begin = rd->begin, end = rd->end < m->num_row_groups ? rd->end : m->num_row_groups;
     uint32_t cap = 2 * p->num_cols + 2;
-    group_read_t g = {.keep = true};
+    group_read_t g = {.keep = true, .scratch = c->scratch};
     if (c->pool == NULL && (c->pool = sl_calloc(a, cap, sizeof *c->pool)) != NULL)
         c->pool_cap = cap;
     g.leaf_of = sl_calloc(a, cap, sizeof *g.leaf_of);
