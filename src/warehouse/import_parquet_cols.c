@@ -692,9 +692,8 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
     b->batch_size = n;
     int64_t *sid = sl_arena_alloc(ar, (size_t)n * 8 + 8),
             *ses = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *cms = sl_arena_alloc(ar, (size_t)n * 8 + 8);
-    if (sid == NULL || ses == NULL || ts == NULL || cms == NULL) goto nomem;
+            *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8);
+    if (sid == NULL || ses == NULL || ts == NULL) goto nomem;
     if (sl_dense_init(&b->dense, ar, n, c->D, c->dense_names) != SL_OK ||
         sl_dense_init(&b->labels, ar, n, c->T, c->label_names) != SL_OK)
         goto nomem;
@@ -703,8 +702,6 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
         total += c->keys[k].nids;
     if (c->S && sl_kjt_init(&b->sparse, ar, c->S, c->key_names, n, total, c->any_weighted) != SL_OK)
         goto nomem;
-    for (uint32_t j = 0; j < n; j++)
-        cms[j] = -1;     /* no record time: a file's rows */
     if (order == NULL) { /* runs */
         memcpy(sid, c->sid, (size_t)n * 8);
         memcpy(ses, c->ses, (size_t)n * 8);
@@ -755,7 +752,7 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
         }
     }
     b->sample_ids = sid;
-    b->record_ms = cms;
+    b->record_ms = NULL; /* a file's rows have no record time: batched as a table's */
     out->schema = c->schema;
     out->session_ids = ses;
     out->timestamps = ts;

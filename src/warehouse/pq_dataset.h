@@ -113,7 +113,8 @@ sl_err_t sl_wh_pqds_read(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64
  * end) of the split (stripe_rows each, the last one shorter), projected
  * as the reader's features in their order (dense ones in batch.dense,
  * the others in batch.sparse), sorted stably by session id within the
- * stripe, sample, session and timestamp columns set, record times -1.
+ * stripe, sample, session and timestamp columns set, no record times
+ * (batch.record_ms NULL: rows of a file, batched as a table's).
  * The same values as sl_wh_pqds_read's rows, converted a column at a
  * time (docs/PARQUET.md, "Columnar conversion"). rows is borrowed for the
  * call, and *owned is the arena that holds all of it (names included):

@@ -484,10 +484,15 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     rd->stripe_held = sb;
     uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw, t1 = now_ns(CLOCK_MONOTONIC),
              h0 = rd->handoff_ns, f0 = rd->fused_ns;
-    sl_err_t rc;
-    if (!scratch_rows(rd, n))
+    /* With one transform thread a whole batch of plain rows (no record
+     * times) goes the fused path, as a table's: encoded here, no batch
+     * made. With more, it is taken (owned) and transformed and encoded on
+     * the transform threads, in parallel with this one's reading. */
+    sl_err_t rc =
+        w->threads <= 1 && !rows->batch.record_ms ? decide_fused(rd, &rows->batch, err) : SL_OK;
+    if (rc == SL_OK && !scratch_rows(rd, n))
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
-    else
+    else if (rc == SL_OK)
         rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
     sl_worker_rows_origin_t origin = {.epoch = wk->epoch,
                                       .split_id = wk->split_id,
