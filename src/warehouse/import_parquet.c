@@ -333,7 +333,6 @@ sl_err_t imp_pq_open_group(const imp_pq_t *p, const uint8_t *slot_read, sl_pq_fi
             sl_err_t rc = g->keep ? sl_pq_reader_renew(f, gi, (uint32_t)have, &g->rd[g->n], err)
                                   : sl_pq_reader_new(f, gi, (uint32_t)have, &g->rd[g->n], err);
             if (rc != SL_OK) return rc;
-            sl_pq_reader_set_scratch(g->rd[g->n], g->scratch);
             g->col[g->n] = &m->columns[have];
             g->leaf_of[2 * c + h] = (int32_t)g->n++;
         }

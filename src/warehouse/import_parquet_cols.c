@@ -570,7 +570,7 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
     const sl_pq_meta_t *m = sl_pq_file_meta(f);
     uint32_t begin = rd->begin, end = rd->end < m->num_row_groups ? rd->end : m->num_row_groups;
     uint32_t cap = 2 * p->num_cols + 2;
-    group_read_t g = {.keep = true, .scratch = c->scratch};
+    group_read_t g = {.keep = true};
     if (c->pool == NULL && (c->pool = sl_calloc(a, cap, sizeof *c->pool)) != NULL)
         c->pool_cap = cap;
     g.leaf_of = sl_calloc(a, cap, sizeof *g.leaf_of);
@@ -587,6 +587,8 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
     bool past = false;
     for (uint32_t gi = begin; rc == SL_OK && !past && gi < end; gi++) {
         rc = imp_pq_open_group(p, c->slot_read, f, gi, &g, err);
+        for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) /* a new reader, or a renewed one */
+            sl_pq_reader_set_scratch(g.rd[i], c->scratch);
         if (rc == SL_OK) rc = imp_pq_prefetch_group(p, &src, f, gi, &g, err);
         while (rc == SL_OK && !past) {
             uint32_t rows = 0;

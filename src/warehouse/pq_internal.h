@@ -47,7 +47,6 @@ typedef struct group_read {
      * or NULL), so that the next group's reuse their buffers; the owner
      * of rd destroys them with imp_pq_free_readers */
     bool keep;
-    sl_pq_scratch_t *scratch; /* given to every reader opened (NULL: none) */
 } group_read_t;
 
 /* Open the readers of row group gi of f for the columns the slots with
