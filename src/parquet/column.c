@@ -162,6 +162,26 @@ static void buf_free(const sl_allocator_t *a, sl_pq_buf_t *b)
     b->cap = 0;
 }
 
+sl_pq_scratch_t *sl_pq_scratch_new(const sl_allocator_t *a)
+{
+    sl_pq_scratch_t *s = sl_calloc(a, 1, sizeof *s);
+    if (s != NULL) s->a = a ? a : sl_allocator_default();
+    return s;
+}
+
+void sl_pq_scratch_destroy(sl_pq_scratch_t *s)
+{
+    if (s == NULL) return;
+    buf_free(s->a, &s->page);
+    ZSTD_freeDCtx(s->zd);
+    sl_free(s->a, s, sizeof *s);
+}
+
+void sl_pq_reader_set_scratch(sl_pq_reader_t *r, sl_pq_scratch_t *s)
+{
+    r->scratch = s;
+}
+
 void sl_pq_reader_destroy(sl_pq_reader_t *r)
 {
     if (r == NULL) return;
@@ -322,11 +342,13 @@ static sl_err_t decompress(sl_pq_reader_t *r, const uint8_t *src, size_t slen, s
         return SL_OK;
     }
     case SL_PQ_ZSTD: {
-        /* one context per reader, kept across pages and chunks (a fresh
-         * one per page is an allocation of its tables every time) */
-        if (r->zd == NULL && (r->zd = ZSTD_createDCtx()) == NULL)
+        /* one context per reader, or the scratch's for all of a thread's
+         * readers, kept across pages and chunks (a fresh one per page is
+         * an allocation of its tables every time) */
+        struct ZSTD_DCtx_s **zd = r->scratch ? &r->scratch->zd : &r->zd;
+        if (*zd == NULL && (*zd = ZSTD_createDCtx()) == NULL)
             return sl_error_set(err, SL_ERR_NOMEM, "out of memory for a ZSTD context");
-        size_t n = ZSTD_decompressDCtx(r->zd, dst, ulen, src, slen);
+        size_t n = ZSTD_decompressDCtx(*zd, dst, ulen, src, slen);
         if (ZSTD_isError(n) || n != ulen)
             return sl_error_set(
                 err, SL_ERR_CORRUPT, "ZSTD page does not decompress to %zu bytes%s%s", ulen,
@@ -409,15 +431,22 @@ static sl_err_t load_page(sl_pq_reader_t *r, bool *done, sl_error_t *err)
                          h.csize, (unsigned long long)left);
             return where(r, err);
         }
-        if (!sl_pq_buf_reserve(r->a, &r->cbuf, h.csize ? (size_t)h.csize : 1)) {
+        /* Bytes used only while the page is decompressed go to the shared
+         * scratch; a page read later (levels of a v2 page, the values of
+         * an uncompressed one) keeps them in the reader's own buffer. */
+        bool once =
+            r->scratch != NULL && (h.type == DICTIONARY_PAGE ||
+                                   (h.type == DATA_PAGE && r->ch->codec != SL_PQ_UNCOMPRESSED));
+        sl_pq_buf_t *into = once ? &r->scratch->page : &r->cbuf;
+        if (!sl_pq_buf_reserve(once ? r->scratch->a : r->a, into, h.csize ? (size_t)h.csize : 1)) {
             sl_error_set(err, SL_ERR_NOMEM, "out of memory for a page of %d bytes", h.csize);
             return where(r, err);
         }
-        if (r->f->src.read_at(r->f->src.ctx, r->pos, (size_t)h.csize, r->cbuf.p, err) != SL_OK)
+        if (r->f->src.read_at(r->f->src.ctx, r->pos, (size_t)h.csize, into->p, err) != SL_OK)
             return where(r, err);
         r->pos += (uint64_t)h.csize;
         r->pages++;
-        const uint8_t *page = r->cbuf.p;
+        const uint8_t *page = into->p;
         if (h.has_crc && (uint32_t)h.crc != (uint32_t)crc32(0, page, (uInt)h.csize)) {
             sl_error_set(err, SL_ERR_CORRUPT, "page CRC %08x, the bytes have %08x", (uint32_t)h.crc,
                          (uint32_t)crc32(0, page, (uInt)h.csize));

@@ -16,8 +16,15 @@ typedef struct sl_pq_buf {
     size_t cap; /* bytes */
 } sl_pq_buf_t;
 
+struct sl_pq_scratch {
+    const sl_allocator_t *a;
+    sl_pq_buf_t page;       /* stored bytes of a page decompressed at once */
+    struct ZSTD_DCtx_s *zd; /* made on the first ZSTD page */
+};
+
 struct sl_pq_reader {
     sl_pq_file_t *f;
+    sl_pq_scratch_t *scratch; /* shared with other readers, or NULL */
     const sl_allocator_t *a;
     uint32_t rg, col;
     const sl_pq_column_t *c;

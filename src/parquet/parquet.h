@@ -295,6 +295,20 @@ sl_err_t sl_pq_reader_new(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_read
  * *r is still a reader to destroy (or NULL). */
 sl_err_t sl_pq_reader_renew(sl_pq_file_t *f, uint32_t rg, uint32_t col, sl_pq_reader_t **r,
                             sl_error_t *err);
+/* Scratch that the readers of one thread share (sl_pq_reader_set_scratch):
+ * the stored bytes of a page that are not needed once it is decompressed
+ * (a dictionary page, a data page v1 of a compressed chunk) and the ZSTD
+ * context. One buffer and one context for all the columns a thread reads
+ * instead of one per column: fewer fresh pages to fault in, and both stay
+ * in cache from column to column. Caller owns, free with
+ * sl_pq_scratch_destroy (NULL accepted) after the readers that use it
+ * stopped using it. @return NULL when out of memory. */
+typedef struct sl_pq_scratch sl_pq_scratch_t;
+sl_pq_scratch_t *sl_pq_scratch_new(const sl_allocator_t *a);
+void sl_pq_scratch_destroy(sl_pq_scratch_t *s);
+/* r uses s (NULL: its own buffers) from its next page on; renew keeps
+ * it. s must have r's allocator, and one thread uses r and s at a time. */
+void sl_pq_reader_set_scratch(sl_pq_reader_t *r, sl_pq_scratch_t *s);
 /* The next batch of at most max_rows rows (max_rows > 0); b->rows == 0 at
  * the end of the chunk. Errors name file, row group, column and page. */
 sl_err_t sl_pq_reader_next(sl_pq_reader_t *r, uint32_t max_rows, const sl_pq_batch_t **b,

@@ -52,6 +52,7 @@ struct imp_pqc {
      * to read (their page and batch buffers reused, never touched fresh) */
     sl_pq_reader_t **pool; /* [pool_cap] */
     uint32_t pool_cap;
+    sl_pq_scratch_t *scratch; /* the pool's readers' shared page and ZSTD context */
 };
 
 /* ---- the builder ---- */
@@ -73,6 +74,7 @@ sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *co
     uint32_t SD = sl_wh_schema_num_dense(sch), SS = sl_wh_schema_num_sparse(sch);
     c->out_chunk = 64 * 1024;
     c->out = sl_arena_new(a, c->out_chunk);
+    c->scratch = sl_pq_scratch_new(a);
     c->slot_read = sl_calloc(a, c->num_slots + 1, 1);
     c->slot_out = sl_calloc(a, c->num_slots + 1, sizeof *c->slot_out);
     c->label_names = sl_calloc(a, c->T + 1, sizeof *c->label_names);
@@ -83,9 +85,9 @@ sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *co
     int32_t *sparse_at = sl_calloc(a, SS + 1, sizeof *sparse_at);
     c->has_slot = sl_calloc(a, (size_t)c->T + SD + SS + 1, 1);
     sl_err_t rc = SL_OK;
-    if (c->out == NULL || c->slot_read == NULL || c->slot_out == NULL || c->label_names == NULL ||
-        c->dense_names == NULL || c->key_names == NULL || c->keys == NULL || dense_at == NULL ||
-        sparse_at == NULL || c->has_slot == NULL) {
+    if (c->out == NULL || c->scratch == NULL || c->slot_read == NULL || c->slot_out == NULL ||
+        c->label_names == NULL || c->dense_names == NULL || c->key_names == NULL ||
+        c->keys == NULL || dense_at == NULL || sparse_at == NULL || c->has_slot == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for a Parquet reader");
         goto done;
     }
@@ -183,6 +185,7 @@ void imp_pqc_destroy(imp_pqc_t *c)
     sl_arena_destroy(c->out);
     imp_pq_free_readers(c->pool, c->pool_cap);
     sl_free(a, c->pool, (size_t)c->pool_cap * sizeof *c->pool);
+    sl_pq_scratch_destroy(c->scratch); /* after the readers that used it */
     sl_free(a, c, sizeof *c);
 }
 
@@ -584,6 +587,8 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
     bool past = false;
     for (uint32_t gi = begin; rc == SL_OK && !past && gi < end; gi++) {
         rc = imp_pq_open_group(p, c->slot_read, f, gi, &g, err);
+        for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) /* a new reader, or a renewed one */
+            sl_pq_reader_set_scratch(g.rd[i], c->scratch);
         if (rc == SL_OK) rc = imp_pq_prefetch_group(p, &src, f, gi, &g, err);
         while (rc == SL_OK && !past) {
             uint32_t rows = 0;
@@ -616,6 +621,16 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
 
 /* ---- taking a stripe ---- */
 
+sl_arena_t *imp_pqc_arena(const imp_pqc_t *c)
+{
+    return c->out;
+}
+
+void imp_pqc_disown(imp_pqc_t *c)
+{
+    c->out = NULL;
+}
+
 /* Rows by session, stably: a bottom-up merge sort of the row numbers o[n]
  * by ses[] with the scratch tmp[n]. @return where the order is, o or tmp. */
 static uint32_t *sort_by_session(const int64_t *ses, uint32_t *o, uint32_t *tmp, uint32_t n)
@@ -646,14 +661,16 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
 {
     memset(out, 0, sizeof *out);
     uint32_t n = c->n;
-    if (c->out_want > c->out_chunk) {
+    if (c->out == NULL || c->out_want > c->out_chunk) {
         /* a chunk that holds a whole stripe, kept by reset (a fresh large
-         * chunk each stripe costs a page fault every 4 KiB) */
-        sl_arena_t *bigger = sl_arena_new(c->a, c->out_want);
+         * chunk each stripe costs a page fault every 4 KiB); after a
+         * disown, a new arena of that size */
+        size_t want = c->out_want > c->out_chunk ? c->out_want : c->out_chunk;
+        sl_arena_t *bigger = sl_arena_new(c->a, want);
         if (bigger == NULL) goto nomem;
         sl_arena_destroy(c->out);
         c->out = bigger;
-        c->out_chunk = c->out_want;
+        c->out_chunk = want;
     }
     sl_arena_reset(c->out);
     /* the order: file order unless sessions are out of order */
@@ -677,9 +694,8 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
     b->batch_size = n;
     int64_t *sid = sl_arena_alloc(ar, (size_t)n * 8 + 8),
             *ses = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8),
-            *cms = sl_arena_alloc(ar, (size_t)n * 8 + 8);
-    if (sid == NULL || ses == NULL || ts == NULL || cms == NULL) goto nomem;
+            *ts = sl_arena_alloc(ar, (size_t)n * 8 + 8);
+    if (sid == NULL || ses == NULL || ts == NULL) goto nomem;
     if (sl_dense_init(&b->dense, ar, n, c->D, c->dense_names) != SL_OK ||
         sl_dense_init(&b->labels, ar, n, c->T, c->label_names) != SL_OK)
         goto nomem;
@@ -688,8 +704,6 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
         total += c->keys[k].nids;
     if (c->S && sl_kjt_init(&b->sparse, ar, c->S, c->key_names, n, total, c->any_weighted) != SL_OK)
         goto nomem;
-    for (uint32_t j = 0; j < n; j++)
-        cms[j] = -1;     /* no record time: a file's rows */
     if (order == NULL) { /* runs */
         memcpy(sid, c->sid, (size_t)n * 8);
         memcpy(ses, c->ses, (size_t)n * 8);
@@ -740,7 +754,7 @@ sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error
         }
     }
     b->sample_ids = sid;
-    b->record_ms = cms;
+    b->record_ms = NULL; /* a file's rows have no record time: batched as a table's */
     out->schema = c->schema;
     out->session_ids = ses;
     out->timestamps = ts;

@@ -677,7 +677,9 @@ static sl_err_t stripe_full(void *ctx, uint64_t next, sl_error_t *err)
     sl_err_t rc = imp_pqc_take(c->r->cols, true, &rows, err);
     if (rc != SL_OK) return rc;
     uint64_t end = next - c->first_row;
-    rc = c->fn(c->ctx, &rows, c->first, end, err);
+    sl_arena_t *owned = imp_pqc_arena(c->r->cols);
+    rc = c->fn(c->ctx, &rows, c->first, end, &owned, err);
+    if (owned == NULL) imp_pqc_disown(c->r->cols); /* the stripe is fn's now */
     c->first = end;
     return rc;
 }

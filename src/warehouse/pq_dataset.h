@@ -113,12 +113,17 @@ sl_err_t sl_wh_pqds_read(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64
  * end) of the split (stripe_rows each, the last one shorter), projected
  * as the reader's features in their order (dense ones in batch.dense,
  * the others in batch.sparse), sorted stably by session id within the
- * stripe, sample, session and timestamp columns set, record times -1.
+ * stripe, sample, session and timestamp columns set, no record times
+ * (batch.record_ms NULL: rows of a file, batched as a table's).
  * The same values as sl_wh_pqds_read's rows, converted a column at a
  * time (docs/PARQUET.md, "Columnar conversion"). rows is borrowed for the
- * call; a non-OK return stops the read with it. */
+ * call, and *owned is the arena that holds all of it (names included):
+ * fn may take it over (set *owned to NULL and free it later with
+ * sl_arena_destroy, on any thread), and the next stripe then goes into a
+ * new arena; left, it is reused. A non-OK return stops the read with
+ * it. */
 typedef sl_err_t (*sl_wh_pqds_stripe_fn)(void *ctx, const sl_wh_rows_t *rows, uint64_t first,
-                                         uint64_t end, sl_error_t *err);
+                                         uint64_t end, sl_arena_t **owned, sl_error_t *err);
 sl_err_t sl_wh_pqds_read_stripes(sl_wh_pqds_reader_t *r, const sl_wh_split_t *sp, uint64_t from,
                                  uint64_t to, uint32_t stripe_rows, sl_wh_pqds_stripe_fn fn,
                                  void *ctx, sl_error_t *err);

@@ -113,6 +113,12 @@ uint32_t imp_pqc_count(const imp_pqc_t *c);
  * in file order. Borrowed until the next take or destroy; the builder then
  * holds no rows. */
 sl_err_t imp_pqc_take(imp_pqc_t *c, bool by_session, sl_wh_rows_t *out, sl_error_t *err);
+/* The arena of the stripe the last take made: every buffer of it, names
+ * included, lies there. A caller that takes it over (frees it with
+ * sl_arena_destroy, maybe on another thread) says so with imp_pqc_disown
+ * before the next take, which then builds its stripe in a new arena. */
+sl_arena_t *imp_pqc_arena(const imp_pqc_t *c);
+void imp_pqc_disown(imp_pqc_t *c);
 
 /* How to read: file rows [lo, hi) (0-based) of row groups [begin, end),
  * whose rows before begin are first_row; sample ids the file does not

@@ -976,3 +976,160 @@ Test(batcher, a_gap_after_a_killed_lease_cuts_the_original_batches_again)
     for (int k = 0; k < 2; k++)
         sl_batch_destroy(st[k]);
 }
+
+/* An owned stripe (sl_worker_batcher_add_owned) that is a whole batch on
+ * its own becomes that batch: its arena taken, its buffers the batch's,
+ * numbered as a built batch; any other (a different size, rows held
+ * before it, a selection) is copied and the arena stays the caller's.
+ * Either way every row comes out once, in order, with its values. */
+static const int64_t *taken_ids[8]; /* the stripes' sample ids, by batch */
+static uint32_t taken_n;
+static sl_err_t collect_taken(void *ctx, sl_batch_t *b, const sl_worker_lease_origin_t *lease,
+                              sl_error_t *err)
+{
+    cr_assert_lt(taken_n, 8);
+    taken_ids[taken_n++] = b->sample_ids;
+    return collect(ctx, b, lease, err);
+}
+
+Test(batcher, an_owned_stripe_of_a_whole_batch_is_taken_not_copied)
+{
+    const uint32_t B = 100;
+    sink_t *sk = calloc(1, sizeof *sk);
+    sk->cap = 1000;
+    sk->order = calloc(sk->cap, sizeof(int64_t));
+    sk->weighted = true;
+    sl_worker_batcher_opts_t o = {.batch_size = B, .sample_ids = true, .job_id = 5};
+    sl_worker_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_batcher_new(&o, collect_taken, sk, &bt, &err), SL_OK);
+    /* stripes of 100 (taken), 250 (copied: 2 batches, 50 held), 100 (copied:
+     * rows held), 100 with every row selected (taken), 100 with a selection
+     * (copied) */
+    const uint32_t sizes[] = {100, 250, 100, 100, 100};
+    const bool taken[] = {true, false, false, true, false};
+    const int64_t *ids[5];
+    int64_t first = 0;
+    uint32_t sel[100];
+    for (uint32_t i = 0; i < 90; i++)
+        sel[i] = i + (i >= 45 ? 10 : 0); /* rows 45..54 left out */
+    for (uint32_t st = 0; st < 5; st++) {
+        sl_batch_t *s = sl_batch_new(NULL);
+        make_stripe(s, first, sizes[st], true);
+        ids[st] = s->sample_ids;
+        sl_arena_t *owned = s->arena;
+        uint32_t n = st == 4 ? 90 : sizes[st];
+        sl_worker_rows_origin_t og = {.epoch = 0, .split_id = 2, .row = (uint64_t)first};
+        if (st == 3) /* the 50 rows held go out first, as the short batch of their epoch */
+            cr_assert_eq(sl_worker_batcher_end_epoch(bt, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(
+            sl_worker_batcher_add_owned(bt, s, st == 4 ? sel : NULL, NULL, n, &og, &owned, &err),
+            SL_OK, "stripe %u: %s", st, err.msg);
+        cr_assert_eq(owned == NULL, taken[st], "stripe %u", st);
+        if (owned) sl_arena_destroy(owned); /* s lies in it */
+        first += sizes[st];
+    }
+    cr_assert_eq(sl_worker_batcher_end_epoch(bt, &err), SL_OK, "%s", err.msg);
+    /* batches: [0,100) taken, [100,200) [200,300) copied, [300,400) copied,
+     * [400,450) short, [450,550) taken, then 90 of [550,650) */
+    const uint32_t want_sizes[] = {100, 100, 100, 100, 50, 100, 90};
+    const uint64_t want_first[] = {0, 100, 200, 300, 400, 450, 550};
+    cr_assert_eq(sk->batches, 7);
+    cr_assert_eq(taken_n, 7);
+    for (uint32_t b = 0; b < 7; b++) {
+        cr_assert_eq(sk->sizes[b], want_sizes[b], "batch %u", b);
+        cr_assert_eq(sk->origins[b].first_row, want_first[b], "batch %u", b);
+        cr_assert_eq(sk->origins[b].sequence, b, "batch %u", b);
+        cr_assert_eq(sk->origins[b].job_id, 5);
+        cr_assert_eq(sk->origins[b].split_id, 2);
+    }
+    /* the taken batches' ids are the stripes' own buffers, no other's */
+    cr_assert_eq(taken_ids[0], ids[0]);
+    cr_assert_eq(taken_ids[5], ids[3]);
+    for (uint32_t b = 1; b < 5; b++)
+        for (uint32_t st = 0; st < 5; st++)
+            cr_assert_neq(taken_ids[b], ids[st], "batch %u", b);
+    cr_assert_eq(sk->rows, 640);
+    for (uint64_t i = 0; i < 640; i++) {
+        int64_t want = i < 595 ? (int64_t)i : (int64_t)i + 10;
+        cr_assert_eq(sk->order[i], want, "row %llu", (unsigned long long)i);
+    }
+    sl_worker_batcher_destroy(bt);
+    free(sk->order);
+    free(sk);
+}
+
+/* In a range, a taken stripe is a batch of the range as a built one is:
+ * the lease part covers its rows, up to a unit's end row. */
+Test(batcher, an_owned_stripe_in_a_range_carries_its_rows)
+{
+    rsink_t *sk = calloc(1, sizeof *sk);
+    sl_worker_batcher_opts_t o = {.batch_size = 8, .sample_ids = true};
+    sl_worker_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_batcher_new(&o, collect_ranged, sk, &bt, &err), SL_OK);
+    sl_worker_lease_origin_t lease = {.handle = sk, .split = 3, .generation = 2, .from_row = 16};
+    cr_assert_eq(sl_worker_batcher_begin_range(bt, &lease, 1, &err), SL_OK, "%s", err.msg);
+    for (int u = 0; u < 2; u++) {
+        sl_batch_t *s = sl_batch_new(NULL);
+        make_stripe(s, 16 + 8 * u, 8, false);
+        sl_arena_t *owned = s->arena;
+        /* the second: a unit of records with gaps, rows [24, 40) */
+        sl_worker_rows_origin_t og = {
+            .epoch = 1, .split_id = 3, .row = 16 + 8 * (uint64_t)u, .end_row = u ? 40 : 0};
+        cr_assert_eq(sl_worker_batcher_add_owned(bt, s, NULL, NULL, 8, &og, &owned, &err), SL_OK,
+                     "%s", err.msg);
+        cr_assert_null(owned);
+    }
+    sl_dpp_row_range_t empty;
+    cr_assert_eq(sl_worker_batcher_end_range(bt, 40, &empty, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(empty.from_row, 40);
+    cr_assert_eq(empty.to_row, 40);
+    cr_assert_eq(sk->batches, 2);
+    const uint64_t from[] = {16, 24}, to[] = {24, 40};
+    for (uint32_t b = 0; b < 2; b++) {
+        cr_assert_eq(sk->lease[b].split, 3);
+        cr_assert_eq(sk->lease[b].generation, 2);
+        cr_assert_eq(sk->lease[b].from_row, from[b], "batch %u", b);
+        cr_assert_eq(sk->lease[b].to_row, to[b], "batch %u", b);
+        cr_assert_eq(sk->origin[b].first_row, from[b]);
+        cr_assert_eq(sk->origin[b].sequence, b);
+        cr_assert_eq(sk->n[b], 8);
+        for (uint32_t i = 0; i < 8; i++)
+            cr_assert_eq(sk->ids[b][i], 16 + 8 * (int64_t)b + i);
+    }
+    sl_worker_batcher_destroy(bt);
+    free(sk);
+}
+
+/* A batcher asked for no sample ids hands a taken stripe out without. */
+static sl_err_t no_ids(void *ctx, sl_batch_t *b, const sl_worker_lease_origin_t *lease,
+                       sl_error_t *err)
+{
+    (void)lease;
+    (void)err;
+    cr_assert_null(b->sample_ids);
+    cr_assert_eq(b->batch_size, 8);
+    cr_assert_eq(b->dense.data[2], 1.0f); /* row 1's first dense value */
+    (*(int *)ctx)++;
+    sl_batch_destroy(b);
+    return SL_OK;
+}
+
+Test(batcher, an_owned_stripe_taken_without_sample_ids)
+{
+    int got = 0;
+    sl_worker_batcher_opts_t o = {.batch_size = 8};
+    sl_worker_batcher_t *bt;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_batcher_new(&o, no_ids, &got, &bt, &err), SL_OK);
+    sl_batch_t *s = sl_batch_new(NULL);
+    make_stripe(s, 0, 8, false);
+    sl_arena_t *owned = s->arena;
+    sl_worker_rows_origin_t og = {0};
+    cr_assert_eq(sl_worker_batcher_add_owned(bt, s, NULL, NULL, 8, &og, &owned, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_null(owned);
+    cr_assert_eq(got, 1);
+    sl_worker_batcher_destroy(bt);
+}

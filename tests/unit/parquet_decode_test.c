@@ -741,6 +741,96 @@ Test(parquet_reader, renewed_reader_reads_as_a_fresh_one)
     sl_pq_reader_destroy(renewed);
 }
 
+/* Fold one batch of a reader into *h (as chunk_digest does); false at
+ * the chunk's end. */
+static bool digest_step(sl_pq_reader_t *r, bool is_list, uint32_t rows, uint64_t *h)
+{
+    const sl_pq_batch_t *b;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_pq_reader_next(r, rows, &b, &err), SL_OK, "%s", err.msg);
+    if (b->rows == 0) return false;
+    *h = fnv(*h, &b->rows, 4);
+    *h = fnv(*h, &b->slots, 4);
+    *h = fnv(*h, b->valid, b->slots);
+    if (b->kind == SL_PQ_KIND_I64) *h = fnv(*h, b->i64, (size_t)b->slots * 8);
+    if (b->kind == SL_PQ_KIND_F32) *h = fnv(*h, b->f32, (size_t)b->slots * 4);
+    if (b->kind == SL_PQ_KIND_F64) *h = fnv(*h, b->f64, (size_t)b->slots * 8);
+    if (b->kind == SL_PQ_KIND_BYTES) {
+        *h = fnv(*h, b->bytes_off, ((size_t)b->slots + 1) * 8);
+        *h = fnv(*h, b->bytes, b->bytes_off[b->slots]);
+    }
+    if (is_list) {
+        *h = fnv(*h, b->list_off, ((size_t)b->rows + 1) * 4);
+        *h = fnv(*h, b->list_valid, b->rows);
+    }
+    return true;
+}
+
+Test(parquet_reader, readers_sharing_a_scratch_read_as_alone)
+{
+    /* every fixture (codecs, v1 and v2 pages, uncompressed pages, CRCs,
+     * dictionaries and a fallback): all the readers of a row group open at
+     * once, sharing one scratch (pages decompressed at once, the ZSTD
+     * context), stepped in turn 7 rows at a time, give each column the
+     * batches its reader gives alone */
+    const char *names[] = {"duckdb-zstd.parquet",
+                           "legacy-two-level.parquet",
+                           "polars-lz4.parquet",
+                           "pyarrow-delta-zstd-v2.parquet",
+                           "pyarrow-dict-fallback-lz4.parquet",
+                           "pyarrow-int96.parquet",
+                           "pyarrow-mapped-zstd.parquet",
+                           "pyarrow-noncompliant-gzip-crc.parquet",
+                           "pyarrow-snappy-v1.parquet"};
+    sl_pq_scratch_t *scratch = sl_pq_scratch_new(NULL);
+    cr_assert_not_null(scratch);
+    uint32_t compared = 0;
+    for (size_t fi = 0; fi < sizeof names / sizeof names[0]; fi++) {
+        sl_pq_source_t src;
+        sl_pq_file_t *f = fixture(names[fi], &src);
+        const sl_pq_meta_t *m = sl_pq_file_meta(f);
+        cr_assert(m->num_columns <= 64);
+        sl_error_t err = {0};
+        for (uint32_t g = 0; g < m->num_row_groups; g++) {
+            sl_pq_reader_t *rd[64] = {0};
+            uint64_t alone[64], shared[64];
+            bool live[64] = {0};
+            uint32_t left = 0;
+            for (uint32_t c = 0; c < m->num_columns; c++) {
+                if (m->columns[c].unsupported) continue;
+                sl_pq_reader_t *r;
+                cr_assert_eq(sl_pq_reader_new(f, g, c, &r, &err), SL_OK, "%s", err.msg);
+                alone[c] = UINT64_C(0xcbf29ce484222325);
+                while (digest_step(r, m->columns[c].is_list, 7, &alone[c])) {
+                }
+                sl_pq_reader_destroy(r);
+                cr_assert_eq(sl_pq_reader_new(f, g, c, &rd[c], &err), SL_OK, "%s", err.msg);
+                sl_pq_reader_set_scratch(rd[c], scratch);
+                shared[c] = UINT64_C(0xcbf29ce484222325);
+                live[c] = true;
+                left++;
+            }
+            while (left > 0)
+                for (uint32_t c = 0; c < m->num_columns; c++)
+                    if (live[c] && !digest_step(rd[c], m->columns[c].is_list, 7, &shared[c])) {
+                        live[c] = false;
+                        left--;
+                    }
+            for (uint32_t c = 0; c < m->num_columns; c++) {
+                if (rd[c] == NULL) continue;
+                cr_assert_eq(shared[c], alone[c], "%s row group %u column %s", names[fi], g,
+                             m->columns[c].path);
+                sl_pq_reader_destroy(rd[c]);
+                compared++;
+            }
+        }
+        sl_pq_file_destroy(f);
+        sl_pq_source_file_close(&src);
+    }
+    cr_assert_gt(compared, 40, "%u chunks compared", compared);
+    sl_pq_scratch_destroy(scratch);
+}
+
 Test(parquet_stats, row_groups_a_range_cannot_match)
 {
     /* pyarrow-snappy-v1.parquet (tests/parquet/make_fixtures.py): row group 0 has id in

@@ -653,9 +653,68 @@ out:
     return rc;
 }
 
-sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
-                               const uint32_t *selected, const float *weights, uint32_t n,
-                               const sl_worker_rows_origin_t *origin, sl_error_t *err)
+/* Names of n columns, all present? */
+static bool all_named(const char *const *names, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (!names || !names[i]) return false;
+    return true;
+}
+
+/* May rows (all n of them, unselected) become the next batch as they are
+ * (sl_worker_batcher_add_owned)? Only when the batch built from them
+ * would hold exactly their buffers: a whole batch, nothing held, no
+ * shuffle window or dedup groups, no weight label, every column named,
+ * every array of exactly n rows. */
+static bool take_ok(const sl_worker_batcher_t *b, const sl_batch_t *rows, uint32_t n)
+{
+    return n == b->batch.cap && n == rows->batch_size && !b->window.cap && b->batch.n == 0 &&
+           !b->batch.cur && !b->G && !rows->num_groups && !b->weight_label &&
+           rows->sparse.stride == n && (!b->D || rows->dense.rows == n) &&
+           (!b->T || rows->labels.rows == n) && all_named(rows->sparse.keys, b->F) &&
+           all_named(rows->dense.names, b->D) && all_named(rows->labels.names, b->T);
+}
+
+/* rows, whose every buffer lies in owned (taken here), as the next batch:
+ * each key's lengths checked against its values as gather_runs checks
+ * them, then numbered as emit_batch numbers a built batch. */
+static sl_err_t emit_taken(sl_worker_batcher_t *b, const sl_batch_t *rows, sl_arena_t *owned,
+                           const sl_worker_rows_origin_t *origin, sl_error_t *err)
+{
+    const uint32_t n = rows->batch_size;
+    for (uint32_t k = 0; k < b->F; k++) {
+        bool neg = false;
+        uint64_t sum = sl_lengths_sum(rows->sparse.lengths + (size_t)k * n, n, &neg);
+        if (neg || b->key_off[k + 1] < b->key_off[k] || sum != b->key_off[k + 1] - b->key_off[k]) {
+            sl_arena_destroy(owned);
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "batcher: key '%s' lengths pass its values (rows 0..%u)",
+                                b->keys[k], n);
+        }
+    }
+    sl_batch_t *batch = sl_arena_alloc(owned, sizeof *batch);
+    if (!batch) {
+        sl_arena_destroy(owned);
+        return sl_error_set(err, SL_ERR_NOMEM, "batcher: out of memory taking a batch");
+    }
+    *batch = *rows;
+    batch->arena = owned;
+    batch->release = NULL;
+    batch->release_ctx = NULL;
+    if (!b->o.sample_ids) batch->sample_ids = NULL;
+    if (!b->has_times) batch->record_ms = NULL;
+    batch->origin = (sl_batch_origin_t){.job_id = b->o.job_id,
+                                        .epoch = origin->epoch,
+                                        .split_id = origin->split_id,
+                                        .first_row = origin->row};
+    sl_worker_lease_origin_t lease, *lp;
+    stamp(b, &batch->origin, n, b->range_next, &lease, &lp);
+    return b->emit(b->ctx, batch, lp, err);
+}
+
+static sl_err_t add_rows(sl_worker_batcher_t *b, const sl_batch_t *rows, const uint32_t *selected,
+                         const float *weights, uint32_t n, const sl_worker_rows_origin_t *origin,
+                         sl_arena_t **owned, sl_error_t *err)
 {
     sl_err_t rc;
     if (!b->configured && (rc = configure(b, rows, err))) return rc;
@@ -707,8 +766,18 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
         builder_t *bd = b->window.cap ? &b->window : &b->batch;
         uint32_t m = bd->cap - bd->n;
         if (m > n - i) m = n - i;
-        if (!bd->cur && !(m == bd->cap && direct_ok(b)) && (rc = builder_begin(b, bd, err)))
-            return rc;
+        bool whole = m == bd->cap && direct_ok(b);
+        bool take = !whole && owned && *owned && !selected && i == 0 && take_ok(b, rows, n);
+        if (!bd->cur && !whole && !take && (rc = builder_begin(b, bd, err))) return rc;
+        if (take) {
+            /* the rows are the batch: taken with their arena, not copied */
+            sl_arena_t *ar = *owned;
+            *owned = NULL;
+            if (b->ranged) b->range_next = origin->end_row ? origin->end_row : origin->row + n;
+            if ((rc = emit_taken(b, rows, ar, origin, err))) return rc;
+            i += m;
+            continue;
+        }
         /* runs of consecutive rows among selected[i, i+m) */
         uint32_t nr = 0;
         for (uint32_t j = 0; j < m; j++) {
@@ -723,7 +792,7 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
             else
                 b->runs[nr++] = (run_t){s, 1};
         }
-        if (m == bd->cap && direct_ok(b)) {
+        if (whole) {
             /* a whole batch from these rows: made straight from them */
             if (b->ranged)
                 b->range_next = origin->end_row ? origin->end_row : origin->row + prev + 1;
@@ -742,6 +811,21 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
         }
     }
     return SL_OK;
+}
+
+sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
+                               const uint32_t *selected, const float *weights, uint32_t n,
+                               const sl_worker_rows_origin_t *origin, sl_error_t *err)
+{
+    return add_rows(b, rows, selected, weights, n, origin, NULL, err);
+}
+
+sl_err_t sl_worker_batcher_add_owned(sl_worker_batcher_t *b, const sl_batch_t *rows,
+                                     const uint32_t *selected, const float *weights, uint32_t n,
+                                     const sl_worker_rows_origin_t *origin, sl_arena_t **owned,
+                                     sl_error_t *err)
+{
+    return add_rows(b, rows, selected, weights, n, origin, owned, err);
 }
 
 /* Forget the rows bd holds (its vectors are kept for reuse). @return how

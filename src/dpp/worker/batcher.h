@@ -127,6 +127,23 @@ sl_err_t sl_worker_batcher_add(sl_worker_batcher_t *b, const sl_batch_t *rows,
                                const uint32_t *selected, const float *weights, uint32_t n,
                                const sl_worker_rows_origin_t *origin, sl_error_t *err);
 
+/* As sl_worker_batcher_add, for rows that a source built for the loop and
+ * offers whole: *owned (non-NULL) is an arena holding every buffer of
+ * rows, its names included. When the rows make the next batch on their
+ * own - all of them (selected NULL, n = rows->batch_size = the batch
+ * size), nothing held, no shuffle window, no dedup groups, no weight
+ * label, every column named, and no direct hook to take them
+ * (sl_worker_batcher_set_direct) - the batcher takes *owned (sets it to
+ * NULL) and hands rows out as that batch without copying them: the
+ * batch's buffers are the rows' (sample ids and record times dropped
+ * where a built batch would have none), numbered as a built one. Else
+ * the rows are copied as by sl_worker_batcher_add and *owned stays the
+ * caller's. owned may be NULL. */
+sl_err_t sl_worker_batcher_add_owned(sl_worker_batcher_t *b, const sl_batch_t *rows,
+                                     const uint32_t *selected, const float *weights, uint32_t n,
+                                     const sl_worker_rows_origin_t *origin, sl_arena_t **owned,
+                                     sl_error_t *err);
+
 /* End of an epoch: drain the shuffle window and hand out the short last
  * batch (or drop it with drop_last). Not inside a range. */
 sl_err_t sl_worker_batcher_end_epoch(sl_worker_batcher_t *b, sl_error_t *err);

@@ -241,7 +241,8 @@ static sl_err_t pass_stripe(void *ctx, const sl_kafka_stripe_t *st, int64_t firs
     if (p->s->dead) dpp_dead_letter_poll(p->s->dead); /* delivery reports, without waiting */
     sl_wh_rows_t rows = st->rows;
     rows.file = p->name;
-    return p->fn(p->fn_ctx, &rows, (uint64_t)(first - p->from), (uint64_t)(end - p->from), err);
+    return p->fn(p->fn_ctx, &rows, (uint64_t)(first - p->from), (uint64_t)(end - p->from), NULL,
+                 err);
 }
 
 /* Read w's todo: offsets split->first_row + [from_row, to_row) of each

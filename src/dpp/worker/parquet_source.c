@@ -36,14 +36,14 @@ typedef struct pass {
 
 /* A stripe of split rows [first, end), in column form. */
 static sl_err_t on_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, uint64_t end,
-                          sl_error_t *err)
+                          sl_arena_t **owned, sl_error_t *err)
 {
     pass_t *p = ctx;
     if (atomic_load(&p->s->cancel)) return SL_ERR_CLOSED;
     sl_wh_rows_t r = *rows;
     r.file = p->w->split->path;
     r.first_row = p->w->split->first_row + first;
-    return p->fn(p->fn_ctx, &r, first, end, err);
+    return p->fn(p->fn_ctx, &r, first, end, owned, err);
 }
 
 static sl_err_t pq_read(void *ctx, const sl_worker_work_t *w, sl_worker_rows_fn fn, void *fn_ctx,

@@ -461,9 +461,11 @@ typedef struct own_rows {
  * so that a record waits at most the linger time (a stream has no end to
  * flush at). Under a lease that batch covers exactly [first, end), the
  * gaps between its records included, and a stripe that keeps no row is
- * an empty range for SPLIT_READ. */
+ * an empty range for SPLIT_READ. A stripe the source offers (owned) whose
+ * rows all pass becomes that batch without a copy when the batcher can
+ * take it (sl_worker_batcher_add_owned). */
 static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, uint64_t end,
-                           sl_error_t *err)
+                           sl_arena_t **owned, sl_error_t *err)
 {
     own_rows_t *o = ctx;
     dpp_reader_t *rd = o->rd;
@@ -482,10 +484,15 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     rd->stripe_held = sb;
     uint64_t waited = now_ns(CLOCK_MONOTONIC) - tw, t1 = now_ns(CLOCK_MONOTONIC),
              h0 = rd->handoff_ns, f0 = rd->fused_ns;
-    sl_err_t rc;
-    if (!scratch_rows(rd, n))
+    /* With one transform thread a whole batch of plain rows (no record
+     * times) goes the fused path, as a table's: encoded here, no batch
+     * made. With more, it is taken (owned) and transformed and encoded on
+     * the transform threads, in parallel with this one's reading. */
+    sl_err_t rc =
+        w->threads <= 1 && !rows->batch.record_ms ? decide_fused(rd, &rows->batch, err) : SL_OK;
+    if (rc == SL_OK && !scratch_rows(rd, n))
         rc = sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
-    else
+    else if (rc == SL_OK)
         rc = sl_pipeline_plan_filter(w->plan, rows, rd->selected, rd->weights, &kept, err);
     sl_worker_rows_origin_t origin = {.epoch = wk->epoch,
                                       .split_id = wk->split_id,
@@ -496,8 +503,8 @@ static sl_err_t own_stripe(void *ctx, const sl_wh_rows_t *rows, uint64_t first, 
     lease.from_row = first;
     if (rc == SL_OK && wk->lease) rc = sl_worker_batcher_begin_range(rd->b, &lease, wk->epoch, err);
     if (rc == SL_OK && kept)
-        rc = sl_worker_batcher_add(rd->b, &rows->batch, kept == n ? NULL : rd->selected,
-                                   rd->weigh ? rd->weights : NULL, kept, &origin, err);
+        rc = sl_worker_batcher_add_owned(rd->b, &rows->batch, kept == n ? NULL : rd->selected,
+                                         rd->weigh ? rd->weights : NULL, kept, &origin, owned, err);
     if (rc == SL_OK && wk->lease) {
         sl_dpp_row_range_t e;
         rc = sl_worker_batcher_end_range(rd->b, end, &e, err);

@@ -108,9 +108,13 @@ typedef struct sl_worker_lease_origin {
  * loop: rows in column form (borrowed for the call) covering rows
  * [first, end) of the unit's split; end - first may exceed the row count
  * (rows that come as no row: a Kafka partition's gaps and bad records).
- * Consecutive calls of one unit tile its todo. */
+ * Consecutive calls of one unit tile its todo. owned: NULL, or where the
+ * source offers the arena that holds every buffer of rows (names
+ * included): the loop may take it (setting *owned to NULL, and then owns
+ * it: the rows become a batch without a copy, sl_worker_batcher_add_owned)
+ * or leave it to the source, which then reuses it. */
 typedef sl_err_t (*sl_worker_rows_fn)(void *fn_ctx, const sl_wh_rows_t *rows, uint64_t first,
-                                      uint64_t end, sl_error_t *err);
+                                      uint64_t end, sl_arena_t **owned, sl_error_t *err);
 
 /* A record source's counts (the records hook). Ages: now minus each
  * record's CreateTime when the source handed its row on, in buckets of
