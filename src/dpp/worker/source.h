@@ -102,6 +102,7 @@ typedef struct sl_worker_lease_origin {
     uint64_t generation;       /* of the lease */
     uint64_t from_row, to_row; /* rows [from_row, to_row) of the split, filtered ones included */
     uint32_t rank_plus_one;    /* 1 + the only trainer rank it may go to; 0: any */
+    uint64_t order_g_plus_one; /* deterministic order: 1 + its global index g; 0: none */
 } sl_worker_lease_origin_t;
 
 /* What a source that reads its own rows (read, below) hands the stripe
