@@ -266,6 +266,20 @@ bool sl_worker_order_hold_take(sl_worker_order_hold_t *h, void *lease, sl_worker
     return false;
 }
 
+bool sl_worker_order_hold_take_any(sl_worker_order_hold_t *h, sl_worker_server_item_t *out)
+{
+    while (h->num_leases)
+        if (sl_worker_order_hold_take(h, h->leases[0].handle, out)) return true;
+    return false;
+}
+
+bool sl_worker_order_hold_has(const sl_worker_order_hold_t *h, const void *lease)
+{
+    for (uint32_t i = 0; i < h->num_leases; i++)
+        if (h->leases[i].handle == lease) return true;
+    return false;
+}
+
 uint64_t sl_worker_order_hold_bytes(const sl_worker_order_hold_t *h)
 {
     return h->bytes;

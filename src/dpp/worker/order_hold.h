@@ -102,6 +102,13 @@ sl_err_t sl_worker_order_hold_end(sl_worker_order_hold_t *h, void *lease, uint64
 bool sl_worker_order_hold_take(sl_worker_order_hold_t *h, void *lease,
                                sl_worker_server_item_t *out);
 
+/* Any lease's held batch into *out (leases with none left forgotten):
+ * emptying the hold at the end. @return false once the hold is empty. */
+bool sl_worker_order_hold_take_any(sl_worker_order_hold_t *h, sl_worker_server_item_t *out);
+
+/* Is lease held (begun, not yet forgotten)? */
+bool sl_worker_order_hold_has(const sl_worker_order_hold_t *h, const void *lease);
+
 /* Bytes (item.len) and batches held, all leases. */
 uint64_t sl_worker_order_hold_bytes(const sl_worker_order_hold_t *h);
 uint64_t sl_worker_order_hold_count(const sl_worker_order_hold_t *h);
