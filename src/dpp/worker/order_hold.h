@@ -1,5 +1,6 @@
 /* The worker's hold of a deterministic order's batches (docs/DESIGN.md,
- * "A deterministic order"; docs/WORKER.md "The deterministic order").
+ * "A deterministic order"; docs/WORKER.md, Master mode, "The
+ * deterministic order").
  *
  * A lease of a deterministic job (LEASE order_ranks > 0) reads its split
  * from the first row and numbers its batches itself, k = 0, 1, ... in
