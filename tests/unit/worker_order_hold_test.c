@@ -105,6 +105,25 @@ Test(worker_order_hold, a_batch_still_encoding_holds_back_every_higher_g)
     sl_worker_order_hold_destroy(h);
 }
 
+Test(worker_order_hold, a_dropped_batch_holds_nothing_back_before_the_split_is_read)
+{
+    sl_error_t err = {0};
+    sl_worker_order_hold_t *h = sl_worker_order_hold_new(NULL, 1);
+    int l;
+    sl_dpp_row_range_t todo[] = {{10, 20}};
+    cr_assert_eq(sl_worker_order_hold_begin(h, &l, 2, todo, 1, 6, &err), SL_OK, "%s", err.msg);
+    bool keep;
+    cr_assert_eq(sl_worker_order_hold_cut(h, &l, 0, 10, &keep, &err), SL_OK);
+    cr_assert_not(keep);
+    cr_assert_eq(sl_worker_order_hold_cut(h, &l, 10, 20, &keep, &err), SL_OK);
+    cr_assert(keep);
+    sl_worker_server_item_t it = item(&l, 10, 20, 1), out;
+    cr_assert_eq(sl_worker_order_hold_put(h, &it, &err), SL_OK, "%s", err.msg);
+    cr_assert(sl_worker_order_hold_pop(h, &out), "batch 1 goes while the split is still read");
+    cr_assert_eq(out.lease.order_g_plus_one, 5 + 1 + 1);
+    sl_worker_order_hold_destroy(h);
+}
+
 Test(worker_order_hold, refusals_name_the_split_and_rows)
 {
     sl_error_t err = {0};

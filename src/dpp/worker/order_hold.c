@@ -158,6 +158,7 @@ sl_err_t sl_worker_order_hold_cut(sl_worker_order_hold_t *h, void *lease, uint64
     l->cuts[l->num_cuts++] =
         (cut_t){.from = from_row, .to = to_row, .state = in ? CUT_WAITING : CUT_DROPPED};
     *keep = in != 0;
+    advance(h, l); /* past a dropped batch at once: it holds nothing back (l is not ended) */
     return SL_OK;
 }
 
