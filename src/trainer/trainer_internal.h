@@ -74,6 +74,7 @@ typedef struct tr_item {
     uint32_t epoch, split;
     uint64_t generation, from_row, to_row;
     uint32_t num_samples;
+    uint64_t order_g_plus_one; /* BatchInfo's: 1 + its g in the deterministic order; 0: none */
     struct tr_item *prev, *next;
 } tr_item_t;
 

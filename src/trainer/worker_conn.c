@@ -426,7 +426,8 @@ static sl_err_t on_batch(tr_conn_t *c, sl_rpc_frame_t *f, uint64_t *received, sl
                       .generation = bi->generation,
                       .from_row = bi->from_row,
                       .to_row = bi->to_row,
-                      .num_samples = bi->num_samples};
+                      .num_samples = bi->num_samples,
+                      .order_g_plus_one = bi->order_g_plus_one};
     if (t->fleet) {
         tr_fleet_receive(t, it, bi->rank_plus_one); /* the committer: COMMIT first */
         return SL_OK;

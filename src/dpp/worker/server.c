@@ -318,6 +318,7 @@ sl_err_t sl_worker_server_start(const sl_worker_server_opts_t *opts, sl_worker_s
     s->lfd = opts->has_listen_fd ? opts->listen_fd : -1;
     s->shm_lfd = -1;
     sl_mutex_init(&s->mu);
+    sl_mutex_init(&s->order_mu);
     sl_clock_cond_init(&s->cv);
     sl_err_t rc;
     s->ready = sl_calloc(a, (size_t)s->o.max_ranks + 1, sizeof *s->ready);
@@ -363,6 +364,7 @@ fail:
         sl_free(a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);
     }
     sl_mutex_destroy(&s->mu);
+    sl_mutex_destroy(&s->order_mu);
     pthread_cond_destroy(&s->cv);
     sl_rpc_secret_free(s->secret);
     sl_free(a, s, sizeof *s);
@@ -376,6 +378,14 @@ uint16_t sl_worker_server_port(const sl_worker_server_t *s)
 
 sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_item_t *item,
                                sl_error_t *err)
+{
+    if (item->lease.handle && item->lease.ordered)
+        return dpp_server_order_put(s, item, err); /* server_order.c: in g order */
+    return dpp_server_push_now(s, item, err);
+}
+
+sl_err_t dpp_server_push_now(struct sl_worker_server *s, const sl_worker_server_item_t *item,
+                             sl_error_t *err)
 {
     sitem_t *si = sl_calloc(s->a, 1, sizeof *si);
     sl_worker_server_item_t *it = si ? &si->item : NULL;
@@ -589,6 +599,7 @@ void sl_worker_server_destroy(sl_worker_server_t *s)
 {
     if (!s) return;
     sl_worker_server_stop(s);
+    dpp_server_order_free(s);
     sl_mutex_lock(&s->mu);
     for (uint32_t r = 0; r <= s->o.max_ranks; r++) {
         if (!s->ready[r]) continue;
@@ -615,6 +626,7 @@ void sl_worker_server_destroy(sl_worker_server_t *s)
     sl_mutex_unlock(&s->mu);
     sl_free(s->a, s->ready, ((size_t)s->o.max_ranks + 1) * sizeof *s->ready);
     sl_mutex_destroy(&s->mu);
+    sl_mutex_destroy(&s->order_mu);
     pthread_cond_destroy(&s->cv);
     sl_rpc_secret_free(s->secret);
     sl_free(s->a, s, sizeof *s);

@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 #include "common/shm_heap.h"
+#include "dpp/split.h"
 #include "dpp/worker/queue.h"
 #include "dpp/worker/source.h"
 #include "rpc/frame.h"
@@ -152,6 +153,30 @@ typedef struct sl_worker_server_stats {
 } sl_worker_server_stats_t;
 
 typedef struct sl_worker_server sl_worker_server_t;
+
+/* The deterministic order (docs/DESIGN.md "A deterministic order";
+ * order_hold.h says how): a lease of such a job is begun here before its
+ * first batch; the batcher reports each batch it cuts (_cut, on the
+ * reader thread, in order) and encodes only the kept ones; those pushed
+ * (sl_worker_server_push) wait until their base is known (_base) and go
+ * to the queue of rank g mod ranks in g order, BatchInfo carrying g;
+ * _end gives the SPLIT_READ count, _drop frees a revoked lease's held
+ * batches (retired unacknowledged). Each takes the server's order lock;
+ * none may be called under its lock. @return as order_hold.h's, and
+ * SL_ERR_INVALID for ranks 0, past max_ranks, or other than an earlier
+ * lease's. */
+sl_err_t sl_worker_server_order_begin(sl_worker_server_t *s, void *lease, uint32_t split,
+                                      const sl_dpp_row_range_t *todo, uint32_t num_todo,
+                                      uint32_t ranks, uint64_t base_plus_one, sl_error_t *err);
+sl_err_t sl_worker_server_order_cut(sl_worker_server_t *s, void *lease, uint64_t from_row,
+                                    uint64_t to_row, bool *keep, sl_error_t *err);
+sl_err_t sl_worker_server_order_base(sl_worker_server_t *s, void *lease, uint64_t base,
+                                     sl_error_t *err);
+sl_err_t sl_worker_server_order_end(sl_worker_server_t *s, void *lease, uint64_t *batches,
+                                    sl_error_t *err);
+void sl_worker_server_order_drop(sl_worker_server_t *s, void *lease);
+/* Bytes and batches the hold keeps now (stats, tests). */
+void sl_worker_server_order_held(sl_worker_server_t *s, uint64_t *bytes, uint64_t *batches);
 
 /* Listen and start accepting. Caller owns *out, free with
  * sl_worker_server_destroy. @return SL_ERR_IO when the address cannot be bound. */

@@ -174,6 +174,7 @@ static void *sender_main(void *arg)
                     bi.from_row = it->lease.from_row;
                     bi.to_row = it->lease.to_row;
                     bi.rank_plus_one = it->lease.rank_plus_one;
+                    bi.order_g_plus_one = it->lease.order_g_plus_one;
                 }
                 size_t len = it->len;
                 /* shm_on (read under the lock) is set before the

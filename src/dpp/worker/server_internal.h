@@ -108,9 +108,30 @@ struct sl_worker_server {
     char shm_name[SL_RPC_SHM_NAME_MAX];
     pthread_t shm_thread;
     bool shm_started;
+    /* The deterministic order (server_order.c): its hold, created by the
+     * first lease of such a job; under order_mu, which is taken before mu
+     * and held while released batches go to their queues, so that they
+     * enter each rank's queue in g order. */
+    sl_mutex_t order_mu;
+    struct sl_worker_order_hold *order; /* under order_mu */
+    uint32_t order_ranks;               /* under order_mu */
 };
 
 /* server.c */
+/* sl_worker_server_push past the deterministic order's hold: queued now. */
+sl_err_t dpp_server_push_now(struct sl_worker_server *s, const sl_worker_server_item_t *item,
+                             sl_error_t *err);
+
+/* server_order.c (takes order_mu; never called under mu) */
+/* Hold item (of such a lease: lease.ordered) until its turn, then queue
+ * it and every other batch whose turn came. Takes the item as push does
+ * (freed on failure); a batch of a lease dropped already is freed and
+ * retired unacknowledged, as a revoked lease's batch is. */
+sl_err_t dpp_server_order_put(struct sl_worker_server *s, const sl_worker_server_item_t *item,
+                              sl_error_t *err);
+/* Free the hold and every batch in it (retired unacknowledged): destroy. */
+void dpp_server_order_free(struct sl_worker_server *s);
+
 /* Under s->mu: it (popped from its queue) is dropped unsent: its lease was
  * taken back. */
 void dpp_server_drop_locked(struct sl_worker_server *s, sl_worker_server_item_t *it)

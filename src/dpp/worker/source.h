@@ -102,6 +102,11 @@ typedef struct sl_worker_lease_origin {
     uint64_t generation;       /* of the lease */
     uint64_t from_row, to_row; /* rows [from_row, to_row) of the split, filtered ones included */
     uint32_t rank_plus_one;    /* 1 + the only trainer rank it may go to; 0: any */
+    /* The deterministic order: its lease is one (sl_worker_server_order_begin),
+     * so the server holds the batch until its turn; then 1 + its global
+     * index g, set by the server (0: not yet, or no such order). */
+    bool ordered;
+    uint64_t order_g_plus_one;
 } sl_worker_lease_origin_t;
 
 /* What a source that reads its own rows (read, below) hands the stripe

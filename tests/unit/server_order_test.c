@@ -1,0 +1,226 @@
+/* The worker's server and the deterministic order: a batch whose lease
+ * origin has order_g_plus_one set goes, like a static-sharding batch, only
+ * to the client of its rank (rank_plus_one), and BATCH's BatchInfo carries
+ * order_g_plus_one; a batch of no order carries 0 (docs/PROTOCOL.md, "The
+ * deterministic order"). */
+#include <criterion/criterion.h>
+
+#include <string.h>
+#include <unistd.h>
+
+#include "common/mem.h"
+#include "dpp/worker/server.h"
+#include "server_peer.h"
+
+static int lease; /* a handle only: no lease hooks */
+
+static void push(sl_worker_server_t *s, uint32_t rank_plus_one, uint64_t g_plus_one, uint8_t tag)
+{
+    sl_error_t err = {0};
+    uint8_t *frame = sl_alloc(NULL, 64);
+    memset(frame, tag, 64);
+    sl_worker_server_item_t it = {.frame = frame,
+                                  .len = 64,
+                                  .num_samples = 1,
+                                  .lease = {.handle = &lease,
+                                            .split = 3,
+                                            .generation = 1,
+                                            .from_row = tag,
+                                            .to_row = tag + 1u,
+                                            .rank_plus_one = rank_plus_one,
+                                            .order_g_plus_one = g_plus_one}};
+    cr_assert_eq(sl_worker_server_push(s, &it, &err), SL_OK, "%s", err.msg);
+}
+
+static void hello(int fd, uint32_t rank, uint32_t world, uint32_t credits)
+{
+    sl_error_t err = {0};
+    Sluice__Dpp__Hello h = SLUICE__DPP__HELLO__INIT;
+    h.protocol_version = SL_RPC_VERSION;
+    h.rank = rank;
+    h.world_size = world;
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_HELLO, &h.base, NULL, 0, &err), SL_OK, "%s", err.msg);
+    sl_rpc_frame_t f = {0};
+    cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_WELCOME, "got %s", sl_rpc_type_name(f.type));
+    sl_rpc_frame_free(&f);
+    sp_request(fd, credits, false);
+}
+
+/* The next BATCH: its first byte, first row, g + 1 and rank + 1; acknowledged. */
+static void batch(int fd, uint8_t tag, uint64_t from_row, uint64_t g_plus_one,
+                  uint32_t rank_plus_one)
+{
+    sl_rpc_frame_t f = {0};
+    const Sluice__Dpp__BatchInfo *bi = sp_recv_batch(fd, &f);
+    cr_assert_eq(((const uint8_t *)f.payload)[0], tag);
+    cr_assert_eq(bi->order_g_plus_one, g_plus_one);
+    cr_assert_eq(bi->rank_plus_one, rank_plus_one);
+    cr_assert_eq(bi->from_row, from_row);
+    sp_ack(fd, bi->delivery_id);
+    sl_rpc_frame_free(&f);
+}
+
+Test(server_order, a_batch_goes_to_its_ranks_client_with_its_g)
+{
+    sl_worker_server_opts_t o = {.listen = "127.0.0.1:0", .job_id = "j"};
+    sl_worker_server_t *s = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
+    /* g 7, 8, 9, 10 of 2 ranks: 7, 9 to rank 1 and 8, 10 to rank 0; one of no order */
+    push(s, 2, 8, 1);
+    push(s, 1, 9, 2);
+    push(s, 2, 10, 3);
+    push(s, 1, 11, 4);
+    push(s, 0, 0, 5);
+    sl_worker_server_finish(s);
+    int r1 = sp_connect(sl_worker_server_port(s));
+    hello(r1, 1, 2, 2);
+    batch(r1, 1, 1, 8, 2);
+    batch(r1, 3, 3, 10, 2);
+    int r0 = sp_connect(sl_worker_server_port(s));
+    hello(r0, 0, 2, 3);
+    batch(r0, 2, 2, 9, 1);
+    batch(r0, 4, 4, 11, 1);
+    batch(r0, 5, 5, 0, 0);
+    cr_assert(sl_worker_server_wait_done(s, (int)(tu_timeout(5) * 1000)));
+    close(r0);
+    close(r1);
+    sl_worker_server_stop(s);
+    sl_worker_server_destroy(s);
+}
+
+/* A batch of lease l, rows [from, to), tagged in its frame's first byte;
+ * accounted and pinned in budget as the worker does. */
+static void push_held(sl_worker_server_t *s, sl_worker_budget_t *budget, void *l, uint64_t from,
+                      uint64_t to, uint8_t tag)
+{
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_budget_acquire(budget, 64, 0), SL_OK);
+    sl_worker_budget_pin(budget, 64);
+    uint8_t *frame = sl_alloc(NULL, 64);
+    memset(frame, tag, 64);
+    sl_worker_server_item_t it = {.frame = frame,
+                                  .len = 64,
+                                  .num_samples = 1,
+                                  .accounted = 64,
+                                  .lease = {.handle = l,
+                                            .split = 3,
+                                            .generation = 1,
+                                            .from_row = from,
+                                            .to_row = to,
+                                            .ordered = true}};
+    cr_assert_eq(sl_worker_server_push(s, &it, &err), SL_OK, "%s", err.msg);
+}
+
+static void cut(sl_worker_server_t *s, void *l, uint64_t from, uint64_t to, bool kept)
+{
+    sl_error_t err = {0};
+    bool keep;
+    cr_assert_eq(sl_worker_server_order_cut(s, l, from, to, &keep, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(keep, kept);
+}
+
+Test(server_order, held_until_the_base_then_each_rank_in_g_order)
+{
+    sl_worker_budget_t *budget = sl_worker_budget_new(NULL, 1 << 20);
+    sl_worker_server_opts_t o = {.listen = "127.0.0.1:0", .job_id = "j", .budget = budget};
+    sl_worker_server_t *s = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
+    int a, b, c;
+    /* split a: rows [0, 40), batch [10, 20) committed earlier; split b after it */
+    sl_dpp_row_range_t todo_a[] = {{0, 10}, {20, 40}}, todo_b[] = {{0, 20}};
+    cr_assert_eq(sl_worker_server_order_begin(s, &a, 3, todo_a, 2, 2, 0, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(sl_worker_server_order_begin(s, &b, 4, todo_b, 1, 2, 0, &err), SL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(sl_worker_server_order_begin(s, &c, 5, todo_b, 1, 3, 0, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "for 3 ranks, after leases for 2"), "%s", err.msg);
+    cut(s, &a, 0, 10, true);
+    cut(s, &a, 10, 20, false);
+    cut(s, &a, 20, 30, true);
+    cut(s, &a, 30, 40, true);
+    cut(s, &b, 0, 20, true);
+    push_held(s, budget, &b, 0, 20, 4);
+    push_held(s, budget, &a, 30, 40, 3);
+    push_held(s, budget, &a, 0, 10, 0);
+    push_held(s, budget, &a, 20, 30, 2);
+    uint64_t bytes, held, n;
+    sl_worker_server_order_held(s, &bytes, &held);
+    cr_assert_eq(held, 4);
+    cr_assert_eq(bytes, 256);
+    sl_worker_server_finish(s);
+    cr_assert_not(sl_worker_server_wait_done(s, 100), "held batches are outstanding");
+    /* a's base 100: g 100 (rank 0), 102 (rank 0), 103 (rank 1); b waits for its base */
+    cr_assert_eq(sl_worker_server_order_base(s, &a, 100, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_server_order_end(s, &a, &n, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(n, 4);
+    sl_worker_server_order_held(s, &bytes, &held);
+    cr_assert_eq(held, 1);
+    int r0 = sp_connect(sl_worker_server_port(s)), r1 = sp_connect(sl_worker_server_port(s));
+    hello(r0, 0, 2, 4);
+    hello(r1, 1, 2, 4);
+    sl_rpc_frame_t f = {0};
+    const Sluice__Dpp__BatchInfo *bi = sp_recv_batch(r0, &f);
+    cr_assert_eq(bi->order_g_plus_one, 101);
+    cr_assert_eq(((const uint8_t *)f.payload)[0], 0);
+    sp_ack(r0, bi->delivery_id);
+    sl_rpc_frame_free(&f);
+    bi = sp_recv_batch(r0, &f);
+    cr_assert_eq(bi->order_g_plus_one, 103);
+    cr_assert_eq(((const uint8_t *)f.payload)[0], 2);
+    sp_ack(r0, bi->delivery_id);
+    sl_rpc_frame_free(&f);
+    batch(r1, 3, 30, 104, 2);
+    /* b's base 104 (a counted 4): g 104, rank 0 */
+    cr_assert_eq(sl_worker_server_order_base(s, &b, 104, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_server_order_end(s, &b, &n, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(n, 1);
+    batch(r0, 4, 0, 105, 1);
+    cr_assert(sl_worker_server_wait_done(s, (int)(tu_timeout(5) * 1000)));
+    cr_assert_eq(sl_worker_budget_used(budget), 0);
+    close(r0);
+    close(r1);
+    sl_worker_server_stop(s);
+    sl_worker_server_destroy(s);
+    sl_worker_budget_destroy(budget);
+}
+
+Test(server_order, a_dropped_leases_held_batches_are_freed_and_later_ones_go)
+{
+    sl_worker_budget_t *budget = sl_worker_budget_new(NULL, 1 << 20);
+    sl_worker_server_opts_t o = {.listen = "127.0.0.1:0", .job_id = "j", .budget = budget};
+    sl_worker_server_t *s = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
+    int a, b;
+    sl_dpp_row_range_t todo[] = {{0, 20}};
+    cr_assert_eq(sl_worker_server_order_begin(s, &a, 3, todo, 1, 1, 1, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_server_order_begin(s, &b, 4, todo, 1, 1, 0, &err), SL_OK, "%s", err.msg);
+    cut(s, &a, 0, 10, true);
+    cut(s, &a, 10, 20, true);
+    push_held(s, budget, &a, 10, 20, 1); /* batch 0 of a still encoding: held */
+    cut(s, &b, 0, 20, true);
+    push_held(s, budget, &b, 0, 20, 2);
+    cr_assert_eq(sl_worker_budget_used(budget), 128);
+    /* a revoked: its held batch freed; its late batch discarded on push */
+    sl_worker_server_order_drop(s, &a);
+    push_held(s, budget, &a, 0, 10, 0);
+    cr_assert_eq(sl_worker_budget_used(budget), 64);
+    uint64_t bytes, held, n;
+    sl_worker_server_order_held(s, &bytes, &held);
+    cr_assert_eq(held, 1);
+    cr_assert_eq(sl_worker_server_order_base(s, &b, 7, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_server_order_end(s, &b, &n, &err), SL_OK, "%s", err.msg);
+    sl_worker_server_finish(s);
+    int r0 = sp_connect(sl_worker_server_port(s));
+    hello(r0, 0, 1, 2);
+    batch(r0, 2, 0, 8, 1); /* b's only batch, g 7 */
+    cr_assert(sl_worker_server_wait_done(s, (int)(tu_timeout(5) * 1000)));
+    cr_assert_eq(sl_worker_budget_used(budget), 0);
+    close(r0);
+    sl_worker_server_stop(s);
+    sl_worker_server_destroy(s);
+    sl_worker_budget_destroy(budget);
+}
