@@ -27,7 +27,8 @@ struct sl_wh_reader {
     const char **dense_names;
     uint32_t *key_feat;
     const char **keys;
-    int32_t *key_og, *key_kk; /* plain key -> (group, its key) when expanded */
+    int32_t *key_og, *key_kk;       /* plain key -> (group, its key) when expanded */
+    const sl_wh_value_map_t **fmap; /* [schema features]: the map of its values, or NULL */
     bool kweighted;
     ogroup_t *og;
     const char **label_names;
