@@ -283,6 +283,48 @@ static void expand_values(const ogroup_t *o, uint32_t kk, uint64_t *ustart, int6
     }
 }
 
+/* Rows per block of the transpose: 512 rows of criteo's 13 columns (26
+ * KiB) stay in L1 while every column writes its part. */
+enum { TRANSPOSE_ROWS = 512 };
+
+/* The dense columns into the row-major [N, nd] matrix r->dense. Decoded
+ * straight into it, each column would write 4 bytes of every row's cache
+ * line, and a stripe's matrix (3.4 MB for 65,536 criteo rows) is larger
+ * than the core's cache: every column would read and write the whole
+ * matrix again. So each column is decoded on its own, contiguous (the
+ * scatter's and the maps' fast path), and the columns are then
+ * transposed into the matrix a block of rows at a time. */
+static sl_err_t decode_dense(sl_wh_reader_t *r, uint32_t s, uint32_t N, sl_error_t *err)
+{
+    const wh_file_t *f = r->f;
+    const uint32_t D = r->nd;
+    float *out = (float *)r->dense.data;
+    bool direct = D <= 1;
+    if (!direct && !wh_buf_reserve(&r->dcols, r->a, (size_t)N * D * 4 + 8))
+        return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u: %llu bytes", f->src.name, s,
+                            (unsigned long long)N * D * 4);
+    float *cols = direct ? out : (float *)r->dcols.data;
+    for (uint32_t c = 0; c < D; c++) {
+        uint32_t fi = r->dense_feat[c];
+        sl_err_t rc =
+            wh_decode_column(&r->dec, wh_slot_stream(f, s, wh_slot_feature(f, fi, WH_ROLE_VALUES)),
+                             wh_slot_stream(f, s, wh_slot_feature(f, fi, WH_ROLE_PRESENT)),
+                             cols + (size_t)c * N, 1, N, r->fmap[fi], err);
+        if (rc != SL_OK) return rc;
+    }
+    if (direct) return SL_OK;
+    for (uint32_t r0 = 0; r0 < N; r0 += TRANSPOSE_ROWS) {
+        uint32_t n = N - r0 < TRANSPOSE_ROWS ? N - r0 : TRANSPOSE_ROWS;
+        float *o = out + (size_t)r0 * D;
+        for (uint32_t c = 0; c < D; c++) {
+            const float *src = cols + (size_t)c * N + r0;
+            for (uint32_t i = 0; i < n; i++)
+                o[(size_t)i * D + c] = src[i];
+        }
+    }
+    return SL_OK;
+}
+
 static sl_err_t decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t **rows,
                               sl_error_t *err)
 {
@@ -324,13 +366,7 @@ static sl_err_t decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t 
     }
     b->labels = (sl_dense_t){N, r->T, r->label_names, (float *)r->labels.data};
     if ((rc = out_reserve(r, s, &r->dense, (uint64_t)N * r->nd * 4, err)) != SL_OK) return rc;
-    for (uint32_t c = 0; c < r->nd; c++) {
-        uint32_t fi = r->dense_feat[c];
-        rc = wh_decode_column(&r->dec, wh_slot_stream(f, s, wh_slot_feature(f, fi, WH_ROLE_VALUES)),
-                              wh_slot_stream(f, s, wh_slot_feature(f, fi, WH_ROLE_PRESENT)),
-                              (float *)r->dense.data + c, r->nd, N, r->fmap[fi], err);
-        if (rc != SL_OK) return rc;
-    }
+    if ((rc = decode_dense(r, s, N, err)) != SL_OK) return rc;
     b->dense = (sl_dense_t){N, r->nd, r->dense_names, (float *)r->dense.data};
 
     /* storage-dedup groups: decoded as IKJTs */
@@ -398,7 +434,7 @@ static sl_err_t decode_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t 
  * zstd context to the next reader opened on the same thread: one set per
  * thread (memory stays bounded by one stripe's buffers per reading thread),
  * freed when the thread ends. */
-enum { PARK_BUFS = 15 };
+enum { PARK_BUFS = 16 };
 
 typedef struct parked {
     const sl_allocator_t *a;
@@ -428,9 +464,10 @@ static void park_init(void)
 /* The reader's reusable buffers, in a fixed order. */
 static void reader_bufs(sl_wh_reader_t *r, wh_buf_t *b[PARK_BUFS])
 {
-    wh_buf_t *list[PARK_BUFS] = {&r->rbuf,   &r->dec.z0, &r->dec.z1, &r->dec.z2, &r->dec.dict,
-                                 &r->ustart, &r->sid,    &r->sess,   &r->ts,     &r->labels,
-                                 &r->dense,  &r->klen,   &r->kvals,  &r->kw,     &r->sptr};
+    wh_buf_t *list[PARK_BUFS] = {&r->rbuf,     &r->dec.z0, &r->dec.z1, &r->dec.z2,
+                                 &r->dec.dict, &r->ustart, &r->sid,    &r->sess,
+                                 &r->ts,       &r->labels, &r->dense,  &r->klen,
+                                 &r->kvals,    &r->kw,     &r->sptr,   &r->dcols};
     memcpy(b, list, sizeof list);
 }
 

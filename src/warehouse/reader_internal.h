@@ -34,6 +34,7 @@ struct sl_wh_reader {
     const char **label_names;
     /* buffers, reused across stripes */
     wh_buf_t rbuf, ustart;
+    wh_buf_t dcols; /* dense columns one after the other, before the transpose */
     wh_buf_t sid, sess, ts, labels, dense, klen, kvals, kw, ksum, koff;
     wh_dec_t dec;           /* decoder state: scratch, zstd context, stream pointers */
     wh_buf_t sptr;          /* const uint8_t *[streams of the stripe] + need flags */
