@@ -4,6 +4,7 @@
  * branch-free scatter for dense columns with a present bitmap. What only
  * the decoded values reveal (lengths, inverse indices, bitmaps) is checked
  * here before anyone uses it. */
+#include "common/err.h"
 #include "wh_internal.h"
 
 #include <math.h>
@@ -207,8 +208,7 @@ static sl_err_t decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst, sl_
         return SL_OK;
     }
     const uint8_t *p;
-    sl_err_t rc = wh_raw_of(d, st, &d->z0, &p, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(wh_raw_of(d, st, &d->z0, &p, err));
     if (st->encoding != SLUICE__ENCODING__ENCODING_FOR)
         return wh_unpack_i64(d, st, p, dst, NULL, err);
     uint64_t base = (uint64_t)st->for_base;

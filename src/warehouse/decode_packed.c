@@ -10,6 +10,7 @@
  * dictionary, lengths and inverse indices inside their range. The
  * decoders load 8 bytes at a time: every caller keeps 8 readable bytes
  * past the encoded bytes (wh_raw_of, the reader's buffers and mapping). */
+#include "common/err.h"
 #include "wh_internal.h"
 
 #include <string.h>
@@ -219,8 +220,7 @@ static sl_err_t dict_gather(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p
     uint32_t w = st->bit_width, buf[CHUNK]; /* w <= 32, checked at open */
     if (n == 0) return SL_OK;
     const uint64_t *dict;
-    sl_err_t rc = load_dict(d, st, p, &dict, err);
-    if (rc != SL_OK) return rc;
+    SL_FORWARD_IF_ERROR(load_dict(d, st, p, &dict, err));
     if (map != NULL) map_dict(st, (uint64_t *)d->dict.data, wide, map);
     const uint8_t *ip = p + st->dict_bytes;
     const uint32_t dm = (uint32_t)dict_mask(st);
