@@ -39,6 +39,9 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) online cor
 
 # One run: the worker with $1 threads, read to the end; prints samples/s.
 one() {
+  # emptied here, not by the worker's redirection: that runs in the
+  # background, and the loop below could read the last run's address
+  : > "$dir/w.out"
   "$sluice" worker --job "$dir/job.json" --listen 127.0.0.1:0 --threads "$1" \
     --exit-when-done > "$dir/w.out" 2> "$dir/w.err" &
   local wp=$! addr="" i

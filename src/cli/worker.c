@@ -26,7 +26,7 @@ typedef struct worker_args {
     const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file;
     uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms, share_window,
         max_queued, share_stall_ms, shm_bytes;
-    bool exit_when_done, no_share, no_fused, no_shm;
+    bool exit_when_done, no_share, no_fused, no_decode_maps, no_shm;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
 } worker_args_t;
@@ -89,6 +89,10 @@ static const sl_cli_opt_t wopts[] = {
      "make every batch on the transform threads: no fused path (batches inside one stripe "
      "made straight from it into their frames, transforms on the way, on the reader thread; "
      "docs/WORKER.md \"The fused path\")"},
+    {"no-decode-maps", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(no_decode_maps),
+     "run every transform on the batches: none inside the table reader (per-value transforms "
+     "of a feature nothing else reads, run on each stripe's dictionary of distinct values; "
+     "docs/WORKER.md \"Transforms at decode\")"},
     {"shm-bytes", SL_CLI_SIZE, "BYTES", NULL, "half of `--memory-limit`, at most 1G", 1, 1ull << 40,
      0, W(shm_bytes),
      "size of the shared-memory frame heap: trainers on this host map it and get each batch "
@@ -139,6 +143,7 @@ int sl_cli_worker(int argc, char **argv)
     o.max_credits = (uint32_t)args.max_credits;
     o.max_queued = (uint32_t)args.max_queued;
     o.no_fused = args.no_fused;
+    o.no_decode_maps = args.no_decode_maps;
     o.shm_bytes = args.shm_bytes;
     o.no_shm = args.no_shm;
     o.worker_id = args.worker_id;

@@ -198,8 +198,8 @@ sl_err_t wh_raw_of(wh_dec_t *d, const wh_stream_t *st, wh_buf_t *scratch, const 
     return rc;
 }
 
-/* Decode an int64 stream into dst[value_count]. */
-sl_err_t wh_decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst, sl_error_t *err)
+/* Decode an int64 stream into dst[value_count], unmapped. */
+static sl_err_t decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst, sl_error_t *err)
 {
     uint64_t n = st->value_count;
     if (st->encoding == SLUICE__ENCODING__ENCODING_PLAIN) {
@@ -209,7 +209,8 @@ sl_err_t wh_decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst, sl_erro
     }
     const uint8_t *p;
     SL_FORWARD_IF_ERROR(wh_raw_of(d, st, &d->z0, &p, err));
-    if (st->encoding != SLUICE__ENCODING__ENCODING_FOR) return wh_unpack_i64(d, st, p, dst, err);
+    if (st->encoding != SLUICE__ENCODING__ENCODING_FOR)
+        return wh_unpack_i64(d, st, p, dst, NULL, err);
     uint64_t base = (uint64_t)st->for_base;
     uint64_t done = st->for_width > 0 ? widen_i64(dst, p, n, st->for_width, base) : 0;
     switch (st->for_width) {
@@ -237,6 +238,21 @@ sl_err_t wh_decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst, sl_erro
         break;
     }
     return SL_OK;
+}
+
+sl_err_t wh_decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst,
+                       const sl_wh_value_map_t *map, sl_error_t *err)
+{
+    if (map == NULL || map->ids == NULL) return decode_i64(d, st, dst, err);
+    if (st->encoding == SLUICE__ENCODING__ENCODING_DICT) {
+        /* one call per distinct value of the stripe, then the gather */
+        const uint8_t *p;
+        sl_err_t rc = wh_raw_of(d, st, &d->z0, &p, err);
+        return rc != SL_OK ? rc : wh_unpack_i64(d, st, p, dst, map, err);
+    }
+    sl_err_t rc = decode_i64(d, st, dst, err);
+    if (rc == SL_OK && st->value_count > 0) map->ids(map->ctx, dst, st->value_count);
+    return rc;
 }
 
 /* Decode an int32 stream (lengths, inverse) into dst[value_count]; every
@@ -326,7 +342,7 @@ sl_err_t wh_decode_f32(wh_dec_t *d, const wh_stream_t *st, float *dst, sl_error_
     if (st->encoding != SLUICE__ENCODING__ENCODING_PLAIN) {
         const uint8_t *p;
         sl_err_t rc = wh_raw_of(d, st, &d->z0, &p, err);
-        return rc != SL_OK ? rc : wh_unpack_f32(d, st, p, dst, err);
+        return rc != SL_OK ? rc : wh_unpack_f32(d, st, p, dst, NULL, err);
     }
     if (st->codec == SLUICE__CODEC__CODEC_ZSTD) return unzstd(d, st, dst, err);
     if (st->value_count) memcpy(dst, stored_of(d, st), (size_t)st->value_count * 4);
@@ -344,7 +360,8 @@ sl_err_t wh_decode_f32(wh_dec_t *d, const wh_stream_t *st, float *dst, sl_error_
  * 8); *jp advances past the values used. */
 __attribute__((target("avx2"))) static uint32_t scatter_avx2(const uint8_t *v, const uint8_t *bits,
                                                              float *out, uint32_t cols, uint32_t N,
-                                                             uint64_t ones, uint64_t *jp)
+                                                             uint64_t ones, float fill,
+                                                             uint64_t *jp)
 {
     uint32_t perm[256][8]; /* perm[b][k]: present rows of b before row k */
     for (uint32_t b = 0; b < 256; b++)
@@ -353,7 +370,7 @@ __attribute__((target("avx2"))) static uint32_t scatter_avx2(const uint8_t *v, c
             r += (b >> k) & 1u;
         }
     const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    const __m256 nanv = _mm256_set1_ps(NAN);
+    const __m256 nanv = _mm256_set1_ps(fill);
     float tmp[8];
     uint64_t j = *jp;
     uint32_t i = 0;
@@ -378,9 +395,12 @@ __attribute__((target("avx2"))) static uint32_t scatter_avx2(const uint8_t *v, c
 }
 #endif
 
-/* A float column into column c of a row-major [N, cols] matrix. */
-sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_t *present,
-                          float *out, uint32_t cols, uint32_t N, sl_error_t *err)
+/* A float column into column 0 of the row-major [N, cols] matrix at out,
+ * missing rows filled with fill; map (NULL: none) maps the dictionary of
+ * a DICT column first. */
+static sl_err_t scatter_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_t *present,
+                               float *out, uint32_t cols, uint32_t N, const sl_wh_value_map_t *map,
+                               float fill, sl_error_t *err)
 {
     const uint8_t *v, *bits = NULL;
     sl_err_t rc;
@@ -389,7 +409,9 @@ sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_
     } else if (!wh_buf_reserve(&d->z2, d->a, (size_t)vals->value_count * 4 + 8)) {
         rc = STREAM_ERR(SL_ERR_NOMEM, vals, "%llu values", (unsigned long long)vals->value_count);
     } else {
-        rc = wh_decode_f32(d, vals, (float *)(void *)d->z2.data, err);
+        /* DICT, the only other float encoding (checked at open) */
+        rc = wh_raw_of(d, vals, &d->z0, &v, err);
+        if (rc == SL_OK) rc = wh_unpack_f32(d, vals, v, (float *)(void *)d->z2.data, map, err);
         v = d->z2.data;
     }
     if (rc != SL_OK) return rc;
@@ -411,13 +433,13 @@ sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_
     /* Branch-free per row (missing values are not predictable); whole bytes
      * of present or missing rows take a straight path. j < ones always holds
      * when a bit is set; the clamp only keeps the unused load in bounds. */
-    const float nan = NAN;
+    const float nan = fill;
     uint32_t nanbits;
     memcpy(&nanbits, &nan, 4);
     uint64_t j = 0, last = ones > 0 ? ones - 1 : 0;
     uint32_t i = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx2")) i = scatter_avx2(v, bits, out, cols, N, ones, &j);
+    if (__builtin_cpu_supports("avx2")) i = scatter_avx2(v, bits, out, cols, N, ones, fill, &j);
 #endif
     for (; i + 8 <= N; i += 8) {
         uint32_t byte = bits[i >> 3];
@@ -445,4 +467,21 @@ sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_
         j += bit;
     }
     return SL_OK;
+}
+
+sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_t *present,
+                          float *out, uint32_t cols, uint32_t N, const sl_wh_value_map_t *map,
+                          sl_error_t *err)
+{
+    if (map == NULL || map->dense == NULL)
+        return scatter_column(d, vals, present, out, cols, N, NULL, NAN, err);
+    if (vals->encoding != SLUICE__ENCODING__ENCODING_DICT) {
+        sl_err_t rc = scatter_column(d, vals, present, out, cols, N, NULL, NAN, err);
+        if (rc == SL_OK && N > 0) map->dense(map->ctx, out, N, cols, 0);
+        return rc;
+    }
+    /* the dictionary mapped once, and a missing row's NaN once */
+    float fill = NAN;
+    map->dense(map->ctx, &fill, 1, 1, 0);
+    return scatter_column(d, vals, present, out, cols, N, map, fill, err);
 }

@@ -181,18 +181,47 @@ static sl_err_t bad_index(wh_dec_t *d, const wh_stream_t *st, uint64_t mx, sl_er
                       (unsigned long long)mx, (unsigned long long)st->dict_size);
 }
 
+/* The K = dict_size entries of a loaded dictionary through map (its
+ * order no longer matters: it was checked by load_dict, and the gathers
+ * only index it). Float entries (32-bit patterns in 64-bit slots) are
+ * packed into the front of the same buffer for the map and spread back
+ * from the last down: entry i's float is read before slot i is written,
+ * and slot i covers only floats at or before 2i + 1, which are done. */
+static void map_dict(const wh_stream_t *st, uint64_t *v, bool wide, const sl_wh_value_map_t *map)
+{
+    uint64_t K = st->dict_size;
+    if (wide) {
+        if (map->ids) map->ids(map->ctx, (int64_t *)(void *)v, K);
+        return;
+    }
+    if (map->dense == NULL) return;
+    float *f = (float *)(void *)v;
+    for (uint64_t i = 0; i < K; i++) {
+        uint32_t x = (uint32_t)v[i];
+        memcpy(&f[i], &x, 4);
+    }
+    for (uint64_t i = 0; i < K; i += 1u << 30)
+        map->dense(map->ctx, f + i, (uint32_t)(K - i < (1u << 30) ? K - i : 1u << 30), 1, 0);
+    for (uint64_t i = K; i-- > 0;) {
+        uint32_t x;
+        memcpy(&x, &f[i], 4);
+        v[i] = x;
+    }
+}
+
 /* A DICT stream of 64-bit (wide) or 32-bit values into dst: unpack a chunk
  * of indices, gather, and keep their maximum to check against the
  * dictionary's size (the dictionary is padded to 2^bit_width entries, so
  * the gathers stay inside it before the check). */
 static sl_err_t dict_gather(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, void *dst,
-                            bool wide, sl_error_t *err)
+                            bool wide, const sl_wh_value_map_t *map, sl_error_t *err)
 {
     uint64_t n = st->value_count, mx = 0;
     uint32_t w = st->bit_width, buf[CHUNK]; /* w <= 32, checked at open */
     if (n == 0) return SL_OK;
     const uint64_t *dict;
     SL_FORWARD_IF_ERROR(load_dict(d, st, p, &dict, err));
+    if (map != NULL) map_dict(st, (uint64_t *)d->dict.data, wide, map);
     const uint8_t *ip = p + st->dict_bytes;
     const uint32_t dm = (uint32_t)dict_mask(st);
     for (uint64_t c = 0; c < n; c += CHUNK) {
@@ -218,7 +247,7 @@ static sl_err_t dict_gather(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p
 }
 
 sl_err_t wh_unpack_i64(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int64_t *dst,
-                       sl_error_t *err)
+                       const sl_wh_value_map_t *map, sl_error_t *err)
 {
     uint64_t n = st->value_count;
     uint32_t w = st->bit_width;
@@ -250,7 +279,7 @@ sl_err_t wh_unpack_i64(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int
         }
         return SL_OK;
     }
-    return dict_gather(d, st, p, dst, true, err);
+    return dict_gather(d, st, p, dst, true, map, err);
 }
 
 sl_err_t wh_unpack_i32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int32_t *dst,
@@ -327,7 +356,7 @@ sl_err_t wh_unpack_i32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int
 }
 
 sl_err_t wh_unpack_f32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, float *dst,
-                       sl_error_t *err)
+                       const sl_wh_value_map_t *map, sl_error_t *err)
 {
-    return dict_gather(d, st, p, dst, false, err); /* DICT only (checked at open) */
+    return dict_gather(d, st, p, dst, false, map, err); /* DICT only (checked at open) */
 }

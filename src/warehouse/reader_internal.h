@@ -27,12 +27,14 @@ struct sl_wh_reader {
     const char **dense_names;
     uint32_t *key_feat;
     const char **keys;
-    int32_t *key_og, *key_kk; /* plain key -> (group, its key) when expanded */
+    int32_t *key_og, *key_kk;       /* plain key -> (group, its key) when expanded */
+    const sl_wh_value_map_t **fmap; /* [schema features]: the map of its values, or NULL */
     bool kweighted;
     ogroup_t *og;
     const char **label_names;
     /* buffers, reused across stripes */
     wh_buf_t rbuf, ustart;
+    wh_buf_t dcols; /* dense columns one after the other, before the transpose */
     wh_buf_t sid, sess, ts, labels, dense, klen, kvals, kw, ksum, koff;
     wh_dec_t dec;           /* decoder state: scratch, zstd context, stream pointers */
     wh_buf_t sptr;          /* const uint8_t *[streams of the stripe] + need flags */

@@ -489,12 +489,37 @@ void sl_wh_splits_destroy(sl_wh_splits_t *s);
 
 /* ==== reader ========================================================================= */
 
+/* A per-value map the reader applies to one feature's values while it
+ * decodes them (sl_wh_read_opts_t.maps): to each entry of a
+ * dictionary-encoded stream's dictionary, once per stripe, before its
+ * indices gather them, and to every value of a stream stored any other
+ * way. So a function of each value alone (a hash, a log) costs one call
+ * per distinct value of a stripe instead of one per row. Both functions
+ * must map every value alone, the same value to the same bits wherever it
+ * lies and however many values one call gets; they must not fail. */
+typedef struct sl_wh_value_map {
+    /* ids of a sparse or weighted feature, n of them, in place (weights
+     * are not mapped) */
+    void (*ids)(const void *ctx, int64_t *ids, uint64_t n);
+    /* column col of the row-major [rows, cols] matrix data, in place; a
+     * missing value is NaN before the map (so a missing row of a
+     * dictionary-encoded column gets the map of NaN) */
+    void (*dense)(const void *ctx, float *data, uint32_t rows, uint32_t cols, uint32_t col);
+    const void *ctx;
+} sl_wh_value_map_t;
+
 typedef struct sl_wh_read_opts {
     /* Features to read, in output order (dense ones fill batch.dense, sparse
      * and weighted ones batch.sparse or the groups); NULL: every feature in
      * schema order. A name the file's schema lacks is SL_ERR_NOT_FOUND. */
     const char *const *features;
     uint32_t num_features;
+    /* [num_features] (NULL features: [schema features], schema order):
+     * the map of each feature's values, an entry whose function for the
+     * feature's kind is NULL maps nothing; NULL: none. Borrowed, must
+     * outlive the reader. Features of a storage-dedup group are mapped
+     * too (their unique rows, before any expansion). */
+    const sl_wh_value_map_t *maps;
     uint32_t skip_columns; /* SL_WH_COL_* bits of columns not to read */
     /* Hand back storage-dedup groups as IKJTs in batch.groups (only the
      * projected features of each group) instead of expanding them into

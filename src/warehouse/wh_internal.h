@@ -320,8 +320,11 @@ typedef struct wh_dec {
 /* "FILE stripe S stream 'name' kind: MESSAGE" into err. @return code. */
 sl_err_t wh_dec_err(const wh_dec_t *d, const wh_stream_t *st, sl_error_t *err, sl_err_t code,
                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* An int64 stream into dst[value_count]. */
-sl_err_t wh_decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst, sl_error_t *err);
+/* An int64 stream into dst[value_count], each value through map->ids
+ * when map and its ids are not NULL (a DICT stream's dictionary is mapped
+ * before the gather: sl_wh_value_map_t). */
+sl_err_t wh_decode_i64(wh_dec_t *d, const wh_stream_t *st, int64_t *dst,
+                       const sl_wh_value_map_t *map, sl_error_t *err);
 /* An int32 stream into dst[value_count]; every value must lie in [0, hi];
  * *sum (may be NULL) gets their sum. */
 sl_err_t wh_decode_i32(wh_dec_t *d, const wh_stream_t *st, int32_t *dst, int64_t hi, uint64_t *sum,
@@ -335,15 +338,21 @@ sl_err_t wh_raw_of(wh_dec_t *d, const wh_stream_t *st, wh_buf_t *scratch, const 
 /* Version-2 encodings (BITPACK, DELTA, DICT) of the encoded bytes p of st,
  * as wh_decode_i64 / _i32 / _f32 do for the older ones. */
 sl_err_t wh_unpack_i64(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int64_t *dst,
-                       sl_error_t *err);
+                       const sl_wh_value_map_t *map, sl_error_t *err);
 sl_err_t wh_unpack_i32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int32_t *dst,
                        int64_t hi, uint64_t *sum, sl_error_t *err);
+/* map (NULL: none): the dictionary's values go through map->dense first
+ * (DICT is the only version-2 encoding of floats). */
 sl_err_t wh_unpack_f32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, float *dst,
-                       sl_error_t *err);
+                       const sl_wh_value_map_t *map, sl_error_t *err);
 /* A float column (values, and its present bitmap or NULL) into column 0 of
- * the row-major [N, cols] matrix at out; missing rows get NaN. */
+ * the row-major [N, cols] matrix at out; missing rows get NaN. With map
+ * (NULL: none) and its dense function, every value and missing row as
+ * map->dense makes it (a DICT column: its dictionary and one NaN mapped,
+ * then gathered). */
 sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_t *present,
-                          float *out, uint32_t cols, uint32_t N, sl_error_t *err);
+                          float *out, uint32_t cols, uint32_t N, const sl_wh_value_map_t *map,
+                          sl_error_t *err);
 
 /* The file under a reader (borrowed). */
 wh_file_t *wh_reader_file(const sl_wh_reader_t *r);

@@ -613,8 +613,10 @@ Test(worker_e2e, transforms_and_filters_match_reference)
 /* The fused path (docs/WORKER.md): batches inside a stripe are made
  * straight from it with the transforms on the way, batches straddling two
  * stripes by the transform threads; both against the reference, two
- * epochs, every sample once per epoch. */
-Test(worker_e2e, fused_path_matches_reference)
+ * epochs, every sample once per epoch. With the transforms at decode
+ * (docs/WORKER.md "Transforms at decode", the default: log1p and
+ * sigrid_hash of these features run in the table reader) or without. */
+static void fused_against_reference(bool no_decode_maps)
 {
     char table[300], addr[64], spec[2048];
     const uint64_t rows = 12000;
@@ -631,12 +633,18 @@ Test(worker_e2e, fused_path_matches_reference)
              "\"batch\":{\"size\":512,\"epochs\":2}}",
              table);
     sl_pipeline_job_t *job = job_of(spec);
-    sl_worker_t *w = start(job, 1, addr, sizeof addr);
+    sl_worker_opts_t o = sl_worker_opts_default();
+    o.threads = 1;
+    o.memory_limit = 64u << 20;
+    o.no_decode_maps = no_decode_maps;
+    sl_worker_t *w = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_start(job, &o, &w, NULL, &err), SL_OK, "%s", err.msg);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)sl_worker_port(w));
     uint64_t batches;
     atomic_uint *seen = run_clients(addr, 1, rows, 2, check_transforms, &ref, &batches);
     assert_once_per_epoch(seen, rows, 2);
     cr_assert_eq(atomic_load(&ref.checked), 2 * rows);
-    sl_error_t err = {0};
     cr_assert_eq(sl_worker_wait(w, 10000, &err), SL_OK, "%s", err.msg);
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
@@ -651,6 +659,16 @@ Test(worker_e2e, fused_path_matches_reference)
     reference_free(&ref);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
+}
+
+Test(worker_e2e, fused_path_matches_reference)
+{
+    fused_against_reference(false);
+}
+
+Test(worker_e2e, fused_path_without_decode_maps_matches_reference)
+{
+    fused_against_reference(true);
 }
 
 /* ---- the sluice worker program ---- */

@@ -194,13 +194,14 @@ Test(warehouse_encoding, byte_aligned_dictionary_indices_exact_and_checked)
     wh_dec_t d = {.f = f, .a = sl_allocator_default()};
     float got[1000];
     sl_error_t err = {0};
-    cr_assert_eq(wh_unpack_f32(&d, st, raw, got, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(wh_unpack_f32(&d, st, raw, got, NULL, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(memcmp(got, want, (size_t)nv * 4), 0);
     static const uint8_t bad[] = {6, 255};
     for (int k = 0; k < 2; k++) {
         uint8_t keep = raw[st->dict_bytes + nv / 2];
         raw[st->dict_bytes + nv / 2] = bad[k];
-        cr_assert_eq(wh_unpack_f32(&d, st, raw, got, &err), SL_ERR_CORRUPT, "index %u", bad[k]);
+        cr_assert_eq(wh_unpack_f32(&d, st, raw, got, NULL, &err), SL_ERR_CORRUPT, "index %u",
+                     bad[k]);
         cr_assert(strstr(err.msg, "outside the dictionary of 5") != NULL, "%s", err.msg);
         raw[st->dict_bytes + nv / 2] = keep;
     }

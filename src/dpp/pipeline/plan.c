@@ -55,6 +55,7 @@ void sl_pipeline_plan_destroy(sl_pipeline_plan_t *plan)
 {
     if (plan == NULL) return;
     const sl_allocator_t *a = plan->a;
+    dpp_decode_maps_free(plan);
     for (uint32_t i = 0; i < plan->num_strings; i++)
         sl_strfree(a, plan->strings[i]);
     if (plan->strings != NULL) sl_free(a, plan->strings, plan->cap_strings * sizeof(char *));

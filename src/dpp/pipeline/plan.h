@@ -71,6 +71,24 @@ sl_err_t sl_pipeline_plan_filter(const sl_pipeline_plan_t *plan, const sl_wh_row
 sl_err_t sl_pipeline_plan_transform(const sl_pipeline_plan_t *plan, sl_batch_t *batch,
                                     sl_error_t *err);
 
+/* Hand the per-value transforms of some features to the table reader
+ * (transform_decode.c; docs/WORKER.md, "Transforms at decode"): a read
+ * feature that no filter names and that only per-value transforms of its
+ * own touch (sigrid_hash, modulo, map_vocab, first_x on ids; fill_missing,
+ * clamp, log1p, normalize, boxcox on a dense column: no cross, ngram,
+ * bucketize, dedup_ids or weight clamp of it) gets a map (sl_wh_value_map_t)
+ * running those transforms, first_x aside, in spec order, so that a
+ * dictionary-encoded column is transformed once per distinct value of a
+ * stripe. From then on sl_pipeline_plan_transform and the fused path skip
+ * them: every row the plan sees must come from a table reader opened with
+ * *maps (sl_wh_read_opts_t.maps, for sl_pipeline_plan_read_features'
+ * features). Not for a job whose batches are deduplicated by groups (the
+ * caller's test): hashed ids may collide where the ids did not. Call
+ * before the plan is shared. *maps: borrowed from plan, NULL when no
+ * feature qualifies (the plan is unchanged). @return SL_ERR_NOMEM. */
+sl_err_t sl_pipeline_plan_map_at_decode(sl_pipeline_plan_t *plan, const sl_wh_value_map_t **maps,
+                                        sl_error_t *err);
+
 /* The plan's transforms fused into the copy of a batch's rows into its
  * wire frame (transform_fused.c; docs/WORKER.md, "The fused path"): when
  * every transform works on each value alone and in place (sigrid_hash,

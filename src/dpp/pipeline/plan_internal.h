@@ -39,7 +39,17 @@ typedef struct dpp_transform {
     uint32_t num_borders;
     dpp_vocab_t *vocab;
     int64_t vocab_default;
+    /* done by the table reader as it decodes (transform_decode.c): the
+     * general and fused paths skip it */
+    bool at_decode;
 } dpp_transform_t;
+
+/* One read feature's transforms done at decode, in plan order
+ * (transform_decode.c). */
+typedef struct dpp_decode_chain {
+    const dpp_transform_t **ops;
+    uint32_t num_ops;
+} dpp_decode_chain_t;
 
 struct sl_pipeline_plan {
     const sl_allocator_t *a;
@@ -57,7 +67,15 @@ struct sl_pipeline_plan {
     uint32_t num_transforms;
     char **strings; /* every string the plan owns */
     uint32_t num_strings, cap_strings;
+    /* [num_read] each when sl_pipeline_plan_map_at_decode found work for
+     * the reader, else NULL */
+    sl_wh_value_map_t *maps;
+    dpp_decode_chain_t *chains;
+    const dpp_transform_t **chain_ops; /* [num_transforms] */
 };
+
+/* Free what sl_pipeline_plan_map_at_decode made (plan_destroy). */
+void dpp_decode_maps_free(sl_pipeline_plan_t *plan);
 
 /* ==== vocabularies (vocab.c) ==== */
 

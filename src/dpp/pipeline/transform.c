@@ -295,6 +295,7 @@ sl_err_t dpp_transform_batch(const sl_pipeline_plan_t *plan, sl_batch_t *batch, 
     if (rc != SL_OK) return rc;
     s.num_input_cols = s.num_cols;
     for (uint32_t i = 0; i < plan->num_transforms && rc == SL_OK; i++) {
+        if (plan->transforms[i].at_decode) continue; /* the reader did it */
         bool fused = false;
         const dpp_transform_t *next =
             i + 1 < plan->num_transforms ? &plan->transforms[i + 1] : NULL;

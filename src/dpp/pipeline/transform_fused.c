@@ -100,7 +100,7 @@ sl_err_t sl_pipeline_fused_new(const sl_pipeline_plan_t *plan, const sl_batch_t 
      * same column is one op, as in the general path) */
     for (uint32_t i = 0; i < plan->num_transforms; i++) {
         const dpp_transform_t *t = &plan->transforms[i];
-        if (t->op < OP_FILL_MISSING || t->op > OP_BOXCOX) continue;
+        if (t->op < OP_FILL_MISSING || t->op > OP_BOXCOX || t->at_decode) continue;
         const dpp_transform_t *next = i + 1 < plan->num_transforms ? t + 1 : NULL;
         fop_t *o = &f->ops[f->num_ops++];
         o->t = t;
@@ -112,7 +112,7 @@ sl_err_t sl_pipeline_fused_new(const sl_pipeline_plan_t *plan, const sl_batch_t 
     f->num_dense = f->num_ops;
     for (uint32_t i = 0; i < plan->num_transforms; i++) {
         const dpp_transform_t *t = &plan->transforms[i];
-        if (t->op >= OP_FILL_MISSING && t->op <= OP_BOXCOX) continue;
+        if ((t->op >= OP_FILL_MISSING && t->op <= OP_BOXCOX) || t->at_decode) continue;
         if (t->op == OP_FIRST_X) {
             /* Truncation picks positions and the other ops map values one
              * by one, so first_x commutes with them: the lists are cut

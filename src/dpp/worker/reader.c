@@ -683,6 +683,7 @@ void *dpp_worker_reader_main(void *arg)
                                 .skip_columns = (SL_WH_COL_SESSION_ID | SL_WH_COL_TIMESTAMP |
                                                  (job->sample_ids ? 0 : SL_WH_COL_SAMPLE_ID)) &
                                                 ~sl_pipeline_plan_filter_columns(w->plan),
+                                .maps = w->decode_maps,
                                 .dedup_form = w->dedup_form,
                                 .allocator = w->a,
                                 .mem = &w->wh_mem};

@@ -600,6 +600,12 @@ sl_err_t sl_worker_start(const sl_pipeline_job_t *job, const sl_worker_opts_t *o
         }
         w->st.num_groups = w->num_groups;
     }
+    /* per-value transforms inside the table reader (docs/WORKER.md,
+     * "Transforms at decode"); not under dedup groups: hashed ids may
+     * collide where the ids did not */
+    if (w->table && !w->source.read && !w->num_groups && !o.no_decode_maps &&
+        (rc = sl_pipeline_plan_map_at_decode(w->plan, &w->decode_maps, err)))
+        goto fail;
     w->work = sl_worker_queue_new(a, 2 * o.threads);
     w->xform = sl_calloc(a, o.threads, sizeof *w->xform);
     if (!w->work || !w->xform) {

@@ -97,6 +97,10 @@ typedef struct sl_worker_opts {
      * path (docs/WORKER.md, "The fused path"): for tests and benchmarks
      * that compare the two. */
     bool no_fused;
+    /* Run every transform on the batches, none inside the table reader
+     * (docs/WORKER.md, "Transforms at decode"): for tests and benchmarks
+     * that compare the two. */
+    bool no_decode_maps;
     /* The frame heap of the shared-memory hand-over (docs/WORKER.md
      * "Shared memory"): trainers on this host map it and are sent
      * descriptors instead of frames. Its size in bytes; 0: half of

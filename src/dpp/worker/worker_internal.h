@@ -47,6 +47,9 @@ struct sl_worker {
     uint32_t num_groups;
     uint64_t job_hash;
     bool dedup_form; /* read storage-dedup groups as IKJTs: they are the job's groups */
+    /* the table readers' maps (sl_pipeline_plan_map_at_decode; borrowed
+     * from plan), or NULL */
+    const sl_wh_value_map_t *decode_maps;
     /* a Kafka job: bytes librdkafka may prefetch, held in the budget */
     uint64_t kafka_prefetch;
     sl_worker_budget_t *budget;
