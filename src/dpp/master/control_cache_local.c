@@ -30,101 +30,34 @@
  * one of its own files among the next this many, not one further on. */
 #define WINDOW 256
 
-/* ---- the holder table: (prefix fingerprint, split) -> (worker, incarnation) ---- */
-
-static uint64_t slot_of(uint64_t fp, uint32_t split, uint32_t cap)
+/* Entries of live processes survive a table's growth. */
+static bool live(void *ctx, const mp_holder *h)
 {
-    uint64_t h = (fp ^ ((uint64_t)split * 0x9E3779B97F4A7C15ull)) * 0xff51afd7ed558ccdull;
-    return (h ^ (h >> 29)) & (cap - 1);
-}
-
-static mp_holder *find(const mp_holders *t, uint64_t fp, uint32_t split)
-{
-    if (t->cap == 0) return NULL;
-    for (uint64_t i = slot_of(fp, split, t->cap);; i = (i + 1) & (t->cap - 1)) {
-        mp_holder *h = &t->e[i];
-        if (!h->used) return NULL;
-        if (h->fp == fp && h->split == split) return h;
-    }
-}
-
-static bool grow(const sl_allocator_t *a, mp_holders *t)
-{
-    uint32_t cap = t->cap ? t->cap * 2 : 1024;
-    mp_holder *e = sl_calloc(a, cap, sizeof *e);
-    if (e == NULL) return false;
-    for (uint32_t i = 0; i < t->cap; i++) {
-        if (!t->e[i].used) continue;
-        uint64_t k = slot_of(t->e[i].fp, t->e[i].split, cap);
-        while (e[k].used)
-            k = (k + 1) & (cap - 1);
-        e[k] = t->e[i];
-    }
-    sl_free(a, t->e, (size_t)t->cap * sizeof *t->e);
-    t->e = e;
-    t->cap = cap;
-    return true;
-}
-
-/* Remove entry h, shifting back the entries of its probe run (no tombstones). */
-static void remove_at(mp_holders *t, mp_holder *h)
-{
-    uint32_t i = (uint32_t)(h - t->e), mask = t->cap - 1;
-    t->e[i].used = false;
-    t->n--;
-    for (uint32_t j = (i + 1) & mask; t->e[j].used; j = (j + 1) & mask) {
-        uint32_t k = (uint32_t)slot_of(t->e[j].fp, t->e[j].split, t->cap);
-        /* e[j] may move to i when i lies between its home k and j (cyclically) */
-        bool move = i <= j ? (k <= i || k > j) : (k <= i && k > j);
-        if (move) {
-            t->e[i] = t->e[j];
-            t->e[j].used = false;
-            i = j;
-        }
-    }
-}
-
-void mp_holders_free(const sl_allocator_t *a, mp_holders *t)
-{
-    sl_free(a, t->e, (size_t)t->cap * sizeof *t->e);
-    *t = (mp_holders){0};
+    const sl_master_t *m = ctx;
+    if (h->worker >= m->nworkers) return false;
+    const mp_worker *w = &m->workers[h->worker];
+    return w->conn >= 0 && w->incarnation == h->incarnation;
 }
 
 /* The live holder of (fp, split): its worker slot, or UINT32_MAX when
  * nobody holds it or its process is gone or disconnected. */
 static uint32_t holder_of(const sl_master_t *m, uint64_t fp, uint32_t split)
 {
-    const mp_holder *h = find(&m->holders, fp, split);
-    if (h == NULL || h->worker >= m->nworkers) return UINT32_MAX;
-    const mp_worker *w = &m->workers[h->worker];
-    return w->conn >= 0 && w->incarnation == h->incarnation ? h->worker : UINT32_MAX;
+    const mp_holder *h = mp_holders_find(&m->holders, fp, split);
+    return h != NULL && live((void *)m, h) ? h->worker : UINT32_MAX;
 }
 
+/* out of memory: not remembered, so computed again next epoch */
 static void hold(sl_master_t *m, uint64_t fp, uint32_t split, uint32_t wi)
 {
-    mp_holders *t = &m->holders;
-    mp_holder *h = find(t, fp, split);
-    if (h == NULL) {
-        /* out of memory: not remembered, so computed again next epoch */
-        if ((t->n + 1) * 2 > t->cap && !grow(m->a, t)) return;
-        uint64_t i = slot_of(fp, split, t->cap);
-        while (t->e[i].used)
-            i = (i + 1) & (t->cap - 1);
-        h = &t->e[i];
-        t->n++;
-    }
-    *h = (mp_holder){.used = true,
-                     .fp = fp,
-                     .split = split,
-                     .worker = wi,
-                     .incarnation = m->workers[wi].incarnation};
+    (void)mp_holders_put(&m->holders, m->a, fp, split, wi, m->workers[wi].incarnation, live, m);
 }
 
 /* Worker wi no longer holds (fp, split) (a file it lost or removed). */
 static void unhold(sl_master_t *m, uint64_t fp, uint32_t split, uint32_t wi)
 {
-    mp_holder *h = find(&m->holders, fp, split);
-    if (h != NULL && h->worker == wi) remove_at(&m->holders, h);
+    mp_holder *h = mp_holders_find(&m->holders, fp, split);
+    if (h != NULL && h->worker == wi) mp_holders_remove(&m->holders, h);
 }
 
 /* ---- which jobs ---- */

@@ -19,6 +19,7 @@
 #include "dpp/master/state.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
+#include "dpp/master/holders.h"
 #include "store/store.h"
 
 #define MP_ID_MAX 256
@@ -35,19 +36,6 @@ typedef struct mp_cache_figures {
     uint64_t read_ns, samples, fallbacks;
     uint64_t files_written, bytes_written, write_ns;
 } mp_cache_figures;
-
-/* Which worker process holds a split's cache file on its own disk
- * (control_cache_local.c): an open-addressing table keyed by (prefix
- * fingerprint, split), in memory only. */
-typedef struct mp_holder {
-    bool used;
-    uint32_t split, worker; /* worker: a slot of m->workers */
-    uint64_t fp, incarnation;
-} mp_holder;
-typedef struct mp_holders {
-    mp_holder *e; /* [cap], cap a power of two (0: none yet) */
-    uint32_t n, cap;
-} mp_holders;
 
 /* Per job: what the state machine does not keep (autoscaler, stats). */
 typedef struct mp_job {
@@ -337,7 +325,6 @@ void mp_cache_local_evicted(sl_master_t *m, uint32_t wi, const Sluice__Control__
     SL_REQUIRES(m->mu);
 /* The split files of prefix fp that live workers hold. */
 uint64_t mp_cache_local_files(const sl_master_t *m, uint64_t fp) SL_REQUIRES(m->mu);
-void mp_holders_free(const sl_allocator_t *a, mp_holders *t);
 /* The autocache part of job j's view. */
 void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v) SL_REQUIRES(m->mu);
 void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h)
