@@ -3,9 +3,10 @@
  * master keeps only the decision (its --cache-dir); each split's cache
  * file is written on the disk of the worker that computed it (`sluice
  * worker --cache-dir`), and the master remembers, per prefix fingerprint
- * and split, which worker process holds it (from the WRITE lease on;
- * SplitRead.cache_held_bytes, Heartbeat.cache_evicted). Leasing prefers, among the splits the epoch
- * order would hand out next, one the asking worker holds (a READ lease);
+ * and split, which worker process holds it (holders.h; from the WRITE
+ * lease on, then SplitRead.cache_held_bytes and Heartbeat.cache_evicted).
+ * Leasing prefers, among the splits the epoch order would hand out next,
+ * one the asking worker holds (a READ lease);
  * a split held by another live worker waits for it at most
  * --cache-wait-ms from the epoch's start, then it is computed (read from
  * the store again) by whoever asks.
