@@ -29,7 +29,7 @@ typedef struct master_args {
     const char *listen, *admin, *state, *token_file, *executor, *log_dir, *secret_file;
     const char *k8s_ns, *k8s_deployment, *k8s_api, *k8s_sa, *cache_dir;
     uint64_t lease_ms, split_failures, client_idle_ms, fleet, compact, max_conns, handshake_ms,
-        conn_idle_ms, kafka_ahead, kafka_watch_ms, cache_size, history_ms;
+        conn_idle_ms, kafka_ahead, kafka_watch_ms, cache_size, history_ms, cache_wait_ms;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
 } master_args_t;
@@ -110,6 +110,11 @@ static const sl_cli_opt_t mopts[] = {
      "no autocache"},
     {"cache-size", SL_CLI_SIZE, "N", "8G", NULL, 1, UINT64_MAX, 0, M(cache_size),
      "with --cache-dir: the cache files' bytes; past it the least recently used are removed"},
+    {"cache-wait-ms", SL_CLI_UINT, "MS", "2000", NULL, 1, 86400000, 0, M(cache_wait_ms),
+     "with --cache-dir, a job whose source is in an object store (its cache files on the "
+     "workers' disks): from an epoch's start, a split cached on another worker waits this long "
+     "for it before an idle worker reads it from the store again (docs/STORAGE.md, \"The "
+     "autocache and object stores\")"},
 };
 
 static const sl_cli_group_t master_group = SL_CLI_OWN_GROUP(mopts);
@@ -250,7 +255,8 @@ int sl_cli_master(int argc, char **argv)
                           .kafka_watch_ms = args.kafka_watch_ms,
                           .history_every_ms = args.history_ms,
                           .cache_dir = args.cache_dir,
-                          .cache_max_bytes = args.cache_size};
+                          .cache_max_bytes = args.cache_size,
+                          .cache_wait_ms = args.cache_wait_ms};
     sl_master_t *m = NULL;
     if (sl_master_start(&o, &m, &err) != SL_OK) {
         fprintf(stderr, "sluice master: %s\n", err.msg);

@@ -21,11 +21,12 @@
 #include "dpp/worker/worker.h"
 #include "dpp/worker/admin.h"
 #include "rpc/auth.h"
+#include "store/store.h"
 
 typedef struct worker_args {
-    const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file;
-    uint64_t threads, memory_limit, max_credits, max_clients, conn_idle_ms, share_window,
-        max_queued, share_stall_ms, shm_bytes;
+    const char *job, *master, *job_id, *admin, *listen, *worker_id, *secret_file, *cache_dir;
+    uint64_t cache_size, threads, memory_limit, max_credits, max_clients, conn_idle_ms,
+        share_window, max_queued, share_stall_ms, shm_bytes;
     bool exit_when_done, no_share, no_fused, no_decode_maps, no_shm;
     sl_cli_admin_args_t adm;
     sl_cli_log_args_t log;
@@ -98,6 +99,14 @@ static const sl_cli_opt_t wopts[] = {
      "size of the shared-memory frame heap: trainers on this host map it and get each batch "
      "as a descriptor instead of its bytes over the socket (docs/WORKER.md \"Shared memory\"); "
      "frames in it count in `--memory-limit`; when it is full a frame goes over the socket"},
+    {"cache-dir", SL_CLI_PATH, "DIR", NULL, NULL, 0, 0, 0, W(cache_dir),
+     "with `--master`: keep the autocache's files of jobs whose source is in an object store "
+     "on this disk (a folder of this process's own is made in DIR and removed at exit; several "
+     "workers may share DIR); without it such jobs are computed every epoch (docs/STORAGE.md, "
+     "\"The autocache and object stores\")"},
+    {"cache-size", SL_CLI_SIZE, "BYTES", "8G", NULL, 1, UINT64_MAX, 0, W(cache_size),
+     "with `--cache-dir`: the bytes of cache files this worker keeps; past it the least recently "
+     "used are removed (and the master told)"},
     {"no-shm", SL_CLI_FLAG, NULL, NULL, NULL, 0, 0, 0, W(no_shm),
      "no shared-memory frame heap: every batch goes over the trainer's socket"},
 };
@@ -153,6 +162,7 @@ int sl_cli_worker(int argc, char **argv)
     if (master && job_path)
         return usage_error("%s", "--job and --master exclude each other (a master sends the job)");
     if (!master && job_id) return usage_error("%s", "--job-id needs --master");
+    if (!master && args.cache_dir) return usage_error("%s", "--cache-dir needs --master");
     if (!job_path && !master) return usage_error("%s", "--job (or --master) is required");
     if ((ao.tls_cert_file || ao.tls_key_file) && !admin_addr)
         return usage_error("%s", "--tls-cert and --tls-key need --admin");
@@ -221,7 +231,9 @@ int sl_cli_worker(int argc, char **argv)
                                             .cluster_secret = secret,
                                             .share_window = (uint32_t)args.share_window,
                                             .no_share = args.no_share,
-                                            .share_stall_ms = (uint32_t)args.share_stall_ms};
+                                            .share_stall_ms = (uint32_t)args.share_stall_ms,
+                                            .cache_dir = args.cache_dir,
+                                            .cache_max_bytes = args.cache_size};
         rc = sl_worker_lease_prep_new(&mo, o.listen, &prep, &err);
         if (rc == SL_OK) {
             char host[256];
@@ -323,6 +335,18 @@ int sl_cli_worker(int argc, char **argv)
     sl_worker_stats(w, &st);
     printf("%s\n", why);
     sl_worker_print_stats(&st, secs, stdout);
+    struct sl_store *store = sl_worker_store(w);
+    if (store != NULL && sl_store_is_remote(sl_store_root(store))) {
+        /* the job's table or dataset is in an object store */
+        sl_store_stats_t ss;
+        sl_store_stats(store, &ss);
+        uint64_t gets = 0;
+        for (int b = 0; b <= SL_STORE_LATENCY_BUCKETS; b++)
+            gets += ss.latency[SL_STORE_OP_GET][b];
+        printf("  store %s: %" PRIu64 " requests (%" PRIu64 " GETs), %" PRIu64 " retries, %" PRIu64
+               " failures, %" PRIu64 " bytes read\n",
+               sl_store_root(store), ss.requests, gets, ss.retries, ss.failures, ss.bytes_read);
+    }
     if (msrc) {
         sl_worker_lease_client_stats_t m;
         sl_worker_lease_client_stats(msrc, &m);
@@ -335,6 +359,10 @@ int sl_cli_worker(int argc, char **argv)
                " released\n",
                m.shared_leases, st.server.shared_batches, st.server.shared_bytes, m.shares_detached,
                m.shares_released);
+        if (args.cache_dir)
+            printf("  cache directory %s: %" PRIu64 " files held (%" PRIu64 " bytes), %" PRIu64
+                   " removed for room\n",
+                   args.cache_dir, m.cache_files, m.cache_bytes, m.cache_evicted);
     }
     fflush(stdout);
     sl_worker_destroy(w);

@@ -85,13 +85,10 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
         open_range = true;
     }
     if (open_range) total += rend - rstart;
-    if (!wh_buf_reserve(&r->rbuf, r->a, (size_t)total + 8))
-        return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u: read buffer of %llu bytes",
-                            f->src.name, s, (unsigned long long)total);
-    /* Pass 2: read each range, point at each stream. An object's ranges
-     * are gathered and fetched together, in parallel, after the loop,
-     * unless the read-ahead fetched them already (then rbuf is its buffer,
-     * laid out as this pass lays it out). */
+    /* An object's ranges are gathered and fetched together, in parallel,
+     * after pass 2, unless the read-ahead fetched them already (then rbuf
+     * becomes its buffer, laid out as pass 2 lays it out, and the
+     * read-ahead gives back what it took for them). */
     wh_source_t *src = &r->f->src;
     sl_store_range_t *rng = NULL;
     size_t nrng = 0, ahead_reads = 0;
@@ -104,6 +101,23 @@ static sl_err_t fetch(sl_wh_reader_t *r, uint32_t s, sl_error_t *err)
         taken = wh_ahead_take(r->ahead, s, &r->rbuf, &ahead_bytes, &ahead_reads) == 1;
         r->stats.read_ahead += taken;
     }
+    /* The stripe's bytes in rbuf count in the caller's memory (a worker's
+     * --memory-limit) while it is read, as the read-ahead's do before: a
+     * file not mapped (an object, a pread) waits for room here, after the
+     * read-ahead gave back its own count of the same bytes (never both
+     * held for one stripe: the wait could only end by this thread's give);
+     * given back once the stripe is decoded (read_stripe). */
+    if (r->mem != NULL && f->src.mem == NULL && total > 0) {
+        char what[400];
+        snprintf(what, sizeof what, "the read buffer of %.300s stripe %u", f->src.name, s);
+        sl_err_t rc = r->mem->take(r->mem->ctx, total, what, err);
+        if (rc != SL_OK) return rc;
+        r->read_held = total;
+    }
+    if (!wh_buf_reserve(&r->rbuf, r->a, (size_t)total + 8))
+        return sl_error_set(err, SL_ERR_NOMEM, "%s stripe %u: read buffer of %llu bytes",
+                            f->src.name, s, (unsigned long long)total);
+    /* Pass 2: read each range, point at each stream. */
     uint64_t at = 0;
     uint32_t j = 0;
     while (j < ns) {
@@ -573,8 +587,26 @@ static sl_err_t stripe_call(void *arg, sl_error_t *err)
  * file that shrank since it was mapped, or a SIGBUS (the file shrank while
  * being read, or its storage failed), drops the mapping: the stripe is read
  * again with pread, which reports what is wrong as an ordinary error. */
+/* Give back the stripe's read buffer (fetch) once it is decoded. */
+static void give_read(sl_wh_reader_t *r)
+{
+    if (r->read_held > 0) r->mem->give(r->mem->ctx, r->read_held);
+    r->read_held = 0;
+}
+
+static sl_err_t read_stripe_once(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t **rows,
+                                 sl_error_t *err);
+
 static sl_err_t read_stripe(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t **rows,
                             sl_error_t *err)
+{
+    sl_err_t rc = read_stripe_once(r, s, rows, err);
+    give_read(r);
+    return rc;
+}
+
+static sl_err_t read_stripe_once(sl_wh_reader_t *r, uint32_t s, const sl_wh_rows_t **rows,
+                                 sl_error_t *err)
 {
     wh_source_t *src = &r->f->src;
     if (src->map_len == 0) return decode_stripe(r, s, rows, err);

@@ -40,7 +40,8 @@ struct sl_wh_reader {
     wh_buf_t sptr;          /* const uint8_t *[streams of the stripe] + need flags */
     wh_buf_t ranges;        /* sl_store_range_t[streams of the stripe]: an object's reads */
     wh_ahead_t *ahead;      /* an object's read-ahead, made at the first sequential stripe */
-    const sl_wh_mem_t *mem; /* counts the read-ahead's bytes (NULL: not counted) */
+    const sl_wh_mem_t *mem; /* counts the read-ahead's bytes and rbuf's (NULL: not counted) */
+    uint64_t read_held;     /* rbuf's bytes taken from mem for the stripe being read */
     uint32_t last_stripe;   /* fetched last (UINT32_MAX: none) */
     uint64_t stripe_bytes;
     sl_wh_rows_t rows;

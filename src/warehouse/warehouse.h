@@ -443,8 +443,10 @@ bool sl_wh_filter_match(const sl_wh_filter_t *f, const sl_wh_partition_t *p);
 
 /* Memory a reader of an object holds beyond the rows it hands out, counted
  * by its caller (a worker's --memory-limit, docs/STORAGE.md "Memory"): a
- * table reader's read-ahead of the next stripe, a Parquet reader's column
- * chunks of the row group it reads. Called on the reader's threads
+ * table reader's read-ahead of the next stripe and its read buffer (the
+ * fetched bytes of the stripe it decodes, taken with take; a file that is
+ * mapped has none), a Parquet reader's column chunks of the row group it
+ * reads. Called on the reader's threads
  * (the read-ahead's give from its helper's owner, the reader).
  *  - try_take: take bytes if they fit now, never waiting; false: the
  *    read-ahead is skipped (the stripe is fetched when it is read).
@@ -532,8 +534,9 @@ typedef struct sl_wh_read_opts {
     uint32_t coalesce_gap;
     sl_wh_limits_t limits; /* zero fields: defaults */
     const sl_allocator_t *allocator;
-    /* Counts the read-ahead of an object's next stripe (NULL: not
-     * counted): borrowed, must outlive the reader. */
+    /* Counts the read-ahead of an object's next stripe and the read
+     * buffer of the stripe being read (sl_wh_mem_t; NULL: not counted):
+     * borrowed, must outlive the reader. */
     const struct sl_wh_mem *mem;
 } sl_wh_read_opts_t;
 

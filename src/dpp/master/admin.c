@@ -308,6 +308,12 @@ static json_t *autocache_json(const sl_master_job_view_t *v)
         v->computed_samples ? (double)v->compute_ns / 1e3 / (double)v->computed_samples : 0.0);
     if (o != NULL) json_object_set_new(o, "source_mb_per_s", json_real(d->source_mb_per_s));
     if (o != NULL && v->cache_dir != NULL) {
+        /* where the files are: the master's directory, or the workers' disks */
+        json_object_set_new(o, "cache_files_on",
+                            json_string(v->cache_on_workers ? "workers" : "master"));
+        if (v->cache_on_workers)
+            json_object_set_new(o, "cache_worker_files",
+                                json_integer((json_int_t)v->cache_worker_files));
         json_object_set_new(o, "cache_dir", json_string(v->cache_dir));
         json_object_set_new(o, "cache_dir_bytes",
                             json_integer((json_int_t)v->cache_dir_stats.bytes));

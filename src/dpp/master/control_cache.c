@@ -71,6 +71,11 @@ static void decide(sl_master_t *m, mp_job *j, const sl_master_state_job_status_t
     if (min < floor) min = floor;
     sl_master_autocache_stats_t cs;
     sl_master_autocache_stats(m->cache, &cs);
+    /* a source in an object store: its rate is the network's, which a
+     * cache file on a worker's own disk does not pay; the directory's rate
+     * (its probe reads a table file back, decoding included) stands for
+     * the workers' disks (docs/STORAGE.md, "The autocache and object stores") */
+    if (mp_cache_remote_source(j, st->spec_json)) f.source_ns = f.source_bytes = 0;
     sl_master_autocache_figures_t in = {.compute_ns = f.compute_ns,
                                         .computed_samples = f.computed_samples,
                                         .computed_bytes = f.computed_bytes,
@@ -101,12 +106,18 @@ static void decide(sl_master_t *m, mp_job *j, const sl_master_state_job_status_t
 }
 
 int mp_cache_lease(sl_master_t *m, const char *job, const sl_master_state_job_status_t *st,
-                   const sl_master_lease_t *l, char *path, size_t cap)
+                   const sl_master_lease_t *l, uint32_t wi, char *path, size_t cap, bool *local)
 {
+    *local = false;
     mp_job *j = mp_job_find(m, job);
     if (j == NULL) return SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE;
     uint64_t fp = st->prefix_fingerprint;
     settle(m, j, fp, sl_clock_ms());
+    /* a source in an object store: the files live on the workers' disks */
+    if (mp_cache_local_job(m, j, st)) {
+        *local = true;
+        return mp_cache_local_mode(m, j, fp, wi, l, path, cap);
+    }
     /* while measuring, splits are written too (as Cachew does), so that the
      * second epoch can read them all if the cache is chosen */
     if ((j->ac.state != SL_MASTER_AUTOCACHE_CHOSEN &&
@@ -179,6 +190,10 @@ void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v)
     v->cache_bytes_written = f.bytes_written;
     v->computed_samples = f.computed_samples;
     v->compute_ns = f.compute_ns;
+    v->cache_on_workers = m->cache != NULL && v->prefix_fingerprint != 0 &&
+                          mp_cache_remote_source(j, v->status.spec_json);
+    v->cache_worker_files =
+        v->cache_on_workers ? mp_cache_local_files(m, v->prefix_fingerprint) : 0;
     v->cache_dir = m->cache != NULL ? sl_master_autocache_dir(m->cache) : NULL;
     if (m->cache != NULL) sl_master_autocache_stats(m->cache, &v->cache_dir_stats);
 }

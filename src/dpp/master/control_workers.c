@@ -167,6 +167,7 @@ void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register 
               nheld == 1 ? "" : "s");
     w->incarnation = r->incarnation;
     w->shares = r->shares;
+    w->cache_local = r->cache_local;
     snprintf(w->serve, sizeof w->serve, "%s", r->serve_address);
     snprintf(w->admin, sizeof w->admin, "%s", r->admin_address);
     if (r->job_id[0] != '\0') snprintf(w->job, sizeof w->job, "%s", r->job_id);
@@ -301,12 +302,13 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
             no_work(m, i, 20, "waiting for a job sharing this one's passes to end its epoch");
             return;
         }
-        rc = sl_master_state_lease_next(m->st, job, w->id, sl_clock_ms(), &l, &err);
+        rc = mp_cache_local_lease_next(m, job, m->conns[i].worker, sl_clock_ms(), &l, &err);
     } else {
         /* Any job: the one with the fewest workers for its demand. */
         for (uint32_t k = 0; k < m->opts.max_jobs && rc == SL_ERR_AGAIN; k++) {
             if (!m->jobs[k].used) continue;
-            rc = sl_master_state_lease_next(m->st, m->jobs[k].id, w->id, sl_clock_ms(), &l, &err);
+            rc = mp_cache_local_lease_next(m, m->jobs[k].id, m->conns[i].worker, sl_clock_ms(), &l,
+                                           &err);
             if (rc == SL_OK) job = m->jobs[k].id;
         }
     }
@@ -359,7 +361,9 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
     }
     /* before share_pass: l.todo is good until the next call on the state */
     char cache_file[4096];
-    int cache_mode = mp_cache_lease(m, job, &st, &l, cache_file, sizeof cache_file);
+    bool cache_local = false;
+    int cache_mode = mp_cache_lease(m, job, &st, &l, m->conns[i].worker, cache_file,
+                                    sizeof cache_file, &cache_local);
     Sluice__Control__SplitRef shared[MP_SHARE_MAX], *shared_p[MP_SHARE_MAX];
     uint32_t nshared = share_pass(m, w, job, &l, shared, shared_p);
     Sluice__Control__Lease le = SLUICE__CONTROL__LEASE__INIT;
@@ -386,6 +390,7 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
     if (cache_mode != SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE) {
         le.cache_file = cache_file;
         le.cache_mode = (Sluice__Control__Lease__CacheMode)cache_mode;
+        le.cache_local = cache_local;
     }
     char topic[MP_ID_MAX];
     int32_t partition = 0;
@@ -431,6 +436,7 @@ void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbea
     w->shared_bytes = h->shared_bytes;
     w->shared_cpu_ns = h->shared_cpu_ns;
     mp_cache_figures_in(m, w, h->cache);
+    mp_cache_local_evicted(m, m->conns[i].worker, h);
     w->leases = 0;
     /* out of memory: nothing revoked this time (the next heartbeat tells) */
     Sluice__Control__SplitRef **rev =
@@ -514,6 +520,9 @@ void mp_on_split_read(sl_master_t *m, uint32_t i, const Sluice__Control__SplitRe
                   : sl_master_state_split_read(m->st, r->ref->job_id, r->ref->epoch, r->ref->split,
                                                r->ref->generation, e, (uint32_t)r->n_empty, &err);
     bool ok = res == SL_MASTER_READ_DONE || res == SL_MASTER_READ_PENDING;
+    /* what the worker's disk holds, whatever the lease's fate: a split
+     * whose rows were all committed ended its lease before this came */
+    if (!m->failed && m->conns[i].kind == MP_WORKER) mp_cache_local_read(m, m->conns[i].worker, r);
     if (e != one) sl_free(m->a, e, r->n_empty * sizeof *e);
     mp_job *dj = r->detached && r->ref->job_id ? mp_job_find(m, r->ref->job_id) : NULL;
     if (ok && dj != NULL && !dj->solo) {

@@ -313,6 +313,7 @@ static void destroy(sl_master_t *m)
         sl_master_state_destroy(m->st);
     sl_strfree(m->a, m->state_dir);
     sl_master_autocache_destroy(m->cache);
+    mp_holders_free(m->a, &m->holders);
     sl_free(m->a, m->kpos, (size_t)m->cap_kpos * sizeof *m->kpos);
     sl_free(m->a, m->kview, (size_t)m->cap_kview * sizeof *m->kview);
     sl_free(m->a, m->jobs, sl_mul_size(m->opts.max_jobs, sizeof *m->jobs));
@@ -371,6 +372,7 @@ sl_err_t sl_master_start(const sl_master_opts_t *opts, sl_master_t **out, sl_err
     if (o->client_conn_idle_ms == 0) o->client_conn_idle_ms = 60000;
     if (o->worker_conn_idle_ms == 0) o->worker_conn_idle_ms = 3 * o->lease_timeout_ms;
     if (o->kafka_watch_ms == 0) o->kafka_watch_ms = 2000;
+    if (o->cache_wait_ms == 0) o->cache_wait_ms = 2000;
     m->tuning = o->autoscale != NULL ? *o->autoscale : sl_master_autoscale_opts_default(1, 1);
     o->autoscale = NULL;
     m->a = a;

@@ -92,6 +92,11 @@ typedef struct sl_master_opts {
     const char *cache_dir;
     uint64_t cache_max_bytes;
     uint64_t cache_probe_bytes;
+    /* The autocache on workers' disks (a job whose source is in an object
+     * store): how long from an epoch's start a split cached on another
+     * worker waits for it before an idle worker reads it from the store
+     * (0: the default, 2000). */
+    uint64_t cache_wait_ms;
 } sl_master_opts_t;
 
 typedef struct sl_master sl_master_t;
@@ -225,6 +230,10 @@ typedef struct sl_master_job_view {
     uint64_t cache_samples, cache_read_ns, cache_fallbacks;
     uint64_t cache_files_written, cache_bytes_written;
     uint64_t computed_samples, compute_ns;
+    /* a source in an object store: the cache files live on the workers'
+     * disks (docs/STORAGE.md), of which live workers hold this many */
+    bool cache_on_workers;
+    uint64_t cache_worker_files;
     const char *cache_dir;
     sl_master_autocache_stats_t cache_dir_stats;
     /* The last hour (history.h; borrowed for the callback): points and the

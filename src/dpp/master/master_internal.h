@@ -19,6 +19,7 @@
 #include "dpp/master/state.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
+#include "dpp/master/holders.h"
 #include "store/store.h"
 
 #define MP_ID_MAX 256
@@ -61,6 +62,12 @@ typedef struct mp_job {
     /* figures of the job's worker processes that ended (a worker id taken
      * over by a new process starts its counters again) */
     mp_cache_figures ac_gone;
+    /* The autocache on workers' disks (control_cache_local.c): whether the
+     * source is in an object store (0: not known yet, 1: no, 2: yes), and
+     * the epoch whose start acl_since_ms is (--cache-wait-ms). */
+    uint8_t ac_where;
+    uint32_t acl_epoch;
+    uint64_t acl_since_ms;
     /* the last hour's figures and decisions (history.h; fixed size) */
     sl_master_history_t hist;
 } mp_job;
@@ -79,6 +86,7 @@ typedef struct mp_worker {
     bool shares;                            /* REGISTER shares: it serves shared passes */
     uint64_t shared_batches, shared_bytes, shared_cpu_ns; /* what its shared passes saved */
     mp_cache_figures cache;                               /* the autocache's (heartbeats) */
+    bool cache_local; /* REGISTER cache_local: it keeps cache files on its own disk */
 } mp_worker;
 
 typedef enum { MP_NEW = 0, MP_WORKER = 1, MP_CLIENT = 2 } mp_kind;
@@ -183,6 +191,7 @@ struct sl_master {
     atomic_bool stop;
     uint64_t last_observe_ms, last_expire_ms, last_evict_ms;
     sl_master_autocache_t *cache; /* --cache-dir; NULL: no autocache */
+    mp_holders holders;           /* cache files on workers' disks (control_cache_local.c) */
     /* counters */
     uint64_t frames_in, protocol_errors, connections_total;
     uint64_t rank_refused; /* commits refused: split of another rank (static sharding) */
@@ -283,15 +292,42 @@ void mp_on_register(sl_master_t *m, uint32_t i, const Sluice__Control__Register 
 void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__LeaseRequest *r)
     SL_REQUIRES(m->mu);
 /* control_cache.c: the autocache (docs/DESIGN.md "Autocache"). The cache
- * file and mode of lease l of job (st its status) into path (cap bytes);
- * mode CACHE_NONE when it is not read or written through the cache. */
+ * file and mode of lease l of job (st its status) to worker slot wi into
+ * path (cap bytes); mode CACHE_NONE when it is not read or written through
+ * the cache. *local: path is a name under the worker's own --cache-dir
+ * (control_cache_local.c). */
 int mp_cache_lease(sl_master_t *m, const char *job, const sl_master_state_job_status_t *st,
-                   const sl_master_lease_t *l, char *path, size_t cap) SL_REQUIRES(m->mu);
+                   const sl_master_lease_t *l, uint32_t wi, char *path, size_t cap, bool *local)
+    SL_REQUIRES(m->mu);
 /* Worker w's figures c (of a HEARTBEAT or SPLIT_READ; NULL: none): kept,
  * a decision for its job once enough is measured, eviction (at most every
  * 2 s). */
 void mp_cache_figures_in(sl_master_t *m, mp_worker *w, const Sluice__Control__CacheFigures *c)
     SL_REQUIRES(m->mu);
+/* control_cache_local.c: the autocache on workers' disks for a job whose
+ * source is in an object store (docs/STORAGE.md). Is job j (st its status)
+ * such a job, with its cache measuring or chosen? */
+bool mp_cache_local_job(sl_master_t *m, mp_job *j, const sl_master_state_job_status_t *st)
+    SL_REQUIRES(m->mu);
+/* Is job j's source (in its spec) in an object store? */
+bool mp_cache_remote_source(mp_job *j, const char *spec_json);
+/* The cache mode of lease l of such a job to worker slot wi, the file's
+ * name under the worker's --cache-dir into name (cap bytes). */
+int mp_cache_local_mode(sl_master_t *m, mp_job *j, uint64_t fp, uint32_t wi,
+                        const sl_master_lease_t *l, char *name, size_t cap) SL_REQUIRES(m->mu);
+/* Lease the next split of job to worker slot wi: for such a job, one it
+ * holds among the next the epoch order has, else one nobody holds, else
+ * (after --cache-wait-ms of the epoch) the next; any other job as
+ * sl_master_state_lease_next. */
+sl_err_t mp_cache_local_lease_next(sl_master_t *m, const char *job, uint32_t wi, uint64_t now,
+                                   sl_master_lease_t *l, sl_error_t *err) SL_REQUIRES(m->mu);
+/* What worker slot wi's SPLIT_READ r, or its heartbeat h, says it holds. */
+void mp_cache_local_read(sl_master_t *m, uint32_t wi, const Sluice__Control__SplitRead *r)
+    SL_REQUIRES(m->mu);
+void mp_cache_local_evicted(sl_master_t *m, uint32_t wi, const Sluice__Control__Heartbeat *h)
+    SL_REQUIRES(m->mu);
+/* The split files of prefix fp that live workers hold. */
+uint64_t mp_cache_local_files(const sl_master_t *m, uint64_t fp) SL_REQUIRES(m->mu);
 /* The autocache part of job j's view. */
 void mp_cache_view(sl_master_t *m, mp_job *j, sl_master_job_view_t *v) SL_REQUIRES(m->mu);
 void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h)

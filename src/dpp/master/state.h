@@ -422,6 +422,15 @@ sl_err_t sl_master_state_lease_split(sl_master_state_t *m, const char *job_id, u
                                      const char *worker_id, uint64_t now_ms, sl_master_lease_t *out,
                                      sl_error_t *err);
 
+/* The splits lease_next would hand out next, in that order: at most cap
+ * PENDING splits of the job's current epoch (split indices) into out, for
+ * a caller that prefers one of them (sl_master_state_lease_split) without
+ * reordering the epoch. Read-only; looks at most 8 * cap positions past
+ * the ones handed out. @return how many (0: none, an unknown, finished,
+ * failed or Kafka job). */
+uint32_t sl_master_state_pending_window(const sl_master_state_t *m, const char *job_id,
+                                        uint32_t *out, uint32_t cap);
+
 /* A lease as its worker names it (HEARTBEAT, REGISTER). */
 typedef struct sl_master_lease_ref {
     const char *job_id;

@@ -26,6 +26,7 @@ void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
     sl_strfree(ms->a, l->path);
     sl_strfree(ms->a, l->kafka_topic);
     sl_strfree(ms->a, l->cache_file);
+    sl_strfree(ms->a, l->cache_name);
     if (l->todo) sl_free(ms->a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
     if (l->empty) sl_free(ms->a, l->empty, (size_t)l->num_empty * sizeof *l->empty);
     sl_strfree(ms->a, l->fail_msg);
@@ -408,6 +409,11 @@ sl_err_t sl_worker_lease_client_new(const sl_worker_lease_client_opts_t *opts,
         rc = sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
         goto fail;
     }
+    /* before REGISTER, which says whether this worker keeps cache files */
+    if (opts->cache_dir != NULL && (rc = dpp_cache_dir_open(opts->cache_dir, opts->cache_max_bytes,
+                                                            a, &ms->cache, err)) != SL_OK)
+        goto fail;
+    ms->o.cache_dir = NULL; /* borrowed for the call: ms->cache has it */
     sl_mutex_lock(&ms->conn_mu);
     rc = dpp_lease_connect(ms, err);
     sl_mutex_unlock(&ms->conn_mu);
@@ -458,6 +464,7 @@ void sl_worker_lease_client_stats(sl_worker_lease_client_t *ms, sl_worker_lease_
     out->lease_timeout_ms = ms->lease_timeout_ms;
     out->heartbeat_ms = ms->heartbeat_ms;
     sl_mutex_unlock(&ms->mu);
+    dpp_cache_dir_stats(ms->cache, &out->cache_files, &out->cache_bytes, &out->cache_evicted);
 }
 
 void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms)
@@ -477,6 +484,7 @@ void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms)
     sl_strfree(ms->a, ms->serve_address);
     sl_strfree(ms->a, ms->admin_address);
     sl_strfree(ms->a, ms->spec_json);
+    dpp_cache_dir_destroy(ms->cache);
     sl_rpc_secret_free(ms->secret);
     sl_mutex_destroy(&ms->conn_mu);
     sl_mutex_destroy(&ms->mu);

@@ -64,6 +64,13 @@ typedef struct sl_worker_lease_client_opts {
      * full; or its read is that slow) releases its members: they end with
      * what they got and their jobs read the rest on their own. 0: 5000. */
     uint32_t share_stall_ms;
+    /* The autocache of jobs whose source is in an object store keeps its
+     * files here, on the worker's own disk (docs/STORAGE.md, "The
+     * autocache and object stores"; a folder of this process's own is
+     * made in it and removed at the end), at most cache_max_bytes of them
+     * (0: 8 GiB). NULL: such leases are computed, never cached. */
+    const char *cache_dir;
+    uint64_t cache_max_bytes;
 } sl_worker_lease_client_opts_t;
 
 typedef struct sl_worker_lease_client_stats {
@@ -82,6 +89,9 @@ typedef struct sl_worker_lease_client_stats {
     uint64_t shared_leases;                  /* leases of other jobs taken with a shared pass */
     uint64_t shares_detached;                /* ... that fell behind and were detached */
     uint64_t shares_released;                /* ... released by a stalled pass */
+    /* the cache files on this worker's disk (opts.cache_dir): held now, their
+     * bytes, removed to stay within cache_max_bytes */
+    uint64_t cache_files, cache_bytes, cache_evicted;
 } sl_worker_lease_client_stats_t;
 
 typedef struct sl_worker_lease_client sl_worker_lease_client_t;

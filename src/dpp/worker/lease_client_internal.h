@@ -21,6 +21,7 @@
 #include "common/lock.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "dpp/worker/cache_dir.h"
 #include "dpp/worker/lease_client.h"
 #include "rpc/frame.h"
 
@@ -33,6 +34,10 @@ typedef struct lease {
     char *kafka_topic; /* a Kafka chunk's (NULL: a table split) */
     char *cache_file;  /* the autocache's (Lease.cache_file; NULL: none) */
     uint32_t cache_mode;
+    /* Lease.cache_local: cache_file is under ms->cache, the master's name
+     * for it cache_name (SPLIT_READ says whether the file is held) */
+    bool cache_local;
+    char *cache_name;
     int32_t kafka_partition;
     sl_wh_split_t sp;
     sl_dpp_row_range_t *todo;
@@ -108,6 +113,7 @@ struct sl_worker_lease_client {
     uint64_t share_bytes_max;
     uint64_t share_stall_ns; /* opts.share_stall_ms */
     sl_worker_lease_client_stats_t st;
+    dpp_cache_dir_t *cache; /* opts.cache_dir's (NULL: none) */
     /* load at the last heartbeat (control thread only) */
     uint64_t hb_at_ns, hb_reader_ns, hb_xform_ns;
     pthread_t thread;

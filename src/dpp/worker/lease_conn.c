@@ -154,6 +154,7 @@ sl_err_t dpp_lease_connect(sl_worker_lease_client_t *ms, sl_error_t *err)
     }
     r.job_id = h.job;
     r.shares = !ms->o.no_share;
+    r.cache_local = ms->cache != NULL;
     r.n_leases = h.n;
     r.leases = h.ptrs;
     sl_rpc_frame_t f = {0};
@@ -243,9 +244,23 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
     l->path = sl_strdup(ms->a, m->path);
     l->kafka_topic = kafka ? sl_strdup(ms->a, m->kafka_topic) : NULL;
     l->kafka_partition = m->kafka_partition;
-    if (!kafka && m->cache_file && m->cache_file[0] && m->cache_mode != 0) {
+    if (!kafka && m->cache_file && m->cache_file[0] && m->cache_mode != 0 && !m->cache_local) {
         l->cache_file = sl_strdup(ms->a, m->cache_file); /* out of memory: computed */
         l->cache_mode = (uint32_t)m->cache_mode;
+    } else if (!kafka && m->cache_file && m->cache_file[0] && m->cache_mode != 0) {
+        /* a name under this worker's own directory (none: computed, and
+         * SPLIT_READ says nothing is held); a bad name or a folder that
+         * cannot be made: computed, and reported as not held */
+        l->cache_local = ms->cache != NULL;
+        l->cache_name = l->cache_local ? sl_strdup(ms->a, m->cache_file) : NULL;
+        l->cache_file = l->cache_name ? dpp_cache_dir_path(ms->cache, m->cache_file) : NULL;
+        l->cache_mode = (uint32_t)m->cache_mode;
+        if (l->cache_local && l->cache_file == NULL)
+            sl_log_kv(SL_LOG_WARN, SL_EV(CACHE_WRITE_FAILED),
+                      (SL_KV_STR("file", m->cache_file), SL_KV_STR("error", "bad name or folder")),
+                      "cache file %.200s of split %u: not a name this worker's cache directory "
+                      "takes, or its folder cannot be made: computing the split",
+                      m->cache_file, m->ref->split);
     }
     l->todo = sl_alloc(ms->a, m->n_todo * sizeof *l->todo);
     if (!l->path || !l->todo || (kafka && !l->kafka_topic)) {

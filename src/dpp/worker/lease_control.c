@@ -64,6 +64,10 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
     sr.n_empty = ne;
     sr.empty = rp;
     sr.detached = l->detached;
+    /* a file on this worker's disk: whether it is there now (written, or
+     * read and kept), so the master leases the split here next epoch */
+    sr.cache_local = l->cache_local;
+    sr.cache_held_bytes = l->cache_local ? dpp_cache_dir_settle(ms->cache, l->cache_name) : 0;
     Sluice__Control__CacheFigures cf = SLUICE__CONTROL__CACHE_FIGURES__INIT;
     sl_mutex_lock(&ms->mu);
     sl_worker_t *w = ms->worker;
@@ -240,6 +244,19 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
         hb.cache = &cf;
     }
     ms->hb_at_ns = now;
+    /* cache files removed for room since the last heartbeat (a bounded
+     * number a beat; the rest go with the next) */
+    dpp_cache_evicted_t gone[64];
+    Sluice__Control__CachedSplit cs[64], *csp[64];
+    uint32_t ngone = dpp_cache_dir_evicted(ms->cache, gone, 64);
+    for (uint32_t i = 0; i < ngone; i++) {
+        sluice__control__cached_split__init(&cs[i]);
+        cs[i].prefix_fingerprint = gone[i].fp;
+        cs[i].split = gone[i].split;
+        csp[i] = &cs[i];
+    }
+    hb.n_cache_evicted = ngone;
+    hb.cache_evicted = csp;
     sl_rpc_frame_t f = {0};
     sl_error_t err = {0};
     sl_err_t rc = dpp_lease_call(ms, SL_RPC_HEARTBEAT, &hb.base, "heartbeat",
