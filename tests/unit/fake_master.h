@@ -60,6 +60,9 @@ typedef struct fm_lease {
     /* > 0: a shared pass (Lease.shared) with a member lease of job "joby"
      * under this generation */
     uint64_t member_gen;
+    /* the deterministic order: LEASE order_ranks, order_base_plus_one */
+    uint32_t order_ranks;
+    uint64_t order_base_plus_one;
 } fm_lease_t;
 
 typedef struct fm_read {
@@ -98,6 +101,12 @@ typedef struct fake {
     uint64_t hb_leases_max;
     fm_read_t reads[MAX_LEASES];
     uint32_t nreads;
+    /* SPLIT_FAILED: how many, and the last one's generation, code and
+     * message (answered SKIPPED: the fake never leases a split again) */
+    uint32_t nfailed;
+    uint64_t failed_gen;
+    int32_t failed_code;
+    char failed_msg[256];
     /* batches the clients acknowledged (recorded before the ACK goes out) */
     got_batch_t *got;
     uint32_t ngot;
@@ -137,6 +146,8 @@ static void fm_send_lease(fake_t *f, int fd, const fm_lease_t *l)
     m.n_todo = l->ntodo;
     m.todo = rp;
     m.rank_plus_one = l->rank_plus_one;
+    m.order_ranks = l->order_ranks;
+    m.order_base_plus_one = l->order_base_plus_one;
     m.expiry_ms = 2000;
     Sluice__Control__SplitRef member, *mp = &member;
     if (l->member_gen) {
@@ -270,6 +281,18 @@ static void fm_serve(fake_t *f, int fd)
             sl_rpc_send(fd, SL_RPC_SPLIT_READ_REPLY, &r.base, NULL, 0, NULL);
             if (f->drop_after_reads && (int)f->nreads == f->drop_after_reads && !f->dropped)
                 drop = f->dropped = true;
+            break;
+        }
+        case SL_RPC_SPLIT_FAILED: {
+            const Sluice__Control__SplitFailed *s = (const Sluice__Control__SplitFailed *)fr.msg;
+            TCHECK(s->ref != NULL, "split failed without a reference");
+            f->nfailed++;
+            f->failed_gen = s->ref ? s->ref->generation : 0;
+            f->failed_code = s->code;
+            snprintf(f->failed_msg, sizeof f->failed_msg, "%s", s->message ? s->message : "");
+            Sluice__Control__SplitFailedReply r = SLUICE__CONTROL__SPLIT_FAILED_REPLY__INIT;
+            r.state = SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__SKIPPED;
+            sl_rpc_send(fd, SL_RPC_SPLIT_FAILED_REPLY, &r.base, NULL, 0, NULL);
             break;
         }
         default:

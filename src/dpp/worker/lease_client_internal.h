@@ -76,6 +76,11 @@ typedef struct lease {
      * not read before */
     uint32_t unpushed;
     uint64_t copy_bytes; /* of a member: frame bytes of its copies not retired yet */
+    /* The deterministic order (docs/DESIGN.md "A deterministic order"):
+     * LEASE order_ranks (0: the dynamic order). This worker's reader does
+     * not number batches yet: such a lease is failed, never read in the
+     * dynamic order (src_next). */
+    uint32_t order_ranks;
 } lease_t;
 
 struct sl_worker_lease_client {
