@@ -44,7 +44,8 @@ bool dpp_lease_ready(const lease_t *l)
 
 bool dpp_lease_gone(const lease_t *l)
 {
-    return l->revoked && !l->reporting && (!l->handed || (l->read_done && l->outstanding == 0)) &&
+    return l->revoked && !l->reporting && l->pins == 0 &&
+           (!l->handed || (l->read_done && l->outstanding == 0)) &&
            (!l->failed || l->fail_reported);
 }
 
@@ -76,41 +77,14 @@ void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l)
 
 /* ---- split source callbacks ---- */
 
-static void src_failed(void *ctx, void *lease, sl_err_t code, int32_t stripe, const char *msg);
-
-/* A lease in the deterministic order (LEASE order_ranks > 0): this
- * worker's reader does not yet cut from the split's first row, number
- * the batches and hold them for their base (docs/DESIGN.md "A
- * deterministic order", not built), so reading it would send its batches
- * in the dynamic order under the deterministic name. It is failed
- * instead, with SPLIT_FAILED naming why (the master retries it, then
- * fails the job), and is never handed to the reader. */
-static void refuse_ordered(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
-{
-    char msg[256];
-    snprintf(msg, sizeof msg,
-             "split %u epoch %u: a lease in the deterministic order (%" PRIu32
-             " ranks), which this worker does not read yet",
-             l->split, l->epoch, l->order_ranks);
-    src_failed(ms, l, SL_ERR_UNSUPPORTED, -1, msg);
-    sl_mutex_lock(&ms->mu);
-    l->read_done = true; /* nothing read, no batch made: gone once reported */
-    if (dpp_lease_gone(l))
-        dpp_lease_remove(ms, l);
-    else
-        pthread_cond_broadcast(&ms->cv);
-    sl_mutex_unlock(&ms->mu);
-}
-
 static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
 {
     sl_worker_lease_client_t *ms = ctx;
     lease_t *l = NULL;
-    for (;;) {
-        SL_FORWARD_IF_ERROR(dpp_lease_get(ms, 0, true, &l, err));
-        if (!l->order_ranks) break;
-        refuse_ordered(ms, l);
-    }
+    SL_FORWARD_IF_ERROR(dpp_lease_get(ms, 0, true, &l, err));
+    sl_mutex_lock(&ms->mu);
+    uint64_t base_plus_one = l->base_plus_one; /* a heartbeat may have told it since */
+    sl_mutex_unlock(&ms->mu);
     *out = (sl_worker_work_t){.split = &l->sp,
                               .epoch = l->epoch,
                               .split_id = l->split,
@@ -122,8 +96,20 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
                               .kafka_topic = l->kafka_topic,
                               .kafka_partition = l->kafka_partition,
                               .cache_file = l->cache_file,
-                              .cache_mode = l->cache_file ? l->cache_mode : SL_WORKER_CACHE_NONE};
+                              .cache_mode = l->cache_file ? l->cache_mode : SL_WORKER_CACHE_NONE,
+                              .order_ranks = l->order_ranks,
+                              .order_base_plus_one = base_plus_one};
     return SL_OK;
+}
+
+static void src_counted(void *ctx, void *lease, uint64_t batches)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    lease_t *l = lease;
+    sl_mutex_lock(&ms->mu);
+    l->counted = true;
+    l->order_batches = batches;
+    sl_mutex_unlock(&ms->mu);
 }
 
 /* Under ms->mu: primary l is read; so are its members, with its empty
@@ -393,6 +379,7 @@ sl_worker_source_t sl_worker_lease_client_source(sl_worker_lease_client_t *ms)
                                 .lease_failed = src_failed,
                                 .lease_members = src_members,
                                 .lease_dropped = src_dropped,
+                                .lease_counted = src_counted,
                                 .other_work = src_other_work,
                                 .ctx = ms};
 }

@@ -247,6 +247,7 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
     lease_t *l = sl_calloc(ms->a, 1, sizeof *l);
     if (!l) return sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
     l->order_ranks = m->order_ranks;
+    l->base_plus_one = m->order_base_plus_one;
     l->epoch = m->ref->epoch;
     l->split = m->ref->split;
     l->generation = m->ref->generation;
