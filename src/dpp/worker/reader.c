@@ -153,6 +153,10 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease
         bool keep = false;
         sl_err_t rc = sl_worker_server_order_cut(w->server, lease->handle, lease->from_row,
                                                  lease->to_row, &keep, err);
+        /* revoked, its hold dropped: its batches go nowhere */
+        if (rc == SL_ERR_NOT_FOUND && w->source.lease_live &&
+            !w->source.lease_live(w->source.ctx, lease->handle))
+            rc = SL_OK;
         if (rc || !keep) {
             uint64_t arena = sl_arena_footprint(batch->arena);
             uint64_t moved = arena < rd->batcher_held ? arena : rd->batcher_held;
@@ -725,6 +729,12 @@ static sl_err_t read_ordered_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, 
     rc = compute_split(rd, &all, NULL, t0, err);
     rd->ordered = false;
     fused_direct(rd);
+    if (!dpp_reader_work_live(w, wk)) {
+        /* revoked, perhaps before it was begun here (the heartbeat's drop
+         * found nothing then): no base will come for what it holds */
+        sl_worker_server_order_drop(w->server, wk->lease);
+        return rc;
+    }
     uint64_t batches = 0;
     if (rc == SL_OK) rc = sl_worker_server_order_end(w->server, wk->lease, &batches, err);
     if (rc == SL_OK) rc = empty_in_todo(rd, wk, err);
