@@ -273,20 +273,27 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
      * outside ms->mu (its locks come before ours), each lease pinned */
     size_t ntell = 0, cap_tell = r->n_bases + r->n_revoked;
     order_news_t *tell = cap_tell ? sl_calloc(ms->a, cap_tell, sizeof *tell) : NULL;
+    if (cap_tell && !tell) {
+        /* out of memory: the reply is not taken at all (a revoked lease's
+         * held batches must be dropped); the leases are still named, so
+         * the next heartbeat's reply says it all again */
+        sl_log_kv(SL_LOG_WARN, SL_EV(HEARTBEAT_FAILED), (SL_KV_STR("error", "out of memory")),
+                  "heartbeat reply: out of memory, left for the next one");
+        sl_rpc_frame_free(&f);
+        return;
+    }
     sl_mutex_lock(&ms->mu);
     ms->st.heartbeats++;
     for (size_t i = 0; i < r->n_bases; i++) {
         const Sluice__Control__SplitBase *b = r->bases[i];
         if (!b || !b->ref) continue;
-        for (lease_t *l = ms->leases; l; l = l->next)
+        for (lease_t *l = ms->leases; l && ntell < cap_tell; l = l->next)
             if (!l->revoked && l->order_ranks && l->split == b->ref->split &&
                 l->epoch == b->ref->epoch && l->generation == b->ref->generation &&
                 (!l->job || (b->ref->job_id && strcmp(l->job, b->ref->job_id) == 0))) {
                 l->base_plus_one = b->first_g + 1;
-                if (tell) { /* out of memory: told again with the next heartbeat */
-                    l->pins++;
-                    tell[ntell++] = (order_news_t){l, b->first_g, false};
-                }
+                l->pins++;
+                tell[ntell++] = (order_news_t){l, b->first_g, false};
                 break;
             }
     }
@@ -305,8 +312,8 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
                           "job %s split %u epoch %u: the master took the lease back; its "
                           "batches not sent yet are dropped",
                           ms->job_id, l->split, l->epoch);
-                if (l->order_ranks && tell) {
-                    l->pins++; /* its held batches go before it may */
+                if (l->order_ranks && ntell < cap_tell) { /* one lease a reference */
+                    l->pins++;                            /* its held batches go before it may */
                     tell[ntell++] = (order_news_t){l, 0, true};
                 }
                 /* nobody holds it any more: not handed, or read and retired */
