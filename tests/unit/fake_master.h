@@ -47,6 +47,7 @@ static void no_thread_fails(void)
 typedef struct got_batch {
     uint32_t split, epoch, rank_plus_one, n;
     uint64_t generation, from, to;
+    uint64_t g_plus_one; /* BatchInfo.order_g_plus_one */
     int64_t ids[128];
     char job[32];
 } got_batch_t;
@@ -60,6 +61,10 @@ typedef struct fm_lease {
     /* > 0: a shared pass (Lease.shared) with a member lease of job "joby"
      * under this generation */
     uint64_t member_gen;
+    /* the deterministic order: LEASE order_ranks, order_base_plus_one, and
+     * 1 + the base every HEARTBEAT_REPLY gives once granted (0: none) */
+    uint32_t order_ranks;
+    uint64_t order_base_plus_one, hb_base_plus_one;
 } fm_lease_t;
 
 typedef struct fm_read {
@@ -70,6 +75,8 @@ typedef struct fm_read {
     bool all_acked; /* every batch of the lease had been acknowledged by then */
     char job[16];   /* "jobx", or "joby" for a member lease */
     bool detached;
+    bool counted; /* the deterministic order's count */
+    uint64_t batches;
 } fm_read_t;
 
 typedef struct fake {
@@ -98,6 +105,12 @@ typedef struct fake {
     uint64_t hb_leases_max;
     fm_read_t reads[MAX_LEASES];
     uint32_t nreads;
+    /* SPLIT_FAILED: how many, and the last one's generation, code and
+     * message (answered SKIPPED: the fake never leases a split again) */
+    uint32_t nfailed;
+    uint64_t failed_gen;
+    int32_t failed_code;
+    char failed_msg[256];
     /* batches the clients acknowledged (recorded before the ACK goes out) */
     got_batch_t *got;
     uint32_t ngot;
@@ -137,6 +150,8 @@ static void fm_send_lease(fake_t *f, int fd, const fm_lease_t *l)
     m.n_todo = l->ntodo;
     m.todo = rp;
     m.rank_plus_one = l->rank_plus_one;
+    m.order_ranks = l->order_ranks;
+    m.order_base_plus_one = l->order_base_plus_one;
     m.expiry_ms = 2000;
     Sluice__Control__SplitRef member, *mp = &member;
     if (l->member_gen) {
@@ -239,6 +254,18 @@ static void fm_serve(fake_t *f, int fd)
                 r.revoked = &rp;
                 f->revoked_sent = true;
             }
+            Sluice__Control__SplitBase sb[MAX_LEASES], *sbp[MAX_LEASES];
+            Sluice__Control__SplitRef sbr[MAX_LEASES];
+            for (uint32_t i = 0; i < f->next && i < MAX_LEASES; i++) {
+                if (!f->q[i].hb_base_plus_one) continue;
+                fm_ref(&sbr[r.n_bases], "jobx", &f->q[i], f->q[i].generation);
+                sb[r.n_bases] = (Sluice__Control__SplitBase)SLUICE__CONTROL__SPLIT_BASE__INIT;
+                sb[r.n_bases].ref = &sbr[r.n_bases];
+                sb[r.n_bases].first_g = f->q[i].hb_base_plus_one - 1;
+                sbp[r.n_bases] = &sb[r.n_bases];
+                r.n_bases++;
+            }
+            r.bases = sbp;
             sl_rpc_send(fd, SL_RPC_HEARTBEAT_REPLY, &r.base, NULL, 0, NULL);
             break;
         }
@@ -251,6 +278,8 @@ static void fm_serve(fake_t *f, int fd)
                    "split read of job %s", s->ref->job_id);
             snprintf(rd->job, sizeof rd->job, "%s", s->ref->job_id);
             rd->detached = s->detached;
+            rd->counted = s->counted;
+            rd->batches = s->batches;
             rd->split = s->ref->split;
             rd->generation = s->ref->generation;
             rd->nempty = (uint32_t)s->n_empty;
@@ -270,6 +299,18 @@ static void fm_serve(fake_t *f, int fd)
             sl_rpc_send(fd, SL_RPC_SPLIT_READ_REPLY, &r.base, NULL, 0, NULL);
             if (f->drop_after_reads && (int)f->nreads == f->drop_after_reads && !f->dropped)
                 drop = f->dropped = true;
+            break;
+        }
+        case SL_RPC_SPLIT_FAILED: {
+            const Sluice__Control__SplitFailed *s = (const Sluice__Control__SplitFailed *)fr.msg;
+            TCHECK(s->ref != NULL, "split failed without a reference");
+            f->nfailed++;
+            f->failed_gen = s->ref ? s->ref->generation : 0;
+            f->failed_code = s->code;
+            snprintf(f->failed_msg, sizeof f->failed_msg, "%s", s->message ? s->message : "");
+            Sluice__Control__SplitFailedReply r = SLUICE__CONTROL__SPLIT_FAILED_REPLY__INIT;
+            r.state = SLUICE__CONTROL__SPLIT_FAILED_REPLY__STATE__SKIPPED;
+            sl_rpc_send(fd, SL_RPC_SPLIT_FAILED_REPLY, &r.base, NULL, 0, NULL);
             break;
         }
         default:
@@ -395,7 +436,8 @@ static void *client_main(void *arg)
                            .n = b->batch_size,
                            .generation = bi->generation,
                            .from = bi->from_row,
-                           .to = bi->to_row};
+                           .to = bi->to_row,
+                           .g_plus_one = bi->order_g_plus_one};
         snprintf(g->job, sizeof g->job, "%s", bi->job_id);
         memcpy(g->ids, b->sample_ids, b->batch_size * sizeof *b->sample_ids);
         pthread_mutex_unlock(&c->f->mu);

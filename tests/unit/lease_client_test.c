@@ -14,6 +14,7 @@
  *   - bad leases and an unreachable master give clear errors. */
 #include <criterion/criterion.h>
 
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -789,6 +790,149 @@ Test(lease_client, a_member_of_a_stalled_pass_is_released)
     check_leases(&f, false, false, 0); /* jobx's two leases, read whole */
     /* joby got no copy of the second pass after its release */
     cr_assert_eq(acked_rows(&f, 1, 201), got_cut);
+    pthread_mutex_unlock(&f.mu);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    fm_stop(&f);
+    no_thread_fails();
+}
+
+/* ---- the deterministic order ---- */
+
+/* Leases in the deterministic order (docs/DESIGN.md) for 2 ranks: split
+ * 0's base comes with its LEASE, the others' only in heartbeats; split 2
+ * is a re-lease whose first batch was committed (its todo starts at row
+ * 128). Each split is read from its first row and counted whole
+ * (SPLIT_READ counted, batches = ceil(rows / 128)); each rank gets exactly
+ * the batches g = base + k with g mod 2 its rank, in g order, the rows of
+ * batch k of its split, and split 2's first batch never. A base without
+ * ranks is a broken lease. */
+Test(lease_client, leases_in_the_deterministic_order_go_to_ranks_in_g_order)
+{
+    fake_t f;
+    fm_start(&f, splits, spec_of(false, false));
+    uint64_t base[4], count[4], total = 0;
+    for (uint32_t s = 0; s < 4; s++) {
+        count[s] = (splits->items[s].num_rows + 127) / 128;
+        base[s] = total;
+        total += count[s];
+    }
+    cr_assert_geq(count[2], 2);
+    for (uint32_t s = 0; s < 4; s++) {
+        sl_dpp_row_range_t todo = {s == 2 ? 128 : 0, splits->items[s].num_rows};
+        fm_add(&f, s, 110 + s, 0, &todo, 1);
+        f.q[s].order_ranks = 2;
+        f.q[s].hb_base_plus_one = base[s] + 1;
+    }
+    f.q[0].order_base_plus_one = 1;
+    f.finish = true;
+    sl_pipeline_job_t *job;
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(&f, &job, &ms);
+    client_t c[2];
+    client_start(&c[0], &f, sl_worker_port(w), 0);
+    client_start(&c[1], &f, sl_worker_port(w), 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    pthread_join(c[0].th, NULL);
+    pthread_join(c[1].th, NULL);
+    sl_worker_stop(w);
+    pthread_mutex_lock(&f.mu);
+    cr_assert_eq(f.nreads, 4);
+    for (uint32_t i = 0; i < f.nreads; i++) {
+        uint32_t s = f.reads[i].split;
+        cr_assert(f.reads[i].counted, "split %u", s);
+        cr_assert_eq(f.reads[i].batches, count[s], "split %u", s);
+        cr_assert_eq(f.reads[i].nempty, 0, "split %u", s);
+        cr_assert(f.reads[i].all_acked, "split %u", s);
+    }
+    cr_assert_eq(f.ngot, total - 1);
+    uint64_t last[2] = {0, 0}; /* 1 + the last g each rank got */
+    for (uint32_t i = 0; i < f.ngot; i++) {
+        const got_batch_t *g = &f.got[i];
+        cr_assert_neq(g->g_plus_one, 0, "batch %u", i);
+        uint64_t gi = g->g_plus_one - 1;
+        uint32_t r = g->rank_plus_one - 1;
+        cr_assert_eq(gi % 2, r, "g %" PRIu64 " to rank %u", gi, r);
+        cr_assert_gt(g->g_plus_one, last[r], "rank %u: g %" PRIu64 " after %" PRIu64, r, gi,
+                     last[r] - 1);
+        last[r] = g->g_plus_one;
+        cr_assert(g->split < 4);
+        uint64_t k = gi - base[g->split];
+        cr_assert_lt(k, count[g->split]);
+        cr_assert(!(g->split == 2 && k == 0), "split 2's committed batch sent");
+        cr_assert_eq(g->from, k * 128);
+        uint64_t to = (k + 1) * 128 < ref[g->split].rows ? (k + 1) * 128 : ref[g->split].rows;
+        cr_assert_eq(g->to, to);
+        cr_assert_eq(g->n, to - k * 128);
+        for (uint32_t j = 0; j < g->n; j++)
+            cr_assert_eq(g->ids[j], ref[g->split].ids[k * 128 + j], "g %" PRIu64 " row %u", gi, j);
+    }
+    pthread_mutex_unlock(&f.mu);
+    cr_assert_eq(c[0].wrong_rank + c[1].wrong_rank, 0);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    fm_stop(&f);
+
+    fm_start(&f, splits, spec_of(false, false));
+    fm_add(&f, 0, 92, 0, NULL, 0);
+    fm_add(&f, 2, 93, 0, NULL, 0);
+    f.q[1].order_base_plus_one = 5;
+    w = start_worker(&f, &job, &ms);
+    client_start(&c[0], &f, sl_worker_port(w), 0);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_ERR_PROTOCOL, "%s",
+                 err.msg);
+    cr_assert(strstr(err.msg, "lease of split 2: order_ranks 0 with order_base_plus_one 5"), "%s",
+              err.msg);
+    pthread_join(c[0].th, NULL);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    fm_stop(&f);
+    no_thread_fails();
+}
+
+static bool first_read_second_granted(fake_t *f)
+{
+    return f->nreads >= 1 && f->next == 2;
+}
+
+/* A lease of the deterministic order whose base never comes and which the
+ * master revokes: its held batches are freed (the server would never
+ * finish otherwise), none sent; the other lease's batches all go. */
+Test(lease_client, a_revoked_lease_of_the_deterministic_order_frees_its_held_batches)
+{
+    fake_t f;
+    fm_start(&f, splits, spec_of(false, false));
+    fm_add(&f, 0, 120, 0, NULL, 0);
+    fm_add(&f, 1, 121, 0, NULL, 0);
+    f.q[0].order_ranks = f.q[1].order_ranks = 1;
+    f.q[0].hb_base_plus_one = 1;
+    f.finish = true;
+    sl_pipeline_job_t *job;
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(&f, &job, &ms);
+    client_t c;
+    client_start(&c, &f, sl_worker_port(w), 0);
+    /* split 1 is read by now, or nearly: its batches wait for a base */
+    wait_until(&f, first_read_second_granted, 20);
+    pthread_mutex_lock(&f.mu);
+    f.revoke_gen = 121;
+    pthread_mutex_unlock(&f.mu);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    pthread_join(c.th, NULL);
+    sl_worker_stop(w);
+    pthread_mutex_lock(&f.mu);
+    cr_assert(f.revoked_sent);
+    cr_assert_eq(f.nreads, 1);
+    cr_assert_eq(f.reads[0].generation, 120);
+    cr_assert(f.reads[0].counted);
+    cr_assert_eq(f.reads[0].batches, (splits->items[0].num_rows + 127) / 128);
+    cr_assert_eq(f.ngot, f.reads[0].batches);
+    for (uint32_t i = 0; i < f.ngot; i++) {
+        cr_assert_eq(f.got[i].split, 0);
+        cr_assert_eq(f.got[i].g_plus_one, i + 1);
+    }
     pthread_mutex_unlock(&f.mu);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);

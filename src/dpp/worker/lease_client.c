@@ -45,7 +45,8 @@ bool dpp_lease_ready(const lease_t *l)
 
 bool dpp_lease_gone(const lease_t *l)
 {
-    return l->revoked && !l->reporting && (!l->handed || (l->read_done && l->outstanding == 0)) &&
+    return l->revoked && !l->reporting && l->pins == 0 &&
+           (!l->handed || (l->read_done && l->outstanding == 0)) &&
            (!l->failed || l->fail_reported);
 }
 
@@ -82,6 +83,9 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
     sl_worker_lease_client_t *ms = ctx;
     lease_t *l = NULL;
     SL_FORWARD_IF_ERROR(dpp_lease_get(ms, 0, true, &l, err));
+    sl_mutex_lock(&ms->mu);
+    uint64_t base_plus_one = l->base_plus_one; /* a heartbeat may have told it since */
+    sl_mutex_unlock(&ms->mu);
     *out = (sl_worker_work_t){.split = &l->sp,
                               .epoch = l->epoch,
                               .split_id = l->split,
@@ -93,8 +97,20 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
                               .kafka_topic = l->kafka_topic,
                               .kafka_partition = l->kafka_partition,
                               .cache_file = l->cache_file,
-                              .cache_mode = l->cache_file ? l->cache_mode : SL_WORKER_CACHE_NONE};
+                              .cache_mode = l->cache_file ? l->cache_mode : SL_WORKER_CACHE_NONE,
+                              .order_ranks = l->order_ranks,
+                              .order_base_plus_one = base_plus_one};
     return SL_OK;
+}
+
+static void src_counted(void *ctx, void *lease, uint64_t batches)
+{
+    sl_worker_lease_client_t *ms = ctx;
+    lease_t *l = lease;
+    sl_mutex_lock(&ms->mu);
+    l->counted = true;
+    l->order_batches = batches;
+    sl_mutex_unlock(&ms->mu);
 }
 
 /* Under ms->mu: primary l is read; so are its members, with its empty
@@ -364,6 +380,7 @@ sl_worker_source_t sl_worker_lease_client_source(sl_worker_lease_client_t *ms)
                                 .lease_failed = src_failed,
                                 .lease_members = src_members,
                                 .lease_dropped = src_dropped,
+                                .lease_counted = src_counted,
                                 .other_work = src_other_work,
                                 .ctx = ms};
 }

@@ -81,6 +81,17 @@ typedef struct lease {
      * not read before */
     uint32_t unpushed;
     uint64_t copy_bytes; /* of a member: frame bytes of its copies not retired yet */
+    /* The deterministic order (docs/DESIGN.md "A deterministic order"):
+     * LEASE order_ranks (0: the dynamic order) and 1 + the split's base
+     * once known (LEASE order_base_plus_one, then HEARTBEAT_REPLY bases; 0:
+     * not yet); counted/order_batches: the reader's count for SPLIT_READ.
+     * pins: the control thread is telling the worker's server about it
+     * outside ms->mu (a base, a drop): not freed until it is done. */
+    uint32_t order_ranks;
+    uint64_t base_plus_one;
+    bool counted;
+    uint64_t order_batches;
+    uint32_t pins;
 } lease_t;
 
 struct sl_worker_lease_client {

@@ -235,8 +235,20 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
                                 " rows",
                                 ms->master, m->ref->split, i, t->from_row, t->to_row, m->num_rows);
     }
+    /* the deterministic order numbers a fixed split list: never a Kafka
+     * chunk, and a base only with the ranks it is dealt to */
+    if ((m->order_ranks && kafka) || (m->order_base_plus_one && !m->order_ranks))
+        return sl_error_set(err, SL_ERR_PROTOCOL,
+                            "master %s: lease of split %u: order_ranks %" PRIu32
+                            " with order_base_plus_one %" PRIu64
+                            "%s (the deterministic order: ranks for a table split, a base only "
+                            "with ranks)",
+                            ms->master, m->ref->split, m->order_ranks, m->order_base_plus_one,
+                            kafka ? " for a Kafka chunk" : "");
     lease_t *l = sl_calloc(ms->a, 1, sizeof *l);
     if (!l) return sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
+    l->order_ranks = m->order_ranks;
+    l->base_plus_one = m->order_base_plus_one;
     l->epoch = m->ref->epoch;
     l->split = m->ref->split;
     l->generation = m->ref->generation;

@@ -4,6 +4,7 @@
  * be read; SPLIT_READ for a lease read whole whose batches are all
  * acknowledged (or dropped), after which the lease is forgotten. */
 #include <stdio.h>
+#include <string.h>
 
 #include "common/log_events.h"
 #include "dpp/worker/lease_client_internal.h"
@@ -34,6 +35,13 @@ static void cache_figures(const sl_worker_stats_t *st, Sluice__Control__CacheFig
 
 /* Report one lease whose rows are all read and batches all retired.
  * Called without ms->mu. @return false on a connection problem (retry). */
+/* A base or a drop for the worker's server (heartbeat). */
+typedef struct order_news {
+    lease_t *l; /* pinned */
+    uint64_t base;
+    bool drop;
+} order_news_t;
+
 static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
 {
     char job[sizeof ms->job_id];
@@ -68,6 +76,10 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
      * read and kept), so the master leases the split here next epoch */
     sr.cache_local = l->cache_local;
     sr.cache_held_bytes = l->cache_local ? dpp_cache_dir_settle(ms->cache, l->cache_name) : 0;
+    sl_mutex_lock(&ms->mu);
+    sr.counted = l->counted;
+    sr.batches = l->order_batches;
+    sl_mutex_unlock(&ms->mu);
     Sluice__Control__CacheFigures cf = SLUICE__CONTROL__CACHE_FIGURES__INIT;
     sl_mutex_lock(&ms->mu);
     sl_worker_t *w = ms->worker;
@@ -111,6 +123,12 @@ static bool report_failure(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES
     sl_mutex_unlock(&ms->mu);
     Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT;
     dpp_lease_fill_ref(&ref, job, l);
+    /* a lease of the deterministic order failed on a transform thread may
+     * have batches held for their base: freed, or the server never ends */
+    sl_mutex_lock(&ms->mu);
+    sl_worker_t *w = l->order_ranks ? ms->worker : NULL;
+    sl_mutex_unlock(&ms->mu);
+    if (w) sl_worker_order_drop(w, l);
     Sluice__Control__SplitFailed sf = SLUICE__CONTROL__SPLIT_FAILED__INIT;
     sf.ref = &ref;
     sf.file = l->path;
@@ -268,8 +286,34 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
         return;
     }
     const Sluice__Control__HeartbeatReply *r = (const Sluice__Control__HeartbeatReply *)f.msg;
+    /* the deterministic order's news for the worker's server, told
+     * outside ms->mu (its locks come before ours), each lease pinned */
+    size_t ntell = 0, cap_tell = r->n_bases + r->n_revoked;
+    order_news_t *tell = cap_tell ? sl_calloc(ms->a, cap_tell, sizeof *tell) : NULL;
+    if (cap_tell && !tell) {
+        /* out of memory: the reply is not taken at all (a revoked lease's
+         * held batches must be dropped); the leases are still named, so
+         * the next heartbeat's reply says it all again */
+        sl_log_kv(SL_LOG_WARN, SL_EV(HEARTBEAT_FAILED), (SL_KV_STR("error", "out of memory")),
+                  "heartbeat reply: out of memory, left for the next one");
+        sl_rpc_frame_free(&f);
+        return;
+    }
     sl_mutex_lock(&ms->mu);
     ms->st.heartbeats++;
+    for (size_t i = 0; i < r->n_bases; i++) {
+        const Sluice__Control__SplitBase *b = r->bases[i];
+        if (!b || !b->ref) continue;
+        for (lease_t *l = ms->leases; l && ntell < cap_tell; l = l->next)
+            if (!l->revoked && l->order_ranks && l->split == b->ref->split &&
+                l->epoch == b->ref->epoch && l->generation == b->ref->generation &&
+                (!l->job || (b->ref->job_id && strcmp(l->job, b->ref->job_id) == 0))) {
+                l->base_plus_one = b->first_g + 1;
+                l->pins++;
+                tell[ntell++] = (order_news_t){l, b->first_g, false};
+                break;
+            }
+    }
     for (size_t i = 0; i < r->n_revoked; i++) {
         const Sluice__Control__SplitRef *v = r->revoked[i];
         lease_t *l = ms->leases;
@@ -285,6 +329,10 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
                           "job %s split %u epoch %u: the master took the lease back; its "
                           "batches not sent yet are dropped",
                           ms->job_id, l->split, l->epoch);
+                if (l->order_ranks && ntell < cap_tell) { /* one lease a reference */
+                    l->pins++;                            /* its held batches go before it may */
+                    tell[ntell++] = (order_news_t){l, 0, true};
+                }
                 /* nobody holds it any more: not handed, or read and retired */
                 if (dpp_lease_gone(l)) dpp_lease_remove(ms, l);
             }
@@ -297,9 +345,27 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
                   "exits",
                   ms->job_id);
     if (r->stop) ms->stop = ms->st.stop = true;
+    w = ms->worker; /* valid while this thread runs (src_cancel joins it) */
     pthread_cond_broadcast(&ms->cv);
     sl_mutex_unlock(&ms->mu);
     sl_rpc_frame_free(&f);
+    for (size_t i = 0; i < ntell && w; i++) {
+        sl_error_t e = {0};
+        if (tell[i].drop)
+            sl_worker_order_drop(w, tell[i].l);
+        else if (sl_worker_order_base(w, tell[i].l, tell[i].base, &e))
+            sl_worker_fail(w, e.code ? e.code : SL_ERR_INVALID, e.msg); /* two bases: broken */
+    }
+    if (!tell) return;
+    sl_mutex_lock(&ms->mu);
+    for (size_t i = 0; i < ntell; i++) {
+        lease_t *l = tell[i].l;
+        l->pins--;
+        if (dpp_lease_gone(l)) dpp_lease_remove(ms, l);
+    }
+    pthread_cond_broadcast(&ms->cv);
+    sl_mutex_unlock(&ms->mu);
+    sl_free(ms->a, tell, cap_tell * sizeof *tell);
 }
 
 void *dpp_lease_control_main(void *arg)

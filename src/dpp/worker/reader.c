@@ -147,6 +147,25 @@ static sl_err_t to_transform(void *ctx, sl_batch_t *batch, const sl_worker_lease
 {
     dpp_reader_t *rd = ctx;
     sl_worker_t *w = rd->w;
+    if (lease && lease->ordered) {
+        /* the hold numbers it; a batch whose rows were committed under an
+         * earlier lease of the split is dropped before it is encoded */
+        bool keep = false;
+        sl_err_t rc = sl_worker_server_order_cut(w->server, lease->handle, lease->from_row,
+                                                 lease->to_row, &keep, err);
+        /* revoked, its hold dropped: its batches go nowhere */
+        if (rc == SL_ERR_NOT_FOUND && w->source.lease_live &&
+            !w->source.lease_live(w->source.ctx, lease->handle))
+            rc = SL_OK;
+        if (rc || !keep) {
+            uint64_t arena = sl_arena_footprint(batch->arena);
+            uint64_t moved = arena < rd->batcher_held ? arena : rd->batcher_held;
+            rd->batcher_held -= moved;
+            sl_worker_budget_release(w->budget, moved);
+            sl_batch_destroy(batch);
+            return rc;
+        }
+    }
     dpp_worker_batch_t *wb = sl_alloc(w->a, sizeof *wb);
     if (!wb) {
         sl_batch_destroy(batch);
@@ -217,7 +236,7 @@ static bool all_named(const char *const *names, uint32_t n)
  * batch is built and transformed on the transform threads. */
 static void fused_direct(dpp_reader_t *rd)
 {
-    bool on = rd->fused && !rd->cw;
+    bool on = rd->fused && !rd->cw && !rd->ordered;
     sl_worker_batcher_set_direct(rd->b, on ? to_server : NULL, on ? rd : NULL);
 }
 
@@ -254,7 +273,8 @@ static sl_worker_lease_origin_t lease_origin(const sl_worker_work_t *wk)
     return (sl_worker_lease_origin_t){.handle = wk->lease,
                                       .split = (uint32_t)wk->split_id,
                                       .generation = wk->generation,
-                                      .rank_plus_one = wk->rank_plus_one};
+                                      .rank_plus_one = wk->rank_plus_one,
+                                      .ordered = wk->order_ranks > 0};
 }
 
 /* Close rd->r (if open), its read-ahead counted in the worker's stats. */
@@ -648,6 +668,81 @@ void dpp_reader_unit_done(dpp_reader_t *rd, const sl_worker_work_t *wk)
     sl_mutex_unlock(&w->mu);
 }
 
+/* Keep of rd->empty only the rows inside wk's todo (an ordered unit reads
+ * the whole split; the rows outside its todo were committed already).
+ * @return SL_OK, SL_ERR_NOMEM. */
+static sl_err_t empty_in_todo(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err)
+{
+    sl_dpp_row_range_t *out = NULL;
+    uint32_t n = 0, cap = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        for (uint32_t i = 0, t = 0; i < rd->num_empty; i++) {
+            sl_dpp_row_range_t e = rd->empty[i];
+            while (t < wk->num_todo && wk->todo[t].to_row <= e.from_row)
+                t++;
+            for (uint32_t k = t; k < wk->num_todo && wk->todo[k].from_row < e.to_row; k++) {
+                uint64_t from =
+                    e.from_row > wk->todo[k].from_row ? e.from_row : wk->todo[k].from_row;
+                uint64_t to = e.to_row < wk->todo[k].to_row ? e.to_row : wk->todo[k].to_row;
+                if (from >= to) continue;
+                if (out) out[n] = (sl_dpp_row_range_t){from, to};
+                n++;
+            }
+        }
+        if (pass == 0) {
+            if (n == 0) break;
+            cap = n;
+            out = sl_alloc(rd->w->a, (size_t)cap * sizeof *out);
+            if (!out) return sl_error_set(err, SL_ERR_NOMEM, "worker: out of memory");
+        }
+    }
+    if (rd->empty) sl_free(rd->w->a, rd->empty, (size_t)rd->empty_cap * sizeof *rd->empty);
+    rd->empty = out;
+    rd->num_empty = n;
+    rd->empty_cap = cap;
+    return SL_OK;
+}
+
+/* A lease in the deterministic order (docs/DESIGN.md): begun in the
+ * server's hold with its todo and read from the split's first row, every
+ * batch cut reported to the hold in order (to_transform), no fused path,
+ * no autocache; once read, its count goes to the source for SPLIT_READ. */
+static sl_err_t read_ordered_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_t t0,
+                                  sl_error_t *err)
+{
+    sl_worker_t *w = rd->w;
+    if (w->source.read || wk->kafka_topic)
+        return sl_error_set(err, SL_ERR_UNSUPPORTED,
+                            "split %" PRIu64 ": the deterministic order of a stream", wk->split_id);
+    sl_err_t rc =
+        sl_worker_server_order_begin(w->server, wk->lease, (uint32_t)wk->split_id, wk->todo,
+                                     wk->num_todo, wk->order_ranks, wk->order_base_plus_one, err);
+    if (rc) return rc;
+    sl_dpp_row_range_t whole = {0, wk->split->num_rows};
+    sl_worker_work_t all = *wk;
+    all.todo = &whole;
+    all.num_todo = wk->split->num_rows ? 1 : 0;
+    all.cache_file = NULL;
+    all.cache_mode = SL_WORKER_CACHE_NONE;
+    rd->ordered = true;
+    rc = compute_split(rd, &all, NULL, t0, err);
+    rd->ordered = false;
+    fused_direct(rd);
+    if (!dpp_reader_work_live(w, wk)) {
+        /* revoked, perhaps before it was begun here (the heartbeat's drop
+         * found nothing then): no base will come for what it holds */
+        sl_worker_server_order_drop(w->server, wk->lease);
+        return rc;
+    }
+    uint64_t batches = 0;
+    if (rc == SL_OK) rc = sl_worker_server_order_end(w->server, wk->lease, &batches, err);
+    if (rc == SL_OK) rc = empty_in_todo(rd, wk, err);
+    if (rc) return rc;
+    if (w->source.lease_counted) w->source.lease_counted(w->source.ctx, wk->lease, batches);
+    return SL_OK;
+}
+
 /* One unit on this thread alone, from its start to done. */
 sl_err_t dpp_reader_serial_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl_error_t *err)
 {
@@ -656,7 +751,11 @@ sl_err_t dpp_reader_serial_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, sl
     if (rc) return rc;
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     rd->stripe = -1;
-    rc = w->source.read ? read_own(rd, wk, t0, err) : read_table_unit(rd, wk, t0, err);
+    rc = wk->order_ranks && wk->lease ? read_ordered_unit(rd, wk, t0, err)
+         : w->source.read             ? read_own(rd, wk, t0, err)
+                                      : read_table_unit(rd, wk, t0, err);
+    if (rc != SL_OK && wk->order_ranks && wk->lease)
+        sl_worker_server_order_drop(w->server, wk->lease); /* its held batches freed */
     if (rc != SL_OK && dpp_reader_lease_failed(rd, wk, rc, err)) {
         dpp_reader_reset(rd);
         return SL_OK;

@@ -32,6 +32,10 @@ typedef struct dpp_reader {
      * file, or go to cw once transformed (NULL: none). */
     bool cached;
     dpp_cache_writer_t *cw;
+    /* The unit is a lease in the deterministic order: its batches are
+     * cut from the split's first row, each told to the server's hold
+     * (to_transform), never made by the fused path or the autocache. */
+    bool ordered;
     uint64_t fused_ns; /* time spent making fused batches (their encode time) */
     /* The fused path (fused.c): the plan's transforms fused into the copy
      * from the stripe into the frame, decided once from the first stripe's

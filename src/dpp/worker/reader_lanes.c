@@ -283,7 +283,9 @@ sl_err_t dpp_reader_run_lanes(dpp_reader_t *rd, sl_error_t *err)
                     break;
                 }
                 if (rc) goto out;
-                if (w->source.read || wk.cache_file) {
+                /* the deterministic order numbers a split's batches on
+                 * this thread, in the order they are cut: never the lanes */
+                if (w->source.read || wk.cache_file || wk.order_ranks) {
                     lr.serial = wk;
                     lr.has_serial = true;
                     break;

@@ -86,6 +86,14 @@ typedef struct sl_worker_work {
      * (borrowed like split; NULL: none) and what to do with it. */
     const char *cache_file;
     uint32_t cache_mode; /* SL_WORKER_CACHE_* */
+    /* The deterministic order (docs/DESIGN.md "A deterministic order";
+     * under a lease): order_ranks > 0 says the lease is in it, batch g
+     * going to rank g mod order_ranks; the reader reads the whole split,
+     * todo naming the rows still to send (the server's hold drops the
+     * others' batches). order_base_plus_one: 1 + the split's base when
+     * known (0: not yet, sl_worker_order_base tells it later). */
+    uint32_t order_ranks;
+    uint64_t order_base_plus_one;
 } sl_worker_work_t;
 
 /* Values match Lease.CacheMode in proto/control.proto. */
@@ -193,6 +201,11 @@ typedef struct sl_worker_source {
      * (the members of a shared pass are read once every batch of their
      * primary was queued or dropped). */
     void (*lease_dropped)(void *ctx, void *lease);
+    /* A lease in the deterministic order was read whole: it cut batches
+     * batches from the split's first row (dropped ones too), its SPLIT_READ
+     * count. From the reader, before done; takes only the source's own
+     * lock (may be NULL). */
+    void (*lease_counted)(void *ctx, void *lease, uint64_t batches);
     /* A source whose rows are not table stripes (the Kafka source,
      * kafka_source.c) reads w's todo itself and hands each stripe of rows
      * to fn; the loop filters and batches them as a table stripe's rows.

@@ -896,3 +896,16 @@ void sl_worker_destroy(sl_worker_t *w)
     sl_mutex_destroy(&w->mu);
     sl_free(w->a, w, sizeof *w);
 }
+
+sl_err_t sl_worker_order_base(sl_worker_t *w, void *lease, uint64_t base, sl_error_t *err)
+{
+    if (!w->server) return SL_OK;
+    sl_err_t rc = sl_worker_server_order_base(w->server, lease, base, err);
+    /* not begun yet, or ended and sent: harmless (order_hold.h) */
+    return rc == SL_ERR_NOT_FOUND ? SL_OK : rc;
+}
+
+void sl_worker_order_drop(sl_worker_t *w, void *lease)
+{
+    if (w->server) sl_worker_server_order_drop(w->server, lease);
+}

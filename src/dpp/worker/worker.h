@@ -229,6 +229,18 @@ bool sl_worker_failed(sl_worker_t *w, sl_error_t *err);
  * the server's locks (never call it holding a lock the lease hooks take). */
 void sl_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg);
 
+/* The deterministic order: the base of lease (a source's handle) is known
+ * now (HEARTBEAT_REPLY bases); its held batches whose turn came leave for
+ * their ranks' queues. A lease the reader has not begun yet (it takes the
+ * base from its work item) or has finished with is ignored. @return
+ * SL_OK, SL_ERR_INVALID (another base than the one known: err says). Takes
+ * the server's locks: never call it holding a lock the lease hooks take. */
+sl_err_t sl_worker_order_base(sl_worker_t *w, void *lease, uint64_t base, sl_error_t *err);
+/* The deterministic order: lease was revoked; its held batches are freed
+ * and retired unacknowledged, and those it pushes later too. Locks as
+ * sl_worker_order_base. */
+void sl_worker_order_drop(sl_worker_t *w, void *lease);
+
 /* The worker's id and the job id it serves (borrowed, valid until destroy). */
 const char *sl_worker_id(const sl_worker_t *w);
 const char *sl_worker_job_id(const sl_worker_t *w);
