@@ -234,6 +234,10 @@ void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
     }
     d.result = (int)res;
     if (res != SL_MASTER_COMMITTED) snprintf(d.message, sizeof d.message, "%.200s", err.msg);
+    /* a repeated nonce too: the trainer asks again for a batch it holds */
+    if (res == SL_MASTER_COMMITTED)
+        d.equal = sl_master_state_equal_quota(m->st, cm->ref->job_id, cm->ref->epoch, &d.quota,
+                                              &d.quota_final);
     if (!mp_defer(m, i, d)) mp_send_error(m, i, SL_ERR_NOMEM, "commit answer");
 }
 

@@ -190,6 +190,9 @@ typedef struct sl_master_state_job_spec {
     /* A Parquet job: its dataset's row groups, and those (and their rows)
      * ruled out by their statistics when it was cut (never read). */
     uint64_t parquet_row_groups, parquet_row_groups_skipped, parquet_rows_skipped;
+    /* batch.equal_batches_per_rank: static sharding over 2 or more ranks
+     * only (else SL_ERR_INVALID); see sl_master_state_equal_quota. */
+    bool equal_batches_per_rank;
 } sl_master_state_job_spec_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
@@ -263,8 +266,10 @@ typedef struct sl_master_state_job_status {
     sl_err_t failure_code;
     const char *failure_file, *failure_message; /* "" when not failed */
     uint32_t split_failures;                    /* failures counted this epoch, every split */
-    uint64_t skipped_splits, skipped_rows;      /* on_bad_split "skip", every epoch */
-    uint64_t plan_fingerprint;                  /* as in the spec */
+    bool equal_batches_per_rank;                /* batch.equal_batches_per_rank */
+    uint64_t equal_dropped_batches; /* its batches beyond an epoch's quota, every epoch ended */
+    uint64_t skipped_splits, skipped_rows; /* on_bad_split "skip", every epoch */
+    uint64_t plan_fingerprint;             /* as in the spec */
     bool share;
     uint64_t prefix_fingerprint; /* as in the spec */
     /* as in the spec (0 but for a Parquet job) */
@@ -453,6 +458,15 @@ typedef struct sl_master_commit {
  * c->num_samples samples in the job's status. */
 sl_master_commit_result_t
 sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_commit_t *c, sl_error_t *err);
+
+/* A job with batch.equal_batches_per_rank (state_equal.c): the quota of
+ * epoch, the number of batches every rank hands out in it, for the answer
+ * to a commit of that epoch. Not *final: the lowest count any rank has
+ * committed so far (it only grows); *final: the epoch's quota (a rank
+ * whose share is done has the lowest count). @return false for an unknown
+ * job or one without the option (*quota 0, *final true). */
+bool sl_master_state_equal_quota(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                 uint64_t *quota, bool *final);
 
 /* The answer to a split read (values as proto/control.proto SplitReadReply). */
 typedef enum sl_master_read_result {

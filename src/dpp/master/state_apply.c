@@ -126,6 +126,7 @@ static sl_err_t apply_commit(sl_master_state_t *m, const Sluice__Master__Committ
     m->c.commits++;
     jb->batches++;
     jb->samples += c->num_samples;
+    m_equal_commit(jb, c->split, c->epoch);
     m_maybe_done(m, slot, c->split);
     return SL_OK;
 }

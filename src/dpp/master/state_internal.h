@@ -170,6 +170,12 @@ typedef struct job {
     /* Static sharding (state_rank.c): per rank, its epoch ([ranks]; the
      * job's epoch is the lowest) and its splits not DONE; NULL otherwise. */
     uint32_t *rank_epoch, *rank_left;
+    /* batch.equal_batches_per_rank (state_equal.c): per rank its batches
+     * committed in the epochs of slot epoch % 2 ([2 * ranks]), the quota
+     * of each epoch the job finished ([epochs]) and the batches dropped;
+     * NULL, NULL, 0 without the option. */
+    uint64_t *eq_count, *eq_quota;
+    uint64_t eq_dropped;
 } job;
 
 typedef struct lease_ref {
@@ -350,6 +356,24 @@ sl_err_t m_rank_check(const sl_allocator_t *a, const job *jb, sl_error_t *err);
 /* m_set_order: the job's split order of its epoch (state.c). */
 void m_set_order(job *jb);
 
+/* state_equal.c: equal batches per rank (batch.equal_batches_per_rank) */
+/* The counts of a built static job with the option on (SL_ERR_INVALID for
+ * a job without static sharding over 2 or more ranks). */
+sl_err_t m_equal_init(sl_master_state_t *m, job *jb, bool on, sl_error_t *err);
+void m_equal_free(const sl_allocator_t *a, job *jb);
+/* m_apply's parts: a batch committed of split in epoch; rank r began
+ * epoch; the job's epoch `epoch` is over (every rank's count final). */
+void m_equal_commit(job *jb, uint32_t split, uint32_t epoch);
+void m_equal_rank_began(job *jb, uint32_t r, uint32_t epoch);
+void m_equal_epoch_done(job *jb, uint32_t epoch);
+/* The quota of epoch for a commit answer: false when the job has no
+ * such option. */
+bool m_equal_quota(const job *jb, uint32_t epoch, uint64_t *quota, bool *final);
+/* Snapshot fields (borrowed from jb until the snapshot is written), and
+ * back (after the ranks' epochs are restored). */
+void m_equal_pb(const job *jb, Sluice__Master__SnapshotJob *sj);
+sl_err_t m_equal_restore(job *jb, const Sluice__Master__SnapshotJob *sj, sl_error_t *err);
+
 /* state_failure.c: the transitions of a split failure (live and replay) */
 void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split);
 sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
@@ -466,6 +490,7 @@ sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__Sna
 typedef void (*m_printf_fn)(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void m_attr_dump(const sl_allocator_t *a, const job *jb, m_printf_fn pf, void *ctx);
 void m_rank_dump(const job *jb, m_printf_fn pf, void *ctx);
+void m_equal_dump(const job *jb, m_printf_fn pf, void *ctx);
 /* A run id for a job added now. */
 uint64_t m_new_run_id(sl_master_state_t *m, const char *job_id);
 /* Resume from version-4 tokens (state_token.c): the set checked, the job

@@ -46,6 +46,7 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
     /* the committed ranges came in as start ranges: their owners and the
      * rest of the attribution are the snapshot's */
     rc = m_attr_restore(m, jb, sj, err);
+    if (rc == SL_OK) rc = m_equal_restore(jb, sj, err);
     if (rc != SL_OK) return rc;
     jb->batches = sj->batches;
     jb->samples = sj->samples;
@@ -230,6 +231,7 @@ sl_err_t m_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *le
         spec[k].spec_json = jb->spec_json;
         spec[k].ranks = jb->ranks;
         spec[k].static_sharding = jb->static_sharding;
+        spec[k].equal_batches_per_rank = jb->eq_count != NULL;
         spec[k].min_workers = jb->min_workers;
         spec[k].max_workers = jb->max_workers;
         spec[k].skip_bad_splits = jb->skip_bad;
@@ -242,6 +244,7 @@ sl_err_t m_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *le
         sj[k].skipped_splits = jb->skipped_splits;
         sj[k].skipped_rows = jb->skipped_rows;
         if ((rc = m_attr_pb_build(m, jb, &sj[k], &ap[k], err)) != SL_OK) goto out;
+        m_equal_pb(jb, &sj[k]);
         if (jb->chunk != 0) {
             kpp[k] = sl_calloc(a, jb->nkp + 1, sizeof *kpp[k]);
             kptr[k] = sl_calloc(a, jb->nkp + 1, sizeof *kptr[k]);
@@ -556,6 +559,7 @@ sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *le
         }
         m_attr_dump(m->a, jb, sb_pf, &b);
         m_rank_dump(jb, sb_pf, &b);
+        m_equal_dump(jb, sb_pf, &b);
         if (jb->failed)
             sb_printf(&b, " failed split %u epoch %u file %s stripe %d code %d: %s\n",
                       jb->fail_split, jb->fail_epoch, jb->fail_file, jb->fail_stripe, jb->fail_code,
