@@ -107,8 +107,12 @@ static void commit(life *x, uint32_t i, uint32_t batches)
     cr_assert_neq(x->gen[i], 0, "split %u is leased", i);
     for (uint32_t k = 0; k < batches; k++) {
         uint64_t at = x->at[i];
-        sl_master_commit_result_t res = sl_master_state_commit(
-            x->m, "j", x->epoch[i], i, x->gen[i], at, at + 100, client, ++x->nonce, &err);
+        /* samples: the rows the filters kept, of the batch's place */
+        sl_master_commit_t c = {
+            "j",       x->epoch[i], i,
+            x->gen[i], at,          at + 100,
+            client,    ++x->nonce,  (uint32_t)(90 + at / 100 + 3 * x->epoch[i])};
+        sl_master_commit_result_t res = sl_master_state_commit_batch(x->m, &c, &err);
         cr_assert_eq(res, SL_MASTER_COMMITTED, "split %u rows %llu: %d %s", i,
                      (unsigned long long)at, res, err.msg);
         x->at[i] = at + 100;
@@ -126,7 +130,7 @@ static void want_quota(life *x, uint32_t epoch, uint64_t quota, bool final)
     cr_assert_eq(f, final, "epoch %u: final %d, want %d", epoch, f, final);
 }
 
-static void want_status(life *x, uint32_t epoch, uint64_t dropped)
+static void want_status(life *x, uint32_t epoch, uint64_t dropped, uint64_t samples)
 {
     sl_master_state_job_status_t st;
     sl_error_t err = {0};
@@ -135,6 +139,8 @@ static void want_status(life *x, uint32_t epoch, uint64_t dropped)
     cr_assert(st.equal_batches_per_rank);
     cr_assert_eq(st.equal_dropped_batches, dropped, "dropped %llu, want %llu",
                  (unsigned long long)st.equal_dropped_batches, (unsigned long long)dropped);
+    cr_assert_eq(st.equal_dropped_samples, samples, "dropped %llu samples, want %llu",
+                 (unsigned long long)st.equal_dropped_samples, (unsigned long long)samples);
 }
 
 Test(master_state_equal, every_rank_gets_the_lowest_count_and_replay_agrees)
@@ -171,17 +177,18 @@ Test(master_state_equal, every_rank_gets_the_lowest_count_and_replay_agrees)
         commit(&x, i, 1);
     want_quota(&x, 0, 2, false);
     want_quota(&x, 1, 0, false);
-    want_status(&x, 0, 0);
+    want_status(&x, 0, 0, 0);
     reopen(&x, true);
     /* a reaches b's 5: b's count is final and the lowest: the quota is
      * final, whatever a commits after it */
     commit(&x, 5, 3);
     want_quota(&x, 0, 5, true);
     reopen(&x, false);
-    /* a's sixth batch ends the job's epoch 0: one batch dropped */
+    /* a's sixth batch ends the job's epoch 0: one batch dropped, rows
+     * [500, 600) of 90 + 5 samples */
     commit(&x, 5, 1);
     want_quota(&x, 0, 5, true);
-    want_status(&x, 1, 1);
+    want_status(&x, 1, 1, 95);
     reopen(&x, true);
     want_quota(&x, 0, 5, true);
 
@@ -196,7 +203,7 @@ Test(master_state_equal, every_rank_gets_the_lowest_count_and_replay_agrees)
     commit(&x, 3, 1);
     commit(&x, 4, 1);
     want_quota(&x, 1, 5, true);
-    want_status(&x, 2, 2);
+    want_status(&x, 2, 2, 95 + 98);
     reopen(&x, true);
 
     /* epoch 2 (the last) */
@@ -205,12 +212,12 @@ Test(master_state_equal, every_rank_gets_the_lowest_count_and_replay_agrees)
         commit(&x, i, 1);
     want_quota(&x, 2, 0, false);
     commit(&x, 5, 6);
-    want_status(&x, EPOCHS, 3);
+    want_status(&x, EPOCHS, 3, 95 + 98 + 101);
     want_quota(&x, 2, 5, true);
     want_quota(&x, 1, 5, true);
     reopen(&x, true);
     want_quota(&x, 2, 5, true);
-    want_status(&x, EPOCHS, 3);
+    want_status(&x, EPOCHS, 3, 95 + 98 + 101);
     cr_assert_eq(sl_master_state_check(x.m, &err), SL_OK, "%s", err.msg);
     sl_master_state_destroy(x.m);
     tu_rm_tree(dir);

@@ -240,6 +240,7 @@ static void add_failure_json(json_t *o, const sl_master_state_job_status_t *st)
     /* batch.equal_batches_per_rank: what it dropped (docs/ADMIN.md) */
     json_object_set_new(o, "equal_batches_per_rank", json_boolean(st->equal_batches_per_rank));
     json_object_set_new(o, "dropped_batches", json_integer((json_int_t)st->equal_dropped_batches));
+    json_object_set_new(o, "dropped_samples", json_integer((json_int_t)st->equal_dropped_samples));
 }
 
 /* A stream job's partitions: where each stands (docs/ADMIN.md). */

@@ -415,6 +415,7 @@ sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_
         .split_failures = (uint32_t)jb->split_failures,
         .equal_batches_per_rank = jb->eq_count != NULL,
         .equal_dropped_batches = jb->eq_dropped,
+        .equal_dropped_samples = jb->eq_dropped_samples,
     };
     return SL_OK;
 }

@@ -268,6 +268,7 @@ typedef struct sl_master_state_job_status {
     uint32_t split_failures;                    /* failures counted this epoch, every split */
     bool equal_batches_per_rank;                /* batch.equal_batches_per_rank */
     uint64_t equal_dropped_batches; /* its batches beyond an epoch's quota, every epoch ended */
+    uint64_t equal_dropped_samples; /* and their samples */
     uint64_t skipped_splits, skipped_rows; /* on_bad_split "skip", every epoch */
     uint64_t plan_fingerprint;             /* as in the spec */
     bool share;

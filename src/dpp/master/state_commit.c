@@ -378,7 +378,8 @@ static sl_err_t commit_one(sl_master_state_t *m, const sl_master_commit_t *c,
     if ((rc = m_reserve_ranges(m, jb, split, 1, err)) != SL_OK) return rc;
     uint32_t owner = M_OWNER_MASTER;
     if ((rc = m_attr_owner(m, jb, client_id, &owner, err)) != SL_OK ||
-        (rc = m_attr_reserve(m, jb, 1, err)) != SL_OK)
+        (rc = m_attr_reserve(m, jb, 1, err)) != SL_OK ||
+        (rc = m_equal_reserve(m, jb, split, epoch, err)) != SL_OK)
         return rc;
     if (!known && (rc = m_client_get(m, client_id, &ci, err)) != SL_OK) return rc;
     Sluice__Master__Committed co = SLUICE__MASTER__COMMITTED__INIT;

@@ -37,45 +37,85 @@ sl_err_t m_equal_init(sl_master_state_t *m, job *jb, bool on, sl_error_t *err)
                             "more ranks",
                             jb->id);
     jb->eq_count = sl_calloc(m->a, 2 * (size_t)jb->ranks, sizeof *jb->eq_count);
+    jb->eq_cum = sl_calloc(m->a, 2 * (size_t)jb->ranks, sizeof *jb->eq_cum);
     jb->eq_quota = sl_calloc(m->a, jb->epochs, sizeof *jb->eq_quota);
-    if (jb->eq_count == NULL || jb->eq_quota == NULL)
+    if (jb->eq_count == NULL || jb->eq_cum == NULL || jb->eq_quota == NULL)
         return sl_error_set(err, SL_ERR_NOMEM, "job '%s': batches of %u ranks", jb->id, jb->ranks);
     return SL_OK;
 }
 
 void m_equal_free(const sl_allocator_t *a, job *jb)
 {
-    sl_free(a, jb->eq_count, 2 * (size_t)jb->ranks * sizeof *jb->eq_count);
+    size_t n = 2 * (size_t)jb->ranks;
+    for (size_t k = 0; jb->eq_cum != NULL && k < n; k++)
+        sl_free(a, jb->eq_cum[k].v, (size_t)jb->eq_cum[k].cap * sizeof *jb->eq_cum[k].v);
+    sl_free(a, jb->eq_cum, n * sizeof *jb->eq_cum);
+    sl_free(a, jb->eq_count, n * sizeof *jb->eq_count);
     sl_free(a, jb->eq_quota, (size_t)jb->epochs * sizeof *jb->eq_quota);
     jb->eq_count = jb->eq_quota = NULL;
+    jb->eq_cum = NULL;
 }
 
-static uint64_t *slot_of(const job *jb, uint32_t epoch)
+/* The index of rank r's count of epoch (slot epoch % 2). */
+static size_t at(const job *jb, uint32_t r, uint32_t epoch)
 {
-    return jb->eq_count + (size_t)(epoch & 1) * jb->ranks;
+    return (size_t)(epoch & 1) * jb->ranks + r;
 }
 
-void m_equal_commit(job *jb, uint32_t split, uint32_t epoch)
+/* Room for one more batch at index k. */
+static sl_err_t reserve_at(sl_master_state_t *m, job *jb, size_t k, sl_error_t *err)
+{
+    struct m_eq_cum *c = &jb->eq_cum[k];
+    if (jb->eq_count[k] < c->cap) return SL_OK;
+    if (c->cap >= UINT32_MAX / 2)
+        return sl_error_set(err, SL_ERR_TOO_LARGE, "job '%s' rank %u: %u batches in an epoch",
+                            jb->id, (uint32_t)(k % jb->ranks), c->cap);
+    uint32_t cap = c->cap < 64 ? 64 : 2 * c->cap;
+    uint64_t *v = sl_alloc(m->a, (size_t)cap * sizeof *v);
+    if (v == NULL)
+        return sl_error_set(err, SL_ERR_NOMEM, "job '%s': samples of %u batches", jb->id, cap);
+    if (jb->eq_count[k] > 0) memcpy(v, c->v, (size_t)jb->eq_count[k] * sizeof *v);
+    sl_free(m->a, c->v, (size_t)c->cap * sizeof *v);
+    c->v = v;
+    c->cap = cap;
+    return SL_OK;
+}
+
+sl_err_t m_equal_reserve(sl_master_state_t *m, job *jb, uint32_t split, uint32_t epoch,
+                         sl_error_t *err)
+{
+    if (jb->eq_count == NULL) return SL_OK;
+    return reserve_at(m, jb, at(jb, jb->rank_of_split[split], epoch), err);
+}
+
+void m_equal_commit(job *jb, uint32_t split, uint32_t epoch, uint32_t samples)
 {
     if (jb->eq_count == NULL) return;
-    slot_of(jb, epoch)[jb->rank_of_split[split]]++;
+    size_t k = at(jb, jb->rank_of_split[split], epoch);
+    uint64_t n = jb->eq_count[k]++;
+    jb->eq_cum[k].v[n] = (n > 0 ? jb->eq_cum[k].v[n - 1] : 0) + samples;
 }
 
 void m_equal_rank_began(job *jb, uint32_t r, uint32_t epoch)
 {
-    /* the slot held epoch - 2, which the job finished */
-    if (jb->eq_count != NULL) slot_of(jb, epoch)[r] = 0;
+    /* the slot held epoch - 2, which the job finished (its room is kept) */
+    if (jb->eq_count != NULL) jb->eq_count[at(jb, r, epoch)] = 0;
 }
 
 void m_equal_epoch_done(job *jb, uint32_t epoch)
 {
     if (jb->eq_count == NULL || epoch >= jb->epochs) return;
-    const uint64_t *c = slot_of(jb, epoch);
     uint64_t low = UINT64_MAX;
     for (uint32_t r = 0; r < jb->ranks; r++)
-        if (c[r] < low) low = c[r];
-    for (uint32_t r = 0; r < jb->ranks; r++)
-        jb->eq_dropped += c[r] - low;
+        if (jb->eq_count[at(jb, r, epoch)] < low) low = jb->eq_count[at(jb, r, epoch)];
+    for (uint32_t r = 0; r < jb->ranks; r++) {
+        size_t k = at(jb, r, epoch);
+        uint64_t n = jb->eq_count[k];
+        if (n == low) continue;
+        const uint64_t *cum = jb->eq_cum[k].v;
+        jb->eq_dropped += n - low;
+        jb->eq_dropped_samples += cum[n - 1] - (low > 0 ? cum[low - 1] : 0);
+    }
     jb->eq_quota[epoch] = low;
 }
 
@@ -91,12 +131,11 @@ bool m_equal_quota(const job *jb, uint32_t epoch, uint64_t *quota, bool *final)
     }
     /* epoch is the job's or the next: each rank is in it, one behind it
      * (count 0 so far) or one ahead (its count of it is final) */
-    const uint64_t *c = slot_of(jb, epoch);
     uint64_t low = UINT64_MAX;
     bool low_final = false;
     for (uint32_t r = 0; r < jb->ranks; r++) {
         uint32_t re = jb->rank_epoch[r];
-        uint64_t n = re < epoch ? 0 : c[r];
+        uint64_t n = re < epoch ? 0 : jb->eq_count[at(jb, r, epoch)];
         bool done = re > epoch || (re == epoch && jb->rank_left[r] == 0);
         if (n < low || (n == low && done)) {
             low_final = n < low ? done : low_final || done;
@@ -108,14 +147,36 @@ bool m_equal_quota(const job *jb, uint32_t epoch, uint64_t *quota, bool *final)
     return true;
 }
 
-void m_equal_pb(const job *jb, Sluice__Master__SnapshotJob *sj)
+sl_err_t m_equal_pb(const sl_allocator_t *a, const job *jb, Sluice__Master__SnapshotJob *sj,
+                    sl_error_t *err)
 {
-    if (jb->eq_count == NULL) return;
-    sj->n_equal_count = 2 * (size_t)jb->ranks;
+    if (jb->eq_count == NULL) return SL_OK;
+    size_t n = 2 * (size_t)jb->ranks, total = 0;
+    for (size_t k = 0; k < n; k++)
+        total += jb->eq_count[k];
+    uint64_t *v = sl_alloc(a, (total + 1) * sizeof *v);
+    if (v == NULL) return sl_error_set(err, SL_ERR_NOMEM, "snapshot of job '%s': batches", jb->id);
+    size_t w = 0;
+    for (size_t k = 0; k < n; k++)
+        for (uint64_t q = 0; q < jb->eq_count[k]; q++)
+            v[w++] = jb->eq_cum[k].v[q];
+    sj->n_equal_samples = total;
+    sj->equal_samples = v;
+    sj->n_equal_count = n;
     sj->equal_count = jb->eq_count;
     sj->n_equal_quota = jb->epoch < jb->epochs ? jb->epoch : jb->epochs;
     sj->equal_quota = jb->eq_quota;
     sj->equal_dropped_batches = jb->eq_dropped;
+    sj->equal_dropped_samples = jb->eq_dropped_samples;
+    return SL_OK;
+}
+
+void m_equal_pb_free(const sl_allocator_t *a, Sluice__Master__SnapshotJob *sj)
+{
+    if (sj->equal_samples != NULL)
+        sl_free(a, sj->equal_samples, (sj->n_equal_samples + 1) * sizeof *sj->equal_samples);
+    sj->equal_samples = NULL;
+    sj->n_equal_samples = 0;
 }
 
 bool sl_master_state_equal_quota(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
@@ -127,36 +188,65 @@ bool sl_master_state_equal_quota(const sl_master_state_t *m, const char *job_id,
     return jb != NULL && m_equal_quota(jb, epoch, quota, final);
 }
 
-sl_err_t m_equal_restore(job *jb, const Sluice__Master__SnapshotJob *sj, sl_error_t *err)
+sl_err_t m_equal_restore(sl_master_state_t *m, job *jb, const Sluice__Master__SnapshotJob *sj,
+                         sl_error_t *err)
 {
     if (jb->eq_count == NULL) {
-        if (sj->n_equal_count == 0 && sj->n_equal_quota == 0) return SL_OK;
+        if (sj->n_equal_count == 0 && sj->n_equal_quota == 0 && sj->n_equal_samples == 0)
+            return SL_OK;
         return sl_error_set(err, SL_ERR_CORRUPT,
                             "snapshot job '%s': batch counts of a job without "
                             "equal_batches_per_rank",
                             jb->id);
     }
     uint32_t done = jb->epoch < jb->epochs ? jb->epoch : jb->epochs;
-    /* a snapshot of a job that began with this option always has both */
-    if (sj->n_equal_count != 2 * (size_t)jb->ranks || sj->n_equal_quota > done)
+    size_t n = 2 * (size_t)jb->ranks, total = 0;
+    /* a snapshot of a job that began with this option always has them */
+    bool ok = sj->n_equal_count == n && sj->n_equal_quota <= done;
+    for (size_t k = 0; ok && k < n; k++) {
+        ok = sj->equal_count[k] < UINT32_MAX / 2 &&
+             total + sj->equal_count[k] <= sj->n_equal_samples;
+        if (ok) total += sj->equal_count[k];
+    }
+    if (!ok || total != sj->n_equal_samples)
         return sl_error_set(err, SL_ERR_CORRUPT,
-                            "snapshot job '%s': batch counts of %zu ranks, quotas of %zu epochs "
-                            "(%u ranks, %u epochs done)",
-                            jb->id, sj->n_equal_count / 2, sj->n_equal_quota, jb->ranks, done);
-    memcpy(jb->eq_count, sj->equal_count, sj->n_equal_count * sizeof *jb->eq_count);
+                            "snapshot job '%s': batch counts of %zu ranks, quotas of %zu epochs, "
+                            "%zu batches' samples (%u ranks, %u epochs done)",
+                            jb->id, sj->n_equal_count / 2, sj->n_equal_quota, sj->n_equal_samples,
+                            jb->ranks, done);
+    size_t from = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint32_t r = (uint32_t)(k % jb->ranks);
+        jb->eq_count[k] = 0;
+        for (uint64_t q = 0; q < sj->equal_count[k]; q++) {
+            /* the samples are cumulative: each at least the one before */
+            uint64_t prev = q > 0 ? sj->equal_samples[from + q - 1] : 0;
+            if (sj->equal_samples[from + q] < prev)
+                return sl_error_set(err, SL_ERR_CORRUPT,
+                                    "snapshot job '%s' rank %u: samples of batch %llu go down",
+                                    jb->id, r, (unsigned long long)q);
+            sl_err_t rc = reserve_at(m, jb, k, err);
+            if (rc != SL_OK) return rc;
+            jb->eq_cum[k].v[jb->eq_count[k]++] = sj->equal_samples[from + q];
+        }
+        from += sj->equal_count[k];
+    }
     memset(jb->eq_quota, 0, (size_t)jb->epochs * sizeof *jb->eq_quota);
     if (sj->n_equal_quota > 0)
         memcpy(jb->eq_quota, sj->equal_quota, sj->n_equal_quota * sizeof *jb->eq_quota);
     jb->eq_dropped = sj->equal_dropped_batches;
+    jb->eq_dropped_samples = sj->equal_dropped_samples;
     return SL_OK;
 }
 
 void m_equal_dump(const job *jb, m_printf_fn pf, void *ctx)
 {
     if (jb->eq_count == NULL) return;
-    pf(ctx, " equal batches dropped %llu counts", (unsigned long long)jb->eq_dropped);
+    pf(ctx, " equal batches dropped %llu (%llu samples) counts", (unsigned long long)jb->eq_dropped,
+       (unsigned long long)jb->eq_dropped_samples);
     for (size_t k = 0; k < 2 * (size_t)jb->ranks; k++)
-        pf(ctx, " %llu", (unsigned long long)jb->eq_count[k]);
+        pf(ctx, " %llu/%llu", (unsigned long long)jb->eq_count[k],
+           (unsigned long long)(jb->eq_count[k] > 0 ? jb->eq_cum[k].v[jb->eq_count[k] - 1] : 0));
     pf(ctx, " quotas");
     for (uint32_t e = 0; e < jb->epoch && e < jb->epochs; e++)
         pf(ctx, " %llu", (unsigned long long)jb->eq_quota[e]);

@@ -175,7 +175,14 @@ typedef struct job {
      * of each epoch the job finished ([epochs]) and the batches dropped;
      * NULL, NULL, 0 without the option. */
     uint64_t *eq_count, *eq_quota;
-    uint64_t eq_dropped;
+    uint64_t eq_dropped, eq_dropped_samples;
+    /* per slot-rank: the samples of its batches so far, cumulative, in
+     * commit order ([eq_count[k]] of [cap]): what the batches above the
+     * quota held (8 bytes a batch, as the attribution's 24) */
+    struct m_eq_cum {
+        uint64_t *v;
+        uint32_t cap;
+    } * eq_cum;
 } job;
 
 typedef struct lease_ref {
@@ -361,9 +368,15 @@ void m_set_order(job *jb);
  * a job without static sharding over 2 or more ranks). */
 sl_err_t m_equal_init(sl_master_state_t *m, job *jb, bool on, sl_error_t *err);
 void m_equal_free(const sl_allocator_t *a, job *jb);
-/* m_apply's parts: a batch committed of split in epoch; rank r began
- * epoch; the job's epoch `epoch` is over (every rank's count final). */
-void m_equal_commit(job *jb, uint32_t split, uint32_t epoch);
+/* Room for one more batch of split's rank in epoch (a live commit takes
+ * it before its record goes out; replay when applying). SL_ERR_NOMEM,
+ * SL_ERR_TOO_LARGE change nothing. */
+sl_err_t m_equal_reserve(sl_master_state_t *m, job *jb, uint32_t split, uint32_t epoch,
+                         sl_error_t *err);
+/* m_apply's parts: a batch of samples committed of split in epoch (room
+ * reserved); rank r began epoch; the job's epoch `epoch` is over (every
+ * rank's count final). */
+void m_equal_commit(job *jb, uint32_t split, uint32_t epoch, uint32_t samples);
 void m_equal_rank_began(job *jb, uint32_t r, uint32_t epoch);
 void m_equal_epoch_done(job *jb, uint32_t epoch);
 /* The quota of epoch for a commit answer: false when the job has no
@@ -371,8 +384,12 @@ void m_equal_epoch_done(job *jb, uint32_t epoch);
 bool m_equal_quota(const job *jb, uint32_t epoch, uint64_t *quota, bool *final);
 /* Snapshot fields (borrowed from jb until the snapshot is written), and
  * back (after the ranks' epochs are restored). */
-void m_equal_pb(const job *jb, Sluice__Master__SnapshotJob *sj);
-sl_err_t m_equal_restore(job *jb, const Sluice__Master__SnapshotJob *sj, sl_error_t *err);
+sl_err_t m_equal_pb(const sl_allocator_t *a, const job *jb, Sluice__Master__SnapshotJob *sj,
+                    sl_error_t *err);
+sl_err_t m_equal_restore(sl_master_state_t *m, job *jb, const Sluice__Master__SnapshotJob *sj,
+                         sl_error_t *err);
+/* Frees what m_equal_pb allocated in sj. */
+void m_equal_pb_free(const sl_allocator_t *a, Sluice__Master__SnapshotJob *sj);
 
 /* state_failure.c: the transitions of a split failure (live and replay) */
 void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split);

@@ -46,7 +46,7 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
     /* the committed ranges came in as start ranges: their owners and the
      * rest of the attribution are the snapshot's */
     rc = m_attr_restore(m, jb, sj, err);
-    if (rc == SL_OK) rc = m_equal_restore(jb, sj, err);
+    if (rc == SL_OK) rc = m_equal_restore(m, jb, sj, err);
     if (rc != SL_OK) return rc;
     jb->batches = sj->batches;
     jb->samples = sj->samples;
@@ -244,7 +244,7 @@ sl_err_t m_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *le
         sj[k].skipped_splits = jb->skipped_splits;
         sj[k].skipped_rows = jb->skipped_rows;
         if ((rc = m_attr_pb_build(m, jb, &sj[k], &ap[k], err)) != SL_OK) goto out;
-        m_equal_pb(jb, &sj[k]);
+        if ((rc = m_equal_pb(a, jb, &sj[k], err)) != SL_OK) goto out;
         if (jb->chunk != 0) {
             kpp[k] = sl_calloc(a, jb->nkp + 1, sizeof *kpp[k]);
             kptr[k] = sl_calloc(a, jb->nkp + 1, sizeof *kptr[k]);
@@ -374,6 +374,7 @@ out:
         sl_free(a, sj[k].kafka_folded_made_generation, nf * 8 + 1);
         sl_free(a, sj[k].kafka_folded_first, nf * 8 + 1);
         sl_free(a, sj[k].failures, sj[k].n_failures * 4 + 1);
+        m_equal_pb_free(a, &sj[k]);
         size_t nr = sj[k].n_range_split;
         sl_free(a, sj[k].range_split, nr * 4 + 1);
         sl_free(a, sj[k].range_from, nr * 8 + 1);
