@@ -74,6 +74,8 @@ typedef struct tr_item {
     uint32_t epoch, split;
     uint64_t generation, from_row, to_row;
     uint32_t num_samples;
+    /* committed, held in pending beyond the equal-batches quota (fleet_equal.c) */
+    bool eq_held;
     struct tr_item *prev, *next;
 } tr_item_t;
 

@@ -210,7 +210,8 @@ void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
      * batch of a split assigned to another rank is refused as STALE (never
      * journaled; the rows stay uncommitted for the rank they belong to). */
     uint32_t owner = sl_master_state_split_rank(m->st, cm->ref->job_id, cm->ref->split);
-    if (owner != 0 && owner - 1 != m->conns[i].rank) {
+    if (owner != 0 && owner - 1 != m->conns[i].rank &&
+        !sl_master_state_commit_seen(m->st, cm->client_id, cm->nonce)) {
         d.result = SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE;
         snprintf(d.message, sizeof d.message,
                  "commit: job '%.100s' split %u is assigned to rank %u, not this client's rank %u "

@@ -468,6 +468,11 @@ sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_commit_t *c, 
  * job or one without the option (*quota 0, *final true). */
 bool sl_master_state_equal_quota(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
                                  uint64_t *quota, bool *final);
+/* Was (client_id, nonce) accepted (and is it still remembered)? A commit
+ * sent again (a held batch asking for its quota) is answered as it was,
+ * even where its split has another rank since (a resumed job's static
+ * assignment is redone when its next epoch begins). */
+bool sl_master_state_commit_seen(const sl_master_state_t *m, const char *client_id, uint64_t nonce);
 
 /* The answer to a split read (values as proto/control.proto SplitReadReply). */
 typedef enum sl_master_read_result {

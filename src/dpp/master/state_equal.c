@@ -179,6 +179,12 @@ void m_equal_pb_free(const sl_allocator_t *a, Sluice__Master__SnapshotJob *sj)
     sj->n_equal_samples = 0;
 }
 
+bool sl_master_state_commit_seen(const sl_master_state_t *m, const char *client_id, uint64_t nonce)
+{
+    uint32_t ci;
+    return client_id != NULL && m_client_find(m, client_id, &ci) && m_client_has(m, ci, nonce);
+}
+
 bool sl_master_state_equal_quota(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
                                  uint64_t *quota, bool *final)
 {
