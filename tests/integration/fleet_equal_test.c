@@ -120,6 +120,12 @@ Test(fleet_equal, every_rank_the_same_count_per_epoch_through_a_master_kill, .ti
     dropped(&m, &db, &ds);
     cr_assert_eq(db, 8, "dropped %lld batches", (long long)db);
     cr_assert_eq(ds, 2000, "dropped %lld samples", (long long)ds);
+    char *mt;
+    cr_assert_eq(fu_http(m.admin, "GET", "/metrics", FU_TOKEN, NULL, &mt), 200);
+    cr_assert(strstr(mt, "sluice_master_equal_dropped_batches_total{job=\"eq\"} 8\n") != NULL,
+              "%.2000s", strstr(mt, "equal_dropped") ? strstr(mt, "equal_dropped") : mt);
+    cr_assert(strstr(mt, "sluice_master_equal_dropped_samples_total{job=\"eq\"} 2000\n") != NULL);
+    free(mt);
     fu_kill9(w[0]);
     fu_kill9(w[1]);
     free(seen);
