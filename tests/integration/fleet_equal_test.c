@@ -6,8 +6,9 @@
  * out and the master reports them (8 batches, 2,000 samples), no sample
  * twice, the master killed with SIGKILL and restarted on the way. Then a
  * checkpoint of two ranks resumed with three: every rank equal again in
- * each epoch, and delivered before + after + dropped = both epochs. A job
- * with the option and dynamic sharding is refused. */
+ * each epoch, and delivered before + after + dropped = both epochs. And
+ * the same job with dynamic sharding: each rank the same count in each
+ * epoch (whichever batches it read), delivered + dropped = both epochs. */
 #include "fleet_util.h"
 
 TestSuite(fleet_equal, .init = fu_setup, .fini = fu_teardown);
@@ -78,16 +79,6 @@ Test(fleet_equal, every_rank_the_same_count_per_epoch_through_a_master_kill, .ti
     fu_master_t m = {.lease_timeout_ms = 1000};
     fu_master_start(&m);
     spec_of(table, spec, sizeof spec);
-    /* dynamic sharding: refused, saying why */
-    char *b;
-    char body[1400];
-    snprintf(body, sizeof body,
-             "{\"spec\":%s,\"ranks\":2,\"sharding\":\"dynamic\",\"min_workers\":2,"
-             "\"max_workers\":2}",
-             spec);
-    cr_assert_eq(fu_http(m.admin, "POST", "/jobs", FU_TOKEN, body, &b), 400, "%s", b);
-    cr_assert(strstr(b, "equal_batches_per_rank needs static sharding") != NULL, "%s", b);
-    free(b);
     free(fu_submit(&m, spec, 2, "static", 2, 2, NULL));
     pid_t w[2];
     spawn_workers(&m, w, "w");
@@ -211,6 +202,57 @@ Test(fleet_equal, a_checkpoint_of_two_ranks_resumed_with_three, .timeout = 240)
                 (long long)db);
     for (int r = 0; r < 2; r++)
         free(b64[r]);
+    fu_kill9(w[0]);
+    fu_kill9(w[1]);
+    free(seen);
+    fu_master_stop(&m, SIGTERM);
+}
+
+Test(fleet_equal, dynamic_sharding_every_rank_the_same_count_through_a_master_kill, .timeout = 240)
+{
+    char table[300], spec[1024];
+    fu_gen(ROWS, 1000, 1, table, sizeof table);
+    fu_master_t m = {.lease_timeout_ms = 1000};
+    fu_master_start(&m);
+    spec_of(table, spec, sizeof spec);
+    free(fu_submit(&m, spec, 2, "dynamic", 2, 2, NULL));
+    pid_t w[2];
+    spawn_workers(&m, w, "w");
+    atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
+    uint64_t per_epoch[MAXR][EPOCHS];
+    fu_client_t c[MAXR];
+    pthread_t th[MAXR];
+    start(c, th, 2, &m, ROWS, seen, per_epoch, NULL);
+    /* rank 1 is slower: under dynamic sharding it reads fewer batches */
+    atomic_store(&c[1].delay_us, 45000);
+    usleep(300 * 1000);
+    fu_master_stop(&m, SIGKILL);
+    fu_master_start(&m);
+    cr_assert(!fu_job_finished(&m, "eq"), "the job ended before the master's kill");
+    fu_clients_join(c, th, 2);
+    cr_assert(fu_job_finished(&m, "eq"));
+    int64_t db, ds;
+    dropped(&m, &db, &ds);
+    uint64_t total = 0;
+    for (uint32_t e = 0; e < EPOCHS; e++) {
+        cr_assert_eq(per_epoch[1][e], per_epoch[0][e], "epoch %u: rank 0 %llu batches, rank 1 %llu",
+                     e, (unsigned long long)per_epoch[0][e], (unsigned long long)per_epoch[1][e]);
+        for (uint64_t id = 0; id < ROWS; id++) {
+            unsigned n = atomic_load(&seen[(uint64_t)e * ROWS + id]);
+            cr_assert_leq(n, 1, "epoch %u sample %llu delivered %u times", e,
+                          (unsigned long long)id, n);
+            total += n;
+        }
+    }
+    /* 36 batches of 250 an epoch: what the ranks did not hand out equally
+     * was dropped, and only that */
+    cr_assert_eq(total + (uint64_t)ds, EPOCHS * ROWS, "delivered %llu + dropped %lld samples",
+                 (unsigned long long)total, (long long)ds);
+    cr_assert_eq((uint64_t)db * 250, (uint64_t)ds);
+    cr_assert_eq(2 * (per_epoch[0][0] + per_epoch[0][1]) + (uint64_t)db, 2 * 36u);
+    cr_log_info("dynamic: %llu + %llu batches per rank, %lld dropped",
+                (unsigned long long)per_epoch[0][0], (unsigned long long)per_epoch[0][1],
+                (long long)db);
     fu_kill9(w[0]);
     fu_kill9(w[1]);
     free(seen);

@@ -226,7 +226,8 @@ void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
                              cm->ref->generation, cm->rows->from_row, cm->rows->to_row,
                              cm->client_id,       cm->nonce,          cm->num_samples};
     sl_master_commit_result_t res =
-        m->failed ? SL_MASTER_COMMIT_ERROR : sl_master_state_commit_batch(m->st, &co, &err);
+        m->failed ? SL_MASTER_COMMIT_ERROR
+                  : sl_master_state_commit_ranked(m->st, &co, m->conns[i].rank + 1, &err);
     if (res == SL_MASTER_COMMIT_ERROR) {
         sl_err_t rc = m->failed ? SL_ERR_IO : err.code;
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);

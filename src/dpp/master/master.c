@@ -642,13 +642,12 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     if (rc == SL_OK && !job->is_kafka) rc = sl_pipeline_fingerprint(job, schema, splits, &fp, err);
     if (rc == SL_OK && !job->is_kafka)
         rc = sl_pipeline_prefix_fingerprint(job, schema, splits, &prefix, err);
-    /* one rank always hands out as many batches as itself: nothing to do */
-    if (rc == SL_OK && job->equal_batches_per_rank && req->ranks > 1 && !req->static_sharding)
+    /* one rank always hands out as many batches as itself: nothing to do;
+     * a stream's epoch never ends */
+    if (rc == SL_OK && job->equal_batches_per_rank && req->ranks > 1 && job->is_kafka)
         rc = sl_error_set(err, SL_ERR_INVALID,
-                          "job '%s': $.batch.equal_batches_per_rank needs static sharding "
-                          "(\"sharding\": \"static\", --sharding static): under dynamic "
-                          "sharding a rank's batches are whichever it reads first, so there is "
-                          "no share to even out",
+                          "job '%s': $.batch.equal_batches_per_rank needs a table (or Parquet) "
+                          "source: a Kafka job's epoch has no end to cut its ranks' batches at",
                           job->id);
     if (rc != SL_OK) goto out;
     sl_master_state_job_spec_t spec = {.job_id = job->id,
@@ -672,9 +671,8 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
                                        .parquet_row_groups = ps.row_groups,
                                        .parquet_row_groups_skipped = ps.row_groups_skipped,
                                        .parquet_rows_skipped = ps.rows_skipped,
-                                       .equal_batches_per_rank = job->equal_batches_per_rank &&
-                                                                 req->static_sharding &&
-                                                                 req->ranks > 1};
+                                       .equal_batches_per_rank =
+                                           job->equal_batches_per_rank && req->ranks > 1};
     uint64_t ticket = 0;
     bool began = false;
     sl_mutex_lock(&m->mu);

@@ -273,10 +273,9 @@ void m_do_advance(sl_master_state_t *m, job *jb)
     jb->epoch++;
     m->c.epochs_advanced++;
     /* the whole job: every rank with it (state_rank.c) */
-    for (uint32_t r = 0; jb->rank_epoch != NULL && r < jb->ranks; r++) {
+    for (uint32_t r = 0; jb->rank_epoch != NULL && r < jb->ranks; r++)
         jb->rank_epoch[r] = jb->epoch;
-        m_equal_rank_began(jb, r, jb->epoch);
-    }
+    m_equal_job_began(jb, jb->epoch);
     if (jb->chunk == 0) m_attr_rotate(m, jb);
     if (jb->epoch >= jb->epochs) {
         /* finished: every split stays DONE, no ranges kept (as a finished

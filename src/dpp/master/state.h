@@ -459,6 +459,12 @@ typedef struct sl_master_commit {
  * c->num_samples samples in the job's status. */
 sl_master_commit_result_t
 sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_commit_t *c, sl_error_t *err);
+/* The same from a client of rank rank_plus_one - 1 (its ATTACH; 0: not
+ * known): whose batch it is under dynamic sharding with
+ * equal_batches_per_rank (journaled then). */
+sl_master_commit_result_t sl_master_state_commit_ranked(sl_master_state_t *m,
+                                                        const sl_master_commit_t *c,
+                                                        uint32_t rank_plus_one, sl_error_t *err);
 
 /* A job with batch.equal_batches_per_rank (state_equal.c): the quota of
  * epoch, the number of batches every rank hands out in it, for the answer

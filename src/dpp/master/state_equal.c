@@ -4,22 +4,26 @@
  * others in an epoch waits there for ever: torch's
  * DistributedSampler(drop_last=True) gives every rank the same count. The
  * ranks of a static-sharding job read shares that differ by up to a
- * split's rows, so the master counts the batches each rank committed in
- * an epoch (every split belongs to one rank: the Committed records say
- * it, no field of their own) and answers every commit with the epoch's
- * quota: the lowest count of any rank. A trainer hands out a batch only
+ * split's rows, those of a dynamic one whatever they read first, so the
+ * master counts the batches each rank committed in an epoch (static: every
+ * split belongs to one rank, the Committed record says whose without a
+ * field of its own; dynamic: Committed.rank_plus_one, the client's rank)
+ * and answers every commit with the epoch's quota: the lowest count of
+ * any rank. A trainer hands out a batch only
  * while it has handed out fewer than the quota; it holds the others and
  * asks again, and once the quota is final it drops them.
  *
- * Final: counts only grow, so once the lowest count belongs to a rank
- * whose share of the epoch is done (its count cannot change), the lowest
- * final count is that count, whatever the other ranks still commit.
+ * Final (static): counts only grow, so once the lowest count belongs to a
+ * rank whose share of the epoch is done (its count cannot change), the
+ * lowest final count is that count, whatever the other ranks still
+ * commit. Dynamic: at the epoch's end (any rank may read any split).
  * Waiting for every rank's share instead would deadlock: a rank holding
  * batches past the quota stops receiving (its window is full) and its
  * share never ends.
  *
  * State: per rank the counts of the two epochs it may be in (slot
- * epoch % 2: a rank is at most one epoch ahead of the job), the quota of
+ * epoch % 2: a static rank is at most one epoch ahead of the job), their
+ * batches' samples (cumulative), the quota of
  * every epoch the job finished (a trainer may ask about a held batch after
  * its epoch ended) and the batches dropped. All of it changes in m_apply
  * only (m_equal_commit, m_equal_rank_began, m_equal_epoch_done), so replay
@@ -31,10 +35,10 @@
 sl_err_t m_equal_init(sl_master_state_t *m, job *jb, bool on, sl_error_t *err)
 {
     if (!on) return SL_OK;
-    if (jb->rank_of_split == NULL || jb->rank_epoch == NULL)
+    if (jb->ranks < 2 || jb->chunk != 0)
         return sl_error_set(err, SL_ERR_INVALID,
-                            "job '%s': equal_batches_per_rank needs static sharding over 2 or "
-                            "more ranks",
+                            "job '%s': equal_batches_per_rank needs a table job of 2 or more "
+                            "ranks (a Kafka job's epoch does not end)",
                             jb->id);
     jb->eq_count = sl_calloc(m->a, 2 * (size_t)jb->ranks, sizeof *jb->eq_count);
     jb->eq_cum = sl_calloc(m->a, 2 * (size_t)jb->ranks, sizeof *jb->eq_cum);
@@ -81,17 +85,30 @@ static sl_err_t reserve_at(sl_master_state_t *m, job *jb, size_t k, sl_error_t *
     return SL_OK;
 }
 
-sl_err_t m_equal_reserve(sl_master_state_t *m, job *jb, uint32_t split, uint32_t epoch,
-                         sl_error_t *err)
+uint32_t m_equal_rank_plus_one(const job *jb, uint32_t rank_plus_one)
 {
-    if (jb->eq_count == NULL) return SL_OK;
-    return reserve_at(m, jb, at(jb, jb->rank_of_split[split], epoch), err);
+    if (jb->eq_count == NULL || jb->rank_of_split != NULL) return 0;
+    return rank_plus_one == 0 || rank_plus_one > jb->ranks ? 1 : rank_plus_one;
 }
 
-void m_equal_commit(job *jb, uint32_t split, uint32_t epoch, uint32_t samples)
+/* Whose batch: the split's rank (static sharding), else the client's. */
+static uint32_t rank_of(const job *jb, uint32_t split, uint32_t rank_plus_one)
+{
+    return jb->rank_of_split != NULL ? jb->rank_of_split[split] : rank_plus_one - 1;
+}
+
+sl_err_t m_equal_reserve(sl_master_state_t *m, job *jb, uint32_t split, uint32_t epoch,
+                         uint32_t rank_plus_one, sl_error_t *err)
+{
+    if (jb->eq_count == NULL) return SL_OK;
+    return reserve_at(m, jb, at(jb, rank_of(jb, split, rank_plus_one), epoch), err);
+}
+
+void m_equal_commit(job *jb, uint32_t split, uint32_t epoch, uint32_t rank_plus_one,
+                    uint32_t samples)
 {
     if (jb->eq_count == NULL) return;
-    size_t k = at(jb, jb->rank_of_split[split], epoch);
+    size_t k = at(jb, rank_of(jb, split, rank_plus_one), epoch);
     uint64_t n = jb->eq_count[k]++;
     jb->eq_cum[k].v[n] = (n > 0 ? jb->eq_cum[k].v[n - 1] : 0) + samples;
 }
@@ -100,6 +117,12 @@ void m_equal_rank_began(job *jb, uint32_t r, uint32_t epoch)
 {
     /* the slot held epoch - 2, which the job finished (its room is kept) */
     if (jb->eq_count != NULL) jb->eq_count[at(jb, r, epoch)] = 0;
+}
+
+void m_equal_job_began(job *jb, uint32_t epoch)
+{
+    for (uint32_t r = 0; jb->eq_count != NULL && r < jb->ranks; r++)
+        m_equal_rank_began(jb, r, epoch);
 }
 
 void m_equal_epoch_done(job *jb, uint32_t epoch)
@@ -129,8 +152,20 @@ bool m_equal_quota(const job *jb, uint32_t epoch, uint64_t *quota, bool *final)
         *quota = jb->eq_quota[epoch];
         return true;
     }
-    /* epoch is the job's or the next: each rank is in it, one behind it
-     * (count 0 so far) or one ahead (its count of it is final) */
+    if (jb->rank_epoch == NULL) {
+        /* dynamic sharding: any rank may still read any split, so no
+         * count is final before the epoch ends */
+        uint64_t low = UINT64_MAX;
+        for (uint32_t r = 0; r < jb->ranks; r++) {
+            uint64_t n = epoch == jb->epoch ? jb->eq_count[at(jb, r, epoch)] : 0;
+            if (n < low) low = n;
+        }
+        *quota = low;
+        *final = false;
+        return true;
+    }
+    /* static: epoch is the job's or the next: each rank is in it, one
+     * behind it (count 0 so far) or one ahead (its count of it is final) */
     uint64_t low = UINT64_MAX;
     bool low_final = false;
     for (uint32_t r = 0; r < jb->ranks; r++) {

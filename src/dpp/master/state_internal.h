@@ -364,20 +364,26 @@ sl_err_t m_rank_check(const sl_allocator_t *a, const job *jb, sl_error_t *err);
 void m_set_order(job *jb);
 
 /* state_equal.c: equal batches per rank (batch.equal_batches_per_rank) */
-/* The counts of a built static job with the option on (SL_ERR_INVALID for
- * a job without static sharding over 2 or more ranks). */
+/* The counts of a built table job of 2 or more ranks with the option on
+ * (SL_ERR_INVALID for another). */
 sl_err_t m_equal_init(sl_master_state_t *m, job *jb, bool on, sl_error_t *err);
 void m_equal_free(const sl_allocator_t *a, job *jb);
 /* Room for one more batch of split's rank in epoch (a live commit takes
  * it before its record goes out; replay when applying). SL_ERR_NOMEM,
  * SL_ERR_TOO_LARGE change nothing. */
 sl_err_t m_equal_reserve(sl_master_state_t *m, job *jb, uint32_t split, uint32_t epoch,
-                         sl_error_t *err);
+                         uint32_t rank_plus_one, sl_error_t *err);
+/* Committed.rank_plus_one for a commit from a client of rank
+ * rank_plus_one - 1: itself under dynamic sharding with the option (0,
+ * not a rank of the job, counts as rank 0), 0 for every other job. */
+uint32_t m_equal_rank_plus_one(const job *jb, uint32_t rank_plus_one);
 /* m_apply's parts: a batch of samples committed of split in epoch (room
  * reserved); rank r began epoch; the job's epoch `epoch` is over (every
  * rank's count final). */
-void m_equal_commit(job *jb, uint32_t split, uint32_t epoch, uint32_t samples);
+void m_equal_commit(job *jb, uint32_t split, uint32_t epoch, uint32_t rank_plus_one,
+                    uint32_t samples);
 void m_equal_rank_began(job *jb, uint32_t r, uint32_t epoch);
+void m_equal_job_began(job *jb, uint32_t epoch); /* every rank */
 void m_equal_epoch_done(job *jb, uint32_t epoch);
 /* The quota of epoch for a commit answer: false when the job has no
  * such option. */
