@@ -280,3 +280,50 @@ Test(fleet_equal, dynamic_sharding_every_rank_the_same_count_through_a_master_ki
     free(seen);
     fu_master_stop(&m, SIGTERM);
 }
+
+/* Issue 27's spread with the option: 32 ranks, dynamic sharding, 2
+ * workers, one epoch of 384 batches: every rank the same count, what was
+ * not handed out equally dropped and reported, every other sample once. */
+Test(fleet_equal, thirty_two_ranks_dynamic_the_same_count, .timeout = 240)
+{
+    enum { RANKS = 32 };
+    const uint64_t rows = 96000;
+    char table[300], spec[1024];
+    fu_gen(rows, 1000, 2, table, sizeof table);
+    fu_master_t m = {.lease_timeout_ms = 3000};
+    fu_master_start(&m);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"eq\",\"source\":{\"table\":\"%s\"},"
+             "\"batch\":{\"size\":250,\"equal_batches_per_rank\":true}}",
+             table);
+    free(fu_submit(&m, spec, RANKS, "dynamic", 2, 2, NULL));
+    pid_t w[2];
+    spawn_workers(&m, w, "w");
+    atomic_uint *seen = calloc(rows, sizeof *seen);
+    static fu_client_t c[RANKS];
+    pthread_t th[RANKS];
+    fu_client_t proto = {
+        .master = m.ctl, .job = "eq", .world_size = RANKS, .rows = rows, .epochs = 1, .seen = seen};
+    fu_clients_start(c, th, RANKS, &proto);
+    fu_clients_join(c, th, RANKS);
+    for (int i = 1; i < RANKS; i++)
+        cr_assert_eq(c[i].batches, c[0].batches, "rank %d got %llu batches, rank 0 %llu", i,
+                     (unsigned long long)c[i].batches, (unsigned long long)c[0].batches);
+    int64_t db, ds;
+    dropped(&m, &db, &ds);
+    uint64_t total = 0;
+    for (uint64_t id = 0; id < rows; id++) {
+        unsigned n = atomic_load(&seen[id]);
+        cr_assert_leq(n, 1, "sample %llu delivered %u times", (unsigned long long)id, n);
+        total += n;
+    }
+    cr_assert_eq(total + (uint64_t)ds, rows, "delivered %llu + dropped %lld samples",
+                 (unsigned long long)total, (long long)ds);
+    cr_assert_eq(RANKS * c[0].batches + (uint64_t)db, rows / 250);
+    cr_log_info("32 ranks: %llu batches each, %lld of 384 dropped",
+                (unsigned long long)c[0].batches, (long long)db);
+    fu_kill9(w[0]);
+    fu_kill9(w[1]);
+    free(seen);
+    fu_master_stop(&m, SIGTERM);
+}
