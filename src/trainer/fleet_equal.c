@@ -58,7 +58,6 @@ static void release_locked(sl_trainer_t *t, tr_eq_epoch_t *e) SL_REQUIRES(t->mu)
             it->eq_held = false;
             f->eq_held--;
             atomic_fetch_add(&t->dropped, 1);
-            atomic_fetch_add(&f->eq_dropped, 1);
             tr_item_leave_locked(t, it, true);
         } else {
             break;

@@ -66,7 +66,6 @@ typedef struct tr_fleet {
     tr_eq_epoch_t eq[TR_EQ_EPOCHS];
     uint32_t eq_held;
     uint64_t eq_ask_ns;
-    _Atomic uint64_t eq_dropped; /* batches dropped above an epoch's final quota */
 
     _Atomic uint64_t committed;
     /* CLIENT_STATS: what was last reported (master thread only) */
