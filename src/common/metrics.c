@@ -105,6 +105,12 @@ const sl_metric_def_t sl_metric_defs[SL_M_COUNT] = {
          "Splits skipped without their rows (on_bad_split skip), every epoch."},
     [SL_M_MASTER_SKIPPED_ROWS_TOTAL] = {"sluice_master_skipped_rows_total", "counter", "job",
                                         "Rows of skipped splits not delivered."},
+    [SL_M_MASTER_EQUAL_DROPPED_BATCHES_TOTAL] =
+        {"sluice_master_equal_dropped_batches_total", "counter", "job",
+         "batch.equal_batches_per_rank: batches committed above their epoch's quota, dropped "
+         "by the trainers (not trained that epoch), every epoch ended."},
+    [SL_M_MASTER_EQUAL_DROPPED_SAMPLES_TOTAL] = {"sluice_master_equal_dropped_samples_total",
+                                                 "counter", "job", "The samples of those batches."},
     [SL_M_MASTER_PARQUET_ROW_GROUPS_SKIPPED] =
         {"sluice_master_parquet_row_groups_skipped", "gauge", "job",
          "Row groups of a Parquet job's dataset ruled out by their min/max statistics when the job "

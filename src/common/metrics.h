@@ -54,6 +54,8 @@
     X(MASTER_JOB_FINISHED)                                                                         \
     X(MASTER_SKIPPED_SPLITS_TOTAL)                                                                 \
     X(MASTER_SKIPPED_ROWS_TOTAL)                                                                   \
+    X(MASTER_EQUAL_DROPPED_BATCHES_TOTAL)                                                          \
+    X(MASTER_EQUAL_DROPPED_SAMPLES_TOTAL)                                                          \
     X(MASTER_PARQUET_ROW_GROUPS_SKIPPED)                                                           \
     X(MASTER_PARQUET_ROWS_SKIPPED)                                                                 \
     X(MASTER_JOB_SHARES_WITH)                                                                      \

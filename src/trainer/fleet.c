@@ -123,10 +123,15 @@ bool tr_fleet_ended_locked(const sl_trainer_t *t, sl_error_t *err)
 sl_err_t tr_fleet_timeout_locked(const sl_trainer_t *t, int timeout_ms, sl_error_t *err)
 {
     const tr_fleet_t *f = t->fleet;
+    /* held: batch.equal_batches_per_rank's quota (fleet_equal.c) */
+    char held[64] = "";
+    if (f->eq_held > 0)
+        snprintf(held, sizeof held, ", %u batches held for the equal-batches quota", f->eq_held);
     return sl_error_set(err, SL_ERR_TIMEOUT,
                         "job %s: no batch within %d ms (%u workers connected, %u commits "
-                        "unanswered%s%.300s)",
-                        f->job_id, timeout_ms, atomic_load(&t->workers), f->pending.count,
+                        "unanswered%s%s%.300s)",
+                        f->job_id, timeout_ms, atomic_load(&t->workers),
+                        f->pending.count - f->eq_held, held,
                         t->last_problem[0] ? "; last problem: " : "", t->last_problem);
 }
 

@@ -21,6 +21,19 @@
 
 #include "trainer/trainer_internal.h"
 
+/* batch.equal_batches_per_rank: an epoch's quota as the master last gave
+ * it, and this client's batches of the epoch handed out (fleet_equal.c). */
+typedef struct tr_eq_epoch {
+    bool used, final;
+    uint32_t epoch;
+    uint64_t quota, handed;
+} tr_eq_epoch_t;
+/* epochs a client has held batches of at once: its rank's and the next
+ * (a rank is at most one epoch ahead of the job), with room to spare */
+#define TR_EQ_EPOCHS 4
+/* how often a held batch's quota is asked again */
+#define TR_EQ_ASK_MS 20
+
 typedef struct tr_fleet {
     char master[TR_ADDR_MAX];
     char label[TR_ADDR_MAX + 8]; /* "master ADDR": starts its messages */
@@ -46,6 +59,13 @@ typedef struct tr_fleet {
     uint8_t *token;
     size_t token_len;
     uint64_t token_gen; /* master connection it was asked on */
+
+    /* equal batches per rank (under mu): the epochs' quotas; items of
+     * pending held for the quota (answered COMMITTED); when the master
+     * thread asks again (its own) */
+    tr_eq_epoch_t eq[TR_EQ_EPOCHS];
+    uint32_t eq_held;
+    uint64_t eq_ask_ns;
 
     _Atomic uint64_t committed;
     /* CLIENT_STATS: what was last reported (master thread only) */
@@ -98,5 +118,20 @@ void *fl_master_main(void *arg);
  * resends it after reconnecting). Takes msend_mu; caller holds no lock. */
 void fl_master_send_commit(sl_trainer_t *t, const tr_item_t *it)
     SL_EXCLUDES(t->mu, t->fleet->msend_mu);
+
+/* ---- fleet_equal.c ---- */
+
+/* A COMMITTED answer with `equal` set for it (in pending, acknowledged):
+ * it stays in pending, held, until the quota of its epoch lets it out (it
+ * goes to the ready queue) or is final below it (dropped); the held
+ * batches of an epoch leave in nonce order, the order the master counted
+ * them in. Caller holds mu. */
+void fl_equal_reply_locked(sl_trainer_t *t, tr_item_t *it, const Sluice__Control__CommitReply *r)
+    SL_REQUIRES(t->mu);
+/* Master thread: when a batch is held, send the COMMIT of the first held
+ * batch of each epoch again (its nonce: the master answers with the
+ * quota now) every TR_EQ_ASK_MS. @return the ms until the next ask
+ * (INT32_MAX: nothing held). Takes mu, then msend_mu. */
+int fl_equal_tick(sl_trainer_t *t, uint64_t now_ns) SL_EXCLUDES(t->mu, t->fleet->msend_mu);
 
 #endif

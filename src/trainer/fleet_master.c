@@ -243,12 +243,24 @@ static void on_commit_reply(sl_trainer_t *t, const Sluice__Control__CommitReply 
     /* Not pending: the answer to a commit sent twice (resent after a
      * reconnect) that was already answered. */
     if (it) {
-        tr_list_remove(&f->pending, it);
-        /* Answered either way: the worker may let the batch go. */
-        tr_conn_ack_locked(t, it->conn, it->delivery_id);
+        /* Answered either way: the worker may let the batch go (once:
+         * a held batch is asked about again). */
+        if (!it->acked) tr_conn_ack_locked(t, it->conn, it->delivery_id);
         it->acked = true;
-        if (r->result == SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED &&
-            t->state != TR_FAILED) {
+        bool committed =
+            r->result == SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED && t->state != TR_FAILED;
+        if (committed && r->equal) {
+            /* equal batches per rank: handed out within the quota
+             * (fleet_equal.c), held in pending until then */
+            fl_equal_reply_locked(t, it, r);
+            pthread_cond_broadcast(&t->cv);
+            sl_mutex_unlock(&t->mu);
+            return;
+        }
+        tr_list_remove(&f->pending, it);
+        if (it->eq_held) f->eq_held--;
+        it->eq_held = false;
+        if (committed) {
             tr_ready_push_locked(t, it);
             atomic_fetch_add(&f->committed, 1);
         } else {
@@ -380,6 +392,8 @@ void *fl_master_main(void *arg)
             next_tick = now + (uint64_t)f->refresh_ms * 1000000ull;
         }
         int wait_ms = (int)((next_tick - now) / 1000000ull) + 1;
+        int ask_ms = fl_equal_tick(t, now); /* batches held for the equal-batches quota */
+        if (ask_ms < wait_ms) wait_ms = ask_ms;
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int n = poll(&p, 1, wait_ms);
         if (n == 0 || (n < 0 && errno == EINTR)) continue;

@@ -75,6 +75,8 @@ typedef struct tr_item {
     uint64_t generation, from_row, to_row;
     uint32_t num_samples;
     uint64_t order_g_plus_one; /* BatchInfo's: 1 + its g in the deterministic order; 0: none */
+    /* committed, held in pending beyond the equal-batches quota (fleet_equal.c) */
+    bool eq_held;
     struct tr_item *prev, *next;
 } tr_item_t;
 

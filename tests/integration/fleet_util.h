@@ -510,9 +510,10 @@ typedef struct fu_client {
     uint64_t stop_after;  /* > 0: take a resume token after this many batches and stop */
     uint8_t *token;       /* the token taken (malloc'd) */
     size_t token_len;
-    int64_t *order;        /* NULL, or [rows]: sample ids in delivery order */
-    uint64_t *batch_sizes; /* NULL, or [rows]: samples per delivered batch */
-    int refresh_ms;        /* the client's refresh_ms; 0: 200 */
+    int64_t *order;          /* NULL, or [rows]: sample ids in delivery order */
+    uint64_t *batch_sizes;   /* NULL, or [rows]: samples per delivered batch */
+    uint64_t *epoch_batches; /* NULL, or [epochs]: batches delivered per epoch */
+    int refresh_ms;          /* the client's refresh_ms; 0: 200 */
     sl_trainer_stats_t stats;
     atomic_bool finished; /* the thread is done: the fields above may be read */
     sl_err_t end;
@@ -556,6 +557,7 @@ FU_FN void *fu_client_run(void *arg)
             c->samples++;
         }
         c->batches++;
+        if (c->epoch_batches && epoch < c->epochs) c->epoch_batches[epoch]++;
         sl_trainer_release(t, b);
         if (c->end == SL_ERR_CORRUPT) break;
         uint32_t delay = atomic_load(&c->delay_us);

@@ -237,6 +237,10 @@ static void add_failure_json(json_t *o, const sl_master_state_job_status_t *st)
     json_object_set_new(o, "split_failures", json_integer((json_int_t)st->split_failures));
     json_object_set_new(o, "skipped_splits", json_integer((json_int_t)st->skipped_splits));
     json_object_set_new(o, "skipped_rows", json_integer((json_int_t)st->skipped_rows));
+    /* batch.equal_batches_per_rank: what it dropped (docs/ADMIN.md) */
+    json_object_set_new(o, "equal_batches_per_rank", json_boolean(st->equal_batches_per_rank));
+    json_object_set_new(o, "dropped_batches", json_integer((json_int_t)st->equal_dropped_batches));
+    json_object_set_new(o, "dropped_samples", json_integer((json_int_t)st->equal_dropped_samples));
 }
 
 /* A stream job's partitions: where each stands (docs/ADMIN.md). */

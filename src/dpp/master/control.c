@@ -306,6 +306,9 @@ static void flush_deferred(sl_master_t *m)
             r.nonce = d->nonce;
             r.result = (Sluice__Control__CommitReply__Result)d->result;
             r.message = d->message;
+            r.equal = d->equal;
+            r.quota = d->quota;
+            r.quota_final = d->quota_final;
             mp_send(m, d->conn, d->type, &r.base);
         } else if (live && d->type == SL_RPC_SPLIT_READ_REPLY) {
             Sluice__Control__SplitReadReply r = SLUICE__CONTROL__SPLIT_READ_REPLY__INIT;

@@ -210,7 +210,8 @@ void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
      * batch of a split assigned to another rank is refused as STALE (never
      * journaled; the rows stay uncommitted for the rank they belong to). */
     uint32_t owner = sl_master_state_split_rank(m->st, cm->ref->job_id, cm->ref->split);
-    if (owner != 0 && owner - 1 != m->conns[i].rank) {
+    if (owner != 0 && owner - 1 != m->conns[i].rank &&
+        !sl_master_state_commit_seen(m->st, cm->client_id, cm->nonce)) {
         d.result = SLUICE__CONTROL__COMMIT_REPLY__RESULT__STALE;
         snprintf(d.message, sizeof d.message,
                  "commit: job '%.100s' split %u is assigned to rank %u, not this client's rank %u "
@@ -225,7 +226,8 @@ void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
                              cm->ref->generation, cm->rows->from_row, cm->rows->to_row,
                              cm->client_id,       cm->nonce,          cm->num_samples};
     sl_master_commit_result_t res =
-        m->failed ? SL_MASTER_COMMIT_ERROR : sl_master_state_commit_batch(m->st, &co, &err);
+        m->failed ? SL_MASTER_COMMIT_ERROR
+                  : sl_master_state_commit_ranked(m->st, &co, m->conns[i].rank + 1, &err);
     if (res == SL_MASTER_COMMIT_ERROR) {
         sl_err_t rc = m->failed ? SL_ERR_IO : err.code;
         if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
@@ -234,6 +236,10 @@ void mp_on_commit(sl_master_t *m, uint32_t i, const Sluice__Control__Commit *cm)
     }
     d.result = (int)res;
     if (res != SL_MASTER_COMMITTED) snprintf(d.message, sizeof d.message, "%.200s", err.msg);
+    /* a repeated nonce too: the trainer asks again for a batch it holds */
+    if (res == SL_MASTER_COMMITTED)
+        d.equal = sl_master_state_equal_quota(m->st, cm->ref->job_id, cm->ref->epoch, &d.quota,
+                                              &d.quota_final);
     if (!mp_defer(m, i, d)) mp_send_error(m, i, SL_ERR_NOMEM, "commit answer");
 }
 

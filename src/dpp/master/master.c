@@ -687,31 +687,39 @@ static sl_err_t submit(sl_master_t *m, const sl_master_submit_t *req, bool repla
     if (rc == SL_OK && !job->is_kafka) rc = sl_pipeline_fingerprint(job, schema, splits, &fp, err);
     if (rc == SL_OK && !job->is_kafka)
         rc = sl_pipeline_prefix_fingerprint(job, schema, splits, &prefix, err);
+    /* one rank always hands out as many batches as itself: nothing to do;
+     * a stream's epoch never ends */
+    if (rc == SL_OK && job->equal_batches_per_rank && req->ranks > 1 && job->is_kafka)
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "job '%s': $.batch.equal_batches_per_rank needs a table (or Parquet) "
+                          "source: a Kafka job's epoch has no end to cut its ranks' batches at",
+                          job->id);
     if (rc != SL_OK) goto out;
-    sl_master_state_job_spec_t spec = {.job_id = job->id,
-                                       .splits = splits != NULL ? splits->items : NULL,
-                                       .num_splits = splits != NULL ? splits->count : 0,
-                                       .kafka_partitions = stream.parts,
-                                       .num_kafka_partitions = stream.n,
-                                       .kafka_chunk = stream.parts != NULL ? job->kafka.chunk : 0,
-                                       .epochs = job->epochs,
-                                       .seed = job->seed,
-                                       .shuffle = job->shuffle_splits,
-                                       .spec_json = req->spec_json,
-                                       .ranks = req->ranks,
-                                       .static_sharding = req->static_sharding,
-                                       .min_workers = req->min_workers,
-                                       .max_workers = req->max_workers,
-                                       .skip_bad_splits = job->skip_bad_splits,
-                                       .plan_fingerprint = fp,
-                                       .share = job->share,
-                                       .prefix_fingerprint = prefix,
-                                       .parquet_row_groups = ps.row_groups,
-                                       .parquet_row_groups_skipped = ps.row_groups_skipped,
-                                       .parquet_rows_skipped = ps.rows_skipped,
-                                       .deterministic =
-                                           job->order == SL_PIPELINE_ORDER_DETERMINISTIC,
-                                       .order_window = order_window(req)};
+    sl_master_state_job_spec_t spec = {
+        .job_id = job->id,
+        .splits = splits != NULL ? splits->items : NULL,
+        .num_splits = splits != NULL ? splits->count : 0,
+        .kafka_partitions = stream.parts,
+        .num_kafka_partitions = stream.n,
+        .kafka_chunk = stream.parts != NULL ? job->kafka.chunk : 0,
+        .epochs = job->epochs,
+        .seed = job->seed,
+        .shuffle = job->shuffle_splits,
+        .spec_json = req->spec_json,
+        .ranks = req->ranks,
+        .static_sharding = req->static_sharding,
+        .min_workers = req->min_workers,
+        .max_workers = req->max_workers,
+        .skip_bad_splits = job->skip_bad_splits,
+        .plan_fingerprint = fp,
+        .share = job->share,
+        .prefix_fingerprint = prefix,
+        .parquet_row_groups = ps.row_groups,
+        .parquet_row_groups_skipped = ps.row_groups_skipped,
+        .parquet_rows_skipped = ps.rows_skipped,
+        .deterministic = job->order == SL_PIPELINE_ORDER_DETERMINISTIC,
+        .order_window = order_window(req),
+        .equal_batches_per_rank = job->equal_batches_per_rank && req->ranks > 1};
     uint64_t ticket = 0;
     bool began = false;
     sl_mutex_lock(&m->mu);

@@ -139,6 +139,10 @@ typedef struct mp_deferred {
     sl_rpc_type_t type;
     uint64_t nonce; /* COMMIT_REPLY */
     int result;     /* COMMIT_REPLY result / SPLIT_READ_REPLY state */
+    /* COMMIT_REPLY of a job with equal_batches_per_rank: the quota of the
+     * batch's epoch when it was committed (it only grows) */
+    bool equal, quota_final;
+    uint64_t quota;
     char message[256];
     void *token; /* TOKEN: owned, token_len bytes (state allocator) */
     size_t token_len;

@@ -176,6 +176,8 @@ char *sl_master_metrics_text(sl_master_t *m)
         FINISHED,
         SKIPPED,
         SKIPPED_ROWS,
+        EQ_DROPPED,
+        EQ_DROPPED_SAMPLES,
         PQ_SKIPPED,
         PQ_ROWS,
         SHARES_WITH,
@@ -202,6 +204,8 @@ char *sl_master_metrics_text(sl_master_t *m)
         SL_M_MASTER_JOB_FINISHED,
         SL_M_MASTER_SKIPPED_SPLITS_TOTAL,
         SL_M_MASTER_SKIPPED_ROWS_TOTAL,
+        SL_M_MASTER_EQUAL_DROPPED_BATCHES_TOTAL,
+        SL_M_MASTER_EQUAL_DROPPED_SAMPLES_TOTAL,
         SL_M_MASTER_PARQUET_ROW_GROUPS_SKIPPED,
         SL_M_MASTER_PARQUET_ROWS_SKIPPED,
         SL_M_MASTER_JOB_SHARES_WITH,
@@ -214,10 +218,11 @@ char *sl_master_metrics_text(sl_master_t *m)
         SL_M_MASTER_AUTOCACHE_FILES_WRITTEN,
     };
     static const int fam_first[] = {
-        SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,    WAIT,         BUSY,           QUEUED,
-        WORKER_MEMORY,  DESIRED,        GRANTED,    FAILED,       FINISHED,       SKIPPED,
-        SKIPPED_ROWS,   PQ_SKIPPED,     PQ_ROWS,    SHARES_WITH,  SHARED_BATCHES, SHARED_BYTES,
-        SHARED_CPU,     AC_STATE,       AC_SAMPLES, AC_FALLBACKS, AC_WRITTEN};
+        SPLITS_PENDING, COMMITTED_ROWS, SAMPLES,      WAIT,           BUSY,
+        QUEUED,         WORKER_MEMORY,  DESIRED,      GRANTED,        FAILED,
+        FINISHED,       SKIPPED,        SKIPPED_ROWS, EQ_DROPPED,     EQ_DROPPED_SAMPLES,
+        PQ_SKIPPED,     PQ_ROWS,        SHARES_WITH,  SHARED_BATCHES, SHARED_BYTES,
+        SHARED_CPU,     AC_STATE,       AC_SAMPLES,   AC_FALLBACKS,   AC_WRITTEN};
     static const char *states[] = {"pending", "leased", "done"};
     uint32_t njobs = 0;
     size_t nfig = sl_mul_size(m->opts.max_jobs, NFIG);
@@ -244,6 +249,8 @@ char *sl_master_metrics_text(sl_master_t *m)
         f[FINISHED] = st.finished ? 1 : 0;
         f[SKIPPED] = (double)st.skipped_splits;
         f[SKIPPED_ROWS] = (double)st.skipped_rows;
+        f[EQ_DROPPED] = (double)st.equal_dropped_batches;
+        f[EQ_DROPPED_SAMPLES] = (double)st.equal_dropped_samples;
         f[PQ_SKIPPED] = (double)st.parquet_row_groups_skipped;
         f[PQ_ROWS] = (double)st.parquet_rows_skipped;
         f[SHARES_WITH] = mp_fp_peers_locked(m, j->id);

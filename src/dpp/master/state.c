@@ -62,6 +62,7 @@ static void job_free(const sl_allocator_t *a, job *jb)
     m_attr_free(a, jb);
     m_rank_free(a, jb);
     m_order_free(jb);
+    m_equal_free(a, jb);
     if (jb->rank_of_split != NULL) sl_free(a, jb->rank_of_split, (size_t)jb->n * sizeof(uint32_t));
     for (uint32_t i = 0; jb->st != NULL && i < jb->n; i++)
         m_free_ranges(a, &jb->st[i]);
@@ -222,6 +223,7 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
         jb->restatic = jb->committed_rows > 0 && !finished;
     }
     if (rc == SL_OK) rc = m_rank_init(m, jb, err);
+    if (rc == SL_OK) rc = m_equal_init(m, jb, spec->equal_batches_per_rank, err);
     if (rc != SL_OK) {
         job_free(a, jb);
         return rc;
@@ -272,11 +274,13 @@ void m_job_remove(sl_master_state_t *m, uint32_t slot)
 
 void m_do_advance(sl_master_state_t *m, job *jb)
 {
+    m_equal_epoch_done(jb, jb->epoch);
     jb->epoch++;
     m->c.epochs_advanced++;
     /* the whole job: every rank with it (state_rank.c) */
     for (uint32_t r = 0; jb->rank_epoch != NULL && r < jb->ranks; r++)
         jb->rank_epoch[r] = jb->epoch;
+    m_equal_job_began(jb, jb->epoch);
     if (jb->chunk == 0) m_attr_rotate(m, jb);
     if (jb->epoch >= jb->epochs) {
         /* finished: every split stays DONE, no ranges kept (as a finished
@@ -417,6 +421,9 @@ sl_err_t sl_master_state_job_status(const sl_master_state_t *m, const char *job_
         .skipped_splits = jb->skipped_splits,
         .skipped_rows = jb->skipped_rows,
         .split_failures = (uint32_t)jb->split_failures,
+        .equal_batches_per_rank = jb->eq_count != NULL,
+        .equal_dropped_batches = jb->eq_dropped,
+        .equal_dropped_samples = jb->eq_dropped_samples,
     };
     return SL_OK;
 }

@@ -233,6 +233,9 @@ typedef struct sl_master_state_job_spec {
      * Kafka partitions, static sharding, shared passes or resume tokens. */
     bool deterministic;
     uint32_t order_window;
+    /* batch.equal_batches_per_rank: static sharding over 2 or more ranks
+     * only (else SL_ERR_INVALID); see sl_master_state_equal_quota. */
+    bool equal_batches_per_rank;
 } sl_master_state_job_spec_t;
 
 /* Add a job (copied; spec is borrowed for the call). @return SL_ERR_INVALID
@@ -306,8 +309,11 @@ typedef struct sl_master_state_job_status {
     sl_err_t failure_code;
     const char *failure_file, *failure_message; /* "" when not failed */
     uint32_t split_failures;                    /* failures counted this epoch, every split */
-    uint64_t skipped_splits, skipped_rows;      /* on_bad_split "skip", every epoch */
-    uint64_t plan_fingerprint;                  /* as in the spec */
+    bool equal_batches_per_rank;                /* batch.equal_batches_per_rank */
+    uint64_t equal_dropped_batches; /* its batches beyond an epoch's quota, every epoch ended */
+    uint64_t equal_dropped_samples; /* and their samples */
+    uint64_t skipped_splits, skipped_rows; /* on_bad_split "skip", every epoch */
+    uint64_t plan_fingerprint;             /* as in the spec */
     bool share;
     uint64_t prefix_fingerprint; /* as in the spec */
     /* as in the spec (0 but for a Parquet job) */
@@ -509,6 +515,26 @@ typedef struct sl_master_commit {
  * c->num_samples samples in the job's status. */
 sl_master_commit_result_t
 sl_master_state_commit_batch(sl_master_state_t *m, const sl_master_commit_t *c, sl_error_t *err);
+/* The same from a client of rank rank_plus_one - 1 (its ATTACH; 0: not
+ * known): whose batch it is under dynamic sharding with
+ * equal_batches_per_rank (journaled then). */
+sl_master_commit_result_t sl_master_state_commit_ranked(sl_master_state_t *m,
+                                                        const sl_master_commit_t *c,
+                                                        uint32_t rank_plus_one, sl_error_t *err);
+
+/* A job with batch.equal_batches_per_rank (state_equal.c): the quota of
+ * epoch, the number of batches every rank hands out in it, for the answer
+ * to a commit of that epoch. Not *final: the lowest count any rank has
+ * committed so far (it only grows); *final: the epoch's quota (a rank
+ * whose share is done has the lowest count). @return false for an unknown
+ * job or one without the option (*quota 0, *final true). */
+bool sl_master_state_equal_quota(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                 uint64_t *quota, bool *final);
+/* Was (client_id, nonce) accepted (and is it still remembered)? A commit
+ * sent again (a held batch asking for its quota) is answered as it was,
+ * even where its split has another rank since (a resumed job's static
+ * assignment is redone when its next epoch begins). */
+bool sl_master_state_commit_seen(const sl_master_state_t *m, const char *client_id, uint64_t nonce);
 
 /* The answer to a split read (values as proto/control.proto SplitReadReply). */
 typedef enum sl_master_read_result {

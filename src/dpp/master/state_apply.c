@@ -119,6 +119,9 @@ static sl_err_t apply_commit(sl_master_state_t *m, const Sluice__Master__Committ
         return bad(err, off, what, c->job_id, c->split, "nonce committed twice");
     uint32_t owner = M_OWNER_MASTER;
     if (rc == SL_OK) rc = m_attr_owner(m, jb, c->client_id, &owner, err);
+    if (rc == SL_OK && c->rank_plus_one != m_equal_rank_plus_one(jb, c->rank_plus_one))
+        return bad(err, off, what, c->job_id, c->split, "rank not of the job");
+    if (rc == SL_OK) rc = m_equal_reserve(m, jb, c->split, c->epoch, c->rank_plus_one, err);
     if (rc == SL_OK) rc = m_add_range(m, jb, c->split, c->from_row, c->to_row, owner, err);
     if (rc != SL_OK) return at_prefix(err, off);
     m_client_remember(m, ci, c->nonce);
@@ -126,6 +129,7 @@ static sl_err_t apply_commit(sl_master_state_t *m, const Sluice__Master__Committ
     m->c.commits++;
     jb->batches++;
     jb->samples += c->num_samples;
+    m_equal_commit(jb, c->split, c->epoch, c->rank_plus_one, c->num_samples);
     m_maybe_done(m, slot, c->split);
     return SL_OK;
 }

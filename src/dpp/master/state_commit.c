@@ -298,7 +298,8 @@ sl_master_commit_result_t sl_master_state_commit(sl_master_state_t *m, const cha
 
 /* *result gets the outcome; a non-OK return is a failure of the master. */
 static sl_err_t commit_one(sl_master_state_t *m, const sl_master_commit_t *c,
-                           sl_master_commit_result_t *result, sl_error_t *err)
+                           uint32_t rank_plus_one, sl_master_commit_result_t *result,
+                           sl_error_t *err)
 {
     const char *job_id = c->job_id, *client_id = c->client_id;
     uint32_t epoch = c->epoch, split = c->split;
@@ -381,7 +382,9 @@ static sl_err_t commit_one(sl_master_state_t *m, const sl_master_commit_t *c,
     if ((rc = m_reserve_ranges(m, jb, split, 1, err)) != SL_OK) return rc;
     uint32_t owner = M_OWNER_MASTER;
     if ((rc = m_attr_owner(m, jb, client_id, &owner, err)) != SL_OK ||
-        (rc = m_attr_reserve(m, jb, 1, err)) != SL_OK)
+        (rc = m_attr_reserve(m, jb, 1, err)) != SL_OK ||
+        (rc = m_equal_reserve(m, jb, split, epoch, m_equal_rank_plus_one(jb, rank_plus_one),
+                              err)) != SL_OK)
         return rc;
     if (!known && (rc = m_client_get(m, client_id, &ci, err)) != SL_OK) return rc;
     Sluice__Master__Committed co = SLUICE__MASTER__COMMITTED__INIT;
@@ -393,6 +396,7 @@ static sl_err_t commit_one(sl_master_state_t *m, const sl_master_commit_t *c,
     co.client_id = m->clients[ci].name;
     co.nonce = nonce;
     co.num_samples = c->num_samples;
+    co.rank_plus_one = m_equal_rank_plus_one(jb, rank_plus_one);
     Sluice__Master__Record rec = SLUICE__MASTER__RECORD__INIT;
     rec.kind_case = SLUICE__MASTER__RECORD__KIND_COMMITTED;
     rec.committed = &co;
@@ -406,8 +410,15 @@ static sl_err_t commit_one(sl_master_state_t *m, const sl_master_commit_t *c,
 sl_master_commit_result_t sl_master_state_commit_batch(sl_master_state_t *m,
                                                        const sl_master_commit_t *c, sl_error_t *err)
 {
+    return sl_master_state_commit_ranked(m, c, 0, err);
+}
+
+sl_master_commit_result_t sl_master_state_commit_ranked(sl_master_state_t *m,
+                                                        const sl_master_commit_t *c,
+                                                        uint32_t rank_plus_one, sl_error_t *err)
+{
     sl_master_commit_result_t result = SL_MASTER_UNKNOWN;
-    return commit_one(m, c, &result, err) == SL_OK ? result : SL_MASTER_COMMIT_ERROR;
+    return commit_one(m, c, rank_plus_one, &result, err) == SL_OK ? result : SL_MASTER_COMMIT_ERROR;
 }
 
 /* *out gets the outcome; a non-OK return is a failure of the master. */

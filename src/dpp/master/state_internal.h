@@ -176,6 +176,19 @@ typedef struct job {
      * position (order.h, state_order.c); NULL: the dynamic order. */
     sl_master_order_t *ord;
     uint32_t order_window; /* positions past the counted prefix a lease may take */
+    /* batch.equal_batches_per_rank (state_equal.c): per rank its batches
+     * committed in the epochs of slot epoch % 2 ([2 * ranks]), the quota
+     * of each epoch the job finished ([epochs]) and the batches dropped;
+     * NULL, NULL, 0 without the option. */
+    uint64_t *eq_count, *eq_quota;
+    uint64_t eq_dropped, eq_dropped_samples;
+    /* per slot-rank: the samples of its batches so far, cumulative, in
+     * commit order ([eq_count[k]] of [cap]): what the batches above the
+     * quota held (8 bytes a batch, as the attribution's 24) */
+    struct m_eq_cum {
+        uint64_t *v;
+        uint32_t cap;
+    } * eq_cum;
 } job;
 
 typedef struct lease_ref {
@@ -356,6 +369,40 @@ sl_err_t m_rank_check(const sl_allocator_t *a, const job *jb, sl_error_t *err);
 /* m_set_order: the job's split order of its epoch (state.c). */
 void m_set_order(job *jb);
 
+/* state_equal.c: equal batches per rank (batch.equal_batches_per_rank) */
+/* The counts of a built table job of 2 or more ranks with the option on
+ * (SL_ERR_INVALID for another). */
+sl_err_t m_equal_init(sl_master_state_t *m, job *jb, bool on, sl_error_t *err);
+void m_equal_free(const sl_allocator_t *a, job *jb);
+/* Room for one more batch of split's rank in epoch (a live commit takes
+ * it before its record goes out; replay when applying). SL_ERR_NOMEM,
+ * SL_ERR_TOO_LARGE change nothing. */
+sl_err_t m_equal_reserve(sl_master_state_t *m, job *jb, uint32_t split, uint32_t epoch,
+                         uint32_t rank_plus_one, sl_error_t *err);
+/* Committed.rank_plus_one for a commit from a client of rank
+ * rank_plus_one - 1: itself under dynamic sharding with the option (0,
+ * not a rank of the job, counts as rank 0), 0 for every other job. */
+uint32_t m_equal_rank_plus_one(const job *jb, uint32_t rank_plus_one);
+/* m_apply's parts: a batch of samples committed of split in epoch (room
+ * reserved); rank r began epoch; the job's epoch `epoch` is over (every
+ * rank's count final). */
+void m_equal_commit(job *jb, uint32_t split, uint32_t epoch, uint32_t rank_plus_one,
+                    uint32_t samples);
+void m_equal_rank_began(job *jb, uint32_t r, uint32_t epoch);
+void m_equal_job_began(job *jb, uint32_t epoch); /* every rank */
+void m_equal_epoch_done(job *jb, uint32_t epoch);
+/* The quota of epoch for a commit answer: false when the job has no
+ * such option. */
+bool m_equal_quota(const job *jb, uint32_t epoch, uint64_t *quota, bool *final);
+/* Snapshot fields (borrowed from jb until the snapshot is written), and
+ * back (after the ranks' epochs are restored). */
+sl_err_t m_equal_pb(const sl_allocator_t *a, const job *jb, Sluice__Master__SnapshotJob *sj,
+                    sl_error_t *err);
+sl_err_t m_equal_restore(sl_master_state_t *m, job *jb, const Sluice__Master__SnapshotJob *sj,
+                         sl_error_t *err);
+/* Frees what m_equal_pb allocated in sj. */
+void m_equal_pb_free(const sl_allocator_t *a, Sluice__Master__SnapshotJob *sj);
+
 /* state_failure.c: the transitions of a split failure (live and replay) */
 void m_apply_split_failed(sl_master_state_t *m, uint32_t slot, uint32_t split);
 sl_err_t m_apply_job_failed(sl_master_state_t *m, uint32_t slot,
@@ -472,6 +519,7 @@ sl_err_t m_attr_restore(sl_master_state_t *m, job *jb, const Sluice__Master__Sna
 typedef void (*m_printf_fn)(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void m_attr_dump(const sl_allocator_t *a, const job *jb, m_printf_fn pf, void *ctx);
 void m_rank_dump(const job *jb, m_printf_fn pf, void *ctx);
+void m_equal_dump(const job *jb, m_printf_fn pf, void *ctx);
 /* A run id for a job added now. */
 uint64_t m_new_run_id(sl_master_state_t *m, const char *job_id);
 /* Resume from version-4 tokens (state_token.c): the set checked, the job

@@ -164,6 +164,7 @@ sl_err_t m_spec_pb_build(const sl_master_state_t *m, const sl_master_state_job_s
     p->spec.spec_json = (char *)(in->spec_json != NULL ? in->spec_json : "");
     p->spec.ranks = in->ranks;
     p->spec.static_sharding = in->static_sharding;
+    p->spec.equal_batches_per_rank = in->equal_batches_per_rank;
     p->spec.min_workers = in->min_workers;
     p->spec.max_workers = in->max_workers;
     p->spec.skip_bad_splits = in->skip_bad_splits;

@@ -144,6 +144,7 @@ sl_err_t m_rank_apply_advance(sl_master_state_t *m, uint32_t slot, uint32_t r, u
     if (rc != SL_OK) return rc;
     rotate_rank(jb, r);
     jb->rank_epoch[r] = epoch;
+    m_equal_rank_began(jb, r, epoch);
     bool finished = epoch >= jb->epochs;
     for (uint32_t i = 0; i < jb->n; i++) {
         if (jb->rank_of_split[i] != r) continue;
@@ -166,6 +167,7 @@ sl_err_t m_rank_apply_advance(sl_master_state_t *m, uint32_t slot, uint32_t r, u
     if (low > jb->epoch) {
         /* every rank's share of the job's epoch is done: the job's epoch
          * moves on (its split order is the new epoch's) */
+        m_equal_epoch_done(jb, jb->epoch);
         jb->epoch = low;
         m->c.epochs_advanced++;
         if (jb->epoch < jb->epochs) {

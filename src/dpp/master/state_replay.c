@@ -48,6 +48,7 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
      * rest of the attribution are the snapshot's */
     SL_FORWARD_IF_ERROR(m_attr_restore(m, jb, sj, err));
     SL_FORWARD_IF_ERROR(m_order_restore(jb, sj, err));
+    SL_FORWARD_IF_ERROR(m_equal_restore(m, jb, sj, err));
     jb->batches = sj->batches;
     jb->samples = sj->samples;
     jb->skipped_splits = sj->skipped_splits;
@@ -232,6 +233,7 @@ sl_err_t m_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *le
         spec[k].spec_json = jb->spec_json;
         spec[k].ranks = jb->ranks;
         spec[k].static_sharding = jb->static_sharding;
+        spec[k].equal_batches_per_rank = jb->eq_count != NULL;
         spec[k].min_workers = jb->min_workers;
         spec[k].max_workers = jb->max_workers;
         spec[k].skip_bad_splits = jb->skip_bad;
@@ -247,6 +249,7 @@ sl_err_t m_snapshot_encode(const sl_master_state_t *m, uint8_t **buf, size_t *le
         sj[k].skipped_splits = jb->skipped_splits;
         sj[k].skipped_rows = jb->skipped_rows;
         if ((rc = m_attr_pb_build(m, jb, &sj[k], &ap[k], err)) != SL_OK) goto out;
+        if ((rc = m_equal_pb(a, jb, &sj[k], err)) != SL_OK) goto out;
         if (jb->chunk != 0) {
             kpp[k] = sl_calloc(a, jb->nkp + 1, sizeof *kpp[k]);
             kptr[k] = sl_calloc(a, jb->nkp + 1, sizeof *kptr[k]);
@@ -376,6 +379,7 @@ out:
         sl_free(a, sj[k].kafka_folded_made_generation, nf * 8 + 1);
         sl_free(a, sj[k].kafka_folded_first, nf * 8 + 1);
         sl_free(a, sj[k].failures, sj[k].n_failures * 4 + 1);
+        m_equal_pb_free(a, &sj[k]);
         size_t nr = sj[k].n_range_split;
         sl_free(a, sj[k].range_split, nr * 4 + 1);
         sl_free(a, sj[k].range_from, nr * 8 + 1);
@@ -528,6 +532,7 @@ sl_err_t sl_master_state_dump(const sl_master_state_t *m, char **out, size_t *le
         m_attr_dump(m->a, jb, sb_pf, &b);
         m_rank_dump(jb, sb_pf, &b);
         m_order_dump(jb, sb_pf, &b);
+        m_equal_dump(jb, sb_pf, &b);
         if (jb->failed)
             sb_printf(&b, " failed split %u epoch %u file %s stripe %d code %d: %s\n",
                       jb->fail_split, jb->fail_epoch, jb->fail_file, jb->fail_stripe, jb->fail_code,

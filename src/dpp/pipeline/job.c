@@ -603,6 +603,14 @@ static const dpp_field_t batch_fields[] = {
     UINT_KEY("size", batch_size, 1, 1u << 20, 4096, "samples per batch"),
     BOOL_KEY("drop_last", drop_last, false, "drop the last, short batch of an epoch"),
     UINT_KEY("epochs", epochs, 1, 1000000, 1, "passes over the data"),
+    BOOL_KEY("equal_batches_per_rank", equal_batches_per_rank, false,
+             "under a master, every trainer rank hands out the same number of batches in each "
+             "epoch, the lowest number any rank committed (what DDP needs so that no rank waits "
+             "in an all-reduce at an epoch's end; torch `DistributedSampler(drop_last=True)`); "
+             "a rank's batches above it are dropped, not trained that epoch, and counted "
+             "(`dropped_batches`, `dropped_samples` in `GET /jobs/{id}`; docs/DESIGN.md, "
+             "\"Equal batches per rank\"). Static or dynamic sharding; one rank has nothing "
+             "to even out; refused for a Kafka source (its epoch does not end)"),
     CUSTOM_KEY(
         "dedup_groups", parse_groups, "object `{\"group\": [features]}`", "none",
         "features stored once per unique row (IKJT); sparse or weighted features, each in one "

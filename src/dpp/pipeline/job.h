@@ -100,6 +100,9 @@ typedef struct sl_pipeline_job {
     uint32_t batch_size; /* default 4096 */
     bool drop_last;      /* default false */
     uint32_t epochs;     /* default 1 */
+    /* "equal_batches_per_rank": under a master with static sharding, every
+     * rank hands out the same number of batches per epoch (default false) */
+    bool equal_batches_per_rank;
     sl_pipeline_dedup_group_t *dedup_groups;
     uint32_t num_dedup_groups;
     bool shuffle_splits;     /* default false */
