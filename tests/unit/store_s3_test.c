@@ -618,3 +618,118 @@ Test(store_s3, a_pinned_object_reads_many_ranges_without_a_head)
     sl_store_destroy(st);
     fs_stop(&f);
 }
+
+/* ---- out of memory ---- */
+
+static void oom_fn(fs_t *f, const fs_req_t *q, int fd)
+{
+    if (strcmp(q->method, "GET") == 0 && strstr(q->target, "list-type=2")) {
+        fs_reply(fd, 200, NULL,
+                 "<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>m/k</Key>"
+                 "<Size>8</Size></Contents></ListBucketResult>");
+        return;
+    }
+    if (strcmp(q->method, "PUT") == 0 || strcmp(q->method, "POST") == 0) {
+        mp_fn(f, q, fd);
+        return;
+    }
+    fs_object(fd, q, "abcdefgh", 8, "\"e8\"");
+}
+
+static sl_err_t count_keys(void *ctx, const char *key, const sl_store_info_t *info)
+{
+    (void)key;
+    (void)info;
+    ++*(int *)ctx;
+    return SL_OK;
+}
+
+/* One of the store's operations: 0 put, 1 stat, 2 two ranges, 3 list, 4 multipart. */
+static sl_err_t oom_op(sl_store_t *st, int op, const char *big, size_t big_len, sl_error_t *e)
+{
+    sl_store_info_t info;
+    char a[4], b[4];
+    sl_store_range_t r[2] = {{.key = "m/k", .offset = 0, .len = 4, .buf = a},
+                             {.key = "m/k", .offset = 4, .len = 4, .buf = b}};
+    int n = 0;
+    sl_err_t rc;
+    switch (op) {
+    case 0:
+        return sl_store_put(st, "m/k", "abcdefgh", 8, e);
+    case 1:
+        rc = sl_store_stat(st, "m/k", &info, e);
+        cr_assert(rc != SL_OK || (info.size == 8 && strcmp(info.etag, "\"e8\"") == 0));
+        return rc;
+    case 2:
+        rc = sl_store_read_many(st, r, 2, e);
+        cr_assert(rc != SL_OK || (memcmp(a, "abcd", 4) == 0 && memcmp(b, "efgh", 4) == 0));
+        return rc;
+    case 3:
+        rc = sl_store_list(st, "m/", count_keys, &n, e);
+        cr_assert(rc != SL_OK || n == 1);
+        return rc;
+    default:
+        return sl_store_put(st, "m/big", big, big_len, e);
+    }
+}
+
+/* Every allocation of open, put, stat, ranges, a listing and a multipart
+ * upload fails in turn: each failure is an error with a message, never a
+ * crash or a leak, and the same store then does the same operation. */
+Test(store_s3, every_allocation_failure_is_an_error_and_leaks_nothing)
+{
+    env();
+    mp_t mp = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    atomic_store(&mode, MP_OK);
+    fs_t f;
+    fs_start(&f, oom_fn, &mp);
+    size_t big_len = (5u << 20) + 10;
+    char *big = calloc(1, big_len);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%u", f.port);
+    tu_alloc_t ta;
+    tu_alloc_init(&ta);
+    sl_store_opts_t o = {.alloc = &ta.base, .endpoint = ep, .path_style = -1, .max_attempts = 1};
+    int failed_ops = 0;
+    uint64_t k;
+    for (k = 1; k < 100000; k++) {
+        tu_alloc_fail_at(&ta, k, false);
+        sl_store_t *st = NULL;
+        sl_error_t e = {0};
+        sl_err_t rc = sl_store_open_url("s3://" BUCKET, &o, &st, NULL, &e);
+        if (rc != SL_OK) {
+            cr_assert_eq(rc, SL_ERR_NOMEM, "k=%llu: %s", (unsigned long long)k, e.msg);
+            cr_assert_null(st);
+            tu_alloc_assert_clean(&ta);
+            continue;
+        }
+        for (int op = 0; op < 5; op++) {
+            uint64_t before = tu_alloc_failures(&ta);
+            e = (sl_error_t){0};
+            rc = oom_op(st, op, big, big_len, &e);
+            if (tu_alloc_failures(&ta) == before) {
+                cr_assert_eq(rc, SL_OK, "k=%llu op %d: %s", (unsigned long long)k, op, e.msg);
+                continue;
+            }
+            /* The failed allocation may have been a response buffer (then
+             * the transfer fails) or the store's own. */
+            cr_assert(rc == SL_ERR_NOMEM || rc == SL_ERR_IO, "k=%llu op %d: %d %s",
+                      (unsigned long long)k, op, rc, e.msg);
+            cr_assert_neq(e.msg[0], '\0');
+            failed_ops++;
+            e = (sl_error_t){0};
+            cr_assert_eq(oom_op(st, op, big, big_len, &e), SL_OK, "k=%llu op %d again: %s",
+                         (unsigned long long)k, op, e.msg);
+        }
+        bool done = tu_alloc_failures(&ta) == 0;
+        sl_store_destroy(st);
+        tu_alloc_assert_clean(&ta);
+        if (done) break;
+    }
+    cr_log_info("%llu allocations, %d operations failed", (unsigned long long)k, failed_ops);
+    cr_assert_lt(k, 100000);
+    cr_assert_gt(failed_ops, 20, "%d operations failed", failed_ops);
+    cr_assert_eq(mp.bad_sha, 0);
+    free(big);
+    fs_stop(&f);
+}
