@@ -268,12 +268,17 @@ Test(store_local, roots_that_are_not_yet_or_not_directories)
     cr_assert_str_eq(s.keys[0], "obj");
     sl_strfree(NULL, key);
     sl_store_destroy(st);
-    /* A file as the root: listing it is an error naming it. */
-    cr_assert_eq(sl_store_open_url(url, NULL, &st, NULL, &e), SL_OK, "%s", e.msg);
+    /* A root that became a file: listing it is an error naming it. */
+    char *gone = tu_path(root, "gone"), *in_gone = tu_path(gone, "obj");
+    cr_assert_eq(sl_store_open_url(in_gone, NULL, &st, NULL, &e), SL_OK, "%s", e.msg);
+    tu_write_file(gone, "a file", 6);
+    cr_assert_eq(sl_store_list(st, "", collect, &s, &e), SL_ERR_IO);
+    char want[700];
+    snprintf(want, sizeof want, "%s/: cannot list: Not a directory", gone);
+    cr_assert_str_eq(e.msg, want);
     sl_store_destroy(st);
-    sl_store_opts_t o = {0};
-    cr_assert_eq(sl_store_open_url(root, &o, &st, NULL, &e), SL_OK, "%s", e.msg);
-    sl_store_destroy(st);
+    free(gone);
+    free(in_gone);
     /* A bare name is a key in the working directory. */
     cr_assert_eq(sl_store_open_url("no-such-name.bin", NULL, &st, &key, &e), SL_OK, "%s", e.msg);
     cr_assert_str_eq(sl_store_root(st), ".");
