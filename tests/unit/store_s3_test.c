@@ -61,7 +61,7 @@ static sl_store_t *open_fake(fs_t *f, uint32_t attempts)
 
 /* ---- ranges ---- */
 
-enum { IGNORE_RANGE = 1, LONG_206, SHORT_206 };
+enum { IGNORE_RANGE = 1, LONG_206, SHORT_206, WRONG_RANGE };
 
 static void ranges_fn(fs_t *f, const fs_req_t *q, int fd)
 {
@@ -79,6 +79,10 @@ static void ranges_fn(fs_t *f, const fs_req_t *q, int fd)
         return;
     case SHORT_206: /* the asked length announced, fewer bytes sent before the close */
         fs_reply_cl(fd, 206, NULL, obj + a, 2, (long long)(b - a + 1));
+        return;
+    case WRONG_RANGE: /* as many bytes as asked, from byte 0 */
+        snprintf(range, sizeof range, "Content-Range: bytes 0-%llu/10\r\n", b - a);
+        fs_reply_cl(fd, 206, range, obj, (size_t)(b - a + 1), -1);
         return;
     default:
         fs_object(fd, q, obj, 10, "\"e\"");
@@ -107,12 +111,15 @@ Test(store_s3, answers_that_break_the_range)
     cr_assert_eq(sl_store_read(st, "k", 2, 3, buf, &e), SL_ERR_PROTOCOL);
     cr_assert_str_eq(e.msg,
                      "s3://" BUCKET "/k: GET bytes=2-4: the server sent more bytes than asked");
+    atomic_store(&mode, WRONG_RANGE);
+    cr_assert_eq(sl_store_read(st, "k", 4, 4, buf, &e), SL_ERR_PROTOCOL);
+    cr_assert_str_eq(e.msg, "s3://" BUCKET "/k: GET bytes=4-7: the server answered from byte 0");
     /* None of these is retried: the server would answer the same. */
     sl_store_stats_t s;
     sl_store_stats(st, &s);
-    cr_assert_eq(s.requests, 4);
+    cr_assert_eq(s.requests, 5);
     cr_assert_eq(s.retries, 0);
-    cr_assert_eq(s.failures, 3);
+    cr_assert_eq(s.failures, 4);
     cr_assert_eq(s.bytes_read, 10);
     /* A body cut short of its Content-Length: a network failure, retried. */
     uint64_t net = s.by_result[SL_STORE_NETWORK_ERROR];
