@@ -740,3 +740,56 @@ Test(store_s3, every_allocation_failure_is_an_error_and_leaks_nothing)
     free(big);
     fs_stop(&f);
 }
+
+/* ---- AWS addressing ---- */
+
+static void connect_fn(fs_t *f, const fs_req_t *q, int fd)
+{
+    (void)f;
+    (void)q;
+    fs_reply(fd, 403, NULL, NULL);
+}
+
+/* Without an endpoint the store talks to AWS: virtual-hosted, or
+ * path-style when told or when the bucket has a dot (its certificate
+ * would not match). The fake is the HTTPS proxy, so it hears the host
+ * each request was for (and refuses to connect it). */
+Test(store_s3, aws_hosts_by_addressing_style)
+{
+    env();
+    unsetenv("NO_PROXY");
+    unsetenv("no_proxy");
+    fs_t f;
+    fs_start(&f, connect_fn, NULL);
+    char proxy[64];
+    snprintf(proxy, sizeof proxy, "http://127.0.0.1:%u", f.port);
+    setenv("https_proxy", proxy, 1);
+    struct {
+        const char *url;
+        int path_style;
+        const char *host;
+    } cases[] = {
+        {"s3://" BUCKET, -1, "CONNECT " BUCKET ".s3.eu-west-3.amazonaws.com:443"},
+        {"s3://" BUCKET, 1, "CONNECT s3.eu-west-3.amazonaws.com:443"},
+        {"s3://fake.dotted.bucket", -1, "CONNECT s3.eu-west-3.amazonaws.com:443"},
+    };
+    for (int i = 0; i < 3; i++) {
+        sl_store_opts_t o = {.path_style = cases[i].path_style, .max_attempts = 1};
+        sl_store_t *st = NULL;
+        sl_error_t e = {0};
+        setenv("AWS_REGION", "eu-west-3", 1);
+        cr_assert_eq(sl_store_open_url(cases[i].url, &o, &st, NULL, &e), SL_OK, "%s", e.msg);
+        char b[1];
+        /* A refused CONNECT: no answer from the server, a network failure. */
+        cr_assert_eq(sl_store_read(st, "k", 0, 1, b, &e), SL_ERR_IO);
+        char want[200];
+        snprintf(want, sizeof want, "after 1 attempts: %s/k: GET bytes=0-0: ", cases[i].url);
+        cr_assert(strncmp(e.msg, want, strlen(want)) == 0, "%s", e.msg);
+        char got[300];
+        fs_logged(&f, i, got, sizeof got);
+        cr_assert_str_eq(got, cases[i].host);
+        sl_store_destroy(st);
+    }
+    cr_assert_eq(fs_count(&f), 3);
+    fs_stop(&f);
+}
