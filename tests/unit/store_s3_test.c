@@ -696,7 +696,11 @@ Test(store_s3, every_allocation_failure_is_an_error_and_leaks_nothing)
     snprintf(ep, sizeof ep, "http://127.0.0.1:%u", f.port);
     tu_alloc_t ta;
     tu_alloc_init(&ta);
-    sl_store_opts_t o = {.alloc = &ta.base, .endpoint = ep, .path_style = -1, .max_attempts = 1};
+    sl_store_opts_t o = {.alloc = &ta.base,
+                         .endpoint = ep,
+                         .path_style = -1,
+                         .max_attempts = 1,
+                         .part_size = 5u << 20};
     int failed_ops = 0;
     uint64_t k;
     for (k = 1; k < 100000; k++) {
