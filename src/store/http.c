@@ -177,6 +177,12 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ctx)
             keep[i].dst[len] = '\0';
         }
     }
+    unsigned long long first;
+    if (n > 14 && strncasecmp(p, "content-range:", 14) == 0 &&
+        sscanf(p + 14, " bytes %llu-", &first) == 1) {
+        r->range_first = first;
+        r->has_range = true;
+    }
     if (n > 14 && strncasecmp(p, "last-modified:", 14) == 0) {
         char buf[64];
         size_t len = n - 14 < 63 ? n - 14 : 63;
@@ -246,6 +252,7 @@ static sl_err_t start(run_t *run, sl_store_req_t *r)
     r->sent = 0;
     r->status = 0;
     r->etag[0] = r->version[0] = '\0';
+    r->has_range = false;
     r->resp.len = 0;
     struct curl_slist *hl = NULL;
     char line[256];
@@ -381,6 +388,14 @@ static bool judge(sl_store_req_t *r, CURLcode cc)
         return retry;
     }
     if (r->status / 100 == 2) {
+        /* The right number of bytes from the wrong place would pass every
+         * other check (a cache or proxy that mangles ranges). */
+        if (r->ranged && r->status == 206 && r->has_range && r->range_first != r->offset) {
+            r->result = sl_error_set(&r->err, SL_ERR_PROTOCOL,
+                                     "%s: GET%s: the server answered from byte %llu", r->what, rw,
+                                     (unsigned long long)r->range_first);
+            return false;
+        }
         if (r->ranged && r->got != r->len) {
             r->result = sl_error_set(&r->err, SL_ERR_TRUNCATED,
                                      "%s: GET%s: the object ends after %zu of the %zu bytes asked",

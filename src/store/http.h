@@ -47,6 +47,8 @@ typedef struct sl_store_req {
     sl_store_buf_t resp; /* the body of a non-ranged answer, or of an error */
     char etag[128], version[128], upload_etag[128];
     uint64_t content_length;
+    uint64_t range_first; /* of a 206's Content-Range (bytes FIRST-LAST/SIZE) */
+    bool has_range;       /* the answer had a Content-Range */
     int64_t mtime_s;
     size_t got; /* bytes received into dst */
     uint32_t attempts;

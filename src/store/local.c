@@ -79,7 +79,12 @@ static sl_err_t walk(sl_store_t *st, const char *rel, const char *prefix, keys_t
         }
         struct stat sb;
         char *path = path_of(st, key);
-        if (path != NULL && stat(path, &sb) == 0) {
+        if (path == NULL) {
+            sl_strfree(st->a, key);
+            rc = sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", st->root);
+            break;
+        }
+        if (stat(path, &sb) == 0) {
             size_t kl = strlen(key), pl = strlen(prefix);
             if (S_ISDIR(sb.st_mode)) {
                 /* Only directories that can hold a key with the prefix. */
@@ -116,11 +121,13 @@ static sl_err_t local_list(sl_store_t *st, const char *prefix, sl_store_list_fn 
     atomic_fetch_add(&st->list_pages, 1);
     for (size_t i = 0; rc == SL_OK && i < k.n; i++) {
         sl_store_info_t info;
-        if (sl_store_stat(st, k.v[i], &info, err) != SL_OK) {
+        rc = sl_store_stat(st, k.v[i], &info, err);
+        if (rc == SL_ERR_NOT_FOUND) {
             if (err) sl_error_clear(err);
+            rc = SL_OK;
             continue; /* removed since the walk */
         }
-        rc = fn(ctx, k.v[i], &info);
+        if (rc == SL_OK) rc = fn(ctx, k.v[i], &info);
     }
     for (size_t i = 0; i < k.n; i++)
         sl_strfree(st->a, k.v[i]);

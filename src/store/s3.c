@@ -277,9 +277,9 @@ static sl_err_t put_multipart(s3_t *s, const char *key, const char *what, const 
     sl_strfree(a, url);
     if (rc != SL_OK) return rc;
     sl_store_buf_t enc = {0}, done = {0};
-    if (!sl_store_buf_enc(a, &enc, upload, false))
-        rc = sl_error_set(err, SL_ERR_NOMEM, "out of memory");
-    sl_store_buf_add(a, &done, "<CompleteMultipartUpload>", 25);
+    if (!sl_store_buf_enc(a, &enc, upload, false) ||
+        !sl_store_buf_add(a, &done, "<CompleteMultipartUpload>", 25))
+        rc = sl_error_set(err, SL_ERR_NOMEM, "%s: out of memory", what);
     for (uint64_t p = 0; rc == SL_OK && p < nparts; p++) {
         uint64_t off = p * ps, n = len - off < ps ? len - off : ps;
         char q[64], etag[128];

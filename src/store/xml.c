@@ -50,17 +50,7 @@ bool sl_store_xml_text(const char *body, size_t len, const char *name, char *buf
     xmlDocPtr d = parse(body, len);
     if (d == NULL) return false;
     xmlNodePtr root = xmlDocGetRootElement(d);
-    bool ok = false;
-    if (root && strcmp((const char *)root->name, name) == 0) {
-        xmlChar *t = xmlNodeGetContent(root);
-        if (t && strlen((const char *)t) < cap) {
-            snprintf(buf, cap, "%s", (const char *)t);
-            ok = true;
-        }
-        if (t) xmlFree(t);
-    } else if (root) {
-        ok = child_text(root, name, buf, cap);
-    }
+    bool ok = root && child_text(root, name, buf, cap);
     xmlFreeDoc(d);
     return ok;
 }
@@ -161,18 +151,16 @@ sl_err_t sl_store_xml_sts(const char *body, size_t len, sl_creds_value_t *out, s
     char exp[64];
     sl_err_t rc = SL_OK;
     if (c == NULL)
-        rc = sl_error_set(err, SL_ERR_PROTOCOL,
-                          "STS AssumeRoleWithWebIdentity: no <Credentials> in the answer");
+        rc = sl_error_set(err, SL_ERR_PROTOCOL, "no <Credentials> in the answer");
     else if (!child_text(c, "AccessKeyId", out->key_id, sizeof out->key_id) ||
              !child_text(c, "SecretAccessKey", out->secret, sizeof out->secret) ||
              !child_text(c, "SessionToken", out->token, sizeof out->token) ||
              !child_text(c, "Expiration", exp, sizeof exp))
         rc = sl_error_set(err, SL_ERR_PROTOCOL,
-                          "STS AssumeRoleWithWebIdentity: <Credentials> lacks AccessKeyId, "
-                          "SecretAccessKey, SessionToken or Expiration (or one is too long)");
+                          "<Credentials> lacks AccessKeyId, SecretAccessKey, SessionToken or "
+                          "Expiration (or one is too long)");
     else if ((out->expires_s = sl_creds_parse_time(exp)) < 0)
-        rc = sl_error_set(err, SL_ERR_PROTOCOL,
-                          "STS AssumeRoleWithWebIdentity: an Expiration of '%s'", exp);
+        rc = sl_error_set(err, SL_ERR_PROTOCOL, "an Expiration of '%s'", exp);
     if (rc != SL_OK) sl_creds_wipe(out);
     if (d) xmlFreeDoc(d);
     return rc;

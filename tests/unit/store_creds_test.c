@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,14 +25,20 @@
 
 /* ---- the fake STS and IMDS ---- */
 
+/* What the fake IMDS answers wrongly. */
+typedef enum { IMDS_OK, IMDS_NO_ROLE, IMDS_EMPTY_ROLE, IMDS_CREDS_500, IMDS_NO_TOKEN } imds_mode_t;
+
 typedef struct fake {
     struct MHD_Daemon *d;
     uint16_t port;
     pthread_mutex_t mu;
-    int life_s;       /* of the credentials it hands out */
-    bool deny;        /* STS: 403 AccessDenied */
-    int issued;       /* credentials handed out */
-    int bad_requests; /* requests that broke what the real service checks */
+    int life_s;           /* of the credentials it hands out */
+    bool deny;            /* STS: 403 AccessDenied */
+    bool any_session;     /* STS: any RoleSessionName sluice-*, not only sluice-test */
+    const char *sts_body; /* STS: this answer (200) in place of credentials */
+    int imds_mode;        /* IMDS: one of imds_mode_t */
+    int issued;           /* credentials handed out */
+    int bad_requests;     /* requests that broke what the real service checks */
     char last_body[4096];
 } fake_t;
 
@@ -85,7 +92,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         snprintf(f->last_body, sizeof f->last_body, "%s", u->buf);
         bool ok = strstr(u->buf, "Action=AssumeRoleWithWebIdentity") &&
                   strstr(u->buf, "RoleArn=" ROLE_ARN_ENC "&") &&
-                  strstr(u->buf, "RoleSessionName=sluice-test&") &&
+                  strstr(u->buf, f->any_session ? "RoleSessionName=sluice-"
+                                                : "RoleSessionName=sluice-test&") &&
                   strstr(u->buf, "Version=2011-06-15") &&
                   strstr(u->buf, "WebIdentityToken=eyJhbGciOiJSUzI1NiJ9.web-identity-token.sig");
         if (!ok) {
@@ -93,6 +101,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             rc = answer(c, 400, "text/xml",
                         "<ErrorResponse><Error><Code>InvalidParameterValue</Code><Message>bad "
                         "request</Message></Error></ErrorResponse>");
+        } else if (f->sts_body) {
+            rc = answer(c, 200, "text/xml", f->sts_body);
         } else if (f->deny) {
             rc = answer(c, 403, "text/xml",
                         "<ErrorResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
@@ -125,7 +135,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             f->bad_requests++;
             rc = answer(c, 401, "text/plain", "");
         } else if (strcmp(url + 43, "") == 0) {
-            rc = answer(c, 200, "text/plain", "sluice-node-role\n");
+            rc = f->imds_mode == IMDS_NO_ROLE ? answer(c, 404, "text/plain", "")
+                 : f->imds_mode == IMDS_EMPTY_ROLE
+                     ? answer(c, 200, "text/plain", "\n")
+                     : answer(c, 200, "text/plain", "sluice-node-role\n");
+        } else if (strcmp(url + 43, "sluice-node-role") == 0 && f->imds_mode == IMDS_CREDS_500) {
+            rc = answer(c, 500, "text/plain", "");
+        } else if (strcmp(url + 43, "sluice-node-role") == 0 && f->imds_mode == IMDS_NO_TOKEN) {
+            rc = answer(c, 200, "application/json",
+                        "{\"Code\":\"Success\",\"AccessKeyId\":\"ASIAIMDS\",\"SecretAccessKey\":"
+                        "\"imds-secret\",\"Expiration\":\"2026-11-29T04:00:00Z\"}");
         } else if (strcmp(url + 43, "sluice-node-role") == 0) {
             f->issued++;
             snprintf(body, sizeof body,
@@ -537,4 +556,242 @@ Test(creds, iso_times)
     cr_assert_eq(sl_creds_parse_time("2026-11-29 04:00:00"), -1);
     cr_assert_eq(sl_creds_parse_time("2026-13-29T04:00:00Z"), -1);
     cr_assert_eq(sl_creds_parse_time("2026-11-29T04:00:00+02:00"), -1);
+}
+
+/* ---- edge cases of each source ---- */
+
+Test(creds, values_too_long_or_half_set_are_refused_without_the_value)
+{
+    clean_env();
+    char id[200];
+    memset(id, 'K', sizeof id - 1);
+    id[sizeof id - 1] = '\0';
+    setenv("AWS_ACCESS_KEY_ID", id, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "env-secret", 1);
+    sl_creds_t *c = chain();
+    sl_creds_value_t v;
+    sl_error_t e = {0};
+    cr_assert_eq(sl_creds_get(c, &v, &e), SL_ERR_TOO_LARGE);
+    cr_assert_str_eq(e.msg, "credentials from the environment: a value too long");
+    sl_creds_destroy(c);
+
+    /* A shared file with a key id and no secret. */
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    char *cred = tu_path(tmp_dir, "credentials");
+    const char *ct = "[default]\naws_access_key_id = AKIDHALF\n";
+    tu_write_file(cred, ct, strlen(ct));
+    setenv("AWS_SHARED_CREDENTIALS_FILE", cred, 1);
+    c = chain();
+    cr_assert_eq(sl_creds_get(c, &v, &e), SL_ERR_INVALID);
+    char want[600];
+    snprintf(want, sizeof want,
+             "credentials from %s, profile default: aws_access_key_id and aws_secret_access_key "
+             "must both be set",
+             cred);
+    cr_assert_str_eq(e.msg, want);
+    sl_creds_destroy(c);
+    /* No credentials at all: the caller is told, not handed empty ones. */
+    cr_assert_eq(sl_creds_get(NULL, &v, &e), SL_ERR_INVALID);
+    cr_assert_str_eq(e.msg, "a signed request without credentials");
+    free(cred);
+}
+
+Test(creds, shared_files_under_home)
+{
+    clean_env();
+    unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+    unsetenv("AWS_CONFIG_FILE");
+    setenv("HOME", tmp_dir, 1);
+    char *aws = tu_path(tmp_dir, ".aws");
+    cr_assert_eq(mkdir(aws, 0700), 0);
+    char *cred = tu_path(aws, "credentials"), *conf = tu_path(aws, "config");
+    const char *ct = "[default]\naws_access_key_id = AKIDHOME\naws_secret_access_key = home\n";
+    tu_write_file(cred, ct, strlen(ct));
+    const char *cf = "[default]\nregion = sa-east-1\n";
+    tu_write_file(conf, cf, strlen(cf));
+    sl_creds_t *c = chain();
+    sl_creds_value_t v;
+    sl_error_t e = {0};
+    cr_assert_eq(sl_creds_get(c, &v, &e), SL_OK, "%s", e.msg);
+    cr_assert_str_eq(v.key_id, "AKIDHOME");
+    cr_assert_str_eq(v.source, "shared files");
+    sl_creds_destroy(c);
+    char region[64];
+    sl_creds_region(region, sizeof region);
+    cr_assert_str_eq(region, "sa-east-1");
+    free(cred);
+    free(conf);
+    free(aws);
+}
+
+Test(creds, web_identity_from_the_profile_with_a_default_session_name)
+{
+    clean_env();
+    fake_t f;
+    fake_start(&f, 3600);
+    f.any_session = true;
+    char *tf = tu_path(tmp_dir, "token"), *conf = tu_path(tmp_dir, "config");
+    tu_write_file(tf, WEB_TOKEN, strlen(WEB_TOKEN));
+    char text[1024];
+    snprintf(text, sizeof text,
+             "[profile wi]\nweb_identity_token_file = %s\nrole_arn = " ROLE_ARN "\n", tf);
+    tu_write_file(conf, text, strlen(text));
+    setenv("AWS_CONFIG_FILE", conf, 1);
+    setenv("AWS_PROFILE", "wi", 1);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%u/", f.port);
+    setenv("AWS_ENDPOINT_URL_STS", ep, 1);
+    sl_creds_t *c = chain();
+    sl_creds_value_t v;
+    sl_error_t e = {0};
+    cr_assert_eq(sl_creds_get(c, &v, &e), SL_OK, "%s", e.msg);
+    cr_assert_str_eq(v.key_id, "ASIASTS1");
+    cr_assert_str_eq(v.source, "web identity");
+    cr_assert_eq(f.bad_requests, 0, "STS got: %s", f.last_body);
+    /* No AWS_ROLE_SESSION_NAME: sluice-<seconds since the epoch>. */
+    const char *s = strstr(f.last_body, "RoleSessionName=sluice-");
+    cr_assert_not_null(s, "%s", f.last_body);
+    long long t = 0;
+    char amp = 0;
+    cr_assert_eq(sscanf(s, "RoleSessionName=sluice-%lld%c", &t, &amp), 2, "%s", f.last_body);
+    cr_assert_eq(amp, '&');
+    cr_assert(t > 1700000000 && t <= (long long)time(NULL), "%lld", t);
+    sl_creds_destroy(c);
+    fake_stop(&f);
+    free(tf);
+    free(conf);
+}
+
+Test(creds, web_identity_failures_are_named)
+{
+    clean_env();
+    fake_t f;
+    fake_start(&f, 3600);
+    web_identity_env(&f);
+    setenv("AWS_WEB_IDENTITY_TOKEN_FILE", "/nonexistent/token", 1);
+    sl_creds_t *c = chain();
+    sl_creds_value_t v;
+    sl_error_t e = {0};
+    cr_assert_eq(sl_creds_get(c, &v, &e), SL_ERR_NOT_FOUND);
+    cr_assert_str_eq(e.msg, "web identity: web identity token /nonexistent/token: No such file or "
+                            "directory");
+    sl_creds_destroy(c);
+
+    web_identity_env(&f);
+    char prefix[200];
+    snprintf(prefix, sizeof prefix,
+             "STS AssumeRoleWithWebIdentity http://127.0.0.1:%u/ (role " ROLE_ARN "): ", f.port);
+    struct {
+        const char *body, *msg;
+    } bad[] = {
+        {"<AssumeRoleWithWebIdentityResponse/>", "no <Credentials> in the answer"},
+        {"<r><Credentials><AccessKeyId>ASIA</AccessKeyId><SecretAccessKey>s</SecretAccessKey>"
+         "<Expiration>2026-11-29T04:00:00Z</Expiration></Credentials></r>",
+         "<Credentials> lacks AccessKeyId, SecretAccessKey, SessionToken or Expiration (or one "
+         "is too long)"},
+        {"<r><Credentials><AccessKeyId>ASIA</AccessKeyId><SecretAccessKey>s</SecretAccessKey>"
+         "<SessionToken>t</SessionToken><Expiration>tomorrow</Expiration></Credentials></r>",
+         "an Expiration of 'tomorrow'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pthread_mutex_lock(&f.mu);
+        f.sts_body = bad[i].body;
+        pthread_mutex_unlock(&f.mu);
+        c = chain();
+        cr_assert_eq(sl_creds_get(c, &v, &e), SL_ERR_PROTOCOL, "answer %zu", i);
+        char want[600];
+        snprintf(want, sizeof want, "%s%s", prefix, bad[i].msg);
+        cr_assert_str_eq(e.msg, want);
+        cr_assert_eq(sl_creds_fetches(c), 0);
+        sl_creds_destroy(c);
+    }
+    fake_stop(&f);
+}
+
+Test(creds, instance_metadata_answers_that_give_no_credentials)
+{
+    clean_env();
+    fake_t f;
+    fake_start(&f, 3600);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%u/", f.port); /* the '/' is dropped */
+    setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", ep, 1);
+    unsetenv("AWS_EC2_METADATA_DISABLED");
+    char what[64];
+    snprintf(what, sizeof what, "instance metadata http://127.0.0.1:%u", f.port);
+    sl_creds_value_t v;
+    sl_error_t e = {0};
+    struct {
+        imds_mode_t mode;
+        sl_err_t rc;
+        const char *msg; /* after what, or the whole NOT_FOUND tail */
+    } cases[] = {
+        {IMDS_NO_ROLE, SL_ERR_NOT_FOUND,
+         "; instance metadata: no IAM role attached to this instance"},
+        {IMDS_EMPTY_ROLE, SL_ERR_PROTOCOL, ": an IAM role name of 0 bytes"},
+        {IMDS_CREDS_500, SL_ERR_IO, ": GET: HTTP 500 NoBody"},
+        {IMDS_NO_TOKEN, SL_ERR_PROTOCOL,
+         ": role sluice-node-role: the answer lacks AccessKeyId, SecretAccessKey, Token or a "
+         "valid Expiration"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pthread_mutex_lock(&f.mu);
+        f.imds_mode = cases[i].mode;
+        pthread_mutex_unlock(&f.mu);
+        sl_creds_t *c = chain();
+        cr_assert_eq(sl_creds_get(c, &v, &e), cases[i].rc, "case %zu: %s", i, e.msg);
+        char want[600];
+        if (cases[i].rc == SL_ERR_NOT_FOUND) {
+            size_t n = strlen(e.msg), m = strlen(cases[i].msg);
+            cr_assert(n >= m && strcmp(e.msg + n - m, cases[i].msg) == 0, "%s", e.msg);
+        } else if (cases[i].rc == SL_ERR_IO) {
+            snprintf(want, sizeof want, "after 2 attempts: %s%s", what, cases[i].msg);
+            cr_assert_str_eq(e.msg, want);
+        } else {
+            snprintf(want, sizeof want, "%s%s", what, cases[i].msg);
+            cr_assert_str_eq(e.msg, want);
+        }
+        cr_assert_eq(sl_creds_fetches(c), 0);
+        sl_creds_destroy(c);
+    }
+    cr_assert_eq(f.bad_requests, 0);
+    fake_stop(&f);
+}
+
+/* Waits (bounded) until the clock reads at least t. */
+static void wait_until(time_t t)
+{
+    for (int i = 0; i < 200 && time(NULL) < t; i++)
+        usleep(50000);
+    cr_assert_geq(time(NULL), t, "the clock did not reach %lld in 10 s", (long long)t);
+}
+
+Test(creds, a_failed_refresh_keeps_credentials_that_are_still_valid)
+{
+    clean_env();
+    fake_t f;
+    fake_start(&f, 4); /* fetched again 2 s before they expire */
+    web_identity_env(&f);
+    sl_creds_t *c = chain();
+    sl_creds_value_t v;
+    sl_error_t e = {0};
+    cr_assert_eq(sl_creds_get(c, &v, &e), SL_OK, "%s", e.msg);
+    cr_assert_str_eq(v.key_id, "ASIASTS1");
+    int64_t expires = v.expires_s;
+    pthread_mutex_lock(&f.mu);
+    f.deny = true;
+    pthread_mutex_unlock(&f.mu);
+    wait_until((time_t)expires - 2);
+    /* Due for a refresh that STS refuses: the current ones are still good. */
+    cr_assert_eq(sl_creds_get(c, &v, &e), SL_OK, "%s", e.msg);
+    cr_assert_str_eq(v.key_id, "ASIASTS1");
+    cr_assert_eq(v.expires_s, expires);
+    cr_assert_eq(sl_creds_fetches(c), 1);
+    /* Expired, and STS still refuses: now it is an error. */
+    wait_until((time_t)expires);
+    cr_assert_eq(sl_creds_get(c, &v, &e), SL_ERR_IO);
+    cr_assert(strstr(e.msg, "HTTP 403 AccessDenied"), "%s", e.msg);
+    sl_creds_destroy(c);
+    fake_stop(&f);
 }

@@ -203,3 +203,191 @@ Test(store_local, a_pinned_object_as_a_byte_source)
     cr_assert_null(o);
     sl_store_destroy(st);
 }
+
+Test(store_local, what_the_file_system_refuses_is_named)
+{
+    sl_store_t *st = open_root();
+    sl_error_t e = {0};
+    char want[1200], b[8];
+    cr_assert_eq(sl_store_put(st, "f.bin", "abcdefgh", 8, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(sl_store_put(st, "d/g.bin", "g", 1, &e), SL_OK, "%s", e.msg);
+    /* A directory is not an object. */
+    cr_assert_eq(sl_store_stat(st, "d", &(sl_store_info_t){0}, &e), SL_ERR_NOT_FOUND);
+    snprintf(want, sizeof want, "%s/d: not a file", root);
+    cr_assert_str_eq(e.msg, want);
+    cr_assert_eq(sl_store_read(st, "d", 0, 1, b, &e), SL_ERR_IO);
+    snprintf(want, sizeof want, "%s/d: read at 0: Is a directory", root);
+    cr_assert_str_eq(e.msg, want);
+    cr_assert_eq(sl_store_read(st, "none", 0, 1, b, &e), SL_ERR_NOT_FOUND);
+    snprintf(want, sizeof want, "%s/none: No such file or directory", root);
+    cr_assert_str_eq(e.msg, want);
+    /* A file where a directory of the key would go. */
+    cr_assert_eq(sl_store_put(st, "f.bin/y/x", "x", 1, &e), SL_ERR_IO);
+    snprintf(want, sizeof want, "%s: mkdir: Not a directory", root);
+    cr_assert_str_eq(e.msg, want);
+    /* Keys and ranges checked before the disk is asked. */
+    char key[1100];
+    memset(key, 'k', sizeof key - 1);
+    key[sizeof key - 1] = '\0';
+    cr_assert_eq(sl_store_put(st, key, "x", 1, &e), SL_ERR_INVALID);
+    snprintf(want, sizeof want, "%s: key of 1099 bytes (at most 1024)", root);
+    cr_assert_str_eq(e.msg, want);
+    cr_assert_eq(sl_store_read(st, "f.bin", UINT64_MAX - 1, 4, b, &e), SL_ERR_INVALID);
+    snprintf(want, sizeof want, "%s/f.bin: range at 18446744073709551614 overflows", root);
+    cr_assert_str_eq(e.msg, want);
+    cr_assert_eq(sl_store_list(st, "/d", collect, &(seen_t){0}, &e), SL_ERR_INVALID);
+
+    /* A link loop ends at the depth bound, named. */
+    char *loop = tu_path(root, "d/loop");
+    cr_assert_eq(symlink("..", loop), 0);
+    seen_t s = {0};
+    cr_assert_eq(sl_store_list(st, "d/", collect, &s, &e), SL_ERR_INVALID);
+    cr_assert(strstr(e.msg, "/d/loop/d/loop/d/") &&
+                  strstr(e.msg, ": directories nested over 64 deep"),
+              "%s", e.msg);
+    sl_store_destroy(st);
+    free(loop);
+}
+
+Test(store_local, roots_that_are_not_yet_or_not_directories)
+{
+    /* A root that does not exist yet lists as empty, and a put makes it. */
+    char *dir = tu_path(root, "later"), *url = tu_path(dir, "obj");
+    sl_store_t *st = NULL;
+    char *key = NULL;
+    sl_error_t e = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &st, &key, &e), SL_OK, "%s", e.msg);
+    cr_assert_str_eq(sl_store_root(st), dir);
+    cr_assert_str_eq(key, "obj");
+    seen_t s = {0};
+    cr_assert_eq(sl_store_list(st, "", collect, &s, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(s.n, 0);
+    cr_assert_eq(sl_store_put(st, key, "now", 3, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(sl_store_list(st, "", collect, &s, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(s.n, 1);
+    cr_assert_str_eq(s.keys[0], "obj");
+    sl_strfree(NULL, key);
+    sl_store_destroy(st);
+    /* A root that became a file: listing it is an error naming it. */
+    char *gone = tu_path(root, "gone"), *in_gone = tu_path(gone, "obj");
+    cr_assert_eq(sl_store_open_url(in_gone, NULL, &st, NULL, &e), SL_OK, "%s", e.msg);
+    tu_write_file(gone, "a file", 6);
+    cr_assert_eq(sl_store_list(st, "", collect, &s, &e), SL_ERR_IO);
+    char want[700];
+    snprintf(want, sizeof want, "%s/: cannot list: Not a directory", gone);
+    cr_assert_str_eq(e.msg, want);
+    sl_store_destroy(st);
+    free(gone);
+    free(in_gone);
+    /* A bare name is a key in the working directory. */
+    cr_assert_eq(sl_store_open_url("no-such-name.bin", NULL, &st, &key, &e), SL_OK, "%s", e.msg);
+    cr_assert_str_eq(sl_store_root(st), ".");
+    cr_assert_str_eq(key, "no-such-name.bin");
+    sl_strfree(NULL, key);
+    sl_store_destroy(st);
+    free(dir);
+    free(url);
+}
+
+Test(store_local, counters_add_up)
+{
+    sl_store_t *st = open_root();
+    sl_error_t e = {0};
+    char b[2];
+    cr_assert_eq(sl_store_put(st, "a", "ab", 2, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(sl_store_read(st, "a", 0, 2, b, &e), SL_OK, "%s", e.msg);
+    cr_assert_eq(sl_store_read(st, "a", 1, 2, b, &e), SL_ERR_TRUNCATED);
+    sl_store_stats_t one, sum = {0};
+    sl_store_stats(st, &one);
+    sl_store_stats_add(&sum, &one);
+    sl_store_stats_add(&sum, &one);
+    cr_assert_eq(one.requests, 3);
+    cr_assert_eq(sum.requests, 6);
+    cr_assert_eq(sum.bytes_written, 4);
+    cr_assert_eq(sum.bytes_read, 6);
+    cr_assert_eq(sum.failures, 2);
+    cr_assert_eq(sum.list_pages, 0);
+    cr_assert_str_eq(sl_store_op_name(SL_STORE_OP_LIST), "list");
+    cr_assert_str_eq(sl_store_op_name(SL_STORE_OPS), "?");
+    sl_store_destroy(st);
+}
+
+/* Every allocation of each operation fails in turn: an SL_ERR_NOMEM with a
+ * message, nothing leaked, and the same store then does it. */
+Test(store_local, every_allocation_failure_is_an_error_and_leaks_nothing)
+{
+    char *src = tu_path(root, "src.txt"), *url = tu_path(root, "data/obj");
+    tu_write_file(src, "from a file", 11);
+    tu_alloc_t ta;
+    tu_alloc_init(&ta);
+    sl_store_opts_t o = {.alloc = &ta.base};
+    int failed = 0;
+    uint64_t k;
+    for (k = 1; k < 10000; k++) {
+        tu_alloc_fail_at(&ta, k, false);
+        sl_store_t *st = NULL;
+        char *key = NULL;
+        sl_error_t e = {0};
+        sl_err_t rc = sl_store_open_url(url, &o, &st, &key, &e);
+        if (rc != SL_OK) {
+            cr_assert_eq(rc, SL_ERR_NOMEM, "k=%llu: %s", (unsigned long long)k, e.msg);
+            cr_assert(strstr(e.msg, "out of memory"), "%s", e.msg);
+            cr_assert_null(st);
+            tu_alloc_assert_clean(&ta);
+            continue;
+        }
+        for (int op = 0; op < 6; op++) {
+            for (int again = 0; again < 2; again++) {
+                uint64_t before = tu_alloc_failures(&ta);
+                sl_store_info_t info = {0};
+                sl_store_object_t *obj = NULL;
+                seen_t s = {0};
+                char b[11];
+                e = (sl_error_t){0};
+                switch (op) {
+                case 0:
+                    rc = sl_store_put(st, key, "0123456789", 10, &e);
+                    break;
+                case 1:
+                    rc = sl_store_put_file(st, "copy", src, &e);
+                    break;
+                case 2:
+                    rc = sl_store_stat(st, key, &info, &e);
+                    break;
+                case 3:
+                    rc = sl_store_read(st, "copy", 0, 11, b, &e);
+                    break;
+                case 4:
+                    rc = sl_store_list(st, "", collect, &s, &e);
+                    break;
+                default:
+                    rc = sl_store_object_open(st, key, &obj, &e);
+                    if (rc == SL_OK) {
+                        sl_store_object_t *pin = NULL;
+                        rc = sl_store_object_pin(st, key, sl_store_object_info(obj), &pin, &e);
+                        sl_store_object_destroy(pin);
+                    }
+                    sl_store_object_destroy(obj);
+                }
+                if (tu_alloc_failures(&ta) == before) {
+                    cr_assert_eq(rc, SL_OK, "k=%llu op %d: %s", (unsigned long long)k, op, e.msg);
+                    break;
+                }
+                cr_assert_eq(rc, SL_ERR_NOMEM, "k=%llu op %d: %s", (unsigned long long)k, op,
+                             e.msg);
+                cr_assert(strstr(e.msg, "out of memory"), "%s", e.msg);
+                cr_assert_eq(again, 0);
+                failed++;
+            }
+        }
+        bool done = tu_alloc_failures(&ta) == 0;
+        sl_strfree(&ta.base, key);
+        sl_store_destroy(st);
+        tu_alloc_assert_clean(&ta);
+        if (done) break;
+    }
+    cr_assert_lt(k, 10000);
+    cr_assert_gt(failed, 5, "%d operations failed", failed);
+    free(src);
+    free(url);
+}
