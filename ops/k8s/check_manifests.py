@@ -27,6 +27,12 @@ which are only looked up: the base build for the example Jobs). Checked:
     leading to the master's control port, memory request = limit >=
     --memory-limit + max(256 MiB, a quarter of it), CPU request >= threads
     + 1, a PodDisruptionBudget selecting them;
+  - the autocache: a worker's --cache-dir on an emptyDir of the node's disk
+    whose sizeLimit holds --cache-size and a quarter more, and ephemeral-
+    storage requested for its emptyDirs; the master's --cache-dir on a
+    writable volume, and, where workers read tables by path from a claim,
+    on that claim where the workers mount it writable at the same path;
+    with --base, both set;
   - one image for every sluice container (with --image-tag, that tag).
 Exit 0 when all hold, 1 listing every problem.
 """
@@ -226,8 +232,10 @@ class Check:
                 self.err(obj, f"{where}: --listen port {listen_port} is not a containerPort")
         if sub == "master":
             self.master(obj, tmpl, c, f, env, mount_of, claim_templates, ports)
+            self.master_cache(obj, f, mount_of, volumes, claim_templates)
         elif sub == "worker":
             self.worker(obj, tmpl, c, f, env, resolved)
+            self.worker_cache(obj, c, resolved, mount_of, volumes)
         if self.image_tag and c["image"].rsplit(":", 1)[-1] != self.image_tag:
             self.err(obj, f"{where}: image {c['image']}, not tag {self.image_tag} (the CMake project version)")
 
@@ -369,6 +377,86 @@ class Check:
         if not any(selects(p["spec"].get("selector", {}).get("matchLabels"), labels)
                    for p in self.find("PodDisruptionBudget")):
             self.err(obj, "no PodDisruptionBudget selects the workers")
+
+    # ---- the autocache ------------------------------------------------------------
+    def worker_cache(self, obj, c, resolved, mount_of, volumes):
+        d = resolved.get("--cache-dir")
+        if not isinstance(d, str):
+            if self.base:
+                self.err(obj, "the workers have no --cache-dir: a job on an object store's table "
+                              "would be computed every epoch")
+            return
+        found = mount_of(d)
+        vol = volumes.get(found[1]["name"]) if found else None
+        if not vol or "emptyDir" not in vol:
+            self.err(obj, f"--cache-dir={d} is not on an emptyDir volume (the node's own disk, gone "
+                          "with the pod)")
+            return
+        if found[1].get("readOnly"):
+            self.err(obj, f"--cache-dir={d}: its mount {found[0]} is readOnly")
+        ed = vol["emptyDir"] or {}
+        if ed.get("medium") == "Memory":
+            self.err(obj, f"--cache-dir={d}: volume {vol['name']} is in memory (counted in the "
+                          "container's memory limit), not on the node's disk")
+        try:
+            size = cliflags.sluice_bytes(resolved.get("--cache-size", "8G"))
+            if "sizeLimit" not in ed:
+                self.err(obj, f"--cache-dir={d}: volume {vol['name']} has no sizeLimit (the cache "
+                              "would share the node's disk unbounded)")
+                return
+            limit = quantity_bytes(ed["sizeLimit"])
+            if limit < size + size // 4:
+                self.err(obj, f"--cache-size {size // MIB} MiB + a quarter (files being written) > "
+                              f"volume {vol['name']} sizeLimit {ed['sizeLimit']}: past it the pod is "
+                              "evicted")
+            disk = sum(quantity_bytes((v["emptyDir"] or {}).get("sizeLimit", "0"))
+                       for v in volumes.values() if "emptyDir" in v
+                       and (v["emptyDir"] or {}).get("medium") != "Memory")
+            want = quantity_bytes(c.get("resources", {}).get("requests", {})
+                                  .get("ephemeral-storage", "0"))
+        except ValueError as e:
+            self.err(obj, f"cache: {e}")
+            return
+        if want < disk:
+            self.err(obj, f"ephemeral-storage request {want // MIB} MiB < its emptyDirs' sizeLimits "
+                          f"{disk // MIB} MiB: the scheduler would not leave room for a full cache")
+
+    def master_cache(self, obj, f, mount_of, volumes, claim_templates):
+        d = f.get("--cache-dir")
+        if not isinstance(d, str) or d == "none":
+            if self.base:
+                self.err(obj, "the master has no --cache-dir: no autocache")
+            return
+        found = mount_of(d)
+        if not found or (found[1]["name"] not in volumes and found[1]["name"] not in claim_templates):
+            self.err(obj, f"--cache-dir={d} is not on a volume (the root file system is read-only)")
+            return
+        if found[1].get("readOnly"):
+            self.err(obj, f"--cache-dir={d}: its mount {found[0]} is readOnly")
+        # A job on a table by path keeps its files in this directory, and
+        # the workers write and read them at the same path: where workers
+        # mount a claim (tables by path), the directory must be on a claim
+        # they mount there too, writable.
+        vol = volumes.get(found[1]["name"], {})
+        claim = vol.get("persistentVolumeClaim", {}).get("claimName")
+        for wobj, wt in self.pods():
+            for x in wt["spec"]["containers"]:
+                if x.get("args", [""])[:1] != ["worker"]:
+                    continue
+                wvols = {v["name"]: v for v in wt["spec"].get("volumes", [])}
+                wclaims = {v["persistentVolumeClaim"]["claimName"]: v["name"] for v in wvols.values()
+                           if "persistentVolumeClaim" in v}
+                if not wclaims:
+                    continue
+                ok = claim in wclaims and any(
+                    m["name"] == wclaims[claim] and m["mountPath"].rstrip("/") == found[0]
+                    and not m.get("readOnly") and not wvols[m["name"]]["persistentVolumeClaim"].get("readOnly")
+                    for m in x.get("volumeMounts", []))
+                if not ok:
+                    self.err(obj, f"--cache-dir={d} is not where {wobj['metadata']['name']} sees it "
+                                  f"(writable, at {found[0]}), and they read tables by path from claim "
+                                  f"{sorted(wclaims)}: a job on those would name cache files the workers "
+                                  "cannot write")
 
     # ---- services ---------------------------------------------------------------
     def services(self):
