@@ -6,7 +6,6 @@
  * pulls one epoch through the trainer client, checks that every sample id
  * arrived exactly once, and prints the figures; then runs the same job
  * without dedup for comparison. The temporary directory is removed. */
-#include <ftw.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -17,6 +16,7 @@
 
 #include "cli.h"
 #include "common/clock.h"
+#include "common/fileio.h"
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/worker.h"
 #include "sluice/trainer.h"
@@ -91,14 +91,6 @@ const sl_cli_cmd_t sl_cli_demo_cmd = {
              "checks every sample arrived exactly once, then repeats without dedup.",
     .groups = {{&demo_group, 0}},
 };
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 /* One epoch through worker and trainer client; checks every sample id in
  * [0, rows) arrives exactly once. @return 0 or 1 (message printed). */
@@ -273,6 +265,6 @@ int sl_cli_demo(int argc, char **argv)
 fail:
     fprintf(stderr, "sluice demo: %s\n", err.msg);
 out:
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    sl_io_remove_tree(dir);
     return code;
 }

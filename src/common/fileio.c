@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -215,4 +216,18 @@ sl_err_t sl_io_read_token(const char *path, const char *what, char *buf, size_t 
         buf[--n] = '\0';
     if (n == 0) return sl_error_set(err, SL_ERR_INVALID, "%s file %s is empty", what, path);
     return SL_OK;
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void sl_io_remove_tree(const char *dir)
+{
+    nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }

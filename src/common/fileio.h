@@ -59,6 +59,11 @@ sl_err_t sl_io_replace_file(const char *path, const char *tmp, const void *head,
 /* fsync the directory dir. */
 sl_err_t sl_io_sync_dir(const char *dir, sl_error_t *err);
 
+/* Remove dir and everything below it, best effort (scratch and cache
+ * folders: what cannot be removed is left, never followed through a
+ * symbolic link). */
+void sl_io_remove_tree(const char *dir);
+
 /* Read a secret from a token file (the admin token, the cluster secret):
  * its first line, trailing whitespace trimmed, into buf (cap bytes, NUL
  * terminated). what names it in messages ("admin token"); the content

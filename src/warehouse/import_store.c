@@ -10,7 +10,6 @@
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,15 +39,6 @@ static sl_err_t on_part_key(void *ctx, const char *key, const sl_store_info_t *i
         strcmp(tail, SL_WH_FILE_EXT) == 0 && v >= r->next && v < UINT32_MAX - (1u << 20))
         r->next = v + 1;
     return SL_OK;
-}
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
 }
 
 /* Download the table's _schema into the staging directory, when there is
@@ -192,7 +182,7 @@ sl_err_t wh_import_store(const sl_wh_import_opts_t *o, sl_wh_import_summary_t *s
         if (rc != SL_OK) sl_error_prefix(err, "table %s: the data files are uploaded, ", url);
     }
     /* What the import wrote and nothing else: the directory is ours. */
-    nftw(staging, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    sl_io_remove_tree(staging);
     sl_store_destroy(r.st);
     return rc;
 }

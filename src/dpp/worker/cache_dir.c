@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/lock.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -38,15 +38,6 @@ struct dpp_cache_dir {
     uint32_t ngone, gone_cap;
 };
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 /* Remove root's w-* folders whose lock nobody holds. */
 static void clear_ended(const char *root)
 {
@@ -60,7 +51,7 @@ static void clear_ended(const char *root)
         snprintf(lock, sizeof lock, "%s/.lock", path);
         int fd = open(lock, O_RDWR | O_CLOEXEC);
         if (fd < 0) continue; /* not one of ours, or being made */
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) sl_io_remove_tree(path);
         close(fd);
     }
     closedir(d);
@@ -92,7 +83,7 @@ sl_err_t dpp_cache_dir_open(const char *root, uint64_t max_bytes, const sl_alloc
     if (d == NULL || (d->dir = sl_strdup(a, dir)) == NULL) {
         sl_free(a, d, sizeof *d);
         close(fd);
-        nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        sl_io_remove_tree(dir);
         return sl_error_set(err, SL_ERR_NOMEM, "cache directory");
     }
     d->a = a;
@@ -106,7 +97,7 @@ sl_err_t dpp_cache_dir_open(const char *root, uint64_t max_bytes, const sl_alloc
 void dpp_cache_dir_destroy(dpp_cache_dir_t *d)
 {
     if (d == NULL) return;
-    nftw(d->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    sl_io_remove_tree(d->dir);
     close(d->lock_fd);
     sl_strfree(d->a, d->dir);
     sl_free(d->a, d->e, (size_t)d->cap * sizeof *d->e);
