@@ -42,7 +42,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "dpp/master/admin.h"
+#include "dpp/master/process/admin.h"
 #include "dpp/pipeline/job.h"
 #include "dpp/worker/worker.h"
 #include "sluice/trainer.h"

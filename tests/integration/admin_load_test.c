@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
-#include "dpp/master/admin.h"
+#include "dpp/master/process/admin.h"
 #include "dpp/worker/admin.h"
 #include "testutil.h"
 

@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "dpp/master/order.h"
+#include "dpp/master/state/order.h"
 #include "dpp/worker/batcher.h"
 #include "sluice/wire.h"
 #include "testutil.h"

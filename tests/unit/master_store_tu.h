@@ -11,7 +11,7 @@
 
 #include <criterion/criterion.h>
 
-#include "dpp/master/state_store.h"
+#include "dpp/master/journal/state_store.h"
 
 #define MS_MAX_STORES 16
 

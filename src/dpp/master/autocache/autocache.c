@@ -1,5 +1,5 @@
 /* The master's half of the autocache: autocache.h says what and why. */
-#include "dpp/master/autocache.h"
+#include "dpp/master/autocache/autocache.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -7,7 +7,7 @@
 
 #include "common/log.h"
 #include "common/log_events.h"
-#include "dpp/master/master_internal.h"
+#include "dpp/master/process/master_internal.h"
 
 /* A stored decision is looked for at most this often while measuring:
  * another job of the same prefix may have decided. */

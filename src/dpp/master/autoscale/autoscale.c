@@ -1,6 +1,6 @@
 /* Autoscaler decision with hysteresis, and the fleet's fair share over
  * jobs (autoscale.h). */
-#include "dpp/master/autoscale.h"
+#include "dpp/master/autoscale/autoscale.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* The executor interface (executor.h): every call goes to the ops of the
  * executor's kind, but for the stats: a copy of the figures every kind
  * keeps in its header, taken here under the header's lock. */
-#include "dpp/master/executor.h"
+#include "dpp/master/executor/executor.h"
 
 #include "common/clock.h"
 

@@ -2,7 +2,7 @@
  * replicas of one Deployment, set through its scale subresource by the
  * executor's own thread with libcurl. Its entry points are the ops of an
  * sl_master_executor_t; executor.c forwards to them. */
-#include "dpp/master/executor.h"
+#include "dpp/master/executor/executor.h"
 
 #include <curl/curl.h>
 #include <errno.h>

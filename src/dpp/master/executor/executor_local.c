@@ -1,7 +1,7 @@
 /* The local executor (executor.h): worker processes spawned with
  * posix_spawn, stopped with SIGTERM, reaped by pid. Its entry points are
  * the ops of an sl_master_executor_t; executor.c forwards to them. */
-#include "dpp/master/executor.h"
+#include "dpp/master/executor/executor.h"
 #include "common/clock.h"
 #include "common/mem.h"
 #include "dpp/pipeline/job.h"

@@ -6,7 +6,7 @@
 #include "common/fileio.h"
 #include "common/lock.h"
 #include "common/mem.h"
-#include "dpp/master/journal_internal.h"
+#include "dpp/master/journal/journal_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -12,7 +12,7 @@
 
 #include "common/fileio.h"
 #include "common/mem.h"
-#include "dpp/master/journal_internal.h"
+#include "dpp/master/journal/journal_internal.h"
 
 /* Keep chunk c for the journal a background compaction will start
  * (q_mu and io_mu held). @return false without room: the compaction is

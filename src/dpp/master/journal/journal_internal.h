@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "common/lock.h"
-#include "dpp/master/journal.h"
+#include "dpp/master/journal/journal.h"
 
 struct sl_master_journal {
     const sl_allocator_t *a;

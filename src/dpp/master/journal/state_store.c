@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "common/mem.h"
-#include "dpp/master/state_store.h"
+#include "dpp/master/journal/state_store.h"
 
 struct sl_master_store {
     const sl_allocator_t *a;

@@ -19,8 +19,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dpp/master/journal.h"
-#include "dpp/master/state.h"
+#include "dpp/master/journal/journal.h"
+#include "dpp/master/state/state.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"
 

@@ -25,7 +25,7 @@
 #include "common/err.h"
 #include "common/fileio.h"
 #include "common/mem.h"
-#include "dpp/master/state_store.h"
+#include "dpp/master/journal/state_store.h"
 
 typedef struct forked {
     const sl_allocator_t *a;

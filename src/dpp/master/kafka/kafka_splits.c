@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dpp/master/master_internal.h"
+#include "dpp/master/process/master_internal.h"
 #include "dpp/pipeline/job.h"
 #include "kafka/chunk.h"
 

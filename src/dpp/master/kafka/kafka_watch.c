@@ -19,7 +19,7 @@
 #include "common/log_events.h"
 #include "common/mem.h"
 #include "common/prom.h"
-#include "dpp/master/master_internal.h"
+#include "dpp/master/process/master_internal.h"
 #include "dpp/pipeline/job.h"
 #include "kafka/chunk.h"
 

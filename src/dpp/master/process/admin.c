@@ -22,8 +22,8 @@
 #include "common/mem.h"
 #include "common/prom.h"
 #include "dpp/admin/ui.h"
-#include "dpp/master/admin.h"
-#include "dpp/master/admin_limits.h"
+#include "dpp/master/process/admin.h"
+#include "dpp/master/state/admin_limits.h"
 
 /* ---- POST /jobs: the body as a submission ------------------------------------------ */
 

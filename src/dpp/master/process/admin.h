@@ -10,7 +10,7 @@
 #include <jansson.h>
 
 #include "dpp/admin/endpoint.h"
-#include "dpp/master/master.h"
+#include "dpp/master/process/master.h"
 #include "dpp/pipeline/problems.h"
 #include "sluice/err.h"
 

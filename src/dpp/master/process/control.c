@@ -20,7 +20,7 @@
 #include "common/log.h"
 #include "common/log_events.h"
 #include "common/mem.h"
-#include "dpp/master/master_internal.h"
+#include "dpp/master/process/master_internal.h"
 #include "rpc/port_hint.h"
 
 #define MAX_FRAME (1u << 20)

@@ -8,7 +8,7 @@
 #include <xxhash.h>
 
 #include "common/mem.h"
-#include "dpp/master/master_internal.h"
+#include "dpp/master/process/master_internal.h"
 
 /* A client's rank must be below its world size, and its world size the
  * job's number of ranks: a reader of world size 1 on a 2-rank job would

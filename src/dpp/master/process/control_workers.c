@@ -11,7 +11,7 @@
 #include "common/log.h"
 #include "common/log_events.h"
 #include "common/mem.h"
-#include "dpp/master/master_internal.h"
+#include "dpp/master/process/master_internal.h"
 
 /* The state's outcomes are the replies' values (sent as they are). */
 _Static_assert((int)SL_MASTER_READ_PENDING == SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__PENDING &&

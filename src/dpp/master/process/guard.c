@@ -15,7 +15,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "dpp/master/master_internal.h"
+#include "dpp/master/process/master_internal.h"
 
 void mp_guard_accepted(sl_master_t *m, uint32_t i, uint64_t now_ms)
 {

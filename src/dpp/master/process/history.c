@@ -1,5 +1,5 @@
 /* A job's recent past: rings of points and decisions (history.h). */
-#include "dpp/master/history.h"
+#include "dpp/master/process/history.h"
 
 #include <stdio.h>
 #include <string.h>

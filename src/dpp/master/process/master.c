@@ -12,7 +12,7 @@
 #include "common/log.h"
 #include "common/log_events.h"
 #include "common/mem.h"
-#include "dpp/master/master_internal.h"
+#include "dpp/master/process/master_internal.h"
 #include "dpp/pipeline/lenient.h"
 #include "dpp/pipeline/plan.h"
 #include "warehouse/pq_dataset.h"

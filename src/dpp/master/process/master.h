@@ -34,12 +34,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dpp/master/autocache.h"
-#include "dpp/master/history.h"
-#include "dpp/master/autoscale.h"
-#include "dpp/master/executor.h"
-#include "dpp/master/state.h"
-#include "dpp/master/state_store.h"
+#include "dpp/master/autocache/autocache.h"
+#include "dpp/master/process/history.h"
+#include "dpp/master/autoscale/autoscale.h"
+#include "dpp/master/executor/executor.h"
+#include "dpp/master/state/state.h"
+#include "dpp/master/journal/state_store.h"
 #include "dpp/pipeline/problems.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"

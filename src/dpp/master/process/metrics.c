@@ -9,7 +9,7 @@
 
 #include "common/mem.h"
 #include "common/prom.h"
-#include "dpp/master/master_internal.h"
+#include "dpp/master/process/master_internal.h"
 
 void sl_master_report_executor(sl_master_t *m, const sl_master_executor_stats_t *st)
 {

@@ -16,7 +16,7 @@
 #include "common/log.h"
 #include "common/log_events.h"
 #include "common/mem.h"
-#include "dpp/master/master_internal.h"
+#include "dpp/master/process/master_internal.h"
 
 /* Process-side jobs the recovered state does not have (a job whose
  * record never reached the disk) are dropped; the state's jobs the

@@ -1,6 +1,6 @@
 /* The global sequence of one epoch in the deterministic order: counted
  * splits, the counted prefix and its bases (order.h). */
-#include "dpp/master/order.h"
+#include "dpp/master/state/order.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 /* ---- small helpers -------------------------------------------------------------- */
 

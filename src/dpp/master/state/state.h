@@ -75,7 +75,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dpp/master/admin_limits.h"
+#include "dpp/master/state/admin_limits.h"
 #include "dpp/split.h"
 #include "sluice/alloc.h"
 #include "sluice/err.h"

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 /* "record at offset N" or, for a live record, "live record". */
 static const char *where(char *buf, size_t cap, uint64_t off)

@@ -29,7 +29,7 @@
 
 #include <xxhash.h>
 
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 uint64_t m_new_run_id(sl_master_state_t *m, const char *job_id)
 {

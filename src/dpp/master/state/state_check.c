@@ -19,7 +19,7 @@
 #include <stdio.h>
 
 #include "common/err.h"
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 #define FAIL(...) return sl_error_set(err, SL_ERR_CORRUPT, __VA_ARGS__)
 

@@ -6,7 +6,7 @@
  * Callers hold the master's lock. */
 #include <string.h>
 
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 void sl_master_state_client_touch(sl_master_state_t *m, const char *client_id, uint64_t now_ms)
 {

@@ -6,7 +6,7 @@
 
 #include <xxhash.h>
 
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 /* ---- committed ranges ----------------------------------------------------------- */
 

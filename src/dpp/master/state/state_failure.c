@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 void m_free_failure(const sl_allocator_t *a, job *jb)
 {

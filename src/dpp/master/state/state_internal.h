@@ -19,8 +19,8 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "common/mem.h"
-#include "dpp/master/order.h"
-#include "dpp/master/state.h"
+#include "dpp/master/state/order.h"
+#include "dpp/master/state/state.h"
 #include "master.pb-c.h"
 
 #define NO_WORKER UINT32_MAX

@@ -14,7 +14,7 @@
 #include <xxhash.h>
 
 #include "common/err.h"
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 #include "kafka/chunk_bounds.h"
 
 #define CHUNK_MAX (1u << 31)

@@ -9,7 +9,7 @@
 
 #include "common/log.h"
 #include "common/log_events.h"
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 /* ---- workers ------------------------------------------------------------------ */
 

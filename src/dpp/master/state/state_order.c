@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 static void count_empty(job *jb)
 {

@@ -11,7 +11,7 @@
 #include <xxhash.h>
 
 #include "common/err.h"
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 sl_err_t m_journal(sl_master_state_t *m, const Sluice__Master__Record *rec, sl_error_t *err)
 {

@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 uint32_t m_split_epoch(const job *jb, uint32_t split)
 {

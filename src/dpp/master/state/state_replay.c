@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 /* Generations an earlier run may have handed out without a durable record
  * lie below the last journaled one + this gap (no run grants 2^32 leases

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dpp/master/state_internal.h"
+#include "dpp/master/state/state_internal.h"
 
 /* ---- range sets -------------------------------------------------------------------- */
 
