@@ -44,7 +44,7 @@
 #include "bench_util.h"
 #include "dpp/master/process/admin.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "sluice/trainer.h"
 #include "testutil.h"
 #include "warehouse/import.h"

@@ -24,7 +24,7 @@
 
 #include "common/mem.h"
 #include "dpp/master/process/admin.h"
-#include "dpp/worker/admin.h"
+#include "dpp/worker/admin/admin.h"
 #include "testutil.h"
 
 static void setup(void)

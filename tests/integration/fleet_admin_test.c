@@ -6,7 +6,7 @@
 #include "fleet_util.h"
 
 #include "dpp/master/process/admin.h"
-#include "dpp/worker/admin.h"
+#include "dpp/worker/admin/admin.h"
 
 TestSuite(fleet_admin, .init = fu_setup, .fini = fu_teardown);
 

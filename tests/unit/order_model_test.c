@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "dpp/master/state/order.h"
-#include "dpp/worker/batcher.h"
+#include "dpp/worker/batcher/batcher.h"
 #include "testutil.h"
 #include "trainer/reorder.h"
 

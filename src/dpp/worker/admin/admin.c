@@ -1,7 +1,7 @@
 /* The worker's admin routes (admin.h). Handlers run on the
  * endpoint's thread and read the worker through sl_worker_stats and
  * sl_worker_lease_client_stats, which take the locks they need. */
-#include "dpp/worker/admin.h"
+#include "dpp/worker/admin/admin.h"
 
 #include <pthread.h>
 #include <stdio.h>

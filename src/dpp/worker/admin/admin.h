@@ -8,8 +8,8 @@
 #define SLUICE_DPP_WORKER_ADMIN_H
 
 #include "dpp/admin/endpoint.h"
-#include "dpp/worker/lease_client.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/lease/lease_client.h"
+#include "dpp/worker/runtime/worker.h"
 
 typedef struct sl_worker_admin sl_worker_admin_t;
 

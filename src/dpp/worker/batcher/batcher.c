@@ -4,13 +4,13 @@
  * the batch's arena (allocated for a full batch up front); the ids of each
  * key grow in a reusable vector per key and are copied once, contiguous, when
  * the batch is complete. */
-#include "dpp/worker/batcher.h"
+#include "dpp/worker/batcher/batcher.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "common/mem.h"
-#include "dpp/worker/batcher_internal.h"
+#include "dpp/worker/batcher/batcher_internal.h"
 
 static uint64_t splitmix(uint64_t *s)
 {

@@ -32,7 +32,7 @@
 
 #include "dedup/dedup.h"
 #include "dpp/split.h"
-#include "dpp/worker/source.h"
+#include "dpp/worker/source/source.h"
 #include "sluice/err.h"
 #include "sluice/tensor.h"
 

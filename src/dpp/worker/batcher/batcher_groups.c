@@ -7,7 +7,7 @@
 
 #include "common/err.h"
 #include "common/mem.h"
-#include "dpp/worker/batcher_internal.h"
+#include "dpp/worker/batcher/batcher_internal.h"
 
 bool dpp_vec_reserve(const sl_allocator_t *a, vec_t *v, size_t more)
 {

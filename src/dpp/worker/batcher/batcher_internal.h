@@ -4,7 +4,7 @@
 #ifndef SLUICE_DPP_WORKER_BATCHER_INTERNAL_H
 #define SLUICE_DPP_WORKER_BATCHER_INTERNAL_H
 
-#include "dpp/worker/batcher.h"
+#include "dpp/worker/batcher/batcher.h"
 
 typedef struct vec {
     uint8_t *p;

@@ -3,7 +3,7 @@
  * and the client's start and end. The control connection is in
  * lease_conn.c, the control thread in lease_control.c; the rules for the
  * two locks are in lease_client_internal.h. */
-#include "dpp/worker/lease_client.h"
+#include "dpp/worker/lease/lease_client.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -12,7 +12,7 @@
 
 #include "common/err.h"
 #include "common/log_events.h"
-#include "dpp/worker/lease_client_internal.h"
+#include "dpp/worker/lease/lease_client_internal.h"
 #include "rpc/auth.h"
 
 #define DEFAULT_TIMEOUT_MS 5000

@@ -37,8 +37,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dpp/worker/source.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/source/source.h"
+#include "dpp/worker/runtime/worker.h"
 #include "sluice/err.h"
 
 typedef struct sl_worker_lease_client_opts {

@@ -21,7 +21,7 @@
 #include "common/lock.h"
 #include "common/log.h"
 #include "common/mem.h"
-#include "dpp/worker/lease_client.h"
+#include "dpp/worker/lease/lease_client.h"
 #include "rpc/frame.h"
 
 typedef struct lease {

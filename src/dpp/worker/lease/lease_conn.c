@@ -9,7 +9,7 @@
 
 #include "common/err.h"
 #include "common/log_events.h"
-#include "dpp/worker/lease_client_internal.h"
+#include "dpp/worker/lease/lease_client_internal.h"
 #include "rpc/auth.h"
 #include "rpc/port_hint.h"
 

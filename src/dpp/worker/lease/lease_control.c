@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "common/log_events.h"
-#include "dpp/worker/lease_client_internal.h"
+#include "dpp/worker/lease/lease_client_internal.h"
 
 /* ---- the control thread ---- */
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dpp/worker/lease_client.h"
+#include "dpp/worker/lease/lease_client.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 

@@ -1,6 +1,6 @@
 /* Bounded blocking queue and memory budget (queue.h): a mutex and condition
  * variables each; the ring grows only past its capacity for push_front. */
-#include "dpp/worker/queue.h"
+#include "dpp/worker/queue/queue.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -37,7 +37,7 @@
 #include "common/log.h"
 #include "common/log_events.h"
 #include "common/mem.h"
-#include "dpp/worker/worker_internal.h"
+#include "dpp/worker/runtime/worker_internal.h"
 
 struct dpp_cache_writer {
     sl_worker_t *w;

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dpp/worker/worker_internal.h"
+#include "dpp/worker/runtime/worker_internal.h"
 #include "sluice/wire.h"
 
 /* Pieces: 2048 ids (16 KiB) or 512 dense rows (26 KiB for criteo's 13

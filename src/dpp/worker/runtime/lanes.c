@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dpp/worker/worker_internal.h"
+#include "dpp/worker/runtime/worker_internal.h"
 
 enum { LANE_FREE, LANE_READ, LANE_READY, LANE_FILL };
 

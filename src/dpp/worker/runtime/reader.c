@@ -14,7 +14,7 @@
 
 #include "common/err.h"
 #include "common/mem.h"
-#include "dpp/worker/reader_internal.h"
+#include "dpp/worker/runtime/reader_internal.h"
 #include "sluice/wire.h"
 
 /* ---- memory accounting ---- */

@@ -5,7 +5,7 @@
 #ifndef SLUICE_DPP_WORKER_READER_INTERNAL_H
 #define SLUICE_DPP_WORKER_READER_INTERNAL_H
 
-#include "dpp/worker/worker_internal.h"
+#include "dpp/worker/runtime/worker_internal.h"
 
 /* The reader thread's state, reused from split to split (reader thread
  * only). */

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dpp/worker/reader_internal.h"
+#include "dpp/worker/runtime/reader_internal.h"
 
 /* A unit in flight. */
 typedef struct unit {

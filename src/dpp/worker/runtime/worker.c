@@ -2,7 +2,7 @@
  * the transform threads (dedup, transform, encode), the memory budget the
  * stages share, and the server they feed. The reader thread (read, filter,
  * batch) is in reader.c, the split sources behind source.h. */
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -14,8 +14,8 @@
 
 #include "common/log.h"
 #include "common/log_events.h"
-#include "dpp/worker/parquet_source.h"
-#include "dpp/worker/worker_internal.h"
+#include "dpp/worker/source/parquet_source.h"
+#include "dpp/worker/runtime/worker_internal.h"
 #include "sluice/wire.h"
 
 #define DEFAULT_MEMORY_LIMIT (256ull << 20)

@@ -55,8 +55,8 @@
 #include <stdint.h>
 
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/server.h"
-#include "dpp/worker/source.h"
+#include "dpp/worker/server/server.h"
+#include "dpp/worker/source/source.h"
 #include "sluice/err.h"
 #include "warehouse/warehouse.h"
 

@@ -10,9 +10,9 @@
 #include "common/clock.h"
 #include "common/lock.h"
 #include "dpp/pipeline/plan.h"
-#include "dpp/worker/batcher.h"
-#include "dpp/worker/queue.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/batcher/batcher.h"
+#include "dpp/worker/queue/queue.h"
+#include "dpp/worker/runtime/worker.h"
 
 /* A work queue message (sl_worker_msg_t.ptr): a batch on its way from the
  * batcher to the server, with the lease part of its origin. */

@@ -2,7 +2,7 @@
  * connect (the client cap, eviction), the ready queues batches wait in,
  * start, stop and statistics. A connection's own threads are in
  * server_conn.c. */
-#include "dpp/worker/server.h"
+#include "dpp/worker/server/server.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/worker/server_internal.h"
+#include "dpp/worker/server/server_internal.h"
 #include "rpc/auth.h"
 
 /* How long sl_worker_server_stop lets the sender threads of a finished job

@@ -45,8 +45,8 @@
 #include <stdint.h>
 
 #include "common/shm_heap.h"
-#include "dpp/worker/queue.h"
-#include "dpp/worker/source.h"
+#include "dpp/worker/queue/queue.h"
+#include "dpp/worker/source/source.h"
 #include "rpc/frame.h"
 #include "sluice/err.h"
 #include "sluice/tensor.h"

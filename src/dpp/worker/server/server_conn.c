@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "dpp/worker/server_internal.h"
+#include "dpp/worker/server/server_internal.h"
 #include "rpc/auth.h"
 #include "rpc/port_hint.h"
 

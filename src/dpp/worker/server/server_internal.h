@@ -16,7 +16,7 @@
 #include "common/clock.h"
 #include "common/lock.h"
 #include "common/mem.h"
-#include "dpp/worker/server.h"
+#include "dpp/worker/server/server.h"
 #include "rpc/shm.h"
 
 /* A queued batch. Sender threads read its frame without the lock, so an

@@ -12,7 +12,7 @@
 
 #include "common/log.h"
 #include "common/log_events.h"
-#include "dpp/worker/server_internal.h"
+#include "dpp/worker/server/server_internal.h"
 
 /* How long one side-channel request may take: a local peer answers at
  * once. */

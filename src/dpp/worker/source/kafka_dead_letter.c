@@ -1,5 +1,5 @@
 /* The dead-letter topic of a Kafka job (kafka_dead_letter.h). */
-#include "dpp/worker/kafka_dead_letter.h"
+#include "dpp/worker/source/kafka_dead_letter.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>

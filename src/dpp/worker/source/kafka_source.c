@@ -21,9 +21,9 @@
 
 #include "common/clock.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/kafka_dead_letter.h"
-#include "dpp/worker/queue.h"
-#include "dpp/worker/source.h"
+#include "dpp/worker/source/kafka_dead_letter.h"
+#include "dpp/worker/queue/queue.h"
+#include "dpp/worker/source/source.h"
 #include "kafka/chunk.h"
 #include "kafka/record_json.h"
 

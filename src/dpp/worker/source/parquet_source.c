@@ -15,7 +15,7 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 
-#include "dpp/worker/parquet_source.h"
+#include "dpp/worker/source/parquet_source.h"
 
 typedef struct pq_source {
     sl_worker_source_t inner; /* the units and their hooks */

@@ -3,7 +3,7 @@
 #ifndef SLUICE_DPP_WORKER_PARQUET_SOURCE_H
 #define SLUICE_DPP_WORKER_PARQUET_SOURCE_H
 
-#include "dpp/worker/source.h"
+#include "dpp/worker/source/source.h"
 #include "warehouse/pq_dataset.h"
 
 /* Wrap *src (the units: the table source over splits, or a master's

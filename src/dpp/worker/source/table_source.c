@@ -2,7 +2,7 @@
  * epoch after epoch, in table order or in a permutation drawn from (seed,
  * epoch). No leases: the rows are this worker's alone (sluice worker
  * --job, sluice read). */
-#include "dpp/worker/source.h"
+#include "dpp/worker/source/source.h"
 
 typedef struct local_source {
     const sl_wh_splits_t *splits;
