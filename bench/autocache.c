@@ -42,9 +42,9 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "dpp/master/admin.h"
+#include "dpp/master/process/admin.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "sluice/trainer.h"
 #include "testutil.h"
 #include "warehouse/import.h"

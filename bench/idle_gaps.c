@@ -26,8 +26,8 @@
 
 #include "bench_util.h"
 #include "testutil.h"
-#include "dpp/master/admin.h"
-#include "dpp/master/executor.h"
+#include "dpp/master/process/admin.h"
+#include "dpp/master/executor/executor.h"
 #include "sluice/trainer.h"
 
 #define EPOCHS 3

@@ -1,4 +1,4 @@
-/* Kafka to the trainer (src/dpp/worker/kafka_source.c), against a real
+/* Kafka to the trainer (src/dpp/worker/source/kafka_source.c), against a real
  * broker: the sessions stream is produced once to a fresh topic, then read
  * three ways in each round (3 rounds by default, the phases in turn):
  *
@@ -32,7 +32,7 @@
 
 #include "bench_util.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "kafka/producer.h"
 #include "kafka/record.h"
 #include "sluice/trainer.h"

@@ -1,5 +1,5 @@
 /* Benchmark of a Kafka stream job's resume tokens in the DPP master's state
- * machine (src/dpp/master/state_attr.c, state_kafka_token.c): a stream of
+ * machine (src/dpp/master/state/state_attr.c, state_kafka_token.c): a stream of
  * 8 partitions, chunks of 4096 offsets read in batches of 256 by K trainer
  * clients that take the batches round robin (K = 1: one client's batches
  * of a partition follow each other and grow one owner entry; K = 4: every
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "bench_util.h"
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 
 #define PARTS 8
 #define CHUNK 4096

@@ -1,4 +1,4 @@
-/* Benchmark of the DPP master's state machine (src/dpp/master/state.h):
+/* Benchmark of the DPP master's state machine (src/dpp/master/state/state.h):
  * 200 simulated workers run lease -> commit -> split read cycles over a job
  * of 1M splits, with renewals (every worker heartbeats every 8th step) and
  * an expiry sweep every 1000 operations, in one thread, with the journal
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "dpp/master/state_store.h"
+#include "dpp/master/journal/state_store.h"
 
 #define WORKERS 200
 

@@ -28,7 +28,7 @@
 #include "bench_util.h"
 #include "testutil.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "sluice/trainer.h"
 #include "warehouse/import.h"
 

@@ -20,7 +20,7 @@
 
 #include "bench_util.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "sluice/trainer.h"
 #include "store/store.h"
 

@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "dpp/master/admin.h"
+#include "dpp/master/process/admin.h"
 #include "sluice/trainer.h"
 #include "testutil.h"
 #include "warehouse/import.h"

@@ -27,7 +27,7 @@
 
 #include "bench_util.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "warehouse/import.h"
 
 enum { MAX_T = 16, MAX_ROUNDS = 64 };

@@ -18,7 +18,7 @@
 #include "common/clock.h"
 #include "common/fileio.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "sluice/trainer.h"
 #include "warehouse/import.h"
 

@@ -21,7 +21,7 @@
 #include "common/clock.h"
 #include "common/mem.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "kafka/producer.h"
 #include "produce_input.h"
 #include "sluice/trainer.h"

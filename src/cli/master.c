@@ -1,4 +1,4 @@
-/* `sluice master`: the DPP master process (src/dpp/master/master.h) with its admin
+/* `sluice master`: the DPP master process (src/dpp/master/process/master.h) with its admin
  * endpoint, and optionally an executor that turns each job's granted
  * worker count into workers: `sluice worker` processes on this machine
  * (local), or the replicas of a Kubernetes Deployment (kubernetes). Runs
@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "dpp/master/admin.h"
-#include "dpp/master/executor.h"
+#include "dpp/master/process/admin.h"
+#include "dpp/master/executor/executor.h"
 #include "rpc/auth.h"
 
 static volatile sig_atomic_t g_stop;

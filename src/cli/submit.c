@@ -21,7 +21,7 @@
 #include "common/fileio.h"
 #include "common/mem.h"
 #include "dpp/admin/endpoint.h"
-#include "dpp/master/admin_limits.h"
+#include "dpp/master/state/admin_limits.h"
 #include "http.h"
 
 typedef struct submit_args {

@@ -1,7 +1,7 @@
-/* `sluice worker`: run one DPP job's pipeline (src/dpp/worker/worker.h) and serve
+/* `sluice worker`: run one DPP job's pipeline (src/dpp/worker/runtime/worker.h) and serve
  * its batches to trainer clients until stopped (SIGINT, SIGTERM) or, with
  * --exit-when-done, until every batch has been acknowledged. With --master
- * the job and its splits come from a DPP master (src/dpp/worker/lease_client.h)
+ * the job and its splits come from a DPP master (src/dpp/worker/lease/lease_client.h)
  * and the worker exits once the master has no more work for it. Options are
  * defined once, in the table below (options.h): it parses them and prints
  * --help and the docs' table.
@@ -17,9 +17,9 @@
 #include "cli.h"
 #include "common/clock.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/lease_client.h"
-#include "dpp/worker/worker.h"
-#include "dpp/worker/admin.h"
+#include "dpp/worker/lease/lease_client.h"
+#include "dpp/worker/runtime/worker.h"
+#include "dpp/worker/admin/admin.h"
 #include "rpc/auth.h"
 #include "store/store.h"
 

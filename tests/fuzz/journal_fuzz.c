@@ -14,7 +14,7 @@
 
 #include <xxhash.h>
 
-#include "dpp/master/state_store.h"
+#include "dpp/master/journal/state_store.h"
 
 static int replay_checked(const uint8_t *data, size_t size);
 

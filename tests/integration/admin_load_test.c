@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "common/mem.h"
-#include "dpp/master/admin.h"
-#include "dpp/worker/admin.h"
+#include "dpp/master/process/admin.h"
+#include "dpp/worker/admin/admin.h"
 #include "testutil.h"
 
 static void setup(void)

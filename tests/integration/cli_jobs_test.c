@@ -456,7 +456,7 @@ Test(cli_jobs, read_progress_and_sigint_while_waiting)
     free(job);
 }
 
-/* ---- resume tokens against what the master takes (src/dpp/master/admin_limits.h) ---- */
+/* ---- resume tokens against what the master takes (src/dpp/master/state/admin_limits.h) ---- */
 
 /* fu_dir/name: n bytes of 'x' (not a token: the master refuses it with
  * 400 once the body is in). */

@@ -1,12 +1,12 @@
-/* The master's admin endpoint (src/dpp/master/admin.c, docs/ADMIN.md) on a
+/* The master's admin endpoint (src/dpp/master/process/admin.c, docs/ADMIN.md) on a
  * master in this process: each route's answer, the bearer token on the
  * mutating ones (401 without or with a wrong one, 403 when none is
  * configured), malformed and oversized bodies, unknown jobs, and `sluice
  * submit` (the real binary) against it. */
 #include "fleet_util.h"
 
-#include "dpp/master/admin.h"
-#include "dpp/worker/admin.h"
+#include "dpp/master/process/admin.h"
+#include "dpp/worker/admin/admin.h"
 
 TestSuite(fleet_admin, .init = fu_setup, .fini = fu_teardown);
 

@@ -13,7 +13,7 @@
  *    later job of the same prefix reads them at once, a corrupt file falls
  *    back to computing (counted), and a rewritten source file changes the
  *    prefix fingerprint (no stale cache read). */
-#include "dpp/master/autocache.h"
+#include "dpp/master/autocache/autocache.h"
 #include "fleet_util.h"
 
 TestSuite(fleet_autocache, .init = fu_setup, .fini = fu_teardown);

@@ -12,7 +12,7 @@
 #include "fleet_util.h"
 
 #include "common/mem.h"
-#include "dpp/master/admin.h"
+#include "dpp/master/process/admin.h"
 
 TestSuite(fleet_autoscale, .init = fu_setup, .fini = fu_teardown);
 

@@ -7,7 +7,7 @@
 
 #include <inttypes.h>
 
-#include "dpp/master/admin.h"
+#include "dpp/master/process/admin.h"
 
 TestSuite(fleet_share, .init = fu_setup, .fini = fu_teardown);
 

@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/master/executor.h"
+#include "dpp/master/executor/executor.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"
 #include "testutil.h"

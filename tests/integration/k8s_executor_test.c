@@ -1,4 +1,4 @@
-/* The Kubernetes executor (src/dpp/master/executor_k8s.c, `sluice master
+/* The Kubernetes executor (src/dpp/master/executor/executor_k8s.c, `sluice master
  * --executor kubernetes`) against a fake API server (k8s_fake_api.h:
  * TLS, the scale subresource of one Deployment, refusing what a real one
  * refuses, keeping every request).

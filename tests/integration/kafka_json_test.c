@@ -15,7 +15,7 @@
 
 #include "../kafka_records.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "sluice/trainer.h"
 #include "warehouse/column_map.h"
 

@@ -11,7 +11,7 @@
 #include "kafka_util.h"
 
 #include "../kafka_records.h"
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "fleet_util.h"
 
 #define PARTS 2

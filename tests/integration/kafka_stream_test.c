@@ -13,9 +13,9 @@
 #include <jansson.h>
 
 #include "../kafka_records.h"
-#include "dpp/master/admin.h"
-#include "dpp/master/master.h"
-#include "dpp/master/state.h"
+#include "dpp/master/process/admin.h"
+#include "dpp/master/process/master.h"
+#include "dpp/master/state/state.h"
 
 static void suite_setup(void)
 {

@@ -11,8 +11,8 @@
 
 #include "../kafka_records.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/admin.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/admin/admin.h"
+#include "dpp/worker/runtime/worker.h"
 #include "common/log.h"
 #include "sluice/trainer.h"
 

@@ -14,7 +14,7 @@
 
 #include "common/mem.h"
 #include "common/prom.h"
-#include "dpp/master/master.h"
+#include "dpp/master/process/master.h"
 #include "s3_util.h"
 #include "store/store.h"
 #include "warehouse/pq_dataset.h"

@@ -1,4 +1,4 @@
-/* The worker's half of the autocache (src/dpp/worker/cache.c): a split
+/* The worker's half of the autocache (src/dpp/worker/runtime/cache.c): a split
  * read with CACHE_WRITE leaves a cache file; read with CACHE_READ, the
  * same batches come out of it (the same keys, lengths, ids, weights, dense
  * values, labels with a filter's weight label, sample ids, origins and row
@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "sluice/trainer.h"
 #include "testutil.h"
 #include "warehouse/import.h"

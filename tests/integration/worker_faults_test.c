@@ -31,8 +31,8 @@
 
 #include "common/clock.h"
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/server.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/server/server.h"
+#include "dpp/worker/runtime/worker.h"
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "sluice/trainer.h"

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "dpp/pipeline/job.h"
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "sluice/trainer.h"
 #include "testutil.h"
 #include "warehouse/import.h"

@@ -1,8 +1,8 @@
-/* The autocache's decision (src/dpp/master/autocache.h): Cachew's rule as
+/* The autocache's decision (src/dpp/master/autocache/autocache.h): Cachew's rule as
  * a pure function of measured figures. */
 #include <criterion/criterion.h>
 
-#include "dpp/master/autocache.h"
+#include "dpp/master/autocache/autocache.h"
 
 /* 1000 samples costing 10 ms to compute (10 us each), 1000 bytes each. */
 static sl_master_autocache_figures_t figs(double read_bps)

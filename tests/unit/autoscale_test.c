@@ -1,11 +1,11 @@
-/* Autoscaler decisions (src/dpp/master/autoscale.c): up while trainers wait and
+/* Autoscaler decisions (src/dpp/master/autoscale/autoscale.c): up while trainers wait and
  * workers are busy, down when workers idle, hold when the bottleneck is
  * elsewhere, hysteresis (streaks and cooldown), bounds, operator override. */
 #include <criterion/criterion.h>
 
 #include <string.h>
 
-#include "dpp/master/autoscale.h"
+#include "dpp/master/autoscale/autoscale.h"
 
 #define SEC 1000000000ull
 

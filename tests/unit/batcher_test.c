@@ -1,4 +1,4 @@
-/* The batcher (src/dpp/worker/batcher.h): rows of random stripes with random
+/* The batcher (src/dpp/worker/batcher/batcher.h): rows of random stripes with random
  * selections come out in batches of exactly batch_size (the last one short,
  * or dropped with drop_last), every selected row once and in order, every
  * value equal to its source row, origins (split, row, sequence) right, the
@@ -9,8 +9,8 @@
 
 #include <string.h>
 
-#include "dpp/master/order.h"
-#include "dpp/worker/batcher.h"
+#include "dpp/master/state/order.h"
+#include "dpp/worker/batcher/batcher.h"
 #include "sluice/wire.h"
 #include "testutil.h"
 

@@ -1,4 +1,4 @@
-/* The local executor (src/dpp/master/executor.h) with a stand-in worker program: a
+/* The local executor (src/dpp/master/executor/executor.h) with a stand-in worker program: a
  * shell script that records its arguments and sleeps. Scaling up spawns
  * the right command lines, scaling down stops the newest workers with
  * SIGTERM, a worker killed from outside is reaped and reported as a
@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/master/executor.h"
+#include "dpp/master/executor/executor.h"
 #include "testutil.h"
 
 static char tmpdir[256], script[300];

@@ -19,7 +19,7 @@
 
 #include <criterion/criterion.h>
 
-#include "dpp/worker/worker.h"
+#include "dpp/worker/runtime/worker.h"
 #include "rpc/frame.h"
 #include "sluice/wire.h"
 

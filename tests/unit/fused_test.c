@@ -1,4 +1,4 @@
-/* The worker's fused path (src/dpp/worker/fused.c, docs/WORKER.md "The fused
+/* The worker's fused path (src/dpp/worker/runtime/fused.c, docs/WORKER.md "The fused
  * path") against the general path on the same input: the same stripes go
  * through two batchers, one building every batch (then
  * sl_pipeline_plan_transform and sl_wire_encode, as a transform thread
@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "dpp/pipeline/plan.h"
-#include "dpp/worker/batcher.h"
-#include "dpp/worker/worker_internal.h"
+#include "dpp/worker/batcher/batcher.h"
+#include "dpp/worker/runtime/worker_internal.h"
 #include "sluice/wire.h"
 #include "testutil.h"
 

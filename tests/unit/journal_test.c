@@ -1,4 +1,4 @@
-/* Tests of the master's journal (src/dpp/master/journal.h) through the master
+/* Tests of the master's journal (src/dpp/master/journal/journal.h) through the master
  * state: replay equals the in-memory state after random operations, a torn
  * tail is cut with a warning, damage in the middle is refused naming file
  * and offset, snapshots and compaction (including a crash between the
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "master_store_tu.h"
 #include "testutil.h"
 

@@ -1,4 +1,4 @@
-/* The worker under a master (src/dpp/worker/lease_client.h, worker.h master
+/* The worker under a master (src/dpp/worker/lease/lease_client.h, worker.h master
  * mode) against a fake master written here: REGISTER, LEASE / NO_WORK,
  * HEARTBEAT with revocations and stop, SPLIT_READ. Fake trainer clients
  * read the batches and check, against the table read directly:
@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dpp/worker/lease_client.h"
+#include "dpp/worker/lease/lease_client.h"
 #include "fake_master.h"
 #include "rpc/frame.h"
 #include "sluice/wire.h"

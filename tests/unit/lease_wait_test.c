@@ -8,7 +8,7 @@
 #include <criterion/criterion.h>
 
 #include "common/clock.h"
-#include "dpp/worker/lease_client.h"
+#include "dpp/worker/lease/lease_client.h"
 #include "fake_master.h"
 #include "testutil.h"
 

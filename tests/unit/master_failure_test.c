@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "master_store_tu.h"
 #include "testutil.h"
 

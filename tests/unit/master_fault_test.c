@@ -25,7 +25,7 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "dpp/master/admin.h"
+#include "dpp/master/process/admin.h"
 #include "rpc/frame.h"
 #include "testutil.h"
 #include "warehouse/import.h"

@@ -1,10 +1,10 @@
-/* A job's history on the master (src/dpp/master/history.h): rates between
+/* A job's history on the master (src/dpp/master/process/history.h): rates between
  * looks, a point per interval with the interval's rates, the ring's bound
  * (oldest dropped), decisions, and the time left. */
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "dpp/master/history.h"
+#include "dpp/master/process/history.h"
 
 static sl_master_history_input_t at(uint64_t ms, uint64_t samples, uint64_t rows)
 {

@@ -1,5 +1,5 @@
 /* The holder table of the autocache on workers' disks
- * (src/dpp/master/holders.h): random puts, overwrites and removes checked
+ * (src/dpp/master/autocache/holders.h): random puts, overwrites and removes checked
  * against a plain array after every step (probe runs that wrap the
  * table's end and deletions that shift entries back included), and growth
  * that leaves out the entries of processes that are gone. Randomised by
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dpp/master/holders.h"
+#include "dpp/master/autocache/holders.h"
 #include "testutil.h"
 
 static tu_alloc_t g_ta;

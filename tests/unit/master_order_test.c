@@ -1,11 +1,11 @@
-/* The deterministic order's arithmetic (src/dpp/master/order.c): counted
+/* The deterministic order's arithmetic (src/dpp/master/state/order.c): counted
  * prefix, bases, the lease window, locating a batch, gap bases. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "dpp/master/order.h"
+#include "dpp/master/state/order.h"
 
 static sl_master_order_t *make(uint32_t n, uint32_t window)
 {

@@ -8,7 +8,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "master_store_tu.h"
 #include "testutil.h"
 

@@ -1,4 +1,4 @@
-/* Tests of the master process (src/dpp/master/master.h) over real sockets: fake
+/* Tests of the master process (src/dpp/master/process/master.h) over real sockets: fake
  * workers and trainer clients speak proto/control.proto to it. Covers job
  * submission (and its refusals), register / lease / heartbeat / split read,
  * attach / commit (overlap, idempotent retry, across a restart), tokens,
@@ -18,8 +18,8 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "dpp/master/admin.h"
-#include "dpp/master/master_internal.h" /* the state of a deterministic job (see its test) */
+#include "dpp/master/process/admin.h"
+#include "dpp/master/process/master_internal.h" /* the state of a deterministic job (see its test) */
 #include "rpc/auth.h"
 #include "rpc/frame.h"
 #include "testutil.h"

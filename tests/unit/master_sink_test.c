@@ -1,4 +1,4 @@
-/* The master's state with no directory (dpp/master/state.h, issue 26):
+/* The master's state with no directory (dpp/master/state/state.h, issue 26):
  * its records go to a record sink, here one that keeps them in memory.
  * Applied to a fresh state through the replay entry point
  * (sl_master_state_apply_record) they give the live state's dump, after
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "testutil.h"
 
 #define N 12

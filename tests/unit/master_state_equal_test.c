@@ -1,4 +1,4 @@
-/* Equal batches per rank (src/dpp/master/state_equal.c): the master counts
+/* Equal batches per rank (src/dpp/master/state/state_equal.c): the master counts
  * the batches each rank of a static-sharding job committed in an epoch,
  * answers with the epoch's quota (the lowest count so far, final once a
  * rank whose share is done holds it), counts what the ranks above it drop,
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "master_store_tu.h"
 #include "testutil.h"
 

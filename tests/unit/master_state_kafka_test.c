@@ -1,5 +1,5 @@
 /* Tests of Kafka jobs in the master's state machine (state.h, "Kafka
- * jobs"; src/dpp/master/state_kafka.c, state_kafka_token.c): chunks made on
+ * jobs"; src/dpp/master/state/state_kafka.c, state_kafka_token.c): chunks made on
  * demand as leases ask, a bounded job that finishes and a stream that does
  * not, partitions added, positions, replay and snapshots equal to memory,
  * resume tokens over partitions (one and two ranks, what they need), the
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "master_store_tu.h"
 #include "master_life.h"
 #include "testutil.h"

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "master_life.h"
 #include "testutil.h"
 

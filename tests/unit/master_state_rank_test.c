@@ -1,4 +1,4 @@
-/* Per-rank epochs of a static-sharding job (src/dpp/master/state_rank.c):
+/* Per-rank epochs of a static-sharding job (src/dpp/master/state/state_rank.c):
  * a rank whose share of its epoch is done begins its next epoch on its own
  * while another rank still reads, at most one epoch ahead of the job; the
  * job's epoch is the lowest of its ranks'; commits name their split's
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "master_store_tu.h"
 #include "master.pb-c.h"
 #include "testutil.h"

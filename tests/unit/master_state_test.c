@@ -1,4 +1,4 @@
-/* Tests of the DPP master's state machine (src/dpp/master/state.h): leases
+/* Tests of the DPP master's state machine (src/dpp/master/state/state.h): leases
  * with todo ranges, commits (overlap, idempotence, epochs), split reads,
  * stale generations, expiry, epochs and their seeded order, static
  * sharding, resume tokens, and a property test of exactly-once delivery
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "master_store_tu.h"
 #include "master_life.h"
 #include "testutil.h"

@@ -1,5 +1,5 @@
 /* Tests of the master's state that need a state directory: a state opened
- * through its store (dpp/master/state_store.h), found again from the
+ * through its store (dpp/master/journal/state_store.h), found again from the
  * state. The store owns the journal and the state; these tests pass the
  * state around (as the master process passes m->st) and sync, compact and
  * destroy through the store it belongs to. A state made by
@@ -11,7 +11,7 @@
 
 #include <criterion/criterion.h>
 
-#include "dpp/master/state_store.h"
+#include "dpp/master/journal/state_store.h"
 
 #define MS_MAX_STORES 16
 

@@ -1,4 +1,4 @@
-/* Version-4 resume tokens (src/dpp/master/state_token.c, state_attr.c): a
+/* Version-4 resume tokens (src/dpp/master/state/state_token.c, state_attr.c): a
  * simulated fleet (workers cutting leases into batches, trainer ranks that
  * commit, prefetch and hand out batches) runs a job of two epochs until its
  * ranks stop at a checkpoint (at the same step, one apart or up to a whole
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "master_store_tu.h"
 #include "testutil.h"
 

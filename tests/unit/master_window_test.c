@@ -1,4 +1,4 @@
-/* sl_master_state_pending_window (src/dpp/master/state_window.c): the
+/* sl_master_state_pending_window (src/dpp/master/state/state_window.c): the
  * splits lease_next would hand out next, in that order, read-only, across
  * shuffled epochs, splits leased out of order, and splits that became
  * pending again behind the cursor (an expiry). */
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dpp/master/state.h"
+#include "dpp/master/state/state.h"
 #include "testutil.h"
 
 #define N 12

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dpp/master/order.h"
-#include "dpp/worker/batcher.h"
+#include "dpp/master/state/order.h"
+#include "dpp/worker/batcher/batcher.h"
 #include "testutil.h"
 #include "trainer/reorder.h"
 

@@ -1,4 +1,4 @@
-/* The worker's bounded queue and memory budget (src/dpp/worker/queue.h): FIFO
+/* The worker's bounded queue and memory budget (src/dpp/worker/queue/queue.h): FIFO
  * order, capacity and timeouts, push_front, close and drain, many producers
  * and consumers losing and duplicating nothing, and the budget's waiting
  * rules (limit, held bytes, pinned bytes, close). */
@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpp/worker/queue.h"
+#include "dpp/worker/queue/queue.h"
 #include "testutil.h"
 
 static sl_worker_msg_t msg(uint64_t v)

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
-#include "dpp/worker/server.h"
+#include "dpp/worker/server/server.h"
 #include "server_peer.h"
 
 static int lease; /* a handle only: no lease hooks */

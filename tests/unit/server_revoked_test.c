@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
-#include "dpp/worker/server.h"
+#include "dpp/worker/server/server.h"
 #include "server_peer.h"
 
 typedef struct lease {

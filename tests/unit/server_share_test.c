@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dpp/worker/server.h"
+#include "dpp/worker/server/server.h"
 #include "common/mem.h"
 #include "rpc/frame.h"
 #include "server_peer.h"

@@ -17,7 +17,7 @@
 
 #include "common/clock.h"
 #include "common/shm_heap.h"
-#include "dpp/worker/server.h"
+#include "dpp/worker/server/server.h"
 #include "rpc/frame.h"
 #include "rpc/shm.h"
 #include "server_peer.h"

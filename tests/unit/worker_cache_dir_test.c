@@ -1,4 +1,4 @@
-/* A worker's own autocache directory (src/dpp/worker/cache_dir.h): the
+/* A worker's own autocache directory (src/dpp/worker/runtime/cache_dir.h): the
  * master's names checked, least recently used files removed past the
  * limit and reported once, folders of ended processes cleared while a
  * live one's stay, the process's folder removed at the end. */
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
-#include "dpp/worker/cache_dir.h"
+#include "dpp/worker/runtime/cache_dir.h"
 #include "testutil.h"
 
 static tu_alloc_t g_ta;

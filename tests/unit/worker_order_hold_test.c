@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dpp/worker/order_hold.h"
+#include "dpp/worker/server/order_hold.h"
 #include "testutil.h"
 
 /* An item of lease l, rows [from, to), len bytes; frame NULL (the hold

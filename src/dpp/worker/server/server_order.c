@@ -1,0 +1,169 @@
+/* The worker's server and the deterministic order (server.h
+ * sl_worker_server_order_*): the hold of order_hold.h between the push of
+ * a deterministic lease's batch and its rank's queue. A held batch counts
+ * as outstanding (the server is not done while one waits for its base)
+ * and keeps its budget bytes pinned (--memory-limit bounds the hold). */
+#include <inttypes.h>
+
+#include "dpp/worker/server/order_hold.h"
+#include "dpp/worker/server/server_internal.h"
+
+/* Free a batch that never reached a queue: its bytes released, its lease
+ * retired unacknowledged, and no longer outstanding when it was held. */
+static void discard(struct sl_worker_server *s, sl_worker_server_item_t *it, bool held)
+    SL_EXCLUDES(s->mu)
+{
+    sl_mutex_lock(&s->mu);
+    if (held) s->outstanding--;
+    if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
+    dpp_server_retire(s, it, false);
+    pthread_cond_broadcast(&s->cv);
+    sl_mutex_unlock(&s->mu);
+    dpp_server_frame_free(s, it->frame, it->len);
+    if (it->record_ms) sl_free(s->a, it->record_ms, (size_t)it->num_record_ms * sizeof(int64_t));
+}
+
+/* Queue every batch whose turn came, in g order (under order_mu, which
+ * keeps two threads' releases from interleaving in a rank's queue).
+ * @return the first failure; the batches after it are queued all the same. */
+static sl_err_t release(struct sl_worker_server *s, sl_error_t *err) SL_REQUIRES(s->order_mu)
+{
+    sl_err_t first = SL_OK;
+    sl_worker_server_item_t it;
+    while (s->order && sl_worker_order_hold_pop(s->order, &it)) {
+        sl_error_t e = {0};
+        /* push_now counts it outstanding before this drops the hold's count */
+        sl_err_t rc = dpp_server_push_now(s, &it, &e);
+        sl_mutex_lock(&s->mu);
+        s->outstanding--;
+        pthread_cond_broadcast(&s->cv);
+        sl_mutex_unlock(&s->mu);
+        if (rc && !first) {
+            first = rc;
+            if (err) *err = e;
+        }
+    }
+    return first;
+}
+
+sl_err_t dpp_server_order_put(struct sl_worker_server *s, const sl_worker_server_item_t *item,
+                              sl_error_t *err)
+{
+    sl_mutex_lock(&s->order_mu);
+    if (!s->order || !sl_worker_order_hold_has(s->order, item->lease.handle)) {
+        /* dropped (revoked) while the batch was encoded: gone as its held
+         * ones went */
+        sl_mutex_unlock(&s->order_mu);
+        sl_worker_server_item_t it = *item;
+        bool live = s->o.lease_live && s->o.lease_live(s->o.lease_ctx, it.lease.handle);
+        discard(s, &it, false);
+        /* a live lease never begun here is the caller's bug, not a revocation */
+        return live ? sl_error_set(err, SL_ERR_NOT_FOUND,
+                                   "server: a batch of split %" PRIu32
+                                   " in the deterministic order, whose lease was not begun",
+                                   it.lease.split)
+                    : SL_OK;
+    }
+    sl_err_t rc = sl_worker_order_hold_put(s->order, item, err);
+    if (rc) {
+        sl_mutex_unlock(&s->order_mu);
+        sl_worker_server_item_t it = *item;
+        discard(s, &it, false);
+        return sl_error_prefix(err, "server: ");
+    }
+    sl_mutex_lock(&s->mu);
+    s->outstanding++;
+    sl_mutex_unlock(&s->mu);
+    rc = release(s, err);
+    sl_mutex_unlock(&s->order_mu);
+    return rc;
+}
+
+void dpp_server_order_free(struct sl_worker_server *s)
+{
+    sl_mutex_lock(&s->order_mu);
+    sl_worker_server_item_t it;
+    while (s->order && sl_worker_order_hold_take_any(s->order, &it))
+        discard(s, &it, true);
+    sl_worker_order_hold_destroy(s->order);
+    s->order = NULL;
+    sl_mutex_unlock(&s->order_mu);
+}
+
+sl_err_t sl_worker_server_order_begin(sl_worker_server_t *s, void *lease, uint32_t split,
+                                      const sl_dpp_row_range_t *todo, uint32_t num_todo,
+                                      uint32_t ranks, uint64_t base_plus_one, sl_error_t *err)
+{
+    if (ranks == 0 || ranks > s->o.max_ranks)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "server: a deterministic lease of split %" PRIu32 " for %" PRIu32
+                            " ranks (1 to %" PRIu32 ")",
+                            split, ranks, s->o.max_ranks);
+    sl_mutex_lock(&s->order_mu);
+    sl_err_t rc = SL_OK;
+    if (!s->order) {
+        s->order = sl_worker_order_hold_new(s->a, ranks);
+        s->order_ranks = ranks;
+        if (!s->order) rc = sl_error_set(err, SL_ERR_NOMEM, "server: out of memory");
+    } else if (ranks != s->order_ranks) {
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "server: a deterministic lease of split %" PRIu32 " for %" PRIu32
+                          " ranks, after leases for %" PRIu32,
+                          split, ranks, s->order_ranks);
+    }
+    if (!rc)
+        rc = sl_worker_order_hold_begin(s->order, lease, split, todo, num_todo, base_plus_one, err);
+    sl_mutex_unlock(&s->order_mu);
+    return rc;
+}
+
+sl_err_t sl_worker_server_order_cut(sl_worker_server_t *s, void *lease, uint64_t from_row,
+                                    uint64_t to_row, bool *keep, sl_error_t *err)
+{
+    sl_mutex_lock(&s->order_mu);
+    sl_err_t rc = s->order ? sl_worker_order_hold_cut(s->order, lease, from_row, to_row, keep, err)
+                           : sl_error_set(err, SL_ERR_NOT_FOUND, "server: no order hold");
+    sl_mutex_unlock(&s->order_mu);
+    return rc;
+}
+
+sl_err_t sl_worker_server_order_base(sl_worker_server_t *s, void *lease, uint64_t base,
+                                     sl_error_t *err)
+{
+    sl_mutex_lock(&s->order_mu);
+    sl_err_t rc = s->order ? sl_worker_order_hold_set_base(s->order, lease, base, err)
+                           : sl_error_set(err, SL_ERR_NOT_FOUND, "server: no order hold");
+    if (!rc) rc = release(s, err);
+    sl_mutex_unlock(&s->order_mu);
+    return rc;
+}
+
+sl_err_t sl_worker_server_order_end(sl_worker_server_t *s, void *lease, uint64_t *batches,
+                                    sl_error_t *err)
+{
+    sl_mutex_lock(&s->order_mu);
+    sl_err_t rc = s->order ? sl_worker_order_hold_end(s->order, lease, batches, err)
+                           : sl_error_set(err, SL_ERR_NOT_FOUND, "server: no order hold");
+    if (!rc) rc = release(s, err);
+    sl_mutex_unlock(&s->order_mu);
+    return rc;
+}
+
+void sl_worker_server_order_drop(sl_worker_server_t *s, void *lease)
+{
+    sl_mutex_lock(&s->order_mu);
+    sl_worker_server_item_t it;
+    while (s->order && sl_worker_order_hold_take(s->order, lease, &it))
+        discard(s, &it, true);
+    /* a dropped lease no longer holds back the batches of later ones */
+    release(s, NULL);
+    sl_mutex_unlock(&s->order_mu);
+}
+
+void sl_worker_server_order_held(sl_worker_server_t *s, uint64_t *bytes, uint64_t *batches)
+{
+    sl_mutex_lock(&s->order_mu);
+    *bytes = s->order ? sl_worker_order_hold_bytes(s->order) : 0;
+    *batches = s->order ? sl_worker_order_hold_count(s->order) : 0;
+    sl_mutex_unlock(&s->order_mu);
+}
