@@ -61,6 +61,11 @@ struct dpp_lanes {
     bool quit;
     uint64_t est_max; /* the largest stripe any lane has read (under mu) */
     uint32_t n;
+    /* The lane whose turn it is (under mu): stripes go to the lanes in
+     * turn, so with n lanes each reads every n-th stripe of a file and its
+     * reader's read-ahead fetches the one it reads next (ahead_stride n),
+     * which a first-free-lane choice made irregular (no read-ahead at all). */
+    uint32_t turn;
     dpp_lane_t *lanes;
 };
 
@@ -74,8 +79,11 @@ static void direct_free(const sl_allocator_t *a, lane_direct_t *e)
 }
 
 /* Open the split's file on the lane's reader (kept from one split of the
- * file to the next, as the reader thread does). */
-static sl_err_t lane_open(dpp_lane_t *l, sl_error_t *err)
+ * file to the next, as the reader thread does): a twin of base, the
+ * reader thread's reader already on the split, so that the file's footer
+ * is fetched once per worker, not once more per lane. On the reader
+ * thread, while the lane is free (base is the reader thread's). */
+static sl_err_t lane_open(dpp_lane_t *l, const sl_wh_reader_t *base, sl_error_t *err)
 {
     const sl_wh_split_t *sp = l->sp;
     if (l->r && strcmp(l->path, sp->path) == 0 &&
@@ -83,7 +91,7 @@ static sl_err_t lane_open(dpp_lane_t *l, sl_error_t *err)
         return sl_wh_reader_set_range(l->r, sp->stripe_begin, sp->stripe_end, err);
     dpp_worker_close_table_reader(l->p->w, l->r);
     l->r = NULL;
-    sl_err_t rc = sl_wh_reader_open_split(l->p->w->table, sp, &l->p->ro, &l->r, err);
+    sl_err_t rc = sl_wh_reader_open_twin(base, &l->p->ro, &l->r, err);
     if (rc == SL_OK && strlen(sp->path) < sizeof l->path)
         snprintf(l->path, sizeof l->path, "%s", sp->path);
     else
@@ -98,8 +106,7 @@ static sl_err_t lane_read(dpp_lane_t *l, sl_error_t *err)
     sl_worker_t *w = l->p->w;
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     l->out = (dpp_lane_stripe_t){0};
-    sl_err_t rc = lane_open(l, err);
-    if (rc) return rc;
+    sl_err_t rc;
     if ((rc = dpp_worker_budget_take(w, l->est, 0, "the next stripe", err))) return rc;
     l->held = l->est;
     uint64_t tr = now_ns(CLOCK_MONOTONIC);
@@ -227,6 +234,7 @@ sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, 
     }
     p->w = w;
     p->ro = *ro;
+    p->ro.ahead_stride = n;
     p->n = n;
     sl_mutex_init(&p->mu);
     pthread_cond_init(&p->cv, NULL);
@@ -282,8 +290,11 @@ dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait)
     dpp_lane_t *got = NULL;
     sl_mutex_lock(&p->mu);
     for (;;) {
-        for (uint32_t i = 0; i < p->n && !got; i++)
-            if (p->lanes[i].state == LANE_FREE) got = &p->lanes[i];
+        dpp_lane_t *l = &p->lanes[p->turn % p->n];
+        if (l->state == LANE_FREE) {
+            got = l;
+            p->turn++;
+        }
         if (got || !wait || atomic_load(&w->stopping)) break;
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
@@ -337,19 +348,34 @@ uint64_t dpp_lanes_est(dpp_lanes_t *p)
     return m;
 }
 
-void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe)
+void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe,
+                   const sl_wh_reader_t *base)
 {
     dpp_lanes_t *p = l->p;
+    l->sp = sp;
+    sl_error_t e = {0};
+    sl_err_t rc = lane_open(l, base, &e); /* the lane is free: its reader is this thread's */
+    if (rc != SL_OK) {                    /* reported in the stripe's turn, as a failed read */
+        dpp_worker_close_table_reader(p->w, l->r);
+        l->r = NULL;
+        l->path[0] = '\0';
+    }
     sl_mutex_lock(&p->mu);
     /* a lane takes the largest stripe any lane has read before reading:
      * a stripe larger than the last one (a file's short last stripe, then
      * a full one) is not a surprise that others' read-ahead left no room
      * for */
     if (p->est_max > l->est) l->est = p->est_max;
-    l->sp = sp;
     l->stripe = stripe;
     l->drop = false;
-    l->state = LANE_READ;
+    if (rc != SL_OK) {
+        l->rc = rc;
+        l->err = e;
+        l->out = (dpp_lane_stripe_t){0};
+        l->state = LANE_READY;
+    } else {
+        l->state = LANE_READ;
+    }
     pthread_cond_broadcast(&p->cv);
     sl_mutex_unlock(&p->mu);
 }
@@ -361,9 +387,7 @@ bool dpp_lanes_wait(dpp_lanes_t *p, dpp_lane_t *l, bool or_free)
     sl_mutex_lock(&p->mu);
     for (;;) {
         done = l->state != LANE_READ || atomic_load(&w->stopping);
-        bool any = false;
-        for (uint32_t i = 0; or_free && i < p->n && !any; i++)
-            any = p->lanes[i].state == LANE_FREE;
+        bool any = or_free && p->lanes[p->turn % p->n].state == LANE_FREE;
         if (done || any) break;
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
