@@ -589,7 +589,8 @@ sl_err_t sl_wh_reader_open_split(const sl_wh_table_t *t, const sl_wh_split_t *sp
 
 /* A reader of base's file (on base's stripe range) with opts of its own,
  * opened from what base's open fetched: an object's footer is not fetched
- * again (no request), a local file's is read again (wh_file_open_twin).
+ * again (no request, unless it is larger than the 256 KiB tail an open
+ * fetches), a local file's is read again (wh_file_open_twin).
  * The two readers may be used on two threads at once; base may be closed
  * first (a memory reader's bytes must outlive both). A worker's stripe
  * lanes open theirs this way, once per split (docs/WORKER.md). */
