@@ -505,6 +505,30 @@ Test(s3_table, stripe_lanes_read_ahead_and_fetch_the_footer_once)
     cr_assert_eq(s1.bytes_read, 1379027);
     cr_assert_eq(s1.retries + s2.retries, 0);
     cr_assert_eq(s1.failures + s2.failures, 0);
+    /* the lanes' read-ahead counts in --memory-limit: under the limit of
+     * the_memory_limit_bounds_the_read_ahead_of_an_s3_table each of the
+     * 4 fetches ahead is made or skipped, never past the limit */
+    sl_worker_stats_t tight = run_threads(b, rows, 50, 700000, 2, NULL);
+    fprintf(stderr, "threads 2 with 700000 bytes: %llu read ahead, %llu skipped, peak %llu\n",
+            (unsigned long long)tight.read_ahead, (unsigned long long)tight.read_ahead_skipped,
+            (unsigned long long)tight.memory_peak);
+    cr_assert_eq(tight.rows_read, rows);
+    cr_assert_eq(tight.read_ahead + tight.read_ahead_skipped, 4);
+    cr_assert_leq(tight.memory_peak, 700000);
+    /* limits between one stripe and two lanes' worth: whatever the lanes
+     * read ahead (a fetch ahead is made, skipped, or dropped when a lane
+     * needs its room), never past the limit, every sample once
+     * (run_threads), no worker failing for want of room */
+    const uint64_t limits[] = {900000, 1200000, 1600000, 2400000};
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        sl_worker_stats_t st = run_threads(b, rows, 50, limits[i], 2, NULL);
+        fprintf(stderr, "threads 2 with %llu bytes: %llu read ahead, %llu skipped, peak %llu\n",
+                (unsigned long long)limits[i], (unsigned long long)st.read_ahead,
+                (unsigned long long)st.read_ahead_skipped, (unsigned long long)st.memory_peak);
+        cr_assert_eq(st.rows_read, rows);
+        cr_assert_leq(st.read_ahead + st.read_ahead_skipped, 4);
+        cr_assert_leq(st.memory_peak, limits[i]);
+    }
 }
 
 Test(s3_table, an_object_replaced_after_planning_or_while_read_is_refused)

@@ -37,8 +37,14 @@ struct dpp_lane {
     uint32_t stripe;
     const sl_pipeline_fused_t *fused; /* for the fill */
     bool drop;                        /* finish without making the batches */
-    /* the lane's own reader and scratch */
+    /* the lane's own reader and scratch; its reader's memory hook counts
+     * the read-ahead and read buffer in the budget as the lane's own (io),
+     * so that the lane, not the reader thread, drops the read-ahead when
+     * its wait for room cannot end otherwise */
     sl_wh_reader_t *r;
+    sl_wh_read_opts_t ro;
+    sl_wh_mem_t mem;
+    _Atomic uint64_t io;
     char path[1024];
     uint32_t *selected;
     float *weights;
@@ -78,6 +84,51 @@ static void direct_free(const sl_allocator_t *a, lane_direct_t *e)
     if (e->runs) sl_free(a, e->runs, (e->d.num_runs ? e->d.num_runs : 1) * sizeof *e->runs);
 }
 
+/* The lane reader's memory hook (sl_wh_mem_t): the worker's budget, the
+ * bytes the lane's own (io). */
+static bool lane_mem_try_take(void *ctx, uint64_t bytes)
+{
+    dpp_lane_t *l = ctx;
+    if (!sl_worker_budget_try_acquire(l->p->w->budget, bytes)) return false;
+    atomic_fetch_add(&l->io, bytes);
+    return true;
+}
+
+static sl_err_t lane_take(dpp_lane_t *l, uint64_t bytes, uint64_t held, const char *what,
+                          sl_error_t *err);
+
+static sl_err_t lane_mem_take(void *ctx, uint64_t bytes, const char *what, sl_error_t *err)
+{
+    dpp_lane_t *l = ctx;
+    sl_err_t rc = lane_take(l, bytes, l->held, what, err);
+    if (rc == SL_OK) atomic_fetch_add(&l->io, bytes);
+    return rc;
+}
+
+static void lane_mem_give(void *ctx, uint64_t bytes)
+{
+    dpp_lane_t *l = ctx;
+    atomic_fetch_sub(&l->io, bytes);
+    sl_worker_budget_release(l->p->w->budget, bytes);
+}
+
+/* Take bytes from the budget for the lane, which holds held besides its
+ * reader's (io): when only the lane's own bytes fill the budget, or nothing
+ * moves, the read-ahead is dropped and the take tried again, so that
+ * read-ahead never makes a worker fail (reader.c, reader_take). On the
+ * lane's thread, while it reads. */
+static sl_err_t lane_take(dpp_lane_t *l, uint64_t bytes, uint64_t held, const char *what,
+                          sl_error_t *err)
+{
+    sl_worker_t *w = l->p->w;
+    sl_err_t rc = dpp_worker_budget_take(w, bytes, held + atomic_load(&l->io), what, err);
+    if (rc == SL_ERR_NOMEM && l->r != NULL && atomic_load(&l->io) > 0) {
+        sl_wh_reader_drop_ahead(l->r);
+        rc = dpp_worker_budget_take(w, bytes, held + atomic_load(&l->io), what, err);
+    }
+    return rc;
+}
+
 /* Open the split's file on the lane's reader (kept from one split of the
  * file to the next, as the reader thread does): a twin of base, the
  * reader thread's reader already on the split, so that the file's footer
@@ -91,7 +142,7 @@ static sl_err_t lane_open(dpp_lane_t *l, const sl_wh_reader_t *base, sl_error_t 
         return sl_wh_reader_set_range(l->r, sp->stripe_begin, sp->stripe_end, err);
     dpp_worker_close_table_reader(l->p->w, l->r);
     l->r = NULL;
-    sl_err_t rc = sl_wh_reader_open_twin(base, &l->p->ro, &l->r, err);
+    sl_err_t rc = sl_wh_reader_open_twin(base, &l->ro, &l->r, err);
     if (rc == SL_OK && strlen(sp->path) < sizeof l->path)
         snprintf(l->path, sizeof l->path, "%s", sp->path);
     else
@@ -107,7 +158,7 @@ static sl_err_t lane_read(dpp_lane_t *l, sl_error_t *err)
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     l->out = (dpp_lane_stripe_t){0};
     sl_err_t rc;
-    if ((rc = dpp_worker_budget_take(w, l->est, 0, "the next stripe", err))) return rc;
+    if ((rc = lane_take(l, l->est, 0, "the next stripe", err))) return rc;
     l->held = l->est;
     uint64_t tr = now_ns(CLOCK_MONOTONIC);
     l->out.waited_ns = tr - t0;
@@ -118,7 +169,7 @@ static sl_err_t lane_read(dpp_lane_t *l, sl_error_t *err)
         char what[320];
         snprintf(what, sizeof what, "%.250s stripe %u decoded", rows->file, rows->stripe);
         uint64_t a0 = now_ns(CLOCK_MONOTONIC);
-        if ((rc = dpp_worker_budget_take(w, sb - l->held, l->held, what, err))) return rc;
+        if ((rc = lane_take(l, sb - l->held, l->held, what, err))) return rc;
         l->out.waited_ns += now_ns(CLOCK_MONOTONIC) - a0;
     } else {
         sl_worker_budget_release(w->budget, l->held - sb);
@@ -241,6 +292,10 @@ sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, 
     for (uint32_t i = 0; i < n; i++) {
         dpp_lane_t *l = &p->lanes[i];
         l->p = p;
+        l->mem = (sl_wh_mem_t){
+            .ctx = l, .try_take = lane_mem_try_take, .take = lane_mem_take, .give = lane_mem_give};
+        l->ro = p->ro;
+        if (ro->mem) l->ro.mem = &l->mem; /* else not counted, as ro says */
         if (pthread_create(&l->th, NULL, lane_main, l) != 0) {
             dpp_lanes_destroy(p);
             return sl_error_set(err, SL_ERR_IO, "worker: cannot start stripe lane %u of %u", i, n);
@@ -307,6 +362,22 @@ dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait)
     }
     sl_mutex_unlock(&p->mu);
     return got;
+}
+
+bool dpp_lanes_drop_ahead(dpp_lanes_t *p)
+{
+    bool any = false;
+    for (uint32_t i = 0; p && i < p->n; i++) {
+        dpp_lane_t *l = &p->lanes[i];
+        sl_mutex_lock(&p->mu);
+        bool mine = l->state == LANE_FREE; /* only this thread moves a free lane on */
+        sl_mutex_unlock(&p->mu);
+        if (mine && l->r && atomic_load(&l->io) > 0) {
+            sl_wh_reader_drop_ahead(l->r);
+            any = true;
+        }
+    }
+    return any;
 }
 
 uint32_t dpp_lanes_busy(dpp_lanes_t *p)

@@ -212,6 +212,10 @@ void dpp_lanes_destroy(dpp_lanes_t *p);
 /* The next lane in turn, when it is free; with wait, waits for it (NULL:
  * stopping). */
 dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait);
+/* Drop the read-ahead of the free lanes' readers (a stripe fetched ahead
+ * that no lane reads while the reader thread waits for room): on the
+ * reader thread. p may be NULL. @return whether any held bytes. */
+bool dpp_lanes_drop_ahead(dpp_lanes_t *p);
 /* Lanes not free: reading, holding a stripe read, or making its batches. */
 uint32_t dpp_lanes_busy(dpp_lanes_t *p);
 /* Wait until fewer than busy lanes are busy (or the worker stops). */
