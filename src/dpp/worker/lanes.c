@@ -70,8 +70,11 @@ struct dpp_lanes {
     /* The lane whose turn it is (under mu): stripes go to the lanes in
      * turn, so with n lanes each reads every n-th stripe of a file and its
      * reader's read-ahead fetches the one it reads next (ahead_stride n),
-     * which a first-free-lane choice made irregular (no read-ahead at all). */
+     * which a first-free-lane choice made irregular (no read-ahead at all).
+     * Only for a table in a store (in_turn): a local file is not read
+     * ahead, and there the first free lane takes the next stripe. */
     uint32_t turn;
+    bool in_turn;
     dpp_lane_t *lanes;
 };
 
@@ -285,7 +288,8 @@ sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, 
     }
     p->w = w;
     p->ro = *ro;
-    p->ro.ahead_stride = n;
+    p->in_turn = w->table != NULL && sl_wh_table_store(w->table) != NULL;
+    p->ro.ahead_stride = p->in_turn ? n : 1;
     p->n = n;
     sl_mutex_init(&p->mu);
     pthread_cond_init(&p->cv, NULL);
@@ -345,10 +349,15 @@ dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait)
     dpp_lane_t *got = NULL;
     sl_mutex_lock(&p->mu);
     for (;;) {
-        dpp_lane_t *l = &p->lanes[p->turn % p->n];
-        if (l->state == LANE_FREE) {
-            got = l;
-            p->turn++;
+        if (p->in_turn) {
+            dpp_lane_t *l = &p->lanes[p->turn % p->n];
+            if (l->state == LANE_FREE) {
+                got = l;
+                p->turn++;
+            }
+        } else {
+            for (uint32_t i = 0; i < p->n && !got; i++)
+                if (p->lanes[i].state == LANE_FREE) got = &p->lanes[i];
         }
         if (got || !wait || atomic_load(&w->stopping)) break;
         struct timespec dl;
@@ -458,7 +467,9 @@ bool dpp_lanes_wait(dpp_lanes_t *p, dpp_lane_t *l, bool or_free)
     sl_mutex_lock(&p->mu);
     for (;;) {
         done = l->state != LANE_READ || atomic_load(&w->stopping);
-        bool any = or_free && p->lanes[p->turn % p->n].state == LANE_FREE;
+        bool any = or_free && p->in_turn && p->lanes[p->turn % p->n].state == LANE_FREE;
+        for (uint32_t i = 0; or_free && !p->in_turn && i < p->n && !any; i++)
+            any = p->lanes[i].state == LANE_FREE;
         if (done || any) break;
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);

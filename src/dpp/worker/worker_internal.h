@@ -209,8 +209,8 @@ sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, 
 /* Waits for the lanes at work, then joins them; stripes the reader never
  * finished are let go and their direct batches retired. p may be NULL. */
 void dpp_lanes_destroy(dpp_lanes_t *p);
-/* The next lane in turn, when it is free; with wait, waits for it (NULL:
- * stopping). */
+/* A free lane (of a table in a store: the next lane in turn, when it is
+ * free); with wait, waits for it (NULL: stopping). */
 dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait);
 /* Drop the read-ahead of the free lanes' readers (a stripe fetched ahead
  * that no lane reads while the reader thread waits for room): on the
