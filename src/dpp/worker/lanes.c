@@ -63,6 +63,10 @@ struct dpp_lanes {
     sl_wh_read_opts_t ro;
     bool weigh;
     sl_mutex_t mu;
+    /* Held (before mu) while the reader thread opens a free lane's reader
+     * and while a thread drops the read-ahead of lanes it does not own
+     * (drop_others): a lane not reading keeps its reader meanwhile. */
+    sl_mutex_t rmu;
     pthread_cond_t cv; /* any lane's state changed, or quit */
     bool quit;
     uint64_t est_max; /* the largest stripe any lane has read (under mu) */
@@ -120,14 +124,37 @@ static void lane_mem_give(void *ctx, uint64_t bytes)
  * moves, the read-ahead is dropped and the take tried again, so that
  * read-ahead never makes a worker fail (reader.c, reader_take). On the
  * lane's thread, while it reads. */
+/* Drop the read-ahead of every lane but self that is not reading (a lane
+ * waiting for its turn, making its batches, or free holds a fetch ahead
+ * of its next stripe, which may wait for the room it holds). Under rmu
+ * and mu: such a lane's reader is neither replaced nor read meanwhile.
+ * @return whether any held bytes. */
+static bool drop_others(dpp_lanes_t *p, const dpp_lane_t *self)
+{
+    bool any = false;
+    sl_mutex_lock(&p->rmu);
+    sl_mutex_lock(&p->mu);
+    for (uint32_t i = 0; i < p->n; i++) {
+        dpp_lane_t *l = &p->lanes[i];
+        if (l == self || l->state == LANE_READ || !l->r || atomic_load(&l->io) == 0) continue;
+        sl_wh_reader_drop_ahead(l->r);
+        any = true;
+    }
+    sl_mutex_unlock(&p->mu);
+    sl_mutex_unlock(&p->rmu);
+    return any;
+}
+
 static sl_err_t lane_take(dpp_lane_t *l, uint64_t bytes, uint64_t held, const char *what,
                           sl_error_t *err)
 {
     sl_worker_t *w = l->p->w;
     sl_err_t rc = dpp_worker_budget_take(w, bytes, held + atomic_load(&l->io), what, err);
-    if (rc == SL_ERR_NOMEM && l->r != NULL && atomic_load(&l->io) > 0) {
-        sl_wh_reader_drop_ahead(l->r);
-        rc = dpp_worker_budget_take(w, bytes, held + atomic_load(&l->io), what, err);
+    if (rc == SL_ERR_NOMEM) {
+        bool any = l->r != NULL && atomic_load(&l->io) > 0;
+        if (any) sl_wh_reader_drop_ahead(l->r); /* a no-op inside its own fetch */
+        if (drop_others(l->p, l)) any = true;
+        if (any) rc = dpp_worker_budget_take(w, bytes, held + atomic_load(&l->io), what, err);
     }
     return rc;
 }
@@ -292,6 +319,7 @@ sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, 
     p->ro.ahead_stride = p->in_turn ? n : 1;
     p->n = n;
     sl_mutex_init(&p->mu);
+    sl_mutex_init(&p->rmu);
     pthread_cond_init(&p->cv, NULL);
     for (uint32_t i = 0; i < n; i++) {
         dpp_lane_t *l = &p->lanes[i];
@@ -339,6 +367,7 @@ void dpp_lanes_destroy(dpp_lanes_t *p)
     }
     pthread_cond_destroy(&p->cv);
     sl_mutex_destroy(&p->mu);
+    sl_mutex_destroy(&p->rmu);
     sl_free(w->a, p->lanes, (size_t)p->n * sizeof *p->lanes);
     sl_free(w->a, p, sizeof *p);
 }
@@ -375,18 +404,7 @@ dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait)
 
 bool dpp_lanes_drop_ahead(dpp_lanes_t *p)
 {
-    bool any = false;
-    for (uint32_t i = 0; p && i < p->n; i++) {
-        dpp_lane_t *l = &p->lanes[i];
-        sl_mutex_lock(&p->mu);
-        bool mine = l->state == LANE_FREE; /* only this thread moves a free lane on */
-        sl_mutex_unlock(&p->mu);
-        if (mine && l->r && atomic_load(&l->io) > 0) {
-            sl_wh_reader_drop_ahead(l->r);
-            any = true;
-        }
-    }
-    return any;
+    return p != NULL && drop_others(p, NULL);
 }
 
 uint32_t dpp_lanes_busy(dpp_lanes_t *p)
@@ -434,6 +452,7 @@ void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe,
     dpp_lanes_t *p = l->p;
     l->sp = sp;
     sl_error_t e = {0};
+    sl_mutex_lock(&p->rmu);
     sl_err_t rc = lane_open(l, base, &e); /* the lane is free: its reader is this thread's */
     if (rc != SL_OK) {                    /* reported in the stripe's turn, as a failed read */
         dpp_worker_close_table_reader(p->w, l->r);
@@ -441,6 +460,7 @@ void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe,
         l->path[0] = '\0';
     }
     sl_mutex_lock(&p->mu);
+    sl_mutex_unlock(&p->rmu); /* after mu: the lane leaves FREE before others look again */
     /* a lane takes the largest stripe any lane has read before reading:
      * a stripe larger than the last one (a file's short last stripe, then
      * a full one) is not a surprise that others' read-ahead left no room
