@@ -102,3 +102,8 @@ const char *sl_store_object_key(const sl_store_object_t *obj)
 {
     return obj->key;
 }
+
+sl_store_t *sl_store_object_store(const sl_store_object_t *obj)
+{
+    return obj->st;
+}

@@ -193,6 +193,8 @@ sl_err_t sl_store_object_read_many(sl_store_object_t *obj, sl_store_range_t *ran
                                    sl_error_t *err);
 /* The object's key inside its store; borrowed until destroy. */
 const char *sl_store_object_key(const sl_store_object_t *obj);
+/* The store the object is of (borrowed: it outlives the object). */
+sl_store_t *sl_store_object_store(const sl_store_object_t *obj);
 
 /* A snapshot of the counters (thread-safe). */
 void sl_store_stats(sl_store_t *st, sl_store_stats_t *out);

@@ -759,6 +759,59 @@ sl_err_t wh_file_open(const char *path, const void *mem, size_t len, const char 
     return SL_OK;
 }
 
+static uint8_t *bytes_dup(const sl_allocator_t *a, const uint8_t *p, size_t n)
+{
+    uint8_t *d = n ? sl_alloc(a, n) : NULL;
+    if (d != NULL) memcpy(d, p, n);
+    return d;
+}
+
+sl_err_t wh_file_open_twin(const wh_file_t *base, wh_file_t **out, sl_error_t *err)
+{
+    *out = NULL;
+    const wh_source_t *bs = &base->src;
+    const char *name = bs->name;
+    wh_file_t *f;
+    sl_err_t rc;
+    if (bs->obj != NULL) {
+        rc = object_new(sl_store_object_store(bs->obj), sl_store_object_key(bs->obj), name,
+                        sl_store_object_info(bs->obj), &base->limits, base->a, &f, err);
+        if (rc != SL_OK) {
+            wh_file_close(f);
+            return rc;
+        }
+        f->src.head = bytes_dup(f->a, bs->head, bs->head_len);
+        f->src.tail = bytes_dup(f->a, bs->tail, bs->tail_len);
+        f->src.head_len = f->src.head ? bs->head_len : 0;
+        f->src.tail_len = f->src.tail ? bs->tail_len : 0;
+        if ((bs->head_len && f->src.head == NULL) || (bs->tail_len && f->src.tail == NULL)) {
+            wh_file_close(f);
+            return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
+        }
+        f->src.tail_off = bs->tail_off;
+    } else {
+        if ((f = file_new(name, &base->limits, base->a)) == NULL)
+            return sl_error_set(err, SL_ERR_NOMEM, "open %s", name);
+        f->src.size = bs->size;
+        if (bs->fd >= 0) {
+            if ((f->src.fd = fcntl(bs->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+                rc = sl_error_set(err, SL_ERR_IO, "%s: dup: %s", name, strerror(errno));
+                wh_file_close(f);
+                return rc;
+            }
+            if (bs->map_len > 0) wh_source_map(&f->src);
+        } else {
+            f->src.mem = bs->mem; /* borrowed as base borrows it */
+        }
+    }
+    if ((rc = file_finish(f, err)) != SL_OK) {
+        wh_file_close(f);
+        return rc;
+    }
+    *out = f;
+    return SL_OK;
+}
+
 /* Header, trailer, footer and every check of an opened source. */
 static sl_err_t file_finish(wh_file_t *f, sl_error_t *err)
 {

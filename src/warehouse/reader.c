@@ -706,8 +706,10 @@ static sl_err_t setup_projection(sl_wh_reader_t *r, const sl_wh_read_opts_t *o, 
     return SL_OK;
 }
 
+/* Open a reader on an object of store, a path, memory, or (twin != NULL)
+ * a twin of another reader's file (wh_file_open_twin). */
 static sl_err_t reader_open(sl_store_t *store, const sl_store_info_t *known, const char *path,
-                            const void *mem, size_t len, const char *display,
+                            const void *mem, size_t len, const char *display, const wh_file_t *twin,
                             const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     *out = NULL;
@@ -721,6 +723,7 @@ static sl_err_t reader_open(sl_store_t *store, const sl_store_info_t *known, con
     if (r == NULL) return sl_error_set(err, SL_ERR_NOMEM, "reader");
     r->a = a;
     r->last_stripe = UINT32_MAX;
+    r->stride = o.ahead_stride > 1 ? o.ahead_stride : 1;
     r->skip = o.skip_columns;
     r->verify = !o.skip_checksums;
     r->mem = o.mem;
@@ -728,8 +731,10 @@ static sl_err_t reader_open(sl_store_t *store, const sl_store_info_t *known, con
     r->gap = o.coalesce_gap == 0                ? DEFAULT_GAP
              : o.coalesce_gap == SL_WH_GAP_NONE ? 0
                                                 : o.coalesce_gap;
-    sl_err_t rc = store ? wh_file_open_store(store, path, display, known, &o.limits, a, &r->f, err)
-                        : wh_file_open(path, mem, len, display, &o.limits, a, &r->f, err);
+    sl_err_t rc = twin ? wh_file_open_twin(twin, &r->f, err)
+                  : store
+                      ? wh_file_open_store(store, path, display, known, &o.limits, a, &r->f, err)
+                      : wh_file_open(path, mem, len, display, &o.limits, a, &r->f, err);
     if (rc == SL_OK) rc = setup_projection(r, &o, err);
     r->dec.f = r->f;
     r->dec.a = a;
@@ -750,21 +755,33 @@ sl_err_t sl_wh_reader_open(const char *path, const char *display_name,
                            const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     if (path == NULL) return sl_error_set(err, SL_ERR_INVALID, "reader: no path");
-    return reader_open(NULL, NULL, path, NULL, 0, display_name, opts, out, err);
+    return reader_open(NULL, NULL, path, NULL, 0, display_name, NULL, opts, out, err);
 }
 
 sl_err_t sl_wh_reader_open_mem(const void *data, size_t len, const char *display_name,
                                const sl_wh_read_opts_t *opts, sl_wh_reader_t **out, sl_error_t *err)
 {
     if (data == NULL && len > 0) return sl_error_set(err, SL_ERR_INVALID, "reader: no data");
-    return reader_open(NULL, NULL, NULL, data ? data : "", len, display_name, opts, out, err);
+    return reader_open(NULL, NULL, NULL, data ? data : "", len, display_name, NULL, opts, out, err);
 }
 
 sl_err_t wh_reader_open_store(sl_store_t *st, const char *key, const char *display_name,
                               const sl_store_info_t *known, const sl_wh_read_opts_t *opts,
                               sl_wh_reader_t **out, sl_error_t *err)
 {
-    return reader_open(st, known, key, NULL, 0, display_name, opts, out, err);
+    return reader_open(st, known, key, NULL, 0, display_name, NULL, opts, out, err);
+}
+
+sl_err_t sl_wh_reader_open_twin(const sl_wh_reader_t *base, const sl_wh_read_opts_t *opts,
+                                sl_wh_reader_t **out, sl_error_t *err)
+{
+    sl_err_t rc = reader_open(NULL, NULL, NULL, NULL, 0, NULL, base->f, opts, out, err);
+    if (rc == SL_OK) rc = sl_wh_reader_set_range(*out, base->begin, base->end, err);
+    if (rc != SL_OK) {
+        sl_wh_reader_close(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 const sl_wh_schema_t *sl_wh_reader_schema(const sl_wh_reader_t *r)

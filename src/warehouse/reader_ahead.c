@@ -1,6 +1,7 @@
 /* Read-ahead of a reader whose file is an object of a store (wh_internal.h,
  * wh_ahead_t): while the reader decodes stripe s, a thread of its own
- * fetches the projected ranges of stripe s + 1, so that a stripe's round
+ * fetches the projected ranges of stripe s + 1 (s + n for a reader of
+ * every n-th stripe: opts.ahead_stride), so that a stripe's round
  * trip to the store overlaps the previous stripe's decoding instead of
  * adding to it. One fetch at a time: the helper thread and the reader
  * share one slot under a lock (a queue of one), and the reader takes the
@@ -224,14 +225,15 @@ void wh_reader_stripe_need(const sl_wh_reader_t *r, uint32_t s, uint8_t *need)
 
 void wh_reader_read_ahead(sl_wh_reader_t *r, uint32_t s)
 {
-    bool seq = r->last_stripe != UINT32_MAX && r->last_stripe + 1 == s;
+    /* in order: s comes a stride after the stripe fetched before it */
+    bool seq = r->last_stripe != UINT32_MAX && r->last_stripe + r->stride == s;
     r->last_stripe = s;
     const wh_file_t *f = r->f;
-    if (!seq || s + 1 >= f->num_stripes) return;
+    if (!seq || s + r->stride >= f->num_stripes) return;
     if (r->ahead == NULL && (r->ahead = wh_ahead_new(r->a, r->mem)) == NULL)
         return; /* no read-ahead */
     sl_store_range_t *rng;
-    uint32_t t = s + 1, ns = f->stripes[t].num_streams;
+    uint32_t t = s + r->stride, ns = f->stripes[t].num_streams;
     /* the ranges, then the need flags, in the scratch of fetch's ranges */
     if (!wh_buf_reserve(&r->ranges, r->a, (size_t)ns * (sizeof *rng + 1))) return;
     rng = (sl_store_range_t *)r->ranges.data;

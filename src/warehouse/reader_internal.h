@@ -43,6 +43,7 @@ struct sl_wh_reader {
     const sl_wh_mem_t *mem; /* counts the read-ahead's bytes and rbuf's (NULL: not counted) */
     uint64_t read_held;     /* rbuf's bytes taken from mem for the stripe being read */
     uint32_t last_stripe;   /* fetched last (UINT32_MAX: none) */
+    uint32_t stride;        /* the read-ahead's step (opts.ahead_stride, at least 1) */
     uint64_t stripe_bytes;
     sl_wh_rows_t rows;
     sl_ikjt_t *ikjts;

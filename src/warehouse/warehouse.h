@@ -538,6 +538,11 @@ typedef struct sl_wh_read_opts {
      * buffer of the stripe being read (sl_wh_mem_t; NULL: not counted):
      * borrowed, must outlive the reader. */
     const struct sl_wh_mem *mem;
+    /* An object's read-ahead fetches stripe s + ahead_stride after the
+     * reader read s - ahead_stride and s: for a reader that reads every
+     * n-th stripe of a file (a worker's n stripe lanes take a file's
+     * stripes in turn). 0 or 1: the next stripe. */
+    uint32_t ahead_stride;
 } sl_wh_read_opts_t;
 
 #define SL_WH_GAP_NONE UINT32_MAX
@@ -581,6 +586,16 @@ sl_err_t sl_wh_reader_open_mem(const void *data, size_t len, const char *display
 sl_err_t sl_wh_reader_open_split(const sl_wh_table_t *t, const sl_wh_split_t *split,
                                  const sl_wh_read_opts_t *opts, sl_wh_reader_t **out,
                                  sl_error_t *err);
+
+/* A reader of base's file (on base's stripe range) with opts of its own,
+ * opened from what base's open fetched: an object's footer is not fetched
+ * again (no request, unless it is larger than the 256 KiB tail an open
+ * fetches), a local file's is read again (wh_file_open_twin).
+ * The two readers may be used on two threads at once; base may be closed
+ * first (a memory reader's bytes must outlive both). A worker's stripe
+ * lanes open theirs this way, once per split (docs/WORKER.md). */
+sl_err_t sl_wh_reader_open_twin(const sl_wh_reader_t *base, const sl_wh_read_opts_t *opts,
+                                sl_wh_reader_t **out, sl_error_t *err);
 
 /* r may be NULL. */
 void sl_wh_reader_close(sl_wh_reader_t *r);

@@ -187,6 +187,16 @@ sl_err_t wh_files_open_store(sl_store_t *st, uint32_t n, const char *const *keys
                              const sl_wh_limits_t *limits, const sl_allocator_t *a, wh_file_t **out,
                              sl_error_t *err);
 void wh_file_close(wh_file_t *f);
+/* A second file on base's source, read from what base's open fetched:
+ * an object is pinned at base's size and ETag (no HEAD) and its footer
+ * parsed from base's header and tail bytes (copied: no request, but for
+ * a footer larger than that tail, fetched again as base fetched it); a local
+ * file is opened again on a dup of base's descriptor (a pread of the
+ * footer); memory is borrowed as base borrows it. Its own counters and
+ * buffers, so that two threads read the two files at once (a worker's
+ * stripe lanes: the footer fetched once per split, docs/WORKER.md). base
+ * may be closed first, except a memory source's bytes. */
+sl_err_t wh_file_open_twin(const wh_file_t *base, wh_file_t **out, sl_error_t *err);
 
 /* ---- read-ahead of an object's stripes (reader_ahead.c) ---- */
 

@@ -384,8 +384,8 @@ Test(s3_table, a_worker_runs_a_job_on_an_s3_table_exactly_once_over_two_epochs)
 
 /* A worker of the job on the S3 table with memory_limit bytes and a
  * trainer taking each batch after delay_us: every sample once; its stats. */
-static sl_worker_stats_t run_limited(const char *bucket, uint64_t rows, uint32_t batch,
-                                     uint64_t memory_limit)
+static sl_worker_stats_t run_threads(const char *bucket, uint64_t rows, uint32_t batch,
+                                     uint64_t memory_limit, uint32_t threads, sl_store_stats_t *ss)
 {
     char spec[1024], addr[64];
     snprintf(spec, sizeof spec,
@@ -396,7 +396,7 @@ static sl_worker_stats_t run_limited(const char *bucket, uint64_t rows, uint32_t
     sl_error_t err = {0};
     cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
     sl_worker_opts_t o = sl_worker_opts_default();
-    o.threads = 1;
+    o.threads = threads;
     o.memory_limit = memory_limit;
     sl_worker_t *w = wu_start(job, &o, addr, sizeof addr);
     sl_trainer_opts_t to = sl_trainer_opts_default();
@@ -411,11 +411,21 @@ static sl_worker_stats_t run_limited(const char *bucket, uint64_t rows, uint32_t
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
     sl_worker_stats_t st;
     sl_worker_stats(w, &st);
+    if (ss) {
+        cr_assert_not_null(sl_worker_store(w));
+        sl_store_stats(sl_worker_store(w), ss);
+    }
     free(seen);
     sl_trainer_close(t);
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     return st;
+}
+
+static sl_worker_stats_t run_limited(const char *bucket, uint64_t rows, uint32_t batch,
+                                     uint64_t memory_limit)
+{
+    return run_threads(bucket, rows, batch, memory_limit, 1, NULL);
 }
 
 /* The read-ahead of an S3 table counts in --memory-limit. With room, each
@@ -454,6 +464,71 @@ Test(s3_table, the_memory_limit_bounds_the_read_ahead_of_an_s3_table)
     cr_assert_eq(tight.read_ahead_skipped, 6);
     cr_assert_leq(tight.memory_peak, 700000);
     cr_assert_gt(tight.memory_peak, stripe + 50000, "the read buffer is counted besides a stripe");
+}
+
+/* Stripe lanes read ahead and share the footer (docs/WORKER.md,
+ * "Threads"). One file of 8 stripes, one split: on one thread the
+ * reader fetches the footer once and stripes 2 to 7 ahead. With two
+ * lanes, each takes every other stripe (0, 2, 4, 6 and 1, 3, 5, 7) and
+ * reads ahead its own next one from its third: stripes 4, 6, 5 and 7. The
+ * lanes' readers are twins of the reader thread's: the footer is not
+ * fetched again, so the store sees exactly the requests and bytes of one
+ * thread. Every sample once either way. */
+Test(s3_table, stripe_lanes_read_ahead_and_fetch_the_footer_once)
+{
+    char b[64], local[400];
+    const uint64_t rows = 12000;
+    criteo_both("tlanes", rows, 1500, b, sizeof b, local, sizeof local);
+    sl_store_stats_t s1, s2;
+    sl_worker_stats_t one = run_threads(b, rows, 50, 256u << 20, 1, &s1);
+    sl_worker_stats_t two = run_threads(b, rows, 50, 256u << 20, 2, &s2);
+    fprintf(stderr,
+            "threads 1: %llu requests, %llu bytes, %llu read ahead; threads 2: %llu requests, "
+            "%llu bytes, %llu read ahead\n",
+            (unsigned long long)s1.requests, (unsigned long long)s1.bytes_read,
+            (unsigned long long)one.read_ahead, (unsigned long long)s2.requests,
+            (unsigned long long)s2.bytes_read, (unsigned long long)two.read_ahead);
+    cr_assert_eq(one.rows_read, rows);
+    cr_assert_eq(two.rows_read, rows);
+    cr_assert_eq(one.stripes, 8);
+    cr_assert_eq(two.stripes, 8);
+    cr_assert_eq(one.read_ahead, 6);
+    cr_assert_eq(two.read_ahead, 4);
+    cr_assert_eq(one.read_ahead_skipped, 0);
+    cr_assert_eq(two.read_ahead_skipped, 0);
+    cr_assert_eq(s2.requests, s1.requests, "threads 2: %llu requests, threads 1: %llu",
+                 (unsigned long long)s2.requests, (unsigned long long)s1.requests);
+    cr_assert_eq(s2.bytes_read, s1.bytes_read);
+    /* as measured: the listing and the footer, then the 8 stripes'
+     * projected streams (the generator is seeded) */
+    cr_assert_eq(s1.requests, 15);
+    cr_assert_eq(s1.bytes_read, 1379027);
+    cr_assert_eq(s1.retries + s2.retries, 0);
+    cr_assert_eq(s1.failures + s2.failures, 0);
+    /* the lanes' read-ahead counts in --memory-limit: under the limit of
+     * the_memory_limit_bounds_the_read_ahead_of_an_s3_table each of the
+     * 4 fetches ahead is made or skipped, never past the limit */
+    sl_worker_stats_t tight = run_threads(b, rows, 50, 700000, 2, NULL);
+    fprintf(stderr, "threads 2 with 700000 bytes: %llu read ahead, %llu skipped, peak %llu\n",
+            (unsigned long long)tight.read_ahead, (unsigned long long)tight.read_ahead_skipped,
+            (unsigned long long)tight.memory_peak);
+    cr_assert_eq(tight.rows_read, rows);
+    cr_assert_eq(tight.read_ahead + tight.read_ahead_skipped, 4);
+    cr_assert_leq(tight.memory_peak, 700000);
+    /* limits between one stripe and two lanes' worth: whatever the lanes
+     * read ahead (a fetch ahead is made, skipped, or dropped when a lane
+     * needs its room), never past the limit, every sample once
+     * (run_threads), no worker failing for want of room */
+    const uint64_t limits[] = {900000, 1200000, 1600000, 2400000};
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        sl_worker_stats_t st = run_threads(b, rows, 50, limits[i], 2, NULL);
+        fprintf(stderr, "threads 2 with %llu bytes: %llu read ahead, %llu skipped, peak %llu\n",
+                (unsigned long long)limits[i], (unsigned long long)st.read_ahead,
+                (unsigned long long)st.read_ahead_skipped, (unsigned long long)st.memory_peak);
+        cr_assert_eq(st.rows_read, rows);
+        cr_assert_leq(st.read_ahead + st.read_ahead_skipped, 4);
+        cr_assert_leq(st.memory_peak, limits[i]);
+    }
 }
 
 Test(s3_table, an_object_replaced_after_planning_or_while_read_is_refused)

@@ -197,3 +197,54 @@ Test(warehouse_stripe, rows_that_cannot_be_stored_as_given_are_refused)
     cr_assert_eq(ws.rows, 4);
     sl_wh_schema_destroy(s);
 }
+
+/* A twin reader (sl_wh_reader_open_twin: what a worker's stripe lanes
+ * open) of a local file and of memory: the base's stripe range, its own
+ * options (here the expanded form, the base's the dedup form), and
+ * still reading once the base is closed. */
+Test(warehouse_stripe, a_twin_reads_the_base_file_with_its_own_options_after_the_base_closes)
+{
+    sl_wh_schema_t *s = schema();
+    sl_wh_writer_t *w = open_writer(16, s);
+    sl_error_t err = {0};
+    sl_ikjt_t g = group();
+    sl_wh_rows_t rows = rows_of(&g, 1);
+    cr_assert_eq(sl_wh_writer_append_stripe(w, &rows, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_writer_append_stripe(w, &rows, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_writer_close(w, NULL, &err), SL_OK, "%s", err.msg);
+    FILE *fp = fopen(path, "rb");
+    cr_assert_not_null(fp);
+    static uint8_t mem[1 << 16];
+    size_t len = fread(mem, 1, sizeof mem, fp);
+    fclose(fp);
+    cr_assert(len > 0 && len < sizeof mem);
+    int32_t want_len[12] = {1, 0, 2, 1, /* a */ 1, 2, 1, 2, /* b */ 0, 1, 0, 1};
+    int64_t want_ids[12] = {10, 11, 12, 13, /* a */ 7, 8, 9, 7, 8, 9, /* b */ 5, 5};
+    for (int in_mem = 0; in_mem < 2; in_mem++) {
+        sl_wh_read_opts_t ro = {.dedup_form = true}, eo = {0};
+        sl_wh_reader_t *base = NULL, *twin = NULL;
+        if (in_mem)
+            cr_assert_eq(sl_wh_reader_open_mem(mem, len, "m.slc", &ro, &base, &err), SL_OK, "%s",
+                         err.msg);
+        else
+            cr_assert_eq(sl_wh_reader_open(path, NULL, &ro, &base, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_wh_reader_set_range(base, 1, 2, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_wh_reader_open_twin(base, &eo, &twin, &err), SL_OK, "%s", err.msg);
+        cr_assert_eq(sl_wh_reader_footer_checksum(twin), sl_wh_reader_footer_checksum(base));
+        sl_wh_reader_close(base);
+        const sl_wh_rows_t *out = NULL;
+        cr_assert_eq(sl_wh_reader_next(twin, &out, &err), SL_OK, "%s", err.msg);
+        cr_assert_not_null(out);
+        cr_assert_eq(out->stripe, 1, "the base's range: stripe 1 first");
+        const sl_kjt_t *k = &out->batch.sparse;
+        cr_assert_eq(out->batch.num_groups, 0, "the twin's own options: expanded");
+        cr_assert_eq(k->num_keys, 3);
+        cr_assert_eq(k->num_values, 12);
+        cr_assert_arr_eq(k->lengths, want_len, sizeof want_len);
+        cr_assert_arr_eq(k->values, want_ids, sizeof want_ids);
+        cr_assert_eq(sl_wh_reader_next(twin, &out, &err), SL_OK, "%s", err.msg);
+        cr_assert_null(out, "the range ends after stripe 1");
+        sl_wh_reader_close(twin);
+    }
+    sl_wh_schema_destroy(s);
+}

@@ -37,8 +37,14 @@ struct dpp_lane {
     uint32_t stripe;
     const sl_pipeline_fused_t *fused; /* for the fill */
     bool drop;                        /* finish without making the batches */
-    /* the lane's own reader and scratch */
+    /* the lane's own reader and scratch; its reader's memory hook counts
+     * the read-ahead and read buffer in the budget as the lane's own (io),
+     * so that the lane, not the reader thread, drops the read-ahead when
+     * its wait for room cannot end otherwise */
     sl_wh_reader_t *r;
+    sl_wh_read_opts_t ro;
+    sl_wh_mem_t mem;
+    _Atomic uint64_t io;
     char path[1024];
     uint32_t *selected;
     float *weights;
@@ -57,10 +63,22 @@ struct dpp_lanes {
     sl_wh_read_opts_t ro;
     bool weigh;
     sl_mutex_t mu;
+    /* Held (before mu) while the reader thread opens a free lane's reader
+     * and while a thread drops the read-ahead of lanes it does not own
+     * (drop_others): a lane not reading keeps its reader meanwhile. */
+    sl_mutex_t rmu;
     pthread_cond_t cv; /* any lane's state changed, or quit */
     bool quit;
     uint64_t est_max; /* the largest stripe any lane has read (under mu) */
     uint32_t n;
+    /* The lane whose turn it is (under mu): stripes go to the lanes in
+     * turn, so with n lanes each reads every n-th stripe of a file and its
+     * reader's read-ahead fetches the one it reads next (ahead_stride n),
+     * which a first-free-lane choice made irregular (no read-ahead at all).
+     * Only for a table in a store (in_turn): a local file is not read
+     * ahead, and there the first free lane takes the next stripe. */
+    uint32_t turn;
+    bool in_turn;
     dpp_lane_t *lanes;
 };
 
@@ -73,9 +91,80 @@ static void direct_free(const sl_allocator_t *a, lane_direct_t *e)
     if (e->runs) sl_free(a, e->runs, (e->d.num_runs ? e->d.num_runs : 1) * sizeof *e->runs);
 }
 
+/* The lane reader's memory hook (sl_wh_mem_t): the worker's budget, the
+ * bytes the lane's own (io). */
+static bool lane_mem_try_take(void *ctx, uint64_t bytes)
+{
+    dpp_lane_t *l = ctx;
+    if (!sl_worker_budget_try_acquire(l->p->w->budget, bytes)) return false;
+    atomic_fetch_add(&l->io, bytes);
+    return true;
+}
+
+static sl_err_t lane_take(dpp_lane_t *l, uint64_t bytes, uint64_t held, const char *what,
+                          sl_error_t *err);
+
+static sl_err_t lane_mem_take(void *ctx, uint64_t bytes, const char *what, sl_error_t *err)
+{
+    dpp_lane_t *l = ctx;
+    sl_err_t rc = lane_take(l, bytes, l->held, what, err);
+    if (rc == SL_OK) atomic_fetch_add(&l->io, bytes);
+    return rc;
+}
+
+static void lane_mem_give(void *ctx, uint64_t bytes)
+{
+    dpp_lane_t *l = ctx;
+    atomic_fetch_sub(&l->io, bytes);
+    sl_worker_budget_release(l->p->w->budget, bytes);
+}
+
+/* Take bytes from the budget for the lane, which holds held besides its
+ * reader's (io): when only the lane's own bytes fill the budget, or nothing
+ * moves, the read-ahead is dropped and the take tried again, so that
+ * read-ahead never makes a worker fail (reader.c, reader_take). On the
+ * lane's thread, while it reads. */
+/* Drop the read-ahead of every lane but self that is not reading (a lane
+ * waiting for its turn, making its batches, or free holds a fetch ahead
+ * of its next stripe, which may wait for the room it holds). Under rmu
+ * and mu: such a lane's reader is neither replaced nor read meanwhile.
+ * @return whether any held bytes. */
+static bool drop_others(dpp_lanes_t *p, const dpp_lane_t *self)
+{
+    bool any = false;
+    sl_mutex_lock(&p->rmu);
+    sl_mutex_lock(&p->mu);
+    for (uint32_t i = 0; i < p->n; i++) {
+        dpp_lane_t *l = &p->lanes[i];
+        if (l == self || l->state == LANE_READ || !l->r || atomic_load(&l->io) == 0) continue;
+        sl_wh_reader_drop_ahead(l->r);
+        any = true;
+    }
+    sl_mutex_unlock(&p->mu);
+    sl_mutex_unlock(&p->rmu);
+    return any;
+}
+
+static sl_err_t lane_take(dpp_lane_t *l, uint64_t bytes, uint64_t held, const char *what,
+                          sl_error_t *err)
+{
+    sl_worker_t *w = l->p->w;
+    sl_err_t rc = dpp_worker_budget_take(w, bytes, held + atomic_load(&l->io), what, err);
+    if (rc == SL_ERR_NOMEM) {
+        bool any = l->r != NULL && atomic_load(&l->io) > 0;
+        if (any) sl_wh_reader_drop_ahead(l->r); /* a no-op inside its own fetch */
+        if (drop_others(l->p, l)) any = true;
+        if (any) rc = dpp_worker_budget_take(w, bytes, held + atomic_load(&l->io), what, err);
+    }
+    return rc;
+}
+
 /* Open the split's file on the lane's reader (kept from one split of the
- * file to the next, as the reader thread does). */
-static sl_err_t lane_open(dpp_lane_t *l, sl_error_t *err)
+ * file to the next, as the reader thread does): a twin of base, the
+ * reader thread's reader already on the split, so that the file's footer
+ * is fetched once per worker, not once more per lane. On the reader
+ * thread, while the lane is free (base is the reader thread's). */
+static sl_err_t lane_open(dpp_lane_t *l, const sl_wh_reader_t *base, sl_error_t *err)
 {
     const sl_wh_split_t *sp = l->sp;
     if (l->r && strcmp(l->path, sp->path) == 0 &&
@@ -83,7 +172,7 @@ static sl_err_t lane_open(dpp_lane_t *l, sl_error_t *err)
         return sl_wh_reader_set_range(l->r, sp->stripe_begin, sp->stripe_end, err);
     dpp_worker_close_table_reader(l->p->w, l->r);
     l->r = NULL;
-    sl_err_t rc = sl_wh_reader_open_split(l->p->w->table, sp, &l->p->ro, &l->r, err);
+    sl_err_t rc = sl_wh_reader_open_twin(base, &l->ro, &l->r, err);
     if (rc == SL_OK && strlen(sp->path) < sizeof l->path)
         snprintf(l->path, sizeof l->path, "%s", sp->path);
     else
@@ -98,9 +187,8 @@ static sl_err_t lane_read(dpp_lane_t *l, sl_error_t *err)
     sl_worker_t *w = l->p->w;
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     l->out = (dpp_lane_stripe_t){0};
-    sl_err_t rc = lane_open(l, err);
-    if (rc) return rc;
-    if ((rc = dpp_worker_budget_take(w, l->est, 0, "the next stripe", err))) return rc;
+    sl_err_t rc;
+    if ((rc = lane_take(l, l->est, 0, "the next stripe", err))) return rc;
     l->held = l->est;
     uint64_t tr = now_ns(CLOCK_MONOTONIC);
     l->out.waited_ns = tr - t0;
@@ -111,7 +199,7 @@ static sl_err_t lane_read(dpp_lane_t *l, sl_error_t *err)
         char what[320];
         snprintf(what, sizeof what, "%.250s stripe %u decoded", rows->file, rows->stripe);
         uint64_t a0 = now_ns(CLOCK_MONOTONIC);
-        if ((rc = dpp_worker_budget_take(w, sb - l->held, l->held, what, err))) return rc;
+        if ((rc = lane_take(l, sb - l->held, l->held, what, err))) return rc;
         l->out.waited_ns += now_ns(CLOCK_MONOTONIC) - a0;
     } else {
         sl_worker_budget_release(w->budget, l->held - sb);
@@ -227,12 +315,19 @@ sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, 
     }
     p->w = w;
     p->ro = *ro;
+    p->in_turn = w->table != NULL && sl_wh_table_store(w->table) != NULL;
+    p->ro.ahead_stride = p->in_turn ? n : 1;
     p->n = n;
     sl_mutex_init(&p->mu);
+    sl_mutex_init(&p->rmu);
     pthread_cond_init(&p->cv, NULL);
     for (uint32_t i = 0; i < n; i++) {
         dpp_lane_t *l = &p->lanes[i];
         l->p = p;
+        l->mem = (sl_wh_mem_t){
+            .ctx = l, .try_take = lane_mem_try_take, .take = lane_mem_take, .give = lane_mem_give};
+        l->ro = p->ro;
+        if (ro->mem) l->ro.mem = &l->mem; /* else not counted, as ro says */
         if (pthread_create(&l->th, NULL, lane_main, l) != 0) {
             dpp_lanes_destroy(p);
             return sl_error_set(err, SL_ERR_IO, "worker: cannot start stripe lane %u of %u", i, n);
@@ -272,6 +367,7 @@ void dpp_lanes_destroy(dpp_lanes_t *p)
     }
     pthread_cond_destroy(&p->cv);
     sl_mutex_destroy(&p->mu);
+    sl_mutex_destroy(&p->rmu);
     sl_free(w->a, p->lanes, (size_t)p->n * sizeof *p->lanes);
     sl_free(w->a, p, sizeof *p);
 }
@@ -282,8 +378,16 @@ dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait)
     dpp_lane_t *got = NULL;
     sl_mutex_lock(&p->mu);
     for (;;) {
-        for (uint32_t i = 0; i < p->n && !got; i++)
-            if (p->lanes[i].state == LANE_FREE) got = &p->lanes[i];
+        if (p->in_turn) {
+            dpp_lane_t *l = &p->lanes[p->turn % p->n];
+            if (l->state == LANE_FREE) {
+                got = l;
+                p->turn++;
+            }
+        } else {
+            for (uint32_t i = 0; i < p->n && !got; i++)
+                if (p->lanes[i].state == LANE_FREE) got = &p->lanes[i];
+        }
         if (got || !wait || atomic_load(&w->stopping)) break;
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
@@ -296,6 +400,11 @@ dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait)
     }
     sl_mutex_unlock(&p->mu);
     return got;
+}
+
+bool dpp_lanes_drop_ahead(dpp_lanes_t *p)
+{
+    return p != NULL && drop_others(p, NULL);
 }
 
 uint32_t dpp_lanes_busy(dpp_lanes_t *p)
@@ -337,19 +446,36 @@ uint64_t dpp_lanes_est(dpp_lanes_t *p)
     return m;
 }
 
-void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe)
+void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe,
+                   const sl_wh_reader_t *base)
 {
     dpp_lanes_t *p = l->p;
+    l->sp = sp;
+    sl_error_t e = {0};
+    sl_mutex_lock(&p->rmu);
+    sl_err_t rc = lane_open(l, base, &e); /* the lane is free: its reader is this thread's */
+    if (rc != SL_OK) {                    /* reported in the stripe's turn, as a failed read */
+        dpp_worker_close_table_reader(p->w, l->r);
+        l->r = NULL;
+        l->path[0] = '\0';
+    }
     sl_mutex_lock(&p->mu);
+    sl_mutex_unlock(&p->rmu); /* after mu: the lane leaves FREE before others look again */
     /* a lane takes the largest stripe any lane has read before reading:
      * a stripe larger than the last one (a file's short last stripe, then
      * a full one) is not a surprise that others' read-ahead left no room
      * for */
     if (p->est_max > l->est) l->est = p->est_max;
-    l->sp = sp;
     l->stripe = stripe;
     l->drop = false;
-    l->state = LANE_READ;
+    if (rc != SL_OK) {
+        l->rc = rc;
+        l->err = e;
+        l->out = (dpp_lane_stripe_t){0};
+        l->state = LANE_READY;
+    } else {
+        l->state = LANE_READ;
+    }
     pthread_cond_broadcast(&p->cv);
     sl_mutex_unlock(&p->mu);
 }
@@ -361,8 +487,8 @@ bool dpp_lanes_wait(dpp_lanes_t *p, dpp_lane_t *l, bool or_free)
     sl_mutex_lock(&p->mu);
     for (;;) {
         done = l->state != LANE_READ || atomic_load(&w->stopping);
-        bool any = false;
-        for (uint32_t i = 0; or_free && i < p->n && !any; i++)
+        bool any = or_free && p->in_turn && p->lanes[p->turn % p->n].state == LANE_FREE;
+        for (uint32_t i = 0; or_free && !p->in_turn && i < p->n && !any; i++)
             any = p->lanes[i].state == LANE_FREE;
         if (done || any) break;
         struct timespec dl;

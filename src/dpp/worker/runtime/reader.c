@@ -29,8 +29,11 @@ static sl_err_t reader_take(dpp_reader_t *rd, uint64_t bytes, const char *what, 
     sl_worker_t *w = rd->w;
     sl_err_t rc = dpp_worker_budget_take(
         w, bytes, rd->stripe_held + rd->batcher_held + atomic_load(&w->io_held), what, err);
-    if (rc == SL_ERR_NOMEM && rd->r != NULL && atomic_load(&w->io_held) > 0) {
-        sl_wh_reader_drop_ahead(rd->r);
+    /* with lanes, a free lane's reader may hold a fetch ahead no lane
+     * reads now (the lanes count theirs as their own: lanes.c) */
+    bool lanes = rc == SL_ERR_NOMEM && dpp_lanes_drop_ahead(rd->lanes);
+    if (rc == SL_ERR_NOMEM && ((rd->r != NULL && atomic_load(&w->io_held) > 0) || lanes)) {
+        if (rd->r != NULL) sl_wh_reader_drop_ahead(rd->r);
         rc = dpp_worker_budget_take(
             w, bytes, rd->stripe_held + rd->batcher_held + atomic_load(&w->io_held), what, err);
     }

@@ -129,7 +129,7 @@ static bool hand_out(lanes_run_t *lr, bool *no_lane)
             *no_lane = true;
             return false;
         }
-        dpp_lane_read(l, sp, u->st);
+        dpp_lane_read(l, sp, u->st, rd->r);
         push(lr,
              (slot_t){
                  .unit = u, .lane = l, .st = u->st, .rows = info.rows, .row = u->row, .end = end});

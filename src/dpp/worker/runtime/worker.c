@@ -65,13 +65,13 @@ sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, c
 /* The budget as the warehouse readers' memory hook (sl_wh_mem_t): an
  * object's read-ahead takes only what fits now (else it is skipped), a
  * Parquet row group's column chunks wait for room like a stripe does.
- * Calls come from the reader thread and the stripe lanes (the read-ahead's
- * helper thread never takes or gives); io_held is their bytes together,
- * counted as the caller's own when it waits (reader.c): with lanes that
- * over-counts a caller's share, so under a tight limit a wait may fail
- * where one reader would have waited, never the reverse. The chunks' wait counts only those as the
- * reader's; its rows and batch are not known here, so when only they fill
- * the budget the refusal comes from the standstill rule (queue.h). */
+ * Calls come from the reader thread's readers (the read-ahead's helper
+ * thread never takes or gives; the stripe lanes' readers have a hook of
+ * their own that counts theirs as the lane's, lanes.c); io_held is their
+ * bytes, counted as the reader's own when it waits (reader.c). The
+ * chunks' wait counts only those as the reader's; its rows and batch are
+ * not known here, so when only they fill the budget the refusal comes from
+ * the standstill rule (queue.h). */
 static bool mem_try_take(void *ctx, uint64_t bytes)
 {
     sl_worker_t *w = ctx;

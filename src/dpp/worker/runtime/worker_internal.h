@@ -209,8 +209,13 @@ sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, 
 /* Waits for the lanes at work, then joins them; stripes the reader never
  * finished are let go and their direct batches retired. p may be NULL. */
 void dpp_lanes_destroy(dpp_lanes_t *p);
-/* A free lane; with wait, waits for one (NULL: stopping). */
+/* A free lane (of a table in a store: the next lane in turn, when it is
+ * free); with wait, waits for it (NULL: stopping). */
 dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait);
+/* Drop the read-ahead of the free lanes' readers (a stripe fetched ahead
+ * that no lane reads while the reader thread waits for room): on the
+ * reader thread. p may be NULL. @return whether any held bytes. */
+bool dpp_lanes_drop_ahead(dpp_lanes_t *p);
 /* Lanes not free: reading, holding a stripe read, or making its batches. */
 uint32_t dpp_lanes_busy(dpp_lanes_t *p);
 /* Wait until fewer than busy lanes are busy (or the worker stops). */
@@ -218,8 +223,11 @@ void dpp_lanes_wait_fewer(dpp_lanes_t *p, uint32_t busy);
 /* The largest stripe a lane has read (what the next one may take). */
 uint64_t dpp_lanes_est(dpp_lanes_t *p);
 /* Lane l (free) reads and filters stripe of split sp (borrowed until
- * dpp_lane_finish). */
-void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe);
+ * dpp_lane_finish). base: the reader thread's reader, open on sp; a lane
+ * not yet on sp's file opens a twin of it here (the footer is not fetched
+ * again); a failure to is the stripe's, reported by dpp_lane_wait. */
+void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe,
+                   const sl_wh_reader_t *base);
 /* Wait until l has read its stripe or, with or_free, until a lane is free
  * (to be given the next stripe first). @return true when l has read it
  * (or the worker is stopping). */
