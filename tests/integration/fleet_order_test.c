@@ -66,7 +66,22 @@ static void run(const char *table, uint32_t workers, uint32_t ranks, bool kill, 
         pthread_create(&th[r], NULL, fu_client_run, &c[r]);
     }
     if (kill) {
-        usleep(300 * 1000);
+        /* when worker 0 holds a lease (bounded): its split is left mid-way */
+        bool holds = false;
+        for (int i = 0; i < 500 && !holds; i++) {
+            json_t *j = fu_get_json(m.admin, "/workers");
+            size_t k;
+            json_t *x;
+            json_array_foreach(json_object_get(j, "workers"), k, x)
+            {
+                if (strcmp(json_string_value(json_object_get(x, "id")), "w0") == 0 &&
+                    json_integer_value(json_object_get(x, "leases")) > 0)
+                    holds = true;
+            }
+            json_decref(j);
+            if (!holds) usleep(10 * 1000);
+        }
+        cr_assert(holds, "worker w0 never held a lease");
         cr_assert_not(fu_job_finished(&m, "det"), "the job ended before the kill");
         fu_kill9(w[0]);
     }
