@@ -14,9 +14,13 @@
  *      first in the job's order, so that is the dead worker's split being
  *      served again). Target: under the lease timeout + 1 s.
  *
+ * --order deterministic runs (1) and (2) with the job in that order
+ * (docs/JOBS.md, "Deterministic order"), to set its figures beside the
+ * dynamic order's.
+ *
  * Figures are printed, never checked. The sluice program is found through
  * $SLUICE_BINARY, else next to this benchmark.
- * Usage: bench_fleet [--rows N] [--lease-ms MS] */
+ * Usage: bench_fleet [--rows N] [--lease-ms MS] [--order dynamic|deterministic] */
 #include <jansson.h>
 #include <libgen.h>
 #include <pthread.h>
@@ -36,6 +40,7 @@
 #include "warehouse/import.h"
 
 static char dir[256], binary[1024], table[300];
+static const char *order = "dynamic"; /* the job's "order" */
 
 static sl_master_t *master_start(uint64_t lease_ms)
 {
@@ -71,9 +76,9 @@ static int submit(sl_master_t *m, const char *id, uint32_t workers)
     snprintf(body, sizeof body,
              "{\"spec\":{\"id\":\"%s\",\"source\":{\"table\":\"%s\"},\"transforms\":"
              "[{\"op\":\"log1p\",\"feature\":\"I1\"},{\"op\":\"sigrid_hash\",\"feature\":\"C1\","
-             "\"table_size\":100000}],\"batch\":{\"size\":2048}},"
+             "\"table_size\":100000}],\"batch\":{\"size\":2048},\"order\":\"%s\"},"
              "\"ranks\":2,\"min_workers\":%u,\"max_workers\":%u}",
-             id, table, workers, workers);
+             id, table, order, workers, workers);
     json_t *b = json_loads(body, 0, NULL);
     sl_error_t err = {0};
     sl_err_t rc = sl_master_admin_job_submit(m, b, NULL, &err);
@@ -209,6 +214,8 @@ int main(int argc, char **argv)
             rows = strtoull(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--lease-ms") == 0)
             lease_ms = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--order") == 0)
+            order = argv[i + 1];
     }
     signal(SIGPIPE, SIG_IGN);
     if (bench_sluice_binary(argv[0], "bench_fleet", binary, sizeof binary) != 0) return 1;
@@ -217,8 +224,8 @@ int main(int argc, char **argv)
     snprintf(table, sizeof table, "%s/criteo", dir);
     if (bench_gen_criteo(table, rows, 4, 16384, "bench_fleet") != 0) return 1;
     printf("bench_fleet: criteo, %llu rows, stripes of 16384 (one split each), batches of 2048, "
-           "2 trainer clients, 1 transform thread per worker, %ld cores\n",
-           (unsigned long long)rows, sysconf(_SC_NPROCESSORS_ONLN));
+           "2 trainer clients, 1 transform thread per worker, %ld cores, order %s\n",
+           (unsigned long long)rows, sysconf(_SC_NPROCESSORS_ONLN), order);
     int rc = 0;
     sl_master_t *m = master_start(lease_ms);
     sl_master_executor_t *ex = m ? executor(m) : NULL;

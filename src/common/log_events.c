@@ -149,4 +149,8 @@ const sl_log_event_def_t sl_log_event_defs[SL_EV_COUNT] = {
     [SL_EV_TRAINER_SHM_OFF] =
         {"trainer_shm_off", "debug", "trainer", "",
          "the trainer client reads a worker's batches over the socket, not shared memory"},
+    [SL_EV_TRAINER_ORDER_STALLED] =
+        {"trainer_order_stalled", "warn", "trainer", "rank, epoch, g, held, waited_s",
+         "a rank of a job in the deterministic order has waited long for its next batch "
+         "(logged once a wait)"},
 };

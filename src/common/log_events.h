@@ -65,7 +65,8 @@
     X(KAFKA_LOG)                                                                                   \
     X(STORE_CREDENTIALS)                                                                           \
     X(STORE_CREDENTIALS_REFRESH_FAILED)                                                            \
-    X(TRAINER_SHM_OFF)
+    X(TRAINER_SHM_OFF)                                                                             \
+    X(TRAINER_ORDER_STALLED)
 
 typedef enum sl_log_event {
 #define SL_LOG_EVENT_ENUM_(id) SL_EV_##id,

@@ -12,6 +12,7 @@
 
 #include "common/mem.h"
 #include "trainer/fleet_internal.h"
+#include "trainer/reorder.h"
 
 sl_trainer_opts_t sl_trainer_opts_default(void)
 {
@@ -54,6 +55,15 @@ static void destroy(sl_trainer_t *t)
         c->thread_started = false;
     }
     tr_list_free(t, &t->ready);
+    if (t->order) { /* the deterministic order's held batches */
+        tr_item_t *it;
+        while ((it = tr_reorder_pop_any(t->order)) != NULL) {
+            sl_batch_destroy(it->batch);
+            sl_free(a, it, sizeof *it);
+        }
+        tr_reorder_destroy(t->order);
+        t->order = NULL;
+    }
     tr_fleet_free(t);
     while (t->conns) {
         tr_conn_t *c = t->conns;

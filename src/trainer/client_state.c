@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "trainer/reorder.h"
 #include "trainer/trainer_internal.h"
 
 void tr_list_push(tr_list_t *l, tr_item_t *it)
@@ -59,6 +60,12 @@ void tr_item_leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch)
     if (free_batch) sl_batch_destroy(it->batch);
     sl_free(t->a, it, sizeof *it);
     c->held--;
+    if (t->order) {
+        /* the deterministic order: batches go on the g-window, which the
+         * hand-out moved (to every worker: any may hold the next one) */
+        tr_order_push_window_locked(t);
+        return;
+    }
     /* One credit back keeps held + in flight <= window on the current
      * connection; a connection that opens later grants window - held. */
     sl_mutex_lock(&c->send_mu);
@@ -104,6 +111,11 @@ void tr_fail_locked(sl_trainer_t *t, const sl_error_t *e)
             tr_item_t *it = t->ready.head;
             tr_list_remove(&t->ready, it);
             tr_item_leave_locked(t, it, true);
+            atomic_fetch_add(&t->dropped, 1);
+        }
+        tr_item_t *held;
+        while (t->order && (held = tr_reorder_pop_any(t->order)) != NULL) {
+            tr_item_leave_locked(t, held, true);
             atomic_fetch_add(&t->dropped, 1);
         }
         atomic_store(&t->queued, 0);

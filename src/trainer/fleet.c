@@ -127,11 +127,13 @@ sl_err_t tr_fleet_timeout_locked(const sl_trainer_t *t, int timeout_ms, sl_error
     char held[64] = "";
     if (f->eq_held > 0)
         snprintf(held, sizeof held, ", %u batches held for the equal-batches quota", f->eq_held);
+    char order[128]; /* the deterministic order: the batch it waits for */
+    tr_order_describe_locked(t, order, sizeof order);
     return sl_error_set(err, SL_ERR_TIMEOUT,
                         "job %s: no batch within %d ms (%u workers connected, %u commits "
-                        "unanswered%s%s%.300s)",
+                        "unanswered%s%s%s%.300s)",
                         f->job_id, timeout_ms, atomic_load(&t->workers),
-                        f->pending.count - f->eq_held, held,
+                        f->pending.count - f->eq_held, held, order,
                         t->last_problem[0] ? "; last problem: " : "", t->last_problem);
 }
 

@@ -53,6 +53,17 @@ static void apply_attached_locked(sl_trainer_t *t, const Sluice__Control__Attach
     f->finished = m->finished;
     f->epoch = m->epoch;
     snprintf(f->sharding, sizeof f->sharding, "%s", m->sharding ? m->sharding : "");
+    if (m->order_ranks > 0 && t->state != TR_FAILED) {
+        /* the deterministic order: before any worker connection starts,
+         * so that each asks for its g-window from the first */
+        sl_error_t e = {0};
+        if (tr_order_setup_locked(t, m->order_ranks, m->epoch, &e) != SL_OK) {
+            sl_error_prefix(&e, "master %s: job %s: ", f->master, f->job_id);
+            tr_fail_locked(t, &e);
+        } else {
+            tr_order_advance_locked(t, m->epoch, &f->pending);
+        }
+    }
     for (tr_conn_t *c = t->conns; c; c = c->next)
         c->listed = false;
     for (size_t i = 0; i < m->n_workers; i++) {
@@ -260,7 +271,13 @@ static void on_commit_reply(sl_trainer_t *t, const Sluice__Control__CommitReply 
         tr_list_remove(&f->pending, it);
         if (it->eq_held) f->eq_held--;
         it->eq_held = false;
-        if (committed) {
+        if (committed && t->order) {
+            /* the deterministic order: out in g order, then perhaps the
+             * next epoch (this was its last unanswered commit) */
+            atomic_fetch_add(&f->committed, 1);
+            tr_order_put_locked(t, it);
+            tr_order_advance_locked(t, f->epoch, &f->pending);
+        } else if (committed) {
             tr_ready_push_locked(t, it);
             atomic_fetch_add(&f->committed, 1);
         } else {
@@ -393,6 +410,7 @@ void *fl_master_main(void *arg)
         }
         int wait_ms = (int)((next_tick - now) / 1000000ull) + 1;
         int ask_ms = fl_equal_tick(t, now); /* batches held for the equal-batches quota */
+        tr_order_check_stall(t, now);       /* the deterministic order: a long wait logged */
         if (ask_ms < wait_ms) wait_ms = ask_ms;
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int n = poll(&p, 1, wait_ms);

@@ -99,6 +99,18 @@ void *tr_reorder_take(tr_reorder_t *q)
     return item;
 }
 
+void *tr_reorder_pop_any(tr_reorder_t *q)
+{
+    for (uint32_t i = 0; q->held > 0 && i < q->cap; i++)
+        if (q->slot[i] != NULL) {
+            void *item = q->slot[i];
+            q->slot[i] = NULL;
+            q->held--;
+            return item;
+        }
+    return NULL;
+}
+
 uint64_t tr_reorder_next(const tr_reorder_t *q)
 {
     return q->next;

@@ -7,8 +7,9 @@
  * logic must send no other (a g past that is refused, not grown into).
  * Items are opaque pointers; the buffer owns none of them.
  *
- * Not wired into the client yet (the master refuses deterministic jobs).
- * Not thread-safe: the client's lock guards it as the ready queue. */
+ * The client (order.c) keeps it filled through its g-window, so a put
+ * past the cap is a worker's fault. Not thread-safe: the client's lock guards it as the ready
+ * queue. */
 #ifndef SLUICE_TRAINER_REORDER_H
 #define SLUICE_TRAINER_REORDER_H
 
@@ -45,6 +46,10 @@ void *tr_reorder_take(tr_reorder_t *q);
 /* The g handed out next: the batch the client's credits must go to when
  * the buffer is full. */
 uint64_t tr_reorder_next(const tr_reorder_t *q);
+
+/* Take out any held item (NULL when none): a client failing or closing
+ * frees what it holds. */
+void *tr_reorder_pop_any(tr_reorder_t *q);
 
 /* Batches held. */
 uint32_t tr_reorder_held(const tr_reorder_t *q);

@@ -158,6 +158,15 @@ struct sl_trainer {
     _Atomic uint64_t batches_shm, batches_socket;
     _Atomic uint32_t queued, workers;
 
+    /* The deterministic order (order.c; master mode, a job whose ATTACHED
+     * names order_ranks), under mu: the reorder buffer of prefetch batches
+     * (NULL: another order), the epoch it hands out, since when it waits
+     * for its next batch (0: not waiting) and whether that wait was logged */
+    struct tr_reorder *order;
+    uint32_t order_epoch;
+    uint64_t order_wait_ns;
+    bool order_stall_logged;
+
     /* The metrics endpoint (metrics.c), NULL when off; fixed while it runs. */
     struct sl_httpd *metrics;
     char *metrics_labels; /* job="…",rank="…",client="…" */
@@ -219,6 +228,51 @@ sl_err_t tr_reconnect(sl_trainer_t *t, const bool *stop, const char *label, cons
  * large, no memory for it): answer ERROR and give the connection up rather
  * than reconnect. */
 bool tr_stream_broken(sl_err_t rc);
+
+/* ---- order.c: the deterministic order (docs/PROTOCOL.md, "The
+ * deterministic order") ---- */
+
+/* How long a rank waits for its next batch before the wait is logged. */
+#define TR_ORDER_STALL_MS 10000
+
+/* The job is in the deterministic order for ranks ranks, its epoch epoch
+ * (an ATTACHED): make the reorder buffer the first time (prefetch batches,
+ * from epoch), check the ranks against the world size. @return
+ * SL_ERR_INVALID (err says why) for a world size or ranks that disagree;
+ * SL_ERR_NOMEM. Caller holds mu. */
+sl_err_t tr_order_setup_locked(sl_trainer_t *t, uint32_t ranks, uint32_t epoch, sl_error_t *err)
+    SL_REQUIRES(t->mu);
+
+/* The g-window the client asks for now: (epoch, limit), limit the g after
+ * the prefetch batches of this rank from the oldest one not handed out.
+ * Caller holds mu. */
+void tr_order_window_locked(const sl_trainer_t *t, uint32_t *epoch, uint64_t *limit)
+    SL_REQUIRES(t->mu);
+
+/* Send the window to every live worker connection (REQUEST with no
+ * credit). Caller holds mu (takes each send_mu). */
+void tr_order_push_window_locked(sl_trainer_t *t) SL_REQUIRES(t->mu);
+
+/* A committed batch: into the reorder buffer under its g, then every
+ * batch whose turn came to the ready queue. A batch without g, of another
+ * epoch or refused by the buffer fails the client (a worker that broke
+ * the window). Caller holds mu. */
+void tr_order_put_locked(sl_trainer_t *t, tr_item_t *it) SL_REQUIRES(t->mu);
+
+/* Move to the job's epoch job_epoch once this rank's batches of the
+ * current one are all handed over: the job passed it (every batch of it
+ * committed), none is held in the buffer and no commit of it is
+ * unanswered (pending). Then the window moves too. Caller holds mu. */
+void tr_order_advance_locked(sl_trainer_t *t, uint32_t job_epoch, const tr_list_t *pending)
+    SL_REQUIRES(t->mu);
+
+/* A wait for the next batch longer than TR_ORDER_STALL_MS is logged
+ * (once a wait), naming the rank, epoch and g. Takes mu. */
+void tr_order_check_stall(sl_trainer_t *t, uint64_t now_ns) SL_EXCLUDES(t->mu);
+
+/* What sl_trainer_next's timeout adds: "; waiting for batch g G of epoch
+ * E (H later ones held)", or "" under another order. Caller holds mu. */
+void tr_order_describe_locked(const sl_trainer_t *t, char *out, size_t cap) SL_REQUIRES(t->mu);
 
 /* ---- metrics.c ---- */
 

@@ -234,12 +234,14 @@ static sl_err_t go_live(tr_conn_t *c, int fd, uint32_t window, bool shm, sl_erro
     c->window = window;
     uint32_t grant = window > c->held ? window - c->held : 0;
     atomic_store(&c->granted, grant);
-    if (rc == SL_OK && (grant > 0 || shm)) {
+    if (rc == SL_OK && (grant > 0 || shm || t->order)) {
         /* the connection's first request: it says attached before any
-         * credit, so every batch of the connection may be a descriptor */
+         * credit, so every batch of the connection may be a descriptor;
+         * under the deterministic order it names the g-window */
         Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
         req.credits = grant;
         req.shm_attached = shm;
+        if (t->order) tr_order_window_locked(t, &req.order_epoch, &req.order_g_limit);
         rc = sl_rpc_send(fd, SL_RPC_REQUEST, &req.base, NULL, 0, err);
     }
     if (rc == SL_OK) {
@@ -398,7 +400,9 @@ static sl_err_t on_batch(tr_conn_t *c, sl_rpc_frame_t *f, uint64_t *received, sl
     sl_trainer_t *t = c->t;
     const Sluice__Dpp__BatchInfo *bi = (const Sluice__Dpp__BatchInfo *)f->msg;
     uint64_t id = bi->delivery_id;
-    if (++*received > atomic_load(&c->granted))
+    /* a batch of the deterministic order goes on the g-window, not on a
+     * credit: the reorder buffer refuses one past the window */
+    if ((!t->order || bi->order_g_plus_one == 0) && ++*received > atomic_load(&c->granted))
         return sl_error_set(e, SL_ERR_PROTOCOL,
                             "delivery %" PRIu64 ": batch %" PRIu64 " sent with only %" PRIu64
                             " credits granted",

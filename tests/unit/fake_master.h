@@ -402,6 +402,10 @@ static void *client_main(void *arg)
     Sluice__Dpp__Request rq = SLUICE__DPP__REQUEST__INIT, one = SLUICE__DPP__REQUEST__INIT;
     rq.credits = 4;
     one.credits = 1;
+    /* the deterministic order's g-window (docs/PROTOCOL.md): next + 4 x R,
+     * next being this rank's first g, then the g after each one received
+     * (the rank's batches come in g order) */
+    rq.order_g_limit = c->rank + 4 * 2;
     sl_rpc_send(fd, SL_RPC_REQUEST, &rq.base, NULL, 0, &err);
     sl_rpc_limits_t lim = sl_rpc_limits_default();
     for (;;) {
@@ -443,12 +447,17 @@ static void *client_main(void *arg)
         pthread_mutex_unlock(&c->f->mu);
         c->batches++;
         Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
-        uint64_t id = bi->delivery_id;
+        uint64_t id = bi->delivery_id, g_plus_one = bi->order_g_plus_one;
+        uint32_t epoch = bi->epoch;
         ack.n_delivery_ids = 1;
         ack.delivery_ids = &id;
         sl_batch_destroy(b);
         sl_rpc_frame_free(&fr);
         sl_rpc_send(fd, SL_RPC_ACK, &ack.base, NULL, 0, NULL);
+        if (g_plus_one) { /* an ordered batch: the window, not the credit, moves */
+            one.order_epoch = epoch;
+            one.order_g_limit = g_plus_one - 1 + 2 + 4 * 2;
+        }
         sl_rpc_send(fd, SL_RPC_REQUEST, &one.base, NULL, 0, NULL);
     }
     close(fd);

@@ -999,6 +999,12 @@ Test(job_order_spec, what_the_deterministic_order_refuses)
               (const char *[]){"$.on_bad_split: \"skip\" with \"order\": \"deterministic\"; a "
                                "skipped split's batches would leave holes in the numbered "
                                "sequence"});
+    parse_bad("{'source': {'table': 't'}, 'order': 'deterministic',"
+              " 'batch': {'equal_batches_per_rank': true}}",
+              1,
+              (const char *[]){"$.batch.equal_batches_per_rank: true with \"order\": "
+                               "\"deterministic\"; ranks of that order differ by at most one "
+                               "batch an epoch, and the two holds are not built to compose"});
     /* the same window under the dynamic order is fine */
     sl_pipeline_job_t *job = parse_ok("{'source': {'table': 't'},"
                                       " 'batch': {'size': 64, 'shuffle': {'window': 100}}}");

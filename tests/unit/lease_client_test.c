@@ -896,6 +896,41 @@ static bool first_read_second_granted(fake_t *f)
     return f->nreads >= 1 && f->next == 2;
 }
 
+/* A split of a deterministic job whose rows are all committed but not yet
+ * counted (its worker killed before SPLIT_READ) is leased again with no
+ * todo range: the worker reads it only to count it (fleet_order_test found
+ * it refused as a protocol error, the worker then dying). */
+Test(lease_client, a_deterministic_lease_with_no_todo_is_read_only_to_count)
+{
+    fake_t f;
+    fm_start(&f, splits, spec_of(false, false));
+    sl_dpp_row_range_t none = {0, 0};
+    fm_add(&f, 1, 120, 0, &none, 0);
+    f.q[0].order_ranks = 2;
+    f.q[0].order_base_plus_one = 1;
+    f.finish = true;
+    sl_pipeline_job_t *job;
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(&f, &job, &ms);
+    client_t c[2];
+    client_start(&c[0], &f, sl_worker_port(w), 0);
+    client_start(&c[1], &f, sl_worker_port(w), 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    pthread_join(c[0].th, NULL);
+    pthread_join(c[1].th, NULL);
+    sl_worker_stop(w);
+    pthread_mutex_lock(&f.mu);
+    cr_assert_eq(f.nreads, 1);
+    cr_assert(f.reads[0].counted);
+    cr_assert_eq(f.reads[0].batches, (splits->items[1].num_rows + 127) / 128);
+    cr_assert_eq(f.ngot, 0, "a batch of a split whose rows are all committed");
+    pthread_mutex_unlock(&f.mu);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    fm_stop(&f);
+}
+
 /* A lease of the deterministic order whose base never comes and which the
  * master revokes: its held batches are freed (the server would never
  * finish otherwise), none sent; the other lease's batches all go. */

@@ -5,6 +5,7 @@
  * deterministic order"). */
 #include <criterion/criterion.h>
 
+#include <poll.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -32,6 +33,23 @@ static void push(sl_worker_server_t *s, uint32_t rank_plus_one, uint64_t g_plus_
     cr_assert_eq(sl_worker_server_push(s, &it, &err), SL_OK, "%s", err.msg);
 }
 
+/* REQUEST moving the g-window to (epoch, limit), with no credit. */
+static void window(int fd, uint32_t epoch, uint64_t limit)
+{
+    Sluice__Dpp__Request r = SLUICE__DPP__REQUEST__INIT;
+    r.order_epoch = epoch;
+    r.order_g_limit = limit;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_REQUEST, &r.base, NULL, 0, &err), SL_OK, "%s", err.msg);
+}
+
+/* Nothing arrives on fd within ms. */
+static void quiet(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    cr_assert_eq(poll(&p, 1, ms), 0, "a frame arrived past the window");
+}
+
 static void hello(int fd, uint32_t rank, uint32_t world, uint32_t credits)
 {
     sl_error_t err = {0};
@@ -44,7 +62,12 @@ static void hello(int fd, uint32_t rank, uint32_t world, uint32_t credits)
     cr_assert_eq(sl_rpc_recv(fd, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(f.type, SL_RPC_WELCOME, "got %s", sl_rpc_type_name(f.type));
     sl_rpc_frame_free(&f);
-    sp_request(fd, credits, false);
+    /* one REQUEST: credits and the window (every ordered batch of epoch 0
+     * these tests push) together, as a client sends them */
+    Sluice__Dpp__Request r = SLUICE__DPP__REQUEST__INIT;
+    r.credits = credits;
+    r.order_g_limit = 1000;
+    cr_assert_eq(sl_rpc_send(fd, SL_RPC_REQUEST, &r.base, NULL, 0, &err), SL_OK, "%s", err.msg);
 }
 
 /* The next BATCH: its first byte, first row, g + 1 and rank + 1; acknowledged. */
@@ -75,11 +98,11 @@ Test(server_order, a_batch_goes_to_its_ranks_client_with_its_g)
     push(s, 0, 0, 5);
     sl_worker_server_finish(s);
     int r1 = sp_connect(sl_worker_server_port(s));
-    hello(r1, 1, 2, 2);
+    hello(r1, 1, 2, 0); /* ordered batches go on the window: no credit needed */
     batch(r1, 1, 1, 8, 2);
     batch(r1, 3, 3, 10, 2);
     int r0 = sp_connect(sl_worker_server_port(s));
-    hello(r0, 0, 2, 3);
+    hello(r0, 0, 2, 1); /* one credit: the batch of no order */
     batch(r0, 2, 2, 9, 1);
     batch(r0, 4, 4, 11, 1);
     batch(r0, 5, 5, 0, 0);
@@ -223,4 +246,78 @@ Test(server_order, a_dropped_leases_held_batches_are_freed_and_later_ones_go)
     sl_worker_server_stop(s);
     sl_worker_server_destroy(s);
     sl_worker_budget_destroy(budget);
+}
+
+/* An ordered batch of epoch e with global index g for rank 0 of 1, tagged. */
+static void push_g(sl_worker_server_t *s, uint32_t e, uint64_t g, uint8_t tag)
+{
+    sl_error_t err = {0};
+    uint8_t *frame = sl_alloc(NULL, 64);
+    memset(frame, tag, 64);
+    sl_worker_server_item_t it = {.frame = frame,
+                                  .len = 64,
+                                  .num_samples = 1,
+                                  .origin = {.epoch = e},
+                                  .lease = {.handle = &lease,
+                                            .split = 3,
+                                            .generation = 1,
+                                            .from_row = tag,
+                                            .to_row = tag + 1u,
+                                            .rank_plus_one = 1,
+                                            .order_g_plus_one = g + 1}};
+    cr_assert_eq(sl_worker_server_push(s, &it, &err), SL_OK, "%s", err.msg);
+}
+
+/* The g-window (docs/PROTOCOL.md, "The deterministic order"): an ordered
+ * batch goes iff its (epoch, g) is below the connection's window, with no
+ * credit at all; credits do not send one; the window never moves back; a
+ * batch of the next epoch waits for a window of that epoch. */
+Test(server_order, an_ordered_batch_goes_on_the_g_window_not_on_credits)
+{
+    sl_worker_server_opts_t o = {.listen = "127.0.0.1:0", .job_id = "j", .max_credits = 16};
+    sl_worker_server_t *s = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
+    for (uint8_t g = 0; g < 6; g++)
+        push_g(s, 0, g, g);
+    push_g(s, 1, 0, 10);
+    sl_worker_server_finish(s);
+    int r0 = sp_connect(sl_worker_server_port(s));
+    sl_rpc_frame_t f = {0};
+    Sluice__Dpp__Hello h = SLUICE__DPP__HELLO__INIT;
+    h.protocol_version = SL_RPC_VERSION;
+    h.world_size = 1;
+    cr_assert_eq(sl_rpc_send(r0, SL_RPC_HELLO, &h.base, NULL, 0, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_rpc_recv(r0, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_WELCOME);
+    sl_rpc_frame_free(&f);
+    sp_request(r0, 0, false);
+    quiet(r0, 200); /* no window yet: nothing, credits or not */
+    window(r0, 0, 2);
+    batch(r0, 0, 0, 1, 1);
+    batch(r0, 1, 1, 2, 1);
+    quiet(r0, 200);
+    sp_request(r0, 10, false); /* credits only: (0, 0), the window stays at g 2 */
+    quiet(r0, 200);
+    window(r0, 0, 4);
+    batch(r0, 2, 2, 3, 1);
+    batch(r0, 3, 3, 4, 1);
+    quiet(r0, 200);
+    window(r0, 0, 3); /* lower: ignored, nor does it send anything */
+    quiet(r0, 100);
+    window(r0, 1, 0); /* epoch 0 is over: all of it, but nothing of epoch 1 */
+    batch(r0, 4, 4, 5, 1);
+    batch(r0, 5, 5, 6, 1);
+    quiet(r0, 200);
+    window(r0, 1, 1);
+    batch(r0, 10, 10, 1, 1);
+    cr_assert(sl_worker_server_wait_done(s, (int)(tu_timeout(5) * 1000)));
+    sl_worker_server_stats_t st;
+    sl_worker_server_stats(s, &st);
+    cr_assert_eq(st.ordered_sent, 7);
+    cr_assert_eq(st.batches_sent, 7);
+    cr_assert_geq(st.ordered_waits, 1);
+    close(r0);
+    sl_worker_server_stop(s);
+    sl_worker_server_destroy(s);
 }

@@ -31,6 +31,7 @@
 typedef struct fk_batch {
     uint32_t split, rank_plus_one, epoch;
     uint64_t from, to, generation;
+    uint64_t g_plus_one; /* the deterministic order: sent on the g-window, not on credits */
     void *frame;
     size_t len;
 } fk_batch_t;
@@ -103,7 +104,8 @@ static bool fk_send_batch(fk_worker_t *w, int fd, uint32_t conn, uint32_t i)
     bi.from_row = fb->from;
     bi.to_row = fb->to;
     bi.rank_plus_one = fb->rank_plus_one;
-    w->sent[i]++;
+    bi.order_g_plus_one = fb->g_plus_one;
+    __atomic_add_fetch(&w->sent[i], 1, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&w->total_sent, 1, __ATOMIC_SEQ_CST);
     return sl_rpc_send(fd, SL_RPC_BATCH, &bi.base, fb->frame, fb->len, NULL) == SL_OK;
 }
@@ -128,24 +130,37 @@ static void fk_worker_serve(fk_worker_t *w, int fd, uint32_t conn)
     bool todo[FK_MAX_BATCHES];
     for (uint32_t i = 0; i < w->n; i++)
         todo[i] = w->acks[i] == 0;
-    uint64_t credits = 0, sent_here = 0;
-    uint32_t next = 0;
+    uint64_t credits = 0, sent_here = 0, win_limit = 0;
+    uint32_t next = 0, win_epoch = 0;
     while (!atomic_load(&w->stop)) {
-        while (credits > 0) {
+        for (;;) {
             while (next < w->n && !todo[next])
                 next++;
             if (next >= w->n) break;
+            /* in list order: an ordered batch below the window, any other
+             * on a credit */
+            const fk_batch_t *fb = &w->b[next];
+            bool ok = fb->g_plus_one ? fb->epoch < win_epoch || (fb->epoch == win_epoch &&
+                                                                 fb->g_plus_one - 1 < win_limit)
+                                     : credits > 0;
+            if (!ok) break;
             if (conn == 0 && w->close_after && sent_here == w->close_after) return;
             if (!fk_send_batch(w, fd, conn, next)) return;
             todo[next++] = false;
-            credits--;
+            if (!fb->g_plus_one) credits--;
             sent_here++;
         }
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 20) <= 0) continue;
         if (sl_rpc_recv(fd, NULL, NULL, &f, NULL) != SL_OK) return;
         if (f.type == SL_RPC_REQUEST) {
-            credits += ((Sluice__Dpp__Request *)f.msg)->credits;
+            const Sluice__Dpp__Request *rq = (const Sluice__Dpp__Request *)f.msg;
+            credits += rq->credits;
+            if (rq->order_epoch > win_epoch ||
+                (rq->order_epoch == win_epoch && rq->order_g_limit > win_limit)) {
+                win_epoch = rq->order_epoch;
+                win_limit = rq->order_g_limit;
+            }
         } else if (f.type == SL_RPC_ACK) {
             Sluice__Dpp__Ack *a = (Sluice__Dpp__Ack *)f.msg;
             for (size_t k = 0; k < a->n_delivery_ids; k++) {
@@ -221,6 +236,8 @@ typedef struct fk_master {
     uint32_t splits;
     uint64_t rows_per_split;
     uint32_t drop_at_commit; /* hang up instead of answering this commit (1-based; 0 never) */
+    uint32_t order_ranks;    /* ATTACHED's: the deterministic order's ranks (0: another order) */
+    uint32_t epoch;          /* ATTACHED's (under mu once started) */
 
     pthread_mutex_t mu;
     const char *worker_ids[4];
@@ -303,6 +320,8 @@ static void fk_attached(fk_master_t *m, int fd)
     a.workers = wp;
     a.finished = m->rows_done == (uint64_t)m->splits * m->rows_per_split;
     a.sharding = "dynamic";
+    a.order_ranks = m->order_ranks;
+    a.epoch = m->epoch;
     sl_rpc_send(fd, SL_RPC_ATTACHED, &a.base, NULL, 0, NULL);
 }
 

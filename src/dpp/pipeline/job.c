@@ -668,7 +668,7 @@ static const dpp_field_t root_fields[] = {
             "with another world size (docs/JOBS.md, \"Deterministic order\"). Deterministic "
             "needs a table or Parquet source, `batch.shuffle.window` 0 or `batch.size`, and "
             "is never shared (`share` true is refused, absent means false); `on_bad_split` must be "
-            "`\"fail\"`"},
+            "`\"fail\"` and `batch.equal_batches_per_rank` false"},
 };
 const dpp_object_t dpp_spec_root = {"$", root_fields, COUNT(root_fields)};
 
@@ -917,6 +917,14 @@ static void check_order(dpp_parse_t *p, const json_t *spec, sl_pipeline_job_t *j
         sl_pipeline_problems_add(p->problems,
                                  "$.share: true with \"order\": \"deterministic\"; a shared "
                                  "pass follows the fastest of its jobs, not one job's order");
+    /* the equal-batches hold lets a rank's batches out in the order the
+     * master counted their commits, the reorder buffer in g order: the two
+     * are not built to compose */
+    if (job->equal_batches_per_rank)
+        sl_pipeline_problems_add(p->problems,
+                                 "$.batch.equal_batches_per_rank: true with \"order\": "
+                                 "\"deterministic\"; ranks of that order differ by at most one "
+                                 "batch an epoch, and the two holds are not built to compose");
     job->share = false;
 }
 

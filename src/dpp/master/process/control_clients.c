@@ -80,6 +80,7 @@ static bool attached_build(sl_master_t *m, const char *job_id,
     rep->finished = st->finished;
     rep->epoch = st->epoch;
     rep->sharding = st->static_sharding ? "static" : "dynamic";
+    rep->order_ranks = st->deterministic ? st->ranks : 0;
     if (st->failed) {
         if (st->failure_stripe >= 0)
             snprintf(at->failure, sizeof at->failure,

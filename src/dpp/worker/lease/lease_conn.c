@@ -221,10 +221,12 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
         return sl_error_set(err, SL_ERR_PROTOCOL,
                             "master %s: lease without a split reference, path or stripes",
                             ms->master);
-    if (m->n_todo == 0 || m->n_todo > ms->o.max_todo)
-        return sl_error_set(err, SL_ERR_PROTOCOL,
-                            "master %s: lease of split %u with %zu todo ranges (1 to %u)",
-                            ms->master, m->ref->split, m->n_todo, ms->o.max_todo);
+    /* the deterministic order leases a split whose rows are all committed
+     * but not counted with no todo range: read only to count it */
+    if ((m->n_todo == 0 && !m->order_ranks) || m->n_todo > ms->o.max_todo)
+        return sl_error_set(
+            err, SL_ERR_PROTOCOL, "master %s: lease of split %u with %zu todo ranges (%u to %u)",
+            ms->master, m->ref->split, m->n_todo, m->order_ranks ? 0 : 1, ms->o.max_todo);
     for (size_t i = 0; i < m->n_todo; i++) {
         const Sluice__Control__RowRange *t = m->todo[i];
         if (t->from_row >= t->to_row || t->to_row > m->num_rows ||
@@ -274,8 +276,8 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
                       "takes, or its folder cannot be made: computing the split",
                       m->cache_file, m->ref->split);
     }
-    l->todo = sl_alloc(ms->a, m->n_todo * sizeof *l->todo);
-    if (!l->path || !l->todo || (kafka && !l->kafka_topic)) {
+    l->todo = m->n_todo ? sl_alloc(ms->a, m->n_todo * sizeof *l->todo) : NULL;
+    if (!l->path || (m->n_todo && !l->todo) || (kafka && !l->kafka_topic)) {
         if (l->todo) l->num_todo = (uint32_t)m->n_todo;
         dpp_lease_free(ms, l);
         return sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");

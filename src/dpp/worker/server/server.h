@@ -150,6 +150,11 @@ typedef struct sl_worker_server_stats {
     uint64_t shm_attached; /* connections that mapped the heap */
     uint64_t shm_refused;  /* side-channel requests refused: another uid, an unknown nonce,
                               malformed, too slow */
+    /* The deterministic order's g-window: of batches_sent, those of an
+     * ordered job (sent on the window, spending no credit); and the times a
+     * sender found its rank's next batch past the client's window and waited */
+    uint64_t ordered_sent;
+    uint64_t ordered_waits;
 } sl_worker_server_stats_t;
 
 typedef struct sl_worker_server sl_worker_server_t;

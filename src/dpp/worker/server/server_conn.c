@@ -89,6 +89,20 @@ static bool my_turn(const struct sl_worker_server *s, const client_t *c) SL_REQU
     return true;
 }
 
+/* May a batch popped from a client's queue go to it: an ordered job's
+ * batch iff its (epoch, g) is below the client's g-window (docs/PROTOCOL.md,
+ * "The deterministic order"), whatever its credits, so that the worker
+ * holding a rank's next batch can always send it; any other batch on a
+ * credit. The window's values are those read under s->mu (it only moves
+ * forward, so they are never too wide). */
+static bool may_send(const sl_worker_server_item_t *it, bool credit, uint32_t win_epoch,
+                     uint64_t win_limit)
+{
+    if (!it->lease.order_g_plus_one) return credit;
+    uint64_t g = it->lease.order_g_plus_one - 1;
+    return it->origin.epoch < win_epoch || (it->origin.epoch == win_epoch && g < win_limit);
+}
+
 static void *sender_main(void *arg)
 {
     client_t *c = arg;
@@ -116,7 +130,13 @@ static void *sender_main(void *arg)
         }
         if (c->share_job[0] && !c->share_slot)
             c->share_slot = dpp_server_share_slot(s, c->share_job, false);
-        if (c->credits > 0 && c->n_unacked < s->o.max_credits &&
+        /* a credit, or for an ordered job's batches its g-window */
+        bool credit = c->credits > 0;
+        uint32_t win_epoch = c->order_epoch;
+        uint64_t win_limit = c->order_g_limit;
+        bool window = win_epoch > 0 || win_limit > 0;
+        bool refused = false;
+        if ((credit || window) && c->n_unacked < s->o.max_credits &&
             (!c->share_job[0] || c->share_slot)) {
             sl_worker_msg_t m;
             /* this client's rank first, then batches for anyone; a client
@@ -126,8 +146,14 @@ static void *sender_main(void *arg)
                                                       : NULL;
             sl_mutex_unlock(&s->mu);
             sl_err_t rc = q ? sl_worker_queue_pop(q, &m, 0) : SL_ERR_TIMEOUT;
+            if (rc == SL_OK && !may_send(m.ptr, credit, win_epoch, win_limit)) {
+                /* the rank's queue is in g order: nothing behind it may go */
+                sl_worker_queue_push_front(q, &m);
+                rc = SL_ERR_AGAIN;
+                refused = true;
+            }
             sl_mutex_lock(&s->mu);
-            bool any = rc != SL_OK && !c->share_slot && my_turn(s, c);
+            bool any = rc != SL_OK && credit && !c->share_slot && my_turn(s, c);
             sl_mutex_unlock(&s->mu);
             if (any) {
                 q = s->ready[0];
@@ -153,7 +179,10 @@ static void *sender_main(void *arg)
                 bool shm_on = c->shm_on;
                 ((sitem_t *)it)->senders++;
                 c->unacked[c->n_unacked++] = (unacked_t){it, id};
-                c->credits--;
+                if (!it->lease.order_g_plus_one)
+                    c->credits--; /* ordered: the window's */
+                else
+                    s->st.ordered_sent++;
                 c->sending = true;
                 /* one batch fewer waits to be sent: a producer may go on */
                 if (s->o.max_queued) pthread_cond_broadcast(&s->cv);
@@ -213,6 +242,10 @@ static void *sender_main(void *arg)
             send_end_locked(s, c, &err);
             continue;
         }
+        /* a REQUEST that moved the window while the lock was let go woke
+         * no one: look again rather than wait */
+        if (refused && (c->order_epoch != win_epoch || c->order_g_limit != win_limit)) continue;
+        if (refused) s->st.ordered_waits++;
         sl_clock_cond_wait_ms(&s->cv, &s->mu, 200);
     }
     /* Stopped with the job done (the worker exits when the last batch is
@@ -445,6 +478,11 @@ void *dpp_server_client_main(void *arg)
                 s->st.shm_attached++;
             }
             c->credits += r->credits; /* < 2^32 per frame: cannot wrap in practice */
+            if (r->order_epoch > c->order_epoch ||
+                (r->order_epoch == c->order_epoch && r->order_g_limit > c->order_g_limit)) {
+                c->order_epoch = r->order_epoch; /* forward only */
+                c->order_g_limit = r->order_g_limit;
+            }
             pthread_cond_broadcast(&s->cv);
             sl_mutex_unlock(&s->mu);
         } else if (f.type == SL_RPC_ACK) {

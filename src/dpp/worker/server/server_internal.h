@@ -50,6 +50,11 @@ typedef struct client {
     sl_mutex_t wmu; /* one frame at a time on the socket */
     /* under s->mu */
     uint64_t credits; /* granted by REQUEST, one spent per BATCH sent */
+    /* The deterministic order's g-window (REQUEST order_epoch,
+     * order_g_limit): an ordered batch goes iff its (epoch, g) is below
+     * (order_epoch, order_g_limit), spending no credit; only moves forward */
+    uint32_t order_epoch;
+    uint64_t order_g_limit;
     uint32_t n_unacked;
     unacked_t *unacked; /* [max_credits] */
     bool closed, ended, done;
