@@ -125,8 +125,11 @@ struct sl_worker_lease_client {
     uint64_t share_stall_ns; /* opts.share_stall_ms */
     sl_worker_lease_client_stats_t st;
     dpp_cache_dir_t *cache; /* opts.cache_dir's (NULL: none) */
-    /* load at the last heartbeat (control thread only) */
+    /* load at the last measured heartbeat and the busy fraction it gave
+     * (control thread only): measured over half a period at least, since
+     * the deterministic order's early heartbeats come a few ms apart */
     uint64_t hb_at_ns, hb_reader_ns, hb_xform_ns;
+    double hb_busy;
     pthread_t thread;
     bool thread_started;
     /* reader thread only: when other_work may ask the master again */

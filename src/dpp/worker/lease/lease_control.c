@@ -13,6 +13,8 @@
 
 /* How often a shared pass with members is looked at for a stall. */
 #define STALL_CHECK_NS 250000000ull
+/* How often a worker awaiting a base (the deterministic order) asks. */
+#define ORDER_POLL_NS 2000000ull
 
 /* The autocache's measurements (docs/DESIGN.md "Autocache") of st. */
 static void cache_figures(const sl_worker_stats_t *st, Sluice__Control__CacheFigures *cf)
@@ -235,15 +237,24 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
         if (w) sl_worker_stats(w, &st);
         uint64_t rd = st.read_ns + st.filter_ns;
         uint64_t xf = st.dedup_ns + st.transform_ns + st.encode_ns;
-        if (ms->hb_at_ns && now > ms->hb_at_ns) {
+        /* over half a period at least: an early heartbeat (a base
+         * awaited) a few ms after the last sends the busy fraction of the
+         * last measured interval rather than a noisy one of its own */
+        uint64_t period_ns = (ms->heartbeat_ms ? ms->heartbeat_ms : 1000) * 1000000ull;
+        bool measure = !ms->hb_at_ns || now >= ms->hb_at_ns + period_ns / 2;
+        if (ms->hb_at_ns && measure) {
             double dt = (double)(now - ms->hb_at_ns);
             double br = (double)(rd - ms->hb_reader_ns) / (dt * (st.lanes ? st.lanes : 1));
             double bx = (double)(xf - ms->hb_xform_ns) / (dt * (st.threads ? st.threads : 1));
             double b = br > bx ? br : bx;
-            hb.busy_fraction = b < 0 ? 0 : b > 1 ? 1 : b;
+            ms->hb_busy = b < 0 ? 0 : b > 1 ? 1 : b;
         }
-        ms->hb_reader_ns = rd;
-        ms->hb_xform_ns = xf;
+        hb.busy_fraction = ms->hb_busy;
+        if (measure) {
+            ms->hb_at_ns = now;
+            ms->hb_reader_ns = rd;
+            ms->hb_xform_ns = xf;
+        }
         hb.queued_batches = st.server.ready;
         hb.memory_used = st.memory_used;
         hb.batches_sent = st.server.batches_sent;
@@ -261,7 +272,6 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
         cache_figures(&st, &cf);
         hb.cache = &cf;
     }
-    ms->hb_at_ns = now;
     /* cache files removed for room since the last heartbeat (a bounded
      * number a beat; the rest go with the next) */
     dpp_cache_evicted_t gone[64];
@@ -368,11 +378,22 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
     sl_free(ms->a, tell, cap_tell * sizeof *tell);
 }
 
+/* Is a lease of the deterministic order being read with its base not
+ * known yet (its batches held for it)? */
+static bool awaits_base(sl_worker_lease_client_t *ms) SL_REQUIRES(ms->mu)
+{
+    for (lease_t *l = ms->leases; l; l = l->next)
+        if (l->order_ranks && l->handed && !l->base_plus_one && !l->revoked && !l->failed)
+            return true;
+    return false;
+}
+
 void *dpp_lease_control_main(void *arg)
 {
     sl_worker_lease_client_t *ms = arg;
     pthread_setname_np(pthread_self(), "sl-w-control");
     uint64_t next_hb = 0; /* at once */
+    uint64_t last_hb = 0; /* when the last heartbeat went (0: an early one may go now) */
     uint64_t retry_at = 0;
     sl_mutex_lock(&ms->mu);
     while (!ms->cancel) {
@@ -399,19 +420,30 @@ void *dpp_lease_control_main(void *arg)
         if (ready && now >= retry_at) {
             sl_mutex_unlock(&ms->mu);
             /* failures first: the master may lease the split to another worker at once */
-            if (!report_failures(ms) || !report_ready(ms)) retry_at = sl_clock_ns() + 200000000ull;
+            if (!report_failures(ms) || !report_ready(ms))
+                retry_at = sl_clock_ns() + 200000000ull;
+            else
+                last_hb = 0; /* a split counted: the next one's base may be known now */
             sl_mutex_lock(&ms->mu);
             continue;
         }
-        if (now >= next_hb) {
+        /* the deterministic order: a split being read whose base is not
+         * known yet holds its batches until a heartbeat reply tells it, and
+         * the base is known as soon as the split before it is counted (here
+         * or on another worker); so ask early, at most every ORDER_POLL_NS,
+         * rather than one split per heartbeat period */
+        uint64_t due = next_hb;
+        if (awaits_base(ms) && last_hb + ORDER_POLL_NS < due) due = last_hb + ORDER_POLL_NS;
+        if (now >= due) {
             uint64_t period = ms->heartbeat_ms ? ms->heartbeat_ms : 1000;
             sl_mutex_unlock(&ms->mu);
             heartbeat(ms, false);
             sl_mutex_lock(&ms->mu);
-            next_hb = sl_clock_ns() + period * 1000000ull;
+            last_hb = sl_clock_ns();
+            next_hb = last_hb + period * 1000000ull;
             continue;
         }
-        uint64_t until = next_hb;
+        uint64_t until = due;
         if (ready && retry_at < until) until = retry_at;
         if (watch && now + STALL_CHECK_NS < until) until = now + STALL_CHECK_NS;
         sl_clock_cond_wait_ms(&ms->cv, &ms->mu, (until - now) / 1000000ull + 1);
