@@ -14,7 +14,7 @@
 /* How often a shared pass with members is looked at for a stall. */
 #define STALL_CHECK_NS 250000000ull
 /* How often a worker awaiting a base (the deterministic order) asks. */
-#define ORDER_POLL_NS 2000000ull
+#define ORDER_POLL_NS 5000000ull
 
 /* The autocache's measurements (docs/DESIGN.md "Autocache") of st. */
 static void cache_figures(const sl_worker_stats_t *st, Sluice__Control__CacheFigures *cf)
