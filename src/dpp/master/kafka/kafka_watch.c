@@ -207,8 +207,12 @@ static void apply(sl_master_t *m, wjob *jobs, uint32_t nj, sl_kafka_partition_pl
                 mp_fail(m, &err);
             }
         }
+    /* durable before any answer that builds on them (a lease of the new
+     * partitions appends after them and waits for its own, later, ticket);
+     * the disk's wait itself outside the lock */
     sl_error_t err = {0};
-    if (added) mp_sync(m, &err);
+    uint64_t ticket = 0;
+    bool began = added && mp_sync_begin(m, &ticket, &err) == SL_OK;
     /* the high watermarks, replacing the table's (jobs gone drop out) */
     uint32_t total = 0;
     for (uint32_t i = 0; i < nj; i++)
@@ -233,6 +237,7 @@ static void apply(sl_master_t *m, wjob *jobs, uint32_t nj, sl_kafka_partition_pl
         }
     atomic_fetch_add(&m->kafka_watch_rounds, 1);
     sl_mutex_unlock(&m->mu);
+    if (began) mp_sync_wait(m, ticket, &err);
 }
 
 static void round_once(sl_master_t *m, wjob *jobs, wcache *cache, uint32_t cap)

@@ -102,20 +102,6 @@ void mp_fail(sl_master_t *m, const sl_error_t *err)
               "state failure, refusing changes: %s", m->failure);
 }
 
-/* Journaled changes are made durable before any answer: a failure here
- * leaves the master unable to promise anything. */
-static sl_err_t sync_locked(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu)
-{
-    sl_err_t rc = sl_master_store_sync(m->state_store, err);
-    if (rc != SL_OK) mp_fail(m, err);
-    return rc;
-}
-
-sl_err_t mp_sync(sl_master_t *m, sl_error_t *err)
-{
-    return sync_locked(m, err);
-}
-
 /* The first half of a sync whose wait is done outside m->mu
  * (wait_unlocked): what was appended so far is sealed, *ticket names it. */
 static sl_err_t begin_locked(sl_master_t *m, uint64_t *ticket, sl_error_t *err) SL_REQUIRES(m->mu)
@@ -130,7 +116,7 @@ static sl_err_t begin_locked(sl_master_t *m, uint64_t *ticket, sl_error_t *err) 
 
 /* The second half, without m->mu, after every begin_locked that returned
  * SL_OK: the caller answers only once it returned SL_OK (a failure fails
- * the master, as sync_locked's does). */
+ * the master). */
 static sl_err_t wait_unlocked(sl_master_t *m, uint64_t ticket, sl_error_t *err) SL_EXCLUDES(m->mu)
 {
     sl_err_t rc = sl_master_store_sync_wait(m->state_store, ticket, err);
@@ -139,6 +125,16 @@ static sl_err_t wait_unlocked(sl_master_t *m, uint64_t ticket, sl_error_t *err) 
     if (rc != SL_OK) mp_fail(m, err);
     sl_mutex_unlock(&m->mu);
     return rc;
+}
+
+sl_err_t mp_sync_begin(sl_master_t *m, uint64_t *ticket, sl_error_t *err)
+{
+    return begin_locked(m, ticket, err);
+}
+
+sl_err_t mp_sync_wait(sl_master_t *m, uint64_t ticket, sl_error_t *err)
+{
+    return wait_unlocked(m, ticket, err);
 }
 
 /* Idle clients are looked for ten times per idle period (at most once a

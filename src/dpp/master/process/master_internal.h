@@ -366,8 +366,12 @@ void mp_guard_closing(sl_master_t *m, uint32_t i) SL_REQUIRES(m->mu);
 /* The reason labels of mp_auth_reason, in its order. */
 extern const char *const mp_auth_reason_names[MP_AUTH_NREASONS];
 
-/* Make the state's changes durable (under mu): a failure fails the master. */
-sl_err_t mp_sync(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu);
+/* Make the state's changes durable in two halves, the disk's wait outside
+ * mu: mp_sync_begin seals what was appended (*ticket names it), and after
+ * it returned SL_OK the caller calls mp_sync_wait once, without mu. A
+ * failure of either fails the master. */
+sl_err_t mp_sync_begin(sl_master_t *m, uint64_t *ticket, sl_error_t *err) SL_REQUIRES(m->mu);
+sl_err_t mp_sync_wait(sl_master_t *m, uint64_t ticket, sl_error_t *err) SL_EXCLUDES(m->mu);
 
 /* kafka_watch.c: the Kafka watcher thread (partitions added to stream
  * jobs, high watermarks, the consumer-group mirror) */
