@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "dpp/worker/runtime/worker_internal.h"
 
 enum { LANE_FREE, LANE_READ, LANE_READY, LANE_FILL };
@@ -320,7 +321,7 @@ sl_err_t dpp_lanes_new(sl_worker_t *w, uint32_t n, const sl_wh_read_opts_t *ro, 
     p->n = n;
     sl_mutex_init(&p->mu);
     sl_mutex_init(&p->rmu);
-    pthread_cond_init(&p->cv, NULL);
+    sl_clock_cond_init(&p->cv);
     for (uint32_t i = 0; i < n; i++) {
         dpp_lane_t *l = &p->lanes[i];
         l->p = p;
@@ -389,13 +390,7 @@ dpp_lane_t *dpp_lanes_get(dpp_lanes_t *p, bool wait)
                 if (p->lanes[i].state == LANE_FREE) got = &p->lanes[i];
         }
         if (got || !wait || atomic_load(&w->stopping)) break;
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 50 * 1000000L; /* look at stopping now and then */
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
+        struct timespec dl = sl_clock_deadline_ms(50); /* look at stopping now and then */
         sl_cond_timedwait(&p->cv, &p->mu, &dl);
     }
     sl_mutex_unlock(&p->mu);
@@ -426,13 +421,7 @@ void dpp_lanes_wait_fewer(dpp_lanes_t *p, uint32_t busy)
         for (uint32_t i = 0; i < p->n; i++)
             n += p->lanes[i].state != LANE_FREE;
         if (n < busy || atomic_load(&w->stopping)) break;
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 50 * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
+        struct timespec dl = sl_clock_deadline_ms(50);
         sl_cond_timedwait(&p->cv, &p->mu, &dl);
     }
     sl_mutex_unlock(&p->mu);
@@ -491,13 +480,7 @@ bool dpp_lanes_wait(dpp_lanes_t *p, dpp_lane_t *l, bool or_free)
         for (uint32_t i = 0; or_free && !p->in_turn && i < p->n && !any; i++)
             any = p->lanes[i].state == LANE_FREE;
         if (done || any) break;
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 50 * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
+        struct timespec dl = sl_clock_deadline_ms(50);
         sl_cond_timedwait(&p->cv, &p->mu, &dl);
     }
     sl_mutex_unlock(&p->mu);
@@ -510,13 +493,7 @@ sl_err_t dpp_lane_wait(dpp_lane_t *l, dpp_lane_stripe_t *out, sl_error_t *err)
     sl_worker_t *w = p->w;
     sl_mutex_lock(&p->mu);
     while (l->state == LANE_READ && !atomic_load(&w->stopping)) {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 50 * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
+        struct timespec dl = sl_clock_deadline_ms(50);
         sl_cond_timedwait(&p->cv, &p->mu, &dl);
     }
     bool ready = l->state == LANE_READY;

@@ -116,6 +116,17 @@ static void share_copies(struct sl_worker_server *s, sitem_t *si) SL_REQUIRES(s-
     if (ref && !si->ref) sl_free(s->a, ref, sizeof *ref);
 }
 
+void dpp_server_item_acked(struct sl_worker_server *s, sl_worker_server_item_t *it)
+{
+    s->st.batches_acked++;
+    s->st.samples_acked += it->num_samples;
+    s->st.bytes_acked += it->len;
+    s->st.bytes_acked_expanded += it->expanded_bytes;
+    if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
+    dpp_server_retire(s, it, true);
+    dpp_server_item_free(s, it);
+}
+
 void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
 {
     if (it->lease.handle && s->o.lease_retire)
@@ -403,13 +414,7 @@ sl_err_t dpp_server_push_now(struct sl_worker_server *s, const sl_worker_server_
         sl_mutex_lock(&s->mu);
         s->st.batches_sent++;
         s->st.bytes_sent += it->len;
-        s->st.batches_acked++;
-        s->st.samples_acked += it->num_samples;
-        s->st.bytes_acked += it->len;
-        s->st.bytes_acked_expanded += it->expanded_bytes;
-        if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
-        dpp_server_retire(s, it, true);
-        dpp_server_item_free(s, it);
+        dpp_server_item_acked(s, it);
         pthread_cond_broadcast(&s->cv);
         sl_mutex_unlock(&s->mu);
         return SL_OK;

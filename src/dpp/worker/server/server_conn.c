@@ -290,13 +290,7 @@ static bool handle_ack(struct sl_worker_server *s, client_t *c, const Sluice__Dp
         memmove(c->unacked + j, c->unacked + j + 1, (c->n_unacked - j - 1) * sizeof *c->unacked);
         c->n_unacked--;
         s->outstanding--;
-        s->st.batches_acked++;
-        s->st.samples_acked += it->num_samples;
-        s->st.bytes_acked += it->len;
-        s->st.bytes_acked_expanded += it->expanded_bytes;
-        if (s->o.budget) sl_worker_budget_release_pinned(s->o.budget, it->accounted);
-        dpp_server_retire(s, it, true);
-        dpp_server_item_free(s, it);
+        dpp_server_item_acked(s, it);
     }
     pthread_cond_broadcast(&s->cv);
     return true;

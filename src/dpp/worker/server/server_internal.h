@@ -158,6 +158,10 @@ uint32_t dpp_server_share_slot(struct sl_worker_server *s, const char *job_id, b
 /* A lease's batch is gone (under s->mu). */
 void dpp_server_retire(struct sl_worker_server *s, const sl_worker_server_item_t *it, bool acked)
     SL_REQUIRES(s->mu);
+/* it was consumed (a client's ACK, or --discard): counted as acknowledged,
+ * its pinned memory given back, retired and freed (under s->mu). */
+void dpp_server_item_acked(struct sl_worker_server *s, sl_worker_server_item_t *it)
+    SL_REQUIRES(s->mu);
 /* The queue of batches for rank_plus_one (under s->mu), created on first
  * use when create. @return NULL when out of range or memory (or absent). */
 sl_worker_queue_t *dpp_server_rank_queue(struct sl_worker_server *s, uint32_t rank_plus_one,
