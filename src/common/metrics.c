@@ -254,6 +254,18 @@ const sl_metric_def_t sl_metric_defs[SL_M_COUNT] = {
                              "Trainer clients connected now."},
     [SL_M_WORKER_QUEUE_READY_BATCHES] = {"sluice_worker_queue_ready_batches", "gauge", "job",
                                          "Encoded batches waiting for a client."},
+    [SL_M_WORKER_ORDER_HELD_BATCHES] =
+        {"sluice_worker_order_held_batches", "gauge", "job",
+         "Deterministic order: encoded batches held until their split's base is known (or "
+         "behind a lower g still being made)."},
+    [SL_M_WORKER_ORDER_RANK_QUEUED_BATCHES] =
+        {"sluice_worker_order_rank_queued_batches", "gauge", "job, rank",
+         "Deterministic order: a rank's batches waiting here for its trainer's g-window; one "
+         "rank's high while the others' are low names a rank that stopped reading."},
+    [SL_M_WORKER_ORDER_WINDOW_WAITS_TOTAL] =
+        {"sluice_worker_order_window_waits_total", "counter", "job",
+         "Deterministic order: times a sender found its rank's next batch past the trainer's "
+         "g-window and waited."},
     [SL_M_WORKER_MEMORY_USED_BYTES] = {"sluice_worker_memory_used_bytes", "gauge", "job",
                                        "Bytes accounted by the memory budget now."},
     [SL_M_WORKER_MEMORY_PEAK_BYTES] =

@@ -108,6 +108,9 @@
     X(WORKER_AUTH_FAILURES_TOTAL)                                                                  \
     X(WORKER_CLIENTS)                                                                              \
     X(WORKER_QUEUE_READY_BATCHES)                                                                  \
+    X(WORKER_ORDER_HELD_BATCHES)                                                                   \
+    X(WORKER_ORDER_RANK_QUEUED_BATCHES)                                                            \
+    X(WORKER_ORDER_WINDOW_WAITS_TOTAL)                                                             \
     X(WORKER_MEMORY_USED_BYTES)                                                                    \
     X(WORKER_MEMORY_PEAK_BYTES)                                                                    \
     X(WORKER_MEMORY_LIMIT_BYTES)                                                                   \

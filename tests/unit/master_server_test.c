@@ -1734,3 +1734,127 @@ Test(master_server, deterministic_order_on_the_worker_wire)
     close(w);
     env_fini(&e);
 }
+
+/* A heartbeat of counts (det28h): a split's count goes as soon as it is
+ * cut whole, before its SPLIT_READ; the master journals it and the same
+ * reply carries the bases it made known. SPLIT_READ must agree with it;
+ * a heartbeat whose count disagrees is answered ERROR naming both. */
+Test(master_server, counts_at_cut_come_in_a_heartbeat)
+{
+    env e;
+    env_init(&e, 100000);
+    sl_error_t err = {0};
+    sl_wh_table_t *t = NULL;
+    sl_wh_splits_t *sp = NULL;
+    cr_assert_eq(sl_wh_table_open(e.table, NULL, &t, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_wh_table_splits(t, NULL, 1, &sp, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sp->count, 8);
+    sl_master_state_job_spec_t spec = {.job_id = "j",
+                                       .splits = sp->items,
+                                       .num_splits = sp->count,
+                                       .epochs = 1,
+                                       .spec_json = "{}",
+                                       .ranks = 2,
+                                       .min_workers = 1,
+                                       .max_workers = 1,
+                                       .deterministic = true,
+                                       .order_window = 2};
+    sl_mutex_lock(&e.m->mu);
+    sl_err_t rc = sl_master_state_job_add(e.m->st, &spec, &err);
+    sl_mutex_unlock(&e.m->mu);
+    cr_assert_eq(rc, SL_OK, "%s", err.msg);
+    sl_wh_splits_destroy(sp);
+    sl_wh_table_close(t);
+    int w = worker(&e, "w1");
+    Sluice__Control__Lease *l0 = lease(w, "w1"), *l1 = lease(w, "w1");
+    cr_assert_eq(l0->ref->split, 0);
+    cr_assert_eq(l1->ref->split, 1);
+    cr_assert_eq(l1->order_base_plus_one, 0);
+    /* split 0 cut whole into 5 batches, none committed yet */
+    Sluice__Control__SplitRef *refs[3] = {l0->ref, l1->ref, NULL};
+    Sluice__Control__SplitCount c0 = SLUICE__CONTROL__SPLIT_COUNT__INIT, *cp = &c0;
+    c0.ref = l0->ref;
+    c0.batches = 5;
+    Sluice__Control__Heartbeat h = SLUICE__CONTROL__HEARTBEAT__INIT;
+    h.worker_id = "w1";
+    h.n_leases = 2;
+    h.leases = refs;
+    h.n_counts = 1;
+    h.counts = &cp;
+    Sluice__Control__HeartbeatReply *hr =
+        (void *)call(w, SL_RPC_HEARTBEAT, &h.base, SL_RPC_HEARTBEAT_REPLY);
+    cr_assert_eq(hr->n_revoked, 0);
+    cr_assert_eq(hr->n_bases, 2, "split 1's base is known in the same reply");
+    cr_assert_eq(hr->bases[0]->ref->split, 0);
+    cr_assert_eq(hr->bases[0]->first_g, 0);
+    cr_assert_eq(hr->bases[1]->ref->split, 1);
+    cr_assert_eq(hr->bases[1]->first_g, 5);
+    done(&hr->base);
+    sl_master_state_job_status_t st;
+    sl_mutex_lock(&e.m->mu);
+    rc = sl_master_state_job_status(e.m->st, "j", &st, &err);
+    sl_mutex_unlock(&e.m->mu);
+    cr_assert_eq(rc, SL_OK, "%s", err.msg);
+    cr_assert_eq(st.order_prefix, 1);
+    cr_assert_eq(st.done, 0, "counted, its rows not committed: not done");
+    /* the window moved with the count, before any commit: split 2 leased,
+     * its base not known yet (split 1 is not counted) */
+    Sluice__Control__Lease *l2 = lease(w, "w1");
+    cr_assert_eq(l2->ref->split, 2);
+    cr_assert_eq(l2->order_base_plus_one, 0);
+    /* split 1's count: split 2's base, 8, in the reply; the same count of
+     * split 0 again is taken as it is */
+    refs[2] = l2->ref;
+    Sluice__Control__SplitCount c1 = SLUICE__CONTROL__SPLIT_COUNT__INIT, *cps[2] = {&c1, &c0};
+    c1.ref = l1->ref;
+    c1.batches = 3;
+    h.n_leases = 3;
+    h.n_counts = 2;
+    h.counts = cps;
+    hr = (void *)call(w, SL_RPC_HEARTBEAT, &h.base, SL_RPC_HEARTBEAT_REPLY);
+    cr_assert_eq(hr->n_bases, 3);
+    cr_assert_eq(hr->bases[2]->ref->split, 2);
+    cr_assert_eq(hr->bases[2]->first_g, 8);
+    done(&hr->base);
+    /* SPLIT_READ agreeing with the journaled count: done */
+    Sluice__Control__RowRange er = SLUICE__CONTROL__ROW_RANGE__INIT, *erp = &er;
+    er.from_row = 0;
+    er.to_row = 500;
+    Sluice__Control__SplitRead sr = SLUICE__CONTROL__SPLIT_READ__INIT;
+    sr.ref = l0->ref;
+    sr.n_empty = 1;
+    sr.empty = &erp;
+    sr.counted = true;
+    sr.batches = 5;
+    Sluice__Control__SplitReadReply *srr =
+        (void *)call(w, SL_RPC_SPLIT_READ, &sr.base, SL_RPC_SPLIT_READ_REPLY);
+    cr_assert_eq(srr->state, SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE);
+    done(&srr->base);
+    /* one that disagrees: an error naming both counts */
+    sr.ref = l1->ref;
+    sr.batches = 4;
+    Sluice__Dpp__Error *er2 = (void *)call(w, SL_RPC_SPLIT_READ, &sr.base, SL_RPC_ERROR);
+    cr_assert_str_eq(er2->message, "batches counted: job 'j' split 1: deterministic order: split "
+                                   "at position 1 counted 3 batches, now 4: its batches were cut "
+                                   "differently");
+    done(&er2->base);
+    close(w);
+    /* a heartbeat whose count disagrees (the worker reconnected with its
+     * leases): the same error */
+    w = register_as(&e, "w1", 0, &refs[1], 2, SL_RPC_REGISTERED, NULL, 0);
+    c1.batches = 2;
+    h.n_leases = 2;
+    h.leases = &refs[1];
+    h.n_counts = 1;
+    h.counts = cps;
+    er2 = (void *)call(w, SL_RPC_HEARTBEAT, &h.base, SL_RPC_ERROR);
+    cr_assert_str_eq(er2->message, "batches counted: job 'j' split 1: deterministic order: split "
+                                   "at position 1 counted 3 batches, now 2: its batches were cut "
+                                   "differently");
+    done(&er2->base);
+    done(&l0->base);
+    done(&l1->base);
+    done(&l2->base);
+    close(w);
+    env_fini(&e);
+}

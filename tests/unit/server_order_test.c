@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "dpp/worker/server/server.h"
 #include "server_peer.h"
@@ -320,4 +321,127 @@ Test(server_order, an_ordered_batch_goes_on_the_g_window_not_on_credits)
     close(r0);
     sl_worker_server_stop(s);
     sl_worker_server_destroy(s);
+}
+
+/* A rank's queue stays in g order: a split leased again after its count
+ * went at cut (det28h) brings g's below those queued already; they go
+ * first, not behind a batch past the window. */
+Test(server_order, a_lower_g_queued_later_goes_ahead_of_higher_ones)
+{
+    sl_worker_server_opts_t o = {.listen = "127.0.0.1:0", .job_id = "j", .max_credits = 16};
+    sl_worker_server_t *s = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
+    push_g(s, 0, 10, 10);
+    push_g(s, 0, 11, 11);
+    push_g(s, 0, 4, 4);
+    push_g(s, 0, 5, 5);
+    sl_worker_server_finish(s);
+    int r0 = sp_connect(sl_worker_server_port(s));
+    sl_rpc_frame_t f = {0};
+    Sluice__Dpp__Hello h = SLUICE__DPP__HELLO__INIT;
+    h.protocol_version = SL_RPC_VERSION;
+    h.world_size = 1;
+    cr_assert_eq(sl_rpc_send(r0, SL_RPC_HELLO, &h.base, NULL, 0, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_rpc_recv(r0, NULL, NULL, &f, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(f.type, SL_RPC_WELCOME);
+    sl_rpc_frame_free(&f);
+    window(r0, 0, 6); /* 4 and 5 only: without the order they waited behind 10 */
+    batch(r0, 4, 4, 5, 1);
+    batch(r0, 5, 5, 6, 1);
+    quiet(r0, 200);
+    window(r0, 0, 12);
+    batch(r0, 10, 10, 11, 1);
+    batch(r0, 11, 11, 12, 1);
+    cr_assert(sl_worker_server_wait_done(s, (int)(tu_timeout(5) * 1000)));
+    close(r0);
+    sl_worker_server_stop(s);
+    sl_worker_server_destroy(s);
+}
+
+/* The hold's batches and each of 2 ranks' queued ones. @return the ranks. */
+static uint32_t figures(sl_worker_server_t *s, uint64_t *held, uint64_t q[2])
+{
+    uint64_t bytes;
+    sl_worker_server_order_held(s, &bytes, held);
+    return sl_worker_server_order_queued(s, q, 2);
+}
+
+static double wait_room_s(sl_worker_server_t *s)
+{
+    uint64_t t0 = sl_clock_ns();
+    cr_assert_eq(sl_worker_server_wait_room_ordered(s), SL_OK);
+    return (double)(sl_clock_ns() - t0) / 1e9;
+}
+
+/* sl_worker_server_wait_room_ordered: a worker whose rank queues are full
+ * stops making batches (a bounded wait), unless a batch it makes next may
+ * be a rank's next one: a rank with nothing queued here, or a lease whose
+ * g's come below what is queued (a split leased again). The rank queues'
+ * figures (the /metrics gauges) move with them. */
+Test(server_order, full_rank_queues_make_the_producer_wait_but_never_for_a_ranks_next)
+{
+    sl_worker_budget_t *budget = sl_worker_budget_new(NULL, 1 << 20);
+    sl_worker_server_opts_t o = {
+        .listen = "127.0.0.1:0", .job_id = "j", .budget = budget, .max_queued = 3};
+    sl_worker_server_t *s = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_server_start(&o, &s, &err), SL_OK, "%s", err.msg);
+    cr_assert_lt(wait_room_s(s), 0.5, "no deterministic lease: no rank queue to wait on");
+    int a, c;
+    sl_dpp_row_range_t todo[] = {{0, 60}};
+    cr_assert_eq(sl_worker_server_order_begin(s, &a, 3, todo, 1, 2, 11, &err), SL_OK, "%s",
+                 err.msg);
+    uint64_t held, q[2];
+    for (uint8_t k = 0; k < 4; k++) {
+        cut(s, &a, 10u * k, 10u * k + 10, true);
+        push_held(s, budget, &a, 10u * k, 10u * k + 10, k);
+    }
+    cut(s, &a, 40, 50, true); /* batch 4 cut, still being made: held back */
+    cr_assert_eq(figures(s, &held, q), 2);
+    cr_assert_eq(held, 0);
+    cr_assert_eq(q[0], 2, "g 10 and 12");
+    cr_assert_eq(q[1], 2, "g 11 and 13");
+    /* 4 queued >= 3, every rank has a lower g queued than batch 4's (14):
+     * the producer waits, at most a second */
+    double t = wait_room_s(s);
+    cr_assert(t >= 0.9 && t < 5 * tu_timeout(1), "waited %.3f s", t);
+    /* a split leased again with base 2: its g's come below those queued,
+     * so one of them may be a rank's next: no wait */
+    cr_assert_eq(sl_worker_server_order_begin(s, &c, 2, todo, 1, 2, 3, &err), SL_OK, "%s", err.msg);
+    cr_assert_lt(wait_room_s(s), 0.5);
+    sl_worker_server_order_drop(s, &c);
+    /* rank 1's trainer takes its batches: rank 1 has nothing queued here,
+     * so what comes next may be its next batch: no wait */
+    int r1 = sp_connect(sl_worker_server_port(s));
+    hello(r1, 1, 2, 0);
+    batch(r1, 1, 10, 12, 2);
+    batch(r1, 3, 30, 14, 2);
+    cr_assert_eq(figures(s, &held, q), 2);
+    cr_assert_eq(q[0], 2);
+    cr_assert_eq(q[1], 0);
+    cr_assert_lt(wait_room_s(s), 0.5);
+    /* batch 5 put before batch 4: held, and counted so */
+    cut(s, &a, 50, 60, true);
+    push_held(s, budget, &a, 50, 60, 5);
+    cr_assert_eq(figures(s, &held, q), 2);
+    cr_assert_eq(held, 1);
+    push_held(s, budget, &a, 40, 50, 4);
+    uint64_t n;
+    cr_assert_eq(sl_worker_server_order_end(s, &a, &n, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(n, 6);
+    batch(r1, 5, 50, 16, 2);
+    sl_worker_server_finish(s);
+    int r0 = sp_connect(sl_worker_server_port(s));
+    hello(r0, 0, 2, 0);
+    batch(r0, 0, 0, 11, 1);
+    batch(r0, 2, 20, 13, 1);
+    batch(r0, 4, 40, 15, 1);
+    cr_assert(sl_worker_server_wait_done(s, (int)(tu_timeout(5) * 1000)));
+    cr_assert_eq(sl_worker_budget_used(budget), 0);
+    close(r0);
+    close(r1);
+    sl_worker_server_stop(s);
+    sl_worker_server_destroy(s);
+    sl_worker_budget_destroy(budget);
 }

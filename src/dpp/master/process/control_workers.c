@@ -411,6 +411,36 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
     }
 }
 
+/* The deterministic order's counts at cut (Heartbeat.counts, det28h):
+ * each of a live lease of this worker journaled as BatchesCounted, as the
+ * count of a SPLIT_READ is. The reply that follows is not held until the
+ * journal syncs: a count is a function of the split's rows (the batcher
+ * cuts them the same way on every read), so a record lost in a crash is
+ * only counted again by the split's next lease (it is not DONE until
+ * counted), giving the same bases to everything numbered from them.
+ * @return false when the heartbeat was answered with ERROR. */
+static bool heartbeat_counts(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h)
+{
+    const mp_worker *w = &m->workers[m->conns[i].worker];
+    for (size_t k = 0; k < h->n_counts && !m->failed; k++) {
+        const Sluice__Control__SplitCount *c = h->counts[k];
+        if (c == NULL || c->ref == NULL || c->ref->job_id == NULL) continue;
+        const Sluice__Control__SplitRef *r = c->ref;
+        /* a lease no longer live (revoked, expired): its count is not
+         * taken, its SPLIT_READ will be STALE too */
+        if (!sl_master_state_lease_live(m->st, r->job_id, r->epoch, r->split, r->generation, w->id))
+            continue;
+        sl_error_t err = {0};
+        sl_err_t rc = sl_master_state_batches_counted(m->st, r->job_id, r->epoch, r->split,
+                                                      r->generation, c->batches, &err);
+        if (rc == SL_OK || rc == SL_ERR_AGAIN) continue;
+        if (rc == SL_ERR_IO || rc == SL_ERR_NOMEM) mp_fail(m, &err);
+        mp_send_error(m, i, rc, err.msg);
+        return false;
+    }
+    return true;
+}
+
 void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h)
 {
     mp_worker *w = &m->workers[m->conns[i].worker];
@@ -437,6 +467,9 @@ void mp_on_heartbeat(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbea
     w->shared_cpu_ns = h->shared_cpu_ns;
     mp_cache_figures_in(m, w, h->cache);
     mp_cache_local_evicted(m, m->conns[i].worker, h);
+    /* counts at cut first, so that the bases below include what they
+     * made known (a disagreement: ERROR naming both, as for SPLIT_READ) */
+    if (!heartbeat_counts(m, i, h)) return;
     w->leases = 0;
     /* out of memory: nothing revoked this time (the next heartbeat tells) */
     Sluice__Control__SplitRef **rev =

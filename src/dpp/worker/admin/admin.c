@@ -21,6 +21,10 @@ typedef struct wadmin {
     double started_unix_s; /* when the endpoint started: the process's start, for restarts */
 } wadmin_t;
 
+/* Ranks shown per deterministic job, a series each: the server's rank
+ * queues (max_ranks, 64 by default) fit. */
+#define SL_WORKER_ORDER_METRIC_RANKS 256
+
 struct sl_worker_admin {
     wadmin_t ctx; /* the handlers' */
     sl_admin_t *admin;
@@ -38,6 +42,25 @@ static void gauge(sl_prom_t *p, const char *labels, const sl_metric_def_t *m, do
 {
     sl_prom_family_def(p, m);
     sl_prom_sample_def(p, m, labels, v);
+}
+
+/* The deterministic order's families (a worker of such a job): a stalled
+ * rank shows as its queue growing while the others' stay low. */
+static void order_metrics(sl_prom_t *pp, sl_worker_t *w, const char *jl,
+                          const sl_worker_server_stats_t *s)
+{
+    uint64_t held, queued[SL_WORKER_ORDER_METRIC_RANKS];
+    uint32_t ranks = sl_worker_order_figures(w, &held, queued, SL_WORKER_ORDER_METRIC_RANKS);
+    if (ranks == 0) return;
+    gauge(pp, jl, SL_M(WORKER_ORDER_HELD_BATCHES), (double)held);
+    counter(pp, jl, SL_M(WORKER_ORDER_WINDOW_WAITS_TOTAL), (double)s->ordered_waits);
+    sl_prom_family_def(pp, SL_M(WORKER_ORDER_RANK_QUEUED_BATCHES));
+    for (uint32_t r = 0; r < ranks && r < SL_WORKER_ORDER_METRIC_RANKS; r++) {
+        char r1[64], rv[16], lab[400];
+        snprintf(rv, sizeof rv, "%u", r);
+        snprintf(lab, sizeof lab, "%s,%s", jl, sl_prom_label(r1, sizeof r1, "rank", rv));
+        sl_prom_sample_def(pp, SL_M(WORKER_ORDER_RANK_QUEUED_BATCHES), lab, (double)queued[r]);
+    }
 }
 
 /* The worker's families, appended to p. */
@@ -130,6 +153,7 @@ static void metrics_into(sl_prom_t *pp, sl_worker_t *w, sl_worker_lease_client_t
     }
     gauge(pp, jl, SL_M(WORKER_CLIENTS), (double)s->clients_now);
     gauge(pp, jl, SL_M(WORKER_QUEUE_READY_BATCHES), (double)s->ready);
+    order_metrics(pp, w, jl, s);
     gauge(pp, jl, SL_M(WORKER_MEMORY_USED_BYTES), (double)st.memory_used);
     gauge(pp, jl, SL_M(WORKER_MEMORY_PEAK_BYTES), (double)st.memory_peak);
     gauge(pp, jl, SL_M(WORKER_MEMORY_LIMIT_BYTES), (double)st.memory_limit);

@@ -110,6 +110,7 @@ static void src_counted(void *ctx, void *lease, uint64_t batches)
     sl_mutex_lock(&ms->mu);
     l->counted = true;
     l->order_batches = batches;
+    pthread_cond_broadcast(&ms->cv); /* the control thread sends the count at once */
     sl_mutex_unlock(&ms->mu);
 }
 

@@ -92,6 +92,10 @@ typedef struct lease {
     bool counted;
     uint64_t order_batches;
     uint32_t pins;
+    /* the count went in a heartbeat (Heartbeat.counts, det28h): sent once
+     * the split is cut whole, before its batches are acknowledged, so the
+     * next split's base is known a round trip later; SPLIT_READ repeats it */
+    bool count_sent;
 } lease_t;
 
 struct sl_worker_lease_client {

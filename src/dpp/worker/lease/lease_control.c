@@ -207,6 +207,22 @@ static bool report_ready(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
     }
 }
 
+static void counts_free(sl_worker_lease_client_t *ms, Sluice__Control__SplitCount *cnt,
+                        Sluice__Control__SplitCount **cntp, size_t cap)
+{
+    if (cnt) sl_free(ms->a, cnt, cap * sizeof *cnt);
+    if (cntp) sl_free(ms->a, cntp, cap * sizeof *cntp);
+}
+
+/* Is a count waiting to go in a heartbeat (the deterministic order)? */
+static bool count_unsent(sl_worker_lease_client_t *ms) SL_REQUIRES(ms->mu)
+{
+    for (lease_t *l = ms->leases; l; l = l->next)
+        if (l->order_ranks && l->counted && !l->count_sent && !l->revoked && !l->failed)
+            return true;
+    return false;
+}
+
 /* last: the worker is leaving; its final figures must reach the master
  * (`jobs show` after a job), and a master that is gone is no warning. */
 static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->mu)
@@ -214,6 +230,26 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
     held_t h;
     sl_mutex_lock(&ms->mu);
     bool ok = dpp_lease_held_collect(ms, &h);
+    /* the deterministic order's counts not sent yet, of leases named (in
+     * h's order); marked sent now: a count lost with a failed heartbeat
+     * still goes in the lease's SPLIT_READ */
+    Sluice__Control__SplitCount *cnt = ok && h.cap ? sl_calloc(ms->a, h.cap, sizeof *cnt) : NULL;
+    Sluice__Control__SplitCount **cntp = cnt ? sl_calloc(ms->a, h.cap, sizeof *cntp) : NULL;
+    size_t ncnt = 0, k = 0;
+    for (lease_t *l = ms->leases; l; l = l->next) {
+        if (l->revoked) continue;
+        if (l->order_ranks && l->counted && !l->count_sent && !l->failed) {
+            if (cntp && k < h.n) { /* else (out of memory) SPLIT_READ alone tells */
+                sluice__control__split_count__init(&cnt[ncnt]);
+                cnt[ncnt].ref = &h.refs[k];
+                cnt[ncnt].batches = l->order_batches;
+                cntp[ncnt] = &cnt[ncnt];
+                ncnt++;
+            }
+            l->count_sent = true;
+        }
+        k++;
+    }
     sl_worker_t *w = ms->worker;
     bool figures = w != NULL || (last && ms->have_final);
     sl_worker_stats_t st = {0};
@@ -221,6 +257,7 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
     sl_mutex_unlock(&ms->mu);
     if (!ok) { /* the next heartbeat tries again, before the leases expire */
         dpp_lease_held_free(ms, &h);
+        counts_free(ms, cnt, cntp, h.cap);
         sl_log(SL_LOG_WARN, SL_EV(HEARTBEAT_FAILED), "heartbeat: out of memory");
         return;
     }
@@ -229,6 +266,8 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
     hb.worker_id = ms->worker_id;
     hb.n_leases = h.n;
     hb.leases = h.ptrs;
+    hb.n_counts = ncnt;
+    hb.counts = cntp;
     uint64_t now = sl_clock_ns();
     if (figures) {
         /* busy: the busier of the reader (read, filter, batch; per lane
@@ -290,6 +329,7 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
     sl_err_t rc = dpp_lease_call(ms, SL_RPC_HEARTBEAT, &hb.base, "heartbeat",
                                  SL_RPC_HEARTBEAT_REPLY, &f, &err);
     dpp_lease_held_free(ms, &h);
+    counts_free(ms, cnt, cntp, h.cap);
     if (rc) {
         sl_log_kv(last ? SL_LOG_DEBUG : SL_LOG_WARN, SL_EV(HEARTBEAT_FAILED),
                   (SL_KV_STR("error", err.msg)), "%s", err.msg);
@@ -434,6 +474,9 @@ void *dpp_lease_control_main(void *arg)
          * rather than one split per heartbeat period */
         uint64_t due = next_hb;
         if (awaits_base(ms) && last_hb + ORDER_POLL_NS < due) due = last_hb + ORDER_POLL_NS;
+        /* a split cut whole: its count goes at once (the next split's base
+         * comes back in the reply), not after its batches' commits */
+        if (count_unsent(ms)) due = now;
         if (now >= due) {
             uint64_t period = ms->heartbeat_ms ? ms->heartbeat_ms : 1000;
             sl_mutex_unlock(&ms->mu);

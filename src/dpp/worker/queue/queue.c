@@ -100,6 +100,41 @@ sl_err_t sl_worker_queue_push(sl_worker_queue_t *q, const sl_worker_msg_t *m, in
     return SL_OK;
 }
 
+sl_err_t sl_worker_queue_push_sorted(sl_worker_queue_t *q, const sl_worker_msg_t *m,
+                                     bool (*later)(const sl_worker_msg_t *queued,
+                                                   const sl_worker_msg_t *m))
+{
+    sl_mutex_lock(&q->mu);
+    if (q->closed) {
+        sl_mutex_unlock(&q->mu);
+        return SL_ERR_CLOSED;
+    }
+    if (q->len == q->ring_cap && !grow(q)) {
+        sl_mutex_unlock(&q->mu);
+        return SL_ERR_NOMEM;
+    }
+    /* O(messages moved): in order, the usual case, moves none */
+    uint32_t i = q->len;
+    while (i > 0 && later(&q->ring[(q->head + i - 1) % q->ring_cap], m)) {
+        q->ring[(q->head + i) % q->ring_cap] = q->ring[(q->head + i - 1) % q->ring_cap];
+        i--;
+    }
+    q->ring[(q->head + i) % q->ring_cap] = *m;
+    q->len++;
+    pthread_cond_signal(&q->not_empty);
+    sl_mutex_unlock(&q->mu);
+    return SL_OK;
+}
+
+bool sl_worker_queue_peek_tail(sl_worker_queue_t *q, sl_worker_msg_t *m)
+{
+    sl_mutex_lock(&q->mu);
+    bool any = q->len > 0;
+    if (any) *m = q->ring[(q->head + q->len - 1) % q->ring_cap];
+    sl_mutex_unlock(&q->mu);
+    return any;
+}
+
 sl_err_t sl_worker_queue_push_front(sl_worker_queue_t *q, const sl_worker_msg_t *m)
 {
     sl_mutex_lock(&q->mu);

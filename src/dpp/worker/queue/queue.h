@@ -51,9 +51,22 @@ sl_err_t sl_worker_queue_push(sl_worker_queue_t *q, const sl_worker_msg_t *m, in
  * SL_ERR_NOMEM. */
 sl_err_t sl_worker_queue_push_front(sl_worker_queue_t *q, const sl_worker_msg_t *m);
 
+/* Insert m before the queued messages that go after it (later(queued, m)
+ * true), scanning from the tail: a queue kept in that order stays in it
+ * (the worker's rank queues of the deterministic order, in g order, when
+ * a re-leased split's lower g's come after higher ones). Never waits (for
+ * unbounded queues). @return SL_OK, SL_ERR_CLOSED or SL_ERR_NOMEM. */
+sl_err_t sl_worker_queue_push_sorted(sl_worker_queue_t *q, const sl_worker_msg_t *m,
+                                     bool (*later)(const sl_worker_msg_t *queued,
+                                                   const sl_worker_msg_t *m));
+
 /* Take the head, waiting up to timeout_ms (< 0: forever; 0: don't wait).
  * @return SL_OK, SL_ERR_TIMEOUT, or SL_ERR_CLOSED when closed and empty. */
 sl_err_t sl_worker_queue_pop(sl_worker_queue_t *q, sl_worker_msg_t *m, int timeout_ms);
+
+/* A copy of the last message (the tail) into *m, left queued. @return
+ * false when the queue is empty. */
+bool sl_worker_queue_peek_tail(sl_worker_queue_t *q, sl_worker_msg_t *m);
 
 /* No more pushes; waiters wake up. Idempotent. */
 void sl_worker_queue_close(sl_worker_queue_t *q);

@@ -197,7 +197,8 @@ static sl_err_t process(sl_worker_t *w, sl_dedup_t *d, const dpp_worker_batch_t 
      * trainers, not for memory: idle for the budget's stuck test. */
     uint64_t q0 = now_ns(CLOCK_MONOTONIC);
     sl_worker_budget_idle(w->budget, true);
-    sl_err_t rc = sl_worker_server_wait_room(w->server, lease->rank_plus_one);
+    sl_err_t rc = lease->ordered ? sl_worker_server_wait_room_ordered(w->server)
+                                 : sl_worker_server_wait_room(w->server, lease->rank_plus_one);
     sl_worker_budget_idle(w->budget, false);
     if (rc != SL_OK) {
         sl_error_set(err, SL_ERR_CLOSED, "worker stopping");
@@ -908,4 +909,13 @@ sl_err_t sl_worker_order_base(sl_worker_t *w, void *lease, uint64_t base, sl_err
 void sl_worker_order_drop(sl_worker_t *w, void *lease)
 {
     if (w->server) sl_worker_server_order_drop(w->server, lease);
+}
+
+uint32_t sl_worker_order_figures(sl_worker_t *w, uint64_t *held, uint64_t *queued, uint32_t cap)
+{
+    *held = 0;
+    if (!w->server) return 0;
+    uint64_t bytes;
+    sl_worker_server_order_held(w->server, &bytes, held);
+    return sl_worker_server_order_queued(w->server, queued, cap);
 }

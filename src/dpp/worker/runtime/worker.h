@@ -240,6 +240,12 @@ sl_err_t sl_worker_order_base(sl_worker_t *w, void *lease, uint64_t base, sl_err
  * and retired unacknowledged, and those it pushes later too. Locks as
  * sl_worker_order_base. */
 void sl_worker_order_drop(sl_worker_t *w, void *lease);
+/* The deterministic order's figures for /metrics: *held, batches held for
+ * their base (or behind a lower g still being made); queued[r], rank r's
+ * batches waiting for its g-window, for r < min(cap, the job's ranks).
+ * @return the job's ranks, 0 when no deterministic lease came (nothing
+ * set but *held = 0). */
+uint32_t sl_worker_order_figures(sl_worker_t *w, uint64_t *held, uint64_t *queued, uint32_t cap);
 
 /* The worker's id and the job id it serves (borrowed, valid until destroy). */
 const char *sl_worker_id(const sl_worker_t *w);

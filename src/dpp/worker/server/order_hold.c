@@ -217,9 +217,11 @@ bool sl_worker_order_hold_pop(sl_worker_order_hold_t *h, sl_worker_server_item_t
      * first, or nothing does: a batch still being encoded (or not cut yet)
      * holds back every higher g of this worker, so each rank's batches
      * leave in g order. (A split's base is known only once every split
-     * before it is counted, and a worker sends SPLIT_READ only once the
-     * lease's batches are acknowledged, so no batch of a lease of unknown
-     * base, nor of an earlier lease, has a lower g than one sent.) */
+     * before it is counted, whole, so no batch of a lease of unknown base
+     * has a lower g than one sent. A split counted at its cut (det28h) and
+     * leased again after a kill has its base at the grant: its lower g's
+     * go first from here on, and take their place in the rank queues,
+     * which are kept in g order: server.c dpp_server_g_later.) */
     olease_t *best = NULL;
     for (uint32_t i = 0; i < h->num_leases; i++) {
         olease_t *l = &h->leases[i];
@@ -237,6 +239,19 @@ bool sl_worker_order_hold_pop(sl_worker_order_hold_t *h, sl_worker_server_item_t
     h->count--;
     advance(h, best);
     return true;
+}
+
+bool sl_worker_order_hold_next_g(const sl_worker_order_hold_t *h, uint64_t *g)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < h->num_leases; i++) {
+        const olease_t *l = &h->leases[i];
+        /* an ended lease with every cut gone has no batch to come */
+        if (!l->has_base || (l->ended && l->next >= l->num_cuts)) continue;
+        if (!any || l->base + l->next < *g) *g = l->base + l->next;
+        any = true;
+    }
+    return any;
 }
 
 sl_err_t sl_worker_order_hold_end(sl_worker_order_hold_t *h, void *lease, uint64_t *batches,

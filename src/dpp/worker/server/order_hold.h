@@ -110,6 +110,10 @@ bool sl_worker_order_hold_take_any(sl_worker_order_hold_t *h, sl_worker_server_i
 /* Is lease held (begun, not yet forgotten)? */
 bool sl_worker_order_hold_has(const sl_worker_order_hold_t *h, const void *lease);
 
+/* The lowest g still to come (cut or not, held or being encoded) among
+ * the leases whose base is known: the next pop's g, into *g. @return
+ * false when no lease of known base has a batch to come. */
+bool sl_worker_order_hold_next_g(const sl_worker_order_hold_t *h, uint64_t *g);
 /* Bytes (item.len) and batches held, all leases. */
 uint64_t sl_worker_order_hold_bytes(const sl_worker_order_hold_t *h);
 uint64_t sl_worker_order_hold_count(const sl_worker_order_hold_t *h);

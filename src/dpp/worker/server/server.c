@@ -395,6 +395,19 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
     return dpp_server_push_now(s, item, err);
 }
 
+/* A rank's queue in (epoch, g) order (the deterministic order): a split
+ * leased again after its count went at cut (det28h) may bring g's below
+ * those this worker queued already, and the sender sends a rank's queue
+ * from its head only (server_conn.c may_send). */
+bool dpp_server_g_later(const sl_worker_msg_t *queued, const sl_worker_msg_t *m)
+{
+    const sl_worker_server_item_t *a = queued->ptr, *b = m->ptr;
+    if (!a->lease.order_g_plus_one) return false;
+    return a->origin.epoch > b->origin.epoch ||
+           (a->origin.epoch == b->origin.epoch &&
+            a->lease.order_g_plus_one > b->lease.order_g_plus_one);
+}
+
 sl_err_t dpp_server_push_now(struct sl_worker_server *s, const sl_worker_server_item_t *item,
                              sl_error_t *err)
 {
@@ -427,7 +440,8 @@ sl_err_t dpp_server_push_now(struct sl_worker_server *s, const sl_worker_server_
     sl_err_t rc = SL_ERR_NOMEM;
     if (q) {
         sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
-        rc = sl_worker_queue_push(q, &m, -1);
+        rc = it->lease.order_g_plus_one ? sl_worker_queue_push_sorted(q, &m, dpp_server_g_later)
+                                        : sl_worker_queue_push(q, &m, -1);
     } else if (it->lease.rank_plus_one > s->o.max_ranks) {
         rc = SL_ERR_INVALID;
     }

@@ -182,6 +182,10 @@ sl_err_t sl_worker_server_order_end(sl_worker_server_t *s, void *lease, uint64_t
 void sl_worker_server_order_drop(sl_worker_server_t *s, void *lease);
 /* Bytes and batches the hold keeps now (stats, tests). */
 void sl_worker_server_order_held(sl_worker_server_t *s, uint64_t *bytes, uint64_t *batches);
+/* The deterministic order's batches queued for each rank and not sent yet
+ * (waiting for that rank's g-window): queued[r] for r < min(cap, ranks).
+ * @return the job's ranks (0: no deterministic lease seen). */
+uint32_t sl_worker_server_order_queued(sl_worker_server_t *s, uint64_t *queued, uint32_t cap);
 
 /* Listen and start accepting. Caller owns *out, free with
  * sl_worker_server_destroy. @return SL_ERR_IO when the address cannot be bound. */
@@ -207,6 +211,14 @@ sl_err_t sl_worker_server_push(sl_worker_server_t *s, const sl_worker_server_ite
  * sharding) never waits. @return SL_OK when there is room, SL_ERR_CLOSED
  * when stopping or failed. */
 sl_err_t sl_worker_server_wait_room(sl_worker_server_t *s, uint32_t rank_plus_one);
+
+/* The same for a batch of a deterministic lease (its rank is not known
+ * before its base): wait while the rank queues hold opts.max_queued
+ * batches or more and none of the batches this worker makes next can be a
+ * rank's next one (every rank's queue holds a lower g; server_order.c
+ * says why that never deadlocks with the hold), at most a second a call.
+ * @return SL_OK, SL_ERR_CLOSED when stopping or failed. */
+sl_err_t sl_worker_server_wait_room_ordered(sl_worker_server_t *s);
 
 /* Wake every sl_worker_server_wait_room and make it (now and later)
  * return SL_ERR_CLOSED: the producers are being stopped and joined. */

@@ -38,7 +38,14 @@ static void requeue_unacked(struct sl_worker_server *s, client_t *c) SL_REQUIRES
         sl_worker_server_item_t *it = c->unacked[i].item;
         sl_worker_msg_t m = {.type = 0, .ptr = it, .bytes = it->len};
         sl_worker_queue_t *q = dpp_server_item_queue(s, it, false);
-        if (!q || sl_worker_queue_push_front(q, &m) != SL_OK) {
+        /* an ordered batch to its g's place (a re-leased split's lower g's
+         * may have been queued since it was sent) */
+        sl_err_t rc = !q ? SL_ERR_NOMEM
+                      : it->lease.order_g_plus_one &&
+                              sl_worker_queue_push_sorted(q, &m, dpp_server_g_later) == SL_OK
+                          ? SL_OK
+                          : sl_worker_queue_push_front(q, &m);
+        if (rc != SL_OK) {
             /* Out of memory for a queue slot: the batch is lost; never
              * pretend it was delivered. */
             s->outstanding--;

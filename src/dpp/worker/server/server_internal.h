@@ -167,6 +167,11 @@ void dpp_server_item_acked(struct sl_worker_server *s, sl_worker_server_item_t *
 sl_worker_queue_t *dpp_server_rank_queue(struct sl_worker_server *s, uint32_t rank_plus_one,
                                          bool create) SL_REQUIRES(s->mu);
 
+/* Does queued go after m in a rank's queue of the deterministic order
+ * ((epoch, g) order; a batch without g never does)? For
+ * sl_worker_queue_push_sorted. */
+bool dpp_server_g_later(const sl_worker_msg_t *queued, const sl_worker_msg_t *m);
+
 /* Free a frame of the server's (a heap block or s->a's). */
 void dpp_server_frame_free(struct sl_worker_server *s, void *frame, size_t len);
 

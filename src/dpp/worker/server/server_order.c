@@ -8,6 +8,14 @@
 #include "dpp/worker/server/order_hold.h"
 #include "dpp/worker/server/server_internal.h"
 
+/* The longest a batch of the deterministic order waits for room in the
+ * rank queues: order_full's rule never holds back a rank's next batch
+ * that this worker's hold knows of; the bound covers one it does not know
+ * yet (a split leased again whose reader is itself held up behind the
+ * waiting batches), at the cost of one batch a second per transform
+ * thread past max_queued (the memory limit still bounds them). */
+#define ORDER_ROOM_WAIT_MS 1000
+
 /* Free a batch that never reached a queue: its bytes released, its lease
  * retired unacknowledged, and no longer outstanding when it was held. */
 static void discard(struct sl_worker_server *s, sl_worker_server_item_t *it, bool held)
@@ -158,6 +166,70 @@ void sl_worker_server_order_drop(sl_worker_server_t *s, void *lease)
     /* a dropped lease no longer holds back the batches of later ones */
     release(s, NULL);
     sl_mutex_unlock(&s->order_mu);
+}
+
+/* May a batch of a deterministic lease wait for room (under order_mu and
+ * mu)? Only when the rank queues hold max_queued batches or more, every
+ * rank's queue holds one, and every queued batch has a lower g than any
+ * batch still to come here from a lease of known base (those of unknown
+ * base come after every counted split, so after every queued batch). Then
+ * no batch this worker makes next is any rank's next one: that rank's
+ * queue holds a lower g not yet handed out, and a rank's next is at most
+ * its lowest unsent g. So waiting never holds back the batch a trainer
+ * (and through its window every other rank's queue) waits for, nor a
+ * held batch's release: held ones are not counted, and a lower g to come
+ * (a split leased again) lifts the wait. */
+static bool order_full(struct sl_worker_server *s) SL_REQUIRES(s->order_mu) SL_REQUIRES(s->mu)
+{
+    uint32_t ranks = s->order ? s->order_ranks : 0;
+    uint64_t g0 = 0, total = 0;
+    bool any = s->order && sl_worker_order_hold_next_g(s->order, &g0);
+    for (uint32_t r = 0; r < ranks; r++) {
+        sl_worker_queue_t *q = dpp_server_rank_queue(s, r + 1, false);
+        sl_worker_msg_t m;
+        /* the tail is the rank's highest g (its queue is in g order) */
+        if (!q || !sl_worker_queue_peek_tail(q, &m)) return false;
+        const sl_worker_server_item_t *it = m.ptr;
+        if (any && it->lease.order_g_plus_one > g0) return false;
+        total += sl_worker_queue_len(q);
+    }
+    return ranks > 0 && total >= s->o.max_queued;
+}
+
+sl_err_t sl_worker_server_wait_room_ordered(sl_worker_server_t *s)
+{
+    if (!s->o.max_queued) return SL_OK;
+    uint64_t end = sl_clock_ns() + (uint64_t)ORDER_ROOM_WAIT_MS * 1000000ull;
+    for (;;) {
+        sl_mutex_lock(&s->order_mu);
+        sl_mutex_lock(&s->mu);
+        bool closed = s->stopping || s->waits_ended || s->fail_code;
+        bool full = !closed && order_full(s);
+        /* mu is enough to wait on; a release needs order_mu */
+        sl_mutex_unlock(&s->order_mu);
+        if (!full || sl_clock_ns() >= end) {
+            sl_mutex_unlock(&s->mu);
+            return closed ? SL_ERR_CLOSED : SL_OK;
+        }
+        /* woken when a sender takes a batch (or a stop); the hold's next g
+         * moves under order_mu alone, so look again every 20 ms */
+        sl_clock_cond_wait_ms(&s->cv, &s->mu, 20);
+        sl_mutex_unlock(&s->mu);
+    }
+}
+
+uint32_t sl_worker_server_order_queued(sl_worker_server_t *s, uint64_t *queued, uint32_t cap)
+{
+    sl_mutex_lock(&s->order_mu);
+    uint32_t ranks = s->order ? s->order_ranks : 0;
+    sl_mutex_unlock(&s->order_mu);
+    sl_mutex_lock(&s->mu);
+    for (uint32_t r = 0; r < ranks && r < cap; r++) {
+        sl_worker_queue_t *q = dpp_server_rank_queue(s, r + 1, false);
+        queued[r] = q ? sl_worker_queue_len(q) : 0;
+    }
+    sl_mutex_unlock(&s->mu);
+    return ranks;
 }
 
 void sl_worker_server_order_held(sl_worker_server_t *s, uint64_t *bytes, uint64_t *batches)
