@@ -155,3 +155,77 @@ Test(fleet_order, the_same_global_sequence_whatever_the_workers_ranks_and_kills,
     free(ref);
     free(seq);
 }
+
+/* The value of the worker's sample `name{job="det",rank="R"}` on its
+ * /metrics, -1 when absent (no deterministic lease yet) or unreachable. */
+static double rank_queued(const char *admin, uint32_t rank)
+{
+    char *b = NULL;
+    double v = -1;
+    if (fu_http(admin, "GET", "/metrics", NULL, NULL, &b) == 200) {
+        char want[128];
+        snprintf(want, sizeof want,
+                 "sluice_worker_order_rank_queued_batches{job=\"det\",rank=\"%u\"} ", rank);
+        const char *p = strstr(b, want);
+        if (p != NULL) v = strtod(p + strlen(want), NULL);
+    }
+    free(b);
+    return v;
+}
+
+/* A stalled rank on the worker's /metrics (det28h): rank 1's trainer not
+ * reading, its batches wait on the worker, named by rank, while rank 0's
+ * leave; once it reads, the job ends with every sample once. */
+Test(fleet_order, a_stalled_rank_shows_on_the_workers_metrics, .timeout = 120)
+{
+    char table[300], spec[1024], log[400], admin[64];
+    fu_gen(ROWS, 500, 1, table, sizeof table);
+    fu_master_t m = {.lease_timeout_ms = 1000};
+    fu_master_start(&m);
+    free(fu_submit(&m, spec_of(table, spec, sizeof spec), 2, "dynamic", 1, 1, NULL));
+    snprintf(admin, sizeof admin, "127.0.0.1:%u", fu_free_port());
+    snprintf(log, sizeof log, "%s/worker-stall.log", fu_dir);
+    const char *argv[] = {fu_binary(), "worker",      "--master", m.ctl,      "--job-id",
+                          "det",       "--worker-id", "w0",       "--listen", "127.0.0.1:0",
+                          "--threads", "1",           "--admin",  admin,      NULL};
+    pid_t w = fu_spawn(argv, -1, log);
+    atomic_uint *seen = calloc(EPOCHS * ROWS, sizeof *seen);
+    fu_client_t c[2];
+    pthread_t th[2];
+    for (uint32_t r = 0; r < 2; r++) {
+        c[r] = (fu_client_t){.master = m.ctl,
+                             .job = "det",
+                             .rank = r,
+                             .world_size = 2,
+                             .rows = ROWS,
+                             .epochs = EPOCHS,
+                             .seen = seen,
+                             .refresh_ms = 100};
+        atomic_init(&c[r].delay_us, 0);
+        atomic_init(&c[r].stop, false);
+        atomic_init(&c[r].finished, false);
+    }
+    pthread_create(&th[0], NULL, fu_client_run, &c[0]);
+    /* rank 1 does not read: its batches wait here (bounded, 20 s) */
+    double q1 = -1;
+    for (int i = 0; i < 2000 && q1 < 1; i++) {
+        q1 = rank_queued(admin, 1);
+        if (q1 < 1) usleep(10 * 1000);
+    }
+    cr_assert_geq(q1, 1, "rank 1's queued batches never showed on the worker's /metrics");
+    cr_assert_geq(rank_queued(admin, 0), 0);
+    cr_assert_not(fu_job_finished(&m, "det"));
+    pthread_create(&th[1], NULL, fu_client_run, &c[1]);
+    fu_clients_join(c, th, 2);
+    for (uint64_t k = 0; k < EPOCHS * ROWS; k++)
+        cr_assert_eq(atomic_load(&seen[k]), 1, "epoch %llu sample %llu delivered %u times",
+                     (unsigned long long)(k / ROWS), (unsigned long long)(k % ROWS),
+                     atomic_load(&seen[k]));
+    cr_assert(fu_job_finished(&m, "det"));
+    char *b;
+    cr_assert_eq(fu_http(m.admin, "DELETE", "/jobs/det", FU_TOKEN, NULL, &b), 200, "%s", b);
+    free(b);
+    if (fu_wait_exit(w, 10) == -1) fu_kill9(w); /* retired with its job, else killed */
+    free(seen);
+    fu_master_stop(&m, SIGTERM);
+}

@@ -1,5 +1,5 @@
 /* The worker's bounded queue and memory budget (src/dpp/worker/queue/queue.h): FIFO
- * order, capacity and timeouts, push_front, close and drain, many producers
+ * order, capacity and timeouts, push_front, push_sorted, close and drain, many producers
  * and consumers losing and duplicating nothing, and the budget's waiting
  * rules (limit, held bytes, pinned bytes, close). */
 #include <criterion/criterion.h>
@@ -54,6 +54,46 @@ Test(queue, push_front_ignores_capacity_and_keeps_order)
         cr_assert_eq(m.bytes, want[i]);
         cr_assert_eq(m.ptr, (void *)(uintptr_t)(want[i] + 1));
     }
+    sl_worker_queue_destroy(q);
+}
+
+static bool bytes_later(const sl_worker_msg_t *queued, const sl_worker_msg_t *m)
+{
+    return queued->bytes > m->bytes;
+}
+
+/* push_sorted keeps a queue in its order across the ring's wrap and growth
+ * (the rank queues of the deterministic order), equal keys in push order;
+ * peek_tail shows the last without taking it; a closed queue refuses. */
+Test(queue, push_sorted_keeps_the_order_and_peek_tail_shows_the_last)
+{
+    sl_worker_queue_t *q = sl_worker_queue_new(NULL, 0);
+    sl_worker_msg_t m, first = msg(5);
+    cr_assert_not(sl_worker_queue_peek_tail(q, &m));
+    /* wrap the ring: pop a few first */
+    for (uint64_t v = 0; v < 3; v++)
+        cr_assert_eq(sl_worker_queue_push(q, &first, 0), SL_OK);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(sl_worker_queue_pop(q, &m, 0), SL_OK);
+    const uint64_t in[] = {10, 11, 4, 12, 5, 0, 11, 30, 2, 1, 20, 3, 7, 6, 9, 8, 15, 14, 13};
+    const size_t n = sizeof in / sizeof in[0];
+    for (size_t i = 0; i < n; i++) {
+        sl_worker_msg_t x = msg(in[i]);
+        x.type = (uint32_t)i; /* which push: equal keys keep it */
+        cr_assert_eq(sl_worker_queue_push_sorted(q, &x, bytes_later), SL_OK);
+    }
+    cr_assert(sl_worker_queue_peek_tail(q, &m));
+    cr_assert_eq(m.bytes, 30);
+    cr_assert_eq(sl_worker_queue_len(q), n);
+    const uint64_t want[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 11, 12, 13, 14, 15, 20, 30};
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(sl_worker_queue_pop(q, &m, 0), SL_OK);
+        cr_assert_eq(m.bytes, want[i], "at %zu: %llu", i, (unsigned long long)m.bytes);
+        if (want[i] == 11) cr_assert_eq(m.type, i == 11 ? 1u : 6u, "equal keys in push order");
+    }
+    sl_worker_queue_close(q);
+    sl_worker_msg_t late = msg(1);
+    cr_assert_eq(sl_worker_queue_push_sorted(q, &late, bytes_later), SL_ERR_CLOSED);
     sl_worker_queue_destroy(q);
 }
 
