@@ -65,6 +65,10 @@ typedef struct fm_lease {
      * 1 + the base every HEARTBEAT_REPLY gives once granted (0: none) */
     uint32_t order_ranks;
     uint64_t order_base_plus_one, hb_base_plus_one;
+    /* 1 + the count a HEARTBEAT's counts gave (0: none), and whether it
+     * came before the lease's SPLIT_READ */
+    uint64_t hb_count_plus_one;
+    bool hb_count_before_read;
 } fm_lease_t;
 
 typedef struct fm_read {
@@ -246,6 +250,19 @@ static void fm_serve(fake_t *f, int fd)
             f->heartbeats++;
             if (h->n_leases > f->hb_leases_max) f->hb_leases_max = h->n_leases;
             TCHECK(h->busy_fraction >= 0 && h->busy_fraction <= 1, "busy %g", h->busy_fraction);
+            for (size_t k = 0; k < h->n_counts; k++) {
+                const Sluice__Control__SplitCount *c = h->counts[k];
+                TCHECK(c && c->ref, "a count without its lease");
+                for (uint32_t i = 0; c && c->ref && i < f->next && i < MAX_LEASES; i++) {
+                    if (f->q[i].generation != c->ref->generation) continue;
+                    TCHECK(!f->q[i].hb_count_plus_one, "split %u counted twice", f->q[i].split);
+                    f->q[i].hb_count_plus_one = c->batches + 1;
+                    bool read = false;
+                    for (uint32_t j = 0; j < f->nreads; j++)
+                        read = read || f->reads[j].generation == c->ref->generation;
+                    f->q[i].hb_count_before_read = !read;
+                }
+            }
             Sluice__Control__HeartbeatReply r = SLUICE__CONTROL__HEARTBEAT_REPLY__INIT;
             Sluice__Control__SplitRef ref = SLUICE__CONTROL__SPLIT_REF__INIT, *rp = &ref;
             if (f->revoke_gen && !f->revoked_sent) {

@@ -803,7 +803,8 @@ Test(lease_client, a_member_of_a_stalled_pass_is_released)
  * 0's base comes with its LEASE, the others' only in heartbeats; split 2
  * is a re-lease whose first batch was committed (its todo starts at row
  * 128). Each split is read from its first row and counted whole
- * (SPLIT_READ counted, batches = ceil(rows / 128)); each rank gets exactly
+ * (its count in a heartbeat before its SPLIT_READ, which repeats it:
+ * batches = ceil(rows / 128)); each rank gets exactly
  * the batches g = base + k with g mod 2 its rank, in g order, the rows of
  * batch k of its split, and split 2's first batch never. A base without
  * ranks is a broken lease. */
@@ -845,6 +846,11 @@ Test(lease_client, leases_in_the_deterministic_order_go_to_ranks_in_g_order)
         cr_assert_eq(f.reads[i].batches, count[s], "split %u", s);
         cr_assert_eq(f.reads[i].nempty, 0, "split %u", s);
         cr_assert(f.reads[i].all_acked, "split %u", s);
+    }
+    /* each count went first in a heartbeat, at the cut (det28h) */
+    for (uint32_t s = 0; s < 4; s++) {
+        cr_assert_eq(f.q[s].hb_count_plus_one, count[s] + 1, "split %u", s);
+        cr_assert(f.q[s].hb_count_before_read, "split %u", s);
     }
     cr_assert_eq(f.ngot, total - 1);
     uint64_t last[2] = {0, 0}; /* 1 + the last g each rank got */

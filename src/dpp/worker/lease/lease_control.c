@@ -185,14 +185,22 @@ static bool report_failures(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
     }
 }
 
-/* Send SPLIT_READ for every lease ready for it. @return false when a
- * report failed (the connection is down: try again later). */
-static bool report_ready(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
+/* A count not sent yet (the deterministic order)? */
+static bool count_pending(const lease_t *l)
+{
+    return l->order_ranks && l->counted && !l->count_sent && !l->revoked && !l->failed;
+}
+
+/* Send SPLIT_READ for every lease ready for it; counts_first: not for one
+ * whose count has not gone in a heartbeat yet (it goes first, so the
+ * master learns it before the split read). @return false when a report
+ * failed (the connection is down: try again later). */
+static bool report_ready(sl_worker_lease_client_t *ms, bool counts_first) SL_EXCLUDES(ms->mu)
 {
     for (;;) {
         sl_mutex_lock(&ms->mu);
         lease_t *l = ms->leases;
-        while (l && !dpp_lease_ready(l))
+        while (l && (!dpp_lease_ready(l) || (counts_first && count_pending(l))))
             l = l->next;
         if (l) l->reporting = true;
         sl_mutex_unlock(&ms->mu);
@@ -218,8 +226,7 @@ static void counts_free(sl_worker_lease_client_t *ms, Sluice__Control__SplitCoun
 static bool count_unsent(sl_worker_lease_client_t *ms) SL_REQUIRES(ms->mu)
 {
     for (lease_t *l = ms->leases; l; l = l->next)
-        if (l->order_ranks && l->counted && !l->count_sent && !l->revoked && !l->failed)
-            return true;
+        if (count_pending(l)) return true;
     return false;
 }
 
@@ -238,7 +245,7 @@ static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->m
     size_t ncnt = 0, k = 0;
     for (lease_t *l = ms->leases; l; l = l->next) {
         if (l->revoked) continue;
-        if (l->order_ranks && l->counted && !l->count_sent && !l->failed) {
+        if (count_pending(l)) {
             if (cntp && k < h.n) { /* else (out of memory) SPLIT_READ alone tells */
                 sluice__control__split_count__init(&cnt[ncnt]);
                 cnt[ncnt].ref = &h.refs[k];
@@ -451,6 +458,18 @@ void *dpp_lease_control_main(void *arg)
             return NULL;
         }
         uint64_t now = sl_clock_ns();
+        /* a split cut whole: its count goes at once, before anything else
+         * (the next split's base comes back in the reply), not after its
+         * batches' commits; heartbeat() marks it sent, so this never spins */
+        if (count_unsent(ms)) {
+            uint64_t period = ms->heartbeat_ms ? ms->heartbeat_ms : 1000;
+            sl_mutex_unlock(&ms->mu);
+            heartbeat(ms, false);
+            sl_mutex_lock(&ms->mu);
+            last_hb = sl_clock_ns();
+            next_hb = last_hb + period * 1000000ull;
+            continue;
+        }
         /* a shared pass stuck behind its own job's trainers must not hold
          * the other jobs' leases: watched a few times a second */
         bool watch = dpp_lease_release_stalled(ms, now);
@@ -460,7 +479,7 @@ void *dpp_lease_control_main(void *arg)
         if (ready && now >= retry_at) {
             sl_mutex_unlock(&ms->mu);
             /* failures first: the master may lease the split to another worker at once */
-            if (!report_failures(ms) || !report_ready(ms))
+            if (!report_failures(ms) || !report_ready(ms, true))
                 retry_at = sl_clock_ns() + 200000000ull;
             else
                 last_hb = 0; /* a split counted: the next one's base may be known now */
@@ -474,9 +493,6 @@ void *dpp_lease_control_main(void *arg)
          * rather than one split per heartbeat period */
         uint64_t due = next_hb;
         if (awaits_base(ms) && last_hb + ORDER_POLL_NS < due) due = last_hb + ORDER_POLL_NS;
-        /* a split cut whole: its count goes at once (the next split's base
-         * comes back in the reply), not after its batches' commits */
-        if (count_unsent(ms)) due = now;
         if (now >= due) {
             uint64_t period = ms->heartbeat_ms ? ms->heartbeat_ms : 1000;
             sl_mutex_unlock(&ms->mu);
@@ -496,7 +512,7 @@ void *dpp_lease_control_main(void *arg)
      * the figures since the last heartbeat (a job shorter than one period
      * would otherwise show none of its work on the master) */
     report_failures(ms);
-    report_ready(ms);
+    report_ready(ms, false);
     sl_mutex_lock(&ms->mu);
     bool refused = ms->fatal != SL_OK;
     sl_mutex_unlock(&ms->mu);
