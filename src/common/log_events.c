@@ -152,5 +152,6 @@ const sl_log_event_def_t sl_log_event_defs[SL_EV_COUNT] = {
     [SL_EV_TRAINER_ORDER_STALLED] =
         {"trainer_order_stalled", "warn", "trainer", "rank, epoch, g, held, waited_s",
          "a rank of a job in the deterministic order has waited long for its next batch "
-         "(logged once a wait)"},
+         "(logged once a wait; the workers' sluice_worker_order_rank_queued_batches names "
+         "the rank that stopped reading, docs/METRICS.md)"},
 };

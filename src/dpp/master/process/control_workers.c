@@ -414,7 +414,9 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
 /* The deterministic order's counts at cut (Heartbeat.counts, det28h):
  * each of a live lease of this worker journaled as BatchesCounted, as the
  * count of a SPLIT_READ is. The reply that follows is not held until the
- * journal syncs: a count is a function of the split's rows (the batcher
+ * journal syncs (the round's next group commit syncs the record, at the
+ * latest the first COMMIT of a batch numbered from it, journaled after
+ * it): a count is a function of the split's rows (the batcher
  * cuts them the same way on every read), so a record lost in a crash is
  * only counted again by the split's next lease (it is not DONE until
  * counted), giving the same bases to everything numbered from them.
