@@ -422,6 +422,7 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
  * counted), giving the same bases to everything numbered from them.
  * @return false when the heartbeat was answered with ERROR. */
 static bool heartbeat_counts(sl_master_t *m, uint32_t i, const Sluice__Control__Heartbeat *h)
+    SL_REQUIRES(m->mu)
 {
     const mp_worker *w = &m->workers[m->conns[i].worker];
     for (size_t k = 0; k < h->n_counts && !m->failed; k++) {
