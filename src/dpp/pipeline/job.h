@@ -1,6 +1,6 @@
 /* A DPP job: the JSON job spec (docs/JOBS.md) parsed into plain data. The
  * plan (plan.h) binds it to a table's schema. The keys of a spec and the
- * arguments of its ops are defined once, in tables (job.c, ops.c) that
+ * arguments of its ops are defined once, in tables (spec.c, ops.c) that
  * parse them, hold their defaults and print their reference
  * (sl_pipeline_spec_markdown). */
 #ifndef SLUICE_DPP_PIPELINE_JOB_H

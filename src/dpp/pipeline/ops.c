@@ -1,6 +1,6 @@
 /* The filter and transform ops of a job spec: one table gives each op's
  * arguments (type, range, default, meaning), and each op object of a spec
- * is compiled through it once into an sl_pipeline_op_t. Parsing (job.c)
+ * is compiled through it once into an sl_pipeline_op_t. Parsing (spec.c)
  * calls the compiler, binding (plan.c) reads the compiled structs, and
  * docs/JOBS.md's op tables are printed from this table (spec_doc.c). */
 #include "dpp/pipeline/ops.h"

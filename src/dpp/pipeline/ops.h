@@ -1,7 +1,7 @@
 /* Private to src/dpp/pipeline: the table of filter and transform ops and
  * the plain structs a job spec's op objects are compiled into. The table
  * is the one place an op's arguments are defined (name, type, range,
- * default, meaning): parsing (job.c) compiles every op object through it
+ * default, meaning): parsing (spec.c) compiles every op object through it
  * once, binding (plan.c) reads only the compiled structs, and
  * docs/JOBS.md's op tables are printed from it (spec_doc.c). */
 #ifndef SLUICE_DPP_PIPELINE_OPS_H

@@ -1,7 +1,8 @@
-/* Private to src/dpp/pipeline: the table of a job spec's keys (job.c), the
- * one place each key's type, range, default and meaning are defined. The
- * parser walks it, and spec_doc.c prints docs/JOBS.md's key tables from
- * it. The ops inside "filters" and "transforms" have their own table
+/* Private to src/dpp/pipeline: the table of a job spec's keys (spec.c,
+ * $.source.kafka's in spec_kafka.c), the one place each key's type, range,
+ * default and meaning are defined. The parser walks it (spec_parse.c,
+ * whose internals are spec_parse.h), and spec_doc.c prints docs/JOBS.md's
+ * key tables from it. The ops inside "filters" and "transforms" have their own table
  * (ops.h). */
 #ifndef SLUICE_DPP_PIPELINE_SPEC_H
 #define SLUICE_DPP_PIPELINE_SPEC_H
@@ -23,7 +24,7 @@ typedef enum dpp_field_type {
     FIELD_CUSTOM  /* parsed by parse (lists, groups, ops) */
 } dpp_field_type_t;
 
-typedef struct dpp_parse dpp_parse_t; /* job.c's parsing state */
+typedef struct dpp_parse dpp_parse_t; /* the parsing state (spec_parse.h) */
 typedef struct dpp_object dpp_object_t;
 
 typedef struct dpp_field {

@@ -1,5 +1,5 @@
 /* The reference of job specs (docs/JOBS.md) as Markdown, printed from the
- * tables that parse specs: the keys (spec.h, job.c) and the ops (ops.h,
+ * tables that parse specs: the keys (spec.h, spec.c) and the ops (ops.h,
  * ops.c). `sluice help --markdown` prints it and a ctest compares it with
  * the docs, so the reference cannot drift from the parser. */
 #include <inttypes.h>

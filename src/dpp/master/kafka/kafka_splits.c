@@ -3,7 +3,7 @@
  * chunks, one split per chunk (docs/DESIGN.md, "Kafka: offsets are rows").
  * A stream's partitions and their start offsets (mp_kafka_stream): the
  * state makes its chunks as they are needed (state_kafka.c). Kept apart
- * from master.c's check_spec. */
+ * from submit.c's check_spec. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

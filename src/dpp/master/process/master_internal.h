@@ -1,9 +1,11 @@
-/* Internals of the master process shared by master.c (lifecycle, admin
- * calls, autoscaling), control.c (control connections), control_workers.c
- * and control_clients.c (what each frame does) and guard.c (who may
- * connect). Not an API. Everything below m->mu is guarded by it; the
- * functions that touch it say so with SL_REQUIRES(m->mu), which clang
- * checks (common/lock.h; it cannot check the fields themselves in C). */
+/* Internals of the master process shared by master.c (lifecycle),
+ * submit.c (jobs in and out), views.c (what the admin routes read),
+ * tick.c (the periodic tick, autoscaling), control.c (control
+ * connections), control_workers.c and control_clients.c (what each frame
+ * does) and guard.c (who may connect). Not an API. Everything below m->mu
+ * is guarded by it; the functions that touch it say so with
+ * SL_REQUIRES(m->mu), which clang checks (common/lock.h; it cannot check
+ * the fields themselves in C). */
 #ifndef SLUICE_DPP_MASTER_MASTER_INTERNAL_H
 #define SLUICE_DPP_MASTER_MASTER_INTERNAL_H
 
@@ -45,7 +47,7 @@ typedef struct mp_job {
     uint64_t wait_ns, elapsed_ns; /* client reports since the last observation */
     double last_wait, last_busy;  /* of the last observation */
     uint32_t granted;             /* fair share of the fleet (mp_share_locked) */
-    /* what the log has told (mp_log_progress): the job's epoch, end, and
+    /* what the log has told (log_progress, tick.c): the job's epoch, end, and
      * the autoscaler's count */
     uint32_t logged_epoch, logged_desired;
     bool logged_end;
@@ -270,6 +272,12 @@ void mp_recover(sl_master_t *m) SL_EXCLUDES(m->mu);
 sl_err_t mp_adopt_jobs(sl_master_t *m, sl_error_t *err) SL_REQUIRES(m->mu);
 /* Autoscaler observations and lease expiry; called by the control loop. */
 void mp_tick(sl_master_t *m, uint64_t now_ms) SL_REQUIRES(m->mu);
+/* tick.c: an autoscaler decision that changed j's desired count, logged
+ * and put in its history; by names who decided ("autoscaler", "submit",
+ * "operator"). Under m->mu. */
+void mp_log_decision(mp_job *j, const char *by);
+/* Rows done so far over every epoch, and in all (0: no end, a stream). */
+void mp_rows_progress(const sl_master_state_job_status_t *st, uint64_t *done, uint64_t *total);
 
 /* control.c: the control thread and its connections (under m->mu) */
 sl_err_t mp_server_start(sl_master_t *m, sl_error_t *err) SL_EXCLUDES(m->mu);

@@ -1,7 +1,7 @@
 /* The master's Prometheus text (master.h, sl_master_metrics_text: docs/ADMIN.md
  * lists every family) and the executor's figures it includes
  * (sl_master_report_executor). Taken under m->mu, like the views of
- * master.c. */
+ * views.c. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

@@ -171,7 +171,7 @@ sl_err_t dpp_worker_fused_batch(sl_worker_t *w, const sl_pipeline_fused_t *f,
     uint64_t q0 = now_ns(CLOCK_MONOTONIC);
     *waited = 0;
     /* Bounded read-ahead, as a transform thread waits before making a
-     * batch (worker.c, process): waiting for trainers, not for memory. */
+     * batch (xform.c, process): waiting for trainers, not for memory. */
     sl_worker_budget_idle(w->budget, true);
     sl_err_t rc = sl_worker_server_wait_room(w->server, lease ? lease->rank_plus_one : 0);
     sl_worker_budget_idle(w->budget, false);

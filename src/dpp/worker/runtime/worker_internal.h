@@ -1,5 +1,7 @@
-/* Private to the worker runtime: worker.c (lifecycle, transform threads,
- * the budget they share) and reader.c (the reader thread). */
+/* Private to the worker runtime: worker.c (lifecycle, the budget the
+ * stages share), xform.c (the transform threads), stats.c (statistics),
+ * reader.c (the reader thread) and the files beside them (lanes, fused
+ * path, autocache). */
 #ifndef SLUICE_DPP_WORKER_WORKER_INTERNAL_H
 #define SLUICE_DPP_WORKER_WORKER_INTERNAL_H
 
@@ -105,6 +107,7 @@ void dpp_worker_fail(sl_worker_t *w, sl_err_t code, const char *msg) SL_EXCLUDES
  * its refusal as the worker's error, naming what did not fit. */
 sl_err_t dpp_worker_budget_take(sl_worker_t *w, uint64_t bytes, uint64_t held, const char *what,
                                 sl_error_t *err);
+/* xform.c */
 /* Free a work queue message that will not be processed (its bytes, its
  * batch, and its lease's share: the batch is retired). */
 void dpp_worker_drop_msg(sl_worker_t *w, const sl_worker_msg_t *m);
@@ -147,6 +150,7 @@ sl_err_t dpp_cache_serve(sl_worker_t *w, const sl_worker_work_t *wk, dpp_cache_e
  * name, zero for a group the transforms consumed. */
 void dpp_cache_group_stats(const sl_worker_t *w, const sl_batch_t *batch, sl_dedup_stats_t *ds);
 
+/* xform.c */
 /* A batch of lease (a handle; NULL: none) dropped before the server had
  * it: the lease's source forgets it. */
 void dpp_worker_retire(sl_worker_t *w, void *lease);
@@ -247,5 +251,8 @@ void dpp_lane_finish(dpp_lane_t *l, const sl_pipeline_fused_t *f, bool drop);
 
 /* reader.c: the reader thread (arg: the worker). */
 void *dpp_worker_reader_main(void *arg);
+/* xform.c: a transform thread (arg: the worker); the last one out
+ * finishes the server unless the worker is stopping. */
+void *dpp_worker_xform_main(void *arg);
 
 #endif
