@@ -92,6 +92,11 @@ typedef struct lease {
     bool counted;
     uint64_t order_batches;
     uint32_t pins;
+    /* A resumed job's skip rows of the split (LEASE order_skip: the rows
+     * handed out before the resume, whose batches are neither numbered nor
+     * counted); NULL, 0: none. */
+    sl_dpp_row_range_t *skip;
+    uint32_t num_skip;
 } lease_t;
 
 struct sl_worker_lease_client {
