@@ -67,6 +67,7 @@ typedef struct run_out {
     uint64_t *sizes[MAXR];
     uint64_t per_epoch[MAXR][EPOCHS];
     uint64_t batches[MAXR];
+    uint64_t committed; /* batches the master committed in the run */
 } run_out_t;
 
 /* How a run goes. stops NULL: to the end; else rank r stops after
@@ -128,7 +129,9 @@ static void run_stage(fu_master_t *m, const char *spec, const stage_t *s, char *
     fu_client_t c[MAXR];
     pthread_t th[MAXR];
     out->ranks = s->ranks;
-    bool slow = s->kill_worker || s->kill_master;
+    /* slow trainers: the kills fall in the run, and a stopping rank's
+     * prefetch window is full (committed batches not handed out) */
+    bool slow = s->kill_worker || s->kill_master || s->stops;
     for (uint32_t r = 0; r < s->ranks; r++) {
         out->order[r] = calloc(EPOCHS * ROWS, sizeof *out->order[r]);
         out->sizes[r] = calloc(EPOCHS * ROWS, sizeof *out->sizes[r]);
@@ -145,7 +148,7 @@ static void run_stage(fu_master_t *m, const char *spec, const stage_t *s, char *
                              .epoch_batches = out->per_epoch[r],
                              .stop_after = s->stops ? s->stops[r] : 0,
                              .refresh_ms = 100};
-        atomic_init(&c[r].delay_us, slow ? 20000 : 0); /* the kills fall in the run */
+        atomic_init(&c[r].delay_us, slow ? 20000 : 0);
         atomic_init(&c[r].stop, false);
         atomic_init(&c[r].finished, false);
         pthread_create(&th[r], NULL, fu_client_run, &c[r]);
@@ -178,6 +181,9 @@ static void run_stage(fu_master_t *m, const char *spec, const stage_t *s, char *
         }
     }
     if (!s->stops) cr_assert(fu_job_finished(m, "det"));
+    json_t *j = fu_get_json(m->admin, "/jobs/det");
+    out->committed = (uint64_t)json_integer_value(json_object_get(j, "batches"));
+    json_decref(j);
     if (s->kill_worker) cr_assert_geq(fu_status_int(m, "lease_expiries"), 1);
     cr_assert_eq(fu_http(m->admin, "DELETE", "/jobs/det", FU_TOKEN, NULL, &b), 200, "%s", b);
     free(b);
@@ -238,6 +244,7 @@ static void chain(const char *table, const int64_t *ref, const stage_t *stages, 
     char *tok[MAXR] = {0}, *next[MAXR] = {0};
     uint32_t ntok = 0;
     int64_t *seq = calloc(NB * BATCH, sizeof *seq);
+    uint64_t prefetched = 0;
     for (uint32_t k = 0; k < n; k++) {
         const stage_t *s = &stages[k];
         run_out_t o = {0};
@@ -271,7 +278,12 @@ static void chain(const char *table, const int64_t *ref, const stage_t *stages, 
                 if (!handed[g]) left[kept++] = left[g];
             cr_assert_lt(kept, nleft, "%s, run %u handed out nothing", what, k);
             nleft = kept;
-            cr_log_info("%s, run %u (%u ranks): %u batches of epoch 0 left", what, k, s->ranks,
+            /* committed but not handed out: in no token, read again */
+            cr_assert_geq(o.committed, nb0);
+            prefetched += o.committed - nb0;
+            cr_log_info("%s, run %u (%u ranks): %llu batches committed, %llu handed out, %u of "
+                        "epoch 0 left",
+                        what, k, s->ranks, (unsigned long long)o.committed, (unsigned long long)nb0,
                         nleft);
         } else {
             cr_assert_eq(nb0, nleft, "%s: the last run handed out %llu batches of epoch 0, %u left",
@@ -291,6 +303,8 @@ static void chain(const char *table, const int64_t *ref, const stage_t *stages, 
         run_out_free(&o);
     }
     fu_assert_once_per_epoch(seen, ROWS, EPOCHS);
+    cr_assert_gt(prefetched, 0, "%s: no batch was committed and not handed out at a checkpoint",
+                 what);
     free(seq);
     free(seen);
     fu_master_stop(&m, SIGTERM);
