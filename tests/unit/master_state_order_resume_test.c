@@ -4,7 +4,8 @@
  * wholly skipped is counted (0 batches) and DONE at once, so the bases
  * count only the batches left; rows committed in the resumed run are not
  * skip rows; the skip rows survive a reopen from the journal and from a
- * snapshot and end with their epoch; a resume of a resume adds the new
+ * snapshot and end with their epoch; the next epoch's (JobAdded later)
+ * come with it, in replay too; a resume of a resume adds the new
  * run's handed-out rows; a token of the dynamic order cannot resume a
  * deterministic job (the other way is allowed). Every test runs on the
  * counting allocator. */
@@ -319,6 +320,89 @@ Test(master_state_order_resume, a_resume_of_a_resume)
     assert_skip(m, 0, 3, "[0,10)");
     check(m);
     ms_destroy(m);
+    tu_alloc_assert_clean(&g_ta);
+}
+
+/* Tokens of the next epoch: rank 0 still holds a batch of epoch 0 when
+ * both take their tokens in epoch 1. The resumed job starts in epoch 0
+ * (that batch left), and epoch 1 begins with the rows handed out in it
+ * (JobAdded `later`) as its skip rows: in replay too. */
+Test(master_state_order_resume, the_next_epochs_skip_rows_come_with_it)
+{
+    make_splits();
+    sl_master_state_opts_t o = {.lease_timeout_ms = 100000, .allocator = ALLOC};
+    sl_master_state_t *m = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_master_state_new(&o, &m, &err), SL_OK, "%s", err.msg);
+    sl_master_state_job_spec_t spec = det_spec(2, true);
+    cr_assert_eq(sl_master_state_job_add(m, &spec, &err), SL_OK, "%s", err.msg);
+    uint64_t g[6], nonce = 0;
+    for (uint32_t s = 0; s < 6; s++) {
+        if (g_rows[s] == 0) continue;
+        cr_assert_eq(lease(m, &g[s]), s);
+    }
+    for (uint32_t s = 0; s < 6; s++) {
+        if (g_rows[s] == 0) continue;
+        commit(m, 0, s, g[s], 0, g_rows[s] - 10, s % 2 ? "c1" : "c0", &nonce);
+        commit(m, 0, s, g[s], g_rows[s] - 10, g_rows[s], "c0", &nonce);
+        count(m, 0, s, g[s], g_rows[s] / 10);
+    }
+    sl_master_state_job_status_t st;
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.epoch, 1);
+    uint64_t h;
+    cr_assert_eq(lease(m, &h), 0);
+    commit(m, 1, 0, h, 0, 10, "c1", &nonce);
+    commit(m, 1, 0, h, 10, 20, "c0", &nonce);
+    /* rank 0 has not handed out split 5's last batch of epoch 0 */
+    sl_master_token_exclude_t held = {.epoch = 0, .split = 5, .from_row = 50, .to_row = 60};
+    void *t[2];
+    size_t len[2];
+    t[0] = token_of(m, 0, 2, &held, 1, &len[0]);
+    t[1] = token_of(m, 1, 2, NULL, 0, &len[1]);
+    ms_destroy(m);
+
+    char *dir = tmp_state_dir();
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    spec = det_spec(3, true);
+    cr_assert_eq(sl_master_state_job_resume_ranks(m, &spec, (const void *const *)t, len, 2, &err),
+                 SL_OK, "%s", err.msg);
+    free_tokens(t, len, 2);
+    check(m);
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.epoch, 0);
+    cr_assert_eq(st.done, 5, "every split but 5 handed out whole (or empty)");
+    assert_skip(m, 0, 5, "[0,50)");
+    cr_assert_eq(base_of(m, 0, 5), 0, "the epoch's sequence is split 5's last batch");
+    uint64_t g5;
+    cr_assert_eq(lease(m, &g5), 5);
+    commit(m, 0, 5, g5, 50, 60, "d0", &nonce);
+    count(m, 0, 5, g5, 1);
+    /* epoch 1 began with its later rows as skip rows */
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_OK);
+    cr_assert_eq(st.epoch, 1);
+    assert_skip(m, 1, 0, "[0,20)");
+    assert_skip(m, 1, 5, "");
+    char *skip = skip_line(m);
+    cr_assert_str_eq(skip, " order skip 0:[0,20)");
+    free(skip);
+    check(m);
+    uint64_t g0;
+    cr_assert_eq(lease(m, &g0), 0);
+    count(m, 1, 0, g0, 8);
+    cr_assert_eq(base_of(m, 1, 2), 8);
+    /* reopened from the journal: EpochAdvanced makes them again */
+    cr_assert_eq(ms_sync(m, &err), SL_OK, "%s", err.msg);
+    char *before = ml_dump(m, ALLOC);
+    ms_destroy(m);
+    cr_assert_eq(ms_open(dir, &o, 0, &m, NULL, &err), SL_OK, "%s", err.msg);
+    char *after = ml_dump(m, ALLOC);
+    cr_assert_str_eq(after, before);
+    free(after);
+    free(before);
+    check(m);
+    ms_destroy(m);
+    rm_state_dir(dir);
     tu_alloc_assert_clean(&g_ta);
 }
 
