@@ -407,8 +407,8 @@ Test(master_state_order_resume, the_next_epochs_skip_rows_come_with_it)
 }
 
 /* A token of the dynamic order cannot resume a deterministic job (its
- * batches were cut otherwise), named; one of the deterministic order
- * resumes a dynamic job (any rows resume it exactly). */
+ * batches were cut otherwise), named, nor one of another plan; one of the
+ * deterministic order resumes a dynamic job (any rows resume it exactly). */
 Test(master_state_order_resume, tokens_of_the_other_order)
 {
     make_splits();
@@ -444,7 +444,18 @@ Test(master_state_order_resume, tokens_of_the_other_order)
     first_run(m, t, len);
     ms_destroy(m);
     cr_assert_eq(sl_master_state_new(&o, &m, &err), SL_OK, "%s", err.msg);
+    /* another plan (its batches cut otherwise): refused, nothing added */
+    spec = det_spec(3, true);
+    spec.plan_fingerprint = 0x1234;
+    cr_assert_eq(sl_master_state_job_resume_ranks(m, &spec, (const void *const *)t, len, 2, &err),
+                 SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "token 1 of 2: resume token of job 'j' taken with another plan "
+                              "(fingerprint 0000000000000000, the job's 0000000000001234: its "
+                              "batch size, filters, transforms, seed or source differ): the "
+                              "deterministic sequence cannot continue from it");
+    cr_assert_eq(sl_master_state_job_status(m, "j", &st, &err), SL_ERR_NOT_FOUND);
     spec = det_spec(3, false);
+    spec.plan_fingerprint = 0x1234; /* the dynamic order continues from any rows */
     cr_assert_eq(sl_master_state_job_resume_ranks(m, &spec, (const void *const *)t, len, 2, &err),
                  SL_OK, "%s", err.msg);
     free_tokens(t, len, 2);

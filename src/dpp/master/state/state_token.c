@@ -223,6 +223,7 @@ sl_err_t sl_master_state_token_take(const sl_master_state_t *m, const sl_master_
         t.step = req->has_step ? req->step : 0;
         t.epoch = e;
         t.order = jb->ord != NULL ? 1 : 0;
+        t.plan_fingerprint = jb->ord != NULL ? jb->plan_fp : 0;
         cols_of(&c_h, &hc, e, eps);
         t.handed = &c_h;
         if (e > 0) {
@@ -314,6 +315,14 @@ static sl_err_t open_v4(const sl_master_state_job_spec_t *spec, const m_spec_pb 
                           "\"deterministic\", whose sequence cannot continue from it: resume it "
                           "in the dynamic order, or start it again",
                           spec->job_id);
+    else if (spec->deterministic && t->plan_fingerprint != spec->plan_fingerprint)
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "resume token of job '%s' taken with another plan (fingerprint "
+                          "%016llx, the job's %016llx: its batch size, filters, transforms, "
+                          "seed or source differ): the deterministic sequence cannot continue "
+                          "from it",
+                          spec->job_id, (unsigned long long)t->plan_fingerprint,
+                          (unsigned long long)spec->plan_fingerprint);
     else if (t->epoch == 0 && (t->prev_handed != NULL || t->prev_undelivered != NULL))
         rc = sl_error_set(err, SL_ERR_CORRUPT, "resume token: a previous epoch of epoch 0");
     if (rc == SL_OK) rc = check_cols(t->handed, sp, t->epoch, "handed", err);
