@@ -352,7 +352,7 @@ Test(worker_order_hold, skip_rows_are_neither_numbered_nor_counted)
     cr_assert_eq(sl_worker_order_hold_cut(h, &l2, 0, 15, &k2, &err), SL_ERR_INVALID);
     cr_assert_str_eq(err.msg, "order hold: split 9 rows [0, 15) cross a skip range's boundary "
                               "(rows handed out before the resume): cut otherwise than the "
-                              "batches of the resumed run");
+                              "original run's batches");
     int l3;
     cr_assert_eq(sl_worker_order_hold_begin(h, &l3, 10, all, 1, 0, &err), SL_OK, "%s", err.msg);
     cr_assert_eq(sl_worker_order_hold_cut(h, &l3, 10, 20, &k2, &err), SL_OK, "%s", err.msg);

@@ -198,7 +198,7 @@ sl_err_t sl_worker_order_hold_cut(sl_worker_order_hold_t *h, void *lease, uint64
         return sl_error_set(err, SL_ERR_INVALID,
                             "order hold: split %" PRIu32 " rows [%" PRIu64 ", %" PRIu64
                             ") cross a skip range's boundary (rows handed out before the "
-                            "resume): cut otherwise than the batches of the resumed run",
+                            "resume): cut otherwise than the original run's batches",
                             l->split, from_row, to_row);
     if (sk > 0) {
         l->skip_end = to_row;
