@@ -6,7 +6,12 @@
 # then started again from every rank's token (`sluice jobs resubmit` when the
 # number of ranks stays, else `jobs delete` + `submit --resume-token ...
 # --ranks W2`) and read to the end by W2 ranks. Prints one table row per
-# case: samples delivered before + after, distinct, delivered twice.
+# case: samples delivered before + after, distinct, delivered twice. The
+# deterministic rows run the same job in "order": "deterministic" and also
+# check the global order: each rank's batch j before the resume is batch
+# g = r + j W of an uninterrupted run's sequence, and the resumed ranks'
+# batches merged by g' (rank g' mod W2) are that sequence less those
+# batches, in order ("same global order").
 #
 #   examples/resume_table.sh [BUILD_DIR]     (default build)
 set -euo pipefail
@@ -31,6 +36,8 @@ import json, sys
 spec = json.load(open(sys.argv[1]))
 spec["source"]["table"] = sys.argv[2]
 json.dump(spec, open(sys.argv[3], "w"))
+spec["order"] = "deterministic"
+json.dump(spec, open(sys.argv[3].replace(".json", "-det.json"), "w"))
 EOF
 echo secret >"$work/admin.token"
 ctl=127.0.0.1:$(port)
@@ -79,13 +86,48 @@ c = collections.Counter(int(x) for line in sys.stdin for x in line.split())
 n = sum(c.values()); print("%d %d %d" % (n, len(c), sum(v - 1 for v in c.values() if v > 1)))'
 }
 
-echo "| first run | sharding | tokens | resumed with | how | delivered | distinct | delivered twice |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+# the deterministic order's rows: before (rank r's batch j is g = r + j W)
+# and after (merged by g' = r + j W2) against the reference sequence
+same_order() { # TAG_BEFORE W TAG_AFTER W2
+  python3 - "$work/ref.ids.0" "$work/$1.ids" "$2" "$work/$3.ids" "$4" <<'EOF'
+import sys
+ref = open(sys.argv[1]).read().splitlines()
+def ranks(prefix, w):
+    return [open("%s.%d" % (prefix, r)).read().splitlines() for r in range(w)]
+before, w = ranks(sys.argv[2], int(sys.argv[3])), int(sys.argv[3])
+after, w2 = ranks(sys.argv[4], int(sys.argv[5])), int(sys.argv[5])
+ok, handed = True, set()
+for r, lines in enumerate(before):
+    for j, line in enumerate(lines):
+        g = r + j * w
+        ok &= g < len(ref) and ref[g] == line
+        handed.add(g)
+left = [ref[g] for g in range(len(ref)) if g not in handed]
+n = sum(len(x) for x in after)
+merged = [after[g % w2][g // w2] if g // w2 < len(after[g % w2]) else None for g in range(n)]
+print("yes" if ok and merged == left else "no")
+EOF
+}
+
+echo "| first run | sharding | order | tokens | resumed with | how | delivered | distinct | delivered twice | same global order |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 case_no=0
-run_case() { # W N W2 [SHARDING]
-  local w=$1 n=$2 w2=$3 sharding=${4:-dynamic} how
+ref_done=0
+run_case() { # W N W2 [SHARDING [ORDER]]
+  local w=$1 n=$2 w2=$3 sharding=${4:-dynamic} order=${5:-dynamic} how jobfile same="n/a"
   case_no=$((case_no + 1))
-  "$sluice" submit --job "$work/job.json" --ranks "$w" --sharding "$sharding" --min-workers 2 \
+  jobfile=$work/job.json
+  [ "$order" = deterministic ] && jobfile=$work/job-det.json
+  if [ "$order" = deterministic ] && [ "$ref_done" = 0 ]; then
+    # the reference: one rank, uninterrupted
+    "$sluice" submit --job "$jobfile" --ranks 1 --min-workers 2 "${auth[@]}" >/dev/null
+    start_workers "ref"
+    read_ranks ref 1 0
+    stop_workers
+    "$sluice" jobs delete "$job" "${auth[@]}" >/dev/null
+    ref_done=1
+  fi
+  "$sluice" submit --job "$jobfile" --ranks "$w" --sharding "$sharding" --min-workers 2 \
     "${auth[@]}" >/dev/null
   start_workers "$case_no-a"
   read_ranks "c$case_no-a" "$w" "$n"
@@ -98,16 +140,17 @@ run_case() { # W N W2 [SHARDING]
   else
     how="delete + submit"
     "$sluice" jobs delete "$job" "${auth[@]}" >/dev/null
-    "$sluice" submit --job "$work/job.json" --ranks "$w2" --sharding "$sharding" --min-workers 2 \
+    "$sluice" submit --job "$jobfile" --ranks "$w2" --sharding "$sharding" --min-workers 2 \
       $(printf -- '--resume-token %s ' "${toks[@]}") "${auth[@]}" >/dev/null
   fi
   start_workers "$case_no-b"
   read_ranks "c$case_no-b" "$w2" 0
   stop_workers
   read -r delivered distinct twice <<<"$(count "c$case_no-a" "c$case_no-b")"
-  printf '| %s rank%s, %s batches%s | %s | %s | %s rank%s | %s | %s | %s | %s |\n' "$w" \
-    "$([ "$w" = 1 ] || echo s)" "$n" "$([ "$w" = 1 ] || echo " each")" "$sharding" "$w" "$w2" \
-    "$([ "$w2" = 1 ] || echo s)" "$how" "$delivered" "$distinct" "$twice"
+  if [ "$order" = deterministic ]; then same=$(same_order "c$case_no-a" "$w" "c$case_no-b" "$w2"); fi
+  printf '| %s rank%s, %s batches%s | %s | %s | %s | %s rank%s | %s | %s | %s | %s | %s |\n' \
+    "$w" "$([ "$w" = 1 ] || echo s)" "$n" "$([ "$w" = 1 ] || echo " each")" "$sharding" "$order" \
+    "$w" "$w2" "$([ "$w2" = 1 ] || echo s)" "$how" "$delivered" "$distinct" "$twice" "$same"
   "$sluice" jobs delete "$job" "${auth[@]}" >/dev/null
 }
 
@@ -127,3 +170,8 @@ run_case 3 12 2 static
 run_case 4 8 3 static
 run_case 1 20 4 static
 run_case 2 20 1 static
+# the deterministic order: the resumed ranks continue the same global sequence
+run_case 2 20 2 dynamic deterministic
+run_case 2 20 3 dynamic deterministic
+run_case 3 12 2 dynamic deterministic
+run_case 1 20 4 dynamic deterministic

@@ -13,6 +13,7 @@
 
 #include "common/err.h"
 #include "trainer/fleet_internal.h"
+#include "trainer/reorder.h"
 
 /* A client id that no other client process shares: the master keeps commit
  * answers per (client_id, nonce), and nonces restart at 1 in every process. */
@@ -170,7 +171,10 @@ static sl_err_t send_token_request(sl_trainer_t *t, const int64_t *step, uint64_
         return SL_ERR_AGAIN;
     }
     sl_mutex_lock(&t->mu);
-    size_t n = (size_t)f->pending.count + t->ready.count;
+    /* the deterministic order: batches committed and waiting in the reorder
+     * buffer for a lower g were not handed out either */
+    size_t held = t->order ? tr_reorder_held(t->order) : 0;
+    size_t n = (size_t)f->pending.count + t->ready.count + held;
     size_t bytes = n * (sizeof(Sluice__Control__SplitRef) + sizeof(Sluice__Control__RowRange) +
                         sizeof(void *) * 2);
     uint8_t *mem = n ? sl_alloc(t->a, bytes) : NULL;
@@ -190,6 +194,10 @@ static sl_err_t send_token_request(sl_trainer_t *t, const int64_t *step, uint64_
         add_undelivered(f, it, refs, rows, rp, qp, i++);
     for (const tr_item_t *it = f->pending.head; it; it = it->next)
         add_undelivered(f, it, refs, rows, rp, qp, i++);
+    for (uint32_t k = 0; held > 0 && k < tr_reorder_cap(t->order); k++) {
+        const tr_item_t *it = tr_reorder_slot(t->order, k);
+        if (it) add_undelivered(f, it, refs, rows, rp, qp, i++);
+    }
     f->token_wanted = true;
     f->token_ready = false;
     f->token_gen = f->mgen;

@@ -120,3 +120,13 @@ uint32_t tr_reorder_held(const tr_reorder_t *q)
 {
     return q->held;
 }
+
+void *tr_reorder_slot(const tr_reorder_t *q, uint32_t i)
+{
+    return i < q->cap ? q->slot[i] : NULL;
+}
+
+uint32_t tr_reorder_cap(const tr_reorder_t *q)
+{
+    return q->cap;
+}

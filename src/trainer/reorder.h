@@ -54,4 +54,9 @@ void *tr_reorder_pop_any(tr_reorder_t *q);
 /* Batches held. */
 uint32_t tr_reorder_held(const tr_reorder_t *q);
 
+/* The item in slot i (< tr_reorder_cap), NULL when empty: a resume token
+ * names every held batch as not handed out. */
+void *tr_reorder_slot(const tr_reorder_t *q, uint32_t i);
+uint32_t tr_reorder_cap(const tr_reorder_t *q);
+
 #endif

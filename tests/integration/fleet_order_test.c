@@ -4,7 +4,7 @@
  * two epochs with a seeded split order. The global sequence of each epoch
  * (batch g from rank g mod R, in g order) is the same with 1 or 2 workers,
  * 1 or 2 ranks, and with a worker killed with SIGKILL mid-epoch; every
- * sample exactly once an epoch. A resume of such a job is refused. */
+ * sample exactly once an epoch. Its resume: fleet_order_resume_test. */
 #include "fleet_util.h"
 
 TestSuite(fleet_order, .init = fu_setup, .fini = fu_teardown);

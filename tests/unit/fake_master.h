@@ -69,6 +69,9 @@ typedef struct fm_lease {
      * came before the lease's SPLIT_READ */
     uint64_t hb_count_plus_one;
     bool hb_count_before_read;
+    /* a resumed deterministic job: LEASE order_skip */
+    uint32_t nskip;
+    sl_dpp_row_range_t skip[4];
 } fm_lease_t;
 
 typedef struct fm_read {
@@ -156,6 +159,15 @@ static void fm_send_lease(fake_t *f, int fd, const fm_lease_t *l)
     m.rank_plus_one = l->rank_plus_one;
     m.order_ranks = l->order_ranks;
     m.order_base_plus_one = l->order_base_plus_one;
+    Sluice__Control__RowRange sr[4], *sp_[4];
+    for (uint32_t i = 0; i < l->nskip; i++) {
+        sr[i] = (Sluice__Control__RowRange)SLUICE__CONTROL__ROW_RANGE__INIT;
+        sr[i].from_row = l->skip[i].from_row;
+        sr[i].to_row = l->skip[i].to_row;
+        sp_[i] = &sr[i];
+    }
+    m.n_order_skip = l->nskip;
+    m.order_skip = sp_;
     m.expiry_ms = 2000;
     Sluice__Control__SplitRef member, *mp = &member;
     if (l->member_gen) {

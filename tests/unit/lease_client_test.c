@@ -897,6 +897,76 @@ Test(lease_client, leases_in_the_deterministic_order_go_to_ranks_in_g_order)
     no_thread_fails();
 }
 
+/* A resumed deterministic job (LEASE order_skip): split 2's first batch
+ * was handed out before the resume, so it is neither sent, numbered nor
+ * counted; the splits after it take one g less. Skip rows without
+ * order_ranks are a protocol error. */
+Test(lease_client, a_resumed_deterministic_lease_skips_the_rows_handed_out_before)
+{
+    fake_t f;
+    fm_start(&f, splits, spec_of(false, false));
+    uint64_t base[4], count[4], total = 0;
+    for (uint32_t s = 0; s < 4; s++) {
+        count[s] = (splits->items[s].num_rows + 127) / 128 - (s == 2);
+        base[s] = total;
+        total += count[s];
+    }
+    for (uint32_t s = 0; s < 4; s++) {
+        sl_dpp_row_range_t todo = {s == 2 ? 128 : 0, splits->items[s].num_rows};
+        fm_add(&f, s, 120 + s, 0, &todo, 1);
+        f.q[s].order_ranks = 1;
+        f.q[s].hb_base_plus_one = base[s] + 1;
+    }
+    f.q[2].nskip = 1;
+    f.q[2].skip[0] = (sl_dpp_row_range_t){0, 128};
+    f.finish = true;
+    sl_pipeline_job_t *job;
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(&f, &job, &ms);
+    client_t c;
+    client_start(&c, &f, sl_worker_port(w), 0);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    pthread_join(c.th, NULL);
+    sl_worker_stop(w);
+    pthread_mutex_lock(&f.mu);
+    cr_assert_eq(f.nreads, 4);
+    for (uint32_t i = 0; i < f.nreads; i++) {
+        uint32_t s = f.reads[i].split;
+        cr_assert(f.reads[i].counted, "split %u", s);
+        cr_assert_eq(f.reads[i].batches, count[s], "split %u: the skipped batch is not counted", s);
+    }
+    cr_assert_eq(f.ngot, total);
+    for (uint32_t i = 0; i < f.ngot; i++) {
+        const got_batch_t *g = &f.got[i];
+        uint64_t gi = g->g_plus_one - 1, k = gi - base[g->split];
+        cr_assert_eq(gi, i, "one rank: in g order");
+        /* split 2's batch k is its (k + 1)-th cut */
+        cr_assert_eq(g->from, (k + (g->split == 2)) * 128, "g %" PRIu64, gi);
+    }
+    pthread_mutex_unlock(&f.mu);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    fm_stop(&f);
+
+    fm_start(&f, splits, spec_of(false, false));
+    fm_add(&f, 0, 94, 0, NULL, 0);
+    fm_add(&f, 2, 95, 0, NULL, 0);
+    f.q[1].nskip = 1;
+    f.q[1].skip[0] = (sl_dpp_row_range_t){0, 128};
+    w = start_worker(&f, &job, &ms);
+    client_start(&c, &f, sl_worker_port(w), 0);
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_ERR_PROTOCOL, "%s",
+                 err.msg);
+    cr_assert(strstr(err.msg, "lease of split 2: 1 skip ranges outside the deterministic order"),
+              "%s", err.msg);
+    pthread_join(c.th, NULL);
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    fm_stop(&f);
+    no_thread_fails();
+}
+
 static bool first_read_second_granted(fake_t *f)
 {
     return f->nreads >= 1 && f->next == 2;

@@ -243,6 +243,21 @@ Test(server_order, a_dropped_leases_held_batches_are_freed_and_later_ones_go)
     batch(r0, 2, 0, 8, 1); /* b's only batch, g 7 */
     cr_assert(sl_worker_server_wait_done(s, (int)(tu_timeout(5) * 1000)));
     cr_assert_eq(sl_worker_budget_used(budget), 0);
+    /* every lease gone: the job resumed with 3 ranks takes this worker;
+     * its lease's skip rows (handed out before the resume) cut nothing
+     * kept; while it is held another world size is refused */
+    int c, d;
+    sl_dpp_row_range_t skip[] = {{0, 10}};
+    cr_assert_eq(sl_worker_server_order_begin(s, &c, 5, todo, 1, 3, 1, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_server_order_skip(s, &c, skip, 1, &err), SL_OK, "%s", err.msg);
+    cut(s, &c, 0, 10, false);
+    cut(s, &c, 10, 20, true);
+    cr_assert_eq(sl_worker_server_order_begin(s, &d, 6, todo, 1, 1, 0, &err), SL_ERR_INVALID);
+    cr_assert(strstr(err.msg, "for 1 ranks, after leases for 3"), "%s", err.msg);
+    cr_assert_eq(sl_worker_server_order_end(s, &c, &n, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(n, 1, "the skipped batch is not counted");
+    sl_worker_server_order_drop(s, &c);
+    cr_assert_eq(sl_worker_server_order_skip(s, &d, skip, 1, &err), SL_ERR_NOT_FOUND);
     close(r0);
     sl_worker_server_stop(s);
     sl_worker_server_destroy(s);

@@ -4,7 +4,8 @@
  * sends them first; a rank waiting for its next batch says which in its
  * timeout; a worker holding later batches cannot send past the window; the
  * next epoch's batches are not sent before the master says the epoch is
- * over, and then come in g order too. */
+ * over, and then come in g order too; a resume token names the reorder
+ * buffer's batches as not handed out. */
 #include <criterion/criterion.h>
 #include <string.h>
 #include <time.h>
@@ -139,5 +140,48 @@ Test(trainer_order, a_world_size_other_than_the_orders_ranks_is_refused)
                               "this client's world size is 1"),
               "%s", err.msg);
     sl_trainer_close(t);
+    fk_master_stop(&m);
+}
+
+/* A resume token (sl_trainer_resume_token) names the batches waiting in
+ * the reorder buffer (committed, not handed out: g 1 waiting for g 0) as
+ * undelivered, so a resume reads them again; once handed out they are in
+ * the token. The fake master's token lists the committed ranges not named
+ * undelivered. */
+Test(trainer_order, a_token_names_the_reorder_buffers_batches_as_not_handed_out)
+{
+    fk_master_t m = {.job = JOB, .splits = 2, .rows_per_split = 4, .order_ranks = 1};
+    fk_worker_t a = {.id = "wa", .job = JOB}, b = {.id = "wb", .job = JOB};
+    add_g(&a, 1, 0, 1);
+    add_g(&b, 0, 0, 0);
+    fk_master_start(&m);
+    fk_worker_start(&a);
+    fk_worker_start(&b);
+    fk_master_add_worker(&m, &a);
+    sl_trainer_t *t = attach(&m, 2);
+    sl_error_t err = {0};
+    sl_batch_t *x = NULL;
+    bool held = false;
+    for (int i = 0; i < 100 && !held; i++) {
+        cr_assert_eq(sl_trainer_next(t, 50, &x, &err), SL_ERR_TIMEOUT, "%s", err.msg);
+        held = strstr(err.msg, "rank 0 waits for batch g 0 of epoch 0 (1 later ones held)");
+    }
+    cr_assert(held, "%s", err.msg);
+    uint8_t *tok = NULL;
+    size_t len = 0;
+    cr_assert_eq(sl_trainer_resume_token(t, (int)(tu_timeout(10) * 1000), &tok, &len, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_str_eq((const char *)tok, "", "split 1 (g 1) is committed but not handed out");
+    sl_trainer_token_free(t, tok, len);
+    fk_master_add_worker(&m, &b);
+    expect(t, 0);
+    expect(t, 1);
+    cr_assert_eq(sl_trainer_resume_token(t, (int)(tu_timeout(10) * 1000), &tok, &len, &err), SL_OK,
+                 "%s", err.msg);
+    cr_assert_str_eq((const char *)tok, "0:0-4,1:0-4,");
+    sl_trainer_token_free(t, tok, len);
+    sl_trainer_close(t);
+    fk_worker_stop(&a);
+    fk_worker_stop(&b);
     fk_master_stop(&m);
 }

@@ -2,7 +2,8 @@
  * committed batches dropped by the todo, g = base + k from the split's
  * first row, held until the base is known and every lower g has left,
  * rank g mod R; refusals by name; a seeded random run of many leases
- * whose puts arrive in any order and whose bases come in prefix order. */
+ * whose puts arrive in any order and whose bases come in prefix order;
+ * a resumed job's skip rows neither numbered nor counted. */
 #include <criterion/criterion.h>
 
 #include <inttypes.h>
@@ -299,4 +300,73 @@ Test(worker_order_hold, random_runs_send_every_uncommitted_batch_once_in_g_order
         cr_assert_eq(sl_worker_order_hold_count(h), 0);
         sl_worker_order_hold_destroy(h);
     }
+}
+
+/* A resumed job's lease (sl_worker_order_hold_skip): batches handed out
+ * before the resume are neither numbered nor counted; a batch committed
+ * in this run under an earlier lease is dropped but counted; a batch
+ * across a skip boundary is refused by name, as are skip rows after the
+ * first cut. */
+Test(worker_order_hold, skip_rows_are_neither_numbered_nor_counted)
+{
+    sl_error_t err = {0};
+    sl_worker_order_hold_t *h = sl_worker_order_hold_new(NULL, 2);
+    int lease;
+    /* 6 batches of 10 rows: [0,10) and [30,50) handed out before the
+     * resume (skip), [10,20) committed in this run (todo's complement) */
+    sl_dpp_row_range_t todo[] = {{20, 30}, {50, 60}}, skip[] = {{0, 10}, {30, 50}};
+    cr_assert_eq(sl_worker_order_hold_begin(h, &lease, 4, todo, 2, 11, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_order_hold_skip(h, &lease, skip, 2, &err), SL_OK, "%s", err.msg);
+    bool keep[6];
+    for (int k = 0; k < 6; k++)
+        cr_assert_eq(sl_worker_order_hold_cut(h, &lease, (uint64_t)k * 10, (uint64_t)k * 10 + 10,
+                                              &keep[k], &err),
+                     SL_OK, "%s", err.msg);
+    cr_assert(!keep[0] && !keep[1] && keep[2] && !keep[3] && !keep[4] && keep[5]);
+    cr_assert_eq(sl_worker_order_hold_skipped(h, &lease), 3);
+    sl_worker_server_item_t a = item(&lease, 50, 60, 5), b = item(&lease, 20, 30, 2), out;
+    cr_assert_eq(sl_worker_order_hold_put(h, &a, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_order_hold_put(h, &b, &err), SL_OK, "%s", err.msg);
+    uint64_t n = 0;
+    cr_assert_eq(sl_worker_order_hold_end(h, &lease, &n, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(n, 3, "[10,20) (committed in this run), [20,30) and [50,60)");
+    /* base 10: k = 1 ([20,30)) is g 11, k = 2 ([50,60)) g 12 */
+    cr_assert(sl_worker_order_hold_pop(h, &out));
+    cr_assert_eq(out.num_samples, 2);
+    cr_assert_eq(out.lease.order_g_plus_one, 12);
+    cr_assert_eq(out.lease.rank_plus_one, 2);
+    cr_assert(sl_worker_order_hold_pop(h, &out));
+    cr_assert_eq(out.num_samples, 5);
+    cr_assert_eq(out.lease.order_g_plus_one, 13);
+    cr_assert_eq(out.lease.rank_plus_one, 1);
+    cr_assert_not(sl_worker_order_hold_pop(h, &out));
+
+    /* a batch across a skip boundary: the cuts disagree */
+    int l2;
+    sl_dpp_row_range_t all[] = {{10, 40}}, sk2[] = {{0, 10}};
+    cr_assert_eq(sl_worker_order_hold_begin(h, &l2, 9, all, 1, 0, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_order_hold_skip(h, &l2, sk2, 1, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_order_hold_skip(h, &l2, sk2, 1, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "order hold: skip rows of split 9 after skip rows");
+    bool k2;
+    cr_assert_eq(sl_worker_order_hold_cut(h, &l2, 0, 15, &k2, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "order hold: split 9 rows [0, 15) cross a skip range's boundary "
+                              "(rows handed out before the resume): cut otherwise than the "
+                              "original run's batches");
+    int l3;
+    cr_assert_eq(sl_worker_order_hold_begin(h, &l3, 10, all, 1, 0, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_order_hold_cut(h, &l3, 10, 20, &k2, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_order_hold_skip(h, &l3, sk2, 1, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "order hold: skip rows of split 10 after its first batch");
+    sl_dpp_row_range_t bad[] = {{5, 9}, {8, 12}};
+    int l4;
+    cr_assert_eq(sl_worker_order_hold_begin(h, &l4, 11, all, 1, 0, &err), SL_OK, "%s", err.msg);
+    cr_assert_eq(sl_worker_order_hold_skip(h, &l4, bad, 2, &err), SL_ERR_INVALID);
+    cr_assert_str_eq(err.msg, "order hold: lease of split 11: skip range 1 [8, 12) is empty or "
+                              "out of order");
+    cr_assert_eq(sl_worker_order_hold_skip(h, &err, bad, 1, &err), SL_ERR_NOT_FOUND);
+    cr_assert_eq(sl_worker_order_hold_leases(h), 3);
+    while (sl_worker_order_hold_take_any(h, &out))
+        ;
+    sl_worker_order_hold_destroy(h);
 }

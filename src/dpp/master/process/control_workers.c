@@ -284,6 +284,42 @@ static bool wait_for_peers(sl_master_t *m, const char *job, uint64_t now) SL_REQ
     return false;
 }
 
+/* A resumed deterministic job's skip rows of l's split (LEASE order_skip,
+ * docs/DESIGN.md "A deterministic order", *Resume*): into *out and
+ * *store (allocated, [*n]; NULL and 0 when none). @return false when out
+ * of memory. */
+static bool order_skip(sl_master_t *m, const char *job, const sl_master_lease_t *l,
+                       Sluice__Control__RowRange ***out, Sluice__Control__RowRange **store,
+                       uint32_t *n) SL_REQUIRES(m->mu)
+{
+    *out = NULL;
+    *store = NULL;
+    *n = 0;
+    uint32_t count = sl_master_state_order_skip(m->st, job, l->epoch, l->split, NULL, 0);
+    if (count == 0) return true;
+    sl_dpp_row_range_t *r = sl_alloc(m->a, count * sizeof *r);
+    Sluice__Control__RowRange **p = sl_alloc(m->a, count * sizeof *p);
+    Sluice__Control__RowRange *v = sl_alloc(m->a, count * sizeof *v);
+    if (r == NULL || p == NULL || v == NULL) {
+        sl_free(m->a, r, count * sizeof *r);
+        sl_free(m->a, p, count * sizeof *p);
+        sl_free(m->a, v, count * sizeof *v);
+        return false;
+    }
+    sl_master_state_order_skip(m->st, job, l->epoch, l->split, r, count);
+    for (uint32_t k = 0; k < count; k++) {
+        sluice__control__row_range__init(&v[k]);
+        v[k].from_row = r[k].from_row;
+        v[k].to_row = r[k].to_row;
+        p[k] = &v[k];
+    }
+    sl_free(m->a, r, count * sizeof *r);
+    *out = p;
+    *store = v;
+    *n = count;
+    return true;
+}
+
 void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__LeaseRequest *r)
 {
     mp_worker *w = &m->workers[m->conns[i].worker];
@@ -381,11 +417,23 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
     le.todo = todo;
     le.rank_plus_one = l.rank_plus_one;
     le.expiry_ms = m->opts.lease_timeout_ms;
+    Sluice__Control__RowRange **skip = NULL, *skip_store = NULL;
+    uint32_t nskip = 0;
     if (st.deterministic) {
         uint64_t base;
         le.order_ranks = st.ranks;
         if (sl_master_state_order_base(m->st, job, l.epoch, l.split, &base))
             le.order_base_plus_one = base + 1;
+        if (!order_skip(m, job, &l, &skip, &skip_store, &nskip)) {
+            if (todo != rp) {
+                sl_free(m->a, todo, l.num_todo * sizeof *todo);
+                sl_free(m->a, store, l.num_todo * sizeof *store);
+            }
+            mp_send_error(m, i, SL_ERR_NOMEM, "lease: skip rows");
+            return;
+        }
+        le.n_order_skip = nskip;
+        le.order_skip = skip;
     }
     if (cache_mode != SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_NONE) {
         le.cache_file = cache_file;
@@ -405,6 +453,8 @@ void mp_on_lease_request(sl_master_t *m, uint32_t i, const Sluice__Control__Leas
                SL_KV_U64("rows", l.num_rows)),
               "job %s split %u epoch %u: leased to worker %s", job, l.split, l.epoch, w->id);
     mp_send(m, i, SL_RPC_LEASE, &le.base);
+    sl_free(m->a, skip, nskip * sizeof *skip);
+    sl_free(m->a, skip_store, nskip * sizeof *skip_store);
     if (todo != rp) {
         sl_free(m->a, todo, l.num_todo * sizeof *todo);
         sl_free(m->a, store, l.num_todo * sizeof *store);

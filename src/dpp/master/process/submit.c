@@ -114,10 +114,8 @@ static sl_err_t check_spec(const char *text, bool resumed, sl_pipeline_job_t **j
 /* What this master runs of "order" (docs/DESIGN.md, "A deterministic
  * order"): the deterministic order numbers every batch of an epoch and
  * deals batch g to rank g mod R, which static sharding (a rank's own
- * splits) contradicts. Its resume (a token's handed-out batches taken
- * out of the numbered sequence) is not built, so a resume of such a job
- * is refused rather than run in another order under the deterministic
- * name. */
+ * splits) contradicts. A resume continues the sequence less the batches
+ * handed out (state_order_skip.c). */
 static sl_err_t check_order(const sl_pipeline_job_t *job, const sl_master_submit_t *req,
                             sl_error_t *err)
 {
@@ -127,12 +125,6 @@ static sl_err_t check_order(const sl_pipeline_job_t *job, const sl_master_submit
                             "job '%s': \"order\": \"deterministic\" deals batch g to rank g "
                             "mod ranks; static sharding gives each rank its own splits instead: "
                             "submit with --sharding dynamic",
-                            job->id);
-    if (req->num_tokens > 0)
-        return sl_error_set(err, SL_ERR_UNSUPPORTED,
-                            "job '%s': resuming a job in \"order\": \"deterministic\" is not "
-                            "built yet (docs/DESIGN.md, \"A deterministic order\"); submit it "
-                            "without a resume token",
                             job->id);
     return SL_OK;
 }

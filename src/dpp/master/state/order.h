@@ -1,7 +1,7 @@
 /* The global sequence of one epoch of a job in the deterministic order
  * (docs/DESIGN.md, "A deterministic order"): the arithmetic the master
- * keeps for it, apart from the journal and the lease code that are to use
- * it (not wired yet: the master refuses such jobs, master.c check_spec).
+ * keeps for it, apart from the journal and the lease code that use it
+ * (state_order.c, state_order_skip.c).
  *
  * The epoch's splits sit at positions 0..n-1 of its order (make_order);
  * split p's batches, cut from its first row, have global indices

@@ -241,7 +241,12 @@ sl_err_t m_job_build(sl_master_state_t *m, const Sluice__Master__JobAdded *rec, 
     m_rank_recount(jb);
     m_set_order(jb);
     m_reset_queue(jb);
-    if ((rc = m_order_build(m, jb, spec, err)) != SL_OK) {
+    /* a resumed deterministic job: its start ranges are the epoch's skip
+     * rows (a snapshot's loader puts its own in their place) */
+    if ((rc = m_order_build(m, jb, spec, err)) != SL_OK ||
+        (!finished &&
+         (rc = m_order_skip_set(m, jb, rec->start_split, rec->start_from, rec->start_to,
+                                rec->n_start_split, true, err)) != SL_OK)) {
         job_free(a, jb);
         return rc;
     }

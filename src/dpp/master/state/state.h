@@ -570,6 +570,13 @@ sl_err_t sl_master_state_batches_counted(sl_master_state_t *m, const char *job_i
 bool sl_master_state_order_base(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
                                 uint32_t split, uint64_t *base);
 
+/* A resumed deterministic job's skip rows of split in epoch (the rows
+ * handed out before the resume, whose batches the epoch's sequence leaves
+ * out: LEASE order_skip), ascending and disjoint: the first cap into out.
+ * @return how many there are (0: none, not such a job, another epoch). */
+uint32_t sl_master_state_order_skip(const sl_master_state_t *m, const char *job_id, uint32_t epoch,
+                                    uint32_t split, sl_dpp_row_range_t *out, uint32_t cap);
+
 sl_master_read_result_t sl_master_state_split_read(sl_master_state_t *m, const char *job_id,
                                                    uint32_t epoch, uint32_t split,
                                                    uint64_t generation,

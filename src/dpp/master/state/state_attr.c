@@ -388,8 +388,12 @@ sl_err_t m_attr_epoch_began(sl_master_state_t *m, uint32_t slot, sl_error_t *err
     size_t i = 0;
     while (i < c->n && c->epoch[i] < jb->epoch)
         i++;
+    size_t i0 = i;
     for (; rc == SL_OK && i < c->n && c->epoch[i] == jb->epoch; i++)
         rc = m_add_range(m, jb, c->split[i], c->from[i], c->to[i], M_OWNER_MASTER, err);
+    /* the deterministic order: they are the epoch's skip rows (before the
+     * DONE checks below, which need wholly skipped splits counted) */
+    if (rc == SL_OK) rc = m_order_skip_epoch(m, jb, c, i0, i, err);
     if (rc != SL_OK) return rc;
     for (uint32_t s = 0; s < jb->n; s++)
         m_maybe_done(m, slot, s);

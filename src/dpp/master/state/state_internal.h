@@ -176,6 +176,9 @@ typedef struct job {
      * position (order.h, state_order.c); NULL: the dynamic order. */
     sl_master_order_t *ord;
     uint32_t order_window; /* positions past the counted prefix a lease may take */
+    /* A resumed deterministic job: this epoch's rows handed out before the
+     * resume (state_order_skip.c); NULL: none. */
+    struct m_order_skip *order_skip;
     /* batch.equal_batches_per_rank (state_equal.c): per rank its batches
      * committed in the epochs of slot epoch % 2 ([2 * ranks]), the quota
      * of each epoch the job finished ([epochs]) and the batches dropped;
@@ -553,7 +556,30 @@ void m_order_dump(const job *jb, m_printf_fn pf, void *ctx);
 sl_err_t m_order_pb_build(const sl_master_state_t *m, const job *jb,
                           Sluice__Master__SnapshotJob *sj, sl_error_t *err);
 void m_order_pb_free(const sl_allocator_t *a, Sluice__Master__SnapshotJob *sj);
-sl_err_t m_order_restore(job *jb, const Sluice__Master__SnapshotJob *sj, sl_error_t *err);
+sl_err_t m_order_restore(sl_master_state_t *m, job *jb, const Sluice__Master__SnapshotJob *sj,
+                         sl_error_t *err);
+
+/* state_order_skip.c: a resumed deterministic job's skip rows (this
+ * epoch's rows handed out before the resume, LEASE order_skip). */
+/* Set them (any order; replacing the epoch's, none when n is 0 or the job
+ * is not deterministic); count: splits wholly skipped counted 0 batches
+ * (not when a snapshot's counts follow). SL_ERR_NOMEM, SL_ERR_CORRUPT (a
+ * range outside the splits, or a count that disagrees). */
+sl_err_t m_order_skip_set(sl_master_state_t *m, job *jb, const uint32_t *split,
+                          const uint64_t *from, const uint64_t *to, size_t n, bool count,
+                          sl_error_t *err);
+/* An epoch began with c's ranges [i0, i1) (its `later`) as its skip rows. */
+sl_err_t m_order_skip_epoch(sl_master_state_t *m, job *jb, const m_rset_cols *c, size_t i0,
+                            size_t i1, sl_error_t *err);
+void m_order_skip_free(job *jb);
+/* The invariant: every skip row committed. */
+sl_err_t m_order_skip_check(const job *jb, sl_error_t *err);
+sl_err_t m_order_skip_pb_build(const sl_master_state_t *m, const job *jb,
+                               Sluice__Master__SnapshotJob *sj, sl_error_t *err);
+void m_order_skip_pb_free(const sl_allocator_t *a, Sluice__Master__SnapshotJob *sj);
+sl_err_t m_order_skip_restore(sl_master_state_t *m, job *jb, const Sluice__Master__SnapshotJob *sj,
+                              sl_error_t *err);
+void m_order_skip_dump(const job *jb, m_printf_fn pf, void *ctx);
 
 /* state_persist.c, state_replay.c */
 #define M_TOKEN_HEADER_BYTES 16 /* magic | u32 version | u64 XXH3(payload) */

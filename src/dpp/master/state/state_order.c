@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/assert.h"
+#include "common/err.h"
 #include "dpp/master/state/state_internal.h"
 
 static void count_empty(job *jb)
@@ -71,6 +72,7 @@ void m_order_free(job *jb)
 {
     sl_master_order_destroy(jb->ord);
     jb->ord = NULL;
+    m_order_skip_free(jb);
 }
 
 void m_order_advance(job *jb)
@@ -78,6 +80,8 @@ void m_order_advance(job *jb)
     if (jb->ord == NULL) return;
     sl_master_order_reset(jb->ord);
     count_empty(jb);
+    m_order_skip_free(
+        jb); /* a resumed job's next epoch: its `later`, if any (m_attr_epoch_began) */
 }
 
 bool m_order_split_counted(const job *jb, uint32_t split)
@@ -172,6 +176,7 @@ sl_err_t m_order_check(const job *jb, sl_error_t *err)
     if (!sl_master_order_valid(jb->ord, why, sizeof why))
         return sl_error_set(err, SL_ERR_CORRUPT, "job %s: %s", jb->id, why);
     if (jb->epoch >= jb->epochs) return SL_OK;
+    SL_FORWARD_IF_ERROR(m_order_skip_check(jb, err));
     for (uint32_t i = 0; i < jb->n; i++) {
         uint64_t c;
         if (jb->defs[i].num_rows == 0 && !sl_master_order_counted(jb->ord, jb->pos[i], &c))
@@ -200,7 +205,7 @@ sl_err_t m_order_pb_build(const sl_master_state_t *m, const job *jb,
     }
     sj->order_counts = v;
     sj->n_order_counts = jb->n;
-    return SL_OK;
+    return m_order_skip_pb_build(m, jb, sj, err);
 }
 
 void m_order_pb_free(const sl_allocator_t *a, Sluice__Master__SnapshotJob *sj)
@@ -208,10 +213,20 @@ void m_order_pb_free(const sl_allocator_t *a, Sluice__Master__SnapshotJob *sj)
     if (sj->order_counts != NULL) sl_free(a, sj->order_counts, sj->n_order_counts * 8);
     sj->order_counts = NULL;
     sj->n_order_counts = 0;
+    m_order_skip_pb_free(a, sj);
 }
 
-sl_err_t m_order_restore(job *jb, const Sluice__Master__SnapshotJob *sj, sl_error_t *err)
+sl_err_t m_order_restore(sl_master_state_t *m, job *jb, const Sluice__Master__SnapshotJob *sj,
+                         sl_error_t *err)
 {
+    /* The job was built with the snapshot's committed ranges as start
+     * ranges, taken for skip rows: the snapshot's own skip rows and counts
+     * instead. */
+    if (jb->ord != NULL) {
+        sl_master_order_reset(jb->ord);
+        count_empty(jb);
+    }
+    SL_FORWARD_IF_ERROR(m_order_skip_restore(m, jb, sj, err));
     if (sj->n_order_counts == 0) return SL_OK;
     if (jb->ord == NULL || sj->n_order_counts != jb->n)
         return sl_error_set(
@@ -236,4 +251,5 @@ void m_order_dump(const job *jb, m_printf_fn pf, void *ctx)
         if (sl_master_order_counted(jb->ord, p, &c)) pf(ctx, " %u:%" PRIu64, p, c);
     }
     pf(ctx, "\n");
+    m_order_skip_dump(jb, pf, ctx);
 }

@@ -607,11 +607,20 @@ static sl_err_t resume_ranks(sl_master_state_t *m, const sl_master_state_job_spe
                             SL_MASTER_MAX_RESUME_TOKENS);
     if (spec->kafka_chunk > 0) return m_kafka_resume(m, spec, tokens, lens, count, replace, err);
     /* A resumed deterministic job continues the sequence less what was
-     * handed out, renumbered for its ranks (docs/DESIGN.md): not built. */
-    if (spec->deterministic)
-        return sl_error_set(err, SL_ERR_UNSUPPORTED,
-                            "resume of job '%s' in the deterministic order: not wired yet",
-                            spec->job_id ? spec->job_id : "");
+     * handed out, renumbered for its ranks (docs/DESIGN.md): from
+     * version-4 tokens only, whose union is whole batches of its cuts. */
+    if (spec->deterministic && count == 1) {
+        uint32_t version;
+        sl_err_t hrc = m_token_check(tokens[0], lens[0], &version, err);
+        if (hrc != SL_OK) return hrc;
+        if (version != SL_MASTER_RANK_TOKEN_VERSION)
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "resume of job '%s' in \"order\": \"deterministic\" from a "
+                                "token of version %u: only version %d (one per rank) says which "
+                                "batches were handed out",
+                                spec->job_id ? spec->job_id : "", version,
+                                SL_MASTER_RANK_TOKEN_VERSION);
+    }
     /* Version 4 (one per rank, combined by union) or one version-2 token. */
     uint32_t v4 = 0;
     for (uint32_t k = 0; k < count; k++) {

@@ -47,7 +47,7 @@ static sl_err_t restore_job(sl_master_state_t *m, const Sluice__Master__Snapshot
     /* the committed ranges came in as start ranges: their owners and the
      * rest of the attribution are the snapshot's */
     SL_FORWARD_IF_ERROR(m_attr_restore(m, jb, sj, err));
-    SL_FORWARD_IF_ERROR(m_order_restore(jb, sj, err));
+    SL_FORWARD_IF_ERROR(m_order_restore(m, jb, sj, err));
     SL_FORWARD_IF_ERROR(m_equal_restore(m, jb, sj, err));
     jb->batches = sj->batches;
     jb->samples = sj->samples;

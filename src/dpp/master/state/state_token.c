@@ -222,6 +222,8 @@ sl_err_t sl_master_state_token_take(const sl_master_state_t *m, const sl_master_
         t.has_step = req->has_step;
         t.step = req->has_step ? req->step : 0;
         t.epoch = e;
+        t.order = jb->ord != NULL ? 1 : 0;
+        t.plan_fingerprint = jb->ord != NULL ? jb->plan_fp : 0;
         cols_of(&c_h, &hc, e, eps);
         t.handed = &c_h;
         if (e > 0) {
@@ -302,6 +304,25 @@ static sl_err_t open_v4(const sl_master_state_job_spec_t *spec, const m_spec_pb 
     else if (world == 0 || world > 65536 || t->rank >= world)
         rc = sl_error_set(err, SL_ERR_CORRUPT, "resume token: rank %u of world size %u", t->rank,
                           world);
+    else if (spec->deterministic && t->order != 1)
+        /* its rows are whole batches of the dynamic order's cuts, which
+         * need not be the deterministic order's (a dynamic lease batches
+         * its todo from where it starts); the other way is sound: any rows
+         * resume a dynamic job exactly (docs/DESIGN.md) */
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "resume token of job '%s' taken in \"order\": \"dynamic\" (or by a "
+                          "master before deterministic resumes); the job is in \"order\": "
+                          "\"deterministic\", whose sequence cannot continue from it: resume it "
+                          "in the dynamic order, or start it again",
+                          spec->job_id);
+    else if (spec->deterministic && t->plan_fingerprint != spec->plan_fingerprint)
+        rc = sl_error_set(err, SL_ERR_INVALID,
+                          "resume token of job '%s' taken with another plan (fingerprint "
+                          "%016llx, the job's %016llx: its batch size, filters, transforms, "
+                          "seed or source differ): the deterministic sequence cannot continue "
+                          "from it",
+                          spec->job_id, (unsigned long long)t->plan_fingerprint,
+                          (unsigned long long)spec->plan_fingerprint);
     else if (t->epoch == 0 && (t->prev_handed != NULL || t->prev_undelivered != NULL))
         rc = sl_error_set(err, SL_ERR_CORRUPT, "resume token: a previous epoch of epoch 0");
     if (rc == SL_OK) rc = check_cols(t->handed, sp, t->epoch, "handed", err);
@@ -437,7 +458,7 @@ sl_err_t m_token_resume_v4(sl_master_state_t *m, const sl_master_state_job_spec_
         if (t[k]->epoch > emax) emax = t[k]->epoch;
     }
     uint64_t total = 0;
-    for (size_t i = 0; i < sp.n; i++)
+    for (size_t i = 0; rc == SL_OK && i < sp.n; i++) /* sp not built when out of memory */
         total += sp.list.num_rows[i];
     bool ok = true;
     if (rc == SL_OK) {

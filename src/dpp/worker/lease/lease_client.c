@@ -29,6 +29,7 @@ void dpp_lease_free(sl_worker_lease_client_t *ms, lease_t *l)
     sl_strfree(ms->a, l->cache_name);
     if (l->todo) sl_free(ms->a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
     if (l->empty) sl_free(ms->a, l->empty, (size_t)l->num_empty * sizeof *l->empty);
+    if (l->skip) sl_free(ms->a, l->skip, (size_t)l->num_skip * sizeof *l->skip);
     sl_strfree(ms->a, l->fail_msg);
     sl_strfree(ms->a, l->job);
     sl_free(ms->a, l, sizeof *l);
@@ -99,7 +100,9 @@ static sl_err_t src_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
                               .cache_file = l->cache_file,
                               .cache_mode = l->cache_file ? l->cache_mode : SL_WORKER_CACHE_NONE,
                               .order_ranks = l->order_ranks,
-                              .order_base_plus_one = base_plus_one};
+                              .order_base_plus_one = base_plus_one,
+                              .order_skip = l->skip,
+                              .order_skip_count = l->num_skip};
     return SL_OK;
 }
 

@@ -96,6 +96,11 @@ typedef struct lease {
      * the split is cut whole, before its batches are acknowledged, so the
      * next split's base is known a round trip later; SPLIT_READ repeats it */
     bool count_sent;
+    /* A resumed job's skip rows of the split (LEASE order_skip: the rows
+     * handed out before the resume, whose batches are neither numbered nor
+     * counted); NULL, 0: none. */
+    sl_dpp_row_range_t *skip;
+    uint32_t num_skip;
 } lease_t;
 
 struct sl_worker_lease_client {

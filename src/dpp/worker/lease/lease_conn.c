@@ -209,6 +209,36 @@ sl_err_t dpp_lease_call(sl_worker_lease_client_t *ms, sl_rpc_type_t type,
 
 /* ---- leases ---- */
 
+/* LEASE order_skip into l (a resumed deterministic job's skip rows,
+ * docs/DESIGN.md "A deterministic order", *Resume*): ascending, disjoint,
+ * inside the split, only with order_ranks; at most max_todo of them. */
+static sl_err_t skip_of(sl_worker_lease_client_t *ms, const Sluice__Control__Lease *m, lease_t *l,
+                        sl_error_t *err)
+{
+    if (m->n_order_skip == 0) return SL_OK;
+    if (!m->order_ranks || m->n_order_skip > ms->o.max_todo)
+        return sl_error_set(
+            err, SL_ERR_PROTOCOL, "master %s: lease of split %u: %zu skip ranges%s (at most %u)",
+            ms->master, m->ref->split, m->n_order_skip,
+            m->order_ranks ? "" : " outside the deterministic order", ms->o.max_todo);
+    for (size_t i = 0; i < m->n_order_skip; i++) {
+        const Sluice__Control__RowRange *t = m->order_skip[i];
+        if (t->from_row >= t->to_row || t->to_row > m->num_rows ||
+            (i && t->from_row < m->order_skip[i - 1]->to_row))
+            return sl_error_set(err, SL_ERR_PROTOCOL,
+                                "master %s: lease of split %u: skip range %zu [%" PRIu64
+                                ", %" PRIu64 ") is empty, out of order or past its %" PRIu64
+                                " rows",
+                                ms->master, m->ref->split, i, t->from_row, t->to_row, m->num_rows);
+    }
+    l->skip = sl_alloc(ms->a, m->n_order_skip * sizeof *l->skip);
+    if (!l->skip) return sl_error_set(err, SL_ERR_NOMEM, "master source: out of memory");
+    l->num_skip = (uint32_t)m->n_order_skip;
+    for (uint32_t i = 0; i < l->num_skip; i++)
+        l->skip[i] = (sl_dpp_row_range_t){m->order_skip[i]->from_row, m->order_skip[i]->to_row};
+    return SL_OK;
+}
+
 /* A LEASE frame to a lease (not linked yet). */
 static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Lease *m,
                          lease_t **out, sl_error_t *err)
@@ -285,6 +315,11 @@ static sl_err_t lease_of(sl_worker_lease_client_t *ms, const Sluice__Control__Le
     l->num_todo = (uint32_t)m->n_todo;
     for (uint32_t i = 0; i < l->num_todo; i++)
         l->todo[i] = (sl_dpp_row_range_t){m->todo[i]->from_row, m->todo[i]->to_row};
+    sl_err_t rc = skip_of(ms, m, l, err);
+    if (rc) {
+        dpp_lease_free(ms, l);
+        return rc;
+    }
     l->sp = (sl_wh_split_t){.path = l->path,
                             .partition = "",
                             .stripe_begin = m->stripe_begin,

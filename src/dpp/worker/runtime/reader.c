@@ -721,7 +721,10 @@ static sl_err_t read_ordered_unit(dpp_reader_t *rd, const sl_worker_work_t *wk, 
     sl_err_t rc =
         sl_worker_server_order_begin(w->server, wk->lease, (uint32_t)wk->split_id, wk->todo,
                                      wk->num_todo, wk->order_ranks, wk->order_base_plus_one, err);
-    if (rc) return rc;
+    if (rc == SL_OK && wk->order_skip_count)
+        rc = sl_worker_server_order_skip(w->server, wk->lease, wk->order_skip, wk->order_skip_count,
+                                         err);
+    if (rc) return rc; /* the caller drops what was begun */
     sl_dpp_row_range_t whole = {0, wk->split->num_rows};
     sl_worker_work_t all = *wk;
     all.todo = &whole;

@@ -25,6 +25,13 @@ typedef struct olease {
     uint32_t cap_items;
     uint32_t next; /* every k below it is sent or dropped */
     uint32_t held;
+    /* A resumed job's skip rows (sl_worker_order_hold_skip): batches
+     * wholly inside are not cuts (not numbered, not counted); skip_end is
+     * the end of the last such batch. */
+    sl_dpp_row_range_t *skip;
+    uint32_t num_skip;
+    bool has_skip;
+    uint64_t skip_end, skipped;
 } olease_t;
 
 struct sl_worker_order_hold {
@@ -50,6 +57,7 @@ static void free_lease(const sl_allocator_t *a, olease_t *l)
     sl_free(a, l->todo, (size_t)l->num_todo * sizeof *l->todo);
     sl_free(a, l->cuts, (size_t)l->cap_cuts * sizeof *l->cuts);
     sl_free(a, l->items, (size_t)l->cap_items * sizeof *l->items);
+    sl_free(a, l->skip, (size_t)l->num_skip * sizeof *l->skip);
 }
 
 void sl_worker_order_hold_destroy(sl_worker_order_hold_t *h)
@@ -119,15 +127,53 @@ sl_err_t sl_worker_order_hold_begin(sl_worker_order_hold_t *h, void *lease, uint
     return SL_OK;
 }
 
-/* Are rows [from, to) inside one todo range of l (1), outside every one
+/* Are rows [from, to) inside one of ranges [n] (1), outside every one
  * (0), or across a boundary (-1)? */
-static int in_todo(const olease_t *l, uint64_t from, uint64_t to)
+static int in_ranges(const sl_dpp_row_range_t *ranges, uint32_t n, uint64_t from, uint64_t to)
 {
-    for (uint32_t i = 0; i < l->num_todo; i++) {
-        const sl_dpp_row_range_t *r = &l->todo[i];
+    for (uint32_t i = 0; i < n; i++) {
+        const sl_dpp_row_range_t *r = &ranges[i];
         if (to <= r->from_row || from >= r->to_row) continue;
         return from >= r->from_row && to <= r->to_row ? 1 : -1;
     }
+    return 0;
+}
+
+static int in_todo(const olease_t *l, uint64_t from, uint64_t to)
+{
+    return in_ranges(l->todo, l->num_todo, from, to);
+}
+
+sl_err_t sl_worker_order_hold_skip(sl_worker_order_hold_t *h, void *lease,
+                                   const sl_dpp_row_range_t *skip, uint32_t num_skip,
+                                   sl_error_t *err)
+{
+    olease_t *l = find(h, lease);
+    if (!l) return sl_error_set(err, SL_ERR_NOT_FOUND, "order hold: skip rows of no held lease");
+    if (l->has_skip || l->num_cuts || l->ended)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "order hold: skip rows of split %" PRIu32 " after %s", l->split,
+                            l->has_skip ? "skip rows" : "its first batch");
+    for (uint32_t i = 0; i < num_skip; i++)
+        if (skip[i].from_row >= skip[i].to_row || (i && skip[i].from_row < skip[i - 1].to_row))
+            return sl_error_set(err, SL_ERR_INVALID,
+                                "order hold: lease of split %" PRIu32 ": skip range %" PRIu32
+                                " [%" PRIu64 ", %" PRIu64 ") is empty or out of order",
+                                l->split, i, skip[i].from_row, skip[i].to_row);
+    if (num_skip) {
+        l->skip = sl_alloc(h->a, (size_t)num_skip * sizeof *skip);
+        if (!l->skip) return sl_error_set(err, SL_ERR_NOMEM, "order hold: out of memory for skip");
+        memcpy(l->skip, skip, (size_t)num_skip * sizeof *skip);
+        l->num_skip = num_skip;
+    }
+    l->has_skip = true;
+    return SL_OK;
+}
+
+uint64_t sl_worker_order_hold_skipped(const sl_worker_order_hold_t *h, const void *lease)
+{
+    for (uint32_t i = 0; i < h->num_leases; i++)
+        if (h->leases[i].handle == lease) return h->leases[i].skipped;
     return 0;
 }
 
@@ -137,6 +183,7 @@ sl_err_t sl_worker_order_hold_cut(sl_worker_order_hold_t *h, void *lease, uint64
     olease_t *l = find(h, lease);
     if (!l) return sl_error_set(err, SL_ERR_NOT_FOUND, "order hold: a batch of no held lease");
     uint64_t prev_end = l->num_cuts ? l->cuts[l->num_cuts - 1].to : 0;
+    if (l->skip_end > prev_end) prev_end = l->skip_end;
     if (l->ended || from_row >= to_row || from_row < prev_end)
         return sl_error_set(err, SL_ERR_INVALID,
                             "order hold: split %" PRIu32 " batch %" PRIu32 " rows [%" PRIu64
@@ -145,6 +192,20 @@ sl_err_t sl_worker_order_hold_cut(sl_worker_order_hold_t *h, void *lease, uint64
                             l->ended             ? "after the split was read"
                             : from_row >= to_row ? "are empty"
                                                  : "start before the previous batch's end");
+    /* handed out before the resume: not in this run's sequence at all */
+    int sk = in_ranges(l->skip, l->num_skip, from_row, to_row);
+    if (sk < 0)
+        return sl_error_set(err, SL_ERR_INVALID,
+                            "order hold: split %" PRIu32 " rows [%" PRIu64 ", %" PRIu64
+                            ") cross a skip range's boundary (rows handed out before the "
+                            "resume): cut otherwise than the original run's batches",
+                            l->split, from_row, to_row);
+    if (sk > 0) {
+        l->skip_end = to_row;
+        l->skipped++;
+        *keep = false;
+        return SL_OK;
+    }
     int in = in_todo(l, from_row, to_row);
     if (in < 0)
         return sl_error_set(err, SL_ERR_INVALID,
@@ -294,6 +355,11 @@ bool sl_worker_order_hold_has(const sl_worker_order_hold_t *h, const void *lease
     for (uint32_t i = 0; i < h->num_leases; i++)
         if (h->leases[i].handle == lease) return true;
     return false;
+}
+
+uint32_t sl_worker_order_hold_leases(const sl_worker_order_hold_t *h)
+{
+    return h->num_leases;
 }
 
 uint64_t sl_worker_order_hold_bytes(const sl_worker_order_hold_t *h)

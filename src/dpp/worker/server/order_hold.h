@@ -62,6 +62,23 @@ sl_err_t sl_worker_order_hold_begin(sl_worker_order_hold_t *h, void *lease, uint
                                     const sl_dpp_row_range_t *todo, uint32_t num_todo,
                                     uint64_t base_plus_one, sl_error_t *err);
 
+/* A resumed job's lease (LEASE order_skip), after _begin and before its
+ * first cut: the split's skip rows (ascending, disjoint; copied), handed
+ * out before the resume. A batch cut wholly inside them is dropped and
+ * neither numbered nor counted (the continued sequence leaves it out,
+ * where a batch committed under an earlier lease of this run is dropped
+ * but counted); one across their boundary is refused by name (the cuts
+ * disagree with the original run's). @return SL_OK, SL_ERR_NOT_FOUND,
+ * SL_ERR_INVALID (ranges out of order, a batch cut already, skip rows
+ * given already), SL_ERR_NOMEM. */
+sl_err_t sl_worker_order_hold_skip(sl_worker_order_hold_t *h, void *lease,
+                                   const sl_dpp_row_range_t *skip, uint32_t num_skip,
+                                   sl_error_t *err);
+
+/* How many batches of lease were cut inside its skip rows (0: none, or
+ * no such lease). */
+uint64_t sl_worker_order_hold_skipped(const sl_worker_order_hold_t *h, const void *lease);
+
 /* The batcher cut the lease's next batch, rows [from_row, to_row) of the
  * split (after the previous batch's rows). *keep: encode and put it; false:
  * its rows were committed, dropped. @return SL_OK, SL_ERR_NOT_FOUND (no such
@@ -114,6 +131,9 @@ bool sl_worker_order_hold_has(const sl_worker_order_hold_t *h, const void *lease
  * the leases whose base is known: the next pop's g, into *g. @return
  * false when no lease of known base has a batch to come. */
 bool sl_worker_order_hold_next_g(const sl_worker_order_hold_t *h, uint64_t *g);
+/* Leases held (begun, not yet forgotten). */
+uint32_t sl_worker_order_hold_leases(const sl_worker_order_hold_t *h);
+
 /* Bytes (item.len) and batches held, all leases. */
 uint64_t sl_worker_order_hold_bytes(const sl_worker_order_hold_t *h);
 uint64_t sl_worker_order_hold_count(const sl_worker_order_hold_t *h);

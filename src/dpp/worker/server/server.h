@@ -180,6 +180,11 @@ sl_err_t sl_worker_server_order_base(sl_worker_server_t *s, void *lease, uint64_
 sl_err_t sl_worker_server_order_end(sl_worker_server_t *s, void *lease, uint64_t *batches,
                                     sl_error_t *err);
 void sl_worker_server_order_drop(sl_worker_server_t *s, void *lease);
+/* A resumed job's lease, after _begin and before its first _cut: the
+ * split's skip rows (order_hold.h sl_worker_order_hold_skip). */
+sl_err_t sl_worker_server_order_skip(sl_worker_server_t *s, void *lease,
+                                     const sl_dpp_row_range_t *skip, uint32_t num_skip,
+                                     sl_error_t *err);
 /* Bytes and batches the hold keeps now (stats, tests). */
 void sl_worker_server_order_held(sl_worker_server_t *s, uint64_t *bytes, uint64_t *batches);
 /* The deterministic order's batches queued for each rank and not sent yet

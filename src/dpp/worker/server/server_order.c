@@ -109,6 +109,12 @@ sl_err_t sl_worker_server_order_begin(sl_worker_server_t *s, void *lease, uint32
                             split, ranks, s->o.max_ranks);
     sl_mutex_lock(&s->order_mu);
     sl_err_t rc = SL_OK;
+    if (s->order && ranks != s->order_ranks && sl_worker_order_hold_leases(s->order) == 0) {
+        /* the job resumed (or resubmitted) with another world size while
+         * this worker stayed: nothing of the old one's is held */
+        sl_worker_order_hold_destroy(s->order);
+        s->order = NULL;
+    }
     if (!s->order) {
         s->order = sl_worker_order_hold_new(s->a, ranks);
         s->order_ranks = ranks;
@@ -121,6 +127,18 @@ sl_err_t sl_worker_server_order_begin(sl_worker_server_t *s, void *lease, uint32
     }
     if (!rc)
         rc = sl_worker_order_hold_begin(s->order, lease, split, todo, num_todo, base_plus_one, err);
+    sl_mutex_unlock(&s->order_mu);
+    return rc;
+}
+
+sl_err_t sl_worker_server_order_skip(sl_worker_server_t *s, void *lease,
+                                     const sl_dpp_row_range_t *skip, uint32_t num_skip,
+                                     sl_error_t *err)
+{
+    sl_mutex_lock(&s->order_mu);
+    sl_err_t rc =
+        s->order ? sl_worker_order_hold_skip(s->order, lease, skip, num_skip, err)
+                 : sl_error_set(err, SL_ERR_NOT_FOUND, "server: skip rows of a lease never begun");
     sl_mutex_unlock(&s->order_mu);
     return rc;
 }

@@ -94,6 +94,12 @@ typedef struct sl_worker_work {
      * known (0: not yet, sl_worker_order_base tells it later). */
     uint32_t order_ranks;
     uint64_t order_base_plus_one;
+    /* A resumed job's skip rows of the split ([order_skip_count],
+     * ascending, disjoint; borrowed like todo; NULL: none): batches wholly
+     * inside them were handed out before the resume, neither numbered nor
+     * counted (sl_worker_server_order_skip). */
+    const sl_dpp_row_range_t *order_skip;
+    uint32_t order_skip_count;
 } sl_worker_work_t;
 
 /* Values match Lease.CacheMode in proto/control.proto. */
