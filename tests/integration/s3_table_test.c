@@ -385,9 +385,12 @@ Test(s3_table, a_worker_runs_a_job_on_an_s3_table_exactly_once_over_two_epochs)
 
 /* A worker of the job on the S3 table with memory_limit bytes and a
  * trainer taking each batch after delay_us: every sample once; its stats. */
-static sl_worker_stats_t run_split(const char *bucket, uint64_t rows, uint32_t batch,
-                                   uint64_t memory_limit, uint32_t threads, uint32_t per_split,
-                                   sl_store_stats_t *ss)
+/* A worker of threads threads under memory_limit on the table in bucket
+ * (splits of per_split stripes), read by a trainer that waits delay_us
+ * after each batch: every sample once; its stats, *ss its store's. */
+static sl_worker_stats_t run_slow(const char *bucket, uint64_t rows, uint32_t batch,
+                                  uint64_t memory_limit, uint32_t threads, uint32_t per_split,
+                                  uint32_t delay_us, sl_store_stats_t *ss)
 {
     char spec[1024], addr[64];
     snprintf(spec, sizeof spec,
@@ -407,7 +410,7 @@ static sl_worker_stats_t run_split(const char *bucket, uint64_t rows, uint32_t b
     cr_assert_eq(sl_trainer_connect(&to, &t, &err), SL_OK, "%s", err.msg);
     uint8_t *seen = calloc(rows, 1);
     cr_assert_not_null(seen);
-    wu_read_all(t, rows, 1, 0, seen);
+    wu_read_all(t, rows, 1, delay_us, seen);
     for (uint64_t i = 0; i < rows; i++)
         cr_assert_eq(seen[i], 1, "sample %llu seen %u times", (unsigned long long)i, seen[i]);
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
@@ -422,6 +425,13 @@ static sl_worker_stats_t run_split(const char *bucket, uint64_t rows, uint32_t b
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     return st;
+}
+
+static sl_worker_stats_t run_split(const char *bucket, uint64_t rows, uint32_t batch,
+                                   uint64_t memory_limit, uint32_t threads, uint32_t per_split,
+                                   sl_store_stats_t *ss)
+{
+    return run_slow(bucket, rows, batch, memory_limit, threads, per_split, 0, ss);
 }
 
 /* Splits of one stripe (the default). */
@@ -561,6 +571,34 @@ Test(s3_table, stripe_lanes_read_ahead_and_fetch_the_footer_once)
         cr_assert_eq(st.read_ahead + st.read_ahead_skipped + st.read_ahead_dropped, 6);
         cr_assert_leq(st.memory_peak, limits[i]);
     }
+}
+
+/* A slow trainer (2 ms a batch of 50) against a worker on the S3 table
+ * under 700,000 and 1,200,000 bytes, on one thread and on two lanes: the
+ * worker waits for the trainer with its fetches ahead made, skipped or
+ * dropped (each of them one of the three), its accounted peak never past
+ * the limit, every sample once. */
+Test(s3_table, the_memory_limit_holds_with_a_slow_trainer)
+{
+    char b[64], local[400];
+    const uint64_t rows = 12000;
+    criteo_both("tslow", rows, 1500, b, sizeof b, local, sizeof local);
+    const uint64_t limits[] = {700000, 1200000};
+    for (size_t i = 0; i < 2; i++)
+        for (uint32_t threads = 1; threads <= 2; threads++) {
+            sl_worker_stats_t st = run_slow(b, rows, 50, limits[i], threads, 1, 2000, NULL);
+            fprintf(stderr,
+                    "slow trainer, threads %u, %llu bytes: %llu read ahead, %llu skipped, %llu "
+                    "dropped, peak %llu\n",
+                    threads, (unsigned long long)limits[i], (unsigned long long)st.read_ahead,
+                    (unsigned long long)st.read_ahead_skipped,
+                    (unsigned long long)st.read_ahead_dropped, (unsigned long long)st.memory_peak);
+            cr_assert_eq(st.rows_read, rows);
+            cr_assert_eq(st.stripes, 8);
+            cr_assert_leq(st.memory_peak, limits[i]);
+            cr_assert_eq(st.read_ahead + st.read_ahead_skipped + st.read_ahead_dropped,
+                         threads == 1 ? 7 : 6);
+        }
 }
 
 Test(s3_table, an_object_replaced_after_planning_or_while_read_is_refused)
