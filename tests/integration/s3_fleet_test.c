@@ -55,8 +55,11 @@ typedef struct fleet {
 } fleet_t;
 
 /* A table of ROWS rows (40 splits of 1000) generated here, uploaded to a
- * fresh bucket, and a job on s3://BUCKET/tbl run by `workers` workers. */
-static void fleet_up(fleet_t *f, const char *id, uint32_t workers, uint32_t delay_us)
+ * fresh bucket, and a job on s3://BUCKET/tbl run by `workers` workers,
+ * sharded `sharding` ("dynamic", "static"), in the deterministic order
+ * when ordered. */
+static void fleet_up_as(fleet_t *f, const char *id, uint32_t workers, uint32_t delay_us,
+                        const char *sharding, bool ordered)
 {
     su_env();
     char b[64], table[300], spec[1024];
@@ -67,10 +70,10 @@ static void fleet_up(fleet_t *f, const char *id, uint32_t workers, uint32_t dela
     f->m = (fu_master_t){.lease_timeout_ms = 1000};
     fu_master_start(&f->m);
     snprintf(spec, sizeof spec,
-             "{\"id\":\"%s\",\"source\":{\"table\":\"s3://%s/tbl\"},"
+             "{\"id\":\"%s\",\"source\":{\"table\":\"s3://%s/tbl\"},%s"
              "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":11}}}",
-             id, b, EPOCHS);
-    f->job = fu_submit(&f->m, spec, 2, "dynamic", workers, workers, NULL);
+             id, b, ordered ? "\"order\":\"deterministic\"," : "", EPOCHS);
+    f->job = fu_submit(&f->m, spec, 2, sharding, workers, workers, NULL);
     f->ex = fu_executor(&f->m, 1);
     cr_assert_eq(sl_master_executor_scale(f->ex, f->job, workers, NULL, NULL, &err), SL_OK, "%s",
                  err.msg);
@@ -83,6 +86,11 @@ static void fleet_up(fleet_t *f, const char *id, uint32_t workers, uint32_t dela
                          .seen = f->seen,
                          .delay_us = delay_us};
     fu_clients_start(f->c, f->th, 2, &proto);
+}
+
+static void fleet_up(fleet_t *f, const char *id, uint32_t workers, uint32_t delay_us)
+{
+    fleet_up_as(f, id, workers, delay_us, "dynamic", false);
 }
 
 static void fleet_join(fleet_t *f)
@@ -139,6 +147,20 @@ Test(s3_fleet, kill_9_workers_of_an_s3_job_exactly_once_over_two_epochs)
     }
     fleet_join(&f);
     cr_assert_geq(kills, 2, "only %u workers were killed mid-job: the job was too short", kills);
+    fleet_down(&f);
+}
+
+/* The other job kinds on a table only in the store: static sharding (each
+ * rank its own splits) and the deterministic order (batch g to rank g mod
+ * 2), two workers, two epochs: every sample once per epoch. */
+Test(s3_fleet, static_sharding_and_the_deterministic_order_exactly_once)
+{
+    fleet_t f;
+    fleet_up_as(&f, "s3static", 2, 0, "static", false);
+    fleet_join(&f);
+    fleet_down(&f);
+    fleet_up_as(&f, "s3order", 2, 0, "dynamic", true);
+    fleet_join(&f);
     fleet_down(&f);
 }
 
