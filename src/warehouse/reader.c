@@ -838,7 +838,7 @@ sl_err_t sl_wh_reader_set_range(sl_wh_reader_t *r, uint32_t begin, uint32_t end,
 
 void sl_wh_reader_set_ahead_end(sl_wh_reader_t *r, uint32_t end)
 {
-    r->ahead_end = end > r->f->num_stripes ? r->f->num_stripes : end < r->end ? r->end : end;
+    r->ahead_end = end > r->f->num_stripes ? r->f->num_stripes : end;
 }
 
 sl_err_t sl_wh_reader_next(sl_wh_reader_t *r, const sl_wh_rows_t **rows, sl_error_t *err)

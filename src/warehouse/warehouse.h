@@ -629,7 +629,8 @@ sl_err_t sl_wh_reader_set_range(sl_wh_reader_t *r, uint32_t begin, uint32_t end,
  * range; every ahead_stride-th of them for a reader of a worker's stripe
  * lanes): an object's read-ahead may then start at the range's first
  * stripe (s + ahead_stride fetched while s is read) instead of waiting
- * for a second stripe in order, without fetching a stripe nobody reads.
+ * for a second stripe in order, without fetching a stripe nobody reads
+ * (an end at the range's begin: not before a second stripe in order).
  * Reset to the range's end by set_range; an end past the file is the
  * file's end. */
 void sl_wh_reader_set_ahead_end(sl_wh_reader_t *r, uint32_t end);

@@ -295,9 +295,21 @@ static void close_reader(dpp_reader_t *rd)
  * reaches a reader's next stripe sooner. */
 #define AHEAD_PEEK_MAX 64
 
-uint32_t dpp_reader_ahead_end(const dpp_reader_t *rd, const sl_wh_split_t *sp, uint32_t want)
+/* Is todo the whole split (one range [0, num_rows))? Only such a read
+ * writes a cache file, or reads ahead from its first stripe. */
+static bool whole_split(const sl_worker_work_t *wk)
+{
+    return wk->num_todo == 1 && wk->todo[0].from_row == 0 &&
+           wk->todo[0].to_row == wk->split->num_rows;
+}
+
+uint32_t dpp_reader_ahead_end(const dpp_reader_t *rd, const sl_worker_work_t *wk, uint32_t want)
 {
     const sl_worker_source_t *src = &rd->w->source;
+    const sl_wh_split_t *sp = wk->split;
+    /* a todo with gaps (a lease read again after a failure) may skip the
+     * stripe a first fetch would take: none then */
+    if (!whole_split(wk)) return sp->stripe_begin;
     uint32_t end = sp->stripe_end;
     for (uint32_t i = 0; end < want && src->peek && i < AHEAD_PEEK_MAX; i++) {
         const sl_wh_split_t *n = src->peek(src->ctx, i);
@@ -323,9 +335,6 @@ sl_err_t dpp_reader_open_split(dpp_reader_t *rd, const sl_wh_split_t *sp, sl_err
         else
             rd->path[0] = '\0'; /* too long to remember: reopened next time */
     }
-    /* one thread reads every stripe: s + 1 is read after the first, s */
-    if (rc == SL_OK)
-        sl_wh_reader_set_ahead_end(rd->r, dpp_reader_ahead_end(rd, sp, sp->stripe_begin + 2));
     return rc;
 }
 
@@ -581,14 +590,6 @@ static sl_err_t read_own(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_t 
 
 /* ---- the autocache (docs/DESIGN.md "Autocache") ---- */
 
-/* Is todo the whole split (one range [0, num_rows))? Only such a read
- * writes a cache file. */
-static bool whole_split(const sl_worker_work_t *wk)
-{
-    return wk->num_todo == 1 && wk->todo[0].from_row == 0 &&
-           wk->todo[0].to_row == wk->split->num_rows;
-}
-
 /* Compute wk's todo from its table split; when cache_file is set, its
  * batches also go to that file once transformed (committed only when the
  * whole todo was read with the lease live). */
@@ -599,6 +600,10 @@ static sl_err_t compute_split(dpp_reader_t *rd, const sl_worker_work_t *wk, cons
     rd->cw = cache_file ? dpp_cache_writer_new(w, cache_file) : NULL;
     fused_direct(rd);
     sl_err_t rc = dpp_reader_open_split(rd, wk->split, err);
+    /* one thread reads every stripe: s + 1 is read after the first, s */
+    if (rc == SL_OK)
+        sl_wh_reader_set_ahead_end(rd->r,
+                                   dpp_reader_ahead_end(rd, wk, wk->split->stripe_begin + 2));
     if (rc == SL_OK) rc = read_split(rd, wk, t0, err);
     if (rd->cw) {
         if (rc != SL_OK || !dpp_reader_work_live(w, wk))
