@@ -90,7 +90,7 @@ static double proxy_cpu(const char *dir)
 typedef struct run {
     double first, total; /* seconds from the worker's start */
     uint64_t samples, splits;
-    uint64_t read_ahead, read_ahead_skipped, memory_peak;
+    uint64_t read_ahead, read_ahead_skipped, read_ahead_dropped, memory_peak;
     sl_store_stats_t store;
     bool has_store;
 } run_t;
@@ -145,6 +145,7 @@ static int run_job(const char *table, const char *features, uint32_t threads, ru
     r->splits = st.splits;
     r->read_ahead = st.read_ahead;
     r->read_ahead_skipped = st.read_ahead_skipped;
+    r->read_ahead_dropped = st.read_ahead_dropped;
     r->memory_peak = st.memory_peak;
     if (sl_worker_store(w) != NULL) {
         sl_store_stats(sl_worker_store(w), &r->store);
@@ -162,7 +163,7 @@ done:
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *features = NULL;
+    const char *dir = NULL, *features = NULL, *only = NULL;
     uint64_t rows = 1000000;
     uint32_t files = 4, stripe_rows = 16384, threads = 2, reps = 3;
     for (int i = 1; i < argc; i++) {
@@ -181,10 +182,13 @@ int main(int argc, char **argv)
             reps = (uint32_t)atoi(argv[++i]);
         else if (strcmp(argv[i], "--features") == 0 && v)
             features = argv[++i];
+        else if (strcmp(argv[i], "--only") == 0 && v &&
+                 (strcmp(v, "local") == 0 || strcmp(v, "s3") == 0))
+            only = argv[++i]; /* one kind of run (to profile it alone) */
         else {
             fprintf(stderr,
                     "usage: bench_s3_job --dir DIR [--rows N] [--files F] [--stripe-rows R] "
-                    "[--threads T] [--reps K] [--features LIST]\n");
+                    "[--threads T] [--reps K] [--features LIST] [--only local|s3]\n");
             return 2;
         }
     }
@@ -219,9 +223,13 @@ int main(int argc, char **argv)
            (unsigned long long)rows, files, stripe_rows, (double)ust.bytes_written / 1048576.0,
            threads, features ? features : "all", upload_s);
     double best[2] = {0, 0}, first[2] = {1e9, 1e9};
+    /* sluice's own CPU (this process: worker and counting trainer) per
+     * sample, the least and the sum over the reps, local and s3 */
+    double cpu_min[2] = {1e9, 1e9}, cpu_sum[2] = {0, 0};
     run_t last_s3 = {0};
     for (uint32_t k = 0; k < reps; k++)
         for (int s3 = 0; s3 < 2; s3++) {
+            if (only != NULL && strcmp(only, s3 ? "s3" : "local") != 0) continue;
             run_t r;
             double c0 = bench_cpu_seconds(), p0 = proxy_cpu(dir);
             if (run_job(s3 ? "s3://bench-s3job/criteo" : local, features, threads, &r)) return 1;
@@ -231,14 +239,28 @@ int main(int argc, char **argv)
                    "sluice %.2f s, s3proxy %.2f s in %.2f s\n",
                    k + 1, s3 ? "s3" : "local", rate, r.first * 1e3, (unsigned long long)r.samples,
                    cpu, p0 < 0 ? 0.0 : pcpu, r.total);
+            double us = r.samples ? cpu / (double)r.samples * 1e6 : 0;
+            if (us < cpu_min[s3]) cpu_min[s3] = us;
+            cpu_sum[s3] += us;
             if (rate > best[s3]) best[s3] = rate;
             if (r.first < first[s3]) first[s3] = r.first;
             if (s3) last_s3 = r;
         }
-    printf("best of %u: local %.0f samples/s, s3 %.0f samples/s, s3 / local %.2f\n", reps, best[0],
-           best[1], best[1] / best[0]);
-    printf("time to first batch (best): local %.1f ms, s3 %.1f ms\n", first[0] * 1e3,
-           first[1] * 1e3);
+    if (only == NULL) {
+        printf("best of %u: local %.0f samples/s, s3 %.0f samples/s, s3 / local %.2f\n", reps,
+               best[0], best[1], best[1] / best[0]);
+        printf("time to first batch (best): local %.1f ms, s3 %.1f ms\n", first[0] * 1e3,
+               first[1] * 1e3);
+        printf("sluice CPU per sample: local %.3f us (least; mean %.3f), s3 %.3f us (least; "
+               "mean %.3f), s3 / local %.2f (least), %.2f (mean)\n",
+               cpu_min[0], cpu_sum[0] / reps, cpu_min[1], cpu_sum[1] / reps,
+               cpu_min[1] / cpu_min[0], cpu_sum[1] / cpu_sum[0]);
+    } else {
+        int k = strcmp(only, "s3") == 0;
+        printf("best of %u: %s %.0f samples/s, first batch %.1f ms, sluice CPU per sample %.3f "
+               "us (least; mean %.3f)\n",
+               reps, only, best[k], first[k] * 1e3, cpu_min[k], cpu_sum[k] / reps);
+    }
     if (last_s3.has_store)
         printf("s3 store: %llu requests for %llu splits (%.2f per split, the listing and the "
                "footers included), %.1f MiB fetched for %.1f MiB of table (%.3f bytes per byte), "
@@ -248,9 +270,9 @@ int main(int argc, char **argv)
                (double)last_s3.store.bytes_read / 1048576.0, (double)ust.bytes_written / 1048576.0,
                (double)last_s3.store.bytes_read / (double)ust.bytes_written,
                (unsigned long long)last_s3.store.retries);
-    printf("s3 worker: %llu stripes read ahead, %llu not (no room in --memory-limit), memory peak "
-           "%.1f MiB\n",
+    printf("s3 worker: %llu stripes read ahead, %llu not (no room in --memory-limit), %llu "
+           "dropped, memory peak %.1f MiB\n",
            (unsigned long long)last_s3.read_ahead, (unsigned long long)last_s3.read_ahead_skipped,
-           (double)last_s3.memory_peak / 1048576.0);
+           (unsigned long long)last_s3.read_ahead_dropped, (double)last_s3.memory_peak / 1048576.0);
     return 0;
 }

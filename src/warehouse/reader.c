@@ -746,7 +746,7 @@ static sl_err_t reader_open(sl_store_t *store, const sl_store_info_t *known, con
         return rc;
     }
     r->begin = r->next = 0;
-    r->end = r->f->num_stripes;
+    r->end = r->ahead_end = r->f->num_stripes;
     *out = r;
     return SL_OK;
 }
@@ -832,8 +832,13 @@ sl_err_t sl_wh_reader_set_range(sl_wh_reader_t *r, uint32_t begin, uint32_t end,
         return sl_error_set(err, SL_ERR_INVALID, "%s: stripe range [%u, %u) outside [0, %u)",
                             r->f->src.name, begin, end, r->f->num_stripes);
     r->begin = r->next = begin;
-    r->end = end;
+    r->end = r->ahead_end = end;
     return SL_OK;
+}
+
+void sl_wh_reader_set_ahead_end(sl_wh_reader_t *r, uint32_t end)
+{
+    r->ahead_end = end > r->f->num_stripes ? r->f->num_stripes : end;
 }
 
 sl_err_t sl_wh_reader_next(sl_wh_reader_t *r, const sl_wh_rows_t **rows, sl_error_t *err)
@@ -864,6 +869,8 @@ sl_err_t sl_wh_reader_read_stripe(sl_wh_reader_t *r, uint32_t stripe, const sl_w
 void sl_wh_reader_stats(const sl_wh_reader_t *r, sl_wh_read_stats_t *out)
 {
     *out = r->stats;
+    uint64_t made = wh_ahead_made(r->ahead);
+    out->read_ahead_dropped = made > r->stats.read_ahead ? made - r->stats.read_ahead : 0;
     out->read_calls = r->f->src.read_calls;
     out->bytes_read = r->f->src.bytes_read;
     out->data_bytes_read = r->data_bytes;

@@ -1,7 +1,9 @@
 /* Read-ahead of a reader whose file is an object of a store (wh_internal.h,
  * wh_ahead_t): while the reader decodes stripe s, a thread of its own
  * fetches the projected ranges of stripe s + 1 (s + n for a reader of
- * every n-th stripe: opts.ahead_stride), so that a stripe's round
+ * every n-th stripe: opts.ahead_stride; from the first stripe of the
+ * reader's range when the caller says it reads on, set_ahead_end, else
+ * from its second stripe in order), so that a stripe's round
  * trip to the store overlaps the previous stripe's decoding instead of
  * adding to it. One fetch at a time: the helper thread and the reader
  * share one slot under a lock (a queue of one), and the reader takes the
@@ -39,6 +41,7 @@ struct wh_ahead {
     wh_buf_t buf;
     sl_err_t rc;
     sl_error_t err;
+    uint64_t made; /* fetches queued so far */
 };
 
 /* Give back (settled) what the last fetch took. */
@@ -183,12 +186,22 @@ bool wh_ahead_start(wh_ahead_t *h, sl_store_object_t *obj, uint32_t stripe,
         h->n = n;
         h->bytes = bytes;
         h->state = QUEUED;
+        h->made++;
         pthread_cond_broadcast(&h->cv);
     } else {
         give_back(h);
     }
     pthread_mutex_unlock(&h->mu);
     return ok;
+}
+
+uint64_t wh_ahead_made(wh_ahead_t *h)
+{
+    if (h == NULL) return 0;
+    pthread_mutex_lock(&h->mu);
+    uint64_t n = h->made;
+    pthread_mutex_unlock(&h->mu);
+    return n;
 }
 
 /* ---- the reader's side ---- */
@@ -225,11 +238,15 @@ void wh_reader_stripe_need(const sl_wh_reader_t *r, uint32_t s, uint8_t *need)
 
 void wh_reader_read_ahead(sl_wh_reader_t *r, uint32_t s)
 {
-    /* in order: s comes a stride after the stripe fetched before it */
+    /* in order: s comes a stride after the stripe fetched before it; or
+     * s is the reader's first of its range (a lane's: among the range's
+     * first stride) and the caller reads s + stride too (ahead_end), so
+     * the read-ahead starts at a file's first stripe, not its second */
     bool seq = r->last_stripe != UINT32_MAX && r->last_stripe + r->stride == s;
+    bool first = !seq && s >= r->begin && s - r->begin < r->stride && s + r->stride < r->ahead_end;
     r->last_stripe = s;
     const wh_file_t *f = r->f;
-    if (!seq || s + r->stride >= f->num_stripes) return;
+    if (!(seq || first) || s + r->stride >= f->num_stripes) return;
     if (r->ahead == NULL && (r->ahead = wh_ahead_new(r->a, r->mem)) == NULL)
         return; /* no read-ahead */
     sl_store_range_t *rng;

@@ -48,6 +48,7 @@ struct sl_wh_reader {
     sl_wh_rows_t rows;
     sl_ikjt_t *ikjts;
     uint32_t begin, end, next;
+    uint32_t ahead_end; /* sl_wh_reader_set_ahead_end's (end by default) */
     sl_wh_read_stats_t stats;
     uint64_t data_bytes;
 };
@@ -56,7 +57,8 @@ struct sl_wh_reader {
 void wh_reader_stripe_need(const sl_wh_reader_t *r, uint32_t s, uint8_t *need);
 
 /* After an object's stripe s was fetched: when the reader goes through
- * the file in order (s follows the stripe fetched before it), queue the
+ * the file in order (s follows the stripe fetched before it, or s is the
+ * first of its range and ahead_end says s + stride is read too), queue the
  * fetch of stripe s + 1, coalesced as the reader's fetch lays it out,
  * into the read-ahead (made then). Uses r->ranges (stripe s's are read by
  * now). */

@@ -559,6 +559,9 @@ typedef struct sl_wh_read_stats {
     uint64_t read_ahead;     /* stripes of an object fetched ahead, while the one before was read */
     uint64_t read_ahead_skipped; /* not fetched ahead: no room under the memory hook (or no
                                     memory) */
+    /* fetched ahead and never taken: dropped for room (sl_wh_reader_drop_ahead),
+     * failed, or still in flight (the reader closes before it reads that stripe) */
+    uint64_t read_ahead_dropped;
 } sl_wh_read_stats_t;
 
 typedef struct sl_wh_stripe_info {
@@ -620,6 +623,17 @@ const sl_dedup_group_spec_t *sl_wh_reader_group(const sl_wh_reader_t *r, uint32_
 
 /* Restrict sl_wh_reader_next to stripes [begin, end) and rewind to begin. */
 sl_err_t sl_wh_reader_set_range(sl_wh_reader_t *r, uint32_t begin, uint32_t end, sl_error_t *err);
+
+/* The caller reads this file's stripes on from the range's begin up to
+ * end (> the range's end when the splits it reads next continue the
+ * range; every ahead_stride-th of them for a reader of a worker's stripe
+ * lanes): an object's read-ahead may then start at the range's first
+ * stripe (s + ahead_stride fetched while s is read) instead of waiting
+ * for a second stripe in order, without fetching a stripe nobody reads
+ * (an end at the range's begin: not before a second stripe in order).
+ * Reset to the range's end by set_range; an end past the file is the
+ * file's end. */
+void sl_wh_reader_set_ahead_end(sl_wh_reader_t *r, uint32_t end);
 
 /* Read the next stripe of the range: *rows is borrowed from r until the
  * next read or close, NULL at the end of the range. */

@@ -220,6 +220,8 @@ bool wh_ahead_start(wh_ahead_t *h, sl_store_object_t *obj, uint32_t stripe,
  * (none, another stripe, a failure: dropped) @return 0. Waits for a
  * fetch in flight; h may be NULL. */
 int wh_ahead_take(wh_ahead_t *h, uint32_t stripe, wh_buf_t *rbuf, uint64_t *bytes, size_t *reads);
+/* Fetches queued so far (taken or not); h may be NULL (0). */
+uint64_t wh_ahead_made(wh_ahead_t *h);
 
 /* ---- tables (table.c; their objects in a store: table_store.c) ---- */
 

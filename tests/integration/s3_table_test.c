@@ -236,10 +236,11 @@ Test(s3_table, reads_as_the_local_table_fetching_only_the_projected_streams)
         snprintf(path, sizeof path, "%s/%s", local, sp->files[i]);
         sl_wh_reader_t *r;
         cr_assert_eq(sl_wh_reader_open(path, NULL, NULL, &r, &err), SL_OK, "%s", err.msg);
-        /* stripe 0 is read, stripe 1 follows it (the first in order) and
-         * starts the read-ahead: stripes 2.. come from it */
+        /* stripe 0 is the first of the reader's range (the whole file),
+         * which it reads on: the read-ahead starts there, stripes 1..
+         * come from it */
         uint32_t n = sl_wh_reader_num_stripes(r);
-        ahead_want += n > 2 ? n - 2 : 0;
+        ahead_want += n > 1 ? n - 1 : 0;
         stripes_all += n;
         sl_wh_reader_close(r);
     }
@@ -384,14 +385,18 @@ Test(s3_table, a_worker_runs_a_job_on_an_s3_table_exactly_once_over_two_epochs)
 
 /* A worker of the job on the S3 table with memory_limit bytes and a
  * trainer taking each batch after delay_us: every sample once; its stats. */
-static sl_worker_stats_t run_threads(const char *bucket, uint64_t rows, uint32_t batch,
-                                     uint64_t memory_limit, uint32_t threads, sl_store_stats_t *ss)
+/* A worker of threads threads under memory_limit on the table in bucket
+ * (splits of per_split stripes), read by a trainer that waits delay_us
+ * after each batch: every sample once; its stats, *ss its store's. */
+static sl_worker_stats_t run_slow(const char *bucket, uint64_t rows, uint32_t batch,
+                                  uint64_t memory_limit, uint32_t threads, uint32_t per_split,
+                                  uint32_t delay_us, sl_store_stats_t *ss)
 {
     char spec[1024], addr[64];
     snprintf(spec, sizeof spec,
-             "{\"id\":\"s3lim\",\"source\":{\"table\":\"s3://%s/tbl\"},"
+             "{\"id\":\"s3lim\",\"source\":{\"table\":\"s3://%s/tbl\",\"stripes_per_split\":%u},"
              "\"batch\":{\"size\":%u,\"epochs\":1}}",
-             bucket, batch);
+             bucket, per_split, batch);
     sl_pipeline_job_t *job = NULL;
     sl_error_t err = {0};
     cr_assert_eq(sl_pipeline_job_parse(spec, strlen(spec), &job, NULL, &err), SL_OK, "%s", err.msg);
@@ -405,7 +410,7 @@ static sl_worker_stats_t run_threads(const char *bucket, uint64_t rows, uint32_t
     cr_assert_eq(sl_trainer_connect(&to, &t, &err), SL_OK, "%s", err.msg);
     uint8_t *seen = calloc(rows, 1);
     cr_assert_not_null(seen);
-    wu_read_all(t, rows, 1, 0, seen);
+    wu_read_all(t, rows, 1, delay_us, seen);
     for (uint64_t i = 0; i < rows; i++)
         cr_assert_eq(seen[i], 1, "sample %llu seen %u times", (unsigned long long)i, seen[i]);
     cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(10) * 1000), &err), SL_OK, "%s", err.msg);
@@ -422,6 +427,20 @@ static sl_worker_stats_t run_threads(const char *bucket, uint64_t rows, uint32_t
     return st;
 }
 
+static sl_worker_stats_t run_split(const char *bucket, uint64_t rows, uint32_t batch,
+                                   uint64_t memory_limit, uint32_t threads, uint32_t per_split,
+                                   sl_store_stats_t *ss)
+{
+    return run_slow(bucket, rows, batch, memory_limit, threads, per_split, 0, ss);
+}
+
+/* Splits of one stripe (the default). */
+static sl_worker_stats_t run_threads(const char *bucket, uint64_t rows, uint32_t batch,
+                                     uint64_t memory_limit, uint32_t threads, sl_store_stats_t *ss)
+{
+    return run_split(bucket, rows, batch, memory_limit, threads, 1, ss);
+}
+
 static sl_worker_stats_t run_limited(const char *bucket, uint64_t rows, uint32_t batch,
                                      uint64_t memory_limit)
 {
@@ -429,7 +448,8 @@ static sl_worker_stats_t run_limited(const char *bucket, uint64_t rows, uint32_t
 }
 
 /* The read-ahead of an S3 table counts in --memory-limit. With room, each
- * file's stripes after its second are fetched ahead. With batches of 50
+ * file's stripes after its first are fetched ahead (the worker reads the
+ * table's splits in order: the next split's stripe follows). With batches of 50
  * rows, a limit of 600,000 bytes holds a decoded stripe of this table
  * (1500 rows: about 534 KB, accounted while the reader is on it) and the
  * batches being made, but never that and a stripe's fetch ahead (about
@@ -443,8 +463,8 @@ Test(s3_table, the_memory_limit_bounds_the_read_ahead_of_an_s3_table)
     sl_worker_stats_t roomy = run_limited(b, rows, 50, 256u << 20);
     cr_assert_eq(roomy.rows_read, rows);
     cr_assert_eq(roomy.stripes, 8, "%llu stripes", (unsigned long long)roomy.stripes);
-    /* one file of 8 stripes: stripes 2 to 7 come from read-ahead */
-    cr_assert_eq(roomy.read_ahead, 6);
+    /* one file of 8 stripes: stripes 1 to 7 come from read-ahead */
+    cr_assert_eq(roomy.read_ahead, 7);
     cr_assert_eq(roomy.read_ahead_skipped, 0);
     const uint64_t stripe = roomy.source_bytes / roomy.stripes;
     cr_assert(stripe > 500000 && stripe < 560000, "decoded stripe of %llu bytes",
@@ -460,20 +480,26 @@ Test(s3_table, the_memory_limit_bounds_the_read_ahead_of_an_s3_table)
             (unsigned long long)tight.memory_peak, (unsigned long long)tight.read_ahead,
             (unsigned long long)tight.read_ahead_skipped);
     cr_assert_eq(tight.rows_read, rows);
-    cr_assert_eq(tight.read_ahead, 0);
+    /* the first stripe's fetch ahead fits (nothing decoded is held yet),
+     * and the stripe it fetched is read from it; no other does */
+    cr_assert_eq(tight.read_ahead, 1);
     cr_assert_eq(tight.read_ahead_skipped, 6);
+    cr_assert_eq(tight.read_ahead_dropped, 0);
     cr_assert_leq(tight.memory_peak, 700000);
     cr_assert_gt(tight.memory_peak, stripe + 50000, "the read buffer is counted besides a stripe");
 }
 
 /* Stripe lanes read ahead and share the footer (docs/WORKER.md,
- * "Threads"). One file of 8 stripes, one split: on one thread the
- * reader fetches the footer once and stripes 2 to 7 ahead. With two
- * lanes, each takes every other stripe (0, 2, 4, 6 and 1, 3, 5, 7) and
- * reads ahead its own next one from its third: stripes 4, 6, 5 and 7. The
- * lanes' readers are twins of the reader thread's: the footer is not
- * fetched again, so the store sees exactly the requests and bytes of one
- * thread. Every sample once either way. */
+ * "Threads"). One file of 8 stripes, splits of one stripe (the worker
+ * reads them in order, and knows the next ones: its source's peek), then
+ * of 4 (the split's own stripes follow its first): on one thread the
+ * reader fetches the footer once and stripes 1 to 7 ahead, from the
+ * first stripe on. With two lanes, each takes every other stripe (0, 2,
+ * 4, 6 and 1, 3, 5, 7) and reads ahead its own next one from its first:
+ * stripes 2, 4, 6, 3, 5 and 7. The lanes' readers are twins of the
+ * reader thread's: the footer is not fetched again, so the store sees
+ * exactly the requests and bytes of one thread, and no stripe is fetched
+ * twice or for nothing. Every sample once either way. */
 Test(s3_table, stripe_lanes_read_ahead_and_fetch_the_footer_once)
 {
     char b[64], local[400];
@@ -492,10 +518,11 @@ Test(s3_table, stripe_lanes_read_ahead_and_fetch_the_footer_once)
     cr_assert_eq(two.rows_read, rows);
     cr_assert_eq(one.stripes, 8);
     cr_assert_eq(two.stripes, 8);
-    cr_assert_eq(one.read_ahead, 6);
-    cr_assert_eq(two.read_ahead, 4);
+    cr_assert_eq(one.read_ahead, 7);
+    cr_assert_eq(two.read_ahead, 6);
     cr_assert_eq(one.read_ahead_skipped, 0);
     cr_assert_eq(two.read_ahead_skipped, 0);
+    cr_assert_eq(one.read_ahead_dropped + two.read_ahead_dropped, 0, "fetched for nothing");
     cr_assert_eq(s2.requests, s1.requests, "threads 2: %llu requests, threads 1: %llu",
                  (unsigned long long)s2.requests, (unsigned long long)s1.requests);
     cr_assert_eq(s2.bytes_read, s1.bytes_read);
@@ -505,15 +532,27 @@ Test(s3_table, stripe_lanes_read_ahead_and_fetch_the_footer_once)
     cr_assert_eq(s1.bytes_read, 1379027);
     cr_assert_eq(s1.retries + s2.retries, 0);
     cr_assert_eq(s1.failures + s2.failures, 0);
+    /* splits of 4 stripes: the same, from the split's own stripes */
+    for (uint32_t threads = 1; threads <= 2; threads++) {
+        sl_store_stats_t s4;
+        sl_worker_stats_t st = run_split(b, rows, 50, 256u << 20, threads, 4, &s4);
+        cr_assert_eq(st.rows_read, rows);
+        cr_assert_eq(st.read_ahead, threads == 1 ? 7 : 6, "threads %u: %llu read ahead", threads,
+                     (unsigned long long)st.read_ahead);
+        cr_assert_eq(s4.requests, 15, "threads %u: %llu requests", threads,
+                     (unsigned long long)s4.requests);
+        cr_assert_eq(s4.bytes_read, 1379027);
+    }
     /* the lanes' read-ahead counts in --memory-limit: under the limit of
      * the_memory_limit_bounds_the_read_ahead_of_an_s3_table each of the
-     * 4 fetches ahead is made or skipped, never past the limit */
+     * 6 fetches ahead is made or skipped, never past the limit */
     sl_worker_stats_t tight = run_threads(b, rows, 50, 700000, 2, NULL);
-    fprintf(stderr, "threads 2 with 700000 bytes: %llu read ahead, %llu skipped, peak %llu\n",
+    fprintf(stderr,
+            "threads 2 with 700000 bytes: %llu read ahead, %llu skipped, %llu dropped, peak %llu\n",
             (unsigned long long)tight.read_ahead, (unsigned long long)tight.read_ahead_skipped,
-            (unsigned long long)tight.memory_peak);
+            (unsigned long long)tight.read_ahead_dropped, (unsigned long long)tight.memory_peak);
     cr_assert_eq(tight.rows_read, rows);
-    cr_assert_eq(tight.read_ahead + tight.read_ahead_skipped, 4);
+    cr_assert_eq(tight.read_ahead + tight.read_ahead_skipped + tight.read_ahead_dropped, 6);
     cr_assert_leq(tight.memory_peak, 700000);
     /* limits between one stripe and two lanes' worth: whatever the lanes
      * read ahead (a fetch ahead is made, skipped, or dropped when a lane
@@ -522,13 +561,44 @@ Test(s3_table, stripe_lanes_read_ahead_and_fetch_the_footer_once)
     const uint64_t limits[] = {900000, 1200000, 1600000, 2400000};
     for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
         sl_worker_stats_t st = run_threads(b, rows, 50, limits[i], 2, NULL);
-        fprintf(stderr, "threads 2 with %llu bytes: %llu read ahead, %llu skipped, peak %llu\n",
+        fprintf(stderr,
+                "threads 2 with %llu bytes: %llu read ahead, %llu skipped, %llu dropped, peak "
+                "%llu\n",
                 (unsigned long long)limits[i], (unsigned long long)st.read_ahead,
-                (unsigned long long)st.read_ahead_skipped, (unsigned long long)st.memory_peak);
+                (unsigned long long)st.read_ahead_skipped,
+                (unsigned long long)st.read_ahead_dropped, (unsigned long long)st.memory_peak);
         cr_assert_eq(st.rows_read, rows);
-        cr_assert_leq(st.read_ahead + st.read_ahead_skipped, 4);
+        cr_assert_eq(st.read_ahead + st.read_ahead_skipped + st.read_ahead_dropped, 6);
         cr_assert_leq(st.memory_peak, limits[i]);
     }
+}
+
+/* A slow trainer (2 ms a batch of 50) against a worker on the S3 table
+ * under 700,000 and 1,200,000 bytes, on one thread and on two lanes: the
+ * worker waits for the trainer with its fetches ahead made, skipped or
+ * dropped (each of them one of the three), its accounted peak never past
+ * the limit, every sample once. */
+Test(s3_table, the_memory_limit_holds_with_a_slow_trainer)
+{
+    char b[64], local[400];
+    const uint64_t rows = 12000;
+    criteo_both("tslow", rows, 1500, b, sizeof b, local, sizeof local);
+    const uint64_t limits[] = {700000, 1200000};
+    for (size_t i = 0; i < 2; i++)
+        for (uint32_t threads = 1; threads <= 2; threads++) {
+            sl_worker_stats_t st = run_slow(b, rows, 50, limits[i], threads, 1, 2000, NULL);
+            fprintf(stderr,
+                    "slow trainer, threads %u, %llu bytes: %llu read ahead, %llu skipped, %llu "
+                    "dropped, peak %llu\n",
+                    threads, (unsigned long long)limits[i], (unsigned long long)st.read_ahead,
+                    (unsigned long long)st.read_ahead_skipped,
+                    (unsigned long long)st.read_ahead_dropped, (unsigned long long)st.memory_peak);
+            cr_assert_eq(st.rows_read, rows);
+            cr_assert_eq(st.stripes, 8);
+            cr_assert_leq(st.memory_peak, limits[i]);
+            cr_assert_eq(st.read_ahead + st.read_ahead_skipped + st.read_ahead_dropped,
+                         threads == 1 ? 7 : 6);
+        }
 }
 
 Test(s3_table, an_object_replaced_after_planning_or_while_read_is_refused)

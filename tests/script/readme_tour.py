@@ -12,6 +12,13 @@ Which blocks run (CONTRIBUTING.md, "README test"):
   docs/*.md   only blocks marked runnable by
                   <!-- readme-test: run -->
               (docs hold many synopses and outputs that are not commands).
+  either      a block marked
+                  <!-- readme-test: s3 -->
+              starts the S3 test server (ops/s3proxy) itself: it runs when
+              `ops/s3proxy check` says a server can start here (Java 17 and
+              the jar, which the ctest fixture s3 fetches), else it is
+              SKIPPED with the reason, or fails the test with
+              SLUICE_REQUIRE_S3=1 (ops/test, CI).
   ```c blocks of README.md are compiled as whole programs (with main and
   includes) against the build tree's headers and libsluice_trainer.so.
 
@@ -37,7 +44,7 @@ import sys
 import tempfile
 
 FENCE = re.compile(r"^```(\S*)\s*(.*)$")
-MARK = re.compile(r"^<!--\s*readme-test:\s*(skip|run)\s*(?::\s*(.*?))?\s*-->\s*$")
+MARK = re.compile(r"^<!--\s*readme-test:\s*(skip|run|s3)\s*(?::\s*(.*?))?\s*-->\s*$")
 SHELL = {"sh", "bash", "shell"}
 # A /tmp path, except as the pattern of a sed substitution (s|/tmp/...|...|):
 # the example specs' placeholder table paths are replaced that way.
@@ -75,6 +82,17 @@ def blocks(path):
     return out
 
 
+def s3_check(src):
+    """(True, "") when the S3 test server can start here; (False, why) when
+    it cannot (SKIPPED); (None, why) when it cannot and SLUICE_REQUIRE_S3=1."""
+    r = subprocess.run([os.path.join(src, "ops", "s3proxy"), "check"], capture_output=True,
+                       text=True)
+    why = (r.stderr.strip().splitlines() or [""])[-1]
+    if r.returncode == 0:
+        return True, ""
+    return (False, why) if r.returncode == 77 else (None, why)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--source", required=True)
@@ -88,6 +106,7 @@ def main():
         os.path.join(src, "docs", f) for f in os.listdir(os.path.join(src, "docs"))
         if f.endswith(".md"))
     run, compile_c, problems = [], [], []
+    s3 = None  # s3_check's answer, asked once
     for path in docs:
         rel = os.path.relpath(path, src)
         is_readme = rel == "README.md"
@@ -97,7 +116,16 @@ def main():
                 problems.append(f"{where}: a skip marker needs a reason "
                                 "(<!-- readme-test: skip: REASON -->)")
             if lang in SHELL:
-                if mark == "skip" or (not is_readme and mark != "run"):
+                if mark == "s3":
+                    s3 = s3 or s3_check(src)
+                    if s3[0] is None:
+                        problems.append(f"{where}: needs the S3 test server: {s3[1]}")
+                        continue
+                    if not s3[0]:
+                        print(f"readme: SKIPPED {where}: the S3 test server cannot run here: "
+                              f"{s3[1]}")
+                        continue
+                elif mark == "skip" or (not is_readme and mark != "run"):
                     if mark == "skip":
                         print(f"readme: SKIPPED {where}: {reason}")
                     continue

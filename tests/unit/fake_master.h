@@ -72,6 +72,8 @@ typedef struct fm_lease {
     /* a resumed deterministic job: LEASE order_skip */
     uint32_t nskip;
     sl_dpp_row_range_t skip[4];
+    /* a Lease.cache_local WRITE lease of this name (NULL: no cache) */
+    const char *cache_name;
 } fm_lease_t;
 
 typedef struct fm_read {
@@ -121,6 +123,9 @@ typedef struct fake {
     /* batches the clients acknowledged (recorded before the ACK goes out) */
     got_batch_t *got;
     uint32_t ngot;
+    /* Heartbeat.cache_evicted, as they came */
+    uint64_t evicted_fp[16];
+    uint32_t evicted_split[16], nevicted;
 } fake_t;
 
 /* The ref of lease l of job (its own generation, or its member's). */
@@ -169,6 +174,11 @@ static void fm_send_lease(fake_t *f, int fd, const fm_lease_t *l)
     m.n_order_skip = l->nskip;
     m.order_skip = sp_;
     m.expiry_ms = 2000;
+    if (l->cache_name) {
+        m.cache_file = (char *)l->cache_name;
+        m.cache_mode = SLUICE__CONTROL__LEASE__CACHE_MODE__CACHE_WRITE;
+        m.cache_local = true;
+    }
     Sluice__Control__SplitRef member, *mp = &member;
     if (l->member_gen) {
         fm_ref(&member, "joby", l, l->member_gen);
@@ -261,6 +271,10 @@ static void fm_serve(fake_t *f, int fd)
             const Sluice__Control__Heartbeat *h = (const Sluice__Control__Heartbeat *)fr.msg;
             f->heartbeats++;
             if (h->n_leases > f->hb_leases_max) f->hb_leases_max = h->n_leases;
+            for (size_t k = 0; k < h->n_cache_evicted && f->nevicted < 16; k++) {
+                f->evicted_fp[f->nevicted] = h->cache_evicted[k]->prefix_fingerprint;
+                f->evicted_split[f->nevicted++] = h->cache_evicted[k]->split;
+            }
             TCHECK(h->busy_fraction >= 0 && h->busy_fraction <= 1, "busy %g", h->busy_fraction);
             for (size_t k = 0; k < h->n_counts; k++) {
                 const Sluice__Control__SplitCount *c = h->counts[k];

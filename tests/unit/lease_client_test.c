@@ -139,13 +139,20 @@ static int cmp_i64(const void *a, const void *b)
 }
 
 static uint32_t share_stall_ms; /* the lease client's (0: its default) */
+/* the lease client's --cache-dir and --cache-size (NULL: none) */
+static const char *cache_dir;
+static uint64_t cache_max_bytes;
 
 static sl_worker_t *start_worker(fake_t *f, sl_pipeline_job_t **job, sl_worker_lease_client_t **ms)
 {
     char master[64];
     snprintf(master, sizeof master, "127.0.0.1:%u", f->port);
-    sl_worker_lease_client_opts_t mo = {
-        .master = master, .worker_id = "w1", .threads = 2, .share_stall_ms = share_stall_ms};
+    sl_worker_lease_client_opts_t mo = {.master = master,
+                                        .worker_id = "w1",
+                                        .threads = 2,
+                                        .share_stall_ms = share_stall_ms,
+                                        .cache_dir = cache_dir,
+                                        .cache_max_bytes = cache_max_bytes};
     sl_worker_opts_t wo = sl_worker_opts_default();
     wo.threads = 2;
     wo.memory_limit = 64u << 20;
@@ -377,6 +384,109 @@ Test(lease_client, revoked_lease_batches_are_dropped)
     sl_worker_destroy(w);
     sl_pipeline_job_destroy(job);
     fm_stop(&f);
+    no_thread_fails();
+}
+
+/* The cache file of a WRITE lease (Lease.cache_local) revoked after its
+ * batches were made, before its SPLIT_READ: whole on the worker's disk,
+ * and the master still counts the split as held there (from the grant),
+ * so the file is kept and counted against --cache-size at once (the next
+ * heartbeat), not only left on disk until the worker exits; under a limit
+ * it alone passes, it is removed and the master told (cache_evicted).
+ * Runs the lease under the fake master with limit max_bytes; @return the
+ * lease client's figures after the worker stopped, *written the bytes
+ * the worker wrote, *on_disk whether the file is there then. */
+static sl_worker_lease_client_stats_t revoked_write(fake_t *f, uint64_t max_bytes,
+                                                    uint64_t *written, bool *on_disk)
+{
+    char root[400];
+    snprintf(root, sizeof root, "%s/cache", tmpdir);
+    cache_dir = root;
+    cache_max_bytes = max_bytes;
+    fm_start(f, splits, spec_of(false, false));
+    fm_add(f, 0, 7, 0, NULL, 0);
+    f->q[0].cache_name = "00000000000000ab/split-0.slc";
+    fm_add(f, 2, 8, 0, NULL, 0);
+    f->finish = true;
+    sl_pipeline_job_t *job;
+    sl_worker_lease_client_t *ms;
+    sl_worker_t *w = start_worker(f, &job, &ms);
+    cache_dir = NULL;
+    cache_max_bytes = 0;
+    /* no client yet: the cache file is written before the lease's batches
+     * go out, and they wait in the ready queue */
+    sl_worker_stats_t st = {0};
+    for (int i = 0; i < (int)(tu_timeout(10) * 100); i++) {
+        sl_worker_stats(w, &st);
+        if (st.cache_files_written >= 1) break;
+        usleep(10000);
+    }
+    cr_assert_eq(st.cache_files_written, 1, "the WRITE lease's file was not written");
+    *written = st.cache_bytes_written;
+    pthread_mutex_lock(&f->mu);
+    f->revoke_gen = 7;
+    pthread_mutex_unlock(&f->mu);
+    wait_until(f, revoke_sent, 10);
+    client_t c;
+    client_start(&c, f, sl_worker_port(w), 0);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_worker_wait(w, (int)(tu_timeout(20) * 1000), &err), SL_OK, "%s", err.msg);
+    pthread_join(c.th, NULL);
+    sl_worker_stop(w); /* the last heartbeat goes out */
+    sl_worker_lease_client_stats_t mst;
+    sl_worker_lease_client_stats(ms, &mst);
+    /* the file under the process's own folder, DIR/w-<pid>-<random>/ */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s/w-*/00000000000000ab/split-0.slc >/dev/null 2>&1", root);
+    *on_disk = system(cmd) == 0;
+    sl_worker_destroy(w);
+    sl_pipeline_job_destroy(job);
+    return mst;
+}
+
+Test(lease_client, a_revoked_write_lease_leaves_its_cache_file_counted)
+{
+    fake_t f;
+    uint64_t written = 0;
+    bool on_disk = false;
+    sl_worker_lease_client_stats_t mst = revoked_write(&f, 8ull << 30, &written, &on_disk);
+    pthread_mutex_lock(&f.mu);
+    cr_assert_eq(f.nreads, 1, "only the other lease is reported");
+    cr_assert_eq(f.reads[0].generation, 8);
+    cr_assert_eq(f.nevicted, 0, "the file is held: nothing said");
+    pthread_mutex_unlock(&f.mu);
+    fm_stop(&f);
+    cr_assert_eq(mst.revoked, 1);
+    cr_assert_eq(mst.leases_held, 0);
+    cr_assert_gt(written, 0);
+    cr_assert(on_disk);
+    cr_assert_eq(mst.cache_files, 1, "the revoked lease's file is not counted");
+    cr_assert_eq(mst.cache_bytes, written, "counted %llu bytes, the file has %llu",
+                 (unsigned long long)mst.cache_bytes, (unsigned long long)written);
+    cr_assert_eq(mst.cache_evicted, 0);
+    no_thread_fails();
+}
+
+Test(lease_client, a_revoked_write_lease_over_the_limit_is_removed_and_told)
+{
+    fake_t f;
+    uint64_t written = 0;
+    bool on_disk = true;
+    sl_worker_lease_client_stats_t mst = revoked_write(&f, 1000, &written, &on_disk);
+    pthread_mutex_lock(&f.mu);
+    cr_assert_eq(f.nreads, 1);
+    cr_assert_eq(f.nevicted, 1, "the master is told the split is not held");
+    cr_assert_eq(f.evicted_fp[0], 0xab);
+    cr_assert_eq(f.evicted_split[0], 0);
+    pthread_mutex_unlock(&f.mu);
+    fm_stop(&f);
+    cr_assert_eq(mst.revoked, 1);
+    cr_assert_gt(written, 1000, "the file (%llu bytes) alone passes the limit",
+                 (unsigned long long)written);
+    cr_assert(!on_disk, "a file over the limit was left on disk");
+    cr_assert_eq(mst.cache_files, 0);
+    cr_assert_eq(mst.cache_bytes, 0);
+    cr_assert_eq(mst.cache_evicted, 1);
     no_thread_fails();
 }
 

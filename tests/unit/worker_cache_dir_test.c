@@ -181,3 +181,48 @@ Test(worker_cache_dir, folders_of_ended_processes_are_cleared_live_ones_kept)
     close(fd);
     tu_alloc_assert_clean(&g_ta);
 }
+
+/* A lease forgotten without a SPLIT_READ (revoked, failed): its file is
+ * counted as any; no file (or one alone over the limit) is told in the
+ * next cache_evicted, once; a file held again before that is not told. */
+Test(worker_cache_dir, untold_leases_are_counted_or_told)
+{
+    dpp_cache_dir_t *d;
+    sl_error_t err = {0};
+    cr_assert_eq(dpp_cache_dir_open(g_root, 1000, &g_ta.base, &d, &err), SL_OK, "%s", err.msg);
+    const char *a = "00000000000000aa/split-0.slc", *b = "00000000000000aa/split-1.slc",
+               *big = "00000000000000aa/split-2.slc";
+    put(d, a, 600);
+    cr_assert_eq(dpp_cache_dir_settle_untold(d, a), 600);
+    uint64_t files, bytes, evicted;
+    dpp_cache_dir_stats(d, &files, &bytes, &evicted);
+    cr_assert_eq(files, 1);
+    cr_assert_eq(bytes, 600);
+    dpp_cache_evicted_t gone[4];
+    cr_assert_eq(dpp_cache_dir_evicted(d, gone, 4), 0, "a held file is not told");
+    /* no file: told, once, however often settled */
+    cr_assert_eq(dpp_cache_dir_settle_untold(d, b), 0);
+    cr_assert_eq(dpp_cache_dir_settle_untold(d, b), 0);
+    cr_assert_eq(dpp_cache_dir_evicted(d, gone, 4), 1);
+    cr_assert_eq(gone[0].fp, 0xaa);
+    cr_assert_eq(gone[0].split, 1);
+    /* told, then written and read by a later lease before the heartbeat:
+     * held, so not told */
+    cr_assert_eq(dpp_cache_dir_settle_untold(d, b), 0);
+    put(d, b, 300);
+    cr_assert_eq(dpp_cache_dir_settle(d, b), 300);
+    cr_assert_eq(dpp_cache_dir_evicted(d, gone, 4), 0);
+    /* alone over the limit: removed and told, with the others it pushed
+     * out on the way (a, b) */
+    put(d, big, 1001);
+    cr_assert_eq(dpp_cache_dir_settle_untold(d, big), 0);
+    cr_assert(!exists(d, big));
+    cr_assert_eq(dpp_cache_dir_evicted(d, gone, 4), 3);
+    cr_assert_eq(gone[2].split, 2);
+    dpp_cache_dir_stats(d, &files, &bytes, &evicted);
+    cr_assert_eq(files, 0);
+    cr_assert_eq(bytes, 0);
+    cr_assert_eq(evicted, 3);
+    dpp_cache_dir_destroy(d);
+    tu_alloc_assert_clean(&g_ta);
+}

@@ -73,6 +73,14 @@ void dpp_lease_remove(sl_worker_lease_client_t *ms, lease_t *l)
             *pp = l->next;
             break;
         }
+    /* a cache file this lease may have written (a WRITE lease revoked once
+     * its batches were made: the file is whole) counts against the limit
+     * too; out of memory: not counted, as before the worker exits */
+    if (l->cache_local && l->cache_name && !l->cache_told &&
+        SL_GROW(ms->a, ms->untold, ms->untold_cap, ms->nuntold + 1, 8)) {
+        ms->untold[ms->nuntold++] = l->cache_name;
+        l->cache_name = NULL;
+    }
     dpp_lease_free(ms, l);
     ms->st.leases_held--;
 }
@@ -505,6 +513,9 @@ void sl_worker_lease_client_destroy(sl_worker_lease_client_t *ms)
     sl_strfree(ms->a, ms->serve_address);
     sl_strfree(ms->a, ms->admin_address);
     sl_strfree(ms->a, ms->spec_json);
+    for (uint32_t i = 0; i < ms->nuntold; i++)
+        sl_strfree(ms->a, ms->untold[i]);
+    if (ms->untold) sl_free(ms->a, ms->untold, (size_t)ms->untold_cap * sizeof *ms->untold);
     dpp_cache_dir_destroy(ms->cache);
     sl_rpc_secret_free(ms->secret);
     sl_mutex_destroy(&ms->conn_mu);

@@ -38,6 +38,7 @@ typedef struct lease {
      * for it cache_name (SPLIT_READ says whether the file is held) */
     bool cache_local;
     char *cache_name;
+    bool cache_told; /* a SPLIT_READ told the master what cache_name holds */
     int32_t kafka_partition;
     sl_wh_split_t sp;
     sl_dpp_row_range_t *todo;
@@ -134,6 +135,11 @@ struct sl_worker_lease_client {
     uint64_t share_stall_ns; /* opts.share_stall_ms */
     sl_worker_lease_client_stats_t st;
     dpp_cache_dir_t *cache; /* opts.cache_dir's (NULL: none) */
+    /* cache_name of leases forgotten without a SPLIT_READ (revoked,
+     * failed): settled by the control thread outside mu, before its next
+     * heartbeat (dpp_cache_dir_settle_untold) */
+    char **untold;
+    uint32_t nuntold, untold_cap;
     /* load at the last measured heartbeat and the busy fraction it gave
      * (control thread only): measured over half a period at least, since
      * the deterministic order's early heartbeats come a few ms apart */

@@ -107,6 +107,7 @@ static bool report(sl_worker_lease_client_t *ms, lease_t *l) SL_EXCLUDES(ms->mu)
     sl_mutex_lock(&ms->mu);
     ms->st.split_reads++;
     if (r->state == SLUICE__CONTROL__SPLIT_READ_REPLY__STATE__DONE) ms->st.splits_done++;
+    l->cache_told = true;
     dpp_lease_remove(ms, l);
     sl_mutex_unlock(&ms->mu);
     sl_rpc_frame_free(&f);
@@ -230,11 +231,31 @@ static bool count_unsent(sl_worker_lease_client_t *ms) SL_REQUIRES(ms->mu)
     return false;
 }
 
+/* Count the cache files of leases forgotten without a SPLIT_READ (their
+ * names queued by dpp_lease_remove); the splits among them with no file
+ * go in this heartbeat's cache_evicted. Outside ms->mu: a stat each, and
+ * the evictions they cause unlink files. */
+static void settle_untold(sl_worker_lease_client_t *ms) SL_EXCLUDES(ms->mu)
+{
+    sl_mutex_lock(&ms->mu);
+    char **names = ms->untold;
+    uint32_t n = ms->nuntold, cap = ms->untold_cap;
+    ms->untold = NULL;
+    ms->nuntold = ms->untold_cap = 0;
+    sl_mutex_unlock(&ms->mu);
+    for (uint32_t i = 0; i < n; i++) {
+        (void)dpp_cache_dir_settle_untold(ms->cache, names[i]);
+        sl_strfree(ms->a, names[i]);
+    }
+    if (names) sl_free(ms->a, names, (size_t)cap * sizeof *names);
+}
+
 /* last: the worker is leaving; its final figures must reach the master
  * (`jobs show` after a job), and a master that is gone is no warning. */
 static void heartbeat(sl_worker_lease_client_t *ms, bool last) SL_EXCLUDES(ms->mu)
 {
     held_t h;
+    settle_untold(ms);
     sl_mutex_lock(&ms->mu);
     bool ok = dpp_lease_held_collect(ms, &h);
     /* the deterministic order's counts not sent yet, of leases named (in

@@ -136,6 +136,28 @@ char *dpp_cache_dir_path(dpp_cache_dir_t *d, const char *name)
     return sl_strdup(d->a, path);
 }
 
+/* Queue (fp, split) for the next heartbeat's cache_evicted. Out of
+ * memory: not reported, so the master may lease it as held: the worker
+ * finds no file and computes the split (a fallback). */
+static void tell_gone(dpp_cache_dir_t *d, uint64_t fp, uint32_t split) SL_REQUIRES(d->mu)
+{
+    for (uint32_t k = 0; k < d->ngone; k++)
+        if (d->gone[k].fp == fp && d->gone[k].split == split) return;
+    if (SL_GROW(d->a, d->gone, d->gone_cap, d->ngone + 1, 16))
+        d->gone[d->ngone++] = (dpp_cache_evicted_t){fp, split};
+}
+
+/* A file held again is no longer gone: a heartbeat saying so after the
+ * SPLIT_READ that said it is held would make the master forget it. */
+static void untell_gone(dpp_cache_dir_t *d, uint64_t fp, uint32_t split) SL_REQUIRES(d->mu)
+{
+    for (uint32_t k = 0; k < d->ngone; k++)
+        if (d->gone[k].fp == fp && d->gone[k].split == split) {
+            d->gone[k] = d->gone[--d->ngone];
+            return;
+        }
+}
+
 static void remove_entry(dpp_cache_dir_t *d, uint32_t i, bool report) SL_REQUIRES(d->mu)
 {
     char path[4400];
@@ -143,16 +165,16 @@ static void remove_entry(dpp_cache_dir_t *d, uint32_t i, bool report) SL_REQUIRE
              d->e[i].split);
     unlink(path);
     d->bytes -= d->e[i].bytes;
-    /* out of memory: not reported, so the master may lease it as held: the
-     * worker finds no file and computes the split (a fallback) */
-    if (report && SL_GROW(d->a, d->gone, d->gone_cap, d->ngone + 1, 16)) {
-        d->gone[d->ngone++] = (dpp_cache_evicted_t){d->e[i].fp, d->e[i].split};
+    if (report) {
         d->evicted_total++;
+        tell_gone(d, d->e[i].fp, d->e[i].split);
     }
     d->e[i] = d->e[--d->n];
 }
 
-uint64_t dpp_cache_dir_settle(dpp_cache_dir_t *d, const char *name)
+/* settle and settle_untold: told, whether the result reaches the master
+ * by a SPLIT_READ (else by cache_evicted when nothing is held). */
+static uint64_t settle(dpp_cache_dir_t *d, const char *name, bool told)
 {
     uint64_t fp;
     uint32_t split;
@@ -177,19 +199,32 @@ uint64_t dpp_cache_dir_settle(dpp_cache_dir_t *d, const char *name)
         if (i == d->n) d->n++;
         d->e[i] = (entry_t){.fp = fp, .split = split, .bytes = bytes, .used = ++d->clock};
         d->bytes += bytes;
+        untell_gone(d, fp, split);
     }
     /* least recently used first; this one (used last) goes only when it
-     * alone is over the limit */
+     * alone is over the limit, reported by the caller's SPLIT_READ when
+     * there is one */
     while (d->bytes > d->max_bytes && d->n > 0) {
         uint32_t old = 0;
         for (uint32_t k = 1; k < d->n; k++)
             if (d->e[k].used < d->e[old].used) old = k;
         bool self = d->e[old].fp == fp && d->e[old].split == split;
-        remove_entry(d, old, !self);
+        remove_entry(d, old, !self || !told);
         if (self) bytes = 0;
     }
+    if (bytes == 0 && !told) tell_gone(d, fp, split);
     sl_mutex_unlock(&d->mu);
     return bytes;
+}
+
+uint64_t dpp_cache_dir_settle(dpp_cache_dir_t *d, const char *name)
+{
+    return settle(d, name, true);
+}
+
+uint64_t dpp_cache_dir_settle_untold(dpp_cache_dir_t *d, const char *name)
+{
+    return settle(d, name, false);
 }
 
 uint32_t dpp_cache_dir_evicted(dpp_cache_dir_t *d, dpp_cache_evicted_t *out, uint32_t cap)

@@ -42,11 +42,19 @@ char *dpp_cache_dir_path(dpp_cache_dir_t *d, const char *name);
 
 /* After a lease of name was read: the bytes of its file now (0: none),
  * marked as just used; then the least recently used others are removed
- * while the files exceed the limit (this one too when it alone does). */
+ * while the files exceed the limit (this one too when it alone does).
+ * The lease's SPLIT_READ tells the master the result. */
 uint64_t dpp_cache_dir_settle(dpp_cache_dir_t *d, const char *name);
 
-/* Move up to cap files removed since the last call into out. @return how
- * many. */
+/* The same for a lease no SPLIT_READ will tell of (the master took it
+ * back, or it failed): a file its WRITE left is counted against the limit
+ * from now on, and when it holds no file (none written, or this one alone
+ * over the limit) the next heartbeat's cache_evicted says so, as the
+ * master counts a split held from the moment it grants its WRITE lease. */
+uint64_t dpp_cache_dir_settle_untold(dpp_cache_dir_t *d, const char *name);
+
+/* Move up to cap files removed since the last call into out (and the
+ * splits settle_untold found without a file). @return how many. */
 uint32_t dpp_cache_dir_evicted(dpp_cache_dir_t *d, dpp_cache_evicted_t *out, uint32_t cap);
 
 /* Files and bytes held now, files removed so far. */

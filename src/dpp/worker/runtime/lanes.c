@@ -436,7 +436,7 @@ uint64_t dpp_lanes_est(dpp_lanes_t *p)
 }
 
 void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe,
-                   const sl_wh_reader_t *base)
+                   const sl_wh_reader_t *base, uint32_t ahead_end)
 {
     dpp_lanes_t *p = l->p;
     l->sp = sp;
@@ -447,6 +447,8 @@ void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe,
         dpp_worker_close_table_reader(p->w, l->r);
         l->r = NULL;
         l->path[0] = '\0';
+    } else {
+        sl_wh_reader_set_ahead_end(l->r, ahead_end);
     }
     sl_mutex_lock(&p->mu);
     sl_mutex_unlock(&p->rmu); /* after mu: the lane leaves FREE before others look again */

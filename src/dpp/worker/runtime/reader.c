@@ -291,17 +291,50 @@ static void close_reader(dpp_reader_t *rd)
  * share the open reader: no footer parsing again, and its decode buffers
  * stay warm, unless the split was planned on another footer (the file was
  * replaced): then opening it again refuses it (sl_wh_reader_open_split). */
+/* At most this many splits ahead are looked at: a run of longer splits
+ * reaches a reader's next stripe sooner. */
+#define AHEAD_PEEK_MAX 64
+
+/* Is todo the whole split (one range [0, num_rows))? Only such a read
+ * writes a cache file, or reads ahead from its first stripe. */
+static bool whole_split(const sl_worker_work_t *wk)
+{
+    return wk->num_todo == 1 && wk->todo[0].from_row == 0 &&
+           wk->todo[0].to_row == wk->split->num_rows;
+}
+
+uint32_t dpp_reader_ahead_end(const dpp_reader_t *rd, const sl_worker_work_t *wk, uint32_t want)
+{
+    const sl_worker_source_t *src = &rd->w->source;
+    const sl_wh_split_t *sp = wk->split;
+    /* a todo with gaps (a lease read again after a failure) may skip the
+     * stripe a first fetch would take: none then */
+    if (!whole_split(wk)) return sp->stripe_begin;
+    uint32_t end = sp->stripe_end;
+    for (uint32_t i = 0; end < want && src->peek && i < AHEAD_PEEK_MAX; i++) {
+        const sl_wh_split_t *n = src->peek(src->ctx, i);
+        if (n == NULL || n->stripe_begin != end || strcmp(n->path, sp->path) != 0 ||
+            n->footer_checksum != sp->footer_checksum)
+            break;
+        end = n->stripe_end;
+    }
+    return end;
+}
+
 sl_err_t dpp_reader_open_split(dpp_reader_t *rd, const sl_wh_split_t *sp, sl_error_t *err)
 {
+    sl_err_t rc;
     if (rd->r && strcmp(rd->path, sp->path) == 0 &&
-        (sp->footer_checksum == 0 || sp->footer_checksum == sl_wh_reader_footer_checksum(rd->r)))
-        return sl_wh_reader_set_range(rd->r, sp->stripe_begin, sp->stripe_end, err);
-    close_reader(rd);
-    sl_err_t rc = sl_wh_reader_open_split(rd->w->table, sp, &rd->ro, &rd->r, err);
-    if (rc == SL_OK && strlen(sp->path) < sizeof rd->path)
-        snprintf(rd->path, sizeof rd->path, "%s", sp->path);
-    else
-        rd->path[0] = '\0'; /* too long to remember: reopened next time */
+        (sp->footer_checksum == 0 || sp->footer_checksum == sl_wh_reader_footer_checksum(rd->r))) {
+        rc = sl_wh_reader_set_range(rd->r, sp->stripe_begin, sp->stripe_end, err);
+    } else {
+        close_reader(rd);
+        rc = sl_wh_reader_open_split(rd->w->table, sp, &rd->ro, &rd->r, err);
+        if (rc == SL_OK && strlen(sp->path) < sizeof rd->path)
+            snprintf(rd->path, sizeof rd->path, "%s", sp->path);
+        else
+            rd->path[0] = '\0'; /* too long to remember: reopened next time */
+    }
     return rc;
 }
 
@@ -557,14 +590,6 @@ static sl_err_t read_own(dpp_reader_t *rd, const sl_worker_work_t *wk, uint64_t 
 
 /* ---- the autocache (docs/DESIGN.md "Autocache") ---- */
 
-/* Is todo the whole split (one range [0, num_rows))? Only such a read
- * writes a cache file. */
-static bool whole_split(const sl_worker_work_t *wk)
-{
-    return wk->num_todo == 1 && wk->todo[0].from_row == 0 &&
-           wk->todo[0].to_row == wk->split->num_rows;
-}
-
 /* Compute wk's todo from its table split; when cache_file is set, its
  * batches also go to that file once transformed (committed only when the
  * whole todo was read with the lease live). */
@@ -575,6 +600,10 @@ static sl_err_t compute_split(dpp_reader_t *rd, const sl_worker_work_t *wk, cons
     rd->cw = cache_file ? dpp_cache_writer_new(w, cache_file) : NULL;
     fused_direct(rd);
     sl_err_t rc = dpp_reader_open_split(rd, wk->split, err);
+    /* one thread reads every stripe: s + 1 is read after the first, s */
+    if (rc == SL_OK)
+        sl_wh_reader_set_ahead_end(rd->r,
+                                   dpp_reader_ahead_end(rd, wk, wk->split->stripe_begin + 2));
     if (rc == SL_OK) rc = read_split(rd, wk, t0, err);
     if (rd->cw) {
         if (rc != SL_OK || !dpp_reader_work_live(w, wk))

@@ -64,6 +64,13 @@ typedef struct dpp_unit_pos {
 bool dpp_reader_work_live(const sl_worker_t *w, const sl_worker_work_t *wk);
 /* Open the file of split sp on rd->r (kept from split to split of a file). */
 sl_err_t dpp_reader_open_split(dpp_reader_t *rd, const sl_wh_split_t *sp, sl_error_t *err);
+/* Where the run of the stripes of wk's split's file this worker reads from
+ * the split on ends, as far as the source knows the splits it hands out
+ * next (peek), looked at until the run reaches want: what a reader may
+ * fetch ahead from its first stripe of the split on
+ * (sl_wh_reader_set_ahead_end). The split's first stripe when wk's todo
+ * is not the whole split (it may skip stripes). */
+uint32_t dpp_reader_ahead_end(const dpp_reader_t *rd, const sl_worker_work_t *wk, uint32_t want);
 /* The split's reader is in an unknown state after a failure: reopen. */
 void dpp_reader_reset(dpp_reader_t *rd);
 /* Are wk's todo ranges ascending, disjoint, non-empty and inside its

@@ -129,7 +129,10 @@ static bool hand_out(lanes_run_t *lr, bool *no_lane)
             *no_lane = true;
             return false;
         }
-        dpp_lane_read(l, sp, u->st, rd->r);
+        /* in turn (a table in a store), this lane reads u->st + n next
+         * when the worker reads the stripes in between */
+        uint32_t n = w->threads > 1 ? w->threads : 1;
+        dpp_lane_read(l, sp, u->st, rd->r, dpp_reader_ahead_end(rd, &u->wk, u->st + n + 1));
         push(lr,
              (slot_t){
                  .unit = u, .lane = l, .st = u->st, .rows = info.rows, .row = u->row, .end = end});

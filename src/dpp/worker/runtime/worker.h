@@ -180,6 +180,7 @@ typedef struct sl_worker_stats {
      * decoded, and those not, as --memory-limit had no room for them then
      * (docs/STORAGE.md, "Memory"); counted when a file's reader closes. */
     uint64_t read_ahead, read_ahead_skipped;
+    uint64_t read_ahead_dropped; /* fetched ahead, then dropped for room (or never read) */
     /* A Parquet job (source.parquet): the row groups of the dataset's
      * files, and those (and their rows) its statistics ruled out for the
      * job's timestamp_range and label_range filters: never read. */

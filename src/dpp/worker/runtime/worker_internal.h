@@ -229,9 +229,11 @@ uint64_t dpp_lanes_est(dpp_lanes_t *p);
 /* Lane l (free) reads and filters stripe of split sp (borrowed until
  * dpp_lane_finish). base: the reader thread's reader, open on sp; a lane
  * not yet on sp's file opens a twin of it here (the footer is not fetched
- * again); a failure to is the stripe's, reported by dpp_lane_wait. */
+ * again); a failure to is the stripe's, reported by dpp_lane_wait.
+ * ahead_end: where the stripes of sp's file this worker reads on end
+ * (dpp_reader_ahead_end), for the lane's read-ahead. */
 void dpp_lane_read(dpp_lane_t *l, const sl_wh_split_t *sp, uint32_t stripe,
-                   const sl_wh_reader_t *base);
+                   const sl_wh_reader_t *base, uint32_t ahead_end);
 /* Wait until l has read its stripe or, with or_free, until a lane is free
  * (to be given the next stripe first). @return true when l has read it
  * (or the worker is stopping). */

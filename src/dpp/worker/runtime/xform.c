@@ -33,6 +33,7 @@ void dpp_worker_close_table_reader(sl_worker_t *w, sl_wh_reader_t *r)
     sl_mutex_lock(&w->mu);
     w->st.read_ahead += rs.read_ahead;
     w->st.read_ahead_skipped += rs.read_ahead_skipped;
+    w->st.read_ahead_dropped += rs.read_ahead_dropped;
     sl_mutex_unlock(&w->mu);
     sl_wh_reader_close(r);
 }

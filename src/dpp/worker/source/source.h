@@ -173,6 +173,12 @@ typedef struct sl_worker_source {
      * that stopped being live mid-way or whose split failed. */
     void (*done)(void *ctx, const sl_worker_work_t *w, const sl_dpp_row_range_t *empty,
                  uint32_t num_empty);
+    /* The split of the unit next hands out i + 1 calls from now (i = 0:
+     * the very next one), when the source knows it now; NULL when not
+     * (may be NULL itself: never known). From the reader thread only, as
+     * next: for the read-ahead of a file's stripes across splits
+     * (sl_wh_reader_set_ahead_end). */
+    const sl_wh_split_t *(*peek)(void *ctx, uint32_t i);
     /* Frees ctx (may be NULL). */
     void (*destroy)(void *ctx);
     /* Wake and stop: next returns SL_ERR_CLOSED from now on and the

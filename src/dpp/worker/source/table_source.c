@@ -60,6 +60,15 @@ static sl_err_t local_next(void *ctx, sl_worker_work_t *out, sl_error_t *err)
     return SL_OK;
 }
 
+/* Within the epoch only: the next epoch's order is drawn when it begins. */
+static const sl_wh_split_t *local_peek(void *ctx, uint32_t i)
+{
+    local_source_t *s = ctx;
+    uint32_t n = s->splits->count;
+    if (s->epoch >= s->epochs || s->next >= n || i >= n - s->next) return NULL;
+    return &s->splits->items[s->order[s->next + i]];
+}
+
 static void local_destroy(void *ctx)
 {
     local_source_t *s = ctx;
@@ -85,7 +94,7 @@ sl_err_t sl_worker_source_table_new(const sl_wh_splits_t *splits, uint32_t epoch
         return sl_error_set(err, SL_ERR_NOMEM, "split source: out of memory");
     }
     local_order(s);
-    *out =
-        (sl_worker_source_t){.next = local_next, .done = NULL, .destroy = local_destroy, .ctx = s};
+    *out = (sl_worker_source_t){
+        .next = local_next, .done = NULL, .peek = local_peek, .destroy = local_destroy, .ctx = s};
     return SL_OK;
 }
