@@ -3,6 +3,9 @@
 #include "encoding.h"
 
 #include <string.h>
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "common/err.h"
 #include "common/fileio.h"
@@ -342,8 +345,23 @@ sl_err_t sl_pq_rle_valid(sl_pq_rle_t *r, uint32_t max, uint8_t *valid, uint32_t 
  * index: the sign of n - 1 - x in 64 bits, ORed (vectorised with SSE2). */
 static bool indices_below(const uint32_t *idx, uint32_t k, uint32_t n)
 {
+    uint32_t i = 0;
+#if defined(__x86_64__) && defined(__SSE2__)
+    /* 4 at a time (the plain loop is not vectorised at -O2): x >= n as a
+     * signed compare of both with the top bit flipped */
+    if (n > 0) {
+        const __m128i flip = _mm_set1_epi32((int)0x80000000u);
+        const __m128i top = _mm_set1_epi32((int)((n - 1) ^ 0x80000000u));
+        __m128i bad4 = _mm_setzero_si128();
+        for (; i + 4 <= k; i += 4) {
+            __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(idx + i)), flip);
+            bad4 = _mm_or_si128(bad4, _mm_cmpgt_epi32(x, top));
+        }
+        if (_mm_movemask_epi8(bad4) != 0) return false;
+    }
+#endif
     uint64_t bad = 0;
-    for (uint32_t i = 0; i < k; i++)
+    for (; i < k; i++)
         bad |= (uint64_t)n - 1 - idx[i];
     return (bad >> 63) == 0;
 }

@@ -8,6 +8,7 @@
  * batches cut at every kind of place. */
 #include <criterion/criterion.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -397,5 +398,48 @@ Test(parquet_levels_fast, list_pass_of_64_levels_as_one_at_a_time)
         sl_pq_file_destroy(file);
         free(f.b);
         free_rows(&t);
+    }
+}
+
+Test(parquet_levels_fast, dictionary_index_out_of_range_anywhere_in_a_group)
+{
+    /* a bit-packed run of 64 indices of 10 bits into a dictionary of n
+     * entries: all below n gather exactly; one at n (or the largest the
+     * width holds) at any of the 64 places is refused, naming it */
+    static int64_t dict[1024];
+    for (uint32_t i = 0; i < 1024; i++)
+        dict[i] = (int64_t)i * 7 - 3;
+    static const uint32_t sizes[] = {1, 5, 8, 1000, 1023};
+    for (unsigned s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        uint32_t n = sizes[s];
+        for (int bad_at = -1; bad_at < 64; bad_at++) {
+            for (unsigned big = 0; big < 2; big++) {
+                uint8_t buf[1 + 64 * 10 / 8] = {8 << 1 | 1}; /* 8 groups */
+                uint32_t idx[64];
+                for (uint32_t i = 0; i < 64; i++) {
+                    idx[i] = (i * 37 + 11) % n;
+                    if ((int)i == bad_at) idx[i] = big ? 1023 : n;
+                    for (unsigned b = 0; b < 10; b++)
+                        if (idx[i] >> b & 1)
+                            buf[1 + (i * 10 + b) / 8] |= (uint8_t)(1u << ((i * 10 + b) % 8));
+                }
+                sl_pq_rle_t r;
+                sl_pq_rle_init(&r, buf, sizeof buf, 10);
+                int64_t out[64];
+                sl_error_t err = {0};
+                sl_err_t rc = sl_pq_rle_gather_i64(&r, dict, n, out, 64, &err);
+                if (bad_at < 0 || idx[bad_at] < n) {
+                    cr_assert_eq(rc, SL_OK, "n %u: %s", n, err.msg);
+                    for (uint32_t i = 0; i < 64; i++)
+                        cr_assert_eq(out[i], dict[idx[i]], "n %u index %u", n, i);
+                } else {
+                    char want[128];
+                    snprintf(want, sizeof want,
+                             "dictionary index %u out of range (dictionary of %u)", idx[bad_at], n);
+                    cr_assert_eq(rc, SL_ERR_CORRUPT, "n %u bad at %d", n, bad_at);
+                    cr_assert_str_eq(err.msg, want);
+                }
+            }
+        }
     }
 }
