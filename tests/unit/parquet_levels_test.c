@@ -1,11 +1,12 @@
 /* The fast paths of the Parquet reader's levels against the general ones
  * on randomised pages (the seed is printed; SLUICE_TEST_SEED replays it):
  * levels decoded into bytes (sl_pq_rle_get_u8) against the same levels
- * decoded into uint32 (sl_pq_rle_get), and the list pass that takes 64
- * levels at once against the one that takes one level at a time (the
- * reader's level_by_level), both against the rows the page was made of:
- * null lists, empty lists, null elements, long runs and bit-packed groups,
- * batches cut at every kind of place. */
+ * decoded into uint32 (sl_pq_rle_get), and the list passes that take 64
+ * levels at once (from the runs as bit masks, and from level bytes, the
+ * path of required elements) against the one that takes one level at a
+ * time (the reader's level_by_level), both against the rows the page was
+ * made of: null lists, empty lists, null elements, long runs and
+ * bit-packed groups, batches cut at every kind of place. */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -156,12 +157,13 @@ typedef struct rows {
     uint8_t *valid;   /* [slots] */
     int64_t *slotval; /* [slots]: 0 for a null element */
     uint32_t slots;
+    bool required; /* required elements: max_def 2, levels checked one by one */
 } rows_t;
 
 /* n rows of an optional list of optional int64 (max_def 3, element at
- * 2): stretches of single elements (the reader's whole-row path), of
- * lists of 0 to 6 elements, of null or empty lists, of null elements. */
-static void make_rows(rows_t *t, uint32_t n, uint64_t *rng)
+ * 2; required elements: max_def 2, never null): stretches of single elements (the reader's
+ * whole-row path), of lists of 0 to 6 elements, of null or empty lists, of null elements. */
+static void make_rows(rows_t *t, uint32_t n, bool required, uint64_t *rng)
 {
     memset(t, 0, sizeof *t);
     size_t cap = (size_t)n * 8 + 8;
@@ -174,6 +176,7 @@ static void make_rows(rows_t *t, uint32_t n, uint64_t *rng)
     t->slotval = malloc(cap * 8);
     cr_assert(t->rep && t->def && t->vals && t->off && t->lvalid && t->valid && t->slotval);
     t->n = n;
+    t->required = required;
     uint32_t r = 0;
     while (r < n) {
         uint32_t stretch = 1 + (uint32_t)tu_below(rng, 300), kind = (uint32_t)tu_below(rng, 5);
@@ -207,10 +210,10 @@ static void make_rows(rows_t *t, uint32_t n, uint64_t *rng)
                 continue;
             }
             for (uint32_t e = 0; e < len; e++) {
-                bool ok = nulls == 0 || tu_below(rng, 3) != 0;
+                bool ok = required || nulls == 0 || tu_below(rng, 3) != 0;
                 int64_t x = (int64_t)tu_below(rng, 1000000);
                 t->rep[t->levels] = e == 0 ? 0 : 1;
-                t->def[t->levels++] = ok ? 3 : 2;
+                t->def[t->levels++] = ok ? (required ? 2 : 3) : 2;
                 t->valid[t->slots] = ok;
                 t->slotval[t->slots++] = ok ? x : 0;
                 if (ok) t->vals[t->nvals++] = x;
@@ -231,7 +234,8 @@ static void free_rows(rows_t *t)
     free(t->slotval);
 }
 
-/* A file of one column "l" (optional list, optional int64 elements) in
+/* A file of one column "l" (optional list, optional or required int64
+ * elements) in
  * one row group of pages of at most page_levels levels each (pages start
  * at row starts), uncompressed v1, PLAIN values. */
 static void list_file(w_t *f, const rows_t *t, uint32_t page_levels, uint64_t *rng)
@@ -244,7 +248,7 @@ static void list_file(w_t *f, const rows_t *t, uint32_t page_levels, uint64_t *r
             end++;
         uint32_t nv = 0;
         for (uint32_t i = lv; i < end; i++)
-            nv += t->def[i] == 3;
+            nv += t->def[i] == (t->required ? 2 : 3);
         w_t rep = {0}, def = {0}, page = {0};
         hybrid(&rep, t->rep + lv, end - lv, 1, rng);
         hybrid(&def, t->def + lv, end - lv, 2, rng);
@@ -292,8 +296,8 @@ static void list_file(w_t *f, const rows_t *t, uint32_t page_levels, uint64_t *r
     fbin(&m, 1, "list");
     fint(&m, 1, SL_PQ_T_I32, 1);
     byte(&m, 0);
-    fint(&m, 1, SL_PQ_T_I32, SL_PQ_INT64); /* element: optional int64 */
-    fint(&m, 2, SL_PQ_T_I32, 1);
+    fint(&m, 1, SL_PQ_T_I32, SL_PQ_INT64); /* element: optional (or required) int64 */
+    fint(&m, 2, SL_PQ_T_I32, t->required ? 0 : 1);
     fbin(&m, 1, "element");
     byte(&m, 0);
     fint(&m, 1, SL_PQ_T_I64, t->n); /* num_rows */
@@ -337,7 +341,7 @@ Test(parquet_levels_fast, list_pass_of_64_levels_as_one_at_a_time)
     uint64_t rng = seed;
     for (unsigned round = 0; round < 12; round++) {
         rows_t t;
-        make_rows(&t, 2000 + (uint32_t)tu_below(&rng, 20000), &rng);
+        make_rows(&t, 2000 + (uint32_t)tu_below(&rng, 20000), round % 3 == 2, &rng);
         w_t f = {0};
         /* pages of a few levels to more than the reader's level scratch */
         uint32_t page_levels = tu_below(&rng, 2) ? 100 + (uint32_t)tu_below(&rng, 2000) : 1u << 20;
