@@ -14,6 +14,9 @@ pyarrow's read (`time.process_time`), the figures to compare on a machine
 whose cores are shared. `--baseline-sluice` adds a round of another
 build's worker on the same file (before / after a change, same run).
 Prints each round and the medians; figures only, never pass or fail.
+`--ab` runs only the two builds' workers on the Parquet file, a pair a
+round, and prints their CPU and its ratio (a step's effect under the load
+of the moment, which moves the absolute figures more than the step).
 
 Run in the venv of ops/parquet-venv, from the source tree:
 
@@ -93,7 +96,13 @@ def main():
     ap.add_argument("--sluice", default="build/sluice")
     ap.add_argument("--baseline-sluice", help="another build's sluice, one more worker round")
     ap.add_argument("--file", help="read this file (written by parquet_read.py) instead")
+    ap.add_argument("--ab", action="store_true",
+                    help="only the two builds' workers on the Parquet file, a pair a round "
+                         "(--baseline-sluice first, then --sluice): each one's CPU ms and their "
+                         "ratio, and the median ratio (small steps, measured under the same load)")
     args = ap.parse_args()
+    if args.ab and not args.baseline_sluice:
+        raise SystemExit("--ab needs --baseline-sluice")
     tmp = tempfile.mkdtemp(prefix="sluice-pqsource-")
     try:
         path = args.file or os.path.join(tmp, "data.parquet")
@@ -118,6 +127,18 @@ def main():
         nrows = pq.ParquetFile(path).metadata.num_rows
         print(f"rows {nrows}, file {os.path.getsize(path) / 1e6:.1f} MB (zstd), "
               f"{pq.ParquetFile(path).num_row_groups} row groups; 1 thread each")
+        if args.ab:
+            ratios = []
+            for r in range(args.rounds):
+                _, base_cpu = worker_round(args.baseline_sluice, specs["parquet"], tmp)
+                _, cpu = worker_round(args.sluice, specs["parquet"], tmp)
+                ratios.append(cpu / base_cpu)
+                print(f"round {r}: baseline {base_cpu * 1e3:.1f} ms CPU, this build "
+                      f"{cpu * 1e3:.1f} ms CPU ({cpu / nrows * 1e6:.3f} us/row), "
+                      f"ratio {cpu / base_cpu:.3f}")
+            print(f"median CPU ratio this build / baseline {statistics.median(ratios):.3f} "
+                  f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
+            return
         runs = [("parquet", args.sluice, "parquet"), ("table", args.sluice, "table")]
         if args.baseline_sluice:
             runs.append(("baseline", args.baseline_sluice, "parquet"))

@@ -60,8 +60,12 @@ struct sl_pq_reader {
     uint64_t bss_count, bss_pos;
 
     /* level scratch */
-    uint32_t lv_def[SL_PQ_LEVEL_CHUNK], lv_rep[SL_PQ_LEVEL_CHUNK], idx[SL_PQ_LEVEL_CHUNK];
+    uint8_t lv_def[SL_PQ_LEVEL_CHUNK], lv_rep[SL_PQ_LEVEL_CHUNK]; /* levels fit: depth <= 64 */
+    uint32_t idx[SL_PQ_LEVEL_CHUNK];
     uint32_t lv_len, lv_pos;
+    /* Tests only: the list pass goes one level at a time, never 64 at once
+     * (the two must give the same batches). */
+    bool level_by_level;
 
     /* output */
     sl_pq_batch_t b;

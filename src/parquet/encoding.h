@@ -39,6 +39,9 @@ void sl_pq_rle_init(sl_pq_rle_t *r, const uint8_t *p, size_t len, unsigned width
 /* Decode exactly n values into out. @return SL_OK, or SL_ERR_TRUNCATED /
  * SL_ERR_CORRUPT when the runs end first or are malformed. */
 sl_err_t sl_pq_rle_get(sl_pq_rle_t *r, uint32_t *out, uint32_t n, sl_error_t *err);
+/* The same values into bytes, for a width of at most 8 bits (levels:
+ * a schema is at most 64 deep); SL_ERR_INVALID for a wider one. */
+sl_err_t sl_pq_rle_get_u8(sl_pq_rle_t *r, uint8_t *out, uint32_t n, sl_error_t *err);
 /* *count: the values left in the current run when it is a repeated one
  * (the next run is started when the current one is used up), *value its
  * value; *count 0 when the run is bit-packed. @return SL_OK, or the next
