@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
+#include "common/parse.h"
 #include "trainer/fleet_internal.h"
 #include "trainer/reorder.h"
 
@@ -125,6 +126,17 @@ sl_err_t sl_trainer_connect(const sl_trainer_opts_t *opts, sl_trainer_t **out, s
     t->prefetch = opts->prefetch ? opts->prefetch : 4;
     const char *shm_env = getenv("SLUICE_TRAINER_SHM");
     t->shm = !opts->no_shm && !(shm_env && strcmp(shm_env, "0") == 0);
+    t->ack_ms = TR_ACK_MS_DEFAULT;
+    const char *every_env = getenv("SLUICE_TRAINER_ACK_EVERY");
+    const char *ms_env = getenv("SLUICE_TRAINER_ACK_MS");
+    if ((every_env && every_env[0] &&
+         sl_parse_u32(every_env, 1, UINT32_MAX, &t->ack_every, "$SLUICE_TRAINER_ACK_EVERY", err) !=
+             SL_OK) ||
+        (ms_env && ms_env[0] &&
+         sl_parse_u32(ms_env, 0, 3600000, &t->ack_ms, "$SLUICE_TRAINER_ACK_MS", err) != SL_OK)) {
+        destroy(t);
+        return sl_error_prefix(err, "trainer: ");
+    }
     t->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 5000;
     t->reconnect_ms = opts->reconnect_ms == 0 ? 30000 : opts->reconnect_ms;
     t->rank = opts->rank;

@@ -67,7 +67,12 @@ void tr_item_leave_locked(sl_trainer_t *t, tr_item_t *it, bool free_batch)
         return;
     }
     /* One credit back keeps held + in flight <= window on the current
-     * connection; a connection that opens later grants window - held. */
+     * connection; a connection that opens later grants window - held.
+     * Master mode withholds it with the acks (tr_conn_later_locked). */
+    if (t->fleet) {
+        tr_conn_later_locked(t, c, 0, true);
+        return;
+    }
     sl_mutex_lock(&c->send_mu);
     if (c->fd >= 0 && c->send_ready && !c->stop) {
         Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;

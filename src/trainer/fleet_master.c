@@ -256,7 +256,10 @@ static void on_commit_reply(sl_trainer_t *t, const Sluice__Control__CommitReply 
     if (it) {
         /* Answered either way: the worker may let the batch go (once:
          * a held batch is asked about again). */
-        if (!it->acked) tr_conn_ack_locked(t, it->conn, it->delivery_id);
+        if (!it->acked && t->order)
+            tr_conn_ack_locked(t, it->conn, it->delivery_id);
+        else if (!it->acked)
+            tr_conn_later_locked(t, it->conn, it->delivery_id, false);
         it->acked = true;
         bool committed =
             r->result == SLUICE__CONTROL__COMMIT_REPLY__RESULT__COMMITTED && t->state != TR_FAILED;
@@ -412,6 +415,8 @@ void *fl_master_main(void *arg)
         int ask_ms = fl_equal_tick(t, now); /* batches held for the equal-batches quota */
         tr_order_check_stall(t, now);       /* the deterministic order: a long wait logged */
         if (ask_ms < wait_ms) wait_ms = ask_ms;
+        int ack_ms = tr_conns_flush_due(t, now); /* withheld acks and credits */
+        if (ack_ms < wait_ms) wait_ms = ack_ms;
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int n = poll(&p, 1, wait_ms);
         if (n == 0 || (n < 0 && errno == EINTR)) continue;

@@ -112,8 +112,12 @@ struct tr_conn {
     bool send_ready;          /* handshake done: acks and credits may go out */
     uint32_t window;          /* min(prefetch, WELCOME max_credits) */
     _Atomic uint64_t granted; /* credits granted on the current connection */
-    uint64_t *pending;        /* acks that could not be sent, sent first on the next connection */
+    /* acks not sent yet: withheld (master mode: tr_conn_ack_later_locked),
+     * or that could not be sent; the next connection sends them first */
+    uint64_t *pending;
     uint32_t npending, pending_cap;
+    uint32_t credits_later;  /* credits withheld on the current connection (master mode) */
+    uint64_t later_since_ns; /* when the oldest withheld ack or credit was; 0: none */
     /* Shared-memory hand-over (the connection's thread's, or connect's
      * before it starts): what WELCOME offered, and the worker's heap mapped
      * for the current connection (base NULL: not attached) */
@@ -143,6 +147,12 @@ struct sl_trainer {
     sl_rpc_limits_t rpc_limits;
     char *secret; /* the cluster secret (rpc/auth.h), NULL: none */
     bool shm;     /* offer the shared-memory hand-over (opts.no_shm, $SLUICE_TRAINER_SHM) */
+    /* Master mode: a worker gets acks and credits ack_every at a time (0:
+     * half its window; never more), or once the oldest waited ack_ms
+     * (docs/PROTOCOL.md "Acknowledgement and redelivery";
+     * $SLUICE_TRAINER_ACK_EVERY, $SLUICE_TRAINER_ACK_MS) */
+    uint32_t ack_every, ack_ms;
+#define TR_ACK_MS_DEFAULT 5 /* a lease's last acks (its SPLIT_READ waits for them) */
 
     sl_mutex_t mu;
     pthread_cond_t cv; /* queue grew, state changed, a connection stopped, closing */
@@ -319,5 +329,20 @@ void tr_conn_free(tr_conn_t *c);
  * (bounded: beyond pending_cap the ack is lost and the worker delivers that
  * batch once more). Caller holds t->mu (t is c->t). */
 void tr_conn_ack_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id) SL_REQUIRES(t->mu);
+
+/* Master mode: the ACK of delivery_id (its commit was answered) and, with
+ * credit, one credit back, withheld until c has k of either (k =
+ * t->ack_every, at most half its window, at least 1) or the oldest waited
+ * t->ack_ms; then all go out at once, an ACK and a REQUEST back to back
+ * (one wake-up of the worker's connection instead of two per batch). An
+ * ACK's meaning is unchanged: only when it is sent moves. delivery_id 0: a
+ * credit only. Caller holds t->mu. */
+void tr_conn_later_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id, bool credit)
+    SL_REQUIRES(t->mu);
+
+/* Send what every connection withheld for t->ack_ms or longer (the master
+ * thread, each time it wakes). @return ms until the next is due, INT32_MAX
+ * when nothing is withheld. Takes t->mu. */
+int tr_conns_flush_due(sl_trainer_t *t, uint64_t now_ns) SL_EXCLUDES(t->mu);
 
 #endif

@@ -61,12 +61,95 @@ void tr_conn_free(tr_conn_t *c)
     sl_free(a, c, sizeof *c);
 }
 
+/* Under send_mu: send c's withheld acks (as one ACK) and credits (as one
+ * REQUEST) now, back to back. An ACK that cannot be sent stays pending for
+ * the next connection; withheld credits die with the connection (the next
+ * one grants window - held, which counts them). */
+static void flush_locked(tr_conn_t *c, bool credits) SL_REQUIRES(c->send_mu)
+{
+    c->later_since_ns = 0;
+    if (c->fd < 0 || !c->send_ready) {
+        c->credits_later = 0;
+        return;
+    }
+    sl_err_t rc = SL_OK;
+    if (c->npending > 0) {
+        Sluice__Dpp__Ack ack = SLUICE__DPP__ACK__INIT;
+        ack.n_delivery_ids = c->npending;
+        ack.delivery_ids = c->pending;
+        rc = sl_rpc_send(c->fd, SL_RPC_ACK, &ack.base, NULL, 0, NULL);
+        if (rc == SL_OK) c->npending = 0;
+    }
+    if (rc == SL_OK && credits && c->credits_later > 0) {
+        Sluice__Dpp__Request req = SLUICE__DPP__REQUEST__INIT;
+        req.credits = c->credits_later;
+        atomic_fetch_add(&c->granted, c->credits_later);
+        rc = sl_rpc_send(c->fd, SL_RPC_REQUEST, &req.base, NULL, 0, NULL);
+    }
+    c->credits_later = 0;
+    /* a failed send leaves the stream out of step: the connection's thread
+     * sees the shutdown and reconnects */
+    if (rc != SL_OK) shutdown(c->fd, SHUT_RDWR);
+}
+
+/* How many acks or credits c withholds at most. Under send_mu. */
+static uint32_t later_every(const sl_trainer_t *t, const tr_conn_t *c) SL_REQUIRES(c->send_mu)
+{
+    /* never more than half the window: the worker keeps at least the other
+     * half to send ahead */
+    uint32_t half = c->window / 2 > 0 ? c->window / 2 : 1;
+    uint32_t k = t->ack_every > 0 && t->ack_every < half ? t->ack_every : half;
+    return k;
+}
+
+void tr_conn_later_locked(sl_trainer_t *t, tr_conn_t *c, uint64_t delivery_id, bool credit)
+{
+    sl_mutex_lock(&c->send_mu);
+    /* bounded like any pending ack: past pending_cap it is lost and the
+     * worker delivers that batch once more (its commit then answers
+     * OVERLAP); while connected fewer than window / 2 wait here */
+    if (delivery_id && c->npending < c->pending_cap) c->pending[c->npending++] = delivery_id;
+    if (credit && c->fd >= 0 && c->send_ready && !c->stop) c->credits_later++;
+    uint64_t now = sl_clock_ns();
+    if (c->later_since_ns == 0) c->later_since_ns = now;
+    uint32_t k = later_every(t, c);
+    if (c->npending >= k || c->credits_later >= k ||
+        now - c->later_since_ns >= (uint64_t)t->ack_ms * 1000000u) {
+        if (!c->stop) flush_locked(c, true);
+    }
+    sl_mutex_unlock(&c->send_mu);
+}
+
+int tr_conns_flush_due(sl_trainer_t *t, uint64_t now_ns)
+{
+    uint64_t wait_ns = UINT64_MAX, bound = (uint64_t)t->ack_ms * 1000000u;
+    sl_mutex_lock(&t->mu);
+    for (tr_conn_t *c = t->conns; c; c = c->next) {
+        sl_mutex_lock(&c->send_mu);
+        if (c->later_since_ns && (c->npending > 0 || c->credits_later > 0)) {
+            uint64_t age = now_ns - c->later_since_ns;
+            if (age >= bound) {
+                if (!c->stop) flush_locked(c, true);
+            } else if (bound - age < wait_ns) {
+                wait_ns = bound - age;
+            }
+        }
+        sl_mutex_unlock(&c->send_mu);
+    }
+    sl_mutex_unlock(&t->mu);
+    if (wait_ns == UINT64_MAX) return INT32_MAX;
+    return (int)((wait_ns + 999999u) / 1000000u);
+}
+
 void tr_conn_stop_locked(sl_trainer_t *t, tr_conn_t *c, const char *reason)
 {
     if (c->stop) return;
     c->stop = true;
     sl_mutex_lock(&c->send_mu);
     if (c->fd >= 0) {
+        /* withheld acks first: the worker may let those batches go (credits
+         * are no use any more) */
+        if (c->send_ready && c->npending > 0) flush_locked(c, false);
         if (c->send_ready) sl_rpc_send_goodbye(c->fd, reason);
         shutdown(c->fd, SHUT_RDWR); /* unblocks its receive or handshake */
     }
@@ -111,6 +194,7 @@ static int detach_locked(tr_conn_t *c)
     int fd = c->fd;
     c->fd = -1;
     c->send_ready = false;
+    c->credits_later = 0; /* the next connection grants window - held */
     sl_mutex_unlock(&c->send_mu);
     /* the mapping is the connection's (its thread's): a reconnect may find
      * another process behind the address */

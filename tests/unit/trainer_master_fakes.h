@@ -25,6 +25,7 @@
 #define FK_MAX_BATCHES 64
 #define FK_MAX_SPLITS 16
 #define FK_MAX_NONCES 1024
+#define FK_MAX_FRAMES 256
 
 /* ---- a fake worker ---- */
 
@@ -56,7 +57,20 @@ typedef struct fk_worker {
     uint8_t acked_id[4][FK_MAX_BATCHES]; /* per connection and batch */
     uint32_t connections, bad_acks, total_sent, total_acked;
     uint32_t acked_batches; /* batches acked at least once (atomic) */
+    /* every frame it read after HELLO, in order: 'R' with its credits, 'A'
+     * with its ids, 'G' (GOODBYE) */
+    char frame_type[FK_MAX_FRAMES];
+    uint32_t frame_count[FK_MAX_FRAMES];
+    uint32_t nframes;
 } fk_worker_t;
+
+static void fk_log_frame(fk_worker_t *w, char type, uint32_t count)
+{
+    if (w->nframes == FK_MAX_FRAMES) return;
+    w->frame_type[w->nframes] = type;
+    w->frame_count[w->nframes] = count;
+    w->nframes++;
+}
 
 /* Sample ids are split * 1000 + row: the test checks each arrives once. */
 static void fk_add(fk_worker_t *w, uint32_t split, uint64_t from, uint64_t to, uint64_t gen,
@@ -156,6 +170,7 @@ static void fk_worker_serve(fk_worker_t *w, int fd, uint32_t conn)
         if (f.type == SL_RPC_REQUEST) {
             const Sluice__Dpp__Request *rq = (const Sluice__Dpp__Request *)f.msg;
             credits += rq->credits;
+            fk_log_frame(w, 'R', rq->credits);
             if (rq->order_epoch > win_epoch ||
                 (rq->order_epoch == win_epoch && rq->order_g_limit > win_limit)) {
                 win_epoch = rq->order_epoch;
@@ -163,6 +178,7 @@ static void fk_worker_serve(fk_worker_t *w, int fd, uint32_t conn)
             }
         } else if (f.type == SL_RPC_ACK) {
             Sluice__Dpp__Ack *a = (Sluice__Dpp__Ack *)f.msg;
+            fk_log_frame(w, 'A', (uint32_t)a->n_delivery_ids);
             for (size_t k = 0; k < a->n_delivery_ids; k++) {
                 uint64_t id = a->delivery_ids[k];
                 uint32_t i = (uint32_t)((id - 1) % 1000), c = (uint32_t)((id - 1) / 1000);
@@ -175,6 +191,7 @@ static void fk_worker_serve(fk_worker_t *w, int fd, uint32_t conn)
                 __atomic_add_fetch(&w->total_acked, 1, __ATOMIC_SEQ_CST);
             }
         } else if (f.type == SL_RPC_GOODBYE) {
+            fk_log_frame(w, 'G', 0);
             sl_rpc_frame_free(&f);
             return;
         }

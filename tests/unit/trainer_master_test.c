@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "sluice/trainer.h"
 #include "testutil.h"
 #include "trainer_master_fakes.h"
@@ -369,4 +370,161 @@ Test(trainer_master, refusals_and_bad_options)
     cr_assert_eq(sl_trainer_connect(&o, &t, &err), SL_ERR_IO, "%s", err.msg);
     cr_assert(strstr(err.msg, "master "), "%s", err.msg);
     cr_assert_eq(sl_trainer_resume_token(NULL, 0, NULL, NULL, &err), SL_ERR_INVALID);
+}
+
+/* ---- acks and credits withheld (docs/PROTOCOL.md "Acknowledgement and
+ * redelivery") ---- */
+
+static sl_trainer_stats_t stats_of(sl_trainer_t *t)
+{
+    sl_trainer_stats_t st;
+    sl_trainer_stats(t, &st);
+    return st;
+}
+
+/* Wait (bounded) until the client holds `queued` committed batches. */
+static void wait_queued(sl_trainer_t *t, uint32_t queued)
+{
+    for (int i = 0; i < wait_ms() / 5 && stats_of(t).queued != queued; i++) {
+        struct timespec tick = {0, 5 * 1000000};
+        nanosleep(&tick, NULL);
+    }
+    cr_assert_eq(stats_of(t).queued, queued);
+}
+
+static void take(sl_trainer_t *t, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        sl_batch_t *b = NULL;
+        sl_error_t err = {0};
+        cr_assert_eq(sl_trainer_next(t, wait_ms(), &b, &err), SL_OK, "%s", err.msg);
+        sl_trainer_release(t, b);
+    }
+}
+
+/* The frames worker w read, as text: "R8 A4 ..." */
+static void frames_text(const fk_worker_t *w, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (uint32_t i = 0; i < w->nframes && n < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%c%u", i ? " " : "", w->frame_type[i],
+                              w->frame_count[i]);
+}
+
+/* A window of 8: the worker hears acks and credits 4 at a time (half the
+ * window), never one frame per batch. The application takes batches in
+ * steps so that what each frame carries is fixed: the first 8 commits (two
+ * ACKs of 4), 4 taken (a REQUEST of 4), 4 more committed (an ACK of 4),
+ * and so on; the time bound is an hour here, so only the counts send. */
+Test(trainer_master, acks_and_credits_go_half_a_window_at_a_time)
+{
+    setenv("SLUICE_TRAINER_ACK_MS", "3600000", 1);
+    fk_master_t m = {.job = JOB, .splits = 4, .rows_per_split = 40};
+    fk_worker_t w = {.id = "wa", .job = JOB};
+    for (uint32_t s = 0; s < 4; s++)
+        for (uint64_t r = 0; r < 40; r += 10)
+            fk_add(&w, s, r, r + 10, 1, 0);
+    fk_worker_start(&w);
+    fk_master_start(&m);
+    fk_master_add_worker(&m, &w);
+    sl_trainer_t *t = attach(&m, 8, 0, 1);
+    wait_queued(t, 8);
+    take(t, 4);
+    wait_queued(t, 8);
+    take(t, 4);
+    wait_queued(t, 8);
+    take(t, 8);
+    sl_batch_t *b = NULL;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_next(t, wait_ms(), &b, &err), SL_ERR_CLOSED, "%s", err.msg);
+    sl_trainer_close(t);
+    fk_worker_stop(&w);
+    fk_master_stop(&m);
+    char got[512];
+    frames_text(&w, got, sizeof got);
+    cr_assert_str_eq(got, "R8 A4 A4 R4 A4 R4 A4 R4 R4 G0");
+    cr_assert_eq(w.total_sent, 16);
+    cr_assert_eq(w.total_acked, 16);
+    expect_every_delivery_acked(&w, 0);
+}
+
+/* Fewer acks than half the window go out once the oldest waited
+ * $SLUICE_TRAINER_ACK_MS (the master thread's timer: no batch is taken
+ * here), and a client that closes sends what it withheld before its
+ * GOODBYE. $SLUICE_TRAINER_ACK_EVERY=1 is one ACK and one REQUEST per
+ * batch, as before; a value that is not a number is refused by name. */
+Test(trainer_master, withheld_acks_go_after_ack_ms_and_before_goodbye)
+{
+    uint32_t bound_ms = (uint32_t)(tu_timeout(1) * 1000);
+    char env[32];
+    snprintf(env, sizeof env, "%u", bound_ms);
+    setenv("SLUICE_TRAINER_ACK_MS", env, 1);
+    fk_master_t m = {.job = JOB, .splits = 1, .rows_per_split = 20};
+    fk_worker_t w = {.id = "wa", .job = JOB};
+    fk_add(&w, 0, 0, 10, 1, 0);
+    fk_add(&w, 0, 10, 20, 1, 0);
+    fk_worker_start(&w);
+    fk_master_start(&m);
+    fk_master_add_worker(&m, &w);
+    sl_trainer_t *t = attach(&m, 8, 0, 1);
+    uint64_t t0 = sl_clock_ms();
+    wait_queued(t, 2);
+    cr_assert_eq(__atomic_load_n(&w.acked_batches, __ATOMIC_SEQ_CST), 0, "acks withheld");
+    for (int i = 0; i < wait_ms() / 5 && !fk_worker_idle(&w); i++) {
+        struct timespec tick = {0, 5 * 1000000};
+        nanosleep(&tick, NULL);
+    }
+    cr_assert(fk_worker_idle(&w), "the timer sent the withheld acks");
+    cr_assert_geq(sl_clock_ms() - t0, bound_ms);
+    sl_trainer_close(t);
+    fk_worker_stop(&w);
+    char got[512];
+    frames_text(&w, got, sizeof got);
+    cr_assert_str_eq(got, "R8 A2 G0");
+
+    /* closing: the acks before GOODBYE */
+    setenv("SLUICE_TRAINER_ACK_MS", "3600000", 1);
+    fk_worker_t w2 = {.id = "wb", .job = JOB};
+    fk_add(&w2, 0, 0, 10, 1, 0);
+    fk_add(&w2, 0, 10, 20, 1, 0);
+    fk_worker_start(&w2);
+    fk_master_stop(&m);
+    fk_master_t m2 = {.job = JOB, .splits = 1, .rows_per_split = 20};
+    fk_master_start(&m2);
+    fk_master_add_worker(&m2, &w2);
+    t = attach(&m2, 8, 0, 1);
+    wait_queued(t, 2);
+    sl_trainer_close(t);
+    fk_worker_stop(&w2);
+    frames_text(&w2, got, sizeof got);
+    cr_assert_str_eq(got, "R8 A2 G0");
+    expect_every_delivery_acked(&w2, 0);
+
+    /* one of each per batch */
+    setenv("SLUICE_TRAINER_ACK_EVERY", "1", 1);
+    fk_worker_t w3 = {.id = "wc", .job = JOB};
+    fk_add(&w3, 0, 0, 10, 1, 0);
+    fk_add(&w3, 0, 10, 20, 1, 0);
+    fk_worker_start(&w3);
+    fk_master_stop(&m2);
+    fk_master_t m3 = {.job = JOB, .splits = 1, .rows_per_split = 20};
+    fk_master_start(&m3);
+    fk_master_add_worker(&m3, &w3);
+    t = attach(&m3, 8, 0, 1);
+    wait_queued(t, 2);
+    take(t, 2);
+    sl_trainer_close(t);
+    fk_worker_stop(&w3);
+    frames_text(&w3, got, sizeof got);
+    cr_assert_str_eq(got, "R8 A1 A1 R1 R1 G0");
+
+    setenv("SLUICE_TRAINER_ACK_EVERY", "4x", 1);
+    sl_trainer_opts_t o = sl_trainer_opts_default();
+    o.master = m3.addr;
+    o.job_id = JOB;
+    sl_error_t err = {0};
+    cr_assert_eq(sl_trainer_connect(&o, &t, &err), SL_ERR_INVALID, "%s", err.msg);
+    cr_assert(strstr(err.msg, "trainer: $SLUICE_TRAINER_ACK_EVERY '4x'"), "%s", err.msg);
+    fk_master_stop(&m3);
 }
