@@ -485,3 +485,72 @@ sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_
     map->dense(map->ctx, &fill, 1, 1, 0);
     return scatter_column(d, vals, present, out, cols, N, map, fill, err);
 }
+
+/* ---- the dense matrix ---- */
+
+/* Rows [0, n) of the D column-major columns (column c at cols + c * N)
+ * into the row-major rows at o, one column at a time: one 4-byte store per
+ * value, a stride of D floats apart. */
+static void transpose_scalar(float *o, const float *cols, uint32_t N, uint32_t D, uint32_t n)
+{
+    for (uint32_t c = 0; c < D; c++) {
+        const float *col = cols + (size_t)c * N;
+        for (uint32_t i = 0; i < n; i++)
+            o[(size_t)i * D + c] = col[i];
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+/* The same for D >= 8 with AVX2, 8 rows x 8 columns at a time: eight
+ * column loads, an 8x8 transpose in registers, eight row stores (the
+ * scalar loop spent ~2.5 cycles per value on its strided stores, 5 % of a
+ * criteo reader thread). The column groups start at 0, 8, ... and the last
+ * at D - 8, so that it may overlap the one before it: those values are
+ * written twice, with the same bits. @return the rows done (a multiple of
+ * 8). */
+__attribute__((target("avx2"))) static uint32_t transpose_avx2(float *o, const float *cols,
+                                                               uint32_t N, uint32_t D, uint32_t n)
+{
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (uint32_t c0 = 0;; c0 += 8) {
+            if (c0 + 8 > D) c0 = D - 8;
+            const float *s = cols + (size_t)c0 * N + i;
+            __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + N);
+            __m256 r2 = _mm256_loadu_ps(s + 2 * (size_t)N), r3 = _mm256_loadu_ps(s + 3 * (size_t)N);
+            __m256 r4 = _mm256_loadu_ps(s + 4 * (size_t)N), r5 = _mm256_loadu_ps(s + 5 * (size_t)N);
+            __m256 r6 = _mm256_loadu_ps(s + 6 * (size_t)N), r7 = _mm256_loadu_ps(s + 7 * (size_t)N);
+            __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+            __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+            __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+            __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float *d = o + (size_t)i * D + c0;
+            _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(d + D, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(d + 2 * (size_t)D, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(d + 3 * (size_t)D, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(d + 4 * (size_t)D, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(d + 5 * (size_t)D, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(d + 6 * (size_t)D, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(d + 7 * (size_t)D, _mm256_permute2f128_ps(u3, u7, 0x31));
+            if (c0 + 8 >= D) break;
+        }
+    }
+    return i;
+}
+#endif
+
+/* Rows [r0, r0 + n) of the columns into the matrix rows at o. */
+void wh_transpose_rows(float *o, const float *cols, uint32_t N, uint32_t D, uint32_t r0, uint32_t n)
+{
+    uint32_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (D >= 8 && __builtin_cpu_supports("avx2")) i = transpose_avx2(o, cols + r0, N, D, n);
+#endif
+    transpose_scalar(o + (size_t)i * D, cols + r0 + i, N, D, n - i);
+}

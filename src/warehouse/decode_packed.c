@@ -282,6 +282,52 @@ sl_err_t wh_unpack_i64(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int
     return dict_gather(d, st, p, dst, true, map, err);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* Width-1 values (p's bits, least significant first) as 0 / 1, 8 per byte
+ * with AVX2: the byte broadcast, its bits selected one per lane. @return
+ * the values done (a multiple of 8). */
+__attribute__((target("avx2"))) static uint64_t bits_avx2(const uint8_t *p, uint64_t n,
+                                                          uint32_t *out)
+{
+    const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128), one = _mm256_set1_epi32(1);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i b = _mm256_set1_epi32(p[i >> 3]);
+        __m256i m = _mm256_cmpeq_epi32(_mm256_and_si256(b, sel), sel);
+        _mm256_storeu_si256((__m256i *)(void *)(out + i), _mm256_and_si256(m, one));
+    }
+    return i;
+}
+#endif
+
+/* A width-1 stream with base 0 (criteo's lengths: an id or none): the
+ * values are its bits, their sum the bits set, their maximum 1 if any is
+ * set. Unpacked in one pass and summed by popcount of the packed bytes,
+ * instead of unpacked in chunks and summed value by value (two passes
+ * over 4 bytes per value where this reads an eighth of a byte).
+ * @return the sum; *mx the maximum. */
+static uint64_t unpack_bits(const uint8_t *p, uint64_t n, uint32_t *out, uint64_t *mx)
+{
+    uint64_t i = 0, ones = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2")) i = bits_avx2(p, n, out);
+#endif
+    if (i < n) unpack_1(p + i / 8, n - i, out + i); /* i is a multiple of 8 */
+    uint64_t full = n / 64, x;
+    for (uint64_t j = 0; j < full; j++) {
+        memcpy(&x, p + 8 * j, 8);
+        ones += (uint64_t)__builtin_popcountll(x);
+    }
+    if (n % 64) { /* the last bits: 8 readable bytes (file comment), those past n masked off */
+        memcpy(&x, p + 8 * full, 8);
+        ones += (uint64_t)__builtin_popcountll(x & ((1ull << (n % 64)) - 1));
+    }
+    *mx = ones > 0;
+    return ones;
+}
+
 sl_err_t wh_unpack_i32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int32_t *dst,
                        int64_t hi, uint64_t *sum, sl_error_t *err)
 {
@@ -295,6 +341,10 @@ sl_err_t wh_unpack_i32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, int
         if (w == 0) {
             for (uint64_t i = 0; i < n; i++)
                 u[i] = ub;
+        }
+        if (w == 1 && ub == 0) {
+            total = unpack_bits(p, n, u, &mx);
+            w = 0; /* done: skip the chunks */
         }
         /* unpacked in place, then checked, summed and offset */
         for (uint64_t c = 0; w > 0 && c < n; c += CHUNK) {

@@ -329,12 +329,7 @@ static sl_err_t decode_dense(sl_wh_reader_t *r, uint32_t s, uint32_t N, sl_error
     if (direct) return SL_OK;
     for (uint32_t r0 = 0; r0 < N; r0 += TRANSPOSE_ROWS) {
         uint32_t n = N - r0 < TRANSPOSE_ROWS ? N - r0 : TRANSPOSE_ROWS;
-        float *o = out + (size_t)r0 * D;
-        for (uint32_t c = 0; c < D; c++) {
-            const float *src = cols + (size_t)c * N + r0;
-            for (uint32_t i = 0; i < n; i++)
-                o[(size_t)i * D + c] = src[i];
-        }
+        wh_transpose_rows(out + (size_t)r0 * D, cols, N, D, r0, n);
     }
     return SL_OK;
 }

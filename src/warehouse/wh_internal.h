@@ -362,6 +362,10 @@ sl_err_t wh_unpack_f32(wh_dec_t *d, const wh_stream_t *st, const uint8_t *p, flo
  * (NULL: none) and its dense function, every value and missing row as
  * map->dense makes it (a DICT column: its dictionary and one NaN mapped,
  * then gathered). */
+/* Rows [r0, r0 + n) of D float columns, column-major with N rows each
+ * (column c at cols + c * N), into the row-major rows at o ([n, D]). */
+void wh_transpose_rows(float *o, const float *cols, uint32_t N, uint32_t D, uint32_t r0,
+                       uint32_t n);
 sl_err_t wh_decode_column(wh_dec_t *d, const wh_stream_t *vals, const wh_stream_t *present,
                           float *out, uint32_t cols, uint32_t N, const sl_wh_value_map_t *map,
                           sl_error_t *err);
