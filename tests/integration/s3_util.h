@@ -141,8 +141,13 @@ SU_FN int su_main(int argc, char *argv[])
  * next `delays` are held delay_ms before being passed on. Any other is
  * passed to the upstream server with "Connection: close" added (not a
  * signed header, so the signature still holds) and its answer relayed
- * until the server closes. Every request is counted. */
-typedef struct su_proxy {
+ * until the server closes. Every request is counted. A plan function,
+ * when set, decides instead (under the proxy's lock, from the request's
+ * head: its request line and headers): 0 pass, 1 reset, 2 SlowDown, 3
+ * delay. */
+typedef struct su_proxy su_proxy_t;
+typedef int (*su_plan_fn)(su_proxy_t *p, const char *head, size_t len);
+struct su_proxy {
     int lfd;
     uint16_t port, upstream;
     pthread_t th;
@@ -151,8 +156,11 @@ typedef struct su_proxy {
     int resets, slowdowns, delays;
     bool slowdown_all;
     uint32_t delay_ms;
-    int requests, faults; /* seen, and answered with a fault */
-} su_proxy_t;
+    int requests, faults;      /* seen, and answered with a fault */
+    int n_resets, n_slowdowns; /* the faults by kind */
+    su_plan_fn plan;
+    void *plan_arg;
+};
 
 typedef struct su_conn {
     su_proxy_t *p;
@@ -198,13 +206,17 @@ SU_FN void *su_conn_main(void *arg)
     pthread_mutex_lock(&p->mu);
     p->requests++;
     int fault = 0; /* 1 reset, 2 slowdown, 3 delay */
-    if (p->resets > 0)
+    if (p->plan != NULL)
+        fault = p->plan(p, req, head);
+    else if (p->resets > 0)
         p->resets--, fault = 1;
     else if (p->slowdown_all || p->slowdowns > 0)
         p->slowdowns -= !p->slowdown_all, fault = 2;
     else if (p->delays > 0)
         p->delays--, fault = 3;
     if (fault == 1 || fault == 2) p->faults++;
+    p->n_resets += fault == 1;
+    p->n_slowdowns += fault == 2;
     uint32_t delay = p->delay_ms;
     pthread_mutex_unlock(&p->mu);
     if (fault == 1) {

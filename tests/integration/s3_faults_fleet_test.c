@@ -1,0 +1,335 @@
+/* A fleet job on a table only in the S3 store (s3proxy, the ctest fixture
+ * s3) read through the fault-injecting proxy of s3_util.h: a `sluice
+ * master` that plans from the server directly, two `sluice worker`
+ * processes whose endpoint is the proxy, and two trainer clients in master
+ * mode, over two epochs.
+ *
+ * The proxy's plan is seeded (SLUICE_TEST_SEED replays a run): storms of
+ * 503 SlowDown and of connection resets, each of a random length, with no
+ * request (its request line and Range) faulted more than max_attempts - 1
+ * times, so every request succeeds within its retry budget. Then every id
+ * is delivered exactly once per epoch, and the workers' store counters
+ * match the proxy's: requests = what it saw, retries = its faults,
+ * server_error = its SlowDowns, network_error = its resets, no failure.
+ * A second test makes one file's requests SlowDown without end: each one
+ * fails after its 5 attempts, the file's splits follow on_bad_split
+ * "skip", and every other row is delivered exactly once per epoch. */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+
+#include "fleet_util.h"
+#include "s3_util.h"
+#include "store/store.h"
+
+#define ROWS 40000u
+#define EPOCHS 2u
+#define WORKERS 2
+#define MAX_ATTEMPTS 5 /* the store's default max_attempts (docs/STORAGE.md) */
+
+static const char *up_root;
+static sl_store_t *up_store;
+
+static int up_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag != FTW_F) return 0;
+    char key[1024];
+    snprintf(key, sizeof key, "tbl/%s", path + strlen(up_root) + 1);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_put_file(up_store, key, path, &err), SL_OK, "%s", err.msg);
+    return 0;
+}
+
+/* Upload the table at dir to s3://bucket/tbl and delete it from disk. */
+static void upload_table(const char *bucket, const char *dir)
+{
+    char url[200];
+    snprintf(url, sizeof url, "s3://%s", bucket);
+    sl_error_t err = {0};
+    cr_assert_eq(sl_store_open_url(url, NULL, &up_store, NULL, &err), SL_OK, "%s", err.msg);
+    up_root = dir;
+    cr_assert_eq(nftw(dir, up_one, 16, FTW_PHYS), 0);
+    sl_store_destroy(up_store);
+    cr_assert_eq(nftw(dir, fu_rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+/* ---- the proxy's plan ---- */
+
+#define KEYS 8192 /* open addressing; a job here sends well under 2,000 distinct requests */
+
+typedef struct plan {
+    uint64_t rng;
+    int storm_left, storm_kind; /* requests left in the current storm, 1 reset / 2 SlowDown */
+    int storms;
+    const char *dead; /* requests whose line holds this: SlowDown, always */
+    uint64_t key[KEYS];
+    uint8_t faults[KEYS]; /* per request (line and Range): faults injected */
+} plan_t;
+
+/* FNV-1a of the request line and its Range header: what one read retries. */
+static uint64_t request_key(const char *head, size_t len)
+{
+    uint64_t h = 1469598103934665603ull;
+    const char *end = memmem(head, len, "\r\n", 2);
+    for (const char *c = head; c < end; c++)
+        h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    for (const char *l = end; l && l < head + len;
+         l = memmem(l + 2, len - (size_t)(l + 2 - head), "\r\n", 2)) {
+        if (strncasecmp(l + 2, "Range:", 6) != 0) continue;
+        for (const char *c = l + 2; c < head + len && *c != '\r'; c++)
+            h = (h ^ (uint8_t)*c) * 1099511628211ull;
+        break;
+    }
+    return h | 1; /* 0 marks a free slot */
+}
+
+static int storm_plan(su_proxy_t *p, const char *head, size_t len)
+{
+    plan_t *pl = p->plan_arg;
+    const char *eol = memmem(head, len, "\r\n", 2);
+    if (pl->dead && eol && memmem(head, (size_t)(eol - head), pl->dead, strlen(pl->dead))) return 2;
+    if (pl->storm_left == 0 && tu_below(&pl->rng, 12) == 0) {
+        pl->storm_left = 2 + (int)tu_below(&pl->rng, 14);
+        pl->storm_kind = tu_below(&pl->rng, 3) == 0 ? 1 : 2;
+        pl->storms++;
+    }
+    if (pl->storm_left == 0) return 0;
+    pl->storm_left--;
+    uint64_t k = request_key(head, len);
+    size_t i = (size_t)(k % KEYS);
+    while (pl->key[i] != 0 && pl->key[i] != k)
+        i = (i + 1) % KEYS;
+    pl->key[i] = k;
+    /* the bound: a request's last try within max_attempts always passes */
+    if (pl->faults[i] >= MAX_ATTEMPTS - 1) return 0;
+    pl->faults[i]++;
+    return pl->storm_kind;
+}
+
+/* ---- the fleet ---- */
+
+typedef struct wk {
+    pid_t pid;
+    char admin[64], id[32], log[400];
+} wk_t;
+
+/* A worker's store counters: /metrics while it runs, its exit summary
+ * after. */
+typedef struct counts {
+    long long requests, retries, failures, by_result[4]; /* ok, client, server, network */
+} counts_t;
+
+/* From a worker's /metrics (false: no answer). */
+static bool metrics_counts(const wk_t *w, counts_t *c)
+{
+    char *b;
+    if (fu_http(w->admin, "GET", "/metrics", NULL, NULL, &b) != 200) {
+        free(b);
+        return false;
+    }
+    static const char *const res[4] = {"\"ok\"", "\"client_error\"", "\"server_error\"",
+                                       "\"network_error\""};
+    for (char *line = strtok(b, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        const char *sp = strrchr(line, ' ');
+        if (sp == NULL || line[0] == '#') continue;
+        if (strncmp(line, "sluice_store_requests_total{", 28) == 0) {
+            for (int r = 0; r < 4; r++)
+                if (strstr(line, res[r])) c->by_result[r] += atoll(sp + 1);
+        } else if (strncmp(line, "sluice_store_retries_total", 26) == 0) {
+            c->retries += atoll(sp + 1);
+        } else if (strncmp(line, "sluice_store_failures_total", 27) == 0) {
+            c->failures += atoll(sp + 1);
+        }
+    }
+    free(b);
+    return true;
+}
+
+/* From a worker's exit summary ("  store s3://...: N requests (G GETs), R
+ * retries, F failures, ..."): the worker must have exited. */
+static void summary_counts(const wk_t *w, counts_t *c)
+{
+    cr_assert_neq(fu_wait_exit(w->pid, 30), -1, "worker %s did not exit after the job", w->id);
+    FILE *fp = fopen(w->log, "r");
+    cr_assert_not_null(fp, "%s", w->log);
+    char line[1024];
+    bool found = false;
+    while (fgets(line, sizeof line, fp)) {
+        long long n, g, r, f;
+        const char *colon = strstr(line, ": ");
+        if (strncmp(line, "  store s3://", 13) != 0 || colon == NULL) continue;
+        cr_assert_eq(sscanf(colon, ": %lld requests (%lld GETs), %lld retries, %lld failures", &n,
+                            &g, &r, &f),
+                     4, "%s: %s", w->log, line);
+        c->requests += n;
+        c->retries += r;
+        c->failures += f;
+        found = true;
+    }
+    fclose(fp);
+    cr_assert(found, "no store line in the summary of %s", w->log);
+}
+
+typedef struct fleet {
+    fu_master_t m;
+    char *job;
+    su_proxy_t proxy;
+    plan_t *plan;
+    wk_t w[WORKERS];
+    atomic_uint *seen;
+    fu_client_t c[2];
+    pthread_t th[2];
+} fleet_t;
+
+/* The table in a fresh bucket, the master (direct to the server), the job
+ * (extra: more top-level keys of its spec, ending in a comma), the proxy
+ * with the plan seeded from rng, the workers (through the proxy) and the
+ * clients. */
+static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rng, const char *dead)
+{
+    su_env();
+    char b[64], table[300], spec[1024], url[300];
+    su_bucket(id, b, sizeof b);
+    fu_gen(ROWS, 1000, 2, table, sizeof table);
+    upload_table(b, table);
+    f->m = (fu_master_t){.lease_timeout_ms = 2000};
+    f->m.extra[0] = "--max-split-failures";
+    f->m.extra[1] = "1";
+    fu_master_start(&f->m);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"%s\",\"source\":{\"table\":\"s3://%s/tbl\"},%s"
+             "\"batch\":{\"size\":250,\"epochs\":%u,\"shuffle\":{\"splits\":true,\"seed\":11}}}",
+             id, b, extra, EPOCHS);
+    f->job = fu_submit(&f->m, spec, 2, "dynamic", WORKERS, WORKERS, NULL);
+
+    f->plan = calloc(1, sizeof *f->plan);
+    f->plan->rng = *rng;
+    f->plan->dead = dead;
+    su_proxy_start(&f->proxy, su.port);
+    pthread_mutex_lock(&f->proxy.mu);
+    f->proxy.plan_arg = f->plan;
+    f->proxy.plan = storm_plan;
+    pthread_mutex_unlock(&f->proxy.mu);
+
+    /* the workers' endpoint is the proxy (fu_spawn's children inherit this
+     * environment); the master already runs with the server's */
+    snprintf(url, sizeof url, "http://localhost:%u", f->proxy.port);
+    setenv("AWS_ENDPOINT_URL", url, 1);
+    for (int i = 0; i < WORKERS; i++) {
+        wk_t *w = &f->w[i];
+        snprintf(w->admin, sizeof w->admin, "127.0.0.1:%u", fu_free_port());
+        snprintf(w->id, sizeof w->id, "w%d", i);
+        snprintf(w->log, sizeof w->log, "%s/%s-%s.log", fu_dir, id, w->id);
+        const char *argv[] = {fu_binary(), "worker",      "--master", f->m.ctl,   "--job-id",
+                              f->job,      "--worker-id", w->id,      "--listen", "127.0.0.1:0",
+                              "--threads", "1",           "--admin",  w->admin,   NULL};
+        w->pid = fu_spawn(argv, -1, w->log);
+    }
+    setenv("AWS_ENDPOINT_URL", su.endpoint, 1);
+
+    f->seen = calloc(EPOCHS * ROWS, sizeof *f->seen);
+    fu_client_t proto = {.master = f->m.ctl,
+                         .job = f->job,
+                         .world_size = 2,
+                         .rows = ROWS,
+                         .epochs = EPOCHS,
+                         .seen = f->seen};
+    fu_clients_start(f->c, f->th, 2, &proto);
+}
+
+/* While the job runs: each worker's /metrics is bounded by what the proxy
+ * counted around it (a request is counted by the proxy once read, by the
+ * store once answered: at most max_connections, 16, in between per
+ * worker). Returns when both clients have ended. */
+static void watch_metrics(fleet_t *f)
+{
+    double deadline = fu_now() + tu_timeout(100);
+    int scrapes = 0;
+    while (!atomic_load(&f->c[0].finished) || !atomic_load(&f->c[1].finished)) {
+        cr_assert(fu_now() < deadline, "the job did not end in time; see %s", fu_dir);
+        usleep(200 * 1000);
+        int faults0;
+        int seen0 = su_proxy_count(&f->proxy, &faults0);
+        counts_t m = {0};
+        bool all = true;
+        for (int i = 0; i < WORKERS; i++)
+            all = metrics_counts(&f->w[i], &m) && all;
+        if (!all) continue; /* not up yet, or retired by the master */
+        for (int r = 0; r < 4; r++)
+            m.requests += m.by_result[r];
+        pthread_mutex_lock(&f->proxy.mu);
+        int seen1 = f->proxy.requests, faults1 = f->proxy.faults;
+        int resets1 = f->proxy.n_resets, slow1 = f->proxy.n_slowdowns;
+        pthread_mutex_unlock(&f->proxy.mu);
+        cr_assert_leq(m.requests, seen1, "/metrics: %lld requests, the proxy saw %d", m.requests,
+                      seen1);
+        cr_assert_geq(m.requests, seen0 - WORKERS * 16,
+                      "/metrics: %lld requests, the proxy had seen %d before", m.requests, seen0);
+        cr_assert_leq(m.retries, faults1, "/metrics: %lld retries of %d faults", m.retries,
+                      faults1);
+        cr_assert_geq(m.retries, faults0 - WORKERS * 16 - m.failures);
+        cr_assert_leq(m.by_result[2], slow1, "/metrics: %lld server errors of %d SlowDowns",
+                      m.by_result[2], slow1);
+        cr_assert_leq(m.by_result[3], resets1, "/metrics: %lld network errors of %d resets",
+                      m.by_result[3], resets1);
+        cr_assert_eq(m.by_result[1], 0, "/metrics: %lld client errors", m.by_result[1]);
+        scrapes++;
+    }
+    cr_assert_gt(scrapes, 0, "the workers' /metrics never answered");
+}
+
+static void fleet_down(fleet_t *f)
+{
+    fu_master_stop(&f->m, SIGTERM);
+    su_proxy_stop(&f->proxy);
+    free(f->plan);
+    free(f->seen);
+    free(f->job);
+}
+
+TestSuite(s3_faults_fleet, .init = fu_setup, .fini = fu_teardown);
+
+Test(s3_faults_fleet, slowdown_storms_and_resets_under_a_job_exactly_once_bounded_and_counted,
+     .timeout = 240)
+{
+    uint64_t rng = tu_seed("s3_faults_fleet.storms");
+    fleet_t f;
+    fleet_up(&f, "s3storm", "", &rng, NULL);
+    watch_metrics(&f);
+    fu_clients_join(f.c, f.th, 2);
+    cr_assert_eq(f.c[0].samples + f.c[1].samples, EPOCHS * ROWS, "delivered %llu + %llu samples",
+                 (unsigned long long)f.c[0].samples, (unsigned long long)f.c[1].samples);
+    fu_assert_once_per_epoch(f.seen, ROWS, EPOCHS);
+    cr_assert(fu_job_finished(&f.m, f.job));
+
+    counts_t s = {0};
+    for (int i = 0; i < WORKERS; i++)
+        summary_counts(&f.w[i], &s);
+    pthread_mutex_lock(&f.proxy.mu);
+    int seen = f.proxy.requests, faults = f.proxy.faults;
+    int resets = f.proxy.n_resets, slow = f.proxy.n_slowdowns, storms = f.plan->storms;
+    int maxf = 0;
+    for (size_t i = 0; i < KEYS; i++)
+        maxf = f.plan->faults[i] > maxf ? f.plan->faults[i] : maxf;
+    pthread_mutex_unlock(&f.proxy.mu);
+    fprintf(stderr,
+            "s3_faults_fleet.storms: %d storms, %d requests through the proxy, %d SlowDowns, %d "
+            "resets, at most %d faults on one request; the workers: %lld requests, %lld retries\n",
+            storms, seen, slow, resets, maxf, s.requests, s.retries);
+    cr_assert_gt(slow, 0, "no SlowDown was injected: the job was too short for the plan");
+    cr_assert_gt(resets, 0, "no reset was injected: the job was too short for the plan");
+    /* exact: every request the proxy saw was sent by a worker and counted,
+     * every fault retried once, none failed */
+    cr_assert_eq(s.requests, seen, "workers sent %lld requests, the proxy saw %d", s.requests,
+                 seen);
+    cr_assert_eq(s.retries, faults, "workers retried %lld times after %d faults", s.retries,
+                 faults);
+    cr_assert_eq(s.failures, 0, "%lld store operations failed", s.failures);
+    fleet_down(&f);
+}
+
+int main(int argc, char *argv[])
+{
+    return su_main(argc, argv);
+}
