@@ -6,12 +6,28 @@
  * s3proxy of `ops/s3proxy start --dir DIR`; the table is generated here
  * (seeded) and uploaded into bucket bench-s3job. Figures only.
  *
+ * With --curl N, the baseline of the raw transfer: one more S3 run goes
+ * through a recording pass-through proxy here (not timed), which notes
+ * every GET the job sent (its path and Range); then, each rep, the job's
+ * bytes/s from the server directly (the store's bytes read over the job's
+ * time) and the same GETs made by `curl --parallel --parallel-max N`
+ * (signed with --aws-sigv4) against the same server, and their ratio.
+ *
  * usage: bench_s3_job --dir DIR [--rows N (1000000)] [--files F (4)]
  *                     [--stripe-rows R (16384)] [--threads T (2)] [--reps K (3)]
- *                     [--features LIST (all; e.g. I1,C1: a projection)] */
-#define _XOPEN_SOURCE 700
+ *                     [--features LIST (all; e.g. I1,C1: a projection)]
+ *                     [--curl N (0: none)] */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* strcasestr */
+#endif
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ftw.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,11 +177,174 @@ done:
     return status;
 }
 
+/* ---- the recording proxy: one request per connection ("Connection:
+ * close" added, not a signed header), passed to the server; each GET's
+ * path and Range noted ---- */
+typedef struct rec {
+    int lfd;
+    uint16_t port, upstream;
+    pthread_t th;
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    char **gets; /* "PATH\tRANGE" */
+    size_t n, cap;
+} rec_t;
+
+typedef struct rec_conn {
+    rec_t *p;
+    int fd;
+} rec_conn_t;
+
+static bool send_all(int fd, const char *b, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+        if (w <= 0) return false;
+        b += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static void *rec_conn_main(void *arg)
+{
+    rec_conn_t *c = arg;
+    rec_t *p = c->p;
+    char req[65536], buf[65536];
+    size_t len = 0, head = 0;
+    for (;;) { /* the head only: the job's GETs, HEADs and listings have no body */
+        struct pollfd pfd = {c->fd, POLLIN, 0};
+        if (len + 1 >= sizeof req || poll(&pfd, 1, 10000) <= 0) goto out;
+        ssize_t r = recv(c->fd, req + len, sizeof req - 1 - len, 0);
+        if (r <= 0) goto out;
+        len += (size_t)r;
+        req[len] = '\0';
+        char *e = strstr(req, "\r\n\r\n");
+        if (e) {
+            head = (size_t)(e - req) + 4;
+            break;
+        }
+    }
+    if (strncmp(req, "GET ", 4) == 0 && strstr(req, "list-type=") == NULL) {
+        const char *sp = strchr(req + 4, ' ');
+        const char *rg = strcasestr(req, "\r\nRange: ");
+        const char *host = strcasestr(req, "\r\nHost: ");
+        if (sp && rg && host) {
+            /* "HOST PATH\tRANGE": the host without its port (virtual-hosted
+             * requests name the bucket there) */
+            char *line = malloc((size_t)(sp - req) + 400);
+            int n = sscanf(host + 8, "%150[^:\r]", line) == 1 ? (int)strlen(line) : 0;
+            n += snprintf(line + n, (size_t)(sp - req) + 400 - (size_t)n, " %.*s\t",
+                          (int)(sp - req - 4), req + 4);
+            sscanf(rg + 9, "%150[^\r]", line + n);
+            pthread_mutex_lock(&p->mu);
+            if (p->n == p->cap)
+                p->gets = realloc(p->gets, (p->cap = p->cap * 2 + 64) * sizeof *p->gets);
+            p->gets[p->n++] = line;
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    int u = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(p->upstream)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(u, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(u);
+        goto out;
+    }
+    bool ok = send_all(u, req, head - 2) && send_all(u, "Connection: close\r\n\r\n", 21) &&
+              send_all(u, req + head, len - head);
+    while (ok) {
+        struct pollfd pfd = {u, POLLIN, 0};
+        if (poll(&pfd, 1, 30000) <= 0) break;
+        ssize_t r = recv(u, buf, sizeof buf, 0);
+        if (r <= 0 || !send_all(c->fd, buf, (size_t)r)) break;
+    }
+    close(u);
+out:
+    close(c->fd);
+    free(c);
+    return NULL;
+}
+
+static void *rec_main(void *arg)
+{
+    rec_t *p = arg;
+    while (!atomic_load(&p->stop)) {
+        struct pollfd pfd = {p->lfd, POLLIN, 0};
+        if (poll(&pfd, 1, 50) <= 0) continue;
+        int fd = accept(p->lfd, NULL, NULL);
+        if (fd < 0) continue;
+        rec_conn_t *c = malloc(sizeof *c);
+        c->p = p;
+        c->fd = fd;
+        pthread_t t;
+        pthread_create(&t, NULL, rec_conn_main, c);
+        pthread_detach(t);
+    }
+    return NULL;
+}
+
+static int rec_start(rec_t *p, uint16_t upstream)
+{
+    memset(p, 0, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
+    p->upstream = upstream;
+    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    if (bind(p->lfd, (struct sockaddr *)&sa, sizeof sa) || listen(p->lfd, 256) ||
+        getsockname(p->lfd, (struct sockaddr *)&sa, &sl))
+        return 1;
+    p->port = ntohs(sa.sin_port);
+    return pthread_create(&p->th, NULL, rec_main, p);
+}
+
+static void rec_stop(rec_t *p)
+{
+    atomic_store(&p->stop, true);
+    pthread_join(p->th, NULL);
+    close(p->lfd);
+}
+
+/* A curl config file at path making every recorded GET against the
+ * server at port, signed, its body to /dev/null. */
+static int curl_config(const char *path, const rec_t *p, unsigned port)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) return 1;
+    const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
+    for (size_t i = 0; i < p->n; i++) {
+        const char *sp = strchr(p->gets[i], ' '), *tab = strchr(p->gets[i], '\t');
+        fprintf(f,
+                "%surl = \"http://%.*s:%u%.*s\"\noutput = \"/dev/null\"\nuser = \"%s:%s\"\n"
+                "aws-sigv4 = \"aws:amz:us-east-1:s3\"\nheader = \"Range: %s\"\n"
+                "header = \"x-amz-content-sha256: "
+                "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\"\n"
+                "fail\n",
+                i ? "next\n" : "", (int)(sp - p->gets[i]), p->gets[i], port, (int)(tab - sp - 1),
+                sp + 1, id, secret, tab + 1);
+    }
+    return fclose(f) != 0;
+}
+
+/* The bytes the recorded GETs ask for. */
+static uint64_t rec_bytes(const rec_t *p)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        unsigned long long a, b;
+        const char *eq = strstr(p->gets[i], "bytes=");
+        if (eq && sscanf(eq + 6, "%llu-%llu", &a, &b) == 2) n += b - a + 1;
+    }
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *features = NULL, *only = NULL;
     uint64_t rows = 1000000;
-    uint32_t files = 4, stripe_rows = 16384, threads = 2, reps = 3;
+    uint32_t files = 4, stripe_rows = 16384, threads = 2, reps = 3, curl = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--dir") == 0 && v)
@@ -180,6 +359,8 @@ int main(int argc, char **argv)
             threads = (uint32_t)atoi(argv[++i]);
         else if (strcmp(argv[i], "--reps") == 0 && v)
             reps = (uint32_t)atoi(argv[++i]);
+        else if (strcmp(argv[i], "--curl") == 0 && v)
+            curl = (uint32_t)atoi(argv[++i]);
         else if (strcmp(argv[i], "--features") == 0 && v)
             features = argv[++i];
         else if (strcmp(argv[i], "--only") == 0 && v &&
@@ -188,7 +369,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: bench_s3_job --dir DIR [--rows N] [--files F] [--stripe-rows R] "
-                    "[--threads T] [--reps K] [--features LIST] [--only local|s3]\n");
+                    "[--threads T] [--reps K] [--features LIST] [--only local|s3] [--curl N]\n");
             return 2;
         }
     }
@@ -222,6 +403,32 @@ int main(int argc, char **argv)
            "threads %u; features %s; uploaded in %.2f s\n",
            (unsigned long long)rows, files, stripe_rows, (double)ust.bytes_written / 1048576.0,
            threads, features ? features : "all", upload_s);
+    /* --curl: the job's GETs, recorded through the proxy, for curl */
+    rec_t rec = {0};
+    char cfg[800];
+    const char *endpoint = getenv("AWS_ENDPOINT_URL");
+    if (curl > 0) {
+        const char *colon = endpoint ? strrchr(endpoint, ':') : NULL;
+        char via[64];
+        run_t r;
+        if (colon == NULL || rec_start(&rec, (uint16_t)atoi(colon + 1))) {
+            fprintf(stderr, "bench_s3_job: no recording proxy for %s\n", endpoint);
+            return 1;
+        }
+        snprintf(via, sizeof via, "http://localhost:%u", rec.port);
+        char *saved = strdup(endpoint);
+        setenv("AWS_ENDPOINT_URL", via, 1);
+        int bad = run_job("s3://bench-s3job/criteo", features, threads, &r);
+        setenv("AWS_ENDPOINT_URL", saved, 1);
+        free(saved);
+        endpoint = getenv("AWS_ENDPOINT_URL");
+        rec_stop(&rec);
+        snprintf(cfg, sizeof cfg, "%s/bench-s3job-curl.conf", dir);
+        if (bad || curl_config(cfg, &rec, rec.upstream)) return 1;
+        printf("recorded: %zu GETs of %.1f MiB (the store read %.1f MiB)\n", rec.n,
+               (double)rec_bytes(&rec) / 1048576.0, (double)r.store.bytes_read / 1048576.0);
+    }
+    double curl_best = 0, job_best = 0;
     double best[2] = {0, 0}, first[2] = {1e9, 1e9};
     /* sluice's own CPU (this process: worker and counting trainer) per
      * sample, the least and the sum over the reps, local and s3 */
@@ -245,7 +452,31 @@ int main(int argc, char **argv)
             if (rate > best[s3]) best[s3] = rate;
             if (r.first < first[s3]) first[s3] = r.first;
             if (s3) last_s3 = r;
+            if (s3 && curl > 0) {
+                char cmd[1200];
+                snprintf(cmd, sizeof cmd,
+                         "curl --silent --show-error --parallel --parallel-max %u --config %s",
+                         curl, cfg);
+                double c0 = bench_now();
+                if (system(cmd) != 0) {
+                    fprintf(stderr, "bench_s3_job: %s failed\n", cmd);
+                    return 1;
+                }
+                double cs = bench_now() - c0;
+                double job_bps = (double)r.store.bytes_read / r.total;
+                double curl_bps = (double)rec_bytes(&rec) / cs;
+                printf("  rep %u curl  %7.1f MiB/s for the same %zu GETs in %.2f s; the job %.1f "
+                       "MiB/s, job / curl %.2f\n",
+                       k + 1, curl_bps / 1048576.0, rec.n, cs, job_bps / 1048576.0,
+                       job_bps / curl_bps);
+                if (curl_bps > curl_best) curl_best = curl_bps;
+                if (job_bps > job_best) job_best = job_bps;
+            }
         }
+    if (curl > 0)
+        printf("best of %u: the job %.1f MiB/s, curl --parallel-max %u %.1f MiB/s, job / curl "
+               "%.2f\n",
+               reps, job_best / 1048576.0, curl, curl_best / 1048576.0, job_best / curl_best);
     if (only == NULL) {
         printf("best of %u: local %.0f samples/s, s3 %.0f samples/s, s3 / local %.2f\n", reps,
                best[0], best[1], best[1] / best[0]);
