@@ -455,8 +455,8 @@ int main(int argc, char **argv)
             if (s3 && curl > 0) {
                 char cmd[1200];
                 snprintf(cmd, sizeof cmd,
-                         "curl --silent --show-error --parallel --parallel-max %u --config %s",
-                         curl, cfg);
+                         "curl --no-progress-meter --parallel --parallel-max %u --config %s", curl,
+                         cfg);
                 double c0 = bench_now();
                 if (system(cmd) != 0) {
                     fprintf(stderr, "bench_s3_job: %s failed\n", cmd);
