@@ -24,16 +24,19 @@
 #define ROWS 40000u
 #define EPOCHS 2u
 #define WORKERS 2
-#define MAX_ATTEMPTS 5 /* the store's default max_attempts (docs/STORAGE.md) */
+#define MAX_ATTEMPTS 5           /* the store's default max_attempts (docs/STORAGE.md) */
+#define FOOTER_ZONE (300 * 1024) /* a file's tail that its plan reads, and more */
 
 static const char *up_root;
 static sl_store_t *up_store;
+static const char *up_dead; /* a file whose size to keep in up_dead_size */
+static long long up_dead_size;
 
 static int up_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
-    (void)sb;
     (void)ftw;
     if (flag != FTW_F) return 0;
+    if (up_dead && strstr(path, up_dead)) up_dead_size = (long long)sb->st_size;
     char key[1024];
     snprintf(key, sizeof key, "tbl/%s", path + strlen(up_root) + 1);
     sl_error_t err = {0};
@@ -62,7 +65,9 @@ typedef struct plan {
     uint64_t rng;
     int storm_left, storm_kind; /* requests left in the current storm, 1 reset / 2 SlowDown */
     int storms;
-    const char *dead; /* requests whose line holds this: SlowDown, always */
+    const char *dead;    /* GETs of stripes of this object: SlowDown, always */
+    long long dead_size; /* its size */
+    bool calm;           /* no storms */
     uint64_t key[KEYS];
     uint8_t faults[KEYS]; /* per request (line and Range): faults injected */
 } plan_t;
@@ -88,7 +93,18 @@ static int storm_plan(su_proxy_t *p, const char *head, size_t len)
 {
     plan_t *pl = p->plan_arg;
     const char *eol = memmem(head, len, "\r\n", 2);
-    if (pl->dead && eol && memmem(head, (size_t)(eol - head), pl->dead, strlen(pl->dead))) return 2;
+    if (pl->dead && eol && memmem(head, (size_t)(eol - head), pl->dead, strlen(pl->dead))) {
+        /* a worker plans the table itself at its start (each file's header
+         * and its footer, in the last 256 KiB): those pass, so that what
+         * fails is the stripes before them */
+        const char *r = memmem(head, len, "\r\nRange: bytes=", 15);
+        long long a = -1, b = -1;
+        if (r && sscanf(r + 15, "%lld-%lld", &a, &b) == 2 && a > 0 &&
+            b < pl->dead_size - FOOTER_ZONE)
+            return 2;
+        return 0;
+    }
+    if (pl->calm) return 0;
     if (pl->storm_left == 0 && tu_below(&pl->rng, 12) == 0) {
         pl->storm_left = 2 + (int)tu_below(&pl->rng, 14);
         pl->storm_kind = tu_below(&pl->rng, 3) == 0 ? 1 : 2;
@@ -184,7 +200,8 @@ typedef struct fleet {
 
 /* The table in a fresh bucket, the master (direct to the server), the job
  * (extra: more top-level keys of its spec, ending in a comma), the proxy
- * with the plan seeded from rng, the workers (through the proxy) and the
+ * with the plan seeded from rng (or, given dead, only that object's
+ * requests answered SlowDown, always), the workers (through the proxy) and the
  * clients. */
 static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rng, const char *dead)
 {
@@ -192,7 +209,9 @@ static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rn
     char b[64], table[300], spec[1024], url[300];
     su_bucket(id, b, sizeof b);
     fu_gen(ROWS, 1000, 2, table, sizeof table);
+    up_dead = dead;
     upload_table(b, table);
+    cr_assert(dead == NULL || up_dead_size > 0, "no file %s in the table", dead);
     f->m = (fu_master_t){.lease_timeout_ms = 2000};
     f->m.extra[0] = "--max-split-failures";
     f->m.extra[1] = "1";
@@ -206,6 +225,8 @@ static void fleet_up(fleet_t *f, const char *id, const char *extra, uint64_t *rn
     f->plan = calloc(1, sizeof *f->plan);
     f->plan->rng = *rng;
     f->plan->dead = dead;
+    f->plan->dead_size = up_dead_size;
+    f->plan->calm = dead != NULL;
     su_proxy_start(&f->proxy, su.port);
     pthread_mutex_lock(&f->proxy.mu);
     f->proxy.plan_arg = f->plan;
@@ -326,6 +347,77 @@ Test(s3_faults_fleet, slowdown_storms_and_resets_under_a_job_exactly_once_bounde
     cr_assert_eq(s.retries, faults, "workers retried %lld times after %d faults", s.retries,
                  faults);
     cr_assert_eq(s.failures, 0, "%lld store operations failed", s.failures);
+    fleet_down(&f);
+}
+
+/* A storm longer than the retry budget: every GET of one file's stripes
+ * (but those in its last 300 KiB, which its footer shares) is answered
+ * SlowDown. Each fails after its 5 attempts (4 retries), those splits fail
+ * (--max-split-failures 1) and are skipped (on_bad_split "skip"), and
+ * every other row is delivered exactly once in each epoch, the same ids
+ * in both. */
+Test(s3_faults_fleet, a_storm_past_the_retry_budget_fails_the_splits_and_they_are_skipped,
+     .timeout = 240)
+{
+    uint64_t rng = tu_seed("s3_faults_fleet.past_the_budget");
+    fleet_t f;
+    fleet_up(&f, "s3dead", "\"on_bad_split\":\"skip\",", &rng, "part-00001");
+    watch_metrics(&f);
+    fu_clients_join(f.c, f.th, 2);
+    cr_assert(fu_job_finished(&f.m, f.job));
+    uint64_t per_epoch[EPOCHS] = {0}, twice = 0, differ = 0;
+    for (uint32_t e = 0; e < EPOCHS; e++)
+        for (uint32_t id = 0; id < ROWS; id++) {
+            unsigned n = atomic_load(&f.seen[e * ROWS + id]);
+            per_epoch[e] += n;
+            twice += n > 1;
+            differ += n != atomic_load(&f.seen[id]);
+        }
+    cr_assert_eq(twice, 0, "%llu ids delivered more than once in an epoch",
+                 (unsigned long long)twice);
+    cr_assert_eq(differ, 0, "%llu ids delivered in one epoch and not the other",
+                 (unsigned long long)differ);
+    char path[300];
+    snprintf(path, sizeof path, "/jobs/%s", f.job);
+    json_t *j = fu_get_json(f.m.admin, path);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "finished");
+    long long splits = json_integer_value(json_object_get(j, "skipped_splits"));
+    long long rows = json_integer_value(json_object_get(j, "skipped_rows"));
+    /* the same splits fail in both epochs: their stripes are the same
+     * ranges; those in the file's last 300 KiB are read */
+    cr_assert(splits > 0 && splits % EPOCHS == 0 && splits < EPOCHS * 20,
+              "%lld splits skipped: not some of the file's 20 in each epoch", splits);
+    cr_assert_eq(rows, splits * 1000, "%lld rows skipped in %lld splits of 1000", rows, splits);
+    for (uint32_t e = 0; e < EPOCHS; e++)
+        cr_assert_eq(per_epoch[e] + (uint64_t)rows / EPOCHS, ROWS,
+                     "epoch %u: %llu samples delivered and %lld skipped", e,
+                     (unsigned long long)per_epoch[e], rows / EPOCHS);
+    json_decref(j);
+
+    counts_t s = {0};
+    for (int i = 0; i < WORKERS; i++)
+        summary_counts(&f.w[i], &s);
+    pthread_mutex_lock(&f.proxy.mu);
+    int seen = f.proxy.requests, slow = f.proxy.n_slowdowns, resets = f.proxy.n_resets;
+    pthread_mutex_unlock(&f.proxy.mu);
+    fprintf(stderr,
+            "s3_faults_fleet.past_the_budget: %d requests through the proxy, %d SlowDowns; the "
+            "workers: %lld requests, %lld retries, %lld failures; %lld splits skipped\n",
+            seen, slow, s.requests, s.retries, s.failures, splits);
+    cr_assert_eq(resets, 0);
+    cr_assert_eq(s.requests, seen, "workers sent %lld requests, the proxy saw %d", s.requests,
+                 seen);
+    /* each request for the file tried exactly max_attempts times */
+    cr_assert_gt(slow, 0);
+    cr_assert_eq(slow % MAX_ATTEMPTS, 0, "%d SlowDowns: not whole requests of %d attempts", slow,
+                 MAX_ATTEMPTS);
+    cr_assert_eq(s.retries, (long long)slow / MAX_ATTEMPTS * (MAX_ATTEMPTS - 1),
+                 "%lld retries for %d SlowDowns", s.retries, slow);
+    /* each skipped split is one failed read at least (a read-ahead of a
+     * failing stripe may fail once more) */
+    cr_assert(s.failures >= splits && s.failures <= slow / MAX_ATTEMPTS,
+              "%lld failed operations for %lld skipped splits and %d failed requests", s.failures,
+              splits, slow / MAX_ATTEMPTS);
     fleet_down(&f);
 }
 
