@@ -11,9 +11,9 @@
  * is delivered exactly once per epoch, and the workers' store counters
  * match the proxy's: requests = what it saw, retries = its faults,
  * server_error = its SlowDowns, network_error = its resets, no failure.
- * A second test makes one file's requests SlowDown without end: each one
- * fails after its 5 attempts, the file's splits follow on_bad_split
- * "skip", and every other row is delivered exactly once per epoch. */
+ * A second test answers one file's stripe GETs SlowDown without end: each
+ * fails after its 5 attempts, those splits follow on_bad_split "skip",
+ * and every other row is delivered exactly once per epoch. */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
 
