@@ -1,5 +1,5 @@
 /* Stream decoders: turn the stored bytes of one stream (checked sizes, see
- * format.c) into values, in bulk: memcpy or zstd straight into the output for
+ * format_check.c) into values, in bulk: memcpy or zstd straight into the output for
  * plain streams, a widening loop for frame-of-reference integers, a
  * branch-free scatter for dense columns with a present bitmap. What only
  * the decoded values reveal (lengths, inverse indices, bitmaps) is checked

@@ -5,7 +5,7 @@
  * would spend most of a reader's time on ids that barely compress.
  *
  * Sizes (raw_size against the value count, width and dictionary) were
- * checked at open (format.c). What only the bytes reveal is checked here
+ * checked at open (format_check.c). What only the bytes reveal is checked here
  * before it is used: a dictionary's blocks and order, indices inside the
  * dictionary, lengths and inverse indices inside their range. The
  * decoders load 8 bytes at a time: every caller keeps 8 readable bytes

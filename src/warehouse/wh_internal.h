@@ -197,6 +197,12 @@ void wh_file_close(wh_file_t *f);
  * stripe lanes: the footer fetched once per split, docs/WORKER.md). base
  * may be closed first, except a memory source's bytes. */
 sl_err_t wh_file_open_twin(const wh_file_t *base, wh_file_t **out, sl_error_t *err);
+/* format_check.c, for an open (format.c) once the footer and the schema
+ * are parsed: the footer's dedup groups checked against the schema (sets
+ * f->groups, f->feature_group), then every stripe and stream checked and
+ * indexed by slot (f->stripes, f->streams, f->slots, f->rows). */
+sl_err_t wh_file_check_groups(wh_file_t *f, sl_error_t *err);
+sl_err_t wh_file_check_stripes(wh_file_t *f, sl_error_t *err);
 
 /* ---- read-ahead of an object's stripes (reader_ahead.c) ---- */
 

@@ -1,4 +1,6 @@
-/* Private to the batcher (batcher.c: rows in the expanded form, batches,
+/* Private to the batcher (batcher.c: its lifecycle, the shape of the rows,
+ * rows added, epochs and ranges; batcher_build.c: one batch built from rows
+ * in the expanded form; batcher_emit.c: batches numbered and handed out,
  * the shuffle window; batcher_groups.c: rows in dedup form, batch dedup).
  * Everything here runs on the thread that owns the batcher. */
 #ifndef SLUICE_DPP_WORKER_BATCHER_INTERNAL_H
@@ -100,6 +102,33 @@ struct sl_worker_batcher {
 
 /* Grow v to hold more bytes more (doubling). @return false when out of memory. */
 bool dpp_vec_reserve(const sl_allocator_t *a, vec_t *v, size_t more);
+
+/* batcher_build.c */
+/* Free bd's batch and buffers (the vectors of F keys and G groups of shapes gs). */
+void dpp_batcher_builder_free(const sl_allocator_t *a, builder_t *bd, uint32_t F, uint32_t G,
+                              const gshape_t *gs);
+/* bd's per-key and per-group vectors, once the shape is known. */
+sl_err_t dpp_batcher_builder_setup(sl_worker_batcher_t *b, builder_t *bd);
+sl_err_t dpp_batcher_builder_begin(sl_worker_batcher_t *b, builder_t *bd, sl_error_t *err);
+sl_err_t dpp_batcher_gather_runs(sl_worker_batcher_t *b, builder_t *bd, const sl_batch_t *src,
+                                 const run_t *runs, uint32_t nr, uint32_t m, const float *weights,
+                                 uint32_t wbase, const sl_worker_rows_origin_t *origin,
+                                 sl_error_t *err);
+sl_err_t dpp_batcher_builder_finish(sl_worker_batcher_t *b, builder_t *bd, sl_batch_t **out,
+                                    sl_error_t *err);
+uint32_t dpp_batcher_builder_clear(sl_worker_batcher_t *b, builder_t *bd);
+
+/* batcher_emit.c */
+void dpp_batcher_range_reseed(sl_worker_batcher_t *b, uint64_t from);
+sl_err_t dpp_batcher_emit_batch(sl_worker_batcher_t *b, uint64_t to_row, sl_error_t *err);
+bool dpp_batcher_direct_ok(const sl_worker_batcher_t *b);
+sl_err_t dpp_batcher_emit_direct(sl_worker_batcher_t *b, const sl_batch_t *rows, uint32_t nr,
+                                 uint32_t m, const sl_worker_rows_origin_t *origin, uint64_t to_row,
+                                 sl_error_t *err);
+sl_err_t dpp_batcher_flush_window(sl_worker_batcher_t *b, uint64_t to_row, sl_error_t *err);
+bool dpp_batcher_take_ok(const sl_worker_batcher_t *b, const sl_batch_t *rows, uint32_t n);
+sl_err_t dpp_batcher_emit_taken(sl_worker_batcher_t *b, const sl_batch_t *rows, sl_arena_t *owned,
+                                const sl_worker_rows_origin_t *origin, sl_error_t *err);
 
 /* batcher_groups.c */
 void dpp_batcher_reset_maps(sl_worker_batcher_t *b);
