@@ -89,4 +89,21 @@ sl_err_t sl_pq_dict_load(sl_pq_reader_t *r, const uint8_t *p, size_t len, uint32
 /* Room for n more bytes of output. */
 sl_err_t sl_pq_bytes_reserve(sl_pq_reader_t *r, size_t n, sl_error_t *err);
 
+/* The bits needed to hold v (0 for 0). */
+static inline unsigned sl_pq_bit_width(unsigned v)
+{
+    unsigned w = 0;
+    while (v >> w)
+        w++;
+    return w;
+}
+
+/* levels.c: decode the next SL_PQ_LEVEL_CHUNK levels of the page into
+ * r->lv_def and r->lv_rep (checked against the maxima). */
+sl_err_t sl_pq_levels_refill(sl_pq_reader_t *r, sl_error_t *err);
+/* levels.c: the list pass over 64 levels D, R at once (see there). */
+void sl_pq_list_block64(const uint8_t *D, const uint8_t *R, uint8_t ed, uint8_t md,
+                        uint32_t *rows_p, uint32_t *slots_p, uint32_t *nvals_p, uint32_t *loff,
+                        uint8_t *lvalid, uint8_t *valid);
+
 #endif
