@@ -106,6 +106,8 @@ static void reader_init(sl_pq_reader_t *r, sl_pq_file_t *f, uint32_t rg, uint32_
     r->pages = r->page_offset = 0;
     r->has_dict = false;
     r->dict_n = 0;
+    r->map = NULL;
+    r->map_ctx = NULL;
     r->in_page = false;
     r->page_left = 0;
     r->encoding = 0;
@@ -181,6 +183,12 @@ void sl_pq_scratch_destroy(sl_pq_scratch_t *s)
 void sl_pq_reader_set_scratch(sl_pq_reader_t *r, sl_pq_scratch_t *s)
 {
     r->scratch = s;
+}
+
+void sl_pq_reader_set_map(sl_pq_reader_t *r, sl_pq_i64_map_fn fn, const void *ctx)
+{
+    r->map = r->c->kind == SL_PQ_KIND_I64 ? fn : NULL;
+    r->map_ctx = ctx;
 }
 
 void sl_pq_reader_destroy(sl_pq_reader_t *r)

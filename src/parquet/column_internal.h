@@ -42,6 +42,9 @@ struct sl_pq_reader {
     uint32_t dict_n;
     sl_pq_buf_t dict_vals; /* int64 / float / double per entry, or the bytes */
     sl_pq_buf_t dict_off;  /* BYTES: dict_n + 1 offsets */
+    /* sl_pq_reader_set_map: I64 values mapped before they reach a batch */
+    sl_pq_i64_map_fn map;
+    const void *map_ctx;
 
     /* the current data page */
     bool in_page;

@@ -44,8 +44,16 @@ struct imp_pqc {
     float *labels;           /* [labels_cap * T] row-major */
     float *dense;            /* [dense_cap * D] row-major */
     uint64_t sid_cap, ses_cap, ts_cap, labels_cap, dense_cap;
-    outkey_t *keys;    /* [S] */
-    uint8_t *has_slot; /* [T + D + S] */
+    outkey_t *keys; /* [S] */
+    /* Transforms at decode (imp_pqc_set_maps): per dense column and key,
+     * the map of its values (NULL: none), and the feature's index in the
+     * projection; per key, whether this row group's column reader maps
+     * its ids (a dictionary once per column chunk) or conv_ids maps them
+     * after the conversion */
+    const sl_wh_value_map_t **dmap, **kmap; /* [SD + 1], [SS + 1] */
+    uint32_t *dfeat, *kfeat;                /* [SD + 1], [SS + 1] */
+    uint8_t *kmap_rd;                       /* [SS + 1] */
+    uint8_t *has_slot;                      /* [T + D + S] */
     /* the taken stripe */
     sl_arena_t *out;
     size_t out_chunk, out_want;
@@ -84,13 +92,20 @@ sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *co
     c->dense_names = sl_calloc(a, SD + 1, sizeof *c->dense_names);
     c->key_names = sl_calloc(a, SS + 1, sizeof *c->key_names);
     c->keys = sl_calloc(a, SS + 1, sizeof *c->keys);
+    c->dmap = sl_calloc(a, SD + 1, sizeof *c->dmap);
+    c->kmap = sl_calloc(a, SS + 1, sizeof *c->kmap);
+    c->dfeat = sl_calloc(a, SD + 1, sizeof *c->dfeat);
+    c->kfeat = sl_calloc(a, SS + 1, sizeof *c->kfeat);
+    c->kmap_rd = sl_calloc(a, SS + 1, 1);
     int32_t *dense_at = sl_calloc(a, SD + 1, sizeof *dense_at);
     int32_t *sparse_at = sl_calloc(a, SS + 1, sizeof *sparse_at);
     c->has_slot = sl_calloc(a, (size_t)c->T + SD + SS + 1, 1);
     sl_err_t rc = SL_OK;
     if (c->out == NULL || c->scratch == NULL || c->slot_read == NULL || c->slot_out == NULL ||
         c->label_names == NULL || c->dense_names == NULL || c->key_names == NULL ||
-        c->keys == NULL || dense_at == NULL || sparse_at == NULL || c->has_slot == NULL) {
+        c->keys == NULL || dense_at == NULL || sparse_at == NULL || c->has_slot == NULL ||
+        c->dmap == NULL || c->kmap == NULL || c->dfeat == NULL || c->kfeat == NULL ||
+        c->kmap_rd == NULL) {
         rc = sl_error_set(err, SL_ERR_NOMEM, "no memory for a Parquet reader");
         goto done;
     }
@@ -118,11 +133,13 @@ sl_err_t imp_pqc_new(const imp_pq_t *p, const uint8_t *slot_read, const char *co
         }
         if (f->kind == SL_WH_DENSE) {
             *at = (int32_t)c->D;
+            c->dfeat[c->D] = i;
             c->dense_names[c->D++] = f->name;
         } else {
             *at = (int32_t)c->S;
             c->keys[c->S].weighted = f->kind == SL_WH_WEIGHTED;
             c->any_weighted |= f->kind == SL_WH_WEIGHTED;
+            c->kfeat[c->S] = i;
             c->key_names[c->S++] = f->name;
         }
     }
@@ -184,12 +201,68 @@ void imp_pqc_destroy(imp_pqc_t *c)
     sl_free(a, c->dense_names, (SD + 1) * sizeof *c->dense_names);
     sl_free(a, c->key_names, (SS + 1) * sizeof *c->key_names);
     sl_free(a, c->keys, (SS + 1) * sizeof *c->keys);
+    sl_free(a, c->dmap, (SD + 1) * sizeof *c->dmap);
+    sl_free(a, c->kmap, (SS + 1) * sizeof *c->kmap);
+    sl_free(a, c->dfeat, (SD + 1) * sizeof *c->dfeat);
+    sl_free(a, c->kfeat, (SS + 1) * sizeof *c->kfeat);
+    sl_free(a, c->kmap_rd, SS + 1);
     sl_free(a, c->has_slot, (size_t)c->T + SD + SS + 1);
     sl_arena_destroy(c->out);
     imp_pq_free_readers(c->pool, c->pool_cap);
     sl_free(a, c->pool, (size_t)c->pool_cap * sizeof *c->pool);
     sl_pq_scratch_destroy(c->scratch); /* after the readers that used it */
     sl_free(a, c, sizeof *c);
+}
+
+void imp_pqc_set_maps(imp_pqc_t *c, const sl_wh_value_map_t *maps)
+{
+    for (uint32_t d = 0; d < c->D; d++)
+        c->dmap[d] = maps != NULL && maps[c->dfeat[d]].dense != NULL ? &maps[c->dfeat[d]] : NULL;
+    for (uint32_t k = 0; k < c->S; k++)
+        c->kmap[k] = maps != NULL && maps[c->kfeat[k]].ids != NULL ? &maps[c->kfeat[k]] : NULL;
+}
+
+/* A key's map as the column reader's (sl_pq_i64_map_fn): the raw ids are
+ * checked here, once per dictionary entry: a negative one is left as it
+ * is, so that conv_ids refuses its rows naming the id as it would without
+ * the map (sl_wh_value_map_t.ids_nonneg: a mapped id is never refused). */
+static void map_ids_checked(const void *ctx, int64_t *v, uint64_t n)
+{
+    const sl_wh_value_map_t *m = ctx;
+    uint64_t i = 0;
+    while (i < n) {
+        while (i < n && v[i] < 0)
+            i++;
+        uint64_t j = i;
+        while (j < n && v[j] >= 0)
+            j++;
+        if (j > i) m->ids(m->ctx, v + i, j - i);
+        i = j;
+    }
+}
+
+/* Hand each mapped key whose ids come straight from an INT64 column that
+ * no other slot reads to its column reader (renewed for the row group, so
+ * with no map yet); the others are mapped by conv_ids. */
+static void set_reader_maps(imp_pqc_t *c, const group_read_t *g)
+{
+    const imp_pq_t *p = c->p;
+    const sl_wh_colmap_resolved_t *m = p->map;
+    memset(c->kmap_rd, 0, c->S);
+    for (uint32_t s = 0; s < m->num_slots; s++) {
+        const sl_wh_colmap_slot_t *sl = &m->slots[s];
+        if (!c->slot_read[s] ||
+            (sl->target != SL_WH_MAP_SPARSE && sl->target != SL_WH_MAP_WEIGHTED))
+            continue;
+        int32_t o = c->slot_out[s];
+        if (o < 0 || c->kmap[o] == NULL || !c->kmap[o]->ids_nonneg || sl->hash ||
+            m->column_uses[sl->column] != 1)
+            continue;
+        int32_t li = g->leaf_of[sl->column * 2];
+        if (li < 0 || g->col[li]->kind != SL_PQ_KIND_I64) continue;
+        sl_pq_reader_set_map(g->rd[li], map_ids_checked, c->kmap[o]);
+        c->kmap_rd[o] = 1;
+    }
 }
 
 uint32_t imp_pqc_count(const imp_pqc_t *c)
@@ -369,7 +442,7 @@ static void lengths(int32_t *len, const uint32_t *off, uint32_t n)
 /* A sparse or weighted slot: per row its length and its ids (a null
  * element adds none), weights from the struct's or the parallel list. */
 static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap_slot_t *sl,
-                         outkey_t *k, run_t *u, sl_error_t *err)
+                         outkey_t *k, const sl_wh_value_map_t *map, run_t *u, sl_error_t *err)
 {
     const imp_pq_t *p = c->p;
     const pq_col_t *pc = &p->cols[sl->column];
@@ -412,6 +485,7 @@ static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap
         if (!copy_ids(ids, v->i64 + lo_s, hi_s - lo_s)) {
             lengths(len, v->list_off + u->r0, u->r1 - u->r0);
             k->pending = hi_s - lo_s;
+            if (map != NULL) map->ids(map->ctx, ids, hi_s - lo_s);
             return SL_OK;
         }
         /* a negative id: the row by row loop below finds and names it */
@@ -487,7 +561,8 @@ static sl_err_t conv_ids(imp_pqc_t *c, const group_read_t *g, const sl_wh_colmap
         }
         len[r - u->r0] = (int32_t)(n - start);
     }
-    k->pending = n; /* counted in when the run is kept (commit) */
+    k->pending = n;                              /* counted in when the run is kept (commit) */
+    if (map != NULL) map->ids(map->ctx, ids, n); /* checked ids: none negative */
     return SL_OK;
 }
 
@@ -532,10 +607,16 @@ static sl_err_t convert(imp_pqc_t *c, const group_read_t *g, run_t *u, sl_error_
             break;
         case SL_WH_MAP_DENSE:
             conv_num(c->dense + (size_t)u->n0 * c->D + (uint32_t)o, c->D, v, u, NAN);
+            /* value by value, NaN (missing) included, as the batch transform */
+            if (c->dmap[o] != NULL)
+                c->dmap[o]->dense(c->dmap[o]->ctx, c->dense + (size_t)u->n0 * c->D, rows, c->D,
+                                  (uint32_t)o);
             break;
         case SL_WH_MAP_SPARSE:
         case SL_WH_MAP_WEIGHTED: {
-            SL_FORWARD_IF_ERROR(conv_ids(c, g, sl, &c->keys[o], u, err));
+            /* a map the column reader did not apply: value by value here */
+            const sl_wh_value_map_t *km = c->kmap_rd[o] ? NULL : c->kmap[o];
+            SL_FORWARD_IF_ERROR(conv_ids(c, g, sl, &c->keys[o], km, u, err));
             break;
         }
         }
@@ -622,6 +703,7 @@ sl_err_t imp_pqc_read(const imp_pq_t *p, imp_pqc_t *c, imp_pqc_read_t *rd, sl_er
         rc = imp_pq_open_group(p, c->slot_read, f, gi, &g, err);
         for (uint32_t i = 0; rc == SL_OK && i < g.n; i++) /* a new reader, or a renewed one */
             sl_pq_reader_set_scratch(g.rd[i], c->scratch);
+        if (rc == SL_OK) set_reader_maps(c, &g);
         if (rc == SL_OK) rc = imp_pq_prefetch_group(p, &src, f, gi, &g, err);
         while (rc == SL_OK && !past) {
             uint32_t rows = 0;
